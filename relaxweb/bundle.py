@@ -1,0 +1,202 @@
+"""build_bundle: ONNX file -> dist/ folder (see docs/bundle-format.md for what it holds).
+
+Steps: import the model, run the pass pipeline with the user's bounds, emit one WGSL shader
+per tensor program and the host module for the host function, then write the manifest, the
+weights (in shards with checksums) and a copy of the browser runtime.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from .errors import RelaxwebError, UnsupportedModelError
+from .frontend import import_onnx_file
+from .ir.host import HostFunction
+from .ir.module import IRModule
+from .ir.printer import format_module
+from .ir.host import format_host_function
+from .ir.symbolic import format_expr, upper_bound
+from .passes import PIPELINE, run_pipeline
+from .wasm import MAX_RANK, PARAMS_SLOT, CallSiteParams, assemble, emit_host_wat
+from .wgsl import emit_wgsl
+from .wgsl.emit import WORKGROUP_SIZE
+
+FORMAT = "relaxweb-bundle"
+VERSION = 1
+SHARD_BYTES = 32 * 1024 * 1024
+RUNTIME_JS = Path(__file__).parent / "runtime_js"
+SUPPORTED_DTYPES = ("float32", "int32")
+
+Progress = Callable[[str], None]
+
+
+def compile_model(model_path: str | Path, bounds: dict[str, int], progress: Progress = lambda _: None,
+                  dump_ir: Path | None = None) -> IRModule:
+    """Import and lower a model; the result's ``main`` is a HostFunction."""
+    module = import_onnx_file(model_path)
+    main = module.main
+    progress(f"imported {Path(model_path).name}: {len(main.bindings())} bindings, "
+             f"inputs {', '.join(main.input_names)}")
+    module = module.replace(attrs={**module.attrs, "bounds": dict(bounds)})
+
+    def on_step(name: str, step_module: IRModule) -> None:
+        progress(f"pass {name}")
+        if dump_ir is not None:
+            _dump(dump_ir, name, step_module)
+
+    if dump_ir is not None:
+        _dump(dump_ir, "imported", module)
+    return run_pipeline(module, PIPELINE, on_step)
+
+
+def _dump(folder: Path, name: str, module: IRModule) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    index = len(list(folder.glob("*.txt")))
+    main = module.main
+    text = format_module(module) if not isinstance(main, HostFunction) else (
+        format_module(module.replace(functions={})) + "\n" + format_host_function(main) + "\n"
+    )
+    (folder / f"{index:02d}_{name}.txt").write_text(text)
+
+
+def build_bundle(model_path: str | Path, out_dir: str | Path, bounds: dict[str, int] | None = None,
+                 progress: Progress = lambda _: None, dump_ir: Path | None = None) -> dict:
+    """Compile ``model_path`` into the bundle folder ``out_dir``; returns the manifest."""
+    module = compile_model(model_path, bounds or {}, progress, dump_ir)
+    host = module.main
+    assert isinstance(host, HostFunction)
+    _check_dtypes(host)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "kernels").mkdir(exist_ok=True)
+    (out / "weights").mkdir(exist_ok=True)
+
+    kernels, kernel_index, shader_of = [], {}, {}
+    call_sites, call_site_params = [], []
+    for site_index, dispatch in enumerate(host.dispatches):
+        if dispatch.program not in kernel_index:
+            shader = emit_wgsl(module.programs[dispatch.program])
+            shader_of[dispatch.program] = shader
+            kernel_index[dispatch.program] = len(kernels)
+            file = f"kernels/{dispatch.program}.wgsl"
+            (out / file).write_text(shader.source)
+            kernels.append({
+                "name": dispatch.program, "file": file, "entry_point": "main",
+                "workgroup_size": [WORKGROUP_SIZE, 1, 1], "bindings": list(shader.bindings),
+            })
+        shader = shader_of[dispatch.program]
+        values_by_name = dict(dispatch.size_var_values)
+        values = (dispatch.element_count, *(values_by_name[f] for f in shader.params_fields[1:]))
+        call_site_params.append(CallSiteParams(values, dispatch.element_count, dispatch.note))
+        call_sites.append({
+            "kernel": kernel_index[dispatch.program], "binding": dispatch.note,
+            "params_offset": site_index * PARAMS_SLOT, "params_size": shader.params_size,
+            "buffers": [{b.kind: b.index} for b in dispatch.buffers],
+        })
+    progress(f"emitted {len(kernels)} WGSL kernels for {len(call_sites)} call sites")
+
+    wat = emit_host_wat(host, call_site_params, WORKGROUP_SIZE, Path(model_path).name)
+    (out / "host.wat").write_text(wat)
+    (out / "host.wasm").write_bytes(assemble(wat))
+    progress("assembled host.wasm")
+
+    weights, shards = _write_weights(host, out)
+    bounds_by_name = dict(host.bounds)
+    storages = []
+    for storage in host.storages:
+        storages.append({
+            "role": storage.role, "size": format_expr(storage.size),
+            "size_at_bounds": upper_bound(storage.size, bounds_by_name),
+        })
+    manifest = {
+        "format": FORMAT,
+        "version": VERSION,
+        "model": Path(model_path).name,
+        "inputs": [{"name": i.name, "dtype": i.dtype, "shape": _shape_json(i.shape), "storage": i.storage} for i in host.inputs],
+        "outputs": [{"name": o.name, "dtype": o.dtype, "shape": _shape_json(o.shape), "storage": o.storage} for o in host.outputs],
+        "symbolic_vars": [{"name": name, "bound": bound} for name, bound in host.bounds],
+        "storages": storages,
+        "weights": weights,
+        "shards": shards,
+        "kernels": kernels,
+        "call_sites": call_sites,
+        "params_bytes": max(PARAMS_SLOT, len(call_sites) * PARAMS_SLOT),
+        "errors": [{"code": c.code, "message": c.message} for c in host.checks if c.code],
+        "max_rank": MAX_RANK,
+        "required_limits": _required_limits(kernels, storages, weights),
+    }
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    if RUNTIME_JS.is_dir():
+        shutil.copytree(RUNTIME_JS, out / "runtime", dirs_exist_ok=True)
+    progress(f"wrote {out}/ ({len(kernels)} kernels, {sum(s['nbytes'] for s in shards)} bytes of weights)")
+    return manifest
+
+
+def _shape_json(shape) -> list:
+    return [int(d.value) if hasattr(d, "value") else format_expr(d) for d in shape]
+
+
+def _check_dtypes(host: HostFunction) -> None:
+    problems = [f"input '{i.name}' is {i.dtype}" for i in host.inputs if i.dtype not in SUPPORTED_DTYPES]
+    problems += [f"output '{o.name}' is {o.dtype}" for o in host.outputs if o.dtype not in SUPPORTED_DTYPES]
+    problems += [f"weight '{w.name}' is {w.data.dtype}" for w in host.weights if str(w.data.dtype) not in SUPPORTED_DTYPES]
+    if problems:
+        raise UnsupportedModelError(
+            "unsupported dtypes on the GPU (supported: " + ", ".join(SUPPORTED_DTYPES) + "): " + "; ".join(problems)
+        )
+
+
+def _write_weights(host: HostFunction, out: Path) -> tuple[list, list]:
+    weights, shards = [], []
+    chunks: list[bytes] = []
+    size = 0
+
+    def close_shard() -> None:
+        nonlocal chunks, size
+        if not chunks:
+            return
+        data = b"".join(chunks)
+        file = f"weights/shard{len(shards)}.bin"
+        (out / file).write_bytes(data)
+        shards.append({"file": file, "nbytes": len(data), "sha256": hashlib.sha256(data).hexdigest()})
+        chunks, size = [], 0
+
+    for weight in host.weights:
+        raw = np.ascontiguousarray(weight.data).tobytes()
+        padded = raw + b"\0" * ((-len(raw)) % 4)
+        if size and size + len(padded) > SHARD_BYTES:
+            close_shard()
+        weights.append({
+            "name": weight.name, "dtype": str(weight.data.dtype), "shape": [int(d) for d in weight.data.shape],
+            "shard": len(shards), "offset": size, "nbytes": len(raw),
+        })
+        chunks.append(padded)
+        size += len(padded)
+    close_shard()
+    return weights, shards
+
+
+def _required_limits(kernels: list, storages: list, weights: list) -> dict:
+    limits = {
+        "maxStorageBuffersPerShaderStage": max((len(k["bindings"]) - 1 for k in kernels), default=0),
+    }
+    sizes = [s["size_at_bounds"] for s in storages] + [w["nbytes"] for w in weights]
+    if all(s is not None for s in sizes) and sizes:
+        limits["maxStorageBufferBindingSize"] = max(sizes)
+        limits["maxBufferSize"] = max(sizes)
+    return limits
+
+
+def describe(manifest_or_dir) -> dict:
+    """The manifest of a bundle folder (for ``relaxweb inspect``)."""
+    path = Path(manifest_or_dir)
+    manifest_path = path / "manifest.json" if path.is_dir() else path
+    if not manifest_path.exists():
+        raise RelaxwebError(f"{path}: not a bundle (no manifest.json)")
+    return json.loads(manifest_path.read_text())

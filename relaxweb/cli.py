@@ -1,0 +1,202 @@
+"""The ``relaxweb`` command line.
+
+    relaxweb build MODEL.onnx -o DIR [--bound NAME=INT ...]
+    relaxweb run DIR --inputs IN.npz [--out OUT.npz] [--browser]
+    relaxweb inspect MODEL.onnx|DIR
+    relaxweb serve DIR [--port PORT]
+
+User errors (a bad file, an unsupported op, a wrong input shape or dtype, a bound exceeded)
+print one ``error: ...`` line on stderr and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from . import __version__
+from .errors import RelaxwebError
+
+EXIT_USER_ERROR = 2
+
+
+def _parse_bound(text: str) -> tuple[str, int]:
+    name, separator, value = text.partition("=")
+    if not separator or not name:
+        raise argparse.ArgumentTypeError(f"--bound expects NAME=INT, got {text!r}")
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--bound {name}: {value!r} is not an integer") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"--bound {name}: the bound must be at least 1, got {number}")
+    return name, number
+
+
+def _progress(message: str) -> None:
+    print(f"  {message}", file=sys.stderr, flush=True)
+
+
+def command_build(args: argparse.Namespace) -> int:
+    from .bundle import build_bundle
+
+    started = time.perf_counter()
+    bounds = dict(args.bound or [])
+    print(f"building {args.model} -> {args.output}/", file=sys.stderr)
+    manifest = build_bundle(args.model, args.output, bounds, _progress, Path(args.dump_ir) if args.dump_ir else None)
+    for item in manifest["inputs"]:
+        print(f"  input  {item['name']}: {item['dtype']}{item['shape']}", file=sys.stderr)
+    for item in manifest["outputs"]:
+        print(f"  output {item['name']}: {item['dtype']}{item['shape']}", file=sys.stderr)
+    unbounded = [v["name"] for v in manifest["symbolic_vars"] if v["bound"] is None]
+    if unbounded:
+        print(f"  note: no --bound for {', '.join(unbounded)}: storages grow at run time as needed", file=sys.stderr)
+    print(f"done in {time.perf_counter() - started:.1f} s", file=sys.stderr)
+    return 0
+
+
+def load_npz(path: str) -> dict[str, np.ndarray]:
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {name: data[name] for name in data.files}
+    except FileNotFoundError:
+        raise RelaxwebError(f"{path}: no such file") from None
+    except (zipfile.BadZipFile, ValueError, OSError) as error:
+        raise RelaxwebError(f"{path}: not a readable .npz file ({error})") from None
+
+
+def _bundle_dir(path: str) -> Path:
+    folder = Path(path)
+    if not (folder / "manifest.json").is_file():
+        raise RelaxwebError(f"{path}: not a bundle folder (no manifest.json); build one with 'relaxweb build'")
+    return folder
+
+
+def command_run(args: argparse.Namespace) -> int:
+    folder = _bundle_dir(args.bundle)
+    inputs = load_npz(args.inputs)
+    started = time.perf_counter()
+    if args.browser:
+        from .browser import run_in_browser
+
+        outputs = run_in_browser(folder, inputs)
+        where = "headless Chromium (WebGPU)"
+    else:
+        from .runtime import Session
+
+        outputs = Session(folder).run(inputs)
+        where = "Python runtime (wgpu)"
+    elapsed = time.perf_counter() - started
+    for name, array in outputs.items():
+        preview = np.array2string(array.reshape(-1)[:6], precision=5, separator=", ")
+        print(f"{name}: {array.dtype}{list(array.shape)} {preview}{' ...' if array.size > 6 else ''}")
+    print(f"ran in {where} in {elapsed:.2f} s (including load)", file=sys.stderr)
+    if args.out:
+        np.savez(args.out, **outputs)
+        print(f"wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+def command_inspect(args: argparse.Namespace) -> int:
+    path = Path(args.target)
+    if path.is_dir():
+        from .bundle import describe
+
+        print(format_manifest(describe(path)))
+        return 0
+    from .frontend import import_onnx_file
+
+    print(import_onnx_file(path), end="")
+    return 0
+
+
+def format_manifest(manifest: dict) -> str:
+    lines = [f"bundle of {manifest.get('model')} (format {manifest['format']} v{manifest['version']})"]
+    for kind in ("inputs", "outputs"):
+        for item in manifest[kind]:
+            lines.append(f"{kind[:-1]:>6} {item['name']}: {item['dtype']}{item['shape']} (storage {item['storage']})")
+    for variable in manifest["symbolic_vars"]:
+        bound = variable["bound"] if variable["bound"] is not None else "none"
+        lines.append(f"   var {variable['name']} (bound: {bound})")
+    lines.append(f"storages ({len(manifest['storages'])}):")
+    for index, storage in enumerate(manifest["storages"]):
+        at_bounds = storage["size_at_bounds"]
+        lines.append(f"  {index}: {storage['role']:<12} {storage['size']} bytes"
+                     + (f" = {at_bounds} at the bounds" if at_bounds is not None else ""))
+    weight_bytes = sum(w["nbytes"] for w in manifest["weights"])
+    lines.append(f"weights: {len(manifest['weights'])} tensors, {weight_bytes} bytes in {len(manifest['shards'])} shard(s)")
+    lines.append(f"kernels ({len(manifest['kernels'])}), call sites ({len(manifest['call_sites'])}):")
+    for index, site in enumerate(manifest["call_sites"]):
+        lines.append(f"  {index}: {manifest['kernels'][site['kernel']]['file']}  {site['binding']}")
+    lines.append(f"required limits: {manifest['required_limits']}")
+    return "\n".join(lines)
+
+
+def command_serve(args: argparse.Namespace) -> int:
+    from .browser import serve
+
+    serve(_bundle_dir(args.bundle), args.port)
+    return 0
+
+
+def make_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="relaxweb",
+        description="Compile ONNX models into static WebGPU bundles that run at any batch size "
+        "or sequence length without recompiling.",
+    )
+    parser.add_argument("--version", action="version", version=f"relaxweb {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    build = commands.add_parser("build", help="compile an ONNX model into a bundle folder",
+                                description="Compile MODEL.onnx into a bundle folder (manifest.json, host.wasm, "
+                                "WGSL kernels, weight shards, the JS runtime).")
+    build.add_argument("model", help="the .onnx file")
+    build.add_argument("-o", "--output", required=True, help="the bundle folder to write (created if missing)")
+    build.add_argument("--bound", action="append", type=_parse_bound, metavar="NAME=INT",
+                       help="upper bound of a symbolic dimension (e.g. batch=64); storages are then "
+                       "allocated once at load time, and larger inputs are rejected. Repeatable.")
+    build.add_argument("--dump-ir", metavar="DIR", help="write the module as text after each pass into DIR")
+    build.set_defaults(handler=command_build)
+
+    run = commands.add_parser("run", help="run a bundle on inputs from an .npz file",
+                              description="Run a bundle with the Python runtime (wgpu), or in headless Chromium "
+                              "with --browser. Inputs and outputs are keyed by the ONNX names.")
+    run.add_argument("bundle", help="the bundle folder")
+    run.add_argument("--inputs", required=True, help=".npz file with one array per model input")
+    run.add_argument("--out", help=".npz file to write the outputs to")
+    run.add_argument("--browser", action="store_true", help="run in headless Chromium on WebGPU instead")
+    run.set_defaults(handler=command_run)
+
+    inspect = commands.add_parser("inspect", help="print a model's IR or a bundle's manifest",
+                                  description="For an .onnx file, print the imported IR; for a bundle "
+                                  "folder, print its inputs, symbolic variables, storages and kernels.")
+    inspect.add_argument("target", help="an .onnx file or a bundle folder")
+    inspect.set_defaults(handler=command_inspect)
+
+    serve = commands.add_parser("serve", help="serve the web demo with a bundle on 127.0.0.1",
+                                description="Serve web_demo/ with the bundle at /bundle/ on 127.0.0.1.")
+    serve.add_argument("bundle", help="the bundle folder")
+    serve.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
+    serve.set_defaults(handler=command_serve)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = make_parser().parse_args(argv)
+    try:
+        return args.handler(args)
+    except RelaxwebError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

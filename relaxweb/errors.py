@@ -1,0 +1,19 @@
+"""Errors that reach the user.
+
+A :class:`RelaxwebError` is a problem with what the user gave us (a bad model file, an
+unsupported op, a wrong input shape, a bound exceeded).  The CLI prints its message as one
+``error: ...`` line on stderr and exits with status 2.  Anything else is a bug in relaxweb
+and keeps its traceback.
+"""
+
+
+class RelaxwebError(Exception):
+    """A user-facing error: the message is complete and readable on its own."""
+
+
+class UnsupportedModelError(RelaxwebError):
+    """The model uses ops (or attributes) relaxweb cannot compile yet."""
+
+
+class InputShapeError(RelaxwebError):
+    """An input's shape or dtype does not match what the bundle accepts."""

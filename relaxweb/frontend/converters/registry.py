@@ -1,0 +1,61 @@
+"""Where ONNX op converters register, and what they receive."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from ...errors import UnsupportedModelError
+from ...ir.builder import FunctionBuilder
+from ...ir.expr import Constant, Expr
+
+Converter = Callable[["ConversionContext", onnx.NodeProto, list[Expr | None]], Expr | list[Expr]]
+
+CONVERTERS: dict[str, Converter] = {}
+
+
+def converter(*op_types: str):
+    """Register a function converting the named ONNX op types (standard domain)."""
+    def register(function: Converter) -> Converter:
+        for op_type in op_types:
+            if op_type in CONVERTERS:
+                raise ValueError(f"converter for {op_type} registered twice")
+            CONVERTERS[op_type] = function
+        return function
+
+    return register
+
+
+class NodeConversionError(UnsupportedModelError):
+    """A supported op type used in a way the converter does not handle (an attribute value)."""
+
+
+@dataclass
+class ConversionContext:
+    builder: FunctionBuilder
+    opset: int
+    constant_count: int = field(default=0)
+
+    def attributes(self, node: onnx.NodeProto) -> dict[str, Any]:
+        return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+    def constant(self, data: np.ndarray, name: str) -> Constant:
+        self.constant_count += 1
+        return Constant(np.ascontiguousarray(data), name)
+
+    def constant_value(self, expr: Expr | None, node: onnx.NodeProto, what: str) -> np.ndarray:
+        """The value of an input that must be known at compile time (e.g. a reshape target)."""
+        if isinstance(expr, Constant):
+            return expr.data
+        raise NodeConversionError(
+            f"{node.op_type} node '{node.name}': {what} must be a constant (an initializer or a "
+            "Constant node); computed values are not supported yet"
+        )
+
+
+def tensor_to_array(tensor: onnx.TensorProto) -> np.ndarray:
+    return numpy_helper.to_array(tensor)

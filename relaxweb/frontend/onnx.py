@@ -1,0 +1,161 @@
+"""ONNX model -> IRModule.
+
+The graph's inputs become parameters of ``main`` whose shapes use symbolic variables named
+after the ONNX ``dim_param`` strings (the same name in two inputs is the same variable);
+initializers become constants (weights); each node goes through the converter registered
+for its op type (``converters/``), which builds op calls whose annotations are deduced
+forward.  Before converting anything, every node is checked so that a model with
+unsupported ops gets one error listing all of them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import onnx
+from google.protobuf.message import DecodeError
+from onnx import helper
+
+from ..errors import RelaxwebError, UnsupportedModelError
+from ..ir.builder import FunctionBuilder
+from ..ir.expr import Constant, Expr, Var
+from ..ir.module import IRModule
+from ..ir.struct_info import TensorStructInfo
+from ..ir.symbolic import PrimExpr, SizeVar
+from ..ops import call_op
+from ..ops.registry import DeductionError
+from .converters import CONVERTERS, ConversionContext
+from .converters.registry import tensor_to_array
+
+STANDARD_DOMAINS = ("", "ai.onnx")
+
+
+def load_onnx(path: str | Path) -> onnx.ModelProto:
+    """Read a model file, turning every way it can be unreadable into a RelaxwebError."""
+    path = Path(path)
+    if not path.exists():
+        raise RelaxwebError(f"{path}: no such file")
+    if path.is_dir():
+        raise RelaxwebError(f"{path}: is a directory, expected an .onnx file")
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except (DecodeError, ValueError, RuntimeError, OSError) as error:
+        raise RelaxwebError(f"{path}: not a readable ONNX model ({type(error).__name__}: {error})") from None
+    if not model.graph.node and not model.graph.output:
+        raise RelaxwebError(f"{path}: not an ONNX model (the file holds no graph)")
+    try:
+        onnx.load_external_data_for_model(model, str(path.parent))
+    except (OSError, ValueError) as error:
+        raise RelaxwebError(f"{path}: cannot read its external data: {error}") from None
+    return model
+
+
+def default_opset(model: onnx.ModelProto) -> int:
+    for entry in model.opset_import:
+        if entry.domain in STANDARD_DOMAINS:
+            return entry.version
+    return 1
+
+
+def node_label(node: onnx.NodeProto, index: int) -> str:
+    return node.name or f"#{index} (unnamed)"
+
+
+def find_unsupported(model: onnx.ModelProto) -> dict[str, list[str]]:
+    """Unsupported op types (with their domain when not standard) -> node names."""
+    unsupported: dict[str, list[str]] = defaultdict(list)
+    for index, node in enumerate(model.graph.node):
+        if node.domain not in STANDARD_DOMAINS:
+            unsupported[f"{node.domain}.{node.op_type}"].append(node_label(node, index))
+        elif node.op_type not in CONVERTERS:
+            unsupported[node.op_type].append(node_label(node, index))
+    return dict(unsupported)
+
+
+def format_unsupported(unsupported: dict[str, list[str]]) -> str:
+    parts = [f"{op} (nodes: {', '.join(names)})" for op, names in sorted(unsupported.items())]
+    return f"the model uses {len(unsupported)} unsupported op type(s): " + "; ".join(parts)
+
+
+def symbolic_name(text: str) -> str:
+    name = re.sub(r"[^0-9A-Za-z_]", "_", text)
+    return name if name and not name[0].isdigit() else "d_" + name
+
+
+def input_struct_info(value: onnx.ValueInfoProto) -> TensorStructInfo:
+    tensor_type = value.type.tensor_type
+    if not value.type.HasField("tensor_type"):
+        raise UnsupportedModelError(f"input '{value.name}': only tensor inputs are supported")
+    dtype = str(np.dtype(helper.tensor_dtype_to_np_dtype(tensor_type.elem_type)))
+    if not tensor_type.HasField("shape"):
+        raise UnsupportedModelError(f"input '{value.name}': its rank is unknown; relaxweb needs at least the rank")
+    dims: list[PrimExpr | int] = []
+    for position, dim in enumerate(tensor_type.shape.dim):
+        if dim.HasField("dim_value"):
+            dims.append(int(dim.dim_value))
+        elif dim.HasField("dim_param") and dim.dim_param:
+            dims.append(SizeVar(symbolic_name(dim.dim_param)))
+        else:
+            dims.append(SizeVar(symbolic_name(f"{value.name}_dim{position}")))
+    return TensorStructInfo(tuple(dims), dtype)
+
+
+def from_onnx(model: onnx.ModelProto, source: str = "model.onnx") -> IRModule:
+    """Import an ONNX model as an IRModule whose ``main`` is the graph."""
+    unsupported = find_unsupported(model)
+    if unsupported:
+        raise UnsupportedModelError(format_unsupported(unsupported))
+    graph = model.graph
+    builder = FunctionBuilder("main")
+    context = ConversionContext(builder, default_opset(model))
+    values: dict[str, Expr] = {}
+    for initializer in graph.initializer:
+        values[initializer.name] = context.constant(tensor_to_array(initializer), initializer.name)
+    for value in graph.input:
+        if value.name not in values:
+            values[value.name] = builder.add_param(value.name, input_struct_info(value))
+    output_names = [o.name for o in graph.output]
+    for index, node in enumerate(graph.node):
+        convert_node(context, node, index, values, set(output_names))
+    outputs = []
+    for name in output_names:
+        if name not in values:
+            raise RelaxwebError(f"graph output '{name}' is not produced by any node")
+        value = values[name]
+        if not isinstance(value, Var) or value in builder.params:
+            value = builder.emit(call_op("identity", value), name, output=True)
+        outputs.append(value)
+    function = builder.finish(outputs, output_names)
+    return IRModule({"main": function}, attrs={"source": source, "opset": context.opset})
+
+
+def convert_node(context: ConversionContext, node: onnx.NodeProto, index: int, values: dict[str, Expr], graph_outputs: set[str]) -> None:
+    inputs: list[Expr | None] = []
+    for name in node.input:
+        if not name:
+            inputs.append(None)
+        elif name in values:
+            inputs.append(values[name])
+        else:
+            raise RelaxwebError(f"{node.op_type} node '{node_label(node, index)}': input '{name}' is not defined before it")
+    try:
+        result = CONVERTERS[node.op_type](context, node, inputs)
+    except DeductionError as error:
+        raise RelaxwebError(f"{node.op_type} node '{node_label(node, index)}': {error}") from None
+    results = result if isinstance(result, list) else [result]
+    for name, value in zip(node.output, results):
+        if not name:
+            continue
+        if isinstance(value, (Constant, Var)):
+            if name not in graph_outputs:
+                values[name] = value  # an alias: nothing to compute
+                continue
+            value = call_op("identity", value)
+        values[name] = context.builder.emit(value, name, output=name in graph_outputs)
+
+
+def import_onnx_file(path: str | Path) -> IRModule:
+    return from_onnx(load_onnx(path), Path(path).name)

@@ -1,0 +1,81 @@
+"""The readable text form of a module (what ``relaxweb inspect`` and ``--dump-ir`` show)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .expr import (
+    AllocStorage, AllocTensor, BindingBlock, Call, CallTIR, CallTIRInto, Constant, DataflowBlock,
+    Expr, Function, MatchCast, ShapeExpr, Tuple, Var,
+)
+from .symbolic import format_expr
+from .tir import format_program
+
+if TYPE_CHECKING:
+    from .module import IRModule
+
+
+def format_value(expr: Expr) -> str:
+    """One expression as text (variables by name, constants by name and shape)."""
+    if isinstance(expr, Var):
+        return expr.name
+    if isinstance(expr, Constant):
+        return f"const({expr.name})"
+    if isinstance(expr, ShapeExpr):
+        return "shape([" + ", ".join(format_expr(v) for v in expr.values) + "])"
+    if isinstance(expr, Tuple):
+        return "(" + ", ".join(format_value(f) for f in expr.fields) + ("," if len(expr.fields) == 1 else "") + ")"
+    if isinstance(expr, Call):
+        args = [format_value(a) for a in expr.args]
+        args += [f"{k}={_format_attr(v)}" for k, v in expr.attrs.items()]
+        return f"{expr.op}({', '.join(args)})"
+    if isinstance(expr, CallTIR):
+        args = ", ".join(format_value(a) for a in expr.args)
+        return f"call_tir({expr.program}, ({args}){_format_size_vars(expr.size_var_values)})"
+    if isinstance(expr, CallTIRInto):
+        args = ", ".join(format_value(a) for a in expr.args)
+        return f"call_tir_into({expr.program}, ({args}), out={expr.output.name}{_format_size_vars(expr.size_var_values)})"
+    if isinstance(expr, AllocStorage):
+        return f"alloc_storage({format_expr(expr.size)} bytes)"
+    if isinstance(expr, AllocTensor):
+        return f"alloc_tensor({expr.storage.name})"
+    raise TypeError(f"cannot print {type(expr).__name__}")
+
+
+def _format_attr(value: object) -> str:
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_format_attr(v) for v in value) + "]"
+    return str(value)
+
+
+def _format_size_vars(values: tuple) -> str:
+    bound = [(name, value) for name, value in values if format_expr(value) != name]
+    if not bound:
+        return ""
+    return ", " + ", ".join(f"{name}={format_expr(value)}" for name, value in bound)
+
+
+def format_function(function: Function) -> str:
+    params = ", ".join(f"{p.name}: {p.struct_info}" for p in function.params)
+    lines = [f"@function\ndef {function.name}({params}) -> {function.ret_struct_info}:"]
+    for block in function.body.blocks:
+        indent = "    "
+        if isinstance(block, DataflowBlock):
+            lines.append("    with dataflow():")
+            indent = "        "
+        for binding in block.bindings:
+            value = format_value(binding.value)
+            if isinstance(binding, MatchCast):
+                value = f"match_cast({value}, {binding.struct_info})"
+            lines.append(f"{indent}{binding.var.name}: {binding.var.struct_info} = {value}")
+    lines.append(f"    return {format_value(function.body.body)}")
+    return "\n".join(lines)
+
+
+def format_module(module: IRModule) -> str:
+    parts = [format_program(p) for p in module.programs.values()]
+    parts += [format_function(f) for f in module.functions.values()]
+    return "\n\n".join(parts) + "\n"
+
+
+__all__ = ["format_function", "format_module", "format_value", "BindingBlock"]

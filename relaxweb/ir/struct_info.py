@@ -1,0 +1,124 @@
+"""Annotations (StructInfo): what is known statically about a value.
+
+Every graph-level expression carries one.  A tensor's shape is a tuple of symbolic
+expressions (or unknown, with or without a known rank), so ``[batch, 64]`` says the first
+dimension is whatever ``batch`` is bound to and the second is exactly 64.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .symbolic import PrimExpr, as_expr, format_expr, prove_equal
+
+DTYPE_SIZES = {"float32": 4, "int32": 4, "uint32": 4, "float16": 2, "int64": 8, "bool": 1}
+
+
+class StructInfo:
+    """Base of annotations."""
+
+
+@dataclass(frozen=True)
+class ObjectStructInfo(StructInfo):
+    """Nothing is known (also the annotation of runtime objects such as storages)."""
+
+    def __str__(self) -> str:
+        return "Object"
+
+
+@dataclass(frozen=True)
+class TensorStructInfo(StructInfo):
+    """A tensor: dtype, and a shape of symbolic dims (or None when only ``ndim`` is known).
+
+    ``ndim`` is -1 when even the rank is unknown.
+    """
+
+    shape: tuple[PrimExpr, ...] | None
+    dtype: str
+    ndim: int = -1
+
+    def __post_init__(self) -> None:
+        if self.shape is not None:
+            object.__setattr__(self, "shape", tuple(as_expr(d) for d in self.shape))
+            object.__setattr__(self, "ndim", len(self.shape))
+
+    def __str__(self) -> str:
+        if self.shape is not None:
+            dims = ", ".join(format_expr(d) for d in self.shape)
+            return f"Tensor(({dims}), {self.dtype})"
+        return f"Tensor(ndim={self.ndim}, {self.dtype})"
+
+
+@dataclass(frozen=True)
+class ShapeStructInfo(StructInfo):
+    """A shape value (a tuple of integers), with its symbolic values when known."""
+
+    values: tuple[PrimExpr, ...] | None
+    ndim: int = -1
+
+    def __post_init__(self) -> None:
+        if self.values is not None:
+            object.__setattr__(self, "values", tuple(as_expr(v) for v in self.values))
+            object.__setattr__(self, "ndim", len(self.values))
+
+    def __str__(self) -> str:
+        if self.values is not None:
+            return "Shape([" + ", ".join(format_expr(v) for v in self.values) + "])"
+        return f"Shape(ndim={self.ndim})"
+
+
+@dataclass(frozen=True)
+class PrimStructInfo(StructInfo):
+    """A scalar integer value, symbolic when known (``value``)."""
+
+    dtype: str = "int64"
+    value: PrimExpr | None = None
+
+    def __str__(self) -> str:
+        return f"Prim({format_expr(self.value)})" if self.value is not None else f"Prim({self.dtype})"
+
+
+@dataclass(frozen=True)
+class TupleStructInfo(StructInfo):
+    fields: tuple[StructInfo, ...]
+
+    def __str__(self) -> str:
+        return "Tuple(" + ", ".join(str(f) for f in self.fields) + ")"
+
+
+@dataclass(frozen=True)
+class FuncStructInfo(StructInfo):
+    params: tuple[StructInfo, ...]
+    ret: StructInfo
+
+    def __str__(self) -> str:
+        return "Func([" + ", ".join(str(p) for p in self.params) + f"], {self.ret})"
+
+
+def struct_info_equal(a: StructInfo, b: StructInfo) -> bool:
+    """Equality of annotations, comparing symbolic dims through the prover."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, TensorStructInfo):
+        assert isinstance(b, TensorStructInfo)
+        return a.dtype == b.dtype and a.ndim == b.ndim and _dims_equal(a.shape, b.shape)
+    if isinstance(a, ShapeStructInfo):
+        assert isinstance(b, ShapeStructInfo)
+        return a.ndim == b.ndim and _dims_equal(a.values, b.values)
+    if isinstance(a, TupleStructInfo):
+        assert isinstance(b, TupleStructInfo)
+        return len(a.fields) == len(b.fields) and all(
+            struct_info_equal(x, y) for x, y in zip(a.fields, b.fields)
+        )
+    if isinstance(a, PrimStructInfo):
+        assert isinstance(b, PrimStructInfo)
+        if a.dtype != b.dtype or (a.value is None) != (b.value is None):
+            return False
+        return a.value is None or prove_equal(a.value, b.value)  # type: ignore[arg-type]
+    return a == b
+
+
+def _dims_equal(a: tuple[PrimExpr, ...] | None, b: tuple[PrimExpr, ...] | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    return len(a) == len(b) and all(prove_equal(x, y) for x, y in zip(a, b))

@@ -1,0 +1,77 @@
+"""The op registry: for each graph-level op, its deduction, legalization and semantics.
+
+An op is registered once, by the file of its family (``elementwise.py``, ``linear_algebra.py``
+…), with three functions side by side:
+
+- ``deduce(args, attrs) -> StructInfo``: the output annotation, computed forward from the
+  arguments' annotations when the call is built (:func:`call_op`).
+- ``legalize(context, call) -> Expr``: the call rewritten into tensor programs
+  (:class:`~relaxweb.ir.expr.CallTIR`), used by ``passes/legalize_ops.py``.
+- ``reference(arrays, attrs) -> ndarray``: numpy semantics, used by the interpreter.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol
+
+import numpy as np
+
+from ..errors import RelaxwebError
+from ..ir.expr import Call, CallTIR, Expr, Var
+from ..ir.struct_info import StructInfo
+from ..ir.symbolic import SizeVar
+from ..ir.tir import TensorProgram
+
+
+class DeductionError(RelaxwebError):
+    """A call whose arguments cannot go together (e.g. shapes that do not broadcast)."""
+
+
+class LegalizeContext(Protocol):
+    """What a legalization may do besides returning its result."""
+
+    def call_tir(self, program: TensorProgram, args: tuple[Expr, ...]) -> CallTIR:
+        """Add ``program`` to the module and return a call of it on ``args``."""
+
+    def emit(self, value: Expr, name_hint: str = "lv") -> Var:
+        """Bind an intermediate value before the one being legalized."""
+
+
+@dataclass(frozen=True)
+class OpDefinition:
+    name: str
+    deduce: Callable[[tuple[Expr, ...], dict[str, Any]], StructInfo]
+    legalize: Callable[[LegalizeContext, Call], Expr]
+    reference: Callable[[list[np.ndarray], dict[str, Any]], np.ndarray]
+
+
+OPS: dict[str, OpDefinition] = {}
+
+
+def register_op(name: str, *, deduce, legalize, reference) -> OpDefinition:
+    if name in OPS:
+        raise ValueError(f"op {name} registered twice")
+    OPS[name] = OpDefinition(name, deduce, legalize, reference)
+    return OPS[name]
+
+
+def get_op(name: str) -> OpDefinition:
+    try:
+        return OPS[name]
+    except KeyError:
+        raise KeyError(f"no op named {name!r} is registered") from None
+
+
+def call_op(name: str, *args: Expr, **attrs: Any) -> Call:
+    """Build a call of a registered op, deducing its annotation from the arguments."""
+    definition = get_op(name)
+    return Call(name, tuple(args), dict(attrs), definition.deduce(tuple(args), dict(attrs)))
+
+
+def call_tir_of(program: TensorProgram, args: tuple[Expr, ...], struct_info) -> CallTIR:
+    """A CallTIR binding each program size variable to the same-named caller variable."""
+    return CallTIR(
+        program.name, tuple(args), struct_info,
+        tuple((var.name, SizeVar(var.name)) for var in program.size_vars),
+    )

@@ -1,0 +1,77 @@
+"""legalize_ops: rewrite every high-level op call into calls of tensor programs.
+
+Each op's legalization (registered with the op, in ``relaxweb/ops/``) builds one or more
+tensor programs in compute-definition form; this pass adds them to the module and replaces
+the ``Call`` with a ``CallTIR``.  Programs that are identical up to their name are added once
+and shared by every call site.  After this pass nothing in ``main`` needs op semantics: it
+is all tensor programs, which the WGSL backend compiles.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..ir.builder import FunctionBuilder
+from ..ir.expr import Call, CallTIR, DataflowBlock, DataflowVar, Expr, Function, SeqExpr, Var, VarBinding
+from ..ir.module import IRModule
+from ..ir.tir import TensorProgram
+from ..ops import get_op
+from ..ops.registry import call_tir_of
+
+
+class _Legalizer:
+    """The LegalizeContext given to each op's legalization."""
+
+    def __init__(self, module: IRModule, function: Function) -> None:
+        self.programs: dict[str, TensorProgram] = dict(module.programs)
+        self._by_body: dict[TensorProgram, str] = {replace(p, name=""): n for n, p in self.programs.items()}
+        self.bindings: list[VarBinding] = []
+        self.names = FunctionBuilder(function.name)
+        for param in function.params:
+            self.names.unique_name(param.name)
+        for binding in function.bindings():
+            self.names.unique_name(binding.var.name)
+
+    def call_tir(self, program: TensorProgram, args: tuple[Expr, ...]) -> CallTIR:
+        key = replace(program, name="")
+        name = self._by_body.get(key)
+        if name is None:
+            name = program.name
+            counter = 1
+            while name in self.programs:
+                name = f"{program.name}{counter}"
+                counter += 1
+            self.programs[name] = replace(program, name=name)
+            self._by_body[key] = name
+        return call_tir_of(self.programs[name], args, self._output_info(program))
+
+    @staticmethod
+    def _output_info(program: TensorProgram):
+        from ..ir.struct_info import TensorStructInfo
+
+        return TensorStructInfo(program.output.shape, program.output.dtype)
+
+    def emit(self, value: Expr, name_hint: str = "lv") -> Var:
+        var = DataflowVar(self.names.unique_name(name_hint), value.struct_info)
+        self.bindings.append(VarBinding(var, value))
+        return var
+
+
+def legalize_ops(module: IRModule) -> IRModule:
+    """Replace every op call in every graph function by tensor program calls."""
+    functions = {}
+    programs = dict(module.programs)
+    for name, function in module.functions.items():
+        if not isinstance(function, Function):
+            functions[name] = function
+            continue
+        legalizer = _Legalizer(module.replace(programs=programs), function)
+        for binding in function.bindings():
+            value = binding.value
+            if isinstance(value, Call):
+                value = get_op(value.op).legalize(legalizer, value)
+            legalizer.bindings.append(replace(binding, value=value) if value is not binding.value else binding)
+        programs = legalizer.programs
+        body = SeqExpr((DataflowBlock(tuple(legalizer.bindings)),), function.body.body)
+        functions[name] = replace(function, body=body)
+    return module.replace(functions=functions, programs=programs)

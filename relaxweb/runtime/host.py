@@ -1,0 +1,211 @@
+"""The host module of a bundle (``host.wasm``), run with wasmtime.
+
+The host module does all the shape work of a model: it checks input shapes, binds the
+symbolic vars, and writes the storage sizes, output shapes, the params block and the
+command list (see "host.wasm" in ``docs/bundle-format.md``).  :class:`HostModule` wraps it
+with plain Python types so the GPU side (``webgpu.py``) and tests never touch raw memory.
+Nothing here needs a GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import wasmtime
+
+from relaxweb.errors import InputShapeError, RelaxwebError
+
+#: Command-list opcode: dispatch a call site (the only opcode in format version 1).
+OPCODE_DISPATCH = 1
+
+_I32 = struct.Struct("<i")
+_COMMAND_RECORD = struct.Struct("<5i")
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    """One command-list record: dispatch ``call_sites[call_site]`` over ``grid`` workgroups."""
+
+    call_site: int
+    grid: tuple[int, int, int]
+
+
+def load_manifest(bundle_dir: str | Path) -> dict[str, Any]:
+    """Read and sanity-check ``manifest.json`` of a bundle folder."""
+    manifest_path = Path(bundle_dir) / "manifest.json"
+    if not manifest_path.is_file():
+        raise RelaxwebError(f"{bundle_dir} is not a relaxweb bundle: it has no manifest.json")
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except json.JSONDecodeError as error:
+        raise RelaxwebError(f"{manifest_path} is not valid JSON: {error}") from error
+    if manifest.get("format") != "relaxweb-bundle":
+        raise RelaxwebError(f"{manifest_path} is not a relaxweb bundle manifest")
+    if manifest.get("version") != 1:
+        raise RelaxwebError(
+            f"{manifest_path} has bundle format version {manifest.get('version')}; "
+            "this runtime reads version 1"
+        )
+    return manifest
+
+
+class HostModule:
+    """An instance of a bundle's ``host.wasm``, described by the bundle's manifest.
+
+    The manifest gives the counts needed to read the module's areas (inputs, outputs,
+    symbolic vars, storages, ``max_rank``, ``params_bytes``) and the error templates.
+    """
+
+    def __init__(self, wasm_bytes: bytes, manifest: dict[str, Any]) -> None:
+        self.manifest = manifest
+        self.max_rank: int = manifest["max_rank"]
+        self.input_names: list[str] = [entry["name"] for entry in manifest["inputs"]]
+        self.output_names: list[str] = [entry["name"] for entry in manifest["outputs"]]
+        self.var_names: list[str] = [entry["name"] for entry in manifest["symbolic_vars"]]
+        self.storage_count: int = len(manifest["storages"])
+        self.params_bytes: int = manifest["params_bytes"]
+        self._error_templates: dict[int, str] = {
+            entry["code"]: entry["message"] for entry in manifest["errors"]
+        }
+
+        self._store = wasmtime.Store()
+        module = wasmtime.Module(self._store.engine, wasm_bytes)
+        instance = wasmtime.Instance(self._store, module, [])
+        self._exports = instance.exports(self._store)
+        self._memory: wasmtime.Memory = self._exports["memory"]
+
+    @classmethod
+    def from_bundle(cls, bundle_dir: str | Path) -> HostModule:
+        """Instantiate ``host.wasm`` of the bundle in ``bundle_dir``."""
+        manifest = load_manifest(bundle_dir)
+        return cls((Path(bundle_dir) / "host.wasm").read_bytes(), manifest)
+
+    # Raw memory access -------------------------------------------------------------------
+
+    def _address(self, export_name: str) -> int:
+        """Call the export that returns the address of one of the module's areas."""
+        return self._exports[export_name](self._store)
+
+    def _read_i64s(self, address: int, count: int) -> list[int]:
+        data = self._memory.read(self._store, address, address + 8 * count)
+        return list(struct.unpack(f"<{count}q", data))
+
+    def _write_i64s(self, address: int, values: Sequence[int]) -> None:
+        self._memory.write(self._store, struct.pack(f"<{len(values)}q", *values), address)
+
+    def _read_shapes(self, address: int, count: int) -> list[tuple[int, ...]]:
+        """Read ``count`` shapes laid out as ``[ndim, d0, d1, ...]`` in ``1 + max_rank`` slots."""
+        slots = self._read_i64s(address, count * (1 + self.max_rank))
+        shapes = []
+        for index in range(count):
+            record = slots[index * (1 + self.max_rank):(index + 1) * (1 + self.max_rank)]
+            ndim = record[0]
+            shapes.append(tuple(record[1:1 + ndim]))
+        return shapes
+
+    # The ABI, one export at a time -------------------------------------------------------
+
+    def write_input_shapes(self, shapes: Sequence[Sequence[int]]) -> None:
+        """Write one shape per manifest input (manifest order) into ``input_shapes``."""
+        if len(shapes) != len(self.input_names):
+            raise ValueError(f"expected {len(self.input_names)} input shapes, got {len(shapes)}")
+        slots: list[int] = []
+        for name, shape in zip(self.input_names, shapes):
+            if len(shape) > self.max_rank:
+                raise InputShapeError(
+                    f"input '{name}' has {len(shape)} dimensions; this bundle accepts at most "
+                    f"{self.max_rank}"
+                )
+            padding = [0] * (self.max_rank - len(shape))
+            slots.extend([len(shape), *shape, *padding])
+        self._write_i64s(self._address("input_shapes"), slots)
+
+    def run(self) -> int:
+        """Call the module's ``run``: 0, or an error code from ``manifest["errors"]``."""
+        return self._exports["run"](self._store)
+
+    def run_with_shapes(self, shapes: Sequence[Sequence[int]]) -> None:
+        """Write input shapes and run; a non-zero code raises :class:`InputShapeError`."""
+        self.write_input_shapes(shapes)
+        code = self.run()
+        if code != 0:
+            raise InputShapeError(self.format_error(code))
+
+    def error_info(self) -> tuple[int, int, int]:
+        """``(code, value, expected)`` of the last failed run."""
+        code, value, expected = self._read_i64s(self._address("error_info"), 3)
+        return code, value, expected
+
+    def format_error(self, code: int) -> str:
+        """The manifest message for ``code`` with ``{value}``/``{expected}`` filled in."""
+        template = self._error_templates.get(code)
+        _, value, expected = self.error_info()
+        if template is None:
+            raise RelaxwebError(
+                f"the bundle's host module returned error code {code} (value {value}, "
+                f"expected {expected}), which its manifest does not describe"
+            )
+        # str.replace, not str.format: templates may contain other braces (names, shapes).
+        return template.replace("{value}", str(value)).replace("{expected}", str(expected))
+
+    def var_bounds(self) -> dict[str, int | None]:
+        """The bound of each symbolic var (``None``: unbounded)."""
+        bounds = self._read_i64s(self._address("var_bounds"), len(self.var_names))
+        return {name: (None if bound < 0 else bound) for name, bound in zip(self.var_names, bounds)}
+
+    def write_var_bounds(self, bounds: dict[str, int | None]) -> None:
+        """Overwrite the bounds of the named vars (``None``: unbounded); others are kept."""
+        unknown = set(bounds) - set(self.var_names)
+        if unknown:
+            raise RelaxwebError(
+                f"unknown symbolic var(s) {sorted(unknown)}; the bundle's vars are {self.var_names}"
+            )
+        current = self.var_bounds()
+        current.update(bounds)
+        values = [-1 if current[name] is None else current[name] for name in self.var_names]
+        self._write_i64s(self._address("var_bounds"), values)
+
+    def var_values(self) -> dict[str, int]:
+        """The value each symbolic var took in the last successful run."""
+        values = self._read_i64s(self._address("var_values"), len(self.var_names))
+        return dict(zip(self.var_names, values))
+
+    def storage_sizes(self) -> list[int]:
+        """Bytes needed by each storage in the last run (or by :meth:`sizes_at_bounds`)."""
+        return self._read_i64s(self._address("storage_sizes"), self.storage_count)
+
+    def sizes_at_bounds(self) -> list[int] | None:
+        """Each storage's size with every var at its bound; ``None`` if some var is unbounded."""
+        if self._exports["sizes_at_bounds"](self._store) != 0:
+            return None
+        return self.storage_sizes()
+
+    def output_shapes(self) -> list[tuple[int, ...]]:
+        """The shape of each output (manifest order) computed by the last run."""
+        return self._read_shapes(self._address("output_shapes"), len(self.output_names))
+
+    def params(self) -> bytes:
+        """The params block (``params_bytes`` bytes) written by the last run."""
+        address = self._address("params")
+        return bytes(self._memory.read(self._store, address, address + self.params_bytes))
+
+    def commands(self) -> list[Dispatch]:
+        """The command list written by the last run, in execution order."""
+        address = self._address("commands")
+        (count,) = _I32.unpack(self._memory.read(self._store, address, address + 4))
+        records_start = address + 4
+        data = self._memory.read(
+            self._store, records_start, records_start + count * _COMMAND_RECORD.size
+        )
+        dispatches = []
+        for opcode, call_site, x, y, z in _COMMAND_RECORD.iter_unpack(data):
+            if opcode != OPCODE_DISPATCH:
+                raise RelaxwebError(
+                    f"the bundle's command list has opcode {opcode}, unknown to this runtime"
+                )
+            dispatches.append(Dispatch(call_site, (x, y, z)))
+        return dispatches

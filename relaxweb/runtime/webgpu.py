@@ -1,0 +1,479 @@
+"""Run a bundle on WebGPU from Python, with wgpu-py (wgpu-native).
+
+:class:`Session` loads a bundle folder once (weights, pipelines, buffers) and then runs it
+as many times as wanted, following "One run" in ``docs/bundle-format.md`` step by step.
+It mirrors the browser runtime (``relaxweb/runtime_js/``): the same files, the same steps,
+nothing model-specific.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import wgpu
+
+from relaxweb.errors import InputShapeError, RelaxwebError
+from relaxweb.runtime.host import Dispatch, HostModule, load_manifest
+
+_STORAGE_USAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_DST | wgpu.BufferUsage.COPY_SRC
+_WEIGHT_USAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_DST
+_PARAMS_USAGE = wgpu.BufferUsage.UNIFORM | wgpu.BufferUsage.COPY_DST
+_READBACK_USAGE = wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST
+
+
+# Devices and limits ----------------------------------------------------------------------
+
+
+def wgpu_limit_name(name: str) -> str:
+    """wgpu-py's name for a WebGPU limit: ``maxStorageBufferBindingSize`` ->
+    ``max-storage-buffer-binding-size`` (names already in that form are kept)."""
+    return re.sub(r"([a-z])([A-Z0-9])", r"\1-\2", name).lower()
+
+
+def _limit_is_satisfied(name: str, available: int, needed: int) -> bool:
+    """``min*`` limits (alignments) are better when smaller, all others when larger."""
+    if wgpu_limit_name(name).startswith("min-"):
+        return available <= needed
+    return available >= needed
+
+
+def unsatisfied_limits(
+    available_limits: Mapping[str, int], required_limits: Mapping[str, int]
+) -> dict[str, tuple[int, int | None]]:
+    """``{manifest name: (needed, available)}`` for each required limit not met.
+
+    ``available`` is ``None`` when ``available_limits`` does not know the limit at all.
+    """
+    missing: dict[str, tuple[int, int | None]] = {}
+    for name, needed in required_limits.items():
+        available = available_limits.get(wgpu_limit_name(name))
+        if available is None or not _limit_is_satisfied(name, available, needed):
+            missing[name] = (needed, available)
+    return missing
+
+
+_default_adapter: wgpu.GPUAdapter | None = None
+_default_device: wgpu.GPUDevice | None = None
+_default_device_requested_limits: dict[str, int] = {}
+
+
+def default_adapter() -> wgpu.GPUAdapter:
+    """The process-wide adapter (high-performance preference), created on first use."""
+    global _default_adapter
+    if _default_adapter is None:
+        _default_adapter = wgpu.gpu.request_adapter_sync(power_preference="high-performance")
+        if _default_adapter is None:
+            raise RelaxwebError("no WebGPU adapter is available on this machine")
+    return _default_adapter
+
+
+def default_device(required_limits: Mapping[str, int] | None = None) -> wgpu.GPUDevice:
+    """A device shared by every :class:`Session` not given one, meeting ``required_limits``.
+
+    Creating a device is slow, so one is kept and reused.  When a bundle needs a limit the
+    shared device lacks, a new device is requested with that limit raised (and every limit
+    raised before), and it becomes the shared device.  Only limits the current device does
+    not meet are requested, because wgpu gives a device exactly the requested value even
+    when it is worse than the default.
+    """
+    global _default_device
+    required_limits = dict(required_limits or {})
+    if _default_device is not None and not unsatisfied_limits(
+        _default_device.limits, required_limits
+    ):
+        return _default_device
+
+    adapter = default_adapter()
+    adapter_shortfalls = unsatisfied_limits(adapter.limits, required_limits)
+    if adapter_shortfalls:
+        adapter_name = adapter.info.get("device") or "unknown"
+        provider = f"this adapter ({adapter_name})"
+        raise RelaxwebError(_shortfall_message(adapter_shortfalls, provider))
+
+    # The first time, a device with default limits shows which limits need requesting.
+    device = _default_device or adapter.request_device_sync(label="relaxweb")
+    lacking = unsatisfied_limits(device.limits, required_limits)
+    if lacking:
+        for name in lacking:
+            _default_device_requested_limits[wgpu_limit_name(name)] = required_limits[name]
+        device = adapter.request_device_sync(
+            label="relaxweb", required_limits=dict(_default_device_requested_limits)
+        )
+    _default_device = device
+    return _default_device
+
+
+def _check_device_limits(device: wgpu.GPUDevice, required_limits: Mapping[str, int]) -> None:
+    """Raise a readable error when a caller-supplied device lacks a required limit."""
+    shortfalls = unsatisfied_limits(device.limits, required_limits)
+    if shortfalls:
+        raise RelaxwebError(_shortfall_message(shortfalls, "the given device"))
+
+
+def _shortfall_message(shortfalls: Mapping[str, tuple[int, int | None]], provider: str) -> str:
+    """One readable line per limit that ``provider`` (adapter or device) cannot meet."""
+    lines = []
+    for name, (needed, available) in shortfalls.items():
+        offered = "does not know this limit" if available is None else f"offers {available}"
+        lines.append(
+            f"the bundle needs the WebGPU limit {name} = {needed}, but {provider} {offered}"
+        )
+    return "; ".join(lines)
+
+
+# Small helpers ---------------------------------------------------------------------------
+
+
+def gpu_buffer_size(byte_size: int) -> int:
+    """The doc's GPU buffer size for ``byte_size`` bytes: at least 4, a multiple of 4."""
+    return max(4, (byte_size + 3) // 4 * 4)
+
+
+def _padded_to_multiple_of_4(data: bytes | memoryview) -> bytes | memoryview:
+    """``write_buffer`` needs a size that is a multiple of 4; pad with zeros if needed."""
+    remainder = len(data) % 4
+    return data if remainder == 0 else bytes(data) + bytes(4 - remainder)
+
+
+def _describe_value(value: Any) -> str:
+    """How a given input is named in error messages: its dtype, or its Python type."""
+    if isinstance(value, np.ndarray):
+        return f"an array of dtype {value.dtype}"
+    return f"a {type(value).__name__}"
+
+
+# The session -----------------------------------------------------------------------------
+
+
+class Session:
+    """A bundle loaded on a WebGPU device, ready to :meth:`run`.
+
+    Attributes:
+        manifest: the bundle's ``manifest.json`` as a dict.
+        device: the wgpu device everything lives on.
+        host: the bundle's host module (shape checks, command list).
+        last_dispatch_count: how many dispatches the last :meth:`run` recorded.
+    """
+
+    def __init__(self, bundle_dir: str | Path, device: wgpu.GPUDevice | None = None) -> None:
+        self.bundle_dir = Path(bundle_dir)
+        self.manifest: dict[str, Any] = load_manifest(self.bundle_dir)
+        self.host = HostModule((self.bundle_dir / "host.wasm").read_bytes(), self.manifest)
+        self.last_dispatch_count = 0
+
+        required_limits = self.manifest.get("required_limits", {})
+        if device is None:
+            device = default_device(required_limits)
+        else:
+            _check_device_limits(device, required_limits)
+        self.device: wgpu.GPUDevice = device
+
+        self._weight_buffers = self._create_weight_buffers(self._load_shards())
+        self._params_buffer = device.create_buffer(
+            label="params", size=self.manifest["params_bytes"], usage=_PARAMS_USAGE
+        )
+        self._storage_buffers = self._create_storage_buffers_at_bounds()
+        self._readback_buffers: list[wgpu.GPUBuffer | None] = [None] * len(
+            self.manifest["outputs"]
+        )
+        self._bind_group_layouts, self._pipelines = self._create_pipelines()
+        # One bind group per call site, built on first use and dropped when a storage it
+        # binds is reallocated.
+        self._bind_groups: list[wgpu.GPUBindGroup | None] = [None] * len(
+            self.manifest["call_sites"]
+        )
+
+    @property
+    def storage_buffer_sizes(self) -> list[int]:
+        """The byte size of each storage's GPU buffer (0: not allocated yet)."""
+        return [0 if buffer is None else buffer.size for buffer in self._storage_buffers]
+
+    # Loading -----------------------------------------------------------------------------
+
+    def _load_shards(self) -> list[bytes]:
+        """Read every weight shard, checking its size and sha256 against the manifest."""
+        shards = []
+        for shard in self.manifest["shards"]:
+            path = self.bundle_dir / shard["file"]
+            if not path.is_file():
+                raise RelaxwebError(
+                    f"weight shard {shard['file']} is missing from {self.bundle_dir}"
+                )
+            data = path.read_bytes()
+            if len(data) != shard["nbytes"]:
+                raise RelaxwebError(
+                    f"weight shard {shard['file']} has {len(data)} bytes, the manifest says "
+                    f"{shard['nbytes']}: the bundle is incomplete or corrupted"
+                )
+            digest = hashlib.sha256(data).hexdigest()
+            if digest != shard["sha256"]:
+                raise RelaxwebError(
+                    f"weight shard {shard['file']} fails its checksum (sha256 {digest}, the "
+                    f"manifest says {shard['sha256']}): the bundle is corrupted"
+                )
+            shards.append(data)
+        return shards
+
+    def _create_weight_buffers(self, shards: list[bytes]) -> list[wgpu.GPUBuffer]:
+        """One read-only GPU buffer per weight, filled from its shard."""
+        buffers = []
+        for weight in self.manifest["weights"]:
+            data = shards[weight["shard"]][weight["offset"]:weight["offset"] + weight["nbytes"]]
+            buffer = self.device.create_buffer(
+                label=f"weight {weight['name']}",
+                size=gpu_buffer_size(weight["nbytes"]),
+                usage=_WEIGHT_USAGE,
+            )
+            if data:
+                self.device.queue.write_buffer(buffer, 0, _padded_to_multiple_of_4(data))
+            buffers.append(buffer)
+        return buffers
+
+    def _create_storage_buffers_at_bounds(self) -> list[wgpu.GPUBuffer | None]:
+        """Storage buffers sized at the bounds, or all ``None`` (made per run) when some
+        var is unbounded and ``sizes_at_bounds`` cannot size them."""
+        sizes = self.host.sizes_at_bounds()
+        if sizes is None:
+            return [None] * self.host.storage_count
+        return [self._create_storage_buffer(index, size) for index, size in enumerate(sizes)]
+
+    def _create_storage_buffer(self, index: int, byte_size: int) -> wgpu.GPUBuffer:
+        role = self.manifest["storages"][index]["role"]
+        return self.device.create_buffer(
+            label=f"storage {index} ({role})", size=gpu_buffer_size(byte_size), usage=_STORAGE_USAGE
+        )
+
+    def _create_pipelines(
+        self,
+    ) -> tuple[list[wgpu.GPUBindGroupLayout], list[wgpu.GPUComputePipeline]]:
+        """One compute pipeline per kernel, with a bind group layout from its ``bindings``."""
+        layouts = []
+        pipelines = []
+        for kernel in self.manifest["kernels"]:
+            layout = self.device.create_bind_group_layout(
+                label=kernel["name"],
+                entries=[
+                    {
+                        "binding": binding,
+                        "visibility": wgpu.ShaderStage.COMPUTE,
+                        "buffer": {"type": binding_type},
+                    }
+                    for binding, binding_type in enumerate(kernel["bindings"])
+                ],
+            )
+            shader = self.device.create_shader_module(
+                label=kernel["name"], code=(self.bundle_dir / kernel["file"]).read_text()
+            )
+            pipeline = self.device.create_compute_pipeline(
+                label=kernel["name"],
+                layout=self.device.create_pipeline_layout(bind_group_layouts=[layout]),
+                compute={"module": shader, "entry_point": kernel["entry_point"]},
+            )
+            layouts.append(layout)
+            pipelines.append(pipeline)
+        return layouts, pipelines
+
+    # One run -----------------------------------------------------------------------------
+
+    def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Run the model on ``inputs`` (name -> array) and return its outputs by name.
+
+        Raises :class:`InputShapeError` when an input is missing, unknown, of the wrong
+        dtype or rank, or when the host module rejects the shapes (e.g. a bound exceeded).
+        """
+        arrays = self._checked_inputs(inputs)
+        self.host.run_with_shapes([array.shape for array in arrays])
+        commands = self.host.commands()
+        self._check_grids(commands)
+        self._grow_storages(self.host.storage_sizes())
+        output_shapes = self.host.output_shapes()
+        output_byte_sizes = [
+            int(np.prod(shape, dtype=np.int64)) * np.dtype(output["dtype"]).itemsize
+            for shape, output in zip(output_shapes, self.manifest["outputs"])
+        ]
+        self._grow_readback_buffers(output_byte_sizes)
+
+        self._upload_inputs(arrays)
+        self.device.queue.write_buffer(self._params_buffer, 0, self.host.params())
+        self._encode_and_submit(commands, output_byte_sizes)
+        self.last_dispatch_count = len(commands)
+        return self._read_outputs(output_shapes, output_byte_sizes)
+
+    def _checked_inputs(self, inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        """The inputs in manifest order, contiguous, after the checks the host cannot do."""
+        expected_names = [entry["name"] for entry in self.manifest["inputs"]]
+        unknown = [name for name in inputs if name not in expected_names]
+        if unknown:
+            raise InputShapeError(
+                f"unknown input {', '.join(repr(name) for name in unknown)}; "
+                f"the model's inputs are {', '.join(repr(name) for name in expected_names)}"
+            )
+        arrays = []
+        for entry in self.manifest["inputs"]:
+            name = entry["name"]
+            if name not in inputs:
+                raise InputShapeError(f"missing input '{name}' ({self._describe_input(entry)})")
+            value = inputs[name]
+            expected_dtype = np.dtype(entry["dtype"])
+            if not isinstance(value, np.ndarray) or value.dtype != expected_dtype:
+                raise InputShapeError(
+                    f"input '{name}' must be a numpy array of dtype {expected_dtype}, "
+                    f"got {_describe_value(value)}"
+                )
+            if value.ndim != len(entry["shape"]):
+                raise InputShapeError(
+                    f"input '{name}' has {value.ndim} dimensions (shape {list(value.shape)}), "
+                    f"expected {len(entry['shape'])} ({self._describe_input(entry)})"
+                )
+            arrays.append(np.ascontiguousarray(value))
+        return arrays
+
+    @staticmethod
+    def _describe_input(entry: Mapping[str, Any]) -> str:
+        shape = ", ".join(str(dimension) for dimension in entry["shape"])
+        return f"{entry['dtype']} [{shape}]"
+
+    def _check_grids(self, commands: list[Dispatch]) -> None:
+        """Refuse a grid the device cannot dispatch, instead of a GPU validation error."""
+        most = self.device.limits["max-compute-workgroups-per-dimension"]
+        for command in commands:
+            if max(command.grid) > most:
+                raise RelaxwebError(
+                    f"these inputs are too large for this device: call site {command.call_site} "
+                    f"({self.manifest['call_sites'][command.call_site]['binding']}) needs "
+                    f"{max(command.grid)} workgroups along one dimension, the device allows {most}"
+                )
+
+    def _grow_storages(self, needed_sizes: list[int]) -> None:
+        """Reallocate every storage buffer smaller than this run needs.
+
+        A grown buffer gets at least twice its old size (capped by the device's binding
+        size limit), so inputs that keep growing do not reallocate on every run.  The bind
+        groups of call sites that use a reallocated storage are dropped.
+        """
+        largest = min(
+            self.device.limits["max-storage-buffer-binding-size"],
+            self.device.limits["max-buffer-size"],
+        )
+        for index, needed in enumerate(needed_sizes):
+            buffer = self._storage_buffers[index]
+            needed = gpu_buffer_size(needed)
+            if buffer is not None and buffer.size >= needed:
+                continue
+            if needed > largest:
+                raise RelaxwebError(
+                    f"these inputs are too large for this device: storage {index} needs "
+                    f"{needed} bytes, the device's largest storage buffer is {largest} bytes"
+                )
+            doubled = 2 * buffer.size if buffer is not None else 0
+            new_size = max(needed, (min(doubled, largest) // 4) * 4)
+            if buffer is not None:
+                buffer.destroy()
+            self._storage_buffers[index] = self._create_storage_buffer(index, new_size)
+            self._forget_bind_groups_using(index)
+
+    def _forget_bind_groups_using(self, storage_index: int) -> None:
+        for call_site_index, call_site in enumerate(self.manifest["call_sites"]):
+            if {"storage": storage_index} in call_site["buffers"]:
+                self._bind_groups[call_site_index] = None
+
+    def _grow_readback_buffers(self, output_byte_sizes: list[int]) -> None:
+        for index, byte_size in enumerate(output_byte_sizes):
+            buffer = self._readback_buffers[index]
+            if buffer is None or buffer.size < gpu_buffer_size(byte_size):
+                if buffer is not None:
+                    buffer.destroy()
+                self._readback_buffers[index] = self.device.create_buffer(
+                    label=f"readback {self.manifest['outputs'][index]['name']}",
+                    size=gpu_buffer_size(byte_size),
+                    usage=_READBACK_USAGE,
+                )
+
+    def _upload_inputs(self, arrays: list[np.ndarray]) -> None:
+        for entry, array in zip(self.manifest["inputs"], arrays):
+            if array.nbytes == 0:
+                continue
+            data = _padded_to_multiple_of_4(memoryview(array).cast("B"))
+            self.device.queue.write_buffer(self._storage_buffers[entry["storage"]], 0, data)
+
+    def _bind_group(self, call_site_index: int) -> wgpu.GPUBindGroup:
+        """The call site's bind group, built now if it has none (first use or reallocation)."""
+        bind_group = self._bind_groups[call_site_index]
+        if bind_group is None:
+            call_site = self.manifest["call_sites"][call_site_index]
+            entries = [
+                {
+                    "binding": 0,
+                    "resource": {
+                        "buffer": self._params_buffer,
+                        "offset": call_site["params_offset"],
+                        "size": call_site["params_size"],
+                    },
+                }
+            ]
+            for position, reference in enumerate(call_site["buffers"]):
+                buffer = self._referenced_buffer(reference)
+                entries.append(
+                    {
+                        "binding": position + 1,
+                        "resource": {"buffer": buffer, "offset": 0, "size": buffer.size},
+                    }
+                )
+            bind_group = self.device.create_bind_group(
+                label=call_site["binding"],
+                layout=self._bind_group_layouts[call_site["kernel"]],
+                entries=entries,
+            )
+            self._bind_groups[call_site_index] = bind_group
+        return bind_group
+
+    def _referenced_buffer(self, reference: Mapping[str, int]) -> wgpu.GPUBuffer:
+        """The buffer a call site's ``{"storage": i}`` or ``{"weight": j}`` refers to."""
+        if "storage" in reference:
+            return self._storage_buffers[reference["storage"]]
+        return self._weight_buffers[reference["weight"]]
+
+    def _encode_and_submit(self, commands: list[Dispatch], output_byte_sizes: list[int]) -> None:
+        """All dispatches in one compute pass, then the output copies; one submit."""
+        encoder = self.device.create_command_encoder()
+        compute_pass = encoder.begin_compute_pass()
+        for command in commands:
+            call_site = self.manifest["call_sites"][command.call_site]
+            compute_pass.set_pipeline(self._pipelines[call_site["kernel"]])
+            compute_pass.set_bind_group(0, self._bind_group(command.call_site))
+            compute_pass.dispatch_workgroups(*command.grid)
+        compute_pass.end()
+        for index, output in enumerate(self.manifest["outputs"]):
+            copy_size = (output_byte_sizes[index] + 3) // 4 * 4
+            if copy_size:
+                encoder.copy_buffer_to_buffer(
+                    self._storage_buffers[output["storage"]], 0,
+                    self._readback_buffers[index], 0, copy_size,
+                )
+        self.device.queue.submit([encoder.finish()])
+
+    def _read_outputs(
+        self, output_shapes: list[tuple[int, ...]], output_byte_sizes: list[int]
+    ) -> dict[str, np.ndarray]:
+        """Map each readback buffer and turn its bytes into an array of the output's shape."""
+        results = {}
+        for index, output in enumerate(self.manifest["outputs"]):
+            dtype = np.dtype(output["dtype"])
+            byte_size = output_byte_sizes[index]
+            if byte_size == 0:
+                results[output["name"]] = np.zeros(output_shapes[index], dtype=dtype)
+                continue
+            buffer = self._readback_buffers[index]
+            buffer.map_sync(wgpu.MapMode.READ)
+            try:
+                data = bytearray(buffer.read_mapped(0, gpu_buffer_size(byte_size)))
+            finally:
+                buffer.unmap()
+            array = np.frombuffer(data, dtype=dtype, count=byte_size // dtype.itemsize)
+            results[output["name"]] = array.reshape(output_shapes[index])
+        return results

@@ -1,0 +1,194 @@
+"""emit_wgsl: one WGSL compute shader per tensor program.
+
+Schedule: one invocation per output element (workgroups of 64, on a 2-D grid so that more
+than 65535 workgroups fit); each invocation turns its linear index back into the output
+axes, evaluates the compute definition, and runs reductions as loops.  Size variables (and
+the element count) arrive in a uniform params block, so one shader serves every shape.
+Index arithmetic is i32 (WGSL has no 64-bit integers; shape arithmetic stays on the host).
+
+Binding layout (the bundle's contract, see docs/bundle-format.md): binding 0 is the params
+block, then the program's inputs (read-only storage), then its output (read-write storage).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..ir.symbolic import (
+    Add, FloorDiv, FloorMod, IntImm, Max, Min, Mul, PrimExpr, SizeVar, Sub, simplify,
+)
+from ..ir.tir import Binary, Buffer, FloatImm, Load, Reduce, ScalarExpr, TensorProgram, Unary, format_scalar
+
+WORKGROUP_SIZE = 64
+WGSL_TYPES = {"float32": "f32", "int32": "i32", "uint32": "u32"}
+LOWEST = {"float32": "-3.4028234663852886e38", "int32": "-2147483648"}
+
+# Words WGSL reserves (a subset large enough for names that come from models).
+RESERVED = {
+    "array", "bool", "break", "case", "const", "continue", "default", "discard", "else", "enable",
+    "f16", "f32", "fn", "for", "i32", "if", "let", "loop", "override", "ptr", "return", "struct",
+    "switch", "true", "false", "u32", "var", "while", "vec2", "vec3", "vec4", "mat2x2", "sampler",
+    "texture", "type", "alias", "element_count",
+}
+
+
+def wgsl_name(name: str) -> str:
+    return f"{name}_" if name in RESERVED or name.startswith("__") else name
+
+
+@dataclass(frozen=True)
+class ShaderInfo:
+    """What the bundle writer needs to know about an emitted shader."""
+
+    source: str
+    params_fields: tuple[str, ...]  # i32 slots of the params block, in order (element_count first)
+    params_size: int  # bytes, a multiple of 16
+    bindings: tuple[str, ...]  # WebGPU buffer binding types, binding 0 first
+
+
+def emit_wgsl(program: TensorProgram) -> ShaderInfo:
+    size_vars = [v.name for v in program.size_vars]
+    fields = ["element_count", *size_vars]
+    padded = fields + [f"_pad{i}" for i in range((-len(fields)) % 4)]
+    emitter = _Emitter(program, set(size_vars))
+    lines = [
+        f"// tensor program: {program.name}",
+        f"// {program.output.name}[{', '.join(a.name for a in program.axes)}] = {format_scalar(program.body)}",
+        "",
+        "struct Params {",
+        "  element_count: i32,",
+        *(f"  {wgsl_name(name)}: i32," for name in padded[1:]),
+        "}",
+        "",
+        "@group(0) @binding(0) var<uniform> params: Params;",
+    ]
+    for binding, buffer in enumerate(program.inputs, start=1):
+        lines.append(f"@group(0) @binding({binding}) var<storage, read> {wgsl_name(buffer.name)}: array<{_type(buffer.dtype)}>;")
+    output = program.output
+    lines.append(
+        f"@group(0) @binding({len(program.inputs) + 1}) var<storage, read_write> {wgsl_name(output.name)}: array<{_type(output.dtype)}>;"
+    )
+    lines += [
+        "",
+        f"@compute @workgroup_size({WORKGROUP_SIZE})",
+        "fn main(@builtin(workgroup_id) workgroup: vec3<u32>,",
+        "        @builtin(num_workgroups) workgroups: vec3<u32>,",
+        "        @builtin(local_invocation_index) local: u32) {",
+        f"  let index = i32((workgroup.y * workgroups.x + workgroup.x) * {WORKGROUP_SIZE}u + local);",
+        "  if (index >= params.element_count) {",
+        "    return;",
+        "  }",
+    ]
+    lines += emitter.unflatten_axes()
+    value = emitter.scalar(program.body, "  ")
+    lines += emitter.statements
+    lines.append(f"  {wgsl_name(output.name)}[index] = {value};")
+    lines.append("}")
+    bindings = ("uniform", *("read-only-storage" for _ in program.inputs), "storage")
+    return ShaderInfo("\n".join(lines) + "\n", tuple(fields), 4 * len(padded), bindings)
+
+
+def _type(dtype: str) -> str:
+    try:
+        return WGSL_TYPES[dtype]
+    except KeyError:
+        raise NotImplementedError(f"dtype {dtype} has no WGSL type in relaxweb yet") from None
+
+
+class _Emitter:
+    def __init__(self, program: TensorProgram, size_vars: set[str]) -> None:
+        self.program = program
+        self.size_vars = size_vars
+        self.statements: list[str] = []
+        self.accumulators = 0
+
+    def unflatten_axes(self) -> list[str]:
+        """Statements recovering each output axis from the linear index (row-major)."""
+        axes = self.program.axes
+        shape = self.program.output.shape
+        if not axes:
+            return []
+        lines = ["  var rest = index;"]
+        for axis, extent in reversed(list(zip(axes[1:], shape[1:]))):
+            dim = self.index(simplify(extent))
+            if dim == "1":
+                lines.append(f"  let {axis.name} = 0;")
+                continue
+            lines.append(f"  let {axis.name} = rest % {dim};")
+            lines.append(f"  rest = rest / {dim};")
+        lines.append(f"  let {axes[0].name} = rest;")
+        return lines
+
+    def index(self, expr: PrimExpr) -> str:
+        """An i32 WGSL expression of axes and size variables."""
+        if isinstance(expr, IntImm):
+            return f"{expr.value}" if expr.value >= 0 else f"({expr.value})"
+        if isinstance(expr, SizeVar):
+            return f"params.{wgsl_name(expr.name)}" if expr.name in self.size_vars else expr.name
+        if isinstance(expr, (Min, Max)):
+            name = "min" if isinstance(expr, Min) else "max"
+            return f"{name}({self.index(expr.a)}, {self.index(expr.b)})"
+        symbol = {Add: "+", Sub: "-", Mul: "*", FloorDiv: "/", FloorMod: "%"}[type(expr)]
+        return f"({self.index(expr.a)} {symbol} {self.index(expr.b)})"
+
+    def offset(self, buffer: Buffer, indices: tuple[PrimExpr, ...]) -> str:
+        flat: PrimExpr = IntImm(0)
+        stride: PrimExpr = IntImm(1)
+        for index, extent in reversed(list(zip(indices, buffer.shape))):
+            flat = flat + index * stride
+            stride = stride * extent
+        text = self.index(simplify(flat))
+        return text[1:-1] if _is_wrapped(text) else text
+
+    def scalar(self, expr: ScalarExpr, indent: str) -> str:
+        if isinstance(expr, Load):
+            return f"{wgsl_name(expr.buffer.name)}[{self.offset(expr.buffer, expr.indices)}]"
+        if isinstance(expr, FloatImm):
+            text = repr(float(expr.value))
+            return text if "e" in text or "." in text else text + ".0"
+        if isinstance(expr, Binary):
+            a, b = self.scalar(expr.a, indent), self.scalar(expr.b, indent)
+            infix = {"add": "+", "subtract": "-", "multiply": "*", "divide": "/"}
+            if expr.op in infix:
+                return f"({a} {infix[expr.op]} {b})"
+            return f"{'max' if expr.op == 'maximum' else 'min'}({a}, {b})"
+        if isinstance(expr, Unary):
+            a = self.scalar(expr.a, indent)
+            if expr.op == "negative":
+                return f"(-{a})"
+            if expr.op == "sigmoid":
+                return f"(1.0 / (1.0 + exp(-{a})))"
+            return f"{expr.op}({a})"
+        if isinstance(expr, Reduce):
+            return self.reduce(expr, indent)
+        raise TypeError(f"cannot emit {type(expr).__name__}")
+
+    def reduce(self, expr: Reduce, indent: str) -> str:
+        name = f"acc{self.accumulators}"
+        self.accumulators += 1
+        dtype = self.program.output.dtype
+        initial = "0.0" if expr.combiner == "sum" else LOWEST.get(dtype, "0.0")
+        axis = expr.axis.name
+        self.statements.append(f"{indent}var {name}: {_type(dtype)} = {initial};")
+        self.statements.append(
+            f"{indent}for (var {axis}: i32 = 0; {axis} < {self.index(simplify(expr.extent))}; {axis} = {axis} + 1) {{"
+        )
+        body = self.scalar(expr.body, indent + "  ")
+        update = f"{name} + {body}" if expr.combiner == "sum" else f"max({name}, {body})"
+        self.statements.append(f"{indent}  {name} = {update};")
+        self.statements.append(f"{indent}}}")
+        return name
+
+
+def _is_wrapped(text: str) -> bool:
+    """True when the whole text is one parenthesised group."""
+    if not (text.startswith("(") and text.endswith(")")):
+        return False
+    depth = 0
+    for position, char in enumerate(text):
+        depth += char == "("
+        depth -= char == ")"
+        if depth == 0 and position < len(text) - 1:
+            return False
+    return True
+

@@ -1,0 +1,413 @@
+"""Tests of the Python runtime on the handmade bundle (``tests/fixtures/handmade_bundle.py``).
+
+The model is ``z = (x + w) * 2`` with ``x: float32[n, 4]`` and ``n <= 16`` (or unbounded).
+The host-module tests need no GPU; the :class:`Session` tests run on whatever WebGPU
+adapter wgpu finds (lavapipe on CI) and are skipped when there is none.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import struct
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from relaxweb.errors import InputShapeError, RelaxwebError
+from relaxweb.runtime import Dispatch, HostModule
+from tests.fixtures.handmade_bundle import HANDMADE_WEIGHT, write_handmade_bundle
+
+
+def expected_output(x: np.ndarray) -> np.ndarray:
+    """What the handmade model computes, in float32 like the GPU."""
+    return (x + HANDMADE_WEIGHT) * np.float32(2)
+
+
+def random_input(rows: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).uniform(-10, 10, size=(rows, 4)).astype(np.float32)
+
+
+def edit_manifest(bundle_dir: Path, change: Callable[[dict[str, Any]], None]) -> None:
+    """Apply ``change`` to the bundle's manifest.json in place."""
+    manifest_path = bundle_dir / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    change(manifest)
+    manifest_path.write_text(json.dumps(manifest))
+
+
+@pytest.fixture(scope="module")
+def bounded_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("bounded") / "bundle"
+    write_handmade_bundle(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def unbounded_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("unbounded") / "bundle"
+    write_handmade_bundle(path, bound=None)
+    return path
+
+
+@pytest.fixture
+def host(bounded_bundle: Path) -> HostModule:
+    return HostModule.from_bundle(bounded_bundle)
+
+
+@pytest.fixture
+def unbounded_host(unbounded_bundle: Path) -> HostModule:
+    return HostModule.from_bundle(unbounded_bundle)
+
+
+# The host module (no GPU) ------------------------------------------------------------------
+
+
+def test_fixture_writes_every_bundle_file(bounded_bundle: Path) -> None:
+    for relative_path in ["manifest.json", "host.wasm", "host.wat", "weights/shard0.bin",
+                          "kernels/add_broadcast.wgsl", "kernels/multiply_by_two.wgsl"]:
+        assert (bounded_bundle / relative_path).is_file(), relative_path
+    shard = np.frombuffer((bounded_bundle / "weights/shard0.bin").read_bytes(), dtype="<f4")
+    np.testing.assert_array_equal(shard, HANDMADE_WEIGHT)
+
+
+def test_host_reports_bounds_and_sizes_at_bounds(host: HostModule) -> None:
+    assert host.var_bounds() == {"n": 16}
+    assert host.sizes_at_bounds() == [256, 256, 256]
+    assert host.storage_sizes() == [256, 256, 256]
+
+
+def test_unbounded_host_has_no_sizes_at_bounds(unbounded_host: HostModule) -> None:
+    assert unbounded_host.var_bounds() == {"n": None}
+    assert unbounded_host.sizes_at_bounds() is None
+
+
+def test_host_run_writes_vars_sizes_shapes_and_commands(host: HostModule) -> None:
+    host.write_input_shapes([(5, 4)])
+    assert host.run() == 0
+    assert host.var_values() == {"n": 5}
+    assert host.storage_sizes() == [80, 80, 80]
+    assert host.output_shapes() == [(5, 4)]
+    assert host.commands() == [Dispatch(0, (1, 1, 1)), Dispatch(1, (1, 1, 1))]
+
+
+def test_host_writes_each_call_sites_params(host: HostModule) -> None:
+    host.run_with_shapes([(5, 4)])
+    params = host.params()
+    assert len(params) == 512
+    for offset in (0, 256):  # params_offset of call sites 0 and 1
+        count, *padding = struct.unpack_from("<4I", params, offset)
+        assert count == 20
+        assert padding == [0, 0, 0]
+
+
+@pytest.mark.parametrize(("rows", "workgroups"), [(0, 0), (1, 1), (16, 1), (17, 2), (1000, 63)])
+def test_host_grid_is_count_over_workgroup_size(
+    unbounded_host: HostModule, rows: int, workgroups: int
+) -> None:
+    unbounded_host.run_with_shapes([(rows, 4)])
+    assert unbounded_host.commands() == [
+        Dispatch(0, (workgroups, 1, 1)),
+        Dispatch(1, (workgroups, 1, 1)),
+    ]
+    assert unbounded_host.storage_sizes() == [rows * 16] * 3
+
+
+def test_host_rejects_wrong_rank(host: HostModule) -> None:
+    host.write_input_shapes([(2, 2, 4)])
+    code = host.run()
+    assert code == 1
+    assert host.error_info() == (1, 3, 2)
+    assert host.format_error(code) == "input 'x' has 3 dimensions, expected 2"
+
+
+def test_host_rejects_wrong_fixed_dimension(host: HostModule) -> None:
+    with pytest.raises(InputShapeError) as caught:
+        host.run_with_shapes([(5, 3)])
+    message = str(caught.value)
+    assert "'x'" in message and "dimension 1" in message
+    assert "is 3" in message and "expected 4" in message
+
+
+def test_host_rejects_dimension_above_bound(host: HostModule) -> None:
+    with pytest.raises(InputShapeError) as caught:
+        host.run_with_shapes([(17, 4)])
+    assert str(caught.value) == "input 'x': dimension 0 (n) is 17, above its bound 16"
+    assert host.error_info() == (3, 17, 16)
+
+
+def test_host_accepts_exactly_the_bound_after_an_error(host: HostModule) -> None:
+    with pytest.raises(InputShapeError):
+        host.run_with_shapes([(17, 4)])
+    host.run_with_shapes([(16, 4)])
+    assert host.output_shapes() == [(16, 4)]
+
+
+def test_unbounded_host_accepts_any_row_count(unbounded_host: HostModule) -> None:
+    unbounded_host.run_with_shapes([(100_000, 4)])
+    assert unbounded_host.var_values() == {"n": 100_000}
+    assert unbounded_host.output_shapes() == [(100_000, 4)]
+
+
+def test_tighter_bound_written_by_the_runtime_is_enforced(host: HostModule) -> None:
+    host.write_var_bounds({"n": 8})
+    assert host.sizes_at_bounds() == [128, 128, 128]
+    with pytest.raises(InputShapeError, match="is 9, above its bound 8"):
+        host.run_with_shapes([(9, 4)])
+
+
+def test_write_var_bounds_rejects_unknown_var(host: HostModule) -> None:
+    with pytest.raises(RelaxwebError, match="batch"):
+        host.write_var_bounds({"batch": 3})
+
+
+def test_rank_above_max_rank_is_refused_before_the_host(host: HostModule) -> None:
+    with pytest.raises(InputShapeError, match="'x' has 9 dimensions; .* at most 8"):
+        host.write_input_shapes([(1,) * 9])
+
+
+def test_error_code_missing_from_manifest_is_reported(bounded_bundle: Path) -> None:
+    manifest = json.loads((bounded_bundle / "manifest.json").read_text())
+    manifest["errors"] = []
+    host = HostModule((bounded_bundle / "host.wasm").read_bytes(), manifest)
+    with pytest.raises(RelaxwebError, match="error code 3 .* manifest does not describe"):
+        host.run_with_shapes([(17, 4)])
+
+
+def test_folder_without_manifest_is_not_a_bundle(tmp_path: Path) -> None:
+    with pytest.raises(RelaxwebError, match="no manifest.json"):
+        HostModule.from_bundle(tmp_path)
+
+
+def test_newer_format_version_is_refused(tmp_path: Path) -> None:
+    write_handmade_bundle(tmp_path)
+    edit_manifest(tmp_path, lambda manifest: manifest.update(version=2))
+    with pytest.raises(RelaxwebError, match="version 2"):
+        HostModule.from_bundle(tmp_path)
+
+
+# The WebGPU session --------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def gpu_device() -> Any:
+    """The shared wgpu device; skips the GPU tests where no adapter exists."""
+    pytest.importorskip("wgpu")
+    from relaxweb.runtime.webgpu import default_adapter, default_device
+
+    try:
+        default_adapter()
+    except Exception as error:  # no Vulkan/Metal/D3D driver at all
+        pytest.skip(f"no WebGPU adapter: {error}")
+    return default_device()
+
+
+@pytest.fixture(scope="module")
+def session(gpu_device: Any, bounded_bundle: Path) -> Any:
+    from relaxweb.runtime import Session
+
+    return Session(bounded_bundle)
+
+
+@pytest.fixture
+def unbounded_session(gpu_device: Any, unbounded_bundle: Path) -> Any:
+    from relaxweb.runtime import Session
+
+    return Session(unbounded_bundle)
+
+
+@pytest.mark.parametrize("rows", [1, 5, 16])
+def test_session_matches_numpy(session: Any, rows: int) -> None:
+    x = random_input(rows, seed=rows)
+    outputs = session.run({"x": x})
+    assert list(outputs) == ["z"]
+    assert outputs["z"].dtype == np.float32
+    assert outputs["z"].shape == (rows, 4)
+    np.testing.assert_allclose(outputs["z"], expected_output(x), rtol=1e-6, atol=0)
+    assert session.last_dispatch_count == 2
+
+
+def test_session_exposes_manifest_and_allocates_at_bounds(session: Any) -> None:
+    assert session.manifest["model"] == "handmade"
+    assert [entry["name"] for entry in session.manifest["outputs"]] == ["z"]
+    assert session.storage_buffer_sizes == [256, 256, 256]
+
+
+def test_session_smaller_run_after_larger_one_is_not_stale(session: Any) -> None:
+    session.run({"x": random_input(16, seed=1)})
+    x = random_input(3, seed=2)
+    np.testing.assert_allclose(session.run({"x": x})["z"], expected_output(x), rtol=1e-6)
+
+
+def test_session_handles_zero_rows(session: Any) -> None:
+    z = session.run({"x": np.zeros((0, 4), dtype=np.float32)})["z"]
+    assert z.shape == (0, 4) and z.dtype == np.float32
+
+
+def test_session_accepts_non_contiguous_input(session: Any) -> None:
+    x = np.asfortranarray(random_input(7, seed=3))
+    assert not x.flags.c_contiguous
+    np.testing.assert_allclose(session.run({"x": x})["z"], expected_output(x), rtol=1e-6)
+
+
+def test_session_reuses_bind_groups_between_runs(session: Any) -> None:
+    session.run({"x": random_input(4)})
+    first = list(session._bind_groups)
+    session.run({"x": random_input(9)})
+    assert all(a is b for a, b in zip(first, session._bind_groups))
+
+
+def test_session_rejects_row_count_above_bound(session: Any) -> None:
+    with pytest.raises(InputShapeError) as caught:
+        session.run({"x": random_input(17)})
+    message = str(caught.value)
+    assert "'x'" in message and "17" in message and "bound 16" in message
+
+
+def test_session_rejects_wrong_fixed_dimension(session: Any) -> None:
+    with pytest.raises(InputShapeError) as caught:
+        session.run({"x": np.zeros((5, 3), dtype=np.float32)})
+    assert str(caught.value) == "input 'x': dimension 1 is 3, expected 4"
+
+
+def test_session_rejects_wrong_rank(session: Any) -> None:
+    with pytest.raises(InputShapeError) as caught:
+        session.run({"x": np.zeros((2, 5, 4), dtype=np.float32)})
+    message = str(caught.value)
+    assert "'x'" in message and "3 dimensions" in message and "expected 2" in message
+
+
+def test_session_rejects_wrong_dtype_naming_both(session: Any) -> None:
+    with pytest.raises(InputShapeError) as caught:
+        session.run({"x": np.zeros((2, 4), dtype=np.float64)})
+    message = str(caught.value)
+    assert "'x'" in message and "float32" in message and "float64" in message
+
+
+def test_session_rejects_a_list_input(session: Any) -> None:
+    expected = "'x' must be a numpy array of dtype float32, got a list"
+    with pytest.raises(InputShapeError, match=expected):
+        session.run({"x": [[0.0, 0.0, 0.0, 0.0]]})
+
+
+def test_session_rejects_missing_input(session: Any) -> None:
+    with pytest.raises(InputShapeError, match=r"missing input 'x' \(float32 \[n, 4\]\)"):
+        session.run({})
+
+
+def test_session_rejects_unknown_input(session: Any) -> None:
+    x = random_input(2)
+    with pytest.raises(InputShapeError, match="unknown input 'y'; the model's inputs are 'x'"):
+        session.run({"x": x, "y": x})
+
+
+def test_session_still_works_after_rejected_inputs(session: Any) -> None:
+    with pytest.raises(InputShapeError):
+        session.run({"x": random_input(40)})
+    x = random_input(6, seed=6)
+    np.testing.assert_allclose(session.run({"x": x})["z"], expected_output(x), rtol=1e-6)
+
+
+def test_unbounded_session_grows_storages(unbounded_session: Any) -> None:
+    assert unbounded_session.storage_buffer_sizes == [0, 0, 0]
+
+    small = random_input(2, seed=20)
+    np.testing.assert_allclose(
+        unbounded_session.run({"x": small})["z"], expected_output(small), rtol=1e-6
+    )
+    assert unbounded_session.storage_buffer_sizes == [32, 32, 32]
+
+    large = random_input(40, seed=40)  # 640 bytes per storage, 3 workgroups of 64
+    np.testing.assert_allclose(
+        unbounded_session.run({"x": large})["z"], expected_output(large), rtol=1e-6
+    )
+    assert unbounded_session.storage_buffer_sizes == [640, 640, 640]
+    assert unbounded_session.last_dispatch_count == 2
+
+    small_again = random_input(3, seed=3)
+    np.testing.assert_allclose(
+        unbounded_session.run({"x": small_again})["z"], expected_output(small_again), rtol=1e-6
+    )
+    assert unbounded_session.storage_buffer_sizes == [640, 640, 640]  # never shrinks
+
+
+def test_unbounded_session_doubles_on_small_growth(unbounded_session: Any) -> None:
+    unbounded_session.run({"x": random_input(10)})
+    x = random_input(11, seed=11)
+    np.testing.assert_allclose(unbounded_session.run({"x": x})["z"], expected_output(x), rtol=1e-6)
+    assert unbounded_session.storage_buffer_sizes == [320, 320, 320]
+
+
+def test_corrupted_shard_fails_its_checksum(gpu_device: Any, tmp_path: Path) -> None:
+    from relaxweb.runtime import Session
+
+    write_handmade_bundle(tmp_path)
+    shard_path = tmp_path / "weights" / "shard0.bin"
+    corrupted = bytearray(shard_path.read_bytes())
+    corrupted[0] ^= 0xFF
+    shard_path.write_bytes(bytes(corrupted))
+    with pytest.raises(RelaxwebError) as caught:
+        Session(tmp_path)
+    assert "checksum" in str(caught.value) and "weights/shard0.bin" in str(caught.value)
+
+
+def test_truncated_shard_is_reported(gpu_device: Any, tmp_path: Path) -> None:
+    from relaxweb.runtime import Session
+
+    write_handmade_bundle(tmp_path)
+    shard_path = tmp_path / "weights" / "shard0.bin"
+    shard_path.write_bytes(shard_path.read_bytes()[:8])
+    with pytest.raises(RelaxwebError, match="shard0.bin has 8 bytes, the manifest says 16"):
+        Session(tmp_path)
+
+
+def test_limit_the_adapter_lacks_is_named(gpu_device: Any, tmp_path: Path) -> None:
+    from relaxweb.runtime import Session
+
+    write_handmade_bundle(tmp_path)
+    huge = 1 << 50
+    edit_manifest(
+        tmp_path,
+        lambda manifest: manifest["required_limits"].update(maxStorageBufferBindingSize=huge),
+    )
+    with pytest.raises(RelaxwebError) as caught:
+        Session(tmp_path)
+    available = gpu_device.adapter.limits["max-storage-buffer-binding-size"]
+    message = str(caught.value)
+    assert "maxStorageBufferBindingSize" in message
+    assert str(huge) in message and str(available) in message
+
+
+def test_limit_a_given_device_lacks_is_named(gpu_device: Any, tmp_path: Path) -> None:
+    from relaxweb.runtime import Session
+
+    write_handmade_bundle(tmp_path)
+    needed = gpu_device.limits["max-storage-buffers-per-shader-stage"] + 1
+    edit_manifest(
+        tmp_path,
+        lambda manifest: manifest["required_limits"].update(maxStorageBuffersPerShaderStage=needed),
+    )
+    with pytest.raises(RelaxwebError, match=f"maxStorageBuffersPerShaderStage = {needed}"):
+        Session(tmp_path, device=gpu_device)
+
+
+def test_two_sessions_share_the_default_device(bounded_bundle: Path, unbounded_bundle: Path,
+                                               gpu_device: Any) -> None:
+    from relaxweb.runtime import Session
+
+    assert Session(bounded_bundle).device is Session(unbounded_bundle).device
+
+
+def test_session_loads_a_copied_bundle(
+    gpu_device: Any, bounded_bundle: Path, tmp_path: Path
+) -> None:
+    """Nothing in the bundle depends on where it was written."""
+    from relaxweb.runtime import Session
+
+    copy = tmp_path / "copy"
+    shutil.copytree(bounded_bundle, copy)
+    x = random_input(5, seed=5)
+    np.testing.assert_allclose(Session(copy).run({"x": x})["z"], expected_output(x), rtol=1e-6)
