@@ -9,13 +9,22 @@ nothing model-specific.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import wgpu
+
+# Mesa's Vulkan drivers print "error: XDG_RUNTIME_DIR is invalid" on stderr when probing for
+# a display on a machine without a session (CI, containers); give them a private folder so
+# our own one-line "error: ..." messages are the only ones a user sees.
+if not os.environ.get("XDG_RUNTIME_DIR"):
+    os.environ["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="relaxweb-xdg-")
+
+import wgpu  # noqa: E402  (after the environment fix above)
 
 from relaxweb.errors import InputShapeError, RelaxwebError
 from relaxweb.runtime.host import Dispatch, HostModule, load_manifest

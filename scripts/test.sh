@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Install what the tests need and run them all (the README's second command; CI runs it).
+#
+# Debian packages: chromium (headless WebGPU on SwiftShader for the browser tests) and
+# mesa-vulkan-drivers (lavapipe, for wgpu in the Python runtime). Installed when missing
+# and we are root; otherwise they must already be there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+missing=()
+command -v chromium >/dev/null || missing+=(chromium)
+ls /usr/share/vulkan/icd.d/*.json >/dev/null 2>&1 || missing+=(mesa-vulkan-drivers)
+command -v node >/dev/null || missing+=(nodejs)
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "installing Debian packages: ${missing[*]}"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  else
+    echo "missing: ${missing[*]} (install them, e.g. with apt-get, and run again)" >&2
+    exit 1
+  fi
+fi
+
+python3 -m pip install -q -e ".[test]"
+python3 -m pytest -q
+npm test
