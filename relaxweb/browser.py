@@ -1,0 +1,322 @@
+"""Run bundles in a real browser: headless Chromium with WebGPU, driven by Playwright.
+
+Two uses:
+
+- :func:`run_in_browser` runs a bundle once on given inputs, with the browser runtime
+  (``relaxweb/runtime_js/relaxweb.js``), and returns the outputs as numpy arrays.  Tests use
+  it to check that the browser computes what numpy does.
+- :func:`serve` (``relaxweb serve DIR``) serves the web demo with a bundle for people to try.
+
+Both serve files from 127.0.0.1 (a secure context, which WebGPU needs) with the same
+layout: the page at ``/``, the bundle at ``/bundle/``, the runtime at ``/runtime/``.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import functools
+import http.server
+import shutil
+import tempfile
+import threading
+import urllib.parse
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+
+from relaxweb.errors import InputShapeError, RelaxwebError
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+#: The browser runtime shipped with the package (bundles carry a copy in ``runtime/``).
+RUNTIME_JS_DIR = PACKAGE_DIR / "runtime_js"
+
+#: Chromium flags for headless WebGPU without a GPU: SwiftShader's Vulkan adapter.
+CHROMIUM_FLAGS = (
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--enable-unsafe-webgpu",
+    "--use-webgpu-adapter=swiftshader",
+)
+
+#: numpy dtype name -> JavaScript typed array class, for passing arrays to the page.
+TYPED_ARRAY_OF_DTYPE = {
+    "float32": "Float32Array",
+    "float64": "Float64Array",
+    "int8": "Int8Array",
+    "int16": "Int16Array",
+    "int32": "Int32Array",
+    "int64": "BigInt64Array",
+    "uint8": "Uint8Array",
+    "uint16": "Uint16Array",
+    "uint32": "Uint32Array",
+}
+
+#: The page run_in_browser loads: it imports the runtime and says when it is ready.
+RUNNER_PAGE = """\
+<!doctype html>
+<meta charset="utf-8">
+<title>relaxweb runner</title>
+<script type="module">
+  import * as relaxweb from "/runtime/relaxweb.js";
+  window.relaxweb = relaxweb;
+  window.relaxwebReady = true;
+</script>
+"""
+
+#: Runs in the page: load the bundle, run it once, return outputs (or the error) as JSON.
+RUN_IN_PAGE = """\
+async ({ inputs, timeoutMs }) => {
+  const typedArrays = { Float32Array, Float64Array, Int8Array, Int16Array, Int32Array,
+                        BigInt64Array, Uint8Array, Uint16Array, Uint32Array };
+  const decode = (text) => Uint8Array.from(atob(text), (c) => c.charCodeAt(0));
+  const encode = (bytes) => {
+    let text = "";
+    for (let i = 0; i < bytes.length; i += 0x8000) {
+      text += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
+    }
+    return btoa(text);
+  };
+  let model = null;
+  const work = async () => {
+    model = await window.relaxweb.load("/bundle/");
+    const tensors = {};
+    for (const [name, { base64, shape, arrayClass }] of Object.entries(inputs)) {
+      tensors[name] = { data: new typedArrays[arrayClass](decode(base64).buffer), shape };
+    }
+    const outputs = await model.run(tensors);
+    const encoded = {};
+    for (const [name, { data, shape }] of Object.entries(outputs)) {
+      const bytes = new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
+      encoded[name] = { base64: encode(bytes), shape, arrayClass: data.constructor.name };
+    }
+    return encoded;
+  };
+  const timeout = new Promise((_, reject) => setTimeout(
+    () => reject(new Error(`the run did not finish within ${timeoutMs / 1000} s`)), timeoutMs));
+  try {
+    return { outputs: await Promise.race([work(), timeout]) };
+  } catch (error) {
+    return { error: { name: error?.name ?? "Error", message: error?.message ?? String(error) } };
+  } finally {
+    model?.dispose();
+  }
+}
+"""
+
+
+def web_demo_dir() -> Path:
+    """The web demo's folder: ``relaxweb/web_demo`` when installed, else the repository's."""
+    for candidate in (PACKAGE_DIR / "web_demo", PACKAGE_DIR.parent / "web_demo"):
+        if (candidate / "index.html").is_file():
+            return candidate
+    raise RelaxwebError("the web demo files (web_demo/index.html) are missing from this installation")
+
+
+def runtime_dir_for(bundle_dir: Path) -> Path:
+    """The runtime to serve with a bundle: the bundle's own copy if it has one."""
+    bundled = bundle_dir / "runtime"
+    return bundled if (bundled / "relaxweb.js").is_file() else RUNTIME_JS_DIR
+
+
+def check_bundle_dir(bundle_dir: str | Path) -> Path:
+    """``bundle_dir`` as a Path, or a RelaxwebError when it is not a bundle."""
+    path = Path(bundle_dir)
+    if not (path / "manifest.json").is_file():
+        raise RelaxwebError(f"{path} is not a relaxweb bundle (no manifest.json)")
+    return path
+
+
+class _RoutingHandler(http.server.SimpleHTTPRequestHandler):
+    """Serves files from a few folders, chosen by URL prefix; no caching."""
+
+    #: URL prefix -> folder, longest prefix first; set by :func:`start_server`.
+    routes: list[tuple[str, Path]] = []
+    quiet = True
+
+    extensions_map = {
+        **http.server.SimpleHTTPRequestHandler.extensions_map,
+        ".js": "text/javascript",
+        ".mjs": "text/javascript",
+        ".wasm": "application/wasm",
+        ".json": "application/json",
+        ".wgsl": "text/plain",
+        ".wat": "text/plain",
+        ".ts": "text/plain",
+    }
+
+    def translate_path(self, path: str) -> str:
+        url_path = urllib.parse.urlsplit(path).path
+        for prefix, folder in self.routes:
+            if url_path.startswith(prefix):
+                self.directory = str(folder)
+                return super().translate_path("/" + url_path[len(prefix):])
+        return super().translate_path(path)
+
+    def end_headers(self) -> None:
+        self.send_header("Cache-Control", "no-store")
+        super().end_headers()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        if not self.quiet:
+            super().log_message(format, *args)
+
+
+def start_server(
+    bundle_dir: str | Path,
+    port: int = 0,
+    page_dir: str | Path | None = None,
+    quiet: bool = True,
+) -> http.server.ThreadingHTTPServer:
+    """Serve ``page_dir`` (default: the web demo) at ``/``, the bundle at ``/bundle/`` and the
+    runtime at ``/runtime/`` on 127.0.0.1, from a daemon thread.
+
+    ``port=0`` picks a free port.  The returned server has a ``url`` attribute
+    (``http://127.0.0.1:PORT/``); stop it with :func:`stop_server`.
+    """
+    bundle = check_bundle_dir(bundle_dir).resolve()
+    page = Path(page_dir) if page_dir is not None else web_demo_dir()
+    routes = [("/bundle/", bundle), ("/runtime/", runtime_dir_for(bundle)), ("/", page.resolve())]
+    handler = type("BundleHandler", (_RoutingHandler,), {"routes": routes, "quiet": quiet})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), functools.partial(handler, directory=str(page)))
+    server.daemon_threads = True
+    server.url = f"http://127.0.0.1:{server.server_address[1]}/"  # type: ignore[attr-defined]
+    threading.Thread(target=server.serve_forever, name="relaxweb-server", daemon=True).start()
+    return server
+
+
+def stop_server(server: http.server.ThreadingHTTPServer) -> None:
+    """Stop a server from :func:`start_server` and free its port."""
+    server.shutdown()
+    server.server_close()
+
+
+def serve(bundle_dir: str | Path, port: int = 8000) -> None:
+    """Serve the web demo with a bundle on 127.0.0.1 until Ctrl-C (``relaxweb serve DIR``)."""
+    try:
+        server = start_server(bundle_dir, port, quiet=False)
+    except OSError as error:
+        raise RelaxwebError(f"cannot listen on 127.0.0.1:{port}: {error.strerror}") from error
+    print(f"Serving {bundle_dir} at {server.url} (Ctrl-C to stop)", flush=True)  # type: ignore[attr-defined]
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        print("stopped")
+    finally:
+        stop_server(server)
+
+
+def find_chromium() -> str:
+    """The path of the Chromium executable, or a RelaxwebError saying what to install."""
+    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
+        path = shutil.which(name)
+        if path:
+            return path
+    raise RelaxwebError("Chromium is not installed: install it (Debian: apt-get install chromium)")
+
+
+def launch_chromium(playwright: Any) -> Any:
+    """Launch headless Chromium with WebGPU (``CHROMIUM_FLAGS``) from a Playwright instance."""
+    executable = find_chromium()
+    try:
+        return playwright.chromium.launch(executable_path=executable, args=list(CHROMIUM_FLAGS), headless=True)
+    except Exception as error:
+        raise RelaxwebError(f"could not start Chromium ({executable}): {error}") from error
+
+
+def sync_playwright() -> Any:
+    """Playwright's ``sync_playwright()``, or a RelaxwebError saying what to install."""
+    try:
+        from playwright.sync_api import sync_playwright as start
+    except ImportError as error:
+        raise RelaxwebError("Playwright is not installed: pip install playwright") from error
+    return start()
+
+
+@contextlib.contextmanager
+def open_runner_page(bundle_dir: str | Path, timeout_s: float = 60.0) -> Iterator[Any]:
+    """A Playwright page in a fresh headless Chromium, with the bundle served at ``/bundle/``
+    and the runtime imported as ``window.relaxweb``.  Closes the browser and server on exit.
+    """
+    bundle = check_bundle_dir(bundle_dir)
+    with tempfile.TemporaryDirectory(prefix="relaxweb-runner-") as page_dir:
+        (Path(page_dir) / "index.html").write_text(RUNNER_PAGE)
+        server = start_server(bundle, page_dir=page_dir)
+        try:
+            with sync_playwright() as playwright:
+                browser = launch_chromium(playwright)
+                try:
+                    yield _open_runner(browser, server.url, timeout_s)  # type: ignore[attr-defined]
+                finally:
+                    browser.close()
+        finally:
+            stop_server(server)
+
+
+def _open_runner(browser: Any, url: str, timeout_s: float) -> Any:
+    """Open the runner page and wait until it has imported the runtime."""
+    page_errors: list[str] = []
+    page = browser.new_page()
+    page.on("pageerror", lambda error: page_errors.append(str(error)))
+    page.goto(url)
+    try:
+        page.wait_for_function("window.relaxwebReady === true", timeout=timeout_s * 1000)
+    except Exception as error:
+        details = "; ".join(page_errors) or str(error)
+        raise RelaxwebError(f"the browser runtime did not load: {details}") from error
+    return page
+
+
+def run_in_browser(
+    bundle_dir: str | Path,
+    inputs: dict[str, np.ndarray],
+    timeout_s: float = 120.0,
+) -> dict[str, np.ndarray]:
+    """Run a bundle once in headless Chromium (WebGPU) and return its outputs.
+
+    Errors raised in the page become :class:`InputShapeError` (the inputs were rejected) or
+    :class:`RelaxwebError`, with the page's message.  The browser and the server are always
+    closed.
+    """
+    encoded_inputs = {name: _encode_array(name, array) for name, array in inputs.items()}
+    with open_runner_page(bundle_dir, timeout_s) as page:
+        payload = {"inputs": encoded_inputs, "timeoutMs": int(timeout_s * 1000)}
+        try:
+            result = page.evaluate(RUN_IN_PAGE, payload)
+        except Exception as error:  # the page crashed or closed: no message of ours to pass on
+            raise RelaxwebError(f"the browser page failed: {error}") from error
+    if "error" in result:
+        error = result["error"]
+        if error["name"] == "InputShapeError":
+            raise InputShapeError(error["message"])
+        raise RelaxwebError(f"the browser run failed: {error['name']}: {error['message']}")
+    return {name: _decode_array(output) for name, output in result["outputs"].items()}
+
+
+def _encode_array(name: str, array: np.ndarray) -> dict:
+    """An input array as JSON for the page: base64 of its little-endian bytes, shape, class."""
+    array = np.asarray(array)
+    array_class = TYPED_ARRAY_OF_DTYPE.get(array.dtype.name)
+    if array_class is None:
+        raise InputShapeError(f"input '{name}': dtype {array.dtype.name} cannot be passed to the browser")
+    little_endian = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
+    return {
+        "base64": base64.b64encode(little_endian.tobytes()).decode("ascii"),
+        "shape": [int(d) for d in array.shape],
+        "arrayClass": array_class,
+    }
+
+
+def _decode_array(output: dict) -> np.ndarray:
+    """An output from the page as a numpy array (dtype from the typed array it came from)."""
+    dtype_of_class = {array_class: dtype for dtype, array_class in TYPED_ARRAY_OF_DTYPE.items()}
+    dtype = np.dtype(dtype_of_class[output["arrayClass"]]).newbyteorder("<")
+    data = np.frombuffer(base64.b64decode(output["base64"]), dtype=dtype)
+    return data.astype(dtype.newbyteorder("="), copy=True).reshape(output["shape"])

@@ -1,0 +1,302 @@
+// The host module of a relaxweb bundle (host.wasm), wrapped for JavaScript.
+//
+// No GPU here: this file only does shape checks, shape arithmetic and reads the command
+// list, so it runs the same in Node and in browsers. The ABI is described in
+// docs/bundle-format.md ("host.wasm").
+
+/** Opcode of a command record: dispatch `call_sites[callSite]` over a workgroup grid. */
+export const OPCODE_DISPATCH = 1;
+
+/** Typed array class of each dtype a bundle's inputs and outputs may have. */
+export const TYPED_ARRAY_OF_DTYPE = {
+  float32: Float32Array,
+  int32: Int32Array,
+  uint32: Uint32Array,
+};
+
+/**
+ * A problem with the inputs given to a run: a missing input, a wrong dtype, a wrong rank,
+ * or a dimension that the host's checks reject (a fixed size mismatch, a bound exceeded).
+ */
+export class InputShapeError extends Error {
+  /**
+   * @param {string} message complete, readable on its own
+   * @param {{code?: number, value?: number, expected?: number}} [details]
+   *   for a host check: the error code and the two numbers of its error info
+   */
+  constructor(message, details = {}) {
+    super(message);
+    this.name = "InputShapeError";
+    this.code = details.code;
+    this.value = details.value;
+    this.expected = details.expected;
+  }
+}
+
+/**
+ * @typedef {Object} Command
+ * @property {number} opcode      1 = dispatch
+ * @property {number} callSite    index into manifest.call_sites
+ * @property {[number, number, number]} workgroups  the grid (x, y, z)
+ */
+
+/**
+ * @typedef {Object} InputTensor
+ * @property {Float32Array|Int32Array|Uint32Array} data
+ * @property {number[]} shape
+ */
+
+/** The instantiated host module of one bundle, with readers for everything it exports. */
+export class Host {
+  /**
+   * Compile and instantiate host.wasm.
+   * @param {BufferSource} wasmBytes the bytes of host.wasm
+   * @param {any} manifest the parsed manifest.json of the same bundle
+   * @returns {Promise<Host>}
+   */
+  static async instantiate(wasmBytes, manifest) {
+    const { instance } = await WebAssembly.instantiate(wasmBytes, {});
+    return new Host(instance, manifest);
+  }
+
+  /**
+   * @param {WebAssembly.Instance} instance
+   * @param {any} manifest
+   */
+  constructor(instance, manifest) {
+    this.exports = /** @type {any} */ (instance.exports);
+    this.manifest = manifest;
+    this.maxRank = manifest.max_rank;
+  }
+
+  /** A fresh view of the memory (a new view after the module grows its memory). */
+  get view() {
+    return new DataView(this.exports.memory.buffer);
+  }
+
+  /**
+   * Read `count` little-endian i64 values at `address`, as numbers.
+   * @param {number} address
+   * @param {number} count
+   * @returns {number[]}
+   */
+  readInt64s(address, count) {
+    const view = this.view;
+    return Array.from({ length: count }, (_, i) => Number(view.getBigInt64(address + 8 * i, true)));
+  }
+
+  /**
+   * Write little-endian i64 values at `address`.
+   * @param {number} address
+   * @param {number[]} values
+   */
+  writeInt64s(address, values) {
+    const view = this.view;
+    values.forEach((value, i) => view.setBigInt64(address + 8 * i, BigInt(value), true));
+  }
+
+  /**
+   * The bound of each symbolic var (manifest order) currently in the host; null for none.
+   * @returns {(number|null)[]}
+   */
+  varBounds() {
+    const count = this.manifest.symbolic_vars.length;
+    return this.readInt64s(this.exports.var_bounds(), count).map((b) => (b < 0 ? null : b));
+  }
+
+  /**
+   * Tighten the bounds of some symbolic vars. A bound may not exceed the build's bound.
+   * @param {Record<string, number>} bounds var name -> new bound
+   */
+  setBounds(bounds) {
+    const vars = this.manifest.symbolic_vars;
+    const current = this.varBounds();
+    for (const [name, bound] of Object.entries(bounds)) {
+      const index = vars.findIndex((/** @type {{name: string}} */ v) => v.name === name);
+      if (index < 0) {
+        const known = vars.map((/** @type {{name: string}} */ v) => v.name).join(", ") || "none";
+        throw new Error(`bounds: unknown symbolic var '${name}' (the model's vars: ${known})`);
+      }
+      if (!Number.isInteger(bound) || bound < 0) {
+        throw new Error(`bounds: the bound of '${name}' must be a non-negative integer, got ${bound}`);
+      }
+      const buildBound = current[index];
+      if (buildBound !== null && bound > buildBound) {
+        throw new Error(
+          `bounds: the bound of '${name}' is ${bound}, above the bound ${buildBound} the bundle was built with`,
+        );
+      }
+      this.writeInt64s(this.exports.var_bounds() + 8 * index, [bound]);
+    }
+  }
+
+  /**
+   * Write every input's `[ndim, dims...]` into the host's input_shapes area.
+   * @param {number[][]} shapes one shape per manifest input, in manifest order
+   */
+  writeInputShapes(shapes) {
+    const base = this.exports.input_shapes();
+    const stride = 8 * (1 + this.maxRank);
+    shapes.forEach((shape, k) => {
+      if (shape.length > this.maxRank) {
+        const name = this.manifest.inputs[k].name;
+        throw new InputShapeError(`input '${name}': rank ${shape.length} is above the bundle's max rank ${this.maxRank}`);
+      }
+      this.writeInt64s(base + k * stride, [shape.length, ...shape]);
+    });
+  }
+
+  /**
+   * Run the host's checks and shape arithmetic on the input shapes written last.
+   * @returns {number} 0, or an error code (manifest.errors[].code)
+   */
+  run() {
+    return this.exports.run();
+  }
+
+  /**
+   * Write the input shapes and run; throw an InputShapeError when the host rejects them.
+   * @param {number[][]} shapes one shape per manifest input, in manifest order
+   */
+  runOrThrow(shapes) {
+    this.writeInputShapes(shapes);
+    const code = this.run();
+    if (code !== 0) throw this.errorFor(code);
+  }
+
+  /**
+   * The error info `[code, value, expected]` of the last failed run.
+   * @returns {{code: number, value: number, expected: number}}
+   */
+  errorInfo() {
+    const [code, value, expected] = this.readInt64s(this.exports.error_info(), 3);
+    return { code, value, expected };
+  }
+
+  /**
+   * The error for a code returned by run(): its manifest template filled with the error info.
+   * @param {number} code
+   * @returns {InputShapeError}
+   */
+  errorFor(code) {
+    const { value, expected } = this.errorInfo();
+    const template = this.manifest.errors.find((/** @type {any} */ e) => e.code === code);
+    const message = template
+      ? template.message.replaceAll("{value}", String(value)).replaceAll("{expected}", String(expected))
+      : `the inputs were rejected by host.wasm with unknown error code ${code} (value ${value}, expected ${expected})`;
+    return new InputShapeError(message, { code, value, expected });
+  }
+
+  /**
+   * The value of each symbolic var (manifest order) as bound by the last run.
+   * @returns {number[]}
+   */
+  varValues() {
+    return this.readInt64s(this.exports.var_values(), this.manifest.symbolic_vars.length);
+  }
+
+  /**
+   * Bytes each storage needs for the last run (or for the last sizesAtBounds call).
+   * @returns {number[]}
+   */
+  storageSizes() {
+    return this.readInt64s(this.exports.storage_sizes(), this.manifest.storages.length);
+  }
+
+  /**
+   * Bytes each storage needs with every var at its bound; null when some storage size
+   * uses a var without a bound.
+   * @returns {number[]|null}
+   */
+  sizesAtBounds() {
+    return this.exports.sizes_at_bounds() === 0 ? this.storageSizes() : null;
+  }
+
+  /**
+   * The shape of each output (manifest order), computed by the last run.
+   * @returns {number[][]}
+   */
+  outputShapes() {
+    const base = this.exports.output_shapes();
+    const stride = 8 * (1 + this.maxRank);
+    return this.manifest.outputs.map((/** @type {any} */ _, /** @type {number} */ k) => {
+      const [ndim] = this.readInt64s(base + k * stride, 1);
+      return this.readInt64s(base + k * stride + 8, ndim);
+    });
+  }
+
+  /**
+   * A copy of the params block written by the last run (manifest.params_bytes bytes).
+   * @returns {Uint8Array}
+   */
+  params() {
+    const address = this.exports.params();
+    return new Uint8Array(this.exports.memory.buffer, address, this.manifest.params_bytes).slice();
+  }
+
+  /**
+   * The command list written by the last run, in execution order.
+   * @returns {Command[]}
+   */
+  commands() {
+    const address = this.exports.commands();
+    const view = this.view;
+    const count = view.getInt32(address, true);
+    return Array.from({ length: count }, (_, i) => {
+      const record = address + 4 + 20 * i;
+      const field = (/** @type {number} */ j) => view.getInt32(record + 4 * j, true);
+      return { opcode: field(0), callSite: field(1), workgroups: [field(2), field(3), field(4)] };
+    });
+  }
+}
+
+/**
+ * Check the inputs of a run against the manifest (names, dtypes, ranks, data lengths) and
+ * return their shapes in manifest order. Throws an InputShapeError naming the input.
+ * @param {any} manifest
+ * @param {Record<string, InputTensor>} inputs
+ * @returns {number[][]}
+ */
+export function checkInputs(manifest, inputs) {
+  const names = manifest.inputs.map((/** @type {any} */ i) => i.name);
+  for (const name of Object.keys(inputs ?? {})) {
+    if (!names.includes(name)) {
+      throw new InputShapeError(`unknown input '${name}' (the model's inputs: ${names.join(", ")})`);
+    }
+  }
+  return manifest.inputs.map((/** @type {any} */ spec) => checkInput(spec, inputs?.[spec.name]));
+}
+
+/**
+ * @param {{name: string, dtype: string, shape: (number|string)[]}} spec
+ * @param {InputTensor|undefined} tensor
+ * @returns {number[]}
+ */
+function checkInput(spec, tensor) {
+  const name = spec.name;
+  if (tensor === undefined || tensor === null) {
+    throw new InputShapeError(`input '${name}' is missing`);
+  }
+  const { data, shape } = tensor;
+  const arrayClass = TYPED_ARRAY_OF_DTYPE[/** @type {keyof TYPED_ARRAY_OF_DTYPE} */ (spec.dtype)];
+  if (!arrayClass) {
+    throw new InputShapeError(`input '${name}': dtype ${spec.dtype} is not supported by this runtime`);
+  }
+  if (!(data instanceof arrayClass)) {
+    const given = data?.constructor?.name ?? typeof data;
+    throw new InputShapeError(`input '${name}': expected ${spec.dtype} data (${arrayClass.name}), got ${given}`);
+  }
+  if (!Array.isArray(shape) || !shape.every((d) => Number.isInteger(d) && d >= 0)) {
+    throw new InputShapeError(`input '${name}': shape must be an array of non-negative integers, got ${JSON.stringify(shape)}`);
+  }
+  if (shape.length !== spec.shape.length) {
+    throw new InputShapeError(
+      `input '${name}': expected ${spec.shape.length} dimensions [${spec.shape.join(", ")}], got ${shape.length} [${shape.join(", ")}]`,
+    );
+  }
+  const elements = shape.reduce((a, b) => a * b, 1);
+  if (data.length !== elements) {
+    throw new InputShapeError(`input '${name}': shape [${shape.join(", ")}] has ${elements} elements, but the data has ${data.length}`);
+  }
+  return shape;
+}

@@ -1,0 +1,72 @@
+// Types of the public API of the relaxweb browser runtime (relaxweb.js).
+
+/** Typed arrays a tensor's data may be, by dtype: float32, int32, uint32. */
+export type TensorData = Float32Array | Int32Array | Uint32Array;
+
+/** A tensor passed to or returned by `Model.run`: row-major data and its shape. */
+export interface Tensor {
+  data: TensorData;
+  shape: number[];
+}
+
+/** An input or output as the manifest describes it; shape entries may be symbolic ("batch * 4"). */
+export interface TensorSpec {
+  name: string;
+  dtype: "float32" | "int32" | "uint32" | string;
+  shape: (number | string)[];
+  storage: number;
+}
+
+/** A symbolic var; `bound` is the bound in effect (the build's, or a tighter one from `load`), null for none. */
+export interface SymbolicVar {
+  name: string;
+  bound: number | null;
+}
+
+/** Weight bytes fetched so far, and in all. */
+export interface Progress {
+  loaded: number;
+  total: number;
+}
+
+export interface LoadOptions {
+  /** Tighter bounds for symbolic vars: smaller buffers; a bound above the build's is an error. */
+  bounds?: Record<string, number>;
+  /** Called as the weight shards arrive, first with `loaded: 0`, last with `loaded === total`. */
+  onProgress?: (progress: Progress) => void;
+  /** A WebGPU device to use instead of requesting one (it must meet the bundle's limits). */
+  device?: GPUDevice;
+}
+
+/** An input was missing, had the wrong dtype or rank, or a dimension the bundle rejects. */
+export class InputShapeError extends Error {
+  name: "InputShapeError";
+  /** For a host check: its error code and the two numbers of its error info. */
+  code?: number;
+  value?: number;
+  expected?: number;
+}
+
+/** A loaded bundle. */
+export class Model {
+  readonly inputs: TensorSpec[];
+  readonly outputs: TensorSpec[];
+  readonly symbolicVars: SymbolicVar[];
+  readonly device: GPUDevice;
+  /** The parsed manifest.json. */
+  readonly manifest: unknown;
+  /**
+   * Run once. Rejects with an InputShapeError for bad inputs, with an Error for WebGPU
+   * validation / out-of-memory errors or a lost device.
+   */
+  run(inputs: Record<string, Tensor>): Promise<Record<string, Tensor>>;
+  /** Free the GPU buffers (and the device, when `load` requested it); later runs reject. */
+  dispose(): void;
+}
+
+/**
+ * Fetch a bundle (its folder URL, or its manifest.json), verify its weights, set up WebGPU.
+ * Rejects when WebGPU or a required limit is missing, a shard is corrupt, or a kernel does
+ * not compile.
+ */
+export function load(url: string | URL, options?: LoadOptions): Promise<Model>;

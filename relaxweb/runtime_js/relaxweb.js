@@ -1,0 +1,521 @@
+// The browser runtime of relaxweb: loads a bundle (docs/bundle-format.md) and runs it on
+// WebGPU. No build step; types are in JSDoc and in relaxweb.d.ts.
+//
+//   import { load } from "./runtime/relaxweb.js";
+//   const model = await load("./");
+//   const { y } = await model.run({ x: { data: new Float32Array(64), shape: [1, 64] } });
+
+import { Host, InputShapeError, TYPED_ARRAY_OF_DTYPE, OPCODE_DISPATCH, checkInputs } from "./host.js";
+
+export { InputShapeError };
+
+/**
+ * @typedef {import("./host.js").InputTensor} Tensor
+ * @typedef {{loaded: number, total: number}} Progress  bytes of weights fetched so far / in all
+ * @typedef {Object} LoadOptions
+ * @property {Record<string, number>} [bounds]  tighter bounds for symbolic vars (at most the build's)
+ * @property {(progress: Progress) => void} [onProgress]  called as weight bytes arrive
+ * @property {GPUDevice} [device]  a device to use instead of requesting one
+ */
+
+/** GPU buffer usages (the GPUBufferUsage flags, spelled out so that Node can import this file). */
+const USAGE = { MAP_READ: 0x1, COPY_SRC: 0x4, COPY_DST: 0x8, UNIFORM: 0x40, STORAGE: 0x80 };
+const COMPUTE_STAGE = 0x4;
+
+/**
+ * Load a bundle and prepare it to run.
+ * @param {string|URL} url the bundle folder (or its manifest.json)
+ * @param {LoadOptions} [options]
+ * @returns {Promise<Model>}
+ */
+export async function load(url, { bounds, onProgress, device } = {}) {
+  const manifestUrl = resolveManifestUrl(url);
+  const manifest = await (await fetchOk(manifestUrl)).json();
+  if (manifest.format !== "relaxweb-bundle" || manifest.version !== 1) {
+    throw new Error(`${manifestUrl} is not a version 1 relaxweb bundle manifest`);
+  }
+  for (const tensor of [...manifest.inputs, ...manifest.outputs]) {
+    if (!(tensor.dtype in TYPED_ARRAY_OF_DTYPE)) {
+      throw new Error(`'${tensor.name}' has dtype ${tensor.dtype}, which this runtime does not support`);
+    }
+  }
+  const fileUrl = (/** @type {string} */ file) => new URL(file, manifestUrl);
+
+  const [host, kernelSources, shards] = await Promise.all([
+    fetchOk(fileUrl("host.wasm")).then((r) => r.arrayBuffer()).then((b) => Host.instantiate(b, manifest)),
+    Promise.all(manifest.kernels.map((/** @type {any} */ k) => fetchOk(fileUrl(k.file)).then((r) => r.text()))),
+    fetchShards(manifest, fileUrl, onProgress),
+  ]);
+  if (bounds) host.setBounds(bounds);
+
+  const unbounded = manifest.storages.some((/** @type {any} */ s) => s.size_at_bounds === null);
+  const gpuDevice = device ?? (await requestDevice(manifest.required_limits ?? {}, unbounded));
+  checkLimits(gpuDevice.limits, manifest.required_limits ?? {}, "device");
+  return Model.create(manifest, host, gpuDevice, { kernelSources, shards, ownsDevice: !device });
+}
+
+/** A loaded bundle: its GPU resources and its host module. */
+export class Model {
+  /**
+   * @param {any} manifest
+   * @param {Host} host
+   * @param {GPUDevice} device
+   * @param {{kernelSources: string[], shards: Uint8Array[], ownsDevice: boolean}} parts
+   * @returns {Promise<Model>}
+   */
+  static async create(manifest, host, device, parts) {
+    const model = new Model(manifest, host, device, parts.ownsDevice);
+    try {
+      const modules = await model.orDeviceLoss(compileKernels(device, manifest, parts.kernelSources));
+      model.pipelines = await model.captureGpuErrors("load", () => {
+        model.weightBuffers = createWeightBuffers(device, manifest, parts.shards);
+        model.allocateStoragesAtBounds();
+        return createPipelines(device, manifest, modules);
+      });
+      return model;
+    } catch (error) {
+      model.dispose();
+      throw error;
+    }
+  }
+
+  /**
+   * @param {any} manifest
+   * @param {Host} host
+   * @param {GPUDevice} device
+   * @param {boolean} ownsDevice
+   */
+  constructor(manifest, host, device, ownsDevice) {
+    this.manifest = manifest;
+    this.host = host;
+    this.device = device;
+    this.ownsDevice = ownsDevice;
+    /** @type {{name: string, dtype: string, shape: (number|string)[]}[]} */
+    this.inputs = manifest.inputs;
+    /** @type {{name: string, dtype: string, shape: (number|string)[]}[]} */
+    this.outputs = manifest.outputs;
+    /** The symbolic vars, with the bounds in effect (after the `bounds` option). */
+    const bounds = host.varBounds();
+    this.symbolicVars = manifest.symbolic_vars.map((/** @type {any} */ v, /** @type {number} */ i) => ({
+      ...v,
+      bound: bounds[i],
+    }));
+    /** @type {GPUComputePipeline[]} */
+    this.pipelines = [];
+    /** @type {GPUBuffer[]} */
+    this.weightBuffers = [];
+    /** @type {GPUBuffer[]} one per storage, allocated at load, grown when a run needs more */
+    this.storageBuffers = [];
+    /** @type {(GPUBindGroup|null)[]} one per call site, rebuilt when a storage it uses is replaced */
+    this.bindGroups = manifest.call_sites.map(() => null);
+    this.paramsBuffer = device.createBuffer({
+      label: "params",
+      size: Math.max(manifest.params_bytes, 256),
+      usage: USAGE.UNIFORM | USAGE.COPY_DST,
+    });
+    /** @type {string|null} why the model cannot run any more (disposed, device lost) */
+    this.unusableReason = null;
+    /** Resolves with an Error when the device is lost. */
+    this.lost = device.lost.then((info) => {
+      this.unusableReason ??= `the WebGPU device was lost (${info.reason}): ${info.message}`;
+      return new Error(this.unusableReason);
+    });
+  }
+
+  /**
+   * Run the model.
+   * @param {Record<string, Tensor>} inputs name -> {data, shape}
+   * @returns {Promise<Record<string, Tensor>>} name -> {data, shape}
+   */
+  async run(inputs) {
+    if (this.unusableReason) throw new Error(`cannot run: ${this.unusableReason}`);
+    const shapes = checkInputs(this.manifest, inputs);
+    this.host.runOrThrow(shapes);
+    const outputShapes = this.host.outputShapes();
+    const commands = this.host.commands();
+    const params = this.host.params();
+    const sizes = this.host.storageSizes();
+    const readback = await this.captureGpuErrors("run", () => {
+      this.growStorages(sizes);
+      return this.submit(inputs, params, commands, outputShapes);
+    });
+    return this.readOutputs(readback);
+  }
+
+  /** Free the GPU resources (and the device, when load() requested it). */
+  dispose() {
+    this.unusableReason ??= "the model was disposed";
+    for (const buffer of [...this.weightBuffers, ...this.storageBuffers, this.paramsBuffer]) buffer?.destroy();
+    if (this.ownsDevice) this.device.destroy();
+  }
+
+  /** Allocate every storage whose size at the bounds is known (all of them when every var has a bound). */
+  allocateStoragesAtBounds() {
+    const sizes = this.host.sizesAtBounds()
+      ?? this.manifest.storages.map((/** @type {any} */ s) => s.size_at_bounds ?? 0);
+    this.growStorages(sizes);
+  }
+
+  /**
+   * Reallocate every storage buffer smaller than needed; forget the bind groups that used it.
+   * @param {number[]} sizes bytes needed per storage
+   */
+  growStorages(sizes) {
+    sizes.forEach((size, index) => {
+      const needed = Math.ceil(Math.max(size, 4) / 4) * 4;
+      const buffer = this.storageBuffers[index];
+      if (buffer !== undefined && buffer.size >= needed) return;
+      buffer?.destroy();
+      this.storageBuffers[index] = this.device.createBuffer({
+        label: `storage ${index} (${this.manifest.storages[index].role})`,
+        size: needed,
+        usage: USAGE.STORAGE | USAGE.COPY_DST | USAGE.COPY_SRC,
+      });
+      this.manifest.call_sites.forEach((/** @type {any} */ site, /** @type {number} */ c) => {
+        if (site.buffers.some((/** @type {any} */ b) => b.storage === index)) this.bindGroups[c] = null;
+      });
+    });
+  }
+
+  /**
+   * The bind group of a call site, created on first use.
+   * @param {number} callSite
+   * @returns {GPUBindGroup}
+   */
+  bindGroup(callSite) {
+    const existing = this.bindGroups[callSite];
+    if (existing) return existing;
+    const site = this.manifest.call_sites[callSite];
+    const buffers = site.buffers.map((/** @type {any} */ b) =>
+      "storage" in b ? this.storageBuffers[b.storage] : this.weightBuffers[b.weight]);
+    const group = this.device.createBindGroup({
+      layout: this.pipelines[site.kernel].getBindGroupLayout(0),
+      entries: [
+        { binding: 0, resource: { buffer: this.paramsBuffer, offset: site.params_offset, size: site.params_size } },
+        ...buffers.map((/** @type {GPUBuffer} */ buffer, /** @type {number} */ b) => ({ binding: b + 1, resource: { buffer } })),
+      ],
+    });
+    this.bindGroups[callSite] = group;
+    return group;
+  }
+
+  /**
+   * Upload inputs and params, encode the command list and the output copies, submit once.
+   * @param {Record<string, Tensor>} inputs
+   * @param {Uint8Array} params
+   * @param {import("./host.js").Command[]} commands
+   * @param {number[][]} outputShapes
+   * @returns {{buffer: GPUBuffer, outputs: {name: string, dtype: string, shape: number[], offset: number, bytes: number}[]}}
+   */
+  submit(inputs, params, commands, outputShapes) {
+    const { device, manifest } = this;
+    manifest.inputs.forEach((/** @type {any} */ spec) => {
+      const data = inputs[spec.name].data;
+      if (data.byteLength > 0) {
+        device.queue.writeBuffer(this.storageBuffers[spec.storage], 0, data.buffer, data.byteOffset, data.byteLength);
+      }
+    });
+    if (params.byteLength > 0) device.queue.writeBuffer(this.paramsBuffer, 0, params);
+
+    const encoder = device.createCommandEncoder();
+    const pass = encoder.beginComputePass();
+    for (const { opcode, callSite, workgroups } of commands) {
+      if (opcode !== OPCODE_DISPATCH) throw new Error(`host.wasm wrote an unknown opcode ${opcode}`);
+      pass.setPipeline(this.pipelines[manifest.call_sites[callSite].kernel]);
+      pass.setBindGroup(0, this.bindGroup(callSite));
+      pass.dispatchWorkgroups(...workgroups);
+    }
+    pass.end();
+
+    let offset = 0;
+    const outputs = manifest.outputs.map((/** @type {any} */ spec, /** @type {number} */ k) => {
+      const shape = outputShapes[k];
+      const bytes = shape.reduce((a, b) => a * b, 1) * TYPED_ARRAY_OF_DTYPE[/** @type {"float32"} */ (spec.dtype)].BYTES_PER_ELEMENT;
+      const output = { name: spec.name, dtype: spec.dtype, shape, offset, bytes };
+      offset += Math.ceil(bytes / 4) * 4;
+      return output;
+    });
+    const buffer = device.createBuffer({ size: Math.max(offset, 4), usage: USAGE.MAP_READ | USAGE.COPY_DST });
+    for (const output of outputs) {
+      const spec = manifest.outputs.find((/** @type {any} */ o) => o.name === output.name);
+      if (output.bytes > 0) {
+        encoder.copyBufferToBuffer(this.storageBuffers[spec.storage], 0, buffer, output.offset, Math.ceil(output.bytes / 4) * 4);
+      }
+    }
+    device.queue.submit([encoder.finish()]);
+    return { buffer, outputs };
+  }
+
+  /**
+   * Map the readback buffer and copy each output out of it.
+   * @param {{buffer: GPUBuffer, outputs: {name: string, dtype: string, shape: number[], offset: number, bytes: number}[]}} readback
+   * @returns {Promise<Record<string, Tensor>>}
+   */
+  async readOutputs({ buffer, outputs }) {
+    try {
+      await this.orDeviceLoss(buffer.mapAsync(/* GPUMapMode.READ */ 1));
+      const mapped = buffer.getMappedRange();
+      /** @type {Record<string, Tensor>} */
+      const result = {};
+      for (const { name, dtype, shape, offset, bytes } of outputs) {
+        const arrayClass = TYPED_ARRAY_OF_DTYPE[/** @type {"float32"} */ (dtype)];
+        result[name] = { data: new arrayClass(mapped.slice(offset, offset + bytes)), shape };
+      }
+      buffer.unmap();
+      return result;
+    } finally {
+      buffer.destroy();
+    }
+  }
+
+  /**
+   * Call `work` inside validation and out-of-memory error scopes; reject with the first GPU
+   * error its calls caused, or when the device is lost. The scopes are pushed and popped
+   * around the synchronous part of `work` only, so concurrent calls cannot mix them up;
+   * a promise it returns is awaited afterwards.
+   * @template T
+   * @param {string} what "load" or "run", for the message
+   * @param {() => T | Promise<T>} work
+   * @returns {Promise<T>}
+   */
+  async captureGpuErrors(what, work) {
+    this.device.pushErrorScope("out-of-memory");
+    this.device.pushErrorScope("validation");
+    /** @type {T | Promise<T> | undefined} */
+    let result;
+    /** @type {unknown} */
+    let failure = null;
+    try {
+      result = work();
+    } catch (error) {
+      failure = error;
+    }
+    const validationError = this.device.popErrorScope();
+    const outOfMemoryError = this.device.popErrorScope();
+    const [validation, outOfMemory] = await this.orDeviceLoss(Promise.all([validationError, outOfMemoryError]));
+    if (outOfMemory) failure = new Error(`WebGPU ran out of memory during ${what}: ${outOfMemory.message}`);
+    else if (validation) failure = new Error(`WebGPU validation error during ${what}: ${validation.message}`);
+    const settled = Promise.resolve(/** @type {T | Promise<T>} */ (result));
+    if (failure) {
+      settled.catch(() => {}); // its own failure, if any, is superseded by this one
+      throw failure;
+    }
+    return this.orDeviceLoss(settled);
+  }
+
+  /**
+   * Wait for `promise`, but reject as soon as the device is lost.
+   * @template T
+   * @param {Promise<T>} promise
+   * @returns {Promise<T>}
+   */
+  orDeviceLoss(promise) {
+    /** @type {Promise<never>} */
+    const lost = this.lost.then((error) => Promise.reject(error));
+    return Promise.race([promise, lost]);
+  }
+}
+
+/**
+ * @param {string|URL} url a bundle folder or its manifest.json
+ * @returns {URL}
+ */
+function resolveManifestUrl(url) {
+  const base = globalThis.location?.href;
+  const text = String(url);
+  if (text.endsWith(".json")) return new URL(text, base);
+  return new URL("manifest.json", new URL(text.endsWith("/") ? text : `${text}/`, base));
+}
+
+/**
+ * fetch() that rejects on an HTTP error status.
+ * @param {URL} url
+ * @returns {Promise<Response>}
+ */
+async function fetchOk(url) {
+  const response = await fetch(url);
+  if (!response.ok) throw new Error(`could not fetch ${url}: HTTP ${response.status} ${response.statusText}`);
+  return response;
+}
+
+/**
+ * Fetch every weight shard, report progress, and verify its sha256.
+ * @param {any} manifest
+ * @param {(file: string) => URL} fileUrl
+ * @param {((progress: Progress) => void)|undefined} onProgress
+ * @returns {Promise<Uint8Array[]>}
+ */
+async function fetchShards(manifest, fileUrl, onProgress) {
+  const total = manifest.shards.reduce((/** @type {number} */ sum, /** @type {any} */ s) => sum + s.nbytes, 0);
+  let loaded = 0;
+  const report = (/** @type {number} */ bytes) => {
+    loaded += bytes;
+    onProgress?.({ loaded, total });
+  };
+  report(0);
+  return Promise.all(manifest.shards.map(async (/** @type {any} */ shard) => {
+    const bytes = await readWithProgress(await fetchOk(fileUrl(shard.file)), shard.nbytes, report);
+    if (bytes.byteLength !== shard.nbytes) {
+      throw new Error(`weight shard ${shard.file} has ${bytes.byteLength} bytes, expected ${shard.nbytes}`);
+    }
+    const digest = await sha256Hex(bytes);
+    if (digest !== shard.sha256) {
+      throw new Error(`weight shard ${shard.file} is corrupt: sha256 ${digest}, expected ${shard.sha256}`);
+    }
+    return bytes;
+  }));
+}
+
+/**
+ * Read a response body, calling `report(bytes)` for each chunk.
+ * @param {Response} response
+ * @param {number} expectedBytes
+ * @param {(bytes: number) => void} report
+ * @returns {Promise<Uint8Array>}
+ */
+async function readWithProgress(response, expectedBytes, report) {
+  if (!response.body) {
+    const bytes = new Uint8Array(await response.arrayBuffer());
+    report(bytes.byteLength);
+    return bytes;
+  }
+  const chunks = [];
+  let length = 0;
+  const reader = response.body.getReader();
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    chunks.push(value);
+    length += value.byteLength;
+    report(value.byteLength);
+  }
+  const bytes = new Uint8Array(length);
+  let offset = 0;
+  for (const chunk of chunks) {
+    bytes.set(chunk, offset);
+    offset += chunk.byteLength;
+  }
+  return bytes;
+}
+
+/**
+ * @param {Uint8Array} bytes
+ * @returns {Promise<string>}
+ */
+async function sha256Hex(bytes) {
+  if (!globalThis.crypto?.subtle) throw new Error("crypto.subtle is unavailable: serve the bundle over https or from localhost");
+  const digest = new Uint8Array(await crypto.subtle.digest("SHA-256", bytes));
+  return Array.from(digest, (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+/**
+ * Request an adapter and a device with the limits the bundle needs. When some storage has
+ * no bound, also ask for the adapter's largest buffers, since storages may grow.
+ * @param {Record<string, number>} requiredLimits
+ * @param {boolean} unbounded
+ * @returns {Promise<GPUDevice>}
+ */
+async function requestDevice(requiredLimits, unbounded) {
+  if (!globalThis.navigator?.gpu) throw new Error("WebGPU is not available here (navigator.gpu is missing)");
+  const adapter = await navigator.gpu.requestAdapter();
+  if (!adapter) throw new Error("WebGPU is available but no GPU adapter was found");
+  checkLimits(adapter.limits, requiredLimits, "GPU adapter");
+  const limits = { ...requiredLimits };
+  if (unbounded) {
+    limits.maxStorageBufferBindingSize = adapter.limits.maxStorageBufferBindingSize;
+    limits.maxBufferSize = adapter.limits.maxBufferSize;
+  }
+  return adapter.requestDevice({ requiredLimits: limits });
+}
+
+/**
+ * Check that `limits` satisfy the bundle's required limits ("max..." at least, "min..." at most).
+ * @param {GPUSupportedLimits} limits
+ * @param {Record<string, number>} requiredLimits
+ * @param {string} owner "GPU adapter" or "device", for the message
+ */
+function checkLimits(limits, requiredLimits, owner) {
+  for (const [name, needed] of Object.entries(requiredLimits)) {
+    const available = /** @type {any} */ (limits)[name];
+    if (typeof available !== "number") throw new Error(`the ${owner} does not report the limit ${name} this model needs`);
+    const enough = name.startsWith("min") ? available <= needed : available >= needed;
+    if (!enough) throw new Error(`this model needs the WebGPU limit ${name} = ${needed}, but the ${owner} supports ${available}`);
+  }
+}
+
+/**
+ * Compile every kernel's WGSL; reject with the compiler's messages (file:line:column) when
+ * one does not compile.
+ * @param {GPUDevice} device
+ * @param {any} manifest
+ * @param {string[]} sources WGSL code per kernel
+ * @returns {Promise<GPUShaderModule[]>}
+ */
+async function compileKernels(device, manifest, sources) {
+  device.pushErrorScope("validation");
+  const modules = manifest.kernels.map((/** @type {any} */ kernel, /** @type {number} */ k) =>
+    device.createShaderModule({ label: kernel.name, code: sources[k] }));
+  const scopeError = device.popErrorScope();
+  await Promise.all(modules.map(async (/** @type {GPUShaderModule} */ module, /** @type {number} */ k) => {
+    const kernel = manifest.kernels[k];
+    const errors = (await module.getCompilationInfo()).messages.filter((m) => m.type === "error");
+    if (errors.length > 0) {
+      const lines = errors.map((m) => `  ${kernel.file}:${m.lineNum}:${m.linePos}: ${m.message}`).join("\n");
+      throw new Error(`kernel ${kernel.name} does not compile:\n${lines}`);
+    }
+  })).catch((error) => {
+    scopeError.catch(() => {}); // the compiler's messages say more
+    throw error;
+  });
+  const error = await scopeError;
+  if (error) throw new Error(`WebGPU validation error while compiling the kernels: ${error.message}`);
+  return modules;
+}
+
+/**
+ * Create one compute pipeline per kernel, with explicit bind group layouts. The GPU calls
+ * are made now; the returned promise settles when every pipeline is ready.
+ * @param {GPUDevice} device
+ * @param {any} manifest
+ * @param {GPUShaderModule[]} modules compiled WGSL per kernel
+ * @returns {Promise<GPUComputePipeline[]>}
+ */
+function createPipelines(device, manifest, modules) {
+  return Promise.all(manifest.kernels.map((/** @type {any} */ kernel, /** @type {number} */ k) => {
+    const bindGroupLayout = device.createBindGroupLayout({
+      label: kernel.name,
+      entries: kernel.bindings.map((/** @type {GPUBufferBindingType} */ type, /** @type {number} */ binding) => ({
+        binding, visibility: COMPUTE_STAGE, buffer: { type },
+      })),
+    });
+    return device.createComputePipelineAsync({
+      label: kernel.name,
+      layout: device.createPipelineLayout({ bindGroupLayouts: [bindGroupLayout] }),
+      compute: { module: modules[k], entryPoint: kernel.entry_point },
+    }).catch((error) => {
+      throw new Error(`kernel ${kernel.name}: cannot create its pipeline: ${error.message}`);
+    });
+  }));
+}
+
+/**
+ * Create one read-only GPU buffer per weight, filled from its shard.
+ * @param {GPUDevice} device
+ * @param {any} manifest
+ * @param {Uint8Array[]} shards
+ * @returns {GPUBuffer[]}
+ */
+function createWeightBuffers(device, manifest, shards) {
+  return manifest.weights.map((/** @type {any} */ weight) => {
+    const buffer = device.createBuffer({
+      label: weight.name,
+      size: Math.ceil(Math.max(weight.nbytes, 4) / 4) * 4,
+      usage: USAGE.STORAGE,
+      mappedAtCreation: true,
+    });
+    const bytes = shards[weight.shard].subarray(weight.offset, weight.offset + weight.nbytes);
+    new Uint8Array(buffer.getMappedRange()).set(bytes);
+    buffer.unmap();
+    return buffer;
+  });
+}
