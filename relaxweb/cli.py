@@ -61,6 +61,8 @@ def command_build(args: argparse.Namespace) -> int:
 
 
 def load_npz(path: str) -> dict[str, np.ndarray]:
+    if Path(path).is_file() and not zipfile.is_zipfile(path):
+        raise RelaxwebError(f"{path}: not an .npz file (write one with numpy.savez(path, name=array, ...))")
     try:
         with np.load(path, allow_pickle=False) as data:
             return {name: data[name] for name in data.files}

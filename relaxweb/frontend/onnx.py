@@ -81,8 +81,17 @@ def format_unsupported(unsupported: dict[str, list[str]]) -> str:
 
 
 def symbolic_name(text: str) -> str:
+    """A size variable name for an ONNX dim_param: letters, digits and inner underscores.
+
+    Names never start with a digit or an underscore, nor end with an underscore, which is
+    kept for the index variables of tensor programs (``i0_``, ``k_``).
+    """
     name = re.sub(r"[^0-9A-Za-z_]", "_", text)
-    return name if name and not name[0].isdigit() else "d_" + name
+    if not name or not name[0].isalpha():
+        name = "d" + name
+    if name.endswith("_"):
+        name += "d"
+    return name
 
 
 def input_struct_info(value: onnx.ValueInfoProto) -> TensorStructInfo:

@@ -365,10 +365,10 @@ class _Canonicalizer:
         return self.atom(type(expr)(left, right))
 
     def from_polynomial(self, polynomial: Polynomial) -> PrimExpr:
-        """Build an expression: terms by descending degree, then by name; constant last."""
+        """Build an expression: positive terms first, then by descending degree and name; constant last."""
         def sort_key(item: tuple[Monomial, int]) -> tuple:
-            monomial, _ = item
-            return (-sum(power for _, power in monomial), monomial)
+            monomial, coefficient = item
+            return (coefficient < 0, -sum(power for _, power in monomial), monomial)
 
         result: PrimExpr | None = None
         constant = polynomial.get((), 0)
@@ -524,17 +524,45 @@ def prove_less_equal(a: IntLike, b: IntLike) -> bool:
     return prove_nonnegative(as_expr(b) - as_expr(a))
 
 
-def upper_bound(expr: IntLike, bounds: Mapping[str, int]) -> int | None:
+def prove_nondecreasing(expr: IntLike) -> bool:
+    """True only when expr never decreases as any size variable grows.
+
+    Sufficient test on the canonical form: every coefficient is >= 0 and every atom is a
+    variable, a floor division of a non-decreasing expression by a positive constant, or a
+    min / max of non-decreasing expressions.  Modulo and division by a variable fail it.
+    """
+    canonicalizer = _Canonicalizer()
+    polynomial = canonicalizer.to_polynomial(as_expr(expr))
+    for monomial, coefficient in polynomial.items():
+        if coefficient < 0:
+            return False
+        for key, _ in monomial:
+            atom = canonicalizer.atoms[key]
+            if isinstance(atom, SizeVar):
+                continue
+            if isinstance(atom, FloorDiv):
+                divisor = as_int(atom.b)
+                if divisor is None or divisor <= 0 or not prove_nondecreasing(atom.a):
+                    return False
+            elif isinstance(atom, (Min, Max)):
+                if not (prove_nondecreasing(atom.a) and prove_nondecreasing(atom.b)):
+                    return False
+            else:
+                return False
+    return True
+
+
+def upper_bound(expr: IntLike, bounds: Mapping[str, int | None]) -> int | None:
     """An upper bound of expr given an upper bound for each variable, or None if unknown.
 
-    Holds for expressions that are non-decreasing in every variable (provably non-negative
-    coefficients), which covers the sizes of tensors and storages.
+    Only for expressions that provably never decrease as a variable grows (the sizes of
+    tensors and storages are such): their value at the bounds is then the largest.
     """
     simplified = simplify(expr)
     names = [v.name for v in free_vars(simplified)]
-    if any(name not in bounds or bounds[name] is None for name in names):
+    if any(bounds.get(name) is None for name in names):
         return None
-    if not prove_nonnegative(simplified):
+    if not prove_nondecreasing(simplified):
         return None
     return int(evaluate(simplified, {name: bounds[name] for name in names}))  # type: ignore[arg-type]
 

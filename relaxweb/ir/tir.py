@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .symbolic import PrimExpr, SizeVar, format_expr, free_vars
+from .symbolic import PrimExpr, SizeVar, as_expr, format_expr, free_vars
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,9 @@ class Buffer:
     name: str
     shape: tuple[PrimExpr, ...]
     dtype: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shape", tuple(as_expr(d) for d in self.shape))
 
 
 class ScalarExpr:

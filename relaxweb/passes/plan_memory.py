@@ -112,7 +112,8 @@ def _take_storage(storages: list[_Storage], free: list[int], size: PrimExpr) -> 
                 return index
     if free:
         index = free.pop(0)
-        storages[index].size = simplify(expr_max(storages[index].size, size))
+        have = storages[index].size
+        storages[index].size = size if prove_less_equal(have, size) else simplify(expr_max(have, size))
         return index
     storages.append(_Storage(size))
     return len(storages) - 1

@@ -23,17 +23,36 @@ WORKGROUP_SIZE = 64
 WGSL_TYPES = {"float32": "f32", "int32": "i32", "uint32": "u32"}
 LOWEST = {"float32": "-3.4028234663852886e38", "int32": "-2147483648"}
 
-# Words WGSL reserves (a subset large enough for names that come from models).
-RESERVED = {
-    "array", "bool", "break", "case", "const", "continue", "default", "discard", "else", "enable",
-    "f16", "f32", "fn", "for", "i32", "if", "let", "loop", "override", "ptr", "return", "struct",
-    "switch", "true", "false", "u32", "var", "while", "vec2", "vec3", "vec4", "mat2x2", "sampler",
-    "texture", "type", "alias", "element_count",
-}
+# WGSL's keywords and reserved words (spec, "Keyword and reserved word list"), plus the
+# predeclared type names and our own field name; a model's size variable with one of these
+# names gets a trailing underscore in the shader.
+RESERVED = set("""
+alias break case const const_assert continue continuing default diagnostic discard else
+enable false fn for if let loop override requires return struct switch true var while
+NULL Self abstract active alignas alignof as asm asm_fragment async attribute auto await
+become binding_array cast catch class co_await co_return co_yield coherent column_major
+common compile compile_fragment concept const_cast consteval constexpr constinit crate
+debugger decltype delete demote demote_to_helper do dynamic_cast enum explicit export
+extends extern external fallthrough filter final finally friend from fxgroup get goto
+groupshared highp impl implements import inline instanceof interface layout lowp macro
+macro_rules match mediump meta mod module move mut mutable namespace new nil noexcept
+noinline nointerpolation noperspective null nullptr of operator package packoffset
+partition pass patch pixelfragment precise precision premerge priv protected pub public
+readonly ref regardless register reinterpret_cast require resource restrict self set
+shared sizeof smooth snorm static static_assert static_cast std subroutine super target
+template this thread_local throw trait try type typedef typeid typename typeof union
+unless unorm unsafe unsized use using varying virtual volatile wgsl where with writeonly
+yield
+array atomic bool f16 f32 i32 u32 mat2x2 mat2x3 mat2x4 mat3x2 mat3x3 mat3x4 mat4x2 mat4x3
+mat4x4 ptr sampler sampler_comparison vec2 vec3 vec4 element_count
+""".split())
 
 
 def wgsl_name(name: str) -> str:
-    return f"{name}_" if name in RESERVED or name.startswith("__") else name
+    """A valid WGSL identifier for a name from the model (never '__'-led, never reserved)."""
+    if name.startswith("__"):
+        name = "v" + name
+    return f"{name}_" if name in RESERVED else name
 
 
 @dataclass(frozen=True)
@@ -48,6 +67,9 @@ class ShaderInfo:
 
 def emit_wgsl(program: TensorProgram) -> ShaderInfo:
     size_vars = [v.name for v in program.size_vars]
+    clashes = set(size_vars) & _index_var_names(program)
+    if clashes:
+        raise ValueError(f"{program.name}: size variables {sorted(clashes)} share names with index variables")
     fields = ["element_count", *size_vars]
     padded = fields + [f"_pad{i}" for i in range((-len(fields)) % 4)]
     emitter = _Emitter(program, set(size_vars))
@@ -86,6 +108,23 @@ def emit_wgsl(program: TensorProgram) -> ShaderInfo:
     lines.append("}")
     bindings = ("uniform", *("read-only-storage" for _ in program.inputs), "storage")
     return ShaderInfo("\n".join(lines) + "\n", tuple(fields), 4 * len(padded), bindings)
+
+
+def _index_var_names(program: TensorProgram) -> set[str]:
+    names = {axis.name for axis in program.axes}
+
+    def visit(expr: ScalarExpr) -> None:
+        if isinstance(expr, Reduce):
+            names.add(expr.axis.name)
+            visit(expr.body)
+        elif isinstance(expr, Binary):
+            visit(expr.a)
+            visit(expr.b)
+        elif isinstance(expr, Unary):
+            visit(expr.a)
+
+    visit(program.body)
+    return names
 
 
 def _type(dtype: str) -> str:

@@ -1,12 +1,14 @@
-"""ONNX Reshape and Transpose."""
+"""ONNX Reshape, Transpose and Constant."""
 
 from __future__ import annotations
+
+import numpy as np
 
 from ...errors import UnsupportedModelError
 from ...ir.expr import ShapeExpr, tensor_shape
 from ...ir.symbolic import format_expr, product, prove_equal, simplify
 from ...ops import call_op
-from .registry import NodeConversionError, converter
+from .registry import NodeConversionError, converter, tensor_to_array
 
 
 @converter("Reshape")
@@ -19,6 +21,11 @@ def convert_reshape(context, node, inputs):
     dims = []
     for position, value in enumerate(target):
         if value == 0 and not attrs.get("allowzero", 0):
+            if position >= len(input_shape):
+                raise NodeConversionError(
+                    f"Reshape node '{node.name}': target dim {position} is 0 (copy the input's), "
+                    f"but the input has only {len(input_shape)} dims"
+                )
             dims.append(input_shape[position])
         else:
             dims.append(simplify(value))
@@ -42,3 +49,24 @@ def convert_transpose(context, node, inputs):
     rank = len(tensor_shape(inputs[0]))
     permutation = list(attrs.get("perm", range(rank - 1, -1, -1)))
     return call_op("transpose", inputs[0], axes=permutation)
+
+
+@converter("Constant")
+def convert_constant(context, node, inputs):
+    """A Constant node is a weight like an initializer (value, or value_float(s)/int(s))."""
+    attrs = context.attributes(node)
+    if "value" in attrs:
+        data = tensor_to_array(attrs["value"])
+    elif "value_float" in attrs:
+        data = np.array(attrs["value_float"], dtype=np.float32)
+    elif "value_floats" in attrs:
+        data = np.array(attrs["value_floats"], dtype=np.float32)
+    elif "value_int" in attrs:
+        data = np.array(attrs["value_int"], dtype=np.int64)
+    elif "value_ints" in attrs:
+        data = np.array(attrs["value_ints"], dtype=np.int64)
+    else:
+        raise NodeConversionError(
+            f"Constant node '{node.name}': only value, value_float(s) and value_int(s) are supported"
+        )
+    return context.constant(data, node.output[0])

@@ -1,0 +1,527 @@
+"""Tests of code generation: WGSL kernels (text, compilation and execution on wgpu) and the
+host module of a built bundle (run with wasmtime through relaxweb.runtime.HostModule)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import struct
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import wasmtime
+
+from relaxweb.bundle import build_bundle
+from relaxweb.errors import InputShapeError
+from relaxweb.ir import Constant, FunctionBuilder, IRModule, SizeVar, TensorProgram, TensorStructInfo
+from relaxweb.ir.interpreter import run_program
+from relaxweb.ir.symbolic import evaluate
+from relaxweb.ops import call_op
+from relaxweb.passes import legalize_ops
+from relaxweb.runtime import Dispatch, HostModule
+from relaxweb.wgsl import emit_wgsl
+from relaxweb.wgsl.emit import WORKGROUP_SIZE
+
+REPO = Path(__file__).resolve().parent.parent
+n = SizeVar("n")
+m = SizeVar("m")
+
+
+def rand(*shape: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def legalized_programs() -> dict[str, TensorProgram]:
+    """add (broadcast), matmul (symbolic K), and softmax's three programs."""
+    builder = FunctionBuilder("main")
+    x = builder.add_param("x", TensorStructInfo((n, m), "float32"))
+    w = builder.add_param("w", TensorStructInfo((m, 5), "float32"))
+    mm = builder.emit(call_op("matmul", x, w), "mm")
+    biased = builder.emit(call_op("add", mm, Constant(rand(5), "bias")), "biased")
+    y = builder.emit(call_op("softmax", biased, axes=[1]), "y", output=True)
+    return legalize_ops(IRModule({"main": builder.finish([y], ["y"])})).programs
+
+
+PROGRAMS = legalized_programs()
+
+
+# WGSL text -----------------------------------------------------------------------------------
+
+
+def test_wgsl_matmul_text() -> None:
+    program = PROGRAMS["matmul"]
+    shader = emit_wgsl(program)
+    code = shader.source
+    lines = [line.strip() for line in code.splitlines()]
+    assert lines[0] == "// tensor program: matmul"
+    assert "// out[i0_, i1_] = sum(k_ < m: (A[i0_, k_] * B[k_, i1_]))" in lines
+    # params block: element_count, then the size variables, padded to 16 bytes
+    assert shader.params_fields == ("element_count", "n", "m")
+    assert shader.params_size == 16
+    struct_body = code[code.index("struct Params {"): code.index("}", code.index("struct Params {"))]
+    assert [line.strip() for line in struct_body.splitlines()[1:]] == [
+        "element_count: i32,", "n: i32,", "m: i32,", "_pad0: i32,",
+    ]
+    assert shader.bindings == ("uniform", "read-only-storage", "read-only-storage", "storage")
+    assert "@group(0) @binding(0) var<uniform> params: Params;" in lines
+    assert "@group(0) @binding(1) var<storage, read> A: array<f32>;" in lines
+    assert "@group(0) @binding(2) var<storage, read> B: array<f32>;" in lines
+    assert "@group(0) @binding(3) var<storage, read_write> out: array<f32>;" in lines
+    assert f"@compute @workgroup_size({WORKGROUP_SIZE})" in lines
+    assert "if (index >= params.element_count) {" in lines
+    # the reduction loop over the symbolic K reads it from params
+    assert "for (var k_: i32 = 0; k_ < params.m; k_ = k_ + 1) {" in lines
+    assert "acc0 = acc0 + (A[(i0_ * params.m) + k_] * B[i1_ + (k_ * 5)]);" in lines
+    assert "out[index] = acc0;" in lines
+    assert "let i1_ = rest % 5;" in lines
+
+
+def test_wgsl_softmax_text() -> None:
+    maximum = emit_wgsl(PROGRAMS["softmax_max"])
+    lines = [line.strip() for line in maximum.source.splitlines()]
+    assert maximum.params_fields == ("element_count", "n")
+    assert maximum.bindings == ("uniform", "read-only-storage", "storage")
+    assert "var acc0: f32 = -3.4028234663852886e38;" in lines
+    assert "for (var r1_: i32 = 0; r1_ < 5; r1_ = r1_ + 1) {" in lines
+    assert "acc0 = max(acc0, A[(i0_ * 5) + r1_]);" in lines
+    assert "let i1_ = 0;" in lines  # the kept dim of extent 1
+    total = emit_wgsl(PROGRAMS["softmax_sum"])
+    assert "acc0 = acc0 + exp((A[(i0_ * 5) + r1_] - B[i0_]));" in [l.strip() for l in total.source.splitlines()]
+    normalize = emit_wgsl(PROGRAMS["softmax_normalize"])
+    assert normalize.bindings == ("uniform", "read-only-storage", "read-only-storage", "read-only-storage", "storage")
+    assert "out[index] = (exp((A[(i0_ * 5) + i1_] - B[i0_])) / C[i0_]);" in [
+        l.strip() for l in normalize.source.splitlines()
+    ]
+
+
+def test_wgsl_add_broadcast_text() -> None:
+    shader = emit_wgsl(PROGRAMS["add"])
+    lines = [line.strip() for line in shader.source.splitlines()]
+    assert shader.params_fields == ("element_count", "n")
+    assert "out[index] = (A[(i0_ * 5) + i1_] + B[i1_]);" in lines
+
+
+# WGSL on wgpu ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def device():
+    """The runtime's shared wgpu device (lavapipe on CI); skipped without any adapter."""
+    from relaxweb.errors import RelaxwebError
+    from relaxweb.runtime.webgpu import default_device
+
+    try:
+        return default_device()
+    except RelaxwebError as error:  # pragma: no cover - machines without any WebGPU adapter
+        pytest.skip(str(error))
+
+
+def make_pipeline(device, shader):
+    import wgpu
+
+    module = device.create_shader_module(code=shader.source)
+    layout = device.create_bind_group_layout(entries=[
+        {"binding": b, "visibility": wgpu.ShaderStage.COMPUTE, "buffer": {"type": t}}
+        for b, t in enumerate(shader.bindings)
+    ])
+    pipeline = device.create_compute_pipeline(
+        layout=device.create_pipeline_layout(bind_group_layouts=[layout]),
+        compute={"module": module, "entry_point": "main"},
+    )
+    return pipeline, layout
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_wgsl_compiles_on_wgpu(device, name: str) -> None:
+    shader = emit_wgsl(PROGRAMS[name])
+    module = device.create_shader_module(code=shader.source)
+    pipeline, _ = make_pipeline(device, shader)
+    assert pipeline is not None
+    auto = device.create_compute_pipeline(layout="auto", compute={"module": module, "entry_point": "main"})
+    assert auto is not None
+
+
+def run_kernel(device, program: TensorProgram, arrays: list[np.ndarray], size_vars: dict[str, int],
+               grid: tuple[int, int, int] | None = None) -> np.ndarray:
+    """Dispatch the program's shader once with a hand-filled params buffer; return the output."""
+    import wgpu
+
+    shader = emit_wgsl(program)
+    pipeline, layout = make_pipeline(device, shader)
+    shape = [int(evaluate(d, size_vars)) for d in program.output.shape]
+    count = int(np.prod(shape))
+    values = [count, *(size_vars[f] for f in shader.params_fields[1:])]
+    params = struct.pack(f"<{shader.params_size // 4}i", *values, *[0] * (shader.params_size // 4 - len(values)))
+    usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_DST | wgpu.BufferUsage.COPY_SRC
+    buffers = [device.create_buffer_with_data(data=params, usage=wgpu.BufferUsage.UNIFORM)]
+    buffers += [device.create_buffer_with_data(data=np.ascontiguousarray(a).tobytes(), usage=usage) for a in arrays]
+    sentinel = np.full(count + 64, -7.0, np.float32)  # room past the end: must stay untouched
+    output = device.create_buffer_with_data(data=sentinel.tobytes(), usage=usage)
+    buffers.append(output)
+    bind_group = device.create_bind_group(layout=layout, entries=[
+        {"binding": b, "resource": {"buffer": buffer, "offset": 0, "size": buffer.size}}
+        for b, buffer in enumerate(buffers)
+    ])
+    encoder = device.create_command_encoder()
+    compute_pass = encoder.begin_compute_pass()
+    compute_pass.set_pipeline(pipeline)
+    compute_pass.set_bind_group(0, bind_group)
+    compute_pass.dispatch_workgroups(*(grid or (math.ceil(count / WORKGROUP_SIZE), 1, 1)))
+    compute_pass.end()
+    device.queue.submit([encoder.finish()])
+    result = np.frombuffer(device.queue.read_buffer(output), dtype=np.float32)
+    np.testing.assert_array_equal(result[count:], sentinel[count:])  # the bounds guard works
+    return result[:count].reshape(shape)
+
+
+def test_elementwise_kernel_runs_on_wgpu(device) -> None:
+    program = PROGRAMS["add"]
+    x, bias = rand(37, 5, seed=1), rand(5, seed=2)  # 185 elements: 3 workgroups, the last partial
+    out = run_kernel(device, program, [x, bias], {"n": 37})
+    np.testing.assert_allclose(out, x + bias, rtol=1e-6)
+    np.testing.assert_allclose(out, run_program(program, [x, bias], {"n": 37}), rtol=1e-6)
+
+
+def test_elementwise_kernel_on_a_two_dimensional_grid(device) -> None:
+    """Workgroups are numbered y * grid_x + x: a (2, 2) grid covers 256 elements."""
+    program = PROGRAMS["add"]
+    x, bias = rand(40, 5, seed=3), rand(5, seed=4)  # 200 elements
+    out = run_kernel(device, program, [x, bias], {"n": 40}, grid=(2, 2, 1))
+    np.testing.assert_allclose(out, x + bias, rtol=1e-6)
+
+
+def test_matmul_kernel_runs_on_wgpu(device) -> None:
+    program = PROGRAMS["matmul"]
+    a, b = rand(9, 13, seed=5), rand(13, 5, seed=6)
+    out = run_kernel(device, program, [a, b], {"n": 9, "m": 13})
+    np.testing.assert_allclose(out, a @ b, rtol=1e-5, atol=1e-5)
+
+
+def test_softmax_kernels_run_on_wgpu(device) -> None:
+    x = rand(70, 5, seed=7) * 4
+    row_max = run_kernel(device, PROGRAMS["softmax_max"], [x], {"n": 70})
+    np.testing.assert_array_equal(row_max, x.max(axis=1, keepdims=True))
+    total = run_kernel(device, PROGRAMS["softmax_sum"], [x, row_max], {"n": 70})
+    out = run_kernel(device, PROGRAMS["softmax_normalize"], [x, row_max, total], {"n": 70})
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(out, e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-6)
+
+
+# The host module of a built bundle ---------------------------------------------------------------
+
+
+def load_make_mlp():
+    spec = importlib.util.spec_from_file_location("make_mlp", REPO / "examples" / "make_mlp.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.make_mlp
+
+
+@pytest.fixture(scope="module")
+def mlp_onnx(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("model") / "mlp.onnx"
+    onnx.save(load_make_mlp()(), str(path))
+    return path
+
+
+@pytest.fixture(scope="module")
+def bundle(mlp_onnx: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("bundle") / "dist"
+    build_bundle(mlp_onnx, out, {"batch": 64})
+    return out
+
+
+@pytest.fixture(scope="module")
+def unbounded_bundle(mlp_onnx: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("unbounded") / "dist"
+    build_bundle(mlp_onnx, out)
+    return out
+
+
+@pytest.fixture
+def manifest(bundle: Path) -> dict:
+    return json.loads((bundle / "manifest.json").read_text())
+
+
+@pytest.fixture
+def host(bundle: Path) -> HostModule:
+    return HostModule.from_bundle(bundle)
+
+
+def evaluate_text(expression: str, batch: int) -> int:
+    """A manifest size expression ('batch * 512') at a batch size."""
+    return eval(expression, {"__builtins__": {}, "min": min, "max": max}, {"batch": batch})
+
+
+# Element count of each call site of the MLP, per row of the batch.
+MLP_COUNTS_PER_ROW = [128, 128, 128, 10, 10, 1, 1, 10]
+
+
+def test_bundle_manifest_shape(manifest: dict, bundle: Path) -> None:
+    assert manifest["inputs"] == [{"name": "x", "dtype": "float32", "shape": ["batch", 64], "storage": 0}]
+    assert manifest["outputs"][0]["shape"] == ["batch", 10]
+    assert manifest["symbolic_vars"] == [{"name": "batch", "bound": 64}]
+    assert [s["role"] for s in manifest["storages"]][0] == "input"
+    assert manifest["storages"][manifest["outputs"][0]["storage"]]["role"] == "output"
+    assert len(manifest["call_sites"]) == len(MLP_COUNTS_PER_ROW)
+    assert manifest["params_bytes"] == 256 * len(MLP_COUNTS_PER_ROW)
+    for index, site in enumerate(manifest["call_sites"]):
+        assert site["params_offset"] == 256 * index
+        assert site["params_size"] % 16 == 0 and site["params_size"] >= 16
+        kernel = manifest["kernels"][site["kernel"]]
+        assert len(site["buffers"]) == len(kernel["bindings"]) - 1
+        assert (bundle / kernel["file"]).is_file()
+    for entry in manifest["storages"]:
+        assert entry["size_at_bounds"] == evaluate_text(entry["size"], 64)
+
+
+@pytest.mark.parametrize("batch", [1, 5, 64])
+def test_host_vars_and_storage_sizes(host: HostModule, manifest: dict, batch: int) -> None:
+    host.run_with_shapes([(batch, 64)])
+    assert host.var_values() == {"batch": batch}
+    assert host.storage_sizes() == [evaluate_text(s["size"], batch) for s in manifest["storages"]]
+    assert host.storage_sizes()[0] == batch * 64 * 4
+    assert host.output_shapes() == [(batch, 10)]
+
+
+@pytest.mark.parametrize("batch", [1, 5, 64])
+def test_host_commands(host: HostModule, batch: int) -> None:
+    host.run_with_shapes([(batch, 64)])
+    expected = [
+        Dispatch(index, (math.ceil(per_row * batch / WORKGROUP_SIZE), 1, 1))
+        for index, per_row in enumerate(MLP_COUNTS_PER_ROW)
+    ]
+    assert host.commands() == expected
+
+
+@pytest.mark.parametrize("batch", [1, 5, 64])
+def test_host_params_of_every_call_site(host: HostModule, manifest: dict, batch: int) -> None:
+    host.run_with_shapes([(batch, 64)])
+    params = host.params()
+    assert len(params) == manifest["params_bytes"]
+    for index, site in enumerate(manifest["call_sites"]):
+        slots = struct.unpack_from(f"<{site['params_size'] // 4}i", params, site["params_offset"])
+        # every MLP kernel has the fields (element_count, batch) plus padding
+        assert slots == (MLP_COUNTS_PER_ROW[index] * batch, batch, 0, 0), site["binding"]
+
+
+def test_host_params_of_the_first_matmul(host: HostModule, manifest: dict) -> None:
+    host.run_with_shapes([(5, 64)])
+    site = manifest["call_sites"][0]
+    assert site["binding"] == "fc1_matmul = matmul(x, const(fc1.weight))"
+    assert site["buffers"] == [{"storage": 0}, {"weight": 0}, {"storage": 1}]
+    element_count, batch = struct.unpack_from("<2i", host.params(), site["params_offset"])
+    assert (element_count, batch) == (5 * 128, 5)
+
+
+def test_host_error_above_the_bound(host: HostModule, manifest: dict) -> None:
+    host.write_input_shapes([(65, 64)])
+    code = host.run()
+    assert code == 2
+    assert host.error_info() == (2, 65, 64)
+    assert host.format_error(code) == "input 'x': dimension 0 (batch) is 65, above its bound batch <= 64"
+    assert {e["code"] for e in manifest["errors"]} == {1, 2, 3}
+
+
+def test_host_error_wrong_fixed_dimension(host: HostModule) -> None:
+    host.write_input_shapes([(5, 63)])
+    code = host.run()
+    assert code == 3
+    assert host.error_info() == (3, 63, 64)
+    assert host.format_error(code) == "input 'x': dimension 1 is 63, expected 64"
+
+
+def test_host_error_wrong_rank(host: HostModule) -> None:
+    with pytest.raises(InputShapeError) as caught:
+        host.run_with_shapes([(5, 64, 1)])
+    assert str(caught.value) == "input 'x' has 3 dimensions, expected 2"
+    assert host.error_info() == (1, 3, 2)
+
+
+def test_host_runs_again_after_an_error(host: HostModule) -> None:
+    with pytest.raises(InputShapeError):
+        host.run_with_shapes([(65, 64)])
+    host.run_with_shapes([(64, 64)])
+    assert host.var_values() == {"batch": 64}
+
+
+def test_host_sizes_at_bounds(host: HostModule, manifest: dict) -> None:
+    assert host.var_bounds() == {"batch": 64}
+    assert host.sizes_at_bounds() == [s["size_at_bounds"] for s in manifest["storages"]]
+    host.write_var_bounds({"batch": 8})
+    assert host.sizes_at_bounds() == [evaluate_text(s["size"], 8) for s in manifest["storages"]]
+    with pytest.raises(InputShapeError, match="is 9, above its bound batch <= 8"):
+        host.run_with_shapes([(9, 64)])
+
+
+def test_unbounded_host_sizes_at_bounds_is_minus_one(unbounded_bundle: Path) -> None:
+    manifest = json.loads((unbounded_bundle / "manifest.json").read_text())
+    assert manifest["symbolic_vars"] == [{"name": "batch", "bound": None}]
+    assert all(s["size_at_bounds"] is None for s in manifest["storages"])
+    assert "maxStorageBufferBindingSize" not in manifest["required_limits"]
+    store = wasmtime.Store()
+    instance = wasmtime.Instance(store, wasmtime.Module(store.engine, (unbounded_bundle / "host.wasm").read_bytes()), [])
+    assert instance.exports(store)["sizes_at_bounds"](store) == -1
+    host = HostModule.from_bundle(unbounded_bundle)
+    assert host.sizes_at_bounds() is None
+    host.run_with_shapes([(100_000, 64)])
+    assert host.storage_sizes()[0] == 100_000 * 256
+    # 12.8M elements = 200000 workgroups: more than 65535 along x, so the grid wraps into y
+    assert host.commands()[0] == Dispatch(0, (65535, 4, 1))
+
+
+def test_host_grid_uses_the_y_dimension_past_65535_workgroups(unbounded_bundle: Path) -> None:
+    host = HostModule.from_bundle(unbounded_bundle)
+    host.run_with_shapes([(40_000, 64)])  # 5.12M elements: 80000 workgroups
+    first = host.commands()[0]
+    assert first.grid == (65535, 2, 1)
+    assert first.grid[0] * first.grid[1] * WORKGROUP_SIZE >= 40_000 * 128
+
+
+def test_host_wat_is_readable(bundle: Path, manifest: dict) -> None:
+    wat = (bundle / "host.wat").read_text()
+    assert wat.startswith(";; relaxweb host module for mlp.onnx")
+    for index, site in enumerate(manifest["call_sites"]):
+        assert f";; call site {index}: {site['binding']}" in wat
+    assert ";; call site 0: fc1_matmul = matmul(x, const(fc1.weight))" in wat
+    assert ";; check 1: input 'x' has 2 dimensions" in wat
+    assert ";; check 2: batch <= its bound (when it has one)" in wat
+    assert ";; check 3: input 'x' dimension 1 == 64" in wat
+    assert ";; input 'x' dimension 0 defines batch" in wat
+    assert ";; storage 0 (input): batch * 256" in wat
+    assert ";; output 'probabilities': [batch, 10]" in wat
+    assert wasmtime.wat2wasm(wat) == (bundle / "host.wasm").read_bytes()
+
+
+# Whole bundles of every supported op, run on wgpu --------------------------------------------------
+
+
+def onnx_model(nodes, inputs, initializers, opset: int = 17, outputs=("y",)) -> onnx.ModelProto:
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = helper.make_graph(
+        nodes, "g",
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, shape) for name, shape in inputs],
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, None) for name in outputs],
+        initializer=[numpy_helper.from_array(value, name) for name, value in initializers.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    return model
+
+
+def gpu_models() -> dict[str, onnx.ModelProto]:
+    from onnx import helper
+
+    node = helper.make_node
+    generator = np.random.default_rng(30)
+    W = generator.standard_normal((6, 5)).astype(np.float32)
+    V = generator.standard_normal(5).astype(np.float32)
+    return {
+        # MatMul, Add, Tanh, Reshape (0 and a symbolic -1), Transpose, Sigmoid, Mul, Softmax
+        "chain": onnx_model([
+            node("MatMul", ["x", "W"], ["h"], name="mm"),
+            node("Add", ["h", "V"], ["h2"], name="add"),
+            node("Tanh", ["h2"], ["h3"], name="tanh"),
+            node("Reshape", ["h3", "S"], ["h4"], name="reshape"),
+            node("Transpose", ["h4"], ["h5"], name="transpose", perm=[0, 2, 1]),
+            node("Sigmoid", ["h5"], ["h6"], name="sigmoid"),
+            node("Mul", ["h6", "h5"], ["h7"], name="mul"),
+            node("Softmax", ["h7"], ["y"], name="softmax"),
+        ], [("x", ["batch", 6])], {"W": W, "V": V, "S": np.array([0, 5, -1], np.int64)}),
+        # batched MatMul of two inputs, opset-11 Softmax over two axes (nested reductions),
+        # Sub, Div, Neg, Exp, Relu, default Transpose, Identity
+        "opset11": onnx_model([
+            node("MatMul", ["x", "z"], ["a"], name="mm"),
+            node("Softmax", ["a"], ["b"], name="softmax", axis=1),
+            node("Sub", ["b", "S"], ["c"], name="sub"),
+            node("Div", ["c", "P"], ["d"], name="div"),
+            node("Neg", ["d"], ["e"], name="neg"),
+            node("Exp", ["e"], ["f"], name="exp"),
+            node("Relu", ["f"], ["g"], name="relu"),
+            node("Transpose", ["g"], ["h"], name="transpose"),
+            node("Identity", ["h"], ["y"], name="identity"),
+        ], [("x", ["batch", 3, 4]), ("z", ["batch", 4, 2])],
+            {"S": generator.random(2).astype(np.float32), "P": (generator.random((3, 2)) + 0.5).astype(np.float32)},
+            opset=11),
+        # Gemm with every attribute on computed operands; batch is dimension 1 of x
+        "gemm": onnx_model(
+            [node("Gemm", ["x", "B", "C"], ["y"], name="gemm", transA=1, transB=1, alpha=0.5, beta=-2.0)],
+            [("x", [6, "batch"]), ("B", [5, 6]), ("C", ["batch", 5])], {},
+        ),
+    }
+
+
+GPU_MODELS = gpu_models()
+
+
+def random_feeds(model: onnx.ModelProto, batch: int, seed: int) -> dict[str, np.ndarray]:
+    generator = np.random.default_rng(seed)
+    feeds = {}
+    for value in model.graph.input:
+        shape = [batch if d.dim_param else d.dim_value for d in value.type.tensor_type.shape.dim]
+        feeds[value.name] = generator.standard_normal(shape).astype(np.float32)
+    return feeds
+
+
+@pytest.mark.parametrize("name", sorted(GPU_MODELS))
+def test_bundle_runs_on_wgpu_like_onnxruntime(device, tmp_path: Path, name: str) -> None:
+    import onnxruntime as ort
+
+    from relaxweb.runtime import Session
+
+    model = GPU_MODELS[name]
+    path = tmp_path / f"{name}.onnx"
+    onnx.save(model, str(path))
+    build_bundle(path, tmp_path / "dist", {"batch": 16})
+    session = Session(tmp_path / "dist", device=device)
+    reference = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for batch in (1, 7, 16):
+        feeds = random_feeds(model, batch, seed=batch)
+        (expected,) = reference.run(None, feeds)
+        actual = session.run(feeds)["y"]
+        assert actual.shape == expected.shape
+        np.testing.assert_allclose(actual, expected, rtol=1e-4, atol=1e-5, err_msg=f"{name} at batch {batch}")
+
+
+@pytest.mark.parametrize("dim_param", ["k_", "i1_"])
+def test_dim_param_named_like_an_index_variable(device, tmp_path: Path, dim_param: str) -> None:
+    """Kernels name their index variables i0_, i1_, k_, r1_…; a model's symbolic dimension with
+    the same name must not be confused with them (the interpreter gets this right)."""
+    from onnx import helper
+
+    from relaxweb.runtime import Session
+
+    w = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32)
+    model = onnx_model([helper.make_node("MatMul", ["x", "W"], ["y"], name="mm")], [("x", [dim_param, 4])], {"W": w})
+    path = tmp_path / "model.onnx"
+    onnx.save(model, str(path))
+    build_bundle(path, tmp_path / "dist", {})
+    x = np.random.default_rng(1).standard_normal((5, 4)).astype(np.float32)
+    actual = Session(tmp_path / "dist", device=device).run({"x": x})["y"]
+    np.testing.assert_allclose(actual, x @ w, rtol=1e-5, atol=1e-5)
+
+
+def test_size_vars_named_like_wgsl_reserved_words_compile(device) -> None:
+    """Model dimension names become fields of the params struct; WGSL reserves many words
+    (and every name starting with two underscores)."""
+    from relaxweb.runtime.webgpu import default_adapter
+
+    fresh = default_adapter().request_device_sync(label="reserved-words")  # keep the shared one clean
+    names = ["batch", "target", "module", "new", "self", "null", "__x"]
+    failures = []
+    for name in names:
+        var = SizeVar(name)
+        builder = FunctionBuilder("main")
+        x = builder.add_param("x", TensorStructInfo((var, 4), "float32"))
+        y = builder.emit(call_op("relu", x), "y", output=True)
+        program = legalize_ops(IRModule({"main": builder.finish([y], ["y"])})).programs["relu"]
+        try:
+            make_pipeline(fresh, emit_wgsl(program))
+        except Exception:  # wgpu raises its own validation error types
+            failures.append(name)
+    assert failures == [], f"shaders for size variables named {failures} do not compile"

@@ -1,0 +1,240 @@
+"""End-to-end tests of the ``relaxweb`` command line, run as a subprocess like a user would.
+
+The MLP of ``examples/make_mlp.py`` is built once with ``--bound batch=64`` and run with the
+Python runtime (wgpu; lavapipe on CI) at several batch sizes, against onnxruntime.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def relaxweb(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    return subprocess.run(
+        [sys.executable, "-m", "relaxweb", *map(str, args)],
+        cwd=cwd, env=env, capture_output=True, text=True, timeout=120,
+    )
+
+
+def assert_user_error(result: subprocess.CompletedProcess) -> str:
+    """Exit status 2, exactly one ``error: `` line (the last one) on stderr, no traceback."""
+    assert result.returncode == 2, (result.returncode, result.stderr)
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.splitlines()
+    error_lines = [line for line in lines if line.startswith("error: ")]
+    assert len(error_lines) == 1, result.stderr
+    assert lines[-1] == error_lines[0], result.stderr
+    return error_lines[0]
+
+
+def load_make_mlp():
+    spec = importlib.util.spec_from_file_location("make_mlp", REPO / "examples" / "make_mlp.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.make_mlp
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("e2e")
+
+
+@pytest.fixture(scope="module")
+def model(workdir: Path) -> Path:
+    path = workdir / "mlp.onnx"
+    onnx.save(load_make_mlp()(), str(path))
+    return path
+
+
+@pytest.fixture(scope="module")
+def bundle(workdir: Path, model: Path) -> Path:
+    result = relaxweb("build", model, "-o", "dist", "--bound", "batch=64", cwd=workdir)
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    assert "error" not in result.stderr
+    return workdir / "dist"
+
+
+def write_inputs(workdir: Path, name: str, x: np.ndarray) -> Path:
+    path = workdir / name
+    np.savez(path, x=x)
+    return path
+
+
+# build and run ---------------------------------------------------------------------------------
+
+
+def test_build_writes_the_bundle(bundle: Path) -> None:
+    for relative in ("manifest.json", "host.wasm", "host.wat", "weights/shard0.bin", "runtime/relaxweb.js"):
+        assert (bundle / relative).is_file(), relative
+    assert len(list((bundle / "kernels").glob("*.wgsl"))) == 8
+
+
+@pytest.mark.parametrize("batch", [1, 5, 64])
+def test_run_matches_onnxruntime(workdir: Path, model: Path, bundle: Path, batch: int) -> None:
+    x = np.random.default_rng(batch).standard_normal((batch, 64)).astype(np.float32)
+    inputs = write_inputs(workdir, f"inputs_{batch}.npz", x)
+    out = workdir / f"outputs_{batch}.npz"
+    result = relaxweb("run", bundle, "--inputs", inputs, "--out", out, cwd=workdir)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"probabilities: float32[{batch}, 10] ")
+    with np.load(out) as data:
+        assert data.files == ["probabilities"]
+        actual = data["probabilities"]
+    session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    (expected,) = session.run(None, {"x": x})
+    assert actual.shape == (batch, 10)
+    assert actual.dtype == np.float32
+    np.testing.assert_allclose(actual, expected, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(actual.sum(axis=1), 1, rtol=1e-5)
+
+
+def test_run_above_the_bound(workdir: Path, bundle: Path) -> None:
+    inputs = write_inputs(workdir, "inputs_65.npz", np.zeros((65, 64), np.float32))
+    result = relaxweb("run", bundle, "--inputs", inputs, cwd=workdir)
+    error = assert_user_error(result)
+    assert len(result.stderr.splitlines()) == 1
+    assert "'x'" in error
+    assert "dimension 0" in error
+    assert "65" in error
+    assert "64" in error
+    assert error == "error: input 'x': dimension 0 (batch) is 65, above its bound batch <= 64"
+    assert result.stdout == ""
+
+
+def test_run_wrong_fixed_dimension(workdir: Path, bundle: Path) -> None:
+    inputs = write_inputs(workdir, "inputs_5_63.npz", np.zeros((5, 63), np.float32))
+    result = relaxweb("run", bundle, "--inputs", inputs, cwd=workdir)
+    error = assert_user_error(result)
+    assert len(result.stderr.splitlines()) == 1
+    assert error == "error: input 'x': dimension 1 is 63, expected 64"
+
+
+def test_run_with_a_missing_inputs_file(workdir: Path, bundle: Path) -> None:
+    error = assert_user_error(relaxweb("run", bundle, "--inputs", "nothing.npz", cwd=workdir))
+    assert error == "error: nothing.npz: no such file"
+
+
+def test_run_with_float64_inputs(workdir: Path, bundle: Path) -> None:
+    inputs = write_inputs(workdir, "inputs_f64.npz", np.zeros((2, 64)))
+    error = assert_user_error(relaxweb("run", bundle, "--inputs", inputs, cwd=workdir))
+    assert "'x'" in error and "float32" in error and "float64" in error
+
+
+def test_run_with_an_inputs_file_that_is_not_npz(workdir: Path, bundle: Path) -> None:
+    (workdir / "notes.npz").write_text("not numpy data\n")
+    error = assert_user_error(relaxweb("run", bundle, "--inputs", "notes.npz", cwd=workdir))
+    assert error.startswith("error: notes.npz: not a readable .npz file")
+
+
+def test_run_on_a_folder_that_is_not_a_bundle(workdir: Path) -> None:
+    (workdir / "empty_folder").mkdir(exist_ok=True)
+    error = assert_user_error(relaxweb("run", "empty_folder", "--inputs", "x.npz", cwd=workdir))
+    assert "not a bundle folder (no manifest.json)" in error
+
+
+# build errors ----------------------------------------------------------------------------------
+
+
+def test_build_with_unsupported_ops(workdir: Path) -> None:
+    graph = helper.make_graph(
+        [
+            helper.make_node("Conv", ["x", "w"], ["a"], name="conv_a"),
+            helper.make_node("Erf", ["a"], ["b"], name="erf_1"),
+            helper.make_node("Conv", ["b", "w"], ["y"], name="conv_b"),
+        ],
+        "bad",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 1, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        initializer=[numpy_helper.from_array(np.ones((1, 1, 3, 3), np.float32), "w")],
+    )
+    path = workdir / "unsupported.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    error = assert_user_error(relaxweb("build", path, "-o", "dist_unsupported", cwd=workdir))
+    for text in ("Conv", "Erf", "conv_a", "conv_b", "erf_1"):
+        assert text in error
+    assert not (workdir / "dist_unsupported" / "manifest.json").exists()
+
+
+def test_build_on_a_missing_file(workdir: Path) -> None:
+    error = assert_user_error(relaxweb("build", "missing.onnx", "-o", "dist_missing", cwd=workdir))
+    assert error == "error: missing.onnx: no such file"
+
+
+def test_build_on_a_truncated_file(workdir: Path, model: Path) -> None:
+    data = model.read_bytes()
+    path = workdir / "truncated.onnx"
+    path.write_bytes(data[: len(data) // 3])
+    error = assert_user_error(relaxweb("build", path, "-o", "dist_truncated", cwd=workdir))
+    assert error.startswith(f"error: {path}: not a readable ONNX model")
+
+
+def test_build_with_an_unknown_bound_name(workdir: Path, model: Path) -> None:
+    error = assert_user_error(relaxweb("build", model, "-o", "dist_bad_bound", "--bound", "seq=8", cwd=workdir))
+    assert error == "error: --bound names seq, but the model's symbolic variables are: batch"
+
+
+def test_build_with_a_malformed_bound(workdir: Path, model: Path) -> None:
+    result = relaxweb("build", model, "-o", "dist_bad_bound", "--bound", "batch=0", cwd=workdir)
+    assert result.returncode == 2
+    assert "the bound must be at least 1" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+# inspect and help --------------------------------------------------------------------------------
+
+
+def test_inspect_model(workdir: Path, model: Path) -> None:
+    result = relaxweb("inspect", model, cwd=workdir)
+    assert result.returncode == 0, result.stderr
+    assert "def main(x: Tensor((batch, 64), float32)) -> Tensor((batch, 10), float32):" in result.stdout
+    assert "softmax(logits, axes=[1])" in result.stdout
+
+
+def test_inspect_bundle(workdir: Path, bundle: Path) -> None:
+    result = relaxweb("inspect", bundle, cwd=workdir)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "bundle of mlp.onnx (format relaxweb-bundle v1)"
+    assert "   var batch (bound: 64)" in lines
+    assert "storages (5):" in lines
+    assert "  0: input        batch * 256 bytes = 16384 at the bounds" in lines
+    assert any(line.startswith("  4: output") for line in lines)
+    assert "  0: kernels/matmul.wgsl  fc1_matmul = matmul(x, const(fc1.weight))" in lines
+
+
+def test_inspect_a_missing_path(workdir: Path) -> None:
+    error = assert_user_error(relaxweb("inspect", "nowhere.onnx", cwd=workdir))
+    assert error == "error: nowhere.onnx: no such file"
+
+
+def test_help(workdir: Path) -> None:
+    result = relaxweb("--help", cwd=workdir)
+    assert result.returncode == 0
+    for command in ("build", "run", "inspect", "serve"):
+        assert command in result.stdout
+    build = relaxweb("build", "--help", cwd=workdir)
+    assert build.returncode == 0
+    assert "--bound" in build.stdout
+    assert "-o" in build.stdout
+
+
+def test_no_command_is_a_usage_error(workdir: Path) -> None:
+    result = relaxweb(cwd=workdir)
+    assert result.returncode == 2
+    assert "usage: relaxweb" in result.stderr
