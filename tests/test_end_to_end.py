@@ -139,7 +139,7 @@ def test_run_with_float64_inputs(workdir: Path, bundle: Path) -> None:
 def test_run_with_an_inputs_file_that_is_not_npz(workdir: Path, bundle: Path) -> None:
     (workdir / "notes.npz").write_text("not numpy data\n")
     error = assert_user_error(relaxweb("run", bundle, "--inputs", "notes.npz", cwd=workdir))
-    assert error.startswith("error: notes.npz: not a readable .npz file")
+    assert error.startswith("error: notes.npz: not an .npz file")
 
 
 def test_run_on_a_folder_that_is_not_a_bundle(workdir: Path) -> None:
