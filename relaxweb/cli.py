@@ -47,7 +47,6 @@ def command_build(args: argparse.Namespace) -> int:
 
     started = time.perf_counter()
     bounds = dict(args.bound or [])
-    print(f"building {args.model} -> {args.output}/", file=sys.stderr)
     manifest = build_bundle(args.model, args.output, bounds, _progress, Path(args.dump_ir) if args.dump_ir else None)
     for item in manifest["inputs"]:
         print(f"  input  {item['name']}: {item['dtype']}{item['shape']}", file=sys.stderr)
@@ -56,7 +55,7 @@ def command_build(args: argparse.Namespace) -> int:
     unbounded = [v["name"] for v in manifest["symbolic_vars"] if v["bound"] is None]
     if unbounded:
         print(f"  note: no --bound for {', '.join(unbounded)}: storages grow at run time as needed", file=sys.stderr)
-    print(f"done in {time.perf_counter() - started:.1f} s", file=sys.stderr)
+    print(f"built {args.model} -> {args.output}/ in {time.perf_counter() - started:.1f} s", file=sys.stderr)
     return 0
 
 
