@@ -3,7 +3,6 @@ host module of a built bundle (run with wasmtime through relaxweb.runtime.HostMo
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import struct
@@ -14,6 +13,7 @@ import onnx
 import pytest
 import wasmtime
 
+from examples.make_mlp import make_mlp
 from relaxweb.bundle import build_bundle
 from relaxweb.errors import InputShapeError
 from relaxweb.ir import Constant, FunctionBuilder, IRModule, SizeVar, TensorProgram, TensorStructInfo
@@ -25,7 +25,6 @@ from relaxweb.runtime import Dispatch, HostModule
 from relaxweb.wgsl import emit_wgsl
 from relaxweb.wgsl.emit import WORKGROUP_SIZE
 
-REPO = Path(__file__).resolve().parent.parent
 n = SizeVar("n")
 m = SizeVar("m")
 
@@ -213,18 +212,11 @@ def test_softmax_kernels_run_on_wgpu(device) -> None:
 # The host module of a built bundle ---------------------------------------------------------------
 
 
-def load_make_mlp():
-    spec = importlib.util.spec_from_file_location("make_mlp", REPO / "examples" / "make_mlp.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.make_mlp
-
 
 @pytest.fixture(scope="module")
 def mlp_onnx(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("model") / "mlp.onnx"
-    onnx.save(load_make_mlp()(), str(path))
+    onnx.save(make_mlp(), str(path))
     return path
 
 

@@ -6,7 +6,6 @@ Python runtime (wgpu; lavapipe on CI) at several batch sizes, against onnxruntim
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -17,6 +16,8 @@ import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+
+from examples.make_mlp import make_mlp
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -41,13 +42,6 @@ def assert_user_error(result: subprocess.CompletedProcess) -> str:
     return error_lines[0]
 
 
-def load_make_mlp():
-    spec = importlib.util.spec_from_file_location("make_mlp", REPO / "examples" / "make_mlp.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.make_mlp
-
 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -57,7 +51,7 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def model(workdir: Path) -> Path:
     path = workdir / "mlp.onnx"
-    onnx.save(load_make_mlp()(), str(path))
+    onnx.save(make_mlp(), str(path))
     return path
 
 

@@ -3,9 +3,7 @@ the reference interpreter), and the errors a user sees for models relaxweb canno
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import onnx
@@ -13,6 +11,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from examples.make_mlp import make_mlp
 from relaxweb.errors import RelaxwebError, UnsupportedModelError
 from relaxweb.frontend import from_onnx, import_onnx_file
 from relaxweb.ir import Call, Constant, SizeVar, TensorStructInfo
@@ -20,21 +19,13 @@ from relaxweb.ir.host import run_host_function
 from relaxweb.ir.interpreter import run_module
 from relaxweb.passes import run_pipeline
 
-REPO = Path(__file__).resolve().parent.parent
 
-
-def load_make_mlp() -> Callable[..., onnx.ModelProto]:
-    spec = importlib.util.spec_from_file_location("make_mlp", REPO / "examples" / "make_mlp.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.make_mlp
 
 
 @pytest.fixture(scope="module")
 def mlp_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("mlp") / "mlp.onnx"
-    onnx.save(load_make_mlp()(), str(path))
+    onnx.save(make_mlp(), str(path))
     return path
 
 

@@ -16,7 +16,7 @@ import numpy as np
 from ..errors import InputShapeError
 from .expr import (
     AllocStorage, AllocTensor, Call, CallTIR, CallTIRInto, Constant, Expr, Function, MatchCast,
-    ShapeExpr, Tuple, Var, VarBinding,
+    ShapeExpr, Tuple, Var,
 )
 from .module import IRModule
 from .struct_info import TensorStructInfo

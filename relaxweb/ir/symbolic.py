@@ -499,24 +499,26 @@ def prove_equal(a: IntLike, b: IntLike) -> bool:
     return as_int(as_expr(a) - as_expr(b)) == 0
 
 
+def _terms_satisfy(expr: IntLike, atom_ok: Callable[[PrimExpr], bool]) -> bool:
+    """In canonical form, every coefficient is >= 0 and every atom passes ``atom_ok``."""
+    canonicalizer = _Canonicalizer()
+    polynomial = canonicalizer.to_polynomial(as_expr(expr))
+    return all(
+        coefficient >= 0 and all(atom_ok(canonicalizer.atoms[key]) for key, _ in monomial)
+        for monomial, coefficient in polynomial.items()
+    )
+
+
 def prove_nonnegative(expr: IntLike) -> bool:
     """True only when expr >= 0 for all size variables >= 0.
 
     Sufficient test: in canonical form every coefficient is >= 0 and every atom is a
     variable or a floor division / min / max / modulo of provably non-negative operands.
     """
-    canonicalizer = _Canonicalizer()
-    polynomial = canonicalizer.to_polynomial(as_expr(expr))
-    for monomial, coefficient in polynomial.items():
-        if coefficient < 0:
-            return False
-        for key, _ in monomial:
-            atom = canonicalizer.atoms[key]
-            if isinstance(atom, SizeVar):
-                continue
-            if not (prove_nonnegative(atom.a) and prove_nonnegative(atom.b)):  # type: ignore[attr-defined]
-                return False
-    return True
+    def atom_ok(atom: PrimExpr) -> bool:
+        return isinstance(atom, SizeVar) or (prove_nonnegative(atom.a) and prove_nonnegative(atom.b))  # type: ignore[attr-defined]
+
+    return _terms_satisfy(expr, atom_ok)
 
 
 def prove_less_equal(a: IntLike, b: IntLike) -> bool:
@@ -531,25 +533,17 @@ def prove_nondecreasing(expr: IntLike) -> bool:
     variable, a floor division of a non-decreasing expression by a positive constant, or a
     min / max of non-decreasing expressions.  Modulo and division by a variable fail it.
     """
-    canonicalizer = _Canonicalizer()
-    polynomial = canonicalizer.to_polynomial(as_expr(expr))
-    for monomial, coefficient in polynomial.items():
-        if coefficient < 0:
-            return False
-        for key, _ in monomial:
-            atom = canonicalizer.atoms[key]
-            if isinstance(atom, SizeVar):
-                continue
-            if isinstance(atom, FloorDiv):
-                divisor = as_int(atom.b)
-                if divisor is None or divisor <= 0 or not prove_nondecreasing(atom.a):
-                    return False
-            elif isinstance(atom, (Min, Max)):
-                if not (prove_nondecreasing(atom.a) and prove_nondecreasing(atom.b)):
-                    return False
-            else:
-                return False
-    return True
+    def atom_ok(atom: PrimExpr) -> bool:
+        if isinstance(atom, SizeVar):
+            return True
+        if isinstance(atom, FloorDiv):
+            divisor = as_int(atom.b)
+            return divisor is not None and divisor > 0 and prove_nondecreasing(atom.a)
+        if isinstance(atom, (Min, Max)):
+            return prove_nondecreasing(atom.a) and prove_nondecreasing(atom.b)
+        return False
+
+    return _terms_satisfy(expr, atom_ok)
 
 
 def upper_bound(expr: IntLike, bounds: Mapping[str, int | None]) -> int | None:
