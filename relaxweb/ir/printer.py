@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .expr import (
-    AllocStorage, AllocTensor, BindingBlock, Call, CallTIR, CallTIRInto, Constant, DataflowBlock,
+    AllocStorage, AllocTensor, Call, CallTIR, CallTIRInto, Constant, DataflowBlock,
     Expr, Function, MatchCast, ShapeExpr, Tuple, Var,
 )
 from .symbolic import format_expr
@@ -78,4 +78,4 @@ def format_module(module: IRModule) -> str:
     return "\n\n".join(parts) + "\n"
 
 
-__all__ = ["format_function", "format_module", "format_value", "BindingBlock"]
+__all__ = ["format_function", "format_module", "format_value"]

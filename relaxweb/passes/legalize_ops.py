@@ -14,6 +14,7 @@ from dataclasses import replace
 from ..ir.builder import FunctionBuilder
 from ..ir.expr import Call, CallTIR, DataflowBlock, DataflowVar, Expr, Function, SeqExpr, Var, VarBinding
 from ..ir.module import IRModule
+from ..ir.struct_info import TensorStructInfo
 from ..ir.tir import TensorProgram
 from ..ops import get_op
 from ..ops.registry import call_tir_of
@@ -43,13 +44,8 @@ class _Legalizer:
                 counter += 1
             self.programs[name] = replace(program, name=name)
             self._by_body[key] = name
-        return call_tir_of(self.programs[name], args, self._output_info(program))
-
-    @staticmethod
-    def _output_info(program: TensorProgram):
-        from ..ir.struct_info import TensorStructInfo
-
-        return TensorStructInfo(program.output.shape, program.output.dtype)
+        output = TensorStructInfo(program.output.shape, program.output.dtype)
+        return call_tir_of(self.programs[name], args, output)
 
     def emit(self, value: Expr, name_hint: str = "lv") -> Var:
         var = DataflowVar(self.names.unique_name(name_hint), value.struct_info)

@@ -24,7 +24,7 @@ from ..ir.expr import (
     VarBinding,
 )
 from ..ir.module import IRModule
-from ..ir.struct_info import DTYPE_SIZES, ObjectStructInfo, TensorStructInfo
+from ..ir.struct_info import DTYPE_SIZES, ObjectStructInfo, TensorStructInfo, TupleStructInfo
 from ..ir.symbolic import PrimExpr, expr_max, product, prove_equal, prove_less_equal, simplify
 
 
@@ -97,7 +97,7 @@ def _plan_function(function: Function) -> Function:
         assert isinstance(value, CallTIR)
         tensor = replace(binding, value=AllocTensor(storages[storage_index].var, value.struct_info))
         run = VarBinding(
-            Var(names.unique_name("_"), CallTIRInto.__dataclass_fields__["struct_info"].default_factory()),
+            Var(names.unique_name("_"), TupleStructInfo(())),
             CallTIRInto(value.program, value.args, binding.var, value.size_var_values),
         )
         new_bindings += [tensor, run]
