@@ -1,8 +1,9 @@
 """Tests of the browser runtime (``relaxweb/runtime_js``) in headless Chromium with WebGPU.
 
-They run the handmade bundle (``tests/fixtures/handmade_bundle.py``: ``z = (x + w) * 2``
-with ``x: float32[n, 4]``, ``n <= 16``) through Playwright, on whatever adapter Chromium
-offers (SwiftShader without a GPU), and are skipped when Playwright or Chromium is missing.
+They run the hand-made bundles (``tests/fixtures/handmade_bundle.py``: ``z = (x + w) * 2``
+with ``x: float32[n, 4]``, ``n <= 16``, and ``y = x[x > 0]``, whose output length is read
+back from the GPU mid-run) through Playwright, on whatever adapter Chromium offers
+(SwiftShader without a GPU), and are skipped when Playwright or Chromium is missing.
 """
 
 from __future__ import annotations
@@ -19,7 +20,12 @@ import pytest
 from relaxweb import browser
 from relaxweb.browser import open_runner_page, run_in_browser, start_server, stop_server
 from relaxweb.errors import InputShapeError, RelaxwebError
-from tests.fixtures.handmade_bundle import DEFAULT_BOUND, HANDMADE_WEIGHT, write_handmade_bundle
+from tests.fixtures.handmade_bundle import (
+    DEFAULT_BOUND,
+    HANDMADE_WEIGHT,
+    write_handmade_bundle,
+    write_positives_bundle,
+)
 
 ARTIFACTS_DIR = Path(__file__).resolve().parent.parent / "test-artifacts"
 
@@ -229,3 +235,132 @@ def test_demo_page_runs_and_shows_outputs(bundle_dir: Path) -> None:
                 chromium.close()
     finally:
         stop_server(server)
+
+
+# Values read back: the positives bundle, y = x[x > 0] --------------------------------------
+
+#: Runs in the runner page: load the bundle, run it on each input (a list of numbers), all
+#: in turn, or all at once when `concurrent`; per run {y, shape, dispatches, reads} or {error}.
+RUN_POSITIVES_IN_PAGE = """
+async ({ inputs, concurrent }) => {
+  const model = await window.relaxweb.load("/bundle/");
+  const runOne = async (values) => {
+    try {
+      const x = { data: Float32Array.from(values), shape: [values.length] };
+      const { y } = await model.run({ x });
+      return { y: Array.from(y.data), shape: y.shape, dispatches: model.lastDispatchCount,
+               reads: model.lastReadCount, dtype: y.data.constructor.name };
+    } catch (error) {
+      return { error: `${error.name}: ${error.message}` };
+    }
+  };
+  const results = [];
+  if (concurrent) {
+    results.push(...await Promise.all(inputs.map(runOne)));
+  } else {
+    for (const values of inputs) results.push(await runOne(values));
+  }
+  const sizes = model.storageBuffers.map((buffer) => buffer.size);
+  model.dispose();
+  return { results, sizes };
+}
+"""
+
+
+def positives_input(n: int, seed: int = 0) -> np.ndarray:
+    """``n`` multiples of 1/4 in [-4, 4) (exact in JSON), about half of them positive."""
+    return (np.random.default_rng(seed).integers(-16, 16, size=n) / 4).astype(np.float32)
+
+
+def run_positives(bundle: Path, inputs: list[np.ndarray], concurrent: bool = False) -> dict:
+    """Load the positives ``bundle`` once in the browser and run it on each input."""
+    with open_runner_page(bundle) as page:
+        return page.evaluate(
+            RUN_POSITIVES_IN_PAGE,
+            {"inputs": [x.tolist() for x in inputs], "concurrent": concurrent},
+        )
+
+
+def check_positives_result(result: dict, x: np.ndarray) -> None:
+    """A run result from RUN_POSITIVES_IN_PAGE is y = x[x > 0], after one read."""
+    assert "error" not in result, result
+    expected = x[x > 0]
+    assert result["shape"] == [len(expected)]
+    assert result["dtype"] == "Float32Array"
+    np.testing.assert_array_equal(np.array(result["y"], dtype=np.float32), expected)
+    assert (result["dispatches"], result["reads"]) == (3, 1)
+
+
+@pytest.fixture
+def positives_bundle_dir(tmp_path: Path) -> Path:
+    write_positives_bundle(tmp_path / "positives")
+    return tmp_path / "positives"
+
+
+@pytest.fixture
+def unbounded_positives_bundle_dir(tmp_path: Path) -> Path:
+    write_positives_bundle(tmp_path / "positives-unbounded", bound=None, positive_limit=1_000_000)
+    return tmp_path / "positives-unbounded"
+
+
+def test_values_read_back_give_numpy_results(positives_bundle_dir: Path) -> None:
+    inputs = [
+        positives_input(16, seed=1),
+        positives_input(7, seed=2),
+        np.zeros(0, dtype=np.float32),  # n = 0, so k = 0
+        -np.arange(1, 17, dtype=np.float32),  # k = 0 < n
+        np.arange(1, 17, dtype=np.float32),  # k = n = the bound
+        np.array([0.0, -0.0, 2.5, -np.inf, np.inf], dtype=np.float32),
+    ]
+    outcome = run_positives(positives_bundle_dir, inputs)
+    for result, x in zip(outcome["results"], inputs):
+        check_positives_result(result, x)
+    assert outcome["sizes"] == [64, 128, 8, 64]  # allocated at the bounds, never grown
+
+
+def test_run_in_browser_reads_values_back(positives_bundle_dir: Path) -> None:
+    x = positives_input(11, seed=11)
+    outputs = run_in_browser(positives_bundle_dir, {"x": x})
+    assert set(outputs) == {"y"}
+    np.testing.assert_array_equal(outputs["y"], x[x > 0])
+
+
+def test_storage_grown_between_steps_keeps_its_contents_in_the_browser(
+    unbounded_positives_bundle_dir: Path,
+) -> None:
+    """xc is written before the read and grows after it; the last kernel reads it."""
+    x = np.array([1, -2, 3, 4, -5, 6, 7, -8], dtype=np.float32)  # k = 5
+    outcome = run_positives(unbounded_positives_bundle_dir, [x])
+    check_positives_result(outcome["results"][0], x)
+    assert outcome["sizes"] == [32, 52, 8, 20]  # run() sized xc at 32 bytes, resume() at 52
+
+
+def test_unbounded_storages_grow_across_and_within_runs(
+    unbounded_positives_bundle_dir: Path,
+) -> None:
+    inputs = [positives_input(n, seed=n) for n in (3, 40, 300, 1000, 5, 0)]
+    inputs.append(np.ones(2000, dtype=np.float32))  # k = n: everything grows
+    outcome = run_positives(unbounded_positives_bundle_dir, inputs)
+    for result, x in zip(outcome["results"], inputs):
+        check_positives_result(result, x)
+
+
+def test_concurrent_runs_take_turns(unbounded_positives_bundle_dir: Path) -> None:
+    inputs = [positives_input(n, seed=n) for n in (50, 7, 300, 0, 64)]
+    outcome = run_positives(unbounded_positives_bundle_dir, inputs, concurrent=True)
+    for result, x in zip(outcome["results"], inputs):
+        assert "error" not in result, result
+        np.testing.assert_array_equal(np.array(result["y"], dtype=np.float32), x[x > 0])
+
+
+def test_a_failing_resume_raises_the_manifests_message(tmp_path: Path) -> None:
+    write_positives_bundle(tmp_path / "limited", positive_limit=3)
+    message = "output 'y': x has 4 positive elements, more than the 3 this bundle allows"
+    with pytest.raises(InputShapeError) as raised:
+        run_in_browser(tmp_path / "limited", {"x": np.array([1, 2, -3, 4, 5], dtype=np.float32)})
+    assert str(raised.value) == message
+
+    after = np.array([1, -2, 3], dtype=np.float32)
+    outcome = run_positives(tmp_path / "limited", [np.ones(4, dtype=np.float32), after])
+    assert outcome["results"][0] == {"error": f"InputShapeError: {message}"}
+    check_positives_result(outcome["results"][1], after)  # the model still runs

@@ -1,6 +1,8 @@
-"""Tests of the Python runtime on the handmade bundle (``tests/fixtures/handmade_bundle.py``).
+"""Tests of the Python runtime on the hand-made bundles (``tests/fixtures/handmade_bundle.py``).
 
-The model is ``z = (x + w) * 2`` with ``x: float32[n, 4]`` and ``n <= 16`` (or unbounded).
+The first model is ``z = (x + w) * 2`` with ``x: float32[n, 4]`` and ``n <= 16`` (or
+unbounded), a bundle without reads; the second is ``y = x[x > 0]`` with ``x: float32[n]``,
+whose output length is read back from the GPU in the middle of each run.
 The host-module tests need no GPU; the :class:`Session` tests run on whatever WebGPU
 adapter wgpu finds (lavapipe on CI) and are skipped when there is none.
 """
@@ -18,8 +20,13 @@ import numpy as np
 import pytest
 
 from relaxweb.errors import InputShapeError, RelaxwebError
-from relaxweb.runtime import Dispatch, HostModule
-from tests.fixtures.handmade_bundle import HANDMADE_WEIGHT, write_handmade_bundle
+from relaxweb.runtime import Dispatch, HostModule, Read
+from tests.fixtures.handmade_bundle import (
+    COUNT_BYTE_OFFSET,
+    HANDMADE_WEIGHT,
+    write_handmade_bundle,
+    write_positives_bundle,
+)
 
 
 def expected_output(x: np.ndarray) -> np.ndarray:
@@ -228,6 +235,7 @@ def test_session_matches_numpy(session: Any, rows: int) -> None:
     assert outputs["z"].shape == (rows, 4)
     np.testing.assert_allclose(outputs["z"], expected_output(x), rtol=1e-6, atol=0)
     assert session.last_dispatch_count == 2
+    assert session.last_read_count == 0
 
 
 def test_session_exposes_manifest_and_allocates_at_bounds(session: Any) -> None:
@@ -251,6 +259,14 @@ def test_session_accepts_non_contiguous_input(session: Any) -> None:
     x = np.asfortranarray(random_input(7, seed=3))
     assert not x.flags.c_contiguous
     np.testing.assert_allclose(session.run({"x": x})["z"], expected_output(x), rtol=1e-6)
+
+
+def test_session_keeps_a_scalar_input_0_d(session: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """np.ascontiguousarray would make it 1-d, and the host would see the wrong rank."""
+    scalar_input = {"name": "x", "dtype": "float32", "shape": [], "storage": 0}
+    monkeypatch.setattr(session, "manifest", {**session.manifest, "inputs": [scalar_input]})
+    (array,) = session._checked_inputs({"x": np.array(2.5, dtype=np.float32)})
+    assert array.shape == ()
 
 
 def test_session_reuses_bind_groups_between_runs(session: Any) -> None:
@@ -411,3 +427,203 @@ def test_session_loads_a_copied_bundle(
     shutil.copytree(bounded_bundle, copy)
     x = random_input(5, seed=5)
     np.testing.assert_allclose(Session(copy).run({"x": x})["z"], expected_output(x), rtol=1e-6)
+
+
+# Values read back: the positives bundle, y = x[x > 0] --------------------------------------
+
+
+def positives_input(n: int, seed: int = 0) -> np.ndarray:
+    """``n`` values in [-1, 1), about half of them positive, with a 0 and a -0 when n > 3."""
+    x = np.random.default_rng(seed).uniform(-1, 1, size=n).astype(np.float32)
+    if n > 3:
+        x[1], x[3] = 0.0, -0.0
+    return x
+
+
+@pytest.fixture(scope="module")
+def positives_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("positives") / "bundle"
+    write_positives_bundle(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def unbounded_positives_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("positives-unbounded") / "bundle"
+    write_positives_bundle(path, bound=None, positive_limit=1_000_000)
+    return path
+
+
+@pytest.fixture(scope="module")
+def limited_positives_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("positives-limited") / "bundle"
+    write_positives_bundle(path, positive_limit=3)
+    return path
+
+
+@pytest.fixture
+def positives_host(positives_bundle: Path) -> HostModule:
+    return HostModule.from_bundle(positives_bundle)
+
+
+def test_bundle_without_reads_has_no_read_slots(host: HostModule) -> None:
+    assert "read_slots" not in host.manifest
+    assert host.read_slots == 0
+    assert host.read_values() == []
+    with pytest.raises(RelaxwebError, match="read slot 0 does not exist"):
+        host.write_read_value(0, 1)
+    with pytest.raises(RelaxwebError, match="no resume export"):
+        host.resume()
+
+
+def test_host_run_stops_with_a_read_and_sizes_as_if_the_value_were_0(
+    unbounded_positives_bundle: Path,
+) -> None:
+    positives_host = HostModule.from_bundle(unbounded_positives_bundle)
+    assert positives_host.read_slots == 1
+    positives_host.run_with_shapes([(70,)])
+    assert positives_host.commands() == [
+        Dispatch(0, (2, 1, 1)),
+        Dispatch(1, (1, 1, 1)),
+        Read(storage=2, byte_offset=COUNT_BYTE_OFFSET, slot=0),
+    ]
+    assert positives_host.storage_sizes() == [280, 280, 8, 0]
+    assert positives_host.output_shapes() == [(0,)]
+
+
+def test_host_resume_uses_the_read_value(positives_host: HostModule) -> None:
+    positives_host.run_with_shapes([(10,)])
+    positives_host.write_read_value(0, 6)
+    assert positives_host.read_values() == [6]
+    assert positives_host.resume() == 0
+    assert positives_host.commands() == [Dispatch(2, (1, 1, 1))]
+    assert positives_host.storage_sizes() == [40, 64, 8, 24]
+    assert positives_host.output_shapes() == [(6,)]
+    assert struct.unpack_from("<4I", positives_host.params(), 512) == (10, 6, 0, 0)
+
+
+def test_host_resume_error_is_formatted_from_the_manifest(positives_host: HostModule) -> None:
+    positives_host.run_with_shapes([(10,)])
+    positives_host.write_read_value(0, -7)  # sign-extended: the host sees -7, not 2**32 - 7
+    assert positives_host.resume() == 4
+    assert positives_host.error_info() == (4, -7, 10)
+    with pytest.raises(InputShapeError) as caught:
+        positives_host.resume_or_raise()
+    assert str(caught.value) == "the number of positive elements read back is -7, outside 0..10"
+
+
+def test_host_resume_error_above_the_limit(limited_positives_bundle: Path) -> None:
+    host = HostModule.from_bundle(limited_positives_bundle)
+    host.run_with_shapes([(10,)])
+    host.write_read_value(0, 4)
+    with pytest.raises(InputShapeError, match="x has 4 positive elements, more than the 3"):
+        host.resume_or_raise()
+
+
+def test_host_write_read_value_checks_the_slot(positives_host: HostModule) -> None:
+    with pytest.raises(RelaxwebError, match="read slot 1 does not exist: the bundle has 1"):
+        positives_host.write_read_value(1, 0)
+
+
+def test_read_record_beyond_the_manifests_slots_is_malformed(positives_bundle: Path) -> None:
+    manifest = json.loads((positives_bundle / "manifest.json").read_text())
+    manifest["read_slots"] = 0
+    host = HostModule((positives_bundle / "host.wasm").read_bytes(), manifest)
+    host.run_with_shapes([(4,)])
+    with pytest.raises(RelaxwebError, match="read record uses slot 0; the manifest has 0"):
+        host.commands()
+
+
+def test_read_slots_without_resume_export_are_refused(bounded_bundle: Path) -> None:
+    manifest = json.loads((bounded_bundle / "manifest.json").read_text())
+    manifest["read_slots"] = 1
+    with pytest.raises(RelaxwebError, match="does not export read_values or resume"):
+        HostModule((bounded_bundle / "host.wasm").read_bytes(), manifest)
+
+
+@pytest.fixture(scope="module")
+def positives_session(gpu_device: Any, positives_bundle: Path) -> Any:
+    from relaxweb.runtime import Session
+
+    return Session(positives_bundle)
+
+
+def check_positives(session: Any, x: np.ndarray) -> np.ndarray:
+    """Run ``x`` and check ``y`` is ``x[x > 0]``, bit for bit; return ``y``."""
+    y = session.run({"x": x})["y"]
+    assert y.dtype == np.float32
+    np.testing.assert_array_equal(y, x[x > 0])
+    assert session.last_dispatch_count == 3
+    assert session.last_read_count == 1
+    return y
+
+
+@pytest.mark.parametrize(
+    "x",
+    [
+        positives_input(16, seed=1),
+        positives_input(7, seed=2),
+        np.zeros(0, dtype=np.float32),  # n = 0, so k = 0
+        -np.arange(1, 17, dtype=np.float32),  # k = 0 < n
+        np.arange(1, 17, dtype=np.float32),  # k = n = the bound
+        np.array([0.0, -0.0, np.nan, 2.5, -np.inf, np.inf], dtype=np.float32),
+    ],
+    ids=["random16", "random7", "empty", "no-positives", "all-positive", "special-values"],
+)
+def test_positives_session_matches_numpy(positives_session: Any, x: np.ndarray) -> None:
+    check_positives(positives_session, x)
+
+
+def test_positives_session_allocates_at_bounds_and_never_grows(positives_session: Any) -> None:
+    assert positives_session.storage_buffer_sizes == [64, 128, 8, 64]
+    for n in (16, 3, 0, 16):
+        check_positives(positives_session, positives_input(n, seed=n))
+    assert positives_session.storage_buffer_sizes == [64, 128, 8, 64]
+
+
+def test_positives_session_rejects_n_above_the_bound(positives_session: Any) -> None:
+    with pytest.raises(InputShapeError, match=r"dimension 0 \(n\) is 17, above its bound 16"):
+        positives_session.run({"x": np.ones(17, dtype=np.float32)})
+    check_positives(positives_session, positives_input(5, seed=5))
+
+
+def test_storage_grown_between_steps_keeps_its_contents(
+    gpu_device: Any, unbounded_positives_bundle: Path
+) -> None:
+    """xc is written before the read and grows after it; the last kernel reads it."""
+    from relaxweb.runtime import Session
+
+    session = Session(unbounded_positives_bundle)
+    assert session.storage_buffer_sizes == [0, 0, 0, 0]
+    x = np.array([1, -2, 3, 4, -5, 6, 7, -8], dtype=np.float32)  # k = 5
+    check_positives(session, x)
+    # run() sized xc for k = 0 (32 bytes); resume() asked for (8 + 5) * 4 = 52.
+    assert session.storage_buffer_sizes == [32, 64, 8, 20]
+
+
+@pytest.mark.parametrize("sizes", [[3, 40, 300, 1000, 5], [1000, 0, 64]])
+def test_unbounded_positives_session_grows_across_and_within_runs(
+    gpu_device: Any, unbounded_positives_bundle: Path, sizes: list[int]
+) -> None:
+    from relaxweb.runtime import Session
+
+    session = Session(unbounded_positives_bundle)
+    for n in sizes:
+        check_positives(session, positives_input(n, seed=n))
+    check_positives(session, np.ones(2000, dtype=np.float32))  # k = n, everything grows
+
+
+def test_failing_resume_raises_the_manifest_message(
+    gpu_device: Any, limited_positives_bundle: Path
+) -> None:
+    from relaxweb.runtime import Session
+
+    session = Session(limited_positives_bundle)
+    x = np.array([1, 2, -3, 4, 5], dtype=np.float32)
+    with pytest.raises(InputShapeError) as caught:
+        session.run({"x": x})
+    assert isinstance(caught.value, RelaxwebError)
+    assert str(caught.value) == (
+        "output 'y': x has 4 positive elements, more than the 3 this bundle allows"
+    )
+    check_positives(session, np.array([1, -2, 3], dtype=np.float32))  # still usable

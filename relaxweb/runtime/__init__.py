@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from relaxweb.runtime.host import Dispatch, HostModule, load_manifest
+from relaxweb.runtime.host import Command, Dispatch, HostModule, Read, load_manifest
 
 if TYPE_CHECKING:
     from relaxweb.runtime.webgpu import Session, default_device
 
-__all__ = ["Dispatch", "HostModule", "Session", "default_device", "load_manifest"]
+__all__ = [
+    "Command", "Dispatch", "HostModule", "Read", "Session", "default_device", "load_manifest",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -2,9 +2,12 @@
 
 The host module does all the shape work of a model: it checks input shapes, binds the
 symbolic vars, and writes the storage sizes, output shapes, the params block and the
-command list (see "host.wasm" in ``docs/bundle-format.md``).  :class:`HostModule` wraps it
-with plain Python types so the GPU side (``webgpu.py``) and tests never touch raw memory.
-Nothing here needs a GPU.
+command list (see "host.wasm" in ``docs/bundle-format.md``).  When a shape or a branch
+depends on a value computed on the GPU, the command list ends with a :class:`Read`; the
+runtime reads that value, hands it over with :meth:`HostModule.write_read_value` and calls
+:meth:`HostModule.resume` for the next list (see "Values read back" in the doc).
+:class:`HostModule` wraps it all with plain Python types so the GPU side (``webgpu.py``) and
+tests never touch raw memory.  Nothing here needs a GPU.
 """
 
 from __future__ import annotations
@@ -13,14 +16,16 @@ import json
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Sequence, Union
 
 import wasmtime
 
 from relaxweb.errors import InputShapeError, RelaxwebError
 
-#: Command-list opcode: dispatch a call site (the only opcode in format version 1).
+#: Command-list opcode: dispatch a call site.
 OPCODE_DISPATCH = 1
+#: Command-list opcode: read an i32 back from a storage (always the last record of a list).
+OPCODE_READ = 2
 
 _I32 = struct.Struct("<i")
 _COMMAND_RECORD = struct.Struct("<5i")
@@ -32,6 +37,21 @@ class Dispatch:
 
     call_site: int
     grid: tuple[int, int, int]
+
+
+@dataclass(frozen=True)
+class Read:
+    """The last record of a command list that stops for a value computed on the GPU: read
+    the i32 at ``byte_offset`` of storage ``storage``, write it to read slot ``slot``
+    (:meth:`HostModule.write_read_value`) and call :meth:`HostModule.resume`."""
+
+    storage: int
+    byte_offset: int
+    slot: int
+
+
+#: One command-list record.
+Command = Union[Dispatch, Read]
 
 
 def load_manifest(bundle_dir: str | Path) -> dict[str, Any]:
@@ -68,6 +88,9 @@ class HostModule:
         self.var_names: list[str] = [entry["name"] for entry in manifest["symbolic_vars"]]
         self.storage_count: int = len(manifest["storages"])
         self.params_bytes: int = manifest["params_bytes"]
+        #: How many values a run may read back (0 for bundles without reads, and for
+        #: bundles written before reads existed, whose manifests have no ``read_slots``).
+        self.read_slots: int = manifest.get("read_slots", 0)
         self._error_templates: dict[int, str] = {
             entry["code"]: entry["message"] for entry in manifest["errors"]
         }
@@ -77,6 +100,13 @@ class HostModule:
         instance = wasmtime.Instance(self._store, module, [])
         self._exports = instance.exports(self._store)
         self._memory: wasmtime.Memory = self._exports["memory"]
+        if self.read_slots > 0:
+            missing = [name for name in ("read_values", "resume") if name not in self._exports]
+            if missing:
+                raise RelaxwebError(
+                    f"the bundle's manifest has {self.read_slots} read slot(s) but its host.wasm "
+                    f"does not export {' or '.join(missing)}: the bundle is inconsistent"
+                )
 
     @classmethod
     def from_bundle(cls, bundle_dir: str | Path) -> HostModule:
@@ -135,8 +165,41 @@ class HostModule:
         if code != 0:
             raise InputShapeError(self.format_error(code))
 
+    def write_read_value(self, slot: int, value: int) -> None:
+        """Write a value read back from the GPU into ``read_values()[slot]`` (as an i64)."""
+        if not 0 <= slot < self.read_slots:
+            raise RelaxwebError(
+                f"read slot {slot} does not exist: the bundle has {self.read_slots} read slot(s)"
+            )
+        self._write_i64s(self._address("read_values") + 8 * slot, [value])
+
+    def read_values(self) -> list[int]:
+        """The values in the read slots (as last written by :meth:`write_read_value`)."""
+        if self.read_slots == 0:
+            return []
+        return self._read_i64s(self._address("read_values"), self.read_slots)
+
+    def resume(self) -> int:
+        """Call the module's ``resume`` after a read: 0, or an error code like :meth:`run`.
+
+        On 0 the module has written the next command list, the storage sizes and (after the
+        last read of a run) the output shapes.
+        """
+        if "resume" not in self._exports:
+            raise RelaxwebError(
+                "the bundle's host.wasm has no resume export, so its command lists cannot "
+                "contain reads"
+            )
+        return self._exports["resume"](self._store)
+
+    def resume_or_raise(self) -> None:
+        """Resume; a non-zero code raises :class:`InputShapeError` with the manifest message."""
+        code = self.resume()
+        if code != 0:
+            raise InputShapeError(self.format_error(code))
+
     def error_info(self) -> tuple[int, int, int]:
-        """``(code, value, expected)`` of the last failed run."""
+        """``(code, value, expected)`` of the last failed ``run`` or ``resume``."""
         code, value, expected = self._read_i64s(self._address("error_info"), 3)
         return code, value, expected
 
@@ -193,19 +256,42 @@ class HostModule:
         address = self._address("params")
         return bytes(self._memory.read(self._store, address, address + self.params_bytes))
 
-    def commands(self) -> list[Dispatch]:
-        """The command list written by the last run, in execution order."""
+    def commands(self) -> list[Command]:
+        """The command list written by the last ``run`` or ``resume``, in execution order.
+
+        Dispatches, possibly followed by one :class:`Read` (only ever the last record).
+        """
         address = self._address("commands")
         (count,) = _I32.unpack(self._memory.read(self._store, address, address + 4))
         records_start = address + 4
         data = self._memory.read(
             self._store, records_start, records_start + count * _COMMAND_RECORD.size
         )
-        dispatches = []
-        for opcode, call_site, x, y, z in _COMMAND_RECORD.iter_unpack(data):
-            if opcode != OPCODE_DISPATCH:
+        commands: list[Command] = []
+        for index, (opcode, a, b, c, d) in enumerate(_COMMAND_RECORD.iter_unpack(data)):
+            if opcode == OPCODE_DISPATCH:
+                commands.append(Dispatch(a, (b, c, d)))
+            elif opcode == OPCODE_READ:
+                commands.append(self._checked_read(Read(a, b, c), index, count))
+            else:
                 raise RelaxwebError(
                     f"the bundle's command list has opcode {opcode}, unknown to this runtime"
                 )
-            dispatches.append(Dispatch(call_site, (x, y, z)))
-        return dispatches
+        return commands
+
+    def _checked_read(self, read: Read, index: int, count: int) -> Read:
+        """``read`` if it is well formed, else a RelaxwebError saying what is wrong."""
+        problem = None
+        if index != count - 1:
+            problem = f"is record {index} of {count}; a read must be the last record"
+        elif not 0 <= read.slot < self.read_slots:
+            problem = f"uses slot {read.slot}; the manifest has {self.read_slots} read slot(s)"
+        elif not 0 <= read.storage < self.storage_count:
+            problem = f"reads storage {read.storage}; the bundle has {self.storage_count}"
+        elif read.byte_offset < 0 or read.byte_offset % 4 != 0:
+            problem = f"reads at byte offset {read.byte_offset}, not a multiple of 4"
+        if problem is not None:
+            raise RelaxwebError(
+                f"the bundle's command list is malformed: its read record {problem}"
+            )
+        return read

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import struct
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -27,7 +28,7 @@ if not os.environ.get("XDG_RUNTIME_DIR"):
 import wgpu  # noqa: E402  (after the environment fix above)
 
 from relaxweb.errors import InputShapeError, RelaxwebError
-from relaxweb.runtime.host import Dispatch, HostModule, load_manifest
+from relaxweb.runtime.host import Command, Dispatch, HostModule, Read, load_manifest
 
 _STORAGE_USAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_DST | wgpu.BufferUsage.COPY_SRC
 _WEIGHT_USAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_DST
@@ -166,7 +167,10 @@ class Session:
         manifest: the bundle's ``manifest.json`` as a dict.
         device: the wgpu device everything lives on.
         host: the bundle's host module (shape checks, command list).
-        last_dispatch_count: how many dispatches the last :meth:`run` recorded.
+        last_dispatch_count: how many dispatches the last :meth:`run` recorded, over all
+            its steps.
+        last_read_count: how many values the last :meth:`run` read back from the GPU (one
+            per step but the last; 0 for bundles without reads).
     """
 
     def __init__(self, bundle_dir: str | Path, device: wgpu.GPUDevice | None = None) -> None:
@@ -174,6 +178,7 @@ class Session:
         self.manifest: dict[str, Any] = load_manifest(self.bundle_dir)
         self.host = HostModule((self.bundle_dir / "host.wasm").read_bytes(), self.manifest)
         self.last_dispatch_count = 0
+        self.last_read_count = 0
 
         required_limits = self.manifest.get("required_limits", {})
         if device is None:
@@ -190,6 +195,8 @@ class Session:
         self._readback_buffers: list[wgpu.GPUBuffer | None] = [None] * len(
             self.manifest["outputs"]
         )
+        # Where a value read back mid-run lands (4 bytes, made on the first read).
+        self._read_staging_buffer: wgpu.GPUBuffer | None = None
         self._bind_group_layouts, self._pipelines = self._create_pipelines()
         # One bind group per call site, built on first use and dropped when a storage it
         # binds is reallocated.
@@ -293,25 +300,52 @@ class Session:
         """Run the model on ``inputs`` (name -> array) and return its outputs by name.
 
         Raises :class:`InputShapeError` when an input is missing, unknown, of the wrong
-        dtype or rank, or when the host module rejects the shapes (e.g. a bound exceeded).
+        dtype or rank, or when the host module rejects the shapes (e.g. a bound exceeded)
+        or a value read back from the GPU (its ``resume`` returns an error code).
+
+        One step per command list: a list that ends with a :class:`Read` is submitted, the
+        value is read and given to the host's ``resume``, which writes the next list.
+        Storages that grow between two steps keep their contents.
         """
         arrays = self._checked_inputs(inputs)
         self.host.run_with_shapes([array.shape for array in arrays])
-        commands = self.host.commands()
-        self._check_grids(commands)
+        commands = self._checked_commands()
+        # Before the first step nothing of this run is on the GPU yet: no copies needed.
         self._grow_storages(self.host.storage_sizes())
+        self._upload_inputs(arrays)
+
+        dispatch_count = 0
+        read_count = 0
+        # (old buffer, new buffer) of storages grown since the last submit; the old
+        # contents are copied over at the start of the next step.
+        carried_over: list[tuple[wgpu.GPUBuffer, wgpu.GPUBuffer]] = []
+        while True:
+            self.device.queue.write_buffer(self._params_buffer, 0, self.host.params())
+            encoder = self._encode_step(commands, carried_over)
+            dispatch_count += sum(isinstance(command, Dispatch) for command in commands)
+            read = commands[-1] if commands and isinstance(commands[-1], Read) else None
+            if read is None:
+                break
+            value = self._read_value(encoder, read)
+            self._destroy_old_buffers(carried_over)
+            read_count += 1
+            self.host.write_read_value(read.slot, value)
+            self.host.resume_or_raise()
+            commands = self._checked_commands()
+            carried_over = self._grow_storages(self.host.storage_sizes(), keep_contents=True)
+
         output_shapes = self.host.output_shapes()
         output_byte_sizes = [
             int(np.prod(shape, dtype=np.int64)) * np.dtype(output["dtype"]).itemsize
             for shape, output in zip(output_shapes, self.manifest["outputs"])
         ]
         self._grow_readback_buffers(output_byte_sizes)
-
-        self._upload_inputs(arrays)
-        self.device.queue.write_buffer(self._params_buffer, 0, self.host.params())
-        self._encode_and_submit(commands, output_byte_sizes)
-        self.last_dispatch_count = len(commands)
-        return self._read_outputs(output_shapes, output_byte_sizes)
+        self._copy_outputs_and_submit(encoder, output_byte_sizes)
+        outputs = self._read_outputs(output_shapes, output_byte_sizes)
+        self._destroy_old_buffers(carried_over)
+        self.last_dispatch_count = dispatch_count
+        self.last_read_count = read_count
+        return outputs
 
     def _checked_inputs(self, inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         """The inputs in manifest order, contiguous, after the checks the host cannot do."""
@@ -339,7 +373,8 @@ class Session:
                     f"input '{name}' has {value.ndim} dimensions (shape {list(value.shape)}), "
                     f"expected {len(entry['shape'])} ({self._describe_input(entry)})"
                 )
-            arrays.append(np.ascontiguousarray(value))
+            # Not np.ascontiguousarray: it turns a 0-d array (a scalar input) into a 1-d one.
+            arrays.append(np.asarray(value, order="C"))
         return arrays
 
     @staticmethod
@@ -347,24 +382,38 @@ class Session:
         shape = ", ".join(str(dimension) for dimension in entry["shape"])
         return f"{entry['dtype']} [{shape}]"
 
-    def _check_grids(self, commands: list[Dispatch]) -> None:
+    def _checked_commands(self) -> list[Command]:
+        """The host's current command list, after the checks in :meth:`_check_grids`."""
+        commands = self.host.commands()
+        self._check_grids(commands)
+        return commands
+
+    def _check_grids(self, commands: list[Command]) -> None:
         """Refuse a grid the device cannot dispatch, instead of a GPU validation error."""
         most = self.device.limits["max-compute-workgroups-per-dimension"]
         for command in commands:
-            if max(command.grid) > most:
+            if isinstance(command, Dispatch) and max(command.grid) > most:
                 raise RelaxwebError(
                     f"these inputs are too large for this device: call site {command.call_site} "
                     f"({self.manifest['call_sites'][command.call_site]['binding']}) needs "
                     f"{max(command.grid)} workgroups along one dimension, the device allows {most}"
                 )
 
-    def _grow_storages(self, needed_sizes: list[int]) -> None:
+    def _grow_storages(
+        self, needed_sizes: list[int], keep_contents: bool = False
+    ) -> list[tuple[wgpu.GPUBuffer, wgpu.GPUBuffer]]:
         """Reallocate every storage buffer smaller than this run needs.
 
         A grown buffer gets at least twice its old size (capped by the device's binding
         size limit), so inputs that keep growing do not reallocate on every run.  The bind
         groups of call sites that use a reallocated storage are dropped.
+
+        With ``keep_contents`` (growth between two steps of one run) the old buffers are
+        kept and returned as ``(old, new)`` pairs: the next step copies each old buffer
+        into its new one before anything else, and destroys the old ones after its submit.
+        Without it the old buffers are destroyed now and ``[]`` is returned.
         """
+        carried_over: list[tuple[wgpu.GPUBuffer, wgpu.GPUBuffer]] = []
         largest = min(
             self.device.limits["max-storage-buffer-binding-size"],
             self.device.limits["max-buffer-size"],
@@ -381,10 +430,21 @@ class Session:
                 )
             doubled = 2 * buffer.size if buffer is not None else 0
             new_size = max(needed, (min(doubled, largest) // 4) * 4)
+            new_buffer = self._create_storage_buffer(index, new_size)
             if buffer is not None:
-                buffer.destroy()
-            self._storage_buffers[index] = self._create_storage_buffer(index, new_size)
+                if keep_contents:
+                    carried_over.append((buffer, new_buffer))
+                else:
+                    buffer.destroy()
+            self._storage_buffers[index] = new_buffer
             self._forget_bind_groups_using(index)
+        return carried_over
+
+    @staticmethod
+    def _destroy_old_buffers(carried_over: list[tuple[wgpu.GPUBuffer, wgpu.GPUBuffer]]) -> None:
+        """Destroy the old buffers of grown storages once their copies have run."""
+        for old, _ in carried_over:
+            old.destroy()
 
     def _forget_bind_groups_using(self, storage_index: int) -> None:
         for call_site_index, call_site in enumerate(self.manifest["call_sites"]):
@@ -447,16 +507,54 @@ class Session:
             return self._storage_buffers[reference["storage"]]
         return self._weight_buffers[reference["weight"]]
 
-    def _encode_and_submit(self, commands: list[Dispatch], output_byte_sizes: list[int]) -> None:
-        """All dispatches in one compute pass, then the output copies; one submit."""
+    def _encode_step(
+        self,
+        commands: list[Command],
+        carried_over: list[tuple[wgpu.GPUBuffer, wgpu.GPUBuffer]],
+    ) -> wgpu.GPUCommandEncoder:
+        """A new encoder with the copies that carry grown storages' contents over, then the
+        step's dispatches in one compute pass.  Nothing is submitted yet."""
         encoder = self.device.create_command_encoder()
+        for old, new in carried_over:
+            encoder.copy_buffer_to_buffer(old, 0, new, 0, old.size)
         compute_pass = encoder.begin_compute_pass()
         for command in commands:
+            if not isinstance(command, Dispatch):
+                continue
             call_site = self.manifest["call_sites"][command.call_site]
             compute_pass.set_pipeline(self._pipelines[call_site["kernel"]])
             compute_pass.set_bind_group(0, self._bind_group(command.call_site))
             compute_pass.dispatch_workgroups(*command.grid)
         compute_pass.end()
+        return encoder
+
+    def _read_value(self, encoder: wgpu.GPUCommandEncoder, read: Read) -> int:
+        """Copy the i32 the read record names into the staging buffer, submit the step,
+        wait for it and return the value."""
+        storage = self._storage_buffers[read.storage]
+        if read.byte_offset + 4 > storage.size:
+            raise RelaxwebError(
+                f"the bundle's command list reads bytes {read.byte_offset}..{read.byte_offset + 4} "
+                f"of storage {read.storage}, which has {storage.size} bytes"
+            )
+        if self._read_staging_buffer is None:
+            self._read_staging_buffer = self.device.create_buffer(
+                label="read value", size=4, usage=_READBACK_USAGE
+            )
+        staging = self._read_staging_buffer
+        encoder.copy_buffer_to_buffer(storage, read.byte_offset, staging, 0, 4)
+        self.device.queue.submit([encoder.finish()])
+        staging.map_sync(wgpu.MapMode.READ)
+        try:
+            (value,) = struct.unpack("<i", staging.read_mapped(0, 4))
+        finally:
+            staging.unmap()
+        return value
+
+    def _copy_outputs_and_submit(
+        self, encoder: wgpu.GPUCommandEncoder, output_byte_sizes: list[int]
+    ) -> None:
+        """After the last step's dispatches: the output copies, then the run's last submit."""
         for index, output in enumerate(self.manifest["outputs"]):
             copy_size = (output_byte_sizes[index] + 3) // 4 * 4
             if copy_size:

@@ -2,10 +2,13 @@
 //
 // No GPU here: this file only does shape checks, shape arithmetic and reads the command
 // list, so it runs the same in Node and in browsers. The ABI is described in
-// docs/bundle-format.md ("host.wasm").
+// docs/bundle-format.md ("host.wasm", and "Values read back" for read records, read
+// values and resume()).
 
 /** Opcode of a command record: dispatch `call_sites[callSite]` over a workgroup grid. */
 export const OPCODE_DISPATCH = 1;
+/** Opcode of a command record: read an i32 back from a storage (always a list's last record). */
+export const OPCODE_READ = 2;
 
 /** Typed array class of each dtype a bundle's inputs and outputs may have. */
 export const TYPED_ARRAY_OF_DTYPE = {
@@ -34,11 +37,24 @@ export class InputShapeError extends Error {
 }
 
 /**
- * @typedef {Object} Command
- * @property {number} opcode      1 = dispatch
+ * @typedef {Object} DispatchCommand
+ * @property {1} opcode           OPCODE_DISPATCH
  * @property {number} callSite    index into manifest.call_sites
  * @property {[number, number, number]} workgroups  the grid (x, y, z)
  */
+
+/**
+ * The last record of a command list that stops for a value computed on the GPU: read the
+ * i32 at `byteOffset` of storage `storage`, write it with writeReadValue(slot, value), and
+ * call resume().
+ * @typedef {Object} ReadCommand
+ * @property {2} opcode           OPCODE_READ
+ * @property {number} storage     index into manifest.storages
+ * @property {number} byteOffset  where the i32 is in that storage (a multiple of 4)
+ * @property {number} slot        index into the host's read values
+ */
+
+/** @typedef {DispatchCommand | ReadCommand} Command */
 
 /**
  * @typedef {Object} InputTensor
@@ -67,6 +83,16 @@ export class Host {
     this.exports = /** @type {any} */ (instance.exports);
     this.manifest = manifest;
     this.maxRank = manifest.max_rank;
+    /** How many values a run may read back (0 for bundles without reads, or from before them). */
+    this.readSlots = /** @type {number} */ (manifest.read_slots ?? 0);
+    if (this.readSlots > 0) {
+      const missing = ["read_values", "resume"].filter((name) => typeof this.exports[name] !== "function");
+      if (missing.length > 0) {
+        throw new Error(
+          `the bundle's manifest has ${this.readSlots} read slot(s) but its host.wasm does not export ${missing.join(" or ")}`,
+        );
+      }
+    }
   }
 
   /** A fresh view of the memory (a new view after the module grows its memory). */
@@ -165,7 +191,45 @@ export class Host {
   }
 
   /**
-   * The error info `[code, value, expected]` of the last failed run.
+   * Write a value read back from the GPU into read slot `slot` (as an i64), before resume().
+   * @param {number} slot
+   * @param {number} value an i32
+   */
+  writeReadValue(slot, value) {
+    if (!Number.isInteger(slot) || slot < 0 || slot >= this.readSlots) {
+      throw new Error(`read slot ${slot} does not exist: the bundle has ${this.readSlots} read slot(s)`);
+    }
+    this.writeInt64s(this.exports.read_values() + 8 * slot, [value]);
+  }
+
+  /**
+   * The values in the read slots, as last written by writeReadValue.
+   * @returns {number[]}
+   */
+  readValues() {
+    return this.readSlots === 0 ? [] : this.readInt64s(this.exports.read_values(), this.readSlots);
+  }
+
+  /**
+   * Continue after a read: the host writes the next command list, the storage sizes and
+   * (after a run's last read) the output shapes.
+   * @returns {number} 0, or an error code (manifest.errors[].code)
+   */
+  resume() {
+    if (typeof this.exports.resume !== "function") {
+      throw new Error("the bundle's host.wasm has no resume export, so its command lists cannot contain reads");
+    }
+    return this.exports.resume();
+  }
+
+  /** Resume; throw an InputShapeError with the manifest's message when the host returns an error code. */
+  resumeOrThrow() {
+    const code = this.resume();
+    if (code !== 0) throw this.errorFor(code);
+  }
+
+  /**
+   * The error info `[code, value, expected]` of the last failed run or resume.
    * @returns {{code: number, value: number, expected: number}}
    */
   errorInfo() {
@@ -235,7 +299,8 @@ export class Host {
   }
 
   /**
-   * The command list written by the last run, in execution order.
+   * The command list written by the last run or resume, in execution order: dispatches,
+   * possibly followed by one read. Throws on an unknown opcode or a malformed read.
    * @returns {Command[]}
    */
   commands() {
@@ -245,8 +310,33 @@ export class Host {
     return Array.from({ length: count }, (_, i) => {
       const record = address + 4 + 20 * i;
       const field = (/** @type {number} */ j) => view.getInt32(record + 4 * j, true);
-      return { opcode: field(0), callSite: field(1), workgroups: [field(2), field(3), field(4)] };
+      const opcode = field(0);
+      if (opcode === OPCODE_DISPATCH) {
+        return /** @type {Command} */ ({ opcode, callSite: field(1), workgroups: [field(2), field(3), field(4)] });
+      }
+      if (opcode === OPCODE_READ) {
+        return this.checkedRead({ opcode, storage: field(1), byteOffset: field(2), slot: field(3) }, i, count);
+      }
+      throw new Error(`host.wasm wrote an unknown opcode ${opcode} in its command list`);
     });
+  }
+
+  /**
+   * `read` if it is well formed, else an Error saying what is wrong.
+   * @param {ReadCommand} read
+   * @param {number} index its position in the list
+   * @param {number} count the list's length
+   * @returns {ReadCommand}
+   */
+  checkedRead(read, index, count) {
+    const storages = this.manifest.storages.length;
+    let problem = null;
+    if (index !== count - 1) problem = `is record ${index} of ${count}; a read must be the last record`;
+    else if (read.slot < 0 || read.slot >= this.readSlots) problem = `uses slot ${read.slot}; the manifest has ${this.readSlots} read slot(s)`;
+    else if (read.storage < 0 || read.storage >= storages) problem = `reads storage ${read.storage}; the bundle has ${storages}`;
+    else if (read.byteOffset < 0 || read.byteOffset % 4 !== 0) problem = `reads at byte offset ${read.byteOffset}, not a multiple of 4`;
+    if (problem) throw new Error(`the bundle's command list is malformed: its read record ${problem}`);
+    return read;
   }
 }
 

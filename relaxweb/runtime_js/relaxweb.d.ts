@@ -55,9 +55,14 @@ export class Model {
   readonly device: GPUDevice;
   /** The parsed manifest.json. */
   readonly manifest: unknown;
+  /** Dispatches the last completed run made, over all its steps. */
+  readonly lastDispatchCount: number;
+  /** Values the last completed run read back from the GPU mid-run (0 for bundles without reads). */
+  readonly lastReadCount: number;
   /**
-   * Run once. Rejects with an InputShapeError for bad inputs, with an Error for WebGPU
-   * validation / out-of-memory errors or a lost device.
+   * Run once. Rejects with an InputShapeError for bad inputs (or when the bundle rejects a
+   * value read back from the GPU mid-run), with an Error for WebGPU validation /
+   * out-of-memory errors or a lost device. Concurrent calls take turns.
    */
   run(inputs: Record<string, Tensor>): Promise<Record<string, Tensor>>;
   /** Free the GPU buffers (and the device, when `load` requested it); later runs reject. */

@@ -5,7 +5,7 @@
 //   const model = await load("./");
 //   const { y } = await model.run({ x: { data: new Float32Array(64), shape: [1, 64] } });
 
-import { Host, InputShapeError, TYPED_ARRAY_OF_DTYPE, OPCODE_DISPATCH, checkInputs } from "./host.js";
+import { Host, InputShapeError, TYPED_ARRAY_OF_DTYPE, OPCODE_DISPATCH, OPCODE_READ, checkInputs } from "./host.js";
 
 export { InputShapeError };
 
@@ -16,6 +16,11 @@ export { InputShapeError };
  * @property {Record<string, number>} [bounds]  tighter bounds for symbolic vars (at most the build's)
  * @property {(progress: Progress) => void} [onProgress]  called as weight bytes arrive
  * @property {GPUDevice} [device]  a device to use instead of requesting one
+ */
+
+/**
+ * A run's outputs, copied into one mappable buffer by its last submit.
+ * @typedef {{buffer: GPUBuffer, outputs: {name: string, dtype: string, shape: number[], offset: number, bytes: number, storage: number}[]}} Readback
  */
 
 /** GPU buffer usages (the GPUBufferUsage flags, spelled out so that Node can import this file). */
@@ -113,6 +118,18 @@ export class Model {
       size: Math.max(manifest.params_bytes, 256),
       usage: USAGE.UNIFORM | USAGE.COPY_DST,
     });
+    /** @type {GPUBuffer|null} where a value read back mid-run lands (4 bytes, made on the first read) */
+    this.readValueBuffer = null;
+    /** Dispatches of the last run, over all its steps. */
+    this.lastDispatchCount = 0;
+    /** Values the last run read back from the GPU (0 for bundles without reads). */
+    this.lastReadCount = 0;
+    /**
+     * Resolves when the run in progress no longer needs the host module: runs take turns,
+     * since a run that reads values back keeps its state in the host across awaits.
+     * @type {Promise<void>}
+     */
+    this.turn = Promise.resolve();
     /** @type {string|null} why the model cannot run any more (disposed, device lost) */
     this.unusableReason = null;
     /** Resolves with an Error when the device is lost. */
@@ -130,22 +147,85 @@ export class Model {
   async run(inputs) {
     if (this.unusableReason) throw new Error(`cannot run: ${this.unusableReason}`);
     const shapes = checkInputs(this.manifest, inputs);
-    this.host.runOrThrow(shapes);
-    const outputShapes = this.host.outputShapes();
-    const commands = this.host.commands();
-    const params = this.host.params();
-    const sizes = this.host.storageSizes();
-    const readback = await this.captureGpuErrors("run", () => {
-      this.growStorages(sizes);
-      return this.submit(inputs, params, commands, outputShapes);
-    });
-    return this.readOutputs(readback);
+    const previous = this.turn;
+    /** @type {() => void} */
+    let endTurn = () => {};
+    this.turn = new Promise((resolve) => { endTurn = resolve; });
+    const { readback, retired } = await (async () => {
+      try {
+        await previous;
+        if (this.unusableReason) throw new Error(`cannot run: ${this.unusableReason}`);
+        return await this.runSteps(inputs, shapes);
+      } finally {
+        endTurn(); // the last submit is done: the next run may start while this one maps its outputs
+      }
+    })();
+    try {
+      return await this.readOutputs(readback);
+    } finally {
+      for (const buffer of retired) buffer.destroy();
+    }
+  }
+
+  /**
+   * Follow "One run" of docs/bundle-format.md up to the last submit: run() in the host, then
+   * one step per command list. A list that ends with a read is submitted, the value read,
+   * written to its read slot and resume() called for the next list; storages grown between
+   * two steps keep their contents (copied at the start of the next step). The last list
+   * ends with the output copies.
+   * @param {Record<string, Tensor>} inputs
+   * @param {number[][]} shapes
+   * @returns {Promise<{readback: Readback, retired: GPUBuffer[]}>} the outputs to map, and old
+   *   storage buffers to destroy once the last submit has run
+   */
+  async runSteps(inputs, shapes) {
+    const { host } = this;
+    host.runOrThrow(shapes);
+    /** @type {GPUBuffer[]} */
+    const retired = [];
+    let dispatches = 0;
+    let reads = 0;
+    try {
+      for (let step = 0; ; step++) {
+        const commands = host.commands();
+        const last = commands[commands.length - 1];
+        const read = last?.opcode === OPCODE_READ ? /** @type {import("./host.js").ReadCommand} */ (last) : null;
+        const sizes = host.storageSizes();
+        const params = host.params();
+        const outputShapes = read ? [] : host.outputShapes();
+        const submitted = await this.captureGpuErrors("run", () => {
+          const encoder = this.device.createCommandEncoder();
+          // Before the first step nothing of this run is on the GPU: no contents to keep.
+          this.growStorages(sizes, step === 0 ? undefined : { encoder, retired });
+          if (step === 0) this.uploadInputs(inputs);
+          if (params.byteLength > 0) this.device.queue.writeBuffer(this.paramsBuffer, 0, params);
+          this.encodeDispatches(encoder, commands);
+          const readback = read ? this.encodeRead(encoder, read) : this.encodeOutputCopies(encoder, outputShapes);
+          this.device.queue.submit([encoder.finish()]);
+          return readback;
+        });
+        dispatches += commands.filter((command) => command.opcode === OPCODE_DISPATCH).length;
+        if (!read) {
+          this.lastDispatchCount = dispatches;
+          this.lastReadCount = reads;
+          return { readback: /** @type {Readback} */ (submitted), retired };
+        }
+        const value = await this.readValue();
+        for (const buffer of retired.splice(0)) buffer.destroy();
+        reads += 1;
+        host.writeReadValue(read.slot, value);
+        host.resumeOrThrow();
+      }
+    } catch (error) {
+      for (const buffer of retired) buffer.destroy();
+      throw error;
+    }
   }
 
   /** Free the GPU resources (and the device, when load() requested it). */
   dispose() {
     this.unusableReason ??= "the model was disposed";
-    for (const buffer of [...this.weightBuffers, ...this.storageBuffers, this.paramsBuffer]) buffer?.destroy();
+    for (const buffer of [...this.weightBuffers, ...this.storageBuffers, this.paramsBuffer, this.readValueBuffer]) buffer?.destroy();
     if (this.ownsDevice) this.device.destroy();
   }
 
@@ -158,19 +238,29 @@ export class Model {
 
   /**
    * Reallocate every storage buffer smaller than needed; forget the bind groups that used it.
+   * With `keep` (growth between two steps of one run), each old buffer is first copied into
+   * its new one by `keep.encoder`, and added to `keep.retired` to be destroyed once that
+   * copy has run; without it, old buffers are destroyed now.
    * @param {number[]} sizes bytes needed per storage
+   * @param {{encoder: GPUCommandEncoder, retired: GPUBuffer[]}} [keep]
    */
-  growStorages(sizes) {
+  growStorages(sizes, keep) {
     sizes.forEach((size, index) => {
       const needed = Math.ceil(Math.max(size, 4) / 4) * 4;
       const buffer = this.storageBuffers[index];
       if (buffer !== undefined && buffer.size >= needed) return;
-      buffer?.destroy();
-      this.storageBuffers[index] = this.device.createBuffer({
+      const grown = this.device.createBuffer({
         label: `storage ${index} (${this.manifest.storages[index].role})`,
         size: needed,
         usage: USAGE.STORAGE | USAGE.COPY_DST | USAGE.COPY_SRC,
       });
+      if (buffer !== undefined && keep) {
+        keep.encoder.copyBufferToBuffer(buffer, 0, grown, 0, buffer.size);
+        keep.retired.push(buffer);
+      } else {
+        buffer?.destroy();
+      }
+      this.storageBuffers[index] = grown;
       this.manifest.call_sites.forEach((/** @type {any} */ site, /** @type {number} */ c) => {
         if (site.buffers.some((/** @type {any} */ b) => b.storage === index)) this.bindGroups[c] = null;
       });
@@ -200,55 +290,92 @@ export class Model {
   }
 
   /**
-   * Upload inputs and params, encode the command list and the output copies, submit once.
+   * Upload each input to its storage (offset 0).
    * @param {Record<string, Tensor>} inputs
-   * @param {Uint8Array} params
-   * @param {import("./host.js").Command[]} commands
-   * @param {number[][]} outputShapes
-   * @returns {{buffer: GPUBuffer, outputs: {name: string, dtype: string, shape: number[], offset: number, bytes: number}[]}}
    */
-  submit(inputs, params, commands, outputShapes) {
-    const { device, manifest } = this;
-    manifest.inputs.forEach((/** @type {any} */ spec) => {
+  uploadInputs(inputs) {
+    this.manifest.inputs.forEach((/** @type {any} */ spec) => {
       const data = inputs[spec.name].data;
       if (data.byteLength > 0) {
-        device.queue.writeBuffer(this.storageBuffers[spec.storage], 0, data.buffer, data.byteOffset, data.byteLength);
+        this.device.queue.writeBuffer(this.storageBuffers[spec.storage], 0, data.buffer, data.byteOffset, data.byteLength);
       }
     });
-    if (params.byteLength > 0) device.queue.writeBuffer(this.paramsBuffer, 0, params);
+  }
 
-    const encoder = device.createCommandEncoder();
+  /**
+   * Encode a command list's dispatches in one compute pass.
+   * @param {GPUCommandEncoder} encoder
+   * @param {import("./host.js").Command[]} commands
+   */
+  encodeDispatches(encoder, commands) {
     const pass = encoder.beginComputePass();
-    for (const { opcode, callSite, workgroups } of commands) {
-      if (opcode !== OPCODE_DISPATCH) throw new Error(`host.wasm wrote an unknown opcode ${opcode}`);
-      pass.setPipeline(this.pipelines[manifest.call_sites[callSite].kernel]);
-      pass.setBindGroup(0, this.bindGroup(callSite));
-      pass.dispatchWorkgroups(...workgroups);
+    for (const command of commands) {
+      if (command.opcode !== OPCODE_DISPATCH) continue;
+      pass.setPipeline(this.pipelines[this.manifest.call_sites[command.callSite].kernel]);
+      pass.setBindGroup(0, this.bindGroup(command.callSite));
+      pass.dispatchWorkgroups(...command.workgroups);
     }
     pass.end();
+  }
 
+  /**
+   * Encode the copy of the i32 a read record names into the read-value buffer.
+   * @param {GPUCommandEncoder} encoder
+   * @param {import("./host.js").ReadCommand} read
+   * @returns {null}
+   */
+  encodeRead(encoder, { storage, byteOffset }) {
+    const source = this.storageBuffers[storage];
+    if (byteOffset + 4 > source.size) {
+      throw new Error(`host.wasm asks to read bytes ${byteOffset}..${byteOffset + 4} of storage ${storage}, which has ${source.size} bytes`);
+    }
+    this.readValueBuffer ??= this.device.createBuffer({ label: "read value", size: 4, usage: USAGE.MAP_READ | USAGE.COPY_DST });
+    encoder.copyBufferToBuffer(source, byteOffset, this.readValueBuffer, 0, 4);
+    return null;
+  }
+
+  /**
+   * Map the read-value buffer (after the step that fills it was submitted) and return its i32.
+   * @returns {Promise<number>}
+   */
+  async readValue() {
+    const buffer = /** @type {GPUBuffer} */ (this.readValueBuffer);
+    await this.orDeviceLoss(buffer.mapAsync(/* GPUMapMode.READ */ 1));
+    try {
+      return new DataView(buffer.getMappedRange()).getInt32(0, true);
+    } finally {
+      buffer.unmap();
+    }
+  }
+
+  /**
+   * Encode the copy of each output (as many bytes as its shape says) into a new readback buffer.
+   * @param {GPUCommandEncoder} encoder
+   * @param {number[][]} outputShapes
+   * @returns {Readback}
+   */
+  encodeOutputCopies(encoder, outputShapes) {
+    const { device, manifest } = this;
     let offset = 0;
     const outputs = manifest.outputs.map((/** @type {any} */ spec, /** @type {number} */ k) => {
       const shape = outputShapes[k];
       const bytes = shape.reduce((a, b) => a * b, 1) * TYPED_ARRAY_OF_DTYPE[/** @type {"float32"} */ (spec.dtype)].BYTES_PER_ELEMENT;
-      const output = { name: spec.name, dtype: spec.dtype, shape, offset, bytes };
+      const output = { name: spec.name, dtype: spec.dtype, shape, offset, bytes, storage: spec.storage };
       offset += Math.ceil(bytes / 4) * 4;
       return output;
     });
     const buffer = device.createBuffer({ size: Math.max(offset, 4), usage: USAGE.MAP_READ | USAGE.COPY_DST });
     for (const output of outputs) {
-      const spec = manifest.outputs.find((/** @type {any} */ o) => o.name === output.name);
       if (output.bytes > 0) {
-        encoder.copyBufferToBuffer(this.storageBuffers[spec.storage], 0, buffer, output.offset, Math.ceil(output.bytes / 4) * 4);
+        encoder.copyBufferToBuffer(this.storageBuffers[output.storage], 0, buffer, output.offset, Math.ceil(output.bytes / 4) * 4);
       }
     }
-    device.queue.submit([encoder.finish()]);
     return { buffer, outputs };
   }
 
   /**
    * Map the readback buffer and copy each output out of it.
-   * @param {{buffer: GPUBuffer, outputs: {name: string, dtype: string, shape: number[], offset: number, bytes: number}[]}} readback
+   * @param {Readback} readback
    * @returns {Promise<Record<string, Tensor>>}
    */
   async readOutputs({ buffer, outputs }) {

@@ -1,5 +1,6 @@
-// Node tests of relaxweb/runtime_js/host.js on the hand-made bundle
-// (tests/fixtures/handmade_bundle.py): no GPU needed.
+// Node tests of relaxweb/runtime_js/host.js on the hand-made bundles
+// (tests/fixtures/handmade_bundle.py): no GPU needed. The second bundle, y = x[x > 0],
+// stops its command list with a read of k (the number of positive elements) and resumes.
 
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
@@ -9,7 +10,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 
-import { Host, InputShapeError, checkInputs } from "../../relaxweb/runtime_js/host.js";
+import { Host, InputShapeError, OPCODE_DISPATCH, OPCODE_READ, checkInputs } from "../../relaxweb/runtime_js/host.js";
 
 const REPO_ROOT = fileURLToPath(new URL("../../", import.meta.url));
 const BOUND = 16; // DEFAULT_BOUND of the hand-made bundle
@@ -18,13 +19,15 @@ const WEIGHT_BYTES = 16; // four float32 values
 /**
  * Write a hand-made bundle into a fresh temporary folder with the Python fixture.
  * @param {string} boundExpression a Python expression for the bound of n ("16", "None")
+ * @param {string} [writer] the fixture function: write_handmade_bundle or write_positives_bundle
+ * @param {string} [extraArguments] more keyword arguments, in Python (", positive_limit=3")
  * @returns {string} the folder
  */
-function writeHandmadeBundle(boundExpression) {
+function writeHandmadeBundle(boundExpression, writer = "write_handmade_bundle", extraArguments = "") {
   const folder = mkdtempSync(join(tmpdir(), "relaxweb-host-test-"));
   const script =
-    "from tests.fixtures.handmade_bundle import write_handmade_bundle; " +
-    `write_handmade_bundle(${JSON.stringify(folder)}, bound=${boundExpression})`;
+    `from tests.fixtures.handmade_bundle import ${writer}; ` +
+    `${writer}(${JSON.stringify(folder)}, bound=${boundExpression}${extraArguments})`;
   execFileSync("python3", ["-c", script], { cwd: REPO_ROOT, stdio: ["ignore", "inherit", "inherit"] });
   return folder;
 }
@@ -42,11 +45,15 @@ async function loadHost(folder) {
 const folders = [];
 let boundedFolder;
 let unboundedFolder;
+let positivesFolder;
+let limitedPositivesFolder;
 
 before(() => {
   boundedFolder = writeHandmadeBundle(String(BOUND));
   unboundedFolder = writeHandmadeBundle("None");
-  folders.push(boundedFolder, unboundedFolder);
+  positivesFolder = writeHandmadeBundle("None", "write_positives_bundle");
+  limitedPositivesFolder = writeHandmadeBundle(String(BOUND), "write_positives_bundle", ", positive_limit=3");
+  folders.push(boundedFolder, unboundedFolder, positivesFolder, limitedPositivesFolder);
 });
 
 after(() => {
@@ -166,4 +173,88 @@ test("the shard of the hand-made bundle holds its one weight", async () => {
   const { manifest } = await loadHost(boundedFolder);
   assert.equal(manifest.shards[0].nbytes, WEIGHT_BYTES);
   assert.equal(readFileSync(join(boundedFolder, manifest.shards[0].file)).byteLength, WEIGHT_BYTES);
+});
+
+// Values read back: the positives bundle -------------------------------------------------
+
+test("a bundle without reads has no read slots and cannot resume", async () => {
+  const host = await loadHost(boundedFolder);
+  assert.equal(host.manifest.read_slots, undefined);
+  assert.equal(host.readSlots, 0);
+  assert.deepEqual(host.readValues(), []);
+  assert.throws(() => host.writeReadValue(0, 1), /read slot 0 does not exist: the bundle has 0/);
+  assert.throws(() => host.resume(), /no resume export/);
+});
+
+test("run stops with a read record and sizes everything as if the value were 0", async () => {
+  const host = await loadHost(positivesFolder);
+  assert.equal(host.readSlots, 1);
+  host.runOrThrow([[70]]);
+  assert.deepEqual(host.commands(), [
+    { opcode: OPCODE_DISPATCH, callSite: 0, workgroups: [2, 1, 1] },
+    { opcode: OPCODE_DISPATCH, callSite: 1, workgroups: [1, 1, 1] },
+    { opcode: OPCODE_READ, storage: 2, byteOffset: 4, slot: 0 },
+  ]);
+  assert.deepEqual(host.storageSizes(), [280, 280, 8, 0]);
+  assert.deepEqual(host.outputShapes(), [[0]]);
+});
+
+test("resume uses the value read back: new commands, sizes, output shape and params", async () => {
+  const host = await loadHost(positivesFolder);
+  for (const [n, k] of [[10, 6], [10, 0], [10, 10], [0, 0], [1000, 100]]) {
+    host.runOrThrow([[n]]);
+    host.writeReadValue(0, k);
+    assert.deepEqual(host.readValues(), [k]);
+    assert.equal(host.resume(), 0);
+    assert.deepEqual(host.commands(), [{ opcode: OPCODE_DISPATCH, callSite: 2, workgroups: [1, 1, 1] }]);
+    assert.deepEqual(host.storageSizes(), [4 * n, 4 * (n + k), 8, 4 * k]);
+    assert.deepEqual(host.outputShapes(), [[k]]);
+    const params = new DataView(host.params().buffer);
+    const site = host.manifest.call_sites[2].params_offset;
+    assert.deepEqual([0, 4, 8, 12].map((b) => params.getUint32(site + b, true)), [n, k, 0, 0]);
+  }
+});
+
+test("a failing resume is an InputShapeError with the manifest's message", async () => {
+  const host = await loadHost(positivesFolder);
+  host.runOrThrow([[10]]);
+  host.writeReadValue(0, -7); // sign-extended to i64
+  assert.equal(host.resume(), 4);
+  assert.deepEqual(host.errorInfo(), { code: 4, value: -7, expected: 10 });
+  assert.throws(() => host.resumeOrThrow(), {
+    name: "InputShapeError",
+    message: "the number of positive elements read back is -7, outside 0..10",
+  });
+
+  const limited = await loadHost(limitedPositivesFolder);
+  limited.runOrThrow([[10]]);
+  limited.writeReadValue(0, 4);
+  assert.throws(() => limited.resumeOrThrow(), (thrown) => {
+    assert.ok(thrown instanceof InputShapeError);
+    assert.equal(thrown.message, "output 'y': x has 4 positive elements, more than the 3 this bundle allows");
+    assert.equal(thrown.code, 5);
+    return true;
+  });
+  limited.writeReadValue(0, 3);
+  limited.resumeOrThrow();
+  assert.deepEqual(limited.outputShapes(), [[3]]);
+});
+
+test("read slots are checked, and a read beyond the manifest's slots is malformed", async () => {
+  const host = await loadHost(positivesFolder);
+  assert.throws(() => host.writeReadValue(1, 0), /read slot 1 does not exist: the bundle has 1/);
+  assert.throws(() => host.writeReadValue(-1, 0), /read slot -1 does not exist/);
+
+  const manifest = JSON.parse(readFileSync(join(positivesFolder, "manifest.json"), "utf8"));
+  const noSlots = await Host.instantiate(readFileSync(join(positivesFolder, "host.wasm")), { ...manifest, read_slots: 0 });
+  noSlots.runOrThrow([[4]]);
+  assert.throws(() => noSlots.commands(), /read record uses slot 0; the manifest has 0 read slot\(s\)/);
+});
+
+test("read slots in a manifest whose host.wasm cannot resume are refused", async () => {
+  const manifest = JSON.parse(readFileSync(join(boundedFolder, "manifest.json"), "utf8"));
+  await assert.rejects(
+    Host.instantiate(readFileSync(join(boundedFolder, "host.wasm")), { ...manifest, read_slots: 1 }),
+    /does not export read_values or resume/,
+  );
 });
