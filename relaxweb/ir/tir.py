@@ -13,6 +13,12 @@ variables that appear in them, and each call site binds them.  This form is easy
 
 Index expressions are :class:`~relaxweb.ir.symbolic.PrimExpr` over the axes and size
 variables; axis variables are ``SizeVar`` whose names do not clash with size variables.
+
+Scalar expressions have a dtype (:func:`scalar_dtype`): a load has its buffer's, an
+:class:`IndexValue` (an index expression used as a value, e.g. an element count) is
+``int32`` like every index in the generated code, a :class:`Compare` is ``bool``.
+:class:`Select` evaluates only the branch it picks, so a branch may load out of bounds when
+it is not picked (``concat`` reads ``B[i - n]`` only where ``i >= n``).
 """
 
 from __future__ import annotations
@@ -48,6 +54,8 @@ class Load(ScalarExpr):
 
 @dataclass(frozen=True)
 class FloatImm(ScalarExpr):
+    """A constant of ``dtype`` (integer dtypes too: ``FloatImm(0, "int32")``)."""
+
     value: float
     dtype: str = "float32"
 
@@ -71,7 +79,10 @@ class Unary(ScalarExpr):
 
 @dataclass(frozen=True)
 class Reduce(ScalarExpr):
-    """``combiner`` (sum or max) of ``body`` over ``axis`` in ``[0, extent)``."""
+    """``combiner`` (sum, max or min) of ``body`` over ``axis`` in ``[0, extent)``.
+
+    Over an empty range, sum is 0, max the lowest and min the highest value of the dtype.
+    """
 
     combiner: str
     axis: SizeVar
@@ -79,9 +90,121 @@ class Reduce(ScalarExpr):
     body: ScalarExpr
 
 
+@dataclass(frozen=True)
+class IndexValue(ScalarExpr):
+    """The value of an index expression (over axes and size variables), as an ``int32``."""
+
+    value: PrimExpr
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "value", as_expr(self.value))
+
+
+@dataclass(frozen=True)
+class Cast(ScalarExpr):
+    """``a`` converted to ``dtype`` (float32, int32, uint32 or bool)."""
+
+    dtype: str
+    a: ScalarExpr
+
+    def __post_init__(self) -> None:
+        if self.dtype not in CAST_DTYPES:
+            raise ValueError(f"cannot cast to {self.dtype}; expected one of {', '.join(CAST_DTYPES)}")
+
+
+@dataclass(frozen=True)
+class Compare(ScalarExpr):
+    """``a op b`` as a ``bool``; ``op`` is one of lt, le, gt, ge, eq, ne."""
+
+    op: str
+    a: ScalarExpr
+    b: ScalarExpr
+
+    def __post_init__(self) -> None:
+        if self.op not in COMPARE_OPS:
+            raise ValueError(f"unknown comparison {self.op!r}; expected one of {', '.join(COMPARE_OPS)}")
+
+
+@dataclass(frozen=True)
+class Select(ScalarExpr):
+    """``a if condition else b``; only the chosen branch is evaluated."""
+
+    condition: ScalarExpr
+    a: ScalarExpr
+    b: ScalarExpr
+
+
 BINARY_OPS = ("add", "subtract", "multiply", "divide", "maximum", "minimum")
 UNARY_OPS = ("exp", "tanh", "negative", "sigmoid")
-REDUCE_COMBINERS = ("sum", "max")
+REDUCE_COMBINERS = ("sum", "max", "min")
+COMPARE_OPS = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
+CAST_DTYPES = ("float32", "int32", "uint32", "bool")
+
+
+def scalar_children(expr: ScalarExpr) -> tuple[ScalarExpr, ...]:
+    """The scalar operands of an expression (loads, constants and index values have none)."""
+    if isinstance(expr, (Binary, Compare)):
+        return (expr.a, expr.b)
+    if isinstance(expr, (Unary, Cast)):
+        return (expr.a,)
+    if isinstance(expr, Reduce):
+        return (expr.body,)
+    if isinstance(expr, Select):
+        return (expr.condition, expr.a, expr.b)
+    return ()
+
+
+def scalar_dtype(expr: ScalarExpr) -> str:
+    """The dtype of a scalar expression's value."""
+    if isinstance(expr, Load):
+        return expr.buffer.dtype
+    if isinstance(expr, FloatImm):
+        return expr.dtype
+    if isinstance(expr, IndexValue):
+        return "int32"
+    if isinstance(expr, Cast):
+        return expr.dtype
+    if isinstance(expr, Compare):
+        return "bool"
+    if isinstance(expr, Select):
+        return scalar_dtype(expr.a)
+    if isinstance(expr, (Binary, Unary)):
+        return scalar_dtype(expr.a)
+    if isinstance(expr, Reduce):
+        return scalar_dtype(expr.body)
+    raise TypeError(f"not a scalar expression: {expr!r}")
+
+
+def index_var_names(program: "TensorProgram") -> set[str]:
+    """Names of the program's index variables: its axes and every reduction axis."""
+    names = {axis.name for axis in program.axes}
+
+    def visit(expr: ScalarExpr) -> None:
+        if isinstance(expr, Reduce):
+            names.add(expr.axis.name)
+        for child in scalar_children(expr):
+            visit(child)
+
+    visit(program.body)
+    return names
+
+
+def index_exprs(expr: ScalarExpr) -> list[PrimExpr]:
+    """Every index expression in a scalar expression (load indices, index values, extents)."""
+    found: list[PrimExpr] = []
+
+    def visit(node: ScalarExpr) -> None:
+        if isinstance(node, Load):
+            found.extend(node.indices)
+        elif isinstance(node, IndexValue):
+            found.append(node.value)
+        elif isinstance(node, Reduce):
+            found.append(node.extent)
+        for child in scalar_children(node):
+            visit(child)
+
+    visit(expr)
+    return found
 
 
 @dataclass(frozen=True)
@@ -96,11 +219,17 @@ class TensorProgram:
 
     @property
     def size_vars(self) -> list[SizeVar]:
-        """Size variables of the buffer shapes, in order of first appearance."""
+        """Size variables of the buffer shapes, in order of first appearance, then those that
+        appear only in the body (e.g. the symbolic begin of a slice)."""
         found: dict[str, SizeVar] = {}
         for buffer in (*self.inputs, self.output):
             for dim in buffer.shape:
                 for var in free_vars(dim):
+                    found.setdefault(var.name, var)
+        index_names = index_var_names(self)
+        for expr in index_exprs(self.body):
+            for var in free_vars(expr):
+                if var.name not in index_names:
                     found.setdefault(var.name, var)
         return list(found.values())
 
@@ -120,6 +249,14 @@ def format_scalar(expr: ScalarExpr) -> str:
         return f"{expr.op}({format_scalar(expr.a)})"
     if isinstance(expr, Reduce):
         return f"{expr.combiner}({expr.axis.name} < {format_expr(expr.extent)}: {format_scalar(expr.body)})"
+    if isinstance(expr, IndexValue):
+        return f"index({format_expr(expr.value)})"
+    if isinstance(expr, Cast):
+        return f"{expr.dtype}({format_scalar(expr.a)})"
+    if isinstance(expr, Compare):
+        return f"({format_scalar(expr.a)} {COMPARE_OPS[expr.op]} {format_scalar(expr.b)})"
+    if isinstance(expr, Select):
+        return f"select({format_scalar(expr.condition)}, {format_scalar(expr.a)}, {format_scalar(expr.b)})"
     raise TypeError(f"not a scalar expression: {expr!r}")
 
 

@@ -1,6 +1,11 @@
 """Graph-level ops, one file per family; importing this package registers them all."""
 
-from . import elementwise, linear_algebra, manipulation, nn  # noqa: F401  (registration)
+from . import elementwise, linear_algebra, manipulation, nn, reduction  # noqa: F401  (registration)
+from .common import UnknownShapeError
+from .manipulation import ReshapeInferenceError, strided_slice
 from .registry import OPS, DeductionError, OpDefinition, call_op, get_op, register_op
 
-__all__ = ["OPS", "DeductionError", "OpDefinition", "call_op", "get_op", "register_op"]
+__all__ = [
+    "OPS", "DeductionError", "OpDefinition", "ReshapeInferenceError", "UnknownShapeError", "call_op",
+    "get_op", "register_op", "strided_slice",
+]

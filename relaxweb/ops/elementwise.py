@@ -2,6 +2,11 @@
 
 Each output element depends only on the input elements at the same (broadcast) index, so
 each legalizes to one tensor program whose body is the scalar operation.
+
+Deduction: binary ops broadcast (``broadcast_shapes``: 1 takes the other side, otherwise the
+dims must be provably equal); with an operand of unknown shape the result's shape is unknown
+and its rank the larger of the two (unknown if either rank is).  Unary ops keep the
+annotation of their argument.
 """
 
 from __future__ import annotations
@@ -11,8 +16,11 @@ import numpy as np
 from ..ir.expr import Call, tensor_dtype
 from ..ir.struct_info import TensorStructInfo
 from ..ir.tir import Binary, FloatImm, Unary
-from .common import broadcast_shapes, load_broadcast, make_program, require_tensor
-from .registry import DeductionError, register_op
+from .common import (
+    broadcast_shapes, expect_args, load_broadcast, make_program, needs_known_shapes, require_float,
+    require_tensor, same_dtype, unknown_rank_join,
+)
+from .registry import register_op
 
 BINARY_REFERENCE = {
     "add": np.add,
@@ -24,10 +32,12 @@ BINARY_REFERENCE = {
 
 def _deduce_binary(name: str):
     def deduce(args, attrs) -> TensorStructInfo:
+        expect_args(name, args, 2)
         a, b = (require_tensor(arg, name, i) for i, arg in enumerate(args))
-        if a.dtype != b.dtype:
-            raise DeductionError(f"{name}: dtypes differ ({a.dtype} vs {b.dtype})")
-        return TensorStructInfo(broadcast_shapes(name, [a.shape, b.shape]), a.dtype)
+        dtype = same_dtype(name, [a, b])
+        if a.shape is None or b.shape is None:
+            return TensorStructInfo(None, dtype, unknown_rank_join([a.ndim, b.ndim]))
+        return TensorStructInfo(broadcast_shapes(name, [a.shape, b.shape]), dtype)
 
     return deduce
 
@@ -53,7 +63,7 @@ for _name in BINARY_REFERENCE:
     register_op(
         _name,
         deduce=_deduce_binary(_name),
-        legalize=_legalize_binary(_name),
+        legalize=needs_known_shapes(_legalize_binary(_name)),
         reference=_reference_binary(_name),
     )
 
@@ -82,10 +92,11 @@ FLOAT_ONLY = {"relu", "sigmoid", "tanh", "exp"}
 
 def _deduce_unary(name: str):
     def deduce(args, attrs) -> TensorStructInfo:
+        expect_args(name, args, 1)
         info = require_tensor(args[0], name, 0)
-        if name in FLOAT_ONLY and not info.dtype.startswith("float"):
-            raise DeductionError(f"{name}: needs a float tensor, got {info.dtype}")
-        return TensorStructInfo(info.shape, info.dtype)
+        if name in FLOAT_ONLY:
+            require_float(name, info)
+        return info
 
     return deduce
 
@@ -108,6 +119,6 @@ for _name in UNARY_BODIES:
     register_op(
         _name,
         deduce=_deduce_unary(_name),
-        legalize=_legalize_unary(_name),
+        legalize=needs_known_shapes(_legalize_unary(_name)),
         reference=(lambda function: lambda arrays, attrs: function(arrays[0]).astype(arrays[0].dtype))(UNARY_REFERENCE[_name]),
     )

@@ -4,6 +4,9 @@
 one axis; older opsets flatten everything from ``axis`` on, which is the same as normalising
 over all those axes).  Legalized in three tensor programs — the row maximum, the sum of
 exponentials, and the normalisation — so each reduction is computed once per row.
+
+Deduction: the result has the argument's annotation; the axes must be the trailing ones
+(checked when the rank is known).
 """
 
 from __future__ import annotations
@@ -14,18 +17,19 @@ from ..ir.expr import Call
 from ..ir.struct_info import TensorStructInfo
 from ..ir.symbolic import IntImm, SizeVar
 from ..ir.tir import Binary, Load, Reduce, Unary
-from .common import make_program, require_tensor
+from .common import expect_args, make_program, needs_known_shapes, require_float, require_tensor
 from .registry import DeductionError, register_op
 
 
 def deduce_softmax(args, attrs) -> TensorStructInfo:
+    expect_args("softmax", args, 1)
     data = require_tensor(args[0], "softmax", 0)
     axes = tuple(attrs["axes"])
-    if not axes or list(axes) != list(range(axes[0], data.ndim)):
-        raise DeductionError(f"softmax: axes {list(axes)} must be the trailing axes of a {data.ndim}-d tensor")
-    if not data.dtype.startswith("float"):
-        raise DeductionError(f"softmax: needs a float tensor, got {data.dtype}")
-    return TensorStructInfo(data.shape, data.dtype)
+    if not axes or (data.ndim != -1 and list(axes) != list(range(axes[0], data.ndim))):
+        rank = f"a {data.ndim}-d tensor" if data.ndim != -1 else "the tensor"
+        raise DeductionError(f"softmax: axes {list(axes)} must be the trailing axes of {rank}")
+    require_float("softmax", data)
+    return data
 
 
 def _reduce_over(combiner, axes_reduced, buffer, outer_axes, make_body):
@@ -81,5 +85,5 @@ def softmax_reference(arrays, attrs):
     return (shifted / shifted.sum(axis=axes, keepdims=True)).astype(x.dtype)
 
 
-register_op("softmax", deduce=deduce_softmax, legalize=legalize_softmax, reference=softmax_reference)
+register_op("softmax", deduce=deduce_softmax, legalize=needs_known_shapes(legalize_softmax), reference=softmax_reference)
 

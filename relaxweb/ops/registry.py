@@ -34,6 +34,15 @@ class LegalizeContext(Protocol):
     def call_tir(self, program: TensorProgram, args: tuple[Expr, ...]) -> CallTIR:
         """Add ``program`` to the module and return a call of it on ``args``."""
 
+    def call_library(self, kernel, args: tuple[Expr, ...]) -> CallTIR:
+        """Add a library kernel (``relaxweb/library``) and return a call_library of it."""
+
+    def fresh_name(self, hint: str) -> str:
+        """A name unused in the function, for a new symbolic variable."""
+
+    def emit_match_cast(self, value: Expr, struct_info: StructInfo, name_hint: str = "lv") -> Var:
+        """Bind ``value`` cast to ``struct_info`` (checked at run time)."""
+
     def emit(self, value: Expr, name_hint: str = "lv") -> Var:
         """Bind an intermediate value before the one being legalized."""
 

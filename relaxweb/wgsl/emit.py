@@ -17,11 +17,16 @@ from dataclasses import dataclass
 from ..ir.symbolic import (
     Add, FloorDiv, FloorMod, IntImm, Max, Min, Mul, PrimExpr, SizeVar, Sub, simplify,
 )
-from ..ir.tir import Binary, Buffer, FloatImm, Load, Reduce, ScalarExpr, TensorProgram, Unary, format_scalar
+from ..ir.tir import (
+    COMPARE_OPS, Binary, Buffer, Cast, Compare, FloatImm, IndexValue, Load, Reduce, ScalarExpr, Select,
+    TensorProgram, Unary, format_scalar, index_var_names, scalar_dtype,
+)
 
 WORKGROUP_SIZE = 64
 WGSL_TYPES = {"float32": "f32", "int32": "i32", "uint32": "u32"}
-LOWEST = {"float32": "-3.4028234663852886e38", "int32": "-2147483648"}
+SCALAR_TYPES = {**WGSL_TYPES, "bool": "bool"}  # bool values exist in registers, not in buffers
+LOWEST = {"float32": "-3.4028234663852886e38", "int32": "i32(-2147483648)", "uint32": "0u"}
+HIGHEST = {"float32": "3.4028234663852886e38", "int32": "2147483647", "uint32": "4294967295u"}
 
 # WGSL's keywords and reserved words (spec, "Keyword and reserved word list"), plus the
 # predeclared type names and our own field name; a model's size variable with one of these
@@ -111,20 +116,7 @@ def emit_wgsl(program: TensorProgram) -> ShaderInfo:
 
 
 def _index_var_names(program: TensorProgram) -> set[str]:
-    names = {axis.name for axis in program.axes}
-
-    def visit(expr: ScalarExpr) -> None:
-        if isinstance(expr, Reduce):
-            names.add(expr.axis.name)
-            visit(expr.body)
-        elif isinstance(expr, Binary):
-            visit(expr.a)
-            visit(expr.b)
-        elif isinstance(expr, Unary):
-            visit(expr.a)
-
-    visit(program.body)
-    return names
+    return index_var_names(program)
 
 
 def _type(dtype: str) -> str:
@@ -140,6 +132,7 @@ class _Emitter:
         self.size_vars = size_vars
         self.statements: list[str] = []
         self.accumulators = 0
+        self.selections = 0
 
     def unflatten_axes(self) -> list[str]:
         """Statements recovering each output axis from the linear index (row-major)."""
@@ -183,8 +176,16 @@ class _Emitter:
         if isinstance(expr, Load):
             return f"{wgsl_name(expr.buffer.name)}[{self.offset(expr.buffer, expr.indices)}]"
         if isinstance(expr, FloatImm):
-            text = repr(float(expr.value))
-            return text if "e" in text or "." in text else text + ".0"
+            return _literal(expr.value, expr.dtype)
+        if isinstance(expr, IndexValue):
+            return self.index(simplify(expr.value))
+        if isinstance(expr, Cast):
+            return f"{_scalar_type(expr.dtype)}({self.scalar(expr.a, indent)})"
+        if isinstance(expr, Compare):
+            a, b = self.scalar(expr.a, indent), self.scalar(expr.b, indent)
+            return f"({a} {COMPARE_OPS[expr.op]} {b})"
+        if isinstance(expr, Select):
+            return self.select(expr, indent)
         if isinstance(expr, Binary):
             a, b = self.scalar(expr.a, indent), self.scalar(expr.b, indent)
             infix = {"add": "+", "subtract": "-", "multiply": "*", "divide": "/"}
@@ -205,18 +206,60 @@ class _Emitter:
     def reduce(self, expr: Reduce, indent: str) -> str:
         name = f"acc{self.accumulators}"
         self.accumulators += 1
-        dtype = self.program.output.dtype
-        initial = "0.0" if expr.combiner == "sum" else LOWEST.get(dtype, "0.0")
+        dtype = scalar_dtype(expr.body)
+        if expr.combiner == "sum":
+            initial = _literal(0, dtype)
+        else:
+            initial = (LOWEST if expr.combiner == "max" else HIGHEST).get(dtype, _literal(0, dtype))
         axis = expr.axis.name
         self.statements.append(f"{indent}var {name}: {_type(dtype)} = {initial};")
         self.statements.append(
             f"{indent}for (var {axis}: i32 = 0; {axis} < {self.index(simplify(expr.extent))}; {axis} = {axis} + 1) {{"
         )
         body = self.scalar(expr.body, indent + "  ")
-        update = f"{name} + {body}" if expr.combiner == "sum" else f"max({name}, {body})"
+        update = f"{name} + {body}" if expr.combiner == "sum" else f"{expr.combiner}({name}, {body})"
         self.statements.append(f"{indent}  {name} = {update};")
         self.statements.append(f"{indent}}}")
         return name
+
+    def select(self, expr: Select, indent: str) -> str:
+        """An if/else into a variable, so that only the chosen branch is evaluated (a branch
+        may load out of bounds where it is not chosen, e.g. the inputs of a concat)."""
+        name = f"sel{self.selections}"
+        self.selections += 1
+        condition = self.scalar(expr.condition, indent)
+        self.statements.append(f"{indent}var {name}: {_scalar_type(scalar_dtype(expr.a))};")
+        self.statements.append(f"{indent}if ({condition}) {{")
+        a = self.scalar(expr.a, indent + "  ")
+        self.statements.append(f"{indent}  {name} = {a};")
+        self.statements.append(f"{indent}}} else {{")
+        b = self.scalar(expr.b, indent + "  ")
+        self.statements.append(f"{indent}  {name} = {b};")
+        self.statements.append(f"{indent}}}")
+        return name
+
+
+def _scalar_type(dtype: str) -> str:
+    try:
+        return SCALAR_TYPES[dtype]
+    except KeyError:
+        raise NotImplementedError(f"dtype {dtype} has no WGSL type in relaxweb yet") from None
+
+
+def _literal(value: float, dtype: str) -> str:
+    """A WGSL constant of ``dtype``."""
+    if dtype == "float32":
+        text = repr(float(value))
+        if text in ("inf", "-inf", "nan"):
+            raise ValueError(f"WGSL has no literal for {text}")
+        return text if "e" in text or "." in text else text + ".0"
+    if dtype == "int32":
+        return f"{int(value)}" if int(value) >= 0 else f"({int(value)})"
+    if dtype == "uint32":
+        return f"{int(value)}u"
+    if dtype == "bool":
+        return "true" if value else "false"
+    raise NotImplementedError(f"dtype {dtype} has no WGSL type in relaxweb yet")
 
 
 def _is_wrapped(text: str) -> bool:

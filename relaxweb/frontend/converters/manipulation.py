@@ -4,23 +4,22 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...errors import UnsupportedModelError
 from ...ir.expr import ShapeExpr, tensor_shape
-from ...ir.symbolic import format_expr, product, prove_equal, simplify
-from ...ops import call_op
+from ...ir.symbolic import simplify
+from ...ops import ReshapeInferenceError, call_op
 from .registry import NodeConversionError, converter, tensor_to_array
 
 
 @converter("Reshape")
 def convert_reshape(context, node, inputs):
-    """Resolve 0 (copy the input dim) and -1 (infer) symbolically, then reshape."""
+    """Resolve ONNX's 0 (copy the input dim, unless allowzero); the reshape op infers -1."""
     data = inputs[0]
     target = [int(v) for v in context.constant_value(inputs[1], node, "the target shape")]
     attrs = context.attributes(node)
-    input_shape = tensor_shape(data)
     dims = []
     for position, value in enumerate(target):
         if value == 0 and not attrs.get("allowzero", 0):
+            input_shape = tensor_shape(data)
             if position >= len(input_shape):
                 raise NodeConversionError(
                     f"Reshape node '{node.name}': target dim {position} is 0 (copy the input's), "
@@ -29,18 +28,11 @@ def convert_reshape(context, node, inputs):
             dims.append(input_shape[position])
         else:
             dims.append(simplify(value))
-    if sum(1 for v in target if v == -1) > 1:
-        raise NodeConversionError(f"Reshape node '{node.name}': more than one -1 in the target shape")
-    if -1 in target:
-        known = product(d for d, v in zip(dims, target) if v != -1)
-        inferred = simplify(product(input_shape) // known)
-        if not prove_equal(inferred * known, product(input_shape)):
-            raise UnsupportedModelError(
-                f"Reshape node '{node.name}': cannot infer -1: {format_expr(product(input_shape))} "
-                f"elements are not provably a multiple of {format_expr(known)}"
-            )
-        dims[target.index(-1)] = inferred
-    return call_op("reshape", data, ShapeExpr(tuple(dims)))
+    try:
+        return call_op("reshape", data, ShapeExpr(tuple(dims)))
+    except ReshapeInferenceError as error:
+        # Valid for some sizes but not provably for all: unsupported rather than invalid.
+        raise NodeConversionError(f"Reshape node '{node.name}': {error}") from None
 
 
 @converter("Transpose")
