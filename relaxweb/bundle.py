@@ -24,7 +24,7 @@ from .ir.host import format_host_function
 from .ir.symbolic import format_expr, upper_bound
 from .passes import PIPELINE, run_pipeline
 from .wasm import MAX_RANK, PARAMS_SLOT, CallSiteParams, assemble, emit_host_wat
-from .wgsl import emit_wgsl
+from .wgsl import ShaderInfo, emit_wgsl
 from .wgsl.emit import WORKGROUP_SIZE
 
 FORMAT = "relaxweb-bundle"
@@ -43,6 +43,12 @@ def compile_model(model_path: str | Path, bounds: dict[str, int], progress: Prog
     main = module.main
     progress(f"imported {Path(model_path).name}: {len(main.bindings())} bindings, "
              f"inputs {', '.join(main.input_names)}")
+    return compile_module(module, bounds, progress, dump_ir)
+
+
+def compile_module(module: IRModule, bounds: dict[str, int], progress: Progress = lambda _: None,
+                   dump_ir: Path | None = None) -> IRModule:
+    """Run the pass pipeline on a module (imported or built by hand) with the given bounds."""
     module = module.replace(attrs={**module.attrs, "bounds": dict(bounds)})
 
     def on_step(name: str, step_module: IRModule) -> None:
@@ -69,6 +75,12 @@ def build_bundle(model_path: str | Path, out_dir: str | Path, bounds: dict[str, 
                  progress: Progress = lambda _: None, dump_ir: Path | None = None) -> dict:
     """Compile ``model_path`` into the bundle folder ``out_dir``; returns the manifest."""
     module = compile_model(model_path, bounds or {}, progress, dump_ir)
+    return write_bundle(module, out_dir, Path(model_path).name, progress)
+
+
+def write_bundle(module: IRModule, out_dir: str | Path, source: str, progress: Progress = lambda _: None) -> dict:
+    """Write the bundle of a compiled module (its ``main`` a HostFunction); returns the manifest."""
+    model_path = Path(source)
     host = module.main
     assert isinstance(host, HostFunction)
     _check_dtypes(host)
@@ -81,7 +93,7 @@ def build_bundle(model_path: str | Path, out_dir: str | Path, bounds: dict[str, 
     call_sites, call_site_params = [], []
     for site_index, dispatch in enumerate(host.dispatches):
         if dispatch.program not in kernel_index:
-            shader = emit_wgsl(module.programs[dispatch.program])
+            shader = emit_kernel(module.programs[dispatch.program])
             shader_of[dispatch.program] = shader
             kernel_index[dispatch.program] = len(kernels)
             file = f"kernels/{dispatch.program}.wgsl"
@@ -119,7 +131,8 @@ def build_bundle(model_path: str | Path, out_dir: str | Path, bounds: dict[str, 
         "version": VERSION,
         "model": Path(model_path).name,
         "inputs": [{"name": i.name, "dtype": i.dtype, "shape": _shape_json(i.shape), "storage": i.storage} for i in host.inputs],
-        "outputs": [{"name": o.name, "dtype": o.dtype, "shape": _shape_json(o.shape), "storage": o.storage} for o in host.outputs],
+        "outputs": [{"name": o.name, "dtype": o.dtype, "shape": _shape_json(o.shape) if o.shape is not None else None,
+                     "ndim": o.ndim, "storage": o.storage} for o in host.outputs],
         "symbolic_vars": [{"name": name, "bound": bound} for name, bound in host.bounds],
         "storages": storages,
         "weights": weights,
@@ -127,8 +140,9 @@ def build_bundle(model_path: str | Path, out_dir: str | Path, bounds: dict[str, 
         "kernels": kernels,
         "call_sites": call_sites,
         "params_bytes": max(PARAMS_SLOT, len(call_sites) * PARAMS_SLOT),
-        "errors": [{"code": c.code, "message": c.message} for c in host.checks if c.code],
+        "errors": [{"code": code, "message": message} for code, message in host.error_messages],
         "max_rank": MAX_RANK,
+        "read_slots": host.read_slots,
         "required_limits": _required_limits(kernels, storages, weights),
     }
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
@@ -136,6 +150,18 @@ def build_bundle(model_path: str | Path, out_dir: str | Path, bounds: dict[str, 
         shutil.copytree(RUNTIME_JS, out / "runtime", dirs_exist_ok=True)
     progress(f"wrote {out}/ ({len(kernels)} kernels, {sum(s['nbytes'] for s in shards)} bytes of weights)")
     return manifest
+
+
+def emit_kernel(kernel) -> ShaderInfo:
+    """WGSL for a tensor program (generated) or a library kernel (hand-written)."""
+    from .library import LibraryKernel
+
+    if isinstance(kernel, LibraryKernel):
+        fields = ("element_count", *(v.name for v in kernel.size_vars))
+        padded = len(fields) + (-len(fields)) % 4
+        bindings = ("uniform", *("read-only-storage" for _ in kernel.inputs), "storage")
+        return ShaderInfo(kernel.source, fields, 4 * padded, bindings)
+    return emit_wgsl(kernel)
 
 
 def _shape_json(shape) -> list:

@@ -8,15 +8,25 @@ from __future__ import annotations
 
 import re
 
-from .expr import DataflowBlock, DataflowVar, Expr, Function, MatchCast, SeqExpr, Tuple, Var, VarBinding
+from typing import Callable
+
+from .expr import (
+    BindingBlock, DataflowBlock, DataflowVar, Expr, Function, If, MatchCast, SeqExpr, Tuple, Var, VarBinding,
+)
 from .struct_info import StructInfo
 
 
 class FunctionBuilder:
-    """Collects the parameters and dataflow bindings of one function."""
+    """Collects the parameters and bindings of one function.
 
-    def __init__(self, name: str) -> None:
+    With ``dataflow=True`` (the default, what importers produce) all bindings go into one
+    dataflow block.  Functions with control flow use ``dataflow=False``: bindings go into a
+    plain block, and :meth:`emit_if` builds each branch with a child builder.
+    """
+
+    def __init__(self, name: str, dataflow: bool = True) -> None:
         self.name = name
+        self.dataflow = dataflow
         self.params: list[Var] = []
         self.input_names: list[str] = []
         self.bindings: list[VarBinding | MatchCast] = []
@@ -42,24 +52,39 @@ class FunctionBuilder:
 
     def emit(self, value: Expr, name_hint: str = "lv", output: bool = False) -> Var:
         """Bind ``value`` to a new variable; ``output`` vars may be used after the block."""
-        kind = Var if output else DataflowVar
+        kind = Var if output or not self.dataflow else DataflowVar
         var = kind(self.unique_name(name_hint), value.struct_info)
         self.bindings.append(VarBinding(var, value))
         return var
 
     def emit_match_cast(self, value: Expr, struct_info: StructInfo, name_hint: str = "lv", output: bool = False) -> Var:
-        kind = Var if output else DataflowVar
+        kind = Var if output or not self.dataflow else DataflowVar
         var = kind(self.unique_name(name_hint), struct_info)
         self.bindings.append(MatchCast(var, value, struct_info))
         return var
 
+    def emit_if(self, condition: Expr, then_branch: Callable[[FunctionBuilder], Expr],
+                else_branch: Callable[[FunctionBuilder], Expr], name_hint: str = "lv") -> Var:
+        """Bind ``if condition: then_branch(b) else: else_branch(b)``; each callback emits
+        the branch's bindings into the builder it gets and returns the branch's value."""
+        if self.dataflow:
+            raise ValueError("If cannot go in a dataflow block: build the function with dataflow=False")
+        branches = []
+        for build in (then_branch, else_branch):
+            child = FunctionBuilder(self.name, dataflow=False)
+            child._used_names = self._used_names
+            result = build(child)
+            branches.append(SeqExpr((BindingBlock(tuple(child.bindings)),), result))
+        return self.emit(If(condition, *branches), name_hint)
+
     def finish(self, outputs: list[Expr], output_names: list[str]) -> Function:
         """The function returning ``outputs`` (a tuple when there are several)."""
         body: Expr = outputs[0] if len(outputs) == 1 else Tuple(tuple(outputs))
+        block = DataflowBlock if self.dataflow else BindingBlock
         return Function(
             self.name,
             tuple(self.params),
-            SeqExpr((DataflowBlock(tuple(self.bindings)),), body),
+            SeqExpr((block(tuple(self.bindings)),), body),
             tuple(self.input_names),
             tuple(output_names),
         )

@@ -16,7 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from .struct_info import ObjectStructInfo, ShapeStructInfo, StructInfo, TensorStructInfo, TupleStructInfo
+from .struct_info import (
+    ObjectStructInfo, PrimStructInfo, ShapeStructInfo, StructInfo, TensorStructInfo, TupleStructInfo,
+)
 from .symbolic import PrimExpr, SizeVar, as_expr
 
 
@@ -70,6 +72,19 @@ class ShapeExpr(Expr):
 
 
 @dataclass(frozen=True, eq=False)
+class PrimValue(Expr):
+    """An integer value given by a symbolic expression (e.g. a condition ``n % 2``)."""
+
+    value: PrimExpr
+    struct_info: StructInfo = field(init=False)
+
+    def __post_init__(self) -> None:
+        value = as_expr(self.value)
+        object.__setattr__(self, "value", value)
+        object.__setattr__(self, "struct_info", PrimStructInfo("int64", value))
+
+
+@dataclass(frozen=True, eq=False)
 class Tuple(Expr):
     fields: tuple[Expr, ...]
     struct_info: StructInfo = field(init=False)
@@ -103,6 +118,36 @@ class CallTIR(Expr):
     args: tuple[Expr, ...]
     struct_info: TensorStructInfo
     size_var_values: tuple[tuple[str, PrimExpr], ...]
+
+
+class CallLibrary(CallTIR):
+    """Call a hand-written library kernel of the module (``relaxweb/library``), for what a
+    compute definition expresses badly; same conventions as :class:`CallTIR`."""
+
+
+@dataclass(frozen=True, eq=False)
+class TensorToPrim(Expr):
+    """The integer held by a one-element integer tensor, as a prim value.
+
+    Its value lives on the GPU: the compiled host reads it back (a resumable step), so a
+    ``match_cast`` of the result can bind a symbolic variable to a data-dependent size.
+    """
+
+    tensor: Expr
+    struct_info: StructInfo = field(default_factory=lambda: PrimStructInfo("int64"))
+
+
+@dataclass(frozen=True, eq=False)
+class TupleGetItem(Expr):
+    tuple_value: Expr
+    index: int
+    struct_info: StructInfo = field(init=False)
+
+    def __post_init__(self) -> None:
+        info = self.tuple_value.struct_info
+        if not isinstance(info, TupleStructInfo) or not 0 <= self.index < len(info.fields):
+            raise ValueError(f"tuple index {self.index} out of range for {info}")
+        object.__setattr__(self, "struct_info", info.fields[self.index])
 
 
 @dataclass(frozen=True, eq=False)
@@ -168,6 +213,28 @@ class SeqExpr:
 
 
 @dataclass(frozen=True, eq=False)
+class If(Expr):
+    """``if condition: true_branch else false_branch``.
+
+    The condition is a prim value (non-zero is true) or a scalar tensor (an ``int32`` or
+    ``bool``-like value, non-zero is true).  Each branch is a sequence of blocks ending in a
+    value; the annotation is the join of the two branches' (see ``struct_info.join``).
+    """
+
+    condition: Expr
+    true_branch: SeqExpr
+    false_branch: SeqExpr
+    struct_info: StructInfo = field(init=False)
+
+    def __post_init__(self) -> None:
+        from .struct_info import join
+
+        object.__setattr__(
+            self, "struct_info", join(self.true_branch.body.struct_info, self.false_branch.body.struct_info)
+        )
+
+
+@dataclass(frozen=True, eq=False)
 class Function:
     """A graph-level function.
 
@@ -205,7 +272,8 @@ def tensor_dtype(expr: Expr) -> str:
 
 
 __all__ = [
-    "AllocStorage", "AllocTensor", "Binding", "BindingBlock", "Call", "CallTIR", "CallTIRInto",
-    "Constant", "DataflowBlock", "DataflowVar", "Expr", "Function", "MatchCast", "SeqExpr",
-    "ShapeExpr", "SizeVar", "Tuple", "Var", "VarBinding", "tensor_dtype", "tensor_shape",
+    "AllocStorage", "AllocTensor", "Binding", "BindingBlock", "Call", "CallLibrary", "CallTIR",
+    "CallTIRInto", "Constant", "DataflowBlock", "DataflowVar", "Expr", "Function", "If", "MatchCast",
+    "PrimValue", "SeqExpr", "ShapeExpr", "SizeVar", "TensorToPrim", "Tuple", "TupleGetItem", "Var",
+    "VarBinding", "tensor_dtype", "tensor_shape",
 ]

@@ -1,12 +1,16 @@
 """Host functions: a graph function lowered to what the host module does on each run.
 
 After memory planning, ``lower_shapes_to_host`` turns ``main`` into a :class:`HostFunction`:
-an explicit list of shape checks on the inputs (each with the error message it reports),
-the storages with their byte sizes, the weights, and the dispatches in order (which tensor
-program, which buffers, the values of its size variables, its element count).  Everything
-symbolic is an expression of the size variables bound by the checks, which is exactly what
-the WebAssembly host module computes; ``relaxweb/wasm`` emits it and the interpreter below
-runs it with numpy, so the lowering is testable without a GPU.
+the checks on the input shapes that bind the size variables (each with the error message it
+reports), the storages with their byte sizes, the weights, and ``steps``: the dispatches in
+order, the bindings and run-time checks of ``match_cast``, ``If`` on symbolic conditions,
+reads of values back from the GPU, and the output shapes.  Everything symbolic is an
+expression of the host's variables, which is exactly what the WebAssembly host module
+computes; ``relaxweb/wasm`` emits it and :func:`run_host_function` runs it with numpy, so the
+lowering is testable without a GPU.
+
+A :class:`HostRead` (a data-dependent value) ends a *stage*: the host stops, the runtime
+reads the value and resumes.  Reads appear only at the top level of ``steps``.
 """
 
 from __future__ import annotations
@@ -34,8 +38,9 @@ class HostInput:
 class HostOutput:
     name: str
     dtype: str
-    shape: tuple[PrimExpr, ...]
     storage: int
+    shape: tuple[PrimExpr, ...] | None  # the annotated shape (None: only ndim is known)
+    ndim: int
 
 
 @dataclass(frozen=True)
@@ -43,8 +48,8 @@ class ShapeCheck:
     """One check of an input's shape, in order.
 
     ``kind``:
-    - ``ndim``: the input has ``len(expected)`` dims (``expected`` is that number);
-    - ``bind``: dimension ``dim`` defines size variable ``variable`` (and must be >= 0);
+    - ``ndim``: the input has ``expected`` dims;
+    - ``bind``: dimension ``dim`` defines size variable ``variable``;
     - ``bound``: size variable ``variable`` is at most its bound (when it has one);
     - ``equal``: dimension ``dim`` equals ``expected``.
     ``code`` is the error code (1-based) whose message is ``message``, with ``{value}`` and
@@ -72,15 +77,68 @@ class BufferRef:
     index: int
 
 
+# -- steps -----------------------------------------------------------------------------------
+
+
 @dataclass(frozen=True)
 class HostDispatch:
-    """Run ``program`` once over its ``element_count`` output elements."""
+    """Run ``program`` (a tensor program or library kernel) with ``element_count`` invocations."""
 
     program: str
     buffers: tuple[BufferRef, ...]
     size_var_values: tuple[tuple[str, PrimExpr], ...]
     element_count: PrimExpr
     note: str
+
+
+@dataclass(frozen=True)
+class HostBind:
+    """``variable = value`` (a match_cast binding a new size variable, or an If's result dims)."""
+
+    variable: str
+    value: PrimExpr
+    note: str
+
+
+@dataclass(frozen=True)
+class HostCheck:
+    """A run-time check of a match_cast: ``equal`` (value == expected), ``bound`` (variable
+    <= its bound, when it has one; ``value`` is the variable) or ``nonnegative``."""
+
+    kind: str
+    value: PrimExpr
+    expected: PrimExpr | None
+    variable: str | None
+    code: int
+    message: str
+
+
+@dataclass(frozen=True)
+class HostIf:
+    condition: PrimExpr
+    then_steps: tuple
+    else_steps: tuple
+
+
+@dataclass(frozen=True)
+class HostRead:
+    """Stop; the runtime reads the i32 at ``byte_offset`` of ``storage`` into slot ``slot``;
+    on resume ``variable`` takes that value."""
+
+    storage: int
+    byte_offset: int
+    slot: int
+    variable: str
+    note: str
+
+
+@dataclass(frozen=True)
+class HostOutputShape:
+    output: int
+    shape: tuple[PrimExpr, ...]
+
+
+HostStep = HostDispatch | HostBind | HostCheck | HostIf | HostRead | HostOutputShape
 
 
 @dataclass(frozen=True)
@@ -93,30 +151,86 @@ class HostFunction:
     checks: tuple[ShapeCheck, ...]
     storages: tuple[HostStorage, ...]
     weights: tuple[Constant, ...]
-    dispatches: tuple[HostDispatch, ...]
+    steps: tuple[HostStep, ...]
+    read_slots: int = 0
 
     def bound_of(self, variable: str) -> int | None:
         return dict(self.bounds).get(variable)
+
+    @property
+    def dispatches(self) -> list[HostDispatch]:
+        """Every dispatch, in the order of the steps (both branches of an If)."""
+        return [step for step in walk_steps(self.steps) if isinstance(step, HostDispatch)]
+
+    @property
+    def error_messages(self) -> list[tuple[int, str]]:
+        messages = [(c.code, c.message) for c in self.checks if c.code]
+        messages += [(s.code, s.message) for s in walk_steps(self.steps) if isinstance(s, HostCheck)]
+        return sorted(messages)
+
+
+def walk_steps(steps) -> list:
+    found = []
+    for step in steps:
+        found.append(step)
+        if isinstance(step, HostIf):
+            found += walk_steps(step.then_steps) + walk_steps(step.else_steps)
+    return found
 
 
 def format_host_function(function: HostFunction) -> str:
     lines = [f"@host_function\ndef {function.name}():"]
     for check in function.checks:
-        detail = check.variable if check.kind in ("bind", "bound") else format_expr(check.expected) if isinstance(check.expected, PrimExpr) else check.expected
-        lines.append(f"    check {check.kind} input {function.inputs[check.input].name} dim {check.dim}: {detail}  # error {check.code}")
+        name = function.inputs[check.input].name
+        if check.kind == "ndim":
+            lines.append(f"    check input {name} has {check.expected} dims  # error {check.code}")
+        elif check.kind == "bind":
+            lines.append(f"    {check.variable} = input {name} dim {check.dim}")
+        elif check.kind == "bound":
+            lines.append(f"    check {check.variable} <= its bound  # error {check.code}")
+        else:
+            lines.append(f"    check input {name} dim {check.dim} == {format_expr(_expr(check.expected))}  # error {check.code}")
     for index, storage in enumerate(function.storages):
         lines.append(f"    storage{index} = alloc({format_expr(storage.size)} bytes)  # {storage.role}")
-    for dispatch in function.dispatches:
-        buffers = ", ".join(f"{b.kind}{b.index}" for b in dispatch.buffers)
-        lines.append(f"    dispatch {dispatch.program}({buffers}) over {format_expr(dispatch.element_count)} elements  # {dispatch.note}")
-    for output in function.outputs:
-        shape = ", ".join(format_expr(d) for d in output.shape)
-        lines.append(f"    output {output.name} = storage{output.storage}[{shape}]")
+    _format_steps(function, function.steps, "    ", lines)
     return "\n".join(lines)
+
+
+def _format_steps(function: HostFunction, steps, indent: str, lines: list[str]) -> None:
+    for step in steps:
+        if isinstance(step, HostDispatch):
+            buffers = ", ".join(f"{b.kind}{b.index}" for b in step.buffers)
+            lines.append(f"{indent}dispatch {step.program}({buffers}) over {format_expr(step.element_count)}  # {step.note}")
+        elif isinstance(step, HostBind):
+            lines.append(f"{indent}{step.variable} = {format_expr(step.value)}  # {step.note}")
+        elif isinstance(step, HostCheck):
+            target = format_expr(step.expected) if step.expected is not None else ("its bound" if step.kind == "bound" else "0")
+            relation = {"equal": "==", "bound": "<=", "nonnegative": ">="}[step.kind]
+            lines.append(f"{indent}check {format_expr(step.value)} {relation} {target}  # error {step.code}")
+        elif isinstance(step, HostIf):
+            lines.append(f"{indent}if {format_expr(step.condition)} != 0:")
+            _format_steps(function, step.then_steps, indent + "    ", lines)
+            lines.append(f"{indent}else:")
+            _format_steps(function, step.else_steps, indent + "    ", lines)
+        elif isinstance(step, HostRead):
+            lines.append(f"{indent}{step.variable} = read storage{step.storage}[{step.byte_offset}]  # resumes here; {step.note}")
+        elif isinstance(step, HostOutputShape):
+            shape = ", ".join(format_expr(d) for d in step.shape)
+            lines.append(f"{indent}output {function.outputs[step.output].name} shape = [{shape}]")
+
+
+def _expr(value) -> PrimExpr:
+    from .symbolic import as_expr
+
+    return as_expr(value)
 
 
 # ----------------------------------------------------------------------------------------
 # Running a host function with numpy (the semantics the compiled host + GPU must match)
+
+
+def fill_message(template: str, value: int, expected: int) -> str:
+    return template.replace("{value}", str(value)).replace("{expected}", str(expected))
 
 
 def run_shape_checks(function: HostFunction, shapes: list[tuple[int, ...]]) -> dict[str, int]:
@@ -134,47 +248,106 @@ def run_shape_checks(function: HostFunction, shapes: list[tuple[int, ...]]) -> d
             if bound is not None and values[check.variable] > bound:  # type: ignore[index]
                 raise InputShapeError(fill_message(check.message, values[check.variable], bound))  # type: ignore[index]
         elif check.kind == "equal":
-            expected = int(evaluate(check.expected, values))  # type: ignore[arg-type]
+            expected = int(evaluate(_expr(check.expected), values))
             if shape[check.dim] != expected:
                 raise InputShapeError(fill_message(check.message, shape[check.dim], expected))
     return values
 
 
-def fill_message(template: str, value: int, expected: int) -> str:
-    return template.replace("{value}", str(value)).replace("{expected}", str(expected))
+class _HostRun:
+    """One run of a host function on numpy byte buffers."""
+
+    def __init__(self, function: HostFunction, programs: Mapping) -> None:
+        self.function = function
+        self.programs = programs
+        self.values: dict[str, int] = {}
+        self.storages = [np.zeros(0, dtype=np.uint8) for _ in function.storages]
+        self.output_shapes: dict[int, tuple[int, ...]] = {}
+
+    def value(self, expr: PrimExpr) -> int:
+        # Variables not known yet (bound by a later stage) count as 0, as in the host module.
+        names = {v.name for v in free_vars(expr)}
+        return int(evaluate(expr, {**{n: 0 for n in names}, **self.values}))
+
+    def grow_storages(self) -> None:
+        for index, storage in enumerate(self.function.storages):
+            needed = self.value(storage.size)
+            if needed > self.storages[index].size:
+                grown = np.zeros(needed, dtype=np.uint8)
+                grown[: self.storages[index].size] = self.storages[index]
+                self.storages[index] = grown
+
+    def view(self, storage: int, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
+        count = int(np.prod(shape, dtype=np.int64))
+        return self.storages[storage][: count * DTYPE_SIZES[dtype]].view(dtype).reshape(shape)
+
+    def run_steps(self, steps) -> None:
+        for step in steps:
+            if isinstance(step, HostDispatch):
+                self.dispatch(step)
+            elif isinstance(step, HostBind):
+                self.values[step.variable] = self.value(step.value)
+                self.grow_storages()
+            elif isinstance(step, HostCheck):
+                self.check(step)
+            elif isinstance(step, HostIf):
+                self.run_steps(step.then_steps if self.value(step.condition) != 0 else step.else_steps)
+            elif isinstance(step, HostRead):
+                raw = self.storages[step.storage][step.byte_offset: step.byte_offset + 4]
+                self.values[step.variable] = int(raw.view(np.int32)[0])
+                self.grow_storages()
+            elif isinstance(step, HostOutputShape):
+                self.output_shapes[step.output] = tuple(self.value(d) for d in step.shape)
+
+    def check(self, step: HostCheck) -> None:
+        value = self.value(step.value)
+        if step.kind == "equal":
+            expected = self.value(step.expected)  # type: ignore[arg-type]
+            failed = value != expected
+        elif step.kind == "bound":
+            bound = self.function.bound_of(step.variable)  # type: ignore[arg-type]
+            expected = bound if bound is not None else -1
+            failed = bound is not None and value > bound
+        else:
+            expected = 0
+            failed = value < 0
+        if failed:
+            raise InputShapeError(fill_message(step.message, value, expected))
+
+    def dispatch(self, step: HostDispatch) -> None:
+        from .interpreter import run_kernel
+
+        kernel = self.programs[step.program]
+        kernel_vars = {name: self.value(value) for name, value in step.size_var_values}
+        buffers = []
+        for ref, buffer in zip(step.buffers, (*kernel.inputs, kernel.output)):
+            if ref.kind == "weight":
+                buffers.append(self.function.weights[ref.index].data)
+            else:
+                shape = tuple(int(evaluate(d, kernel_vars)) for d in buffer.shape)
+                buffers.append(self.view(ref.index, buffer.dtype, shape))
+        buffers[-1][...] = run_kernel(kernel, buffers[:-1], kernel_vars)
 
 
 def run_host_function(function: HostFunction, programs: Mapping, inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
-    from .interpreter import run_program
-
     for host_input in function.inputs:
         if host_input.name not in inputs:
             raise InputShapeError(f"missing input '{host_input.name}'")
-        if str(np.asarray(inputs[host_input.name]).dtype) != host_input.dtype:
-            raise InputShapeError(f"input '{host_input.name}': dtype is {np.asarray(inputs[host_input.name]).dtype}, expected {host_input.dtype}")
+        given = np.asarray(inputs[host_input.name]).dtype
+        if str(given) != host_input.dtype:
+            raise InputShapeError(f"input '{host_input.name}': dtype is {given}, expected {host_input.dtype}")
     arrays = [np.asarray(inputs[i.name]) for i in function.inputs]
-    values = run_shape_checks(function, [a.shape for a in arrays])
-    storages = [np.zeros(int(evaluate(s.size, values)), dtype=np.uint8) for s in function.storages]
+    run = _HostRun(function, programs)
+    run.values = run_shape_checks(function, [a.shape for a in arrays])
+    run.grow_storages()
     for host_input, array in zip(function.inputs, arrays):
         raw = np.ascontiguousarray(array).view(np.uint8).reshape(-1)
-        storages[host_input.storage][: raw.size] = raw
-
-    def view(storage: int, dtype: str, shape: tuple[PrimExpr, ...], variables: Mapping[str, int]) -> np.ndarray:
-        dims = tuple(int(evaluate(d, variables)) for d in shape)
-        count = int(np.prod(dims, dtype=np.int64))
-        return storages[storage][: count * DTYPE_SIZES[dtype]].view(dtype).reshape(dims)
-
-    for dispatch in function.dispatches:
-        program = programs[dispatch.program]
-        program_vars = {name: int(evaluate(value, values)) for name, value in dispatch.size_var_values}
-        buffers = []
-        for ref, buffer in zip(dispatch.buffers, (*program.inputs, program.output)):
-            if ref.kind == "weight":
-                buffers.append(function.weights[ref.index].data)
-            else:
-                buffers.append(view(ref.index, buffer.dtype, buffer.shape, program_vars))
-        buffers[-1][...] = run_program(program, buffers[:-1], program_vars)
-    return [view(o.storage, o.dtype, o.shape, values).copy() for o in function.outputs]
+        run.storages[host_input.storage][: raw.size] = raw
+    run.run_steps(function.steps)
+    return [
+        run.view(output.storage, output.dtype, run.output_shapes[index]).copy()
+        for index, output in enumerate(function.outputs)
+    ]
 
 
 def used_vars(expressions) -> set[str]:

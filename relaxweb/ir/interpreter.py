@@ -15,18 +15,30 @@ import numpy as np
 
 from ..errors import InputShapeError
 from .expr import (
-    AllocStorage, AllocTensor, Call, CallTIR, CallTIRInto, Constant, Expr, Function, MatchCast,
-    ShapeExpr, Tuple, Var,
+    AllocStorage, AllocTensor, Call, CallTIR, CallTIRInto, Constant, Expr, Function, If, MatchCast,
+    PrimValue, SeqExpr, ShapeExpr, TensorToPrim, Tuple, TupleGetItem, Var,
 )
 from .module import IRModule
-from .struct_info import TensorStructInfo
-from .symbolic import PrimExpr, SizeVar, evaluate, format_expr
-from .tir import Binary, FloatImm, Load, Reduce, ScalarExpr, TensorProgram, Unary
+from .struct_info import PrimStructInfo, TensorStructInfo
+from .symbolic import PrimExpr, SizeVar, evaluate, format_expr, free_vars
+from .tir import (
+    Binary, Cast, Compare, FloatImm, IndexValue, Load, Reduce, ScalarExpr, Select, TensorProgram, Unary,
+    scalar_dtype,
+)
 
 
 def run_module(module: IRModule, inputs: Mapping[str, np.ndarray], function: str = "main") -> list[np.ndarray]:
     """Run a function of the module on named inputs; returns its outputs as a list."""
     return Interpreter(module).run(module.functions[function], inputs)
+
+
+def run_kernel(kernel, arrays: list[np.ndarray], size_vars: Mapping[str, int]) -> np.ndarray:
+    """Run a tensor program (compute definition) or a library kernel (its numpy reference)."""
+    from ..library import LibraryKernel
+
+    if isinstance(kernel, LibraryKernel):
+        return kernel.reference(arrays)
+    return run_program(kernel, arrays, size_vars)
 
 
 class Interpreter:
@@ -36,20 +48,24 @@ class Interpreter:
     def run(self, function: Function, inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         size_vars: dict[str, int] = {}
         values: dict[Var, object] = {}
-        for param in function.params:
-            if param.name not in inputs:
-                raise InputShapeError(f"missing input '{param.name}'")
-            array = np.asarray(inputs[param.name])
-            match_tensor(param.name, array, param.struct_info, size_vars)
+        for param, name in zip(function.params, function.input_names or [p.name for p in function.params]):
+            if name not in inputs:
+                raise InputShapeError(f"missing input '{name}'")
+            array = np.asarray(inputs[name])
+            match_tensor(name, array, param.struct_info, size_vars)
             values[param] = array
-        for binding in function.bindings():
-            value = self.evaluate(binding.value, values, size_vars)
-            if isinstance(binding, MatchCast):
-                match_tensor(binding.var.name, value, binding.struct_info, size_vars)
-            values[binding.var] = value
-        result = self.evaluate(function.body.body, values, size_vars)
+        result = self.run_seq(function.body, values, size_vars)
         outputs = list(result) if isinstance(function.body.body, Tuple) else [result]
         return [np.array(o, copy=True) for o in outputs]
+
+    def run_seq(self, seq: SeqExpr, values: dict, size_vars: dict[str, int]):
+        for block in seq.blocks:
+            for binding in block.bindings:
+                value = self.evaluate(binding.value, values, size_vars)
+                if isinstance(binding, MatchCast):
+                    match_value(binding.var.name, value, binding.struct_info, size_vars)
+                values[binding.var] = value
+        return self.evaluate(seq.body, values, size_vars)
 
     def evaluate(self, expr: Expr, values: dict, size_vars: dict[str, int]):
         if isinstance(expr, Var):
@@ -58,49 +74,90 @@ class Interpreter:
             return expr.data
         if isinstance(expr, ShapeExpr):
             return np.array([evaluate(v, size_vars) for v in expr.values], dtype=np.int64)
+        if isinstance(expr, PrimValue):
+            return int(evaluate(expr.value, size_vars))
         if isinstance(expr, Tuple):
             return tuple(self.evaluate(f, values, size_vars) for f in expr.fields)
+        if isinstance(expr, TupleGetItem):
+            return self.evaluate(expr.tuple_value, values, size_vars)[expr.index]
+        if isinstance(expr, TensorToPrim):
+            return int(np.asarray(self.evaluate(expr.tensor, values, size_vars)).reshape(-1)[0])
+        if isinstance(expr, If):
+            condition = self.evaluate(expr.condition, values, size_vars)
+            taken = expr.true_branch if int(np.asarray(condition).reshape(-1)[0]) != 0 else expr.false_branch
+            return self.run_seq(taken, values, size_vars)
         if isinstance(expr, Call):
             from ..ops import get_op
 
             arrays = [self.evaluate(a, values, size_vars) for a in expr.args]
             return get_op(expr.op).reference(arrays, expr.attrs)
         if isinstance(expr, CallTIR):
-            program = self.module.programs[expr.program]
+            kernel = self.module.programs[expr.program]
             arrays = [self.evaluate(a, values, size_vars) for a in expr.args]
-            return run_program(program, arrays, _program_vars(expr.size_var_values, size_vars))
+            return run_kernel(kernel, arrays, _program_vars(expr.size_var_values, size_vars))
         if isinstance(expr, AllocStorage):
-            return np.zeros(int(evaluate(expr.size, size_vars)), dtype=np.uint8)
+            # Variables bound later (by a match_cast after a read-back) count as 0 for now;
+            # alloc_tensor grows the storage when a tensor needs more, as the runtimes do.
+            known = {v.name: 0 for v in free_vars(expr.size)} | size_vars
+            return _StorageBytes(np.zeros(int(evaluate(expr.size, known)), dtype=np.uint8))
         if isinstance(expr, AllocTensor):
             storage = values[expr.storage]
             info = expr.struct_info
             shape = tuple(int(evaluate(d, size_vars)) for d in info.shape)
             count = int(np.prod(shape, dtype=np.int64))
             itemsize = np.dtype(info.dtype).itemsize
-            return storage[: count * itemsize].view(info.dtype).reshape(shape)
+            if storage.data.size < count * itemsize:
+                grown = np.zeros(count * itemsize, dtype=np.uint8)
+                grown[: storage.data.size] = storage.data
+                storage.data = grown
+            return storage.data[: count * itemsize].view(info.dtype).reshape(shape)
         if isinstance(expr, CallTIRInto):
-            program = self.module.programs[expr.program]
+            kernel = self.module.programs[expr.program]
             arrays = [self.evaluate(a, values, size_vars) for a in expr.args]
             output = values[expr.output]
-            output[...] = run_program(program, arrays, _program_vars(expr.size_var_values, size_vars))
+            output[...] = run_kernel(kernel, arrays, _program_vars(expr.size_var_values, size_vars))
             return ()
         raise TypeError(f"the interpreter cannot evaluate {type(expr).__name__}")
+
+
+class _StorageBytes:
+    """A storage's bytes; replaced (not resized) when a larger tensor is placed in it."""
+
+    def __init__(self, data: np.ndarray) -> None:
+        self.data = data
 
 
 def _program_vars(bindings: tuple[tuple[str, PrimExpr], ...], size_vars: dict[str, int]) -> dict[str, int]:
     return {name: int(evaluate(value, size_vars)) for name, value in bindings}
 
 
-def match_tensor(name: str, array: np.ndarray, info, size_vars: dict[str, int]) -> None:
+def match_value(name: str, value, info, size_vars: dict[str, int]) -> None:
+    """The run-time check of a match_cast: tensors by shape, prim values by value."""
+    if isinstance(info, PrimStructInfo):
+        if info.value is None:
+            return
+        if isinstance(info.value, SizeVar) and info.value.name not in size_vars:
+            size_vars[info.value.name] = int(value)
+            return
+        expected = int(evaluate(info.value, size_vars))
+        if int(value) != expected:
+            raise InputShapeError(f"match_cast of '{name}': value is {int(value)}, expected {expected} ({format_expr(info.value)})")
+        return
+    match_tensor(name, np.asarray(value), info, size_vars, what="match_cast of")
+
+
+def match_tensor(name: str, array: np.ndarray, info, size_vars: dict[str, int], what: str = "input") -> None:
     """Check an array against a tensor annotation, binding unseen size variables."""
     if not isinstance(info, TensorStructInfo):
         return
     if str(array.dtype) != info.dtype:
-        raise InputShapeError(f"input '{name}': dtype is {array.dtype}, expected {info.dtype}")
+        raise InputShapeError(f"{what} '{name}': dtype is {array.dtype}, expected {info.dtype}")
     if info.shape is None:
+        if info.ndim != -1 and array.ndim != info.ndim:
+            raise InputShapeError(f"{what} '{name}': has {array.ndim} dimensions, expected {info.ndim}")
         return
     if array.ndim != len(info.shape):
-        raise InputShapeError(f"input '{name}': has {array.ndim} dimensions, expected {len(info.shape)}")
+        raise InputShapeError(f"{what} '{name}': has {array.ndim} dimensions, expected {len(info.shape)}")
     for dim, (actual, expected) in enumerate(zip(array.shape, info.shape)):
         if isinstance(expected, SizeVar) and expected.name not in size_vars:
             size_vars[expected.name] = int(actual)
@@ -108,7 +165,7 @@ def match_tensor(name: str, array: np.ndarray, info, size_vars: dict[str, int]) 
         value = int(evaluate(expected, size_vars))
         if value != actual:
             raise InputShapeError(
-                f"input '{name}': dimension {dim} is {actual}, expected {value} ({format_expr(expected)})"
+                f"{what} '{name}': dimension {dim} is {actual}, expected {value} ({format_expr(expected)})"
             )
 
 
@@ -133,21 +190,46 @@ def run_program(program: TensorProgram, arrays: list[np.ndarray], size_vars: Map
     return np.broadcast_to(np.asarray(result), shape).astype(program.output.dtype)
 
 
-def _evaluate_scalar(expr: ScalarExpr, buffers: dict, environment: dict, shape: tuple) -> np.ndarray:
+_BINARY_FUNCTIONS = {
+    "add": np.add, "subtract": np.subtract, "multiply": np.multiply,
+    "divide": np.divide, "maximum": np.maximum, "minimum": np.minimum,
+}
+_COMPARE_FUNCTIONS = {
+    "lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
+    "eq": np.equal, "ne": np.not_equal,
+}
+
+
+def _evaluate_scalar(expr: ScalarExpr, buffers: dict, environment: dict, shape: tuple, guarded: bool = False) -> np.ndarray:
+    """The value of ``expr`` at every point of the index grids in ``environment``.
+
+    ``guarded`` is set inside the branches of a :class:`Select`, which are evaluated
+    everywhere here but only where chosen on the GPU: out-of-bounds loads there read 0
+    instead of failing (the values are discarded).
+    """
+    def recurse(child: ScalarExpr, env: dict = environment, guard: bool = guarded) -> np.ndarray:
+        return _evaluate_scalar(child, buffers, env, shape, guard)
+
     if isinstance(expr, Load):
         index = tuple(np.asarray(evaluate(i, environment)) for i in expr.indices)
-        return buffers[expr.buffer.name][index] if index else buffers[expr.buffer.name][()]
+        return _load(buffers[expr.buffer.name], expr.buffer.name, index, guarded)
     if isinstance(expr, FloatImm):
         return np.asarray(expr.value, dtype=expr.dtype)
+    if isinstance(expr, IndexValue):
+        return np.asarray(evaluate(expr.value, environment)).astype(np.int32)
+    if isinstance(expr, Cast):
+        return np.asarray(recurse(expr.a)).astype(np.dtype(expr.dtype))
+    if isinstance(expr, Compare):
+        return _COMPARE_FUNCTIONS[expr.op](recurse(expr.a), recurse(expr.b))
+    if isinstance(expr, Select):
+        condition = np.asarray(recurse(expr.condition), dtype=bool)
+        with np.errstate(all="ignore"):  # the branch not taken may divide by zero
+            a, b = recurse(expr.a, guard=True), recurse(expr.b, guard=True)
+        return np.where(condition, a, b)
     if isinstance(expr, Binary):
-        a = _evaluate_scalar(expr.a, buffers, environment, shape)
-        b = _evaluate_scalar(expr.b, buffers, environment, shape)
-        return {
-            "add": np.add, "subtract": np.subtract, "multiply": np.multiply,
-            "divide": np.divide, "maximum": np.maximum, "minimum": np.minimum,
-        }[expr.op](a, b)
+        return _BINARY_FUNCTIONS[expr.op](recurse(expr.a), recurse(expr.b))
     if isinstance(expr, Unary):
-        a = _evaluate_scalar(expr.a, buffers, environment, shape)
+        a = recurse(expr.a)
         if expr.op == "sigmoid":
             return 1 / (1 + np.exp(-a))
         return {"exp": np.exp, "tanh": np.tanh, "negative": np.negative}[expr.op](a)
@@ -161,9 +243,39 @@ def _evaluate_scalar(expr: ScalarExpr, buffers: dict, environment: dict, shape: 
         }
         depth = max((v.ndim for v in environment.values() if isinstance(v, np.ndarray)), default=0)
         inner[expr.axis.name] = np.arange(extent, dtype=np.int64).reshape((extent,) + (1,) * depth)
-        body = _evaluate_scalar(expr.body, buffers, inner, shape)
+        body = recurse(expr.body, inner)
         body = np.broadcast_to(body, (extent,) + np.broadcast_shapes(*(np.shape(v) for v in inner.values()))[1:])
         if extent == 0:
-            return np.zeros(body.shape[1:], dtype=np.float32) if expr.combiner == "sum" else np.full(body.shape[1:], -np.inf, np.float32)
-        return body.sum(axis=0) if expr.combiner == "sum" else body.max(axis=0)
+            return np.full(body.shape[1:], _reduce_identity(expr.combiner, scalar_dtype(expr.body)))
+        return {"sum": np.sum, "max": np.max, "min": np.min}[expr.combiner](body, axis=0)
     raise TypeError(f"cannot evaluate {type(expr).__name__}")
+
+
+def _load(array: np.ndarray, name: str, index: tuple[np.ndarray, ...], guarded: bool) -> np.ndarray:
+    """``array[index]``; out-of-bounds indices fail, or read 0 when ``guarded``."""
+    if not index:
+        return array[()]
+    index = tuple(np.broadcast_arrays(*index))
+    valid = np.ones(index[0].shape, dtype=bool)
+    for dim, (positions, extent) in enumerate(zip(index, array.shape)):
+        inside = (positions >= 0) & (positions < extent)
+        if not guarded and not inside.all():
+            bad = int(positions[~inside].reshape(-1)[0])
+            raise IndexError(f"load of {name}: index {bad} is out of bounds for dimension {dim} of extent {extent}")
+        valid &= inside
+    if guarded:
+        if array.size == 0:
+            return np.zeros(valid.shape, dtype=array.dtype)
+        clipped = tuple(np.clip(positions, 0, extent - 1) for positions, extent in zip(index, array.shape))
+        return np.where(valid, array[clipped], np.zeros((), dtype=array.dtype))
+    return array[index]
+
+
+def _reduce_identity(combiner: str, dtype: str):
+    """What a reduction over an empty range gives (sum 0, max lowest, min highest)."""
+    if combiner == "sum":
+        return np.zeros((), dtype=dtype)
+    if np.issubdtype(np.dtype(dtype), np.floating):
+        return np.asarray(-np.inf if combiner == "max" else np.inf, dtype=dtype)
+    info = np.iinfo(np.dtype(dtype))
+    return np.asarray(info.min if combiner == "max" else info.max, dtype=dtype)

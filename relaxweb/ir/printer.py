@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .expr import (
-    AllocStorage, AllocTensor, Call, CallTIR, CallTIRInto, Constant, DataflowBlock,
-    Expr, Function, MatchCast, ShapeExpr, Tuple, Var,
+    AllocStorage, AllocTensor, Call, CallLibrary, CallTIR, CallTIRInto, Constant, DataflowBlock,
+    Expr, Function, If, MatchCast, PrimValue, SeqExpr, ShapeExpr, TensorToPrim, Tuple, TupleGetItem, Var,
 )
 from .symbolic import format_expr
 from .tir import format_program
@@ -21,6 +21,14 @@ def format_value(expr: Expr) -> str:
         return expr.name
     if isinstance(expr, Constant):
         return f"const({expr.name})"
+    if isinstance(expr, PrimValue):
+        return f"prim({format_expr(expr.value)})"
+    if isinstance(expr, TupleGetItem):
+        return f"{format_value(expr.tuple_value)}[{expr.index}]"
+    if isinstance(expr, TensorToPrim):
+        return f"tensor_to_prim({format_value(expr.tensor)})"
+    if isinstance(expr, If):
+        raise TypeError("If is printed as a statement (format_function)")
     if isinstance(expr, ShapeExpr):
         return "shape([" + ", ".join(format_expr(v) for v in expr.values) + "])"
     if isinstance(expr, Tuple):
@@ -31,7 +39,8 @@ def format_value(expr: Expr) -> str:
         return f"{expr.op}({', '.join(args)})"
     if isinstance(expr, CallTIR):
         args = ", ".join(format_value(a) for a in expr.args)
-        return f"call_tir({expr.program}, ({args}){_format_size_vars(expr.size_var_values)})"
+        kind = "call_library" if isinstance(expr, CallLibrary) else "call_tir"
+        return f"{kind}({expr.program}, ({args}){_format_size_vars(expr.size_var_values)})"
     if isinstance(expr, CallTIRInto):
         args = ", ".join(format_value(a) for a in expr.args)
         return f"call_tir_into({expr.program}, ({args}), out={expr.output.name}{_format_size_vars(expr.size_var_values)})"
@@ -58,18 +67,32 @@ def _format_size_vars(values: tuple) -> str:
 def format_function(function: Function) -> str:
     params = ", ".join(f"{p.name}: {p.struct_info}" for p in function.params)
     lines = [f"@function\ndef {function.name}({params}) -> {function.ret_struct_info}:"]
-    for block in function.body.blocks:
-        indent = "    "
-        if isinstance(block, DataflowBlock):
-            lines.append("    with dataflow():")
-            indent = "        "
-        for binding in block.bindings:
-            value = format_value(binding.value)
-            if isinstance(binding, MatchCast):
-                value = f"match_cast({value}, {binding.struct_info})"
-            lines.append(f"{indent}{binding.var.name}: {binding.var.struct_info} = {value}")
-    lines.append(f"    return {format_value(function.body.body)}")
+    _format_seq(function.body, "    ", lines)
+    lines[-1] = lines[-1].replace("    yield ", "    return ", 1) if lines[-1].startswith("    yield ") else lines[-1]
     return "\n".join(lines)
+
+
+def _format_seq(seq: SeqExpr, indent: str, lines: list[str]) -> None:
+    """Blocks then ``yield value`` (the function's own sequence says ``return``)."""
+    for block in seq.blocks:
+        inner = indent
+        if isinstance(block, DataflowBlock):
+            lines.append(f"{indent}with dataflow():")
+            inner = indent + "    "
+        for binding in block.bindings:
+            head = f"{inner}{binding.var.name}: {binding.var.struct_info} = "
+            value = binding.value
+            if isinstance(value, If):
+                lines.append(f"{head}if {format_value(value.condition)}:")
+                _format_seq(value.true_branch, inner + "    ", lines)
+                lines.append(f"{inner}else:")
+                _format_seq(value.false_branch, inner + "    ", lines)
+                continue
+            text = format_value(value)
+            if isinstance(binding, MatchCast):
+                text = f"match_cast({text}, {binding.struct_info})"
+            lines.append(head + text)
+    lines.append(f"{indent}yield {format_value(seq.body)}")
 
 
 def format_module(module: IRModule) -> str:

@@ -122,3 +122,76 @@ def _dims_equal(a: tuple[PrimExpr, ...] | None, b: tuple[PrimExpr, ...] | None) 
     if a is None or b is None:
         return a is b
     return len(a) == len(b) and all(prove_equal(x, y) for x, y in zip(a, b))
+
+
+def is_less_specific(general: StructInfo, specific: StructInfo) -> bool:
+    """True when every value described by ``specific`` is also described by ``general``.
+
+    ``Object`` is less specific than everything; ``Tensor(ndim=2)`` than ``Tensor((n, 4))``;
+    ``Tensor(ndim=-1)`` than any tensor of the same dtype; equal annotations are each less
+    specific than the other.  Symbolic dims compare through the prover.
+    """
+    if isinstance(general, ObjectStructInfo):
+        return True
+    if type(general) is not type(specific):
+        return False
+    if isinstance(general, TensorStructInfo):
+        assert isinstance(specific, TensorStructInfo)
+        if general.dtype != specific.dtype:
+            return False
+        if general.ndim == -1:
+            return True
+        if general.ndim != specific.ndim:
+            return False
+        return general.shape is None or _dims_equal(general.shape, specific.shape)
+    if isinstance(general, ShapeStructInfo):
+        assert isinstance(specific, ShapeStructInfo)
+        if general.ndim == -1:
+            return True
+        if general.ndim != specific.ndim:
+            return False
+        return general.values is None or _dims_equal(general.values, specific.values)
+    if isinstance(general, PrimStructInfo):
+        assert isinstance(specific, PrimStructInfo)
+        if general.dtype != specific.dtype:
+            return False
+        return general.value is None or (specific.value is not None and prove_equal(general.value, specific.value))
+    if isinstance(general, TupleStructInfo):
+        assert isinstance(specific, TupleStructInfo)
+        return len(general.fields) == len(specific.fields) and all(
+            is_less_specific(g, s) for g, s in zip(general.fields, specific.fields)
+        )
+    return struct_info_equal(general, specific)
+
+
+def join(a: StructInfo, b: StructInfo) -> StructInfo:
+    """The most specific annotation that both ``a`` and ``b`` satisfy (merging If branches).
+
+    Tensors: the same dtype is kept; the shape is kept when every dim is provably equal,
+    otherwise only the rank is (``[n, 4]`` join ``[m, 4]`` is ``Tensor(ndim=2)``, as in Relax:
+    a later ``match_cast`` gives the dims names again); different ranks give ``ndim=-1``.
+    Different dtypes or kinds give ``Object``.
+    """
+    if is_less_specific(a, b):
+        return a
+    if is_less_specific(b, a):
+        return b
+    if type(a) is not type(b):
+        return ObjectStructInfo()
+    if isinstance(a, TensorStructInfo):
+        assert isinstance(b, TensorStructInfo)
+        if a.dtype != b.dtype:
+            return ObjectStructInfo()
+        return TensorStructInfo(None, a.dtype, a.ndim if a.ndim == b.ndim else -1)
+    if isinstance(a, ShapeStructInfo):
+        assert isinstance(b, ShapeStructInfo)
+        return ShapeStructInfo(None, a.ndim if a.ndim == b.ndim else -1)
+    if isinstance(a, PrimStructInfo):
+        assert isinstance(b, PrimStructInfo)
+        return PrimStructInfo(a.dtype) if a.dtype == b.dtype else ObjectStructInfo()
+    if isinstance(a, TupleStructInfo):
+        assert isinstance(b, TupleStructInfo)
+        if len(a.fields) != len(b.fields):
+            return ObjectStructInfo()
+        return TupleStructInfo(tuple(join(x, y) for x, y in zip(a.fields, b.fields)))
+    return ObjectStructInfo()

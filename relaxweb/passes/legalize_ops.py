@@ -12,7 +12,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..ir.builder import FunctionBuilder
-from ..ir.expr import Call, CallTIR, DataflowBlock, DataflowVar, Expr, Function, SeqExpr, Var, VarBinding
+from ..ir.expr import (
+    Call, CallLibrary, CallTIR, DataflowBlock, DataflowVar, Expr, Function, If, MatchCast, SeqExpr, Var, VarBinding,
+)
 from ..ir.module import IRModule
 from ..ir.struct_info import TensorStructInfo
 from ..ir.tir import TensorProgram
@@ -27,13 +29,15 @@ class _Legalizer:
         self.programs: dict[str, TensorProgram] = dict(module.programs)
         self._by_body: dict[TensorProgram, str] = {replace(p, name=""): n for n, p in self.programs.items()}
         self.bindings: list[VarBinding] = []
+        self.in_dataflow = True
         self.names = FunctionBuilder(function.name)
         for param in function.params:
             self.names.unique_name(param.name)
         for binding in function.bindings():
             self.names.unique_name(binding.var.name)
 
-    def call_tir(self, program: TensorProgram, args: tuple[Expr, ...]) -> CallTIR:
+    def add_program(self, program) -> str:
+        """Add a tensor program or library kernel, reusing an identical one's name."""
         key = replace(program, name="")
         name = self._by_body.get(key)
         if name is None:
@@ -44,11 +48,34 @@ class _Legalizer:
                 counter += 1
             self.programs[name] = replace(program, name=name)
             self._by_body[key] = name
+        return name
+
+    def call_tir(self, program: TensorProgram, args: tuple[Expr, ...]) -> CallTIR:
+        name = self.add_program(program)
         output = TensorStructInfo(program.output.shape, program.output.dtype)
         return call_tir_of(self.programs[name], args, output)
 
+    def call_library(self, kernel, args: tuple[Expr, ...]) -> CallLibrary:
+        name = self.add_program(kernel)
+        output = TensorStructInfo(kernel.output.shape, kernel.output.dtype)
+        call = call_tir_of(self.programs[name], args, output)
+        return CallLibrary(call.program, call.args, call.struct_info, call.size_var_values)
+
+    def fresh_name(self, hint: str) -> str:
+        """A name no variable of the function uses (for new symbolic variables)."""
+        return self.names.unique_name(hint)
+
+    def _new_var(self, name_hint: str, struct_info) -> Var:
+        kind = DataflowVar if self.in_dataflow else Var
+        return kind(self.names.unique_name(name_hint), struct_info)
+
+    def emit_match_cast(self, value: Expr, struct_info, name_hint: str = "lv") -> Var:
+        var = self._new_var(name_hint, struct_info)
+        self.bindings.append(MatchCast(var, value, struct_info))
+        return var
+
     def emit(self, value: Expr, name_hint: str = "lv") -> Var:
-        var = DataflowVar(self.names.unique_name(name_hint), value.struct_info)
+        var = self._new_var(name_hint, value.struct_info)
         self.bindings.append(VarBinding(var, value))
         return var
 
@@ -62,12 +89,26 @@ def legalize_ops(module: IRModule) -> IRModule:
             functions[name] = function
             continue
         legalizer = _Legalizer(module.replace(programs=programs), function)
-        for binding in function.bindings():
+        body = _legalize_seq(legalizer, function.body)
+        programs = legalizer.programs
+        functions[name] = replace(function, body=body)
+    return module.replace(functions=functions, programs=programs)
+
+
+def _legalize_seq(legalizer: _Legalizer, seq: SeqExpr) -> SeqExpr:
+    """Legalize one sequence (a function body or an If branch), block by block."""
+    outer = legalizer.bindings, legalizer.in_dataflow
+    blocks = []
+    for block in seq.blocks:
+        legalizer.bindings, legalizer.in_dataflow = [], isinstance(block, DataflowBlock)
+        for binding in block.bindings:
             value = binding.value
             if isinstance(value, Call):
                 value = get_op(value.op).legalize(legalizer, value)
+            elif isinstance(value, If):
+                value = If(value.condition, _legalize_seq(legalizer, value.true_branch),
+                           _legalize_seq(legalizer, value.false_branch))
             legalizer.bindings.append(replace(binding, value=value) if value is not binding.value else binding)
-        programs = legalizer.programs
-        body = SeqExpr((DataflowBlock(tuple(legalizer.bindings)),), function.body.body)
-        functions[name] = replace(function, body=body)
-    return module.replace(functions=functions, programs=programs)
+        blocks.append(type(block)(tuple(legalizer.bindings)))
+    legalizer.bindings, legalizer.in_dataflow = outer
+    return SeqExpr(tuple(blocks), seq.body)

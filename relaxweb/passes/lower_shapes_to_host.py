@@ -3,149 +3,353 @@
 Everything the host module must do on each run becomes explicit (see
 ``relaxweb/ir/host.py``): the checks that bind the size variables from the input shapes and
 enforce the model's annotations and the user's bounds (each with its own error message),
-the storages and their byte sizes, the weights, and the dispatches in order with the values
-of their programs' size variables.  After this pass no graph-level construct is left; the
-WebAssembly and WGSL backends read the host function and the tensor programs.
+the storages and their byte sizes, the weights, and the steps in order — dispatches, the
+run-time checks and bindings of ``match_cast``, ``If`` on a symbolic condition, reads of
+GPU values (``tensor_to_prim``, and ``If`` on a tensor) after which the host resumes, and the
+output shapes.
+
+Each tensor has a *host shape*: its annotated shape, or, for the result of an ``If`` whose
+branches have different shapes, hidden variables (``_r_dim0``…) that each branch assigns.
+A ``match_cast`` binds new size variables from the host shape, or checks it.  After this
+pass no graph-level construct is left; the WebAssembly and WGSL backends read the host
+function and the kernels.
 """
 
 from __future__ import annotations
 
 from ..errors import RelaxwebError, UnsupportedModelError
-from ..ir.expr import AllocStorage, AllocTensor, CallTIRInto, Constant, Expr, Function, Tuple, Var
+from ..ir.expr import (
+    AllocStorage, AllocTensor, CallTIRInto, Constant, Expr, Function, If, MatchCast, PrimValue, SeqExpr,
+    TensorToPrim, Tuple, TupleGetItem, Var,
+)
 from ..ir.host import (
-    BufferRef, HostDispatch, HostFunction, HostInput, HostOutput, HostStorage, ShapeCheck, used_vars,
+    BufferRef, HostBind, HostCheck, HostDispatch, HostFunction, HostIf, HostInput, HostOutput,
+    HostOutputShape, HostRead, HostStorage, ShapeCheck, used_vars,
 )
 from ..ir.module import IRModule
 from ..ir.printer import format_value
-from ..ir.struct_info import DTYPE_SIZES, TensorStructInfo
-from ..ir.symbolic import SizeVar, as_int, format_expr, product, simplify
+from ..ir.struct_info import DTYPE_SIZES, PrimStructInfo, TensorStructInfo
+from ..ir.symbolic import PrimExpr, SizeVar, as_int, format_expr, product, simplify, substitute
 
 
 def lower_shapes_to_host(module: IRModule) -> IRModule:
     """Replace ``main`` (after plan_memory) by its HostFunction."""
     bounds = dict(module.attrs.get("bounds", {}))
-    host = _lower(module.main, bounds)
+    host = _Lowering(module, module.main, bounds).lower()
     return module.with_function(host)  # type: ignore[arg-type]
 
 
-def _input_checks(function: Function, bounds: dict[str, int]) -> tuple[list[ShapeCheck], list[str]]:
-    checks: list[ShapeCheck] = []
-    bound_by: dict[str, str] = {}
-    order: list[str] = []
-    for index, (param, name) in enumerate(zip(function.params, function.input_names)):
-        info = param.struct_info
-        if not isinstance(info, TensorStructInfo) or info.shape is None:
-            raise UnsupportedModelError(f"input '{name}': needs a tensor annotation with a known rank")
-        checks.append(ShapeCheck("ndim", index, -1, len(info.shape), None, len(checks) + 1,
-                                 f"input '{name}' has {{value}} dimensions, expected {{expected}}"))
-        for dim, expected in enumerate(info.shape):
-            if isinstance(expected, SizeVar) and expected.name not in bound_by:
-                bound_by[expected.name] = f"input '{name}' dimension {dim}"
-                order.append(expected.name)
-                checks.append(ShapeCheck("bind", index, dim, None, expected.name, 0, ""))
-                # Checked at run time against the host's var_bounds, which a runtime may
-                # tighten at load even when the build gave no bound.
-                checks.append(ShapeCheck(
-                    "bound", index, dim, None, expected.name, 0,
-                    f"input '{name}': dimension {dim} ({expected.name}) is {{value}}, above its bound "
-                    f"{expected.name} <= {{expected}}",
-                ))
-                continue
-            missing = [v for v in used_vars([expected]) if v not in bound_by]
-            if missing:
-                raise UnsupportedModelError(
-                    f"input '{name}': dimension {dim} is {format_expr(expected)}; size variables must first "
-                    "appear alone as a dimension"
-                )
-            if as_int(expected) is not None:
-                detail = ""
-            else:
-                sources = ", ".join(f"{v} from {bound_by[v]}" for v in sorted(used_vars([expected])))
-                detail = f" ({format_expr(expected)}; {sources})"
-            checks.append(ShapeCheck("equal", index, dim, expected, None, len(checks) + 1,
-                                     f"input '{name}': dimension {dim} is {{value}}, expected {{expected}}{detail}"))
-    # number the codes densely (bind checks have none)
-    numbered, code = [], 0
-    for check in checks:
-        if check.kind == "bind":
-            numbered.append(check)
-        else:
-            code += 1
-            numbered.append(ShapeCheck(check.kind, check.input, check.dim, check.expected, check.variable, code, check.message))
-    return numbered, order
+class _Lowering:
+    def __init__(self, module: IRModule, function: Function, bounds: dict[str, int]) -> None:
+        self.module = module
+        self.function = function
+        self.bounds = bounds
+        self.checks: list[ShapeCheck] = []
+        self.symbolic_vars: list[str] = []
+        self.defined_by: dict[str, str] = {}
+        self.storages: list[HostStorage] = []
+        self.storage_of: dict[Var, int] = {}
+        self.planned: dict[Var, int] = {}
+        self.host_shape: dict[Var, tuple[PrimExpr, ...]] = {}
+        self.prim_value: dict[Var, PrimExpr] = {}
+        self.aliases: dict[Var, Expr] = {}
+        self.weights: list[Constant] = []
+        self.weight_index: dict[int, int] = {}
+        self.read_slots = 0
+        self.next_code = 1
 
+    # -- codes and variables -------------------------------------------------------------
 
-def _lower(function: Function, bounds: dict[str, int]) -> HostFunction:
-    checks, symbolic_vars = _input_checks(function, bounds)
-    unknown = sorted(set(bounds) - set(symbolic_vars))
-    if unknown:
-        raise RelaxwebError(
-            f"--bound names {', '.join(unknown)}, but the model's symbolic variables are: "
-            f"{', '.join(symbolic_vars) or '(none)'}"
+    def code(self) -> int:
+        self.next_code += 1
+        return self.next_code - 1
+
+    def define(self, name: str, where: str) -> None:
+        if name in self.defined_by:
+            raise ValueError(f"size variable {name} defined twice ({self.defined_by[name]} and {where})")
+        self.defined_by[name] = where
+        self.symbolic_vars.append(name)
+
+    def lower(self) -> HostFunction:
+        self.input_checks()
+        unknown = sorted(set(self.bounds) - set(self.symbolic_vars) - self.match_cast_vars())
+        if unknown:
+            raise RelaxwebError(
+                f"--bound names {', '.join(unknown)}, but the model's symbolic variables are: "
+                f"{', '.join(self.symbolic_vars + sorted(self.match_cast_vars())) or '(none)'}"
+            )
+        steps = self.lower_seq(self.function.body, top_level=True)
+        outputs_vars = list(self.function.body.body.fields) if isinstance(self.function.body.body, Tuple) else [self.function.body.body]
+        outputs = []
+        for index, (var, name) in enumerate(zip(outputs_vars, self.function.output_names)):
+            root = self.resolve(var)
+            if not isinstance(root, Var) or root not in self.storage_of or self.storage_of[root] < len(self.function.params):
+                raise UnsupportedModelError(f"output '{name}' must be computed by the model (not an input or a constant)")
+            info = var.struct_info
+            assert isinstance(info, TensorStructInfo)
+            storage = self.storage_of[root]
+            self.storages[storage] = HostStorage(self.storages[storage].size, "output")
+            outputs.append(HostOutput(name, info.dtype, storage, info.shape, info.ndim))
+            steps.append(HostOutputShape(index, self.shape_of(var)))
+        needed = used_vars([s.size for s in self.storages]) | used_vars(
+            [value for d in _dispatches(steps) for _, value in d.size_var_values]
         )
-    storages: list[HostStorage] = []
-    inputs = []
-    storage_of: dict[Var, int] = {}
-    for param, name in zip(function.params, function.input_names):
-        info = param.struct_info
-        assert isinstance(info, TensorStructInfo) and info.shape is not None
-        storage_of[param] = len(storages)
-        inputs.append(HostInput(name, info.dtype, info.shape, len(storages)))
-        storages.append(HostStorage(simplify(product(info.shape) * DTYPE_SIZES[info.dtype]), "input"))
+        missing = sorted(needed - set(self.symbolic_vars))
+        if missing:
+            raise UnsupportedModelError(
+                f"symbolic variable(s) {', '.join(missing)} cannot be computed by the host "
+                "(they need a match_cast from an input shape or from a value read back)"
+            )
+        return HostFunction(
+            self.function.name, tuple(self.inputs), tuple(outputs), tuple(self.symbolic_vars),
+            tuple((v, self.bounds.get(v)) for v in self.symbolic_vars), tuple(self.checks),
+            tuple(self.storages), tuple(self.weights), tuple(steps), self.read_slots,
+        )
 
-    outputs_vars = list(function.body.body.fields) if isinstance(function.body.body, Tuple) else [function.body.body]
-    planned: dict[Var, int] = {}
-    weights: list[Constant] = []
-    weight_index: dict[int, int] = {}
-    dispatches: list[HostDispatch] = []
+    def match_cast_vars(self) -> set[str]:
+        names: set[str] = set()
 
-    def buffer_ref(expr: Expr) -> BufferRef:
+        def visit(seq: SeqExpr) -> None:
+            for block in seq.blocks:
+                for binding in block.bindings:
+                    if isinstance(binding, MatchCast):
+                        info = binding.struct_info
+                        dims = info.shape if isinstance(info, TensorStructInfo) and info.shape else (
+                            (info.value,) if isinstance(info, PrimStructInfo) and info.value is not None else ())
+                        names.update(d.name for d in dims if isinstance(d, SizeVar))
+                    if isinstance(binding.value, If):
+                        visit(binding.value.true_branch)
+                        visit(binding.value.false_branch)
+
+        visit(self.function.body)
+        return names
+
+    # -- inputs ---------------------------------------------------------------------------
+
+    def input_checks(self) -> None:
+        self.inputs = []
+        for index, (param, name) in enumerate(zip(self.function.params, self.function.input_names)):
+            info = param.struct_info
+            if not isinstance(info, TensorStructInfo) or info.shape is None:
+                raise UnsupportedModelError(f"input '{name}': needs a tensor annotation with a known rank")
+            self.checks.append(ShapeCheck("ndim", index, -1, len(info.shape), None, self.code(),
+                                          f"input '{name}' has {{value}} dimensions, expected {{expected}}"))
+            for dim, expected in enumerate(info.shape):
+                where = f"input '{name}' dimension {dim}"
+                if isinstance(expected, SizeVar) and expected.name not in self.defined_by:
+                    self.define(expected.name, where)
+                    self.checks.append(ShapeCheck("bind", index, dim, None, expected.name, 0, ""))
+                    # Checked at run time against the host's var_bounds, which a runtime may
+                    # tighten at load even when the build gave no bound.
+                    self.checks.append(ShapeCheck(
+                        "bound", index, dim, None, expected.name, self.code(),
+                        f"input '{name}': dimension {dim} ({expected.name}) is {{value}}, above its bound "
+                        f"{expected.name} <= {{expected}}",
+                    ))
+                    continue
+                if used_vars([expected]) - set(self.defined_by):
+                    raise UnsupportedModelError(
+                        f"input '{name}': dimension {dim} is {format_expr(expected)}; size variables must first "
+                        "appear alone as a dimension"
+                    )
+                self.checks.append(ShapeCheck("equal", index, dim, expected, None, self.code(),
+                                              f"input '{name}': dimension {dim} is {{value}}, expected {{expected}}"
+                                              + self.detail(expected)))
+            self.storage_of[param] = len(self.storages)
+            self.host_shape[param] = info.shape
+            self.inputs.append(HostInput(name, info.dtype, info.shape, len(self.storages)))
+            self.storages.append(HostStorage(simplify(product(info.shape) * DTYPE_SIZES[info.dtype]), "input"))
+
+    def detail(self, expected: PrimExpr) -> str:
+        if as_int(expected) is not None:
+            return ""
+        sources = ", ".join(f"{v} from {self.defined_by[v]}" for v in sorted(used_vars([expected])))
+        return f" ({format_expr(expected)}; {sources})"
+
+    # -- values ---------------------------------------------------------------------------
+
+    def resolve(self, expr: Expr) -> Expr:
+        """Follow aliases (a = b, tuple items, match_cast of tensors) to the defining var."""
+        while True:
+            if isinstance(expr, Var) and expr in self.aliases:
+                expr = self.aliases[expr]
+            elif isinstance(expr, TupleGetItem):
+                tuple_value = self.resolve(expr.tuple_value)
+                if not isinstance(tuple_value, Tuple):
+                    raise UnsupportedModelError(f"cannot resolve tuple item {format_value(expr)}")
+                expr = tuple_value.fields[expr.index]
+            else:
+                return expr
+
+    def shape_of(self, expr: Expr) -> tuple[PrimExpr, ...]:
+        if isinstance(expr, Var) and expr in self.host_shape:
+            return self.host_shape[expr]
+        root = self.resolve(expr)
+        if isinstance(root, Var) and root in self.host_shape:
+            return self.host_shape[root]
+        info = expr.struct_info
+        if isinstance(info, TensorStructInfo) and info.shape is not None:
+            return info.shape
+        raise UnsupportedModelError(f"the shape of {format_value(expr)} is not known to the host")
+
+    def buffer_ref(self, expr: Expr) -> BufferRef:
         if isinstance(expr, Constant):
-            if id(expr) not in weight_index:
-                weight_index[id(expr)] = len(weights)
-                weights.append(expr)
-            return BufferRef("weight", weight_index[id(expr)])
-        if isinstance(expr, Var) and expr in storage_of:
-            return BufferRef("storage", storage_of[expr])
+            if id(expr) not in self.weight_index:
+                self.weight_index[id(expr)] = len(self.weights)
+                self.weights.append(expr)
+            return BufferRef("weight", self.weight_index[id(expr)])
+        root = self.resolve(expr)
+        if isinstance(root, Constant):
+            return self.buffer_ref(root)
+        if isinstance(root, Var) and root in self.storage_of:
+            return BufferRef("storage", self.storage_of[root])
         raise ValueError(f"lower_shapes_to_host: {format_value(expr)} is not a planned tensor")
 
-    for binding in function.bindings():
-        value = binding.value
+    def prim(self, expr: Expr) -> PrimExpr:
+        if isinstance(expr, PrimValue):
+            return expr.value
+        if isinstance(expr, Var) and expr in self.prim_value:
+            return self.prim_value[expr]
+        info = expr.struct_info
+        if isinstance(info, PrimStructInfo) and info.value is not None:
+            return info.value
+        raise UnsupportedModelError(f"the value of {format_value(expr)} is not known to the host")
+
+    # -- steps ----------------------------------------------------------------------------
+
+    def lower_seq(self, seq: SeqExpr, top_level: bool) -> list:
+        steps: list = []
+        for block in seq.blocks:
+            for binding in block.bindings:
+                steps += self.lower_binding(binding, top_level)
+        return steps
+
+    def read(self, tensor: Expr, note: str, top_level: bool) -> tuple[list, PrimExpr]:
+        if not top_level:
+            raise UnsupportedModelError(f"{note}: reading a GPU value inside an If branch is not supported yet")
+        ref = self.buffer_ref(tensor)
+        if ref.kind != "storage":
+            raise UnsupportedModelError(f"{note}: the value is a constant; fold it instead of reading it back")
+        variable = f"_read{self.read_slots}"
+        self.define(variable, note)
+        step = HostRead(ref.index, 0, self.read_slots, variable, note)
+        self.read_slots += 1
+        return [step], SizeVar(variable)
+
+    def lower_binding(self, binding, top_level: bool) -> list:
+        var, value = binding.var, binding.value
+        if isinstance(binding, MatchCast):
+            return self.lower_match_cast(binding)
         if isinstance(value, AllocStorage):
-            planned[binding.var] = len(storages)
-            storages.append(HostStorage(value.size, "intermediate"))
-        elif isinstance(value, AllocTensor):
-            storage_of[binding.var] = planned[value.storage]
-        elif isinstance(value, CallTIRInto):
-            refs = tuple(buffer_ref(a) for a in value.args) + (buffer_ref(value.output),)
-            info = value.output.struct_info
-            args = ", ".join(format_value(a) for a in value.args)
-            dispatches.append(HostDispatch(
-                value.program, refs, value.size_var_values, product(info.shape),
-                f"{value.output.name} = {value.program}({args})",
-            ))
-        else:
-            raise ValueError(f"lower_shapes_to_host expects a planned function, found {type(value).__name__}")
-
-    outputs = []
-    for var, name in zip(outputs_vars, function.output_names):
-        if not isinstance(var, Var) or var not in storage_of or storage_of[var] < len(inputs):
-            raise UnsupportedModelError(f"output '{name}' must be computed by the model (not an input or a constant)")
-        info = var.struct_info
-        storages[storage_of[var]] = HostStorage(storages[storage_of[var]].size, "output")
-        outputs.append(HostOutput(name, info.dtype, info.shape, storage_of[var]))
-
-    needed = used_vars([s.size for s in storages]) | used_vars(
-        [v for d in dispatches for _, v in d.size_var_values]
-    ) | used_vars([d for o in outputs for d in o.shape])
-    missing = sorted(needed - set(symbolic_vars))
-    if missing:
-        raise UnsupportedModelError(
-            f"symbolic variable(s) {', '.join(missing)} cannot be computed from the input shapes "
-            "(data-dependent shapes are not supported yet)"
+            self.planned[var] = len(self.storages)
+            self.storages.append(HostStorage(value.size, "intermediate"))
+            return []
+        if isinstance(value, AllocTensor):
+            self.storage_of[var] = self.planned[value.storage]
+            self.host_shape[var] = value.struct_info.shape  # type: ignore[assignment]
+            return []
+        if isinstance(value, CallTIRInto):
+            return [self.dispatch(value)]
+        if isinstance(value, (Var, Tuple, TupleGetItem)):
+            self.aliases[var] = value
+            if isinstance(value, Var) and value in self.prim_value:
+                self.prim_value[var] = self.prim_value[value]
+            return []
+        if isinstance(value, PrimValue):
+            self.prim_value[var] = value.value
+            return []
+        if isinstance(value, TensorToPrim):
+            steps, read_value = self.read(value.tensor, f"{var.name} = {format_value(value)}", top_level)
+            self.prim_value[var] = read_value
+            return steps
+        if isinstance(value, If):
+            return self.lower_if(var, value, top_level)
+        raise ValueError(
+            f"lower_shapes_to_host expects a planned function; cannot lower {type(value).__name__} in '{var.name}'"
         )
-    return HostFunction(
-        function.name, tuple(inputs), tuple(outputs), tuple(symbolic_vars),
-        tuple((v, bounds.get(v)) for v in symbolic_vars), tuple(checks), tuple(storages),
-        tuple(weights), tuple(dispatches),
-    )
+
+    def dispatch(self, value: CallTIRInto) -> HostDispatch:
+        from ..library import LibraryKernel
+
+        kernel = self.module.programs[value.program]
+        refs = tuple(self.buffer_ref(a) for a in value.args) + (self.buffer_ref(value.output),)
+        if isinstance(kernel, LibraryKernel):
+            count = substitute(kernel.dispatch_count, dict(value.size_var_values))
+        else:
+            count = product(self.shape_of(value.output))
+        args = ", ".join(format_value(a) for a in value.args)
+        return HostDispatch(value.program, refs, value.size_var_values, count, f"{value.output.name} = {value.program}({args})")
+
+    def lower_match_cast(self, binding: MatchCast) -> list:
+        var, value, info = binding.var, binding.value, binding.struct_info
+        note = f"match_cast '{var.name}'"
+        if isinstance(info, PrimStructInfo):
+            self.prim_value[var] = self.prim(value)
+            return self.match_dims([self.prim(value)], [info.value] if info.value is not None else [], note, "value")
+        if not isinstance(info, TensorStructInfo):
+            raise UnsupportedModelError(f"{note}: only tensors and prim values can be cast")
+        self.aliases[var] = value
+        source_shape = self.shape_of(value)
+        if info.shape is None:
+            self.host_shape[var] = source_shape
+            return []
+        if len(source_shape) != len(info.shape):
+            raise UnsupportedModelError(f"{note}: the value has {len(source_shape)} dims, the cast says {len(info.shape)}")
+        self.host_shape[var] = info.shape
+        return self.match_dims(list(source_shape), list(info.shape), note, "dimension")
+
+    def match_dims(self, actual: list[PrimExpr], expected: list[PrimExpr], note: str, what: str) -> list:
+        steps: list = []
+        for position, (value, wanted) in enumerate(zip(actual, expected)):
+            label = f"{note}: {what}" + (f" {position}" if what == "dimension" else "")
+            if isinstance(wanted, SizeVar) and wanted.name not in self.defined_by:
+                self.define(wanted.name, label)
+                steps.append(HostCheck("nonnegative", value, None, None, self.code(), f"{label} is {{value}}, must be >= 0"))
+                steps.append(HostBind(wanted.name, value, label))
+                steps.append(HostCheck("bound", SizeVar(wanted.name), None, wanted.name, self.code(),
+                                       f"{label} ({wanted.name}) is {{value}}, above its bound {wanted.name} <= {{expected}}"))
+                continue
+            missing = used_vars([wanted]) - set(self.defined_by)
+            if missing:
+                raise UnsupportedModelError(f"{label}: {format_expr(wanted)} uses undefined variables {sorted(missing)}")
+            steps.append(HostCheck("equal", value, wanted, None, self.code(),
+                                   f"{label} is {{value}}, expected {{expected}} ({format_expr(wanted)})"))
+        return steps
+
+    def lower_if(self, var: Var, value: If, top_level: bool) -> list:
+        steps: list = []
+        condition_info = value.condition.struct_info
+        if isinstance(condition_info, TensorStructInfo):
+            read_steps, condition = self.read(value.condition, f"condition of If '{var.name}'", top_level)
+            steps += read_steps
+        else:
+            condition = self.prim(value.condition)
+        info = value.struct_info
+        if not isinstance(info, TensorStructInfo):
+            raise UnsupportedModelError(f"If '{var.name}': only tensor results are supported")
+        if info.shape is None:
+            if info.ndim < 0:
+                raise UnsupportedModelError(f"If '{var.name}': the branches' results have different ranks")
+            hidden = [f"_{var.name}_dim{d}" for d in range(info.ndim)]
+            for name in hidden:
+                self.define(name, f"the shape of If '{var.name}'")
+            self.host_shape[var] = tuple(SizeVar(name) for name in hidden)
+        else:
+            hidden = []
+        branches = []
+        for branch in (value.true_branch, value.false_branch):
+            branch_steps = self.lower_seq(branch, top_level=False)
+            result = branch.body
+            for name, dim in zip(hidden, self.shape_of(result)):
+                branch_steps.append(HostBind(name, dim, f"If '{var.name}' result"))
+            root = self.resolve(result)
+            self.storage_of[var] = self.storage_of[root]  # both branches write the same storage
+            branches.append(tuple(branch_steps))
+        steps.append(HostIf(condition, *branches))
+        return steps
+
+
+def _dispatches(steps) -> list[HostDispatch]:
+    from ..ir.host import walk_steps
+
+    return [s for s in walk_steps(steps) if isinstance(s, HostDispatch)]

@@ -1,17 +1,24 @@
 """plan_memory: give every tensor a storage, reusing storages whose tensors are dead.
 
-Rewrites each ``lv = call_tir(program, args)`` into::
+Rewrites each ``lv = call_tir(program, args)`` (and ``call_library``) into::
 
     lv = alloc_tensor(storage_k)                 # a view at offset 0 of a storage
-    _ = call_tir_into(program, args, out=lv)     # the program writes into it
+    _ = call_tir_into(program, args, out=lv)     # the kernel writes into it
 
 with the ``alloc_storage`` bindings for all storages at the top of the function.  Storages
 are reused by a linear scan: a tensor's storage is free again after the binding that uses
-the tensor last, and a new tensor takes a free storage of the same dtype size class,
-preferring one whose size is provably the same, then one provably larger, and otherwise
-growing a free one to ``max(old, new)``.  A tensor never shares a storage with the inputs
-of the call that writes it, and the function's outputs keep theirs to the end.  Sizes are
-symbolic (bytes, as expressions of the size variables), compared through the prover.
+the tensor (or any alias of it) last, and a new tensor takes a free storage, preferring one
+whose size is provably the same, then one provably larger, and otherwise growing a free one
+to ``max(old, new)``.  A tensor never shares a storage with the inputs of the call that
+writes it, and the function's outputs keep theirs to the end.  Sizes are symbolic byte
+counts compared through the prover.
+
+Aliases take no storage: ``match_cast`` of a tensor, tuples and their items, and plain
+``a = b`` share the storage of their source.  An ``If`` gets one storage for its result;
+each branch writes its result straight into it (the branch's last kernel call is planned
+into that storage) and plans its own temporaries, starting from the storages free before
+the ``If``.  The planned function is no longer a dataflow block (it writes into storages):
+its variables become plain ``Var`` s.
 """
 
 from __future__ import annotations
@@ -20,8 +27,8 @@ from dataclasses import dataclass, replace
 
 from ..ir.builder import FunctionBuilder
 from ..ir.expr import (
-    AllocStorage, AllocTensor, BindingBlock, CallTIR, CallTIRInto, Expr, Function, SeqExpr, Tuple, Var,
-    VarBinding,
+    AllocStorage, AllocTensor, BindingBlock, Call, CallTIR, CallTIRInto, Expr, Function, If, MatchCast,
+    SeqExpr, TensorToPrim, Tuple, TupleGetItem, Var, VarBinding,
 )
 from ..ir.module import IRModule
 from ..ir.struct_info import DTYPE_SIZES, ObjectStructInfo, TensorStructInfo, TupleStructInfo
@@ -35,85 +42,209 @@ class _Storage:
 
 
 def tensor_bytes(info: TensorStructInfo) -> PrimExpr:
+    if info.shape is None:
+        raise ValueError(f"plan_memory needs known shapes, got {info}")
     return simplify(product(info.shape) * DTYPE_SIZES[info.dtype])
 
 
-def _uses(expr: Expr) -> list[Var]:
+def used_vars(expr: Expr) -> list[Var]:
+    """Variables an expression reads (inside If branches too)."""
     if isinstance(expr, Var):
         return [expr]
     if isinstance(expr, Tuple):
-        return [v for f in expr.fields for v in _uses(f)]
-    if isinstance(expr, (CallTIR,)):
-        return [v for a in expr.args for v in _uses(a)]
+        return [v for f in expr.fields for v in used_vars(f)]
+    if isinstance(expr, TupleGetItem):
+        return used_vars(expr.tuple_value)
+    if isinstance(expr, TensorToPrim):
+        return used_vars(expr.tensor)
+    if isinstance(expr, CallTIR):
+        return [v for a in expr.args for v in used_vars(a)]
+    if isinstance(expr, If):
+        found = used_vars(expr.condition)
+        for branch in (expr.true_branch, expr.false_branch):
+            for block in branch.blocks:
+                for binding in block.bindings:
+                    found += used_vars(binding.value)
+            found += used_vars(branch.body)
+        return found
     return []
 
 
 def plan_memory(module: IRModule) -> IRModule:
     """Plan the storages of every graph function (after legalize_ops)."""
     functions = {
-        name: _plan_function(function) if isinstance(function, Function) else function
+        name: _Planner(function).plan() if isinstance(function, Function) else function
         for name, function in module.functions.items()
     }
     return module.replace(functions=functions)
 
 
-def _plan_function(function: Function) -> Function:
-    bindings = function.bindings()
-    last_use: dict[Var, int] = {}
-    for index, binding in enumerate(bindings):
-        for var in _uses(binding.value):
-            last_use[var] = index
-    for var in _uses(function.body.body):
-        last_use[var] = len(bindings)  # outputs live to the end
+class _Planner:
+    def __init__(self, function: Function) -> None:
+        self.function = function
+        self.storages: list[_Storage] = []
+        self.storage_of: dict[Var, int] = {}
+        self.root: dict[Var, Var] = {}
+        self.tuple_fields: dict[Var, tuple[Expr, ...]] = {}
+        self.renamed: dict[Var, Var] = {}
+        self.names = FunctionBuilder(function.name)
+        for var in function.params:
+            self.names.unique_name(var.name)
 
-    storages: list[_Storage] = []
-    free: list[int] = []
-    storage_of: dict[Var, int] = {}
-    planned: list[tuple[VarBinding, int]] = []
-    for index, binding in enumerate(bindings):
+    def plan(self) -> Function:
+        body = self.plan_seq(self.function.body, [], {}, is_function_body=True)
+        storage_bindings = []
+        for storage in self.storages:
+            storage.var = Var(self.names.unique_name("storage"), ObjectStructInfo())
+            storage_bindings.append(VarBinding(storage.var, AllocStorage(storage.size)))
+        # alloc_tensor bindings were built with placeholder storage indices; attach the vars
+        bindings = [VarBinding(b.var, AllocTensor(self.storages[b.value.storage].var, b.value.struct_info))
+                    if isinstance(b.value, _PendingAlloc) else b for b in body.blocks[0].bindings]
+        bindings = [self._attach(b) for b in bindings]
+        return replace(self.function, body=SeqExpr((BindingBlock(tuple(storage_bindings + bindings)),), body.body))
+
+    def _attach(self, binding):
+        """Resolve pending allocations inside If branches too."""
         value = binding.value
-        if not isinstance(value, CallTIR):
-            raise ValueError(f"plan_memory expects legalized functions, found {type(value).__name__} in {binding.var.name}")
-        size = tensor_bytes(value.struct_info)
-        storage_index = _take_storage(storages, free, size)
-        storage_of[binding.var] = storage_index
-        planned.append((binding, storage_index))
-        for var in set(_uses(value)):
-            if last_use.get(var) == index and var in storage_of:
-                free.append(storage_of[var])
-        if binding.var not in last_use:  # never used: free at once
-            free.append(storage_index)
+        if isinstance(value, If):
+            value = If(value.condition, self._attach_seq(value.true_branch), self._attach_seq(value.false_branch))
+            return replace(binding, value=value)
+        return binding
 
-    names = FunctionBuilder(function.name)
-    for var in (*function.params, *(b.var for b in bindings)):
-        names.unique_name(var.name)
-    storage_bindings = []
-    for storage in storages:
-        storage.var = Var(names.unique_name("storage"), ObjectStructInfo())
-        storage_bindings.append(VarBinding(storage.var, AllocStorage(storage.size)))
-    new_bindings: list[VarBinding] = list(storage_bindings)
-    for binding, storage_index in planned:
-        value = binding.value
-        assert isinstance(value, CallTIR)
-        tensor = replace(binding, value=AllocTensor(storages[storage_index].var, value.struct_info))
-        run = VarBinding(
-            Var(names.unique_name("_"), TupleStructInfo(())),
-            CallTIRInto(value.program, value.args, binding.var, value.size_var_values),
-        )
-        new_bindings += [tensor, run]
-    return replace(function, body=SeqExpr((BindingBlock(tuple(new_bindings)),), function.body.body))
+    def _attach_seq(self, seq: SeqExpr) -> SeqExpr:
+        bindings = []
+        for binding in seq.blocks[0].bindings:
+            if isinstance(binding.value, _PendingAlloc):
+                binding = VarBinding(binding.var, AllocTensor(self.storages[binding.value.storage].var, binding.value.struct_info))
+            bindings.append(self._attach(binding))
+        return SeqExpr((BindingBlock(tuple(bindings)),), seq.body)
+
+    # -- aliases and renaming ---------------------------------------------------------------
+
+    def root_of(self, expr: Expr) -> Var | None:
+        if isinstance(expr, TupleGetItem) and isinstance(expr.tuple_value, Var):
+            fields = self.tuple_fields.get(self.root.get(expr.tuple_value, expr.tuple_value))
+            return self.root_of(fields[expr.index]) if fields else None
+        if isinstance(expr, Var):
+            return self.root.get(expr, expr)
+        return None
+
+    def rename(self, expr: Expr) -> Expr:
+        if isinstance(expr, Var):
+            return self.renamed.get(expr, expr)
+        if isinstance(expr, Tuple):
+            return Tuple(tuple(self.rename(f) for f in expr.fields))
+        if isinstance(expr, TupleGetItem):
+            return TupleGetItem(self.rename(expr.tuple_value), expr.index)
+        if isinstance(expr, TensorToPrim):
+            return TensorToPrim(self.rename(expr.tensor))
+        if isinstance(expr, CallTIR):
+            return replace(expr, args=tuple(self.rename(a) for a in expr.args))
+        return expr
+
+    def new_var(self, var: Var) -> Var:
+        fresh = Var(self.names.unique_name(var.name), var.struct_info)
+        self.renamed[var] = fresh
+        return fresh
+
+    # -- the scan ---------------------------------------------------------------------------
+
+    def take_storage(self, free: list[int], size: PrimExpr) -> int:
+        for test in (prove_equal, lambda needed, have: prove_less_equal(needed, have)):
+            for index in free:
+                if test(size, self.storages[index].size):
+                    free.remove(index)
+                    return index
+        if free:
+            index = free.pop(0)
+            have = self.storages[index].size
+            self.storages[index].size = size if prove_less_equal(have, size) else simplify(expr_max(have, size))
+            return index
+        self.storages.append(_Storage(size))
+        return len(self.storages) - 1
+
+    def plan_seq(self, seq: SeqExpr, free: list[int], forced: dict[Var, int], is_function_body: bool = False) -> SeqExpr:
+        bindings = [b for block in seq.blocks for b in block.bindings]
+        defined_here: set[Var] = set()
+        # alias roots first (they only depend on earlier bindings), then last uses per root
+        for binding in bindings:
+            value = binding.value
+            if isinstance(binding, MatchCast) or isinstance(value, (Var, TupleGetItem)):
+                source = self.root_of(value)
+                if source is not None:
+                    self.root[binding.var] = source
+            elif isinstance(value, Tuple):
+                self.tuple_fields[binding.var] = value.fields
+        last_use: dict[Var, int] = {}
+        for index, binding in enumerate(bindings):
+            for var in used_vars(binding.value):
+                root = self.root_of(var)
+                if root is not None:
+                    last_use[root] = index
+                    for field in self.tuple_fields.get(root, ()):
+                        field_root = self.root_of(field)
+                        if field_root is not None:
+                            last_use[field_root] = index
+        for var in used_vars(seq.body):
+            root = self.root_of(var)
+            if root is not None:
+                last_use[root] = len(bindings)
+                for field in self.tuple_fields.get(root, ()):
+                    field_root = self.root_of(field)
+                    if field_root is not None:
+                        last_use[field_root] = len(bindings)
+
+        result: list = []
+        for index, binding in enumerate(bindings):
+            value = binding.value
+            var = binding.var
+            if isinstance(value, CallTIR):
+                storage = forced.get(var)
+                if storage is None:
+                    storage = self.take_storage(free, tensor_bytes(value.struct_info))
+                self.storage_of[var] = storage
+                defined_here.add(var)
+                new = self.new_var(var)
+                result.append(VarBinding(new, _PendingAlloc(storage, value.struct_info)))
+                result.append(VarBinding(
+                    Var(self.names.unique_name("_"), TupleStructInfo(())),
+                    CallTIRInto(value.program, tuple(self.rename(a) for a in value.args), new, value.size_var_values),
+                ))
+            elif isinstance(value, If):
+                storage = forced.get(var)
+                if storage is None:
+                    sizes = [tensor_bytes(branch.body.struct_info) for branch in (value.true_branch, value.false_branch)]
+                    storage = self.take_storage(free, simplify(expr_max(*sizes)) if not prove_equal(*sizes) else sizes[0])
+                self.storage_of[var] = storage
+                defined_here.add(var)
+                branches = []
+                for branch in (value.true_branch, value.false_branch):
+                    if not isinstance(branch.body, Var) or not any(b.var is branch.body and isinstance(b.value, CallTIR) for blk in branch.blocks for b in blk.bindings):
+                        raise NotImplementedError(
+                            f"If '{var.name}': each branch must end with a value computed inside it "
+                            "(returning an outer value from a branch is not supported yet)"
+                        )
+                    branches.append(self.plan_seq(branch, list(free), {branch.body: storage}))
+                new = self.new_var(var)
+                result.append(VarBinding(new, If(self.rename(value.condition), *branches)))
+            elif isinstance(value, Call):
+                raise ValueError(f"plan_memory expects legalized functions, found a call of {value.op} in '{var.name}'")
+            else:
+                new = self.new_var(var)
+                renamed_value = self.rename(value)
+                result.append(replace(binding, var=new, value=renamed_value))
+            for released in set(used_vars(value)) | {var}:
+                root = self.root_of(released)
+                if root in defined_here and last_use.get(root, -1) <= index and root in self.storage_of:
+                    if self.storage_of[root] not in free and root not in forced:
+                        free.append(self.storage_of[root])
+                    defined_here.discard(root)
+        return SeqExpr((BindingBlock(tuple(result)),), self.rename(seq.body))
 
 
-def _take_storage(storages: list[_Storage], free: list[int], size: PrimExpr) -> int:
-    for test in (prove_equal, lambda needed, have: prove_less_equal(needed, have)):
-        for index in free:
-            if test(size, storages[index].size):
-                free.remove(index)
-                return index
-    if free:
-        index = free.pop(0)
-        have = storages[index].size
-        storages[index].size = size if prove_less_equal(have, size) else simplify(expr_max(have, size))
-        return index
-    storages.append(_Storage(size))
-    return len(storages) - 1
+@dataclass(frozen=True, eq=False)
+class _PendingAlloc(Expr):
+    """An alloc_tensor whose storage variable is created at the end of planning."""
+
+    storage: int
+    struct_info: TensorStructInfo

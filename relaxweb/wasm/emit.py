@@ -16,7 +16,9 @@ from pathlib import Path
 import jinja2
 import wasmtime
 
-from ..ir.host import HostFunction, ShapeCheck
+from ..ir.host import (
+    HostBind, HostCheck, HostDispatch, HostFunction, HostIf, HostOutputShape, HostRead, ShapeCheck, used_vars,
+)
 from ..ir.symbolic import (
     Add, FloorDiv, FloorMod, IntImm, Max, Min, Mul, PrimExpr, SizeVar, Sub, format_expr,
 )
@@ -51,6 +53,7 @@ class HostLayout:
     storage_sizes: int
     output_shapes: int
     error_info: int
+    read_values: int
     commands: int
     params: int
     end: int
@@ -66,13 +69,14 @@ def plan_layout(function: HostFunction, call_site_count: int) -> HostLayout:
         ("storage_sizes", len(function.storages) * 8),
         ("output_shapes", len(function.outputs) * (1 + MAX_RANK) * 8),
         ("error_info", 3 * 8),
-        ("commands", 4 + call_site_count * 20),
+        ("read_values", function.read_slots * 8),
+        ("commands", 4 + (call_site_count + 1) * 20),
     ):
         regions[name] = address
         address += (size + 15) // 16 * 16
     address = (address + PARAMS_SLOT - 1) // PARAMS_SLOT * PARAMS_SLOT
     regions["params"] = address
-    return HostLayout(**regions, end=address + call_site_count * PARAMS_SLOT)
+    return HostLayout(**regions, end=address + max(1, call_site_count) * PARAMS_SLOT)
 
 
 class _WatExpressions:
@@ -91,9 +95,83 @@ class _WatExpressions:
         return f"(call {helper} {self(expr.a)} {self(expr.b)})"
 
 
+class _StepEmitter:
+    """Host steps -> WAT statements, one stage function per run of steps between reads."""
+
+    def __init__(self, function: HostFunction, call_sites: list[CallSiteParams], layout: HostLayout,
+                 var_address: dict[str, int], bound_address: dict[str, int]) -> None:
+        self.function = function
+        self.call_sites = call_sites
+        self.layout = layout
+        self.var_address = var_address
+        self.bound_address = bound_address
+        self.wat = _WatExpressions(var_address)
+        self.site_of = {id(step): index for index, step in enumerate(function.dispatches)}
+
+    def stages(self) -> list[dict]:
+        stages: list[dict] = [{"title": "", "lines": []}]
+        for step in self.function.steps:
+            if isinstance(step, HostRead):
+                stages[-1]["lines"] += [
+                    f";; read back: {step.note}",
+                    f"(call $command (i32.const 2) (i32.const {step.storage}) (i32.const {step.byte_offset}) "
+                    f"(i32.const {step.slot}) (i32.const 0))",
+                ]
+                stages.append({"title": f": after reading {step.variable} ({step.note})", "lines": [
+                    f"(i64.store (i32.const {self.var_address[step.variable]}) "
+                    f"(i64.load (i32.const {self.layout.read_values + 8 * step.slot})))  ;; {step.variable}",
+                ]})
+            else:
+                stages[-1]["lines"] += self.step(step, "")
+        return stages
+
+    def fail_if(self, condition: str, code: int, value: str, expected: str, indent: str) -> list[str]:
+        return [f"{indent}(if {condition}", f"{indent}  (then (return (call $fail (i32.const {code}) {value} {expected}))))"]
+
+    def step(self, step, indent: str) -> list[str]:
+        wat = self.wat
+        if isinstance(step, HostDispatch):
+            index = self.site_of[id(step)]
+            site = self.call_sites[index]
+            base = self.layout.params + index * PARAMS_SLOT
+            lines = [f"{indent};; call site {index}: {site.note}"]
+            lines += [f"{indent}(i32.store (i32.const {base + 4 * f}) (i32.wrap_i64 {wat(value)}))" for f, value in enumerate(site.values)]
+            lines.append(f"{indent}(call $dispatch (i32.const {index}) {wat(site.element_count)})")
+            return lines
+        if isinstance(step, HostBind):
+            return [f"{indent}(i64.store (i32.const {self.var_address[step.variable]}) {wat(step.value)})  ;; {step.variable} = {format_expr(step.value)}: {step.note}"]
+        if isinstance(step, HostCheck):
+            value = wat(step.value)
+            if step.kind == "equal":
+                expected = wat(step.expected)  # type: ignore[arg-type]
+                return [f"{indent};; check {step.code}: {format_expr(step.value)} == {format_expr(step.expected)}"] + \
+                    self.fail_if(f"(i64.ne {value} {expected})", step.code, value, expected, indent)
+            if step.kind == "bound":
+                bound = f"(i64.load (i32.const {self.bound_address[step.variable]}))"
+                return [f"{indent};; check {step.code}: {step.variable} <= its bound (when it has one)"] + \
+                    self.fail_if(f"(i32.and (i64.ge_s {bound} (i64.const 0)) (i64.gt_s {value} {bound}))", step.code, value, bound, indent)
+            return [f"{indent};; check {step.code}: {format_expr(step.value)} >= 0"] + \
+                self.fail_if(f"(i64.lt_s {value} (i64.const 0))", step.code, value, "(i64.const 0)", indent)
+        if isinstance(step, HostIf):
+            lines = [f"{indent};; if {format_expr(step.condition)} != 0", f"{indent}(if (i64.ne {wat(step.condition)} (i64.const 0))", f"{indent}  (then"]
+            for inner in step.then_steps:
+                lines += self.step(inner, indent + "    ")
+            lines += [f"{indent}  )", f"{indent}  (else"]
+            for inner in step.else_steps:
+                lines += self.step(inner, indent + "    ")
+            return lines + [f"{indent}  ))"]
+        if isinstance(step, HostOutputShape):
+            base = self.layout.output_shapes + step.output * (1 + MAX_RANK) * 8
+            output = self.function.outputs[step.output]
+            lines = [f"{indent};; output '{output.name}': [{', '.join(format_expr(d) for d in step.shape)}]",
+                     f"{indent}(i64.store (i32.const {base}) (i64.const {len(step.shape)}))"]
+            return lines + [f"{indent}(i64.store (i32.const {base + 8 * (d + 1)}) {wat(dim)})" for d, dim in enumerate(step.shape)]
+        raise ValueError(f"cannot emit {type(step).__name__} here (reads only at the top level)")
+
+
 def emit_host_wat(function: HostFunction, call_sites: list[CallSiteParams], workgroup_size: int, source: str) -> str:
-    if any(len(i.shape) > MAX_RANK for i in function.inputs) or any(len(o.shape) > MAX_RANK for o in function.outputs):
-        raise NotImplementedError(f"inputs and outputs of more than {MAX_RANK} dims are not supported")
+    if any(len(i.shape) > MAX_RANK for i in function.inputs):
+        raise NotImplementedError(f"inputs of more than {MAX_RANK} dims are not supported")
     layout = plan_layout(function, len(call_sites))
     var_address = {name: layout.var_values + 8 * i for i, name in enumerate(function.symbolic_vars)}
     bound_address = {name: layout.var_bounds + 8 * i for i, name in enumerate(function.symbolic_vars)}
@@ -107,28 +185,13 @@ def emit_host_wat(function: HostFunction, call_sites: list[CallSiteParams], work
             "name": name, "bound_address": bound_address[name], "value_address": var_address[name],
             "bound_bytes": "".join(f"\\{b:02x}" for b in raw),
         })
-    from ..ir.host import used_vars
-
     storage_var_names = used_vars([s.size for s in function.storages])
     storages = [
         {"role": s.role, "text": format_expr(s.size), "address": layout.storage_sizes + 8 * i, "wat": wat(s.size)}
         for i, s in enumerate(function.storages)
     ]
-    outputs = []
-    for index, output in enumerate(function.outputs):
-        base = layout.output_shapes + index * (1 + MAX_RANK) * 8
-        stores = [f"(i64.store (i32.const {base}) (i64.const {len(output.shape)}))"]
-        stores += [f"(i64.store (i32.const {base + 8 * (d + 1)}) {wat(dim)})" for d, dim in enumerate(output.shape)]
-        outputs.append({"name": output.name, "text": ", ".join(format_expr(d) for d in output.shape), "stores": stores})
-    sites = []
-    for index, site in enumerate(call_sites):
-        base = layout.params + index * PARAMS_SLOT
-        stores = [f"(i32.store (i32.const {base + 4 * f}) (i32.wrap_i64 {wat(value)}))" for f, value in enumerate(site.values)]
-        sites.append({
-            "note": site.note, "stores": stores, "count_wat": wat(site.element_count),
-            "command_address": layout.commands + 4 + 20 * index,
-        })
     checks = [_check(check, function, layout, var_address, bound_address, wat) for check in function.checks]
+    stages = _StepEmitter(function, call_sites, layout, var_address, bound_address).stages()
     return _TEMPLATES.get_template("host.wat.j2").render(
         source=source,
         pages=max(1, -(-layout.end // 65536)),
@@ -139,9 +202,9 @@ def emit_host_wat(function: HostFunction, call_sites: list[CallSiteParams], work
         storage_variables=[v for v in variables if v["name"] in storage_var_names],
         storage_count=len(function.storages),
         storages=storages,
-        outputs=outputs,
-        call_sites=sites,
         checks=checks,
+        stages=stages,
+        read_slots=function.read_slots,
         params_bytes=len(call_sites) * PARAMS_SLOT,
         workgroup_size=workgroup_size,
         max_workgroups=MAX_WORKGROUPS,

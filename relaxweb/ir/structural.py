@@ -1,0 +1,85 @@
+"""Structural equality: same structure, with bound variables equal up to renaming.
+
+Graph variables (``Var``) and symbolic variables (``SizeVar``) are matched by their first
+occurrence — which is their definition in a well-formed program (parameters, bindings,
+``match_cast``, tensor-program axes) — and must correspond one to one afterwards.  So
+``def f(x: (n, 4)) ...`` equals ``def f(y: (m, 4)) ...`` when the bodies correspond.
+Symbolic dims compare as trees after :func:`~relaxweb.ir.symbolic.simplify`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from .expr import Var
+from .symbolic import PrimExpr, SizeVar, simplify
+
+
+class _Matcher:
+    def __init__(self) -> None:
+        self.vars: dict[int, Var] = {}
+        self.vars_reverse: dict[int, Var] = {}
+        self.size_vars: dict[str, str] = {}
+        self.size_vars_reverse: dict[str, str] = {}
+
+    def equal(self, a: Any, b: Any) -> bool:
+        if isinstance(a, Var) or isinstance(b, Var):
+            return isinstance(a, Var) and isinstance(b, Var) and type(a) is type(b) and self.match_var(a, b)
+        if isinstance(a, PrimExpr) and isinstance(b, PrimExpr):
+            return self.equal_prim(simplify(a), simplify(b))
+        if type(a) is not type(b):
+            return False
+        if dataclasses.is_dataclass(a):
+            return all(
+                self.equal(getattr(a, f.name), getattr(b, f.name))
+                for f in dataclasses.fields(a) if f.compare or f.name == "struct_info"
+            )
+        if isinstance(a, (tuple, list)):
+            return len(a) == len(b) and all(self.equal(x, y) for x, y in zip(a, b))
+        if isinstance(a, dict):
+            return a.keys() == b.keys() and all(self.equal(a[k], b[k]) for k in a)
+        if isinstance(a, np.ndarray):
+            return a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b)
+        return a == b
+
+    def match_var(self, a: Var, b: Var) -> bool:
+        if id(a) in self.vars:
+            return self.vars[id(a)] is b
+        if id(b) in self.vars_reverse:
+            return False
+        self.vars[id(a)] = b
+        self.vars_reverse[id(b)] = a
+        return self.equal(a.struct_info, b.struct_info)
+
+    def equal_prim(self, a: PrimExpr, b: PrimExpr) -> bool:
+        if isinstance(a, SizeVar) and isinstance(b, SizeVar):
+            if a.name in self.size_vars:
+                return self.size_vars[a.name] == b.name
+            if b.name in self.size_vars_reverse:
+                return False
+            self.size_vars[a.name] = b.name
+            self.size_vars_reverse[b.name] = a.name
+            return True
+        if type(a) is not type(b):
+            return False
+        if isinstance(a, SizeVar):
+            return False
+        if dataclasses.is_dataclass(a) and not isinstance(a, SizeVar):
+            return all(self.equal_prim(getattr(a, f.name), getattr(b, f.name)) if isinstance(getattr(a, f.name), PrimExpr)
+                       else getattr(a, f.name) == getattr(b, f.name) for f in dataclasses.fields(a))
+        return a == b
+
+
+def structural_equal(a: Any, b: Any) -> bool:
+    """True when ``a`` and ``b`` (modules, functions, expressions, annotations) are the same
+    up to the names of the variables they define."""
+    return _Matcher().equal(a, b)
+
+
+def assert_structural_equal(a: Any, b: Any) -> None:
+    """Like structural_equal, with both texts in the message when they differ."""
+    if not structural_equal(a, b):
+        raise AssertionError(f"not structurally equal:\n--- first\n{a}\n--- second\n{b}")

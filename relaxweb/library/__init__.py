@@ -1,0 +1,6 @@
+"""Hand-written WGSL library kernels, reached through ``call_library``."""
+
+from .kernel import LibraryKernel, params_struct
+from .unique import unique_count_kernel, unique_values_kernel
+
+__all__ = ["LibraryKernel", "params_struct", "unique_count_kernel", "unique_values_kernel"]

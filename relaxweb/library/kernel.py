@@ -1,0 +1,50 @@
+"""Library kernels: hand-written WGSL for what a compute definition expresses badly.
+
+A :class:`LibraryKernel` sits in ``IRModule.programs`` next to tensor programs and follows
+the same binding contract (params block with ``element_count`` and the size variables,
+then the inputs, then the output), so memory planning, the host module and the runtimes
+treat both alike.  ``dispatch_count`` is how many invocations to launch (in the kernel's own
+size variables); ``reference`` gives the numpy semantics for the interpreter.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from ..ir.symbolic import PrimExpr, SizeVar, free_vars
+from ..ir.tir import Buffer
+
+
+@dataclass(frozen=True)
+class LibraryKernel:
+    name: str
+    inputs: tuple[Buffer, ...]
+    output: Buffer
+    dispatch_count: PrimExpr
+    source: str
+    reference: Callable[[list[np.ndarray]], np.ndarray] = field(compare=False)
+    summary: str = ""
+
+    @property
+    def size_vars(self) -> list[SizeVar]:
+        return buffer_size_vars((*self.inputs, self.output))
+
+
+def buffer_size_vars(buffers: tuple[Buffer, ...]) -> list[SizeVar]:
+    """The size variables of buffer shapes, in order of first appearance."""
+    found: dict[str, SizeVar] = {}
+    for buffer in buffers:
+        for dim in buffer.shape:
+            for var in free_vars(dim):
+                found.setdefault(var.name, var)
+    return list(found.values())
+
+
+def params_struct(size_vars: list[str]) -> str:
+    """The WGSL params block of the binding contract: element_count, size vars, padding."""
+    fields = ["element_count", *size_vars]
+    fields += [f"_pad{i}" for i in range((-len(fields)) % 4)]
+    return "struct Params {\n" + "".join(f"  {name}: i32,\n" for name in fields) + "}\n"
