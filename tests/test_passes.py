@@ -551,3 +551,36 @@ def test_pipeline_reduce_program_is_kept_intact() -> None:
     body = result.programs["softmax_sum"].body
     assert isinstance(body, Reduce) and body.combiner == "sum"
     assert isinstance(body.body, Unary) and body.body.op == "exp"
+
+
+def test_legalize_ops_matches_a_hand_written_expected_module_up_to_renaming() -> None:
+    """before: y = relu(x); expected: y = call_tir(relu, (x,)) with the program written out,
+    using other variable names (structural equality renames them)."""
+    from relaxweb.ir import Buffer, SizeVar, TensorProgram
+    from relaxweb.ir.expr import CallTIR, Var
+    from relaxweb.ir.structural import assert_structural_equal
+    from relaxweb.ir.tir import Binary, FloatImm, Load
+
+    n = SizeVar("n")
+    builder = FunctionBuilder("main")
+    x = builder.add_param("x", TensorStructInfo((n, 4), "float32"))
+    y = builder.emit(call_op("relu", x), "y", output=True)
+    before = IRModule({"main": builder.finish([y], ["y"])})
+
+    rows = SizeVar("rows")
+    i, j = SizeVar("i0_"), SizeVar("i1_")
+    source = Buffer("A", (rows, 4), "float32")
+    program = TensorProgram("relu", (source,), Buffer("out", (rows, 4), "float32"), (i, j),
+                            Binary("maximum", Load(source, (i, j)), FloatImm(0.0)))
+    data = Var("data", TensorStructInfo((rows, 4), "float32"))
+    result = Var("result", TensorStructInfo((rows, 4), "float32"))
+    call = CallTIR("relu", (data,), TensorStructInfo((rows, 4), "float32"), (("rows", rows),))
+    expected = IRModule(
+        {"main": Function("main", (data,), SeqExpr((DataflowBlock((VarBinding(result, call),)),), result), ("x",), ("y",))},
+        {"relu": program},
+    )
+    after = legalize_ops(before)
+    assert_structural_equal(after, expected)
+    value = rand(3, 4, seed=3)
+    np.testing.assert_allclose(run_module(after, {"x": value})[0], run_module(before, {"x": value})[0])
+    np.testing.assert_allclose(run_module(expected, {"x": value})[0], np.maximum(value, 0))

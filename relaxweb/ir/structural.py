@@ -34,7 +34,7 @@ class _Matcher:
             return False
         if dataclasses.is_dataclass(a):
             return all(
-                self.equal(getattr(a, f.name), getattr(b, f.name))
+                self.equal_field(f.name, getattr(a, f.name), getattr(b, f.name))
                 for f in dataclasses.fields(a) if f.compare or f.name == "struct_info"
             )
         if isinstance(a, (tuple, list)):
@@ -44,6 +44,15 @@ class _Matcher:
         if isinstance(a, np.ndarray):
             return a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b)
         return a == b
+
+    def equal_field(self, name: str, a: Any, b: Any) -> bool:
+        if name == "size_var_values":
+            # (program size variable name, caller value) pairs: the names are variables too
+            return len(a) == len(b) and all(
+                self.equal_prim(SizeVar(name_a), SizeVar(name_b)) and self.equal(value_a, value_b)
+                for (name_a, value_a), (name_b, value_b) in zip(a, b)
+            )
+        return self.equal(a, b)
 
     def match_var(self, a: Var, b: Var) -> bool:
         if id(a) in self.vars:
