@@ -51,7 +51,8 @@ def command_build(args: argparse.Namespace) -> int:
     for item in manifest["inputs"]:
         print(f"  input  {item['name']}: {item['dtype']}{item['shape']}", file=sys.stderr)
     for item in manifest["outputs"]:
-        print(f"  output {item['name']}: {item['dtype']}{item['shape']}", file=sys.stderr)
+        shape = item["shape"] if item["shape"] is not None else f"[ndim={item.get('ndim')}]"
+        print(f"  output {item['name']}: {item['dtype']}{shape}", file=sys.stderr)
     unbounded = [v["name"] for v in manifest["symbolic_vars"] if v["bound"] is None]
     if unbounded:
         print(f"  note: no --bound for {', '.join(unbounded)}: storages grow at run time as needed", file=sys.stderr)
@@ -120,7 +121,8 @@ def format_manifest(manifest: dict) -> str:
     lines = [f"bundle of {manifest.get('model')} (format {manifest['format']} v{manifest['version']})"]
     for kind in ("inputs", "outputs"):
         for item in manifest[kind]:
-            lines.append(f"{kind[:-1]:>6} {item['name']}: {item['dtype']}{item['shape']} (storage {item['storage']})")
+            shape = item["shape"] if item["shape"] is not None else f"[ndim={item.get('ndim')}]"
+            lines.append(f"{kind[:-1]:>6} {item['name']}: {item['dtype']}{shape} (storage {item['storage']})")
     for variable in manifest["symbolic_vars"]:
         bound = variable["bound"] if variable["bound"] is not None else "none"
         lines.append(f"   var {variable['name']} (bound: {bound})")

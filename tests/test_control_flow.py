@@ -189,3 +189,23 @@ def test_match_cast_of_a_prim_value_binds_a_variable() -> None:
     check_well_formed(module)
     x_value = np.ones((6, 4), np.float32)
     np.testing.assert_allclose(run_module(module, {"x": x_value})[0], x_value)
+
+
+def with_browser_marks(test):
+    """The browser marker and the skips of tests/test_browser.py (playwright, chromium)."""
+    from tests.test_browser import pytestmark as browser_marks
+
+    for mark in browser_marks:
+        test = mark(test)
+    return test
+
+
+@with_browser_marks
+def test_compiled_read_back_runs_in_chromium(unique_bundle) -> None:
+    """The browser runtime follows the same read/resume steps on compiler output."""
+    from relaxweb.browser import run_in_browser
+
+    x = UNIQUE_CASES[0]
+    np.testing.assert_allclose(run_in_browser(unique_bundle, {"x": x})["out"], np.unique(x) * 2)
+    with pytest.raises(InputShapeError, match=r"\(k\) is 7, above its bound k <= 6"):
+        run_in_browser(unique_bundle, {"x": np.arange(7, dtype=np.float32)})
