@@ -8,7 +8,7 @@ from .struct_info import (
     TensorStructInfo, TupleStructInfo, struct_info_equal,
 )
 from .symbolic import (
-    IntImm, PrimExpr, SizeVar, as_expr, evaluate, expr_max, expr_min, format_expr, free_vars,
-    product, prove_equal, prove_less_equal, simplify, upper_bound,
+    Analyzer, IntImm, PrimExpr, SizeVar, as_expr, evaluate, expr_max, expr_min, format_expr, free_vars,
+    product, prove_equal, prove_less, prove_less_equal, simplify, upper_bound,
 )
 from .tir import Binary, Buffer, FloatImm, Load, Reduce, ScalarExpr, TensorProgram, Unary

@@ -9,7 +9,8 @@ with the ``alloc_storage`` bindings for all storages at the top of the function.
 are reused by a linear scan: a tensor's storage is free again after the binding that uses
 the tensor (or any alias of it) last, and a new tensor takes a free storage, preferring one
 whose size is provably the same, then one provably larger, and otherwise growing a free one
-to ``max(old, new)``.  A tensor never shares a storage with the inputs of the call that
+to ``max(old, new)`` (comparisons use the user's bounds: with ``n <= 64``, 256 bytes is
+provably enough for ``n * 4``).  A tensor never shares a storage with the inputs of the call that
 writes it, and the function's outputs keep theirs to the end.  Sizes are symbolic byte
 counts compared through the prover.
 
@@ -32,7 +33,7 @@ from ..ir.expr import (
 )
 from ..ir.module import IRModule
 from ..ir.struct_info import DTYPE_SIZES, ObjectStructInfo, TensorStructInfo, TupleStructInfo
-from ..ir.symbolic import PrimExpr, expr_max, product, prove_equal, prove_less_equal, simplify
+from ..ir.symbolic import Analyzer, PrimExpr, expr_max, product, simplify
 
 
 @dataclass
@@ -73,15 +74,17 @@ def used_vars(expr: Expr) -> list[Var]:
 def plan_memory(module: IRModule) -> IRModule:
     """Plan the storages of every graph function (after legalize_ops)."""
     functions = {
-        name: _Planner(function).plan() if isinstance(function, Function) else function
+        name: _Planner(function, Analyzer.from_bounds(module.attrs.get("bounds", {}))).plan()
+        if isinstance(function, Function) else function
         for name, function in module.functions.items()
     }
     return module.replace(functions=functions)
 
 
 class _Planner:
-    def __init__(self, function: Function) -> None:
+    def __init__(self, function: Function, analyzer: Analyzer) -> None:
         self.function = function
+        self.analyzer = analyzer  # size comparisons know the user's bounds
         self.storages: list[_Storage] = []
         self.storage_of: dict[Var, int] = {}
         self.root: dict[Var, Var] = {}
@@ -150,7 +153,7 @@ class _Planner:
     # -- the scan ---------------------------------------------------------------------------
 
     def take_storage(self, free: list[int], size: PrimExpr) -> int:
-        for test in (prove_equal, lambda needed, have: prove_less_equal(needed, have)):
+        for test in (self.analyzer.prove_equal, self.analyzer.prove_less_equal):
             for index in free:
                 if test(size, self.storages[index].size):
                     free.remove(index)
@@ -158,7 +161,7 @@ class _Planner:
         if free:
             index = free.pop(0)
             have = self.storages[index].size
-            self.storages[index].size = size if prove_less_equal(have, size) else simplify(expr_max(have, size))
+            self.storages[index].size = size if self.analyzer.prove_less_equal(have, size) else simplify(expr_max(have, size))
             return index
         self.storages.append(_Storage(size))
         return len(self.storages) - 1
@@ -214,7 +217,7 @@ class _Planner:
                 storage = forced.get(var)
                 if storage is None:
                     sizes = [tensor_bytes(branch.body.struct_info) for branch in (value.true_branch, value.false_branch)]
-                    storage = self.take_storage(free, simplify(expr_max(*sizes)) if not prove_equal(*sizes) else sizes[0])
+                    storage = self.take_storage(free, sizes[0] if self.analyzer.prove_equal(*sizes) else simplify(expr_max(*sizes)))
                 self.storage_of[var] = storage
                 defined_here.add(var)
                 branches = []
