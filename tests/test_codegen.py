@@ -18,12 +18,12 @@ from relaxweb.bundle import build_bundle
 from relaxweb.errors import InputShapeError
 from relaxweb.ir import Constant, FunctionBuilder, IRModule, SizeVar, TensorProgram, TensorStructInfo
 from relaxweb.ir.interpreter import run_program
-from relaxweb.ir.symbolic import evaluate
 from relaxweb.ops import call_op
 from relaxweb.passes import legalize_ops
 from relaxweb.runtime import Dispatch, HostModule
 from relaxweb.wgsl import emit_wgsl
 from relaxweb.wgsl.emit import WORKGROUP_SIZE
+from tests.gpu_kernels import make_pipeline, run_kernel_on_gpu
 
 n = SizeVar("n")
 m = SizeVar("m")
@@ -106,33 +106,6 @@ def test_wgsl_add_broadcast_text() -> None:
 # WGSL on wgpu ----------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def device():
-    """The runtime's shared wgpu device (lavapipe on CI); skipped without any adapter."""
-    from relaxweb.errors import RelaxwebError
-    from relaxweb.runtime.webgpu import default_device
-
-    try:
-        return default_device()
-    except RelaxwebError as error:  # pragma: no cover - machines without any WebGPU adapter
-        pytest.skip(str(error))
-
-
-def make_pipeline(device, shader):
-    import wgpu
-
-    module = device.create_shader_module(code=shader.source)
-    layout = device.create_bind_group_layout(entries=[
-        {"binding": b, "visibility": wgpu.ShaderStage.COMPUTE, "buffer": {"type": t}}
-        for b, t in enumerate(shader.bindings)
-    ])
-    pipeline = device.create_compute_pipeline(
-        layout=device.create_pipeline_layout(bind_group_layouts=[layout]),
-        compute={"module": module, "entry_point": "main"},
-    )
-    return pipeline, layout
-
-
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
 def test_wgsl_compiles_on_wgpu(device, name: str) -> None:
     shader = emit_wgsl(PROGRAMS[name])
@@ -143,43 +116,10 @@ def test_wgsl_compiles_on_wgpu(device, name: str) -> None:
     assert auto is not None
 
 
-def run_kernel(device, program: TensorProgram, arrays: list[np.ndarray], size_vars: dict[str, int],
-               grid: tuple[int, int, int] | None = None) -> np.ndarray:
-    """Dispatch the program's shader once with a hand-filled params buffer; return the output."""
-    import wgpu
-
-    shader = emit_wgsl(program)
-    pipeline, layout = make_pipeline(device, shader)
-    shape = [int(evaluate(d, size_vars)) for d in program.output.shape]
-    count = int(np.prod(shape))
-    values = [count, *(size_vars[f] for f in shader.params_fields[1:])]
-    params = struct.pack(f"<{shader.params_size // 4}i", *values, *[0] * (shader.params_size // 4 - len(values)))
-    usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_DST | wgpu.BufferUsage.COPY_SRC
-    buffers = [device.create_buffer_with_data(data=params, usage=wgpu.BufferUsage.UNIFORM)]
-    buffers += [device.create_buffer_with_data(data=np.ascontiguousarray(a).tobytes(), usage=usage) for a in arrays]
-    sentinel = np.full(count + 64, -7.0, np.float32)  # room past the end: must stay untouched
-    output = device.create_buffer_with_data(data=sentinel.tobytes(), usage=usage)
-    buffers.append(output)
-    bind_group = device.create_bind_group(layout=layout, entries=[
-        {"binding": b, "resource": {"buffer": buffer, "offset": 0, "size": buffer.size}}
-        for b, buffer in enumerate(buffers)
-    ])
-    encoder = device.create_command_encoder()
-    compute_pass = encoder.begin_compute_pass()
-    compute_pass.set_pipeline(pipeline)
-    compute_pass.set_bind_group(0, bind_group)
-    compute_pass.dispatch_workgroups(*(grid or (math.ceil(count / WORKGROUP_SIZE), 1, 1)))
-    compute_pass.end()
-    device.queue.submit([encoder.finish()])
-    result = np.frombuffer(device.queue.read_buffer(output), dtype=np.float32)
-    np.testing.assert_array_equal(result[count:], sentinel[count:])  # the bounds guard works
-    return result[:count].reshape(shape)
-
-
 def test_elementwise_kernel_runs_on_wgpu(device) -> None:
     program = PROGRAMS["add"]
     x, bias = rand(37, 5, seed=1), rand(5, seed=2)  # 185 elements: 3 workgroups, the last partial
-    out = run_kernel(device, program, [x, bias], {"n": 37})
+    out = run_kernel_on_gpu(device, program, [x, bias], {"n": 37})
     np.testing.assert_allclose(out, x + bias, rtol=1e-6)
     np.testing.assert_allclose(out, run_program(program, [x, bias], {"n": 37}), rtol=1e-6)
 
@@ -188,23 +128,23 @@ def test_elementwise_kernel_on_a_two_dimensional_grid(device) -> None:
     """Workgroups are numbered y * grid_x + x: a (2, 2) grid covers 256 elements."""
     program = PROGRAMS["add"]
     x, bias = rand(40, 5, seed=3), rand(5, seed=4)  # 200 elements
-    out = run_kernel(device, program, [x, bias], {"n": 40}, grid=(2, 2, 1))
+    out = run_kernel_on_gpu(device, program, [x, bias], {"n": 40}, grid=(2, 2, 1))
     np.testing.assert_allclose(out, x + bias, rtol=1e-6)
 
 
 def test_matmul_kernel_runs_on_wgpu(device) -> None:
     program = PROGRAMS["matmul"]
     a, b = rand(9, 13, seed=5), rand(13, 5, seed=6)
-    out = run_kernel(device, program, [a, b], {"n": 9, "m": 13})
+    out = run_kernel_on_gpu(device, program, [a, b], {"n": 9, "m": 13})
     np.testing.assert_allclose(out, a @ b, rtol=1e-5, atol=1e-5)
 
 
 def test_softmax_kernels_run_on_wgpu(device) -> None:
     x = rand(70, 5, seed=7) * 4
-    row_max = run_kernel(device, PROGRAMS["softmax_max"], [x], {"n": 70})
+    row_max = run_kernel_on_gpu(device, PROGRAMS["softmax_max"], [x], {"n": 70})
     np.testing.assert_array_equal(row_max, x.max(axis=1, keepdims=True))
-    total = run_kernel(device, PROGRAMS["softmax_sum"], [x, row_max], {"n": 70})
-    out = run_kernel(device, PROGRAMS["softmax_normalize"], [x, row_max, total], {"n": 70})
+    total = run_kernel_on_gpu(device, PROGRAMS["softmax_sum"], [x, row_max], {"n": 70})
+    out = run_kernel_on_gpu(device, PROGRAMS["softmax_normalize"], [x, row_max, total], {"n": 70})
     e = np.exp(x - x.max(axis=1, keepdims=True))
     np.testing.assert_allclose(out, e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-6)
 

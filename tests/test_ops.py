@@ -4,8 +4,6 @@ interpreter; the tensor programs of the newer ops also compile (and some run) on
 
 from __future__ import annotations
 
-import math
-import struct
 
 import numpy as np
 import pytest
@@ -17,12 +15,12 @@ from relaxweb.ir import FunctionBuilder, IRModule, ShapeExpr, SizeVar, TensorPro
 from relaxweb.ir.expr import TupleGetItem
 from relaxweb.ir.interpreter import run_module, run_program
 from relaxweb.ir.struct_info import ShapeStructInfo, TupleStructInfo, struct_info_equal
-from relaxweb.ir.symbolic import IntImm, evaluate, format_expr, prove_equal
+from relaxweb.ir.symbolic import IntImm, format_expr, prove_equal
 from relaxweb.ir.tir import Binary, Buffer, Cast, Compare, FloatImm, IndexValue, Load, Reduce, Select, format_scalar
 from relaxweb.ops import DeductionError, UnknownShapeError, call_op, get_op, strided_slice
 from relaxweb.passes import legalize_ops
 from relaxweb.wgsl import emit_wgsl
-from relaxweb.wgsl.emit import WORKGROUP_SIZE
+from tests.gpu_kernels import run_kernel_on_gpu
 
 n, m, k = SizeVar("n"), SizeVar("m"), SizeVar("k")
 BIG = 2**63 - 1  # what ONNX writes for "to the end"
@@ -585,16 +583,6 @@ def test_wgsl_of_the_new_scalar_nodes() -> None:
 # WGSL on wgpu ---------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def device():
-    from relaxweb.runtime.webgpu import default_device
-
-    try:
-        return default_device()
-    except RelaxwebError as error:  # pragma: no cover - machines without any WebGPU adapter
-        pytest.skip(str(error))
-
-
 def new_op_programs() -> dict[str, TensorProgram]:
     """The tensor programs of the newer ops, float32 and int32, symbolic and static."""
     programs = {}
@@ -626,46 +614,6 @@ def test_new_op_programs_compile_on_wgpu(device) -> None:
         assert pipeline is not None, name
 
 
-def run_on_wgpu(device, program: TensorProgram, arrays: list[np.ndarray], size_vars: dict[str, int]) -> np.ndarray:
-    """Dispatch a program's shader once with a hand-filled params block; return the output."""
-    import wgpu
-
-    shader = emit_wgsl(program)
-    module = device.create_shader_module(code=shader.source)
-    layout = device.create_bind_group_layout(entries=[
-        {"binding": b, "visibility": wgpu.ShaderStage.COMPUTE, "buffer": {"type": t}}
-        for b, t in enumerate(shader.bindings)
-    ])
-    pipeline = device.create_compute_pipeline(
-        layout=device.create_pipeline_layout(bind_group_layouts=[layout]),
-        compute={"module": module, "entry_point": "main"},
-    )
-    shape = [int(evaluate(d, size_vars)) for d in program.output.shape]
-    count = int(np.prod(shape))
-    values = [count, *(size_vars[f] for f in shader.params_fields[1:])]
-    params = struct.pack(f"<{shader.params_size // 4}i", *values, *[0] * (shader.params_size // 4 - len(values)))
-    usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_DST | wgpu.BufferUsage.COPY_SRC
-    buffers = [device.create_buffer_with_data(data=params, usage=wgpu.BufferUsage.UNIFORM)]
-    # an empty input still needs a (4-byte) buffer to bind
-    buffers += [device.create_buffer_with_data(data=np.ascontiguousarray(a).tobytes() or b"\0" * 4, usage=usage)
-                for a in arrays]
-    dtype = np.dtype(program.output.dtype)
-    output = device.create_buffer_with_data(data=np.zeros(max(count, 1), dtype).tobytes(), usage=usage)
-    buffers.append(output)
-    bind_group = device.create_bind_group(layout=layout, entries=[
-        {"binding": b, "resource": {"buffer": buffer, "offset": 0, "size": buffer.size}}
-        for b, buffer in enumerate(buffers)
-    ])
-    encoder = device.create_command_encoder()
-    compute_pass = encoder.begin_compute_pass()
-    compute_pass.set_pipeline(pipeline)
-    compute_pass.set_bind_group(0, bind_group)
-    compute_pass.dispatch_workgroups(max(1, math.ceil(count / WORKGROUP_SIZE)), 1, 1)
-    compute_pass.end()
-    device.queue.submit([encoder.finish()])
-    return np.frombuffer(device.queue.read_buffer(output), dtype=dtype)[:count].reshape(shape)
-
-
 def legalized_program(module: IRModule, name: str) -> TensorProgram:
     return legalize_ops(module).programs[name]
 
@@ -675,25 +623,25 @@ def test_mean_and_min_kernels_run_on_wgpu(device) -> None:
     programs = legalize_ops(module).programs
     data = rand((5, 3, 7), seed=23)
     sizes = {"n": 5, "m": 7}
-    np.testing.assert_allclose(run_on_wgpu(device, programs["mean"], [data], sizes), data.mean(axis=(0, 2)), rtol=1e-5)
-    np.testing.assert_array_equal(run_on_wgpu(device, programs["min"], [data], sizes), data.min(axis=1, keepdims=True))
+    np.testing.assert_allclose(run_kernel_on_gpu(device, programs["mean"], [data], sizes), data.mean(axis=(0, 2)), rtol=1e-5)
+    np.testing.assert_array_equal(run_kernel_on_gpu(device, programs["min"], [data], sizes), data.min(axis=1, keepdims=True))
     ints = rand((4, 3), "int32", 24)
     int_module = build({"x": sinfo(n, 3, dtype="int32")}, lambda x: call_op("sum", x, axes=[0]))
-    out = run_on_wgpu(device, legalize_ops(int_module).programs["sum"], [ints], {"n": 4})
+    out = run_kernel_on_gpu(device, legalize_ops(int_module).programs["sum"], [ints], {"n": 4})
     np.testing.assert_array_equal(out, ints.sum(axis=0))
 
 
 @pytest.mark.parametrize("sizes", [(3, 2), (0, 4)])
-def test_concat_and_slice_kernels_run_on_wgpu(device, sizes: tuple[int, int]) -> None:
+def test_concat_and_slice_kernels_run_kernel_on_gpu(device, sizes: tuple[int, int]) -> None:
     module = build({"a": sinfo(n, 3), "b": sinfo(m, 3)},
                    lambda a, b: [call_op("concat", a, b, a, axis=0), strided_slice(a, [0], [-1], [-BIG - 1], [-2])])
     programs = legalize_ops(module).programs
     a, b = rand((sizes[0], 3), seed=25), rand((sizes[1], 3), seed=26)
     size_vars = {"n": sizes[0], "m": sizes[1]}
-    out = run_on_wgpu(device, programs["concat"], [a, b, a], size_vars)
+    out = run_kernel_on_gpu(device, programs["concat"], [a, b, a], size_vars)
     np.testing.assert_array_equal(out, np.concatenate([a, b, a]))
     if sizes[0]:
-        np.testing.assert_array_equal(run_on_wgpu(device, programs["strided_slice"], [a], size_vars), a[::-2])
+        np.testing.assert_array_equal(run_kernel_on_gpu(device, programs["strided_slice"], [a], size_vars), a[::-2])
 
 
 def test_symbolic_dims_print_readably() -> None:

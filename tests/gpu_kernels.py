@@ -1,0 +1,71 @@
+"""Running one generated kernel by hand on wgpu (lavapipe here), for codegen and op tests."""
+
+from __future__ import annotations
+
+import math
+import struct
+
+import numpy as np
+
+from relaxweb.ir.symbolic import evaluate
+from relaxweb.ir.tir import TensorProgram
+from relaxweb.wgsl import emit_wgsl
+from relaxweb.wgsl.emit import WORKGROUP_SIZE
+
+SENTINEL = -7
+
+
+def make_pipeline(device, shader):
+    """A compute pipeline with the explicit bind group layout the bundle contract uses."""
+    import wgpu
+
+    module = device.create_shader_module(code=shader.source)
+    layout = device.create_bind_group_layout(entries=[
+        {"binding": b, "visibility": wgpu.ShaderStage.COMPUTE, "buffer": {"type": t}}
+        for b, t in enumerate(shader.bindings)
+    ])
+    pipeline = device.create_compute_pipeline(
+        layout=device.create_pipeline_layout(bind_group_layouts=[layout]),
+        compute={"module": module, "entry_point": "main"},
+    )
+    return pipeline, layout
+
+
+def run_kernel_on_gpu(device, program: TensorProgram, arrays: list[np.ndarray], size_vars: dict[str, int],
+                      grid: tuple[int, int, int] | None = None) -> np.ndarray:
+    """Dispatch the program's shader once with a hand-filled params block; return the output.
+
+    The output buffer has 64 sentinel elements past the end, which must stay untouched
+    (the shader's bounds guard).
+    """
+    import wgpu
+
+    shader = emit_wgsl(program)
+    pipeline, layout = make_pipeline(device, shader)
+    shape = [int(evaluate(d, size_vars)) for d in program.output.shape]
+    count = int(np.prod(shape))
+    values = [count, *(size_vars[f] for f in shader.params_fields[1:])]
+    params = struct.pack(f"<{shader.params_size // 4}i", *values, *[0] * (shader.params_size // 4 - len(values)))
+    usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_DST | wgpu.BufferUsage.COPY_SRC
+    buffers = [device.create_buffer_with_data(data=params, usage=wgpu.BufferUsage.UNIFORM)]
+    # an empty input still needs a (4-byte) buffer to bind
+    buffers += [device.create_buffer_with_data(data=np.ascontiguousarray(a).tobytes() or b"\0" * 4, usage=usage)
+                for a in arrays]
+    dtype = np.dtype(program.output.dtype)
+    sentinel = np.full(count + 64, SENTINEL, dtype)
+    output = device.create_buffer_with_data(data=sentinel.tobytes(), usage=usage)
+    buffers.append(output)
+    bind_group = device.create_bind_group(layout=layout, entries=[
+        {"binding": b, "resource": {"buffer": buffer, "offset": 0, "size": buffer.size}}
+        for b, buffer in enumerate(buffers)
+    ])
+    encoder = device.create_command_encoder()
+    compute_pass = encoder.begin_compute_pass()
+    compute_pass.set_pipeline(pipeline)
+    compute_pass.set_bind_group(0, bind_group)
+    compute_pass.dispatch_workgroups(*(grid or (max(1, math.ceil(count / WORKGROUP_SIZE)), 1, 1)))
+    compute_pass.end()
+    device.queue.submit([encoder.finish()])
+    result = np.frombuffer(device.queue.read_buffer(output), dtype=dtype)
+    np.testing.assert_array_equal(result[count:], sentinel[count:])  # the bounds guard works
+    return result[:count].reshape(shape)
