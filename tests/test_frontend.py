@@ -503,7 +503,7 @@ def test_deduction_errors_name_the_node() -> None:
     with pytest.raises(RelaxwebError) as caught:
         from_onnx(model)
     message = str(caught.value)
-    assert message.startswith("MatMul node 'bad_matmul': matmul: reduction dims differ")
+    assert message.startswith("MatMul node 'bad_matmul' (binding 'y'): matmul: reduction dims differ")
 
 
 def test_imported_calls_carry_deduced_annotations() -> None:

@@ -145,7 +145,7 @@ def test_the_frontend_names_the_node_of_an_impossible_program() -> None:
         [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    with pytest.raises(RelaxwebError, match=r"Add node 'bad_add': add: cannot broadcast dimension 1 of the result: 4 vs 5"):
+    with pytest.raises(RelaxwebError, match=r"Add node 'bad_add' \(binding 'z'\): add: cannot broadcast dimension 1 of the result: 4 vs 5"):
         from_onnx(model)
 
 
@@ -647,3 +647,11 @@ def test_concat_and_slice_kernels_run_kernel_on_gpu(device, sizes: tuple[int, in
 def test_symbolic_dims_print_readably() -> None:
     """The deduced extents of the new ops stay in canonical form (what the docs show)."""
     assert format_expr(call_op("concat", tensor("a", n, 4), tensor("b", m, 4)).struct_info.shape[0]) == "m + n"
+
+
+def test_builder_errors_name_the_binding_and_the_dimension() -> None:
+    builder = FunctionBuilder("main")
+    x = builder.add_param("x", sinfo(n, 4))
+    y = builder.add_param("y", sinfo(n, 5))
+    with pytest.raises(DeductionError, match=r"binding 'z': add: cannot broadcast dimension 1 of the result: 4 vs 5"):
+        builder.emit_op("add", x, y, name_hint="z")

@@ -153,7 +153,8 @@ def convert_node(context: ConversionContext, node: onnx.NodeProto, index: int, v
     try:
         result = CONVERTERS[node.op_type](context, node, inputs)
     except DeductionError as error:
-        raise RelaxwebError(f"{node.op_type} node '{node_label(node, index)}': {error}") from None
+        outputs = ", ".join(repr(name) for name in node.output if name)
+        raise RelaxwebError(f"{node.op_type} node '{node_label(node, index)}' (binding {outputs}): {error}") from None
     results = result if isinstance(result, list) else [result]
     for name, value in zip(node.output, results):
         if not name:

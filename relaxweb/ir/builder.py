@@ -57,6 +57,16 @@ class FunctionBuilder:
         self.bindings.append(VarBinding(var, value))
         return var
 
+    def emit_op(self, op: str, *args: Expr, name_hint: str = "lv", output: bool = False, **attrs) -> Var:
+        """Build and bind a call of a registered op; a deduction error names the binding."""
+        from ..ops.registry import DeductionError, call_op
+
+        try:
+            call = call_op(op, *args, **attrs)
+        except DeductionError as error:
+            raise DeductionError(f"binding '{name_hint}': {error}") from None
+        return self.emit(call, name_hint, output)
+
     def emit_match_cast(self, value: Expr, struct_info: StructInfo, name_hint: str = "lv", output: bool = False) -> Var:
         kind = Var if output or not self.dataflow else DataflowVar
         var = kind(self.unique_name(name_hint), struct_info)
