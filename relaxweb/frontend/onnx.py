@@ -29,6 +29,7 @@ from ..ops import call_op
 from ..ops.registry import DeductionError
 from .converters import CONVERTERS, ConversionContext
 from .converters.registry import tensor_to_array
+from .converters.shape_values import fold_node
 
 STANDARD_DOMAINS = ("", "ai.onnx")
 
@@ -151,7 +152,8 @@ def convert_node(context: ConversionContext, node: onnx.NodeProto, index: int, v
         else:
             raise RelaxwebError(f"{node.op_type} node '{node_label(node, index)}': input '{name}' is not defined before it")
     try:
-        result = CONVERTERS[node.op_type](context, node, inputs)
+        folded = fold_node(context, node, inputs)
+        result = folded if folded is not None else CONVERTERS[node.op_type](context, node, inputs)
     except DeductionError as error:
         outputs = ", ".join(repr(name) for name in node.output if name)
         raise RelaxwebError(f"{node.op_type} node '{node_label(node, index)}' (binding {outputs}): {error}") from None

@@ -6,7 +6,9 @@ An op is registered once, by the file of its family (``elementwise.py``, ``linea
 - ``deduce(args, attrs) -> StructInfo``: the output annotation, computed forward from the
   arguments' annotations when the call is built (:func:`call_op`).
 - ``legalize(context, call) -> Expr``: the call rewritten into tensor programs
-  (:class:`~relaxweb.ir.expr.CallTIR`), used by ``passes/legalize_ops.py``.
+  (:class:`~relaxweb.ir.expr.CallTIR`), used by ``passes/legalize_ops.py``.  ``None`` for an
+  op that imports and runs in the interpreter but has no GPU lowering yet: building a
+  bundle with it stops with one error listing every such op.
 - ``reference(arrays, attrs) -> ndarray``: numpy semantics, used by the interpreter.
 """
 
@@ -51,14 +53,14 @@ class LegalizeContext(Protocol):
 class OpDefinition:
     name: str
     deduce: Callable[[tuple[Expr, ...], dict[str, Any]], StructInfo]
-    legalize: Callable[[LegalizeContext, Call], Expr]
+    legalize: Callable[[LegalizeContext, Call], Expr] | None
     reference: Callable[[list[np.ndarray], dict[str, Any]], np.ndarray]
 
 
 OPS: dict[str, OpDefinition] = {}
 
 
-def register_op(name: str, *, deduce, legalize, reference) -> OpDefinition:
+def register_op(name: str, *, deduce, reference, legalize=None) -> OpDefinition:
     if name in OPS:
         raise ValueError(f"op {name} registered twice")
     OPS[name] = OpDefinition(name, deduce, legalize, reference)

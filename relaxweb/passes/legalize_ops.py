@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ..errors import UnsupportedModelError
 from ..ir.builder import FunctionBuilder
 from ..ir.expr import (
     Call, CallLibrary, CallTIR, DataflowBlock, DataflowVar, Expr, Function, If, MatchCast, SeqExpr, Var, VarBinding,
@@ -82,6 +83,12 @@ class _Legalizer:
 
 def legalize_ops(module: IRModule) -> IRModule:
     """Replace every op call in every graph function by tensor program calls."""
+    missing = sorted({call.op for call in _op_calls(module) if get_op(call.op).legalize is None})
+    if missing:
+        raise UnsupportedModelError(
+            f"no GPU lowering yet for {len(missing)} op(s): {', '.join(missing)} "
+            "(the model imports and runs with 'relaxweb run MODEL.onnx --reference')"
+        )
     functions = {}
     programs = dict(module.programs)
     for name, function in module.functions.items():
@@ -93,6 +100,24 @@ def legalize_ops(module: IRModule) -> IRModule:
         programs = legalizer.programs
         functions[name] = replace(function, body=body)
     return module.replace(functions=functions, programs=programs)
+
+
+def _op_calls(module: IRModule) -> list[Call]:
+    calls: list[Call] = []
+
+    def visit(seq: SeqExpr) -> None:
+        for block in seq.blocks:
+            for binding in block.bindings:
+                if isinstance(binding.value, Call):
+                    calls.append(binding.value)
+                elif isinstance(binding.value, If):
+                    visit(binding.value.true_branch)
+                    visit(binding.value.false_branch)
+
+    for function in module.functions.values():
+        if isinstance(function, Function):
+            visit(function.body)
+    return calls
 
 
 def _legalize_seq(legalizer: _Legalizer, seq: SeqExpr) -> SeqExpr:
