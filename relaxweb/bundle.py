@@ -79,8 +79,10 @@ def build_bundle(model_path: str | Path, out_dir: str | Path, bounds: dict[str, 
 
 
 def write_bundle(module: IRModule, out_dir: str | Path, source: str, progress: Progress = lambda _: None) -> dict:
-    """Write the bundle of a compiled module (its ``main`` a HostFunction); returns the manifest."""
-    model_path = Path(source)
+    """Write the bundle of a compiled module (its ``main`` a HostFunction); returns the manifest.
+
+    ``source`` names the model in the manifest and in the generated code's comments.
+    """
     host = module.main
     assert isinstance(host, HostFunction)
     _check_dtypes(host)
@@ -113,7 +115,7 @@ def write_bundle(module: IRModule, out_dir: str | Path, source: str, progress: P
         })
     progress(f"emitted {len(kernels)} WGSL kernels for {len(call_sites)} call sites")
 
-    wat = emit_host_wat(host, call_site_params, WORKGROUP_SIZE, Path(model_path).name)
+    wat = emit_host_wat(host, call_site_params, WORKGROUP_SIZE, source)
     (out / "host.wat").write_text(wat)
     (out / "host.wasm").write_bytes(assemble(wat))
     progress("assembled host.wasm")
@@ -129,7 +131,7 @@ def write_bundle(module: IRModule, out_dir: str | Path, source: str, progress: P
     manifest = {
         "format": FORMAT,
         "version": VERSION,
-        "model": Path(model_path).name,
+        "model": source,
         "inputs": [{"name": i.name, "dtype": i.dtype, "shape": _shape_json(i.shape), "storage": i.storage} for i in host.inputs],
         "outputs": [{"name": o.name, "dtype": o.dtype, "shape": _shape_json(o.shape) if o.shape is not None else None,
                      "ndim": o.ndim, "storage": o.storage} for o in host.outputs],
