@@ -2,6 +2,7 @@
 
     relaxweb build MODEL.onnx -o DIR [--bound NAME=INT ...]
     relaxweb run DIR --inputs IN.npz [--out OUT.npz] [--browser]
+    relaxweb run MODEL.onnx --inputs IN.npz [--out OUT.npz] --reference
     relaxweb inspect MODEL.onnx|DIR
     relaxweb serve DIR [--port PORT]
 
@@ -68,8 +69,8 @@ def load_npz(path: str) -> dict[str, np.ndarray]:
             return {name: data[name] for name in data.files}
     except FileNotFoundError:
         raise RelaxwebError(f"{path}: no such file") from None
-    except (zipfile.BadZipFile, ValueError, OSError) as error:
-        raise RelaxwebError(f"{path}: not a readable .npz file ({error})") from None
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError) as error:
+        raise RelaxwebError(f"{path}: not a readable .npz file ({error or type(error).__name__})") from None
 
 
 def _bundle_dir(path: str) -> Path:
@@ -79,25 +80,73 @@ def _bundle_dir(path: str) -> Path:
     return folder
 
 
+def _run_target(args: argparse.Namespace) -> Path:
+    """The path ``relaxweb run`` was given, checked against ``--reference``."""
+    target = Path(args.target)
+    if args.reference:
+        if args.browser:
+            raise RelaxwebError("--reference and --browser exclude each other: --reference runs an .onnx "
+                                "model in the reference interpreter (numpy, no GPU)")
+        if target.is_dir():
+            raise RelaxwebError(f"{target}: is a folder; --reference runs an .onnx model in the reference "
+                                "interpreter (a bundle folder runs without --reference)")
+    elif target.is_file():
+        raise RelaxwebError(f"{target}: is a file, not a bundle folder; build it with 'relaxweb build {target} "
+                            "-o DIR' and run DIR, or add --reference to run the model in the reference "
+                            "interpreter (numpy, no GPU)")
+    else:
+        _bundle_dir(args.target)
+    return target
+
+
+def run_reference(model_path: str | Path, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Import an ONNX model and run it in the reference interpreter (numpy, no GPU).
+
+    Inputs and outputs are keyed by the ONNX names, with the same checks as a bundle's.
+    """
+    from .errors import InputShapeError
+    from .frontend import import_onnx_file
+    from .ir.interpreter import run_module
+
+    module = import_onnx_file(model_path)
+    main = module.main
+    expected_names = list(main.input_names or [p.name for p in main.params])
+    unknown = [name for name in inputs if name not in expected_names]
+    if unknown:
+        raise InputShapeError(
+            f"unknown input {', '.join(repr(name) for name in unknown)}; "
+            f"the model's inputs are {', '.join(repr(name) for name in expected_names)}"
+        )
+    outputs = run_module(module, inputs)
+    names = list(main.output_names) or [f"output_{i}" for i in range(len(outputs))]
+    return dict(zip(names, outputs))
+
+
 def command_run(args: argparse.Namespace) -> int:
-    folder = _bundle_dir(args.bundle)
+    target = _run_target(args)
     inputs = load_npz(args.inputs)
     started = time.perf_counter()
-    if args.browser:
+    if args.reference:
+        outputs = run_reference(target, inputs)
+        where = "the reference interpreter (numpy)"
+        including = "including import"
+    elif args.browser:
         from .browser import run_in_browser
 
-        outputs = run_in_browser(folder, inputs)
+        outputs = run_in_browser(target, inputs)
         where = "headless Chromium (WebGPU)"
+        including = "including load"
     else:
         from .runtime import Session
 
-        outputs = Session(folder).run(inputs)
+        outputs = Session(target).run(inputs)
         where = "Python runtime (wgpu)"
+        including = "including load"
     elapsed = time.perf_counter() - started
     for name, array in outputs.items():
         preview = np.array2string(array.reshape(-1)[:6], precision=5, separator=", ")
         print(f"{name}: {array.dtype}{list(array.shape)} {preview}{' ...' if array.size > 6 else ''}")
-    print(f"ran in {where} in {elapsed:.2f} s (including load)", file=sys.stderr)
+    print(f"ran in {where} in {elapsed:.2f} s ({including})", file=sys.stderr)
     if args.out:
         np.savez(args.out, **outputs)
         print(f"wrote {args.out}", file=sys.stderr)
@@ -111,10 +160,32 @@ def command_inspect(args: argparse.Namespace) -> int:
 
         print(format_manifest(describe(path)))
         return 0
-    from .frontend import import_onnx_file
+    from .frontend.onnx import default_opset, from_onnx, load_onnx, op_coverage, symbolic_vars
 
-    print(import_onnx_file(path), end="")
+    model = load_onnx(path)
+    print(format_coverage(path.name, default_opset(model), op_coverage(model)), flush=True)
+    module = from_onnx(model, path.name)  # unsupported ops: the coverage is out, then the error
+    print()
+    print(module, end="")
+    names = symbolic_vars(module.main)
+    print(f"symbolic vars: {', '.join(names) if names else '(none)'}")
     return 0
+
+
+def format_coverage(source: str, opset: int, coverage: list[tuple[str, int, bool]]) -> str:
+    """The op coverage table of ``relaxweb inspect``: every op type, its node count, supported or not."""
+    nodes = sum(count for _, count, _ in coverage)
+    supported_types = sum(1 for _, _, ok in coverage if ok)
+    supported_nodes = sum(count for _, count, ok in coverage if ok)
+    lines = [
+        f"model {source}: opset {opset}, {nodes} node(s), {len(coverage)} op type(s)",
+        f"op coverage: {supported_types} of {len(coverage)} op types supported "
+        f"({supported_nodes} of {nodes} nodes)",
+    ]
+    width = max([len(op) for op, _, _ in coverage] + [2])
+    for op, count, ok in coverage:
+        lines.append(f"  {op:<{width}}  {count:>5} node{'s' if count != 1 else ' '}  {'supported' if ok else 'UNSUPPORTED'}")
+    return "\n".join(lines)
 
 
 def format_manifest(manifest: dict) -> str:
@@ -167,18 +238,22 @@ def make_parser() -> argparse.ArgumentParser:
     build.add_argument("--dump-ir", metavar="DIR", help="write the module as text after each pass into DIR")
     build.set_defaults(handler=command_build)
 
-    run = commands.add_parser("run", help="run a bundle on inputs from an .npz file",
+    run = commands.add_parser("run", help="run a bundle (or a model, with --reference) on inputs from an .npz file",
                               description="Run a bundle with the Python runtime (wgpu), or in headless Chromium "
-                              "with --browser. Inputs and outputs are keyed by the ONNX names.")
-    run.add_argument("bundle", help="the bundle folder")
+                              "with --browser; or run an .onnx model in the reference interpreter (numpy, no "
+                              "GPU) with --reference. Inputs and outputs are keyed by the ONNX names.")
+    run.add_argument("target", metavar="DIR|MODEL.onnx", help="the bundle folder (or the .onnx file with --reference)")
     run.add_argument("--inputs", required=True, help=".npz file with one array per model input")
     run.add_argument("--out", help=".npz file to write the outputs to")
     run.add_argument("--browser", action="store_true", help="run in headless Chromium on WebGPU instead")
+    run.add_argument("--reference", action="store_true",
+                     help="run an .onnx model (not a bundle) in the reference interpreter: numpy, no GPU")
     run.set_defaults(handler=command_run)
 
-    inspect = commands.add_parser("inspect", help="print a model's IR or a bundle's manifest",
-                                  description="For an .onnx file, print the imported IR; for a bundle "
-                                  "folder, print its inputs, symbolic variables, storages and kernels.")
+    inspect = commands.add_parser("inspect", help="print a model's op coverage and IR, or a bundle's manifest",
+                                  description="For an .onnx file, print its op coverage (each op type with its "
+                                  "node count, supported or not), the imported IR and its symbolic variables; "
+                                  "for a bundle folder, print its inputs, symbolic variables, storages and kernels.")
     inspect.add_argument("target", help="an .onnx file or a bundle folder")
     inspect.set_defaults(handler=command_inspect)
 

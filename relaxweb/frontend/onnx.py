@@ -18,6 +18,7 @@ import numpy as np
 import onnx
 from google.protobuf.message import DecodeError
 from onnx import helper
+from onnx.external_data_helper import ExternalDataInfo
 
 from ..errors import RelaxwebError, UnsupportedModelError
 from ..ir.builder import FunctionBuilder
@@ -35,7 +36,12 @@ STANDARD_DOMAINS = ("", "ai.onnx")
 
 
 def load_onnx(path: str | Path) -> onnx.ModelProto:
-    """Read a model file, turning every way it can be unreadable into a RelaxwebError."""
+    """Read a model file, turning every way it can be unreadable into a RelaxwebError.
+
+    Weights stored as external data (``model.onnx.data``, written by ``onnx.save(...,
+    save_as_external_data=True)`` or by exporters for large models) are read from files
+    named relative to the model's folder.
+    """
     path = Path(path)
     if not path.exists():
         raise RelaxwebError(f"{path}: no such file")
@@ -47,11 +53,53 @@ def load_onnx(path: str | Path) -> onnx.ModelProto:
         raise RelaxwebError(f"{path}: not a readable ONNX model ({type(error).__name__}: {error})") from None
     if not model.graph.node and not model.graph.output:
         raise RelaxwebError(f"{path}: not an ONNX model (the file holds no graph)")
-    try:
-        onnx.load_external_data_for_model(model, str(path.parent))
-    except (OSError, ValueError) as error:
-        raise RelaxwebError(f"{path}: cannot read its external data: {error}") from None
+    _load_external_data(model, path)
     return model
+
+
+def _graph_tensors(graph: onnx.GraphProto):
+    """Every TensorProto of a graph: initializers and node attributes, subgraphs included."""
+    yield from graph.initializer
+    for sparse in graph.sparse_initializer:
+        yield sparse.values
+        yield sparse.indices
+    for node in graph.node:
+        for attribute in node.attribute:
+            if attribute.HasField("t"):
+                yield attribute.t
+            yield from attribute.tensors
+            if attribute.HasField("g"):
+                yield from _graph_tensors(attribute.g)
+            for subgraph in attribute.graphs:
+                yield from _graph_tensors(subgraph)
+
+
+def _load_external_data(model: onnx.ModelProto, path: Path) -> None:
+    """Read the external data of every tensor, with one clear error for a missing file."""
+    external = [t for t in _graph_tensors(model.graph)
+                if t.HasField("data_location") and t.data_location == onnx.TensorProto.EXTERNAL]
+    if not external:
+        return
+    folder = path.parent
+    for tensor in external:
+        location = ExternalDataInfo(tensor).location
+        if not location:
+            raise RelaxwebError(f"{path}: tensor '{tensor.name}' is stored as external data but names no file")
+        data_file = folder / location
+        if Path(location).is_absolute() or ".." in Path(location).parts:
+            raise RelaxwebError(
+                f"{path}: tensor '{tensor.name}' names the external data file '{location}', which is "
+                "not inside the model's folder; external data must be next to the model"
+            )
+        if not data_file.is_file():
+            raise RelaxwebError(
+                f"{path}: the external data file '{location}' (weights of '{tensor.name}') is missing; "
+                f"it must be next to the model, at {data_file}"
+            )
+    try:
+        onnx.load_external_data_for_model(model, str(folder))
+    except (OSError, ValueError, onnx.checker.ValidationError) as error:
+        raise RelaxwebError(f"{path}: cannot read its external data: {error}") from None
 
 
 def default_opset(model: onnx.ModelProto) -> int:
@@ -74,6 +122,80 @@ def find_unsupported(model: onnx.ModelProto) -> dict[str, list[str]]:
         elif node.op_type not in CONVERTERS:
             unsupported[node.op_type].append(node_label(node, index))
     return dict(unsupported)
+
+
+def _all_nodes(graph: onnx.GraphProto):
+    for node in graph.node:
+        yield node
+        for attribute in node.attribute:
+            if attribute.HasField("g"):
+                yield from _all_nodes(attribute.g)
+            for subgraph in attribute.graphs:
+                yield from _all_nodes(subgraph)
+
+
+def op_coverage(model: onnx.ModelProto) -> list[tuple[str, int, bool]]:
+    """(op type, node count, supported) for every op type the model uses, subgraphs included.
+
+    Op types of a non-standard domain are named ``domain.OpType`` and are never supported.
+    Sorted: unsupported first, then by name.
+    """
+    counts: dict[str, int] = defaultdict(int)
+    supported: dict[str, bool] = {}
+    for node in _all_nodes(model.graph):
+        standard = node.domain in STANDARD_DOMAINS
+        key = node.op_type if standard else f"{node.domain}.{node.op_type}"
+        counts[key] += 1
+        supported[key] = standard and node.op_type in CONVERTERS
+    return sorted(((op, counts[op], supported[op]) for op in counts), key=lambda e: (e[2], e[0]))
+
+
+def _struct_info_vars(info, found: dict[str, None]) -> None:
+    from ..ir.struct_info import FuncStructInfo, PrimStructInfo, ShapeStructInfo, TupleStructInfo
+    from ..ir.symbolic import free_vars
+
+    exprs: tuple = ()
+    if isinstance(info, TensorStructInfo) and info.shape is not None:
+        exprs = info.shape
+    elif isinstance(info, ShapeStructInfo) and info.values is not None:
+        exprs = info.values
+    elif isinstance(info, PrimStructInfo) and info.value is not None:
+        exprs = (info.value,)
+    elif isinstance(info, TupleStructInfo):
+        for field_info in info.fields:
+            _struct_info_vars(field_info, found)
+    elif isinstance(info, FuncStructInfo):
+        for param_info in info.params:
+            _struct_info_vars(param_info, found)
+        _struct_info_vars(info.ret, found)
+    for expr in exprs:
+        for var in free_vars(expr):
+            found.setdefault(var.name, None)
+
+
+def symbolic_vars(function) -> list[str]:
+    """The distinct symbolic variables of a graph function, in order of first appearance:
+    over the parameters' annotations, then every binding's (``match_cast`` included, and the
+    bindings inside ``If`` branches), then the result's."""
+    from ..ir.expr import If, MatchCast
+
+    found: dict[str, None] = {}
+
+    def visit_seq(seq) -> None:
+        for block in seq.blocks:
+            for binding in block.bindings:
+                if isinstance(binding, MatchCast):
+                    _struct_info_vars(binding.struct_info, found)
+                _struct_info_vars(binding.var.struct_info, found)
+                if isinstance(binding.value, If):
+                    visit_seq(binding.value.true_branch)
+                    visit_seq(binding.value.false_branch)
+        _struct_info_vars(seq.body.struct_info, found)
+
+    for param in function.params:
+        _struct_info_vars(param.struct_info, found)
+    visit_seq(function.body)
+    return list(found)
 
 
 def format_unsupported(unsupported: dict[str, list[str]]) -> str:
