@@ -85,7 +85,7 @@ def write_bundle(module: IRModule, out_dir: str | Path, source: str, progress: P
     """
     host = module.main
     assert isinstance(host, HostFunction)
-    _check_dtypes(host)
+    _check_dtypes(host, module.programs)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "kernels").mkdir(exist_ok=True)
@@ -170,13 +170,20 @@ def _shape_json(shape) -> list:
     return [int(d.value) if hasattr(d, "value") else format_expr(d) for d in shape]
 
 
-def _check_dtypes(host: HostFunction) -> None:
+def _check_dtypes(host: HostFunction, programs: dict) -> None:
+    """One error naming every tensor whose dtype has no GPU representation yet."""
     problems = [f"input '{i.name}' is {i.dtype}" for i in host.inputs if i.dtype not in SUPPORTED_DTYPES]
     problems += [f"output '{o.name}' is {o.dtype}" for o in host.outputs if o.dtype not in SUPPORTED_DTYPES]
     problems += [f"weight '{w.name}' is {w.data.dtype}" for w in host.weights if str(w.data.dtype) not in SUPPORTED_DTYPES]
+    for dispatch in host.dispatches:
+        kernel = programs[dispatch.program]
+        for buffer in (*kernel.inputs, kernel.output):
+            if buffer.dtype not in SUPPORTED_DTYPES:
+                problems.append(f"a {buffer.dtype} tensor in '{dispatch.note}'")
     if problems:
+        unique = list(dict.fromkeys(problems))
         raise UnsupportedModelError(
-            "unsupported dtypes on the GPU (supported: " + ", ".join(SUPPORTED_DTYPES) + "): " + "; ".join(problems)
+            "unsupported dtypes on the GPU (supported: " + ", ".join(SUPPORTED_DTYPES) + "): " + "; ".join(unique)
         )
 
 

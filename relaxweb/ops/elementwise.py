@@ -1,32 +1,123 @@
-"""Elementwise ops: binary arithmetic with broadcasting, and unary activations.
+"""Elementwise ops: binary arithmetic with broadcasting, and unary math and activations.
 
 Each output element depends only on the input elements at the same (broadcast) index, so
-each legalizes to one tensor program whose body is the scalar operation.
+each legalizes (where the scalar IR can express it) to one tensor program whose body is the
+scalar operation.
+
+Binary ops: ``add``, ``subtract``, ``multiply``, ``divide`` (integers truncate toward zero,
+as in C and ONNX), ``maximum``, ``minimum``, ``power`` (the result has the base's dtype; the
+exponent may have another), ``mod`` (``fmod=False``: the sign of the divisor, as Python;
+``fmod=True``: the sign of the dividend, as C's ``fmod``), ``left_shift``, ``right_shift``
+(integers; a shift past the bit width gives 0), and ``prelu(x, slope)``.
+
+Unary ops keep the annotation of their argument.  Some take float attributes: ``leaky_relu``
+/ ``elu`` / ``celu`` / ``thresholded_relu`` (``alpha``), ``selu`` (``alpha``, ``gamma``),
+``hard_sigmoid`` (``alpha``, ``beta``).  ``gelu`` is the exact form (with erf), ``gelu_tanh``
+its tanh approximation.
 
 Deduction: binary ops broadcast (``broadcast_shapes``: 1 takes the other side, otherwise the
 dims must be provably equal); with an operand of unknown shape the result's shape is unknown
-and its rank the larger of the two (unknown if either rank is).  Unary ops keep the
-annotation of their argument.
+and its rank the larger of the two (unknown if either rank is).
+
+Legalization uses the scalar nodes of ``ir/tir.py`` (add, subtract, multiply, divide,
+maximum, minimum, exp, tanh, negative, sigmoid, Compare, Select).  Ops that need a scalar
+function the IR does not have (sqrt, log, sin, floor, erf, pow, …) register no legalization:
+they import and run in the interpreter, and building lists them as having no GPU lowering.
 """
 
 from __future__ import annotations
+
+import math
+from typing import Callable
 
 import numpy as np
 
 from ..ir.expr import Call, tensor_dtype
 from ..ir.struct_info import TensorStructInfo
-from ..ir.tir import Binary, FloatImm, Unary
+from ..ir.tir import Binary, Compare, FloatImm, ScalarExpr, Select, Unary
 from .common import (
     broadcast_shapes, expect_args, load_broadcast, make_program, needs_known_shapes, require_float,
     require_tensor, same_dtype, unknown_rank_join,
 )
-from .registry import register_op
+from .registry import DeductionError, register_op
 
-BINARY_REFERENCE = {
+
+def _is_integer(dtype) -> bool:
+    return np.issubdtype(np.dtype(dtype), np.integer)
+
+
+def require_numeric(op: str, info: TensorStructInfo, position: int = 0) -> None:
+    if info.dtype == "bool":
+        raise DeductionError(f"{op}: argument {position} must be a numeric tensor, got bool")
+
+
+def require_integer(op: str, info: TensorStructInfo, position: int = 0) -> None:
+    if not _is_integer(info.dtype):
+        raise DeductionError(f"{op}: argument {position} must be an integer tensor, got {info.dtype}")
+
+
+def broadcast_info(op: str, infos: list[TensorStructInfo], dtype: str) -> TensorStructInfo:
+    """The annotation of a broadcast result of ``dtype`` (shape unknown if any input's is)."""
+    if any(info.shape is None for info in infos):
+        return TensorStructInfo(None, dtype, unknown_rank_join([info.ndim for info in infos]))
+    return TensorStructInfo(broadcast_shapes(op, [info.shape for info in infos]), dtype)
+
+
+# Binary ops -----------------------------------------------------------------------------------
+
+
+def _divide(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if _is_integer(a.dtype):
+        # Integer division truncates toward zero (C, ONNX); exact for all of int64.
+        quotient = np.floor_divide(a, b)
+        remainder = np.remainder(a, b)
+        adjust = (remainder != 0) & ((a < 0) ^ (b < 0))
+        return quotient + adjust.astype(quotient.dtype)
+    return np.divide(a, b)
+
+
+def _shift(direction: str):
+    """As ONNX: a shift by a negative amount or by the bit width or more gives 0 (-1 for a
+    right shift of a negative signed value); a left shift of a signed value wraps."""
+    def shift(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        a, b = np.broadcast_arrays(a, b)
+        bits = np.iinfo(a.dtype).bits
+        valid = (b >= 0) & (b < bits)
+        unsigned = np.dtype(f"u{a.dtype.itemsize}")
+        amount = np.where(valid, b, 0).astype(unsigned)
+        if direction == "left":
+            shifted = np.left_shift(a.astype(unsigned), amount)  # wraps, as C on unsigned values
+            return np.where(valid, shifted, 0).astype(a.dtype)
+        shifted = np.right_shift(a, amount.astype(a.dtype))
+        overflow = np.where(a < 0, -1, 0) if np.issubdtype(a.dtype, np.signedinteger) else 0
+        return np.where(valid, shifted, overflow).astype(a.dtype)
+
+    return shift
+
+
+BINARY_REFERENCE: dict[str, Callable] = {
     "add": np.add,
     "subtract": np.subtract,
     "multiply": np.multiply,
-    "divide": np.divide,
+    "divide": _divide,
+    "maximum": np.maximum,
+    "minimum": np.minimum,
+    "power": np.power,
+    "mod": None,  # depends on the fmod attribute (below)
+    "left_shift": _shift("left"),
+    "right_shift": _shift("right"),
+    "prelu": lambda x, slope: np.where(x < 0, x * slope, x),
+}
+
+# Scalar bodies, for the ops the scalar IR can express.
+BINARY_BODIES: dict[str, Callable[[ScalarExpr, ScalarExpr, str], ScalarExpr]] = {
+    "add": lambda a, b, dtype: Binary("add", a, b),
+    "subtract": lambda a, b, dtype: Binary("subtract", a, b),
+    "multiply": lambda a, b, dtype: Binary("multiply", a, b),
+    "divide": lambda a, b, dtype: Binary("divide", a, b),
+    "maximum": lambda a, b, dtype: Binary("maximum", a, b),
+    "minimum": lambda a, b, dtype: Binary("minimum", a, b),
+    "prelu": lambda x, slope, dtype: Select(Compare("lt", x, FloatImm(0, dtype)), Binary("multiply", x, slope), x),
 }
 
 
@@ -34,20 +125,27 @@ def _deduce_binary(name: str):
     def deduce(args, attrs) -> TensorStructInfo:
         expect_args(name, args, 2)
         a, b = (require_tensor(arg, name, i) for i, arg in enumerate(args))
-        dtype = same_dtype(name, [a, b])
-        if a.shape is None or b.shape is None:
-            return TensorStructInfo(None, dtype, unknown_rank_join([a.ndim, b.ndim]))
-        return TensorStructInfo(broadcast_shapes(name, [a.shape, b.shape]), dtype)
+        if name == "power":
+            require_numeric(name, a, 0)
+            require_numeric(name, b, 1)
+            dtype = a.dtype  # the exponent may have another dtype
+        else:
+            dtype = same_dtype(name, [a, b])
+        if name in ("left_shift", "right_shift"):
+            require_integer(name, a, 0)
+        return broadcast_info(name, [a, b], dtype)
 
     return deduce
 
 
 def _legalize_binary(name: str):
+    scalar = BINARY_BODIES[name]
+
     def legalize(context, call: Call):
         info = call.struct_info
         program = make_program(
             name, call.args, info.shape, info.dtype,
-            lambda axes, buffers: Binary(name, load_broadcast(buffers[0], axes), load_broadcast(buffers[1], axes)),
+            lambda axes, buffers: scalar(load_broadcast(buffers[0], axes), load_broadcast(buffers[1], axes), info.dtype),
         )
         return context.call_tir(program, call.args)
 
@@ -55,39 +153,157 @@ def _legalize_binary(name: str):
 
 
 def _reference_binary(name: str):
-    function = BINARY_REFERENCE[name]
-    return lambda arrays, attrs: function(arrays[0], arrays[1]).astype(arrays[0].dtype)
+    def reference(arrays, attrs):
+        a, b = np.asarray(arrays[0]), np.asarray(arrays[1])
+        with np.errstate(all="ignore"):
+            if name == "mod":
+                result = np.fmod(a, b) if attrs.get("fmod") else np.mod(a, b)
+            elif name == "power" and _is_integer(a.dtype) and _is_integer(b.dtype):
+                # numpy refuses negative integer exponents; compute them in float64
+                result = np.power(a.astype(np.float64), b) if np.any(b < 0) else np.power(a, b)
+            else:
+                result = BINARY_REFERENCE[name](a, b)
+        return np.asarray(result).astype(a.dtype)
+
+    return reference
 
 
 for _name in BINARY_REFERENCE:
     register_op(
         _name,
         deduce=_deduce_binary(_name),
-        legalize=needs_known_shapes(_legalize_binary(_name)),
+        legalize=needs_known_shapes(_legalize_binary(_name)) if _name in BINARY_BODIES else None,
         reference=_reference_binary(_name),
     )
 
 
-# Unary ops: scalar body as a function of the loaded element.
-UNARY_BODIES = {
-    "relu": lambda x: Binary("maximum", x, FloatImm(0.0)),
-    "sigmoid": lambda x: Unary("sigmoid", x),
-    "tanh": lambda x: Unary("tanh", x),
-    "exp": lambda x: Unary("exp", x),
-    "negative": lambda x: Unary("negative", x),
-    "identity": lambda x: x,
+# Unary ops ------------------------------------------------------------------------------------
+
+
+def _imm(value: float, dtype: str) -> FloatImm:
+    return FloatImm(value, dtype)
+
+
+def _abs(x: ScalarExpr) -> ScalarExpr:
+    return Binary("maximum", x, Unary("negative", x))
+
+
+def _gelu_tanh_body(x: ScalarExpr, dtype: str) -> ScalarExpr:
+    cube = Binary("multiply", Binary("multiply", x, x), x)
+    inner = Binary("multiply", _imm(math.sqrt(2 / math.pi), dtype),
+                   Binary("add", x, Binary("multiply", _imm(0.044715, dtype), cube)))
+    return Binary("multiply", Binary("multiply", _imm(0.5, dtype), x),
+                  Binary("add", _imm(1.0, dtype), Unary("tanh", inner)))
+
+
+def _elu_body(x: ScalarExpr, alpha: float, dtype: str) -> ScalarExpr:
+    negative = Binary("multiply", _imm(alpha, dtype), Binary("subtract", Unary("exp", x), _imm(1.0, dtype)))
+    return Select(Compare("lt", x, _imm(0.0, dtype)), negative, x)
+
+
+def _hard_sigmoid_body(x: ScalarExpr, alpha: float, beta: float, dtype: str) -> ScalarExpr:
+    linear = Binary("add", Binary("multiply", _imm(alpha, dtype), x), _imm(beta, dtype))
+    return Binary("maximum", _imm(0.0, dtype), Binary("minimum", _imm(1.0, dtype), linear))
+
+
+SELU_ALPHA, SELU_GAMMA = 1.67326319217681884765625, 1.05070102214813232421875
+
+# name -> scalar body (x, attrs, dtype) -> ScalarExpr, for the ops the scalar IR can express
+UNARY_BODIES: dict[str, Callable[[ScalarExpr, dict, str], ScalarExpr]] = {
+    "relu": lambda x, attrs, dtype: Binary("maximum", x, _imm(0.0, dtype)),
+    "sigmoid": lambda x, attrs, dtype: Unary("sigmoid", x),
+    "tanh": lambda x, attrs, dtype: Unary("tanh", x),
+    "exp": lambda x, attrs, dtype: Unary("exp", x),
+    "negative": lambda x, attrs, dtype: Unary("negative", x),
+    "identity": lambda x, attrs, dtype: x,
+    "abs": lambda x, attrs, dtype: _abs(x),
+    "reciprocal": lambda x, attrs, dtype: Binary("divide", _imm(1.0, dtype), x),
+    "sign": lambda x, attrs, dtype: Select(
+        Compare("gt", x, _imm(0, dtype)), _imm(1, dtype),
+        Select(Compare("lt", x, _imm(0, dtype)), _imm(-1, dtype), _imm(0, dtype)),
+    ),
+    "sinh": lambda x, attrs, dtype: Binary(
+        "multiply", _imm(0.5, dtype), Binary("subtract", Unary("exp", x), Unary("exp", Unary("negative", x)))),
+    "cosh": lambda x, attrs, dtype: Binary(
+        "multiply", _imm(0.5, dtype), Binary("add", Unary("exp", x), Unary("exp", Unary("negative", x)))),
+    "softsign": lambda x, attrs, dtype: Binary("divide", x, Binary("add", _imm(1.0, dtype), _abs(x))),
+    "leaky_relu": lambda x, attrs, dtype: Select(
+        Compare("lt", x, _imm(0.0, dtype)), Binary("multiply", _imm(attrs.get("alpha", 0.01), dtype), x), x),
+    "elu": lambda x, attrs, dtype: _elu_body(x, attrs.get("alpha", 1.0), dtype),
+    "selu": lambda x, attrs, dtype: Binary(
+        "multiply", _imm(attrs.get("gamma", SELU_GAMMA), dtype), _elu_body(x, attrs.get("alpha", SELU_ALPHA), dtype)),
+    "celu": lambda x, attrs, dtype: Binary(
+        "add", Binary("maximum", _imm(0.0, dtype), x),
+        Binary("minimum", _imm(0.0, dtype), Binary(
+            "multiply", _imm(attrs.get("alpha", 1.0), dtype),
+            Binary("subtract", Unary("exp", Binary("divide", x, _imm(attrs.get("alpha", 1.0), dtype))), _imm(1.0, dtype)),
+        )),
+    ),
+    "thresholded_relu": lambda x, attrs, dtype: Select(
+        Compare("gt", x, _imm(attrs.get("alpha", 1.0), dtype)), x, _imm(0.0, dtype)),
+    "hard_sigmoid": lambda x, attrs, dtype: _hard_sigmoid_body(x, attrs.get("alpha", 0.2), attrs.get("beta", 0.5), dtype),
+    "hard_swish": lambda x, attrs, dtype: Binary("multiply", x, _hard_sigmoid_body(x, 1 / 6, 0.5, dtype)),
+    "gelu_tanh": lambda x, attrs, dtype: _gelu_tanh_body(x, dtype),
 }
 
-UNARY_REFERENCE = {
-    "relu": lambda x: np.maximum(x, 0),
-    "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
-    "tanh": np.tanh,
-    "exp": np.exp,
-    "negative": np.negative,
-    "identity": lambda x: x.copy(),
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def _softplus(x: np.ndarray) -> np.ndarray:
+    return np.logaddexp(np.zeros((), x.dtype), x)
+
+
+def _selu(x, attrs):
+    alpha, gamma = attrs.get("alpha", SELU_ALPHA), attrs.get("gamma", SELU_GAMMA)
+    return np.where(x > 0, gamma * x, gamma * alpha * (np.exp(x) - 1))
+
+
+# name -> numpy semantics (x, attrs) -> array (cast back to x's dtype by the caller)
+UNARY_REFERENCE: dict[str, Callable[[np.ndarray, dict], np.ndarray]] = {
+    "relu": lambda x, attrs: np.maximum(x, 0),
+    "sigmoid": lambda x, attrs: 1 / (1 + np.exp(-x)),
+    "tanh": lambda x, attrs: np.tanh(x),
+    "exp": lambda x, attrs: np.exp(x),
+    "negative": lambda x, attrs: np.negative(x),
+    "identity": lambda x, attrs: x.copy(),
+    "abs": lambda x, attrs: np.abs(x),
+    "reciprocal": lambda x, attrs: np.reciprocal(x),
+    "sign": lambda x, attrs: np.sign(x),
+    "sqrt": lambda x, attrs: np.sqrt(x),
+    "log": lambda x, attrs: np.log(x),
+    "floor": lambda x, attrs: np.floor(x),
+    "ceil": lambda x, attrs: np.ceil(x),
+    "round": lambda x, attrs: np.round(x),  # halves to even, as ONNX
+    "erf": lambda x, attrs: _erf(x),
+    "sin": lambda x, attrs: np.sin(x),
+    "cos": lambda x, attrs: np.cos(x),
+    "tan": lambda x, attrs: np.tan(x),
+    "asin": lambda x, attrs: np.arcsin(x),
+    "acos": lambda x, attrs: np.arccos(x),
+    "atan": lambda x, attrs: np.arctan(x),
+    "sinh": lambda x, attrs: np.sinh(x),
+    "cosh": lambda x, attrs: np.cosh(x),
+    "asinh": lambda x, attrs: np.arcsinh(x),
+    "acosh": lambda x, attrs: np.arccosh(x),
+    "atanh": lambda x, attrs: np.arctanh(x),
+    "softplus": lambda x, attrs: _softplus(x),
+    "softsign": lambda x, attrs: x / (1 + np.abs(x)),
+    "mish": lambda x, attrs: x * np.tanh(_softplus(x)),
+    "gelu": lambda x, attrs: 0.5 * x * (1 + _erf(x.astype(np.float64) / np.sqrt(2))),
+    "gelu_tanh": lambda x, attrs: 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3))),
+    "leaky_relu": lambda x, attrs: np.where(x < 0, x * attrs.get("alpha", 0.01), x),
+    "elu": lambda x, attrs: np.where(x < 0, attrs.get("alpha", 1.0) * (np.exp(x) - 1), x),
+    "selu": _selu,
+    "celu": lambda x, attrs: np.maximum(0, x) + np.minimum(
+        0, attrs.get("alpha", 1.0) * (np.exp(x / attrs.get("alpha", 1.0)) - 1)),
+    "thresholded_relu": lambda x, attrs: np.where(x > attrs.get("alpha", 1.0), x, 0),
+    "hard_sigmoid": lambda x, attrs: np.clip(attrs.get("alpha", 0.2) * x + attrs.get("beta", 0.5), 0, 1),
+    "hard_swish": lambda x, attrs: x * np.clip(x / 6 + 0.5, 0, 1),
 }
 
-FLOAT_ONLY = {"relu", "sigmoid", "tanh", "exp"}
+# Ops that take any numeric tensor (also integers); the others need a float tensor.
+NUMERIC = {"negative", "identity", "abs", "sign"}
+FLOAT_ONLY = set(UNARY_REFERENCE) - NUMERIC
 
 
 def _deduce_unary(name: str):
@@ -106,19 +322,31 @@ def _legalize_unary(name: str):
 
     def legalize(context, call: Call):
         info = call.struct_info
+        dtype = tensor_dtype(call.args[0])
         program = make_program(
-            name, call.args, info.shape, tensor_dtype(call.args[0]),
-            lambda axes, buffers: scalar(load_broadcast(buffers[0], axes)),
+            name, call.args, info.shape, dtype,
+            lambda axes, buffers: scalar(load_broadcast(buffers[0], axes), call.attrs, dtype),
         )
         return context.call_tir(program, call.args)
 
     return legalize
 
 
-for _name in UNARY_BODIES:
+def _reference_unary(name: str):
+    function = UNARY_REFERENCE[name]
+
+    def reference(arrays, attrs):
+        x = np.asarray(arrays[0])
+        with np.errstate(all="ignore"):
+            return np.asarray(function(x, attrs)).astype(x.dtype)
+
+    return reference
+
+
+for _name in UNARY_REFERENCE:
     register_op(
         _name,
         deduce=_deduce_unary(_name),
-        legalize=needs_known_shapes(_legalize_unary(_name)),
-        reference=(lambda function: lambda arrays, attrs: function(arrays[0]).astype(arrays[0].dtype))(UNARY_REFERENCE[_name]),
+        legalize=needs_known_shapes(_legalize_unary(_name)) if _name in UNARY_BODIES else None,
+        reference=_reference_unary(_name),
     )
