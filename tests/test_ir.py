@@ -228,17 +228,16 @@ def test_softmax() -> None:
     x = tensor("x", n, 3, 4)
     assert call_op("softmax", x, axes=[2]).struct_info == TensorStructInfo((n, 3, 4), "float32")
     assert call_op("softmax", x, axes=[1, 2]).struct_info == TensorStructInfo((n, 3, 4), "float32")
-    with pytest.raises(DeductionError, match="trailing axes"):
-        call_op("softmax", x, axes=[1])
-    with pytest.raises(DeductionError, match="trailing axes"):
+    assert call_op("softmax", x, axes=[1]).struct_info == TensorStructInfo((n, 3, 4), "float32")
+    with pytest.raises(DeductionError, match="needs at least one axis"):
         call_op("softmax", x, axes=[])
     with pytest.raises(DeductionError, match="float"):
         call_op("softmax", tensor("i", 3, dtype="int32"), axes=[0])
 
 
 def test_unknown_op() -> None:
-    with pytest.raises(KeyError, match="no op named 'conv'"):
-        call_op("conv", tensor("x", 3))
+    with pytest.raises(KeyError, match="no op named 'no_such_op'"):
+        call_op("no_such_op", tensor("x", 3))
 
 
 # The printer ---------------------------------------------------------------------------------

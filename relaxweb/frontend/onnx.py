@@ -22,7 +22,7 @@ from onnx.external_data_helper import ExternalDataInfo
 
 from ..errors import RelaxwebError, UnsupportedModelError
 from ..ir.builder import FunctionBuilder
-from ..ir.expr import Constant, Expr, Var
+from ..ir.expr import Constant, Expr, PrimValue, ShapeExpr, Var
 from ..ir.module import IRModule
 from ..ir.struct_info import TensorStructInfo
 from ..ir.symbolic import PrimExpr, SizeVar
@@ -30,7 +30,7 @@ from ..ops import call_op
 from ..ops.registry import DeductionError
 from .converters import CONVERTERS, ConversionContext
 from .converters.registry import tensor_to_array
-from .converters.shape_values import fold_node
+from .converters.shape_values import converter_inputs, fold_node, tensor_of
 
 STANDARD_DOMAINS = ("", "ai.onnx")
 
@@ -241,7 +241,8 @@ def from_onnx(model: onnx.ModelProto, source: str = "model.onnx") -> IRModule:
     if unsupported:
         raise UnsupportedModelError(format_unsupported(unsupported))
     graph = model.graph
-    builder = FunctionBuilder("main")
+    # An If cannot go in a dataflow block: a graph with one is built without them.
+    builder = FunctionBuilder("main", dataflow=not any(node.op_type == "If" for node in graph.node))
     context = ConversionContext(builder, default_opset(model))
     values: dict[str, Expr] = {}
     for initializer in graph.initializer:
@@ -257,6 +258,9 @@ def from_onnx(model: onnx.ModelProto, source: str = "model.onnx") -> IRModule:
         if name not in values:
             raise RelaxwebError(f"graph output '{name}' is not produced by any node")
         value = values[name]
+        if isinstance(value, (ShapeExpr, PrimValue)):  # a shape value as an output: a tensor
+            value = tensor_of(context, value, name)
+            value = value if isinstance(value, Constant) else builder.emit(value, name, output=True)
         if not isinstance(value, Var) or value in builder.params:
             value = builder.emit(call_op("identity", value), name, output=True)
         outputs.append(value)
@@ -273,8 +277,11 @@ def convert_node(context: ConversionContext, node: onnx.NodeProto, index: int, v
             inputs.append(values[name])
         else:
             raise RelaxwebError(f"{node.op_type} node '{node_label(node, index)}': input '{name}' is not defined before it")
+    context.scope = values  # the values in scope, for subgraphs' outer-scope references (If)
     try:
         folded = fold_node(context, node, inputs)
+        if folded is None:  # shape values become tensors, except where the converter takes them
+            inputs = converter_inputs(context, node, inputs)
         result = folded if folded is not None else CONVERTERS[node.op_type](context, node, inputs)
     except DeductionError as error:
         outputs = ", ".join(repr(name) for name in node.output if name)
@@ -282,6 +289,9 @@ def convert_node(context: ConversionContext, node: onnx.NodeProto, index: int, v
     results = result if isinstance(result, list) else [result]
     for name, value in zip(node.output, results):
         if not name:
+            continue
+        if isinstance(value, (ShapeExpr, PrimValue)):  # compile-time shape values stay unbound
+            values[name] = value
             continue
         if isinstance(value, (Constant, Var)):
             if name not in graph_outputs:

@@ -120,6 +120,14 @@ class Interpreter:
         raise TypeError(f"the interpreter cannot evaluate {type(expr).__name__}")
 
 
+_UNARY_FUNCTIONS = {
+    "exp": np.exp, "tanh": np.tanh, "negative": np.negative,
+    "sqrt": np.sqrt, "log": np.log, "floor": np.floor, "ceil": np.ceil, "round": np.round,  # half to even, as WGSL
+    "sin": np.sin, "cos": np.cos, "tan": np.tan, "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan,
+    "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh,
+}
+
+
 class _StorageBytes:
     """A storage's bytes; replaced (not resized) when a larger tensor is placed in it."""
 
@@ -232,7 +240,7 @@ def _evaluate_scalar(expr: ScalarExpr, buffers: dict, environment: dict, shape: 
         a = recurse(expr.a)
         if expr.op == "sigmoid":
             return 1 / (1 + np.exp(-a))
-        return {"exp": np.exp, "tanh": np.tanh, "negative": np.negative}[expr.op](a)
+        return _UNARY_FUNCTIONS[expr.op](a)
     if isinstance(expr, Reduce):
         # Add a leading dimension for the reduction axis: every array in the environment
         # gains a leading 1 and the axis variable spans the new dimension.

@@ -135,7 +135,12 @@ class Select(ScalarExpr):
 
 
 BINARY_OPS = ("add", "subtract", "multiply", "divide", "maximum", "minimum")
-UNARY_OPS = ("exp", "tanh", "negative", "sigmoid")
+# Math functions with the same name and meaning in numpy and WGSL (float operands).
+MATH_FUNCTIONS = (
+    "sqrt", "log", "floor", "ceil", "round", "sin", "cos", "tan", "asin", "acos", "atan",
+    "asinh", "acosh", "atanh",
+)
+UNARY_OPS = ("exp", "tanh", "negative", "sigmoid", *MATH_FUNCTIONS)
 REDUCE_COMBINERS = ("sum", "max", "min")
 COMPARE_OPS = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 CAST_DTYPES = ("float32", "int32", "uint32", "bool")

@@ -34,7 +34,7 @@ import numpy as np
 
 from ..ir.expr import Call, tensor_dtype
 from ..ir.struct_info import TensorStructInfo
-from ..ir.tir import Binary, Compare, FloatImm, ScalarExpr, Select, Unary
+from ..ir.tir import MATH_FUNCTIONS, Binary, Compare, FloatImm, ScalarExpr, Select, Unary
 from .common import (
     broadcast_shapes, expect_args, load_broadcast, make_program, needs_known_shapes, require_float,
     require_tensor, same_dtype, unknown_rank_join,
@@ -244,6 +244,8 @@ UNARY_BODIES: dict[str, Callable[[ScalarExpr, dict, str], ScalarExpr]] = {
     "hard_sigmoid": lambda x, attrs, dtype: _hard_sigmoid_body(x, attrs.get("alpha", 0.2), attrs.get("beta", 0.5), dtype),
     "hard_swish": lambda x, attrs, dtype: Binary("multiply", x, _hard_sigmoid_body(x, 1 / 6, 0.5, dtype)),
     "gelu_tanh": lambda x, attrs, dtype: _gelu_tanh_body(x, dtype),
+    # WGSL built-ins (float only; see tir.MATH_FUNCTIONS)
+    **{name: (lambda function: lambda x, attrs, dtype: Unary(function, x))(name) for name in MATH_FUNCTIONS},
 }
 
 _erf = np.vectorize(math.erf, otypes=[np.float64])

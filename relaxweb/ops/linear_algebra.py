@@ -1,4 +1,4 @@
-"""Matrix multiplication with numpy semantics (batched, broadcast batch dims).
+"""Matrix multiplication with numpy semantics (batched, broadcast batch dims), and einsum.
 
 ``matmul(A[..., M, K], B[..., K, N]) -> [..., M, N]``; the batch dims broadcast.  Operands
 must have at least 2 dims (the frontend reshapes 1-D operands).  Legalizes to one tensor
@@ -15,7 +15,7 @@ import numpy as np
 
 from ..ir.expr import Call
 from ..ir.struct_info import TensorStructInfo
-from ..ir.symbolic import SizeVar, format_expr, prove_equal
+from ..ir.symbolic import IntImm, SizeVar, as_int, format_expr, prove_equal
 from ..ir.tir import Binary, Load, Reduce
 from .common import (
     broadcast_indices, broadcast_shapes, expect_args, make_program, needs_known_shapes, require_tensor,
@@ -65,3 +65,166 @@ register_op(
     legalize=needs_known_shapes(legalize_matmul),
     reference=lambda arrays, attrs: np.matmul(arrays[0], arrays[1]).astype(arrays[0].dtype),
 )
+
+
+# einsum ----------------------------------------------------------------------------------------
+#
+# ``einsum(x0, x1, ..., equation="ij,jk->ik")``: numpy's Einstein summation.  Every letter is
+# one index; a letter that is missing from the output is summed over; a letter repeated in
+# one operand takes its diagonal; ``...`` stands for the dims no letter names (broadcast
+# between operands like elementwise ops).  Without ``->`` the output is the ellipsis dims,
+# then the letters that appear once, sorted.  Legalizes to one tensor program: the product of
+# one load per operand under nested sum reductions over the summed letters.
+
+
+def parse_einsum(equation: str, ranks: list[int]) -> tuple[list[list[str]], list[str], int]:
+    """Each operand's dims as letters (ellipsis dims as ``"...0"``, ``"...1"`` … counted from
+    the left of the broadcast ellipsis), the output's, and the ellipsis rank.
+
+    ``ranks`` are the operands' ranks (-1 when unknown: then the operand must not use ``...``).
+    """
+    text = equation.replace(" ", "")
+    if "->" in text:
+        inputs_text, output_text = text.split("->")
+    else:
+        inputs_text, output_text = text, None
+    terms = inputs_text.split(",")
+    if len(terms) != len(ranks):
+        raise DeductionError(f"einsum: the equation {equation!r} names {len(terms)} operand(s), got {len(ranks)}")
+    ellipsis_ranks = []
+    for position, (term, rank) in enumerate(zip(terms, ranks)):
+        letters = term.replace("...", "")
+        if not letters.isalpha() and letters:
+            raise DeductionError(f"einsum: operand {position} term {term!r} must be letters (and '...')")
+        if "..." in term:
+            if rank == -1:
+                ellipsis_ranks.append(-1)
+                continue
+            extra = rank - len(letters)
+            if extra < 0:
+                raise DeductionError(f"einsum: operand {position} has {rank} dims, fewer than its term {term!r}")
+            ellipsis_ranks.append(extra)
+        else:
+            if rank != -1 and rank != len(letters):
+                raise DeductionError(f"einsum: operand {position} has {rank} dims, its term {term!r} has {len(letters)}")
+            ellipsis_ranks.append(0)
+    if -1 in ellipsis_ranks:
+        raise _UnknownRank()
+    ellipsis_rank = max(ellipsis_ranks, default=0)
+
+    def expand(term: str, extra: int) -> list[str]:
+        if "..." not in term:
+            return list(term)
+        before, after = term.split("...")
+        return list(before) + [f"...{ellipsis_rank - extra + d}" for d in range(extra)] + list(after)
+
+    operands = [expand(term, extra) for term, extra in zip(terms, ellipsis_ranks)]
+    ellipsis = [f"...{d}" for d in range(ellipsis_rank)]
+    if output_text is None:
+        counts: dict[str, int] = {}
+        for term in terms:
+            for letter in term.replace("...", ""):
+                counts[letter] = counts.get(letter, 0) + 1
+        output = ellipsis + sorted(letter for letter, count in counts.items() if count == 1)
+    else:
+        letters = output_text.replace("...", "")
+        if not letters.isalpha() and letters:
+            raise DeductionError(f"einsum: output term {output_text!r} must be letters (and '...')")
+        if len(set(letters)) != len(letters):
+            raise DeductionError(f"einsum: output term {output_text!r} repeats a letter")
+        known = {letter for term in terms for letter in term.replace("...", "")}
+        for letter in letters:
+            if letter not in known:
+                raise DeductionError(f"einsum: output letter {letter!r} appears in no operand")
+        if "..." in output_text:
+            before, after = output_text.split("...")
+            output = list(before) + ellipsis + list(after)
+        else:
+            output = list(letters)
+    return operands, output, ellipsis_rank
+
+
+class _UnknownRank(Exception):
+    pass
+
+
+def _einsum_extents(args, equation: str):
+    """letter -> its extent (the ellipsis dims broadcast), plus the parse."""
+    infos = [require_tensor(arg, "einsum", i) for i, arg in enumerate(args)]
+    operands, output, ellipsis_rank = parse_einsum(equation, [info.ndim for info in infos])
+    extents: dict[str, object] = {}
+    ellipsis_shapes = []
+    for position, (letters, info) in enumerate(zip(operands, infos)):
+        own_ellipsis = []
+        for dim, letter in enumerate(letters):
+            extent = info.shape[dim]
+            if letter.startswith("..."):
+                own_ellipsis.append(extent)
+                continue
+            if letter in extents:
+                if not prove_equal(extents[letter], extent):
+                    raise DeductionError(
+                        f"einsum: letter {letter!r} has extent {format_expr(extents[letter])} and "
+                        f"{format_expr(extent)} (dim {dim} of operand {position})"
+                    )
+            else:
+                extents[letter] = extent
+        ellipsis_shapes.append(tuple(own_ellipsis))
+    if ellipsis_rank:
+        broadcast = broadcast_shapes("einsum", ellipsis_shapes, scope="the ellipsis dims")
+        for d, extent in enumerate(broadcast):
+            extents[f"...{d}"] = extent
+    return operands, output, extents
+
+
+def deduce_einsum(args, attrs) -> TensorStructInfo:
+    if not args:
+        raise DeductionError("einsum: needs at least one operand")
+    infos = [require_tensor(arg, "einsum", i) for i, arg in enumerate(args)]
+    dtype = same_dtype("einsum", infos)
+    equation = str(attrs["equation"])
+    try:
+        if any(info.shape is None for info in infos):
+            _, output, _ = parse_einsum(equation, [info.ndim for info in infos])
+            return TensorStructInfo(None, dtype, len(output))
+        _, output, extents = _einsum_extents(args, equation)
+    except _UnknownRank:
+        return TensorStructInfo(None, dtype, -1)
+    return TensorStructInfo(tuple(extents[letter] for letter in output), dtype)
+
+
+def legalize_einsum(context, call: Call):
+    info = call.struct_info
+    operands, output, extents = _einsum_extents(call.args, str(call.attrs["equation"]))
+    summed = [letter for letter in dict.fromkeys(l for letters in operands for l in letters) if letter not in output]
+
+    def body(axes, buffers):
+        variables = {letter: axes[d] for d, letter in enumerate(output)}
+        for position, letter in enumerate(summed):
+            variables[letter] = SizeVar(f"r{position}_")
+        expr = None
+        for letters, buffer in zip(operands, buffers):
+            index = tuple(
+                IntImm(0) if letter.startswith("...") and as_int(dim) == 1 and as_int(extents[letter]) != 1
+                else variables[letter]
+                for letter, dim in zip(letters, buffer.shape)
+            )
+            load = Load(buffer, index)
+            expr = load if expr is None else Binary("multiply", expr, load)
+        for letter in reversed(summed):
+            expr = Reduce("sum", variables[letter], extents[letter], expr)
+        return expr
+
+    program = make_program("einsum", call.args, info.shape, info.dtype, body)
+    return context.call_tir(program, call.args)
+
+
+def einsum_reference(arrays, attrs):
+    equation = str(attrs["equation"]).replace(" ", "")
+    # dtypes numpy cannot compute in (bfloat16) are computed in float32
+    native = [a if a.dtype.kind in "fiub" and a.dtype.isnative else a.astype(np.float32) for a in arrays]
+    result = np.einsum(equation, *native)
+    return np.array(result, dtype=arrays[0].dtype, order="C")
+
+
+register_op("einsum", deduce=deduce_einsum, legalize=needs_known_shapes(legalize_einsum), reference=einsum_reference)

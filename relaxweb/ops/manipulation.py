@@ -1,21 +1,48 @@
-"""Data movement ops: reshape, transpose, concat, split and strided_slice.
+"""Data movement ops: reshape, transpose, concat, split, strided_slice, broadcast_to, tile,
+pad, trilu, and the data-dependent squeeze / expand_dims / dynamic_slice.
 
 They move elements without arithmetic and legalize to copy programs whose load indices are
 index arithmetic on the output axes (later work may turn a contiguous reshape into a view of
 the same storage).  ``concat`` picks its source with a :class:`~relaxweb.ir.tir.Select`
 per input; ``split`` is one program per part.
 
+Shape operands (a reshape target, the repeats of a tile, pads...) are shape values
+(``ShapeExpr``, possibly symbolic) when they are known at compile time.  They may also be
+1-D integer tensors computed at run time (``broadcast_to``, ``tile``, ``pad``, ``split``, and
+the separate ``dynamic_reshape`` / ``dynamic_slice``): the result's shape is then
+data-dependent (only its rank is deduced), the numpy reference runs it, and there is no GPU
+lowering (legalization stops with an ``UnknownShapeError``, or lists the ``dynamic_*`` op).
+
 Signatures (args, then attributes):
 
-- ``reshape(x, shape)``: ``shape`` is a shape value (a ``ShapeExpr``); one entry may be
-  ``-1``, inferred from the element count.  0 means a dimension of size 0 here (ONNX's
-  "copy the input's dim" 0 is resolved by the frontend).
+- ``reshape(x, shape)``: ``shape`` is a shape value; one entry may be ``-1``, inferred from
+  the element count.  0 means a dimension of size 0 here (ONNX's "copy the input's dim" 0
+  is resolved by the frontend).
+- ``dynamic_reshape(x, shape, copy_zeros=False)``: with a run-time 1-D integer tensor
+  ``shape`` (data-dependent; no GPU lowering); ``copy_zeros`` gives ONNX's meaning to its
+  zeros (Reshape without ``allowzero``).
 - ``transpose(x, axes=[...])``: a permutation of the dims.
 - ``concat(x0, x1, ..., axis=0)``: the tensors are the call's arguments (not a tuple).
 - ``split(x, sections=k, axis=0)`` or ``split(x, indices=[i, j, ...], axis=0)``: a tuple of
-  ``k`` equal parts, or of the parts between the (constant, numpy-style) split points.
+  ``k`` equal parts, or of the parts between the (constant, numpy-style) split points;
+  ``split(x, sizes, count=k, axis=0)`` with a run-time 1-D tensor of part sizes.
 - ``strided_slice(x, begin, end, axes=[...], strides=[...], assume_inbound=True)``: ``begin``
   and ``end`` are shape values, so they may be symbolic (use :func:`strided_slice`).
+- ``dynamic_slice(x, starts, ends, axes, steps)``: ONNX Slice with every operand a run-time
+  1-D integer tensor (data-dependent; no GPU lowering).
+- ``broadcast_to(x, shape)``: ONNX Expand: ``x`` and ``shape`` broadcast together (a 1 in
+  ``shape`` keeps the input's dim).
+- ``tile(x, repeats)``: ONNX Tile.
+- ``pad(x, pads, value[, axes], mode="constant")``: ONNX Pad; ``pads`` holds the begin pads
+  of each padded axis then the end pads (negative pads crop), ``value`` is a scalar tensor
+  (the fill of constant mode), ``axes`` a shape value of constant axes (all axes without it);
+  modes ``constant``, ``edge``, ``reflect`` and ``wrap``.
+- ``trilu(x, k, upper=True)``: ONNX Trilu on the last two dims; ``k`` is a prim value
+  (possibly symbolic) or a one-element integer tensor.
+- ``squeeze(x[, axes])`` / ``expand_dims(x, axes)``: with a 1-D tensor of axes (squeeze
+  without axes drops every dim of extent 1); only the rank is deduced (none for squeeze).
+  The frontend uses them for run-time axes or inputs of unknown shape; with constant axes
+  and known dims it writes a ``reshape``.
 """
 
 from __future__ import annotations
@@ -25,12 +52,12 @@ from typing import Sequence
 import numpy as np
 
 from ..ir.expr import Call, Expr, ShapeExpr, Tuple, tensor_shape
-from ..ir.struct_info import ShapeStructInfo, TensorStructInfo, TupleStructInfo
+from ..ir.struct_info import PrimStructInfo, ShapeStructInfo, TensorStructInfo, TupleStructInfo
 from ..ir.symbolic import (
     IntImm, PrimExpr, as_expr, as_int, expr_max, expr_min, format_expr, product, prove_equal,
     prove_less_equal, simplify,
 )
-from ..ir.tir import Compare, IndexValue, Load, Select
+from ..ir.tir import Cast, Compare, FloatImm, IndexValue, Load, Select
 from .common import (
     expect_args, make_program, needs_known_shapes, normalize_axes, normalize_axis, require_tensor,
     same_dtype,
@@ -51,6 +78,27 @@ def _shape_values(expr: Expr, op: str, what: str) -> ShapeStructInfo:
     if not isinstance(info, ShapeStructInfo):
         raise DeductionError(f"{op}: {what} must be a known shape value, got {info}")
     return info
+
+
+def shape_operand(expr: Expr, op: str, what: str) -> ShapeStructInfo:
+    """A shape operand: a shape value, or a run-time 1-D integer tensor, seen as a shape
+    value whose entries are unknown (its length is known when the tensor's shape is)."""
+    info = expr.struct_info
+    if isinstance(info, ShapeStructInfo):
+        return info
+    if isinstance(info, TensorStructInfo):
+        if not (info.dtype.startswith("int") or info.dtype.startswith("uint")):
+            raise DeductionError(f"{op}: {what} must be an integer tensor, got {info.dtype}")
+        if info.ndim not in (-1, 1):
+            raise DeductionError(f"{op}: {what} must be a 1-D tensor, got {info.ndim} dims")
+        length = as_int(info.shape[0]) if info.shape is not None else None
+        return ShapeStructInfo(None, length if length is not None else -1)
+    raise DeductionError(f"{op}: {what} must be a shape value or a 1-D integer tensor, got {info}")
+
+
+def int_list(array) -> list[int]:
+    """The entries of a shape operand's value (a shape value or an integer tensor)."""
+    return [int(v) for v in np.asarray(array).reshape(-1)]
 
 
 def deduce_reshape(args, attrs) -> TensorStructInfo:
@@ -108,6 +156,8 @@ def legalize_reshape(context, call: Call):
 
     def body(axes, buffers):
         (source,) = buffers
+        if any(as_int(d) == 0 for d in info.shape):  # nothing is ever loaded
+            return Load(source, tuple(axes[0] for _ in source.shape))
         flat = sum((axis * stride for axis, stride in zip(axes, row_major_strides(info.shape))), simplify(0))
         source_strides = row_major_strides(source.shape)
         indices = tuple(
@@ -120,10 +170,23 @@ def legalize_reshape(context, call: Call):
 
 
 def reshape_reference(arrays, attrs):
-    return np.ascontiguousarray(arrays[0].reshape(tuple(int(v) for v in arrays[1])))
+    data, target = arrays[0], int_list(arrays[1])
+    if attrs.get("copy_zeros"):
+        target = [data.shape[position] if value == 0 else value for position, value in enumerate(target)]
+    return np.ascontiguousarray(data.reshape(tuple(target)))
 
 
 register_op("reshape", deduce=deduce_reshape, legalize=needs_known_shapes(legalize_reshape), reference=reshape_reference)
+
+
+def deduce_dynamic_reshape(args, attrs) -> TensorStructInfo:
+    expect_args("dynamic_reshape", args, 2)
+    data = require_tensor(args[0], "dynamic_reshape", 0)
+    target = shape_operand(args[1], "dynamic_reshape", "the target shape")
+    return TensorStructInfo(None, data.dtype, target.ndim)
+
+
+register_op("dynamic_reshape", deduce=deduce_dynamic_reshape, reference=reshape_reference)
 
 
 # transpose -------------------------------------------------------------------------------------
@@ -292,13 +355,20 @@ def _split_extents(data: TensorStructInfo, attrs, axis: int) -> list[PrimExpr] |
 
 
 def deduce_split(args, attrs) -> TupleStructInfo:
-    expect_args("split", args, 1)
+    if len(args) not in (1, 2):
+        raise DeductionError(f"split: takes 1 or 2 argument(s), got {len(args)}")
     data = require_tensor(args[0], "split", 0)
     axis = int(attrs.get("axis", 0))
     if data.ndim == 0:
         raise DeductionError("split: cannot split a 0-d tensor")
     if data.ndim != -1:
         axis = normalize_axis("split", axis, data.ndim)
+    if len(args) == 2:  # run-time part sizes: only the number of parts is known
+        sizes = shape_operand(args[1], "split", "the part sizes")
+        count = int(attrs["count"])
+        if sizes.ndim not in (-1, count):
+            raise DeductionError(f"split: {sizes.ndim} part sizes for {count} parts")
+        return TupleStructInfo(tuple(TensorStructInfo(None, data.dtype, data.ndim) for _ in range(count)))
     extents = _split_extents(data, attrs, axis)
     if extents is None:
         count = int(attrs["sections"]) if "sections" in attrs else len(attrs["indices"]) + 1
@@ -334,7 +404,13 @@ def legalize_split(context, call: Call):
 def split_reference(arrays, attrs):
     x = arrays[0]
     axis = int(attrs.get("axis", 0))
-    how = int(attrs["sections"]) if "sections" in attrs else [int(i) for i in attrs["indices"]]
+    if len(arrays) == 2:
+        sizes = int_list(arrays[1])
+        if sum(sizes) != x.shape[axis] or min(sizes, default=0) < 0:
+            raise ValueError(f"split: part sizes {sizes} do not add up to dimension {axis} ({x.shape[axis]})")
+        how = list(np.cumsum(sizes)[:-1])
+    else:
+        how = int(attrs["sections"]) if "sections" in attrs else [int(i) for i in attrs["indices"]]
     return tuple(np.ascontiguousarray(part) for part in np.split(x, how, axis=axis))
 
 
@@ -509,3 +585,307 @@ def strided_slice(
         axes=list(axes), strides=list(strides) if strides is not None else [1] * len(axes),
         assume_inbound=assume_inbound,
     )
+
+
+def onnx_slice_reference(x: np.ndarray, starts, ends, axes, steps) -> np.ndarray:
+    """ONNX Slice on an array: negative starts/ends count from the end, both are clamped
+    (Python's slice rules are ONNX's), negative axes count from the end."""
+    index = [slice(None)] * x.ndim
+    for start, end, axis, step in zip(starts, ends, axes, steps):
+        if step == 0:
+            raise ValueError("slice: a step is 0")
+        axis = axis + x.ndim if axis < 0 else axis
+        index[axis] = slice(*slice(int(start), int(end), int(step)).indices(x.shape[axis]))
+    return np.ascontiguousarray(x[tuple(index)])
+
+
+# dynamic_slice ---------------------------------------------------------------------------------
+
+
+def deduce_dynamic_slice(args, attrs) -> TensorStructInfo:
+    expect_args("dynamic_slice", args, 5)
+    data = require_tensor(args[0], "dynamic_slice", 0)
+    for position, what in enumerate(("starts", "ends", "axes", "steps"), start=1):
+        shape_operand(args[position], "dynamic_slice", what)
+    return TensorStructInfo(None, data.dtype, data.ndim)
+
+
+register_op(
+    "dynamic_slice",
+    deduce=deduce_dynamic_slice,
+    reference=lambda arrays, attrs: onnx_slice_reference(arrays[0], *(int_list(a) for a in arrays[1:])),
+)
+
+
+# broadcast_to ----------------------------------------------------------------------------------
+
+
+def deduce_broadcast_to(args, attrs) -> TensorStructInfo:
+    expect_args("broadcast_to", args, 2)
+    data = require_tensor(args[0], "broadcast_to", 0)
+    target = shape_operand(args[1], "broadcast_to", "the target shape")
+    if target.values is None or data.shape is None:
+        known = data.ndim != -1 and target.ndim != -1
+        return TensorStructInfo(None, data.dtype, max(data.ndim, target.ndim) if known else -1)
+    from .common import broadcast_shapes
+
+    return TensorStructInfo(broadcast_shapes("broadcast_to", [data.shape, target.values]), data.dtype)
+
+
+def legalize_broadcast_to(context, call: Call):
+    from .common import load_broadcast
+
+    info = call.struct_info
+    data = call.args[0]
+    program = make_program("broadcast_to", [data], info.shape, info.dtype,
+                           lambda axes, buffers: load_broadcast(buffers[0], axes))
+    return context.call_tir(program, (data,))
+
+
+def broadcast_to_reference(arrays, attrs):
+    x = arrays[0]
+    return np.ascontiguousarray(np.broadcast_to(x, np.broadcast_shapes(x.shape, tuple(int_list(arrays[1])))))
+
+
+register_op("broadcast_to", deduce=deduce_broadcast_to, legalize=needs_known_shapes(legalize_broadcast_to),
+            reference=broadcast_to_reference)
+
+
+# tile ------------------------------------------------------------------------------------------
+
+
+def deduce_tile(args, attrs) -> TensorStructInfo:
+    expect_args("tile", args, 2)
+    data = require_tensor(args[0], "tile", 0)
+    repeats = shape_operand(args[1], "tile", "the repeats")
+    if data.ndim != -1 and repeats.ndim != -1 and data.ndim != repeats.ndim:
+        raise DeductionError(f"tile: {repeats.ndim} repeats for a {data.ndim}-d tensor")
+    if data.shape is None or repeats.values is None:
+        return TensorStructInfo(None, data.dtype, data.ndim if data.ndim != -1 else repeats.ndim)
+    return TensorStructInfo(tuple(simplify(d * r) for d, r in zip(data.shape, repeats.values)), data.dtype)
+
+
+def legalize_tile(context, call: Call):
+    info = call.struct_info
+    data = call.args[0]
+
+    def body(axes, buffers):
+        (source,) = buffers
+        return Load(source, tuple(
+            IntImm(0) if as_int(dim) == 1 else simplify(axis % dim) for axis, dim in zip(axes, source.shape)
+        ))
+
+    program = make_program("tile", [data], info.shape, info.dtype, body)
+    return context.call_tir(program, (data,))
+
+
+register_op("tile", deduce=deduce_tile, legalize=needs_known_shapes(legalize_tile),
+            reference=lambda arrays, attrs: np.ascontiguousarray(np.tile(arrays[0], int_list(arrays[1]))))
+
+
+# pad -------------------------------------------------------------------------------------------
+
+PAD_MODES = ("constant", "edge", "reflect", "wrap")
+
+
+def _pad_axes(args, ndim: int) -> list[int] | None:
+    """The padded axes (normalized when the rank is known), or None when run-time."""
+    if len(args) < 4:
+        return list(range(ndim)) if ndim != -1 else None
+    axes = shape_operand(args[3], "pad", "the axes")
+    if axes.values is None or any(as_int(a) is None for a in axes.values):
+        return None
+    values = [as_int(a) for a in axes.values]
+    return normalize_axes("pad", values, ndim) if ndim != -1 else values
+
+
+def deduce_pad(args, attrs) -> TensorStructInfo:
+    if len(args) not in (3, 4):
+        raise DeductionError(f"pad: takes 3 or 4 argument(s), got {len(args)}")
+    data = require_tensor(args[0], "pad", 0)
+    pads = shape_operand(args[1], "pad", "the pads")
+    value = require_tensor(args[2], "pad", 2)
+    mode = attrs.get("mode", "constant")
+    if mode not in PAD_MODES:
+        raise DeductionError(f"pad: unknown mode {mode!r}; expected one of {', '.join(PAD_MODES)}")
+    if value.dtype != data.dtype:
+        raise DeductionError(f"pad: the value is {value.dtype}, the tensor {data.dtype}")
+    axes = _pad_axes(args, data.ndim)
+    if axes is not None and pads.ndim not in (-1, 2 * len(axes)):
+        raise DeductionError(f"pad: {pads.ndim} pads for {len(axes)} padded axes (expected {2 * len(axes)})")
+    if data.shape is None or pads.values is None or axes is None:
+        return TensorStructInfo(None, data.dtype, data.ndim)
+    shape = list(data.shape)
+    for position, axis in enumerate(axes):
+        shape[axis] = simplify(shape[axis] + pads.values[position] + pads.values[position + len(axes)])
+        if as_int(shape[axis]) is not None and as_int(shape[axis]) < 0:
+            raise DeductionError(f"pad: dimension {axis} would have {as_int(shape[axis])} elements")
+    return TensorStructInfo(tuple(shape), data.dtype)
+
+
+def legalize_pad(context, call: Call):
+    """Negative pads crop first (as onnxruntime does), then the positive pads are filled
+    per mode from the cropped range: each padded axis reads ``low + f(q)`` where ``q`` is the
+    position in the cropped range and ``f`` maps it inside (edge: clamp; reflect:
+    ``(d-1) - |(d-1) - |q||``, for pads shorter than the dim; wrap: ``q -+ d``, for pads at
+    most the dim).  Only ``min``/``max`` and selects: no division of negative values."""
+    data, pads_expr, value = call.args[0], call.args[1], call.args[2]
+    info = call.struct_info
+    mode = call.attrs.get("mode", "constant")
+    shape = tensor_shape(data)
+    axes = _pad_axes(call.args, len(shape))
+    pads = pads_expr.struct_info.values
+    plan = {}  # axis -> (first source index, cropped extent, begin pad, end pad)
+    for position, axis in enumerate(axes):
+        begin, end = pads[position], pads[position + len(axes)]
+        low = simplify(expr_max(simplify(0 - begin), 0))
+        extent = simplify(shape[axis] - low - expr_max(simplify(0 - end), 0))
+        plan[axis] = (low, extent, simplify(expr_max(begin, 0)), simplify(expr_max(end, 0)))
+    tensors = [data, value] if mode == "constant" else [data]
+
+    def body(out_axes, buffers):
+        source = buffers[0]
+        fill = Load(buffers[1], (IntImm(0),) * len(buffers[1].shape)) if mode == "constant" else None
+        inner = {axis: simplify(out_axes[axis] - begin) for axis, (_, _, begin, _) in plan.items()}
+
+        def load(mapped):
+            return Load(source, tuple(
+                simplify(plan[d][0] + mapped[d]) if d in mapped else out_axes[d] for d in range(len(shape))
+            ))
+
+        if mode == "edge":
+            return load({axis: expr_min(expr_max(q, 0), simplify(plan[axis][1] - 1)) for axis, q in inner.items()})
+        if mode == "reflect":
+            def reflect(q, extent):
+                if as_int(extent) == 1:
+                    return IntImm(0)
+                magnitude = expr_max(q, simplify(0 - q))
+                last = simplify(extent - 1)
+                return simplify(last - expr_max(simplify(last - magnitude), simplify(magnitude - last)))
+            return load({axis: reflect(q, plan[axis][1]) for axis, q in inner.items()})
+        # constant and wrap: choose per padded axis whether the position is before, inside or
+        # after the cropped range
+        expr = load(inner)
+        for axis, q in inner.items():
+            low, extent, begin, end = plan[axis]
+            if mode == "constant":
+                below, above = fill, fill
+            else:
+                below = _with_axis(expr, source, axis, simplify(low + q + extent))
+                above = _with_axis(expr, source, axis, simplify(low + q - extent))
+            if not prove_less_equal(end, 0):  # some positions lie past the end
+                expr = Select(Compare("lt", IndexValue(q), IndexValue(extent)), expr, above)
+            if not prove_less_equal(begin, 0):  # some lie before the start
+                expr = Select(Compare("ge", IndexValue(q), IndexValue(0)), expr, below)
+        return expr
+
+    program = make_program("pad", tensors, info.shape, info.dtype, body)
+    return context.call_tir(program, tuple(tensors))
+
+
+def _with_axis(expr, source, axis: int, index):
+    """``expr`` with every load of ``source`` reading position ``index`` along ``axis``."""
+    if isinstance(expr, Load):
+        if expr.buffer != source:
+            return expr
+        indices = list(expr.indices)
+        indices[axis] = index
+        return Load(source, tuple(indices))
+    if isinstance(expr, Select):
+        return Select(expr.condition, _with_axis(expr.a, source, axis, index), _with_axis(expr.b, source, axis, index))
+    return expr
+
+
+def pad_reference(arrays, attrs):
+    x, pads, value = arrays[0], int_list(arrays[1]), np.asarray(arrays[2])
+    axes = int_list(arrays[3]) if len(arrays) > 3 else list(range(x.ndim))
+    axes = [a + x.ndim if a < 0 else a for a in axes]
+    begin, end = [0] * x.ndim, [0] * x.ndim
+    for position, axis in enumerate(axes):
+        begin[axis], end[axis] = pads[position], pads[position + len(axes)]
+    x = x[tuple(slice(max(-b, 0), x.shape[d] - max(-e, 0)) for d, (b, e) in enumerate(zip(begin, end)))]
+    widths = [(max(b, 0), max(e, 0)) for b, e in zip(begin, end)]
+    mode = attrs.get("mode", "constant")
+    if mode == "constant":
+        fill = value.reshape(-1)[0] if value.size else 0
+        return np.pad(x, widths, mode="constant", constant_values=fill)
+    return np.pad(x, widths, mode=mode)
+
+
+register_op("pad", deduce=deduce_pad, legalize=needs_known_shapes(legalize_pad), reference=pad_reference)
+
+
+# trilu -----------------------------------------------------------------------------------------
+
+
+def deduce_trilu(args, attrs) -> TensorStructInfo:
+    expect_args("trilu", args, 2)
+    data = require_tensor(args[0], "trilu", 0)
+    if data.ndim != -1 and data.ndim < 2:
+        raise DeductionError(f"trilu: needs at least 2 dims, got {data.ndim}")
+    k = args[1].struct_info
+    if isinstance(k, TensorStructInfo):
+        if not k.dtype.startswith("int"):
+            raise DeductionError(f"trilu: k must be an integer, got {k.dtype}")
+    elif not isinstance(k, PrimStructInfo):
+        raise DeductionError(f"trilu: k must be a prim value or a scalar tensor, got {k}")
+    return data
+
+
+def legalize_trilu(context, call: Call):
+    data, k = call.args
+    info = call.struct_info
+    tensors = [data] + ([k] if isinstance(k.struct_info, TensorStructInfo) else [])
+
+    def body(axes, buffers):
+        row, column = axes[-2], axes[-1]
+        if len(buffers) > 1:
+            offset = Cast("int32", Load(buffers[1], (IntImm(0),) * len(buffers[1].shape)))
+        else:
+            offset = IndexValue(k.struct_info.value)
+        keep = Compare("ge" if call.attrs.get("upper", True) else "le", IndexValue(simplify(column - row)), offset)
+        return Select(keep, Load(buffers[0], axes), FloatImm(0, info.dtype))
+
+    program = make_program("trilu", tensors, info.shape, info.dtype, body)
+    return context.call_tir(program, tuple(tensors))
+
+
+def trilu_reference(arrays, attrs):
+    x, k = arrays[0], int(np.asarray(arrays[1]).reshape(-1)[0])
+    return np.triu(x, k) if attrs.get("upper", True) else np.tril(x, k)
+
+
+register_op("trilu", deduce=deduce_trilu, legalize=needs_known_shapes(legalize_trilu), reference=trilu_reference)
+
+
+# squeeze / expand_dims with run-time axes --------------------------------------------------------
+
+
+def _deduce_axes_op(name: str, sign: int):
+    def deduce(args, attrs) -> TensorStructInfo:
+        if name == "squeeze" and len(args) == 1:  # every dim of extent 1
+            data = require_tensor(args[0], name, 0)
+            return TensorStructInfo(None, data.dtype, -1)
+        expect_args(name, args, 2)
+        data = require_tensor(args[0], name, 0)
+        axes = shape_operand(args[1], name, "the axes")
+        ndim = data.ndim + sign * axes.ndim if data.ndim != -1 and axes.ndim != -1 else -1
+        return TensorStructInfo(None, data.dtype, ndim)
+
+    return deduce
+
+
+def _normalized(axes: list[int], ndim: int) -> tuple[int, ...]:
+    return tuple(a + ndim if a < 0 else a for a in axes)
+
+
+def squeeze_reference(arrays, attrs):
+    if len(arrays) == 1:
+        return np.squeeze(arrays[0])
+    return np.squeeze(arrays[0], _normalized(int_list(arrays[1]), arrays[0].ndim))
+
+
+register_op("squeeze", deduce=_deduce_axes_op("squeeze", -1), reference=squeeze_reference)
+register_op("expand_dims", deduce=_deduce_axes_op("expand_dims", 1),
+            reference=lambda arrays, attrs: np.expand_dims(
+                arrays[0], _normalized(int_list(arrays[1]), arrays[0].ndim + len(int_list(arrays[1])))))

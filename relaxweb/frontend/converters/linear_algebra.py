@@ -1,4 +1,4 @@
-"""ONNX MatMul and Gemm."""
+"""ONNX MatMul, Gemm and Einsum."""
 
 from __future__ import annotations
 
@@ -11,15 +11,24 @@ from .registry import NodeConversionError, converter
 
 @converter("MatMul")
 def convert_matmul(context, node, inputs):
+    """numpy matmul.  With a 1-D operand ([K] on the left is a row, on the right a column,
+    and that dim is dropped from the result) it is the equivalent einsum, one program."""
     a, b = inputs
-    if len(tensor_shape(a)) < 2 or len(tensor_shape(b)) < 2:
-        raise NodeConversionError(f"MatMul node '{node.name}': 1-D operands are not supported yet")
-    return call_op("matmul", a, b)
+    a_rank, b_rank = len(tensor_shape(a)), len(tensor_shape(b))
+    if a_rank == 0 or b_rank == 0:
+        raise NodeConversionError(f"MatMul node '{node.name}': operands must have at least 1 dim")
+    if a_rank >= 2 and b_rank >= 2:
+        return call_op("matmul", a, b)
+    left = "k" if a_rank == 1 else "...mk"
+    right = "k" if b_rank == 1 else "...kn"
+    output = ("..." if max(a_rank, b_rank) > 1 else "") + ("m" if a_rank > 1 else "") + ("n" if b_rank > 1 else "")
+    return call_op("einsum", a, b, equation=f"{left},{right}->{output}")
 
 
 @converter("Gemm")
 def convert_gemm(context, node, inputs):
-    """Y = alpha * A' @ B' + beta * C, with A' = A or A^T and B' = B or B^T.
+    """Y = alpha * A' @ B' + beta * C, with A' = A or A^T and B' = B or B^T; C broadcasts
+    (a scalar, a row [N], a column [M, 1] or a matrix).
 
     Transposes of constant operands and the scaling of constant C are folded here, at
     import, so a typical Linear layer becomes matmul + add with no extra work on the GPU.
@@ -28,6 +37,9 @@ def convert_gemm(context, node, inputs):
     alpha, beta = float(attrs.get("alpha", 1.0)), float(attrs.get("beta", 1.0))
     a, b = inputs[0], inputs[1]
     c = inputs[2] if len(inputs) > 2 else None
+    for name, operand in (("A", a), ("B", b)):
+        if len(tensor_shape(operand)) != 2:
+            raise NodeConversionError(f"Gemm node '{node.name}': {name} must be a matrix, got {operand.struct_info}")
 
     def maybe_transpose(operand, flag: str):
         if not attrs.get(flag, 0):
@@ -36,21 +48,30 @@ def convert_gemm(context, node, inputs):
             return context.constant(operand.data.T, operand.name + "_T")
         return context.builder.emit(call_op("transpose", operand, axes=[1, 0]), "transpose")
 
+    def scaled(operand, factor: float, what: str):
+        dtype = operand.struct_info.dtype
+        if isinstance(operand, Constant):
+            return context.constant((operand.data * np.asarray(factor, dtype=operand.data.dtype)).astype(operand.data.dtype),
+                                    operand.name + "_scaled")
+        scale = context.constant(np.array(factor, dtype=dtype).reshape(()), f"{node.name or 'gemm'}_{what}")
+        return context.builder.emit(call_op("multiply", operand, scale), f"gemm_{what}")
+
     a, b = maybe_transpose(a, "transA"), maybe_transpose(b, "transB")
     if alpha != 1.0:
-        if isinstance(b, Constant):
-            b = context.constant((b.data * np.float32(alpha)).astype(b.data.dtype), b.name + "_scaled")
-        else:
-            scale = context.constant(np.array(alpha, dtype=np.float32).reshape(()), node.name + "_alpha")
-            b = context.builder.emit(call_op("multiply", b, scale), "gemm_alpha")
+        b = scaled(b, alpha, "alpha")
     result = call_op("matmul", a, b)
     if c is None or beta == 0.0:
         return result
     if beta != 1.0:
-        if isinstance(c, Constant):
-            c = context.constant((c.data * np.float32(beta)).astype(c.data.dtype), c.name + "_scaled")
-        else:
-            scale = context.constant(np.array(beta, dtype=np.float32).reshape(()), node.name + "_beta")
-            c = context.builder.emit(call_op("multiply", c, scale), "gemm_beta")
+        c = scaled(c, beta, "beta")
     product = context.builder.emit(result, "gemm")
     return call_op("add", product, c)
+
+
+@converter("Einsum")
+def convert_einsum(context, node, inputs):
+    attrs = context.attributes(node)
+    equation = attrs["equation"]
+    if isinstance(equation, bytes):
+        equation = equation.decode()
+    return call_op("einsum", *inputs, equation=equation)

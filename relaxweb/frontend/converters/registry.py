@@ -45,7 +45,7 @@ class ConversionContext:
 
     def constant(self, data: np.ndarray, name: str) -> Constant:
         self.constant_count += 1
-        return Constant(np.ascontiguousarray(data), name)
+        return Constant(np.array(data, order="C"), name)
 
     def constant_value(self, expr: Expr | None, node: onnx.NodeProto, what: str) -> np.ndarray:
         """The value of an input that must be known at compile time (e.g. a reshape target)."""

@@ -1,0 +1,635 @@
+"""Convolutions and pooling over the trailing spatial dims of an ``[N, C, *spatial]`` tensor.
+
+Signatures (args, then attributes; one entry per spatial dim unless said otherwise):
+
+- ``conv(x, w[, b], strides, dilations, padding, auto_pad, groups)``: ``w`` is
+  ``[O, C / groups, *kernel]``, ``b`` is ``[O]``.  ``padding`` has ``2 * S`` entries (all
+  begins, then all ends, as ONNX ``pads``); ``auto_pad`` (``NOTSET``, ``VALID``,
+  ``SAME_UPPER``, ``SAME_LOWER``) replaces it by the padding computed from the input's
+  (symbolic) spatial dims, see :func:`resolve_padding`.
+- ``conv_transpose(x, w[, b], strides, dilations, padding, auto_pad, groups,
+  output_padding[, output_shape])``: ``w`` is ``[C, O / groups, *kernel]``; output extent
+  ``s*(in-1) + output_padding + d*(k-1) + 1 - pad_begin - pad_end`` (``output_shape`` sets
+  the padding that reaches it).
+- ``max_pool(x, kernel, strides, dilations, padding, auto_pad, ceil_mode)``,
+  ``avg_pool(..., count_include_pad)``, ``lp_pool(..., p)``: windows never include padding
+  (``max``), count it or not (``avg``), or add nothing for it (``lp``).  ``ceil_mode``
+  rounds the window count up, but the last window must start inside the input or its
+  begin padding (as ONNX, PyTorch).  ``max_pool_indices(x, ..., storage_order)`` is ONNX
+  MaxPool's ``Indices`` output (int64 flat positions; no GPU lowering).
+
+Deduction: the spatial extents are ``(in + pad_begin + pad_end - dilation*(k-1) - 1) //
+stride + 1`` (``ceil`` with ``ceil_mode``), with symbolic ``in`` (and symbolic padding for
+``SAME_*``); channel counts must be provably consistent with ``groups``.
+
+Legalization: one tensor program each, a reduction over (input channels of the group ×)
+kernel positions; input positions ``o*stride - pad_begin + k*dilation`` outside the input
+read nothing (a ``Select``), checked only where they can fall outside.  Transposed
+convolution reduces over the kernel positions whose source ``(o + pad_begin -
+k*dilation) / stride`` is an exact, in-range division (exact, so WGSL's truncating ``/``
+agrees with floor division).  ``lp_pool`` lowers for ``p`` 1 (and 2 when the tensor-program
+IR has ``sqrt``).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from ..ir.expr import Call, tensor_shape
+from ..ir.struct_info import TensorStructInfo
+from ..ir.symbolic import (
+    IntImm, PrimExpr, SizeVar, as_expr, as_int, expr_max, expr_min, format_expr, prove_equal, prove_less_equal, simplify,
+)
+from ..ir.tir import UNARY_OPS, Binary, Cast, Compare, FloatImm, IndexValue, Load, Reduce, Select, Unary
+from .common import make_program, needs_known_shapes, require_float, require_tensor, same_dtype
+from .registry import DeductionError, register_op
+
+# The lowest finite float32: what a max pool window holds where it reads no input.
+LOWEST_FLOAT32 = float(np.finfo(np.float32).min)
+
+
+def _spatial_rank(op: str, attrs) -> int:
+    rank = len(attrs["strides"])
+    for name in ("dilations",):
+        if len(attrs[name]) != rank:
+            raise DeductionError(f"{op}: {name} has {len(attrs[name])} entries, strides {rank}")
+    for name in ("strides", "dilations"):
+        for value in attrs[name]:
+            if int(value) < 1:
+                raise DeductionError(f"{op}: {name} must be >= 1, got {list(attrs[name])}")
+    return rank
+
+
+def resolve_padding(op: str, attrs, sizes, kernel) -> tuple[list[PrimExpr], list[PrimExpr]]:
+    """(begins, ends) of the padding for spatial ``sizes`` (symbolic or constant) and
+    ``kernel`` extents, from ``auto_pad``:
+
+    - ``NOTSET``: the explicit ``padding`` (all begins, then all ends);
+    - ``VALID``: none;
+    - ``SAME_UPPER`` / ``SAME_LOWER``: ``ceil(size / stride)`` windows; the padding they
+      need, ``max(0, (out - 1)*stride + dilation*(k-1) + 1 - size)``, is split in two with
+      the extra element at the end (upper) or the begin (lower).
+
+    ``conv_transpose`` pads to reach ``output_shape`` (``size * stride`` for ``SAME_*``):
+    the total ``stride*(size-1) + output_padding + dilation*(k-1) + 1 - output``, split with
+    the extra element at the end for ``SAME_UPPER``, at the begin otherwise (ONNX).
+    """
+    rank = len(attrs["strides"])
+    mode = str(attrs.get("auto_pad", "NOTSET"))
+    padding = [as_expr(int(p)) for p in attrs.get("padding") or [0] * (2 * rank)]
+    if len(padding) != 2 * rank:
+        raise DeductionError(f"{op}: padding needs {2 * rank} entries (begins, then ends), got {len(padding)}")
+    if mode not in ("NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER"):
+        raise DeductionError(f"{op}: unknown auto_pad {mode!r}")
+    output_shape = attrs.get("output_shape")
+    if op == "conv_transpose" and (output_shape or mode.startswith("SAME")):
+        begins, ends = [], []
+        for i in range(rank):
+            stride, dilation = int(attrs["strides"][i]), int(attrs["dilations"][i])
+            extra = int(attrs.get("output_padding", [0] * rank)[i])
+            target = as_expr(int(output_shape[i])) if output_shape else as_expr(sizes[i]) * stride
+            total = simplify(stride * (as_expr(sizes[i]) - 1) + extra + dilation * (as_expr(kernel[i]) - 1) + 1 - target)
+            half = simplify(total // 2)
+            if mode == "SAME_UPPER":
+                begins.append(half)
+                ends.append(simplify(total - half))
+            else:
+                begins.append(simplify(total - half))
+                ends.append(half)
+        return begins, ends
+    if mode == "NOTSET" or op == "conv_transpose":
+        return [simplify(p) for p in padding[:rank]], [simplify(p) for p in padding[rank:]]
+    if mode == "VALID":
+        return [IntImm(0)] * rank, [IntImm(0)] * rank
+    begins, ends = [], []
+    for i in range(rank):
+        stride, dilation = int(attrs["strides"][i]), int(attrs["dilations"][i])
+        size = as_expr(sizes[i])
+        out = simplify((size + stride - 1) // stride)
+        needed = simplify((out - 1) * stride + dilation * (as_expr(kernel[i]) - 1) + 1 - size)
+        if not prove_less_equal(0, needed):
+            needed = IntImm(0) if prove_less_equal(needed, 0) else simplify(expr_max(needed, 0))
+        half = simplify(needed // 2)
+        rest = simplify(needed - half)
+        begins.append(half if mode == "SAME_UPPER" else rest)
+        ends.append(rest if mode == "SAME_UPPER" else half)
+    return begins, ends
+
+
+def _check_extent(op: str, extent: PrimExpr, dim: int) -> PrimExpr:
+    extent = simplify(extent)
+    value = as_int(extent)
+    if value is not None and value < 0:
+        raise DeductionError(f"{op}: spatial dim {dim} of the result would be {value} (the window is larger than the padded input)")
+    return extent
+
+
+def conv_output_extent(size, kernel, stride, begin, end, dilation) -> PrimExpr:
+    """``(size + begin + end - dilation*(kernel-1) - 1) // stride + 1``."""
+    return simplify((as_expr(size) + begin + end - dilation * (as_expr(kernel) - 1) - 1) // stride + 1)
+
+
+def pool_output_extent(size, kernel, stride, begin, end, dilation, ceil_mode: bool) -> PrimExpr:
+    span = simplify(as_expr(size) + begin + end - dilation * (kernel - 1) - 1)
+    if not ceil_mode:
+        return simplify(span // stride + 1)
+    ceiled = simplify((span + stride - 1) // stride + 1)
+    # the last window must start inside the input or its begin padding
+    limit = simplify((as_expr(size) + begin - 1) // stride + 1)
+    if prove_less_equal(ceiled, limit):
+        return ceiled
+    if prove_less_equal(limit, ceiled) and as_int(ceiled) is not None and as_int(limit) is not None:
+        return limit
+    return simplify(expr_min(ceiled, limit))
+
+
+def _result_unknown(data: TensorStructInfo, rank: int, dtype: str) -> TensorStructInfo:
+    return TensorStructInfo(None, dtype, data.ndim if data.ndim != -1 else rank + 2)
+
+
+def _check_data(op: str, data: TensorStructInfo, rank: int) -> None:
+    if data.ndim != -1 and data.ndim != rank + 2:
+        raise DeductionError(f"{op}: needs a {rank + 2}-d input [N, C, {rank} spatial dims], got {data}")
+
+
+# conv / conv_transpose -------------------------------------------------------------------------
+
+
+def _deduce_conv(op: str):
+    transposed = op == "conv_transpose"
+
+    def deduce(args, attrs) -> TensorStructInfo:
+        if len(args) not in (2, 3):
+            raise DeductionError(f"{op}: takes 2 or 3 arguments (data, weight, bias), got {len(args)}")
+        infos = [require_tensor(arg, op, i) for i, arg in enumerate(args)]
+        dtype = same_dtype(op, infos)
+        require_float(op, infos[0])
+        rank = _spatial_rank(op, attrs)
+        data, weight = infos[0], infos[1]
+        _check_data(op, data, rank)
+        if weight.ndim != -1 and weight.ndim != rank + 2:
+            raise DeductionError(f"{op}: the weight needs {rank + 2} dims, got {weight}")
+        groups = int(attrs.get("groups", 1))
+        if groups < 1:
+            raise DeductionError(f"{op}: groups must be >= 1, got {groups}")
+        if transposed and len(attrs.get("output_padding", [0] * rank)) != rank:
+            raise DeductionError(f"{op}: output_padding needs {rank} entries")
+        if data.shape is None or weight.shape is None:
+            return _result_unknown(data, rank, dtype)
+        channels = data.shape[1]
+        if transposed:
+            if not prove_equal(weight.shape[0], channels):
+                raise DeductionError(
+                    f"{op}: the input has {format_expr(channels)} channels, the weight's dim 0 is {format_expr(weight.shape[0])}"
+                )
+            out_channels = simplify(weight.shape[1] * groups)
+            per_group = simplify(channels // groups)
+            if not prove_equal(per_group * groups, channels):
+                raise DeductionError(f"{op}: {format_expr(channels)} input channels are not provably divisible by groups={groups}")
+        else:
+            if not prove_equal(weight.shape[1] * groups, channels):
+                raise DeductionError(
+                    f"{op}: the input has {format_expr(channels)} channels, the weight expects "
+                    f"{format_expr(simplify(weight.shape[1] * groups))} (dim 1 = {format_expr(weight.shape[1])} × groups={groups})"
+                )
+            out_channels = weight.shape[0]
+            if not prove_equal(simplify(out_channels // groups) * groups, out_channels):
+                raise DeductionError(f"{op}: {format_expr(out_channels)} output channels are not provably divisible by groups={groups}")
+        if len(infos) == 3:
+            bias = infos[2]
+            if bias.shape is not None and (len(bias.shape) != 1 or not prove_equal(bias.shape[0], out_channels)):
+                raise DeductionError(f"{op}: the bias must be [{format_expr(out_channels)}], got {bias}")
+        begins, ends = resolve_padding(op, attrs, data.shape[2:], weight.shape[2:])
+        extents = []
+        for i in range(rank):
+            size, kernel = data.shape[2 + i], weight.shape[2 + i]
+            stride, dilation = int(attrs["strides"][i]), int(attrs["dilations"][i])
+            if transposed:
+                extra = int(attrs.get("output_padding", [0] * rank)[i])
+                extent = simplify(stride * (size - 1) + extra + dilation * (kernel - 1) + 1 - begins[i] - ends[i])
+            else:
+                extent = conv_output_extent(size, kernel, stride, begins[i], ends[i], dilation)
+            extents.append(_check_extent(op, extent, i))
+        return TensorStructInfo((data.shape[0], out_channels, *extents), dtype)
+
+    return deduce
+
+
+def _guarded(conditions: list, value, otherwise):
+    """``value`` where every condition holds (nested selects, outermost first), else ``otherwise``."""
+    for condition in reversed(conditions):
+        value = Select(condition, value, otherwise)
+    return value
+
+
+def _bounds_conditions(position: PrimExpr, size: PrimExpr, lowest: PrimExpr, highest: PrimExpr) -> list:
+    """Checks that ``position`` (ranging over [lowest, highest]) lies in [0, size)."""
+    conditions = []
+    if not prove_less_equal(0, lowest):
+        conditions.append(Compare("ge", IndexValue(position), IndexValue(IntImm(0))))
+    if not prove_less_equal(highest, simplify(size - 1)):
+        conditions.append(Compare("lt", IndexValue(position), IndexValue(size)))
+    return conditions
+
+
+def legalize_conv(context, call: Call):
+    info = call.struct_info
+    attrs = call.attrs
+    rank = len(attrs["strides"])
+    groups = int(attrs.get("groups", 1))
+    begins, _ = resolve_padding(call.op, attrs, tensor_shape(call.args[0])[2:], tensor_shape(call.args[1])[2:])
+    dtype = info.dtype
+
+    def body(axes, buffers):
+        x, w = buffers[0], buffers[1]
+        n, oc, outs = axes[0], axes[1], axes[2:]
+        ic = SizeVar("rc_")
+        ks = [SizeVar(f"rk{i}_") for i in range(rank)]
+        per_group = w.shape[1]
+        channel = ic if groups == 1 else simplify(oc // simplify(w.shape[0] // groups) * per_group + ic)
+        positions, conditions = [], []
+        for i in range(rank):
+            stride, dilation = int(attrs["strides"][i]), int(attrs["dilations"][i])
+            position = simplify(outs[i] * stride - begins[i] + ks[i] * dilation)
+            lowest = simplify(0 - begins[i])
+            highest = simplify((info.shape[2 + i] - 1) * stride - begins[i] + (w.shape[2 + i] - 1) * dilation)
+            conditions += _bounds_conditions(position, x.shape[2 + i], lowest, highest)
+            positions.append(position)
+        product = Binary("multiply", Load(x, (n, channel, *positions)), Load(w, (oc, ic, *ks)))
+        expr = _guarded(conditions, product, FloatImm(0.0, dtype))
+        for i in reversed(range(rank)):
+            expr = Reduce("sum", ks[i], w.shape[2 + i], expr)
+        expr = Reduce("sum", ic, per_group, expr)
+        if len(buffers) == 3:
+            expr = Binary("add", expr, Load(buffers[2], (oc,)))
+        return expr
+
+    program = make_program("conv", call.args, info.shape, dtype, body)
+    return context.call_tir(program, call.args)
+
+
+def legalize_conv_transpose(context, call: Call):
+    info = call.struct_info
+    attrs = call.attrs
+    rank = len(attrs["strides"])
+    groups = int(attrs.get("groups", 1))
+    begins, _ = resolve_padding(call.op, attrs, tensor_shape(call.args[0])[2:], tensor_shape(call.args[1])[2:])
+    dtype = info.dtype
+
+    def body(axes, buffers):
+        x, w = buffers[0], buffers[1]
+        n, oc, outs = axes[0], axes[1], axes[2:]
+        ic = SizeVar("rc_")
+        ks = [SizeVar(f"rk{i}_") for i in range(rank)]
+        out_per_group = w.shape[1]
+        in_per_group = simplify(x.shape[1] // groups)
+        channel = ic if groups == 1 else simplify(oc // out_per_group * in_per_group + ic)
+        weight_channel = oc if groups == 1 else simplify(oc % out_per_group)
+        positions, conditions = [], []
+        for i in range(rank):
+            stride, dilation = int(attrs["strides"][i]), int(attrs["dilations"][i])
+            shifted = simplify(outs[i] + begins[i] - ks[i] * dilation)
+            conditions.append(Compare("ge", IndexValue(shifted), IndexValue(IntImm(0))))
+            if stride > 1:
+                conditions.append(Compare("eq", IndexValue(simplify(shifted % stride)), IndexValue(IntImm(0))))
+            position = simplify(shifted // stride)
+            conditions.append(Compare("lt", IndexValue(position), IndexValue(x.shape[2 + i])))
+            positions.append(position)
+        product = Binary("multiply", Load(x, (n, channel, *positions)), Load(w, (channel, weight_channel, *ks)))
+        expr = _guarded(conditions, product, FloatImm(0.0, dtype))
+        for i in reversed(range(rank)):
+            expr = Reduce("sum", ks[i], w.shape[2 + i], expr)
+        expr = Reduce("sum", ic, in_per_group, expr)
+        if len(buffers) == 3:
+            expr = Binary("add", expr, Load(buffers[2], (oc,)))
+        return expr
+
+    program = make_program("conv_transpose", call.args, info.shape, dtype, body)
+    return context.call_tir(program, call.args)
+
+
+def _compute_dtype(x: np.ndarray):
+    return np.float64 if x.dtype == np.float64 else np.float32
+
+
+def _static(values) -> list[int]:
+    return [int(as_int(v)) if isinstance(v, PrimExpr) else int(v) for v in values]
+
+
+def _concrete_padding(op: str, attrs, sizes, kernel) -> tuple[list[int], list[int]]:
+    begins, ends = resolve_padding(op, attrs, [int(v) for v in sizes], [int(k) for k in kernel])
+    return [int(as_int(b)) for b in begins], [int(as_int(e)) for e in ends]
+
+
+def conv_reference(arrays, attrs):
+    x, w = arrays[0], arrays[1]
+    rank = len(attrs["strides"])
+    strides, dilations = _static(attrs["strides"]), _static(attrs["dilations"])
+    groups = int(attrs.get("groups", 1))
+    kernel = w.shape[2:]
+    begins, ends = _concrete_padding("conv", attrs, x.shape[2:], kernel)
+    compute = _compute_dtype(x)
+    # pad (or crop, for negative padding) the input so every window reads inside it
+    outs = [
+        (x.shape[2 + i] + begins[i] + ends[i] - dilations[i] * (kernel[i] - 1) - 1) // strides[i] + 1
+        for i in range(rank)
+    ]
+    padded = _pad_to_windows(x.astype(compute), begins, outs, kernel, strides, dilations, 0.0)
+    n, channels = x.shape[:2]
+    out_channels = w.shape[0]
+    xg = padded.reshape((n, groups, channels // groups) + padded.shape[2:])
+    wg = w.astype(compute).reshape((groups, out_channels // groups) + w.shape[1:])
+    result = np.zeros((n, groups, out_channels // groups, *outs), dtype=compute)
+    for offsets in itertools.product(*(range(k) for k in kernel)):
+        window = xg[(slice(None), slice(None), slice(None)) + _window_slices(offsets, outs, strides, dilations)]
+        weights = wg[(slice(None), slice(None), slice(None)) + tuple(offsets)]
+        result += np.einsum("ngc...,goc->ngo...", window, weights)
+    result = result.reshape((n, out_channels, *outs))
+    if len(arrays) == 3:
+        result += arrays[2].astype(compute).reshape((1, -1) + (1,) * rank)
+    return result.astype(x.dtype)
+
+
+def _window_slices(offsets, outs, strides, dilations) -> tuple:
+    return tuple(
+        slice(k * d, k * d + (o - 1) * s + 1, s) if o > 0 else slice(0, 0)
+        for k, o, s, d in zip(offsets, outs, strides, dilations)
+    )
+
+
+def _pad_to_windows(x, begins, outs, kernel, strides, dilations, fill):
+    """``x`` placed so that position ``o*s + k*d`` of the result is input position
+    ``o*s - begin + k*d`` (``fill`` where that is outside the input)."""
+    rank = len(begins)
+    lengths = [max((o - 1) * s + (k - 1) * d + 1, 0) for o, k, s, d in zip(outs, kernel, strides, dilations)]
+    result = np.full(x.shape[:2] + tuple(lengths), fill, dtype=x.dtype)
+    target, source = [slice(None)] * 2, [slice(None)] * 2
+    for i in range(rank):
+        start = max(begins[i], 0)
+        source_start = max(-begins[i], 0)
+        count = min(lengths[i] - start, x.shape[2 + i] - source_start)
+        if count <= 0:
+            return result
+        target.append(slice(start, start + count))
+        source.append(slice(source_start, source_start + count))
+    result[tuple(target)] = x[tuple(source)]
+    return result
+
+
+def conv_transpose_reference(arrays, attrs):
+    x, w = arrays[0], arrays[1]
+    rank = len(attrs["strides"])
+    strides, dilations = _static(attrs["strides"]), _static(attrs["dilations"])
+    groups = int(attrs.get("groups", 1))
+    output_padding = _static(attrs.get("output_padding", [0] * rank))
+    kernel = w.shape[2:]
+    begins, ends = _concrete_padding("conv_transpose", attrs, x.shape[2:], kernel)
+    compute = _compute_dtype(x)
+    n, channels = x.shape[:2]
+    sizes = x.shape[2:]
+    out_per_group = w.shape[1]
+    # the full result (no padding removed), then cropped by the begin padding
+    full = [s * (i - 1) + d * (k - 1) + 1 + e for i, k, s, d, e in zip(sizes, kernel, strides, dilations, output_padding)]
+    outs = [f - b - e for f, b, e in zip(full, begins, ends)]
+    buffer = np.zeros((n, groups, out_per_group, *[max(f, 0) for f in full]), dtype=compute)
+    xg = x.astype(compute).reshape((n, groups, channels // groups) + tuple(sizes))
+    wg = w.astype(compute).reshape((groups, channels // groups, out_per_group) + tuple(kernel))
+    for offsets in itertools.product(*(range(k) for k in kernel)):
+        contribution = np.einsum("ngc...,gco->ngo...", xg, wg[(slice(None), slice(None), slice(None)) + tuple(offsets)])
+        target = tuple(slice(k * d, k * d + (i - 1) * s + 1, s) for k, d, i, s in zip(offsets, dilations, sizes, strides))
+        buffer[(slice(None),) * 3 + target] += contribution
+    result = np.zeros((n, groups, out_per_group, *outs), dtype=compute)
+    target, source = [slice(None)] * 3, [slice(None)] * 3
+    empty = False
+    for i in range(rank):
+        start = max(-begins[i], 0)
+        source_start = max(begins[i], 0)
+        count = min(outs[i] - start, full[i] - source_start)
+        if count <= 0:
+            empty = True
+            break
+        target.append(slice(start, start + count))
+        source.append(slice(source_start, source_start + count))
+    if not empty:
+        result[tuple(target)] = buffer[tuple(source)]
+    result = result.reshape((n, groups * out_per_group, *outs))
+    if len(arrays) == 3:
+        result += arrays[2].astype(compute).reshape((1, -1) + (1,) * rank)
+    return result.astype(x.dtype)
+
+
+register_op("conv", deduce=_deduce_conv("conv"), legalize=needs_known_shapes(legalize_conv), reference=conv_reference)
+register_op(
+    "conv_transpose", deduce=_deduce_conv("conv_transpose"),
+    legalize=needs_known_shapes(legalize_conv_transpose), reference=conv_transpose_reference,
+)
+
+
+# pooling ---------------------------------------------------------------------------------------
+
+
+def _deduce_pool(op: str):
+    def deduce(args, attrs) -> TensorStructInfo:
+        if len(args) != 1:
+            raise DeductionError(f"{op}: takes 1 argument, got {len(args)}")
+        data = require_tensor(args[0], op, 0)
+        if op != "max_pool":
+            require_float(op, data)
+        rank = _spatial_rank(op, attrs)
+        kernel = [int(k) for k in attrs["kernel"]]
+        if len(kernel) != rank or any(k < 1 for k in kernel):
+            raise DeductionError(f"{op}: kernel needs {rank} entries >= 1, got {kernel}")
+        _check_data(op, data, rank)
+        if data.shape is None:
+            return _result_unknown(data, rank, data.dtype)
+        begins, ends = resolve_padding(op, attrs, data.shape[2:], kernel)
+        ceil_mode = bool(attrs.get("ceil_mode", False))
+        extents = []
+        for i in range(rank):
+            extent = pool_output_extent(
+                data.shape[2 + i], kernel[i], int(attrs["strides"][i]), begins[i], ends[i],
+                int(attrs["dilations"][i]), ceil_mode,
+            )
+            extents.append(_check_extent(op, extent, i))
+        return TensorStructInfo((*data.shape[:2], *extents), data.dtype)
+
+    return deduce
+
+
+def _window(attrs, info, x, axes):
+    """Per spatial dim: the reduction variable, the input position, and the conditions for
+    it being inside the input; plus those for being inside the explicitly padded input."""
+    rank = len(attrs["strides"])
+    kernel = [int(k) for k in attrs["kernel"]]
+    begins, ends = resolve_padding("pool", attrs, x.shape[2:], kernel)
+    ks = [SizeVar(f"rk{i}_") for i in range(rank)]
+    positions, inside, inside_padded = [], [], []
+    for i in range(rank):
+        stride, dilation = int(attrs["strides"][i]), int(attrs["dilations"][i])
+        position = simplify(axes[2 + i] * stride - begins[i] + ks[i] * dilation)
+        lowest = simplify(0 - begins[i])
+        highest = simplify((info.shape[2 + i] - 1) * stride - begins[i] + (kernel[i] - 1) * dilation)
+        inside += _bounds_conditions(position, x.shape[2 + i], lowest, highest)
+        if not prove_less_equal(highest, simplify(x.shape[2 + i] + ends[i] - 1)):
+            inside_padded.append(Compare("lt", IndexValue(position), IndexValue(simplify(x.shape[2 + i] + ends[i]))))
+        positions.append(position)
+    return ks, kernel, positions, inside, inside_padded
+
+
+def _reduce_window(combiner, ks, kernel, expr):
+    for var, extent in reversed(list(zip(ks, kernel))):
+        expr = Reduce(combiner, var, IntImm(extent), expr)
+    return expr
+
+
+def legalize_max_pool(context, call: Call):
+    info = call.struct_info
+
+    def body(axes, buffers):
+        (x,) = buffers
+        ks, kernel, positions, inside, _ = _window(call.attrs, info, x, axes)
+        lowest = FloatImm(LOWEST_FLOAT32, info.dtype) if info.dtype.startswith("float") else FloatImm(
+            int(np.iinfo(np.dtype(info.dtype)).min), info.dtype
+        )
+        value = _guarded(inside, Load(x, (axes[0], axes[1], *positions)), lowest)
+        return _reduce_window("max", ks, kernel, value)
+
+    program = make_program("max_pool", call.args, info.shape, info.dtype, body)
+    return context.call_tir(program, call.args)
+
+
+def legalize_avg_pool(context, call: Call):
+    info = call.struct_info
+    dtype = info.dtype
+    include_pad = bool(call.attrs.get("count_include_pad", False))
+
+    def body(axes, buffers):
+        (x,) = buffers
+        ks, kernel, positions, inside, inside_padded = _window(call.attrs, info, x, axes)
+        total = _reduce_window("sum", ks, kernel, _guarded(inside, Load(x, (axes[0], axes[1], *positions)), FloatImm(0.0, dtype)))
+        counted = inside_padded if include_pad else inside
+        if not counted:
+            count = Cast(dtype, IndexValue(IntImm(int(np.prod(kernel)))))
+        else:
+            count = _reduce_window("sum", ks, kernel, _guarded(counted, FloatImm(1.0, dtype), FloatImm(0.0, dtype)))
+        return Binary("divide", total, count)
+
+    program = make_program("avg_pool", call.args, info.shape, dtype, body)
+    return context.call_tir(program, call.args)
+
+
+def legalize_lp_pool(context, call: Call):
+    info = call.struct_info
+    dtype = info.dtype
+    p = float(call.attrs.get("p", 2))
+
+    def body(axes, buffers):
+        (x,) = buffers
+        ks, kernel, positions, inside, _ = _window(call.attrs, info, x, axes)
+        value = Load(x, (axes[0], axes[1], *positions))
+        magnitude = Binary("maximum", value, Unary("negative", value))
+        term = magnitude if p == 1 else Binary("multiply", value, value)
+        total = _reduce_window("sum", ks, kernel, _guarded(inside, term, FloatImm(0.0, dtype)))
+        return total if p == 1 else Unary("sqrt", total)
+
+    program = make_program("lp_pool", call.args, info.shape, dtype, body)
+    return context.call_tir(program, call.args)
+
+
+def _legalize_lp_pool_if_lowerable(context, call: Call):
+    p = float(call.attrs.get("p", 2))
+    if p == 1 or (p == 2 and "sqrt" in UNARY_OPS):
+        return legalize_lp_pool(context, call)
+    from ..errors import UnsupportedModelError
+
+    raise UnsupportedModelError(f"lp_pool: no GPU lowering for p={p:g} (only p=1{', 2' if 'sqrt' in UNARY_OPS else ''})")
+
+
+def pool_reference(kind: str):
+    def reference(arrays, attrs):
+        x = arrays[0]
+        rank = len(attrs["strides"])
+        strides, dilations = _static(attrs["strides"]), _static(attrs["dilations"])
+        kernel = [int(k) for k in attrs["kernel"]]
+        begins, ends = _concrete_padding("pool", attrs, x.shape[2:], kernel)
+        ceil_mode = bool(attrs.get("ceil_mode", False))
+        outs = [
+            int(as_int(pool_output_extent(x.shape[2 + i], kernel[i], strides[i], IntImm(begins[i]), IntImm(ends[i]),
+                                          dilations[i], ceil_mode)))
+            for i in range(rank)
+        ]
+        compute = x.dtype if kind in ("max", "argmax") else _compute_dtype(x)
+        real = _pad_to_windows(np.ones(x.shape, dtype=bool), begins, outs, kernel, strides, dilations, False)
+        values = _pad_to_windows(x.astype(compute), begins, outs, kernel, strides, dilations, 0)
+        # positions inside the explicitly padded input (what count_include_pad counts)
+        padded_extent = [x.shape[2 + i] + begins[i] + ends[i] for i in range(rank)]
+        grids = np.indices(values.shape[2:]) if rank else []
+        within = np.ones(values.shape[2:], dtype=bool)
+        for i in range(rank):
+            within &= grids[i] < padded_extent[i]
+        if kind in ("max", "argmax"):
+            if np.issubdtype(values.dtype, np.floating):
+                lowest = -np.inf
+            else:
+                lowest = np.iinfo(values.dtype).min
+            result = np.full(x.shape[:2] + tuple(outs), lowest, dtype=values.dtype)
+        else:
+            result = np.zeros(x.shape[:2] + tuple(outs), dtype=compute)
+            count = np.zeros(x.shape[:2] + tuple(outs), dtype=compute)
+        p = float(attrs.get("p", 2))
+        include_pad = bool(attrs.get("count_include_pad", False))
+        if kind == "argmax":
+            result = np.full(x.shape[:2] + tuple(outs), -1, dtype=np.int64)
+            best = np.full(x.shape[:2] + tuple(outs), -np.inf)
+            sizes = list(x.shape[2:])
+            order = list(range(rank)) if int(attrs.get("storage_order", 0)) == 0 else list(reversed(range(rank)))
+            out_grids = np.indices(outs) if rank else []
+            channel = np.arange(x.shape[0] * x.shape[1]).reshape(x.shape[:2] + (1,) * rank) * int(np.prod(sizes))
+        for offsets in itertools.product(*(range(k) for k in kernel)):
+            window = (slice(None), slice(None)) + _window_slices(offsets, outs, strides, dilations)
+            chunk, mask = values[window], real[window]
+            if kind == "argmax":
+                better = mask & (chunk > best)
+                best = np.where(better, chunk, best)
+                positions = [out_grids[i] * strides[i] - begins[i] + offsets[i] * dilations[i] for i in range(rank)]
+                flat = np.zeros(outs, dtype=np.int64)
+                for i in order:
+                    flat = flat * sizes[i] + positions[i]
+                result = np.where(better, channel + flat, result)
+            elif kind == "max":
+                result = np.maximum(result, np.where(mask, chunk, lowest))
+            elif kind == "avg":
+                result += np.where(mask, chunk, 0)
+                count += within[window[2:]] if include_pad else mask
+            else:
+                result += np.where(mask, np.abs(chunk) ** p, 0)
+        if kind == "argmax":
+            return result
+        if kind == "avg":
+            with np.errstate(invalid="ignore", divide="ignore"):
+                result = result / count
+        elif kind == "lp":
+            result = result ** (1.0 / p)
+        return result.astype(x.dtype)
+
+    return reference
+
+
+register_op("max_pool", deduce=_deduce_pool("max_pool"), legalize=needs_known_shapes(legalize_max_pool),
+            reference=pool_reference("max"))
+register_op("avg_pool", deduce=_deduce_pool("avg_pool"), legalize=needs_known_shapes(legalize_avg_pool),
+            reference=pool_reference("avg"))
+register_op("lp_pool", deduce=_deduce_pool("lp_pool"), legalize=needs_known_shapes(_legalize_lp_pool_if_lowerable),
+            reference=pool_reference("lp"))
+
+
+def deduce_max_pool_indices(args, attrs) -> TensorStructInfo:
+    values = _deduce_pool("max_pool")(args, attrs)
+    return TensorStructInfo(values.shape, "int64", values.ndim)
+
+
+# ONNX MaxPool's Indices output: the flat position (over the whole input, row-major, or with
+# the spatial dims column-major for storage_order=1) of the first maximum of each window.
+register_op("max_pool_indices", deduce=deduce_max_pool_indices, legalize=None, reference=pool_reference("argmax"))

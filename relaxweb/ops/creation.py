@@ -1,0 +1,178 @@
+"""Ops that create tensors from sizes and values: ``full``, ``arange``, ``shape_to_tensor``.
+
+Their sizes come from shape values or prim values, so they may be symbolic; the programs
+they legalize to have no input buffers and write values computed from the output axes and
+size variables (``IndexValue``).
+
+- ``full(shape, value=0.0, dtype="float32")``: a tensor of ``shape`` (a shape value, or a
+  run-time 1-D integer tensor: then only the rank is known) filled with ``value``.
+- ``arange(start, limit, delta, dtype="int64")``: ONNX Range.  With prim values (possibly
+  symbolic; ``delta`` a non-zero constant) the length is
+  ``max(ceil((limit - start) / delta), 0)``, e.g. ``arange(0, seq, 1)`` is ``Tensor((seq,))``.
+  With run-time scalar tensors (any dtype) the length is data-dependent (``Tensor(ndim=1)``)
+  and there is no GPU lowering.
+- ``shape_to_tensor(value, dtype="int64")``: a shape value (``ShapeExpr``) as a 1-D tensor,
+  or a prim value (``PrimValue``) as a 0-d tensor: how a symbolic shape computation feeds an
+  op that needs a tensor (see ``frontend/converters/shape_values.materialize``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir.expr import Call
+from ..ir.struct_info import PrimStructInfo, ShapeStructInfo, StructInfo, TensorStructInfo
+from ..ir.symbolic import IntImm, PrimExpr, as_int, expr_max, prove_less_equal, simplify
+from ..ir.tir import CAST_DTYPES, Cast, Compare, FloatImm, IndexValue, ScalarExpr, Select
+from .common import expect_args, make_program, needs_known_shapes
+from .manipulation import int_list, shape_operand
+from .registry import DeductionError, register_op
+
+
+def index_value_as(value: PrimExpr, dtype: str) -> ScalarExpr:
+    """An index expression's value as a scalar of ``dtype`` (int64 stays the int32 index:
+    tensor programs compute indices in 32 bits)."""
+    if dtype == "bool":
+        return Compare("ne", IndexValue(value), IndexValue(0))
+    if dtype in CAST_DTYPES and dtype != "int32":
+        return Cast(dtype, IndexValue(value))
+    return IndexValue(value)
+
+
+# full ------------------------------------------------------------------------------------------
+
+
+def deduce_full(args, attrs) -> TensorStructInfo:
+    expect_args("full", args, 1)
+    shape = shape_operand(args[0], "full", "the shape")
+    dtype = attrs.get("dtype", "float32")
+    if shape.values is None:
+        return TensorStructInfo(None, dtype, shape.ndim)
+    for position, dim in enumerate(shape.values):
+        if as_int(dim) is not None and as_int(dim) < 0:
+            raise DeductionError(f"full: dimension {position} is {as_int(dim)}")
+    return TensorStructInfo(shape.values, dtype)
+
+
+def legalize_full(context, call: Call):
+    info = call.struct_info
+    value = call.attrs.get("value", 0)
+    program = make_program("full", [], info.shape, info.dtype, lambda axes, buffers: FloatImm(value, info.dtype))
+    return context.call_tir(program, ())
+
+
+def full_reference(arrays, attrs):
+    return np.full(tuple(int_list(arrays[0])), attrs.get("value", 0), dtype=attrs.get("dtype", "float32"))
+
+
+register_op("full", deduce=deduce_full, legalize=needs_known_shapes(legalize_full), reference=full_reference)
+
+
+# arange ----------------------------------------------------------------------------------------
+
+
+def _scalar_operand(info: StructInfo, position: int) -> PrimExpr | None:
+    """The symbolic value of a prim-value operand; None for a run-time scalar tensor."""
+    if isinstance(info, PrimStructInfo):
+        return info.value
+    if isinstance(info, TensorStructInfo):
+        if info.ndim not in (-1, 0) and not (info.ndim == 1 and info.shape is not None and as_int(info.shape[0]) == 1):
+            raise DeductionError(f"arange: argument {position} must be a scalar, got {info}")
+        return None
+    raise DeductionError(f"arange: argument {position} must be a prim value or a scalar tensor, got {info}")
+
+
+def arange_length(start: PrimExpr, limit: PrimExpr, delta: int) -> PrimExpr:
+    """``max(ceil((limit - start) / delta), 0)`` for a constant non-zero ``delta``."""
+    span = simplify(limit - start) if delta > 0 else simplify(start - limit)
+    step = abs(delta)
+    length = simplify((span + (step - 1)) // step)
+    if prove_less_equal(span, 0):
+        return IntImm(0)
+    if not prove_less_equal(0, span):
+        length = simplify(expr_max(length, 0))
+    return length
+
+
+def deduce_arange(args, attrs) -> TensorStructInfo:
+    expect_args("arange", args, 3)
+    dtype = attrs.get("dtype", "int64")
+    start, limit, delta = (_scalar_operand(arg.struct_info, i) for i, arg in enumerate(args))
+    if start is None or limit is None or delta is None or as_int(delta) is None:
+        return TensorStructInfo(None, dtype, 1)
+    if as_int(delta) == 0:
+        raise DeductionError("arange: delta is 0")
+    return TensorStructInfo((arange_length(start, limit, as_int(delta)),), dtype)
+
+
+def legalize_arange(context, call: Call):
+    info = call.struct_info
+    start, _, delta = (arg.struct_info.value for arg in call.args)
+    program = make_program(
+        "arange", [], info.shape, info.dtype,
+        lambda axes, buffers: index_value_as(simplify(start + axes[0] * delta), info.dtype),
+    )
+    return context.call_tir(program, ())
+
+
+def arange_reference(arrays, attrs):
+    dtype = np.dtype(attrs.get("dtype", "int64"))
+    start, limit, delta = (np.asarray(a).reshape(-1)[0] for a in arrays)
+    if delta == 0:
+        raise ValueError("arange: delta is 0")
+    return np.arange(start, limit, delta).astype(dtype)
+
+
+register_op("arange", deduce=deduce_arange, legalize=needs_known_shapes(legalize_arange), reference=arange_reference)
+
+
+# shape_to_tensor -------------------------------------------------------------------------------
+
+
+def deduce_shape_to_tensor(args, attrs) -> TensorStructInfo:
+    expect_args("shape_to_tensor", args, 1)
+    info = args[0].struct_info
+    dtype = attrs.get("dtype", "int64")
+    if isinstance(info, PrimStructInfo):
+        return TensorStructInfo((), dtype)
+    if isinstance(info, ShapeStructInfo):
+        if info.ndim == -1:
+            return TensorStructInfo(None, dtype, 1)
+        return TensorStructInfo((info.ndim,), dtype)
+    raise DeductionError(f"shape_to_tensor: the argument must be a shape value or a prim value, got {info}")
+
+
+def legalize_shape_to_tensor(context, call: Call):
+    info = call.struct_info
+    source = call.args[0].struct_info
+    if isinstance(source, PrimStructInfo):
+        values = [source.value]
+    else:
+        values = list(source.values)
+    if any(v is None for v in values):
+        from .common import UnknownShapeError
+
+        raise UnknownShapeError("shape_to_tensor: the value is not known symbolically")
+
+    def body(axes, buffers):
+        if not axes:
+            return index_value_as(values[0], info.dtype)
+        if not values:
+            return FloatImm(0, info.dtype)
+        expr = index_value_as(values[-1], info.dtype)
+        for position in range(len(values) - 2, -1, -1):
+            expr = Select(Compare("eq", IndexValue(axes[0]), IndexValue(position)),
+                          index_value_as(values[position], info.dtype), expr)
+        return expr
+
+    program = make_program("shape_to_tensor", [], info.shape, info.dtype, body)
+    return context.call_tir(program, ())
+
+
+def shape_to_tensor_reference(arrays, attrs):
+    return np.asarray(arrays[0]).astype(attrs.get("dtype", "int64"))
+
+
+register_op("shape_to_tensor", deduce=deduce_shape_to_tensor, legalize=needs_known_shapes(legalize_shape_to_tensor),
+            reference=shape_to_tensor_reference)
+

@@ -1,0 +1,216 @@
+"""Indexing ops: gathers and scatters by index tensors, and ``nonzero``.
+
+Their loads go through index values read from a tensor (an indirect load), which the scalar
+IR of tensor programs cannot express (load indices are index expressions over the axes and
+size variables): they import, deduce and run in the interpreter, but have no GPU lowering
+yet.  (The frontend turns a Gather by a constant or symbolic scalar index into a
+``strided_slice``, which does lower.)  Negative indices count from the end, as in ONNX.
+
+- ``take(data, indices, axis=0)``: ONNX Gather; the result's shape is
+  ``data.shape[:axis] + indices.shape + data.shape[axis + 1:]``.
+- ``gather_elements(data, indices, axis=0)``: ONNX GatherElements; the shape of ``indices``.
+- ``gather_nd(data, indices, batch_dims=0)``: ONNX GatherND; ``indices.shape[-1]`` must be a
+  constant.
+- ``scatter_elements(data, indices, updates, axis=0, reduction="none")`` and
+  ``scatter_nd(data, indices, updates, reduction="none")``: ONNX ScatterElements / ScatterND
+  (``reduction`` one of none, add, mul, max, min); the shape of ``data``.
+- ``nonzero(x)``: ONNX NonZero, an int64 ``[x.ndim, count]`` tensor whose count is
+  data-dependent: ``Tensor(ndim=2)``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir.struct_info import TensorStructInfo
+from ..ir.symbolic import as_int, format_expr, prove_equal
+from .common import expect_args, normalize_axis, require_tensor
+from .registry import DeductionError, register_op
+
+REDUCTIONS = ("none", "add", "mul", "max", "min")
+
+
+def _require_indices(op: str, expr, position: int) -> TensorStructInfo:
+    info = require_tensor(expr, op, position)
+    if not info.dtype.startswith("int"):
+        raise DeductionError(f"{op}: the indices must be integers, got {info.dtype}")
+    return info
+
+
+def _normalize(indices: np.ndarray, extent) -> np.ndarray:
+    indices = np.asarray(indices, dtype=np.int64)
+    extent = np.asarray(extent, dtype=np.int64)
+    result = np.where(indices < 0, indices + extent, indices)
+    if np.any(result < 0) or np.any(result >= extent):
+        raise IndexError(f"an index is out of range (extent {extent.tolist()})")
+    return result
+
+
+# take ------------------------------------------------------------------------------------------
+
+
+def deduce_take(args, attrs) -> TensorStructInfo:
+    expect_args("take", args, 2)
+    data = require_tensor(args[0], "take", 0)
+    indices = _require_indices("take", args[1], 1)
+    if data.ndim == 0:
+        raise DeductionError("take: cannot index a 0-d tensor")
+    if data.ndim == -1:
+        return TensorStructInfo(None, data.dtype, -1)
+    axis = normalize_axis("take", attrs.get("axis", 0), data.ndim)
+    if indices.ndim == -1:
+        return TensorStructInfo(None, data.dtype, -1)
+    if data.shape is None or indices.shape is None:
+        return TensorStructInfo(None, data.dtype, data.ndim - 1 + indices.ndim)
+    return TensorStructInfo(data.shape[:axis] + indices.shape + data.shape[axis + 1:], data.dtype)
+
+
+def take_reference(arrays, attrs):
+    data, indices = arrays
+    axis = int(attrs.get("axis", 0))
+    axis = axis + data.ndim if axis < 0 else axis
+    return np.ascontiguousarray(np.take(data, _normalize(indices, data.shape[axis]), axis=axis))
+
+
+register_op("take", deduce=deduce_take, reference=take_reference)
+
+
+# gather_elements -------------------------------------------------------------------------------
+
+
+def deduce_gather_elements(args, attrs) -> TensorStructInfo:
+    expect_args("gather_elements", args, 2)
+    data = require_tensor(args[0], "gather_elements", 0)
+    indices = _require_indices("gather_elements", args[1], 1)
+    if data.ndim != -1 and indices.ndim != -1 and data.ndim != indices.ndim:
+        raise DeductionError(f"gather_elements: data has {data.ndim} dims, indices {indices.ndim}")
+    if data.ndim != -1:
+        normalize_axis("gather_elements", attrs.get("axis", 0), data.ndim)
+    return TensorStructInfo(indices.shape, data.dtype, indices.ndim)
+
+
+def gather_elements_reference(arrays, attrs):
+    data, indices = arrays
+    axis = int(attrs.get("axis", 0))
+    axis = axis + data.ndim if axis < 0 else axis
+    return np.ascontiguousarray(np.take_along_axis(data, _normalize(indices, data.shape[axis]), axis=axis))
+
+
+register_op("gather_elements", deduce=deduce_gather_elements, reference=gather_elements_reference)
+
+
+# gather_nd -------------------------------------------------------------------------------------
+
+
+def deduce_gather_nd(args, attrs) -> TensorStructInfo:
+    expect_args("gather_nd", args, 2)
+    data = require_tensor(args[0], "gather_nd", 0)
+    indices = _require_indices("gather_nd", args[1], 1)
+    batch_dims = int(attrs.get("batch_dims", 0))
+    if data.shape is None or indices.shape is None:
+        return TensorStructInfo(None, data.dtype, -1)
+    if not indices.shape:
+        raise DeductionError("gather_nd: the indices need at least 1 dim")
+    depth = as_int(indices.shape[-1])
+    if depth is None:
+        raise DeductionError(
+            f"gather_nd: the last dim of the indices ({format_expr(indices.shape[-1])}) must be a constant"
+        )
+    if batch_dims + depth > data.ndim:
+        raise DeductionError(f"gather_nd: {depth} indices per entry after {batch_dims} batch dims, "
+                             f"but the data has {data.ndim} dims")
+    for dim in range(batch_dims):
+        if not prove_equal(data.shape[dim], indices.shape[dim]):
+            raise DeductionError(f"gather_nd: batch dim {dim} differs: {format_expr(data.shape[dim])} vs "
+                                 f"{format_expr(indices.shape[dim])}")
+    return TensorStructInfo(indices.shape[:-1] + data.shape[batch_dims + depth:], data.dtype)
+
+
+def gather_nd_reference(arrays, attrs):
+    data, indices = arrays
+    batch_dims = int(attrs.get("batch_dims", 0))
+    depth = indices.shape[-1]
+    batch_shape = data.shape[:batch_dims]
+    batch_count = int(np.prod(batch_shape, dtype=np.int64))
+    flat_data = data.reshape((batch_count,) + data.shape[batch_dims:])
+    flat_indices = indices.reshape((batch_count, -1, depth))
+    index = _normalize(flat_indices, data.shape[batch_dims:batch_dims + depth])
+    out = np.stack([flat_data[b][tuple(index[b].T)] for b in range(batch_count)]) if batch_count else \
+        np.zeros((0, flat_indices.shape[1]) + data.shape[batch_dims + depth:], data.dtype)
+    return np.ascontiguousarray(out.reshape(indices.shape[:-1] + data.shape[batch_dims + depth:]))
+
+
+register_op("gather_nd", deduce=deduce_gather_nd, reference=gather_nd_reference)
+
+
+# scatters --------------------------------------------------------------------------------------
+
+
+def _combine(reduction: str, old, new):
+    if reduction == "none":
+        return new
+    return {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}[reduction](old, new)
+
+
+def _deduce_scatter(name: str):
+    def deduce(args, attrs) -> TensorStructInfo:
+        expect_args(name, args, 3)
+        data = require_tensor(args[0], name, 0)
+        _require_indices(name, args[1], 1)
+        updates = require_tensor(args[2], name, 2)
+        if updates.dtype != data.dtype:
+            raise DeductionError(f"{name}: the updates are {updates.dtype}, the data {data.dtype}")
+        reduction = attrs.get("reduction", "none")
+        if reduction not in REDUCTIONS:
+            raise DeductionError(f"{name}: unknown reduction {reduction!r}; expected one of {', '.join(REDUCTIONS)}")
+        if name == "scatter_elements" and data.ndim != -1:
+            normalize_axis(name, attrs.get("axis", 0), data.ndim)
+        return data
+
+    return deduce
+
+
+def scatter_elements_reference(arrays, attrs):
+    data, indices, updates = arrays
+    axis = int(attrs.get("axis", 0))
+    axis = axis + data.ndim if axis < 0 else axis
+    reduction = attrs.get("reduction", "none")
+    out = np.array(data, copy=True)
+    positions = _normalize(indices, data.shape[axis])
+    for index in np.ndindex(*indices.shape):
+        target = list(index)
+        target[axis] = positions[index]
+        out[tuple(target)] = _combine(reduction, out[tuple(target)], updates[index])
+    return out
+
+
+def scatter_nd_reference(arrays, attrs):
+    data, indices, updates = arrays
+    reduction = attrs.get("reduction", "none")
+    out = np.array(data, copy=True)
+    depth = indices.shape[-1]
+    positions = _normalize(indices, data.shape[:depth])
+    for index in np.ndindex(*indices.shape[:-1]):
+        target = tuple(positions[index])
+        out[target] = _combine(reduction, out[target], updates[index])
+    return out
+
+
+register_op("scatter_elements", deduce=_deduce_scatter("scatter_elements"), reference=scatter_elements_reference)
+register_op("scatter_nd", deduce=_deduce_scatter("scatter_nd"), reference=scatter_nd_reference)
+
+
+# nonzero ---------------------------------------------------------------------------------------
+
+
+def deduce_nonzero(args, attrs) -> TensorStructInfo:
+    expect_args("nonzero", args, 1)
+    require_tensor(args[0], "nonzero", 0)
+    return TensorStructInfo(None, "int64", 2)
+
+
+register_op(
+    "nonzero",
+    deduce=deduce_nonzero,
+    reference=lambda arrays, attrs: np.array(np.nonzero(arrays[0]), dtype=np.int64).reshape(np.ndim(arrays[0]), -1),
+)
