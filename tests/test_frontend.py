@@ -519,3 +519,17 @@ def test_imported_calls_carry_deduced_annotations() -> None:
         assert isinstance(binding.value, Call)
         assert binding.var.struct_info == binding.value.struct_info
     assert str(from_onnx(model).main.ret_struct_info) == "Tensor((batch, 1, 5), float32)"
+
+
+def test_unsupported_ops_inside_if_branches_are_listed() -> None:
+    then_branch = helper.make_graph([helper.make_node("TfIdfVectorizer", ["x"], ["t"], name="inner")], "then", [],
+                                    [helper.make_tensor_value_info("t", TensorProto.FLOAT, None)])
+    else_branch = helper.make_graph([helper.make_node("Relu", ["x"], ["e"], name="relu")], "else", [],
+                                    [helper.make_tensor_value_info("e", TensorProto.FLOAT, None)])
+    graph = helper.make_graph(
+        [helper.make_node("If", ["c"], ["y"], then_branch=then_branch, else_branch=else_branch, name="if")], "g",
+        [helper.make_tensor_value_info("c", TensorProto.BOOL, []), helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    with pytest.raises(UnsupportedModelError, match=r"^the model uses 1 unsupported op type\(s\): TfIdfVectorizer \(nodes: inner\)$"):
+        from_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))

@@ -114,9 +114,10 @@ def node_label(node: onnx.NodeProto, index: int) -> str:
 
 
 def find_unsupported(model: onnx.ModelProto) -> dict[str, list[str]]:
-    """Unsupported op types (with their domain when not standard) -> node names."""
+    """Unsupported op types (with their domain when not standard) -> node names, subgraphs
+    (If branches) included."""
     unsupported: dict[str, list[str]] = defaultdict(list)
-    for index, node in enumerate(model.graph.node):
+    for index, node in enumerate(_all_nodes(model.graph)):
         if node.domain not in STANDARD_DOMAINS:
             unsupported[f"{node.domain}.{node.op_type}"].append(node_label(node, index))
         elif node.op_type not in CONVERTERS:
