@@ -47,10 +47,12 @@ import re
 import shlex
 import signal
 import sys
+import tempfile
 import time
 import traceback
 import warnings
 from collections import Counter, defaultdict, deque
+from dataclasses import dataclass
 from multiprocessing.connection import wait
 from pathlib import Path
 from types import SimpleNamespace
@@ -68,9 +70,11 @@ from onnx import numpy_helper  # noqa: E402
 from relaxweb.errors import UnsupportedModelError  # noqa: E402
 from relaxweb.frontend.onnx import from_onnx, load_onnx  # noqa: E402
 from relaxweb.ir.interpreter import run_module  # noqa: E402
+from relaxweb.ops.registry import DeductionError  # noqa: E402
 
 DEFAULT_CASES = REPO / ".cache" / "onnx-node-tests"
 DEFAULT_DOC = REPO / "docs" / "onnx-node-tests.md"
+DEFAULT_COMPILED_DOC = REPO / "docs" / "onnx-node-tests-gpu.md"
 RTOL = 1e-3
 ATOL = 1e-4
 TIMEOUT_S = 20.0
@@ -257,12 +261,24 @@ def _first_line(error: BaseException) -> str:
     return text.splitlines()[0] if text else ""
 
 
-def run_case(case_dir: Path | str, timeout: float | None = None, constant_inputs: bool = False) -> dict:
+@dataclass(frozen=True)
+class RunOptions:
+    """How cases run: ``constant_inputs`` (see :func:`inline_constant_inputs`), and
+    ``compiled``: through the whole compiler and the Python runtime (wgpu) instead of the
+    reference interpreter."""
+
+    constant_inputs: bool = False
+    compiled: bool = False
+
+
+def run_case(case_dir: Path | str, timeout: float | None = None, constant_inputs: bool = False,
+             compiled: bool = False) -> dict:
     """Import, run and check one case; never raises (except KeyboardInterrupt).
 
-    With ``timeout`` (seconds) and in the main thread, a SIGALRM timer stops the case.  With
-    ``constant_inputs``, see :func:`inline_constant_inputs`.
+    With ``timeout`` (seconds) and in the main thread, a SIGALRM timer stops the case.  See
+    :class:`RunOptions` for the other arguments.
     """
+    options = RunOptions(constant_inputs, compiled)
     case_dir = Path(case_dir)
     result: dict[str, Any] = {"name": case_dir.name, "status": "error", "stage": "load", "message": ""}
     started = time.perf_counter()
@@ -276,7 +292,7 @@ def run_case(case_dir: Path | str, timeout: float | None = None, constant_inputs
     try:
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore")
-            _run_case_steps(case_dir, result, constant_inputs)
+            _run_case_steps(case_dir, result, options)
     except KeyboardInterrupt:
         raise
     except CaseTimeout as error:
@@ -317,7 +333,7 @@ def inline_constant_inputs(model: onnx.ModelProto, values: dict[str, Any]) -> li
     return made
 
 
-def _run_case_steps(case_dir: Path, result: dict, constant_inputs: bool = False) -> None:
+def _run_case_steps(case_dir: Path, result: dict, options: RunOptions) -> None:
     model = load_onnx(case_dir / "model.onnx")
     graph = model.graph
     result["ops"] = sorted({(f"{n.domain}." if n.domain not in ("", "ai.onnx") else "") + n.op_type
@@ -329,7 +345,7 @@ def _run_case_steps(case_dir: Path, result: dict, constant_inputs: bool = False)
     expected_types = [value.type for value in graph.output]
     output_names = [value.name for value in graph.output]
     inputs: dict[str, Any] | None = None
-    if constant_inputs:
+    if options.constant_inputs:
         result["stage"] = "inputs"
         inputs = {name: read_value(path, type_proto) for name, (path, type_proto) in input_files.items()}
         made = inline_constant_inputs(model, inputs)
@@ -347,7 +363,14 @@ def _run_case_steps(case_dir: Path, result: dict, constant_inputs: bool = False)
         inputs = {name: read_value(path, type_proto) for name, (path, type_proto) in input_files.items()}
     expected = [read_value(data_dir / f"output_{index}.pb", type_proto) for index, type_proto in enumerate(expected_types)]
     result["stage"] = "run"
-    outputs = run_module(module, inputs)
+    if options.compiled:
+        try:
+            outputs = _run_compiled(module, inputs, case_dir.name, result)
+        except (UnsupportedModelError, DeductionError) as error:  # no GPU lowering, dtype or known shape yet
+            result.update(status="unsupported", error_type=type(error).__name__, message=_first_line(error))
+            return
+    else:
+        outputs = run_module(module, inputs)
     result["stage"] = "compare"
     if len(outputs) != len(expected):
         result.update(status="fail", message=f"{len(outputs)} output(s), expected {len(expected)}")
@@ -358,6 +381,20 @@ def _run_case_steps(case_dir: Path, result: dict, constant_inputs: bool = False)
             result.update(status="fail", message=problem)
             return
     result.update(status="pass", message="")
+
+
+def _run_compiled(module, inputs: dict[str, Any], name: str, result: dict) -> list[Any]:
+    """Compile the imported module into a bundle and run it with the Python runtime."""
+    from relaxweb.bundle import compile_module, write_bundle
+    from relaxweb.runtime import Session
+
+    result["stage"] = "compile"
+    compiled = compile_module(module, {})
+    with tempfile.TemporaryDirectory(prefix="relaxweb-case-") as folder:
+        manifest = write_bundle(compiled, folder, name)
+        result["stage"] = "run"
+        outputs = Session(folder).run(inputs)
+    return [outputs[item["name"]] for item in manifest["outputs"]]
 
 
 def _in_main_thread() -> bool:
@@ -384,7 +421,7 @@ def _innermost_frame(error: BaseException) -> str:
 
 
 def _worker_main(connection, timeout: float | None, memory_limit_bytes: int | None,
-                 constant_inputs: bool = False) -> None:
+                 options: RunOptions = RunOptions()) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles ^C and stops us
     if memory_limit_bytes:  # a case allocating without bound gets a MemoryError, not the machine
         try:
@@ -405,13 +442,13 @@ def _worker_main(connection, timeout: float | None, memory_limit_bytes: int | No
             return
         if task is None:
             return
-        connection.send(run_case(Path(task), timeout, constant_inputs))
+        connection.send(run_case(Path(task), timeout, options.constant_inputs, options.compiled))
 
 
 class _Worker:
-    def __init__(self, context, timeout: float | None, memory_limit_bytes: int | None, constant_inputs: bool) -> None:
+    def __init__(self, context, timeout: float | None, memory_limit_bytes: int | None, options: RunOptions) -> None:
         self.connection, child = context.Pipe()
-        self.process = context.Process(target=_worker_main, args=(child, timeout, memory_limit_bytes, constant_inputs),
+        self.process = context.Process(target=_worker_main, args=(child, timeout, memory_limit_bytes, options),
                                        daemon=True)
         self.process.start()
         child.close()
@@ -440,7 +477,7 @@ class _Worker:
 def run_cases(case_dirs: list[Path], jobs: int = 2, timeout: float | None = TIMEOUT_S,
               progress: Callable[[int, int, dict], None] | None = None,
               hard_kill_grace: float = HARD_KILL_GRACE_S, memory_limit_gb: float | None = 4.0,
-              constant_inputs: bool = False) -> list[dict]:
+              options: RunOptions = RunOptions()) -> list[dict]:
     """Run every case; results in the order of ``case_dirs``.
 
     ``jobs`` worker processes (0: in this process, with only the SIGALRM timeout).  A worker
@@ -457,14 +494,14 @@ def run_cases(case_dirs: list[Path], jobs: int = 2, timeout: float | None = TIME
 
     if jobs <= 0:
         for case_dir in case_dirs:
-            record(case_dir, run_case(case_dir, timeout, constant_inputs))
+            record(case_dir, run_case(case_dir, timeout, options.constant_inputs, options.compiled))
         return [results[c] for c in case_dirs]
 
     methods = multiprocessing.get_all_start_methods()
     context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
     memory_limit = int(memory_limit_gb * (1 << 30)) if memory_limit_gb else None
     pending = deque(case_dirs)
-    workers = [_Worker(context, timeout, memory_limit, constant_inputs) for _ in range(max(1, min(jobs, len(case_dirs))))]
+    workers = [_Worker(context, timeout, memory_limit, options) for _ in range(max(1, min(jobs, len(case_dirs))))]
     deadline = (timeout or 0) + hard_kill_grace if timeout else None
     try:
         while pending or any(w.task is not None for w in workers):
@@ -498,7 +535,7 @@ def run_cases(case_dirs: list[Path], jobs: int = 2, timeout: float | None = TIME
                 record(task, result)
                 if replace:
                     worker.stop(kill=True)
-                    workers[index] = _Worker(context, timeout, memory_limit, constant_inputs)
+                    workers[index] = _Worker(context, timeout, memory_limit, options)
     finally:
         for worker in workers:
             worker.stop(kill=worker.task is not None)
@@ -548,14 +585,18 @@ def by_op(results: list[dict]) -> list[tuple[str, dict[str, int]]]:
                   key=lambda item: (item[0].lower(), item[0]))
 
 
-def write_markdown(results: list[dict], path: Path, command: str, date: str, onnx_version: str) -> None:
+def write_markdown(results: list[dict], path: Path, command: str, date: str, onnx_version: str,
+                   compiled: bool = False) -> None:
     total = totals(results)
     rate = 100.0 * total["pass"] / total["cases"] if total["cases"] else 0.0
+    how = ("relaxweb's frontend, compiled by the whole pipeline into a bundle and run by the Python runtime",
+           "on WebGPU (wgpu; Mesa's lavapipe on a machine without a GPU; no bounds given),") if compiled else (
+           "relaxweb's frontend and run in the reference interpreter (`relaxweb.ir.interpreter.run_module`),", "")
     lines = [
-        "# ONNX operator test suite",
+        "# ONNX operator test suite" + (" through the compiler and WebGPU" if compiled else ""),
         "",
         "ONNX's backend node tests (one model per case, from the installed `onnx` package), imported by",
-        "relaxweb's frontend and run in the reference interpreter (`relaxweb.ir.interpreter.run_module`),",
+        *(line for line in how if line),
         f"compared with ONNX's expected outputs (floats: rtol {RTOL:g}, atol {ATOL:g}; integers and bools",
         "exactly; shapes and dtypes exactly). Generated by `scripts/onnx_node_tests.py`; do not edit by hand.",
         "",
@@ -660,7 +701,9 @@ def command_run(args: argparse.Namespace) -> int:
 
     dirs = [cases_dir / e["dir"] for e in entries]
     results = run_cases(dirs, args.jobs, args.timeout if args.timeout > 0 else None, progress,
-                        constant_inputs=args.constant_inputs)
+                        options=RunOptions(args.constant_inputs, args.compiled),
+                        # wasmtime reserves gigabytes of address space for a module's memory
+                        memory_limit_gb=None if args.compiled else 4.0)
     for entry, result in zip(entries, results):
         result["name"] = entry["name"]
         result["op"] = entry["op"]
@@ -671,16 +714,17 @@ def command_run(args: argparse.Namespace) -> int:
     date = datetime.date.today().isoformat()
     total = totals(results)
     report = {"command": command, "date": date, "onnx_version": onnx.__version__, "rtol": RTOL, "atol": ATOL,
-              "timeout_s": args.timeout, "constant_inputs": args.constant_inputs,
+              "timeout_s": args.timeout, "constant_inputs": args.constant_inputs, "compiled": args.compiled,
               "seconds": round(time.perf_counter() - started, 1), "totals": total,
               "by_op": {label: counts for label, counts in by_op(results)}, "cases": results}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1) + "\n")
     print(f"wrote {out}", file=sys.stderr)
-    doc = args.doc if args.doc is not None else (None if args.filter or args.constant_inputs else str(DEFAULT_DOC))
+    default_doc = DEFAULT_COMPILED_DOC if args.compiled else DEFAULT_DOC
+    doc = args.doc if args.doc is not None else (None if args.filter or args.constant_inputs else str(default_doc))
     if doc:
-        write_markdown(results, Path(doc), command, date, onnx.__version__)
+        write_markdown(results, Path(doc), command, date, onnx.__version__, args.compiled)
         print(f"wrote {doc}", file=sys.stderr)
     print(f"{total['cases']} cases: {total['pass']} passed, {total['fail']} failed, "
           f"{total['unsupported']} unsupported, {_plural(total['error'], 'error')} "
@@ -709,6 +753,9 @@ def make_parser() -> argparse.ArgumentParser:
     run.add_argument("--constant-inputs", action="store_true",
                      help="feed integer inputs of rank <= 1 (other than the first) as initializers, as exporters "
                      "write shapes and axes; not the default, which runs ONNX's cases as written")
+    run.add_argument("--compiled", action="store_true",
+                     help="compile each case into a bundle and run it with the Python runtime (wgpu) instead of "
+                     "the reference interpreter; compile errors (no GPU lowering, dtypes) count as unsupported")
     run.add_argument("-v", "--verbose", action="store_true", help="print each case's status")
     run.set_defaults(handler=command_run)
     return parser

@@ -48,6 +48,7 @@ RESHAPE = ["test_reshape_reordered_all_dims", "test_reshape_negative_dim"]
 def runner():
     spec = importlib.util.spec_from_file_location("onnx_node_tests", SCRIPT)
     module = importlib.util.module_from_spec(spec)
+    sys.modules["onnx_node_tests"] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
@@ -83,6 +84,13 @@ def test_generate_writes_onnx_test_data_and_an_index(cases: Path, runner) -> Non
 @pytest.mark.parametrize("name", PASSING)
 def test_supported_case_passes(cases: Path, runner, name: str) -> None:
     result = runner.run_case(cases / "node" / name, timeout=20)
+    assert result["status"] == "pass", result
+
+
+@pytest.mark.parametrize("name", ["test_add", "test_relu", "test_matmul_2d", "test_softmax_example", "test_gemm_transposeA"])
+def test_supported_case_passes_through_the_compiler_and_wgpu(cases: Path, runner, name: str) -> None:
+    """--compiled: import, compile into a bundle, run with the Python runtime (lavapipe here)."""
+    result = runner.run_case(cases / "node" / name, timeout=60, compiled=True)
     assert result["status"] == "pass", result
 
 
