@@ -17,6 +17,7 @@ import base64
 import contextlib
 import functools
 import http.server
+import json
 import shutil
 import tempfile
 import threading
@@ -57,6 +58,7 @@ TYPED_ARRAY_OF_DTYPE = {
     "uint8": "Uint8Array",
     "uint16": "Uint16Array",
     "uint32": "Uint32Array",
+    "bool": "Uint8Array",
 }
 
 #: The page run_in_browser loads: it imports the runtime and says when it is ready.
@@ -297,7 +299,13 @@ def run_in_browser(
         if error["name"] == "InputShapeError":
             raise InputShapeError(error["message"])
         raise RelaxwebError(f"the browser run failed: {error['name']}: {error['message']}")
-    return {name: _decode_array(output) for name, output in result["outputs"].items()}
+    outputs = {name: _decode_array(output) for name, output in result["outputs"].items()}
+    # A bool output comes back as a Uint8Array of 0/1: give it the manifest's dtype again.
+    manifest = json.loads((Path(bundle_dir) / "manifest.json").read_text())
+    for spec in manifest["outputs"]:
+        if spec["dtype"] == "bool" and spec["name"] in outputs:
+            outputs[spec["name"]] = outputs[spec["name"]] != 0
+    return outputs
 
 
 def _encode_array(name: str, array: np.ndarray) -> dict:
@@ -316,7 +324,7 @@ def _encode_array(name: str, array: np.ndarray) -> dict:
 
 def _decode_array(output: dict) -> np.ndarray:
     """An output from the page as a numpy array (dtype from the typed array it came from)."""
-    dtype_of_class = {array_class: dtype for dtype, array_class in TYPED_ARRAY_OF_DTYPE.items()}
+    dtype_of_class = {array_class: dtype for dtype, array_class in TYPED_ARRAY_OF_DTYPE.items() if dtype != "bool"}
     dtype = np.dtype(dtype_of_class[output["arrayClass"]]).newbyteorder("<")
     data = np.frombuffer(base64.b64decode(output["base64"]), dtype=dtype)
     return data.astype(dtype.newbyteorder("="), copy=True).reshape(output["shape"])

@@ -31,7 +31,16 @@ FORMAT = "relaxweb-bundle"
 VERSION = 1
 SHARD_BYTES = 32 * 1024 * 1024
 RUNTIME_JS = Path(__file__).parent / "runtime_js"
-SUPPORTED_DTYPES = ("float32", "int32")
+SUPPORTED_DTYPES = ("float32", "int32", "uint32", "int64", "bool")
+# WGSL has no 64-bit integers and no bool buffers: on the device an int64 tensor is int32
+# (checked at the boundary: weights at build time, inputs by the runtimes) and a bool tensor
+# is uint32 0/1. The manifest gives both the model's dtype and this device dtype.
+DEVICE_DTYPES = {"int64": "int32", "bool": "uint32"}
+
+
+def device_dtype(dtype: str) -> str:
+    """The dtype a tensor of ``dtype`` has in GPU memory."""
+    return DEVICE_DTYPES.get(dtype, dtype)
 
 Progress = Callable[[str], None]
 
@@ -132,8 +141,8 @@ def write_bundle(module: IRModule, out_dir: str | Path, source: str, progress: P
         "format": FORMAT,
         "version": VERSION,
         "model": source,
-        "inputs": [{"name": i.name, "dtype": i.dtype, "shape": _shape_json(i.shape), "storage": i.storage} for i in host.inputs],
-        "outputs": [{"name": o.name, "dtype": o.dtype, "shape": _shape_json(o.shape) if o.shape is not None else None,
+        "inputs": [{"name": i.name, "dtype": i.dtype, "device_dtype": device_dtype(i.dtype), "shape": _shape_json(i.shape), "storage": i.storage} for i in host.inputs],
+        "outputs": [{"name": o.name, "dtype": o.dtype, "device_dtype": device_dtype(o.dtype), "shape": _shape_json(o.shape) if o.shape is not None else None,
                      "ndim": o.ndim, "storage": o.storage} for o in host.outputs],
         "symbolic_vars": [{"name": name, "bound": bound} for name, bound in host.bounds],
         "storages": storages,
@@ -203,18 +212,34 @@ def _write_weights(host: HostFunction, out: Path) -> tuple[list, list]:
         chunks, size = [], 0
 
     for weight in host.weights:
-        raw = np.ascontiguousarray(weight.data).tobytes()
+        dtype = str(weight.data.dtype)
+        raw = _device_array(weight.name, np.asarray(weight.data)).tobytes()
         padded = raw + b"\0" * ((-len(raw)) % 4)
         if size and size + len(padded) > SHARD_BYTES:
             close_shard()
         weights.append({
-            "name": weight.name, "dtype": str(weight.data.dtype), "shape": [int(d) for d in weight.data.shape],
+            "name": weight.name, "dtype": dtype, "device_dtype": device_dtype(dtype), "shape": [int(d) for d in weight.data.shape],
             "shard": len(shards), "offset": size, "nbytes": len(raw),
         })
         chunks.append(padded)
         size += len(padded)
     close_shard()
     return weights, shards
+
+
+def _device_array(name: str, data: np.ndarray) -> np.ndarray:
+    """A weight's values as the GPU holds them (little endian): int64 -> int32, bool -> uint32."""
+    dtype = str(data.dtype)
+    if dtype == "int64":
+        info = np.iinfo(np.int32)
+        outside = (data < info.min) | (data > info.max)
+        if outside.any():
+            value = int(data[outside].flat[0])
+            raise UnsupportedModelError(
+                f"weight '{name}' (int64) holds {value}, outside the int32 range the GPU uses for int64 tensors"
+            )
+    target = np.dtype(device_dtype(dtype)).newbyteorder("<")
+    return np.ascontiguousarray(data.astype(target))
 
 
 def _required_limits(kernels: list, storages: list, weights: list) -> dict:

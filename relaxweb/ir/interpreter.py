@@ -22,7 +22,7 @@ from .module import IRModule
 from .struct_info import PrimStructInfo, TensorStructInfo
 from .symbolic import PrimExpr, SizeVar, evaluate, format_expr, free_vars
 from .tir import (
-    Binary, Cast, Compare, FloatImm, IndexValue, Load, Reduce, ScalarExpr, Select, TensorProgram, Unary,
+    Binary, Cast, Compare, FloatImm, Gather, IndexValue, Load, Reduce, ScalarExpr, Select, TensorProgram, Unary,
     scalar_dtype,
 )
 
@@ -200,7 +200,7 @@ def run_program(program: TensorProgram, arrays: list[np.ndarray], size_vars: Map
 
 _BINARY_FUNCTIONS = {
     "add": np.add, "subtract": np.subtract, "multiply": np.multiply,
-    "divide": np.divide, "maximum": np.maximum, "minimum": np.minimum,
+    "divide": np.divide, "maximum": np.maximum, "minimum": np.minimum, "power": np.power,
 }
 _COMPARE_FUNCTIONS = {
     "lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
@@ -221,6 +221,16 @@ def _evaluate_scalar(expr: ScalarExpr, buffers: dict, environment: dict, shape: 
     if isinstance(expr, Load):
         index = tuple(np.asarray(evaluate(i, environment)) for i in expr.indices)
         return _load(buffers[expr.buffer.name], expr.buffer.name, index, guarded)
+    if isinstance(expr, Gather):
+        array = buffers[expr.buffer.name]
+        index = []
+        for position, extent in zip(expr.indices, array.shape):
+            if isinstance(position, ScalarExpr):  # computed at run time: clamped into the extent
+                value = np.asarray(recurse(position)).astype(np.int64)
+                index.append(np.clip(value, 0, max(extent - 1, 0)))
+            else:
+                index.append(np.asarray(evaluate(position, environment)))
+        return _load(array, expr.buffer.name, tuple(index), guarded)
     if isinstance(expr, FloatImm):
         return np.asarray(expr.value, dtype=expr.dtype)
     if isinstance(expr, IndexValue):
@@ -255,7 +265,7 @@ def _evaluate_scalar(expr: ScalarExpr, buffers: dict, environment: dict, shape: 
         body = np.broadcast_to(body, (extent,) + np.broadcast_shapes(*(np.shape(v) for v in inner.values()))[1:])
         if extent == 0:
             return np.full(body.shape[1:], _reduce_identity(expr.combiner, scalar_dtype(expr.body)))
-        return {"sum": np.sum, "max": np.max, "min": np.min}[expr.combiner](body, axis=0)
+        return {"sum": np.sum, "max": np.max, "min": np.min, "prod": np.prod}[expr.combiner](body, axis=0)
     raise TypeError(f"cannot evaluate {type(expr).__name__}")
 
 
@@ -283,6 +293,8 @@ def _reduce_identity(combiner: str, dtype: str):
     """What a reduction over an empty range gives (sum 0, max lowest, min highest)."""
     if combiner == "sum":
         return np.zeros((), dtype=dtype)
+    if combiner == "prod":
+        return np.ones((), dtype=dtype)
     if np.issubdtype(np.dtype(dtype), np.floating):
         return np.asarray(-np.inf if combiner == "max" else np.inf, dtype=dtype)
     info = np.iinfo(np.dtype(dtype))

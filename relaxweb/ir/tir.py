@@ -13,6 +13,8 @@ variables that appear in them, and each call site binds them.  This form is easy
 
 Index expressions are :class:`~relaxweb.ir.symbolic.PrimExpr` over the axes and size
 variables; axis variables are ``SizeVar`` whose names do not clash with size variables.
+An indirect load (:class:`Gather`) also takes indices computed at run time (scalar
+expressions, e.g. a value loaded from an index tensor), clamped into the buffer's extents.
 
 Scalar expressions have a dtype (:func:`scalar_dtype`): a load has its buffer's, an
 :class:`IndexValue` (an index expression used as a value, e.g. an element count) is
@@ -53,6 +55,27 @@ class Load(ScalarExpr):
 
 
 @dataclass(frozen=True)
+class Gather(ScalarExpr):
+    """``buffer[indices]`` where some indices are computed at run time (an indirect load).
+
+    Each index is either an index expression (:class:`~relaxweb.ir.symbolic.PrimExpr` over
+    the axes and size variables) or an integer scalar expression, typically a value loaded
+    from an index tensor (``Cast("int32", Load(indices, ...))``); the generated code uses it
+    as an ``i32``.  A scalar index is clamped into ``[0, extent)`` of its dimension, so the
+    load never reads out of bounds (callers wrap negative ONNX indices themselves, e.g.
+    ``select(i < 0, i + n, i)``; an index still out of range reads the nearest element).
+    """
+
+    buffer: Buffer
+    indices: tuple  # of PrimExpr | ScalarExpr
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "indices", tuple(
+            i if isinstance(i, ScalarExpr) else as_expr(i) for i in self.indices
+        ))
+
+
+@dataclass(frozen=True)
 class FloatImm(ScalarExpr):
     """A constant of ``dtype`` (integer dtypes too: ``FloatImm(0, "int32")``)."""
 
@@ -62,7 +85,11 @@ class FloatImm(ScalarExpr):
 
 @dataclass(frozen=True)
 class Binary(ScalarExpr):
-    """``op`` is one of add, subtract, multiply, divide, maximum, minimum."""
+    """``op`` is one of add, subtract, multiply, divide, maximum, minimum, power.
+
+    ``power`` is float only and follows WGSL's ``pow``: undefined for a negative base (and
+    for 0 to a non-positive power); legalizations handle negative bases themselves.
+    """
 
     op: str
     a: ScalarExpr
@@ -79,9 +106,9 @@ class Unary(ScalarExpr):
 
 @dataclass(frozen=True)
 class Reduce(ScalarExpr):
-    """``combiner`` (sum, max or min) of ``body`` over ``axis`` in ``[0, extent)``.
+    """``combiner`` (sum, prod, max or min) of ``body`` over ``axis`` in ``[0, extent)``.
 
-    Over an empty range, sum is 0, max the lowest and min the highest value of the dtype.
+    Over an empty range, sum is 0, prod 1, max the lowest and min the highest value of the dtype.
     """
 
     combiner: str
@@ -134,16 +161,16 @@ class Select(ScalarExpr):
     b: ScalarExpr
 
 
-BINARY_OPS = ("add", "subtract", "multiply", "divide", "maximum", "minimum")
+BINARY_OPS = ("add", "subtract", "multiply", "divide", "maximum", "minimum", "power")
 # Math functions with the same name and meaning in numpy and WGSL (float operands).
 MATH_FUNCTIONS = (
     "sqrt", "log", "floor", "ceil", "round", "sin", "cos", "tan", "asin", "acos", "atan",
     "asinh", "acosh", "atanh",
 )
 UNARY_OPS = ("exp", "tanh", "negative", "sigmoid", *MATH_FUNCTIONS)
-REDUCE_COMBINERS = ("sum", "max", "min")
+REDUCE_COMBINERS = ("sum", "max", "min", "prod")
 COMPARE_OPS = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
-CAST_DTYPES = ("float32", "int32", "uint32", "bool")
+CAST_DTYPES = ("float32", "int32", "uint32", "bool", "int64")  # int64 is i32 in WGSL
 
 
 def scalar_children(expr: ScalarExpr) -> tuple[ScalarExpr, ...]:
@@ -156,12 +183,14 @@ def scalar_children(expr: ScalarExpr) -> tuple[ScalarExpr, ...]:
         return (expr.body,)
     if isinstance(expr, Select):
         return (expr.condition, expr.a, expr.b)
+    if isinstance(expr, Gather):
+        return tuple(i for i in expr.indices if isinstance(i, ScalarExpr))
     return ()
 
 
 def scalar_dtype(expr: ScalarExpr) -> str:
     """The dtype of a scalar expression's value."""
-    if isinstance(expr, Load):
+    if isinstance(expr, (Load, Gather)):
         return expr.buffer.dtype
     if isinstance(expr, FloatImm):
         return expr.dtype
@@ -201,6 +230,8 @@ def index_exprs(expr: ScalarExpr) -> list[PrimExpr]:
     def visit(node: ScalarExpr) -> None:
         if isinstance(node, Load):
             found.extend(node.indices)
+        elif isinstance(node, Gather):
+            found.extend(i for i in node.indices if not isinstance(i, ScalarExpr))
         elif isinstance(node, IndexValue):
             found.append(node.value)
         elif isinstance(node, Reduce):
@@ -243,6 +274,9 @@ def format_scalar(expr: ScalarExpr) -> str:
     """Readable text of a scalar expression, used by the printer and in WGSL comments."""
     if isinstance(expr, Load):
         return f"{expr.buffer.name}[{', '.join(format_expr(i) for i in expr.indices)}]"
+    if isinstance(expr, Gather):
+        indices = (format_scalar(i) if isinstance(i, ScalarExpr) else format_expr(i) for i in expr.indices)
+        return f"{expr.buffer.name}[{', '.join(indices)}]"
     if isinstance(expr, FloatImm):
         return repr(expr.value)
     if isinstance(expr, Binary):

@@ -19,10 +19,19 @@ Deduction: binary ops broadcast (``broadcast_shapes``: 1 takes the other side, o
 dims must be provably equal); with an operand of unknown shape the result's shape is unknown
 and its rank the larger of the two (unknown if either rank is).
 
-Legalization uses the scalar nodes of ``ir/tir.py`` (add, subtract, multiply, divide,
-maximum, minimum, exp, tanh, negative, sigmoid, Compare, Select).  Ops that need a scalar
-function the IR does not have (sqrt, log, sin, floor, erf, pow, …) register no legalization:
-they import and run in the interpreter, and building lists them as having no GPU lowering.
+Legalization uses the scalar nodes of ``ir/tir.py`` (Binary, Unary with the WGSL math
+functions, Compare, Select).  ``erf`` (and exact ``gelu``) use a float32 approximation:
+``x * P(x^2)`` (Taylor, 12 terms) for ``|x| < 0.75`` and ``1 - erfc`` with the Numerical
+Recipes Chebyshev fit of ``erfc`` (relative error 1.2e-7) above; max abs error 1.3e-7 in float32
+arithmetic (on a GPU, WGSL's ``exp`` precision adds a little).  ``power`` with a constant
+exponent that is a small integer (|n| <= 8) multiplies (``x*x*x``), 0.5 is ``sqrt``; otherwise
+it uses WGSL ``pow`` on ``|a|`` and puts the sign back for integer exponents; a negative base
+with a non-integer exponent gives WGSL's undefined ``pow`` result (numpy: NaN), and integer
+tensors go through float32 (exact up to 2^24).  ``mod`` is ``a - b * floor(a / b)`` (or
+``trunc`` for fmod) on floats, computed in float32 (not exact for huge quotients); integer
+``mod`` has no GPU lowering.  ``softplus`` is ``max(x, 0) + log(1 + exp(-|x|))``, ``mish``
+``x * tanh(softplus(x))``.  Ops without a body register no legalization: they import and run in
+the interpreter, and building lists them as having no GPU lowering.
 """
 
 from __future__ import annotations
@@ -32,9 +41,10 @@ from typing import Callable
 
 import numpy as np
 
-from ..ir.expr import Call, tensor_dtype
+from ..errors import UnsupportedModelError
+from ..ir.expr import Call, Constant, tensor_dtype
 from ..ir.struct_info import TensorStructInfo
-from ..ir.tir import MATH_FUNCTIONS, Binary, Compare, FloatImm, ScalarExpr, Select, Unary
+from ..ir.tir import MATH_FUNCTIONS, Binary, Cast, Compare, FloatImm, ScalarExpr, Select, Unary
 from .common import (
     broadcast_shapes, expect_args, load_broadcast, make_program, needs_known_shapes, require_float,
     require_tensor, same_dtype, unknown_rank_join,
@@ -138,7 +148,103 @@ def _deduce_binary(name: str):
     return deduce
 
 
+def _trunc(q: ScalarExpr, dtype: str) -> ScalarExpr:
+    return Select(Compare("lt", q, FloatImm(0, dtype)), Unary("ceil", q), Unary("floor", q))
+
+
+def _legalize_mod(context, call: Call):
+    info = call.struct_info
+    if info.dtype != "float32":
+        raise UnsupportedModelError(f"mod: no GPU lowering for {info.dtype} tensors yet (float32 only)")
+    rounding = _trunc if call.attrs.get("fmod") else (lambda q, dtype: Unary("floor", q))
+
+    def body(axes, buffers):
+        a, b = load_broadcast(buffers[0], axes), load_broadcast(buffers[1], axes)
+        general = Binary("subtract", a, Binary("multiply", b, rounding(Binary("divide", a, b), info.dtype)))
+        # a finite dividend and an infinite divisor (where the formula gives NaN): a, or for the
+        # floor mod with opposite signs the divisor (as numpy / Python)
+        largest = _imm(3.4028234663852886e38, info.dtype)
+        pick = a if call.attrs.get("fmod") else Select(
+            Compare("eq", Compare("ge", a, _imm(0.0, info.dtype)), Compare("gt", b, _imm(0.0, info.dtype))), a, b)
+        return Select(Compare("gt", _abs(b), largest),
+                      Select(Compare("le", _abs(a), largest), pick, general), general)
+
+    return context.call_tir(make_program("mod", call.args, info.shape, info.dtype, body), call.args)
+
+
+def _constant_exponent(expr) -> float | None:
+    """The exponent's value when it is a constant with one value everywhere."""
+    if not isinstance(expr, Constant) or expr.data.size == 0:
+        return None
+    data = np.asarray(expr.data, dtype=np.float64).reshape(-1)
+    return float(data[0]) if np.all(data == data[0]) else None
+
+
+def _integer_power(x: ScalarExpr, n: int, dtype: str) -> ScalarExpr:
+    """``x ** n`` by multiplications (``n`` a small integer; 0 gives 1, as ONNX)."""
+    if n == 0:
+        return FloatImm(1, "int32" if dtype == "int64" else dtype)  # int64 lives as i32 on the device
+    result = x
+    for _ in range(abs(n) - 1):
+        result = Binary("multiply", result, x)
+    return Binary("divide", FloatImm(1, dtype), result) if n < 0 else result
+
+
+def _float_power(a: ScalarExpr, b: ScalarExpr, constant: float | None) -> ScalarExpr:
+    """``a ** b`` in float32 with WGSL ``pow``, which is undefined for a negative base: it
+    runs on ``|a|`` and the sign comes back for odd integer exponents."""
+    magnitude = Binary("power", _abs(a), b)
+    if constant is None:  # x ** 0 is 1 (ONNX), where WGSL's pow(0, 0) is undefined
+        magnitude = Select(Compare("eq", b, FloatImm(0.0, "float32")), FloatImm(1.0, "float32"), magnitude)
+    negative = Compare("lt", a, FloatImm(0.0, "float32"))
+    if constant is not None:
+        if constant != math.floor(constant):
+            return Binary("power", a, b)  # a negative base gives NaN (numpy) / undefined (WGSL)
+        if constant % 2 == 0:
+            return magnitude
+        return Select(negative, Unary("negative", magnitude), magnitude)
+    half = Binary("multiply", b, FloatImm(0.5, "float32"))
+    odd = Compare("ne", Unary("floor", half), half)
+    signed = Select(odd, Unary("negative", magnitude), magnitude)
+    integer = Compare("eq", Unary("floor", b), b)
+    return Select(negative, Select(integer, signed, Binary("power", a, b)), magnitude)
+
+
+def _legalize_power(context, call: Call):
+    info = call.struct_info
+    dtype = info.dtype
+    if dtype not in ("float32", "int32", "int64"):  # int64 lives as i32 on the device
+        raise UnsupportedModelError(f"power: no GPU lowering for {dtype} tensors yet")
+    constant = _constant_exponent(call.args[1])
+    if constant is not None and constant == int(constant) and abs(constant) <= 8 and (dtype == "float32" or constant >= 0):
+        def body(axes, buffers):
+            return _integer_power(load_broadcast(buffers[0], axes), int(constant), dtype)
+
+        program = make_program("power", call.args[:1], info.shape, dtype, body)
+        return context.call_tir(program, call.args[:1])
+    if constant == 0.5 and dtype == "float32":
+        program = make_program("power", call.args[:1], info.shape, dtype,
+                               lambda axes, buffers: Unary("sqrt", load_broadcast(buffers[0], axes)))
+        return context.call_tir(program, call.args[:1])
+
+    def to_float(x: ScalarExpr, source: str) -> ScalarExpr:
+        return x if source == "float32" else Cast("float32", x)
+
+    def body(axes, buffers):
+        a = to_float(load_broadcast(buffers[0], axes), buffers[0].dtype)
+        b = to_float(load_broadcast(buffers[1], axes), buffers[1].dtype)
+        result = _float_power(a, b, constant)
+        return result if dtype == "float32" else Cast("int32", Unary("round", result))
+
+    return context.call_tir(make_program("power", call.args, info.shape, dtype, body), call.args)
+
+
+SPECIAL_BINARY = {"mod": _legalize_mod, "power": _legalize_power}
+
+
 def _legalize_binary(name: str):
+    if name in SPECIAL_BINARY:
+        return SPECIAL_BINARY[name]
     scalar = BINARY_BODIES[name]
 
     def legalize(context, call: Call):
@@ -172,7 +278,7 @@ for _name in BINARY_REFERENCE:
     register_op(
         _name,
         deduce=_deduce_binary(_name),
-        legalize=needs_known_shapes(_legalize_binary(_name)) if _name in BINARY_BODIES else None,
+        legalize=needs_known_shapes(_legalize_binary(_name)) if _name in BINARY_BODIES or _name in SPECIAL_BINARY else None,
         reference=_reference_binary(_name),
     )
 
@@ -204,6 +310,38 @@ def _elu_body(x: ScalarExpr, alpha: float, dtype: str) -> ScalarExpr:
 def _hard_sigmoid_body(x: ScalarExpr, alpha: float, beta: float, dtype: str) -> ScalarExpr:
     linear = Binary("add", Binary("multiply", _imm(alpha, dtype), x), _imm(beta, dtype))
     return Binary("maximum", _imm(0.0, dtype), Binary("minimum", _imm(1.0, dtype), linear))
+
+
+# erf: Taylor series below ERF_CUT, 1 - erfc (Numerical Recipes' erfcc) above.
+ERF_CUT = 0.75
+ERF_TAYLOR = tuple(2 / math.sqrt(math.pi) * (-1) ** n / (math.factorial(n) * (2 * n + 1)) for n in range(12))
+ERFC_CHEBYSHEV = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.27886807, -1.13520398,
+                  1.48851587, -0.82215223, 0.17087277)
+
+
+def _horner(coefficients, t: ScalarExpr, dtype: str) -> ScalarExpr:
+    result: ScalarExpr = _imm(coefficients[-1], dtype)
+    for c in coefficients[-2::-1]:
+        result = Binary("add", Binary("multiply", result, t), _imm(c, dtype))
+    return result
+
+
+def _erf_body(x: ScalarExpr, dtype: str) -> ScalarExpr:
+    """erf in float32 arithmetic, max abs error 1.3e-7 (see the module docstring)."""
+    magnitude = _abs(x)
+    small = Binary("multiply", x, _horner(ERF_TAYLOR, Binary("multiply", x, x), dtype))
+    z = Binary("minimum", magnitude, _imm(10.0, dtype))  # erfc(10) is 2e-45: no overflow in z*z
+    t = Binary("divide", _imm(1.0, dtype), Binary("add", _imm(1.0, dtype), Binary("multiply", _imm(0.5, dtype), z)))
+    exponent = Binary("add", Unary("negative", Binary("multiply", z, z)), _horner(ERFC_CHEBYSHEV, t, dtype))
+    large = Binary("subtract", _imm(1.0, dtype), Binary("multiply", t, Unary("exp", exponent)))
+    sign = Select(Compare("lt", x, _imm(0.0, dtype)), _imm(-1.0, dtype), _imm(1.0, dtype))
+    return Select(Compare("lt", magnitude, _imm(ERF_CUT, dtype)), small, Binary("multiply", sign, large))
+
+
+def _softplus_body(x: ScalarExpr, dtype: str) -> ScalarExpr:
+    """log(1 + exp(x)) without overflow: max(x, 0) + log(1 + exp(-|x|))."""
+    tail = Unary("log", Binary("add", _imm(1.0, dtype), Unary("exp", Unary("negative", _abs(x)))))
+    return Binary("add", Binary("maximum", x, _imm(0.0, dtype)), tail)
 
 
 SELU_ALPHA, SELU_GAMMA = 1.67326319217681884765625, 1.05070102214813232421875
@@ -244,6 +382,11 @@ UNARY_BODIES: dict[str, Callable[[ScalarExpr, dict, str], ScalarExpr]] = {
     "hard_sigmoid": lambda x, attrs, dtype: _hard_sigmoid_body(x, attrs.get("alpha", 0.2), attrs.get("beta", 0.5), dtype),
     "hard_swish": lambda x, attrs, dtype: Binary("multiply", x, _hard_sigmoid_body(x, 1 / 6, 0.5, dtype)),
     "gelu_tanh": lambda x, attrs, dtype: _gelu_tanh_body(x, dtype),
+    "erf": lambda x, attrs, dtype: _erf_body(x, dtype),
+    "gelu": lambda x, attrs, dtype: Binary("multiply", Binary("multiply", _imm(0.5, dtype), x), Binary(
+        "add", _imm(1.0, dtype), _erf_body(Binary("multiply", x, _imm(1 / math.sqrt(2), dtype)), dtype))),
+    "softplus": lambda x, attrs, dtype: _softplus_body(x, dtype),
+    "mish": lambda x, attrs, dtype: Binary("multiply", x, Unary("tanh", _softplus_body(x, dtype))),
     # WGSL built-ins (float only; see tir.MATH_FUNCTIONS)
     **{name: (lambda function: lambda x, attrs, dtype: Unary(function, x))(name) for name in MATH_FUNCTIONS},
 }

@@ -1,10 +1,14 @@
 """Indexing ops: gathers and scatters by index tensors, and ``nonzero``.
 
-Their loads go through index values read from a tensor (an indirect load), which the scalar
-IR of tensor programs cannot express (load indices are index expressions over the axes and
-size variables): they import, deduce and run in the interpreter, but have no GPU lowering
-yet.  (The frontend turns a Gather by a constant or symbolic scalar index into a
-``strided_slice``, which does lower.)  Negative indices count from the end, as in ONNX.
+Their loads go through index values read from a tensor: an indirect load
+(:class:`~relaxweb.ir.tir.Gather`).  ``take``, ``gather_elements`` and ``gather_nd`` legalize
+to one tensor program each: the index is loaded, cast to ``int32`` (int64 index tensors live
+as i32 on the device), wrapped when negative (``i + extent``) and clamped into the extent by
+the Gather (so an out-of-range index reads the nearest element on the GPU, where the
+interpreter's reference semantics raise).  The scatters and ``nonzero`` import, deduce and
+run in the interpreter but have no GPU lowering yet.  (The frontend turns a Gather by a
+constant or symbolic scalar index into a ``strided_slice``.)  Negative indices count from
+the end, as in ONNX.
 
 - ``take(data, indices, axis=0)``: ONNX Gather; the result's shape is
   ``data.shape[:axis] + indices.shape + data.shape[axis + 1:]``.
@@ -22,9 +26,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ir.expr import Call
 from ..ir.struct_info import TensorStructInfo
-from ..ir.symbolic import as_int, format_expr, prove_equal
-from .common import expect_args, normalize_axis, require_tensor
+from ..ir.symbolic import IntImm, PrimExpr, as_int, format_expr, prove_equal
+from ..ir.tir import Binary, Buffer, Cast, Compare, FloatImm, Gather, IndexValue, Load, ScalarExpr, Select
+from .common import expect_args, make_program, needs_known_shapes, normalize_axis, require_tensor
 from .registry import DeductionError, register_op
 
 REDUCTIONS = ("none", "add", "mul", "max", "min")
@@ -35,6 +41,14 @@ def _require_indices(op: str, expr, position: int) -> TensorStructInfo:
     if not info.dtype.startswith("int"):
         raise DeductionError(f"{op}: the indices must be integers, got {info.dtype}")
     return info
+
+
+def _wrapped_index(indices: Buffer, positions: tuple[PrimExpr, ...], extent: PrimExpr) -> ScalarExpr:
+    """``indices[positions]`` as an int32, plus ``extent`` when negative (ONNX semantics)."""
+    value: ScalarExpr = Load(indices, positions)
+    if indices.dtype != "int32":
+        value = Cast("int32", value)
+    return Select(Compare("lt", value, FloatImm(0, "int32")), Binary("add", value, IndexValue(extent)), value)
 
 
 def _normalize(indices: np.ndarray, extent) -> np.ndarray:
@@ -72,7 +86,21 @@ def take_reference(arrays, attrs):
     return np.ascontiguousarray(np.take(data, _normalize(indices, data.shape[axis]), axis=axis))
 
 
-register_op("take", deduce=deduce_take, reference=take_reference)
+def legalize_take(context, call: Call):
+    info = call.struct_info
+    data_rank = len(call.args[0].struct_info.shape)
+    index_rank = len(call.args[1].struct_info.shape)
+    axis = normalize_axis("take", call.attrs.get("axis", 0), data_rank)
+
+    def body(axes, buffers):
+        data, indices = buffers
+        index = _wrapped_index(indices, tuple(axes[axis:axis + index_rank]), data.shape[axis])
+        return Gather(data, (*axes[:axis], index, *axes[axis + index_rank:]))
+
+    return context.call_tir(make_program("take", call.args, info.shape, info.dtype, body), call.args)
+
+
+register_op("take", deduce=deduce_take, reference=take_reference, legalize=needs_known_shapes(legalize_take))
 
 
 # gather_elements -------------------------------------------------------------------------------
@@ -96,7 +124,20 @@ def gather_elements_reference(arrays, attrs):
     return np.ascontiguousarray(np.take_along_axis(data, _normalize(indices, data.shape[axis]), axis=axis))
 
 
-register_op("gather_elements", deduce=deduce_gather_elements, reference=gather_elements_reference)
+def legalize_gather_elements(context, call: Call):
+    info = call.struct_info
+    axis = normalize_axis("gather_elements", call.attrs.get("axis", 0), len(info.shape))
+
+    def body(axes, buffers):
+        data, indices = buffers
+        index = _wrapped_index(indices, tuple(axes), data.shape[axis])
+        return Gather(data, (*axes[:axis], index, *axes[axis + 1:]))
+
+    return context.call_tir(make_program("gather_elements", call.args, info.shape, info.dtype, body), call.args)
+
+
+register_op("gather_elements", deduce=deduce_gather_elements, reference=gather_elements_reference,
+            legalize=needs_known_shapes(legalize_gather_elements))
 
 
 # gather_nd -------------------------------------------------------------------------------------
@@ -140,7 +181,25 @@ def gather_nd_reference(arrays, attrs):
     return np.ascontiguousarray(out.reshape(indices.shape[:-1] + data.shape[batch_dims + depth:]))
 
 
-register_op("gather_nd", deduce=deduce_gather_nd, reference=gather_nd_reference)
+def legalize_gather_nd(context, call: Call):
+    info = call.struct_info
+    batch_dims = int(call.attrs.get("batch_dims", 0))
+    index_shape = call.args[1].struct_info.shape
+    depth = as_int(index_shape[-1])
+    outer = len(index_shape) - 1  # output axes that run over the index tuples
+
+    def body(axes, buffers):
+        data, indices = buffers
+        picked = tuple(
+            _wrapped_index(indices, (*axes[:outer], IntImm(j)), data.shape[batch_dims + j]) for j in range(depth)
+        )
+        return Gather(data, (*axes[:batch_dims], *picked, *axes[outer:]))
+
+    return context.call_tir(make_program("gather_nd", call.args, info.shape, info.dtype, body), call.args)
+
+
+register_op("gather_nd", deduce=deduce_gather_nd, reference=gather_nd_reference,
+            legalize=needs_known_shapes(legalize_gather_nd))
 
 
 # scatters --------------------------------------------------------------------------------------

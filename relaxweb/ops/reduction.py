@@ -9,11 +9,11 @@ keeps each reduced axis with extent 1.  Over an empty range a reduction gives it
 (``sum`` 0, ``prod`` 1, ``log_sum`` and ``log_sum_exp`` -inf); ``max`` and ``min`` of an empty
 range are a deduction error (the ONNX importer folds them to constants when it can).
 
-``sum``, ``mean``, ``max``, ``min``, ``l1_norm`` and ``sum_square`` legalize to one tensor
-program with nested ``Reduce`` over the reduced axes; ``mean`` divides the sum by the element
-count, converted from the (symbolic) extents with ``Cast(IndexValue(...))``.  ``prod``,
-``l2_norm``, ``log_sum`` and ``log_sum_exp`` need a product combiner, sqrt or log, which the
-scalar IR lacks: they have no GPU lowering yet.
+``sum``, ``mean``, ``max``, ``min``, ``prod``, ``l1_norm``, ``l2_norm``, ``sum_square`` and
+``log_sum`` legalize to one tensor program with nested ``Reduce`` over the reduced axes;
+``mean`` divides the sum by the element count, converted from the (symbolic) extents with
+``Cast(IndexValue(...))``; ``l2_norm`` / ``log_sum`` apply sqrt / log to the sum.
+``log_sum_exp`` (a max, then a shifted sum) has no GPU lowering yet.
 
 ``argmax`` / ``argmin(x, axis=0, keepdims=True, select_last_index=False)``: int64 indices of
 the first (or last) extreme along ``axis``; no GPU lowering (int64 output).
@@ -101,7 +101,12 @@ LEGALIZED = {
     "min": ("min", lambda x: x),
     "l1_norm": ("sum", lambda x: Binary("maximum", x, Unary("negative", x))),
     "sum_square": ("sum", lambda x: Binary("multiply", x, x)),
+    "prod": ("prod", lambda x: x),
+    "l2_norm": ("sum", lambda x: Binary("multiply", x, x)),
+    "log_sum": ("sum", lambda x: x),
 }
+# Applied to the reduced value.
+FINISH = {"l2_norm": lambda x: Unary("sqrt", x), "log_sum": lambda x: Unary("log", x)}
 
 REDUCTIONS = {name: LEGALIZED.get(name, (None, None))[0] for name in NUMPY}
 FLOAT_ONLY = {"mean", "log_sum", "log_sum_exp"}
@@ -207,6 +212,8 @@ def _legalize(name: str):
             if name == "mean":
                 count = product(source_shape[d] for d in axes)
                 expr = Binary("divide", expr, Cast(info.dtype, IndexValue(count)))
+            if name in FINISH:
+                expr = FINISH[name](expr)
             return expr
 
         program = make_program(name, [data], info.shape, info.dtype, body)

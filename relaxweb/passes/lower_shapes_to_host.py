@@ -28,8 +28,9 @@ from ..ir.host import (
 )
 from ..ir.module import IRModule
 from ..ir.printer import format_value
-from ..ir.struct_info import DTYPE_SIZES, PrimStructInfo, TensorStructInfo
-from ..ir.symbolic import PrimExpr, SizeVar, as_int, format_expr, product, simplify, substitute
+from ..ir.struct_info import PrimStructInfo, TensorStructInfo
+from .plan_memory import tensor_bytes
+from ..ir.symbolic import PrimExpr, SizeVar, as_int, format_expr, product, substitute
 
 
 def lower_shapes_to_host(module: IRModule) -> IRModule:
@@ -158,7 +159,7 @@ class _Lowering:
             self.storage_of[param] = len(self.storages)
             self.host_shape[param] = info.shape
             self.inputs.append(HostInput(name, info.dtype, info.shape, len(self.storages)))
-            self.storages.append(HostStorage(simplify(product(info.shape) * DTYPE_SIZES[info.dtype]), "input"))
+            self.storages.append(HostStorage(tensor_bytes(info), "input"))
 
     def detail(self, expected: PrimExpr) -> str:
         if as_int(expected) is not None:

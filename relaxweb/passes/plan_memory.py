@@ -26,13 +26,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from ..errors import UnsupportedModelError
 from ..ir.builder import FunctionBuilder
 from ..ir.expr import (
     AllocStorage, AllocTensor, BindingBlock, Call, CallTIR, CallTIRInto, Expr, Function, If, MatchCast,
     SeqExpr, TensorToPrim, Tuple, TupleGetItem, Var, VarBinding,
 )
 from ..ir.module import IRModule
-from ..ir.struct_info import DTYPE_SIZES, ObjectStructInfo, TensorStructInfo, TupleStructInfo
+from ..ir.struct_info import DTYPE_SIZES, storage_element_bytes, ObjectStructInfo, TensorStructInfo, TupleStructInfo
 from ..ir.symbolic import Analyzer, PrimExpr, expr_max, product, simplify
 
 
@@ -45,7 +46,9 @@ class _Storage:
 def tensor_bytes(info: TensorStructInfo) -> PrimExpr:
     if info.shape is None:
         raise ValueError(f"plan_memory needs known shapes, got {info}")
-    return simplify(product(info.shape) * DTYPE_SIZES[info.dtype])
+    if info.dtype not in DTYPE_SIZES:
+        raise UnsupportedModelError(f"tensors of dtype {info.dtype} are not supported on the GPU")
+    return simplify(product(info.shape) * storage_element_bytes(info.dtype))
 
 
 def used_vars(expr: Expr) -> list[Var]:

@@ -150,6 +150,28 @@ def _padded_to_multiple_of_4(data: bytes | memoryview) -> bytes | memoryview:
     return data if remainder == 0 else bytes(data) + bytes(4 - remainder)
 
 
+def _device_dtype(entry: Mapping[str, Any]) -> np.dtype:
+    """The dtype of a tensor in GPU memory: the manifest's ``device_dtype`` (int64 -> int32,
+    bool -> uint32), or its ``dtype`` for bundles written before that field existed."""
+    return np.dtype(entry.get("device_dtype", entry["dtype"]))
+
+
+def _to_device(name: str, array: np.ndarray, device_dtype: np.dtype) -> np.ndarray:
+    """An input as the GPU holds it; an int64 value outside the int32 range is an error."""
+    if array.dtype == device_dtype:
+        return array
+    if array.dtype == np.int64 and array.size:
+        info = np.iinfo(device_dtype)
+        outside = (array < info.min) | (array > info.max)
+        if outside.any():
+            position = tuple(int(i) for i in np.argwhere(outside)[0])
+            raise InputShapeError(
+                f"input '{name}': value {int(array[position])} at index {list(position)} does not fit in "
+                f"{device_dtype} (int64 tensors are {device_dtype} on the GPU)"
+            )
+    return np.asarray(array.astype(device_dtype), order="C")
+
+
 def _describe_value(value: Any) -> str:
     """How a given input is named in error messages: its dtype, or its Python type."""
     if isinstance(value, np.ndarray):
@@ -336,7 +358,7 @@ class Session:
 
         output_shapes = self.host.output_shapes()
         output_byte_sizes = [
-            int(np.prod(shape, dtype=np.int64)) * np.dtype(output["dtype"]).itemsize
+            int(np.prod(shape, dtype=np.int64)) * _device_dtype(output).itemsize
             for shape, output in zip(output_shapes, self.manifest["outputs"])
         ]
         self._grow_readback_buffers(output_byte_sizes)
@@ -374,7 +396,7 @@ class Session:
                     f"expected {len(entry['shape'])} ({self._describe_input(entry)})"
                 )
             # Not np.ascontiguousarray: it turns a 0-d array (a scalar input) into a 1-d one.
-            arrays.append(np.asarray(value, order="C"))
+            arrays.append(_to_device(name, np.asarray(value, order="C"), _device_dtype(entry)))
         return arrays
 
     @staticmethod
@@ -571,6 +593,7 @@ class Session:
         results = {}
         for index, output in enumerate(self.manifest["outputs"]):
             dtype = np.dtype(output["dtype"])
+            stored = _device_dtype(output)
             byte_size = output_byte_sizes[index]
             if byte_size == 0:
                 results[output["name"]] = np.zeros(output_shapes[index], dtype=dtype)
@@ -581,6 +604,8 @@ class Session:
                 data = bytearray(buffer.read_mapped(0, gpu_buffer_size(byte_size)))
             finally:
                 buffer.unmap()
-            array = np.frombuffer(data, dtype=dtype, count=byte_size // dtype.itemsize)
+            array = np.frombuffer(data, dtype=stored, count=byte_size // stored.itemsize)
+            if stored != dtype:  # int32 -> int64, uint32 (0/1) -> bool
+                array = array != 0 if dtype == np.bool_ else array.astype(dtype)
             results[output["name"]] = array.reshape(output_shapes[index])
         return results

@@ -15,7 +15,81 @@ export const TYPED_ARRAY_OF_DTYPE = {
   float32: Float32Array,
   int32: Int32Array,
   uint32: Uint32Array,
+  int64: BigInt64Array,
+  bool: Uint8Array,
 };
+
+/**
+ * Other typed array classes accepted for an input of a dtype: int64 data that is already
+ * int32 (as the GPU holds it).
+ * @type {Record<string, Function[]>}
+ */
+const ALSO_ACCEPTED = { int64: [Int32Array] };
+
+/**
+ * The dtype a tensor has in GPU memory (WGSL has no 64-bit integers and no bool buffers):
+ * the manifest's `device_dtype`, or its `dtype` for bundles written before that field.
+ * @param {{dtype: string, device_dtype?: string}} spec
+ * @returns {string}
+ */
+export function deviceDtype(spec) {
+  return spec.device_dtype ?? ({ int64: "int32", bool: "uint32" })[spec.dtype] ?? spec.dtype;
+}
+
+/**
+ * An input's data as the GPU holds it: int64 -> int32 (an InputShapeError naming the input
+ * when a value does not fit), bool -> uint32 0/1; other dtypes unchanged.
+ * @param {{name: string, dtype: string, device_dtype?: string}} spec
+ * @param {ArrayBufferView & {length: number}} data already checked by checkInputs
+ * @returns {ArrayBufferView}
+ */
+export function toDeviceData(spec, data) {
+  const target = deviceDtype(spec);
+  if (target === spec.dtype || data instanceof Int32Array && target === "int32") return data;
+  if (data instanceof BigInt64Array) {
+    const converted = new Int32Array(data.length);
+    for (let i = 0; i < data.length; i++) {
+      const value = data[i];
+      if (value < -2147483648n || value > 2147483647n) {
+        throw new InputShapeError(
+          `input '${spec.name}': value ${value} at flat index ${i} does not fit in int32 (int64 tensors are int32 on the GPU)`,
+        );
+      }
+      converted[i] = Number(value);
+    }
+    return converted;
+  }
+  if (spec.dtype === "bool") {
+    const converted = new Uint32Array(data.length);
+    const bytes = /** @type {Uint8Array} */ (data);
+    for (let i = 0; i < bytes.length; i++) converted[i] = bytes[i] !== 0 ? 1 : 0;
+    return converted;
+  }
+  return data;
+}
+
+/**
+ * An output read back from the GPU, in its model dtype: int32 -> BigInt64Array for int64,
+ * uint32 -> Uint8Array (0/1) for bool.
+ * @param {{dtype: string, device_dtype?: string}} spec
+ * @param {ArrayBuffer} bytes the output's bytes as the GPU holds them
+ * @returns {Float32Array|Int32Array|Uint32Array|BigInt64Array|Uint8Array}
+ */
+export function fromDeviceData(spec, bytes) {
+  const stored = new (TYPED_ARRAY_OF_DTYPE[/** @type {"float32"} */ (deviceDtype(spec))])(bytes);
+  if (spec.dtype === "int64") return BigInt64Array.from(/** @type {Int32Array} */ (stored), (v) => BigInt(v));
+  if (spec.dtype === "bool") return Uint8Array.from(stored, (v) => (v !== 0 ? 1 : 0));
+  return stored;
+}
+
+/**
+ * Bytes per element of a tensor in GPU memory.
+ * @param {{dtype: string, device_dtype?: string}} spec
+ * @returns {number}
+ */
+export function deviceElementBytes(spec) {
+  return TYPED_ARRAY_OF_DTYPE[/** @type {"float32"} */ (deviceDtype(spec))].BYTES_PER_ELEMENT;
+}
 
 /**
  * A problem with the inputs given to a run: a missing input, a wrong dtype, a wrong rank,
@@ -372,9 +446,11 @@ function checkInput(spec, tensor) {
   if (!arrayClass) {
     throw new InputShapeError(`input '${name}': dtype ${spec.dtype} is not supported by this runtime`);
   }
-  if (!(data instanceof arrayClass)) {
+  const accepted = [arrayClass, ...(ALSO_ACCEPTED[spec.dtype] ?? [])];
+  if (!accepted.some((c) => data instanceof c)) {
     const given = data?.constructor?.name ?? typeof data;
-    throw new InputShapeError(`input '${name}': expected ${spec.dtype} data (${arrayClass.name}), got ${given}`);
+    const names = accepted.map((c) => c.name).join(" or ");
+    throw new InputShapeError(`input '${name}': expected ${spec.dtype} data (${names}), got ${given}`);
   }
   if (!Array.isArray(shape) || !shape.every((d) => Number.isInteger(d) && d >= 0)) {
     throw new InputShapeError(`input '${name}': shape must be an array of non-negative integers, got ${JSON.stringify(shape)}`);

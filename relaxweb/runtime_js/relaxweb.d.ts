@@ -1,7 +1,11 @@
 // Types of the public API of the relaxweb browser runtime (relaxweb.js).
 
-/** Typed arrays a tensor's data may be, by dtype: float32, int32, uint32. */
-export type TensorData = Float32Array | Int32Array | Uint32Array;
+/**
+ * Typed arrays a tensor's data may be, by dtype: float32 Float32Array, int32 Int32Array,
+ * uint32 Uint32Array, int64 BigInt64Array (an input may also be an Int32Array; values must fit
+ * in int32, as int64 tensors are int32 on the GPU), bool Uint8Array (0/1; non-zero is true).
+ */
+export type TensorData = Float32Array | Int32Array | Uint32Array | BigInt64Array | Uint8Array;
 
 /** A tensor passed to or returned by `Model.run`: row-major data and its shape. */
 export interface Tensor {
@@ -12,7 +16,9 @@ export interface Tensor {
 /** An input or output as the manifest describes it; shape entries may be symbolic ("batch * 4"). */
 export interface TensorSpec {
   name: string;
-  dtype: "float32" | "int32" | "uint32" | string;
+  dtype: "float32" | "int32" | "uint32" | "int64" | "bool" | string;
+  /** The dtype in GPU memory: "int32" for int64, "uint32" for bool, else `dtype`. */
+  device_dtype?: string;
   shape: (number | string)[];
   storage: number;
 }
@@ -38,7 +44,10 @@ export interface LoadOptions {
   device?: GPUDevice;
 }
 
-/** An input was missing, had the wrong dtype or rank, or a dimension the bundle rejects. */
+/**
+ * An input was missing, had the wrong dtype or rank, a dimension the bundle rejects, or an
+ * int64 value outside the int32 range.
+ */
 export class InputShapeError extends Error {
   name: "InputShapeError";
   /** For a host check: its error code and the two numbers of its error info. */

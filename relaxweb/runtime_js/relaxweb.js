@@ -5,7 +5,10 @@
 //   const model = await load("./");
 //   const { y } = await model.run({ x: { data: new Float32Array(64), shape: [1, 64] } });
 
-import { Host, InputShapeError, TYPED_ARRAY_OF_DTYPE, OPCODE_DISPATCH, OPCODE_READ, checkInputs } from "./host.js";
+import {
+  Host, InputShapeError, TYPED_ARRAY_OF_DTYPE, OPCODE_DISPATCH, OPCODE_READ, checkInputs,
+  deviceElementBytes, fromDeviceData, toDeviceData,
+} from "./host.js";
 
 export { InputShapeError };
 
@@ -20,7 +23,7 @@ export { InputShapeError };
 
 /**
  * A run's outputs, copied into one mappable buffer by its last submit.
- * @typedef {{buffer: GPUBuffer, outputs: {name: string, dtype: string, shape: number[], offset: number, bytes: number, storage: number}[]}} Readback
+ * @typedef {{buffer: GPUBuffer, outputs: {name: string, dtype: string, device_dtype?: string, shape: number[], offset: number, bytes: number, storage: number}[]}} Readback
  */
 
 /** GPU buffer usages (the GPUBufferUsage flags, spelled out so that Node can import this file). */
@@ -147,6 +150,10 @@ export class Model {
   async run(inputs) {
     if (this.unusableReason) throw new Error(`cannot run: ${this.unusableReason}`);
     const shapes = checkInputs(this.manifest, inputs);
+    // As the GPU holds them: int64 -> int32 (range-checked), bool -> uint32.
+    /** @type {Record<string, any>} */
+    const deviceInputs = Object.fromEntries(this.manifest.inputs.map((/** @type {any} */ spec) =>
+      [spec.name, { data: toDeviceData(spec, inputs[spec.name].data), shape: inputs[spec.name].shape }]));
     const previous = this.turn;
     /** @type {() => void} */
     let endTurn = () => {};
@@ -155,7 +162,7 @@ export class Model {
       try {
         await previous;
         if (this.unusableReason) throw new Error(`cannot run: ${this.unusableReason}`);
-        return await this.runSteps(inputs, shapes);
+        return await this.runSteps(deviceInputs, shapes);
       } finally {
         endTurn(); // the last submit is done: the next run may start while this one maps its outputs
       }
@@ -359,8 +366,8 @@ export class Model {
     let offset = 0;
     const outputs = manifest.outputs.map((/** @type {any} */ spec, /** @type {number} */ k) => {
       const shape = outputShapes[k];
-      const bytes = shape.reduce((a, b) => a * b, 1) * TYPED_ARRAY_OF_DTYPE[/** @type {"float32"} */ (spec.dtype)].BYTES_PER_ELEMENT;
-      const output = { name: spec.name, dtype: spec.dtype, shape, offset, bytes, storage: spec.storage };
+      const bytes = shape.reduce((a, b) => a * b, 1) * deviceElementBytes(spec);
+      const output = { name: spec.name, dtype: spec.dtype, device_dtype: spec.device_dtype, shape, offset, bytes, storage: spec.storage };
       offset += Math.ceil(bytes / 4) * 4;
       return output;
     });
@@ -384,9 +391,9 @@ export class Model {
       const mapped = buffer.getMappedRange();
       /** @type {Record<string, Tensor>} */
       const result = {};
-      for (const { name, dtype, shape, offset, bytes } of outputs) {
-        const arrayClass = TYPED_ARRAY_OF_DTYPE[/** @type {"float32"} */ (dtype)];
-        result[name] = { data: new arrayClass(mapped.slice(offset, offset + bytes)), shape };
+      for (const output of outputs) {
+        const { name, shape, offset, bytes } = output;
+        result[name] = { data: fromDeviceData(output, mapped.slice(offset, offset + bytes)), shape };
       }
       buffer.unmap();
       return result;

@@ -18,15 +18,18 @@ from ..ir.symbolic import (
     Add, FloorDiv, FloorMod, IntImm, Max, Min, Mul, PrimExpr, SizeVar, Sub, simplify,
 )
 from ..ir.tir import (
-    COMPARE_OPS, Binary, Buffer, Cast, Compare, FloatImm, IndexValue, Load, Reduce, ScalarExpr, Select,
+    COMPARE_OPS, Binary, Buffer, Cast, Compare, FloatImm, Gather, IndexValue, Load, Reduce, ScalarExpr, Select,
     TensorProgram, Unary, format_scalar, index_var_names, scalar_dtype,
 )
 
 WORKGROUP_SIZE = 64
-WGSL_TYPES = {"float32": "f32", "int32": "i32", "uint32": "u32"}
-SCALAR_TYPES = {**WGSL_TYPES, "bool": "bool"}  # bool values exist in registers, not in buffers
-LOWEST = {"float32": "-3.4028234663852886e38", "int32": "i32(-2147483648)", "uint32": "0u"}
-HIGHEST = {"float32": "3.4028234663852886e38", "int32": "2147483647", "uint32": "4294967295u"}
+# Storage types of buffer elements. WGSL has no 64-bit integers: int64 tensors live on the
+# device as i32 (the runtimes check the range at the boundary) and bool tensors as u32 0/1.
+WGSL_TYPES = {"float32": "f32", "int32": "i32", "uint32": "u32", "int64": "i32", "bool": "u32"}
+# Types of values in registers: a bool is a WGSL bool (a load converts, a store selects 0u/1u).
+SCALAR_TYPES = {**WGSL_TYPES, "bool": "bool"}
+LOWEST = {"float32": "-3.4028234663852886e38", "int32": "i32(-2147483648)", "int64": "i32(-2147483648)", "uint32": "0u"}
+HIGHEST = {"float32": "3.4028234663852886e38", "int32": "2147483647", "int64": "2147483647", "uint32": "4294967295u"}
 
 # WGSL's keywords and reserved words (spec, "Keyword and reserved word list"), plus the
 # predeclared type names and our own field name; a model's size variable with one of these
@@ -109,7 +112,7 @@ def emit_wgsl(program: TensorProgram) -> ShaderInfo:
     lines += emitter.unflatten_axes()
     value = emitter.scalar(program.body, "  ")
     lines += emitter.statements
-    lines.append(f"  {wgsl_name(output.name)}[index] = {value};")
+    lines.append(f"  {wgsl_name(output.name)}[index] = {_to_storage(output.dtype, value)};")
     lines.append("}")
     bindings = ("uniform", *("read-only-storage" for _ in program.inputs), "storage")
     return ShaderInfo("\n".join(lines) + "\n", tuple(fields), 4 * len(padded), bindings)
@@ -174,7 +177,9 @@ class _Emitter:
 
     def scalar(self, expr: ScalarExpr, indent: str) -> str:
         if isinstance(expr, Load):
-            return f"{wgsl_name(expr.buffer.name)}[{self.offset(expr.buffer, expr.indices)}]"
+            return _from_storage(expr.buffer.dtype, f"{wgsl_name(expr.buffer.name)}[{self.offset(expr.buffer, expr.indices)}]")
+        if isinstance(expr, Gather):
+            return _from_storage(expr.buffer.dtype, self.gather(expr, indent))
         if isinstance(expr, FloatImm):
             return _literal(expr.value, expr.dtype)
         if isinstance(expr, IndexValue):
@@ -191,6 +196,8 @@ class _Emitter:
             infix = {"add": "+", "subtract": "-", "multiply": "*", "divide": "/"}
             if expr.op in infix:
                 return f"({a} {infix[expr.op]} {b})"
+            if expr.op == "power":
+                return f"pow({a}, {b})"  # undefined for a negative base (WGSL spec)
             return f"{'max' if expr.op == 'maximum' else 'min'}({a}, {b})"
         if isinstance(expr, Unary):
             a = self.scalar(expr.a, indent)
@@ -203,12 +210,27 @@ class _Emitter:
             return self.reduce(expr, indent)
         raise TypeError(f"cannot emit {type(expr).__name__}")
 
+    def gather(self, expr: Gather, indent: str) -> str:
+        """An indirect load: run-time indices (i32) are clamped into their dimension."""
+        terms = []
+        stride: PrimExpr = IntImm(1)
+        for index, extent in reversed(list(zip(expr.indices, expr.buffer.shape))):
+            if isinstance(index, ScalarExpr):
+                value = self.scalar(index, indent)
+                text = f"clamp(i32({value}), 0, {self.index(simplify(extent - 1))})"
+            else:
+                text = self.index(simplify(index))
+            stride_text = self.index(simplify(stride))
+            terms.append(text if stride_text == "1" else f"{text} * {stride_text}")
+            stride = stride * extent
+        return f"{wgsl_name(expr.buffer.name)}[{' + '.join(reversed(terms)) or '0'}]"
+
     def reduce(self, expr: Reduce, indent: str) -> str:
         name = f"acc{self.accumulators}"
         self.accumulators += 1
         dtype = scalar_dtype(expr.body)
-        if expr.combiner == "sum":
-            initial = _literal(0, dtype)
+        if expr.combiner in ("sum", "prod"):
+            initial = _literal(0 if expr.combiner == "sum" else 1, dtype)
         else:
             initial = (LOWEST if expr.combiner == "max" else HIGHEST).get(dtype, _literal(0, dtype))
         axis = expr.axis.name
@@ -217,7 +239,10 @@ class _Emitter:
             f"{indent}for (var {axis}: i32 = 0; {axis} < {self.index(simplify(expr.extent))}; {axis} = {axis} + 1) {{"
         )
         body = self.scalar(expr.body, indent + "  ")
-        update = f"{name} + {body}" if expr.combiner == "sum" else f"{expr.combiner}({name}, {body})"
+        if expr.combiner in ("sum", "prod"):
+            update = f"{name} {'+' if expr.combiner == 'sum' else '*'} {body}"
+        else:
+            update = f"{expr.combiner}({name}, {body})"
         self.statements.append(f"{indent}  {name} = {update};")
         self.statements.append(f"{indent}}}")
         return name
@@ -239,6 +264,16 @@ class _Emitter:
         return name
 
 
+def _from_storage(dtype: str, element: str) -> str:
+    """The register value of a loaded buffer element (a bool is stored as u32 0/1)."""
+    return f"({element} != 0u)" if dtype == "bool" else element
+
+
+def _to_storage(dtype: str, value: str) -> str:
+    """The buffer element storing a register value (a bool becomes u32 0/1)."""
+    return f"select(0u, 1u, {value})" if dtype == "bool" else value
+
+
 def _scalar_type(dtype: str) -> str:
     try:
         return SCALAR_TYPES[dtype]
@@ -253,6 +288,9 @@ def _literal(value: float, dtype: str) -> str:
         if text in ("inf", "-inf", "nan"):
             raise ValueError(f"WGSL has no literal for {text}")
         return text if "e" in text or "." in text else text + ".0"
+    if dtype == "int64":  # int64 values are i32 on the device: saturate (e.g. INT64_MAX sentinels)
+        value = min(max(int(value), -2**31), 2**31 - 1)
+        return f"{value}" if value >= 0 else f"i32({value})"
     if dtype == "int32":
         return f"{int(value)}" if int(value) >= 0 else f"({int(value)})"
     if dtype == "uint32":

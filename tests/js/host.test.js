@@ -10,7 +10,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 
-import { Host, InputShapeError, OPCODE_DISPATCH, OPCODE_READ, checkInputs } from "../../relaxweb/runtime_js/host.js";
+import {
+  Host, InputShapeError, OPCODE_DISPATCH, OPCODE_READ, checkInputs, deviceElementBytes, fromDeviceData, toDeviceData,
+} from "../../relaxweb/runtime_js/host.js";
 
 const REPO_ROOT = fileURLToPath(new URL("../../", import.meta.url));
 const BOUND = 16; // DEFAULT_BOUND of the hand-made bundle
@@ -167,6 +169,30 @@ test("checkInputs names the input for a missing input, a wrong dtype, rank or le
   assert.throws(() => checkInputs(manifest, { x: { data: new Float32Array(7), shape: [2, 4] } }),
     /input 'x': shape \[2, 4\] has 8 elements, but the data has 7/);
   assert.throws(() => checkInputs(manifest, { ...good, y: good.x }), /unknown input 'y'/);
+});
+
+test("int64 and bool tensors are int32 and uint32 on the GPU, converted at the boundary", () => {
+  const ids = { name: "ids", dtype: "int64", device_dtype: "int32", shape: ["n"] };
+  const mask = { name: "mask", dtype: "bool", device_dtype: "uint32", shape: ["n"] };
+  const manifest = { inputs: [ids, mask] };
+  assert.deepEqual(checkInputs(manifest, {
+    ids: { data: new BigInt64Array([1n, -2n]), shape: [2] }, mask: { data: new Uint8Array([0, 5]), shape: [2] },
+  }), [[2], [2]]);
+  assert.deepEqual(checkInputs(manifest, {
+    ids: { data: new Int32Array([1, 2]), shape: [2] }, mask: { data: new Uint8Array(2), shape: [2] },
+  }), [[2], [2]]);
+  assert.throws(() => checkInputs(manifest, { ids: { data: new Float32Array(2), shape: [2] }, mask: { data: new Uint8Array(2), shape: [2] } }),
+    /input 'ids': expected int64 data \(BigInt64Array or Int32Array\), got Float32Array/);
+  assert.deepEqual(toDeviceData(ids, new BigInt64Array([1n, -2n, 2147483647n])), new Int32Array([1, -2, 2147483647]));
+  assert.throws(() => toDeviceData(ids, new BigInt64Array([0n, 2147483648n])),
+    { name: "InputShapeError", message: /input 'ids': value 2147483648 at flat index 1 does not fit in int32/ });
+  assert.throws(() => toDeviceData(ids, new BigInt64Array([-2147483649n])), /input 'ids'/);
+  assert.deepEqual(toDeviceData(mask, new Uint8Array([0, 5, 1])), new Uint32Array([0, 1, 1]));
+  assert.deepEqual(fromDeviceData(ids, new Int32Array([7, -8]).buffer), new BigInt64Array([7n, -8n]));
+  assert.deepEqual(fromDeviceData(mask, new Uint32Array([0, 1]).buffer), new Uint8Array([0, 1]));
+  assert.equal(deviceElementBytes(ids), 4);
+  assert.equal(deviceElementBytes(mask), 4);
+  assert.equal(deviceElementBytes({ dtype: "float32" }), 4);
 });
 
 test("the shard of the hand-made bundle holds its one weight", async () => {
