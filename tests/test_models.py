@@ -8,8 +8,10 @@ the network; about 20 s for all six on 2 cores, mostly the dynamo exporter).  Fo
 * the import gives a ``main`` whose symbolic variables (parameters and every binding's
   annotation) are exactly the input's dynamic axes: a fresh variable means a shape the
   deduction lost (e.g. a Reshape whose -1 could not be resolved);
-* the reference interpreter matches onnxruntime at two shapes per model, and every
-  intermediate value has the shape and dtype its annotation says.
+* the reference interpreter matches onnxruntime at each shape, and every intermediate value
+  has the shape and dtype its annotation says;
+* one build per model (the whole compiler) runs every shape in the Python runtime on wgpu
+  and matches onnxruntime within 1e-3.
 
 Skipped when torch or transformers is not installed (``pip install -e ".[test]"``).
 """
@@ -119,3 +121,48 @@ def test_interpreter_matches_onnxruntime(exports: dict[str, Export], name: str, 
         assert got.shape == want.shape, f"{name} {output}: shape {got.shape}, onnxruntime {want.shape}"
         assert got.dtype == want.dtype, f"{name} {output}: dtype {got.dtype}, onnxruntime {want.dtype}"
         np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL, err_msg=f"{name} output {output} at {dims}")
+
+
+@pytest.fixture(scope="session")
+def bundle_sessions():
+    """Python-runtime sessions by model name, released before the interpreter shuts down
+    (wasmtime objects must not outlive the wasmtime module)."""
+    import gc
+
+    sessions: dict[str, object] = {}
+    yield sessions
+    sessions.clear()
+    gc.collect()
+
+
+def compiled_session(exports: dict[str, Export], sessions: dict, name: str, folder: Path):
+    """One build per model (no bounds: storages grow), one Python-runtime session on wgpu."""
+    from relaxweb.bundle import build_bundle
+    from relaxweb.runtime import Session
+
+    if name not in sessions:
+        build_bundle(exported(exports, name).path, folder / name)
+        sessions[name] = Session(folder / name)
+    return sessions[name]
+
+
+@pytest.mark.parametrize(
+    "name, dims",
+    [(name, dims) for name, (_, shapes) in MODELS.items() for dims in shapes],
+    ids=[f"{name}-{_shape_id(dims)}" for name, (_, shapes) in MODELS.items() for dims in shapes],
+)
+def test_compiled_bundle_matches_onnxruntime(exports: dict[str, Export], bundle_sessions, tmp_path_factory,
+                                             name: str, dims: dict[str, int]) -> None:
+    """The whole compiler and the Python runtime (wgpu; lavapipe here), every shape from one build."""
+    import onnxruntime as ort
+
+    export = exported(exports, name)
+    session = compiled_session(exports, bundle_sessions, name, tmp_path_factory.getbasetemp())
+    inputs = export_script().make_inputs(export.sidecar["inputs"], dims, seed=sum(dims.values()))
+    reference = ort.InferenceSession(str(export.path), providers=["CPUExecutionProvider"])
+    expected = reference.run(None, inputs)
+    actual = session.run(inputs)
+    for output, want in zip(reference.get_outputs(), expected):
+        got = actual[output.name]
+        assert got.shape == want.shape, f"{name} {output.name}: shape {got.shape}, onnxruntime {want.shape}"
+        np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3, err_msg=f"{name} output {output.name} at {dims}")
