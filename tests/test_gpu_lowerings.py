@@ -311,3 +311,34 @@ def test_onnx_node_case_legalized(name: str) -> None:
         got = run_module(legalized, dict(zip(graph_inputs, inputs)))
         for actual, expected in zip(got, outputs):
             np.testing.assert_allclose(actual, expected, rtol=max(case.rtol, 1e-5), atol=max(case.atol, 1e-6))
+
+
+def test_infinities_survive_max_and_min_on_the_gpu(device) -> None:
+    """WGSL lets compilers assume there are no infinities: max / min start from the
+    infinities by bit casts, so a row of -inf reduces to -inf as in numpy."""
+    x = np.array([[1.0, 2.0, -np.inf], [-np.inf, -np.inf, -np.inf]], np.float32)
+    for op in ("max", "min"):
+        module = build({"x": TensorStructInfo((2, 3), "float32")}, lambda value: call_op(op, value, axes=[1]))
+        (program,) = legalize_ops(module).programs.values()
+        expected = x.max(axis=1) if op == "max" else x.min(axis=1)
+        np.testing.assert_array_equal(run_kernel_on_gpu(device, program, [x], {}), expected)
+
+
+def test_isnan_survives_on_the_gpu(tmp_path) -> None:
+    """WGSL lets compilers fold x != x away: isnan tests the bit pattern instead."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    from relaxweb.bundle import build_bundle
+    from relaxweb.runtime import Session
+
+    graph = helper.make_graph(
+        [helper.make_node("IsNaN", ["x"], ["y"], name="isnan")], "isnan",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])],
+        [helper.make_tensor_value_info("y", TensorProto.BOOL, ["n"])],
+    )
+    path = tmp_path / "isnan.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    build_bundle(path, tmp_path / "bundle")
+    x = np.array([1.0, np.nan, -np.inf, np.inf, 0.0, -np.nan], np.float32)
+    np.testing.assert_array_equal(Session(tmp_path / "bundle").run({"x": x})["y"], np.isnan(x))

@@ -121,7 +121,7 @@ class Interpreter:
 
 
 _UNARY_FUNCTIONS = {
-    "exp": np.exp, "tanh": np.tanh, "negative": np.negative,
+    "exp": np.exp, "tanh": np.tanh, "negative": np.negative, "is_nan": np.isnan,
     "sqrt": np.sqrt, "log": np.log, "floor": np.floor, "ceil": np.ceil, "round": np.round,  # half to even, as WGSL
     "sin": np.sin, "cos": np.cos, "tan": np.tan, "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan,
     "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh,

@@ -98,7 +98,7 @@ class Binary(ScalarExpr):
 
 @dataclass(frozen=True)
 class Unary(ScalarExpr):
-    """``op`` is one of exp, tanh, negative, sigmoid."""
+    """``op`` is one of :data:`UNARY_OPS` (``is_nan`` gives a bool)."""
 
     op: str
     a: ScalarExpr
@@ -167,7 +167,8 @@ MATH_FUNCTIONS = (
     "sqrt", "log", "floor", "ceil", "round", "sin", "cos", "tan", "asin", "acos", "atan",
     "asinh", "acosh", "atanh",
 )
-UNARY_OPS = ("exp", "tanh", "negative", "sigmoid", *MATH_FUNCTIONS)
+# is_nan tests the bit pattern: WGSL lets compilers assume no NaNs, so `x != x` may fold away.
+UNARY_OPS = ("exp", "tanh", "negative", "sigmoid", "is_nan", *MATH_FUNCTIONS)
 REDUCE_COMBINERS = ("sum", "max", "min", "prod")
 COMPARE_OPS = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 CAST_DTYPES = ("float32", "int32", "uint32", "bool", "int64")  # int64 is i32 in WGSL
@@ -202,6 +203,8 @@ def scalar_dtype(expr: ScalarExpr) -> str:
         return "bool"
     if isinstance(expr, Select):
         return scalar_dtype(expr.a)
+    if isinstance(expr, Unary) and expr.op == "is_nan":
+        return "bool"
     if isinstance(expr, (Binary, Unary)):
         return scalar_dtype(expr.a)
     if isinstance(expr, Reduce):

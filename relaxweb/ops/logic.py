@@ -21,7 +21,7 @@ import numpy as np
 from ..errors import UnsupportedModelError
 from ..ir.expr import Call, tensor_dtype
 from ..ir.struct_info import TensorStructInfo
-from ..ir.tir import CAST_DTYPES, Cast, Compare, FloatImm, Select
+from ..ir.tir import CAST_DTYPES, Cast, Compare, FloatImm, Select, Unary
 from .common import expect_args, load_broadcast, make_program, needs_known_shapes, require_float, require_tensor, same_dtype
 from .elementwise import broadcast_info
 from .registry import DeductionError, register_op
@@ -174,7 +174,7 @@ register_op(
     "isnan",
     deduce=_deduce_float_test("isnan"),
     legalize=needs_known_shapes(
-        lambda context, call: _program_call(context, call, "isnan", lambda loads: Compare("ne", loads[0], loads[0]))
+        lambda context, call: _program_call(context, call, "isnan", lambda loads: Unary("is_nan", loads[0]))
     ),
     reference=lambda arrays, attrs: np.isnan(arrays[0]),
 )
