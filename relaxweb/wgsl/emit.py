@@ -28,10 +28,11 @@ WORKGROUP_SIZE = 64
 WGSL_TYPES = {"float32": "f32", "int32": "i32", "uint32": "u32", "int64": "i32", "bool": "u32"}
 # Types of values in registers: a bool is a WGSL bool (a load converts, a store selects 0u/1u).
 SCALAR_TYPES = {**WGSL_TYPES, "bool": "bool"}
-# Identities of max / min: float32 uses the infinities (WGSL has no literal for them, so
-# they are bit casts), so that a row of -inf reduces to -inf as in numpy.
-LOWEST = {"float32": "bitcast<f32>(0xff800000u)", "int32": "i32(-2147483648)", "int64": "i32(-2147483648)", "uint32": "0u"}
-HIGHEST = {"float32": "bitcast<f32>(0x7f800000u)", "int32": "2147483647", "int64": "2147483647", "uint32": "4294967295u"}
+# Identities of max / min (an empty range). WGSL has no infinities (Tint rejects even a bit
+# cast of one as a constant), so a float max / min takes its first element as the start:
+# a row of -inf then reduces to -inf, as in numpy (see _Emitter.reduce).
+LOWEST = {"float32": "-3.4028234663852886e38", "int32": "i32(-2147483648)", "int64": "i32(-2147483648)", "uint32": "0u"}
+HIGHEST = {"float32": "3.4028234663852886e38", "int32": "2147483647", "int64": "2147483647", "uint32": "4294967295u"}
 
 # WGSL's keywords and reserved words (spec, "Keyword and reserved word list"), plus the
 # predeclared type names and our own field name; a model's size variable with one of these
@@ -247,6 +248,8 @@ class _Emitter:
             update = f"{name} {'+' if expr.combiner == 'sum' else '*'} {body}"
         else:
             update = f"{expr.combiner}({name}, {body})"
+            if dtype.startswith("float"):  # start from the first element (infinities included)
+                update = f"select({update}, {body}, {axis} == 0)"
         self.statements.append(f"{indent}  {name} = {update};")
         self.statements.append(f"{indent}}}")
         return name
