@@ -9,10 +9,7 @@ back from the GPU mid-run) through Playwright, on whatever adapter Chromium offe
 from __future__ import annotations
 
 import importlib.util
-import json
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -22,7 +19,9 @@ from relaxweb.browser import open_runner_page, run_in_browser, start_server, sto
 from relaxweb.errors import InputShapeError, RelaxwebError
 from tests.fixtures.handmade_bundle import (
     DEFAULT_BOUND,
-    HANDMADE_WEIGHT,
+    edit_manifest,
+    expected_output,
+    random_input,
     write_handmade_bundle,
     write_positives_bundle,
 )
@@ -43,23 +42,6 @@ pytestmark = [
     pytest.mark.skipif(importlib.util.find_spec("playwright") is None, reason="playwright is not installed"),
     pytest.mark.skipif(not _chromium_available(), reason="chromium is not installed"),
 ]
-
-
-def expected_output(x: np.ndarray) -> np.ndarray:
-    """What the handmade model computes, in float32 like the GPU."""
-    return (x + HANDMADE_WEIGHT) * np.float32(2)
-
-
-def random_input(rows: int, seed: int = 0) -> np.ndarray:
-    return np.random.default_rng(seed).uniform(-10, 10, size=(rows, 4)).astype(np.float32)
-
-
-def edit_manifest(bundle_dir: Path, change: Callable[[dict[str, Any]], None]) -> None:
-    """Apply ``change`` to the bundle's manifest.json in place."""
-    manifest_path = bundle_dir / "manifest.json"
-    manifest = json.loads(manifest_path.read_text())
-    change(manifest)
-    manifest_path.write_text(json.dumps(manifest))
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import shutil
 import struct
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,26 +23,12 @@ from relaxweb.runtime import Dispatch, HostModule, Read
 from tests.fixtures.handmade_bundle import (
     COUNT_BYTE_OFFSET,
     HANDMADE_WEIGHT,
+    edit_manifest,
+    expected_output,
+    random_input,
     write_handmade_bundle,
     write_positives_bundle,
 )
-
-
-def expected_output(x: np.ndarray) -> np.ndarray:
-    """What the handmade model computes, in float32 like the GPU."""
-    return (x + HANDMADE_WEIGHT) * np.float32(2)
-
-
-def random_input(rows: int, seed: int = 0) -> np.ndarray:
-    return np.random.default_rng(seed).uniform(-10, 10, size=(rows, 4)).astype(np.float32)
-
-
-def edit_manifest(bundle_dir: Path, change: Callable[[dict[str, Any]], None]) -> None:
-    """Apply ``change`` to the bundle's manifest.json in place."""
-    manifest_path = bundle_dir / "manifest.json"
-    manifest = json.loads(manifest_path.read_text())
-    change(manifest)
-    manifest_path.write_text(json.dumps(manifest))
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir.expr import Call
+from ..ir.expr import Call, Expr
 from ..ir.struct_info import TensorStructInfo
 from ..ir.symbolic import IntImm, PrimExpr, SizeVar, simplify
 from ..ir.tir import UNARY_OPS, Binary, Compare, FloatImm, IndexValue, Load, Reduce, Select, Unary
@@ -93,36 +93,30 @@ def _exp_sum(context, call: Call, axes: list[int], kept_shape, row_max):
     return context.emit(context.call_tir(program, (data, row_max)), f"{call.op}_sum")
 
 
-def legalize_softmax(context, call: Call):
+def _legalize_normalized(context, call: Call, finish) -> Expr:
+    """softmax and log_softmax: the row maximum, the sum of exponentials, then
+    ``finish(shifted, total)`` per element (shifted = x - max)."""
     data = call.args[0]
     info = call.struct_info
-    axes = _axes("softmax", call.attrs, info.ndim)
+    axes = _axes(call.op, call.attrs, info.ndim)
     kept_shape, row_max = _row_max(context, call, axes)
     exp_sum = _exp_sum(context, call, axes, kept_shape, row_max)
 
     def normalize_body(out_axes, buffers):
         source, maximum, total = buffers
         shifted = Binary("subtract", Load(source, out_axes), Load(maximum, _kept(axes, out_axes)))
-        return Binary("divide", Unary("exp", shifted), Load(total, _kept(axes, out_axes)))
+        return finish(shifted, Load(total, _kept(axes, out_axes)))
 
-    program = make_program("softmax_normalize", [data, row_max, exp_sum], info.shape, info.dtype, normalize_body)
+    program = make_program(f"{call.op}_normalize", [data, row_max, exp_sum], info.shape, info.dtype, normalize_body)
     return context.call_tir(program, (data, row_max, exp_sum))
+
+
+def legalize_softmax(context, call: Call):
+    return _legalize_normalized(context, call, lambda shifted, total: Binary("divide", Unary("exp", shifted), total))
 
 
 def legalize_log_softmax(context, call: Call):
-    data = call.args[0]
-    info = call.struct_info
-    axes = _axes("log_softmax", call.attrs, info.ndim)
-    kept_shape, row_max = _row_max(context, call, axes)
-    exp_sum = _exp_sum(context, call, axes, kept_shape, row_max)
-
-    def normalize_body(out_axes, buffers):
-        source, maximum, total = buffers
-        shifted = Binary("subtract", Load(source, out_axes), Load(maximum, _kept(axes, out_axes)))
-        return Binary("subtract", shifted, Unary("log", Load(total, _kept(axes, out_axes))))
-
-    program = make_program("log_softmax_normalize", [data, row_max, exp_sum], info.shape, info.dtype, normalize_body)
-    return context.call_tir(program, (data, row_max, exp_sum))
+    return _legalize_normalized(context, call, lambda shifted, total: Binary("subtract", shifted, Unary("log", total)))
 
 
 def _flat_position(axes: list[int], index, shape) -> PrimExpr:
