@@ -22,7 +22,7 @@ from .ir.module import IRModule
 from .ir.printer import format_module
 from .ir.host import format_host_function
 from .ir.symbolic import format_expr, upper_bound
-from .passes import PIPELINE, run_pipeline
+from .passes import DEFAULT_OPT_LEVEL, pipeline, run_pipeline
 from .wasm import MAX_RANK, PARAMS_SLOT, CallSiteParams, assemble, emit_host_wat
 from .wgsl import ShaderInfo, emit_wgsl
 from .wgsl.emit import WORKGROUP_SIZE
@@ -31,11 +31,19 @@ FORMAT = "relaxweb-bundle"
 VERSION = 1
 SHARD_BYTES = 32 * 1024 * 1024
 RUNTIME_JS = Path(__file__).parent / "runtime_js"
-SUPPORTED_DTYPES = ("float32", "int32", "uint32", "int64", "bool")
-# WGSL has no 64-bit integers and no bool buffers: on the device an int64 tensor is int32
-# (checked at the boundary: weights at build time, inputs by the runtimes) and a bool tensor
-# is uint32 0/1. The manifest gives both the model's dtype and this device dtype.
-DEVICE_DTYPES = {"int64": "int32", "bool": "uint32"}
+SUPPORTED_DTYPES = (
+    "float32", "float16", "float64", "int32", "int16", "int8", "uint32", "uint16", "uint8", "int64", "bool",
+)
+# WGSL has no 64-bit integers, no bool buffers, and no 8/16-bit or 64-bit float buffers (f16
+# needs the shader-f16 feature): on the device an int64 tensor is int32 (checked at the
+# boundary: weights at build time, inputs by the runtimes), int8/int16 are int32,
+# uint8/uint16 are uint32, float16/float64 are float32, and a bool tensor is uint32 0/1. The
+# manifest gives both the model's dtype and this device dtype; runtimes convert inputs on
+# upload and outputs back to the model dtype on readback (numpy astype: narrow ints wrap).
+DEVICE_DTYPES = {
+    "int64": "int32", "int16": "int32", "int8": "int32", "uint16": "uint32", "uint8": "uint32",
+    "float16": "float32", "float64": "float32", "bool": "uint32",
+}
 
 
 def device_dtype(dtype: str) -> str:
@@ -46,18 +54,19 @@ Progress = Callable[[str], None]
 
 
 def compile_model(model_path: str | Path, bounds: dict[str, int], progress: Progress = lambda _: None,
-                  dump_ir: Path | None = None) -> IRModule:
+                  dump_ir: Path | None = None, opt_level: int = DEFAULT_OPT_LEVEL) -> IRModule:
     """Import and lower a model; the result's ``main`` is a HostFunction."""
     module = import_onnx_file(model_path)
     main = module.main
     progress(f"imported {Path(model_path).name}: {len(main.bindings())} bindings, "
              f"inputs {', '.join(main.input_names)}")
-    return compile_module(module, bounds, progress, dump_ir)
+    return compile_module(module, bounds, progress, dump_ir, opt_level)
 
 
 def compile_module(module: IRModule, bounds: dict[str, int], progress: Progress = lambda _: None,
-                   dump_ir: Path | None = None) -> IRModule:
-    """Run the pass pipeline on a module (imported or built by hand) with the given bounds."""
+                   dump_ir: Path | None = None, opt_level: int = DEFAULT_OPT_LEVEL) -> IRModule:
+    """Run the pass pipeline of ``opt_level`` on a module (imported or built by hand) with
+    the given bounds."""
     module = module.replace(attrs={**module.attrs, "bounds": dict(bounds)})
 
     def on_step(name: str, step_module: IRModule) -> None:
@@ -67,7 +76,7 @@ def compile_module(module: IRModule, bounds: dict[str, int], progress: Progress 
 
     if dump_ir is not None:
         _dump(dump_ir, "imported", module)
-    return run_pipeline(module, PIPELINE, on_step)
+    return run_pipeline(module, pipeline(opt_level), on_step)
 
 
 def _dump(folder: Path, name: str, module: IRModule) -> None:
@@ -81,9 +90,10 @@ def _dump(folder: Path, name: str, module: IRModule) -> None:
 
 
 def build_bundle(model_path: str | Path, out_dir: str | Path, bounds: dict[str, int] | None = None,
-                 progress: Progress = lambda _: None, dump_ir: Path | None = None) -> dict:
+                 progress: Progress = lambda _: None, dump_ir: Path | None = None,
+                 opt_level: int = DEFAULT_OPT_LEVEL) -> dict:
     """Compile ``model_path`` into the bundle folder ``out_dir``; returns the manifest."""
-    module = compile_model(model_path, bounds or {}, progress, dump_ir)
+    module = compile_model(model_path, bounds or {}, progress, dump_ir, opt_level)
     return write_bundle(module, out_dir, Path(model_path).name, progress)
 
 
@@ -155,6 +165,7 @@ def write_bundle(module: IRModule, out_dir: str | Path, source: str, progress: P
         "max_rank": MAX_RANK,
         "read_slots": host.read_slots,
         "required_limits": _required_limits(kernels, storages, weights),
+        "required_features": _required_features(kernels),
     }
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     if RUNTIME_JS.is_dir():
@@ -228,7 +239,8 @@ def _write_weights(host: HostFunction, out: Path) -> tuple[list, list]:
 
 
 def _device_array(name: str, data: np.ndarray) -> np.ndarray:
-    """A weight's values as the GPU holds them (little endian): int64 -> int32, bool -> uint32."""
+    """A weight's values as the GPU holds them (little endian): int64 -> int32 (range-checked),
+    int8/int16 -> int32, uint8/uint16/bool -> uint32, float16/float64 -> float32 (rounded)."""
     dtype = str(data.dtype)
     if dtype == "int64":
         info = np.iinfo(np.int32)
@@ -239,10 +251,21 @@ def _device_array(name: str, data: np.ndarray) -> np.ndarray:
                 f"weight '{name}' (int64) holds {value}, outside the int32 range the GPU uses for int64 tensors"
             )
     target = np.dtype(device_dtype(dtype)).newbyteorder("<")
-    return np.ascontiguousarray(data.astype(target))
+    with np.errstate(over="ignore"):  # a float64 beyond float32 becomes inf, as on upload
+        return np.ascontiguousarray(data.astype(target))
+
+
+def _required_features(kernels: list) -> list[str]:
+    """The WebGPU features (``"shader-f16"``, ...) the kernels need; runtimes refuse to load
+    a bundle on a device without them.  No kernel uses an optional feature yet."""
+    return []
 
 
 def _required_limits(kernels: list, storages: list, weights: list) -> dict:
+    """The WebGPU limits a device needs to load the bundle.  With every storage sized at
+    the bounds, the buffer size limits are the largest storage at the bounds or weight;
+    otherwise storages grow per run and the runtimes check each run's sizes (and the
+    weights at load) against the device's limits themselves."""
     limits = {
         "maxStorageBuffersPerShaderStage": max((len(k["bindings"]) - 1 for k in kernels), default=0),
     }

@@ -176,6 +176,95 @@ def test_a_limit_the_adapter_lacks_is_named(bundle_dir: Path) -> None:
     assert "maxImaginaryThings" in run_rows(bundle_dir, [1])["loadError"]
 
 
+#: Runs in the runner page: the adapter's maxStorageBufferBindingSize, and the messages of
+#: load() with a requested device and with a given device of default limits and no features.
+LOAD_ERRORS_IN_PAGE = """
+async () => {
+  const adapter = await navigator.gpu.requestAdapter();
+  const messages = {};
+  for (const [key, options] of [["requested", {}], ["given", { device: await adapter.requestDevice() }]]) {
+    try {
+      (await window.relaxweb.load("/bundle/", options)).dispose();
+      messages[key] = null;
+    } catch (error) {
+      messages[key] = `${error.name}: ${error.message}`;
+    }
+  }
+  const { maxStorageBufferBindingSize, maxBufferSize } = adapter.limits;
+  return { maxStorageBufferBindingSize, maxBufferSize, features: [...adapter.features], messages };
+}
+"""
+
+
+def test_a_limit_above_the_adapters_and_a_missing_feature_are_named_at_load(bundle_dir: Path) -> None:
+    """SwiftShader offers 1 GiB storage bindings and no shader-f16: load() rejects before
+    any WebGPU call, naming both, with the needed and offered values."""
+    needed = 1 << 31
+    edit_manifest(bundle_dir, lambda m: m.update(
+        required_limits={**m["required_limits"], "maxStorageBufferBindingSize": needed},
+        required_features=["shader-f16"],
+    ))
+    with open_runner_page(bundle_dir) as page:
+        outcome = page.evaluate(LOAD_ERRORS_IN_PAGE)
+    assert "shader-f16" not in outcome["features"]
+    binding, buffer = outcome["maxStorageBufferBindingSize"], outcome["maxBufferSize"]
+    assert binding < needed and buffer < needed
+    assert outcome["messages"]["requested"] == (
+        "Error: this model needs the WebGPU feature shader-f16, which the GPU adapter does not offer; "
+        f"this model needs the WebGPU limit maxStorageBufferBindingSize = {needed}, but the GPU adapter "
+        f"supports {binding}; this model needs the WebGPU limit maxBufferSize = {needed}, but the GPU "
+        f"adapter supports {buffer}"
+    )
+    assert outcome["messages"]["given"].startswith(
+        "Error: this model needs the WebGPU feature shader-f16, which the device does not offer; "
+        f"this model needs the WebGPU limit maxStorageBufferBindingSize = {needed}, but the device supports "
+    )
+
+
+def test_storages_at_the_bounds_above_a_given_devices_limit_fail_at_load(tmp_path: Path) -> None:
+    """n <= 10M rows: 160 MB per storage at the bounds, above a default device's 128 MiB."""
+    write_handmade_bundle(tmp_path / "bundle", bound=10_000_000)
+    with open_runner_page(tmp_path / "bundle") as page:
+        outcome = page.evaluate(LOAD_ERRORS_IN_PAGE)
+    assert outcome["messages"]["given"] == (
+        "Error: this model needs the WebGPU limit maxStorageBufferBindingSize = 160000000, but the "
+        "device supports 134217728"
+    )
+    assert outcome["messages"]["requested"] is None  # the adapter offers more: load() asks for it
+
+
+def test_a_run_above_the_devices_limit_names_it(unbounded_bundle_dir: Path) -> None:
+    """Without bounds, a run whose input needs a storage above the device's binding size
+    limit rejects with a message naming it (no WebGPU validation error), and the model still
+    runs smaller inputs."""
+    script = """
+    async () => {
+      const adapter = await navigator.gpu.requestAdapter();
+      const device = await adapter.requestDevice();
+      const model = await window.relaxweb.load("/bundle/", { device });
+      const limit = device.limits.maxStorageBufferBindingSize;
+      const rows = limit / 16 + 1;
+      let message = null;
+      try {
+        await model.run({ x: { data: new Float32Array(rows * 4), shape: [rows, 4] } });
+      } catch (error) {
+        message = `${error.name}: ${error.message}`;
+      }
+      const { z } = await model.run({ x: { data: new Float32Array(8).fill(1), shape: [2, 4] } });
+      model.dispose();
+      return { limit, rows, message, after: Array.from(z.data) };
+    }
+    """
+    with open_runner_page(unbounded_bundle_dir) as page:
+        outcome = page.evaluate(script)
+    assert outcome["message"] == (
+        f"Error: these inputs are too large for this device: input 'x' (storage 0) needs "
+        f"{outcome['rows'] * 16} bytes, above the device's WebGPU limit maxStorageBufferBindingSize = "
+        f"{outcome['limit']}"
+    )
+    np.testing.assert_allclose(outcome["after"], expected_output(np.ones((2, 4), np.float32)).ravel())
+
+
 def test_a_corrupt_shard_is_refused(bundle_dir: Path) -> None:
     shard = bundle_dir / "weights" / "shard0.bin"
     shard.write_bytes(bytes(16))

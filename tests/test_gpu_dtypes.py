@@ -142,11 +142,74 @@ def test_an_int64_weight_outside_int32_is_a_build_error(tmp_path: Path) -> None:
         build(model, tmp_path, {"batch": 8})
 
 
-def test_float64_stays_unsupported(tmp_path: Path) -> None:
-    nodes = [helper.make_node("Add", ["x", "x"], ["y"])]
-    model = _save(tmp_path, "float64", nodes, [_info("x", TensorProto.DOUBLE, "n")], [_info("y", TensorProto.DOUBLE, "n")])
-    with pytest.raises(UnsupportedModelError, match="float64"):
-        build(model, tmp_path, {"n": 4})
+def boundary_model(tmp_path: Path) -> Path:
+    """float64, float16 and uint8 in and out: d = x64 + w64 (a float64 weight), h = h16 * h16,
+    s = a8 + b8 (wraps), c = int8(i32) and u = uint16(i32) (wrap), f = float16(x32)."""
+    w = numpy_helper.from_array(np.array([0.1, -2.5, 1e-3], np.float64), "w")
+    nodes = [
+        helper.make_node("Add", ["x64", "w"], ["d"]),
+        helper.make_node("Mul", ["h16", "h16"], ["h"]),
+        helper.make_node("Add", ["a8", "b8"], ["s"]),
+        helper.make_node("Cast", ["i32"], ["c"], to=TensorProto.INT8),
+        helper.make_node("Cast", ["i32"], ["u"], to=TensorProto.UINT16),
+        helper.make_node("Cast", ["x32"], ["f"], to=TensorProto.FLOAT16),
+    ]
+    inputs = [
+        _info("x64", TensorProto.DOUBLE, "n", 3), _info("h16", TensorProto.FLOAT16, "n"),
+        _info("a8", TensorProto.UINT8, "n"), _info("b8", TensorProto.UINT8, "n"),
+        _info("i32", TensorProto.INT32, "n"), _info("x32", TensorProto.FLOAT, "n"),
+    ]
+    outputs = [
+        _info("d", TensorProto.DOUBLE, "n", 3), _info("h", TensorProto.FLOAT16, "n"),
+        _info("s", TensorProto.UINT8, "n"), _info("c", TensorProto.INT8, "n"),
+        _info("u", TensorProto.UINT16, "n"), _info("f", TensorProto.FLOAT16, "n"),
+    ]
+    return _save(tmp_path, "boundary", nodes, inputs, outputs, [w])
+
+
+def boundary_inputs(n: int, seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {
+        "x64": rng.uniform(-10, 10, (n, 3)),
+        "h16": rng.uniform(-8, 8, n).astype(np.float16),
+        "a8": rng.integers(0, 256, n, dtype=np.uint8),
+        "b8": rng.integers(0, 256, n, dtype=np.uint8),
+        "i32": rng.integers(-70000, 70000, n, dtype=np.int32),
+        "x32": rng.uniform(-1000, 1000, n).astype(np.float32),
+    }
+
+
+def check_boundary(model: Path, bundle: Path, inputs: dict[str, np.ndarray], run=run_session) -> None:
+    """Outputs in the model's dtypes: exact for the ints, float64 as float32 on the device
+    (rtol 1e-6), float16 products computed in float32 and rounded once (within half an ulp of
+    float16 of ONNX Runtime's)."""
+    expected = onnxruntime_outputs(model, inputs)
+    actual = run(bundle, inputs)
+    for name, value in expected.items():
+        assert actual[name].dtype == value.dtype, name
+        assert actual[name].shape == value.shape, name
+    np.testing.assert_allclose(actual["d"], expected["d"], rtol=1e-6)
+    np.testing.assert_allclose(actual["h"].astype(np.float32), expected["h"].astype(np.float32), rtol=1e-3)
+    for name in ("s", "c", "u", "f"):
+        np.testing.assert_array_equal(actual[name], expected[name], err_msg=name)
+
+
+def test_manifest_gives_device_dtypes_of_narrow_and_wide_dtypes(tmp_path: Path) -> None:
+    bundle = build(boundary_model(tmp_path), tmp_path, {"n": 16})
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    pairs = {t["name"]: (t["dtype"], t["device_dtype"]) for t in manifest["inputs"] + manifest["outputs"]}
+    assert pairs == {
+        "x64": ("float64", "float32"), "h16": ("float16", "float32"), "a8": ("uint8", "uint32"),
+        "b8": ("uint8", "uint32"), "i32": ("int32", "int32"), "x32": ("float32", "float32"),
+        "d": ("float64", "float32"), "h": ("float16", "float32"), "s": ("uint8", "uint32"),
+        "c": ("int8", "int32"), "u": ("uint16", "uint32"), "f": ("float16", "float32"),
+    }
+    (weight,) = manifest["weights"]
+    assert (weight["dtype"], weight["device_dtype"], weight["nbytes"]) == ("float64", "float32", 12)
+    data = (bundle / "weights" / "shard0.bin").read_bytes()[weight["offset"]:weight["offset"] + 12]
+    np.testing.assert_array_equal(np.frombuffer(data, "<f4"), np.array([0.1, -2.5, 1e-3], np.float32))
+    kernels = "".join((bundle / k["file"]).read_text() for k in manifest["kernels"])
+    assert "f64" not in kernels and "f16" not in kernels and "extractBits" in kernels
 
 
 # Runs with the Python runtime ----------------------------------------------------------------
@@ -246,3 +309,55 @@ def test_casts_to_and_from_int64(device, tmp_path: Path) -> None:
     bundle = build(model, tmp_path, {"n": 16})
     x = np.array([-3.7, -0.5, 0.0, 0.5, 1.0, 1.9, 2.0, 1000.25], np.float32)
     check_against_onnxruntime(model, bundle, {"x": x})
+
+
+def test_float64_float16_and_narrow_ints_at_the_boundary(device, tmp_path: Path) -> None:
+    model = boundary_model(tmp_path)
+    bundle = build(model, tmp_path, {"n": 16})
+    for n in (1, 7, 16):
+        check_boundary(model, bundle, boundary_inputs(n, n))
+    edge = boundary_inputs(6, 0)
+    edge["a8"] = np.array([255, 250, 0, 128, 1, 200], np.uint8)
+    edge["b8"] = np.array([1, 10, 0, 128, 254, 200], np.uint8)
+    edge["i32"] = np.array([127, 128, -129, 255, -65536, 65535], np.int32)
+    edge["x32"] = np.array([0.1, 1 / 3, 65504, -2.0, 6e-5, 1e-8], np.float32)
+    check_boundary(model, bundle, edge)
+
+
+@pytest.mark.parametrize(("to", "dtype"), [
+    (TensorProto.INT8, np.int8), (TensorProto.UINT8, np.uint8),
+    (TensorProto.INT16, np.int16), (TensorProto.UINT16, np.uint16),
+])
+def test_casts_from_float_to_narrow_ints_truncate(device, tmp_path: Path, to: int, dtype) -> None:
+    """In-range float values truncate toward zero, like ONNX Runtime (out of range is
+    undefined in ONNX); a cast back to float32 reads the narrow value."""
+    nodes = [helper.make_node("Cast", ["x"], ["y"], to=to), helper.make_node("Cast", ["y"], ["z"], to=TensorProto.FLOAT)]
+    model = _save(tmp_path, f"cast{to}", nodes, [_info("x", TensorProto.FLOAT, "n")],
+                  [_info("y", to, "n"), _info("z", TensorProto.FLOAT, "n")])
+    bundle = build(model, tmp_path, {"n": 16})
+    info = np.iinfo(dtype)
+    x = np.array([0.0, 0.9, -0.9, 1.5, info.max - 0.5, info.min + 0.5, 7.99, info.max, info.min], np.float32)
+    check_against_onnxruntime(model, bundle, {"x": x})
+
+
+@_browser_test
+def test_float64_float16_and_narrow_ints_in_the_browser(tmp_path: Path) -> None:
+    """float16 data crosses to the page as Uint16Array half bits (relaxweb.browser passes a
+    uint16 array as a Uint16Array, which the runtime takes for a float16 input)."""
+    from relaxweb.browser import run_in_browser
+
+    model = boundary_model(tmp_path)
+    bundle = build(model, tmp_path, {"n": 16})
+
+    def run(bundle: Path, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        as_bits = {name: value.view(np.uint16) if value.dtype == np.float16 else value for name, value in inputs.items()}
+        outputs = run_in_browser(bundle, as_bits)
+        for name in ("h", "f"):
+            assert outputs[name].dtype == np.uint16
+            outputs[name] = outputs[name].view(np.float16)
+        return outputs
+
+    inputs = boundary_inputs(6, 0)
+    inputs["a8"] = np.array([255, 250, 0, 128, 1, 200], np.uint8)
+    inputs["i32"] = np.array([127, 128, -129, 255, -65536, 65535], np.int32)
+    check_boundary(model, bundle, inputs, run=run)

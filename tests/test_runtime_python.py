@@ -395,6 +395,207 @@ def test_limit_a_given_device_lacks_is_named(gpu_device: Any, tmp_path: Path) ->
         Session(tmp_path, device=gpu_device)
 
 
+#: Every WebGPU feature name (the spec's GPUFeatureName), to find one an adapter lacks.
+WEBGPU_FEATURES = (
+    "core-features-and-limits", "depth-clip-control", "depth32float-stencil8",
+    "texture-compression-bc", "texture-compression-bc-sliced-3d", "texture-compression-etc2",
+    "texture-compression-astc", "texture-compression-astc-sliced-3d", "timestamp-query",
+    "indirect-first-instance", "shader-f16", "rg11b10ufloat-renderable", "bgra8unorm-storage",
+    "float32-filterable", "float32-blendable", "clip-distances", "dual-source-blending",
+    "subgroups", "texture-formats-tier1", "texture-formats-tier2",
+)
+
+#: The buffer size limits of the small device (``small_device``), in bytes.
+SMALL_BINDING_SIZE = 4096
+SMALL_BUFFER_SIZE = 8192
+
+
+@pytest.fixture(scope="module")
+def small_device(gpu_device: Any) -> Any:
+    """A device of the same adapter with small buffer size limits (wgpu gives a device the
+    limits it asks for, even below the defaults) and no optional feature."""
+    return gpu_device.adapter.request_device_sync(
+        label="small",
+        required_limits={
+            "max-storage-buffer-binding-size": SMALL_BINDING_SIZE,
+            "max-buffer-size": SMALL_BUFFER_SIZE,
+        },
+    )
+
+
+def test_small_device_has_the_limits_it_asked_for(small_device: Any) -> None:
+    assert small_device.limits["max-storage-buffer-binding-size"] == SMALL_BINDING_SIZE
+    assert small_device.limits["max-buffer-size"] == SMALL_BUFFER_SIZE
+
+
+def test_storage_at_the_bounds_above_the_devices_limit_fails_at_load(
+    small_device: Any, tmp_path: Path
+) -> None:
+    """n <= 1000 rows of 16 bytes: 16000 bytes per storage at the bounds, above 4096."""
+    from relaxweb.runtime import Session
+
+    write_handmade_bundle(tmp_path, bound=1000)
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert manifest["required_limits"]["maxStorageBufferBindingSize"] == 16000
+    with pytest.raises(RelaxwebError) as caught:
+        Session(tmp_path, device=small_device)
+    assert str(caught.value) == (
+        "the bundle needs the WebGPU limit maxStorageBufferBindingSize = 16000, "
+        f"but the given device offers {SMALL_BINDING_SIZE}; the bundle needs the WebGPU limit "
+        f"maxBufferSize = 16000, but the given device offers {SMALL_BUFFER_SIZE}"
+    )
+
+
+def test_storage_at_the_bounds_within_the_devices_limit_loads(
+    small_device: Any, tmp_path: Path
+) -> None:
+    from relaxweb.runtime import Session
+
+    write_handmade_bundle(tmp_path, bound=SMALL_BINDING_SIZE // 16)
+    session = Session(tmp_path, device=small_device)
+    assert session.storage_buffer_sizes == [SMALL_BINDING_SIZE] * 3
+    x = random_input(SMALL_BINDING_SIZE // 16, seed=3)
+    np.testing.assert_allclose(session.run({"x": x})["z"], expected_output(x), rtol=1e-6)
+
+
+def test_storage_at_the_bounds_is_checked_even_without_required_limits(
+    small_device: Any, tmp_path: Path
+) -> None:
+    """A manifest that says nothing of the buffer sizes still fails at load, naming the limit."""
+    from relaxweb.runtime import Session
+
+    write_handmade_bundle(tmp_path, bound=1000)
+    edit_manifest(tmp_path, lambda manifest: manifest.update(required_limits={}))
+    with pytest.raises(
+        RelaxwebError,
+        match=f"WebGPU limit maxStorageBufferBindingSize = 16000 .*offers {SMALL_BINDING_SIZE}",
+    ):
+        Session(tmp_path, device=small_device)
+
+
+def test_compiled_bundle_requires_its_sizes_at_the_bounds(
+    gpu_device: Any, small_device: Any, tmp_path: Path
+) -> None:
+    """A model built with --bound needs buffers as large as its largest storage at the
+    bounds; the small device cannot load it, the default device can."""
+    import onnx
+
+    from examples.make_mlp import make_mlp
+    from relaxweb.bundle import build_bundle
+    from relaxweb.runtime import Session
+
+    onnx.save(make_mlp(), str(tmp_path / "mlp.onnx"))
+    manifest = build_bundle(tmp_path / "mlp.onnx", tmp_path / "dist", {"batch": 64})
+    largest = max(
+        [storage["size_at_bounds"] for storage in manifest["storages"]]
+        + [weight["nbytes"] for weight in manifest["weights"]]
+    )
+    assert largest > SMALL_BUFFER_SIZE
+    assert manifest["required_limits"]["maxStorageBufferBindingSize"] == largest
+    assert manifest["required_limits"]["maxBufferSize"] == largest
+    assert manifest["required_features"] == []
+    with pytest.raises(RelaxwebError) as caught:
+        Session(tmp_path / "dist", device=small_device)
+    message = str(caught.value)
+    assert f"maxStorageBufferBindingSize = {largest}" in message
+    assert f"offers {SMALL_BINDING_SIZE}" in message
+    assert Session(tmp_path / "dist").device.limits["max-storage-buffer-binding-size"] >= largest
+
+
+def test_a_weight_above_the_devices_limit_fails_at_load(small_device: Any, tmp_path: Path) -> None:
+    """Unbounded storages give no buffer size limits, but the weights' sizes are known."""
+    from relaxweb.runtime import Session
+
+    write_handmade_bundle(tmp_path, bound=None)
+    edit_manifest(tmp_path, lambda manifest: manifest["weights"][0].update(nbytes=10_000))
+    with pytest.raises(
+        RelaxwebError,
+        match=f"limit maxStorageBufferBindingSize = 10000, but the given device offers {SMALL_BINDING_SIZE}",
+    ):
+        Session(tmp_path, device=small_device)
+
+
+def test_a_run_above_the_devices_limit_names_it(small_device: Any, unbounded_bundle: Path) -> None:
+    """Without bounds, storages grow per run: one that would pass the device's binding size
+    limit is refused before any buffer is made, and the session still runs smaller inputs."""
+    from relaxweb.runtime import Session
+
+    session = Session(unbounded_bundle, device=small_device)
+    x = random_input(200, seed=1)
+    np.testing.assert_allclose(session.run({"x": x})["z"], expected_output(x), rtol=1e-6)
+    with pytest.raises(RelaxwebError) as caught:
+        session.run({"x": random_input(300, seed=2)})
+    assert str(caught.value) == (
+        "these inputs are too large for this device: input 'x' (storage 0) needs 4800 bytes, "
+        f"above the device's WebGPU limit maxStorageBufferBindingSize = {SMALL_BINDING_SIZE}"
+    )
+    x = random_input(256, seed=3)
+    np.testing.assert_allclose(session.run({"x": x})["z"], expected_output(x), rtol=1e-6)
+
+
+def test_unsatisfied_limits_of_fake_adapter_limits() -> None:
+    pytest.importorskip("wgpu")
+    from relaxweb.runtime.webgpu import load_time_limits, unsatisfied_limits
+
+    available = {"max-storage-buffer-binding-size": 1024, "min-storage-buffer-offset-alignment": 256}
+    required = {
+        "maxStorageBufferBindingSize": 2048,
+        "minStorageBufferOffsetAlignment": 32,
+        "maxComputeInvocationsPerWorkgroup": 64,
+    }
+    assert unsatisfied_limits(available, required) == {
+        "maxStorageBufferBindingSize": (2048, 1024),
+        "minStorageBufferOffsetAlignment": (32, 256),
+        "maxComputeInvocationsPerWorkgroup": (64, None),
+    }
+    manifest = {"required_limits": {"maxStorageBuffersPerShaderStage": 3},
+                "weights": [{"nbytes": 100}, {"nbytes": 700}]}
+    assert load_time_limits(manifest) == {
+        "maxStorageBuffersPerShaderStage": 3, "maxStorageBufferBindingSize": 700, "maxBufferSize": 700,
+    }
+
+
+def test_a_feature_the_adapter_lacks_is_named(gpu_device: Any, tmp_path: Path) -> None:
+    from relaxweb.runtime import Session
+
+    offered = {str(feature) for feature in gpu_device.adapter.features}
+    lacking = [feature for feature in WEBGPU_FEATURES if feature not in offered]
+    if not lacking:
+        pytest.skip("this adapter offers every WebGPU feature")
+    write_handmade_bundle(tmp_path)
+    edit_manifest(tmp_path, lambda manifest: manifest.update(required_features=[lacking[0]]))
+    with pytest.raises(RelaxwebError) as caught:
+        Session(tmp_path)
+    message = str(caught.value)
+    assert message.startswith(f"the bundle needs the WebGPU feature {lacking[0]}, which this adapter (")
+    assert message.endswith(") does not offer")
+
+
+def test_a_feature_a_given_device_lacks_is_named(small_device: Any, tmp_path: Path) -> None:
+    from relaxweb.runtime import Session
+
+    write_handmade_bundle(tmp_path)
+    edit_manifest(tmp_path, lambda manifest: manifest.update(required_features=["shader-f16"]))
+    with pytest.raises(RelaxwebError) as caught:
+        Session(tmp_path, device=small_device)
+    assert str(caught.value) == (
+        "the bundle needs the WebGPU feature shader-f16, which the given device does not offer"
+    )
+
+
+def test_a_feature_the_adapter_offers_is_requested(gpu_device: Any, tmp_path: Path) -> None:
+    from relaxweb.runtime import Session
+
+    if "shader-f16" not in {str(feature) for feature in gpu_device.adapter.features}:
+        pytest.skip("this adapter does not offer shader-f16")
+    write_handmade_bundle(tmp_path)
+    edit_manifest(tmp_path, lambda manifest: manifest.update(required_features=["shader-f16"]))
+    session = Session(tmp_path)
+    assert "shader-f16" in {str(feature) for feature in session.device.features}
+    x = random_input(4, seed=4)
+    np.testing.assert_allclose(session.run({"x": x})["z"], expected_output(x), rtol=1e-6)
+
+
 def test_two_sessions_share_the_default_device(bounded_bundle: Path, unbounded_bundle: Path,
                                                gpu_device: Any) -> None:
     from relaxweb.runtime import Session

@@ -67,9 +67,23 @@ def unsatisfied_limits(
     return missing
 
 
+def missing_features(available_features: Any, required_features: Any) -> list[str]:
+    """The required WebGPU features (``"shader-f16"``, ...) that ``available_features`` lacks,
+    in the order they are required."""
+    available = {str(feature) for feature in available_features}
+    return [feature for feature in required_features if feature not in available]
+
+
+def _missing_feature_message(missing: list[str], provider: str) -> str:
+    names = ", ".join(missing)
+    noun = "feature" if len(missing) == 1 else "features"
+    return f"the bundle needs the WebGPU {noun} {names}, which {provider} does not offer"
+
+
 _default_adapter: wgpu.GPUAdapter | None = None
 _default_device: wgpu.GPUDevice | None = None
 _default_device_requested_limits: dict[str, int] = {}
+_default_device_requested_features: list[str] = []
 
 
 def default_adapter() -> wgpu.GPUAdapter:
@@ -82,47 +96,79 @@ def default_adapter() -> wgpu.GPUAdapter:
     return _default_adapter
 
 
-def default_device(required_limits: Mapping[str, int] | None = None) -> wgpu.GPUDevice:
-    """A device shared by every :class:`Session` not given one, meeting ``required_limits``.
+def default_device(
+    required_limits: Mapping[str, int] | None = None, required_features: Any = ()
+) -> wgpu.GPUDevice:
+    """A device shared by every :class:`Session` not given one, meeting ``required_limits``
+    and offering ``required_features``.
 
-    Creating a device is slow, so one is kept and reused.  When a bundle needs a limit the
-    shared device lacks, a new device is requested with that limit raised (and every limit
-    raised before), and it becomes the shared device.  Only limits the current device does
-    not meet are requested, because wgpu gives a device exactly the requested value even
-    when it is worse than the default.
+    Creating a device is slow, so one is kept and reused.  When a bundle needs a limit or a
+    feature the shared device lacks, a new device is requested with that limit raised (and
+    every limit raised before) and every feature requested so far, and it becomes the
+    shared device.  Only limits the current device does not meet are requested, because
+    wgpu gives a device exactly the requested value even when it is worse than the default.
     """
     global _default_device
     required_limits = dict(required_limits or {})
-    if _default_device is not None and not unsatisfied_limits(
-        _default_device.limits, required_limits
+    required_features = list(required_features or ())
+    if (
+        _default_device is not None
+        and not unsatisfied_limits(_default_device.limits, required_limits)
+        and not missing_features(_default_device.features, required_features)
     ):
         return _default_device
 
     adapter = default_adapter()
-    adapter_shortfalls = unsatisfied_limits(adapter.limits, required_limits)
-    if adapter_shortfalls:
-        adapter_name = adapter.info.get("device") or "unknown"
-        provider = f"this adapter ({adapter_name})"
-        raise RelaxwebError(_shortfall_message(adapter_shortfalls, provider))
+    adapter_name = adapter.info.get("device") or "unknown"
+    problems = _device_problems(
+        adapter, required_limits, required_features, f"this adapter ({adapter_name})"
+    )
+    if problems:
+        raise RelaxwebError(problems)
 
     # The first time, a device with default limits shows which limits need requesting.
-    device = _default_device or adapter.request_device_sync(label="relaxweb")
+    device = _default_device or adapter.request_device_sync(
+        label="relaxweb", required_features=list(required_features)
+    )
     lacking = unsatisfied_limits(device.limits, required_limits)
-    if lacking:
+    new_features = missing_features(device.features, required_features)
+    if lacking or new_features:
         for name in lacking:
             _default_device_requested_limits[wgpu_limit_name(name)] = required_limits[name]
+        for feature in required_features:
+            if feature not in _default_device_requested_features:
+                _default_device_requested_features.append(feature)
         device = adapter.request_device_sync(
-            label="relaxweb", required_limits=dict(_default_device_requested_limits)
+            label="relaxweb",
+            required_limits=dict(_default_device_requested_limits),
+            required_features=list(_default_device_requested_features),
         )
     _default_device = device
     return _default_device
 
 
-def _check_device_limits(device: wgpu.GPUDevice, required_limits: Mapping[str, int]) -> None:
-    """Raise a readable error when a caller-supplied device lacks a required limit."""
-    shortfalls = unsatisfied_limits(device.limits, required_limits)
+def _check_device_limits(
+    device: wgpu.GPUDevice, required_limits: Mapping[str, int], required_features: Any = ()
+) -> None:
+    """Raise a readable error when a caller-supplied device lacks a required feature or limit."""
+    problems = _device_problems(device, required_limits, required_features, "the given device")
+    if problems:
+        raise RelaxwebError(problems)
+
+
+def _device_problems(
+    gpu: Any, required_limits: Mapping[str, int], required_features: Any, provider: str
+) -> str:
+    """Every missing feature and unmet limit of ``gpu`` (an adapter or a device) in one
+    message, or ``""`` when it can load the bundle."""
+    problems = []
+    lacking_features = missing_features(gpu.features, required_features)
+    if lacking_features:
+        problems.append(_missing_feature_message(lacking_features, provider))
+    shortfalls = unsatisfied_limits(gpu.limits, required_limits)
     if shortfalls:
-        raise RelaxwebError(_shortfall_message(shortfalls, "the given device"))
+        problems.append(_shortfall_message(shortfalls, provider))
+    return "; ".join(problems)
 
 
 def _shortfall_message(shortfalls: Mapping[str, tuple[int, int | None]], provider: str) -> str:
@@ -134,6 +180,30 @@ def _shortfall_message(shortfalls: Mapping[str, tuple[int, int | None]], provide
             f"the bundle needs the WebGPU limit {name} = {needed}, but {provider} {offered}"
         )
     return "; ".join(lines)
+
+
+def load_time_limits(manifest: Mapping[str, Any]) -> dict[str, int]:
+    """The limits a device must meet to load a bundle: the manifest's ``required_limits``,
+    with the buffer size limits raised to the largest weight when that is larger (bundles
+    whose storages have no bound give no buffer size limits, but their weights still need
+    buffers of a known size), and ``maxBufferSize`` at least ``maxStorageBufferBindingSize``."""
+    limits = dict(manifest.get("required_limits", {}))
+    largest = max((weight["nbytes"] for weight in manifest.get("weights", [])), default=0)
+    # A buffer bound whole is at least as large as its binding.
+    largest = max(largest, limits.get("maxStorageBufferBindingSize", 0))
+    if largest:
+        for name in ("maxStorageBufferBindingSize", "maxBufferSize"):
+            limits[name] = max(limits.get(name, 0), largest)
+    return limits
+
+
+def _storage_size_limit(device: wgpu.GPUDevice) -> tuple[int, str]:
+    """The largest storage buffer ``device`` can bind, and the name of the limit that says so."""
+    binding = device.limits["max-storage-buffer-binding-size"]
+    buffer = device.limits["max-buffer-size"]
+    if buffer < binding:
+        return buffer, "maxBufferSize"
+    return binding, "maxStorageBufferBindingSize"
 
 
 # Small helpers ---------------------------------------------------------------------------
@@ -151,13 +221,24 @@ def _padded_to_multiple_of_4(data: bytes | memoryview) -> bytes | memoryview:
 
 
 def _device_dtype(entry: Mapping[str, Any]) -> np.dtype:
-    """The dtype of a tensor in GPU memory: the manifest's ``device_dtype`` (int64 -> int32,
-    bool -> uint32), or its ``dtype`` for bundles written before that field existed."""
-    return np.dtype(entry.get("device_dtype", entry["dtype"]))
+    """The dtype of a tensor in GPU memory: the manifest's ``device_dtype`` (int64, int16,
+    int8 -> int32; uint16, uint8, bool -> uint32; float16, float64 -> float32), or
+    the same mapping for bundles written before that field existed."""
+    dtype = entry["dtype"]
+    return np.dtype(entry.get("device_dtype", _DEFAULT_DEVICE_DTYPES.get(dtype, dtype)))
+
+
+#: ``device_dtype`` by ``dtype`` where they differ (relaxweb/bundle.py DEVICE_DTYPES).
+_DEFAULT_DEVICE_DTYPES = {
+    "int64": "int32", "int16": "int32", "int8": "int32", "uint16": "uint32", "uint8": "uint32",
+    "float16": "float32", "float64": "float32", "bool": "uint32",
+}
 
 
 def _to_device(name: str, array: np.ndarray, device_dtype: np.dtype) -> np.ndarray:
-    """An input as the GPU holds it; an int64 value outside the int32 range is an error."""
+    """An input as the GPU holds it; an int64 value outside the int32 range is an error
+    (narrower ints always fit; float64 values are rounded to float32, beyond its range to
+    infinity)."""
     if array.dtype == device_dtype:
         return array
     if array.dtype == np.int64 and array.size:
@@ -169,7 +250,8 @@ def _to_device(name: str, array: np.ndarray, device_dtype: np.dtype) -> np.ndarr
                 f"input '{name}': value {int(array[position])} at index {list(position)} does not fit in "
                 f"{device_dtype} (int64 tensors are {device_dtype} on the GPU)"
             )
-    return np.asarray(array.astype(device_dtype), order="C")
+    with np.errstate(over="ignore"):
+        return np.asarray(array.astype(device_dtype), order="C")
 
 
 def _describe_value(value: Any) -> str:
@@ -202,11 +284,12 @@ class Session:
         self.last_dispatch_count = 0
         self.last_read_count = 0
 
-        required_limits = self.manifest.get("required_limits", {})
+        required_limits = load_time_limits(self.manifest)
+        required_features = list(self.manifest.get("required_features", []))
         if device is None:
-            device = default_device(required_limits)
+            device = default_device(required_limits, required_features)
         else:
-            _check_device_limits(device, required_limits)
+            _check_device_limits(device, required_limits, required_features)
         self.device: wgpu.GPUDevice = device
 
         self._weight_buffers = self._create_weight_buffers(self._load_shards())
@@ -278,6 +361,13 @@ class Session:
         sizes = self.host.sizes_at_bounds()
         if sizes is None:
             return [None] * self.host.storage_count
+        largest, limit_name = _storage_size_limit(self.device)
+        for index, size in enumerate(sizes):
+            if size > largest:
+                raise RelaxwebError(
+                    f"the bundle needs the WebGPU limit {limit_name} = {size} (storage {index} at "
+                    f"the bounds), but the device offers {largest}"
+                )
         return [self._create_storage_buffer(index, size) for index, size in enumerate(sizes)]
 
     def _create_storage_buffer(self, index: int, byte_size: int) -> wgpu.GPUBuffer:
@@ -436,20 +526,15 @@ class Session:
         Without it the old buffers are destroyed now and ``[]`` is returned.
         """
         carried_over: list[tuple[wgpu.GPUBuffer, wgpu.GPUBuffer]] = []
-        largest = min(
-            self.device.limits["max-storage-buffer-binding-size"],
-            self.device.limits["max-buffer-size"],
-        )
+        largest, limit_name = _storage_size_limit(self.device)
+        for index, needed in enumerate(needed_sizes):
+            if needed > largest:
+                raise RelaxwebError(self._too_large_message(index, needed, largest, limit_name))
         for index, needed in enumerate(needed_sizes):
             buffer = self._storage_buffers[index]
             needed = gpu_buffer_size(needed)
             if buffer is not None and buffer.size >= needed:
                 continue
-            if needed > largest:
-                raise RelaxwebError(
-                    f"these inputs are too large for this device: storage {index} needs "
-                    f"{needed} bytes, the device's largest storage buffer is {largest} bytes"
-                )
             doubled = 2 * buffer.size if buffer is not None else 0
             new_size = max(needed, (min(doubled, largest) // 4) * 4)
             new_buffer = self._create_storage_buffer(index, new_size)
@@ -461,6 +546,19 @@ class Session:
             self._storage_buffers[index] = new_buffer
             self._forget_bind_groups_using(index)
         return carried_over
+
+    def _too_large_message(self, index: int, needed: int, largest: int, limit_name: str) -> str:
+        """Why a run cannot go on: storage ``index`` needs more bytes than the device's limit."""
+        storage = self.manifest["storages"][index]
+        holds = f"storage {index} ({storage['role']})"
+        for kind in ("output", "input"):  # an input's name wins
+            for entry in self.manifest[f"{kind}s"]:
+                if entry["storage"] == index:
+                    holds = f"{kind} '{entry['name']}' (storage {index})"
+        return (
+            f"these inputs are too large for this device: {holds} needs {needed} bytes, above "
+            f"the device's WebGPU limit {limit_name} = {largest}"
+        )
 
     @staticmethod
     def _destroy_old_buffers(carried_over: list[tuple[wgpu.GPUBuffer, wgpu.GPUBuffer]]) -> None:
@@ -605,7 +703,10 @@ class Session:
             finally:
                 buffer.unmap()
             array = np.frombuffer(data, dtype=stored, count=byte_size // stored.itemsize)
-            if stored != dtype:  # int32 -> int64, uint32 (0/1) -> bool
-                array = array != 0 if dtype == np.bool_ else array.astype(dtype)
+            if stored != dtype:  # back to the model's dtype, like numpy's astype
+                # int32 -> int64/int16/int8 and uint32 -> uint16/uint8 (narrow ints keep their
+                # low bits), float32 -> float16 (rounded)/float64, uint32 (0/1) -> bool
+                with np.errstate(over="ignore"):
+                    array = array != 0 if dtype == np.bool_ else array.astype(dtype)
             results[output["name"]] = array.reshape(output_shapes[index])
         return results

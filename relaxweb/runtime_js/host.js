@@ -10,21 +10,87 @@ export const OPCODE_DISPATCH = 1;
 /** Opcode of a command record: read an i32 back from a storage (always a list's last record). */
 export const OPCODE_READ = 2;
 
-/** Typed array class of each dtype a bundle's inputs and outputs may have. */
+/**
+ * Typed array class of each dtype a bundle's inputs and outputs may have. float16 data is a
+ * Uint16Array of IEEE half-precision bit patterns (an input may also be a Float16Array where
+ * the JS engine has one); outputs are always Uint16Array bits (halfBitsToFloat reads them).
+ */
 export const TYPED_ARRAY_OF_DTYPE = {
   float32: Float32Array,
+  float64: Float64Array,
+  float16: Uint16Array,
   int32: Int32Array,
+  int16: Int16Array,
+  int8: Int8Array,
   uint32: Uint32Array,
+  uint16: Uint16Array,
+  uint8: Uint8Array,
   int64: BigInt64Array,
   bool: Uint8Array,
 };
 
 /**
  * Other typed array classes accepted for an input of a dtype: int64 data that is already
- * int32 (as the GPU holds it).
+ * int32 (as the GPU holds it), float16 data as a Float16Array where one exists.
  * @type {Record<string, Function[]>}
  */
-const ALSO_ACCEPTED = { int64: [Int32Array] };
+const ALSO_ACCEPTED = {
+  int64: [Int32Array],
+  float16: /** @type {any} */ (globalThis).Float16Array ? [/** @type {any} */ (globalThis).Float16Array] : [],
+};
+
+/** The device dtype of each dtype that differs from it on the GPU (relaxweb/bundle.py DEVICE_DTYPES). */
+const DEVICE_DTYPES = /** @type {Record<string, string>} */ ({
+  int64: "int32", int16: "int32", int8: "int32", uint16: "uint32", uint8: "uint32",
+  float16: "float32", float64: "float32", bool: "uint32",
+});
+
+const halfView = new DataView(new ArrayBuffer(4));
+
+/**
+ * The float value of IEEE half-precision bits.
+ * @param {number} bits 0..65535
+ * @returns {number}
+ */
+export function halfBitsToFloat(bits) {
+  const sign = bits & 0x8000 ? -1 : 1;
+  const exponent = (bits >> 10) & 0x1f;
+  const fraction = bits & 0x3ff;
+  if (exponent === 0) return sign * fraction * 2 ** -24;
+  if (exponent === 0x1f) return fraction ? NaN : sign * Infinity;
+  return sign * (1 + fraction / 1024) * 2 ** (exponent - 15);
+}
+
+/**
+ * The IEEE half-precision bits of a float (rounded to nearest even, like numpy's astype):
+ * beyond the half range it is infinity.
+ * @param {number} value
+ * @returns {number}
+ */
+export function floatToHalfBits(value) {
+  halfView.setFloat32(0, value);
+  const f = halfView.getUint32(0);
+  const sign = (f >>> 16) & 0x8000;
+  const exponent = (f >>> 23) & 0xff;
+  const mantissa = f & 0x7fffff;
+  if (exponent === 0xff) return sign | 0x7c00 | (mantissa ? 0x200 : 0); // inf, NaN
+  const e = exponent - 127 + 15;
+  if (e >= 0x1f) return sign | 0x7c00; // overflow: infinity
+  if (e <= 0) { // subnormal half (or zero)
+    if (e < -10) return sign;
+    const m = mantissa | 0x800000;
+    const shift = 14 - e;
+    let half = m >>> shift;
+    const rest = m & ((1 << shift) - 1);
+    const halfway = 1 << (shift - 1);
+    if (rest > halfway || (rest === halfway && (half & 1))) half += 1;
+    return sign | half;
+  }
+  let half = (e << 10) | (mantissa >>> 13);
+  const rest = mantissa & 0x1fff;
+  if (rest > 0x1000 || (rest === 0x1000 && (half & 1))) half += 1; // may carry into the exponent: correct
+  return sign | half;
+}
 
 /**
  * The dtype a tensor has in GPU memory (WGSL has no 64-bit integers and no bool buffers):
@@ -33,12 +99,14 @@ const ALSO_ACCEPTED = { int64: [Int32Array] };
  * @returns {string}
  */
 export function deviceDtype(spec) {
-  return spec.device_dtype ?? ({ int64: "int32", bool: "uint32" })[spec.dtype] ?? spec.dtype;
+  return spec.device_dtype ?? DEVICE_DTYPES[spec.dtype] ?? spec.dtype;
 }
 
 /**
  * An input's data as the GPU holds it: int64 -> int32 (an InputShapeError naming the input
- * when a value does not fit), bool -> uint32 0/1; other dtypes unchanged.
+ * when a value does not fit), bool -> uint32 0/1, float16 (Uint16Array bits or Float16Array)
+ * and float64 -> float32 (rounded), int8/int16 -> int32, uint8/uint16 -> uint32; float32,
+ * int32 and uint32 unchanged.
  * @param {{name: string, dtype: string, device_dtype?: string}} spec
  * @param {ArrayBufferView & {length: number}} data already checked by checkInputs
  * @returns {ArrayBufferView}
@@ -65,21 +133,34 @@ export function toDeviceData(spec, data) {
     for (let i = 0; i < bytes.length; i++) converted[i] = bytes[i] !== 0 ? 1 : 0;
     return converted;
   }
-  return data;
+  if (spec.dtype === "float16" && data instanceof Uint16Array) {
+    return Float32Array.from(data, halfBitsToFloat);
+  }
+  // float64 -> float32 (rounded), a Float16Array -> float32, int8/int16 -> int32,
+  // uint8/uint16 -> uint32: every value fits.
+  const deviceClass = TYPED_ARRAY_OF_DTYPE[/** @type {"float32"} */ (target)];
+  return deviceClass.from(/** @type {ArrayLike<number>} */ (/** @type {unknown} */ (data)));
 }
 
 /**
  * An output read back from the GPU, in its model dtype: int32 -> BigInt64Array for int64,
- * uint32 -> Uint8Array (0/1) for bool.
+ * uint32 -> Uint8Array (0/1) for bool, float32 -> Uint16Array of half bits for float16
+ * (rounded to nearest even) and Float64Array for float64, int32 -> Int8Array/Int16Array and
+ * uint32 -> Uint8Array/Uint16Array (the low bits, like numpy's astype).
  * @param {{dtype: string, device_dtype?: string}} spec
  * @param {ArrayBuffer} bytes the output's bytes as the GPU holds them
- * @returns {Float32Array|Int32Array|Uint32Array|BigInt64Array|Uint8Array}
+ * @returns {ArrayBufferView & {length: number}}
  */
 export function fromDeviceData(spec, bytes) {
   const stored = new (TYPED_ARRAY_OF_DTYPE[/** @type {"float32"} */ (deviceDtype(spec))])(bytes);
   if (spec.dtype === "int64") return BigInt64Array.from(/** @type {Int32Array} */ (stored), (v) => BigInt(v));
   if (spec.dtype === "bool") return Uint8Array.from(stored, (v) => (v !== 0 ? 1 : 0));
-  return stored;
+  if (spec.dtype === "float16") return Uint16Array.from(stored, floatToHalfBits);
+  if (spec.dtype === deviceDtype(spec)) return stored;
+  // float32 -> Float64Array; int32 -> Int8Array/Int16Array, uint32 -> Uint8Array/Uint16Array
+  // keep the low bits, like numpy's astype.
+  const modelClass = TYPED_ARRAY_OF_DTYPE[/** @type {"float32"} */ (spec.dtype)];
+  return modelClass.from(/** @type {ArrayLike<number>} */ (stored));
 }
 
 /**
@@ -89,6 +170,78 @@ export function fromDeviceData(spec, bytes) {
  */
 export function deviceElementBytes(spec) {
   return TYPED_ARRAY_OF_DTYPE[/** @type {"float32"} */ (deviceDtype(spec))].BYTES_PER_ELEMENT;
+}
+
+/**
+ * What keeps a device (or adapter) from loading a bundle: one line per required feature it
+ * lacks and per required limit it does not meet ("max..." limits at least, "min..." at
+ * most). Each line names the feature or the limit, the value needed and the one offered.
+ * @param {{limits: any, features?: {has(name: string): boolean}}} gpu a GPUAdapter or GPUDevice
+ * @param {Record<string, number>} requiredLimits
+ * @param {string[]} requiredFeatures
+ * @param {string} owner "GPU adapter" or "device", for the message
+ * @returns {string[]} empty when it can load the bundle
+ */
+export function deviceShortfalls(gpu, requiredLimits, requiredFeatures, owner) {
+  const problems = [];
+  for (const feature of requiredFeatures) {
+    if (!gpu.features?.has(feature)) {
+      problems.push(`this model needs the WebGPU feature ${feature}, which the ${owner} does not offer`);
+    }
+  }
+  for (const [name, needed] of Object.entries(requiredLimits)) {
+    const available = gpu.limits[name];
+    if (typeof available !== "number") {
+      problems.push(`this model needs the WebGPU limit ${name} = ${needed}, but the ${owner} does not report that limit`);
+      continue;
+    }
+    const enough = name.startsWith("min") ? available <= needed : available >= needed;
+    if (!enough) problems.push(`this model needs the WebGPU limit ${name} = ${needed}, but the ${owner} supports ${available}`);
+  }
+  return problems;
+}
+
+/**
+ * The limits a device must meet to load a bundle: the manifest's `required_limits`, with the
+ * buffer size limits raised to the largest weight and to the largest storage at the bounds
+ * in effect (`sizesAtBounds`, null when some var has no bound) when those are larger, and
+ * maxBufferSize at least maxStorageBufferBindingSize.
+ * @param {any} manifest
+ * @param {number[]|null} sizesAtBounds
+ * @returns {Record<string, number>}
+ */
+export function loadTimeLimits(manifest, sizesAtBounds) {
+  /** @type {Record<string, number>} */
+  const limits = { ...(manifest.required_limits ?? {}) };
+  // A buffer bound whole is at least as large as its binding.
+  const largest = [...manifest.weights.map((/** @type {any} */ w) => w.nbytes), ...(sizesAtBounds ?? []),
+    limits.maxStorageBufferBindingSize ?? 0].reduce((a, b) => Math.max(a, b), 0);
+  if (largest > 0) {
+    for (const name of ["maxStorageBufferBindingSize", "maxBufferSize"]) limits[name] = Math.max(limits[name] ?? 0, largest);
+  }
+  return limits;
+}
+
+/**
+ * Why a run cannot go on because a storage needs more bytes than the device can bind (a
+ * message naming the input or output it holds and the limit), or null when every size fits.
+ * @param {any} manifest
+ * @param {number[]} sizes bytes needed per storage
+ * @param {any} limits the device's GPUSupportedLimits
+ * @returns {string|null}
+ */
+export function storageSizeProblem(manifest, sizes, limits) {
+  const [largest, limitName] = limits.maxBufferSize < limits.maxStorageBufferBindingSize
+    ? [limits.maxBufferSize, "maxBufferSize"]
+    : [limits.maxStorageBufferBindingSize, "maxStorageBufferBindingSize"];
+  const index = sizes.findIndex((size) => size > largest);
+  if (index < 0) return null;
+  const input = manifest.inputs.find((/** @type {any} */ i) => i.storage === index);
+  const output = manifest.outputs.find((/** @type {any} */ o) => o.storage === index);
+  const holds = input ? `input '${input.name}' (storage ${index})`
+    : output ? `output '${output.name}' (storage ${index})`
+    : `storage ${index} (${manifest.storages[index].role})`;
+  return `these inputs are too large for this device: ${holds} needs ${sizes[index]} bytes, above the device's WebGPU limit ${limitName} = ${largest}`;
 }
 
 /**

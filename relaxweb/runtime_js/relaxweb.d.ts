@@ -1,11 +1,18 @@
 // Types of the public API of the relaxweb browser runtime (relaxweb.js).
 
 /**
- * Typed arrays a tensor's data may be, by dtype: float32 Float32Array, int32 Int32Array,
- * uint32 Uint32Array, int64 BigInt64Array (an input may also be an Int32Array; values must fit
- * in int32, as int64 tensors are int32 on the GPU), bool Uint8Array (0/1; non-zero is true).
+ * Typed arrays a tensor's data may be, by dtype: float32 Float32Array, float64 Float64Array
+ * (float32 on the GPU), float16 Uint16Array of IEEE half bits (an input may also be a
+ * Float16Array where the engine has one; outputs are always Uint16Array bits; float32 on the
+ * GPU), int32 Int32Array, int16 Int16Array, int8 Int8Array, uint32 Uint32Array, uint16
+ * Uint16Array, uint8 Uint8Array (narrow ints are int32/uint32 on the GPU; outputs keep the low
+ * bits, like numpy's astype), int64 BigInt64Array (an input may also be an Int32Array; values
+ * must fit in int32, as int64 tensors are int32 on the GPU), bool Uint8Array (0/1; non-zero
+ * is true).
  */
-export type TensorData = Float32Array | Int32Array | Uint32Array | BigInt64Array | Uint8Array;
+export type TensorData =
+  | Float32Array | Float64Array | Int32Array | Int16Array | Int8Array | Uint32Array | Uint16Array
+  | BigInt64Array | Uint8Array;
 
 /** A tensor passed to or returned by `Model.run`: row-major data and its shape. */
 export interface Tensor {
@@ -16,8 +23,11 @@ export interface Tensor {
 /** An input or output as the manifest describes it; shape entries may be symbolic ("batch * 4"). */
 export interface TensorSpec {
   name: string;
-  dtype: "float32" | "int32" | "uint32" | "int64" | "bool" | string;
-  /** The dtype in GPU memory: "int32" for int64, "uint32" for bool, else `dtype`. */
+  dtype: "float32" | "float64" | "float16" | "int32" | "int16" | "int8" | "uint32" | "uint16" | "uint8" | "int64" | "bool" | string;
+  /**
+   * The dtype in GPU memory: "int32" for int64/int16/int8, "uint32" for uint16/uint8/bool,
+   * "float32" for float16/float64, else `dtype`.
+   */
   device_dtype?: string;
   shape: (number | string)[];
   storage: number;
@@ -40,7 +50,7 @@ export interface LoadOptions {
   bounds?: Record<string, number>;
   /** Called as the weight shards arrive, first with `loaded: 0`, last with `loaded === total`. */
   onProgress?: (progress: Progress) => void;
-  /** A WebGPU device to use instead of requesting one (it must meet the bundle's limits). */
+  /** A WebGPU device to use instead of requesting one (it must meet the bundle's limits and features). */
   device?: GPUDevice;
 }
 
@@ -80,7 +90,8 @@ export class Model {
 
 /**
  * Fetch a bundle (its folder URL, or its manifest.json), verify its weights, set up WebGPU.
- * Rejects when WebGPU or a required limit is missing, a shard is corrupt, or a kernel does
- * not compile.
+ * Rejects when WebGPU, a required feature (`required_features`) or a required limit is
+ * missing (one message naming each, with the needed and offered values), a shard is
+ * corrupt, or a kernel does not compile.
  */
 export function load(url: string | URL, options?: LoadOptions): Promise<Model>;

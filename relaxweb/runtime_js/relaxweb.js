@@ -7,7 +7,7 @@
 
 import {
   Host, InputShapeError, TYPED_ARRAY_OF_DTYPE, OPCODE_DISPATCH, OPCODE_READ, checkInputs,
-  deviceElementBytes, fromDeviceData, toDeviceData,
+  deviceElementBytes, deviceShortfalls, fromDeviceData, loadTimeLimits, storageSizeProblem, toDeviceData,
 } from "./host.js";
 
 export { InputShapeError };
@@ -56,9 +56,11 @@ export async function load(url, { bounds, onProgress, device } = {}) {
   ]);
   if (bounds) host.setBounds(bounds);
 
-  const unbounded = manifest.storages.some((/** @type {any} */ s) => s.size_at_bounds === null);
-  const gpuDevice = device ?? (await requestDevice(manifest.required_limits ?? {}, unbounded));
-  checkLimits(gpuDevice.limits, manifest.required_limits ?? {}, "device");
+  const sizesAtBounds = host.sizesAtBounds();
+  const requiredLimits = loadTimeLimits(manifest, sizesAtBounds);
+  const requiredFeatures = manifest.required_features ?? [];
+  const gpuDevice = device ?? (await requestDevice(requiredLimits, requiredFeatures, sizesAtBounds === null));
+  checkDevice(gpuDevice, requiredLimits, requiredFeatures, "device");
   return Model.create(manifest, host, gpuDevice, { kernelSources, shards, ownsDevice: !device });
 }
 
@@ -252,6 +254,9 @@ export class Model {
    * @param {{encoder: GPUCommandEncoder, retired: GPUBuffer[]}} [keep]
    */
   growStorages(sizes, keep) {
+    // Before any GPU call: a clear message, not a validation error from createBuffer.
+    const problem = storageSizeProblem(this.manifest, sizes, this.device.limits);
+    if (problem) throw new Error(problem);
     sizes.forEach((size, index) => {
       const needed = Math.ceil(Math.max(size, 4) / 4) * 4;
       const buffer = this.storageBuffers[index];
@@ -543,38 +548,37 @@ async function sha256Hex(bytes) {
 }
 
 /**
- * Request an adapter and a device with the limits the bundle needs. When some storage has
- * no bound, also ask for the adapter's largest buffers, since storages may grow.
+ * Request an adapter and a device with the limits and features the bundle needs. When some
+ * storage has no bound, also ask for the adapter's largest buffers, since storages may grow.
  * @param {Record<string, number>} requiredLimits
+ * @param {string[]} requiredFeatures
  * @param {boolean} unbounded
  * @returns {Promise<GPUDevice>}
  */
-async function requestDevice(requiredLimits, unbounded) {
+async function requestDevice(requiredLimits, requiredFeatures, unbounded) {
   if (!globalThis.navigator?.gpu) throw new Error("WebGPU is not available here (navigator.gpu is missing)");
   const adapter = await navigator.gpu.requestAdapter();
   if (!adapter) throw new Error("WebGPU is available but no GPU adapter was found");
-  checkLimits(adapter.limits, requiredLimits, "GPU adapter");
+  checkDevice(adapter, requiredLimits, requiredFeatures, "GPU adapter");
   const limits = { ...requiredLimits };
   if (unbounded) {
     limits.maxStorageBufferBindingSize = adapter.limits.maxStorageBufferBindingSize;
     limits.maxBufferSize = adapter.limits.maxBufferSize;
   }
-  return adapter.requestDevice({ requiredLimits: limits });
+  return adapter.requestDevice({ requiredLimits: limits, requiredFeatures: /** @type {GPUFeatureName[]} */ (requiredFeatures) });
 }
 
 /**
- * Check that `limits` satisfy the bundle's required limits ("max..." at least, "min..." at most).
- * @param {GPUSupportedLimits} limits
+ * Throw one Error listing every required feature `gpu` lacks and every required limit it
+ * does not meet (see deviceShortfalls in host.js).
+ * @param {GPUAdapter|GPUDevice} gpu
  * @param {Record<string, number>} requiredLimits
+ * @param {string[]} requiredFeatures
  * @param {string} owner "GPU adapter" or "device", for the message
  */
-function checkLimits(limits, requiredLimits, owner) {
-  for (const [name, needed] of Object.entries(requiredLimits)) {
-    const available = /** @type {any} */ (limits)[name];
-    if (typeof available !== "number") throw new Error(`the ${owner} does not report the limit ${name} this model needs`);
-    const enough = name.startsWith("min") ? available <= needed : available >= needed;
-    if (!enough) throw new Error(`this model needs the WebGPU limit ${name} = ${needed}, but the ${owner} supports ${available}`);
-  }
+function checkDevice(gpu, requiredLimits, requiredFeatures, owner) {
+  const problems = deviceShortfalls(gpu, requiredLimits, requiredFeatures, owner);
+  if (problems.length > 0) throw new Error(problems.join("; "));
 }
 
 /**

@@ -11,7 +11,8 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 
 import {
-  Host, InputShapeError, OPCODE_DISPATCH, OPCODE_READ, checkInputs, deviceElementBytes, fromDeviceData, toDeviceData,
+  Host, InputShapeError, OPCODE_DISPATCH, OPCODE_READ, checkInputs, deviceElementBytes, deviceShortfalls, fromDeviceData,
+  floatToHalfBits, halfBitsToFloat, loadTimeLimits, storageSizeProblem, toDeviceData,
 } from "../../relaxweb/runtime_js/host.js";
 
 const REPO_ROOT = fileURLToPath(new URL("../../", import.meta.url));
@@ -283,4 +284,99 @@ test("read slots in a manifest whose host.wasm cannot resume are refused", async
     Host.instantiate(readFileSync(join(boundedFolder, "host.wasm")), { ...manifest, read_slots: 1 }),
     /does not export read_values or resume/,
   );
+});
+
+// Load-time limits and features (fake adapter limits: plain objects, as GPUSupportedLimits reads)
+
+test("deviceShortfalls names each missing feature and unmet limit with both values", () => {
+  const gpu = { limits: { maxStorageBufferBindingSize: 1024, minStorageBufferOffsetAlignment: 256 }, features: new Set(["timestamp-query"]) };
+  assert.deepEqual(deviceShortfalls(gpu, { maxStorageBufferBindingSize: 1024 }, ["timestamp-query"], "device"), []);
+  assert.deepEqual(
+    deviceShortfalls(gpu, { maxStorageBufferBindingSize: 2048, minStorageBufferOffsetAlignment: 32, maxImaginaryThings: 1 }, ["shader-f16"], "GPU adapter"),
+    [
+      "this model needs the WebGPU feature shader-f16, which the GPU adapter does not offer",
+      "this model needs the WebGPU limit maxStorageBufferBindingSize = 2048, but the GPU adapter supports 1024",
+      "this model needs the WebGPU limit minStorageBufferOffsetAlignment = 32, but the GPU adapter supports 256",
+      "this model needs the WebGPU limit maxImaginaryThings = 1, but the GPU adapter does not report that limit",
+    ],
+  );
+});
+
+test("loadTimeLimits raises the buffer limits to the weights and the sizes at the bounds", () => {
+  const manifest = { required_limits: { maxStorageBuffersPerShaderStage: 3 }, weights: [{ nbytes: 100 }, { nbytes: 700 }] };
+  assert.deepEqual(loadTimeLimits(manifest, null),
+    { maxStorageBuffersPerShaderStage: 3, maxStorageBufferBindingSize: 700, maxBufferSize: 700 });
+  assert.deepEqual(loadTimeLimits(manifest, [5000, 64]),
+    { maxStorageBuffersPerShaderStage: 3, maxStorageBufferBindingSize: 5000, maxBufferSize: 5000 });
+  const declared = { required_limits: { maxStorageBufferBindingSize: 9000 }, weights: [] };
+  assert.deepEqual(loadTimeLimits(declared, [16]), { maxStorageBufferBindingSize: 9000, maxBufferSize: 9000 });
+});
+
+test("storageSizeProblem names the input and the smaller buffer limit", () => {
+  const manifest = JSON.parse(readFileSync(join(unboundedFolder, "manifest.json"), "utf8"));
+  const limits = { maxStorageBufferBindingSize: 4096, maxBufferSize: 8192 };
+  assert.equal(storageSizeProblem(manifest, [4096, 4096, 4096], limits), null);
+  assert.equal(storageSizeProblem(manifest, [4800, 4800, 4800], limits),
+    "these inputs are too large for this device: input 'x' (storage 0) needs 4800 bytes, above the device's WebGPU limit maxStorageBufferBindingSize = 4096");
+  assert.equal(storageSizeProblem(manifest, [16, 16, 3000], { maxStorageBufferBindingSize: 4096, maxBufferSize: 2048 }),
+    "these inputs are too large for this device: output 'z' (storage 2) needs 3000 bytes, above the device's WebGPU limit maxBufferSize = 2048");
+});
+
+// float16, float64 and narrow ints at the boundary
+
+test("half bits convert both ways, rounding to nearest even", () => {
+  const cases = [[0, 0], [1, 0x3c00], [-2, 0xc000], [65504, 0x7bff], [2 ** -24, 0x0001], [Infinity, 0x7c00], [-Infinity, 0xfc00]];
+  for (const [value, bits] of cases) {
+    assert.equal(floatToHalfBits(value), bits, `bits of ${value}`);
+    assert.equal(halfBitsToFloat(bits), value, `value of ${bits}`);
+  }
+  assert.equal(floatToHalfBits(1 + 2 ** -11), 0x3c00); // halfway: to even
+  assert.equal(floatToHalfBits(1 + 3 * 2 ** -11), 0x3c02); // halfway: to even (up)
+  assert.equal(floatToHalfBits(65520), 0x7c00); // rounds beyond the largest half: infinity
+  assert.equal(floatToHalfBits(2 ** -25), 0); // halfway to the smallest subnormal: to even (0)
+  assert.equal(floatToHalfBits(3 * 2 ** -26), 1);
+  assert.ok(Number.isNaN(halfBitsToFloat(floatToHalfBits(NaN))));
+  assert.ok(Object.is(halfBitsToFloat(floatToHalfBits(-0)), -0));
+});
+
+test("float16, float64 and narrow int data is converted on upload and back on readback", () => {
+  const f16 = { name: "h", dtype: "float16", device_dtype: "float32" };
+  const up = toDeviceData(f16, Uint16Array.from([0x3c00, 0xc000, 0x3555]));
+  assert.ok(up instanceof Float32Array);
+  assert.deepEqual(Array.from(up), [1, -2, halfBitsToFloat(0x3555)]);
+  const down = fromDeviceData(f16, Float32Array.from([1, -2, 1 / 3]).buffer);
+  assert.ok(down instanceof Uint16Array);
+  assert.deepEqual(Array.from(down), [0x3c00, 0xc000, 0x3555]);
+
+  const f64 = { name: "d", dtype: "float64", device_dtype: "float32" };
+  assert.deepEqual(Array.from(toDeviceData(f64, Float64Array.from([0.1, -3]))), [Math.fround(0.1), -3]);
+  const back = fromDeviceData(f64, Float32Array.from([0.5, 2]).buffer);
+  assert.ok(back instanceof Float64Array);
+  assert.deepEqual(Array.from(back), [0.5, 2]);
+
+  const u8 = { name: "b", dtype: "uint8", device_dtype: "uint32" };
+  assert.deepEqual(toDeviceData(u8, Uint8Array.from([0, 255])), Uint32Array.from([0, 255]));
+  assert.deepEqual(fromDeviceData(u8, Uint32Array.from([4, 260]).buffer), Uint8Array.from([4, 4]));
+  const i8 = { name: "c", dtype: "int8" }; // no device_dtype: the default mapping (int32)
+  assert.deepEqual(toDeviceData(i8, Int8Array.from([-128, 127])), Int32Array.from([-128, 127]));
+  assert.deepEqual(fromDeviceData(i8, Int32Array.from([-129, 128, 5]).buffer), Int8Array.from([127, -128, 5]));
+  assert.equal(deviceElementBytes(i8), 4);
+  const i16 = { name: "s", dtype: "int16", device_dtype: "int32" };
+  assert.deepEqual(fromDeviceData(i16, Int32Array.from([40000]).buffer), Int16Array.from([40000 - 65536]));
+});
+
+test("checkInputs takes the typed array of each new dtype", () => {
+  const manifest = {
+    inputs: [
+      { name: "a", dtype: "float64", shape: [2] }, { name: "b", dtype: "float16", shape: [2] },
+      { name: "c", dtype: "int8", shape: [2] }, { name: "d", dtype: "uint16", shape: [2] },
+    ],
+  };
+  const inputs = {
+    a: { data: new Float64Array(2), shape: [2] }, b: { data: new Uint16Array(2), shape: [2] },
+    c: { data: new Int8Array(2), shape: [2] }, d: { data: new Uint16Array(2), shape: [2] },
+  };
+  assert.deepEqual(checkInputs(manifest, inputs), [[2], [2], [2], [2]]);
+  assert.throws(() => checkInputs(manifest, { ...inputs, a: { data: new Float32Array(2), shape: [2] } }),
+    /input 'a': expected float64 data \(Float64Array\), got Float32Array/);
 });
