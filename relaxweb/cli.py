@@ -22,6 +22,7 @@ import numpy as np
 
 from . import __version__
 from .errors import RelaxwebError
+from .passes.pipeline import DEFAULT_OPT_LEVEL, OPT_LEVELS
 
 EXIT_USER_ERROR = 2
 
@@ -48,7 +49,8 @@ def command_build(args: argparse.Namespace) -> int:
 
     started = time.perf_counter()
     bounds = dict(args.bound or [])
-    manifest = build_bundle(args.model, args.output, bounds, _progress, Path(args.dump_ir) if args.dump_ir else None)
+    manifest = build_bundle(args.model, args.output, bounds, _progress, Path(args.dump_ir) if args.dump_ir else None,
+                            args.opt_level)
     for item in manifest["inputs"]:
         print(f"  input  {item['name']}: {item['dtype']}{item['shape']}", file=sys.stderr)
     for item in manifest["outputs"]:
@@ -236,6 +238,10 @@ def make_parser() -> argparse.ArgumentParser:
                        help="upper bound of a symbolic dimension (e.g. batch=64); storages are then "
                        "allocated once at load time, and larger inputs are rejected. Repeatable.")
     build.add_argument("--dump-ir", metavar="DIR", help="write the module as text after each pass into DIR")
+    build.add_argument("--opt-level", type=int, choices=OPT_LEVELS, default=DEFAULT_OPT_LEVEL,
+                       help="1 (default): fuse kernels and schedule each by its pattern (tiled matmuls, "
+                       "workgroup reductions); 0: one kernel per op, one invocation per output element "
+                       "(for comparison)")
     build.set_defaults(handler=command_build)
 
     run = commands.add_parser("run", help="run a bundle (or a model, with --reference) on inputs from an .npz file",

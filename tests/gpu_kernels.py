@@ -11,6 +11,7 @@ from relaxweb.ir.symbolic import evaluate
 from relaxweb.ir.tir import TensorProgram
 from relaxweb.wgsl import emit_wgsl
 from relaxweb.wgsl.emit import WORKGROUP_SIZE
+from relaxweb.wgsl.schedules import dispatch_count
 
 SENTINEL = -7
 
@@ -44,7 +45,8 @@ def run_kernel_on_gpu(device, program: TensorProgram, arrays: list[np.ndarray], 
     pipeline, layout = make_pipeline(device, shader)
     shape = [int(evaluate(d, size_vars)) for d in program.output.shape]
     count = int(np.prod(shape))
-    values = [count, *(size_vars[f] for f in shader.params_fields[1:])]
+    invocations = int(evaluate(dispatch_count(program), size_vars))  # the schedule's
+    values = [invocations, *(size_vars[f] for f in shader.params_fields[1:])]
     params = struct.pack(f"<{shader.params_size // 4}i", *values, *[0] * (shader.params_size // 4 - len(values)))
     usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_DST | wgpu.BufferUsage.COPY_SRC
     buffers = [device.create_buffer_with_data(data=params, usage=wgpu.BufferUsage.UNIFORM)]
@@ -63,7 +65,7 @@ def run_kernel_on_gpu(device, program: TensorProgram, arrays: list[np.ndarray], 
     compute_pass = encoder.begin_compute_pass()
     compute_pass.set_pipeline(pipeline)
     compute_pass.set_bind_group(0, bind_group)
-    compute_pass.dispatch_workgroups(*(grid or (max(1, math.ceil(count / WORKGROUP_SIZE)), 1, 1)))
+    compute_pass.dispatch_workgroups(*(grid or (max(1, math.ceil(invocations / WORKGROUP_SIZE)), 1, 1)))
     compute_pass.end()
     device.queue.submit([encoder.finish()])
     result = np.frombuffer(device.queue.read_buffer(output), dtype=dtype)

@@ -75,7 +75,7 @@ def test_wgsl_matmul_text() -> None:
     assert "for (var k_: i32 = 0; k_ < params.m; k_ = k_ + 1) {" in lines
     assert "acc0 = acc0 + (A[(i0_ * params.m) + k_] * B[i1_ + (k_ * 5)]);" in lines
     assert "out[index] = acc0;" in lines
-    assert "let i1_ = rest % 5;" in lines
+    assert "let i1_ = rest_i0_ % 5;" in lines
 
 
 def test_wgsl_softmax_text() -> None:
@@ -160,17 +160,20 @@ def mlp_onnx(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+# The host-module tests below pin the call sites of the unfused MLP (one kernel per op, one
+# invocation per element): opt level 0.  Fusion and schedules have their own tests
+# (tests/test_fusion.py).
 @pytest.fixture(scope="module")
 def bundle(mlp_onnx: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("bundle") / "dist"
-    build_bundle(mlp_onnx, out, {"batch": 64})
+    build_bundle(mlp_onnx, out, {"batch": 64}, opt_level=0)
     return out
 
 
 @pytest.fixture(scope="module")
 def unbounded_bundle(mlp_onnx: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("unbounded") / "dist"
-    build_bundle(mlp_onnx, out)
+    build_bundle(mlp_onnx, out, opt_level=0)
     return out
 
 

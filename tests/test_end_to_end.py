@@ -6,6 +6,7 @@ Python runtime (wgpu; lavapipe on CI) at several batch sizes, against onnxruntim
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -76,7 +77,20 @@ def write_inputs(workdir: Path, name: str, x: np.ndarray) -> Path:
 def test_build_writes_the_bundle(bundle: Path) -> None:
     for relative in ("manifest.json", "host.wasm", "host.wat", "weights/shard0.bin", "runtime/relaxweb.js"):
         assert (bundle / relative).is_file(), relative
-    assert len(list((bundle / "kernels").glob("*.wgsl"))) == 8
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    assert sorted(p.name for p in (bundle / "kernels").glob("*.wgsl")) == sorted(
+        Path(k["file"]).name for k in manifest["kernels"])
+    # MatMul+Add+Relu, Gemm and Softmax: 8 kernels unfused (opt level 0), fewer by default
+    assert len(manifest["kernels"]) < 8
+
+
+def test_opt_level_0_builds_one_kernel_per_op(workdir: Path, model: Path) -> None:
+    result = relaxweb("build", model, "-o", "dist0", "--opt-level", "0", cwd=workdir)
+    assert result.returncode == 0, result.stderr
+    manifest = json.loads((workdir / "dist0" / "manifest.json").read_text())
+    assert len(manifest["kernels"]) == 8
+    result = relaxweb("build", model, "-o", "dist2", "--opt-level", "2", cwd=workdir)
+    assert result.returncode == 2 and "invalid choice: 2" in result.stderr
 
 
 @pytest.mark.parametrize("batch", [1, 5, 64])

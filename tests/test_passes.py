@@ -21,7 +21,7 @@ from relaxweb.ir.host import HostFunction, format_host_function, run_host_functi
 from relaxweb.ir.interpreter import run_module
 from relaxweb.ir.symbolic import evaluate, format_expr, prove_equal
 from relaxweb.ops import call_op
-from relaxweb.passes import PIPELINE, legalize_ops, lower_shapes_to_host, plan_memory, run_pipeline
+from relaxweb.passes import PIPELINE, legalize_ops, lower_shapes_to_host, pipeline, plan_memory, run_pipeline
 
 n = SizeVar("n")
 m = SizeVar("m")
@@ -538,10 +538,15 @@ def test_lower_rejects_an_unplanned_function() -> None:
 
 
 def test_pipeline_order_and_steps() -> None:
-    assert [p.__name__ for p in PIPELINE] == ["legalize_ops", "plan_memory", "lower_shapes_to_host"]
+    assert [p.__name__ for p in PIPELINE] == [
+        "legalize_ops", "fuse_ops", "schedule_programs", "plan_memory", "lower_shapes_to_host"]
+    assert [p.__name__ for p in pipeline(0)] == ["legalize_ops", "plan_memory", "lower_shapes_to_host"]
+    with pytest.raises(ValueError, match="opt level 3 does not exist"):
+        pipeline(3)
     steps: list[tuple[str, object]] = []
     result = run_pipeline(mlp_module(), on_step=lambda name, module: steps.append((name, type(module.main).__name__)))
-    assert steps == [("legalize_ops", "Function"), ("plan_memory", "Function"), ("lower_shapes_to_host", "HostFunction")]
+    assert steps == [("legalize_ops", "Function"), ("fuse_ops", "Function"), ("schedule_programs", "Function"),
+                     ("plan_memory", "Function"), ("lower_shapes_to_host", "HostFunction")]
     assert isinstance(result.main, HostFunction)
     assert set(result.programs) == {d.program for d in result.main.dispatches}
 

@@ -348,10 +348,15 @@ class Analyzer:
     SEARCH_BUDGET = 256  # substitution choices tried per bound query
     CACHE_LIMIT = 100_000  # cached entries before the caches are dropped
 
-    def __init__(self, ranges: Mapping[str, tuple[int, int | None]] | None = None) -> None:
+    def __init__(
+        self, ranges: Mapping[str, tuple[int, int | None]] | None = None,
+        symbolic_upper: Mapping[str, PrimExpr] | None = None,
+    ) -> None:
         self._ranges: dict[str, tuple[int, int | None]] = {
             name: _intersect((0, None), bounds, name) for name, bounds in (ranges or {}).items()
         }
+        # name -> an expression the variable never exceeds (``i <= n - 1`` for a loop index)
+        self._symbolic_upper: dict[str, PrimExpr] = dict(symbolic_upper or {})
         self._atoms: dict[str, PrimExpr] = {}
         self._polys: dict[str, Polynomial] = {}
         self._intervals: dict[str, Interval] = {}
@@ -376,7 +381,13 @@ class Analyzer:
         """A new analyzer that also knows ``lo <= name <= hi`` (intersected with what it knew)."""
         ranges = dict(self._ranges)
         ranges[name] = _intersect(self.range_of(name), (lo, hi), name)
-        return Analyzer(ranges)
+        return Analyzer(ranges, self._symbolic_upper)
+
+    def with_symbolic_upper(self, name: str, upper: IntLike) -> Analyzer:
+        """A new analyzer that also knows ``name <= upper`` for an expression ``upper`` (of
+        other variables): an index below a symbolic extent, ``i <= n - 1``.  Proofs use it
+        where a polynomial decreases in ``name`` (it is then smallest at ``name = upper``)."""
+        return Analyzer(self._ranges, {**self._symbolic_upper, name: as_expr(upper)})
 
     def __repr__(self) -> str:
         return f"Analyzer({self._ranges!r})"
@@ -695,13 +706,29 @@ class Analyzer:
 
     # -- bounds ------------------------------------------------------------------------
 
-    def _nonnegative(self, polynomial: Polynomial) -> bool:
+    def _nonnegative(self, polynomial: Polynomial, depth: int = 0) -> bool:
         """Whether the (integer-valued) polynomial is >= 0: its lower bound is > -1."""
         constant = _poly_constant(polynomial)
         if constant is not None:
             return constant >= 0
         bound = self._poly_bound(polynomial, lower=True, goal=Fraction(-1))
-        return bound is not None and bound > -1
+        if bound is not None and bound > -1:
+            return True
+        return depth < 4 and self._nonnegative_at_symbolic_upper(polynomial, depth)
+
+    def _nonnegative_at_symbolic_upper(self, polynomial: Polynomial, depth: int) -> bool:
+        """P = c * v + R with c <= 0 and v <= U gives P >= c * U + R: prove that instead."""
+        for name, upper in self._symbolic_upper.items():
+            with_v = {m: c for m, c in polynomial.items() if any(key == name for key, _ in m)}
+            if not with_v or any(power != 1 for m in with_v for key, power in m if key == name):
+                continue
+            slope = {tuple(f for f in m if f[0] != name): c for m, c in with_v.items()}
+            if not self._nonnegative(_poly_scale(slope, -1), depth + 1):
+                continue
+            rest = {m: c for m, c in polynomial.items() if m not in with_v}
+            if self._nonnegative(_poly_add(rest, _poly_mul(slope, self._to_polynomial(upper))), depth + 1):
+                return True
+        return False
 
     def _interval(self, polynomial: Polynomial) -> Interval:
         """Integer bounds (None: unbounded) of an integer-valued polynomial."""

@@ -27,7 +27,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .symbolic import PrimExpr, SizeVar, as_expr, format_expr, free_vars
+from typing import Callable, Mapping
+
+from .symbolic import PrimExpr, SizeVar, as_expr, format_expr, free_vars, substitute
 
 
 @dataclass(frozen=True)
@@ -171,7 +173,10 @@ MATH_FUNCTIONS = (
 UNARY_OPS = ("exp", "tanh", "negative", "sigmoid", "is_nan", *MATH_FUNCTIONS)
 REDUCE_COMBINERS = ("sum", "max", "min", "prod")
 COMPARE_OPS = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
-CAST_DTYPES = ("float32", "int32", "uint32", "bool", "int64")  # int64 is i32 in WGSL
+# int64, int8 and int16 are i32 in WGSL, uint8 and uint16 u32, float16 and float64 f32.
+CAST_DTYPES = (
+    "float32", "int32", "uint32", "bool", "int64", "float16", "float64", "int8", "int16", "uint8", "uint16",
+)
 
 
 def scalar_children(expr: ScalarExpr) -> tuple[ScalarExpr, ...]:
@@ -246,6 +251,17 @@ def index_exprs(expr: ScalarExpr) -> list[PrimExpr]:
     return found
 
 
+# How code generation maps a program onto invocations (``relaxweb/wgsl/emit.py``), chosen by
+# the schedule_programs pass from the program's pattern:
+#   element               one invocation per output element (any program)
+#   workgroup_reduction   one workgroup per output element; its reductions are split across
+#                         the workgroup and combined by a tree in workgroup memory
+#   tiled_matmul          one workgroup per tile of the output; the reduction's two factors
+#                         are staged through workgroup memory, each invocation keeps a block of
+#                         accumulators in registers, the epilogue is applied on the way out
+SCHEDULES = ("element", "workgroup_reduction", "tiled_matmul")
+
+
 @dataclass(frozen=True)
 class TensorProgram:
     """``output[axes] = body``: one output tensor computed from ``inputs``."""
@@ -255,6 +271,11 @@ class TensorProgram:
     output: Buffer
     axes: tuple[SizeVar, ...]
     body: ScalarExpr
+    schedule: str = "element"
+
+    def __post_init__(self) -> None:
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"unknown schedule {self.schedule!r}; expected one of {', '.join(SCHEDULES)}")
 
     @property
     def size_vars(self) -> list[SizeVar]:
@@ -310,7 +331,90 @@ def format_program(program: TensorProgram) -> str:
 
     params = ", ".join(buffer_text(b) for b in (*program.inputs, program.output))
     axes = ", ".join(a.name for a in program.axes)
+    decorator = "@tensor_program" if program.schedule == "element" else f"@tensor_program(schedule={program.schedule!r})"
     return (
-        f"@tensor_program\ndef {program.name}({params}):\n"
+        f"{decorator}\ndef {program.name}({params}):\n"
         f"    {program.output.name}[{axes}] = {format_scalar(program.body)}"
     )
+
+
+# -- rewriting scalar expressions ----------------------------------------------------------------
+
+
+def map_scalar(expr: ScalarExpr, function: Callable[[ScalarExpr], ScalarExpr | None]) -> ScalarExpr:
+    """Rebuild ``expr`` bottom-up; ``function(node)`` may return a replacement for a node
+    (it sees the node with its children already rebuilt) or None to keep it."""
+    if isinstance(expr, (Binary, Compare)):
+        rebuilt = type(expr)(expr.op, map_scalar(expr.a, function), map_scalar(expr.b, function))
+    elif isinstance(expr, Unary):
+        rebuilt = Unary(expr.op, map_scalar(expr.a, function))
+    elif isinstance(expr, Cast):
+        rebuilt = Cast(expr.dtype, map_scalar(expr.a, function))
+    elif isinstance(expr, Reduce):
+        rebuilt = Reduce(expr.combiner, expr.axis, expr.extent, map_scalar(expr.body, function))
+    elif isinstance(expr, Select):
+        rebuilt = Select(map_scalar(expr.condition, function), map_scalar(expr.a, function), map_scalar(expr.b, function))
+    elif isinstance(expr, Gather):
+        rebuilt = Gather(expr.buffer, tuple(map_scalar(i, function) if isinstance(i, ScalarExpr) else i for i in expr.indices))
+    else:
+        rebuilt = expr
+    replacement = function(rebuilt)
+    return rebuilt if replacement is None else replacement
+
+
+def substitute_scalar(expr: ScalarExpr, mapping: Mapping[str, PrimExpr]) -> ScalarExpr:
+    """Replace index and size variables by expressions (by name) everywhere in ``expr``:
+    load indices, index values, reduction extents; a reduction axis mapped to a ``SizeVar``
+    is renamed."""
+    def visit(node: ScalarExpr) -> ScalarExpr | None:
+        if isinstance(node, Load):
+            return Load(node.buffer, tuple(substitute(i, mapping) for i in node.indices))
+        if isinstance(node, Gather):
+            return Gather(node.buffer, tuple(i if isinstance(i, ScalarExpr) else substitute(i, mapping) for i in node.indices))
+        if isinstance(node, IndexValue):
+            return IndexValue(substitute(node.value, mapping))
+        if isinstance(node, Reduce):
+            axis = mapping.get(node.axis.name, node.axis)
+            if not isinstance(axis, SizeVar):
+                raise ValueError(f"cannot substitute the reduction axis {node.axis.name} by an expression")
+            return Reduce(node.combiner, axis, substitute(node.extent, mapping), node.body)
+        return None
+
+    return map_scalar(expr, visit)
+
+
+def replace_buffers(expr: ScalarExpr, mapping: Mapping[str, Buffer]) -> ScalarExpr:
+    """Point loads of the buffers named in ``mapping`` at other buffers."""
+    def visit(node: ScalarExpr) -> ScalarExpr | None:
+        if isinstance(node, Load) and node.buffer.name in mapping:
+            return Load(mapping[node.buffer.name], node.indices)
+        if isinstance(node, Gather) and node.buffer.name in mapping:
+            return Gather(mapping[node.buffer.name], node.indices)
+        return None
+
+    return map_scalar(expr, visit)
+
+
+def loads_of(expr: ScalarExpr, buffer_name: str) -> list[ScalarExpr]:
+    """Every Load and Gather of the named buffer in ``expr``."""
+    found: list[ScalarExpr] = []
+
+    def visit(node: ScalarExpr) -> None:
+        if isinstance(node, (Load, Gather)) and node.buffer.name == buffer_name:
+            found.append(node)
+        for child in scalar_children(node):
+            visit(child)
+
+    visit(expr)
+    return found
+
+
+def contains_reduce(expr: ScalarExpr) -> bool:
+    if isinstance(expr, Reduce):
+        return True
+    return any(contains_reduce(child) for child in scalar_children(expr))
+
+
+def expression_size(expr: ScalarExpr) -> int:
+    """The number of nodes of a scalar expression (fusion caps the size of what it builds)."""
+    return 1 + sum(expression_size(child) for child in scalar_children(expr))

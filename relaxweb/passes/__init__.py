@@ -1,8 +1,13 @@
 """Passes over IRModules, one per file; ``pipeline.py`` lists them in order."""
 
+from .fuse_ops import fuse_ops
 from .legalize_ops import legalize_ops
 from .lower_shapes_to_host import lower_shapes_to_host
-from .pipeline import PIPELINE, run_pipeline
+from .pipeline import DEFAULT_OPT_LEVEL, OPT_LEVELS, PIPELINE, pipeline, run_pipeline
 from .plan_memory import plan_memory
+from .schedule_programs import schedule_programs
 
-__all__ = ["PIPELINE", "legalize_ops", "lower_shapes_to_host", "plan_memory", "run_pipeline"]
+__all__ = [
+    "DEFAULT_OPT_LEVEL", "OPT_LEVELS", "PIPELINE", "fuse_ops", "legalize_ops", "lower_shapes_to_host", "pipeline",
+    "plan_memory", "run_pipeline", "schedule_programs",
+]

@@ -30,7 +30,7 @@ from ..ir.module import IRModule
 from ..ir.printer import format_value
 from ..ir.struct_info import PrimStructInfo, TensorStructInfo
 from .plan_memory import tensor_bytes
-from ..ir.symbolic import PrimExpr, SizeVar, as_int, format_expr, product, substitute
+from ..ir.symbolic import PrimExpr, SizeVar, as_int, format_expr, substitute
 
 
 def lower_shapes_to_host(module: IRModule) -> IRModule:
@@ -271,13 +271,14 @@ class _Lowering:
 
     def dispatch(self, value: CallTIRInto) -> HostDispatch:
         from ..library import LibraryKernel
+        from ..wgsl.schedules import dispatch_count
 
         kernel = self.module.programs[value.program]
         refs = tuple(self.buffer_ref(a) for a in value.args) + (self.buffer_ref(value.output),)
         if isinstance(kernel, LibraryKernel):
             count = substitute(kernel.dispatch_count, dict(value.size_var_values))
         else:
-            count = product(self.shape_of(value.output))
+            count = substitute(dispatch_count(kernel), dict(value.size_var_values))
         args = ", ".join(format_value(a) for a in value.args)
         return HostDispatch(value.program, refs, value.size_var_values, count, f"{value.output.name} = {value.program}({args})")
 

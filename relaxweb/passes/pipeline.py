@@ -1,7 +1,9 @@
 """The order of passes from an imported module to one ready for code generation.
 
 Each pass is a plain ``IRModule -> IRModule`` function in its own file.  ``relaxweb build``
-runs :data:`PIPELINE` (and ``--dump-ir`` writes the module after each step).
+runs :func:`pipeline` for its ``--opt-level`` (and ``--dump-ir`` writes the module after each
+step).  Level 0 skips the optimizing passes: every op is its own kernel, one invocation per
+output element; it exists to compare against (``scripts/measure_pipeline.py``).
 """
 
 from __future__ import annotations
@@ -9,19 +11,35 @@ from __future__ import annotations
 from typing import Callable
 
 from ..ir.module import IRModule
+from .fuse_ops import fuse_ops
 from .legalize_ops import legalize_ops
 from .lower_shapes_to_host import lower_shapes_to_host
 from .plan_memory import plan_memory
+from .schedule_programs import schedule_programs
 
 Pass = Callable[[IRModule], IRModule]
 
 # Graph-level ops -> tensor programs.
 LOWER_OPS: list[Pass] = [legalize_ops]
 
+# Merge producer/consumer kernels, then pick each kernel's schedule from its pattern.
+OPTIMIZE: list[Pass] = [fuse_ops, schedule_programs]
+
 # Tensors -> storages, then the shape computation -> the host function.
 LOWER_TO_HOST: list[Pass] = [plan_memory, lower_shapes_to_host]
 
-PIPELINE: list[Pass] = [*LOWER_OPS, *LOWER_TO_HOST]
+OPT_LEVELS = (0, 1)
+DEFAULT_OPT_LEVEL = 1
+
+
+def pipeline(opt_level: int = DEFAULT_OPT_LEVEL) -> list[Pass]:
+    """The passes ``relaxweb build --opt-level N`` runs."""
+    if opt_level not in OPT_LEVELS:
+        raise ValueError(f"opt level {opt_level} does not exist; expected one of {', '.join(map(str, OPT_LEVELS))}")
+    return [*LOWER_OPS, *(OPTIMIZE if opt_level >= 1 else []), *LOWER_TO_HOST]
+
+
+PIPELINE: list[Pass] = pipeline()
 
 
 def run_pipeline(module: IRModule, passes: list[Pass] = PIPELINE, on_step: Callable[[str, IRModule], None] | None = None) -> IRModule:

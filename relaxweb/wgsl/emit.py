@@ -13,19 +13,26 @@ block, then the program's inputs (read-only storage), then its output (read-writ
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 from ..ir.symbolic import (
     Add, FloorDiv, FloorMod, IntImm, Max, Min, Mul, PrimExpr, SizeVar, Sub, simplify,
 )
 from ..ir.tir import (
     COMPARE_OPS, Binary, Buffer, Cast, Compare, FloatImm, Gather, IndexValue, Load, Reduce, ScalarExpr, Select,
-    TensorProgram, Unary, format_scalar, index_var_names, scalar_dtype,
+    TensorProgram, Unary, format_scalar, index_var_names, scalar_children, scalar_dtype,
 )
 
 WORKGROUP_SIZE = 64
 # Storage types of buffer elements. WGSL has no 64-bit integers: int64 tensors live on the
 # device as i32 (the runtimes check the range at the boundary) and bool tensors as u32 0/1.
-WGSL_TYPES = {"float32": "f32", "int32": "i32", "uint32": "u32", "int64": "i32", "bool": "u32"}
+# The device dtype of each tensor dtype (relaxweb/bundle.py DEVICE_DTYPES): float16 and
+# float64 are f32, narrow ints and int64 are i32 / u32, bool is u32 0/1.
+WGSL_TYPES = {
+    "float32": "f32", "float16": "f32", "float64": "f32",
+    "int32": "i32", "int16": "i32", "int8": "i32", "int64": "i32",
+    "uint32": "u32", "uint16": "u32", "uint8": "u32", "bool": "u32",
+}
 # Types of values in registers: a bool is a WGSL bool (a load converts, a store selects 0u/1u).
 SCALAR_TYPES = {**WGSL_TYPES, "bool": "bool"}
 # Identities of max / min (an empty range). WGSL has no infinities (Tint rejects even a bit
@@ -77,6 +84,10 @@ class ShaderInfo:
 
 
 def emit_wgsl(program: TensorProgram) -> ShaderInfo:
+    """The WGSL compute shader of a tensor program, laid out by its schedule
+    (``relaxweb/wgsl/schedules.py``)."""
+    from .schedules import emit_main
+
     size_vars = [v.name for v in program.size_vars]
     clashes = set(size_vars) & _index_var_names(program)
     if clashes:
@@ -84,8 +95,9 @@ def emit_wgsl(program: TensorProgram) -> ShaderInfo:
     fields = ["element_count", *size_vars]
     padded = fields + [f"_pad{i}" for i in range((-len(fields)) % 4)]
     emitter = _Emitter(program, set(size_vars))
+    schedule_note = "" if program.schedule == "element" else f" (schedule: {program.schedule})"
     lines = [
-        f"// tensor program: {program.name}",
+        f"// tensor program: {program.name}{schedule_note}",
         f"// {program.output.name}[{', '.join(a.name for a in program.axes)}] = {format_scalar(program.body)}",
         "",
         "struct Params {",
@@ -101,22 +113,7 @@ def emit_wgsl(program: TensorProgram) -> ShaderInfo:
     lines.append(
         f"@group(0) @binding({len(program.inputs) + 1}) var<storage, read_write> {wgsl_name(output.name)}: array<{_type(output.dtype)}>;"
     )
-    lines += [
-        "",
-        f"@compute @workgroup_size({WORKGROUP_SIZE})",
-        "fn main(@builtin(workgroup_id) workgroup: vec3<u32>,",
-        "        @builtin(num_workgroups) workgroups: vec3<u32>,",
-        "        @builtin(local_invocation_index) local: u32) {",
-        f"  let index = i32((workgroup.y * workgroups.x + workgroup.x) * {WORKGROUP_SIZE}u + local);",
-        "  if (index >= params.element_count) {",
-        "    return;",
-        "  }",
-    ]
-    lines += emitter.unflatten_axes()
-    value = emitter.scalar(program.body, "  ")
-    lines += emitter.statements
-    lines.append(f"  {wgsl_name(output.name)}[index] = {_to_storage(output.dtype, value)};")
-    lines.append("}")
+    lines += emit_main(program, emitter)
     bindings = ("uniform", *("read-only-storage" for _ in program.inputs), "storage")
     return ShaderInfo("\n".join(lines) + "\n", tuple(fields), 4 * len(padded), bindings)
 
@@ -133,29 +130,61 @@ def _type(dtype: str) -> str:
 
 
 class _Emitter:
+    """Writes the statements of a shader's main function (``statements``) and turns scalar
+    expressions into WGSL; schedules drive it (``relaxweb/wgsl/schedules.py``).
+
+    A subexpression that occurs more than once in the body (fusion inlines a producer at
+    every load of it) is computed once into a ``let`` and reused within the scope that
+    computed it; a scope is opened for each loop body and each branch.  ``known`` may name
+    the WGSL value of an expression up front (a schedule's accumulated reduction).
+    """
+
     def __init__(self, program: TensorProgram, size_vars: set[str]) -> None:
         self.program = program
         self.size_vars = size_vars
         self.statements: list[str] = []
         self.accumulators = 0
         self.selections = 0
+        self.values = 0
+        self.repeated = _repeated_subexpressions(program.body)
+        self.scopes: list[dict[ScalarExpr, str]] = [{}]
+        self.cooperative: Callable[[Reduce, str], str] | None = None  # a schedule's top-level reductions
 
-    def unflatten_axes(self) -> list[str]:
-        """Statements recovering each output axis from the linear index (row-major)."""
-        axes = self.program.axes
-        shape = self.program.output.shape
+    def open_scope(self) -> None:
+        self.scopes.append({})
+
+    def close_scope(self) -> None:
+        self.scopes.pop()
+
+    def known(self, expr: ScalarExpr, value: str) -> None:
+        self.scopes[-1][expr] = value
+
+    def lookup(self, expr: ScalarExpr) -> str | None:
+        for scope in reversed(self.scopes):
+            if expr in scope:
+                return scope[expr]
+        return None
+
+    def unflatten(self, axes, extents, linear: str, indent: str) -> list[str]:
+        """Statements recovering ``axes`` (row-major over ``extents``) from a linear index."""
+        axes, extents = list(axes), list(extents)
         if not axes:
             return []
-        lines = ["  var rest = index;"]
-        for axis, extent in reversed(list(zip(axes[1:], shape[1:]))):
+        rest = f"rest_{axes[0].name}"
+        lines = [f"{indent}var {rest} = {linear};"]
+        for axis, extent in reversed(list(zip(axes[1:], extents[1:]))):
             dim = self.index(simplify(extent))
             if dim == "1":
-                lines.append(f"  let {axis.name} = 0;")
+                lines.append(f"{indent}let {axis.name} = 0;")
                 continue
-            lines.append(f"  let {axis.name} = rest % {dim};")
-            lines.append(f"  rest = rest / {dim};")
-        lines.append(f"  let {axes[0].name} = rest;")
+            lines.append(f"{indent}let {axis.name} = {rest} % {dim};")
+            lines.append(f"{indent}{rest} = {rest} / {dim};")
+        lines.append(f"{indent}let {axes[0].name} = {rest};")
         return lines
+
+    def output_offset(self) -> str:
+        """The output element's offset, from the output axes."""
+        return self.offset(self.program.output, tuple(self.program.axes))
 
     def index(self, expr: PrimExpr) -> str:
         """An i32 WGSL expression of axes and size variables."""
@@ -179,6 +208,19 @@ class _Emitter:
         return text[1:-1] if _is_wrapped(text) else text
 
     def scalar(self, expr: ScalarExpr, indent: str) -> str:
+        known = self.lookup(expr)
+        if known is not None:
+            return known
+        text = self._scalar(expr, indent)
+        if expr in self.repeated and not isinstance(expr, (Reduce, Select)):
+            name = f"v{self.values}"
+            self.values += 1
+            self.statements.append(f"{indent}let {name} = {text};")
+            text = name
+        self.known(expr, text)
+        return text
+
+    def _scalar(self, expr: ScalarExpr, indent: str) -> str:
         if isinstance(expr, Load):
             return _from_storage(expr.buffer.dtype, f"{wgsl_name(expr.buffer.name)}[{self.offset(expr.buffer, expr.indices)}]")
         if isinstance(expr, Gather):
@@ -188,7 +230,18 @@ class _Emitter:
         if isinstance(expr, IndexValue):
             return self.index(simplify(expr.value))
         if isinstance(expr, Cast):
-            return f"{_scalar_type(expr.dtype)}({self.scalar(expr.a, indent)})"
+            # Like numpy's astype: narrow ints keep their low bits (floats truncated toward
+            # zero first), float16 rounds to half precision; the value stays in 32 bits.
+            from ..ir.tir import scalar_dtype
+
+            value = self.scalar(expr.a, indent)
+            bits = {"int8": 8, "int16": 16, "uint8": 8, "uint16": 16}.get(expr.dtype)
+            if bits is not None:
+                whole = f"i32({value})" if scalar_dtype(expr.a).startswith("float") else value
+                return f"extractBits({_scalar_type(expr.dtype)}({whole}), 0u, {bits}u)"
+            if expr.dtype == "float16":
+                return f"unpack2x16float(pack2x16float(vec2<f32>(f32({value}), 0.0))).x"
+            return f"{_scalar_type(expr.dtype)}({value})"
         if isinstance(expr, Compare):
             a, b = self.scalar(expr.a, indent), self.scalar(expr.b, indent)
             return f"({a} {COMPARE_OPS[expr.op]} {b})"
@@ -212,6 +265,8 @@ class _Emitter:
                 return f"((bitcast<u32>({a}) & 0x7fffffffu) > 0x7f800000u)"
             return f"{expr.op}({a})"
         if isinstance(expr, Reduce):
+            if self.cooperative is not None and len(self.scopes) == 1:
+                return self.cooperative(expr, indent)
             return self.reduce(expr, indent)
         raise TypeError(f"cannot emit {type(expr).__name__}")
 
@@ -234,23 +289,16 @@ class _Emitter:
         name = f"acc{self.accumulators}"
         self.accumulators += 1
         dtype = scalar_dtype(expr.body)
-        if expr.combiner in ("sum", "prod"):
-            initial = _literal(0 if expr.combiner == "sum" else 1, dtype)
-        else:
-            initial = (LOWEST if expr.combiner == "max" else HIGHEST).get(dtype, _literal(0, dtype))
+        initial = reduce_identity(expr.combiner, dtype)
         axis = expr.axis.name
         self.statements.append(f"{indent}var {name}: {_type(dtype)} = {initial};")
         self.statements.append(
             f"{indent}for (var {axis}: i32 = 0; {axis} < {self.index(simplify(expr.extent))}; {axis} = {axis} + 1) {{"
         )
+        self.open_scope()
         body = self.scalar(expr.body, indent + "  ")
-        if expr.combiner in ("sum", "prod"):
-            update = f"{name} {'+' if expr.combiner == 'sum' else '*'} {body}"
-        else:
-            update = f"{expr.combiner}({name}, {body})"
-            if dtype.startswith("float"):  # start from the first element (infinities included)
-                update = f"select({update}, {body}, {axis} == 0)"
-        self.statements.append(f"{indent}  {name} = {update};")
+        self.close_scope()
+        self.statements.append(f"{indent}  {name} = {combine(expr.combiner, dtype, name, body, f'{axis} == 0')};")
         self.statements.append(f"{indent}}}")
         return name
 
@@ -262,13 +310,51 @@ class _Emitter:
         condition = self.scalar(expr.condition, indent)
         self.statements.append(f"{indent}var {name}: {_scalar_type(scalar_dtype(expr.a))};")
         self.statements.append(f"{indent}if ({condition}) {{")
+        self.open_scope()
         a = self.scalar(expr.a, indent + "  ")
+        self.close_scope()
         self.statements.append(f"{indent}  {name} = {a};")
         self.statements.append(f"{indent}}} else {{")
+        self.open_scope()
         b = self.scalar(expr.b, indent + "  ")
+        self.close_scope()
         self.statements.append(f"{indent}  {name} = {b};")
         self.statements.append(f"{indent}}}")
         return name
+
+
+def combine(combiner: str, dtype: str, accumulator: str, value: str, first: str) -> str:
+    """``accumulator`` combined with ``value``; a float max / min takes the value as it is
+    where ``first`` (a WGSL bool) holds, so that infinities need no constant."""
+    if combiner in ("sum", "prod"):
+        return f"{accumulator} {'+' if combiner == 'sum' else '*'} {value}"
+    update = f"{combiner}({accumulator}, {value})"
+    if dtype.startswith("float"):
+        update = f"select({update}, {value}, {first})"
+    return update
+
+
+def reduce_identity(combiner: str, dtype: str) -> str:
+    """The WGSL start value of a reduction (an empty range reduces to it)."""
+    if combiner in ("sum", "prod"):
+        return _literal(0 if combiner == "sum" else 1, dtype)
+    return (LOWEST if combiner == "max" else HIGHEST).get(dtype, _literal(0, dtype))
+
+
+def _repeated_subexpressions(body: ScalarExpr) -> set[ScalarExpr]:
+    """Subexpressions (not constants) that occur more than once in ``body``."""
+    counts: dict[ScalarExpr, int] = {}
+
+    def visit(expr: ScalarExpr) -> None:
+        if isinstance(expr, (FloatImm, IndexValue)):
+            return
+        counts[expr] = counts.get(expr, 0) + 1
+        if counts[expr] == 1:
+            for child in scalar_children(expr):
+                visit(child)
+
+    visit(body)
+    return {expr for expr, count in counts.items() if count > 1}
 
 
 def _from_storage(dtype: str, element: str) -> str:
@@ -290,7 +376,7 @@ def _scalar_type(dtype: str) -> str:
 
 def _literal(value: float, dtype: str) -> str:
     """A WGSL constant of ``dtype``."""
-    if dtype == "float32":
+    if dtype in ("float32", "float16", "float64"):  # all f32 on the device
         text = repr(float(value))
         if text in ("inf", "-inf", "nan"):
             raise ValueError(f"WGSL has no literal for {text}")
@@ -298,9 +384,9 @@ def _literal(value: float, dtype: str) -> str:
     if dtype == "int64":  # int64 values are i32 on the device: saturate (e.g. INT64_MAX sentinels)
         value = min(max(int(value), -2**31), 2**31 - 1)
         return f"{value}" if value >= 0 else f"i32({value})"
-    if dtype == "int32":
+    if dtype in ("int32", "int16", "int8"):
         return f"{int(value)}" if int(value) >= 0 else f"({int(value)})"
-    if dtype == "uint32":
+    if dtype in ("uint32", "uint16", "uint8"):
         return f"{int(value)}u"
     if dtype == "bool":
         return "true" if value else "false"

@@ -1,0 +1,231 @@
+"""fuse_ops: merge chains of tensor-program calls into one kernel each (after legalize_ops).
+
+Every ``call_tir`` is a kernel launch that writes its result to GPU memory for the next
+kernel to read back.  This pass groups a producer binding with the bindings that read its
+result and merges the group's tensor programs into one (loop-level merge:
+``relaxweb.ir.fusion.inline_producer``), deciding from the programs' patterns
+(``relaxweb.ir.pattern``) and the graph's symbolic shapes:
+
+- a producer without reductions (elementwise, broadcast, injective: bias adds, activations,
+  reshapes, transposes, slices) merges into every consumer that reads it by plain loads:
+  elementwise chains become one kernel, and data movement becomes index arithmetic in the
+  prologue of a reduction or matmul;
+- a producer with reductions (matmul, softmax sums, means) merges into its single consumer
+  when that consumer has no reduction of its own, reads it at one index, and has no more
+  elements than it (provably, with symbolic shapes): an epilogue (bias, GELU, residual
+  add, scaling, reshape) that is computed once per element.
+
+A producer merges only when every use of its result is one of those consumers, in the same
+dataflow block (function outputs, If branches and library kernels keep theirs).  A merged
+kernel keeps within WebGPU's default of 8 storage buffers per shader stage, and a body stays
+under a size cap, so repeated inlining cannot blow up.  Merged programs get new names;
+programs nothing calls any more are dropped from the module.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..ir.expr import (
+    CallLibrary, CallTIR, DataflowBlock, Expr, Function, If, SeqExpr, TensorToPrim, Tuple, TupleGetItem, Var,
+    VarBinding,
+)
+from ..ir.fusion import inline_producer, merge_inputs
+from ..ir.module import IRModule
+from ..ir.symbolic import Analyzer, product
+from ..ir.tir import Gather, TensorProgram, contains_reduce, expression_size, loads_of
+from ..ir.struct_info import TensorStructInfo
+
+MAX_STORAGE_BUFFERS = 8  # WebGPU's default maxStorageBuffersPerShaderStage
+MAX_BODY_SIZE = 600  # nodes in a merged program's body
+
+
+def fuse_ops(module: IRModule) -> IRModule:
+    """Merge producer/consumer tensor-program calls in every graph function."""
+    analyzer = Analyzer.from_bounds(module.attrs.get("bounds", {}))
+    programs = dict(module.programs)
+    functions = {}
+    for name, function in module.functions.items():
+        if not isinstance(function, Function):
+            functions[name] = function
+            continue
+        fuser = _Fuser(programs, analyzer, _use_counts(function))
+        blocks = tuple(fuser.fuse_block(b) if isinstance(b, DataflowBlock) else b for b in function.body.blocks)
+        functions[name] = replace(function, body=SeqExpr(blocks, function.body.body))
+        programs = fuser.programs
+    module = module.replace(functions=functions)
+    return module.replace(programs=_called_programs(module, programs))
+
+
+class _Fuser:
+    def __init__(self, programs: dict, analyzer: Analyzer, uses: dict[Var, int]) -> None:
+        self.programs = programs
+        self.analyzer = analyzer
+        self.uses = uses
+        self.by_body = {replace(p, name=""): n for n, p in programs.items() if isinstance(p, TensorProgram)}
+
+    def fuse_block(self, block: DataflowBlock) -> DataflowBlock:
+        bindings = list(block.bindings)
+        changed = True
+        while changed:  # forward sweeps until nothing merges (epilogues merge before prologues)
+            changed = False
+            position = 0
+            while position < len(bindings):
+                merged = self.try_merge(bindings[position], bindings)
+                if merged is None:
+                    position += 1
+                else:
+                    bindings, changed = merged, True
+        return DataflowBlock(tuple(bindings))
+
+    def try_merge(self, producer: object, bindings: list) -> list | None:
+        """The block with ``producer`` merged into all its consumers, or None."""
+        if not (isinstance(producer, VarBinding) and self._is_program_call(producer.value)):
+            return None
+        var = producer.var
+        consumers = [i for i, b in enumerate(bindings)
+                     if isinstance(b, VarBinding) and isinstance(b.value, CallTIR) and var in _arg_vars(b.value)]
+        if not consumers or sum(_arg_vars(bindings[i].value).count(var) for i in consumers) != self.uses.get(var, 0):
+            return None  # used elsewhere too: an output, a tuple, an If, a library kernel ...
+        if not all(self._is_program_call(bindings[i].value) for i in consumers):
+            return None
+        reduces = contains_reduce(self.programs[producer.value.program].body)
+        if reduces and len(consumers) != 1:
+            return None
+        fused_calls = {}
+        for i in consumers:
+            call = self.merge_call(producer, bindings[i].value, reduces)
+            if call is None:
+                return None
+            fused_calls[i] = call
+        result = []
+        for i, binding in enumerate(bindings):
+            if binding is producer:
+                continue
+            result.append(replace(binding, value=fused_calls[i]) if i in fused_calls else binding)
+        return result
+
+    def merge_call(self, producer: VarBinding, consumer_call: CallTIR, producer_reduces: bool) -> CallTIR | None:
+        """The consumer call with the producer merged into its program, or None if not allowed."""
+        producer_call: CallTIR = producer.value  # type: ignore[assignment]
+        consumer = self.programs[consumer_call.program]
+        source = self.programs[producer_call.program]
+        positions = [i for i, arg in enumerate(consumer_call.args) if arg is producer.var]
+        if producer_reduces and not self._epilogue_allowed(consumer, consumer_call, producer, positions):
+            return None
+        program, values = consumer, dict(consumer_call.size_var_values)
+        args: list[Expr] = list(consumer_call.args)
+        # inline one argument position at a time (a consumer may pass the tensor twice)
+        for position in sorted(positions, reverse=True):
+            name = program.inputs[position].name
+            if any(isinstance(load, Gather) for load in loads_of(program.body, name)):
+                return None
+            fused = inline_producer(program, values, name, source, dict(producer_call.size_var_values))
+            args = [args[i] if side == "consumer" else producer_call.args[i] for side, i in fused.input_sources]
+            program, values = fused.program, fused.size_var_values
+        program, args = _merge_duplicate_inputs(program, args)
+        if len(program.inputs) + 1 > MAX_STORAGE_BUFFERS or expression_size(program.body) > MAX_BODY_SIZE:
+            return None
+        name = self._add_program(program)
+        return CallTIR(name, tuple(args), consumer_call.struct_info,
+                       tuple((v.name, values[v.name]) for v in self.programs[name].size_vars))
+
+    def _epilogue_allowed(self, consumer: TensorProgram, call: CallTIR, producer: VarBinding, positions: list[int]) -> bool:
+        """A reduction merges into a consumer that computes each of its elements once."""
+        if contains_reduce(consumer.body) or len(positions) != 1:
+            return False
+        loads = loads_of(consumer.body, consumer.inputs[positions[0]].name)
+        if len({getattr(load, "indices", None) for load in loads}) != 1:
+            return False
+        produced, consumed = producer.var.struct_info, call.struct_info
+        if not (isinstance(produced, TensorStructInfo) and isinstance(consumed, TensorStructInfo)):
+            return False
+        if produced.shape is None or consumed.shape is None:
+            return False
+        return self.analyzer.prove_less_equal(product(consumed.shape), product(produced.shape))
+
+    def _is_program_call(self, value: object) -> bool:
+        return (isinstance(value, CallTIR) and not isinstance(value, CallLibrary)
+                and isinstance(self.programs.get(value.program), TensorProgram))
+
+    def _add_program(self, program: TensorProgram) -> str:
+        key = replace(program, name="")
+        if key in self.by_body:
+            return self.by_body[key]
+        name, counter = program.name, 1
+        while name in self.programs:
+            name = f"{program.name}{counter}"
+            counter += 1
+        self.programs[name] = replace(program, name=name)
+        self.by_body[key] = name
+        return name
+
+
+def _merge_duplicate_inputs(program: TensorProgram, args: list[Expr]) -> tuple[TensorProgram, list[Expr]]:
+    """Read a tensor passed at two argument positions through one binding."""
+    position = 1
+    while position < len(args):
+        first = next((i for i in range(position) if args[i] is args[position]), None)
+        if first is None:
+            position += 1
+            continue
+        program = merge_inputs(program, first, position)
+        args = args[:position] + args[position + 1:]
+    return program, args
+
+
+def _arg_vars(call: CallTIR) -> list[Var]:
+    return [arg for arg in call.args if isinstance(arg, Var)]
+
+
+def _use_counts(function: Function) -> dict[Var, int]:
+    """How many times each variable is read in the function (If branches and outputs too)."""
+    counts: dict[Var, int] = {}
+
+    def count(expr: Expr) -> None:
+        if isinstance(expr, Var):
+            counts[expr] = counts.get(expr, 0) + 1
+        elif isinstance(expr, Tuple):
+            for field in expr.fields:
+                count(field)
+        elif isinstance(expr, TupleGetItem):
+            count(expr.tuple_value)
+        elif isinstance(expr, TensorToPrim):
+            count(expr.tensor)
+        elif hasattr(expr, "args"):  # op calls and tensor-program calls
+            for arg in getattr(expr, "args", ()):
+                count(arg)
+        elif isinstance(expr, If):
+            count(expr.condition)
+            visit(expr.true_branch)
+            visit(expr.false_branch)
+
+    def visit(seq: SeqExpr) -> None:
+        for block in seq.blocks:
+            for binding in block.bindings:
+                count(binding.value)
+        count(seq.body)
+
+    visit(function.body)
+    return counts
+
+
+def _called_programs(module: IRModule, programs: dict) -> dict:
+    """The programs some graph function still calls (merged-away ones are dropped)."""
+    called: set[str] = set()
+
+    def visit(seq: SeqExpr) -> None:
+        for block in seq.blocks:
+            for binding in block.bindings:
+                value = binding.value
+                if isinstance(value, CallTIR):
+                    called.add(value.program)
+                elif isinstance(value, If):
+                    visit(value.true_branch)
+                    visit(value.false_branch)
+
+    for function in module.functions.values():
+        if isinstance(function, Function):
+            visit(function.body)
+    return {name: program for name, program in programs.items() if name in called or not isinstance(program, TensorProgram)}
+

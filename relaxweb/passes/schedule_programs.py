@@ -1,0 +1,60 @@
+"""schedule_programs: choose how each tensor program runs on the GPU, from its pattern.
+
+Code generation can lay a compute definition out on invocations in several ways
+(``relaxweb/wgsl/schedules.py``); this pass records the choice on each program, so that it
+is visible in ``--dump-ir`` and the WGSL backend only follows it:
+
+- matmul-like programs (``relaxweb.ir.pattern.analyze_matmul``: matmuls, batched matmuls,
+  convolutions without groups, with fused prologues and epilogues) get ``tiled_matmul``;
+- other programs with reductions get ``workgroup_reduction`` when a reduction is long
+  (a symbolic extent, or at least 64 elements) and every top-level reduction is computed
+  unconditionally (workgroup barriers need uniform control flow);
+- everything else keeps ``element`` (one invocation per output element).
+
+Library kernels are hand-scheduled and left alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..ir.module import IRModule
+from ..ir.pattern import MATMUL, REDUCTION, program_pattern, top_level_reductions
+from ..ir.symbolic import as_int
+from ..ir.tir import Select, TensorProgram, scalar_children
+
+LONG_REDUCTION = 64  # a constant extent from which a workgroup per output element pays off
+
+
+def schedule_programs(module: IRModule) -> IRModule:
+    """Set ``schedule`` on every tensor program of the module."""
+    programs = {}
+    for name, program in module.programs.items():
+        if isinstance(program, TensorProgram):
+            program = replace(program, schedule=choose_schedule(program))
+        programs[name] = program
+    return module.replace(programs=programs)
+
+
+def choose_schedule(program: TensorProgram) -> str:
+    pattern = program_pattern(program)
+    if pattern == MATMUL:
+        return "tiled_matmul"
+    if pattern == REDUCTION and _cooperative_reductions_allowed(program):
+        return "workgroup_reduction"
+    return "element"
+
+
+def _cooperative_reductions_allowed(program: TensorProgram) -> bool:
+    reductions = top_level_reductions(program.body)
+    if _reduction_under_select(program.body):
+        return False
+    return any(as_int(r.extent) is None or as_int(r.extent) >= LONG_REDUCTION for r in reductions)
+
+
+def _reduction_under_select(expr) -> bool:
+    if isinstance(expr, Select):
+        return bool(any(top_level_reductions(child) for child in scalar_children(expr)))
+    if hasattr(expr, "combiner"):  # a reduction: what is inside runs serially anyway
+        return False
+    return any(_reduction_under_select(child) for child in scalar_children(expr))

@@ -1,0 +1,226 @@
+"""Schedules: how a tensor program's compute definition maps onto GPU invocations.
+
+The schedule_programs pass (``relaxweb/passes/schedule_programs.py``) picks one per program
+from its pattern; this module writes the shader's ``main`` for it and says how many
+invocations a dispatch needs (:func:`dispatch_count`, which the host module evaluates at
+run time from the size variables).  Every schedule uses workgroups of 64 invocations on the
+runtimes' 2-D grid, so the bundle format and the runtimes do not depend on the schedule.
+
+- ``element``: one invocation per output element; reductions are serial loops.
+- ``workgroup_reduction``: one workgroup per output element.  Each top-level reduction is
+  split across the 64 invocations (each takes every 64th element), then combined by a tree
+  in workgroup memory; invocation 0 writes the result.  For long rows: softmax, layer norm
+  statistics, means.
+- ``tiled_matmul``: one workgroup per 32x32 tile of the (rows x columns) output of a
+  matmul-like program (``relaxweb.ir.pattern.analyze_matmul``), per batch index.  Each step
+  stages a 16-deep slice of both factors in workgroup memory (evaluating each factor's
+  expression, so fused prologues are computed once per tile), and each invocation keeps a
+  4x4 block of accumulators in registers.  The epilogue (the body around the reduction:
+  bias, activation, residual add) is applied to each accumulator on the way out.
+"""
+
+from __future__ import annotations
+
+from ..ir.pattern import MatmulInfo, analyze_matmul, top_level_reductions
+from ..ir.symbolic import PrimExpr, product, simplify
+from ..ir.tir import Reduce, TensorProgram, scalar_dtype
+from .emit import WORKGROUP_SIZE, _Emitter, _to_storage, _type, combine, reduce_identity, wgsl_name
+
+TILE = 32  # output rows and columns per tiled-matmul workgroup
+TILE_DEPTH = 16  # reduction elements staged per step
+BLOCK = 4  # rows and columns per invocation (8 x 8 invocations x 4 x 4 = 32 x 32)
+THREADS_PER_SIDE = TILE // BLOCK
+
+
+def dispatch_count(program: TensorProgram) -> PrimExpr:
+    """Invocations a dispatch of ``program`` needs, over its size variables."""
+    outputs = product(program.output.shape)
+    if program.schedule == "workgroup_reduction":
+        return simplify(outputs * WORKGROUP_SIZE)
+    if program.schedule == "tiled_matmul":
+        info = _matmul_info(program)
+        rows, columns, batch = _matmul_extents(program, info)
+        tiles = ((rows + (TILE - 1)) // TILE) * ((columns + (TILE - 1)) // TILE)
+        return simplify(batch * tiles * WORKGROUP_SIZE)
+    return outputs
+
+
+def emit_main(program: TensorProgram, emitter: _Emitter) -> list[str]:
+    """The declarations after the bindings and the ``main`` function, for the program's schedule."""
+    if program.schedule == "workgroup_reduction":
+        return _workgroup_reduction(program, emitter)
+    if program.schedule == "tiled_matmul":
+        return _tiled_matmul(program, emitter)
+    return _element(program, emitter)
+
+
+_SIGNATURE = [
+    f"@compute @workgroup_size({WORKGROUP_SIZE})",
+    "fn main(@builtin(workgroup_id) workgroup: vec3<u32>,",
+    "        @builtin(num_workgroups) workgroups: vec3<u32>,",
+    "        @builtin(local_invocation_index) local_index: u32) {",
+]
+# The workgroup's number on the runtimes' 2-D grid (uniform across the workgroup).
+_GROUP = "  let group = i32(workgroup.y * workgroups.x + workgroup.x);"
+
+
+def _store(program: TensorProgram, emitter: _Emitter, value: str, indent: str) -> str:
+    output = program.output
+    return f"{indent}{wgsl_name(output.name)}[{emitter.output_offset()}] = {_to_storage(output.dtype, value)};"
+
+
+def _element(program: TensorProgram, emitter: _Emitter) -> list[str]:
+    lines = ["", *_SIGNATURE, _GROUP,
+             f"  let index = group * {WORKGROUP_SIZE} + i32(local_index);",
+             "  if (index >= params.element_count) {", "    return;", "  }"]
+    lines += emitter.unflatten(program.axes, program.output.shape, "index", "  ")
+    value = emitter.scalar(program.body, "  ")
+    lines += emitter.statements
+    output = program.output
+    lines.append(f"  {wgsl_name(output.name)}[index] = {_to_storage(output.dtype, value)};")
+    return lines + ["}"]
+
+
+def _workgroup_reduction(program: TensorProgram, emitter: _Emitter) -> list[str]:
+    reductions = list(dict.fromkeys(top_level_reductions(program.body)))
+    shared = [f"var<workgroup> partial{i}: array<{_type(scalar_dtype(r))}, {WORKGROUP_SIZE}>;"
+              for i, r in enumerate(reductions)]
+    partial_of = {r: f"partial{i}" for i, r in enumerate(reductions)}
+
+    def cooperative(expr: Reduce, indent: str) -> str:
+        partial = partial_of[expr]
+        dtype = scalar_dtype(expr.body)
+        accumulator = f"{partial}_value"
+        axis = expr.axis.name
+        extent = emitter.index(simplify(expr.extent))
+        out = emitter.statements
+        out.append(f"{indent}// {expr.combiner} over {axis} < {extent}, split across the workgroup")
+        out.append(f"{indent}var {accumulator}: {_type(dtype)} = {reduce_identity(expr.combiner, dtype)};")
+        out.append(f"{indent}var first_{axis} = true;")
+        out.append(f"{indent}for (var {axis}: i32 = i32(local_index); {axis} < {extent}; {axis} = {axis} + {WORKGROUP_SIZE}) {{")
+        emitter.open_scope()
+        value = emitter.scalar(expr.body, indent + "  ")
+        emitter.close_scope()
+        out.append(f"{indent}  {accumulator} = {combine(expr.combiner, dtype, accumulator, value, f'first_{axis}')};")
+        out.append(f"{indent}  first_{axis} = false;")
+        out.append(f"{indent}}}")
+        if expr.combiner in ("max", "min") and dtype.startswith("float"):
+            # an invocation with no element takes element 0 (max and min ignore repeats)
+            out.append(f"{indent}if (first_{axis} && {extent} > 0) {{")
+            out.append(f"{indent}  let {axis} = 0;")
+            emitter.open_scope()
+            value = emitter.scalar(expr.body, indent + "  ")
+            emitter.close_scope()
+            out.append(f"{indent}  {accumulator} = {value};")
+            out.append(f"{indent}}}")
+        out.append(f"{indent}{partial}[local_index] = {accumulator};")
+        out.append(f"{indent}workgroupBarrier();")
+        stride = WORKGROUP_SIZE // 2
+        while stride >= 1:
+            out.append(f"{indent}if (local_index < {stride}u) {{")
+            merged = combine(expr.combiner, dtype, f"{partial}[local_index]", f"{partial}[local_index + {stride}u]", "false")
+            out.append(f"{indent}  {partial}[local_index] = {merged};")
+            out.append(f"{indent}}}")
+            out.append(f"{indent}workgroupBarrier();")
+            stride //= 2
+        result = partial.replace("partial", "reduced")
+        out.append(f"{indent}let {result} = {partial}[0];")
+        return result
+
+    emitter.cooperative = cooperative
+    lines = ["", *shared, "", *_SIGNATURE, _GROUP,
+             "  // one workgroup per output element",
+             f"  if (group >= params.element_count / {WORKGROUP_SIZE}) {{", "    return;", "  }"]
+    lines += emitter.unflatten(program.axes, program.output.shape, "group", "  ")
+    value = emitter.scalar(program.body, "  ")
+    lines += emitter.statements
+    lines += ["  if (local_index == 0u) {", _store(program, emitter, value, "    "), "  }", "}"]
+    return lines
+
+
+def _matmul_info(program: TensorProgram) -> MatmulInfo:
+    info = analyze_matmul(program)
+    if info is None:
+        raise ValueError(f"{program.name} is scheduled as a tiled matmul but is not matmul-like")
+    return info
+
+
+def _matmul_extents(program: TensorProgram, info: MatmulInfo) -> tuple[PrimExpr, PrimExpr, PrimExpr]:
+    shape = program.output.shape
+    return (product(shape[p] for p in info.rows), product(shape[p] for p in info.columns),
+            product(shape[p] for p in info.batch))
+
+
+def _tiled_matmul(program: TensorProgram, emitter: _Emitter) -> list[str]:
+    info = _matmul_info(program)
+    axes, shape = program.axes, program.output.shape
+    rows, columns, batch = (emitter.index(simplify(e)) for e in _matmul_extents(program, info))
+    depth = emitter.index(product(info.reduce_extents))
+    tile_size = TILE * TILE_DEPTH
+    out = emitter.statements
+
+    def stage(tile: str, factor, own_axes, extent: str, start: str) -> None:
+        """Evaluate one factor over a TILE_DEPTH x TILE slice into workgroup memory."""
+        out.append(f"    for (var e = i32(local_index); e < {tile_size}; e = e + {WORKGROUP_SIZE}) {{")
+        out.append(f"      let position = {start} + e % {TILE};")
+        out.append(f"      let depth_index = step + e / {TILE};")
+        out.append("      var value: f32 = 0.0;")
+        out.append(f"      if (position < {extent} && depth_index < {depth}) {{")
+        emitter.open_scope()
+        out.extend(emitter.unflatten([axes[p] for p in own_axes], [shape[p] for p in own_axes], "position", "        "))
+        out.extend(emitter.unflatten(info.reduce_axes, info.reduce_extents, "depth_index", "        "))
+        value = emitter.scalar(factor, "        ")
+        emitter.close_scope()
+        out.append(f"        value = {value};")
+        out.append("      }")
+        out.append(f"      {tile}[e] = value;")
+        out.append("    }")
+
+    out.append(f"  let rows = {rows};")
+    out.append(f"  let columns = {columns};")
+    out.append(f"  let row_tiles = (rows + {TILE - 1}) / {TILE};")
+    out.append(f"  let column_tiles = (columns + {TILE - 1}) / {TILE};")
+    out.append(f"  if (group >= params.element_count / {WORKGROUP_SIZE}) {{")
+    out.append("    return;")
+    out.append("  }")
+    out.append("  let tile = group % (row_tiles * column_tiles);")
+    out.append(f"  let row_start = tile / column_tiles * {TILE};")
+    out.append(f"  let column_start = tile % column_tiles * {TILE};")
+    out.append(f"  let thread_row = i32(local_index) / {THREADS_PER_SIDE};")
+    out.append(f"  let thread_column = i32(local_index) % {THREADS_PER_SIDE};")
+    out.extend(emitter.unflatten([axes[p] for p in info.batch], [shape[p] for p in info.batch],
+                                 "group / (row_tiles * column_tiles)", "  "))
+    out.append(f"  var accumulators: array<f32, {BLOCK * BLOCK}>;")
+    out.append(f"  for (var step = 0; step < {depth}; step = step + {TILE_DEPTH}) {{")
+    stage("tile_a", info.a, info.rows, "rows", "row_start")
+    stage("tile_b", info.b, info.columns, "columns", "column_start")
+    out.append("    workgroupBarrier();")
+    out.append(f"    for (var d = 0; d < {TILE_DEPTH}; d = d + 1) {{")
+    for r in range(BLOCK):
+        out.append(f"      let a{r} = tile_a[d * {TILE} + thread_row + {r * THREADS_PER_SIDE}];")
+    for c in range(BLOCK):
+        out.append(f"      let b{c} = tile_b[d * {TILE} + thread_column + {c * THREADS_PER_SIDE}];")
+    for r in range(BLOCK):
+        for c in range(BLOCK):
+            out.append(f"      accumulators[{r * BLOCK + c}] = fma(a{r}, b{c}, accumulators[{r * BLOCK + c}]);")
+    out.append("    }")
+    out.append("    workgroupBarrier();")
+    out.append("  }")
+    # the epilogue, once per accumulator
+    out.append(f"  for (var r = 0; r < {BLOCK}; r = r + 1) {{")
+    out.append(f"    for (var c = 0; c < {BLOCK}; c = c + 1) {{")
+    out.append(f"      let row = row_start + thread_row + r * {THREADS_PER_SIDE};")
+    out.append(f"      let column = column_start + thread_column + c * {THREADS_PER_SIDE};")
+    out.append("      if (row < rows && column < columns) {")
+    emitter.open_scope()
+    out.extend(emitter.unflatten([axes[p] for p in info.rows], [shape[p] for p in info.rows], "row", "        "))
+    out.extend(emitter.unflatten([axes[p] for p in info.columns], [shape[p] for p in info.columns], "column", "        "))
+    emitter.known(info.reduction, f"accumulators[r * {BLOCK} + c]")
+    value = emitter.scalar(program.body, "        ")
+    out.append(_store(program, emitter, value, "        "))
+    emitter.close_scope()
+    out += ["      }", "    }", "  }"]
+    shared = [f"var<workgroup> tile_a: array<f32, {tile_size}>;  // {TILE_DEPTH} x {TILE}: the first factor",
+              f"var<workgroup> tile_b: array<f32, {tile_size}>;  // {TILE_DEPTH} x {TILE}: the second factor"]
+    return ["", *shared, "", *_SIGNATURE, _GROUP, *out, "}"]
+

@@ -1,0 +1,384 @@
+"""Pattern analysis, fusion (fuse_ops + the loop-level merge) and schedules (schedule_programs
+and their WGSL on wgpu).
+
+Pass tests follow the usual shape: build ``before`` and ``expected``, run the pass, compare
+structurally, and run both through the reference interpreter on the same inputs.  The
+schedules' shaders run on wgpu (lavapipe here) against the interpreter, at sizes that leave
+partial tiles and partial workgroups.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from relaxweb.ir import FunctionBuilder, IRModule, SizeVar, TensorStructInfo
+from relaxweb.ir.expr import CallTIR, Constant, DataflowBlock, Function, SeqExpr, Var, VarBinding
+from relaxweb.ir.fusion import inline_producer, simplify_indices
+from relaxweb.ir.interpreter import run_module, run_program
+from relaxweb.ir.pattern import (
+    BROADCAST, ELEMENTWISE, INJECTIVE, MATMUL, OPAQUE, REDUCTION, analyze_matmul, program_pattern,
+)
+from relaxweb.ir.structural import assert_structural_equal
+from relaxweb.ir.symbolic import Analyzer
+from relaxweb.ir.tir import Binary, Buffer, FloatImm, Load, Reduce, TensorProgram, Unary, format_program
+from relaxweb.ops import call_op
+from relaxweb.passes import fuse_ops, legalize_ops, schedule_programs
+from relaxweb.wgsl import emit_wgsl
+from tests.gpu_kernels import run_kernel_on_gpu
+
+n, m, k = SizeVar("n"), SizeVar("m"), SizeVar("k")
+I0, I1, I2 = SizeVar("i0_"), SizeVar("i1_"), SizeVar("i2_")
+
+
+def rand(*shape: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def tensor(*shape) -> TensorStructInfo:
+    return TensorStructInfo(tuple(shape), "float32")
+
+
+def one_op(params: dict[str, TensorStructInfo], make) -> IRModule:
+    builder = FunctionBuilder("main")
+    args = [builder.add_param(name, info) for name, info in params.items()]
+    out = builder.emit(make(*args), "y", output=True)
+    return IRModule({"main": builder.finish([out], ["y"])})
+
+
+def calls(module: IRModule) -> list[CallTIR]:
+    return [b.value for b in module.main.bindings() if isinstance(b.value, CallTIR)]
+
+
+def programs_of(module: IRModule) -> list[TensorProgram]:
+    return [module.programs[c.program] for c in calls(module)]
+
+
+# Pattern analysis -----------------------------------------------------------------------------
+
+PATTERN_CASES = {
+    "add": (lambda x, y: call_op("add", x, y), {"x": tensor(n, 4), "y": tensor(n, 4)}, [ELEMENTWISE]),
+    "bias add": (lambda x, b: call_op("add", x, b), {"x": tensor(n, 4), "b": tensor(4)}, [BROADCAST]),
+    "transpose": (lambda x: call_op("transpose", x, axes=[1, 0]), {"x": tensor(n, 4)}, [INJECTIVE]),
+    "take": (lambda x, i: call_op("take", x, i, axis=0), {"x": tensor(n, 4), "i": TensorStructInfo((3,), "int32")},
+             [INJECTIVE]),
+    "sum": (lambda x: call_op("sum", x, axes=[1], keepdims=False), {"x": tensor(n, 4)}, [REDUCTION]),
+    "softmax": (lambda x: call_op("softmax", x, axes=[1]), {"x": tensor(n, m)}, [REDUCTION, REDUCTION, BROADCAST]),
+    "matmul": (lambda a, b: call_op("matmul", a, b), {"a": tensor(n, k), "b": tensor(k, m)}, [MATMUL]),
+    # unique: two library kernels (count, values), then a copy into the result
+    "unique": (lambda x: call_op("unique", x), {"x": tensor(n)}, [OPAQUE, OPAQUE, BROADCAST]),
+}
+
+
+@pytest.mark.parametrize("case", list(PATTERN_CASES))
+def test_pattern_of_legalized_ops(case: str) -> None:
+    make, params, expected = PATTERN_CASES[case]
+    legalized = legalize_ops(one_op(params, make))
+    assert [program_pattern(p) for p in programs_of(legalized)] == expected
+
+
+def test_matmul_split_into_rows_columns_and_batch() -> None:
+    legalized = legalize_ops(one_op({"a": tensor(3, n, k), "b": tensor(k, m)}, lambda a, b: call_op("matmul", a, b)))
+    (program,) = programs_of(legalized)
+    info = analyze_matmul(program)
+    # a batch axis only the first factor reads is just more rows: one (3 * n) x m product
+    assert (info.rows, info.columns, info.batch) == ((0, 1), (2,), ())
+    assert [a.name for a in info.reduce_axes] == ["k_"]
+    assert info.reduction == program.body
+
+
+def test_convolution_is_an_implicit_gemm_and_grouped_convolution_is_not() -> None:
+    def conv(groups: int, weight_channels: int):
+        def make(x, w):
+            return call_op("conv", x, w, strides=[1, 1], dilations=[1, 1], padding=[1, 1, 1, 1], groups=groups)
+        params = {"x": tensor(n, 4, 6, 6), "w": tensor(8, weight_channels, 3, 3)}
+        return programs_of(legalize_ops(one_op(params, make)))[0]
+
+    plain = analyze_matmul(conv(1, 4))
+    # rows: the output channels (the weights' factor); columns: batch and the two spatial axes
+    # (the output's last axis stays a column axis, so stores are coalesced); three reduction axes
+    assert (plain.rows, plain.columns, plain.batch) == ((1,), (0, 2, 3), ())
+    assert len(plain.reduce_axes) == 3
+    assert program_pattern(conv(2, 2)) == REDUCTION  # each output channel reads its own group
+
+
+# Loop-level merge -----------------------------------------------------------------------------
+
+
+def relu_program() -> TensorProgram:
+    a = Buffer("A", (n, k), "float32")
+    return TensorProgram("relu", (a,), Buffer("out", (n, k), "float32"), (I0, I1),
+                         Binary("maximum", Load(a, (I0, I1)), FloatImm(0.0)))
+
+
+def matmul_program() -> TensorProgram:
+    a, b = Buffer("A", (n, k), "float32"), Buffer("B", (k, m), "float32")
+    r = SizeVar("k_")
+    body = Reduce("sum", r, k, Binary("multiply", Load(a, (I0, r)), Load(b, (r, I1))))
+    return TensorProgram("matmul", (a, b), Buffer("out", (n, m), "float32"), (I0, I1), body)
+
+
+def test_inline_producer_builds_the_prologue() -> None:
+    values = {"n": n, "k": k, "m": m}
+    fused = inline_producer(matmul_program(), values, "A", relu_program(), {"n": n, "k": k})
+    # the consumer's other input first, then the producer's (renamed: B is taken)
+    assert fused.input_sources == (("consumer", 1), ("producer", 0))
+    b, a = fused.program.inputs
+    assert b.name == "B" and a.name != "B"
+    r = SizeVar("k_")
+    expected_body = Reduce("sum", r, k, Binary(
+        "multiply", Binary("maximum", Load(a, (I0, r)), FloatImm(0.0)), Load(b, (r, I1))))
+    assert fused.program.body == expected_body
+    assert fused.size_var_values == values
+    left, right = rand(5, 3, seed=1), rand(3, 4, seed=2)
+    got = run_program(fused.program, [right, left], {"n": 5, "k": 3, "m": 4})
+    np.testing.assert_allclose(got, np.maximum(left, 0) @ right, rtol=1e-6)
+
+
+def test_inline_producer_renames_clashing_size_vars_and_reduction_axes() -> None:
+    # the producer is a row sum whose size var "k" is bound to another value than the consumer's
+    a = Buffer("A", (n, k), "float32")
+    r = SizeVar("k_")
+    row_sum = TensorProgram("row_sum", (a,), Buffer("out", (n,), "float32"), (I0,),
+                            Reduce("sum", r, k, Load(a, (I0, r))))
+    consumer_input = Buffer("A", (n,), "float32")
+    other = Buffer("B", (n, k), "float32")
+    consumer = TensorProgram("scale", (consumer_input, other), Buffer("out", (n, k), "float32"), (I0, I1),
+                             Binary("multiply", Load(consumer_input, (I0,)), Load(other, (I0, I1))))
+    fused = inline_producer(consumer, {"n": n, "k": k}, "A", row_sum, {"n": n, "k": SizeVar("width")})
+    renamed = [name for name in fused.size_var_values if name not in ("n", "k")]
+    assert len(renamed) == 1 and format(fused.size_var_values[renamed[0]]) == "width"
+    text = format_program(fused.program)
+    assert f"< {renamed[0]}:" in text
+    data, weights = rand(4, 7, seed=3), rand(4, 2, seed=4)
+    got = run_program(fused.program, [weights, data], {"n": 4, "k": 2, renamed[0]: 7})
+    np.testing.assert_allclose(got, data.sum(axis=1, keepdims=True) * weights, rtol=1e-5)
+
+
+def test_simplify_indices_folds_reshape_arithmetic_with_symbolic_extents() -> None:
+    # out[i0, i1, i2] reads a [n*m, 8] buffer through a reshape: row (i0*m + i1), column i2
+    source = Buffer("A", (n * m, 8), "float32")
+    flat = (I0 * m + I1) * 8 + I2
+    program = TensorProgram("view", (source,), Buffer("out", (n, m, 8), "float32"), (I0, I1, I2),
+                            Load(source, (flat // 8 % (n * m), flat % 8)))
+    simplified = simplify_indices(program)
+    print(format_program(simplified))
+    assert [str(i) for i in simplified.body.indices] == ["i0_ * m + i1_", "i2_"]
+    analyzer = Analyzer().with_symbolic_upper("s", SizeVar("S") - 1)
+    assert analyzer.prove_less(SizeVar("s"), SizeVar("S"))
+    assert not Analyzer().prove_less(SizeVar("s"), SizeVar("S"))
+
+
+# fuse_ops ------------------------------------------------------------------------------------
+
+
+def chain_module() -> IRModule:
+    """relu -> tanh -> exp -> negative on x[n, 4]."""
+    builder = FunctionBuilder("main")
+    x = builder.add_param("x", tensor(n, 4))
+    a = builder.emit(call_op("relu", x), "a")
+    b = builder.emit(call_op("tanh", a), "b")
+    c = builder.emit(call_op("exp", b), "c")
+    d = builder.emit(call_op("negative", c), "d", output=True)
+    return IRModule({"main": builder.finish([d], ["d"])})
+
+
+def test_fuse_ops_merges_an_elementwise_chain_into_one_program() -> None:
+    before = legalize_ops(chain_module())
+    after = fuse_ops(before)
+
+    rows = SizeVar("rows")
+    i, j = SizeVar("i"), SizeVar("j")
+    source = Buffer("A", (rows, 4), "float32")
+    body = Unary("negative", Unary("exp", Unary("tanh", Binary("maximum", Load(source, (i, j)), FloatImm(0.0)))))
+    program = TensorProgram("fused_relu__negative", (source,), Buffer("out", (rows, 4), "float32"), (i, j), body)
+    data = Var("data", tensor(rows, 4))
+    result = Var("result", tensor(rows, 4))
+    call = CallTIR("fused_relu__negative", (data,), tensor(rows, 4), (("rows", rows),))
+    expected = IRModule(
+        {"main": Function("main", (data,), SeqExpr((DataflowBlock((VarBinding(result, call),)),), result), ("x",), ("d",))},
+        {"fused_relu__negative": program},
+    )
+    assert_structural_equal(after, expected)
+    value = rand(3, 4, seed=5)
+    want = run_module(before, {"x": value})[0]
+    np.testing.assert_allclose(run_module(after, {"x": value})[0], want, rtol=1e-6)
+    np.testing.assert_allclose(run_module(expected, {"x": value})[0], want, rtol=1e-6)
+
+
+def mlp_module() -> IRModule:
+    """x[n, 4] -> matmul -> add -> relu -> matmul -> add -> softmax."""
+    builder = FunctionBuilder("main")
+    x = builder.add_param("x", tensor(n, 4))
+    h = builder.emit(call_op("matmul", x, Constant(rand(4, 8, seed=1), "w1")), "h")
+    h = builder.emit(call_op("add", h, Constant(rand(8, seed=2), "b1")), "h_bias")
+    h = builder.emit(call_op("relu", h), "h_relu")
+    h = builder.emit(call_op("matmul", h, Constant(rand(8, 3, seed=3), "w2")), "logits")
+    h = builder.emit(call_op("add", h, Constant(rand(3, seed=4), "b2")), "logits_bias")
+    y = builder.emit(call_op("softmax", h, axes=[1]), "y", output=True)
+    return IRModule({"main": builder.finish([y], ["y"])})
+
+
+def test_fuse_ops_merges_epilogues_and_prologues_of_an_mlp() -> None:
+    before = legalize_ops(mlp_module())
+    after = fuse_ops(before)
+    assert len(calls(before)) == 8
+    # matmul+bias+relu; matmul+bias (a reduction does not merge into another reduction);
+    # softmax max, sum and normalize (the logits have three readers, so they stay)
+    patterns = [program_pattern(p) for p in programs_of(after)]
+    assert len(calls(after)) == 5, [format_program(p) for p in programs_of(after)]
+    assert patterns[:2] == [MATMUL, MATMUL]
+    first = format_program(programs_of(after)[0])
+    assert "maximum(" in first and "sum(" in first  # bias + relu epilogue of the first matmul
+    # nothing left in the module that no call uses
+    assert set(after.programs) == {c.program for c in calls(after)}
+    for rows in (1, 5):
+        value = rand(rows, 4, seed=rows)
+        np.testing.assert_allclose(run_module(after, {"x": value})[0], run_module(before, {"x": value})[0], rtol=1e-5)
+
+
+def test_fuse_ops_keeps_shared_reductions_outputs_and_library_kernels() -> None:
+    builder = FunctionBuilder("main")
+    x = builder.add_param("x", tensor(n, 4))
+    flat = builder.add_param("flat", tensor(m))
+    total = builder.emit(call_op("sum", x, axes=[1], keepdims=True), "total")
+    scaled = builder.emit(call_op("multiply", x, total), "scaled")      # reads total
+    shifted = builder.emit(call_op("subtract", x, total), "shifted")    # reads total again
+    distinct = builder.emit(call_op("unique", flat), "distinct")
+    relu = builder.emit(call_op("relu", scaled), "relu", output=True)   # an output: stays
+    out = builder.emit(call_op("add", relu, shifted), "out", output=True)
+    module = IRModule({"main": builder.finish([relu, out, distinct], ["relu", "out", "distinct"])})
+    before = legalize_ops(module)
+    after = fuse_ops(before)
+    produced = {b.var.name for b in after.main.bindings() if isinstance(b.value, CallTIR)}
+    assert {"total", "relu", "distinct"} <= produced  # used twice / a function output / opaque
+    assert "scaled" not in produced and "shifted" not in produced  # merged into their consumers
+    inputs = {"x": rand(6, 4, seed=7), "flat": np.array([3, 1, 3], np.float32)}
+    for got, want in zip(run_module(after, inputs), run_module(before, inputs)):
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_fuse_ops_stays_within_eight_storage_buffers() -> None:
+    builder = FunctionBuilder("main")
+    params = [builder.add_param(f"x{i}", tensor(n, 4)) for i in range(10)]
+    total = params[0]
+    for index, param in enumerate(params[1:]):
+        total = builder.emit(call_op("add", total, param), f"sum{index}")
+    out = builder.emit(call_op("relu", total), "out", output=True)
+    module = IRModule({"main": builder.finish([out], ["out"])})
+    before = legalize_ops(module)
+    after = fuse_ops(before)
+    assert len(calls(after)) < len(calls(before))
+    assert all(len(p.inputs) + 1 <= 8 for p in programs_of(after))
+    inputs = {f"x{i}": rand(2, 4, seed=i) for i in range(10)}
+    np.testing.assert_allclose(run_module(after, inputs)[0], run_module(before, inputs)[0], rtol=1e-6)
+
+
+# schedule_programs -------------------------------------------------------------------------------
+
+
+def test_schedule_programs_picks_by_pattern() -> None:
+    scheduled = schedule_programs(fuse_ops(legalize_ops(mlp_module())))
+    schedules = [p.schedule for p in programs_of(scheduled)]
+    # the fused matmuls, then softmax max / sum over a row of 3 (short: one invocation each)
+    assert schedules[0] == "tiled_matmul"
+    assert "element" in schedules
+    assert "@tensor_program(schedule='tiled_matmul')" in str(scheduled)
+    long_rows = schedule_programs(legalize_ops(one_op({"x": tensor(n, m)}, lambda x: call_op("softmax", x, axes=[1]))))
+    assert [p.schedule for p in programs_of(long_rows)] == ["workgroup_reduction", "workgroup_reduction", "element"]
+    value = rand(3, 70, seed=8)
+    np.testing.assert_allclose(run_module(long_rows, {"x": value})[0],
+                               run_module(legalize_ops(one_op({"x": tensor(n, m)}, lambda x: call_op("softmax", x, axes=[1]))), {"x": value})[0])
+
+
+# Schedules on the GPU ----------------------------------------------------------------------------
+
+
+def scheduled(program: TensorProgram, schedule: str) -> TensorProgram:
+    from dataclasses import replace
+
+    return replace(program, schedule=schedule)
+
+
+@pytest.mark.parametrize("sizes", [(1, 1, 1), (37, 19, 45), (64, 16, 32), (5, 70, 3)])
+def test_tiled_matmul_with_epilogue_on_gpu(device, sizes: tuple[int, int, int]) -> None:
+    rows, depth, columns = sizes
+    # out = relu(A @ B + bias): the matmul with a fused epilogue
+    a, b, bias = Buffer("A", (n, k), "float32"), Buffer("B", (k, m), "float32"), Buffer("C", (m,), "float32")
+    r = SizeVar("k_")
+    product = Reduce("sum", r, k, Binary("multiply", Load(a, (I0, r)), Load(b, (r, I1))))
+    body = Binary("maximum", Binary("add", product, Load(bias, (I1,))), FloatImm(0.0))
+    program = TensorProgram("matmul_bias_relu", (a, b, bias), Buffer("out", (n, m), "float32"), (I0, I1), body)
+    assert program_pattern(program) == MATMUL
+    arrays = [rand(rows, depth, seed=1), rand(depth, columns, seed=2), rand(columns, seed=3)]
+    size_vars = {"n": rows, "k": depth, "m": columns}
+    want = run_program(program, arrays, size_vars)
+    got = run_kernel_on_gpu(device, scheduled(program, "tiled_matmul"), arrays, size_vars)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    assert "var<workgroup> tile_a" in emit_wgsl(scheduled(program, "tiled_matmul")).source
+
+
+def test_tiled_batched_matmul_with_broadcast_on_gpu(device) -> None:
+    legalized = legalize_ops(one_op({"a": tensor(3, n, k), "b": tensor(k, m)}, lambda a, b: call_op("matmul", a, b)))
+    (program,) = programs_of(legalized)
+    arrays = [rand(3, 33, 20, seed=4), rand(20, 40, seed=5)]
+    size_vars = {"n": 33, "k": 20, "m": 40}
+    got = run_kernel_on_gpu(device, scheduled(program, "tiled_matmul"), arrays, size_vars)
+    np.testing.assert_allclose(got, arrays[0] @ arrays[1], rtol=1e-4, atol=1e-5)
+
+
+def test_convolution_as_tiled_matmul_on_gpu(device) -> None:
+    def make(x, w):
+        return call_op("conv", x, w, strides=[1, 1], dilations=[1, 1], padding=[1, 1, 1, 1])
+    legalized = legalize_ops(one_op({"x": tensor(n, 3, 9, 7), "w": tensor(5, 3, 3, 3)}, make))
+    (program,) = programs_of(legalized)
+    arrays = [rand(2, 3, 9, 7, seed=6), rand(5, 3, 3, 3, seed=7)]
+    want = run_program(program, arrays, {"n": 2})
+    got = run_kernel_on_gpu(device, scheduled(program, "tiled_matmul"), arrays, {"n": 2})
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("combiner", ["sum", "max", "min", "prod"])
+@pytest.mark.parametrize("width", [0, 1, 63, 64, 65, 200])
+def test_workgroup_reduction_on_gpu(device, combiner: str, width: int) -> None:
+    a = Buffer("A", (n, m), "float32")
+    r = SizeVar("r_")
+    # out[i] = combiner(A[i, r]) * 2 + 1: an epilogue after the cooperative reduction
+    body = Binary("add", Binary("multiply", Reduce(combiner, r, m, Load(a, (I0, r))), FloatImm(2.0)), FloatImm(1.0))
+    program = TensorProgram("row_" + combiner, (a,), Buffer("out", (n,), "float32"), (I0,), body)
+    data = rand(5, width, seed=width)
+    if combiner == "prod":
+        data = (1 + data * 0.01).astype(np.float32)
+    if width and combiner in ("max", "min"):
+        data[1, :] = -np.inf if combiner == "max" else np.inf  # a row of infinities stays infinite
+    want = run_program(program, [data], {"n": 5, "m": width})
+    got = run_kernel_on_gpu(device, scheduled(program, "workgroup_reduction"), [data], {"n": 5, "m": width})
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_fused_models_agree_with_unfused_on_gpu(tmp_path) -> None:
+    """The MLP built at opt level 0 and 1: same outputs in the Python runtime, fewer dispatches."""
+    pytest.importorskip("wgpu")
+    from relaxweb.bundle import compile_module, write_bundle
+    from relaxweb.runtime.webgpu import Session
+
+    results, dispatches = {}, {}
+    value = rand(7, 4, seed=9)
+    for level in (0, 1):
+        compiled = compile_module(mlp_module(), {}, opt_level=level)
+        write_bundle(compiled, tmp_path / f"level{level}", "mlp")
+        session = Session(tmp_path / f"level{level}")
+        results[level] = session.run({"x": value})
+        dispatches[level] = session.last_dispatch_count
+    for name in results[0]:
+        np.testing.assert_allclose(results[1][name], results[0][name], rtol=1e-5, atol=1e-6)
+    assert (dispatches[0], dispatches[1]) == (8, 5)
+
+
+def test_workgroup_reduction_shader_combines_through_workgroup_memory() -> None:
+    legalized = legalize_ops(one_op({"x": tensor(n, m)}, lambda x: call_op("softmax", x, axes=[1])))
+    for program in schedule_programs(legalized).programs.values():
+        source = emit_wgsl(program).source
+        if program.schedule == "workgroup_reduction":
+            assert "workgroupBarrier();" in source
+            assert "if (local_index == 0u) {" in source
