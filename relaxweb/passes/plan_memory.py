@@ -20,6 +20,9 @@ each branch writes its result straight into it (the branch's last kernel call is
 into that storage) and plans its own temporaries, starting from the storages free before
 the ``If``.  The planned function is no longer a dataflow block (it writes into storages):
 its variables become plain ``Var`` s.
+
+With ``module.attrs["storage_reuse"] = False`` every tensor gets a storage of its own (the
+baseline ``scripts/measure_pipeline.py`` compares against).
 """
 
 from __future__ import annotations
@@ -77,7 +80,8 @@ def used_vars(expr: Expr) -> list[Var]:
 def plan_memory(module: IRModule) -> IRModule:
     """Plan the storages of every graph function (after legalize_ops)."""
     functions = {
-        name: _Planner(function, Analyzer.from_bounds(module.attrs.get("bounds", {}))).plan()
+        name: _Planner(function, Analyzer.from_bounds(module.attrs.get("bounds", {})),
+                       reuse=module.attrs.get("storage_reuse", True)).plan()
         if isinstance(function, Function) else function
         for name, function in module.functions.items()
     }
@@ -85,9 +89,10 @@ def plan_memory(module: IRModule) -> IRModule:
 
 
 class _Planner:
-    def __init__(self, function: Function, analyzer: Analyzer) -> None:
+    def __init__(self, function: Function, analyzer: Analyzer, reuse: bool = True) -> None:
         self.function = function
         self.analyzer = analyzer  # size comparisons know the user's bounds
+        self.reuse = reuse  # False: a storage per tensor (to measure what reuse saves)
         self.storages: list[_Storage] = []
         self.storage_of: dict[Var, int] = {}
         self.root: dict[Var, Var] = {}
@@ -156,6 +161,9 @@ class _Planner:
     # -- the scan ---------------------------------------------------------------------------
 
     def take_storage(self, free: list[int], size: PrimExpr) -> int:
+        if not self.reuse:
+            self.storages.append(_Storage(size))
+            return len(self.storages) - 1
         for test in (self.analyzer.prove_equal, self.analyzer.prove_less_equal):
             for index in free:
                 if test(size, self.storages[index].size):
