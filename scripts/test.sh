@@ -24,3 +24,8 @@ fi
 python3 -m pip install -q -e ".[test]"
 python3 -m pytest -q
 npm test
+# ONNX's operator test suite (all ~1900 cases, regenerated from the installed onnx package)
+# through the whole compiler and the Python runtime on wgpu; prints the counts by status and
+# fails on a wrong value, a crash or a timeout (docs/onnx-node-tests-gpu.md has the table).
+python3 scripts/onnx_node_tests.py run --compiled --check --timeout 120 --cases .cache/ci-onnx-node-tests \
+  --out .cache/ci-onnx-node-tests/results.json --doc ""

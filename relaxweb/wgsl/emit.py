@@ -35,11 +35,16 @@ WGSL_TYPES = {
 }
 # Types of values in registers: a bool is a WGSL bool (a load converts, a store selects 0u/1u).
 SCALAR_TYPES = {**WGSL_TYPES, "bool": "bool"}
-# Identities of max / min (an empty range). WGSL has no infinities (Tint rejects even a bit
-# cast of one as a constant), so a float max / min takes its first element as the start:
-# a row of -inf then reduces to -inf, as in numpy (see _Emitter.reduce).
-LOWEST = {"float32": "-3.4028234663852886e38", "int32": "i32(-2147483648)", "int64": "i32(-2147483648)", "uint32": "0u"}
-HIGHEST = {"float32": "3.4028234663852886e38", "int32": "2147483647", "int64": "2147483647", "uint32": "4294967295u"}
+# Identities of max / min (an empty range reduces to them, as ONNX wants: -inf / +inf for
+# floats).  WGSL has no infinity literal and Tint rejects a constant expression that makes
+# one, so the float identities are bit casts of a value the compiler cannot fold: the
+# params block's first field, masked to zero.  A float max / min still takes its first
+# element as the start (see combine), so a non-empty row never depends on them.
+_RUNTIME_ZERO = "(u32(params.element_count) & 0u)"
+LOWEST = {"float32": f"bitcast<f32>(0xff800000u | {_RUNTIME_ZERO})", "int32": "i32(-2147483648)",
+          "int64": "i32(-2147483648)", "uint32": "0u"}
+HIGHEST = {"float32": f"bitcast<f32>(0x7f800000u | {_RUNTIME_ZERO})", "int32": "2147483647",
+           "int64": "2147483647", "uint32": "4294967295u"}
 
 # WGSL's keywords and reserved words (spec, "Keyword and reserved word list"), plus the
 # predeclared type names and our own field name; a model's size variable with one of these

@@ -22,7 +22,7 @@ import dataclasses
 
 import onnx
 
-from ...errors import UnsupportedModelError
+from ...errors import RelaxwebError, UnsupportedModelError
 from ...ir.expr import Constant, Expr, PrimValue, ShapeExpr, Tuple, TupleGetItem
 from ...ir.struct_info import TensorStructInfo
 from ...ir.symbolic import as_int
@@ -120,7 +120,17 @@ def convert_if(context, node, inputs):
         def build(builder) -> Expr:
             child = _child_context(context, builder)
             results = []
-            for value in convert_graph(child, graph, outer):
+            try:
+                values = convert_graph(child, graph, outer)
+            except UnsupportedModelError:
+                raise
+            except RelaxwebError as error:  # a shape deduction failed inside the branch
+                # a branch may hold only for the inputs that take it (shapes the condition
+                # tests at run time); relaxweb deduces every branch for all inputs
+                raise UnsupportedModelError(
+                    f"If node '{node.name}': branch '{graph.name}' has shapes relaxweb cannot prove "
+                    f"for every input that reaches the If: {error}") from error
+            for value in values:
                 value = materialize(child, value, f"{graph.name or 'branch'}_out")
                 if not any(binding.var is value for binding in builder.bindings):
                     # a branch ends with a value computed inside it (the host needs one)

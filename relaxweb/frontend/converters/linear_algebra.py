@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...errors import UnsupportedModelError
 from ...ir.expr import Constant, tensor_shape
 from ...ops import call_op
 from .registry import NodeConversionError, converter
@@ -14,7 +15,9 @@ def convert_matmul(context, node, inputs):
     """numpy matmul.  With a 1-D operand ([K] on the left is a row, on the right a column,
     and that dim is dropped from the result) it is the equivalent einsum, one program."""
     a, b = inputs
-    a_rank, b_rank = len(tensor_shape(a)), len(tensor_shape(b))
+    a_rank, b_rank = a.struct_info.ndim, b.struct_info.ndim
+    if a_rank < 0 or b_rank < 0:
+        raise UnsupportedModelError(f"MatMul node '{node.name}': an operand of unknown rank is not supported")
     if a_rank == 0 or b_rank == 0:
         raise NodeConversionError(f"MatMul node '{node.name}': operands must have at least 1 dim")
     if a_rank >= 2 and b_rank >= 2:
