@@ -284,11 +284,15 @@ def test_schedule_programs_picks_by_pattern() -> None:
     assert schedules[0] == "tiled_matmul"
     assert "element" in schedules
     assert "@tensor_program(schedule='tiled_matmul')" in str(scheduled)
-    long_rows = schedule_programs(legalize_ops(one_op({"x": tensor(n, m)}, lambda x: call_op("softmax", x, axes=[1]))))
+    def softmax(width):
+        return legalize_ops(one_op({"x": tensor(n, width)}, lambda x: call_op("softmax", x, axes=[1])))
+
+    long_rows = schedule_programs(softmax(200))  # a long constant row: a workgroup per row
     assert [p.schedule for p in programs_of(long_rows)] == ["workgroup_reduction", "workgroup_reduction", "element"]
-    value = rand(3, 70, seed=8)
-    np.testing.assert_allclose(run_module(long_rows, {"x": value})[0],
-                               run_module(legalize_ops(one_op({"x": tensor(n, m)}, lambda x: call_op("softmax", x, axes=[1]))), {"x": value})[0])
+    # a symbolic row length: as many rows as the row is long, so one invocation per row
+    assert [p.schedule for p in programs_of(schedule_programs(softmax(m)))] == ["element"] * 3
+    value = rand(3, 200, seed=8)
+    np.testing.assert_allclose(run_module(long_rows, {"x": value})[0], run_module(softmax(200), {"x": value})[0])
 
 
 # Schedules on the GPU ----------------------------------------------------------------------------
@@ -376,9 +380,78 @@ def test_fused_models_agree_with_unfused_on_gpu(tmp_path) -> None:
 
 
 def test_workgroup_reduction_shader_combines_through_workgroup_memory() -> None:
-    legalized = legalize_ops(one_op({"x": tensor(n, m)}, lambda x: call_op("softmax", x, axes=[1])))
+    legalized = legalize_ops(one_op({"x": tensor(n, 256)}, lambda x: call_op("softmax", x, axes=[1])))
     for program in schedule_programs(legalized).programs.values():
         source = emit_wgsl(program).source
         if program.schedule == "workgroup_reduction":
             assert "workgroupBarrier();" in source
             assert "if (local_index == 0u) {" in source
+
+
+# canonicalize_bindings and fold_scalar_constants -----------------------------------------------
+
+
+def test_canonicalize_bindings_reads_through_tuples_and_aliases() -> None:
+    from relaxweb.ir.expr import Tuple, TupleGetItem
+    from relaxweb.passes import canonicalize_bindings
+
+    builder = FunctionBuilder("main")
+    x = builder.add_param("x", tensor(n, 4))
+    a = builder.emit(call_op("relu", x), "a")
+    b = builder.emit(call_op("tanh", x), "b")
+    parts = builder.emit(Tuple((a, b)), "parts")
+    first = builder.emit(TupleGetItem(parts, 0), "first")
+    second = builder.emit(TupleGetItem(parts, 1), "second")
+    total = builder.emit(call_op("add", first, second), "total")
+    alias = builder.emit(total, "alias")
+    out = builder.emit(call_op("exp", alias), "out", output=True)
+    before = IRModule({"main": builder.finish([out], ["out"])})
+
+    builder = FunctionBuilder("main")
+    x = builder.add_param("x", tensor(m, 4))  # (input names are user-facing: compared as text)
+    a = builder.emit(call_op("relu", x), "p")
+    b = builder.emit(call_op("tanh", x), "q")
+    total = builder.emit(call_op("add", a, b), "r")
+    out = builder.emit(call_op("exp", total), "s", output=True)
+    expected = IRModule({"main": builder.finish([out], ["out"])})
+
+    after = canonicalize_bindings(before)
+    assert_structural_equal(after, expected)
+    value = rand(3, 4, seed=10)
+    np.testing.assert_allclose(run_module(after, {"x": value})[0], run_module(before, {"x": value})[0])
+    # and fusion now sees relu and tanh as the add's producers: one kernel for everything
+    assert len(calls(fuse_ops(legalize_ops(after)))) == 1
+
+
+def test_fold_scalar_constants_writes_scalars_into_the_program() -> None:
+    from relaxweb.passes import fold_scalar_constants
+
+    builder = FunctionBuilder("main")
+    x = builder.add_param("x", tensor(n, 4))
+    half = builder.emit(call_op("multiply", x, Constant(np.array(0.5, np.float32), "half")), "half")
+    out = builder.emit(call_op("add", half, Constant(rand(4, seed=11), "bias")), "out", output=True)
+    before = legalize_ops(IRModule({"main": builder.finish([out], ["out"])}))
+    after = fold_scalar_constants(before)
+    scale, bias = calls(after)
+    assert len(scale.args) == 1 and len(after.programs[scale.program].inputs) == 1
+    assert FloatImm(0.5, "float32") in [after.programs[scale.program].body.b]
+    assert len(bias.args) == 2  # a four-element constant stays a buffer
+    value = rand(5, 4, seed=12)
+    np.testing.assert_allclose(run_module(after, {"x": value})[0], run_module(before, {"x": value})[0])
+
+
+def test_fusion_keeps_a_matmul_tiled_rather_than_merge_a_head_transpose() -> None:
+    # attention's probs @ v, then the transpose and reshape that merge the heads
+    builder = FunctionBuilder("main")
+    probs = builder.add_param("probs", tensor(n, 4, m, m))
+    values = builder.add_param("values", tensor(n, 4, m, 8))
+    context = builder.emit(call_op("matmul", probs, values), "context")
+    swapped = builder.emit(call_op("transpose", context, axes=[0, 2, 1, 3]), "swapped")
+    from relaxweb.ir.expr import ShapeExpr
+    merged = builder.emit(call_op("reshape", swapped, ShapeExpr((n, m, 32))), "merged", output=True)
+    before = legalize_ops(IRModule({"main": builder.finish([merged], ["merged"])}))
+    after = fuse_ops(before)
+    patterns = [program_pattern(p) for p in programs_of(after)]
+    assert patterns[0] == MATMUL and len(patterns) == 2  # the transpose and reshape merge together
+    inputs = {"probs": rand(2, 4, 3, 3, seed=13), "values": rand(2, 4, 3, 8, seed=14)}
+    np.testing.assert_allclose(run_module(after, inputs)[0], run_module(before, inputs)[0], rtol=1e-6)

@@ -36,3 +36,28 @@ class IRModule:
         from .printer import format_module
 
         return format_module(self)
+
+
+def drop_uncalled_programs(module: IRModule) -> IRModule:
+    """The module without the tensor programs no graph function calls any more (a pass that
+    rewrites call sites leaves them behind); library kernels always stay."""
+    from .expr import CallTIR, If, SeqExpr
+
+    called: set[str] = set()
+
+    def visit(seq: SeqExpr) -> None:
+        for block in seq.blocks:
+            for binding in block.bindings:
+                if isinstance(binding.value, CallTIR):
+                    called.add(binding.value.program)
+                elif isinstance(binding.value, If):
+                    visit(binding.value.true_branch)
+                    visit(binding.value.false_branch)
+
+    for function in module.functions.values():
+        if isinstance(function, Function):
+            visit(function.body)
+    return module.replace(programs={
+        name: program for name, program in module.programs.items()
+        if name in called or not isinstance(program, TensorProgram)
+    })

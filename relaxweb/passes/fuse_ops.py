@@ -15,6 +15,10 @@ result and merges the group's tensor programs into one (loop-level merge:
   elements than it (provably, with symbolic shapes): an epilogue (bias, GELU, residual
   add, scaling, reshape) that is computed once per element.
 
+A merge that would turn a matmul-like program into one that is not (a transpose that
+merges attention heads mixes the factors' axes) is skipped: the tiled schedule is worth
+more than the launch it saves.
+
 A producer merges only when every use of its result is one of those consumers, in the same
 dataflow block (function outputs, If branches and library kernels keep theirs).  A merged
 kernel keeps within WebGPU's default of 8 storage buffers per shader stage, and a body stays
@@ -31,7 +35,8 @@ from ..ir.expr import (
     VarBinding,
 )
 from ..ir.fusion import inline_producer, merge_inputs
-from ..ir.module import IRModule
+from ..ir.module import IRModule, drop_uncalled_programs
+from ..ir.pattern import MATMUL, program_pattern
 from ..ir.symbolic import Analyzer, product
 from ..ir.tir import Gather, TensorProgram, contains_reduce, expression_size, loads_of
 from ..ir.struct_info import TensorStructInfo
@@ -53,8 +58,7 @@ def fuse_ops(module: IRModule) -> IRModule:
         blocks = tuple(fuser.fuse_block(b) if isinstance(b, DataflowBlock) else b for b in function.body.blocks)
         functions[name] = replace(function, body=SeqExpr(blocks, function.body.body))
         programs = fuser.programs
-    module = module.replace(functions=functions)
-    return module.replace(programs=_called_programs(module, programs))
+    return drop_uncalled_programs(module.replace(functions=functions, programs=programs))
 
 
 class _Fuser:
@@ -126,6 +130,8 @@ class _Fuser:
         program, args = _merge_duplicate_inputs(program, args)
         if len(program.inputs) + 1 > MAX_STORAGE_BUFFERS or expression_size(program.body) > MAX_BODY_SIZE:
             return None
+        if MATMUL in (program_pattern(source), program_pattern(consumer)) and program_pattern(program) != MATMUL:
+            return None  # e.g. a head-merging transpose after attention: keep the tiled matmul
         name = self._add_program(program)
         return CallTIR(name, tuple(args), consumer_call.struct_info,
                        tuple((v.name, values[v.name]) for v in self.programs[name].size_vars))
@@ -208,24 +214,3 @@ def _use_counts(function: Function) -> dict[Var, int]:
 
     visit(function.body)
     return counts
-
-
-def _called_programs(module: IRModule, programs: dict) -> dict:
-    """The programs some graph function still calls (merged-away ones are dropped)."""
-    called: set[str] = set()
-
-    def visit(seq: SeqExpr) -> None:
-        for block in seq.blocks:
-            for binding in block.bindings:
-                value = binding.value
-                if isinstance(value, CallTIR):
-                    called.add(value.program)
-                elif isinstance(value, If):
-                    visit(value.true_branch)
-                    visit(value.false_branch)
-
-    for function in module.functions.values():
-        if isinstance(function, Function):
-            visit(function.body)
-    return {name: program for name, program in programs.items() if name in called or not isinstance(program, TensorProgram)}
-

@@ -11,6 +11,8 @@ from __future__ import annotations
 from typing import Callable
 
 from ..ir.module import IRModule
+from .canonicalize_bindings import canonicalize_bindings
+from .fold_scalar_constants import fold_scalar_constants
 from .fuse_ops import fuse_ops
 from .legalize_ops import legalize_ops
 from .lower_shapes_to_host import lower_shapes_to_host
@@ -22,8 +24,9 @@ Pass = Callable[[IRModule], IRModule]
 # Graph-level ops -> tensor programs.
 LOWER_OPS: list[Pass] = [legalize_ops]
 
-# Merge producer/consumer kernels, then pick each kernel's schedule from its pattern.
-OPTIMIZE: list[Pass] = [fuse_ops, schedule_programs]
+# Read values where they are computed, write scalar constants into the kernels, merge
+# producer/consumer kernels, then pick each kernel's schedule from its pattern.
+OPTIMIZE: list[Pass] = [canonicalize_bindings, fold_scalar_constants, fuse_ops, schedule_programs]
 
 # Tensors -> storages, then the shape computation -> the host function.
 LOWER_TO_HOST: list[Pass] = [plan_memory, lower_shapes_to_host]

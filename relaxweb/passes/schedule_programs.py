@@ -7,8 +7,11 @@ is visible in ``--dump-ir`` and the WGSL backend only follows it:
 - matmul-like programs (``relaxweb.ir.pattern.analyze_matmul``: matmuls, batched matmuls,
   convolutions without groups, with fused prologues and epilogues) get ``tiled_matmul``;
 - other programs with reductions get ``workgroup_reduction`` when a reduction is long
-  (a symbolic extent, or at least 64 elements) and every top-level reduction is computed
-  unconditionally (workgroup barriers need uniform control flow);
+  (a constant extent of at least 128: layer norm statistics over the hidden size) and every
+  top-level reduction is computed unconditionally (workgroup barriers need uniform control
+  flow).  Reductions over a symbolic extent (softmax over the sequence) keep one invocation
+  per output: there are as many outputs as the reduction is long, and a workgroup per
+  output wastes most of its invocations at short lengths;
 - everything else keeps ``element`` (one invocation per output element).
 
 Library kernels are hand-scheduled and left alone.
@@ -23,7 +26,7 @@ from ..ir.pattern import MATMUL, REDUCTION, program_pattern, top_level_reduction
 from ..ir.symbolic import as_int
 from ..ir.tir import Select, TensorProgram, scalar_children
 
-LONG_REDUCTION = 64  # a constant extent from which a workgroup per output element pays off
+LONG_REDUCTION = 128  # a constant extent from which a workgroup per output element pays off
 
 
 def schedule_programs(module: IRModule) -> IRModule:
@@ -49,7 +52,7 @@ def _cooperative_reductions_allowed(program: TensorProgram) -> bool:
     reductions = top_level_reductions(program.body)
     if _reduction_under_select(program.body):
         return False
-    return any(as_int(r.extent) is None or as_int(r.extent) >= LONG_REDUCTION for r in reductions)
+    return any(as_int(r.extent) is not None and as_int(r.extent) >= LONG_REDUCTION for r in reductions)
 
 
 def _reduction_under_select(expr) -> bool:

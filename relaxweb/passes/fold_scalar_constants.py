@@ -1,0 +1,94 @@
+"""fold_scalar_constants: write one-element constant arguments into the tensor program.
+
+Exporters keep scalars as initializers (GELU's 0.5 and 0.044715, attention's scale, a mask
+fill value), and legalization passes them to tensor programs as tensors: each is a storage
+buffer binding and a memory read per element.  This pass replaces, at each call site, the
+loads of a one-element constant argument by the constant itself and drops the argument, so
+the kernel binds fewer buffers (fusion may then merge more: a kernel has at most 8) and the
+shader compiler sees the number.  Programs shared by call sites with different constants are
+specialized per value; identical results are shared again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from ..ir.expr import CallLibrary, CallTIR, Constant, Function, If, SeqExpr
+from ..ir.module import IRModule, drop_uncalled_programs
+from ..ir.tir import FloatImm, Gather, Load, TensorProgram, map_scalar
+
+FOLDABLE_DTYPES = ("float32", "int32", "int64", "bool")
+
+
+def fold_scalar_constants(module: IRModule) -> IRModule:
+    """Fold one-element constant arguments of every tensor-program call into the program."""
+    programs = dict(module.programs)
+    by_body = {replace(p, name=""): n for n, p in programs.items() if isinstance(p, TensorProgram)}
+
+    def add(program: TensorProgram) -> str:
+        key = replace(program, name="")
+        if key not in by_body:
+            name, counter = program.name, 1
+            while name in programs:
+                name = f"{program.name}_{counter}"
+                counter += 1
+            programs[name] = replace(program, name=name)
+            by_body[key] = name
+        return by_body[key]
+
+    def fold_call(call: CallTIR) -> CallTIR:
+        program = programs.get(call.program)
+        if isinstance(call, CallLibrary) or not isinstance(program, TensorProgram):
+            return call
+        values = {program.inputs[i].name: arg for i, arg in enumerate(call.args) if _is_scalar_constant(arg)}
+        if not values or any(isinstance(n, Gather) and n.buffer.name in values for n in _nodes(program.body)):
+            return call
+
+        def fold(node):
+            if isinstance(node, Load) and node.buffer.name in values:
+                data = values[node.buffer.name].data
+                value = bool(data.reshape(-1)[0]) if data.dtype == np.bool_ else data.reshape(-1)[0].item()
+                return FloatImm(value, node.buffer.dtype)
+            return None
+
+        kept = [i for i, b in enumerate(program.inputs) if b.name not in values]
+        folded = TensorProgram(program.name, tuple(program.inputs[i] for i in kept), program.output, program.axes,
+                               map_scalar(program.body, fold), program.schedule)
+        name = add(folded)
+        used = {v.name for v in programs[name].size_vars}
+        return replace(call, program=name, args=tuple(call.args[i] for i in kept),
+                       size_var_values=tuple((n, v) for n, v in call.size_var_values if n in used))
+
+    def visit(seq: SeqExpr) -> SeqExpr:
+        blocks = []
+        for block in seq.blocks:
+            bindings = []
+            for binding in block.bindings:
+                value = binding.value
+                if isinstance(value, CallTIR):
+                    value = fold_call(value)
+                elif isinstance(value, If):
+                    value = If(value.condition, visit(value.true_branch), visit(value.false_branch))
+                bindings.append(replace(binding, value=value) if value is not binding.value else binding)
+            blocks.append(type(block)(tuple(bindings)))
+        return SeqExpr(tuple(blocks), seq.body)
+
+    functions = {name: replace(f, body=visit(f.body)) if isinstance(f, Function) else f
+                 for name, f in module.functions.items()}
+    folded = module.replace(functions=functions, programs=programs)
+    return drop_uncalled_programs(folded)
+
+
+def _is_scalar_constant(arg) -> bool:
+    return (isinstance(arg, Constant) and arg.data.size == 1 and str(arg.data.dtype) in FOLDABLE_DTYPES
+            and (arg.data.dtype == np.bool_ or np.isfinite(arg.data).all()))
+
+
+def _nodes(expr):
+    from ..ir.tir import scalar_children
+
+    yield expr
+    for child in scalar_children(expr):
+        yield from _nodes(child)
