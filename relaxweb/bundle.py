@@ -109,6 +109,9 @@ def write_bundle(module: IRModule, out_dir: str | Path, source: str, progress: P
     out.mkdir(parents=True, exist_ok=True)
     (out / "kernels").mkdir(exist_ok=True)
     (out / "weights").mkdir(exist_ok=True)
+    # a rebuild into the same folder must not leave the last build's kernels or shards behind
+    for stale in (*(out / "kernels").glob("*.wgsl"), *(out / "weights").glob("shard*.bin")):
+        stale.unlink()
 
     kernels, kernel_index, shader_of = [], {}, {}
     call_sites, call_site_params = [], []

@@ -89,6 +89,12 @@ def test_opt_level_0_builds_one_kernel_per_op(workdir: Path, model: Path) -> Non
     assert result.returncode == 0, result.stderr
     manifest = json.loads((workdir / "dist0" / "manifest.json").read_text())
     assert len(manifest["kernels"]) == 8
+    # rebuilding into the same folder leaves no kernel of the last build behind
+    result = relaxweb("build", model, "-o", "dist0", cwd=workdir)
+    assert result.returncode == 0, result.stderr
+    manifest = json.loads((workdir / "dist0" / "manifest.json").read_text())
+    assert sorted(p.name for p in (workdir / "dist0" / "kernels").glob("*.wgsl")) == sorted(
+        Path(k["file"]).name for k in manifest["kernels"])
     result = relaxweb("build", model, "-o", "dist2", "--opt-level", "2", cwd=workdir)
     assert result.returncode == 2 and "invalid choice: 2" in result.stderr
 

@@ -20,7 +20,7 @@ from relaxweb.ir.pattern import (
     BROADCAST, ELEMENTWISE, INJECTIVE, MATMUL, OPAQUE, REDUCTION, analyze_matmul, program_pattern,
 )
 from relaxweb.ir.structural import assert_structural_equal
-from relaxweb.ir.symbolic import Analyzer
+from relaxweb.ir.symbolic import Analyzer, IntImm
 from relaxweb.ir.tir import Binary, Buffer, FloatImm, Load, Reduce, TensorProgram, Unary, format_program
 from relaxweb.ops import call_op
 from relaxweb.passes import fuse_ops, legalize_ops, schedule_programs
@@ -288,7 +288,8 @@ def test_schedule_programs_picks_by_pattern() -> None:
         return legalize_ops(one_op({"x": tensor(n, width)}, lambda x: call_op("softmax", x, axes=[1])))
 
     long_rows = schedule_programs(softmax(200))  # a long constant row: a workgroup per row
-    assert [p.schedule for p in programs_of(long_rows)] == ["workgroup_reduction", "workgroup_reduction", "element"]
+    # (and the normalization, elementwise over rows of 200 = 50 x 4, reads 4 at a time)
+    assert [p.schedule for p in programs_of(long_rows)] == ["workgroup_reduction", "workgroup_reduction", "vectorized"]
     # a symbolic row length: as many rows as the row is long, so one invocation per row
     assert [p.schedule for p in programs_of(schedule_programs(softmax(m)))] == ["element"] * 3
     value = rand(3, 200, seed=8)
@@ -455,3 +456,50 @@ def test_fusion_keeps_a_matmul_tiled_rather_than_merge_a_head_transpose() -> Non
     assert patterns[0] == MATMUL and len(patterns) == 2  # the transpose and reshape merge together
     inputs = {"probs": rand(2, 4, 3, 3, seed=13), "values": rand(2, 4, 3, 8, seed=14)}
     np.testing.assert_allclose(run_module(after, inputs)[0], run_module(before, inputs)[0], rtol=1e-6)
+
+
+# The vectorized schedule -------------------------------------------------------------------------
+
+
+def test_vectorized_elementwise_on_gpu(device) -> None:
+    from relaxweb.wgsl.schedules import vectorizable
+
+    # out[i, j] = tanh((x[i, j] - mean[i, 0]) * scale[j] + 1.0): x and scale read along j
+    # (16-byte loads), mean constant along j (read once, splatted)
+    x, mean, scale = Buffer("A", (n, 12), "float32"), Buffer("B", (n, 1), "float32"), Buffer("C", (12,), "float32")
+    body = Unary("tanh", Binary("add", Binary("multiply", Binary("subtract", Load(x, (I0, I1)), Load(mean, (I0, IntImm(0)))),
+                                                  Load(scale, (I1,))), FloatImm(1.0)))
+    program = TensorProgram("normalize", (x, mean, scale), Buffer("out", (n, 12), "float32"), (I0, I1), body)
+    assert vectorizable(program)
+    assert schedule_programs(IRModule({}, {"normalize": program})).programs["normalize"].schedule == "vectorized"
+    arrays = [rand(5, 12, seed=15), rand(5, 1, seed=16), rand(12, seed=17)]
+    shader = emit_wgsl(scheduled(program, "vectorized")).source
+    assert "var<storage, read> A: array<vec4<f32>>;" in shader and "var<storage, read> B: array<f32>;" in shader
+    got = run_kernel_on_gpu(device, scheduled(program, "vectorized"), arrays, {"n": 5})
+    np.testing.assert_allclose(got, run_program(program, arrays, {"n": 5}), rtol=1e-5, atol=1e-6)
+
+
+def test_vectorized_slice_at_a_multiple_of_four_on_gpu(device) -> None:
+    # a split's part: out[i, j] = A[i, j + 8] (from a [n, 24] tensor)
+    source = Buffer("A", (n, 24), "float32")
+    program = TensorProgram("part", (source,), Buffer("out", (n, 8), "float32"), (I0, I1), Load(source, (I0, I1 + 8)))
+    from relaxweb.wgsl.schedules import vectorizable
+    assert vectorizable(program)
+    data = rand(3, 24, seed=18)
+    got = run_kernel_on_gpu(device, scheduled(program, "vectorized"), [data], {"n": 3})
+    np.testing.assert_array_equal(got, data[:, 8:16])
+
+
+@pytest.mark.parametrize("case", ["odd last dim", "offset not a multiple of 4", "a select", "int32"])
+def test_programs_that_do_not_vectorize(case: str) -> None:
+    from relaxweb.ir.tir import Compare, Select
+    from relaxweb.wgsl.schedules import vectorizable
+
+    width = 6 if case == "odd last dim" else 8
+    dtype = "int32" if case == "int32" else "float32"
+    source = Buffer("A", (n, 16), dtype)
+    load = Load(source, (I0, I1 + (2 if case == "offset not a multiple of 4" else 0)))
+    body = Select(Compare("gt", load, FloatImm(0.0)), load, FloatImm(0.0)) if case == "a select" else load
+    program = TensorProgram("p", (source,), Buffer("out", (n, width), dtype), (I0, I1), body)
+    assert not vectorizable(program)
+    assert schedule_programs(IRModule({}, {"p": program})).programs["p"].schedule == "element"

@@ -254,12 +254,14 @@ def index_exprs(expr: ScalarExpr) -> list[PrimExpr]:
 # How code generation maps a program onto invocations (``relaxweb/wgsl/emit.py``), chosen by
 # the schedule_programs pass from the program's pattern:
 #   element               one invocation per output element (any program)
+#   vectorized            one invocation per four consecutive output elements, vec4 loads
+#                         and arithmetic (float elementwise / broadcast programs)
 #   workgroup_reduction   one workgroup per output element; its reductions are split across
 #                         the workgroup and combined by a tree in workgroup memory
 #   tiled_matmul          one workgroup per tile of the output; the reduction's two factors
 #                         are staged through workgroup memory, each invocation keeps a block of
 #                         accumulators in registers, the epilogue is applied on the way out
-SCHEDULES = ("element", "workgroup_reduction", "tiled_matmul")
+SCHEDULES = ("element", "vectorized", "workgroup_reduction", "tiled_matmul")
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,9 @@ is visible in ``--dump-ir`` and the WGSL backend only follows it:
   flow).  Reductions over a symbolic extent (softmax over the sequence) keep one invocation
   per output: there are as many outputs as the reduction is long, and a workgroup per
   output wastes most of its invocations at short lengths;
+- float elementwise and broadcast programs whose last dimension is a multiple of 4 get
+  ``vectorized`` (four elements per invocation, 16-byte loads; ``wgsl.schedules.vectorizable``
+  has the exact conditions);
 - everything else keeps ``element`` (one invocation per output element).
 
 Library kernels are hand-scheduled and left alone.
@@ -22,9 +25,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..ir.module import IRModule
-from ..ir.pattern import MATMUL, REDUCTION, program_pattern, top_level_reductions
+from ..ir.pattern import BROADCAST, ELEMENTWISE, INJECTIVE, MATMUL, REDUCTION, program_pattern, top_level_reductions
 from ..ir.symbolic import as_int
 from ..ir.tir import Select, TensorProgram, scalar_children
+from ..wgsl.schedules import vectorizable
 
 LONG_REDUCTION = 128  # a constant extent from which a workgroup per output element pays off
 
@@ -45,6 +49,8 @@ def choose_schedule(program: TensorProgram) -> str:
         return "tiled_matmul"
     if pattern == REDUCTION and _cooperative_reductions_allowed(program):
         return "workgroup_reduction"
+    if pattern in (ELEMENTWISE, BROADCAST, INJECTIVE) and vectorizable(program):
+        return "vectorized"
     return "element"
 
 

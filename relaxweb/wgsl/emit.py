@@ -91,7 +91,7 @@ class ShaderInfo:
 def emit_wgsl(program: TensorProgram) -> ShaderInfo:
     """The WGSL compute shader of a tensor program, laid out by its schedule
     (``relaxweb/wgsl/schedules.py``)."""
-    from .schedules import emit_main
+    from .schedules import buffer_types, emit_main
 
     size_vars = [v.name for v in program.size_vars]
     clashes = set(size_vars) & _index_var_names(program)
@@ -112,11 +112,14 @@ def emit_wgsl(program: TensorProgram) -> ShaderInfo:
         "",
         "@group(0) @binding(0) var<uniform> params: Params;",
     ]
+    element_types = buffer_types(program)  # a schedule may read some buffers as vectors
     for binding, buffer in enumerate(program.inputs, start=1):
-        lines.append(f"@group(0) @binding({binding}) var<storage, read> {wgsl_name(buffer.name)}: array<{_type(buffer.dtype)}>;")
+        element = element_types.get(buffer.name, _type(buffer.dtype))
+        lines.append(f"@group(0) @binding({binding}) var<storage, read> {wgsl_name(buffer.name)}: array<{element}>;")
     output = program.output
+    element = element_types.get(output.name, _type(output.dtype))
     lines.append(
-        f"@group(0) @binding({len(program.inputs) + 1}) var<storage, read_write> {wgsl_name(output.name)}: array<{_type(output.dtype)}>;"
+        f"@group(0) @binding({len(program.inputs) + 1}) var<storage, read_write> {wgsl_name(output.name)}: array<{element}>;"
     )
     lines += emit_main(program, emitter)
     bindings = ("uniform", *("read-only-storage" for _ in program.inputs), "storage")

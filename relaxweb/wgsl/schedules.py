@@ -7,6 +7,10 @@ run time from the size variables).  Every schedule uses workgroups of 64 invocat
 runtimes' 2-D grid, so the bundle format and the runtimes do not depend on the schedule.
 
 - ``element``: one invocation per output element; reductions are serial loops.
+- ``vectorized``: one invocation per four consecutive output elements of an elementwise or
+  broadcast float program whose last dimension is a multiple of 4 (:func:`vectorizable`):
+  buffers read along the last axis are bound as ``array<vec4<f32>>`` and read 16 bytes at a
+  time, buffers constant along it are read once and splatted, and the arithmetic is vec4.
 - ``workgroup_reduction``: one workgroup per output element.  Each top-level reduction is
   split across the 64 invocations (each takes every 64th element), then combined by a tree
   in workgroup memory; invocation 0 writes the result.  For long rows: softmax, layer norm
@@ -22,19 +26,22 @@ runtimes' 2-D grid, so the bundle format and the runtimes do not depend on the s
 from __future__ import annotations
 
 from ..ir.pattern import MatmulInfo, analyze_matmul, top_level_reductions
-from ..ir.symbolic import PrimExpr, product, simplify
-from ..ir.tir import Reduce, TensorProgram, scalar_dtype
-from .emit import WORKGROUP_SIZE, _Emitter, _to_storage, _type, combine, reduce_identity, wgsl_name
+from ..ir.symbolic import IntImm, PrimExpr, SizeVar, free_vars, product, simplify
+from ..ir.tir import Binary, FloatImm, Load, Reduce, ScalarExpr, TensorProgram, Unary, scalar_children, scalar_dtype
+from .emit import WORKGROUP_SIZE, _Emitter, _literal, _to_storage, _type, combine, reduce_identity, wgsl_name
 
 TILE = 32  # output rows and columns per tiled-matmul workgroup
 TILE_DEPTH = 16  # reduction elements staged per step
 BLOCK = 4  # rows and columns per invocation (8 x 8 invocations x 4 x 4 = 32 x 32)
 THREADS_PER_SIDE = TILE // BLOCK
+VECTOR = 4  # output elements per invocation of the vectorized schedule
 
 
 def dispatch_count(program: TensorProgram) -> PrimExpr:
     """Invocations a dispatch of ``program`` needs, over its size variables."""
     outputs = product(program.output.shape)
+    if program.schedule == "vectorized":
+        return simplify(outputs // VECTOR)
     if program.schedule == "workgroup_reduction":
         return simplify(outputs * WORKGROUP_SIZE)
     if program.schedule == "tiled_matmul":
@@ -47,6 +54,8 @@ def dispatch_count(program: TensorProgram) -> PrimExpr:
 
 def emit_main(program: TensorProgram, emitter: _Emitter) -> list[str]:
     """The declarations after the bindings and the ``main`` function, for the program's schedule."""
+    if program.schedule == "vectorized":
+        return _vectorized(program)
     if program.schedule == "workgroup_reduction":
         return _workgroup_reduction(program, emitter)
     if program.schedule == "tiled_matmul":
@@ -224,3 +233,105 @@ def _tiled_matmul(program: TensorProgram, emitter: _Emitter) -> list[str]:
               f"var<workgroup> tile_b: array<f32, {tile_size}>;  // {TILE_DEPTH} x {TILE}: the second factor"]
     return ["", *shared, "", *_SIGNATURE, _GROUP, *out, "}"]
 
+
+
+# -- vectorized ---------------------------------------------------------------------------------
+
+
+def vectorizable(program: TensorProgram) -> bool:
+    """Whether the ``vectorized`` schedule can run ``program``: float32 elementwise arithmetic
+    (loads, constants, binary and unary ops; no selects, casts or comparisons), an output
+    whose last dimension is a multiple of 4, and every buffer read either along the last
+    axis (at it plus a multiple of 4, from a last dimension that is a multiple of 4) or
+    never along it."""
+    if program.output.dtype != "float32" or not program.axes:
+        return False
+    if not _multiple_of_vector(program.output.shape[-1]):
+        return False
+    return _buffer_kinds(program) is not None
+
+
+def buffer_types(program: TensorProgram) -> dict[str, str]:
+    """WGSL element types of the buffers the vectorized schedule reads 16 bytes at a time."""
+    if program.schedule != "vectorized":
+        return {}
+    kinds = _buffer_kinds(program) or {}
+    vectors = {name: "vec4<f32>" for name, kind in kinds.items() if kind == "vector"}
+    return {**vectors, program.output.name: "vec4<f32>"}
+
+
+def _multiple_of_vector(extent: PrimExpr) -> bool:
+    return simplify(extent % VECTOR) == IntImm(0)
+
+
+def _buffer_kinds(program: TensorProgram) -> dict[str, str] | None:
+    """Each loaded buffer's kind ("vector" or "splat"), or None when the program does not fit."""
+    last = program.axes[-1].name
+    kinds: dict[str, str] = {}
+    for node in _nodes(program.body):
+        if not isinstance(node, (Load, Binary, Unary, FloatImm)):
+            return None
+        if isinstance(node, Unary) and node.op == "is_nan":
+            return None
+        if isinstance(node, FloatImm) and node.dtype != "float32":
+            return None
+        if not isinstance(node, Load):
+            continue
+        if node.buffer.dtype != "float32":
+            return None
+        uses_last = [last in {v.name for v in free_vars(i)} for i in node.indices]
+        if not any(uses_last):
+            kind = "splat"
+        else:
+            offset = simplify(node.indices[-1] - SizeVar(last))
+            if uses_last[:-1] and any(uses_last[:-1]):
+                return None
+            if last in {v.name for v in free_vars(offset)} or simplify(offset % VECTOR) != IntImm(0):
+                return None
+            if not _multiple_of_vector(node.buffer.shape[-1]):
+                return None
+            kind = "vector"
+        if kinds.setdefault(node.buffer.name, kind) != kind:
+            return None
+    return kinds
+
+
+def _nodes(expr: ScalarExpr):
+    yield expr
+    for child in scalar_children(expr):
+        yield from _nodes(child)
+
+
+class _VectorEmitter(_Emitter):
+    """Expressions over four consecutive output elements at once (vec4<f32> values)."""
+
+    def __init__(self, program: TensorProgram, kinds: dict[str, str]) -> None:
+        super().__init__(program, {v.name for v in program.size_vars})
+        self.kinds = kinds
+
+    def _scalar(self, expr: ScalarExpr, indent: str) -> str:
+        if isinstance(expr, Load):
+            name = wgsl_name(expr.buffer.name)
+            offset = self.offset(expr.buffer, expr.indices)
+            if self.kinds[expr.buffer.name] == "vector":
+                return f"{name}[({offset}) / {VECTOR}]"  # the offset is a multiple of 4
+            return f"vec4<f32>({name}[{offset}])"
+        if isinstance(expr, FloatImm):
+            return f"vec4<f32>({_literal(expr.value, expr.dtype)})"
+        return super()._scalar(expr, indent)
+
+
+def _vectorized(program: TensorProgram) -> list[str]:
+    emitter = _VectorEmitter(program, _buffer_kinds(program) or {})
+    axes, shape = list(program.axes), list(program.output.shape)
+    quad = SizeVar(f"{axes[-1].name}quad")
+    lines = ["", *_SIGNATURE, _GROUP,
+             f"  // four consecutive output elements per invocation (along {axes[-1].name})",
+             f"  let index = group * {WORKGROUP_SIZE} + i32(local_index);",
+             "  if (index >= params.element_count) {", "    return;", "  }"]
+    lines += emitter.unflatten([*axes[:-1], quad], [*shape[:-1], simplify(shape[-1] // VECTOR)], "index", "  ")
+    lines.append(f"  let {axes[-1].name} = {quad.name} * {VECTOR};")
+    value = emitter.scalar(program.body, "  ")
+    lines += emitter.statements
+    lines.append(f"  {wgsl_name(program.output.name)}[index] = {value};")
+    return lines + ["}"]
