@@ -1,0 +1,108 @@
+// The in-page half of bench/run.py: loads one system (relaxweb, or onnxruntime-web with one
+// execution provider), then runs it shape by shape. run.py drives it through window.bench.
+// Counters come from bench/instrument.js (window.__bench), installed before this page loads.
+
+// What the counters grew by between two snapshots (live/peak bytes are not counters).
+const delta = (after, before) => Object.fromEntries(Object.entries(after)
+  .filter(([key]) => key !== "liveBytes" && key !== "peakLiveBytes")
+  .map(([key, value]) => [key, value - before[key]]));
+
+const infoOf = (info) => info && {
+  vendor: info.vendor, architecture: info.architecture, device: info.device,
+  description: info.description,
+};
+
+// One system: { name, async load(model), async run(inputs) -> Float32Array, adapterInfo() }.
+// `inputs` is { name: { data: BigInt64Array, shape } }; run returns the first output's data.
+const SYSTEMS = {
+  relaxweb: () => {
+    let model;
+    return {
+      async load({ bundleUrl }) {
+        const runtime = await import(`${bundleUrl}runtime/relaxweb.js`);
+        model = await runtime.load(bundleUrl);
+      },
+      async run(inputs) {
+        const outputs = await model.run(inputs);
+        return outputs[model.outputs[0].name].data;
+      },
+      adapterInfo: () => infoOf(model.device.adapterInfo),
+      extra: () => ({ lastDispatchCount: model.lastDispatchCount }),
+    };
+  },
+  // onnxruntime-web, served from node_modules/onnxruntime-web/dist at /ort/. The non-bundled
+  // builds are used so its .mjs/.wasm files are fetched (and measured) separately.
+  ort: (executionProvider) => () => {
+    let ort;
+    let session;
+    return {
+      async load({ onnxUrl }) {
+        const file = executionProvider === "webgpu" ? "ort.webgpu.min.mjs" : "ort.wasm.min.mjs";
+        ort = await import(`/ort/${file}`);
+        ort.env.wasm.wasmPaths = "/ort/";
+        ort.env.wasm.numThreads = 1; // the page is not cross-origin isolated: no wasm threads
+        session = await ort.InferenceSession.create(onnxUrl, { executionProviders: [executionProvider] });
+      },
+      async run(inputs) {
+        const feeds = {};
+        for (const [name, { data, shape }] of Object.entries(inputs)) {
+          feeds[name] = new ort.Tensor("int64", data, shape);
+        }
+        const outputs = await session.run(feeds);
+        return outputs[session.outputNames[0]].data;
+      },
+      adapterInfo: () => infoOf(ort.env.webgpu?.device?.adapterInfo ?? ort.env.webgpu?.adapter?.info),
+      extra: () => ({ executionProvider }),
+    };
+  },
+};
+SYSTEMS["ort-webgpu"] = SYSTEMS.ort("webgpu");
+SYSTEMS["ort-wasm"] = SYSTEMS.ort("wasm");
+delete SYSTEMS.ort;
+
+let system = null;
+
+window.bench = {
+  // The adapter a plain requestAdapter() gives this page (what both systems also request).
+  async pageAdapter() {
+    if (!navigator.gpu) return { error: "navigator.gpu is missing: no WebGPU in this page" };
+    const adapter = await navigator.gpu.requestAdapter();
+    return adapter ? infoOf(adapter.info) : { error: "requestAdapter() returned null" };
+  },
+
+  // Import the runtime and load the model; the time covers the runtime's download too.
+  async load(name, urls) {
+    const before = window.__bench.snapshot();
+    const start = performance.now();
+    system = SYSTEMS[name]();
+    await system.load(urls);
+    const loadMs = performance.now() - start;
+    return { loadMs, counts: delta(window.__bench.snapshot(), before), adapterInfo: system.adapterInfo() };
+  },
+
+  // At one shape: one first run (timed and counted alone), `warmup` runs, then `runs` timed
+  // runs. Returns the times, the counters' differences, and the first run's output.
+  async runShape({ inputs, warmup, runs }) {
+    const tensors = () => Object.fromEntries(Object.entries(inputs).map(
+      ([name, { values, shape }]) => [name, { data: BigInt64Array.from(values, BigInt), shape }]));
+    let before = window.__bench.snapshot();
+    let start = performance.now();
+    const output = await system.run(tensors());
+    const firstRunMs = performance.now() - start;
+    const firstRun = delta(window.__bench.snapshot(), before);
+    for (let i = 0; i < warmup; i += 1) await system.run(tensors());
+    before = window.__bench.snapshot();
+    const timesMs = [];
+    for (let i = 0; i < runs; i += 1) {
+      start = performance.now();
+      await system.run(tensors());
+      timesMs.push(performance.now() - start);
+    }
+    const steady = delta(window.__bench.snapshot(), before);
+    return {
+      firstRunMs, firstRun, steady, timesMs, extra: system.extra(),
+      output: Array.from(output, Number), totals: window.__bench.snapshot(),
+    };
+  },
+};
+window.benchReady = true;
