@@ -215,20 +215,22 @@ def _tiled_matmul(program: TensorProgram, emitter: _Emitter) -> list[str]:
     out.append("    }")
     out.append("    workgroupBarrier();")
     out.append("  }")
-    # the epilogue, once per accumulator
-    out.append(f"  for (var r = 0; r < {BLOCK}; r = r + 1) {{")
-    out.append(f"    for (var c = 0; c < {BLOCK}; c = c + 1) {{")
-    out.append(f"      let row = row_start + thread_row + r * {THREADS_PER_SIDE};")
-    out.append(f"      let column = column_start + thread_column + c * {THREADS_PER_SIDE};")
-    out.append("      if (row < rows && column < columns) {")
-    emitter.open_scope()
-    out.extend(emitter.unflatten([axes[p] for p in info.rows], [shape[p] for p in info.rows], "row", "        "))
-    out.extend(emitter.unflatten([axes[p] for p in info.columns], [shape[p] for p in info.columns], "column", "        "))
-    emitter.known(info.reduction, f"accumulators[r * {BLOCK} + c]")
-    value = emitter.scalar(program.body, "        ")
-    out.append(_store(program, emitter, value, "        "))
-    emitter.close_scope()
-    out += ["      }", "    }", "  }"]
+    # the epilogue, once per accumulator; unrolled, so that the accumulators are only ever
+    # indexed by constants and can stay in registers
+    for r in range(BLOCK):
+        for c in range(BLOCK):
+            out.append(f"  {{  // accumulator {r * BLOCK + c}: row {r}, column {c} of this invocation's block")
+            out.append(f"    let row = row_start + thread_row + {r * THREADS_PER_SIDE};")
+            out.append(f"    let column = column_start + thread_column + {c * THREADS_PER_SIDE};")
+            out.append("    if (row < rows && column < columns) {")
+            emitter.open_scope()
+            out.extend(emitter.unflatten([axes[p] for p in info.rows], [shape[p] for p in info.rows], "row", "      "))
+            out.extend(emitter.unflatten([axes[p] for p in info.columns], [shape[p] for p in info.columns], "column", "      "))
+            emitter.known(info.reduction, f"accumulators[{r * BLOCK + c}]")
+            value = emitter.scalar(program.body, "      ")
+            out.append(_store(program, emitter, value, "      "))
+            emitter.close_scope()
+            out += ["    }", "  }"]
     shared = [f"var<workgroup> tile_a: array<f32, {tile_size}>;  // {TILE_DEPTH} x {TILE}: the first factor",
               f"var<workgroup> tile_b: array<f32, {tile_size}>;  // {TILE_DEPTH} x {TILE}: the second factor"]
     return ["", *shared, "", *_SIGNATURE, _GROUP, *out, "}"]
