@@ -249,23 +249,51 @@ def print_table(model: str, results: dict[str, dict], seqs: list[int]) -> str:
 
 
 def plot(all_results: dict, seqs: list[int], path: Path) -> None:
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("(matplotlib is not installed: no plot)")
-        return
-    fig, axes = plt.subplots(1, len(all_results), figsize=(5 * len(all_results), 4), squeeze=False)
-    for axis, (model, results) in zip(axes[0], all_results.items()):
-        for system, result in results.items():
-            medians = [lookup(result, f"shapes.{s}.median_ms") for s in seqs]
-            if all(m is not None for m in medians):
-                axis.plot(seqs, medians, marker="o", label=system)
-        axis.set(title=model, xlabel="seq (batch 1)", ylabel="median latency (ms)", xscale="log")
-        axis.legend()
-    fig.tight_layout()
-    fig.savefig(path)
+    """An SVG of median latency against seq, one panel per model, one line per system (no
+    plotting library needed); both axes are logarithmic."""
+    import math
+
+    colors = {"relaxweb": "#1f77b4", "ort-webgpu": "#d62728", "ort-wasm": "#7f7f7f"}
+    width, height, margin = 360, 260, 50
+    panels = []
+    for index, (model, results) in enumerate(all_results.items()):
+        lines = {system: [lookup(result, f"shapes.{s}.median_ms") for s in seqs] for system, result in results.items()}
+        values = [v for medians in lines.values() for v in medians if v]
+        if not values:
+            continue
+        low, high = math.log10(min(values)) - 0.1, math.log10(max(values)) + 0.1
+        x0 = index * (width + margin)
+
+        def x(seq: int) -> float:
+            span = math.log10(max(seqs)) - math.log10(min(seqs)) or 1
+            return x0 + margin + (math.log10(seq) - math.log10(min(seqs))) / span * (width - margin - 10)
+
+        def y(ms: float) -> float:
+            return 10 + (high - math.log10(ms)) / (high - low) * (height - margin - 10)
+
+        parts = [f'<text x="{x0 + width / 2:.0f}" y="12" text-anchor="middle" font-size="13">{model}</text>',
+                 f'<line x1="{x0 + margin}" y1="{height - margin}" x2="{x0 + width}" y2="{height - margin}" stroke="black"/>',
+                 f'<line x1="{x0 + margin}" y1="10" x2="{x0 + margin}" y2="{height - margin}" stroke="black"/>',
+                 f'<text x="{x0 + width / 2 + 20:.0f}" y="{height - 12}" text-anchor="middle" font-size="11">seq (batch 1)</text>',
+                 f'<text x="{x0 + 12}" y="{height / 2 - 20:.0f}" font-size="11" transform="rotate(-90 {x0 + 12} {height / 2 - 20:.0f})" '
+                 'text-anchor="middle">median latency (ms)</text>']
+        for seq in seqs:
+            parts.append(f'<text x="{x(seq):.1f}" y="{height - margin + 14}" text-anchor="middle" font-size="10">{seq}</text>')
+        for decade in range(math.floor(low), math.ceil(high) + 1):
+            for step in (1, 2, 5):
+                ms = step * 10 ** decade
+                if low <= math.log10(ms) <= high:
+                    parts.append(f'<text x="{x0 + margin - 4}" y="{y(ms) + 3:.1f}" text-anchor="end" font-size="10">{ms:g}</text>')
+        for row, (system, medians) in enumerate(lines.items()):
+            points = " ".join(f"{x(s):.1f},{y(m):.1f}" for s, m in zip(seqs, medians) if m)
+            color = colors.get(system, "black")
+            parts.append(f'<polyline points="{points}" fill="none" stroke="{color}" stroke-width="2"/>')
+            parts.append(f'<text x="{x0 + margin + 8}" y="{24 + 13 * row}" font-size="11" fill="{color}">{system}</text>')
+        panels.append("\n".join(parts))
+    total_width = len(panels) * (width + margin)
+    svg = (f'<svg xmlns="http://www.w3.org/2000/svg" width="{total_width}" height="{height}" font-family="sans-serif">\n'
+           f'<rect width="100%" height="100%" fill="white"/>\n' + "\n".join(panels) + "\n</svg>\n")
+    path.write_text(svg)
     print(f"wrote {path}")
 
 
@@ -279,7 +307,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=3, help="untimed runs per shape after the first")
     parser.add_argument("--work", type=Path, default=BENCH_DIR / "build", help="models and bundles")
     parser.add_argument("--out", type=Path, default=BENCH_DIR / "results.json")
-    parser.add_argument("--plot", type=Path, default=BENCH_DIR / "latency.png")
+    parser.add_argument("--plot", type=Path, default=BENCH_DIR / "latency.svg", help="the latency plot (SVG)")
     parser.add_argument("--table", type=Path, metavar="JSON", help="only print the tables of a results JSON")
     args = parser.parse_args()
     if args.table:
@@ -287,6 +315,7 @@ def main() -> None:
         for name, results in report["results"].items():
             print_table(name, results, report["settings"]["seqs"])
             print()
+        plot(report["results"], report["settings"]["seqs"], args.plot)
         return
 
     systems = list(args.systems)
