@@ -4,7 +4,11 @@ power, mod, softplus, mish and the prod / l2_norm / log_sum reductions.
 
 Each op is legalized and run in the interpreter against its numpy reference, and every
 generated tensor program compiles to WGSL and runs on wgpu (lavapipe on CI) for float32 /
-int32 data.  ONNX's own node test cases for Gather, GatherElements, GatherND, Erf and Pow
+int32 data.  The ops lowered to several programs or with read-backs of data-dependent sizes
+(argmax / argmin, log_sum_exp, topk, the scatters, nonzero, squeeze / expand_dims,
+dynamic_reshape / dynamic_slice, run-time axes, shapes, pads, sizes and k, shifts,
+max_pool_indices, dropout_mask) are compiled whole into a bundle and run with the Python
+runtime (``check_compiled``).  ONNX's own node test cases for Gather, GatherElements, GatherND, Erf and Pow
 are imported, legalized and checked against their expected outputs in the interpreter.
 """
 
@@ -342,3 +346,340 @@ def test_isnan_survives_on_the_gpu(tmp_path) -> None:
     build_bundle(path, tmp_path / "bundle")
     x = np.array([1.0, np.nan, -np.inf, np.inf, 0.0, -np.nan], np.float32)
     np.testing.assert_array_equal(Session(tmp_path / "bundle").run({"x": x})["y"], np.isnan(x))
+
+
+# Ops lowered through several programs (and read-backs): compiled whole and run on wgpu -------
+
+
+def run_compiled(tmp_path, module: IRModule, inputs: dict[str, np.ndarray], bounds=None) -> list[np.ndarray]:
+    """Compile the module into a bundle and run it with the Python runtime (wgpu)."""
+    from relaxweb.bundle import compile_module, write_bundle
+    from relaxweb.runtime import Session
+
+    compiled = compile_module(module, bounds or {})
+    folder = tmp_path / "bundle"
+    write_bundle(compiled, folder, "module")
+    outputs = Session(folder).run(inputs)
+    return list(outputs.values())
+
+
+def check_compiled(tmp_path, module: IRModule, inputs: dict[str, np.ndarray], expected=None, rtol=1e-5,
+                   atol=1e-6, bounds=None) -> None:
+    """Legalized == reference in the interpreter, and the compiled bundle == the reference."""
+    want = run_module(module, inputs) if expected is None else expected
+    got = run_module(legalize_ops(module), inputs)
+    for a, b in zip(got, want):
+        assert a.shape == b.shape and a.dtype == b.dtype, (a.shape, b.shape, a.dtype, b.dtype)
+        np.testing.assert_allclose(a, b, rtol=rtol, atol=atol)
+    for a, b in zip(run_compiled(tmp_path, module, inputs, bounds), want):
+        assert a.shape == b.shape, (a.shape, b.shape)
+        np.testing.assert_allclose(a, b.astype(a.dtype), rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("op", ["argmax", "argmin"])
+@pytest.mark.parametrize("axis,keepdims,last", [(0, True, False), (1, False, False), (-1, True, True), (1, False, True)])
+def test_argmax_argmin(tmp_path, op: str, axis: int, keepdims: bool, last: bool) -> None:
+    x = rng.integers(0, 4, size=(3, 5, 4)).astype(np.float32)  # many ties
+    module = build({"x": sinfo(3, 5, 4)},
+                   lambda v: call_op(op, v, axis=axis, keepdims=keepdims, select_last_index=last))
+    check_compiled(tmp_path, module, {"x": x})
+    ints = build({"x": sinfo(n, 5, dtype="int32")}, lambda v: call_op(op, v, axis=1, keepdims=keepdims))
+    check_compiled(tmp_path, ints, {"x": x[:, :, 0].astype(np.int32)})
+
+
+@pytest.mark.parametrize("axes,keepdims", [([1], False), ([0, 2], True), (None, False)])
+def test_log_sum_exp(tmp_path, axes, keepdims: bool) -> None:
+    x = (rng.standard_normal((3, 4, 5)) * 30).astype(np.float32)
+    module = build({"x": sinfo(3, 4, 5)}, lambda v: call_op("log_sum_exp", v, axes=axes, keepdims=keepdims))
+    check_compiled(tmp_path, module, {"x": x})
+
+
+def test_log_sum_exp_infinities(tmp_path) -> None:
+    x = np.array([[1.0, -np.inf, 2.0], [-np.inf, -np.inf, -np.inf], [np.inf, 0.0, 1.0], [1e30, 1e30, -1e30]],
+                 np.float32)
+    module = build({"x": sinfo(4, 3)}, lambda v: call_op("log_sum_exp", v, axes=[1]))
+    check_compiled(tmp_path, module, {"x": x})
+
+
+# Data-dependent shapes read back: squeeze, expand_dims, dynamic_reshape ------------------------
+
+
+@pytest.mark.parametrize("axes", [[0], [-2], [2, 0]])
+def test_squeeze_run_time_axes(tmp_path, axes) -> None:
+    x = rng.standard_normal((1, 3, 1, 2)).astype(np.float32)
+    a = np.array(axes, np.int64)
+    module = build({"x": sinfo(1, 3, 1, 2), "a": sinfo(len(axes), dtype="int64")},
+                   lambda v, w: call_op("squeeze", v, w))
+    check_compiled(tmp_path, module, {"x": x, "a": a}, expected=[np.squeeze(x, tuple(axes))])
+
+
+def test_squeeze_constant_axes_and_none(tmp_path) -> None:
+    x = rng.standard_normal((1, 3, 1, 2)).astype(np.float32)
+    axes = Constant(np.array([2], np.int64), "axes")
+    check(build({"x": sinfo(1, 3, 1, 2)}, lambda v: call_op("squeeze", v, axes)), {"x": x})
+    check(build({"x": sinfo(1, 3, 1, 2)}, lambda v: call_op("squeeze", v)), {"x": x})
+
+
+@pytest.mark.parametrize("axes", [[0], [-1], [3, 1], [1, 4, 0]])
+def test_expand_dims_run_time_axes(tmp_path, axes) -> None:
+    x = rng.standard_normal((3, 2)).astype(np.float32)
+    a = np.array(axes, np.int64)
+    module = build({"x": sinfo(3, 2), "a": sinfo(len(axes), dtype="int64")},
+                   lambda v, w: call_op("expand_dims", v, w))
+    rank = x.ndim + len(axes)
+    expected = np.expand_dims(x, tuple(v % rank for v in axes))
+    check_compiled(tmp_path, module, {"x": x, "a": a}, expected=[expected])
+
+
+@pytest.mark.parametrize("target,copy_zeros", [([4, -1], True), ([0, 2, 2], True), ([2, 0, 3], False), ([-1], False)])
+def test_dynamic_reshape(tmp_path, target, copy_zeros: bool) -> None:
+    x = rng.standard_normal((4, 2, 2)).astype(np.float32) if 0 not in target or copy_zeros else \
+        np.zeros((0, 3), np.float32)
+    shape = x.shape
+    t = np.array(target, np.int64)
+    module = build({"x": sinfo(*shape), "t": sinfo(len(target), dtype="int64")},
+                   lambda v, w: call_op("dynamic_reshape", v, w, copy_zeros=copy_zeros))
+    check_compiled(tmp_path, module, {"x": x, "t": t})
+
+
+# scatters, topk, nonzero -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("reduction", ["none", "add", "mul", "max", "min"])
+@pytest.mark.parametrize("axis", [0, 1])
+def test_scatter_elements(tmp_path, reduction: str, axis: int) -> None:
+    data = rng.standard_normal((3, 4)).astype(np.float32)
+    indices = np.array([[1, 0, -1], [0, 2, 2]], np.int64) if axis == 1 else np.array([[1, 0, 2], [-3, 1, 1]], np.int64)
+    updates = rng.standard_normal(indices.shape).astype(np.float32)
+    module = build({"d": sinfo(3, 4), "i": sinfo(2, 3, dtype="int64"), "u": sinfo(2, 3)},
+                   lambda d, i, u: call_op("scatter_elements", d, i, u, axis=axis, reduction=reduction))
+    check_compiled(tmp_path, module, {"d": data, "i": indices, "u": updates})
+
+
+def test_scatter_elements_int_duplicates_last_wins(tmp_path) -> None:
+    data = np.zeros((5,), np.int32)
+    indices = np.array([1, 3, 1, -1], np.int32)
+    updates = np.array([10, 20, 30, 40], np.int32)
+    module = build({"d": sinfo(5, dtype="int32"), "i": sinfo(4, dtype="int32"), "u": sinfo(4, dtype="int32")},
+                   lambda d, i, u: call_op("scatter_elements", d, i, u))
+    check_compiled(tmp_path, module, {"d": data, "i": indices, "u": updates},
+                   expected=[np.array([0, 30, 0, 20, 40], np.int32)])
+
+
+@pytest.mark.parametrize("reduction", ["none", "add", "mul", "max", "min"])
+@pytest.mark.parametrize("depth", [1, 2])
+def test_scatter_nd(tmp_path, reduction: str, depth: int) -> None:
+    data = rng.standard_normal((4, 3, 2)).astype(np.float32)
+    indices = np.array([[[0], [2]], [[-1], [2]]], np.int64) if depth == 1 else \
+        np.array([[0, 1], [3, -1], [0, 1]], np.int64)
+    updates = rng.standard_normal(indices.shape[:-1] + data.shape[depth:]).astype(np.float32)
+    module = build({"d": sinfo(4, 3, 2), "i": sinfo(*indices.shape, dtype="int64"), "u": sinfo(*updates.shape)},
+                   lambda d, i, u: call_op("scatter_nd", d, i, u, reduction=reduction))
+    check_compiled(tmp_path, module, {"d": data, "i": indices, "u": updates})
+
+
+@pytest.mark.parametrize("axis,largest", [(-1, True), (0, False), (1, True)])
+def test_topk(tmp_path, axis: int, largest: bool) -> None:
+    x = rng.integers(0, 5, size=(4, 6)).astype(np.float32)  # ties: the lower index first
+    check_compiled(tmp_path, topk_module(sinfo(4, 6), None, k=3, axis=axis, largest=largest), {"x": x})
+    ints = build({"x": sinfo(n, 6, dtype="int32")}, lambda v: call_op("topk", v, k=2, axis=1, largest=largest))
+    check(ints, {"x": x.astype(np.int32)})
+
+
+def topk_module(data: TensorStructInfo, k_info: TensorStructInfo | None, **attrs) -> IRModule:
+    """values, indices = topk(x[, k])."""
+    from relaxweb.ir.expr import TupleGetItem
+
+    builder = FunctionBuilder("main")
+    args = [builder.add_param("x", data)] + ([builder.add_param("k", k_info)] if k_info is not None else [])
+    pair = builder.emit(call_op("topk", *args, **attrs), "pair")
+    values = builder.emit(TupleGetItem(pair, 0), "values", output=True)
+    indices = builder.emit(TupleGetItem(pair, 1), "indices", output=True)
+    return IRModule({"main": builder.finish([values, indices], ["values", "indices"])})
+
+
+@pytest.mark.parametrize("k", [0, 2, 5])
+def test_topk_run_time_k(tmp_path, k: int) -> None:
+    x = rng.standard_normal((3, 5)).astype(np.float32)
+    module = topk_module(sinfo(3, 5), sinfo(1, dtype="int64"), axis=1)
+    check_compiled(tmp_path, module, {"x": x, "k": np.array([k], np.int64)})
+
+
+@pytest.mark.parametrize("x", [np.array([[1, 0, 2], [0, 0, 3]], np.float32), np.zeros((2, 2), np.float32),
+                               np.array([0, 5, 0, 7, 1], np.float32)], ids=["2d", "none", "1d"])
+def test_nonzero(tmp_path, x: np.ndarray) -> None:
+    module = build({"x": sinfo(*x.shape)}, lambda v: call_op("nonzero", v))
+    check_compiled(tmp_path, module, {"x": x}, expected=[np.array(np.nonzero(x), np.int64)])
+
+
+def test_nonzero_bool_and_int(tmp_path) -> None:
+    mask = np.array([[True, False], [False, True], [True, True]])
+    module = build({"x": sinfo(3, 2, dtype="bool")}, lambda v: call_op("nonzero", v))
+    check_compiled(tmp_path, module, {"x": mask}, expected=[np.array(np.nonzero(mask), np.int64)])
+
+
+@pytest.mark.parametrize("starts,ends,axes,steps", [
+    ([0, 1], [2, 3], [0, 1], [1, 1]),
+    ([-1, 10], [-100, 0], [1, 0], [-1, -2]),      # negative steps, clamped starts and ends
+    ([1], [1000], [-1], [2]),
+    ([2], [1], [0], [1]),                          # empty
+    ([-100], [-200], [1], [-1]),                   # empty, from before the start
+])
+def test_dynamic_slice(tmp_path, starts, ends, axes, steps) -> None:
+    x = rng.standard_normal((3, 5)).astype(np.float32)
+    operands = [np.array(v, np.int64) for v in (starts, ends, axes, steps)]
+    k = len(starts)
+    module = build({"x": sinfo(3, 5), "s": sinfo(k, dtype="int64"), "e": sinfo(k, dtype="int64"),
+                    "a": sinfo(k, dtype="int64"), "t": sinfo(k, dtype="int64")},
+                   lambda *args: call_op("dynamic_slice", *args))
+    check_compiled(tmp_path, module, dict(zip("xseat", [x, *operands])))
+
+
+@pytest.mark.parametrize("dtype", ["int32", "uint32", "uint8", "uint16", "int8", "int64"])
+@pytest.mark.parametrize("op", ["left_shift", "right_shift"])
+def test_shifts(tmp_path, op: str, dtype: str) -> None:
+    bits = np.iinfo(dtype).bits
+    info = np.iinfo(dtype if dtype != "int64" else "int32")  # int64 values are i32 on the device
+    a = np.array([1, 5, info.max, info.min, 3, 7, 12, info.max // 3, 0, 1], dtype)
+    if info.min < 0:
+        a[3:6] = [-1, -7, info.min + 3]
+    amounts = [0, 1, 3, bits - 1, bits, bits + 5, 2, bits - 1, 31 % bits, 1]
+    if dtype == "int64":  # values and results that fit in 32 bits (right shifts by 31 or more too)
+        a = np.array([1, 5, 1000, -1000, 3, -7, 12, 100, 0, -1], dtype)
+        amounts = [0, 1, 3, 4, 64, 70, 2, 5, 0, 1] if op == "left_shift" else [0, 1, 3, 40, 64, 70, 2, 31, 0, 1]
+    b = np.array(amounts, dtype)
+    if info.min < 0:
+        b[-1] = -1
+    module = build({"a": sinfo(a.size, dtype=dtype), "b": sinfo(a.size, dtype=dtype)},
+                   lambda x, y: call_op(op, x, y))
+    want = run_module(module, {"a": a, "b": b})
+    check_compiled(tmp_path, module, {"a": a, "b": b}, expected=want)
+
+
+# max_pool_indices, dropout_mask ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("storage_order", [0, 1])
+@pytest.mark.parametrize("padding,strides", [([0, 0, 0, 0], [1, 1]), ([1, 1, 1, 1], [2, 2])])
+def test_max_pool_indices(tmp_path, storage_order: int, padding, strides) -> None:
+    x = rng.integers(0, 4, size=(2, 2, 5, 5)).astype(np.float32)  # ties: the first in the window
+    attrs = dict(kernel=[3, 3], strides=strides, dilations=[1, 1], padding=padding, storage_order=storage_order)
+    module = build({"x": sinfo(2, 2, 5, 5)}, lambda v: call_op("max_pool_indices", v, **attrs))
+    check_compiled(tmp_path, module, {"x": x})
+
+
+def test_dropout_mask(tmp_path) -> None:
+    x = rng.standard_normal((3, 4)).astype(np.float32)
+    module = build({"x": sinfo(3, 4)}, lambda v: call_op("dropout_mask", v))
+    check_compiled(tmp_path, module, {"x": x}, expected=[np.ones((3, 4), bool)])
+
+
+# reductions with the axes given at run time -----------------------------------------------------
+
+
+@pytest.mark.parametrize("op", ["sum", "mean", "max", "min", "prod", "l1_norm", "l2_norm", "sum_square", "log_sum",
+                                "log_sum_exp"])
+@pytest.mark.parametrize("axes,keepdims", [([1], False), ([-1, 0], True), ([2, 0], False)])
+def test_reduction_run_time_axes(tmp_path, op: str, axes, keepdims: bool) -> None:
+    x = (rng.random((2, 3, 4)) + 0.5).astype(np.float32)
+    module = build({"x": sinfo(2, 3, 4), "a": sinfo(len(axes), dtype="int64")},
+                   lambda v, a: call_op(op, v, a, keepdims=keepdims))
+    check_compiled(tmp_path, module, {"x": x, "a": np.array(axes, np.int64)}, rtol=2e-5)
+
+
+@pytest.mark.parametrize("noop", [0, 1])
+def test_reduction_empty_run_time_axes(tmp_path, noop: int) -> None:
+    x = rng.standard_normal((2, 3)).astype(np.float32)
+    module = build({"x": sinfo(2, 3), "a": sinfo(0, dtype="int64")},
+                   lambda v, a: call_op("sum", v, a, keepdims=True, noop_with_empty_axes=noop))
+    check(module, {"x": x, "a": np.zeros((0,), np.int64)})
+
+
+def test_reduction_run_time_axes_int(tmp_path) -> None:
+    x = rng.integers(-5, 5, size=(3, 4)).astype(np.int32)
+    for op in ("max", "min", "sum"):
+        module = build({"x": sinfo(3, 4, dtype="int32"), "a": sinfo(1, dtype="int64")},
+                       lambda v, a: call_op(op, v, a, keepdims=False))
+        check_compiled(tmp_path, module, {"x": x, "a": np.array([1], np.int64)})
+
+
+@pytest.mark.parametrize("op", ["max", "min"])
+def test_bool_max_min(tmp_path, op: str) -> None:
+    x = np.array([[True, False, True], [False, False, False], [True, True, True]])
+    static = build({"x": sinfo(3, 3, dtype="bool")}, lambda v: call_op(op, v, axes=[1], keepdims=False))
+    check_compiled(tmp_path, static, {"x": x})
+    run_time = build({"x": sinfo(3, 3, dtype="bool"), "a": sinfo(1, dtype="int64")},
+                     lambda v, a: call_op(op, v, a, keepdims=True))
+    check_compiled(tmp_path, run_time, {"x": x, "a": np.array([0], np.int64)})
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+@pytest.mark.parametrize("exclusive,reverse", [(False, False), (True, False), (False, True), (True, True)])
+def test_cumsum_run_time_axis(tmp_path, axis: int, exclusive: bool, reverse: bool) -> None:
+    x = rng.integers(-3, 4, size=(3, 4)).astype(np.float32)
+    module = build({"x": sinfo(3, 4), "a": TensorStructInfo((), "int64")},
+                   lambda v, a: call_op("cumsum", v, a, exclusive=exclusive, reverse=reverse))
+    check_compiled(tmp_path, module, {"x": x, "a": np.array(axis, np.int64)})
+
+
+@pytest.mark.parametrize("shape,target", [((3, 1), [2, 1, 4]), ((1,), [3]), ((2, 3), [1, 1])])
+def test_broadcast_to_run_time_shape(tmp_path, shape, target) -> None:
+    x = rng.standard_normal(shape).astype(np.float32)
+    module = build({"x": sinfo(*shape), "t": sinfo(len(target), dtype="int64")},
+                   lambda v, t: call_op("broadcast_to", v, t))
+    check_compiled(tmp_path, module, {"x": x, "t": np.array(target, np.int64)})
+
+
+@pytest.mark.parametrize("repeats", [[1, 2], [3, 1], [2, 0]])
+def test_tile_run_time_repeats(tmp_path, repeats) -> None:
+    x = rng.standard_normal((2, 3)).astype(np.float32)
+    module = build({"x": sinfo(2, 3), "r": sinfo(2, dtype="int64")}, lambda v, r: call_op("tile", v, r))
+    check_compiled(tmp_path, module, {"x": x, "r": np.array(repeats, np.int64)})
+
+
+def test_full_run_time_shape(tmp_path) -> None:
+    module = build({"s": sinfo(2, dtype="int64")}, lambda s: call_op("full", s, value=1.5, dtype="float32"))
+    check_compiled(tmp_path, module, {"s": np.array([2, 3], np.int64)}, expected=[np.full((2, 3), 1.5, np.float32)])
+
+
+@pytest.mark.parametrize("dtype,start,limit,delta", [("float32", 1.0, 5.0, 0.75), ("int32", 10, 2, -3),
+                                                     ("int64", 0, 7, 2), ("int32", 5, 1, 1)])
+def test_arange_run_time_operands(tmp_path, dtype: str, start, limit, delta) -> None:
+    scalar = TensorStructInfo((), dtype)
+    module = build({"a": scalar, "b": scalar, "c": scalar},
+                   lambda a, b, c: call_op("arange", a, b, c, dtype=dtype))
+    feeds = {name: np.array(v, dtype) for name, v in zip("abc", (start, limit, delta))}
+    check_compiled(tmp_path, module, feeds, expected=[np.arange(start, limit, delta).astype(dtype)])
+
+
+@pytest.mark.parametrize("sizes,axis", [([1, 3], 1), ([2, 0, 1], 0)])
+def test_split_run_time_sizes(tmp_path, sizes, axis: int) -> None:
+    from relaxweb.ir.expr import TupleGetItem
+
+    x = rng.standard_normal((3, 4)).astype(np.float32)
+    builder = FunctionBuilder("main")
+    v = builder.add_param("x", sinfo(3, 4))
+    s = builder.add_param("s", sinfo(len(sizes), dtype="int64"))
+    parts = builder.emit(call_op("split", v, s, count=len(sizes), axis=axis), "parts")
+    outs = [builder.emit(TupleGetItem(parts, j), f"p{j}", output=True) for j in range(len(sizes))]
+    module = IRModule({"main": builder.finish(outs, [f"p{j}" for j in range(len(sizes))])})
+    expected = np.split(x, np.cumsum(sizes)[:-1], axis=axis)
+    check_compiled(tmp_path, module, {"x": x, "s": np.array(sizes, np.int64)}, expected=expected)
+
+
+@pytest.mark.parametrize("mode", ["constant", "edge"])
+@pytest.mark.parametrize("pads", [[1, 0, 2, 3], [0, 2, 0, 1], [-1, 1, 1, -2]])
+def test_pad_run_time_pads(tmp_path, mode: str, pads) -> None:
+    x = rng.standard_normal((3, 4)).astype(np.float32)
+    fill = np.array(2.5, np.float32)
+    module = build({"x": sinfo(3, 4), "p": sinfo(4, dtype="int64"), "v": TensorStructInfo((), "float32")},
+                   lambda v, p, f: call_op("pad", v, p, f, mode=mode))
+    check_compiled(tmp_path, module, {"x": x, "p": np.array(pads, np.int64), "v": fill})
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+def test_resize_run_time_sizes(tmp_path, mode: str) -> None:
+    x = rng.standard_normal((1, 1, 3, 4)).astype(np.float32)
+    module = build({"x": sinfo(1, 1, 3, 4), "s": sinfo(2, dtype="int64")},
+                   lambda v, s: call_op("resize", v, s, inputs=["sizes"], axes=[2, 3], mode=mode))
+    check_compiled(tmp_path, module, {"x": x, "s": np.array([5, 2], np.int64)})

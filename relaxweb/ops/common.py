@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 from typing import Callable, Sequence
 
+from ..errors import UnsupportedModelError
 from ..ir.expr import Call, Expr, Tuple, tensor_dtype, tensor_shape
 from ..ir.struct_info import StructInfo, TensorStructInfo, TupleStructInfo
 from ..ir.symbolic import IntImm, PrimExpr, SizeVar, as_int, format_expr, prove_equal
@@ -17,8 +18,9 @@ from ..ir.tir import Buffer, Load, ScalarExpr, TensorProgram
 from .registry import DeductionError
 
 
-class UnknownShapeError(DeductionError):
-    """Legalizing a call whose argument or result shape is not known at compile time."""
+class UnknownShapeError(DeductionError, UnsupportedModelError):
+    """Legalizing a call whose argument or result shape is not known at compile time (a model
+    the GPU build cannot compile yet: a ``match_cast`` that names the dims is missing)."""
 
 
 def expect_args(op: str, args: Sequence[Expr], count: int) -> None:

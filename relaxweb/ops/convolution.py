@@ -16,7 +16,8 @@ Signatures (args, then attributes; one entry per spatial dim unless said otherwi
   (``max``), count it or not (``avg``), or add nothing for it (``lp``).  ``ceil_mode``
   rounds the window count up, but the last window must start inside the input or its
   begin padding (as ONNX, PyTorch).  ``max_pool_indices(x, ..., storage_order)`` is ONNX
-  MaxPool's ``Indices`` output (int64 flat positions; no GPU lowering).
+  MaxPool's ``Indices`` output (int64 flat positions; legalized as the maxima, the first
+  kernel position holding each, and its flat input position).
 
 Deduction: the spatial extents are ``(in + pad_begin + pad_end - dilation*(k-1) - 1) //
 stride + 1`` (``ceil`` with ``ceil_mode``), with symbolic ``in`` (and symbolic padding for
@@ -632,4 +633,50 @@ def deduce_max_pool_indices(args, attrs) -> TensorStructInfo:
 
 # ONNX MaxPool's Indices output: the flat position (over the whole input, row-major, or with
 # the spatial dims column-major for storage_order=1) of the first maximum of each window.
-register_op("max_pool_indices", deduce=deduce_max_pool_indices, legalize=None, reference=pool_reference("argmax"))
+def legalize_max_pool_indices(context, call: Call):
+    """Three programs: the window maxima (max_pool's program), the first kernel position
+    (row-major over the kernel, as the reference scans) holding the maximum, then its flat
+    position in the input (spatial dims row-major, or column-major for ``storage_order=1``,
+    after the ``n * C + c`` channel offset) as int64."""
+    data = call.args[0]
+    info = call.struct_info
+    dtype = data.struct_info.dtype
+    shape = tensor_shape(data)
+    rank = len(call.attrs["strides"])
+    values = context.emit(legalize_max_pool(context, Call("max_pool", call.args, call.attrs,
+                                                          TensorStructInfo(info.shape, dtype))), "max_pool_values")
+
+    def kernel_position(ks, kernel) -> PrimExpr:
+        total: PrimExpr = IntImm(0)
+        for var, extent in zip(ks, kernel):
+            total = total * extent + var
+        return simplify(total)
+
+    def first_body(axes, buffers):
+        x, maxima = buffers
+        ks, kernel, positions, inside, _ = _window(call.attrs, info, x, axes)
+        hit = Compare("eq", Load(x, (axes[0], axes[1], *positions)), Load(maxima, tuple(axes)))
+        count = IndexValue(IntImm(int(np.prod(kernel))))
+        return _reduce_window("min", ks, kernel, _guarded([*inside, hit], IndexValue(kernel_position(ks, kernel)), count))
+
+    first = context.emit(context.call_tir(
+        make_program("max_pool_first", [data, values], info.shape, "int32", first_body), (data, values)),
+        "max_pool_first")
+    order = list(range(rank)) if int(call.attrs.get("storage_order", 0)) == 0 else list(reversed(range(rank)))
+
+    def index_body(axes, buffers):
+        x, chosen = buffers
+        ks, kernel, positions, _, _ = _window(call.attrs, info, x, axes)
+        flat: PrimExpr = simplify((axes[0] * shape[1] + axes[1]))
+        for i in order:
+            flat = flat * shape[2 + i] + positions[i]
+        hit = Compare("eq", IndexValue(kernel_position(ks, kernel)), Load(chosen, tuple(axes)))
+        found = _reduce_window("sum", ks, kernel, Select(hit, IndexValue(simplify(flat)), IndexValue(IntImm(0))))
+        return Cast("int64", found)
+
+    program = make_program("max_pool_indices", [data, first], info.shape, "int64", index_body)
+    return context.call_tir(program, (data, first))
+
+
+register_op("max_pool_indices", deduce=deduce_max_pool_indices, legalize=needs_known_shapes(legalize_max_pool_indices),
+            reference=pool_reference("argmax"))

@@ -9,8 +9,9 @@ size variables (``IndexValue``).
 - ``arange(start, limit, delta, dtype="int64")``: ONNX Range.  With prim values (possibly
   symbolic; ``delta`` a non-zero constant) the length is
   ``max(ceil((limit - start) / delta), 0)``, e.g. ``arange(0, seq, 1)`` is ``Tensor((seq,))``.
-  With run-time scalar tensors (any dtype) the length is data-dependent (``Tensor(ndim=1)``)
-  and there is no GPU lowering.
+  With run-time scalar tensors (any dtype) the length is data-dependent (``Tensor(ndim=1)``):
+  legalization computes it on the GPU (float32) and reads it back, as ``full`` does its
+  extents with a run-time shape.
 - ``shape_to_tensor(value, dtype="int64")``: a shape value (``ShapeExpr``) as a 1-D tensor,
   or a prim value (``PrimValue``) as a 0-d tensor: how a symbolic shape computation feeds an
   op that needs a tensor (see ``frontend/converters/shape_values.materialize``).
@@ -24,7 +25,8 @@ from ..ir.expr import Call
 from ..ir.struct_info import PrimStructInfo, ShapeStructInfo, StructInfo, TensorStructInfo
 from ..ir.symbolic import IntImm, PrimExpr, as_int, expr_max, prove_less_equal, simplify
 from ..ir.tir import CAST_DTYPES, Cast, Compare, FloatImm, IndexValue, ScalarExpr, Select
-from .common import expect_args, make_program, needs_known_shapes
+from ..errors import UnsupportedModelError
+from .common import UnknownShapeError, expect_args, make_program, needs_known_shapes
 from .manipulation import int_list, shape_operand
 from .registry import DeductionError, register_op
 
@@ -65,7 +67,30 @@ def full_reference(arrays, attrs):
     return np.full(tuple(int_list(arrays[0])), attrs.get("value", 0), dtype=attrs.get("dtype", "float32"))
 
 
-register_op("full", deduce=deduce_full, legalize=needs_known_shapes(legalize_full), reference=full_reference)
+def legalize_full_run_time(context, call: Call):
+    """A run-time shape tensor: each extent is read back (``relaxweb/library/readback.py``)."""
+    from ..library.readback import element, read_back_dims
+
+    (shape_tensor,) = call.args
+    shape = shape_tensor.struct_info.shape
+    length = as_int(shape[0]) if shape is not None and len(shape) == 1 else None
+    if length is None:
+        raise UnsupportedModelError("full: the shape needs a 1-D tensor of known length")
+    dims = read_back_dims(context, call.args, [lambda buffers, j=j: element(buffers[0], j) for j in range(length)],
+                          "full")
+    dtype = call.struct_info.dtype
+    value = call.attrs.get("value", 0)
+    program = make_program("full", [], dims, dtype, lambda axes, buffers: FloatImm(value, dtype))
+    return context.call_tir(program, ())
+
+
+def _legalize_full_any(context, call: Call):
+    if isinstance(call.args[0].struct_info, TensorStructInfo):
+        return legalize_full_run_time(context, call)
+    return needs_known_shapes(legalize_full)(context, call)
+
+
+register_op("full", deduce=deduce_full, legalize=_legalize_full_any, reference=full_reference)
 
 
 # arange ----------------------------------------------------------------------------------------
@@ -123,7 +148,62 @@ def arange_reference(arrays, attrs):
     return np.arange(start, limit, delta).astype(dtype)
 
 
-register_op("arange", deduce=deduce_arange, legalize=needs_known_shapes(legalize_arange), reference=arange_reference)
+def legalize_arange_run_time(context, call: Call):
+    """Run-time scalar operands: the length ``max(ceil((limit - start) / delta), 0)`` is
+    computed on the GPU (in float32) and read back, then ``start + i * delta``."""
+    from ..ir.tir import Binary, Load, Unary
+    from ..library.readback import read_back_dims
+
+    dtype = call.struct_info.dtype
+    tensors = [arg for arg in call.args if isinstance(arg.struct_info, TensorStructInfo)]
+    for arg in tensors:
+        if arg.struct_info.shape is None:
+            raise UnknownShapeError(f"arange: an operand has an unknown shape ({arg.struct_info}); legalization "
+                                    "needs a known shape")
+
+    def operands(buffers) -> list[ScalarExpr]:
+        found, position = [], 0
+        for arg in call.args:
+            if isinstance(arg.struct_info, TensorStructInfo):
+                buffer = buffers[position]
+                position += 1
+                found.append(Load(buffer, tuple(IntImm(0) for _ in buffer.shape)))
+            else:
+                found.append(IndexValue(arg.struct_info.value))
+        return found
+
+    def as_dtype(value: ScalarExpr, target: str) -> ScalarExpr:
+        from ..ir.tir import scalar_dtype
+
+        return value if scalar_dtype(value) == target else Cast(target, value)
+
+    def length(buffers):
+        start, limit, delta = (as_dtype(v, "float32") for v in operands(buffers))
+        count = Unary("ceil", Binary("divide", Binary("subtract", limit, start), delta))
+        return Cast("int32", Binary("maximum", count, FloatImm(0.0, "float32")))
+
+    (count,) = read_back_dims(context, tuple(tensors), [length], "arange")
+
+    def body(axes, buffers):
+        start, _, delta = operands(buffers)
+        compute = "float32" if dtype.startswith("float") else "int32"
+        step = Binary("multiply", as_dtype(IndexValue(axes[0]), compute), as_dtype(delta, compute))
+        return as_dtype(Binary("add", as_dtype(start, compute), step), dtype if dtype in CAST_DTYPES else compute)
+
+    program = make_program("arange", tensors, (count,), dtype, body)
+    return context.call_tir(program, tuple(tensors))
+
+
+def _legalize_arange_any(context, call: Call):
+    if any(isinstance(arg.struct_info, TensorStructInfo) for arg in call.args) or \
+            as_int(call.args[2].struct_info.value) is None:
+        if not any(isinstance(arg.struct_info, TensorStructInfo) for arg in call.args):
+            raise UnsupportedModelError("arange: a symbolic delta has no GPU lowering")
+        return legalize_arange_run_time(context, call)
+    return needs_known_shapes(legalize_arange)(context, call)
+
+
+register_op("arange", deduce=deduce_arange, legalize=_legalize_arange_any, reference=arange_reference)
 
 
 # shape_to_tensor -------------------------------------------------------------------------------

@@ -44,7 +44,8 @@ import numpy as np
 from ..errors import UnsupportedModelError
 from ..ir.expr import Call, Constant, tensor_dtype
 from ..ir.struct_info import TensorStructInfo
-from ..ir.tir import MATH_FUNCTIONS, Binary, Cast, Compare, FloatImm, ScalarExpr, Select, Unary
+from ..ir.symbolic import IntImm, SizeVar
+from ..ir.tir import MATH_FUNCTIONS, Binary, Cast, Compare, FloatImm, IndexValue, Reduce, ScalarExpr, Select, Unary
 from .common import (
     broadcast_shapes, expect_args, load_broadcast, make_program, needs_known_shapes, require_float,
     require_tensor, same_dtype, unknown_rank_join,
@@ -239,7 +240,53 @@ def _legalize_power(context, call: Call):
     return context.call_tir(make_program("power", call.args, info.shape, dtype, body), call.args)
 
 
-SPECIAL_BINARY = {"mod": _legalize_mod, "power": _legalize_power}
+SHIFT_BITS = {"int64": 64, "int32": 32, "uint32": 32, "int16": 16, "uint16": 16, "int8": 8, "uint8": 8}
+
+
+def _legalize_shift(direction: str):
+    """Shifts without a shift operator in the scalar IR: ``2 ** b`` is a product over the bit
+    width (``select(t < b, 2, 1)``), a left shift multiplies by it (wrapping, then narrowed to
+    the dtype's bits by the cast), a right shift divides (floor division for negative signed
+    values).  32-bit arithmetic (int32 / uint32): int64 tensors are i32 on the device, so a
+    left shift keeps the low 32 bits of the result."""
+    name = f"{direction}_shift"
+
+    def legalize(context, call: Call):
+        info = call.struct_info
+        dtype = info.dtype
+        if dtype not in SHIFT_BITS:
+            raise UnsupportedModelError(f"{name}: no GPU lowering for {dtype} tensors (only 8, 16, 32-bit integers and int64)")
+        bits = SHIFT_BITS[dtype]
+        work = "uint32" if dtype.startswith("uint") else "int32"
+
+        def body(axes, buffers):
+            a, b = load_broadcast(buffers[0], axes), load_broadcast(buffers[1], axes)
+            a = a if dtype == work else Cast(work, a)
+            amount = Cast("int32", b)
+            t = SizeVar("t_")
+            power = Reduce("prod", t, IntImm(bits), Select(Compare("lt", IndexValue(t), amount), _imm(2, work), _imm(1, work)))
+            valid = Select(Compare("ge", amount, _imm(0, "int32")), Compare("lt", amount, _imm(bits, "int32")),
+                           _imm(0, "bool"))
+            if direction == "left":
+                return Cast(dtype, Select(valid, Binary("multiply", a, power), _imm(0, work)))
+            negative = Compare("lt", a, _imm(0, work)) if work == "int32" else _imm(0, "bool")
+            overflow = Select(negative, _imm(-1, work), _imm(0, work)) if work == "int32" else _imm(0, work)
+            quotient = Cast(work, Binary("divide", a, power))
+            if work == "int32":  # floor division: one less where a negative value does not divide
+                inexact = Compare("ne", Binary("multiply", quotient, power), a)
+                quotient = Select(Select(negative, inexact, _imm(0, "bool")),
+                                  Binary("subtract", quotient, _imm(1, work)), quotient)
+                if bits >= 32:  # 2 ** 31 wraps to -2 ** 31 in int32: a >> 31 (or more) is the sign
+                    quotient = Select(Compare("ge", amount, _imm(31, "int32")), overflow, quotient)
+            return Cast(dtype, Select(valid, quotient, overflow))
+
+        return context.call_tir(make_program(name, call.args, info.shape, dtype, body), call.args)
+
+    return legalize
+
+
+SPECIAL_BINARY = {"mod": _legalize_mod, "power": _legalize_power,
+                  "left_shift": _legalize_shift("left"), "right_shift": _legalize_shift("right")}
 
 
 def _legalize_binary(name: str):

@@ -14,7 +14,8 @@ inputs)``:
   (symbolic) extent per dim (ONNX ``sizes`` known at compile time, constants or shape
   arithmetic); or ``"roi"``, ``"scales"``, ``"sizes"``: tensors known only at run time (ONNX's
   layout, one entry per axis of ``axes``), which leave the result's shape unknown (its rank is
-  known) and cannot be lowered before a match_cast.
+  known).  Run-time ``sizes`` (stretch policy) lower by reading them back; run-time
+  ``scales`` do not (the coordinate mapping needs each scale as a compile-time fraction).
 
 Output extents: ``floor(in * scale)`` with ``scale`` taken as the exact fraction it stands for
 (``0.6`` is 3/5), so a symbolic ``in`` gives ``in * 3 // 5``; or the output shape as given.
@@ -509,4 +510,54 @@ def legalize_resize(context, call: Call):
     return context.call_tir(program, (data,))
 
 
-register_op("resize", deduce=deduce_resize, legalize=needs_known_shapes(legalize_resize), reference=resize_reference)
+def legalize_resize_run_time_sizes(context, call: Call):
+    """``sizes`` given as a run-time tensor (``stretch`` policy): the sizes are read back
+    (``relaxweb/library/readback.py``: a fresh size variable per resized axis), then the
+    resize lowers as with a symbolic output shape.  Run-time ``scales`` have no lowering: the
+    coordinate mapping keeps each scale as an exact compile-time fraction."""
+    from ..ir.expr import ShapeExpr
+    from ..library.readback import element, read_back_dims
+
+    attrs = call.attrs
+    data = call.args[0]
+    if data.struct_info.shape is None:
+        raise UnsupportedModelError("resize: the input's shape must be known (a match_cast names its dims)")
+    shape = tensor_shape(data)
+    rank = len(shape)
+    axes = [a + rank if a < 0 else a for a in (attrs.get("axes") or range(rank))]
+    sizes = None
+    for name, arg in zip(attrs.get("inputs") or [], call.args[1:]):
+        info = arg.struct_info
+        if not isinstance(info, TensorStructInfo):
+            continue
+        length = as_int(info.shape[0]) if info.shape is not None and len(info.shape) == 1 else None
+        if length == 0:  # an empty operand stands for none
+            continue
+        if name == "scales":
+            raise UnsupportedModelError("resize: scales known only at run time cannot be lowered (sizes can)")
+        if name == "sizes":
+            if length != len(axes):
+                raise UnsupportedModelError(f"resize: the sizes need a 1-D tensor of {len(axes)} entries")
+            sizes = arg
+    if sizes is None:
+        raise UnsupportedModelError("resize: scales or sizes known only at run time cannot be lowered")
+    if attrs.get("keep_aspect_ratio_policy", "stretch") != "stretch":
+        raise UnsupportedModelError("resize: run-time sizes lower only with the stretch policy")
+    read = read_back_dims(context, (sizes,), [lambda buffers, j=j: element(buffers[0], j) for j in range(len(axes))],
+                          "resize")
+    dims = [read[axes.index(d)] if d in axes else shape[d] for d in range(rank)]
+    static = {key: value for key, value in attrs.items() if key not in ("axes", "scales", "sizes", "roi")}
+    static["inputs"] = ["output_shape"]
+    target = ShapeExpr(tuple(dims))
+    lowered = Call("resize", (data, target), static, TensorStructInfo(tuple(dims), call.struct_info.dtype))
+    return legalize_resize(context, lowered)
+
+
+def _legalize_resize_any(context, call: Call):
+    names = call.attrs.get("inputs") or []
+    if any(name in ("scales", "sizes") for name in names):
+        return legalize_resize_run_time_sizes(context, call)
+    return needs_known_shapes(legalize_resize)(context, call)
+
+
+register_op("resize", deduce=deduce_resize, legalize=_legalize_resize_any, reference=resize_reference)

@@ -26,10 +26,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir.expr import Call
+from typing import Callable
+
+from ..errors import UnsupportedModelError
+from ..ir.expr import Call, tensor_shape
 from ..ir.struct_info import TensorStructInfo
-from ..ir.symbolic import IntImm, PrimExpr, as_int, format_expr, prove_equal
-from ..ir.tir import Binary, Buffer, Cast, Compare, FloatImm, Gather, IndexValue, Load, ScalarExpr, Select
+from ..ir.symbolic import IntImm, PrimExpr, SizeVar, as_int, format_expr, product, prove_equal, simplify
+from ..ir.tir import Binary, Buffer, Cast, Compare, FloatImm, Gather, IndexValue, Load, Reduce, ScalarExpr, Select
 from .common import expect_args, make_program, needs_known_shapes, normalize_axis, require_tensor
 from .registry import DeductionError, register_op
 
@@ -255,8 +258,107 @@ def scatter_nd_reference(arrays, attrs):
     return out
 
 
-register_op("scatter_elements", deduce=_deduce_scatter("scatter_elements"), reference=scatter_elements_reference)
-register_op("scatter_nd", deduce=_deduce_scatter("scatter_nd"), reference=scatter_nd_reference)
+def _scatter_result(reduction: str, data_value: ScalarExpr, matches: Callable[[str, ScalarExpr], ScalarExpr],
+                    last_update: Callable[[ScalarExpr], ScalarExpr], dtype: str) -> ScalarExpr:
+    """The output element from the updates that land on it.
+
+    ``matches(combiner, neutral)`` reduces ``select(lands here, contribution, neutral)`` over
+    the update positions: for ``none`` the contribution is the position (the last one wins,
+    as in the reference), for the others the update value.  ``last_update(position)`` loads
+    the update at a position found that way."""
+    if reduction == "none":
+        last = matches("max", FloatImm(-1, "int32"))
+        return Select(Compare("ge", last, FloatImm(0, "int32")), last_update(last), data_value)
+    if reduction == "add":
+        return Binary("add", data_value, matches("sum", FloatImm(0, dtype)))
+    if reduction == "mul":
+        return Binary("multiply", data_value, matches("prod", FloatImm(1, dtype)))
+    # max / min: the data value itself is the neutral element (no infinity constant needed)
+    combiner = "max" if reduction == "max" else "min"
+    return Binary("maximum" if reduction == "max" else "minimum", data_value, matches(combiner, data_value))
+
+
+def legalize_scatter_elements(context, call: Call):
+    """One program: each output element scans the updates along ``axis`` that share its other
+    coordinates (where the index tensor reaches them) for those whose index lands on it: the
+    last one (reduction none) or all of them combined.  O(indices.shape[axis]) per element."""
+    data, indices, updates = call.args
+    info = call.struct_info
+    rank = len(info.shape)
+    axis = normalize_axis("scatter_elements", call.attrs.get("axis", 0), rank)
+    reduction = call.attrs.get("reduction", "none")
+    index_shape = tensor_shape(indices)
+
+    def body(axes, buffers):
+        source, index_buffer, update_buffer = buffers
+        r = SizeVar("r_")
+        position = tuple(r if d == axis else axes[d] for d in range(rank))
+        lands = Compare("eq", _wrapped_index(index_buffer, position, source.shape[axis]), IndexValue(axes[axis]))
+
+        def matches(combiner: str, neutral: ScalarExpr) -> ScalarExpr:
+            value = IndexValue(r) if reduction == "none" else Load(update_buffer, position)
+            scanned: ScalarExpr = Reduce(combiner, r, index_shape[axis], Select(lands, value, neutral))
+            for d in reversed(range(rank)):  # coordinates the index tensor does not reach
+                if d != axis and not prove_equal(index_shape[d], source.shape[d]):
+                    scanned = Select(Compare("lt", IndexValue(axes[d]), IndexValue(index_shape[d])), scanned, neutral)
+            return scanned
+
+        def last_update(found: ScalarExpr) -> ScalarExpr:
+            return Gather(update_buffer, tuple(found if d == axis else axes[d] for d in range(rank)))
+
+        return _scatter_result(reduction, Load(source, tuple(axes)), matches, last_update, info.dtype)
+
+    program = make_program("scatter_elements", call.args, info.shape, info.dtype, body)
+    return context.call_tir(program, call.args)
+
+
+def legalize_scatter_nd(context, call: Call):
+    """The indices are viewed as ``(count, depth)`` and the updates as ``(count, rest...)``
+    (reshape copies), then one program: each output element scans the ``count`` index tuples
+    for those equal to its leading ``depth`` coordinates.  O(count * depth) per element."""
+    from .manipulation import reshape_program
+
+    data, indices, updates = call.args
+    info = call.struct_info
+    reduction = call.attrs.get("reduction", "none")
+    index_shape = tensor_shape(indices)
+    depth = as_int(index_shape[-1])
+    if depth is None:
+        raise UnsupportedModelError(f"scatter_nd: the last dim of the indices ({format_expr(index_shape[-1])}) "
+                                    "must be a constant")
+    count = simplify(product(index_shape[:-1]))
+    rest = tuple(info.shape[depth:])
+    flat_indices = context.emit(context.call_tir(reshape_program(indices, (count, IntImm(depth))), (indices,)),
+                                "scatter_nd_indices")
+    flat_updates = context.emit(context.call_tir(reshape_program(updates, (count, *rest)), (updates,)),
+                                "scatter_nd_updates")
+    args = (data, flat_indices, flat_updates)
+
+    def body(axes, buffers):
+        source, index_buffer, update_buffer = buffers
+        r = SizeVar("r_")
+        lands: ScalarExpr = FloatImm(1, "bool")
+        for j in reversed(range(depth)):
+            hit = Compare("eq", _wrapped_index(index_buffer, (r, IntImm(j)), source.shape[j]), IndexValue(axes[j]))
+            lands = hit if j == depth - 1 else Select(hit, lands, FloatImm(0, "bool"))
+
+        def matches(combiner: str, neutral: ScalarExpr) -> ScalarExpr:
+            value = IndexValue(r) if reduction == "none" else Load(update_buffer, (r, *axes[depth:]))
+            return Reduce(combiner, r, count, Select(lands, value, neutral))
+
+        def last_update(found: ScalarExpr) -> ScalarExpr:
+            return Gather(update_buffer, (found, *axes[depth:]))
+
+        return _scatter_result(reduction, Load(source, tuple(axes)), matches, last_update, info.dtype)
+
+    program = make_program("scatter_nd", args, info.shape, info.dtype, body)
+    return context.call_tir(program, args)
+
+
+register_op("scatter_elements", deduce=_deduce_scatter("scatter_elements"), reference=scatter_elements_reference,
+            legalize=needs_known_shapes(legalize_scatter_elements))
+register_op("scatter_nd", deduce=_deduce_scatter("scatter_nd"), reference=scatter_nd_reference,
+            legalize=needs_known_shapes(legalize_scatter_nd))
 
 
 # nonzero ---------------------------------------------------------------------------------------
@@ -268,8 +370,78 @@ def deduce_nonzero(args, attrs) -> TensorStructInfo:
     return TensorStructInfo(None, "int64", 2)
 
 
+def legalize_nonzero(context, call: Call):
+    """Three programs and a read-back, all compute definitions (O(size) per element, meant
+    for the small tensors masks usually are): the count of non-zero elements (read back and
+    bound to a fresh size variable), each element's rank among the non-zero ones (the count
+    before it in row-major order), then ``out[c, j]`` = coordinate c of the non-zero element
+    whose rank is j (int64)."""
+    from ..ir.expr import TensorToPrim
+    from ..ir.struct_info import PrimStructInfo
+    from ..library.readback import both, const
+    from .common import make_program
+
+    data = call.args[0]
+    shape = tensor_shape(data)
+    ndim = len(shape)
+    if ndim == 0:
+        raise UnsupportedModelError("nonzero: a 0-d input has no GPU lowering")
+    dtype = data.struct_info.dtype
+    inner = tuple(SizeVar(f"r{d}_") for d in range(ndim))
+
+    def nonzero_at(source: Buffer, position) -> ScalarExpr:
+        return Compare("ne", Load(source, tuple(position)), FloatImm(0, dtype))
+
+    def over_all(body: ScalarExpr) -> ScalarExpr:
+        for d in reversed(range(ndim)):
+            body = Reduce("sum", inner[d], shape[d], body)
+        return body
+
+    def flat(position) -> PrimExpr:
+        total: PrimExpr = IntImm(0)
+        for index, dim in zip(position, shape):
+            total = total * dim + index
+        return simplify(total)
+
+    def count_body(axes, buffers):
+        return over_all(Select(nonzero_at(buffers[0], inner), const(1), const(0)))
+
+    def rank_body(axes, buffers):
+        earlier = Compare("lt", IndexValue(flat(inner)), IndexValue(flat(axes)))
+        return over_all(Select(both(earlier, nonzero_at(buffers[0], inner)), const(1), const(0)))
+
+    def coordinates_body(axes, buffers):
+        source, ranks = buffers
+        coordinate: ScalarExpr = IndexValue(inner[ndim - 1])
+        for c in reversed(range(ndim - 1)):
+            coordinate = Select(Compare("eq", IndexValue(axes[0]), const(c)), IndexValue(inner[c]), coordinate)
+        hit = both(nonzero_at(source, inner), Compare("eq", Load(ranks, inner), IndexValue(axes[1])))
+        return Cast("int64", over_all(Select(hit, coordinate, const(0))))
+
+    count = context.emit(context.call_tir(make_program("nonzero_count", [data], (IntImm(1),), "int32", count_body),
+                                          (data,)), "nonzero_count")
+    ranks = context.emit(context.call_tir(make_program("nonzero_rank", [data], shape, "int32", rank_body), (data,)),
+                         "nonzero_rank")
+    value = context.emit(TensorToPrim(count), "nonzero_count_value")
+    found = SizeVar(context.fresh_name("nonzero_k"))
+    context.emit_match_cast(value, PrimStructInfo("int64", found), "nonzero_k")
+    program = make_program("nonzero", [data, ranks], (IntImm(ndim), found), "int64", coordinates_body)
+    return context.call_tir(program, (data, ranks))
+
+
+def _legalize_nonzero_checked(context, call: Call):
+    info = call.args[0].struct_info
+    if isinstance(info, TensorStructInfo) and info.shape is None:
+        from .common import UnknownShapeError
+
+        raise UnknownShapeError(f"nonzero: argument 0 has an unknown shape ({info}); legalization needs a known "
+                                "shape: add a match_cast that gives its dims names")
+    return legalize_nonzero(context, call)
+
+
 register_op(
     "nonzero",
     deduce=deduce_nonzero,
+    legalize=_legalize_nonzero_checked,
     reference=lambda arrays, attrs: np.array(np.nonzero(arrays[0]), dtype=np.int64).reshape(np.ndim(arrays[0]), -1),
 )

@@ -10,8 +10,12 @@ Shape operands (a reshape target, the repeats of a tile, pads...) are shape valu
 (``ShapeExpr``, possibly symbolic) when they are known at compile time.  They may also be
 1-D integer tensors computed at run time (``broadcast_to``, ``tile``, ``pad``, ``split``, and
 the separate ``dynamic_reshape`` / ``dynamic_slice``): the result's shape is then
-data-dependent (only its rank is deduced), the numpy reference runs it, and there is no GPU
-lowering (legalization stops with an ``UnknownShapeError``, or lists the ``dynamic_*`` op).
+data-dependent (only its rank is deduced) and the numpy reference runs it.  ``dynamic_reshape``,
+``dynamic_slice`` and ``squeeze`` / ``expand_dims`` with run-time axes legalize by computing
+each result extent on the GPU and reading it back (``relaxweb/library/readback.py``: a fresh
+size variable per dim, one host stage each), then a copy; the others stop with an
+``UnknownShapeError``.  Ops after a data-dependent result still see an unknown shape (only
+its rank) and need a ``match_cast`` to legalize.
 
 Signatures (args, then attributes):
 
@@ -19,7 +23,7 @@ Signatures (args, then attributes):
   the element count.  0 means a dimension of size 0 here (ONNX's "copy the input's dim" 0
   is resolved by the frontend).
 - ``dynamic_reshape(x, shape, copy_zeros=False)``: with a run-time 1-D integer tensor
-  ``shape`` (data-dependent; no GPU lowering); ``copy_zeros`` gives ONNX's meaning to its
+  ``shape`` (data-dependent; extents read back); ``copy_zeros`` gives ONNX's meaning to its
   zeros (Reshape without ``allowzero``).
 - ``transpose(x, axes=[...])``: a permutation of the dims.
 - ``concat(x0, x1, ..., axis=0)``: the tensors are the call's arguments (not a tuple).
@@ -29,7 +33,7 @@ Signatures (args, then attributes):
 - ``strided_slice(x, begin, end, axes=[...], strides=[...], assume_inbound=True)``: ``begin``
   and ``end`` are shape values, so they may be symbolic (use :func:`strided_slice`).
 - ``dynamic_slice(x, starts, ends, axes, steps)``: ONNX Slice with every operand a run-time
-  1-D integer tensor (data-dependent; no GPU lowering).
+  1-D integer tensor (data-dependent; extents read back, positions computed in the kernel).
 - ``broadcast_to(x, shape)``: ONNX Expand: ``x`` and ``shape`` broadcast together (a 1 in
   ``shape`` keeps the input's dim).
 - ``tile(x, repeats)``: ONNX Tile.
@@ -51,15 +55,16 @@ from typing import Sequence
 
 import numpy as np
 
-from ..ir.expr import Call, Expr, ShapeExpr, Tuple, tensor_shape
+from ..errors import UnsupportedModelError
+from ..ir.expr import Call, Constant, Expr, ShapeExpr, Tuple, tensor_dtype, tensor_shape
 from ..ir.struct_info import PrimStructInfo, ShapeStructInfo, TensorStructInfo, TupleStructInfo
 from ..ir.symbolic import (
     IntImm, PrimExpr, as_expr, as_int, expr_max, expr_min, format_expr, product, prove_equal,
     prove_less_equal, simplify,
 )
-from ..ir.tir import Cast, Compare, FloatImm, IndexValue, Load, Select
+from ..ir.tir import Binary, Cast, Compare, FloatImm, IndexValue, Load, Select, Unary
 from .common import (
-    expect_args, make_program, needs_known_shapes, normalize_axes, normalize_axis, require_tensor,
+    UnknownShapeError, expect_args, make_program, needs_known_shapes, normalize_axes, normalize_axis, require_tensor,
     same_dtype,
 )
 from .registry import DeductionError, call_op, register_op
@@ -150,23 +155,41 @@ def row_major_strides(shape: tuple[PrimExpr, ...]) -> list[PrimExpr]:
     return strides[::-1]
 
 
-def legalize_reshape(context, call: Call):
-    info = call.struct_info
-    data = call.args[0]
-
+def reshape_program(data: Expr, shape: tuple[PrimExpr, ...], name: str = "reshape"):
+    """The copy program of a reshape of ``data`` (a known shape) to ``shape`` (row-major order)."""
     def body(axes, buffers):
         (source,) = buffers
-        if any(as_int(d) == 0 for d in info.shape):  # nothing is ever loaded
-            return Load(source, tuple(axes[0] for _ in source.shape))
-        flat = sum((axis * stride for axis, stride in zip(axes, row_major_strides(info.shape))), simplify(0))
+        if any(as_int(d) == 0 for d in (*shape, *source.shape)) or not source.shape:  # nothing is ever loaded, or a scalar
+            return Load(source, tuple(axes[0] if axes else IntImm(0) for _ in source.shape))
+        flat = sum((axis * stride for axis, stride in zip(axes, row_major_strides(shape))), simplify(0))
         source_strides = row_major_strides(source.shape)
         indices = tuple(
             simplify((flat // stride) % dim) for stride, dim in zip(source_strides, source.shape)
         )
         return Load(source, indices)
 
-    program = make_program("reshape", [data], info.shape, info.dtype, body)
-    return context.call_tir(program, (data,))
+    return make_program(name, [data], tuple(shape), tensor_dtype(data), body)
+
+
+def legalize_reshape(context, call: Call):
+    data = call.args[0]
+    return context.call_tir(reshape_program(data, call.struct_info.shape), (data,))
+
+
+def needs_known_data_shape(legalize):
+    """Wrap a legalization whose result shape is data-dependent (read back): the arguments'
+    shapes must be known, the result's is not."""
+    def wrapper(context, call: Call):
+        for position, arg in enumerate(call.args):
+            info = arg.struct_info
+            if isinstance(info, TensorStructInfo) and info.shape is None:
+                raise UnknownShapeError(
+                    f"{call.op}: argument {position} has an unknown shape ({info}); legalization needs a "
+                    "known shape: add a match_cast that gives its dims names"
+                )
+        return legalize(context, call)
+
+    return wrapper
 
 
 def reshape_reference(arrays, attrs):
@@ -186,7 +209,42 @@ def deduce_dynamic_reshape(args, attrs) -> TensorStructInfo:
     return TensorStructInfo(None, data.dtype, target.ndim)
 
 
-register_op("dynamic_reshape", deduce=deduce_dynamic_reshape, reference=reshape_reference)
+def legalize_dynamic_reshape(context, call: Call):
+    """Each target extent (the entry; the input's dim for a 0 with ``copy_zeros``; the element
+    count over the others' product for -1) is computed on the GPU and read back (one read per
+    dim, ``relaxweb/library/readback.py``), then a reshape copy."""
+    from ..library.readback import const, element, index, int32, read_back_dims
+
+    data, target = call.args
+    shape = tensor_shape(data)
+    length = as_int(tensor_shape(target)[0]) if len(tensor_shape(target)) == 1 else None
+    if length is None:
+        raise UnsupportedModelError("dynamic_reshape: the target shape needs a 1-D tensor of known length")
+    copy_zeros = bool(call.attrs.get("copy_zeros", False))
+
+    def resolved(buffers, position: int):
+        value = element(buffers[1], position)
+        if copy_zeros and position < len(shape):
+            value = Select(Compare("eq", value, const(0)), index(shape[position]), value)
+        return value
+
+    def extent(position: int):
+        def build(buffers):
+            others = const(1)
+            for other in range(length):
+                if other != position:
+                    others = Binary("multiply", others, resolved(buffers, other))
+            inferred = int32(Binary("divide", index(product(shape)), Binary("maximum", others, const(1))))
+            value = resolved(buffers, position)
+            return Select(Compare("eq", value, const(-1)), inferred, value)
+        return build
+
+    dims = read_back_dims(context, (data, target), [extent(j) for j in range(length)], "reshape")
+    return context.call_tir(reshape_program(data, dims), (data,))
+
+
+register_op("dynamic_reshape", deduce=deduce_dynamic_reshape, reference=reshape_reference,
+            legalize=needs_known_data_shape(legalize_dynamic_reshape))
 
 
 # transpose -------------------------------------------------------------------------------------
@@ -414,7 +472,41 @@ def split_reference(arrays, attrs):
     return tuple(np.ascontiguousarray(part) for part in np.split(x, how, axis=axis))
 
 
-register_op("split", deduce=deduce_split, legalize=needs_known_shapes(legalize_split), reference=split_reference)
+def legalize_split_run_time(context, call: Call):
+    """Run-time part sizes: each part's extent along the axis is read back, and each part
+    copies from the sum of the sizes before it (computed in the kernel)."""
+    from ..ir.tir import Gather
+    from ..library.readback import element, read_back_dims
+
+    data, sizes = call.args
+    shape = tensor_shape(data)
+    axis = normalize_axis("split", call.attrs.get("axis", 0), len(shape))
+    count = int(call.attrs["count"])
+    if _operand_length(call, 1) != count:
+        raise UnsupportedModelError(f"split: the part sizes need a 1-D tensor of {count} entries")
+    extents = read_back_dims(context, call.args, [lambda buffers, j=j: element(buffers[1], j) for j in range(count)],
+                             "split")
+    parts = []
+    for part, extent in enumerate(extents):
+        def body(axes, buffers, part=part):
+            offset = IndexValue(axes[axis])
+            for before in range(part):
+                offset = Binary("add", offset, element(buffers[1], before))
+            return Gather(buffers[0], tuple(offset if d == axis else axes[d] for d in range(len(shape))))
+
+        out_shape = tuple(extent if d == axis else dim for d, dim in enumerate(shape))
+        program = make_program("split", call.args, out_shape, tensor_dtype(data), body)
+        parts.append(context.emit(context.call_tir(program, call.args), "split"))
+    return Tuple(tuple(parts))
+
+
+def _legalize_split_any(context, call: Call):
+    if len(call.args) == 2:
+        return needs_known_data_shape(legalize_split_run_time)(context, call)
+    return needs_known_shapes(legalize_split)(context, call)
+
+
+register_op("split", deduce=deduce_split, legalize=_legalize_split_any, reference=split_reference)
 
 
 # strided_slice ---------------------------------------------------------------------------------
@@ -590,13 +682,16 @@ def strided_slice(
 def onnx_slice_reference(x: np.ndarray, starts, ends, axes, steps) -> np.ndarray:
     """ONNX Slice on an array: negative starts/ends count from the end, both are clamped
     (Python's slice rules are ONNX's), negative axes count from the end."""
-    index = [slice(None)] * x.ndim
+    result = x
     for start, end, axis, step in zip(starts, ends, axes, steps):
         if step == 0:
             raise ValueError("slice: a step is 0")
         axis = axis + x.ndim if axis < 0 else axis
-        index[axis] = slice(*slice(int(start), int(end), int(step)).indices(x.shape[axis]))
-    return np.ascontiguousarray(x[tuple(index)])
+        # the positions themselves: slice.indices gives -1 for "before the start", which a
+        # slice would read as the last element
+        positions = np.arange(*slice(int(start), int(end), int(step)).indices(x.shape[axis]))
+        result = np.take(result, positions, axis=axis)
+    return np.ascontiguousarray(result)
 
 
 # dynamic_slice ---------------------------------------------------------------------------------
@@ -610,9 +705,77 @@ def deduce_dynamic_slice(args, attrs) -> TensorStructInfo:
     return TensorStructInfo(None, data.dtype, data.ndim)
 
 
+def _dynamic_slice_plan(buffers, ndim: int, count: int, dim: int, extent_of_dim):
+    """(begin, step, extent) of data dim ``dim`` as int32 scalars, from the run-time starts,
+    ends, axes and steps (buffers 1 to 4): Python's slice rules (ONNX's) for the entry whose
+    axis is ``dim``, the whole dim where none is."""
+    from ..library.readback import const, element, index, int32, wrap_negative
+
+    _, starts, ends, axes, steps = buffers
+    size = index(extent_of_dim)
+
+    def clamp(value, low, high):
+        return Binary("minimum", Binary("maximum", value, low), high)
+
+    def ceil_div(a, b):  # a >= 0, b > 0
+        return int32(Binary("divide", Binary("add", a, Binary("subtract", b, const(1))), b))
+
+    begin, step, extent = const(0), const(1), size
+    for k in reversed(range(count)):
+        step_k = element(steps, k)
+        forward = Compare("gt", step_k, const(0))
+
+        def resolve(value):
+            wrapped = wrap_negative(value, size)
+            return Select(forward, clamp(wrapped, const(0), size),
+                          clamp(wrapped, const(-1), Binary("subtract", size, const(1))))
+
+        start_k, end_k = resolve(element(starts, k)), resolve(element(ends, k))
+        zero = const(0)
+        extent_k = Select(
+            forward, ceil_div(Binary("maximum", Binary("subtract", end_k, start_k), zero), step_k),
+            ceil_div(Binary("maximum", Binary("subtract", start_k, end_k), zero), Unary("negative", step_k)),
+        )
+        here = Compare("eq", wrap_negative(element(axes, k), index(ndim)), index(dim))
+        begin, step, extent = Select(here, start_k, begin), Select(here, step_k, step), Select(here, extent_k, extent)
+    return begin, step, extent
+
+
+def legalize_dynamic_slice(context, call: Call):
+    """Each output extent is computed on the GPU from the run-time operands and read back
+    (one read per dim), then a copy whose source positions ``begin + i * step`` are computed
+    from the operands in the kernel (an indirect load, clamped)."""
+    from ..library.readback import read_back_dims
+    from ..ir.tir import Gather
+
+    data = call.args[0]
+    shape = tensor_shape(data)
+    ndim = len(shape)
+    lengths = {as_int(tensor_shape(a)[0]) if len(tensor_shape(a)) == 1 else None for a in call.args[1:]}
+    if len(lengths) != 1 or None in lengths:
+        raise UnsupportedModelError("dynamic_slice: the starts, ends, axes and steps need 1-D tensors of one known length")
+    (count,) = lengths
+
+    def extent(dim: int):
+        return lambda buffers: _dynamic_slice_plan(buffers, ndim, count, dim, shape[dim])[2]
+
+    dims = read_back_dims(context, call.args, [extent(d) for d in range(ndim)], "slice")
+
+    def body(axes, buffers):
+        positions = []
+        for d in range(ndim):
+            begin, step, _ = _dynamic_slice_plan(buffers, ndim, count, d, shape[d])
+            positions.append(Binary("add", begin, Binary("multiply", IndexValue(axes[d]), step)))
+        return Gather(buffers[0], tuple(positions))
+
+    program = make_program("dynamic_slice", call.args, dims, tensor_dtype(data), body)
+    return context.call_tir(program, call.args)
+
+
 register_op(
     "dynamic_slice",
     deduce=deduce_dynamic_slice,
+    legalize=needs_known_data_shape(legalize_dynamic_slice),
     reference=lambda arrays, attrs: onnx_slice_reference(arrays[0], *(int_list(a) for a in arrays[1:])),
 )
 
@@ -647,7 +810,56 @@ def broadcast_to_reference(arrays, attrs):
     return np.ascontiguousarray(np.broadcast_to(x, np.broadcast_shapes(x.shape, tuple(int_list(arrays[1])))))
 
 
-register_op("broadcast_to", deduce=deduce_broadcast_to, legalize=needs_known_shapes(legalize_broadcast_to),
+def _operand_length(call: Call, position: int) -> int | None:
+    """The length of a run-time 1-D integer tensor operand, or None for a shape value."""
+    info = call.args[position].struct_info
+    if not isinstance(info, TensorStructInfo):
+        return None
+    length = as_int(info.shape[0]) if info.shape is not None and len(info.shape) == 1 else None
+    if length is None:
+        raise UnsupportedModelError(f"{call.op}: the run-time operand needs a 1-D tensor of known length")
+    return int(length)
+
+
+def legalize_broadcast_to_run_time(context, call: Call):
+    """A run-time target shape: each result extent (the target's entry where the data's dim is
+    1, else the data's dim) is computed on the GPU and read back, then the broadcast copy."""
+    from .common import load_broadcast
+    from ..library.readback import element, index, read_back_dims
+
+    data = call.args[0]
+    shape = tensor_shape(data)
+    length = _operand_length(call, 1)
+    rank = max(len(shape), length)
+
+    def extent(position: int):
+        def build(buffers):
+            offset = position - (rank - len(shape))
+            entry = element(buffers[1], position - (rank - length)) if position >= rank - length else index(1)
+            if offset < 0:
+                return entry
+            if as_int(shape[offset]) == 1:
+                return entry
+            return index(shape[offset])
+        return build
+
+    dims = read_back_dims(context, call.args, [extent(j) for j in range(rank)], "broadcast_to")
+    program = make_program("broadcast_to", [data], dims, tensor_dtype(data),
+                           lambda axes, buffers: load_broadcast(buffers[0], axes))
+    return context.call_tir(program, (data,))
+
+
+def _static_or_run_time(static, run_time):
+    def legalize(context, call: Call):
+        if isinstance(call.args[1].struct_info, TensorStructInfo):
+            return needs_known_data_shape(run_time)(context, call)
+        return needs_known_shapes(static)(context, call)
+
+    return legalize
+
+
+register_op("broadcast_to", deduce=deduce_broadcast_to,
+            legalize=_static_or_run_time(legalize_broadcast_to, legalize_broadcast_to_run_time),
             reference=broadcast_to_reference)
 
 
@@ -679,7 +891,35 @@ def legalize_tile(context, call: Call):
     return context.call_tir(program, (data,))
 
 
-register_op("tile", deduce=deduce_tile, legalize=needs_known_shapes(legalize_tile),
+def legalize_tile_run_time(context, call: Call):
+    """Run-time repeats: each result extent (dim * repeats) is computed on the GPU and read
+    back, then the tiling copy."""
+    from ..library.readback import element, index, read_back_dims
+
+    data = call.args[0]
+    shape = tensor_shape(data)
+    length = _operand_length(call, 1)
+    if length != len(shape):
+        raise UnsupportedModelError(f"tile: {length} repeats for a {len(shape)}-d tensor")
+
+    def extent(position: int):
+        return lambda buffers: Binary("multiply", index(shape[position]), element(buffers[1], position))
+
+    dims = read_back_dims(context, call.args, [extent(j) for j in range(len(shape))], "tile")
+
+    def body(axes, buffers):
+        (source,) = buffers
+        if any(as_int(d) == 0 for d in source.shape):  # nothing is ever loaded
+            return Load(source, tuple(axes[0] for _ in source.shape))
+        return Load(source, tuple(
+            IntImm(0) if as_int(dim) == 1 else simplify(axis % dim) for axis, dim in zip(axes, source.shape)
+        ))
+
+    program = make_program("tile", [data], dims, tensor_dtype(data), body)
+    return context.call_tir(program, (data,))
+
+
+register_op("tile", deduce=deduce_tile, legalize=_static_or_run_time(legalize_tile, legalize_tile_run_time),
             reference=lambda arrays, attrs: np.ascontiguousarray(np.tile(arrays[0], int_list(arrays[1]))))
 
 
@@ -812,7 +1052,70 @@ def pad_reference(arrays, attrs):
     return np.pad(x, widths, mode=mode)
 
 
-register_op("pad", deduce=deduce_pad, legalize=needs_known_shapes(legalize_pad), reference=pad_reference)
+def legalize_pad_run_time(context, call: Call):
+    """Run-time pads (``constant`` and ``edge`` modes; the axes constant): each padded
+    extent ``dim + begin + end`` is read back, and each padded axis reads ``i - begin``
+    (computed in the kernel from the pads): the fill outside the input (constant), or the
+    position clamped into the cropped range (edge)."""
+    from ..ir.tir import Gather
+    from ..library.readback import const, element, index, read_back_dims
+
+    data, pads, value = call.args[0], call.args[1], call.args[2]
+    mode = call.attrs.get("mode", "constant")
+    if mode not in ("constant", "edge"):
+        raise UnsupportedModelError(f"pad: run-time pads have no GPU lowering in {mode} mode (constant and edge only)")
+    shape = tensor_shape(data)
+    axes = _pad_axes(call.args, len(shape))
+    if axes is None:
+        raise UnsupportedModelError("pad: run-time axes have no GPU lowering (make them constants)")
+    count = len(axes)
+    if _operand_length(call, 1) != 2 * count:
+        raise UnsupportedModelError(f"pad: the pads need a 1-D tensor of {2 * count} entries")
+    tensors = (data, pads, value)
+    padded = read_back_dims(context, (pads,), [
+        (lambda buffers, p=p, axis=axis: Binary("add", index(shape[axis]),
+                                              Binary("add", element(buffers[0], p), element(buffers[0], p + count))))
+        for p, axis in enumerate(axes)
+    ], "pad")
+    out_shape = list(shape)
+    for axis, extent in zip(axes, padded):
+        out_shape[axis] = extent
+
+    def body(out_axes, buffers):
+        source, pad_buffer, fill_buffer = buffers
+        positions: list = list(out_axes)
+        inside = None
+        for p, axis in enumerate(axes):
+            begin, end = element(pad_buffer, p), element(pad_buffer, p + count)
+            q = Binary("subtract", IndexValue(out_axes[axis]), begin)
+            if mode == "edge":  # clamp into the cropped range [max(-begin, 0), dim - 1 - max(-end, 0)]
+                low = Binary("maximum", Unary("negative", begin), const(0))
+                high = Binary("subtract", index(shape[axis] - 1), Binary("maximum", Unary("negative", end), const(0)))
+                q = Binary("minimum", Binary("maximum", q, low), high)
+            else:
+                here = Select(Compare("ge", q, const(0)), Compare("lt", q, index(shape[axis])), FloatImm(0, "bool"))
+                inside = here if inside is None else Select(inside, here, FloatImm(0, "bool"))
+            positions[axis] = q
+        loaded = Gather(source, tuple(positions))
+        if inside is None:
+            return loaded
+        if any(as_int(d) == 0 for d in fill_buffer.shape):
+            fill = FloatImm(0, source.dtype)
+        else:
+            fill = Load(fill_buffer, tuple(IntImm(0) for _ in fill_buffer.shape))
+        return Select(inside, loaded, fill)
+
+    program = make_program("pad", tensors, tuple(out_shape), tensor_dtype(data), body)
+    return context.call_tir(program, tensors)
+
+
+def _legalize_pad_any(context, call: Call):
+    if isinstance(call.args[1].struct_info, TensorStructInfo):
+        return needs_known_data_shape(legalize_pad_run_time)(context, call)
+    return needs_known_shapes(legalize_pad)(context, call)
+
+
+register_op("pad", deduce=deduce_pad, legalize=_legalize_pad_any, reference=pad_reference)
 
 
 # trilu -----------------------------------------------------------------------------------------
@@ -885,7 +1188,91 @@ def squeeze_reference(arrays, attrs):
     return np.squeeze(arrays[0], _normalized(int_list(arrays[1]), arrays[0].ndim))
 
 
-register_op("squeeze", deduce=_deduce_axes_op("squeeze", -1), reference=squeeze_reference)
-register_op("expand_dims", deduce=_deduce_axes_op("expand_dims", 1),
-            reference=lambda arrays, attrs: np.expand_dims(
-                arrays[0], _normalized(int_list(arrays[1]), arrays[0].ndim + len(int_list(arrays[1])))))
+def expand_dims_reference(arrays, attrs):
+    axes = int_list(arrays[1])
+    return np.expand_dims(arrays[0], _normalized(axes, arrays[0].ndim + len(axes)))
+
+
+def _axes_count(call: Call) -> int:
+    """The number of run-time axes (the length of the 1-D axes tensor)."""
+    info = call.args[1].struct_info
+    length = as_int(info.shape[0]) if isinstance(info, TensorStructInfo) and info.shape is not None \
+        and len(info.shape) == 1 else None
+    if length is None:
+        raise UnsupportedModelError(f"{call.op}: the axes need a 1-D tensor of known length")
+    return int(length)
+
+
+def legalize_squeeze(context, call: Call):
+    """Constant axes (or none, over constant dims): a reshape.  Run-time axes: each output
+    extent (the j-th input dim not named by an axis) is computed on the GPU and read back
+    (``relaxweb/library/readback.py``), then a reshape copy."""
+    from ..library.readback import both, count_true, element, index, read_back_dims, wrap_negative
+
+    data = call.args[0]
+    shape = tensor_shape(data)
+    ndim = len(shape)
+    if len(call.args) == 1:
+        if any(as_int(d) is None for d in shape):
+            raise UnsupportedModelError("squeeze: without axes, every input dim must be a constant")
+        target = tuple(d for d in shape if as_int(d) != 1)
+        return context.call_tir(reshape_program(data, target, "squeeze"), (data,))
+    axes = call.args[1]
+    if isinstance(axes, Constant):
+        dropped = _normalized(int_list(axes.data), ndim)
+        target = tuple(d for position, d in enumerate(shape) if position not in dropped)
+        return context.call_tir(reshape_program(data, target, "squeeze"), (data,))
+    count = _axes_count(call)
+
+    def kept(buffers, dim: int):
+        named = [Compare("eq", wrap_negative(element(buffers[1], k), index(ndim)), index(dim)) for k in range(count)]
+        return Compare("eq", count_true(named), index(0))
+
+    def extent(position: int):
+        def build(buffers):
+            total = index(0)
+            for dim in range(ndim):
+                before = count_true([kept(buffers, d) for d in range(dim)])
+                chosen = both(kept(buffers, dim), Compare("eq", before, index(position)))
+                total = Select(chosen, index(shape[dim]), total)
+            return total
+        return build
+
+    dims = read_back_dims(context, (data, axes), [extent(j) for j in range(ndim - count)], "squeeze")
+    return context.call_tir(reshape_program(data, dims, "squeeze"), (data,))
+
+
+def legalize_expand_dims(context, call: Call):
+    """Constant axes: a reshape.  Run-time axes: each output extent (1 at an axis, else the
+    next input dim) is computed on the GPU and read back, then a reshape copy."""
+    from ..library.readback import count_true, element, index, read_back_dims, wrap_negative
+
+    data, axes = call.args
+    shape = tensor_shape(data)
+    count = _axes_count(call)
+    rank = len(shape) + count
+    if isinstance(axes, Constant):
+        added = _normalized(int_list(axes.data), rank)
+        rest = iter(shape)
+        target = tuple(IntImm(1) if position in added else next(rest) for position in range(rank))
+        return context.call_tir(reshape_program(data, target, "expand_dims"), (data,))
+
+    def extent(position: int):
+        def build(buffers):
+            normalized = [wrap_negative(element(buffers[1], k), index(rank)) for k in range(count)]
+            is_axis = Compare("gt", count_true([Compare("eq", a, index(position)) for a in normalized]), index(0))
+            source = Binary("subtract", index(position), count_true([Compare("lt", a, index(position)) for a in normalized]))
+            dim: object = index(1)
+            for d in range(len(shape)):
+                dim = Select(Compare("eq", source, index(d)), index(shape[d]), dim)
+            return Select(is_axis, index(1), dim)
+        return build
+
+    dims = read_back_dims(context, (data, axes), [extent(p) for p in range(rank)], "expand_dims")
+    return context.call_tir(reshape_program(data, dims, "expand_dims"), (data,))
+
+
+register_op("squeeze", deduce=_deduce_axes_op("squeeze", -1), reference=squeeze_reference,
+            legalize=needs_known_data_shape(legalize_squeeze))
+register_op("expand_dims", deduce=_deduce_axes_op("expand_dims", 1), reference=expand_dims_reference,
+            legalize=needs_known_data_shape(legalize_expand_dims))

@@ -11,8 +11,8 @@ exponentials, and the normalisation — so each reduction is computed once per g
 log_softmax the same with a logarithm (only when the tensor-program IR has ``log``);
 hardmax as the maximum, the first index reaching it, and the one-hot output.
 
-``dropout_mask(x)``: the all-true ``bool`` mask of inference-mode Dropout (no GPU lowering:
-bool tensors have no storage type there).
+``dropout_mask(x)``: the all-true ``bool`` mask of inference-mode Dropout (legalized as a
+constant-true program; bool tensors are u32 0/1 on the device).
 
 Deduction: the result has the argument's annotation (float only; ``bool`` for the mask).
 """
@@ -206,9 +206,16 @@ def deduce_dropout_mask(args, attrs) -> TensorStructInfo:
     return TensorStructInfo(data.shape, "bool", data.ndim)
 
 
+def legalize_dropout_mask(context, call: Call):
+    """An all-true bool tensor (inference mode keeps every element)."""
+    info = call.struct_info
+    program = make_program("dropout_mask", [], info.shape, "bool", lambda axes, buffers: FloatImm(1, "bool"))
+    return context.call_tir(program, ())
+
+
 register_op(
     "dropout_mask",
     deduce=deduce_dropout_mask,
-    legalize=None,
+    legalize=needs_known_shapes(legalize_dropout_mask),
     reference=lambda arrays, attrs: np.ones(np.shape(arrays[0]), dtype=bool),
 )

@@ -13,17 +13,21 @@ range are a deduction error (the ONNX importer folds them to constants when it c
 ``log_sum`` legalize to one tensor program with nested ``Reduce`` over the reduced axes;
 ``mean`` divides the sum by the element count, converted from the (symbolic) extents with
 ``Cast(IndexValue(...))``; ``l2_norm`` / ``log_sum`` apply sqrt / log to the sum.
-``log_sum_exp`` (a max, then a shifted sum) has no GPU lowering yet.
+``log_sum_exp`` legalizes to two: the maximum over the reduced axes (0 where it is not
+finite), then ``log(sum(exp(x - shift))) + shift``.
 
 ``argmax`` / ``argmin(x, axis=0, keepdims=True, select_last_index=False)``: int64 indices of
-the first (or last) extreme along ``axis``; no GPU lowering (int64 output).
+the first (or last) extreme along ``axis``; legalized as the extreme (one program), then the
+smallest (largest) position holding it (int64 on the host, i32 on the device).
 
 ``cumsum(x, axis, exclusive=False, reverse=False)``: the running sum along ``axis``;
-legalized as a masked sum over the axis.
+legalized as a masked sum over the axis (with the axis as a run-time tensor: a masked sum
+over the whole tensor, the axis chosen in the kernel).
 
 ``topk(x, k, axis=-1, largest=True)``: a tuple (values, int64 indices) of the ``k`` largest
-(or smallest) elements along ``axis``, sorted, ties broken by the lower index; no GPU
-lowering yet.
+(or smallest) elements along ``axis``, sorted, ties broken by the lower index; legalized as
+each element's rank along the axis (O(n) per element), then the position of each rank below
+``k`` and a gather of the values.
 
 Deduction: the reduced dims are removed (or become 1); with an input of unknown shape the
 result's rank is still known when the input's is (or when every axis is reduced without
@@ -32,8 +36,11 @@ keepdims: a 0-d result).
 Values known only at run time: the reductions also take the axes as a second (integer
 tensor) argument (``noop_with_empty_axes`` then says what an empty one means), ``topk`` its
 ``k`` and ``cumsum`` its axis.  The result's shape is then unknown (the rank usually is
-not: the length of the axes tensor, or keepdims, gives it); such calls run in the
-interpreter, and legalization asks for constants.
+not: the length of the axes tensor, or keepdims, gives it).  Legalization computes the
+result's extents on the GPU and reads them back (``relaxweb/library/readback.py``; a fresh
+size variable per dim), then reduces with the reduced dims chosen in the kernel from the axes
+(O(input size) per output element); ``topk`` reads its ``k`` back; ``cumsum``'s shape does not
+depend on its axis, which is chosen in the kernel.
 """
 
 from __future__ import annotations
@@ -44,9 +51,9 @@ from ..errors import UnsupportedModelError
 from ..ir.expr import Call, tensor_shape
 from ..ir.struct_info import TensorStructInfo, TupleStructInfo
 from ..ir.symbolic import IntImm, SizeVar, as_int, product, prove_less_equal, format_expr
-from ..ir.tir import Binary, Cast, Compare, FloatImm, IndexValue, Load, Reduce, Select, Unary
+from ..ir.tir import Binary, Cast, Compare, FloatImm, IndexValue, Load, Reduce, ScalarExpr, Select, Unary, scalar_dtype
 from .common import (
-    expect_args, make_program, needs_known_shapes, normalize_axis, normalize_axes, require_float, require_tensor,
+    UnknownShapeError, expect_args, make_program, needs_known_shapes, normalize_axis, normalize_axes, require_float, require_tensor,
 )
 from .registry import DeductionError, register_op
 
@@ -206,9 +213,11 @@ def _legalize(name: str):
                 else:
                     index.append(out_axes[position])
                     position += 1
-            expr = element(Load(source, tuple(index)))
+            expr = _as_number(element(Load(source, tuple(index))))
             for dim in reversed(axes):
                 expr = Reduce(combiner, reduce_vars[dim], source_shape[dim], expr)
+            if info.dtype == "bool":
+                expr = _to_bool(expr, combiner)
             if name == "mean":
                 count = product(source_shape[d] for d in axes)
                 expr = Binary("divide", expr, Cast(info.dtype, IndexValue(count)))
@@ -241,25 +250,233 @@ def _reference(name: str):
     return reference
 
 
-def needs_constant_args(op_what: str, legalize):
-    """Wrap a legalization: the call must have only its data argument (the others are known at
-    compile time, as attributes), and known shapes."""
-    def wrapper(context, call: Call):
-        if len(call.args) > 1:
-            raise UnsupportedModelError(
-                f"{call.op}: {op_what} computed at run time cannot be lowered to the GPU yet "
-                "(they decide the result's shape); make them constants"
-            )
-        return needs_known_shapes(legalize)(context, call)
+# The largest finite float32: |m| <= FLOAT32_MAX tells a finite maximum from an infinite one
+# without an infinity constant (WGSL compilers may assume there are none).
+FLOAT32_MAX = 3.4028234663852886e38
 
-    return wrapper
+
+def legalize_log_sum_exp(context, call: Call):
+    """Two programs: the maximum over the reduced axes (kept as extent-1 dims), then
+    ``log(sum(exp(x - shift))) + shift`` where ``shift`` is that maximum when it is finite and
+    0 otherwise (all -inf, or an empty range: the sum is 0 and the log -inf; a +inf element
+    makes the sum +inf), as the numpy reference."""
+    data = call.args[0]
+    info = call.struct_info
+    shape = tensor_shape(data)
+    axes = _reduced_axes("log_sum_exp", call.attrs, len(shape))
+    keepdims = bool(call.attrs.get("keepdims", False))
+    kept_shape = _reduced_shape(shape, axes, True)
+    dtype = info.dtype
+
+    def reduced(element, combiner, out_axes, kept: bool):
+        reduce_vars = {d: SizeVar(f"r{d}_") for d in axes}
+        index, position = [], 0
+        for dim in range(len(shape)):
+            if dim in reduce_vars:
+                index.append(reduce_vars[dim])
+                position += kept
+            else:
+                index.append(out_axes[position])
+                position += 1
+        expr = element(tuple(index))
+        for dim in reversed(axes):
+            expr = Reduce(combiner, reduce_vars[dim], shape[dim], expr)
+        return expr
+
+    def shift_body(out_axes, buffers):
+        (source,) = buffers
+        maximum = reduced(lambda index: Load(source, index), "max", out_axes, True)
+        finite = Compare("le", Binary("maximum", maximum, Unary("negative", maximum)), FloatImm(FLOAT32_MAX, dtype))
+        return Select(finite, maximum, FloatImm(0, dtype))
+
+    shift = context.emit(context.call_tir(
+        make_program("log_sum_exp_shift", [data], kept_shape, dtype, shift_body), (data,)), "log_sum_exp_shift")
+
+    def body(out_axes, buffers):
+        source, offsets = buffers
+        kept_index, position = [], 0
+        for dim in range(len(shape)):
+            if dim in axes:
+                kept_index.append(IntImm(0))
+                position += keepdims
+            else:
+                kept_index.append(out_axes[position])
+                position += 1
+        offset = Load(offsets, tuple(kept_index))
+        total = reduced(lambda index: Unary("exp", Binary("subtract", Load(source, index), offset)), "sum",
+                        out_axes, keepdims)
+        return Binary("add", Unary("log", total), offset)
+
+    program = make_program("log_sum_exp", [data, shift], info.shape, dtype, body)
+    return context.call_tir(program, (data, shift))
+
+
+SPECIAL_LEGALIZATIONS = {"log_sum_exp": legalize_log_sum_exp}
+
+
+def _as_number(value: ScalarExpr) -> ScalarExpr:
+    """Bools are reduced as int32 0/1 (WGSL has no max / min of bools; ONNX allows
+    ReduceMax / ReduceMin on them), and cast back."""
+    return Cast("int32", value) if scalar_dtype(value) == "bool" else value
+
+
+def _to_bool(value: ScalarExpr, combiner: str) -> ScalarExpr:
+    """A bool reduction's int32 result back to bool; over an empty range max is false and min
+    true (the int32 extremes are clamped to 0 / 1 first)."""
+    if combiner == "max":
+        value = Binary("maximum", value, FloatImm(0, "int32"))
+    elif combiner == "min":
+        value = Binary("minimum", value, FloatImm(1, "int32"))
+    return Cast("bool", value)
+
+
+def _neutral(combiner: str, dtype: str) -> FloatImm:
+    """What a skipped element contributes (max / min: the extreme finite value: no infinity
+    constant in WGSL, so an all -inf (+inf) reduction gives the finite extreme instead)."""
+    if combiner in ("sum", "prod"):
+        return FloatImm(0 if combiner == "sum" else 1, dtype)
+    if dtype.startswith("float"):
+        return FloatImm(-FLOAT32_MAX if combiner == "max" else FLOAT32_MAX, dtype)
+    info = np.iinfo(np.dtype("int32" if dtype == "int64" else dtype))
+    return FloatImm(info.min if combiner == "max" else info.max, dtype)
+
+
+def _legalize_run_time_axes(name: str):
+    """Axes given as a run-time 1-D tensor (of known length): whether each dim is reduced is
+    a scalar computed in the kernels from the axes.  The result's extents (1 or the dim with
+    keepdims; the kept dims otherwise) are computed on the GPU and read back
+    (``relaxweb/library/readback.py``), then each output element reduces every input element
+    whose kept coordinates match it (O(input size) per output element: meant for the small
+    tensors such models compute axes for).  An empty axes tensor is decided at compile time."""
+    def legalize(context, call: Call):
+        from ..library.readback import both, count_true, index, read_back_dims, wrap_negative
+        from ..library.readback import element as axis_entry
+        from .registry import call_op
+
+        data, axes_tensor = call.args
+        for position, arg in enumerate(call.args):
+            if arg.struct_info.shape is None:
+                raise UnknownShapeError(f"{name}: argument {position} has an unknown shape ({arg.struct_info}); "
+                                        "legalization needs a known shape: add a match_cast that gives its dims names")
+        shape = tensor_shape(data)
+        rank = len(shape)
+        axes_shape = tensor_shape(axes_tensor)
+        count = 1 if len(axes_shape) == 0 else as_int(axes_shape[0])
+        if count is None or len(axes_shape) > 1:
+            raise UnsupportedModelError(f"{name}: the axes need a 1-D tensor of known length")
+        keepdims = bool(call.attrs.get("keepdims", False))
+        if count == 0:  # no axes: every one, or none with noop_with_empty_axes
+            axes = [] if call.attrs.get("noop_with_empty_axes") else list(range(rank))
+            static = call_op(name, data, axes=axes, keepdims=keepdims)
+            return get_op_legalize(name)(context, static)
+        dtype = call.struct_info.dtype
+
+        def entry(buffer, k):
+            return axis_entry(buffer, k) if buffer.shape else Cast("int32", Load(buffer, ()))
+
+        def reduced(buffers, dim: int):
+            named = [Compare("eq", wrap_negative(entry(buffers[1], k), index(rank)), index(dim)) for k in range(count)]
+            return Compare("gt", count_true(named), index(0))
+
+        out_rank = rank if keepdims else rank - count
+
+        def extent(position: int):
+            def build(buffers):
+                if keepdims:
+                    return Select(reduced(buffers, position), index(1), index(shape[position]))
+                total = index(0)
+                for dim in range(rank):
+                    kept = Compare("eq", reduced(buffers, dim), FloatImm(0, "bool"))
+                    before = count_true([Compare("eq", reduced(buffers, d), FloatImm(0, "bool")) for d in range(dim)])
+                    total = Select(both(kept, Compare("eq", before, index(position))), index(shape[dim]), total)
+                return total
+            return build
+
+        dims = read_back_dims(context, call.args, [extent(j) for j in range(out_rank)], name)
+        inner = tuple(SizeVar(f"r{d}_") for d in range(rank))
+
+        def matching(buffers, out_axes, value: ScalarExpr, combiner: str) -> ScalarExpr:
+            """``combiner`` over the input elements that reduce into this output element."""
+            match: ScalarExpr = FloatImm(1, "bool")
+            for dim in reversed(range(rank)):
+                if keepdims:
+                    coordinate: ScalarExpr = IndexValue(out_axes[dim])
+                else:
+                    before = count_true([Compare("eq", reduced(buffers, d), FloatImm(0, "bool")) for d in range(dim)])
+                    coordinate = index(0)
+                    for j in range(out_rank):
+                        coordinate = Select(Compare("eq", before, index(j)), IndexValue(out_axes[j]), coordinate)
+                same = Compare("eq", IndexValue(inner[dim]), coordinate)
+                match = Select(reduced(buffers, dim), match, both(same, match))
+            expr = Select(match, value, _neutral(combiner, scalar_dtype(value)))
+            for dim in reversed(range(rank)):
+                expr = Reduce(combiner, inner[dim], shape[dim], expr)
+            return expr
+
+        if name == "log_sum_exp":
+            def shift_body(out_axes, buffers):
+                maximum = matching(buffers, out_axes, Load(buffers[0], inner), "max")
+                finite = Compare("le", Binary("maximum", maximum, Unary("negative", maximum)), FloatImm(FLOAT32_MAX, dtype))
+                return Select(finite, maximum, FloatImm(0, dtype))
+
+            shift = context.emit(context.call_tir(
+                make_program("log_sum_exp_shift", call.args, dims, dtype, shift_body), call.args), "log_sum_exp_shift")
+
+            def body(out_axes, buffers):
+                offset = Load(buffers[2], tuple(out_axes))
+                total = matching(buffers, out_axes, Unary("exp", Binary("subtract", Load(buffers[0], inner), offset)), "sum")
+                return Binary("add", Unary("log", total), offset)
+
+            args = (*call.args, shift)
+            return context.call_tir(make_program(name, args, dims, dtype, body), args)
+
+        combiner, element = LEGALIZED[name]
+
+        def body(out_axes, buffers):
+            expr = matching(buffers, out_axes, _as_number(element(Load(buffers[0], inner))), combiner)
+            if dtype == "bool":
+                expr = _to_bool(expr, combiner)
+            if name == "mean":
+                size = index(1)
+                for dim in range(rank):
+                    size = Binary("multiply", size, Select(reduced(buffers, dim), index(shape[dim]), index(1)))
+                expr = Binary("divide", expr, Cast(dtype, size))
+            if name in FINISH:
+                expr = FINISH[name](expr)
+            return expr
+
+        return context.call_tir(make_program(name, call.args, dims, dtype, body), call.args)
+
+    return legalize
+
+
+STATIC_LEGALIZATIONS: dict = {}
+
+
+def get_op_legalize(name: str):
+    return STATIC_LEGALIZATIONS[name]
+
+
+def _with_run_time_axes(name: str, static):
+    """The static legalization (constant axes, known shapes), or, with the axes as a second
+    (tensor) argument, :func:`_legalize_run_time_axes`."""
+    STATIC_LEGALIZATIONS[name] = needs_known_shapes(static)
+    run_time = _legalize_run_time_axes(name)
+
+    def legalize(context, call: Call):
+        if len(call.args) == 2:
+            return run_time(context, call)
+        return STATIC_LEGALIZATIONS[name](context, call)
+
+    return legalize
 
 
 for _name in NUMPY:
+    _legalization = _legalize(_name) if _name in LEGALIZED else SPECIAL_LEGALIZATIONS.get(_name)
     register_op(
         _name,
         deduce=_deduce(_name),
-        legalize=needs_constant_args("axes", _legalize(_name)) if _name in LEGALIZED else None,
+        legalize=_with_run_time_axes(_name, _legalization) if _legalization else None,
         reference=_reference(_name),
     )
 
@@ -301,8 +518,59 @@ def _arg_reference(name: str):
     return reference
 
 
+def _legalize_arg(name: str):
+    """Two programs: the extreme along the axis (kept as an extent-1 dim), then the first (or,
+    with ``select_last_index``, the last) position where the data equals it, as int64."""
+    combiner = "max" if name == "argmax" else "min"
+
+    def legalize(context, call: Call):
+        data = call.args[0]
+        info = call.struct_info
+        shape = tensor_shape(data)
+        axis = normalize_axis(name, call.attrs.get("axis", 0), len(shape))
+        keepdims = bool(call.attrs.get("keepdims", True))
+        last = bool(call.attrs.get("select_last_index", False))
+        extent = shape[axis]
+        kept_shape = _reduced_shape(shape, [axis], True)
+        r = SizeVar("r_")
+
+        def source_index(out_axes, position):
+            index = list(out_axes)
+            if keepdims:
+                index[axis] = position
+            else:
+                index.insert(axis, position)
+            return tuple(index)
+
+        def extreme_body(axes, buffers):
+            index = list(axes)
+            index[axis] = r
+            return Reduce(combiner, r, extent, Load(buffers[0], tuple(index)))
+
+        extreme = context.emit(context.call_tir(
+            make_program(name + "_value", [data], kept_shape, info_dtype(data), extreme_body), (data,)), name + "_value")
+
+        def index_body(axes, buffers):
+            source, best = buffers
+            best_index = list(source_index(axes, IntImm(0)))
+            hit = Compare("eq", Load(source, source_index(axes, r)), Load(best, tuple(best_index)))
+            miss = IndexValue(IntImm(-1)) if last else IndexValue(extent)
+            position = Reduce("max" if last else "min", r, extent, Select(hit, IndexValue(r), miss))
+            return Cast("int64", position)
+
+        program = make_program(name, [data, extreme], info.shape, "int64", index_body)
+        return context.call_tir(program, (data, extreme))
+
+    return legalize
+
+
+def info_dtype(expr) -> str:
+    return expr.struct_info.dtype
+
+
 for _name in ("argmax", "argmin"):
-    register_op(_name, deduce=_deduce_arg(_name), legalize=None, reference=_arg_reference(_name))
+    register_op(_name, deduce=_deduce_arg(_name), legalize=needs_known_shapes(_legalize_arg(_name)),
+                reference=_arg_reference(_name))
 
 
 # cumsum ---------------------------------------------------------------------------------------
@@ -362,7 +630,44 @@ def legalize_cumsum(context, call: Call):
     return context.call_tir(program, (data,))
 
 
-register_op("cumsum", deduce=deduce_cumsum, legalize=needs_constant_args("an axis", legalize_cumsum),
+def legalize_cumsum_run_time_axis(context, call: Call):
+    """The axis as a run-time tensor: each element sums every element that shares its other
+    coordinates and comes before it (or at it) along the axis, which is chosen in the kernel
+    from the axis value (O(size) per element; the shape does not depend on it)."""
+    from ..library.readback import both, const, index, int32, wrap_negative
+
+    data, axis_tensor = call.args
+    info = call.struct_info
+    shape = tensor_shape(data)
+    rank = len(shape)
+    reverse, exclusive = bool(call.attrs.get("reverse", False)), bool(call.attrs.get("exclusive", False))
+    operator = {(False, False): "le", (False, True): "lt", (True, False): "ge", (True, True): "gt"}[(reverse, exclusive)]
+    inner = tuple(SizeVar(f"r{d}_") for d in range(rank))
+
+    def body(axes, buffers):
+        source, axis_buffer = buffers
+        axis = wrap_negative(int32(Load(axis_buffer, tuple(IntImm(0) for _ in axis_buffer.shape))), index(rank))
+        match: ScalarExpr = FloatImm(1, "bool")
+        for d in reversed(range(rank)):
+            along = Compare(operator, IndexValue(inner[d]), IndexValue(axes[d]))
+            same = Compare("eq", IndexValue(inner[d]), IndexValue(axes[d]))
+            match = both(Select(Compare("eq", axis, const(d)), along, same), match)
+        expr = Select(match, Load(source, inner), FloatImm(0, info.dtype))
+        for d in reversed(range(rank)):
+            expr = Reduce("sum", inner[d], shape[d], expr)
+        return expr
+
+    program = make_program("cumsum", call.args, info.shape, info.dtype, body)
+    return context.call_tir(program, call.args)
+
+
+def _legalize_cumsum_any(context, call: Call):
+    if len(call.args) == 2:
+        return legalize_cumsum_run_time_axis(context, call)
+    return legalize_cumsum(context, call)
+
+
+register_op("cumsum", deduce=deduce_cumsum, legalize=needs_known_shapes(_legalize_cumsum_any),
             reference=cumsum_reference)
 
 
@@ -413,7 +718,73 @@ def topk_reference(arrays, attrs):
     return np.take_along_axis(x, indices, axis=axis), indices.astype(np.int64)
 
 
-register_op("topk", deduce=deduce_topk, legalize=None, reference=topk_reference)
+def legalize_topk(context, call: Call):
+    """Three programs: each element's rank along the axis (how many elements come before it:
+    larger, or equal at a lower index; smaller for ``largest=False``), O(n) per element; the
+    indices (the position whose rank is j, for j < k, as int64); the values (a gather)."""
+    from ..ir.expr import Tuple
+    from ..ir.tir import Gather
+
+    data = call.args[0]
+    info = data.struct_info
+    if info.shape is None:
+        raise UnknownShapeError(f"topk: argument 0 has an unknown shape ({info}); legalization needs a known "
+                                "shape: add a match_cast that gives its dims names")
+    shape = tensor_shape(data)
+    axis = normalize_axis("topk", call.attrs.get("axis", -1), len(shape))
+    largest = bool(call.attrs.get("largest", True))
+    dtype = info.dtype
+    extent = shape[axis]
+    if len(call.args) == 2:  # k known at run time: read it back (one host stage)
+        from ..library.readback import read_back_dims
+
+        (k,) = read_back_dims(context, (call.args[1],), [lambda buffers: _first_element(buffers[0])], "topk_k")
+    else:
+        k = IntImm(int(call.attrs["k"]))
+    out_shape = tuple(k if d == axis else dim for d, dim in enumerate(shape))
+    s = SizeVar("s_")
+
+    def rank_body(axes, buffers):
+        (source,) = buffers
+        mine = Load(source, tuple(axes))
+        other = Load(source, tuple(s if d == axis else axes[d] for d in range(len(shape))))
+        better = Compare("gt" if largest else "lt", other, mine)
+        tie_before = Select(Compare("eq", other, mine), Compare("lt", IndexValue(s), IndexValue(axes[axis])),
+                            FloatImm(0, "bool"))
+        before = Select(better, FloatImm(1, "bool"), tie_before)
+        return Reduce("sum", s, extent, Select(before, FloatImm(1, "int32"), FloatImm(0, "int32")))
+
+    if dtype == "bool":
+        raise UnsupportedModelError("topk: bool data has no GPU lowering")
+    ranks = context.emit(context.call_tir(make_program("topk_rank", [data], shape, "int32", rank_body), (data,)),
+                         "topk_rank")
+
+    def index_body(axes, buffers):
+        (rank,) = buffers
+        at = Load(rank, tuple(s if d == axis else axes[d] for d in range(len(shape))))
+        found = Select(Compare("eq", at, IndexValue(axes[axis])), IndexValue(s), FloatImm(0, "int32"))
+        return Cast("int64", Reduce("sum", s, extent, found))
+
+    indices = context.emit(context.call_tir(
+        make_program("topk_indices", [ranks], out_shape, "int64", index_body), (ranks,)), "topk_indices")
+
+    def value_body(axes, buffers):
+        source, positions = buffers
+        position = Cast("int32", Load(positions, tuple(axes)))
+        return Gather(source, tuple(position if d == axis else axes[d] for d in range(len(shape))))
+
+    values = context.emit(context.call_tir(
+        make_program("topk_values", [data, indices], out_shape, dtype, value_body), (data, indices)),
+        "topk_values")
+    return Tuple((values, indices))
+
+
+def _first_element(buffer):
+    """The first element of a 0-d or 1-d tensor (k known at run time)."""
+    return Load(buffer, tuple(IntImm(0) for _ in buffer.shape))
+
+
+register_op("topk", deduce=deduce_topk, legalize=legalize_topk, reference=topk_reference)
 
 
 # unique ----------------------------------------------------------------------------------------
