@@ -71,3 +71,13 @@ def run_kernel_on_gpu(device, program: TensorProgram, arrays: list[np.ndarray], 
     result = np.frombuffer(device.queue.read_buffer(output), dtype=dtype)
     np.testing.assert_array_equal(result[count:], sentinel[count:])  # the bounds guard works
     return result[:count].reshape(shape)
+
+
+def run_compiled(module, feeds: dict[str, np.ndarray], folder, bounds: dict[str, int] | None = None) -> list[np.ndarray]:
+    """Compile an imported module through the whole pipeline into a bundle in ``folder`` and
+    run it once with the Python runtime (wgpu); the outputs in the model's order."""
+    from relaxweb.bundle import compile_module, write_bundle
+    from relaxweb.runtime.webgpu import Session
+
+    write_bundle(compile_module(module, bounds or {}), folder, "model")
+    return list(Session(folder).run(feeds).values())

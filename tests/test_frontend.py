@@ -17,7 +17,7 @@ from relaxweb.frontend import from_onnx, import_onnx_file
 from relaxweb.ir import Call, Constant, SizeVar, TensorStructInfo
 from relaxweb.ir.host import run_host_function
 from relaxweb.ir.interpreter import run_module
-from relaxweb.passes import legalize_ops, run_pipeline
+from relaxweb.passes import run_pipeline
 
 
 
@@ -182,9 +182,9 @@ def test_reshape_zero_beyond_the_input_rank_is_a_user_error() -> None:
         from_onnx(reshape_model(["n", 4], [2, 0, 0, -1], check=False))
 
 
-def test_reshape_with_a_run_time_target_imports_but_has_no_gpu_lowering() -> None:
-    """A target shape given as data: the rank is deduced, the interpreter runs it, and a
-    build says it cannot compile it (yet) instead of guessing."""
+def test_reshape_with_a_run_time_target_runs_in_the_interpreter_and_on_the_gpu(tmp_path) -> None:
+    """A target shape given as data: the rank is deduced, the interpreter runs it, and the
+    GPU build reads the target back mid-run."""
     model = make_model(
         [helper.make_node("Reshape", ["x", "shape"], ["y"], name="reshape")],
         [("x", ["n", 4])],
@@ -197,8 +197,10 @@ def test_reshape_with_a_run_time_target_imports_but_has_no_gpu_lowering() -> Non
     x = rand(3, 4, seed=5)
     (y,) = run_module(module, {"x": x, "shape": np.array([2, 6], np.int64)})
     np.testing.assert_array_equal(y, x.reshape(2, 6))
-    with pytest.raises(UnsupportedModelError, match="no GPU lowering yet"):
-        legalize_ops(module)
+    from tests.gpu_kernels import run_compiled
+
+    (y,) = run_compiled(module, {"x": x, "shape": np.array([2, 6], np.int64)}, tmp_path / "bundle")
+    np.testing.assert_array_equal(y, x.reshape(2, 6))
 
 
 def test_reshape_target_from_a_constant_node() -> None:

@@ -503,3 +503,19 @@ def test_programs_that_do_not_vectorize(case: str) -> None:
     program = TensorProgram("p", (source,), Buffer("out", (n, width), dtype), (I0, I1), body)
     assert not vectorizable(program)
     assert schedule_programs(IRModule({}, {"p": program})).programs["p"].schedule == "element"
+
+
+def test_inlining_at_a_known_index_drops_the_branch_not_taken() -> None:
+    from relaxweb.ir.tir import Compare, IndexValue, Select
+
+    # concat(A[n, 2], B[n, 3]) along axis 1, read by a consumer at column 4 only
+    a, b = Buffer("A", (n, 2), "float32"), Buffer("B", (n, 3), "float32")
+    concat = TensorProgram("concat", (a, b), Buffer("out", (n, 5), "float32"), (I0, I1), Select(
+        Compare("lt", IndexValue(I1), IndexValue(2)), Load(a, (I0, I1)), Load(b, (I0, I1 - 2))))
+    source = Buffer("C", (n, 5), "float32")
+    column = TensorProgram("column", (source,), Buffer("out", (n,), "float32"), (I0,), Load(source, (I0, IntImm(4))))
+    fused = inline_producer(column, {"n": n}, "C", concat, {"n": n})
+    # the select is gone, and with it the load of A at column 4 (outside A's 2 columns)
+    assert fused.program.body == Load(fused.program.inputs[1], (I0, IntImm(2)))
+    left, right = rand(3, 2, seed=19), rand(3, 3, seed=20)
+    np.testing.assert_array_equal(run_program(fused.program, [left, right], {"n": 3}), right[:, 2])

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 from .symbolic import Analyzer, IntImm, PrimExpr, SizeVar, as_int, format_expr, substitute
 from .tir import (
-    Buffer, Gather, IndexValue, Load, Reduce, ScalarExpr, TensorProgram, index_var_names, loads_of, map_scalar,
-    replace_buffers, substitute_scalar,
+    Buffer, Compare, Gather, IndexValue, Load, Reduce, ScalarExpr, Select, TensorProgram, index_var_names, loads_of,
+    map_scalar, replace_buffers, scalar_children, substitute_scalar,
 )
 
 
@@ -132,7 +132,7 @@ def simplify_indices(program: TensorProgram) -> TensorProgram:
     def collect(node: ScalarExpr) -> None:
         if isinstance(node, Reduce):
             extents.append((node.axis, node.extent))
-        for child in _children(node):
+        for child in scalar_children(node):
             collect(child)
 
     collect(program.body)
@@ -150,16 +150,14 @@ def simplify_indices(program: TensorProgram) -> TensorProgram:
             return Gather(node.buffer, tuple(i if isinstance(i, ScalarExpr) else analyzer.simplify(i) for i in node.indices))
         if isinstance(node, IndexValue):
             return IndexValue(analyzer.simplify(node.value))
+        if isinstance(node, Select):  # a branch a constant index decides (a concat's part)
+            decided = _decided(node.condition, analyzer)
+            if decided is not None:
+                return node.a if decided else node.b
         return None
 
     return TensorProgram(program.name, program.inputs, program.output, program.axes,
                          map_scalar(program.body, visit), program.schedule)
-
-
-def _children(node: ScalarExpr):
-    from .tir import scalar_children
-
-    return scalar_children(node)
 
 
 def _fused_name(producer: str, consumer: str) -> str:
@@ -181,3 +179,25 @@ class _FreshNames:
         name = f"{base}_{counter}"
         self.taken.add(name)
         return name
+
+
+def _decided(condition: ScalarExpr, analyzer: Analyzer) -> bool | None:
+    """The value of a comparison of index values the analyzer can prove, else None.
+
+    Inlining a concat (or pad) at an index that is known where it is read leaves selects
+    whose branch is decided; dropping the other branch also drops its loads, which may sit
+    at constant indices outside the buffer (a shader compiler rejects those)."""
+    if not (isinstance(condition, Compare) and isinstance(condition.a, IndexValue) and isinstance(condition.b, IndexValue)):
+        return None
+    a, b = condition.a.value, condition.b.value
+    proofs = {
+        "lt": (analyzer.prove_less(a, b), analyzer.prove_less_equal(b, a)),
+        "le": (analyzer.prove_less_equal(a, b), analyzer.prove_less(b, a)),
+        "gt": (analyzer.prove_less(b, a), analyzer.prove_less_equal(a, b)),
+        "ge": (analyzer.prove_less_equal(b, a), analyzer.prove_less(a, b)),
+        "eq": (analyzer.prove_equal(a, b), analyzer.prove_less(a, b) or analyzer.prove_less(b, a)),
+    }
+    if condition.op not in proofs:
+        return None
+    holds, fails = proofs[condition.op]
+    return True if holds else (False if fails else None)

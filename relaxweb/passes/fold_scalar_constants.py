@@ -17,7 +17,7 @@ import numpy as np
 
 from ..ir.expr import CallLibrary, CallTIR, Constant, Function, If, SeqExpr
 from ..ir.module import IRModule, drop_uncalled_programs
-from ..ir.tir import FloatImm, Gather, Load, TensorProgram, map_scalar
+from ..ir.tir import FloatImm, Gather, Load, TensorProgram, map_scalar, scalar_children
 
 FOLDABLE_DTYPES = ("float32", "int32", "int64", "bool")
 
@@ -87,8 +87,6 @@ def _is_scalar_constant(arg) -> bool:
 
 
 def _nodes(expr):
-    from ..ir.tir import scalar_children
-
     yield expr
     for child in scalar_children(expr):
         yield from _nodes(child)
