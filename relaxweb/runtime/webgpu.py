@@ -210,8 +210,10 @@ def _storage_size_limit(device: wgpu.GPUDevice) -> tuple[int, str]:
 
 
 def gpu_buffer_size(byte_size: int) -> int:
-    """The doc's GPU buffer size for ``byte_size`` bytes: at least 4, a multiple of 4."""
-    return max(4, (byte_size + 3) // 4 * 4)
+    """The doc's GPU buffer size for ``byte_size`` bytes: at least 16 (a kernel may bind it
+    as ``array<vec4<f32>>``, whose smallest binding is 16 bytes, even when it is empty), a
+    multiple of 4."""
+    return max(16, (byte_size + 3) // 4 * 4)
 
 
 def _padded_to_multiple_of_4(data: bytes | memoryview) -> bytes | memoryview:
