@@ -3,8 +3,9 @@
 Two uses:
 
 - :func:`run_in_browser` runs a bundle once on given inputs, with the browser runtime
-  (``relaxweb/runtime_js/relaxweb.js``), and returns the outputs as numpy arrays.  Tests use
-  it to check that the browser computes what numpy does.
+  (``relaxweb/runtime_js/relaxweb.js``), and returns the outputs as numpy arrays
+  (:func:`run_many_in_browser`: one load, several runs).  Tests use them to check that the
+  browser computes what numpy does.
 - :func:`serve` (``relaxweb serve DIR``) serves the web demo with a bundle for people to try.
 
 Both serve files from 127.0.0.1 (a secure context, which WebGPU needs) with the same
@@ -73,9 +74,10 @@ RUNNER_PAGE = """\
 </script>
 """
 
-#: Runs in the page: load the bundle, run it once, return outputs (or the error) as JSON.
+#: Runs in the page: load the bundle once, run it on each set of inputs in turn, and return
+#: the outputs of every run (or the first error) as JSON.
 RUN_IN_PAGE = """\
-async ({ inputs, timeoutMs }) => {
+async ({ runs, timeoutMs }) => {
   const typedArrays = { Float32Array, Float64Array, Int8Array, Int16Array, Int32Array,
                         BigInt64Array, Uint8Array, Uint16Array, Uint32Array };
   const decode = (text) => Uint8Array.from(atob(text), (c) => c.charCodeAt(0));
@@ -87,8 +89,7 @@ async ({ inputs, timeoutMs }) => {
     return btoa(text);
   };
   let model = null;
-  const work = async () => {
-    model = await window.relaxweb.load("/bundle/");
+  const runOnce = async (inputs) => {
     const tensors = {};
     for (const [name, { base64, shape, arrayClass }] of Object.entries(inputs)) {
       tensors[name] = { data: new typedArrays[arrayClass](decode(base64).buffer), shape };
@@ -101,8 +102,14 @@ async ({ inputs, timeoutMs }) => {
     }
     return encoded;
   };
+  const work = async () => {
+    model = await window.relaxweb.load("/bundle/");
+    const results = [];
+    for (const inputs of runs) results.push(await runOnce(inputs));
+    return results;
+  };
   const timeout = new Promise((_, reject) => setTimeout(
-    () => reject(new Error(`the run did not finish within ${timeoutMs / 1000} s`)), timeoutMs));
+    () => reject(new Error(`the runs did not finish within ${timeoutMs / 1000} s`)), timeoutMs));
   try {
     return { outputs: await Promise.race([work(), timeout]) };
   } catch (error) {
@@ -287,9 +294,23 @@ def run_in_browser(
     :class:`RelaxwebError`, with the page's message.  The browser and the server are always
     closed.
     """
-    encoded_inputs = {name: _encode_array(name, array) for name, array in inputs.items()}
+    return run_many_in_browser(bundle_dir, [inputs], timeout_s)[0]
+
+
+def run_many_in_browser(
+    bundle_dir: str | Path,
+    runs: list[dict[str, np.ndarray]],
+    timeout_s: float = 120.0,
+) -> list[dict[str, np.ndarray]]:
+    """Load a bundle once in headless Chromium and run it on each set of inputs in turn
+    (shapes may differ from run to run); return the outputs of each run.
+
+    The first failing run stops them all, with the errors of :func:`run_in_browser`;
+    ``timeout_s`` covers the load and all the runs.
+    """
+    encoded_runs = [{name: _encode_array(name, array) for name, array in inputs.items()} for inputs in runs]
     with open_runner_page(bundle_dir, timeout_s) as page:
-        payload = {"inputs": encoded_inputs, "timeoutMs": int(timeout_s * 1000)}
+        payload = {"runs": encoded_runs, "timeoutMs": int(timeout_s * 1000)}
         try:
             result = page.evaluate(RUN_IN_PAGE, payload)
         except Exception as error:  # the page crashed or closed: no message of ours to pass on
@@ -299,9 +320,14 @@ def run_in_browser(
         if error["name"] == "InputShapeError":
             raise InputShapeError(error["message"])
         raise RelaxwebError(f"the browser run failed: {error['name']}: {error['message']}")
-    outputs = {name: _decode_array(output) for name, output in result["outputs"].items()}
-    # A bool output comes back as a Uint8Array of 0/1: give it the manifest's dtype again.
     manifest = json.loads((Path(bundle_dir) / "manifest.json").read_text())
+    return [_decode_outputs(manifest, outputs) for outputs in result["outputs"]]
+
+
+def _decode_outputs(manifest: dict, encoded: dict) -> dict[str, np.ndarray]:
+    """The outputs of one run from the page as numpy arrays."""
+    outputs = {name: _decode_array(output) for name, output in encoded.items()}
+    # A bool output comes back as a Uint8Array of 0/1: give it the manifest's dtype again.
     for spec in manifest["outputs"]:
         if spec["dtype"] == "bool" and spec["name"] in outputs:
             outputs[spec["name"]] = outputs[spec["name"]] != 0

@@ -386,7 +386,7 @@ def test_values_read_back_give_numpy_results(positives_bundle_dir: Path) -> None
     outcome = run_positives(positives_bundle_dir, inputs)
     for result, x in zip(outcome["results"], inputs):
         check_positives_result(result, x)
-    assert outcome["sizes"] == [64, 128, 8, 64]  # allocated at the bounds, never grown
+    assert outcome["sizes"] == [64, 128, 16, 64]  # at the bounds (16 bytes at least), never grown
 
 
 def test_run_in_browser_reads_values_back(positives_bundle_dir: Path) -> None:
@@ -403,7 +403,7 @@ def test_storage_grown_between_steps_keeps_its_contents_in_the_browser(
     x = np.array([1, -2, 3, 4, -5, 6, 7, -8], dtype=np.float32)  # k = 5
     outcome = run_positives(unbounded_positives_bundle_dir, [x])
     check_positives_result(outcome["results"][0], x)
-    assert outcome["sizes"] == [32, 52, 8, 20]  # run() sized xc at 32 bytes, resume() at 52
+    assert outcome["sizes"] == [32, 52, 16, 20]  # run() sized xc at 32 bytes, resume() at 52
 
 
 def test_unbounded_storages_grow_across_and_within_runs(
@@ -435,3 +435,175 @@ def test_a_failing_resume_raises_the_manifests_message(tmp_path: Path) -> None:
     outcome = run_positives(tmp_path / "limited", [np.ones(4, dtype=np.float32), after])
     assert outcome["results"][0] == {"error": f"InputShapeError: {message}"}
     check_positives_result(outcome["results"][1], after)  # the model still runs
+
+
+# The Cache API, GPU call counts, device loss, validation errors -----------------------------
+
+#: Runs in the runner page: load the bundle with `options` `times` times, each time running it
+#: once on 2 rows and recording the URLs fetched (window.fetch is wrapped) and the progress.
+LOAD_WITH_CACHE_IN_PAGE = """
+async ({ options, times, corruptCacheFirst }) => {
+  const fetched = [];
+  const realFetch = window.fetch;
+  window.fetch = (url, init) => { fetched.push(new URL(String(url)).pathname); return realFetch(url, init); };
+  const loads = [];
+  try {
+    for (let i = 0; i < times; i++) {
+      if (corruptCacheFirst && i === corruptCacheFirst) {
+        const cache = await caches.open(options.cache === true ? "relaxweb" : options.cache);
+        await cache.put(new URL("/bundle/weights/shard0.bin", location.href), new Response(new Uint8Array(16).fill(7)));
+      }
+      fetched.length = 0;
+      const progress = [];
+      try {
+        const model = await window.relaxweb.load("/bundle/", { ...options, onProgress: (p) => progress.push(p) });
+        const { z } = await model.run({ x: { data: new Float32Array(8).fill(1), shape: [2, 4] } });
+        model.dispose();
+        loads.push({ fetched: [...fetched], progress, z: Array.from(z.data) });
+      } catch (error) {
+        loads.push({ fetched: [...fetched], error: error.message });
+      }
+    }
+  } finally {
+    window.fetch = realFetch;
+  }
+  const cache = await caches.open(options.cache === true ? "relaxweb" : options.cache);
+  const keys = (await cache.keys()).map((request) => new URL(request.url).pathname);
+  return { loads, keys };
+}
+"""
+
+SHARD_PATH = "/bundle/weights/shard0.bin"
+
+
+def test_cached_shards_are_not_fetched_again(bundle_dir: Path) -> None:
+    with open_runner_page(bundle_dir) as page:
+        outcome = page.evaluate(LOAD_WITH_CACHE_IN_PAGE, {"options": {"cache": "test-cache"}, "times": 2})
+    first, second = outcome["loads"]
+    assert SHARD_PATH in first["fetched"]
+    assert SHARD_PATH not in second["fetched"]
+    assert "/bundle/manifest.json" in second["fetched"]  # the manifest is always fetched: it has the hashes
+    for load in (first, second):
+        np.testing.assert_allclose(load["z"], expected_output(np.ones((2, 4), np.float32)).ravel())
+        assert load["progress"][-1] == {"loaded": 16, "total": 16}
+    assert outcome["keys"] == [SHARD_PATH]
+
+
+def test_a_corrupt_cached_shard_is_fetched_again(bundle_dir: Path) -> None:
+    with open_runner_page(bundle_dir) as page:
+        outcome = page.evaluate(
+            LOAD_WITH_CACHE_IN_PAGE, {"options": {"cache": True}, "times": 3, "corruptCacheFirst": 1})
+    first, repaired, after = outcome["loads"]
+    assert "error" not in repaired, repaired
+    assert SHARD_PATH in repaired["fetched"]  # the cached copy failed its sha256: refetched
+    assert SHARD_PATH not in after["fetched"]  # ... and the good copy replaced it in the cache
+    np.testing.assert_allclose(repaired["z"], first["z"])
+
+
+def test_a_corrupt_shard_in_cache_and_on_the_server_is_refused(bundle_dir: Path) -> None:
+    (bundle_dir / "weights" / "shard0.bin").write_bytes(bytes(16))
+    with open_runner_page(bundle_dir) as page:
+        outcome = page.evaluate(
+            LOAD_WITH_CACHE_IN_PAGE, {"options": {"cache": "c"}, "times": 2, "corruptCacheFirst": 1})
+    for load in outcome["loads"]:
+        assert load["error"].startswith("weight shard weights/shard0.bin is corrupt: sha256 ")
+    assert outcome["keys"] == []  # a corrupt shard is never cached
+
+
+#: Runs in the runner page: wrap GPUQueue.writeBuffer/submit and GPUDevice.createBindGroup to
+#: count calls per run, for runs of the given row counts.
+COUNT_GPU_CALLS_IN_PAGE = """
+async ({ rowCounts, positives }) => {
+  const counts = { writeBuffer: 0, paramsWrites: 0, submit: 0, createBindGroup: 0 };
+  let paramsBuffer = null;
+  const wrap = (proto, name, count) => {
+    const original = proto[name];
+    proto[name] = function (...args) { count(args); return original.apply(this, args); };
+  };
+  wrap(GPUQueue.prototype, "writeBuffer", (args) => {
+    counts.writeBuffer += 1;
+    if (args[0] === paramsBuffer) counts.paramsWrites += 1;
+  });
+  wrap(GPUQueue.prototype, "submit", () => { counts.submit += 1; });
+  wrap(GPUDevice.prototype, "createBindGroup", () => { counts.createBindGroup += 1; });
+  const model = await window.relaxweb.load("/bundle/");
+  paramsBuffer = model.paramsBuffer;
+  const perRun = [];
+  for (const rows of rowCounts) {
+    for (const key of Object.keys(counts)) counts[key] = 0;
+    const n = positives ? rows : rows * 4;
+    const x = { data: Float32Array.from({ length: n }, (_, i) => i - 1), shape: positives ? [rows] : [rows, 4] };
+    await model.run({ x });
+    perRun.push({ ...counts });
+  }
+  model.dispose();
+  return perRun;
+}
+"""
+
+
+def test_one_params_upload_one_submit_and_bind_groups_made_once(bundle_dir: Path) -> None:
+    with open_runner_page(bundle_dir) as page:
+        per_run = page.evaluate(COUNT_GPU_CALLS_IN_PAGE, {"rowCounts": [3, 16, 1], "positives": False})
+    first, *later = per_run
+    # one upload for the input x, one for the params block; two call sites
+    assert first == {"writeBuffer": 2, "paramsWrites": 1, "submit": 1, "createBindGroup": 2}
+    for counts in later:
+        assert counts == {"writeBuffer": 2, "paramsWrites": 1, "submit": 1, "createBindGroup": 0}
+
+
+def test_bind_groups_are_rebuilt_only_when_a_storage_grows(unbounded_bundle_dir: Path) -> None:
+    with open_runner_page(unbounded_bundle_dir) as page:
+        per_run = page.evaluate(COUNT_GPU_CALLS_IN_PAGE, {"rowCounts": [2, 1, 500, 500, 3], "positives": False})
+    assert [counts["createBindGroup"] for counts in per_run] == [2, 0, 2, 0, 0]
+    assert {counts["submit"] for counts in per_run} == {1}
+
+
+def test_a_run_with_a_read_submits_once_per_step(positives_bundle_dir: Path) -> None:
+    with open_runner_page(positives_bundle_dir) as page:
+        per_run = page.evaluate(COUNT_GPU_CALLS_IN_PAGE, {"rowCounts": [8, 8], "positives": True})
+    for counts in per_run:
+        assert (counts["submit"], counts["paramsWrites"]) == (2, 2)  # one read: two steps
+    assert per_run[1]["createBindGroup"] == 0
+
+
+#: Runs in the runner page: destroy the device (with a run in flight when `inFlight`), then run
+#: again; every promise must settle within 20 s.
+DEVICE_LOSS_IN_PAGE = """
+async ({ inFlight, givenDevice }) => {
+  const options = {};
+  if (givenDevice) options.device = await (await navigator.gpu.requestAdapter()).requestDevice();
+  const model = await window.relaxweb.load("/bundle/", options);
+  const x = () => ({ x: { data: new Float32Array(8), shape: [2, 4] } });
+  const settle = (promise) => Promise.race([
+    promise.then(() => "resolved", (error) => `rejected: ${error.message}`),
+    new Promise((resolve) => setTimeout(() => resolve("hung"), 20000)),
+  ]);
+  await model.run(x());
+  const running = inFlight ? settle(model.run(x())) : null;
+  model.device.destroy();
+  const next = await settle(model.run(x()));
+  const later = await settle(model.run(x()));
+  return { inFlight: running ? await running : null, next, later };
+}
+"""
+
+
+@pytest.mark.parametrize(("in_flight", "given_device"), [(False, False), (True, False), (False, True)])
+def test_a_destroyed_device_rejects_the_next_run(bundle_dir: Path, in_flight: bool, given_device: bool) -> None:
+    with open_runner_page(bundle_dir) as page:
+        outcome = page.evaluate(DEVICE_LOSS_IN_PAGE, {"inFlight": in_flight, "givenDevice": given_device})
+    for key in ("next", "later"):
+        assert outcome[key].startswith("rejected: "), outcome
+        assert "the WebGPU device was lost (destroyed)" in outcome[key]
+    if in_flight:
+        assert outcome["inFlight"] != "hung"
+
+
+def test_a_validation_error_rejects_the_run(bundle_dir: Path) -> None:
+    """A call site that binds storage 1 both as its input and as its output: WebGPU refuses
+    the dispatch (a writable binding aliasing another); the run rejects, never hangs."""
+    edit_manifest(bundle_dir, lambda m: m["call_sites"][1].update(buffers=[{"storage": 1}, {"storage": 1}]))
+    outcome = run_rows(bundle_dir, [2, 2])
+    for result in outcome["results"]:
+        assert result["error"].startswith("Error: WebGPU validation error during run: "), result

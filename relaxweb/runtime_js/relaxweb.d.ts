@@ -52,7 +52,19 @@ export interface LoadOptions {
   onProgress?: (progress: Progress) => void;
   /** A WebGPU device to use instead of requesting one (it must meet the bundle's limits and features). */
   device?: GPUDevice;
+  /**
+   * Keep the weight shards in the Cache API (`caches`): `true` uses the cache named
+   * `DEFAULT_CACHE_NAME`, a string names the cache. The manifest, host.wasm and kernels are
+   * always fetched. Every shard, cached or not, is checked against the manifest's size and
+   * sha256 on every load: a cached copy that fails is dropped and fetched again once; a
+   * fetched shard that fails rejects the load, naming the shard. Ignored where there is no
+   * Cache API (an insecure context).
+   */
+  cache?: boolean | string;
 }
+
+/** The Cache API cache that `cache: true` uses: "relaxweb". */
+export const DEFAULT_CACHE_NAME: string;
 
 /**
  * An input was missing, had the wrong dtype or rank, a dimension the bundle rejects, or an
@@ -81,7 +93,11 @@ export class Model {
   /**
    * Run once. Rejects with an InputShapeError for bad inputs (or when the bundle rejects a
    * value read back from the GPU mid-run), with an Error for WebGPU validation /
-   * out-of-memory errors or a lost device. Concurrent calls take turns.
+   * out-of-memory errors or a lost device (never hangs on one: a device destroyed or lost
+   * mid-life rejects the run in progress, if it depends on the GPU, and every later run).
+   * Per run without mid-run reads: one params upload, one upload per input, one submit; bind
+   * groups are made on a call site's first use and again only when a storage it binds grows.
+   * Concurrent calls take turns.
    */
   run(inputs: Record<string, Tensor>): Promise<Record<string, Tensor>>;
   /** Free the GPU buffers (and the device, when `load` requested it); later runs reject. */

@@ -19,7 +19,12 @@ export { InputShapeError };
  * @property {Record<string, number>} [bounds]  tighter bounds for symbolic vars (at most the build's)
  * @property {(progress: Progress) => void} [onProgress]  called as weight bytes arrive
  * @property {GPUDevice} [device]  a device to use instead of requesting one
+ * @property {boolean|string} [cache]  keep the weight shards in the Cache API (`true`: the
+ *   cache "relaxweb", a string: that cache's name); they are still verified on every load
  */
+
+/** The Cache API cache that `cache: true` uses. */
+export const DEFAULT_CACHE_NAME = "relaxweb";
 
 /**
  * A run's outputs, copied into one mappable buffer by its last submit.
@@ -36,7 +41,7 @@ const COMPUTE_STAGE = 0x4;
  * @param {LoadOptions} [options]
  * @returns {Promise<Model>}
  */
-export async function load(url, { bounds, onProgress, device } = {}) {
+export async function load(url, { bounds, onProgress, device, cache } = {}) {
   const manifestUrl = resolveManifestUrl(url);
   const manifest = await (await fetchOk(manifestUrl)).json();
   if (manifest.format !== "relaxweb-bundle" || manifest.version !== 1) {
@@ -52,7 +57,7 @@ export async function load(url, { bounds, onProgress, device } = {}) {
   const [host, kernelSources, shards] = await Promise.all([
     fetchOk(fileUrl("host.wasm")).then((r) => r.arrayBuffer()).then((b) => Host.instantiate(b, manifest)),
     Promise.all(manifest.kernels.map((/** @type {any} */ k) => fetchOk(fileUrl(k.file)).then((r) => r.text()))),
-    fetchShards(manifest, fileUrl, onProgress),
+    openShardCache(cache).then((shardCache) => fetchShards(manifest, fileUrl, onProgress, shardCache)),
   ]);
   if (bounds) host.setBounds(bounds);
 
@@ -258,7 +263,8 @@ export class Model {
     const problem = storageSizeProblem(this.manifest, sizes, this.device.limits);
     if (problem) throw new Error(problem);
     sizes.forEach((size, index) => {
-      const needed = Math.ceil(Math.max(size, 4) / 4) * 4;
+      // at least 16 bytes: a kernel may bind it as array<vec4<f32>>, even when it is empty
+      const needed = Math.ceil(Math.max(size, 16) / 4) * 4;
       const buffer = this.storageBuffers[index];
       if (buffer !== undefined && buffer.size >= needed) return;
       const grown = this.device.createBuffer({
@@ -478,13 +484,29 @@ async function fetchOk(url) {
 }
 
 /**
- * Fetch every weight shard, report progress, and verify its sha256.
+ * The Cache API cache that the `cache` option names, or null (no option, or no Cache API
+ * here: not a secure context, or Node).
+ * @param {boolean|string|undefined} cache
+ * @returns {Promise<Cache|null>}
+ */
+async function openShardCache(cache) {
+  if (!cache) return null;
+  if (!globalThis.caches) return null; // nothing to cache in: fetch as if the option were off
+  return caches.open(cache === true ? DEFAULT_CACHE_NAME : String(cache));
+}
+
+/**
+ * Fetch every weight shard (from `shardCache` when it holds it), report progress, and verify
+ * its size and sha256. A cached shard that fails the check is fetched again from the network
+ * (once); a fetched shard that fails it is an error naming the shard. Good fetched shards are
+ * put in the cache.
  * @param {any} manifest
  * @param {(file: string) => URL} fileUrl
  * @param {((progress: Progress) => void)|undefined} onProgress
+ * @param {Cache|null} [shardCache]
  * @returns {Promise<Uint8Array[]>}
  */
-async function fetchShards(manifest, fileUrl, onProgress) {
+async function fetchShards(manifest, fileUrl, onProgress, shardCache = null) {
   const total = manifest.shards.reduce((/** @type {number} */ sum, /** @type {any} */ s) => sum + s.nbytes, 0);
   let loaded = 0;
   const report = (/** @type {number} */ bytes) => {
@@ -493,16 +515,45 @@ async function fetchShards(manifest, fileUrl, onProgress) {
   };
   report(0);
   return Promise.all(manifest.shards.map(async (/** @type {any} */ shard) => {
-    const bytes = await readWithProgress(await fetchOk(fileUrl(shard.file)), shard.nbytes, report);
-    if (bytes.byteLength !== shard.nbytes) {
-      throw new Error(`weight shard ${shard.file} has ${bytes.byteLength} bytes, expected ${shard.nbytes}`);
+    const url = fileUrl(shard.file);
+    const cached = shardCache ? await shardCache.match(url) : undefined;
+    if (cached) {
+      const bytes = new Uint8Array(await cached.arrayBuffer());
+      if ((await shardProblem(shard, bytes)) === null) {
+        report(bytes.byteLength);
+        return bytes;
+      }
+      // A stale or damaged copy: drop it, and fetch the shard from the network.
+      await shardCache?.delete(url);
     }
-    const digest = await sha256Hex(bytes);
-    if (digest !== shard.sha256) {
-      throw new Error(`weight shard ${shard.file} is corrupt: sha256 ${digest}, expected ${shard.sha256}`);
+    // Progress counts only the bytes of this fetch, even if a cached copy was read before.
+    const bytes = await readWithProgress(await fetchOk(url), shard.nbytes, report);
+    const problem = await shardProblem(shard, bytes);
+    if (problem !== null) throw new Error(problem);
+    if (shardCache) {
+      // A failure to store (quota) only costs the next load a download.
+      await shardCache.put(url, new Response(bytes, { headers: { "Content-Type": "application/octet-stream" } }))
+        .catch(() => {});
     }
     return bytes;
   }));
+}
+
+/**
+ * Why the bytes of a shard are not the manifest's (wrong size, wrong sha256), or null.
+ * @param {{file: string, nbytes: number, sha256: string}} shard
+ * @param {Uint8Array} bytes
+ * @returns {Promise<string|null>}
+ */
+async function shardProblem(shard, bytes) {
+  if (bytes.byteLength !== shard.nbytes) {
+    return `weight shard ${shard.file} has ${bytes.byteLength} bytes, expected ${shard.nbytes}`;
+  }
+  const digest = await sha256Hex(bytes);
+  if (digest !== shard.sha256) {
+    return `weight shard ${shard.file} is corrupt: sha256 ${digest}, expected ${shard.sha256}`;
+  }
+  return null;
 }
 
 /**
@@ -647,7 +698,7 @@ function createWeightBuffers(device, manifest, shards) {
   return manifest.weights.map((/** @type {any} */ weight) => {
     const buffer = device.createBuffer({
       label: weight.name,
-      size: Math.ceil(Math.max(weight.nbytes, 4) / 4) * 4,
+      size: Math.ceil(Math.max(weight.nbytes, 16) / 4) * 4,
       usage: USAGE.STORAGE,
       mappedAtCreation: true,
     });
