@@ -26,6 +26,7 @@ from relaxweb.ops import call_op
 from relaxweb.passes import fuse_ops, legalize_ops, schedule_programs
 from relaxweb.wgsl import emit_wgsl
 from tests.gpu_kernels import run_kernel_on_gpu
+from tests.test_passes import mlp_module  # x[n, 4] -> matmul -> add -> relu -> matmul -> add -> softmax
 
 n, m, k = SizeVar("n"), SizeVar("m"), SizeVar("k")
 I0, I1, I2 = SizeVar("i0_"), SizeVar("i1_"), SizeVar("i2_")
@@ -204,19 +205,6 @@ def test_fuse_ops_merges_an_elementwise_chain_into_one_program() -> None:
     want = run_module(before, {"x": value})[0]
     np.testing.assert_allclose(run_module(after, {"x": value})[0], want, rtol=1e-6)
     np.testing.assert_allclose(run_module(expected, {"x": value})[0], want, rtol=1e-6)
-
-
-def mlp_module() -> IRModule:
-    """x[n, 4] -> matmul -> add -> relu -> matmul -> add -> softmax."""
-    builder = FunctionBuilder("main")
-    x = builder.add_param("x", tensor(n, 4))
-    h = builder.emit(call_op("matmul", x, Constant(rand(4, 8, seed=1), "w1")), "h")
-    h = builder.emit(call_op("add", h, Constant(rand(8, seed=2), "b1")), "h_bias")
-    h = builder.emit(call_op("relu", h), "h_relu")
-    h = builder.emit(call_op("matmul", h, Constant(rand(8, 3, seed=3), "w2")), "logits")
-    h = builder.emit(call_op("add", h, Constant(rand(3, seed=4), "b2")), "logits_bias")
-    y = builder.emit(call_op("softmax", h, axes=[1]), "y", output=True)
-    return IRModule({"main": builder.finish([y], ["y"])})
 
 
 def test_fuse_ops_merges_epilogues_and_prologues_of_an_mlp() -> None:

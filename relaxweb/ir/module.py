@@ -61,3 +61,24 @@ def drop_uncalled_programs(module: IRModule) -> IRModule:
         name: program for name, program in module.programs.items()
         if name in called or not isinstance(program, TensorProgram)
     })
+
+
+class ProgramTable:
+    """The module's programs while a pass adds to them: :meth:`add` reuses the name of an
+    identical program (same body, inputs and schedule) and otherwise picks a free name."""
+
+    def __init__(self, programs: dict[str, Any]) -> None:
+        self.programs = dict(programs)
+        self._by_body = {replace(p, name=""): n for n, p in self.programs.items()}
+
+    def add(self, program) -> str:
+        key = replace(program, name="")
+        name = self._by_body.get(key)
+        if name is None:
+            name, counter = program.name, 1
+            while name in self.programs:
+                name = f"{program.name}{counter}"
+                counter += 1
+            self.programs[name] = replace(program, name=name)
+            self._by_body[key] = name
+        return name

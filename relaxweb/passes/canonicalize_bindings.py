@@ -17,7 +17,7 @@ from dataclasses import replace
 
 from ..ir.expr import (
     Call, CallLibrary, CallTIR, DataflowBlock, DataflowVar, Expr, Function, If, SeqExpr, TensorToPrim, Tuple,
-    TupleGetItem, Var, VarBinding,
+    TupleGetItem, Var, VarBinding, use_counts,
 )
 from ..ir.module import IRModule, drop_uncalled_programs
 
@@ -73,7 +73,7 @@ def _canonicalize(function: Function) -> Function:
 def _drop_dead(seq: SeqExpr) -> SeqExpr:
     """Remove pure dataflow bindings whose variable nothing reads, until none is left."""
     while True:
-        uses = _use_counts(seq)
+        uses = use_counts(seq)
         removed = False
         blocks = []
         for block in seq.blocks:
@@ -90,35 +90,3 @@ def _drop_dead(seq: SeqExpr) -> SeqExpr:
         seq = SeqExpr(tuple(blocks), seq.body)
         if not removed:
             return seq
-
-
-def _use_counts(seq: SeqExpr) -> dict[Var, int]:
-    counts: dict[Var, int] = {}
-
-    def count(expr: Expr) -> None:
-        if isinstance(expr, Var):
-            counts[expr] = counts.get(expr, 0) + 1
-        elif isinstance(expr, Tuple):
-            for field in expr.fields:
-                count(field)
-        elif isinstance(expr, TupleGetItem):
-            count(expr.tuple_value)
-        elif isinstance(expr, TensorToPrim):
-            count(expr.tensor)
-        elif isinstance(expr, (Call, CallTIR)):
-            for arg in expr.args:
-                count(arg)
-        elif isinstance(expr, If):
-            count(expr.condition)
-            walk(expr.true_branch)
-            walk(expr.false_branch)
-
-    def walk(inner: SeqExpr) -> None:
-        for block in inner.blocks:
-            for binding in block.bindings:
-                count(binding.value)
-        count(inner.body)
-
-    walk(seq)
-    return counts
-

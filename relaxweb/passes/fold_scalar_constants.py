@@ -16,7 +16,7 @@ from dataclasses import replace
 import numpy as np
 
 from ..ir.expr import CallLibrary, CallTIR, Constant, Function, If, SeqExpr
-from ..ir.module import IRModule, drop_uncalled_programs
+from ..ir.module import IRModule, ProgramTable, drop_uncalled_programs
 from ..ir.tir import FloatImm, Gather, Load, TensorProgram, map_scalar, scalar_children
 
 FOLDABLE_DTYPES = ("float32", "int32", "int64", "bool")
@@ -24,19 +24,8 @@ FOLDABLE_DTYPES = ("float32", "int32", "int64", "bool")
 
 def fold_scalar_constants(module: IRModule) -> IRModule:
     """Fold one-element constant arguments of every tensor-program call into the program."""
-    programs = dict(module.programs)
-    by_body = {replace(p, name=""): n for n, p in programs.items() if isinstance(p, TensorProgram)}
-
-    def add(program: TensorProgram) -> str:
-        key = replace(program, name="")
-        if key not in by_body:
-            name, counter = program.name, 1
-            while name in programs:
-                name = f"{program.name}_{counter}"
-                counter += 1
-            programs[name] = replace(program, name=name)
-            by_body[key] = name
-        return by_body[key]
+    table = ProgramTable(module.programs)
+    programs = table.programs
 
     def fold_call(call: CallTIR) -> CallTIR:
         program = programs.get(call.program)
@@ -56,7 +45,7 @@ def fold_scalar_constants(module: IRModule) -> IRModule:
         kept = [i for i, b in enumerate(program.inputs) if b.name not in values]
         folded = TensorProgram(program.name, tuple(program.inputs[i] for i in kept), program.output, program.axes,
                                map_scalar(program.body, fold), program.schedule)
-        name = add(folded)
+        name = table.add(folded)
         used = {v.name for v in programs[name].size_vars}
         return replace(call, program=name, args=tuple(call.args[i] for i in kept),
                        size_var_values=tuple((n, v) for n, v in call.size_var_values if n in used))

@@ -31,11 +31,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..ir.expr import (
-    CallLibrary, CallTIR, DataflowBlock, Expr, Function, If, SeqExpr, TensorToPrim, Tuple, TupleGetItem, Var,
-    VarBinding,
+    CallLibrary, CallTIR, DataflowBlock, Expr, Function, SeqExpr, Var, VarBinding, use_counts,
 )
 from ..ir.fusion import inline_producer, merge_inputs
-from ..ir.module import IRModule, drop_uncalled_programs
+from ..ir.module import IRModule, ProgramTable, drop_uncalled_programs
 from ..ir.pattern import MATMUL, program_pattern
 from ..ir.symbolic import Analyzer, product
 from ..ir.tir import Gather, TensorProgram, contains_reduce, expression_size, loads_of
@@ -54,7 +53,7 @@ def fuse_ops(module: IRModule) -> IRModule:
         if not isinstance(function, Function):
             functions[name] = function
             continue
-        fuser = _Fuser(programs, analyzer, _use_counts(function))
+        fuser = _Fuser(programs, analyzer, use_counts(function.body))
         blocks = tuple(fuser.fuse_block(b) if isinstance(b, DataflowBlock) else b for b in function.body.blocks)
         functions[name] = replace(function, body=SeqExpr(blocks, function.body.body))
         programs = fuser.programs
@@ -63,10 +62,10 @@ def fuse_ops(module: IRModule) -> IRModule:
 
 class _Fuser:
     def __init__(self, programs: dict, analyzer: Analyzer, uses: dict[Var, int]) -> None:
-        self.programs = programs
+        self.table = ProgramTable(programs)
+        self.programs = self.table.programs
         self.analyzer = analyzer
         self.uses = uses
-        self.by_body = {replace(p, name=""): n for n, p in programs.items() if isinstance(p, TensorProgram)}
 
     def fuse_block(self, block: DataflowBlock) -> DataflowBlock:
         bindings = list(block.bindings)
@@ -132,7 +131,7 @@ class _Fuser:
             return None
         if MATMUL in (program_pattern(source), program_pattern(consumer)) and program_pattern(program) != MATMUL:
             return None  # e.g. a head-merging transpose after attention: keep the tiled matmul
-        name = self._add_program(program)
+        name = self.table.add(program)
         return CallTIR(name, tuple(args), consumer_call.struct_info,
                        tuple((v.name, values[v.name]) for v in self.programs[name].size_vars))
 
@@ -154,17 +153,6 @@ class _Fuser:
         return (isinstance(value, CallTIR) and not isinstance(value, CallLibrary)
                 and isinstance(self.programs.get(value.program), TensorProgram))
 
-    def _add_program(self, program: TensorProgram) -> str:
-        key = replace(program, name="")
-        if key in self.by_body:
-            return self.by_body[key]
-        name, counter = program.name, 1
-        while name in self.programs:
-            name = f"{program.name}{counter}"
-            counter += 1
-        self.programs[name] = replace(program, name=name)
-        self.by_body[key] = name
-        return name
 
 
 def _merge_duplicate_inputs(program: TensorProgram, args: list[Expr]) -> tuple[TensorProgram, list[Expr]]:
@@ -182,35 +170,3 @@ def _merge_duplicate_inputs(program: TensorProgram, args: list[Expr]) -> tuple[T
 
 def _arg_vars(call: CallTIR) -> list[Var]:
     return [arg for arg in call.args if isinstance(arg, Var)]
-
-
-def _use_counts(function: Function) -> dict[Var, int]:
-    """How many times each variable is read in the function (If branches and outputs too)."""
-    counts: dict[Var, int] = {}
-
-    def count(expr: Expr) -> None:
-        if isinstance(expr, Var):
-            counts[expr] = counts.get(expr, 0) + 1
-        elif isinstance(expr, Tuple):
-            for field in expr.fields:
-                count(field)
-        elif isinstance(expr, TupleGetItem):
-            count(expr.tuple_value)
-        elif isinstance(expr, TensorToPrim):
-            count(expr.tensor)
-        elif hasattr(expr, "args"):  # op calls and tensor-program calls
-            for arg in getattr(expr, "args", ()):
-                count(arg)
-        elif isinstance(expr, If):
-            count(expr.condition)
-            visit(expr.true_branch)
-            visit(expr.false_branch)
-
-    def visit(seq: SeqExpr) -> None:
-        for block in seq.blocks:
-            for binding in block.bindings:
-                count(binding.value)
-        count(seq.body)
-
-    visit(function.body)
-    return counts

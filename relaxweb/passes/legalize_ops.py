@@ -16,7 +16,7 @@ from ..ir.builder import FunctionBuilder
 from ..ir.expr import (
     Call, CallLibrary, CallTIR, DataflowBlock, DataflowVar, Expr, Function, If, MatchCast, SeqExpr, Var, VarBinding,
 )
-from ..ir.module import IRModule
+from ..ir.module import IRModule, ProgramTable
 from ..ir.struct_info import TensorStructInfo
 from ..ir.tir import TensorProgram
 from ..ops import get_op
@@ -27,8 +27,8 @@ class _Legalizer:
     """The LegalizeContext given to each op's legalization."""
 
     def __init__(self, module: IRModule, function: Function) -> None:
-        self.programs: dict[str, TensorProgram] = dict(module.programs)
-        self._by_body: dict[TensorProgram, str] = {replace(p, name=""): n for n, p in self.programs.items()}
+        self.table = ProgramTable(module.programs)
+        self.programs = self.table.programs
         self.bindings: list[VarBinding] = []
         self.in_dataflow = True
         self.names = FunctionBuilder(function.name)
@@ -39,17 +39,7 @@ class _Legalizer:
 
     def add_program(self, program) -> str:
         """Add a tensor program or library kernel, reusing an identical one's name."""
-        key = replace(program, name="")
-        name = self._by_body.get(key)
-        if name is None:
-            name = program.name
-            counter = 1
-            while name in self.programs:
-                name = f"{program.name}{counter}"
-                counter += 1
-            self.programs[name] = replace(program, name=name)
-            self._by_body[key] = name
-        return name
+        return self.table.add(program)
 
     def call_tir(self, program: TensorProgram, args: tuple[Expr, ...]) -> CallTIR:
         name = self.add_program(program)
