@@ -125,6 +125,7 @@ def write_bundle(module: IRModule, out_dir: str | Path, source: str, progress: P
             kernels.append({
                 "name": dispatch.program, "file": file, "entry_point": "main",
                 "workgroup_size": [WORKGROUP_SIZE, 1, 1], "bindings": list(shader.bindings),
+                "workgroup_storage_bytes": shader.workgroup_storage_bytes,
             })
         shader = shader_of[dispatch.program]
         values_by_name = dict(dispatch.size_var_values)
@@ -271,6 +272,9 @@ def _required_limits(kernels: list, storages: list, weights: list) -> dict:
     weights at load) against the device's limits themselves."""
     limits = {
         "maxStorageBuffersPerShaderStage": max((len(k["bindings"]) - 1 for k in kernels), default=0),
+        "maxComputeInvocationsPerWorkgroup": max((k["workgroup_size"][0] for k in kernels), default=0),
+        "maxComputeWorkgroupSizeX": max((k["workgroup_size"][0] for k in kernels), default=0),
+        "maxComputeWorkgroupStorageSize": max((k.get("workgroup_storage_bytes", 0) for k in kernels), default=0),
     }
     sizes = [s["size_at_bounds"] for s in storages] + [w["nbytes"] for w in weights]
     if all(s is not None for s in sizes) and sizes:

@@ -507,3 +507,17 @@ def test_inlining_at_a_known_index_drops_the_branch_not_taken() -> None:
     assert fused.program.body == Load(fused.program.inputs[1], (I0, IntImm(2)))
     left, right = rand(3, 2, seed=19), rand(3, 3, seed=20)
     np.testing.assert_array_equal(run_program(fused.program, [left, right], {"n": 3}), right[:, 2])
+
+
+def test_the_bundle_declares_the_workgroup_memory_its_schedules_use(tmp_path) -> None:
+    import json
+
+    from relaxweb.bundle import compile_module, write_bundle
+
+    manifest = write_bundle(compile_module(mlp_module(), {}), tmp_path / "bundle", "mlp")
+    by_name = {k["name"]: k for k in manifest["kernels"]}
+    tiled = [k for k in by_name.values() if "tile_a" in (tmp_path / "bundle" / k["file"]).read_text()]
+    assert tiled and all(k["workgroup_storage_bytes"] == 2 * 32 * 16 * 4 for k in tiled)
+    limits = json.loads((tmp_path / "bundle" / "manifest.json").read_text())["required_limits"]
+    assert limits["maxComputeWorkgroupStorageSize"] == 4096
+    assert limits["maxComputeInvocationsPerWorkgroup"] == 64

@@ -86,12 +86,13 @@ class ShaderInfo:
     params_fields: tuple[str, ...]  # i32 slots of the params block, in order (element_count first)
     params_size: int  # bytes, a multiple of 16
     bindings: tuple[str, ...]  # WebGPU buffer binding types, binding 0 first
+    workgroup_storage_bytes: int = 0  # var<workgroup> memory the schedule uses
 
 
 def emit_wgsl(program: TensorProgram) -> ShaderInfo:
     """The WGSL compute shader of a tensor program, laid out by its schedule
     (``relaxweb/wgsl/schedules.py``)."""
-    from .schedules import buffer_types, emit_main
+    from .schedules import buffer_types, emit_main, workgroup_storage_bytes
 
     size_vars = [v.name for v in program.size_vars]
     clashes = set(size_vars) & _index_var_names(program)
@@ -123,7 +124,8 @@ def emit_wgsl(program: TensorProgram) -> ShaderInfo:
     )
     lines += emit_main(program, emitter)
     bindings = ("uniform", *("read-only-storage" for _ in program.inputs), "storage")
-    return ShaderInfo("\n".join(lines) + "\n", tuple(fields), 4 * len(padded), bindings)
+    return ShaderInfo("\n".join(lines) + "\n", tuple(fields), 4 * len(padded), bindings,
+                      workgroup_storage_bytes(program))
 
 
 def _index_var_names(program: TensorProgram) -> set[str]:

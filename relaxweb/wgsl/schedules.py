@@ -52,6 +52,16 @@ def dispatch_count(program: TensorProgram) -> PrimExpr:
     return outputs
 
 
+def workgroup_storage_bytes(program: TensorProgram) -> int:
+    """Bytes of workgroup memory the program's schedule declares (the bundle requires at
+    least this ``maxComputeWorkgroupStorageSize``)."""
+    if program.schedule == "tiled_matmul":
+        return 2 * TILE * TILE_DEPTH * 4
+    if program.schedule == "workgroup_reduction":
+        return len(set(top_level_reductions(program.body))) * WORKGROUP_SIZE * 4
+    return 0
+
+
 def emit_main(program: TensorProgram, emitter: _Emitter) -> list[str]:
     """The declarations after the bindings and the ``main`` function, for the program's schedule."""
     if program.schedule == "vectorized":
