@@ -589,3 +589,19 @@ def test_legalize_ops_matches_a_hand_written_expected_module_up_to_renaming() ->
     value = rand(3, 4, seed=3)
     np.testing.assert_allclose(run_module(after, {"x": value})[0], run_module(before, {"x": value})[0])
     np.testing.assert_allclose(run_module(expected, {"x": value})[0], np.maximum(value, 0))
+
+
+def test_plan_memory_reuses_the_best_fitting_free_storage() -> None:
+    """The smallest free storage that is large enough; else the largest too small, grown."""
+    from relaxweb.ir.symbolic import Analyzer
+    from relaxweb.passes.plan_memory import _Planner, _Storage
+
+    planner = _Planner(mlp_module().main, Analyzer())
+    planner.storages = [_Storage(n * 4), _Storage(n * 32), _Storage(n * 16), _Storage(n * 2)]
+    assert planner.take_storage([0, 1, 2, 3], n * 8) == 2  # n*16 fits with the least to spare
+    assert planner.take_storage([0, 3], n * 8) == 0  # nothing fits: n*4 grows (n*2 would waste more)
+    assert format_expr(planner.storages[0].size) == "n * 8"
+    planner.storages.append(_Storage(m * 4))
+    index = planner.take_storage([4], n * 4)  # incomparable sizes: grown to the max of both
+    assert index == 4 and format_expr(planner.storages[4].size) in ("max(m * 4, n * 4)", "max(n * 4, m * 4)")
+    assert planner.take_storage([], n) == 5  # no free storage: a new one

@@ -9,7 +9,8 @@ with the ``alloc_storage`` bindings for all storages at the top of the function.
 are reused by a linear scan: a tensor's storage is free again after the binding that uses
 the tensor (or any alias of it) last, and a new tensor takes a free storage, preferring one
 whose size is provably the same, then one provably larger, and otherwise growing a free one
-to ``max(old, new)`` (comparisons use the user's bounds: with ``n <= 64``, 256 bytes is
+to ``max(old, new)``; among several, the best fit: the smallest large enough, else the
+largest too small (comparisons use the user's bounds: with ``n <= 64``, 256 bytes is
 provably enough for ``n * 4``).  A tensor never shares a storage with the inputs of the call that
 writes it, and the function's outputs keep theirs to the end.  Sizes are symbolic byte
 counts compared through the prover.
@@ -164,18 +165,30 @@ class _Planner:
         if not self.reuse:
             self.storages.append(_Storage(size))
             return len(self.storages) - 1
-        for test in (self.analyzer.prove_equal, self.analyzer.prove_less_equal):
-            for index in free:
-                if test(size, self.storages[index].size):
-                    free.remove(index)
-                    return index
-        if free:
-            index = free.pop(0)
-            have = self.storages[index].size
-            self.storages[index].size = size if self.analyzer.prove_less_equal(have, size) else simplify(expr_max(have, size))
-            return index
-        self.storages.append(_Storage(size))
-        return len(self.storages) - 1
+        prove_le = self.analyzer.prove_less_equal
+        sizes = {index: self.storages[index].size for index in free}
+        for index in free:
+            if self.analyzer.prove_equal(size, sizes[index]):
+                free.remove(index)
+                return index
+        # best fit: the smallest storage provably large enough, else the largest provably too
+        # small (grown to this size), else any (grown to the max of both)
+        larger = [i for i in free if prove_le(size, sizes[i])]
+        smaller = [i for i in free if i not in larger and prove_le(sizes[i], size)]
+        if larger:
+            index = next((i for i in larger if all(prove_le(sizes[i], sizes[j]) for j in larger)), larger[0])
+        elif smaller:
+            index = next((i for i in smaller if all(prove_le(sizes[j], sizes[i]) for j in smaller)), smaller[0])
+        elif free:
+            index = free[0]
+        else:
+            self.storages.append(_Storage(size))
+            return len(self.storages) - 1
+        free.remove(index)
+        if not larger:
+            have = sizes[index]
+            self.storages[index].size = size if prove_le(have, size) else simplify(expr_max(have, size))
+        return index
 
     def plan_seq(self, seq: SeqExpr, free: list[int], forced: dict[Var, int], is_function_body: bool = False) -> SeqExpr:
         bindings = [b for block in seq.blocks for b in block.bindings]
