@@ -271,6 +271,16 @@ def tensor_dtype(expr: Expr) -> str:
     return info.dtype
 
 
+def iter_bindings(seq: SeqExpr):
+    """Every binding of ``seq``, those inside If branches included (depth first, in order)."""
+    for block in seq.blocks:
+        for binding in block.bindings:
+            yield binding
+            if isinstance(binding.value, If):
+                yield from iter_bindings(binding.value.true_branch)
+                yield from iter_bindings(binding.value.false_branch)
+
+
 def use_counts(seq: SeqExpr) -> dict[Var, int]:
     """How many times each variable is read in ``seq``: its bindings (If branches included)
     and its result."""
@@ -308,5 +318,5 @@ __all__ = [
     "AllocStorage", "AllocTensor", "Binding", "BindingBlock", "Call", "CallLibrary", "CallTIR",
     "CallTIRInto", "Constant", "DataflowBlock", "DataflowVar", "Expr", "Function", "If", "MatchCast",
     "PrimValue", "SeqExpr", "ShapeExpr", "SizeVar", "TensorToPrim", "Tuple", "TupleGetItem", "Var",
-    "VarBinding", "tensor_dtype", "tensor_shape", "use_counts",
+    "VarBinding", "iter_bindings", "tensor_dtype", "tensor_shape", "use_counts",
 ]

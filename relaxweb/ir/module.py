@@ -41,22 +41,13 @@ class IRModule:
 def drop_uncalled_programs(module: IRModule) -> IRModule:
     """The module without the tensor programs no graph function calls any more (a pass that
     rewrites call sites leaves them behind); library kernels always stay."""
-    from .expr import CallTIR, If, SeqExpr
+    from .expr import CallTIR, iter_bindings
 
-    called: set[str] = set()
-
-    def visit(seq: SeqExpr) -> None:
-        for block in seq.blocks:
-            for binding in block.bindings:
-                if isinstance(binding.value, CallTIR):
-                    called.add(binding.value.program)
-                elif isinstance(binding.value, If):
-                    visit(binding.value.true_branch)
-                    visit(binding.value.false_branch)
-
-    for function in module.functions.values():
-        if isinstance(function, Function):
-            visit(function.body)
+    called = {
+        binding.value.program
+        for function in module.functions.values() if isinstance(function, Function)
+        for binding in iter_bindings(function.body) if isinstance(binding.value, CallTIR)
+    }
     return module.replace(programs={
         name: program for name, program in module.programs.items()
         if name in called or not isinstance(program, TensorProgram)

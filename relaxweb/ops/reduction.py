@@ -192,6 +192,22 @@ def _deduce(name: str):
     return deduce
 
 
+def _source_index(rank: int, axes, out_axes, keepdims: bool) -> tuple[tuple, dict]:
+    """The index into the reduced tensor for one output element: a reduction variable
+    (``r<dim>_``) at each reduced dim, the output's axes elsewhere (a kept dim of extent 1
+    skips its output axis).  Returns the index and the reduction variables by dim."""
+    reduce_vars = {d: SizeVar(f"r{d}_") for d in axes}
+    index, position = [], 0
+    for dim in range(rank):
+        if dim in reduce_vars:
+            index.append(reduce_vars[dim])
+            position += keepdims
+        else:
+            index.append(out_axes[position])
+            position += 1
+    return tuple(index), reduce_vars
+
+
 def _legalize(name: str):
     combiner, element = LEGALIZED[name]
 
@@ -204,16 +220,8 @@ def _legalize(name: str):
 
         def body(out_axes, buffers):
             (source,) = buffers
-            reduce_vars = {d: SizeVar(f"r{d}_") for d in axes}
-            index, position = [], 0
-            for dim in range(len(source_shape)):
-                if dim in reduce_vars:
-                    index.append(reduce_vars[dim])
-                    position += keepdims
-                else:
-                    index.append(out_axes[position])
-                    position += 1
-            expr = _as_number(element(Load(source, tuple(index))))
+            index, reduce_vars = _source_index(len(source_shape), axes, out_axes, keepdims)
+            expr = _as_number(element(Load(source, index)))
             for dim in reversed(axes):
                 expr = Reduce(combiner, reduce_vars[dim], source_shape[dim], expr)
             if info.dtype == "bool":
@@ -269,16 +277,8 @@ def legalize_log_sum_exp(context, call: Call):
     dtype = info.dtype
 
     def reduced(element, combiner, out_axes, kept: bool):
-        reduce_vars = {d: SizeVar(f"r{d}_") for d in axes}
-        index, position = [], 0
-        for dim in range(len(shape)):
-            if dim in reduce_vars:
-                index.append(reduce_vars[dim])
-                position += kept
-            else:
-                index.append(out_axes[position])
-                position += 1
-        expr = element(tuple(index))
+        index, reduce_vars = _source_index(len(shape), axes, out_axes, kept)
+        expr = element(index)
         for dim in reversed(axes):
             expr = Reduce(combiner, reduce_vars[dim], shape[dim], expr)
         return expr

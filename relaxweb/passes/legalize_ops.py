@@ -15,6 +15,7 @@ from ..errors import UnsupportedModelError
 from ..ir.builder import FunctionBuilder
 from ..ir.expr import (
     Call, CallLibrary, CallTIR, DataflowBlock, DataflowVar, Expr, Function, If, MatchCast, SeqExpr, Var, VarBinding,
+    iter_bindings,
 )
 from ..ir.module import IRModule, ProgramTable
 from ..ir.struct_info import TensorStructInfo
@@ -93,21 +94,11 @@ def legalize_ops(module: IRModule) -> IRModule:
 
 
 def _op_calls(module: IRModule) -> list[Call]:
-    calls: list[Call] = []
-
-    def visit(seq: SeqExpr) -> None:
-        for block in seq.blocks:
-            for binding in block.bindings:
-                if isinstance(binding.value, Call):
-                    calls.append(binding.value)
-                elif isinstance(binding.value, If):
-                    visit(binding.value.true_branch)
-                    visit(binding.value.false_branch)
-
-    for function in module.functions.values():
-        if isinstance(function, Function):
-            visit(function.body)
-    return calls
+    return [
+        binding.value
+        for function in module.functions.values() if isinstance(function, Function)
+        for binding in iter_bindings(function.body) if isinstance(binding.value, Call)
+    ]
 
 
 def _legalize_seq(legalizer: _Legalizer, seq: SeqExpr) -> SeqExpr:
