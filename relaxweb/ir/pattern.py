@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from .symbolic import IntImm, PrimExpr, SizeVar, free_vars, simplify
 from .tir import (
     Binary, FloatImm, Gather, Load, Reduce, ScalarExpr, Select, TensorProgram, contains_reduce, index_exprs,
-    index_var_names, scalar_children, scalar_dtype,
+    index_var_names, scalar_children, scalar_dtype, scalar_nodes,
 )
 
 ELEMENTWISE = "elementwise"
@@ -131,11 +131,11 @@ def _under_select(expr: ScalarExpr, target: ScalarExpr) -> bool:
     """True when ``target`` occurs inside a branch or condition of a Select in ``expr``."""
     if isinstance(expr, Select):
         return any(_occurs(child, target) for child in scalar_children(expr))
-    return any(_under_select(child, target) for child in scalar_children(expr) if child is not target)
+    return any(_under_select(child, target) for child in scalar_children(expr))
 
 
 def _occurs(expr: ScalarExpr, target: ScalarExpr) -> bool:
-    return expr == target or any(_occurs(child, target) for child in scalar_children(expr))
+    return any(node == target for node in scalar_nodes(expr))
 
 
 def _axis_uses(expr: ScalarExpr, names: list[str]) -> set[str]:
@@ -144,8 +144,7 @@ def _axis_uses(expr: ScalarExpr, names: list[str]) -> set[str]:
 
 
 def _loads(expr: ScalarExpr) -> list[ScalarExpr]:
-    found = [expr] if isinstance(expr, (Load, Gather)) else []
-    return found + [load for child in scalar_children(expr) for load in _loads(child)]
+    return [node for node in scalar_nodes(expr) if isinstance(node, (Load, Gather))]
 
 
 def _is_identity(load: Load, program: TensorProgram) -> bool:

@@ -194,6 +194,13 @@ def scalar_children(expr: ScalarExpr) -> tuple[ScalarExpr, ...]:
     return ()
 
 
+def scalar_nodes(expr: ScalarExpr):
+    """Every node of a scalar expression, the expression first (depth first)."""
+    yield expr
+    for child in scalar_children(expr):
+        yield from scalar_nodes(child)
+
+
 def scalar_dtype(expr: ScalarExpr) -> str:
     """The dtype of a scalar expression's value."""
     if isinstance(expr, (Load, Gather)):
@@ -399,16 +406,7 @@ def replace_buffers(expr: ScalarExpr, mapping: Mapping[str, Buffer]) -> ScalarEx
 
 def loads_of(expr: ScalarExpr, buffer_name: str) -> list[ScalarExpr]:
     """Every Load and Gather of the named buffer in ``expr``."""
-    found: list[ScalarExpr] = []
-
-    def visit(node: ScalarExpr) -> None:
-        if isinstance(node, (Load, Gather)) and node.buffer.name == buffer_name:
-            found.append(node)
-        for child in scalar_children(node):
-            visit(child)
-
-    visit(expr)
-    return found
+    return [node for node in scalar_nodes(expr) if isinstance(node, (Load, Gather)) and node.buffer.name == buffer_name]
 
 
 def contains_reduce(expr: ScalarExpr) -> bool:

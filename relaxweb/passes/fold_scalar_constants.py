@@ -17,7 +17,7 @@ import numpy as np
 
 from ..ir.expr import CallLibrary, CallTIR, Constant, Function, If, SeqExpr
 from ..ir.module import IRModule, ProgramTable, drop_uncalled_programs
-from ..ir.tir import FloatImm, Gather, Load, TensorProgram, map_scalar, scalar_children
+from ..ir.tir import FloatImm, Gather, Load, TensorProgram, map_scalar, scalar_nodes
 
 FOLDABLE_DTYPES = ("float32", "int32", "int64", "bool")
 
@@ -32,7 +32,7 @@ def fold_scalar_constants(module: IRModule) -> IRModule:
         if isinstance(call, CallLibrary) or not isinstance(program, TensorProgram):
             return call
         values = {program.inputs[i].name: arg for i, arg in enumerate(call.args) if _is_scalar_constant(arg)}
-        if not values or any(isinstance(n, Gather) and n.buffer.name in values for n in _nodes(program.body)):
+        if not values or any(isinstance(n, Gather) and n.buffer.name in values for n in scalar_nodes(program.body)):
             return call
 
         def fold(node):
@@ -74,8 +74,3 @@ def _is_scalar_constant(arg) -> bool:
     return (isinstance(arg, Constant) and arg.data.size == 1 and str(arg.data.dtype) in FOLDABLE_DTYPES
             and (arg.data.dtype == np.bool_ or np.isfinite(arg.data).all()))
 
-
-def _nodes(expr):
-    yield expr
-    for child in scalar_children(expr):
-        yield from _nodes(child)

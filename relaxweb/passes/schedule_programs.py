@@ -27,7 +27,7 @@ from dataclasses import replace
 from ..ir.module import IRModule
 from ..ir.pattern import BROADCAST, ELEMENTWISE, INJECTIVE, MATMUL, REDUCTION, program_pattern, top_level_reductions
 from ..ir.symbolic import as_int
-from ..ir.tir import Select, TensorProgram, scalar_children
+from ..ir.tir import Reduce, Select, TensorProgram, scalar_children
 from ..wgsl.schedules import vectorizable
 
 LONG_REDUCTION = 128  # a constant extent from which a workgroup per output element pays off
@@ -64,6 +64,6 @@ def _cooperative_reductions_allowed(program: TensorProgram) -> bool:
 def _reduction_under_select(expr) -> bool:
     if isinstance(expr, Select):
         return bool(any(top_level_reductions(child) for child in scalar_children(expr)))
-    if hasattr(expr, "combiner"):  # a reduction: what is inside runs serially anyway
+    if isinstance(expr, Reduce):  # what is inside a reduction runs serially anyway
         return False
     return any(_reduction_under_select(child) for child in scalar_children(expr))

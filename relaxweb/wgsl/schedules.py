@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from ..ir.pattern import MatmulInfo, analyze_matmul, top_level_reductions
 from ..ir.symbolic import IntImm, PrimExpr, SizeVar, free_vars, product, simplify
-from ..ir.tir import Binary, FloatImm, Load, Reduce, ScalarExpr, TensorProgram, Unary, scalar_children, scalar_dtype
+from ..ir.tir import Binary, FloatImm, Load, Reduce, ScalarExpr, TensorProgram, Unary, scalar_dtype, scalar_nodes
 from .emit import WORKGROUP_SIZE, _Emitter, _literal, _to_storage, _type, combine, reduce_identity, wgsl_name
 
 TILE = 32  # output rows and columns per tiled-matmul workgroup
@@ -280,7 +280,7 @@ def _buffer_kinds(program: TensorProgram) -> dict[str, str] | None:
     """Each loaded buffer's kind ("vector" or "splat"), or None when the program does not fit."""
     last = program.axes[-1].name
     kinds: dict[str, str] = {}
-    for node in _nodes(program.body):
+    for node in scalar_nodes(program.body):
         if not isinstance(node, (Load, Binary, Unary, FloatImm)):
             return None
         if isinstance(node, Unary) and node.op == "is_nan":
@@ -307,11 +307,6 @@ def _buffer_kinds(program: TensorProgram) -> dict[str, str] | None:
             return None
     return kinds
 
-
-def _nodes(expr: ScalarExpr):
-    yield expr
-    for child in scalar_children(expr):
-        yield from _nodes(child)
 
 
 class _VectorEmitter(_Emitter):
