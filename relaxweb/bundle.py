@@ -17,10 +17,10 @@ import numpy as np
 
 from .errors import RelaxwebError, UnsupportedModelError
 from .frontend import import_onnx_file
-from .ir.host import HostFunction
+from .ir.host import HostFunction, format_host_function
+from .ir.library_kernel import LibraryKernel
 from .ir.module import IRModule
 from .ir.printer import format_module
-from .ir.host import format_host_function
 from .ir.symbolic import format_expr, upper_bound
 from .passes import DEFAULT_OPT_LEVEL, pipeline, run_pipeline
 from .wasm import MAX_RANK, PARAMS_SLOT, CallSiteParams, assemble, emit_host_wat
@@ -180,8 +180,6 @@ def write_bundle(module: IRModule, out_dir: str | Path, source: str, progress: P
 
 def emit_kernel(kernel) -> ShaderInfo:
     """WGSL for a tensor program (generated) or a library kernel (hand-written)."""
-    from .library import LibraryKernel
-
     if isinstance(kernel, LibraryKernel):
         fields = ("element_count", *(v.name for v in kernel.size_vars))
         padded = len(fields) + (-len(fields)) % 4

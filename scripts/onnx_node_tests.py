@@ -70,7 +70,7 @@ from onnx import numpy_helper  # noqa: E402
 from relaxweb.errors import UnsupportedModelError  # noqa: E402
 from relaxweb.frontend.onnx import from_onnx, load_onnx  # noqa: E402
 from relaxweb.ir.interpreter import run_module  # noqa: E402
-from relaxweb.ops.registry import DeductionError  # noqa: E402
+from relaxweb.ops import DeductionError  # noqa: E402
 
 DEFAULT_CASES = REPO / ".cache" / "onnx-node-tests"
 DEFAULT_DOC = REPO / "docs" / "onnx-node-tests.md"

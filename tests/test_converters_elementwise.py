@@ -447,7 +447,7 @@ def test_building_lists_the_ops_without_gpu_lowering(monkeypatch) -> None:
     ops' lowerings away."""
     import dataclasses
 
-    from relaxweb.ops.registry import OPS
+    from relaxweb.ops import OPS
 
     for name in ("argmax", "topk"):
         monkeypatch.setitem(OPS, name, dataclasses.replace(OPS[name], legalize=None))

@@ -36,7 +36,7 @@ from relaxweb.ir.symbolic import SizeVar, prove_equal
 from relaxweb.ir.tir import Unary
 from relaxweb.ops import DeductionError, call_op, get_op
 from relaxweb.ops.common import needs_known_shapes
-from relaxweb.ops.registry import OPS
+from relaxweb.ops import OPS
 from relaxweb.passes import legalize_ops
 from relaxweb.wgsl.emit import WGSL_TYPES, emit_wgsl
 

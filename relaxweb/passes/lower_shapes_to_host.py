@@ -270,7 +270,7 @@ class _Lowering:
         )
 
     def dispatch(self, value: CallTIRInto) -> HostDispatch:
-        from ..library import LibraryKernel
+        from ..ir.library_kernel import LibraryKernel
         from ..wgsl.schedules import dispatch_count
 
         kernel = self.module.programs[value.program]
