@@ -25,7 +25,7 @@ from .ir.symbolic import format_expr, upper_bound
 from .passes import DEFAULT_OPT_LEVEL, pipeline, run_pipeline
 from .wasm import MAX_RANK, PARAMS_SLOT, CallSiteParams, assemble, emit_host_wat
 from .wgsl import ShaderInfo, emit_wgsl
-from .wgsl.emit import WORKGROUP_SIZE
+from .ir.schedule import WORKGROUP_SIZE
 
 FORMAT = "relaxweb-bundle"
 VERSION = 1

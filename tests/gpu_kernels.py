@@ -7,11 +7,11 @@ import struct
 
 import numpy as np
 
+from relaxweb.ir.launch import dispatch_count
+from relaxweb.ir.schedule import WORKGROUP_SIZE
 from relaxweb.ir.symbolic import evaluate
 from relaxweb.ir.tir import TensorProgram
 from relaxweb.wgsl import emit_wgsl
-from relaxweb.wgsl.emit import WORKGROUP_SIZE
-from relaxweb.wgsl.schedules import dispatch_count
 
 SENTINEL = -7
 

@@ -38,7 +38,8 @@ from relaxweb.ops import DeductionError, call_op, get_op
 from relaxweb.ops.common import needs_known_shapes
 from relaxweb.ops import OPS
 from relaxweb.passes import legalize_ops
-from relaxweb.wgsl.emit import WGSL_TYPES, emit_wgsl
+from relaxweb.wgsl import emit_wgsl
+from relaxweb.wgsl.emit import WGSL_TYPES
 
 # ONNX op type -> the module of onnx.backend.test.case.node that generates its cases
 ONNX_CASE_MODULES = {
