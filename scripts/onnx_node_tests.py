@@ -385,7 +385,8 @@ def _run_case_steps(case_dir: Path, result: dict, options: RunOptions) -> None:
 
 def _run_compiled(module, inputs: dict[str, Any], name: str, result: dict) -> list[Any]:
     """Compile the imported module into a bundle and run it with the Python runtime."""
-    from relaxweb.bundle import compile_module, write_bundle
+    from relaxweb.bundle import write_bundle
+    from relaxweb.compiler import compile_module
     from relaxweb.runtime import Session
 
     result["stage"] = "compile"

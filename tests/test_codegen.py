@@ -14,7 +14,7 @@ import pytest
 import wasmtime
 
 from examples.make_mlp import make_mlp
-from relaxweb.bundle import build_bundle
+from relaxweb.compiler import build_bundle
 from relaxweb.errors import InputShapeError
 from relaxweb.ir import Constant, FunctionBuilder, IRModule, SizeVar, TensorProgram, TensorStructInfo
 from relaxweb.ir.interpreter import run_program

@@ -413,7 +413,8 @@ def test_cnn_shapes_are_symbolic() -> None:
 def test_bundle_runs_on_webgpu(name: str, device, tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The whole pipeline, WGSL (whose i32 ``/`` truncates) and the host module, at several
     sizes within the bounds."""
-    from relaxweb.bundle import compile_module, write_bundle
+    from relaxweb.bundle import write_bundle
+    from relaxweb.compiler import compile_module
     from relaxweb.frontend.converters import shape_values
     from relaxweb.runtime import Session
 

@@ -399,7 +399,8 @@ def test_workgroup_reduction_on_gpu(device, combiner: str, width: int) -> None:
 def test_fused_models_agree_with_unfused_on_gpu(tmp_path) -> None:
     """The MLP built at opt level 0 and 1: same outputs in the Python runtime, fewer dispatches."""
     pytest.importorskip("wgpu")
-    from relaxweb.bundle import compile_module, write_bundle
+    from relaxweb.bundle import write_bundle
+    from relaxweb.compiler import compile_module
     from relaxweb.runtime.webgpu import Session
 
     results, dispatches = {}, {}
@@ -569,7 +570,9 @@ def test_inlining_at_a_known_index_drops_the_branch_not_taken() -> None:
 def test_the_bundle_declares_the_workgroup_memory_its_schedules_use(tmp_path) -> None:
     import json
 
-    from relaxweb.bundle import compile_module, write_bundle
+    from relaxweb.bundle import write_bundle
+
+    from relaxweb.compiler import compile_module
 
     manifest = write_bundle(compile_module(mlp_module(), {}), tmp_path / "bundle", "mlp")
     by_name = {k["name"]: k for k in manifest["kernels"]}

@@ -21,7 +21,8 @@ class IRModule:
     functions: dict[str, Function]
     programs: dict[str, TensorProgram] = field(default_factory=dict)
     attrs: dict[str, Any] = field(default_factory=dict)
-    """Module-wide facts: ``bounds`` (symbolic var -> upper bound), ``source``, …"""
+    """Module-wide facts about the model: ``source`` (its file name), ``opset``.  The user's
+    compile settings (bounds, opt level) are not here: see ``relaxweb.passes.PassContext``."""
 
     @property
     def main(self) -> Function:

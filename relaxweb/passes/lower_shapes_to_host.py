@@ -32,12 +32,14 @@ from ..ir.module import IRModule
 from ..ir.printer import format_value
 from ..ir.struct_info import PrimStructInfo, TensorStructInfo
 from ..ir.symbolic import PrimExpr, SizeVar, as_int, format_expr, substitute
+from .context import PassContext
 from .plan_memory import tensor_bytes
 
 
 def lower_shapes_to_host(module: IRModule) -> IRModule:
-    """Replace ``main`` (after plan_memory) by its HostFunction."""
-    bounds = dict(module.attrs.get("bounds", {}))
+    """Replace ``main`` (after plan_memory) by its HostFunction, which enforces the current
+    context's bounds."""
+    bounds = dict(PassContext.current().bounds)
     host = _Lowering(module, module.main, bounds).lower()
     return module.with_function(host)  # type: ignore[arg-type]
 
