@@ -46,6 +46,7 @@ class Import:
     line: int
     module: str  # the imported module, absolute (``relaxweb.ir.expr``)
     top_level: bool  # a statement of the module's body (not in a function, class, if, try ...)
+    names: tuple[str, ...] = ()  # the names ``from module import ...`` takes from it
 
 
 def module_name(path: Path) -> str:
@@ -88,11 +89,13 @@ def relaxweb_imports(path: Path, text: str | None = None) -> list[Import]:
                 base = node.module or ""
             # ``from package import name``: the submodule when ``name`` is one, else the package
             targets = [f"{base}.{a.name}" if is_module(f"{base}.{a.name}") else base for a in node.names]
+            names = tuple(a.name for a in node.names if not is_module(f"{base}.{a.name}"))
         else:
             continue
         for target in dict.fromkeys(targets):
             if target == "relaxweb" or target.startswith("relaxweb."):
-                found.append(Import(path, node.lineno, target, id(node) in top_level))
+                taken = names if isinstance(node, ast.ImportFrom) and target == base else ()
+                found.append(Import(path, node.lineno, target, id(node) in top_level, taken))
     return found
 
 
@@ -147,6 +150,14 @@ def test_relaxweb_modules_are_imported_at_the_top_level_only() -> None:
     assert not nested, "relaxweb imports below the top level:\n" + "\n".join(nested)
 
 
+def test_no_module_imports_private_names_of_another() -> None:
+    """A name with a leading underscore is private to its module: code in another file uses
+    the public interface (the WGSL schedules drive ``Emitter``, not ``_Emitter``)."""
+    private = [f"{where(item)}: imports {name} from {item.module}" for item in IMPORTS for name in item.names
+               if name.startswith("_") and not (name.startswith("__") and name.endswith("__"))]
+    assert not private, "imports of private names:\n" + "\n".join(private)
+
+
 def test_modules_do_not_import_each_other() -> None:
     """No cycle between two relaxweb modules either (each would need the other half-imported)."""
     edges: dict[str, set[str]] = {}
@@ -189,3 +200,11 @@ def test_the_checker_resolves_relative_imports(file: str, text: str, expected: s
 def test_the_checker_finds_nested_imports(text: str) -> None:
     (item,) = relaxweb_imports(PACKAGE / "wgsl" / "shader.py", text)
     assert not item.top_level
+
+
+def test_the_checker_sees_the_names_taken() -> None:
+    (item,) = relaxweb_imports(PACKAGE / "wgsl" / "schedules.py", "from .emit import Emitter, _literal")
+    assert item.names == ("Emitter", "_literal")
+    (submodule, package) = relaxweb_imports(PACKAGE / "wgsl" / "schedules.py", "from . import emit, ShaderInfo")
+    assert (submodule.module, submodule.names) == ("relaxweb.wgsl.emit", ())
+    assert (package.module, package.names) == ("relaxweb.wgsl", ("ShaderInfo",))
