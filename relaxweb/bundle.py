@@ -1,8 +1,9 @@
-"""build_bundle: ONNX file -> dist/ folder (see docs/bundle-format.md for what it holds).
+"""write_bundle: compiled module -> dist/ folder (see docs/bundle-format.md for what it holds).
 
-Steps: import the model, run the pass pipeline with the user's bounds, emit one WGSL shader
-per tensor program and the host module for the host function, then write the manifest, the
-weights (in shards with checksums) and a copy of the browser runtime.
+The module comes from the compile driver (``compiler.py``), its ``main`` a host function.
+Steps: emit one WGSL shader per kernel the host dispatches and the host module for the host
+function, then write the manifest, the weights (in shards with checksums, as the device
+dtypes below) and a copy of the browser runtime.
 """
 
 from __future__ import annotations
@@ -16,16 +17,13 @@ from typing import Callable
 import numpy as np
 
 from .errors import RelaxwebError, UnsupportedModelError
-from .frontend import import_onnx_file
 from .ir.host import HostFunction
+from .ir.library_kernel import LibraryKernel
 from .ir.module import IRModule
-from .ir.printer import format_module
-from .ir.host import format_host_function
+from .ir.schedule import WORKGROUP_SIZE
 from .ir.symbolic import format_expr, upper_bound
-from .passes import DEFAULT_OPT_LEVEL, pipeline, run_pipeline
 from .wasm import MAX_RANK, PARAMS_SLOT, CallSiteParams, assemble, emit_host_wat
 from .wgsl import ShaderInfo, emit_wgsl
-from .wgsl.emit import WORKGROUP_SIZE
 
 FORMAT = "relaxweb-bundle"
 VERSION = 1
@@ -51,50 +49,6 @@ def device_dtype(dtype: str) -> str:
     return DEVICE_DTYPES.get(dtype, dtype)
 
 Progress = Callable[[str], None]
-
-
-def compile_model(model_path: str | Path, bounds: dict[str, int], progress: Progress = lambda _: None,
-                  dump_ir: Path | None = None, opt_level: int = DEFAULT_OPT_LEVEL) -> IRModule:
-    """Import and lower a model; the result's ``main`` is a HostFunction."""
-    module = import_onnx_file(model_path)
-    main = module.main
-    progress(f"imported {Path(model_path).name}: {len(main.bindings())} bindings, "
-             f"inputs {', '.join(main.input_names)}")
-    return compile_module(module, bounds, progress, dump_ir, opt_level)
-
-
-def compile_module(module: IRModule, bounds: dict[str, int], progress: Progress = lambda _: None,
-                   dump_ir: Path | None = None, opt_level: int = DEFAULT_OPT_LEVEL) -> IRModule:
-    """Run the pass pipeline of ``opt_level`` on a module (imported or built by hand) with
-    the given bounds."""
-    module = module.replace(attrs={**module.attrs, "bounds": dict(bounds)})
-
-    def on_step(name: str, step_module: IRModule) -> None:
-        progress(f"pass {name}")
-        if dump_ir is not None:
-            _dump(dump_ir, name, step_module)
-
-    if dump_ir is not None:
-        _dump(dump_ir, "imported", module)
-    return run_pipeline(module, pipeline(opt_level), on_step)
-
-
-def _dump(folder: Path, name: str, module: IRModule) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    index = len(list(folder.glob("*.txt")))
-    main = module.main
-    text = format_module(module) if not isinstance(main, HostFunction) else (
-        format_module(module.replace(functions={})) + "\n" + format_host_function(main) + "\n"
-    )
-    (folder / f"{index:02d}_{name}.txt").write_text(text)
-
-
-def build_bundle(model_path: str | Path, out_dir: str | Path, bounds: dict[str, int] | None = None,
-                 progress: Progress = lambda _: None, dump_ir: Path | None = None,
-                 opt_level: int = DEFAULT_OPT_LEVEL) -> dict:
-    """Compile ``model_path`` into the bundle folder ``out_dir``; returns the manifest."""
-    module = compile_model(model_path, bounds or {}, progress, dump_ir, opt_level)
-    return write_bundle(module, out_dir, Path(model_path).name, progress)
 
 
 def write_bundle(module: IRModule, out_dir: str | Path, source: str, progress: Progress = lambda _: None) -> dict:
@@ -180,8 +134,6 @@ def write_bundle(module: IRModule, out_dir: str | Path, source: str, progress: P
 
 def emit_kernel(kernel) -> ShaderInfo:
     """WGSL for a tensor program (generated) or a library kernel (hand-written)."""
-    from .library import LibraryKernel
-
     if isinstance(kernel, LibraryKernel):
         fields = ("element_count", *(v.name for v in kernel.size_vars))
         padded = len(fields) + (-len(fields)) % 4

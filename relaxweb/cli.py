@@ -21,8 +21,13 @@ from pathlib import Path
 import numpy as np
 
 from . import __version__
+from .browser import run_in_browser, serve
+from .bundle import describe
+from .compiler import build_bundle, run_reference
 from .errors import RelaxwebError
-from .passes.pipeline import DEFAULT_OPT_LEVEL, OPT_LEVELS
+from .frontend.onnx import default_opset, from_onnx, load_onnx, op_coverage, symbolic_vars
+from .passes import DEFAULT_OPT_LEVEL, OPT_LEVELS
+from .runtime import Session
 
 EXIT_USER_ERROR = 2
 
@@ -45,12 +50,10 @@ def _progress(message: str) -> None:
 
 
 def command_build(args: argparse.Namespace) -> int:
-    from .bundle import build_bundle
-
     started = time.perf_counter()
     bounds = dict(args.bound or [])
-    manifest = build_bundle(args.model, args.output, bounds, _progress, Path(args.dump_ir) if args.dump_ir else None,
-                            args.opt_level)
+    manifest = build_bundle(args.model, args.output, bounds, opt_level=args.opt_level, progress=_progress,
+                            dump_ir=Path(args.dump_ir) if args.dump_ir else None)
     for item in manifest["inputs"]:
         print(f"  input  {item['name']}: {item['dtype']}{item['shape']}", file=sys.stderr)
     for item in manifest["outputs"]:
@@ -101,29 +104,6 @@ def _run_target(args: argparse.Namespace) -> Path:
     return target
 
 
-def run_reference(model_path: str | Path, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Import an ONNX model and run it in the reference interpreter (numpy, no GPU).
-
-    Inputs and outputs are keyed by the ONNX names, with the same checks as a bundle's.
-    """
-    from .errors import InputShapeError
-    from .frontend import import_onnx_file
-    from .ir.interpreter import run_module
-
-    module = import_onnx_file(model_path)
-    main = module.main
-    expected_names = list(main.input_names or [p.name for p in main.params])
-    unknown = [name for name in inputs if name not in expected_names]
-    if unknown:
-        raise InputShapeError(
-            f"unknown input {', '.join(repr(name) for name in unknown)}; "
-            f"the model's inputs are {', '.join(repr(name) for name in expected_names)}"
-        )
-    outputs = run_module(module, inputs)
-    names = list(main.output_names) or [f"output_{i}" for i in range(len(outputs))]
-    return dict(zip(names, outputs))
-
-
 def command_run(args: argparse.Namespace) -> int:
     target = _run_target(args)
     inputs = load_npz(args.inputs)
@@ -133,14 +113,10 @@ def command_run(args: argparse.Namespace) -> int:
         where = "the reference interpreter (numpy)"
         including = "including import"
     elif args.browser:
-        from .browser import run_in_browser
-
         outputs = run_in_browser(target, inputs)
         where = "headless Chromium (WebGPU)"
         including = "including load"
     else:
-        from .runtime import Session
-
         outputs = Session(target).run(inputs)
         where = "Python runtime (wgpu)"
         including = "including load"
@@ -158,12 +134,8 @@ def command_run(args: argparse.Namespace) -> int:
 def command_inspect(args: argparse.Namespace) -> int:
     path = Path(args.target)
     if path.is_dir():
-        from .bundle import describe
-
         print(format_manifest(describe(path)))
         return 0
-    from .frontend.onnx import default_opset, from_onnx, load_onnx, op_coverage, symbolic_vars
-
     model = load_onnx(path)
     print(format_coverage(path.name, default_opset(model), op_coverage(model)), flush=True)
     module = from_onnx(model, path.name)  # unsupported ops: the coverage is out, then the error
@@ -214,8 +186,6 @@ def format_manifest(manifest: dict) -> str:
 
 
 def command_serve(args: argparse.Namespace) -> int:
-    from .browser import serve
-
     serve(_bundle_dir(args.bundle), args.port)
     return 0
 

@@ -32,7 +32,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "scripts"))
 
-from relaxweb.bundle import compile_model, write_bundle  # noqa: E402
+from relaxweb.bundle import write_bundle  # noqa: E402
+from relaxweb.compiler import compile_model  # noqa: E402
 from relaxweb.ir.symbolic import evaluate  # noqa: E402
 
 VARIANTS = [
@@ -45,18 +46,9 @@ VARIANTS = [
 
 
 def build_variant(onnx_path: Path, out: Path, opt_level: int, reuse: bool):
-    module = compile_model(onnx_path, {}, opt_level=opt_level) if reuse else _compile_without_reuse(onnx_path, opt_level)
+    module = compile_model(onnx_path, {}, opt_level=opt_level, storage_reuse=reuse)
     write_bundle(module, out, onnx_path.name)
     return module
-
-
-def _compile_without_reuse(onnx_path: Path, opt_level: int):
-    from relaxweb.bundle import compile_module
-    from relaxweb.frontend.onnx import import_onnx_file
-
-    module = import_onnx_file(onnx_path)
-    module = module.replace(attrs={**module.attrs, "storage_reuse": False})
-    return compile_module(module, {}, opt_level=opt_level)
 
 
 def storage_bytes(module, dims: dict[str, int]) -> int:

@@ -70,7 +70,7 @@ from onnx import numpy_helper  # noqa: E402
 from relaxweb.errors import UnsupportedModelError  # noqa: E402
 from relaxweb.frontend.onnx import from_onnx, load_onnx  # noqa: E402
 from relaxweb.ir.interpreter import run_module  # noqa: E402
-from relaxweb.ops.registry import DeductionError  # noqa: E402
+from relaxweb.ops import DeductionError  # noqa: E402
 
 DEFAULT_CASES = REPO / ".cache" / "onnx-node-tests"
 DEFAULT_DOC = REPO / "docs" / "onnx-node-tests.md"
@@ -385,7 +385,8 @@ def _run_case_steps(case_dir: Path, result: dict, options: RunOptions) -> None:
 
 def _run_compiled(module, inputs: dict[str, Any], name: str, result: dict) -> list[Any]:
     """Compile the imported module into a bundle and run it with the Python runtime."""
-    from relaxweb.bundle import compile_module, write_bundle
+    from relaxweb.bundle import write_bundle
+    from relaxweb.compiler import compile_module
     from relaxweb.runtime import Session
 
     result["stage"] = "compile"

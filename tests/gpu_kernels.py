@@ -7,11 +7,11 @@ import struct
 
 import numpy as np
 
+from relaxweb.ir.launch import dispatch_count
+from relaxweb.ir.schedule import WORKGROUP_SIZE
 from relaxweb.ir.symbolic import evaluate
 from relaxweb.ir.tir import TensorProgram
 from relaxweb.wgsl import emit_wgsl
-from relaxweb.wgsl.emit import WORKGROUP_SIZE
-from relaxweb.wgsl.schedules import dispatch_count
 
 SENTINEL = -7
 
@@ -76,7 +76,8 @@ def run_kernel_on_gpu(device, program: TensorProgram, arrays: list[np.ndarray], 
 def run_compiled(module, feeds: dict[str, np.ndarray], folder, bounds: dict[str, int] | None = None) -> list[np.ndarray]:
     """Compile an imported module through the whole pipeline into a bundle in ``folder`` and
     run it once with the Python runtime (wgpu); the outputs in the model's order."""
-    from relaxweb.bundle import compile_module, write_bundle
+    from relaxweb.bundle import write_bundle
+    from relaxweb.compiler import compile_module
     from relaxweb.runtime.webgpu import Session
 
     write_bundle(compile_module(module, bounds or {}), folder, "model")

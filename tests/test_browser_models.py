@@ -2,7 +2,7 @@
 
 The GPT-2-like and BERT-like models of scripts/export_test_models.py (tiny configs, random
 weights from fixed seeds; TorchScript exporter) are exported once per module, each built
-ONCE with ``relaxweb.bundle.build_bundle``, and the one bundle is loaded once in the browser
+ONCE with ``relaxweb.compiler.build_bundle``, and the one bundle is loaded once in the browser
 and run at two shapes, (batch, seq) = (1, 8) and (2, 5); every output must match
 onnxruntime within 1e-3.  Their inputs are int64: they go to the page as BigInt64Array.
 
@@ -23,7 +23,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from relaxweb.browser import open_runner_page, run_in_browser, run_many_in_browser
-from relaxweb.bundle import build_bundle
+from relaxweb.compiler import build_bundle
 from relaxweb.errors import InputShapeError
 from tests.model_exports import Export, export_models, export_script, missing_exporter_packages
 from tests.test_browser import pytestmark as browser_marks

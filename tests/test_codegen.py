@@ -14,7 +14,7 @@ import pytest
 import wasmtime
 
 from examples.make_mlp import make_mlp
-from relaxweb.bundle import build_bundle
+from relaxweb.compiler import build_bundle
 from relaxweb.errors import InputShapeError
 from relaxweb.ir import Constant, FunctionBuilder, IRModule, SizeVar, TensorProgram, TensorStructInfo
 from relaxweb.ir.interpreter import run_program
@@ -22,7 +22,7 @@ from relaxweb.ops import call_op
 from relaxweb.passes import legalize_ops
 from relaxweb.runtime import Dispatch, HostModule
 from relaxweb.wgsl import emit_wgsl
-from relaxweb.wgsl.emit import WORKGROUP_SIZE
+from relaxweb.ir.schedule import WORKGROUP_SIZE
 from tests.gpu_kernels import make_pipeline, run_kernel_on_gpu
 
 n = SizeVar("n")

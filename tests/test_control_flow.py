@@ -8,7 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from relaxweb.bundle import compile_module, write_bundle
+from relaxweb.bundle import write_bundle
+
+from relaxweb.compiler import compile_module
 from relaxweb.errors import InputShapeError
 from relaxweb.ir import FunctionBuilder, IRModule, SizeVar, TensorStructInfo
 from relaxweb.ir.expr import PrimValue

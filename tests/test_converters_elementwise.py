@@ -23,6 +23,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from relaxweb.compiler import compile_module
 from relaxweb.errors import RelaxwebError, UnsupportedModelError
 from relaxweb.frontend import from_onnx
 from relaxweb.ir import FunctionBuilder, IRModule, SizeVar, TensorStructInfo, Var
@@ -32,7 +33,7 @@ from relaxweb.ir.interpreter import run_module
 from relaxweb.ir.struct_info import TupleStructInfo, struct_info_equal
 from relaxweb.ir.symbolic import evaluate
 from relaxweb.ops import DeductionError, call_op, get_op
-from relaxweb.passes import legalize_ops, run_pipeline
+from relaxweb.passes import legalize_ops
 from tests.gpu_kernels import run_compiled
 
 RTOL, ATOL = 1e-3, 1e-4
@@ -346,7 +347,7 @@ def test_symbolic_model_matches_onnxruntime(name: str) -> None:
         info = binding.var.struct_info
         for field in (info.fields if isinstance(info, TupleStructInfo) else (info,)):
             assert field.shape is not None, str(binding.var)
-    pipeline = run_pipeline(module.replace(attrs={**module.attrs, "bounds": {"batch": 8}})) if lowered else None
+    pipeline = compile_module(module, {"batch": 8}) if lowered else None
     for batch in (1, 4):
         feeds = symbolic_feeds(model, batch, seed=batch)
         expected = run_onnxruntime(model, feeds)
@@ -447,7 +448,7 @@ def test_building_lists_the_ops_without_gpu_lowering(monkeypatch) -> None:
     ops' lowerings away."""
     import dataclasses
 
-    from relaxweb.ops.registry import OPS
+    from relaxweb.ops import OPS
 
     for name in ("argmax", "topk"):
         monkeypatch.setitem(OPS, name, dataclasses.replace(OPS[name], legalize=None))

@@ -36,9 +36,10 @@ from relaxweb.ir.symbolic import SizeVar, prove_equal
 from relaxweb.ir.tir import Unary
 from relaxweb.ops import DeductionError, call_op, get_op
 from relaxweb.ops.common import needs_known_shapes
-from relaxweb.ops.registry import OPS
+from relaxweb.ops import OPS
 from relaxweb.passes import legalize_ops
-from relaxweb.wgsl.emit import WGSL_TYPES, emit_wgsl
+from relaxweb.wgsl import emit_wgsl
+from relaxweb.wgsl.emit import WGSL_TYPES
 
 # ONNX op type -> the module of onnx.backend.test.case.node that generates its cases
 ONNX_CASE_MODULES = {
@@ -412,7 +413,8 @@ def test_cnn_shapes_are_symbolic() -> None:
 def test_bundle_runs_on_webgpu(name: str, device, tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The whole pipeline, WGSL (whose i32 ``/`` truncates) and the host module, at several
     sizes within the bounds."""
-    from relaxweb.bundle import compile_module, write_bundle
+    from relaxweb.bundle import write_bundle
+    from relaxweb.compiler import compile_module
     from relaxweb.frontend.converters import shape_values
     from relaxweb.runtime import Session
 

@@ -17,7 +17,7 @@ import pytest
 
 from examples.make_mlp import make_mlp
 from relaxweb import browser
-from relaxweb.bundle import build_bundle
+from relaxweb.compiler import build_bundle
 from tests.test_browser import pytestmark as browser_marks
 
 pytestmark = browser_marks

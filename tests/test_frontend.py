@@ -12,12 +12,12 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from examples.make_mlp import make_mlp
+from relaxweb.compiler import compile_module
 from relaxweb.errors import RelaxwebError, UnsupportedModelError
 from relaxweb.frontend import from_onnx, import_onnx_file
 from relaxweb.ir import Call, Constant, SizeVar, TensorStructInfo
 from relaxweb.ir.host import run_host_function
 from relaxweb.ir.interpreter import run_module
-from relaxweb.passes import run_pipeline
 
 
 
@@ -398,7 +398,7 @@ def test_op_interpreter_matches_onnxruntime(case: str) -> None:
 def test_op_after_the_whole_pipeline_matches_onnxruntime(case: str) -> None:
     """legalize_ops + plan_memory + lower_shapes_to_host, run by the host-function interpreter."""
     model, inputs = op_case_model(case)
-    module = run_pipeline(from_onnx(model).replace(attrs={"bounds": {"batch": 8}}))
+    module = compile_module(from_onnx(model), {"batch": 8})
     for batch in (1, 4):
         feeds = feeds_for(inputs, batch)
         (expected,) = run_onnxruntime(model, feeds)

@@ -9,6 +9,9 @@ partial tiles and partial workgroups.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import ClassVar
+
 import numpy as np
 import pytest
 
@@ -16,11 +19,15 @@ from relaxweb.ir import FunctionBuilder, IRModule, SizeVar, TensorStructInfo
 from relaxweb.ir.expr import CallTIR, Constant, DataflowBlock, Function, SeqExpr, Var, VarBinding
 from relaxweb.ir.fusion import inline_producer, simplify_indices
 from relaxweb.ir.interpreter import run_module, run_program
+from relaxweb.ir.launch import dispatch_count, vectorizable, workgroup_storage_bytes
 from relaxweb.ir.pattern import (
     BROADCAST, ELEMENTWISE, INJECTIVE, MATMUL, OPAQUE, REDUCTION, analyze_matmul, program_pattern,
 )
+from relaxweb.ir.schedule import (
+    ElementSchedule, Schedule, TiledMatmulSchedule, VectorizedSchedule, WorkgroupReductionSchedule,
+)
 from relaxweb.ir.structural import assert_structural_equal
-from relaxweb.ir.symbolic import Analyzer, IntImm
+from relaxweb.ir.symbolic import Analyzer, IntImm, evaluate
 from relaxweb.ir.tir import Binary, Buffer, FloatImm, Load, Reduce, TensorProgram, Unary, format_program
 from relaxweb.ops import call_op
 from relaxweb.passes import fuse_ops, legalize_ops, schedule_programs
@@ -268,17 +275,17 @@ def test_schedule_programs_picks_by_pattern() -> None:
     scheduled = schedule_programs(fuse_ops(legalize_ops(mlp_module())))
     schedules = [p.schedule for p in programs_of(scheduled)]
     # the fused matmuls, then softmax max / sum over a row of 3 (short: one invocation each)
-    assert schedules[0] == "tiled_matmul"
-    assert "element" in schedules
-    assert "@tensor_program(schedule='tiled_matmul')" in str(scheduled)
+    assert schedules[0] == TiledMatmulSchedule()
+    assert ElementSchedule() in schedules
+    assert "@tensor_program(schedule=tiled_matmul(tile=32, depth=16, block=4))" in str(scheduled)
     def softmax(width):
         return legalize_ops(one_op({"x": tensor(n, width)}, lambda x: call_op("softmax", x, axes=[1])))
 
     long_rows = schedule_programs(softmax(200))  # a long constant row: a workgroup per row
     # (and the normalization, elementwise over rows of 200 = 50 x 4, reads 4 at a time)
-    assert [p.schedule for p in programs_of(long_rows)] == ["workgroup_reduction", "workgroup_reduction", "vectorized"]
+    assert [p.schedule.kind for p in programs_of(long_rows)] == ["workgroup_reduction", "workgroup_reduction", "vectorized"]
     # a symbolic row length: as many rows as the row is long, so one invocation per row
-    assert [p.schedule for p in programs_of(schedule_programs(softmax(m)))] == ["element"] * 3
+    assert [p.schedule for p in programs_of(schedule_programs(softmax(m)))] == [ElementSchedule()] * 3
     value = rand(3, 200, seed=8)
     np.testing.assert_allclose(run_module(long_rows, {"x": value})[0], run_module(softmax(200), {"x": value})[0])
 
@@ -286,7 +293,7 @@ def test_schedule_programs_picks_by_pattern() -> None:
 # Schedules on the GPU ----------------------------------------------------------------------------
 
 
-def scheduled(program: TensorProgram, schedule: str) -> TensorProgram:
+def scheduled(program: TensorProgram, schedule: Schedule) -> TensorProgram:
     from dataclasses import replace
 
     return replace(program, schedule=schedule)
@@ -305,9 +312,9 @@ def test_tiled_matmul_with_epilogue_on_gpu(device, sizes: tuple[int, int, int]) 
     arrays = [rand(rows, depth, seed=1), rand(depth, columns, seed=2), rand(columns, seed=3)]
     size_vars = {"n": rows, "k": depth, "m": columns}
     want = run_program(program, arrays, size_vars)
-    got = run_kernel_on_gpu(device, scheduled(program, "tiled_matmul"), arrays, size_vars)
+    got = run_kernel_on_gpu(device, scheduled(program, TiledMatmulSchedule()), arrays, size_vars)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
-    assert "var<workgroup> tile_a" in emit_wgsl(scheduled(program, "tiled_matmul")).source
+    assert "var<workgroup> tile_a" in emit_wgsl(scheduled(program, TiledMatmulSchedule())).source
 
 
 def test_tiled_batched_matmul_with_broadcast_on_gpu(device) -> None:
@@ -315,7 +322,7 @@ def test_tiled_batched_matmul_with_broadcast_on_gpu(device) -> None:
     (program,) = programs_of(legalized)
     arrays = [rand(3, 33, 20, seed=4), rand(20, 40, seed=5)]
     size_vars = {"n": 33, "k": 20, "m": 40}
-    got = run_kernel_on_gpu(device, scheduled(program, "tiled_matmul"), arrays, size_vars)
+    got = run_kernel_on_gpu(device, scheduled(program, TiledMatmulSchedule()), arrays, size_vars)
     np.testing.assert_allclose(got, arrays[0] @ arrays[1], rtol=1e-4, atol=1e-5)
 
 
@@ -326,8 +333,49 @@ def test_convolution_as_tiled_matmul_on_gpu(device) -> None:
     (program,) = programs_of(legalized)
     arrays = [rand(2, 3, 9, 7, seed=6), rand(5, 3, 3, 3, seed=7)]
     want = run_program(program, arrays, {"n": 2})
-    got = run_kernel_on_gpu(device, scheduled(program, "tiled_matmul"), arrays, {"n": 2})
+    got = run_kernel_on_gpu(device, scheduled(program, TiledMatmulSchedule()), arrays, {"n": 2})
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_tiled_matmul_follows_its_parameters_on_gpu(device) -> None:
+    # 16 x 16 tiles staged 8 deep, 2 x 2 outputs per invocation (8 x 8 invocations, as always)
+    schedule = TiledMatmulSchedule(tile=16, depth=8, block=2)
+    a, b = Buffer("A", (n, k), "float32"), Buffer("B", (k, m), "float32")
+    r = SizeVar("k_")
+    body = Reduce("sum", r, k, Binary("multiply", Load(a, (I0, r)), Load(b, (r, I1))))
+    program = scheduled(TensorProgram("matmul", (a, b), Buffer("out", (n, m), "float32"), (I0, I1), body), schedule)
+    size_vars = {"n": 37, "k": 19, "m": 45}
+    assert int(evaluate(dispatch_count(program), size_vars)) == 3 * 3 * 64  # ceil(37 / 16) x ceil(45 / 16) tiles
+    assert workgroup_storage_bytes(program) == 2 * 16 * 8 * 4
+    assert "var<workgroup> tile_a: array<f32, 128>;" in emit_wgsl(program).source
+    arrays = [rand(37, 19, seed=21), rand(19, 45, seed=22)]
+    got = run_kernel_on_gpu(device, program, arrays, size_vars)
+    np.testing.assert_allclose(got, arrays[0] @ arrays[1], rtol=1e-4, atol=1e-5)
+
+
+def test_schedules_are_typed_validated_and_printed() -> None:
+    assert str(TiledMatmulSchedule()) == "tiled_matmul(tile=32, depth=16, block=4)"
+    assert str(VectorizedSchedule(width=2)) == "vectorized(width=2)"
+    assert str(WorkgroupReductionSchedule()) == "workgroup_reduction"
+    with pytest.raises(ValueError, match="must be the workgroup size 64"):
+        TiledMatmulSchedule(tile=32, block=2)  # 16 x 16 invocations
+    with pytest.raises(ValueError, match="width must be 2 or 4"):
+        VectorizedSchedule(width=3)
+    source = Buffer("A", (n,), "float32")
+    with pytest.raises(TypeError, match="schedule must be a Schedule"):
+        TensorProgram("p", (source,), Buffer("out", (n,), "float32"), (I0,), Load(source, (I0,)), "element")
+
+
+def test_a_schedule_without_a_wgsl_renderer_is_an_error() -> None:
+    @dataclass(frozen=True)
+    class Unrolled(Schedule):
+        kind: ClassVar[str] = "unrolled"
+        factor: int = 8
+
+    source = Buffer("A", (n,), "float32")
+    program = TensorProgram("copy", (source,), Buffer("out", (n,), "float32"), (I0,), Load(source, (I0,)), Unrolled())
+    with pytest.raises(NotImplementedError, match=r"copy: the WGSL backend has no renderer for the schedule unrolled\(factor=8\)"):
+        emit_wgsl(program)
 
 
 @pytest.mark.parametrize("combiner", ["sum", "max", "min", "prod"])
@@ -344,14 +392,15 @@ def test_workgroup_reduction_on_gpu(device, combiner: str, width: int) -> None:
     if width and combiner in ("max", "min"):
         data[1, :] = -np.inf if combiner == "max" else np.inf  # a row of infinities stays infinite
     want = run_program(program, [data], {"n": 5, "m": width})
-    got = run_kernel_on_gpu(device, scheduled(program, "workgroup_reduction"), [data], {"n": 5, "m": width})
+    got = run_kernel_on_gpu(device, scheduled(program, WorkgroupReductionSchedule()), [data], {"n": 5, "m": width})
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
 def test_fused_models_agree_with_unfused_on_gpu(tmp_path) -> None:
     """The MLP built at opt level 0 and 1: same outputs in the Python runtime, fewer dispatches."""
     pytest.importorskip("wgpu")
-    from relaxweb.bundle import compile_module, write_bundle
+    from relaxweb.bundle import write_bundle
+    from relaxweb.compiler import compile_module
     from relaxweb.runtime.webgpu import Session
 
     results, dispatches = {}, {}
@@ -371,7 +420,7 @@ def test_workgroup_reduction_shader_combines_through_workgroup_memory() -> None:
     legalized = legalize_ops(one_op({"x": tensor(n, 256)}, lambda x: call_op("softmax", x, axes=[1])))
     for program in schedule_programs(legalized).programs.values():
         source = emit_wgsl(program).source
-        if program.schedule == "workgroup_reduction":
+        if isinstance(program.schedule, WorkgroupReductionSchedule):
             assert "workgroupBarrier();" in source
             assert "if (local_index == 0u) {" in source
 
@@ -449,8 +498,6 @@ def test_fusion_keeps_a_matmul_tiled_rather_than_merge_a_head_transpose() -> Non
 
 
 def test_vectorized_elementwise_on_gpu(device) -> None:
-    from relaxweb.wgsl.schedules import vectorizable
-
     # out[i, j] = tanh((x[i, j] - mean[i, 0]) * scale[j] + 1.0): x and scale read along j
     # (16-byte loads), mean constant along j (read once, splatted)
     x, mean, scale = Buffer("A", (n, 12), "float32"), Buffer("B", (n, 1), "float32"), Buffer("C", (12,), "float32")
@@ -458,11 +505,11 @@ def test_vectorized_elementwise_on_gpu(device) -> None:
                                                   Load(scale, (I1,))), FloatImm(1.0)))
     program = TensorProgram("normalize", (x, mean, scale), Buffer("out", (n, 12), "float32"), (I0, I1), body)
     assert vectorizable(program)
-    assert schedule_programs(IRModule({}, {"normalize": program})).programs["normalize"].schedule == "vectorized"
+    assert schedule_programs(IRModule({}, {"normalize": program})).programs["normalize"].schedule == VectorizedSchedule()
     arrays = [rand(5, 12, seed=15), rand(5, 1, seed=16), rand(12, seed=17)]
-    shader = emit_wgsl(scheduled(program, "vectorized")).source
+    shader = emit_wgsl(scheduled(program, VectorizedSchedule())).source
     assert "var<storage, read> A: array<vec4<f32>>;" in shader and "var<storage, read> B: array<f32>;" in shader
-    got = run_kernel_on_gpu(device, scheduled(program, "vectorized"), arrays, {"n": 5})
+    got = run_kernel_on_gpu(device, scheduled(program, VectorizedSchedule()), arrays, {"n": 5})
     np.testing.assert_allclose(got, run_program(program, arrays, {"n": 5}), rtol=1e-5, atol=1e-6)
 
 
@@ -470,17 +517,29 @@ def test_vectorized_slice_at_a_multiple_of_four_on_gpu(device) -> None:
     # a split's part: out[i, j] = A[i, j + 8] (from a [n, 24] tensor)
     source = Buffer("A", (n, 24), "float32")
     program = TensorProgram("part", (source,), Buffer("out", (n, 8), "float32"), (I0, I1), Load(source, (I0, I1 + 8)))
-    from relaxweb.wgsl.schedules import vectorizable
     assert vectorizable(program)
     data = rand(3, 24, seed=18)
-    got = run_kernel_on_gpu(device, scheduled(program, "vectorized"), [data], {"n": 3})
+    got = run_kernel_on_gpu(device, scheduled(program, VectorizedSchedule()), [data], {"n": 3})
     np.testing.assert_array_equal(got, data[:, 8:16])
+
+
+def test_vectorized_by_two_on_gpu(device) -> None:
+    # rows of 6: a multiple of 2, not of 4
+    x, bias = Buffer("A", (n, 6), "float32"), Buffer("B", (6,), "float32")
+    body = Binary("maximum", Binary("add", Load(x, (I0, I1)), Load(bias, (I1,))), FloatImm(0.0))
+    program = TensorProgram("bias_relu", (x, bias), Buffer("out", (n, 6), "float32"), (I0, I1), body)
+    assert vectorizable(program, 2) and not vectorizable(program, 4)
+    program = scheduled(program, VectorizedSchedule(width=2))
+    assert "var<storage, read> A: array<vec2<f32>>;" in emit_wgsl(program).source
+    assert int(evaluate(dispatch_count(program), {"n": 5})) == 15
+    arrays = [rand(5, 6, seed=23), rand(6, seed=24)]
+    got = run_kernel_on_gpu(device, program, arrays, {"n": 5})
+    np.testing.assert_allclose(got, np.maximum(arrays[0] + arrays[1], 0), rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("case", ["odd last dim", "offset not a multiple of 4", "a select", "int32"])
 def test_programs_that_do_not_vectorize(case: str) -> None:
     from relaxweb.ir.tir import Compare, Select
-    from relaxweb.wgsl.schedules import vectorizable
 
     width = 6 if case == "odd last dim" else 8
     dtype = "int32" if case == "int32" else "float32"
@@ -489,7 +548,7 @@ def test_programs_that_do_not_vectorize(case: str) -> None:
     body = Select(Compare("gt", load, FloatImm(0.0)), load, FloatImm(0.0)) if case == "a select" else load
     program = TensorProgram("p", (source,), Buffer("out", (n, width), dtype), (I0, I1), body)
     assert not vectorizable(program)
-    assert schedule_programs(IRModule({}, {"p": program})).programs["p"].schedule == "element"
+    assert schedule_programs(IRModule({}, {"p": program})).programs["p"].schedule == ElementSchedule()
 
 
 def test_inlining_at_a_known_index_drops_the_branch_not_taken() -> None:
@@ -511,7 +570,9 @@ def test_inlining_at_a_known_index_drops_the_branch_not_taken() -> None:
 def test_the_bundle_declares_the_workgroup_memory_its_schedules_use(tmp_path) -> None:
     import json
 
-    from relaxweb.bundle import compile_module, write_bundle
+    from relaxweb.bundle import write_bundle
+
+    from relaxweb.compiler import compile_module
 
     manifest = write_bundle(compile_module(mlp_module(), {}), tmp_path / "bundle", "mlp")
     by_name = {k["name"]: k for k in manifest["kernels"]}

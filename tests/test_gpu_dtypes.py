@@ -17,7 +17,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from relaxweb.bundle import build_bundle
+from relaxweb.compiler import build_bundle
 from relaxweb.errors import InputShapeError, UnsupportedModelError
 
 

@@ -333,7 +333,7 @@ def test_isnan_survives_on_the_gpu(tmp_path) -> None:
     import onnx
     from onnx import TensorProto, helper
 
-    from relaxweb.bundle import build_bundle
+    from relaxweb.compiler import build_bundle
     from relaxweb.runtime import Session
 
     graph = helper.make_graph(
@@ -353,7 +353,8 @@ def test_isnan_survives_on_the_gpu(tmp_path) -> None:
 
 def run_compiled(tmp_path, module: IRModule, inputs: dict[str, np.ndarray], bounds=None) -> list[np.ndarray]:
     """Compile the module into a bundle and run it with the Python runtime (wgpu)."""
-    from relaxweb.bundle import compile_module, write_bundle
+    from relaxweb.bundle import write_bundle
+    from relaxweb.compiler import compile_module
     from relaxweb.runtime import Session
 
     compiled = compile_module(module, bounds or {})

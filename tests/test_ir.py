@@ -464,8 +464,8 @@ def test_run_program_rejects_wrong_buffer_shape() -> None:
 
 def test_module_replace_and_with_function() -> None:
     module, _ = small_mlp_module()
-    other = module.replace(attrs={"bounds": {"n": 4}})
-    assert other.attrs == {"bounds": {"n": 4}}
+    other = module.replace(attrs={"source": "mlp.onnx"})
+    assert other.attrs == {"source": "mlp.onnx"}
     assert module.attrs == {}
     builder = FunctionBuilder("helper")
     x = builder.add_param("x", TensorStructInfo((2,), "float32"))

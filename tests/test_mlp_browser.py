@@ -18,7 +18,7 @@ import pytest
 
 from examples.make_mlp import make_mlp
 from relaxweb.browser import run_in_browser
-from relaxweb.bundle import build_bundle
+from relaxweb.compiler import build_bundle
 from relaxweb.errors import InputShapeError
 from tests.test_browser import pytestmark as browser_marks
 

@@ -137,7 +137,7 @@ def bundle_sessions():
 
 def compiled_session(exports: dict[str, Export], sessions: dict, name: str, folder: Path):
     """One build per model (no bounds: storages grow), one Python-runtime session on wgpu."""
-    from relaxweb.bundle import build_bundle
+    from relaxweb.compiler import build_bundle
     from relaxweb.runtime import Session
 
     if name not in sessions:

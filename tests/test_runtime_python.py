@@ -481,7 +481,7 @@ def test_compiled_bundle_requires_its_sizes_at_the_bounds(
     import onnx
 
     from examples.make_mlp import make_mlp
-    from relaxweb.bundle import build_bundle
+    from relaxweb.compiler import build_bundle
     from relaxweb.runtime import Session
 
     onnx.save(make_mlp(), str(tmp_path / "mlp.onnx"))

@@ -22,15 +22,15 @@ from onnx.external_data_helper import ExternalDataInfo
 
 from ..errors import RelaxwebError, UnsupportedModelError
 from ..ir.builder import FunctionBuilder
-from ..ir.expr import Constant, Expr, PrimValue, ShapeExpr, Var
+from ..ir.expr import Constant, Expr, If, MatchCast, PrimValue, ShapeExpr, Var
 from ..ir.module import IRModule
-from ..ir.struct_info import TensorStructInfo
-from ..ir.symbolic import PrimExpr, SizeVar
+from ..ir.struct_info import FuncStructInfo, PrimStructInfo, ShapeStructInfo, TensorStructInfo, TupleStructInfo
+from ..ir.symbolic import PrimExpr, SizeVar, free_vars
 from ..ops import call_op
-from ..ops.registry import DeductionError
 from .converters import CONVERTERS, ConversionContext
+from .converters.node import convert_node, format_unsupported, node_label
 from .converters.registry import tensor_to_array
-from .converters.shape_values import converter_inputs, fold_node, tensor_of
+from .converters.shape_values import tensor_of
 
 STANDARD_DOMAINS = ("", "ai.onnx")
 
@@ -109,10 +109,6 @@ def default_opset(model: onnx.ModelProto) -> int:
     return 1
 
 
-def node_label(node: onnx.NodeProto, index: int) -> str:
-    return node.name or f"#{index} (unnamed)"
-
-
 def find_unsupported(model: onnx.ModelProto) -> dict[str, list[str]]:
     """Unsupported op types (with their domain when not standard) -> node names, subgraphs
     (If branches) included."""
@@ -152,9 +148,6 @@ def op_coverage(model: onnx.ModelProto) -> list[tuple[str, int, bool]]:
 
 
 def _struct_info_vars(info, found: dict[str, None]) -> None:
-    from ..ir.struct_info import FuncStructInfo, PrimStructInfo, ShapeStructInfo, TupleStructInfo
-    from ..ir.symbolic import free_vars
-
     exprs: tuple = ()
     if isinstance(info, TensorStructInfo) and info.shape is not None:
         exprs = info.shape
@@ -178,8 +171,6 @@ def symbolic_vars(function) -> list[str]:
     """The distinct symbolic variables of a graph function, in order of first appearance:
     over the parameters' annotations, then every binding's (``match_cast`` included, and the
     bindings inside ``If`` branches), then the result's."""
-    from ..ir.expr import If, MatchCast
-
     found: dict[str, None] = {}
 
     def visit_seq(seq) -> None:
@@ -197,11 +188,6 @@ def symbolic_vars(function) -> list[str]:
         _struct_info_vars(param.struct_info, found)
     visit_seq(function.body)
     return list(found)
-
-
-def format_unsupported(unsupported: dict[str, list[str]]) -> str:
-    parts = [f"{op} (nodes: {', '.join(names)})" for op, names in sorted(unsupported.items())]
-    return f"the model uses {len(unsupported)} unsupported op type(s): " + "; ".join(parts)
 
 
 def symbolic_name(text: str) -> str:
@@ -267,39 +253,6 @@ def from_onnx(model: onnx.ModelProto, source: str = "model.onnx") -> IRModule:
         outputs.append(value)
     function = builder.finish(outputs, output_names)
     return IRModule({"main": function}, attrs={"source": source, "opset": context.opset})
-
-
-def convert_node(context: ConversionContext, node: onnx.NodeProto, index: int, values: dict[str, Expr], graph_outputs: set[str]) -> None:
-    inputs: list[Expr | None] = []
-    for name in node.input:
-        if not name:
-            inputs.append(None)
-        elif name in values:
-            inputs.append(values[name])
-        else:
-            raise RelaxwebError(f"{node.op_type} node '{node_label(node, index)}': input '{name}' is not defined before it")
-    context.scope = values  # the values in scope, for subgraphs' outer-scope references (If)
-    try:
-        folded = fold_node(context, node, inputs)
-        if folded is None:  # shape values become tensors, except where the converter takes them
-            inputs = converter_inputs(context, node, inputs)
-        result = folded if folded is not None else CONVERTERS[node.op_type](context, node, inputs)
-    except DeductionError as error:
-        outputs = ", ".join(repr(name) for name in node.output if name)
-        raise RelaxwebError(f"{node.op_type} node '{node_label(node, index)}' (binding {outputs}): {error}") from None
-    results = result if isinstance(result, list) else [result]
-    for name, value in zip(node.output, results):
-        if not name:
-            continue
-        if isinstance(value, (ShapeExpr, PrimValue)):  # compile-time shape values stay unbound
-            values[name] = value
-            continue
-        if isinstance(value, (Constant, Var)):
-            if name not in graph_outputs:
-                values[name] = value  # an alias: nothing to compute
-                continue
-            value = call_op("identity", value)
-        values[name] = context.builder.emit(value, name, output=name in graph_outputs)
 
 
 def import_onnx_file(path: str | Path) -> IRModule:

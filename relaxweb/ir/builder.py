@@ -13,6 +13,7 @@ from typing import Callable
 from .expr import (
     BindingBlock, DataflowBlock, DataflowVar, Expr, Function, If, MatchCast, SeqExpr, Tuple, Var, VarBinding,
 )
+from .op_registry import DeductionError, call_op
 from .struct_info import StructInfo
 
 
@@ -59,8 +60,6 @@ class FunctionBuilder:
 
     def emit_op(self, op: str, *args: Expr, name_hint: str = "lv", output: bool = False, **attrs) -> Var:
         """Build and bind a call of a registered op; a deduction error names the binding."""
-        from ..ops.registry import DeductionError, call_op
-
         try:
             call = call_op(op, *args, **attrs)
         except DeductionError as error:

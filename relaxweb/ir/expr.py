@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from .struct_info import (
-    ObjectStructInfo, PrimStructInfo, ShapeStructInfo, StructInfo, TensorStructInfo, TupleStructInfo,
+    ObjectStructInfo, PrimStructInfo, ShapeStructInfo, StructInfo, TensorStructInfo, TupleStructInfo, join,
 )
 from .symbolic import PrimExpr, SizeVar, as_expr
 
@@ -227,8 +227,6 @@ class If(Expr):
     struct_info: StructInfo = field(init=False)
 
     def __post_init__(self) -> None:
-        from .struct_info import join
-
         object.__setattr__(
             self, "struct_info", join(self.true_branch.body.struct_info, self.false_branch.body.struct_info)
         )

@@ -22,8 +22,9 @@ import numpy as np
 
 from ..errors import InputShapeError
 from .expr import Constant
+from .interpreter import run_kernel
 from .struct_info import DTYPE_SIZES
-from .symbolic import PrimExpr, evaluate, format_expr, free_vars
+from .symbolic import PrimExpr, as_expr, evaluate, format_expr, free_vars
 
 
 @dataclass(frozen=True)
@@ -220,8 +221,6 @@ def _format_steps(function: HostFunction, steps, indent: str, lines: list[str]) 
 
 
 def _expr(value) -> PrimExpr:
-    from .symbolic import as_expr
-
     return as_expr(value)
 
 
@@ -315,8 +314,6 @@ class _HostRun:
             raise InputShapeError(fill_message(step.message, value, expected))
 
     def dispatch(self, step: HostDispatch) -> None:
-        from .interpreter import run_kernel
-
         kernel = self.programs[step.program]
         kernel_vars = {name: self.value(value) for name, value in step.size_var_values}
         buffers = []

@@ -18,7 +18,9 @@ from .expr import (
     AllocStorage, AllocTensor, Call, CallTIR, CallTIRInto, Constant, Expr, Function, If, MatchCast,
     PrimValue, SeqExpr, ShapeExpr, TensorToPrim, Tuple, TupleGetItem, Var,
 )
+from .library_kernel import LibraryKernel
 from .module import IRModule
+from .op_registry import get_op
 from .struct_info import PrimStructInfo, TensorStructInfo
 from .symbolic import PrimExpr, SizeVar, evaluate, format_expr, free_vars
 from .tir import (
@@ -34,8 +36,6 @@ def run_module(module: IRModule, inputs: Mapping[str, np.ndarray], function: str
 
 def run_kernel(kernel, arrays: list[np.ndarray], size_vars: Mapping[str, int]) -> np.ndarray:
     """Run a tensor program (compute definition) or a library kernel (its numpy reference)."""
-    from ..library import LibraryKernel
-
     if isinstance(kernel, LibraryKernel):
         return kernel.reference(arrays)
     return run_program(kernel, arrays, size_vars)
@@ -87,8 +87,6 @@ class Interpreter:
             taken = expr.true_branch if int(np.asarray(condition).reshape(-1)[0]) != 0 else expr.false_branch
             return self.run_seq(taken, values, size_vars)
         if isinstance(expr, Call):
-            from ..ops import get_op
-
             arrays = [self.evaluate(a, values, size_vars) for a in expr.args]
             return get_op(expr.op).reference(arrays, expr.attrs)
         if isinstance(expr, CallTIR):

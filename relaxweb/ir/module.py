@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .expr import Function
+from .expr import CallTIR, Function, iter_bindings
+from .printer import format_module
 from .tir import TensorProgram
 
 
@@ -20,7 +21,8 @@ class IRModule:
     functions: dict[str, Function]
     programs: dict[str, TensorProgram] = field(default_factory=dict)
     attrs: dict[str, Any] = field(default_factory=dict)
-    """Module-wide facts: ``bounds`` (symbolic var -> upper bound), ``source``, …"""
+    """Module-wide facts about the model: ``source`` (its file name), ``opset``.  The user's
+    compile settings (bounds, opt level) are not here: see ``relaxweb.passes.PassContext``."""
 
     @property
     def main(self) -> Function:
@@ -33,16 +35,12 @@ class IRModule:
         return self.replace(functions={**self.functions, function.name: function})
 
     def __str__(self) -> str:
-        from .printer import format_module
-
         return format_module(self)
 
 
 def drop_uncalled_programs(module: IRModule) -> IRModule:
     """The module without the tensor programs no graph function calls any more (a pass that
     rewrites call sites leaves them behind); library kernels always stay."""
-    from .expr import CallTIR, iter_bindings
-
     called = {
         binding.value.program
         for function in module.functions.values() if isinstance(function, Function)

@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from .expr import (
     AllocStorage, AllocTensor, Call, CallLibrary, CallTIR, CallTIRInto, Constant, DataflowBlock,
     Expr, Function, If, MatchCast, PrimValue, SeqExpr, ShapeExpr, TensorToPrim, Tuple, TupleGetItem, Var,
 )
 from .symbolic import format_expr
 from .tir import format_program
-
-if TYPE_CHECKING:
-    from .module import IRModule
 
 
 def format_value(expr: Expr) -> str:
@@ -95,7 +90,10 @@ def _format_seq(seq: SeqExpr, indent: str, lines: list[str]) -> None:
     lines.append(f"{indent}yield {format_value(seq.body)}")
 
 
-def format_module(module: IRModule) -> str:
+def format_module(module) -> str:
+    """An :class:`~relaxweb.ir.module.IRModule` as text: its programs, then its functions.
+    (``module.py`` imports this printer for ``IRModule.__str__``, so the type is not imported
+    here.)"""
     parts = [format_program(p) for p in module.programs.values()]
     parts += [format_function(f) for f in module.functions.values()]
     return "\n\n".join(parts) + "\n"

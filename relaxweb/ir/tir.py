@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from typing import Callable, Mapping
 
+from .schedule import ElementSchedule, Schedule
 from .symbolic import PrimExpr, SizeVar, as_expr, format_expr, free_vars, substitute
 
 
@@ -258,33 +259,23 @@ def index_exprs(expr: ScalarExpr) -> list[PrimExpr]:
     return found
 
 
-# How code generation maps a program onto invocations (``relaxweb/wgsl/emit.py``), chosen by
-# the schedule_programs pass from the program's pattern:
-#   element               one invocation per output element (any program)
-#   vectorized            one invocation per four consecutive output elements, vec4 loads
-#                         and arithmetic (float elementwise / broadcast programs)
-#   workgroup_reduction   one workgroup per output element; its reductions are split across
-#                         the workgroup and combined by a tree in workgroup memory
-#   tiled_matmul          one workgroup per tile of the output; the reduction's two factors
-#                         are staged through workgroup memory, each invocation keeps a block of
-#                         accumulators in registers, the epilogue is applied on the way out
-SCHEDULES = ("element", "vectorized", "workgroup_reduction", "tiled_matmul")
-
-
 @dataclass(frozen=True)
 class TensorProgram:
-    """``output[axes] = body``: one output tensor computed from ``inputs``."""
+    """``output[axes] = body``: one output tensor computed from ``inputs``.
+
+    ``schedule`` says how code generation lays it out on invocations (``schedule.py``; the
+    schedule_programs pass picks it from the program's pattern)."""
 
     name: str
     inputs: tuple[Buffer, ...]
     output: Buffer
     axes: tuple[SizeVar, ...]
     body: ScalarExpr
-    schedule: str = "element"
+    schedule: Schedule = ElementSchedule()
 
     def __post_init__(self) -> None:
-        if self.schedule not in SCHEDULES:
-            raise ValueError(f"unknown schedule {self.schedule!r}; expected one of {', '.join(SCHEDULES)}")
+        if not isinstance(self.schedule, Schedule):
+            raise TypeError(f"{self.name}: schedule must be a Schedule (relaxweb/ir/schedule.py), got {self.schedule!r}")
 
     @property
     def size_vars(self) -> list[SizeVar]:
@@ -340,7 +331,7 @@ def format_program(program: TensorProgram) -> str:
 
     params = ", ".join(buffer_text(b) for b in (*program.inputs, program.output))
     axes = ", ".join(a.name for a in program.axes)
-    decorator = "@tensor_program" if program.schedule == "element" else f"@tensor_program(schedule={program.schedule!r})"
+    decorator = "@tensor_program" if program.schedule == ElementSchedule() else f"@tensor_program(schedule={program.schedule})"
     return (
         f"{decorator}\ndef {program.name}({params}):\n"
         f"    {program.output.name}[{axes}] = {format_scalar(program.body)}"

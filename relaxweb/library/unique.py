@@ -1,7 +1,7 @@
 """unique: the sorted distinct values of a 1-D tensor (numpy.unique), on the GPU.
 
-Its output length is data-dependent, so it is legalized into two library kernels and a
-read-back:
+Its output length is data-dependent, so it is legalized (``relaxweb/ops/reduction.py``)
+into the two library kernels of this file and a read-back:
 
     count = call_library(unique_count, (x,))      # Tensor((1,), int32): how many distinct
     values = call_library(unique_values, (x,))    # Tensor((n,), dtype): sorted distinct first
@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ir.library_kernel import LibraryKernel, buffer_size_vars
 from ..ir.symbolic import PrimExpr, format_expr
 from ..ir.tir import Buffer
-from .kernel import LibraryKernel, buffer_size_vars, params_struct
+from .params import params_struct
 
 WGSL_TYPES = {"float32": "f32", "int32": "i32"}
 
@@ -99,25 +100,3 @@ def unique_values_kernel(name: str, length: PrimExpr, dtype: str) -> LibraryKern
         return out
 
     return LibraryKernel(name, inputs, output, length, source, reference, "sorted distinct values, padded")
-
-
-def legalize_unique(context, call):
-    """unique(x) -> two library kernels, a read-back of the count, and a prefix copy."""
-    from ..ir.expr import TensorToPrim, tensor_dtype, tensor_shape
-    from ..ir.struct_info import PrimStructInfo
-    from ..ir.symbolic import SizeVar
-    from ..ir.tir import Load
-    from ..ops.common import make_program
-
-    data = call.args[0]
-    (length,) = tensor_shape(data)
-    dtype = tensor_dtype(data)
-    count = context.emit(context.call_library(unique_count_kernel("unique_count", length, dtype), (data,)), "unique_count")
-    values = context.emit(context.call_library(unique_values_kernel("unique_values", length, dtype), (data,)), "unique_values")
-    read = context.emit(TensorToPrim(count), "unique_count_value")
-    distinct = SizeVar(context.fresh_name("unique_k"))
-    context.emit_match_cast(read, PrimStructInfo("int64", distinct), "unique_k")
-    program = make_program(
-        "take_prefix", [values], (distinct,), dtype, lambda axes, buffers: Load(buffers[0], (axes[0],))
-    )
-    return context.call_tir(program, (values,))

@@ -12,10 +12,10 @@ from typing import Callable, Sequence
 
 from ..errors import UnsupportedModelError
 from ..ir.expr import Call, Expr, Tuple, tensor_dtype, tensor_shape
+from ..ir.op_registry import DeductionError
 from ..ir.struct_info import StructInfo, TensorStructInfo, TupleStructInfo
 from ..ir.symbolic import IntImm, PrimExpr, SizeVar, as_int, format_expr, prove_equal
 from ..ir.tir import Buffer, Load, ScalarExpr, TensorProgram
-from .registry import DeductionError
 
 
 class UnknownShapeError(DeductionError, UnsupportedModelError):

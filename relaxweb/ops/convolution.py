@@ -38,14 +38,15 @@ import itertools
 
 import numpy as np
 
+from ..errors import UnsupportedModelError
 from ..ir.expr import Call, tensor_shape
+from ..ir.op_registry import DeductionError, register_op
 from ..ir.struct_info import TensorStructInfo
 from ..ir.symbolic import (
     IntImm, PrimExpr, SizeVar, as_expr, as_int, expr_max, expr_min, format_expr, prove_equal, prove_less_equal, simplify,
 )
 from ..ir.tir import UNARY_OPS, Binary, Cast, Compare, FloatImm, IndexValue, Load, Reduce, Select, Unary
 from .common import make_program, needs_known_shapes, require_float, require_tensor, same_dtype
-from .registry import DeductionError, register_op
 
 # The lowest finite float32: what a max pool window holds where it reads no input.
 LOWEST_FLOAT32 = float(np.finfo(np.float32).min)
@@ -543,7 +544,6 @@ def _legalize_lp_pool_if_lowerable(context, call: Call):
     p = float(call.attrs.get("p", 2))
     if p == 1 or (p == 2 and "sqrt" in UNARY_OPS):
         return legalize_lp_pool(context, call)
-    from ..errors import UnsupportedModelError
 
     raise UnsupportedModelError(f"lp_pool: no GPU lowering for p={p:g} (only p=1{', 2' if 'sqrt' in UNARY_OPS else ''})")
 

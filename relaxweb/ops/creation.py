@@ -21,14 +21,17 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import UnsupportedModelError
 from ..ir.expr import Call
+from ..ir.op_registry import DeductionError, register_op
 from ..ir.struct_info import PrimStructInfo, ShapeStructInfo, StructInfo, TensorStructInfo
 from ..ir.symbolic import IntImm, PrimExpr, as_int, expr_max, prove_less_equal, simplify
-from ..ir.tir import CAST_DTYPES, Cast, Compare, FloatImm, IndexValue, ScalarExpr, Select
-from ..errors import UnsupportedModelError
+from ..ir.tir import (
+    Binary, CAST_DTYPES, Cast, Compare, FloatImm, IndexValue, Load, ScalarExpr, Select, Unary, scalar_dtype,
+)
 from .common import UnknownShapeError, expect_args, make_program, needs_known_shapes
 from .manipulation import int_list, shape_operand
-from .registry import DeductionError, register_op
+from .readback import element, read_back_dims
 
 
 def index_value_as(value: PrimExpr, dtype: str) -> ScalarExpr:
@@ -68,9 +71,7 @@ def full_reference(arrays, attrs):
 
 
 def legalize_full_run_time(context, call: Call):
-    """A run-time shape tensor: each extent is read back (``relaxweb/library/readback.py``)."""
-    from ..library.readback import element, read_back_dims
-
+    """A run-time shape tensor: each extent is read back (``relaxweb/ops/readback.py``)."""
     (shape_tensor,) = call.args
     shape = shape_tensor.struct_info.shape
     length = as_int(shape[0]) if shape is not None and len(shape) == 1 else None
@@ -151,9 +152,6 @@ def arange_reference(arrays, attrs):
 def legalize_arange_run_time(context, call: Call):
     """Run-time scalar operands: the length ``max(ceil((limit - start) / delta), 0)`` is
     computed on the GPU (in float32) and read back, then ``start + i * delta``."""
-    from ..ir.tir import Binary, Load, Unary
-    from ..library.readback import read_back_dims
-
     dtype = call.struct_info.dtype
     tensors = [arg for arg in call.args if isinstance(arg.struct_info, TensorStructInfo)]
     for arg in tensors:
@@ -173,8 +171,6 @@ def legalize_arange_run_time(context, call: Call):
         return found
 
     def as_dtype(value: ScalarExpr, target: str) -> ScalarExpr:
-        from ..ir.tir import scalar_dtype
-
         return value if scalar_dtype(value) == target else Cast(target, value)
 
     def length(buffers):
@@ -230,8 +226,6 @@ def legalize_shape_to_tensor(context, call: Call):
     else:
         values = list(source.values)
     if any(v is None for v in values):
-        from .common import UnknownShapeError
-
         raise UnknownShapeError("shape_to_tensor: the value is not known symbolically")
 
     def body(axes, buffers):

@@ -43,6 +43,7 @@ import numpy as np
 
 from ..errors import UnsupportedModelError
 from ..ir.expr import Call, Constant, tensor_dtype
+from ..ir.op_registry import DeductionError, register_op
 from ..ir.struct_info import TensorStructInfo
 from ..ir.symbolic import IntImm, SizeVar
 from ..ir.tir import MATH_FUNCTIONS, Binary, Cast, Compare, FloatImm, IndexValue, Reduce, ScalarExpr, Select, Unary
@@ -50,7 +51,6 @@ from .common import (
     broadcast_shapes, expect_args, load_broadcast, make_program, needs_known_shapes, require_float,
     require_tensor, same_dtype, unknown_rank_join,
 )
-from .registry import DeductionError, register_op
 
 
 def _is_integer(dtype) -> bool:

@@ -39,14 +39,15 @@ from fractions import Fraction
 import numpy as np
 
 from ..errors import UnsupportedModelError
-from ..ir.expr import Call, tensor_shape
+from ..ir.expr import Call, ShapeExpr, tensor_shape
+from ..ir.op_registry import DeductionError, register_op
 from ..ir.struct_info import ShapeStructInfo, TensorStructInfo
 from ..ir.symbolic import (
     IntImm, PrimExpr, as_expr, as_int, expr_max, expr_min, prove_equal, prove_nonnegative, simplify,
 )
 from ..ir.tir import Binary, Cast, FloatImm, IndexValue, Load
 from .common import make_program, needs_known_shapes, require_tensor
-from .registry import DeductionError, register_op
+from .readback import element, read_back_dims
 
 MODES = ("nearest", "linear", "cubic")
 COORDINATE_MODES = (
@@ -512,12 +513,9 @@ def legalize_resize(context, call: Call):
 
 def legalize_resize_run_time_sizes(context, call: Call):
     """``sizes`` given as a run-time tensor (``stretch`` policy): the sizes are read back
-    (``relaxweb/library/readback.py``: a fresh size variable per resized axis), then the
+    (``relaxweb/ops/readback.py``: a fresh size variable per resized axis), then the
     resize lowers as with a symbolic output shape.  Run-time ``scales`` have no lowering: the
     coordinate mapping keeps each scale as an exact compile-time fraction."""
-    from ..ir.expr import ShapeExpr
-    from ..library.readback import element, read_back_dims
-
     attrs = call.attrs
     data = call.args[0]
     if data.struct_info.shape is None:

@@ -29,12 +29,14 @@ import numpy as np
 from typing import Callable
 
 from ..errors import UnsupportedModelError
-from ..ir.expr import Call, tensor_shape
-from ..ir.struct_info import TensorStructInfo
+from ..ir.expr import Call, TensorToPrim, tensor_shape
+from ..ir.op_registry import DeductionError, register_op
+from ..ir.struct_info import PrimStructInfo, TensorStructInfo
 from ..ir.symbolic import IntImm, PrimExpr, SizeVar, as_int, format_expr, product, prove_equal, simplify
 from ..ir.tir import Binary, Buffer, Cast, Compare, FloatImm, Gather, IndexValue, Load, Reduce, ScalarExpr, Select
-from .common import expect_args, make_program, needs_known_shapes, normalize_axis, require_tensor
-from .registry import DeductionError, register_op
+from .common import UnknownShapeError, expect_args, make_program, needs_known_shapes, normalize_axis, require_tensor
+from .manipulation import reshape_program
+from .readback import both, const
 
 REDUCTIONS = ("none", "add", "mul", "max", "min")
 
@@ -316,8 +318,6 @@ def legalize_scatter_nd(context, call: Call):
     """The indices are viewed as ``(count, depth)`` and the updates as ``(count, rest...)``
     (reshape copies), then one program: each output element scans the ``count`` index tuples
     for those equal to its leading ``depth`` coordinates.  O(count * depth) per element."""
-    from .manipulation import reshape_program
-
     data, indices, updates = call.args
     info = call.struct_info
     reduction = call.attrs.get("reduction", "none")
@@ -376,11 +376,6 @@ def legalize_nonzero(context, call: Call):
     bound to a fresh size variable), each element's rank among the non-zero ones (the count
     before it in row-major order), then ``out[c, j]`` = coordinate c of the non-zero element
     whose rank is j (int64)."""
-    from ..ir.expr import TensorToPrim
-    from ..ir.struct_info import PrimStructInfo
-    from ..library.readback import both, const
-    from .common import make_program
-
     data = call.args[0]
     shape = tensor_shape(data)
     ndim = len(shape)
@@ -432,8 +427,6 @@ def legalize_nonzero(context, call: Call):
 def _legalize_nonzero_checked(context, call: Call):
     info = call.args[0].struct_info
     if isinstance(info, TensorStructInfo) and info.shape is None:
-        from .common import UnknownShapeError
-
         raise UnknownShapeError(f"nonzero: argument 0 has an unknown shape ({info}); legalization needs a known "
                                 "shape: add a match_cast that gives its dims names")
     return legalize_nonzero(context, call)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir.expr import Call
+from ..ir.op_registry import DeductionError, register_op
 from ..ir.struct_info import TensorStructInfo
 from ..ir.symbolic import IntImm, SizeVar, as_int, format_expr, prove_equal
 from ..ir.tir import Binary, Load, Reduce
@@ -21,7 +22,6 @@ from .common import (
     broadcast_indices, broadcast_shapes, expect_args, make_program, needs_known_shapes, require_tensor,
     same_dtype, unknown_rank_join,
 )
-from .registry import DeductionError, register_op
 
 
 def deduce_matmul(args, attrs) -> TensorStructInfo:

@@ -20,11 +20,11 @@ import numpy as np
 
 from ..errors import UnsupportedModelError
 from ..ir.expr import Call, tensor_dtype
+from ..ir.op_registry import DeductionError, register_op
 from ..ir.struct_info import TensorStructInfo
 from ..ir.tir import CAST_DTYPES, Cast, Compare, FloatImm, Select, Unary
 from .common import expect_args, load_broadcast, make_program, needs_known_shapes, require_float, require_tensor, same_dtype
 from .elementwise import broadcast_info
-from .registry import DeductionError, register_op
 
 DTYPES = (
     "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",

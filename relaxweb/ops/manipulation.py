@@ -12,7 +12,7 @@ Shape operands (a reshape target, the repeats of a tile, pads...) are shape valu
 the separate ``dynamic_reshape`` / ``dynamic_slice``): the result's shape is then
 data-dependent (only its rank is deduced) and the numpy reference runs it.  ``dynamic_reshape``,
 ``dynamic_slice`` and ``squeeze`` / ``expand_dims`` with run-time axes legalize by computing
-each result extent on the GPU and reading it back (``relaxweb/library/readback.py``: a fresh
+each result extent on the GPU and reading it back (``relaxweb/ops/readback.py``: a fresh
 size variable per dim, one host stage each), then a copy; the others stop with an
 ``UnknownShapeError``.  Ops after a data-dependent result still see an unknown shape (only
 its rank) and need a ``match_cast`` to legalize.
@@ -57,17 +57,18 @@ import numpy as np
 
 from ..errors import UnsupportedModelError
 from ..ir.expr import Call, Constant, Expr, ShapeExpr, Tuple, tensor_dtype, tensor_shape
+from ..ir.op_registry import DeductionError, call_op, register_op
 from ..ir.struct_info import PrimStructInfo, ShapeStructInfo, TensorStructInfo, TupleStructInfo
 from ..ir.symbolic import (
     IntImm, PrimExpr, as_expr, as_int, expr_max, expr_min, format_expr, product, prove_equal,
     prove_less_equal, simplify,
 )
-from ..ir.tir import Binary, Cast, Compare, FloatImm, IndexValue, Load, Select, Unary
+from ..ir.tir import Binary, Cast, Compare, FloatImm, Gather, IndexValue, Load, Select, Unary
 from .common import (
-    UnknownShapeError, expect_args, make_program, needs_known_shapes, normalize_axes, normalize_axis, require_tensor,
-    same_dtype,
+    UnknownShapeError, broadcast_shapes, expect_args, load_broadcast, make_program, needs_known_shapes,
+    normalize_axes, normalize_axis, require_tensor, same_dtype,
 )
-from .registry import DeductionError, call_op, register_op
+from .readback import both, const, count_true, element, index, int32, read_back_dims, wrap_negative
 
 
 class ReshapeInferenceError(DeductionError):
@@ -212,9 +213,7 @@ def deduce_dynamic_reshape(args, attrs) -> TensorStructInfo:
 def legalize_dynamic_reshape(context, call: Call):
     """Each target extent (the entry; the input's dim for a 0 with ``copy_zeros``; the element
     count over the others' product for -1) is computed on the GPU and read back (one read per
-    dim, ``relaxweb/library/readback.py``), then a reshape copy."""
-    from ..library.readback import const, element, index, int32, read_back_dims
-
+    dim, ``relaxweb/ops/readback.py``), then a reshape copy."""
     data, target = call.args
     shape = tensor_shape(data)
     length = as_int(tensor_shape(target)[0]) if len(tensor_shape(target)) == 1 else None
@@ -401,10 +400,10 @@ def _split_extents(data: TensorStructInfo, attrs, axis: int) -> list[PrimExpr] |
         return None
     dim = data.shape[axis]
     bounds: list[PrimExpr] = [IntImm(0)]
-    for index in indices:
+    for point in indices:
         if as_int(dim) is not None:
-            index = min(index, as_int(dim))  # numpy: split points past the end give empty parts
-        bounds.append(IntImm(index))
+            point = min(point, as_int(dim))  # numpy: split points past the end give empty parts
+        bounds.append(IntImm(point))
     last = bounds[-1]
     if as_int(dim - last) is not None and as_int(dim - last) < 0:
         raise DeductionError(f"split: split point {format_expr(last)} is past dimension {axis} ({format_expr(dim)})")
@@ -475,9 +474,6 @@ def split_reference(arrays, attrs):
 def legalize_split_run_time(context, call: Call):
     """Run-time part sizes: each part's extent along the axis is read back, and each part
     copies from the sum of the sizes before it (computed in the kernel)."""
-    from ..ir.tir import Gather
-    from ..library.readback import element, read_back_dims
-
     data, sizes = call.args
     shape = tensor_shape(data)
     axis = normalize_axis("split", call.attrs.get("axis", 0), len(shape))
@@ -709,8 +705,6 @@ def _dynamic_slice_plan(buffers, ndim: int, count: int, dim: int, extent_of_dim)
     """(begin, step, extent) of data dim ``dim`` as int32 scalars, from the run-time starts,
     ends, axes and steps (buffers 1 to 4): Python's slice rules (ONNX's) for the entry whose
     axis is ``dim``, the whole dim where none is."""
-    from ..library.readback import const, element, index, int32, wrap_negative
-
     _, starts, ends, axes, steps = buffers
     size = index(extent_of_dim)
 
@@ -745,9 +739,6 @@ def legalize_dynamic_slice(context, call: Call):
     """Each output extent is computed on the GPU from the run-time operands and read back
     (one read per dim), then a copy whose source positions ``begin + i * step`` are computed
     from the operands in the kernel (an indirect load, clamped)."""
-    from ..library.readback import read_back_dims
-    from ..ir.tir import Gather
-
     data = call.args[0]
     shape = tensor_shape(data)
     ndim = len(shape)
@@ -790,14 +781,11 @@ def deduce_broadcast_to(args, attrs) -> TensorStructInfo:
     if target.values is None or data.shape is None:
         known = data.ndim != -1 and target.ndim != -1
         return TensorStructInfo(None, data.dtype, max(data.ndim, target.ndim) if known else -1)
-    from .common import broadcast_shapes
 
     return TensorStructInfo(broadcast_shapes("broadcast_to", [data.shape, target.values]), data.dtype)
 
 
 def legalize_broadcast_to(context, call: Call):
-    from .common import load_broadcast
-
     info = call.struct_info
     data = call.args[0]
     program = make_program("broadcast_to", [data], info.shape, info.dtype,
@@ -824,9 +812,6 @@ def _operand_length(call: Call, position: int) -> int | None:
 def legalize_broadcast_to_run_time(context, call: Call):
     """A run-time target shape: each result extent (the target's entry where the data's dim is
     1, else the data's dim) is computed on the GPU and read back, then the broadcast copy."""
-    from .common import load_broadcast
-    from ..library.readback import element, index, read_back_dims
-
     data = call.args[0]
     shape = tensor_shape(data)
     length = _operand_length(call, 1)
@@ -894,8 +879,6 @@ def legalize_tile(context, call: Call):
 def legalize_tile_run_time(context, call: Call):
     """Run-time repeats: each result extent (dim * repeats) is computed on the GPU and read
     back, then the tiling copy."""
-    from ..library.readback import element, index, read_back_dims
-
     data = call.args[0]
     shape = tensor_shape(data)
     length = _operand_length(call, 1)
@@ -1057,9 +1040,6 @@ def legalize_pad_run_time(context, call: Call):
     extent ``dim + begin + end`` is read back, and each padded axis reads ``i - begin``
     (computed in the kernel from the pads): the fill outside the input (constant), or the
     position clamped into the cropped range (edge)."""
-    from ..ir.tir import Gather
-    from ..library.readback import const, element, index, read_back_dims
-
     data, pads, value = call.args[0], call.args[1], call.args[2]
     mode = call.attrs.get("mode", "constant")
     if mode not in ("constant", "edge"):
@@ -1206,9 +1186,7 @@ def _axes_count(call: Call) -> int:
 def legalize_squeeze(context, call: Call):
     """Constant axes (or none, over constant dims): a reshape.  Run-time axes: each output
     extent (the j-th input dim not named by an axis) is computed on the GPU and read back
-    (``relaxweb/library/readback.py``), then a reshape copy."""
-    from ..library.readback import both, count_true, element, index, read_back_dims, wrap_negative
-
+    (``relaxweb/ops/readback.py``), then a reshape copy."""
     data = call.args[0]
     shape = tensor_shape(data)
     ndim = len(shape)
@@ -1245,8 +1223,6 @@ def legalize_squeeze(context, call: Call):
 def legalize_expand_dims(context, call: Call):
     """Constant axes: a reshape.  Run-time axes: each output extent (1 at an axis, else the
     next input dim) is computed on the GPU and read back, then a reshape copy."""
-    from ..library.readback import count_true, element, index, read_back_dims, wrap_negative
-
     data, axes = call.args
     shape = tensor_shape(data)
     count = _axes_count(call)

@@ -22,13 +22,13 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir.expr import Call, Expr
+from ..ir.op_registry import DeductionError, register_op
 from ..ir.struct_info import TensorStructInfo
 from ..ir.symbolic import IntImm, PrimExpr, SizeVar, simplify
 from ..ir.tir import UNARY_OPS, Binary, Compare, FloatImm, IndexValue, Load, Reduce, Select, Unary
 from .common import (
     expect_args, make_program, needs_known_shapes, normalize_axes, require_float, require_tensor,
 )
-from .registry import DeductionError, register_op
 
 
 def _axes(op: str, attrs, ndim: int) -> list[int]:

@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import UnsupportedModelError
 from ..ir.expr import Call, tensor_shape
+from ..ir.op_registry import DeductionError, register_op
 from ..ir.struct_info import TensorStructInfo
 from ..ir.symbolic import IntImm, SizeVar, format_expr, product, prove_equal, simplify
 from ..ir.tir import UNARY_OPS, Binary, Cast, Compare, FloatImm, IndexValue, Load, Reduce, Select, Unary
@@ -36,7 +38,6 @@ from .common import (
     broadcast_indices, broadcast_shapes, make_program, needs_known_shapes, normalize_axis, require_float,
     require_tensor, same_dtype,
 )
-from .registry import DeductionError, register_op
 
 HAS_SQRT = "sqrt" in UNARY_OPS
 
@@ -392,8 +393,6 @@ def legalize_lp_norm(context, call: Call):
 
 def _legalize_lp_norm_if_lowerable(context, call: Call):
     if int(call.attrs.get("p", 2)) == 2 and not HAS_SQRT:
-        from ..errors import UnsupportedModelError
-
         raise UnsupportedModelError("lp_norm: no GPU lowering for p=2 (the tensor-program IR has no sqrt)")
     return legalize_lp_norm(context, call)
 

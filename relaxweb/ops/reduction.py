@@ -37,7 +37,7 @@ Values known only at run time: the reductions also take the axes as a second (in
 tensor) argument (``noop_with_empty_axes`` then says what an empty one means), ``topk`` its
 ``k`` and ``cumsum`` its axis.  The result's shape is then unknown (the rank usually is
 not: the length of the axes tensor, or keepdims, gives it).  Legalization computes the
-result's extents on the GPU and reads them back (``relaxweb/library/readback.py``; a fresh
+result's extents on the GPU and reads them back (``relaxweb/ops/readback.py``; a fresh
 size variable per dim), then reduces with the reduced dims chosen in the kernel from the axes
 (O(input size) per output element); ``topk`` reads its ``k`` back; ``cumsum``'s shape does not
 depend on its axis, which is chosen in the kernel.
@@ -48,14 +48,18 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import UnsupportedModelError
-from ..ir.expr import Call, tensor_shape
-from ..ir.struct_info import TensorStructInfo, TupleStructInfo
+from ..ir.expr import Call, TensorToPrim, Tuple, tensor_dtype, tensor_shape
+from ..ir.op_registry import DeductionError, call_op, register_op
+from ..ir.struct_info import PrimStructInfo, TensorStructInfo, TupleStructInfo
 from ..ir.symbolic import IntImm, SizeVar, as_int, product, prove_less_equal, format_expr
-from ..ir.tir import Binary, Cast, Compare, FloatImm, IndexValue, Load, Reduce, ScalarExpr, Select, Unary, scalar_dtype
+from ..ir.tir import (
+    Binary, Cast, Compare, FloatImm, Gather, IndexValue, Load, Reduce, ScalarExpr, Select, Unary, scalar_dtype,
+)
+from ..library import unique_count_kernel, unique_values_kernel
 from .common import (
     UnknownShapeError, expect_args, make_program, needs_known_shapes, normalize_axis, normalize_axes, require_float, require_tensor,
 )
-from .registry import DeductionError, register_op
+from .readback import both, const, count_true, element as axis_entry, index, int32, read_back_dims, wrap_negative
 
 
 def _lowest(dtype: np.dtype):
@@ -345,14 +349,10 @@ def _legalize_run_time_axes(name: str):
     """Axes given as a run-time 1-D tensor (of known length): whether each dim is reduced is
     a scalar computed in the kernels from the axes.  The result's extents (1 or the dim with
     keepdims; the kept dims otherwise) are computed on the GPU and read back
-    (``relaxweb/library/readback.py``), then each output element reduces every input element
+    (``relaxweb/ops/readback.py``), then each output element reduces every input element
     whose kept coordinates match it (O(input size) per output element: meant for the small
     tensors such models compute axes for).  An empty axes tensor is decided at compile time."""
     def legalize(context, call: Call):
-        from ..library.readback import both, count_true, index, read_back_dims, wrap_negative
-        from ..library.readback import element as axis_entry
-        from .registry import call_op
-
         data, axes_tensor = call.args
         for position, arg in enumerate(call.args):
             if arg.struct_info.shape is None:
@@ -634,8 +634,6 @@ def legalize_cumsum_run_time_axis(context, call: Call):
     """The axis as a run-time tensor: each element sums every element that shares its other
     coordinates and comes before it (or at it) along the axis, which is chosen in the kernel
     from the axis value (O(size) per element; the shape does not depend on it)."""
-    from ..library.readback import both, const, index, int32, wrap_negative
-
     data, axis_tensor = call.args
     info = call.struct_info
     shape = tensor_shape(data)
@@ -722,9 +720,6 @@ def legalize_topk(context, call: Call):
     """Three programs: each element's rank along the axis (how many elements come before it:
     larger, or equal at a lower index; smaller for ``largest=False``), O(n) per element; the
     indices (the position whose rank is j, for j < k, as int64); the values (a gather)."""
-    from ..ir.expr import Tuple
-    from ..ir.tir import Gather
-
     data = call.args[0]
     info = data.struct_info
     if info.shape is None:
@@ -736,8 +731,6 @@ def legalize_topk(context, call: Call):
     dtype = info.dtype
     extent = shape[axis]
     if len(call.args) == 2:  # k known at run time: read it back (one host stage)
-        from ..library.readback import read_back_dims
-
         (k,) = read_back_dims(context, (call.args[1],), [lambda buffers: _first_element(buffers[0])], "topk_k")
     else:
         k = IntImm(int(call.attrs["k"]))
@@ -800,10 +793,20 @@ def deduce_unique(args, attrs) -> TensorStructInfo:
 
 
 def legalize_unique(context, call: Call):
-    """Two library kernels, a read-back of the count and a prefix copy (relaxweb/library/unique.py)."""
-    from ..library.unique import legalize_unique as lower_with_library
-
-    return lower_with_library(context, call)
+    """Two library kernels (``relaxweb/library/unique.py``), a read-back of the count, and a
+    prefix copy."""
+    data = call.args[0]
+    (length,) = tensor_shape(data)
+    dtype = tensor_dtype(data)
+    count = context.emit(context.call_library(unique_count_kernel("unique_count", length, dtype), (data,)), "unique_count")
+    values = context.emit(context.call_library(unique_values_kernel("unique_values", length, dtype), (data,)), "unique_values")
+    read = context.emit(TensorToPrim(count), "unique_count_value")
+    distinct = SizeVar(context.fresh_name("unique_k"))
+    context.emit_match_cast(read, PrimStructInfo("int64", distinct), "unique_k")
+    program = make_program(
+        "take_prefix", [values], (distinct,), dtype, lambda axes, buffers: Load(buffers[0], (axes[0],))
+    )
+    return context.call_tir(program, (values,))
 
 
 register_op(

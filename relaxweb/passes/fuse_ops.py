@@ -39,6 +39,7 @@ from ..ir.pattern import MATMUL, program_pattern
 from ..ir.symbolic import Analyzer, product
 from ..ir.tir import Gather, TensorProgram, contains_reduce, expression_size, loads_of
 from ..ir.struct_info import TensorStructInfo
+from .context import PassContext
 
 MAX_STORAGE_BUFFERS = 8  # WebGPU's default maxStorageBuffersPerShaderStage
 MAX_BODY_SIZE = 600  # nodes in a merged program's body
@@ -46,7 +47,7 @@ MAX_BODY_SIZE = 600  # nodes in a merged program's body
 
 def fuse_ops(module: IRModule) -> IRModule:
     """Merge producer/consumer tensor-program calls in every graph function."""
-    analyzer = Analyzer.from_bounds(module.attrs.get("bounds", {}))
+    analyzer = Analyzer.from_bounds(PassContext.current().bounds)  # the user's bounds help prove sizes
     programs = dict(module.programs)
     functions = {}
     for name, function in module.functions.items():

@@ -21,7 +21,7 @@ from ..ir.module import IRModule, ProgramTable
 from ..ir.struct_info import TensorStructInfo
 from ..ir.tir import TensorProgram
 from ..ops import get_op
-from ..ops.registry import call_tir_of
+from ..ir.op_registry import call_tir_of
 
 
 class _Legalizer:

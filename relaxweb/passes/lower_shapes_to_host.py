@@ -23,19 +23,23 @@ from ..ir.expr import (
     TensorToPrim, Tuple, TupleGetItem, Var,
 )
 from ..ir.host import (
-    BufferRef, HostBind, HostCheck, HostDispatch, HostFunction, HostIf, HostInput, HostOutput,
-    HostOutputShape, HostRead, HostStorage, ShapeCheck, used_vars,
+    BufferRef, HostBind, HostCheck, HostDispatch, HostFunction, HostIf, HostInput, HostOutput, HostOutputShape,
+    HostRead, HostStorage, ShapeCheck, used_vars, walk_steps,
 )
+from ..ir.launch import dispatch_count
+from ..ir.library_kernel import LibraryKernel
 from ..ir.module import IRModule
 from ..ir.printer import format_value
 from ..ir.struct_info import PrimStructInfo, TensorStructInfo
-from .plan_memory import tensor_bytes
 from ..ir.symbolic import PrimExpr, SizeVar, as_int, format_expr, substitute
+from .context import PassContext
+from .plan_memory import tensor_bytes
 
 
 def lower_shapes_to_host(module: IRModule) -> IRModule:
-    """Replace ``main`` (after plan_memory) by its HostFunction."""
-    bounds = dict(module.attrs.get("bounds", {}))
+    """Replace ``main`` (after plan_memory) by its HostFunction, which enforces the current
+    context's bounds."""
+    bounds = dict(PassContext.current().bounds)
     host = _Lowering(module, module.main, bounds).lower()
     return module.with_function(host)  # type: ignore[arg-type]
 
@@ -270,9 +274,6 @@ class _Lowering:
         )
 
     def dispatch(self, value: CallTIRInto) -> HostDispatch:
-        from ..library import LibraryKernel
-        from ..wgsl.schedules import dispatch_count
-
         kernel = self.module.programs[value.program]
         refs = tuple(self.buffer_ref(a) for a in value.args) + (self.buffer_ref(value.output),)
         if isinstance(kernel, LibraryKernel):
@@ -352,6 +353,4 @@ class _Lowering:
 
 
 def _dispatches(steps) -> list[HostDispatch]:
-    from ..ir.host import walk_steps
-
     return [s for s in walk_steps(steps) if isinstance(s, HostDispatch)]

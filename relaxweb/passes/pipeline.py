@@ -1,9 +1,15 @@
 """The order of passes from an imported module to one ready for code generation.
 
-Each pass is a plain ``IRModule -> IRModule`` function in its own file.  ``relaxweb build``
-runs :func:`pipeline` for its ``--opt-level`` (and ``--dump-ir`` writes the module after each
-step).  Level 0 skips the optimizing passes: every op is its own kernel, one invocation per
-output element; it exists to compare against (``scripts/measure_pipeline.py``).
+Each pass is a plain ``IRModule -> IRModule`` function in its own file; the user's settings
+(bounds, opt level, storage reuse, verification) come from the current
+:class:`~relaxweb.passes.context.PassContext`.  ``relaxweb build`` runs :func:`pipeline` for
+its ``--opt-level`` (and ``--dump-ir`` writes the module after each step).  Level 0 skips the
+optimizing passes: every op is its own kernel, one invocation per output element; it exists
+to compare against (``scripts/measure_pipeline.py``).
+
+With verification on, :func:`run_pipeline` checks the module before the first pass and after
+each one (``relaxweb/ir/well_formed.py``), so a broken module is reported with the name of the
+pass that produced it.
 """
 
 from __future__ import annotations
@@ -11,7 +17,9 @@ from __future__ import annotations
 from typing import Callable
 
 from ..ir.module import IRModule
+from ..ir.well_formed import WellFormedError, well_formed_problems
 from .canonicalize_bindings import canonicalize_bindings
+from .context import DEFAULT_OPT_LEVEL, OPT_LEVELS, PassContext
 from .fold_scalar_constants import fold_scalar_constants
 from .fuse_ops import fuse_ops
 from .legalize_ops import legalize_ops
@@ -31,23 +39,36 @@ OPTIMIZE: list[Pass] = [canonicalize_bindings, fold_scalar_constants, fuse_ops, 
 # Tensors -> storages, then the shape computation -> the host function.
 LOWER_TO_HOST: list[Pass] = [plan_memory, lower_shapes_to_host]
 
-OPT_LEVELS = (0, 1)
-DEFAULT_OPT_LEVEL = 1
 
-
-def pipeline(opt_level: int = DEFAULT_OPT_LEVEL) -> list[Pass]:
-    """The passes ``relaxweb build --opt-level N`` runs."""
+def pipeline(opt_level: int | None = None) -> list[Pass]:
+    """The passes ``relaxweb build --opt-level N`` runs (by default, the current context's level)."""
+    if opt_level is None:
+        opt_level = PassContext.current().opt_level
     if opt_level not in OPT_LEVELS:
         raise ValueError(f"opt level {opt_level} does not exist; expected one of {', '.join(map(str, OPT_LEVELS))}")
     return [*LOWER_OPS, *(OPTIMIZE if opt_level >= 1 else []), *LOWER_TO_HOST]
 
 
-PIPELINE: list[Pass] = pipeline()
+PIPELINE: list[Pass] = pipeline(DEFAULT_OPT_LEVEL)
 
 
-def run_pipeline(module: IRModule, passes: list[Pass] = PIPELINE, on_step: Callable[[str, IRModule], None] | None = None) -> IRModule:
-    for step in passes:
+def run_pipeline(module: IRModule, passes: list[Pass] | None = None,
+                 on_step: Callable[[str, IRModule], None] | None = None) -> IRModule:
+    """Run ``passes`` (by default the pipeline of the current context's opt level) in order,
+    under the current :class:`PassContext`; ``on_step(name, module)`` sees each result."""
+    verify = PassContext.current().verify
+    if verify:
+        _verify(module, "the module given to the pipeline is ill-formed")
+    for step in pipeline() if passes is None else passes:
         module = step(module)
+        if verify:
+            _verify(module, f"pass {step.__name__} produced an ill-formed module")
         if on_step is not None:
             on_step(step.__name__, module)
     return module
+
+
+def _verify(module: IRModule, what: str) -> None:
+    problems = well_formed_problems(module)
+    if problems:
+        raise WellFormedError(f"{what}:\n  " + "\n  ".join(problems))

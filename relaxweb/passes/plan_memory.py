@@ -22,7 +22,7 @@ into that storage) and plans its own temporaries, starting from the storages fre
 the ``If``.  The planned function is no longer a dataflow block (it writes into storages):
 its variables become plain ``Var`` s.
 
-With ``module.attrs["storage_reuse"] = False`` every tensor gets a storage of its own (the
+With ``PassContext(storage_reuse=False)`` every tensor gets a storage of its own (the
 baseline ``scripts/measure_pipeline.py`` compares against).
 """
 
@@ -39,6 +39,7 @@ from ..ir.expr import (
 from ..ir.module import IRModule
 from ..ir.struct_info import DTYPE_SIZES, storage_element_bytes, ObjectStructInfo, TensorStructInfo, TupleStructInfo
 from ..ir.symbolic import Analyzer, PrimExpr, expr_max, product, simplify
+from .context import PassContext
 
 
 @dataclass
@@ -79,10 +80,11 @@ def used_vars(expr: Expr) -> list[Var]:
 
 
 def plan_memory(module: IRModule) -> IRModule:
-    """Plan the storages of every graph function (after legalize_ops)."""
+    """Plan the storages of every graph function (after legalize_ops), with the current
+    context's bounds and storage reuse setting."""
+    context = PassContext.current()
     functions = {
-        name: _Planner(function, Analyzer.from_bounds(module.attrs.get("bounds", {})),
-                       reuse=module.attrs.get("storage_reuse", True)).plan()
+        name: _Planner(function, Analyzer.from_bounds(context.bounds), reuse=context.storage_reuse).plan()
         if isinstance(function, Function) else function
         for name, function in module.functions.items()
     }

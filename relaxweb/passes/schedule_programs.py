@@ -1,11 +1,12 @@
 """schedule_programs: choose how each tensor program runs on the GPU, from its pattern.
 
 Code generation can lay a compute definition out on invocations in several ways
-(``relaxweb/wgsl/schedules.py``); this pass records the choice on each program, so that it
-is visible in ``--dump-ir`` and the WGSL backend only follows it:
+(``relaxweb/ir/schedule.py``); this pass records the choice on each program, so that it
+is visible in ``--dump-ir`` and the backend only follows it:
 
 - matmul-like programs (``relaxweb.ir.pattern.analyze_matmul``: matmuls, batched matmuls,
-  convolutions without groups, with fused prologues and epilogues) get ``tiled_matmul``;
+  convolutions without groups, with fused prologues and epilogues) get ``tiled_matmul``
+  (32x32 tiles, staged 16 deep, 4x4 outputs per invocation);
 - other programs with reductions get ``workgroup_reduction`` when a reduction is long
   (a constant extent of at least 128: layer norm statistics over the hidden size) and every
   top-level reduction is computed unconditionally (workgroup barriers need uniform control
@@ -13,7 +14,7 @@ is visible in ``--dump-ir`` and the WGSL backend only follows it:
   per output: there are as many outputs as the reduction is long, and a workgroup per
   output wastes most of its invocations at short lengths;
 - float elementwise and broadcast programs whose last dimension is a multiple of 4 get
-  ``vectorized`` (four elements per invocation, 16-byte loads; ``wgsl.schedules.vectorizable``
+  ``vectorized`` (four elements per invocation, 16-byte loads; ``relaxweb.ir.launch.vectorizable``
   has the exact conditions);
 - everything else keeps ``element`` (one invocation per output element).
 
@@ -24,11 +25,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ..ir.launch import vectorizable
 from ..ir.module import IRModule
 from ..ir.pattern import BROADCAST, ELEMENTWISE, INJECTIVE, MATMUL, REDUCTION, program_pattern, top_level_reductions
+from ..ir.schedule import (
+    ElementSchedule, Schedule, TiledMatmulSchedule, VectorizedSchedule, WorkgroupReductionSchedule,
+)
 from ..ir.symbolic import as_int
 from ..ir.tir import Reduce, Select, TensorProgram, scalar_children
-from ..wgsl.schedules import vectorizable
 
 LONG_REDUCTION = 128  # a constant extent from which a workgroup per output element pays off
 
@@ -43,15 +47,16 @@ def schedule_programs(module: IRModule) -> IRModule:
     return module.replace(programs=programs)
 
 
-def choose_schedule(program: TensorProgram) -> str:
+def choose_schedule(program: TensorProgram) -> Schedule:
     pattern = program_pattern(program)
     if pattern == MATMUL:
-        return "tiled_matmul"
+        return TiledMatmulSchedule()
     if pattern == REDUCTION and _cooperative_reductions_allowed(program):
-        return "workgroup_reduction"
-    if pattern in (ELEMENTWISE, BROADCAST, INJECTIVE) and vectorizable(program):
-        return "vectorized"
-    return "element"
+        return WorkgroupReductionSchedule()
+    vectorized = VectorizedSchedule()
+    if pattern in (ELEMENTWISE, BROADCAST, INJECTIVE) and vectorizable(program, vectorized.width):
+        return vectorized
+    return ElementSchedule()
 
 
 def _cooperative_reductions_allowed(program: TensorProgram) -> bool:

@@ -1,5 +1,6 @@
-"""WGSL code generation for tensor programs."""
+"""WGSL code generation for tensor programs: ``shader.py`` writes a program's shader,
+``schedules.py`` renders each schedule kind, ``emit.py`` writes expressions."""
 
-from .emit import ShaderInfo, emit_wgsl
+from .shader import ShaderInfo, emit_wgsl
 
 __all__ = ["ShaderInfo", "emit_wgsl"]

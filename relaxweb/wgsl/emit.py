@@ -1,18 +1,15 @@
-"""emit_wgsl: one WGSL compute shader per tensor program.
+"""The expression emitter of the WGSL backend: scalar expressions, index arithmetic, loads
+and stores of a tensor program, written into a shader's ``main`` as WGSL statements.
 
-Schedule: one invocation per output element (workgroups of 64, on a 2-D grid so that more
-than 65535 workgroups fit); each invocation turns its linear index back into the output
-axes, evaluates the compute definition, and runs reductions as loops.  Size variables (and
-the element count) arrive in a uniform params block, so one shader serves every shape.
-Index arithmetic is i32 (WGSL has no 64-bit integers; shape arithmetic stays on the host).
-
-Binding layout (the bundle's contract, see docs/bundle-format.md): binding 0 is the params
-block, then the program's inputs (read-only storage), then its output (read-write storage).
+Each schedule's renderer (``schedules.py``) drives an :class:`Emitter`: it lays out the
+invocations and asks the emitter for the value of the body (or of parts of it); ``shader.py``
+puts the bindings and the rendered ``main`` together.  Index arithmetic is i32 (WGSL has no
+64-bit integers; shape arithmetic stays on the host); size variables are read from the
+uniform params block, so one shader serves every shape.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable
 
 from ..ir.symbolic import (
@@ -20,10 +17,9 @@ from ..ir.symbolic import (
 )
 from ..ir.tir import (
     COMPARE_OPS, Binary, Buffer, Cast, Compare, FloatImm, Gather, IndexValue, Load, Reduce, ScalarExpr, Select,
-    TensorProgram, Unary, format_scalar, index_var_names, scalar_children, scalar_dtype,
+    TensorProgram, Unary, scalar_children, scalar_dtype,
 )
 
-WORKGROUP_SIZE = 64
 # Storage types of buffer elements. WGSL has no 64-bit integers: int64 tensors live on the
 # device as i32 (the runtimes check the range at the boundary) and bool tensors as u32 0/1.
 # The device dtype of each tensor dtype (relaxweb/bundle.py DEVICE_DTYPES): float16 and
@@ -78,70 +74,16 @@ def wgsl_name(name: str) -> str:
     return f"{name}_" if name in RESERVED else name
 
 
-@dataclass(frozen=True)
-class ShaderInfo:
-    """What the bundle writer needs to know about an emitted shader."""
-
-    source: str
-    params_fields: tuple[str, ...]  # i32 slots of the params block, in order (element_count first)
-    params_size: int  # bytes, a multiple of 16
-    bindings: tuple[str, ...]  # WebGPU buffer binding types, binding 0 first
-    workgroup_storage_bytes: int = 0  # var<workgroup> memory the schedule uses
-
-
-def emit_wgsl(program: TensorProgram) -> ShaderInfo:
-    """The WGSL compute shader of a tensor program, laid out by its schedule
-    (``relaxweb/wgsl/schedules.py``)."""
-    from .schedules import buffer_types, emit_main, workgroup_storage_bytes
-
-    size_vars = [v.name for v in program.size_vars]
-    clashes = set(size_vars) & _index_var_names(program)
-    if clashes:
-        raise ValueError(f"{program.name}: size variables {sorted(clashes)} share names with index variables")
-    fields = ["element_count", *size_vars]
-    padded = fields + [f"_pad{i}" for i in range((-len(fields)) % 4)]
-    emitter = _Emitter(program, set(size_vars))
-    schedule_note = "" if program.schedule == "element" else f" (schedule: {program.schedule})"
-    lines = [
-        f"// tensor program: {program.name}{schedule_note}",
-        f"// {program.output.name}[{', '.join(a.name for a in program.axes)}] = {format_scalar(program.body)}",
-        "",
-        "struct Params {",
-        "  element_count: i32,",
-        *(f"  {wgsl_name(name)}: i32," for name in padded[1:]),
-        "}",
-        "",
-        "@group(0) @binding(0) var<uniform> params: Params;",
-    ]
-    element_types = buffer_types(program)  # a schedule may read some buffers as vectors
-    for binding, buffer in enumerate(program.inputs, start=1):
-        element = element_types.get(buffer.name, _type(buffer.dtype))
-        lines.append(f"@group(0) @binding({binding}) var<storage, read> {wgsl_name(buffer.name)}: array<{element}>;")
-    output = program.output
-    element = element_types.get(output.name, _type(output.dtype))
-    lines.append(
-        f"@group(0) @binding({len(program.inputs) + 1}) var<storage, read_write> {wgsl_name(output.name)}: array<{element}>;"
-    )
-    lines += emit_main(program, emitter)
-    bindings = ("uniform", *("read-only-storage" for _ in program.inputs), "storage")
-    return ShaderInfo("\n".join(lines) + "\n", tuple(fields), 4 * len(padded), bindings,
-                      workgroup_storage_bytes(program))
-
-
-def _index_var_names(program: TensorProgram) -> set[str]:
-    return index_var_names(program)
-
-
-def _type(dtype: str) -> str:
+def storage_type(dtype: str) -> str:
     try:
         return WGSL_TYPES[dtype]
     except KeyError:
         raise NotImplementedError(f"dtype {dtype} has no WGSL type in relaxweb yet") from None
 
 
-class _Emitter:
+class Emitter:
     """Writes the statements of a shader's main function (``statements``) and turns scalar
-    expressions into WGSL; schedules drive it (``relaxweb/wgsl/schedules.py``).
+    expressions into WGSL; schedules drive it (``schedules.py``).
 
     A subexpression that occurs more than once in the body (fusion inlines a producer at
     every load of it) is computed once into a ``let`` and reused within the scope that
@@ -236,14 +178,12 @@ class _Emitter:
         if isinstance(expr, Gather):
             return _from_storage(expr.buffer.dtype, self.gather(expr, indent))
         if isinstance(expr, FloatImm):
-            return _literal(expr.value, expr.dtype)
+            return literal(expr.value, expr.dtype)
         if isinstance(expr, IndexValue):
             return self.index(simplify(expr.value))
         if isinstance(expr, Cast):
             # Like numpy's astype: narrow ints keep their low bits (floats truncated toward
             # zero first), float16 rounds to half precision; the value stays in 32 bits.
-            from ..ir.tir import scalar_dtype
-
             value = self.scalar(expr.a, indent)
             bits = {"int8": 8, "int16": 16, "uint8": 8, "uint16": 16}.get(expr.dtype)
             if bits is not None:
@@ -301,7 +241,7 @@ class _Emitter:
         dtype = scalar_dtype(expr.body)
         initial = reduce_identity(expr.combiner, dtype)
         axis = expr.axis.name
-        self.statements.append(f"{indent}var {name}: {_type(dtype)} = {initial};")
+        self.statements.append(f"{indent}var {name}: {storage_type(dtype)} = {initial};")
         self.statements.append(
             f"{indent}for (var {axis}: i32 = 0; {axis} < {self.index(simplify(expr.extent))}; {axis} = {axis} + 1) {{"
         )
@@ -347,8 +287,8 @@ def combine(combiner: str, dtype: str, accumulator: str, value: str, first: str)
 def reduce_identity(combiner: str, dtype: str) -> str:
     """The WGSL start value of a reduction (an empty range reduces to it)."""
     if combiner in ("sum", "prod"):
-        return _literal(0 if combiner == "sum" else 1, dtype)
-    return (LOWEST if combiner == "max" else HIGHEST).get(dtype, _literal(0, dtype))
+        return literal(0 if combiner == "sum" else 1, dtype)
+    return (LOWEST if combiner == "max" else HIGHEST).get(dtype, literal(0, dtype))
 
 
 def _repeated_subexpressions(body: ScalarExpr) -> set[ScalarExpr]:
@@ -372,7 +312,7 @@ def _from_storage(dtype: str, element: str) -> str:
     return f"({element} != 0u)" if dtype == "bool" else element
 
 
-def _to_storage(dtype: str, value: str) -> str:
+def to_storage(dtype: str, value: str) -> str:
     """The buffer element storing a register value (a bool becomes u32 0/1)."""
     return f"select(0u, 1u, {value})" if dtype == "bool" else value
 
@@ -384,7 +324,7 @@ def _scalar_type(dtype: str) -> str:
         raise NotImplementedError(f"dtype {dtype} has no WGSL type in relaxweb yet") from None
 
 
-def _literal(value: float, dtype: str) -> str:
+def literal(value: float, dtype: str) -> str:
     """A WGSL constant of ``dtype``."""
     if dtype in ("float32", "float16", "float64"):  # all f32 on the device
         text = repr(float(value))

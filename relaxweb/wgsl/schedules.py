@@ -1,76 +1,58 @@
-"""Schedules: how a tensor program's compute definition maps onto GPU invocations.
+"""The WGSL rendering of each schedule kind (``relaxweb/ir/schedule.py``): the declarations
+after the bindings and the shader's ``main``, written with an :class:`~.emit.Emitter`.
 
-The schedule_programs pass (``relaxweb/passes/schedule_programs.py``) picks one per program
-from its pattern; this module writes the shader's ``main`` for it and says how many
-invocations a dispatch needs (:func:`dispatch_count`, which the host module evaluates at
-run time from the size variables).  Every schedule uses workgroups of 64 invocations on the
-runtimes' 2-D grid, so the bundle format and the runtimes do not depend on the schedule.
+:func:`render_schedule` looks the program's schedule kind up in :data:`RENDERERS` (a kind
+without a renderer is an error, never a silent fallback).  Every schedule uses workgroups
+of 64 invocations on the runtimes' 2-D grid, and the number of invocations a dispatch needs
+is :func:`relaxweb.ir.launch.dispatch_count`, which the host module evaluates.
 
 - ``element``: one invocation per output element; reductions are serial loops.
-- ``vectorized``: one invocation per four consecutive output elements of an elementwise or
-  broadcast float program whose last dimension is a multiple of 4 (:func:`vectorizable`):
-  buffers read along the last axis are bound as ``array<vec4<f32>>`` and read 16 bytes at a
-  time, buffers constant along it are read once and splatted, and the arithmetic is vec4.
+- ``vectorized``: one invocation per ``width`` consecutive output elements of an elementwise
+  or broadcast float program whose last dimension is a multiple of ``width``
+  (:func:`relaxweb.ir.launch.vectorizable`): buffers read along the last axis are bound as
+  ``array<vecN<f32>>`` and read N elements at a time, buffers constant along it are read once
+  and splatted, and the arithmetic is on vectors.
 - ``workgroup_reduction``: one workgroup per output element.  Each top-level reduction is
   split across the 64 invocations (each takes every 64th element), then combined by a tree
   in workgroup memory; invocation 0 writes the result.  For long rows: softmax, layer norm
   statistics, means.
-- ``tiled_matmul``: one workgroup per 32x32 tile of the (rows x columns) output of a
-  matmul-like program (``relaxweb.ir.pattern.analyze_matmul``), per batch index.  Each step
-  stages a 16-deep slice of both factors in workgroup memory (evaluating each factor's
+- ``tiled_matmul``: one workgroup per ``tile x tile`` block of the (rows x columns) output of
+  a matmul-like program (``relaxweb.ir.pattern.analyze_matmul``), per batch index.  Each step
+  stages a ``depth``-deep slice of both factors in workgroup memory (evaluating each factor's
   expression, so fused prologues are computed once per tile), and each invocation keeps a
-  4x4 block of accumulators in registers.  The epilogue (the body around the reduction:
-  bias, activation, residual add) is applied to each accumulator on the way out.
+  ``block x block`` set of accumulators in registers.  The epilogue (the body around the
+  reduction: bias, activation, residual add) is applied to each accumulator on the way out.
 """
 
 from __future__ import annotations
 
-from ..ir.pattern import MatmulInfo, analyze_matmul, top_level_reductions
-from ..ir.symbolic import IntImm, PrimExpr, SizeVar, free_vars, product, simplify
-from ..ir.tir import Binary, FloatImm, Load, Reduce, ScalarExpr, TensorProgram, Unary, scalar_dtype, scalar_nodes
-from .emit import WORKGROUP_SIZE, _Emitter, _literal, _to_storage, _type, combine, reduce_identity, wgsl_name
+from dataclasses import dataclass, field
+from typing import Callable
 
-TILE = 32  # output rows and columns per tiled-matmul workgroup
-TILE_DEPTH = 16  # reduction elements staged per step
-BLOCK = 4  # rows and columns per invocation (8 x 8 invocations x 4 x 4 = 32 x 32)
-THREADS_PER_SIDE = TILE // BLOCK
-VECTOR = 4  # output elements per invocation of the vectorized schedule
-
-
-def dispatch_count(program: TensorProgram) -> PrimExpr:
-    """Invocations a dispatch of ``program`` needs, over its size variables."""
-    outputs = product(program.output.shape)
-    if program.schedule == "vectorized":
-        return simplify(outputs // VECTOR)
-    if program.schedule == "workgroup_reduction":
-        return simplify(outputs * WORKGROUP_SIZE)
-    if program.schedule == "tiled_matmul":
-        info = _matmul_info(program)
-        rows, columns, batch = _matmul_extents(program, info)
-        tiles = ((rows + (TILE - 1)) // TILE) * ((columns + (TILE - 1)) // TILE)
-        return simplify(batch * tiles * WORKGROUP_SIZE)
-    return outputs
+from ..ir.launch import VECTOR, matmul_extents, matmul_info, vector_access
+from ..ir.pattern import top_level_reductions
+from ..ir.schedule import (
+    WORKGROUP_SIZE, ElementSchedule, Schedule, TiledMatmulSchedule, VectorizedSchedule, WorkgroupReductionSchedule,
+)
+from ..ir.symbolic import SizeVar, product, simplify
+from ..ir.tir import FloatImm, Load, Reduce, ScalarExpr, TensorProgram, scalar_dtype
+from .emit import Emitter, combine, literal, reduce_identity, storage_type, to_storage, wgsl_name
 
 
-def workgroup_storage_bytes(program: TensorProgram) -> int:
-    """Bytes of workgroup memory the program's schedule declares (the bundle requires at
-    least this ``maxComputeWorkgroupStorageSize``)."""
-    if program.schedule == "tiled_matmul":
-        return 2 * TILE * TILE_DEPTH * 4
-    if program.schedule == "workgroup_reduction":
-        return len(set(top_level_reductions(program.body))) * WORKGROUP_SIZE * 4
-    return 0
+@dataclass(frozen=True)
+class ScheduleRendering:
+    """What a schedule contributes to a program's shader."""
+
+    lines: list[str]  # the declarations after the bindings, then the ``main`` function
+    element_types: dict[str, str] = field(default_factory=dict)  # buffers bound with another element type than their dtype's
 
 
-def emit_main(program: TensorProgram, emitter: _Emitter) -> list[str]:
-    """The declarations after the bindings and the ``main`` function, for the program's schedule."""
-    if program.schedule == "vectorized":
-        return _vectorized(program)
-    if program.schedule == "workgroup_reduction":
-        return _workgroup_reduction(program, emitter)
-    if program.schedule == "tiled_matmul":
-        return _tiled_matmul(program, emitter)
-    return _element(program, emitter)
+def render_schedule(program: TensorProgram) -> ScheduleRendering:
+    """The shader's declarations and ``main`` for the program's schedule."""
+    renderer = RENDERERS.get(type(program.schedule))
+    if renderer is None:
+        raise NotImplementedError(f"{program.name}: the WGSL backend has no renderer for the schedule {program.schedule}")
+    return renderer(program, program.schedule)
 
 
 _SIGNATURE = [
@@ -83,12 +65,17 @@ _SIGNATURE = [
 _GROUP = "  let group = i32(workgroup.y * workgroups.x + workgroup.x);"
 
 
-def _store(program: TensorProgram, emitter: _Emitter, value: str, indent: str) -> str:
+def _emitter(program: TensorProgram) -> Emitter:
+    return Emitter(program, {v.name for v in program.size_vars})
+
+
+def _store(program: TensorProgram, emitter: Emitter, value: str, indent: str) -> str:
     output = program.output
-    return f"{indent}{wgsl_name(output.name)}[{emitter.output_offset()}] = {_to_storage(output.dtype, value)};"
+    return f"{indent}{wgsl_name(output.name)}[{emitter.output_offset()}] = {to_storage(output.dtype, value)};"
 
 
-def _element(program: TensorProgram, emitter: _Emitter) -> list[str]:
+def render_element(program: TensorProgram, schedule: ElementSchedule) -> ScheduleRendering:
+    emitter = _emitter(program)
     lines = ["", *_SIGNATURE, _GROUP,
              f"  let index = group * {WORKGROUP_SIZE} + i32(local_index);",
              "  if (index >= params.element_count) {", "    return;", "  }"]
@@ -96,13 +83,14 @@ def _element(program: TensorProgram, emitter: _Emitter) -> list[str]:
     value = emitter.scalar(program.body, "  ")
     lines += emitter.statements
     output = program.output
-    lines.append(f"  {wgsl_name(output.name)}[index] = {_to_storage(output.dtype, value)};")
-    return lines + ["}"]
+    lines.append(f"  {wgsl_name(output.name)}[index] = {to_storage(output.dtype, value)};")
+    return ScheduleRendering(lines + ["}"])
 
 
-def _workgroup_reduction(program: TensorProgram, emitter: _Emitter) -> list[str]:
+def render_workgroup_reduction(program: TensorProgram, schedule: WorkgroupReductionSchedule) -> ScheduleRendering:
+    emitter = _emitter(program)
     reductions = list(dict.fromkeys(top_level_reductions(program.body)))
-    shared = [f"var<workgroup> partial{i}: array<{_type(scalar_dtype(r))}, {WORKGROUP_SIZE}>;"
+    shared = [f"var<workgroup> partial{i}: array<{storage_type(scalar_dtype(r))}, {WORKGROUP_SIZE}>;"
               for i, r in enumerate(reductions)]
     partial_of = {r: f"partial{i}" for i, r in enumerate(reductions)}
 
@@ -114,7 +102,7 @@ def _workgroup_reduction(program: TensorProgram, emitter: _Emitter) -> list[str]
         extent = emitter.index(simplify(expr.extent))
         out = emitter.statements
         out.append(f"{indent}// {expr.combiner} over {axis} < {extent}, split across the workgroup")
-        out.append(f"{indent}var {accumulator}: {_type(dtype)} = {reduce_identity(expr.combiner, dtype)};")
+        out.append(f"{indent}var {accumulator}: {storage_type(dtype)} = {reduce_identity(expr.combiner, dtype)};")
         out.append(f"{indent}var first_{axis} = true;")
         out.append(f"{indent}for (var {axis}: i32 = i32(local_index); {axis} < {extent}; {axis} = {axis} + {WORKGROUP_SIZE}) {{")
         emitter.open_scope()
@@ -154,35 +142,24 @@ def _workgroup_reduction(program: TensorProgram, emitter: _Emitter) -> list[str]
     value = emitter.scalar(program.body, "  ")
     lines += emitter.statements
     lines += ["  if (local_index == 0u) {", _store(program, emitter, value, "    "), "  }", "}"]
-    return lines
+    return ScheduleRendering(lines)
 
 
-def _matmul_info(program: TensorProgram) -> MatmulInfo:
-    info = analyze_matmul(program)
-    if info is None:
-        raise ValueError(f"{program.name} is scheduled as a tiled matmul but is not matmul-like")
-    return info
-
-
-def _matmul_extents(program: TensorProgram, info: MatmulInfo) -> tuple[PrimExpr, PrimExpr, PrimExpr]:
-    shape = program.output.shape
-    return (product(shape[p] for p in info.rows), product(shape[p] for p in info.columns),
-            product(shape[p] for p in info.batch))
-
-
-def _tiled_matmul(program: TensorProgram, emitter: _Emitter) -> list[str]:
-    info = _matmul_info(program)
+def render_tiled_matmul(program: TensorProgram, schedule: TiledMatmulSchedule) -> ScheduleRendering:
+    emitter = _emitter(program)
+    info = matmul_info(program)
+    tile, tile_depth, block, threads_per_side = schedule.tile, schedule.depth, schedule.block, schedule.threads_per_side
     axes, shape = program.axes, program.output.shape
-    rows, columns, batch = (emitter.index(simplify(e)) for e in _matmul_extents(program, info))
+    rows, columns, batch = (emitter.index(simplify(e)) for e in matmul_extents(program, info))
     depth = emitter.index(product(info.reduce_extents))
-    tile_size = TILE * TILE_DEPTH
+    tile_size = tile * tile_depth
     out = emitter.statements
 
-    def stage(tile: str, factor, own_axes, extent: str, start: str) -> None:
-        """Evaluate one factor over a TILE_DEPTH x TILE slice into workgroup memory."""
+    def stage(staged: str, factor, own_axes, extent: str, start: str) -> None:
+        """Evaluate one factor over a tile_depth x tile slice into workgroup memory."""
         out.append(f"    for (var e = i32(local_index); e < {tile_size}; e = e + {WORKGROUP_SIZE}) {{")
-        out.append(f"      let position = {start} + e % {TILE};")
-        out.append(f"      let depth_index = step + e / {TILE};")
+        out.append(f"      let position = {start} + e % {tile};")
+        out.append(f"      let depth_index = step + e / {tile};")
         out.append("      var value: f32 = 0.0;")
         out.append(f"      if (position < {extent} && depth_index < {depth}) {{")
         emitter.open_scope()
@@ -192,153 +169,113 @@ def _tiled_matmul(program: TensorProgram, emitter: _Emitter) -> list[str]:
         emitter.close_scope()
         out.append(f"        value = {value};")
         out.append("      }")
-        out.append(f"      {tile}[e] = value;")
+        out.append(f"      {staged}[e] = value;")
         out.append("    }")
 
     out.append(f"  let rows = {rows};")
     out.append(f"  let columns = {columns};")
-    out.append(f"  let row_tiles = (rows + {TILE - 1}) / {TILE};")
-    out.append(f"  let column_tiles = (columns + {TILE - 1}) / {TILE};")
+    out.append(f"  let row_tiles = (rows + {tile - 1}) / {tile};")
+    out.append(f"  let column_tiles = (columns + {tile - 1}) / {tile};")
     out.append(f"  if (group >= params.element_count / {WORKGROUP_SIZE}) {{")
     out.append("    return;")
     out.append("  }")
     out.append("  let tile = group % (row_tiles * column_tiles);")
-    out.append(f"  let row_start = tile / column_tiles * {TILE};")
-    out.append(f"  let column_start = tile % column_tiles * {TILE};")
-    out.append(f"  let thread_row = i32(local_index) / {THREADS_PER_SIDE};")
-    out.append(f"  let thread_column = i32(local_index) % {THREADS_PER_SIDE};")
+    out.append(f"  let row_start = tile / column_tiles * {tile};")
+    out.append(f"  let column_start = tile % column_tiles * {tile};")
+    out.append(f"  let thread_row = i32(local_index) / {threads_per_side};")
+    out.append(f"  let thread_column = i32(local_index) % {threads_per_side};")
     out.extend(emitter.unflatten([axes[p] for p in info.batch], [shape[p] for p in info.batch],
                                  "group / (row_tiles * column_tiles)", "  "))
-    out.append(f"  var accumulators: array<f32, {BLOCK * BLOCK}>;")
-    out.append(f"  for (var step = 0; step < {depth}; step = step + {TILE_DEPTH}) {{")
+    out.append(f"  var accumulators: array<f32, {block * block}>;")
+    out.append(f"  for (var step = 0; step < {depth}; step = step + {tile_depth}) {{")
     stage("tile_a", info.a, info.rows, "rows", "row_start")
     stage("tile_b", info.b, info.columns, "columns", "column_start")
     out.append("    workgroupBarrier();")
-    out.append(f"    for (var d = 0; d < {TILE_DEPTH}; d = d + 1) {{")
-    for r in range(BLOCK):
-        out.append(f"      let a{r} = tile_a[d * {TILE} + thread_row + {r * THREADS_PER_SIDE}];")
-    for c in range(BLOCK):
-        out.append(f"      let b{c} = tile_b[d * {TILE} + thread_column + {c * THREADS_PER_SIDE}];")
-    for r in range(BLOCK):
-        for c in range(BLOCK):
-            out.append(f"      accumulators[{r * BLOCK + c}] = fma(a{r}, b{c}, accumulators[{r * BLOCK + c}]);")
+    out.append(f"    for (var d = 0; d < {tile_depth}; d = d + 1) {{")
+    for r in range(block):
+        out.append(f"      let a{r} = tile_a[d * {tile} + thread_row + {r * threads_per_side}];")
+    for c in range(block):
+        out.append(f"      let b{c} = tile_b[d * {tile} + thread_column + {c * threads_per_side}];")
+    for r in range(block):
+        for c in range(block):
+            out.append(f"      accumulators[{r * block + c}] = fma(a{r}, b{c}, accumulators[{r * block + c}]);")
     out.append("    }")
     out.append("    workgroupBarrier();")
     out.append("  }")
     # the epilogue, once per accumulator; unrolled, so that the accumulators are only ever
     # indexed by constants and can stay in registers
-    for r in range(BLOCK):
-        for c in range(BLOCK):
-            out.append(f"  {{  // accumulator {r * BLOCK + c}: row {r}, column {c} of this invocation's block")
-            out.append(f"    let row = row_start + thread_row + {r * THREADS_PER_SIDE};")
-            out.append(f"    let column = column_start + thread_column + {c * THREADS_PER_SIDE};")
+    for r in range(block):
+        for c in range(block):
+            out.append(f"  {{  // accumulator {r * block + c}: row {r}, column {c} of this invocation's block")
+            out.append(f"    let row = row_start + thread_row + {r * threads_per_side};")
+            out.append(f"    let column = column_start + thread_column + {c * threads_per_side};")
             out.append("    if (row < rows && column < columns) {")
             emitter.open_scope()
             out.extend(emitter.unflatten([axes[p] for p in info.rows], [shape[p] for p in info.rows], "row", "      "))
             out.extend(emitter.unflatten([axes[p] for p in info.columns], [shape[p] for p in info.columns], "column", "      "))
-            emitter.known(info.reduction, f"accumulators[{r * BLOCK + c}]")
+            emitter.known(info.reduction, f"accumulators[{r * block + c}]")
             value = emitter.scalar(program.body, "      ")
             out.append(_store(program, emitter, value, "      "))
             emitter.close_scope()
             out += ["    }", "  }"]
-    shared = [f"var<workgroup> tile_a: array<f32, {tile_size}>;  // {TILE_DEPTH} x {TILE}: the first factor",
-              f"var<workgroup> tile_b: array<f32, {tile_size}>;  // {TILE_DEPTH} x {TILE}: the second factor"]
-    return ["", *shared, "", *_SIGNATURE, _GROUP, *out, "}"]
+    shared = [f"var<workgroup> tile_a: array<f32, {tile_size}>;  // {tile_depth} x {tile}: the first factor",
+              f"var<workgroup> tile_b: array<f32, {tile_size}>;  // {tile_depth} x {tile}: the second factor"]
+    return ScheduleRendering(["", *shared, "", *_SIGNATURE, _GROUP, *out, "}"])
 
 
 
 # -- vectorized ---------------------------------------------------------------------------------
 
 
-def vectorizable(program: TensorProgram) -> bool:
-    """Whether the ``vectorized`` schedule can run ``program``: float32 elementwise arithmetic
-    (loads, constants, binary and unary ops; no selects, casts or comparisons), an output
-    whose last dimension is a multiple of 4, and every buffer read either along the last
-    axis (at it plus a multiple of 4, from a last dimension that is a multiple of 4) or
-    never along it."""
-    if program.output.dtype != "float32" or not program.axes:
-        return False
-    if not _multiple_of_vector(program.output.shape[-1]):
-        return False
-    return _buffer_kinds(program) is not None
+class _VectorEmitter(Emitter):
+    """Expressions over ``width`` consecutive output elements at once (``vecN<f32>`` values)."""
 
-
-def buffer_types(program: TensorProgram) -> dict[str, str]:
-    """WGSL element types of the buffers the vectorized schedule reads 16 bytes at a time."""
-    if program.schedule != "vectorized":
-        return {}
-    kinds = _buffer_kinds(program) or {}
-    vectors = {name: "vec4<f32>" for name, kind in kinds.items() if kind == "vector"}
-    return {**vectors, program.output.name: "vec4<f32>"}
-
-
-def _multiple_of_vector(extent: PrimExpr) -> bool:
-    return simplify(extent % VECTOR) == IntImm(0)
-
-
-def _buffer_kinds(program: TensorProgram) -> dict[str, str] | None:
-    """Each loaded buffer's kind ("vector" or "splat"), or None when the program does not fit."""
-    last = program.axes[-1].name
-    kinds: dict[str, str] = {}
-    for node in scalar_nodes(program.body):
-        if not isinstance(node, (Load, Binary, Unary, FloatImm)):
-            return None
-        if isinstance(node, Unary) and node.op == "is_nan":
-            return None
-        if isinstance(node, FloatImm) and node.dtype != "float32":
-            return None
-        if not isinstance(node, Load):
-            continue
-        if node.buffer.dtype != "float32":
-            return None
-        uses_last = [last in {v.name for v in free_vars(i)} for i in node.indices]
-        if not any(uses_last):
-            kind = "splat"
-        else:
-            offset = simplify(node.indices[-1] - SizeVar(last))
-            if uses_last[:-1] and any(uses_last[:-1]):
-                return None
-            if last in {v.name for v in free_vars(offset)} or simplify(offset % VECTOR) != IntImm(0):
-                return None
-            if not _multiple_of_vector(node.buffer.shape[-1]):
-                return None
-            kind = "vector"
-        if kinds.setdefault(node.buffer.name, kind) != kind:
-            return None
-    return kinds
-
-
-
-class _VectorEmitter(_Emitter):
-    """Expressions over four consecutive output elements at once (vec4<f32> values)."""
-
-    def __init__(self, program: TensorProgram, kinds: dict[str, str]) -> None:
+    def __init__(self, program: TensorProgram, width: int, access: dict[str, str]) -> None:
         super().__init__(program, {v.name for v in program.size_vars})
-        self.kinds = kinds
+        self.width = width
+        self.access = access
 
     def _scalar(self, expr: ScalarExpr, indent: str) -> str:
         if isinstance(expr, Load):
             name = wgsl_name(expr.buffer.name)
             offset = self.offset(expr.buffer, expr.indices)
-            if self.kinds[expr.buffer.name] == "vector":
-                return f"{name}[({offset}) / {VECTOR}]"  # the offset is a multiple of 4
-            return f"vec4<f32>({name}[{offset}])"
+            if self.access[expr.buffer.name] == VECTOR:
+                return f"{name}[({offset}) / {self.width}]"  # the offset is a multiple of the width
+            return f"{_vector_type(self.width)}({name}[{offset}])"
         if isinstance(expr, FloatImm):
-            return f"vec4<f32>({_literal(expr.value, expr.dtype)})"
+            return f"{_vector_type(self.width)}({literal(expr.value, expr.dtype)})"
         return super()._scalar(expr, indent)
 
 
-def _vectorized(program: TensorProgram) -> list[str]:
-    emitter = _VectorEmitter(program, _buffer_kinds(program) or {})
+def _vector_type(width: int) -> str:
+    return f"vec{width}<f32>"
+
+
+def render_vectorized(program: TensorProgram, schedule: VectorizedSchedule) -> ScheduleRendering:
+    width = schedule.width
+    access = vector_access(program, width)
+    if access is None:
+        raise ValueError(f"{program.name} is scheduled as {schedule} but does not fit it (relaxweb.ir.launch.vectorizable)")
+    emitter = _VectorEmitter(program, width, access)
     axes, shape = list(program.axes), list(program.output.shape)
-    quad = SizeVar(f"{axes[-1].name}quad")
+    vector_axis = SizeVar(f"{axes[-1].name}vec")
     lines = ["", *_SIGNATURE, _GROUP,
-             f"  // four consecutive output elements per invocation (along {axes[-1].name})",
+             f"  // {width} consecutive output elements per invocation (along {axes[-1].name})",
              f"  let index = group * {WORKGROUP_SIZE} + i32(local_index);",
              "  if (index >= params.element_count) {", "    return;", "  }"]
-    lines += emitter.unflatten([*axes[:-1], quad], [*shape[:-1], simplify(shape[-1] // VECTOR)], "index", "  ")
-    lines.append(f"  let {axes[-1].name} = {quad.name} * {VECTOR};")
+    lines += emitter.unflatten([*axes[:-1], vector_axis], [*shape[:-1], simplify(shape[-1] // width)], "index", "  ")
+    lines.append(f"  let {axes[-1].name} = {vector_axis.name} * {width};")
     value = emitter.scalar(program.body, "  ")
     lines += emitter.statements
     lines.append(f"  {wgsl_name(program.output.name)}[index] = {value};")
-    return lines + ["}"]
+    vectors = {name: _vector_type(width) for name, kind in access.items() if kind == VECTOR}
+    return ScheduleRendering(lines + ["}"], {**vectors, program.output.name: _vector_type(width)})
+
+
+# The renderer of each schedule kind.
+RENDERERS: dict[type[Schedule], Callable[[TensorProgram, Schedule], ScheduleRendering]] = {
+    ElementSchedule: render_element,
+    VectorizedSchedule: render_vectorized,
+    WorkgroupReductionSchedule: render_workgroup_reduction,
+    TiledMatmulSchedule: render_tiled_matmul,
+}

@@ -28,6 +28,7 @@ from ...ir.struct_info import TensorStructInfo
 from ...ir.symbolic import as_int
 from ...ops import call_op
 from .manipulation import fail, fresh_size_var, node_name, used_size_vars
+from .node import convert_node, format_unsupported
 from .registry import CONVERTERS, converter, tensor_to_array
 from .shape_values import make_constant, materialize
 
@@ -46,8 +47,6 @@ def _subgraph_nodes(graph: onnx.GraphProto):
 
 def check_supported(node: onnx.NodeProto, graphs: list[onnx.GraphProto]) -> None:
     """One error listing every unsupported op type of the branches (nested ones included)."""
-    from ..onnx import format_unsupported
-
     unsupported: dict[str, list[str]] = {}
     for graph in graphs:
         for index, inner in enumerate(_subgraph_nodes(graph)):
@@ -64,8 +63,6 @@ def check_supported(node: onnx.NodeProto, graphs: list[onnx.GraphProto]) -> None
 
 def convert_graph(context, graph: onnx.GraphProto, outer: dict[str, Expr]) -> list[Expr]:
     """Convert a subgraph's nodes into ``context.builder``; its outputs' values."""
-    from ..onnx import convert_node
-
     values = dict(outer)
     for initializer in graph.initializer:
         values[initializer.name] = make_constant(context, tensor_to_array(initializer), initializer.name)

@@ -47,6 +47,7 @@ import onnx
 from onnx import helper
 
 from ...ir.expr import Constant, Expr, PrimValue, ShapeExpr
+from ...ir.op_registry import DeductionError
 from ...ir.struct_info import TensorStructInfo
 from ...ir.symbolic import (
     IntImm, PrimExpr, as_int, expr_max, expr_min, prove_equal, prove_less, prove_less_equal, prove_nonnegative,
@@ -54,7 +55,7 @@ from ...ir.symbolic import (
 )
 from ...ops import call_op
 from ...ops.creation import arange_length
-from ...ops.registry import DeductionError
+from .registry import tensor_to_array
 
 # op type -> function(context, node, inputs) -> Expr | list[Expr] | None, for symbolic shape arithmetic
 SYMBOLIC_FOLDERS: dict[str, Callable] = {}
@@ -653,7 +654,6 @@ def fold_constant_of_shape(context, node, inputs):
     shape = constant_ints(inputs[0])
     if shape is None or any(d < 0 for d in shape) or math.prod(shape) > FOLD_LIMIT_ELEMENTS:
         return None
-    from .registry import tensor_to_array
 
     attrs = _attrs(node)
     fill = tensor_to_array(attrs["value"]).reshape(-1) if "value" in attrs else np.zeros(1, np.float32)

@@ -20,7 +20,9 @@ from typing import Callable, Sequence
 from ..ir.expr import Expr, TensorToPrim, tensor_dtype, tensor_shape
 from ..ir.struct_info import PrimStructInfo
 from ..ir.symbolic import IntImm, PrimExpr, SizeVar
-from ..ir.tir import Binary, Buffer, Cast, Compare, FloatImm, IndexValue, Load, ScalarExpr, Select, TensorProgram
+from ..ir.tir import (
+    Binary, Buffer, Cast, Compare, FloatImm, IndexValue, Load, ScalarExpr, Select, TensorProgram, scalar_dtype,
+)
 
 
 def int32(value: ScalarExpr) -> ScalarExpr:
@@ -29,8 +31,6 @@ def int32(value: ScalarExpr) -> ScalarExpr:
 
 
 def _dtype(value: ScalarExpr) -> str:
-    from ..ir.tir import scalar_dtype
-
     return scalar_dtype(value)
 
 

@@ -1,7 +1,9 @@
 """The op registry: for each graph-level op, its deduction, legalization and semantics.
 
-An op is registered once, by the file of its family (``elementwise.py``, ``linear_algebra.py``
-…), with three functions side by side:
+The mechanism lives with the IR (the builder deduces through it, the interpreter evaluates
+through it); the ops themselves live in ``relaxweb/ops``, which registers each one once, in
+the file of its family (``elementwise.py``, ``linear_algebra.py`` …), with three functions
+side by side:
 
 - ``deduce(args, attrs) -> StructInfo``: the output annotation, computed forward from the
   arguments' annotations when the call is built (:func:`call_op`).
@@ -20,10 +22,11 @@ from typing import Any, Callable, Protocol
 import numpy as np
 
 from ..errors import RelaxwebError
-from ..ir.expr import Call, CallTIR, Expr, Var
-from ..ir.struct_info import StructInfo
-from ..ir.symbolic import SizeVar
-from ..ir.tir import TensorProgram
+from .expr import Call, CallTIR, Expr, Var
+from .library_kernel import LibraryKernel
+from .struct_info import StructInfo
+from .symbolic import SizeVar
+from .tir import TensorProgram
 
 
 class DeductionError(RelaxwebError):
@@ -36,7 +39,7 @@ class LegalizeContext(Protocol):
     def call_tir(self, program: TensorProgram, args: tuple[Expr, ...]) -> CallTIR:
         """Add ``program`` to the module and return a call of it on ``args``."""
 
-    def call_library(self, kernel, args: tuple[Expr, ...]) -> CallTIR:
+    def call_library(self, kernel: LibraryKernel, args: tuple[Expr, ...]) -> CallTIR:
         """Add a library kernel (``relaxweb/library``) and return a call_library of it."""
 
     def fresh_name(self, hint: str) -> str:
@@ -71,7 +74,7 @@ def get_op(name: str) -> OpDefinition:
     try:
         return OPS[name]
     except KeyError:
-        raise KeyError(f"no op named {name!r} is registered") from None
+        raise KeyError(f"no op named {name!r} is registered (importing relaxweb.ops registers the built-in ops)") from None
 
 
 def call_op(name: str, *args: Expr, **attrs: Any) -> Call:

@@ -1,5 +1,7 @@
 """Library kernels: hand-written WGSL for what a compute definition expresses badly.
 
+This is the IR's view of one (``relaxweb/library`` writes the kernels themselves).
+
 A :class:`LibraryKernel` sits in ``IRModule.programs`` next to tensor programs and follows
 the same binding contract (params block with ``element_count`` and the size variables,
 then the inputs, then the output), so memory planning, the host module and the runtimes
@@ -14,8 +16,8 @@ from typing import Callable
 
 import numpy as np
 
-from ..ir.symbolic import PrimExpr, SizeVar, free_vars
-from ..ir.tir import Buffer
+from .symbolic import PrimExpr, SizeVar, free_vars
+from .tir import Buffer
 
 
 @dataclass(frozen=True)
@@ -41,10 +43,3 @@ def buffer_size_vars(buffers: tuple[Buffer, ...]) -> list[SizeVar]:
             for var in free_vars(dim):
                 found.setdefault(var.name, var)
     return list(found.values())
-
-
-def params_struct(size_vars: list[str]) -> str:
-    """The WGSL params block of the binding contract: element_count, size vars, padding."""
-    fields = ["element_count", *size_vars]
-    fields += [f"_pad{i}" for i in range((-len(fields)) % 4)]
-    return "struct Params {\n" + "".join(f"  {name}: i32,\n" for name in fields) + "}\n"

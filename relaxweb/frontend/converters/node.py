@@ -1,0 +1,57 @@
+"""Converting one ONNX node, for the main graph (``frontend/onnx.py``) and for the branches
+of an ``If`` (``control_flow.py``): fold it at compile time when its inputs allow, else call
+the converter registered for its op type; then record its results in the table of values
+in scope."""
+
+from __future__ import annotations
+
+import onnx
+
+from ...errors import RelaxwebError
+from ...ir.expr import Constant, Expr, PrimValue, ShapeExpr, Var
+from ...ir.op_registry import DeductionError
+from ...ops import call_op
+from .registry import CONVERTERS, ConversionContext
+from .shape_values import converter_inputs, fold_node
+
+
+def node_label(node: onnx.NodeProto, index: int) -> str:
+    return node.name or f"#{index} (unnamed)"
+
+
+def format_unsupported(unsupported: dict[str, list[str]]) -> str:
+    parts = [f"{op} (nodes: {', '.join(names)})" for op, names in sorted(unsupported.items())]
+    return f"the model uses {len(unsupported)} unsupported op type(s): " + "; ".join(parts)
+
+
+def convert_node(context: ConversionContext, node: onnx.NodeProto, index: int, values: dict[str, Expr], graph_outputs: set[str]) -> None:
+    inputs: list[Expr | None] = []
+    for name in node.input:
+        if not name:
+            inputs.append(None)
+        elif name in values:
+            inputs.append(values[name])
+        else:
+            raise RelaxwebError(f"{node.op_type} node '{node_label(node, index)}': input '{name}' is not defined before it")
+    context.scope = values  # the values in scope, for subgraphs' outer-scope references (If)
+    try:
+        folded = fold_node(context, node, inputs)
+        if folded is None:  # shape values become tensors, except where the converter takes them
+            inputs = converter_inputs(context, node, inputs)
+        result = folded if folded is not None else CONVERTERS[node.op_type](context, node, inputs)
+    except DeductionError as error:
+        outputs = ", ".join(repr(name) for name in node.output if name)
+        raise RelaxwebError(f"{node.op_type} node '{node_label(node, index)}' (binding {outputs}): {error}") from None
+    results = result if isinstance(result, list) else [result]
+    for name, value in zip(node.output, results):
+        if not name:
+            continue
+        if isinstance(value, (ShapeExpr, PrimValue)):  # compile-time shape values stay unbound
+            values[name] = value
+            continue
+        if isinstance(value, (Constant, Var)):
+            if name not in graph_outputs:
+                values[name] = value  # an alias: nothing to compute
+                continue
+            value = call_op("identity", value)
+        values[name] = context.builder.emit(value, name, output=name in graph_outputs)

@@ -1,0 +1,116 @@
+"""What a scheduled tensor program needs to run, and which programs a schedule fits.
+
+Target-neutral facts about the schedules of ``schedule.py``, used on both sides of the
+bundle: :func:`dispatch_count` is evaluated by the host module at run time (from the size
+variables), :func:`workgroup_storage_bytes` goes into the manifest's required limits, and
+the applicability checks (:func:`vectorizable`, :func:`matmul_info`) are what
+``schedule_programs`` decides with and what the WGSL backend lays the shader out by.
+"""
+
+from __future__ import annotations
+
+from .pattern import MatmulInfo, analyze_matmul, top_level_reductions
+from .schedule import WORKGROUP_SIZE, TiledMatmulSchedule, VectorizedSchedule, WorkgroupReductionSchedule
+from .symbolic import IntImm, PrimExpr, SizeVar, free_vars, product, simplify
+from .tir import Binary, FloatImm, Load, TensorProgram, Unary, scalar_nodes
+
+VECTOR = "vector"  # a buffer read along the last axis, ``width`` elements at a time
+SPLAT = "splat"  # a buffer constant along the last axis: one element for the whole vector
+
+
+def dispatch_count(program: TensorProgram) -> PrimExpr:
+    """Invocations a dispatch of ``program`` needs, over its size variables."""
+    schedule = program.schedule
+    outputs = product(program.output.shape)
+    if isinstance(schedule, VectorizedSchedule):
+        return simplify(outputs // schedule.width)
+    if isinstance(schedule, WorkgroupReductionSchedule):
+        return simplify(outputs * WORKGROUP_SIZE)
+    if isinstance(schedule, TiledMatmulSchedule):
+        rows, columns, batch = matmul_extents(program, matmul_info(program))
+        tile = schedule.tile
+        tiles = ((rows + (tile - 1)) // tile) * ((columns + (tile - 1)) // tile)
+        return simplify(batch * tiles * WORKGROUP_SIZE)
+    return outputs
+
+
+def workgroup_storage_bytes(program: TensorProgram) -> int:
+    """Bytes of workgroup memory the program's schedule uses (the bundle requires at least
+    this ``maxComputeWorkgroupStorageSize``)."""
+    schedule = program.schedule
+    if isinstance(schedule, TiledMatmulSchedule):
+        return 2 * schedule.tile * schedule.depth * 4  # both factors' staged slices, f32
+    if isinstance(schedule, WorkgroupReductionSchedule):
+        return len(set(top_level_reductions(program.body))) * WORKGROUP_SIZE * 4  # one partial per invocation
+    return 0
+
+
+# -- tiled matmul ---------------------------------------------------------------------------------
+
+
+def matmul_info(program: TensorProgram) -> MatmulInfo:
+    """The matmul-like split of a program scheduled as a tiled matmul."""
+    info = analyze_matmul(program)
+    if info is None:
+        raise ValueError(f"{program.name} is scheduled as a tiled matmul but is not matmul-like")
+    return info
+
+
+def matmul_extents(program: TensorProgram, info: MatmulInfo) -> tuple[PrimExpr, PrimExpr, PrimExpr]:
+    """(rows, columns, batch): the products of the output extents of each group of axes."""
+    shape = program.output.shape
+    return (product(shape[p] for p in info.rows), product(shape[p] for p in info.columns),
+            product(shape[p] for p in info.batch))
+
+
+# -- vectorized -----------------------------------------------------------------------------------
+
+
+def vectorizable(program: TensorProgram, width: int = 4) -> bool:
+    """Whether the vectorized schedule of ``width`` can run ``program``: float32 elementwise
+    arithmetic (loads, constants, binary and unary ops; no selects, casts or comparisons), an
+    output whose last dimension is a multiple of ``width``, and every buffer read either along
+    the last axis (at it plus a multiple of ``width``, from a last dimension that is a
+    multiple of ``width``) or never along it."""
+    if program.output.dtype != "float32" or not program.axes:
+        return False
+    if not _multiple_of(program.output.shape[-1], width):
+        return False
+    return vector_access(program, width) is not None
+
+
+def vector_access(program: TensorProgram, width: int) -> dict[str, str] | None:
+    """How the vectorized schedule reads each loaded buffer (:data:`VECTOR` or :data:`SPLAT`),
+    by name; None when the program does not fit it."""
+    last = program.axes[-1].name
+    kinds: dict[str, str] = {}
+    for node in scalar_nodes(program.body):
+        if not isinstance(node, (Load, Binary, Unary, FloatImm)):
+            return None
+        if isinstance(node, Unary) and node.op == "is_nan":
+            return None
+        if isinstance(node, FloatImm) and node.dtype != "float32":
+            return None
+        if not isinstance(node, Load):
+            continue
+        if node.buffer.dtype != "float32":
+            return None
+        uses_last = [last in {v.name for v in free_vars(i)} for i in node.indices]
+        if not any(uses_last):
+            kind = SPLAT
+        else:
+            offset = simplify(node.indices[-1] - SizeVar(last))
+            if uses_last[:-1] and any(uses_last[:-1]):
+                return None
+            if last in {v.name for v in free_vars(offset)} or simplify(offset % width) != IntImm(0):
+                return None
+            if not _multiple_of(node.buffer.shape[-1], width):
+                return None
+            kind = VECTOR
+        if kinds.setdefault(node.buffer.name, kind) != kind:
+            return None
+    return kinds
+
+
+def _multiple_of(extent: PrimExpr, width: int) -> bool:
+    return simplify(extent % width) == IntImm(0)

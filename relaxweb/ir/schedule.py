@@ -1,0 +1,95 @@
+"""Schedules: how a tensor program's compute definition is laid out on GPU invocations.
+
+A schedule is a small immutable object: its kind (the class) and its parameters (the
+fields), validated when it is built.  ``TensorProgram.schedule`` holds one; the
+schedule_programs pass picks it from the program's pattern, the host module evaluates the
+dispatch size it implies (``relaxweb/ir/launch.py``), and a backend renders each kind
+(``relaxweb/wgsl/schedules.py``).  Nothing here is specific to WGSL.
+
+Every schedule runs workgroups of :data:`WORKGROUP_SIZE` invocations, so the bundle format
+and the runtimes never depend on the schedule.
+
+- :class:`ElementSchedule`: one invocation per output element; reductions are serial loops.
+- :class:`VectorizedSchedule`: one invocation per ``width`` consecutive output elements of a
+  float elementwise or broadcast program (vector loads and arithmetic).
+- :class:`WorkgroupReductionSchedule`: one workgroup per output element; each top-level
+  reduction is split across the workgroup and combined by a tree in workgroup memory.
+- :class:`TiledMatmulSchedule`: one workgroup per ``tile x tile`` block of a matmul-like
+  program's output; both factors are staged ``depth`` deep through workgroup memory and each
+  invocation keeps a ``block x block`` set of accumulators.
+
+The text form (what ``--dump-ir`` shows) is the kind, with the parameters when it has any:
+``tiled_matmul(tile=32, depth=16, block=4)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import ClassVar
+
+WORKGROUP_SIZE = 64  # invocations per workgroup, for every schedule (the bundle's contract)
+
+
+class Schedule:
+    """Base of the schedule kinds; each kind is a frozen dataclass whose fields are its
+    parameters."""
+
+    kind: ClassVar[str]
+
+    def __str__(self) -> str:
+        parameters = ", ".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self))
+        return f"{self.kind}({parameters})" if parameters else self.kind
+
+
+@dataclass(frozen=True)
+class ElementSchedule(Schedule):
+    """One invocation per output element (any program)."""
+
+    kind: ClassVar[str] = "element"
+
+
+@dataclass(frozen=True)
+class VectorizedSchedule(Schedule):
+    """One invocation per ``width`` consecutive output elements along the last axis."""
+
+    kind: ClassVar[str] = "vectorized"
+    width: int = 4
+
+    def __post_init__(self) -> None:
+        # vectors of 3 are padded to 4 in storage arrays, so they cannot tile a buffer
+        if self.width not in (2, 4):
+            raise ValueError(f"vectorized: width must be 2 or 4, got {self.width}")
+
+
+@dataclass(frozen=True)
+class WorkgroupReductionSchedule(Schedule):
+    """One workgroup per output element, its reductions split across the workgroup."""
+
+    kind: ClassVar[str] = "workgroup_reduction"
+
+
+@dataclass(frozen=True)
+class TiledMatmulSchedule(Schedule):
+    """One workgroup per ``tile x tile`` output tile (per batch index); ``depth`` reduction
+    elements of both factors are staged per step; each invocation computes ``block x block``
+    outputs, so the workgroup's invocations form a square of ``tile / block`` per side."""
+
+    kind: ClassVar[str] = "tiled_matmul"
+    tile: int = 32
+    depth: int = 16
+    block: int = 4
+
+    def __post_init__(self) -> None:
+        if self.depth < 1 or self.block < 1 or self.tile % self.block != 0:
+            raise ValueError(f"{self}: depth and block must be positive, and block must divide tile")
+        if self.threads_per_side ** 2 != WORKGROUP_SIZE:
+            raise ValueError(f"{self}: (tile / block)^2 must be the workgroup size {WORKGROUP_SIZE}")
+
+    @property
+    def threads_per_side(self) -> int:
+        return self.tile // self.block
+
+
+SCHEDULE_KINDS: dict[str, type[Schedule]] = {
+    kind.kind: kind for kind in (ElementSchedule, VectorizedSchedule, WorkgroupReductionSchedule, TiledMatmulSchedule)
+}

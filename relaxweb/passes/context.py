@@ -1,0 +1,72 @@
+"""PassContext: the settings a pass pipeline runs under.
+
+Passes stay plain ``IRModule -> IRModule`` functions; the few that depend on the user's
+settings read them from the current context (TVM style)::
+
+    with PassContext(bounds={"batch": 64}, opt_level=1):
+        module = run_pipeline(module)
+
+- ``bounds``: upper bounds of symbolic variables (``--bound batch=64``); ``fuse_ops`` and
+  ``plan_memory`` compare sizes with them, ``lower_shapes_to_host`` checks inputs against
+  them and sizes storages at them.
+- ``opt_level``: which pipeline :func:`~relaxweb.passes.pipeline.pipeline` gives (0: no
+  fusion or scheduling).
+- ``storage_reuse``: ``plan_memory`` reuses storages of dead tensors (off: every tensor its
+  own storage, the baseline ``scripts/measure_pipeline.py`` compares with).
+- ``verify``: ``run_pipeline`` checks the module's well-formedness before the first pass and
+  after every pass, and names the pass that broke it.  Off by default; on when the
+  environment variable ``RELAXWEB_VERIFY_IR`` is ``1`` (the test suite sets it).
+
+Outside any ``with`` block, :meth:`PassContext.current` is ``PassContext()``.
+"""
+
+from __future__ import annotations
+
+import os
+from contextvars import ContextVar
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Any, Mapping
+
+OPT_LEVELS = (0, 1)
+DEFAULT_OPT_LEVEL = 1
+VERIFY_ENVIRONMENT_VARIABLE = "RELAXWEB_VERIFY_IR"
+
+
+def _verify_by_default() -> bool:
+    return os.environ.get(VERIFY_ENVIRONMENT_VARIABLE) == "1"
+
+
+@dataclass(frozen=True)
+class PassContext:
+    bounds: Mapping[str, int] = field(default_factory=dict)
+    opt_level: int = DEFAULT_OPT_LEVEL
+    storage_reuse: bool = True
+    verify: bool = field(default_factory=_verify_by_default)
+
+    def __post_init__(self) -> None:
+        if self.opt_level not in OPT_LEVELS:
+            raise ValueError(f"opt level {self.opt_level} does not exist; expected one of {', '.join(map(str, OPT_LEVELS))}")
+        object.__setattr__(self, "bounds", MappingProxyType(dict(self.bounds)))
+
+    @staticmethod
+    def current() -> PassContext:
+        """The innermost context entered with ``with``, or the default one."""
+        active = _ACTIVE.get()
+        return active[-1] if active else PassContext()
+
+    def replace(self, **changes: Any) -> PassContext:
+        return replace(self, **changes)
+
+    def __enter__(self) -> PassContext:
+        _ACTIVE.set((*_ACTIVE.get(), self))
+        return self
+
+    def __exit__(self, *exception: object) -> None:
+        active = _ACTIVE.get()
+        assert active and active[-1] is self, "PassContext blocks must be exited in the order they were entered"
+        _ACTIVE.set(active[:-1])
+
+
+# The contexts entered and not yet exited, innermost last (per thread and per async task).
+_ACTIVE: ContextVar[tuple[PassContext, ...]] = ContextVar("relaxweb_pass_contexts", default=())

@@ -1,0 +1,66 @@
+"""emit_wgsl: one WGSL compute shader per tensor program.
+
+A shader is the params block, the bindings, and what the program's schedule renders
+(``schedules.py``): the declarations it needs and ``main``.  Binding layout (the bundle's
+contract, see docs/bundle-format.md): binding 0 is the uniform params block (the invocation
+count, then the program's size variables), then the program's inputs (read-only storage),
+then its output (read-write storage).  Workgroups are always 64 invocations on a 2-D grid,
+so that more than 65535 workgroups fit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..ir.launch import workgroup_storage_bytes
+from ..ir.schedule import ElementSchedule
+from ..ir.tir import TensorProgram, format_scalar, index_var_names
+from .emit import storage_type, wgsl_name
+from .schedules import render_schedule
+
+
+@dataclass(frozen=True)
+class ShaderInfo:
+    """What the bundle writer needs to know about an emitted shader."""
+
+    source: str
+    params_fields: tuple[str, ...]  # i32 slots of the params block, in order (element_count first)
+    params_size: int  # bytes, a multiple of 16
+    bindings: tuple[str, ...]  # WebGPU buffer binding types, binding 0 first
+    workgroup_storage_bytes: int = 0  # var<workgroup> memory the schedule uses
+
+
+def emit_wgsl(program: TensorProgram) -> ShaderInfo:
+    """The WGSL compute shader of a tensor program, laid out by its schedule."""
+    size_vars = [v.name for v in program.size_vars]
+    clashes = set(size_vars) & index_var_names(program)
+    if clashes:
+        raise ValueError(f"{program.name}: size variables {sorted(clashes)} share names with index variables")
+    fields = ["element_count", *size_vars]
+    padded = fields + [f"_pad{i}" for i in range((-len(fields)) % 4)]
+    schedule_note = "" if program.schedule == ElementSchedule() else f" (schedule: {program.schedule})"
+    lines = [
+        f"// tensor program: {program.name}{schedule_note}",
+        f"// {program.output.name}[{', '.join(a.name for a in program.axes)}] = {format_scalar(program.body)}",
+        "",
+        "struct Params {",
+        "  element_count: i32,",
+        *(f"  {wgsl_name(name)}: i32," for name in padded[1:]),
+        "}",
+        "",
+        "@group(0) @binding(0) var<uniform> params: Params;",
+    ]
+    rendering = render_schedule(program)
+    element_types = rendering.element_types  # a schedule may read some buffers as vectors
+    for binding, buffer in enumerate(program.inputs, start=1):
+        element = element_types.get(buffer.name, storage_type(buffer.dtype))
+        lines.append(f"@group(0) @binding({binding}) var<storage, read> {wgsl_name(buffer.name)}: array<{element}>;")
+    output = program.output
+    element = element_types.get(output.name, storage_type(output.dtype))
+    lines.append(
+        f"@group(0) @binding({len(program.inputs) + 1}) var<storage, read_write> {wgsl_name(output.name)}: array<{element}>;"
+    )
+    lines += rendering.lines
+    bindings = ("uniform", *("read-only-storage" for _ in program.inputs), "storage")
+    return ShaderInfo("\n".join(lines) + "\n", tuple(fields), 4 * len(padded), bindings,
+                      workgroup_storage_bytes(program))
