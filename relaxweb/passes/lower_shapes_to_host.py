@@ -25,13 +25,13 @@ from ..ir.expr import (
 from ..ir.functor import Aliases, ExprFunctor, iter_bindings
 from ..ir.host import (
     BufferRef, HostBind, HostCheck, HostDispatch, HostFunction, HostIf, HostInput, HostOutput,
-    HostOutputShape, HostRead, HostStorage, ShapeCheck, used_vars,
+    HostOutputShape, HostRead, HostStorage, ShapeCheck,
 )
 from ..ir.module import IRModule
 from ..ir.printer import format_value
 from ..ir.struct_info import PrimStructInfo, TensorStructInfo
 from .plan_memory import tensor_bytes
-from ..ir.symbolic import PrimExpr, SizeVar, as_int, format_expr, substitute
+from ..ir.symbolic import PrimExpr, SizeVar, as_int, format_expr, free_var_names, substitute
 
 
 def lower_shapes_to_host(module: IRModule) -> IRModule:
@@ -98,7 +98,7 @@ class _Lowering(ExprFunctor):
             self.storages[storage] = HostStorage(self.storages[storage].size, "output")
             outputs.append(HostOutput(name, info.dtype, storage, info.shape, info.ndim))
             steps.append(HostOutputShape(index, self.shape_of(var)))
-        needed = used_vars([s.size for s in self.storages]) | used_vars(
+        needed = free_var_names([s.size for s in self.storages]) | free_var_names(
             [value for d in _dispatches(steps) for _, value in d.size_var_values]
         )
         missing = sorted(needed - set(self.symbolic_vars))
@@ -146,7 +146,7 @@ class _Lowering(ExprFunctor):
                         f"{expected.name} <= {{expected}}",
                     ))
                     continue
-                if used_vars([expected]) - set(self.defined_by):
+                if free_var_names([expected]) - set(self.defined_by):
                     raise UnsupportedModelError(
                         f"input '{name}': dimension {dim} is {format_expr(expected)}; size variables must first "
                         "appear alone as a dimension"
@@ -162,7 +162,7 @@ class _Lowering(ExprFunctor):
     def detail(self, expected: PrimExpr) -> str:
         if as_int(expected) is not None:
             return ""
-        sources = ", ".join(f"{v} from {self.defined_by[v]}" for v in sorted(used_vars([expected])))
+        sources = ", ".join(f"{v} from {self.defined_by[v]}" for v in sorted(free_var_names([expected])))
         return f" ({format_expr(expected)}; {sources})"
 
     # -- values ---------------------------------------------------------------------------
@@ -314,7 +314,7 @@ class _Lowering(ExprFunctor):
                 steps.append(HostCheck("bound", SizeVar(wanted.name), None, wanted.name, self.code(),
                                        f"{label} ({wanted.name}) is {{value}}, above its bound {wanted.name} <= {{expected}}"))
                 continue
-            missing = used_vars([wanted]) - set(self.defined_by)
+            missing = free_var_names([wanted]) - set(self.defined_by)
             if missing:
                 raise UnsupportedModelError(f"{label}: {format_expr(wanted)} uses undefined variables {sorted(missing)}")
             steps.append(HostCheck("equal", value, wanted, None, self.code(),
