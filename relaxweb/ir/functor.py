@@ -8,7 +8,8 @@ Modelled on TVM Relax's ``ExprFunctor`` / ``ExprVisitor`` / ``ExprMutator``:
   ``visit_block`` calls ``visit_binding_block`` or ``visit_dataflow_block``.  A kind missing
   from the table is an error, never skipped.  A kind that refines another
   (``DataflowVar`` a ``Var``, ``CallLibrary`` a ``CallTIR``) is handled like it unless
-  its own method is overridden.  It has no defaults: the reference interpreter is one.
+  its own method is overridden.  It has no other defaults: a functor that computes a
+  value for every kind (the reference interpreter; a printer, text) defines each method.
 - :class:`ExprVisitor` visits every child of every node by default (``If`` branches,
   ``call_tir_into``'s output, ``alloc_tensor``'s storage, ``match_cast``'s value…), so
   an analysis overrides only the kinds it cares about.  Definitions (parameters, binding
@@ -214,7 +215,8 @@ class ExprMutator(ExprFunctor):
     (:meth:`emit_binding`): by default the binding itself, or a copy with its new value.
     ``var_remap`` maps variables to what their uses become; it is filled when
     ``visit_var_def`` gives a binding (or parameter) a new variable, and a pass may fill it
-    itself (an alias replaced by its source).
+    itself (an alias replaced by its source).  A binding otherwise keeps its variable, and
+    so its annotation, whatever its new value.
     """
 
     def __init__(self, var_remap: Mapping[Var, Expr] | None = None) -> None:
