@@ -15,7 +15,8 @@ from typing import Iterator
 
 import numpy as np
 
-from relaxweb.ir.expr import Binding, Function, If, MatchCast, SeqExpr, Var
+from relaxweb.ir.expr import Function, MatchCast, Var, VarBinding
+from relaxweb.ir.functor import iter_bindings
 from relaxweb.ir.interpreter import Interpreter
 from relaxweb.ir.struct_info import (
     FuncStructInfo, PrimStructInfo, ShapeStructInfo, StructInfo, TensorStructInfo, TupleStructInfo,
@@ -106,15 +107,6 @@ def struct_info_exprs(info: StructInfo | None) -> Iterator[PrimExpr]:
         yield from struct_info_exprs(info.ret)
 
 
-def _walk_seq(seq: SeqExpr) -> Iterator[Binding]:
-    for block in seq.blocks:
-        for binding in block.bindings:
-            yield binding
-            if isinstance(binding.value, If):
-                yield from _walk_seq(binding.value.true_branch)
-                yield from _walk_seq(binding.value.false_branch)
-
-
 def symbolic_vars(function: Function) -> dict[str, str]:
     """Every distinct size variable in the annotations of the parameters and of all bindings
     (inside If branches too, and match_cast targets) -> where it first appears."""
@@ -127,7 +119,7 @@ def symbolic_vars(function: Function) -> dict[str, str]:
 
     for param in function.params:
         note(param.struct_info, f"param {param.name}")
-    for binding in _walk_seq(function.body):
+    for binding in iter_bindings(function):
         note(binding.var.struct_info, f"binding {binding.var.name}")
         if isinstance(binding, MatchCast):
             note(binding.struct_info, f"match_cast {binding.var.name}")
@@ -145,18 +137,9 @@ class CheckingInterpreter(Interpreter):
     """The reference interpreter, also checking each binding's value against its deduced
     annotation (dtype and, where known, every dim), so a wrong deduction names its binding."""
 
-    def run_seq(self, seq: SeqExpr, values: dict, size_vars: dict[str, int]):
-        for block in seq.blocks:
-            for binding in block.bindings:
-                value = self.evaluate(binding.value, values, size_vars)
-                if isinstance(binding, MatchCast):
-                    from relaxweb.ir.interpreter import match_value
-
-                    match_value(binding.var.name, value, binding.struct_info, size_vars)
-                else:
-                    check_annotation(binding.var, value, size_vars)
-                values[binding.var] = value
-        return self.evaluate(seq.body, values, size_vars)
+    def visit_var_binding(self, binding: VarBinding) -> None:
+        super().visit_var_binding(binding)
+        check_annotation(binding.var, self.values[binding.var], self.size_vars)
 
 
 def check_annotation(var: Var, value, size_vars: dict[str, int]) -> None:
@@ -240,13 +223,13 @@ class CapturingInterpreter(CheckingInterpreter):
         super().__init__(module)
         self.captured: dict[str, object] = {}
 
-    def run_seq(self, seq: SeqExpr, values: dict, size_vars: dict[str, int]):
-        result = super().run_seq(seq, values, size_vars)
-        for block in seq.blocks:
-            for binding in block.bindings:
-                if binding.var in values:
-                    self.captured.setdefault(binding.var.name, values[binding.var])
-        return result
+    def visit_var_binding(self, binding: VarBinding) -> None:
+        super().visit_var_binding(binding)
+        self.captured.setdefault(binding.var.name, self.values[binding.var])
+
+    def visit_match_cast(self, binding: MatchCast) -> None:
+        super().visit_match_cast(binding)
+        self.captured.setdefault(binding.var.name, self.values[binding.var])
 
 
 def compare_values(model, module, inputs: dict[str, np.ndarray], rtol: float = 1e-4, atol: float = 1e-4) -> list[str]:

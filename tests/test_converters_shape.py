@@ -27,15 +27,16 @@ from onnx import TensorProto, helper, numpy_helper
 
 from relaxweb.errors import RelaxwebError, UnsupportedModelError
 from relaxweb.frontend import from_onnx
+from relaxweb.frontend.onnx import symbolic_vars as annotation_vars
 from relaxweb.frontend.converters import ConversionContext
 from relaxweb.frontend.converters.shape_values import SHAPE_OPERANDS, materialize, value_dtype, with_dtype
 from relaxweb.ir import FunctionBuilder, IRModule, ShapeExpr, SizeVar, TensorStructInfo
-from relaxweb.ir.expr import Call, Constant, Function, If, MatchCast, PrimValue, SeqExpr, Var
+from relaxweb.ir.expr import Call, Constant, Function, If, MatchCast, PrimValue, Var
 from relaxweb.ir.host import run_host_function
 from relaxweb.ir.interpreter import run_module
 from relaxweb.ir.printer import format_function
-from relaxweb.ir.struct_info import DTYPE_SIZES, PrimStructInfo, ShapeStructInfo, TupleStructInfo
-from relaxweb.ir.symbolic import evaluate, free_vars
+from relaxweb.ir.struct_info import DTYPE_SIZES
+from relaxweb.ir.symbolic import evaluate
 from relaxweb.ir.well_formed import check_well_formed
 from relaxweb.ops import DeductionError, call_op
 from relaxweb.passes import legalize_ops, run_pipeline
@@ -185,37 +186,7 @@ def run_onnxruntime(model: onnx.ModelProto, feeds: dict) -> list[np.ndarray]:
 
 def symbolic_vars(function: Function) -> set[str]:
     """Every size variable of every annotation of the function (If branches included)."""
-    found: set[str] = set()
-
-    def visit_info(info) -> None:
-        exprs = ()
-        if isinstance(info, TensorStructInfo) and info.shape is not None:
-            exprs = info.shape
-        elif isinstance(info, ShapeStructInfo) and info.values is not None:
-            exprs = info.values
-        elif isinstance(info, PrimStructInfo) and info.value is not None:
-            exprs = (info.value,)
-        elif isinstance(info, TupleStructInfo):
-            for field in info.fields:
-                visit_info(field)
-        for expr in exprs:
-            found.update(v.name for v in free_vars(expr))
-
-    def visit_seq(seq: SeqExpr) -> None:
-        for block in seq.blocks:
-            for binding in block.bindings:
-                visit_info(binding.var.struct_info)
-                if isinstance(binding, MatchCast):
-                    visit_info(binding.struct_info)
-                if isinstance(binding.value, If):
-                    visit_seq(binding.value.true_branch)
-                    visit_seq(binding.value.false_branch)
-        visit_info(seq.body.struct_info)
-
-    for param in function.params:
-        visit_info(param.struct_info)
-    visit_seq(function.body)
-    return found
+    return set(annotation_vars(function))
 
 
 def called_ops(function: Function) -> list[str]:

@@ -29,6 +29,7 @@ from relaxweb.ir.schedule import (
 from relaxweb.ir.structural import assert_structural_equal
 from relaxweb.ir.symbolic import Analyzer, IntImm, evaluate
 from relaxweb.ir.tir import Binary, Buffer, FloatImm, Load, Reduce, TensorProgram, Unary, format_program
+from relaxweb.ir.well_formed import check_well_formed
 from relaxweb.ops import call_op
 from relaxweb.passes import fuse_ops, legalize_ops, schedule_programs
 from relaxweb.wgsl import emit_wgsl
@@ -458,6 +459,20 @@ def test_canonicalize_bindings_reads_through_tuples_and_aliases() -> None:
     np.testing.assert_allclose(run_module(after, {"x": value})[0], run_module(before, {"x": value})[0])
     # and fusion now sees relu and tanh as the add's producers: one kernel for everything
     assert len(calls(fuse_ops(legalize_ops(after)))) == 1
+
+
+def test_canonicalize_bindings_keeps_every_use_in_scope() -> None:
+    from relaxweb.passes import canonicalize_bindings
+
+    builder = FunctionBuilder("main")
+    x = builder.add_param("x", tensor(n, 4))
+    hidden = builder.emit(call_op("relu", x), "hidden")  # local to the dataflow block
+    out = builder.emit(hidden, "out", output=True)  # read after the block, by the result
+    before = IRModule({"main": builder.finish([out], ["out"])})
+    after = canonicalize_bindings(before)
+    check_well_formed(after)
+    assert after.main.body.body is out  # not hidden, which is out of scope there
+    assert [b.var.name for b in after.main.bindings()] == ["hidden", "out"]
 
 
 def test_fold_scalar_constants_writes_scalars_into_the_program() -> None:

@@ -7,7 +7,7 @@ import pytest
 
 from relaxweb.ir import FunctionBuilder, IRModule, SizeVar, TensorStructInfo
 from relaxweb.ir.expr import (
-    BindingBlock, DataflowBlock, DataflowVar, Function, SeqExpr, Var, VarBinding,
+    BindingBlock, DataflowBlock, DataflowVar, Function, If, PrimValue, SeqExpr, Var, VarBinding,
 )
 from relaxweb.ir.struct_info import ObjectStructInfo, PrimStructInfo, TupleStructInfo, is_less_specific, join
 from relaxweb.ir.structural import assert_structural_equal, structural_equal
@@ -97,6 +97,19 @@ def test_dataflow_variables_do_not_escape_their_block() -> None:
     inner = DataflowVar("inner", tensor(n, 4))
     module = function_of([x], [DataflowBlock((VarBinding(inner, call_op("relu", x)),))], inner)
     assert any("uses dataflow variable 'inner'" in p for p in well_formed_problems(module))
+
+
+def test_variables_bound_in_an_if_branch_are_not_visible_after_it() -> None:
+    x = Var("x", tensor(n, 4))
+    inner, chosen, after = Var("inner", tensor(n, 4)), Var("chosen", tensor(n, 4)), Var("after", tensor(n, 4))
+    branch = SeqExpr((BindingBlock((VarBinding(inner, call_op("relu", x)),)),), inner)
+    module = function_of([x], [BindingBlock((
+        VarBinding(chosen, If(PrimValue(n % 2), branch, SeqExpr((), x))),
+        VarBinding(after, call_op("add", chosen, inner)),
+    ))], after)
+    assert well_formed_problems(module) == [
+        "main: after: uses variable 'inner' outside its scope or before its definition"
+    ]
 
 
 def test_dataflow_variables_belong_in_dataflow_blocks() -> None:

@@ -22,7 +22,8 @@ from onnx.external_data_helper import ExternalDataInfo
 
 from ..errors import RelaxwebError, UnsupportedModelError
 from ..ir.builder import FunctionBuilder
-from ..ir.expr import Constant, Expr, If, MatchCast, PrimValue, ShapeExpr, Var
+from ..ir.expr import Constant, Expr, MatchCast, PrimValue, SeqExpr, ShapeExpr, Var, VarBinding
+from ..ir.functor import ExprVisitor
 from ..ir.module import IRModule
 from ..ir.struct_info import FuncStructInfo, PrimStructInfo, ShapeStructInfo, TensorStructInfo, TupleStructInfo
 from ..ir.symbolic import PrimExpr, SizeVar, free_vars
@@ -171,23 +172,32 @@ def symbolic_vars(function) -> list[str]:
     """The distinct symbolic variables of a graph function, in order of first appearance:
     over the parameters' annotations, then every binding's (``match_cast`` included, and the
     bindings inside ``If`` branches), then the result's."""
-    found: dict[str, None] = {}
-
-    def visit_seq(seq) -> None:
-        for block in seq.blocks:
-            for binding in block.bindings:
-                if isinstance(binding, MatchCast):
-                    _struct_info_vars(binding.struct_info, found)
-                _struct_info_vars(binding.var.struct_info, found)
-                if isinstance(binding.value, If):
-                    visit_seq(binding.value.true_branch)
-                    visit_seq(binding.value.false_branch)
-        _struct_info_vars(seq.body.struct_info, found)
-
+    collector = _SymbolicVarCollector()
     for param in function.params:
-        _struct_info_vars(param.struct_info, found)
-    visit_seq(function.body)
-    return list(found)
+        _struct_info_vars(param.struct_info, collector.found)
+    collector.visit_seq_expr(function.body)
+    return list(collector.found)
+
+
+class _SymbolicVarCollector(ExprVisitor):
+    """Notes the symbolic variables of each annotation: a binding's before those inside its
+    value (an If's branches), a sequence's result after its bindings."""
+
+    def __init__(self) -> None:
+        self.found: dict[str, None] = {}
+
+    def visit_var_binding(self, binding: VarBinding) -> None:
+        _struct_info_vars(binding.var.struct_info, self.found)
+        super().visit_var_binding(binding)
+
+    def visit_match_cast(self, binding: MatchCast) -> None:
+        _struct_info_vars(binding.struct_info, self.found)
+        _struct_info_vars(binding.var.struct_info, self.found)
+        super().visit_match_cast(binding)
+
+    def visit_seq_expr(self, seq: SeqExpr) -> None:
+        super().visit_seq_expr(seq)
+        _struct_info_vars(seq.body.struct_info, self.found)
 
 
 def symbolic_name(text: str) -> str:

@@ -269,52 +269,9 @@ def tensor_dtype(expr: Expr) -> str:
     return info.dtype
 
 
-def iter_bindings(seq: SeqExpr):
-    """Every binding of ``seq``, those inside If branches included (depth first, in order)."""
-    for block in seq.blocks:
-        for binding in block.bindings:
-            yield binding
-            if isinstance(binding.value, If):
-                yield from iter_bindings(binding.value.true_branch)
-                yield from iter_bindings(binding.value.false_branch)
-
-
-def use_counts(seq: SeqExpr) -> dict[Var, int]:
-    """How many times each variable is read in ``seq``: its bindings (If branches included)
-    and its result."""
-    counts: dict[Var, int] = {}
-
-    def count(expr: Expr) -> None:
-        if isinstance(expr, Var):
-            counts[expr] = counts.get(expr, 0) + 1
-        elif isinstance(expr, Tuple):
-            for item in expr.fields:
-                count(item)
-        elif isinstance(expr, TupleGetItem):
-            count(expr.tuple_value)
-        elif isinstance(expr, TensorToPrim):
-            count(expr.tensor)
-        elif isinstance(expr, (Call, CallTIR)):
-            for arg in expr.args:
-                count(arg)
-        elif isinstance(expr, If):
-            count(expr.condition)
-            walk(expr.true_branch)
-            walk(expr.false_branch)
-
-    def walk(inner: SeqExpr) -> None:
-        for block in inner.blocks:
-            for binding in block.bindings:
-                count(binding.value)
-        count(inner.body)
-
-    walk(seq)
-    return counts
-
-
 __all__ = [
     "AllocStorage", "AllocTensor", "Binding", "BindingBlock", "Call", "CallLibrary", "CallTIR",
     "CallTIRInto", "Constant", "DataflowBlock", "DataflowVar", "Expr", "Function", "If", "MatchCast",
     "PrimValue", "SeqExpr", "ShapeExpr", "SizeVar", "TensorToPrim", "Tuple", "TupleGetItem", "Var",
-    "VarBinding", "iter_bindings", "tensor_dtype", "tensor_shape", "use_counts",
+    "VarBinding", "tensor_dtype", "tensor_shape",
 ]

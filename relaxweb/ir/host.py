@@ -345,7 +345,3 @@ def run_host_function(function: HostFunction, programs: Mapping, inputs: Mapping
         run.view(output.storage, output.dtype, run.output_shapes[index]).copy()
         for index, output in enumerate(function.outputs)
     ]
-
-
-def used_vars(expressions) -> set[str]:
-    return {v.name for e in expressions for v in free_vars(e)}

@@ -15,10 +15,11 @@ import numpy as np
 
 from ..errors import InputShapeError
 from .expr import (
-    AllocStorage, AllocTensor, Call, CallTIR, CallTIRInto, Constant, Expr, Function, If, MatchCast,
-    PrimValue, SeqExpr, ShapeExpr, TensorToPrim, Tuple, TupleGetItem, Var,
+    AllocStorage, AllocTensor, BindingBlock, Call, CallTIR, CallTIRInto, Constant, DataflowBlock, Function, If,
+    MatchCast, PrimValue, SeqExpr, ShapeExpr, TensorToPrim, Tuple, TupleGetItem, Var, VarBinding,
 )
 from .library_kernel import LibraryKernel
+from .functor import ExprFunctor
 from .module import IRModule
 from .op_registry import get_op
 from .struct_info import PrimStructInfo, TensorStructInfo
@@ -41,81 +42,114 @@ def run_kernel(kernel, arrays: list[np.ndarray], size_vars: Mapping[str, int]) -
     return run_program(kernel, arrays, size_vars)
 
 
-class Interpreter:
+class Interpreter(ExprFunctor):
+    """Evaluates each node kind with numpy; ``values`` holds each variable's value and
+    ``size_vars`` each symbolic variable's, bound from the inputs and by match_cast.
+
+    Subclasses can watch every binding by overriding ``visit_var_binding`` /
+    ``visit_match_cast`` (the value is in ``self.values`` after ``super()``).
+    """
+
     def __init__(self, module: IRModule) -> None:
         self.module = module
+        self.values: dict[Var, object] = {}
+        self.size_vars: dict[str, int] = {}
 
     def run(self, function: Function, inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
-        size_vars: dict[str, int] = {}
-        values: dict[Var, object] = {}
+        self.values, self.size_vars = {}, {}
         for param, name in zip(function.params, function.input_names or [p.name for p in function.params]):
             if name not in inputs:
                 raise InputShapeError(f"missing input '{name}'")
             array = np.asarray(inputs[name])
-            match_tensor(name, array, param.struct_info, size_vars)
-            values[param] = array
-        result = self.run_seq(function.body, values, size_vars)
+            match_tensor(name, array, param.struct_info, self.size_vars)
+            self.values[param] = array
+        result = self.visit_seq_expr(function.body)
         outputs = list(result) if isinstance(function.body.body, Tuple) else [result]
         return [np.array(o, copy=True) for o in outputs]
 
-    def run_seq(self, seq: SeqExpr, values: dict, size_vars: dict[str, int]):
-        for block in seq.blocks:
-            for binding in block.bindings:
-                value = self.evaluate(binding.value, values, size_vars)
-                if isinstance(binding, MatchCast):
-                    match_value(binding.var.name, value, binding.struct_info, size_vars)
-                values[binding.var] = value
-        return self.evaluate(seq.body, values, size_vars)
+    # -- sequences and bindings -----------------------------------------------------------
 
-    def evaluate(self, expr: Expr, values: dict, size_vars: dict[str, int]):
-        if isinstance(expr, Var):
-            return values[expr]
-        if isinstance(expr, Constant):
-            return expr.data
-        if isinstance(expr, ShapeExpr):
-            return np.array([evaluate(v, size_vars) for v in expr.values], dtype=np.int64)
-        if isinstance(expr, PrimValue):
-            return int(evaluate(expr.value, size_vars))
-        if isinstance(expr, Tuple):
-            return tuple(self.evaluate(f, values, size_vars) for f in expr.fields)
-        if isinstance(expr, TupleGetItem):
-            return self.evaluate(expr.tuple_value, values, size_vars)[expr.index]
-        if isinstance(expr, TensorToPrim):
-            return int(np.asarray(self.evaluate(expr.tensor, values, size_vars)).reshape(-1)[0])
-        if isinstance(expr, If):
-            condition = self.evaluate(expr.condition, values, size_vars)
-            taken = expr.true_branch if int(np.asarray(condition).reshape(-1)[0]) != 0 else expr.false_branch
-            return self.run_seq(taken, values, size_vars)
-        if isinstance(expr, Call):
-            arrays = [self.evaluate(a, values, size_vars) for a in expr.args]
-            return get_op(expr.op).reference(arrays, expr.attrs)
-        if isinstance(expr, CallTIR):
-            kernel = self.module.programs[expr.program]
-            arrays = [self.evaluate(a, values, size_vars) for a in expr.args]
-            return run_kernel(kernel, arrays, _program_vars(expr.size_var_values, size_vars))
-        if isinstance(expr, AllocStorage):
-            # Variables bound later (by a match_cast after a read-back) count as 0 for now;
-            # alloc_tensor grows the storage when a tensor needs more, as the runtimes do.
-            known = {v.name: 0 for v in free_vars(expr.size)} | size_vars
-            return _StorageBytes(np.zeros(int(evaluate(expr.size, known)), dtype=np.uint8))
-        if isinstance(expr, AllocTensor):
-            storage = values[expr.storage]
-            info = expr.struct_info
-            shape = tuple(int(evaluate(d, size_vars)) for d in info.shape)
-            count = int(np.prod(shape, dtype=np.int64))
-            itemsize = np.dtype(info.dtype).itemsize
-            if storage.data.size < count * itemsize:
-                grown = np.zeros(count * itemsize, dtype=np.uint8)
-                grown[: storage.data.size] = storage.data
-                storage.data = grown
-            return storage.data[: count * itemsize].view(info.dtype).reshape(shape)
-        if isinstance(expr, CallTIRInto):
-            kernel = self.module.programs[expr.program]
-            arrays = [self.evaluate(a, values, size_vars) for a in expr.args]
-            output = values[expr.output]
-            output[...] = run_kernel(kernel, arrays, _program_vars(expr.size_var_values, size_vars))
-            return ()
-        raise TypeError(f"the interpreter cannot evaluate {type(expr).__name__}")
+    def visit_seq_expr(self, seq: SeqExpr):
+        for block in seq.blocks:
+            self.visit_block(block)
+        return self.visit_expr(seq.body)
+
+    def visit_binding_block(self, block: BindingBlock) -> None:
+        for binding in block.bindings:
+            self.visit_binding(binding)
+
+    def visit_dataflow_block(self, block: DataflowBlock) -> None:
+        self.visit_binding_block(block)
+
+    def visit_var_binding(self, binding: VarBinding) -> None:
+        self.values[binding.var] = self.visit_expr(binding.value)
+
+    def visit_match_cast(self, binding: MatchCast) -> None:
+        value = self.visit_expr(binding.value)
+        match_value(binding.var.name, value, binding.struct_info, self.size_vars)
+        self.values[binding.var] = value
+
+    # -- expressions ----------------------------------------------------------------------
+
+    def visit_var(self, var: Var):
+        return self.values[var]
+
+    def visit_constant(self, constant: Constant):
+        return constant.data
+
+    def visit_shape_expr(self, shape: ShapeExpr):
+        return np.array([evaluate(v, self.size_vars) for v in shape.values], dtype=np.int64)
+
+    def visit_prim_value(self, value: PrimValue):
+        return int(evaluate(value.value, self.size_vars))
+
+    def visit_tuple(self, value: Tuple):
+        return tuple(self.visit_expr(f) for f in value.fields)
+
+    def visit_tuple_get_item(self, item: TupleGetItem):
+        return self.visit_expr(item.tuple_value)[item.index]
+
+    def visit_tensor_to_prim(self, value: TensorToPrim):
+        return int(np.asarray(self.visit_expr(value.tensor)).reshape(-1)[0])
+
+    def visit_if(self, node: If):
+        condition = self.visit_expr(node.condition)
+        taken = node.true_branch if int(np.asarray(condition).reshape(-1)[0]) != 0 else node.false_branch
+        return self.visit_seq_expr(taken)
+
+    def visit_call(self, call: Call):
+        arrays = [self.visit_expr(a) for a in call.args]
+        return get_op(call.op).reference(arrays, call.attrs)
+
+    def visit_call_tir(self, call: CallTIR):
+        kernel = self.module.programs[call.program]
+        arrays = [self.visit_expr(a) for a in call.args]
+        return run_kernel(kernel, arrays, _program_vars(call.size_var_values, self.size_vars))
+
+    def visit_alloc_storage(self, alloc: AllocStorage):
+        # Variables bound later (by a match_cast after a read-back) count as 0 for now;
+        # alloc_tensor grows the storage when a tensor needs more, as the runtimes do.
+        known = {v.name: 0 for v in free_vars(alloc.size)} | self.size_vars
+        return _StorageBytes(np.zeros(int(evaluate(alloc.size, known)), dtype=np.uint8))
+
+    def visit_alloc_tensor(self, alloc: AllocTensor):
+        storage = self.visit_expr(alloc.storage)
+        info = alloc.struct_info
+        shape = tuple(int(evaluate(d, self.size_vars)) for d in info.shape)
+        count = int(np.prod(shape, dtype=np.int64))
+        itemsize = np.dtype(info.dtype).itemsize
+        if storage.data.size < count * itemsize:
+            grown = np.zeros(count * itemsize, dtype=np.uint8)
+            grown[: storage.data.size] = storage.data
+            storage.data = grown
+        return storage.data[: count * itemsize].view(info.dtype).reshape(shape)
+
+    def visit_call_tir_into(self, call: CallTIRInto):
+        kernel = self.module.programs[call.program]
+        arrays = [self.visit_expr(a) for a in call.args]
+        output = self.visit_expr(call.output)
+        output[...] = run_kernel(kernel, arrays, _program_vars(call.size_var_values, self.size_vars))
+        return ()
 
 
 _UNARY_FUNCTIONS = {

@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .expr import CallTIR, Function, iter_bindings
+from .expr import CallTIR, CallTIRInto, Function
+from .functor import post_order_visit
 from .printer import format_module
 from .tir import TensorProgram
 
@@ -41,11 +42,15 @@ class IRModule:
 def drop_uncalled_programs(module: IRModule) -> IRModule:
     """The module without the tensor programs no graph function calls any more (a pass that
     rewrites call sites leaves them behind); library kernels always stay."""
-    called = {
-        binding.value.program
-        for function in module.functions.values() if isinstance(function, Function)
-        for binding in iter_bindings(function.body) if isinstance(binding.value, CallTIR)
-    }
+    called: set[str] = set()
+
+    def note_call(expr) -> None:
+        if isinstance(expr, (CallTIR, CallTIRInto)):
+            called.add(expr.program)
+
+    for function in module.functions.values():
+        if isinstance(function, Function):
+            post_order_visit(function, note_call)
     return module.replace(programs={
         name: program for name, program in module.programs.items()
         if name in called or not isinstance(program, TensorProgram)

@@ -287,6 +287,11 @@ def free_vars(expr: PrimExpr) -> list[SizeVar]:
     return list(found.values())
 
 
+def free_var_names(expressions: Iterable[PrimExpr]) -> set[str]:
+    """The names of the size variables the expressions use."""
+    return {var.name for expr in expressions for var in free_vars(expr)}
+
+
 def substitute(expr: PrimExpr, mapping: Mapping[str, PrimExpr]) -> PrimExpr:
     """Replace variables by expressions (by name); the result is simplified."""
     def visit(node: PrimExpr) -> PrimExpr:

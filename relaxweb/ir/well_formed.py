@@ -14,9 +14,9 @@ A graph function is well formed when:
 from __future__ import annotations
 
 from .expr import (
-    AllocTensor, Call, CallTIR, CallTIRInto, DataflowBlock, DataflowVar, Expr, Function, If, MatchCast,
-    SeqExpr, TensorToPrim, Tuple, TupleGetItem, Var,
+    BindingBlock, CallTIR, CallTIRInto, DataflowBlock, DataflowVar, Function, MatchCast, SeqExpr, Var, VarBinding,
 )
+from .functor import ScopedVisitor
 from .module import IRModule
 from .struct_info import (
     PrimStructInfo, ShapeStructInfo, StructInfo, TensorStructInfo, TupleStructInfo, is_less_specific,
@@ -40,80 +40,81 @@ def annotation_vars(info: StructInfo) -> set[str]:
     return set()
 
 
-class _Checker:
+class _Checker(ScopedVisitor):
+    """Visits one function, noting each problem; ``where`` names the binding being checked
+    (or "the result") in the messages."""
+
     def __init__(self, module: IRModule, function: Function) -> None:
+        super().__init__()
         self.module = module
         self.function = function
         self.problems: list[str] = []
+        self.size_vars: set[str] = set()  # symbolic variables defined so far, in scope
+        self.block: BindingBlock | None = None
+        self.where = ""
 
     def fail(self, message: str) -> None:
         self.problems.append(f"{self.function.name}: {message}")
 
     def check(self) -> list[str]:
-        defined: set[int] = set()
-        size_vars: set[str] = set()
         for param in self.function.params:
-            defined.add(id(param))
-            size_vars |= annotation_vars(param.struct_info)
-        self.check_seq(self.function.body, defined, size_vars, top_level=True)
+            self.size_vars |= annotation_vars(param.struct_info)
+        self.visit_function(self.function)
         return self.problems
 
-    def check_seq(self, seq: SeqExpr, defined: set[int], size_vars: set[str], top_level: bool = False) -> None:
-        defined = set(defined)
-        size_vars = set(size_vars)
-        for block in seq.blocks:
-            block_vars: set[int] = set()
-            for binding in block.bindings:
-                self.check_uses(binding.value, defined, binding.var.name)
-                if isinstance(binding.value, If):
-                    self.check_uses(binding.value.condition, defined, binding.var.name)
-                    self.check_seq(binding.value.true_branch, defined, size_vars)
-                    self.check_seq(binding.value.false_branch, defined, size_vars)
-                if isinstance(binding, MatchCast):
-                    size_vars |= annotation_vars(binding.struct_info)
-                else:
-                    if not is_less_specific(binding.var.struct_info, binding.value.struct_info):
-                        self.fail(
-                            f"binding '{binding.var.name}': annotated {binding.var.struct_info}, "
-                            f"but its value is {binding.value.struct_info}"
-                        )
-                undefined = annotation_vars(binding.var.struct_info) - size_vars
-                if undefined:
-                    self.fail(f"binding '{binding.var.name}': symbolic variables {sorted(undefined)} are not defined before")
-                if isinstance(binding.var, DataflowVar) and not isinstance(block, DataflowBlock):
-                    self.fail(f"dataflow variable '{binding.var.name}' is bound outside a dataflow block")
-                defined.add(id(binding.var))
-                if isinstance(binding.var, DataflowVar):
-                    block_vars.add(id(binding.var))
-            if isinstance(block, DataflowBlock):
-                defined -= block_vars  # dataflow vars do not escape their block
-        self.check_uses(seq.body, defined, "the result")
+    def visit_seq_expr(self, seq: SeqExpr) -> None:
+        outer = self.where, set(self.size_vars)  # match_casts in an If branch define only there
+        self.where = "the result"  # each binding names itself while it is checked
+        super().visit_seq_expr(seq)
+        self.where, self.size_vars = outer
 
-    def check_uses(self, expr: Expr, defined: set[int], where: str) -> None:
-        for var in _used_vars(expr):
-            if id(var) not in defined:
-                kind = "dataflow variable" if isinstance(var, DataflowVar) else "variable"
-                self.fail(f"{where}: uses {kind} '{var.name}' outside its scope or before its definition")
-        if isinstance(expr, (CallTIR, CallTIRInto)) and expr.program not in self.module.programs:
-            self.fail(f"{where}: calls program '{expr.program}', which is not in the module")
+    def visit_block(self, block: BindingBlock) -> None:
+        outer, self.block = self.block, block
+        super().visit_block(block)
+        self.block = outer
 
+    def visit_var_binding(self, binding: VarBinding) -> None:
+        outer, self.where = self.where, binding.var.name
+        self.visit_expr(binding.value)
+        if not is_less_specific(binding.var.struct_info, binding.value.struct_info):
+            self.fail(
+                f"binding '{binding.var.name}': annotated {binding.var.struct_info}, "
+                f"but its value is {binding.value.struct_info}"
+            )
+        self.check_definition(binding.var)
+        self.where = outer
 
-def _used_vars(expr: Expr) -> list[Var]:
-    if isinstance(expr, Var):
-        return [expr]
-    if isinstance(expr, Tuple):
-        return [v for f in expr.fields for v in _used_vars(f)]
-    if isinstance(expr, TupleGetItem):
-        return _used_vars(expr.tuple_value)
-    if isinstance(expr, TensorToPrim):
-        return _used_vars(expr.tensor)
-    if isinstance(expr, (Call, CallTIR)):
-        return [v for a in expr.args for v in _used_vars(a)]
-    if isinstance(expr, CallTIRInto):
-        return [v for a in expr.args for v in _used_vars(a)] + [expr.output]
-    if isinstance(expr, AllocTensor):
-        return [expr.storage]
-    return []
+    def visit_match_cast(self, binding: MatchCast) -> None:
+        outer, self.where = self.where, binding.var.name
+        self.visit_expr(binding.value)
+        self.size_vars |= annotation_vars(binding.struct_info)  # checked at run time: may be more specific
+        self.check_definition(binding.var)
+        self.where = outer
+
+    def check_definition(self, var: Var) -> None:
+        undefined = annotation_vars(var.struct_info) - self.size_vars
+        if undefined:
+            self.fail(f"binding '{var.name}': symbolic variables {sorted(undefined)} are not defined before")
+        if isinstance(var, DataflowVar) and not isinstance(self.block, DataflowBlock):
+            self.fail(f"dataflow variable '{var.name}' is bound outside a dataflow block")
+        self.visit_var_def(var)
+
+    def visit_var(self, var: Var) -> None:
+        if not self.in_scope(var):
+            kind = "dataflow variable" if isinstance(var, DataflowVar) else "variable"
+            self.fail(f"{self.where}: uses {kind} '{var.name}' outside its scope or before its definition")
+
+    def visit_call_tir(self, call: CallTIR) -> None:
+        super().visit_call_tir(call)
+        self.check_program(call.program)
+
+    def visit_call_tir_into(self, call: CallTIRInto) -> None:
+        super().visit_call_tir_into(call)
+        self.check_program(call.program)
+
+    def check_program(self, name: str) -> None:
+        if name not in self.module.programs:
+            self.fail(f"{self.where}: calls program '{name}', which is not in the module")
 
 
 def well_formed_problems(module: IRModule) -> list[str]:

@@ -16,9 +16,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..ir.expr import (
-    Call, CallLibrary, CallTIR, DataflowBlock, DataflowVar, Expr, Function, If, SeqExpr, TensorToPrim, Tuple,
-    TupleGetItem, Var, VarBinding, use_counts,
+    Binding, CallLibrary, CallTIR, DataflowBlock, DataflowVar, Expr, Function, SeqExpr, Tuple, TupleGetItem, Var,
+    VarBinding,
 )
+from ..ir.functor import Aliases, ExprMutator, use_counts
 from ..ir.module import IRModule, drop_uncalled_programs
 
 
@@ -29,64 +30,69 @@ def canonicalize_bindings(module: IRModule) -> IRModule:
 
 
 def _canonicalize(function: Function) -> Function:
-    aliases: dict[Var, Expr] = {}
-    tuples: dict[Var, Tuple] = {}
+    body = _AliasRewriter(function).visit_seq_expr(function.body)
+    return replace(function, body=_drop_dead(body))
 
-    def resolve(expr: Expr) -> Expr:
-        if isinstance(expr, Var):
-            return aliases.get(expr, expr)
-        if isinstance(expr, Tuple):
-            return Tuple(tuple(resolve(f) for f in expr.fields))
-        if isinstance(expr, TupleGetItem):
-            source = resolve(expr.tuple_value)
-            if isinstance(source, Var) and source in tuples:
-                return tuples[source].fields[expr.index]
-            return TupleGetItem(source, expr.index)
-        if isinstance(expr, TensorToPrim):
-            return TensorToPrim(resolve(expr.tensor))
-        if isinstance(expr, (Call, CallTIR)):
-            return replace(expr, args=tuple(resolve(a) for a in expr.args))
-        if isinstance(expr, If):
-            return If(resolve(expr.condition), visit(expr.true_branch), visit(expr.false_branch))
-        return expr
 
-    def visit(seq: SeqExpr) -> SeqExpr:
-        blocks = []
-        for block in seq.blocks:
-            bindings = []
-            for binding in block.bindings:
-                value = resolve(binding.value)
-                if isinstance(binding, VarBinding) and isinstance(block, DataflowBlock):
-                    # (a variable visible after the block never becomes one local to it)
-                    if isinstance(value, Var) and (isinstance(binding.var, DataflowVar) or not isinstance(value, DataflowVar)):
-                        aliases[binding.var] = value
-                    if isinstance(value, Tuple):
-                        tuples[binding.var] = value
-                bindings.append(replace(binding, value=value) if value is not binding.value else binding)
-            blocks.append(type(block)(tuple(bindings)))
-        return SeqExpr(tuple(blocks), resolve(seq.body))
+class _AliasRewriter(ExprMutator):
+    """Rewrites each use of an alias bound in a dataflow block to what it names.
 
-    body = _drop_dead(visit(function.body))
-    return replace(function, body=body)
+    An alias is followed when its binding is in a dataflow block and, for ``a = b`` and
+    ``a = t[i]``, names a variable visible wherever ``a`` is (a variable visible after its
+    block never becomes one local to it); the fields of a tuple bound in a dataflow block
+    are always followed.  ``match_cast`` is never looked through: it checks and defines.
+    """
+
+    def __init__(self, function: Function) -> None:
+        super().__init__()
+        self.aliases = Aliases(function)
+        self.followed: set[Var] = set()
+
+    def follows(self, var: Var) -> bool:
+        return var in self.followed
+
+    def visit_var(self, var: Var) -> Expr:
+        return self.aliases.resolve(var, self.follows)
+
+    def visit_tuple_get_item(self, item: TupleGetItem) -> Expr:
+        resolved = self.aliases.resolve(item, self.follows)
+        return super().visit_tuple_get_item(item) if resolved is item else self.visit_expr(resolved)
+
+    def visit_var_binding(self, binding: VarBinding) -> None:
+        value = self.visit_expr(binding.value)
+        if self.in_dataflow_block and (isinstance(value, Tuple) or _visible_wherever(value, binding.var)):
+            self.followed.add(binding.var)
+        self.emit_binding(binding if value is binding.value else VarBinding(binding.var, value))
+
+
+def _visible_wherever(value: Expr, var: Var) -> bool:
+    """Whether ``value`` is a variable that can replace ``var`` at each of its uses."""
+    return isinstance(value, Var) and (isinstance(var, DataflowVar) or not isinstance(value, DataflowVar))
 
 
 def _drop_dead(seq: SeqExpr) -> SeqExpr:
     """Remove pure dataflow bindings whose variable nothing reads, until none is left."""
     while True:
-        uses = use_counts(seq)
-        removed = False
-        blocks = []
-        for block in seq.blocks:
-            kept = []
-            for binding in block.bindings:
-                pure = isinstance(binding, VarBinding) and isinstance(block, DataflowBlock) and (
-                    isinstance(binding.value, (Var, Tuple, TupleGetItem))
-                    or (isinstance(binding.value, CallTIR) and not isinstance(binding.value, CallLibrary)))
-                if pure and uses.get(binding.var, 0) == 0:
-                    removed = True
-                    continue
-                kept.append(binding)
-            blocks.append(type(block)(tuple(kept)))
-        seq = SeqExpr(tuple(blocks), seq.body)
-        if not removed:
+        pruned = _DeadBindingRemover(use_counts(seq)).visit_seq_expr(seq)
+        if pruned is seq:
             return seq
+        seq = pruned
+
+
+class _DeadBindingRemover(ExprMutator):
+    """Drops the pure bindings of dataflow blocks whose variable is never read."""
+
+    def __init__(self, uses: dict[Var, int]) -> None:
+        super().__init__()
+        self.uses = uses
+
+    def visit_dataflow_block(self, block: DataflowBlock) -> DataflowBlock:
+        kept = tuple(b for b in block.bindings if self.uses.get(b.var, 0) > 0 or not _is_pure(b))
+        return block if len(kept) == len(block.bindings) else DataflowBlock(kept)
+
+
+def _is_pure(binding: Binding) -> bool:
+    """Whether a dataflow binding only names or computes a value (no check, no library call)."""
+    value = binding.value
+    return isinstance(binding, VarBinding) and (
+        isinstance(value, (Var, Tuple, TupleGetItem)) or (isinstance(value, CallTIR) and not isinstance(value, CallLibrary)))

@@ -12,10 +12,12 @@ specialized per value; identical results are shared again.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Callable
 
 import numpy as np
 
-from ..ir.expr import CallLibrary, CallTIR, Constant, Function, If, SeqExpr
+from ..ir.expr import CallLibrary, CallTIR, Constant, Expr, Function
+from ..ir.functor import ExprMutator
 from ..ir.module import IRModule, ProgramTable, drop_uncalled_programs
 from ..ir.tir import FloatImm, Gather, Load, TensorProgram, map_scalar, scalar_nodes
 
@@ -50,24 +52,22 @@ def fold_scalar_constants(module: IRModule) -> IRModule:
         return replace(call, program=name, args=tuple(call.args[i] for i in kept),
                        size_var_values=tuple((n, v) for n, v in call.size_var_values if n in used))
 
-    def visit(seq: SeqExpr) -> SeqExpr:
-        blocks = []
-        for block in seq.blocks:
-            bindings = []
-            for binding in block.bindings:
-                value = binding.value
-                if isinstance(value, CallTIR):
-                    value = fold_call(value)
-                elif isinstance(value, If):
-                    value = If(value.condition, visit(value.true_branch), visit(value.false_branch))
-                bindings.append(replace(binding, value=value) if value is not binding.value else binding)
-            blocks.append(type(block)(tuple(bindings)))
-        return SeqExpr(tuple(blocks), seq.body)
-
-    functions = {name: replace(f, body=visit(f.body)) if isinstance(f, Function) else f
+    folder = _CallFolder(fold_call)
+    functions = {name: folder.visit_function(f) if isinstance(f, Function) else f
                  for name, f in module.functions.items()}
     folded = module.replace(functions=functions, programs=programs)
     return drop_uncalled_programs(folded)
+
+
+class _CallFolder(ExprMutator):
+    """Rewrites every tensor-program call (If branches included) with ``fold_call``."""
+
+    def __init__(self, fold_call: Callable[[CallTIR], CallTIR]) -> None:
+        super().__init__()
+        self.fold_call = fold_call
+
+    def visit_call_tir(self, call: CallTIR) -> Expr:
+        return self.fold_call(call)
 
 
 def _is_scalar_constant(arg) -> bool:

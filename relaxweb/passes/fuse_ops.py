@@ -30,9 +30,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..ir.expr import (
-    CallLibrary, CallTIR, DataflowBlock, Expr, Function, SeqExpr, Var, VarBinding, use_counts,
-)
+from ..ir.expr import CallLibrary, CallTIR, DataflowBlock, Expr, Function, Var, VarBinding
+from ..ir.functor import ExprMutator, use_counts
 from ..ir.fusion import inline_producer, merge_inputs
 from ..ir.module import IRModule, ProgramTable, drop_uncalled_programs
 from ..ir.pattern import MATMUL, program_pattern
@@ -54,21 +53,23 @@ def fuse_ops(module: IRModule) -> IRModule:
         if not isinstance(function, Function):
             functions[name] = function
             continue
-        fuser = _Fuser(programs, analyzer, use_counts(function.body))
-        blocks = tuple(fuser.fuse_block(b) if isinstance(b, DataflowBlock) else b for b in function.body.blocks)
-        functions[name] = replace(function, body=SeqExpr(blocks, function.body.body))
+        fuser = _Fuser(programs, analyzer, use_counts(function))
+        functions[name] = fuser.visit_function(function)
         programs = fuser.programs
     return drop_uncalled_programs(module.replace(functions=functions, programs=programs))
 
 
-class _Fuser:
+class _Fuser(ExprMutator):
+    """Fuses within each dataflow block (bindings elsewhere are kept as they are)."""
+
     def __init__(self, programs: dict, analyzer: Analyzer, uses: dict[Var, int]) -> None:
+        super().__init__()
         self.table = ProgramTable(programs)
         self.programs = self.table.programs
         self.analyzer = analyzer
         self.uses = uses
 
-    def fuse_block(self, block: DataflowBlock) -> DataflowBlock:
+    def visit_dataflow_block(self, block: DataflowBlock) -> DataflowBlock:
         bindings = list(block.bindings)
         changed = True
         while changed:  # forward sweeps until nothing merges (epilogues merge before prologues)

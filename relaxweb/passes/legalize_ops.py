@@ -9,14 +9,10 @@ is all tensor programs, which the WGSL backend compiles.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from ..errors import UnsupportedModelError
 from ..ir.builder import FunctionBuilder
-from ..ir.expr import (
-    Call, CallLibrary, CallTIR, DataflowBlock, DataflowVar, Expr, Function, If, MatchCast, SeqExpr, Var, VarBinding,
-    iter_bindings,
-)
+from ..ir.expr import Call, CallLibrary, CallTIR, DataflowVar, Expr, Function, MatchCast, Var, VarBinding
+from ..ir.functor import ExprMutator, post_order_visit
 from ..ir.module import IRModule, ProgramTable
 from ..ir.struct_info import TensorStructInfo
 from ..ir.tir import TensorProgram
@@ -24,14 +20,14 @@ from ..ops import get_op
 from ..ir.op_registry import call_tir_of
 
 
-class _Legalizer:
-    """The LegalizeContext given to each op's legalization."""
+class _Legalizer(ExprMutator):
+    """Replaces each op call by its legalization; the LegalizeContext given to each op's
+    legalization (what it emits goes before the binding of the call)."""
 
     def __init__(self, module: IRModule, function: Function) -> None:
+        super().__init__()
         self.table = ProgramTable(module.programs)
         self.programs = self.table.programs
-        self.bindings: list[VarBinding] = []
-        self.in_dataflow = True
         self.names = FunctionBuilder(function.name)
         for param in function.params:
             self.names.unique_name(param.name)
@@ -58,18 +54,21 @@ class _Legalizer:
         return self.names.unique_name(hint)
 
     def _new_var(self, name_hint: str, struct_info) -> Var:
-        kind = DataflowVar if self.in_dataflow else Var
+        kind = DataflowVar if self.in_dataflow_block else Var
         return kind(self.names.unique_name(name_hint), struct_info)
 
     def emit_match_cast(self, value: Expr, struct_info, name_hint: str = "lv") -> Var:
         var = self._new_var(name_hint, struct_info)
-        self.bindings.append(MatchCast(var, value, struct_info))
+        self.emit_binding(MatchCast(var, value, struct_info))
         return var
 
     def emit(self, value: Expr, name_hint: str = "lv") -> Var:
         var = self._new_var(name_hint, value.struct_info)
-        self.bindings.append(VarBinding(var, value))
+        self.emit_binding(VarBinding(var, value))
         return var
+
+    def visit_call(self, call: Call) -> Expr:
+        return get_op(call.op).legalize(self, call)
 
 
 def legalize_ops(module: IRModule) -> IRModule:
@@ -87,34 +86,19 @@ def legalize_ops(module: IRModule) -> IRModule:
             functions[name] = function
             continue
         legalizer = _Legalizer(module.replace(programs=programs), function)
-        body = _legalize_seq(legalizer, function.body)
+        functions[name] = legalizer.visit_function(function)
         programs = legalizer.programs
-        functions[name] = replace(function, body=body)
     return module.replace(functions=functions, programs=programs)
 
 
 def _op_calls(module: IRModule) -> list[Call]:
-    return [
-        binding.value
-        for function in module.functions.values() if isinstance(function, Function)
-        for binding in iter_bindings(function.body) if isinstance(binding.value, Call)
-    ]
+    calls: list[Call] = []
 
+    def note_call(expr: Expr) -> None:
+        if isinstance(expr, Call):
+            calls.append(expr)
 
-def _legalize_seq(legalizer: _Legalizer, seq: SeqExpr) -> SeqExpr:
-    """Legalize one sequence (a function body or an If branch), block by block."""
-    outer = legalizer.bindings, legalizer.in_dataflow
-    blocks = []
-    for block in seq.blocks:
-        legalizer.bindings, legalizer.in_dataflow = [], isinstance(block, DataflowBlock)
-        for binding in block.bindings:
-            value = binding.value
-            if isinstance(value, Call):
-                value = get_op(value.op).legalize(legalizer, value)
-            elif isinstance(value, If):
-                value = If(value.condition, _legalize_seq(legalizer, value.true_branch),
-                           _legalize_seq(legalizer, value.false_branch))
-            legalizer.bindings.append(replace(binding, value=value) if value is not binding.value else binding)
-        blocks.append(type(block)(tuple(legalizer.bindings)))
-    legalizer.bindings, legalizer.in_dataflow = outer
-    return SeqExpr(tuple(blocks), seq.body)
+    for function in module.functions.values():
+        if isinstance(function, Function):
+            post_order_visit(function, note_call)
+    return calls

@@ -20,18 +20,19 @@ from __future__ import annotations
 from ..errors import RelaxwebError, UnsupportedModelError
 from ..ir.expr import (
     AllocStorage, AllocTensor, CallTIRInto, Constant, Expr, Function, If, MatchCast, PrimValue, SeqExpr,
-    TensorToPrim, Tuple, TupleGetItem, Var,
+    TensorToPrim, Tuple, TupleGetItem, Var, VarBinding,
 )
+from ..ir.functor import Aliases, ExprFunctor, iter_bindings
 from ..ir.host import (
-    BufferRef, HostBind, HostCheck, HostDispatch, HostFunction, HostIf, HostInput, HostOutput, HostOutputShape,
-    HostRead, HostStorage, ShapeCheck, used_vars, walk_steps,
+    BufferRef, HostBind, HostCheck, HostDispatch, HostFunction, HostIf, HostInput, HostOutput,
+    HostOutputShape, HostRead, HostStorage, ShapeCheck, walk_steps,
 )
 from ..ir.launch import dispatch_count
 from ..ir.library_kernel import LibraryKernel
 from ..ir.module import IRModule
 from ..ir.printer import format_value
 from ..ir.struct_info import PrimStructInfo, TensorStructInfo
-from ..ir.symbolic import PrimExpr, SizeVar, as_int, format_expr, substitute
+from ..ir.symbolic import PrimExpr, SizeVar, as_int, format_expr, free_var_names, substitute
 from .context import PassContext
 from .plan_memory import tensor_bytes
 
@@ -44,7 +45,10 @@ def lower_shapes_to_host(module: IRModule) -> IRModule:
     return module.with_function(host)  # type: ignore[arg-type]
 
 
-class _Lowering:
+class _Lowering(ExprFunctor):
+    """Lowers the planned function binding by binding: each ``visit_<kind>`` lowers a
+    binding of that kind of value (``self.binding_var``) to the host steps it needs."""
+
     def __init__(self, module: IRModule, function: Function, bounds: dict[str, int]) -> None:
         self.module = module
         self.function = function
@@ -57,7 +61,9 @@ class _Lowering:
         self.planned: dict[Var, int] = {}
         self.host_shape: dict[Var, tuple[PrimExpr, ...]] = {}
         self.prim_value: dict[Var, PrimExpr] = {}
-        self.aliases: dict[Var, Expr] = {}
+        self.aliases = Aliases(function)
+        self.binding_var: Var | None = None  # the variable of the binding being lowered
+        self.top_level = True  # False inside an If branch
         self.weights: list[Constant] = []
         self.weight_index: dict[int, int] = {}
         self.read_slots = 0
@@ -96,7 +102,7 @@ class _Lowering:
             self.storages[storage] = HostStorage(self.storages[storage].size, "output")
             outputs.append(HostOutput(name, info.dtype, storage, info.shape, info.ndim))
             steps.append(HostOutputShape(index, self.shape_of(var)))
-        needed = used_vars([s.size for s in self.storages]) | used_vars(
+        needed = free_var_names([s.size for s in self.storages]) | free_var_names(
             [value for d in _dispatches(steps) for _, value in d.size_var_values]
         )
         missing = sorted(needed - set(self.symbolic_vars))
@@ -113,20 +119,12 @@ class _Lowering:
 
     def match_cast_vars(self) -> set[str]:
         names: set[str] = set()
-
-        def visit(seq: SeqExpr) -> None:
-            for block in seq.blocks:
-                for binding in block.bindings:
-                    if isinstance(binding, MatchCast):
-                        info = binding.struct_info
-                        dims = info.shape if isinstance(info, TensorStructInfo) and info.shape else (
-                            (info.value,) if isinstance(info, PrimStructInfo) and info.value is not None else ())
-                        names.update(d.name for d in dims if isinstance(d, SizeVar))
-                    if isinstance(binding.value, If):
-                        visit(binding.value.true_branch)
-                        visit(binding.value.false_branch)
-
-        visit(self.function.body)
+        for binding in iter_bindings(self.function):
+            if isinstance(binding, MatchCast):
+                info = binding.struct_info
+                dims = info.shape if isinstance(info, TensorStructInfo) and info.shape else (
+                    (info.value,) if isinstance(info, PrimStructInfo) and info.value is not None else ())
+                names.update(d.name for d in dims if isinstance(d, SizeVar))
         return names
 
     # -- inputs ---------------------------------------------------------------------------
@@ -152,7 +150,7 @@ class _Lowering:
                         f"{expected.name} <= {{expected}}",
                     ))
                     continue
-                if used_vars([expected]) - set(self.defined_by):
+                if free_var_names([expected]) - set(self.defined_by):
                     raise UnsupportedModelError(
                         f"input '{name}': dimension {dim} is {format_expr(expected)}; size variables must first "
                         "appear alone as a dimension"
@@ -168,23 +166,17 @@ class _Lowering:
     def detail(self, expected: PrimExpr) -> str:
         if as_int(expected) is not None:
             return ""
-        sources = ", ".join(f"{v} from {self.defined_by[v]}" for v in sorted(used_vars([expected])))
+        sources = ", ".join(f"{v} from {self.defined_by[v]}" for v in sorted(free_var_names([expected])))
         return f" ({format_expr(expected)}; {sources})"
 
     # -- values ---------------------------------------------------------------------------
 
     def resolve(self, expr: Expr) -> Expr:
         """Follow aliases (a = b, tuple items, match_cast of tensors) to the defining var."""
-        while True:
-            if isinstance(expr, Var) and expr in self.aliases:
-                expr = self.aliases[expr]
-            elif isinstance(expr, TupleGetItem):
-                tuple_value = self.resolve(expr.tuple_value)
-                if not isinstance(tuple_value, Tuple):
-                    raise UnsupportedModelError(f"cannot resolve tuple item {format_value(expr)}")
-                expr = tuple_value.fields[expr.index]
-            else:
-                return expr
+        root = self.aliases.resolve(expr)
+        if isinstance(root, TupleGetItem):
+            raise UnsupportedModelError(f"cannot resolve tuple item {format_value(root)}")
+        return root
 
     def shape_of(self, expr: Expr) -> tuple[PrimExpr, ...]:
         if isinstance(expr, Var) and expr in self.host_shape:
@@ -223,14 +215,13 @@ class _Lowering:
     # -- steps ----------------------------------------------------------------------------
 
     def lower_seq(self, seq: SeqExpr, top_level: bool) -> list:
-        steps: list = []
-        for block in seq.blocks:
-            for binding in block.bindings:
-                steps += self.lower_binding(binding, top_level)
+        outer, self.top_level = self.top_level, top_level
+        steps = [step for block in seq.blocks for binding in block.bindings for step in self.visit_binding(binding)]
+        self.top_level = outer
         return steps
 
-    def read(self, tensor: Expr, note: str, top_level: bool) -> tuple[list, PrimExpr]:
-        if not top_level:
+    def read(self, tensor: Expr, note: str) -> tuple[list, PrimExpr]:
+        if not self.top_level:
             raise UnsupportedModelError(f"{note}: reading a GPU value inside an If branch is not supported yet")
         ref = self.buffer_ref(tensor)
         if ref.kind != "storage":
@@ -241,37 +232,50 @@ class _Lowering:
         self.read_slots += 1
         return [step], SizeVar(variable)
 
-    def lower_binding(self, binding, top_level: bool) -> list:
-        var, value = binding.var, binding.value
-        if isinstance(binding, MatchCast):
-            return self.lower_match_cast(binding)
-        if isinstance(value, AllocStorage):
-            self.planned[var] = len(self.storages)
-            self.storages.append(HostStorage(value.size, "intermediate"))
-            return []
-        if isinstance(value, AllocTensor):
-            self.storage_of[var] = self.planned[value.storage]
-            self.host_shape[var] = value.struct_info.shape  # type: ignore[assignment]
-            return []
-        if isinstance(value, CallTIRInto):
-            return [self.dispatch(value)]
-        if isinstance(value, (Var, Tuple, TupleGetItem)):
-            self.aliases[var] = value
-            if isinstance(value, Var) and value in self.prim_value:
-                self.prim_value[var] = self.prim_value[value]
-            return []
-        if isinstance(value, PrimValue):
-            self.prim_value[var] = value.value
-            return []
-        if isinstance(value, TensorToPrim):
-            steps, read_value = self.read(value.tensor, f"{var.name} = {format_value(value)}", top_level)
-            self.prim_value[var] = read_value
-            return steps
-        if isinstance(value, If):
-            return self.lower_if(var, value, top_level)
+    def visit_var_binding(self, binding: VarBinding) -> list:
+        self.binding_var = binding.var
+        return self.visit_expr(binding.value)
+
+    def visit_expr_default(self, expr: Expr) -> list:
         raise ValueError(
-            f"lower_shapes_to_host expects a planned function; cannot lower {type(value).__name__} in '{var.name}'"
+            f"lower_shapes_to_host expects a planned function; cannot lower {type(expr).__name__} "
+            f"in '{self.binding_var.name}'"
         )
+
+    def visit_alloc_storage(self, value: AllocStorage) -> list:
+        self.planned[self.binding_var] = len(self.storages)
+        self.storages.append(HostStorage(value.size, "intermediate"))
+        return []
+
+    def visit_alloc_tensor(self, value: AllocTensor) -> list:
+        self.storage_of[self.binding_var] = self.planned[value.storage]
+        self.host_shape[self.binding_var] = value.struct_info.shape  # type: ignore[assignment]
+        return []
+
+    def visit_call_tir_into(self, value: CallTIRInto) -> list:
+        return [self.dispatch(value)]
+
+    def visit_var(self, value: Var) -> list:
+        """An alias (see ``self.aliases``); a prim value keeps its value."""
+        if value in self.prim_value:
+            self.prim_value[self.binding_var] = self.prim_value[value]
+        return []
+
+    def visit_tuple(self, value: Tuple) -> list:
+        return []  # an alias of its fields (see ``self.aliases``)
+
+    def visit_tuple_get_item(self, value: TupleGetItem) -> list:
+        return []  # an alias of the field (see ``self.aliases``)
+
+    def visit_prim_value(self, value: PrimValue) -> list:
+        self.prim_value[self.binding_var] = value.value
+        return []
+
+    def visit_tensor_to_prim(self, value: TensorToPrim) -> list:
+        var = self.binding_var
+        steps, read_value = self.read(value.tensor, f"{var.name} = {format_value(value)}")
+        self.prim_value[var] = read_value
+        return steps
 
     def dispatch(self, value: CallTIRInto) -> HostDispatch:
         kernel = self.module.programs[value.program]
@@ -283,7 +287,7 @@ class _Lowering:
         args = ", ".join(format_value(a) for a in value.args)
         return HostDispatch(value.program, refs, value.size_var_values, count, f"{value.output.name} = {value.program}({args})")
 
-    def lower_match_cast(self, binding: MatchCast) -> list:
+    def visit_match_cast(self, binding: MatchCast) -> list:
         var, value, info = binding.var, binding.value, binding.struct_info
         note = f"match_cast '{var.name}'"
         if isinstance(info, PrimStructInfo):
@@ -291,7 +295,6 @@ class _Lowering:
             return self.match_dims([self.prim(value)], [info.value] if info.value is not None else [], note, "value")
         if not isinstance(info, TensorStructInfo):
             raise UnsupportedModelError(f"{note}: only tensors and prim values can be cast")
-        self.aliases[var] = value
         source_shape = self.shape_of(value)
         if info.shape is None:
             self.host_shape[var] = source_shape
@@ -312,18 +315,19 @@ class _Lowering:
                 steps.append(HostCheck("bound", SizeVar(wanted.name), None, wanted.name, self.code(),
                                        f"{label} ({wanted.name}) is {{value}}, above its bound {wanted.name} <= {{expected}}"))
                 continue
-            missing = used_vars([wanted]) - set(self.defined_by)
+            missing = free_var_names([wanted]) - set(self.defined_by)
             if missing:
                 raise UnsupportedModelError(f"{label}: {format_expr(wanted)} uses undefined variables {sorted(missing)}")
             steps.append(HostCheck("equal", value, wanted, None, self.code(),
                                    f"{label} is {{value}}, expected {{expected}} ({format_expr(wanted)})"))
         return steps
 
-    def lower_if(self, var: Var, value: If, top_level: bool) -> list:
+    def visit_if(self, value: If) -> list:
+        var = self.binding_var
         steps: list = []
         condition_info = value.condition.struct_info
         if isinstance(condition_info, TensorStructInfo):
-            read_steps, condition = self.read(value.condition, f"condition of If '{var.name}'", top_level)
+            read_steps, condition = self.read(value.condition, f"condition of If '{var.name}'")
             steps += read_steps
         else:
             condition = self.prim(value.condition)

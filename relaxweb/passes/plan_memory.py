@@ -33,9 +33,9 @@ from dataclasses import dataclass, replace
 from ..errors import UnsupportedModelError
 from ..ir.builder import FunctionBuilder
 from ..ir.expr import (
-    AllocStorage, AllocTensor, BindingBlock, Call, CallTIR, CallTIRInto, Expr, Function, If, MatchCast,
-    SeqExpr, TensorToPrim, Tuple, TupleGetItem, Var, VarBinding,
+    AllocStorage, AllocTensor, BindingBlock, Call, CallTIR, CallTIRInto, Expr, Function, If, SeqExpr, Var, VarBinding,
 )
+from ..ir.functor import Aliases, ExprMutator, use_counts
 from ..ir.module import IRModule
 from ..ir.struct_info import DTYPE_SIZES, storage_element_bytes, ObjectStructInfo, TensorStructInfo, TupleStructInfo
 from ..ir.symbolic import Analyzer, PrimExpr, expr_max, product, simplify
@@ -56,27 +56,10 @@ def tensor_bytes(info: TensorStructInfo) -> PrimExpr:
     return simplify(product(info.shape) * storage_element_bytes(info.dtype))
 
 
-def used_vars(expr: Expr) -> list[Var]:
-    """Variables an expression reads (inside If branches too)."""
-    if isinstance(expr, Var):
-        return [expr]
-    if isinstance(expr, Tuple):
-        return [v for f in expr.fields for v in used_vars(f)]
-    if isinstance(expr, TupleGetItem):
-        return used_vars(expr.tuple_value)
-    if isinstance(expr, TensorToPrim):
-        return used_vars(expr.tensor)
-    if isinstance(expr, CallTIR):
-        return [v for a in expr.args for v in used_vars(a)]
-    if isinstance(expr, If):
-        found = used_vars(expr.condition)
-        for branch in (expr.true_branch, expr.false_branch):
-            for block in branch.blocks:
-                for binding in block.bindings:
-                    found += used_vars(binding.value)
-            found += used_vars(branch.body)
-        return found
-    return []
+def _read_vars(expr: Expr) -> list[Var]:
+    """Every variable ``expr`` reads, inside If branches too: a branch that reads its own
+    alias of an outer tensor reads that tensor's storage."""
+    return list(use_counts(expr))
 
 
 def plan_memory(module: IRModule) -> IRModule:
@@ -98,9 +81,8 @@ class _Planner:
         self.reuse = reuse  # False: a storage per tensor (to measure what reuse saves)
         self.storages: list[_Storage] = []
         self.storage_of: dict[Var, int] = {}
-        self.root: dict[Var, Var] = {}
-        self.tuple_fields: dict[Var, tuple[Expr, ...]] = {}
-        self.renamed: dict[Var, Var] = {}
+        self.aliases = Aliases(function)
+        self.renamer = ExprMutator()  # each variable -> its plain Var in the planned function
         self.names = FunctionBuilder(function.name)
         for var in function.params:
             self.names.unique_name(var.name)
@@ -112,53 +94,25 @@ class _Planner:
             storage.var = Var(self.names.unique_name("storage"), ObjectStructInfo())
             storage_bindings.append(VarBinding(storage.var, AllocStorage(storage.size)))
         # alloc_tensor bindings were built with placeholder storage indices; attach the vars
-        bindings = [VarBinding(b.var, AllocTensor(self.storages[b.value.storage].var, b.value.struct_info))
-                    if isinstance(b.value, _PendingAlloc) else b for b in body.blocks[0].bindings]
-        bindings = [self._attach(b) for b in bindings]
-        return replace(self.function, body=SeqExpr((BindingBlock(tuple(storage_bindings + bindings)),), body.body))
-
-    def _attach(self, binding):
-        """Resolve pending allocations inside If branches too."""
-        value = binding.value
-        if isinstance(value, If):
-            value = If(value.condition, self._attach_seq(value.true_branch), self._attach_seq(value.false_branch))
-            return replace(binding, value=value)
-        return binding
-
-    def _attach_seq(self, seq: SeqExpr) -> SeqExpr:
-        bindings = []
-        for binding in seq.blocks[0].bindings:
-            if isinstance(binding.value, _PendingAlloc):
-                binding = VarBinding(binding.var, AllocTensor(self.storages[binding.value.storage].var, binding.value.struct_info))
-            bindings.append(self._attach(binding))
-        return SeqExpr((BindingBlock(tuple(bindings)),), seq.body)
+        body = _StorageAttacher([storage.var for storage in self.storages]).visit_seq_expr(body)
+        bindings = tuple(storage_bindings) + body.blocks[0].bindings
+        return replace(self.function, body=SeqExpr((BindingBlock(bindings),), body.body))
 
     # -- aliases and renaming ---------------------------------------------------------------
 
     def root_of(self, expr: Expr) -> Var | None:
-        if isinstance(expr, TupleGetItem) and isinstance(expr.tuple_value, Var):
-            fields = self.tuple_fields.get(self.root.get(expr.tuple_value, expr.tuple_value))
-            return self.root_of(fields[expr.index]) if fields else None
-        if isinstance(expr, Var):
-            return self.root.get(expr, expr)
-        return None
+        """The variable whose storage holds ``expr``'s value (itself when it is not an alias)."""
+        root = self.aliases.resolve(expr)
+        if isinstance(root, Var):
+            return root
+        return expr if isinstance(expr, Var) else None  # a constant, or an item of an unknown tuple
 
     def rename(self, expr: Expr) -> Expr:
-        if isinstance(expr, Var):
-            return self.renamed.get(expr, expr)
-        if isinstance(expr, Tuple):
-            return Tuple(tuple(self.rename(f) for f in expr.fields))
-        if isinstance(expr, TupleGetItem):
-            return TupleGetItem(self.rename(expr.tuple_value), expr.index)
-        if isinstance(expr, TensorToPrim):
-            return TensorToPrim(self.rename(expr.tensor))
-        if isinstance(expr, CallTIR):
-            return replace(expr, args=tuple(self.rename(a) for a in expr.args))
-        return expr
+        return self.renamer.visit_expr(expr)
 
     def new_var(self, var: Var) -> Var:
         fresh = Var(self.names.unique_name(var.name), var.struct_info)
-        self.renamed[var] = fresh
+        self.renamer.var_remap[var] = fresh
         return fresh
 
     # -- the scan ---------------------------------------------------------------------------
@@ -195,34 +149,18 @@ class _Planner:
     def plan_seq(self, seq: SeqExpr, free: list[int], forced: dict[Var, int], is_function_body: bool = False) -> SeqExpr:
         bindings = [b for block in seq.blocks for b in block.bindings]
         defined_here: set[Var] = set()
-        # alias roots first (they only depend on earlier bindings), then last uses per root
-        for binding in bindings:
-            value = binding.value
-            if isinstance(binding, MatchCast) or isinstance(value, (Var, TupleGetItem)):
-                source = self.root_of(value)
-                if source is not None:
-                    self.root[binding.var] = source
-            elif isinstance(value, Tuple):
-                self.tuple_fields[binding.var] = value.fields
+        # the last use of each storage-holding root (and of the fields of a tuple read whole)
         last_use: dict[Var, int] = {}
-        for index, binding in enumerate(bindings):
-            for var in used_vars(binding.value):
+        uses = [(index, _read_vars(binding.value)) for index, binding in enumerate(bindings)]
+        for index, used in uses + [(len(bindings), _read_vars(seq.body))]:
+            for var in used:
                 root = self.root_of(var)
                 if root is not None:
                     last_use[root] = index
-                    for field in self.tuple_fields.get(root, ()):
+                    for field in self.aliases.tuple_fields(root) or ():
                         field_root = self.root_of(field)
                         if field_root is not None:
                             last_use[field_root] = index
-        for var in used_vars(seq.body):
-            root = self.root_of(var)
-            if root is not None:
-                last_use[root] = len(bindings)
-                for field in self.tuple_fields.get(root, ()):
-                    field_root = self.root_of(field)
-                    if field_root is not None:
-                        last_use[field_root] = len(bindings)
-
         result: list = []
         for index, binding in enumerate(bindings):
             value = binding.value
@@ -262,7 +200,7 @@ class _Planner:
                 new = self.new_var(var)
                 renamed_value = self.rename(value)
                 result.append(replace(binding, var=new, value=renamed_value))
-            for released in set(used_vars(value)) | {var}:
+            for released in dict.fromkeys(_read_vars(value) + [var]):  # in order: storages reused deterministically
                 root = self.root_of(released)
                 if root in defined_here and last_use.get(root, -1) <= index and root in self.storage_of:
                     if self.storage_of[root] not in free and root not in forced:
@@ -277,3 +215,16 @@ class _PendingAlloc(Expr):
 
     storage: int
     struct_info: TensorStructInfo
+
+
+class _StorageAttacher(ExprMutator):
+    """Replaces each pending allocation (If branches included) by an alloc_tensor of its storage."""
+
+    expr_methods = {**ExprMutator.expr_methods, _PendingAlloc: "visit_pending_alloc"}
+
+    def __init__(self, storage_vars: list[Var]) -> None:
+        super().__init__()
+        self.storage_vars = storage_vars
+
+    def visit_pending_alloc(self, alloc: _PendingAlloc) -> Expr:
+        return AllocTensor(self.storage_vars[alloc.storage], alloc.struct_info)

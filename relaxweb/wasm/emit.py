@@ -17,10 +17,10 @@ import jinja2
 import wasmtime
 
 from ..ir.host import (
-    HostBind, HostCheck, HostDispatch, HostFunction, HostIf, HostOutputShape, HostRead, ShapeCheck, used_vars,
+    HostBind, HostCheck, HostDispatch, HostFunction, HostIf, HostOutputShape, HostRead, ShapeCheck,
 )
 from ..ir.symbolic import (
-    Add, FloorDiv, FloorMod, IntImm, Max, Min, Mul, PrimExpr, SizeVar, Sub, format_expr,
+    Add, FloorDiv, FloorMod, IntImm, Max, Min, Mul, PrimExpr, SizeVar, Sub, format_expr, free_var_names,
 )
 
 MAX_RANK = 8
@@ -185,7 +185,7 @@ def emit_host_wat(function: HostFunction, call_sites: list[CallSiteParams], work
             "name": name, "bound_address": bound_address[name], "value_address": var_address[name],
             "bound_bytes": "".join(f"\\{b:02x}" for b in raw),
         })
-    storage_var_names = used_vars([s.size for s in function.storages])
+    storage_var_names = free_var_names([s.size for s in function.storages])
     storages = [
         {"role": s.role, "text": format_expr(s.size), "address": layout.storage_sizes + 8 * i, "wat": wat(s.size)}
         for i, s in enumerate(function.storages)
