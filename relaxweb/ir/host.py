@@ -21,9 +21,9 @@ from typing import Mapping
 import numpy as np
 
 from ..errors import InputShapeError
+from .dtype import dtype_info
 from .expr import Constant
 from .interpreter import run_kernel
-from .struct_info import DTYPE_SIZES
 from .symbolic import PrimExpr, as_expr, evaluate, format_expr, free_vars
 
 
@@ -278,7 +278,7 @@ class _HostRun:
 
     def view(self, storage: int, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
         count = int(np.prod(shape, dtype=np.int64))
-        return self.storages[storage][: count * DTYPE_SIZES[dtype]].view(dtype).reshape(shape)
+        return self.storages[storage][: count * dtype_info(dtype).bytes].view(dtype).reshape(shape)
 
     def run_steps(self, steps) -> None:
         for step in steps:

@@ -22,12 +22,13 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import UnsupportedModelError
+from ..ir.dtype import GPU_DTYPES
 from ..ir.expr import Call
 from ..ir.op_registry import DeductionError, register_op
 from ..ir.struct_info import PrimStructInfo, ShapeStructInfo, StructInfo, TensorStructInfo
 from ..ir.symbolic import IntImm, PrimExpr, as_int, expr_max, prove_less_equal, simplify
 from ..ir.tir import (
-    Binary, CAST_DTYPES, Cast, Compare, FloatImm, IndexValue, Load, ScalarExpr, Select, Unary, scalar_dtype,
+    Binary, Cast, Compare, FloatImm, IndexValue, Load, ScalarExpr, Select, Unary, scalar_dtype,
 )
 from .common import UnknownShapeError, expect_args, make_program, needs_known_shapes
 from .manipulation import int_list, shape_operand
@@ -39,7 +40,7 @@ def index_value_as(value: PrimExpr, dtype: str) -> ScalarExpr:
     tensor programs compute indices in 32 bits)."""
     if dtype == "bool":
         return Compare("ne", IndexValue(value), IndexValue(0))
-    if dtype in CAST_DTYPES and dtype != "int32":
+    if dtype in GPU_DTYPES and dtype != "int32":
         return Cast(dtype, IndexValue(value))
     return IndexValue(value)
 
@@ -184,7 +185,7 @@ def legalize_arange_run_time(context, call: Call):
         start, _, delta = operands(buffers)
         compute = "float32" if dtype.startswith("float") else "int32"
         step = Binary("multiply", as_dtype(IndexValue(axes[0]), compute), as_dtype(delta, compute))
-        return as_dtype(Binary("add", as_dtype(start, compute), step), dtype if dtype in CAST_DTYPES else compute)
+        return as_dtype(Binary("add", as_dtype(start, compute), step), dtype if dtype in GPU_DTYPES else compute)
 
     program = make_program("arange", tensors, (count,), dtype, body)
     return context.call_tir(program, tuple(tensors))

@@ -19,17 +19,13 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import UnsupportedModelError
+from ..ir.dtype import DTYPES, GPU_DTYPES
 from ..ir.expr import Call, tensor_dtype
 from ..ir.op_registry import DeductionError, register_op
 from ..ir.struct_info import TensorStructInfo
-from ..ir.tir import CAST_DTYPES, Cast, Compare, FloatImm, Select, Unary
+from ..ir.tir import Cast, Compare, FloatImm, Select, Unary
 from .common import expect_args, load_broadcast, make_program, needs_known_shapes, require_float, require_tensor, same_dtype
 from .elementwise import broadcast_info
-
-DTYPES = (
-    "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-    "float16", "float32", "float64",
-)
 
 
 def _program_call(context, call: Call, name: str, body):
@@ -210,9 +206,9 @@ def cast_reference(arrays, attrs):
 
 def legalize_cast(context, call: Call):
     dtype = call.attrs["dtype"]
-    if dtype not in CAST_DTYPES:
+    if dtype not in GPU_DTYPES:
         raise UnsupportedModelError(
-            f"cast: no GPU lowering yet for a cast to {dtype} (only to {', '.join(CAST_DTYPES)})"
+            f"cast: no GPU lowering yet for a cast to {dtype} (only to {', '.join(GPU_DTYPES)})"
         )
     if dtype == "bool":
         source = tensor_dtype(call.args[0])
