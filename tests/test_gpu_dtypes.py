@@ -331,6 +331,25 @@ def test_float64_float16_and_narrow_ints_at_the_boundary(device, tmp_path: Path)
     check_boundary(model, bundle, edge)
 
 
+@pytest.mark.parametrize("columns", [5, 200])  # a serial loop; a workgroup reduction (>= 128)
+def test_max_and_min_of_narrow_ints_start_from_their_own_extremes(device, tmp_path: Path, columns: int) -> None:
+    """ReduceMax of int8 rows that are all negative, ReduceMin of uint8 rows that are all
+    positive: the reductions start from -128 and 255 (the dtype table says how wide each
+    dtype is), not from 0."""
+    nodes = [helper.make_node("ReduceMax", ["a"], ["largest"], axes=[1], keepdims=0),
+             helper.make_node("ReduceMin", ["b"], ["smallest"], axes=[1], keepdims=0)]
+    model = _save(tmp_path, f"narrow_reductions{columns}", nodes,
+                  [_info("a", TensorProto.INT8, "n", columns), _info("b", TensorProto.UINT8, "n", columns)],
+                  [_info("largest", TensorProto.INT8, "n"), _info("smallest", TensorProto.UINT8, "n")])
+    bundle = build(model, tmp_path, {"n": 4})
+    rng = np.random.default_rng(columns)
+    a = rng.integers(-128, 0, (3, columns), dtype=np.int8)
+    b = rng.integers(1, 256, (3, columns), dtype=np.uint8)
+    outputs = run_session(bundle, {"a": a, "b": b})
+    np.testing.assert_array_equal(outputs["largest"], a.max(axis=1))
+    np.testing.assert_array_equal(outputs["smallest"], b.min(axis=1))
+
+
 @pytest.mark.parametrize(("to", "dtype"), [
     (TensorProto.INT8, np.int8), (TensorProto.UINT8, np.uint8),
     (TensorProto.INT16, np.int16), (TensorProto.UINT16, np.uint16),

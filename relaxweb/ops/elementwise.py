@@ -435,7 +435,7 @@ UNARY_BODIES: dict[str, Callable[[ScalarExpr, dict, str], ScalarExpr]] = {
     "softplus": lambda x, attrs, dtype: _softplus_body(x, dtype),
     "mish": lambda x, attrs, dtype: Binary("multiply", x, Unary("tanh", _softplus_body(x, dtype))),
     # WGSL built-ins (float only; see tir.MATH_FUNCTIONS)
-    **{name: (lambda function: lambda x, attrs, dtype: Unary(function, x))(name) for name in MATH_FUNCTIONS},
+    **{function.value: (lambda function: lambda x, attrs, dtype: Unary(function, x))(function) for function in MATH_FUNCTIONS},
 }
 
 _erf = np.vectorize(math.erf, otypes=[np.float64])

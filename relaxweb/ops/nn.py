@@ -25,7 +25,7 @@ from ..ir.expr import Call, Expr
 from ..ir.op_registry import DeductionError, register_op
 from ..ir.struct_info import TensorStructInfo
 from ..ir.symbolic import IntImm, PrimExpr, SizeVar, simplify
-from ..ir.tir import UNARY_OPS, Binary, Compare, FloatImm, IndexValue, Load, Reduce, Select, Unary
+from ..ir.tir import Binary, Compare, FloatImm, IndexValue, Load, Reduce, Select, Unary
 from .common import (
     expect_args, make_program, needs_known_shapes, normalize_axes, require_float, require_tensor,
 )
@@ -191,7 +191,7 @@ def hardmax_reference(arrays, attrs):
 register_op("softmax", deduce=_deduce_normalizer("softmax"), legalize=needs_known_shapes(legalize_softmax),
             reference=softmax_reference)
 register_op("log_softmax", deduce=_deduce_normalizer("log_softmax"),
-            legalize=needs_known_shapes(legalize_log_softmax) if "log" in UNARY_OPS else None,
+            legalize=needs_known_shapes(legalize_log_softmax),
             reference=log_softmax_reference)
 register_op("hardmax", deduce=_deduce_normalizer("hardmax"), legalize=needs_known_shapes(legalize_hardmax),
             reference=hardmax_reference)

@@ -28,22 +28,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import UnsupportedModelError
 from ..ir.expr import Call, tensor_shape
 from ..ir.op_registry import DeductionError, register_op
 from ..ir.struct_info import TensorStructInfo
 from ..ir.symbolic import IntImm, SizeVar, format_expr, product, prove_equal, simplify
-from ..ir.tir import UNARY_OPS, Binary, Cast, Compare, FloatImm, IndexValue, Load, Reduce, Select, Unary
+from ..ir.tir import Binary, Cast, Compare, FloatImm, IndexValue, Load, Reduce, Select, Unary
 from .common import (
     broadcast_indices, broadcast_shapes, make_program, needs_known_shapes, normalize_axis, require_float,
     require_tensor, same_dtype,
 )
 
-HAS_SQRT = "sqrt" in UNARY_OPS
-
-
-def _when_sqrt(legalize):
-    return needs_known_shapes(legalize) if HAS_SQRT else None
 
 
 def _compute(x: np.ndarray) -> np.ndarray:
@@ -193,9 +187,9 @@ def layer_norm_inv_std_reference(arrays, attrs):
     return _layer_statistics(x, axes, float(attrs.get("epsilon", 1e-5)))[2].astype(x.dtype)
 
 
-register_op("layer_norm", deduce=deduce_layer_norm, legalize=_when_sqrt(legalize_layer_norm),
+register_op("layer_norm", deduce=deduce_layer_norm, legalize=needs_known_shapes(legalize_layer_norm),
             reference=layer_norm_reference)
-register_op("layer_norm_inv_std", deduce=deduce_layer_norm_inv_std, legalize=_when_sqrt(legalize_layer_norm_inv_std),
+register_op("layer_norm_inv_std", deduce=deduce_layer_norm_inv_std, legalize=needs_known_shapes(legalize_layer_norm_inv_std),
             reference=layer_norm_inv_std_reference)
 
 
@@ -301,7 +295,7 @@ def group_norm_reference(arrays, attrs):
     return (normalized * _compute(scale).reshape(affine) + _compute(bias).reshape(affine)).astype(x.dtype)
 
 
-register_op("group_norm", deduce=deduce_group_norm, legalize=_when_sqrt(legalize_group_norm),
+register_op("group_norm", deduce=deduce_group_norm, legalize=needs_known_shapes(legalize_group_norm),
             reference=group_norm_reference)
 
 
@@ -343,7 +337,7 @@ def batch_norm_reference(arrays, attrs):
     return ((_compute(x) - _compute(mean).reshape(affine)) * factor + _compute(bias).reshape(affine)).astype(x.dtype)
 
 
-register_op("batch_norm", deduce=deduce_batch_norm, legalize=_when_sqrt(legalize_batch_norm),
+register_op("batch_norm", deduce=deduce_batch_norm, legalize=needs_known_shapes(legalize_batch_norm),
             reference=batch_norm_reference)
 
 
@@ -391,12 +385,6 @@ def legalize_lp_norm(context, call: Call):
     return context.call_tir(program, (data, norm))
 
 
-def _legalize_lp_norm_if_lowerable(context, call: Call):
-    if int(call.attrs.get("p", 2)) == 2 and not HAS_SQRT:
-        raise UnsupportedModelError("lp_norm: no GPU lowering for p=2 (the tensor-program IR has no sqrt)")
-    return legalize_lp_norm(context, call)
-
-
 def lp_norm_reference(arrays, attrs):
     x = arrays[0]
     axis = int(attrs.get("axis", -1))
@@ -410,5 +398,5 @@ def lp_norm_reference(arrays, attrs):
     return result.astype(x.dtype)
 
 
-register_op("lp_norm", deduce=deduce_lp_norm, legalize=needs_known_shapes(_legalize_lp_norm_if_lowerable),
+register_op("lp_norm", deduce=deduce_lp_norm, legalize=needs_known_shapes(legalize_lp_norm),
             reference=lp_norm_reference)
