@@ -31,6 +31,7 @@ def test_device_dtypes_are_32_bit_of_the_same_kind(name: str) -> None:
     assert device.kind is (DtypeKind.UINT if info.kind is DtypeKind.BOOL else info.kind)
     assert info.storage_bytes == max(info.bytes, 4)  # room for the device form and the interpreter's
     assert info.narrowed_on_device == (info.bytes > 4)
+    assert info.compute_dtype == ("bool" if name == "bool" else device.name)  # kernels compute in 32 bits
 
 
 def test_the_device_dtypes_of_the_bundle_format() -> None:

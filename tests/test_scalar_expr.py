@@ -118,6 +118,17 @@ def test_operands_of_different_dtypes_are_an_error(make) -> None:
         make()
 
 
+def test_operands_computed_in_one_dtype_may_differ() -> None:
+    """float16 and float32 are both f32 on the GPU (kernels compute in 32 bits), as int64 and
+    int32 are both i32; a bool and its uint32 device form are not."""
+    half = Load(Buffer("h", (4,), "float16"), (I,))
+    assert (half * X).dtype == "float16"
+    assert Binary("add", Load(Buffer("l", (4,), "int64"), (I,)), N).dtype == "int64"
+    flag = Load(Buffer("b", (4,), "bool"), (I,))
+    with pytest.raises(TypeError, match=r"different dtypes \(bool and uint32\)"):
+        Compare("eq", flag, Load(Buffer("u", (4,), "uint32"), (I,)))
+
+
 def test_a_select_needs_a_bool_condition() -> None:
     with pytest.raises(TypeError, match="Select: the condition is float32, not bool"):
         Select(X, X, Y)

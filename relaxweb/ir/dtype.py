@@ -70,6 +70,13 @@ class DtypeInfo:
         return self.device.bytes
 
     @property
+    def compute_dtype(self) -> str:
+        """The dtype kernels compute values of this dtype in: its device dtype (kernels compute
+        in 32 bits), except that a bool stays a bool.  Operands of one compute dtype may be
+        combined (a float16 value times a float32 one is float32 arithmetic)."""
+        return self.name if self.kind is DtypeKind.BOOL else self.device.name
+
+    @property
     def storage_bytes(self) -> int:
         """Bytes per element a planned storage reserves: enough for the device form (a bool
         is 4 bytes on the GPU) and for the model form (the interpreter keeps an int64 as 8

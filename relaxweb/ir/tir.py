@@ -16,11 +16,16 @@ variables; axis variables are ``SizeVar`` whose names do not clash with size var
 An indirect load (:class:`Gather`) also takes indices computed at run time (scalar
 expressions, e.g. a value loaded from an index tensor), clamped into the buffer's extents.
 
-Scalar expressions have a dtype (:func:`scalar_dtype`): a load has its buffer's, an
+Scalar expressions have a dtype (``expr.dtype``): a load has its buffer's, an
 :class:`IndexValue` (an index expression used as a value, e.g. an element count) is
 ``int32`` like every index in the generated code, a :class:`Compare` is ``bool``.
 :class:`Select` evaluates only the branch it picks, so a branch may load out of bounds when
 it is not picked (``concat`` reads ``B[i - n]`` only where ``i >= n``).
+
+Ops are enums (:class:`BinaryOp`, :class:`UnaryOp`, :class:`CompareOp`,
+:class:`ReduceCombiner`) that print as their names; backends keep one table per enum with
+an entry for every member.  Legalizations write expressions with operators and the helpers
+below (``maximum``, ``select``, ``exp``, ``cast`` ...): ``select(x.lt(0), -x, x) * 0.5``.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from enum import Enum
 from functools import cached_property
 from typing import Callable, Mapping
 
-from .dtype import GPU_DTYPES, dtype_info
+from .dtype import DTYPES, GPU_DTYPES, dtype_info
 from .schedule import ElementSchedule, Schedule
 from .symbolic import PrimExpr, SizeVar, as_expr, format_expr, free_vars, substitute
 
@@ -261,9 +266,9 @@ class FloatImm(ScalarExpr):
 
 @dataclass(frozen=True)
 class Binary(ScalarExpr):
-    """``a op b`` (:class:`BinaryOp`; a valid name is taken too); both operands have one
-    dtype (the ``power`` op's exponent too, though the graph-level op allows another dtype:
-    its legalization brings both to float32)."""
+    """``a op b`` (:class:`BinaryOp`; a valid name is taken too); both operands are computed
+    in one dtype (the ``power`` op's exponent too, though the graph-level op allows another
+    dtype: its legalization brings both to float32).  The result has ``a``'s dtype."""
 
     op: BinaryOp
     a: ScalarExpr
@@ -376,10 +381,17 @@ class Select(ScalarExpr):
 
 
 def _check_operands(node: ScalarExpr, a: ScalarExpr, b: ScalarExpr) -> None:
-    """Both operands of a binary node have one dtype (WGSL has no implicit conversions)."""
-    if a.dtype != b.dtype:
+    """Both operands of a binary node are computed in one dtype (WGSL has no implicit
+    conversions): float16 and float32 may meet (both f32), float32 and int32 may not."""
+    if a.dtype != b.dtype and _compute_dtype(a.dtype) != _compute_dtype(b.dtype):
         raise TypeError(f"{type(node).__name__}: operands of different dtypes ({a.dtype} and {b.dtype}): "
                         f"{format_scalar(a)}, {format_scalar(b)}")
+
+
+def _compute_dtype(dtype: str) -> str:
+    """The dtype's compute dtype; a dtype relaxweb does not know (bfloat16 programs run only
+    in the interpreter) is its own."""
+    return DTYPES[dtype].compute_dtype if dtype in DTYPES and DTYPES[dtype].on_gpu else dtype
 
 
 # -- building expressions -----------------------------------------------------------------------
