@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ir.kernel_builders import library_kernel_builder
 from ..ir.symbolic import PrimExpr, format_expr
 from ..ir.tir import Buffer
 from .kernel import LibraryKernel, buffer_size_vars, params_struct
@@ -47,6 +48,7 @@ def _header(title: str, size_vars: list[str], input_type: str, output_type: str)
     )
 
 
+@library_kernel_builder("unique_count")
 def unique_count_kernel(name: str, length: PrimExpr, dtype: str) -> LibraryKernel:
     """out[0] = the number of distinct values among values[0:length] (one invocation works)."""
     inputs = (Buffer("values", (length,), dtype),)
@@ -72,6 +74,7 @@ def unique_count_kernel(name: str, length: PrimExpr, dtype: str) -> LibraryKerne
     )
 
 
+@library_kernel_builder("unique_values")
 def unique_values_kernel(name: str, length: PrimExpr, dtype: str) -> LibraryKernel:
     """out[r] = the r-th smallest distinct value; positions past the count are left as is."""
     inputs = (Buffer("values", (length,), dtype),)
