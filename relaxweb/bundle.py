@@ -20,7 +20,6 @@ from .frontend import import_onnx_file
 from .ir.host import HostFunction
 from .ir.module import IRModule
 from .ir.printer import format_module
-from .ir.host import format_host_function
 from .ir.symbolic import format_expr, upper_bound
 from .passes import DEFAULT_OPT_LEVEL, pipeline, run_pipeline
 from .wasm import MAX_RANK, PARAMS_SLOT, CallSiteParams, assemble, emit_host_wat
@@ -82,11 +81,7 @@ def compile_module(module: IRModule, bounds: dict[str, int], progress: Progress 
 def _dump(folder: Path, name: str, module: IRModule) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     index = len(list(folder.glob("*.txt")))
-    main = module.main
-    text = format_module(module) if not isinstance(main, HostFunction) else (
-        format_module(module.replace(functions={})) + "\n" + format_host_function(main) + "\n"
-    )
-    (folder / f"{index:02d}_{name}.txt").write_text(text)
+    (folder / f"{index:02d}_{name}.txt").write_text(format_module(module))
 
 
 def build_bundle(model_path: str | Path, out_dir: str | Path, bounds: dict[str, int] | None = None,

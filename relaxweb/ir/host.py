@@ -23,7 +23,7 @@ import numpy as np
 from ..errors import InputShapeError
 from .expr import Constant
 from .struct_info import DTYPE_SIZES
-from .symbolic import PrimExpr, evaluate, format_expr, free_vars
+from .symbolic import PrimExpr, evaluate, free_vars
 
 
 @dataclass(frozen=True)
@@ -176,47 +176,6 @@ def walk_steps(steps) -> list:
         if isinstance(step, HostIf):
             found += walk_steps(step.then_steps) + walk_steps(step.else_steps)
     return found
-
-
-def format_host_function(function: HostFunction) -> str:
-    lines = [f"@host_function\ndef {function.name}():"]
-    for check in function.checks:
-        name = function.inputs[check.input].name
-        if check.kind == "ndim":
-            lines.append(f"    check input {name} has {check.expected} dims  # error {check.code}")
-        elif check.kind == "bind":
-            lines.append(f"    {check.variable} = input {name} dim {check.dim}")
-        elif check.kind == "bound":
-            lines.append(f"    check {check.variable} <= its bound  # error {check.code}")
-        else:
-            lines.append(f"    check input {name} dim {check.dim} == {format_expr(_expr(check.expected))}  # error {check.code}")
-    for index, storage in enumerate(function.storages):
-        lines.append(f"    storage{index} = alloc({format_expr(storage.size)} bytes)  # {storage.role}")
-    _format_steps(function, function.steps, "    ", lines)
-    return "\n".join(lines)
-
-
-def _format_steps(function: HostFunction, steps, indent: str, lines: list[str]) -> None:
-    for step in steps:
-        if isinstance(step, HostDispatch):
-            buffers = ", ".join(f"{b.kind}{b.index}" for b in step.buffers)
-            lines.append(f"{indent}dispatch {step.program}({buffers}) over {format_expr(step.element_count)}  # {step.note}")
-        elif isinstance(step, HostBind):
-            lines.append(f"{indent}{step.variable} = {format_expr(step.value)}  # {step.note}")
-        elif isinstance(step, HostCheck):
-            target = format_expr(step.expected) if step.expected is not None else ("its bound" if step.kind == "bound" else "0")
-            relation = {"equal": "==", "bound": "<=", "nonnegative": ">="}[step.kind]
-            lines.append(f"{indent}check {format_expr(step.value)} {relation} {target}  # error {step.code}")
-        elif isinstance(step, HostIf):
-            lines.append(f"{indent}if {format_expr(step.condition)} != 0:")
-            _format_steps(function, step.then_steps, indent + "    ", lines)
-            lines.append(f"{indent}else:")
-            _format_steps(function, step.else_steps, indent + "    ", lines)
-        elif isinstance(step, HostRead):
-            lines.append(f"{indent}{step.variable} = read storage{step.storage}[{step.byte_offset}]  # resumes here; {step.note}")
-        elif isinstance(step, HostOutputShape):
-            shape = ", ".join(format_expr(d) for d in step.shape)
-            lines.append(f"{indent}output {function.outputs[step.output].name} shape = [{shape}]")
 
 
 def _expr(value) -> PrimExpr:
