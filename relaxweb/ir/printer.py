@@ -302,8 +302,9 @@ class _FunctionPrinter:
 
 
 def format_value(expr: Expr) -> str:
-    """One expression as text, for messages: variables and constants by name only."""
-    return _FunctionPrinter(ConstantTable(inline=False)).value(expr)
+    """One expression as text, for messages: variables and constants by name only, and
+    without the expression's own annotation."""
+    return _FunctionPrinter(ConstantTable(inline=False)).value(expr, expr.struct_info)
 
 
 def format_function(function: Function, constants: ConstantTable | None = None) -> str:
