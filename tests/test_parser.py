@@ -10,6 +10,8 @@ a ParseError that gives the line.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -34,7 +36,10 @@ from relaxweb.ir.tir import (
     BINARY_OPS, COMPARE_OPS, REDUCE_COMBINERS, UNARY_OPS, Binary, Buffer, Cast, Compare, FloatImm, Gather,
     IndexValue, Load, Reduce, Select, TensorProgram, Unary,
 )
+from relaxweb.bundle import compile_module
 from relaxweb.library import unique_count_kernel  # importing relaxweb.library registers its kernel builders
+from relaxweb.passes import pipeline, run_pipeline
+from tests.test_control_flow import if_module, unique_module
 
 HOSTILE = 'a "quoted" \'name\'\n# not a comment \\ ) + relu(x)'
 PLAIN = {"var": "x", "constant": "w", "size": "n", "program": "prog", "buffer": "A", "input": "x", "op_attr": "axes",
@@ -253,6 +258,25 @@ def test_size_expressions_round_trip_as_written() -> None:
         function = Function("main", (x,), SeqExpr((BindingBlock((VarBinding(y, Call("f", (x,), {}, info)),)),), y))
         parsed = round_trip(IRModule({"main": function}))
         assert parsed.main.body.body.struct_info.shape == (expr,)  # the same tree, not just an equal one
+
+
+# Control flow and data-dependent shapes through the pipeline -----------------------------------------
+
+
+@pytest.mark.parametrize("opt_level", [1, 0])
+@pytest.mark.parametrize(("make", "bounds"), [(lambda: if_module(same_shapes=False), {"n": 16, "m": 16}),
+                                              (unique_module, {"n": 16})], ids=["if", "unique"])
+def test_control_flow_round_trips_after_every_pass(make, bounds: dict[str, int], opt_level: int, tmp_path: Path) -> None:
+    """If and match_cast, library kernels and read-backs, then HostIf and HostRead; the
+    files ``--dump-ir`` writes are that text."""
+    steps: list[IRModule] = []
+    compiled = compile_module(make(), bounds, dump_ir=tmp_path, opt_level=opt_level)
+    run_pipeline(make().replace(attrs={"bounds": bounds}), pipeline(opt_level), lambda _, module: steps.append(module))
+    dumps = sorted(tmp_path.glob("*.txt"))[1:]  # the first is the imported module
+    assert len(dumps) == len(steps)
+    for dump, module in zip(dumps, steps):
+        assert_structural_equal(parse_module(dump.read_text()), module)
+    round_trip(compiled)
 
 
 # Pass-test style text ----------------------------------------------------------------------------

@@ -40,8 +40,8 @@ from .struct_info import (
 )
 from .symbolic import Add, FloorDiv, FloorMod, IntImm, Max, Min, Mul, PrimExpr, SizeVar, Sub
 from .tir import (
-    BINARY_OPS, BINARY_SYMBOLS, CAST_DTYPES, COMPARE_OPS, REDUCE_COMBINERS, UNARY_OPS, Binary, Buffer, Cast,
-    Compare, FloatImm, Gather, IndexValue, Load, Reduce, ScalarExpr, Select, TensorProgram, Unary,
+    BINARY_OPS, CAST_DTYPES, REDUCE_COMBINERS, UNARY_OPS, Binary, Buffer, Cast, Compare, FloatImm, Gather,
+    IndexValue, Load, Reduce, ScalarExpr, Select, TensorProgram, Unary,
 )
 
 
@@ -55,18 +55,15 @@ class ParseError(ValueError):
         super().__init__(f"{where}{message}{shown}")
 
 
-ConstantTable = Mapping[str, "Constant | np.ndarray"]
-
 _PRIM_OPERATORS: dict[type, type] = {ast.Add: Add, ast.Sub: Sub, ast.Mult: Mul, ast.FloorDiv: FloorDiv, ast.Mod: FloorMod}
-_SCALAR_OPERATORS = {getattr(ast, name): op for op, name in
-                     zip(BINARY_SYMBOLS, ("Add", "Sub", "Mult", "Div"))}
+# The operators tir.format_scalar writes with symbols (BINARY_SYMBOLS, COMPARE_OPS).
+_SCALAR_OPERATORS = {ast.Add: "add", ast.Sub: "subtract", ast.Mult: "multiply", ast.Div: "divide"}
 _COMPARE_OPERATORS = {ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt", ast.GtE: "ge", ast.Eq: "eq", ast.NotEq: "ne"}
-assert set(_COMPARE_OPERATORS.values()) == set(COMPARE_OPS)
 _DTYPES = frozenset(DTYPE_SIZES) | frozenset(CAST_DTYPES)
 _FLOAT_WORDS = {"inf": float("inf"), "-inf": float("-inf"), "nan": float("nan")}
 
 
-def parse_module(text: str, constants: ConstantTable | None = None) -> IRModule:
+def parse_module(text: str, constants: Mapping[str, Constant | np.ndarray] | None = None) -> IRModule:
     """The module that ``text`` (as ``format_module`` prints it) describes.
 
     ``constants`` maps the keys of ``const("key")`` to arrays or constants
@@ -83,7 +80,7 @@ def parse_module(text: str, constants: ConstantTable | None = None) -> IRModule:
 
 
 class _Parser:
-    def __init__(self, text: str, constants: ConstantTable) -> None:
+    def __init__(self, text: str, constants: Mapping[str, Constant | np.ndarray]) -> None:
         self.lines = text.splitlines()
         self.constant_table = constants
         self.constants: dict[Any, Constant] = {}

@@ -52,8 +52,8 @@ from .struct_info import (
     TupleStructInfo,
 )
 from .symbolic import PrimExpr, format_expr, format_shape
-from .syntax import format_float, format_number, format_string, is_plain_name
-from .tir import TensorProgram, format_buffer, format_keywords, format_program, unique_identifier
+from .syntax import format_float, format_keywords, format_number, format_string, is_plain_name, unique_identifier
+from .tir import TensorProgram, format_buffer, format_program
 
 INDENT = "    "
 

@@ -45,3 +45,19 @@ def format_float(value: float) -> str:
 def format_number(value: bool | int | float) -> str:
     """An int, bool or float literal keeping its Python type (``1``, ``True``, ``1.0``)."""
     return format_float(value) if isinstance(value, float) else repr(value)
+
+
+def unique_identifier(name: str, taken: set[str]) -> str:
+    """``name`` when it is a plain name not in ``taken``, else a sanitized one that is not."""
+    base = name if is_plain_name(name) else sanitized_name(name)
+    candidate, counter = base, 1
+    while candidate in taken:
+        candidate = f"{base}_{counter}"
+        counter += 1
+    return candidate
+
+
+def format_keywords(*items: tuple[str, str] | None) -> str:
+    """``(a=1, b=2)`` from the (keyword, text) pairs that are not None; empty when none are."""
+    present = [f"{key}={value}" for key, value in (i for i in items if i is not None)]
+    return f"({', '.join(present)})" if present else ""

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Callable, Mapping
 
 from .symbolic import PrimExpr, SizeVar, as_expr, format_expr, format_shape, format_size_var, free_vars, substitute
-from .syntax import format_number, format_string, is_plain_name, sanitized_name
+from .syntax import format_keywords, format_number, format_string, is_plain_name, unique_identifier
 
 
 @dataclass(frozen=True)
@@ -402,22 +402,6 @@ def format_program(program: TensorProgram) -> str:
 def format_schedule(schedule: str) -> str:
     """How a program's schedule is written in its decorator (the one place that knows)."""
     return format_string(schedule)
-
-
-def unique_identifier(name: str, taken: set[str]) -> str:
-    """``name`` when it is a plain name not in ``taken``, else a sanitized one that is not."""
-    base = name if is_plain_name(name) else sanitized_name(name)
-    candidate, counter = base, 1
-    while candidate in taken:
-        candidate = f"{base}_{counter}"
-        counter += 1
-    return candidate
-
-
-def format_keywords(*items: tuple[str, str] | None) -> str:
-    """``(a=1, b=2)`` from the (keyword, text) pairs that are not None; empty when none are."""
-    present = [f"{key}={value}" for key, value in (i for i in items if i is not None)]
-    return f"({', '.join(present)})" if present else ""
 
 
 # -- rewriting scalar expressions ----------------------------------------------------------------
