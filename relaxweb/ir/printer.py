@@ -86,7 +86,7 @@ def format_struct_info(info: StructInfo) -> str:
     if isinstance(info, TupleStructInfo):
         return f"Tuple({', '.join(format_struct_info(f) for f in info.fields)})"
     if isinstance(info, FuncStructInfo):
-        params = _format_sequence([format_struct_info(p) for p in info.params], "()")
+        params = _format_tuple([format_struct_info(p) for p in info.params])
         return f"Func({params}, {format_struct_info(info.ret)})"
     if isinstance(info, ObjectStructInfo):
         return "Object"
@@ -97,8 +97,10 @@ def format_literal(value: object) -> str:
     """An attribute value as a Python literal that the parser reads back to an equal value:
     None, bools, ints, floats (exact), strings, lists, tuples, dicts and symbolic values
     (``sym(n * 2)``)."""
-    if value is None or isinstance(value, (bool, int, float)):
-        return format_number(value) if value is not None else "None"
+    if value is None:
+        return "None"
+    if isinstance(value, (bool, int, float)):
+        return format_number(value)
     if isinstance(value, str):
         return format_string(value)
     if isinstance(value, PrimExpr):
@@ -106,17 +108,15 @@ def format_literal(value: object) -> str:
     if isinstance(value, list):
         return "[" + ", ".join(format_literal(v) for v in value) + "]"
     if isinstance(value, tuple):
-        return _format_sequence([format_literal(v) for v in value], "()")
+        return _format_tuple([format_literal(v) for v in value])
     if isinstance(value, dict):
         return "{" + ", ".join(f"{format_literal(k)}: {format_literal(v)}" for k, v in value.items()) + "}"
     raise TypeError(f"cannot print a value of type {type(value).__name__} in the IR text: {value!r}")
 
 
-def _format_sequence(items: list[str], brackets: str) -> str:
-    """A tuple (``brackets="()"``, with the comma of a one-element tuple) or a list."""
-    if brackets == "()" and len(items) == 1:
-        return f"({items[0]},)"
-    return brackets[0] + ", ".join(items) + brackets[1]
+def _format_tuple(items: list[str]) -> str:
+    """A tuple of the items' texts (with the comma of a one-element tuple)."""
+    return f"({items[0]},)" if len(items) == 1 else f"({', '.join(items)})"
 
 
 def _format_sizes(values: tuple[tuple[str, PrimExpr], ...]) -> str:
@@ -184,11 +184,13 @@ class _FunctionPrinter:
     def __init__(self, constants: ConstantTable) -> None:
         self.constants = constants
         self.names: dict[int, str] = {}
+        self.taken: set[str] = set()
         self.lines: list[str] = []
 
     def name(self, var: Var) -> str:
         if id(var) not in self.names:
-            self.names[id(var)] = unique_identifier(var.name, set(self.names.values()))
+            self.names[id(var)] = unique_identifier(var.name, self.taken)
+            self.taken.add(self.names[id(var)])
         return self.names[id(var)]
 
     def function(self, function: Function) -> str:
@@ -253,7 +255,7 @@ class _FunctionPrinter:
         if isinstance(expr, ShapeExpr):
             return f"shape({format_shape(expr.values)})"
         if isinstance(expr, Tuple):
-            return _format_sequence([self.value(f) for f in expr.fields], "()")
+            return _format_tuple([self.value(f) for f in expr.fields])
         if isinstance(expr, TupleGetItem):
             return f"{self.value(expr.tuple_value)}[{expr.index}]"
         if isinstance(expr, If):
@@ -286,7 +288,7 @@ class _FunctionPrinter:
                     arguments.append(f"**{{{format_string(key)}: {format_literal(value)}}}")
             return arguments
         if isinstance(expr, (CallTIR, CallTIRInto)):
-            arguments = [format_string(expr.program), _format_sequence([self.value(a) for a in expr.args], "()")]
+            arguments = [format_string(expr.program), _format_tuple([self.value(a) for a in expr.args])]
             if isinstance(expr, CallTIRInto):
                 arguments.append(f"out={self.value(expr.output)}")
             if expr.size_var_values:
@@ -413,7 +415,7 @@ def _format_steps(steps: tuple, indent: str, lines: list[str]) -> None:
         lines.append(f"{indent}pass")
     for step in steps:
         if isinstance(step, HostDispatch):
-            buffers = _format_sequence([_format_buffer_ref(b) for b in step.buffers], "()")
+            buffers = _format_tuple([_format_buffer_ref(b) for b in step.buffers])
             lines.append(f"{indent}dispatch({format_string(step.program)}, {buffers}, sizes={_format_sizes(step.size_var_values)}, "
                          f"count={format_expr(step.element_count)}, note={format_string(step.note)})")
         elif isinstance(step, HostBind):
