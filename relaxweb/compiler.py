@@ -17,7 +17,6 @@ import numpy as np
 from .bundle import write_bundle
 from .errors import InputShapeError
 from .frontend import import_onnx_file
-from .ir.host import HostFunction, format_host_function
 from .ir.interpreter import run_module
 from .ir.module import IRModule
 from .ir.printer import format_module
@@ -91,8 +90,4 @@ def run_reference(model_path: str | Path, inputs: dict[str, np.ndarray]) -> dict
 def _dump(folder: Path, name: str, module: IRModule) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     index = len(list(folder.glob("*.txt")))
-    main = module.main
-    text = format_module(module) if not isinstance(main, HostFunction) else (
-        format_module(module.replace(functions={})) + "\n" + format_host_function(main) + "\n"
-    )
-    (folder / f"{index:02d}_{name}.txt").write_text(text)
+    (folder / f"{index:02d}_{name}.txt").write_text(format_module(module))
