@@ -4,7 +4,8 @@ Schedule: one invocation per output element (workgroups of 64, on a 2-D grid so 
 than 65535 workgroups fit); each invocation turns its linear index back into the output
 axes, evaluates the compute definition, and runs reductions as loops.  Size variables (and
 the element count) arrive in a uniform params block, so one shader serves every shape.
-Index arithmetic is i32 (WGSL has no 64-bit integers; shape arithmetic stays on the host).
+Index arithmetic is i32 (WGSL has no 64-bit integers; shape arithmetic stays on the host),
+lowered from the IR's floor division and modulo by ``relaxweb/wgsl/lower_index.py``.
 
 Binding layout (the bundle's contract, see docs/bundle-format.md): binding 0 is the params
 block, then the program's inputs (read-only storage), then its output (read-write storage).
@@ -15,13 +16,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from ..ir.symbolic import (
-    Add, FloorDiv, FloorMod, IntImm, Max, Min, Mul, PrimExpr, SizeVar, Sub, simplify,
-)
+from ..ir.symbolic import FloorDiv, FloorMod, IntImm, PrimExpr, SizeVar, simplify
 from ..ir.tir import (
     COMPARE_OPS, Binary, Buffer, Cast, Compare, FloatImm, Gather, IndexValue, Load, Reduce, ScalarExpr, Select,
     TensorProgram, Unary, format_scalar, index_var_names, scalar_children, scalar_dtype,
 )
+from .lower_index import IndexLowering, helper_declarations, render_wgsl
 
 WORKGROUP_SIZE = 64
 # Storage types of buffer elements. WGSL has no 64-bit integers: int64 tensors live on the
@@ -122,7 +122,9 @@ def emit_wgsl(program: TensorProgram) -> ShaderInfo:
     lines.append(
         f"@group(0) @binding({len(program.inputs) + 1}) var<storage, read_write> {wgsl_name(output.name)}: array<{element}>;"
     )
-    lines += emit_main(program, emitter)
+    main = emit_main(program, emitter)
+    lines += helper_declarations(emitter.index_lowering.helpers)
+    lines += main
     bindings = ("uniform", *("read-only-storage" for _ in program.inputs), "storage")
     return ShaderInfo("\n".join(lines) + "\n", tuple(fields), 4 * len(padded), bindings,
                       workgroup_storage_bytes(program))
@@ -147,6 +149,10 @@ class _Emitter:
     every load of it) is computed once into a ``let`` and reused within the scope that
     computed it; a scope is opened for each loop body and each branch.  ``known`` may name
     the WGSL value of an expression up front (a schedule's accumulated reduction).
+
+    Index expressions go through the shader's :class:`IndexLowering`, which knows the range
+    of each axis in scope: :meth:`unflatten` and :meth:`reduce` declare the axes they set,
+    a schedule declares its own (:meth:`declare_axis`).
     """
 
     def __init__(self, program: TensorProgram, size_vars: set[str]) -> None:
@@ -159,12 +165,19 @@ class _Emitter:
         self.repeated = _repeated_subexpressions(program.body)
         self.scopes: list[dict[ScalarExpr, str]] = [{}]
         self.cooperative: Callable[[Reduce, str], str] | None = None  # a schedule's top-level reductions
+        self.index_lowering = IndexLowering()
 
     def open_scope(self) -> None:
         self.scopes.append({})
+        self.index_lowering.enter()
 
     def close_scope(self) -> None:
         self.scopes.pop()
+        self.index_lowering.leave()
+
+    def declare_axis(self, axis: SizeVar, extent: PrimExpr) -> None:
+        """``axis`` lies in ``[0, extent - 1]`` in the current scope (for the index lowering)."""
+        self.index_lowering.declare_axis(axis, extent)
 
     def known(self, expr: ScalarExpr, value: str) -> None:
         self.scopes[-1][expr] = value
@@ -176,20 +189,23 @@ class _Emitter:
         return None
 
     def unflatten(self, axes, extents, linear: str, indent: str) -> list[str]:
-        """Statements recovering ``axes`` (row-major over ``extents``) from a linear index."""
+        """Statements recovering ``axes`` (row-major over ``extents``) from a linear index
+        (>= 0, below the product of the extents), declaring each axis's range."""
         axes, extents = list(axes), list(extents)
         if not axes:
             return []
-        rest = f"rest_{axes[0].name}"
-        lines = [f"{indent}var {rest} = {linear};"]
+        rest = SizeVar(f"rest_{axes[0].name}")  # >= 0, as every variable the lowering does not know
+        lines = [f"{indent}var {rest.name} = {linear};"]
         for axis, extent in reversed(list(zip(axes[1:], extents[1:]))):
-            dim = self.index(simplify(extent))
-            if dim == "1":
+            extent = simplify(extent)
+            self.declare_axis(axis, extent)
+            if extent == IntImm(1):
                 lines.append(f"{indent}let {axis.name} = 0;")
                 continue
-            lines.append(f"{indent}let {axis.name} = {rest} % {dim};")
-            lines.append(f"{indent}{rest} = {rest} / {dim};")
-        lines.append(f"{indent}let {axes[0].name} = {rest};")
+            lines.append(f"{indent}let {axis.name} = {_unwrapped(self.index(FloorMod(rest, extent)))};")
+            lines.append(f"{indent}{rest.name} = {_unwrapped(self.index(FloorDiv(rest, extent)))};")
+        self.declare_axis(axes[0], extents[0])
+        lines.append(f"{indent}let {axes[0].name} = {rest.name};")
         return lines
 
     def output_offset(self) -> str:
@@ -197,16 +213,14 @@ class _Emitter:
         return self.offset(self.program.output, tuple(self.program.axes))
 
     def index(self, expr: PrimExpr) -> str:
-        """An i32 WGSL expression of axes and size variables."""
-        if isinstance(expr, IntImm):
-            return f"{expr.value}" if expr.value >= 0 else f"({expr.value})"
-        if isinstance(expr, SizeVar):
-            return f"params.{wgsl_name(expr.name)}" if expr.name in self.size_vars else expr.name
-        if isinstance(expr, (Min, Max)):
-            name = "min" if isinstance(expr, Min) else "max"
-            return f"{name}({self.index(expr.a)}, {self.index(expr.b)})"
-        symbol = {Add: "+", Sub: "-", Mul: "*", FloorDiv: "/", FloorMod: "%"}[type(expr)]
-        return f"({self.index(expr.a)} {symbol} {self.index(expr.b)})"
+        """An i32 WGSL expression of axes and size variables, with the IR's floor division
+        and modulo lowered (``relaxweb/wgsl/lower_index.py``)."""
+        return render_wgsl(self.index_lowering.lower(expr), self.variable)
+
+    def variable(self, name: str) -> str:
+        """A variable of an index expression in the shader: a size variable from the params
+        block, an axis or index variable by its name."""
+        return f"params.{wgsl_name(name)}" if name in self.size_vars else name
 
     def offset(self, buffer: Buffer, indices: tuple[PrimExpr, ...]) -> str:
         flat: PrimExpr = IntImm(0)
@@ -214,8 +228,7 @@ class _Emitter:
         for index, extent in reversed(list(zip(indices, buffer.shape))):
             flat = flat + index * stride
             stride = stride * extent
-        text = self.index(simplify(flat))
-        return text[1:-1] if _is_wrapped(text) else text
+        return _unwrapped(self.index(simplify(flat)))
 
     def scalar(self, expr: ScalarExpr, indent: str) -> str:
         known = self.lookup(expr)
@@ -306,6 +319,7 @@ class _Emitter:
             f"{indent}for (var {axis}: i32 = 0; {axis} < {self.index(simplify(expr.extent))}; {axis} = {axis} + 1) {{"
         )
         self.open_scope()
+        self.declare_axis(expr.axis, expr.extent)
         body = self.scalar(expr.body, indent + "  ")
         self.close_scope()
         self.statements.append(f"{indent}  {name} = {combine(expr.combiner, dtype, name, body, f'{axis} == 0')};")
@@ -401,6 +415,11 @@ def _literal(value: float, dtype: str) -> str:
     if dtype == "bool":
         return "true" if value else "false"
     raise NotImplementedError(f"dtype {dtype} has no WGSL type in relaxweb yet")
+
+
+def _unwrapped(text: str) -> str:
+    """The text without the parentheses around all of it, if any."""
+    return text[1:-1] if _is_wrapped(text) else text
 
 
 def _is_wrapped(text: str) -> bool:

@@ -65,7 +65,7 @@ def workgroup_storage_bytes(program: TensorProgram) -> int:
 def emit_main(program: TensorProgram, emitter: _Emitter) -> list[str]:
     """The declarations after the bindings and the ``main`` function, for the program's schedule."""
     if program.schedule == "vectorized":
-        return _vectorized(program)
+        return _vectorized(program, emitter)
     if program.schedule == "workgroup_reduction":
         return _workgroup_reduction(program, emitter)
     if program.schedule == "tiled_matmul":
@@ -118,6 +118,7 @@ def _workgroup_reduction(program: TensorProgram, emitter: _Emitter) -> list[str]
         out.append(f"{indent}var first_{axis} = true;")
         out.append(f"{indent}for (var {axis}: i32 = i32(local_index); {axis} < {extent}; {axis} = {axis} + {WORKGROUP_SIZE}) {{")
         emitter.open_scope()
+        emitter.declare_axis(expr.axis, expr.extent)
         value = emitter.scalar(expr.body, indent + "  ")
         emitter.close_scope()
         out.append(f"{indent}  {accumulator} = {combine(expr.combiner, dtype, accumulator, value, f'first_{axis}')};")
@@ -128,6 +129,7 @@ def _workgroup_reduction(program: TensorProgram, emitter: _Emitter) -> list[str]
             out.append(f"{indent}if (first_{axis} && {extent} > 0) {{")
             out.append(f"{indent}  let {axis} = 0;")
             emitter.open_scope()
+            emitter.declare_axis(expr.axis, expr.extent)
             value = emitter.scalar(expr.body, indent + "  ")
             emitter.close_scope()
             out.append(f"{indent}  {accumulator} = {value};")
@@ -328,8 +330,9 @@ class _VectorEmitter(_Emitter):
         return super()._scalar(expr, indent)
 
 
-def _vectorized(program: TensorProgram) -> list[str]:
+def _vectorized(program: TensorProgram, shader_emitter: _Emitter) -> list[str]:
     emitter = _VectorEmitter(program, _buffer_kinds(program) or {})
+    emitter.index_lowering = shader_emitter.index_lowering  # the helpers it uses are the shader's
     axes, shape = list(program.axes), list(program.output.shape)
     quad = SizeVar(f"{axes[-1].name}quad")
     lines = ["", *_SIGNATURE, _GROUP,
@@ -338,6 +341,7 @@ def _vectorized(program: TensorProgram) -> list[str]:
              "  if (index >= params.element_count) {", "    return;", "  }"]
     lines += emitter.unflatten([*axes[:-1], quad], [*shape[:-1], simplify(shape[-1] // VECTOR)], "index", "  ")
     lines.append(f"  let {axes[-1].name} = {quad.name} * {VECTOR};")
+    emitter.declare_axis(axes[-1], shape[-1])
     value = emitter.scalar(program.body, "  ")
     lines += emitter.statements
     lines.append(f"  {wgsl_name(program.output.name)}[index] = {value};")
