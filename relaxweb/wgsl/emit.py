@@ -21,7 +21,7 @@ from ..ir.tir import (
     COMPARE_OPS, Binary, Buffer, Cast, Compare, FloatImm, Gather, IndexValue, Load, Reduce, ScalarExpr, Select,
     TensorProgram, Unary, format_scalar, index_var_names, scalar_children, scalar_dtype,
 )
-from .lower_index import IndexLowering, helper_declarations, render_wgsl
+from .lower_index import Constant, IndexLowering, helper_declarations, render_wgsl
 
 WORKGROUP_SIZE = 64
 # Storage types of buffer elements. WGSL has no 64-bit integers: int64 tensors live on the
@@ -213,8 +213,9 @@ class _Emitter:
         return self.offset(self.program.output, tuple(self.program.axes))
 
     def index(self, expr: PrimExpr) -> str:
-        """An i32 WGSL expression of axes and size variables, with the IR's floor division
-        and modulo lowered (``relaxweb/wgsl/lower_index.py``)."""
+        """An i32 WGSL expression of axes and size variables: simplified with the ranges of
+        the axes in scope, the IR's floor division and modulo lowered
+        (``relaxweb/wgsl/lower_index.py``)."""
         return render_wgsl(self.index_lowering.lower(expr), self.variable)
 
     def variable(self, name: str) -> str:
@@ -223,12 +224,21 @@ class _Emitter:
         return f"params.{wgsl_name(name)}" if name in self.size_vars else name
 
     def offset(self, buffer: Buffer, indices: tuple[PrimExpr, ...]) -> str:
+        """The element offset of ``buffer[indices]`` (row-major).
+
+        A load is in bounds wherever it is evaluated, so an offset that is a negative
+        constant belongs to a Select branch never taken (``A[(i - 3) // 4]`` is ``A[-1]``
+        for an axis of extent 2); WGSL rejects a negative constant index when the shader is
+        created, so such a load reads element 0 instead."""
         flat: PrimExpr = IntImm(0)
         stride: PrimExpr = IntImm(1)
         for index, extent in reversed(list(zip(indices, buffer.shape))):
             flat = flat + index * stride
             stride = stride * extent
-        return _unwrapped(self.index(simplify(flat)))
+        target = self.index_lowering.lower(flat)
+        if isinstance(target, Constant) and target.value < 0:
+            target = Constant(0)
+        return _unwrapped(render_wgsl(target, self.variable))
 
     def scalar(self, expr: ScalarExpr, indent: str) -> str:
         known = self.lookup(expr)
@@ -251,7 +261,7 @@ class _Emitter:
         if isinstance(expr, FloatImm):
             return _literal(expr.value, expr.dtype)
         if isinstance(expr, IndexValue):
-            return self.index(simplify(expr.value))
+            return self.index(expr.value)
         if isinstance(expr, Cast):
             # Like numpy's astype: narrow ints keep their low bits (floats truncated toward
             # zero first), float16 rounds to half precision; the value stays in 32 bits.
@@ -300,10 +310,10 @@ class _Emitter:
         for index, extent in reversed(list(zip(expr.indices, expr.buffer.shape))):
             if isinstance(index, ScalarExpr):
                 value = self.scalar(index, indent)
-                text = f"clamp(i32({value}), 0, {self.index(simplify(extent - 1))})"
+                text = f"clamp(i32({value}), 0, {self.index(extent - 1)})"
             else:
-                text = self.index(simplify(index))
-            stride_text = self.index(simplify(stride))
+                text = self.index(index)
+            stride_text = self.index(stride)
             terms.append(text if stride_text == "1" else f"{text} * {stride_text}")
             stride = stride * extent
         return f"{wgsl_name(expr.buffer.name)}[{' + '.join(reversed(terms)) or '0'}]"
@@ -316,7 +326,7 @@ class _Emitter:
         axis = expr.axis.name
         self.statements.append(f"{indent}var {name}: {_type(dtype)} = {initial};")
         self.statements.append(
-            f"{indent}for (var {axis}: i32 = 0; {axis} < {self.index(simplify(expr.extent))}; {axis} = {axis} + 1) {{"
+            f"{indent}for (var {axis}: i32 = 0; {axis} < {self.index(expr.extent)}; {axis} = {axis} + 1) {{"
         )
         self.open_scope()
         self.declare_axis(expr.axis, expr.extent)

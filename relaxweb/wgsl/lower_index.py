@@ -160,8 +160,14 @@ class IndexLowering:
         return self._analyzers[-1]
 
     def lower(self, expr: PrimExpr) -> TargetIndex:
-        """``expr`` lowered with the ranges in scope; its helpers are recorded."""
-        target = lower_index(expr, self.analyzer())
+        """``expr`` simplified and lowered with the ranges in scope; its helpers are recorded.
+
+        Simplifying under the ranges keeps the numerators they prove >= 0 (without them the
+        canonical form may pull a constant out: ``(7 - i) // 2`` becomes ``(1 - i) // 2 + 3``,
+        negative for ``i >= 2``) and folds what they decide (``i // 8`` is 0 for ``i < 8``).
+        """
+        analyzer = self.analyzer()
+        target = lower_index(analyzer.simplify(expr), analyzer)
         self.helpers |= helpers_used(target)
         return target
 
