@@ -133,6 +133,7 @@ class IndexLowering:
     def __init__(self) -> None:
         self._scopes: list[dict[str, PrimExpr]] = [{}]
         self._analyzers: list[Analyzer | None] = [None]  # built on first use, per scope
+        self._built: dict[tuple, Analyzer] = {}  # by the axes in scope: scopes alike share one, and its caches
         self.helpers: set[IndexOp] = set()
 
     def enter(self) -> None:
@@ -153,10 +154,13 @@ class IndexLowering:
     def analyzer(self) -> Analyzer:
         """An analyzer knowing the range of every axis in scope."""
         if self._analyzers[-1] is None:
-            analyzer = Analyzer()
-            for name, extent in self._scopes[-1].items():  # in order: an extent may use an outer axis
-                analyzer = with_axis(analyzer, name, extent)
-            self._analyzers[-1] = analyzer
+            key = tuple(self._scopes[-1].items())
+            if key not in self._built:
+                analyzer = Analyzer()
+                for name, extent in key:  # in order: an extent may use an outer axis
+                    analyzer = with_axis(analyzer, name, extent)
+                self._built[key] = analyzer
+            self._analyzers[-1] = self._built[key]
         return self._analyzers[-1]
 
     def lower(self, expr: PrimExpr) -> TargetIndex:
