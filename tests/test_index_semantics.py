@@ -132,6 +132,16 @@ def test_the_emitter_declares_output_and_reduction_axes() -> None:
     assert "fn floor_mod_i32" in emit_wgsl(negative).source  # the vectorized emitter's helpers are declared
 
 
+def test_an_inner_axis_of_extent_zero_is_never_divided_by(device) -> None:
+    """An output with no elements (``[3, 0]``, ONNX's ``tril_zero``) still has a shader: its
+    inner axis is not recovered by ``% 0`` (which the lowering's simplification refuses)."""
+    a = Buffer("A", (IntImm(3), IntImm(0)), "float32")
+    empty = program(Load(a, (i, j)), a, shape=(IntImm(3), IntImm(0)), axes=(i, j), dtype="float32")
+    source = emit_wgsl(empty).source
+    assert "let j = 0;" in [line.strip() for line in source.splitlines()]
+    device.create_shader_module(code=source)
+
+
 # On wgpu ----------------------------------------------------------------------------------------
 
 

@@ -199,7 +199,7 @@ class _Emitter:
         for axis, extent in reversed(list(zip(axes[1:], extents[1:]))):
             extent = simplify(extent)
             self.declare_axis(axis, extent)
-            if extent == IntImm(1):
+            if extent in (IntImm(0), IntImm(1)):  # (an extent of 0 has no element: never reached)
                 lines.append(f"{indent}let {axis.name} = 0;")
                 continue
             lines.append(f"{indent}let {axis.name} = {_unwrapped(self.index(FloorMod(rest, extent)))};")
