@@ -1004,7 +1004,13 @@ def legalize_pad(context, call: Call):
                 return simplify(last - expr_max(simplify(last - magnitude), simplify(magnitude - last)))
             return load({axis: reflect(q, plan[axis][1]) for axis, q in inner.items()})
         if mode == "wrap":
-            return load({axis: simplify(q % plan[axis][1]) for axis, q in inner.items()})
+            def wrap(q, extent, begin, end):
+                if prove_less_equal(begin, 0) and prove_less_equal(end, 0):  # every position inside
+                    return q
+                if as_int(extent) == 0:
+                    raise UnsupportedModelError("pad: wrap mode cannot pad an axis cropped to no element")
+                return simplify(q % extent)  # floor modulo: positions before the start are negative
+            return load({axis: wrap(q, *plan[axis][1:]) for axis, q in inner.items()})
         # constant: the fill where a padded axis's position is before or after the cropped range
         expr = load(inner)
         for axis, q in inner.items():
