@@ -655,6 +655,20 @@ def test_pad_kernels_run_on_wgpu(device, mode: str) -> None:
     np.testing.assert_array_equal(run_kernel_on_gpu(device, _program(module, "pad"), arrays, {"n": 4}), expected)
 
 
+def test_pad_wrap_repeats_past_the_dim_on_wgpu(device) -> None:
+    """Wrap pads longer than the (cropped) dim repeat it, as numpy's: the position is taken
+    modulo the dim (floor modulo: positions before the start are negative)."""
+    n = SizeVar("n")
+    module = _module({"x": TensorStructInfo((n, 3), "float32")},
+                     lambda x: call_op("pad", x, ShapeExpr((5, 7, 6, -1)), Constant(np.array(0, np.float32), "fill"),
+                                       mode="wrap"))
+    x = np.arange(12, dtype=np.float32).reshape(4, 3)
+    expected = np.pad(x[:, :2], ((5, 6), (7, 0)), mode="wrap")
+    np.testing.assert_array_equal(run_module(module, {"x": x})[0], expected)
+    np.testing.assert_array_equal(run_module(legalize_ops(module), {"x": x})[0], expected)
+    np.testing.assert_array_equal(run_kernel_on_gpu(device, _program(module, "pad"), [x], {"n": 4}), expected)
+
+
 def test_creation_and_movement_kernels_run_on_wgpu(device) -> None:
     n, m = SizeVar("n"), SizeVar("m")
     x = np.arange(6, dtype=np.float32).reshape(2, 3)

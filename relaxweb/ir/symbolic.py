@@ -511,8 +511,8 @@ class Analyzer:
 
     def _pull_out_ok(self, whole: Polynomial, rest: Polynomial) -> bool:
         """Whether ``whole // d`` may become ``quotient + rest // d``: keep a numerator that is
-        provably >= 0 so (generated code divides with truncation, which agrees with floor
-        division only on non-negative numerators)."""
+        provably >= 0 so (a backend may then divide with its plain truncating division,
+        which agrees with floor division on non-negative numerators: wgsl/lower_index.py)."""
         return self._nonnegative(rest) or not self._nonnegative(whole)
 
     def _floor_div(self, a: Polynomial, b: Polynomial) -> Polynomial:

@@ -16,6 +16,7 @@ from ..ir.launch import workgroup_storage_bytes
 from ..ir.schedule import ElementSchedule
 from ..ir.tir import TensorProgram, format_scalar, index_var_names
 from .emit import storage_type, wgsl_name
+from .lower_index import helper_declarations
 from .schedules import render_schedule
 
 
@@ -60,6 +61,7 @@ def emit_wgsl(program: TensorProgram) -> ShaderInfo:
     lines.append(
         f"@group(0) @binding({len(program.inputs) + 1}) var<storage, read_write> {wgsl_name(output.name)}: array<{element}>;"
     )
+    lines += helper_declarations(rendering.index_helpers)
     lines += rendering.lines
     bindings = ("uniform", *("read-only-storage" for _ in program.inputs), "storage")
     return ShaderInfo("\n".join(lines) + "\n", tuple(fields), 4 * len(padded), bindings,
