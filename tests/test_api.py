@@ -23,6 +23,7 @@ from onnx import TensorProto, helper
 import relaxweb
 from examples.make_mlp import make_mlp
 from relaxweb.cli import main as cli_main
+from tests.test_browser import pytestmark as browser_marks
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -66,6 +67,11 @@ def run_cli(capsys: pytest.CaptureFixture, *argv: str | Path) -> tuple[int, str,
     status = cli_main([str(arg) for arg in argv])
     captured = capsys.readouterr()
     return status, captured.out, captured.err
+
+
+def npz(path: Path, **arrays: np.ndarray) -> Path:
+    np.savez(path, **arrays)
+    return path
 
 
 # build, load, run ----------------------------------------------------------------------------
@@ -133,6 +139,27 @@ def test_inspect_gives_what_the_cli_prints(capsys, model: Path, bundle: relaxweb
     assert str(relaxweb.inspect(make_mlp())).startswith("model mlp (in memory): opset 17, 5 node(s)")
 
 
+def browser_test(test: Callable) -> Callable:
+    """Marks a test as one that runs headless Chromium (skipped without it)."""
+    for mark in browser_marks:
+        test = mark(test)
+    return test
+
+
+@browser_test
+def test_run_in_browser_like_onnxruntime_and_its_errors_are_the_clis(capsys, tmp_path: Path, model: Path,
+                                                                     bundle: relaxweb.Bundle) -> None:
+    inputs = {"x": mlp_input(5)}
+    assert_matches(relaxweb.run_in_browser(bundle.path, inputs), onnxruntime_outputs(model, inputs))
+    too_large = {"x": np.zeros((65, 64), np.float32)}
+    status, _, stderr = run_cli(capsys, "run", bundle.path, "--inputs", npz(tmp_path / "in.npz", **too_large),
+                                "--browser")
+    with pytest.raises(relaxweb.InputShapeError) as raised:
+        relaxweb.run_in_browser(bundle.path, too_large)
+    assert (status, stderr) == (2, f"error: {raised.value}\n")
+    assert "above its bound batch <= 64" in str(raised.value)
+
+
 def test_a_model_with_external_data(tmp_path: Path) -> None:
     """From a path, external data is read next to the model; a model in memory must hold its
     weights, and one that still refers to external data is a clear error."""
@@ -184,11 +211,6 @@ def unsupported_model(path: Path) -> Path:
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n"])],
     )
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
-    return path
-
-
-def npz(path: Path, **arrays: np.ndarray) -> Path:
-    np.savez(path, **arrays)
     return path
 
 
