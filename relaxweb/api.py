@@ -17,7 +17,8 @@ arrays keyed by the ONNX names.
 
 The command line (``cli.py``) calls these functions, so both check the same things and fail
 the same way: every user error is a :class:`~relaxweb.errors.RelaxwebError` whose message is
-the line the command line prints after ``error: ``.
+the line the command line prints after ``error: ``.  ``run_reference`` is the compile
+driver's (``compiler.py``), re-exported as it is.
 """
 
 from __future__ import annotations
@@ -31,13 +32,17 @@ from typing import Any
 import numpy as np
 
 from .browser import run_in_browser as run_bundle_in_browser
-from .compiler import Model, build_bundle, model_name, read_model
-from .compiler import run_reference as run_model_in_interpreter
+from .compiler import Model, build_bundle, model_name, read_model, run_reference
 from .errors import RelaxwebError
 from .frontend.onnx import default_opset, from_onnx, op_coverage, symbolic_vars
 from .ir.module import IRModule
 from .passes import DEFAULT_OPT_LEVEL
 from .runtime import Session, load_manifest
+
+__all__ = [
+    "Bundle", "ModelReport", "TensorSpec", "build", "check_bundle_folder", "format_coverage", "format_manifest",
+    "inspect", "load", "run_in_browser", "run_reference",
+]
 
 #: A shape as the manifest gives it: ints, and symbolic sizes by name (``["batch", 64]``).
 Shape = tuple[int | str, ...]
@@ -104,8 +109,8 @@ class Bundle:
 
     @property
     def symbolic_vars(self) -> dict[str, int | None]:
-        """Each symbolic variable of the inputs' shapes and its bound (None: no bound given,
-        so storages grow at run time as needed)."""
+        """Each symbolic size of the bundle and its bound (None: no bound given, so storages
+        grow at run time as needed)."""
         return {variable["name"]: variable["bound"] for variable in self.manifest["symbolic_vars"]}
 
     def load(self, *, device: Any = None) -> Session:
@@ -151,12 +156,6 @@ def run_in_browser(bundle_dir: str | Path, inputs: Mapping[str, np.ndarray], *,
     """Run a bundle once in headless Chromium on WebGPU, as ``relaxweb run DIR --browser``
     does (needs Playwright and Chromium)."""
     return run_bundle_in_browser(check_bundle_folder(bundle_dir), dict(inputs), timeout_s)
-
-
-def run_reference(model: Model, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Run a model in the reference interpreter (numpy, no GPU), as ``relaxweb run MODEL
-    --reference`` does: what a bundle's outputs are checked against."""
-    return run_model_in_interpreter(model, inputs)
 
 
 def _ignore(message: str) -> None:
