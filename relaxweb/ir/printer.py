@@ -36,13 +36,16 @@ host functions as their tables, checks and steps.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from .expr import (
     AllocStorage, AllocTensor, BindingBlock, Call, CallLibrary, CallTIR, CallTIRInto, Constant, DataflowBlock,
     DataflowVar, Expr, Function, If, MatchCast, PrimValue, SeqExpr, ShapeExpr, TensorToPrim, Tuple, TupleGetItem,
-    Var,
+    Var, VarBinding,
 )
+from .functor import ExprFunctor
 from .host import (
     BufferRef, HostBind, HostCheck, HostDispatch, HostFunction, HostIf, HostOutputShape, HostRead, ShapeCheck,
 )
@@ -176,15 +179,30 @@ class ConstantTable:
 # -- graph functions ---------------------------------------------------------------------------
 
 
-class _FunctionPrinter:
+@dataclass(frozen=True)
+class _CallText:
+    """A call-like expression before it is written out: the binding it belongs to decides
+    whether its own annotation must be added (``sinfo=``, where it differs from the
+    variable's)."""
+
+    callee: str
+    arguments: list[str]
+    struct_info: StructInfo
+
+
+class _FunctionPrinter(ExprFunctor):
     """Prints one function: names each variable once (unique in the function, so the parser
-    can resolve every use) and refers to constants through the module's table."""
+    can resolve every use) and refers to constants through the module's table.
+
+    The statements (blocks, bindings, ``If``) are appended to ``lines``; an expression's
+    visit returns its text, or a :class:`_CallText` that :meth:`value` finishes."""
 
     def __init__(self, constants: ConstantTable) -> None:
         self.constants = constants
         self.names: dict[int, str] = {}
         self.taken: set[str] = set()
         self.lines: list[str] = []
+        self.indent = INDENT
 
     def name(self, var: Var) -> str:
         if id(var) not in self.names:
@@ -192,7 +210,9 @@ class _FunctionPrinter:
             self.taken.add(self.names[id(var)])
         return self.names[id(var)]
 
-    def function(self, function: Function) -> str:
+    # -- statements ---------------------------------------------------------------------------
+
+    def visit_function(self, function: Function) -> str:
         params = ", ".join(f"{self.name(p)}: {format_struct_info(p.struct_info)}" for p in function.params)
         decorator = "@function" + format_keywords(
             ("name", format_string(function.name)) if not is_plain_name(function.name) else None,
@@ -201,105 +221,127 @@ class _FunctionPrinter:
         )
         self.lines = [decorator, f"def {unique_identifier(function.name, set())}({params}) -> "
                                  f"{format_struct_info(function.ret_struct_info)}:"]
-        self.blocks(function.body, INDENT)
-        self.lines.append(f"{INDENT}return {self.value(function.body.body)}")
+        self.blocks(function.body)
+        self.lines.append(f"{self.indent}return {self.value(function.body.body)}")
         return "\n".join(self.lines)
 
-    def blocks(self, seq: SeqExpr, indent: str) -> None:
+    def blocks(self, seq: SeqExpr) -> None:
         previous_plain = False
         for block in seq.blocks:
-            if isinstance(block, DataflowBlock):
-                self.lines.append(f"{indent}with dataflow():")
-                self.bindings(block, indent + INDENT)
-                outputs = [self.name(b.var) for b in block.bindings if not isinstance(b.var, DataflowVar)]
-                if outputs:
-                    self.lines.append(f"{indent + INDENT}output({', '.join(outputs)})")
-            elif previous_plain or not block.bindings:
-                self.lines.append(f"{indent}with block():")
-                self.bindings(block, indent + INDENT)
-            else:
-                self.bindings(block, indent)
+            nested = isinstance(block, DataflowBlock) or previous_plain or not block.bindings
+            if nested:
+                self.lines.append(f"{self.indent}with {'dataflow' if isinstance(block, DataflowBlock) else 'block'}():")
+                self.indent += INDENT
+            self.visit_block(block)
+            if nested:
+                self.indent = self.indent[: -len(INDENT)]
             previous_plain = not isinstance(block, DataflowBlock)
 
-    def bindings(self, block: BindingBlock, indent: str) -> None:
+    def visit_binding_block(self, block: BindingBlock) -> None:
         if not block.bindings:
-            self.lines.append(f"{indent}pass")
+            self.lines.append(f"{self.indent}pass")
         for binding in block.bindings:
-            var, value = binding.var, binding.value
-            head = f"{indent}{self.name(var)}: {format_struct_info(var.struct_info)}"
-            if isinstance(binding, MatchCast):
-                self.lines.append(f"{head} = match_cast({self.value(value)}, {format_struct_info(binding.struct_info)})")
-            elif isinstance(value, If):
-                self.lines.append(head)
-                self.lines.append(f"{indent}if {self.value(value.condition)}:")
-                self.branch(value.true_branch, var, indent + INDENT)
-                self.lines.append(f"{indent}else:")
-                self.branch(value.false_branch, var, indent + INDENT)
-            else:
-                self.lines.append(f"{head} = {self.value(value, var.struct_info)}")
+            self.visit_binding(binding)
 
-    def branch(self, seq: SeqExpr, var: Var, indent: str) -> None:
-        self.blocks(seq, indent)
-        self.lines.append(f"{indent}{self.name(var)} = {self.value(seq.body)}")
+    def visit_dataflow_block(self, block: DataflowBlock) -> None:
+        self.visit_binding_block(block)
+        outputs = [self.name(b.var) for b in block.bindings if not isinstance(b.var, DataflowVar)]
+        if outputs:
+            self.lines.append(f"{self.indent}output({', '.join(outputs)})")
+
+    def _head(self, var: Var) -> str:
+        return f"{self.indent}{self.name(var)}: {format_struct_info(var.struct_info)}"
+
+    def visit_var_binding(self, binding: VarBinding) -> None:
+        var, value = binding.var, binding.value
+        if not isinstance(value, If):
+            self.lines.append(f"{self._head(var)} = {self.value(value, var.struct_info)}")
+            return
+        self.lines.append(self._head(var))
+        self.lines.append(f"{self.indent}if {self.value(value.condition)}:")
+        self.branch(value.true_branch, var)
+        self.lines.append(f"{self.indent}else:")
+        self.branch(value.false_branch, var)
+
+    def visit_match_cast(self, binding: MatchCast) -> None:
+        self.lines.append(f"{self._head(binding.var)} = "
+                          f"match_cast({self.value(binding.value)}, {format_struct_info(binding.struct_info)})")
+
+    def branch(self, seq: SeqExpr, var: Var) -> None:
+        self.indent += INDENT
+        self.blocks(seq)
+        self.lines.append(f"{self.indent}{self.name(var)} = {self.value(seq.body)}")
+        self.indent = self.indent[: -len(INDENT)]
+
+    # -- expressions --------------------------------------------------------------------------
 
     def value(self, expr: Expr, declared: StructInfo | None = None) -> str:
         """One expression; ``declared`` is the annotation of the variable it is bound to,
         which a call's own annotation is written against (``sinfo=`` when it differs)."""
-        if isinstance(expr, Var):
-            return self.name(expr)
-        if isinstance(expr, Constant):
-            return self.constants.format(expr)
-        if isinstance(expr, PrimValue):
-            return f"prim({format_expr(expr.value)})"
-        if isinstance(expr, ShapeExpr):
-            return f"shape({format_shape(expr.values)})"
-        if isinstance(expr, Tuple):
-            return _format_tuple([self.value(f) for f in expr.fields])
-        if isinstance(expr, TupleGetItem):
-            return f"{self.value(expr.tuple_value)}[{expr.index}]"
-        if isinstance(expr, If):
-            raise TypeError("an If is printed as a binding (format_function)")
-        arguments = self.arguments(expr)
-        if expr.struct_info != declared:
-            arguments.append(f"{SINFO}={format_struct_info(expr.struct_info)}")
-        return f"{self.callee(expr)}({', '.join(arguments)})"
+        text = self.visit_expr(expr)
+        if not isinstance(text, _CallText):
+            return text
+        arguments = list(text.arguments)
+        if text.struct_info != declared:
+            arguments.append(f"{SINFO}={format_struct_info(text.struct_info)}")
+        return f"{text.callee}({', '.join(arguments)})"
 
-    def callee(self, expr: Expr) -> str:
-        if isinstance(expr, Call):
-            return expr.op if is_plain_name(expr.op) and expr.op not in GRAPH_BUILTINS else "call_op"
-        if isinstance(expr, CallTIR):
-            return "call_library" if isinstance(expr, CallLibrary) else "call_tir"
-        names = {CallTIRInto: "call_tir_into", AllocStorage: "alloc_storage", AllocTensor: "alloc_tensor",
-                 TensorToPrim: "tensor_to_prim"}
-        if type(expr) not in names:
-            raise TypeError(f"cannot print {type(expr).__name__}")
-        return names[type(expr)]
+    def visit_var(self, var: Var) -> str:
+        return self.name(var)
 
-    def arguments(self, expr: Expr) -> list[str]:
-        """The arguments of a call-like expression, without its annotation."""
-        if isinstance(expr, Call):
-            arguments = [format_string(expr.op)] if self.callee(expr) == "call_op" else []
-            arguments += [self.value(a) for a in expr.args]
-            for key, value in expr.attrs.items():
-                if is_plain_name(key) and key != SINFO:
-                    arguments.append(f"{key}={format_literal(value)}")
-                else:
-                    arguments.append(f"**{{{format_string(key)}: {format_literal(value)}}}")
-            return arguments
-        if isinstance(expr, (CallTIR, CallTIRInto)):
-            arguments = [format_string(expr.program), _format_tuple([self.value(a) for a in expr.args])]
-            if isinstance(expr, CallTIRInto):
-                arguments.append(f"out={self.value(expr.output)}")
-            if expr.size_var_values:
-                arguments.append(f"sizes={_format_sizes(expr.size_var_values)}")
-            return arguments
-        if isinstance(expr, AllocStorage):
-            return [format_expr(expr.size)]
-        if isinstance(expr, AllocTensor):
-            return [self.value(expr.storage)]
-        if isinstance(expr, TensorToPrim):
-            return [self.value(expr.tensor)]
-        raise TypeError(f"cannot print {type(expr).__name__}")
+    def visit_constant(self, constant: Constant) -> str:
+        return self.constants.format(constant)
+
+    def visit_prim_value(self, value: PrimValue) -> str:
+        return f"prim({format_expr(value.value)})"
+
+    def visit_shape_expr(self, shape: ShapeExpr) -> str:
+        return f"shape({format_shape(shape.values)})"
+
+    def visit_tuple(self, value: Tuple) -> str:
+        return _format_tuple([self.value(f) for f in value.fields])
+
+    def visit_tuple_get_item(self, item: TupleGetItem) -> str:
+        return f"{self.value(item.tuple_value)}[{item.index}]"
+
+    def visit_if(self, node: If) -> str:
+        raise TypeError("an If is printed as a binding (format_function)")
+
+    def visit_call(self, call: Call) -> _CallText:
+        plain = is_plain_name(call.op) and call.op not in GRAPH_BUILTINS
+        arguments = ([] if plain else [format_string(call.op)]) + [self.value(a) for a in call.args]
+        for key, value in call.attrs.items():
+            if is_plain_name(key) and key != SINFO:
+                arguments.append(f"{key}={format_literal(value)}")
+            else:
+                arguments.append(f"**{{{format_string(key)}: {format_literal(value)}}}")
+        return _CallText(call.op if plain else "call_op", arguments, call.struct_info)
+
+    def _program_arguments(self, call: CallTIR | CallTIRInto) -> list[str]:
+        arguments = [format_string(call.program), _format_tuple([self.value(a) for a in call.args])]
+        if isinstance(call, CallTIRInto):
+            arguments.append(f"out={self.value(call.output)}")
+        if call.size_var_values:
+            arguments.append(f"sizes={_format_sizes(call.size_var_values)}")
+        return arguments
+
+    def visit_call_tir(self, call: CallTIR) -> _CallText:
+        return _CallText("call_tir", self._program_arguments(call), call.struct_info)
+
+    def visit_call_library(self, call: CallLibrary) -> _CallText:
+        return _CallText("call_library", self._program_arguments(call), call.struct_info)
+
+    def visit_call_tir_into(self, call: CallTIRInto) -> _CallText:
+        return _CallText("call_tir_into", self._program_arguments(call), call.struct_info)
+
+    def visit_alloc_storage(self, alloc: AllocStorage) -> _CallText:
+        return _CallText("alloc_storage", [format_expr(alloc.size)], alloc.struct_info)
+
+    def visit_alloc_tensor(self, alloc: AllocTensor) -> _CallText:
+        return _CallText("alloc_tensor", [self.value(alloc.storage)], alloc.struct_info)
+
+    def visit_tensor_to_prim(self, value: TensorToPrim) -> _CallText:
+        return _CallText("tensor_to_prim", [self.value(value.tensor)], value.struct_info)
 
 
 def format_value(expr: Expr) -> str:
@@ -310,7 +352,7 @@ def format_value(expr: Expr) -> str:
 
 def format_function(function: Function, constants: ConstantTable | None = None) -> str:
     """A graph function as text; ``constants`` is the module's table (a new one by default)."""
-    return _FunctionPrinter(constants or ConstantTable()).function(function)
+    return _FunctionPrinter(constants or ConstantTable()).visit_function(function)
 
 
 # -- library kernels ---------------------------------------------------------------------------
