@@ -1,3 +1,24 @@
-"""relaxweb: compile ONNX models into static WebGPU bundles with symbolic shapes."""
+"""relaxweb: compile ONNX models into static WebGPU bundles with symbolic shapes.
+
+The Python API matches the command line (``relaxweb/api.py``)::
+
+    import relaxweb
+
+    bundle = relaxweb.build("mlp.onnx", "dist/mlp", bounds={"batch": 64})  # relaxweb build
+    outputs = relaxweb.load("dist/mlp").run({"x": x})                     # relaxweb run
+    expected = relaxweb.run_reference("mlp.onnx", {"x": x})               # relaxweb run --reference
+    print(relaxweb.inspect("dist/mlp"))                                   # relaxweb inspect
+
+Every user error is a :class:`RelaxwebError` carrying the message the command line prints.
+"""
 
 __version__ = "0.1.0"
+
+from .api import Bundle, ModelReport, TensorSpec, build, inspect, load, run_in_browser, run_reference
+from .errors import InputShapeError, RelaxwebError, UnsupportedModelError
+from .runtime import Session
+
+__all__ = [
+    "Bundle", "InputShapeError", "ModelReport", "RelaxwebError", "Session", "TensorSpec",
+    "UnsupportedModelError", "build", "inspect", "load", "run_in_browser", "run_reference",
+]

@@ -6,8 +6,9 @@
     relaxweb inspect MODEL.onnx|DIR
     relaxweb serve DIR [--port PORT]
 
-User errors (a bad file, an unsupported op, a wrong input shape or dtype, a bound exceeded)
-print one ``error: ...`` line on stderr and exit with status 2.
+Each command calls the Python API (``api.py``: ``relaxweb.build``, ``relaxweb.load`` ...), so
+the two cannot drift.  User errors (a bad file, an unsupported op, a wrong input shape or
+dtype, a bound exceeded) are RelaxwebErrors: one ``error: ...`` line on stderr, exit status 2.
 """
 
 from __future__ import annotations
@@ -21,28 +22,24 @@ from pathlib import Path
 import numpy as np
 
 from . import __version__
-from .browser import run_in_browser, serve
-from .bundle import describe
-from .compiler import build_bundle, run_reference
+from .api import build, check_bundle_folder, format_coverage, inspect, load, run_in_browser, run_reference
+from .browser import serve
 from .errors import RelaxwebError
 from .frontend.onnx import default_opset, from_onnx, load_onnx, op_coverage, symbolic_vars
 from .passes import DEFAULT_OPT_LEVEL, OPT_LEVELS
-from .runtime import Session
 
 EXIT_USER_ERROR = 2
 
 
 def _parse_bound(text: str) -> tuple[str, int]:
+    """``NAME=INT`` as a pair; the value is checked (at least 1) by ``relaxweb.build``."""
     name, separator, value = text.partition("=")
     if not separator or not name:
         raise argparse.ArgumentTypeError(f"--bound expects NAME=INT, got {text!r}")
     try:
-        number = int(value)
+        return name, int(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"--bound {name}: {value!r} is not an integer") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"--bound {name}: the bound must be at least 1, got {number}")
-    return name, number
 
 
 def _progress(message: str) -> None:
@@ -51,15 +48,13 @@ def _progress(message: str) -> None:
 
 def command_build(args: argparse.Namespace) -> int:
     started = time.perf_counter()
-    bounds = dict(args.bound or [])
-    manifest = build_bundle(args.model, args.output, bounds, opt_level=args.opt_level, progress=_progress,
-                            dump_ir=Path(args.dump_ir) if args.dump_ir else None)
-    for item in manifest["inputs"]:
-        print(f"  input  {item['name']}: {item['dtype']}{item['shape']}", file=sys.stderr)
-    for item in manifest["outputs"]:
-        shape = item["shape"] if item["shape"] is not None else f"[ndim={item.get('ndim')}]"
-        print(f"  output {item['name']}: {item['dtype']}{shape}", file=sys.stderr)
-    unbounded = [v["name"] for v in manifest["symbolic_vars"] if v["bound"] is None]
+    bundle = build(args.model, args.output, bounds=dict(args.bound or []), opt_level=args.opt_level,
+                   dump_ir=args.dump_ir, progress=_progress)
+    for spec in bundle.inputs:
+        print(f"  input  {spec}", file=sys.stderr)
+    for spec in bundle.outputs:
+        print(f"  output {spec}", file=sys.stderr)
+    unbounded = [name for name, bound in bundle.symbolic_vars.items() if bound is None]
     if unbounded:
         print(f"  note: no --bound for {', '.join(unbounded)}: storages grow at run time as needed", file=sys.stderr)
     print(f"built {args.model} -> {args.output}/ in {time.perf_counter() - started:.1f} s", file=sys.stderr)
@@ -78,13 +73,6 @@ def load_npz(path: str) -> dict[str, np.ndarray]:
         raise RelaxwebError(f"{path}: not a readable .npz file ({error or type(error).__name__})") from None
 
 
-def _bundle_dir(path: str) -> Path:
-    folder = Path(path)
-    if not (folder / "manifest.json").is_file():
-        raise RelaxwebError(f"{path}: not a bundle folder (no manifest.json); build one with 'relaxweb build'")
-    return folder
-
-
 def _run_target(args: argparse.Namespace) -> Path:
     """The path ``relaxweb run`` was given, checked against ``--reference``."""
     target = Path(args.target)
@@ -100,7 +88,7 @@ def _run_target(args: argparse.Namespace) -> Path:
                             "-o DIR' and run DIR, or add --reference to run the model in the reference "
                             "interpreter (numpy, no GPU)")
     else:
-        _bundle_dir(args.target)
+        check_bundle_folder(args.target)
     return target
 
 
@@ -117,7 +105,7 @@ def command_run(args: argparse.Namespace) -> int:
         where = "headless Chromium (WebGPU)"
         including = "including load"
     else:
-        outputs = Session(target).run(inputs)
+        outputs = load(target).run(inputs)
         where = "Python runtime (wgpu)"
         including = "including load"
     elapsed = time.perf_counter() - started
@@ -134,8 +122,10 @@ def command_run(args: argparse.Namespace) -> int:
 def command_inspect(args: argparse.Namespace) -> int:
     path = Path(args.target)
     if path.is_dir():
-        print(format_manifest(describe(path)))
+        print(inspect(path))
         return 0
+    # What relaxweb.inspect(path) gives, printed as it goes: the coverage before the error of
+    # a model with unsupported ops.
     model = load_onnx(path)
     print(format_coverage(path.name, default_opset(model), op_coverage(model)), flush=True)
     module = from_onnx(model, path.name)  # unsupported ops: the coverage is out, then the error
@@ -146,47 +136,8 @@ def command_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
-def format_coverage(source: str, opset: int, coverage: list[tuple[str, int, bool]]) -> str:
-    """The op coverage table of ``relaxweb inspect``: every op type, its node count, supported or not."""
-    nodes = sum(count for _, count, _ in coverage)
-    supported_types = sum(1 for _, _, ok in coverage if ok)
-    supported_nodes = sum(count for _, count, ok in coverage if ok)
-    lines = [
-        f"model {source}: opset {opset}, {nodes} node(s), {len(coverage)} op type(s)",
-        f"op coverage: {supported_types} of {len(coverage)} op types supported "
-        f"({supported_nodes} of {nodes} nodes)",
-    ]
-    width = max([len(op) for op, _, _ in coverage] + [2])
-    for op, count, ok in coverage:
-        lines.append(f"  {op:<{width}}  {count:>5} node{'s' if count != 1 else ' '}  {'supported' if ok else 'UNSUPPORTED'}")
-    return "\n".join(lines)
-
-
-def format_manifest(manifest: dict) -> str:
-    lines = [f"bundle of {manifest.get('model')} (format {manifest['format']} v{manifest['version']})"]
-    for kind in ("inputs", "outputs"):
-        for item in manifest[kind]:
-            shape = item["shape"] if item["shape"] is not None else f"[ndim={item.get('ndim')}]"
-            lines.append(f"{kind[:-1]:>6} {item['name']}: {item['dtype']}{shape} (storage {item['storage']})")
-    for variable in manifest["symbolic_vars"]:
-        bound = variable["bound"] if variable["bound"] is not None else "none"
-        lines.append(f"   var {variable['name']} (bound: {bound})")
-    lines.append(f"storages ({len(manifest['storages'])}):")
-    for index, storage in enumerate(manifest["storages"]):
-        at_bounds = storage["size_at_bounds"]
-        lines.append(f"  {index}: {storage['role']:<12} {storage['size']} bytes"
-                     + (f" = {at_bounds} at the bounds" if at_bounds is not None else ""))
-    weight_bytes = sum(w["nbytes"] for w in manifest["weights"])
-    lines.append(f"weights: {len(manifest['weights'])} tensors, {weight_bytes} bytes in {len(manifest['shards'])} shard(s)")
-    lines.append(f"kernels ({len(manifest['kernels'])}), call sites ({len(manifest['call_sites'])}):")
-    for index, site in enumerate(manifest["call_sites"]):
-        lines.append(f"  {index}: {manifest['kernels'][site['kernel']]['file']}  {site['binding']}")
-    lines.append(f"required limits: {manifest['required_limits']}")
-    return "\n".join(lines)
-
-
 def command_serve(args: argparse.Namespace) -> int:
-    serve(_bundle_dir(args.bundle), args.port)
+    serve(check_bundle_folder(args.bundle), args.port)
     return 0
 
 

@@ -1,42 +1,103 @@
-"""The compile driver: ONNX file -> imported module -> pass pipeline -> compiled module.
+"""The compile driver: ONNX model -> imported module -> pass pipeline -> compiled module.
 
 :func:`compile_model` imports a model and runs the pass pipeline of an opt level under a
 :class:`~relaxweb.passes.PassContext` holding the user's bounds; the result's ``main`` is a
 host function, ready for the bundle writer (``bundle.py``).  :func:`build_bundle` does both;
 :func:`run_reference` runs a model in the reference interpreter instead (numpy, no GPU).
 ``dump_ir`` writes the module as text before the first pass and after each one.
+
+A model is a path to an ``.onnx`` file or an ``onnx.ModelProto`` already in memory (whose
+weights it must hold: external data is read only next to a model file).  The user's
+settings (bounds, opt level) are checked here, so the command line and the Python API
+(``relaxweb/api.py``) give the same errors.
 """
 
 from __future__ import annotations
 
+import operator
+import os
 from pathlib import Path
 from typing import Callable, Mapping
 
 import numpy as np
+import onnx
 
 from .bundle import write_bundle
-from .errors import InputShapeError
-from .frontend import import_onnx_file
-from .ir.host import HostFunction, format_host_function
+from .errors import InputShapeError, RelaxwebError
+from .frontend import from_onnx, load_onnx
 from .ir.interpreter import run_module
 from .ir.module import IRModule
 from .ir.printer import format_module
-from .passes import DEFAULT_OPT_LEVEL, PassContext, run_pipeline
+from .passes import DEFAULT_OPT_LEVEL, OPT_LEVELS, PassContext, run_pipeline
 
 Progress = Callable[[str], None]
+
+#: What the driver compiles: an ``.onnx`` file's path, or a model already in memory.
+Model = str | Path | onnx.ModelProto
 
 
 def _quiet(message: str) -> None:
     pass
 
 
-def compile_model(model_path: str | Path, bounds: Mapping[str, int] | None = None, *,
+def model_name(model: Model) -> str:
+    """How a model is named in the manifest and in messages: its file name, or for a model in
+    memory its graph's name."""
+    if isinstance(model, onnx.ModelProto):
+        return f"{model.graph.name or 'model'} (in memory)"
+    return Path(model).name
+
+
+def read_model(model: Model) -> onnx.ModelProto:
+    """The model in memory itself, or the model file read with its external data."""
+    if isinstance(model, onnx.ModelProto):
+        return model
+    if not isinstance(model, (str, os.PathLike)):
+        raise RelaxwebError(f"a model is the path of an .onnx file or an onnx.ModelProto, got an object of type {type(model).__name__}")
+    return load_onnx(model)
+
+
+def import_model(model: Model) -> IRModule:
+    """The imported module of a model file or of a model in memory (``main`` is the graph)."""
+    return from_onnx(read_model(model), model_name(model))
+
+
+def checked_bounds(bounds: Mapping[str, int] | None) -> dict[str, int]:
+    """The user's bounds as a dict, or a RelaxwebError naming the first bad one: each must be
+    an integer of at least 1 (``--bound batch=64``, ``bounds={"batch": 64}``).  Names are
+    checked against the model's symbolic variables later, by the host lowering."""
+    if bounds is None:
+        return {}
+    if not isinstance(bounds, Mapping):
+        raise RelaxwebError(f"bounds must map symbolic variable names to integers (like {{'batch': 64}}), "
+                            f"got an object of type {type(bounds).__name__}")
+    checked = {}
+    for name, value in bounds.items():
+        if isinstance(value, bool) or not hasattr(value, "__index__"):  # ints and numpy ints
+            raise RelaxwebError(f"--bound {name}: the bound must be an integer, got {value!r}")
+        number = operator.index(value)
+        if number < 1:
+            raise RelaxwebError(f"--bound {name}: the bound must be at least 1, got {number}")
+        checked[str(name)] = number
+    return checked
+
+
+def checked_opt_level(opt_level: int) -> int:
+    """``opt_level`` if it is one of :data:`~relaxweb.passes.OPT_LEVELS`, else a RelaxwebError."""
+    if isinstance(opt_level, bool) or opt_level not in OPT_LEVELS:
+        raise RelaxwebError(f"opt level {opt_level!r} does not exist; expected one of "
+                            f"{', '.join(map(str, OPT_LEVELS))}")
+    return int(opt_level)
+
+
+def compile_model(model: Model, bounds: Mapping[str, int] | None = None, *,
                   opt_level: int = DEFAULT_OPT_LEVEL, storage_reuse: bool = True,
                   progress: Progress = _quiet, dump_ir: Path | None = None) -> IRModule:
     """Import and lower a model; the result's ``main`` is a HostFunction."""
-    module = import_onnx_file(model_path)
+    bounds, opt_level = checked_bounds(bounds), checked_opt_level(opt_level)  # before the slow import
+    module = import_model(model)
     main = module.main
-    progress(f"imported {Path(model_path).name}: {len(main.bindings())} bindings, "
+    progress(f"imported {model_name(model)}: {len(main.bindings())} bindings, "
              f"inputs {', '.join(main.input_names)}")
     return compile_module(module, bounds, opt_level=opt_level, storage_reuse=storage_reuse,
                           progress=progress, dump_ir=dump_ir)
@@ -47,7 +108,8 @@ def compile_module(module: IRModule, bounds: Mapping[str, int] | None = None, *,
                    progress: Progress = _quiet, dump_ir: Path | None = None) -> IRModule:
     """Run the pass pipeline of ``opt_level`` on a module (imported or built by hand) with the
     given bounds; verification follows the enclosing :class:`PassContext`."""
-    context = PassContext.current().replace(bounds=dict(bounds or {}), opt_level=opt_level,
+    bounds, opt_level = checked_bounds(bounds), checked_opt_level(opt_level)
+    context = PassContext.current().replace(bounds=bounds, opt_level=opt_level,
                                             storage_reuse=storage_reuse)
 
     def on_step(name: str, step_module: IRModule) -> None:
@@ -61,20 +123,20 @@ def compile_module(module: IRModule, bounds: Mapping[str, int] | None = None, *,
         return run_pipeline(module, on_step=on_step)
 
 
-def build_bundle(model_path: str | Path, out_dir: str | Path, bounds: Mapping[str, int] | None = None, *,
+def build_bundle(model: Model, out_dir: str | Path, bounds: Mapping[str, int] | None = None, *,
                  opt_level: int = DEFAULT_OPT_LEVEL, progress: Progress = _quiet,
                  dump_ir: Path | None = None) -> dict:
-    """Compile ``model_path`` into the bundle folder ``out_dir``; returns the manifest."""
-    module = compile_model(model_path, bounds, opt_level=opt_level, progress=progress, dump_ir=dump_ir)
-    return write_bundle(module, out_dir, Path(model_path).name, progress)
+    """Compile ``model`` into the bundle folder ``out_dir``; returns the manifest."""
+    module = compile_model(model, bounds, opt_level=opt_level, progress=progress, dump_ir=dump_ir)
+    return write_bundle(module, out_dir, model_name(model), progress)
 
 
-def run_reference(model_path: str | Path, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def run_reference(model: Model, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Import an ONNX model and run it in the reference interpreter (numpy, no GPU).
 
     Inputs and outputs are keyed by the ONNX names, with the same checks as a bundle's.
     """
-    module = import_onnx_file(model_path)
+    module = import_model(model)
     main = module.main
     expected_names = list(main.input_names or [p.name for p in main.params])
     unknown = [name for name in inputs if name not in expected_names]
@@ -91,8 +153,4 @@ def run_reference(model_path: str | Path, inputs: dict[str, np.ndarray]) -> dict
 def _dump(folder: Path, name: str, module: IRModule) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     index = len(list(folder.glob("*.txt")))
-    main = module.main
-    text = format_module(module) if not isinstance(main, HostFunction) else (
-        format_module(module.replace(functions={})) + "\n" + format_host_function(main) + "\n"
-    )
-    (folder / f"{index:02d}_{name}.txt").write_text(text)
+    (folder / f"{index:02d}_{name}.txt").write_text(format_module(module))

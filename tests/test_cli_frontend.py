@@ -64,7 +64,7 @@ def test_inspect_prints_coverage_ir_and_symbolic_vars(workdir: Path, mlp: Path) 
     assert lines[1] == "op coverage: 5 of 5 op types supported (5 of 5 nodes)"
     for op in ("Add", "Gemm", "MatMul", "Relu", "Softmax"):
         assert any(line.split() == [op, "1", "node", "supported"] for line in lines), op
-    assert "def main(x: Tensor((batch, 64), float32)) -> Tensor((batch, 10), float32):" in lines
+    assert 'def main(x: Tensor((batch, 64), "float32")) -> Tensor((batch, 10), "float32"):' in lines
     assert lines[-1] == "symbolic vars: batch"
 
 

@@ -28,7 +28,7 @@ from relaxweb.errors import RelaxwebError, UnsupportedModelError
 from relaxweb.frontend import from_onnx
 from relaxweb.ir import FunctionBuilder, IRModule, SizeVar, TensorStructInfo, Var
 from relaxweb.ir.expr import TupleGetItem
-from relaxweb.ir.host import run_host_function
+from relaxweb.ir.interpreter import run_host_function
 from relaxweb.ir.interpreter import run_module
 from relaxweb.ir.struct_info import TupleStructInfo, struct_info_equal
 from relaxweb.ir.symbolic import evaluate

@@ -4,8 +4,8 @@ SpaceToDepth.
 
 - Every ONNX node test case (``onnx.backend.test.case.node``) whose nodes are these ops runs
   in the reference interpreter against its expected outputs; then legalized (tensor
-  programs), evaluated with numpy's floor division and again with WGSL's truncating ``/`` and
-  ``%``, so an index expression that is only right for floor semantics shows up here.
+  programs, whose WGSL is emitted) and evaluated again.  (Index ``//`` and ``%`` floor in the
+  IR and in the WGSL backend alike: ``tests/test_index_semantics.py``.)
 - Models with symbolic dims (``batch``, ``height``, ``width``, ``seq``) against onnxruntime
   at several sizes: imported, legalized, and (the CNN) built into a bundle run on WebGPU.
 - Deduction of symbolic shapes and its errors.
@@ -13,7 +13,6 @@ SpaceToDepth.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import importlib
 import warnings
@@ -25,7 +24,6 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import relaxweb.ir.interpreter as interpreter
-import relaxweb.ir.symbolic as symbolic
 from relaxweb.errors import UnsupportedModelError
 from relaxweb.frontend import from_onnx
 from relaxweb.ir import Var
@@ -132,29 +130,7 @@ def test_case_count() -> None:
     assert len(UNSUPPORTED) <= 6
 
 
-# Legalized: tensor programs under floor and truncating division -------------------------------
-
-
-@contextlib.contextmanager
-def truncating_division():
-    """Evaluate index arithmetic as WGSL does: ``/`` and ``%`` of i32 truncate toward zero."""
-    floor_apply = symbolic._apply
-
-    def apply(kind, a, b):
-        if kind is symbolic.FloorDiv:
-            a, b = np.asarray(a), np.asarray(b)
-            quotient = np.abs(a) // np.abs(b) * np.sign(a) * np.sign(b)
-            return quotient if quotient.ndim else int(quotient)
-        if kind is symbolic.FloorMod:
-            remainder = np.fmod(a, b)
-            return remainder if np.ndim(remainder) else int(remainder)
-        return floor_apply(kind, a, b)
-
-    symbolic._apply = apply
-    try:
-        yield
-    finally:
-        symbolic._apply = floor_apply
+# Legalized: tensor programs --------------------------------------------------------------------
 
 
 @pytest.fixture
@@ -208,8 +184,6 @@ def check_legalized(module, feeds: dict, expected: list, what: str) -> None:
         if dtypes <= set(GPU_DTYPES):
             emit_wgsl(program)
     assert_outputs(run_module(legalized, feeds), expected, f"{what} (legalized)")
-    with truncating_division():
-        assert_outputs(run_module(legalized, feeds), expected, f"{what} (legalized, truncating division)")
 
 
 def legalize_case(case) -> None:
@@ -409,8 +383,7 @@ def test_cnn_shapes_are_symbolic() -> None:
 
 @pytest.mark.parametrize("name", ["cnn", "resize"])
 def test_bundle_runs_on_webgpu(name: str, device, tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The whole pipeline, WGSL (whose i32 ``/`` truncates) and the host module, at several
-    sizes within the bounds."""
+    """The whole pipeline, WGSL and the host module, at several sizes within the bounds."""
     from relaxweb.bundle import write_bundle
     from relaxweb.compiler import compile_module
     from relaxweb.frontend.converters import shape_values

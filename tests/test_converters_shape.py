@@ -33,7 +33,7 @@ from relaxweb.frontend.converters.shape_values import SHAPE_OPERANDS, materializ
 from relaxweb.ir import FunctionBuilder, IRModule, ShapeExpr, SizeVar, TensorStructInfo
 from relaxweb.ir.dtype import DTYPES
 from relaxweb.ir.expr import Call, Constant, Function, If, MatchCast, PrimValue, Var
-from relaxweb.ir.host import run_host_function
+from relaxweb.ir.interpreter import run_host_function
 from relaxweb.ir.interpreter import run_module
 from relaxweb.ir.printer import format_function
 from relaxweb.ir.symbolic import evaluate
@@ -256,8 +256,8 @@ def test_shape_subgraphs_give_symbolic_shapes() -> None:
     # the shape arithmetic left nothing on the GPU: only the ops that produce the outputs
     assert sorted(called_ops(main)) == ["arange", "broadcast_to", "full", "reshape", "strided_slice"]
     text = format_function(main)
-    assert "reshape(x, shape([batch, seq, 4, 16]))" in text
-    assert "arange(prim(0), prim(seq), prim(1), dtype=int64)" in text
+    assert "reshape(x, shape((batch, seq, 4, 16)))" in text
+    assert 'arange(prim(0), prim(seq), prim(1), dtype="int64")' in text
 
 
 def test_shape_subgraphs_match_onnxruntime() -> None:
@@ -279,10 +279,10 @@ def test_shape_values_as_graph_outputs_and_in_gpu_ops() -> None:
                         ("sum", TensorProto.FLOAT)])
     module = check_against_onnxruntime(model, SHAPES)
     text = format_function(module.main)
-    assert "shape_to_tensor(shape([batch, seq, 3]), dtype=int64)" in text
-    assert "shape_to_tensor(prim(batch * seq * 3), dtype=int64)" in text
-    assert "shape_to_tensor(shape([batch, seq, 3]), dtype=float32)" in text
-    assert "identity(const(static))" in text
+    assert 'shape_to_tensor(shape((batch, seq, 3)), dtype="int64")' in text
+    assert 'shape_to_tensor(prim(batch * seq * 3), dtype="int64")' in text
+    assert 'shape_to_tensor(shape((batch, seq, 3)), dtype="float32")' in text
+    assert 'identity(const("static", [3], "int64"))' in text
 
 
 def test_symbolic_slice_bounds_and_arithmetic() -> None:
@@ -312,7 +312,7 @@ def test_symbolic_slice_bounds_and_arithmetic() -> None:
     main = module.main
     assert str(main.ret_struct_info) == ("Tuple(Tensor((batch, seq // 2, 4), float32), Tensor((batch, 4), float32), "
                                          "Tensor((batch, 4), float32), Tensor((2), int64))")
-    assert "shape_to_tensor(shape([seq * 2, 0]), dtype=int64)" in format_function(main)
+    assert 'shape_to_tensor(shape((seq * 2, 0)), dtype="int64")' in format_function(main)
     assert "take" not in called_ops(main)  # gathers by one index are slices
 
 
@@ -349,7 +349,7 @@ def test_float_shape_arithmetic_stays_exact_or_goes_to_the_gpu() -> None:
     model = make_model(nodes, [("x", ["batch", "seq"])], [("double", TensorProto.FLOAT), ("quarter", TensorProto.FLOAT)])
     module = check_against_onnxruntime(model, [{"batch": 1, "seq": 6}, {"batch": 2, "seq": 3}])
     text = format_function(module.main)
-    assert "shape_to_tensor(prim(seq * 2), dtype=float32)" in text
+    assert 'shape_to_tensor(prim(seq * 2), dtype="float32")' in text
     assert "divide(" in text
 
 
@@ -653,6 +653,20 @@ def test_pad_kernels_run_on_wgpu(device, mode: str) -> None:
     np.testing.assert_array_equal(run_module(legalize_ops(module), {"x": x})[0], expected)
     arrays = [x, fill.data] if mode == "constant" else [x]
     np.testing.assert_array_equal(run_kernel_on_gpu(device, _program(module, "pad"), arrays, {"n": 4}), expected)
+
+
+def test_pad_wrap_repeats_past_the_dim_on_wgpu(device) -> None:
+    """Wrap pads longer than the (cropped) dim repeat it, as numpy's: the position is taken
+    modulo the dim (floor modulo: positions before the start are negative)."""
+    n = SizeVar("n")
+    module = _module({"x": TensorStructInfo((n, 3), "float32")},
+                     lambda x: call_op("pad", x, ShapeExpr((5, 7, 6, -1)), Constant(np.array(0, np.float32), "fill"),
+                                       mode="wrap"))
+    x = np.arange(12, dtype=np.float32).reshape(4, 3)
+    expected = np.pad(x[:, :2], ((5, 6), (7, 0)), mode="wrap")
+    np.testing.assert_array_equal(run_module(module, {"x": x})[0], expected)
+    np.testing.assert_array_equal(run_module(legalize_ops(module), {"x": x})[0], expected)
+    np.testing.assert_array_equal(run_kernel_on_gpu(device, _program(module, "pad"), [x], {"n": 4}), expected)
 
 
 def test_creation_and_movement_kernels_run_on_wgpu(device) -> None:

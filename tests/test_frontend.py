@@ -16,7 +16,7 @@ from relaxweb.compiler import compile_module
 from relaxweb.errors import RelaxwebError, UnsupportedModelError
 from relaxweb.frontend import from_onnx, import_onnx_file
 from relaxweb.ir import Call, Constant, SizeVar, TensorStructInfo
-from relaxweb.ir.host import run_host_function
+from relaxweb.ir.interpreter import run_host_function
 from relaxweb.ir.interpreter import run_module
 
 
@@ -82,8 +82,8 @@ def test_import_mlp_annotations(mlp_path: Path) -> None:
     # Gemm's transB=1 on a constant is folded at import
     assert constants[2].data.shape == (128, 10)
     text = str(module)
-    assert "def main(x: Tensor((batch, 64), float32)) -> Tensor((batch, 10), float32):" in text
-    assert "probabilities: Tensor((batch, 10), float32) = softmax(logits, axes=[1])" in text
+    assert 'def main(x: Tensor((batch, 64), "float32")) -> Tensor((batch, 10), "float32"):' in text
+    assert 'probabilities: Tensor((batch, 10), "float32") = softmax(logits, axes=[1])' in text
 
 
 @pytest.mark.parametrize("batch", [1, 6])

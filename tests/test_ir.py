@@ -261,13 +261,15 @@ def test_printer_output() -> None:
     module, _ = small_mlp_module()
     text = str(module)
     lines = text.splitlines()
-    assert lines[0] == "@function"
-    assert lines[1] == "def main(x: Tensor((n, 4), float32)) -> Tensor((n, 3), float32):"
+    assert lines[0] == '@function(inputs=["x"], outputs=["y"])'
+    assert lines[1] == 'def main(x: Tensor((n, 4), "float32")) -> Tensor((n, 3), "float32"):'
     assert "    with dataflow():" in lines
-    assert "        mm: Tensor((n, 3), float32) = matmul(x, const(w))" in lines
-    assert "        biased: Tensor((n, 3), float32) = add(mm, const(b))" in lines
-    assert "        r: Tensor((n, 3), float32) = relu(biased)" in lines
-    assert "        y: Tensor((n, 3), float32) = softmax(r, axes=[1])" in lines
+    assert '        mm: Tensor((n, 3), "float32") = matmul(x, const("w"))' in lines
+    assert ('        biased: Tensor((n, 3), "float32") = '
+            'add(mm, const("b", [-0.73645407, -0.16290995, -0.48211932], "float32"))') in lines
+    assert '        r: Tensor((n, 3), "float32") = relu(biased)' in lines
+    assert '        y: Tensor((n, 3), "float32") = softmax(r, axes=[1])' in lines
+    assert "        output(y)" in lines
     assert lines[-1] == "    return y"
     assert text.endswith("\n")
 
@@ -280,10 +282,10 @@ def test_printer_shape_expr_match_cast_and_tuple() -> None:
     t = builder.emit(call_op("tanh", x), "t", output=True)
     function = builder.finish([c, t], ["c", "t"])
     text = format_function(function)
-    assert "r: Tensor((n * 3, 4), float32) = reshape(x, shape([n * 3, 4]))" in text
-    assert "c: Tensor((m, 4), float32) = match_cast(r, Tensor((m, 4), float32))" in text
+    assert 'r: Tensor((n * 3, 4), "float32") = reshape(x, shape((n * 3, 4)))' in text
+    assert 'c: Tensor((m, 4), "float32") = match_cast(r, Tensor((m, 4), "float32"))' in text
     assert "    return (c, t)" in text
-    assert "-> Tuple(Tensor((m, 4), float32), Tensor((n, 12), float32)):" in text
+    assert '-> Tuple(Tensor((m, 4), "float32"), Tensor((n, 12), "float32")):' in text
 
 
 def test_format_program() -> None:
@@ -295,8 +297,8 @@ def test_format_program() -> None:
     )
     assert format_program(program) == (
         "@tensor_program\n"
-        "def mm(A: Buffer((n, 8), float32), B: Buffer((8, m), float32), out: Buffer((n, m), float32)):\n"
-        "    out[i, j] = sum(k < 8: (A[i, k] * B[k, j]))"
+        'def mm(A: Buffer((n, 8), "float32"), B: Buffer((8, m), "float32"), out: Buffer((n, m), "float32")):\n'
+        "    out[i, j] = sum((A[i, k] * B[k, j]) for k in range(8))"
     )
     assert [v.name for v in program.size_vars] == ["n", "m"]
 

@@ -11,7 +11,9 @@ the network; about 20 s for all six on 2 cores, mostly the dynamo exporter).  Fo
 * the reference interpreter matches onnxruntime at each shape, and every intermediate value
   has the shape and dtype its annotation says;
 * one build per model (the whole compiler) runs every shape in the Python runtime on wgpu
-  and matches onnxruntime within 1e-3.
+  and matches onnxruntime within 1e-3;
+* after every pass, at opt levels 1 and 0, the module is well formed and its printed text
+  parses back to a structurally equal module.
 
 Skipped when torch or transformers is not installed (``pip install -e ".[test]"``).
 """
@@ -23,6 +25,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from relaxweb.ir.module import IRModule
+from relaxweb.ir.parser import parse_module
+from relaxweb.ir.printer import format_module, module_constants
+from relaxweb.ir.structural import assert_structural_equal
+from relaxweb.ir.well_formed import check_well_formed
+from relaxweb.passes import pipeline, run_pipeline
 from tests.model_exports import (
     MODELS, CheckingInterpreter, Export, export_models, export_script, missing_exporter_packages, symbolic_vars,
 )
@@ -121,6 +129,24 @@ def test_interpreter_matches_onnxruntime(exports: dict[str, Export], name: str, 
         assert got.shape == want.shape, f"{name} {output}: shape {got.shape}, onnxruntime {want.shape}"
         assert got.dtype == want.dtype, f"{name} {output}: dtype {got.dtype}, onnxruntime {want.dtype}"
         np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL, err_msg=f"{name} output {output} at {dims}")
+
+
+@pytest.mark.parametrize("opt_level", [1, 0])
+@pytest.mark.parametrize("name", list(MODELS))
+def test_every_pass_output_is_well_formed_and_round_trips(exports: dict[str, Export], name: str, opt_level: int) -> None:
+    def check(step: str, module: IRModule) -> None:
+        check_well_formed(module)  # graph functions; a host function has no variables left to check
+        text = format_module(module)
+        parsed = parse_module(text, module_constants(module))
+        try:
+            assert_structural_equal(parsed, module)
+        except AssertionError:
+            pytest.fail(f"{name}: the module after {step} does not round-trip through its text", pytrace=False)
+        assert format_module(parsed) == text, f"{name}: the text after {step} changes when parsed and printed again"
+
+    module = imported(exports, name)
+    check("import", module)
+    run_pipeline(module, pipeline(opt_level), check)
 
 
 @pytest.fixture(scope="session")

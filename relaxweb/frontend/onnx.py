@@ -233,7 +233,17 @@ def input_struct_info(value: onnx.ValueInfoProto) -> TensorStructInfo:
 
 
 def from_onnx(model: onnx.ModelProto, source: str = "model.onnx") -> IRModule:
-    """Import an ONNX model as an IRModule whose ``main`` is the graph."""
+    """Import an ONNX model as an IRModule whose ``main`` is the graph.
+
+    Its weights must be in it: external data is read by :func:`load_onnx` (next to the model
+    file); a model in memory that still refers to external data is an error."""
+    for tensor in _graph_tensors(model.graph):
+        if tensor.HasField("data_location") and tensor.data_location == onnx.TensorProto.EXTERNAL:
+            raise RelaxwebError(
+                f"{source}: tensor '{tensor.name}' is stored as external data, which is read only "
+                "next to a model file; pass the model's path, or load it with onnx.load(path), "
+                "which reads its external data"
+            )
     unsupported = find_unsupported(model)
     if unsupported:
         raise UnsupportedModelError(format_unsupported(unsupported))

@@ -6,7 +6,7 @@ reports), the storages with their byte sizes, the weights, and ``steps``: the di
 order, the bindings and run-time checks of ``match_cast``, ``If`` on symbolic conditions,
 reads of values back from the GPU, and the output shapes.  Everything symbolic is an
 expression of the host's variables, which is exactly what the WebAssembly host module
-computes; ``relaxweb/wasm`` emits it and :func:`run_host_function` runs it with numpy, so the
+computes; ``relaxweb/wasm`` emits it and ``interpreter.run_host_function`` runs it with numpy, so the
 lowering is testable without a GPU.
 
 A :class:`HostRead` (a data-dependent value) ends a *stage*: the host stops, the runtime
@@ -16,15 +16,9 @@ reads the value and resumes.  Reads appear only at the top level of ``steps``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
 
-import numpy as np
-
-from ..errors import InputShapeError
-from .dtype import dtype_info
 from .expr import Constant
-from .interpreter import run_kernel
-from .symbolic import PrimExpr, as_expr, evaluate, format_expr, free_vars
+from .symbolic import PrimExpr
 
 
 @dataclass(frozen=True)
@@ -177,171 +171,3 @@ def walk_steps(steps) -> list:
         if isinstance(step, HostIf):
             found += walk_steps(step.then_steps) + walk_steps(step.else_steps)
     return found
-
-
-def format_host_function(function: HostFunction) -> str:
-    lines = [f"@host_function\ndef {function.name}():"]
-    for check in function.checks:
-        name = function.inputs[check.input].name
-        if check.kind == "ndim":
-            lines.append(f"    check input {name} has {check.expected} dims  # error {check.code}")
-        elif check.kind == "bind":
-            lines.append(f"    {check.variable} = input {name} dim {check.dim}")
-        elif check.kind == "bound":
-            lines.append(f"    check {check.variable} <= its bound  # error {check.code}")
-        else:
-            lines.append(f"    check input {name} dim {check.dim} == {format_expr(_expr(check.expected))}  # error {check.code}")
-    for index, storage in enumerate(function.storages):
-        lines.append(f"    storage{index} = alloc({format_expr(storage.size)} bytes)  # {storage.role}")
-    _format_steps(function, function.steps, "    ", lines)
-    return "\n".join(lines)
-
-
-def _format_steps(function: HostFunction, steps, indent: str, lines: list[str]) -> None:
-    for step in steps:
-        if isinstance(step, HostDispatch):
-            buffers = ", ".join(f"{b.kind}{b.index}" for b in step.buffers)
-            lines.append(f"{indent}dispatch {step.program}({buffers}) over {format_expr(step.element_count)}  # {step.note}")
-        elif isinstance(step, HostBind):
-            lines.append(f"{indent}{step.variable} = {format_expr(step.value)}  # {step.note}")
-        elif isinstance(step, HostCheck):
-            target = format_expr(step.expected) if step.expected is not None else ("its bound" if step.kind == "bound" else "0")
-            relation = {"equal": "==", "bound": "<=", "nonnegative": ">="}[step.kind]
-            lines.append(f"{indent}check {format_expr(step.value)} {relation} {target}  # error {step.code}")
-        elif isinstance(step, HostIf):
-            lines.append(f"{indent}if {format_expr(step.condition)} != 0:")
-            _format_steps(function, step.then_steps, indent + "    ", lines)
-            lines.append(f"{indent}else:")
-            _format_steps(function, step.else_steps, indent + "    ", lines)
-        elif isinstance(step, HostRead):
-            lines.append(f"{indent}{step.variable} = read storage{step.storage}[{step.byte_offset}]  # resumes here; {step.note}")
-        elif isinstance(step, HostOutputShape):
-            shape = ", ".join(format_expr(d) for d in step.shape)
-            lines.append(f"{indent}output {function.outputs[step.output].name} shape = [{shape}]")
-
-
-def _expr(value) -> PrimExpr:
-    return as_expr(value)
-
-
-# ----------------------------------------------------------------------------------------
-# Running a host function with numpy (the semantics the compiled host + GPU must match)
-
-
-def fill_message(template: str, value: int, expected: int) -> str:
-    return template.replace("{value}", str(value)).replace("{expected}", str(expected))
-
-
-def run_shape_checks(function: HostFunction, shapes: list[tuple[int, ...]]) -> dict[str, int]:
-    """Bind the size variables from input shapes, raising the check's message on failure."""
-    values: dict[str, int] = {}
-    for check in function.checks:
-        shape = shapes[check.input]
-        if check.kind == "ndim":
-            if len(shape) != check.expected:
-                raise InputShapeError(fill_message(check.message, len(shape), int(check.expected)))  # type: ignore[arg-type]
-        elif check.kind == "bind":
-            values[check.variable] = shape[check.dim]  # type: ignore[index]
-        elif check.kind == "bound":
-            bound = function.bound_of(check.variable)  # type: ignore[arg-type]
-            if bound is not None and values[check.variable] > bound:  # type: ignore[index]
-                raise InputShapeError(fill_message(check.message, values[check.variable], bound))  # type: ignore[index]
-        elif check.kind == "equal":
-            expected = int(evaluate(_expr(check.expected), values))
-            if shape[check.dim] != expected:
-                raise InputShapeError(fill_message(check.message, shape[check.dim], expected))
-    return values
-
-
-class _HostRun:
-    """One run of a host function on numpy byte buffers."""
-
-    def __init__(self, function: HostFunction, programs: Mapping) -> None:
-        self.function = function
-        self.programs = programs
-        self.values: dict[str, int] = {}
-        self.storages = [np.zeros(0, dtype=np.uint8) for _ in function.storages]
-        self.output_shapes: dict[int, tuple[int, ...]] = {}
-
-    def value(self, expr: PrimExpr) -> int:
-        # Variables not known yet (bound by a later stage) count as 0, as in the host module.
-        names = {v.name for v in free_vars(expr)}
-        return int(evaluate(expr, {**{n: 0 for n in names}, **self.values}))
-
-    def grow_storages(self) -> None:
-        for index, storage in enumerate(self.function.storages):
-            needed = self.value(storage.size)
-            if needed > self.storages[index].size:
-                grown = np.zeros(needed, dtype=np.uint8)
-                grown[: self.storages[index].size] = self.storages[index]
-                self.storages[index] = grown
-
-    def view(self, storage: int, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
-        count = int(np.prod(shape, dtype=np.int64))
-        return self.storages[storage][: count * dtype_info(dtype).bytes].view(dtype).reshape(shape)
-
-    def run_steps(self, steps) -> None:
-        for step in steps:
-            if isinstance(step, HostDispatch):
-                self.dispatch(step)
-            elif isinstance(step, HostBind):
-                self.values[step.variable] = self.value(step.value)
-                self.grow_storages()
-            elif isinstance(step, HostCheck):
-                self.check(step)
-            elif isinstance(step, HostIf):
-                self.run_steps(step.then_steps if self.value(step.condition) != 0 else step.else_steps)
-            elif isinstance(step, HostRead):
-                raw = self.storages[step.storage][step.byte_offset: step.byte_offset + 4]
-                self.values[step.variable] = int(raw.view(np.int32)[0])
-                self.grow_storages()
-            elif isinstance(step, HostOutputShape):
-                self.output_shapes[step.output] = tuple(self.value(d) for d in step.shape)
-
-    def check(self, step: HostCheck) -> None:
-        value = self.value(step.value)
-        if step.kind == "equal":
-            expected = self.value(step.expected)  # type: ignore[arg-type]
-            failed = value != expected
-        elif step.kind == "bound":
-            bound = self.function.bound_of(step.variable)  # type: ignore[arg-type]
-            expected = bound if bound is not None else -1
-            failed = bound is not None and value > bound
-        else:
-            expected = 0
-            failed = value < 0
-        if failed:
-            raise InputShapeError(fill_message(step.message, value, expected))
-
-    def dispatch(self, step: HostDispatch) -> None:
-        kernel = self.programs[step.program]
-        kernel_vars = {name: self.value(value) for name, value in step.size_var_values}
-        buffers = []
-        for ref, buffer in zip(step.buffers, (*kernel.inputs, kernel.output)):
-            if ref.kind == "weight":
-                buffers.append(self.function.weights[ref.index].data)
-            else:
-                shape = tuple(int(evaluate(d, kernel_vars)) for d in buffer.shape)
-                buffers.append(self.view(ref.index, buffer.dtype, shape))
-        buffers[-1][...] = run_kernel(kernel, buffers[:-1], kernel_vars)
-
-
-def run_host_function(function: HostFunction, programs: Mapping, inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
-    for host_input in function.inputs:
-        if host_input.name not in inputs:
-            raise InputShapeError(f"missing input '{host_input.name}'")
-        given = np.asarray(inputs[host_input.name]).dtype
-        if str(given) != host_input.dtype:
-            raise InputShapeError(f"input '{host_input.name}': dtype is {given}, expected {host_input.dtype}")
-    arrays = [np.asarray(inputs[i.name]) for i in function.inputs]
-    run = _HostRun(function, programs)
-    run.values = run_shape_checks(function, [a.shape for a in arrays])
-    run.grow_storages()
-    for host_input, array in zip(function.inputs, arrays):
-        raw = np.ascontiguousarray(array).view(np.uint8).reshape(-1)
-        run.storages[host_input.storage][: raw.size] = raw
-    run.run_steps(function.steps)
-    return [
-        run.view(output.storage, output.dtype, run.output_shapes[index]).copy()
-        for index, output in enumerate(function.outputs)
-    ]

@@ -1,4 +1,5 @@
-"""The reference interpreter: runs an IRModule with numpy, at any stage of the pipeline.
+"""The reference interpreter: runs an IRModule with numpy, at any stage of the pipeline
+(graph functions, and host functions after ``lower_shapes_to_host``: :func:`run_host_function`).
 
 It evaluates graph-level op calls with each op's ``reference`` semantics, tensor programs by
 evaluating their compute definition over index grids, and the memory-planned form
@@ -19,12 +20,13 @@ from .expr import (
     AllocStorage, AllocTensor, BindingBlock, Call, CallTIR, CallTIRInto, Constant, DataflowBlock, Function, If,
     MatchCast, PrimValue, SeqExpr, ShapeExpr, TensorToPrim, Tuple, TupleGetItem, Var, VarBinding,
 )
-from .library_kernel import LibraryKernel
 from .functor import ExprFunctor
+from .host import HostBind, HostCheck, HostDispatch, HostFunction, HostIf, HostOutputShape, HostRead
+from .library_kernel import LibraryKernel
 from .module import IRModule
 from .op_registry import get_op
 from .struct_info import PrimStructInfo, TensorStructInfo
-from .symbolic import PrimExpr, SizeVar, evaluate, format_expr, free_vars
+from .symbolic import PrimExpr, SizeVar, as_expr, evaluate, format_expr, free_vars
 from .tir import (
     Binary, BinaryOp, Cast, Compare, CompareOp, FloatImm, Gather, IndexValue, Load, Reduce, ReduceCombiner, ScalarExpr,
     Select, TensorProgram, Unary, UnaryOp, scalar_dtype,
@@ -337,3 +339,126 @@ def _reduce_identity(combiner: ReduceCombiner, dtype: str):
         return np.asarray(-np.inf if lowest else np.inf, dtype=dtype)
     info = np.iinfo(np.dtype(dtype))
     return np.asarray(info.min if lowest else info.max, dtype=dtype)
+
+
+# ----------------------------------------------------------------------------------------
+# Running a host function with numpy (the semantics the compiled host + GPU must match)
+
+
+def fill_message(template: str, value: int, expected: int) -> str:
+    return template.replace("{value}", str(value)).replace("{expected}", str(expected))
+
+
+def run_shape_checks(function: HostFunction, shapes: list[tuple[int, ...]]) -> dict[str, int]:
+    """Bind the size variables from input shapes, raising the check's message on failure."""
+    values: dict[str, int] = {}
+    for check in function.checks:
+        shape = shapes[check.input]
+        if check.kind == "ndim":
+            if len(shape) != check.expected:
+                raise InputShapeError(fill_message(check.message, len(shape), int(check.expected)))  # type: ignore[arg-type]
+        elif check.kind == "bind":
+            values[check.variable] = shape[check.dim]  # type: ignore[index]
+        elif check.kind == "bound":
+            bound = function.bound_of(check.variable)  # type: ignore[arg-type]
+            if bound is not None and values[check.variable] > bound:  # type: ignore[index]
+                raise InputShapeError(fill_message(check.message, values[check.variable], bound))  # type: ignore[index]
+        elif check.kind == "equal":
+            expected = int(evaluate(as_expr(check.expected), values))
+            if shape[check.dim] != expected:
+                raise InputShapeError(fill_message(check.message, shape[check.dim], expected))
+    return values
+
+
+class _HostRun:
+    """One run of a host function on numpy byte buffers."""
+
+    def __init__(self, function: HostFunction, programs: Mapping) -> None:
+        self.function = function
+        self.programs = programs
+        self.values: dict[str, int] = {}
+        self.storages = [np.zeros(0, dtype=np.uint8) for _ in function.storages]
+        self.output_shapes: dict[int, tuple[int, ...]] = {}
+
+    def value(self, expr: PrimExpr) -> int:
+        # Variables not known yet (bound by a later stage) count as 0, as in the host module.
+        names = {v.name for v in free_vars(expr)}
+        return int(evaluate(expr, {**{n: 0 for n in names}, **self.values}))
+
+    def grow_storages(self) -> None:
+        for index, storage in enumerate(self.function.storages):
+            needed = self.value(storage.size)
+            if needed > self.storages[index].size:
+                grown = np.zeros(needed, dtype=np.uint8)
+                grown[: self.storages[index].size] = self.storages[index]
+                self.storages[index] = grown
+
+    def view(self, storage: int, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
+        count = int(np.prod(shape, dtype=np.int64))
+        return self.storages[storage][: count * dtype_info(dtype).bytes].view(dtype).reshape(shape)
+
+    def run_steps(self, steps) -> None:
+        for step in steps:
+            if isinstance(step, HostDispatch):
+                self.dispatch(step)
+            elif isinstance(step, HostBind):
+                self.values[step.variable] = self.value(step.value)
+                self.grow_storages()
+            elif isinstance(step, HostCheck):
+                self.check(step)
+            elif isinstance(step, HostIf):
+                self.run_steps(step.then_steps if self.value(step.condition) != 0 else step.else_steps)
+            elif isinstance(step, HostRead):
+                raw = self.storages[step.storage][step.byte_offset: step.byte_offset + 4]
+                self.values[step.variable] = int(raw.view(np.int32)[0])
+                self.grow_storages()
+            elif isinstance(step, HostOutputShape):
+                self.output_shapes[step.output] = tuple(self.value(d) for d in step.shape)
+
+    def check(self, step: HostCheck) -> None:
+        value = self.value(step.value)
+        if step.kind == "equal":
+            expected = self.value(step.expected)  # type: ignore[arg-type]
+            failed = value != expected
+        elif step.kind == "bound":
+            bound = self.function.bound_of(step.variable)  # type: ignore[arg-type]
+            expected = bound if bound is not None else -1
+            failed = bound is not None and value > bound
+        else:
+            expected = 0
+            failed = value < 0
+        if failed:
+            raise InputShapeError(fill_message(step.message, value, expected))
+
+    def dispatch(self, step: HostDispatch) -> None:
+        kernel = self.programs[step.program]
+        kernel_vars = {name: self.value(value) for name, value in step.size_var_values}
+        buffers = []
+        for ref, buffer in zip(step.buffers, (*kernel.inputs, kernel.output)):
+            if ref.kind == "weight":
+                buffers.append(self.function.weights[ref.index].data)
+            else:
+                shape = tuple(int(evaluate(d, kernel_vars)) for d in buffer.shape)
+                buffers.append(self.view(ref.index, buffer.dtype, shape))
+        buffers[-1][...] = run_kernel(kernel, buffers[:-1], kernel_vars)
+
+
+def run_host_function(function: HostFunction, programs: Mapping, inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    for host_input in function.inputs:
+        if host_input.name not in inputs:
+            raise InputShapeError(f"missing input '{host_input.name}'")
+        given = np.asarray(inputs[host_input.name]).dtype
+        if str(given) != host_input.dtype:
+            raise InputShapeError(f"input '{host_input.name}': dtype is {given}, expected {host_input.dtype}")
+    arrays = [np.asarray(inputs[i.name]) for i in function.inputs]
+    run = _HostRun(function, programs)
+    run.values = run_shape_checks(function, [a.shape for a in arrays])
+    run.grow_storages()
+    for host_input, array in zip(function.inputs, arrays):
+        raw = np.ascontiguousarray(array).view(np.uint8).reshape(-1)
+        run.storages[host_input.storage][: raw.size] = raw
+    run.run_steps(function.steps)
+    return [
+        run.view(output.storage, output.dtype, run.output_shapes[index]).copy()
+        for index, output in enumerate(function.outputs)
+    ]

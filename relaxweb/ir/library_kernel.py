@@ -6,7 +6,9 @@ A :class:`LibraryKernel` sits in ``IRModule.programs`` next to tensor programs a
 the same binding contract (params block with ``element_count`` and the size variables,
 then the inputs, then the output), so memory planning, the host module and the runtimes
 treat both alike.  ``dispatch_count`` is how many invocations to launch (in the kernel's own
-size variables); ``reference`` gives the numpy semantics for the interpreter.
+size variables); ``reference`` gives the numpy semantics for the interpreter.  ``builder`` and
+``builder_args`` say how the kernel was made (set by ``relaxweb.ir.kernel_builders``), which
+is how the IR text writes it and the parser rebuilds it.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ class LibraryKernel:
     source: str
     reference: Callable[[list[np.ndarray]], np.ndarray] = field(compare=False)
     summary: str = ""
+    builder: str = ""
+    builder_args: tuple[tuple[str, object], ...] = ()
 
     @property
     def size_vars(self) -> list[SizeVar]:

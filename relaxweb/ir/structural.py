@@ -10,6 +10,7 @@ Symbolic dims compare as trees after :func:`~relaxweb.ir.symbolic.simplify`.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import numpy as np
@@ -42,7 +43,9 @@ class _Matcher:
         if isinstance(a, dict):
             return a.keys() == b.keys() and all(self.equal(a[k], b[k]) for k in a)
         if isinstance(a, np.ndarray):
-            return a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b)
+            return a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b, equal_nan=a.dtype.kind in "fc")
+        if isinstance(a, float) and math.isnan(a):
+            return math.isnan(b)  # a NaN constant equals itself
         return a == b
 
     def equal_field(self, name: str, a: Any, b: Any) -> bool:

@@ -35,6 +35,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Callable, Iterable, Mapping, Optional, Union
 
+from .syntax import format_string, is_plain_name
+
 IntLike = Union["PrimExpr", int]
 
 
@@ -222,11 +224,15 @@ def _apply(kind: type, a: int, b: int) -> int:
 
 
 def format_expr(expr: PrimExpr) -> str:
-    """Readable infix form: ``batch * 256``, ``(n + 3) // 4``, ``min(n, m)``."""
+    """Readable infix form: ``batch * 256``, ``(n + 3) // 4``, ``min(n, m)``.
+
+    It is Python syntax that ``relaxweb/ir/parser.py`` reads back; a variable whose name is
+    not an identifier is written ``size_var["the name"]``.
+    """
     if isinstance(expr, IntImm):
         return str(expr.value)
     if isinstance(expr, SizeVar):
-        return expr.name
+        return format_size_var(expr.name)
     if isinstance(expr, (Min, Max)):
         name = "min" if isinstance(expr, Min) else "max"
         return f"{name}({format_expr(expr.a)}, {format_expr(expr.b)})"
@@ -248,6 +254,17 @@ def format_expr(expr: PrimExpr) -> str:
         return text
 
     return f"{operand(expr.a, False)} {_BINARY_SYMBOLS[kind]} {operand(expr.b, True)}"
+
+
+def format_shape(dims: Iterable[PrimExpr]) -> str:
+    """A tuple of expressions as a Python tuple: ``()``, ``(n,)``, ``(n, 4)``."""
+    items = [format_expr(d) for d in dims]
+    return f"({items[0]},)" if len(items) == 1 else f"({', '.join(items)})"
+
+
+def format_size_var(name: str) -> str:
+    """A size variable's name in the text: itself, or quoted when it is not an identifier."""
+    return name if is_plain_name(name) else f"size_var[{format_string(name)}]"
 
 
 # ----------------------------------------------------------------------------------------
@@ -494,8 +511,8 @@ class Analyzer:
 
     def _pull_out_ok(self, whole: Polynomial, rest: Polynomial) -> bool:
         """Whether ``whole // d`` may become ``quotient + rest // d``: keep a numerator that is
-        provably >= 0 so (generated code divides with truncation, which agrees with floor
-        division only on non-negative numerators)."""
+        provably >= 0 so (a backend may then divide with its plain truncating division,
+        which agrees with floor division on non-negative numerators: wgsl/lower_index.py)."""
         return self._nonnegative(rest) or not self._nonnegative(whole)
 
     def _floor_div(self, a: Polynomial, b: Polynomial) -> Polynomial:

@@ -38,7 +38,8 @@ from typing import Callable, Mapping
 
 from .dtype import DTYPES, GPU_DTYPES, dtype_info
 from .schedule import ElementSchedule, Schedule
-from .symbolic import PrimExpr, SizeVar, as_expr, format_expr, free_vars, substitute
+from .symbolic import PrimExpr, SizeVar, as_expr, format_expr, format_shape, format_size_var, free_vars, substitute
+from .syntax import format_keywords, format_number, format_string, is_plain_name, unique_identifier
 
 
 class NamedEnum(str, Enum):
@@ -570,48 +571,105 @@ class TensorProgram:
         return list(found.values())
 
 
-def format_scalar(expr: ScalarExpr) -> str:
-    """Readable text of a scalar expression, used by the printer and in WGSL comments."""
-    if isinstance(expr, Load):
-        return f"{expr.buffer.name}[{', '.join(format_expr(i) for i in expr.indices)}]"
-    if isinstance(expr, Gather):
-        indices = (format_scalar(i) if isinstance(i, ScalarExpr) else format_expr(i) for i in expr.indices)
-        return f"{expr.buffer.name}[{', '.join(indices)}]"
-    if isinstance(expr, FloatImm):
-        return repr(expr.value)
-    if isinstance(expr, Binary):
-        symbols = {"add": "+", "subtract": "-", "multiply": "*", "divide": "/"}
-        if expr.op in symbols:
-            return f"({format_scalar(expr.a)} {symbols[expr.op]} {format_scalar(expr.b)})"
-        return f"{expr.op}({format_scalar(expr.a)}, {format_scalar(expr.b)})"
-    if isinstance(expr, Unary):
-        return f"{expr.op}({format_scalar(expr.a)})"
-    if isinstance(expr, Reduce):
-        return f"{expr.combiner}({expr.axis.name} < {format_expr(expr.extent)}: {format_scalar(expr.body)})"
-    if isinstance(expr, IndexValue):
-        return f"index({format_expr(expr.value)})"
-    if isinstance(expr, Cast):
-        return f"{expr.dtype}({format_scalar(expr.a)})"
-    if isinstance(expr, Compare):
-        return f"({format_scalar(expr.a)} {COMPARE_OPS[expr.op]} {format_scalar(expr.b)})"
-    if isinstance(expr, Select):
-        return f"select({format_scalar(expr.condition)}, {format_scalar(expr.a)}, {format_scalar(expr.b)})"
-    raise TypeError(f"not a scalar expression: {expr!r}")
+# -- text ------------------------------------------------------------------------------------
+#
+# The text of a program is Python syntax that ``relaxweb/ir/parser.py`` reads back:
+#
+#     @tensor_program(schedule="tiled_matmul")
+#     def matmul(A: Buffer((n, 64), "float32"), B: Buffer((64, 128), "float32"), out: Buffer((n, 128), "float32")):
+#         out[i0_, i1_] = sum((A[i0_, k_] * B[k_, i1_]) for k_ in range(64))
+#
+# Index expressions are written as ``format_expr`` writes them; scalar values as: loads
+# ``A[i, j]`` (an indirect load ``A[int32(B[i]), j]`` has run-time indices among its
+# indices), constants ``float32(0.5)`` / ``int32(0)`` (the dtype as a call of a number),
+# casts ``int32(x)`` (the dtype as a call of a scalar), ``index(i * n)``, every binary and
+# comparison in parentheses, other ops by name (``maximum(a, b)``, ``exp(a)``),
+# ``select(c, a, b)``, and reductions ``sum(body for k_ in range(extent))``.
+
+BINARY_SYMBOLS = {BinaryOp.ADD: "+", BinaryOp.SUBTRACT: "-", BinaryOp.MULTIPLY: "*", BinaryOp.DIVIDE: "/"}
+
+
+def format_scalar(expr: ScalarExpr, buffer_names: Mapping[str, str] | None = None) -> str:
+    """The text of a scalar expression (the printer's, also used in WGSL comments).
+
+    ``buffer_names`` maps buffer names to the identifiers the text uses for them (a program's
+    parameters, see :func:`format_program`); by default a buffer is written by its name.
+    """
+    def buffer(name: str) -> str:
+        return (buffer_names or {}).get(name, name)
+
+    def text(node: ScalarExpr) -> str:
+        if isinstance(node, Load):
+            return f"{buffer(node.buffer.name)}[{_format_indices([format_expr(i) for i in node.indices])}]"
+        if isinstance(node, Gather):
+            indices = [text(i) if isinstance(i, ScalarExpr) else format_expr(i) for i in node.indices]
+            if not any(isinstance(i, ScalarExpr) for i in node.indices):  # would read as a Load
+                return f"gather({', '.join([buffer(node.buffer.name), *indices])})"
+            return f"{buffer(node.buffer.name)}[{_format_indices(indices)}]"
+        if isinstance(node, FloatImm):
+            return f"{node.dtype}({format_number(node.value)})"
+        if isinstance(node, Binary):
+            if node.op in BINARY_SYMBOLS:
+                return f"({text(node.a)} {BINARY_SYMBOLS[node.op]} {text(node.b)})"
+            return f"{node.op}({text(node.a)}, {text(node.b)})"
+        if isinstance(node, Unary):
+            return f"{node.op}({text(node.a)})"
+        if isinstance(node, Reduce):
+            return (f"{node.combiner}({text(node.body)} for {format_size_var(node.axis.name)} "
+                    f"in range({format_expr(node.extent)}))")
+        if isinstance(node, IndexValue):
+            return f"index({format_expr(node.value)})"
+        if isinstance(node, Cast):
+            return f"{node.dtype}({text(node.a)})"
+        if isinstance(node, Compare):
+            return f"({text(node.a)} {COMPARE_OPS[node.op]} {text(node.b)})"
+        if isinstance(node, Select):
+            return f"select({text(node.condition)}, {text(node.a)}, {text(node.b)})"
+        raise TypeError(f"not a scalar expression: {node!r}")
+
+    return text(expr)
+
+
+def _format_indices(indices: list[str]) -> str:
+    """The inside of a subscript: ``i, j``, or ``()`` for a zero-dimensional buffer."""
+    return ", ".join(indices) if indices else "()"
+
+
+def format_buffer(buffer: Buffer, real_name: bool = False) -> str:
+    """``Buffer((n, 4), "float32")``: the type of a parameter, which gives the buffer its
+    name; ``real_name`` adds ``name=`` for a parameter whose identifier is not the name."""
+    name = f", name={format_string(buffer.name)}" if real_name else ""
+    return f"Buffer({format_shape(buffer.shape)}, {format_string(buffer.dtype)}{name})"
 
 
 def format_program(program: TensorProgram) -> str:
-    """The program as text: signature, then the compute definition."""
-    def buffer_text(buffer: Buffer) -> str:
-        dims = ", ".join(format_expr(d) for d in buffer.shape)
-        return f"{buffer.name}: Buffer(({dims}), {buffer.dtype})"
+    """The program as text: decorator, signature (inputs then the output), compute definition.
 
-    params = ", ".join(buffer_text(b) for b in (*program.inputs, program.output))
-    axes = ", ".join(a.name for a in program.axes)
-    decorator = "@tensor_program" if program.schedule == ElementSchedule() else f"@tensor_program(schedule={program.schedule})"
-    return (
-        f"{decorator}\ndef {program.name}({params}):\n"
-        f"    {program.output.name}[{axes}] = {format_scalar(program.body)}"
+    Buffers are parameters named by their names; a name that is not an identifier (or that
+    two buffers share) gets an identifier and a ``name=`` with the real one.
+    """
+    identifiers: dict[str, str] = {}
+    params = []
+    for buffer in (*program.inputs, program.output):
+        identifier = unique_identifier(buffer.name, set(identifiers.values()))
+        identifiers.setdefault(buffer.name, identifier)
+        params.append(f"{identifier}: {format_buffer(buffer, real_name=identifier != buffer.name)}")
+    decorator = "@tensor_program" + format_keywords(
+        ("schedule", format_schedule(program.schedule)) if program.schedule != ElementSchedule() else None,
+        ("name", format_string(program.name)) if not is_plain_name(program.name) else None,
     )
+    output = identifiers[program.output.name]
+    axes = _format_indices([format_size_var(axis.name) for axis in program.axes])
+    return (
+        f"{decorator}\ndef {unique_identifier(program.name, set())}({', '.join(params)}):\n"
+        f"    {output}[{axes}] = {format_scalar(program.body, identifiers)}"
+    )
+
+
+def format_schedule(schedule: Schedule) -> str:
+    """How a program's schedule is written in its decorator (the one place that knows): its
+    kind, called with its parameters when it has any (``tiled_matmul(tile=32, depth=16, block=4)``)."""
+    return str(schedule)
 
 
 # -- rewriting scalar expressions ----------------------------------------------------------------

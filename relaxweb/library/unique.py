@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir.library_kernel import LibraryKernel, buffer_size_vars
+from ..ir.kernel_builders import library_kernel_builder
 from ..ir.symbolic import PrimExpr, format_expr
 from ..ir.tir import Buffer
 from .params import params_struct
@@ -48,6 +49,7 @@ def _header(title: str, size_vars: list[str], input_type: str, output_type: str)
     )
 
 
+@library_kernel_builder("unique_count")
 def unique_count_kernel(name: str, length: PrimExpr, dtype: str) -> LibraryKernel:
     """out[0] = the number of distinct values among values[0:length] (one invocation works)."""
     inputs = (Buffer("values", (length,), dtype),)
@@ -73,6 +75,7 @@ def unique_count_kernel(name: str, length: PrimExpr, dtype: str) -> LibraryKerne
     )
 
 
+@library_kernel_builder("unique_values")
 def unique_values_kernel(name: str, length: PrimExpr, dtype: str) -> LibraryKernel:
     """out[r] = the r-th smallest distinct value; positions past the count are left as is."""
     inputs = (Buffer("values", (length,), dtype),)

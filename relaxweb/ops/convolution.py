@@ -27,9 +27,8 @@ Legalization: one tensor program each, a reduction over (input channels of the g
 kernel positions; input positions ``o*stride - pad_begin + k*dilation`` outside the input
 read nothing (a ``Select``), checked only where they can fall outside.  Transposed
 convolution reduces over the kernel positions whose source ``(o + pad_begin -
-k*dilation) / stride`` is an exact, in-range division (exact, so WGSL's truncating ``/``
-agrees with floor division).  ``lp_pool`` lowers for ``p`` 1 (and 2 when the tensor-program
-IR has ``sqrt``).
+k*dilation) / stride`` is a whole, in-range input position.  ``lp_pool`` lowers for ``p``
+1 (and 2 when the tensor-program IR has ``sqrt``).
 """
 
 from __future__ import annotations

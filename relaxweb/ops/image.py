@@ -43,7 +43,7 @@ from ..ir.expr import Call, ShapeExpr, tensor_shape
 from ..ir.op_registry import DeductionError, register_op
 from ..ir.struct_info import ShapeStructInfo, TensorStructInfo
 from ..ir.symbolic import (
-    IntImm, PrimExpr, as_expr, as_int, expr_max, expr_min, prove_equal, prove_nonnegative, simplify,
+    IntImm, PrimExpr, as_expr, as_int, expr_max, expr_min, prove_equal, simplify,
 )
 from ..ir.tir import Binary, Cast, FloatImm, IndexValue, Load
 from .common import make_program, needs_known_shapes, require_tensor
@@ -410,28 +410,9 @@ def _source_fraction(mode: str, y: PrimExpr, in_size: PrimExpr, out_size: PrimEx
     raise UnsupportedModelError(f"resize: no GPU lowering for coordinate_transformation_mode={mode}")
 
 
-# Floor and ceiling divisions that stay right in WGSL, whose i32 ``/`` and ``%`` truncate
-# toward zero: the numerator is first made non-negative by adding a multiple of the
-# (positive) denominator, which the canonical form keeps.
-
-
-def _nonnegative(numerator: PrimExpr, denominator: PrimExpr) -> tuple[PrimExpr, int]:
-    """``(numerator + k * denominator, k)`` with the sum provably non-negative."""
-    for shift in range(4):
-        shifted = simplify(numerator + shift * denominator)
-        if prove_nonnegative(shifted):
-            return shifted, shift
-    raise UnsupportedModelError(f"resize: cannot lower the coordinate {numerator} / {denominator}")
-
-
-def floor_divide(numerator: PrimExpr, denominator: PrimExpr) -> PrimExpr:
-    shifted, shift = _nonnegative(simplify(numerator), simplify(denominator))
-    return simplify(shifted // denominator - shift)
-
-
 def ceil_divide(numerator: PrimExpr, denominator: PrimExpr) -> PrimExpr:
-    shifted, shift = _nonnegative(simplify(numerator), simplify(denominator))
-    return simplify(shifted // denominator + expr_min(shifted % denominator, 1) - shift)
+    """``ceil(numerator / denominator)`` for a positive denominator (index ``//`` floors)."""
+    return simplify((numerator + denominator - 1) // denominator)
 
 
 def _clamp(index: PrimExpr, size: PrimExpr) -> PrimExpr:
@@ -467,22 +448,21 @@ def legalize_resize(context, call: Call):
             numerator, denominator = simplify(numerator), simplify(denominator)
             if mode == "nearest":
                 if nearest_mode == "floor":
-                    index = floor_divide(numerator, denominator)
+                    index = simplify(numerator // denominator)
                 elif nearest_mode == "ceil":
                     index = ceil_divide(numerator, denominator)
                 elif nearest_mode == "round_prefer_floor":  # ceil(x - 1/2)
                     index = ceil_divide(2 * numerator - denominator, 2 * denominator)
                 else:  # round_prefer_ceil: floor(x + 1/2)
-                    index = floor_divide(2 * numerator + denominator, 2 * denominator)
+                    index = simplify((2 * numerator + denominator) // (2 * denominator))
                 if factor is not None:
                     index = index * factor
                 per_axis[d] = [(_clamp(index, shape[d]), None)]
             else:
-                shifted, shift = _nonnegative(numerator, denominator)
-                low = simplify(shifted // denominator - shift)
+                low = simplify(numerator // denominator)
                 weight = Binary(
                     "divide",
-                    Cast("float32", IndexValue(simplify(shifted % denominator))),
+                    Cast("float32", IndexValue(simplify(numerator % denominator))),
                     Cast("float32", IndexValue(denominator)),
                 )
                 if factor is not None:

@@ -63,7 +63,7 @@ from ..ir.symbolic import (
     IntImm, PrimExpr, as_expr, as_int, expr_max, expr_min, format_expr, product, prove_equal,
     prove_less_equal, simplify,
 )
-from ..ir.tir import Cast, FloatImm, Gather, IndexValue, Load, Select, maximum, minimum, select
+from ..ir.tir import Cast, FloatImm, Gather, IndexValue, Load, maximum, minimum, select
 from .common import (
     UnknownShapeError, broadcast_shapes, expect_args, load_broadcast, make_program, needs_known_shapes,
     normalize_axes, normalize_axis, require_tensor, same_dtype,
@@ -948,8 +948,8 @@ def legalize_pad(context, call: Call):
     """Negative pads crop first (as onnxruntime does), then the positive pads are filled
     per mode from the cropped range: each padded axis reads ``low + f(q)`` where ``q`` is the
     position in the cropped range and ``f`` maps it inside (edge: clamp; reflect:
-    ``(d-1) - |(d-1) - |q||``, for pads shorter than the dim; wrap: ``q -+ d``, for pads at
-    most the dim).  Only ``min``/``max`` and selects: no division of negative values."""
+    ``(d-1) - |(d-1) - |q||``, for pads shorter than the dim; wrap: ``q % d``, floor modulo,
+    for pads of any length)."""
     data, pads_expr, value = call.args[0], call.args[1], call.args[2]
     info = call.struct_info
     mode = call.attrs.get("mode", "constant")
@@ -984,37 +984,26 @@ def legalize_pad(context, call: Call):
                 last = simplify(extent - 1)
                 return simplify(last - expr_max(simplify(last - magnitude), simplify(magnitude - last)))
             return load({axis: reflect(q, plan[axis][1]) for axis, q in inner.items()})
-        # constant and wrap: choose per padded axis whether the position is before, inside or
-        # after the cropped range
+        if mode == "wrap":
+            def wrap(q, extent, begin, end):
+                if prove_less_equal(begin, 0) and prove_less_equal(end, 0):  # every position inside
+                    return q
+                if as_int(extent) == 0:
+                    raise UnsupportedModelError("pad: wrap mode cannot pad an axis cropped to no element")
+                return simplify(q % extent)  # floor modulo: positions before the start are negative
+            return load({axis: wrap(q, *plan[axis][1:]) for axis, q in inner.items()})
+        # constant: the fill where a padded axis's position is before or after the cropped range
         expr = load(inner)
         for axis, q in inner.items():
-            low, extent, begin, end = plan[axis]
-            if mode == "constant":
-                below, above = fill, fill
-            else:
-                below = _with_axis(expr, source, axis, simplify(low + q + extent))
-                above = _with_axis(expr, source, axis, simplify(low + q - extent))
+            _, extent, begin, end = plan[axis]
             if not prove_less_equal(end, 0):  # some positions lie past the end
-                expr = select(IndexValue(q).lt(IndexValue(extent)), expr, above)
+                expr = select(IndexValue(q).lt(IndexValue(extent)), expr, fill)
             if not prove_less_equal(begin, 0):  # some lie before the start
-                expr = select(IndexValue(q).ge(IndexValue(0)), expr, below)
+                expr = select(IndexValue(q).ge(IndexValue(0)), expr, fill)
         return expr
 
     program = make_program("pad", tensors, info.shape, info.dtype, body)
     return context.call_tir(program, tuple(tensors))
-
-
-def _with_axis(expr, source, axis: int, index):
-    """``expr`` with every load of ``source`` reading position ``index`` along ``axis``."""
-    if isinstance(expr, Load):
-        if expr.buffer != source:
-            return expr
-        indices = list(expr.indices)
-        indices[axis] = index
-        return Load(source, tuple(indices))
-    if isinstance(expr, Select):
-        return Select(expr.condition, _with_axis(expr.a, source, axis, index), _with_axis(expr.b, source, axis, index))
-    return expr
 
 
 def pad_reference(arrays, attrs):

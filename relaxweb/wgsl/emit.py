@@ -4,8 +4,9 @@ and stores of a tensor program, written into a shader's ``main`` as WGSL stateme
 Each schedule's renderer (``schedules.py``) drives an :class:`Emitter`: it lays out the
 invocations and asks the emitter for the value of the body (or of parts of it); ``shader.py``
 puts the bindings and the rendered ``main`` together.  Index arithmetic is i32 (WGSL has no
-64-bit integers; shape arithmetic stays on the host); size variables are read from the
-uniform params block, so one shader serves every shape.
+64-bit integers; shape arithmetic stays on the host), lowered from the IR's floor division
+and modulo by ``lower_index.py``; size variables are read from the uniform params block, so
+one shader serves every shape.
 """
 
 from __future__ import annotations
@@ -13,13 +14,12 @@ from __future__ import annotations
 from typing import Callable
 
 from ..ir.dtype import DtypeKind, dtype_info
-from ..ir.symbolic import (
-    Add, FloorDiv, FloorMod, IntImm, Max, Min, Mul, PrimExpr, SizeVar, Sub, simplify,
-)
+from ..ir.symbolic import FloorDiv, FloorMod, IntImm, PrimExpr, SizeVar, simplify
 from ..ir.tir import (
     Binary, BinaryOp, Buffer, Cast, Compare, CompareOp, FloatImm, Gather, IndexValue, Load, Reduce, ReduceCombiner,
     ScalarExpr, Select, TensorProgram, Unary, UnaryOp, scalar_children, scalar_dtype,
 )
+from .lower_index import Constant, IndexLowering, render_wgsl
 
 # The WGSL type of each device dtype (``relaxweb/ir/dtype.py`` says which device dtype a
 # tensor dtype has: int64 is int32 on the device, bool uint32 0/1, float16 float32 ...).
@@ -121,6 +121,10 @@ class Emitter:
     every load of it) is computed once into a ``let`` and reused within the scope that
     computed it; a scope is opened for each loop body and each branch.  ``known`` may name
     the WGSL value of an expression up front (a schedule's accumulated reduction).
+
+    Index expressions go through the shader's :class:`IndexLowering`, which knows the range
+    of each axis in scope: :meth:`unflatten` and :meth:`reduce` declare the axes they set,
+    a schedule declares its own (:meth:`declare_axis`).
     """
 
     def __init__(self, program: TensorProgram, size_vars: set[str]) -> None:
@@ -133,12 +137,19 @@ class Emitter:
         self.repeated = _repeated_subexpressions(program.body)
         self.scopes: list[dict[ScalarExpr, str]] = [{}]
         self.cooperative: Callable[[Reduce, str], str] | None = None  # a schedule's top-level reductions
+        self.index_lowering = IndexLowering()
 
     def open_scope(self) -> None:
         self.scopes.append({})
+        self.index_lowering.enter()
 
     def close_scope(self) -> None:
         self.scopes.pop()
+        self.index_lowering.leave()
+
+    def declare_axis(self, axis: SizeVar, extent: PrimExpr) -> None:
+        """``axis`` lies in ``[0, extent - 1]`` in the current scope (for the index lowering)."""
+        self.index_lowering.declare_axis(axis, extent)
 
     def known(self, expr: ScalarExpr, value: str) -> None:
         self.scopes[-1][expr] = value
@@ -150,20 +161,23 @@ class Emitter:
         return None
 
     def unflatten(self, axes, extents, linear: str, indent: str) -> list[str]:
-        """Statements recovering ``axes`` (row-major over ``extents``) from a linear index."""
+        """Statements recovering ``axes`` (row-major over ``extents``) from a linear index
+        (>= 0, below the product of the extents), declaring each axis's range."""
         axes, extents = list(axes), list(extents)
         if not axes:
             return []
-        rest = f"rest_{axes[0].name}"
-        lines = [f"{indent}var {rest} = {linear};"]
+        rest = SizeVar(f"rest_{axes[0].name}")  # >= 0, as every variable the lowering does not know
+        lines = [f"{indent}var {rest.name} = {linear};"]
         for axis, extent in reversed(list(zip(axes[1:], extents[1:]))):
-            dim = self.index(simplify(extent))
-            if dim == "1":
+            extent = simplify(extent)
+            self.declare_axis(axis, extent)
+            if extent in (IntImm(0), IntImm(1)):  # (an extent of 0 has no element: never reached)
                 lines.append(f"{indent}let {axis.name} = 0;")
                 continue
-            lines.append(f"{indent}let {axis.name} = {rest} % {dim};")
-            lines.append(f"{indent}{rest} = {rest} / {dim};")
-        lines.append(f"{indent}let {axes[0].name} = {rest};")
+            lines.append(f"{indent}let {axis.name} = {_unwrapped(self.index(FloorMod(rest, extent)))};")
+            lines.append(f"{indent}{rest.name} = {_unwrapped(self.index(FloorDiv(rest, extent)))};")
+        self.declare_axis(axes[0], extents[0])
+        lines.append(f"{indent}let {axes[0].name} = {rest.name};")
         return lines
 
     def output_offset(self) -> str:
@@ -171,25 +185,32 @@ class Emitter:
         return self.offset(self.program.output, tuple(self.program.axes))
 
     def index(self, expr: PrimExpr) -> str:
-        """An i32 WGSL expression of axes and size variables."""
-        if isinstance(expr, IntImm):
-            return f"{expr.value}" if expr.value >= 0 else f"({expr.value})"
-        if isinstance(expr, SizeVar):
-            return f"params.{wgsl_name(expr.name)}" if expr.name in self.size_vars else expr.name
-        if isinstance(expr, (Min, Max)):
-            name = "min" if isinstance(expr, Min) else "max"
-            return f"{name}({self.index(expr.a)}, {self.index(expr.b)})"
-        symbol = {Add: "+", Sub: "-", Mul: "*", FloorDiv: "/", FloorMod: "%"}[type(expr)]
-        return f"({self.index(expr.a)} {symbol} {self.index(expr.b)})"
+        """An i32 WGSL expression of axes and size variables: simplified with the ranges of
+        the axes in scope, the IR's floor division and modulo lowered
+        (``relaxweb/wgsl/lower_index.py``)."""
+        return render_wgsl(self.index_lowering.lower(expr), self.variable)
+
+    def variable(self, name: str) -> str:
+        """A variable of an index expression in the shader: a size variable from the params
+        block, an axis or index variable by its name."""
+        return f"params.{wgsl_name(name)}" if name in self.size_vars else name
 
     def offset(self, buffer: Buffer, indices: tuple[PrimExpr, ...]) -> str:
+        """The element offset of ``buffer[indices]`` (row-major).
+
+        A load is in bounds wherever it is evaluated, so an offset that is a negative
+        constant belongs to a Select branch never taken (``A[(i - 3) // 4]`` is ``A[-1]``
+        for an axis of extent 2); WGSL rejects a negative constant index when the shader is
+        created, so such a load reads element 0 instead."""
         flat: PrimExpr = IntImm(0)
         stride: PrimExpr = IntImm(1)
         for index, extent in reversed(list(zip(indices, buffer.shape))):
             flat = flat + index * stride
             stride = stride * extent
-        text = self.index(simplify(flat))
-        return text[1:-1] if _is_wrapped(text) else text
+        target = self.index_lowering.lower(flat)
+        if isinstance(target, Constant) and target.value < 0:
+            target = Constant(0)
+        return _unwrapped(render_wgsl(target, self.variable))
 
     def scalar(self, expr: ScalarExpr, indent: str) -> str:
         known = self.lookup(expr)
@@ -212,7 +233,7 @@ class Emitter:
         if isinstance(expr, FloatImm):
             return literal(expr.value, expr.dtype)
         if isinstance(expr, IndexValue):
-            return self.index(simplify(expr.value))
+            return self.index(expr.value)
         if isinstance(expr, Cast):
             return self.cast(expr, indent)
         if isinstance(expr, Compare):
@@ -250,10 +271,10 @@ class Emitter:
         for index, extent in reversed(list(zip(expr.indices, expr.buffer.shape))):
             if isinstance(index, ScalarExpr):
                 value = self.scalar(index, indent)
-                text = f"clamp(i32({value}), 0, {self.index(simplify(extent - 1))})"
+                text = f"clamp(i32({value}), 0, {self.index(extent - 1)})"
             else:
-                text = self.index(simplify(index))
-            stride_text = self.index(simplify(stride))
+                text = self.index(index)
+            stride_text = self.index(stride)
             terms.append(text if stride_text == "1" else f"{text} * {stride_text}")
             stride = stride * extent
         return f"{wgsl_name(expr.buffer.name)}[{' + '.join(reversed(terms)) or '0'}]"
@@ -266,9 +287,10 @@ class Emitter:
         axis = expr.axis.name
         self.statements.append(f"{indent}var {name}: {storage_type(dtype)} = {initial};")
         self.statements.append(
-            f"{indent}for (var {axis}: i32 = 0; {axis} < {self.index(simplify(expr.extent))}; {axis} = {axis} + 1) {{"
+            f"{indent}for (var {axis}: i32 = 0; {axis} < {self.index(expr.extent)}; {axis} = {axis} + 1) {{"
         )
         self.open_scope()
+        self.declare_axis(expr.axis, expr.extent)
         body = self.scalar(expr.body, indent + "  ")
         self.close_scope()
         self.statements.append(f"{indent}  {name} = {combine(expr.combiner, dtype, name, body, f'{axis} == 0')};")
@@ -377,6 +399,11 @@ def literal(value: float, dtype: str) -> str:
     if info.kind is DtypeKind.UINT:
         return f"{int(value)}u"
     return "true" if value else "false"
+
+
+def _unwrapped(text: str) -> str:
+    """The text without the parentheses around all of it, if any."""
+    return text[1:-1] if _is_wrapped(text) else text
 
 
 def _is_wrapped(text: str) -> bool:

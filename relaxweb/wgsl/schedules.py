@@ -38,6 +38,7 @@ from ..ir.schedule import (
 from ..ir.symbolic import SizeVar, product, simplify
 from ..ir.tir import FloatImm, Load, Reduce, ReduceCombiner, ScalarExpr, TensorProgram, scalar_dtype
 from .emit import Emitter, combine, literal, reduce_identity, storage_type, to_storage, wgsl_name
+from .lower_index import IndexOp
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,7 @@ class ScheduleRendering:
     """What a schedule contributes to a program's shader."""
 
     lines: list[str]  # the declarations after the bindings, then the ``main`` function
+    index_helpers: frozenset[IndexOp]  # the floor-division helpers the index arithmetic calls (lower_index.py)
     element_types: dict[str, str] = field(default_factory=dict)  # buffers bound with another element type than their dtype's
 
 
@@ -85,7 +87,7 @@ def render_element(program: TensorProgram, schedule: ElementSchedule) -> Schedul
     lines += emitter.statements
     output = program.output
     lines.append(f"  {wgsl_name(output.name)}[index] = {to_storage(output.dtype, value)};")
-    return ScheduleRendering(lines + ["}"])
+    return ScheduleRendering(lines + ["}"], frozenset(emitter.index_lowering.helpers))
 
 
 def render_workgroup_reduction(program: TensorProgram, schedule: WorkgroupReductionSchedule) -> ScheduleRendering:
@@ -107,6 +109,7 @@ def render_workgroup_reduction(program: TensorProgram, schedule: WorkgroupReduct
         out.append(f"{indent}var first_{axis} = true;")
         out.append(f"{indent}for (var {axis}: i32 = i32(local_index); {axis} < {extent}; {axis} = {axis} + {WORKGROUP_SIZE}) {{")
         emitter.open_scope()
+        emitter.declare_axis(expr.axis, expr.extent)
         value = emitter.scalar(expr.body, indent + "  ")
         emitter.close_scope()
         out.append(f"{indent}  {accumulator} = {combine(expr.combiner, dtype, accumulator, value, f'first_{axis}')};")
@@ -117,6 +120,7 @@ def render_workgroup_reduction(program: TensorProgram, schedule: WorkgroupReduct
             out.append(f"{indent}if (first_{axis} && {extent} > 0) {{")
             out.append(f"{indent}  let {axis} = 0;")
             emitter.open_scope()
+            emitter.declare_axis(expr.axis, expr.extent)
             value = emitter.scalar(expr.body, indent + "  ")
             emitter.close_scope()
             out.append(f"{indent}  {accumulator} = {value};")
@@ -143,7 +147,7 @@ def render_workgroup_reduction(program: TensorProgram, schedule: WorkgroupReduct
     value = emitter.scalar(program.body, "  ")
     lines += emitter.statements
     lines += ["  if (local_index == 0u) {", _store(program, emitter, value, "    "), "  }", "}"]
-    return ScheduleRendering(lines)
+    return ScheduleRendering(lines, frozenset(emitter.index_lowering.helpers))
 
 
 def render_tiled_matmul(program: TensorProgram, schedule: TiledMatmulSchedule) -> ScheduleRendering:
@@ -221,7 +225,7 @@ def render_tiled_matmul(program: TensorProgram, schedule: TiledMatmulSchedule) -
             out += ["    }", "  }"]
     shared = [f"var<workgroup> tile_a: array<f32, {tile_size}>;  // {tile_depth} x {tile}: the first factor",
               f"var<workgroup> tile_b: array<f32, {tile_size}>;  // {tile_depth} x {tile}: the second factor"]
-    return ScheduleRendering(["", *shared, "", *_SIGNATURE, _GROUP, *out, "}"])
+    return ScheduleRendering(["", *shared, "", *_SIGNATURE, _GROUP, *out, "}"], frozenset(emitter.index_lowering.helpers))
 
 
 
@@ -266,11 +270,13 @@ def render_vectorized(program: TensorProgram, schedule: VectorizedSchedule) -> S
              "  if (index >= params.element_count) {", "    return;", "  }"]
     lines += emitter.unflatten([*axes[:-1], vector_axis], [*shape[:-1], simplify(shape[-1] // width)], "index", "  ")
     lines.append(f"  let {axes[-1].name} = {vector_axis.name} * {width};")
+    emitter.declare_axis(axes[-1], shape[-1])
     value = emitter.scalar(program.body, "  ")
     lines += emitter.statements
     lines.append(f"  {wgsl_name(program.output.name)}[index] = {value};")
     vectors = {name: _vector_type(width) for name, kind in access.items() if kind == VECTOR}
-    return ScheduleRendering(lines + ["}"], {**vectors, program.output.name: _vector_type(width)})
+    return ScheduleRendering(lines + ["}"], frozenset(emitter.index_lowering.helpers),
+                             {**vectors, program.output.name: _vector_type(width)})
 
 
 # The renderer of each schedule kind.

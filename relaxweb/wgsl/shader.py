@@ -18,6 +18,7 @@ from ..ir.params_block import ELEMENT_COUNT, ParamsLayout
 from ..ir.schedule import ElementSchedule
 from ..ir.tir import TensorProgram, format_scalar, index_var_names
 from .emit import storage_type, wgsl_name
+from .lower_index import helper_declarations
 from .schedules import render_schedule
 
 
@@ -70,6 +71,7 @@ def emit_wgsl(program: TensorProgram) -> ShaderInfo:
     lines.append(
         f"@group(0) @binding({len(program.inputs) + 1}) var<storage, read_write> {wgsl_name(output.name)}: array<{element}>;"
     )
+    lines += helper_declarations(rendering.index_helpers)
     lines += rendering.lines
     bindings = ("uniform", *("read-only-storage" for _ in program.inputs), "storage")
     return ShaderInfo("\n".join(lines) + "\n", params, bindings, workgroup_storage_bytes(program))

@@ -1,0 +1,242 @@
+"""The Python API: the command line's commands as functions, for notebooks and test suites.
+
+=====================================================  ===============================================
+command line                                           Python (``import relaxweb``)
+=====================================================  ===============================================
+``relaxweb build MODEL -o DIR --bound batch=64``       ``relaxweb.build(MODEL, DIR, bounds={"batch": 64})``
+``relaxweb build MODEL -o DIR --opt-level 0``          ``relaxweb.build(MODEL, DIR, opt_level=0)``
+``relaxweb run DIR --inputs IN.npz``                   ``relaxweb.load(DIR).run(inputs)``
+``relaxweb run DIR --inputs IN.npz --browser``         ``relaxweb.run_in_browser(DIR, inputs)``
+``relaxweb run MODEL --inputs IN.npz --reference``     ``relaxweb.run_reference(MODEL, inputs)``
+``relaxweb inspect DIR`` / ``relaxweb inspect MODEL``  ``relaxweb.inspect(DIR)`` / ``relaxweb.inspect(MODEL)``
+=====================================================  ===============================================
+
+A model is an ``.onnx`` file's path or an ``onnx.ModelProto`` in memory (holding its weights:
+external data is read only next to a model file).  Inputs and outputs are dicts of numpy
+arrays keyed by the ONNX names.
+
+The command line (``cli.py``) calls these functions, so both check the same things and fail
+the same way: every user error is a :class:`~relaxweb.errors.RelaxwebError` whose message is
+the line the command line prints after ``error: ``.  ``run_reference`` is the compile
+driver's (``compiler.py``), re-exported as it is.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .browser import run_in_browser as run_bundle_in_browser
+from .compiler import Model, build_bundle, model_name, read_model, run_reference
+from .errors import RelaxwebError
+from .frontend.onnx import default_opset, from_onnx, op_coverage, symbolic_vars
+from .ir.module import IRModule
+from .passes import DEFAULT_OPT_LEVEL
+from .runtime import Session, load_manifest
+
+__all__ = [
+    "Bundle", "ModelReport", "TensorSpec", "build", "check_bundle_folder", "format_coverage", "format_manifest",
+    "inspect", "load", "run_in_browser", "run_reference",
+]
+
+#: A shape as the manifest gives it: ints, and symbolic sizes by name (``["batch", 64]``).
+Shape = tuple[int | str, ...]
+
+
+# Bundles -----------------------------------------------------------------------------------
+
+
+def check_bundle_folder(path: str | Path) -> Path:
+    """``path`` as a Path, or a RelaxwebError when it is not a bundle folder."""
+    folder = Path(path)
+    if not (folder / "manifest.json").is_file():
+        raise RelaxwebError(f"{path}: not a bundle folder (no manifest.json); build one with 'relaxweb build'")
+    return folder
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """An input or output of a bundle: its ONNX name, dtype and shape.
+
+    ``shape`` holds ints and symbolic sizes by name (``("batch", 64)``); it is None for an
+    output whose dims are only known at run time (its rank is ``ndim``).
+    """
+
+    name: str
+    dtype: str
+    shape: Shape | None
+    ndim: int
+
+    @classmethod
+    def from_manifest(cls, entry: Mapping[str, Any]) -> TensorSpec:
+        shape = entry["shape"]
+        return cls(entry["name"], entry["dtype"], None if shape is None else tuple(shape),
+                   len(shape) if shape is not None else entry.get("ndim", -1))
+
+    def __str__(self) -> str:
+        shape = list(self.shape) if self.shape is not None else f"[ndim={self.ndim}]"
+        return f"{self.name}: {self.dtype}{shape}"
+
+
+@dataclass(frozen=True, repr=False)
+class Bundle:
+    """A bundle folder written by :func:`build`: where it is and what its manifest says.
+
+    ``str(bundle)`` is what ``relaxweb inspect DIR`` prints (inputs, symbolic variables,
+    storages, kernels); :meth:`load` loads it on a WebGPU device.
+    """
+
+    path: Path
+    manifest: Mapping[str, Any]
+
+    @classmethod
+    def open(cls, path: str | Path) -> Bundle:
+        """The bundle in folder ``path`` (a RelaxwebError if it is none, or of another format)."""
+        return cls(check_bundle_folder(path), load_manifest(path))
+
+    @property
+    def inputs(self) -> tuple[TensorSpec, ...]:
+        return tuple(TensorSpec.from_manifest(entry) for entry in self.manifest["inputs"])
+
+    @property
+    def outputs(self) -> tuple[TensorSpec, ...]:
+        return tuple(TensorSpec.from_manifest(entry) for entry in self.manifest["outputs"])
+
+    @property
+    def symbolic_vars(self) -> dict[str, int | None]:
+        """Each symbolic size of the bundle and its bound (None: no bound given, so storages
+        grow at run time as needed)."""
+        return {variable["name"]: variable["bound"] for variable in self.manifest["symbolic_vars"]}
+
+    def load(self, *, device: Any = None) -> Session:
+        """The bundle loaded with the Python runtime (see :func:`load`)."""
+        return load(self.path, device=device)
+
+    def __str__(self) -> str:
+        return format_manifest(self.manifest)
+
+    def __repr__(self) -> str:
+        return (f"Bundle({str(self.path)!r}, inputs=[{', '.join(map(str, self.inputs))}], "
+                f"outputs=[{', '.join(map(str, self.outputs))}], symbolic_vars={self.symbolic_vars})")
+
+
+def build(model: Model, out_dir: str | Path, *, bounds: Mapping[str, int] | None = None,
+          opt_level: int = DEFAULT_OPT_LEVEL, dump_ir: str | Path | None = None,
+          progress: Callable[[str], None] | None = None) -> Bundle:
+    """Compile ``model`` into the bundle folder ``out_dir`` (created if missing), as
+    ``relaxweb build MODEL -o DIR`` does.
+
+    ``bounds`` gives symbolic sizes an upper bound (``{"batch": 64}``, ``--bound batch=64``):
+    storages are then allocated once at load time and larger inputs are rejected.
+    ``opt_level`` 1 fuses and schedules kernels, 0 gives one kernel per op (``--opt-level``).
+    ``dump_ir`` names a folder for the module as text after each pass (``--dump-ir``);
+    ``progress`` is called with a line for each step (the command line prints them).
+    """
+    manifest = build_bundle(model, out_dir, bounds, opt_level=opt_level, progress=progress or _ignore,
+                            dump_ir=Path(dump_ir) if dump_ir is not None else None)
+    return Bundle(Path(out_dir), manifest)
+
+
+def load(bundle_dir: str | Path, *, device: Any = None) -> Session:
+    """Load a bundle with the Python runtime (wgpu), as ``relaxweb run DIR`` does; then
+    ``session.run({"x": array, ...})`` returns the outputs by name, as many times as wanted.
+
+    ``device`` is a ``wgpu.GPUDevice``; by default a device shared by every session.
+    """
+    return Session(check_bundle_folder(bundle_dir), device)
+
+
+def run_in_browser(bundle_dir: str | Path, inputs: Mapping[str, np.ndarray], *,
+                   timeout_s: float = 120.0) -> dict[str, np.ndarray]:
+    """Run a bundle once in headless Chromium on WebGPU, as ``relaxweb run DIR --browser``
+    does (needs Playwright and Chromium)."""
+    return run_bundle_in_browser(check_bundle_folder(bundle_dir), dict(inputs), timeout_s)
+
+
+def _ignore(message: str) -> None:
+    pass
+
+
+# Inspecting models -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelReport:
+    """What ``relaxweb inspect MODEL.onnx`` prints, as data (``str(report)`` is that text).
+
+    ``coverage`` lists each op type with its node count and whether relaxweb supports it,
+    unsupported ones first; ``module`` is the imported IR (print it to read it).
+    """
+
+    source: str
+    opset: int
+    coverage: tuple[tuple[str, int, bool], ...]
+    module: IRModule = field(repr=False)
+
+    @property
+    def symbolic_vars(self) -> list[str]:
+        """The symbolic sizes of the imported module, in order of appearance."""
+        return symbolic_vars(self.module.main)
+
+    def __str__(self) -> str:
+        names = ", ".join(self.symbolic_vars) or "(none)"
+        return (f"{format_coverage(self.source, self.opset, list(self.coverage))}\n\n"
+                f"{self.module}symbolic vars: {names}")
+
+
+def inspect(target: Model) -> Bundle | ModelReport:
+    """A bundle folder's :class:`Bundle`, or a model's :class:`ModelReport`, as ``relaxweb
+    inspect`` prints them.  A model with unsupported ops raises an
+    :class:`~relaxweb.errors.UnsupportedModelError` naming each of them and its nodes."""
+    if isinstance(target, (str, os.PathLike)) and Path(target).is_dir():
+        return Bundle.open(target)
+    model, source = read_model(target), model_name(target)
+    return ModelReport(source, default_opset(model), tuple(op_coverage(model)), from_onnx(model, source))
+
+
+# Text --------------------------------------------------------------------------------------
+
+
+def format_coverage(source: str, opset: int, coverage: list[tuple[str, int, bool]]) -> str:
+    """The op coverage table of ``relaxweb inspect``: every op type, its node count, supported or not."""
+    nodes = sum(count for _, count, _ in coverage)
+    supported_types = sum(1 for _, _, ok in coverage if ok)
+    supported_nodes = sum(count for _, count, ok in coverage if ok)
+    lines = [
+        f"model {source}: opset {opset}, {nodes} node(s), {len(coverage)} op type(s)",
+        f"op coverage: {supported_types} of {len(coverage)} op types supported "
+        f"({supported_nodes} of {nodes} nodes)",
+    ]
+    width = max([len(op) for op, _, _ in coverage] + [2])
+    for op, count, ok in coverage:
+        lines.append(f"  {op:<{width}}  {count:>5} node{'s' if count != 1 else ' '}  {'supported' if ok else 'UNSUPPORTED'}")
+    return "\n".join(lines)
+
+
+def format_manifest(manifest: Mapping[str, Any]) -> str:
+    """A bundle's manifest as ``relaxweb inspect DIR`` prints it."""
+    lines = [f"bundle of {manifest.get('model')} (format {manifest['format']} v{manifest['version']})"]
+    for kind in ("inputs", "outputs"):
+        for item in manifest[kind]:
+            shape = item["shape"] if item["shape"] is not None else f"[ndim={item.get('ndim')}]"
+            lines.append(f"{kind[:-1]:>6} {item['name']}: {item['dtype']}{shape} (storage {item['storage']})")
+    for variable in manifest["symbolic_vars"]:
+        bound = variable["bound"] if variable["bound"] is not None else "none"
+        lines.append(f"   var {variable['name']} (bound: {bound})")
+    lines.append(f"storages ({len(manifest['storages'])}):")
+    for index, storage in enumerate(manifest["storages"]):
+        at_bounds = storage["size_at_bounds"]
+        lines.append(f"  {index}: {storage['role']:<12} {storage['size']} bytes"
+                     + (f" = {at_bounds} at the bounds" if at_bounds is not None else ""))
+    weight_bytes = sum(w["nbytes"] for w in manifest["weights"])
+    lines.append(f"weights: {len(manifest['weights'])} tensors, {weight_bytes} bytes in {len(manifest['shards'])} shard(s)")
+    lines.append(f"kernels ({len(manifest['kernels'])}), call sites ({len(manifest['call_sites'])}):")
+    for index, site in enumerate(manifest["call_sites"]):
+        lines.append(f"  {index}: {manifest['kernels'][site['kernel']]['file']}  {site['binding']}")
+    lines.append(f"required limits: {manifest['required_limits']}")
+    return "\n".join(lines)

@@ -1,0 +1,372 @@
+"""Each pass on a module written as IR text, against the expected module written as IR text.
+
+The pattern of every test: parse ``before``, run the pass, assert the result is structurally
+equal to the parsed ``expected`` (variable and size-variable names may differ), check it is
+well formed, and run ``before``, the result and ``expected`` through the reference
+interpreter on the same inputs (``run_host_function`` once the module has a host function).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from relaxweb.ir.host import HostFunction
+from relaxweb.ir.interpreter import run_host_function
+from relaxweb.ir.interpreter import run_module
+from relaxweb.ir.module import IRModule
+from relaxweb.ir.parser import parse_module
+from relaxweb.ir.structural import assert_structural_equal
+from relaxweb.ir.well_formed import check_well_formed
+from relaxweb.passes import (
+    canonicalize_bindings, fold_scalar_constants, fuse_ops, legalize_ops, lower_shapes_to_host, plan_memory,
+    schedule_programs,
+)
+
+RTOL, ATOL = 1e-5, 1e-6
+
+
+def run(module: IRModule, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
+    main = module.main
+    if isinstance(main, HostFunction):
+        return run_host_function(main, module.programs, inputs)
+    return run_module(module, inputs)
+
+
+def check_rewrite(rewrite: Callable[[IRModule], IRModule], before_text: str, expected_text: str,
+                  inputs: dict[str, np.ndarray], constants: dict[str, np.ndarray] | None = None) -> IRModule:
+    """``rewrite(parse(before))`` is ``parse(expected)``, well formed, and computes the same."""
+    before = parse_module(before_text, constants)
+    after = rewrite(before)
+    expected = parse_module(expected_text, constants)
+    assert_structural_equal(after, expected)
+    check_well_formed(after)
+    reference = run(before, inputs)
+    for module in (after, expected):
+        results = run(module, inputs)
+        assert len(results) == len(reference)
+        for result, wanted in zip(results, reference):
+            np.testing.assert_allclose(result, wanted, rtol=RTOL, atol=ATOL)
+    return after
+
+
+def rand(*shape: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+# Tensor programs the graph-level tests call.
+RELU = '''
+@tensor_program
+def relu(A: Buffer((n, 4), "float32"), out: Buffer((n, 4), "float32")):
+    out[i0_, i1_] = maximum(A[i0_, i1_], float32(0.0))
+'''
+EXP = '''
+@tensor_program
+def exp(A: Buffer((n, 4), "float32"), out: Buffer((n, 4), "float32")):
+    out[i0_, i1_] = exp(A[i0_, i1_])
+'''
+ADD = '''
+@tensor_program
+def add(A: Buffer((n, 4), "float32"), B: Buffer((n, 4), "float32"), out: Buffer((n, 4), "float32")):
+    out[i0_, i1_] = (A[i0_, i1_] + B[i0_, i1_])
+'''
+MATMUL = '''
+@tensor_program
+def matmul(A: Buffer((n, 4), "float32"), B: Buffer((4, 8), "float32"), out: Buffer((n, 8), "float32")):
+    out[i0_, i1_] = sum((A[i0_, k_] * B[k_, i1_]) for k_ in range(4))
+'''
+
+
+def test_legalize_ops_turns_op_calls_into_program_calls() -> None:
+    before = '''
+@function(inputs=["x"], outputs=["y"])
+def main(x: Tensor((n, 3), "float32")) -> Tensor((n, 3), "float32"):
+    with dataflow():
+        a: Tensor((n, 3), "float32") = add(x, const("bias", [0.0, 1.0, 2.0], "float32"))
+        y: Tensor((n, 3), "float32") = relu(a)
+        output(y)
+    return y
+'''
+    expected = '''
+@tensor_program
+def add(A: Buffer((rows, 3), "float32"), B: Buffer((3,), "float32"), out: Buffer((rows, 3), "float32")):
+    out[i0_, i1_] = (A[i0_, i1_] + B[i1_])
+
+@tensor_program
+def relu(A: Buffer((rows, 3), "float32"), out: Buffer((rows, 3), "float32")):
+    out[i0_, i1_] = maximum(A[i0_, i1_], float32(0.0))
+
+@function(inputs=["x"], outputs=["y"])
+def main(data: Tensor((rows, 3), "float32")) -> Tensor((rows, 3), "float32"):
+    with dataflow():
+        biased: Tensor((rows, 3), "float32") = call_tir("add", (data, const("bias", [0.0, 1.0, 2.0], "float32")), sizes={"rows": rows})
+        result: Tensor((rows, 3), "float32") = call_tir("relu", (biased,), sizes={"rows": rows})
+        output(result)
+    return result
+'''
+    check_rewrite(legalize_ops, before, expected, {"x": rand(5, 3)})
+
+
+def test_canonicalize_bindings_reads_values_where_computed_and_drops_dead_ones() -> None:
+    """The tuple, its items and the alias go; so does the call nothing reads; add reads
+    relu's and exp's results directly."""
+    before = RELU + EXP + ADD + '''
+@function(inputs=["x"], outputs=["y"])
+def main(x: Tensor((n, 4), "float32")) -> Tensor((n, 4), "float32"):
+    with dataflow():
+        a: Tensor((n, 4), "float32") = call_tir("relu", (x,), sizes={"n": n})
+        b: Tensor((n, 4), "float32") = call_tir("exp", (x,), sizes={"n": n})
+        parts: Tuple(Tensor((n, 4), "float32"), Tensor((n, 4), "float32")) = (a, b)
+        first: Tensor((n, 4), "float32") = parts[0]
+        second: Tensor((n, 4), "float32") = parts[1]
+        alias: Tensor((n, 4), "float32") = first
+        unused: Tensor((n, 4), "float32") = call_tir("exp", (alias,), sizes={"n": n})
+        y: Tensor((n, 4), "float32") = call_tir("add", (alias, second), sizes={"n": n})
+        output(y)
+    return y
+'''
+    expected = RELU + EXP + ADD + '''
+@function(inputs=["x"], outputs=["y"])
+def main(x: Tensor((n, 4), "float32")) -> Tensor((n, 4), "float32"):
+    with dataflow():
+        a: Tensor((n, 4), "float32") = call_tir("relu", (x,), sizes={"n": n})
+        b: Tensor((n, 4), "float32") = call_tir("exp", (x,), sizes={"n": n})
+        y: Tensor((n, 4), "float32") = call_tir("add", (a, b), sizes={"n": n})
+        output(y)
+    return y
+'''
+    check_rewrite(canonicalize_bindings, before, expected, {"x": rand(3, 4)})
+
+
+def test_fold_scalar_constants_writes_each_value_into_its_own_program() -> None:
+    scale = '''
+@tensor_program
+def scale(A: Buffer((n, 4), "float32"), B: Buffer((), "float32"), out: Buffer((n, 4), "float32")):
+    out[i0_, i1_] = (A[i0_, i1_] * B[()])
+'''
+    before = scale + '''
+@function(inputs=["x"], outputs=["y"])
+def main(x: Tensor((n, 4), "float32")) -> Tensor((n, 4), "float32"):
+    with dataflow():
+        a: Tensor((n, 4), "float32") = call_tir("scale", (x, const("half", 0.5, "float32")), sizes={"n": n})
+        y: Tensor((n, 4), "float32") = call_tir("scale", (a, const("three", 3.0, "float32")), sizes={"n": n})
+        output(y)
+    return y
+'''
+    expected = '''
+@tensor_program
+def scale1(A: Buffer((n, 4), "float32"), out: Buffer((n, 4), "float32")):
+    out[i0_, i1_] = (A[i0_, i1_] * float32(0.5))
+
+@tensor_program
+def scale2(A: Buffer((n, 4), "float32"), out: Buffer((n, 4), "float32")):
+    out[i0_, i1_] = (A[i0_, i1_] * float32(3.0))
+
+@function(inputs=["x"], outputs=["y"])
+def main(x: Tensor((n, 4), "float32")) -> Tensor((n, 4), "float32"):
+    with dataflow():
+        a: Tensor((n, 4), "float32") = call_tir("scale1", (x,), sizes={"n": n})
+        y: Tensor((n, 4), "float32") = call_tir("scale2", (a,), sizes={"n": n})
+        output(y)
+    return y
+'''
+    check_rewrite(fold_scalar_constants, before, expected, {"x": rand(2, 4)})
+
+
+def test_fuse_ops_merges_an_activation_chain_into_the_matmul_prologue() -> None:
+    before = RELU + EXP + MATMUL + '''
+@function(inputs=["x"], outputs=["y"])
+def main(x: Tensor((n, 4), "float32")) -> Tensor((n, 8), "float32"):
+    with dataflow():
+        a: Tensor((n, 4), "float32") = call_tir("relu", (x,), sizes={"n": n})
+        b: Tensor((n, 4), "float32") = call_tir("exp", (a,), sizes={"n": n})
+        y: Tensor((n, 8), "float32") = call_tir("matmul", (b, const("w")), sizes={"n": n})
+        output(y)
+    return y
+'''
+    expected = '''
+@tensor_program
+def fused_relu__matmul(B: Buffer((4, 8), "float32"), A: Buffer((n, 4), "float32"), out: Buffer((n, 8), "float32")):
+    out[i0_, i1_] = sum((exp(maximum(A[i0_, k_], float32(0.0))) * B[k_, i1_]) for k_ in range(4))
+
+@function(inputs=["x"], outputs=["y"])
+def main(x: Tensor((n, 4), "float32")) -> Tensor((n, 8), "float32"):
+    with dataflow():
+        y: Tensor((n, 8), "float32") = call_tir("fused_relu__matmul", (const("w"), x), sizes={"n": n})
+        output(y)
+    return y
+'''
+    check_rewrite(fuse_ops, before, expected, {"x": rand(3, 4)}, {"w": rand(4, 8, seed=1)})
+
+
+def test_schedule_programs_picks_each_schedule_by_pattern() -> None:
+    """matmul-like: tiled; a long constant reduction: a workgroup per output element;
+    elementwise with a last dimension that is a multiple of 4: vectorized; else element."""
+    odd = '''
+@tensor_program{decorator}
+def negative(A: Buffer((n, 3), "float32"), out: Buffer((n, 3), "float32")):
+    out[i0_, i1_] = negative(A[i0_, i1_])
+'''
+    row_sum = '''
+@tensor_program{decorator}
+def row_sum(A: Buffer((n, 256), "float32"), out: Buffer((n,), "float32")):
+    out[i0_] = sum(A[i0_, r_] for r_ in range(256))
+'''
+    main = '''
+@function(inputs=["x", "odd", "wide"], outputs=["y", "z", "s"])
+def main(x: Tensor((n, 4), "float32"), odd: Tensor((n, 3), "float32"), wide: Tensor((n, 256), "float32")) -> Tuple(Tensor((n, 8), "float32"), Tensor((n, 3), "float32"), Tensor((n,), "float32")):
+    with dataflow():
+        a: Tensor((n, 4), "float32") = call_tir("relu", (x,), sizes={"n": n})
+        y: Tensor((n, 8), "float32") = call_tir("matmul", (a, const("w")), sizes={"n": n})
+        z: Tensor((n, 3), "float32") = call_tir("negative", (odd,), sizes={"n": n})
+        s: Tensor((n,), "float32") = call_tir("row_sum", (wide,), sizes={"n": n})
+        output(y, z, s)
+    return (y, z, s)
+'''
+    before = RELU + MATMUL + odd.format(decorator="") + row_sum.format(decorator="") + main
+    expected = (RELU.replace("@tensor_program", '@tensor_program(schedule=vectorized(width=4))')
+                + MATMUL.replace("@tensor_program", '@tensor_program(schedule=tiled_matmul(tile=32, depth=16, block=4))')
+                + odd.format(decorator="") + row_sum.format(decorator='(schedule=workgroup_reduction)') + main)
+    inputs = {"x": rand(3, 4), "odd": rand(3, 3, seed=2), "wide": rand(3, 256, seed=3)}
+    check_rewrite(schedule_programs, before, expected, inputs, {"w": rand(4, 8, seed=1)})
+
+
+CHAIN = '''
+@tensor_program
+def relu(A: Buffer((n, 4), "float32"), out: Buffer((n, 4), "float32")):
+    out[i0_, i1_] = maximum(A[i0_, i1_], float32(0.0))
+
+@tensor_program
+def tanh(A: Buffer((n, 4), "float32"), out: Buffer((n, 4), "float32")):
+    out[i0_, i1_] = tanh(A[i0_, i1_])
+
+@tensor_program
+def exp(A: Buffer((n, 4), "float32"), out: Buffer((n, 4), "float32")):
+    out[i0_, i1_] = exp(A[i0_, i1_])
+
+@tensor_program
+def negative(A: Buffer((n, 4), "float32"), out: Buffer((n, 4), "float32")):
+    out[i0_, i1_] = negative(A[i0_, i1_])
+'''
+
+
+def test_plan_memory_alternates_two_storages_along_a_chain() -> None:
+    """relu -> tanh -> exp -> negative: each result can reuse the storage of the value
+    before the previous one, which is dead by then."""
+    before = CHAIN + '''
+@function(inputs=["x"], outputs=["d"])
+def main(x: Tensor((n, 4), "float32")) -> Tensor((n, 4), "float32"):
+    with dataflow():
+        a: Tensor((n, 4), "float32") = call_tir("relu", (x,), sizes={"n": n})
+        b: Tensor((n, 4), "float32") = call_tir("tanh", (a,), sizes={"n": n})
+        c: Tensor((n, 4), "float32") = call_tir("exp", (b,), sizes={"n": n})
+        d: Tensor((n, 4), "float32") = call_tir("negative", (c,), sizes={"n": n})
+        output(d)
+    return d
+'''
+    expected = CHAIN + '''
+@function(inputs=["x"], outputs=["d"])
+def main(x: Tensor((n, 4), "float32")) -> Tensor((n, 4), "float32"):
+    even: Object = alloc_storage(n * 16)
+    odd: Object = alloc_storage(n * 16)
+    a: Tensor((n, 4), "float32") = alloc_tensor(even)
+    ran_relu: Tuple() = call_tir_into("relu", (x,), out=a, sizes={"n": n})
+    b: Tensor((n, 4), "float32") = alloc_tensor(odd)
+    ran_tanh: Tuple() = call_tir_into("tanh", (a,), out=b, sizes={"n": n})
+    c: Tensor((n, 4), "float32") = alloc_tensor(even)
+    ran_exp: Tuple() = call_tir_into("exp", (b,), out=c, sizes={"n": n})
+    d: Tensor((n, 4), "float32") = alloc_tensor(odd)
+    ran_negative: Tuple() = call_tir_into("negative", (c,), out=d, sizes={"n": n})
+    return d
+'''
+    check_rewrite(plan_memory, before, expected, {"x": rand(5, 4)})
+
+
+def test_lower_shapes_to_host_writes_checks_storages_and_dispatches() -> None:
+    before = '''
+@tensor_program
+def add(A: Buffer((n, 3), "float32"), B: Buffer((3,), "float32"), out: Buffer((n, 3), "float32")):
+    out[i0_, i1_] = (A[i0_, i1_] + B[i1_])
+
+@tensor_program
+def relu(A: Buffer((n, 3), "float32"), out: Buffer((n, 3), "float32")):
+    out[i0_, i1_] = maximum(A[i0_, i1_], float32(0.0))
+
+@function(inputs=["x"], outputs=["y"])
+def main(x: Tensor((n, 3), "float32")) -> Tensor((n, 3), "float32"):
+    storage: Object = alloc_storage(n * 12)
+    storage_1: Object = alloc_storage(n * 12)
+    a: Tensor((n, 3), "float32") = alloc_tensor(storage)
+    _: Tuple() = call_tir_into("add", (x, const("bias", [0.0, 1.0, 2.0], "float32")), out=a, sizes={"n": n})
+    y: Tensor((n, 3), "float32") = alloc_tensor(storage_1)
+    __1: Tuple() = call_tir_into("relu", (a,), out=y, sizes={"n": n})
+    return y
+'''
+    programs = before[:before.index("@function")]
+    expected = programs + '''
+@host_function
+def main():
+    inputs = [host_input("x", "float32", (n, 3), storage=0)]
+    outputs = [host_output("y", "float32", (n, 3), storage=2)]
+    symbolic_vars = ["n"]
+    bounds = [("n", None)]
+    weights = [const("bias", [0.0, 1.0, 2.0], "float32")]
+    storages = [host_storage(n * 12, "input"), host_storage(n * 12, "intermediate"), host_storage(n * 12, "output")]
+    check_input("ndim", input=0, expected=2, code=1, message="input 'x' has {value} dimensions, expected {expected}")
+    check_input("bind", input=0, dim=0, variable="n")
+    check_input("bound", input=0, dim=0, variable="n", code=2, message="input 'x': dimension 0 (n) is {value}, above its bound n <= {expected}")
+    check_input("equal", input=0, dim=1, expected=3, code=3, message="input 'x': dimension 1 is {value}, expected {expected}")
+    dispatch("add", (storage(0), weight(0), storage(1)), sizes={"n": n}, count=n * 3, note='a = add(x, const("bias"))')
+    dispatch("relu", (storage(1), storage(2)), sizes={"n": n}, count=n * 3, note="y = relu(a)")
+    output_shape(0, (n, 3))
+'''
+    check_rewrite(lower_shapes_to_host, before, expected, {"x": rand(4, 3)})
+
+
+def test_lower_shapes_to_host_reads_a_data_dependent_size_back() -> None:
+    """tensor_to_prim ends a stage (a read), and match_cast checks and binds the size read."""
+    before = '''
+@tensor_program
+def count_positive(A: Buffer((n,), "float32"), out: Buffer((1,), "int32")):
+    out[i0_] = sum(select((A[r_] > float32(0.0)), int32(1), int32(0)) for r_ in range(n))
+
+@tensor_program
+def first(A: Buffer((n,), "float32"), out: Buffer((k,), "float32")):
+    out[i0_] = A[i0_]
+
+@function(inputs=["x"], outputs=["y"])
+def main(x: Tensor((n,), "float32")) -> Tensor((k,), "float32"):
+    counted: Object = alloc_storage(4)
+    kept: Object = alloc_storage(n * 4)
+    count: Tensor((1,), "int32") = alloc_tensor(counted)
+    _: Tuple() = call_tir_into("count_positive", (x,), out=count, sizes={"n": n})
+    value: Prim("int64") = tensor_to_prim(count)
+    size: Prim("int64", k) = match_cast(value, Prim("int64", k))
+    y: Tensor((k,), "float32") = alloc_tensor(kept)
+    __1: Tuple() = call_tir_into("first", (x,), out=y, sizes={"n": n, "k": k})
+    return y
+'''
+    programs = before[:before.index("@function")]
+    expected = programs + '''
+@host_function(read_slots=1)
+def main():
+    inputs = [host_input("x", "float32", (n,), storage=0)]
+    outputs = [host_output("y", "float32", (k,), storage=2)]
+    symbolic_vars = ["n", "_read0", "k"]
+    bounds = [("n", None), ("_read0", None), ("k", None)]
+    weights = []
+    storages = [host_storage(n * 4, "input"), host_storage(4, "intermediate"), host_storage(n * 4, "output")]
+    check_input("ndim", input=0, expected=1, code=1, message="input 'x' has {value} dimensions, expected {expected}")
+    check_input("bind", input=0, dim=0, variable="n")
+    check_input("bound", input=0, dim=0, variable="n", code=2, message="input 'x': dimension 0 (n) is {value}, above its bound n <= {expected}")
+    dispatch("count_positive", (storage(0), storage(1)), sizes={"n": n}, count=1, note="count = count_positive(x)")
+    read("_read0", storage=1, offset=0, slot=0, note="value = tensor_to_prim(count)")
+    check("nonnegative", _read0, code=3, message="match_cast 'size': value is {value}, must be >= 0")
+    bind("k", _read0, note="match_cast 'size': value")
+    check("bound", k, variable="k", code=4, message="match_cast 'size': value (k) is {value}, above its bound k <= {expected}")
+    dispatch("first", (storage(0), storage(2)), sizes={"n": n, "k": k}, count=k, note="y = first(x)")
+    output_shape(0, (k,))
+'''
+    after = check_rewrite(lower_shapes_to_host, before, expected, {"x": np.array([1.0, -2.0, 3.0, 0.5], np.float32)})
+    assert run(after, {"x": np.array([1.0, -2.0, 3.0, 0.5], np.float32)})[0].tolist() == [1.0, -2.0, 3.0]
