@@ -14,8 +14,6 @@
 
 from __future__ import annotations
 
-import importlib
-import warnings
 
 import numpy as np
 import onnx
@@ -34,6 +32,7 @@ from relaxweb.ir.symbolic import evaluate
 from relaxweb.ops import DeductionError, call_op, get_op
 from relaxweb.passes import legalize_ops, run_pipeline
 from tests.gpu_kernels import run_compiled
+from tests.helpers import onnx_node_cases
 
 RTOL, ATOL = 1e-3, 1e-4
 
@@ -81,21 +80,8 @@ def collect_onnx_cases() -> list:
     Only the needed test modules are imported (fast).  They reseed numpy's global generator
     as they run, so its state is restored afterwards.
     """
-    from onnx.backend.test.case import node as node_cases
-
-    state = np.random.get_state()
-    target = getattr(node_cases, "_TargetOpType", None)
-    node_cases._TargetOpType = None
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            for module in ONNX_TEST_MODULES:
-                importlib.import_module(f"onnx.backend.test.case.node.{module}")
-    finally:
-        node_cases._TargetOpType = target
-        np.random.set_state(state)
     cases: dict[str, object] = {}
-    for case in node_cases._NodeTestCases:
+    for case in onnx_node_cases(ONNX_TEST_MODULES):
         op_types = {node.op_type for node in case.model.graph.node}
         if op_types & OP_TYPES and op_types <= OP_TYPES | {"Constant"}:
             cases.setdefault(case.name, case)

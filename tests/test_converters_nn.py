@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import importlib
-import warnings
 
 import numpy as np
 import onnx
@@ -39,6 +37,7 @@ from relaxweb.ops.common import needs_known_shapes
 from relaxweb.ops.registry import OPS
 from relaxweb.passes import legalize_ops
 from relaxweb.wgsl.emit import WGSL_TYPES, emit_wgsl
+from tests.helpers import onnx_node_cases
 
 # ONNX op type -> the module of onnx.backend.test.case.node that generates its cases
 ONNX_CASE_MODULES = {
@@ -74,16 +73,8 @@ LOWERING_REFUSED = ("cubic", "antialias", "tf_crop_and_resize", "no GPU lowering
 
 def collect_cases() -> list:
     """The ONNX node test cases made only of these op types (and Constant / Identity)."""
-    import onnx.backend.test.case.node as node_cases
-
-    state = np.random.get_state()  # generating the cases reseeds numpy's global generator
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for module in sorted(set(ONNX_CASE_MODULES.values())):
-            importlib.import_module(f"onnx.backend.test.case.node.{module}")
-    np.random.set_state(state)
     selected = {}
-    for case in node_cases._NodeTestCases:
+    for case in onnx_node_cases(sorted(set(ONNX_CASE_MODULES.values()))):
         types = {node.op_type for node in case.model.graph.node}
         if types & OP_TYPES and types <= OP_TYPES | {"Constant", "Identity"}:
             selected[case.name] = case

@@ -16,8 +16,6 @@
 from __future__ import annotations
 
 import copy
-import importlib
-import warnings
 
 import numpy as np
 import onnx
@@ -41,6 +39,7 @@ from relaxweb.ops import DeductionError, call_op
 from relaxweb.passes import legalize_ops, run_pipeline
 from tests.gpu_kernels import run_compiled
 from tests.gpu_kernels import run_kernel_on_gpu
+from tests.helpers import onnx_node_cases
 
 # 1. ONNX's node test cases ---------------------------------------------------------------------
 
@@ -66,16 +65,8 @@ SKIPPED = {
 
 
 def _collect_cases() -> dict:
-    from onnx.backend.test.case import node as node_cases
-
-    state = np.random.get_state()  # ONNX's exports reseed numpy's global generator
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for module in CASE_MODULES:
-            importlib.import_module(f"onnx.backend.test.case.node.{module}")
-    np.random.set_state(state)
     cases = {}
-    for case in node_cases._NodeTestCases:
+    for case in onnx_node_cases(CASE_MODULES):
         op_types = {node.op_type for node in case.model.graph.node}
         if op_types and op_types <= OP_TYPES:
             cases.setdefault(case.name, case)
