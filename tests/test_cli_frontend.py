@@ -56,6 +56,7 @@ def onnxruntime_outputs(path: Path, inputs: dict[str, np.ndarray]) -> dict[str, 
 # inspect: op coverage and symbolic variables ------------------------------------------------
 
 
+@pytest.mark.slow  # the command line in a subprocess
 def test_inspect_prints_coverage_ir_and_symbolic_vars(workdir: Path, mlp: Path) -> None:
     result = relaxweb("inspect", mlp, cwd=workdir)
     assert result.returncode == 0, result.stderr
@@ -68,6 +69,7 @@ def test_inspect_prints_coverage_ir_and_symbolic_vars(workdir: Path, mlp: Path) 
     assert lines[-1] == "symbolic vars: batch"
 
 
+@pytest.mark.slow  # the command line in a subprocess
 def test_inspect_lists_symbolic_vars_in_order_of_appearance(workdir: Path) -> None:
     model = model_of(
         [helper.make_node("MatMul", ["a", "b"], ["y"])],
@@ -80,6 +82,7 @@ def test_inspect_lists_symbolic_vars_in_order_of_appearance(workdir: Path) -> No
     assert "symbolic vars: batch, seq, width" in result.stdout.splitlines()
 
 
+@pytest.mark.slow  # the command line in a subprocess
 def test_inspect_without_symbolic_vars(workdir: Path) -> None:
     model = model_of([helper.make_node("Relu", ["x"], ["y"])],
                      [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
@@ -89,6 +92,7 @@ def test_inspect_without_symbolic_vars(workdir: Path) -> None:
     assert result.stdout.splitlines()[-1] == "symbolic vars: (none)"
 
 
+@pytest.mark.slow  # the command line in a subprocess
 def test_inspect_with_unsupported_ops_prints_coverage_then_fails(workdir: Path) -> None:
     model = model_of(
         [helper.make_node("Relu", ["x"], ["a"], name="relu"),
@@ -151,6 +155,7 @@ def test_symbolic_vars_include_match_cast_and_if_branches() -> None:
 # run --reference ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # the command line in a subprocess
 @pytest.mark.parametrize("batch", [1, 4, 13])
 def test_run_reference_matches_onnxruntime_on_the_mlp(workdir: Path, mlp: Path, batch: int) -> None:
     x = np.random.default_rng(batch).standard_normal((batch, 64)).astype(np.float32)
@@ -167,6 +172,7 @@ def test_run_reference_matches_onnxruntime_on_the_mlp(workdir: Path, mlp: Path, 
     np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow  # the command line in a subprocess
 def test_run_reference_on_a_folder(workdir: Path) -> None:
     (workdir / "some_folder").mkdir(exist_ok=True)
     np.savez(workdir / "in.npz", x=np.zeros((2, 64), np.float32))
@@ -174,18 +180,21 @@ def test_run_reference_on_a_folder(workdir: Path) -> None:
     assert "--reference runs an .onnx model" in error
 
 
+@pytest.mark.slow  # the command line in a subprocess
 def test_run_model_without_reference(workdir: Path, mlp: Path) -> None:
     np.savez(workdir / "in.npz", x=np.zeros((2, 64), np.float32))
     error = assert_user_error(relaxweb("run", mlp, "--inputs", "in.npz", cwd=workdir))
     assert "not a bundle folder" in error and "relaxweb build" in error and "--reference" in error
 
 
+@pytest.mark.slow  # the command line in a subprocess
 def test_run_reference_with_browser(workdir: Path, mlp: Path) -> None:
     np.savez(workdir / "in.npz", x=np.zeros((2, 64), np.float32))
     error = assert_user_error(relaxweb("run", mlp, "--inputs", "in.npz", "--reference", "--browser", cwd=workdir))
     assert "--reference and --browser" in error
 
 
+@pytest.mark.slow  # the command line in a subprocess
 @pytest.mark.parametrize("inputs, expected", [
     ({"x": np.zeros((2, 64))}, ["'x'", "float64", "float32"]),
     ({"x": np.zeros((2, 63), np.float32)}, ["'x'", "dimension 1 is 63, expected 64"]),
@@ -243,6 +252,7 @@ def test_external_data_is_read_next_to_the_model(external: Path, tmp_path: Path,
         np.testing.assert_array_equal(numpy_helper.to_array(initializer), weights[initializer.name])
 
 
+@pytest.mark.slow  # the command line in a subprocess
 def test_run_reference_with_external_data_and_float16(workdir: Path, external: Path) -> None:
     x = np.random.default_rng(3).standard_normal((3, 64)).astype(np.float32)
     np.savez(workdir / "external_in.npz", x=x)
@@ -258,6 +268,7 @@ def test_run_reference_with_external_data_and_float16(workdir: Path, external: P
     np.testing.assert_allclose(actual, expected, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.slow  # the command line in a subprocess
 def test_missing_external_data_is_a_clear_error(workdir: Path, external: Path, tmp_path: Path) -> None:
     alone = tmp_path / "alone.onnx"
     alone.write_bytes(external.read_bytes())  # the model without its .data file
@@ -313,6 +324,7 @@ def test_float16_and_int64_initializers_become_constants_of_their_dtype() -> Non
     assert str(module.main.ret_struct_info) == "Tuple(Tensor((n, 3), float16), Tensor((n, 3), int64))"
 
 
+@pytest.mark.slow  # the command line in a subprocess
 def test_inspect_and_run_on_a_file_that_is_not_onnx(workdir: Path, mlp: Path) -> None:
     truncated = workdir / "truncated.onnx"
     truncated.write_bytes(mlp.read_bytes()[: mlp.stat().st_size // 3])

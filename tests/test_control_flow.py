@@ -72,6 +72,7 @@ def if_bundle(tmp_path_factory) -> Path:
     return folder
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("rows", [3, 4])  # odd: then-branch, even: else-branch
 def test_if_runs_both_branches_everywhere(if_bundle, rows: int) -> None:
     rng = np.random.default_rng(rows)
@@ -102,6 +103,7 @@ def tensor_condition_module() -> IRModule:
     return IRModule({"main": builder.finish([result], ["out"])})
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("flag", [0, 1, 7])
 def test_if_on_a_tensor_reads_the_condition_back(tmp_path, flag: int) -> None:
     module = tensor_condition_module()
@@ -155,6 +157,7 @@ def unique_bundle(tmp_path_factory) -> Path:
     return folder
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("x", UNIQUE_CASES, ids=lambda x: f"n{x.size}")
 def test_unique_then_ops_in_k_run_everywhere(unique_bundle, x: np.ndarray) -> None:
     expected = np.unique(x) * 2
@@ -169,6 +172,7 @@ def test_unique_then_ops_in_k_run_everywhere(unique_bundle, x: np.ndarray) -> No
     assert session.last_read_count == 1
 
 
+@pytest.mark.gpu
 def test_the_compiled_cast_is_checked_at_run_time(unique_bundle) -> None:
     """k is bound from the value read back and checked against its bound (k <= 6)."""
     x = np.arange(7, dtype=np.float32)

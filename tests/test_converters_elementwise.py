@@ -407,6 +407,7 @@ def test_reduction_deduces_symbolic_shapes() -> None:
     assert shapes["argmax"] == "Tensor((batch), int64)"
 
 
+@pytest.mark.gpu
 def test_run_time_axes_keep_the_rank(tmp_path) -> None:
     """Axes and k computed at run time: only the ranks are known; the interpreter runs it,
     and the GPU build reads the result extents back mid-run."""

@@ -431,6 +431,7 @@ def test_pytorch_legacy_view_and_expand(opset: int) -> None:
 # 4. Data-dependent shapes, If, materialize, kernels --------------------------------------------
 
 
+@pytest.mark.gpu
 def test_run_time_shape_operands_give_data_dependent_shapes(tmp_path) -> None:
     """A Reshape target or Tile repeats computed at run time: only the rank is known; the
     interpreter runs it, and the GPU build reads the extents back mid-run."""

@@ -20,6 +20,8 @@ from onnx import TensorProto, helper
 
 from examples.make_mlp import make_mlp
 
+pytestmark = pytest.mark.slow  # the command line in subprocesses, a second or more each
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -99,6 +101,7 @@ def test_opt_level_0_builds_one_kernel_per_op(workdir: Path, model: Path) -> Non
     assert result.returncode == 2 and "invalid choice: 2" in result.stderr
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("batch", [1, 5, 64])
 def test_run_matches_onnxruntime(workdir: Path, model: Path, bundle: Path, batch: int) -> None:
     x = np.random.default_rng(batch).standard_normal((batch, 64)).astype(np.float32)
@@ -118,6 +121,7 @@ def test_run_matches_onnxruntime(workdir: Path, model: Path, bundle: Path, batch
     np.testing.assert_allclose(actual.sum(axis=1), 1, rtol=1e-5)
 
 
+@pytest.mark.gpu
 def test_run_above_the_bound(workdir: Path, bundle: Path) -> None:
     inputs = write_inputs(workdir, "inputs_65.npz", np.zeros((65, 64), np.float32))
     result = relaxweb("run", bundle, "--inputs", inputs, cwd=workdir)
@@ -131,6 +135,7 @@ def test_run_above_the_bound(workdir: Path, bundle: Path) -> None:
     assert result.stdout == ""
 
 
+@pytest.mark.gpu
 def test_run_wrong_fixed_dimension(workdir: Path, bundle: Path) -> None:
     inputs = write_inputs(workdir, "inputs_5_63.npz", np.zeros((5, 63), np.float32))
     result = relaxweb("run", bundle, "--inputs", inputs, cwd=workdir)
@@ -139,17 +144,20 @@ def test_run_wrong_fixed_dimension(workdir: Path, bundle: Path) -> None:
     assert error == "error: input 'x': dimension 1 is 63, expected 64"
 
 
+@pytest.mark.gpu
 def test_run_with_a_missing_inputs_file(workdir: Path, bundle: Path) -> None:
     error = assert_user_error(relaxweb("run", bundle, "--inputs", "nothing.npz", cwd=workdir))
     assert error == "error: nothing.npz: no such file"
 
 
+@pytest.mark.gpu
 def test_run_with_float64_inputs(workdir: Path, bundle: Path) -> None:
     inputs = write_inputs(workdir, "inputs_f64.npz", np.zeros((2, 64)))
     error = assert_user_error(relaxweb("run", bundle, "--inputs", inputs, cwd=workdir))
     assert "'x'" in error and "float32" in error and "float64" in error
 
 
+@pytest.mark.gpu
 def test_run_with_an_inputs_file_that_is_not_npz(workdir: Path, bundle: Path) -> None:
     (workdir / "notes.npz").write_text("not numpy data\n")
     error = assert_user_error(relaxweb("run", bundle, "--inputs", "notes.npz", cwd=workdir))

@@ -182,6 +182,7 @@ def test_reshape_zero_beyond_the_input_rank_is_a_user_error() -> None:
         from_onnx(reshape_model(["n", 4], [2, 0, 0, -1], check=False))
 
 
+@pytest.mark.gpu
 def test_reshape_with_a_run_time_target_runs_in_the_interpreter_and_on_the_gpu(tmp_path) -> None:
     """A target shape given as data: the rank is deduced, the interpreter runs it, and the
     GPU build reads the target back mid-run."""

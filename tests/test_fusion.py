@@ -348,6 +348,7 @@ def test_workgroup_reduction_on_gpu(device, combiner: str, width: int) -> None:
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.gpu
 def test_fused_models_agree_with_unfused_on_gpu(tmp_path) -> None:
     """The MLP built at opt level 0 and 1: same outputs in the Python runtime, fewer dispatches."""
     pytest.importorskip("wgpu")

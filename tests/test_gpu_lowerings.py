@@ -323,6 +323,7 @@ def test_infinities_survive_max_and_min_on_the_gpu(device) -> None:
         np.testing.assert_array_equal(run_kernel_on_gpu(device, program, [x], {}), expected)
 
 
+@pytest.mark.gpu
 def test_isnan_survives_on_the_gpu(tmp_path) -> None:
     """WGSL lets compilers fold x != x away: isnan tests the bit pattern instead."""
     import onnx
@@ -371,6 +372,7 @@ def check_compiled(tmp_path, module: IRModule, inputs: dict[str, np.ndarray], ex
         np.testing.assert_allclose(a, b.astype(a.dtype), rtol=rtol, atol=atol)
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("op", ["argmax", "argmin"])
 @pytest.mark.parametrize("axis,keepdims,last", [(0, True, False), (1, False, False), (-1, True, True), (1, False, True)])
 def test_argmax_argmin(tmp_path, op: str, axis: int, keepdims: bool, last: bool) -> None:
@@ -382,6 +384,7 @@ def test_argmax_argmin(tmp_path, op: str, axis: int, keepdims: bool, last: bool)
     check_compiled(tmp_path, ints, {"x": x[:, :, 0].astype(np.int32)})
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("axes,keepdims", [([1], False), ([0, 2], True), (None, False)])
 def test_log_sum_exp(tmp_path, axes, keepdims: bool) -> None:
     x = (rng.standard_normal((3, 4, 5)) * 30).astype(np.float32)
@@ -389,6 +392,7 @@ def test_log_sum_exp(tmp_path, axes, keepdims: bool) -> None:
     check_compiled(tmp_path, module, {"x": x})
 
 
+@pytest.mark.gpu
 def test_log_sum_exp_infinities(tmp_path) -> None:
     x = np.array([[1.0, -np.inf, 2.0], [-np.inf, -np.inf, -np.inf], [np.inf, 0.0, 1.0], [1e30, 1e30, -1e30]],
                  np.float32)
@@ -399,6 +403,7 @@ def test_log_sum_exp_infinities(tmp_path) -> None:
 # Data-dependent shapes read back: squeeze, expand_dims, dynamic_reshape ------------------------
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("axes", [[0], [-2], [2, 0]])
 def test_squeeze_run_time_axes(tmp_path, axes) -> None:
     x = rng.standard_normal((1, 3, 1, 2)).astype(np.float32)
@@ -415,6 +420,7 @@ def test_squeeze_constant_axes_and_none(tmp_path) -> None:
     check(build({"x": sinfo(1, 3, 1, 2)}, lambda v: call_op("squeeze", v)), {"x": x})
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("axes", [[0], [-1], [3, 1], [1, 4, 0]])
 def test_expand_dims_run_time_axes(tmp_path, axes) -> None:
     x = rng.standard_normal((3, 2)).astype(np.float32)
@@ -426,6 +432,7 @@ def test_expand_dims_run_time_axes(tmp_path, axes) -> None:
     check_compiled(tmp_path, module, {"x": x, "a": a}, expected=[expected])
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("target,copy_zeros", [([4, -1], True), ([0, 2, 2], True), ([2, 0, 3], False), ([-1], False)])
 def test_dynamic_reshape(tmp_path, target, copy_zeros: bool) -> None:
     x = rng.standard_normal((4, 2, 2)).astype(np.float32) if 0 not in target or copy_zeros else \
@@ -440,6 +447,7 @@ def test_dynamic_reshape(tmp_path, target, copy_zeros: bool) -> None:
 # scatters, topk, nonzero -----------------------------------------------------------------------
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("reduction", ["none", "add", "mul", "max", "min"])
 @pytest.mark.parametrize("axis", [0, 1])
 def test_scatter_elements(tmp_path, reduction: str, axis: int) -> None:
@@ -451,6 +459,7 @@ def test_scatter_elements(tmp_path, reduction: str, axis: int) -> None:
     check_compiled(tmp_path, module, {"d": data, "i": indices, "u": updates})
 
 
+@pytest.mark.gpu
 def test_scatter_elements_int_duplicates_last_wins(tmp_path) -> None:
     data = np.zeros((5,), np.int32)
     indices = np.array([1, 3, 1, -1], np.int32)
@@ -461,6 +470,7 @@ def test_scatter_elements_int_duplicates_last_wins(tmp_path) -> None:
                    expected=[np.array([0, 30, 0, 20, 40], np.int32)])
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("reduction", ["none", "add", "mul", "max", "min"])
 @pytest.mark.parametrize("depth", [1, 2])
 def test_scatter_nd(tmp_path, reduction: str, depth: int) -> None:
@@ -473,6 +483,7 @@ def test_scatter_nd(tmp_path, reduction: str, depth: int) -> None:
     check_compiled(tmp_path, module, {"d": data, "i": indices, "u": updates})
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("axis,largest", [(-1, True), (0, False), (1, True)])
 def test_topk(tmp_path, axis: int, largest: bool) -> None:
     x = rng.integers(0, 5, size=(4, 6)).astype(np.float32)  # ties: the lower index first
@@ -493,6 +504,7 @@ def topk_module(data: TensorStructInfo, k_info: TensorStructInfo | None, **attrs
     return IRModule({"main": builder.finish([values, indices], ["values", "indices"])})
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("k", [0, 2, 5])
 def test_topk_run_time_k(tmp_path, k: int) -> None:
     x = rng.standard_normal((3, 5)).astype(np.float32)
@@ -500,6 +512,7 @@ def test_topk_run_time_k(tmp_path, k: int) -> None:
     check_compiled(tmp_path, module, {"x": x, "k": np.array([k], np.int64)})
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("x", [np.array([[1, 0, 2], [0, 0, 3]], np.float32), np.zeros((2, 2), np.float32),
                                np.array([0, 5, 0, 7, 1], np.float32)], ids=["2d", "none", "1d"])
 def test_nonzero(tmp_path, x: np.ndarray) -> None:
@@ -507,12 +520,14 @@ def test_nonzero(tmp_path, x: np.ndarray) -> None:
     check_compiled(tmp_path, module, {"x": x}, expected=[np.array(np.nonzero(x), np.int64)])
 
 
+@pytest.mark.gpu
 def test_nonzero_bool_and_int(tmp_path) -> None:
     mask = np.array([[True, False], [False, True], [True, True]])
     module = build({"x": sinfo(3, 2, dtype="bool")}, lambda v: call_op("nonzero", v))
     check_compiled(tmp_path, module, {"x": mask}, expected=[np.array(np.nonzero(mask), np.int64)])
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("starts,ends,axes,steps", [
     ([0, 1], [2, 3], [0, 1], [1, 1]),
     ([-1, 10], [-100, 0], [1, 0], [-1, -2]),      # negative steps, clamped starts and ends
@@ -530,6 +545,7 @@ def test_dynamic_slice(tmp_path, starts, ends, axes, steps) -> None:
     check_compiled(tmp_path, module, dict(zip("xseat", [x, *operands])))
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["int32", "uint32", "uint8", "uint16", "int8", "int64"])
 @pytest.mark.parametrize("op", ["left_shift", "right_shift"])
 def test_shifts(tmp_path, op: str, dtype: str) -> None:
@@ -554,6 +570,7 @@ def test_shifts(tmp_path, op: str, dtype: str) -> None:
 # max_pool_indices, dropout_mask ----------------------------------------------------------------
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("storage_order", [0, 1])
 @pytest.mark.parametrize("padding,strides", [([0, 0, 0, 0], [1, 1]), ([1, 1, 1, 1], [2, 2])])
 def test_max_pool_indices(tmp_path, storage_order: int, padding, strides) -> None:
@@ -563,6 +580,7 @@ def test_max_pool_indices(tmp_path, storage_order: int, padding, strides) -> Non
     check_compiled(tmp_path, module, {"x": x})
 
 
+@pytest.mark.gpu
 def test_dropout_mask(tmp_path) -> None:
     x = rng.standard_normal((3, 4)).astype(np.float32)
     module = build({"x": sinfo(3, 4)}, lambda v: call_op("dropout_mask", v))
@@ -572,6 +590,7 @@ def test_dropout_mask(tmp_path) -> None:
 # reductions with the axes given at run time -----------------------------------------------------
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("op", ["sum", "mean", "max", "min", "prod", "l1_norm", "l2_norm", "sum_square", "log_sum",
                                 "log_sum_exp"])
 @pytest.mark.parametrize("axes,keepdims", [([1], False), ([-1, 0], True), ([2, 0], False)])
@@ -590,6 +609,7 @@ def test_reduction_empty_run_time_axes(tmp_path, noop: int) -> None:
     check(module, {"x": x, "a": np.zeros((0,), np.int64)})
 
 
+@pytest.mark.gpu
 def test_reduction_run_time_axes_int(tmp_path) -> None:
     x = rng.integers(-5, 5, size=(3, 4)).astype(np.int32)
     for op in ("max", "min", "sum"):
@@ -598,6 +618,7 @@ def test_reduction_run_time_axes_int(tmp_path) -> None:
         check_compiled(tmp_path, module, {"x": x, "a": np.array([1], np.int64)})
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("op", ["max", "min"])
 def test_bool_max_min(tmp_path, op: str) -> None:
     x = np.array([[True, False, True], [False, False, False], [True, True, True]])
@@ -608,6 +629,7 @@ def test_bool_max_min(tmp_path, op: str) -> None:
     check_compiled(tmp_path, run_time, {"x": x, "a": np.array([0], np.int64)})
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("axis", [0, 1, -1])
 @pytest.mark.parametrize("exclusive,reverse", [(False, False), (True, False), (False, True), (True, True)])
 def test_cumsum_run_time_axis(tmp_path, axis: int, exclusive: bool, reverse: bool) -> None:
@@ -617,6 +639,7 @@ def test_cumsum_run_time_axis(tmp_path, axis: int, exclusive: bool, reverse: boo
     check_compiled(tmp_path, module, {"x": x, "a": np.array(axis, np.int64)})
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("shape,target", [((3, 1), [2, 1, 4]), ((1,), [3]), ((2, 3), [1, 1])])
 def test_broadcast_to_run_time_shape(tmp_path, shape, target) -> None:
     x = rng.standard_normal(shape).astype(np.float32)
@@ -625,6 +648,7 @@ def test_broadcast_to_run_time_shape(tmp_path, shape, target) -> None:
     check_compiled(tmp_path, module, {"x": x, "t": np.array(target, np.int64)})
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("repeats", [[1, 2], [3, 1], [2, 0]])
 def test_tile_run_time_repeats(tmp_path, repeats) -> None:
     x = rng.standard_normal((2, 3)).astype(np.float32)
@@ -632,11 +656,13 @@ def test_tile_run_time_repeats(tmp_path, repeats) -> None:
     check_compiled(tmp_path, module, {"x": x, "r": np.array(repeats, np.int64)})
 
 
+@pytest.mark.gpu
 def test_full_run_time_shape(tmp_path) -> None:
     module = build({"s": sinfo(2, dtype="int64")}, lambda s: call_op("full", s, value=1.5, dtype="float32"))
     check_compiled(tmp_path, module, {"s": np.array([2, 3], np.int64)}, expected=[np.full((2, 3), 1.5, np.float32)])
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype,start,limit,delta", [("float32", 1.0, 5.0, 0.75), ("int32", 10, 2, -3),
                                                      ("int64", 0, 7, 2), ("int32", 5, 1, 1)])
 def test_arange_run_time_operands(tmp_path, dtype: str, start, limit, delta) -> None:
@@ -647,6 +673,7 @@ def test_arange_run_time_operands(tmp_path, dtype: str, start, limit, delta) -> 
     check_compiled(tmp_path, module, feeds, expected=[np.arange(start, limit, delta).astype(dtype)])
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("sizes,axis", [([1, 3], 1), ([2, 0, 1], 0)])
 def test_split_run_time_sizes(tmp_path, sizes, axis: int) -> None:
     from relaxweb.ir.expr import TupleGetItem
@@ -662,6 +689,7 @@ def test_split_run_time_sizes(tmp_path, sizes, axis: int) -> None:
     check_compiled(tmp_path, module, {"x": x, "s": np.array(sizes, np.int64)}, expected=expected)
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("mode", ["constant", "edge"])
 @pytest.mark.parametrize("pads", [[1, 0, 2, 3], [0, 2, 0, 1], [-1, 1, 1, -2]])
 def test_pad_run_time_pads(tmp_path, mode: str, pads) -> None:
@@ -672,6 +700,7 @@ def test_pad_run_time_pads(tmp_path, mode: str, pads) -> None:
     check_compiled(tmp_path, module, {"x": x, "p": np.array(pads, np.int64), "v": fill})
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("mode", ["nearest", "linear"])
 def test_resize_run_time_sizes(tmp_path, mode: str) -> None:
     x = rng.standard_normal((1, 1, 3, 4)).astype(np.float32)

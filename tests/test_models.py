@@ -29,6 +29,8 @@ from tests.model_exports import (
 
 RTOL = ATOL = 1e-4
 
+pytestmark = pytest.mark.slow  # the torch exports take 20-40 s
+
 
 @pytest.fixture(scope="session")
 def exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Export]:
@@ -146,6 +148,7 @@ def compiled_session(exports: dict[str, Export], sessions: dict, name: str, fold
     return sessions[name]
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize(
     "name, dims",
     [(name, dims) for name, (_, shapes) in MODELS.items() for dims in shapes],

@@ -87,6 +87,7 @@ def test_supported_case_passes(cases: Path, runner, name: str) -> None:
     assert result["status"] == "pass", result
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("name", ["test_add", "test_relu", "test_matmul_2d", "test_softmax_example", "test_gemm_transposeA"])
 def test_supported_case_passes_through_the_compiler_and_wgpu(cases: Path, runner, name: str) -> None:
     """--compiled: import, compile into a bundle, run with the Python runtime (lavapipe here)."""
@@ -190,6 +191,7 @@ def test_unsupported_and_error_cases(runner, tmp_path: Path) -> None:
     assert (result["status"], result["error_type"], result["stage"]) == ("error", "RelaxwebError", "load")
 
 
+@pytest.mark.slow  # waits out its timeouts
 def test_run_cases_survives_crashes_and_timeouts(cases: Path, runner, monkeypatch) -> None:
     if "fork" not in multiprocessing.get_all_start_methods():
         pytest.skip("the patched importer reaches the workers only when they are forked")
@@ -253,6 +255,7 @@ def test_markdown_report(runner, tmp_path: Path) -> None:
     assert runner.totals(results) == {"cases": 4, "pass": 1, "fail": 1, "unsupported": 1, "error": 1}
 
 
+@pytest.mark.slow  # a subprocess
 def test_run_command_writes_json(cases: Path, tmp_path: Path) -> None:
     out = tmp_path / "results.json"
     doc = tmp_path / "table.md"
