@@ -46,7 +46,11 @@ bools, copies, gathers, slices, max / min, index arithmetic.
 from __future__ import annotations
 
 import importlib
+import os
+import pickle
+import sys
 import warnings
+from pathlib import Path
 from typing import Iterable, NamedTuple
 
 import numpy as np
@@ -142,22 +146,61 @@ def make_model(nodes: Iterable[onnx.NodeProto], inputs, outputs, initializers=No
 # ONNX's node test cases ---------------------------------------------------------------------
 
 
+#: Generated cases are kept here per onnx version (importing the pooling modules runs ONNX's
+#: pure-Python reference pools for ~13 s of CPU); delete the folder to regenerate.
+CASE_CACHE = Path(__file__).resolve().parent.parent / ".cache" / "onnx-node-cases"
+_CASES_BY_MODULE: dict[str, list] = {}
+
+
 def onnx_node_cases(modules: Iterable[str]) -> list:
     """ONNX's node test cases recorded by the ``onnx.backend.test.case.node`` modules named
     (importing one runs its exports, which compute the expected outputs; much faster than
-    collecting all ~1900 cases), plus any recorded before.  Warnings of the exports are
-    silenced, and numpy's global random state, which they reseed, is restored."""
+    collecting all ~1900 cases), in module order.
+
+    The cases of each module are generated once per onnx (and numpy) version and kept in
+    CASE_CACHE.  Generating silences the exports' warnings and restores numpy's global random
+    state, which they reseed.
+    """
+    cases = []
+    for module in modules:
+        if module not in _CASES_BY_MODULE:
+            _CASES_BY_MODULE[module] = _cached_cases(module)
+        cases += _CASES_BY_MODULE[module]
+    return cases
+
+
+def _cached_cases(module: str) -> list:
+    path = CASE_CACHE / f"onnx-{onnx.__version__}-numpy-{np.__version__}" / f"{module}.pickle"
+    try:
+        return pickle.loads(path.read_bytes())
+    except Exception:  # noqa: BLE001 - missing, or written by another version: generate
+        pass
+    cases = _generate_cases(module)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f"{path.name}.{os.getpid()}")
+        partial.write_bytes(pickle.dumps(cases))
+        os.replace(partial, path)
+    except OSError:  # a read-only checkout: generate every time
+        pass
+    return cases
+
+
+def _generate_cases(module: str) -> list:
     from onnx.backend.test.case import node as node_cases
 
+    name = f"onnx.backend.test.case.node.{module}"
+    if name in sys.modules:
+        raise RuntimeError(f"{name} was imported before: its cases cannot be told from the others")
+    recorded = len(node_cases._NodeTestCases)
     state = np.random.get_state()
     target = node_cases._TargetOpType
     node_cases._TargetOpType = None  # record every case (collect_testcases(op_type) may have set it)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            for module in modules:
-                importlib.import_module(f"onnx.backend.test.case.node.{module}")
+            importlib.import_module(name)
     finally:
         node_cases._TargetOpType = target
         np.random.set_state(state)
-    return list(node_cases._NodeTestCases)
+    return list(node_cases._NodeTestCases[recorded:])
