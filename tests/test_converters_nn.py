@@ -27,12 +27,12 @@ import relaxweb.ir.symbolic as symbolic
 from relaxweb.errors import UnsupportedModelError
 from relaxweb.frontend import from_onnx
 from relaxweb.ir import Var
-from relaxweb.ir.expr import Call, ShapeExpr
+from relaxweb.ir.expr import ShapeExpr
 from relaxweb.ir.interpreter import run_module
 from relaxweb.ir.struct_info import TensorStructInfo
 from relaxweb.ir.symbolic import SizeVar, prove_equal
 from relaxweb.ir.tir import Unary
-from relaxweb.ops import DeductionError, call_op, get_op
+from relaxweb.ops import DeductionError, call_op
 from relaxweb.ops.common import needs_known_shapes
 from relaxweb.ops.registry import OPS
 from relaxweb.passes import legalize_ops
@@ -61,13 +61,7 @@ UNSUPPORTED = {
     )},
 }
 
-# Ops that have no GPU lowering because the tensor-program IR lacks something (legalize=None).
-NEEDS_SQRT_OR_LOG = {"log_softmax", "layer_norm", "layer_norm_inv_std", "group_norm", "batch_norm"}
-NO_LOWERING = {
-    "max_pool_indices": "int64 indices",
-    "dropout_mask": "bool tensors have no storage type",
-}
-# Variants whose legalization refuses with a clear error.
+# Variants whose legalization refuses with a clear error (their cases check that error).
 LOWERING_REFUSED = ("cubic", "antialias", "tf_crop_and_resize", "no GPU lowering for p=")
 
 
@@ -207,17 +201,11 @@ def check_legalized(module, feeds: dict, expected: list, what: str) -> None:
 def legalize_case(case) -> None:
     model, inputs = with_constant_resize_inputs(case.model, case.data_sets[0][0])
     module = from_onnx(model)
-    ops = {b.value.op for b in module.main.bindings() if isinstance(b.value, Call)}
-    missing = sorted(op for op in ops if get_op(op).legalize is None)
-    if missing:
-        assert set(missing) <= NEEDS_SQRT_OR_LOG | set(NO_LOWERING), missing
-        pytest.skip(f"no GPU lowering for {', '.join(missing)}")
     try:
         check_legalized(module, feeds_of(model, inputs), case.data_sets[0][1], case.name)
-    except UnsupportedModelError as error:
+    except UnsupportedModelError as error:  # every op lowers; a few variants are refused, clearly
         if not any(text in str(error) for text in LOWERING_REFUSED):
             raise
-        pytest.skip(str(error))
 
 
 LOWERED_CASES = [case for case in CASES if case.name not in UNSUPPORTED]
@@ -225,21 +213,6 @@ LOWERED_CASES = [case for case in CASES if case.name not in UNSUPPORTED]
 
 @pytest.mark.parametrize("case", LOWERED_CASES, ids=[case.name for case in LOWERED_CASES])
 def test_onnx_node_case_legalized(case) -> None:
-    legalize_case(case)
-
-
-def _waits_for_sqrt_or_log(case) -> bool:
-    types = {node.op_type for node in case.model.graph.node}
-    return bool(types & {"LogSoftmax", "LayerNormalization", "BatchNormalization", "InstanceNormalization",
-                         "GroupNormalization", "LpNormalization", "LpPool"})
-
-
-SQRT_CASES = [case for case in LOWERED_CASES if _waits_for_sqrt_or_log(case)]
-
-
-@pytest.mark.parametrize("case", SQRT_CASES, ids=[case.name for case in SQRT_CASES])
-def test_legalizations_waiting_for_sqrt_and_log(case, ir_with_sqrt_and_log) -> None:
-    """What lowers once the tensor-program IR has sqrt and log (patched in here)."""
     legalize_case(case)
 
 
