@@ -25,6 +25,7 @@ from tests.fixtures.handmade_bundle import (
     write_handmade_bundle,
     write_positives_bundle,
 )
+from tests.helpers import rand
 
 ARTIFACTS_DIR = Path(__file__).resolve().parent.parent / "test-artifacts"
 
@@ -340,7 +341,7 @@ async ({ inputs, concurrent }) => {
 
 def positives_input(n: int, seed: int = 0) -> np.ndarray:
     """``n`` multiples of 1/4 in [-4, 4) (exact in JSON), about half of them positive."""
-    return (np.random.default_rng(seed).integers(-16, 16, size=n) / 4).astype(np.float32)
+    return (rand(n, seed=seed, low=-16, high=16, dtype=np.int64) / 4).astype(np.float32)
 
 
 def run_positives(bundle: Path, inputs: list[np.ndarray], concurrent: bool = False) -> dict:

@@ -20,6 +20,7 @@ from relaxweb.frontend.onnx import op_coverage, symbolic_vars
 from relaxweb.ir import Constant, FunctionBuilder, IRModule, SizeVar, TensorStructInfo
 from relaxweb.ir.expr import PrimValue
 from relaxweb.ops import call_op
+from tests.helpers import rand
 from tests.test_end_to_end import assert_user_error, relaxweb
 
 
@@ -158,7 +159,7 @@ def test_symbolic_vars_include_match_cast_and_if_branches() -> None:
 @pytest.mark.slow  # the command line in a subprocess
 @pytest.mark.parametrize("batch", [1, 4, 13])
 def test_run_reference_matches_onnxruntime_on_the_mlp(workdir: Path, mlp: Path, batch: int) -> None:
-    x = np.random.default_rng(batch).standard_normal((batch, 64)).astype(np.float32)
+    x = rand(batch, 64, seed=batch)
     np.savez(workdir / f"x{batch}.npz", x=x)
     out = workdir / f"out{batch}.npz"
     result = relaxweb("run", mlp, "--inputs", f"x{batch}.npz", "--out", out, "--reference", cwd=workdir)
@@ -254,7 +255,7 @@ def test_external_data_is_read_next_to_the_model(external: Path, tmp_path: Path,
 
 @pytest.mark.slow  # the command line in a subprocess
 def test_run_reference_with_external_data_and_float16(workdir: Path, external: Path) -> None:
-    x = np.random.default_rng(3).standard_normal((3, 64)).astype(np.float32)
+    x = rand(3, 64, seed=3)
     np.savez(workdir / "external_in.npz", x=x)
     out = workdir / "external_out.npz"
     result = relaxweb("run", external, "--inputs", "external_in.npz", "--out", out, "--reference", cwd=workdir)

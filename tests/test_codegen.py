@@ -24,13 +24,10 @@ from relaxweb.runtime import Dispatch, HostModule
 from relaxweb.wgsl import emit_wgsl
 from relaxweb.wgsl.emit import WORKGROUP_SIZE
 from tests.gpu_kernels import make_pipeline, run_kernel_on_gpu
+from tests.helpers import rand
 
 n = SizeVar("n")
 m = SizeVar("m")
-
-
-def rand(*shape: int, seed: int = 0) -> np.ndarray:
-    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
 
 
 def legalized_programs() -> dict[str, TensorProgram]:
@@ -432,12 +429,12 @@ def test_dim_param_named_like_an_index_variable(device, tmp_path: Path, dim_para
 
     from relaxweb.runtime import Session
 
-    w = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32)
+    w = rand(4, 3, seed=0)
     model = onnx_model([helper.make_node("MatMul", ["x", "W"], ["y"], name="mm")], [("x", [dim_param, 4])], {"W": w})
     path = tmp_path / "model.onnx"
     onnx.save(model, str(path))
     build_bundle(path, tmp_path / "dist", {})
-    x = np.random.default_rng(1).standard_normal((5, 4)).astype(np.float32)
+    x = rand(5, 4, seed=1)
     actual = Session(tmp_path / "dist", device=device).run({"x": x})["y"]
     np.testing.assert_allclose(actual, x @ w, rtol=1e-5, atol=1e-5)
 

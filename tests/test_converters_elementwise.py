@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 
 import numpy as np
 import onnx
@@ -31,6 +32,7 @@ from relaxweb.ir.struct_info import TupleStructInfo, struct_info_equal
 from relaxweb.ir.symbolic import evaluate
 from relaxweb.ops import DeductionError, call_op, get_op
 from relaxweb.passes import legalize_ops, run_pipeline
+from tests import helpers
 from tests.gpu_kernels import run_compiled
 from tests.helpers import onnx_node_cases
 
@@ -233,8 +235,7 @@ def run_onnxruntime(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> lis
 F, I32, I64, B = TensorProto.FLOAT, TensorProto.INT32, TensorProto.INT64, TensorProto.BOOL
 
 
-def rand(*shape: int, seed: int = 0) -> np.ndarray:
-    return np.random.default_rng(seed).uniform(-3, 3, shape).astype(np.float32)
+rand = partial(helpers.rand, low=-3.0, high=3.0)  # this file's data: uniform in [-3, 3)
 
 
 SYMBOLIC_MODELS = {

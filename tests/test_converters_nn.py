@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+from functools import partial
 
 import numpy as np
 import onnx
@@ -37,6 +38,7 @@ from relaxweb.ops.common import needs_known_shapes
 from relaxweb.ops.registry import OPS
 from relaxweb.passes import legalize_ops
 from relaxweb.wgsl.emit import WGSL_TYPES, emit_wgsl
+from tests import helpers
 from tests.helpers import onnx_node_cases
 
 # ONNX op type -> the module of onnx.backend.test.case.node that generates its cases
@@ -219,8 +221,7 @@ def test_onnx_node_case_legalized(case) -> None:
 # Models with symbolic dims against onnxruntime -------------------------------------------------
 
 
-def rand(*shape: int, seed: int = 0, low: float = -1.0, high: float = 1.0) -> np.ndarray:
-    return np.random.default_rng(seed).uniform(low, high, shape).astype(np.float32)
+rand = partial(helpers.rand, low=-1.0, high=1.0)  # this file's data: uniform in [-1, 1)
 
 
 def make_model(nodes, inputs, outputs, initializers, opset: int = 18) -> onnx.ModelProto:

@@ -19,6 +19,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from examples.make_mlp import make_mlp
+from tests.helpers import rand
 
 pytestmark = pytest.mark.slow  # the command line in subprocesses, a second or more each
 
@@ -104,7 +105,7 @@ def test_opt_level_0_builds_one_kernel_per_op(workdir: Path, model: Path) -> Non
 @pytest.mark.gpu
 @pytest.mark.parametrize("batch", [1, 5, 64])
 def test_run_matches_onnxruntime(workdir: Path, model: Path, bundle: Path, batch: int) -> None:
-    x = np.random.default_rng(batch).standard_normal((batch, 64)).astype(np.float32)
+    x = rand(batch, 64, seed=batch)
     inputs = write_inputs(workdir, f"inputs_{batch}.npz", x)
     out = workdir / f"outputs_{batch}.npz"
     result = relaxweb("run", bundle, "--inputs", inputs, "--out", out, cwd=workdir)

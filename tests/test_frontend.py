@@ -3,6 +3,7 @@ the reference interpreter), and the errors a user sees for models relaxweb canno
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +19,7 @@ from relaxweb.ir import Call, Constant, SizeVar, TensorStructInfo
 from relaxweb.ir.host import run_host_function
 from relaxweb.ir.interpreter import run_module
 from relaxweb.passes import run_pipeline
+from tests import helpers
 
 
 
@@ -57,8 +59,7 @@ def run_onnxruntime(model: onnx.ModelProto, inputs: dict[str, np.ndarray]) -> li
     return session.run(None, inputs)
 
 
-def rand(*shape: int, seed: int = 0, low: float = -2.0, high: float = 2.0) -> np.ndarray:
-    return np.random.default_rng(seed).uniform(low, high, shape).astype(np.float32)
+rand = partial(helpers.rand, low=-2.0, high=2.0)  # this file's data: uniform in [-2, 2)
 
 
 # The example MLP -----------------------------------------------------------------------------

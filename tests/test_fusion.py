@@ -26,14 +26,11 @@ from relaxweb.ops import call_op
 from relaxweb.passes import fuse_ops, legalize_ops, schedule_programs
 from relaxweb.wgsl import emit_wgsl
 from tests.gpu_kernels import run_kernel_on_gpu
+from tests.helpers import rand
 from tests.test_passes import mlp_module  # x[n, 4] -> matmul -> add -> relu -> matmul -> add -> softmax
 
 n, m, k = SizeVar("n"), SizeVar("m"), SizeVar("k")
 I0, I1, I2 = SizeVar("i0_"), SizeVar("i1_"), SizeVar("i2_")
-
-
-def rand(*shape: int, seed: int = 0) -> np.ndarray:
-    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
 
 
 def tensor(*shape) -> TensorStructInfo:

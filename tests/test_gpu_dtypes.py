@@ -19,6 +19,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from relaxweb.bundle import build_bundle
 from relaxweb.errors import InputShapeError, UnsupportedModelError
+from tests.helpers import rand
 
 
 def _save(tmp_path: Path, name: str, nodes, inputs, outputs, initializers=()) -> Path:
@@ -219,7 +220,7 @@ def test_greater_where_has_a_bool_intermediate(device, tmp_path: Path) -> None:
     model = where_model(tmp_path)
     bundle = build(model, tmp_path, {"n": 16})
     for rows in (1, 5, 16):
-        x = np.random.default_rng(rows).uniform(-4, 4, (rows, 3)).astype(np.float32)
+        x = rand(rows, 3, seed=rows, low=-4, high=4)
         check_against_onnxruntime(model, bundle, {"x": x})
 
 
@@ -227,7 +228,7 @@ def test_int64_input_plus_int64_constant(device, tmp_path: Path) -> None:
     model = int64_add_model(tmp_path)
     bundle = build(model, tmp_path, {"batch": 8})
     for rows in (1, 3, 8):
-        ids = np.random.default_rng(rows).integers(-2**30, 2**30, (rows, 3), dtype=np.int64)
+        ids = rand(rows, 3, seed=rows, low=-2**30, high=2**30, dtype=np.int64)
         check_against_onnxruntime(model, bundle, {"ids": ids})
     edges = np.array([[-2**31 + 2, 2**31 - 1 - 1000 - 5, 2**31 - 1 - 1000]], np.int64)
     check_against_onnxruntime(model, bundle, {"ids": edges})

@@ -17,6 +17,7 @@ from relaxweb.ir.interpreter import run_module, run_program
 from relaxweb.ir.printer import format_function
 from relaxweb.ir.tir import format_program
 from relaxweb.ops import DeductionError, call_op
+from tests.helpers import rand
 
 n = SizeVar("n")
 m = SizeVar("m")
@@ -29,10 +30,6 @@ def tensor(name: str, *shape, dtype: str = "float32") -> Var:
 def buf(name: str, shape: tuple, dtype: str) -> Buffer:
     """A tensor-program buffer (Buffer shapes hold PrimExprs; ints are wrapped here)."""
     return Buffer(name, tuple(as_expr(d) for d in shape), dtype)
-
-
-def rng(seed: int = 0) -> np.random.Generator:
-    return np.random.default_rng(seed)
 
 
 # Annotations ---------------------------------------------------------------------------------
@@ -245,9 +242,8 @@ def test_unknown_op() -> None:
 
 def small_mlp_module() -> tuple[IRModule, dict[str, np.ndarray]]:
     """x[n, 4] @ w[4, 3] + b[3] -> relu -> softmax over the last axis."""
-    generator = rng(1)
-    w = generator.standard_normal((4, 3)).astype(np.float32)
-    b = generator.standard_normal(3).astype(np.float32)
+    w = rand(4, 3, seed=1)
+    b = rand(3, seed=2)
     builder = FunctionBuilder("main")
     x = builder.add_param("x", TensorStructInfo((n, 4), "float32"))
     mm = builder.emit(call_op("matmul", x, Constant(w, "w")), "mm")
@@ -313,7 +309,7 @@ def numpy_small_mlp(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
 @pytest.mark.parametrize("rows", [1, 7])
 def test_interpreter_runs_a_built_function(rows: int) -> None:
     module, weights = small_mlp_module()
-    x = rng(rows).standard_normal((rows, 4)).astype(np.float32)
+    x = rand(rows, 4, seed=rows)
     (y,) = run_module(module, {"x": x})
     assert y.shape == (rows, 3)
     assert y.dtype == np.float32
@@ -369,8 +365,8 @@ def test_run_program_elementwise_with_broadcast() -> None:
         "axpb", (a, b), buf("out", (n, 3), "float32"), (I0, I1),
         Binary("add", Binary("multiply", Load(a, (I0, I1)), FloatImm(2.0)), Load(b, (I1,))),
     )
-    x = rng(2).standard_normal((5, 3)).astype(np.float32)
-    y = rng(3).standard_normal(3).astype(np.float32)
+    x = rand(5, 3, seed=2)
+    y = rand(3, seed=3)
     out = run_program(program, [x, y], {"n": 5})
     assert out.dtype == np.float32
     np.testing.assert_allclose(out, x * 2 + y, rtol=1e-6)
@@ -404,8 +400,8 @@ def test_run_program_reduce_matmul() -> None:
         "mm", (a, b), buf("out", (n, 5), "float32"), (I0, I1),
         Reduce("sum", K, m, Binary("multiply", Load(a, (I0, K)), Load(b, (K, I1)))),
     )
-    x = rng(4).standard_normal((3, 6)).astype(np.float32)
-    w = rng(5).standard_normal((6, 5)).astype(np.float32)
+    x = rand(3, 6, seed=4)
+    w = rand(6, 5, seed=5)
     np.testing.assert_allclose(run_program(program, [x, w], {"n": 3, "m": 6}), x @ w, rtol=1e-5, atol=1e-6)
 
 
@@ -414,7 +410,7 @@ def test_run_program_reduce_max_to_kept_dim() -> None:
     program = TensorProgram(
         "rowmax", (a,), buf("out", (n, 1), "float32"), (I0, I1), Reduce("max", K, IntImm(4), Load(a, (I0, K)))
     )
-    x = rng(6).standard_normal((3, 4)).astype(np.float32)
+    x = rand(3, 4, seed=6)
     np.testing.assert_array_equal(run_program(program, [x], {"n": 3}), x.max(axis=1, keepdims=True))
 
 
@@ -425,7 +421,7 @@ def test_run_program_nested_reduce() -> None:
         "summax", (a,), buf("out", (n,), "float32"), (I0,),
         Reduce("sum", K, IntImm(3), Reduce("max", R, IntImm(4), Binary("multiply", Load(a, (I0, K, R)), FloatImm(2.0)))),
     )
-    x = rng(7).standard_normal((5, 3, 4)).astype(np.float32)
+    x = rand(5, 3, 4, seed=7)
     np.testing.assert_allclose(run_program(nested, [x], {"n": 5}), (x * 2).max(axis=2).sum(axis=1), rtol=1e-5)
 
     both = TensorProgram(
@@ -442,7 +438,7 @@ def test_run_program_reduce_inside_an_expression() -> None:
         "normalize", (a,), buf("out", (n, 4), "float32"), (I0, I1),
         Binary("divide", Load(a, (I0, I1)), Reduce("sum", K, IntImm(4), Load(a, (I0, K)))),
     )
-    x = rng(8).uniform(1, 2, (3, 4)).astype(np.float32)
+    x = rand(3, 4, seed=8, low=1, high=2)
     np.testing.assert_allclose(run_program(program, [x], {"n": 3}), x / x.sum(axis=1, keepdims=True), rtol=1e-6)
 
 

@@ -22,14 +22,11 @@ from relaxweb.ir.interpreter import run_module
 from relaxweb.ir.symbolic import evaluate, format_expr, prove_equal
 from relaxweb.ops import call_op
 from relaxweb.passes import PIPELINE, legalize_ops, lower_shapes_to_host, pipeline, plan_memory, run_pipeline
+from tests.helpers import rand
 
 n = SizeVar("n")
 m = SizeVar("m")
 I0, I1 = SizeVar("i0_"), SizeVar("i1_")
-
-
-def rand(*shape: int, seed: int = 0) -> np.ndarray:
-    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
 
 
 def module_of(builder: FunctionBuilder, outputs: list[Var], names: list[str], **attrs) -> IRModule:

@@ -29,6 +29,7 @@ from tests.fixtures.handmade_bundle import (
     write_handmade_bundle,
     write_positives_bundle,
 )
+from tests.helpers import rand
 
 
 @pytest.fixture(scope="module")
@@ -620,7 +621,7 @@ def test_session_loads_a_copied_bundle(
 
 def positives_input(n: int, seed: int = 0) -> np.ndarray:
     """``n`` values in [-1, 1), about half of them positive, with a 0 and a -0 when n > 3."""
-    x = np.random.default_rng(seed).uniform(-1, 1, size=n).astype(np.float32)
+    x = rand(n, seed=seed, low=-1, high=1)
     if n > 3:
         x[1], x[3] = 0.0, -0.0
     return x
