@@ -21,6 +21,7 @@ from relaxweb.ir.struct_info import (
     FuncStructInfo, PrimStructInfo, ShapeStructInfo, StructInfo, TensorStructInfo, TupleStructInfo,
 )
 from relaxweb.ir.symbolic import PrimExpr, evaluate, format_expr, free_vars
+from tests.helpers import MODEL
 
 ROOT = Path(__file__).resolve().parents[1]
 # seq 1 too: a dim equal to 1 at run time must not be taken for a broadcast dim
@@ -249,7 +250,8 @@ class CapturingInterpreter(CheckingInterpreter):
         return result
 
 
-def compare_values(model, module, inputs: dict[str, np.ndarray], rtol: float = 1e-4, atol: float = 1e-4) -> list[str]:
+def compare_values(model, module, inputs: dict[str, np.ndarray], rtol: float = MODEL.rtol,
+                   atol: float = MODEL.atol) -> list[str]:
     """Run ``module`` (the import of ``model``) and onnxruntime (with every node output as an
     extra output); the values that differ, in node order (a binding is matched to the ONNX
     value it is named after)."""

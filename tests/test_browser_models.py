@@ -4,7 +4,7 @@ The GPT-2-like and BERT-like models of scripts/export_test_models.py (tiny confi
 weights from fixed seeds; TorchScript exporter) are exported once per module, each built
 ONCE with ``relaxweb.bundle.build_bundle``, and the one bundle is loaded once in the browser
 and run at two shapes, (batch, seq) = (1, 8) and (2, 5); every output must match
-onnxruntime within 1e-3.  Their inputs are int64: they go to the page as BigInt64Array.
+onnxruntime (the MODEL tolerance of tests/helpers.py).  Their inputs are int64: they go to the page as BigInt64Array.
 
 A tiny hand-written ONNX model checks int64 through the whole browser path: int64 in and
 out as BigInt64Array, and an input outside the int32 range rejected with the input's name.
@@ -25,12 +25,12 @@ from onnx import TensorProto, helper
 from relaxweb.browser import open_runner_page, run_in_browser, run_many_in_browser
 from relaxweb.bundle import build_bundle
 from relaxweb.errors import InputShapeError
+from tests.helpers import MODEL, assert_close
 from tests.model_exports import Export, export_models, export_script, missing_exporter_packages
 from tests.test_browser import pytestmark as browser_marks
 
 pytestmark = browser_marks
 
-ATOL = RTOL = 1e-3
 MODELS = ["gpt2_legacy", "bert_legacy"]
 SHAPES = [{"batch": 1, "seq": 8}, {"batch": 2, "seq": 5}]
 #: Build bounds: above both shapes, so one build serves them from buffers allocated at load.
@@ -74,7 +74,7 @@ def test_one_build_matches_onnxruntime_at_two_shapes(exports, bundles, name: str
             got = actual[output.name]
             assert got.shape == want.shape, f"{name} {output.name} at {dims}: shape {got.shape}, onnxruntime {want.shape}"
             assert got.dtype == want.dtype
-            np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL, err_msg=f"{name} {output.name} at {dims}")
+            assert_close(got, want, MODEL, err_msg=f"{name} {output.name} at {dims}")
 
 
 # int64 through the browser -------------------------------------------------------------------

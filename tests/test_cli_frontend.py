@@ -20,7 +20,7 @@ from relaxweb.frontend.onnx import op_coverage, symbolic_vars
 from relaxweb.ir import Constant, FunctionBuilder, IRModule, SizeVar, TensorStructInfo
 from relaxweb.ir.expr import PrimValue
 from relaxweb.ops import call_op
-from tests.helpers import rand
+from tests.helpers import assert_close, rand
 from tests.test_end_to_end import assert_user_error, relaxweb
 
 
@@ -170,7 +170,7 @@ def test_run_reference_matches_onnxruntime_on_the_mlp(workdir: Path, mlp: Path, 
         assert data.files == ["probabilities"]
         actual = data["probabilities"]
     expected = onnxruntime_outputs(mlp, {"x": x})["probabilities"]
-    np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-6)
+    assert_close(actual, expected)
 
 
 @pytest.mark.slow  # the command line in a subprocess
@@ -266,7 +266,7 @@ def test_run_reference_with_external_data_and_float16(workdir: Path, external: P
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     (expected,) = session.run(None, {"x": x})
     assert actual.shape == (6, 32)
-    np.testing.assert_allclose(actual, expected, rtol=1e-6, atol=1e-6)
+    assert_close(actual, expected)
 
 
 @pytest.mark.slow  # the command line in a subprocess

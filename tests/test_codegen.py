@@ -24,7 +24,7 @@ from relaxweb.runtime import Dispatch, HostModule
 from relaxweb.wgsl import emit_wgsl
 from relaxweb.wgsl.emit import WORKGROUP_SIZE
 from tests.gpu_kernels import make_pipeline, run_kernel_on_gpu
-from tests.helpers import rand
+from tests.helpers import F32_LOOSE, assert_close, rand
 
 n = SizeVar("n")
 m = SizeVar("m")
@@ -118,8 +118,8 @@ def test_elementwise_kernel_runs_on_wgpu(device) -> None:
     program = PROGRAMS["add"]
     x, bias = rand(37, 5, seed=1), rand(5, seed=2)  # 185 elements: 3 workgroups, the last partial
     out = run_kernel_on_gpu(device, program, [x, bias], {"n": 37})
-    np.testing.assert_allclose(out, x + bias, rtol=1e-6)
-    np.testing.assert_allclose(out, run_program(program, [x, bias], {"n": 37}), rtol=1e-6)
+    assert_close(out, x + bias)
+    assert_close(out, run_program(program, [x, bias], {"n": 37}))
 
 
 def test_elementwise_kernel_on_a_two_dimensional_grid(device) -> None:
@@ -127,14 +127,14 @@ def test_elementwise_kernel_on_a_two_dimensional_grid(device) -> None:
     program = PROGRAMS["add"]
     x, bias = rand(40, 5, seed=3), rand(5, seed=4)  # 200 elements
     out = run_kernel_on_gpu(device, program, [x, bias], {"n": 40}, grid=(2, 2, 1))
-    np.testing.assert_allclose(out, x + bias, rtol=1e-6)
+    assert_close(out, x + bias)
 
 
 def test_matmul_kernel_runs_on_wgpu(device) -> None:
     program = PROGRAMS["matmul"]
     a, b = rand(9, 13, seed=5), rand(13, 5, seed=6)
     out = run_kernel_on_gpu(device, program, [a, b], {"n": 9, "m": 13})
-    np.testing.assert_allclose(out, a @ b, rtol=1e-5, atol=1e-5)
+    assert_close(out, a @ b)
 
 
 def test_softmax_kernels_run_on_wgpu(device) -> None:
@@ -144,7 +144,7 @@ def test_softmax_kernels_run_on_wgpu(device) -> None:
     total = run_kernel_on_gpu(device, PROGRAMS["softmax_sum"], [x, row_max], {"n": 70})
     out = run_kernel_on_gpu(device, PROGRAMS["softmax_normalize"], [x, row_max, total], {"n": 70})
     e = np.exp(x - x.max(axis=1, keepdims=True))
-    np.testing.assert_allclose(out, e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-6)
+    assert_close(out, e / e.sum(axis=1, keepdims=True))
 
 
 # The host module of a built bundle ---------------------------------------------------------------
@@ -418,7 +418,7 @@ def test_bundle_runs_on_wgpu_like_onnxruntime(device, tmp_path: Path, name: str)
         (expected,) = reference.run(None, feeds)
         actual = session.run(feeds)["y"]
         assert actual.shape == expected.shape
-        np.testing.assert_allclose(actual, expected, rtol=1e-4, atol=1e-5, err_msg=f"{name} at batch {batch}")
+        assert_close(actual, expected, F32_LOOSE, err_msg=f"{name} at batch {batch}")
 
 
 @pytest.mark.parametrize("dim_param", ["k_", "i1_"])
@@ -436,7 +436,7 @@ def test_dim_param_named_like_an_index_variable(device, tmp_path: Path, dim_para
     build_bundle(path, tmp_path / "dist", {})
     x = rand(5, 4, seed=1)
     actual = Session(tmp_path / "dist", device=device).run({"x": x})["y"]
-    np.testing.assert_allclose(actual, x @ w, rtol=1e-5, atol=1e-5)
+    assert_close(actual, x @ w)
 
 
 def test_size_vars_named_like_wgsl_reserved_words_compile(device) -> None:

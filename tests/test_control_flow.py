@@ -18,7 +18,7 @@ from relaxweb.ir.struct_info import PrimStructInfo
 from relaxweb.ir.well_formed import check_well_formed
 from relaxweb.ops import call_op
 from relaxweb.runtime import Session
-from tests.helpers import rand
+from tests.helpers import assert_close, rand
 
 n, m, p, k = (SizeVar(name) for name in ("n", "m", "p", "k"))
 
@@ -81,13 +81,13 @@ def test_if_runs_both_branches_everywhere(if_bundle, rows: int) -> None:
     y = rng.standard_normal((5, 4)).astype(np.float32)
     expected = expected_if(x, y, same_shapes=False)
     module = if_module(same_shapes=False)
-    np.testing.assert_allclose(run_module(module, {"x": x, "y": y})[0], expected)
+    assert_close(run_module(module, {"x": x, "y": y})[0], expected)
     compiled = compile_module(module, {"n": 16, "m": 16})
     assert any(isinstance(step, HostIf) for step in compiled.main.steps)
-    np.testing.assert_allclose(run_host_function(compiled.main, compiled.programs, {"x": x, "y": y})[0], expected)
+    assert_close(run_host_function(compiled.main, compiled.programs, {"x": x, "y": y})[0], expected)
     outputs = Session(if_bundle).run({"x": x, "y": y})
     assert outputs["out"].shape == expected.shape
-    np.testing.assert_allclose(outputs["out"], expected, rtol=1e-6)
+    assert_close(outputs["out"], expected)
 
 
 def tensor_condition_module() -> IRModule:
@@ -112,14 +112,14 @@ def test_if_on_a_tensor_reads_the_condition_back(tmp_path, flag: int) -> None:
     x = rand(3, 4, seed=flag)
     inputs = {"flag": np.array(flag, dtype=np.int32), "x": x}
     expected = x + x if flag else x * x
-    np.testing.assert_allclose(run_module(module, inputs)[0], expected)
+    assert_close(run_module(module, inputs)[0], expected)
     compiled = compile_module(module, {"n": 8})
     assert isinstance(compiled.main.steps[0], HostRead)
     assert compiled.main.read_slots == 1
-    np.testing.assert_allclose(run_host_function(compiled.main, compiled.programs, inputs)[0], expected)
+    assert_close(run_host_function(compiled.main, compiled.programs, inputs)[0], expected)
     write_bundle(compiled, tmp_path / "bundle", "tensor_condition")
     session = Session(tmp_path / "bundle")
-    np.testing.assert_allclose(session.run(inputs)["out"], expected, rtol=1e-6)
+    assert_close(session.run(inputs)["out"], expected)
     assert session.last_read_count == 1
 
 
@@ -163,13 +163,13 @@ def unique_bundle(tmp_path_factory) -> Path:
 def test_unique_then_ops_in_k_run_everywhere(unique_bundle, x: np.ndarray) -> None:
     expected = np.unique(x) * 2
     module = unique_module()
-    np.testing.assert_allclose(run_module(module, {"x": x})[0], expected)
+    assert_close(run_module(module, {"x": x})[0], expected)
     compiled = compile_module(module, {"n": 64, "k": 6})
-    np.testing.assert_allclose(run_host_function(compiled.main, compiled.programs, {"x": x})[0], expected)
+    assert_close(run_host_function(compiled.main, compiled.programs, {"x": x})[0], expected)
     session = Session(unique_bundle)
     out = session.run({"x": x})["out"]
     assert out.shape == expected.shape
-    np.testing.assert_allclose(out, expected)
+    assert_close(out, expected)
     assert session.last_read_count == 1
 
 
@@ -193,7 +193,7 @@ def test_match_cast_of_a_prim_value_binds_a_variable() -> None:
     module = IRModule({"main": builder.finish([out], ["out"])})
     check_well_formed(module)
     x_value = np.ones((6, 4), np.float32)
-    np.testing.assert_allclose(run_module(module, {"x": x_value})[0], x_value)
+    assert_close(run_module(module, {"x": x_value})[0], x_value)
 
 
 def with_browser_marks(test):
@@ -211,6 +211,6 @@ def test_compiled_read_back_runs_in_chromium(unique_bundle) -> None:
     from relaxweb.browser import run_in_browser
 
     x = UNIQUE_CASES[0]
-    np.testing.assert_allclose(run_in_browser(unique_bundle, {"x": x})["out"], np.unique(x) * 2)
+    assert_close(run_in_browser(unique_bundle, {"x": x})["out"], np.unique(x) * 2)
     with pytest.raises(InputShapeError, match=r"\(k\) is 7, above its bound k <= 6"):
         run_in_browser(unique_bundle, {"x": np.arange(7, dtype=np.float32)})

@@ -3,7 +3,7 @@
 ``ops/logic.py``, ``ops/reduction.py``).
 
 - ONNX's own node test cases for these op types, imported with ``from_onnx`` and run in the
-  reference interpreter against the outputs ONNX ships (rtol 1e-3, atol 1e-4); the cases
+  reference interpreter against the outputs ONNX ships (the ONNX_CASE tolerance); the cases
   whose axes / k / CumSum axis are graph inputs run once as they are (run-time values) and
   once with those inputs made initializers (compile-time values, full shape deduction).
 - Models with symbolic dims (``dim_param``) against onnxruntime, in the interpreter and,
@@ -34,9 +34,7 @@ from relaxweb.ops import DeductionError, call_op, get_op
 from relaxweb.passes import legalize_ops, run_pipeline
 from tests import helpers
 from tests.gpu_kernels import run_compiled
-from tests.helpers import onnx_node_cases
-
-RTOL, ATOL = 1e-3, 1e-4
+from tests.helpers import ONNX_CASE, assert_close, onnx_node_cases
 
 # folding the constant subgraphs of expanded function bodies may take log(0) in onnx.reference
 pytestmark = pytest.mark.filterwarnings("ignore:divide by zero:RuntimeWarning")
@@ -126,8 +124,7 @@ def assert_outputs_match(actual: list[np.ndarray], expected: list[np.ndarray], w
         assert got.shape == want.shape, f"{message}: shape {got.shape} != {want.shape}"
         assert got.dtype == want.dtype, f"{message}: dtype {got.dtype} != {want.dtype}"
         if want.dtype.kind in "fc":
-            np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=RTOL, atol=ATOL,
-                                       err_msg=message)
+            assert_close(got.astype(np.float64), want.astype(np.float64), ONNX_CASE, err_msg=message)
         else:
             np.testing.assert_array_equal(got, want, err_msg=message)
 
@@ -658,7 +655,7 @@ def test_legalized_runs_on_wgpu(device, name: str) -> None:
         arrays = [feeds[arg.name] for arg in call.args]
         values = {name: int(evaluate(value, sizes)) for name, value in call.size_var_values}
         got = run_kernel_on_gpu(device, program, arrays, values)
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=program.name)
+        assert_close(got, want, err_msg=program.name)
 
 
 def test_some_results_are_tuples_of_topk() -> None:

@@ -39,7 +39,7 @@ from relaxweb.ops.registry import OPS
 from relaxweb.passes import legalize_ops
 from relaxweb.wgsl.emit import WGSL_TYPES, emit_wgsl
 from tests import helpers
-from tests.helpers import onnx_node_cases
+from tests.helpers import ONNX_CASE, assert_close, onnx_node_cases
 
 # ONNX op type -> the module of onnx.backend.test.case.node that generates its cases
 ONNX_CASE_MODULES = {
@@ -97,8 +97,7 @@ def assert_outputs(actual: list, expected: list, what: str) -> None:
         if want.dtype == bool or np.issubdtype(want.dtype, np.integer):
             np.testing.assert_array_equal(got, want, err_msg=f"{what}: output {index}")
         else:
-            np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=1e-3, atol=1e-4,
-                                       err_msg=f"{what}: output {index}")
+            assert_close(got.astype(np.float64), want.astype(np.float64), ONNX_CASE, err_msg=f"{what}: output {index}")
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])

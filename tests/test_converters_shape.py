@@ -39,7 +39,7 @@ from relaxweb.ops import DeductionError, call_op
 from relaxweb.passes import legalize_ops, run_pipeline
 from tests.gpu_kernels import run_compiled
 from tests.gpu_kernels import run_kernel_on_gpu
-from tests.helpers import onnx_node_cases
+from tests.helpers import assert_close, onnx_node_cases
 
 # 1. ONNX's node test cases ---------------------------------------------------------------------
 
@@ -87,8 +87,7 @@ def _assert_outputs(actual: list[np.ndarray], expected: list, what: str) -> None
         want = np.asarray(want)
         assert got.shape == want.shape, f"{what}, output {position}: shape {got.shape} vs {want.shape}"
         assert got.dtype == want.dtype, f"{what}, output {position}: dtype {got.dtype} vs {want.dtype}"
-        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=1e-5, atol=1e-6,
-                                   err_msg=f"{what}, output {position}")
+        assert_close(got.astype(np.float64), want.astype(np.float64), err_msg=f"{what}, output {position}")
 
 
 def test_the_node_cases_cover_every_op_type() -> None:

@@ -19,7 +19,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from examples.make_mlp import make_mlp
-from tests.helpers import rand
+from tests.helpers import MODEL, assert_close, rand
 
 pytestmark = pytest.mark.slow  # the command line in subprocesses, a second or more each
 
@@ -118,8 +118,8 @@ def test_run_matches_onnxruntime(workdir: Path, model: Path, bundle: Path, batch
     (expected,) = session.run(None, {"x": x})
     assert actual.shape == (batch, 10)
     assert actual.dtype == np.float32
-    np.testing.assert_allclose(actual, expected, rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(actual.sum(axis=1), 1, rtol=1e-5)
+    assert_close(actual, expected, MODEL)
+    assert_close(actual.sum(axis=1), 1)
 
 
 @pytest.mark.gpu

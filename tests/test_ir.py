@@ -17,7 +17,7 @@ from relaxweb.ir.interpreter import run_module, run_program
 from relaxweb.ir.printer import format_function
 from relaxweb.ir.tir import format_program
 from relaxweb.ops import DeductionError, call_op
-from tests.helpers import rand
+from tests.helpers import assert_close, rand
 
 n = SizeVar("n")
 m = SizeVar("m")
@@ -313,7 +313,7 @@ def test_interpreter_runs_a_built_function(rows: int) -> None:
     (y,) = run_module(module, {"x": x})
     assert y.shape == (rows, 3)
     assert y.dtype == np.float32
-    np.testing.assert_allclose(y, numpy_small_mlp(x, weights["w"], weights["b"]), rtol=1e-5, atol=1e-6)
+    assert_close(y, numpy_small_mlp(x, weights["w"], weights["b"]))
 
 
 def test_interpreter_checks_inputs() -> None:
@@ -369,7 +369,7 @@ def test_run_program_elementwise_with_broadcast() -> None:
     y = rand(3, seed=3)
     out = run_program(program, [x, y], {"n": 5})
     assert out.dtype == np.float32
-    np.testing.assert_allclose(out, x * 2 + y, rtol=1e-6)
+    assert_close(out, x * 2 + y)
 
 
 def test_run_program_unary_ops() -> None:
@@ -380,7 +380,7 @@ def test_run_program_unary_ops() -> None:
     }
     for op, reference in expected.items():
         program = TensorProgram(op, (a,), buf("out", (n,), "float32"), (I0,), Unary(op, Load(a, (I0,))))
-        np.testing.assert_allclose(run_program(program, [x], {"n": 7}), reference, rtol=1e-6, err_msg=op)
+        assert_close(run_program(program, [x], {"n": 7}), reference, err_msg=op)
 
 
 def test_run_program_index_arithmetic() -> None:
@@ -402,7 +402,7 @@ def test_run_program_reduce_matmul() -> None:
     )
     x = rand(3, 6, seed=4)
     w = rand(6, 5, seed=5)
-    np.testing.assert_allclose(run_program(program, [x, w], {"n": 3, "m": 6}), x @ w, rtol=1e-5, atol=1e-6)
+    assert_close(run_program(program, [x, w], {"n": 3, "m": 6}), x @ w)
 
 
 def test_run_program_reduce_max_to_kept_dim() -> None:
@@ -422,13 +422,13 @@ def test_run_program_nested_reduce() -> None:
         Reduce("sum", K, IntImm(3), Reduce("max", R, IntImm(4), Binary("multiply", Load(a, (I0, K, R)), FloatImm(2.0)))),
     )
     x = rand(5, 3, 4, seed=7)
-    np.testing.assert_allclose(run_program(nested, [x], {"n": 5}), (x * 2).max(axis=2).sum(axis=1), rtol=1e-5)
+    assert_close(run_program(nested, [x], {"n": 5}), (x * 2).max(axis=2).sum(axis=1))
 
     both = TensorProgram(
         "sum2", (a,), buf("out", (n, 1, 1), "float32"), (I0, I1, I2),
         Reduce("sum", K, IntImm(3), Reduce("sum", R, IntImm(4), Load(a, (I0, K, R)))),
     )
-    np.testing.assert_allclose(run_program(both, [x], {"n": 5}), x.sum(axis=(1, 2), keepdims=True), rtol=1e-5)
+    assert_close(run_program(both, [x], {"n": 5}), x.sum(axis=(1, 2), keepdims=True))
 
 
 def test_run_program_reduce_inside_an_expression() -> None:
@@ -439,7 +439,7 @@ def test_run_program_reduce_inside_an_expression() -> None:
         Binary("divide", Load(a, (I0, I1)), Reduce("sum", K, IntImm(4), Load(a, (I0, K)))),
     )
     x = rand(3, 4, seed=8, low=1, high=2)
-    np.testing.assert_allclose(run_program(program, [x], {"n": 3}), x / x.sum(axis=1, keepdims=True), rtol=1e-6)
+    assert_close(run_program(program, [x], {"n": 3}), x / x.sum(axis=1, keepdims=True))
 
 
 def test_run_program_empty_reduction_and_empty_output() -> None:
@@ -469,7 +469,7 @@ def test_module_replace_and_with_function() -> None:
     both = module.with_function(helper)
     assert set(both.functions) == {"main", "helper"}
     assert set(module.functions) == {"main"}
-    np.testing.assert_allclose(run_module(both, {"x": np.zeros(2, np.float32)}, "helper")[0], [1, 1])
+    assert_close(run_module(both, {"x": np.zeros(2, np.float32)}, "helper")[0], [1, 1])
 
 
 def test_var_binding_and_block_types() -> None:

@@ -20,7 +20,7 @@ from examples.make_mlp import make_mlp
 from relaxweb.browser import run_in_browser
 from relaxweb.bundle import build_bundle
 from relaxweb.errors import InputShapeError
-from tests.helpers import rand
+from tests.helpers import MODEL, assert_close, rand
 from tests.test_browser import pytestmark as browser_marks
 
 pytestmark = browser_marks
@@ -42,7 +42,7 @@ def test_mlp_matches_onnxruntime_in_chromium(mlp, batch):
     expected = onnxruntime.InferenceSession(str(model_path)).run(None, {"x": x})[0]
     outputs = run_in_browser(bundle, {"x": x})
     assert outputs["probabilities"].shape == (batch, 10)
-    np.testing.assert_allclose(outputs["probabilities"], expected, atol=1e-4)
+    assert_close(outputs["probabilities"], expected, MODEL)
 
 
 @pytest.mark.parametrize(

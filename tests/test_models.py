@@ -11,7 +11,7 @@ the network; about 20 s for all six on 2 cores, mostly the dynamo exporter).  Fo
 * the reference interpreter matches onnxruntime at each shape, and every intermediate value
   has the shape and dtype its annotation says;
 * one build per model (the whole compiler) runs every shape in the Python runtime on wgpu
-  and matches onnxruntime within 1e-3.
+  and matches onnxruntime (the MODEL tolerance of tests/helpers.py, as the interpreter).
 
 Skipped when torch or transformers is not installed (``pip install -e ".[test]"``).
 """
@@ -20,14 +20,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 
+from tests.helpers import MODEL, assert_close
 from tests.model_exports import (
     MODELS, CheckingInterpreter, Export, export_models, export_script, missing_exporter_packages, symbolic_vars,
 )
-
-RTOL = ATOL = 1e-4
 
 pytestmark = pytest.mark.slow  # the torch exports take 20-40 s
 
@@ -122,7 +120,7 @@ def test_interpreter_matches_onnxruntime(exports: dict[str, Export], name: str, 
     for output, got, want in zip(names, actual, expected):
         assert got.shape == want.shape, f"{name} {output}: shape {got.shape}, onnxruntime {want.shape}"
         assert got.dtype == want.dtype, f"{name} {output}: dtype {got.dtype}, onnxruntime {want.dtype}"
-        np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL, err_msg=f"{name} output {output} at {dims}")
+        assert_close(got, want, MODEL, err_msg=f"{name} output {output} at {dims}")
 
 
 @pytest.fixture(scope="session")
@@ -168,4 +166,4 @@ def test_compiled_bundle_matches_onnxruntime(exports: dict[str, Export], bundle_
     for output, want in zip(reference.get_outputs(), expected):
         got = actual[output.name]
         assert got.shape == want.shape, f"{name} {output.name}: shape {got.shape}, onnxruntime {want.shape}"
-        np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3, err_msg=f"{name} output {output.name} at {dims}")
+        assert_close(got, want, MODEL, err_msg=f"{name} output {output.name} at {dims}")

@@ -21,7 +21,7 @@ from relaxweb.ops import DeductionError, UnknownShapeError, call_op, get_op, str
 from relaxweb.passes import legalize_ops
 from relaxweb.wgsl import emit_wgsl
 from tests.gpu_kernels import run_kernel_on_gpu
-from tests.helpers import rand
+from tests.helpers import F32, Tolerance, assert_close, rand
 
 n, m, k = SizeVar("n"), SizeVar("m"), SizeVar("k")
 BIG = 2**63 - 1  # what ONNX writes for "to the end"
@@ -72,7 +72,7 @@ def build(params: dict[str, TensorStructInfo], make) -> IRModule:
 
 
 def check_legalized(module: IRModule, inputs: dict[str, np.ndarray], expected: list[np.ndarray] | None = None,
-                    rtol: float = 1e-5) -> IRModule:
+                    tolerance: Tolerance = F32) -> IRModule:
     """The legalized module computes what the op references compute (and ``expected``)."""
     legalized = legalize_ops(module)
     reference = run_module(module, inputs)
@@ -81,9 +81,9 @@ def check_legalized(module: IRModule, inputs: dict[str, np.ndarray], expected: l
     for position, (want, got) in enumerate(zip(reference, actual)):
         assert got.shape == want.shape, position
         assert got.dtype == want.dtype, position
-        np.testing.assert_allclose(got, want, rtol=rtol, atol=1e-6, err_msg=f"output {position}")
+        assert_close(got, want, tolerance, err_msg=f"output {position}")
     for position, (want, got) in enumerate(zip(expected or [], actual)):
-        np.testing.assert_allclose(got, want, rtol=rtol, atol=1e-6, err_msg=f"numpy, output {position}")
+        assert_close(got, want, tolerance, err_msg=f"numpy, output {position}")
     return legalized
 
 
@@ -619,7 +619,7 @@ def test_mean_and_min_kernels_run_on_wgpu(device) -> None:
     programs = legalize_ops(module).programs
     data = rand((5, 3, 7), seed=23)
     sizes = {"n": 5, "m": 7}
-    np.testing.assert_allclose(run_kernel_on_gpu(device, programs["mean"], [data], sizes), data.mean(axis=(0, 2)), rtol=1e-5)
+    assert_close(run_kernel_on_gpu(device, programs["mean"], [data], sizes), data.mean(axis=(0, 2)))
     np.testing.assert_array_equal(run_kernel_on_gpu(device, programs["min"], [data], sizes), data.min(axis=1, keepdims=True))
     ints = rand((4, 3), dtype="int32", seed=24)
     int_module = build({"x": sinfo(n, 3, dtype="int32")}, lambda x: call_op("sum", x, axes=[0]))
