@@ -25,7 +25,7 @@ from onnx import TensorProto, helper
 from relaxweb.browser import open_runner_page, run_in_browser, run_many_in_browser
 from relaxweb.bundle import build_bundle
 from relaxweb.errors import InputShapeError
-from tests.helpers import MODEL, assert_close
+from tests.helpers import MODEL, assert_close, make_model
 from tests.model_exports import Export, export_models, export_script, missing_exporter_packages
 from tests.test_browser import pytestmark as browser_marks
 
@@ -82,9 +82,6 @@ def test_one_build_matches_onnxruntime_at_two_shapes(exports, bundles, name: str
 
 def make_int64_model() -> onnx.ModelProto:
     """y = x + 1000 and s = ReduceSum(x, axis 1) (both int64), for x: int64[n, 3]."""
-    x = helper.make_tensor_value_info("x", TensorProto.INT64, ["n", 3])
-    y = helper.make_tensor_value_info("y", TensorProto.INT64, ["n", 3])
-    s = helper.make_tensor_value_info("s", TensorProto.INT64, ["n"])
     nodes = [
         helper.make_node("Add", ["x", "thousand"], ["y"]),
         helper.make_node("ReduceSum", ["x", "axes"], ["s"], keepdims=0),
@@ -93,8 +90,9 @@ def make_int64_model() -> onnx.ModelProto:
         helper.make_tensor("thousand", TensorProto.INT64, [], [1000]),
         helper.make_tensor("axes", TensorProto.INT64, [1], [1]),
     ]
-    graph = helper.make_graph(nodes, "int64_model", [x], [y, s], initializers)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    int64 = TensorProto.INT64
+    return make_model(nodes, [("x", int64, ["n", 3])], [("y", int64, ["n", 3]), ("s", int64, ["n"])], initializers,
+                      name="int64_model")
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from relaxweb.frontend.onnx import op_coverage, symbolic_vars
 from relaxweb.ir import Constant, FunctionBuilder, IRModule, SizeVar, TensorStructInfo
 from relaxweb.ir.expr import PrimValue
 from relaxweb.ops import call_op
-from tests.helpers import assert_close, rand
+from tests.helpers import assert_close, make_model, rand
 from tests.test_end_to_end import assert_user_error, relaxweb
 
 
@@ -39,13 +39,6 @@ def mlp(workdir: Path) -> Path:
 def save(model: onnx.ModelProto, path: Path, **kwargs) -> Path:
     onnx.save(model, str(path), **kwargs)
     return path
-
-
-def model_of(nodes, inputs, outputs, initializers=(), opset: int = 17) -> onnx.ModelProto:
-    graph = helper.make_graph(nodes, "test", inputs, outputs, initializer=list(initializers))
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 8
-    return model
 
 
 def onnxruntime_outputs(path: Path, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -72,7 +65,7 @@ def test_inspect_prints_coverage_ir_and_symbolic_vars(workdir: Path, mlp: Path) 
 
 @pytest.mark.slow  # the command line in a subprocess
 def test_inspect_lists_symbolic_vars_in_order_of_appearance(workdir: Path) -> None:
-    model = model_of(
+    model = make_model(
         [helper.make_node("MatMul", ["a", "b"], ["y"])],
         [helper.make_tensor_value_info("a", TensorProto.FLOAT, ["batch", "seq", 8]),
          helper.make_tensor_value_info("b", TensorProto.FLOAT, [8, "width"])],
@@ -85,9 +78,9 @@ def test_inspect_lists_symbolic_vars_in_order_of_appearance(workdir: Path) -> No
 
 @pytest.mark.slow  # the command line in a subprocess
 def test_inspect_without_symbolic_vars(workdir: Path) -> None:
-    model = model_of([helper.make_node("Relu", ["x"], ["y"])],
-                     [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
-                     [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])],
+                       [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
     result = relaxweb("inspect", save(model, workdir / "static.onnx"), cwd=workdir)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[-1] == "symbolic vars: (none)"
@@ -95,7 +88,7 @@ def test_inspect_without_symbolic_vars(workdir: Path) -> None:
 
 @pytest.mark.slow  # the command line in a subprocess
 def test_inspect_with_unsupported_ops_prints_coverage_then_fails(workdir: Path) -> None:
-    model = model_of(
+    model = make_model(
         [helper.make_node("Relu", ["x"], ["a"], name="relu"),
          helper.make_node("Foo", ["a"], ["b"], name="foo_1", domain="com.example"),
          helper.make_node("Relu", ["b"], ["c"], name="relu_2"),
@@ -115,7 +108,7 @@ def test_inspect_with_unsupported_ops_prints_coverage_then_fails(workdir: Path) 
 
 
 def test_op_coverage_counts_nodes_and_lists_unsupported_first() -> None:
-    model = model_of(
+    model = make_model(
         [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Relu", ["a"], ["b"]),
          helper.make_node("Bar", ["b"], ["y"], domain="com.example")],
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
@@ -221,7 +214,7 @@ def external_data_model() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
         "h": rng.standard_normal(64).astype(np.float16),
         "target": np.array([-1, 32], np.int64),
     }
-    model = model_of(
+    model = make_model(
         [helper.make_node("Cast", ["h"], ["h32"], to=TensorProto.FLOAT, name="cast"),
          helper.make_node("Add", ["x", "w"], ["a"], name="add"),
          helper.make_node("Mul", ["a", "h32"], ["m"], name="mul"),
@@ -308,7 +301,7 @@ def test_external_data_outside_the_model_folder_is_refused(tmp_path: Path) -> No
 
 
 def test_float16_and_int64_initializers_become_constants_of_their_dtype() -> None:
-    model = model_of(
+    model = make_model(
         [helper.make_node("Add", ["x", "h"], ["y"]), helper.make_node("Add", ["i", "j"], ["z"])],
         [helper.make_tensor_value_info("x", TensorProto.FLOAT16, ["n", 3]),
          helper.make_tensor_value_info("i", TensorProto.INT64, ["n", 3])],

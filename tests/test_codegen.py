@@ -24,7 +24,7 @@ from relaxweb.runtime import Dispatch, HostModule
 from relaxweb.wgsl import emit_wgsl
 from relaxweb.wgsl.emit import WORKGROUP_SIZE
 from tests.gpu_kernels import make_pipeline, run_kernel_on_gpu
-from tests.helpers import F32_LOOSE, assert_close, rand
+from tests.helpers import F32_LOOSE, assert_close, make_model, rand
 
 n = SizeVar("n")
 m = SizeVar("m")
@@ -333,20 +333,6 @@ def test_host_wat_is_readable(bundle: Path, manifest: dict) -> None:
 # Whole bundles of every supported op, run on wgpu --------------------------------------------------
 
 
-def onnx_model(nodes, inputs, initializers, opset: int = 17, outputs=("y",)) -> onnx.ModelProto:
-    from onnx import TensorProto, helper, numpy_helper
-
-    graph = helper.make_graph(
-        nodes, "g",
-        [helper.make_tensor_value_info(name, TensorProto.FLOAT, shape) for name, shape in inputs],
-        [helper.make_tensor_value_info(name, TensorProto.FLOAT, None) for name in outputs],
-        initializer=[numpy_helper.from_array(value, name) for name, value in initializers.items()],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 8
-    return model
-
-
 def gpu_models() -> dict[str, onnx.ModelProto]:
     from onnx import helper
 
@@ -356,7 +342,7 @@ def gpu_models() -> dict[str, onnx.ModelProto]:
     V = generator.standard_normal(5).astype(np.float32)
     return {
         # MatMul, Add, Tanh, Reshape (0 and a symbolic -1), Transpose, Sigmoid, Mul, Softmax
-        "chain": onnx_model([
+        "chain": make_model([
             node("MatMul", ["x", "W"], ["h"], name="mm"),
             node("Add", ["h", "V"], ["h2"], name="add"),
             node("Tanh", ["h2"], ["h3"], name="tanh"),
@@ -365,10 +351,10 @@ def gpu_models() -> dict[str, onnx.ModelProto]:
             node("Sigmoid", ["h5"], ["h6"], name="sigmoid"),
             node("Mul", ["h6", "h5"], ["h7"], name="mul"),
             node("Softmax", ["h7"], ["y"], name="softmax"),
-        ], [("x", ["batch", 6])], {"W": W, "V": V, "S": np.array([0, 5, -1], np.int64)}),
+        ], [("x", ["batch", 6])], ["y"], {"W": W, "V": V, "S": np.array([0, 5, -1], np.int64)}),
         # batched MatMul of two inputs, opset-11 Softmax over two axes (nested reductions),
         # Sub, Div, Neg, Exp, Relu, default Transpose, Identity
-        "opset11": onnx_model([
+        "opset11": make_model([
             node("MatMul", ["x", "z"], ["a"], name="mm"),
             node("Softmax", ["a"], ["b"], name="softmax", axis=1),
             node("Sub", ["b", "S"], ["c"], name="sub"),
@@ -378,13 +364,13 @@ def gpu_models() -> dict[str, onnx.ModelProto]:
             node("Relu", ["f"], ["g"], name="relu"),
             node("Transpose", ["g"], ["h"], name="transpose"),
             node("Identity", ["h"], ["y"], name="identity"),
-        ], [("x", ["batch", 3, 4]), ("z", ["batch", 4, 2])],
+        ], [("x", ["batch", 3, 4]), ("z", ["batch", 4, 2])], ["y"],
             {"S": generator.random(2).astype(np.float32), "P": (generator.random((3, 2)) + 0.5).astype(np.float32)},
             opset=11),
         # Gemm with every attribute on computed operands; batch is dimension 1 of x
-        "gemm": onnx_model(
+        "gemm": make_model(
             [node("Gemm", ["x", "B", "C"], ["y"], name="gemm", transA=1, transB=1, alpha=0.5, beta=-2.0)],
-            [("x", [6, "batch"]), ("B", [5, 6]), ("C", ["batch", 5])], {},
+            [("x", [6, "batch"]), ("B", [5, 6]), ("C", ["batch", 5])], ["y"],
         ),
     }
 
@@ -430,7 +416,7 @@ def test_dim_param_named_like_an_index_variable(device, tmp_path: Path, dim_para
     from relaxweb.runtime import Session
 
     w = rand(4, 3, seed=0)
-    model = onnx_model([helper.make_node("MatMul", ["x", "W"], ["y"], name="mm")], [("x", [dim_param, 4])], {"W": w})
+    model = make_model([helper.make_node("MatMul", ["x", "W"], ["y"], name="mm")], [("x", [dim_param, 4])], ["y"], {"W": w})
     path = tmp_path / "model.onnx"
     onnx.save(model, str(path))
     build_bundle(path, tmp_path / "dist", {})

@@ -209,19 +209,8 @@ def test_onnx_cases_were_collected() -> None:
 # Symbolic shapes against onnxruntime ---------------------------------------------------------------
 
 
-def make_model(nodes, inputs, outputs, initializers=None, opset: int = 20, check: bool = True) -> onnx.ModelProto:
-    """``inputs`` / ``outputs``: (name, element type, shape or None)."""
-    graph = helper.make_graph(
-        nodes, "test",
-        [helper.make_tensor_value_info(name, elem, shape) for name, elem, shape in inputs],
-        [helper.make_tensor_value_info(name, elem, shape) for name, elem, shape in outputs],
-        initializer=[numpy_helper.from_array(v, k) for k, v in (initializers or {}).items()],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 8
-    if check:
-        onnx.checker.check_model(onnx.shape_inference.infer_shapes(model))
-    return model
+# ``inputs`` / ``outputs``: (name, element type, shape or None); checked by ONNX
+make_model = partial(helpers.make_model, opset=20, check=True)
 
 
 def run_onnxruntime(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
@@ -377,14 +366,8 @@ OPSET_VARIANTS = {
 @pytest.mark.parametrize("name", sorted(OPSET_VARIANTS))
 def test_opset_variant_matches_onnxruntime(name: str) -> None:
     nodes, opset, initializers = OPSET_VARIANTS[name]
-    outputs = [(o, TensorProto.UNDEFINED, None) for node in nodes[-1:] for o in node.output]
-    graph = helper.make_graph(
-        nodes, name, [helper.make_tensor_value_info("x", F, ["batch", 4, 3])],
-        [helper.make_value_info(o, onnx.TypeProto()) for o, _, _ in outputs],
-        initializer=[numpy_helper.from_array(v, k) for k, v in initializers.items()],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 8
+    outputs = [helper.make_value_info(o, onnx.TypeProto()) for node in nodes[-1:] for o in node.output]  # untyped
+    model = make_model(nodes, [("x", F, ["batch", 4, 3])], outputs, initializers, opset=opset, check=False, name=name)
     model = onnx.shape_inference.infer_shapes(model)
     module = from_onnx(model)
     for batch in (1, 3):

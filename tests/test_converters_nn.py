@@ -21,7 +21,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper, numpy_helper
 
 import relaxweb.ir.interpreter as interpreter
 import relaxweb.ir.symbolic as symbolic
@@ -223,16 +223,7 @@ def test_onnx_node_case_legalized(case) -> None:
 rand = partial(helpers.rand, low=-1.0, high=1.0)  # this file's data: uniform in [-1, 1)
 
 
-def make_model(nodes, inputs, outputs, initializers, opset: int = 18) -> onnx.ModelProto:
-    graph = helper.make_graph(
-        nodes, "symbolic",
-        [helper.make_tensor_value_info(name, TensorProto.FLOAT, shape) for name, shape in inputs],
-        [helper.make_tensor_value_info(name, TensorProto.FLOAT, None) for name in outputs],
-        initializer=[numpy_helper.from_array(value, name) for name, value in initializers.items()],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 8
-    return model
+make_model = partial(helpers.make_model, opset=18)
 
 
 node = helper.make_node
@@ -480,12 +471,8 @@ def test_layer_norm_checks_the_scale() -> None:
 
 
 def test_unsupported_uses_have_clear_errors() -> None:
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4, "height", 6])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
-
     def convert(node_proto):
-        graph = helper.make_graph([node_proto], "g", [x], [y])
-        return from_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]))
+        return from_onnx(make_model([node_proto], [("x", ["batch", 4, "height", 6])], ["y"], {}))
 
     with pytest.raises(UnsupportedModelError, match="height height is not provably a multiple of blocksize 2"):
         convert(node("SpaceToDepth", ["x"], ["y"], blocksize=2))

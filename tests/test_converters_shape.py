@@ -39,7 +39,7 @@ from relaxweb.ops import DeductionError, call_op
 from relaxweb.passes import legalize_ops, run_pipeline
 from tests.gpu_kernels import run_compiled
 from tests.gpu_kernels import run_kernel_on_gpu
-from tests.helpers import assert_close, onnx_node_cases
+from tests.helpers import assert_close, make_model, onnx_node_cases
 
 # 1. ONNX's node test cases ---------------------------------------------------------------------
 
@@ -151,23 +151,12 @@ def test_onnx_node_case_with_constant_operands_through_the_pipeline(name: str) -
 
 # Helpers for hand-built models -----------------------------------------------------------------
 
+# (make_model: inputs (name, shape[, elem type]), outputs (name, elem type) with no shape, so
+# nothing comes from ONNX's shape inference.)
+
 
 def const(name: str, value, dtype=np.int64) -> onnx.NodeProto:
     return helper.make_node("Constant", [], [name], name=name, value=numpy_helper.from_array(np.array(value, dtype=dtype)))
-
-
-def make_model(nodes, inputs, outputs, opset: int = 17, initializers: dict | None = None) -> onnx.ModelProto:
-    """``inputs``: (name, shape[, elem type]); ``outputs``: (name, elem type).  No
-    ``value_info``: nothing comes from ONNX's shape inference."""
-    graph = helper.make_graph(
-        nodes, "g",
-        [helper.make_tensor_value_info(i[0], i[2] if len(i) > 2 else TensorProto.FLOAT, i[1]) for i in inputs],
-        [helper.make_tensor_value_info(name, kind, None) for name, kind in outputs],
-        initializer=[numpy_helper.from_array(v, k) for k, v in (initializers or {}).items()],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 8
-    return model
 
 
 def run_onnxruntime(model: onnx.ModelProto, feeds: dict) -> list[np.ndarray]:
@@ -416,8 +405,8 @@ def legacy_view_model(opset: int) -> onnx.ModelProto:
         helper.make_node("Expand", ["weight", "/Where_output_0"], ["expanded"], name="/Expand"),
     ]
     return make_model(nodes, [("input.1", ["unk__0", "unk__1", 16])],
-                      [("flat", TensorProto.FLOAT), ("expanded", TensorProto.FLOAT)], opset,
-                      {"weight": np.arange(8, dtype=np.float32).reshape(1, 1, 8)})
+                      [("flat", TensorProto.FLOAT), ("expanded", TensorProto.FLOAT)], opset=opset,
+                      initializers={"weight": np.arange(8, dtype=np.float32).reshape(1, 1, 8)})
 
 
 @pytest.mark.parametrize("opset", [11, 13])
@@ -490,7 +479,7 @@ OLD_OPSET_CASES = {
 def test_older_opset_forms(case: str) -> None:
     opset, nodes, shape = OLD_OPSET_CASES[case]
     outputs = [o for node in nodes for o in node.output if o in ("a", "b")]
-    model = make_model(nodes, [("x", shape)], [(o, TensorProto.FLOAT) for o in outputs], opset)
+    model = make_model(nodes, [("x", shape)], [(o, TensorProto.FLOAT) for o in outputs], opset=opset)
     check_against_onnxruntime(model, [{"n": 3}, {"n": 5}], pipeline=case != "transpose_gather_elements")
 
 
@@ -557,7 +546,7 @@ def if_model(condition: str) -> onnx.ModelProto:
         nodes = [helper.make_node("Shape", ["x"], ["shape"]), const("zero", 0), const("two", 2),
                  helper.make_node("Gather", ["shape", "zero"], ["rows"]),
                  helper.make_node("Equal", ["rows", "two"], ["is_two"])] + nodes
-    return make_model(nodes, inputs, [("y", TensorProto.FLOAT)], 17, {"w": np.arange(4, dtype=np.float32)})
+    return make_model(nodes, inputs, [("y", TensorProto.FLOAT)], {"w": np.arange(4, dtype=np.float32)}, opset=17)
 
 
 def test_if_on_a_symbolic_condition_is_decided_in_the_host() -> None:
@@ -724,8 +713,8 @@ def test_symbolic_shape_ops_in_a_bundle_on_wgpu(device, tmp_path) -> None:
         helper.make_node("Slice", ["x", "one_1d", "s1", "one_1d"], ["tail"]),
     ]
     outputs = ["y", "mask", "upper", "padded", "tiled", "tail"]
-    model = make_model(nodes, [("x", ["batch", "seq", 64])], [(name, TensorProto.FLOAT) for name in outputs], 17,
-                       {"pads": np.array([0, 1, 2, 0, 1, 3], np.int64), "repeats": np.array([2, 1], np.int64)})
+    model = make_model(nodes, [("x", ["batch", "seq", 64])], [(name, TensorProto.FLOAT) for name in outputs],
+                       {"pads": np.array([0, 1, 2, 0, 1, 3], np.int64), "repeats": np.array([2, 1], np.int64)}, opset=17)
     compiled = compile_module(from_onnx(model), {"batch": 4, "seq": 8})
     write_bundle(compiled, tmp_path / "bundle", "shapes.onnx")
     session = Session(tmp_path / "bundle")

@@ -19,7 +19,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from examples.make_mlp import make_mlp
-from tests.helpers import MODEL, assert_close, rand
+from tests.helpers import MODEL, assert_close, make_model, rand
 
 pytestmark = pytest.mark.slow  # the command line in subprocesses, a second or more each
 
@@ -175,18 +175,13 @@ def test_run_on_a_folder_that_is_not_a_bundle(workdir: Path) -> None:
 
 
 def test_build_with_unsupported_ops(workdir: Path) -> None:
-    graph = helper.make_graph(
-        [
-            helper.make_node("StringNormalizer", ["x"], ["a"], name="normalize_a"),
-            helper.make_node("Foo", ["a"], ["b"], name="custom_1", domain="com.example"),
-            helper.make_node("StringNormalizer", ["b"], ["y"], name="normalize_b"),
-        ],
-        "bad",
-        [helper.make_tensor_value_info("x", TensorProto.STRING, ["batch"])],
-        [helper.make_tensor_value_info("y", TensorProto.STRING, None)],
-    )
+    nodes = [
+        helper.make_node("StringNormalizer", ["x"], ["a"], name="normalize_a"),
+        helper.make_node("Foo", ["a"], ["b"], name="custom_1", domain="com.example"),
+        helper.make_node("StringNormalizer", ["b"], ["y"], name="normalize_b"),
+    ]
     path = workdir / "unsupported.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    onnx.save(make_model(nodes, [("x", TensorProto.STRING, ["batch"])], [("y", TensorProto.STRING)]), str(path))
     error = assert_user_error(relaxweb("build", path, "-o", "dist_unsupported", cwd=workdir))
     assert error == (
         "error: the model uses 2 unsupported op type(s): StringNormalizer (nodes: normalize_a, normalize_b); "
@@ -210,14 +205,9 @@ def test_build_with_ops_that_have_no_gpu_lowering_lists_them(workdir: Path, monk
 
     for name in ("erf", "sin"):
         monkeypatch.setitem(OPS, name, dataclasses.replace(OPS[name], legalize=None))
-    graph = helper.make_graph(
-        [helper.make_node("Erf", ["x"], ["a"], name="erf"), helper.make_node("Sin", ["a"], ["y"], name="sin")],
-        "no_lowering",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-    )
+    nodes = [helper.make_node("Erf", ["x"], ["a"], name="erf"), helper.make_node("Sin", ["a"], ["y"], name="sin")]
     path = workdir / "no_lowering.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    onnx.save(make_model(nodes, [("x", ["n"])], ["y"]), str(path))
     status = main(["build", str(path), "-o", str(workdir / "dist_no_lowering")])
     captured = capsys.readouterr()
     error = assert_user_error(subprocess.CompletedProcess([], status, captured.out, captured.err))

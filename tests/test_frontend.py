@@ -32,27 +32,8 @@ def mlp_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def make_model(
-    nodes: list[onnx.NodeProto],
-    inputs: list[tuple[str, list]],
-    outputs: list[str],
-    initializers: dict[str, np.ndarray] | None = None,
-    opset: int = 17,
-    check: bool = True,
-) -> onnx.ModelProto:
-    """A float32 model; outputs have no declared shape (onnxruntime infers it)."""
-    graph = helper.make_graph(
-        nodes,
-        "test",
-        [helper.make_tensor_value_info(name, TensorProto.FLOAT, shape) for name, shape in inputs],
-        [helper.make_tensor_value_info(name, TensorProto.FLOAT, None) for name in outputs],
-        initializer=[numpy_helper.from_array(v, k) for k, v in (initializers or {}).items()],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 8
-    if check:
-        onnx.checker.check_model(onnx.shape_inference.infer_shapes(model), full_check=False)
-    return model
+# float32 models; outputs have no declared shape (onnxruntime infers it); checked by ONNX
+make_model = partial(helpers.make_model, check=True)
 
 
 def run_onnxruntime(model: onnx.ModelProto, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
@@ -493,13 +474,7 @@ def test_empty_file_missing_file_and_directory(tmp_path: Path) -> None:
 
 
 def test_input_without_a_shape_is_rejected() -> None:
-    graph = helper.make_graph(
-        [helper.make_node("Relu", ["x"], ["y"], name="relu")],
-        "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model = make_model([helper.make_node("Relu", ["x"], ["y"], name="relu")], [("x", None)], ["y"], check=False)
     with pytest.raises(UnsupportedModelError, match="input 'x': its rank is unknown"):
         from_onnx(model)
 
@@ -531,10 +506,7 @@ def test_unsupported_ops_inside_if_branches_are_listed() -> None:
                                     [helper.make_tensor_value_info("t", TensorProto.FLOAT, None)])
     else_branch = helper.make_graph([helper.make_node("Relu", ["x"], ["e"], name="relu")], "else", [],
                                     [helper.make_tensor_value_info("e", TensorProto.FLOAT, None)])
-    graph = helper.make_graph(
-        [helper.make_node("If", ["c"], ["y"], then_branch=then_branch, else_branch=else_branch, name="if")], "g",
-        [helper.make_tensor_value_info("c", TensorProto.BOOL, []), helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-    )
+    model = make_model([helper.make_node("If", ["c"], ["y"], then_branch=then_branch, else_branch=else_branch, name="if")],
+                       [("c", TensorProto.BOOL, []), ("x", ["n"])], ["y"], check=False)
     with pytest.raises(UnsupportedModelError, match=r"^the model uses 1 unsupported op type\(s\): TfIdfVectorizer \(nodes: inner\)$"):
-        from_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+        from_onnx(model)

@@ -19,16 +19,12 @@ from onnx import TensorProto, helper, numpy_helper
 
 from relaxweb.bundle import build_bundle
 from relaxweb.errors import InputShapeError, UnsupportedModelError
-from tests.helpers import FLOAT16, assert_close, rand
+from tests.helpers import FLOAT16, assert_close, make_model, rand
 
 
 def _save(tmp_path: Path, name: str, nodes, inputs, outputs, initializers=()) -> Path:
-    graph = helper.make_graph(nodes, name, inputs, outputs, initializer=list(initializers))
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.checker.check_model(model)
     path = tmp_path / f"{name}.onnx"
-    onnx.save(model, str(path))
+    onnx.save(make_model(nodes, inputs, outputs, initializers, check=True, name=name), str(path))
     return path
 
 

@@ -29,7 +29,7 @@ from relaxweb.ops import call_op
 from relaxweb.passes import legalize_ops
 from relaxweb.wgsl import emit_wgsl
 from tests.gpu_kernels import run_kernel_on_gpu
-from tests.helpers import F32, F32_LOOSE, Tolerance, assert_close, onnx_node_cases, rand
+from tests.helpers import F32, F32_LOOSE, Tolerance, assert_close, make_model, onnx_node_cases, rand
 
 n = SizeVar("n")
 
@@ -330,13 +330,9 @@ def test_isnan_survives_on_the_gpu(tmp_path) -> None:
     from relaxweb.bundle import build_bundle
     from relaxweb.runtime import Session
 
-    graph = helper.make_graph(
-        [helper.make_node("IsNaN", ["x"], ["y"], name="isnan")], "isnan",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])],
-        [helper.make_tensor_value_info("y", TensorProto.BOOL, ["n"])],
-    )
     path = tmp_path / "isnan.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    onnx.save(make_model([helper.make_node("IsNaN", ["x"], ["y"], name="isnan")], [("x", ["n"])],
+                         [("y", TensorProto.BOOL, ["n"])]), str(path))
     build_bundle(path, tmp_path / "bundle")
     x = np.array([1.0, np.nan, -np.inf, np.inf, 0.0, -np.nan], np.float32)
     np.testing.assert_array_equal(Session(tmp_path / "bundle").run({"x": x})["y"], np.isnan(x))

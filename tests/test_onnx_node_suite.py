@@ -24,6 +24,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from tests.helpers import make_model
+
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "scripts" / "onnx_node_tests.py"
 
@@ -152,10 +154,9 @@ def test_wrong_results_fail(cases: Path, runner, tmp_path: Path) -> None:
 
 
 def _handmade_case(folder: Path, nodes, inputs, outputs, data_in, data_out, domains=()) -> Path:
-    graph = helper.make_graph(nodes, folder.name, inputs, outputs)
-    opsets = [helper.make_opsetid("", 17)] + [helper.make_opsetid(d, 1) for d in domains]
+    model = make_model(nodes, inputs, outputs, opset={"": 17, **{d: 1 for d in domains}}, name=folder.name)
     folder.mkdir(parents=True)
-    onnx.save(helper.make_model(graph, opset_imports=opsets), str(folder / "model.onnx"))
+    onnx.save(model, str(folder / "model.onnx"))
     data = folder / "test_data_set_0"
     data.mkdir()
     for index, array in enumerate(data_in):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper
+from onnx import helper
 
 from relaxweb.errors import RelaxwebError
 from relaxweb.frontend import from_onnx
@@ -21,7 +21,7 @@ from relaxweb.ops import DeductionError, UnknownShapeError, call_op, get_op, str
 from relaxweb.passes import legalize_ops
 from relaxweb.wgsl import emit_wgsl
 from tests.gpu_kernels import run_kernel_on_gpu
-from tests.helpers import F32, Tolerance, assert_close, rand
+from tests.helpers import F32, Tolerance, assert_close, make_model, rand
 
 n, m, k = SizeVar("n"), SizeVar("m"), SizeVar("k")
 BIG = 2**63 - 1  # what ONNX writes for "to the end"
@@ -132,13 +132,8 @@ def test_an_impossible_program_fails_while_it_is_built() -> None:
 
 
 def test_the_frontend_names_the_node_of_an_impossible_program() -> None:
-    graph = helper.make_graph(
-        [helper.make_node("Add", ["x", "y"], ["z"], name="bad_add")], "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4]),
-         helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 5])],
-        [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model = make_model([helper.make_node("Add", ["x", "y"], ["z"], name="bad_add")], [("x", ["n", 4]), ("y", ["n", 5])],
+                       ["z"])
     with pytest.raises(RelaxwebError, match=r"Add node 'bad_add' \(binding 'z'\): add: cannot broadcast dimension 1 of the result: 4 vs 5"):
         from_onnx(model)
 
