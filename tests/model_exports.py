@@ -88,6 +88,18 @@ def export_models(out_dir: Path, names: list[str], timeout: float = 240) -> dict
     return results
 
 
+_SESSION_EXPORTS: dict[str, Export] = {}
+
+
+def session_exports(tmp_path_factory, names: list[str]) -> dict[str, Export]:
+    """``names`` exported once per test session: test_browser_models and test_models share
+    the exports (each export of GPT-2 or BERT takes seconds); only the missing ones are run."""
+    missing = [name for name in names if name not in _SESSION_EXPORTS]
+    if missing:
+        _SESSION_EXPORTS.update(export_models(tmp_path_factory.mktemp("models"), missing))
+    return {name: _SESSION_EXPORTS[name] for name in names}
+
+
 # Symbolic variables of a function ------------------------------------------------------------
 
 

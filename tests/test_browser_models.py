@@ -1,10 +1,11 @@
 """Real exported models compiled once and run in headless Chromium (WebGPU on SwiftShader).
 
 The GPT-2-like and BERT-like models of scripts/export_test_models.py (tiny configs, random
-weights from fixed seeds; TorchScript exporter) are exported once per module, each built
+weights from fixed seeds; TorchScript exporter) are exported once per session, each built
 ONCE with ``relaxweb.bundle.build_bundle``, and the one bundle is loaded once in the browser
 and run at two shapes, (batch, seq) = (1, 8) and (2, 5); every output must match
-onnxruntime (the MODEL tolerance of tests/helpers.py).  Their inputs are int64: they go to the page as BigInt64Array.
+onnxruntime (the MODEL tolerance of tests/helpers.py).  Their inputs are int64: they go to
+the page as BigInt64Array.
 
 A tiny hand-written ONNX model checks int64 through the whole browser path: int64 in and
 out as BigInt64Array, and an input outside the int32 range rejected with the input's name.
@@ -26,7 +27,7 @@ from relaxweb.browser import open_runner_page, run_in_browser, run_many_in_brows
 from relaxweb.bundle import build_bundle
 from relaxweb.errors import InputShapeError
 from tests.helpers import MODEL, assert_close, make_model
-from tests.model_exports import Export, export_models, export_script, missing_exporter_packages
+from tests.model_exports import Export, export_script, missing_exporter_packages, session_exports
 from tests.test_browser import pytestmark as browser_marks
 
 pytestmark = browser_marks
@@ -42,7 +43,7 @@ def exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Export]:
     missing = missing_exporter_packages()
     if missing:
         pytest.skip(f"{' and '.join(missing)} not installed (pip install -e '.[test]')")
-    return export_models(tmp_path_factory.mktemp("browser-models"), MODELS)
+    return session_exports(tmp_path_factory, MODELS)
 
 
 @pytest.fixture(scope="module")

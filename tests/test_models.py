@@ -24,7 +24,7 @@ import pytest
 
 from tests.helpers import MODEL, assert_close
 from tests.model_exports import (
-    MODELS, CheckingInterpreter, Export, export_models, export_script, missing_exporter_packages, symbolic_vars,
+    MODELS, CheckingInterpreter, Export, export_script, missing_exporter_packages, session_exports, symbolic_vars,
 )
 
 pytestmark = pytest.mark.slow  # the torch exports take 20-40 s
@@ -35,7 +35,7 @@ def exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Export]:
     missing = missing_exporter_packages()
     if missing:
         pytest.skip(f"{' and '.join(missing)} not installed (pip install -e '.[test]')")
-    return export_models(tmp_path_factory.mktemp("models"), list(MODELS))
+    return session_exports(tmp_path_factory, list(MODELS))
 
 
 def exported(exports: dict[str, Export], name: str) -> Export:
