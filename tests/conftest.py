@@ -1,16 +1,25 @@
-"""Shared pytest configuration."""
+"""Shared pytest configuration: the wgpu device, and the ``gpu`` mark of the tests that use it.
+
+The marks ``gpu``, ``browser`` and ``slow`` are registered in pyproject.toml; every test runs
+by default, and ``python3 -m pytest -m "not gpu and not browser and not slow"`` is the unit
+tier.  A test gets ``gpu`` here when it uses a wgpu device fixture; tests that run a bundle
+with the Python runtime ``Session`` without one are marked where they are written.
+"""
+
+import pytest
+
+from relaxweb.errors import RelaxwebError
+from relaxweb.passes.context import VERIFY_ENVIRONMENT_VARIABLE
+from relaxweb.runtime.webgpu import default_device
+
+#: Fixtures that hold a wgpu device (tests/test_runtime_python.py has its own).
+GPU_FIXTURES = {"device", "gpu_device"}
 
 
-def pytest_configure(config):
-    config.addinivalue_line(
-        "markers",
-        "browser: runs headless Chromium with WebGPU through Playwright (slow; needs chromium)",
-    )
-
-
-import pytest  # noqa: E402
-
-from relaxweb.passes.context import VERIFY_ENVIRONMENT_VARIABLE  # noqa: E402
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if GPU_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.gpu)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -25,9 +34,6 @@ def verify_the_ir_after_every_pass():
 @pytest.fixture(scope="session")
 def device():
     """The runtime's shared wgpu device (lavapipe on CI); skipped without any adapter."""
-    from relaxweb.errors import RelaxwebError
-    from relaxweb.runtime.webgpu import default_device
-
     try:
         return default_device()
     except RelaxwebError as error:  # pragma: no cover - machines without any WebGPU adapter

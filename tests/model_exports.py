@@ -22,6 +22,7 @@ from relaxweb.ir.struct_info import (
     FuncStructInfo, PrimStructInfo, ShapeStructInfo, StructInfo, TensorStructInfo, TupleStructInfo,
 )
 from relaxweb.ir.symbolic import PrimExpr, evaluate, format_expr, free_vars
+from tests.helpers import MODEL
 
 ROOT = Path(__file__).resolve().parents[1]
 # seq 1 too: a dim equal to 1 at run time must not be taken for a broadcast dim
@@ -86,6 +87,18 @@ def export_models(out_dir: Path, names: list[str], timeout: float = 240) -> dict
             message = lines[-1] if lines else f"no output; the export script said:\n{log[-4000:]}"
             results[name] = Export(name, None, None, message)
     return results
+
+
+_SESSION_EXPORTS: dict[str, Export] = {}
+
+
+def session_exports(tmp_path_factory, names: list[str]) -> dict[str, Export]:
+    """``names`` exported once per test session: test_browser_models and test_models share
+    the exports (each export of GPT-2 or BERT takes seconds); only the missing ones are run."""
+    missing = [name for name in names if name not in _SESSION_EXPORTS]
+    if missing:
+        _SESSION_EXPORTS.update(export_models(tmp_path_factory.mktemp("models"), missing))
+    return {name: _SESSION_EXPORTS[name] for name in names}
 
 
 # Symbolic variables of a function ------------------------------------------------------------
@@ -232,7 +245,8 @@ class CapturingInterpreter(CheckingInterpreter):
         self.captured.setdefault(binding.var.name, self.values[binding.var])
 
 
-def compare_values(model, module, inputs: dict[str, np.ndarray], rtol: float = 1e-4, atol: float = 1e-4) -> list[str]:
+def compare_values(model, module, inputs: dict[str, np.ndarray], rtol: float = MODEL.rtol,
+                   atol: float = MODEL.atol) -> list[str]:
     """Run ``module`` (the import of ``model``) and onnxruntime (with every node output as an
     extra output); the values that differ, in node order (a binding is matched to the ONNX
     value it is named after)."""

@@ -25,6 +25,7 @@ from tests.fixtures.handmade_bundle import (
     write_handmade_bundle,
     write_positives_bundle,
 )
+from tests.helpers import assert_close, rand
 
 ARTIFACTS_DIR = Path(__file__).resolve().parent.parent / "test-artifacts"
 
@@ -94,7 +95,7 @@ def check_run_result(result: dict, rows: int) -> None:
     assert result["shape"] == [rows, 4]
     x = np.array(result["input"], dtype=np.float32).reshape(rows, 4)
     z = np.array(result["data"], dtype=np.float32).reshape(rows, 4)
-    np.testing.assert_allclose(z, expected_output(x), atol=1e-5)
+    assert_close(z, expected_output(x))
 
 
 @pytest.mark.parametrize("rows", [1, 5])
@@ -104,7 +105,7 @@ def test_run_in_browser_matches_numpy(bundle_dir: Path, rows: int) -> None:
     assert set(outputs) == {"z"}
     assert outputs["z"].dtype == np.float32
     assert outputs["z"].shape == (rows, 4)
-    np.testing.assert_allclose(outputs["z"], expected_output(x), atol=1e-5)
+    assert_close(outputs["z"], expected_output(x))
 
 
 def test_run_above_the_bound_raises_input_shape_error(bundle_dir: Path) -> None:
@@ -262,7 +263,7 @@ def test_a_run_above_the_devices_limit_names_it(unbounded_bundle_dir: Path) -> N
         f"{outcome['rows'] * 16} bytes, above the device's WebGPU limit maxStorageBufferBindingSize = "
         f"{outcome['limit']}"
     )
-    np.testing.assert_allclose(outcome["after"], expected_output(np.ones((2, 4), np.float32)).ravel())
+    assert_close(outcome["after"], expected_output(np.ones((2, 4), np.float32)).ravel())
 
 
 def test_a_corrupt_shard_is_refused(bundle_dir: Path) -> None:
@@ -340,7 +341,7 @@ async ({ inputs, concurrent }) => {
 
 def positives_input(n: int, seed: int = 0) -> np.ndarray:
     """``n`` multiples of 1/4 in [-4, 4) (exact in JSON), about half of them positive."""
-    return (np.random.default_rng(seed).integers(-16, 16, size=n) / 4).astype(np.float32)
+    return (rand(n, seed=seed, low=-16, high=16, dtype=np.int64) / 4).astype(np.float32)
 
 
 def run_positives(bundle: Path, inputs: list[np.ndarray], concurrent: bool = False) -> dict:
@@ -484,7 +485,7 @@ def test_cached_shards_are_not_fetched_again(bundle_dir: Path) -> None:
     assert SHARD_PATH not in second["fetched"]
     assert "/bundle/manifest.json" in second["fetched"]  # the manifest is always fetched: it has the hashes
     for load in (first, second):
-        np.testing.assert_allclose(load["z"], expected_output(np.ones((2, 4), np.float32)).ravel())
+        assert_close(load["z"], expected_output(np.ones((2, 4), np.float32)).ravel())
         assert load["progress"][-1] == {"loaded": 16, "total": 16}
     assert outcome["keys"] == [SHARD_PATH]
 
@@ -497,7 +498,7 @@ def test_a_corrupt_cached_shard_is_fetched_again(bundle_dir: Path) -> None:
     assert "error" not in repaired, repaired
     assert SHARD_PATH in repaired["fetched"]  # the cached copy failed its sha256: refetched
     assert SHARD_PATH not in after["fetched"]  # ... and the good copy replaced it in the cache
-    np.testing.assert_allclose(repaired["z"], first["z"])
+    assert_close(repaired["z"], first["z"])
 
 
 def test_a_corrupt_shard_in_cache_and_on_the_server_is_refused(bundle_dir: Path) -> None:

@@ -1,10 +1,11 @@
 """Real exported models compiled once and run in headless Chromium (WebGPU on SwiftShader).
 
 The GPT-2-like and BERT-like models of scripts/export_test_models.py (tiny configs, random
-weights from fixed seeds; TorchScript exporter) are exported once per module, each built
+weights from fixed seeds; TorchScript exporter) are exported once per session, each built
 ONCE with ``relaxweb.compiler.build_bundle``, and the one bundle is loaded once in the browser
 and run at two shapes, (batch, seq) = (1, 8) and (2, 5); every output must match
-onnxruntime within 1e-3.  Their inputs are int64: they go to the page as BigInt64Array.
+onnxruntime (the MODEL tolerance of tests/helpers.py).  Their inputs are int64: they go to
+the page as BigInt64Array.
 
 A tiny hand-written ONNX model checks int64 through the whole browser path: int64 in and
 out as BigInt64Array, and an input outside the int32 range rejected with the input's name.
@@ -25,12 +26,12 @@ from onnx import TensorProto, helper
 from relaxweb.browser import open_runner_page, run_in_browser, run_many_in_browser
 from relaxweb.compiler import build_bundle
 from relaxweb.errors import InputShapeError
-from tests.model_exports import Export, export_models, export_script, missing_exporter_packages
+from tests.helpers import MODEL, assert_close, make_model
+from tests.model_exports import Export, export_script, missing_exporter_packages, session_exports
 from tests.test_browser import pytestmark as browser_marks
 
 pytestmark = browser_marks
 
-ATOL = RTOL = 1e-3
 MODELS = ["gpt2_legacy", "bert_legacy"]
 SHAPES = [{"batch": 1, "seq": 8}, {"batch": 2, "seq": 5}]
 #: Build bounds: above both shapes, so one build serves them from buffers allocated at load.
@@ -42,7 +43,7 @@ def exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Export]:
     missing = missing_exporter_packages()
     if missing:
         pytest.skip(f"{' and '.join(missing)} not installed (pip install -e '.[test]')")
-    return export_models(tmp_path_factory.mktemp("browser-models"), MODELS)
+    return session_exports(tmp_path_factory, MODELS)
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +75,7 @@ def test_one_build_matches_onnxruntime_at_two_shapes(exports, bundles, name: str
             got = actual[output.name]
             assert got.shape == want.shape, f"{name} {output.name} at {dims}: shape {got.shape}, onnxruntime {want.shape}"
             assert got.dtype == want.dtype
-            np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL, err_msg=f"{name} {output.name} at {dims}")
+            assert_close(got, want, MODEL, err_msg=f"{name} {output.name} at {dims}")
 
 
 # int64 through the browser -------------------------------------------------------------------
@@ -82,9 +83,6 @@ def test_one_build_matches_onnxruntime_at_two_shapes(exports, bundles, name: str
 
 def make_int64_model() -> onnx.ModelProto:
     """y = x + 1000 and s = ReduceSum(x, axis 1) (both int64), for x: int64[n, 3]."""
-    x = helper.make_tensor_value_info("x", TensorProto.INT64, ["n", 3])
-    y = helper.make_tensor_value_info("y", TensorProto.INT64, ["n", 3])
-    s = helper.make_tensor_value_info("s", TensorProto.INT64, ["n"])
     nodes = [
         helper.make_node("Add", ["x", "thousand"], ["y"]),
         helper.make_node("ReduceSum", ["x", "axes"], ["s"], keepdims=0),
@@ -93,8 +91,9 @@ def make_int64_model() -> onnx.ModelProto:
         helper.make_tensor("thousand", TensorProto.INT64, [], [1000]),
         helper.make_tensor("axes", TensorProto.INT64, [1], [1]),
     ]
-    graph = helper.make_graph(nodes, "int64_model", [x], [y, s], initializers)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    int64 = TensorProto.INT64
+    return make_model(nodes, [("x", int64, ["n", 3])], [("y", int64, ["n", 3]), ("s", int64, ["n"])], initializers,
+                      name="int64_model")
 
 
 @pytest.fixture(scope="module")

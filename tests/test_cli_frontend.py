@@ -20,6 +20,7 @@ from relaxweb.frontend.onnx import op_coverage, symbolic_vars
 from relaxweb.ir import Constant, FunctionBuilder, IRModule, SizeVar, TensorStructInfo
 from relaxweb.ir.expr import PrimValue
 from relaxweb.ops import call_op
+from tests.helpers import assert_close, make_model, rand
 from tests.test_end_to_end import assert_user_error, relaxweb
 
 
@@ -40,13 +41,6 @@ def save(model: onnx.ModelProto, path: Path, **kwargs) -> Path:
     return path
 
 
-def model_of(nodes, inputs, outputs, initializers=(), opset: int = 17) -> onnx.ModelProto:
-    graph = helper.make_graph(nodes, "test", inputs, outputs, initializer=list(initializers))
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 8
-    return model
-
-
 def onnxruntime_outputs(path: Path, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     names = [o.name for o in session.get_outputs()]
@@ -56,6 +50,7 @@ def onnxruntime_outputs(path: Path, inputs: dict[str, np.ndarray]) -> dict[str, 
 # inspect: op coverage and symbolic variables ------------------------------------------------
 
 
+@pytest.mark.slow  # the command line in a subprocess
 def test_inspect_prints_coverage_ir_and_symbolic_vars(workdir: Path, mlp: Path) -> None:
     result = relaxweb("inspect", mlp, cwd=workdir)
     assert result.returncode == 0, result.stderr
@@ -68,8 +63,9 @@ def test_inspect_prints_coverage_ir_and_symbolic_vars(workdir: Path, mlp: Path) 
     assert lines[-1] == "symbolic vars: batch"
 
 
+@pytest.mark.slow  # the command line in a subprocess
 def test_inspect_lists_symbolic_vars_in_order_of_appearance(workdir: Path) -> None:
-    model = model_of(
+    model = make_model(
         [helper.make_node("MatMul", ["a", "b"], ["y"])],
         [helper.make_tensor_value_info("a", TensorProto.FLOAT, ["batch", "seq", 8]),
          helper.make_tensor_value_info("b", TensorProto.FLOAT, [8, "width"])],
@@ -80,17 +76,19 @@ def test_inspect_lists_symbolic_vars_in_order_of_appearance(workdir: Path) -> No
     assert "symbolic vars: batch, seq, width" in result.stdout.splitlines()
 
 
+@pytest.mark.slow  # the command line in a subprocess
 def test_inspect_without_symbolic_vars(workdir: Path) -> None:
-    model = model_of([helper.make_node("Relu", ["x"], ["y"])],
-                     [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
-                     [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])],
+                       [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
     result = relaxweb("inspect", save(model, workdir / "static.onnx"), cwd=workdir)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[-1] == "symbolic vars: (none)"
 
 
+@pytest.mark.slow  # the command line in a subprocess
 def test_inspect_with_unsupported_ops_prints_coverage_then_fails(workdir: Path) -> None:
-    model = model_of(
+    model = make_model(
         [helper.make_node("Relu", ["x"], ["a"], name="relu"),
          helper.make_node("Foo", ["a"], ["b"], name="foo_1", domain="com.example"),
          helper.make_node("Relu", ["b"], ["c"], name="relu_2"),
@@ -110,7 +108,7 @@ def test_inspect_with_unsupported_ops_prints_coverage_then_fails(workdir: Path) 
 
 
 def test_op_coverage_counts_nodes_and_lists_unsupported_first() -> None:
-    model = model_of(
+    model = make_model(
         [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Relu", ["a"], ["b"]),
          helper.make_node("Bar", ["b"], ["y"], domain="com.example")],
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
@@ -151,9 +149,10 @@ def test_symbolic_vars_include_match_cast_and_if_branches() -> None:
 # run --reference ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # the command line in a subprocess
 @pytest.mark.parametrize("batch", [1, 4, 13])
 def test_run_reference_matches_onnxruntime_on_the_mlp(workdir: Path, mlp: Path, batch: int) -> None:
-    x = np.random.default_rng(batch).standard_normal((batch, 64)).astype(np.float32)
+    x = rand(batch, 64, seed=batch)
     np.savez(workdir / f"x{batch}.npz", x=x)
     out = workdir / f"out{batch}.npz"
     result = relaxweb("run", mlp, "--inputs", f"x{batch}.npz", "--out", out, "--reference", cwd=workdir)
@@ -164,9 +163,10 @@ def test_run_reference_matches_onnxruntime_on_the_mlp(workdir: Path, mlp: Path, 
         assert data.files == ["probabilities"]
         actual = data["probabilities"]
     expected = onnxruntime_outputs(mlp, {"x": x})["probabilities"]
-    np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-6)
+    assert_close(actual, expected)
 
 
+@pytest.mark.slow  # the command line in a subprocess
 def test_run_reference_on_a_folder(workdir: Path) -> None:
     (workdir / "some_folder").mkdir(exist_ok=True)
     np.savez(workdir / "in.npz", x=np.zeros((2, 64), np.float32))
@@ -174,18 +174,21 @@ def test_run_reference_on_a_folder(workdir: Path) -> None:
     assert "--reference runs an .onnx model" in error
 
 
+@pytest.mark.slow  # the command line in a subprocess
 def test_run_model_without_reference(workdir: Path, mlp: Path) -> None:
     np.savez(workdir / "in.npz", x=np.zeros((2, 64), np.float32))
     error = assert_user_error(relaxweb("run", mlp, "--inputs", "in.npz", cwd=workdir))
     assert "not a bundle folder" in error and "relaxweb build" in error and "--reference" in error
 
 
+@pytest.mark.slow  # the command line in a subprocess
 def test_run_reference_with_browser(workdir: Path, mlp: Path) -> None:
     np.savez(workdir / "in.npz", x=np.zeros((2, 64), np.float32))
     error = assert_user_error(relaxweb("run", mlp, "--inputs", "in.npz", "--reference", "--browser", cwd=workdir))
     assert "--reference and --browser" in error
 
 
+@pytest.mark.slow  # the command line in a subprocess
 @pytest.mark.parametrize("inputs, expected", [
     ({"x": np.zeros((2, 64))}, ["'x'", "float64", "float32"]),
     ({"x": np.zeros((2, 63), np.float32)}, ["'x'", "dimension 1 is 63, expected 64"]),
@@ -211,7 +214,7 @@ def external_data_model() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
         "h": rng.standard_normal(64).astype(np.float16),
         "target": np.array([-1, 32], np.int64),
     }
-    model = model_of(
+    model = make_model(
         [helper.make_node("Cast", ["h"], ["h32"], to=TensorProto.FLOAT, name="cast"),
          helper.make_node("Add", ["x", "w"], ["a"], name="add"),
          helper.make_node("Mul", ["a", "h32"], ["m"], name="mul"),
@@ -243,8 +246,9 @@ def test_external_data_is_read_next_to_the_model(external: Path, tmp_path: Path,
         np.testing.assert_array_equal(numpy_helper.to_array(initializer), weights[initializer.name])
 
 
+@pytest.mark.slow  # the command line in a subprocess
 def test_run_reference_with_external_data_and_float16(workdir: Path, external: Path) -> None:
-    x = np.random.default_rng(3).standard_normal((3, 64)).astype(np.float32)
+    x = rand(3, 64, seed=3)
     np.savez(workdir / "external_in.npz", x=x)
     out = workdir / "external_out.npz"
     result = relaxweb("run", external, "--inputs", "external_in.npz", "--out", out, "--reference", cwd=workdir)
@@ -255,9 +259,10 @@ def test_run_reference_with_external_data_and_float16(workdir: Path, external: P
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     (expected,) = session.run(None, {"x": x})
     assert actual.shape == (6, 32)
-    np.testing.assert_allclose(actual, expected, rtol=1e-6, atol=1e-6)
+    assert_close(actual, expected)
 
 
+@pytest.mark.slow  # the command line in a subprocess
 def test_missing_external_data_is_a_clear_error(workdir: Path, external: Path, tmp_path: Path) -> None:
     alone = tmp_path / "alone.onnx"
     alone.write_bytes(external.read_bytes())  # the model without its .data file
@@ -296,7 +301,7 @@ def test_external_data_outside_the_model_folder_is_refused(tmp_path: Path) -> No
 
 
 def test_float16_and_int64_initializers_become_constants_of_their_dtype() -> None:
-    model = model_of(
+    model = make_model(
         [helper.make_node("Add", ["x", "h"], ["y"]), helper.make_node("Add", ["i", "j"], ["z"])],
         [helper.make_tensor_value_info("x", TensorProto.FLOAT16, ["n", 3]),
          helper.make_tensor_value_info("i", TensorProto.INT64, ["n", 3])],
@@ -313,6 +318,7 @@ def test_float16_and_int64_initializers_become_constants_of_their_dtype() -> Non
     assert str(module.main.ret_struct_info) == "Tuple(Tensor((n, 3), float16), Tensor((n, 3), int64))"
 
 
+@pytest.mark.slow  # the command line in a subprocess
 def test_inspect_and_run_on_a_file_that_is_not_onnx(workdir: Path, mlp: Path) -> None:
     truncated = workdir / "truncated.onnx"
     truncated.write_bytes(mlp.read_bytes()[: mlp.stat().st_size // 3])

@@ -24,13 +24,10 @@ from relaxweb.runtime import Dispatch, HostModule
 from relaxweb.wgsl import emit_wgsl
 from relaxweb.ir.schedule import WORKGROUP_SIZE
 from tests.gpu_kernels import make_pipeline, run_kernel_on_gpu
+from tests.helpers import F32_LOOSE, assert_close, make_model, rand
 
 n = SizeVar("n")
 m = SizeVar("m")
-
-
-def rand(*shape: int, seed: int = 0) -> np.ndarray:
-    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
 
 
 def legalized_programs() -> dict[str, TensorProgram]:
@@ -121,8 +118,8 @@ def test_elementwise_kernel_runs_on_wgpu(device) -> None:
     program = PROGRAMS["add"]
     x, bias = rand(37, 5, seed=1), rand(5, seed=2)  # 185 elements: 3 workgroups, the last partial
     out = run_kernel_on_gpu(device, program, [x, bias], {"n": 37})
-    np.testing.assert_allclose(out, x + bias, rtol=1e-6)
-    np.testing.assert_allclose(out, run_program(program, [x, bias], {"n": 37}), rtol=1e-6)
+    assert_close(out, x + bias)
+    assert_close(out, run_program(program, [x, bias], {"n": 37}))
 
 
 def test_elementwise_kernel_on_a_two_dimensional_grid(device) -> None:
@@ -130,14 +127,14 @@ def test_elementwise_kernel_on_a_two_dimensional_grid(device) -> None:
     program = PROGRAMS["add"]
     x, bias = rand(40, 5, seed=3), rand(5, seed=4)  # 200 elements
     out = run_kernel_on_gpu(device, program, [x, bias], {"n": 40}, grid=(2, 2, 1))
-    np.testing.assert_allclose(out, x + bias, rtol=1e-6)
+    assert_close(out, x + bias)
 
 
 def test_matmul_kernel_runs_on_wgpu(device) -> None:
     program = PROGRAMS["matmul"]
     a, b = rand(9, 13, seed=5), rand(13, 5, seed=6)
     out = run_kernel_on_gpu(device, program, [a, b], {"n": 9, "m": 13})
-    np.testing.assert_allclose(out, a @ b, rtol=1e-5, atol=1e-5)
+    assert_close(out, a @ b)
 
 
 def test_softmax_kernels_run_on_wgpu(device) -> None:
@@ -147,7 +144,7 @@ def test_softmax_kernels_run_on_wgpu(device) -> None:
     total = run_kernel_on_gpu(device, PROGRAMS["softmax_sum"], [x, row_max], {"n": 70})
     out = run_kernel_on_gpu(device, PROGRAMS["softmax_normalize"], [x, row_max, total], {"n": 70})
     e = np.exp(x - x.max(axis=1, keepdims=True))
-    np.testing.assert_allclose(out, e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-6)
+    assert_close(out, e / e.sum(axis=1, keepdims=True))
 
 
 # The host module of a built bundle ---------------------------------------------------------------
@@ -337,20 +334,6 @@ def test_host_wat_is_readable(bundle: Path, manifest: dict) -> None:
 # Whole bundles of every supported op, run on wgpu --------------------------------------------------
 
 
-def onnx_model(nodes, inputs, initializers, opset: int = 17, outputs=("y",)) -> onnx.ModelProto:
-    from onnx import TensorProto, helper, numpy_helper
-
-    graph = helper.make_graph(
-        nodes, "g",
-        [helper.make_tensor_value_info(name, TensorProto.FLOAT, shape) for name, shape in inputs],
-        [helper.make_tensor_value_info(name, TensorProto.FLOAT, None) for name in outputs],
-        initializer=[numpy_helper.from_array(value, name) for name, value in initializers.items()],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 8
-    return model
-
-
 def gpu_models() -> dict[str, onnx.ModelProto]:
     from onnx import helper
 
@@ -360,7 +343,7 @@ def gpu_models() -> dict[str, onnx.ModelProto]:
     V = generator.standard_normal(5).astype(np.float32)
     return {
         # MatMul, Add, Tanh, Reshape (0 and a symbolic -1), Transpose, Sigmoid, Mul, Softmax
-        "chain": onnx_model([
+        "chain": make_model([
             node("MatMul", ["x", "W"], ["h"], name="mm"),
             node("Add", ["h", "V"], ["h2"], name="add"),
             node("Tanh", ["h2"], ["h3"], name="tanh"),
@@ -369,10 +352,10 @@ def gpu_models() -> dict[str, onnx.ModelProto]:
             node("Sigmoid", ["h5"], ["h6"], name="sigmoid"),
             node("Mul", ["h6", "h5"], ["h7"], name="mul"),
             node("Softmax", ["h7"], ["y"], name="softmax"),
-        ], [("x", ["batch", 6])], {"W": W, "V": V, "S": np.array([0, 5, -1], np.int64)}),
+        ], [("x", ["batch", 6])], ["y"], {"W": W, "V": V, "S": np.array([0, 5, -1], np.int64)}),
         # batched MatMul of two inputs, opset-11 Softmax over two axes (nested reductions),
         # Sub, Div, Neg, Exp, Relu, default Transpose, Identity
-        "opset11": onnx_model([
+        "opset11": make_model([
             node("MatMul", ["x", "z"], ["a"], name="mm"),
             node("Softmax", ["a"], ["b"], name="softmax", axis=1),
             node("Sub", ["b", "S"], ["c"], name="sub"),
@@ -382,13 +365,13 @@ def gpu_models() -> dict[str, onnx.ModelProto]:
             node("Relu", ["f"], ["g"], name="relu"),
             node("Transpose", ["g"], ["h"], name="transpose"),
             node("Identity", ["h"], ["y"], name="identity"),
-        ], [("x", ["batch", 3, 4]), ("z", ["batch", 4, 2])],
+        ], [("x", ["batch", 3, 4]), ("z", ["batch", 4, 2])], ["y"],
             {"S": generator.random(2).astype(np.float32), "P": (generator.random((3, 2)) + 0.5).astype(np.float32)},
             opset=11),
         # Gemm with every attribute on computed operands; batch is dimension 1 of x
-        "gemm": onnx_model(
+        "gemm": make_model(
             [node("Gemm", ["x", "B", "C"], ["y"], name="gemm", transA=1, transB=1, alpha=0.5, beta=-2.0)],
-            [("x", [6, "batch"]), ("B", [5, 6]), ("C", ["batch", 5])], {},
+            [("x", [6, "batch"]), ("B", [5, 6]), ("C", ["batch", 5])], ["y"],
         ),
     }
 
@@ -422,7 +405,7 @@ def test_bundle_runs_on_wgpu_like_onnxruntime(device, tmp_path: Path, name: str)
         (expected,) = reference.run(None, feeds)
         actual = session.run(feeds)["y"]
         assert actual.shape == expected.shape
-        np.testing.assert_allclose(actual, expected, rtol=1e-4, atol=1e-5, err_msg=f"{name} at batch {batch}")
+        assert_close(actual, expected, F32_LOOSE, err_msg=f"{name} at batch {batch}")
 
 
 @pytest.mark.parametrize("dim_param", ["k_", "i1_"])
@@ -433,14 +416,14 @@ def test_dim_param_named_like_an_index_variable(device, tmp_path: Path, dim_para
 
     from relaxweb.runtime import Session
 
-    w = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32)
-    model = onnx_model([helper.make_node("MatMul", ["x", "W"], ["y"], name="mm")], [("x", [dim_param, 4])], {"W": w})
+    w = rand(4, 3, seed=0)
+    model = make_model([helper.make_node("MatMul", ["x", "W"], ["y"], name="mm")], [("x", [dim_param, 4])], ["y"], {"W": w})
     path = tmp_path / "model.onnx"
     onnx.save(model, str(path))
     build_bundle(path, tmp_path / "dist", {})
-    x = np.random.default_rng(1).standard_normal((5, 4)).astype(np.float32)
+    x = rand(5, 4, seed=1)
     actual = Session(tmp_path / "dist", device=device).run({"x": x})["y"]
-    np.testing.assert_allclose(actual, x @ w, rtol=1e-5, atol=1e-5)
+    assert_close(actual, x @ w)
 
 
 def test_size_vars_named_like_wgsl_reserved_words_compile(device) -> None:

@@ -21,6 +21,7 @@ from relaxweb.ir.struct_info import PrimStructInfo
 from relaxweb.ir.well_formed import check_well_formed
 from relaxweb.ops import call_op
 from relaxweb.runtime import Session
+from tests.helpers import assert_close, rand
 
 n, m, p, k = (SizeVar(name) for name in ("n", "m", "p", "k"))
 
@@ -75,6 +76,7 @@ def if_bundle(tmp_path_factory) -> Path:
     return folder
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("rows", [3, 4])  # odd: then-branch, even: else-branch
 def test_if_runs_both_branches_everywhere(if_bundle, rows: int) -> None:
     rng = np.random.default_rng(rows)
@@ -82,13 +84,13 @@ def test_if_runs_both_branches_everywhere(if_bundle, rows: int) -> None:
     y = rng.standard_normal((5, 4)).astype(np.float32)
     expected = expected_if(x, y, same_shapes=False)
     module = if_module(same_shapes=False)
-    np.testing.assert_allclose(run_module(module, {"x": x, "y": y})[0], expected)
+    assert_close(run_module(module, {"x": x, "y": y})[0], expected)
     compiled = compile_module(module, {"n": 16, "m": 16})
     assert any(isinstance(step, HostIf) for step in compiled.main.steps)
-    np.testing.assert_allclose(run_host_function(compiled.main, compiled.programs, {"x": x, "y": y})[0], expected)
+    assert_close(run_host_function(compiled.main, compiled.programs, {"x": x, "y": y})[0], expected)
     outputs = Session(if_bundle).run({"x": x, "y": y})
     assert outputs["out"].shape == expected.shape
-    np.testing.assert_allclose(outputs["out"], expected, rtol=1e-6)
+    assert_close(outputs["out"], expected)
 
 
 def tensor_condition_module() -> IRModule:
@@ -105,21 +107,22 @@ def tensor_condition_module() -> IRModule:
     return IRModule({"main": builder.finish([result], ["out"])})
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("flag", [0, 1, 7])
 def test_if_on_a_tensor_reads_the_condition_back(tmp_path, flag: int) -> None:
     module = tensor_condition_module()
     check_well_formed(module)
-    x = np.random.default_rng(flag).standard_normal((3, 4)).astype(np.float32)
+    x = rand(3, 4, seed=flag)
     inputs = {"flag": np.array(flag, dtype=np.int32), "x": x}
     expected = x + x if flag else x * x
-    np.testing.assert_allclose(run_module(module, inputs)[0], expected)
+    assert_close(run_module(module, inputs)[0], expected)
     compiled = compile_module(module, {"n": 8})
     assert isinstance(compiled.main.steps[0], HostRead)
     assert compiled.main.read_slots == 1
-    np.testing.assert_allclose(run_host_function(compiled.main, compiled.programs, inputs)[0], expected)
+    assert_close(run_host_function(compiled.main, compiled.programs, inputs)[0], expected)
     write_bundle(compiled, tmp_path / "bundle", "tensor_condition")
     session = Session(tmp_path / "bundle")
-    np.testing.assert_allclose(session.run(inputs)["out"], expected, rtol=1e-6)
+    assert_close(session.run(inputs)["out"], expected)
     assert session.last_read_count == 1
 
 
@@ -158,20 +161,22 @@ def unique_bundle(tmp_path_factory) -> Path:
     return folder
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("x", UNIQUE_CASES, ids=lambda x: f"n{x.size}")
 def test_unique_then_ops_in_k_run_everywhere(unique_bundle, x: np.ndarray) -> None:
     expected = np.unique(x) * 2
     module = unique_module()
-    np.testing.assert_allclose(run_module(module, {"x": x})[0], expected)
+    assert_close(run_module(module, {"x": x})[0], expected)
     compiled = compile_module(module, {"n": 64, "k": 6})
-    np.testing.assert_allclose(run_host_function(compiled.main, compiled.programs, {"x": x})[0], expected)
+    assert_close(run_host_function(compiled.main, compiled.programs, {"x": x})[0], expected)
     session = Session(unique_bundle)
     out = session.run({"x": x})["out"]
     assert out.shape == expected.shape
-    np.testing.assert_allclose(out, expected)
+    assert_close(out, expected)
     assert session.last_read_count == 1
 
 
+@pytest.mark.gpu
 def test_unique_of_int64_runs_on_the_gpu(tmp_path: Path) -> None:
     """The library kernels take the element type of the device dtype (int64 is i32 there)."""
     builder = FunctionBuilder("main")
@@ -184,6 +189,7 @@ def test_unique_of_int64_runs_on_the_gpu(tmp_path: Path) -> None:
     np.testing.assert_array_equal(Session(tmp_path / "bundle").run({"x": x_value})["out"], np.unique(x_value))
 
 
+@pytest.mark.gpu
 def test_the_compiled_cast_is_checked_at_run_time(unique_bundle) -> None:
     """k is bound from the value read back and checked against its bound (k <= 6)."""
     x = np.arange(7, dtype=np.float32)
@@ -203,7 +209,7 @@ def test_match_cast_of_a_prim_value_binds_a_variable() -> None:
     module = IRModule({"main": builder.finish([out], ["out"])})
     check_well_formed(module)
     x_value = np.ones((6, 4), np.float32)
-    np.testing.assert_allclose(run_module(module, {"x": x_value})[0], x_value)
+    assert_close(run_module(module, {"x": x_value})[0], x_value)
 
 
 def with_browser_marks(test):
@@ -221,6 +227,6 @@ def test_compiled_read_back_runs_in_chromium(unique_bundle) -> None:
     from relaxweb.browser import run_in_browser
 
     x = UNIQUE_CASES[0]
-    np.testing.assert_allclose(run_in_browser(unique_bundle, {"x": x})["out"], np.unique(x) * 2)
+    assert_close(run_in_browser(unique_bundle, {"x": x})["out"], np.unique(x) * 2)
     with pytest.raises(InputShapeError, match=r"\(k\) is 7, above its bound k <= 6"):
         run_in_browser(unique_bundle, {"x": np.arange(7, dtype=np.float32)})

@@ -14,30 +14,31 @@ SpaceToDepth.
 from __future__ import annotations
 
 import dataclasses
-import importlib
-import warnings
+from functools import partial
 
 import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper, numpy_helper
 
 import relaxweb.ir.interpreter as interpreter
 from relaxweb.errors import UnsupportedModelError
 from relaxweb.frontend import from_onnx
 from relaxweb.ir import Var
 from relaxweb.ir.dtype import GPU_DTYPES
-from relaxweb.ir.expr import Call, ShapeExpr
+from relaxweb.ir.expr import ShapeExpr
 from relaxweb.ir.interpreter import run_module
 from relaxweb.ir.struct_info import TensorStructInfo
 from relaxweb.ir.symbolic import SizeVar, prove_equal
 from relaxweb.ir.tir import Unary
-from relaxweb.ops import DeductionError, call_op, get_op
+from relaxweb.ops import DeductionError, call_op
 from relaxweb.ops.common import needs_known_shapes
 from relaxweb.ops import OPS
 from relaxweb.passes import legalize_ops
 from relaxweb.wgsl import emit_wgsl
+from tests import helpers
+from tests.helpers import ONNX_CASE, assert_close, onnx_node_cases
 
 # ONNX op type -> the module of onnx.backend.test.case.node that generates its cases
 ONNX_CASE_MODULES = {
@@ -61,28 +62,14 @@ UNSUPPORTED = {
     )},
 }
 
-# Ops that have no GPU lowering because the tensor-program IR lacks something (legalize=None).
-NEEDS_SQRT_OR_LOG = {"log_softmax", "layer_norm", "layer_norm_inv_std", "group_norm", "batch_norm"}
-NO_LOWERING = {
-    "max_pool_indices": "int64 indices",
-    "dropout_mask": "bool tensors have no storage type",
-}
-# Variants whose legalization refuses with a clear error.
+# Variants whose legalization refuses with a clear error (their cases check that error).
 LOWERING_REFUSED = ("cubic", "antialias", "tf_crop_and_resize", "no GPU lowering for p=")
 
 
 def collect_cases() -> list:
     """The ONNX node test cases made only of these op types (and Constant / Identity)."""
-    import onnx.backend.test.case.node as node_cases
-
-    state = np.random.get_state()  # generating the cases reseeds numpy's global generator
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for module in sorted(set(ONNX_CASE_MODULES.values())):
-            importlib.import_module(f"onnx.backend.test.case.node.{module}")
-    np.random.set_state(state)
     selected = {}
-    for case in node_cases._NodeTestCases:
+    for case in onnx_node_cases(sorted(set(ONNX_CASE_MODULES.values()))):
         types = {node.op_type for node in case.model.graph.node}
         if types & OP_TYPES and types <= OP_TYPES | {"Constant", "Identity"}:
             selected[case.name] = case
@@ -109,8 +96,7 @@ def assert_outputs(actual: list, expected: list, what: str) -> None:
         if want.dtype == bool or np.issubdtype(want.dtype, np.integer):
             np.testing.assert_array_equal(got, want, err_msg=f"{what}: output {index}")
         else:
-            np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=1e-3, atol=1e-4,
-                                       err_msg=f"{what}: output {index}")
+            assert_close(got.astype(np.float64), want.astype(np.float64), ONNX_CASE, err_msg=f"{what}: output {index}")
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
@@ -189,17 +175,11 @@ def check_legalized(module, feeds: dict, expected: list, what: str) -> None:
 def legalize_case(case) -> None:
     model, inputs = with_constant_resize_inputs(case.model, case.data_sets[0][0])
     module = from_onnx(model)
-    ops = {b.value.op for b in module.main.bindings() if isinstance(b.value, Call)}
-    missing = sorted(op for op in ops if get_op(op).legalize is None)
-    if missing:
-        assert set(missing) <= NEEDS_SQRT_OR_LOG | set(NO_LOWERING), missing
-        pytest.skip(f"no GPU lowering for {', '.join(missing)}")
     try:
         check_legalized(module, feeds_of(model, inputs), case.data_sets[0][1], case.name)
-    except UnsupportedModelError as error:
+    except UnsupportedModelError as error:  # every op lowers; a few variants are refused, clearly
         if not any(text in str(error) for text in LOWERING_REFUSED):
             raise
-        pytest.skip(str(error))
 
 
 LOWERED_CASES = [case for case in CASES if case.name not in UNSUPPORTED]
@@ -210,38 +190,13 @@ def test_onnx_node_case_legalized(case) -> None:
     legalize_case(case)
 
 
-def _waits_for_sqrt_or_log(case) -> bool:
-    types = {node.op_type for node in case.model.graph.node}
-    return bool(types & {"LogSoftmax", "LayerNormalization", "BatchNormalization", "InstanceNormalization",
-                         "GroupNormalization", "LpNormalization", "LpPool"})
-
-
-SQRT_CASES = [case for case in LOWERED_CASES if _waits_for_sqrt_or_log(case)]
-
-
-@pytest.mark.parametrize("case", SQRT_CASES, ids=[case.name for case in SQRT_CASES])
-def test_legalizations_waiting_for_sqrt_and_log(case, ir_with_sqrt_and_log) -> None:
-    """What lowers once the tensor-program IR has sqrt and log (patched in here)."""
-    legalize_case(case)
-
-
 # Models with symbolic dims against onnxruntime -------------------------------------------------
 
 
-def rand(*shape: int, seed: int = 0, low: float = -1.0, high: float = 1.0) -> np.ndarray:
-    return np.random.default_rng(seed).uniform(low, high, shape).astype(np.float32)
+rand = partial(helpers.rand, low=-1.0, high=1.0)  # this file's data: uniform in [-1, 1)
 
 
-def make_model(nodes, inputs, outputs, initializers, opset: int = 18) -> onnx.ModelProto:
-    graph = helper.make_graph(
-        nodes, "symbolic",
-        [helper.make_tensor_value_info(name, TensorProto.FLOAT, shape) for name, shape in inputs],
-        [helper.make_tensor_value_info(name, TensorProto.FLOAT, None) for name in outputs],
-        initializer=[numpy_helper.from_array(value, name) for name, value in initializers.items()],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 8
-    return model
+make_model = partial(helpers.make_model, opset=18)
 
 
 node = helper.make_node
@@ -489,12 +444,8 @@ def test_layer_norm_checks_the_scale() -> None:
 
 
 def test_unsupported_uses_have_clear_errors() -> None:
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4, "height", 6])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
-
     def convert(node_proto):
-        graph = helper.make_graph([node_proto], "g", [x], [y])
-        return from_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]))
+        return from_onnx(make_model([node_proto], [("x", ["batch", 4, "height", 6])], ["y"], {}))
 
     with pytest.raises(UnsupportedModelError, match="height height is not provably a multiple of blocksize 2"):
         convert(node("SpaceToDepth", ["x"], ["y"], blocksize=2))

@@ -19,6 +19,9 @@ import pytest
 from onnx import TensorProto, helper
 
 from examples.make_mlp import make_mlp
+from tests.helpers import MODEL, assert_close, make_model, rand
+
+pytestmark = pytest.mark.slow  # the command line in subprocesses, a second or more each
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -99,9 +102,10 @@ def test_opt_level_0_builds_one_kernel_per_op(workdir: Path, model: Path) -> Non
     assert result.returncode == 2 and "invalid choice: 2" in result.stderr
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("batch", [1, 5, 64])
 def test_run_matches_onnxruntime(workdir: Path, model: Path, bundle: Path, batch: int) -> None:
-    x = np.random.default_rng(batch).standard_normal((batch, 64)).astype(np.float32)
+    x = rand(batch, 64, seed=batch)
     inputs = write_inputs(workdir, f"inputs_{batch}.npz", x)
     out = workdir / f"outputs_{batch}.npz"
     result = relaxweb("run", bundle, "--inputs", inputs, "--out", out, cwd=workdir)
@@ -114,10 +118,11 @@ def test_run_matches_onnxruntime(workdir: Path, model: Path, bundle: Path, batch
     (expected,) = session.run(None, {"x": x})
     assert actual.shape == (batch, 10)
     assert actual.dtype == np.float32
-    np.testing.assert_allclose(actual, expected, rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(actual.sum(axis=1), 1, rtol=1e-5)
+    assert_close(actual, expected, MODEL)
+    assert_close(actual.sum(axis=1), 1)
 
 
+@pytest.mark.gpu
 def test_run_above_the_bound(workdir: Path, bundle: Path) -> None:
     inputs = write_inputs(workdir, "inputs_65.npz", np.zeros((65, 64), np.float32))
     result = relaxweb("run", bundle, "--inputs", inputs, cwd=workdir)
@@ -131,6 +136,7 @@ def test_run_above_the_bound(workdir: Path, bundle: Path) -> None:
     assert result.stdout == ""
 
 
+@pytest.mark.gpu
 def test_run_wrong_fixed_dimension(workdir: Path, bundle: Path) -> None:
     inputs = write_inputs(workdir, "inputs_5_63.npz", np.zeros((5, 63), np.float32))
     result = relaxweb("run", bundle, "--inputs", inputs, cwd=workdir)
@@ -139,17 +145,20 @@ def test_run_wrong_fixed_dimension(workdir: Path, bundle: Path) -> None:
     assert error == "error: input 'x': dimension 1 is 63, expected 64"
 
 
+@pytest.mark.gpu
 def test_run_with_a_missing_inputs_file(workdir: Path, bundle: Path) -> None:
     error = assert_user_error(relaxweb("run", bundle, "--inputs", "nothing.npz", cwd=workdir))
     assert error == "error: nothing.npz: no such file"
 
 
+@pytest.mark.gpu
 def test_run_with_float64_inputs(workdir: Path, bundle: Path) -> None:
     inputs = write_inputs(workdir, "inputs_f64.npz", np.zeros((2, 64)))
     error = assert_user_error(relaxweb("run", bundle, "--inputs", inputs, cwd=workdir))
     assert "'x'" in error and "float32" in error and "float64" in error
 
 
+@pytest.mark.gpu
 def test_run_with_an_inputs_file_that_is_not_npz(workdir: Path, bundle: Path) -> None:
     (workdir / "notes.npz").write_text("not numpy data\n")
     error = assert_user_error(relaxweb("run", bundle, "--inputs", "notes.npz", cwd=workdir))
@@ -166,18 +175,13 @@ def test_run_on_a_folder_that_is_not_a_bundle(workdir: Path) -> None:
 
 
 def test_build_with_unsupported_ops(workdir: Path) -> None:
-    graph = helper.make_graph(
-        [
-            helper.make_node("StringNormalizer", ["x"], ["a"], name="normalize_a"),
-            helper.make_node("Foo", ["a"], ["b"], name="custom_1", domain="com.example"),
-            helper.make_node("StringNormalizer", ["b"], ["y"], name="normalize_b"),
-        ],
-        "bad",
-        [helper.make_tensor_value_info("x", TensorProto.STRING, ["batch"])],
-        [helper.make_tensor_value_info("y", TensorProto.STRING, None)],
-    )
+    nodes = [
+        helper.make_node("StringNormalizer", ["x"], ["a"], name="normalize_a"),
+        helper.make_node("Foo", ["a"], ["b"], name="custom_1", domain="com.example"),
+        helper.make_node("StringNormalizer", ["b"], ["y"], name="normalize_b"),
+    ]
     path = workdir / "unsupported.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    onnx.save(make_model(nodes, [("x", TensorProto.STRING, ["batch"])], [("y", TensorProto.STRING)]), str(path))
     error = assert_user_error(relaxweb("build", path, "-o", "dist_unsupported", cwd=workdir))
     assert error == (
         "error: the model uses 2 unsupported op type(s): StringNormalizer (nodes: normalize_a, normalize_b); "
@@ -189,21 +193,24 @@ def test_build_with_unsupported_ops(workdir: Path) -> None:
     assert not (workdir / "dist_unsupported").exists()
 
 
-def test_build_with_ops_that_have_no_gpu_lowering_lists_them(workdir: Path) -> None:
-    """Ops that import (and run with --reference) but cannot be compiled yet: one error."""
-    for op_type in ("NonZero", "Erf", "Sin", "IsNaN"):
-        graph = helper.make_graph(
-            [helper.make_node(op_type, ["x"], ["y"], name="node")],
-            "no_lowering",
-            [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])],
-            [helper.make_tensor_value_info("y", TensorProto.UNDEFINED, None)],
-        )
-        path = workdir / f"no_lowering_{op_type}.onnx"
-        onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
-        result = relaxweb("build", path, "-o", f"dist_{op_type}", cwd=workdir)
-        if result.returncode == 2 and "no GPU lowering yet" in result.stderr:
-            error = assert_user_error(result)
-            assert error.startswith("error: no GPU lowering yet for 1 op(s): ")
-            assert "--reference" in error
-            return
-    pytest.skip("every candidate op imports and has a GPU lowering now")
+def test_build_with_ops_that_have_no_gpu_lowering_lists_them(workdir: Path, monkeypatch, capsys) -> None:
+    """Ops that import (and run with --reference) but cannot be compiled yet: one error.
+
+    Every op lowers today, so two ops' lowerings are taken away; in this process (the
+    command's ``main``), where the patch reaches the build."""
+    import dataclasses
+
+    from relaxweb.cli import main
+    from relaxweb.ir.op_registry import OPS
+
+    for name in ("erf", "sin"):
+        monkeypatch.setitem(OPS, name, dataclasses.replace(OPS[name], legalize=None))
+    nodes = [helper.make_node("Erf", ["x"], ["a"], name="erf"), helper.make_node("Sin", ["a"], ["y"], name="sin")]
+    path = workdir / "no_lowering.onnx"
+    onnx.save(make_model(nodes, [("x", ["n"])], ["y"]), str(path))
+    status = main(["build", str(path), "-o", str(workdir / "dist_no_lowering")])
+    captured = capsys.readouterr()
+    error = assert_user_error(subprocess.CompletedProcess([], status, captured.out, captured.err))
+    assert error == ("error: no GPU lowering yet for 2 op(s): erf, sin "
+                     "(the model imports and runs with 'relaxweb run MODEL.onnx --reference')")
+    assert not (workdir / "dist_no_lowering").exists()

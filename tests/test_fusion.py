@@ -32,14 +32,11 @@ from relaxweb.ops import call_op
 from relaxweb.passes import fuse_ops, legalize_ops, schedule_programs
 from relaxweb.wgsl import emit_wgsl
 from tests.gpu_kernels import run_kernel_on_gpu
+from tests.helpers import F32_LOOSE, assert_close, rand
 from tests.test_passes import mlp_module  # x[n, 4] -> matmul -> add -> relu -> matmul -> add -> softmax
 
 n, m, k = SizeVar("n"), SizeVar("m"), SizeVar("k")
 I0, I1, I2 = SizeVar("i0_"), SizeVar("i1_"), SizeVar("i2_")
-
-
-def rand(*shape: int, seed: int = 0) -> np.ndarray:
-    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
 
 
 def tensor(*shape) -> TensorStructInfo:
@@ -139,7 +136,7 @@ def test_inline_producer_builds_the_prologue() -> None:
     assert fused.size_var_values == values
     left, right = rand(5, 3, seed=1), rand(3, 4, seed=2)
     got = run_program(fused.program, [right, left], {"n": 5, "k": 3, "m": 4})
-    np.testing.assert_allclose(got, np.maximum(left, 0) @ right, rtol=1e-6)
+    assert_close(got, np.maximum(left, 0) @ right)
 
 
 def test_inline_producer_renames_clashing_size_vars_and_reduction_axes() -> None:
@@ -159,7 +156,7 @@ def test_inline_producer_renames_clashing_size_vars_and_reduction_axes() -> None
     assert f"in range({renamed[0]})" in text
     data, weights = rand(4, 7, seed=3), rand(4, 2, seed=4)
     got = run_program(fused.program, [weights, data], {"n": 4, "k": 2, renamed[0]: 7})
-    np.testing.assert_allclose(got, data.sum(axis=1, keepdims=True) * weights, rtol=1e-5)
+    assert_close(got, data.sum(axis=1, keepdims=True) * weights)
 
 
 def test_simplify_indices_folds_reshape_arithmetic_with_symbolic_extents() -> None:
@@ -208,8 +205,8 @@ def test_fuse_ops_merges_an_elementwise_chain_into_one_program() -> None:
     assert_structural_equal(after, expected)
     value = rand(3, 4, seed=5)
     want = run_module(before, {"x": value})[0]
-    np.testing.assert_allclose(run_module(after, {"x": value})[0], want, rtol=1e-6)
-    np.testing.assert_allclose(run_module(expected, {"x": value})[0], want, rtol=1e-6)
+    assert_close(run_module(after, {"x": value})[0], want)
+    assert_close(run_module(expected, {"x": value})[0], want)
 
 
 def test_fuse_ops_merges_epilogues_and_prologues_of_an_mlp() -> None:
@@ -227,7 +224,7 @@ def test_fuse_ops_merges_epilogues_and_prologues_of_an_mlp() -> None:
     assert set(after.programs) == {c.program for c in calls(after)}
     for rows in (1, 5):
         value = rand(rows, 4, seed=rows)
-        np.testing.assert_allclose(run_module(after, {"x": value})[0], run_module(before, {"x": value})[0], rtol=1e-5)
+        assert_close(run_module(after, {"x": value})[0], run_module(before, {"x": value})[0])
 
 
 def test_fuse_ops_keeps_shared_reductions_outputs_and_library_kernels() -> None:
@@ -248,7 +245,7 @@ def test_fuse_ops_keeps_shared_reductions_outputs_and_library_kernels() -> None:
     assert "scaled" not in produced and "shifted" not in produced  # merged into their consumers
     inputs = {"x": rand(6, 4, seed=7), "flat": np.array([3, 1, 3], np.float32)}
     for got, want in zip(run_module(after, inputs), run_module(before, inputs)):
-        np.testing.assert_allclose(got, want, rtol=1e-6)
+        assert_close(got, want)
 
 
 def test_fuse_ops_stays_within_eight_storage_buffers() -> None:
@@ -264,7 +261,7 @@ def test_fuse_ops_stays_within_eight_storage_buffers() -> None:
     assert len(calls(after)) < len(calls(before))
     assert all(len(p.inputs) + 1 <= 8 for p in programs_of(after))
     inputs = {f"x{i}": rand(2, 4, seed=i) for i in range(10)}
-    np.testing.assert_allclose(run_module(after, inputs)[0], run_module(before, inputs)[0], rtol=1e-6)
+    assert_close(run_module(after, inputs)[0], run_module(before, inputs)[0])
 
 
 # schedule_programs -------------------------------------------------------------------------------
@@ -286,7 +283,7 @@ def test_schedule_programs_picks_by_pattern() -> None:
     # a symbolic row length: as many rows as the row is long, so one invocation per row
     assert [p.schedule for p in programs_of(schedule_programs(softmax(m)))] == [ElementSchedule()] * 3
     value = rand(3, 200, seed=8)
-    np.testing.assert_allclose(run_module(long_rows, {"x": value})[0], run_module(softmax(200), {"x": value})[0])
+    assert_close(run_module(long_rows, {"x": value})[0], run_module(softmax(200), {"x": value})[0])
 
 
 # Schedules on the GPU ----------------------------------------------------------------------------
@@ -312,7 +309,7 @@ def test_tiled_matmul_with_epilogue_on_gpu(device, sizes: tuple[int, int, int]) 
     size_vars = {"n": rows, "k": depth, "m": columns}
     want = run_program(program, arrays, size_vars)
     got = run_kernel_on_gpu(device, scheduled(program, TiledMatmulSchedule()), arrays, size_vars)
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    assert_close(got, want, F32_LOOSE)
     assert "var<workgroup> tile_a" in emit_wgsl(scheduled(program, TiledMatmulSchedule())).source
 
 
@@ -322,7 +319,7 @@ def test_tiled_batched_matmul_with_broadcast_on_gpu(device) -> None:
     arrays = [rand(3, 33, 20, seed=4), rand(20, 40, seed=5)]
     size_vars = {"n": 33, "k": 20, "m": 40}
     got = run_kernel_on_gpu(device, scheduled(program, TiledMatmulSchedule()), arrays, size_vars)
-    np.testing.assert_allclose(got, arrays[0] @ arrays[1], rtol=1e-4, atol=1e-5)
+    assert_close(got, arrays[0] @ arrays[1], F32_LOOSE)
 
 
 def test_convolution_as_tiled_matmul_on_gpu(device) -> None:
@@ -333,7 +330,7 @@ def test_convolution_as_tiled_matmul_on_gpu(device) -> None:
     arrays = [rand(2, 3, 9, 7, seed=6), rand(5, 3, 3, 3, seed=7)]
     want = run_program(program, arrays, {"n": 2})
     got = run_kernel_on_gpu(device, scheduled(program, TiledMatmulSchedule()), arrays, {"n": 2})
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    assert_close(got, want, F32_LOOSE)
 
 
 def test_tiled_matmul_follows_its_parameters_on_gpu(device) -> None:
@@ -392,9 +389,10 @@ def test_workgroup_reduction_on_gpu(device, combiner: str, width: int) -> None:
         data[1, :] = -np.inf if combiner == "max" else np.inf  # a row of infinities stays infinite
     want = run_program(program, [data], {"n": 5, "m": width})
     got = run_kernel_on_gpu(device, scheduled(program, WorkgroupReductionSchedule()), [data], {"n": 5, "m": width})
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert_close(got, want, F32_LOOSE)
 
 
+@pytest.mark.gpu
 def test_fused_models_agree_with_unfused_on_gpu(tmp_path) -> None:
     """The MLP built at opt level 0 and 1: same outputs in the Python runtime, fewer dispatches."""
     pytest.importorskip("wgpu")
@@ -411,7 +409,7 @@ def test_fused_models_agree_with_unfused_on_gpu(tmp_path) -> None:
         results[level] = session.run({"x": value})
         dispatches[level] = session.last_dispatch_count
     for name in results[0]:
-        np.testing.assert_allclose(results[1][name], results[0][name], rtol=1e-5, atol=1e-6)
+        assert_close(results[1][name], results[0][name])
     assert (dispatches[0], dispatches[1]) == (8, 5)
 
 
@@ -454,7 +452,7 @@ def test_canonicalize_bindings_reads_through_tuples_and_aliases() -> None:
     after = canonicalize_bindings(before)
     assert_structural_equal(after, expected)
     value = rand(3, 4, seed=10)
-    np.testing.assert_allclose(run_module(after, {"x": value})[0], run_module(before, {"x": value})[0])
+    assert_close(run_module(after, {"x": value})[0], run_module(before, {"x": value})[0])
     # and fusion now sees relu and tanh as the add's producers: one kernel for everything
     assert len(calls(fuse_ops(legalize_ops(after)))) == 1
 
@@ -487,7 +485,7 @@ def test_fold_scalar_constants_writes_scalars_into_the_program() -> None:
     assert FloatImm(0.5, "float32") in [after.programs[scale.program].body.b]
     assert len(bias.args) == 2  # a four-element constant stays a buffer
     value = rand(5, 4, seed=12)
-    np.testing.assert_allclose(run_module(after, {"x": value})[0], run_module(before, {"x": value})[0])
+    assert_close(run_module(after, {"x": value})[0], run_module(before, {"x": value})[0])
 
 
 def test_fusion_keeps_a_matmul_tiled_rather_than_merge_a_head_transpose() -> None:
@@ -504,7 +502,7 @@ def test_fusion_keeps_a_matmul_tiled_rather_than_merge_a_head_transpose() -> Non
     patterns = [program_pattern(p) for p in programs_of(after)]
     assert patterns[0] == Pattern.MATMUL and len(patterns) == 2  # the transpose and reshape merge together
     inputs = {"probs": rand(2, 4, 3, 3, seed=13), "values": rand(2, 4, 3, 8, seed=14)}
-    np.testing.assert_allclose(run_module(after, inputs)[0], run_module(before, inputs)[0], rtol=1e-6)
+    assert_close(run_module(after, inputs)[0], run_module(before, inputs)[0])
 
 
 # The vectorized schedule -------------------------------------------------------------------------
@@ -523,7 +521,7 @@ def test_vectorized_elementwise_on_gpu(device) -> None:
     shader = emit_wgsl(scheduled(program, VectorizedSchedule())).source
     assert "var<storage, read> A: array<vec4<f32>>;" in shader and "var<storage, read> B: array<f32>;" in shader
     got = run_kernel_on_gpu(device, scheduled(program, VectorizedSchedule()), arrays, {"n": 5})
-    np.testing.assert_allclose(got, run_program(program, arrays, {"n": 5}), rtol=1e-5, atol=1e-6)
+    assert_close(got, run_program(program, arrays, {"n": 5}))
 
 
 def test_vectorized_slice_at_a_multiple_of_four_on_gpu(device) -> None:

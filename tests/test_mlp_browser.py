@@ -20,6 +20,7 @@ from examples.make_mlp import make_mlp
 from relaxweb.browser import run_in_browser
 from relaxweb.compiler import build_bundle
 from relaxweb.errors import InputShapeError
+from tests.helpers import MODEL, assert_close, rand
 from tests.test_browser import pytestmark as browser_marks
 
 pytestmark = browser_marks
@@ -37,11 +38,11 @@ def mlp(tmp_path_factory) -> tuple[Path, Path]:
 @pytest.mark.parametrize("batch", [1, 5])
 def test_mlp_matches_onnxruntime_in_chromium(mlp, batch):
     model_path, bundle = mlp
-    x = np.random.default_rng(batch).standard_normal((batch, 64)).astype(np.float32)
+    x = rand(batch, 64, seed=batch)
     expected = onnxruntime.InferenceSession(str(model_path)).run(None, {"x": x})[0]
     outputs = run_in_browser(bundle, {"x": x})
     assert outputs["probabilities"].shape == (batch, 10)
-    np.testing.assert_allclose(outputs["probabilities"], expected, atol=1e-4)
+    assert_close(outputs["probabilities"], expected, MODEL)
 
 
 @pytest.mark.parametrize(

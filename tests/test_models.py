@@ -11,7 +11,7 @@ the network; about 20 s for all six on 2 cores, mostly the dynamo exporter).  Fo
 * the reference interpreter matches onnxruntime at each shape, and every intermediate value
   has the shape and dtype its annotation says;
 * one build per model (the whole compiler) runs every shape in the Python runtime on wgpu
-  and matches onnxruntime within 1e-3;
+  and matches onnxruntime (the MODEL tolerance of tests/helpers.py, as the interpreter);
 * after every pass, at opt levels 1 and 0, the module is well formed and its printed text
   parses back to a structurally equal module.
 
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from relaxweb.ir.module import IRModule
@@ -31,11 +30,12 @@ from relaxweb.ir.printer import format_module, module_constants
 from relaxweb.ir.structural import assert_structural_equal
 from relaxweb.ir.well_formed import check_well_formed
 from relaxweb.passes import pipeline, run_pipeline
+from tests.helpers import MODEL, assert_close
 from tests.model_exports import (
-    MODELS, CheckingInterpreter, Export, export_models, export_script, missing_exporter_packages, symbolic_vars,
+    MODELS, CheckingInterpreter, Export, export_script, missing_exporter_packages, session_exports, symbolic_vars,
 )
 
-RTOL = ATOL = 1e-4
+pytestmark = pytest.mark.slow  # the torch exports take 20-40 s
 
 
 @pytest.fixture(scope="session")
@@ -43,7 +43,7 @@ def exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Export]:
     missing = missing_exporter_packages()
     if missing:
         pytest.skip(f"{' and '.join(missing)} not installed (pip install -e '.[test]')")
-    return export_models(tmp_path_factory.mktemp("models"), list(MODELS))
+    return session_exports(tmp_path_factory, list(MODELS))
 
 
 def exported(exports: dict[str, Export], name: str) -> Export:
@@ -128,7 +128,7 @@ def test_interpreter_matches_onnxruntime(exports: dict[str, Export], name: str, 
     for output, got, want in zip(names, actual, expected):
         assert got.shape == want.shape, f"{name} {output}: shape {got.shape}, onnxruntime {want.shape}"
         assert got.dtype == want.dtype, f"{name} {output}: dtype {got.dtype}, onnxruntime {want.dtype}"
-        np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL, err_msg=f"{name} output {output} at {dims}")
+        assert_close(got, want, MODEL, err_msg=f"{name} output {output} at {dims}")
 
 
 @pytest.mark.parametrize("opt_level", [1, 0])
@@ -172,6 +172,7 @@ def compiled_session(exports: dict[str, Export], sessions: dict, name: str, fold
     return sessions[name]
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize(
     "name, dims",
     [(name, dims) for name, (_, shapes) in MODELS.items() for dims in shapes],
@@ -191,4 +192,4 @@ def test_compiled_bundle_matches_onnxruntime(exports: dict[str, Export], bundle_
     for output, want in zip(reference.get_outputs(), expected):
         got = actual[output.name]
         assert got.shape == want.shape, f"{name} {output.name}: shape {got.shape}, onnxruntime {want.shape}"
-        np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3, err_msg=f"{name} output {output.name} at {dims}")
+        assert_close(got, want, MODEL, err_msg=f"{name} output {output.name} at {dims}")

@@ -24,6 +24,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from tests.helpers import make_model
+
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "scripts" / "onnx_node_tests.py"
 
@@ -87,6 +89,7 @@ def test_supported_case_passes(cases: Path, runner, name: str) -> None:
     assert result["status"] == "pass", result
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("name", ["test_add", "test_relu", "test_matmul_2d", "test_softmax_example", "test_gemm_transposeA"])
 def test_supported_case_passes_through_the_compiler_and_wgpu(cases: Path, runner, name: str) -> None:
     """--compiled: import, compile into a bundle, run with the Python runtime (lavapipe here)."""
@@ -151,10 +154,9 @@ def test_wrong_results_fail(cases: Path, runner, tmp_path: Path) -> None:
 
 
 def _handmade_case(folder: Path, nodes, inputs, outputs, data_in, data_out, domains=()) -> Path:
-    graph = helper.make_graph(nodes, folder.name, inputs, outputs)
-    opsets = [helper.make_opsetid("", 17)] + [helper.make_opsetid(d, 1) for d in domains]
+    model = make_model(nodes, inputs, outputs, opset={"": 17, **{d: 1 for d in domains}}, name=folder.name)
     folder.mkdir(parents=True)
-    onnx.save(helper.make_model(graph, opset_imports=opsets), str(folder / "model.onnx"))
+    onnx.save(model, str(folder / "model.onnx"))
     data = folder / "test_data_set_0"
     data.mkdir()
     for index, array in enumerate(data_in):
@@ -190,6 +192,7 @@ def test_unsupported_and_error_cases(runner, tmp_path: Path) -> None:
     assert (result["status"], result["error_type"], result["stage"]) == ("error", "RelaxwebError", "load")
 
 
+@pytest.mark.slow  # waits out its timeouts
 def test_run_cases_survives_crashes_and_timeouts(cases: Path, runner, monkeypatch) -> None:
     if "fork" not in multiprocessing.get_all_start_methods():
         pytest.skip("the patched importer reaches the workers only when they are forked")
@@ -253,6 +256,7 @@ def test_markdown_report(runner, tmp_path: Path) -> None:
     assert runner.totals(results) == {"cases": 4, "pass": 1, "fail": 1, "unsupported": 1, "error": 1}
 
 
+@pytest.mark.slow  # a subprocess
 def test_run_command_writes_json(cases: Path, tmp_path: Path) -> None:
     out = tmp_path / "results.json"
     doc = tmp_path / "table.md"

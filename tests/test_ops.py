@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper
+from onnx import helper
 
 from relaxweb.errors import RelaxwebError
 from relaxweb.frontend import from_onnx
@@ -21,6 +21,7 @@ from relaxweb.ops import DeductionError, UnknownShapeError, call_op, get_op, str
 from relaxweb.passes import legalize_ops
 from relaxweb.wgsl import emit_wgsl
 from tests.gpu_kernels import run_kernel_on_gpu
+from tests.helpers import F32, Tolerance, assert_close, make_model, rand
 
 n, m, k = SizeVar("n"), SizeVar("m"), SizeVar("k")
 BIG = 2**63 - 1  # what ONNX writes for "to the end"
@@ -49,13 +50,6 @@ def sinfo(*shape, dtype: str = "float32") -> TensorStructInfo:
     return TensorStructInfo(tuple(shape), dtype)
 
 
-def rand(shape, dtype: str = "float32", seed: int = 0) -> np.ndarray:
-    generator = np.random.default_rng(seed)
-    if dtype.startswith("int"):
-        return generator.integers(-20, 20, size=shape).astype(dtype)
-    return generator.standard_normal(shape).astype(dtype)
-
-
 # Building, legalizing and running --------------------------------------------------------------
 
 
@@ -78,7 +72,7 @@ def build(params: dict[str, TensorStructInfo], make) -> IRModule:
 
 
 def check_legalized(module: IRModule, inputs: dict[str, np.ndarray], expected: list[np.ndarray] | None = None,
-                    rtol: float = 1e-5) -> IRModule:
+                    tolerance: Tolerance = F32) -> IRModule:
     """The legalized module computes what the op references compute (and ``expected``)."""
     legalized = legalize_ops(module)
     reference = run_module(module, inputs)
@@ -87,9 +81,9 @@ def check_legalized(module: IRModule, inputs: dict[str, np.ndarray], expected: l
     for position, (want, got) in enumerate(zip(reference, actual)):
         assert got.shape == want.shape, position
         assert got.dtype == want.dtype, position
-        np.testing.assert_allclose(got, want, rtol=rtol, atol=1e-6, err_msg=f"output {position}")
+        assert_close(got, want, tolerance, err_msg=f"output {position}")
     for position, (want, got) in enumerate(zip(expected or [], actual)):
-        np.testing.assert_allclose(got, want, rtol=rtol, atol=1e-6, err_msg=f"numpy, output {position}")
+        assert_close(got, want, tolerance, err_msg=f"numpy, output {position}")
     return legalized
 
 
@@ -138,13 +132,8 @@ def test_an_impossible_program_fails_while_it_is_built() -> None:
 
 
 def test_the_frontend_names_the_node_of_an_impossible_program() -> None:
-    graph = helper.make_graph(
-        [helper.make_node("Add", ["x", "y"], ["z"], name="bad_add")], "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4]),
-         helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 5])],
-        [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model = make_model([helper.make_node("Add", ["x", "y"], ["z"], name="bad_add")], [("x", ["n", 4]), ("y", ["n", 5])],
+                       ["z"])
     with pytest.raises(RelaxwebError, match=r"Add node 'bad_add' \(binding 'z'\): add: cannot broadcast dimension 1 of the result: 4 vs 5"):
         from_onnx(model)
 
@@ -317,7 +306,7 @@ def test_concat_legalized(sizes: tuple[int, int]) -> None:
 def test_concat_legalized_int32_on_the_middle_axis() -> None:
     module = build({"a": sinfo(2, n, 3, dtype="int32"), "b": sinfo(2, 1, 3, dtype="int32")},
                    lambda a, b: call_op("concat", a, b, axis=1))
-    a, b = rand((2, 4, 3), "int32", 13), rand((2, 1, 3), "int32", 14)
+    a, b = rand((2, 4, 3), dtype="int32", seed=13), rand((2, 1, 3), dtype="int32", seed=14)
     check_legalized(module, {"a": a, "b": b}, [np.concatenate([a, b], axis=1)])
 
 
@@ -468,7 +457,7 @@ def test_reduction_legalized(op: str) -> None:
     check_legalized(module, {"x": data}, expected)
     if op != "mean":
         module = build({"x": sinfo(n, 4, dtype="int32")}, lambda x: call_op(op, x, axes=[-1]))
-        ints = rand((3, 4), "int32", 19)
+        ints = rand((3, 4), dtype="int32", seed=19)
         check_legalized(module, {"x": ints}, [function(ints, axis=-1)])
 
 
@@ -558,7 +547,7 @@ def test_min_reduction_and_empty_reductions_in_the_interpreter() -> None:
     for combiner, identity in (("min", np.iinfo(np.int32).max), ("max", np.iinfo(np.int32).min), ("sum", 0)):
         program = TensorProgram(combiner, (a,), Buffer("out", (n,), "int32"), (I0,),
                                 Reduce(combiner, R, m, Load(a, (I0, R))))
-        data = rand((3, 4), "int32", 22)
+        data = rand((3, 4), dtype="int32", seed=22)
         np.testing.assert_array_equal(run_program(program, [data], {"n": 3, "m": 4}),
                                       getattr(data, combiner)(axis=1))
         empty = run_program(program, [np.zeros((2, 0), np.int32)], {"n": 2, "m": 0})
@@ -625,9 +614,9 @@ def test_mean_and_min_kernels_run_on_wgpu(device) -> None:
     programs = legalize_ops(module).programs
     data = rand((5, 3, 7), seed=23)
     sizes = {"n": 5, "m": 7}
-    np.testing.assert_allclose(run_kernel_on_gpu(device, programs["mean"], [data], sizes), data.mean(axis=(0, 2)), rtol=1e-5)
+    assert_close(run_kernel_on_gpu(device, programs["mean"], [data], sizes), data.mean(axis=(0, 2)))
     np.testing.assert_array_equal(run_kernel_on_gpu(device, programs["min"], [data], sizes), data.min(axis=1, keepdims=True))
-    ints = rand((4, 3), "int32", 24)
+    ints = rand((4, 3), dtype="int32", seed=24)
     int_module = build({"x": sinfo(n, 3, dtype="int32")}, lambda x: call_op("sum", x, axes=[0]))
     out = run_kernel_on_gpu(device, legalize_ops(int_module).programs["sum"], [ints], {"n": 4})
     np.testing.assert_array_equal(out, ints.sum(axis=0))

@@ -28,14 +28,11 @@ from relaxweb.ops import call_op
 from relaxweb.passes import (
     PIPELINE, PassContext, legalize_ops, lower_shapes_to_host, pipeline, plan_memory, run_pipeline,
 )
+from tests.helpers import assert_close, rand
 
 n = SizeVar("n")
 m = SizeVar("m")
 I0, I1 = SizeVar("i0_"), SizeVar("i1_")
-
-
-def rand(*shape: int, seed: int = 0) -> np.ndarray:
-    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
 
 
 def module_of(builder: FunctionBuilder, outputs: list[Var], names: list[str], **attrs) -> IRModule:
@@ -131,7 +128,7 @@ def test_legalize_preserves_results(rows: int) -> None:
     x = rand(rows, 4, seed=rows)
     (expected,) = run_module(before, {"x": x})
     (actual,) = run_module(after, {"x": x})
-    np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-6)
+    assert_close(actual, expected)
 
 
 def test_legalize_reshape_and_transpose_preserve_results() -> None:
@@ -269,7 +266,7 @@ def test_plan_preserves_results(rows: int) -> None:
     x = rand(rows, 4, seed=10 + rows)
     (expected,) = run_module(legalized, {"x": x})
     (actual,) = run_module(planned, {"x": x})
-    np.testing.assert_allclose(actual, expected, rtol=1e-6, atol=1e-7)
+    assert_close(actual, expected)
 
 
 def test_interpreter_catches_a_wrong_storage_reuse() -> None:
@@ -296,7 +293,7 @@ def test_interpreter_catches_a_wrong_storage_reuse() -> None:
     x_value = rand(3, 4, seed=5)
     (good,) = run_module(planned, {"x": x_value})
     (bad,) = run_module(broken_module, {"x": x_value})
-    np.testing.assert_allclose(good, np.maximum(x_value, 0) + np.tanh(x_value), rtol=1e-6)
+    assert_close(good, np.maximum(x_value, 0) + np.tanh(x_value))
     assert not np.allclose(bad, good)
 
 
@@ -395,7 +392,7 @@ def test_host_function_preserves_results(rows: int, cols: int) -> None:
     assert len(actual) == len(expected) == 2
     for a, e in zip(actual, expected):
         assert a.shape == e.shape
-        np.testing.assert_allclose(a, e, rtol=1e-5, atol=1e-6)
+        assert_close(a, e)
 
 
 @pytest.mark.parametrize("rows", [1, 5])
@@ -403,9 +400,7 @@ def test_host_function_of_mlp_preserves_results(rows: int) -> None:
     before = mlp_module()
     after = lowered(before)
     x = rand(rows, 4, seed=20 + rows)
-    np.testing.assert_allclose(
-        run_host_function(after.main, after.programs, {"x": x})[0], run_module(before, {"x": x})[0], rtol=1e-5, atol=1e-6
-    )
+    assert_close(run_host_function(after.main, after.programs, {"x": x})[0], run_module(before, {"x": x})[0])
 
 
 @pytest.mark.parametrize(
@@ -470,7 +465,7 @@ def test_lower_checks_a_compound_dimension_after_its_variable() -> None:
         run_shape_checks(after.main, [(3, 4), (5,)])
     x_value, y_value = rand(3, 4, seed=1), rand(6, seed=2)
     (actual,) = run_host_function(after.main, after.programs, {"x": x_value, "y": y_value})
-    np.testing.assert_allclose(actual, x_value.reshape(6, 2) + y_value.reshape(6, 1), rtol=1e-6)
+    assert_close(actual, x_value.reshape(6, 2) + y_value.reshape(6, 1))
 
 
 def test_lower_rejects_an_input_returned_as_output() -> None:
@@ -589,8 +584,8 @@ def test_legalize_ops_matches_a_hand_written_expected_module_up_to_renaming() ->
     after = legalize_ops(before)
     assert_structural_equal(after, expected)
     value = rand(3, 4, seed=3)
-    np.testing.assert_allclose(run_module(after, {"x": value})[0], run_module(before, {"x": value})[0])
-    np.testing.assert_allclose(run_module(expected, {"x": value})[0], np.maximum(value, 0))
+    assert_close(run_module(after, {"x": value})[0], run_module(before, {"x": value})[0])
+    assert_close(run_module(expected, {"x": value})[0], np.maximum(value, 0))
 
 
 def test_plan_memory_reuses_the_best_fitting_free_storage() -> None:

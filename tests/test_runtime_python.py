@@ -29,6 +29,7 @@ from tests.fixtures.handmade_bundle import (
     write_handmade_bundle,
     write_positives_bundle,
 )
+from tests.helpers import assert_close, rand
 
 
 @pytest.fixture(scope="module")
@@ -233,7 +234,7 @@ def test_session_matches_numpy(session: Any, rows: int) -> None:
     assert list(outputs) == ["z"]
     assert outputs["z"].dtype == np.float32
     assert outputs["z"].shape == (rows, 4)
-    np.testing.assert_allclose(outputs["z"], expected_output(x), rtol=1e-6, atol=0)
+    assert_close(outputs["z"], expected_output(x))
     assert session.last_dispatch_count == 2
     assert session.last_read_count == 0
 
@@ -247,7 +248,7 @@ def test_session_exposes_manifest_and_allocates_at_bounds(session: Any) -> None:
 def test_session_smaller_run_after_larger_one_is_not_stale(session: Any) -> None:
     session.run({"x": random_input(16, seed=1)})
     x = random_input(3, seed=2)
-    np.testing.assert_allclose(session.run({"x": x})["z"], expected_output(x), rtol=1e-6)
+    assert_close(session.run({"x": x})["z"], expected_output(x))
 
 
 def test_session_handles_zero_rows(session: Any) -> None:
@@ -258,7 +259,7 @@ def test_session_handles_zero_rows(session: Any) -> None:
 def test_session_accepts_non_contiguous_input(session: Any) -> None:
     x = np.asfortranarray(random_input(7, seed=3))
     assert not x.flags.c_contiguous
-    np.testing.assert_allclose(session.run({"x": x})["z"], expected_output(x), rtol=1e-6)
+    assert_close(session.run({"x": x})["z"], expected_output(x))
 
 
 def test_session_keeps_a_scalar_input_0_d(session: Any, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -324,36 +325,30 @@ def test_session_still_works_after_rejected_inputs(session: Any) -> None:
     with pytest.raises(InputShapeError):
         session.run({"x": random_input(40)})
     x = random_input(6, seed=6)
-    np.testing.assert_allclose(session.run({"x": x})["z"], expected_output(x), rtol=1e-6)
+    assert_close(session.run({"x": x})["z"], expected_output(x))
 
 
 def test_unbounded_session_grows_storages(unbounded_session: Any) -> None:
     assert unbounded_session.storage_buffer_sizes == [0, 0, 0]
 
     small = random_input(2, seed=20)
-    np.testing.assert_allclose(
-        unbounded_session.run({"x": small})["z"], expected_output(small), rtol=1e-6
-    )
+    assert_close(unbounded_session.run({"x": small})["z"], expected_output(small))
     assert unbounded_session.storage_buffer_sizes == [32, 32, 32]
 
     large = random_input(40, seed=40)  # 640 bytes per storage, 3 workgroups of 64
-    np.testing.assert_allclose(
-        unbounded_session.run({"x": large})["z"], expected_output(large), rtol=1e-6
-    )
+    assert_close(unbounded_session.run({"x": large})["z"], expected_output(large))
     assert unbounded_session.storage_buffer_sizes == [640, 640, 640]
     assert unbounded_session.last_dispatch_count == 2
 
     small_again = random_input(3, seed=3)
-    np.testing.assert_allclose(
-        unbounded_session.run({"x": small_again})["z"], expected_output(small_again), rtol=1e-6
-    )
+    assert_close(unbounded_session.run({"x": small_again})["z"], expected_output(small_again))
     assert unbounded_session.storage_buffer_sizes == [640, 640, 640]  # never shrinks
 
 
 def test_unbounded_session_doubles_on_small_growth(unbounded_session: Any) -> None:
     unbounded_session.run({"x": random_input(10)})
     x = random_input(11, seed=11)
-    np.testing.assert_allclose(unbounded_session.run({"x": x})["z"], expected_output(x), rtol=1e-6)
+    assert_close(unbounded_session.run({"x": x})["z"], expected_output(x))
     assert unbounded_session.storage_buffer_sizes == [320, 320, 320]
 
 
@@ -470,7 +465,7 @@ def test_storage_at_the_bounds_within_the_devices_limit_loads(
     session = Session(tmp_path, device=small_device)
     assert session.storage_buffer_sizes == [SMALL_BINDING_SIZE] * 3
     x = random_input(SMALL_BINDING_SIZE // 16, seed=3)
-    np.testing.assert_allclose(session.run({"x": x})["z"], expected_output(x), rtol=1e-6)
+    assert_close(session.run({"x": x})["z"], expected_output(x))
 
 
 def test_storage_at_the_bounds_is_checked_even_without_required_limits(
@@ -537,7 +532,7 @@ def test_a_run_above_the_devices_limit_names_it(small_device: Any, unbounded_bun
 
     session = Session(unbounded_bundle, device=small_device)
     x = random_input(200, seed=1)
-    np.testing.assert_allclose(session.run({"x": x})["z"], expected_output(x), rtol=1e-6)
+    assert_close(session.run({"x": x})["z"], expected_output(x))
     with pytest.raises(RelaxwebError) as caught:
         session.run({"x": random_input(300, seed=2)})
     assert str(caught.value) == (
@@ -545,7 +540,7 @@ def test_a_run_above_the_devices_limit_names_it(small_device: Any, unbounded_bun
         f"above the device's WebGPU limit maxStorageBufferBindingSize = {SMALL_BINDING_SIZE}"
     )
     x = random_input(256, seed=3)
-    np.testing.assert_allclose(session.run({"x": x})["z"], expected_output(x), rtol=1e-6)
+    assert_close(session.run({"x": x})["z"], expected_output(x))
 
 
 def test_unsatisfied_limits_of_fake_adapter_limits() -> None:
@@ -608,7 +603,7 @@ def test_a_feature_the_adapter_offers_is_requested(gpu_device: Any, tmp_path: Pa
     session = Session(tmp_path)
     assert "shader-f16" in {str(feature) for feature in session.device.features}
     x = random_input(4, seed=4)
-    np.testing.assert_allclose(session.run({"x": x})["z"], expected_output(x), rtol=1e-6)
+    assert_close(session.run({"x": x})["z"], expected_output(x))
 
 
 def test_two_sessions_share_the_default_device(bounded_bundle: Path, unbounded_bundle: Path,
@@ -627,7 +622,7 @@ def test_session_loads_a_copied_bundle(
     copy = tmp_path / "copy"
     shutil.copytree(bounded_bundle, copy)
     x = random_input(5, seed=5)
-    np.testing.assert_allclose(Session(copy).run({"x": x})["z"], expected_output(x), rtol=1e-6)
+    assert_close(Session(copy).run({"x": x})["z"], expected_output(x))
 
 
 # Values read back: the positives bundle, y = x[x > 0] --------------------------------------
@@ -635,7 +630,7 @@ def test_session_loads_a_copied_bundle(
 
 def positives_input(n: int, seed: int = 0) -> np.ndarray:
     """``n`` values in [-1, 1), about half of them positive, with a 0 and a -0 when n > 3."""
-    x = np.random.default_rng(seed).uniform(-1, 1, size=n).astype(np.float32)
+    x = rand(n, seed=seed, low=-1, high=1)
     if n > 3:
         x[1], x[3] = 0.0, -0.0
     return x

@@ -235,6 +235,7 @@ PROPERTY_SETTINGS = settings(
 )
 
 
+@pytest.mark.slow  # hundreds of generated expressions, 3-12 s
 @PROPERTY_SETTINGS
 @given(EXPRESSIONS, ENVIRONMENTS)
 def test_simplify_preserves_value(expr: PrimExpr, environments: list[dict[str, int]]) -> None:
@@ -247,6 +248,7 @@ def test_simplify_preserves_value(expr: PrimExpr, environments: list[dict[str, i
     assert simplify(simplified) == simplified
 
 
+@pytest.mark.slow  # hundreds of generated expressions, 3-12 s
 @PROPERTY_SETTINGS
 @given(EXPRESSIONS, EXPRESSIONS, ENVIRONMENTS)
 def test_provers_are_sound(a: PrimExpr, c: PrimExpr, environments: list[dict[str, int]]) -> None:
@@ -475,6 +477,7 @@ ANALYZER_SETTINGS = settings(
 RANDOM_VALUES = st.lists(st.integers(0, 10_000), min_size=12, max_size=24)
 
 
+@pytest.mark.slow  # hundreds of generated expressions, 3-12 s
 @ANALYZER_SETTINGS
 @given(EXPRESSIONS3, RANGES, RANDOM_VALUES)
 def test_analyzer_simplify_and_bounds_hold(expr: PrimExpr, ranges, values: list[int]) -> None:
@@ -509,6 +512,7 @@ def _pairs(a: PrimExpr, c: PrimExpr) -> list[tuple[PrimExpr, PrimExpr]]:
     ]
 
 
+@pytest.mark.slow  # hundreds of generated expressions, 3-12 s
 @ANALYZER_SETTINGS
 @given(EXPRESSIONS3, EXPRESSIONS3, RANGES, RANDOM_VALUES)
 def test_analyzer_proofs_hold(a: PrimExpr, c: PrimExpr, ranges, values: list[int]) -> None:

@@ -3,7 +3,7 @@
 A function body is a sequence of blocks; each block is a list of bindings ``var = value``.
 Bindings in a :class:`DataflowBlock` are pure and free of control flow, which is what lets
 passes reorder, fuse and plan them freely.  Every expression carries its annotation
-(``struct_info``), deduced forward when it is built (see ``relaxweb.ops.registry.call_op``).
+(``struct_info``), deduced forward when it is built (see ``relaxweb.ir.op_registry.call_op``).
 
 Variables compare by identity (two ``Var("x")`` are different variables); structural
 equality up to renaming is ``relaxweb.ir.structural.structural_equal``.
