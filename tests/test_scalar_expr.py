@@ -16,6 +16,7 @@ from relaxweb.ir.tir import (
 )
 from relaxweb.wgsl import emit
 from tests.gpu_kernels import run_kernel_on_gpu
+from tests.helpers import F32, Tolerance, assert_close
 
 I = SizeVar("i")
 X = Load(Buffer("x", (4,), "float32"), (I,))
@@ -81,8 +82,8 @@ OP_PROGRAMS = {
     **{f"compare {op}": _program(Compare(op, X, Y)) for op in CompareOp},
     **{f"reduce {op}": _program(Reduce(op, K, IntImm(4), Load(X.buffer, (K,)) * Y)) for op in ReduceCombiner},
 }
-# lavapipe's asin / acos are within 4e-4 (WGSL inherits their accuracy from atan2's)
-RTOL = {"unary asin": 1e-3, "unary acos": 1e-3}
+# lavapipe's asin / acos are within 4e-4 relative (WGSL inherits their accuracy from atan2's)
+TOLERANCE = {"unary asin": Tolerance(rtol=1e-3, atol=1e-6), "unary acos": Tolerance(rtol=1e-3, atol=1e-6)}
 
 
 @pytest.mark.parametrize("name", OP_PROGRAMS)
@@ -92,7 +93,7 @@ def test_every_op_renders_in_wgsl_as_the_interpreter_evaluates_it(device, name: 
     y = np.array([0.5, 0.5, 2.0, 0.125], np.float32)
     expected = interpreter.run_program(program, [x, y], {})
     actual = run_kernel_on_gpu(device, program, [x, y], {})
-    np.testing.assert_allclose(actual, expected, rtol=RTOL.get(name, 1e-5), atol=1e-6)
+    assert_close(actual, expected, TOLERANCE.get(name, F32))
 
 
 # Dtypes ----------------------------------------------------------------------------------------
