@@ -2,8 +2,9 @@
 
 The module comes from the compile driver (``compiler.py``), its ``main`` a host function.
 Steps: emit one WGSL shader per kernel the host dispatches and the host module for the host
-function, then write the manifest, the weights (in shards with checksums, as the device
-dtypes below) and a copy of the browser runtime.
+function, then write the manifest (with the entries of the dtype table its tensors use,
+``relaxweb/ir/dtype.py``), the weights (in shards with checksums, in their device dtypes) and
+a copy of the browser runtime.
 """
 
 from __future__ import annotations
@@ -17,36 +18,21 @@ from typing import Callable
 import numpy as np
 
 from .errors import RelaxwebError, UnsupportedModelError
+from .ir.dtype import GPU_DTYPES, dtype_info
 from .ir.host import HostFunction
 from .ir.library_kernel import LibraryKernel
 from .ir.module import IRModule
 from .ir.schedule import WORKGROUP_SIZE
 from .ir.symbolic import format_expr, upper_bound
-from .wasm import MAX_RANK, PARAMS_SLOT, CallSiteParams, assemble, emit_host_wat
+from .ir.params_block import PARAMS_SLOT, ParamsLayout
+from .wasm import MAX_RANK, CallSiteParams, assemble, emit_host_wat
 from .wgsl import ShaderInfo, emit_wgsl
 
 FORMAT = "relaxweb-bundle"
-VERSION = 1
+# 2: the manifest's ``dtypes`` table replaced each tensor's ``device_dtype``.
+VERSION = 2
 SHARD_BYTES = 32 * 1024 * 1024
 RUNTIME_JS = Path(__file__).parent / "runtime_js"
-SUPPORTED_DTYPES = (
-    "float32", "float16", "float64", "int32", "int16", "int8", "uint32", "uint16", "uint8", "int64", "bool",
-)
-# WGSL has no 64-bit integers, no bool buffers, and no 8/16-bit or 64-bit float buffers (f16
-# needs the shader-f16 feature): on the device an int64 tensor is int32 (checked at the
-# boundary: weights at build time, inputs by the runtimes), int8/int16 are int32,
-# uint8/uint16 are uint32, float16/float64 are float32, and a bool tensor is uint32 0/1. The
-# manifest gives both the model's dtype and this device dtype; runtimes convert inputs on
-# upload and outputs back to the model dtype on readback (numpy astype: narrow ints wrap).
-DEVICE_DTYPES = {
-    "int64": "int32", "int16": "int32", "int8": "int32", "uint16": "uint32", "uint8": "uint32",
-    "float16": "float32", "float64": "float32", "bool": "uint32",
-}
-
-
-def device_dtype(dtype: str) -> str:
-    """The dtype a tensor of ``dtype`` has in GPU memory."""
-    return DEVICE_DTYPES.get(dtype, dtype)
 
 Progress = Callable[[str], None]
 
@@ -83,11 +69,11 @@ def write_bundle(module: IRModule, out_dir: str | Path, source: str, progress: P
             })
         shader = shader_of[dispatch.program]
         values_by_name = dict(dispatch.size_var_values)
-        values = (dispatch.element_count, *(values_by_name[f] for f in shader.params_fields[1:]))
+        values = (dispatch.element_count, *(values_by_name[v] for v in shader.params.size_vars))
         call_site_params.append(CallSiteParams(values, dispatch.element_count, dispatch.note))
         call_sites.append({
             "kernel": kernel_index[dispatch.program], "binding": dispatch.note,
-            "params_offset": site_index * PARAMS_SLOT, "params_size": shader.params_size,
+            "params_offset": site_index * PARAMS_SLOT, "params_size": shader.params.size,
             "buffers": [{b.kind: b.index} for b in dispatch.buffers],
         })
     progress(f"emitted {len(kernels)} WGSL kernels for {len(call_sites)} call sites")
@@ -109,8 +95,9 @@ def write_bundle(module: IRModule, out_dir: str | Path, source: str, progress: P
         "format": FORMAT,
         "version": VERSION,
         "model": source,
-        "inputs": [{"name": i.name, "dtype": i.dtype, "device_dtype": device_dtype(i.dtype), "shape": _shape_json(i.shape), "storage": i.storage} for i in host.inputs],
-        "outputs": [{"name": o.name, "dtype": o.dtype, "device_dtype": device_dtype(o.dtype), "shape": _shape_json(o.shape) if o.shape is not None else None,
+        "dtypes": _dtype_table(host),
+        "inputs": [{"name": i.name, "dtype": i.dtype, "shape": _shape_json(i.shape), "storage": i.storage} for i in host.inputs],
+        "outputs": [{"name": o.name, "dtype": o.dtype, "shape": _shape_json(o.shape) if o.shape is not None else None,
                      "ndim": o.ndim, "storage": o.storage} for o in host.outputs],
         "symbolic_vars": [{"name": name, "bound": bound} for name, bound in host.bounds],
         "storages": storages,
@@ -135,10 +122,9 @@ def write_bundle(module: IRModule, out_dir: str | Path, source: str, progress: P
 def emit_kernel(kernel) -> ShaderInfo:
     """WGSL for a tensor program (generated) or a library kernel (hand-written)."""
     if isinstance(kernel, LibraryKernel):
-        fields = ("element_count", *(v.name for v in kernel.size_vars))
-        padded = len(fields) + (-len(fields)) % 4
+        params = ParamsLayout(tuple(v.name for v in kernel.size_vars))
         bindings = ("uniform", *("read-only-storage" for _ in kernel.inputs), "storage")
-        return ShaderInfo(kernel.source, fields, 4 * padded, bindings)
+        return ShaderInfo(kernel.source, params, bindings)
     return emit_wgsl(kernel)
 
 
@@ -148,19 +134,26 @@ def _shape_json(shape) -> list:
 
 def _check_dtypes(host: HostFunction, programs: dict) -> None:
     """One error naming every tensor whose dtype has no GPU representation yet."""
-    problems = [f"input '{i.name}' is {i.dtype}" for i in host.inputs if i.dtype not in SUPPORTED_DTYPES]
-    problems += [f"output '{o.name}' is {o.dtype}" for o in host.outputs if o.dtype not in SUPPORTED_DTYPES]
-    problems += [f"weight '{w.name}' is {w.data.dtype}" for w in host.weights if str(w.data.dtype) not in SUPPORTED_DTYPES]
+    problems = [f"input '{i.name}' is {i.dtype}" for i in host.inputs if i.dtype not in GPU_DTYPES]
+    problems += [f"output '{o.name}' is {o.dtype}" for o in host.outputs if o.dtype not in GPU_DTYPES]
+    problems += [f"weight '{w.name}' is {w.data.dtype}" for w in host.weights if str(w.data.dtype) not in GPU_DTYPES]
     for dispatch in host.dispatches:
         kernel = programs[dispatch.program]
         for buffer in (*kernel.inputs, kernel.output):
-            if buffer.dtype not in SUPPORTED_DTYPES:
+            if buffer.dtype not in GPU_DTYPES:
                 problems.append(f"a {buffer.dtype} tensor in '{dispatch.note}'")
     if problems:
         unique = list(dict.fromkeys(problems))
         raise UnsupportedModelError(
-            "unsupported dtypes on the GPU (supported: " + ", ".join(SUPPORTED_DTYPES) + "): " + "; ".join(unique)
+            "unsupported dtypes on the GPU (supported: " + ", ".join(GPU_DTYPES) + "): " + "; ".join(unique)
         )
+
+
+def _dtype_table(host: HostFunction) -> dict:
+    """The manifest's ``dtypes``: the dtype table's entry of each dtype an input, output or
+    weight has (the runtimes convert by them)."""
+    used = [t.dtype for t in (*host.inputs, *host.outputs)] + [str(w.data.dtype) for w in host.weights]
+    return {dtype: dtype_info(dtype).manifest_entry() for dtype in sorted(set(used))}
 
 
 def _write_weights(host: HostFunction, out: Path) -> tuple[list, list]:
@@ -185,7 +178,7 @@ def _write_weights(host: HostFunction, out: Path) -> tuple[list, list]:
         if size and size + len(padded) > SHARD_BYTES:
             close_shard()
         weights.append({
-            "name": weight.name, "dtype": dtype, "device_dtype": device_dtype(dtype), "shape": [int(d) for d in weight.data.shape],
+            "name": weight.name, "dtype": dtype, "shape": [int(d) for d in weight.data.shape],
             "shard": len(shards), "offset": size, "nbytes": len(raw),
         })
         chunks.append(padded)
@@ -195,18 +188,20 @@ def _write_weights(host: HostFunction, out: Path) -> tuple[list, list]:
 
 
 def _device_array(name: str, data: np.ndarray) -> np.ndarray:
-    """A weight's values as the GPU holds them (little endian): int64 -> int32 (range-checked),
-    int8/int16 -> int32, uint8/uint16/bool -> uint32, float16/float64 -> float32 (rounded)."""
-    dtype = str(data.dtype)
-    if dtype == "int64":
-        info = np.iinfo(np.int32)
-        outside = (data < info.min) | (data > info.max)
+    """A weight's values as the GPU holds them (little endian, in its device dtype): int64 ->
+    int32 (range-checked), int8/int16 -> int32, uint8/uint16/bool -> uint32, float16/float64
+    -> float32 (rounded)."""
+    info = dtype_info(str(data.dtype))
+    device = info.device.name
+    if info.is_integer and info.narrowed_on_device:
+        limits = np.iinfo(np.dtype(device))
+        outside = (data < limits.min) | (data > limits.max)
         if outside.any():
             value = int(data[outside].flat[0])
             raise UnsupportedModelError(
-                f"weight '{name}' (int64) holds {value}, outside the int32 range the GPU uses for int64 tensors"
+                f"weight '{name}' ({info.name}) holds {value}, outside the {device} range the GPU uses for {info.name} tensors"
             )
-    target = np.dtype(device_dtype(dtype)).newbyteorder("<")
+    target = np.dtype(device).newbyteorder("<")
     with np.errstate(over="ignore"):  # a float64 beyond float32 becomes inf, as on upload
         return np.ascontiguousarray(data.astype(target))
 

@@ -322,6 +322,6 @@ def test_the_readme_example_runs(device, tmp_path: Path, monkeypatch, capsys) ->
     monkeypatch.chdir(tmp_path)
     exec(compile(readme_python_example(), "README.md (Python API)", "exec"), {"__name__": "readme"})
     printed = capsys.readouterr().out
-    assert printed.startswith("bundle of mlp.onnx (format relaxweb-bundle v1)\n")
+    assert printed.startswith("bundle of mlp.onnx (format relaxweb-bundle v2)\n")
     assert printed.endswith("input 'x': dimension 0 (batch) is 65, above its bound batch <= 64\n")
     assert (tmp_path / "dist" / "mlp" / "manifest.json").is_file()

@@ -177,6 +177,19 @@ def test_unique_then_ops_in_k_run_everywhere(unique_bundle, x: np.ndarray) -> No
 
 
 @pytest.mark.gpu
+def test_unique_of_int64_runs_on_the_gpu(tmp_path: Path) -> None:
+    """The library kernels take the element type of the device dtype (int64 is i32 there)."""
+    builder = FunctionBuilder("main")
+    x = builder.add_param("x", TensorStructInfo((n,), "int64"))
+    distinct = builder.emit(call_op("unique", x), "distinct")
+    out = builder.emit_match_cast(distinct, TensorStructInfo((k,), "int64"), "out", output=True)
+    module = IRModule({"main": builder.finish([out], ["out"])})
+    write_bundle(compile_module(module, {"n": 64, "k": 8}), tmp_path / "bundle", "unique_int64")
+    x_value = np.array([7, -3, 7, 2**31 - 1, -3, 0], np.int64)
+    np.testing.assert_array_equal(Session(tmp_path / "bundle").run({"x": x_value})["out"], np.unique(x_value))
+
+
+@pytest.mark.gpu
 def test_the_compiled_cast_is_checked_at_run_time(unique_bundle) -> None:
     """k is bound from the value read back and checked against its bound (k <= 6)."""
     x = np.arange(7, dtype=np.float32)

@@ -26,6 +26,7 @@ import relaxweb.ir.interpreter as interpreter
 from relaxweb.errors import UnsupportedModelError
 from relaxweb.frontend import from_onnx
 from relaxweb.ir import Var
+from relaxweb.ir.dtype import GPU_DTYPES
 from relaxweb.ir.expr import ShapeExpr
 from relaxweb.ir.interpreter import run_module
 from relaxweb.ir.struct_info import TensorStructInfo
@@ -36,7 +37,6 @@ from relaxweb.ops.common import needs_known_shapes
 from relaxweb.ops import OPS
 from relaxweb.passes import legalize_ops
 from relaxweb.wgsl import emit_wgsl
-from relaxweb.wgsl.emit import WGSL_TYPES
 from tests import helpers
 from tests.helpers import ONNX_CASE, assert_close, onnx_node_cases
 
@@ -123,7 +123,7 @@ def test_case_count() -> None:
 def ir_with_sqrt_and_log(monkeypatch: pytest.MonkeyPatch):
     """The tensor-program IR as if it had ``sqrt`` and ``log``: the legalizations that wait
     for them are registered and the interpreter evaluates them."""
-    from relaxweb.ops import convolution, nn, normalization
+    from relaxweb.ops import nn, normalization
 
     evaluate = interpreter._evaluate_scalar
 
@@ -142,8 +142,6 @@ def ir_with_sqrt_and_log(monkeypatch: pytest.MonkeyPatch):
     for name, legalize in waiting.items():
         if OPS[name].legalize is None:
             monkeypatch.setitem(OPS, name, dataclasses.replace(OPS[name], legalize=needs_known_shapes(legalize)))
-    monkeypatch.setattr(normalization, "HAS_SQRT", True)
-    monkeypatch.setattr(convolution, "UNARY_OPS", (*convolution.UNARY_OPS, "sqrt"))
 
 
 def with_constant_resize_inputs(model: onnx.ModelProto, inputs) -> tuple[onnx.ModelProto, list]:
@@ -169,7 +167,7 @@ def check_legalized(module, feeds: dict, expected: list, what: str) -> None:
     legalized = legalize_ops(module)
     for program in legalized.programs.values():
         dtypes = {buffer.dtype for buffer in (*program.inputs, program.output)}
-        if dtypes <= set(WGSL_TYPES):
+        if dtypes <= set(GPU_DTYPES):
             emit_wgsl(program)
     assert_outputs(run_module(legalized, feeds), expected, f"{what} (legalized)")
 

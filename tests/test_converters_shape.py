@@ -29,11 +29,11 @@ from relaxweb.frontend.onnx import symbolic_vars as annotation_vars
 from relaxweb.frontend.converters import ConversionContext
 from relaxweb.frontend.converters.shape_values import SHAPE_OPERANDS, materialize, value_dtype, with_dtype
 from relaxweb.ir import FunctionBuilder, IRModule, ShapeExpr, SizeVar, TensorStructInfo
+from relaxweb.ir.dtype import DTYPES
 from relaxweb.ir.expr import Call, Constant, Function, If, MatchCast, PrimValue, Var
 from relaxweb.ir.interpreter import run_host_function
 from relaxweb.ir.interpreter import run_module
 from relaxweb.ir.printer import format_function
-from relaxweb.ir.struct_info import DTYPE_SIZES
 from relaxweb.ir.symbolic import evaluate
 from relaxweb.ir.well_formed import check_well_formed
 from relaxweb.ops import DeductionError, call_op
@@ -144,7 +144,7 @@ def test_onnx_node_case_with_constant_operands_through_the_pipeline(name: str) -
     _assert_outputs(run_module(module, feeds), outputs, f"{name} (interpreter)")
     _assert_outputs(run_module(legalize_ops(module), feeds), outputs, f"{name} (legalized)")
     dtypes = {str(np.asarray(a).dtype) for a in [*feeds.values(), *outputs]}
-    if dtypes <= set(DTYPE_SIZES):
+    if dtypes <= set(DTYPES):
         pipeline = run_pipeline(module)
         actual = run_host_function(pipeline.main, pipeline.programs, feeds)
         _assert_outputs(actual, outputs, f"{name} (host function)")

@@ -20,9 +20,7 @@ from relaxweb.ir.expr import CallTIR, Constant, DataflowBlock, Function, SeqExpr
 from relaxweb.ir.fusion import inline_producer, simplify_indices
 from relaxweb.ir.interpreter import run_module, run_program
 from relaxweb.ir.launch import dispatch_count, vectorizable, workgroup_storage_bytes
-from relaxweb.ir.pattern import (
-    BROADCAST, ELEMENTWISE, INJECTIVE, MATMUL, OPAQUE, REDUCTION, analyze_matmul, program_pattern,
-)
+from relaxweb.ir.pattern import Pattern, analyze_matmul, program_pattern
 from relaxweb.ir.schedule import (
     ElementSchedule, Schedule, TiledMatmulSchedule, VectorizedSchedule, WorkgroupReductionSchedule,
 )
@@ -63,16 +61,16 @@ def programs_of(module: IRModule) -> list[TensorProgram]:
 # Pattern analysis -----------------------------------------------------------------------------
 
 PATTERN_CASES = {
-    "add": (lambda x, y: call_op("add", x, y), {"x": tensor(n, 4), "y": tensor(n, 4)}, [ELEMENTWISE]),
-    "bias add": (lambda x, b: call_op("add", x, b), {"x": tensor(n, 4), "b": tensor(4)}, [BROADCAST]),
-    "transpose": (lambda x: call_op("transpose", x, axes=[1, 0]), {"x": tensor(n, 4)}, [INJECTIVE]),
+    "add": (lambda x, y: call_op("add", x, y), {"x": tensor(n, 4), "y": tensor(n, 4)}, [Pattern.ELEMENTWISE]),
+    "bias add": (lambda x, b: call_op("add", x, b), {"x": tensor(n, 4), "b": tensor(4)}, [Pattern.BROADCAST]),
+    "transpose": (lambda x: call_op("transpose", x, axes=[1, 0]), {"x": tensor(n, 4)}, [Pattern.INJECTIVE]),
     "take": (lambda x, i: call_op("take", x, i, axis=0), {"x": tensor(n, 4), "i": TensorStructInfo((3,), "int32")},
-             [INJECTIVE]),
-    "sum": (lambda x: call_op("sum", x, axes=[1], keepdims=False), {"x": tensor(n, 4)}, [REDUCTION]),
-    "softmax": (lambda x: call_op("softmax", x, axes=[1]), {"x": tensor(n, m)}, [REDUCTION, REDUCTION, BROADCAST]),
-    "matmul": (lambda a, b: call_op("matmul", a, b), {"a": tensor(n, k), "b": tensor(k, m)}, [MATMUL]),
+             [Pattern.INJECTIVE]),
+    "sum": (lambda x: call_op("sum", x, axes=[1], keepdims=False), {"x": tensor(n, 4)}, [Pattern.REDUCTION]),
+    "softmax": (lambda x: call_op("softmax", x, axes=[1]), {"x": tensor(n, m)}, [Pattern.REDUCTION, Pattern.REDUCTION, Pattern.BROADCAST]),
+    "matmul": (lambda a, b: call_op("matmul", a, b), {"a": tensor(n, k), "b": tensor(k, m)}, [Pattern.MATMUL]),
     # unique: two library kernels (count, values), then a copy into the result
-    "unique": (lambda x: call_op("unique", x), {"x": tensor(n)}, [OPAQUE, OPAQUE, BROADCAST]),
+    "unique": (lambda x: call_op("unique", x), {"x": tensor(n)}, [Pattern.OPAQUE, Pattern.OPAQUE, Pattern.BROADCAST]),
 }
 
 
@@ -105,7 +103,7 @@ def test_convolution_is_an_implicit_gemm_and_grouped_convolution_is_not() -> Non
     # (the output's last axis stays a column axis, so stores are coalesced); three reduction axes
     assert (plain.rows, plain.columns, plain.batch) == ((1,), (0, 2, 3), ())
     assert len(plain.reduce_axes) == 3
-    assert program_pattern(conv(2, 2)) == REDUCTION  # each output channel reads its own group
+    assert program_pattern(conv(2, 2)) == Pattern.REDUCTION  # each output channel reads its own group
 
 
 # Loop-level merge -----------------------------------------------------------------------------
@@ -219,7 +217,7 @@ def test_fuse_ops_merges_epilogues_and_prologues_of_an_mlp() -> None:
     # softmax max, sum and normalize (the logits have three readers, so they stay)
     patterns = [program_pattern(p) for p in programs_of(after)]
     assert len(calls(after)) == 5, [format_program(p) for p in programs_of(after)]
-    assert patterns[:2] == [MATMUL, MATMUL]
+    assert patterns[:2] == [Pattern.MATMUL, Pattern.MATMUL]
     first = format_program(programs_of(after)[0])
     assert "maximum(" in first and "sum(" in first  # bias + relu epilogue of the first matmul
     # nothing left in the module that no call uses
@@ -306,7 +304,7 @@ def test_tiled_matmul_with_epilogue_on_gpu(device, sizes: tuple[int, int, int]) 
     product = Reduce("sum", r, k, Binary("multiply", Load(a, (I0, r)), Load(b, (r, I1))))
     body = Binary("maximum", Binary("add", product, Load(bias, (I1,))), FloatImm(0.0))
     program = TensorProgram("matmul_bias_relu", (a, b, bias), Buffer("out", (n, m), "float32"), (I0, I1), body)
-    assert program_pattern(program) == MATMUL
+    assert program_pattern(program) == Pattern.MATMUL
     arrays = [rand(rows, depth, seed=1), rand(depth, columns, seed=2), rand(columns, seed=3)]
     size_vars = {"n": rows, "k": depth, "m": columns}
     want = run_program(program, arrays, size_vars)
@@ -502,7 +500,7 @@ def test_fusion_keeps_a_matmul_tiled_rather_than_merge_a_head_transpose() -> Non
     before = legalize_ops(IRModule({"main": builder.finish([merged], ["merged"])}))
     after = fuse_ops(before)
     patterns = [program_pattern(p) for p in programs_of(after)]
-    assert patterns[0] == MATMUL and len(patterns) == 2  # the transpose and reshape merge together
+    assert patterns[0] == Pattern.MATMUL and len(patterns) == 2  # the transpose and reshape merge together
     inputs = {"probs": rand(2, 4, 3, 3, seed=13), "values": rand(2, 4, 3, 8, seed=14)}
     assert_close(run_module(after, inputs)[0], run_module(before, inputs)[0])
 

@@ -1,7 +1,7 @@
 """int64 and bool tensors on the GPU (WGSL has neither 64-bit integers nor bool buffers).
 
 On the device an int64 tensor is int32 and a bool tensor is uint32 0/1 (the manifest's
-``device_dtype``); the runtimes convert inputs (with a range check for int64) and outputs.
+``dtypes`` table); the runtimes convert inputs (with a range check for int64) and outputs.
 Small ONNX models with symbolic dims, built with ``build_bundle`` and run with the Python
 runtime (and two of them in headless Chromium), against onnxruntime.
 """
@@ -116,13 +116,19 @@ def logical_inputs(rows: int, seed: int) -> dict[str, np.ndarray]:
 # The manifest and the build ----------------------------------------------------------------
 
 
+def device_dtype(manifest: dict, tensor: dict) -> str:
+    """The device dtype of a manifest's input, output or weight, from its dtypes table."""
+    return manifest["dtypes"][tensor["dtype"]]["device_dtype"]
+
+
 def test_manifest_gives_device_dtypes(tmp_path: Path) -> None:
     bundle = build(int64_add_model(tmp_path), tmp_path, {"batch": 8})
     manifest = json.loads((bundle / "manifest.json").read_text())
-    assert [(i["dtype"], i["device_dtype"]) for i in manifest["inputs"]] == [("int64", "int32")]
-    assert [(o["dtype"], o["device_dtype"]) for o in manifest["outputs"]] == [("int64", "int32")]
+    assert manifest["dtypes"] == {"int64": {"bytes": 8, "kind": "int", "device_dtype": "int32", "device_bytes": 4}}
+    assert [(i["dtype"], device_dtype(manifest, i)) for i in manifest["inputs"]] == [("int64", "int32")]
+    assert [(o["dtype"], device_dtype(manifest, o)) for o in manifest["outputs"]] == [("int64", "int32")]
     (weight,) = manifest["weights"]
-    assert (weight["dtype"], weight["device_dtype"], weight["nbytes"]) == ("int64", "int32", 12)
+    assert (weight["dtype"], device_dtype(manifest, weight), weight["nbytes"]) == ("int64", "int32", 12)
     data = (bundle / "weights" / "shard0.bin").read_bytes()[weight["offset"]:weight["offset"] + 12]
     np.testing.assert_array_equal(np.frombuffer(data, "<i4"), [1, -2, 1000])
     kernel = (bundle / manifest["kernels"][0]["file"]).read_text()
@@ -130,7 +136,8 @@ def test_manifest_gives_device_dtypes(tmp_path: Path) -> None:
 
     bundle = build(logical_model(tmp_path), tmp_path, {"n": 8})
     manifest = json.loads((bundle / "manifest.json").read_text())
-    assert {(t["dtype"], t["device_dtype"]) for t in manifest["inputs"] + manifest["outputs"]} == {("bool", "uint32")}
+    assert {(t["dtype"], device_dtype(manifest, t)) for t in manifest["inputs"] + manifest["outputs"]} == {("bool", "uint32")}
+    assert manifest["dtypes"] == {"bool": {"bytes": 1, "kind": "bool", "device_dtype": "uint32", "device_bytes": 4}}
 
 
 def test_an_int64_weight_outside_int32_is_a_build_error(tmp_path: Path) -> None:
@@ -194,7 +201,7 @@ def check_boundary(model: Path, bundle: Path, inputs: dict[str, np.ndarray], run
 def test_manifest_gives_device_dtypes_of_narrow_and_wide_dtypes(tmp_path: Path) -> None:
     bundle = build(boundary_model(tmp_path), tmp_path, {"n": 16})
     manifest = json.loads((bundle / "manifest.json").read_text())
-    pairs = {t["name"]: (t["dtype"], t["device_dtype"]) for t in manifest["inputs"] + manifest["outputs"]}
+    pairs = {t["name"]: (t["dtype"], device_dtype(manifest, t)) for t in manifest["inputs"] + manifest["outputs"]}
     assert pairs == {
         "x64": ("float64", "float32"), "h16": ("float16", "float32"), "a8": ("uint8", "uint32"),
         "b8": ("uint8", "uint32"), "i32": ("int32", "int32"), "x32": ("float32", "float32"),
@@ -202,7 +209,7 @@ def test_manifest_gives_device_dtypes_of_narrow_and_wide_dtypes(tmp_path: Path) 
         "c": ("int8", "int32"), "u": ("uint16", "uint32"), "f": ("float16", "float32"),
     }
     (weight,) = manifest["weights"]
-    assert (weight["dtype"], weight["device_dtype"], weight["nbytes"]) == ("float64", "float32", 12)
+    assert (weight["dtype"], device_dtype(manifest, weight), weight["nbytes"]) == ("float64", "float32", 12)
     data = (bundle / "weights" / "shard0.bin").read_bytes()[weight["offset"]:weight["offset"] + 12]
     np.testing.assert_array_equal(np.frombuffer(data, "<f4"), np.array([0.1, -2.5, 1e-3], np.float32))
     kernels = "".join((bundle / k["file"]).read_text() for k in manifest["kernels"])
@@ -319,6 +326,25 @@ def test_float64_float16_and_narrow_ints_at_the_boundary(device, tmp_path: Path)
     edge["i32"] = np.array([127, 128, -129, 255, -65536, 65535], np.int32)
     edge["x32"] = np.array([0.1, 1 / 3, 65504, -2.0, 6e-5, 1e-8], np.float32)
     check_boundary(model, bundle, edge)
+
+
+@pytest.mark.parametrize("columns", [5, 200])  # a serial loop; a workgroup reduction (>= 128)
+def test_max_and_min_of_narrow_ints_start_from_their_own_extremes(device, tmp_path: Path, columns: int) -> None:
+    """ReduceMax of int8 rows that are all negative, ReduceMin of uint8 rows that are all
+    positive: the reductions start from -128 and 255 (the dtype table says how wide each
+    dtype is), not from 0."""
+    nodes = [helper.make_node("ReduceMax", ["a"], ["largest"], axes=[1], keepdims=0),
+             helper.make_node("ReduceMin", ["b"], ["smallest"], axes=[1], keepdims=0)]
+    model = _save(tmp_path, f"narrow_reductions{columns}", nodes,
+                  [_info("a", TensorProto.INT8, "n", columns), _info("b", TensorProto.UINT8, "n", columns)],
+                  [_info("largest", TensorProto.INT8, "n"), _info("smallest", TensorProto.UINT8, "n")])
+    bundle = build(model, tmp_path, {"n": 4})
+    rng = np.random.default_rng(columns)
+    a = rng.integers(-128, 0, (3, columns), dtype=np.int8)
+    b = rng.integers(1, 256, (3, columns), dtype=np.uint8)
+    outputs = run_session(bundle, {"a": a, "b": b})
+    np.testing.assert_array_equal(outputs["largest"], a.max(axis=1))
+    np.testing.assert_array_equal(outputs["smallest"], b.min(axis=1))
 
 
 @pytest.mark.parametrize(("to", "dtype"), [

@@ -34,8 +34,8 @@ from relaxweb.ir.struct_info import (
 from relaxweb.ir.structural import assert_structural_equal, structural_equal
 from relaxweb.ir.symbolic import Add, FloorDiv, FloorMod, IntImm, Max, Min, Mul, SizeVar, Sub
 from relaxweb.ir.tir import (
-    BINARY_OPS, COMPARE_OPS, REDUCE_COMBINERS, UNARY_OPS, Binary, Buffer, Cast, Compare, FloatImm, Gather,
-    IndexValue, Load, Reduce, Select, TensorProgram, Unary,
+    Binary, BinaryOp, Buffer, Cast, Compare, CompareOp, FloatImm, Gather, IndexValue, Load, Reduce, ReduceCombiner,
+    Select, TensorProgram, Unary, UnaryOp,
 )
 from relaxweb.compiler import compile_module
 from relaxweb.library import unique_count_kernel  # importing relaxweb.library registers its kernel builders
@@ -71,14 +71,14 @@ def every_program(names: dict[str, str]) -> TensorProgram:
     flag = Buffer("flag", (), "bool")
     out = Buffer("out", (n, IntImm(4)), "float32")
     x = Load(a, (i, j))
-    terms = [Binary(op, x, FloatImm(0.5)) for op in BINARY_OPS]
-    terms += [Unary(op, x) for op in UNARY_OPS if op != "is_nan"]
-    terms += [Reduce(c, k, FloorDiv(Add(n, IntImm(3)), IntImm(4)), Load(a, (FloorMod(k, n), j))) for c in REDUCE_COMBINERS]
+    terms = [Binary(op, x, FloatImm(0.5)) for op in BinaryOp]
+    terms += [Unary(op, x) for op in UnaryOp if op is not UnaryOp.IS_NAN]
+    terms += [Reduce(c, k, FloorDiv(Add(n, IntImm(3)), IntImm(4)), Load(a, (FloorMod(k, n), j))) for c in ReduceCombiner]
     terms.append(Gather(a, (Cast("int32", Load(index, (i,))), j)))  # a run-time index among size expressions
     terms.append(Gather(a, (i, Min(j, IntImm(3)))))  # no run-time index at all
     terms.append(Cast("float32", IndexValue(Max(i * n - 1, IntImm(0)))))
     terms += [FloatImm(float("inf")), FloatImm(-0.0), FloatImm(1e-300), FloatImm(3, "int32")]
-    conditions = [Compare(op, x, FloatImm(0.0)) for op in COMPARE_OPS]
+    conditions = [Compare(op, x, FloatImm(0.0)) for op in CompareOp]
     conditions += [Unary("is_nan", x), Load(flag, ()), FloatImm(True, "bool"), FloatImm(1, "bool")]
     body = terms[0]
     for term in terms[1:]:

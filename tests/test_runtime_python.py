@@ -177,8 +177,23 @@ def test_folder_without_manifest_is_not_a_bundle(tmp_path: Path) -> None:
 
 def test_newer_format_version_is_refused(tmp_path: Path) -> None:
     write_handmade_bundle(tmp_path)
-    edit_manifest(tmp_path, lambda manifest: manifest.update(version=2))
-    with pytest.raises(RelaxwebError, match="version 2"):
+    edit_manifest(tmp_path, lambda manifest: manifest.update(version=3))
+    with pytest.raises(RelaxwebError, match="version 3"):
+        HostModule.from_bundle(tmp_path)
+
+
+def test_older_format_version_is_refused(tmp_path: Path) -> None:
+    """Version 1 manifests gave each tensor a ``device_dtype`` instead of the ``dtypes`` table."""
+    write_handmade_bundle(tmp_path)
+    edit_manifest(tmp_path, lambda manifest: manifest.update(version=1))
+    with pytest.raises(RelaxwebError, match="has bundle format version 1; this runtime reads version 2 .*rebuild"):
+        HostModule.from_bundle(tmp_path)
+
+
+def test_manifest_without_an_entry_for_a_dtype_is_refused(tmp_path: Path) -> None:
+    write_handmade_bundle(tmp_path)
+    edit_manifest(tmp_path, lambda manifest: manifest.update(dtypes={}))
+    with pytest.raises(RelaxwebError, match="the dtypes table has no entry for float32"):
         HostModule.from_bundle(tmp_path)
 
 

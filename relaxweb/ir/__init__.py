@@ -1,10 +1,11 @@
 """The Relax-style IR: symbolic shapes, annotations, graph functions, tensor programs."""
 
 from .builder import FunctionBuilder
+from .dtype import DTYPES, GPU_DTYPES, DtypeInfo, DtypeKind, dtype_info
 from .expr import *  # noqa: F401,F403
 from .module import IRModule
 from .struct_info import (
-    DTYPE_SIZES, FuncStructInfo, ObjectStructInfo, PrimStructInfo, ShapeStructInfo, StructInfo,
+    FuncStructInfo, ObjectStructInfo, PrimStructInfo, ShapeStructInfo, StructInfo,
     TensorStructInfo, TupleStructInfo, struct_info_equal,
 )
 from .symbolic import (

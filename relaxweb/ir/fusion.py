@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 from .symbolic import Analyzer, IntImm, PrimExpr, SizeVar, as_int, format_expr, substitute
 from .tir import (
-    Buffer, Compare, Gather, IndexValue, Load, Reduce, ScalarExpr, Select, TensorProgram, index_var_names, loads_of,
-    map_scalar, replace_buffers, scalar_children, substitute_scalar,
+    Buffer, Compare, CompareOp, Gather, IndexValue, Load, Reduce, ScalarExpr, Select, TensorProgram, index_var_names,
+    loads_of, map_scalar, replace_buffers, scalar_children, substitute_scalar,
 )
 
 
@@ -190,12 +190,12 @@ def _decided(condition: ScalarExpr, analyzer: Analyzer) -> bool | None:
     if not (isinstance(condition, Compare) and isinstance(condition.a, IndexValue) and isinstance(condition.b, IndexValue)):
         return None
     a, b = condition.a.value, condition.b.value
-    proofs = {
-        "lt": (analyzer.prove_less(a, b), analyzer.prove_less_equal(b, a)),
-        "le": (analyzer.prove_less_equal(a, b), analyzer.prove_less(b, a)),
-        "gt": (analyzer.prove_less(b, a), analyzer.prove_less_equal(a, b)),
-        "ge": (analyzer.prove_less_equal(b, a), analyzer.prove_less(a, b)),
-        "eq": (analyzer.prove_equal(a, b), analyzer.prove_less(a, b) or analyzer.prove_less(b, a)),
+    proofs = {  # (holds, fails); ``ne`` is not decided
+        CompareOp.LT: (analyzer.prove_less(a, b), analyzer.prove_less_equal(b, a)),
+        CompareOp.LE: (analyzer.prove_less_equal(a, b), analyzer.prove_less(b, a)),
+        CompareOp.GT: (analyzer.prove_less(b, a), analyzer.prove_less_equal(a, b)),
+        CompareOp.GE: (analyzer.prove_less_equal(b, a), analyzer.prove_less(a, b)),
+        CompareOp.EQ: (analyzer.prove_equal(a, b), analyzer.prove_less(a, b) or analyzer.prove_less(b, a)),
     }
     if condition.op not in proofs:
         return None

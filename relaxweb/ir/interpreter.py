@@ -10,11 +10,12 @@ annotations, binding symbolic variables, exactly as the compiled host module doe
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Callable, Mapping
 
 import numpy as np
 
 from ..errors import InputShapeError
+from .dtype import dtype_info
 from .expr import (
     AllocStorage, AllocTensor, BindingBlock, Call, CallTIR, CallTIRInto, Constant, DataflowBlock, Function, If,
     MatchCast, PrimValue, SeqExpr, ShapeExpr, TensorToPrim, Tuple, TupleGetItem, Var, VarBinding,
@@ -24,11 +25,11 @@ from .host import HostBind, HostCheck, HostDispatch, HostFunction, HostIf, HostO
 from .library_kernel import LibraryKernel
 from .module import IRModule
 from .op_registry import get_op
-from .struct_info import DTYPE_SIZES, PrimStructInfo, TensorStructInfo
+from .struct_info import PrimStructInfo, TensorStructInfo
 from .symbolic import PrimExpr, SizeVar, as_expr, evaluate, format_expr, free_vars
 from .tir import (
-    Binary, Cast, Compare, FloatImm, Gather, IndexValue, Load, Reduce, ScalarExpr, Select, TensorProgram, Unary,
-    scalar_dtype,
+    Binary, BinaryOp, Cast, Compare, CompareOp, FloatImm, Gather, IndexValue, Load, Reduce, ReduceCombiner, ScalarExpr,
+    Select, TensorProgram, Unary, UnaryOp, scalar_dtype,
 )
 
 
@@ -139,12 +140,12 @@ class Interpreter(ExprFunctor):
         info = alloc.struct_info
         shape = tuple(int(evaluate(d, self.size_vars)) for d in info.shape)
         count = int(np.prod(shape, dtype=np.int64))
-        itemsize = np.dtype(info.dtype).itemsize
-        if storage.data.size < count * itemsize:
-            grown = np.zeros(count * itemsize, dtype=np.uint8)
+        nbytes = count * dtype_info(info.dtype).bytes
+        if storage.data.size < nbytes:
+            grown = np.zeros(nbytes, dtype=np.uint8)
             grown[: storage.data.size] = storage.data
             storage.data = grown
-        return storage.data[: count * itemsize].view(info.dtype).reshape(shape)
+        return storage.data[:nbytes].view(info.dtype).reshape(shape)
 
     def visit_call_tir_into(self, call: CallTIRInto):
         kernel = self.module.programs[call.program]
@@ -154,11 +155,14 @@ class Interpreter(ExprFunctor):
         return ()
 
 
-_UNARY_FUNCTIONS = {
-    "exp": np.exp, "tanh": np.tanh, "negative": np.negative, "is_nan": np.isnan,
-    "sqrt": np.sqrt, "log": np.log, "floor": np.floor, "ceil": np.ceil, "round": np.round,  # half to even, as WGSL
-    "sin": np.sin, "cos": np.cos, "tan": np.tan, "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan,
-    "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh,
+# The numpy function of each op of the scalar IR (tests/test_scalar_expr.py checks every op has one).
+UNARY_FUNCTIONS: dict[UnaryOp, Callable[[np.ndarray], np.ndarray]] = {
+    UnaryOp.EXP: np.exp, UnaryOp.TANH: np.tanh, UnaryOp.NEGATIVE: np.negative, UnaryOp.IS_NAN: np.isnan,
+    UnaryOp.SIGMOID: lambda a: 1 / (1 + np.exp(-a)),
+    UnaryOp.SQRT: np.sqrt, UnaryOp.LOG: np.log, UnaryOp.FLOOR: np.floor, UnaryOp.CEIL: np.ceil,
+    UnaryOp.ROUND: np.round,  # half to even, as WGSL
+    UnaryOp.SIN: np.sin, UnaryOp.COS: np.cos, UnaryOp.TAN: np.tan, UnaryOp.ASIN: np.arcsin, UnaryOp.ACOS: np.arccos,
+    UnaryOp.ATAN: np.arctan, UnaryOp.ASINH: np.arcsinh, UnaryOp.ACOSH: np.arccosh, UnaryOp.ATANH: np.arctanh,
 }
 
 
@@ -232,13 +236,17 @@ def run_program(program: TensorProgram, arrays: list[np.ndarray], size_vars: Map
     return np.broadcast_to(np.asarray(result), shape).astype(program.output.dtype)
 
 
-_BINARY_FUNCTIONS = {
-    "add": np.add, "subtract": np.subtract, "multiply": np.multiply,
-    "divide": np.divide, "maximum": np.maximum, "minimum": np.minimum, "power": np.power,
+BINARY_FUNCTIONS: dict[BinaryOp, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    BinaryOp.ADD: np.add, BinaryOp.SUBTRACT: np.subtract, BinaryOp.MULTIPLY: np.multiply,
+    BinaryOp.DIVIDE: np.divide, BinaryOp.MAXIMUM: np.maximum, BinaryOp.MINIMUM: np.minimum, BinaryOp.POWER: np.power,
 }
-_COMPARE_FUNCTIONS = {
-    "lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
-    "eq": np.equal, "ne": np.not_equal,
+COMPARE_FUNCTIONS: dict[CompareOp, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    CompareOp.LT: np.less, CompareOp.LE: np.less_equal, CompareOp.GT: np.greater, CompareOp.GE: np.greater_equal,
+    CompareOp.EQ: np.equal, CompareOp.NE: np.not_equal,
+}
+# Each combiner over the leading axis of an array.
+COMBINER_FUNCTIONS: dict[ReduceCombiner, Callable[..., np.ndarray]] = {
+    ReduceCombiner.SUM: np.sum, ReduceCombiner.MAX: np.max, ReduceCombiner.MIN: np.min, ReduceCombiner.PROD: np.prod,
 }
 
 
@@ -272,19 +280,16 @@ def _evaluate_scalar(expr: ScalarExpr, buffers: dict, environment: dict, shape: 
     if isinstance(expr, Cast):
         return np.asarray(recurse(expr.a)).astype(np.dtype(expr.dtype))
     if isinstance(expr, Compare):
-        return _COMPARE_FUNCTIONS[expr.op](recurse(expr.a), recurse(expr.b))
+        return COMPARE_FUNCTIONS[expr.op](recurse(expr.a), recurse(expr.b))
     if isinstance(expr, Select):
         condition = np.asarray(recurse(expr.condition), dtype=bool)
         with np.errstate(all="ignore"):  # the branch not taken may divide by zero
             a, b = recurse(expr.a, guard=True), recurse(expr.b, guard=True)
         return np.where(condition, a, b)
     if isinstance(expr, Binary):
-        return _BINARY_FUNCTIONS[expr.op](recurse(expr.a), recurse(expr.b))
+        return BINARY_FUNCTIONS[expr.op](recurse(expr.a), recurse(expr.b))
     if isinstance(expr, Unary):
-        a = recurse(expr.a)
-        if expr.op == "sigmoid":
-            return 1 / (1 + np.exp(-a))
-        return _UNARY_FUNCTIONS[expr.op](a)
+        return UNARY_FUNCTIONS[expr.op](recurse(expr.a))
     if isinstance(expr, Reduce):
         # Add a leading dimension for the reduction axis: every array in the environment
         # gains a leading 1 and the axis variable spans the new dimension.
@@ -299,7 +304,7 @@ def _evaluate_scalar(expr: ScalarExpr, buffers: dict, environment: dict, shape: 
         body = np.broadcast_to(body, (extent,) + np.broadcast_shapes(*(np.shape(v) for v in inner.values()))[1:])
         if extent == 0:
             return np.full(body.shape[1:], _reduce_identity(expr.combiner, scalar_dtype(expr.body)))
-        return {"sum": np.sum, "max": np.max, "min": np.min, "prod": np.prod}[expr.combiner](body, axis=0)
+        return COMBINER_FUNCTIONS[expr.combiner](body, axis=0)
     raise TypeError(f"cannot evaluate {type(expr).__name__}")
 
 
@@ -323,16 +328,17 @@ def _load(array: np.ndarray, name: str, index: tuple[np.ndarray, ...], guarded: 
     return array[index]
 
 
-def _reduce_identity(combiner: str, dtype: str):
-    """What a reduction over an empty range gives (sum 0, max lowest, min highest)."""
-    if combiner == "sum":
+def _reduce_identity(combiner: ReduceCombiner, dtype: str):
+    """What a reduction over an empty range gives (sum 0, prod 1, max lowest, min highest)."""
+    if combiner is ReduceCombiner.SUM:
         return np.zeros((), dtype=dtype)
-    if combiner == "prod":
+    if combiner is ReduceCombiner.PROD:
         return np.ones((), dtype=dtype)
-    if np.issubdtype(np.dtype(dtype), np.floating):
-        return np.asarray(-np.inf if combiner == "max" else np.inf, dtype=dtype)
+    lowest = combiner is ReduceCombiner.MAX
+    if dtype_info(dtype).is_float:
+        return np.asarray(-np.inf if lowest else np.inf, dtype=dtype)
     info = np.iinfo(np.dtype(dtype))
-    return np.asarray(info.min if combiner == "max" else info.max, dtype=dtype)
+    return np.asarray(info.min if lowest else info.max, dtype=dtype)
 
 
 # ----------------------------------------------------------------------------------------
@@ -389,7 +395,7 @@ class _HostRun:
 
     def view(self, storage: int, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
         count = int(np.prod(shape, dtype=np.int64))
-        return self.storages[storage][: count * DTYPE_SIZES[dtype]].view(dtype).reshape(shape)
+        return self.storages[storage][: count * dtype_info(dtype).bytes].view(dtype).reshape(shape)
 
     def run_steps(self, steps) -> None:
         for step in steps:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from .pattern import MatmulInfo, analyze_matmul, top_level_reductions
 from .schedule import WORKGROUP_SIZE, TiledMatmulSchedule, VectorizedSchedule, WorkgroupReductionSchedule
 from .symbolic import IntImm, PrimExpr, SizeVar, free_vars, product, simplify
-from .tir import Binary, FloatImm, Load, TensorProgram, Unary, scalar_nodes
+from .tir import Binary, FloatImm, Load, TensorProgram, Unary, UnaryOp, scalar_nodes
 
 VECTOR = "vector"  # a buffer read along the last axis, ``width`` elements at a time
 SPLAT = "splat"  # a buffer constant along the last axis: one element for the whole vector
@@ -87,7 +87,7 @@ def vector_access(program: TensorProgram, width: int) -> dict[str, str] | None:
     for node in scalar_nodes(program.body):
         if not isinstance(node, (Load, Binary, Unary, FloatImm)):
             return None
-        if isinstance(node, Unary) and node.op == "is_nan":
+        if isinstance(node, Unary) and node.op is UnaryOp.IS_NAN:
             return None
         if isinstance(node, FloatImm) and node.dtype != "float32":
             return None

@@ -22,6 +22,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from .dtype import DTYPES
 from .expr import (
     AllocStorage, AllocTensor, BindingBlock, Call, CallLibrary, CallTIR, CallTIRInto, Constant, DataflowBlock,
     DataflowVar, Expr, Function, If, MatchCast, PrimValue, SeqExpr, ShapeExpr, TensorToPrim, Tuple, TupleGetItem,
@@ -36,13 +37,13 @@ from .module import IRModule
 from .printer import GRAPH_BUILTINS, SINFO
 from .schedule import SCHEDULE_KINDS, ElementSchedule, Schedule
 from .struct_info import (
-    DTYPE_SIZES, FuncStructInfo, ObjectStructInfo, PrimStructInfo, ShapeStructInfo, StructInfo, TensorStructInfo,
+    FuncStructInfo, ObjectStructInfo, PrimStructInfo, ShapeStructInfo, StructInfo, TensorStructInfo,
     TupleStructInfo, struct_info_equal,
 )
 from .symbolic import Add, FloorDiv, FloorMod, IntImm, Max, Min, Mul, PrimExpr, SizeVar, Sub
 from .tir import (
-    BINARY_OPS, CAST_DTYPES, REDUCE_COMBINERS, UNARY_OPS, Binary, Buffer, Cast, Compare, FloatImm, Gather,
-    IndexValue, Load, Reduce, ScalarExpr, Select, TensorProgram, Unary,
+    Binary, BinaryOp, Buffer, Cast, Compare, CompareOp, FloatImm, Gather, IndexValue, Load, Reduce, ReduceCombiner,
+    ScalarExpr, Select, TensorProgram, Unary, UnaryOp,
 )
 
 
@@ -58,9 +59,13 @@ class ParseError(ValueError):
 
 _PRIM_OPERATORS: dict[type, type] = {ast.Add: Add, ast.Sub: Sub, ast.Mult: Mul, ast.FloorDiv: FloorDiv, ast.Mod: FloorMod}
 # The operators tir.format_scalar writes with symbols (BINARY_SYMBOLS, COMPARE_OPS).
-_SCALAR_OPERATORS = {ast.Add: "add", ast.Sub: "subtract", ast.Mult: "multiply", ast.Div: "divide"}
-_COMPARE_OPERATORS = {ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt", ast.GtE: "ge", ast.Eq: "eq", ast.NotEq: "ne"}
-_DTYPES = frozenset(DTYPE_SIZES) | frozenset(CAST_DTYPES)
+_SCALAR_OPERATORS = {ast.Add: BinaryOp.ADD, ast.Sub: BinaryOp.SUBTRACT, ast.Mult: BinaryOp.MULTIPLY,
+                     ast.Div: BinaryOp.DIVIDE}
+_COMPARE_OPERATORS = {ast.Lt: CompareOp.LT, ast.LtE: CompareOp.LE, ast.Gt: CompareOp.GT, ast.GtE: CompareOp.GE,
+                      ast.Eq: CompareOp.EQ, ast.NotEq: CompareOp.NE}
+# The names the other scalar ops print as (each member of these enums is its name).
+_BINARY_NAMES, _UNARY_NAMES = frozenset(BinaryOp), frozenset(UnaryOp)
+_COMBINER_NAMES = frozenset(ReduceCombiner)
 _FLOAT_WORDS = {"inf": float("inf"), "-inf": float("-inf"), "nan": float("nan")}
 
 
@@ -607,9 +612,9 @@ class _Parser:
             raise self.error(node, "expected a scalar expression: a load, a constant like float32(1.0), an op, "
                                    "index(...), select(...) or a reduction")
         name, args = node.func.id, node.args
-        if name in REDUCE_COMBINERS and len(args) == 1 and isinstance(args[0], ast.GeneratorExp):
+        if name in _COMBINER_NAMES and len(args) == 1 and isinstance(args[0], ast.GeneratorExp):
             return self.reduction(name, args[0], buffers)
-        if name in _DTYPES and len(args) == 1:
+        if name in DTYPES and len(args) == 1:
             if _is_number_node(args[0]):
                 return FloatImm(self.literal(args[0]), name)
             try:
@@ -624,9 +629,9 @@ class _Parser:
             items = args[1:]
             return Gather(self.buffer(args[0], buffers),
                           tuple(recurse(i) if _is_scalar_node(i) else self.prim_expr(i) for i in items))
-        if name in BINARY_OPS and len(args) == 2:
+        if name in _BINARY_NAMES and len(args) == 2:
             return Binary(name, recurse(args[0]), recurse(args[1]))
-        if name in UNARY_OPS and len(args) == 1:
+        if name in _UNARY_NAMES and len(args) == 1:
             return Unary(name, recurse(args[0]))
         raise self.error(node, f"unknown scalar function {name}() with {len(args)} argument(s)")
 

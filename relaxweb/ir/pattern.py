@@ -25,34 +25,37 @@ from dataclasses import dataclass
 
 from .symbolic import IntImm, PrimExpr, SizeVar, free_vars, simplify
 from .tir import (
-    Binary, FloatImm, Gather, Load, Reduce, ScalarExpr, Select, TensorProgram, contains_reduce, index_exprs,
-    index_var_names, scalar_children, scalar_dtype, scalar_nodes,
+    Binary, BinaryOp, FloatImm, Gather, Load, NamedEnum, Reduce, ReduceCombiner, ScalarExpr, Select, TensorProgram,
+    contains_reduce, index_exprs, index_var_names, scalar_children, scalar_dtype, scalar_nodes,
 )
 
-ELEMENTWISE = "elementwise"
-BROADCAST = "broadcast"
-INJECTIVE = "injective"
-REDUCTION = "reduction"
-MATMUL = "matmul"
-OPAQUE = "opaque"
-PATTERNS = (ELEMENTWISE, BROADCAST, INJECTIVE, REDUCTION, MATMUL, OPAQUE)
+
+class Pattern(NamedEnum):
+    """The kind of computation a program is (see the module doc), in this order."""
+
+    ELEMENTWISE = "elementwise"
+    BROADCAST = "broadcast"
+    INJECTIVE = "injective"
+    REDUCTION = "reduction"
+    MATMUL = "matmul"
+    OPAQUE = "opaque"
 
 
-def program_pattern(program) -> str:
+def program_pattern(program) -> Pattern:
     """The pattern of a tensor program (a library kernel is opaque)."""
     if not isinstance(program, TensorProgram):
-        return OPAQUE
+        return Pattern.OPAQUE
     if contains_reduce(program.body):
-        return MATMUL if analyze_matmul(program) is not None else REDUCTION
+        return Pattern.MATMUL if analyze_matmul(program) is not None else Pattern.REDUCTION
     loads = _loads(program.body)
     if any(isinstance(load, Gather) for load in loads):
-        return INJECTIVE
+        return Pattern.INJECTIVE
     axes = [axis.name for axis in program.axes]
     if all(_is_identity(load, program) for load in loads):
-        return ELEMENTWISE
+        return Pattern.ELEMENTWISE
     if all(_is_broadcast(load, axes) for load in loads):
-        return BROADCAST
-    return INJECTIVE
+        return Pattern.BROADCAST
+    return Pattern.INJECTIVE
 
 
 @dataclass(frozen=True)
@@ -83,7 +86,7 @@ def analyze_matmul(program: TensorProgram) -> MatmulInfo | None:
     reduction = reductions[0]
     axes, extents, core = [], [], reduction
     while isinstance(core, Reduce):
-        if core.combiner != "sum":
+        if core.combiner is not ReduceCombiner.SUM:
             return None
         axes.append(core.axis)
         extents.append(core.extent)
@@ -95,7 +98,7 @@ def analyze_matmul(program: TensorProgram) -> MatmulInfo | None:
     while isinstance(core, Select) and isinstance(core.b, FloatImm) and core.b.value == 0:
         guards.append(core.condition)
         core = core.a
-    if not (isinstance(core, Binary) and core.op == "multiply"):
+    if not (isinstance(core, Binary) and core.op is BinaryOp.MULTIPLY):
         return None
     a, b = core.a, core.b
     if scalar_dtype(a) != "float32" or scalar_dtype(b) != "float32" or contains_reduce(a) or contains_reduce(b):

@@ -11,18 +11,6 @@ from dataclasses import dataclass
 
 from .symbolic import PrimExpr, as_expr, format_expr, prove_equal
 
-DTYPE_SIZES = {
-    "float64": 8, "float32": 4, "float16": 2, "int64": 8, "int32": 4, "int16": 2, "int8": 1,
-    "uint64": 8, "uint32": 4, "uint16": 2, "uint8": 1, "bool": 1,
-}
-
-
-def storage_element_bytes(dtype: str) -> int:
-    """Bytes per element that a planned storage reserves: at least 4, since the GPU keeps a
-    bool as a u32 (0/1) and an int64 as an i32 (its 8 bytes over-allocate on the GPU; the
-    interpreter, which keeps int64 as int64, uses them all)."""
-    return max(DTYPE_SIZES[dtype], 4)
-
 
 class StructInfo:
     """Base of annotations."""

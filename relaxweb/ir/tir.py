@@ -16,22 +16,120 @@ variables; axis variables are ``SizeVar`` whose names do not clash with size var
 An indirect load (:class:`Gather`) also takes indices computed at run time (scalar
 expressions, e.g. a value loaded from an index tensor), clamped into the buffer's extents.
 
-Scalar expressions have a dtype (:func:`scalar_dtype`): a load has its buffer's, an
+Scalar expressions have a dtype (``expr.dtype``): a load has its buffer's, an
 :class:`IndexValue` (an index expression used as a value, e.g. an element count) is
 ``int32`` like every index in the generated code, a :class:`Compare` is ``bool``.
 :class:`Select` evaluates only the branch it picks, so a branch may load out of bounds when
 it is not picked (``concat`` reads ``B[i - n]`` only where ``i >= n``).
+
+Ops are enums (:class:`BinaryOp`, :class:`UnaryOp`, :class:`CompareOp`,
+:class:`ReduceCombiner`) that print as their names; backends keep one table per enum with
+an entry for every member.  Legalizations write expressions with operators and the helpers
+below (``maximum``, ``select``, ``exp``, ``cast`` ...): ``select(x.lt(0), -x, x) * 0.5``.
 """
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
-
+from enum import Enum
+from functools import cached_property
 from typing import Callable, Mapping
 
+from .dtype import DTYPES, GPU_DTYPES, dtype_info
 from .schedule import ElementSchedule, Schedule
 from .symbolic import PrimExpr, SizeVar, as_expr, format_expr, format_shape, format_size_var, free_vars, substitute
 from .syntax import format_keywords, format_number, format_string, is_plain_name, unique_identifier
+
+
+class NamedEnum(str, Enum):
+    """An enum of names (ops, patterns): each member is its name (``BinaryOp.ADD == "add"``)
+    and prints as it (``str``, ``format``), so the printed IR writes ``maximum(a, b)`` and
+    parsing a name back is ``BinaryOp("maximum")``."""
+
+    def __str__(self) -> str:
+        return self.value
+
+    @classmethod
+    def of(cls, name: "str | NamedEnum") -> "NamedEnum":
+        """The member named ``name``; an unknown name raises a ValueError listing the valid ones."""
+        try:
+            return cls(name)
+        except ValueError:
+            raise ValueError(f"unknown {cls.__name__} {name!r}; expected one of {', '.join(cls)}") from None
+
+
+class BinaryOp(NamedEnum):
+    """Operators of :class:`Binary`.  ``power`` is float only and follows WGSL's ``pow``:
+    undefined for a negative base (and for 0 to a non-positive power); legalizations handle
+    negative bases themselves."""
+
+    ADD = "add"
+    SUBTRACT = "subtract"
+    MULTIPLY = "multiply"
+    DIVIDE = "divide"  # integers truncate toward zero (WGSL)
+    MAXIMUM = "maximum"
+    MINIMUM = "minimum"
+    POWER = "power"
+
+
+class UnaryOp(NamedEnum):
+    """Functions of :class:`Unary`.  ``is_nan`` gives a bool and tests the bit pattern (WGSL
+    lets compilers assume no NaNs, so ``x != x`` may fold away); the rest keep the dtype."""
+
+    EXP = "exp"
+    TANH = "tanh"
+    NEGATIVE = "negative"
+    SIGMOID = "sigmoid"
+    IS_NAN = "is_nan"
+    # math functions with the same name and meaning in numpy and WGSL (float operands)
+    SQRT = "sqrt"
+    LOG = "log"
+    FLOOR = "floor"
+    CEIL = "ceil"
+    ROUND = "round"  # halves to even
+    SIN = "sin"
+    COS = "cos"
+    TAN = "tan"
+    ASIN = "asin"
+    ACOS = "acos"
+    ATAN = "atan"
+    ASINH = "asinh"
+    ACOSH = "acosh"
+    ATANH = "atanh"
+
+
+class ReduceCombiner(NamedEnum):
+    """How a :class:`Reduce` combines: over an empty range sum is 0, prod 1, max the lowest
+    and min the highest value of the dtype."""
+
+    SUM = "sum"
+    MAX = "max"
+    MIN = "min"
+    PROD = "prod"
+
+
+class CompareOp(NamedEnum):
+    """Comparisons of :class:`Compare` (the result is a bool)."""
+
+    LT = "lt"
+    LE = "le"
+    GT = "gt"
+    GE = "ge"
+    EQ = "eq"
+    NE = "ne"
+
+
+# The infix symbol of each comparison, as the printer writes it.
+COMPARE_OPS = {
+    CompareOp.LT: "<", CompareOp.LE: "<=", CompareOp.GT: ">", CompareOp.GE: ">=", CompareOp.EQ: "==", CompareOp.NE: "!=",
+}
+
+# The unary ops that are exactly a math function of numpy and WGSL (an ONNX op of the same name).
+MATH_FUNCTIONS = (
+    UnaryOp.SQRT, UnaryOp.LOG, UnaryOp.FLOOR, UnaryOp.CEIL, UnaryOp.ROUND, UnaryOp.SIN, UnaryOp.COS, UnaryOp.TAN,
+    UnaryOp.ASIN, UnaryOp.ACOS, UnaryOp.ATAN, UnaryOp.ASINH, UnaryOp.ACOSH, UnaryOp.ATANH,
+)
 
 
 @dataclass(frozen=True)
@@ -47,7 +145,79 @@ class Buffer:
 
 
 class ScalarExpr:
-    """Base of scalar (element) expressions."""
+    """Base of scalar (element) expressions.
+
+    Every expression has a ``dtype`` (the dtype of its value).  Arithmetic operators build
+    expressions, so a legalization reads like the math it computes::
+
+        (x - mean) / sqrt(variance + 1e-5)      # Binary/Unary nodes
+        select(x.lt(0), -x, x)                  # comparisons are methods (lt, le, gt, ge, eq, ne)
+
+    A Python number next to an expression becomes a :class:`FloatImm` of the expression's
+    dtype (``x * 2`` is ``multiply(x, FloatImm(2, x.dtype))``); operand order is kept.
+    ``==`` is not overloaded: expressions are compared structurally (they are dict keys).
+    """
+
+    __array_ufunc__ = None  # numpy scalars defer to the reflected operators below
+
+    def __add__(self, other: "ScalarExpr | float") -> "ScalarExpr":
+        return Binary(BinaryOp.ADD, self, _operand(other, self))
+
+    def __radd__(self, other: float) -> "ScalarExpr":
+        return Binary(BinaryOp.ADD, _operand(other, self), self)
+
+    def __sub__(self, other: "ScalarExpr | float") -> "ScalarExpr":
+        return Binary(BinaryOp.SUBTRACT, self, _operand(other, self))
+
+    def __rsub__(self, other: float) -> "ScalarExpr":
+        return Binary(BinaryOp.SUBTRACT, _operand(other, self), self)
+
+    def __mul__(self, other: "ScalarExpr | float") -> "ScalarExpr":
+        return Binary(BinaryOp.MULTIPLY, self, _operand(other, self))
+
+    def __rmul__(self, other: float) -> "ScalarExpr":
+        return Binary(BinaryOp.MULTIPLY, _operand(other, self), self)
+
+    def __truediv__(self, other: "ScalarExpr | float") -> "ScalarExpr":
+        return Binary(BinaryOp.DIVIDE, self, _operand(other, self))
+
+    def __rtruediv__(self, other: float) -> "ScalarExpr":
+        return Binary(BinaryOp.DIVIDE, _operand(other, self), self)
+
+    def __neg__(self) -> "ScalarExpr":
+        return Unary(UnaryOp.NEGATIVE, self)
+
+    def lt(self, other: "ScalarExpr | float") -> "Compare":
+        return Compare(CompareOp.LT, self, _operand(other, self))
+
+    def le(self, other: "ScalarExpr | float") -> "Compare":
+        return Compare(CompareOp.LE, self, _operand(other, self))
+
+    def gt(self, other: "ScalarExpr | float") -> "Compare":
+        return Compare(CompareOp.GT, self, _operand(other, self))
+
+    def ge(self, other: "ScalarExpr | float") -> "Compare":
+        return Compare(CompareOp.GE, self, _operand(other, self))
+
+    def eq(self, other: "ScalarExpr | float") -> "Compare":
+        return Compare(CompareOp.EQ, self, _operand(other, self))
+
+    def ne(self, other: "ScalarExpr | float") -> "Compare":
+        return Compare(CompareOp.NE, self, _operand(other, self))
+
+
+def _operand(value: "ScalarExpr | float", other: ScalarExpr) -> ScalarExpr:
+    """``value`` as an operand next to ``other``: a number becomes a constant of ``other``'s
+    dtype (an integer stays an int and prints as ``2``, a float as ``2.0``)."""
+    if isinstance(value, ScalarExpr):
+        return value
+    if isinstance(value, bool):
+        pass  # a Python bool next to a number is a mistake more often than a 0 / 1
+    elif isinstance(value, numbers.Integral):
+        return FloatImm(int(value), other.dtype)
+    elif isinstance(value, numbers.Real):
+        return FloatImm(float(value), other.dtype)
+    raise TypeError(f"cannot combine a scalar expression with {value!r}")
 
 
 @dataclass(frozen=True)
@@ -56,6 +226,10 @@ class Load(ScalarExpr):
 
     buffer: Buffer
     indices: tuple[PrimExpr, ...]
+
+    @property
+    def dtype(self) -> str:
+        return self.buffer.dtype
 
 
 @dataclass(frozen=True)
@@ -78,6 +252,10 @@ class Gather(ScalarExpr):
             i if isinstance(i, ScalarExpr) else as_expr(i) for i in self.indices
         ))
 
+    @property
+    def dtype(self) -> str:
+        return self.buffer.dtype
+
 
 @dataclass(frozen=True)
 class FloatImm(ScalarExpr):
@@ -89,36 +267,57 @@ class FloatImm(ScalarExpr):
 
 @dataclass(frozen=True)
 class Binary(ScalarExpr):
-    """``op`` is one of add, subtract, multiply, divide, maximum, minimum, power.
+    """``a op b`` (:class:`BinaryOp`; a valid name is taken too); both operands are computed
+    in one dtype (the ``power`` op's exponent too, though the graph-level op allows another
+    dtype: its legalization brings both to float32).  The result has ``a``'s dtype."""
 
-    ``power`` is float only and follows WGSL's ``pow``: undefined for a negative base (and
-    for 0 to a non-positive power); legalizations handle negative bases themselves.
-    """
-
-    op: str
+    op: BinaryOp
     a: ScalarExpr
     b: ScalarExpr
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "op", BinaryOp.of(self.op))
+        _check_operands(self, self.a, self.b)
+
+    @cached_property
+    def dtype(self) -> str:
+        return self.a.dtype
 
 
 @dataclass(frozen=True)
 class Unary(ScalarExpr):
-    """``op`` is one of :data:`UNARY_OPS` (``is_nan`` gives a bool)."""
+    """``op(a)`` (:class:`UnaryOp`; a valid name is taken too); ``is_nan`` gives a bool."""
 
-    op: str
+    op: UnaryOp
     a: ScalarExpr
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "op", UnaryOp.of(self.op))
+
+    @cached_property
+    def dtype(self) -> str:
+        return "bool" if self.op is UnaryOp.IS_NAN else self.a.dtype
 
 
 @dataclass(frozen=True)
 class Reduce(ScalarExpr):
-    """``combiner`` (sum, prod, max or min) of ``body`` over ``axis`` in ``[0, extent)``.
+    """``combiner`` (:class:`ReduceCombiner`: sum, prod, max or min) of ``body`` over ``axis``
+    in ``[0, extent)``.
 
     Over an empty range, sum is 0, prod 1, max the lowest and min the highest value of the dtype.
     """
 
-    combiner: str
+    combiner: ReduceCombiner
     axis: SizeVar
     extent: PrimExpr
     body: ScalarExpr
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "combiner", ReduceCombiner.of(self.combiner))
+
+    @cached_property
+    def dtype(self) -> str:
+        return self.body.dtype
 
 
 @dataclass(frozen=True)
@@ -130,30 +329,38 @@ class IndexValue(ScalarExpr):
     def __post_init__(self) -> None:
         object.__setattr__(self, "value", as_expr(self.value))
 
+    @property
+    def dtype(self) -> str:
+        return "int32"
+
 
 @dataclass(frozen=True)
 class Cast(ScalarExpr):
-    """``a`` converted to ``dtype`` (float32, int32, uint32 or bool)."""
+    """``a`` converted to ``dtype`` (any dtype the GPU holds: :data:`~relaxweb.ir.dtype.GPU_DTYPES`)."""
 
     dtype: str
     a: ScalarExpr
 
     def __post_init__(self) -> None:
-        if self.dtype not in CAST_DTYPES:
-            raise ValueError(f"cannot cast to {self.dtype}; expected one of {', '.join(CAST_DTYPES)}")
+        if not dtype_info(self.dtype).on_gpu:
+            raise ValueError(f"cannot cast to {self.dtype}; expected one of {', '.join(GPU_DTYPES)}")
 
 
 @dataclass(frozen=True)
 class Compare(ScalarExpr):
-    """``a op b`` as a ``bool``; ``op`` is one of lt, le, gt, ge, eq, ne."""
+    """``a op b`` as a ``bool`` (:class:`CompareOp`; a valid name is taken too)."""
 
-    op: str
+    op: CompareOp
     a: ScalarExpr
     b: ScalarExpr
 
     def __post_init__(self) -> None:
-        if self.op not in COMPARE_OPS:
-            raise ValueError(f"unknown comparison {self.op!r}; expected one of {', '.join(COMPARE_OPS)}")
+        object.__setattr__(self, "op", CompareOp.of(self.op))
+        _check_operands(self, self.a, self.b)
+
+    @property
+    def dtype(self) -> str:
+        return "bool"
 
 
 @dataclass(frozen=True)
@@ -164,21 +371,106 @@ class Select(ScalarExpr):
     a: ScalarExpr
     b: ScalarExpr
 
+    def __post_init__(self) -> None:
+        if self.condition.dtype != "bool":
+            raise TypeError(f"Select: the condition is {self.condition.dtype}, not bool: {format_scalar(self.condition)}")
+        _check_operands(self, self.a, self.b)
 
-BINARY_OPS = ("add", "subtract", "multiply", "divide", "maximum", "minimum", "power")
-# Math functions with the same name and meaning in numpy and WGSL (float operands).
-MATH_FUNCTIONS = (
-    "sqrt", "log", "floor", "ceil", "round", "sin", "cos", "tan", "asin", "acos", "atan",
-    "asinh", "acosh", "atanh",
-)
-# is_nan tests the bit pattern: WGSL lets compilers assume no NaNs, so `x != x` may fold away.
-UNARY_OPS = ("exp", "tanh", "negative", "sigmoid", "is_nan", *MATH_FUNCTIONS)
-REDUCE_COMBINERS = ("sum", "max", "min", "prod")
-COMPARE_OPS = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
-# int64, int8 and int16 are i32 in WGSL, uint8 and uint16 u32, float16 and float64 f32.
-CAST_DTYPES = (
-    "float32", "int32", "uint32", "bool", "int64", "float16", "float64", "int8", "int16", "uint8", "uint16",
-)
+    @cached_property
+    def dtype(self) -> str:
+        return self.a.dtype
+
+
+def _check_operands(node: ScalarExpr, a: ScalarExpr, b: ScalarExpr) -> None:
+    """Both operands of a binary node are computed in one dtype (WGSL has no implicit
+    conversions): float16 and float32 may meet (both f32), float32 and int32 may not."""
+    if a.dtype != b.dtype and _compute_dtype(a.dtype) != _compute_dtype(b.dtype):
+        raise TypeError(f"{type(node).__name__}: operands of different dtypes ({a.dtype} and {b.dtype}): "
+                        f"{format_scalar(a)}, {format_scalar(b)}")
+
+
+def _compute_dtype(dtype: str) -> str:
+    """The dtype's compute dtype; a dtype relaxweb does not know (bfloat16 programs run only
+    in the interpreter) is its own."""
+    return DTYPES[dtype].compute_dtype if dtype in DTYPES and DTYPES[dtype].on_gpu else dtype
+
+
+# -- building expressions -----------------------------------------------------------------------
+#
+# Functions for what has no Python operator; a Python number among the operands becomes a
+# constant of the other operand's dtype, as with the operators.
+
+
+def maximum(a: "ScalarExpr | float", b: "ScalarExpr | float") -> ScalarExpr:
+    a, b = _operands(a, b)
+    return Binary(BinaryOp.MAXIMUM, a, b)
+
+
+def minimum(a: "ScalarExpr | float", b: "ScalarExpr | float") -> ScalarExpr:
+    a, b = _operands(a, b)
+    return Binary(BinaryOp.MINIMUM, a, b)
+
+
+def power(a: ScalarExpr, b: "ScalarExpr | float") -> ScalarExpr:
+    """``a ** b`` with WGSL's ``pow`` (undefined for a negative ``a``; see :class:`BinaryOp`)."""
+    return Binary(BinaryOp.POWER, a, _operand(b, a))
+
+
+def select(condition: ScalarExpr, a: "ScalarExpr | float", b: "ScalarExpr | float") -> ScalarExpr:
+    """``a if condition else b`` (only the chosen branch is evaluated)."""
+    a, b = _operands(a, b)
+    return Select(condition, a, b)
+
+
+def cast(dtype: str, a: ScalarExpr) -> ScalarExpr:
+    """``a`` as ``dtype``; ``a`` itself when it has that dtype already."""
+    return a if a.dtype == dtype else Cast(dtype, a)
+
+
+def exp(a: ScalarExpr) -> ScalarExpr:
+    return Unary(UnaryOp.EXP, a)
+
+
+def log(a: ScalarExpr) -> ScalarExpr:
+    return Unary(UnaryOp.LOG, a)
+
+
+def sqrt(a: ScalarExpr) -> ScalarExpr:
+    return Unary(UnaryOp.SQRT, a)
+
+
+def tanh(a: ScalarExpr) -> ScalarExpr:
+    return Unary(UnaryOp.TANH, a)
+
+
+def sigmoid(a: ScalarExpr) -> ScalarExpr:
+    return Unary(UnaryOp.SIGMOID, a)
+
+
+def floor(a: ScalarExpr) -> ScalarExpr:
+    return Unary(UnaryOp.FLOOR, a)
+
+
+def ceil(a: ScalarExpr) -> ScalarExpr:
+    return Unary(UnaryOp.CEIL, a)
+
+
+def round_half_even(a: ScalarExpr) -> ScalarExpr:
+    """WGSL's ``round``: halves to even (as numpy)."""
+    return Unary(UnaryOp.ROUND, a)
+
+
+def is_nan(a: ScalarExpr) -> ScalarExpr:
+    return Unary(UnaryOp.IS_NAN, a)
+
+
+def _operands(a: "ScalarExpr | float", b: "ScalarExpr | float") -> tuple[ScalarExpr, ScalarExpr]:
+    """Two operands, a Python number among them a constant of the other's dtype."""
+    if isinstance(a, ScalarExpr):
+        return a, _operand(b, a)
+    if isinstance(b, ScalarExpr):
+        return _operand(a, b), b
+    raise TypeError(f"at least one operand must be a scalar expression, got {a!r} and {b!r}")
 
 
 def scalar_children(expr: ScalarExpr) -> tuple[ScalarExpr, ...]:
@@ -204,26 +496,10 @@ def scalar_nodes(expr: ScalarExpr):
 
 
 def scalar_dtype(expr: ScalarExpr) -> str:
-    """The dtype of a scalar expression's value."""
-    if isinstance(expr, (Load, Gather)):
-        return expr.buffer.dtype
-    if isinstance(expr, FloatImm):
-        return expr.dtype
-    if isinstance(expr, IndexValue):
-        return "int32"
-    if isinstance(expr, Cast):
-        return expr.dtype
-    if isinstance(expr, Compare):
-        return "bool"
-    if isinstance(expr, Select):
-        return scalar_dtype(expr.a)
-    if isinstance(expr, Unary) and expr.op == "is_nan":
-        return "bool"
-    if isinstance(expr, (Binary, Unary)):
-        return scalar_dtype(expr.a)
-    if isinstance(expr, Reduce):
-        return scalar_dtype(expr.body)
-    raise TypeError(f"not a scalar expression: {expr!r}")
+    """The dtype of a scalar expression's value (``expr.dtype``)."""
+    if not isinstance(expr, ScalarExpr):
+        raise TypeError(f"not a scalar expression: {expr!r}")
+    return expr.dtype
 
 
 def index_var_names(program: "TensorProgram") -> set[str]:
@@ -310,7 +586,7 @@ class TensorProgram:
 # comparison in parentheses, other ops by name (``maximum(a, b)``, ``exp(a)``),
 # ``select(c, a, b)``, and reductions ``sum(body for k_ in range(extent))``.
 
-BINARY_SYMBOLS = {"add": "+", "subtract": "-", "multiply": "*", "divide": "/"}
+BINARY_SYMBOLS = {BinaryOp.ADD: "+", BinaryOp.SUBTRACT: "-", BinaryOp.MULTIPLY: "*", BinaryOp.DIVIDE: "/"}
 
 
 def format_scalar(expr: ScalarExpr, buffer_names: Mapping[str, str] | None = None) -> str:

@@ -44,7 +44,7 @@ from ..ir.struct_info import TensorStructInfo
 from ..ir.symbolic import (
     IntImm, PrimExpr, SizeVar, as_expr, as_int, expr_max, expr_min, format_expr, prove_equal, prove_less_equal, simplify,
 )
-from ..ir.tir import UNARY_OPS, Binary, Cast, Compare, FloatImm, IndexValue, Load, Reduce, Select, Unary
+from ..ir.tir import Cast, FloatImm, IndexValue, Load, Reduce, ReduceCombiner, maximum, select, sqrt
 from .common import make_program, needs_known_shapes, require_float, require_tensor, same_dtype
 
 # The lowest finite float32: what a max pool window holds where it reads no input.
@@ -221,7 +221,7 @@ def _deduce_conv(op: str):
 def _guarded(conditions: list, value, otherwise):
     """``value`` where every condition holds (nested selects, outermost first), else ``otherwise``."""
     for condition in reversed(conditions):
-        value = Select(condition, value, otherwise)
+        value = select(condition, value, otherwise)
     return value
 
 
@@ -229,9 +229,9 @@ def _bounds_conditions(position: PrimExpr, size: PrimExpr, lowest: PrimExpr, hig
     """Checks that ``position`` (ranging over [lowest, highest]) lies in [0, size)."""
     conditions = []
     if not prove_less_equal(0, lowest):
-        conditions.append(Compare("ge", IndexValue(position), IndexValue(IntImm(0))))
+        conditions.append(IndexValue(position).ge(IndexValue(IntImm(0))))
     if not prove_less_equal(highest, simplify(size - 1)):
-        conditions.append(Compare("lt", IndexValue(position), IndexValue(size)))
+        conditions.append(IndexValue(position).lt(IndexValue(size)))
     return conditions
 
 
@@ -258,13 +258,13 @@ def legalize_conv(context, call: Call):
             highest = simplify((info.shape[2 + i] - 1) * stride - begins[i] + (w.shape[2 + i] - 1) * dilation)
             conditions += _bounds_conditions(position, x.shape[2 + i], lowest, highest)
             positions.append(position)
-        product = Binary("multiply", Load(x, (n, channel, *positions)), Load(w, (oc, ic, *ks)))
+        product = Load(x, (n, channel, *positions)) * Load(w, (oc, ic, *ks))
         expr = _guarded(conditions, product, FloatImm(0.0, dtype))
         for i in reversed(range(rank)):
-            expr = Reduce("sum", ks[i], w.shape[2 + i], expr)
-        expr = Reduce("sum", ic, per_group, expr)
+            expr = Reduce(ReduceCombiner.SUM, ks[i], w.shape[2 + i], expr)
+        expr = Reduce(ReduceCombiner.SUM, ic, per_group, expr)
         if len(buffers) == 3:
-            expr = Binary("add", expr, Load(buffers[2], (oc,)))
+            expr = expr + Load(buffers[2], (oc,))
         return expr
 
     program = make_program("conv", call.args, info.shape, dtype, body)
@@ -292,19 +292,19 @@ def legalize_conv_transpose(context, call: Call):
         for i in range(rank):
             stride, dilation = int(attrs["strides"][i]), int(attrs["dilations"][i])
             shifted = simplify(outs[i] + begins[i] - ks[i] * dilation)
-            conditions.append(Compare("ge", IndexValue(shifted), IndexValue(IntImm(0))))
+            conditions.append(IndexValue(shifted).ge(IndexValue(IntImm(0))))
             if stride > 1:
-                conditions.append(Compare("eq", IndexValue(simplify(shifted % stride)), IndexValue(IntImm(0))))
+                conditions.append(IndexValue(simplify(shifted % stride)).eq(IndexValue(IntImm(0))))
             position = simplify(shifted // stride)
-            conditions.append(Compare("lt", IndexValue(position), IndexValue(x.shape[2 + i])))
+            conditions.append(IndexValue(position).lt(IndexValue(x.shape[2 + i])))
             positions.append(position)
-        product = Binary("multiply", Load(x, (n, channel, *positions)), Load(w, (channel, weight_channel, *ks)))
+        product = Load(x, (n, channel, *positions)) * Load(w, (channel, weight_channel, *ks))
         expr = _guarded(conditions, product, FloatImm(0.0, dtype))
         for i in reversed(range(rank)):
-            expr = Reduce("sum", ks[i], w.shape[2 + i], expr)
-        expr = Reduce("sum", ic, in_per_group, expr)
+            expr = Reduce(ReduceCombiner.SUM, ks[i], w.shape[2 + i], expr)
+        expr = Reduce(ReduceCombiner.SUM, ic, in_per_group, expr)
         if len(buffers) == 3:
-            expr = Binary("add", expr, Load(buffers[2], (oc,)))
+            expr = expr + Load(buffers[2], (oc,))
         return expr
 
     program = make_program("conv_transpose", call.args, info.shape, dtype, body)
@@ -474,12 +474,12 @@ def _window(attrs, info, x, axes):
         highest = simplify((info.shape[2 + i] - 1) * stride - begins[i] + (kernel[i] - 1) * dilation)
         inside += _bounds_conditions(position, x.shape[2 + i], lowest, highest)
         if not prove_less_equal(highest, simplify(x.shape[2 + i] + ends[i] - 1)):
-            inside_padded.append(Compare("lt", IndexValue(position), IndexValue(simplify(x.shape[2 + i] + ends[i]))))
+            inside_padded.append(IndexValue(position).lt(IndexValue(simplify(x.shape[2 + i] + ends[i]))))
         positions.append(position)
     return ks, kernel, positions, inside, inside_padded
 
 
-def _reduce_window(combiner, ks, kernel, expr):
+def _reduce_window(combiner: ReduceCombiner, ks, kernel, expr):
     for var, extent in reversed(list(zip(ks, kernel))):
         expr = Reduce(combiner, var, IntImm(extent), expr)
     return expr
@@ -495,7 +495,7 @@ def legalize_max_pool(context, call: Call):
             int(np.iinfo(np.dtype(info.dtype)).min), info.dtype
         )
         value = _guarded(inside, Load(x, (axes[0], axes[1], *positions)), lowest)
-        return _reduce_window("max", ks, kernel, value)
+        return _reduce_window(ReduceCombiner.MAX, ks, kernel, value)
 
     program = make_program("max_pool", call.args, info.shape, info.dtype, body)
     return context.call_tir(program, call.args)
@@ -509,13 +509,15 @@ def legalize_avg_pool(context, call: Call):
     def body(axes, buffers):
         (x,) = buffers
         ks, kernel, positions, inside, inside_padded = _window(call.attrs, info, x, axes)
-        total = _reduce_window("sum", ks, kernel, _guarded(inside, Load(x, (axes[0], axes[1], *positions)), FloatImm(0.0, dtype)))
+        zero = FloatImm(0.0, dtype)
+        value = Load(x, (axes[0], axes[1], *positions))
+        total = _reduce_window(ReduceCombiner.SUM, ks, kernel, _guarded(inside, value, zero))
         counted = inside_padded if include_pad else inside
         if not counted:
             count = Cast(dtype, IndexValue(IntImm(int(np.prod(kernel)))))
         else:
-            count = _reduce_window("sum", ks, kernel, _guarded(counted, FloatImm(1.0, dtype), FloatImm(0.0, dtype)))
-        return Binary("divide", total, count)
+            count = _reduce_window(ReduceCombiner.SUM, ks, kernel, _guarded(counted, FloatImm(1.0, dtype), zero))
+        return total / count
 
     program = make_program("avg_pool", call.args, info.shape, dtype, body)
     return context.call_tir(program, call.args)
@@ -530,10 +532,9 @@ def legalize_lp_pool(context, call: Call):
         (x,) = buffers
         ks, kernel, positions, inside, _ = _window(call.attrs, info, x, axes)
         value = Load(x, (axes[0], axes[1], *positions))
-        magnitude = Binary("maximum", value, Unary("negative", value))
-        term = magnitude if p == 1 else Binary("multiply", value, value)
-        total = _reduce_window("sum", ks, kernel, _guarded(inside, term, FloatImm(0.0, dtype)))
-        return total if p == 1 else Unary("sqrt", total)
+        term = maximum(value, -value) if p == 1 else value * value
+        total = _reduce_window(ReduceCombiner.SUM, ks, kernel, _guarded(inside, term, FloatImm(0.0, dtype)))
+        return total if p == 1 else sqrt(total)
 
     program = make_program("lp_pool", call.args, info.shape, dtype, body)
     return context.call_tir(program, call.args)
@@ -541,10 +542,9 @@ def legalize_lp_pool(context, call: Call):
 
 def _legalize_lp_pool_if_lowerable(context, call: Call):
     p = float(call.attrs.get("p", 2))
-    if p == 1 or (p == 2 and "sqrt" in UNARY_OPS):
+    if p in (1, 2):
         return legalize_lp_pool(context, call)
-
-    raise UnsupportedModelError(f"lp_pool: no GPU lowering for p={p:g} (only p=1{', 2' if 'sqrt' in UNARY_OPS else ''})")
+    raise UnsupportedModelError(f"lp_pool: no GPU lowering for p={p:g} (only p=1, 2)")
 
 
 def pool_reference(kind: str):
@@ -654,9 +654,9 @@ def legalize_max_pool_indices(context, call: Call):
     def first_body(axes, buffers):
         x, maxima = buffers
         ks, kernel, positions, inside, _ = _window(call.attrs, info, x, axes)
-        hit = Compare("eq", Load(x, (axes[0], axes[1], *positions)), Load(maxima, tuple(axes)))
+        hit = Load(x, (axes[0], axes[1], *positions)).eq(Load(maxima, tuple(axes)))
         count = IndexValue(IntImm(int(np.prod(kernel))))
-        return _reduce_window("min", ks, kernel, _guarded([*inside, hit], IndexValue(kernel_position(ks, kernel)), count))
+        return _reduce_window(ReduceCombiner.MIN, ks, kernel, _guarded([*inside, hit], IndexValue(kernel_position(ks, kernel)), count))
 
     first = context.emit(context.call_tir(
         make_program("max_pool_first", [data, values], info.shape, "int32", first_body), (data, values)),
@@ -669,8 +669,9 @@ def legalize_max_pool_indices(context, call: Call):
         flat: PrimExpr = simplify((axes[0] * shape[1] + axes[1]))
         for i in order:
             flat = flat * shape[2 + i] + positions[i]
-        hit = Compare("eq", IndexValue(kernel_position(ks, kernel)), Load(chosen, tuple(axes)))
-        found = _reduce_window("sum", ks, kernel, Select(hit, IndexValue(simplify(flat)), IndexValue(IntImm(0))))
+        hit = IndexValue(kernel_position(ks, kernel)).eq(Load(chosen, tuple(axes)))
+        position = select(hit, IndexValue(simplify(flat)), IndexValue(IntImm(0)))
+        found = _reduce_window(ReduceCombiner.SUM, ks, kernel, position)
         return Cast("int64", found)
 
     program = make_program("max_pool_indices", [data, first], info.shape, "int64", index_body)

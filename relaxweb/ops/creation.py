@@ -22,12 +22,13 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import UnsupportedModelError
+from ..ir.dtype import GPU_DTYPES
 from ..ir.expr import Call
 from ..ir.op_registry import DeductionError, register_op
 from ..ir.struct_info import PrimStructInfo, ShapeStructInfo, StructInfo, TensorStructInfo
 from ..ir.symbolic import IntImm, PrimExpr, as_int, expr_max, prove_less_equal, simplify
 from ..ir.tir import (
-    Binary, CAST_DTYPES, Cast, Compare, FloatImm, IndexValue, Load, ScalarExpr, Select, Unary, scalar_dtype,
+    Cast, FloatImm, IndexValue, Load, ScalarExpr, ceil, maximum, scalar_dtype, select,
 )
 from .common import UnknownShapeError, expect_args, make_program, needs_known_shapes
 from .manipulation import int_list, shape_operand
@@ -38,8 +39,8 @@ def index_value_as(value: PrimExpr, dtype: str) -> ScalarExpr:
     """An index expression's value as a scalar of ``dtype`` (int64 stays the int32 index:
     tensor programs compute indices in 32 bits)."""
     if dtype == "bool":
-        return Compare("ne", IndexValue(value), IndexValue(0))
-    if dtype in CAST_DTYPES and dtype != "int32":
+        return IndexValue(value).ne(IndexValue(0))
+    if dtype in GPU_DTYPES and dtype != "int32":
         return Cast(dtype, IndexValue(value))
     return IndexValue(value)
 
@@ -175,16 +176,16 @@ def legalize_arange_run_time(context, call: Call):
 
     def length(buffers):
         start, limit, delta = (as_dtype(v, "float32") for v in operands(buffers))
-        count = Unary("ceil", Binary("divide", Binary("subtract", limit, start), delta))
-        return Cast("int32", Binary("maximum", count, FloatImm(0.0, "float32")))
+        count = ceil((limit - start) / delta)
+        return Cast("int32", maximum(count, 0.0))
 
     (count,) = read_back_dims(context, tuple(tensors), [length], "arange")
 
     def body(axes, buffers):
         start, _, delta = operands(buffers)
         compute = "float32" if dtype.startswith("float") else "int32"
-        step = Binary("multiply", as_dtype(IndexValue(axes[0]), compute), as_dtype(delta, compute))
-        return as_dtype(Binary("add", as_dtype(start, compute), step), dtype if dtype in CAST_DTYPES else compute)
+        step = as_dtype(IndexValue(axes[0]), compute) * as_dtype(delta, compute)
+        return as_dtype(as_dtype(start, compute) + step, dtype if dtype in GPU_DTYPES else compute)
 
     program = make_program("arange", tensors, (count,), dtype, body)
     return context.call_tir(program, tuple(tensors))
@@ -235,8 +236,8 @@ def legalize_shape_to_tensor(context, call: Call):
             return FloatImm(0, info.dtype)
         expr = index_value_as(values[-1], info.dtype)
         for position in range(len(values) - 2, -1, -1):
-            expr = Select(Compare("eq", IndexValue(axes[0]), IndexValue(position)),
-                          index_value_as(values[position], info.dtype), expr)
+            here = IndexValue(axes[0]).eq(IndexValue(position))
+            expr = select(here, index_value_as(values[position], info.dtype), expr)
         return expr
 
     program = make_program("shape_to_tensor", [], info.shape, info.dtype, body)

@@ -46,7 +46,10 @@ from ..ir.expr import Call, Constant, tensor_dtype
 from ..ir.op_registry import DeductionError, register_op
 from ..ir.struct_info import TensorStructInfo
 from ..ir.symbolic import IntImm, SizeVar
-from ..ir.tir import MATH_FUNCTIONS, Binary, Cast, Compare, FloatImm, IndexValue, Reduce, ScalarExpr, Select, Unary
+from ..ir.tir import (
+    MATH_FUNCTIONS, Cast, FloatImm, IndexValue, Reduce, ReduceCombiner, ScalarExpr, Unary, cast, ceil, exp, floor, log,
+    maximum, minimum, power, round_half_even, select, sigmoid, sqrt, tanh,
+)
 from .common import (
     broadcast_shapes, expect_args, load_broadcast, make_program, needs_known_shapes, require_float,
     require_tensor, same_dtype, unknown_rank_join,
@@ -122,13 +125,13 @@ BINARY_REFERENCE: dict[str, Callable] = {
 
 # Scalar bodies, for the ops the scalar IR can express.
 BINARY_BODIES: dict[str, Callable[[ScalarExpr, ScalarExpr, str], ScalarExpr]] = {
-    "add": lambda a, b, dtype: Binary("add", a, b),
-    "subtract": lambda a, b, dtype: Binary("subtract", a, b),
-    "multiply": lambda a, b, dtype: Binary("multiply", a, b),
-    "divide": lambda a, b, dtype: Binary("divide", a, b),
-    "maximum": lambda a, b, dtype: Binary("maximum", a, b),
-    "minimum": lambda a, b, dtype: Binary("minimum", a, b),
-    "prelu": lambda x, slope, dtype: Select(Compare("lt", x, FloatImm(0, dtype)), Binary("multiply", x, slope), x),
+    "add": lambda a, b, dtype: a + b,
+    "subtract": lambda a, b, dtype: a - b,
+    "multiply": lambda a, b, dtype: a * b,
+    "divide": lambda a, b, dtype: a / b,
+    "maximum": lambda a, b, dtype: maximum(a, b),
+    "minimum": lambda a, b, dtype: minimum(a, b),
+    "prelu": lambda x, slope, dtype: select(x.lt(0), x * slope, x),
 }
 
 
@@ -149,26 +152,24 @@ def _deduce_binary(name: str):
     return deduce
 
 
-def _trunc(q: ScalarExpr, dtype: str) -> ScalarExpr:
-    return Select(Compare("lt", q, FloatImm(0, dtype)), Unary("ceil", q), Unary("floor", q))
+def _trunc(q: ScalarExpr) -> ScalarExpr:
+    return select(q.lt(0), ceil(q), floor(q))
 
 
 def _legalize_mod(context, call: Call):
     info = call.struct_info
     if info.dtype != "float32":
         raise UnsupportedModelError(f"mod: no GPU lowering for {info.dtype} tensors yet (float32 only)")
-    rounding = _trunc if call.attrs.get("fmod") else (lambda q, dtype: Unary("floor", q))
+    rounding = _trunc if call.attrs.get("fmod") else floor
 
     def body(axes, buffers):
         a, b = load_broadcast(buffers[0], axes), load_broadcast(buffers[1], axes)
-        general = Binary("subtract", a, Binary("multiply", b, rounding(Binary("divide", a, b), info.dtype)))
+        general = a - b * rounding(a / b)
         # a finite dividend and an infinite divisor (where the formula gives NaN): a, or for the
         # floor mod with opposite signs the divisor (as numpy / Python)
-        largest = _imm(3.4028234663852886e38, info.dtype)
-        pick = a if call.attrs.get("fmod") else Select(
-            Compare("eq", Compare("ge", a, _imm(0.0, info.dtype)), Compare("gt", b, _imm(0.0, info.dtype))), a, b)
-        return Select(Compare("gt", _abs(b), largest),
-                      Select(Compare("le", _abs(a), largest), pick, general), general)
+        largest = 3.4028234663852886e38
+        pick = a if call.attrs.get("fmod") else select(a.ge(0.0).eq(b.gt(0.0)), a, b)
+        return select(_abs(b).gt(largest), select(_abs(a).le(largest), pick, general), general)
 
     return context.call_tir(make_program("mod", call.args, info.shape, info.dtype, body), call.args)
 
@@ -187,28 +188,28 @@ def _integer_power(x: ScalarExpr, n: int, dtype: str) -> ScalarExpr:
         return FloatImm(1, "int32" if dtype == "int64" else dtype)  # int64 lives as i32 on the device
     result = x
     for _ in range(abs(n) - 1):
-        result = Binary("multiply", result, x)
-    return Binary("divide", FloatImm(1, dtype), result) if n < 0 else result
+        result = result * x
+    return 1 / result if n < 0 else result
 
 
 def _float_power(a: ScalarExpr, b: ScalarExpr, constant: float | None) -> ScalarExpr:
     """``a ** b`` in float32 with WGSL ``pow``, which is undefined for a negative base: it
     runs on ``|a|`` and the sign comes back for odd integer exponents."""
-    magnitude = Binary("power", _abs(a), b)
+    magnitude = power(_abs(a), b)
     if constant is None:  # x ** 0 is 1 (ONNX), where WGSL's pow(0, 0) is undefined
-        magnitude = Select(Compare("eq", b, FloatImm(0.0, "float32")), FloatImm(1.0, "float32"), magnitude)
-    negative = Compare("lt", a, FloatImm(0.0, "float32"))
+        magnitude = select(b.eq(0.0), 1.0, magnitude)
+    negative = a.lt(0.0)
     if constant is not None:
         if constant != math.floor(constant):
-            return Binary("power", a, b)  # a negative base gives NaN (numpy) / undefined (WGSL)
+            return power(a, b)  # a negative base gives NaN (numpy) / undefined (WGSL)
         if constant % 2 == 0:
             return magnitude
-        return Select(negative, Unary("negative", magnitude), magnitude)
-    half = Binary("multiply", b, FloatImm(0.5, "float32"))
-    odd = Compare("ne", Unary("floor", half), half)
-    signed = Select(odd, Unary("negative", magnitude), magnitude)
-    integer = Compare("eq", Unary("floor", b), b)
-    return Select(negative, Select(integer, signed, Binary("power", a, b)), magnitude)
+        return select(negative, -magnitude, magnitude)
+    half = b * 0.5
+    odd = floor(half).ne(half)
+    signed = select(odd, -magnitude, magnitude)
+    integer = floor(b).eq(b)
+    return select(negative, select(integer, signed, power(a, b)), magnitude)
 
 
 def _legalize_power(context, call: Call):
@@ -225,17 +226,14 @@ def _legalize_power(context, call: Call):
         return context.call_tir(program, call.args[:1])
     if constant == 0.5 and dtype == "float32":
         program = make_program("power", call.args[:1], info.shape, dtype,
-                               lambda axes, buffers: Unary("sqrt", load_broadcast(buffers[0], axes)))
+                               lambda axes, buffers: sqrt(load_broadcast(buffers[0], axes)))
         return context.call_tir(program, call.args[:1])
 
-    def to_float(x: ScalarExpr, source: str) -> ScalarExpr:
-        return x if source == "float32" else Cast("float32", x)
-
     def body(axes, buffers):
-        a = to_float(load_broadcast(buffers[0], axes), buffers[0].dtype)
-        b = to_float(load_broadcast(buffers[1], axes), buffers[1].dtype)
+        a = cast("float32", load_broadcast(buffers[0], axes))
+        b = cast("float32", load_broadcast(buffers[1], axes))
         result = _float_power(a, b, constant)
-        return result if dtype == "float32" else Cast("int32", Unary("round", result))
+        return result if dtype == "float32" else Cast("int32", round_half_even(result))
 
     return context.call_tir(make_program("power", call.args, info.shape, dtype, body), call.args)
 
@@ -261,24 +259,23 @@ def _legalize_shift(direction: str):
 
         def body(axes, buffers):
             a, b = load_broadcast(buffers[0], axes), load_broadcast(buffers[1], axes)
-            a = a if dtype == work else Cast(work, a)
+            a = cast(work, a)
             amount = Cast("int32", b)
             t = SizeVar("t_")
-            power = Reduce("prod", t, IntImm(bits), Select(Compare("lt", IndexValue(t), amount), _imm(2, work), _imm(1, work)))
-            valid = Select(Compare("ge", amount, _imm(0, "int32")), Compare("lt", amount, _imm(bits, "int32")),
-                           _imm(0, "bool"))
+            two_to_the = Reduce(ReduceCombiner.PROD, t, IntImm(bits), select(IndexValue(t).lt(amount), _imm(2, work), 1))
+            false = _imm(0, "bool")
+            valid = select(amount.ge(0), amount.lt(bits), false)
             if direction == "left":
-                return Cast(dtype, Select(valid, Binary("multiply", a, power), _imm(0, work)))
-            negative = Compare("lt", a, _imm(0, work)) if work == "int32" else _imm(0, "bool")
-            overflow = Select(negative, _imm(-1, work), _imm(0, work)) if work == "int32" else _imm(0, work)
-            quotient = Cast(work, Binary("divide", a, power))
+                return Cast(dtype, select(valid, a * two_to_the, 0))
+            negative = a.lt(0) if work == "int32" else false
+            overflow = select(negative, _imm(-1, work), 0) if work == "int32" else _imm(0, work)
+            quotient = Cast(work, a / two_to_the)
             if work == "int32":  # floor division: one less where a negative value does not divide
-                inexact = Compare("ne", Binary("multiply", quotient, power), a)
-                quotient = Select(Select(negative, inexact, _imm(0, "bool")),
-                                  Binary("subtract", quotient, _imm(1, work)), quotient)
+                inexact = (quotient * two_to_the).ne(a)
+                quotient = select(select(negative, inexact, false), quotient - 1, quotient)
                 if bits >= 32:  # 2 ** 31 wraps to -2 ** 31 in int32: a >> 31 (or more) is the sign
-                    quotient = Select(Compare("ge", amount, _imm(31, "int32")), overflow, quotient)
-            return Cast(dtype, Select(valid, quotient, overflow))
+                    quotient = select(amount.ge(31), overflow, quotient)
+            return Cast(dtype, select(valid, quotient, overflow))
 
         return context.call_tir(make_program(name, call.args, info.shape, dtype, body), call.args)
 
@@ -338,25 +335,23 @@ def _imm(value: float, dtype: str) -> FloatImm:
 
 
 def _abs(x: ScalarExpr) -> ScalarExpr:
-    return Binary("maximum", x, Unary("negative", x))
+    return maximum(x, -x)
 
 
-def _gelu_tanh_body(x: ScalarExpr, dtype: str) -> ScalarExpr:
-    cube = Binary("multiply", Binary("multiply", x, x), x)
-    inner = Binary("multiply", _imm(math.sqrt(2 / math.pi), dtype),
-                   Binary("add", x, Binary("multiply", _imm(0.044715, dtype), cube)))
-    return Binary("multiply", Binary("multiply", _imm(0.5, dtype), x),
-                  Binary("add", _imm(1.0, dtype), Unary("tanh", inner)))
+def _gelu_tanh_body(x: ScalarExpr) -> ScalarExpr:
+    cube = x * x * x
+    inner = math.sqrt(2 / math.pi) * (x + 0.044715 * cube)
+    return 0.5 * x * (1.0 + tanh(inner))
 
 
-def _elu_body(x: ScalarExpr, alpha: float, dtype: str) -> ScalarExpr:
-    negative = Binary("multiply", _imm(alpha, dtype), Binary("subtract", Unary("exp", x), _imm(1.0, dtype)))
-    return Select(Compare("lt", x, _imm(0.0, dtype)), negative, x)
+def _elu_body(x: ScalarExpr, alpha: float) -> ScalarExpr:
+    negative = alpha * (exp(x) - 1.0)
+    return select(x.lt(0.0), negative, x)
 
 
-def _hard_sigmoid_body(x: ScalarExpr, alpha: float, beta: float, dtype: str) -> ScalarExpr:
-    linear = Binary("add", Binary("multiply", _imm(alpha, dtype), x), _imm(beta, dtype))
-    return Binary("maximum", _imm(0.0, dtype), Binary("minimum", _imm(1.0, dtype), linear))
+def _hard_sigmoid_body(x: ScalarExpr, alpha: float, beta: float) -> ScalarExpr:
+    linear = alpha * x + beta
+    return maximum(0.0, minimum(1.0, linear))
 
 
 # erf: Taylor series below ERF_CUT, 1 - erfc (Numerical Recipes' erfcc) above.
@@ -369,73 +364,59 @@ ERFC_CHEBYSHEV = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 
 def _horner(coefficients, t: ScalarExpr, dtype: str) -> ScalarExpr:
     result: ScalarExpr = _imm(coefficients[-1], dtype)
     for c in coefficients[-2::-1]:
-        result = Binary("add", Binary("multiply", result, t), _imm(c, dtype))
+        result = result * t + c
     return result
 
 
 def _erf_body(x: ScalarExpr, dtype: str) -> ScalarExpr:
     """erf in float32 arithmetic, max abs error 1.3e-7 (see the module docstring)."""
     magnitude = _abs(x)
-    small = Binary("multiply", x, _horner(ERF_TAYLOR, Binary("multiply", x, x), dtype))
-    z = Binary("minimum", magnitude, _imm(10.0, dtype))  # erfc(10) is 2e-45: no overflow in z*z
-    t = Binary("divide", _imm(1.0, dtype), Binary("add", _imm(1.0, dtype), Binary("multiply", _imm(0.5, dtype), z)))
-    exponent = Binary("add", Unary("negative", Binary("multiply", z, z)), _horner(ERFC_CHEBYSHEV, t, dtype))
-    large = Binary("subtract", _imm(1.0, dtype), Binary("multiply", t, Unary("exp", exponent)))
-    sign = Select(Compare("lt", x, _imm(0.0, dtype)), _imm(-1.0, dtype), _imm(1.0, dtype))
-    return Select(Compare("lt", magnitude, _imm(ERF_CUT, dtype)), small, Binary("multiply", sign, large))
+    small = x * _horner(ERF_TAYLOR, x * x, dtype)
+    z = minimum(magnitude, 10.0)  # erfc(10) is 2e-45: no overflow in z*z
+    t = 1.0 / (1.0 + 0.5 * z)
+    exponent = -(z * z) + _horner(ERFC_CHEBYSHEV, t, dtype)
+    large = 1.0 - t * exp(exponent)
+    sign = select(x.lt(0.0), _imm(-1.0, dtype), 1.0)
+    return select(magnitude.lt(ERF_CUT), small, sign * large)
 
 
-def _softplus_body(x: ScalarExpr, dtype: str) -> ScalarExpr:
+def _softplus_body(x: ScalarExpr) -> ScalarExpr:
     """log(1 + exp(x)) without overflow: max(x, 0) + log(1 + exp(-|x|))."""
-    tail = Unary("log", Binary("add", _imm(1.0, dtype), Unary("exp", Unary("negative", _abs(x)))))
-    return Binary("add", Binary("maximum", x, _imm(0.0, dtype)), tail)
+    tail = log(1.0 + exp(-_abs(x)))
+    return maximum(x, 0.0) + tail
 
 
 SELU_ALPHA, SELU_GAMMA = 1.67326319217681884765625, 1.05070102214813232421875
 
 # name -> scalar body (x, attrs, dtype) -> ScalarExpr, for the ops the scalar IR can express
 UNARY_BODIES: dict[str, Callable[[ScalarExpr, dict, str], ScalarExpr]] = {
-    "relu": lambda x, attrs, dtype: Binary("maximum", x, _imm(0.0, dtype)),
-    "sigmoid": lambda x, attrs, dtype: Unary("sigmoid", x),
-    "tanh": lambda x, attrs, dtype: Unary("tanh", x),
-    "exp": lambda x, attrs, dtype: Unary("exp", x),
-    "negative": lambda x, attrs, dtype: Unary("negative", x),
+    "relu": lambda x, attrs, dtype: maximum(x, 0.0),
+    "sigmoid": lambda x, attrs, dtype: sigmoid(x),
+    "tanh": lambda x, attrs, dtype: tanh(x),
+    "exp": lambda x, attrs, dtype: exp(x),
+    "negative": lambda x, attrs, dtype: -x,
     "identity": lambda x, attrs, dtype: x,
     "abs": lambda x, attrs, dtype: _abs(x),
-    "reciprocal": lambda x, attrs, dtype: Binary("divide", _imm(1.0, dtype), x),
-    "sign": lambda x, attrs, dtype: Select(
-        Compare("gt", x, _imm(0, dtype)), _imm(1, dtype),
-        Select(Compare("lt", x, _imm(0, dtype)), _imm(-1, dtype), _imm(0, dtype)),
-    ),
-    "sinh": lambda x, attrs, dtype: Binary(
-        "multiply", _imm(0.5, dtype), Binary("subtract", Unary("exp", x), Unary("exp", Unary("negative", x)))),
-    "cosh": lambda x, attrs, dtype: Binary(
-        "multiply", _imm(0.5, dtype), Binary("add", Unary("exp", x), Unary("exp", Unary("negative", x)))),
-    "softsign": lambda x, attrs, dtype: Binary("divide", x, Binary("add", _imm(1.0, dtype), _abs(x))),
-    "leaky_relu": lambda x, attrs, dtype: Select(
-        Compare("lt", x, _imm(0.0, dtype)), Binary("multiply", _imm(attrs.get("alpha", 0.01), dtype), x), x),
-    "elu": lambda x, attrs, dtype: _elu_body(x, attrs.get("alpha", 1.0), dtype),
-    "selu": lambda x, attrs, dtype: Binary(
-        "multiply", _imm(attrs.get("gamma", SELU_GAMMA), dtype), _elu_body(x, attrs.get("alpha", SELU_ALPHA), dtype)),
-    "celu": lambda x, attrs, dtype: Binary(
-        "add", Binary("maximum", _imm(0.0, dtype), x),
-        Binary("minimum", _imm(0.0, dtype), Binary(
-            "multiply", _imm(attrs.get("alpha", 1.0), dtype),
-            Binary("subtract", Unary("exp", Binary("divide", x, _imm(attrs.get("alpha", 1.0), dtype))), _imm(1.0, dtype)),
-        )),
-    ),
-    "thresholded_relu": lambda x, attrs, dtype: Select(
-        Compare("gt", x, _imm(attrs.get("alpha", 1.0), dtype)), x, _imm(0.0, dtype)),
-    "hard_sigmoid": lambda x, attrs, dtype: _hard_sigmoid_body(x, attrs.get("alpha", 0.2), attrs.get("beta", 0.5), dtype),
-    "hard_swish": lambda x, attrs, dtype: Binary("multiply", x, _hard_sigmoid_body(x, 1 / 6, 0.5, dtype)),
-    "gelu_tanh": lambda x, attrs, dtype: _gelu_tanh_body(x, dtype),
+    "reciprocal": lambda x, attrs, dtype: 1.0 / x,
+    "sign": lambda x, attrs, dtype: select(x.gt(0), _imm(1, dtype), select(x.lt(0), _imm(-1, dtype), 0)),
+    "sinh": lambda x, attrs, dtype: 0.5 * (exp(x) - exp(-x)),
+    "cosh": lambda x, attrs, dtype: 0.5 * (exp(x) + exp(-x)),
+    "softsign": lambda x, attrs, dtype: x / (1.0 + _abs(x)),
+    "leaky_relu": lambda x, attrs, dtype: select(x.lt(0.0), attrs.get("alpha", 0.01) * x, x),
+    "elu": lambda x, attrs, dtype: _elu_body(x, attrs.get("alpha", 1.0)),
+    "selu": lambda x, attrs, dtype: attrs.get("gamma", SELU_GAMMA) * _elu_body(x, attrs.get("alpha", SELU_ALPHA)),
+    "celu": lambda x, attrs, dtype: maximum(0.0, x) + minimum(
+        0.0, attrs.get("alpha", 1.0) * (exp(x / attrs.get("alpha", 1.0)) - 1.0)),
+    "thresholded_relu": lambda x, attrs, dtype: select(x.gt(attrs.get("alpha", 1.0)), x, 0.0),
+    "hard_sigmoid": lambda x, attrs, dtype: _hard_sigmoid_body(x, attrs.get("alpha", 0.2), attrs.get("beta", 0.5)),
+    "hard_swish": lambda x, attrs, dtype: x * _hard_sigmoid_body(x, 1 / 6, 0.5),
+    "gelu_tanh": lambda x, attrs, dtype: _gelu_tanh_body(x),
     "erf": lambda x, attrs, dtype: _erf_body(x, dtype),
-    "gelu": lambda x, attrs, dtype: Binary("multiply", Binary("multiply", _imm(0.5, dtype), x), Binary(
-        "add", _imm(1.0, dtype), _erf_body(Binary("multiply", x, _imm(1 / math.sqrt(2), dtype)), dtype))),
-    "softplus": lambda x, attrs, dtype: _softplus_body(x, dtype),
-    "mish": lambda x, attrs, dtype: Binary("multiply", x, Unary("tanh", _softplus_body(x, dtype))),
+    "gelu": lambda x, attrs, dtype: 0.5 * x * (1.0 + _erf_body(x * (1 / math.sqrt(2)), dtype)),
+    "softplus": lambda x, attrs, dtype: _softplus_body(x),
+    "mish": lambda x, attrs, dtype: x * tanh(_softplus_body(x)),
     # WGSL built-ins (float only; see tir.MATH_FUNCTIONS)
-    **{name: (lambda function: lambda x, attrs, dtype: Unary(function, x))(name) for name in MATH_FUNCTIONS},
+    **{function.value: (lambda function: lambda x, attrs, dtype: Unary(function, x))(function) for function in MATH_FUNCTIONS},
 }
 
 _erf = np.vectorize(math.erf, otypes=[np.float64])

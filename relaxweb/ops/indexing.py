@@ -33,7 +33,9 @@ from ..ir.expr import Call, TensorToPrim, tensor_shape
 from ..ir.op_registry import DeductionError, register_op
 from ..ir.struct_info import PrimStructInfo, TensorStructInfo
 from ..ir.symbolic import IntImm, PrimExpr, SizeVar, as_int, format_expr, product, prove_equal, simplify
-from ..ir.tir import Binary, Buffer, Cast, Compare, FloatImm, Gather, IndexValue, Load, Reduce, ScalarExpr, Select
+from ..ir.tir import (
+    Buffer, Cast, FloatImm, Gather, IndexValue, Load, Reduce, ReduceCombiner, ScalarExpr, maximum, minimum, select,
+)
 from .common import UnknownShapeError, expect_args, make_program, needs_known_shapes, normalize_axis, require_tensor
 from .manipulation import reshape_program
 from .readback import both, const
@@ -53,7 +55,7 @@ def _wrapped_index(indices: Buffer, positions: tuple[PrimExpr, ...], extent: Pri
     value: ScalarExpr = Load(indices, positions)
     if indices.dtype != "int32":
         value = Cast("int32", value)
-    return Select(Compare("lt", value, FloatImm(0, "int32")), Binary("add", value, IndexValue(extent)), value)
+    return select(value.lt(0), value + IndexValue(extent), value)
 
 
 def _normalize(indices: np.ndarray, extent) -> np.ndarray:
@@ -260,7 +262,7 @@ def scatter_nd_reference(arrays, attrs):
     return out
 
 
-def _scatter_result(reduction: str, data_value: ScalarExpr, matches: Callable[[str, ScalarExpr], ScalarExpr],
+def _scatter_result(reduction: str, data_value: ScalarExpr, matches: Callable[[ReduceCombiner, ScalarExpr], ScalarExpr],
                     last_update: Callable[[ScalarExpr], ScalarExpr], dtype: str) -> ScalarExpr:
     """The output element from the updates that land on it.
 
@@ -269,15 +271,16 @@ def _scatter_result(reduction: str, data_value: ScalarExpr, matches: Callable[[s
     as in the reference), for the others the update value.  ``last_update(position)`` loads
     the update at a position found that way."""
     if reduction == "none":
-        last = matches("max", FloatImm(-1, "int32"))
-        return Select(Compare("ge", last, FloatImm(0, "int32")), last_update(last), data_value)
+        last = matches(ReduceCombiner.MAX, FloatImm(-1, "int32"))
+        return select(last.ge(0), last_update(last), data_value)
     if reduction == "add":
-        return Binary("add", data_value, matches("sum", FloatImm(0, dtype)))
+        return data_value + matches(ReduceCombiner.SUM, FloatImm(0, dtype))
     if reduction == "mul":
-        return Binary("multiply", data_value, matches("prod", FloatImm(1, dtype)))
+        return data_value * matches(ReduceCombiner.PROD, FloatImm(1, dtype))
     # max / min: the data value itself is the neutral element (no infinity constant needed)
-    combiner = "max" if reduction == "max" else "min"
-    return Binary("maximum" if reduction == "max" else "minimum", data_value, matches(combiner, data_value))
+    if reduction == "max":
+        return maximum(data_value, matches(ReduceCombiner.MAX, data_value))
+    return minimum(data_value, matches(ReduceCombiner.MIN, data_value))
 
 
 def legalize_scatter_elements(context, call: Call):
@@ -295,14 +298,14 @@ def legalize_scatter_elements(context, call: Call):
         source, index_buffer, update_buffer = buffers
         r = SizeVar("r_")
         position = tuple(r if d == axis else axes[d] for d in range(rank))
-        lands = Compare("eq", _wrapped_index(index_buffer, position, source.shape[axis]), IndexValue(axes[axis]))
+        lands = _wrapped_index(index_buffer, position, source.shape[axis]).eq(IndexValue(axes[axis]))
 
-        def matches(combiner: str, neutral: ScalarExpr) -> ScalarExpr:
+        def matches(combiner: ReduceCombiner, neutral: ScalarExpr) -> ScalarExpr:
             value = IndexValue(r) if reduction == "none" else Load(update_buffer, position)
-            scanned: ScalarExpr = Reduce(combiner, r, index_shape[axis], Select(lands, value, neutral))
+            scanned: ScalarExpr = Reduce(combiner, r, index_shape[axis], select(lands, value, neutral))
             for d in reversed(range(rank)):  # coordinates the index tensor does not reach
                 if d != axis and not prove_equal(index_shape[d], source.shape[d]):
-                    scanned = Select(Compare("lt", IndexValue(axes[d]), IndexValue(index_shape[d])), scanned, neutral)
+                    scanned = select(IndexValue(axes[d]).lt(IndexValue(index_shape[d])), scanned, neutral)
             return scanned
 
         def last_update(found: ScalarExpr) -> ScalarExpr:
@@ -339,12 +342,12 @@ def legalize_scatter_nd(context, call: Call):
         r = SizeVar("r_")
         lands: ScalarExpr = FloatImm(1, "bool")
         for j in reversed(range(depth)):
-            hit = Compare("eq", _wrapped_index(index_buffer, (r, IntImm(j)), source.shape[j]), IndexValue(axes[j]))
-            lands = hit if j == depth - 1 else Select(hit, lands, FloatImm(0, "bool"))
+            hit = _wrapped_index(index_buffer, (r, IntImm(j)), source.shape[j]).eq(IndexValue(axes[j]))
+            lands = hit if j == depth - 1 else select(hit, lands, FloatImm(0, "bool"))
 
-        def matches(combiner: str, neutral: ScalarExpr) -> ScalarExpr:
+        def matches(combiner: ReduceCombiner, neutral: ScalarExpr) -> ScalarExpr:
             value = IndexValue(r) if reduction == "none" else Load(update_buffer, (r, *axes[depth:]))
-            return Reduce(combiner, r, count, Select(lands, value, neutral))
+            return Reduce(combiner, r, count, select(lands, value, neutral))
 
         def last_update(found: ScalarExpr) -> ScalarExpr:
             return Gather(update_buffer, (found, *axes[depth:]))
@@ -381,15 +384,14 @@ def legalize_nonzero(context, call: Call):
     ndim = len(shape)
     if ndim == 0:
         raise UnsupportedModelError("nonzero: a 0-d input has no GPU lowering")
-    dtype = data.struct_info.dtype
     inner = tuple(SizeVar(f"r{d}_") for d in range(ndim))
 
     def nonzero_at(source: Buffer, position) -> ScalarExpr:
-        return Compare("ne", Load(source, tuple(position)), FloatImm(0, dtype))
+        return Load(source, tuple(position)).ne(0)
 
     def over_all(body: ScalarExpr) -> ScalarExpr:
         for d in reversed(range(ndim)):
-            body = Reduce("sum", inner[d], shape[d], body)
+            body = Reduce(ReduceCombiner.SUM, inner[d], shape[d], body)
         return body
 
     def flat(position) -> PrimExpr:
@@ -399,19 +401,19 @@ def legalize_nonzero(context, call: Call):
         return simplify(total)
 
     def count_body(axes, buffers):
-        return over_all(Select(nonzero_at(buffers[0], inner), const(1), const(0)))
+        return over_all(select(nonzero_at(buffers[0], inner), const(1), 0))
 
     def rank_body(axes, buffers):
-        earlier = Compare("lt", IndexValue(flat(inner)), IndexValue(flat(axes)))
-        return over_all(Select(both(earlier, nonzero_at(buffers[0], inner)), const(1), const(0)))
+        earlier = IndexValue(flat(inner)).lt(IndexValue(flat(axes)))
+        return over_all(select(both(earlier, nonzero_at(buffers[0], inner)), const(1), 0))
 
     def coordinates_body(axes, buffers):
         source, ranks = buffers
         coordinate: ScalarExpr = IndexValue(inner[ndim - 1])
         for c in reversed(range(ndim - 1)):
-            coordinate = Select(Compare("eq", IndexValue(axes[0]), const(c)), IndexValue(inner[c]), coordinate)
-        hit = both(nonzero_at(source, inner), Compare("eq", Load(ranks, inner), IndexValue(axes[1])))
-        return Cast("int64", over_all(Select(hit, coordinate, const(0))))
+            coordinate = select(IndexValue(axes[0]).eq(const(c)), IndexValue(inner[c]), coordinate)
+        hit = both(nonzero_at(source, inner), Load(ranks, inner).eq(IndexValue(axes[1])))
+        return Cast("int64", over_all(select(hit, coordinate, 0)))
 
     count = context.emit(context.call_tir(make_program("nonzero_count", [data], (IntImm(1),), "int32", count_body),
                                           (data,)), "nonzero_count")

@@ -17,7 +17,7 @@ from ..ir.expr import Call
 from ..ir.op_registry import DeductionError, register_op
 from ..ir.struct_info import TensorStructInfo
 from ..ir.symbolic import IntImm, SizeVar, as_int, format_expr, prove_equal
-from ..ir.tir import Binary, Load, Reduce
+from ..ir.tir import Load, Reduce, ReduceCombiner
 from .common import (
     broadcast_indices, broadcast_shapes, expect_args, make_program, needs_known_shapes, require_tensor,
     same_dtype, unknown_rank_join,
@@ -52,8 +52,8 @@ def legalize_matmul(context, call: Call):
         row, column = axes[-2], axes[-1]
         a_index = (*broadcast_indices(a.shape[:-2], batch_axes), row, reduction_axis)
         b_index = (*broadcast_indices(b.shape[:-2], batch_axes), reduction_axis, column)
-        product = Binary("multiply", Load(a, a_index), Load(b, b_index))
-        return Reduce("sum", reduction_axis, a.shape[-1], product)
+        product = Load(a, a_index) * Load(b, b_index)
+        return Reduce(ReduceCombiner.SUM, reduction_axis, a.shape[-1], product)
 
     program = make_program("matmul", call.args, info.shape, info.dtype, body)
     return context.call_tir(program, call.args)
@@ -210,9 +210,9 @@ def legalize_einsum(context, call: Call):
                 for letter, dim in zip(letters, buffer.shape)
             )
             load = Load(buffer, index)
-            expr = load if expr is None else Binary("multiply", expr, load)
+            expr = load if expr is None else expr * load
         for letter in reversed(summed):
-            expr = Reduce("sum", variables[letter], extents[letter], expr)
+            expr = Reduce(ReduceCombiner.SUM, variables[letter], extents[letter], expr)
         return expr
 
     program = make_program("einsum", call.args, info.shape, info.dtype, body)

@@ -19,17 +19,13 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import UnsupportedModelError
+from ..ir.dtype import DTYPES, GPU_DTYPES
 from ..ir.expr import Call, tensor_dtype
 from ..ir.op_registry import DeductionError, register_op
 from ..ir.struct_info import TensorStructInfo
-from ..ir.tir import CAST_DTYPES, Cast, Compare, FloatImm, Select, Unary
+from ..ir.tir import Cast, Compare, CompareOp, FloatImm, Select, is_nan, select
 from .common import expect_args, load_broadcast, make_program, needs_known_shapes, require_float, require_tensor, same_dtype
 from .elementwise import broadcast_info
-
-DTYPES = (
-    "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-    "float16", "float32", "float64",
-)
 
 
 def _program_call(context, call: Call, name: str, body):
@@ -42,12 +38,12 @@ def _program_call(context, call: Call, name: str, body):
 # Comparisons ----------------------------------------------------------------------------------
 
 COMPARISONS = {
-    "equal": ("eq", np.equal),
-    "not_equal": ("ne", np.not_equal),
-    "less": ("lt", np.less),
-    "less_equal": ("le", np.less_equal),
-    "greater": ("gt", np.greater),
-    "greater_equal": ("ge", np.greater_equal),
+    "equal": (CompareOp.EQ, np.equal),
+    "not_equal": (CompareOp.NE, np.not_equal),
+    "less": (CompareOp.LT, np.less),
+    "less_equal": (CompareOp.LE, np.less_equal),
+    "greater": (CompareOp.GT, np.greater),
+    "greater_equal": (CompareOp.GE, np.greater_equal),
 }
 
 
@@ -80,10 +76,10 @@ for _name, (_operator, _function) in COMPARISONS.items():
 TRUE, FALSE = FloatImm(1, "bool"), FloatImm(0, "bool")
 
 LOGICAL = {
-    "logical_and": (np.logical_and, lambda a, b: Select(a, b, FALSE)),
-    "logical_or": (np.logical_or, lambda a, b: Select(a, TRUE, b)),
-    "logical_xor": (np.logical_xor, lambda a, b: Compare("ne", a, b)),
-    "logical_not": (np.logical_not, lambda a: Compare("eq", a, FALSE)),
+    "logical_and": (np.logical_and, lambda a, b: select(a, b, FALSE)),
+    "logical_or": (np.logical_or, lambda a, b: select(a, TRUE, b)),
+    "logical_xor": (np.logical_xor, lambda a, b: a.ne(b)),
+    "logical_not": (np.logical_not, lambda a: a.eq(FALSE)),
 }
 
 
@@ -162,19 +158,19 @@ def _isinf_body(loads, attrs, dtype):
     largest = float(np.finfo(np.dtype(dtype)).max)
     checks = []
     if attrs.get("detect_positive", True):
-        checks.append(Compare("gt", x, FloatImm(largest, dtype)))
+        checks.append(x.gt(largest))
     if attrs.get("detect_negative", True):
-        checks.append(Compare("lt", x, FloatImm(-largest, dtype)))
+        checks.append(x.lt(-largest))
     if not checks:
-        return Compare("ne", FALSE, FALSE)
-    return checks[0] if len(checks) == 1 else Select(checks[0], TRUE, checks[1])
+        return FALSE.ne(FALSE)
+    return checks[0] if len(checks) == 1 else select(checks[0], TRUE, checks[1])
 
 
 register_op(
     "isnan",
     deduce=_deduce_float_test("isnan"),
     legalize=needs_known_shapes(
-        lambda context, call: _program_call(context, call, "isnan", lambda loads: Unary("is_nan", loads[0]))
+        lambda context, call: _program_call(context, call, "isnan", lambda loads: is_nan(loads[0]))
     ),
     reference=lambda arrays, attrs: np.isnan(arrays[0]),
 )
@@ -210,13 +206,12 @@ def cast_reference(arrays, attrs):
 
 def legalize_cast(context, call: Call):
     dtype = call.attrs["dtype"]
-    if dtype not in CAST_DTYPES:
+    if dtype not in GPU_DTYPES:
         raise UnsupportedModelError(
-            f"cast: no GPU lowering yet for a cast to {dtype} (only to {', '.join(CAST_DTYPES)})"
+            f"cast: no GPU lowering yet for a cast to {dtype} (only to {', '.join(GPU_DTYPES)})"
         )
     if dtype == "bool":
-        source = tensor_dtype(call.args[0])
-        return _program_call(context, call, "cast", lambda loads: Compare("ne", loads[0], FloatImm(0, source)))
+        return _program_call(context, call, "cast", lambda loads: loads[0].ne(0))
     return _program_call(context, call, "cast", lambda loads: Cast(dtype, loads[0]))
 
 

@@ -63,7 +63,7 @@ from ..ir.symbolic import (
     IntImm, PrimExpr, as_expr, as_int, expr_max, expr_min, format_expr, product, prove_equal,
     prove_less_equal, simplify,
 )
-from ..ir.tir import Binary, Cast, Compare, FloatImm, Gather, IndexValue, Load, Select, Unary
+from ..ir.tir import Cast, FloatImm, Gather, IndexValue, Load, maximum, minimum, select
 from .common import (
     UnknownShapeError, broadcast_shapes, expect_args, load_broadcast, make_program, needs_known_shapes,
     normalize_axes, normalize_axis, require_tensor, same_dtype,
@@ -224,7 +224,7 @@ def legalize_dynamic_reshape(context, call: Call):
     def resolved(buffers, position: int):
         value = element(buffers[1], position)
         if copy_zeros and position < len(shape):
-            value = Select(Compare("eq", value, const(0)), index(shape[position]), value)
+            value = select(value.eq(const(0)), index(shape[position]), value)
         return value
 
     def extent(position: int):
@@ -232,10 +232,10 @@ def legalize_dynamic_reshape(context, call: Call):
             others = const(1)
             for other in range(length):
                 if other != position:
-                    others = Binary("multiply", others, resolved(buffers, other))
-            inferred = int32(Binary("divide", index(product(shape)), Binary("maximum", others, const(1))))
+                    others = others * resolved(buffers, other)
+            inferred = int32(index(product(shape)) / maximum(others, const(1)))
             value = resolved(buffers, position)
-            return Select(Compare("eq", value, const(-1)), inferred, value)
+            return select(value.eq(const(-1)), inferred, value)
         return build
 
     dims = read_back_dims(context, (data, target), [extent(j) for j in range(length)], "reshape")
@@ -354,7 +354,7 @@ def legalize_concat(context, call: Call):
 
         expr = load(pieces[-1][0], pieces[-1][1])
         for buffer, start, end in reversed(pieces[:-1]):
-            expr = Select(Compare("lt", IndexValue(axes[axis]), IndexValue(end)), load(buffer, start), expr)
+            expr = select(IndexValue(axes[axis]).lt(IndexValue(end)), load(buffer, start), expr)
         return expr
 
     program = make_program("concat", call.args, info.shape, info.dtype, body)
@@ -487,7 +487,7 @@ def legalize_split_run_time(context, call: Call):
         def body(axes, buffers, part=part):
             offset = IndexValue(axes[axis])
             for before in range(part):
-                offset = Binary("add", offset, element(buffers[1], before))
+                offset = offset + element(buffers[1], before)
             return Gather(buffers[0], tuple(offset if d == axis else axes[d] for d in range(len(shape))))
 
         out_shape = tuple(extent if d == axis else dim for d, dim in enumerate(shape))
@@ -709,29 +709,27 @@ def _dynamic_slice_plan(buffers, ndim: int, count: int, dim: int, extent_of_dim)
     size = index(extent_of_dim)
 
     def clamp(value, low, high):
-        return Binary("minimum", Binary("maximum", value, low), high)
+        return minimum(maximum(value, low), high)
 
     def ceil_div(a, b):  # a >= 0, b > 0
-        return int32(Binary("divide", Binary("add", a, Binary("subtract", b, const(1))), b))
+        return int32((a + (b - const(1))) / b)
 
     begin, step, extent = const(0), const(1), size
     for k in reversed(range(count)):
         step_k = element(steps, k)
-        forward = Compare("gt", step_k, const(0))
+        forward = step_k.gt(const(0))
 
         def resolve(value):
             wrapped = wrap_negative(value, size)
-            return Select(forward, clamp(wrapped, const(0), size),
-                          clamp(wrapped, const(-1), Binary("subtract", size, const(1))))
+            return select(forward, clamp(wrapped, const(0), size), clamp(wrapped, const(-1), size - const(1)))
 
         start_k, end_k = resolve(element(starts, k)), resolve(element(ends, k))
         zero = const(0)
-        extent_k = Select(
-            forward, ceil_div(Binary("maximum", Binary("subtract", end_k, start_k), zero), step_k),
-            ceil_div(Binary("maximum", Binary("subtract", start_k, end_k), zero), Unary("negative", step_k)),
+        extent_k = select(
+            forward, ceil_div(maximum(end_k - start_k, zero), step_k), ceil_div(maximum(start_k - end_k, zero), -step_k),
         )
-        here = Compare("eq", wrap_negative(element(axes, k), index(ndim)), index(dim))
-        begin, step, extent = Select(here, start_k, begin), Select(here, step_k, step), Select(here, extent_k, extent)
+        here = wrap_negative(element(axes, k), index(ndim)).eq(index(dim))
+        begin, step, extent = select(here, start_k, begin), select(here, step_k, step), select(here, extent_k, extent)
     return begin, step, extent
 
 
@@ -756,7 +754,7 @@ def legalize_dynamic_slice(context, call: Call):
         positions = []
         for d in range(ndim):
             begin, step, _ = _dynamic_slice_plan(buffers, ndim, count, d, shape[d])
-            positions.append(Binary("add", begin, Binary("multiply", IndexValue(axes[d]), step)))
+            positions.append(begin + IndexValue(axes[d]) * step)
         return Gather(buffers[0], tuple(positions))
 
     program = make_program("dynamic_slice", call.args, dims, tensor_dtype(data), body)
@@ -886,7 +884,7 @@ def legalize_tile_run_time(context, call: Call):
         raise UnsupportedModelError(f"tile: {length} repeats for a {len(shape)}-d tensor")
 
     def extent(position: int):
-        return lambda buffers: Binary("multiply", index(shape[position]), element(buffers[1], position))
+        return lambda buffers: index(shape[position]) * element(buffers[1], position)
 
     dims = read_back_dims(context, call.args, [extent(j) for j in range(len(shape))], "tile")
 
@@ -999,9 +997,9 @@ def legalize_pad(context, call: Call):
         for axis, q in inner.items():
             _, extent, begin, end = plan[axis]
             if not prove_less_equal(end, 0):  # some positions lie past the end
-                expr = Select(Compare("lt", IndexValue(q), IndexValue(extent)), expr, fill)
+                expr = select(IndexValue(q).lt(IndexValue(extent)), expr, fill)
             if not prove_less_equal(begin, 0):  # some lie before the start
-                expr = Select(Compare("ge", IndexValue(q), IndexValue(0)), expr, fill)
+                expr = select(IndexValue(q).ge(IndexValue(0)), expr, fill)
         return expr
 
     program = make_program("pad", tensors, info.shape, info.dtype, body)
@@ -1042,8 +1040,7 @@ def legalize_pad_run_time(context, call: Call):
         raise UnsupportedModelError(f"pad: the pads need a 1-D tensor of {2 * count} entries")
     tensors = (data, pads, value)
     padded = read_back_dims(context, (pads,), [
-        (lambda buffers, p=p, axis=axis: Binary("add", index(shape[axis]),
-                                              Binary("add", element(buffers[0], p), element(buffers[0], p + count))))
+        (lambda buffers, p=p, axis=axis: index(shape[axis]) + (element(buffers[0], p) + element(buffers[0], p + count)))
         for p, axis in enumerate(axes)
     ], "pad")
     out_shape = list(shape)
@@ -1056,14 +1053,14 @@ def legalize_pad_run_time(context, call: Call):
         inside = None
         for p, axis in enumerate(axes):
             begin, end = element(pad_buffer, p), element(pad_buffer, p + count)
-            q = Binary("subtract", IndexValue(out_axes[axis]), begin)
+            q = IndexValue(out_axes[axis]) - begin
             if mode == "edge":  # clamp into the cropped range [max(-begin, 0), dim - 1 - max(-end, 0)]
-                low = Binary("maximum", Unary("negative", begin), const(0))
-                high = Binary("subtract", index(shape[axis] - 1), Binary("maximum", Unary("negative", end), const(0)))
-                q = Binary("minimum", Binary("maximum", q, low), high)
+                low = maximum(-begin, const(0))
+                high = index(shape[axis] - 1) - maximum(-end, const(0))
+                q = minimum(maximum(q, low), high)
             else:
-                here = Select(Compare("ge", q, const(0)), Compare("lt", q, index(shape[axis])), FloatImm(0, "bool"))
-                inside = here if inside is None else Select(inside, here, FloatImm(0, "bool"))
+                here = both(q.ge(const(0)), q.lt(index(shape[axis])))
+                inside = here if inside is None else both(inside, here)
             positions[axis] = q
         loaded = Gather(source, tuple(positions))
         if inside is None:
@@ -1072,7 +1069,7 @@ def legalize_pad_run_time(context, call: Call):
             fill = FloatImm(0, source.dtype)
         else:
             fill = Load(fill_buffer, tuple(IntImm(0) for _ in fill_buffer.shape))
-        return Select(inside, loaded, fill)
+        return select(inside, loaded, fill)
 
     program = make_program("pad", tensors, tuple(out_shape), tensor_dtype(data), body)
     return context.call_tir(program, tensors)
@@ -1115,8 +1112,9 @@ def legalize_trilu(context, call: Call):
             offset = Cast("int32", Load(buffers[1], (IntImm(0),) * len(buffers[1].shape)))
         else:
             offset = IndexValue(k.struct_info.value)
-        keep = Compare("ge" if call.attrs.get("upper", True) else "le", IndexValue(simplify(column - row)), offset)
-        return Select(keep, Load(buffers[0], axes), FloatImm(0, info.dtype))
+        above = IndexValue(simplify(column - row))
+        keep = above.ge(offset) if call.attrs.get("upper", True) else above.le(offset)
+        return select(keep, Load(buffers[0], axes), 0)
 
     program = make_program("trilu", tensors, info.shape, info.dtype, body)
     return context.call_tir(program, tuple(tensors))
@@ -1192,16 +1190,16 @@ def legalize_squeeze(context, call: Call):
     count = _axes_count(call)
 
     def kept(buffers, dim: int):
-        named = [Compare("eq", wrap_negative(element(buffers[1], k), index(ndim)), index(dim)) for k in range(count)]
-        return Compare("eq", count_true(named), index(0))
+        named = [wrap_negative(element(buffers[1], k), index(ndim)).eq(index(dim)) for k in range(count)]
+        return count_true(named).eq(index(0))
 
     def extent(position: int):
         def build(buffers):
             total = index(0)
             for dim in range(ndim):
                 before = count_true([kept(buffers, d) for d in range(dim)])
-                chosen = both(kept(buffers, dim), Compare("eq", before, index(position)))
-                total = Select(chosen, index(shape[dim]), total)
+                chosen = both(kept(buffers, dim), before.eq(index(position)))
+                total = select(chosen, index(shape[dim]), total)
             return total
         return build
 
@@ -1225,12 +1223,12 @@ def legalize_expand_dims(context, call: Call):
     def extent(position: int):
         def build(buffers):
             normalized = [wrap_negative(element(buffers[1], k), index(rank)) for k in range(count)]
-            is_axis = Compare("gt", count_true([Compare("eq", a, index(position)) for a in normalized]), index(0))
-            source = Binary("subtract", index(position), count_true([Compare("lt", a, index(position)) for a in normalized]))
+            is_axis = count_true([a.eq(index(position)) for a in normalized]).gt(index(0))
+            source = index(position) - count_true([a.lt(index(position)) for a in normalized])
             dim: object = index(1)
             for d in range(len(shape)):
-                dim = Select(Compare("eq", source, index(d)), index(shape[d]), dim)
-            return Select(is_axis, index(1), dim)
+                dim = select(source.eq(index(d)), index(shape[d]), dim)
+            return select(is_axis, index(1), dim)
         return build
 
     dims = read_back_dims(context, (data, axes), [extent(p) for p in range(rank)], "expand_dims")

@@ -25,7 +25,7 @@ from ..ir.expr import Call, Expr
 from ..ir.op_registry import DeductionError, register_op
 from ..ir.struct_info import TensorStructInfo
 from ..ir.symbolic import IntImm, PrimExpr, SizeVar, simplify
-from ..ir.tir import UNARY_OPS, Binary, Compare, FloatImm, IndexValue, Load, Reduce, Select, Unary
+from ..ir.tir import FloatImm, IndexValue, Load, Reduce, ReduceCombiner, exp, log, select
 from .common import (
     expect_args, make_program, needs_known_shapes, normalize_axes, require_float, require_tensor,
 )
@@ -52,7 +52,7 @@ def _deduce_normalizer(op: str):
     return deduce
 
 
-def reduce_over(combiner: str, axes: list[int], buffer, outer_axes, make_body, prefix: str = "r"):
+def reduce_over(combiner: ReduceCombiner, axes: list[int], buffer, outer_axes, make_body, prefix: str = "r"):
     """``combiner`` over the ``axes`` of ``buffer``: ``make_body(index)`` with the reduced
     dims indexed by reduction variables and the others by ``outer_axes`` (same rank)."""
     reduce_vars = {d: SizeVar(f"{prefix}{d}_") for d in axes}
@@ -74,7 +74,7 @@ def _row_max(context, call: Call, axes: list[int]):
     kept_shape = tuple(IntImm(1) if d in axes else dim for d, dim in enumerate(info.shape))
     program = make_program(
         f"{call.op}_max", [data], kept_shape, info.dtype,
-        lambda out_axes, buffers: reduce_over("max", axes, buffers[0], out_axes, lambda index: Load(buffers[0], index)),
+        lambda out_axes, buffers: reduce_over(ReduceCombiner.MAX, axes, buffers[0], out_axes, lambda index: Load(buffers[0], index)),
     )
     return kept_shape, context.emit(context.call_tir(program, (data,)), f"{call.op}_max")
 
@@ -83,10 +83,10 @@ def _exp_sum(context, call: Call, axes: list[int], kept_shape, row_max):
     data = call.args[0]
 
     def body(out_axes, buffers):
-        source, maximum = buffers
+        source, row_max = buffers
         return reduce_over(
-            "sum", axes, source, out_axes,
-            lambda index: Unary("exp", Binary("subtract", Load(source, index), Load(maximum, _kept(axes, index)))),
+            ReduceCombiner.SUM, axes, source, out_axes,
+            lambda index: exp(Load(source, index) - Load(row_max, _kept(axes, index))),
         )
 
     program = make_program(f"{call.op}_sum", [data, row_max], kept_shape, call.struct_info.dtype, body)
@@ -103,8 +103,8 @@ def _legalize_normalized(context, call: Call, finish) -> Expr:
     exp_sum = _exp_sum(context, call, axes, kept_shape, row_max)
 
     def normalize_body(out_axes, buffers):
-        source, maximum, total = buffers
-        shifted = Binary("subtract", Load(source, out_axes), Load(maximum, _kept(axes, out_axes)))
+        source, row_max, total = buffers
+        shifted = Load(source, out_axes) - Load(row_max, _kept(axes, out_axes))
         return finish(shifted, Load(total, _kept(axes, out_axes)))
 
     program = make_program(f"{call.op}_normalize", [data, row_max, exp_sum], info.shape, info.dtype, normalize_body)
@@ -112,11 +112,11 @@ def _legalize_normalized(context, call: Call, finish) -> Expr:
 
 
 def legalize_softmax(context, call: Call):
-    return _legalize_normalized(context, call, lambda shifted, total: Binary("divide", Unary("exp", shifted), total))
+    return _legalize_normalized(context, call, lambda shifted, total: exp(shifted) / total)
 
 
 def legalize_log_softmax(context, call: Call):
-    return _legalize_normalized(context, call, lambda shifted, total: Binary("subtract", shifted, Unary("log", total)))
+    return _legalize_normalized(context, call, lambda shifted, total: shifted - log(total))
 
 
 def _flat_position(axes: list[int], index, shape) -> PrimExpr:
@@ -135,11 +135,11 @@ def legalize_hardmax(context, call: Call):
     never = IndexValue(IntImm(2**31 - 1))
 
     def first_body(out_axes, buffers):
-        source, maximum = buffers
+        source, row_max = buffers
         return reduce_over(
-            "min", axes, source, out_axes,
-            lambda index: Select(
-                Compare("eq", Load(source, index), Load(maximum, _kept(axes, index))),
+            ReduceCombiner.MIN, axes, source, out_axes,
+            lambda index: select(
+                Load(source, index).eq(Load(row_max, _kept(axes, index))),
                 IndexValue(_flat_position(axes, index, source.shape)), never,
             ),
         )
@@ -149,8 +149,8 @@ def legalize_hardmax(context, call: Call):
 
     def one_hot(out_axes, buffers):
         source, first_index = buffers
-        hit = Compare("eq", IndexValue(_flat_position(axes, out_axes, source.shape)), Load(first_index, _kept(axes, out_axes)))
-        return Select(hit, FloatImm(1.0, info.dtype), FloatImm(0.0, info.dtype))
+        hit = IndexValue(_flat_position(axes, out_axes, source.shape)).eq(Load(first_index, _kept(axes, out_axes)))
+        return select(hit, FloatImm(1.0, info.dtype), 0.0)
 
     program = make_program("hardmax_one_hot", [data, first], info.shape, info.dtype, one_hot)
     return context.call_tir(program, (data, first))
@@ -191,7 +191,7 @@ def hardmax_reference(arrays, attrs):
 register_op("softmax", deduce=_deduce_normalizer("softmax"), legalize=needs_known_shapes(legalize_softmax),
             reference=softmax_reference)
 register_op("log_softmax", deduce=_deduce_normalizer("log_softmax"),
-            legalize=needs_known_shapes(legalize_log_softmax) if "log" in UNARY_OPS else None,
+            legalize=needs_known_shapes(legalize_log_softmax),
             reference=log_softmax_reference)
 register_op("hardmax", deduce=_deduce_normalizer("hardmax"), legalize=needs_known_shapes(legalize_hardmax),
             reference=hardmax_reference)

@@ -28,22 +28,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import UnsupportedModelError
 from ..ir.expr import Call, tensor_shape
 from ..ir.op_registry import DeductionError, register_op
 from ..ir.struct_info import TensorStructInfo
 from ..ir.symbolic import IntImm, SizeVar, format_expr, product, prove_equal, simplify
-from ..ir.tir import UNARY_OPS, Binary, Cast, Compare, FloatImm, IndexValue, Load, Reduce, Select, Unary
+from ..ir.tir import Cast, FloatImm, IndexValue, Load, Reduce, ReduceCombiner, maximum, select, sqrt
 from .common import (
     broadcast_indices, broadcast_shapes, make_program, needs_known_shapes, normalize_axis, require_float,
     require_tensor, same_dtype,
 )
 
-HAS_SQRT = "sqrt" in UNARY_OPS
-
-
-def _when_sqrt(legalize):
-    return needs_known_shapes(legalize) if HAS_SQRT else None
 
 
 def _compute(x: np.ndarray) -> np.ndarray:
@@ -55,8 +49,8 @@ def _count(shape, axes, dtype):
     return Cast("float32", IndexValue(product(shape[d] for d in axes)))
 
 
-def _inv_sqrt(value, epsilon: float, dtype: str):
-    return Binary("divide", FloatImm(1.0, dtype), Unary("sqrt", Binary("add", value, FloatImm(epsilon, dtype))))
+def _inv_sqrt(value, epsilon: float):
+    return 1.0 / sqrt(value + epsilon)
 
 
 # layer_norm ------------------------------------------------------------------------------------
@@ -114,7 +108,7 @@ def _statistics(context, name: str, data, axes: list[int], epsilon: float, dtype
         index = tuple(reduce_vars.get(d, index_of[d]) for d in range(len(shape)))
         body = body_of(index)
         for d in reversed(axes):
-            body = Reduce("sum", reduce_vars[d], shape[d], body)
+            body = Reduce(ReduceCombiner.SUM, reduce_vars[d], shape[d], body)
         return body
 
     def kept_index(index):
@@ -122,7 +116,7 @@ def _statistics(context, name: str, data, axes: list[int], epsilon: float, dtype
 
     mean_program = make_program(
         f"{name}_mean", [data], kept, dtype,
-        lambda out, buffers: Binary("divide", over(out, lambda i: Load(buffers[0], i)), _count(shape, axes, dtype)),
+        lambda out, buffers: over(out, lambda i: Load(buffers[0], i)) / _count(shape, axes, dtype),
     )
     mean = context.emit(context.call_tir(mean_program, (data,)), f"{name}_mean")
 
@@ -130,11 +124,11 @@ def _statistics(context, name: str, data, axes: list[int], epsilon: float, dtype
         source, average = buffers
 
         def square(index):
-            centered = Binary("subtract", Load(source, index), Load(average, kept_index(index)))
-            return Binary("multiply", centered, centered)
+            centered = Load(source, index) - Load(average, kept_index(index))
+            return centered * centered
 
-        variance = Binary("divide", over(out, square), _count(shape, axes, dtype))
-        return _inv_sqrt(variance, epsilon, dtype)
+        variance = over(out, square) / _count(shape, axes, dtype)
+        return _inv_sqrt(variance, epsilon)
 
     inv_std_program = make_program(f"{name}_inv_std", [data, mean], kept, dtype, inv_std_body)
     inv_std = context.emit(context.call_tir(inv_std_program, (data, mean)), f"{name}_inv_std")
@@ -151,11 +145,10 @@ def legalize_layer_norm(context, call: Call):
 
     def body(out, buffers):
         source, average, deviation, scale = buffers[:4]
-        centered = Binary("subtract", Load(source, out), Load(average, kept_index(out)))
-        value = Binary("multiply", Binary("multiply", centered, Load(deviation, kept_index(out))),
-                       Load(scale, broadcast_indices(scale.shape, out)))
+        centered = Load(source, out) - Load(average, kept_index(out))
+        value = centered * Load(deviation, kept_index(out)) * Load(scale, broadcast_indices(scale.shape, out))
         if len(buffers) > 4:
-            value = Binary("add", value, Load(buffers[4], broadcast_indices(buffers[4].shape, out)))
+            value = value + Load(buffers[4], broadcast_indices(buffers[4].shape, out))
         return value
 
     program = make_program("layer_norm", args, info.shape, info.dtype, body)
@@ -193,9 +186,9 @@ def layer_norm_inv_std_reference(arrays, attrs):
     return _layer_statistics(x, axes, float(attrs.get("epsilon", 1e-5)))[2].astype(x.dtype)
 
 
-register_op("layer_norm", deduce=deduce_layer_norm, legalize=_when_sqrt(legalize_layer_norm),
+register_op("layer_norm", deduce=deduce_layer_norm, legalize=needs_known_shapes(legalize_layer_norm),
             reference=layer_norm_reference)
-register_op("layer_norm_inv_std", deduce=deduce_layer_norm_inv_std, legalize=_when_sqrt(legalize_layer_norm_inv_std),
+register_op("layer_norm_inv_std", deduce=deduce_layer_norm_inv_std, legalize=needs_known_shapes(legalize_layer_norm_inv_std),
             reference=layer_norm_inv_std_reference)
 
 
@@ -255,12 +248,12 @@ def legalize_group_norm(context, call: Call):
         channel = simplify(g * per_group + channel_var)
         body = body_of((n, channel, *spatial_vars))
         for var, d in reversed(list(zip(spatial_vars, spatial))):
-            body = Reduce("sum", var, shape[d], body)
-        return Reduce("sum", channel_var, per_group, body)
+            body = Reduce(ReduceCombiner.SUM, var, shape[d], body)
+        return Reduce(ReduceCombiner.SUM, channel_var, per_group, body)
 
     mean_program = make_program(
         "group_norm_mean", [data], stats_shape, dtype,
-        lambda out, buffers: Binary("divide", over(out[0], out[1], lambda i: Load(buffers[0], i)), count),
+        lambda out, buffers: over(out[0], out[1], lambda i: Load(buffers[0], i)) / count,
     )
     mean = context.emit(context.call_tir(mean_program, (data,)), "group_norm_mean")
 
@@ -268,10 +261,10 @@ def legalize_group_norm(context, call: Call):
         source, average = buffers
 
         def square(index):
-            centered = Binary("subtract", Load(source, index), Load(average, (out[0], out[1])))
-            return Binary("multiply", centered, centered)
+            centered = Load(source, index) - Load(average, (out[0], out[1]))
+            return centered * centered
 
-        return _inv_sqrt(Binary("divide", over(out[0], out[1], square), count), epsilon, dtype)
+        return _inv_sqrt(over(out[0], out[1], square) / count, epsilon)
 
     inv_std_program = make_program("group_norm_inv_std", [data, mean], stats_shape, dtype, inv_std_body)
     inv_std = context.emit(context.call_tir(inv_std_program, (data, mean)), "group_norm_inv_std")
@@ -279,9 +272,8 @@ def legalize_group_norm(context, call: Call):
     def body(out, buffers):
         source, average, deviation, gamma, beta = buffers
         group = simplify(out[1] // per_group)
-        value = Binary("multiply", Binary("subtract", Load(source, out), Load(average, (out[0], group))),
-                       Load(deviation, (out[0], group)))
-        return Binary("add", Binary("multiply", value, Load(gamma, (out[1],))), Load(beta, (out[1],)))
+        value = (Load(source, out) - Load(average, (out[0], group))) * Load(deviation, (out[0], group))
+        return value * Load(gamma, (out[1],)) + Load(beta, (out[1],))
 
     args = (data, mean, inv_std, scale, bias)
     program = make_program("group_norm", args, shape, dtype, body)
@@ -301,7 +293,7 @@ def group_norm_reference(arrays, attrs):
     return (normalized * _compute(scale).reshape(affine) + _compute(bias).reshape(affine)).astype(x.dtype)
 
 
-register_op("group_norm", deduce=deduce_group_norm, legalize=_when_sqrt(legalize_group_norm),
+register_op("group_norm", deduce=deduce_group_norm, legalize=needs_known_shapes(legalize_group_norm),
             reference=group_norm_reference)
 
 
@@ -327,9 +319,9 @@ def legalize_batch_norm(context, call: Call):
     def body(out, buffers):
         source, scale, bias, mean, var = buffers
         channel = (out[1],)
-        centered = Binary("subtract", Load(source, out), Load(mean, channel))
-        value = Binary("multiply", centered, _inv_sqrt(Load(var, channel), epsilon, info.dtype))
-        return Binary("add", Binary("multiply", value, Load(scale, channel)), Load(bias, channel))
+        centered = Load(source, out) - Load(mean, channel)
+        value = centered * _inv_sqrt(Load(var, channel), epsilon)
+        return value * Load(scale, channel) + Load(bias, channel)
 
     program = make_program("batch_norm", call.args, info.shape, info.dtype, body)
     return context.call_tir(program, call.args)
@@ -343,7 +335,7 @@ def batch_norm_reference(arrays, attrs):
     return ((_compute(x) - _compute(mean).reshape(affine)) * factor + _compute(bias).reshape(affine)).astype(x.dtype)
 
 
-register_op("batch_norm", deduce=deduce_batch_norm, legalize=_when_sqrt(legalize_batch_norm),
+register_op("batch_norm", deduce=deduce_batch_norm, legalize=needs_known_shapes(legalize_batch_norm),
             reference=batch_norm_reference)
 
 
@@ -374,9 +366,9 @@ def legalize_lp_norm(context, call: Call):
     def norm_body(out, buffers):
         index = tuple(var if d == axis else out[d] for d in range(len(out)))
         value = Load(buffers[0], index)
-        term = Binary("maximum", value, Unary("negative", value)) if p == 1 else Binary("multiply", value, value)
-        total = Reduce("sum", var, info.shape[axis], term)
-        return total if p == 1 else Unary("sqrt", total)
+        term = maximum(value, -value) if p == 1 else value * value
+        total = Reduce(ReduceCombiner.SUM, var, info.shape[axis], term)
+        return total if p == 1 else sqrt(total)
 
     norm_program = make_program("lp_norm_norm", [data], kept, dtype, norm_body)
     norm = context.emit(context.call_tir(norm_program, (data,)), "lp_norm_norm")
@@ -385,16 +377,10 @@ def legalize_lp_norm(context, call: Call):
         source, total = buffers
         denominator = Load(total, tuple(IntImm(0) if d == axis else out[d] for d in range(len(out))))
         zero = FloatImm(0.0, dtype)
-        return Select(Compare("eq", denominator, zero), zero, Binary("divide", Load(source, out), denominator))
+        return select(denominator.eq(zero), zero, Load(source, out) / denominator)
 
     program = make_program("lp_norm", [data, norm], info.shape, dtype, body)
     return context.call_tir(program, (data, norm))
-
-
-def _legalize_lp_norm_if_lowerable(context, call: Call):
-    if int(call.attrs.get("p", 2)) == 2 and not HAS_SQRT:
-        raise UnsupportedModelError("lp_norm: no GPU lowering for p=2 (the tensor-program IR has no sqrt)")
-    return legalize_lp_norm(context, call)
 
 
 def lp_norm_reference(arrays, attrs):
@@ -410,5 +396,5 @@ def lp_norm_reference(arrays, attrs):
     return result.astype(x.dtype)
 
 
-register_op("lp_norm", deduce=deduce_lp_norm, legalize=needs_known_shapes(_legalize_lp_norm_if_lowerable),
+register_op("lp_norm", deduce=deduce_lp_norm, legalize=needs_known_shapes(legalize_lp_norm),
             reference=lp_norm_reference)

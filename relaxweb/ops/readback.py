@@ -20,9 +20,7 @@ from typing import Callable, Sequence
 from ..ir.expr import Expr, TensorToPrim, tensor_dtype, tensor_shape
 from ..ir.struct_info import PrimStructInfo
 from ..ir.symbolic import IntImm, PrimExpr, SizeVar
-from ..ir.tir import (
-    Binary, Buffer, Cast, Compare, FloatImm, IndexValue, Load, ScalarExpr, Select, TensorProgram, scalar_dtype,
-)
+from ..ir.tir import Buffer, Cast, FloatImm, IndexValue, Load, ScalarExpr, TensorProgram, scalar_dtype, select
 
 
 def int32(value: ScalarExpr) -> ScalarExpr:
@@ -49,19 +47,19 @@ def element(buffer: Buffer, position: int) -> ScalarExpr:
 
 def wrap_negative(value: ScalarExpr, extent: ScalarExpr) -> ScalarExpr:
     """``value + extent`` where ``value`` is negative (ONNX axes and indices)."""
-    return Select(Compare("lt", value, const(0)), Binary("add", value, extent), value)
+    return select(value.lt(const(0)), value + extent, value)
 
 
 def both(a: ScalarExpr, b: ScalarExpr) -> ScalarExpr:
     """``a and b`` on bools (a Select: only evaluates ``b`` where ``a`` holds)."""
-    return Select(a, b, FloatImm(0, "bool"))
+    return select(a, b, FloatImm(0, "bool"))
 
 
 def count_true(conditions: Sequence[ScalarExpr]) -> ScalarExpr:
     """How many of ``conditions`` hold, as an int32."""
     total: ScalarExpr = const(0)
     for condition in conditions:
-        total = Binary("add", total, Select(condition, const(1), const(0)))
+        total = total + select(condition, const(1), const(0))
     return total
 
 

@@ -53,7 +53,8 @@ from ..ir.op_registry import DeductionError, call_op, register_op
 from ..ir.struct_info import PrimStructInfo, TensorStructInfo, TupleStructInfo
 from ..ir.symbolic import IntImm, SizeVar, as_int, product, prove_less_equal, format_expr
 from ..ir.tir import (
-    Binary, Cast, Compare, FloatImm, Gather, IndexValue, Load, Reduce, ScalarExpr, Select, Unary, scalar_dtype,
+    Cast, Compare, CompareOp, FloatImm, Gather, IndexValue, Load, Reduce, ReduceCombiner, ScalarExpr, exp, log, maximum,
+    minimum, scalar_dtype, select, sqrt,
 )
 from ..library import unique_count_kernel, unique_values_kernel
 from .common import (
@@ -104,20 +105,23 @@ NUMPY = {
     "log_sum_exp": _log_sum_exp,
 }
 
+SUM, PROD, MAX, MIN = ReduceCombiner.SUM, ReduceCombiner.PROD, ReduceCombiner.MAX, ReduceCombiner.MIN
+FALSE = FloatImm(0, "bool")
+
 # Legalizable reductions: (combiner, element transform).
 LEGALIZED = {
-    "sum": ("sum", lambda x: x),
-    "mean": ("sum", lambda x: x),
-    "max": ("max", lambda x: x),
-    "min": ("min", lambda x: x),
-    "l1_norm": ("sum", lambda x: Binary("maximum", x, Unary("negative", x))),
-    "sum_square": ("sum", lambda x: Binary("multiply", x, x)),
-    "prod": ("prod", lambda x: x),
-    "l2_norm": ("sum", lambda x: Binary("multiply", x, x)),
-    "log_sum": ("sum", lambda x: x),
+    "sum": (SUM, lambda x: x),
+    "mean": (SUM, lambda x: x),
+    "max": (MAX, lambda x: x),
+    "min": (MIN, lambda x: x),
+    "l1_norm": (SUM, lambda x: maximum(x, -x)),
+    "sum_square": (SUM, lambda x: x * x),
+    "prod": (PROD, lambda x: x),
+    "l2_norm": (SUM, lambda x: x * x),
+    "log_sum": (SUM, lambda x: x),
 }
 # Applied to the reduced value.
-FINISH = {"l2_norm": lambda x: Unary("sqrt", x), "log_sum": lambda x: Unary("log", x)}
+FINISH = {"l2_norm": sqrt, "log_sum": log}
 
 REDUCTIONS = {name: LEGALIZED.get(name, (None, None))[0] for name in NUMPY}
 FLOAT_ONLY = {"mean", "log_sum", "log_sum_exp"}
@@ -232,7 +236,7 @@ def _legalize(name: str):
                 expr = _to_bool(expr, combiner)
             if name == "mean":
                 count = product(source_shape[d] for d in axes)
-                expr = Binary("divide", expr, Cast(info.dtype, IndexValue(count)))
+                expr = expr / Cast(info.dtype, IndexValue(count))
             if name in FINISH:
                 expr = FINISH[name](expr)
             return expr
@@ -289,9 +293,8 @@ def legalize_log_sum_exp(context, call: Call):
 
     def shift_body(out_axes, buffers):
         (source,) = buffers
-        maximum = reduced(lambda index: Load(source, index), "max", out_axes, True)
-        finite = Compare("le", Binary("maximum", maximum, Unary("negative", maximum)), FloatImm(FLOAT32_MAX, dtype))
-        return Select(finite, maximum, FloatImm(0, dtype))
+        largest = reduced(lambda index: Load(source, index), MAX, out_axes, True)
+        return select(_is_finite(largest), largest, 0)
 
     shift = context.emit(context.call_tir(
         make_program("log_sum_exp_shift", [data], kept_shape, dtype, shift_body), (data,)), "log_sum_exp_shift")
@@ -307,9 +310,8 @@ def legalize_log_sum_exp(context, call: Call):
                 kept_index.append(out_axes[position])
                 position += 1
         offset = Load(offsets, tuple(kept_index))
-        total = reduced(lambda index: Unary("exp", Binary("subtract", Load(source, index), offset)), "sum",
-                        out_axes, keepdims)
-        return Binary("add", Unary("log", total), offset)
+        total = reduced(lambda index: exp(Load(source, index) - offset), SUM, out_axes, keepdims)
+        return log(total) + offset
 
     program = make_program("log_sum_exp", [data, shift], info.shape, dtype, body)
     return context.call_tir(program, (data, shift))
@@ -324,25 +326,30 @@ def _as_number(value: ScalarExpr) -> ScalarExpr:
     return Cast("int32", value) if scalar_dtype(value) == "bool" else value
 
 
-def _to_bool(value: ScalarExpr, combiner: str) -> ScalarExpr:
+def _to_bool(value: ScalarExpr, combiner: ReduceCombiner) -> ScalarExpr:
     """A bool reduction's int32 result back to bool; over an empty range max is false and min
     true (the int32 extremes are clamped to 0 / 1 first)."""
-    if combiner == "max":
-        value = Binary("maximum", value, FloatImm(0, "int32"))
-    elif combiner == "min":
-        value = Binary("minimum", value, FloatImm(1, "int32"))
+    if combiner is MAX:
+        value = maximum(value, 0)
+    elif combiner is MIN:
+        value = minimum(value, 1)
     return Cast("bool", value)
 
 
-def _neutral(combiner: str, dtype: str) -> FloatImm:
+def _is_finite(value: ScalarExpr) -> ScalarExpr:
+    """``|value| <= FLOAT32_MAX``: false for infinities and NaN, without an infinity constant."""
+    return maximum(value, -value).le(FLOAT32_MAX)
+
+
+def _neutral(combiner: ReduceCombiner, dtype: str) -> FloatImm:
     """What a skipped element contributes (max / min: the extreme finite value: no infinity
     constant in WGSL, so an all -inf (+inf) reduction gives the finite extreme instead)."""
-    if combiner in ("sum", "prod"):
-        return FloatImm(0 if combiner == "sum" else 1, dtype)
+    if combiner in (SUM, PROD):
+        return FloatImm(0 if combiner is SUM else 1, dtype)
     if dtype.startswith("float"):
-        return FloatImm(-FLOAT32_MAX if combiner == "max" else FLOAT32_MAX, dtype)
+        return FloatImm(-FLOAT32_MAX if combiner is MAX else FLOAT32_MAX, dtype)
     info = np.iinfo(np.dtype("int32" if dtype == "int64" else dtype))
-    return FloatImm(info.min if combiner == "max" else info.max, dtype)
+    return FloatImm(info.min if combiner is MAX else info.max, dtype)
 
 
 def _legalize_run_time_axes(name: str):
@@ -375,57 +382,56 @@ def _legalize_run_time_axes(name: str):
             return axis_entry(buffer, k) if buffer.shape else Cast("int32", Load(buffer, ()))
 
         def reduced(buffers, dim: int):
-            named = [Compare("eq", wrap_negative(entry(buffers[1], k), index(rank)), index(dim)) for k in range(count)]
-            return Compare("gt", count_true(named), index(0))
+            named = [wrap_negative(entry(buffers[1], k), index(rank)).eq(index(dim)) for k in range(count)]
+            return count_true(named).gt(index(0))
 
         out_rank = rank if keepdims else rank - count
 
         def extent(position: int):
             def build(buffers):
                 if keepdims:
-                    return Select(reduced(buffers, position), index(1), index(shape[position]))
+                    return select(reduced(buffers, position), index(1), index(shape[position]))
                 total = index(0)
                 for dim in range(rank):
-                    kept = Compare("eq", reduced(buffers, dim), FloatImm(0, "bool"))
-                    before = count_true([Compare("eq", reduced(buffers, d), FloatImm(0, "bool")) for d in range(dim)])
-                    total = Select(both(kept, Compare("eq", before, index(position))), index(shape[dim]), total)
+                    kept = reduced(buffers, dim).eq(FALSE)
+                    before = count_true([reduced(buffers, d).eq(FALSE) for d in range(dim)])
+                    total = select(both(kept, before.eq(index(position))), index(shape[dim]), total)
                 return total
             return build
 
         dims = read_back_dims(context, call.args, [extent(j) for j in range(out_rank)], name)
         inner = tuple(SizeVar(f"r{d}_") for d in range(rank))
 
-        def matching(buffers, out_axes, value: ScalarExpr, combiner: str) -> ScalarExpr:
+        def matching(buffers, out_axes, value: ScalarExpr, combiner: ReduceCombiner) -> ScalarExpr:
             """``combiner`` over the input elements that reduce into this output element."""
             match: ScalarExpr = FloatImm(1, "bool")
             for dim in reversed(range(rank)):
                 if keepdims:
                     coordinate: ScalarExpr = IndexValue(out_axes[dim])
                 else:
-                    before = count_true([Compare("eq", reduced(buffers, d), FloatImm(0, "bool")) for d in range(dim)])
+                    before = count_true([reduced(buffers, d).eq(FALSE) for d in range(dim)])
                     coordinate = index(0)
                     for j in range(out_rank):
-                        coordinate = Select(Compare("eq", before, index(j)), IndexValue(out_axes[j]), coordinate)
-                same = Compare("eq", IndexValue(inner[dim]), coordinate)
-                match = Select(reduced(buffers, dim), match, both(same, match))
-            expr = Select(match, value, _neutral(combiner, scalar_dtype(value)))
+                        coordinate = select(before.eq(index(j)), IndexValue(out_axes[j]), coordinate)
+                same = IndexValue(inner[dim]).eq(coordinate)
+                match = select(reduced(buffers, dim), match, both(same, match))
+            expr = select(match, value, _neutral(combiner, scalar_dtype(value)))
             for dim in reversed(range(rank)):
                 expr = Reduce(combiner, inner[dim], shape[dim], expr)
             return expr
 
         if name == "log_sum_exp":
             def shift_body(out_axes, buffers):
-                maximum = matching(buffers, out_axes, Load(buffers[0], inner), "max")
-                finite = Compare("le", Binary("maximum", maximum, Unary("negative", maximum)), FloatImm(FLOAT32_MAX, dtype))
-                return Select(finite, maximum, FloatImm(0, dtype))
+                largest = matching(buffers, out_axes, Load(buffers[0], inner), MAX)
+                return select(_is_finite(largest), largest, 0)
 
             shift = context.emit(context.call_tir(
                 make_program("log_sum_exp_shift", call.args, dims, dtype, shift_body), call.args), "log_sum_exp_shift")
 
             def body(out_axes, buffers):
                 offset = Load(buffers[2], tuple(out_axes))
-                total = matching(buffers, out_axes, Unary("exp", Binary("subtract", Load(buffers[0], inner), offset)), "sum")
-                return Binary("add", Unary("log", total), offset)
+                total = matching(buffers, out_axes, exp(Load(buffers[0], inner) - offset), SUM)
+                return log(total) + offset
 
             args = (*call.args, shift)
             return context.call_tir(make_program(name, args, dims, dtype, body), args)
@@ -439,8 +445,8 @@ def _legalize_run_time_axes(name: str):
             if name == "mean":
                 size = index(1)
                 for dim in range(rank):
-                    size = Binary("multiply", size, Select(reduced(buffers, dim), index(shape[dim]), index(1)))
-                expr = Binary("divide", expr, Cast(dtype, size))
+                    size = size * select(reduced(buffers, dim), index(shape[dim]), index(1))
+                expr = expr / Cast(dtype, size)
             if name in FINISH:
                 expr = FINISH[name](expr)
             return expr
@@ -521,7 +527,7 @@ def _arg_reference(name: str):
 def _legalize_arg(name: str):
     """Two programs: the extreme along the axis (kept as an extent-1 dim), then the first (or,
     with ``select_last_index``, the last) position where the data equals it, as int64."""
-    combiner = "max" if name == "argmax" else "min"
+    combiner = MAX if name == "argmax" else MIN
 
     def legalize(context, call: Call):
         data = call.args[0]
@@ -553,9 +559,9 @@ def _legalize_arg(name: str):
         def index_body(axes, buffers):
             source, best = buffers
             best_index = list(source_index(axes, IntImm(0)))
-            hit = Compare("eq", Load(source, source_index(axes, r)), Load(best, tuple(best_index)))
+            hit = Load(source, source_index(axes, r)).eq(Load(best, tuple(best_index)))
             miss = IndexValue(IntImm(-1)) if last else IndexValue(extent)
-            position = Reduce("max" if last else "min", r, extent, Select(hit, IndexValue(r), miss))
+            position = Reduce(MAX if last else MIN, r, extent, select(hit, IndexValue(r), miss))
             return Cast("int64", position)
 
         program = make_program(name, [data, extreme], info.shape, "int64", index_body)
@@ -609,6 +615,11 @@ def cumsum_reference(arrays, attrs):
     return np.ascontiguousarray(result)
 
 
+# (reverse, exclusive) -> how an element at position r along the axis compares to the one it adds into
+_CUMSUM_ORDER = {(False, False): CompareOp.LE, (False, True): CompareOp.LT, (True, False): CompareOp.GE,
+                 (True, True): CompareOp.GT}
+
+
 def legalize_cumsum(context, call: Call):
     """``out[.., i, ..] = sum(r < n: select(r <= i, A[.., r, ..], 0))`` (<, >=, > for the
     exclusive and reverse forms)."""
@@ -617,14 +628,14 @@ def legalize_cumsum(context, call: Call):
     shape = tensor_shape(data)
     axis = normalize_axis("cumsum", call.attrs.get("axis", 0), len(shape))
     reverse, exclusive = bool(call.attrs.get("reverse", False)), bool(call.attrs.get("exclusive", False))
-    operator = {(False, False): "le", (False, True): "lt", (True, False): "ge", (True, True): "gt"}[(reverse, exclusive)]
+    operator = _CUMSUM_ORDER[(reverse, exclusive)]
 
     def body(axes, buffers):
         (source,) = buffers
         r = SizeVar("r_")
         index = tuple(r if d == axis else axes[d] for d in range(len(shape)))
         keep = Compare(operator, IndexValue(r), IndexValue(axes[axis]))
-        return Reduce("sum", r, shape[axis], Select(keep, Load(source, index), FloatImm(0, info.dtype)))
+        return Reduce(SUM, r, shape[axis], select(keep, Load(source, index), 0))
 
     program = make_program("cumsum", [data], info.shape, info.dtype, body)
     return context.call_tir(program, (data,))
@@ -639,7 +650,7 @@ def legalize_cumsum_run_time_axis(context, call: Call):
     shape = tensor_shape(data)
     rank = len(shape)
     reverse, exclusive = bool(call.attrs.get("reverse", False)), bool(call.attrs.get("exclusive", False))
-    operator = {(False, False): "le", (False, True): "lt", (True, False): "ge", (True, True): "gt"}[(reverse, exclusive)]
+    operator = _CUMSUM_ORDER[(reverse, exclusive)]
     inner = tuple(SizeVar(f"r{d}_") for d in range(rank))
 
     def body(axes, buffers):
@@ -648,11 +659,11 @@ def legalize_cumsum_run_time_axis(context, call: Call):
         match: ScalarExpr = FloatImm(1, "bool")
         for d in reversed(range(rank)):
             along = Compare(operator, IndexValue(inner[d]), IndexValue(axes[d]))
-            same = Compare("eq", IndexValue(inner[d]), IndexValue(axes[d]))
-            match = both(Select(Compare("eq", axis, const(d)), along, same), match)
-        expr = Select(match, Load(source, inner), FloatImm(0, info.dtype))
+            same = IndexValue(inner[d]).eq(IndexValue(axes[d]))
+            match = both(select(axis.eq(const(d)), along, same), match)
+        expr = select(match, Load(source, inner), 0)
         for d in reversed(range(rank)):
-            expr = Reduce("sum", inner[d], shape[d], expr)
+            expr = Reduce(SUM, inner[d], shape[d], expr)
         return expr
 
     program = make_program("cumsum", call.args, info.shape, info.dtype, body)
@@ -741,11 +752,10 @@ def legalize_topk(context, call: Call):
         (source,) = buffers
         mine = Load(source, tuple(axes))
         other = Load(source, tuple(s if d == axis else axes[d] for d in range(len(shape))))
-        better = Compare("gt" if largest else "lt", other, mine)
-        tie_before = Select(Compare("eq", other, mine), Compare("lt", IndexValue(s), IndexValue(axes[axis])),
-                            FloatImm(0, "bool"))
-        before = Select(better, FloatImm(1, "bool"), tie_before)
-        return Reduce("sum", s, extent, Select(before, FloatImm(1, "int32"), FloatImm(0, "int32")))
+        better = other.gt(mine) if largest else other.lt(mine)
+        tie_before = select(other.eq(mine), IndexValue(s).lt(IndexValue(axes[axis])), FALSE)
+        before = select(better, FloatImm(1, "bool"), tie_before)
+        return Reduce(SUM, s, extent, select(before, FloatImm(1, "int32"), 0))
 
     if dtype == "bool":
         raise UnsupportedModelError("topk: bool data has no GPU lowering")
@@ -755,8 +765,8 @@ def legalize_topk(context, call: Call):
     def index_body(axes, buffers):
         (rank,) = buffers
         at = Load(rank, tuple(s if d == axis else axes[d] for d in range(len(shape))))
-        found = Select(Compare("eq", at, IndexValue(axes[axis])), IndexValue(s), FloatImm(0, "int32"))
-        return Cast("int64", Reduce("sum", s, extent, found))
+        found = select(at.eq(IndexValue(axes[axis])), IndexValue(s), 0)
+        return Cast("int64", Reduce(SUM, s, extent, found))
 
     indices = context.emit(context.call_tir(
         make_program("topk_indices", [ranks], out_shape, "int64", index_body), (ranks,)), "topk_indices")

@@ -34,7 +34,7 @@ from ..ir.expr import CallLibrary, CallTIR, DataflowBlock, Expr, Function, Var, 
 from ..ir.functor import ExprMutator, use_counts
 from ..ir.fusion import inline_producer, merge_inputs
 from ..ir.module import IRModule, ProgramTable, drop_uncalled_programs
-from ..ir.pattern import MATMUL, program_pattern
+from ..ir.pattern import Pattern, program_pattern
 from ..ir.symbolic import Analyzer, product
 from ..ir.tir import Gather, TensorProgram, contains_reduce, expression_size, loads_of
 from ..ir.struct_info import TensorStructInfo
@@ -131,7 +131,8 @@ class _Fuser(ExprMutator):
         program, args = _merge_duplicate_inputs(program, args)
         if len(program.inputs) + 1 > MAX_STORAGE_BUFFERS or expression_size(program.body) > MAX_BODY_SIZE:
             return None
-        if MATMUL in (program_pattern(source), program_pattern(consumer)) and program_pattern(program) != MATMUL:
+        if (Pattern.MATMUL in (program_pattern(source), program_pattern(consumer))
+                and program_pattern(program) is not Pattern.MATMUL):
             return None  # e.g. a head-merging transpose after attention: keep the tiled matmul
         name = self.table.add(program)
         return CallTIR(name, tuple(args), consumer_call.struct_info,

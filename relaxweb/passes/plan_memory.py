@@ -30,14 +30,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..errors import UnsupportedModelError
 from ..ir.builder import FunctionBuilder
+from ..ir.dtype import dtype_info
 from ..ir.expr import (
     AllocStorage, AllocTensor, BindingBlock, Call, CallTIR, CallTIRInto, Expr, Function, If, SeqExpr, Var, VarBinding,
 )
 from ..ir.functor import Aliases, ExprMutator, use_counts
 from ..ir.module import IRModule
-from ..ir.struct_info import DTYPE_SIZES, storage_element_bytes, ObjectStructInfo, TensorStructInfo, TupleStructInfo
+from ..ir.struct_info import ObjectStructInfo, TensorStructInfo, TupleStructInfo
 from ..ir.symbolic import Analyzer, PrimExpr, expr_max, product, simplify
 from .context import PassContext
 
@@ -51,9 +51,7 @@ class _Storage:
 def tensor_bytes(info: TensorStructInfo) -> PrimExpr:
     if info.shape is None:
         raise ValueError(f"plan_memory needs known shapes, got {info}")
-    if info.dtype not in DTYPE_SIZES:
-        raise UnsupportedModelError(f"tensors of dtype {info.dtype} are not supported on the GPU")
-    return simplify(product(info.shape) * storage_element_bytes(info.dtype))
+    return simplify(product(info.shape) * dtype_info(info.dtype).storage_bytes)
 
 
 def _read_vars(expr: Expr) -> list[Var]:

@@ -27,7 +27,7 @@ from dataclasses import replace
 
 from ..ir.launch import vectorizable
 from ..ir.module import IRModule
-from ..ir.pattern import BROADCAST, ELEMENTWISE, INJECTIVE, MATMUL, REDUCTION, program_pattern, top_level_reductions
+from ..ir.pattern import Pattern, program_pattern, top_level_reductions
 from ..ir.schedule import (
     ElementSchedule, Schedule, TiledMatmulSchedule, VectorizedSchedule, WorkgroupReductionSchedule,
 )
@@ -49,12 +49,12 @@ def schedule_programs(module: IRModule) -> IRModule:
 
 def choose_schedule(program: TensorProgram) -> Schedule:
     pattern = program_pattern(program)
-    if pattern == MATMUL:
+    if pattern is Pattern.MATMUL:
         return TiledMatmulSchedule()
-    if pattern == REDUCTION and _cooperative_reductions_allowed(program):
+    if pattern is Pattern.REDUCTION and _cooperative_reductions_allowed(program):
         return WorkgroupReductionSchedule()
     vectorized = VectorizedSchedule()
-    if pattern in (ELEMENTWISE, BROADCAST, INJECTIVE) and vectorizable(program, vectorized.width):
+    if pattern in (Pattern.ELEMENTWISE, Pattern.BROADCAST, Pattern.INJECTIVE) and vectorizable(program, vectorized.width):
         return vectorized
     return ElementSchedule()
 

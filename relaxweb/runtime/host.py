@@ -22,6 +22,8 @@ import wasmtime
 
 from relaxweb.errors import InputShapeError, RelaxwebError
 
+#: The bundle format version this runtime reads (``relaxweb/bundle.py`` writes it).
+FORMAT_VERSION = 2
 #: Command-list opcode: dispatch a call site.
 OPCODE_DISPATCH = 1
 #: Command-list opcode: read an i32 back from a storage (always the last record of a list).
@@ -65,11 +67,15 @@ def load_manifest(bundle_dir: str | Path) -> dict[str, Any]:
         raise RelaxwebError(f"{manifest_path} is not valid JSON: {error}") from error
     if manifest.get("format") != "relaxweb-bundle":
         raise RelaxwebError(f"{manifest_path} is not a relaxweb bundle manifest")
-    if manifest.get("version") != 1:
+    if manifest.get("version") != FORMAT_VERSION:
         raise RelaxwebError(
             f"{manifest_path} has bundle format version {manifest.get('version')}; "
-            "this runtime reads version 1"
+            f"this runtime reads version {FORMAT_VERSION} (rebuild the bundle with this relaxweb)"
         )
+    tensors = [*manifest["inputs"], *manifest["outputs"], *manifest["weights"]]
+    missing = sorted({t["dtype"] for t in tensors} - set(manifest.get("dtypes", {})))
+    if missing:
+        raise RelaxwebError(f"{manifest_path}: the dtypes table has no entry for {', '.join(missing)}")
     return manifest
 
 

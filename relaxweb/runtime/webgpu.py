@@ -222,35 +222,29 @@ def _padded_to_multiple_of_4(data: bytes | memoryview) -> bytes | memoryview:
     return data if remainder == 0 else bytes(data) + bytes(4 - remainder)
 
 
-def _device_dtype(entry: Mapping[str, Any]) -> np.dtype:
-    """The dtype of a tensor in GPU memory: the manifest's ``device_dtype`` (int64, int16,
-    int8 -> int32; uint16, uint8, bool -> uint32; float16, float64 -> float32), or
-    the same mapping for bundles written before that field existed."""
-    dtype = entry["dtype"]
-    return np.dtype(entry.get("device_dtype", _DEFAULT_DEVICE_DTYPES.get(dtype, dtype)))
+def _device_dtype(dtype_entry: Mapping[str, Any]) -> np.dtype:
+    """The dtype a tensor has in GPU memory, from its entry in the manifest's ``dtypes``
+    table (int64, int16, int8 -> int32; uint16, uint8, bool -> uint32; float16, float64 ->
+    float32)."""
+    return np.dtype(dtype_entry["device_dtype"])
 
 
-#: ``device_dtype`` by ``dtype`` where they differ (relaxweb/bundle.py DEVICE_DTYPES).
-_DEFAULT_DEVICE_DTYPES = {
-    "int64": "int32", "int16": "int32", "int8": "int32", "uint16": "uint32", "uint8": "uint32",
-    "float16": "float32", "float64": "float32", "bool": "uint32",
-}
-
-
-def _to_device(name: str, array: np.ndarray, device_dtype: np.dtype) -> np.ndarray:
-    """An input as the GPU holds it; an int64 value outside the int32 range is an error
-    (narrower ints always fit; float64 values are rounded to float32, beyond its range to
-    infinity)."""
+def _to_device(name: str, array: np.ndarray, dtype_entry: Mapping[str, Any]) -> np.ndarray:
+    """An input as the GPU holds it; an integer value outside the range of a narrower device
+    dtype (int64 on an int32 device) is an error (narrower ints always fit; float64 values
+    are rounded to float32, beyond its range to infinity)."""
+    device_dtype = _device_dtype(dtype_entry)
     if array.dtype == device_dtype:
         return array
-    if array.dtype == np.int64 and array.size:
+    narrowed = dtype_entry["device_bytes"] < dtype_entry["bytes"]
+    if dtype_entry["kind"] in ("int", "uint") and narrowed and array.size:
         info = np.iinfo(device_dtype)
         outside = (array < info.min) | (array > info.max)
         if outside.any():
             position = tuple(int(i) for i in np.argwhere(outside)[0])
             raise InputShapeError(
                 f"input '{name}': value {int(array[position])} at index {list(position)} does not fit in "
-                f"{device_dtype} (int64 tensors are {device_dtype} on the GPU)"
+                f"{device_dtype} ({array.dtype} tensors are {device_dtype} on the GPU)"
             )
     with np.errstate(over="ignore"):
         return np.asarray(array.astype(device_dtype), order="C")
@@ -450,7 +444,7 @@ class Session:
 
         output_shapes = self.host.output_shapes()
         output_byte_sizes = [
-            int(np.prod(shape, dtype=np.int64)) * _device_dtype(output).itemsize
+            int(np.prod(shape, dtype=np.int64)) * self._dtype_entry(output)["device_bytes"]
             for shape, output in zip(output_shapes, self.manifest["outputs"])
         ]
         self._grow_readback_buffers(output_byte_sizes)
@@ -488,8 +482,12 @@ class Session:
                     f"expected {len(entry['shape'])} ({self._describe_input(entry)})"
                 )
             # Not np.ascontiguousarray: it turns a 0-d array (a scalar input) into a 1-d one.
-            arrays.append(_to_device(name, np.asarray(value, order="C"), _device_dtype(entry)))
+            arrays.append(_to_device(name, np.asarray(value, order="C"), self._dtype_entry(entry)))
         return arrays
+
+    def _dtype_entry(self, tensor: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The manifest's ``dtypes`` entry of an input's or output's dtype."""
+        return self.manifest["dtypes"][tensor["dtype"]]
 
     @staticmethod
     def _describe_input(entry: Mapping[str, Any]) -> str:
@@ -693,7 +691,7 @@ class Session:
         results = {}
         for index, output in enumerate(self.manifest["outputs"]):
             dtype = np.dtype(output["dtype"])
-            stored = _device_dtype(output)
+            stored = _device_dtype(self._dtype_entry(output))
             byte_size = output_byte_sizes[index]
             if byte_size == 0:
                 results[output["name"]] = np.zeros(output_shapes[index], dtype=dtype)

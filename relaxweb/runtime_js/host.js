@@ -5,6 +5,9 @@
 // docs/bundle-format.md ("host.wasm", and "Values read back" for read records, read
 // values and resume()).
 
+/** The bundle format version this runtime reads (the manifest's `version`). */
+export const FORMAT_VERSION = 2;
+
 /** Opcode of a command record: dispatch `call_sites[callSite]` over a workgroup grid. */
 export const OPCODE_DISPATCH = 1;
 /** Opcode of a command record: read an i32 back from a storage (always a list's last record). */
@@ -39,11 +42,11 @@ const ALSO_ACCEPTED = {
   float16: /** @type {any} */ (globalThis).Float16Array ? [/** @type {any} */ (globalThis).Float16Array] : [],
 };
 
-/** The device dtype of each dtype that differs from it on the GPU (relaxweb/bundle.py DEVICE_DTYPES). */
-const DEVICE_DTYPES = /** @type {Record<string, string>} */ ({
-  int64: "int32", int16: "int32", int8: "int32", uint16: "uint32", uint8: "uint32",
-  float16: "float32", float64: "float32", bool: "uint32",
-});
+/**
+ * A dtype's entry in the manifest's `dtypes` table (docs/bundle-format.md): its bytes per
+ * element in the model, its kind, and the dtype (and bytes) it has in GPU memory.
+ * @typedef {{bytes: number, kind: "float"|"int"|"uint"|"bool", device_dtype: string, device_bytes: number}} DtypeInfo
+ */
 
 const halfView = new DataView(new ArrayBuffer(4));
 
@@ -93,41 +96,45 @@ export function floatToHalfBits(value) {
 }
 
 /**
- * The dtype a tensor has in GPU memory (WGSL has no 64-bit integers and no bool buffers):
- * the manifest's `device_dtype`, or its `dtype` for bundles written before that field.
- * @param {{dtype: string, device_dtype?: string}} spec
- * @returns {string}
+ * The entry of a tensor's dtype in the manifest's `dtypes` table.
+ * @param {any} manifest
+ * @param {{name: string, dtype: string}} spec an input, output or weight of the manifest
+ * @returns {DtypeInfo}
  */
-export function deviceDtype(spec) {
-  return spec.device_dtype ?? DEVICE_DTYPES[spec.dtype] ?? spec.dtype;
+export function dtypeInfo(manifest, spec) {
+  const info = manifest.dtypes?.[spec.dtype];
+  if (!info) throw new Error(`the manifest's dtypes table has no entry for ${spec.dtype} (the dtype of '${spec.name}')`);
+  return info;
 }
 
 /**
- * An input's data as the GPU holds it: int64 -> int32 (an InputShapeError naming the input
- * when a value does not fit), bool -> uint32 0/1, float16 (Uint16Array bits or Float16Array)
- * and float64 -> float32 (rounded), int8/int16 -> int32, uint8/uint16 -> uint32; float32,
- * int32 and uint32 unchanged.
- * @param {{name: string, dtype: string, device_dtype?: string}} spec
+ * An input's data as the GPU holds it (`info.device_dtype`): int64 -> int32 (an
+ * InputShapeError naming the input when a value does not fit), bool -> uint32 0/1, float16
+ * (Uint16Array bits or Float16Array) and float64 -> float32 (rounded), int8/int16 -> int32,
+ * uint8/uint16 -> uint32; float32, int32 and uint32 unchanged.
+ * @param {{name: string, dtype: string}} spec
+ * @param {DtypeInfo} info the dtype's entry in the manifest (dtypeInfo)
  * @param {ArrayBufferView & {length: number}} data already checked by checkInputs
  * @returns {ArrayBufferView}
  */
-export function toDeviceData(spec, data) {
-  const target = deviceDtype(spec);
+export function toDeviceData(spec, info, data) {
+  const target = info.device_dtype;
   if (target === spec.dtype || data instanceof Int32Array && target === "int32") return data;
   if (data instanceof BigInt64Array) {
+    // a 64-bit integer on a 32-bit device: every value must fit
     const converted = new Int32Array(data.length);
     for (let i = 0; i < data.length; i++) {
       const value = data[i];
       if (value < -2147483648n || value > 2147483647n) {
         throw new InputShapeError(
-          `input '${spec.name}': value ${value} at flat index ${i} does not fit in int32 (int64 tensors are int32 on the GPU)`,
+          `input '${spec.name}': value ${value} at flat index ${i} does not fit in ${target} (${spec.dtype} tensors are ${target} on the GPU)`,
         );
       }
       converted[i] = Number(value);
     }
     return converted;
   }
-  if (spec.dtype === "bool") {
+  if (info.kind === "bool") {
     const converted = new Uint32Array(data.length);
     const bytes = /** @type {Uint8Array} */ (data);
     for (let i = 0; i < bytes.length; i++) converted[i] = bytes[i] !== 0 ? 1 : 0;
@@ -143,33 +150,25 @@ export function toDeviceData(spec, data) {
 }
 
 /**
- * An output read back from the GPU, in its model dtype: int32 -> BigInt64Array for int64,
- * uint32 -> Uint8Array (0/1) for bool, float32 -> Uint16Array of half bits for float16
- * (rounded to nearest even) and Float64Array for float64, int32 -> Int8Array/Int16Array and
- * uint32 -> Uint8Array/Uint16Array (the low bits, like numpy's astype).
- * @param {{dtype: string, device_dtype?: string}} spec
+ * An output read back from the GPU (held as `info.device_dtype`), in its model dtype: int32
+ * -> BigInt64Array for int64, uint32 -> Uint8Array (0/1) for bool, float32 -> Uint16Array of
+ * half bits for float16 (rounded to nearest even) and Float64Array for float64, int32 ->
+ * Int8Array/Int16Array and uint32 -> Uint8Array/Uint16Array (the low bits, like numpy's astype).
+ * @param {{dtype: string}} spec
+ * @param {DtypeInfo} info the dtype's entry in the manifest (dtypeInfo)
  * @param {ArrayBuffer} bytes the output's bytes as the GPU holds them
  * @returns {ArrayBufferView & {length: number}}
  */
-export function fromDeviceData(spec, bytes) {
-  const stored = new (TYPED_ARRAY_OF_DTYPE[/** @type {"float32"} */ (deviceDtype(spec))])(bytes);
+export function fromDeviceData(spec, info, bytes) {
+  const stored = new (TYPED_ARRAY_OF_DTYPE[/** @type {"float32"} */ (info.device_dtype)])(bytes);
+  if (spec.dtype === info.device_dtype) return stored;
+  if (info.kind === "bool") return Uint8Array.from(stored, (v) => (v !== 0 ? 1 : 0));
   if (spec.dtype === "int64") return BigInt64Array.from(/** @type {Int32Array} */ (stored), (v) => BigInt(v));
-  if (spec.dtype === "bool") return Uint8Array.from(stored, (v) => (v !== 0 ? 1 : 0));
   if (spec.dtype === "float16") return Uint16Array.from(stored, floatToHalfBits);
-  if (spec.dtype === deviceDtype(spec)) return stored;
   // float32 -> Float64Array; int32 -> Int8Array/Int16Array, uint32 -> Uint8Array/Uint16Array
   // keep the low bits, like numpy's astype.
   const modelClass = TYPED_ARRAY_OF_DTYPE[/** @type {"float32"} */ (spec.dtype)];
   return modelClass.from(/** @type {ArrayLike<number>} */ (stored));
-}
-
-/**
- * Bytes per element of a tensor in GPU memory.
- * @param {{dtype: string, device_dtype?: string}} spec
- * @returns {number}
- */
-export function deviceElementBytes(spec) {
-  return TYPED_ARRAY_OF_DTYPE[/** @type {"float32"} */ (deviceDtype(spec))].BYTES_PER_ELEMENT;
 }
 
 /**

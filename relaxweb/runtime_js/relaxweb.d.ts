@@ -20,17 +20,27 @@ export interface Tensor {
   shape: number[];
 }
 
-/** An input or output as the manifest describes it; shape entries may be symbolic ("batch * 4"). */
+/**
+ * An input or output as the manifest describes it; shape entries may be symbolic ("batch * 4").
+ * How the GPU holds it is the manifest's `dtypes[dtype]` (a DtypeInfo).
+ */
 export interface TensorSpec {
   name: string;
   dtype: "float32" | "float64" | "float16" | "int32" | "int16" | "int8" | "uint32" | "uint16" | "uint8" | "int64" | "bool" | string;
-  /**
-   * The dtype in GPU memory: "int32" for int64/int16/int8, "uint32" for uint16/uint8/bool,
-   * "float32" for float16/float64, else `dtype`.
-   */
-  device_dtype?: string;
   shape: (number | string)[];
   storage: number;
+}
+
+/**
+ * A dtype's entry in the manifest's `dtypes` table: bytes per element in the model, its kind,
+ * and the dtype it has in GPU memory ("int32" for int64/int16/int8, "uint32" for
+ * uint16/uint8/bool, "float32" for float16/float64, else the dtype itself) with its bytes.
+ */
+export interface DtypeInfo {
+  bytes: number;
+  kind: "float" | "int" | "uint" | "bool";
+  device_dtype: "float32" | "int32" | "uint32";
+  device_bytes: number;
 }
 
 /** A symbolic var; `bound` is the bound in effect (the build's, or a tighter one from `load`), null for none. */
@@ -106,8 +116,9 @@ export class Model {
 
 /**
  * Fetch a bundle (its folder URL, or its manifest.json), verify its weights, set up WebGPU.
- * Rejects when WebGPU, a required feature (`required_features`) or a required limit is
- * missing (one message naming each, with the needed and offered values), a shard is
- * corrupt, or a kernel does not compile.
+ * Rejects when the bundle has another format version than this runtime's (rebuild it), when
+ * WebGPU, a required feature (`required_features`) or a required limit is missing (one
+ * message naming each, with the needed and offered values), a shard is corrupt, or a kernel
+ * does not compile.
  */
 export function load(url: string | URL, options?: LoadOptions): Promise<Model>;

@@ -6,8 +6,8 @@
 //   const { y } = await model.run({ x: { data: new Float32Array(64), shape: [1, 64] } });
 
 import {
-  Host, InputShapeError, TYPED_ARRAY_OF_DTYPE, OPCODE_DISPATCH, OPCODE_READ, checkInputs,
-  deviceElementBytes, deviceShortfalls, fromDeviceData, loadTimeLimits, storageSizeProblem, toDeviceData,
+  FORMAT_VERSION, Host, InputShapeError, TYPED_ARRAY_OF_DTYPE, OPCODE_DISPATCH, OPCODE_READ, checkInputs,
+  deviceShortfalls, dtypeInfo, fromDeviceData, loadTimeLimits, storageSizeProblem, toDeviceData,
 } from "./host.js";
 
 export { InputShapeError };
@@ -28,7 +28,7 @@ export const DEFAULT_CACHE_NAME = "relaxweb";
 
 /**
  * A run's outputs, copied into one mappable buffer by its last submit.
- * @typedef {{buffer: GPUBuffer, outputs: {name: string, dtype: string, device_dtype?: string, shape: number[], offset: number, bytes: number, storage: number}[]}} Readback
+ * @typedef {{buffer: GPUBuffer, outputs: {name: string, dtype: string, info: import("./host.js").DtypeInfo, shape: number[], offset: number, bytes: number, storage: number}[]}} Readback
  */
 
 /** GPU buffer usages (the GPUBufferUsage flags, spelled out so that Node can import this file). */
@@ -44,13 +44,19 @@ const COMPUTE_STAGE = 0x4;
 export async function load(url, { bounds, onProgress, device, cache } = {}) {
   const manifestUrl = resolveManifestUrl(url);
   const manifest = await (await fetchOk(manifestUrl)).json();
-  if (manifest.format !== "relaxweb-bundle" || manifest.version !== 1) {
-    throw new Error(`${manifestUrl} is not a version 1 relaxweb bundle manifest`);
+  if (manifest.format !== "relaxweb-bundle") {
+    throw new Error(`${manifestUrl} is not a relaxweb bundle manifest`);
+  }
+  if (manifest.version !== FORMAT_VERSION) {
+    throw new Error(
+      `${manifestUrl} has bundle format version ${manifest.version}; this runtime reads version ${FORMAT_VERSION} (rebuild the bundle with this relaxweb)`,
+    );
   }
   for (const tensor of [...manifest.inputs, ...manifest.outputs]) {
     if (!(tensor.dtype in TYPED_ARRAY_OF_DTYPE)) {
       throw new Error(`'${tensor.name}' has dtype ${tensor.dtype}, which this runtime does not support`);
     }
+    dtypeInfo(manifest, tensor); // the manifest says how the GPU holds it
   }
   const fileUrl = (/** @type {string} */ file) => new URL(file, manifestUrl);
 
@@ -157,10 +163,12 @@ export class Model {
   async run(inputs) {
     if (this.unusableReason) throw new Error(`cannot run: ${this.unusableReason}`);
     const shapes = checkInputs(this.manifest, inputs);
-    // As the GPU holds them: int64 -> int32 (range-checked), bool -> uint32.
+    // As the GPU holds them (the manifest's dtypes): int64 -> int32 (range-checked), bool -> uint32 ...
     /** @type {Record<string, any>} */
-    const deviceInputs = Object.fromEntries(this.manifest.inputs.map((/** @type {any} */ spec) =>
-      [spec.name, { data: toDeviceData(spec, inputs[spec.name].data), shape: inputs[spec.name].shape }]));
+    const deviceInputs = Object.fromEntries(this.manifest.inputs.map((/** @type {any} */ spec) => {
+      const data = toDeviceData(spec, dtypeInfo(this.manifest, spec), inputs[spec.name].data);
+      return [spec.name, { data, shape: inputs[spec.name].shape }];
+    }));
     const previous = this.turn;
     /** @type {() => void} */
     let endTurn = () => {};
@@ -377,8 +385,9 @@ export class Model {
     let offset = 0;
     const outputs = manifest.outputs.map((/** @type {any} */ spec, /** @type {number} */ k) => {
       const shape = outputShapes[k];
-      const bytes = shape.reduce((a, b) => a * b, 1) * deviceElementBytes(spec);
-      const output = { name: spec.name, dtype: spec.dtype, device_dtype: spec.device_dtype, shape, offset, bytes, storage: spec.storage };
+      const info = dtypeInfo(manifest, spec);
+      const bytes = shape.reduce((a, b) => a * b, 1) * info.device_bytes;
+      const output = { name: spec.name, dtype: spec.dtype, info, shape, offset, bytes, storage: spec.storage };
       offset += Math.ceil(bytes / 4) * 4;
       return output;
     });
@@ -403,8 +412,8 @@ export class Model {
       /** @type {Record<string, Tensor>} */
       const result = {};
       for (const output of outputs) {
-        const { name, shape, offset, bytes } = output;
-        result[name] = { data: fromDeviceData(output, mapped.slice(offset, offset + bytes)), shape };
+        const { name, info, shape, offset, bytes } = output;
+        result[name] = { data: fromDeviceData(output, info, mapped.slice(offset, offset + bytes)), shape };
       }
       buffer.unmap();
       return result;

@@ -19,12 +19,12 @@ import wasmtime
 from ..ir.host import (
     HostBind, HostCheck, HostDispatch, HostFunction, HostIf, HostOutputShape, HostRead, ShapeCheck,
 )
+from ..ir.params_block import FIELD_BYTES, PARAMS_SLOT
 from ..ir.symbolic import (
     Add, FloorDiv, FloorMod, IntImm, Max, Min, Mul, PrimExpr, SizeVar, Sub, format_expr, free_var_names,
 )
 
 MAX_RANK = 8
-PARAMS_SLOT = 256  # minUniformBufferOffsetAlignment's WebGPU default
 MAX_WORKGROUPS = 65535  # maxComputeWorkgroupsPerDimension's WebGPU default
 
 _TEMPLATES = jinja2.Environment(
@@ -135,7 +135,8 @@ class _StepEmitter:
             site = self.call_sites[index]
             base = self.layout.params + index * PARAMS_SLOT
             lines = [f"{indent};; call site {index}: {site.note}"]
-            lines += [f"{indent}(i32.store (i32.const {base + 4 * f}) (i32.wrap_i64 {wat(value)}))" for f, value in enumerate(site.values)]
+            lines += [f"{indent}(i32.store (i32.const {base + FIELD_BYTES * f}) (i32.wrap_i64 {wat(value)}))"
+                      for f, value in enumerate(site.values)]
             lines.append(f"{indent}(call $dispatch (i32.const {index}) {wat(site.element_count)})")
             return lines
         if isinstance(step, HostBind):

@@ -13,34 +13,68 @@ from __future__ import annotations
 
 from typing import Callable
 
+from ..ir.dtype import DtypeKind, dtype_info
 from ..ir.symbolic import FloorDiv, FloorMod, IntImm, PrimExpr, SizeVar, simplify
 from ..ir.tir import (
-    COMPARE_OPS, Binary, Buffer, Cast, Compare, FloatImm, Gather, IndexValue, Load, Reduce, ScalarExpr, Select,
-    TensorProgram, Unary, scalar_children, scalar_dtype,
+    Binary, BinaryOp, Buffer, Cast, Compare, CompareOp, FloatImm, Gather, IndexValue, Load, Reduce, ReduceCombiner,
+    ScalarExpr, Select, TensorProgram, Unary, UnaryOp, scalar_children, scalar_dtype,
 )
 from .lower_index import Constant, IndexLowering, render_wgsl
 
-# Storage types of buffer elements. WGSL has no 64-bit integers: int64 tensors live on the
-# device as i32 (the runtimes check the range at the boundary) and bool tensors as u32 0/1.
-# The device dtype of each tensor dtype (relaxweb/bundle.py DEVICE_DTYPES): float16 and
-# float64 are f32, narrow ints and int64 are i32 / u32, bool is u32 0/1.
-WGSL_TYPES = {
-    "float32": "f32", "float16": "f32", "float64": "f32",
-    "int32": "i32", "int16": "i32", "int8": "i32", "int64": "i32",
-    "uint32": "u32", "uint16": "u32", "uint8": "u32", "bool": "u32",
-}
-# Types of values in registers: a bool is a WGSL bool (a load converts, a store selects 0u/1u).
-SCALAR_TYPES = {**WGSL_TYPES, "bool": "bool"}
-# Identities of max / min (an empty range reduces to them, as ONNX wants: -inf / +inf for
-# floats).  WGSL has no infinity literal and Tint rejects a constant expression that makes
-# one, so the float identities are bit casts of a value the compiler cannot fold: the
-# params block's first field, masked to zero.  A float max / min still takes its first
-# element as the start (see combine), so a non-empty row never depends on them.
+# The WGSL type of each device dtype (``relaxweb/ir/dtype.py`` says which device dtype a
+# tensor dtype has: int64 is int32 on the device, bool uint32 0/1, float16 float32 ...).
+WGSL_TYPES = {"float32": "f32", "int32": "i32", "uint32": "u32"}
+# Identities of max / min of the device dtypes (an empty range reduces to them, as ONNX
+# wants: -inf / +inf for floats).  WGSL has no infinity literal and Tint rejects a constant
+# expression that makes one, so the float identities are bit casts of a value the compiler
+# cannot fold: the params block's first field, masked to zero.  A float max / min still
+# takes its first element as the start (see combine), so a non-empty row never depends on
+# them.  Narrower integer dtypes start from their own extremes (reduce_identity).
 _RUNTIME_ZERO = "(u32(params.element_count) & 0u)"
-LOWEST = {"float32": f"bitcast<f32>(0xff800000u | {_RUNTIME_ZERO})", "int32": "i32(-2147483648)",
-          "int64": "i32(-2147483648)", "uint32": "0u"}
-HIGHEST = {"float32": f"bitcast<f32>(0x7f800000u | {_RUNTIME_ZERO})", "int32": "2147483647",
-           "int64": "2147483647", "uint32": "4294967295u"}
+LOWEST = {"float32": f"bitcast<f32>(0xff800000u | {_RUNTIME_ZERO})", "int32": "i32(-2147483648)", "uint32": "0u"}
+HIGHEST = {"float32": f"bitcast<f32>(0x7f800000u | {_RUNTIME_ZERO})", "int32": "2147483647", "uint32": "4294967295u"}
+
+# How each op of the scalar IR is written in WGSL, from its operands' WGSL text.  Every op
+# has an entry (tests/test_scalar_expr.py checks): an op without one is an error, never a guess.
+BINARY_RENDERINGS: dict[BinaryOp, Callable[[str, str], str]] = {
+    BinaryOp.ADD: lambda a, b: f"({a} + {b})",
+    BinaryOp.SUBTRACT: lambda a, b: f"({a} - {b})",
+    BinaryOp.MULTIPLY: lambda a, b: f"({a} * {b})",
+    BinaryOp.DIVIDE: lambda a, b: f"({a} / {b})",
+    BinaryOp.MAXIMUM: lambda a, b: f"max({a}, {b})",
+    BinaryOp.MINIMUM: lambda a, b: f"min({a}, {b})",
+    BinaryOp.POWER: lambda a, b: f"pow({a}, {b})",  # undefined for a negative base (WGSL spec)
+}
+UNARY_RENDERINGS: dict[UnaryOp, Callable[[str], str]] = {
+    UnaryOp.NEGATIVE: lambda a: f"(-{a})",
+    UnaryOp.SIGMOID: lambda a: f"(1.0 / (1.0 + exp(-{a})))",
+    # exponent all ones and a non-zero mantissa (WGSL lets compilers assume x == x)
+    UnaryOp.IS_NAN: lambda a: f"((bitcast<u32>({a}) & 0x7fffffffu) > 0x7f800000u)",
+    # WGSL built-ins of the same name
+    **{op: (lambda name: lambda a: f"{name}({a})")(op.value) for op in (
+        UnaryOp.EXP, UnaryOp.TANH, UnaryOp.SQRT, UnaryOp.LOG, UnaryOp.FLOOR, UnaryOp.CEIL, UnaryOp.ROUND,
+        UnaryOp.SIN, UnaryOp.COS, UnaryOp.TAN, UnaryOp.ASIN, UnaryOp.ACOS, UnaryOp.ATAN, UnaryOp.ASINH,
+        UnaryOp.ACOSH, UnaryOp.ATANH,
+    )},
+}
+COMPARE_RENDERINGS: dict[CompareOp, str] = {
+    CompareOp.LT: "<", CompareOp.LE: "<=", CompareOp.GT: ">", CompareOp.GE: ">=", CompareOp.EQ: "==", CompareOp.NE: "!=",
+}
+# accumulator, value -> the accumulator combined with the value
+COMBINER_RENDERINGS: dict[ReduceCombiner, Callable[[str, str], str]] = {
+    ReduceCombiner.SUM: lambda accumulator, value: f"{accumulator} + {value}",
+    ReduceCombiner.PROD: lambda accumulator, value: f"{accumulator} * {value}",
+    ReduceCombiner.MAX: lambda accumulator, value: f"max({accumulator}, {value})",
+    ReduceCombiner.MIN: lambda accumulator, value: f"min({accumulator}, {value})",
+}
+
+
+def rendering(table: dict, op):
+    """The entry of ``op`` in one of the tables above; a missing op is an error."""
+    try:
+        return table[op]
+    except KeyError:
+        raise NotImplementedError(f"the WGSL backend has no rendering of {type(op).__name__}.{op.name}") from None
 
 # WGSL's keywords and reserved words (spec, "Keyword and reserved word list"), plus the
 # predeclared type names and our own field name; a model's size variable with one of these
@@ -75,10 +109,8 @@ def wgsl_name(name: str) -> str:
 
 
 def storage_type(dtype: str) -> str:
-    try:
-        return WGSL_TYPES[dtype]
-    except KeyError:
-        raise NotImplementedError(f"dtype {dtype} has no WGSL type in relaxweb yet") from None
+    """The WGSL type of a buffer element of ``dtype`` (its device dtype's)."""
+    return WGSL_TYPES[dtype_info(dtype).device.name]
 
 
 class Emitter:
@@ -203,43 +235,34 @@ class Emitter:
         if isinstance(expr, IndexValue):
             return self.index(expr.value)
         if isinstance(expr, Cast):
-            # Like numpy's astype: narrow ints keep their low bits (floats truncated toward
-            # zero first), float16 rounds to half precision; the value stays in 32 bits.
-            value = self.scalar(expr.a, indent)
-            bits = {"int8": 8, "int16": 16, "uint8": 8, "uint16": 16}.get(expr.dtype)
-            if bits is not None:
-                whole = f"i32({value})" if scalar_dtype(expr.a).startswith("float") else value
-                return f"extractBits({_scalar_type(expr.dtype)}({whole}), 0u, {bits}u)"
-            if expr.dtype == "float16":
-                return f"unpack2x16float(pack2x16float(vec2<f32>(f32({value}), 0.0))).x"
-            return f"{_scalar_type(expr.dtype)}({value})"
+            return self.cast(expr, indent)
         if isinstance(expr, Compare):
             a, b = self.scalar(expr.a, indent), self.scalar(expr.b, indent)
-            return f"({a} {COMPARE_OPS[expr.op]} {b})"
+            return f"({a} {rendering(COMPARE_RENDERINGS, expr.op)} {b})"
         if isinstance(expr, Select):
             return self.select(expr, indent)
         if isinstance(expr, Binary):
             a, b = self.scalar(expr.a, indent), self.scalar(expr.b, indent)
-            infix = {"add": "+", "subtract": "-", "multiply": "*", "divide": "/"}
-            if expr.op in infix:
-                return f"({a} {infix[expr.op]} {b})"
-            if expr.op == "power":
-                return f"pow({a}, {b})"  # undefined for a negative base (WGSL spec)
-            return f"{'max' if expr.op == 'maximum' else 'min'}({a}, {b})"
+            return rendering(BINARY_RENDERINGS, expr.op)(a, b)
         if isinstance(expr, Unary):
-            a = self.scalar(expr.a, indent)
-            if expr.op == "negative":
-                return f"(-{a})"
-            if expr.op == "sigmoid":
-                return f"(1.0 / (1.0 + exp(-{a})))"
-            if expr.op == "is_nan":  # exponent all ones and a non-zero mantissa
-                return f"((bitcast<u32>({a}) & 0x7fffffffu) > 0x7f800000u)"
-            return f"{expr.op}({a})"
+            return rendering(UNARY_RENDERINGS, expr.op)(self.scalar(expr.a, indent))
         if isinstance(expr, Reduce):
             if self.cooperative is not None and len(self.scopes) == 1:
                 return self.cooperative(expr, indent)
             return self.reduce(expr, indent)
         raise TypeError(f"cannot emit {type(expr).__name__}")
+
+    def cast(self, expr: Cast, indent: str) -> str:
+        """Like numpy's astype, in 32 bits: a dtype narrower than its device dtype keeps its
+        low bits (a float truncated toward zero first), float16 rounds to half precision."""
+        value = self.scalar(expr.a, indent)
+        target = dtype_info(expr.dtype)
+        if target.is_integer and target.bytes < target.device_bytes:
+            whole = f"i32({value})" if dtype_info(scalar_dtype(expr.a)).is_float else value
+            return f"extractBits({_scalar_type(expr.dtype)}({whole}), 0u, {8 * target.bytes}u)"
+        if target.is_float and target.bytes < target.device_bytes:  # float16
+            return f"unpack2x16float(pack2x16float(vec2<f32>(f32({value}), 0.0))).x"
+        return f"{_scalar_type(expr.dtype)}({value})"
 
     def gather(self, expr: Gather, indent: str) -> str:
         """An indirect load: run-time indices (i32) are clamped into their dimension."""
@@ -295,22 +318,34 @@ class Emitter:
         return name
 
 
-def combine(combiner: str, dtype: str, accumulator: str, value: str, first: str) -> str:
+def combine(combiner: ReduceCombiner, dtype: str, accumulator: str, value: str, first: str) -> str:
     """``accumulator`` combined with ``value``; a float max / min takes the value as it is
     where ``first`` (a WGSL bool) holds, so that infinities need no constant."""
-    if combiner in ("sum", "prod"):
-        return f"{accumulator} {'+' if combiner == 'sum' else '*'} {value}"
-    update = f"{combiner}({accumulator}, {value})"
-    if dtype.startswith("float"):
+    update = rendering(COMBINER_RENDERINGS, combiner)(accumulator, value)
+    if combiner in (ReduceCombiner.MAX, ReduceCombiner.MIN) and dtype_info(dtype).is_float:
         update = f"select({update}, {value}, {first})"
     return update
 
 
-def reduce_identity(combiner: str, dtype: str) -> str:
-    """The WGSL start value of a reduction (an empty range reduces to it)."""
-    if combiner in ("sum", "prod"):
-        return literal(0 if combiner == "sum" else 1, dtype)
-    return (LOWEST if combiner == "max" else HIGHEST).get(dtype, literal(0, dtype))
+def reduce_identity(combiner: ReduceCombiner, dtype: str) -> str:
+    """The WGSL start value of a reduction (an empty range reduces to it): 0 for sum, 1 for
+    prod, the lowest (highest) value of the dtype for max (min)."""
+    if combiner is ReduceCombiner.SUM:
+        return literal(0, dtype)
+    if combiner is ReduceCombiner.PROD:
+        return literal(1, dtype)
+    if combiner not in (ReduceCombiner.MAX, ReduceCombiner.MIN):
+        raise NotImplementedError(f"the WGSL backend has no identity of ReduceCombiner.{combiner.name}")
+    lowest = combiner is ReduceCombiner.MAX
+    info = dtype_info(dtype)
+    if info.is_integer and info.bytes < info.device_bytes:  # int8, uint16 ...: their own range
+        bits = 8 * info.bytes
+        if info.kind is DtypeKind.INT:
+            return literal(-2 ** (bits - 1) if lowest else 2 ** (bits - 1) - 1, dtype)
+        return literal(0 if lowest else 2 ** bits - 1, dtype)
+    if info.kind is DtypeKind.BOOL:
+        return literal(not lowest, dtype)
+    return (LOWEST if lowest else HIGHEST)[info.device.name]
 
 
 def _repeated_subexpressions(body: ScalarExpr) -> set[ScalarExpr]:
@@ -331,38 +366,39 @@ def _repeated_subexpressions(body: ScalarExpr) -> set[ScalarExpr]:
 
 def _from_storage(dtype: str, element: str) -> str:
     """The register value of a loaded buffer element (a bool is stored as u32 0/1)."""
-    return f"({element} != 0u)" if dtype == "bool" else element
+    return f"({element} != 0u)" if dtype_info(dtype).kind is DtypeKind.BOOL else element
 
 
 def to_storage(dtype: str, value: str) -> str:
     """The buffer element storing a register value (a bool becomes u32 0/1)."""
-    return f"select(0u, 1u, {value})" if dtype == "bool" else value
+    return f"select(0u, 1u, {value})" if dtype_info(dtype).kind is DtypeKind.BOOL else value
 
 
 def _scalar_type(dtype: str) -> str:
-    try:
-        return SCALAR_TYPES[dtype]
-    except KeyError:
-        raise NotImplementedError(f"dtype {dtype} has no WGSL type in relaxweb yet") from None
+    """The WGSL type of a value of ``dtype`` in registers: a bool is a WGSL ``bool`` (a load
+    converts, a store selects 0u / 1u), every other dtype its device dtype's type."""
+    return "bool" if dtype_info(dtype).kind is DtypeKind.BOOL else storage_type(dtype)
 
 
 def literal(value: float, dtype: str) -> str:
-    """A WGSL constant of ``dtype``."""
-    if dtype in ("float32", "float16", "float64"):  # all f32 on the device
+    """A WGSL constant of ``dtype`` (in its device dtype)."""
+    info = dtype_info(dtype)
+    if not info.on_gpu:
+        raise NotImplementedError(f"dtype {dtype} has no GPU representation")
+    if info.kind is DtypeKind.FLOAT:
         text = repr(float(value))
         if text in ("inf", "-inf", "nan"):
             raise ValueError(f"WGSL has no literal for {text}")
         return text if "e" in text or "." in text else text + ".0"
-    if dtype == "int64":  # int64 values are i32 on the device: saturate (e.g. INT64_MAX sentinels)
+    if info.kind is DtypeKind.INT and info.narrowed_on_device:
+        # int64 values are i32 on the device: saturate (e.g. INT64_MAX sentinels)
         value = min(max(int(value), -2**31), 2**31 - 1)
         return f"{value}" if value >= 0 else f"i32({value})"
-    if dtype in ("int32", "int16", "int8"):
+    if info.kind is DtypeKind.INT:
         return f"{int(value)}" if int(value) >= 0 else f"({int(value)})"
-    if dtype in ("uint32", "uint16", "uint8"):
+    if info.kind is DtypeKind.UINT:
         return f"{int(value)}u"
-    if dtype == "bool":
-        return "true" if value else "false"
-    raise NotImplementedError(f"dtype {dtype} has no WGSL type in relaxweb yet")
+    return "true" if value else "false"
 
 
 def _unwrapped(text: str) -> str:

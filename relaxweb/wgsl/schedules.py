@@ -29,13 +29,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
+from ..ir.dtype import dtype_info
 from ..ir.launch import VECTOR, matmul_extents, matmul_info, vector_access
 from ..ir.pattern import top_level_reductions
 from ..ir.schedule import (
     WORKGROUP_SIZE, ElementSchedule, Schedule, TiledMatmulSchedule, VectorizedSchedule, WorkgroupReductionSchedule,
 )
 from ..ir.symbolic import SizeVar, product, simplify
-from ..ir.tir import FloatImm, Load, Reduce, ScalarExpr, TensorProgram, scalar_dtype
+from ..ir.tir import FloatImm, Load, Reduce, ReduceCombiner, ScalarExpr, TensorProgram, scalar_dtype
 from .emit import Emitter, combine, literal, reduce_identity, storage_type, to_storage, wgsl_name
 from .lower_index import IndexOp
 
@@ -114,7 +115,7 @@ def render_workgroup_reduction(program: TensorProgram, schedule: WorkgroupReduct
         out.append(f"{indent}  {accumulator} = {combine(expr.combiner, dtype, accumulator, value, f'first_{axis}')};")
         out.append(f"{indent}  first_{axis} = false;")
         out.append(f"{indent}}}")
-        if expr.combiner in ("max", "min") and dtype.startswith("float"):
+        if expr.combiner in (ReduceCombiner.MAX, ReduceCombiner.MIN) and dtype_info(dtype).is_float:
             # an invocation with no element takes element 0 (max and min ignore repeats)
             out.append(f"{indent}if (first_{axis} && {extent} > 0) {{")
             out.append(f"{indent}  let {axis} = 0;")

@@ -2,8 +2,9 @@
 
 A shader is the params block, the bindings, and what the program's schedule renders
 (``schedules.py``): the declarations it needs and ``main``.  Binding layout (the bundle's
-contract, see docs/bundle-format.md): binding 0 is the uniform params block (the invocation
-count, then the program's size variables), then the program's inputs (read-only storage),
+contract, see docs/bundle-format.md): binding 0 is the uniform params block
+(``relaxweb/ir/params_block.py``: the invocation count, then the program's size variables),
+then the program's inputs (read-only storage),
 then its output (read-write storage).  Workgroups are always 64 invocations on a 2-D grid,
 so that more than 65535 workgroups fit.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..ir.launch import workgroup_storage_bytes
+from ..ir.params_block import ELEMENT_COUNT, ParamsLayout
 from ..ir.schedule import ElementSchedule
 from ..ir.tir import TensorProgram, format_scalar, index_var_names
 from .emit import storage_type, wgsl_name
@@ -25,10 +27,19 @@ class ShaderInfo:
     """What the bundle writer needs to know about an emitted shader."""
 
     source: str
-    params_fields: tuple[str, ...]  # i32 slots of the params block, in order (element_count first)
-    params_size: int  # bytes, a multiple of 16
+    params: ParamsLayout  # the params block at binding 0
     bindings: tuple[str, ...]  # WebGPU buffer binding types, binding 0 first
     workgroup_storage_bytes: int = 0  # var<workgroup> memory the schedule uses
+
+    @property
+    def params_fields(self) -> tuple[str, ...]:
+        """The i32 fields of the params block the host writes, in order (element_count first)."""
+        return self.params.fields
+
+    @property
+    def params_size(self) -> int:
+        """Bytes of the params block (a multiple of 16)."""
+        return self.params.size
 
 
 def emit_wgsl(program: TensorProgram) -> ShaderInfo:
@@ -37,16 +48,15 @@ def emit_wgsl(program: TensorProgram) -> ShaderInfo:
     clashes = set(size_vars) & index_var_names(program)
     if clashes:
         raise ValueError(f"{program.name}: size variables {sorted(clashes)} share names with index variables")
-    fields = ["element_count", *size_vars]
-    padded = fields + [f"_pad{i}" for i in range((-len(fields)) % 4)]
+    params = ParamsLayout(tuple(size_vars))
     schedule_note = "" if program.schedule == ElementSchedule() else f" (schedule: {program.schedule})"
     lines = [
         f"// tensor program: {program.name}{schedule_note}",
         f"// {program.output.name}[{', '.join(a.name for a in program.axes)}] = {format_scalar(program.body)}",
         "",
         "struct Params {",
-        "  element_count: i32,",
-        *(f"  {wgsl_name(name)}: i32," for name in padded[1:]),
+        f"  {ELEMENT_COUNT}: i32,",
+        *(f"  {wgsl_name(name)}: i32," for name in (*params.size_vars, *params.padding)),
         "}",
         "",
         "@group(0) @binding(0) var<uniform> params: Params;",
@@ -64,5 +74,4 @@ def emit_wgsl(program: TensorProgram) -> ShaderInfo:
     lines += helper_declarations(rendering.index_helpers)
     lines += rendering.lines
     bindings = ("uniform", *("read-only-storage" for _ in program.inputs), "storage")
-    return ShaderInfo("\n".join(lines) + "\n", tuple(fields), 4 * len(padded), bindings,
-                      workgroup_storage_bytes(program))
+    return ShaderInfo("\n".join(lines) + "\n", params, bindings, workgroup_storage_bytes(program))

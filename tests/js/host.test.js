@@ -11,13 +11,25 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 
 import {
-  Host, InputShapeError, OPCODE_DISPATCH, OPCODE_READ, checkInputs, deviceElementBytes, deviceShortfalls, fromDeviceData,
+  Host, InputShapeError, OPCODE_DISPATCH, OPCODE_READ, checkInputs, deviceShortfalls, dtypeInfo, fromDeviceData,
   floatToHalfBits, halfBitsToFloat, loadTimeLimits, storageSizeProblem, toDeviceData,
 } from "../../relaxweb/runtime_js/host.js";
 
 const REPO_ROOT = fileURLToPath(new URL("../../", import.meta.url));
 const BOUND = 16; // DEFAULT_BOUND of the hand-made bundle
 const WEIGHT_BYTES = 16; // four float32 values
+/** The entries of a manifest's dtypes table (relaxweb/ir/dtype.py) that these tests use. */
+const DTYPES = {
+  float32: { bytes: 4, kind: "float", device_dtype: "float32", device_bytes: 4 },
+  float16: { bytes: 2, kind: "float", device_dtype: "float32", device_bytes: 4 },
+  float64: { bytes: 8, kind: "float", device_dtype: "float32", device_bytes: 4 },
+  int64: { bytes: 8, kind: "int", device_dtype: "int32", device_bytes: 4 },
+  int16: { bytes: 2, kind: "int", device_dtype: "int32", device_bytes: 4 },
+  int8: { bytes: 1, kind: "int", device_dtype: "int32", device_bytes: 4 },
+  uint16: { bytes: 2, kind: "uint", device_dtype: "uint32", device_bytes: 4 },
+  uint8: { bytes: 1, kind: "uint", device_dtype: "uint32", device_bytes: 4 },
+  bool: { bytes: 1, kind: "bool", device_dtype: "uint32", device_bytes: 4 },
+};
 
 /**
  * Write a hand-made bundle into a fresh temporary folder with the Python fixture.
@@ -173,9 +185,9 @@ test("checkInputs names the input for a missing input, a wrong dtype, rank or le
 });
 
 test("int64 and bool tensors are int32 and uint32 on the GPU, converted at the boundary", () => {
-  const ids = { name: "ids", dtype: "int64", device_dtype: "int32", shape: ["n"] };
-  const mask = { name: "mask", dtype: "bool", device_dtype: "uint32", shape: ["n"] };
-  const manifest = { inputs: [ids, mask] };
+  const ids = { name: "ids", dtype: "int64", shape: ["n"] };
+  const mask = { name: "mask", dtype: "bool", shape: ["n"] };
+  const manifest = { dtypes: DTYPES, inputs: [ids, mask] };
   assert.deepEqual(checkInputs(manifest, {
     ids: { data: new BigInt64Array([1n, -2n]), shape: [2] }, mask: { data: new Uint8Array([0, 5]), shape: [2] },
   }), [[2], [2]]);
@@ -184,16 +196,22 @@ test("int64 and bool tensors are int32 and uint32 on the GPU, converted at the b
   }), [[2], [2]]);
   assert.throws(() => checkInputs(manifest, { ids: { data: new Float32Array(2), shape: [2] }, mask: { data: new Uint8Array(2), shape: [2] } }),
     /input 'ids': expected int64 data \(BigInt64Array or Int32Array\), got Float32Array/);
-  assert.deepEqual(toDeviceData(ids, new BigInt64Array([1n, -2n, 2147483647n])), new Int32Array([1, -2, 2147483647]));
-  assert.throws(() => toDeviceData(ids, new BigInt64Array([0n, 2147483648n])),
+  const idsInfo = dtypeInfo(manifest, ids);
+  const maskInfo = dtypeInfo(manifest, mask);
+  assert.deepEqual(toDeviceData(ids, idsInfo, new BigInt64Array([1n, -2n, 2147483647n])), new Int32Array([1, -2, 2147483647]));
+  assert.throws(() => toDeviceData(ids, idsInfo, new BigInt64Array([0n, 2147483648n])),
     { name: "InputShapeError", message: /input 'ids': value 2147483648 at flat index 1 does not fit in int32/ });
-  assert.throws(() => toDeviceData(ids, new BigInt64Array([-2147483649n])), /input 'ids'/);
-  assert.deepEqual(toDeviceData(mask, new Uint8Array([0, 5, 1])), new Uint32Array([0, 1, 1]));
-  assert.deepEqual(fromDeviceData(ids, new Int32Array([7, -8]).buffer), new BigInt64Array([7n, -8n]));
-  assert.deepEqual(fromDeviceData(mask, new Uint32Array([0, 1]).buffer), new Uint8Array([0, 1]));
-  assert.equal(deviceElementBytes(ids), 4);
-  assert.equal(deviceElementBytes(mask), 4);
-  assert.equal(deviceElementBytes({ dtype: "float32" }), 4);
+  assert.throws(() => toDeviceData(ids, idsInfo, new BigInt64Array([-2147483649n])), /input 'ids'/);
+  assert.deepEqual(toDeviceData(mask, maskInfo, new Uint8Array([0, 5, 1])), new Uint32Array([0, 1, 1]));
+  assert.deepEqual(fromDeviceData(ids, idsInfo, new Int32Array([7, -8]).buffer), new BigInt64Array([7n, -8n]));
+  assert.deepEqual(fromDeviceData(mask, maskInfo, new Uint32Array([0, 1]).buffer), new Uint8Array([0, 1]));
+});
+
+test("dtypeInfo gives a tensor's entry of the manifest's dtypes table, and names a missing one", () => {
+  const manifest = { dtypes: { int64: DTYPES.int64 } };
+  assert.equal(dtypeInfo(manifest, { name: "ids", dtype: "int64" }).device_bytes, 4);
+  assert.throws(() => dtypeInfo(manifest, { name: "x", dtype: "float32" }),
+    /the manifest's dtypes table has no entry for float32 \(the dtype of 'x'\)/);
 });
 
 test("the shard of the hand-made bundle holds its one weight", async () => {
@@ -340,29 +358,28 @@ test("half bits convert both ways, rounding to nearest even", () => {
 });
 
 test("float16, float64 and narrow int data is converted on upload and back on readback", () => {
-  const f16 = { name: "h", dtype: "float16", device_dtype: "float32" };
-  const up = toDeviceData(f16, Uint16Array.from([0x3c00, 0xc000, 0x3555]));
+  const f16 = { name: "h", dtype: "float16" };
+  const up = toDeviceData(f16, DTYPES.float16, Uint16Array.from([0x3c00, 0xc000, 0x3555]));
   assert.ok(up instanceof Float32Array);
   assert.deepEqual(Array.from(up), [1, -2, halfBitsToFloat(0x3555)]);
-  const down = fromDeviceData(f16, Float32Array.from([1, -2, 1 / 3]).buffer);
+  const down = fromDeviceData(f16, DTYPES.float16, Float32Array.from([1, -2, 1 / 3]).buffer);
   assert.ok(down instanceof Uint16Array);
   assert.deepEqual(Array.from(down), [0x3c00, 0xc000, 0x3555]);
 
-  const f64 = { name: "d", dtype: "float64", device_dtype: "float32" };
-  assert.deepEqual(Array.from(toDeviceData(f64, Float64Array.from([0.1, -3]))), [Math.fround(0.1), -3]);
-  const back = fromDeviceData(f64, Float32Array.from([0.5, 2]).buffer);
+  const f64 = { name: "d", dtype: "float64" };
+  assert.deepEqual(Array.from(toDeviceData(f64, DTYPES.float64, Float64Array.from([0.1, -3]))), [Math.fround(0.1), -3]);
+  const back = fromDeviceData(f64, DTYPES.float64, Float32Array.from([0.5, 2]).buffer);
   assert.ok(back instanceof Float64Array);
   assert.deepEqual(Array.from(back), [0.5, 2]);
 
-  const u8 = { name: "b", dtype: "uint8", device_dtype: "uint32" };
-  assert.deepEqual(toDeviceData(u8, Uint8Array.from([0, 255])), Uint32Array.from([0, 255]));
-  assert.deepEqual(fromDeviceData(u8, Uint32Array.from([4, 260]).buffer), Uint8Array.from([4, 4]));
-  const i8 = { name: "c", dtype: "int8" }; // no device_dtype: the default mapping (int32)
-  assert.deepEqual(toDeviceData(i8, Int8Array.from([-128, 127])), Int32Array.from([-128, 127]));
-  assert.deepEqual(fromDeviceData(i8, Int32Array.from([-129, 128, 5]).buffer), Int8Array.from([127, -128, 5]));
-  assert.equal(deviceElementBytes(i8), 4);
-  const i16 = { name: "s", dtype: "int16", device_dtype: "int32" };
-  assert.deepEqual(fromDeviceData(i16, Int32Array.from([40000]).buffer), Int16Array.from([40000 - 65536]));
+  const u8 = { name: "b", dtype: "uint8" };
+  assert.deepEqual(toDeviceData(u8, DTYPES.uint8, Uint8Array.from([0, 255])), Uint32Array.from([0, 255]));
+  assert.deepEqual(fromDeviceData(u8, DTYPES.uint8, Uint32Array.from([4, 260]).buffer), Uint8Array.from([4, 4]));
+  const i8 = { name: "c", dtype: "int8" };
+  assert.deepEqual(toDeviceData(i8, DTYPES.int8, Int8Array.from([-128, 127])), Int32Array.from([-128, 127]));
+  assert.deepEqual(fromDeviceData(i8, DTYPES.int8, Int32Array.from([-129, 128, 5]).buffer), Int8Array.from([127, -128, 5]));
+  const i16 = { name: "s", dtype: "int16" };
+  assert.deepEqual(fromDeviceData(i16, DTYPES.int16, Int32Array.from([40000]).buffer), Int16Array.from([40000 - 65536]));
 });
 
 test("checkInputs takes the typed array of each new dtype", () => {

@@ -14,10 +14,10 @@ import functools
 import numpy as np
 from onnx import helper
 
+from ...ir.dtype import DTYPES
 from ...ir.expr import Constant, Expr
 from ...ir.struct_info import TensorStructInfo
 from ...ops import call_op
-from ...ops.logic import DTYPES
 from .registry import NodeConversionError, converter
 
 BINARY = {
