@@ -2,12 +2,11 @@
 
 The Python API matches the command line (``relaxweb/api.py``)::
 
-    import relaxweb
-
-    bundle = relaxweb.build("mlp.onnx", "dist/mlp", bounds={"batch": 64})  # relaxweb build
-    outputs = relaxweb.load("dist/mlp").run({"x": x})                     # relaxweb run
-    expected = relaxweb.run_reference("mlp.onnx", {"x": x})               # relaxweb run --reference
-    print(relaxweb.inspect("dist/mlp"))                                   # relaxweb inspect
+    >>> import relaxweb
+    >>> bundle = relaxweb.build("mlp.onnx", "dist/mlp", bounds={"batch": 64})  # relaxweb build
+    >>> outputs = relaxweb.load("dist/mlp").run({"x": x})                     # relaxweb run
+    >>> expected = relaxweb.run_reference("mlp.onnx", {"x": x})               # relaxweb run --reference
+    >>> print(relaxweb.inspect("dist/mlp"))                                   # relaxweb inspect
 
 Every user error is a :class:`RelaxwebError` carrying the message the command line prints.
 """
