@@ -10,7 +10,9 @@ the applicability checks (:func:`vectorizable`, :func:`matmul_info`) are what
 from __future__ import annotations
 
 from .pattern import MatmulInfo, analyze_matmul, top_level_reductions
-from .schedule import WORKGROUP_SIZE, TiledMatmulSchedule, VectorizedSchedule, WorkgroupReductionSchedule
+from .schedule import (
+    WORKGROUP_SIZE, ElementSchedule, TiledMatmulSchedule, VectorizedSchedule, WorkgroupReductionSchedule,
+)
 from .symbolic import IntImm, PrimExpr, SizeVar, free_vars, product, simplify
 from .tir import Binary, FloatImm, Load, TensorProgram, Unary, UnaryOp, scalar_nodes
 
@@ -31,7 +33,9 @@ def dispatch_count(program: TensorProgram) -> PrimExpr:
         tile = schedule.tile
         tiles = ((rows + (tile - 1)) // tile) * ((columns + (tile - 1)) // tile)
         return simplify(batch * tiles * WORKGROUP_SIZE)
-    return outputs
+    if isinstance(schedule, ElementSchedule):
+        return outputs
+    raise NotImplementedError(f"{program.name}: no dispatch size for the schedule {schedule} (relaxweb/ir/launch.py)")
 
 
 def workgroup_storage_bytes(program: TensorProgram) -> int:
@@ -42,7 +46,9 @@ def workgroup_storage_bytes(program: TensorProgram) -> int:
         return 2 * schedule.tile * schedule.depth * 4  # both factors' staged slices, f32
     if isinstance(schedule, WorkgroupReductionSchedule):
         return len(set(top_level_reductions(program.body))) * WORKGROUP_SIZE * 4  # one partial per invocation
-    return 0
+    if isinstance(schedule, (ElementSchedule, VectorizedSchedule)):
+        return 0
+    raise NotImplementedError(f"{program.name}: no workgroup memory size for the schedule {schedule} (relaxweb/ir/launch.py)")
 
 
 # -- tiled matmul ---------------------------------------------------------------------------------
