@@ -21,7 +21,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "relaxweb"
 MAY_IMPORT: dict[str, set[str]] = {
     "errors": set(),
     "ir": {"errors"},
-    "library": {"ir", "errors"},  # hand-written WGSL kernels and their numpy references
+    "library": {"wgsl", "ir", "errors"},  # hand-written WGSL kernels (the backend's params block and types) and numpy references
     "ops": {"library", "ir", "errors"},  # registers ops: deduction, legalization, semantics
     "frontend": {"ops", "ir", "errors"},
     "passes": {"ops", "ir", "errors"},

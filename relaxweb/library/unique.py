@@ -16,26 +16,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir.dtype import dtype_info
 from ..ir.library_kernel import LibraryKernel, buffer_size_vars
 from ..ir.kernel_builders import library_kernel_builder
 from ..ir.symbolic import PrimExpr, format_expr
 from ..ir.tir import Buffer
-from .params import params_struct
-
-# The WGSL element type of each device dtype (ir/dtype.py: int64 is int32 on the GPU ...).
-WGSL_TYPES = {"float32": "f32", "int32": "i32", "uint32": "u32"}
-
-
-def _element_type(dtype: str) -> str:
-    return WGSL_TYPES[dtype_info(dtype).device.name]
+from ..ir.params_block import ParamsLayout
+from ..wgsl.emit import storage_type
+from ..wgsl.shader import params_declaration
 
 
 def _header(title: str, size_vars: list[str], input_type: str, output_type: str) -> str:
     return (
         f"// library kernel: {title}\n\n"
-        + params_struct(size_vars)
-        + "\n@group(0) @binding(0) var<uniform> params: Params;\n"
+        + "\n".join(params_declaration(ParamsLayout(tuple(size_vars)))) + "\n"
         f"@group(0) @binding(1) var<storage, read> values: array<{input_type}>;\n"
         f"@group(0) @binding(2) var<storage, read_write> out: array<{output_type}>;\n\n"
         "fn is_first_occurrence(position: i32) -> bool {\n"
@@ -61,7 +54,7 @@ def unique_count_kernel(name: str, length: PrimExpr, dtype: str) -> LibraryKerne
     inputs = (Buffer("values", (length,), dtype),)
     output = Buffer("out", (1,), "int32")
     size_vars = [v.name for v in buffer_size_vars((*inputs, output))]
-    source = _header(f"{name} (number of distinct values of a {format_expr(length)}-element tensor)", size_vars, _element_type(dtype), "i32") + (
+    source = _header(f"{name} (number of distinct values of a {format_expr(length)}-element tensor)", size_vars, storage_type(dtype), "i32") + (
         "  if (index != 0) {\n"
         "    return;\n"
         "  }\n"
@@ -87,7 +80,7 @@ def unique_values_kernel(name: str, length: PrimExpr, dtype: str) -> LibraryKern
     inputs = (Buffer("values", (length,), dtype),)
     output = Buffer("out", (length,), dtype)
     size_vars = [v.name for v in buffer_size_vars((*inputs, output))]
-    source = _header(f"{name} (sorted distinct values, padded to {format_expr(length)})", size_vars, _element_type(dtype), _element_type(dtype)) + (
+    source = _header(f"{name} (sorted distinct values, padded to {format_expr(length)})", size_vars, storage_type(dtype), storage_type(dtype)) + (
         "  if (index >= length || !is_first_occurrence(index)) {\n"
         "    return;\n"
         "  }\n"

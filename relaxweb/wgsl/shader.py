@@ -42,6 +42,19 @@ class ShaderInfo:
         return self.params.size
 
 
+def params_declaration(params: ParamsLayout) -> list[str]:
+    """The WGSL struct of the params block and its uniform binding (binding 0), as every
+    kernel declares it, generated or hand-written (``relaxweb/library``)."""
+    return [
+        "struct Params {",
+        f"  {ELEMENT_COUNT}: i32,",
+        *(f"  {wgsl_name(name)}: i32," for name in (*params.size_vars, *params.padding)),
+        "}",
+        "",
+        "@group(0) @binding(0) var<uniform> params: Params;",
+    ]
+
+
 def emit_wgsl(program: TensorProgram) -> ShaderInfo:
     """The WGSL compute shader of a tensor program, laid out by its schedule."""
     size_vars = [v.name for v in program.size_vars]
@@ -54,12 +67,7 @@ def emit_wgsl(program: TensorProgram) -> ShaderInfo:
         f"// tensor program: {program.name}{schedule_note}",
         f"// {program.output.name}[{', '.join(a.name for a in program.axes)}] = {format_scalar(program.body)}",
         "",
-        "struct Params {",
-        f"  {ELEMENT_COUNT}: i32,",
-        *(f"  {wgsl_name(name)}: i32," for name in (*params.size_vars, *params.padding)),
-        "}",
-        "",
-        "@group(0) @binding(0) var<uniform> params: Params;",
+        *params_declaration(params),
     ]
     rendering = render_schedule(program)
     element_types = rendering.element_types  # a schedule may read some buffers as vectors
