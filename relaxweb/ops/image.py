@@ -45,7 +45,7 @@ from ..ir.struct_info import ShapeStructInfo, TensorStructInfo
 from ..ir.symbolic import (
     IntImm, PrimExpr, as_expr, as_int, expr_max, expr_min, prove_equal, simplify,
 )
-from ..ir.tir import Binary, Cast, FloatImm, IndexValue, Load
+from ..ir.tir import FloatImm, IndexValue, Load, cast
 from .common import make_program, needs_known_shapes, require_tensor
 from .readback import element, read_back_dims
 
@@ -460,16 +460,13 @@ def legalize_resize(context, call: Call):
                 per_axis[d] = [(_clamp(index, shape[d]), None)]
             else:
                 low = simplify(numerator // denominator)
-                weight = Binary(
-                    "divide",
-                    Cast("float32", IndexValue(simplify(numerator % denominator))),
-                    Cast("float32", IndexValue(denominator)),
-                )
+                weight = (cast("float32", IndexValue(simplify(numerator % denominator)))
+                          / cast("float32", IndexValue(denominator)))
                 if factor is not None:
                     low = simplify(low * factor)
-                    weight = Binary("multiply", weight, Cast("float32", IndexValue(factor)))
+                    weight = weight * cast("float32", IndexValue(factor))
                 per_axis[d] = [
-                    (_clamp(low, shape[d]), Binary("subtract", FloatImm(1.0, info.dtype), weight)),
+                    (_clamp(low, shape[d]), FloatImm(1.0, info.dtype) - weight),
                     (_clamp(low + 1, shape[d]), weight),
                 ]
         total = None
@@ -480,11 +477,11 @@ def legalize_resize(context, call: Call):
             for d, (position, weight) in zip(resized, picks):
                 index[d] = position
                 if weight is not None:
-                    term_weight = weight if term_weight is None else Binary("multiply", term_weight, weight)
+                    term_weight = weight if term_weight is None else term_weight * weight
             term = Load(source, tuple(index))
             if term_weight is not None:
-                term = Binary("multiply", term_weight, term)
-            total = term if total is None else Binary("add", total, term)
+                term = term_weight * term
+            total = term if total is None else total + term
         return total
 
     program = make_program("resize", [data], info.shape, info.dtype, body)
