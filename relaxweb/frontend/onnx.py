@@ -30,10 +30,8 @@ from ..ir.symbolic import PrimExpr, SizeVar, free_vars
 from ..ops import call_op
 from .converters import CONVERTERS, ConversionContext
 from .converters.node import convert_node, format_unsupported, node_label
-from .converters.registry import tensor_to_array
+from .converters.registry import STANDARD_DOMAINS, converter_key, tensor_to_array
 from .converters.shape_values import tensor_of
-
-STANDARD_DOMAINS = ("", "ai.onnx")
 
 
 def load_onnx(path: str | Path) -> onnx.ModelProto:
@@ -111,14 +109,13 @@ def default_opset(model: onnx.ModelProto) -> int:
 
 
 def find_unsupported(model: onnx.ModelProto) -> dict[str, list[str]]:
-    """Unsupported op types (with their domain when not standard) -> node names, subgraphs
-    (If branches) included."""
+    """Unsupported op types (named ``domain.OpType`` when not of the standard domain) -> node
+    names, subgraphs (If branches) included."""
     unsupported: dict[str, list[str]] = defaultdict(list)
     for index, node in enumerate(_all_nodes(model.graph)):
-        if node.domain not in STANDARD_DOMAINS:
-            unsupported[f"{node.domain}.{node.op_type}"].append(node_label(node, index))
-        elif node.op_type not in CONVERTERS:
-            unsupported[node.op_type].append(node_label(node, index))
+        key = converter_key(node.domain, node.op_type)
+        if key not in CONVERTERS:
+            unsupported[key].append(node_label(node, index))
     return dict(unsupported)
 
 
@@ -135,16 +132,15 @@ def _all_nodes(graph: onnx.GraphProto):
 def op_coverage(model: onnx.ModelProto) -> list[tuple[str, int, bool]]:
     """(op type, node count, supported) for every op type the model uses, subgraphs included.
 
-    Op types of a non-standard domain are named ``domain.OpType`` and are never supported.
+    Op types of a non-standard domain are named ``domain.OpType`` (``com.microsoft.Attention``).
     Sorted: unsupported first, then by name.
     """
     counts: dict[str, int] = defaultdict(int)
     supported: dict[str, bool] = {}
     for node in _all_nodes(model.graph):
-        standard = node.domain in STANDARD_DOMAINS
-        key = node.op_type if standard else f"{node.domain}.{node.op_type}"
+        key = converter_key(node.domain, node.op_type)
         counts[key] += 1
-        supported[key] = standard and node.op_type in CONVERTERS
+        supported[key] = key in CONVERTERS
     return sorted(((op, counts[op], supported[op]) for op in counts), key=lambda e: (e[2], e[0]))
 
 

@@ -1,4 +1,4 @@
-"""Normalization ops: layer, group (and instance), batch (inference) and Lp normalization.
+"""Normalization ops: layer, RMS, group (and instance), batch (inference) and Lp normalization.
 
 Signatures (args, then attributes):
 
@@ -6,6 +6,11 @@ Signatures (args, then attributes):
   then ``* scale + bias`` (both broadcast against those trailing dims).
   ``layer_norm_inv_std(x, axis, epsilon)`` is ONNX's ``InvStdDev`` output, shaped like ``x``
   with the normalised dims 1 (its ``Mean`` output is ``mean(..., keepdims=True)``).
+- ``rms_norm(x, scale, axis, epsilon)``: root-mean-square normalization (no centering):
+  ``x / sqrt(mean(x^2) + epsilon) * scale`` over the dims from ``axis`` on (ONNX's
+  RMSNormalization, onnxruntime's SimplifiedLayerNormalization); ``rms_norm_inv_std(x, axis,
+  epsilon)`` is its ``1 / sqrt(mean(x^2) + epsilon)``, shaped like ``x`` with the normalised
+  dims 1.
 - ``group_norm(x, scale, bias, num_groups, epsilon)``: ``x`` is ``[N, C, *spatial]``; the
   statistics are over each group of ``C / num_groups`` channels and the spatial dims;
   ``scale`` and ``bias`` are per channel (``[C]``).  ``num_groups=-1`` is one group per
@@ -64,13 +69,18 @@ def _layer_axes(op: str, attrs, ndim: int) -> list[int]:
 def deduce_layer_norm(args, attrs) -> TensorStructInfo:
     if len(args) not in (2, 3):
         raise DeductionError(f"layer_norm: takes 2 or 3 arguments (x, scale, bias), got {len(args)}")
-    infos = [require_tensor(arg, "layer_norm", i) for i, arg in enumerate(args)]
-    same_dtype("layer_norm", infos)
+    return _deduce_scaled_norm("layer_norm", args, attrs)
+
+
+def _deduce_scaled_norm(op: str, args, attrs) -> TensorStructInfo:
+    """x normalised over the dims from ``axis`` on; the other arguments broadcast to those dims."""
+    infos = [require_tensor(arg, op, i) for i, arg in enumerate(args)]
+    same_dtype(op, infos)
     data = infos[0]
-    require_float("layer_norm", data)
+    require_float(op, data)
     if data.ndim == -1:
         return data
-    axes = _layer_axes("layer_norm", attrs, data.ndim)
+    axes = _layer_axes(op, attrs, data.ndim)
     if data.shape is None:
         return data
     normalized = data.shape[axes[0]:]
@@ -79,23 +89,26 @@ def deduce_layer_norm(args, attrs) -> TensorStructInfo:
             continue
         if len(info.shape) > len(normalized):
             raise DeductionError(
-                f"layer_norm: argument {position} {info} has more dims than the normalized dims {len(normalized)}"
+                f"{op}: argument {position} {info} has more dims than the normalized dims {len(normalized)}"
             )
-        result = broadcast_shapes("layer_norm", [normalized, info.shape], scope="the normalized dims")
+        result = broadcast_shapes(op, [normalized, info.shape], scope="the normalized dims")
         if len(result) != len(normalized) or not all(prove_equal(a, b) for a, b in zip(result, normalized)):
-            raise DeductionError(f"layer_norm: argument {position} {info} does not broadcast to the normalized dims")
+            raise DeductionError(f"{op}: argument {position} {info} does not broadcast to the normalized dims")
     return data
 
 
-def deduce_layer_norm_inv_std(args, attrs) -> TensorStructInfo:
-    if len(args) != 1:
-        raise DeductionError(f"layer_norm_inv_std: takes 1 argument, got {len(args)}")
-    data = require_tensor(args[0], "layer_norm_inv_std", 0)
-    require_float("layer_norm_inv_std", data)
-    if data.shape is None:
-        return data
-    axes = _layer_axes("layer_norm_inv_std", attrs, data.ndim)
-    return TensorStructInfo(tuple(IntImm(1) if d in axes else dim for d, dim in enumerate(data.shape)), data.dtype)
+def _deduce_inv_std(op: str):
+    def deduce(args, attrs) -> TensorStructInfo:
+        if len(args) != 1:
+            raise DeductionError(f"{op}: takes 1 argument, got {len(args)}")
+        data = require_tensor(args[0], op, 0)
+        require_float(op, data)
+        if data.shape is None:
+            return data
+        axes = _layer_axes(op, attrs, data.ndim)
+        return TensorStructInfo(tuple(IntImm(1) if d in axes else dim for d, dim in enumerate(data.shape)), data.dtype)
+
+    return deduce
 
 
 def _statistics(context, name: str, data, axes: list[int], epsilon: float, dtype: str):
@@ -188,8 +201,78 @@ def layer_norm_inv_std_reference(arrays, attrs):
 
 register_op("layer_norm", deduce=deduce_layer_norm, legalize=needs_known_shapes(legalize_layer_norm),
             reference=layer_norm_reference)
-register_op("layer_norm_inv_std", deduce=deduce_layer_norm_inv_std, legalize=needs_known_shapes(legalize_layer_norm_inv_std),
+register_op("layer_norm_inv_std", deduce=_deduce_inv_std("layer_norm_inv_std"), legalize=needs_known_shapes(legalize_layer_norm_inv_std),
             reference=layer_norm_inv_std_reference)
+
+
+# rms_norm --------------------------------------------------------------------------------------
+
+
+def deduce_rms_norm(args, attrs) -> TensorStructInfo:
+    if len(args) != 2:
+        raise DeductionError(f"rms_norm: takes 2 arguments (x, scale), got {len(args)}")
+    return _deduce_scaled_norm("rms_norm", args, attrs)
+
+
+def _rms_inv_std(context, data, axes: list[int], epsilon: float, dtype: str):
+    """The program for ``1 / sqrt(mean(x^2) + epsilon)`` over ``axes`` (kept as 1)."""
+    shape = tensor_shape(data)
+    kept = tuple(IntImm(1) if d in axes else dim for d, dim in enumerate(shape))
+    reduce_vars = {d: SizeVar(f"r{d}_") for d in axes}
+
+    def body(out, buffers):
+        index = tuple(reduce_vars.get(d, out[d]) for d in range(len(shape)))
+        value = Load(buffers[0], index)
+        total = value * value
+        for d in reversed(axes):
+            total = Reduce(ReduceCombiner.SUM, reduce_vars[d], shape[d], total)
+        return _inv_sqrt(total / _count(shape, axes, dtype), epsilon)
+
+    program = make_program("rms_norm_inv_std", [data], kept, dtype, body)
+    return context.emit(context.call_tir(program, (data,)), "rms_norm_inv_std")
+
+
+def legalize_rms_norm(context, call: Call):
+    info = call.struct_info
+    data, scale = call.args
+    axes = _layer_axes("rms_norm", call.attrs, info.ndim)
+    inv_std = _rms_inv_std(context, data, axes, float(call.attrs.get("epsilon", 1e-5)), info.dtype)
+
+    def body(out, buffers):
+        source, deviation, gamma = buffers
+        kept = tuple(IntImm(0) if d in axes else out[d] for d in range(len(out)))
+        return Load(source, out) * Load(deviation, kept) * Load(gamma, broadcast_indices(gamma.shape, out))
+
+    args = (data, inv_std, scale)
+    return context.call_tir(make_program("rms_norm", args, info.shape, info.dtype, body), args)
+
+
+def legalize_rms_norm_inv_std(context, call: Call):
+    data = call.args[0]
+    axes = _layer_axes("rms_norm_inv_std", call.attrs, len(tensor_shape(data)))
+    return _rms_inv_std(context, data, axes, float(call.attrs.get("epsilon", 1e-5)), call.struct_info.dtype)
+
+
+def _rms_statistics(x: np.ndarray, attrs, op: str):
+    axes = tuple(_layer_axes(op, attrs, x.ndim))
+    computed = _compute(x)
+    mean_square = (computed * computed).mean(axis=axes, keepdims=True)
+    return computed, 1.0 / np.sqrt(mean_square + float(attrs.get("epsilon", 1e-5)))
+
+
+def rms_norm_reference(arrays, attrs):
+    computed, inv_std = _rms_statistics(arrays[0], attrs, "rms_norm")
+    return (computed * inv_std * _compute(arrays[1])).astype(arrays[0].dtype)
+
+
+def rms_norm_inv_std_reference(arrays, attrs):
+    return _rms_statistics(arrays[0], attrs, "rms_norm_inv_std")[1].astype(arrays[0].dtype)
+
+
+register_op("rms_norm", deduce=deduce_rms_norm, legalize=needs_known_shapes(legalize_rms_norm),
+            reference=rms_norm_reference)
+register_op("rms_norm_inv_std", deduce=_deduce_inv_std("rms_norm_inv_std"),
+            legalize=needs_known_shapes(legalize_rms_norm_inv_std), reference=rms_norm_inv_std_reference)
 
 
 # group_norm ------------------------------------------------------------------------------------

@@ -29,10 +29,8 @@ from ...ir.symbolic import as_int
 from ...ops import call_op
 from .manipulation import fail, fresh_size_var, node_name, used_size_vars
 from .node import convert_node, format_unsupported
-from .registry import CONVERTERS, converter, tensor_to_array
+from .registry import CONVERTERS, converter, converter_key, tensor_to_array
 from .shape_values import make_constant, materialize
-
-STANDARD_DOMAINS = ("", "ai.onnx")
 
 
 def _subgraph_nodes(graph: onnx.GraphProto):
@@ -50,11 +48,8 @@ def check_supported(node: onnx.NodeProto, graphs: list[onnx.GraphProto]) -> None
     unsupported: dict[str, list[str]] = {}
     for graph in graphs:
         for index, inner in enumerate(_subgraph_nodes(graph)):
-            if inner.domain not in STANDARD_DOMAINS:
-                key = f"{inner.domain}.{inner.op_type}"
-            elif inner.op_type not in CONVERTERS:
-                key = inner.op_type
-            else:
+            key = converter_key(inner.domain, inner.op_type)
+            if key in CONVERTERS:
                 continue
             unsupported.setdefault(key, []).append(inner.name or f"#{index} (unnamed)")
     if unsupported:

@@ -11,7 +11,7 @@ from ...errors import RelaxwebError
 from ...ir.expr import Constant, Expr, PrimValue, ShapeExpr, Var
 from ...ir.op_registry import DeductionError
 from ...ops import call_op
-from .registry import CONVERTERS, ConversionContext
+from .registry import CONVERTERS, STANDARD_DOMAINS, ConversionContext, converter_key
 from .shape_values import converter_inputs, fold_node
 
 
@@ -35,10 +35,12 @@ def convert_node(context: ConversionContext, node: onnx.NodeProto, index: int, v
             raise RelaxwebError(f"{node.op_type} node '{node_label(node, index)}': input '{name}' is not defined before it")
     context.scope = values  # the values in scope, for subgraphs' outer-scope references (If)
     try:
-        folded = fold_node(context, node, inputs)
+        # the folders know the standard domain's ops only
+        folded = fold_node(context, node, inputs) if node.domain in STANDARD_DOMAINS else None
         if folded is None:  # shape values become tensors, except where the converter takes them
             inputs = converter_inputs(context, node, inputs)
-        result = folded if folded is not None else CONVERTERS[node.op_type](context, node, inputs)
+        key = converter_key(node.domain, node.op_type)
+        result = folded if folded is not None else CONVERTERS[key](context, node, inputs)
     except DeductionError as error:
         outputs = ", ".join(repr(name) for name in node.output if name)
         raise RelaxwebError(f"{node.op_type} node '{node_label(node, index)}' (binding {outputs}): {error}") from None

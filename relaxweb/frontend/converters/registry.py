@@ -15,16 +15,27 @@ from ...ir.expr import Constant, Expr
 
 Converter = Callable[["ConversionContext", onnx.NodeProto, list[Expr | None]], Expr | list[Expr]]
 
+# Keyed by op type for the standard domain, by ``domain.OpType`` for the others
+# (``com.microsoft.Attention``): the name the unsupported-op listing shows.
 CONVERTERS: dict[str, Converter] = {}
 
+STANDARD_DOMAINS = ("", "ai.onnx")
 
-def converter(*op_types: str):
-    """Register a function converting the named ONNX op types (standard domain)."""
+
+def converter_key(domain: str, op_type: str) -> str:
+    """The converter table's key (and the name users see) of an op type of a domain."""
+    return op_type if domain in STANDARD_DOMAINS else f"{domain}.{op_type}"
+
+
+def converter(*op_types: str, domain: str = ""):
+    """Register a function converting the named ONNX op types of ``domain`` (by default the
+    standard one)."""
     def register(function: Converter) -> Converter:
         for op_type in op_types:
-            if op_type in CONVERTERS:
-                raise ValueError(f"converter for {op_type} registered twice")
-            CONVERTERS[op_type] = function
+            key = converter_key(domain, op_type)
+            if key in CONVERTERS:
+                raise ValueError(f"converter for {key} registered twice")
+            CONVERTERS[key] = function
         return function
 
     return register
