@@ -194,3 +194,158 @@ CASES = {**activation_cases(), **fused_matmul_cases(), **normalization_cases()}
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_contrib_op_matches_onnxruntime(name: str, device, tmp_path) -> None:
     check_case(CASES[name], device, tmp_path / "bundle")
+
+
+# Attention ---------------------------------------------------------------------------------------
+
+HEADS, HEAD = 2, 8
+ATTENTION_SHAPES = [{"batch": 2, "seq": 5, "past": 3}, {"batch": 1, "seq": 1, "past": 4}, {"batch": 3, "seq": 4, "past": 1}]
+
+
+def padded_mask(batch: int, length: int, dtype=np.int32) -> np.ndarray:
+    """1s with a zero tail of growing length per row (every row keeps its first key)."""
+    mask = np.ones((batch, length), dtype)
+    for row in range(batch):
+        mask[row, length - min(row, length - 1):] = 0
+    return mask
+
+
+def attention_cases() -> dict[str, Case]:
+    hidden = HEADS * HEAD
+    projection = {"weights": rand(hidden, 3 * hidden, seed=11) * 0.5, "bias": rand(3 * hidden, seed=12)}
+    x_in = ("x", FLOAT, ["batch", "seq", hidden])
+    past_in = ("past", FLOAT, [2, "batch", HEADS, "past", HEAD])
+
+    def feeds(*extra):
+        def make(dims, seed):
+            batch, seq, past = dims["batch"], dims["seq"], dims["past"]
+            values = {"x": rand(batch, seq, hidden, seed=seed)}
+            for name in extra:
+                if name == "past":
+                    values["past"] = rand(2, batch, HEADS, past, HEAD, seed=seed + 1)
+                elif name == "mask_total":
+                    values["mask"] = padded_mask(batch, past + seq)
+                elif name == "mask_seq":
+                    values["mask"] = padded_mask(batch, seq)
+                elif name == "mask_3d":
+                    values["mask"] = (np.random.default_rng(seed).uniform(size=(batch, seq, seq)) > 0.3).astype(np.int32)
+                    values["mask"][:, :, 0] = 1
+                elif name == "mask_end":
+                    values["mask"] = np.array([max(1, seq - row) for row in range(batch)], np.int32)
+                elif name == "mask_end_start":
+                    ends = [max(1, seq - row) for row in range(batch)]
+                    values["mask"] = np.array(ends + [min(row, end - 1) for row, end in enumerate(ends)], np.int32)
+                elif name == "attention_bias":
+                    values["attention_bias"] = rand(1, HEADS, seq, seq, seed=seed + 2)
+            return values
+
+        return make
+
+    def attention(inputs, outputs, extra_inputs, make_feeds, shapes=ATTENTION_SHAPES, **attrs):
+        graph_outputs = ["y"] + (["present"] if "present" in outputs else [])
+        node = ms_node("Attention", inputs, outputs, num_heads=HEADS, **attrs)
+        return Case(make_model([node], [x_in, *extra_inputs], graph_outputs, projection, opset=OPSETS), make_feeds, shapes,
+                    F32_LOOSE)
+
+    return {
+        "Attention_mask_end_positions": attention(
+            ["x", "weights", "bias", "mask"], ["y"], [("mask", INT32, ["batch"])], feeds("mask_end")),
+        "Attention_mask_end_positions_checked_length": attention(
+            ["x", "weights", "bias", "mask"], ["y"], [("mask", INT32, ["mask_entries"])], feeds("mask_end")),
+        "Attention_mask_end_and_start": Case(
+            make_model([ms_node("Attention", ["x", "weights", "bias", "mask"], ["y"], num_heads=HEADS)],
+                       [("x", FLOAT, [2, "seq", hidden]), ("mask", INT32, [4])], ["y"], projection, opset=OPSETS),
+            feeds("mask_end_start"), [{"batch": 2, "seq": 5, "past": 0}, {"batch": 2, "seq": 3, "past": 0}], F32_LOOSE),
+        "Attention_raw_mask_past_unidirectional": attention(
+            ["x", "weights", "bias", "mask", "past"], ["y", "present"],
+            [("mask", INT32, ["batch", "total"]), past_in], feeds("mask_total", "past"), unidirectional=1),
+        "Attention_3d_mask_scale": attention(
+            ["x", "weights", "bias", "mask"], ["y"], [("mask", INT32, ["batch", "seq", "seq"])], feeds("mask_3d"),
+            scale=0.2),
+        "Attention_qkv_hidden_sizes_attention_bias": Case(
+            make_model([ms_node("Attention", ["x", "weights", "bias", "", "", "attention_bias"], ["y"], num_heads=HEADS,
+                                qkv_hidden_sizes=[hidden, hidden, HEADS * 4])],
+                       [x_in, ("attention_bias", FLOAT, [1, HEADS, "seq", "seq"])], ["y"],
+                       {"weights": projection["weights"][:, : 2 * hidden + HEADS * 4],
+                        "bias": projection["bias"][: 2 * hidden + HEADS * 4]}, opset=OPSETS),
+            feeds("attention_bias"), ATTENTION_SHAPES, F32_LOOSE),
+        "Attention_unidirectional_no_mask_filter_value": attention(
+            ["x", "weights", "", "mask"], ["y"], [("mask", INT32, ["batch", "seq"])], feeds("mask_seq"), unidirectional=1,
+            mask_filter_value=-1000.0),
+    }
+
+
+def multi_head_attention_cases() -> dict[str, Case]:
+    hidden = HEADS * HEAD
+    bias = {"bias": rand(3 * hidden, seed=21)}
+
+    def feeds(dims, seed):
+        batch, seq, past = dims["batch"], dims["seq"], dims["past"]
+        kv = dims.get("kv", seq)
+        return {
+            "q": rand(batch, seq, hidden, seed=seed), "k": rand(batch, kv, hidden, seed=seed + 1),
+            "v": rand(batch, kv, hidden, seed=seed + 2),
+            "past_key": rand(batch, HEADS, past, HEAD, seed=seed + 3), "past_value": rand(batch, HEADS, past, HEAD, seed=seed + 4),
+            "mask_total": padded_mask(batch, past + seq), "mask_kv": padded_mask(batch, kv),
+            "lengths": np.array([max(1, kv - row) for row in range(batch)], np.int32),
+            "qkv": rand(batch, seq, HEADS, 3, HEAD, seed=seed + 5), "kv_packed": rand(batch, kv, HEADS, 2, HEAD, seed=seed + 6),
+            "k_heads": rand(batch, HEADS, kv, HEAD, seed=seed + 7), "v_heads": rand(batch, HEADS, kv, HEAD, seed=seed + 8),
+            "attention_bias": rand(batch, 1, seq, kv, seed=seed + 9),
+        }
+
+    def case(inputs, outputs, declared, shapes=ATTENTION_SHAPES, expected=None, **attrs):
+        node = ms_node("MultiHeadAttention", inputs, outputs, num_heads=HEADS, **attrs)
+        model = make_model([node], declared, [o for o in outputs if o], bias, opset=OPSETS)
+        names = {d[0] for d in declared}
+        return Case(model, lambda dims, seed: {k: v for k, v in feeds(dims, seed).items() if k in names}, shapes, F32_LOOSE,
+                    expected=expected)
+
+    unpacked = make_model([ms_node("MultiHeadAttention", ["q", "k", "v", "bias"], ["y"], num_heads=HEADS)],
+                          [("q", FLOAT, ["batch", "seq", hidden]), ("k", FLOAT, ["batch", "kv", hidden]),
+                           ("v", FLOAT, ["batch", "kv", hidden])], ["y"], bias, opset=OPSETS)
+
+    def merged(packed: np.ndarray, index: int) -> np.ndarray:
+        part = packed[:, :, :, index, :]
+        return np.ascontiguousarray(part.reshape(part.shape[0], part.shape[1], -1))
+
+    def unpacked_qkv(values):  # onnxruntime's CPU kernel has no packed layouts: the same attention unpacked
+        return onnxruntime_outputs(unpacked, {"q": merged(values["qkv"], 0), "k": merged(values["qkv"], 1),
+                                              "v": merged(values["qkv"], 2)})
+
+    def unpacked_kv(values):
+        return onnxruntime_outputs(unpacked, {"q": values["q"], "k": merged(values["kv_packed"], 0),
+                                              "v": merged(values["kv_packed"], 1)})
+
+    q_in = ("q", FLOAT, ["batch", "seq", hidden])
+    kv_in = [("k", FLOAT, ["batch", "kv", hidden]), ("v", FLOAT, ["batch", "kv", hidden])]
+    self_kv = [("k", FLOAT, ["batch", "seq", hidden]), ("v", FLOAT, ["batch", "seq", hidden])]
+    past = [("past_key", FLOAT, ["batch", HEADS, "past", HEAD]), ("past_value", FLOAT, ["batch", HEADS, "past", HEAD])]
+    cross_shapes = [{"batch": 2, "seq": 3, "past": 0, "kv": 6}, {"batch": 1, "seq": 1, "past": 0, "kv": 2}]
+    return {
+        "MultiHeadAttention_past_raw_mask_unidirectional": case(
+            ["q", "k", "v", "bias", "mask_total", "", "past_key", "past_value"], ["y", "present_key", "present_value"],
+            [q_in, *self_kv, ("mask_total", INT32, ["batch", "total"]), *past], unidirectional=1),
+        "MultiHeadAttention_cross_key_lengths": case(
+            ["q", "k", "v", "bias", "lengths"], ["y"], [q_in, *kv_in, ("lengths", INT32, ["batch"])], cross_shapes),
+        "MultiHeadAttention_cross_mask_attention_bias": case(
+            ["q", "k", "v", "", "mask_kv", "attention_bias"], ["y"],
+            [q_in, *kv_in, ("mask_kv", INT32, ["batch", "kv"]), ("attention_bias", FLOAT, ["batch", 1, "seq", "kv"])],
+            cross_shapes, scale=0.3),
+        "MultiHeadAttention_packed_qkv": case(["qkv", "", "", "bias"], ["y"], [("qkv", FLOAT, ["batch", "seq", HEADS, 3, HEAD])],
+                                              expected=unpacked_qkv),
+        "MultiHeadAttention_packed_kv": case(
+            ["q", "kv_packed", "", "bias"], ["y"], [q_in, ("kv_packed", FLOAT, ["batch", "kv", HEADS, 2, HEAD])], cross_shapes,
+            expected=unpacked_kv),
+        "MultiHeadAttention_kv_in_heads": case(
+            ["q", "k_heads", "v_heads", "bias"], ["y"],
+            [q_in, ("k_heads", FLOAT, ["batch", HEADS, "kv", HEAD]), ("v_heads", FLOAT, ["batch", HEADS, "kv", HEAD])],
+            cross_shapes),
+    }
+
+
+ATTENTION_CASES = {**attention_cases(), **multi_head_attention_cases()}
+
+
+@pytest.mark.parametrize("name", sorted(ATTENTION_CASES))
+def test_attention_op_matches_onnxruntime(name: str, device, tmp_path) -> None:
+    check_case(ATTENTION_CASES[name], device, tmp_path / "bundle")

@@ -1,0 +1,327 @@
+"""onnxruntime's attention contrib ops (domain ``com.microsoft``): Attention,
+MultiHeadAttention, GroupQueryAttention and RotaryEmbedding.
+
+Each is written as relaxweb ops — projections and head layouts (matmul, strided_slice,
+reshape, transpose), the key/value cache (concat), ``softmax(q @ k^T * scale + mask +
+attention_bias) @ v``, and ``rotary_embedding`` — so fusion merges the layout changes into
+the matmuls as it does for unfused exports.  The numeric reference is onnxruntime's CPU
+kernels:
+
+- The mask is an additive bias on the scores: ``mask_filter_value`` (default -10000) where a
+  key is masked by the mask input; where ``unidirectional`` (causal) forbids a key, the
+  bias is float32's lowest value instead (onnxruntime sets it, replacing the mask value).
+  Mask formats: ``[B]`` (each row's end position: right padding), ``[2B]`` (end positions,
+  then start positions: left padding), ``[B, T]`` and ``[B, S, T]`` (raw: 0 masks a key).
+- Query position ``s`` is position ``past + s`` of the keys (``past`` the length of the
+  past state), so a causal query sees keys ``0 .. past + s``.
+
+What is refused, with the node named: buffer sharing (``past_present_share_buffer``,
+``past_sequence_length``), beam-search ``cache_indirection``, the ``qk`` outputs,
+Attention's ``do_rotary`` and the 4-D Megatron mask (onnxruntime's CPU kernels refuse it
+too), the ``[3B + 2]`` mask format, and GroupQueryAttention's quantized caches, sliding
+window cache, ``query_seqlens``, ``head_sink`` / ``smooth_softmax`` and per-head Q/K norms.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ...ir.expr import Constant, Expr, PrimValue, ShapeExpr, tensor_shape
+from ...ir.struct_info import TensorStructInfo
+from ...ir.symbolic import IntImm, PrimExpr, as_int, prove_equal, simplify
+from ...ops import call_op, strided_slice
+from .contrib import MICROSOFT, dtype_of, label, optional_input, require_rank, scalar_constant, wanted_output
+from .registry import NodeConversionError, converter
+
+LOWEST_FLOAT32 = float(np.finfo(np.float32).min)
+DEFAULT_MASK_FILTER_VALUE = -10000.0
+
+
+def _refuse(node, what: str):
+    raise NodeConversionError(f"{node.domain}.{node.op_type} node '{node.name}': {what} is not supported")
+
+
+def _constant_dim(node, expr: Expr, axis: int, what: str) -> int:
+    value = as_int(tensor_shape(expr)[axis])
+    if value is None:
+        raise NodeConversionError(f"{node.op_type} node '{node.name}': {what} must be a constant dimension, got {expr.struct_info}")
+    return value
+
+
+class Heads:
+    """Building blocks shared by the attention converters, bound to one node."""
+
+    def __init__(self, context, node):
+        self.context = context
+        self.node = node
+
+    def emit(self, call, name: str):
+        return self.context.builder.emit(call, name)
+
+    def slice_last(self, x: Expr, begin: int, end: int, name: str) -> Expr:
+        axis = len(tensor_shape(x)) - 1
+        return self.emit(strided_slice(x, [axis], [IntImm(begin)], [IntImm(end)]), name)
+
+    def split_heads(self, x: Expr, heads: int, name: str) -> Expr:
+        """``[B, S, heads * H]`` -> ``[B, heads, S, H]``."""
+        batch, seq, hidden = tensor_shape(x)
+        width = as_int(hidden)
+        if width is None or width % heads:
+            raise NodeConversionError(
+                f"{self.node.op_type} node '{self.node.name}': hidden size {hidden} is not a multiple of {heads} heads"
+            )
+        split = self.emit(call_op("reshape", x, ShapeExpr((batch, seq, IntImm(heads), IntImm(width // heads)))), f"{name}_heads")
+        return self.emit(call_op("transpose", split, axes=[0, 2, 1, 3]), f"{name}_bnsh")
+
+    def merge_heads(self, x: Expr) -> Expr:
+        """``[B, N, S, H]`` -> ``[B, S, N * H]`` (unbound)."""
+        batch, heads, seq, size = tensor_shape(x)
+        moved = self.emit(call_op("transpose", x, axes=[0, 2, 1, 3]), "attention_bsnh")
+        return call_op("reshape", moved, ShapeExpr((batch, seq, simplify(heads * size))))
+
+    def scalar(self, value: float, like: Expr, what: str) -> Constant:
+        return scalar_constant(self.context, value, like, f"{label(self.node)}_{what}")
+
+    def int_range(self, start: PrimExpr, length: PrimExpr, name: str) -> Expr:
+        """``[start, start + length)`` as an int32 vector."""
+        return self.emit(call_op("arange", PrimValue(start), PrimValue(simplify(start + length)), PrimValue(IntImm(1)),
+                                 dtype="int32"), name)
+
+    def mask_bias(self, mask: Expr | None, batch, seq, total, past, causal: bool, filter_value: float, like: Expr,
+                  window: int = -1) -> Expr | None:
+        """The additive bias on the scores ``[B or 1, 1, S or 1, T]`` (None when nothing is masked)."""
+        allowed = None
+        if mask is not None:
+            allowed = self.allowed_keys(mask, batch, seq, total)
+        zero, masked = self.scalar(0.0, like, "mask_zero"), self.scalar(filter_value, like, "mask_filter_value")
+        bias = None if allowed is None else self.emit(call_op("where", allowed, zero, masked), "mask_bias")
+        if not causal:
+            return bias
+        keys = self.int_range(IntImm(0), total, "key_positions")
+        queries = self.emit(call_op("reshape", self.int_range(past, seq, "query_positions"), ShapeExpr((seq, IntImm(1)))),
+                            "query_column")
+        visible = self.emit(call_op("less_equal", keys, queries), "causal_visible")
+        if window > 0:  # local attention: only the last `window` keys up to the query's own
+            start = self.emit(call_op("subtract", queries, self.int_scalar(window)), "window_start")
+            recent = self.emit(call_op("greater", keys, start), "window_visible")
+            visible = self.emit(call_op("logical_and", visible, recent), "local_visible")
+        lowest = self.scalar(LOWEST_FLOAT32, like, "causal_lowest")
+        return self.emit(call_op("where", visible, zero if bias is None else bias, lowest), "causal_bias")
+
+    def assume_shape(self, x: Expr, dims: tuple, name: str) -> Expr:
+        """``x`` with the shape ``dims`` (its dims of extent 1 kept): as it is where that is
+        provable, else through a ``match_cast``, which checks it at run time.  (A mask
+        ``[batch, total_length]`` names its length with a variable of its own.)"""
+        shape = tensor_shape(x)
+        wanted = tuple(IntImm(1) if as_int(have) == 1 else want for have, want in zip(shape, dims))
+        if len(shape) == len(dims) and all(prove_equal(a, b) for a, b in zip(shape, wanted)):
+            return x
+        if len(shape) != len(dims):
+            raise NodeConversionError(
+                f"{self.node.op_type} node '{self.node.name}': {name} {x.struct_info} must have {len(dims)} dims"
+            )
+        return self.context.builder.emit_match_cast(x, TensorStructInfo(wanted, dtype_of(x)), name)
+
+    def int_scalar(self, value: int) -> Constant:
+        return self.context.constant(np.array(value, dtype=np.int32).reshape(()), f"{label(self.node)}_{value}")
+
+    def allowed_keys(self, mask: Expr, batch, seq, total) -> Expr:
+        """A bool tensor ``[B, 1, 1 or S, T]``: which keys each query may see."""
+        node = self.node
+        shape = tensor_shape(mask)
+        if len(shape) == 1:
+            if prove_equal(shape[0], simplify(batch * 2)):
+                ends = self.emit(strided_slice(mask, [0], [IntImm(0)], [batch]), "mask_ends")
+                starts = self.emit(strided_slice(mask, [0], [batch], [simplify(batch * 2)]), "mask_starts")
+            else:  # [batch_size] (checked at run time where not provable; [2 * batch_size] needs a provable length)
+                ends, starts = self.assume_shape(mask, (batch,), "mask_index"), None
+            keys = self.int_range(IntImm(0), total, "key_positions")
+            ends = self.emit(call_op("reshape", self.as_int32(ends), ShapeExpr((batch, IntImm(1)))), "mask_end_column")
+            ends = self.assume_shape(ends, (batch, IntImm(1)), "mask_end_column")
+            allowed = self.emit(call_op("less", keys, ends), "before_end")
+            if starts is not None:
+                starts = self.emit(call_op("reshape", self.as_int32(starts), ShapeExpr((batch, IntImm(1)))), "mask_start_column")
+                starts = self.assume_shape(starts, (batch, IntImm(1)), "mask_start_column")
+                after = self.emit(call_op("greater_equal", keys, starts), "after_start")
+                allowed = self.emit(call_op("logical_and", allowed, after), "inside_mask")
+            return self.emit(call_op("reshape", allowed, ShapeExpr((batch, IntImm(1), IntImm(1), total))), "allowed_keys")
+        if len(shape) in (2, 3):
+            zero = self.context.constant(np.zeros((), dtype=np.dtype(dtype_of(mask))), f"{label(node)}_mask_zero")
+            allowed = self.emit(call_op("greater", mask, zero), "mask_allowed")
+            rows = () if len(shape) == 2 else (seq,)
+            allowed = self.assume_shape(allowed, (batch, *rows, total), "mask_allowed")
+            return self.emit(call_op("reshape", allowed, ShapeExpr((batch, IntImm(1), *(rows or (IntImm(1),)), total))),
+                             "allowed_keys")
+        _refuse(node, f"a {len(shape)}-d mask")
+
+    def as_int32(self, x: Expr) -> Expr:
+        return x if dtype_of(x) == "int32" else self.emit(call_op("cast", x, dtype="int32"), "mask_int32")
+
+    def attend(self, q: Expr, k: Expr, v: Expr, scale: float, bias: Expr | None, extra: Expr | None) -> Expr:
+        """``softmax(q @ k^T * scale + bias + extra) @ v`` over ``[B, N, S, H]`` tensors."""
+        keys_t = self.emit(call_op("transpose", k, axes=[0, 1, 3, 2]), "keys_t")
+        scores = self.emit(call_op("matmul", q, keys_t), "scores")
+        scores = self.emit(call_op("multiply", scores, self.scalar(scale, scores, "scale")), "scaled_scores")
+        if extra is not None:
+            require_rank(self.node, extra, "attention_bias", (4,))
+            extra = self.assume_shape(extra, tuple(tensor_shape(scores)), "attention_bias")
+        for term, name in ((bias, "masked_scores"), (extra, "biased_scores")):
+            if term is not None:
+                scores = self.emit(call_op("add", scores, term), name)
+        probs = self.emit(call_op("softmax", scores, axes=[3]), "attention_probs")
+        return self.emit(call_op("matmul", probs, v), "attention_context")
+
+
+def _scale(attrs, head_size: int) -> float:
+    scale = float(attrs.get("scale", 0.0))
+    return scale if scale != 0.0 else 1.0 / math.sqrt(head_size)
+
+
+# Attention -------------------------------------------------------------------------------------
+
+
+@converter("Attention", domain=MICROSOFT)
+def convert_attention(context, node, inputs):
+    """(input, weights, bias?, mask_index?, past?, attention_bias?, past_sequence_length?) ->
+    output, present?: self-attention with the Q/K/V projections merged in ``weights``."""
+    x, weights = inputs[:2]
+    bias, mask, past = optional_input(inputs, 2), optional_input(inputs, 3), optional_input(inputs, 4)
+    extra, past_length = optional_input(inputs, 5), optional_input(inputs, 6)
+    attrs = context.attributes(node)
+    heads = int(attrs["num_heads"])
+    if attrs.get("do_rotary", 0):
+        _refuse(node, "do_rotary")
+    if attrs.get("past_present_share_buffer", 0) or past_length is not None:
+        _refuse(node, "past_present_share_buffer (a shared past/present buffer)")
+    require_rank(node, x, "input", (3,))
+    width = _constant_dim(node, weights, 1, "the weights' second dim")
+    sizes = [int(s) for s in attrs.get("qkv_hidden_sizes", [])] or [width // 3] * 3
+    if len(sizes) != 3 or sum(sizes) != width or any(s % heads for s in sizes):
+        raise NodeConversionError(
+            f"Attention node '{node.name}': qkv_hidden_sizes {sizes} must be three multiples of num_heads {heads} "
+            f"adding up to the weights' second dim {width}"
+        )
+    h = Heads(context, node)
+    projected = h.emit(call_op("matmul", x, weights), "qkv")
+    if bias is not None:
+        projected = h.emit(call_op("add", projected, bias), "qkv_biased")
+    bounds = [0, sizes[0], sizes[0] + sizes[1], width]
+    q, k, v = (h.split_heads(h.slice_last(projected, bounds[i], bounds[i + 1], name), heads, name)
+               for i, name in enumerate(("query", "key", "value")))
+    batch, seq = tensor_shape(x)[:2]
+    past_seq: PrimExpr = IntImm(0)
+    if past is not None:
+        require_rank(node, past, "past", (5,))
+        past_seq = tensor_shape(past)[3]
+        past_shape = ShapeExpr(tuple(tensor_shape(past)[1:]))
+        past_k = h.emit(call_op("reshape", h.emit(strided_slice(past, [0], [IntImm(0)], [IntImm(1)]), "past_key5"), past_shape), "past_key")
+        past_v = h.emit(call_op("reshape", h.emit(strided_slice(past, [0], [IntImm(1)], [IntImm(2)]), "past_value5"), past_shape), "past_value")
+        k = h.emit(call_op("concat", past_k, k, axis=2), "key_all")
+        v = h.emit(call_op("concat", past_v, v, axis=2), "value_all")
+    total = tensor_shape(k)[2]
+    filter_value = float(attrs.get("mask_filter_value", DEFAULT_MASK_FILTER_VALUE))
+    mask_bias = h.mask_bias(mask, batch, seq, total, past_seq, bool(attrs.get("unidirectional", 0)), filter_value, x)
+    context_heads = h.attend(q, k, v, _scale(attrs, sizes[0] // heads), mask_bias, extra)
+    results = [h.merge_heads(context_heads)]
+    if wanted_output(node, 1):
+        if sizes[0] != sizes[2] or sizes[1] != sizes[2]:
+            _refuse(node, "the present output with different Q/K/V hidden sizes")
+        stacked = ShapeExpr((IntImm(1), *tensor_shape(k)))
+        pair = [h.emit(call_op("reshape", t, stacked), f"present_{n}") for t, n in ((k, "key"), (v, "value"))]
+        results.append(call_op("concat", *pair, axis=0))
+    return results
+
+
+# MultiHeadAttention ----------------------------------------------------------------------------
+
+
+@converter("MultiHeadAttention", domain=MICROSOFT)
+def convert_multi_head_attention(context, node, inputs):
+    """(query, key?, value?, bias?, key_padding_mask?, attention_bias?, past_key?, past_value?,
+    past_sequence_length?, cache_indirection?) -> output, present_key?, present_value?, qk?.
+
+    Layouts: query ``[B, S, D]`` with key/value ``[B, L, D]`` / ``[B, L, Dv]`` (their past
+    states concatenated before them), or key/value already in heads ``[B, N, L, H]`` (cross
+    attention's cache), or packed K/V ``[B, L, N, 2, H]``, or packed Q/K/V ``[B, S, N, 3, H]``.
+    ``bias`` (Q, K, V biases, each ``[N * H]``) is added to the projected query, key and value
+    (not to keys and values given in heads)."""
+    query, key, value = inputs[0], optional_input(inputs, 1), optional_input(inputs, 2)
+    bias, mask, extra = optional_input(inputs, 3), optional_input(inputs, 4), optional_input(inputs, 5)
+    past_key, past_value = optional_input(inputs, 6), optional_input(inputs, 7)
+    if optional_input(inputs, 8) is not None:
+        _refuse(node, "past_sequence_length (a shared past/present buffer)")
+    if optional_input(inputs, 9) is not None:
+        _refuse(node, "cache_indirection (beam search)")
+    if wanted_output(node, 3):
+        _refuse(node, "the qk output")
+    attrs = context.attributes(node)
+    heads = int(attrs["num_heads"])
+    h = Heads(context, node)
+    query_rank = require_rank(node, query, "query", (3, 5))
+    batch, seq = tensor_shape(query)[:2]
+
+    def biased(x: Expr, part: int, name: str) -> Expr:
+        """x in ``[B, S, N, H]`` plus its part of ``bias``, then in ``[B, N, S, H]``."""
+        if bias is not None:
+            size = _constant_dim(node, x, 3, "the head size")
+            offset = part * heads * size
+            piece = h.slice_last(bias, offset, offset + heads * size, f"{name}_bias")
+            piece = h.emit(call_op("reshape", piece, ShapeExpr((IntImm(heads), IntImm(size)))), f"{name}_bias_heads")
+            x = h.emit(call_op("add", x, piece), f"{name}_biased")
+        return h.emit(call_op("transpose", x, axes=[0, 2, 1, 3]), f"{name}_bnsh")
+
+    def packed_part(x: Expr, index: int, name: str) -> Expr:
+        """Entry ``index`` of the packed dim 3 of ``[B, L, N, k, H]``: ``[B, L, N, H]``."""
+        b, length, n, _, size = tensor_shape(x)
+        part = h.emit(strided_slice(x, [3], [IntImm(index)], [IntImm(index + 1)]), f"{name}_packed")
+        return h.emit(call_op("reshape", part, ShapeExpr((b, length, n, size))), name)
+
+    def in_heads(x: Expr, name: str) -> Expr:
+        b, length, hidden = tensor_shape(x)
+        width = _constant_dim(node, x, 2, f"the {name}'s hidden size")
+        if width % heads:
+            raise NodeConversionError(f"MultiHeadAttention node '{node.name}': {name} hidden size {width} is not a multiple of {heads} heads")
+        return h.emit(call_op("reshape", x, ShapeExpr((b, length, IntImm(heads), IntImm(width // heads)))), f"{name}_heads")
+
+    if query_rank == 5:
+        if key is not None or value is not None:
+            _refuse(node, "packed Q/K/V with separate key or value inputs")
+        q, k, v = (biased(packed_part(query, i, n), i, n) for i, n in enumerate(("query", "key", "value")))
+    else:
+        q = biased(in_heads(query, "query"), 0, "query")
+        if key is None:
+            raise NodeConversionError(f"MultiHeadAttention node '{node.name}': a 3-d query needs a key input")
+        key_rank = require_rank(node, key, "key", (3, 4, 5))
+        if key_rank == 5:
+            if value is not None:
+                _refuse(node, "packed K/V with a separate value input")
+            k, v = (biased(packed_part(key, i, n), i + 1, n) for i, n in ((0, "key"), (1, "value")))
+        elif key_rank == 4:  # already in heads [B, N, L, H]: used as they are
+            if value is None or value.struct_info.ndim != 4:
+                raise NodeConversionError(f"MultiHeadAttention node '{node.name}': a key in heads needs a value in heads")
+            k, v = key, value
+        else:
+            if value is None:
+                raise NodeConversionError(f"MultiHeadAttention node '{node.name}': a 3-d key needs a value input")
+            k, v = biased(in_heads(key, "key"), 1, "key"), biased(in_heads(value, "value"), 2, "value")
+    past_seq: PrimExpr = IntImm(0)
+    if past_key is not None or past_value is not None:
+        if past_key is None or past_value is None:
+            raise NodeConversionError(f"MultiHeadAttention node '{node.name}': past_key and past_value go together")
+        past_seq = tensor_shape(past_key)[2]
+        k = h.emit(call_op("concat", past_key, k, axis=2), "key_all")
+        v = h.emit(call_op("concat", past_value, v, axis=2), "value_all")
+    total = tensor_shape(k)[2]
+    filter_value = float(attrs.get("mask_filter_value", DEFAULT_MASK_FILTER_VALUE))
+    mask_bias = h.mask_bias(mask, batch, seq, total, past_seq, bool(attrs.get("unidirectional", 0)), filter_value, query)
+    head_size = as_int(tensor_shape(q)[3])
+    context_heads = h.attend(q, k, v, _scale(attrs, head_size), mask_bias, extra)
+    results = [h.merge_heads(context_heads)]
+    for position, state in ((1, k), (2, v)):
+        if wanted_output(node, position):
+            results.append(state)
+        elif any(wanted_output(node, later) for later in range(position + 1, 3)):
+            results.append(None)
+    return results
