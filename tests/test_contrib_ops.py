@@ -349,3 +349,44 @@ ATTENTION_CASES = {**attention_cases(), **multi_head_attention_cases()}
 @pytest.mark.parametrize("name", sorted(ATTENTION_CASES))
 def test_attention_op_matches_onnxruntime(name: str, device, tmp_path) -> None:
     check_case(ATTENTION_CASES[name], device, tmp_path / "bundle")
+
+
+def rotary_cases() -> dict[str, Case]:
+    positions, half = 32, 4
+    caches = {"cos": np.cos(rand(positions, half, seed=31)), "sin": np.sin(rand(positions, half, seed=32))}
+    token_shapes = [{"batch": 2, "seq": 5}, {"batch": 1, "seq": 1}, {"batch": 3, "seq": 7}]
+
+    def feeds(layout):
+        def make(dims, seed):
+            batch, seq = dims["batch"], dims["seq"]
+            rng = np.random.default_rng(seed)
+            x = rand(*layout(batch, seq), seed=seed)
+            return {"x": x, "ids": rng.integers(0, positions, (batch, seq)).astype(np.int64),
+                    "first": np.array([rng.integers(0, positions - seq)], np.int64)}
+
+        return make
+
+    def case(x_shape, layout, ids, interleaved=0, **attrs):
+        ids_in = ("ids", INT64, ["batch", "seq"]) if ids == "ids" else ("first", INT64, [1])
+        node = ms_node("RotaryEmbedding", ["x", ids, "cos", "sin"], ["y"], interleaved=interleaved, **attrs)
+        model = make_model([node], [("x", FLOAT, x_shape), ids_in], ["y"], caches, opset=OPSETS)
+        make = feeds(layout)
+        return Case(model, lambda dims, seed: {k: v for k, v in make(dims, seed).items() if k in ("x", ids)}, token_shapes)
+
+    return {
+        "RotaryEmbedding_3d": case(["batch", "seq", 3 * 2 * half], lambda b, s: (b, s, 3 * 2 * half), "ids", num_heads=3),
+        "RotaryEmbedding_3d_interleaved_first_position": case(
+            ["batch", "seq", 2 * 2 * half], lambda b, s: (b, s, 2 * 2 * half), "first", interleaved=1, num_heads=2),
+        "RotaryEmbedding_4d_interleaved": case(["batch", 2, "seq", 2 * half], lambda b, s: (b, 2, s, 2 * half), "ids",
+                                               interleaved=1),
+        "RotaryEmbedding_partial": case(["batch", "seq", 2 * 12], lambda b, s: (b, s, 2 * 12), "ids", num_heads=2,
+                                        rotary_embedding_dim=2 * half),
+    }
+
+
+ROTARY_CASES = rotary_cases()
+
+
+@pytest.mark.parametrize("name", sorted(ROTARY_CASES))
+def test_rotary_embedding_matches_onnxruntime(name: str, device, tmp_path) -> None:
+    check_case(ROTARY_CASES[name], device, tmp_path / "bundle")

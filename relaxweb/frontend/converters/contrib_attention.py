@@ -325,3 +325,66 @@ def convert_multi_head_attention(context, node, inputs):
         elif any(wanted_output(node, later) for later in range(position + 1, 3)):
             results.append(None)
     return results
+
+
+# RotaryEmbedding -------------------------------------------------------------------------------
+
+
+def gathered_cache(h: Heads, cache: Expr, position_ids: Expr | None, batch, seq, offset: PrimExpr | None, name: str) -> Expr:
+    """The rows of a ``[max_position, R / 2]`` cos or sin cache for each token: ``[B or 1, S, R / 2]``.
+
+    ``position_ids`` is ``[B, S]`` (each token's position), or ``[1]`` (the first token's
+    position; the others follow), or absent with ``offset`` (a compile-time first position)."""
+    if position_ids is not None and len(tensor_shape(position_ids)) == 2:
+        return h.emit(call_op("take", cache, position_ids, axis=0), name)
+    if position_ids is not None:
+        start = h.emit(call_op("cast", position_ids, dtype="int32"), f"{name}_start") if dtype_of(position_ids) != "int32" else position_ids
+        positions = h.emit(call_op("add", h.int_range(IntImm(0), seq, f"{name}_steps"), start), f"{name}_positions")
+    else:
+        positions = h.int_range(offset, seq, f"{name}_positions")
+    rows = h.emit(call_op("take", cache, positions, axis=0), name)
+    return h.emit(call_op("reshape", rows, ShapeExpr((IntImm(1), *tensor_shape(rows)))), f"{name}_rows")
+
+
+def rotate(h: Heads, x: Expr, cos: Expr, sin: Expr, interleaved: bool, heads_axis: int) -> Expr:
+    """``x`` in ``[B, S, N, H]`` (``heads_axis`` 2) or ``[B, N, S, H]`` (1) rotated by the
+    gathered ``[B or 1, S, R / 2]`` caches (unbound)."""
+    b, s, half = tensor_shape(cos)
+    shape = (b, s, IntImm(1), half) if heads_axis == 2 else (b, IntImm(1), s, half)
+    cos, sin = (h.emit(call_op("reshape", c, ShapeExpr(shape)), n) for c, n in ((cos, "cos_rows"), (sin, "sin_rows")))
+    return call_op("rotary_embedding", x, cos, sin, interleaved=interleaved)
+
+
+@converter("RotaryEmbedding", domain=MICROSOFT)
+def convert_rotary_embedding(context, node, inputs):
+    """(input, position_ids, cos_cache, sin_cache) -> output: ``input`` is ``[B, S, N * H]``
+    (``num_heads`` given, or ``H`` twice the cache width) or ``[B, N, S, H]``; the first
+    ``rotary_embedding_dim`` entries of each head (by default the cache's) are rotated."""
+    x, position_ids, cos_cache, sin_cache = inputs[:4]
+    attrs = context.attributes(node)
+    if attrs.get("is_packed_batching", 0):
+        _refuse(node, "is_packed_batching")
+    if float(attrs.get("scale", 1.0)) != 1.0:
+        _refuse(node, "a scale other than 1")
+    h = Heads(context, node)
+    rank = require_rank(node, x, "input", (3, 4))
+    half = _constant_dim(node, cos_cache, 1, "the cos cache's second dim")
+    rotary_dim = int(attrs.get("rotary_embedding_dim", 0)) or 2 * half
+    if rotary_dim != 2 * half:
+        raise NodeConversionError(
+            f"RotaryEmbedding node '{node.name}': rotary_embedding_dim {rotary_dim} is not twice the cache width {half}"
+        )
+    interleaved = bool(attrs.get("interleaved", 0))
+    if rank == 4:
+        batch, _, seq, _ = tensor_shape(x)
+        cos, sin = (gathered_cache(h, c, position_ids, batch, seq, None, n) for c, n in ((cos_cache, "cos"), (sin_cache, "sin")))
+        return rotate(h, x, cos, sin, interleaved, heads_axis=1)
+    batch, seq, hidden = tensor_shape(x)
+    width = _constant_dim(node, x, 2, "the hidden size")
+    heads = int(attrs.get("num_heads", 0)) or width // (2 * half)
+    if width % heads:
+        raise NodeConversionError(f"RotaryEmbedding node '{node.name}': hidden size {width} is not a multiple of {heads} heads")
+    split = h.emit(call_op("reshape", x, ShapeExpr((batch, seq, IntImm(heads), IntImm(width // heads)))), "rotary_heads")
+    cos, sin = (gathered_cache(h, c, position_ids, batch, seq, None, n) for c, n in ((cos_cache, "cos"), (sin_cache, "sin")))
+    turned = h.emit(rotate(h, split, cos, sin, interleaved, heads_axis=2), "rotated")
+    return call_op("reshape", turned, ShapeExpr((batch, seq, hidden)))
