@@ -390,3 +390,78 @@ ROTARY_CASES = rotary_cases()
 @pytest.mark.parametrize("name", sorted(ROTARY_CASES))
 def test_rotary_embedding_matches_onnxruntime(name: str, device, tmp_path) -> None:
     check_case(ROTARY_CASES[name], device, tmp_path / "bundle")
+
+
+# GroupQueryAttention -----------------------------------------------------------------------------
+
+GQA_HEADS, GQA_KV_HEADS, GQA_HEAD = 4, 2, 16
+
+
+def gqa_model(packed: bool = False, with_past: bool = True, **attrs):
+    q_width, kv_width = GQA_HEADS * GQA_HEAD, GQA_KV_HEADS * GQA_HEAD
+    inputs = [("query", FLOAT, ["batch", "seq", q_width + 2 * kv_width if packed else q_width])]
+    names = ["query", "", ""] if packed else ["query", "key", "value"]
+    if not packed:
+        inputs += [("key", FLOAT, ["batch", "seq", kv_width]), ("value", FLOAT, ["batch", "seq", kv_width])]
+    if with_past:
+        inputs += [(n, FLOAT, ["batch", GQA_KV_HEADS, "past", GQA_HEAD]) for n in ("past_key", "past_value")]
+        names += ["past_key", "past_value"]
+    else:
+        names += ["", ""]
+    inputs += [("seqlens_k", INT32, ["batch"]), ("total_sequence_length", INT32, [])]
+    names += ["seqlens_k", "total_sequence_length"]
+    caches = {}
+    if attrs.get("do_rotary"):
+        caches = {"cos_cache": np.cos(rand(64, GQA_HEAD // 2, seed=41)), "sin_cache": np.sin(rand(64, GQA_HEAD // 2, seed=42))}
+        names += ["cos_cache", "sin_cache"]
+    node = ms_node("GroupQueryAttention", names, ["output", "present_key", "present_value"], num_heads=GQA_HEADS,
+                   kv_num_heads=GQA_KV_HEADS, **attrs)
+    return make_model([node], inputs, ["output", "present_key", "present_value"], caches, opset=OPSETS)
+
+
+def gqa_feeds(model, batch: int, seq: int, past: int, totals: list[int], seed: int) -> dict:
+    feeds = {}
+    for value in model.graph.input:
+        dims = [d.dim_value or {"batch": batch, "seq": seq, "past": past}.get(d.dim_param, 0)
+                for d in value.type.tensor_type.shape.dim]
+        feeds[value.name] = rand(*dims, seed=seed + len(feeds))
+    feeds["seqlens_k"] = np.array(totals, np.int32) - 1
+    feeds["total_sequence_length"] = np.array(max(totals), np.int32)
+    return feeds
+
+
+# (name, model attributes, [(batch, seq, past, each entry's total length)]); on a first prompt
+# (past 0) the totals are the prompts' lengths (right padding)
+GQA_CASES = {
+    "decode": ({}, [(2, 1, 3, [4, 4]), (1, 1, 6, [7]), (1, 2, 2, [4])]),
+    "decode_ragged_batch": ({}, [(2, 1, 4, [5, 3]), (3, 1, 2, [3, 2, 1])]),
+    "first_prompt_right_padding": ({"with_past": False}, [(2, 5, 0, [5, 3]), (1, 4, 0, [4])]),
+    "packed_rotary_local_window": ({"packed": True, "do_rotary": 1, "local_window_size": 3},
+                                   [(2, 1, 5, [6, 4]), (1, 3, 4, [7])]),
+    "rotary_interleaved_first_prompt": ({"with_past": False, "do_rotary": 1, "rotary_interleaved": 1},
+                                        [(2, 4, 0, [4, 2])]),
+    "bidirectional_scale": ({"causal": 0, "scale": 0.3}, [(1, 2, 3, [5]), (2, 1, 3, [4, 2])]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GQA_CASES))
+def test_group_query_attention_matches_onnxruntime(name: str, device, tmp_path) -> None:
+    """Compared where onnxruntime defines the results: every output row of a real token, and
+    the present cache's rows below each entry's total length (the rest is unspecified)."""
+    attrs, runs = GQA_CASES[name]
+    attrs = dict(attrs)
+    model = gqa_model(packed=attrs.pop("packed", False), with_past=attrs.pop("with_past", True), **attrs)
+    relaxweb.build(model, tmp_path / "bundle")
+    session = relaxweb.load(tmp_path / "bundle", device=device)
+    for seed, (batch, seq, past, totals) in enumerate(runs):
+        feeds = gqa_feeds(model, batch, seq, past, totals, seed * 10)
+        expected = dict(zip(["output", "present_key", "present_value"], onnxruntime_outputs(model, feeds)))
+        for where, actual in (("interpreter", relaxweb.run_reference(model, feeds)), ("WebGPU", session.run(feeds))):
+            for b, total in enumerate(totals):
+                rows = seq if past else total  # a padded prompt's tail rows are unspecified
+                assert_close(actual["output"][b, :rows], expected["output"][b, :rows], F32_LOOSE,
+                             err_msg=f"{where}: output of entry {b} at {(batch, seq, past, totals)}")
+                for cache in ("present_key", "present_value"):
+                    assert actual[cache].shape == expected[cache].shape
+                    assert_close(actual[cache][b, :, :total], expected[cache][b, :, :total], F32,
+                                 err_msg=f"{where}: {cache} of entry {b} at {(batch, seq, past, totals)}")

@@ -127,6 +127,10 @@ class Heads:
     def int_scalar(self, value: int) -> Constant:
         return self.context.constant(np.array(value, dtype=np.int32).reshape(()), f"{label(self.node)}_{value}")
 
+    def int_scalar_of(self, value: PrimExpr) -> Expr:
+        """A symbolic integer as an int32 vector of one entry."""
+        return self.int_range(value, IntImm(1), "length")
+
     def allowed_keys(self, mask: Expr, batch, seq, total) -> Expr:
         """A bool tensor ``[B, 1, 1 or S, T]``: which keys each query may see."""
         node = self.node
@@ -388,3 +392,129 @@ def convert_rotary_embedding(context, node, inputs):
     cos, sin = (gathered_cache(h, c, position_ids, batch, seq, None, n) for c, n in ((cos_cache, "cos"), (sin_cache, "sin")))
     turned = h.emit(rotate(h, split, cos, sin, interleaved, heads_axis=2), "rotated")
     return call_op("reshape", turned, ShapeExpr((batch, seq, hidden)))
+
+
+# GroupQueryAttention ---------------------------------------------------------------------------
+
+GQA_REFUSED_INPUTS = {9: "position_ids", 11: "head_sink", 12: "k_scale", 13: "v_scale", 14: "q_norm_weight",
+                      15: "k_norm_weight", 16: "query_seqlens"}
+
+
+@converter("GroupQueryAttention", domain=MICROSOFT)
+def convert_group_query_attention(context, node, inputs):
+    """(query, key?, value?, past_key?, past_value?, seqlens_k, total_sequence_length, cos_cache?,
+    sin_cache?, position_ids?, attention_bias?, ...) -> output, present_key, present_value.
+
+    ``num_heads`` query heads share ``kv_num_heads`` key/value heads.  Batch entry ``b`` holds
+    ``seqlens_k[b] + 1`` tokens after this step; its new tokens are at positions
+    ``past_b .. past_b + S - 1`` with ``past_b = seqlens_k[b] + 1 - S`` (0 on the first prompt,
+    where ``total_sequence_length`` is ``S``), and are written into the present cache there,
+    after the first ``past_b`` rows of the past cache (a gather with those data-dependent
+    offsets, so ragged batches are right too).  Causal (``causal=1``, the default) with an
+    optional ``local_window_size``; ``do_rotary`` rotates the new queries and keys at their
+    positions (the caches give ``cos`` and ``sin``)."""
+    attrs = context.attributes(node)
+    for position, what in GQA_REFUSED_INPUTS.items():
+        if optional_input(inputs, position) is not None:
+            _refuse(node, f"the {what} input")
+    for name, default in (("softcap", 0.0), ("smooth_softmax", 0), ("qk_output", 0), ("sliding_window_cache", 0)):
+        if attrs.get(name, default) not in (default, None):
+            _refuse(node, f"{name}={attrs[name]}")
+    for name in ("k_quant_type", "v_quant_type"):
+        value = attrs.get(name, b"NONE")
+        if (value.decode() if isinstance(value, bytes) else str(value)) != "NONE":
+            _refuse(node, f"{name} (a quantized cache)")
+    if wanted_output(node, 3):
+        _refuse(node, "the output_qk output")
+    query, key, value = inputs[0], optional_input(inputs, 1), optional_input(inputs, 2)
+    past_key, past_value = optional_input(inputs, 3), optional_input(inputs, 4)
+    seqlens, total_length = inputs[5], inputs[6]
+    cos_cache, sin_cache, extra = optional_input(inputs, 7), optional_input(inputs, 8), optional_input(inputs, 10)
+    heads, kv_heads = int(attrs["num_heads"]), int(attrs["kv_num_heads"])
+    if heads % kv_heads:
+        raise NodeConversionError(f"GroupQueryAttention node '{node.name}': num_heads {heads} is not a multiple of kv_num_heads {kv_heads}")
+    causal = bool(attrs.get("causal", 1))
+    window = int(attrs.get("local_window_size", -1))
+    h = Heads(context, node)
+    require_rank(node, query, "query", (3,))
+    batch, seq, width = tensor_shape(query)
+    width = _constant_dim(node, query, 2, "the query's hidden size")
+    if key is None:  # packed: query holds Q, K and V
+        head_size = width // (heads + 2 * kv_heads)
+        q_width, kv_width = heads * head_size, kv_heads * head_size
+        query, key, value = (h.slice_last(query, begin, end, name) for begin, end, name in (
+            (0, q_width, "query"), (q_width, q_width + kv_width, "key"), (q_width + kv_width, width, "value")))
+    else:
+        head_size = width // heads
+    emit = h.emit
+
+    def bsnh(x: Expr, count: int, name: str) -> Expr:
+        return emit(call_op("reshape", x, ShapeExpr((batch, seq, IntImm(count), IntImm(head_size)))), f"{name}_heads")
+
+    q, k, v = bsnh(query, heads, "query"), bsnh(key, kv_heads, "key"), bsnh(value, kv_heads, "value")
+    # each entry's past length: seqlens_k + 1 - S, or 0 on the first prompt (total_sequence_length == S)
+    seq_value = h.int_range(seq, IntImm(1), "sequence_length")
+    totals = emit(call_op("add", h.as_int32(seqlens), h.int_scalar(1)), "entry_totals")
+    totals = h.assume_shape(totals, (batch,), "seqlens_k")
+    first = emit(call_op("equal", emit(call_op("reshape", h.as_int32(total_length), ShapeExpr((IntImm(1),))), "total_length"),
+                         seq_value), "first_prompt")
+    past_lengths = emit(call_op("where", first, h.int_scalar(0), emit(call_op("subtract", totals, seq_value), "entry_past")),
+                        "past_lengths")
+    past_column = emit(call_op("reshape", past_lengths, ShapeExpr((batch, IntImm(1)))), "past_column")
+    positions = emit(call_op("add", past_column, h.int_range(IntImm(0), seq, "steps")), "token_positions")  # [B, S]
+    if attrs.get("do_rotary", 0):
+        if cos_cache is None or sin_cache is None:
+            raise NodeConversionError(f"GroupQueryAttention node '{node.name}': do_rotary needs cos_cache and sin_cache")
+        cos, sin = (gathered_cache(h, c, positions, batch, seq, None, n) for c, n in ((cos_cache, "cos"), (sin_cache, "sin")))
+        interleaved = bool(attrs.get("rotary_interleaved", 0))
+        q = emit(rotate(h, q, cos, sin, interleaved, heads_axis=2), "query_rotated")
+        k = emit(rotate(h, k, cos, sin, interleaved, heads_axis=2), "key_rotated")
+    q, k, v = (emit(call_op("transpose", t, axes=[0, 2, 1, 3]), f"{n}_bnsh") for t, n in ((q, "query"), (k, "key"), (v, "value")))
+    past_seq: PrimExpr = IntImm(0)
+    if past_key is not None and past_value is not None:
+        past_seq = tensor_shape(past_key)[2]
+        k = emit(call_op("concat", past_key, k, axis=2), "key_cat")
+        v = emit(call_op("concat", past_value, v, axis=2), "value_cat")
+    total = simplify(past_seq + seq)
+    # present row j of entry b: past row j below past_b, else new row j - past_b (row past_seq + j - past_b of the concat)
+    rows = h.int_range(IntImm(0), total, "present_rows")
+    shifted = emit(call_op("add", emit(call_op("subtract", rows, past_column), "new_rows"), h.int_scalar_of(past_seq)), "shifted_rows")
+    source = emit(call_op("where", emit(call_op("less", rows, past_column), "kept_rows"), rows, shifted), "source_rows")
+    last = h.int_scalar_of(simplify(total - 1))
+    source = emit(call_op("minimum", source, last), "source_rows_clamped")  # rows past the entry's end: unspecified
+    index = emit(call_op("reshape", source, ShapeExpr((batch, IntImm(1), total, IntImm(1)))), "source_index")
+    index = emit(call_op("broadcast_to", index, ShapeExpr((batch, IntImm(kv_heads), total, IntImm(head_size)))), "source_index_full")
+    present_k = emit(call_op("gather_elements", k, index, axis=2), "present_key")
+    present_v = emit(call_op("gather_elements", v, index, axis=2), "present_value")
+    # visible keys: j < the entry's total, and j <= the query's position (causal), within the window
+    keys = h.int_range(IntImm(0), total, "key_positions")
+    totals_column = emit(call_op("reshape", totals, ShapeExpr((batch, IntImm(1), IntImm(1)))), "total_column")
+    visible = emit(call_op("less", keys, totals_column), "filled_keys")  # [B, 1, T]
+    query_positions = emit(call_op("reshape", positions, ShapeExpr((batch, seq, IntImm(1)))), "query_positions")
+    if causal:
+        visible = emit(call_op("logical_and", visible, emit(call_op("less_equal", keys, query_positions), "causal")), "visible")
+    if window > 0:
+        start = emit(call_op("subtract", query_positions, h.int_scalar(window)), "window_start")
+        visible = emit(call_op("logical_and", visible, emit(call_op("greater", keys, start), "recent")), "visible_window")
+    bias = emit(call_op("where", visible, h.scalar(0.0, query, "zero"), h.scalar(LOWEST_FLOAT32, query, "lowest")), "mask_bias")
+    group = heads // kv_heads
+    q5 = emit(call_op("reshape", q, ShapeExpr((batch, IntImm(kv_heads), IntImm(group), seq, IntImm(head_size)))), "query_groups")
+    k5, v5 = (emit(call_op("reshape", t, ShapeExpr((batch, IntImm(kv_heads), IntImm(1), total, IntImm(head_size)))), n)
+              for t, n in ((present_k, "key_groups"), (present_v, "value_groups")))
+    keys_t = emit(call_op("transpose", k5, axes=[0, 1, 2, 4, 3]), "keys_t")
+    scores = emit(call_op("matmul", q5, keys_t), "scores")
+    scores = emit(call_op("multiply", scores, h.scalar(_scale(attrs, head_size), scores, "scale")), "scaled_scores")
+    rows = tensor_shape(bias)[1]  # S, or 1 when no key depends on the query (not causal, no window)
+    bias = emit(call_op("reshape", bias, ShapeExpr((batch, IntImm(1), IntImm(1), rows, total))), "mask_bias_groups")
+    scores = emit(call_op("add", scores, bias), "masked_scores")
+    if extra is not None:
+        require_rank(node, extra, "attention_bias", (4,))
+        extra = h.assume_shape(extra, (batch, IntImm(heads), seq, total), "attention_bias")
+        b_extra, n_extra = tensor_shape(extra)[:2]
+        grouped = (b_extra, IntImm(kv_heads), IntImm(group)) if as_int(n_extra) != 1 else (b_extra, IntImm(1), IntImm(1))
+        extra = emit(call_op("reshape", extra, ShapeExpr((*grouped, seq, total))), "attention_bias_groups")
+        scores = emit(call_op("add", scores, extra), "biased_scores")
+    probs = emit(call_op("softmax", scores, axes=[4]), "attention_probs")
+    context5 = emit(call_op("matmul", probs, v5), "attention_context")
+    merged = emit(call_op("reshape", context5, ShapeExpr((batch, IntImm(heads), seq, IntImm(head_size)))), "attention_heads")
+    return [h.merge_heads(merged), present_k, present_v]
