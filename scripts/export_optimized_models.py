@@ -1,0 +1,274 @@
+#!/usr/bin/env python3
+"""Export tiny transformer models, optimize them with onnxruntime's transformer optimizer (which
+writes onnxruntime's com.microsoft contrib ops), and convert some to float16.
+
+    python3 scripts/export_optimized_models.py OUT_DIR [--only NAME ...]
+
+Writes ``OUT_DIR/NAME.onnx`` and ``OUT_DIR/NAME.json`` (inputs with their symbolic dims, the
+op types written, the optimizer's options) for each model NAME below.  Weights are random
+from fixed seeds (transformers builds the models from configs; nothing reaches the network);
+each model is exported with the TorchScript exporter (``dynamo=False``, batch and sequence
+dynamic, opset 17), then ``onnxruntime.transformers.optimizer.optimize_model`` rewrites it:
+
+    bert                 BertModel: EmbedLayerNormalization, Attention, SkipLayerNormalization, BiasGelu
+    bert_mha_gelu        the same with use_multi_head_attention and no bias-GELU fusion:
+                         MultiHeadAttention, Gelu
+    bert_fast_gelu       with enable_gelu_approximation: FastGelu
+    distilbert           DistilBertModel (model type bert)
+    gpt2                 GPT2Model: SkipLayerNormalization, FastGelu
+    llama                LlamaModel (RMS norm, rotary, grouped KV heads; model type gpt2):
+                         SimplifiedLayerNormalization, SkipSimplifiedLayerNormalization
+    llama_ort_optimized  the same after onnxruntime's own graph optimizations too (opt_level 2):
+                         QuickGelu (SiLU, alpha 1), SimplifiedLayerNormalization
+    clip_text            CLIPTextModel (model type clip): QuickGelu, SkipLayerNormalization
+    cnn                  a small CNN (conv, batch norm, pooling, softmax), not optimized: the float32
+                         baseline of cnn_fp16
+    *_fp16               bert, gpt2 and the CNN converted by onnxruntime's
+                         ``float16.convert_float_to_float16`` (weights and activations in float16,
+                         Casts at the inputs and outputs kept float32)
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import io
+import json
+import sys
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+SEED = 0
+VOCAB = 128
+HIDDEN, HEADS = 64, 4
+
+
+@dataclass
+class Spec:
+    name: str
+    build: Callable  # () -> (torch module, input specs, output names)
+    model_type: str = "bert"
+    options: dict = field(default_factory=dict)  # FusionOptions attributes
+    opt_level: int = 0
+    float16: bool = False
+
+
+def _seed() -> None:
+    import torch
+
+    torch.manual_seed(SEED)
+    np.random.seed(SEED)
+
+
+def _noisy(model):
+    """Biases start at 0 and norm weights at 1, which would hide a dropped bias or scale."""
+    import torch
+
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if parameter.numel() > 1 and bool(parameter.min() == parameter.max()):
+                parameter.add_(torch.randn_like(parameter) * 0.1)
+    return model
+
+
+def _eager(config):
+    with contextlib.suppress(Exception):
+        config._attn_implementation = "eager"
+    return config
+
+
+TOKENS = [{"name": "input_ids", "dtype": "int64", "dims": ["batch", "seq"], "kind": "ids", "high": VOCAB}]
+MASK = [{"name": "attention_mask", "dtype": "int64", "dims": ["batch", "seq"], "kind": "mask"}]
+
+
+def _wrap(inner, with_mask: bool):
+    import torch
+
+    class Wrapper(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = inner
+
+        def forward(self, input_ids, attention_mask=None):
+            if attention_mask is None:
+                attention_mask = torch.ones_like(input_ids)
+            return self.model(input_ids=input_ids, attention_mask=attention_mask, return_dict=False)[0]
+
+    return Wrapper().eval(), TOKENS + (MASK if with_mask else []), ["last_hidden_state"]
+
+
+def bert():
+    from transformers import BertConfig, BertModel
+
+    _seed()
+    config = _eager(BertConfig(vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=2, num_attention_heads=HEADS,
+                               intermediate_size=128, max_position_embeddings=128, type_vocab_size=2,
+                               hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
+    return _wrap(_noisy(BertModel(config, add_pooling_layer=False).eval()), True)
+
+
+def distilbert():
+    from transformers import DistilBertConfig, DistilBertModel
+
+    _seed()
+    config = _eager(DistilBertConfig(vocab_size=VOCAB, dim=HIDDEN, n_layers=2, n_heads=HEADS, hidden_dim=128,
+                                     max_position_embeddings=128, dropout=0.0, attention_dropout=0.0))
+    return _wrap(_noisy(DistilBertModel(config).eval()), True)
+
+
+def gpt2():
+    from transformers import GPT2Config, GPT2Model
+
+    _seed()
+    config = _eager(GPT2Config(vocab_size=VOCAB, n_positions=128, n_embd=HIDDEN, n_layer=2, n_head=HEADS,
+                               resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, use_cache=False))
+    return _wrap(_noisy(GPT2Model(config).eval()), False)
+
+
+def llama():
+    from transformers import LlamaConfig, LlamaModel
+
+    _seed()
+    config = _eager(LlamaConfig(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=128, num_hidden_layers=2,
+                                num_attention_heads=HEADS, num_key_value_heads=2, max_position_embeddings=128,
+                                use_cache=False))
+    return _wrap(_noisy(LlamaModel(config).eval()), False)
+
+
+def clip_text():
+    from transformers import CLIPTextConfig, CLIPTextModel
+
+    _seed()
+    config = _eager(CLIPTextConfig(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=128, num_hidden_layers=2,
+                                   num_attention_heads=HEADS, max_position_embeddings=128, hidden_act="quick_gelu"))
+    return _wrap(_noisy(CLIPTextModel(config).eval()), False)
+
+
+def cnn():
+    import torch
+    from torch import nn
+
+    _seed()
+    model = nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(8, 16, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 10),
+        nn.Softmax(dim=-1),
+    )
+    with torch.no_grad():
+        model[1].running_mean.uniform_(-0.5, 0.5)
+        model[1].running_var.uniform_(0.5, 1.5)
+    return model.eval(), [{"name": "x", "dtype": "float32", "dims": ["batch", 3, "height", "width"], "kind": "normal"}], ["probabilities"]
+
+
+SPECS = {spec.name: spec for spec in [
+    Spec("bert", bert),
+    Spec("bert_mha_gelu", bert, options={"use_multi_head_attention": True, "enable_bias_gelu": False}),
+    Spec("bert_fast_gelu", bert, options={"enable_gelu_approximation": True}),
+    Spec("distilbert", distilbert),
+    Spec("gpt2", gpt2, model_type="gpt2"),
+    Spec("llama", llama, model_type="gpt2"),
+    Spec("llama_ort_optimized", llama, model_type="gpt2", opt_level=2),
+    Spec("clip_text", clip_text, model_type="clip"),
+    Spec("bert_fp16", bert, float16=True),
+    Spec("gpt2_fp16", gpt2, model_type="gpt2", float16=True),
+    Spec("cnn", cnn, model_type="none"),
+    Spec("cnn_fp16", cnn, model_type="none", float16=True),
+]}
+
+
+def make_inputs(inputs: list[dict], dims: dict[str, int], seed: int = 0) -> dict[str, np.ndarray]:
+    """Inputs for the given values of the symbolic dims (the tests use this too)."""
+    rng = np.random.default_rng(seed)
+    arrays = {}
+    for spec in inputs:
+        shape = tuple(dims[d] if isinstance(d, str) else int(d) for d in spec["dims"])
+        if spec["kind"] == "ids":
+            arrays[spec["name"]] = rng.integers(0, spec["high"], size=shape).astype(spec["dtype"])
+        elif spec["kind"] == "mask":
+            mask = np.ones(shape, dtype=spec["dtype"])
+            for row in range(shape[0]):  # every row keeps its first token; later rows get a padded tail
+                pad = min(row, shape[-1] - 1)
+                if pad:
+                    mask[row, shape[-1] - pad:] = 0
+            arrays[spec["name"]] = mask
+        else:
+            arrays[spec["name"]] = rng.standard_normal(shape).astype(spec["dtype"])
+    return arrays
+
+
+def export(spec: Spec, out_dir: Path) -> dict:
+    import onnx
+    import torch
+
+    model, inputs, outputs = spec.build()
+    example_dims = {"batch": 2, "seq": 7, "height": 16, "width": 16}
+    example = make_inputs(inputs, example_dims)
+    raw = out_dir / f"{spec.name}.raw.onnx"
+    dynamic_axes = {i["name"]: {a: d for a, d in enumerate(i["dims"]) if isinstance(d, str)} for i in inputs}
+    for name in outputs:
+        dynamic_axes[name] = {0: "batch"} if spec.model_type == "none" else {0: "batch", 1: "seq"}
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, tuple(torch.from_numpy(example[i["name"]]) for i in inputs), str(raw), dynamo=False,
+                          input_names=[i["name"] for i in inputs], output_names=outputs, dynamic_axes=dynamic_axes,
+                          opset_version=17, do_constant_folding=True)
+        optimized = _optimize(spec, raw)
+        if spec.float16:
+            optimized.convert_float_to_float16(keep_io_types=True)
+    path = out_dir / f"{spec.name}.onnx"
+    optimized.save_model_to_file(str(path))
+    raw.unlink()
+    written = onnx.load(str(path))
+    ops = collections.Counter(n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}.{n.op_type}" for n in written.graph.node)
+    sidecar = {"name": spec.name, "model_type": spec.model_type, "options": spec.options, "opt_level": spec.opt_level,
+               "float16": spec.float16, "inputs": inputs, "outputs": outputs, "op_types": dict(sorted(ops.items()))}
+    (out_dir / f"{spec.name}.json").write_text(json.dumps(sidecar, indent=1) + "\n")
+    return sidecar
+
+
+def _optimize(spec: Spec, raw: Path):
+    """The optimizer's OnnxModel (for the CNN, the export as one: no fusions apply)."""
+    import onnx
+    from onnxruntime.transformers.fusion_options import FusionOptions
+    from onnxruntime.transformers.onnx_model import OnnxModel
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    if spec.model_type == "none":
+        return OnnxModel(onnx.load(str(raw)))
+    options = FusionOptions(spec.model_type)
+    for key, value in spec.options.items():
+        setattr(options, key, value)
+    return optimize_model(str(raw), model_type=spec.model_type, num_heads=HEADS, hidden_size=HIDDEN,
+                          optimization_options=options, opt_level=spec.opt_level, use_gpu=False)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out_dir", type=Path)
+    parser.add_argument("--only", action="append", default=[], metavar="NAME", help="one of: " + ", ".join(SPECS))
+    args = parser.parse_args(argv)
+    names = args.only or list(SPECS)
+    unknown = [n for n in names if n not in SPECS]
+    if unknown:
+        parser.error(f"unknown model(s): {', '.join(unknown)}")
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    failed = 0
+    for name in names:
+        try:
+            sidecar = export(SPECS[name], args.out_dir)
+        except Exception as error:  # noqa: BLE001 - reported per model
+            failed += 1
+            print(f"{name}: FAILED ({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''})")
+            continue
+        contrib = {k: v for k, v in sidecar["op_types"].items() if "." in k or k == "SimplifiedLayerNormalization"}
+        print(f"{name}: {contrib}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,131 @@
+"""Models onnxruntime's transformer optimizer wrote (com.microsoft contrib ops), and float16
+conversions, built once each and run on WebGPU (the Python runtime) at several shapes against
+onnxruntime running the same model.
+
+``scripts/export_optimized_models.py`` exports tiny BERT, DistilBERT, GPT-2, Llama and CLIP
+text models (random weights) with torch.onnx and optimizes them, in a subprocess; the contrib
+ops each model carries are checked first, so a change in what the optimizer writes shows up
+as such.  Ops the optimizer does not write for these models (GroupQueryAttention,
+RotaryEmbedding, FusedMatMul, BiasAdd) are checked on hand-built models in
+``tests/test_contrib_ops.py``.
+
+float16 tolerance: relaxweb computes float16 tensors in float32 on the device (rounding only
+weights and the model's own Casts), onnxruntime rounds every activation to float16, so the two
+differ by the float16 rounding accumulated through the layers: on these models up to 2.6e-3
+absolute at outputs of magnitude up to 5 (onnxruntime's own float16 and float32 runs of the
+same model differ by up to 4.4e-3).  ``float16_tolerance`` allows 4 float16 ulps at the
+largest output magnitude (1.6e-2 for outputs up to 8, 0.2% of an O(1) error's scale there),
+plus the FLOAT16 tier's relative part.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+import relaxweb
+from tests.helpers import FLOAT16, MODEL, Tolerance, assert_close
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "export_optimized_models.py"
+
+# model -> the contrib ops the optimizer must have written into it
+CONTRIB_OPS = {
+    "bert": {"com.microsoft.Attention", "com.microsoft.EmbedLayerNormalization", "com.microsoft.SkipLayerNormalization",
+             "com.microsoft.BiasGelu"},
+    "bert_mha_gelu": {"com.microsoft.MultiHeadAttention", "com.microsoft.Gelu", "com.microsoft.EmbedLayerNormalization"},
+    "bert_fast_gelu": {"com.microsoft.Attention", "com.microsoft.FastGelu"},
+    "distilbert": {"com.microsoft.Attention", "com.microsoft.EmbedLayerNormalization", "com.microsoft.BiasGelu"},
+    "gpt2": {"com.microsoft.SkipLayerNormalization", "com.microsoft.FastGelu"},
+    "llama": {"SimplifiedLayerNormalization", "com.microsoft.SkipSimplifiedLayerNormalization"},
+    "clip_text": {"com.microsoft.QuickGelu", "com.microsoft.SkipLayerNormalization"},
+}
+FLOAT16_MODELS = {"bert_fp16": "bert", "gpt2_fp16": "gpt2", "cnn_fp16": "cnn"}  # -> its float32 model
+
+TOKEN_SHAPES = [{"batch": 2, "seq": 7}, {"batch": 1, "seq": 1}, {"batch": 3, "seq": 12}]
+IMAGE_SHAPES = [{"batch": 2, "height": 16, "width": 16}, {"batch": 1, "height": 24, "width": 8}]
+
+
+@functools.lru_cache(maxsize=None)
+def export_module():
+    """scripts/export_optimized_models.py as a module (for its input maker)."""
+    spec = importlib.util.spec_from_file_location("export_optimized_models", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("export_optimized_models", module)  # its dataclasses look themselves up there
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory) -> Path:
+    if importlib.util.find_spec("torch") is None or importlib.util.find_spec("transformers") is None:
+        pytest.skip("exporting needs torch and transformers")
+    folder = tmp_path_factory.mktemp("optimized")
+    done = subprocess.run([sys.executable, str(SCRIPT), str(folder)], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return folder
+
+
+def sidecar(folder: Path, name: str) -> dict:
+    return json.loads((folder / f"{name}.json").read_text())
+
+
+def onnxruntime_session(path: Path):
+    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+
+
+def shapes_of(info: dict) -> list[dict]:
+    return IMAGE_SHAPES if any("height" in i["dims"] for i in info["inputs"]) else TOKEN_SHAPES
+
+
+def float16_tolerance(expected: np.ndarray) -> Tolerance:
+    ulp = float(np.spacing(np.float16(np.abs(expected).max())))
+    return Tolerance(rtol=FLOAT16.rtol, atol=max(FLOAT16.atol, 4 * ulp))
+
+
+@pytest.mark.parametrize("name", sorted(CONTRIB_OPS))
+def test_optimized_model_matches_onnxruntime(exported: Path, name: str, device, tmp_path) -> None:
+    info = sidecar(exported, name)
+    missing = CONTRIB_OPS[name] - set(info["op_types"])
+    assert not missing, f"the optimizer did not write {sorted(missing)} into {name}: it wrote {info['op_types']}"
+    path = exported / f"{name}.onnx"
+    relaxweb.build(path, tmp_path / "bundle")
+    session = relaxweb.load(tmp_path / "bundle", device=device)
+    expected_session = onnxruntime_session(path)
+    make_inputs = export_module().make_inputs
+    for seed, dims in enumerate(shapes_of(info)):
+        feeds = make_inputs(info["inputs"], dims, seed)
+        expected = expected_session.run(None, feeds)
+        actual = session.run(feeds)
+        for output, want in zip(info["outputs"], expected):
+            assert_close(actual[output], want, MODEL, err_msg=f"{name}: {output} at {dims}")
+
+
+@pytest.mark.parametrize("name", sorted(FLOAT16_MODELS))
+def test_float16_model_matches_onnxruntime(exported: Path, name: str, device, tmp_path) -> None:
+    """Against onnxruntime running the same float16 model, and the float32 model it came from."""
+    info = sidecar(exported, name)
+    path = exported / f"{name}.onnx"
+    relaxweb.build(path, tmp_path / "bundle")
+    session = relaxweb.load(tmp_path / "bundle", device=device)
+    float16_session = onnxruntime_session(path)
+    float32_session = onnxruntime_session(exported / f"{FLOAT16_MODELS[name]}.onnx")
+    make_inputs = export_module().make_inputs
+    for seed, dims in enumerate(shapes_of(info)):
+        feeds = make_inputs(info["inputs"], dims, seed)
+        actual = session.run(feeds)
+        for reference, expected in (("float16", float16_session.run(None, feeds)), ("float32", float32_session.run(None, feeds))):
+            for output, want in zip(info["outputs"], expected):
+                assert actual[output].dtype == want.dtype
+                assert_close(actual[output], want, float16_tolerance(want),
+                             err_msg=f"{name}: {output} at {dims} against onnxruntime's {reference} model")
