@@ -25,7 +25,8 @@ dynamic, opset 17), then ``onnxruntime.transformers.optimizer.optimize_model`` r
                          baseline of cnn_fp16
     *_fp16               bert, gpt2 and the CNN converted by onnxruntime's
                          ``float16.convert_float_to_float16`` (weights and activations in float16,
-                         Casts at the inputs and outputs kept float32)
+                         Casts at the inputs and outputs kept float32); gpt2_fp16_io with its
+                         float16 output too
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ class Spec:
     options: dict = field(default_factory=dict)  # FusionOptions attributes
     opt_level: int = 0
     float16: bool = False
+    float16_io: bool = False  # float16 inputs and outputs too (else they stay float32, Casts inside)
 
 
 def _seed() -> None:
@@ -178,6 +180,7 @@ SPECS = {spec.name: spec for spec in [
     Spec("gpt2_fp16", gpt2, model_type="gpt2", float16=True),
     Spec("cnn", cnn, model_type="none"),
     Spec("cnn_fp16", cnn, model_type="none", float16=True),
+    Spec("gpt2_fp16_io", gpt2, model_type="gpt2", float16=True, float16_io=True),
 ]}
 
 
@@ -219,14 +222,14 @@ def export(spec: Spec, out_dir: Path) -> dict:
                           opset_version=17, do_constant_folding=True)
         optimized = _optimize(spec, raw)
         if spec.float16:
-            optimized.convert_float_to_float16(keep_io_types=True)
+            optimized.convert_float_to_float16(keep_io_types=not spec.float16_io)
     path = out_dir / f"{spec.name}.onnx"
     optimized.save_model_to_file(str(path))
     raw.unlink()
     written = onnx.load(str(path))
     ops = collections.Counter(n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}.{n.op_type}" for n in written.graph.node)
     sidecar = {"name": spec.name, "model_type": spec.model_type, "options": spec.options, "opt_level": spec.opt_level,
-               "float16": spec.float16, "inputs": inputs, "outputs": outputs, "op_types": dict(sorted(ops.items()))}
+               "float16": spec.float16, "float16_io": spec.float16_io, "inputs": inputs, "outputs": outputs, "op_types": dict(sorted(ops.items()))}
     (out_dir / f"{spec.name}.json").write_text(json.dumps(sidecar, indent=1) + "\n")
     return sidecar
 
