@@ -465,3 +465,46 @@ def test_group_query_attention_matches_onnxruntime(name: str, device, tmp_path) 
                     assert actual[cache].shape == expected[cache].shape
                     assert_close(actual[cache][b, :, :total], expected[cache][b, :, :total], F32,
                                  err_msg=f"{where}: {cache} of entry {b} at {(batch, seq, past, totals)}")
+
+
+# What is refused ---------------------------------------------------------------------------------
+
+
+def test_contrib_ops_without_a_converter_are_listed_by_domain_and_node() -> None:
+    model = make_model(
+        [ms_node("DecoderMaskedSelfAttention", ["x"], ["y"], name="decoder_attention"), ms_node("Gelu", ["y"], ["z"])],
+        [("x", FLOAT, ["batch", HIDDEN])], ["z"], opset=OPSETS,
+    )
+    with pytest.raises(UnsupportedModelError) as raised:
+        relaxweb.inspect(model).module  # noqa: B018 - importing is what raises
+    assert str(raised.value) == ("the model uses 1 unsupported op type(s): "
+                                 "com.microsoft.DecoderMaskedSelfAttention (nodes: decoder_attention)")
+
+
+@pytest.mark.parametrize("node, inputs, message", [
+    (ms_node("Attention", ["x", "weights"], ["y"], num_heads=HEADS, do_rotary=1, name="rotary_attention"),
+     [("x", FLOAT, ["batch", "seq", HEADS * HEAD])],
+     "com.microsoft.Attention node 'rotary_attention': do_rotary is not supported"),
+    (ms_node("MultiHeadAttention", ["x", "x", "x"], ["y", "", "", "qk"], num_heads=HEADS, name="mha"),
+     [("x", FLOAT, ["batch", "seq", HEADS * HEAD])], "com.microsoft.MultiHeadAttention node 'mha': the qk output is not supported"),
+    (ms_node("RotaryEmbedding", ["x", "ids", "cos", "cos"], ["y"], is_packed_batching=1, name="packed_rope"),
+     [("x", FLOAT, ["batch", "seq", 16]), ("ids", INT64, ["batch", "seq"])],
+     "com.microsoft.RotaryEmbedding node 'packed_rope': is_packed_batching is not supported"),
+])
+def test_contrib_attributes_relaxweb_cannot_do_name_the_node(node, inputs, message) -> None:
+    initializers = {"weights": rand(HEADS * HEAD, 3 * HEADS * HEAD), "cos": rand(8, 4)}
+    used = {name: value for name, value in initializers.items() if name in node.input}
+    model = make_model([node], inputs, [o for o in node.output if o], used, opset=OPSETS)
+    with pytest.raises(UnsupportedModelError, match="^" + message.replace("(", r"\(").replace(")", r"\)") + "$"):
+        relaxweb.inspect(model).module  # noqa: B018
+
+
+def test_a_mask_longer_than_the_keys_stops_with_the_two_lengths(device, tmp_path) -> None:
+    """The mask names its length on its own ([batch, total]); that it is past + seq is checked
+    at run time."""
+    case = ATTENTION_CASES["MultiHeadAttention_past_raw_mask_unidirectional"]
+    relaxweb.build(case.model, tmp_path / "bundle")
+    feeds = case.feeds({"batch": 2, "seq": 3, "past": 2}, 0)
+    feeds["mask_total"] = padded_mask(2, 7)
+    with pytest.raises(relaxweb.RelaxwebError, match=r"dimension 1 is 7, expected 5 \(past \+ seq\)"):
+        relaxweb.load(tmp_path / "bundle", device=device).run(feeds)

@@ -1,5 +1,5 @@
-"""ONNX LayerNormalization, BatchNormalization, InstanceNormalization, GroupNormalization and
-LpNormalization."""
+"""ONNX LayerNormalization, RMSNormalization, BatchNormalization, InstanceNormalization,
+GroupNormalization and LpNormalization."""
 
 from __future__ import annotations
 
@@ -136,3 +136,11 @@ def convert_lp_norm(context, node, inputs):
     if p not in (1, 2):
         raise NodeConversionError(f"LpNormalization node '{node.name}': p must be 1 or 2, got {p}")
     return call_op("lp_norm", inputs[0], axis=int(attrs.get("axis", -1)), p=p)
+
+
+@converter("RMSNormalization")
+def convert_rms_norm(context, node, inputs):
+    """Opset 23: ``X / sqrt(mean(X^2 over the dims from axis on) + epsilon) * scale``;
+    ``stash_type`` picks the statistics' precision, always float32 (float64 for float64) here."""
+    attrs = context.attributes(node)
+    return call_op("rms_norm", inputs[0], inputs[1], axis=int(attrs.get("axis", -1)), epsilon=float(attrs.get("epsilon", 1e-5)))
