@@ -397,7 +397,7 @@ def test_rotary_embedding_matches_onnxruntime(name: str, device, tmp_path) -> No
 GQA_HEADS, GQA_KV_HEADS, GQA_HEAD = 4, 2, 16
 
 
-def gqa_model(packed: bool = False, with_past: bool = True, **attrs):
+def gqa_model(packed: bool = False, with_past: bool = True, seqlens_2d: bool = False, **attrs):
     q_width, kv_width = GQA_HEADS * GQA_HEAD, GQA_KV_HEADS * GQA_HEAD
     inputs = [("query", FLOAT, ["batch", "seq", q_width + 2 * kv_width if packed else q_width])]
     names = ["query", "", ""] if packed else ["query", "key", "value"]
@@ -408,7 +408,8 @@ def gqa_model(packed: bool = False, with_past: bool = True, **attrs):
         names += ["past_key", "past_value"]
     else:
         names += ["", ""]
-    inputs += [("seqlens_k", INT32, ["batch"]), ("total_sequence_length", INT32, [])]
+    # a [batch, 1] seqlens_k (a ReduceSum with keepdims, as Phi-3's export writes it) reads the same
+    inputs += [("seqlens_k", INT32, ["batch", 1] if seqlens_2d else ["batch"]), ("total_sequence_length", INT32, [])]
     names += ["seqlens_k", "total_sequence_length"]
     caches = {}
     if attrs.get("do_rotary"):
@@ -425,7 +426,7 @@ def gqa_feeds(model, batch: int, seq: int, past: int, totals: list[int], seed: i
         dims = [d.dim_value or {"batch": batch, "seq": seq, "past": past}.get(d.dim_param, 0)
                 for d in value.type.tensor_type.shape.dim]
         feeds[value.name] = rand(*dims, seed=seed + len(feeds))
-    feeds["seqlens_k"] = np.array(totals, np.int32) - 1
+    feeds["seqlens_k"] = (np.array(totals, np.int32) - 1).reshape(feeds["seqlens_k"].shape)
     feeds["total_sequence_length"] = np.array(max(totals), np.int32)
     return feeds
 
@@ -441,6 +442,7 @@ GQA_CASES = {
     "rotary_interleaved_first_prompt": ({"with_past": False, "do_rotary": 1, "rotary_interleaved": 1},
                                         [(2, 4, 0, [4, 2])]),
     "bidirectional_scale": ({"causal": 0, "scale": 0.3}, [(1, 2, 3, [5]), (2, 1, 3, [4, 2])]),
+    "seqlens_batch_by_one": ({"seqlens_2d": True}, [(2, 1, 4, [5, 3])]),
 }
 
 
@@ -450,7 +452,8 @@ def test_group_query_attention_matches_onnxruntime(name: str, device, tmp_path) 
     the present cache's rows below each entry's total length (the rest is unspecified)."""
     attrs, runs = GQA_CASES[name]
     attrs = dict(attrs)
-    model = gqa_model(packed=attrs.pop("packed", False), with_past=attrs.pop("with_past", True), **attrs)
+    model = gqa_model(packed=attrs.pop("packed", False), with_past=attrs.pop("with_past", True),
+                      seqlens_2d=attrs.pop("seqlens_2d", False), **attrs)
     relaxweb.build(model, tmp_path / "bundle")
     session = relaxweb.load(tmp_path / "bundle", device=device)
     for seed, (batch, seq, past, totals) in enumerate(runs):

@@ -454,6 +454,8 @@ def convert_group_query_attention(context, node, inputs):
     q, k, v = bsnh(query, heads, "query"), bsnh(key, kv_heads, "key"), bsnh(value, kv_heads, "value")
     # each entry's past length: seqlens_k + 1 - S, or 0 on the first prompt (total_sequence_length == S)
     seq_value = h.int_range(seq, IntImm(1), "sequence_length")
+    if seqlens.struct_info.ndim != 1:  # onnxruntime reads batch_size values whatever the shape ([B, 1] from a ReduceSum)
+        seqlens = emit(call_op("reshape", seqlens, ShapeExpr((IntImm(-1),))), "seqlens_flat")
     totals = emit(call_op("add", h.as_int32(seqlens), h.int_scalar(1)), "entry_totals")
     totals = h.assume_shape(totals, (batch,), "seqlens_k")
     first = emit(call_op("equal", emit(call_op("reshape", h.as_int32(total_length), ShapeExpr((IntImm(1),))), "total_length"),
