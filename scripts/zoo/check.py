@@ -179,6 +179,13 @@ def check(model: Model, path: Path, bundle_dir: Path) -> dict:
     onnx_model = onnx.load(str(path))
     result = {"name": model.name, **describe(onnx_model), "tolerance": tolerance(model), "runs": [],
               "dim_values": dim_values(model, onnx_model)}
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 3
+    try:
+        reference = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    except Exception as error:  # noqa: BLE001 - a model onnxruntime rejects is no test of relaxweb
+        result.update(status="reference error", error=f"onnxruntime: {first_line(error)}")
+        return result
     start = time.perf_counter()
     try:
         relaxweb.build(path, bundle_dir)
@@ -186,9 +193,6 @@ def check(model: Model, path: Path, bundle_dir: Path) -> dict:
         result.update(status="build error", error=first_line(error), build_seconds=round(time.perf_counter() - start, 2))
         return result
     result["build_seconds"] = round(time.perf_counter() - start, 2)
-    options = onnxruntime.SessionOptions()
-    options.log_severity_level = 3
-    reference = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     try:
         session = relaxweb.load(bundle_dir)
     except Exception as error:  # noqa: BLE001
