@@ -392,6 +392,19 @@ def test_workgroup_reduction_on_gpu(device, combiner: str, width: int) -> None:
     assert_close(got, want, F32_LOOSE)
 
 
+def test_workgroup_reduction_of_two_reductions_over_one_axis_name_on_gpu(device) -> None:
+    """out[i] = sum(A[i, r]) / max(A[i, r]) with both reductions over an axis named r_ (as a
+    ceil-mode AveragePool's sum / count): each keeps its own state in the shader."""
+    a = Buffer("A", (n, m), "float32")
+    r = SizeVar("r_")
+    body = Binary("divide", Reduce("sum", r, m, Load(a, (I0, r))), Reduce("max", r, m, Load(a, (I0, r))))
+    program = TensorProgram("sum_over_max", (a,), Buffer("out", (n,), "float32"), (I0,), body)
+    data = rand(5, 100, seed=1, low=0.5, high=1.5)
+    want = run_program(program, [data], {"n": 5, "m": 100})
+    got = run_kernel_on_gpu(device, scheduled(program, WorkgroupReductionSchedule()), [data], {"n": 5, "m": 100})
+    assert_close(got, want, F32_LOOSE)
+
+
 @pytest.mark.gpu
 def test_fused_models_agree_with_unfused_on_gpu(tmp_path) -> None:
     """The MLP built at opt level 0 and 1: same outputs in the Python runtime, fewer dispatches."""

@@ -102,22 +102,23 @@ def render_workgroup_reduction(program: TensorProgram, schedule: WorkgroupReduct
         dtype = scalar_dtype(expr.body)
         accumulator = f"{partial}_value"
         axis = expr.axis.name
+        first = f"{partial}_first"  # per reduction: two reductions may share an axis name
         extent = emitter.index(simplify(expr.extent))
         out = emitter.statements
         out.append(f"{indent}// {expr.combiner} over {axis} < {extent}, split across the workgroup")
         out.append(f"{indent}var {accumulator}: {storage_type(dtype)} = {reduce_identity(expr.combiner, dtype)};")
-        out.append(f"{indent}var first_{axis} = true;")
+        out.append(f"{indent}var {first} = true;")
         out.append(f"{indent}for (var {axis}: i32 = i32(local_index); {axis} < {extent}; {axis} = {axis} + {WORKGROUP_SIZE}) {{")
         emitter.open_scope()
         emitter.declare_axis(expr.axis, expr.extent)
         value = emitter.scalar(expr.body, indent + "  ")
         emitter.close_scope()
-        out.append(f"{indent}  {accumulator} = {combine(expr.combiner, dtype, accumulator, value, f'first_{axis}')};")
-        out.append(f"{indent}  first_{axis} = false;")
+        out.append(f"{indent}  {accumulator} = {combine(expr.combiner, dtype, accumulator, value, first)};")
+        out.append(f"{indent}  {first} = false;")
         out.append(f"{indent}}}")
         if expr.combiner in (ReduceCombiner.MAX, ReduceCombiner.MIN) and dtype_info(dtype).is_float:
             # an invocation with no element takes element 0 (max and min ignore repeats)
-            out.append(f"{indent}if (first_{axis} && {extent} > 0) {{")
+            out.append(f"{indent}if ({first} && {extent} > 0) {{")
             out.append(f"{indent}  let {axis} = 0;")
             emitter.open_scope()
             emitter.declare_axis(expr.axis, expr.extent)
