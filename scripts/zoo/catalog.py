@@ -171,10 +171,6 @@ MODELS = [
     Model("tv_retinanet_fpn", "detection",
           "RetinaNet backbone + FPN + heads (torchvision, ResNet-18 FPN, no box decoding)", "torchvision-legacy",
           "export_torchvision:retinanet_fpn", IMAGES),
-    Model("tv_fasterrcnn_fpn", "detection",
-          "Faster R-CNN MobileNetV3-Large 320 FPN with post-processing (torchvision)", "torchvision-legacy",
-          "export_torchvision:fasterrcnn", ({"height": 128, "width": 128}, {"height": 160, "width": 96}),
-          inputs={"image": [3, "height", "width"]}),
     # Segmentation ------------------------------------------------------------------------
     Model("tv_deeplabv3", "segmentation", "DeepLabV3 MobileNetV3-Large (torchvision)", "torchvision-legacy",
           "export_torchvision:deeplabv3", IMAGES),

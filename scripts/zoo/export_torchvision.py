@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
 import torchvision
 from torch import nn
 
@@ -87,24 +86,3 @@ def retinanet_fpn(work: Path) -> dict[str, Path]:
     seeded()
     return export(perturb(RetinaNetFeatures()), {"image": image()}, work / "model.onnx", {"image": IMAGE_DIMS},
                   ["cls_logits", "bbox_regression"], dynamo=False)
-
-
-class Detections(nn.Module):
-    """A torchvision detector on one image: boxes, scores, labels."""
-
-    def __init__(self, model: nn.Module) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(self, image):
-        out = self.model([image])[0]
-        return out["boxes"], out["scores"], out["labels"]
-
-
-def fasterrcnn(work: Path) -> dict[str, Path]:
-    seeded()
-    model = torchvision.models.detection.fasterrcnn_mobilenet_v3_large_320_fpn(
-        weights=None, weights_backbone=None, num_classes=5, min_size=128, max_size=160, box_score_thresh=0.0)
-    example = {"image": torch.rand(3, 128, 128)}
-    return export(perturb(Detections(model)), example, work / "model.onnx", {"image": [3, "height", "width"]},
-                  ["boxes", "scores", "labels"], dynamo=False, opset=17)
