@@ -32,6 +32,7 @@ from .converters import CONVERTERS, ConversionContext
 from .converters.node import convert_node, format_unsupported, node_label
 from .converters.registry import STANDARD_DOMAINS, converter_key, tensor_to_array
 from .converters.shape_values import tensor_of
+from .function_expansion import expand_functions
 
 
 def load_onnx(path: str | Path) -> onnx.ModelProto:
@@ -136,11 +137,10 @@ def op_coverage(model: onnx.ModelProto) -> list[tuple[str, int, bool]]:
     Sorted: unsupported first, then by name.
     """
     counts: dict[str, int] = defaultdict(int)
-    supported: dict[str, bool] = {}
+    unsupported = find_unsupported(expand_functions(model))  # an op with a supported ONNX function body is supported
     for node in _all_nodes(model.graph):
-        key = converter_key(node.domain, node.op_type)
-        counts[key] += 1
-        supported[key] = key in CONVERTERS
+        counts[converter_key(node.domain, node.op_type)] += 1
+    supported = {key: key not in unsupported for key in counts}
     return sorted(((op, counts[op], supported[op]) for op in counts), key=lambda e: (e[2], e[0]))
 
 
@@ -240,6 +240,7 @@ def from_onnx(model: onnx.ModelProto, source: str = "model.onnx") -> IRModule:
                 "next to a model file; pass the model's path, or load it with onnx.load(path), "
                 "which reads its external data"
             )
+    model = expand_functions(model)
     unsupported = find_unsupported(model)
     if unsupported:
         raise UnsupportedModelError(format_unsupported(unsupported))
