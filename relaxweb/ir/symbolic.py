@@ -19,9 +19,11 @@ expression that divides the numerator (``(n * m + m) // m -> n + 1``).
 An :class:`Analyzer` knows a range for each variable (by default ``[0, inf)``) and proves
 ``a == b``, ``a <= b``, ``a < b`` and bounds expressions by interval reasoning over the
 canonical form; its :meth:`~Analyzer.simplify` also uses the ranges.  The module-level
-:func:`simplify`, :func:`prove_equal`, :func:`prove_less_equal`, :func:`prove_less` and
-:func:`upper_bound` go through an analyzer, so shape equality in the compiler always goes
-through it, never through ``==`` on trees.  A proof that fails means "not proved".
+:func:`simplify`, :func:`prove_equal`, :func:`prove_not_equal`, :func:`prove_less_equal`,
+:func:`prove_less` and :func:`upper_bound` go through an analyzer, so shape equality in the
+compiler always goes through it, never through ``==`` on trees.  A proof that fails means
+"not proved": two dims neither provably equal nor provably unequal are a fact the model
+may rely on, which the compiler checks at run time.
 
 Size variables are integers >= 0.  Division and modulo are floor division and floor modulo
 (Python's ``//`` and ``%``); a divisor is assumed non-zero wherever it is evaluated.
@@ -304,6 +306,14 @@ def free_vars(expr: PrimExpr) -> list[SizeVar]:
     return list(found.values())
 
 
+def expr_size(expr: PrimExpr) -> int:
+    """How many nodes ``expr`` has (``n`` 1, ``(n + 15) // 16`` 5): the simpler of two
+    expressions is the smaller."""
+    if isinstance(expr, (IntImm, SizeVar)):
+        return 1
+    return 1 + expr_size(expr.a) + expr_size(expr.b)  # type: ignore[attr-defined]
+
+
 def free_var_names(expressions: Iterable[PrimExpr]) -> set[str]:
     """The names of the size variables the expressions use."""
     return {var.name for expr in expressions for var in free_vars(expr)}
@@ -439,6 +449,11 @@ class Analyzer:
         """True only when a < b (that is a + 1 <= b: the values are integers)."""
         self._trim_caches()
         return self._nonnegative(_poly_add(self._to_polynomial(Sub(as_expr(b), as_expr(a))), {(): -1}))
+
+    def prove_not_equal(self, a: IntLike, b: IntLike) -> bool:
+        """True only when a != b for every assignment within the ranges (``3`` vs ``4``,
+        ``n`` vs ``n + 1``): one is provably less than the other."""
+        return self.prove_less(a, b) or self.prove_less(b, a)
 
     def prove_nonnegative(self, expr: IntLike) -> bool:
         """True only when expr >= 0 for every assignment within the ranges."""
@@ -1140,6 +1155,12 @@ def as_int(expr: IntLike) -> int | None:
 def prove_equal(a: IntLike, b: IntLike) -> bool:
     """True only when a == b for every assignment of the variables (each >= 0)."""
     return _DEFAULT.prove_equal(a, b)
+
+
+def prove_not_equal(a: IntLike, b: IntLike) -> bool:
+    """True only when a != b for every assignment of the variables (each >= 0): no input
+    can make them equal (``3`` vs ``4``, ``n`` vs ``n + 1``)."""
+    return _DEFAULT.prove_not_equal(a, b)
 
 
 def prove_nonnegative(expr: IntLike) -> bool:

@@ -81,7 +81,8 @@ def deduce_layer_norm(args, attrs) -> TensorStructInfo:
             raise DeductionError(
                 f"layer_norm: argument {position} {info} has more dims than the normalized dims {len(normalized)}"
             )
-        result = broadcast_shapes("layer_norm", [normalized, info.shape], scope="the normalized dims")
+        result = broadcast_shapes("layer_norm", [normalized, info.shape], scope="the normalized dims",
+                                  origins=[(0, axes[0]), (position, 0)])
         if len(result) != len(normalized) or not all(prove_equal(a, b) for a, b in zip(result, normalized)):
             raise DeductionError(f"layer_norm: argument {position} {info} does not broadcast to the normalized dims")
     return data

@@ -32,7 +32,7 @@ from ..ir.library_kernel import LibraryKernel
 from ..ir.module import IRModule
 from ..ir.printer import format_value
 from ..ir.struct_info import PrimStructInfo, TensorStructInfo
-from ..ir.symbolic import PrimExpr, SizeVar, as_int, format_expr, free_var_names, substitute
+from ..ir.symbolic import Analyzer, PrimExpr, SizeVar, as_int, format_expr, free_var_names, substitute
 from .context import PassContext
 from .plan_memory import tensor_bytes
 
@@ -53,6 +53,7 @@ class _Lowering(ExprFunctor):
         self.module = module
         self.function = function
         self.bounds = bounds
+        self.analyzer = Analyzer.from_bounds(bounds)  # proves the checks the bounds make true
         self.checks: list[ShapeCheck] = []
         self.symbolic_vars: list[str] = []
         self.defined_by: dict[str, str] = {}
@@ -289,10 +290,11 @@ class _Lowering(ExprFunctor):
 
     def visit_match_cast(self, binding: MatchCast) -> list:
         var, value, info = binding.var, binding.value, binding.struct_info
-        note = f"match_cast '{var.name}'"
+        note = binding.reason or f"match_cast '{var.name}'"
         if isinstance(info, PrimStructInfo):
             self.prim_value[var] = self.prim(value)
-            return self.match_dims([self.prim(value)], [info.value] if info.value is not None else [], note, "value")
+            expected = [info.value] if info.value is not None else []
+            return self.match_dims([self.prim(value)], expected, note, "" if binding.reason else "value")
         if not isinstance(info, TensorStructInfo):
             raise UnsupportedModelError(f"{note}: only tensors and prim values can be cast")
         source_shape = self.shape_of(value)
@@ -302,12 +304,18 @@ class _Lowering(ExprFunctor):
         if len(source_shape) != len(info.shape):
             raise UnsupportedModelError(f"{note}: the value has {len(source_shape)} dims, the cast says {len(info.shape)}")
         self.host_shape[var] = info.shape
-        return self.match_dims(list(source_shape), list(info.shape), note, "dimension")
+        return self.match_dims(list(source_shape), list(info.shape), note, "" if binding.reason else "dimension")
 
     def match_dims(self, actual: list[PrimExpr], expected: list[PrimExpr], note: str, what: str) -> list:
+        """The steps matching ``actual`` against ``expected``: a size variable seen for the
+        first time is bound; anything else is checked, except what the bounds prove (no
+        step), and what they refute is an error now.  Messages say ``{note}: {what} {position}``
+        (``what`` empty: ``note`` already names the value: a cast's ``reason``)."""
         steps: list = []
         for position, (value, wanted) in enumerate(zip(actual, expected)):
-            label = f"{note}: {what}" + (f" {position}" if what == "dimension" else "")
+            label = note
+            if what:
+                label += f": {what}" + (f" {position}" if what == "dimension" else "")
             if isinstance(wanted, SizeVar) and wanted.name not in self.defined_by:
                 self.define(wanted.name, label)
                 steps.append(HostCheck("nonnegative", value, None, None, self.code(), f"{label} is {{value}}, must be >= 0"))
@@ -318,9 +326,18 @@ class _Lowering(ExprFunctor):
             missing = free_var_names([wanted]) - set(self.defined_by)
             if missing:
                 raise UnsupportedModelError(f"{label}: {format_expr(wanted)} uses undefined variables {sorted(missing)}")
+            if self.analyzer.prove_equal(value, wanted):
+                continue
+            if self.analyzer.prove_not_equal(value, wanted):
+                within = f" within the bounds ({self.bounds_text()})" if self.bounds else ""
+                raise RelaxwebError(f"{label} is {format_expr(value)}, which is never {format_expr(wanted)} "
+                                    f"for any input{within}")
             steps.append(HostCheck("equal", value, wanted, None, self.code(),
-                                   f"{label} is {{value}}, expected {{expected}} ({format_expr(wanted)})"))
+                                   f"{label} is {{value}}, expected {{expected}}{self.detail(wanted)}"))
         return steps
+
+    def bounds_text(self) -> str:
+        return ", ".join(f"{name} <= {bound}" for name, bound in sorted(self.bounds.items()) if bound is not None)
 
     def visit_if(self, value: If) -> list:
         var = self.binding_var

@@ -23,7 +23,7 @@ import onnx
 from ...ir.expr import Constant, Expr, PrimValue, ShapeExpr, TupleGetItem
 from ...ir.struct_info import TensorStructInfo
 from ...ir.symbolic import IntImm, PrimExpr, SizeVar, as_int, free_vars, product, prove_equal, prove_less, simplify
-from ...ops import ReshapeInferenceError, call_op, strided_slice
+from ...ops import call_op, strided_slice
 from .registry import NodeConversionError, converter, tensor_to_array
 from .shape_values import (
     compile_time_ints, constant_ints, make_constant, make_value, materialize, shape_values, value_dtype,
@@ -150,11 +150,7 @@ def convert_reshape(context, node, inputs):
             dims.append(input_shape[position])
         else:
             dims.append(simplify(value))
-    try:
-        return _reshape(data, dims)
-    except ReshapeInferenceError as error:
-        # Valid for some sizes but not provably for all: unsupported rather than invalid.
-        raise fail(node, str(error)) from None
+    return _reshape(data, dims)
 
 
 @converter("Flatten")
