@@ -540,6 +540,9 @@ class Analyzer:
             return self._div_by_constant(a, divisor)
         if not a:
             return {}
+        common = _common_factor(a, b)
+        if common:  # (g * a) // (g * b) == a // b: g is not 0, since the divisor is not
+            return self._floor_div(_divide_by_monomial(a, common), _divide_by_monomial(b, common))
         # a == b * quotient + rest, so a // b == quotient + rest // b.
         quotient, rest = _poly_divmod(a, b)
         if quotient and (not rest or self._pull_out_ok(a, rest)):
@@ -1113,6 +1116,21 @@ def _poly_divmod(a: Polynomial, b: Polynomial) -> tuple[Polynomial, Polynomial]:
             rest = _poly_add(rest, {monomial: coefficient})
             del pending[monomial]
     return {}, dict(a)
+
+
+def _common_factor(*polynomials: Polynomial) -> Monomial:
+    """The largest monomial dividing every term of every polynomial (``n`` for ``12 n s`` and
+    ``8 n``; empty when some term is a constant)."""
+    terms = [monomial for polynomial in polynomials for monomial in polynomial]
+    powers = dict(terms[0]) if terms else {}
+    for monomial in terms[1:]:
+        own = dict(monomial)
+        powers = {key: min(power, own[key]) for key, power in powers.items() if key in own}
+    return tuple(sorted(powers.items()))
+
+
+def _divide_by_monomial(polynomial: Polynomial, monomial: Monomial) -> Polynomial:
+    return {_monomial_quotient(term, monomial): coefficient for term, coefficient in polynomial.items()}  # type: ignore[misc]
 
 
 def _monomial_quotient(a: Monomial, b: Monomial) -> Monomial | None:

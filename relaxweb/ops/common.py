@@ -89,8 +89,8 @@ def require_equal(a: DimOf, b: DimOf, message: str) -> None:
     (``3`` vs ``4``, ``n`` vs ``n + 1``), or neither is a tensor argument's, it is a
     :class:`DeductionError`.  Otherwise it is an :class:`AssumptionError`: a builder makes the
     fact a run-time check of the more complex extent against the simpler one, so the result
-    keeps the simpler (``(h + 15) // 16`` rather than ``(h + 31) // 32 * 2``); on a tie, the
-    later argument is checked against the earlier.
+    keeps the simpler (a constant, then ``(h + 15) // 16`` rather than ``(h + 31) // 32 * 2``);
+    on a tie, the later argument is checked against the earlier.
     """
     if prove_equal(a.extent, b.extent):
         return
@@ -107,6 +107,8 @@ def _checked_first(a: DimOf, b: DimOf) -> bool:
     """Whether ``a`` (rather than ``b``) is the extent checked against the other."""
     if a.argument is None or b.argument is None:
         return b.argument is None
+    if (as_int(a.extent) is None) != (as_int(b.extent) is None):
+        return as_int(b.extent) is not None
     size_a, size_b = expr_size(a.extent), expr_size(b.extent)
     return size_a > size_b or (size_a == size_b and a.argument > b.argument)
 
