@@ -225,24 +225,28 @@ def _apply(kind: type, a: int, b: int) -> int:
 # Printing
 
 
-def format_expr(expr: PrimExpr) -> str:
+def format_expr(expr: PrimExpr, as_written: Mapping[str, str] | None = None) -> str:
     """Readable infix form: ``batch * 256``, ``(n + 3) // 4``, ``min(n, m)``.
 
     It is Python syntax that ``relaxweb/ir/parser.py`` reads back; a variable whose name is
-    not an identifier is written ``size_var["the name"]``.
+    not an identifier is written ``size_var["the name"]``.  For a message, ``as_written`` maps
+    variables to the names users know them by (as the model wrote them: ``p2o.DynamicDimension.0``),
+    written as they are.
     """
     if isinstance(expr, IntImm):
         return str(expr.value)
     if isinstance(expr, SizeVar):
+        if as_written is not None:
+            return as_written.get(expr.name, expr.name)
         return format_size_var(expr.name)
     if isinstance(expr, (Min, Max)):
         name = "min" if isinstance(expr, Min) else "max"
-        return f"{name}({format_expr(expr.a)}, {format_expr(expr.b)})"
+        return f"{name}({format_expr(expr.a, as_written)}, {format_expr(expr.b, as_written)})"
     kind = type(expr)
     precedence = _PRECEDENCE[kind]
 
     def operand(child: PrimExpr, right: bool) -> str:
-        text = format_expr(child)
+        text = format_expr(child, as_written)
         child_precedence = _PRECEDENCE.get(type(child), 3)
         # A right operand of equal precedence needs parentheses unless regrouping keeps the
         # value: a + (b - c) == a + b - c and a * (b * c) == a * b * c, but a * (b // c) is

@@ -54,6 +54,8 @@ class _Lowering(ExprFunctor):
         self.function = function
         self.bounds = bounds
         self.analyzer = Analyzer.from_bounds(bounds)  # proves the checks the bounds make true
+        # size variables as the model wrote them (frontend/onnx.py), for the messages
+        self.as_written: dict[str, str] = dict(module.attrs.get("size_var_names", {}))
         self.checks: list[ShapeCheck] = []
         self.symbolic_vars: list[str] = []
         self.defined_by: dict[str, str] = {}
@@ -88,7 +90,7 @@ class _Lowering(ExprFunctor):
         if unknown:
             raise RelaxwebError(
                 f"--bound names {', '.join(unknown)}, but the model's symbolic variables are: "
-                f"{', '.join(self.symbolic_vars + sorted(self.match_cast_vars())) or '(none)'}"
+                f"{', '.join(self.shown(v) for v in self.symbolic_vars + sorted(self.match_cast_vars())) or '(none)'}"
             )
         steps = self.lower_seq(self.function.body, top_level=True)
         outputs_vars = list(self.function.body.body.fields) if isinstance(self.function.body.body, Tuple) else [self.function.body.body]
@@ -147,13 +149,13 @@ class _Lowering(ExprFunctor):
                     # tighten at load even when the build gave no bound.
                     self.checks.append(ShapeCheck(
                         "bound", index, dim, None, expected.name, self.code(),
-                        f"input '{name}': dimension {dim} ({expected.name}) is {{value}}, above its bound "
-                        f"{expected.name} <= {{expected}}",
+                        f"input '{name}': dimension {dim} ({self.shown(expected.name)}) is {{value}}, above its "
+                        f"bound {self.shown(expected.name)} <= {{expected}}",
                     ))
                     continue
                 if free_var_names([expected]) - set(self.defined_by):
                     raise UnsupportedModelError(
-                        f"input '{name}': dimension {dim} is {format_expr(expected)}; size variables must first "
+                        f"input '{name}': dimension {dim} is {self.shown_expr(expected)}; size variables must first "
                         "appear alone as a dimension"
                     )
                 self.checks.append(ShapeCheck("equal", index, dim, expected, None, self.code(),
@@ -167,8 +169,15 @@ class _Lowering(ExprFunctor):
     def detail(self, expected: PrimExpr) -> str:
         if as_int(expected) is not None:
             return ""
-        sources = ", ".join(f"{v} from {self.defined_by[v]}" for v in sorted(free_var_names([expected])))
-        return f" ({format_expr(expected)}; {sources})"
+        sources = ", ".join(f"{self.shown(v)} from {self.defined_by[v]}" for v in sorted(free_var_names([expected])))
+        return f" ({self.shown_expr(expected)}; {sources})"
+
+    def shown(self, name: str) -> str:
+        """A size variable as users know it: as the model wrote it."""
+        return self.as_written.get(name, name)
+
+    def shown_expr(self, expr: PrimExpr) -> str:
+        return format_expr(expr, self.as_written)
 
     # -- values ---------------------------------------------------------------------------
 
@@ -321,23 +330,24 @@ class _Lowering(ExprFunctor):
                 steps.append(HostCheck("nonnegative", value, None, None, self.code(), f"{label} is {{value}}, must be >= 0"))
                 steps.append(HostBind(wanted.name, value, label))
                 steps.append(HostCheck("bound", SizeVar(wanted.name), None, wanted.name, self.code(),
-                                       f"{label} ({wanted.name}) is {{value}}, above its bound {wanted.name} <= {{expected}}"))
+                                       f"{label} ({self.shown(wanted.name)}) is {{value}}, above its bound "
+                                       f"{self.shown(wanted.name)} <= {{expected}}"))
                 continue
             missing = free_var_names([wanted]) - set(self.defined_by)
             if missing:
-                raise UnsupportedModelError(f"{label}: {format_expr(wanted)} uses undefined variables {sorted(missing)}")
+                raise UnsupportedModelError(f"{label}: {self.shown_expr(wanted)} uses undefined variables {sorted(missing)}")
             if self.analyzer.prove_equal(value, wanted):
                 continue
             if self.analyzer.prove_not_equal(value, wanted):
                 within = f" within the bounds ({self.bounds_text()})" if self.bounds else ""
-                raise RelaxwebError(f"{label} is {format_expr(value)}, which is never {format_expr(wanted)} "
+                raise RelaxwebError(f"{label} is {self.shown_expr(value)}, which is never {self.shown_expr(wanted)} "
                                     f"for any input{within}")
             steps.append(HostCheck("equal", value, wanted, None, self.code(),
                                    f"{label} is {{value}}, expected {{expected}}{self.detail(wanted)}"))
         return steps
 
     def bounds_text(self) -> str:
-        return ", ".join(f"{name} <= {bound}" for name, bound in sorted(self.bounds.items()) if bound is not None)
+        return ", ".join(f"{self.shown(name)} <= {bound}" for name, bound in sorted(self.bounds.items()) if bound is not None)
 
     def visit_if(self, value: If) -> list:
         var = self.binding_var
