@@ -26,7 +26,7 @@ from ...ir.symbolic import IntImm, PrimExpr, SizeVar, as_int, free_vars, product
 from ...ops import call_op, strided_slice
 from .registry import NodeConversionError, converter, tensor_to_array
 from .shape_values import (
-    compile_time_ints, constant_ints, make_constant, make_value, materialize, shape_values, value_dtype,
+    Ratio, compile_time_ints, constant_ints, make_constant, make_value, materialize, shape_values, value_dtype,
 )
 
 INT64_MAX = 2**63 - 1
@@ -429,7 +429,7 @@ def convert_range(context, node, inputs):
     args = []
     for value in inputs:
         entries = shape_values(value)
-        if entries is not None and len(entries.values) == 1:
+        if entries is not None and len(entries.values) == 1 and not isinstance(entries.values[0], Ratio):
             args.append(PrimValue(entries.values[0]))
         else:
             args.append(materialize(context, value))
