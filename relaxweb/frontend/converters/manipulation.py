@@ -22,7 +22,9 @@ import onnx
 
 from ...ir.expr import Constant, Expr, PrimValue, ShapeExpr, TupleGetItem
 from ...ir.struct_info import TensorStructInfo
-from ...ir.symbolic import IntImm, PrimExpr, SizeVar, as_int, free_vars, product, prove_equal, prove_less, simplify
+from ...ir.symbolic import (
+    IntImm, PrimExpr, SizeVar, as_int, expr_max, expr_min, free_vars, product, prove_equal, prove_less, simplify,
+)
 from ...ops import call_op, strided_slice
 from .registry import NodeConversionError, converter, tensor_to_array
 from .shape_values import (
@@ -287,7 +289,9 @@ def convert_slice(context, node, inputs):
     """A ``strided_slice`` when the starts and ends are known at compile time (possibly
     symbolic) and the axes and steps are constants, else a ``dynamic_slice``.  As in Relax
     (``assume_inbound``), a constant bound on a symbolic dim is taken to lie within it, except
-    the "to the end" values exporters write (``INT_MAX`` and beyond)."""
+    the "to the end" values exporters write (``INT_MAX`` and beyond).  A bound computed from
+    the shapes (``Where(n > 3, Min(n, 4), Max(n, 2))``) is not assumed: the extent keeps its
+    exact clamping."""
     data = inputs[0]
     if context.opset < 10:
         attrs = context.attributes(node)
@@ -318,7 +322,18 @@ def convert_slice(context, node, inputs):
         axes = _normalize_axes(node, axes, rank)
         starts = [_slice_position(s, info.shape[a]) for s, a in zip(starts, axes)]
         ends = [_slice_position(e, info.shape[a]) for e, a in zip(ends, axes)]
+        starts = [_in_range(s, info.shape[a], step, is_end=False) for s, a, step in zip(starts, axes, steps)]
+        ends = [_in_range(e, info.shape[a], step, is_end=True) for e, a, step in zip(ends, axes, steps)]
     return strided_slice(data, axes, starts, ends, steps)
+
+
+def _in_range(value: PrimExpr, dim: PrimExpr, step: int, is_end: bool) -> PrimExpr:
+    """A bound computed from the shapes, clamped exactly as ONNX Slice clamps it (constants
+    are left to ``assume_inbound``)."""
+    if as_int(value) is not None:
+        return value
+    low, high = (IntImm(0), dim) if step > 0 else (IntImm(-1 if is_end else 0), simplify(dim - 1))
+    return simplify(expr_min(expr_max(value, low), high))
 
 
 def _dynamic_slice(context, node, inputs):
