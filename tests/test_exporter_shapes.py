@@ -389,3 +389,23 @@ def test_a_refuted_fact_in_shape_arithmetic_is_an_error_not_a_wrong_shape() -> N
     with pytest.raises(RelaxwebError, match="cannot infer -1"):
         from_onnx(make_model([helper.make_node("Reshape", ["x", "target"], ["y"], name="r")], [("x", [3, 5])], ["y"],
                              ints(target=[4, -1])))
+
+
+def test_a_sentinel_slice_end_is_clamped_not_taken_for_the_extent(device, tmp_path: Path) -> None:
+    """jax2tf + tf2onnx slice "to the end" with an end of 1000000000 on a symbolic dim, then
+    reshape to a shape computed from the input: the extent is min(1000000000, n), never the
+    constant 1000000000 (which made the Reshape's element counts differ)."""
+    nodes = [
+        helper.make_node("Slice", ["x", "zero_v", "sentinel", "zero_v"], ["all_rows"]),
+        helper.make_node("Shape", ["x"], ["shape"]),
+        helper.make_node("Reshape", ["all_rows", "shape"], ["y"], name="back"),
+    ]
+    model = make_model(nodes, [("x", ["n", 4])], ["y"], ints(zero_v=[0], sentinel=[1_000_000_000]))
+    module = from_onnx(model)
+    sliced = next(b.var for b in module.main.bindings() if "all_rows" in b.var.name)
+    assert str(sliced.struct_info) == "Tensor((min(1000000000, n), 4), float32)"
+    session = relaxweb.build(model, tmp_path / "dist").load()
+    for n in (1, 3):
+        feeds = {"x": rand(n, 4, seed=n)}
+        assert_close(run_module(module, feeds)[0], onnxruntime_outputs(model, feeds)[0])
+        assert_close(session.run(feeds)["y"], onnxruntime_outputs(model, feeds)[0])

@@ -26,6 +26,7 @@ from ...ir.symbolic import (
     IntImm, PrimExpr, SizeVar, as_int, expr_max, expr_min, free_vars, product, prove_equal, prove_less, simplify,
 )
 from ...ops import call_op, strided_slice
+from ...ops.manipulation import BIG
 from .registry import NodeConversionError, converter, tensor_to_array
 from .shape_values import (
     Ratio, compile_time_ints, constant_ints, make_constant, make_value, materialize, shape_values, value_dtype,
@@ -290,8 +291,8 @@ def convert_slice(context, node, inputs):
     symbolic) and the axes and steps are constants, else a ``dynamic_slice``.  As in Relax
     (``assume_inbound``), a constant bound on a symbolic dim is taken to lie within it, except
     the "to the end" values exporters write (``INT_MAX`` and beyond).  A bound computed from
-    the shapes (``Where(n > 3, Min(n, 4), Max(n, 2))``) is not assumed: the extent keeps its
-    exact clamping."""
+    the shapes (``Where(n > 3, Min(n, 4), Max(n, 2))``) or a sentinel such as 1000000000 is
+    not assumed: the extent keeps its exact clamping (``min(1000000000, n)``)."""
     data = inputs[0]
     if context.opset < 10:
         attrs = context.attributes(node)
@@ -327,10 +328,16 @@ def convert_slice(context, node, inputs):
     return strided_slice(data, axes, starts, ends, steps)
 
 
+# A constant Slice bound this large is an exporter's "to the end" (tf2onnx and jax2tf write
+# 1000000000), not a position the model means: it is clamped exactly, never assumed in range.
+SENTINEL = 2**20
+
+
 def _in_range(value: PrimExpr, dim: PrimExpr, step: int, is_end: bool) -> PrimExpr:
-    """A bound computed from the shapes, clamped exactly as ONNX Slice clamps it (constants
-    are left to ``assume_inbound``)."""
-    if as_int(value) is not None:
+    """A bound computed from the shapes, or a sentinel constant, clamped exactly as ONNX
+    Slice clamps it (other constants are left to ``assume_inbound``)."""
+    constant = as_int(value)
+    if constant is not None and not SENTINEL <= abs(constant) < BIG:  # BIG and beyond: the op's "to the end"
         return value
     low, high = (IntImm(0), dim) if step > 0 else (IntImm(-1 if is_end else 0), simplify(dim - 1))
     return simplify(expr_min(expr_max(value, low), high))
