@@ -183,8 +183,16 @@ class ModelReport:
         """The symbolic sizes of the imported module, in order of appearance."""
         return symbolic_vars(self.module.main)
 
+    @property
+    def model_names(self) -> dict[str, str]:
+        """The symbolic sizes the model wrote otherwise (``p2o.DynamicDimension.0`` for
+        ``p2o_DynamicDimension_0``): ``--bound`` takes either name."""
+        return dict(self.module.attrs.get("size_var_names", {}))
+
     def __str__(self) -> str:
-        names = ", ".join(self.symbolic_vars) or "(none)"
+        written = self.model_names
+        names = ", ".join(f"{name} (the model's {written[name]!r})" if name in written else name
+                          for name in self.symbolic_vars) or "(none)"
         return (f"{format_coverage(self.source, self.opset, list(self.coverage))}\n\n"
                 f"{self.module}symbolic vars: {names}")
 
@@ -227,7 +235,8 @@ def format_manifest(manifest: Mapping[str, Any]) -> str:
             lines.append(f"{kind[:-1]:>6} {item['name']}: {item['dtype']}{shape} (storage {item['storage']})")
     for variable in manifest["symbolic_vars"]:
         bound = variable["bound"] if variable["bound"] is not None else "none"
-        lines.append(f"   var {variable['name']} (bound: {bound})")
+        written = f", the model's {variable['model_name']!r}" if "model_name" in variable else ""
+        lines.append(f"   var {variable['name']} (bound: {bound}{written})")
     lines.append(f"storages ({len(manifest['storages'])}):")
     for index, storage in enumerate(manifest["storages"]):
         at_bounds = storage["size_at_bounds"]

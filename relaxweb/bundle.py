@@ -37,6 +37,14 @@ RUNTIME_JS = Path(__file__).parent / "runtime_js"
 Progress = Callable[[str], None]
 
 
+def _symbolic_var(name: str, bound: int | None, as_written: dict[str, str]) -> dict:
+    """A symbolic var's manifest entry; ``model_name`` when the model wrote it otherwise."""
+    entry: dict = {"name": name, "bound": bound}
+    if name in as_written:
+        entry["model_name"] = as_written[name]
+    return entry
+
+
 def write_bundle(module: IRModule, out_dir: str | Path, source: str, progress: Progress = lambda _: None) -> dict:
     """Write the bundle of a compiled module (its ``main`` a HostFunction); returns the manifest.
 
@@ -99,7 +107,7 @@ def write_bundle(module: IRModule, out_dir: str | Path, source: str, progress: P
         "inputs": [{"name": i.name, "dtype": i.dtype, "shape": _shape_json(i.shape), "storage": i.storage} for i in host.inputs],
         "outputs": [{"name": o.name, "dtype": o.dtype, "shape": _shape_json(o.shape) if o.shape is not None else None,
                      "ndim": o.ndim, "storage": o.storage} for o in host.outputs],
-        "symbolic_vars": [{"name": name, "bound": bound} for name, bound in host.bounds],
+        "symbolic_vars": [_symbolic_var(name, bound, module.attrs.get("size_var_names", {})) for name, bound in host.bounds],
         "storages": storages,
         "weights": weights,
         "shards": shards,

@@ -25,6 +25,8 @@ import onnx
 from .bundle import write_bundle
 from .errors import InputShapeError, RelaxwebError
 from .frontend import from_onnx, load_onnx
+from .frontend.onnx import symbolic_vars
+from .ir.expr import Function
 from .ir.interpreter import run_module
 from .ir.module import IRModule
 from .ir.printer import format_module
@@ -82,6 +84,23 @@ def checked_bounds(bounds: Mapping[str, int] | None) -> dict[str, int]:
     return checked
 
 
+def bounds_by_variable(bounds: dict[str, int], module: IRModule) -> dict[str, int]:
+    """The user's bounds by size variable.  A bound may name a variable as the IR does
+    (``p2o_DynamicDimension_0``) or as the model wrote it (``p2o.DynamicDimension.0``), which
+    bounds every variable of that name; unknown names pass through (the host lowering
+    refuses them, listing the model's variables)."""
+    as_written = module.attrs.get("size_var_names", {})
+    variables = set(symbolic_vars(module.main)) if isinstance(module.main, Function) else set()
+    by_variable: dict[str, int] = {}
+    for name, bound in bounds.items():
+        targets = [variable for variable, written in as_written.items() if written == name]
+        if name in variables or not targets:
+            targets.append(name)
+        for variable in targets:
+            by_variable[variable] = bound
+    return by_variable
+
+
 def checked_opt_level(opt_level: int) -> int:
     """``opt_level`` if it is one of :data:`~relaxweb.passes.OPT_LEVELS`, else a RelaxwebError."""
     if isinstance(opt_level, bool) or opt_level not in OPT_LEVELS:
@@ -109,6 +128,7 @@ def compile_module(module: IRModule, bounds: Mapping[str, int] | None = None, *,
     """Run the pass pipeline of ``opt_level`` on a module (imported or built by hand) with the
     given bounds; verification follows the enclosing :class:`PassContext`."""
     bounds, opt_level = checked_bounds(bounds), checked_opt_level(opt_level)
+    bounds = bounds_by_variable(bounds, module)
     context = PassContext.current().replace(bounds=bounds, opt_level=opt_level,
                                             storage_reuse=storage_reuse)
 

@@ -14,9 +14,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 from examples.make_mlp import make_mlp
 from relaxweb.compiler import compile_module
-from relaxweb.errors import RelaxwebError, UnsupportedModelError
+from relaxweb.errors import InputShapeError, RelaxwebError, UnsupportedModelError
 from relaxweb.frontend import from_onnx, import_onnx_file
-from relaxweb.ir import Call, Constant, SizeVar, TensorStructInfo
+from relaxweb.ir import Call, Constant, MatchCast, SizeVar, TensorStructInfo
 from relaxweb.ir.interpreter import run_host_function
 from relaxweb.ir.interpreter import run_module
 from tests import helpers
@@ -104,16 +104,22 @@ def test_missing_dim_param_gets_a_fresh_var() -> None:
 
 
 def test_two_missing_dim_params_are_different_vars() -> None:
+    """Unnamed dims are separate variables; the Add needs them equal, which is checked at run
+    time (a match_cast naming the node), not refused and not assumed silently."""
     model = make_model(
         [helper.make_node("Add", ["x", "y"], ["z"], name="the_add")],
         [("x", [None, 4]), ("y", [None, 4])],
         ["z"],
     )
-    with pytest.raises(RelaxwebError) as caught:
-        from_onnx(model)
-    message = str(caught.value)
-    assert "the_add" in message
-    assert "x_dim0 vs y_dim0" in message
+    module = from_onnx(model)
+    x, y = module.main.params
+    assert x.struct_info.shape[0] != y.struct_info.shape[0]
+    (cast,) = [b for b in module.main.bindings() if isinstance(b, MatchCast)]
+    assert cast.reason == "Add node 'the_add': dimension 0 of input 1 ('y')"
+    (z,) = run_module(module, {"x": rand(3, 4, seed=1), "y": rand(3, 4, seed=2)})
+    assert z.shape == (3, 4)
+    with pytest.raises(InputShapeError, match=r"^Add node 'the_add': dimension 0 of input 1 \('y'\) is 2, expected 3"):
+        run_module(module, {"x": rand(3, 4, seed=1), "y": rand(2, 4, seed=2)})
 
 
 def test_dim_param_names_are_sanitized() -> None:
@@ -154,8 +160,19 @@ def test_reshape_resolves_zero_and_minus_one_symbolically(target: list[int], exp
 
 
 def test_reshape_minus_one_that_is_not_provably_divisible() -> None:
-    with pytest.raises(UnsupportedModelError, match="cannot infer -1"):
-        from_onnx(reshape_model(["n", 3], [2, -1]))
+    """``3n`` elements into ``(2, -1)``: inferred as ``3n // 2``, and the divisibility is
+    checked at run time (``count_checked``); a count never divisible is refused."""
+    module = from_onnx(reshape_model(["n", 3], [2, -1]))
+    assert str(module.main.ret_struct_info) == "Tensor((2, n * 3 // 2), float32)"
+    assert module.main.bindings()[-1].value.attrs["count_checked"] is True
+    (y,) = run_module(module, {"x": rand(4, 3, seed=1)})
+    assert y.shape == (2, 6)
+    with pytest.raises(InputShapeError, match=r"Reshape node 'reshape': the element count of input 0 \('x'\) is 9, "
+                                              r"expected 8"):
+        run_module(module, {"x": rand(3, 3, seed=1)})
+    with pytest.raises(RelaxwebError, match=r"reshape: cannot infer -1 \(target dim 1\): 15 elements are never a "
+                                            r"multiple of 4"):
+        from_onnx(reshape_model([3, 5], [4, -1], check=False))
 
 
 def test_reshape_zero_beyond_the_input_rank_is_a_user_error() -> None:

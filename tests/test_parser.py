@@ -115,6 +115,7 @@ def every_graph_function(names: dict[str, str], program: str) -> Function:
     read = Var("read", PrimStructInfo("int64"))
     k = SizeVar("k")
     cast = Var("cast", PrimStructInfo("int64", k))
+    checked = Var("checked", tensor)  # a fact deduction assumed, with its reason
     loose = Var("loose", TensorStructInfo(None, "float32", 2))  # less specific than its value
     unknown = Var("unknown", TensorStructInfo(None, "float32", -1))
     shape = Var(names["var"], ShapeStructInfo(None, 2))  # the same name as x: another variable
@@ -137,6 +138,7 @@ def every_graph_function(names: dict[str, str], program: str) -> Function:
         VarBinding(count, CallLibrary("unique_count", (first,), TensorStructInfo((IntImm(1),), "int32"), ((names["size"], n),))),
         VarBinding(read, TensorToPrim(count)),
         MatchCast(cast, read, PrimStructInfo("int64", k)),
+        MatchCast(checked, first, tensor, reason=names["note"].replace("\n", " ") + ": dimension 0 of input 1"),
         VarBinding(unknown, CallTIR(program, (first, indices, flag), tensor, ((names["size"], n),))),
         VarBinding(shape, ShapeExpr((n, IntImm(5)))),
         VarBinding(prim, PrimValue(FloorMod(n, IntImm(2)))),
@@ -220,6 +222,8 @@ def test_every_node_kind_round_trips(names: dict[str, str]) -> None:
     assert np.signbit(constants[2].data[2])
     # the same constant object twice in the text is one object again; two with one name stay two
     assert constants[0] is not constants[1]
+    casts = [b for b in function.bindings() if isinstance(b, MatchCast)]
+    assert [c.reason for c in casts] == ["", names["note"].replace("\n", " ") + ": dimension 0 of input 1"]
     host = parsed.functions["host"]
     assert host.weights[1].name == names["constant"] and host.weights[1].data.shape == (4,)
     # the library kernel is rebuilt by its builder, WGSL source and numpy reference included

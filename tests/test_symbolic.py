@@ -283,6 +283,8 @@ def test_provers_are_sound(a: PrimExpr, c: PrimExpr, environments: list[dict[str
         (m * (n // 4 * 4 + n % 4) - n * m, "0"),
         ((n * m * 4) // (m * 2), "n * 2"),
         ((n * m + m) // m, "n + 1"),
+        ((n * m * 12) // (n * 8), "m * 3 // 2"),  # a common factor cancels (the divisor is not 0)
+        ((n * m + n) // (n * 2), "(m + 1) // 2"),
         ((n * m + n) // (m + 1), "n"),
         ((n * m) % m, "0"),
         ((n * 4 + m + 4) // 4, "m // 4 + n + 1"),

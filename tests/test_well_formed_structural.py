@@ -136,6 +136,17 @@ def test_match_cast_defines_symbolic_variables() -> None:
     check_well_formed(IRModule({"main": builder.finish([out], ["out"])}))
 
 
+def test_a_match_cast_reason_is_one_line() -> None:
+    """The reason starts the one-line error of a failed check: a line break would split it."""
+    builder = FunctionBuilder("main")
+    x = builder.add_param("x", tensor(n, 4))
+    cast = builder.emit_match_cast(x, tensor(m, 4), "cast", reason="Add node 'a\nb': dimension 0 of input 1")
+    module = IRModule({"main": builder.finish([builder.emit(call_op("relu", cast), "out", output=True)], ["out"])})
+    assert well_formed_problems(module) == [
+        "main: match_cast 'cast': its reason \"Add node 'a\\nb': dimension 0 of input 1\" spans several lines"
+    ]
+
+
 def test_calls_of_missing_programs_are_reported() -> None:
     legalized = legalize_ops(relu_module("x", "h", n))
     broken = legalized.replace(programs={})

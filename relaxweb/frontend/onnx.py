@@ -1,11 +1,32 @@
 """ONNX model -> IRModule.
 
 The graph's inputs become parameters of ``main`` whose shapes use symbolic variables named
-after the ONNX ``dim_param`` strings (the same name in two inputs is the same variable);
-initializers become constants (weights); each node goes through the converter registered
-for its op type (``converters/``), which builds op calls whose annotations are deduced
-forward.  Before converting anything, every node is checked so that a model with
-unsupported ops gets one error listing all of them.
+after the ONNX ``dim_param`` strings (see :class:`InputDims`); initializers become constants
+(weights); each node goes through the converter registered for its op type
+(``converters/``), which builds op calls whose annotations are deduced forward.  Before
+converting anything, every node is checked so that a model with unsupported ops gets one
+error listing all of them.  The graph's output annotations are not read: exporters write
+impossible ones, and every shape is deduced from the inputs.
+
+**Input annotations are hints.**  Exporters write dims as ``dim_value`` -1, ``?``, nothing,
+``unk__214``, ``p2o.DynamicDimension.0``, ``batch_size*2`` or ``batch size``.  A dim is a
+known extent only when its ``dim_value`` is 0 or more; anything else is a size variable.
+(A ``dim_value`` of 0 stays 0, as onnxruntime takes it: it refuses any other size there, so
+no model it runs means "unknown" by it, and ONNX's node cases declare empty inputs so.)
+A ``dim_param`` names it (sanitized into an identifier for the IR, unique: ``batch size``
+and ``batch_size`` are two variables; the model's spelling is kept in the module's
+``size_var_names`` attribute, which messages, ``relaxweb inspect``, the manifest and
+``--bound`` use); ``?`` and missing names give each dim its own variable.
+
+A name given to several dims is one variable, as ONNX means it: an input that breaks it is
+refused with an error naming both inputs (``input 'attention_mask': dimension 0 is 3,
+expected 2 (batch; batch from input 'input_ids' dimension 0)``).  It is trusted because
+graphs relate such dims in ways no check would see: BERT exports gather the rows of the
+flattened ``attention_mask`` at indices computed from ``input_ids``' shape, so with two
+variables an inconsistent pair of inputs would read out of range instead of stopping.  Where
+trusting a name makes the graph impossible (deduction refuses it: ``n`` against ``n + 1``),
+the annotation was wrong, and :func:`from_onnx` imports again with every occurrence its own
+variable: the graph's own run-time checks then relate them where it needs them equal.
 """
 
 from __future__ import annotations
@@ -210,29 +231,92 @@ def symbolic_name(text: str) -> str:
     return name
 
 
+# dim_param values that name nothing (as exporters write an unknown dim): each such dim is
+# its own variable.
+UNNAMED = {"", "?"}
+
+
+class InputDims:
+    """The size variables of the graph inputs' dims (see the module docstring).
+
+    A name the model gives several dims is one variable, or, with ``separate``, a variable
+    per occurrence (``batch``, then ``batch_2`` ...).  ``model_names`` maps each variable
+    whose IR name differs from the model's spelling to that spelling.
+    """
+
+    def __init__(self, separate: bool = False) -> None:
+        self.separate = separate
+        self.used: set[str] = set()
+        self.named: dict[str, str] = {}  # the model's name -> its variable (without ``separate``)
+        self.occurrences: dict[str, int] = defaultdict(int)  # the model's name -> how many dims it names
+        self.model_names: dict[str, str] = {}
+
+    def fresh(self, text: str) -> str:
+        base = symbolic_name(text)
+        name, counter = base, 1
+        while name in self.used:
+            counter += 1
+            name = f"{base}_{counter}"
+        self.used.add(name)
+        return name
+
+    def dim(self, value: onnx.ValueInfoProto, position: int, dim) -> PrimExpr | int:
+        if dim.HasField("dim_value") and dim.dim_value >= 0:
+            return int(dim.dim_value)
+        text = dim.dim_param.strip() if dim.HasField("dim_param") else ""
+        if text in UNNAMED:
+            return SizeVar(self.fresh(f"{value.name}_dim{position}"))
+        self.occurrences[text] += 1
+        if text in self.named and not self.separate:
+            return SizeVar(self.named[text])
+        name = self.fresh(text)
+        self.named.setdefault(text, name)
+        if name != text:
+            self.model_names[name] = text
+        return SizeVar(name)
+
+    def struct_info(self, value: onnx.ValueInfoProto) -> TensorStructInfo:
+        tensor_type = value.type.tensor_type
+        if not value.type.HasField("tensor_type"):
+            raise UnsupportedModelError(f"input '{value.name}': only tensor inputs are supported")
+        dtype = str(np.dtype(helper.tensor_dtype_to_np_dtype(tensor_type.elem_type)))
+        if not tensor_type.HasField("shape"):
+            raise UnsupportedModelError(f"input '{value.name}': its rank is unknown; relaxweb needs at least the rank")
+        dims = [self.dim(value, position, dim) for position, dim in enumerate(tensor_type.shape.dim)]
+        return TensorStructInfo(tuple(dims), dtype)
+
+    def shared(self) -> bool:
+        """Whether some name is given to several dims."""
+        return any(count > 1 for count in self.occurrences.values())
+
+
 def input_struct_info(value: onnx.ValueInfoProto) -> TensorStructInfo:
-    tensor_type = value.type.tensor_type
-    if not value.type.HasField("tensor_type"):
-        raise UnsupportedModelError(f"input '{value.name}': only tensor inputs are supported")
-    dtype = str(np.dtype(helper.tensor_dtype_to_np_dtype(tensor_type.elem_type)))
-    if not tensor_type.HasField("shape"):
-        raise UnsupportedModelError(f"input '{value.name}': its rank is unknown; relaxweb needs at least the rank")
-    dims: list[PrimExpr | int] = []
-    for position, dim in enumerate(tensor_type.shape.dim):
-        if dim.HasField("dim_value"):
-            dims.append(int(dim.dim_value))
-        elif dim.HasField("dim_param") and dim.dim_param:
-            dims.append(SizeVar(symbolic_name(dim.dim_param)))
-        else:
-            dims.append(SizeVar(symbolic_name(f"{value.name}_dim{position}")))
-    return TensorStructInfo(tuple(dims), dtype)
+    """The annotation of one graph input on its own (its dims' names are its own)."""
+    return InputDims().struct_info(value)
 
 
 def from_onnx(model: onnx.ModelProto, source: str = "model.onnx") -> IRModule:
     """Import an ONNX model as an IRModule whose ``main`` is the graph.
 
     Its weights must be in it: external data is read by :func:`load_onnx` (next to the model
-    file); a model in memory that still refers to external data is an error."""
+    file); a model in memory that still refers to external data is an error.  A name the
+    model gives several input dims is one variable, unless deduction then refuses the graph:
+    it is imported again with a variable per occurrence (see the module docstring)."""
+    dims = InputDims()
+    try:
+        return _import(model, source, dims)
+    except UnsupportedModelError:
+        raise
+    except RelaxwebError as refused:
+        if not dims.shared():
+            raise
+        try:
+            return _import(model, source, InputDims(separate=True))
+        except RelaxwebError:
+            raise refused from None
+
+
+def _import(model: onnx.ModelProto, source: str, dims: InputDims) -> IRModule:
     for tensor in _graph_tensors(model.graph):
         if tensor.HasField("data_location") and tensor.data_location == onnx.TensorProto.EXTERNAL:
             raise RelaxwebError(
@@ -253,7 +337,7 @@ def from_onnx(model: onnx.ModelProto, source: str = "model.onnx") -> IRModule:
         values[initializer.name] = context.constant(tensor_to_array(initializer), initializer.name)
     for value in graph.input:
         if value.name not in values:
-            values[value.name] = builder.add_param(value.name, input_struct_info(value))
+            values[value.name] = builder.add_param(value.name, dims.struct_info(value))
     output_names = [o.name for o in graph.output]
     for index, node in enumerate(graph.node):
         convert_node(context, node, index, values, set(output_names))
@@ -269,7 +353,12 @@ def from_onnx(model: onnx.ModelProto, source: str = "model.onnx") -> IRModule:
             value = builder.emit(call_op("identity", value), name, output=True)
         outputs.append(value)
     function = builder.finish(outputs, output_names)
-    return IRModule({"main": function}, attrs={"source": source, "opset": context.opset})
+    attrs = {"source": source, "opset": context.opset}
+    used = set(symbolic_vars(function))
+    model_names = {name: text for name, text in dims.model_names.items() if name in used}
+    if model_names:
+        attrs["size_var_names"] = model_names
+    return IRModule({"main": function}, attrs=attrs)
 
 
 def import_onnx_file(path: str | Path) -> IRModule:

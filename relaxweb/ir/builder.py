@@ -2,19 +2,32 @@
 
 Each emitted value already carries its deduced annotation (ops deduce when the call is
 built, see ``relaxweb.ops.call_op``), so the builder only names and records bindings.
+
+**Facts checked at run time.**  Where deduction needs two extents equal that the analyzer
+can neither prove nor refute (``(h + 31) // 32 * 2`` against ``(h + 15) // 16``: equal when
+``h`` is a multiple of 32), the op raises an ``AssumptionError``.  Calls built inside
+``with builder.checking_assumptions(where):`` answer it as Relax does with ``match_cast``:
+the builder binds a cast of the argument to its annotation with that extent replaced by
+what it must equal (for a quantity such as an element count, a cast of the quantity as a
+prim value), and deduction runs again from the cast.  The host module checks the cast on
+every run and stops with its ``reason`` (the ONNX node, the argument, both values) when it
+fails; a check the bounds prove costs nothing (``passes/lower_shapes_to_host.py``).
 """
 
 from __future__ import annotations
 
+import functools
 import re
-
-from typing import Callable
+from contextlib import AbstractContextManager
+from typing import Any, Callable, Mapping
 
 from .expr import (
-    BindingBlock, DataflowBlock, DataflowVar, Expr, Function, If, MatchCast, SeqExpr, Tuple, Var, VarBinding,
+    BindingBlock, Constant, DataflowBlock, DataflowVar, Expr, Function, If, MatchCast, PrimValue, SeqExpr, Tuple,
+    Var, VarBinding,
 )
-from .op_registry import DeductionError, call_op
-from .struct_info import StructInfo
+from .op_registry import AssumptionError, DeductionError, call_op, checking_assumptions
+from .struct_info import PrimStructInfo, StructInfo, TensorStructInfo
+from .symbolic import PrimExpr
 
 
 class FunctionBuilder:
@@ -32,6 +45,7 @@ class FunctionBuilder:
         self.input_names: list[str] = []
         self.bindings: list[VarBinding | MatchCast] = []
         self._used_names: set[str] = set()
+        self._checked: dict[tuple[Expr, int, PrimExpr], Var] = {}  # (value, dim, extent) -> its checked cast
 
     def unique_name(self, hint: str) -> str:
         """A readable, unique name derived from ``hint`` (ONNX names may hold any character)."""
@@ -59,18 +73,60 @@ class FunctionBuilder:
         return var
 
     def emit_op(self, op: str, *args: Expr, name_hint: str = "lv", output: bool = False, **attrs) -> Var:
-        """Build and bind a call of a registered op; a deduction error names the binding."""
+        """Build and bind a call of a registered op, checking at run time what deduction
+        assumes; a deduction error names the binding."""
         try:
-            call = call_op(op, *args, **attrs)
+            with self.checking_assumptions(f"binding '{name_hint}'"):
+                call = call_op(op, *args, **attrs)
         except DeductionError as error:
             raise DeductionError(f"binding '{name_hint}': {error}") from None
         return self.emit(call, name_hint, output)
 
-    def emit_match_cast(self, value: Expr, struct_info: StructInfo, name_hint: str = "lv", output: bool = False) -> Var:
+    def emit_match_cast(self, value: Expr, struct_info: StructInfo, name_hint: str = "lv", output: bool = False,
+                        reason: str = "") -> Var:
         kind = Var if output or not self.dataflow else DataflowVar
         var = kind(self.unique_name(name_hint), struct_info)
-        self.bindings.append(MatchCast(var, value, struct_info))
+        self.bindings.append(MatchCast(var, value, struct_info, reason))
         return var
+
+    # -- facts checked at run time ---------------------------------------------------------
+
+    def checking_assumptions(self, where: str, labels: Mapping[Expr, str] | None = None) -> AbstractContextManager:
+        """A ``with`` block in which each call built turns what deduction assumes into a
+        run-time check bound in this builder (see the module docstring).  ``where`` names the
+        source of the calls for the user (``Add node '/fpn/Add'``); ``labels`` names an
+        argument by what it is there (``input 1 ('p5_up')``), else it is ``argument i``."""
+        return checking_assumptions(functools.partial(self._check_assumption, where, dict(labels or {})))
+
+    def _check_assumption(self, where: str, labels: dict[Expr, str], needed: AssumptionError,
+                          args: tuple[Expr, ...], attrs: dict[str, Any]) -> tuple[tuple[Expr, ...], dict[str, Any]]:
+        argument = args[needed.argument]
+        label = labels.get(argument, f"argument {needed.argument}")
+        reason = f"{where}: {needed.quantity} of {label}"
+        if needed.dim is None:  # a quantity computed from the argument: checked as a prim value
+            self.emit_match_cast(PrimValue(needed.actual), PrimStructInfo("int64", needed.expected), "checked",
+                                 reason=reason)
+            return args, {**attrs, **needed.checked_attrs}
+        checked = self.check_dim(argument, needed.dim, needed.expected, reason)
+        labels[checked] = label  # a further check of the same argument names it the same way
+        return args[:needed.argument] + (checked,) + args[needed.argument + 1:], attrs
+
+    def check_dim(self, value: Expr, dim: int, extent: PrimExpr, reason: str) -> Var:
+        """``value`` cast to its annotation with dimension ``dim`` replaced by ``extent``,
+        checked at run time (``reason`` says what, for the error).  The same check of the same
+        value is bound once."""
+        if not isinstance(value, (Var, Constant)):
+            value = self.emit(value, "checked_value")
+        key = (value, dim, extent)
+        if key not in self._checked:
+            info = value.struct_info
+            assert isinstance(info, TensorStructInfo) and info.shape is not None
+            shape = info.shape[:dim] + (extent,) + info.shape[dim + 1:]
+            name = value.name.removesuffix("_checked") if value in self._checked.values() else value.name
+            self._checked[key] = self.emit_match_cast(
+                value, TensorStructInfo(shape, info.dtype), f"{name}_checked", reason=reason
+            )
+        return self._checked[key]
 
     def emit_if(self, condition: Expr, then_branch: Callable[[FunctionBuilder], Expr],
                 else_branch: Callable[[FunctionBuilder], Expr], name_hint: str = "lv") -> Var:

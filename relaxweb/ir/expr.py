@@ -186,11 +186,16 @@ class VarBinding:
 @dataclass(frozen=True, eq=False)
 class MatchCast:
     """Bind ``var`` to ``value`` after checking it matches ``struct_info``; symbolic vars
-    that appear there for the first time are defined by the match."""
+    that appear there for the first time are defined by the match.
+
+    ``reason`` is what the check states, in the user's terms, when the cast records a fact
+    deduction assumed (``Add node '/fpn/Add': dimension 2 of input 1 ('p5_up')``): a failed
+    check at run time reports it with both values.  Empty for other casts."""
 
     var: Var
     value: Expr
     struct_info: StructInfo
+    reason: str = ""
 
 
 Binding = VarBinding | MatchCast

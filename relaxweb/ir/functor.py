@@ -277,7 +277,7 @@ class ExprMutator(ExprFunctor):
         if value is binding.value and var is binding.var:
             self.emit_binding(binding)
         else:
-            self.emit_binding(MatchCast(var, value, binding.struct_info))
+            self.emit_binding(MatchCast(var, value, binding.struct_info, binding.reason))
 
     def visit_var_def(self, var: Var) -> Var:
         """The variable a definition binds from now on (by default the same one)."""

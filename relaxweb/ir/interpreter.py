@@ -89,7 +89,7 @@ class Interpreter(ExprFunctor):
 
     def visit_match_cast(self, binding: MatchCast) -> None:
         value = self.visit_expr(binding.value)
-        match_value(binding.var.name, value, binding.struct_info, self.size_vars)
+        match_value(binding.var.name, value, binding.struct_info, self.size_vars, binding.reason)
         self.values[binding.var] = value
 
     # -- expressions ----------------------------------------------------------------------
@@ -177,8 +177,9 @@ def _program_vars(bindings: tuple[tuple[str, PrimExpr], ...], size_vars: dict[st
     return {name: int(evaluate(value, size_vars)) for name, value in bindings}
 
 
-def match_value(name: str, value, info, size_vars: dict[str, int]) -> None:
-    """The run-time check of a match_cast: tensors by shape, prim values by value."""
+def match_value(name: str, value, info, size_vars: dict[str, int], reason: str = "") -> None:
+    """The run-time check of a match_cast: tensors by shape, prim values by value.  A cast
+    with a ``reason`` (a fact deduction assumed) reports it: ``{reason} is 4, expected 3 (...)``."""
     if isinstance(info, PrimStructInfo):
         if info.value is None:
             return
@@ -187,13 +188,16 @@ def match_value(name: str, value, info, size_vars: dict[str, int]) -> None:
             return
         expected = int(evaluate(info.value, size_vars))
         if int(value) != expected:
-            raise InputShapeError(f"match_cast of '{name}': value is {int(value)}, expected {expected} ({format_expr(info.value)})")
+            what = reason or f"match_cast of '{name}': value"
+            raise InputShapeError(f"{what} is {int(value)}, expected {expected} ({format_expr(info.value)})")
         return
-    match_tensor(name, np.asarray(value), info, size_vars, what="match_cast of")
+    match_tensor(name, np.asarray(value), info, size_vars, what="match_cast of", reason=reason)
 
 
-def match_tensor(name: str, array: np.ndarray, info, size_vars: dict[str, int], what: str = "input") -> None:
-    """Check an array against a tensor annotation, binding unseen size variables."""
+def match_tensor(name: str, array: np.ndarray, info, size_vars: dict[str, int], what: str = "input",
+                 reason: str = "") -> None:
+    """Check an array against a tensor annotation, binding unseen size variables; a failed
+    dimension check says ``{reason} is ...`` when a reason is given."""
     if not isinstance(info, TensorStructInfo):
         return
     if str(array.dtype) != info.dtype:
@@ -210,9 +214,8 @@ def match_tensor(name: str, array: np.ndarray, info, size_vars: dict[str, int], 
             continue
         value = int(evaluate(expected, size_vars))
         if value != actual:
-            raise InputShapeError(
-                f"{what} '{name}': dimension {dim} is {actual}, expected {value} ({format_expr(expected)})"
-            )
+            subject = reason or f"{what} '{name}': dimension {dim}"
+            raise InputShapeError(f"{subject} is {actual}, expected {value} ({format_expr(expected)})")
 
 
 # ----------------------------------------------------------------------------------------

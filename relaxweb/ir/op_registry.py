@@ -16,8 +16,9 @@ side by side:
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Iterator, Protocol
 
 import numpy as np
 
@@ -25,12 +26,37 @@ from ..errors import RelaxwebError
 from .expr import Call, CallTIR, Expr, Var
 from .library_kernel import LibraryKernel
 from .struct_info import StructInfo
-from .symbolic import SizeVar
+from .symbolic import PrimExpr, SizeVar
 from .tir import TensorProgram
 
 
 class DeductionError(RelaxwebError):
     """A call whose arguments cannot go together (e.g. shapes that do not broadcast)."""
+
+
+class AssumptionError(DeductionError):
+    """Deduction needs ``actual == expected``, which the analyzer can neither prove nor refute.
+
+    ``(h + 31) // 32 * 2`` against ``(h + 15) // 16`` holds whenever ``h`` is a multiple of
+    32, which is what such a model is made for.  The fact is about dimension ``dim`` of
+    argument ``argument``, or, when ``dim`` is None, about ``quantity`` computed from it (a
+    reshape's element count).  Raised from a ``deduce`` function; while a builder is
+    checking assumptions (:func:`checking_assumptions`), :func:`call_op` hands it to the
+    builder, which makes the fact a run-time check (a ``match_cast``) and deduces again:
+    with the argument cast for a dimension, or with ``checked_attrs`` added to the call's
+    attributes for a quantity (the op then takes the fact as given, visibly in the IR).
+    Without a builder checking assumptions it is a deduction error like any other.
+    """
+
+    def __init__(self, message: str, *, argument: int, dim: int | None, actual: PrimExpr, expected: PrimExpr,
+                 quantity: str = "", checked_attrs: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.argument = argument
+        self.dim = dim
+        self.actual = actual
+        self.expected = expected
+        self.quantity = quantity or f"dimension {dim}"
+        self.checked_attrs = dict(checked_attrs or {})
 
 
 class LegalizeContext(Protocol):
@@ -77,10 +103,44 @@ def get_op(name: str) -> OpDefinition:
         raise KeyError(f"no op named {name!r} is registered (importing relaxweb.ops registers the built-in ops)") from None
 
 
+# How a builder answers an AssumptionError: (error, args, attrs) -> the args and attrs to
+# deduce again with, after binding the run-time check.
+AssumptionHandler = Callable[[AssumptionError, tuple[Expr, ...], dict[str, Any]], tuple[tuple[Expr, ...], dict[str, Any]]]
+
+# The handlers of the builders checking assumptions now, innermost last.
+_ASSUMPTION_HANDLERS: list[AssumptionHandler] = []
+
+# Deduction is retried at most this many times per call (each retry checks one more fact).
+MAX_ASSUMPTIONS_PER_CALL = 32
+
+
+@contextmanager
+def checking_assumptions(handler: AssumptionHandler) -> Iterator[None]:
+    """Within the block, :func:`call_op` answers an :class:`AssumptionError` with ``handler``
+    (see ``FunctionBuilder.checking_assumptions``) instead of raising it."""
+    _ASSUMPTION_HANDLERS.append(handler)
+    try:
+        yield
+    finally:
+        _ASSUMPTION_HANDLERS.pop()
+
+
 def call_op(name: str, *args: Expr, **attrs: Any) -> Call:
-    """Build a call of a registered op, deducing its annotation from the arguments."""
+    """Build a call of a registered op, deducing its annotation from the arguments.
+
+    A fact the analyzer cannot prove (an :class:`AssumptionError`) goes to the innermost
+    builder checking assumptions, which binds a run-time check of it; deduction then runs
+    again on what the builder returns, until it succeeds or fails for good."""
     definition = get_op(name)
-    return Call(name, tuple(args), dict(attrs), definition.deduce(tuple(args), dict(attrs)))
+    args, attrs = tuple(args), dict(attrs)
+    for _ in range(MAX_ASSUMPTIONS_PER_CALL):
+        try:
+            return Call(name, args, attrs, definition.deduce(args, dict(attrs)))
+        except AssumptionError as needed:
+            if not _ASSUMPTION_HANDLERS:
+                raise
+            args, attrs = _ASSUMPTION_HANDLERS[-1](needed, args, attrs)
+    raise DeductionError(f"{name}: still needs facts it cannot prove after {MAX_ASSUMPTIONS_PER_CALL} run-time checks")
 
 
 def call_tir_of(program: TensorProgram, args: tuple[Expr, ...], struct_info) -> CallTIR:

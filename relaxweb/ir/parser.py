@@ -387,9 +387,11 @@ class _Parser:
             value = self.if_value(following, name)
             return VarBinding(self.define(kind, name, info), value), index + 1
         if _call_name(statement.value) == "match_cast":
-            args = self.arguments(statement.value, ["value", "struct_info"], required=("value", "struct_info"))  # type: ignore[arg-type]
+            args = self.arguments(statement.value, ["value", "struct_info"], keyword_only=("reason",),
+                                  required=("value", "struct_info"))  # type: ignore[arg-type]
             value = self.value(args["value"])
-            return MatchCast(self.define(kind, name, info), value, self.struct_info(args["struct_info"])), index
+            reason = self.string(args["reason"]) if "reason" in args else ""
+            return MatchCast(self.define(kind, name, info), value, self.struct_info(args["struct_info"]), reason), index
         value = self.value(statement.value, info)
         return VarBinding(self.define(kind, name, info), value), index
 

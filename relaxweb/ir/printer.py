@@ -264,8 +264,9 @@ class _FunctionPrinter(ExprFunctor):
         self.branch(value.false_branch, var)
 
     def visit_match_cast(self, binding: MatchCast) -> None:
+        reason = f", reason={format_string(binding.reason)}" if binding.reason else ""
         self.lines.append(f"{self._head(binding.var)} = "
-                          f"match_cast({self.value(binding.value)}, {format_struct_info(binding.struct_info)})")
+                          f"match_cast({self.value(binding.value)}, {format_struct_info(binding.struct_info)}{reason})")
 
     def branch(self, seq: SeqExpr, var: Var) -> None:
         self.indent += INDENT

@@ -19,9 +19,11 @@ expression that divides the numerator (``(n * m + m) // m -> n + 1``).
 An :class:`Analyzer` knows a range for each variable (by default ``[0, inf)``) and proves
 ``a == b``, ``a <= b``, ``a < b`` and bounds expressions by interval reasoning over the
 canonical form; its :meth:`~Analyzer.simplify` also uses the ranges.  The module-level
-:func:`simplify`, :func:`prove_equal`, :func:`prove_less_equal`, :func:`prove_less` and
-:func:`upper_bound` go through an analyzer, so shape equality in the compiler always goes
-through it, never through ``==`` on trees.  A proof that fails means "not proved".
+:func:`simplify`, :func:`prove_equal`, :func:`prove_not_equal`, :func:`prove_less_equal`,
+:func:`prove_less` and :func:`upper_bound` go through an analyzer, so shape equality in the
+compiler always goes through it, never through ``==`` on trees.  A proof that fails means
+"not proved": two dims neither provably equal nor provably unequal are a fact the model
+may rely on, which the compiler checks at run time.
 
 Size variables are integers >= 0.  Division and modulo are floor division and floor modulo
 (Python's ``//`` and ``%``); a divisor is assumed non-zero wherever it is evaluated.
@@ -223,24 +225,28 @@ def _apply(kind: type, a: int, b: int) -> int:
 # Printing
 
 
-def format_expr(expr: PrimExpr) -> str:
+def format_expr(expr: PrimExpr, as_written: Mapping[str, str] | None = None) -> str:
     """Readable infix form: ``batch * 256``, ``(n + 3) // 4``, ``min(n, m)``.
 
     It is Python syntax that ``relaxweb/ir/parser.py`` reads back; a variable whose name is
-    not an identifier is written ``size_var["the name"]``.
+    not an identifier is written ``size_var["the name"]``.  For a message, ``as_written`` maps
+    variables to the names users know them by (as the model wrote them: ``p2o.DynamicDimension.0``),
+    written as they are.
     """
     if isinstance(expr, IntImm):
         return str(expr.value)
     if isinstance(expr, SizeVar):
+        if as_written is not None:
+            return as_written.get(expr.name, expr.name)
         return format_size_var(expr.name)
     if isinstance(expr, (Min, Max)):
         name = "min" if isinstance(expr, Min) else "max"
-        return f"{name}({format_expr(expr.a)}, {format_expr(expr.b)})"
+        return f"{name}({format_expr(expr.a, as_written)}, {format_expr(expr.b, as_written)})"
     kind = type(expr)
     precedence = _PRECEDENCE[kind]
 
     def operand(child: PrimExpr, right: bool) -> str:
-        text = format_expr(child)
+        text = format_expr(child, as_written)
         child_precedence = _PRECEDENCE.get(type(child), 3)
         # A right operand of equal precedence needs parentheses unless regrouping keeps the
         # value: a + (b - c) == a + b - c and a * (b * c) == a * b * c, but a * (b // c) is
@@ -302,6 +308,14 @@ def free_vars(expr: PrimExpr) -> list[SizeVar]:
 
     visit(expr)
     return list(found.values())
+
+
+def expr_size(expr: PrimExpr) -> int:
+    """How many nodes ``expr`` has (``n`` 1, ``(n + 15) // 16`` 5): the simpler of two
+    expressions is the smaller."""
+    if isinstance(expr, (IntImm, SizeVar)):
+        return 1
+    return 1 + expr_size(expr.a) + expr_size(expr.b)  # type: ignore[attr-defined]
 
 
 def free_var_names(expressions: Iterable[PrimExpr]) -> set[str]:
@@ -440,6 +454,11 @@ class Analyzer:
         self._trim_caches()
         return self._nonnegative(_poly_add(self._to_polynomial(Sub(as_expr(b), as_expr(a))), {(): -1}))
 
+    def prove_not_equal(self, a: IntLike, b: IntLike) -> bool:
+        """True only when a != b for every assignment within the ranges (``3`` vs ``4``,
+        ``n`` vs ``n + 1``): one is provably less than the other."""
+        return self.prove_less(a, b) or self.prove_less(b, a)
+
     def prove_nonnegative(self, expr: IntLike) -> bool:
         """True only when expr >= 0 for every assignment within the ranges."""
         self._trim_caches()
@@ -525,6 +544,9 @@ class Analyzer:
             return self._div_by_constant(a, divisor)
         if not a:
             return {}
+        common = _common_factor(a, b)
+        if common:  # (g * a) // (g * b) == a // b: g is not 0, since the divisor is not
+            return self._floor_div(_divide_by_monomial(a, common), _divide_by_monomial(b, common))
         # a == b * quotient + rest, so a // b == quotient + rest // b.
         quotient, rest = _poly_divmod(a, b)
         if quotient and (not rest or self._pull_out_ok(a, rest)):
@@ -1100,6 +1122,21 @@ def _poly_divmod(a: Polynomial, b: Polynomial) -> tuple[Polynomial, Polynomial]:
     return {}, dict(a)
 
 
+def _common_factor(*polynomials: Polynomial) -> Monomial:
+    """The largest monomial dividing every term of every polynomial (``n`` for ``12 n s`` and
+    ``8 n``; empty when some term is a constant)."""
+    terms = [monomial for polynomial in polynomials for monomial in polynomial]
+    powers = dict(terms[0]) if terms else {}
+    for monomial in terms[1:]:
+        own = dict(monomial)
+        powers = {key: min(power, own[key]) for key, power in powers.items() if key in own}
+    return tuple(sorted(powers.items()))
+
+
+def _divide_by_monomial(polynomial: Polynomial, monomial: Monomial) -> Polynomial:
+    return {_monomial_quotient(term, monomial): coefficient for term, coefficient in polynomial.items()}  # type: ignore[misc]
+
+
 def _monomial_quotient(a: Monomial, b: Monomial) -> Monomial | None:
     """a / b when b divides a."""
     powers = dict(a)
@@ -1140,6 +1177,12 @@ def as_int(expr: IntLike) -> int | None:
 def prove_equal(a: IntLike, b: IntLike) -> bool:
     """True only when a == b for every assignment of the variables (each >= 0)."""
     return _DEFAULT.prove_equal(a, b)
+
+
+def prove_not_equal(a: IntLike, b: IntLike) -> bool:
+    """True only when a != b for every assignment of the variables (each >= 0): no input
+    can make them equal (``3`` vs ``4``, ``n`` vs ``n + 1``)."""
+    return _DEFAULT.prove_not_equal(a, b)
 
 
 def prove_nonnegative(expr: IntLike) -> bool:

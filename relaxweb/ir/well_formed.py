@@ -7,7 +7,8 @@ A graph function is well formed when:
 - every symbolic variable in an annotation is defined before: by a parameter's shape (its
   first appearance there), or by a ``match_cast``;
 - each binding's variable is annotated no more specifically than its value (a
-  ``match_cast`` may be more specific: it is checked at run time);
+  ``match_cast`` may be more specific: it is checked at run time); a ``match_cast``'s
+  reason, which starts the one-line error of its check, holds no line break;
 - calls of tensor programs and library kernels name programs of the module.
 """
 
@@ -86,6 +87,8 @@ class _Checker(ScopedVisitor):
 
     def visit_match_cast(self, binding: MatchCast) -> None:
         outer, self.where = self.where, binding.var.name
+        if "\n" in binding.reason or "\r" in binding.reason:
+            self.fail(f"match_cast '{binding.var.name}': its reason {binding.reason!r} spans several lines")
         self.visit_expr(binding.value)
         self.size_vars |= annotation_vars(binding.struct_info)  # checked at run time: may be more specific
         self.check_definition(binding.var)

@@ -8,13 +8,14 @@ shape known (:func:`needs_known_shapes`), which a ``match_cast`` provides.
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from ..errors import UnsupportedModelError
 from ..ir.expr import Call, Expr, Tuple, tensor_dtype, tensor_shape
-from ..ir.op_registry import DeductionError
+from ..ir.op_registry import AssumptionError, DeductionError
 from ..ir.struct_info import StructInfo, TensorStructInfo, TupleStructInfo
-from ..ir.symbolic import IntImm, PrimExpr, SizeVar, as_int, format_expr, prove_equal
+from ..ir.symbolic import IntImm, PrimExpr, SizeVar, as_int, expr_size, format_expr, prove_equal, prove_not_equal
 from ..ir.tir import Buffer, Load, ScalarExpr, TensorProgram
 
 
@@ -71,40 +72,87 @@ def normalize_axes(op: str, axes: Sequence[int], ndim: int) -> list[int]:
     return normalized
 
 
+@dataclass(frozen=True)
+class DimOf:
+    """An extent a deduction compares: dimension ``dim`` of argument ``argument`` (None when
+    it is not a tensor argument's, e.g. an entry of a target shape)."""
+
+    extent: PrimExpr
+    argument: int | None
+    dim: int
+
+
+def require_equal(a: DimOf, b: DimOf, message: str) -> None:
+    """Deduction needs ``a.extent == b.extent``; ``message`` says where (op, dims, values).
+
+    Nothing happens when they are provably equal.  When no input can make them equal
+    (``3`` vs ``4``, ``n`` vs ``n + 1``), or neither is a tensor argument's, it is a
+    :class:`DeductionError`.  Otherwise it is an :class:`AssumptionError`: a builder makes the
+    fact a run-time check of the more complex extent against the simpler one, so the result
+    keeps the simpler (a constant, then ``(h + 15) // 16`` rather than ``(h + 31) // 32 * 2``);
+    on a tie, the later argument is checked against the earlier.
+    """
+    if prove_equal(a.extent, b.extent):
+        return
+    if prove_not_equal(a.extent, b.extent) or (a.argument is None and b.argument is None):
+        raise DeductionError(message)
+    checked, kept = (a, b) if _checked_first(a, b) else (b, a)
+    raise AssumptionError(
+        f"{message} (not provably equal; a match_cast can state that they are)",
+        argument=checked.argument, dim=checked.dim, actual=checked.extent, expected=kept.extent,
+    )
+
+
+def _checked_first(a: DimOf, b: DimOf) -> bool:
+    """Whether ``a`` (rather than ``b``) is the extent checked against the other."""
+    if a.argument is None or b.argument is None:
+        return b.argument is None
+    if (as_int(a.extent) is None) != (as_int(b.extent) is None):
+        return as_int(b.extent) is not None
+    size_a, size_b = expr_size(a.extent), expr_size(b.extent)
+    return size_a > size_b or (size_a == size_b and a.argument > b.argument)
+
+
 def broadcast_shapes(
-    op: str, shapes: Sequence[tuple[PrimExpr, ...]], scope: str = "the result"
+    op: str, shapes: Sequence[tuple[PrimExpr, ...]], scope: str = "the result",
+    origins: Sequence[tuple[int | None, int]] | None = None,
 ) -> tuple[PrimExpr, ...]:
     """Numpy broadcasting with symbolic dims.
 
     Dims are aligned from the right.  A dim that is the constant 1 takes the other side;
-    otherwise the two must be provably equal (``n`` with ``n``, ``4`` with ``4``).  ``n``
-    against ``m`` (or ``n`` against ``4``) cannot be decided at compile time and is an error
-    naming the dimension; a model that relies on it needs a ``match_cast``.
+    otherwise the two must be equal (:func:`require_equal`): provably (``n`` with ``n``),
+    or, when the analyzer cannot decide (``n`` against ``m``, or ``n`` against ``4``), as a
+    fact checked at run time.  ``origins[i]`` is (argument, first dim) of ``shapes[i]`` in
+    the op's arguments (by default shape i is all of argument i; argument None: not a tensor
+    argument).  A dim that is 1 only at run time is not broadcast: it must equal the other.
     """
+    origins = list(origins) if origins is not None else [(i, 0) for i in range(len(shapes))]
     rank = max(len(s) for s in shapes)
     result: list[PrimExpr] = []
     for position in range(rank):
-        chosen: PrimExpr = IntImm(1)
-        chosen_from: tuple[int, int] | None = None  # (argument, its dim)
-        for argument, shape in enumerate(shapes):
+        chosen: DimOf | None = None
+        for index, shape in enumerate(shapes):
             offset = position - (rank - len(shape))
             if offset < 0:
                 continue
-            dim = shape[offset]
-            if as_int(dim) == 1:
+            argument, first = origins[index]
+            dim = DimOf(shape[offset], argument, first + offset)
+            if as_int(dim.extent) == 1:
                 continue
-            if chosen_from is None:
-                chosen, chosen_from = dim, (argument, offset)
-            elif not prove_equal(chosen, dim):
-                symbolic = as_int(chosen) is None or as_int(dim) is None
-                hint = " (not provably equal; a match_cast can state that they are)" if symbolic else ""
-                raise DeductionError(
-                    f"{op}: cannot broadcast dimension {position} of {scope}: "
-                    f"{format_expr(chosen)} vs {format_expr(dim)} (dim {chosen_from[1]} of argument "
-                    f"{chosen_from[0]} vs dim {offset} of argument {argument}){hint}"
-                )
-        result.append(chosen)
+            if chosen is None:
+                chosen = dim
+                continue
+            require_equal(chosen, dim, (
+                f"{op}: cannot broadcast dimension {position} of {scope}: "
+                f"{format_expr(chosen.extent)} vs {format_expr(dim.extent)} (dim {chosen.dim} of "
+                f"{_argument(chosen.argument)} vs dim {dim.dim} of {_argument(dim.argument)})"
+            ))
+        result.append(IntImm(1) if chosen is None else chosen.extent)
     return tuple(result)
+
+
+def _argument(argument: int | None) -> str:
+    return "the target" if argument is None else f"argument {argument}"
 
 
 def broadcast_indices(shape: tuple[PrimExpr, ...], axes: tuple[SizeVar, ...]) -> tuple[PrimExpr, ...]:

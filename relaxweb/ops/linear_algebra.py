@@ -4,8 +4,8 @@
 must have at least 2 dims (the frontend reshapes 1-D operands).  Legalizes to one tensor
 program with a sum reduction over K.
 
-Deduction: K must be provably equal on both sides; the batch dims broadcast like elementwise
-ops.  With an operand of unknown shape the result's shape is unknown and its rank the larger
+Deduction: K must be equal on both sides (provably, or checked at run time where the analyzer
+cannot decide: ``ops/common.require_equal``); the batch dims broadcast like elementwise ops.  With an operand of unknown shape the result's shape is unknown and its rank the larger
 of the two (unknown if either rank is).
 """
 
@@ -16,11 +16,11 @@ import numpy as np
 from ..ir.expr import Call
 from ..ir.op_registry import DeductionError, register_op
 from ..ir.struct_info import TensorStructInfo
-from ..ir.symbolic import IntImm, SizeVar, as_int, format_expr, prove_equal
+from ..ir.symbolic import IntImm, SizeVar, as_int, format_expr
 from ..ir.tir import Load, Reduce, ReduceCombiner
 from .common import (
-    broadcast_indices, broadcast_shapes, expect_args, make_program, needs_known_shapes, require_tensor,
-    same_dtype, unknown_rank_join,
+    DimOf, broadcast_indices, broadcast_shapes, expect_args, make_program, needs_known_shapes, require_equal,
+    require_tensor, same_dtype, unknown_rank_join,
 )
 
 
@@ -33,11 +33,10 @@ def deduce_matmul(args, attrs) -> TensorStructInfo:
     dtype = same_dtype("matmul", [a, b])
     if a.shape is None or b.shape is None:
         return TensorStructInfo(None, dtype, unknown_rank_join([a.ndim, b.ndim]))
-    if not prove_equal(a.shape[-1], b.shape[-2]):
-        raise DeductionError(
-            f"matmul: reduction dims differ: {format_expr(a.shape[-1])} (dim {a.ndim - 1} of the first operand) "
-            f"vs {format_expr(b.shape[-2])} (dim {b.ndim - 2} of the second)"
-        )
+    require_equal(DimOf(a.shape[-1], 0, a.ndim - 1), DimOf(b.shape[-2], 1, b.ndim - 2), (
+        f"matmul: reduction dims differ: {format_expr(a.shape[-1])} (dim {a.ndim - 1} of the first operand) "
+        f"vs {format_expr(b.shape[-2])} (dim {b.ndim - 2} of the second)"
+    ))
     batch = broadcast_shapes("matmul", [a.shape[:-2], b.shape[:-2]], scope="the batch dims")
     return TensorStructInfo((*batch, a.shape[-2], b.shape[-1]), a.dtype)
 
@@ -152,26 +151,31 @@ def _einsum_extents(args, equation: str):
     """letter -> its extent (the ellipsis dims broadcast), plus the parse."""
     infos = [require_tensor(arg, "einsum", i) for i, arg in enumerate(args)]
     operands, output, ellipsis_rank = parse_einsum(equation, [info.ndim for info in infos])
-    extents: dict[str, object] = {}
+    first_seen: dict[str, DimOf] = {}  # letter -> where it first appears
     ellipsis_shapes = []
+    ellipsis_origins: list[tuple[int | None, int]] = []  # (operand, its first ellipsis dim)
     for position, (letters, info) in enumerate(zip(operands, infos)):
         own_ellipsis = []
         for dim, letter in enumerate(letters):
             extent = info.shape[dim]
             if letter.startswith("..."):
+                if not own_ellipsis:
+                    ellipsis_origins.append((position, dim))
                 own_ellipsis.append(extent)
                 continue
-            if letter in extents:
-                if not prove_equal(extents[letter], extent):
-                    raise DeductionError(
-                        f"einsum: letter {letter!r} has extent {format_expr(extents[letter])} and "
-                        f"{format_expr(extent)} (dim {dim} of operand {position})"
-                    )
+            if letter in first_seen:
+                require_equal(first_seen[letter], DimOf(extent, position, dim), (
+                    f"einsum: letter {letter!r} has extent {format_expr(first_seen[letter].extent)} and "
+                    f"{format_expr(extent)} (dim {dim} of operand {position})"
+                ))
             else:
-                extents[letter] = extent
+                first_seen[letter] = DimOf(extent, position, dim)
+        if not own_ellipsis:
+            ellipsis_origins.append((position, 0))
         ellipsis_shapes.append(tuple(own_ellipsis))
+    extents = {letter: seen.extent for letter, seen in first_seen.items()}
     if ellipsis_rank:
-        broadcast = broadcast_shapes("einsum", ellipsis_shapes, scope="the ellipsis dims")
+        broadcast = broadcast_shapes("einsum", ellipsis_shapes, scope="the ellipsis dims", origins=ellipsis_origins)
         for d, extent in enumerate(broadcast):
             extents[f"...{d}"] = extent
     return operands, output, extents

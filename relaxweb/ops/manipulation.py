@@ -19,9 +19,11 @@ its rank) and need a ``match_cast`` to legalize.
 
 Signatures (args, then attributes):
 
-- ``reshape(x, shape)``: ``shape`` is a shape value; one entry may be ``-1``, inferred from
-  the element count.  0 means a dimension of size 0 here (ONNX's "copy the input's dim" 0
-  is resolved by the frontend).
+- ``reshape(x, shape, count_checked=False)``: ``shape`` is a shape value; one entry may be
+  ``-1``, inferred from the element count.  0 means a dimension of size 0 here (ONNX's "copy
+  the input's dim" 0 is resolved by the frontend).  The element counts must be equal (and a
+  count divisible for ``-1``): provably, or, where the analyzer cannot decide, checked at run
+  time by a ``match_cast`` of the count bound just before; ``count_checked=True`` says so.
 - ``dynamic_reshape(x, shape, copy_zeros=False)``: with a run-time 1-D integer tensor
   ``shape`` (data-dependent; extents read back); ``copy_zeros`` gives ONNX's meaning to its
   zeros (Reshape without ``allowzero``).
@@ -57,23 +59,24 @@ import numpy as np
 
 from ..errors import UnsupportedModelError
 from ..ir.expr import Call, Constant, Expr, ShapeExpr, Tuple, tensor_dtype, tensor_shape
-from ..ir.op_registry import DeductionError, call_op, register_op
+from ..ir.op_registry import AssumptionError, DeductionError, call_op, register_op
 from ..ir.struct_info import PrimStructInfo, ShapeStructInfo, TensorStructInfo, TupleStructInfo
 from ..ir.symbolic import (
     IntImm, PrimExpr, as_expr, as_int, expr_max, expr_min, format_expr, product, prove_equal,
-    prove_less_equal, simplify,
+    prove_less_equal, prove_not_equal, simplify,
 )
 from ..ir.tir import Cast, FloatImm, Gather, IndexValue, Load, maximum, minimum, select
 from .common import (
-    UnknownShapeError, broadcast_shapes, expect_args, load_broadcast, make_program, needs_known_shapes,
-    normalize_axes, normalize_axis, require_tensor, same_dtype,
+    DimOf, UnknownShapeError, broadcast_shapes, expect_args, load_broadcast, make_program, needs_known_shapes,
+    normalize_axes, normalize_axis, require_equal, require_tensor, same_dtype,
 )
 from .readback import both, const, count_true, element, index, int32, read_back_dims, wrap_negative
 
 
-class ReshapeInferenceError(DeductionError):
-    """The -1 of a reshape target cannot be inferred: the element count is not provably a
-    multiple of the other dims (the model may be fine for some sizes, but not provably)."""
+class ReshapeInferenceError(AssumptionError):
+    """The -1 of a reshape target is inferred only if the element count is a multiple of the
+    other dims, which the analyzer cannot prove (the model may be fine for the sizes it is made
+    for): a builder checks it at run time."""
 
 
 # reshape ---------------------------------------------------------------------------------------
@@ -126,6 +129,7 @@ def deduce_reshape(args, attrs) -> TensorStructInfo:
             return TensorStructInfo(None, data.dtype, len(values))
         return TensorStructInfo(tuple(values), data.dtype)
     count = product(data.shape)
+    checked = bool(attrs.get("count_checked", False))
     if inferred_dims:
         position = inferred_dims[0]
         known = product(v for d, v in enumerate(values) if d != position)
@@ -134,16 +138,21 @@ def deduce_reshape(args, attrs) -> TensorStructInfo:
                 f"reshape: cannot infer -1 (target dim {position}): the other target dims multiply to 0"
             )
         inferred = simplify(count // known)
-        if not prove_equal(inferred * known, count):
+        if not checked and not prove_equal(inferred * known, count):
+            where = f"reshape: cannot infer -1 (target dim {position}): {format_expr(count)} elements are"
+            if prove_not_equal(inferred * known, count):
+                raise DeductionError(f"{where} never a multiple of {format_expr(known)}")
             raise ReshapeInferenceError(
-                f"reshape: cannot infer -1 (target dim {position}): {format_expr(count)} elements are not "
-                f"provably a multiple of {format_expr(known)}"
+                f"{where} not provably a multiple of {format_expr(known)}", argument=0, dim=None, actual=count,
+                expected=simplify(inferred * known), quantity="the element count", checked_attrs={"count_checked": True},
             )
         values[position] = inferred
-    elif not prove_equal(count, product(values)):
-        raise DeductionError(
-            f"reshape: element counts differ: {format_expr(count)} vs {format_expr(product(values))}"
-        )
+    elif not checked and not prove_equal(count, product(values)):
+        message = f"reshape: element counts differ: {format_expr(count)} vs {format_expr(product(values))}"
+        if prove_not_equal(count, product(values)):
+            raise DeductionError(message)
+        raise AssumptionError(message, argument=0, dim=None, actual=count, expected=product(values),
+                              quantity="the element count", checked_attrs={"count_checked": True})
     return TensorStructInfo(tuple(values), data.dtype)
 
 
@@ -324,11 +333,10 @@ def deduce_concat(args, attrs) -> TensorStructInfo:
             result[dim] = simplify(sum((info.shape[dim] for info in infos), IntImm(0)))
             continue
         for position, info in enumerate(infos[1:], start=1):
-            if not prove_equal(info.shape[dim], result[dim]):
-                raise DeductionError(
-                    f"concat: dimension {dim} differs: {format_expr(result[dim])} (argument 0) vs "
-                    f"{format_expr(info.shape[dim])} (argument {position}); only axis {axis} may differ"
-                )
+            require_equal(DimOf(result[dim], 0, dim), DimOf(info.shape[dim], position, dim), (
+                f"concat: dimension {dim} differs: {format_expr(result[dim])} (argument 0) vs "
+                f"{format_expr(info.shape[dim])} (argument {position}); only axis {axis} may differ"
+            ))
     return TensorStructInfo(tuple(result), dtype)
 
 
@@ -780,7 +788,9 @@ def deduce_broadcast_to(args, attrs) -> TensorStructInfo:
         known = data.ndim != -1 and target.ndim != -1
         return TensorStructInfo(None, data.dtype, max(data.ndim, target.ndim) if known else -1)
 
-    return TensorStructInfo(broadcast_shapes("broadcast_to", [data.shape, target.values]), data.dtype)
+    return TensorStructInfo(
+        broadcast_shapes("broadcast_to", [data.shape, target.values], origins=[(0, 0), (None, 0)]), data.dtype
+    )
 
 
 def legalize_broadcast_to(context, call: Call):

@@ -91,7 +91,8 @@ def _deduce_scaled_norm(op: str, args, attrs) -> TensorStructInfo:
             raise DeductionError(
                 f"{op}: argument {position} {info} has more dims than the normalized dims {len(normalized)}"
             )
-        result = broadcast_shapes(op, [normalized, info.shape], scope="the normalized dims")
+        result = broadcast_shapes(op, [normalized, info.shape], scope="the normalized dims",
+                                  origins=[(0, axes[0]), (position, 0)])
         if len(result) != len(normalized) or not all(prove_equal(a, b) for a, b in zip(result, normalized)):
             raise DeductionError(f"{op}: argument {position} {info} does not broadcast to the normalized dims")
     return data

@@ -32,7 +32,7 @@ from ..ir.library_kernel import LibraryKernel
 from ..ir.module import IRModule
 from ..ir.printer import format_value
 from ..ir.struct_info import PrimStructInfo, TensorStructInfo
-from ..ir.symbolic import PrimExpr, SizeVar, as_int, format_expr, free_var_names, substitute
+from ..ir.symbolic import Analyzer, PrimExpr, SizeVar, as_int, format_expr, free_var_names, substitute
 from .context import PassContext
 from .plan_memory import tensor_bytes
 
@@ -53,6 +53,9 @@ class _Lowering(ExprFunctor):
         self.module = module
         self.function = function
         self.bounds = bounds
+        self.analyzer = Analyzer.from_bounds(bounds)  # proves the checks the bounds make true
+        # size variables as the model wrote them (frontend/onnx.py), for the messages
+        self.as_written: dict[str, str] = dict(module.attrs.get("size_var_names", {}))
         self.checks: list[ShapeCheck] = []
         self.symbolic_vars: list[str] = []
         self.defined_by: dict[str, str] = {}
@@ -87,7 +90,7 @@ class _Lowering(ExprFunctor):
         if unknown:
             raise RelaxwebError(
                 f"--bound names {', '.join(unknown)}, but the model's symbolic variables are: "
-                f"{', '.join(self.symbolic_vars + sorted(self.match_cast_vars())) or '(none)'}"
+                f"{', '.join(self.shown(v) for v in self.symbolic_vars + sorted(self.match_cast_vars())) or '(none)'}"
             )
         steps = self.lower_seq(self.function.body, top_level=True)
         outputs_vars = list(self.function.body.body.fields) if isinstance(self.function.body.body, Tuple) else [self.function.body.body]
@@ -146,13 +149,13 @@ class _Lowering(ExprFunctor):
                     # tighten at load even when the build gave no bound.
                     self.checks.append(ShapeCheck(
                         "bound", index, dim, None, expected.name, self.code(),
-                        f"input '{name}': dimension {dim} ({expected.name}) is {{value}}, above its bound "
-                        f"{expected.name} <= {{expected}}",
+                        f"input '{name}': dimension {dim} ({self.shown(expected.name)}) is {{value}}, above its "
+                        f"bound {self.shown(expected.name)} <= {{expected}}",
                     ))
                     continue
                 if free_var_names([expected]) - set(self.defined_by):
                     raise UnsupportedModelError(
-                        f"input '{name}': dimension {dim} is {format_expr(expected)}; size variables must first "
+                        f"input '{name}': dimension {dim} is {self.shown_expr(expected)}; size variables must first "
                         "appear alone as a dimension"
                     )
                 self.checks.append(ShapeCheck("equal", index, dim, expected, None, self.code(),
@@ -166,8 +169,15 @@ class _Lowering(ExprFunctor):
     def detail(self, expected: PrimExpr) -> str:
         if as_int(expected) is not None:
             return ""
-        sources = ", ".join(f"{v} from {self.defined_by[v]}" for v in sorted(free_var_names([expected])))
-        return f" ({format_expr(expected)}; {sources})"
+        sources = ", ".join(f"{self.shown(v)} from {self.defined_by[v]}" for v in sorted(free_var_names([expected])))
+        return f" ({self.shown_expr(expected)}; {sources})"
+
+    def shown(self, name: str) -> str:
+        """A size variable as users know it: as the model wrote it."""
+        return self.as_written.get(name, name)
+
+    def shown_expr(self, expr: PrimExpr) -> str:
+        return format_expr(expr, self.as_written)
 
     # -- values ---------------------------------------------------------------------------
 
@@ -289,10 +299,11 @@ class _Lowering(ExprFunctor):
 
     def visit_match_cast(self, binding: MatchCast) -> list:
         var, value, info = binding.var, binding.value, binding.struct_info
-        note = f"match_cast '{var.name}'"
+        note = binding.reason or f"match_cast '{var.name}'"
         if isinstance(info, PrimStructInfo):
             self.prim_value[var] = self.prim(value)
-            return self.match_dims([self.prim(value)], [info.value] if info.value is not None else [], note, "value")
+            expected = [info.value] if info.value is not None else []
+            return self.match_dims([self.prim(value)], expected, note, "" if binding.reason else "value")
         if not isinstance(info, TensorStructInfo):
             raise UnsupportedModelError(f"{note}: only tensors and prim values can be cast")
         source_shape = self.shape_of(value)
@@ -302,25 +313,41 @@ class _Lowering(ExprFunctor):
         if len(source_shape) != len(info.shape):
             raise UnsupportedModelError(f"{note}: the value has {len(source_shape)} dims, the cast says {len(info.shape)}")
         self.host_shape[var] = info.shape
-        return self.match_dims(list(source_shape), list(info.shape), note, "dimension")
+        return self.match_dims(list(source_shape), list(info.shape), note, "" if binding.reason else "dimension")
 
     def match_dims(self, actual: list[PrimExpr], expected: list[PrimExpr], note: str, what: str) -> list:
+        """The steps matching ``actual`` against ``expected``: a size variable seen for the
+        first time is bound; anything else is checked, except what the bounds prove (no
+        step), and what they refute is an error now.  Messages say ``{note}: {what} {position}``
+        (``what`` empty: ``note`` already names the value: a cast's ``reason``)."""
         steps: list = []
         for position, (value, wanted) in enumerate(zip(actual, expected)):
-            label = f"{note}: {what}" + (f" {position}" if what == "dimension" else "")
+            label = note
+            if what:
+                label += f": {what}" + (f" {position}" if what == "dimension" else "")
             if isinstance(wanted, SizeVar) and wanted.name not in self.defined_by:
                 self.define(wanted.name, label)
                 steps.append(HostCheck("nonnegative", value, None, None, self.code(), f"{label} is {{value}}, must be >= 0"))
                 steps.append(HostBind(wanted.name, value, label))
                 steps.append(HostCheck("bound", SizeVar(wanted.name), None, wanted.name, self.code(),
-                                       f"{label} ({wanted.name}) is {{value}}, above its bound {wanted.name} <= {{expected}}"))
+                                       f"{label} ({self.shown(wanted.name)}) is {{value}}, above its bound "
+                                       f"{self.shown(wanted.name)} <= {{expected}}"))
                 continue
             missing = free_var_names([wanted]) - set(self.defined_by)
             if missing:
-                raise UnsupportedModelError(f"{label}: {format_expr(wanted)} uses undefined variables {sorted(missing)}")
+                raise UnsupportedModelError(f"{label}: {self.shown_expr(wanted)} uses undefined variables {sorted(missing)}")
+            if self.analyzer.prove_equal(value, wanted):
+                continue
+            if self.analyzer.prove_not_equal(value, wanted):
+                within = f" within the bounds ({self.bounds_text()})" if self.bounds else ""
+                raise RelaxwebError(f"{label} is {self.shown_expr(value)}, which is never {self.shown_expr(wanted)} "
+                                    f"for any input{within}")
             steps.append(HostCheck("equal", value, wanted, None, self.code(),
-                                   f"{label} is {{value}}, expected {{expected}} ({format_expr(wanted)})"))
+                                   f"{label} is {{value}}, expected {{expected}}{self.detail(wanted)}"))
         return steps
+
+    def bounds_text(self) -> str:
+        return ", ".join(f"{self.shown(name)} <= {bound}" for name, bound in sorted(self.bounds.items()) if bound is not None)
 
     def visit_if(self, value: If) -> list:
         var = self.binding_var

@@ -22,11 +22,14 @@ import onnx
 
 from ...ir.expr import Constant, Expr, PrimValue, ShapeExpr, TupleGetItem
 from ...ir.struct_info import TensorStructInfo
-from ...ir.symbolic import IntImm, PrimExpr, SizeVar, as_int, free_vars, product, prove_equal, prove_less, simplify
-from ...ops import ReshapeInferenceError, call_op, strided_slice
+from ...ir.symbolic import (
+    IntImm, PrimExpr, SizeVar, as_int, expr_max, expr_min, free_vars, product, prove_equal, prove_less, simplify,
+)
+from ...ops import call_op, strided_slice
+from ...ops.manipulation import BIG
 from .registry import NodeConversionError, converter, tensor_to_array
 from .shape_values import (
-    compile_time_ints, constant_ints, make_constant, make_value, materialize, shape_values, value_dtype,
+    Ratio, compile_time_ints, constant_ints, make_constant, make_value, materialize, shape_values, value_dtype,
 )
 
 INT64_MAX = 2**63 - 1
@@ -150,11 +153,7 @@ def convert_reshape(context, node, inputs):
             dims.append(input_shape[position])
         else:
             dims.append(simplify(value))
-    try:
-        return _reshape(data, dims)
-    except ReshapeInferenceError as error:
-        # Valid for some sizes but not provably for all: unsupported rather than invalid.
-        raise fail(node, str(error)) from None
+    return _reshape(data, dims)
 
 
 @converter("Flatten")
@@ -291,7 +290,9 @@ def convert_slice(context, node, inputs):
     """A ``strided_slice`` when the starts and ends are known at compile time (possibly
     symbolic) and the axes and steps are constants, else a ``dynamic_slice``.  As in Relax
     (``assume_inbound``), a constant bound on a symbolic dim is taken to lie within it, except
-    the "to the end" values exporters write (``INT_MAX`` and beyond)."""
+    the "to the end" values exporters write (``INT_MAX`` and beyond).  A bound computed from
+    the shapes (``Where(n > 3, Min(n, 4), Max(n, 2))``) or a sentinel such as 1000000000 is
+    not assumed: the extent keeps its exact clamping (``min(1000000000, n)``)."""
     data = inputs[0]
     if context.opset < 10:
         attrs = context.attributes(node)
@@ -322,7 +323,24 @@ def convert_slice(context, node, inputs):
         axes = _normalize_axes(node, axes, rank)
         starts = [_slice_position(s, info.shape[a]) for s, a in zip(starts, axes)]
         ends = [_slice_position(e, info.shape[a]) for e, a in zip(ends, axes)]
+        starts = [_in_range(s, info.shape[a], step, is_end=False) for s, a, step in zip(starts, axes, steps)]
+        ends = [_in_range(e, info.shape[a], step, is_end=True) for e, a, step in zip(ends, axes, steps)]
     return strided_slice(data, axes, starts, ends, steps)
+
+
+# A constant Slice bound this large is an exporter's "to the end" (tf2onnx and jax2tf write
+# 1000000000), not a position the model means: it is clamped exactly, never assumed in range.
+SENTINEL = 2**20
+
+
+def _in_range(value: PrimExpr, dim: PrimExpr, step: int, is_end: bool) -> PrimExpr:
+    """A bound computed from the shapes, or a sentinel constant, clamped exactly as ONNX
+    Slice clamps it (other constants are left to ``assume_inbound``)."""
+    constant = as_int(value)
+    if constant is not None and not SENTINEL <= abs(constant) < BIG:  # BIG and beyond: the op's "to the end"
+        return value
+    low, high = (IntImm(0), dim) if step > 0 else (IntImm(-1 if is_end else 0), simplify(dim - 1))
+    return simplify(expr_min(expr_max(value, low), high))
 
 
 def _dynamic_slice(context, node, inputs):
@@ -433,7 +451,7 @@ def convert_range(context, node, inputs):
     args = []
     for value in inputs:
         entries = shape_values(value)
-        if entries is not None and len(entries.values) == 1:
+        if entries is not None and len(entries.values) == 1 and not isinstance(entries.values[0], Ratio):
             args.append(PrimValue(entries.values[0]))
         else:
             args.append(materialize(context, value))

@@ -1,7 +1,12 @@
 """Converting one ONNX node, for the main graph (``frontend/onnx.py``) and for the branches
 of an ``If`` (``control_flow.py``): fold it at compile time when its inputs allow, else call
 the converter registered for its op type; then record its results in the table of values
-in scope."""
+in scope.
+
+A converter runs with the builder checking assumptions (``ir/builder.py``): an extent its
+ops need equal but the analyzer cannot prove becomes a run-time check whose error names the
+node and the input (``Add node '/fpn/Add': dimension 2 of input 1 ('p5_up') is 4, expected
+3 ...``).  What no input can satisfy is still refused here, with the node named."""
 
 from __future__ import annotations
 
@@ -17,6 +22,15 @@ from .shape_values import converter_inputs, fold_node
 
 def node_label(node: onnx.NodeProto, index: int) -> str:
     return node.name or f"#{index} (unnamed)"
+
+
+def input_labels(node: onnx.NodeProto, inputs: list[Expr | None]) -> dict[Expr, str]:
+    """Each input value of a node, as an error names it: ``input 1 ('p5_up')``."""
+    labels: dict[Expr, str] = {}
+    for position, (name, value) in enumerate(zip(node.input, inputs)):
+        if value is not None:
+            labels.setdefault(value, f"input {position} ('{name}')")
+    return labels
 
 
 def format_unsupported(unsupported: dict[str, list[str]]) -> str:
@@ -36,11 +50,12 @@ def convert_node(context: ConversionContext, node: onnx.NodeProto, index: int, v
     context.scope = values  # the values in scope, for subgraphs' outer-scope references (If)
     try:
         # the folders know the standard domain's ops only
-        folded = fold_node(context, node, inputs) if node.domain in STANDARD_DOMAINS else None
-        if folded is None:  # shape values become tensors, except where the converter takes them
+        result = fold_node(context, node, inputs) if node.domain in STANDARD_DOMAINS else None
+        if result is None:  # shape values become tensors, except where the converter takes them
             inputs = converter_inputs(context, node, inputs)
-        key = converter_key(node.domain, node.op_type)
-        result = folded if folded is not None else CONVERTERS[key](context, node, inputs)
+            with context.builder.checking_assumptions(f"{node.op_type} node '{node_label(node, index)}'",
+                                                      input_labels(node, inputs)):
+                result = CONVERTERS[converter_key(node.domain, node.op_type)](context, node, inputs)
     except DeductionError as error:
         outputs = ", ".join(repr(name) for name in node.output if name)
         raise RelaxwebError(f"{node.op_type} node '{node_label(node, index)}' (binding {outputs}): {error}") from None

@@ -19,7 +19,15 @@ and the converters that consume shapes read it from there.
 **The compile-time value domain.**  A shape value is a 1-D vector, a prim value a scalar;
 their entries are symbolic integers.  Each also has an ONNX dtype (int64 unless a ``Cast``
 said otherwise, kept in a side table, :func:`value_dtype`): integers, ``bool`` (entries 0 or
-1) or floats holding integral values (``Cast(Shape(x)[1], float)`` is still ``seq``).  A
+1) or floats (``Cast(Shape(x)[1], float)`` is still ``seq``).  A float entry may be a
+:class:`Ratio` of a symbolic integer and a positive constant, so the shape arithmetic
+exporters do in float stays exact: ``Floor(Div(Cast(H, float), 32.0))`` is ``H // 32``,
+``Ceil`` of it ``(H + 31) // 32``, a ``Cast`` back to int64 truncates (``H // 32`` for
+``H >= 0``).  (Float32 computes such quotients exactly enough for any realistic size: a
+quotient ``H / c`` is at least ``1 / c`` from the next integer, its rounding error
+``H / c * 2**-24``.)  A ratio's denominators are kept in a side table next to its numerators
+(:func:`shape_values` reads them back); nothing takes it for an integer
+(:func:`compile_time_ints` refuses it) and :func:`materialize` divides on the GPU.  A
 result whose entries are all constants is a ``Constant``.  Comparisons stay symbolic when
 they cannot be decided (``n == 4`` is ``1 - min(1, max(n - 4, 4 - n))``), so an ``If`` on
 them is decided in the host.  A folder returns None for what it cannot represent exactly
@@ -40,7 +48,8 @@ from __future__ import annotations
 import math
 import weakref
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from fractions import Fraction
+from typing import Callable, Sequence, Union
 
 import numpy as np
 import onnx
@@ -111,29 +120,75 @@ def with_dtype(expr: Expr, dtype: str) -> Expr:
 
 
 @dataclass(frozen=True)
-class ShapeValues:
-    """A compile-time value: symbolic entries, a scalar or a 1-D vector, and an ONNX dtype."""
+class Ratio:
+    """A float entry that is not known to be an integer: ``numerator / denominator``."""
 
-    values: tuple[PrimExpr, ...]
+    numerator: PrimExpr
+    denominator: int  # > 1
+
+
+Entry = Union[PrimExpr, Ratio]
+
+# The largest denominator of a float constant taken exactly (0.5, 0.25, 0.125 ...).
+DENOMINATOR_LIMIT = 1 << 16
+
+
+def fraction(entry: Entry) -> tuple[PrimExpr, int]:
+    """An entry as (numerator, denominator)."""
+    return (entry.numerator, entry.denominator) if isinstance(entry, Ratio) else (entry, 1)
+
+
+def ratio(numerator: PrimExpr, denominator: int) -> Entry:
+    """``numerator / denominator`` (a positive int) as an entry: an integer when it provably
+    is one, else a :class:`Ratio` in lowest terms for its constant factors."""
+    numerator = simplify(numerator)
+    constant = as_int(numerator)
+    if constant is not None:
+        common = math.gcd(constant, denominator)
+        numerator, denominator = IntImm(constant // common), denominator // common
+    if denominator == 1:
+        return numerator
+    quotient = simplify(numerator // denominator)
+    if prove_equal(quotient * denominator, numerator):
+        return quotient
+    return Ratio(numerator, denominator)
+
+
+@dataclass(frozen=True)
+class ShapeValues:
+    """A compile-time value: symbolic entries, a scalar or a 1-D vector, and an ONNX dtype.
+    Only float values hold :class:`Ratio` entries."""
+
+    values: tuple[Entry, ...]
     scalar: bool
     dtype: str
 
 
+# The denominators of the float shape values that hold ratios (their numerators are the values).
+_DENOMINATORS: "weakref.WeakKeyDictionary[Expr, tuple[int, ...]]" = weakref.WeakKeyDictionary()
+
+
 def shape_values(expr: Expr | None) -> ShapeValues | None:
     """The entries of a shape value, a prim value or a small 0-d / 1-d constant (integers,
-    bools, or floats with integral values); None for anything else."""
-    if isinstance(expr, ShapeExpr):
-        return ShapeValues(tuple(expr.values), False, value_dtype(expr))
-    if isinstance(expr, PrimValue):
-        return ShapeValues((expr.value,), True, value_dtype(expr))
+    bools, or floats that are exact small fractions: 32.0, 0.5); None for anything else."""
+    if isinstance(expr, (ShapeExpr, PrimValue)):
+        numerators = tuple(expr.values) if isinstance(expr, ShapeExpr) else (expr.value,)
+        denominators = _DENOMINATORS.get(expr, (1,) * len(numerators))
+        entries = tuple(ratio(n, d) for n, d in zip(numerators, denominators))
+        return ShapeValues(entries, isinstance(expr, PrimValue), value_dtype(expr))
     if isinstance(expr, Constant):
         data = expr.data
         if data.ndim > 1 or data.size > SHAPE_VALUE_LIMIT:
             return None
         if data.dtype.kind == "f":
-            if not np.all(np.isfinite(data)) or np.any(np.floor(data) != data):
+            if not np.all(np.isfinite(data)):
                 return None
-        elif data.dtype.kind not in "iub":
+            fractions = [Fraction(float(v)) for v in data.reshape(-1)]
+            if any(f.denominator > DENOMINATOR_LIMIT for f in fractions):
+                return None
+            entries = tuple(ratio(IntImm(f.numerator), f.denominator) for f in fractions)
+            return ShapeValues(entries, data.ndim == 0, str(data.dtype))
+        if data.dtype.kind not in "iub":
             return None
         return ShapeValues(tuple(IntImm(int(v)) for v in data.reshape(-1)), data.ndim == 0, str(data.dtype))
     return None
@@ -141,11 +196,13 @@ def shape_values(expr: Expr | None) -> ShapeValues | None:
 
 def compile_time_ints(expr: Expr | None) -> list[PrimExpr] | None:
     """The entries of an integer operand known at compile time (a Constant of any size, a
-    shape value or a prim value), or None for a run-time tensor."""
+    shape value or a prim value), or None for a run-time tensor or a value with ratios."""
     if isinstance(expr, Constant):
         if expr.data.ndim > 1 or expr.data.dtype.kind not in "iu":
             return None
         return [IntImm(int(v)) for v in expr.data.reshape(-1)]
+    if expr in _DENOMINATORS:
+        return None
     if isinstance(expr, ShapeExpr):
         return list(expr.values)
     if isinstance(expr, PrimValue):
@@ -171,17 +228,20 @@ def make_constant(context, data: np.ndarray, name: str) -> Constant:
     return constant
 
 
-def make_value(context, values: Sequence[PrimExpr], scalar: bool, dtype: str, name: str) -> Expr:
+def make_value(context, values: Sequence[Entry], scalar: bool, dtype: str, name: str) -> Expr:
     """A ``Constant`` when every entry is a known constant, else a ``ShapeExpr`` (or a
-    ``PrimValue`` for a scalar) recording ``dtype``."""
-    values = [simplify(v) for v in values]
-    constants = [as_int(v) for v in values]
+    ``PrimValue`` for a scalar) recording ``dtype`` (and the denominators of its ratios)."""
+    pairs = [fraction(ratio(*fraction(v))) for v in values]
+    numerators = [n for n, _ in pairs]
+    denominators = tuple(d for _, d in pairs)
+    constants = [as_int(n) for n in numerators]
     if all(c is not None for c in constants):
-        array = np.array(constants, dtype=np.dtype(dtype))
+        array = np.array([c / d if d != 1 else c for c, d in zip(constants, denominators)], dtype=np.dtype(dtype))
         return make_constant(context, array.reshape(()) if scalar else array, name)
-    if scalar:
-        return with_dtype(PrimValue(values[0]), dtype)
-    return with_dtype(ShapeExpr(tuple(values)), dtype)
+    value = with_dtype(PrimValue(numerators[0]) if scalar else ShapeExpr(tuple(numerators)), dtype)
+    if any(d != 1 for d in denominators):
+        _DENOMINATORS[value] = denominators
+    return value
 
 
 def _result(context, node: onnx.NodeProto, value: ShapeValues, index: int = 0) -> Expr:
@@ -196,7 +256,8 @@ _MATERIALIZED: "weakref.WeakKeyDictionary[Expr, tuple]" = weakref.WeakKeyDiction
 
 def tensor_of(context, expr: Expr, name: str = "shape") -> Expr:
     """A ShapeExpr / PrimValue as a tensor expression, unbound: a ``Constant`` when every
-    entry is known, else a ``shape_to_tensor`` call.  Other expressions are returned as is."""
+    entry is known, else a ``shape_to_tensor`` call (of the numerators, divided by the
+    denominators when the value holds ratios).  Other expressions are returned as is."""
     if not isinstance(expr, (ShapeExpr, PrimValue)):
         return expr
     values = list(expr.values) if isinstance(expr, ShapeExpr) else [expr.value]
@@ -205,7 +266,13 @@ def tensor_of(context, expr: Expr, name: str = "shape") -> Expr:
     if all(c is not None for c in constants):
         array = np.array(constants, dtype=np.dtype(dtype))
         return make_constant(context, array.reshape(()) if isinstance(expr, PrimValue) else array, name)
-    return call_op("shape_to_tensor", expr, dtype=dtype)
+    if expr not in _DENOMINATORS:
+        return call_op("shape_to_tensor", expr, dtype=dtype)
+    plain = type(expr)(expr.values if isinstance(expr, ShapeExpr) else expr.value)
+    numerators = context.builder.emit(call_op("shape_to_tensor", plain, dtype=dtype), f"{name}_numerators")
+    denominators = np.array(_DENOMINATORS[expr], dtype=np.dtype(dtype))
+    return call_op("divide", numerators, make_constant(
+        context, denominators.reshape(()) if isinstance(expr, PrimValue) else denominators, f"{name}_denominators"))
 
 
 def materialize(context, expr: Expr, name_hint: str = "shape") -> Expr:
@@ -338,7 +405,7 @@ def _broadcast(operands: list[ShapeValues]) -> tuple[list[tuple[PrimExpr, ...]],
 
 
 def _elementwise(function: Callable, result_dtype: str | None = None):
-    """A folder applying ``function(dtype, attrs, *entries) -> PrimExpr | None`` entry by entry."""
+    """A folder applying ``function(dtype, attrs, *entries) -> Entry | None`` entry by entry."""
     def fold(context, node, inputs):
         operands = [shape_values(i) for i in inputs if i is not None]
         if not operands or any(o is None for o in operands):
@@ -354,10 +421,35 @@ def _elementwise(function: Callable, result_dtype: str | None = None):
             value = function(dtype, attrs, *row)
             if value is None:
                 return None
-            values.append(simplify(value))
+            values.append(value)
         return _result(context, node, ShapeValues(tuple(values), scalar, result_dtype or dtype))
 
     return fold
+
+
+# Arithmetic on entries: integers, or (for floats) ratios, computed exactly over a common
+# denominator (``a / 32 + 1`` is ``(a + 32) / 32``).
+
+
+def _over_common_denominator(combine: Callable[[PrimExpr, PrimExpr], PrimExpr]):
+    """``combine`` (a sum, a min...) of two entries' numerators over their common denominator."""
+    def apply(a: Entry, b: Entry) -> Entry:
+        (an, ad), (bn, bd) = fraction(a), fraction(b)
+        common = math.lcm(ad, bd)
+        return ratio(combine(an * (common // ad), bn * (common // bd)), common)
+
+    return apply
+
+
+_add = _over_common_denominator(lambda a, b: a + b)
+_sub = _over_common_denominator(lambda a, b: a - b)
+_max = _over_common_denominator(expr_max)
+_min = _over_common_denominator(expr_min)
+
+
+def _mul(a: Entry, b: Entry) -> Entry:
+    (an, ad), (bn, bd) = fraction(a), fraction(b)
+    return ratio(an * bn, ad * bd)
 
 
 def _trunc_div(a: int, b: int) -> int:
@@ -366,15 +458,11 @@ def _trunc_div(a: int, b: int) -> int:
 
 
 def _divide(dtype, attrs, a, b):
+    if _is_float(dtype):
+        return _float_divide(a, b)
     ca, cb = as_int(a), as_int(b)
     if cb == 0:
         return None
-    if _is_float(dtype):
-        if ca is not None and cb is not None:
-            return IntImm(ca // cb) if ca % cb == 0 else None
-        quotient = simplify(a // b)
-        positive = cb is not None and cb > 0
-        return quotient if positive and prove_equal(quotient * b, a) else None
     if ca is not None and cb is not None:
         return IntImm(_trunc_div(ca, cb))
     if not prove_nonnegative(a):  # floor and truncation agree only for a >= 0 (and b > 0)
@@ -384,15 +472,61 @@ def _divide(dtype, attrs, a, b):
     return a // b if prove_less(0, b) else None
 
 
+def _float_divide(a: Entry, b: Entry) -> Entry | None:
+    """``a / b`` exactly: a ratio when ``b`` is a constant; by a symbolic ``b``, only a quotient
+    that is provably an integer."""
+    (an, ad), (bn, bd) = fraction(a), fraction(b)
+    divisor = as_int(bn)
+    if divisor == 0:
+        return None
+    if divisor is not None:
+        sign = 1 if divisor > 0 else -1
+        return ratio(an * bd * sign, ad * abs(divisor))
+    if ad != 1 or bd != 1:
+        return None
+    quotient = simplify(an // bn)
+    return quotient if prove_less(0, bn) and prove_equal(quotient * bn, an) else None
+
+
 def _modulo(dtype, attrs, a, b):
+    if _is_float(dtype):
+        return None
     ca, cb = as_int(a), as_int(b)
-    if cb == 0 or _is_float(dtype):
+    if cb == 0:
         return None
     fmod = int(attrs.get("fmod", 0))
     if ca is not None and cb is not None:
         return IntImm(int(math.fmod(ca, cb)) if fmod else ca % cb)
     if cb is not None and cb > 0 and (not fmod or prove_nonnegative(a)):
         return a % cb
+    return None
+
+
+def _floor(entry: Entry) -> PrimExpr:
+    numerator, denominator = fraction(entry)
+    return simplify(numerator // denominator)
+
+
+def _ceil(entry: Entry) -> PrimExpr:
+    numerator, denominator = fraction(entry)
+    return simplify((numerator + denominator - 1) // denominator)
+
+
+def _round(entry: Entry) -> PrimExpr | None:
+    """Round half to even, as ONNX: exact for an odd denominator (no value is a half)."""
+    numerator, denominator = fraction(entry)
+    if denominator % 2 == 0:
+        return None
+    return simplify((numerator * 2 + denominator) // (denominator * 2))
+
+
+def _truncate(entry: Entry) -> PrimExpr | None:
+    """Towards zero, as a Cast from float to an integer type."""
+    numerator, denominator = fraction(entry)
+    if denominator == 1 or prove_nonnegative(numerator):
+        return simplify(numerator // denominator)
+    if prove_less_equal(numerator, 0):
+        return simplify(0 - (0 - numerator) // denominator)
     return None
 
 
@@ -412,8 +546,18 @@ def _less(a, b) -> PrimExpr:
     return expr_min(1, expr_max(0, b - a))
 
 
-def _truth(a) -> PrimExpr:
+def _compared(test: Callable[[PrimExpr, PrimExpr], PrimExpr]):
+    """``test`` of two entries (a comparison), on their numerators over a common denominator."""
+    def apply(dtype, attrs, a: Entry, b: Entry) -> PrimExpr:
+        (an, ad), (bn, bd) = fraction(a), fraction(b)
+        return test(an * bd, bn * ad)
+
+    return apply
+
+
+def _truth(a: Entry) -> PrimExpr:
     """0 or 1: whether ``a`` is non-zero."""
+    a = fraction(a)[0]
     constant = as_int(a)
     if constant is not None:
         return IntImm(int(constant != 0))
@@ -423,12 +567,13 @@ def _truth(a) -> PrimExpr:
     return expr_min(1, magnitude)
 
 
-def _abs(a) -> PrimExpr:
-    if prove_nonnegative(a):
+def _abs(a: Entry) -> Entry:
+    numerator, denominator = fraction(a)
+    if prove_nonnegative(numerator):
         return a
-    if prove_less_equal(a, 0):
-        return 0 - a
-    return expr_max(a, 0 - a)
+    if prove_less_equal(numerator, 0):
+        return ratio(0 - numerator, denominator)
+    return ratio(expr_max(numerator, 0 - numerator), denominator)
 
 
 def _variadic(combine: Callable):
@@ -442,29 +587,34 @@ def _fold_row(combine, row):
     return result
 
 
+def _float_only(function: Callable[[Entry], PrimExpr | None]):
+    """Floor, Ceil, Round: float inputs only (ONNX has no integer versions)."""
+    return lambda dtype, attrs, a: function(a) if _is_float(dtype) else None
+
+
 for _op, _function in {
-    "Add": lambda d, at, a, b: a + b,
-    "Sub": lambda d, at, a, b: a - b,
-    "Mul": lambda d, at, a, b: a * b,
+    "Add": lambda d, at, a, b: _add(a, b),
+    "Sub": lambda d, at, a, b: _sub(a, b),
+    "Mul": lambda d, at, a, b: _mul(a, b),
     "Div": _divide,
     "Mod": _modulo,
-    "Neg": lambda d, at, a: 0 - a,
+    "Neg": lambda d, at, a: _sub(IntImm(0), a),
     "Abs": lambda d, at, a: _abs(a),
-    "Max": _variadic(expr_max),
-    "Min": _variadic(expr_min),
-    "Sum": _variadic(lambda a, b: a + b),
-    "Floor": lambda d, at, a: a if _is_float(d) else None,
-    "Ceil": lambda d, at, a: a if _is_float(d) else None,
-    "Round": lambda d, at, a: a if _is_float(d) else None,
+    "Max": _variadic(_max),
+    "Min": _variadic(_min),
+    "Sum": _variadic(_add),
+    "Floor": _float_only(_floor),
+    "Ceil": _float_only(_ceil),
+    "Round": _float_only(_round),
 }.items():
     SYMBOLIC_FOLDERS[_op] = _elementwise(_function)
 
 for _op, _function in {
-    "Equal": lambda d, at, a, b: _equal(a, b),
-    "Less": lambda d, at, a, b: _less(a, b),
-    "Greater": lambda d, at, a, b: _less(b, a),
-    "LessOrEqual": lambda d, at, a, b: 1 - _less(b, a),
-    "GreaterOrEqual": lambda d, at, a, b: 1 - _less(a, b),
+    "Equal": _compared(_equal),
+    "Less": _compared(_less),
+    "Greater": _compared(lambda a, b: _less(b, a)),
+    "LessOrEqual": _compared(lambda a, b: 1 - _less(b, a)),
+    "GreaterOrEqual": _compared(lambda a, b: 1 - _less(a, b)),
     "Not": lambda d, at, a: 1 - _truth(a),
     "And": lambda d, at, a, b: _truth(a) * _truth(b),
     "Or": lambda d, at, a, b: expr_max(_truth(a), _truth(b)),
@@ -475,9 +625,13 @@ for _op, _function in {
 
 def _cast_to(context, node, value: ShapeValues, dtype: str) -> Expr | None:
     if dtype == "bool":
-        entries = tuple(_truth(v) for v in value.values)
-    elif dtype.startswith(("int", "uint", "float")) or dtype == "bfloat16":
+        entries: tuple = tuple(_truth(v) for v in value.values)
+    elif dtype.startswith("float") or dtype == "bfloat16":
         entries = value.values
+    elif dtype.startswith(("int", "uint")):
+        entries = tuple(_truncate(v) for v in value.values)
+        if any(e is None for e in entries):
+            return None
     else:
         return None
     return _result(context, node, ShapeValues(entries, value.scalar, dtype))
@@ -512,7 +666,7 @@ def fold_where(context, node, inputs):
     for condition, a, b in rows:
         truth = _truth(condition)
         constant = as_int(truth)
-        values.append(a if constant == 1 else b if constant == 0 else simplify(truth * a + (1 - truth) * b))
+        values.append(a if constant == 1 else b if constant == 0 else _add(_mul(truth, a), _mul(1 - truth, b)))
     return _result(context, node, ShapeValues(tuple(values), scalar, operands[1].dtype))  # type: ignore[union-attr]
 
 
@@ -666,6 +820,8 @@ def fold_range(context, node, inputs):
     if any(o is None or len(o.values) != 1 for o in operands):
         return None
     start, limit, delta = (o.values[0] for o in operands)  # type: ignore[union-attr]
+    if any(isinstance(v, Ratio) for v in (start, limit, delta)):
+        return None
     step = as_int(delta)
     if step is None or step == 0:
         return None
@@ -696,7 +852,7 @@ def _reduce(combine: Callable):
     return fold
 
 
-SYMBOLIC_FOLDERS["ReduceProd"] = _reduce(lambda a, b: a * b)
-SYMBOLIC_FOLDERS["ReduceSum"] = _reduce(lambda a, b: a + b)
-SYMBOLIC_FOLDERS["ReduceMax"] = _reduce(expr_max)
-SYMBOLIC_FOLDERS["ReduceMin"] = _reduce(expr_min)
+SYMBOLIC_FOLDERS["ReduceProd"] = _reduce(_mul)
+SYMBOLIC_FOLDERS["ReduceSum"] = _reduce(_add)
+SYMBOLIC_FOLDERS["ReduceMax"] = _reduce(_max)
+SYMBOLIC_FOLDERS["ReduceMin"] = _reduce(_min)
