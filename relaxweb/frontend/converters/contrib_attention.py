@@ -29,7 +29,6 @@ import math
 import numpy as np
 
 from ...ir.expr import Constant, Expr, PrimValue, ShapeExpr, tensor_shape
-from ...ir.struct_info import TensorStructInfo
 from ...ir.symbolic import IntImm, PrimExpr, as_int, prove_equal, simplify
 from ...ops import call_op, strided_slice
 from .contrib import MICROSOFT, dtype_of, label, optional_input, require_rank, scalar_constant, wanted_output
@@ -122,7 +121,11 @@ class Heads:
             raise NodeConversionError(
                 f"{self.node.op_type} node '{self.node.name}': {name} {x.struct_info} must have {len(dims)} dims"
             )
-        return self.context.builder.emit_match_cast(x, TensorStructInfo(wanted, dtype_of(x)), name)
+        for dim, (have, want) in enumerate(zip(shape, wanted)):  # each dim checked on its own, named in the error
+            if not prove_equal(have, want):
+                x = self.context.builder.check_dim(
+                    x, dim, want, f"{self.node.op_type} node '{label(self.node)}': dimension {dim} of {name}")
+        return x
 
     def int_scalar(self, value: int) -> Constant:
         return self.context.constant(np.array(value, dtype=np.int32).reshape(()), f"{label(self.node)}_{value}")
@@ -155,7 +158,7 @@ class Heads:
             zero = self.context.constant(np.zeros((), dtype=np.dtype(dtype_of(mask))), f"{label(node)}_mask_zero")
             allowed = self.emit(call_op("greater", mask, zero), "mask_allowed")
             rows = () if len(shape) == 2 else (seq,)
-            allowed = self.assume_shape(allowed, (batch, *rows, total), "mask_allowed")
+            allowed = self.assume_shape(allowed, (batch, *rows, total), "mask_index")
             return self.emit(call_op("reshape", allowed, ShapeExpr((batch, IntImm(1), *(rows or (IntImm(1),)), total))),
                              "allowed_keys")
         _refuse(node, f"a {len(shape)}-d mask")
