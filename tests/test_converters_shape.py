@@ -394,7 +394,8 @@ def test_pytorch_legacy_view_and_expand(opset: int) -> None:
 
 @pytest.mark.gpu
 def test_run_time_shape_operands_give_data_dependent_shapes(tmp_path) -> None:
-    """A Reshape target or Tile repeats computed at run time: only the rank is known; the
+    """A Reshape target or Tile repeats computed at run time: only the rank is known, and the
+    result is matched against fresh size variables (later ops see named dims); the
     interpreter runs it, and the GPU build reads the extents back mid-run."""
     nodes = [
         helper.make_node("Reshape", ["x", "target"], ["y"], name="reshape"),
@@ -403,12 +404,37 @@ def test_run_time_shape_operands_give_data_dependent_shapes(tmp_path) -> None:
     model = make_model(nodes, [("x", ["n", 4]), ("target", [3], TensorProto.INT64), ("repeats", [2], TensorProto.INT64)],
                        [("y", TensorProto.FLOAT), ("z", TensorProto.FLOAT)])
     module = from_onnx(model)
-    assert str(module.main.ret_struct_info) == "Tuple(Tensor(ndim=3, float32), Tensor(ndim=2, float32))"
+    assert str(module.main.ret_struct_info) == \
+        "Tuple(Tensor((y_dim0, y_dim1, y_dim2), float32), Tensor((z_dim0, z_dim1), float32))"
     x = np.arange(24, dtype=np.float32).reshape(6, 4)
     feeds = {"x": x, "target": np.array([0, 2, -1], np.int64), "repeats": np.array([1, 2], np.int64)}
     expected = run_onnxruntime(model, feeds)
     _assert_outputs(run_module(module, feeds), expected, "run-time operands")
     _assert_outputs(run_compiled(module, feeds, tmp_path / "bundle"), expected, "run-time operands on the GPU")
+
+
+@pytest.mark.gpu
+def test_ops_after_a_data_dependent_range_see_named_dims(tmp_path) -> None:
+    """Range(0, max(x)) has a length only the data gives: the ops after it (a Cast, a Sqrt,
+    an Add with itself) deduce their shapes from the size variable its match_cast binds,
+    and the GPU build reads the length back mid-run."""
+    nodes = [
+        helper.make_node("ReduceMax", ["x"], ["top"], name="top", keepdims=0),
+        helper.make_node("Cast", ["top"], ["limit"], name="limit", to=TensorProto.INT64),
+        helper.make_node("Range", ["zero", "limit", "one"], ["steps"], name="steps"),
+        helper.make_node("Cast", ["steps"], ["as_float"], name="as_float", to=TensorProto.FLOAT),
+        helper.make_node("Sqrt", ["as_float"], ["root"], name="root"),
+        helper.make_node("Add", ["root", "as_float"], ["y"], name="sum"),
+    ]
+    model = make_model(nodes, [("x", ["n"])], [("y", TensorProto.FLOAT)],
+                       initializers={"zero": np.array(0, np.int64), "one": np.array(1, np.int64)})
+    module = from_onnx(model)
+    assert str(module.main.ret_struct_info) == "Tensor((steps_dim0), float32)"
+    for x in (np.array([3.0, 1.0], np.float32), np.array([7.5], np.float32), np.array([-2.0], np.float32)):
+        feeds = {"x": x}
+        expected = run_onnxruntime(model, feeds)
+        _assert_outputs(run_module(module, feeds), expected, f"interpreter at {x}")
+        _assert_outputs(run_compiled(module, feeds, tmp_path / "bundle"), expected, f"GPU at {x}")
 
 
 def test_shape_of_a_data_dependent_tensor_names_its_dims() -> None:

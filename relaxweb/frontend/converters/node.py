@@ -14,8 +14,10 @@ import onnx
 
 from ...errors import RelaxwebError
 from ...ir.expr import Constant, Expr, PrimValue, ShapeExpr, Var
+from ...ir.struct_info import TensorStructInfo
 from ...ir.op_registry import DeductionError
 from ...ops import call_op
+from .manipulation import fresh_size_var
 from .registry import CONVERTERS, STANDARD_DOMAINS, ConversionContext, converter_key
 from .shape_values import converter_inputs, fold_node
 
@@ -71,4 +73,20 @@ def convert_node(context: ConversionContext, node: onnx.NodeProto, index: int, v
                 values[name] = value  # an alias: nothing to compute
                 continue
             value = call_op("identity", value)
-        values[name] = context.builder.emit(value, name, output=name in graph_outputs)
+        data_dependent = _data_dependent(value.struct_info)
+        bound = context.builder.emit(value, name, output=name in graph_outputs and not data_dependent)
+        values[name] = _name_extents(context, bound, name, name in graph_outputs) if data_dependent else bound
+
+
+def _data_dependent(info) -> bool:
+    """A tensor whose rank is known but not its extents (a Range of values read at run time,
+    a NonZero ...)."""
+    return isinstance(info, TensorStructInfo) and info.shape is None and info.ndim >= 0
+
+
+def _name_extents(context: ConversionContext, value: Var, name: str, output: bool) -> Var:
+    """``value`` cast to fresh size variables, one per dim (Relax's match_cast after a
+    data-dependent op): later ops deduce their shapes from them, and the host binds them to
+    the extents the op's legalization computes (read back from the GPU) when it runs."""
+    dims = tuple(fresh_size_var(context, f"{name}_dim{d}") for d in range(value.struct_info.ndim))
+    return context.builder.emit_match_cast(value, TensorStructInfo(dims, value.struct_info.dtype), name, output=output)
