@@ -1,7 +1,9 @@
 """Converting one ONNX node, for the main graph (``frontend/onnx.py``) and for the branches
 of an ``If`` (``control_flow.py``): fold it at compile time when its inputs allow, else call
 the converter registered for its op type; then record its results in the table of values
-in scope.
+in scope.  A result whose extents only the data gives (a Range of values computed at run
+time, a Reshape to a computed target) is matched against fresh size variables, so that the
+ops after it have shapes to deduce from.
 
 A converter runs with the builder checking assumptions (``ir/builder.py``): an extent its
 ops need equal but the analyzer cannot prove becomes a run-time check whose error names the
