@@ -39,7 +39,7 @@ import numpy as np
 from ..ir.expr import Call, Tuple, tensor_dtype, tensor_shape
 from ..ir.op_registry import DeductionError, register_op
 from ..ir.struct_info import TensorStructInfo, TupleStructInfo
-from ..ir.symbolic import IntImm, SizeVar, format_expr, prove_equal
+from ..ir.symbolic import IntImm, SizeVar, format_expr, prove_equal, simplify
 from ..ir.tir import FloatImm, IndexValue, Load, Reduce, ReduceCombiner, select
 from ..library.recurrent import (
     ACTIVATION_COUNT, ACTIVATIONS, GATES, OPTIONAL_INPUTS, activate, directions_of, recurrence_kernel,
@@ -145,7 +145,7 @@ def deduce_recurrent(cell: str):
         for name, info in infos.items():
             if name == "X":
                 continue
-            want = expected[name]
+            want = tuple(simplify(d) for d in expected[name])
             if len(info.shape) != len(want) or not all(prove_equal(a, b) for a, b in zip(info.shape, want)):
                 raise DeductionError(
                     f"{cell}: {name} must have shape ({', '.join(format_expr(d) for d in want)}), got "
