@@ -13,7 +13,7 @@ host loop (``HostLoop``: one stage per iteration, ``relaxweb/ops/loop.py`` and
   iteration.  A Loop over an input's rows (the trip count a shape value) reads nothing back.
 - The IR text prints and parses a loop back, before and after memory planning.
 - What is not supported (a condition computed by the body, no trip count, a carried value
-  whose shape changes) is one error naming the node.
+  whose shape changes, a loop inside an If branch or another loop) is one clear error.
 """
 
 from __future__ import annotations
@@ -285,6 +285,33 @@ def test_a_carried_value_whose_shape_changes_is_one_error_naming_it() -> None:
     model = make_model([node], [("s0", [2]), ("xs", ["T", 2])], ["s_last"], opset=16)
     with pytest.raises(RelaxwebError, match=r"Scan node 'grower'.*carried value 's'"):
         import_model(model)
+
+
+def _nested_scan_model(around: str) -> onnx.ModelProto:
+    """The Scan of ``scan_model`` inside an If's then-branch, or inside a Loop's body."""
+    inner = scan_model()
+    scan, weights = inner.graph.node[0], list(inner.graph.initializer)
+    relu = helper.make_node("Relu", ["h_last"], ["h_out"])
+    h_out = helper.make_tensor_value_info("h_out", TensorProto.FLOAT, [HIDDEN])
+    if around == "If":
+        then = helper.make_graph([scan, relu], "then", [], [h_out])
+        other = helper.make_graph([helper.make_node("Relu", ["h0"], ["h_out"])], "else", [], [h_out])
+        node = helper.make_node("If", ["flag"], ["h_final"], name="choose", then_branch=then, else_branch=other)
+        return make_model([node], [("flag", TensorProto.BOOL, []), ("h0", [HIDDEN]), ("xs", ["T", FEATURES])],
+                          ["h_final"], weights, opset=16)
+    condition = helper.make_tensor_value_info("c", TensorProto.BOOL, [])
+    body = helper.make_graph([scan, relu], "outer_body",
+                             [helper.make_tensor_value_info("i", TensorProto.INT64, []), condition,
+                              helper.make_tensor_value_info("h0", TensorProto.FLOAT, [HIDDEN])], [condition, h_out])
+    node = helper.make_node("Loop", ["trip", "", "h_init"], ["h_final"], name="outer", body=body)
+    trip = helper.make_tensor("trip", TensorProto.INT64, [], [2])
+    return make_model([node], [("h_init", [HIDDEN]), ("xs", ["T", FEATURES])], ["h_final"], [*weights, trip], opset=16)
+
+
+@pytest.mark.parametrize("around", ["If", "Loop"])
+def test_a_loop_inside_an_if_branch_or_a_loop_is_one_clear_error(tmp_path, around: str) -> None:
+    with pytest.raises(RelaxwebError, match=r"'rnn_scan_loop': a loop inside an If branch or another loop is not supported"):
+        relaxweb.build(_nested_scan_model(around), tmp_path)
 
 
 # ONNX's node cases ----------------------------------------------------------------------------------
