@@ -29,7 +29,7 @@ from onnx import TensorProto, helper
 import relaxweb
 from relaxweb.compiler import import_model
 from relaxweb.errors import RelaxwebError
-from relaxweb.ir import FunctionBuilder, IRModule, SizeVar, TensorStructInfo
+from relaxweb.ir import FunctionBuilder, SizeVar, TensorStructInfo
 from relaxweb.ir.interpreter import run_module
 from relaxweb.ir.parser import parse_module
 from relaxweb.ir.printer import format_module, module_constants
