@@ -28,7 +28,7 @@ from onnx import TensorProto, helper
 import relaxweb
 from relaxweb.compiler import compile_module, import_model
 from relaxweb.errors import RelaxwebError
-from relaxweb.ir.host import HostLoop, HostRead, walk_steps
+from relaxweb.ir.host import HostDispatch, HostLoop, HostRead, walk_steps
 from relaxweb.ir.interpreter import run_host_function, run_module
 from relaxweb.ir.parser import parse_module
 from relaxweb.ir.printer import format_module, module_constants
@@ -127,6 +127,24 @@ def test_scan_one_build_matches_onnxruntime_at_three_lengths_on_the_gpu(tmp_path
         for output, want in zip(model.graph.output, onnxruntime_outputs(model, feeds)):
             assert actual[output.name].shape == want.shape
             assert_close(actual[output.name], want, F32_LOOSE, err_msg=f"{config} {output.name} at T={length}")
+
+
+def _loop_body_programs(compiled) -> list[str]:
+    (loop,) = [step for step in compiled.main.steps if isinstance(step, HostLoop)]
+    return [step.program for step in walk_steps(loop.steps) if isinstance(step, HostDispatch)]
+
+
+def test_a_loop_body_is_fused_like_a_dataflow_block() -> None:
+    """Each launch fusion saves in a body is saved at every iteration; the values the loop
+    carries or stacks keep their kernels (their storages are the loop's)."""
+    module = import_model(scan_model())
+    fused, unfused = (_loop_body_programs(compile_module(module, opt_level=level)) for level in (1, 0))
+    assert len(fused) < len(unfused)
+    assert any("tanh" in name and name.startswith("fused_") for name in fused), fused
+    feeds = scan_feeds(scan_model(), 5)
+    compiled = compile_module(module)
+    for got, want in zip(run_host_function(compiled.main, compiled.programs, feeds), run_module(module, feeds)):
+        assert_close(got, want, F32_LOOSE)
 
 
 def _in_the_browser(test):
