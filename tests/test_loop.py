@@ -9,7 +9,7 @@ host loop (``HostLoop``: one stage per iteration, ``relaxweb/ops/loop.py`` and
   onnxruntime at three lengths, in the interpreter, the host function, on wgpu and in
   Chromium.
 - A Loop whose trip count and condition are graph inputs (read back from the GPU) matches
-  onnxruntime at several trip counts, 0 included; its body slices the input at the
+  onnxruntime at several trip counts, 0 included; its body gathers the input's row at the
   iteration.  A Loop over an input's rows (the trip count a shape value) reads nothing back.
 - The IR text prints and parses a loop back, before and after memory planning.
 - What is not supported (a condition computed by the body, no trip count, a carried value
@@ -27,7 +27,7 @@ from onnx import TensorProto, helper
 
 import relaxweb
 from relaxweb.compiler import compile_module, import_model
-from relaxweb.errors import RelaxwebError
+from relaxweb.errors import InputShapeError, RelaxwebError
 from relaxweb.ir.host import HostDispatch, HostLoop, HostRead, walk_steps
 from relaxweb.ir.interpreter import run_host_function, run_module
 from relaxweb.ir.parser import parse_module
@@ -171,16 +171,13 @@ def test_scan_in_the_browser(tmp_path) -> None:
 
 
 def loop_model(*, condition_from_body: bool = False, trip_from_shape: bool = False) -> onnx.ModelProto:
-    """``for i in range(trip) while cond``: ``y += x[i] * i`` (``x[i]`` a Slice at the
+    """``for i in range(trip) while cond``: ``y += x[i] * i`` (``x[i]`` a Gather at the
     iteration), stacking each ``y``; ``trip`` and ``cond`` are graph inputs, read back, or
     (``trip_from_shape``) ``trip`` is ``x``'s row count ``N`` and ``cond`` a constant, as
     torch exports a loop over a tensor's rows."""
     i_as_float = helper.make_node("Cast", ["i"], ["i_float"], to=TensorProto.FLOAT)
     nodes = [
-        helper.make_node("Unsqueeze", ["i", "zero_axis"], ["start"]),
-        helper.make_node("Add", ["start", "one"], ["end"]),
-        helper.make_node("Slice", ["x", "start", "end", "zero_axis"], ["row"]),
-        helper.make_node("Squeeze", ["row", "zero_axis"], ["x_i"]),
+        helper.make_node("Gather", ["x", "i"], ["x_i"], axis=0),
         i_as_float,
         helper.make_node("Mul", ["x_i", "i_float"], ["scaled"]),
         helper.make_node("Add", ["y", "scaled"], ["y_next"]),
@@ -190,9 +187,7 @@ def loop_model(*, condition_from_body: bool = False, trip_from_shape: bool = Fal
         nodes.append(helper.make_node("Less", ["i", "two"], ["cond_out"]))
     else:
         nodes.append(helper.make_node("Identity", ["cond"], ["cond_out"]))
-    constants = [helper.make_tensor("zero_axis", TensorProto.INT64, [1], [0]),
-                 helper.make_tensor("one", TensorProto.INT64, [1], [1]),
-                 helper.make_tensor("two", TensorProto.INT64, [], [2])]
+    constants = [helper.make_tensor("two", TensorProto.INT64, [], [2])]
     body = helper.make_graph(
         nodes, "loop_body",
         [helper.make_tensor_value_info("i", TensorProto.INT64, []),
@@ -330,6 +325,41 @@ def _nested_scan_model(around: str) -> onnx.ModelProto:
 def test_a_loop_inside_an_if_branch_or_a_loop_is_one_clear_error(tmp_path, around: str) -> None:
     with pytest.raises(RelaxwebError, match=r"'rnn_scan_loop': a loop inside an If branch or another loop is not supported"):
         relaxweb.build(_nested_scan_model(around), tmp_path)
+
+
+def _broadcast_carry_model() -> onnx.ModelProto:
+    """A Loop (two iterations) whose carried ``y: [1]`` comes back as ``Expand(y, shape(x)) + 1``,
+    ``[N]``: the same as ``[1]`` only when ``N`` is 1, which no build-time proof can show; it
+    also stacks an identity of it."""
+    condition = helper.make_tensor_value_info("c", TensorProto.BOOL, [])
+    body = helper.make_graph(
+        [helper.make_node("Shape", ["x"], ["x_shape"]),
+         helper.make_node("Expand", ["y", "x_shape"], ["y_wide"]),
+         helper.make_node("Add", ["y_wide", "one"], ["y_next"]),
+         helper.make_node("Identity", ["y_next"], ["y_row"])], "widen",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []), condition,
+         helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
+        [condition, helper.make_tensor_value_info("y_next", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("y_row", TensorProto.FLOAT, None)],
+        initializer=[helper.make_tensor("one", TensorProto.FLOAT, [1], [1.0])])
+    node = helper.make_node("Loop", ["trip", "", "y0"], ["y_last", "ys"], name="widen_loop", body=body)
+    trip = helper.make_tensor("trip", TensorProto.INT64, [], [2])
+    return make_model([node], [("y0", [1]), ("x", ["N"])], ["y_last", "ys"], [trip], opset=16)
+
+
+@pytest.mark.gpu
+def test_a_carried_shape_not_provably_kept_is_checked_at_run_time(tmp_path) -> None:
+    """As Relax answers what deduction cannot prove: a match_cast, checked at every iteration."""
+    model = _broadcast_carry_model()
+    relaxweb.build(model, tmp_path)
+    session = relaxweb.load(tmp_path)
+    feeds = {"y0": np.array([0.5], np.float32), "x": np.zeros(1, np.float32)}
+    actual = session.run(feeds)
+    for output, want in zip(model.graph.output, onnxruntime_outputs(model, feeds)):
+        assert actual[output.name].shape == want.shape
+        assert_close(actual[output.name], want)
+    with pytest.raises(InputShapeError, match=r"'widen_loop_y_next.*': dimension 0 is 3, expected 1"):
+        session.run(dict(feeds, x=np.zeros(3, np.float32)))
 
 
 # ONNX's node cases ----------------------------------------------------------------------------------

@@ -27,8 +27,10 @@ decides after each iteration whether to go on: not supported).  A ``Scan`` runs 
 extent of its scan inputs' axis (symbolic: one build serves every length); each
 iteration's slices are ``strided_slice`` s at the iteration (``count - 1 - i`` in reverse)
 and its outputs are stacked along axis 0, then reversed and moved to their axes as the
-attributes ask.  Carried values keep their shapes from one iteration to the next (they
-live in fixed storages); a body that changes one is an error naming the value.  Opset 8's
+attributes ask.  Carried values keep their dtypes and shapes from one iteration to the
+next (they live in fixed storages): a next value whose dims cannot be proved equal to the
+carried ones is checked at run time (a ``match_cast``), one whose dtype or rank changes is
+an error naming the value.  Opset 8's
 Scan (a batch axis first, optional sequence lengths) is supported for a batch of 1
 without sequence lengths.
 """
@@ -204,14 +206,43 @@ def _loop_context(context, node):
     return dict(getattr(context, "scope", None) or {})
 
 
-def _check_carried(node, names: list[str], carried, results) -> None:
-    """Each next value of a loop-carried value keeps the annotation of its initial one."""
-    for name, var, value in zip(names, carried, results):
-        if not is_less_specific(var.struct_info, value.struct_info):
+def _keep_carried_shapes(node, builder, names: list[str], carried, next_values, stacked):
+    """Each next value of a loop-carried value with the annotation of its carried variable:
+    proved at build time, or, where the dims cannot be proved equal (a slice at the
+    iteration, clamped to an extent the iteration might pass), checked at run time by a
+    ``match_cast``, as Relax does; a stacked value of the same shape as such a next value
+    (the same value, or an identity of it) is cast to the carried shape too.  A dtype or
+    rank that changes is an error naming the value."""
+    casts, assumed = {}, []  # assumed: (a next value's shape, the carried shape it is checked against)
+    for name, var, value in zip(names, carried, next_values):
+        want, got = var.struct_info, value.struct_info
+        if is_less_specific(want, got):
+            continue
+        if not (isinstance(want, TensorStructInfo) and isinstance(got, TensorStructInfo) and want.shape is not None
+                and want.dtype == got.dtype and want.ndim == got.ndim) or _differ(want.shape, got.shape):
             raise UnsupportedModelError(
-                f"{node.op_type} node '{node.name}': the loop-carried value '{name}' is {var.struct_info} before "
-                f"an iteration and {value.struct_info} after it; relaxweb supports loops whose carried values "
-                "keep their shapes")
+                f"{node.op_type} node '{node.name}': the loop-carried value '{name}' is {want} before an iteration "
+                f"and {got} after it; relaxweb supports loops whose carried values keep their dtypes and shapes")
+        casts[value] = builder.emit_match_cast(value, want, f"{node_name(node)}_{name}_next")
+        if got.shape is not None:
+            assumed.append((got.shape, want.shape))
+    stacked = [casts.get(v, v) for v in stacked]
+    for position, value in enumerate(stacked):
+        info = value.struct_info
+        if value in casts.values() or not isinstance(info, TensorStructInfo) or info.shape is None:
+            continue
+        for got, want in assumed:
+            if len(got) == len(info.shape) and all(prove_equal(a, b) for a, b in zip(got, info.shape)):
+                target = TensorStructInfo(want, info.dtype)
+                stacked[position] = builder.emit_match_cast(value, target, f"{node_name(node)}_stacked_{position}")
+                break
+    return [casts.get(v, v) for v in next_values], stacked
+
+
+def _differ(shape, other) -> bool:
+    """Two shapes with a dim that is a different constant in each: a check that always fails."""
+    return other is not None and any(
+        as_int(a) is not None and as_int(b) is not None and as_int(a) != as_int(b) for a, b in zip(shape, other))
 
 
 def _check_stacked(node, names: list[str], iteration, builder, results) -> None:
@@ -270,8 +301,8 @@ def convert_loop(context, node, inputs):
                              "not supported; relaxweb runs loops whose body passes the condition through")
         outputs = [materialize(child, value, f"{graph_output.name or 'loop'}_out")
                    for value, graph_output in zip(results[1:], body.output[1:])]
-        next_values, stacked = outputs[:carried_count], outputs[carried_count:]
-        _check_carried(node, names, carried, next_values)
+        next_values, stacked = _keep_carried_shapes(node, builder, names, carried, outputs[:carried_count],
+                                                    outputs[carried_count:])
         _check_stacked(node, [o.name for o in body.output[1 + carried_count:]], iteration, builder, stacked)
         return next_values, stacked
 
@@ -344,8 +375,8 @@ def _scan(context, node, inputs, attrs, body, outer, input_directions):
         results = convert_graph(child, body, values)
         outputs = [materialize(child, value, f"{graph_output.name or 'scan'}_out")
                    for value, graph_output in zip(results, body.output)]
-        next_values, stacked = outputs[:state_count], outputs[state_count:]
-        _check_carried(node, names, carried, next_values)
+        next_values, stacked = _keep_carried_shapes(node, builder, names, carried, outputs[:state_count],
+                                                    outputs[state_count:])
         _check_stacked(node, [o.name for o in body.output[state_count:]], iteration, builder, stacked)
         return next_values, stacked
 
