@@ -11,7 +11,7 @@ import pytest
 from relaxweb.ir import expr as expr_module
 from relaxweb.ir.expr import (
     AllocStorage, AllocTensor, BindingBlock, Call, CallLibrary, CallTIR, CallTIRInto, Constant, DataflowBlock,
-    DataflowVar, Expr, Function, If, MatchCast, PrimValue, SeqExpr, ShapeExpr, TensorToPrim, Tuple, TupleGetItem,
+    DataflowVar, Expr, Function, If, Loop, MatchCast, PrimValue, SeqExpr, ShapeExpr, TensorToPrim, Tuple, TupleGetItem,
     Var, VarBinding,
 )
 from relaxweb.ir.functor import (
@@ -92,6 +92,23 @@ def every_kind_function() -> Function:
     return Function("main", (x, flag), SeqExpr((dataflow, plain), Tuple((chosen, shape))), ("x", "flag"), ("out",))
 
 
+def loop_function() -> Function:
+    """A function with a loop::
+
+        def main(x):
+            looped = for i, (carry,) in loop(n, init=(x,)):
+                         step = call_tir(prog, (carry,)); yield (step, carry)
+            last = looped[0]
+            yield last
+    """
+    x, carry, step = Var("x", TENSOR), Var("carry", TENSOR), Var("step", TENSOR)
+    body = SeqExpr((BindingBlock((VarBinding(step, CallTIR("prog", (carry,), TENSOR, ())),)),), Tuple((step, carry)))
+    loop = Loop(n, SizeVar("i"), (carry,), (x,), body)
+    looped, last = Var("looped", loop.struct_info), Var("last", TENSOR)
+    block = BindingBlock((VarBinding(looped, loop), VarBinding(last, TupleGetItem(looped, 0))))
+    return Function("main", (x,), SeqExpr((block,), last), ("x",), ("out",))
+
+
 def expr_kinds_of(module) -> list[type]:
     """The expression classes a module defines (Expr and its subclasses)."""
     return [cls for _, cls in inspect.getmembers(module, inspect.isclass)
@@ -118,7 +135,29 @@ def test_every_expression_kind_of_ir_expr_has_a_visit_method() -> None:
 def test_the_visitor_reaches_every_expression_kind() -> None:
     seen: set[type] = set()
     post_order_visit(every_kind_function(), lambda expr: seen.add(type(expr)))
+    post_order_visit(loop_function(), lambda expr: seen.add(type(expr)))
     assert seen == set(expr_kinds_of(expr_module))
+
+
+def test_a_loop_defines_its_carried_variables_and_scopes_its_body() -> None:
+    function = loop_function()
+    recorder = Recorder()
+    recorder.visit(function)
+    assert recorder.defined == ["x", "carry", "step", "looped", "last"]
+    assert recorder.used == ["x", "carry", "step", "carry", "looped", "last"]  # init, then the body, then after
+    assert free_vars(function) == []
+    loop = function.body.blocks[0].bindings[0].value
+    assert free_vars(loop) == [function.params[0]]  # only the initial value comes from outside
+    assert ExprMutator().visit_function(function) is function
+
+    class Rename(ExprMutator):
+        def visit_var_def(self, var: Var) -> Var:
+            return Var("renamed", var.struct_info) if var.name == "carry" else var
+
+    renamed = Rename().visit_function(function).body.blocks[0].bindings[0].value
+    assert [v.name for v in renamed.carried] == ["renamed"]
+    assert renamed.body.blocks[0].bindings[0].value.args[0] is renamed.carried[0]  # the body's uses follow
+    assert renamed.body.body.fields[1] is renamed.carried[0]
 
 
 def test_an_unknown_expression_kind_is_an_error_not_skipped() -> None:

@@ -329,8 +329,8 @@ def _import(model: onnx.ModelProto, source: str, dims: InputDims) -> IRModule:
     if unsupported:
         raise UnsupportedModelError(format_unsupported(unsupported))
     graph = model.graph
-    # An If cannot go in a dataflow block: a graph with one is built without them.
-    builder = FunctionBuilder("main", dataflow=not any(node.op_type == "If" for node in graph.node))
+    # Control flow (If, Loop, Scan) cannot go in a dataflow block: a graph with it is built without them.
+    builder = FunctionBuilder("main", dataflow=not any(node.op_type in ("If", "Loop", "Scan") for node in graph.node))
     context = ConversionContext(builder, default_opset(model))
     values: dict[str, Expr] = {}
     for initializer in graph.initializer:

@@ -22,12 +22,12 @@ from contextlib import AbstractContextManager
 from typing import Any, Callable, Mapping
 
 from .expr import (
-    BindingBlock, Constant, DataflowBlock, DataflowVar, Expr, Function, If, MatchCast, PrimValue, SeqExpr, Tuple,
-    Var, VarBinding,
+    BindingBlock, Constant, DataflowBlock, DataflowVar, Expr, Function, If, Loop, MatchCast, PrimValue, SeqExpr,
+    Tuple, Var, VarBinding,
 )
 from .op_registry import AssumptionError, DeductionError, call_op, checking_assumptions
 from .struct_info import PrimStructInfo, StructInfo, TensorStructInfo
-from .symbolic import PrimExpr
+from .symbolic import PrimExpr, SizeVar
 
 
 class FunctionBuilder:
@@ -35,7 +35,8 @@ class FunctionBuilder:
 
     With ``dataflow=True`` (the default, what importers produce) all bindings go into one
     dataflow block.  Functions with control flow use ``dataflow=False``: bindings go into a
-    plain block, and :meth:`emit_if` builds each branch with a child builder.
+    plain block, and :meth:`emit_if` builds each branch (:meth:`emit_loop` a loop's body)
+    with a child builder.
     """
 
     def __init__(self, name: str, dataflow: bool = True) -> None:
@@ -141,6 +142,22 @@ class FunctionBuilder:
             result = build(child)
             branches.append(SeqExpr((BindingBlock(tuple(child.bindings)),), result))
         return self.emit(If(condition, *branches), name_hint)
+
+    def emit_loop(self, count: PrimExpr, iteration: SizeVar, init: list[tuple[str, Expr]],
+                  body: Callable[[FunctionBuilder, list[Var]], tuple[list[Expr], list[Expr]]],
+                  name_hint: str = "loop") -> Var:
+        """Bind ``for iteration in range(count)`` (a :class:`~relaxweb.ir.expr.Loop`): ``init``
+        names each carried value and gives its initial value; ``body(b, carried)`` emits the
+        body's bindings into the builder it gets, reading the carried variables, and returns
+        the carried values for the next iteration and the values to stack."""
+        if self.dataflow:
+            raise ValueError("a Loop cannot go in a dataflow block: build the function with dataflow=False")
+        carried = [Var(self.unique_name(name), value.struct_info) for name, value in init]
+        child = FunctionBuilder(self.name, dataflow=False)
+        child._used_names = self._used_names
+        next_values, stacked = body(child, carried)
+        seq = SeqExpr((BindingBlock(tuple(child.bindings)),), Tuple((*next_values, *stacked)))
+        return self.emit(Loop(count, iteration, tuple(carried), tuple(value for _, value in init), seq), name_hint)
 
     def finish(self, outputs: list[Expr], output_names: list[str]) -> Function:
         """The function returning ``outputs`` (a tuple when there are several)."""

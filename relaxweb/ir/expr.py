@@ -238,6 +238,48 @@ class If(Expr):
 
 
 @dataclass(frozen=True, eq=False)
+class Loop(Expr):
+    """``for iteration in range(count)``: ``body`` runs ``count`` times.
+
+    ``iteration`` is a size variable that holds 0, 1, ... ``count - 1`` inside the body (the
+    host counts; a program of the body reads it from its params, like any size variable).
+    ``carried`` are the variables through which the body sees the loop-carried values; before
+    the first iteration they hold ``init``.  The body's value is a tuple: the carried values
+    for the next iteration (with the annotations of ``carried``: shapes do not change from
+    one iteration to the next), then the values to stack, one per iteration.  The loop's
+    value is a tuple: the carried values after the last iteration, then each stacked value
+    with a new leading axis of extent ``count`` (row ``i`` from iteration ``i``).
+
+    Memory planning rewrites a loop into its planned form, which carries and stacks
+    nothing: storages hold the carried values and the body writes them (and each stacked
+    row) itself, so its value is the empty tuple.
+    """
+
+    count: PrimExpr
+    iteration: SizeVar
+    carried: tuple[Var, ...]
+    init: tuple[Expr, ...]
+    body: SeqExpr
+    struct_info: StructInfo = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "count", as_expr(self.count))
+        result = self.body.body.struct_info
+        if not isinstance(result, TupleStructInfo) or len(result.fields) < len(self.carried):
+            raise ValueError(f"a loop body's value is a tuple of at least {len(self.carried)} fields, got {result}")
+        if len(self.init) != len(self.carried):
+            raise ValueError(f"a loop has {len(self.carried)} carried variables but {len(self.init)} initial values")
+        stacked = []
+        for info in result.fields[len(self.carried):]:
+            if not isinstance(info, TensorStructInfo):
+                raise ValueError(f"a loop stacks tensors, not {info}")
+            stacked.append(TensorStructInfo((self.count, *info.shape), info.dtype) if info.shape is not None
+                           else TensorStructInfo(None, info.dtype, -1 if info.ndim == -1 else info.ndim + 1))
+        fields = (*(var.struct_info for var in self.carried), *stacked)
+        object.__setattr__(self, "struct_info", TupleStructInfo(fields))
+
+
+@dataclass(frozen=True, eq=False)
 class Function:
     """A graph-level function.
 
@@ -276,7 +318,7 @@ def tensor_dtype(expr: Expr) -> str:
 
 __all__ = [
     "AllocStorage", "AllocTensor", "Binding", "BindingBlock", "Call", "CallLibrary", "CallTIR",
-    "CallTIRInto", "Constant", "DataflowBlock", "DataflowVar", "Expr", "Function", "If", "MatchCast",
+    "CallTIRInto", "Constant", "DataflowBlock", "DataflowVar", "Expr", "Function", "If", "Loop", "MatchCast",
     "PrimValue", "SeqExpr", "ShapeExpr", "SizeVar", "TensorToPrim", "Tuple", "TupleGetItem", "Var",
     "VarBinding", "tensor_dtype", "tensor_shape",
 ]

@@ -10,9 +10,10 @@ Modelled on TVM Relax's ``ExprFunctor`` / ``ExprVisitor`` / ``ExprMutator``:
   (``DataflowVar`` a ``Var``, ``CallLibrary`` a ``CallTIR``) is handled like it unless
   its own method is overridden.  It has no other defaults: a functor that computes a
   value for every kind (the reference interpreter; a printer, text) defines each method.
-- :class:`ExprVisitor` visits every child of every node by default (``If`` branches,
-  ``call_tir_into``'s output, ``alloc_tensor``'s storage, ``match_cast``'s value…), so
-  an analysis overrides only the kinds it cares about.  Definitions (parameters, binding
+- :class:`ExprVisitor` visits every child of every node by default (``If`` branches, a
+  ``Loop``'s initial values, carried variables and body, ``call_tir_into``'s output,
+  ``alloc_tensor``'s storage, ``match_cast``'s value…), so an analysis overrides only the
+  kinds it cares about.  Definitions (parameters, binding variables, a loop's carried
   variables) go to ``visit_var_def``, uses to ``visit_var``.
 - :class:`ExprMutator` rebuilds what its overrides change and returns every unchanged node
   itself (passes rely on ``is``).  It rebuilds blocks binding by binding (a pass may emit
@@ -33,8 +34,8 @@ from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 from .expr import (
     AllocStorage, AllocTensor, Binding, BindingBlock, Call, CallLibrary, CallTIR, CallTIRInto, Constant,
-    DataflowBlock, DataflowVar, Expr, Function, If, MatchCast, PrimValue, SeqExpr, ShapeExpr, TensorToPrim, Tuple,
-    TupleGetItem, Var, VarBinding,
+    DataflowBlock, DataflowVar, Expr, Function, If, Loop, MatchCast, PrimValue, SeqExpr, ShapeExpr, TensorToPrim,
+    Tuple, TupleGetItem, Var, VarBinding,
 )
 from .struct_info import TensorStructInfo
 
@@ -54,6 +55,7 @@ EXPR_METHODS: Mapping[type, str] = {
     AllocTensor: "visit_alloc_tensor",
     CallTIRInto: "visit_call_tir_into",
     If: "visit_if",
+    Loop: "visit_loop",
 }
 """Each expression kind (exactly its class) -> the method that visits it."""
 
@@ -198,6 +200,13 @@ class ExprVisitor(ExprFunctor):
         self.visit_expr(node.condition)
         self.visit_seq_expr(node.true_branch)
         self.visit_seq_expr(node.false_branch)
+
+    def visit_loop(self, node: Loop) -> None:
+        for value in node.init:
+            self.visit_expr(value)
+        for var in node.carried:
+            self.visit_var_def(var)
+        self.visit_seq_expr(node.body)
 
 
 class _BlockUnderConstruction:
@@ -345,6 +354,14 @@ class ExprMutator(ExprFunctor):
             return node
         return If(condition, true_branch, false_branch)
 
+    def visit_loop(self, node: Loop) -> Expr:
+        init = tuple(self.visit_expr(value) for value in node.init)
+        carried = tuple(self._define(var) for var in node.carried)
+        body = self.visit_seq_expr(node.body)
+        if body is node.body and _same(init, node.init) and _same(carried, node.carried):
+            return node
+        return Loop(node.count, node.iteration, carried, init, body)
+
 
 def _same(new: Sequence[Any], old: Sequence[Any]) -> bool:
     return len(new) == len(old) and all(a is b for a, b in zip(new, old))
@@ -358,8 +375,9 @@ class ScopedVisitor(ExprVisitor):
     """A visitor that knows which variables are in scope where it is.
 
     In scope: the parameters, then each binding's variable after its binding; a binding
-    inside an ``If`` branch goes out of scope at the end of the branch, and a
-    ``DataflowVar`` at the end of its dataflow block.  Subclasses read :meth:`in_scope`.
+    inside an ``If`` branch goes out of scope at the end of the branch, a ``Loop``'s carried
+    variables and body bindings at the end of the loop, and a ``DataflowVar`` at the end of
+    its dataflow block.  Subclasses read :meth:`in_scope`.
     """
 
     def __init__(self) -> None:
@@ -380,6 +398,11 @@ class ScopedVisitor(ExprVisitor):
         before = set(self.scope)
         super().visit_dataflow_block(block)
         self.scope = {var for var in self.scope if var in before or not isinstance(var, DataflowVar)}
+
+    def visit_loop(self, node: Loop) -> None:
+        outer = set(self.scope)
+        super().visit_loop(node)
+        self.scope = outer
 
 
 class _FreeVars(ScopedVisitor):

@@ -4,13 +4,16 @@ After memory planning, ``lower_shapes_to_host`` turns ``main`` into a :class:`Ho
 the checks on the input shapes that bind the size variables (each with the error message it
 reports), the storages with their byte sizes, the weights, and ``steps``: the dispatches in
 order, the bindings and run-time checks of ``match_cast``, ``If`` on symbolic conditions,
-reads of values back from the GPU, and the output shapes.  Everything symbolic is an
+loops, reads of values back from the GPU, and the output shapes.  Everything symbolic is an
 expression of the host's variables, which is exactly what the WebAssembly host module
 computes; ``relaxweb/wasm`` emits it and ``interpreter.run_host_function`` runs it with numpy, so the
 lowering is testable without a GPU.
 
 A :class:`HostRead` (a data-dependent value) ends a *stage*: the host stops, the runtime
-reads the value and resumes.  Reads appear only at the top level of ``steps``.
+reads the value and resumes.  Each iteration of a :class:`HostLoop` is a stage too (its
+dispatches read the iteration's params, which the host writes again for the next one): the
+host stops after it and the runtime resumes it at once, without reading anything.  Reads
+and loops appear only at the top level of ``steps``.
 """
 
 from __future__ import annotations
@@ -116,6 +119,16 @@ class HostIf:
 
 
 @dataclass(frozen=True)
+class HostLoop:
+    """``for variable in range(count): steps`` (no reads or loops among the steps)."""
+
+    variable: str
+    count: PrimExpr
+    steps: tuple
+    note: str
+
+
+@dataclass(frozen=True)
 class HostRead:
     """Stop; the runtime reads the i32 at ``byte_offset`` of ``storage`` into slot ``slot``;
     on resume ``variable`` takes that value."""
@@ -133,7 +146,7 @@ class HostOutputShape:
     shape: tuple[PrimExpr, ...]
 
 
-HostStep = HostDispatch | HostBind | HostCheck | HostIf | HostRead | HostOutputShape
+HostStep = HostDispatch | HostBind | HostCheck | HostIf | HostLoop | HostRead | HostOutputShape
 
 
 @dataclass(frozen=True)
@@ -154,7 +167,7 @@ class HostFunction:
 
     @property
     def dispatches(self) -> list[HostDispatch]:
-        """Every dispatch, in the order of the steps (both branches of an If)."""
+        """Every dispatch, in the order of the steps (both branches of an If, a loop's body once)."""
         return [step for step in walk_steps(self.steps) if isinstance(step, HostDispatch)]
 
     @property
@@ -170,4 +183,6 @@ def walk_steps(steps) -> list:
         found.append(step)
         if isinstance(step, HostIf):
             found += walk_steps(step.then_steps) + walk_steps(step.else_steps)
+        elif isinstance(step, HostLoop):
+            found += walk_steps(step.steps)
     return found

@@ -2,9 +2,9 @@
 (graph functions, and host functions after ``lower_shapes_to_host``: :func:`run_host_function`).
 
 It evaluates graph-level op calls with each op's ``reference`` semantics, tensor programs by
-evaluating their compute definition over index grids, and the memory-planned form
-(``alloc_storage`` / ``alloc_tensor`` / ``call_tir_into``) on real byte buffers — so a wrong
-storage reuse shows up as wrong numbers.  Input shapes are matched against the parameters'
+evaluating their compute definition over index grids, loops iteration by iteration, and the
+memory-planned form (``alloc_storage`` / ``alloc_tensor`` / ``call_tir_into``) on real byte
+buffers — so a wrong storage reuse shows up as wrong numbers.  Input shapes are matched against the parameters'
 annotations, binding symbolic variables, exactly as the compiled host module does.
 """
 
@@ -18,10 +18,10 @@ from ..errors import InputShapeError
 from .dtype import dtype_info
 from .expr import (
     AllocStorage, AllocTensor, BindingBlock, Call, CallTIR, CallTIRInto, Constant, DataflowBlock, Function, If,
-    MatchCast, PrimValue, SeqExpr, ShapeExpr, TensorToPrim, Tuple, TupleGetItem, Var, VarBinding,
+    Loop, MatchCast, PrimValue, SeqExpr, ShapeExpr, TensorToPrim, Tuple, TupleGetItem, Var, VarBinding,
 )
 from .functor import ExprFunctor
-from .host import HostBind, HostCheck, HostDispatch, HostFunction, HostIf, HostOutputShape, HostRead
+from .host import HostBind, HostCheck, HostDispatch, HostFunction, HostIf, HostLoop, HostOutputShape, HostRead
 from .library_kernel import LibraryKernel
 from .module import IRModule
 from .op_registry import get_op
@@ -41,8 +41,18 @@ def run_module(module: IRModule, inputs: Mapping[str, np.ndarray], function: str
 def run_kernel(kernel, arrays: list[np.ndarray], size_vars: Mapping[str, int]) -> np.ndarray:
     """Run a tensor program (compute definition) or a library kernel (its numpy reference)."""
     if isinstance(kernel, LibraryKernel):
+        if kernel.in_place:
+            raise ValueError(f"{kernel.name} writes part of its output in place: it runs only into a storage")
         return kernel.reference(arrays)
     return run_program(kernel, arrays, size_vars)
+
+
+def run_kernel_into(kernel, arrays: list[np.ndarray], output: np.ndarray, size_vars: Mapping[str, int]) -> None:
+    """Run a kernel whose output is ``output`` (a view of a storage)."""
+    if isinstance(kernel, LibraryKernel) and kernel.in_place:
+        kernel.reference(arrays, output, size_vars)
+    else:
+        output[...] = run_kernel(kernel, arrays, size_vars)
 
 
 class Interpreter(ExprFunctor):
@@ -120,6 +130,28 @@ class Interpreter(ExprFunctor):
         taken = node.true_branch if int(np.asarray(condition).reshape(-1)[0]) != 0 else node.false_branch
         return self.visit_seq_expr(taken)
 
+    def visit_loop(self, node: Loop):
+        """Iteration by iteration: the carried values threaded through, the others stacked
+        (a planned loop carries and stacks nothing: its body writes storages)."""
+        values = [self.visit_expr(value) for value in node.init]
+        rows: list[tuple] = []
+        outer = dict(self.size_vars)
+        for iteration in range(int(evaluate(node.count, self.size_vars))):
+            self.size_vars[node.iteration.name] = iteration
+            self.values.update(zip(node.carried, values))
+            result = self.visit_seq_expr(node.body)
+            values = list(result[:len(node.carried)])
+            rows.append(tuple(result[len(node.carried):]))
+            self.size_vars = dict(outer)  # size variables the body binds are bound afresh each iteration
+        stacked = []
+        for position, info in enumerate(node.struct_info.fields[len(node.carried):]):
+            if rows:
+                stacked.append(np.stack([np.asarray(row[position]) for row in rows]))
+            else:
+                shape = tuple(int(evaluate(d, self.size_vars)) for d in info.shape)
+                stacked.append(np.zeros(shape, dtype=info.dtype))
+        return (*values, *stacked)
+
     def visit_call(self, call: Call):
         arrays = [self.visit_expr(a) for a in call.args]
         return get_op(call.op).reference(arrays, call.attrs)
@@ -151,7 +183,7 @@ class Interpreter(ExprFunctor):
         kernel = self.module.programs[call.program]
         arrays = [self.visit_expr(a) for a in call.args]
         output = self.visit_expr(call.output)
-        output[...] = run_kernel(kernel, arrays, _program_vars(call.size_var_values, self.size_vars))
+        run_kernel_into(kernel, arrays, output, _program_vars(call.size_var_values, self.size_vars))
         return ()
 
 
@@ -411,6 +443,10 @@ class _HostRun:
                 self.check(step)
             elif isinstance(step, HostIf):
                 self.run_steps(step.then_steps if self.value(step.condition) != 0 else step.else_steps)
+            elif isinstance(step, HostLoop):
+                for iteration in range(self.value(step.count)):
+                    self.values[step.variable] = iteration
+                    self.run_steps(step.steps)
             elif isinstance(step, HostRead):
                 raw = self.storages[step.storage][step.byte_offset: step.byte_offset + 4]
                 self.values[step.variable] = int(raw.view(np.int32)[0])
@@ -443,7 +479,7 @@ class _HostRun:
             else:
                 shape = tuple(int(evaluate(d, kernel_vars)) for d in buffer.shape)
                 buffers.append(self.view(ref.index, buffer.dtype, shape))
-        buffers[-1][...] = run_kernel(kernel, buffers[:-1], kernel_vars)
+        run_kernel_into(kernel, buffers[:-1], buffers[-1], kernel_vars)
 
 
 def run_host_function(function: HostFunction, programs: Mapping, inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:

@@ -9,6 +9,11 @@ treat both alike.  ``dispatch_count`` is how many invocations to launch (in the 
 size variables); ``reference`` gives the numpy semantics for the interpreter.  ``builder`` and
 ``builder_args`` say how the kernel was made (set by ``relaxweb.ir.kernel_builders``), which
 is how the IR text writes it and the parser rebuilds it.
+
+``extra_size_vars`` are size variables the kernel reads from its params block that no buffer
+shape has (a row index).  An ``in_place`` kernel writes only part of its output and leaves
+the rest as it was (it is only ever called into a planned storage, ``call_tir_into``): its
+reference is then ``reference(arrays, output, size_vars)`` and writes into ``output``.
 """
 
 from __future__ import annotations
@@ -33,10 +38,15 @@ class LibraryKernel:
     summary: str = ""
     builder: str = ""
     builder_args: tuple[tuple[str, object], ...] = ()
+    extra_size_vars: tuple[SizeVar, ...] = ()
+    in_place: bool = False
 
     @property
     def size_vars(self) -> list[SizeVar]:
-        return buffer_size_vars((*self.inputs, self.output))
+        """The buffer shapes' size variables (in order of first appearance), then the extra ones."""
+        found = buffer_size_vars((*self.inputs, self.output))
+        names = {var.name for var in found}
+        return found + [var for var in self.extra_size_vars if var.name not in names]
 
 
 def buffer_size_vars(buffers: tuple[Buffer, ...]) -> list[SizeVar]:

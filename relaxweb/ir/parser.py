@@ -25,11 +25,11 @@ import numpy as np
 from .dtype import DTYPES
 from .expr import (
     AllocStorage, AllocTensor, BindingBlock, Call, CallLibrary, CallTIR, CallTIRInto, Constant, DataflowBlock,
-    DataflowVar, Expr, Function, If, MatchCast, PrimValue, SeqExpr, ShapeExpr, TensorToPrim, Tuple, TupleGetItem,
+    DataflowVar, Expr, Function, If, Loop, MatchCast, PrimValue, SeqExpr, ShapeExpr, TensorToPrim, Tuple, TupleGetItem,
     Var, VarBinding,
 )
 from .host import (
-    BufferRef, HostBind, HostCheck, HostDispatch, HostFunction, HostIf, HostInput, HostOutput, HostOutputShape,
+    BufferRef, HostBind, HostCheck, HostDispatch, HostFunction, HostIf, HostInput, HostLoop, HostOutput, HostOutputShape,
     HostRead, HostStorage, ShapeCheck,
 )
 from .kernel_builders import build_library_kernel
@@ -371,8 +371,8 @@ class _Parser:
         return node.id
 
     def binding(self, statements: list[ast.stmt], index: int, dataflow_outputs: set[str] | None):
-        """The binding at ``statements[index]`` (an If takes two statements); returns it and
-        the index of its last statement.  In a dataflow block (``dataflow_outputs`` given)
+        """The binding at ``statements[index]`` (an If or a Loop takes two statements); returns
+        it and the index of its last statement.  In a dataflow block (``dataflow_outputs`` given)
         a variable is a dataflow variable unless ``output(...)`` names it."""
         statement = statements[index]
         if not isinstance(statement, ast.AnnAssign) or not isinstance(statement.target, ast.Name):
@@ -382,9 +382,9 @@ class _Parser:
         kind = DataflowVar if dataflow_outputs is not None and name not in dataflow_outputs else Var
         if statement.value is None:
             following = statements[index + 1] if index + 1 < len(statements) else None
-            if not isinstance(following, ast.If):
-                raise self.error(statement, f"'{name}: annotation' without a value must be followed by 'if'")
-            value = self.if_value(following, name)
+            if not isinstance(following, (ast.If, ast.For)):
+                raise self.error(statement, f"'{name}: annotation' without a value must be followed by 'if' or 'for'")
+            value = self.if_value(following, name) if isinstance(following, ast.If) else self.loop_value(following, name)
             return VarBinding(self.define(kind, name, info), value), index + 1
         if _call_name(statement.value) == "match_cast":
             args = self.arguments(statement.value, ["value", "struct_info"], keyword_only=("reason",),
@@ -401,11 +401,43 @@ class _Parser:
         condition = self.value(statement.test)
         return If(condition, self.branch(statement.body, name, statement), self.branch(statement.orelse, name, statement))
 
-    def branch(self, statements: list[ast.stmt], name: str, where: ast.If) -> SeqExpr:
+    def loop_value(self, statement: ast.For, name: str) -> Loop:
+        """``for i, (c0, ...) in loop(count, init=(...), carried=(annotations...)):`` (or
+        ``for i in loop(count):``) and its body."""
+        if statement.orelse or _call_name(statement.iter) != "loop":
+            raise self.error(statement, f"the Loop of '{name}' is 'for i in loop(count, ...):' without an else")
+        args = self.arguments(statement.iter, ["count"], ("init", "carried"), required=("count",))  # type: ignore[arg-type]
+        target = statement.target
+        names = []
+        if isinstance(target, ast.Tuple) and len(target.elts) == 2 and isinstance(target.elts[1], ast.Tuple):
+            target, names = target.elts[0], [self.name_of(e) for e in target.elts[1].elts]
+        if not isinstance(target, ast.Name):
+            raise self.error(statement.target, "a loop's target is 'i' or 'i, (c0, c1, ...)'")
+        infos = [self.struct_info(e) for e in self.elements(args.get("carried"))]
+        init = [self.value(e) for e in self.elements(args.get("init"))]
+        if not len(names) == len(infos) == len(init):
+            raise self.error(statement, f"the Loop of '{name}' names {len(names)} carried variable(s) with "
+                                        f"{len(infos)} annotation(s) and {len(init)} initial value(s)")
+        carried = tuple(self.define(Var, carried_name, info) for carried_name, info in zip(names, infos))
+        body = self.branch(statement.body, name, statement, "the body of the Loop")
+        try:
+            return Loop(self.prim_expr(args["count"]), SizeVar(target.id), carried, tuple(init), body)
+        except ValueError as error:
+            raise self.error(statement, str(error)) from None
+
+    def elements(self, node: ast.expr | None) -> list[ast.expr]:
+        """The elements of a tuple argument (none when it is not given)."""
+        if node is None:
+            return []
+        if not isinstance(node, ast.Tuple):
+            raise self.error(node, "expected a tuple")
+        return list(node.elts)
+
+    def branch(self, statements: list[ast.stmt], name: str, where: ast.stmt, what: str = "a branch of the If") -> SeqExpr:
         *bindings, last = statements
         if not (isinstance(last, ast.Assign) and len(last.targets) == 1
                 and isinstance(last.targets[0], ast.Name) and last.targets[0].id == name):
-            raise self.error(last, f"a branch of the If of '{name}' ends with '{name} = value'")
+            raise self.error(last, f"{what} of '{name}' ends with '{name} = value'")
         return SeqExpr(self.blocks(bindings), self.value(last.value))
 
     def value(self, node: ast.expr, declared: StructInfo | None = None) -> Expr:
@@ -732,8 +764,15 @@ class _Parser:
                 steps.append(HostIf(self.prim_expr(statement.test), self.host_steps(statement.body),
                                     self.host_steps(statement.orelse)))
                 continue
+            if isinstance(statement, ast.For):
+                if statement.orelse or not isinstance(statement.target, ast.Name) or _call_name(statement.iter) != "loop":
+                    raise self.error(statement, "a host loop is 'for i in loop(count, note=...):' without an else")
+                args = self.arguments(statement.iter, ["count"], ("note",), required=("count",))  # type: ignore[arg-type]
+                steps.append(HostLoop(statement.target.id, self.prim_expr(args["count"]), self.host_steps(statement.body),
+                                      self.string(args["note"]) if "note" in args else ""))
+                continue
             if not isinstance(statement, ast.Expr) or not isinstance(statement.value, ast.Call):
-                raise self.error(statement, "expected a host step: dispatch, bind, check, read, output_shape or if")
+                raise self.error(statement, "expected a host step: dispatch, bind, check, read, output_shape, if or for")
             steps.append(self.host_step(statement.value))
         return tuple(steps)
 

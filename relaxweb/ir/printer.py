@@ -19,7 +19,9 @@ Everything that structural equality compares is written out:
 - bindings of a dataflow block are dataflow variables except those that ``output(...)``
   names at its end; an empty plain block, or one right after another, is ``with block():``;
 - an ``If`` is a declaration ``y: annotation`` followed by ``if c:`` / ``else:`` branches
-  that each end with ``y = value``;
+  that each end with ``y = value``; a ``Loop`` is a declaration followed by
+  ``for i, (c0, c1) in loop(count, init=(x0, x1), carried=(annotation0, annotation1)):``
+  (``for i in loop(count):`` when it carries nothing), its body ending with ``y = value``;
 - op attributes are Python literals (lists and tuples kept apart, floats exact, symbolic
   values as ``sym(n * 2)``); calls of tensor programs name them by string and give the
   program's size variables as ``sizes={"n": batch}``;
@@ -42,12 +44,12 @@ import numpy as np
 
 from .expr import (
     AllocStorage, AllocTensor, BindingBlock, Call, CallLibrary, CallTIR, CallTIRInto, Constant, DataflowBlock,
-    DataflowVar, Expr, Function, If, MatchCast, PrimValue, SeqExpr, ShapeExpr, TensorToPrim, Tuple, TupleGetItem,
+    DataflowVar, Expr, Function, If, Loop, MatchCast, PrimValue, SeqExpr, ShapeExpr, TensorToPrim, Tuple, TupleGetItem,
     Var, VarBinding,
 )
 from .functor import ExprFunctor
 from .host import (
-    BufferRef, HostBind, HostCheck, HostDispatch, HostFunction, HostIf, HostOutputShape, HostRead, ShapeCheck,
+    BufferRef, HostBind, HostCheck, HostDispatch, HostFunction, HostIf, HostLoop, HostOutputShape, HostRead, ShapeCheck,
 )
 from .struct_info import (
     FuncStructInfo, ObjectStructInfo, PrimStructInfo, ShapeStructInfo, StructInfo, TensorStructInfo,
@@ -254,6 +256,9 @@ class _FunctionPrinter(ExprFunctor):
 
     def visit_var_binding(self, binding: VarBinding) -> None:
         var, value = binding.var, binding.value
+        if isinstance(value, Loop):
+            self.loop(var, value)
+            return
         if not isinstance(value, If):
             self.lines.append(f"{self._head(var)} = {self.value(value, var.struct_info)}")
             return
@@ -267,6 +272,19 @@ class _FunctionPrinter(ExprFunctor):
         reason = f", reason={format_string(binding.reason)}" if binding.reason else ""
         self.lines.append(f"{self._head(binding.var)} = "
                           f"match_cast({self.value(binding.value)}, {format_struct_info(binding.struct_info)}{reason})")
+
+    def loop(self, var: Var, node: Loop) -> None:
+        self.lines.append(self._head(var))
+        iteration = format_expr(node.iteration)
+        if not is_plain_name(iteration):
+            raise ValueError(f"a loop's iteration variable must be an identifier, got {iteration!r}")
+        target, arguments = iteration, [format_expr(node.count)]
+        if node.carried:
+            target += f", {_format_tuple([self.name(c) for c in node.carried])}"
+            arguments.append(f"init={_format_tuple([self.value(v) for v in node.init])}")
+            arguments.append(f"carried={_format_tuple([format_struct_info(c.struct_info) for c in node.carried])}")
+        self.lines.append(f"{self.indent}for {target} in loop({', '.join(arguments)}):")
+        self.branch(node.body, var)
 
     def branch(self, seq: SeqExpr, var: Var) -> None:
         self.indent += INDENT
@@ -307,6 +325,9 @@ class _FunctionPrinter(ExprFunctor):
 
     def visit_if(self, node: If) -> str:
         raise TypeError("an If is printed as a binding (format_function)")
+
+    def visit_loop(self, node: Loop) -> str:
+        raise TypeError("a Loop is printed as a binding (format_function)")
 
     def visit_call(self, call: Call) -> _CallText:
         plain = is_plain_name(call.op) and call.op not in GRAPH_BUILTINS
@@ -470,6 +491,11 @@ def _format_steps(steps: tuple, indent: str, lines: list[str]) -> None:
             _format_steps(step.then_steps, indent + INDENT, lines)
             lines.append(f"{indent}else:")
             _format_steps(step.else_steps, indent + INDENT, lines)
+        elif isinstance(step, HostLoop):
+            if not is_plain_name(step.variable):
+                raise ValueError(f"a host loop's variable must be an identifier, got {step.variable!r}")
+            lines.append(f"{indent}for {step.variable} in loop({format_expr(step.count)}, note={format_string(step.note)}):")
+            _format_steps(step.steps, indent + INDENT, lines)
         elif isinstance(step, HostRead):
             lines.append(f"{indent}read({format_string(step.variable)}, storage={step.storage}, offset={step.byte_offset}, "
                          f"slot={step.slot}, note={format_string(step.note)})")

@@ -2,10 +2,12 @@
 
 A graph function is well formed when:
 - every variable is defined before it is used, and used only in its scope (bindings inside
-  an ``If`` branch are not visible after it);
+  an ``If`` branch or a ``Loop`` body are not visible after it);
 - a ``DataflowVar`` is used only inside the dataflow block that defines it;
 - every symbolic variable in an annotation is defined before: by a parameter's shape (its
-  first appearance there), or by a ``match_cast``;
+  first appearance there), or by a ``match_cast`` (a loop's iteration variable is defined
+  in its body);
+- a loop body's next carried values fit the carried variables' annotations;
 - each binding's variable is annotated no more specifically than its value (a
   ``match_cast`` may be more specific: it is checked at run time); a ``match_cast``'s
   reason, which starts the one-line error of its check, holds no line break;
@@ -15,7 +17,7 @@ A graph function is well formed when:
 from __future__ import annotations
 
 from .expr import (
-    BindingBlock, CallTIR, CallTIRInto, DataflowBlock, DataflowVar, Function, MatchCast, SeqExpr, Var, VarBinding,
+    BindingBlock, CallTIR, CallTIRInto, DataflowBlock, DataflowVar, Function, Loop, MatchCast, SeqExpr, Var, VarBinding,
 )
 from .functor import ScopedVisitor
 from .module import IRModule
@@ -68,6 +70,16 @@ class _Checker(ScopedVisitor):
         self.where = "the result"  # each binding names itself while it is checked
         super().visit_seq_expr(seq)
         self.where, self.size_vars = outer
+
+    def visit_loop(self, node: Loop) -> None:
+        outer = set(self.size_vars)
+        self.size_vars.add(node.iteration.name)
+        super().visit_loop(node)
+        for var, info in zip(node.carried, node.body.body.struct_info.fields):
+            if not is_less_specific(var.struct_info, info):
+                self.fail(f"{self.where}: the loop's next value of '{var.name}' is {info}, "
+                          f"but the carried variable is annotated {var.struct_info}")
+        self.size_vars = outer
 
     def visit_block(self, block: BindingBlock) -> None:
         outer, self.block = self.block, block

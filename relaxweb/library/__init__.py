@@ -2,6 +2,8 @@
 references.  The IR's type for them is :class:`relaxweb.ir.library_kernel.LibraryKernel`; they
 declare the params block and name their buffer types as the WGSL backend does."""
 
+from .loop import write_row_kernel
+from .recurrent import recurrence_kernel
 from .unique import unique_count_kernel, unique_values_kernel
 
-__all__ = ["unique_count_kernel", "unique_values_kernel"]
+__all__ = ["recurrence_kernel", "unique_count_kernel", "unique_values_kernel", "write_row_kernel"]

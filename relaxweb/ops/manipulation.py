@@ -206,7 +206,7 @@ def reshape_reference(arrays, attrs):
     data, target = arrays[0], int_list(arrays[1])
     if attrs.get("copy_zeros"):
         target = [data.shape[position] if value == 0 else value for position, value in enumerate(target)]
-    return np.ascontiguousarray(data.reshape(tuple(target)))
+    return np.asarray(data.reshape(tuple(target)), order="C")  # (ascontiguousarray makes a 0-d result 1-d)
 
 
 register_op("reshape", deduce=deduce_reshape, legalize=needs_known_shapes(legalize_reshape), reference=reshape_reference)

@@ -20,7 +20,9 @@ merges attention heads mixes the factors' axes) is skipped: the tiled schedule i
 more than the launch it saves.
 
 A producer merges only when every use of its result is one of those consumers, in the same
-dataflow block (function outputs, If branches and library kernels keep theirs).  A merged
+dataflow block or loop body (function outputs, If branches, a loop's carried and stacked
+values and library kernels keep theirs).  A loop's body is fused like a dataflow block: it
+runs once per iteration, so each launch it saves is saved at every iteration.  A merged
 kernel keeps within WebGPU's default of 8 storage buffers per shader stage, and a body stays
 under a size cap, so repeated inlining cannot blow up.  Merged programs get new names;
 programs nothing calls any more are dropped from the module.
@@ -30,7 +32,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..ir.expr import CallLibrary, CallTIR, DataflowBlock, Expr, Function, Var, VarBinding
+from ..ir.expr import BindingBlock, CallLibrary, CallTIR, DataflowBlock, Expr, Function, Loop, SeqExpr, Var, VarBinding
 from ..ir.functor import ExprMutator, use_counts
 from ..ir.fusion import inline_producer, merge_inputs
 from ..ir.module import IRModule, ProgramTable, drop_uncalled_programs
@@ -60,7 +62,7 @@ def fuse_ops(module: IRModule) -> IRModule:
 
 
 class _Fuser(ExprMutator):
-    """Fuses within each dataflow block (bindings elsewhere are kept as they are)."""
+    """Fuses within each dataflow block and loop body (bindings elsewhere are kept as they are)."""
 
     def __init__(self, programs: dict, analyzer: Analyzer, uses: dict[Var, int]) -> None:
         super().__init__()
@@ -70,7 +72,16 @@ class _Fuser(ExprMutator):
         self.uses = uses
 
     def visit_dataflow_block(self, block: DataflowBlock) -> DataflowBlock:
-        bindings = list(block.bindings)
+        return DataflowBlock(tuple(self.fuse(list(block.bindings))))
+
+    def visit_loop(self, node: Loop) -> Expr:
+        loop = super().visit_loop(node)
+        assert isinstance(loop, Loop)
+        blocks = tuple(BindingBlock(tuple(self.fuse(list(block.bindings)))) for block in loop.body.blocks)
+        return Loop(loop.count, loop.iteration, loop.carried, loop.init, SeqExpr(blocks, loop.body.body))
+
+    def fuse(self, bindings: list) -> list:
+        """The bindings of one block, merged."""
         changed = True
         while changed:  # forward sweeps until nothing merges (epilogues merge before prologues)
             changed = False
@@ -81,7 +92,7 @@ class _Fuser(ExprMutator):
                     position += 1
                 else:
                     bindings, changed = merged, True
-        return DataflowBlock(tuple(bindings))
+        return bindings
 
     def try_merge(self, producer: object, bindings: list) -> list | None:
         """The block with ``producer`` merged into all its consumers, or None."""

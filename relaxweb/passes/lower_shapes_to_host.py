@@ -4,9 +4,10 @@ Everything the host module must do on each run becomes explicit (see
 ``relaxweb/ir/host.py``): the checks that bind the size variables from the input shapes and
 enforce the model's annotations and the user's bounds (each with its own error message),
 the storages and their byte sizes, the weights, and the steps in order — dispatches, the
-run-time checks and bindings of ``match_cast``, ``If`` on a symbolic condition, reads of
-GPU values (``tensor_to_prim``, and ``If`` on a tensor) after which the host resumes, and the
-output shapes.
+run-time checks and bindings of ``match_cast``, ``If`` on a symbolic condition, loops (the
+planned ``Loop``: its iteration a size variable of the host), reads of GPU values
+(``tensor_to_prim``, and ``If`` on a tensor) after which the host resumes, and the output
+shapes.
 
 Each tensor has a *host shape*: its annotated shape, or, for the result of an ``If`` whose
 branches have different shapes, hidden variables (``_r_dim0``…) that each branch assigns.
@@ -19,19 +20,19 @@ from __future__ import annotations
 
 from ..errors import RelaxwebError, UnsupportedModelError
 from ..ir.expr import (
-    AllocStorage, AllocTensor, CallTIRInto, Constant, Expr, Function, If, MatchCast, PrimValue, SeqExpr,
+    AllocStorage, AllocTensor, CallTIRInto, Constant, Expr, Function, If, Loop, MatchCast, PrimValue, SeqExpr,
     TensorToPrim, Tuple, TupleGetItem, Var, VarBinding,
 )
 from ..ir.functor import Aliases, ExprFunctor, iter_bindings
 from ..ir.host import (
-    BufferRef, HostBind, HostCheck, HostDispatch, HostFunction, HostIf, HostInput, HostOutput,
+    BufferRef, HostBind, HostCheck, HostDispatch, HostFunction, HostIf, HostInput, HostLoop, HostOutput,
     HostOutputShape, HostRead, HostStorage, ShapeCheck, walk_steps,
 )
 from ..ir.launch import dispatch_count
 from ..ir.library_kernel import LibraryKernel
 from ..ir.module import IRModule
 from ..ir.printer import format_value
-from ..ir.struct_info import PrimStructInfo, TensorStructInfo
+from ..ir.struct_info import PrimStructInfo, TensorStructInfo, TupleStructInfo
 from ..ir.symbolic import Analyzer, PrimExpr, SizeVar, as_int, format_expr, free_var_names, substitute
 from .context import PassContext
 from .plan_memory import tensor_bytes
@@ -66,7 +67,7 @@ class _Lowering(ExprFunctor):
         self.prim_value: dict[Var, PrimExpr] = {}
         self.aliases = Aliases(function)
         self.binding_var: Var | None = None  # the variable of the binding being lowered
-        self.top_level = True  # False inside an If branch
+        self.top_level = True  # False inside an If branch or a loop's body
         self.weights: list[Constant] = []
         self.weight_index: dict[int, int] = {}
         self.read_slots = 0
@@ -232,7 +233,7 @@ class _Lowering(ExprFunctor):
 
     def read(self, tensor: Expr, note: str) -> tuple[list, PrimExpr]:
         if not self.top_level:
-            raise UnsupportedModelError(f"{note}: reading a GPU value inside an If branch is not supported yet")
+            raise UnsupportedModelError(f"{note}: reading a GPU value inside an If branch or a loop is not supported yet")
         ref = self.buffer_ref(tensor)
         if ref.kind != "storage":
             raise UnsupportedModelError(f"{note}: the value is a constant; fold it instead of reading it back")
@@ -348,6 +349,17 @@ class _Lowering(ExprFunctor):
 
     def bounds_text(self) -> str:
         return ", ".join(f"{self.shown(name)} <= {bound}" for name, bound in sorted(self.bounds.items()) if bound is not None)
+
+    def visit_loop(self, value: Loop) -> list:
+        """A planned loop (it carries and stacks nothing): its body's steps, once per iteration."""
+        var = self.binding_var
+        if not self.top_level:
+            raise UnsupportedModelError(f"Loop '{var.name}': a loop inside an If branch or another loop is not supported yet")
+        if value.carried or value.body.body.struct_info != TupleStructInfo(()):
+            raise ValueError(f"lower_shapes_to_host expects a planned loop (plan_memory), got '{var.name}'")
+        self.define(value.iteration.name, f"the iteration of loop '{var.name}'")
+        steps = self.lower_seq(value.body, top_level=False)
+        return [HostLoop(value.iteration.name, value.count, tuple(steps), f"loop '{var.name}'")]
 
     def visit_if(self, value: If) -> list:
         var = self.binding_var

@@ -19,8 +19,22 @@ Aliases take no storage: ``match_cast`` of a tensor, tuples and their items, and
 ``a = b`` share the storage of their source.  An ``If`` gets one storage for its result;
 each branch writes its result straight into it (the branch's last kernel call is planned
 into that storage) and plans its own temporaries, starting from the storages free before
-the ``If``.  The planned function is no longer a dataflow block (it writes into storages):
-its variables become plain ``Var`` s.
+the ``If``.  A ``Loop`` gets a storage for each carried value and each stacked one and is
+rewritten into its planned form, which writes them itself::
+
+    c = alloc_tensor(storage_c)                            # a carried value's storage
+    _ = call_tir_into("loop_carry", (init,), out=c)        # its initial value
+    s = alloc_tensor(storage_s)                            # a stacked value's rows
+    _: Tuple() = loop(count, i):                           # the body reads c; it plans its own
+        ...                                                #   temporaries from the storages
+        _ = call_tir_into("loop_stack_row", (value,), out=s, sizes={..., "i": i})  # row i
+        _ = call_tir_into("loop_carry", (next,), out=c)    # the next iteration's c
+    result = (c, s)
+
+(``relaxweb/ops/loop.py`` makes the two kernels; a next value that is another carried value
+goes through a temporary first, and one that is the carried value itself is not copied.)
+The planned function is no longer a dataflow block (it writes into storages): its variables
+become plain ``Var`` s.
 
 With ``PassContext(storage_reuse=False)`` every tensor gets a storage of its own (the
 baseline ``scripts/measure_pipeline.py`` compares against).
@@ -33,12 +47,14 @@ from dataclasses import dataclass, replace
 from ..ir.builder import FunctionBuilder
 from ..ir.dtype import dtype_info
 from ..ir.expr import (
-    AllocStorage, AllocTensor, BindingBlock, Call, CallTIR, CallTIRInto, Expr, Function, If, SeqExpr, Var, VarBinding,
+    AllocStorage, AllocTensor, BindingBlock, Call, CallTIR, CallTIRInto, Expr, Function, If, Loop, SeqExpr, Tuple,
+    Var, VarBinding,
 )
-from ..ir.functor import Aliases, ExprMutator, use_counts
-from ..ir.module import IRModule
+from ..ir.functor import Aliases, ExprMutator, iter_bindings, use_counts
+from ..ir.module import IRModule, ProgramTable
 from ..ir.struct_info import ObjectStructInfo, TensorStructInfo, TupleStructInfo
-from ..ir.symbolic import Analyzer, PrimExpr, expr_max, product, simplify
+from ..ir.symbolic import Analyzer, PrimExpr, SizeVar, expr_max, product, simplify
+from ..ops.loop import carried_copy, stacked_row_writer
 from .context import PassContext
 
 
@@ -64,18 +80,21 @@ def plan_memory(module: IRModule) -> IRModule:
     """Plan the storages of every graph function (after legalize_ops), with the current
     context's bounds and storage reuse setting."""
     context = PassContext.current()
+    table = ProgramTable(module.programs)  # loops add the kernels that write their storages
     functions = {
-        name: _Planner(function, Analyzer.from_bounds(context.bounds), reuse=context.storage_reuse).plan()
+        name: _Planner(function, Analyzer.from_bounds(context.bounds), context.storage_reuse, table).plan()
         if isinstance(function, Function) else function
         for name, function in module.functions.items()
     }
-    return module.replace(functions=functions)
+    return module.replace(functions=functions, programs=table.programs)
 
 
 class _Planner:
-    def __init__(self, function: Function, analyzer: Analyzer, reuse: bool = True) -> None:
+    def __init__(self, function: Function, analyzer: Analyzer, reuse: bool = True,
+                 programs: ProgramTable | None = None) -> None:
         self.function = function
         self.analyzer = analyzer  # size comparisons know the user's bounds
+        self.programs = programs or ProgramTable({})  # where a loop's kernels go
         self.reuse = reuse  # False: a storage per tensor (to measure what reuse saves)
         self.storages: list[_Storage] = []
         self.storage_of: dict[Var, int] = {}
@@ -84,6 +103,15 @@ class _Planner:
         self.names = FunctionBuilder(function.name)
         for var in function.params:
             self.names.unique_name(var.name)
+        # A loop's value is a tuple of tensors, each in a storage of its own: one stand-in
+        # variable per field, so that its items resolve to them (and hold their storages)
+        self.loop_fields: dict[Var, tuple[Var, ...]] = {}
+        for binding in iter_bindings(function):
+            if isinstance(binding.value, Loop):
+                fields = tuple(Var(f"{binding.var.name}_{index}", info)
+                               for index, info in enumerate(binding.value.struct_info.fields))
+                self.loop_fields[binding.var] = fields
+                self.aliases.tuples[binding.var] = Tuple(fields)
 
     def plan(self) -> Function:
         body = self.plan_seq(self.function.body, [], {}, is_function_body=True)
@@ -192,19 +220,80 @@ class _Planner:
                     branches.append(self.plan_seq(branch, list(free), {branch.body: storage}))
                 new = self.new_var(var)
                 result.append(VarBinding(new, If(self.rename(value.condition), *branches)))
+            elif isinstance(value, Loop):
+                if var in forced:
+                    raise NotImplementedError(f"Loop '{var.name}': a loop cannot be the result of an If branch yet")
+                result += self.plan_loop(var, value, free)
+                defined_here.update(self.loop_fields[var])
             elif isinstance(value, Call):
                 raise ValueError(f"plan_memory expects legalized functions, found a call of {value.op} in '{var.name}'")
             else:
                 new = self.new_var(var)
                 renamed_value = self.rename(value)
                 result.append(replace(binding, var=new, value=renamed_value))
-            for released in dict.fromkeys(_read_vars(value) + [var]):  # in order: storages reused deterministically
+            released_vars = _read_vars(value) + [var] + list(self.loop_fields.get(var, ()))
+            for released in dict.fromkeys(released_vars):  # in order: storages reused deterministically
                 root = self.root_of(released)
                 if root in defined_here and last_use.get(root, -1) <= index and root in self.storage_of:
                     if self.storage_of[root] not in free and root not in forced:
                         free.append(self.storage_of[root])
                     defined_here.discard(root)
         return SeqExpr((BindingBlock(tuple(result)),), self.rename(seq.body))
+
+    # -- loops ------------------------------------------------------------------------------
+
+    def plan_loop(self, var: Var, loop: Loop, free: list[int]) -> list:
+        """The bindings of a loop's planned form (see the module doc)."""
+        bindings: list = []
+        views = []  # carried values, then stacked ones: the tensors in the loop's storages
+        for field, info in zip(self.loop_fields[var], loop.struct_info.fields):
+            self.storage_of[field] = self.take_storage(free, tensor_bytes(info))
+        for index, (carried, init) in enumerate(zip(loop.carried, loop.init)):
+            view = self.new_var(carried)  # the body reads the carried value in its storage
+            bindings.append(VarBinding(view, _PendingAlloc(self.storage_of[self.loop_fields[var][index]], view.struct_info)))
+            bindings.append(self.copy(self.rename(init), view))
+            views.append(view)
+        for field in self.loop_fields[var][len(loop.carried):]:
+            view = Var(self.names.unique_name(f"{var.name}_stacked"), field.struct_info)
+            bindings.append(VarBinding(view, _PendingAlloc(self.storage_of[field], view.struct_info)))
+            views.append(view)
+        body_free = list(free)
+        body = self.plan_seq(loop.body, body_free, {})
+        results, planned = loop.body.body, body.body
+        assert isinstance(results, Tuple) and isinstance(planned, Tuple), "a loop body's value is a tuple"
+        tail = []
+        for value, view in zip(planned.fields[len(loop.carried):], views[len(loop.carried):]):
+            writer = self.programs.add(stacked_row_writer(view.struct_info, loop.iteration))
+            sizes = tuple((v.name, SizeVar(v.name)) for v in self.programs.programs[writer].size_vars)
+            tail.append(self.effect(CallTIRInto(writer, (value,), view, sizes)))
+        sources = []
+        carried_count = len(loop.carried)
+        for index, (original, value) in enumerate(zip(results.fields[:carried_count], planned.fields[:carried_count])):
+            root = self.root_of(original)
+            if root is loop.carried[index]:
+                sources.append(None)  # carried through unchanged: already in its storage
+            elif root in loop.carried:  # another carried value, which its own copy may overwrite
+                temporary = Var(self.names.unique_name(f"{var.name}_next"), value.struct_info)
+                storage = self.take_storage(body_free, tensor_bytes(value.struct_info))
+                tail += [VarBinding(temporary, _PendingAlloc(storage, temporary.struct_info)), self.copy(value, temporary)]
+                sources.append(temporary)
+            else:
+                sources.append(value)
+        tail += [self.copy(source, view) for source, view in zip(sources, views) if source is not None]
+        planned_body = SeqExpr((BindingBlock(body.blocks[0].bindings + tuple(tail)),), Tuple(()))
+        planned_loop = Var(self.names.unique_name(f"{var.name}_loop"), TupleStructInfo(()))
+        bindings.append(VarBinding(planned_loop, Loop(loop.count, loop.iteration, (), (), planned_body)))
+        bindings.append(VarBinding(self.new_var(var), Tuple(tuple(views))))
+        return bindings
+
+    def copy(self, value: Expr, view: Var) -> VarBinding:
+        program = self.programs.add(carried_copy(view.struct_info))
+        sizes = tuple((v.name, SizeVar(v.name)) for v in self.programs.programs[program].size_vars)
+        return self.effect(CallTIRInto(program, (value,), view, sizes))
+
+    def effect(self, value: Expr) -> VarBinding:
+        """``_ = value``: a binding kept for what it writes."""
+        return VarBinding(Var(self.names.unique_name("_"), TupleStructInfo(())), value)
 
 
 @dataclass(frozen=True, eq=False)

@@ -6,9 +6,9 @@ GPU; ``Session`` (``webgpu.py``) loads the whole bundle on a WebGPU device with 
 
 from __future__ import annotations
 
-from relaxweb.runtime.host import Command, Dispatch, HostModule, Read, load_manifest
+from relaxweb.runtime.host import Command, Dispatch, HostModule, Read, Resume, load_manifest
 from relaxweb.runtime.webgpu import Session, default_device
 
 __all__ = [
-    "Command", "Dispatch", "HostModule", "Read", "Session", "default_device", "load_manifest",
+    "Command", "Dispatch", "HostModule", "Read", "Resume", "Session", "default_device", "load_manifest",
 ]

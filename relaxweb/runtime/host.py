@@ -5,7 +5,8 @@ symbolic vars, and writes the storage sizes, output shapes, the params block and
 command list (see "host.wasm" in ``docs/bundle-format.md``).  When a shape or a branch
 depends on a value computed on the GPU, the command list ends with a :class:`Read`; the
 runtime reads that value, hands it over with :meth:`HostModule.write_read_value` and calls
-:meth:`HostModule.resume` for the next list (see "Values read back" in the doc).
+:meth:`HostModule.resume` for the next list (see "Values read back" in the doc).  A list
+that ends with a :class:`Resume` (an iteration of a loop) is submitted and resumed at once.
 :class:`HostModule` wraps it all with plain Python types so the GPU side (``webgpu.py``) and
 tests never touch raw memory.  Nothing here needs a GPU.
 """
@@ -28,6 +29,8 @@ FORMAT_VERSION = 2
 OPCODE_DISPATCH = 1
 #: Command-list opcode: read an i32 back from a storage (always the last record of a list).
 OPCODE_READ = 2
+#: Command-list opcode: submit and resume, reading nothing (always the last record of a list).
+OPCODE_RESUME = 3
 
 _I32 = struct.Struct("<i")
 _COMMAND_RECORD = struct.Struct("<5i")
@@ -52,8 +55,15 @@ class Read:
     slot: int
 
 
+@dataclass(frozen=True)
+class Resume:
+    """The last record of a command list after which the host writes new params for the
+    same call sites (a loop's next iteration): submit the list and call
+    :meth:`HostModule.resume`, with nothing to read."""
+
+
 #: One command-list record.
-Command = Union[Dispatch, Read]
+Command = Union[Dispatch, Read, Resume]
 
 
 def load_manifest(bundle_dir: str | Path) -> dict[str, Any]:
@@ -265,7 +275,8 @@ class HostModule:
     def commands(self) -> list[Command]:
         """The command list written by the last ``run`` or ``resume``, in execution order.
 
-        Dispatches, possibly followed by one :class:`Read` (only ever the last record).
+        Dispatches, possibly followed by one :class:`Read` or :class:`Resume` (only ever the
+        last record).
         """
         address = self._address("commands")
         (count,) = _I32.unpack(self._memory.read(self._store, address, address + 4))
@@ -279,6 +290,13 @@ class HostModule:
                 commands.append(Dispatch(a, (b, c, d)))
             elif opcode == OPCODE_READ:
                 commands.append(self._checked_read(Read(a, b, c), index, count))
+            elif opcode == OPCODE_RESUME:
+                if index != count - 1:
+                    raise RelaxwebError(
+                        f"the bundle's command list is malformed: its resume record is record {index} of "
+                        f"{count}; a resume must be the last record"
+                    )
+                commands.append(Resume())
             else:
                 raise RelaxwebError(
                     f"the bundle's command list has opcode {opcode}, unknown to this runtime"

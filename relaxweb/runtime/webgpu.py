@@ -28,7 +28,7 @@ if not os.environ.get("XDG_RUNTIME_DIR"):
 import wgpu  # noqa: E402  (after the environment fix above)
 
 from relaxweb.errors import InputShapeError, RelaxwebError
-from relaxweb.runtime.host import Command, Dispatch, HostModule, Read, load_manifest
+from relaxweb.runtime.host import Command, Dispatch, HostModule, Read, Resume, load_manifest
 
 _STORAGE_USAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_DST | wgpu.BufferUsage.COPY_SRC
 _WEIGHT_USAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_DST
@@ -412,8 +412,9 @@ class Session:
         or a value read back from the GPU (its ``resume`` returns an error code).
 
         One step per command list: a list that ends with a :class:`Read` is submitted, the
-        value is read and given to the host's ``resume``, which writes the next list.
-        Storages that grow between two steps keep their contents.
+        value is read and given to the host's ``resume``, which writes the next list; one
+        that ends with a :class:`Resume` (a loop's iteration) is submitted and resumed at
+        once.  Storages that grow between two steps keep their contents.
         """
         arrays = self._checked_inputs(inputs)
         self.host.run_with_shapes([array.shape for array in arrays])
@@ -427,17 +428,24 @@ class Session:
         # (old buffer, new buffer) of storages grown since the last submit; the old
         # contents are copied over at the start of the next step.
         carried_over: list[tuple[wgpu.GPUBuffer, wgpu.GPUBuffer]] = []
+        # old buffers copied by steps submitted without a wait (resume records), destroyed
+        # once the run's last submit is done
+        retired: list[tuple[wgpu.GPUBuffer, wgpu.GPUBuffer]] = []
         while True:
             self.device.queue.write_buffer(self._params_buffer, 0, self.host.params())
             encoder = self._encode_step(commands, carried_over)
             dispatch_count += sum(isinstance(command, Dispatch) for command in commands)
-            read = commands[-1] if commands and isinstance(commands[-1], Read) else None
-            if read is None:
+            last = commands[-1] if commands else None
+            if isinstance(last, Read):
+                value = self._read_value(encoder, last)
+                self._destroy_old_buffers(carried_over)
+                read_count += 1
+                self.host.write_read_value(last.slot, value)
+            elif isinstance(last, Resume):
+                self.device.queue.submit([encoder.finish()])
+                retired += carried_over
+            else:
                 break
-            value = self._read_value(encoder, read)
-            self._destroy_old_buffers(carried_over)
-            read_count += 1
-            self.host.write_read_value(read.slot, value)
             self.host.resume_or_raise()
             commands = self._checked_commands()
             carried_over = self._grow_storages(self.host.storage_sizes(), keep_contents=True)
@@ -450,7 +458,7 @@ class Session:
         self._grow_readback_buffers(output_byte_sizes)
         self._copy_outputs_and_submit(encoder, output_byte_sizes)
         outputs = self._read_outputs(output_shapes, output_byte_sizes)
-        self._destroy_old_buffers(carried_over)
+        self._destroy_old_buffers(carried_over + retired)
         self.last_dispatch_count = dispatch_count
         self.last_read_count = read_count
         return outputs

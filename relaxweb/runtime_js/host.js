@@ -12,6 +12,8 @@ export const FORMAT_VERSION = 2;
 export const OPCODE_DISPATCH = 1;
 /** Opcode of a command record: read an i32 back from a storage (always a list's last record). */
 export const OPCODE_READ = 2;
+/** Opcode of a command record: submit, then resume() with nothing to read (a loop's iteration; always a list's last record). */
+export const OPCODE_RESUME = 3;
 
 /**
  * Typed array class of each dtype a bundle's inputs and outputs may have. float16 data is a
@@ -280,7 +282,14 @@ export class InputShapeError extends Error {
  * @property {number} slot        index into the host's read values
  */
 
-/** @typedef {DispatchCommand | ReadCommand} Command */
+/**
+ * The last record of a command list after which the host writes new params for the same
+ * call sites (a loop's next iteration): submit the list and call resume(), reading nothing.
+ * @typedef {Object} ResumeCommand
+ * @property {3} opcode           OPCODE_RESUME
+ */
+
+/** @typedef {DispatchCommand | ReadCommand | ResumeCommand} Command */
 
 /**
  * @typedef {Object} InputTensor
@@ -526,7 +535,8 @@ export class Host {
 
   /**
    * The command list written by the last run or resume, in execution order: dispatches,
-   * possibly followed by one read. Throws on an unknown opcode or a malformed read.
+   * possibly followed by one read or resume record. Throws on an unknown opcode or a
+   * malformed read or resume record.
    * @returns {Command[]}
    */
   commands() {
@@ -542,6 +552,12 @@ export class Host {
       }
       if (opcode === OPCODE_READ) {
         return this.checkedRead({ opcode, storage: field(1), byteOffset: field(2), slot: field(3) }, i, count);
+      }
+      if (opcode === OPCODE_RESUME) {
+        if (i !== count - 1) {
+          throw new Error(`the bundle's command list is malformed: its resume record is record ${i} of ${count}; a resume must be the last record`);
+        }
+        return /** @type {Command} */ ({ opcode });
       }
       throw new Error(`host.wasm wrote an unknown opcode ${opcode} in its command list`);
     });

@@ -6,7 +6,7 @@
 //   const { y } = await model.run({ x: { data: new Float32Array(64), shape: [1, 64] } });
 
 import {
-  FORMAT_VERSION, Host, InputShapeError, TYPED_ARRAY_OF_DTYPE, OPCODE_DISPATCH, OPCODE_READ, checkInputs,
+  FORMAT_VERSION, Host, InputShapeError, TYPED_ARRAY_OF_DTYPE, OPCODE_DISPATCH, OPCODE_READ, OPCODE_RESUME, checkInputs,
   deviceShortfalls, dtypeInfo, fromDeviceData, loadTimeLimits, storageSizeProblem, toDeviceData,
 } from "./host.js";
 
@@ -192,9 +192,10 @@ export class Model {
   /**
    * Follow "One run" of docs/bundle-format.md up to the last submit: run() in the host, then
    * one step per command list. A list that ends with a read is submitted, the value read,
-   * written to its read slot and resume() called for the next list; storages grown between
-   * two steps keep their contents (copied at the start of the next step). The last list
-   * ends with the output copies.
+   * written to its read slot and resume() called for the next list; one that ends with a
+   * resume record (a loop's iteration) is submitted and resume() called at once; storages
+   * grown between two steps keep their contents (copied at the start of the next step).
+   * The last list ends with the output copies.
    * @param {Record<string, Tensor>} inputs
    * @param {number[][]} shapes
    * @returns {Promise<{readback: Readback, retired: GPUBuffer[]}>} the outputs to map, and old
@@ -212,9 +213,10 @@ export class Model {
         const commands = host.commands();
         const last = commands[commands.length - 1];
         const read = last?.opcode === OPCODE_READ ? /** @type {import("./host.js").ReadCommand} */ (last) : null;
+        const resume = last?.opcode === OPCODE_RESUME;
         const sizes = host.storageSizes();
         const params = host.params();
-        const outputShapes = read ? [] : host.outputShapes();
+        const outputShapes = read || resume ? [] : host.outputShapes();
         const submitted = await this.captureGpuErrors("run", () => {
           const encoder = this.device.createCommandEncoder();
           // Before the first step nothing of this run is on the GPU: no contents to keep.
@@ -222,20 +224,22 @@ export class Model {
           if (step === 0) this.uploadInputs(inputs);
           if (params.byteLength > 0) this.device.queue.writeBuffer(this.paramsBuffer, 0, params);
           this.encodeDispatches(encoder, commands);
-          const readback = read ? this.encodeRead(encoder, read) : this.encodeOutputCopies(encoder, outputShapes);
+          const readback = read ? this.encodeRead(encoder, read) : resume ? null : this.encodeOutputCopies(encoder, outputShapes);
           this.device.queue.submit([encoder.finish()]);
           return readback;
         });
         dispatches += commands.filter((command) => command.opcode === OPCODE_DISPATCH).length;
-        if (!read) {
+        if (!read && !resume) {
           this.lastDispatchCount = dispatches;
           this.lastReadCount = reads;
           return { readback: /** @type {Readback} */ (submitted), retired };
         }
-        const value = await this.readValue();
-        for (const buffer of retired.splice(0)) buffer.destroy();
-        reads += 1;
-        host.writeReadValue(read.slot, value);
+        if (read) {
+          const value = await this.readValue();
+          for (const buffer of retired.splice(0)) buffer.destroy();
+          reads += 1;
+          host.writeReadValue(read.slot, value);
+        }
         host.resumeOrThrow();
       }
     } catch (error) {

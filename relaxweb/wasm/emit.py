@@ -17,7 +17,7 @@ import jinja2
 import wasmtime
 
 from ..ir.host import (
-    HostBind, HostCheck, HostDispatch, HostFunction, HostIf, HostOutputShape, HostRead, ShapeCheck,
+    HostBind, HostCheck, HostDispatch, HostFunction, HostIf, HostLoop, HostOutputShape, HostRead, ShapeCheck,
 )
 from ..ir.params_block import FIELD_BYTES, PARAMS_SLOT
 from ..ir.symbolic import (
@@ -26,6 +26,8 @@ from ..ir.symbolic import (
 
 MAX_RANK = 8
 MAX_WORKGROUPS = 65535  # maxComputeWorkgroupsPerDimension's WebGPU default
+# Command record opcodes (docs/bundle-format.md)
+OPCODE_DISPATCH, OPCODE_READ, OPCODE_RESUME = 1, 2, 3
 
 _TEMPLATES = jinja2.Environment(
     loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
@@ -96,7 +98,12 @@ class _WatExpressions:
 
 
 class _StepEmitter:
-    """Host steps -> WAT statements, one stage function per run of steps between reads."""
+    """Host steps -> WAT statements, one stage function per run of steps between reads.
+
+    A loop has a stage of its own, which runs one iteration and ends its command list with a
+    resume record (the runtime submits and resumes at once), and on the resume after the
+    last iteration goes on with the steps after the loop; the stage before it starts the
+    count at 0 and runs it."""
 
     def __init__(self, function: HostFunction, call_sites: list[CallSiteParams], layout: HostLayout,
                  var_address: dict[str, int], bound_address: dict[str, int]) -> None:
@@ -114,16 +121,40 @@ class _StepEmitter:
             if isinstance(step, HostRead):
                 stages[-1]["lines"] += [
                     f";; read back: {step.note}",
-                    f"(call $command (i32.const 2) (i32.const {step.storage}) (i32.const {step.byte_offset}) "
+                    f"(call $command (i32.const {OPCODE_READ}) (i32.const {step.storage}) (i32.const {step.byte_offset}) "
                     f"(i32.const {step.slot}) (i32.const 0))",
                 ]
                 stages.append({"title": f": after reading {step.variable} ({step.note})", "lines": [
                     f"(i64.store (i32.const {self.var_address[step.variable]}) "
                     f"(i64.load (i32.const {self.layout.read_values + 8 * step.slot})))  ;; {step.variable}",
                 ]})
+            elif isinstance(step, HostLoop):
+                stages.append(self.loop_stage(step, stages[-1], len(stages)))
             else:
                 stages[-1]["lines"] += self.step(step, "")
         return stages
+
+    def loop_stage(self, loop: HostLoop, before: dict, index: int) -> dict:
+        """The stage of a loop (stage ``index``); ``before``, the stage before it, enters it."""
+        counter = f"(i64.load (i32.const {self.var_address[loop.variable]}))"
+        before["lines"] += [
+            f";; {loop.note}: {loop.variable} from 0 while < {format_expr(loop.count)}, one stage per iteration",
+            f"(i64.store (i32.const {self.var_address[loop.variable]}) (i64.const 0))",
+            f"(global.set $stage (i32.const {index + 1}))",
+            f"(return (call $stage{index}))",
+        ]
+        body = [line for step in loop.steps for line in self.step(step, "    ")]
+        return {"title": f": {loop.note}, one iteration per resume", "lines": [
+            f"(if (i64.lt_s {counter} {self.wat(loop.count)})",
+            "  (then",
+            *body,
+            f"    (i64.store (i32.const {self.var_address[loop.variable]}) (i64.add {counter} (i64.const 1)))",
+            f"    (call $command (i32.const {OPCODE_RESUME}) (i32.const 0) (i32.const 0) (i32.const 0) (i32.const 0))",
+            f"    (global.set $stage (i32.const {index}))",
+            "    (call $compute_storage_sizes)",
+            "    (return (i32.const 0))))",
+            f";; {loop.note} done",
+        ]}
 
     def fail_if(self, condition: str, code: int, value: str, expected: str, indent: str) -> list[str]:
         return [f"{indent}(if {condition}", f"{indent}  (then (return (call $fail (i32.const {code}) {value} {expected}))))"]
@@ -167,7 +198,7 @@ class _StepEmitter:
             lines = [f"{indent};; output '{output.name}': [{', '.join(format_expr(d) for d in step.shape)}]",
                      f"{indent}(i64.store (i32.const {base}) (i64.const {len(step.shape)}))"]
             return lines + [f"{indent}(i64.store (i32.const {base + 8 * (d + 1)}) {wat(dim)})" for d, dim in enumerate(step.shape)]
-        raise ValueError(f"cannot emit {type(step).__name__} here (reads only at the top level)")
+        raise ValueError(f"cannot emit {type(step).__name__} here (reads and loops only at the top level)")
 
 
 def emit_host_wat(function: HostFunction, call_sites: list[CallSiteParams], workgroup_size: int, source: str) -> str:
@@ -209,6 +240,7 @@ def emit_host_wat(function: HostFunction, call_sites: list[CallSiteParams], work
         params_bytes=len(call_sites) * PARAMS_SLOT,
         workgroup_size=workgroup_size,
         max_workgroups=MAX_WORKGROUPS,
+        opcode_dispatch=OPCODE_DISPATCH,
     )
 
 

@@ -11,7 +11,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 
 import {
-  Host, InputShapeError, OPCODE_DISPATCH, OPCODE_READ, checkInputs, deviceShortfalls, dtypeInfo, fromDeviceData,
+  Host, InputShapeError, OPCODE_DISPATCH, OPCODE_READ, OPCODE_RESUME, checkInputs, deviceShortfalls, dtypeInfo, fromDeviceData,
   floatToHalfBits, halfBitsToFloat, loadTimeLimits, storageSizeProblem, toDeviceData,
 } from "../../relaxweb/runtime_js/host.js";
 
@@ -302,6 +302,32 @@ test("read slots in a manifest whose host.wasm cannot resume are refused", async
     Host.instantiate(readFileSync(join(boundedFolder, "host.wasm")), { ...manifest, read_slots: 1 }),
     /does not export read_values or resume/,
   );
+});
+
+// Loops: a compiled Scan (tests/test_loop.py), one command list per iteration -----------------
+
+test("a loop's iterations each end their command list with a resume record", async () => {
+  const folder = mkdtempSync(join(tmpdir(), "relaxweb-host-test-"));
+  folders.push(folder);
+  const script = `import relaxweb; from tests.test_loop import scan_model; relaxweb.build(scan_model(), ${JSON.stringify(folder)})`;
+  execFileSync("python3", ["-c", script], { cwd: REPO_ROOT, stdio: ["ignore", "inherit", "inherit"] });
+  const host = await loadHost(folder);
+  const iteration = host.manifest.symbolic_vars.findIndex((v) => v.name === "rnn_scan_iteration");
+  for (const steps of [3, 1]) {
+    host.runOrThrow([[3], [steps, 2]]);
+    const iterations = [];
+    for (;;) {
+      const commands = host.commands();
+      const last = commands[commands.length - 1];
+      if (last?.opcode !== OPCODE_RESUME) break;
+      assert.ok(commands.slice(0, -1).every((command) => command.opcode === OPCODE_DISPATCH));
+      iterations.push(host.varValues()[iteration]);
+      host.resumeOrThrow();
+    }
+    // (the host counts an iteration before it stops: its dispatches' params hold the one before)
+    assert.deepEqual(iterations, [...Array(steps).keys()].map((i) => i + 1));
+    assert.deepEqual(host.outputShapes(), [[3], [steps, 3], [steps, 2]]);
+  }
 });
 
 // Load-time limits and features (fake adapter limits: plain objects, as GPUSupportedLimits reads)

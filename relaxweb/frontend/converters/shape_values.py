@@ -95,6 +95,7 @@ SHAPE_OPERANDS: dict[str, frozenset[int]] = {
     "Gather": frozenset({1}),
     "Trilu": frozenset({1}),
     "If": frozenset({0}),
+    "Loop": frozenset({0, 1}),
     "Resize": frozenset({1, 2, 3}),
     "Upsample": frozenset({1}),
 }
