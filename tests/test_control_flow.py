@@ -6,8 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import onnxruntime
 import pytest
+from onnx import TensorProto, helper
 
+import relaxweb
 from relaxweb.bundle import write_bundle
 
 from relaxweb.compiler import compile_module
@@ -21,7 +24,7 @@ from relaxweb.ir.struct_info import PrimStructInfo
 from relaxweb.ir.well_formed import check_well_formed
 from relaxweb.ops import call_op
 from relaxweb.runtime import Session
-from tests.helpers import assert_close, rand
+from tests.helpers import assert_close, make_model, rand
 
 n, m, p, k = (SizeVar(name) for name in ("n", "m", "p", "k"))
 
@@ -230,3 +233,35 @@ def test_compiled_read_back_runs_in_chromium(unique_bundle) -> None:
     assert_close(run_in_browser(unique_bundle, {"x": x})["out"], np.unique(x) * 2)
     with pytest.raises(InputShapeError, match=r"\(k\) is 7, above its bound k <= 6"):
         run_in_browser(unique_bundle, {"x": np.arange(7, dtype=np.float32)})
+
+
+def two_output_if_model():
+    """An ONNX If with two outputs (Silero-style: the model and its next state chosen by one
+    condition); the else branch's second output needs the first's work."""
+    def graph(name, nodes, outputs):
+        return helper.make_graph(nodes, name, [], [helper.make_tensor_value_info(o, TensorProto.FLOAT, None)
+                                                    for o in outputs])
+    then_branch = graph("then", [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Neg", ["x"], ["b"])],
+                        ["a", "b"])
+    else_branch = graph("else", [helper.make_node("Sigmoid", ["x"], ["c"]), helper.make_node("Mul", ["c", "x"], ["d"])],
+                        ["c", "d"])
+    nodes = [helper.make_node("ReduceSum", ["x"], ["total"], keepdims=0),
+             helper.make_node("Greater", ["total", "zero"], ["positive"]),
+             helper.make_node("If", ["positive"], ["first", "second"], name="choose", then_branch=then_branch,
+                              else_branch=else_branch),
+             helper.make_node("Sub", ["first", "second"], ["y"])]
+    return make_model(nodes, [("x", ["n", 3])], ["y", "second"], {"zero": np.array(0, np.float32)}, opset=17)
+
+
+@pytest.mark.gpu
+def test_an_onnx_if_with_two_outputs_matches_onnxruntime(device, tmp_path) -> None:
+    model = two_output_if_model()
+    relaxweb.build(model, tmp_path / "bundle")
+    session = relaxweb.load(tmp_path / "bundle", device=device)
+    reference = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for rows, sign in ((2, 1.0), (5, -1.0)):
+        feeds = {"x": sign * np.abs(rand(rows, 3, seed=rows))}
+        expected = reference.run(None, feeds)
+        actual = session.run(feeds)
+        assert_close(actual["y"], expected[0], err_msg=f"y at {rows} rows, sign {sign}")
+        assert_close(actual["second"], expected[1], err_msg=f"second at {rows} rows, sign {sign}")

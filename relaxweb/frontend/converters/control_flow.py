@@ -43,7 +43,7 @@ import numpy as np
 import onnx
 
 from ...errors import RelaxwebError, UnsupportedModelError
-from ...ir.expr import Constant, Expr, MatchCast, PrimValue, ShapeExpr, TensorToPrim, Tuple, TupleGetItem
+from ...ir.expr import Constant, Expr, MatchCast, PrimValue, ShapeExpr, TensorToPrim, TupleGetItem
 from ...ir.struct_info import PrimStructInfo, TensorStructInfo, is_less_specific
 from ...ir.symbolic import IntImm, PrimExpr, as_int, format_expr, free_vars, prove_equal, simplify
 from ...ops import call_op, strided_slice
@@ -127,12 +127,51 @@ def convert_if(context, node, inputs):
         condition = context.builder.emit(call_op("cast", condition, dtype="int32"), f"{node_name(node)}_condition")
     if context.builder.dataflow:
         raise fail(node, "an If cannot go in a dataflow block (import the model with from_onnx)")
-    count = len(node.output)
+    for graph in (then_graph, else_graph):
+        if len(graph.output) != len(node.output):
+            raise fail(node, f"branch '{graph.name}' has {len(graph.output)} outputs, the node {len(node.output)}")
+    if len(node.output) > 1:
+        # the host's If has one tensor result: one If per output, each branch pruned to the
+        # nodes that output needs (work both outputs need runs in each)
+        return [_single_if(context, node, condition, then_graph, else_graph, outer, index)
+                for index in range(len(node.output))]
+    return _single_if(context, node, condition, then_graph, else_graph, outer, 0)
+
+
+def _pruned(graph: onnx.GraphProto, index: int) -> onnx.GraphProto:
+    """The graph with only its output ``index`` and the nodes that output depends on."""
+    needed, kept = {graph.output[index].name}, []
+    for inner in reversed(graph.node):
+        if needed & set(inner.output):
+            kept.append(inner)
+            needed |= {name for name in inner.input if name} | _subgraph_reads(inner)
+    pruned = onnx.GraphProto()
+    pruned.CopyFrom(graph)
+    del pruned.node[:]
+    pruned.node.extend(reversed(kept))
+    del pruned.output[:]
+    pruned.output.append(graph.output[index])
+    return pruned
+
+
+def _subgraph_reads(node: onnx.NodeProto) -> set[str]:
+    """Every name the node's subgraphs read (outer-scope references included)."""
+    names: set[str] = set()
+    for attribute in node.attribute:
+        for graph in ([attribute.g] if attribute.HasField("g") else []) + list(attribute.graphs):
+            for inner in graph.node:
+                names |= {name for name in inner.input if name} | _subgraph_reads(inner)
+    return names
+
+
+def _single_if(context, node, condition, then_graph, else_graph, outer, index: int):
+    """An If of the node's output ``index`` (its branches pruned to it when there are more)."""
+    if len(node.output) > 1:
+        then_graph, else_graph = _pruned(then_graph, index), _pruned(else_graph, index)
 
     def branch(graph: onnx.GraphProto):
         def build(builder) -> Expr:
             child = _child_context(context, builder)
-            results = []
             try:
                 values = convert_graph(child, graph, outer)
             except UnsupportedModelError:
@@ -143,22 +182,17 @@ def convert_if(context, node, inputs):
                 raise UnsupportedModelError(
                     f"If node '{node.name}': branch '{graph.name}' has shapes relaxweb cannot prove "
                     f"for every input that reaches the If: {error}") from error
-            for value in values:
-                value = materialize(child, value, f"{graph.name or 'branch'}_out")
-                if not any(binding.var is value for binding in builder.bindings):
-                    # a branch ends with a value computed inside it (the host needs one)
-                    value = builder.emit(call_op("identity", value), f"{graph.name or 'branch'}_out")
-                results.append(value)
-            if len(results) != count:
-                raise fail(node, f"a branch has {len(results)} outputs, the node {count}")
-            return results[0] if count == 1 else Tuple(tuple(results))
+            if len(values) != 1:
+                raise fail(node, f"branch '{graph.name}' has {len(values)} outputs, the node {len(node.output)}")
+            value = materialize(child, values[0], f"{graph.name or 'branch'}_out")
+            if not any(binding.var is value for binding in builder.bindings):
+                # a branch ends with a value computed inside it (the host needs one)
+                value = builder.emit(call_op("identity", value), f"{graph.name or 'branch'}_out")
+            return value
         return build
 
     chosen = context.builder.emit_if(condition, branch(then_graph), branch(else_graph), node_name(node))
-    outputs = [chosen] if count == 1 else [
-        context.builder.emit(TupleGetItem(chosen, index), f"{node_name(node)}_{index}") for index in range(count)
-    ]
-    return [_name_dims(context, node, value, node.output[index]) for index, value in enumerate(outputs)]
+    return _name_dims(context, node, chosen, node.output[index])
 
 
 def _name_dims(context, node, value, name: str):
