@@ -28,8 +28,10 @@ exponent that is a small integer (|n| <= 8) multiplies (``x*x*x``), 0.5 is ``sqr
 it uses WGSL ``pow`` on ``|a|`` and puts the sign back for integer exponents; a negative base
 with a non-integer exponent gives WGSL's undefined ``pow`` result (numpy: NaN), and integer
 tensors go through float32 (exact up to 2^24).  ``mod`` is ``a - b * floor(a / b)`` (or
-``trunc`` for fmod) on floats, computed in float32 (not exact for huge quotients); integer
-``mod`` has no GPU lowering.  ``softplus`` is ``max(x, 0) + log(1 + exp(-|x|))``, ``mish``
+``trunc`` for fmod) on floats, computed in float32 (not exact for huge quotients; float16 and
+float64 too, which the device holds as float32); on integers the remainder of WGSL's
+truncating division, moved into the divisor's sign for the floor mod (0 for a zero divisor,
+as numpy).  ``softplus`` is ``max(x, 0) + log(1 + exp(-|x|))``, ``mish``
 ``x * tanh(softplus(x))``.  Ops without a body register no legalization: they import and run in
 the interpreter, and building lists them as having no GPU lowering.
 """
@@ -42,6 +44,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import UnsupportedModelError
+from ..ir.dtype import DtypeKind, dtype_info
 from ..ir.expr import Call, Constant, tensor_dtype
 from ..ir.op_registry import DeductionError, register_op
 from ..ir.struct_info import TensorStructInfo
@@ -158,20 +161,43 @@ def _trunc(q: ScalarExpr) -> ScalarExpr:
 
 def _legalize_mod(context, call: Call):
     info = call.struct_info
-    if info.dtype != "float32":
-        raise UnsupportedModelError(f"mod: no GPU lowering for {info.dtype} tensors yet (float32 only)")
-    rounding = _trunc if call.attrs.get("fmod") else floor
+    entry = dtype_info(info.dtype)
+    if not entry.on_gpu:
+        raise UnsupportedModelError(f"mod: no GPU lowering for {info.dtype} tensors (no GPU representation)")
+    body = _float_mod_body if entry.is_float else _integer_mod_body
+    fmod = bool(call.attrs.get("fmod"))
+    program = make_program("mod", call.args, info.shape, info.dtype,
+                           lambda axes, buffers: body(load_broadcast(buffers[0], axes), load_broadcast(buffers[1], axes),
+                                                      fmod, entry))
+    return context.call_tir(program, call.args)
 
-    def body(axes, buffers):
-        a, b = load_broadcast(buffers[0], axes), load_broadcast(buffers[1], axes)
-        general = a - b * rounding(a / b)
-        # a finite dividend and an infinite divisor (where the formula gives NaN): a, or for the
-        # floor mod with opposite signs the divisor (as numpy / Python)
-        largest = 3.4028234663852886e38
-        pick = a if call.attrs.get("fmod") else select(a.ge(0.0).eq(b.gt(0.0)), a, b)
-        return select(_abs(b).gt(largest), select(_abs(a).le(largest), pick, general), general)
 
-    return context.call_tir(make_program("mod", call.args, info.shape, info.dtype, body), call.args)
+def _float_mod_body(a: ScalarExpr, b: ScalarExpr, fmod: bool, entry) -> ScalarExpr:
+    """``a - b * floor(a / b)`` (``trunc`` for fmod), in float32 (float16 and float64 are
+    float32 on the device, and the interpreter computes as the device does)."""
+    a, b = cast("float32", a), cast("float32", b)
+    rounding = _trunc if fmod else floor
+    general = a - b * rounding(a / b)
+    # a finite dividend and an infinite divisor (where the formula gives NaN): a, or for the
+    # floor mod with opposite signs the divisor (as numpy / Python)
+    largest = 3.4028234663852886e38
+    pick = a if fmod else select(a.ge(0.0).eq(b.gt(0.0)), a, b)
+    return cast(entry.name, select(_abs(b).gt(largest), select(_abs(a).le(largest), pick, general), general))
+
+
+def _integer_mod_body(a: ScalarExpr, b: ScalarExpr, fmod: bool, entry) -> ScalarExpr:
+    """The remainder of the division truncated toward zero, moved into the divisor's sign
+    for the floor mod of signed integers; 0 for a zero divisor, as numpy.  Exact: computed
+    in the 32-bit integers every integer dtype has on the device, where its values fit (the
+    quotient is cast, which truncates a float quotient in the interpreter as WGSL's integer
+    ``/`` does)."""
+    work = "int32" if entry.kind is DtypeKind.INT else "uint32"
+    a, b = cast(work, a), cast(work, b)
+    remainder = a - b * Cast(work, a / b)
+    if not fmod and work == "int32":
+        opposite = select(remainder.ne(0), remainder.lt(0).ne(b.lt(0)), _imm(0, "bool"))
+        remainder = select(opposite, remainder + b, remainder)
+    return cast(entry.name, select(b.eq(0), _imm(0, work), remainder))
 
 
 def _constant_exponent(expr) -> float | None:
