@@ -129,7 +129,31 @@ def mod_case(dtype: str, fmod: int) -> Case:
     return Case(model, [feeds(3), feeds(1)], tolerance)
 
 
+# Bitwise ops ---------------------------------------------------------------------------------
+
+
+def bitwise_case(dtype: str) -> Case:
+    """BitwiseAnd/Or/Xor of x [batch, 4] with a broadcast row, and BitwiseNot of each."""
+    elem_type = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    info = np.iinfo(dtype)
+    # int64 values must fit in 32 bits on the device (checked at the boundary)
+    low, high = (max(int(info.min), -2**31), min(int(info.max), 2**31 - 1))
+    row = np.array([high, low, 0b1010, -1 if low < 0 else high // 3], dtype)
+    nodes = [helper.make_node(op, ["x", "row"], [op.lower()]) for op in ("BitwiseAnd", "BitwiseOr", "BitwiseXor")]
+    nodes += [helper.make_node("BitwiseNot", ["bitwisexor"], ["not_xor"]), helper.make_node("BitwiseNot", ["x"], ["not_x"])]
+    outputs = [(name, elem_type, None) for name in ("bitwiseand", "bitwiseor", "bitwisexor", "not_xor", "not_x")]
+    model = make_model(nodes, [("x", elem_type, ["batch", 4])], outputs, {"row": row}, opset=18, check=True)
+
+    def feeds(batch: int):
+        return lambda seed: {"x": np.random.default_rng(seed).integers(low, high, size=(batch, 4), endpoint=True,
+                                                                      dtype=dtype)}
+
+    return Case(model, [feeds(5), feeds(1)])
+
+
 CASES = {
+    **{f"bitwise_{dtype}": (lambda dtype: lambda: bitwise_case(dtype))(dtype)
+       for dtype in ("int32", "int64", "int16", "uint8", "uint32")},
     # (onnxruntime has the floor mod of floats only from opset 28; the node cases check it)
     **{f"mod_{dtype}_fmod{fmod}": (lambda dtype, fmod: lambda: mod_case(dtype, fmod))(dtype, fmod)
        for dtype in ("int32", "int64", "int8", "uint8", "float64", "float16") for fmod in (0, 1)

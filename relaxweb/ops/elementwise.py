@@ -8,7 +8,8 @@ Binary ops: ``add``, ``subtract``, ``multiply``, ``divide`` (integers truncate t
 as in C and ONNX), ``maximum``, ``minimum``, ``power`` (the result has the base's dtype; the
 exponent may have another), ``mod`` (``fmod=False``: the sign of the divisor, as Python;
 ``fmod=True``: the sign of the dividend, as C's ``fmod``), ``left_shift``, ``right_shift``
-(integers; a shift past the bit width gives 0), and ``prelu(x, slope)``.
+(integers; a shift past the bit width gives 0), ``bitwise_and``, ``bitwise_or``,
+``bitwise_xor`` (integers), and ``prelu(x, slope)``; ``bitwise_not(x)`` (integers) is unary.
 
 Unary ops keep the annotation of their argument.  Some take float attributes: ``leaky_relu``
 / ``elu`` / ``celu`` / ``thresholded_relu`` (``alpha``), ``selu`` (``alpha``, ``gamma``),
@@ -50,8 +51,8 @@ from ..ir.op_registry import DeductionError, register_op
 from ..ir.struct_info import TensorStructInfo
 from ..ir.symbolic import IntImm, SizeVar
 from ..ir.tir import (
-    MATH_FUNCTIONS, Cast, FloatImm, IndexValue, Reduce, ReduceCombiner, ScalarExpr, Unary, cast, ceil, exp, floor, log,
-    maximum, minimum, power, round_half_even, select, sigmoid, sqrt, tanh,
+    MATH_FUNCTIONS, Cast, FloatImm, IndexValue, Reduce, ReduceCombiner, ScalarExpr, Unary, bitwise_and, bitwise_or,
+    bitwise_xor, cast, ceil, exp, floor, log, maximum, minimum, power, round_half_even, select, sigmoid, sqrt, tanh,
 )
 from .common import (
     broadcast_shapes, expect_args, load_broadcast, make_program, needs_known_shapes, require_float,
@@ -124,6 +125,9 @@ BINARY_REFERENCE: dict[str, Callable] = {
     "left_shift": _shift("left"),
     "right_shift": _shift("right"),
     "prelu": lambda x, slope: np.where(x < 0, x * slope, x),
+    "bitwise_and": np.bitwise_and,
+    "bitwise_or": np.bitwise_or,
+    "bitwise_xor": np.bitwise_xor,
 }
 
 # Scalar bodies, for the ops the scalar IR can express.
@@ -135,7 +139,13 @@ BINARY_BODIES: dict[str, Callable[[ScalarExpr, ScalarExpr, str], ScalarExpr]] = 
     "maximum": lambda a, b, dtype: maximum(a, b),
     "minimum": lambda a, b, dtype: minimum(a, b),
     "prelu": lambda x, slope, dtype: select(x.lt(0), x * slope, x),
+    "bitwise_and": lambda a, b, dtype: bitwise_and(a, b),
+    "bitwise_or": lambda a, b, dtype: bitwise_or(a, b),
+    "bitwise_xor": lambda a, b, dtype: bitwise_xor(a, b),
 }
+
+# Binary ops on the bits of integers.
+BITWISE = ("bitwise_and", "bitwise_or", "bitwise_xor")
 
 
 def _deduce_binary(name: str):
@@ -149,6 +159,8 @@ def _deduce_binary(name: str):
         else:
             dtype = same_dtype(name, [a, b])
         if name in ("left_shift", "right_shift"):
+            require_integer(name, a, 0)
+        if name in BITWISE:
             require_integer(name, a, 0)
         return broadcast_info(name, [a, b], dtype)
 
@@ -308,6 +320,17 @@ def _legalize_shift(direction: str):
     return legalize
 
 
+def _on_gpu(name: str, legalize):
+    """``legalize`` for the dtypes the GPU holds (uint64 has no GPU form: a clear error)."""
+    def checked(context, call: Call):
+        if not dtype_info(call.struct_info.dtype).on_gpu:
+            raise UnsupportedModelError(f"{name}: no GPU lowering for {call.struct_info.dtype} tensors "
+                                        "(no GPU representation)")
+        return legalize(context, call)
+
+    return checked
+
+
 SPECIAL_BINARY = {"mod": _legalize_mod, "power": _legalize_power,
                   "left_shift": _legalize_shift("left"), "right_shift": _legalize_shift("right")}
 
@@ -315,6 +338,12 @@ SPECIAL_BINARY = {"mod": _legalize_mod, "power": _legalize_power,
 def _legalize_binary(name: str):
     if name in SPECIAL_BINARY:
         return SPECIAL_BINARY[name]
+    if name in BITWISE:
+        return _on_gpu(name, _legalize_body(name))
+    return _legalize_body(name)
+
+
+def _legalize_body(name: str):
     scalar = BINARY_BODIES[name]
 
     def legalize(context, call: Call):
@@ -549,3 +578,34 @@ for _name in UNARY_REFERENCE:
         legalize=needs_known_shapes(_legalize_unary(_name)) if _name in UNARY_BODIES else None,
         reference=_reference_unary(_name),
     )
+
+
+# bitwise_not ----------------------------------------------------------------------------------
+
+
+def _deduce_bitwise_not(args, attrs) -> TensorStructInfo:
+    expect_args("bitwise_not", args, 1)
+    info = require_tensor(args[0], "bitwise_not", 0)
+    require_integer("bitwise_not", info)
+    return info
+
+
+def _legalize_bitwise_not(context, call: Call):
+    """``~x`` as arithmetic: ``-x - 1`` for signed integers (two's complement, exact on the
+    sign-extended device values), ``(2**bits - 1) - x`` for unsigned ones (whose narrow
+    dtypes live zero-extended in a u32)."""
+    info = call.struct_info
+    entry = dtype_info(info.dtype)
+
+    def body(axes, buffers):
+        x = load_broadcast(buffers[0], axes)
+        if entry.kind is DtypeKind.INT:
+            return -x - 1
+        return _imm(2 ** (8 * entry.bytes) - 1, info.dtype) - x
+
+    return context.call_tir(make_program("bitwise_not", call.args, info.shape, info.dtype, body), call.args)
+
+
+register_op("bitwise_not", deduce=_deduce_bitwise_not,
+            legalize=needs_known_shapes(_on_gpu("bitwise_not", _legalize_bitwise_not)),
+            reference=lambda arrays, attrs: np.invert(np.asarray(arrays[0])))

@@ -24,6 +24,7 @@ BINARY = {
     "Add": "add", "Sub": "subtract", "Mul": "multiply", "Div": "divide", "Pow": "power", "PRelu": "prelu",
     "Equal": "equal", "Less": "less", "LessOrEqual": "less_equal", "Greater": "greater",
     "GreaterOrEqual": "greater_equal", "And": "logical_and", "Or": "logical_or", "Xor": "logical_xor",
+    "BitwiseAnd": "bitwise_and", "BitwiseOr": "bitwise_or", "BitwiseXor": "bitwise_xor",
 }
 
 UNARY = {
@@ -32,7 +33,7 @@ UNARY = {
     "Round": "round", "Sign": "sign", "Erf": "erf", "Sin": "sin", "Cos": "cos", "Tan": "tan", "Asin": "asin",
     "Acos": "acos", "Atan": "atan", "Sinh": "sinh", "Cosh": "cosh", "Asinh": "asinh", "Acosh": "acosh",
     "Atanh": "atanh", "Softplus": "softplus", "Softsign": "softsign", "Mish": "mish", "HardSwish": "hard_swish",
-    "Not": "logical_not", "IsNaN": "isnan",
+    "Not": "logical_not", "IsNaN": "isnan", "BitwiseNot": "bitwise_not",
 }
 
 # ONNX op -> (IR op, {ONNX attribute: default}); the attributes are passed on as floats.
