@@ -17,6 +17,10 @@ from onnx import TensorProto, helper
 
 import relaxweb
 from relaxweb.errors import RelaxwebError
+from relaxweb.ir.parser import parse_module
+from relaxweb.ir.printer import format_module, module_constants
+from relaxweb.ir.structural import assert_structural_equal
+from relaxweb.passes import pipeline, run_pipeline
 from tests.helpers import F32, F32_LOOSE, FLOAT16, Tolerance, assert_close, make_model, rand
 
 FLOAT, INT32, INT64 = TensorProto.FLOAT, TensorProto.INT32, TensorProto.INT64
@@ -151,7 +155,57 @@ def bitwise_case(dtype: str) -> Case:
     return Case(model, [feeds(5), feeds(1)])
 
 
+# EyeLike, CumProd ----------------------------------------------------------------------------
+
+
+def eye_like_case(k: int, dtype: int | None) -> Case:
+    """An identity-like matrix of x's symbolic shape [rows, cols], added to x (float) so the
+    output depends on x's values too."""
+    attrs = {"k": k} if dtype is None else {"k": k, "dtype": dtype}
+    nodes = [helper.make_node("EyeLike", ["x"], ["eye"], **attrs)]
+    outputs = [("eye", dtype or FLOAT, None)]
+    if dtype is None:
+        nodes.append(helper.make_node("Add", ["x", "eye"], ["sum"]))
+        outputs.append(("sum", FLOAT, None))
+    model = make_model(nodes, [("x", FLOAT, ["rows", "cols"])], outputs, check=True)
+    return Case(model, [lambda seed: {"x": rand(3, 5, seed=seed)}, lambda seed: {"x": rand(6, 2, seed=seed)},
+                        lambda seed: {"x": rand(1, 1, seed=seed)}])
+
+
+def cumprod_case(dtype: str, exclusive: int, reverse: int, axis_at_run_time: bool) -> Case:
+    """CumProd along the symbolic axis 1 of [batch, seq, 3] (values near 1, so products stay
+    unit-scale); the axis an initializer or a graph input."""
+    elem_type = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    inputs = [("x", elem_type, ["batch", "seq", 3])]
+    initializers = {}
+    if axis_at_run_time:
+        inputs.append(("axis", INT64, []))
+    else:
+        initializers["axis"] = np.array(-2, np.int64)
+    model = make_model([helper.make_node("CumProd", ["x", "axis"], ["y"], exclusive=exclusive, reverse=reverse)],
+                       inputs, [("y", elem_type, None)], initializers, opset=26, ir_version=13, check=True)
+
+    def feeds(batch: int, seq: int):
+        def make(seed):
+            if dtype == "int32":
+                values = {"x": rand(batch, seq, 3, seed=seed, low=-2, high=3, dtype=dtype)}
+            else:
+                values = {"x": rand(batch, seq, 3, seed=seed, low=0.5, high=1.5)}
+            if axis_at_run_time:
+                values["axis"] = np.array(1, np.int64)
+            return values
+        return make
+
+    return Case(model, [feeds(2, 6), feeds(1, 1), feeds(3, 4)])
+
+
 CASES = {
+    "eye_like": lambda: eye_like_case(0, None),
+    "eye_like_above_int32": lambda: eye_like_case(2, INT32),
+    "eye_like_below_int64": lambda: eye_like_case(-1, INT64),
+    **{f"cumprod_exclusive{e}_reverse{r}": (lambda e, r: lambda: cumprod_case("float32", e, r, False))(e, r)
+       for e in (0, 1) for r in (0, 1)},
+    "cumprod_int32_axis_at_run_time": lambda: cumprod_case("int32", 1, 0, True),
     **{f"bitwise_{dtype}": (lambda dtype: lambda: bitwise_case(dtype))(dtype)
        for dtype in ("int32", "int64", "int16", "uint8", "uint32")},
     # (onnxruntime has the floor mod of floats only from opset 28; the node cases check it)
@@ -193,3 +247,24 @@ def test_reverse_sequence_axes_other_than_0_and_1_are_refused() -> None:
                        [("x", FLOAT, [2, 3, 4]), ("lengths", INT64, [2])], [("y", FLOAT, None)])
     with pytest.raises(RelaxwebError, match="ReverseSequence node 'rev'.*batch_axis and time_axis must be 0 and 1"):
         relaxweb.inspect(model).module  # noqa: B018 - importing is what raises
+
+
+def test_every_pass_output_round_trips_through_its_text() -> None:
+    """The new ops' attributes and arguments (a symbolic OneHot depth, a None dtype...) print
+    and parse back at every pass."""
+    models = [CASES[name]().model for name in sorted(CASES)]
+    models.append(make_model([helper.make_node("Shape", ["logits"], ["shape"], start=1, end=2),
+                              helper.make_node("OneHot", ["labels", "shape", "values"], ["y"])],
+                             [("labels", INT64, ["n"]), ("logits", FLOAT, ["n", "classes"])], [("y", FLOAT, None)],
+                             {"values": np.array([0.0, 1.0], np.float32)}))
+
+    def check(step: str, module) -> None:
+        text = format_module(module)
+        parsed = parse_module(text, module_constants(module))
+        assert_structural_equal(parsed, module)
+        assert format_module(parsed) == text, step
+
+    for model in models:
+        module = relaxweb.inspect(model).module
+        check("import", module)
+        run_pipeline(module, pipeline(1), check)
