@@ -199,7 +199,34 @@ def cumprod_case(dtype: str, exclusive: int, reverse: int, axis_at_run_time: boo
     return Case(model, [feeds(2, 6), feeds(1, 1), feeds(3, 4)])
 
 
+# LpPool, Shrink ------------------------------------------------------------------------------
+
+
+def lp_pool_case(p: int) -> Case:
+    """LpPool 3x3, stride 2, padded, on [batch, 2, h, w] (symbolic spatial dims), then Shrink."""
+    model = make_model(
+        [helper.make_node("LpPool", ["x"], ["pooled"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], p=p),
+         helper.make_node("Shrink", ["pooled"], ["y"], lambd=1.5, bias=0.5)],
+        [("x", FLOAT, ["batch", 2, "h", "w"])], [("pooled", FLOAT, None), ("y", FLOAT, None)], check=True,
+    )
+    # |x|**p summed over 9 terms in another order, then a root through WGSL pow (F32_LOOSE)
+    return Case(model, [lambda seed: {"x": rand(2, 2, 7, 6, seed=seed)}, lambda seed: {"x": rand(1, 2, 4, 9, seed=seed)}],
+                F32_LOOSE)
+
+
+def shrink_case(lambd: float, bias: float) -> Case:
+    model = make_model([helper.make_node("Shrink", ["x"], ["y"], lambd=lambd, bias=bias)],
+                       [("x", FLOAT, ["batch", 5])], [("y", FLOAT, None)], check=True)
+    # the thresholds themselves, and values on either side
+    edges = np.array([lambd, -lambd, lambd + 0.25, -lambd - 0.25, 0.0], np.float32)
+    return Case(model, [lambda seed: {"x": np.concatenate([edges[None], rand(3, 5, seed=seed) * 2])},
+                        lambda seed: {"x": rand(1, 5, seed=seed)}])
+
+
 CASES = {
+    **{f"lp_pool_p{p}": (lambda p: lambda: lp_pool_case(p))(p) for p in (1, 2, 3, 11)},
+    "shrink_hard": lambda: shrink_case(0.5, 0.0),
+    "shrink_soft": lambda: shrink_case(1.0, 1.0),
     "eye_like": lambda: eye_like_case(0, None),
     "eye_like_above_int32": lambda: eye_like_case(2, INT32),
     "eye_like_below_int64": lambda: eye_like_case(-1, INT64),

@@ -13,8 +13,8 @@ exponent may have another), ``mod`` (``fmod=False``: the sign of the divisor, as
 
 Unary ops keep the annotation of their argument.  Some take float attributes: ``leaky_relu``
 / ``elu`` / ``celu`` / ``thresholded_relu`` (``alpha``), ``selu`` (``alpha``, ``gamma``),
-``hard_sigmoid`` (``alpha``, ``beta``).  ``gelu`` is the exact form (with erf), ``gelu_tanh``
-its tanh approximation.
+``hard_sigmoid`` (``alpha``, ``beta``), ``shrink`` (``lambd``, ``bias``).  ``gelu`` is the
+exact form (with erf), ``gelu_tanh`` its tanh approximation.
 
 Deduction: binary ops broadcast (``broadcast_shapes``: 1 takes the other side, otherwise the
 dims must be provably equal); with an operand of unknown shape the result's shape is unknown
@@ -404,6 +404,11 @@ def _elu_body(x: ScalarExpr, alpha: float) -> ScalarExpr:
     return select(x.lt(0.0), negative, x)
 
 
+def _shrink_body(x: ScalarExpr, lambd: float, bias: float) -> ScalarExpr:
+    """ONNX Shrink: ``x + bias`` below ``-lambd``, ``x - bias`` above ``lambd``, 0 between."""
+    return select(x.lt(-lambd), x + bias, select(x.gt(lambd), x - bias, 0.0))
+
+
 def _hard_sigmoid_body(x: ScalarExpr, alpha: float, beta: float) -> ScalarExpr:
     linear = alpha * x + beta
     return maximum(0.0, minimum(1.0, linear))
@@ -465,6 +470,7 @@ UNARY_BODIES: dict[str, Callable[[ScalarExpr, dict, str], ScalarExpr]] = {
     "thresholded_relu": lambda x, attrs, dtype: select(x.gt(attrs.get("alpha", 1.0)), x, 0.0),
     "hard_sigmoid": lambda x, attrs, dtype: _hard_sigmoid_body(x, attrs.get("alpha", 0.2), attrs.get("beta", 0.5)),
     "hard_swish": lambda x, attrs, dtype: x * _hard_sigmoid_body(x, 1 / 6, 0.5),
+    "shrink": lambda x, attrs, dtype: _shrink_body(x, attrs.get("lambd", 0.5), attrs.get("bias", 0.0)),
     "gelu_tanh": lambda x, attrs, dtype: _gelu_tanh_body(x),
     "erf": lambda x, attrs, dtype: _erf_body(x, dtype),
     "gelu": lambda x, attrs, dtype: 0.5 * x * (1.0 + _erf_body(x * (1 / math.sqrt(2)), dtype)),
@@ -527,6 +533,8 @@ UNARY_REFERENCE: dict[str, Callable[[np.ndarray, dict], np.ndarray]] = {
     "thresholded_relu": lambda x, attrs: np.where(x > attrs.get("alpha", 1.0), x, 0),
     "hard_sigmoid": lambda x, attrs: np.clip(attrs.get("alpha", 0.2) * x + attrs.get("beta", 0.5), 0, 1),
     "hard_swish": lambda x, attrs: x * np.clip(x / 6 + 0.5, 0, 1),
+    "shrink": lambda x, attrs: np.where(x < -attrs.get("lambd", 0.5), x + attrs.get("bias", 0.0),
+                                        np.where(x > attrs.get("lambd", 0.5), x - attrs.get("bias", 0.0), 0)),
 }
 
 # Ops that take any numeric tensor (also integers); the others need a float tensor.

@@ -44,6 +44,7 @@ ACTIVATIONS = {
     "Selu": ("selu", {"alpha": 1.67326319217681884765625, "gamma": 1.05070102214813232421875}),
     "ThresholdedRelu": ("thresholded_relu", {"alpha": 1.0}),
     "HardSigmoid": ("hard_sigmoid", {"alpha": 0.2, "beta": 0.5}),
+    "Shrink": ("shrink", {"lambd": 0.5, "bias": 0.0}),
 }
 
 VARIADIC = {"Max": "maximum", "Min": "minimum", "Sum": "add", "Mean": "add"}
