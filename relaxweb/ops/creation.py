@@ -256,7 +256,6 @@ register_op("shape_to_tensor", deduce=deduce_shape_to_tensor, legalize=needs_kno
             reference=shape_to_tensor_reference)
 
 
-
 # eye_like --------------------------------------------------------------------------------------
 
 

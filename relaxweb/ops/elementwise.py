@@ -45,7 +45,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import UnsupportedModelError
-from ..ir.dtype import DtypeKind, dtype_info
+from ..ir.dtype import DtypeInfo, DtypeKind, dtype_info
 from ..ir.expr import Call, Constant, tensor_dtype
 from ..ir.op_registry import DeductionError, register_op
 from ..ir.struct_info import TensorStructInfo
@@ -184,7 +184,7 @@ def _legalize_mod(context, call: Call):
     return context.call_tir(program, call.args)
 
 
-def _float_mod_body(a: ScalarExpr, b: ScalarExpr, fmod: bool, entry) -> ScalarExpr:
+def _float_mod_body(a: ScalarExpr, b: ScalarExpr, fmod: bool, entry: DtypeInfo) -> ScalarExpr:
     """``a - b * floor(a / b)`` (``trunc`` for fmod), in float32 (float16 and float64 are
     float32 on the device, and the interpreter computes as the device does)."""
     a, b = cast("float32", a), cast("float32", b)
@@ -197,7 +197,7 @@ def _float_mod_body(a: ScalarExpr, b: ScalarExpr, fmod: bool, entry) -> ScalarEx
     return cast(entry.name, select(_abs(b).gt(largest), select(_abs(a).le(largest), pick, general), general))
 
 
-def _integer_mod_body(a: ScalarExpr, b: ScalarExpr, fmod: bool, entry) -> ScalarExpr:
+def _integer_mod_body(a: ScalarExpr, b: ScalarExpr, fmod: bool, entry: DtypeInfo) -> ScalarExpr:
     """The remainder of the division truncated toward zero, moved into the divisor's sign
     for the floor mod of signed integers; 0 for a zero divisor, as numpy.  Exact: computed
     in the 32-bit integers every integer dtype has on the device, where its values fit (the

@@ -29,9 +29,9 @@ the end, as in ONNX.
   the dtype of ``values``.  The depth is the int attribute ``depth``, or a third argument: a
   prim value (symbolic, e.g. ``classes``), or a one-element tensor known only at run time
   (the result's shape is then unknown, its rank known, and legalization reads the depth back,
-  as ``topk`` its ``k``).  Negative indices
-  count from ``depth``; one outside ``[-depth, depth)`` gives an all-off row.  Float indices
-  (and a float depth) are truncated, as onnxruntime does.
+  as ``topk`` its ``k``).  Negative indices count from the depth; one outside
+  ``[-depth, depth)`` gives an all-off row.  Float indices (and a float depth) are truncated,
+  as onnxruntime does.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ from ..ir.tir import (
 )
 from .common import UnknownShapeError, expect_args, make_program, needs_known_shapes, normalize_axis, require_tensor
 from .manipulation import reshape_program
-from .readback import both, const, read_back_dims
+from .readback import both, const, int32, read_back_dims
 
 REDUCTIONS = ("none", "add", "mul", "max", "min")
 
@@ -507,8 +507,7 @@ def legalize_reverse_sequence(context, call: Call):
 
     def body(axes, buffers):
         data, lengths = buffers
-        length = Load(lengths, (axes[batch_axis],))
-        length = length if lengths.dtype == "int32" else Cast("int32", length)
+        length = int32(Load(lengths, (axes[batch_axis],)))
         t = IndexValue(axes[time_axis])
         source = select(t.lt(length), length - t - 1, t)
         return Gather(data, tuple(source if d == time_axis else axes[d] for d in range(len(axes))))
@@ -540,8 +539,8 @@ def _one_hot_depth(args, attrs) -> PrimExpr | None:
 
 def deduce_one_hot(args, attrs) -> TensorStructInfo:
     if len(args) not in (2, 3):
-        raise DeductionError(f"one_hot: takes 2 or 3 argument(s) (indices, values, and a depth known only as a "
-                             f"value), got {len(args)}")
+        raise DeductionError(f"one_hot: takes 2 or 3 argument(s) (indices, values, and the depth as a prim value "
+                             f"or a run-time tensor), got {len(args)}")
     indices = require_tensor(args[0], "one_hot", 0)
     values = require_tensor(args[1], "one_hot", 1)
     if indices.dtype == "bool":
@@ -578,15 +577,14 @@ def legalize_one_hot(context, call: Call):
     depth = _one_hot_depth(call.args, call.attrs)
     if depth is None:
         (depth,) = read_back_dims(context, (call.args[2],), [
-            lambda buffers: Cast("int32", Load(buffers[0], tuple(IntImm(0) for _ in buffers[0].shape)))
+            lambda buffers: int32(Load(buffers[0], tuple(IntImm(0) for _ in buffers[0].shape)))
         ], "one_hot_depth")
     out_shape = shape[:axis] + (depth,) + shape[axis:]
     dtype = tensor_dtype(values_arg)
 
     def body(axes, buffers):
         indices, values = buffers
-        index = Load(indices, axes[:axis] + axes[axis + 1:])
-        index = index if indices.dtype == "int32" else Cast("int32", index)
+        index = int32(Load(indices, axes[:axis] + axes[axis + 1:]))  # a float index truncates
         wrapped = select(index.lt(0), index + IndexValue(depth), index)
         return select(wrapped.eq(IndexValue(axes[axis])), Load(values, (IntImm(1),)), Load(values, (IntImm(0),)))
 

@@ -36,12 +36,12 @@ keepdims: a 0-d result).
 
 Values known only at run time: the reductions also take the axes as a second (integer
 tensor) argument (``noop_with_empty_axes`` then says what an empty one means), ``topk`` its
-``k`` and ``cumsum`` / ``cumprod`` their axis.  The result's shape is then unknown (the rank usually is
-not: the length of the axes tensor, or keepdims, gives it).  Legalization computes the
+``k`` and ``cumsum`` / ``cumprod`` their axis.  The result's shape is then unknown (the rank
+usually is not: the length of the axes tensor, or keepdims, gives it).  Legalization computes the
 result's extents on the GPU and reads them back (``relaxweb/ops/readback.py``; a fresh
 size variable per dim), then reduces with the reduced dims chosen in the kernel from the axes
-(O(input size) per output element); ``topk`` reads its ``k`` back; ``cumsum``'s shape does not
-depend on its axis, which is chosen in the kernel.
+(O(input size) per output element); ``topk`` reads its ``k`` back; the shape of ``cumsum`` and
+``cumprod`` does not depend on their axis, which is chosen in the kernel.
 """
 
 from __future__ import annotations
@@ -628,8 +628,8 @@ def _scan_reference(name: str):
 
 
 # (reverse, exclusive) -> how an element at position r along the axis compares to the one it adds into
-_CUMSUM_ORDER = {(False, False): CompareOp.LE, (False, True): CompareOp.LT, (True, False): CompareOp.GE,
-                 (True, True): CompareOp.GT}
+_SCAN_ORDER = {(False, False): CompareOp.LE, (False, True): CompareOp.LT, (True, False): CompareOp.GE,
+               (True, True): CompareOp.GT}
 
 
 def _legalize_scan(name: str):
@@ -643,7 +643,7 @@ def _legalize_scan(name: str):
         shape = tensor_shape(data)
         axis = normalize_axis(name, call.attrs.get("axis", 0), len(shape))
         reverse, exclusive = bool(call.attrs.get("reverse", False)), bool(call.attrs.get("exclusive", False))
-        operator = _CUMSUM_ORDER[(reverse, exclusive)]
+        operator = _SCAN_ORDER[(reverse, exclusive)]
 
         def body(axes, buffers):
             (source,) = buffers
@@ -670,7 +670,7 @@ def _legalize_scan_run_time_axis(name: str):
         shape = tensor_shape(data)
         rank = len(shape)
         reverse, exclusive = bool(call.attrs.get("reverse", False)), bool(call.attrs.get("exclusive", False))
-        operator = _CUMSUM_ORDER[(reverse, exclusive)]
+        operator = _SCAN_ORDER[(reverse, exclusive)]
         inner = tuple(SizeVar(f"r{d}_") for d in range(rank))
 
         def body(axes, buffers):
