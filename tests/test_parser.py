@@ -34,7 +34,7 @@ from relaxweb.ir.struct_info import (
 from relaxweb.ir.structural import assert_structural_equal, structural_equal
 from relaxweb.ir.symbolic import Add, FloorDiv, FloorMod, IntImm, Max, Min, Mul, SizeVar, Sub
 from relaxweb.ir.tir import (
-    Binary, BinaryOp, Buffer, Cast, Compare, CompareOp, FloatImm, Gather, IndexValue, Load, Reduce, ReduceCombiner,
+    BITWISE_OPS, Binary, BinaryOp, Buffer, Cast, Compare, CompareOp, FloatImm, Gather, IndexValue, Load, Reduce, ReduceCombiner,
     Select, TensorProgram, Unary, UnaryOp,
 )
 from relaxweb.compiler import compile_module
@@ -71,7 +71,8 @@ def every_program(names: dict[str, str]) -> TensorProgram:
     flag = Buffer("flag", (), "bool")
     out = Buffer("out", (n, IntImm(4)), "float32")
     x = Load(a, (i, j))
-    terms = [Binary(op, x, FloatImm(0.5)) for op in BinaryOp]
+    terms = [Binary(op, x, FloatImm(0.5)) for op in BinaryOp if op not in BITWISE_OPS]
+    terms += [Binary(op, Load(index, (i,)), FloatImm(6, "int64")) for op in BITWISE_OPS]  # integers only
     terms += [Unary(op, x) for op in UnaryOp if op is not UnaryOp.IS_NAN]
     terms += [Reduce(c, k, FloorDiv(Add(n, IntImm(3)), IntImm(4)), Load(a, (FloorMod(k, n), j))) for c in ReduceCombiner]
     terms.append(Gather(a, (Cast("int32", Load(index, (i,))), j)))  # a run-time index among size expressions

@@ -10,7 +10,7 @@ from relaxweb.ir import interpreter
 from relaxweb.ir.pattern import Pattern
 from relaxweb.ir.symbolic import IntImm, SizeVar
 from relaxweb.ir.tir import (
-    COMPARE_OPS, Binary, BinaryOp, Buffer, Cast, Compare, CompareOp, FloatImm, IndexValue, Load, Reduce,
+    BITWISE_OPS, COMPARE_OPS, Binary, BinaryOp, Buffer, Cast, Compare, CompareOp, FloatImm, IndexValue, Load, Reduce,
     ReduceCombiner, Select, TensorProgram, Unary, UnaryOp, cast, exp, format_scalar, maximum, minimum, power, select,
     sqrt,
 )
@@ -77,7 +77,7 @@ def _program(body) -> TensorProgram:
 K = SizeVar("k")
 # One program per op (acosh on x + 1: its domain is x >= 1).
 OP_PROGRAMS = {
-    **{f"binary {op}": _program(Binary(op, X, Y)) for op in BinaryOp},
+    **{f"binary {op}": _program(Binary(op, X, Y)) for op in BinaryOp if op not in BITWISE_OPS},
     **{f"unary {op}": _program(Unary(op, X + 1.0 if op is UnaryOp.ACOSH else X)) for op in UnaryOp},
     **{f"compare {op}": _program(Compare(op, X, Y)) for op in CompareOp},
     **{f"reduce {op}": _program(Reduce(op, K, IntImm(4), Load(X.buffer, (K,)) * Y)) for op in ReduceCombiner},
@@ -94,6 +94,28 @@ def test_every_op_renders_in_wgsl_as_the_interpreter_evaluates_it(device, name: 
     expected = interpreter.run_program(program, [x, y], {})
     actual = run_kernel_on_gpu(device, program, [x, y], {})
     assert_close(actual, expected, TOLERANCE.get(name, F32))
+
+
+@pytest.mark.parametrize("op", sorted(BITWISE_OPS))
+def test_bitwise_ops_render_in_wgsl_as_the_interpreter_evaluates_them(device, op: BinaryOp) -> None:
+    """On int32 (the GPU helper's output sentinel is negative; unsigned dtypes run in
+    tests/test_exporter_ops.py)."""
+    a, b = (Load(Buffer(name, (6,), "int32"), (I,)) for name in ("a", "b"))
+    program = TensorProgram("f", (a.buffer, b.buffer), Buffer("out", (6,), "int32"), (I,), Binary(op, a, b))
+    values = [0, 1, 5, 0x7FFFFFFF, -1, -2**31]
+    x, y = np.array(values, np.int32), np.array([3, -6, 12, -1, 0x55555555, 7], np.int32)
+    expected = interpreter.run_program(program, [x, y], {})
+    np.testing.assert_array_equal(expected, BINARY_NUMPY[op](x, y))
+    np.testing.assert_array_equal(run_kernel_on_gpu(device, program, [x, y], {}), expected)
+
+
+def test_bitwise_ops_take_integers_only() -> None:
+    with pytest.raises(TypeError, match="bitwise_and takes integers, got float32"):
+        Binary(BinaryOp.BITWISE_AND, X, Y)
+
+
+BINARY_NUMPY = {BinaryOp.BITWISE_AND: np.bitwise_and, BinaryOp.BITWISE_OR: np.bitwise_or,
+                BinaryOp.BITWISE_XOR: np.bitwise_xor}
 
 
 # Dtypes ----------------------------------------------------------------------------------------

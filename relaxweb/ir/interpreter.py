@@ -274,6 +274,7 @@ def run_program(program: TensorProgram, arrays: list[np.ndarray], size_vars: Map
 BINARY_FUNCTIONS: dict[BinaryOp, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     BinaryOp.ADD: np.add, BinaryOp.SUBTRACT: np.subtract, BinaryOp.MULTIPLY: np.multiply,
     BinaryOp.DIVIDE: np.divide, BinaryOp.MAXIMUM: np.maximum, BinaryOp.MINIMUM: np.minimum, BinaryOp.POWER: np.power,
+    BinaryOp.BITWISE_AND: np.bitwise_and, BinaryOp.BITWISE_OR: np.bitwise_or, BinaryOp.BITWISE_XOR: np.bitwise_xor,
 }
 COMPARE_FUNCTIONS: dict[CompareOp, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     CompareOp.LT: np.less, CompareOp.LE: np.less_equal, CompareOp.GT: np.greater, CompareOp.GE: np.greater_equal,

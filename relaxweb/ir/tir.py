@@ -62,7 +62,8 @@ class NamedEnum(str, Enum):
 class BinaryOp(NamedEnum):
     """Operators of :class:`Binary`.  ``power`` is float only and follows WGSL's ``pow``:
     undefined for a negative base (and for 0 to a non-positive power); legalizations handle
-    negative bases themselves."""
+    negative bases themselves.  The bitwise ops take integers only (on their 32-bit device
+    values: an int64 or int8 value is sign-extended there, so the low bits are exact)."""
 
     ADD = "add"
     SUBTRACT = "subtract"
@@ -71,6 +72,13 @@ class BinaryOp(NamedEnum):
     MAXIMUM = "maximum"
     MINIMUM = "minimum"
     POWER = "power"
+    BITWISE_AND = "bitwise_and"
+    BITWISE_OR = "bitwise_or"
+    BITWISE_XOR = "bitwise_xor"
+
+
+#: The binary ops whose operands must be integers.
+BITWISE_OPS = frozenset({BinaryOp.BITWISE_AND, BinaryOp.BITWISE_OR, BinaryOp.BITWISE_XOR})
 
 
 class UnaryOp(NamedEnum):
@@ -278,6 +286,8 @@ class Binary(ScalarExpr):
     def __post_init__(self) -> None:
         object.__setattr__(self, "op", BinaryOp.of(self.op))
         _check_operands(self, self.a, self.b)
+        if self.op in BITWISE_OPS and not (self.a.dtype in DTYPES and DTYPES[self.a.dtype].is_integer):
+            raise TypeError(f"Binary: {self.op} takes integers, got {self.a.dtype}: {format_scalar(self.a)}")
 
     @cached_property
     def dtype(self) -> str:
@@ -414,6 +424,21 @@ def minimum(a: "ScalarExpr | float", b: "ScalarExpr | float") -> ScalarExpr:
 def power(a: ScalarExpr, b: "ScalarExpr | float") -> ScalarExpr:
     """``a ** b`` with WGSL's ``pow`` (undefined for a negative ``a``; see :class:`BinaryOp`)."""
     return Binary(BinaryOp.POWER, a, _operand(b, a))
+
+
+def bitwise_and(a: "ScalarExpr | int", b: "ScalarExpr | int") -> ScalarExpr:
+    a, b = _operands(a, b)
+    return Binary(BinaryOp.BITWISE_AND, a, b)
+
+
+def bitwise_or(a: "ScalarExpr | int", b: "ScalarExpr | int") -> ScalarExpr:
+    a, b = _operands(a, b)
+    return Binary(BinaryOp.BITWISE_OR, a, b)
+
+
+def bitwise_xor(a: "ScalarExpr | int", b: "ScalarExpr | int") -> ScalarExpr:
+    a, b = _operands(a, b)
+    return Binary(BinaryOp.BITWISE_XOR, a, b)
 
 
 def select(condition: ScalarExpr, a: "ScalarExpr | float", b: "ScalarExpr | float") -> ScalarExpr:

@@ -27,8 +27,9 @@ Legalization: one tensor program each, a reduction over (input channels of the g
 kernel positions; input positions ``o*stride - pad_begin + k*dilation`` outside the input
 read nothing (a ``Select``), checked only where they can fall outside.  Transposed
 convolution reduces over the kernel positions whose source ``(o + pad_begin -
-k*dilation) / stride`` is a whole, in-range input position.  ``lp_pool`` lowers for ``p``
-1 (and 2 when the tensor-program IR has ``sqrt``).
+k*dilation) / stride`` is a whole, in-range input position.  ``lp_pool`` sums ``|x|**p``
+over the window and takes the ``1/p``-th power: products for an integer ``p`` up to 8 (``sqrt``
+for 2, nothing for 1), WGSL ``pow`` on non-negative values otherwise (0 stays 0).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from ..ir.struct_info import TensorStructInfo
 from ..ir.symbolic import (
     IntImm, PrimExpr, SizeVar, as_expr, as_int, expr_max, expr_min, format_expr, prove_equal, prove_less_equal, simplify,
 )
-from ..ir.tir import Cast, FloatImm, IndexValue, Load, Reduce, ReduceCombiner, maximum, select, sqrt
+from ..ir.tir import Cast, FloatImm, IndexValue, Load, Reduce, ReduceCombiner, maximum, power, select, sqrt
 from .common import make_program, needs_known_shapes, require_float, require_tensor, same_dtype
 
 # The lowest finite float32: what a max pool window holds where it reads no input.
@@ -523,28 +524,42 @@ def legalize_avg_pool(context, call: Call):
     return context.call_tir(program, call.args)
 
 
+def _lp_power(magnitude, p: float):
+    """``magnitude ** p`` of a value >= 0: by products for a small integer ``p``."""
+    if p == int(p) and 1 <= p <= 8:
+        result = magnitude
+        for _ in range(int(p) - 1):
+            result = result * magnitude
+        return result
+    return select(magnitude.gt(0.0), power(magnitude, p), 0.0)  # WGSL's pow(0, p) is undefined
+
+
+def _lp_root(total, p: float):
+    """``total ** (1 / p)`` of a sum >= 0."""
+    if p == 1:
+        return total
+    if p == 2:
+        return sqrt(total)
+    return select(total.gt(0.0), power(total, 1.0 / p), 0.0)
+
+
 def legalize_lp_pool(context, call: Call):
     info = call.struct_info
     dtype = info.dtype
     p = float(call.attrs.get("p", 2))
+    if p <= 0:
+        raise UnsupportedModelError(f"lp_pool: p must be positive, got {p:g}")
 
     def body(axes, buffers):
         (x,) = buffers
         ks, kernel, positions, inside, _ = _window(call.attrs, info, x, axes)
         value = Load(x, (axes[0], axes[1], *positions))
-        term = maximum(value, -value) if p == 1 else value * value
+        term = _lp_power(maximum(value, -value), p)
         total = _reduce_window(ReduceCombiner.SUM, ks, kernel, _guarded(inside, term, FloatImm(0.0, dtype)))
-        return total if p == 1 else sqrt(total)
+        return _lp_root(total, p)
 
     program = make_program("lp_pool", call.args, info.shape, dtype, body)
     return context.call_tir(program, call.args)
-
-
-def _legalize_lp_pool_if_lowerable(context, call: Call):
-    p = float(call.attrs.get("p", 2))
-    if p in (1, 2):
-        return legalize_lp_pool(context, call)
-    raise UnsupportedModelError(f"lp_pool: no GPU lowering for p={p:g} (only p=1, 2)")
 
 
 def pool_reference(kind: str):
@@ -621,7 +636,7 @@ register_op("max_pool", deduce=_deduce_pool("max_pool"), legalize=needs_known_sh
             reference=pool_reference("max"))
 register_op("avg_pool", deduce=_deduce_pool("avg_pool"), legalize=needs_known_shapes(legalize_avg_pool),
             reference=pool_reference("avg"))
-register_op("lp_pool", deduce=_deduce_pool("lp_pool"), legalize=needs_known_shapes(_legalize_lp_pool_if_lowerable),
+register_op("lp_pool", deduce=_deduce_pool("lp_pool"), legalize=needs_known_shapes(legalize_lp_pool),
             reference=pool_reference("lp"))
 
 

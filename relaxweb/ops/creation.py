@@ -1,4 +1,5 @@
-"""Ops that create tensors from sizes and values: ``full``, ``arange``, ``shape_to_tensor``.
+"""Ops that create tensors from sizes and values: ``full``, ``arange``, ``shape_to_tensor``,
+``eye_like``.
 
 Their sizes come from shape values or prim values, so they may be symbolic; the programs
 they legalize to have no input buffers and write values computed from the output axes and
@@ -15,6 +16,9 @@ size variables (``IndexValue``).
 - ``shape_to_tensor(value, dtype="int64")``: a shape value (``ShapeExpr``) as a 1-D tensor,
   or a prim value (``PrimValue``) as a 0-d tensor: how a symbolic shape computation feeds an
   op that needs a tensor (see ``frontend/converters/shape_values.materialize``).
+- ``eye_like(x, k=0, dtype=None)``: ONNX EyeLike, a matrix of ``x``'s shape (2-D, possibly
+  symbolic; its values are not read) with ones on the ``k``-th diagonal (``k > 0`` above the
+  main one) and zeros elsewhere, of ``dtype`` (``x``'s by default).
 """
 
 from __future__ import annotations
@@ -251,3 +255,38 @@ def shape_to_tensor_reference(arrays, attrs):
 register_op("shape_to_tensor", deduce=deduce_shape_to_tensor, legalize=needs_known_shapes(legalize_shape_to_tensor),
             reference=shape_to_tensor_reference)
 
+
+# eye_like --------------------------------------------------------------------------------------
+
+
+def deduce_eye_like(args, attrs) -> TensorStructInfo:
+    expect_args("eye_like", args, 1)
+    info = args[0].struct_info
+    if not isinstance(info, TensorStructInfo):
+        raise DeductionError(f"eye_like: the argument must be a tensor, got {info}")
+    if info.ndim not in (-1, 2):
+        raise DeductionError(f"eye_like: the argument must be a 2-D tensor, got {info.ndim} dims")
+    return TensorStructInfo(info.shape, attrs.get("dtype") or info.dtype, 2)
+
+
+def legalize_eye_like(context, call: Call):
+    """``out[i, j] = 1 if j == i + k else 0``: a program with no input (only the shape of
+    ``x`` matters, and the call's sizes bind it)."""
+    info = call.struct_info
+    k = int(call.attrs.get("k", 0))
+
+    def body(axes, buffers):
+        row, column = axes
+        on_diagonal = IndexValue(column).eq(IndexValue(row + k))
+        return select(on_diagonal, FloatImm(1, info.dtype), FloatImm(0, info.dtype))
+
+    return context.call_tir(make_program("eye_like", [], info.shape, info.dtype, body), ())
+
+
+def eye_like_reference(arrays, attrs):
+    x = np.asarray(arrays[0])
+    return np.eye(x.shape[0], x.shape[1], k=int(attrs.get("k", 0)), dtype=attrs.get("dtype") or x.dtype)
+
+
+register_op("eye_like", deduce=deduce_eye_like, legalize=needs_known_shapes(legalize_eye_like),
+            reference=eye_like_reference)

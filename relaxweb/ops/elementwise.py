@@ -8,12 +8,13 @@ Binary ops: ``add``, ``subtract``, ``multiply``, ``divide`` (integers truncate t
 as in C and ONNX), ``maximum``, ``minimum``, ``power`` (the result has the base's dtype; the
 exponent may have another), ``mod`` (``fmod=False``: the sign of the divisor, as Python;
 ``fmod=True``: the sign of the dividend, as C's ``fmod``), ``left_shift``, ``right_shift``
-(integers; a shift past the bit width gives 0), and ``prelu(x, slope)``.
+(integers; a shift past the bit width gives 0), ``bitwise_and``, ``bitwise_or``,
+``bitwise_xor`` (integers), and ``prelu(x, slope)``; ``bitwise_not(x)`` (integers) is unary.
 
 Unary ops keep the annotation of their argument.  Some take float attributes: ``leaky_relu``
 / ``elu`` / ``celu`` / ``thresholded_relu`` (``alpha``), ``selu`` (``alpha``, ``gamma``),
-``hard_sigmoid`` (``alpha``, ``beta``).  ``gelu`` is the exact form (with erf), ``gelu_tanh``
-its tanh approximation.
+``hard_sigmoid`` (``alpha``, ``beta``), ``shrink`` (``lambd``, ``bias``).  ``gelu`` is the
+exact form (with erf), ``gelu_tanh`` its tanh approximation.
 
 Deduction: binary ops broadcast (``broadcast_shapes``: 1 takes the other side, otherwise the
 dims must be provably equal); with an operand of unknown shape the result's shape is unknown
@@ -28,8 +29,10 @@ exponent that is a small integer (|n| <= 8) multiplies (``x*x*x``), 0.5 is ``sqr
 it uses WGSL ``pow`` on ``|a|`` and puts the sign back for integer exponents; a negative base
 with a non-integer exponent gives WGSL's undefined ``pow`` result (numpy: NaN), and integer
 tensors go through float32 (exact up to 2^24).  ``mod`` is ``a - b * floor(a / b)`` (or
-``trunc`` for fmod) on floats, computed in float32 (not exact for huge quotients); integer
-``mod`` has no GPU lowering.  ``softplus`` is ``max(x, 0) + log(1 + exp(-|x|))``, ``mish``
+``trunc`` for fmod) on floats, computed in float32 (not exact for huge quotients; float16 and
+float64 too, which the device holds as float32); on integers the remainder of WGSL's
+truncating division, moved into the divisor's sign for the floor mod (0 for a zero divisor,
+as numpy).  ``softplus`` is ``max(x, 0) + log(1 + exp(-|x|))``, ``mish``
 ``x * tanh(softplus(x))``.  Ops without a body register no legalization: they import and run in
 the interpreter, and building lists them as having no GPU lowering.
 """
@@ -42,13 +45,14 @@ from typing import Callable
 import numpy as np
 
 from ..errors import UnsupportedModelError
+from ..ir.dtype import DtypeInfo, DtypeKind, dtype_info
 from ..ir.expr import Call, Constant, tensor_dtype
 from ..ir.op_registry import DeductionError, register_op
 from ..ir.struct_info import TensorStructInfo
 from ..ir.symbolic import IntImm, SizeVar
 from ..ir.tir import (
-    MATH_FUNCTIONS, Cast, FloatImm, IndexValue, Reduce, ReduceCombiner, ScalarExpr, Unary, cast, ceil, exp, floor, log,
-    maximum, minimum, power, round_half_even, select, sigmoid, sqrt, tanh,
+    MATH_FUNCTIONS, Cast, FloatImm, IndexValue, Reduce, ReduceCombiner, ScalarExpr, Unary, bitwise_and, bitwise_or,
+    bitwise_xor, cast, ceil, exp, floor, log, maximum, minimum, power, round_half_even, select, sigmoid, sqrt, tanh,
 )
 from .common import (
     broadcast_shapes, expect_args, load_broadcast, make_program, needs_known_shapes, require_float,
@@ -121,6 +125,9 @@ BINARY_REFERENCE: dict[str, Callable] = {
     "left_shift": _shift("left"),
     "right_shift": _shift("right"),
     "prelu": lambda x, slope: np.where(x < 0, x * slope, x),
+    "bitwise_and": np.bitwise_and,
+    "bitwise_or": np.bitwise_or,
+    "bitwise_xor": np.bitwise_xor,
 }
 
 # Scalar bodies, for the ops the scalar IR can express.
@@ -132,7 +139,13 @@ BINARY_BODIES: dict[str, Callable[[ScalarExpr, ScalarExpr, str], ScalarExpr]] = 
     "maximum": lambda a, b, dtype: maximum(a, b),
     "minimum": lambda a, b, dtype: minimum(a, b),
     "prelu": lambda x, slope, dtype: select(x.lt(0), x * slope, x),
+    "bitwise_and": lambda a, b, dtype: bitwise_and(a, b),
+    "bitwise_or": lambda a, b, dtype: bitwise_or(a, b),
+    "bitwise_xor": lambda a, b, dtype: bitwise_xor(a, b),
 }
+
+# Binary ops on the bits of integers.
+BITWISE = ("bitwise_and", "bitwise_or", "bitwise_xor")
 
 
 def _deduce_binary(name: str):
@@ -147,6 +160,8 @@ def _deduce_binary(name: str):
             dtype = same_dtype(name, [a, b])
         if name in ("left_shift", "right_shift"):
             require_integer(name, a, 0)
+        if name in BITWISE:
+            require_integer(name, a, 0)
         return broadcast_info(name, [a, b], dtype)
 
     return deduce
@@ -158,20 +173,43 @@ def _trunc(q: ScalarExpr) -> ScalarExpr:
 
 def _legalize_mod(context, call: Call):
     info = call.struct_info
-    if info.dtype != "float32":
-        raise UnsupportedModelError(f"mod: no GPU lowering for {info.dtype} tensors yet (float32 only)")
-    rounding = _trunc if call.attrs.get("fmod") else floor
+    entry = dtype_info(info.dtype)
+    if not entry.on_gpu:
+        raise UnsupportedModelError(f"mod: no GPU lowering for {info.dtype} tensors (no GPU representation)")
+    body = _float_mod_body if entry.is_float else _integer_mod_body
+    fmod = bool(call.attrs.get("fmod"))
+    program = make_program("mod", call.args, info.shape, info.dtype,
+                           lambda axes, buffers: body(load_broadcast(buffers[0], axes), load_broadcast(buffers[1], axes),
+                                                      fmod, entry))
+    return context.call_tir(program, call.args)
 
-    def body(axes, buffers):
-        a, b = load_broadcast(buffers[0], axes), load_broadcast(buffers[1], axes)
-        general = a - b * rounding(a / b)
-        # a finite dividend and an infinite divisor (where the formula gives NaN): a, or for the
-        # floor mod with opposite signs the divisor (as numpy / Python)
-        largest = 3.4028234663852886e38
-        pick = a if call.attrs.get("fmod") else select(a.ge(0.0).eq(b.gt(0.0)), a, b)
-        return select(_abs(b).gt(largest), select(_abs(a).le(largest), pick, general), general)
 
-    return context.call_tir(make_program("mod", call.args, info.shape, info.dtype, body), call.args)
+def _float_mod_body(a: ScalarExpr, b: ScalarExpr, fmod: bool, entry: DtypeInfo) -> ScalarExpr:
+    """``a - b * floor(a / b)`` (``trunc`` for fmod), in float32 (float16 and float64 are
+    float32 on the device, and the interpreter computes as the device does)."""
+    a, b = cast("float32", a), cast("float32", b)
+    rounding = _trunc if fmod else floor
+    general = a - b * rounding(a / b)
+    # a finite dividend and an infinite divisor (where the formula gives NaN): a, or for the
+    # floor mod with opposite signs the divisor (as numpy / Python)
+    largest = 3.4028234663852886e38
+    pick = a if fmod else select(a.ge(0.0).eq(b.gt(0.0)), a, b)
+    return cast(entry.name, select(_abs(b).gt(largest), select(_abs(a).le(largest), pick, general), general))
+
+
+def _integer_mod_body(a: ScalarExpr, b: ScalarExpr, fmod: bool, entry: DtypeInfo) -> ScalarExpr:
+    """The remainder of the division truncated toward zero, moved into the divisor's sign
+    for the floor mod of signed integers; 0 for a zero divisor, as numpy.  Exact: computed
+    in the 32-bit integers every integer dtype has on the device, where its values fit (the
+    quotient is cast, which truncates a float quotient in the interpreter as WGSL's integer
+    ``/`` does)."""
+    work = "int32" if entry.kind is DtypeKind.INT else "uint32"
+    a, b = cast(work, a), cast(work, b)
+    remainder = a - b * Cast(work, a / b)
+    if not fmod and work == "int32":
+        opposite = select(remainder.ne(0), remainder.lt(0).ne(b.lt(0)), _imm(0, "bool"))
+        remainder = select(opposite, remainder + b, remainder)
+    return cast(entry.name, select(b.eq(0), _imm(0, work), remainder))
 
 
 def _constant_exponent(expr) -> float | None:
@@ -282,6 +320,17 @@ def _legalize_shift(direction: str):
     return legalize
 
 
+def _on_gpu(name: str, legalize):
+    """``legalize`` for the dtypes the GPU holds (uint64 has no GPU form: a clear error)."""
+    def checked(context, call: Call):
+        if not dtype_info(call.struct_info.dtype).on_gpu:
+            raise UnsupportedModelError(f"{name}: no GPU lowering for {call.struct_info.dtype} tensors "
+                                        "(no GPU representation)")
+        return legalize(context, call)
+
+    return checked
+
+
 SPECIAL_BINARY = {"mod": _legalize_mod, "power": _legalize_power,
                   "left_shift": _legalize_shift("left"), "right_shift": _legalize_shift("right")}
 
@@ -289,6 +338,12 @@ SPECIAL_BINARY = {"mod": _legalize_mod, "power": _legalize_power,
 def _legalize_binary(name: str):
     if name in SPECIAL_BINARY:
         return SPECIAL_BINARY[name]
+    if name in BITWISE:
+        return _on_gpu(name, _legalize_body(name))
+    return _legalize_body(name)
+
+
+def _legalize_body(name: str):
     scalar = BINARY_BODIES[name]
 
     def legalize(context, call: Call):
@@ -347,6 +402,11 @@ def _gelu_tanh_body(x: ScalarExpr) -> ScalarExpr:
 def _elu_body(x: ScalarExpr, alpha: float) -> ScalarExpr:
     negative = alpha * (exp(x) - 1.0)
     return select(x.lt(0.0), negative, x)
+
+
+def _shrink_body(x: ScalarExpr, lambd: float, bias: float) -> ScalarExpr:
+    """ONNX Shrink: ``x + bias`` below ``-lambd``, ``x - bias`` above ``lambd``, 0 between."""
+    return select(x.lt(-lambd), x + bias, select(x.gt(lambd), x - bias, 0.0))
 
 
 def _hard_sigmoid_body(x: ScalarExpr, alpha: float, beta: float) -> ScalarExpr:
@@ -410,6 +470,7 @@ UNARY_BODIES: dict[str, Callable[[ScalarExpr, dict, str], ScalarExpr]] = {
     "thresholded_relu": lambda x, attrs, dtype: select(x.gt(attrs.get("alpha", 1.0)), x, 0.0),
     "hard_sigmoid": lambda x, attrs, dtype: _hard_sigmoid_body(x, attrs.get("alpha", 0.2), attrs.get("beta", 0.5)),
     "hard_swish": lambda x, attrs, dtype: x * _hard_sigmoid_body(x, 1 / 6, 0.5),
+    "shrink": lambda x, attrs, dtype: _shrink_body(x, attrs.get("lambd", 0.5), attrs.get("bias", 0.0)),
     "gelu_tanh": lambda x, attrs, dtype: _gelu_tanh_body(x),
     "erf": lambda x, attrs, dtype: _erf_body(x, dtype),
     "gelu": lambda x, attrs, dtype: 0.5 * x * (1.0 + _erf_body(x * (1 / math.sqrt(2)), dtype)),
@@ -472,6 +533,8 @@ UNARY_REFERENCE: dict[str, Callable[[np.ndarray, dict], np.ndarray]] = {
     "thresholded_relu": lambda x, attrs: np.where(x > attrs.get("alpha", 1.0), x, 0),
     "hard_sigmoid": lambda x, attrs: np.clip(attrs.get("alpha", 0.2) * x + attrs.get("beta", 0.5), 0, 1),
     "hard_swish": lambda x, attrs: x * np.clip(x / 6 + 0.5, 0, 1),
+    "shrink": lambda x, attrs: np.where(x < -attrs.get("lambd", 0.5), x + attrs.get("bias", 0.0),
+                                        np.where(x > attrs.get("lambd", 0.5), x - attrs.get("bias", 0.0), 0)),
 }
 
 # Ops that take any numeric tensor (also integers); the others need a float tensor.
@@ -523,3 +586,34 @@ for _name in UNARY_REFERENCE:
         legalize=needs_known_shapes(_legalize_unary(_name)) if _name in UNARY_BODIES else None,
         reference=_reference_unary(_name),
     )
+
+
+# bitwise_not ----------------------------------------------------------------------------------
+
+
+def _deduce_bitwise_not(args, attrs) -> TensorStructInfo:
+    expect_args("bitwise_not", args, 1)
+    info = require_tensor(args[0], "bitwise_not", 0)
+    require_integer("bitwise_not", info)
+    return info
+
+
+def _legalize_bitwise_not(context, call: Call):
+    """``~x`` as arithmetic: ``-x - 1`` for signed integers (two's complement, exact on the
+    sign-extended device values), ``(2**bits - 1) - x`` for unsigned ones (whose narrow
+    dtypes live zero-extended in a u32)."""
+    info = call.struct_info
+    entry = dtype_info(info.dtype)
+
+    def body(axes, buffers):
+        x = load_broadcast(buffers[0], axes)
+        if entry.kind is DtypeKind.INT:
+            return -x - 1
+        return _imm(2 ** (8 * entry.bytes) - 1, info.dtype) - x
+
+    return context.call_tir(make_program("bitwise_not", call.args, info.shape, info.dtype, body), call.args)
+
+
+register_op("bitwise_not", deduce=_deduce_bitwise_not,
+            legalize=needs_known_shapes(_on_gpu("bitwise_not", _legalize_bitwise_not)),
+            reference=lambda arrays, attrs: np.invert(np.asarray(arrays[0])))

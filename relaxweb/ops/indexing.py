@@ -20,6 +20,18 @@ the end, as in ONNX.
   (``reduction`` one of none, add, mul, max, min); the shape of ``data``.
 - ``nonzero(x)``: ONNX NonZero, an int64 ``[x.ndim, count]`` tensor whose count is
   data-dependent: ``Tensor(ndim=2)``.
+- ``reverse_sequence(data, sequence_lens, batch_axis=1, time_axis=0)``: ONNX ReverseSequence
+  (what tf2onnx writes for a bidirectional RNN it cannot fuse): along the time axis, the first
+  ``sequence_lens[b]`` steps of each batch entry reversed, the rest copied; batch and time are
+  axes 0 and 1.  The shape of ``data``; one gather on the GPU.
+- ``one_hot(indices, values, depth=, axis=-1)``: ONNX OneHot, ``values`` being
+  ``[off_value, on_value]``; the shape of ``indices`` with the depth inserted at ``axis``,
+  the dtype of ``values``.  The depth is the int attribute ``depth``, or a third argument: a
+  prim value (symbolic, e.g. ``classes``), or a one-element tensor known only at run time
+  (the result's shape is then unknown, its rank known, and legalization reads the depth back,
+  as ``topk`` its ``k``).  Negative indices count from the depth; one outside
+  ``[-depth, depth)`` gives an all-off row.  Float indices (and a float depth) are truncated,
+  as onnxruntime does.
 """
 
 from __future__ import annotations
@@ -29,7 +41,7 @@ import numpy as np
 from typing import Callable
 
 from ..errors import UnsupportedModelError
-from ..ir.expr import Call, TensorToPrim, tensor_shape
+from ..ir.expr import Call, TensorToPrim, tensor_dtype, tensor_shape
 from ..ir.op_registry import DeductionError, register_op
 from ..ir.struct_info import PrimStructInfo, TensorStructInfo
 from ..ir.symbolic import IntImm, PrimExpr, SizeVar, as_int, format_expr, product, prove_equal, simplify
@@ -38,7 +50,7 @@ from ..ir.tir import (
 )
 from .common import UnknownShapeError, expect_args, make_program, needs_known_shapes, normalize_axis, require_tensor
 from .manipulation import reshape_program
-from .readback import both, const
+from .readback import both, const, int32, read_back_dims
 
 REDUCTIONS = ("none", "add", "mul", "max", "min")
 
@@ -440,3 +452,152 @@ register_op(
     legalize=_legalize_nonzero_checked,
     reference=lambda arrays, attrs: np.array(np.nonzero(arrays[0]), dtype=np.int64).reshape(np.ndim(arrays[0]), -1),
 )
+
+
+# reverse_sequence ------------------------------------------------------------------------------
+
+
+def _sequence_axes(attrs) -> tuple[int, int]:
+    batch_axis, time_axis = int(attrs.get("batch_axis", 1)), int(attrs.get("time_axis", 0))
+    if {batch_axis, time_axis} != {0, 1}:
+        raise DeductionError(
+            f"reverse_sequence: batch_axis and time_axis must be 0 and 1 (one each), got {batch_axis} and {time_axis}"
+        )
+    return batch_axis, time_axis
+
+
+def deduce_reverse_sequence(args, attrs) -> TensorStructInfo:
+    expect_args("reverse_sequence", args, 2)
+    data = require_tensor(args[0], "reverse_sequence", 0)
+    lengths = _require_indices("reverse_sequence", args[1], 1)
+    batch_axis, _ = _sequence_axes(attrs)
+    if data.ndim != -1 and data.ndim < 2:
+        raise DeductionError(f"reverse_sequence: the data needs at least 2 dims, got {data.ndim}")
+    if lengths.ndim not in (-1, 1):
+        raise DeductionError(f"reverse_sequence: the sequence lengths must be a 1-D tensor, got {lengths.ndim} dims")
+    if data.shape is not None and lengths.shape is not None and not prove_equal(data.shape[batch_axis], lengths.shape[0]):
+        raise DeductionError(
+            f"reverse_sequence: {format_expr(lengths.shape[0])} sequence lengths for a batch of "
+            f"{format_expr(data.shape[batch_axis])} (dim {batch_axis} of the data)"
+        )
+    return data
+
+
+def reverse_sequence_reference(arrays, attrs):
+    data, lengths = np.asarray(arrays[0]), np.asarray(arrays[1])
+    batch_axis, time_axis = _sequence_axes(attrs)
+    result = data.copy()
+    for batch, length in enumerate(lengths.tolist()):
+        if not 0 <= length <= data.shape[time_axis]:
+            raise IndexError(f"sequence length {length} of batch {batch} is out of range [0, {data.shape[time_axis]}]")
+        picked = [slice(None)] * data.ndim
+        picked[batch_axis], picked[time_axis] = batch, slice(0, length)
+        reversed_ = list(picked)
+        reversed_[time_axis] = slice(length - 1, None, -1) if length else slice(0, 0)
+        result[tuple(picked)] = data[tuple(reversed_)]
+    return result
+
+
+def legalize_reverse_sequence(context, call: Call):
+    """``out[.., b, t, ..] = data[.., b, length[b] - 1 - t, ..]`` where ``t < length[b]``,
+    ``data`` as it is elsewhere: one gather along the time axis (a length beyond the time
+    axis is clamped by the Gather, where the reference raises)."""
+    info = call.struct_info
+    batch_axis, time_axis = _sequence_axes(call.attrs)
+
+    def body(axes, buffers):
+        data, lengths = buffers
+        length = int32(Load(lengths, (axes[batch_axis],)))
+        t = IndexValue(axes[time_axis])
+        source = select(t.lt(length), length - t - 1, t)
+        return Gather(data, tuple(source if d == time_axis else axes[d] for d in range(len(axes))))
+
+    program = make_program("reverse_sequence", call.args, info.shape, info.dtype, body)
+    return context.call_tir(program, call.args)
+
+
+register_op("reverse_sequence", deduce=deduce_reverse_sequence, reference=reverse_sequence_reference,
+            legalize=needs_known_shapes(legalize_reverse_sequence))
+
+
+# one_hot ---------------------------------------------------------------------------------------
+
+
+def _one_hot_depth(args, attrs) -> PrimExpr | None:
+    """The depth when known at compile time (the attribute, or a prim value argument), else
+    None (a run-time tensor)."""
+    if len(args) == 2:
+        return IntImm(int(attrs["depth"]))
+    info = args[2].struct_info
+    if isinstance(info, PrimStructInfo):
+        return info.value
+    info = require_tensor(args[2], "one_hot", 2)
+    if info.shape is not None and as_int(product(info.shape)) not in (None, 1):
+        raise DeductionError(f"one_hot: the depth must be one value, got shape {info.shape}")
+    return None
+
+
+def deduce_one_hot(args, attrs) -> TensorStructInfo:
+    if len(args) not in (2, 3):
+        raise DeductionError(f"one_hot: takes 2 or 3 argument(s) (indices, values, and the depth as a prim value "
+                             f"or a run-time tensor), got {len(args)}")
+    indices = require_tensor(args[0], "one_hot", 0)
+    values = require_tensor(args[1], "one_hot", 1)
+    if indices.dtype == "bool":
+        raise DeductionError("one_hot: the indices must be numbers, got bool")
+    if values.shape is not None and (len(values.shape) != 1 or not prove_equal(values.shape[0], 2)):
+        raise DeductionError(f"one_hot: the values must be [off_value, on_value], got shape {values.shape}")
+    depth = _one_hot_depth(args, attrs)
+    if depth is not None and as_int(depth) is not None and as_int(depth) < 0:
+        raise DeductionError(f"one_hot: depth is {as_int(depth)}")
+    if indices.ndim == -1:
+        return TensorStructInfo(None, values.dtype, -1)
+    axis = normalize_axis("one_hot", attrs.get("axis", -1), indices.ndim + 1)
+    if indices.shape is None or depth is None:
+        return TensorStructInfo(None, values.dtype, indices.ndim + 1)
+    return TensorStructInfo(indices.shape[:axis] + (depth,) + indices.shape[axis:], values.dtype)
+
+
+def one_hot_reference(arrays, attrs):
+    indices, values = np.asarray(arrays[0]).astype(np.int64), np.asarray(arrays[1])
+    depth = int(np.asarray(arrays[2]).reshape(-1)[0]) if len(arrays) == 3 else int(attrs["depth"])
+    axis = normalize_axis("one_hot", attrs.get("axis", -1), indices.ndim + 1)
+    wrapped = np.expand_dims(np.where(indices < 0, indices + depth, indices), axis)
+    positions = np.arange(max(depth, 0)).reshape((-1,) + (1,) * (indices.ndim - axis))
+    return np.where(wrapped == positions, values[1], values[0]).astype(values.dtype)
+
+
+def legalize_one_hot(context, call: Call):
+    """``out[.., j, ..] = on if wrap(indices[..]) == j else off``: an index outside
+    ``[-depth, depth)`` matches no position (all off_value), as ONNX.  A depth known only at
+    run time is read back first (one host stage), like TopK's k."""
+    indices_arg, values_arg = call.args[:2]
+    shape = tensor_shape(indices_arg)
+    axis = normalize_axis("one_hot", call.attrs.get("axis", -1), len(shape) + 1)
+    depth = _one_hot_depth(call.args, call.attrs)
+    if depth is None:
+        (depth,) = read_back_dims(context, (call.args[2],), [
+            lambda buffers: int32(Load(buffers[0], tuple(IntImm(0) for _ in buffers[0].shape)))
+        ], "one_hot_depth")
+    out_shape = shape[:axis] + (depth,) + shape[axis:]
+    dtype = tensor_dtype(values_arg)
+
+    def body(axes, buffers):
+        indices, values = buffers
+        index = int32(Load(indices, axes[:axis] + axes[axis + 1:]))  # a float index truncates
+        wrapped = select(index.lt(0), index + IndexValue(depth), index)
+        return select(wrapped.eq(IndexValue(axes[axis])), Load(values, (IntImm(1),)), Load(values, (IntImm(0),)))
+
+    program = make_program("one_hot", (indices_arg, values_arg), out_shape, dtype, body)
+    return context.call_tir(program, (indices_arg, values_arg))
+
+
+def _legalize_one_hot_checked(context, call: Call):
+    for position, arg in enumerate(call.args[:2]):
+        if arg.struct_info.shape is None:
+            raise UnknownShapeError(f"one_hot: argument {position} has an unknown shape ({arg.struct_info}); "
+                                    "legalization needs a known shape: add a match_cast that gives its dims names")
+    return legalize_one_hot(context, call)
+
+
+register_op("one_hot", deduce=deduce_one_hot, reference=one_hot_reference, legalize=_legalize_one_hot_checked)

@@ -22,7 +22,8 @@ smallest (largest) position holding it (int64 on the host, i32 on the device).
 
 ``cumsum(x, axis, exclusive=False, reverse=False)``: the running sum along ``axis``;
 legalized as a masked sum over the axis (with the axis as a run-time tensor: a masked sum
-over the whole tensor, the axis chosen in the kernel).
+over the whole tensor, the axis chosen in the kernel).  ``cumprod`` likewise: the running
+product, a masked product (an exclusive product starts from 1).
 
 ``topk(x, k, axis=-1, largest=True)``: a tuple (values, int64 indices) of the ``k`` largest
 (or smallest) elements along ``axis``, sorted, ties broken by the lower index; legalized as
@@ -35,12 +36,12 @@ keepdims: a 0-d result).
 
 Values known only at run time: the reductions also take the axes as a second (integer
 tensor) argument (``noop_with_empty_axes`` then says what an empty one means), ``topk`` its
-``k`` and ``cumsum`` its axis.  The result's shape is then unknown (the rank usually is
-not: the length of the axes tensor, or keepdims, gives it).  Legalization computes the
+``k`` and ``cumsum`` / ``cumprod`` their axis.  The result's shape is then unknown (the rank
+usually is not: the length of the axes tensor, or keepdims, gives it).  Legalization computes the
 result's extents on the GPU and reads them back (``relaxweb/ops/readback.py``; a fresh
 size variable per dim), then reduces with the reduced dims chosen in the kernel from the axes
-(O(input size) per output element); ``topk`` reads its ``k`` back; ``cumsum``'s shape does not
-depend on its axis, which is chosen in the kernel.
+(O(input size) per output element); ``topk`` reads its ``k`` back; the shape of ``cumsum`` and
+``cumprod`` does not depend on their axis, which is chosen in the kernel.
 """
 
 from __future__ import annotations
@@ -579,105 +580,130 @@ for _name in ("argmax", "argmin"):
                 reference=_arg_reference(_name))
 
 
-# cumsum ---------------------------------------------------------------------------------------
+# cumsum, cumprod -----------------------------------------------------------------------------
+
+# op -> (the combiner of its running total, numpy's running total, the value an exclusive scan starts from)
+SCANS = {"cumsum": (SUM, np.cumsum, 0), "cumprod": (PROD, np.cumprod, 1)}
 
 
-def deduce_cumsum(args, attrs) -> TensorStructInfo:
-    if len(args) not in (1, 2):
-        raise DeductionError(f"cumsum: takes 1 or 2 argument(s) (data, and an axis known at run time), got {len(args)}")
-    data = require_tensor(args[0], "cumsum", 0)
-    if data.dtype == "bool":
-        raise DeductionError("cumsum: argument 0 must be a numeric tensor, got bool")
-    if len(args) == 2:
-        axis = require_integer_tensor("cumsum", args[1], 1, "the axis")
-        if axis.ndim > 1:
-            raise DeductionError(f"cumsum: the axis must be a 0-d or 1-d tensor, got {axis.ndim} dims")
-    elif data.ndim != -1:
-        normalize_axis("cumsum", attrs.get("axis", 0), data.ndim)
-    return data
+def _deduce_scan(name: str):
+    def deduce(args, attrs) -> TensorStructInfo:
+        if len(args) not in (1, 2):
+            raise DeductionError(f"{name}: takes 1 or 2 argument(s) (data, and an axis known at run time), got {len(args)}")
+        data = require_tensor(args[0], name, 0)
+        if data.dtype == "bool":
+            raise DeductionError(f"{name}: argument 0 must be a numeric tensor, got bool")
+        if len(args) == 2:
+            axis = require_integer_tensor(name, args[1], 1, "the axis")
+            if axis.ndim > 1:
+                raise DeductionError(f"{name}: the axis must be a 0-d or 1-d tensor, got {axis.ndim} dims")
+        elif data.ndim != -1:
+            normalize_axis(name, attrs.get("axis", 0), data.ndim)
+        return data
+
+    return deduce
 
 
-def cumsum_reference(arrays, attrs):
-    x = np.asarray(arrays[0])
-    axis = int(np.asarray(arrays[1]).reshape(-1)[0]) if len(arrays) == 2 else attrs.get("axis", 0)
-    axis = normalize_axis("cumsum", axis, x.ndim)
-    if attrs.get("reverse", False):
-        x = np.flip(x, axis)
-    if attrs.get("exclusive", False):
-        # each element is the sum of the ones before it: shift the inclusive sums by one
-        head = np.take(x, np.arange(max(x.shape[axis] - 1, 0)), axis=axis)
-        zeros = np.zeros_like(np.take(x, np.arange(min(x.shape[axis], 1)), axis=axis))
-        result = np.concatenate([zeros, np.cumsum(head, axis=axis, dtype=x.dtype)], axis=axis)
-    else:
-        result = np.cumsum(x, axis=axis, dtype=x.dtype)
-    if attrs.get("reverse", False):
-        result = np.flip(result, axis)
-    return np.ascontiguousarray(result)
+def _scan_reference(name: str):
+    _, running, start = SCANS[name]
+
+    def reference(arrays, attrs):
+        x = np.asarray(arrays[0])
+        axis = int(np.asarray(arrays[1]).reshape(-1)[0]) if len(arrays) == 2 else attrs.get("axis", 0)
+        axis = normalize_axis(name, axis, x.ndim)
+        if attrs.get("reverse", False):
+            x = np.flip(x, axis)
+        if attrs.get("exclusive", False):
+            # each element is the total of the ones before it: shift the inclusive totals by one
+            head = np.take(x, np.arange(max(x.shape[axis] - 1, 0)), axis=axis)
+            first = np.full_like(np.take(x, np.arange(min(x.shape[axis], 1)), axis=axis), start)
+            result = np.concatenate([first, running(head, axis=axis, dtype=x.dtype)], axis=axis)
+        else:
+            result = running(x, axis=axis, dtype=x.dtype)
+        if attrs.get("reverse", False):
+            result = np.flip(result, axis)
+        return np.ascontiguousarray(result)
+
+    return reference
 
 
 # (reverse, exclusive) -> how an element at position r along the axis compares to the one it adds into
-_CUMSUM_ORDER = {(False, False): CompareOp.LE, (False, True): CompareOp.LT, (True, False): CompareOp.GE,
-                 (True, True): CompareOp.GT}
+_SCAN_ORDER = {(False, False): CompareOp.LE, (False, True): CompareOp.LT, (True, False): CompareOp.GE,
+               (True, True): CompareOp.GT}
 
 
-def legalize_cumsum(context, call: Call):
-    """``out[.., i, ..] = sum(r < n: select(r <= i, A[.., r, ..], 0))`` (<, >=, > for the
-    exclusive and reverse forms)."""
-    data = call.args[0]
-    info = call.struct_info
-    shape = tensor_shape(data)
-    axis = normalize_axis("cumsum", call.attrs.get("axis", 0), len(shape))
-    reverse, exclusive = bool(call.attrs.get("reverse", False)), bool(call.attrs.get("exclusive", False))
-    operator = _CUMSUM_ORDER[(reverse, exclusive)]
+def _legalize_scan(name: str):
+    combiner, _, start = SCANS[name]
 
-    def body(axes, buffers):
-        (source,) = buffers
-        r = SizeVar("r_")
-        index = tuple(r if d == axis else axes[d] for d in range(len(shape)))
-        keep = Compare(operator, IndexValue(r), IndexValue(axes[axis]))
-        return Reduce(SUM, r, shape[axis], select(keep, Load(source, index), 0))
+    def legalize(context, call: Call):
+        """``out[.., i, ..] = sum(r < n: select(r <= i, A[.., r, ..], 0))`` (<, >=, > for the
+        exclusive and reverse forms; a product of ``select(.., A, 1)`` for cumprod)."""
+        data = call.args[0]
+        info = call.struct_info
+        shape = tensor_shape(data)
+        axis = normalize_axis(name, call.attrs.get("axis", 0), len(shape))
+        reverse, exclusive = bool(call.attrs.get("reverse", False)), bool(call.attrs.get("exclusive", False))
+        operator = _SCAN_ORDER[(reverse, exclusive)]
 
-    program = make_program("cumsum", [data], info.shape, info.dtype, body)
-    return context.call_tir(program, (data,))
+        def body(axes, buffers):
+            (source,) = buffers
+            r = SizeVar("r_")
+            index = tuple(r if d == axis else axes[d] for d in range(len(shape)))
+            keep = Compare(operator, IndexValue(r), IndexValue(axes[axis]))
+            return Reduce(combiner, r, shape[axis], select(keep, Load(source, index), start))
 
+        program = make_program(name, [data], info.shape, info.dtype, body)
+        return context.call_tir(program, (data,))
 
-def legalize_cumsum_run_time_axis(context, call: Call):
-    """The axis as a run-time tensor: each element sums every element that shares its other
-    coordinates and comes before it (or at it) along the axis, which is chosen in the kernel
-    from the axis value (O(size) per element; the shape does not depend on it)."""
-    data, axis_tensor = call.args
-    info = call.struct_info
-    shape = tensor_shape(data)
-    rank = len(shape)
-    reverse, exclusive = bool(call.attrs.get("reverse", False)), bool(call.attrs.get("exclusive", False))
-    operator = _CUMSUM_ORDER[(reverse, exclusive)]
-    inner = tuple(SizeVar(f"r{d}_") for d in range(rank))
-
-    def body(axes, buffers):
-        source, axis_buffer = buffers
-        axis = wrap_negative(int32(Load(axis_buffer, tuple(IntImm(0) for _ in axis_buffer.shape))), index(rank))
-        match: ScalarExpr = FloatImm(1, "bool")
-        for d in reversed(range(rank)):
-            along = Compare(operator, IndexValue(inner[d]), IndexValue(axes[d]))
-            same = IndexValue(inner[d]).eq(IndexValue(axes[d]))
-            match = both(select(axis.eq(const(d)), along, same), match)
-        expr = select(match, Load(source, inner), 0)
-        for d in reversed(range(rank)):
-            expr = Reduce(SUM, inner[d], shape[d], expr)
-        return expr
-
-    program = make_program("cumsum", call.args, info.shape, info.dtype, body)
-    return context.call_tir(program, call.args)
+    return legalize
 
 
-def _legalize_cumsum_any(context, call: Call):
-    if len(call.args) == 2:
-        return legalize_cumsum_run_time_axis(context, call)
-    return legalize_cumsum(context, call)
+def _legalize_scan_run_time_axis(name: str):
+    combiner, _, start = SCANS[name]
+
+    def legalize(context, call: Call):
+        """The axis as a run-time tensor: each element combines every element that shares its
+        other coordinates and comes before it (or at it) along the axis, which is chosen in the
+        kernel from the axis value (O(size) per element; the shape does not depend on it)."""
+        data, axis_tensor = call.args
+        info = call.struct_info
+        shape = tensor_shape(data)
+        rank = len(shape)
+        reverse, exclusive = bool(call.attrs.get("reverse", False)), bool(call.attrs.get("exclusive", False))
+        operator = _SCAN_ORDER[(reverse, exclusive)]
+        inner = tuple(SizeVar(f"r{d}_") for d in range(rank))
+
+        def body(axes, buffers):
+            source, axis_buffer = buffers
+            axis = wrap_negative(int32(Load(axis_buffer, tuple(IntImm(0) for _ in axis_buffer.shape))), index(rank))
+            match: ScalarExpr = FloatImm(1, "bool")
+            for d in reversed(range(rank)):
+                along = Compare(operator, IndexValue(inner[d]), IndexValue(axes[d]))
+                same = IndexValue(inner[d]).eq(IndexValue(axes[d]))
+                match = both(select(axis.eq(const(d)), along, same), match)
+            expr = select(match, Load(source, inner), start)
+            for d in reversed(range(rank)):
+                expr = Reduce(combiner, inner[d], shape[d], expr)
+            return expr
+
+        program = make_program(name, call.args, info.shape, info.dtype, body)
+        return context.call_tir(program, call.args)
+
+    return legalize
 
 
-register_op("cumsum", deduce=deduce_cumsum, legalize=needs_known_shapes(_legalize_cumsum_any),
-            reference=cumsum_reference)
+def _legalize_scan_any(name: str):
+    static, run_time = _legalize_scan(name), _legalize_scan_run_time_axis(name)
+
+    def legalize(context, call: Call):
+        return run_time(context, call) if len(call.args) == 2 else static(context, call)
+
+    return legalize
+
+
+for _name in SCANS:
+    register_op(_name, deduce=_deduce_scan(_name), legalize=needs_known_shapes(_legalize_scan_any(_name)),
+                reference=_scan_reference(_name))
 
 
 # topk -----------------------------------------------------------------------------------------

@@ -44,6 +44,9 @@ BINARY_RENDERINGS: dict[BinaryOp, Callable[[str, str], str]] = {
     BinaryOp.MAXIMUM: lambda a, b: f"max({a}, {b})",
     BinaryOp.MINIMUM: lambda a, b: f"min({a}, {b})",
     BinaryOp.POWER: lambda a, b: f"pow({a}, {b})",  # undefined for a negative base (WGSL spec)
+    BinaryOp.BITWISE_AND: lambda a, b: f"({a} & {b})",
+    BinaryOp.BITWISE_OR: lambda a, b: f"({a} | {b})",
+    BinaryOp.BITWISE_XOR: lambda a, b: f"({a} ^ {b})",
 }
 UNARY_RENDERINGS: dict[UnaryOp, Callable[[str], str]] = {
     UnaryOp.NEGATIVE: lambda a: f"(-{a})",

@@ -24,6 +24,7 @@ BINARY = {
     "Add": "add", "Sub": "subtract", "Mul": "multiply", "Div": "divide", "Pow": "power", "PRelu": "prelu",
     "Equal": "equal", "Less": "less", "LessOrEqual": "less_equal", "Greater": "greater",
     "GreaterOrEqual": "greater_equal", "And": "logical_and", "Or": "logical_or", "Xor": "logical_xor",
+    "BitwiseAnd": "bitwise_and", "BitwiseOr": "bitwise_or", "BitwiseXor": "bitwise_xor",
 }
 
 UNARY = {
@@ -32,7 +33,7 @@ UNARY = {
     "Round": "round", "Sign": "sign", "Erf": "erf", "Sin": "sin", "Cos": "cos", "Tan": "tan", "Asin": "asin",
     "Acos": "acos", "Atan": "atan", "Sinh": "sinh", "Cosh": "cosh", "Asinh": "asinh", "Acosh": "acosh",
     "Atanh": "atanh", "Softplus": "softplus", "Softsign": "softsign", "Mish": "mish", "HardSwish": "hard_swish",
-    "Not": "logical_not", "IsNaN": "isnan",
+    "Not": "logical_not", "IsNaN": "isnan", "BitwiseNot": "bitwise_not",
 }
 
 # ONNX op -> (IR op, {ONNX attribute: default}); the attributes are passed on as floats.
@@ -43,6 +44,7 @@ ACTIVATIONS = {
     "Selu": ("selu", {"alpha": 1.67326319217681884765625, "gamma": 1.05070102214813232421875}),
     "ThresholdedRelu": ("thresholded_relu", {"alpha": 1.0}),
     "HardSigmoid": ("hard_sigmoid", {"alpha": 0.2, "beta": 0.5}),
+    "Shrink": ("shrink", {"lambd": 0.5, "bias": 0.0}),
 }
 
 VARIADIC = {"Max": "maximum", "Min": "minimum", "Sum": "add", "Mean": "add"}

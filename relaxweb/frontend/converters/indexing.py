@@ -1,18 +1,21 @@
-"""ONNX Gather, GatherElements, GatherND, ScatterElements (and the older Scatter), ScatterND
-and NonZero.
+"""ONNX Gather, GatherElements, GatherND, ScatterElements (and the older Scatter), ScatterND,
+NonZero, ReverseSequence and OneHot.
 
 A Gather by one index known at compile time (a constant, or a symbolic prim value such as
 ``Shape(x)[1] - 1``) is a ``strided_slice`` plus a ``reshape`` that drops the axis, which
 lower to the GPU; other gathers and scatters are the ``relaxweb/ops/indexing.py`` ops (no
 GPU lowering yet: indirect loads).  NonZero's count is data-dependent: its result is matched
-against ``[rank, <fresh size var>]`` so later ops have a shape to work with.
+against ``[rank, <fresh size var>]`` so later ops have a shape to work with.  OneHot's depth
+decides the result's shape: known at compile time (a constant of any numeric type, or a
+symbolic value such as ``Shape(x)[1]``) it gives the result a full shape; a depth computed at
+run time is read back on the GPU.
 """
 
 from __future__ import annotations
 
 from ...ir.expr import Constant, PrimValue, ShapeExpr
 from ...ir.struct_info import TensorStructInfo
-from ...ir.symbolic import IntImm, as_int, prove_less, simplify
+from ...ir.symbolic import IntImm, PrimExpr, as_int, prove_less, simplify
 from ...ops import call_op, strided_slice
 from .manipulation import fail, fresh_size_var, known_dims, node_name
 from .registry import converter
@@ -84,3 +87,34 @@ def convert_nonzero(context, node, inputs):
     count = fresh_size_var(context, f"{node.output[0]}_count")
     return context.builder.emit_match_cast(found, TensorStructInfo((IntImm(info.ndim), count), "int64"),
                                            node_name(node) + "_cast")
+
+
+@converter("ReverseSequence")
+def convert_reverse_sequence(context, node, inputs):
+    attrs = context.attributes(node)
+    return call_op("reverse_sequence", inputs[0], materialize(context, inputs[1]),
+                   batch_axis=int(attrs.get("batch_axis", 1)), time_axis=int(attrs.get("time_axis", 0)))
+
+
+def _one_hot_depth(depth) -> int | PrimExpr | None:
+    """OneHot's depth when known at compile time: an int, or a symbolic value (a float
+    constant is truncated, as ONNX casts it to int64); None when known only at run time."""
+    if isinstance(depth, Constant) and depth.data.size == 1 and depth.data.dtype.kind in "fiu":
+        return int(depth.data.reshape(-1)[0])
+    values = compile_time_ints(depth)
+    if values is None or len(values) != 1:
+        return None
+    value = simplify(values[0])
+    return value if as_int(value) is None else int(as_int(value))
+
+
+@converter("OneHot")
+def convert_one_hot(context, node, inputs):
+    indices, depth, values = inputs
+    axis = int(context.attributes(node).get("axis", -1))
+    known = _one_hot_depth(depth)
+    if isinstance(known, int):
+        return call_op("one_hot", indices, values, depth=known, axis=axis)
+    # a symbolic depth (a prim value), or one computed at run time (read back on the GPU)
+    depth = PrimValue(known) if known is not None else materialize(context, depth)
+    return call_op("one_hot", indices, values, depth, axis=axis)

@@ -1,10 +1,13 @@
-"""ONNX MatMul, Gemm and Einsum."""
+"""ONNX MatMul, Gemm, Einsum and EyeLike (the identity matrix, or a shifted diagonal, of an
+input's shape)."""
 
 from __future__ import annotations
 
 import numpy as np
+from onnx import helper
 
 from ...errors import UnsupportedModelError
+from ...ir.dtype import DTYPES
 from ...ir.expr import Constant, tensor_shape
 from ...ops import call_op
 from .registry import NodeConversionError, converter
@@ -78,3 +81,14 @@ def convert_einsum(context, node, inputs):
     if isinstance(equation, bytes):
         equation = equation.decode()
     return call_op("einsum", *inputs, equation=equation)
+
+
+@converter("EyeLike")
+def convert_eye_like(context, node, inputs):
+    attrs = context.attributes(node)
+    dtype = None
+    if "dtype" in attrs:
+        dtype = str(np.dtype(helper.tensor_dtype_to_np_dtype(attrs["dtype"])))
+        if dtype not in DTYPES:
+            raise NodeConversionError(f"EyeLike node '{node.name}': dtype {dtype} is not supported")
+    return call_op("eye_like", inputs[0], k=int(attrs.get("k", 0)), dtype=dtype)

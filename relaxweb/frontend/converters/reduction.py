@@ -1,6 +1,6 @@
-"""ONNX reductions (Reduce*), ArgMax / ArgMin, CumSum and TopK.
+"""ONNX reductions (Reduce*), ArgMax / ArgMin, CumSum, CumProd and TopK.
 
-Axes, ``k`` and the CumSum axis decide the result's shape (or the program), so they should
+Axes, ``k`` and the CumSum / CumProd axis decide the result's shape (or the program), so they should
 be known at compile time: an attribute, or (in the opsets that made them inputs: ReduceSum
 13, the other reductions 18, TopK 10, CumSum always) a constant input — an initializer, a
 Constant node or a value the importer folded.  An input computed at run time is passed on
@@ -92,17 +92,18 @@ def convert_arg(context, node, inputs):
     )
 
 
-@converter("CumSum")
+@converter("CumSum", "CumProd")
 @known_dtypes
-def convert_cumsum(context, node, inputs):
+def convert_cumulative(context, node, inputs):
+    op = {"CumSum": "cumsum", "CumProd": "cumprod"}[node.op_type]
     attrs = context.attributes(node)
     flags = {"exclusive": bool(attrs.get("exclusive", 0)), "reverse": bool(attrs.get("reverse", 0))}
     if not isinstance(inputs[1], Constant):
-        return call_op("cumsum", inputs[0], inputs[1], **flags)
+        return call_op(op, inputs[0], inputs[1], **flags)
     axis = _integers(context, node, inputs[1], "the axis")
     if len(axis) != 1:
-        raise NodeConversionError(f"CumSum node '{node.name}': the axis must be one value, got {axis}")
-    return call_op("cumsum", inputs[0], axis=axis[0], **flags)
+        raise NodeConversionError(f"{node.op_type} node '{node.name}': the axis must be one value, got {axis}")
+    return call_op(op, inputs[0], axis=axis[0], **flags)
 
 
 @converter("TopK")

@@ -98,6 +98,7 @@ SHAPE_OPERANDS: dict[str, frozenset[int]] = {
     "Loop": frozenset({0, 1}),
     "Resize": frozenset({1, 2, 3}),
     "Upsample": frozenset({1}),
+    "OneHot": frozenset({1}),
 }
 
 # The ONNX dtype of shape values that are not int64 (the IR's ShapeExpr / PrimValue carry none).
