@@ -315,8 +315,8 @@ def render_doc(report: dict) -> str:
         f"{report['machine']['cores']} cores, adapter {report['machine']['adapter']}.",
         "",
         f"**{counts.get('ok', 0)} of {len(models)} models ok**, from {len(exporters_used)} exporters "
-        f"({len(ok_exporters)} with at least one model ok); "
-        + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()) if s != "ok") + ".",
+        f"({len(ok_exporters)} with at least one model ok)"
+        + "".join(f"; {n} {s}" for s, n in sorted(counts.items()) if s != "ok") + ".",
         "",
         "Tolerance: an output element matches when it is within 1e-3 of onnxruntime's, absolutely",
         "or relatively (float32).  Models that onnxruntime computes in float16 (`ort-float16`):",
