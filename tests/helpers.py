@@ -156,6 +156,24 @@ def make_model(nodes: Iterable[onnx.NodeProto], inputs, outputs, initializers=No
     return model
 
 
+def onnxruntime_outputs(model: onnx.ModelProto | str | Path, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """The reference: onnxruntime's CPU outputs of a model (in memory or a file), in order."""
+    import onnxruntime  # noqa: PLC0415 - imported here so that importing the helpers stays cheap
+
+    source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)
+    return onnxruntime.InferenceSession(source, providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+def in_the_browser(test):
+    """A test with the marks of tests/test_browser.py: ``browser``, and skipped without
+    Playwright or Chromium."""
+    from tests.test_browser import pytestmark  # noqa: PLC0415 - that module imports these helpers
+
+    for mark in pytestmark:
+        test = mark(test)
+    return test
+
+
 # ONNX's node test cases ---------------------------------------------------------------------
 
 

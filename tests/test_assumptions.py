@@ -37,8 +37,7 @@ from relaxweb.ir.interpreter import run_module
 from relaxweb.ir.op_registry import AssumptionError, DeductionError
 from relaxweb.ops import call_op
 from relaxweb.ops.common import DimOf, require_equal
-from tests.helpers import F32_LOOSE, MODEL, assert_close, make_model, rand
-from tests.test_browser import pytestmark as browser_marks
+from tests.helpers import F32_LOOSE, MODEL, assert_close, in_the_browser, make_model, onnxruntime_outputs, rand
 
 ROOT = Path(__file__).resolve().parent.parent
 n, m, h = SizeVar("n"), SizeVar("m"), SizeVar("h")
@@ -48,8 +47,6 @@ def casts(module: IRModule) -> list[MatchCast]:
     return [b for b in module.main.bindings() if isinstance(b, MatchCast)]
 
 
-def onnxruntime_outputs(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
 
 
 # Deciding --------------------------------------------------------------------------------------
@@ -313,18 +310,10 @@ def test_the_cli_exits_2_with_one_line_naming_the_node_and_both_values(pyramid_b
     assert done.stderr.strip().splitlines() == [f"error: {PYRAMIDS['fpn_legacy'][2]}"]
 
 
-def with_marks(marks):
-    """Apply a list of marks (tests/test_browser.py's: browser, and skips without Chromium)."""
-    def apply(test):
-        for mark in marks:
-            test = mark(test)
-        return test
-
-    return apply
 
 
 @pytest.mark.slow
-@with_marks(browser_marks)
+@in_the_browser
 def test_the_browser_rejects_the_run_with_the_same_message(pyramid_models: Path, pyramid_bundles) -> None:
     bundle = pyramid_bundles["fpn_legacy"]
     image = _image(64, 64)

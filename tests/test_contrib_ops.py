@@ -12,13 +12,12 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
 import relaxweb
 from relaxweb.errors import UnsupportedModelError
-from tests.helpers import F32, F32_LOOSE, Tolerance, assert_close, make_model, rand
+from tests.helpers import F32, F32_LOOSE, Tolerance, assert_close, make_model, onnxruntime_outputs, rand
 
 MS = "com.microsoft"
 OPSETS = {"": 17, MS: 1}
@@ -29,9 +28,6 @@ def ms_node(op_type: str, inputs, outputs, **attrs):
     return helper.make_node(op_type, list(inputs), list(outputs), domain=MS, **attrs)
 
 
-def onnxruntime_outputs(model, feeds: dict) -> list[np.ndarray]:
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return session.run(None, feeds)
 
 
 @dataclass

@@ -24,7 +24,7 @@ from relaxweb.ir.struct_info import PrimStructInfo
 from relaxweb.ir.well_formed import check_well_formed
 from relaxweb.ops import call_op
 from relaxweb.runtime import Session
-from tests.helpers import assert_close, make_model, rand
+from tests.helpers import assert_close, in_the_browser, make_model, rand
 
 n, m, p, k = (SizeVar(name) for name in ("n", "m", "p", "k"))
 
@@ -215,16 +215,9 @@ def test_match_cast_of_a_prim_value_binds_a_variable() -> None:
     assert_close(run_module(module, {"x": x_value})[0], x_value)
 
 
-def with_browser_marks(test):
-    """The browser marker and the skips of tests/test_browser.py (playwright, chromium)."""
-    from tests.test_browser import pytestmark as browser_marks
-
-    for mark in browser_marks:
-        test = mark(test)
-    return test
 
 
-@with_browser_marks
+@in_the_browser
 def test_compiled_read_back_runs_in_chromium(unique_bundle) -> None:
     """The browser runtime follows the same read/resume steps on compiler output."""
     from relaxweb.browser import run_in_browser

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
@@ -21,14 +20,11 @@ from relaxweb.ir.parser import parse_module
 from relaxweb.ir.printer import format_module, module_constants
 from relaxweb.ir.structural import assert_structural_equal
 from relaxweb.passes import pipeline, run_pipeline
-from tests.helpers import F32, F32_LOOSE, FLOAT16, Tolerance, assert_close, make_model, rand
+from tests.helpers import F32, F32_LOOSE, FLOAT16, Tolerance, assert_close, make_model, onnxruntime_outputs, rand
 
 FLOAT, INT32, INT64 = TensorProto.FLOAT, TensorProto.INT32, TensorProto.INT64
 
 
-def onnxruntime_outputs(model, feeds: dict) -> list[np.ndarray]:
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return session.run(None, feeds)
 
 
 @dataclass

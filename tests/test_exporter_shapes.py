@@ -20,7 +20,6 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
@@ -30,7 +29,7 @@ from relaxweb.frontend import from_onnx
 from relaxweb.frontend.onnx import symbolic_vars
 from relaxweb.ir.expr import MatchCast
 from relaxweb.ir.interpreter import run_module
-from tests.helpers import assert_close, make_model, rand
+from tests.helpers import assert_close, make_model, onnxruntime_outputs, rand
 
 ROOT = Path(__file__).resolve().parent.parent
 INT64_MAX = 2**63 - 1
@@ -41,8 +40,6 @@ def ints(**arrays) -> dict[str, np.ndarray]:
     return {name: np.array(value, np.int64) for name, value in arrays.items()}
 
 
-def onnxruntime_outputs(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
 
 
 def feeds_of(shapes: dict[str, tuple[int, ...]], seed: int = 0) -> dict[str, np.ndarray]:

@@ -5,7 +5,6 @@ the GPU at two shapes from one build."""
 from __future__ import annotations
 
 import numpy as np
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
@@ -13,12 +12,9 @@ import relaxweb
 from relaxweb.errors import UnsupportedModelError
 from relaxweb.frontend.onnx import from_onnx, op_coverage
 from relaxweb.ir.printer import format_function
-from tests.helpers import F32_LOOSE, assert_close, make_model, rand
+from tests.helpers import F32_LOOSE, assert_close, make_model, onnxruntime_outputs, rand
 
 
-def onnxruntime_outputs(model, feeds: dict) -> list[np.ndarray]:
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return session.run(None, feeds)
 
 
 def attention_model():

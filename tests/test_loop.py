@@ -35,18 +35,12 @@ from relaxweb.ir.printer import format_module, module_constants
 from relaxweb.ir.structural import structural_equal
 from relaxweb.ir.well_formed import check_well_formed
 from relaxweb.passes import legalize_ops, plan_memory
-from tests.helpers import F32_LOOSE, ONNX_CASE, assert_close, make_model, onnx_node_cases, rand
-from tests.test_browser import pytestmark as browser_marks
+from tests.helpers import F32_LOOSE, ONNX_CASE, assert_close, in_the_browser, make_model, onnx_node_cases, onnxruntime_outputs, rand
 
 HIDDEN, FEATURES = 3, 2
 LENGTHS = (4, 1, 7)  # one build, three scan lengths (1: a single iteration)
 
 
-def onnxruntime_outputs(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    import onnxruntime as ort
-
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return session.run(None, feeds)
 
 
 # Scan ------------------------------------------------------------------------------------------------
@@ -147,14 +141,9 @@ def test_a_loop_body_is_fused_like_a_dataflow_block() -> None:
         assert_close(got, want, F32_LOOSE)
 
 
-def _in_the_browser(test):
-    """The browser tests' marks: ``browser``, skipped without Playwright or Chromium."""
-    for mark in browser_marks:
-        test = mark(test)
-    return test
 
 
-@_in_the_browser
+@in_the_browser
 def test_scan_in_the_browser(tmp_path) -> None:
     """The browser runtime follows the host's loop (a resume record after each iteration)."""
     from relaxweb.browser import run_many_in_browser

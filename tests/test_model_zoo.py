@@ -24,7 +24,7 @@ import onnxruntime
 import pytest
 
 from relaxweb.browser import run_many_in_browser
-from tests.test_browser import pytestmark as browser_marks
+from tests.helpers import in_the_browser
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -94,14 +94,9 @@ def test_an_element_matches_within_1e3_absolutely_or_relatively():
     assert compare(expected[:3], expected, 1e-3)[1] == float("inf")
 
 
-def browser_test(function):
-    """The marks of tests/test_browser.py (browser; skipped without Playwright or Chromium)."""
-    for mark in browser_marks:
-        function = mark(function)
-    return function
 
 
-@browser_test
+@in_the_browser
 @pytest.mark.slow
 @pytest.mark.parametrize("name", BROWSER)
 def test_model_matches_onnxruntime_in_chromium(name, request, tmp_path):

@@ -37,8 +37,7 @@ from relaxweb.ir.structural import structural_equal
 from relaxweb.ops import DeductionError, call_op
 from relaxweb.ops.recurrent import resolve_activations
 from relaxweb.passes import legalize_ops
-from tests.helpers import F32_LOOSE, ONNX_CASE, assert_close, make_model, onnx_node_cases, rand
-from tests.test_browser import pytestmark as browser_marks
+from tests.helpers import F32_LOOSE, ONNX_CASE, assert_close, in_the_browser, make_model, onnx_node_cases, onnxruntime_outputs, rand
 
 ROOT = Path(__file__).resolve().parents[1]
 GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
@@ -98,11 +97,6 @@ def feeds_for(model: onnx.ModelProto, steps: int, seed: int = 0) -> dict[str, np
     return feeds
 
 
-def onnxruntime_outputs(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    import onnxruntime as ort
-
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return session.run(None, feeds)
 
 
 ACTIVATION_CASES = [
@@ -373,14 +367,9 @@ def test_crnn_bidirectional_lstm_matches_onnxruntime_at_three_lengths(tmp_path, 
         assert_close(got, want, F32_LOOSE, err_msg=f"width {width}")
 
 
-def _in_the_browser(test):
-    """The browser tests' marks: ``browser``, skipped without Playwright or Chromium."""
-    for mark in browser_marks:
-        test = mark(test)
-    return test
 
 
-@_in_the_browser
+@in_the_browser
 @pytest.mark.slow
 def test_crnn_bidirectional_lstm_in_the_browser(tmp_path) -> None:
     from relaxweb.browser import run_many_in_browser

@@ -31,7 +31,7 @@ def expand_functions(model: onnx.ModelProto) -> onnx.ModelProto:
     """The model with every function op that has no converter replaced by its body (the
     model itself, unchanged, when there is none)."""
     opsets = _opsets(model)
-    if not any(_needs_expansion(node) and _schema(node, opsets) is not None for node in _all_nodes(model.graph)):
+    if not any(_needs_expansion(node) and _schema(node, opsets) is not None for node in nodes_with_subgraphs(model.graph.node)):
         return model
     expanded = onnx.ModelProto()
     expanded.CopyFrom(model)
@@ -119,7 +119,7 @@ def _expand_node(node: onnx.NodeProto, opsets, types, depth: int) -> list[onnx.N
     body: list[onnx.NodeProto] = []
     for inner in _instantiate(node, function, _schema(node, opsets)):
         body.extend(_expand_node(inner, opsets, types, depth + 1))
-    if any(_needs_expansion(inner) for inner in _all_nodes_of(body)):
+    if any(_needs_expansion(inner) for inner in nodes_with_subgraphs(body)):
         return [node]
     return body
 
@@ -199,15 +199,13 @@ def _value_types(model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
     return types
 
 
-def _all_nodes(graph: onnx.GraphProto):
-    yield from _all_nodes_of(graph.node)
-
-
-def _all_nodes_of(nodes):
+def nodes_with_subgraphs(nodes):
+    """The nodes, each followed by the nodes of its subgraphs (If branches, Loop and Scan
+    bodies), recursively."""
     for node in nodes:
         yield node
         for attribute in node.attribute:
             if attribute.HasField("g"):
-                yield from _all_nodes(attribute.g)
+                yield from nodes_with_subgraphs(attribute.g.node)
             for subgraph in attribute.graphs:
-                yield from _all_nodes(subgraph)
+                yield from nodes_with_subgraphs(subgraph.node)

@@ -53,7 +53,7 @@ from .converters import CONVERTERS, ConversionContext
 from .converters.node import convert_node, format_unsupported, node_label
 from .converters.registry import STANDARD_DOMAINS, converter_key, tensor_to_array
 from .converters.shape_values import tensor_of
-from .function_expansion import expand_functions
+from .function_expansion import expand_functions, nodes_with_subgraphs
 
 
 def load_onnx(path: str | Path) -> onnx.ModelProto:
@@ -134,21 +134,11 @@ def find_unsupported(model: onnx.ModelProto) -> dict[str, list[str]]:
     """Unsupported op types (named ``domain.OpType`` when not of the standard domain) -> node
     names, subgraphs (If branches) included."""
     unsupported: dict[str, list[str]] = defaultdict(list)
-    for index, node in enumerate(_all_nodes(model.graph)):
+    for index, node in enumerate(nodes_with_subgraphs(model.graph.node)):
         key = converter_key(node.domain, node.op_type)
         if key not in CONVERTERS:
             unsupported[key].append(node_label(node, index))
     return dict(unsupported)
-
-
-def _all_nodes(graph: onnx.GraphProto):
-    for node in graph.node:
-        yield node
-        for attribute in node.attribute:
-            if attribute.HasField("g"):
-                yield from _all_nodes(attribute.g)
-            for subgraph in attribute.graphs:
-                yield from _all_nodes(subgraph)
 
 
 def op_coverage(model: onnx.ModelProto) -> list[tuple[str, int, bool]]:
@@ -159,7 +149,7 @@ def op_coverage(model: onnx.ModelProto) -> list[tuple[str, int, bool]]:
     """
     counts: dict[str, int] = defaultdict(int)
     unsupported = find_unsupported(expand_functions(model))  # an op with a supported ONNX function body is supported
-    for node in _all_nodes(model.graph):
+    for node in nodes_with_subgraphs(model.graph.node):
         counts[converter_key(node.domain, node.op_type)] += 1
     supported = {key: key not in unsupported for key in counts}
     return sorted(((op, counts[op], supported[op]) for op in counts), key=lambda e: (e[2], e[0]))
