@@ -367,6 +367,27 @@ def test_crnn_bidirectional_lstm_matches_onnxruntime_at_three_lengths(tmp_path, 
         assert_close(got, want, F32_LOOSE, err_msg=f"width {width}")
 
 
+@pytest.mark.slow
+@pytest.mark.gpu
+def test_a_scripted_vad_with_an_if_on_the_sample_rate_matches_onnxruntime(tmp_path) -> None:
+    """Silero VAD v5's shape (tests/fixtures/vad_export.py): an If with two outputs whose
+    branches hold a reflect Pad, a Conv STFT and an LSTM step; both branches, three batches
+    and two lengths from one build."""
+    pytest.importorskip("torch")
+    path = tmp_path / "vad.onnx"
+    done = subprocess.run([sys.executable, "-m", "tests.fixtures.vad_export", str(path)], capture_output=True,
+                          text=True, cwd=ROOT, timeout=300)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert [node.op_type for node in onnx.load(str(path)).graph.node][-1] == "If"
+    relaxweb.build(path, tmp_path / "bundle")
+    session = relaxweb.load(tmp_path / "bundle")
+    for rate, samples, batch in ((16000, 512, 1), (8000, 256, 2), (16000, 1024, 3)):
+        feeds = {"input": rand(batch, samples, seed=samples), "state": rand(2, batch, 64, seed=batch),
+                 "sr": np.array(rate, np.int64)}
+        expected = onnxruntime_outputs(path, feeds)
+        actual = session.run(feeds)
+        for name, want in zip(("output", "stateN"), expected):
+            assert_close(actual[name], want, F32_LOOSE, err_msg=f"{name} at sr {rate}, {samples} samples, batch {batch}")
 
 
 @in_the_browser
