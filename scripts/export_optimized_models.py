@@ -20,6 +20,9 @@ dynamic, opset 17), then ``onnxruntime.transformers.optimizer.optimize_model`` r
                          SimplifiedLayerNormalization, SkipSimplifiedLayerNormalization
     llama_ort_optimized  the same after onnxruntime's own graph optimizations too (opt_level 2):
                          QuickGelu (SiLU, alpha 1), SimplifiedLayerNormalization
+    bert_fused_matmul    BertModel through the optimizer with only_onnxruntime at opt_level 2 (its
+                         graph optimizations without the ones the Python fusions disable):
+                         FusedMatMul (the attention scores' MatMul and scale), BiasGelu
     clip_text            CLIPTextModel (model type clip): QuickGelu, SkipLayerNormalization
     cnn                  a small CNN (conv, batch norm, pooling, softmax), not optimized: the float32
                          baseline of cnn_fp16
@@ -56,6 +59,7 @@ class Spec:
     model_type: str = "bert"
     options: dict = field(default_factory=dict)  # FusionOptions attributes
     opt_level: int = 0
+    only_onnxruntime: bool = False  # onnxruntime's graph optimizations alone, none of them disabled
     float16: bool = False
     float16_io: bool = False  # float16 inputs and outputs too (else they stay float32, Casts inside)
 
@@ -175,6 +179,7 @@ SPECS = {spec.name: spec for spec in [
     Spec("gpt2", gpt2, model_type="gpt2"),
     Spec("llama", llama, model_type="gpt2"),
     Spec("llama_ort_optimized", llama, model_type="gpt2", opt_level=2),
+    Spec("bert_fused_matmul", bert, opt_level=2, only_onnxruntime=True),
     Spec("clip_text", clip_text, model_type="clip"),
     Spec("bert_fp16", bert, float16=True),
     Spec("gpt2_fp16", gpt2, model_type="gpt2", float16=True),
@@ -229,7 +234,7 @@ def export(spec: Spec, out_dir: Path) -> dict:
     written = onnx.load(str(path))
     ops = collections.Counter(n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}.{n.op_type}" for n in written.graph.node)
     sidecar = {"name": spec.name, "model_type": spec.model_type, "options": spec.options, "opt_level": spec.opt_level,
-               "float16": spec.float16, "float16_io": spec.float16_io, "inputs": inputs, "outputs": outputs, "op_types": dict(sorted(ops.items()))}
+               "only_onnxruntime": spec.only_onnxruntime, "float16": spec.float16, "float16_io": spec.float16_io, "inputs": inputs, "outputs": outputs, "op_types": dict(sorted(ops.items()))}
     (out_dir / f"{spec.name}.json").write_text(json.dumps(sidecar, indent=1) + "\n")
     return sidecar
 
@@ -247,7 +252,8 @@ def _optimize(spec: Spec, raw: Path):
     for key, value in spec.options.items():
         setattr(options, key, value)
     return optimize_model(str(raw), model_type=spec.model_type, num_heads=HEADS, hidden_size=HIDDEN,
-                          optimization_options=options, opt_level=spec.opt_level, use_gpu=False)
+                          optimization_options=options, opt_level=spec.opt_level, use_gpu=False,
+                          only_onnxruntime=spec.only_onnxruntime)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -45,6 +45,7 @@ CONTRIB_OPS = {
              "com.microsoft.BiasGelu"},
     "bert_mha_gelu": {"com.microsoft.MultiHeadAttention", "com.microsoft.Gelu", "com.microsoft.EmbedLayerNormalization"},
     "bert_fast_gelu": {"com.microsoft.Attention", "com.microsoft.FastGelu"},
+    "bert_fused_matmul": {"com.microsoft.FusedMatMul", "com.microsoft.BiasGelu"},
     "distilbert": {"com.microsoft.Attention", "com.microsoft.EmbedLayerNormalization", "com.microsoft.BiasGelu"},
     "gpt2": {"com.microsoft.SkipLayerNormalization", "com.microsoft.FastGelu"},
     "llama": {"SimplifiedLayerNormalization", "com.microsoft.SkipSimplifiedLayerNormalization"},
