@@ -23,6 +23,11 @@ dynamic, opset 17), then ``onnxruntime.transformers.optimizer.optimize_model`` r
     bert_fused_matmul    BertModel through the optimizer with only_onnxruntime at opt_level 2 (its
                          graph optimizations without the ones the Python fusions disable):
                          FusedMatMul (the attention scores' MatMul and scale), BiasGelu
+    geglu_unet           a diffusion transformer's GEGLU feed-forward block through the UNet
+                         optimizer (model type unet, enable_bias_add): SkipLayerNormalization,
+                         BiasSplitGelu, BiasAdd; onnxruntime's CPU provider has no kernel for the
+                         last two, so NAME.reference.onnx (the export before optimizing) is kept
+                         as the reference
     clip_text            CLIPTextModel (model type clip): QuickGelu, SkipLayerNormalization
     cnn                  a small CNN (conv, batch norm, pooling, softmax), not optimized: the float32
                          baseline of cnn_fp16
@@ -62,6 +67,9 @@ class Spec:
     only_onnxruntime: bool = False  # onnxruntime's graph optimizations alone, none of them disabled
     float16: bool = False
     float16_io: bool = False  # float16 inputs and outputs too (else they stay float32, Casts inside)
+    # onnxruntime's CPU provider has no kernel for an op the optimizer writes (BiasSplitGelu, BiasAdd):
+    # the export before optimization is kept (NAME.reference.onnx) as the reference, the same function
+    reference_is_raw: bool = False
 
 
 def _seed() -> None:
@@ -155,6 +163,29 @@ def clip_text():
     return _wrap(_noisy(CLIPTextModel(config).eval()), False)
 
 
+def geglu_block():
+    """A diffusion transformer's feed-forward block: ``y = x + h``, layer norm, GEGLU (a
+    projection halved: ``a * gelu(gate)``), a projection back, plus ``y``."""
+    import torch.nn.functional as F
+    from torch import nn
+
+    class Geglu(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.norm = nn.LayerNorm(HIDDEN)
+            self.project_in = nn.Linear(HIDDEN, 8 * HIDDEN)
+            self.project_out = nn.Linear(4 * HIDDEN, HIDDEN)
+
+        def forward(self, x, h):
+            y = x + h
+            values, gate = self.project_in(self.norm(y)).chunk(2, dim=-1)
+            return self.project_out(values * F.gelu(gate)) + y
+
+    _seed()
+    features = [{"name": name, "dtype": "float32", "dims": ["batch", "seq", HIDDEN], "kind": "normal"} for name in ("x", "h")]
+    return _noisy(Geglu().eval()), features, ["y"]
+
+
 def cnn():
     import torch
     from torch import nn
@@ -180,6 +211,7 @@ SPECS = {spec.name: spec for spec in [
     Spec("llama", llama, model_type="gpt2"),
     Spec("llama_ort_optimized", llama, model_type="gpt2", opt_level=2),
     Spec("bert_fused_matmul", bert, opt_level=2, only_onnxruntime=True),
+    Spec("geglu_unet", geglu_block, model_type="unet", options={"enable_bias_add": True}, reference_is_raw=True),
     Spec("clip_text", clip_text, model_type="clip"),
     Spec("bert_fp16", bert, float16=True),
     Spec("gpt2_fp16", gpt2, model_type="gpt2", float16=True),
@@ -230,11 +262,16 @@ def export(spec: Spec, out_dir: Path) -> dict:
             optimized.convert_float_to_float16(keep_io_types=not spec.float16_io)
     path = out_dir / f"{spec.name}.onnx"
     optimized.save_model_to_file(str(path))
-    raw.unlink()
+    if spec.reference_is_raw:
+        raw.replace(out_dir / f"{spec.name}.reference.onnx")
+    else:
+        raw.unlink()
     written = onnx.load(str(path))
     ops = collections.Counter(n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}.{n.op_type}" for n in written.graph.node)
     sidecar = {"name": spec.name, "model_type": spec.model_type, "options": spec.options, "opt_level": spec.opt_level,
-               "only_onnxruntime": spec.only_onnxruntime, "float16": spec.float16, "float16_io": spec.float16_io, "inputs": inputs, "outputs": outputs, "op_types": dict(sorted(ops.items()))}
+               "only_onnxruntime": spec.only_onnxruntime, "float16": spec.float16, "float16_io": spec.float16_io,
+               "reference": f"{spec.name}.reference.onnx" if spec.reference_is_raw else f"{spec.name}.onnx",
+               "inputs": inputs, "outputs": outputs, "op_types": dict(sorted(ops.items()))}
     (out_dir / f"{spec.name}.json").write_text(json.dumps(sidecar, indent=1) + "\n")
     return sidecar
 

@@ -8,6 +8,8 @@ optimizer writes are in ``tests/test_optimized_models.py``.
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -92,7 +94,16 @@ def activation_cases() -> dict[str, Case]:
                                    x_in + [("skip", FLOAT, ["batch", "seq", HIDDEN])], ["y"], bias, opset=OPSETS),
                         hidden_feeds("x", "skip"), SHAPES,
                         expected=lambda feeds: [feeds["x"] + bias["bias"] + feeds["skip"]]),
+        # CUDA only in onnxruntime too: left * gelu(right) of x + bias, halved along the last dim
+        "BiasSplitGelu": Case(make_model([ms_node("BiasSplitGelu", ["x", "bias"], ["y"])], x_in, ["y"], bias, opset=OPSETS),
+                              hidden_feeds("x"), SHAPES, expected=lambda feeds: [_split_gelu(feeds["x"] + bias["bias"])]),
     }
+
+
+def _split_gelu(biased: np.ndarray) -> np.ndarray:
+    left, right = np.split(biased.astype(np.float64), 2, axis=-1)
+    erf = np.vectorize(math.erf)
+    return (left * 0.5 * right * (1.0 + erf(right / math.sqrt(2.0)))).astype(np.float32)
 
 
 def fused_matmul_cases() -> dict[str, Case]:

@@ -7,7 +7,8 @@ Each is a composition of relaxweb ops that computes what onnxruntime's CPU kerne
 (the numeric reference; the specs are onnxruntime's ContribOperators.md):
 
 - ``Gelu`` (exact, erf), ``BiasGelu`` (``Gelu(A + B)``), ``FastGelu`` (the tanh form, with an
-  optional bias), ``QuickGelu`` (``x * sigmoid(alpha * x)``), ``BiasAdd`` (``X + bias + skip``);
+  optional bias), ``QuickGelu`` (``x * sigmoid(alpha * x)``), ``BiasAdd`` (``X + bias + skip``),
+  ``BiasSplitGelu`` (``X + bias`` halved along the last dim: ``left * Gelu(right)``);
 - ``FusedMatMul``: ``alpha * op(A) @ op(B)``, ``op`` transposing the last two dims
   (``transA``/``transB``) after moving the first dim behind the batch dims
   (``transBatchA``/``transBatchB``);
@@ -24,7 +25,7 @@ import numpy as np
 
 from ...ir.expr import Expr, ShapeExpr, tensor_shape
 from ...ir.struct_info import TensorStructInfo
-from ...ir.symbolic import IntImm
+from ...ir.symbolic import IntImm, as_int
 from ...ops import call_op, strided_slice
 from .registry import NodeConversionError, converter
 
@@ -94,6 +95,22 @@ def convert_quick_gelu(context, node, inputs):
     scaled = context.builder.emit(call_op("multiply", x, scalar_constant(context, alpha, x, f"{label(node)}_alpha")), "quick_gelu_scaled")
     gate = context.builder.emit(call_op("sigmoid", scaled), "quick_gelu_gate")
     return call_op("multiply", x, gate)
+
+
+@converter("BiasSplitGelu", domain=MICROSOFT)
+def convert_bias_split_gelu(context, node, inputs):
+    """``X + bias`` split in halves along its last dim: ``left * Gelu(right)`` (diffusion
+    models' GEGLU, written by the UNet optimizer)."""
+    biased = _plus_bias(context, inputs[0], inputs[1])
+    width = tensor_shape(biased)[-1] if isinstance(biased.struct_info, TensorStructInfo) and \
+        biased.struct_info.shape is not None else None
+    if width is None or as_int(width) is None or as_int(width) % 2:
+        raise NodeConversionError(f"BiasSplitGelu node '{node.name}': the last dim must be a known even size, "
+                                  f"got {biased.struct_info}")
+    half = as_int(width) // 2
+    left = context.builder.emit(strided_slice(biased, [-1], [IntImm(0)], [IntImm(half)]), "split_left")
+    right = context.builder.emit(strided_slice(biased, [-1], [IntImm(half)], [IntImm(2 * half)]), "split_right")
+    return call_op("multiply", left, context.builder.emit(call_op("gelu", right), "split_gate"))
 
 
 @converter("BiasAdd", domain=MICROSOFT)
