@@ -309,6 +309,28 @@ def test_batch_major_layout_on_the_gpu(tmp_path, cell: str) -> None:
     _check_on_gpu(model, tmp_path, _batch_major_expected)
 
 
+@pytest.mark.gpu
+def test_a_wide_lstm_over_many_steps_matches_onnxruntime(tmp_path) -> None:
+    """Hidden size 512 over 40 steps (ddddocr's captcha recognizer is this wide): 163840
+    iterations of a plain dot-product loop per invocation, past the 65535 that llvmpipe
+    runs of any loop; the unrolled loop needs 5120."""
+    rng = np.random.default_rng(3)
+    hidden, features = 512, 24
+    weights = {"W": rng.standard_normal((2, 4 * hidden, features)).astype(np.float32) * 0.05,
+               "R": rng.standard_normal((2, 4 * hidden, hidden)).astype(np.float32) * 0.05,
+               "B": rng.standard_normal((2, 8 * hidden)).astype(np.float32) * 0.05}
+    node = helper.make_node("LSTM", ["x", "W", "R", "B"], ["y", "y_h", "y_c"], direction="bidirectional",
+                            hidden_size=hidden)
+    model = make_model([node], [("x", ["steps", 1, features])], ["y", "y_h", "y_c"], weights, opset=14)
+    relaxweb.build(model, tmp_path / "bundle")
+    session = relaxweb.load(tmp_path / "bundle")
+    for steps in (40, 3):
+        feeds = {"x": rand(steps, 1, features, seed=steps)}
+        actual = session.run(feeds)
+        for name, want in zip(("y", "y_h", "y_c"), onnxruntime_outputs(model, feeds)):
+            assert_close(actual[name], want, F32_LOOSE, err_msg=f"{name} over {steps} steps")
+
+
 def _node_cases() -> dict:
     return {case.name: case for case in onnx_node_cases(["lstm", "gru", "rnn"])}
 

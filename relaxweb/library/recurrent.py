@@ -261,14 +261,36 @@ def _clip(value: str, clip: float | None) -> str:
     return f"clamp({value}, -{bound}, {bound})"
 
 
+#: Terms of the recurrent dot product per loop iteration.  llvmpipe (Mesa's software Vulkan,
+#: which CI runs on) ends any shader loop after 65535 iterations in all of an invocation, so
+#: the loop over k, entered once per unit and step, is unrolled: an invocation's iterations
+#: are ``T * ceil(H / 64) * ceil(H / 32)``, 65535 at H = 512 and T = 511 (any length on GPUs).
+DOT_UNROLL = 32
+
+
 def _dot(names: list[str], source: str, gate_offsets: list[str]) -> list[str]:
-    """Accumulate ``names[g] += source[k] * recurrence[direction, k, offset_g + unit]``."""
-    lines = ["      for (var k = 0; k < hidden; k = k + 1) {",
-             f"        let h = {source};",
-             "        let column = (direction * hidden + k) * gates + unit;"]
-    lines += [f"        {name} = {name} + h * recurrence[column{'' if offset == '0' else ' + ' + offset}];"
-              for name, offset in zip(names, gate_offsets)]
-    return lines + ["      }"]
+    """Accumulate ``names[g] += source[k] * recurrence[direction, k, offset_g + unit]`` over
+    ``k < hidden`` (``source`` names ``k`` as ``{k}``), DOT_UNROLL terms per iteration.  A
+    loop that a driver ended early (llvmpipe's cap above) leaves ``k`` short of ``hidden``:
+    the sums are then NaN, never a plausible wrong value."""
+
+    def terms(k: str, indent: str) -> list[str]:
+        index = k.replace(" + 0", "")
+        lines = [f"{indent}{{"]
+        lines.append(f"{indent}  let h = {source.format(k=index)};")
+        lines.append(f"{indent}  let column = (direction * hidden + {index}) * gates + unit;")
+        lines += [f"{indent}  {name} = {name} + h * recurrence[column{'' if offset == '0' else ' + ' + offset}];"
+                  for name, offset in zip(names, gate_offsets)]
+        lines.append(f"{indent}}}")
+        return lines
+
+    lines = ["      var k = 0;", f"      for (; k + {DOT_UNROLL} <= hidden; k = k + {DOT_UNROLL}) {{"]
+    for j in range(DOT_UNROLL):
+        lines += terms(f"k + {j}", "        ")
+    lines += ["      }", "      for (; k < hidden; k = k + 1) {", *terms("k", "        "), "      }",
+              "      if (k != hidden) {  // the driver ended a loop early: NaN, not a wrong value",
+              *(f"        {name} = bitcast<f32>(0x7fc00000u | (local & 0u));" for name in names), "      }"]
+    return lines
 
 
 def _step(cell: str, options: dict) -> list[str]:
@@ -276,13 +298,13 @@ def _step(cell: str, options: dict) -> list[str]:
     clip, optional = options["clip"], options["optional"]
     units = "    for (var unit = first_unit; unit < hidden; unit = unit + 64) {"
     if cell == "rnn":
-        return [units, "      var a = projected[x + unit];", *_dot(["a"], "out[previous + k]", ["0"]),
+        return [units, "      var a = projected[x + unit];", *_dot(["a"], "out[previous + {k}]", ["0"]),
                 f"      out[current + unit] = activation_0(direction, {_clip('a', clip)});", "    }"]
     if cell == "lstm":
         peepholes = "peepholes" in optional
         lines = [units, "      var gi = projected[x + unit];", "      var go = projected[x + hidden + unit];",
                  "      var gf = projected[x + 2 * hidden + unit];", "      var gc = projected[x + 3 * hidden + unit];",
-                 *_dot(["gi", "go", "gf", "gc"], "out[previous + k]", ["0", "hidden", "2 * hidden", "3 * hidden"]),
+                 *_dot(["gi", "go", "gf", "gc"], "out[previous + {k}]", ["0", "hidden", "2 * hidden", "3 * hidden"]),
                  "      let c_previous = out[final_c + unit];"]
         if peepholes:
             lines += ["      let p = direction * 3 * hidden + unit;",
@@ -304,15 +326,15 @@ def _step(cell: str, options: dict) -> list[str]:
     if options["linear_before_reset"]:
         recurrent_bias = "bias[direction * 6 * hidden + 5 * hidden + unit]" if "bias" in optional else "0.0"
         return [*head, candidate_input, "      var rh = 0.0;",
-                *_dot(["gz", "gr", "rh"], "out[previous + k]", ["0", "hidden", "2 * hidden"]), *update,
+                *_dot(["gz", "gr", "rh"], "out[previous + {k}]", ["0", "hidden", "2 * hidden"]), *update,
                 f"      let candidate = activation_1(direction, {_clip(f'gh + r * (rh + {recurrent_bias})', clip)});",
                 "      out[current + unit] = (1.0 - z) * candidate + z * out[previous + unit];", "    }"]
     # the reset gate applies to h before its linear map: r * h of every unit first (scratch rows)
-    return [*head, *_dot(["gz", "gr"], "out[previous + k]", ["0", "hidden"]), *update,
+    return [*head, *_dot(["gz", "gr"], "out[previous + {k}]", ["0", "hidden"]), *update,
             "      out[scratch_z + unit] = z;",
             "      out[scratch_rh + unit] = r * out[previous + unit];", "    }",
             "    storageBarrier();",
-            units, candidate_input, *_dot(["gh"], "out[scratch_rh + k]", ["2 * hidden"]),
+            units, candidate_input, *_dot(["gh"], "out[scratch_rh + {k}]", ["2 * hidden"]),
             "      let z = out[scratch_z + unit];",
             f"      let candidate = activation_1(direction, {_clip('gh', clip)});",
             "      out[current + unit] = (1.0 - z) * candidate + z * out[previous + unit];", "    }"]
