@@ -406,3 +406,62 @@ def test_a_sentinel_slice_end_is_clamped_not_taken_for_the_extent(device, tmp_pa
         feeds = {"x": rand(n, 4, seed=n)}
         assert_close(run_module(module, feeds)[0], onnxruntime_outputs(model, feeds)[0])
         assert_close(session.run(feeds)["y"], onnxruntime_outputs(model, feeds)[0])
+
+
+# Facts the published models assume (silero-vad's, checked against the real files by hand) --------
+
+
+def silero_decoder_model():
+    """What Silero VAD's decoder does with a symbolic dim that is 1 for every valid input:
+    ``frames = (n + 320) // 512`` (a strided conv's output length), squeezed directly, and
+    through torch's export of ``squeeze(dim)``: If(dim == 1, Squeeze, Identity), whose branches
+    differ in rank."""
+    frames = [helper.make_node("Unsqueeze", ["x", "one_axis"], ["x3"], name="channels"),
+              helper.make_node("Conv", ["x3", "kernel"], ["conv"], name="frames", strides=[512], pads=[0, 320]),
+              helper.make_node("Squeeze", ["conv", "two"], ["squeezed"], name="squeeze"),
+              helper.make_node("Shape", ["conv"], ["shape"], name="shape"),
+              helper.make_node("Gather", ["shape", "two_scalar"], ["frame_count"], name="frame_count", axis=0),
+              helper.make_node("Equal", ["frame_count", "one"], ["is_one"], name="is_one")]
+    then_branch = helper.make_graph([helper.make_node("Squeeze", ["conv", "two"], ["then_out"])], "then", [],
+                                    [helper.make_tensor_value_info("then_out", TensorProto.FLOAT, None)])
+    else_branch = helper.make_graph([helper.make_node("Identity", ["conv"], ["else_out"])], "else", [],
+                                    [helper.make_tensor_value_info("else_out", TensorProto.FLOAT, None)])
+    nodes = [*frames,
+             helper.make_node("If", ["is_one"], ["maybe_squeezed"], name="squeeze_if_one", then_branch=then_branch,
+                              else_branch=else_branch),
+             helper.make_node("Add", ["squeezed", "maybe_squeezed"], ["y"], name="sum")]
+    constants = {"one_axis": np.array([1], np.int64), "two": np.array([2], np.int64),
+                 "two_scalar": np.array(2, np.int64), "one": np.array(1, np.int64),
+                 "kernel": rand(4, 1, 576, seed=3)}
+    return make_model(nodes, [("x", ["batch", "n"])], ["y"], constants, opset=17)
+
+
+@pytest.mark.gpu
+def test_a_dim_a_model_needs_to_be_1_is_checked_at_run_time(tmp_path) -> None:
+    """Squeeze of ``(n + 320) // 512`` and an If on it being 1 whose branches differ in rank:
+    built (the then-branch taken), matching onnxruntime where the dim is 1, and stopping with
+    one error naming the node where it is not."""
+    model = silero_decoder_model()
+    relaxweb.build(model, tmp_path / "bundle")
+    session = relaxweb.load(tmp_path / "bundle")
+    for batch, n in ((1, 512), (3, 300)):
+        feeds = {"x": rand(batch, n, seed=n)}
+        assert_close(session.run(feeds)["y"], onnxruntime_outputs(model, feeds)[0], err_msg=f"n = {n}")
+    with pytest.raises(InputShapeError, match=r"^Squeeze node 'squeeze': dimension 2 of input 0 \('conv'\) is 2, expected 1"):
+        session.run({"x": rand(1, 1024)})
+
+
+@pytest.mark.gpu
+def test_a_recurrent_state_with_its_own_batch_name_is_checked_at_run_time(tmp_path) -> None:
+    """Silero VAD leaves its state's batch unnamed ([2, ?, 128]) and its input's too: the
+    LSTM's initial state batch is checked against the input's at run time, not refused."""
+    hidden = 8
+    node = helper.make_node("LSTM", ["x", "W", "R", "", "", "h0"], ["y"], name="rnn", hidden_size=hidden)
+    weights = {"W": rand(1, 4 * hidden, 5, seed=1), "R": rand(1, 4 * hidden, hidden, seed=2)}
+    model = make_model([node], [("x", ["steps", "batch", 5]), ("h0", [1, None, hidden])], ["y"], weights, opset=14)
+    relaxweb.build(model, tmp_path / "bundle")
+    session = relaxweb.load(tmp_path / "bundle")
+    feeds = {"x": rand(4, 2, 5, seed=3), "h0": rand(1, 2, hidden, seed=4)}
+    assert_close(session.run(feeds)["y"], onnxruntime_outputs(model, feeds)[0])
+    with pytest.raises(InputShapeError, match=r"^LSTM node 'rnn': dimension 1 of input 5 \('h0'\) is 3, expected 2"):
+        session.run({"x": rand(4, 2, 5, seed=3), "h0": rand(1, 3, hidden, seed=4)})

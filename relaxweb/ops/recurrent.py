@@ -39,12 +39,12 @@ import numpy as np
 from ..ir.expr import Call, Tuple, tensor_dtype, tensor_shape
 from ..ir.op_registry import DeductionError, register_op
 from ..ir.struct_info import TensorStructInfo, TupleStructInfo
-from ..ir.symbolic import IntImm, SizeVar, format_expr, prove_equal, simplify
+from ..ir.symbolic import IntImm, SizeVar, format_expr, simplify
 from ..ir.tir import FloatImm, IndexValue, Load, Reduce, ReduceCombiner, select
 from ..library.recurrent import (
     ACTIVATION_COUNT, ACTIVATIONS, GATES, OPTIONAL_INPUTS, activate, directions_of, recurrence_kernel,
 )
-from .common import make_program, needs_known_shapes, require_float, require_tensor, same_dtype
+from .common import DimOf, make_program, needs_known_shapes, require_equal, require_float, require_tensor, same_dtype
 
 DIRECTIONS = ("forward", "reverse", "bidirectional")
 # Which activations take alpha and beta, and their defaults (as onnxruntime has them).
@@ -142,14 +142,17 @@ def deduce_recurrent(cell: str):
             "W": (directions, gates, inputs), "R": (directions, gates, hidden), "bias": (directions, 2 * gates),
             "sequence_lens": (batch,), "initial_h": states, "initial_c": states, "peepholes": (directions, 3 * hidden),
         }
-        for name, info in infos.items():
+        for position, (name, info) in enumerate(infos.items()):
             if name == "X":
                 continue
             want = tuple(simplify(d) for d in expected[name])
-            if len(info.shape) != len(want) or not all(prove_equal(a, b) for a, b in zip(info.shape, want)):
-                raise DeductionError(
-                    f"{cell}: {name} must have shape ({', '.join(format_expr(d) for d in want)}), got "
-                    f"({', '.join(format_expr(d) for d in info.shape)})")
+            message = (f"{cell}: {name} must have shape ({', '.join(format_expr(d) for d in want)}), got "
+                       f"({', '.join(format_expr(d) for d in info.shape)})")
+            if len(info.shape) != len(want):
+                raise DeductionError(message)
+            for dim, (have, needed) in enumerate(zip(info.shape, want)):
+                # a state's batch named apart from X's (Silero's [2, 0, 128]) is checked at run time
+                require_equal(DimOf(have, position, dim), DimOf(needed, None, dim), message)
         y = (batch, steps, directions, hidden) if layout else (steps, directions, batch, hidden)
         return TupleStructInfo((TensorStructInfo(y, dtype), *(TensorStructInfo(states, dtype) for _ in range(count - 1))))
     return deduce

@@ -43,6 +43,7 @@ import numpy as np
 import onnx
 
 from ...errors import RelaxwebError, UnsupportedModelError
+from ...ir.builder import FunctionBuilder
 from ...ir.expr import Constant, Expr, MatchCast, PrimValue, ShapeExpr, TensorToPrim, TupleGetItem
 from ...ir.struct_info import PrimStructInfo, TensorStructInfo, is_less_specific
 from ...ir.symbolic import IntImm, PrimExpr, as_int, format_expr, free_vars, prove_equal, simplify
@@ -125,6 +126,13 @@ def convert_if(context, node, inputs):
     elif isinstance(condition.struct_info, TensorStructInfo) and condition.struct_info.dtype != "int32":
         # the host reads a tensor condition back as an int32
         condition = context.builder.emit(call_op("cast", condition, dtype="int32"), f"{node_name(node)}_condition")
+    if isinstance(condition, PrimValue) and _ranks_differ(context, then_graph, else_graph, outer):
+        # a shape predicate whose branches give results of different ranks (torch's squeeze(dim)
+        # of a dynamic dim: If(dim == 1, Squeeze, Identity)): the graph after it needs one rank,
+        # so the then-branch is taken, and that the predicate holds is checked at run time
+        context.builder.emit_match_cast(condition, PrimStructInfo("int64", IntImm(1)), f"{node_name(node)}_holds",
+                                        reason=f"If node '{node.name}': its condition {format_expr(condition.value)}")
+        return convert_graph(context, then_graph, outer)
     if context.builder.dataflow:
         raise fail(node, "an If cannot go in a dataflow block (import the model with from_onnx)")
     for graph in (then_graph, else_graph):
@@ -136,6 +144,20 @@ def convert_if(context, node, inputs):
         return [_single_if(context, node, condition, then_graph, else_graph, outer, index)
                 for index in range(len(node.output))]
     return _single_if(context, node, condition, then_graph, else_graph, outer, 0)
+
+
+def _ranks_differ(context, then_graph: onnx.GraphProto, else_graph: onnx.GraphProto, outer: dict) -> bool:
+    """Whether the branches' results differ in rank (each branch converted into a scratch
+    builder; a branch that does not convert decides nothing here)."""
+    ranks = []
+    for graph in (then_graph, else_graph):
+        child = _child_context(context, FunctionBuilder("branch_probe", dataflow=False))
+        try:
+            values = convert_graph(child, graph, outer)
+        except RelaxwebError:
+            return False
+        ranks.append([getattr(value.struct_info, "ndim", -1) for value in values])
+    return any(a != b and -1 not in (a, b) for a, b in zip(*ranks))
 
 
 def _pruned(graph: onnx.GraphProto, index: int) -> onnx.GraphProto:

@@ -189,8 +189,11 @@ def convert_squeeze(context, node, inputs):
         axes = [d for d, dim in enumerate(dims) if as_int(dim) == 1]
     axes = _normalize_axes(node, axes, len(dims))
     for axis in axes:
-        if as_int(dims[axis]) != 1:
+        if as_int(dims[axis]) is not None and as_int(dims[axis]) != 1:
             raise fail(node, f"dimension {axis} is {dims[axis]}, not 1: it cannot be squeezed")
+        if as_int(dims[axis]) is None:  # symbolic ((n + 320) // 512 in Silero VAD): 1 for valid inputs, checked
+            data = context.builder.check_dim(
+                data, axis, IntImm(1), f"Squeeze node '{node_name(node)}': dimension {axis} of input 0 ('{node.input[0]}')")
     return _reshape(data, [dim for d, dim in enumerate(dims) if d not in axes])
 
 
