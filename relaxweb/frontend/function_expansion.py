@@ -20,7 +20,7 @@ import onnx
 from onnx import helper
 
 from .converters import CONVERTERS
-from .converters.registry import STANDARD_DOMAINS, converter_key
+from .converters.registry import STANDARD_DOMAINS, converter_key, nodes_with_subgraphs
 
 #: Bodies may use other function ops (Attention's uses Softmax, whose converter exists, but
 #: a body op without one is expanded in turn); deeper nesting than this is not in the spec.
@@ -197,15 +197,3 @@ def _value_types(model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
     for tensor in inferred.graph.initializer:
         types.setdefault(tensor.name, helper.make_tensor_type_proto(tensor.data_type, list(tensor.dims)))
     return types
-
-
-def nodes_with_subgraphs(nodes):
-    """The nodes, each followed by the nodes of its subgraphs (If branches, Loop and Scan
-    bodies), recursively."""
-    for node in nodes:
-        yield node
-        for attribute in node.attribute:
-            if attribute.HasField("g"):
-                yield from nodes_with_subgraphs(attribute.g.node)
-            for subgraph in attribute.graphs:
-                yield from nodes_with_subgraphs(subgraph.node)

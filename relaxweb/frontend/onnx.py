@@ -51,9 +51,9 @@ from ..ir.symbolic import PrimExpr, SizeVar, free_vars
 from ..ops import call_op
 from .converters import CONVERTERS, ConversionContext
 from .converters.node import convert_node, format_unsupported, node_label
-from .converters.registry import STANDARD_DOMAINS, converter_key, tensor_to_array
+from .converters.registry import STANDARD_DOMAINS, converter_key, nodes_with_subgraphs, tensor_to_array
 from .converters.shape_values import tensor_of
-from .function_expansion import expand_functions, nodes_with_subgraphs
+from .function_expansion import expand_functions
 
 
 def load_onnx(path: str | Path) -> onnx.ModelProto:

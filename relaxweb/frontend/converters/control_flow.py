@@ -50,25 +50,15 @@ from ...ir.symbolic import IntImm, PrimExpr, as_int, format_expr, free_vars, pro
 from ...ops import call_op, strided_slice
 from .manipulation import fail, fresh_size_var, node_name, used_size_vars
 from .node import convert_node, format_unsupported
-from .registry import CONVERTERS, converter, converter_key, tensor_to_array
+from .registry import CONVERTERS, converter, converter_key, nodes_with_subgraphs, tensor_to_array
 from .shape_values import make_constant, materialize
-
-
-def _subgraph_nodes(graph: onnx.GraphProto):
-    for node in graph.node:
-        yield node
-        for attribute in node.attribute:
-            if attribute.type == onnx.AttributeProto.GRAPH:
-                yield from _subgraph_nodes(attribute.g)
-            for subgraph in attribute.graphs:
-                yield from _subgraph_nodes(subgraph)
 
 
 def check_supported(node: onnx.NodeProto, graphs: list[onnx.GraphProto]) -> None:
     """One error listing every unsupported op type of the branches (nested ones included)."""
     unsupported: dict[str, list[str]] = {}
     for graph in graphs:
-        for index, inner in enumerate(_subgraph_nodes(graph)):
+        for index, inner in enumerate(nodes_with_subgraphs(graph.node)):
             key = converter_key(inner.domain, inner.op_type)
             if key in CONVERTERS:
                 continue
@@ -178,12 +168,8 @@ def _pruned(graph: onnx.GraphProto, index: int) -> onnx.GraphProto:
 
 def _subgraph_reads(node: onnx.NodeProto) -> set[str]:
     """Every name the node's subgraphs read (outer-scope references included)."""
-    names: set[str] = set()
-    for attribute in node.attribute:
-        for graph in ([attribute.g] if attribute.HasField("g") else []) + list(attribute.graphs):
-            for inner in graph.node:
-                names |= {name for name in inner.input if name} | _subgraph_reads(inner)
-    return names
+    inner_nodes = list(nodes_with_subgraphs([node]))[1:]
+    return {name for inner in inner_nodes for name in inner.input if name}
 
 
 def _single_if(context, node, condition, then_graph, else_graph, outer, index: int):

@@ -70,3 +70,15 @@ class ConversionContext:
 
 def tensor_to_array(tensor: onnx.TensorProto) -> np.ndarray:
     return numpy_helper.to_array(tensor)
+
+
+def nodes_with_subgraphs(nodes):
+    """The nodes, each followed by the nodes of its subgraphs (If branches, Loop and Scan
+    bodies), recursively."""
+    for node in nodes:
+        yield node
+        for attribute in node.attribute:
+            if attribute.HasField("g"):
+                yield from nodes_with_subgraphs(attribute.g.node)
+            for subgraph in attribute.graphs:
+                yield from nodes_with_subgraphs(subgraph.node)
