@@ -9,6 +9,7 @@ import {
   FORMAT_VERSION, Host, InputShapeError, TYPED_ARRAY_OF_DTYPE, OPCODE_DISPATCH, OPCODE_READ, OPCODE_RESUME, checkInputs,
   deviceShortfalls, dtypeInfo, fromDeviceData, loadTimeLimits, storageSizeProblem, toDeviceData,
 } from "./host.js";
+import { validateManifest } from "./manifest.js";
 
 export { InputShapeError };
 
@@ -43,17 +44,24 @@ const COMPUTE_STAGE = 0x4;
  */
 export async function load(url, { bounds, onProgress, device, cache } = {}) {
   const manifestUrl = resolveManifestUrl(url);
-  const manifest = await (await fetchOk(manifestUrl)).json();
-  if (manifest.format !== "relaxweb-bundle") {
+  let manifest;
+  try {
+    manifest = await (await fetchOk(manifestUrl)).json();
+  } catch (error) {
+    if (!(error instanceof SyntaxError)) throw error;
+    throw new Error(`${manifestUrl} is not valid JSON: ${error.message}`);
+  }
+  if (manifest === null || typeof manifest !== "object" || manifest.format !== "relaxweb-bundle") {
     throw new Error(`${manifestUrl} is not a relaxweb bundle manifest`);
   }
   if (manifest.version !== FORMAT_VERSION) {
     throw new Error(
-      `${manifestUrl} has bundle format version ${manifest.version}; this runtime reads version ${FORMAT_VERSION} (rebuild the bundle with this relaxweb)`,
+      `${manifestUrl} has bundle format version ${String(JSON.stringify(manifest.version)).slice(0, 40)}; this runtime reads version ${FORMAT_VERSION} (rebuild the bundle with this relaxweb)`,
     );
   }
+  validateManifest(manifest);
   for (const tensor of [...manifest.inputs, ...manifest.outputs]) {
-    if (!(tensor.dtype in TYPED_ARRAY_OF_DTYPE)) {
+    if (!Object.hasOwn(TYPED_ARRAY_OF_DTYPE, tensor.dtype)) {
       throw new Error(`'${tensor.name}' has dtype ${tensor.dtype}, which this runtime does not support`);
     }
     dtypeInfo(manifest, tensor); // the manifest says how the GPU holds it
