@@ -202,10 +202,15 @@ def _fact_problem(manifest: dict) -> str | None:
         if site["params_offset"] % 256 or site["params_size"] % 16 or end > manifest["params_bytes"]:
             return (f"call_sites[{index}]: params bytes {site['params_offset']}..{end} are not a 16-byte "
                     f"multiple at a 256-byte boundary inside params_bytes ({manifest['params_bytes']})")
-        expected = len(manifest["kernels"][site["kernel"]]["bindings"]) - 1
-        if len(site["buffers"]) != expected:
+        bindings = manifest["kernels"][site["kernel"]]["bindings"]
+        if len(site["buffers"]) != len(bindings) - 1:
             return (f"call_sites[{index}].buffers: {len(site['buffers'])} buffers, but kernel "
-                    f"{site['kernel']} declares {expected}")
+                    f"{site['kernel']} declares {len(bindings) - 1}")
+        written = [b.get("storage") for b, kind in zip(site["buffers"], bindings[1:]) if kind == "storage"]
+        for buffer in site["buffers"]:
+            storage = buffer.get("storage")
+            if storage is not None and storage in written and sum(b.get("storage") == storage for b in site["buffers"]) > 1:
+                return f"call_sites[{index}].buffers: storage {storage} is both written and bound again"
     return None
 
 

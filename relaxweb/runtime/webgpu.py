@@ -258,6 +258,13 @@ def _describe_value(value: Any) -> str:
     return f"a {type(value).__name__}"
 
 
+def _first_reason(text: str) -> str:
+    """The most telling line of a wgpu error (it spans many lines with source excerpts)."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    telling = [line for line in lines if not line.startswith(("Caused by", "In wgpu", "Validation Error", "┌", "│", "^"))]
+    return (telling or lines or ["no reason given"])[0][:300]
+
+
 def _kernel_source(bundle_dir: Path, file: str) -> str:
     try:
         return read_bundle_file(bundle_dir, file, MAX_KERNEL_BYTES, "kernel").decode("utf-8")
@@ -397,14 +404,18 @@ class Session:
                     for binding, binding_type in enumerate(kernel["bindings"])
                 ],
             )
-            shader = self.device.create_shader_module(
-                label=kernel["name"], code=_kernel_source(self.bundle_dir, kernel["file"])
-            )
-            pipeline = self.device.create_compute_pipeline(
-                label=kernel["name"],
-                layout=self.device.create_pipeline_layout(bind_group_layouts=[layout]),
-                compute={"module": shader, "entry_point": kernel["entry_point"]},
-            )
+            source = _kernel_source(self.bundle_dir, kernel["file"])
+            try:
+                shader = self.device.create_shader_module(label=kernel["name"], code=source)
+                pipeline = self.device.create_compute_pipeline(
+                    label=kernel["name"],
+                    layout=self.device.create_pipeline_layout(bind_group_layouts=[layout]),
+                    compute={"module": shader, "entry_point": kernel["entry_point"]},
+                )
+            except wgpu.GPUError as error:
+                raise RelaxwebError(
+                    f"kernel {kernel['file']} does not compile on this device: {_first_reason(str(error))}"
+                ) from None
             layouts.append(layout)
             pipelines.append(pipeline)
         return layouts, pipelines

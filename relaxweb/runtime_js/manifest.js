@@ -203,9 +203,18 @@ function factProblem(manifest) {
       return `call_sites[${index}]: params bytes ${site.params_offset}..${end} are not a 16-byte ` +
         `multiple at a 256-byte boundary inside params_bytes (${manifest.params_bytes})`;
     }
-    const expected = manifest.kernels[site.kernel].bindings.length - 1;
-    if (site.buffers.length !== expected) {
-      return `call_sites[${index}].buffers: ${site.buffers.length} buffers, but kernel ${site.kernel} declares ${expected}`;
+    const bindings = manifest.kernels[site.kernel].bindings;
+    if (site.buffers.length !== bindings.length - 1) {
+      return `call_sites[${index}].buffers: ${site.buffers.length} buffers, but kernel ${site.kernel} declares ${bindings.length - 1}`;
+    }
+    const written = site.buffers.filter((/** @type {any} */ _, /** @type {number} */ b) => bindings[b + 1] === "storage")
+      .map((/** @type {any} */ b) => b.storage);
+    for (const buffer of site.buffers) {
+      const storage = buffer.storage;
+      if (storage !== undefined && written.includes(storage) &&
+          site.buffers.filter((/** @type {any} */ b) => b.storage === storage).length > 1) {
+        return `call_sites[${index}].buffers: storage ${storage} is both written and bound again`;
+      }
     }
   }
   return null;

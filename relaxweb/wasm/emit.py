@@ -16,6 +16,7 @@ from pathlib import Path
 import jinja2
 import wasmtime
 
+from ..errors import UnsupportedModelError, shown
 from ..ir.host import (
     HostBind, HostCheck, HostDispatch, HostFunction, HostIf, HostLoop, HostOutputShape, HostRead, ShapeCheck,
 )
@@ -26,6 +27,7 @@ from ..ir.symbolic import (
 )
 
 MAX_RANK = 8
+LARGEST_CONSTANT = 2**62  # sizes, offsets and their products stay far from i64 overflow
 MAX_WORKGROUPS = 65535  # maxComputeWorkgroupsPerDimension's WebGPU default
 # Command record opcodes (docs/bundle-format.md)
 OPCODE_DISPATCH, OPCODE_READ, OPCODE_RESUME = 1, 2, 3
@@ -90,6 +92,10 @@ class _WatExpressions:
 
     def __call__(self, expr: PrimExpr) -> str:
         if isinstance(expr, IntImm):
+            if not -LARGEST_CONSTANT <= expr.value <= LARGEST_CONSTANT:
+                raise UnsupportedModelError(
+                    f"a shape computation of this model reaches {expr.value}, beyond the sizes relaxweb handles (2^62)"
+                )
             return f"(i64.const {expr.value})"
         if isinstance(expr, SizeVar):
             return f"(i64.load (i32.const {self.var_address[expr.name]}))"
@@ -205,8 +211,13 @@ class _StepEmitter:
 
 
 def emit_host_wat(function: HostFunction, call_sites: list[CallSiteParams], workgroup_size: int, source: str) -> str:
-    if any(len(i.shape) > MAX_RANK for i in function.inputs):
-        raise NotImplementedError(f"inputs of more than {MAX_RANK} dims are not supported")
+    for kind, tensors in (("input", function.inputs), ("output", function.outputs)):
+        for tensor in tensors:
+            rank = len(tensor.shape) if tensor.shape is not None else tensor.ndim
+            if rank > MAX_RANK:
+                raise UnsupportedModelError(
+                    f"{kind} '{shown(tensor.name)}' has {rank} dimensions; a bundle's inputs and outputs have at most {MAX_RANK}"
+                )
     layout = plan_layout(function, len(call_sites))
     var_address = {name: layout.var_values + 8 * i for i, name in enumerate(function.symbolic_vars)}
     bound_address = {name: layout.var_bounds + 8 * i for i, name in enumerate(function.symbolic_vars)}
