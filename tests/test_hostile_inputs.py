@@ -1,7 +1,8 @@
 """Models and bundles from strangers: names from a model are data and never reach generated
-code as code.
+code as code; tampered bundles and malformed models get one clear error; nothing reads
+outside its folder or hangs.
 
-The test builds the same graph twice, once with plain names and once with names that try to
+The first tests build the same graph twice, once with plain names and once with names that try to
 end a comment and inject code into the host module or a shader, and checks that the generated
 WAT and WGSL with their comments removed are the same text, and that both bundles compute
 the same result at run time.
@@ -9,8 +10,14 @@ the same result at run time.
 
 from __future__ import annotations
 
+import copy
 import json
+import os
+import random
 import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,9 +25,13 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+import wasmtime
+
 import relaxweb
 from relaxweb.browser import run_in_browser
-from tests.helpers import in_the_browser, rand
+from relaxweb.errors import RelaxwebError
+from relaxweb.runtime.manifest import MAX_KERNEL_BYTES, manifest_problem
+from tests.helpers import in_the_browser, make_model, rand
 
 #: Names that end a WAT or WGSL line comment, open or close a block comment, or hold characters
 #: outside ASCII: if any reached the code as code, the two bundles' code would differ.
@@ -118,3 +129,169 @@ def test_hostile_names_run_like_plain_ones_in_the_browser(bundles) -> None:
     x = rand(3, 4)
     outputs = run_in_browser(hostile, {HOSTILE["input"]: x})
     np.testing.assert_array_equal(outputs[HOSTILE["output"]], expected(x))
+
+
+# Tampered bundles ---------------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+import fuzz  # noqa: E402  (scripts/fuzz.py: the mutations)
+
+
+def tampered_manifests(manifest: dict, count: int) -> list[tuple[str, dict]]:
+    cases = []
+    for case in range(count):
+        tampered = copy.deepcopy(manifest)
+        what = fuzz.tamper_manifest(tampered, random.Random(case))
+        cases.append((what, tampered))
+    return cases
+
+
+def test_tampered_manifests_get_the_same_message_from_both_runtimes(bundles, tmp_path: Path) -> None:
+    if shutil.which("node") is None:
+        pytest.skip("node is not installed (scripts/test.sh installs it)")
+    plain, _ = bundles
+    cases = tampered_manifests(manifest(plain), 300)
+    cases += [("kernel file outside", _with(manifest(plain), ("kernels", 0, "file"), "../../../../etc/passwd")),
+              ("negative call site kernel", _with(manifest(plain), ("call_sites", 0, "kernel"), -1)),
+              ("weight past its shard", _with(manifest(plain), ("weights", 0, "offset"), 64))]
+    python_problems = [manifest_problem(tampered) for _, tampered in cases]
+    (tmp_path / "cases.json").write_text(json.dumps([tampered for _, tampered in cases]))
+    script = (f"import {{ manifestProblem }} from {json.dumps((ROOT / 'relaxweb/runtime_js/manifest.js').as_uri())};\n"
+              f"import {{ readFileSync }} from 'node:fs';\n"
+              f"const cases = JSON.parse(readFileSync({json.dumps(str(tmp_path / 'cases.json'))}, 'utf8'));\n"
+              "console.log(JSON.stringify(cases.map(manifestProblem)));\n")
+    (tmp_path / "check.mjs").write_text(script)
+    result = subprocess.run(["node", str(tmp_path / "check.mjs")], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    js_problems = json.loads(result.stdout)
+    for (what, _), in_python, in_js in zip(cases, python_problems, js_problems):
+        assert in_python == in_js, what
+    refused = sum(problem is not None for problem in python_problems)
+    assert refused > len(cases) * 0.8  # most mutations break the schema; the rest change notes or names
+    assert python_problems[-3:] == [
+        'kernels[0].file: "../../../../etc/passwd" is not allowed (it must match ^kernels/[A-Za-z0-9_][A-Za-z0-9_.-]{0,250}\\.wgsl$)',
+        "call_sites[0].kernel: -1 is not an index of kernels (it has 1)",
+        "weights[0]: bytes 64..80 are not inside shard 0 (16 bytes, 4-byte aligned)",
+    ]
+
+
+def _with(value: dict, path: tuple, new) -> dict:
+    target = value
+    for step in path[:-1]:
+        target = target[step]
+    target[path[-1]] = new
+    return value
+
+
+@pytest.fixture
+def plain_copy(bundles, tmp_path: Path) -> Path:
+    plain, _ = bundles
+    copy_dir = tmp_path / "bundle"
+    shutil.copytree(plain, copy_dir)
+    return copy_dir
+
+
+def test_files_are_read_only_inside_the_bundle(plain_copy: Path) -> None:
+    kernel = plain_copy / manifest(plain_copy)["kernels"][0]["file"]
+    kernel.unlink()
+    kernel.symlink_to("/etc/hostname")
+    with pytest.raises(RelaxwebError, match="is not inside the bundle folder"):
+        relaxweb.load(plain_copy)
+    kernel.unlink()
+    os.mkfifo(kernel)  # a named pipe: opening it must not wait for a writer
+    with pytest.raises(RelaxwebError, match="is not a regular file"):
+        relaxweb.load(plain_copy)
+    kernel.unlink()
+    kernel.write_text("x" * (MAX_KERNEL_BYTES + 1))
+    with pytest.raises(RelaxwebError, match="is larger than"):
+        relaxweb.load(plain_copy)
+
+
+LOOPING_HOST = "(module (memory (export \"memory\") 1)\n" + "".join(
+    f'  (func (export "{name}") (result i32) (i32.const 64))\n'
+    for name in ("input_shapes", "var_bounds", "var_values", "storage_sizes", "output_shapes", "error_info",
+                 "commands", "params", "sizes_at_bounds")
+) + '  (func (export "run") (result i32) (loop $forever (br $forever)) (i32.const 0)))\n'
+
+
+def test_a_looping_host_module_is_stopped(plain_copy: Path) -> None:
+    (plain_copy / "host.wasm").write_bytes(wasmtime.wat2wasm(LOOPING_HOST))
+    session = relaxweb.load(plain_copy)
+    with pytest.raises(RelaxwebError, match="did not finish run within"):
+        session.run({"x": rand(2, 4)})
+
+
+def test_a_failed_build_leaves_the_bundle_in_place(plain_copy: Path, tmp_path: Path) -> None:
+    before = {p.relative_to(plain_copy): p.read_bytes() for p in plain_copy.rglob("*") if p.is_file()}
+    unsupported = make_model([helper.make_node("StringNormalizer", ["x"], ["y"], name="strings")], [("x", [2])], ["y"],
+                             check=False)
+    with pytest.raises(RelaxwebError, match="unsupported"):
+        relaxweb.build(unsupported, plain_copy)
+    after = {p.relative_to(plain_copy): p.read_bytes() for p in plain_copy.rglob("*") if p.is_file()}
+    assert after == before
+    np.testing.assert_array_equal(relaxweb.load(plain_copy).run({"x": rand(2, 4)})["y"], expected(rand(2, 4)))
+
+
+# Malformed models and command lines ---------------------------------------------------------
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "relaxweb", *args], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+@pytest.mark.parametrize("args, message", [
+    (["serve", ".", "--port", "70000"], "70000 is not a port number"),
+    (["build"], "the following arguments are required"),
+    (["bogus"], "invalid choice: 'bogus'"),
+    (["build", "model.onnx", "-o", "out", "--bound", "n=99999999999999999999"], "is too large"),
+])
+def test_command_line_errors_are_one_line(args, message) -> None:
+    result = _cli(*args)
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith("error: ") and message in result.stderr
+
+
+def test_output_onto_a_file_is_refused(tmp_path: Path) -> None:
+    onnx.save(two_step_model(PLAIN), tmp_path / "model.onnx")
+    (tmp_path / "file").write_text("mine")
+    result = _cli("build", str(tmp_path / "model.onnx"), "-o", str(tmp_path / "file"))
+    assert result.returncode == 2 and "exists and is not a folder" in result.stderr.splitlines()[-1]
+    assert (tmp_path / "file").read_text() == "mine"
+
+
+def _malformed(change) -> onnx.ModelProto:
+    model = two_step_model(PLAIN)
+    change(model)
+    return model
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda m: m.graph.node[0].input.pop(), r"node 'add' \(Add\) has 1 inputs and 1 outputs; at opset 17 ONNX allows 2 inputs"),
+    (lambda m: m.graph.node[1].attribute.append(helper.make_attribute("perm", [1, 0])),
+     "has the attribute 'perm', which ONNX does not define for Relu"),
+    (lambda m: setattr(m.opset_import[0], "version", 99), "opset 99 of the ONNX domain is not one ONNX defines"),
+    (lambda m: setattr(m.graph.initializer[0], "raw_data", b"\0" * 12), r"tensor 'w': its data"),
+    (lambda m: setattr(m.graph.initializer[0], "data_type", 1000), "has data type 1000, which ONNX does not define"),
+    (lambda m: setattr(m.graph.input[0].type.tensor_type.shape.dim[1], "dim_value", 2**40),
+     "dimension 1 is 1099511627776; relaxweb supports dims below 2147483648"),
+    (lambda m: setattr(m.graph.initializer[0], "data_type", TensorProto.INT64) or
+     setattr(m.graph.initializer[0], "raw_data", np.zeros(4, np.int64).tobytes()),
+     r"Add node 'add': input 1 \('w'\) is int64 but input 0 is float; ONNX requires them to have the same type"),
+])
+def test_malformed_models_get_one_error(change, message, tmp_path: Path) -> None:
+    model = _malformed(change)
+    onnx.save(model, tmp_path / "model.onnx")
+    with pytest.raises(RelaxwebError, match=message):
+        relaxweb.build(tmp_path / "model.onnx", tmp_path / "dist")
+
+
+# The fuzzing suite, a fixed-seed slice --------------------------------------------------------
+
+
+def test_fuzzing_slice_has_no_tracebacks_hangs_or_outside_reads() -> None:
+    """A slice of ``python3 scripts/fuzz.py all`` (1000 ONNX files and 500 bundles there)."""
+    for report in (fuzz.fuzz_onnx(48, seed=11), fuzz.fuzz_bundles(24, seed=11)):
+        assert report.failures == [], report.summary() + "\n" + "\n".join(report.failures)
+        assert report.outcomes.get("refused", 0) > report.cases // 2
