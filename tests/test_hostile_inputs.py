@@ -11,6 +11,7 @@ the same result at run time.
 from __future__ import annotations
 
 import copy
+import http.client
 import json
 import os
 import random
@@ -28,7 +29,7 @@ from onnx import TensorProto, helper, numpy_helper
 import wasmtime
 
 import relaxweb
-from relaxweb.browser import run_in_browser
+from relaxweb.browser import run_in_browser, start_server, stop_server
 from relaxweb.errors import RelaxwebError
 from relaxweb.runtime.manifest import MAX_KERNEL_BYTES, manifest_problem
 from tests.helpers import in_the_browser, make_model, rand
@@ -295,3 +296,25 @@ def test_fuzzing_slice_has_no_tracebacks_hangs_or_outside_reads() -> None:
     for report in (fuzz.fuzz_onnx(48, seed=11), fuzz.fuzz_bundles(24, seed=11)):
         assert report.failures == [], report.summary() + "\n" + "\n".join(report.failures)
         assert report.outcomes.get("refused", 0) > report.cases // 2
+
+
+def test_serve_gives_only_files_inside_its_folders(plain_copy: Path) -> None:
+    (plain_copy / "outside").symlink_to("/etc")
+    server = start_server(plain_copy)
+    port = server.server_address[1]
+
+    def status(path: str, host: str = f"127.0.0.1:{port}") -> int:
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        connection.putrequest("GET", path, skip_host=True)
+        connection.putheader("Host", host)
+        connection.endheaders()
+        return connection.getresponse().status
+
+    try:
+        assert status("/bundle/manifest.json") == 200
+        assert status("/bundle/manifest.json", host=f"attacker.example:{port}") == 403
+        for path in ("/bundle/outside/hostname", "/bundle/", "/bundle/kernels/", "/bundle/%00", "/bundle/%ff",
+                     "/bundle/../../../etc/passwd", "/%2e%2e/%2e%2e/etc/passwd"):
+            assert status(path) == 404, path
+    finally:
+        stop_server(server)
