@@ -29,10 +29,10 @@ from onnx import TensorProto, helper, numpy_helper
 import wasmtime
 
 import relaxweb
-from relaxweb.browser import run_in_browser, start_server, stop_server
+from relaxweb.browser import open_runner_page, run_in_browser, start_server, stop_server
 from relaxweb.errors import RelaxwebError
 from relaxweb.runtime.manifest import MAX_KERNEL_BYTES, manifest_problem
-from tests.helpers import in_the_browser, make_model, rand
+from tests.helpers import assert_close, in_the_browser, make_model, rand
 
 #: Names that end a WAT or WGSL line comment, open or close a block comment, or hold characters
 #: outside ASCII: if any reached the code as code, the two bundles' code would differ.
@@ -318,3 +318,31 @@ def test_serve_gives_only_files_inside_its_folders(plain_copy: Path) -> None:
             assert status(path) == 404, path
     finally:
         stop_server(server)
+
+
+CHANGE_INPUTS_AFTER_THE_CALL = """
+async ({ name, output, first, second }) => {
+  const model = await window.relaxweb.load("/bundle/");
+  const a = { data: Float32Array.from(first), shape: [first.length / 4, 4] };
+  const b = { data: Float32Array.from(second), shape: [second.length / 4, 4] };
+  const runs = [model.run({ [name]: a }), model.run({ [name]: b })];
+  // the second run waits for the first: what it was called with must be what it uses
+  b.shape[0] = 1;
+  b.data.fill(-100);
+  const results = await Promise.all(runs);
+  model.dispose();
+  return results.map((r) => ({ data: Array.from(r[output].data), shape: r[output].shape }));
+}
+"""
+
+
+@in_the_browser
+def test_inputs_are_taken_when_run_is_called(bundles) -> None:
+    plain, _ = bundles
+    first, second = rand(3, 4, seed=1), rand(2, 4, seed=2)
+    with open_runner_page(plain) as page:
+        results = page.evaluate(CHANGE_INPUTS_AFTER_THE_CALL, {
+            "name": "x", "output": "y", "first": first.ravel().tolist(), "second": second.ravel().tolist()})
+    for result, x in zip(results, (first, second)):
+        assert result["shape"] == list(x.shape)
+        assert_close(np.array(result["data"], np.float32).reshape(x.shape), expected(x))

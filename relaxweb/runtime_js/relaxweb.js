@@ -170,12 +170,15 @@ export class Model {
    */
   async run(inputs) {
     if (this.unusableReason) throw new Error(`cannot run: ${this.unusableReason}`);
-    const shapes = checkInputs(this.manifest, inputs);
+    // Checked and copied now: a run may wait for earlier ones, and what it uses then must be
+    // what was checked, whatever the caller does to its arrays meanwhile.
+    const shapes = checkInputs(this.manifest, inputs).map((shape) => [...shape]);
     // As the GPU holds them (the manifest's dtypes): int64 -> int32 (range-checked), bool -> uint32 ...
     /** @type {Record<string, any>} */
-    const deviceInputs = Object.fromEntries(this.manifest.inputs.map((/** @type {any} */ spec) => {
-      const data = toDeviceData(spec, dtypeInfo(this.manifest, spec), inputs[spec.name].data);
-      return [spec.name, { data, shape: inputs[spec.name].shape }];
+    const deviceInputs = Object.fromEntries(this.manifest.inputs.map((/** @type {any} */ spec, /** @type {number} */ k) => {
+      const given = inputs[spec.name].data;
+      const converted = toDeviceData(spec, dtypeInfo(this.manifest, spec), given);
+      return [spec.name, { data: converted === given ? converted.slice() : converted, shape: shapes[k] }];
     }));
     const previous = this.turn;
     /** @type {() => void} */
