@@ -346,3 +346,10 @@ def test_inputs_are_taken_when_run_is_called(bundles) -> None:
     for result, x in zip(results, (first, second)):
         assert result["shape"] == list(x.shape)
         assert_close(np.array(result["data"], np.float32).reshape(x.shape), expected(x))
+
+
+@in_the_browser
+def test_a_looping_host_module_is_stopped_in_the_browser(plain_copy: Path) -> None:
+    (plain_copy / "host.wasm").write_bytes(wasmtime.wat2wasm(LOOPING_HOST))
+    with pytest.raises(RelaxwebError, match="did not finish start within 10 s"):
+        run_in_browser(plain_copy, {"x": rand(2, 4)})

@@ -6,10 +6,11 @@
 //   const { y } = await model.run({ x: { data: new Float32Array(64), shape: [1, 64] } });
 
 import {
-  FORMAT_VERSION, Host, InputShapeError, TYPED_ARRAY_OF_DTYPE, OPCODE_DISPATCH, OPCODE_READ, OPCODE_RESUME, checkInputs,
+  FORMAT_VERSION, InputShapeError, TYPED_ARRAY_OF_DTYPE, OPCODE_DISPATCH, OPCODE_READ, OPCODE_RESUME, checkInputs,
   deviceShortfalls, dtypeInfo, fromDeviceData, loadTimeLimits, storageSizeProblem, toDeviceData,
 } from "./host.js";
 import { validateManifest } from "./manifest.js";
+import { RemoteHost } from "./remote_host.js";
 
 export { InputShapeError };
 
@@ -69,36 +70,41 @@ export async function load(url, { bounds, onProgress, device, cache } = {}) {
   const fileUrl = (/** @type {string} */ file) => new URL(file, manifestUrl);
 
   const [host, kernelSources, shards] = await Promise.all([
-    fetchOk(fileUrl("host.wasm")).then((r) => r.arrayBuffer()).then((b) => Host.instantiate(b, manifest)),
+    fetchOk(fileUrl("host.wasm")).then((r) => r.arrayBuffer()).then((b) => RemoteHost.instantiate(b, manifest)),
     Promise.all(manifest.kernels.map((/** @type {any} */ k) => fetchOk(fileUrl(k.file)).then((r) => r.text()))),
     openShardCache(cache).then((shardCache) => fetchShards(manifest, fileUrl, onProgress, shardCache)),
   ]);
-  if (bounds) host.setBounds(bounds);
-
-  const sizesAtBounds = host.sizesAtBounds();
-  const requiredLimits = loadTimeLimits(manifest, sizesAtBounds);
-  const requiredFeatures = manifest.required_features ?? [];
-  const gpuDevice = device ?? (await requestDevice(requiredLimits, requiredFeatures, sizesAtBounds === null));
-  checkDevice(gpuDevice, requiredLimits, requiredFeatures, "device");
-  return Model.create(manifest, host, gpuDevice, { kernelSources, shards, ownsDevice: !device });
+  try {
+    const configured = await host.configure(bounds);
+    const { sizesAtBounds } = configured;
+    const requiredLimits = loadTimeLimits(manifest, sizesAtBounds);
+    const requiredFeatures = manifest.required_features ?? [];
+    const gpuDevice = device ?? (await requestDevice(requiredLimits, requiredFeatures, sizesAtBounds === null));
+    checkDevice(gpuDevice, requiredLimits, requiredFeatures, "device");
+    return await Model.create(manifest, host, gpuDevice, { kernelSources, shards, ownsDevice: !device, ...configured });
+  } catch (error) {
+    host.dispose(); // stops its worker (Model.create's failure disposed the rest)
+    throw error;
+  }
 }
 
 /** A loaded bundle: its GPU resources and its host module. */
 export class Model {
   /**
    * @param {any} manifest
-   * @param {Host} host
+   * @param {RemoteHost} host
    * @param {GPUDevice} device
-   * @param {{kernelSources: string[], shards: Uint8Array[], ownsDevice: boolean}} parts
+   * @param {{kernelSources: string[], shards: Uint8Array[], ownsDevice: boolean,
+   *   bounds: (number|null)[], sizesAtBounds: number[]|null}} parts
    * @returns {Promise<Model>}
    */
   static async create(manifest, host, device, parts) {
-    const model = new Model(manifest, host, device, parts.ownsDevice);
+    const model = new Model(manifest, host, device, parts.ownsDevice, parts.bounds);
     try {
       const modules = await model.orDeviceLoss(compileKernels(device, manifest, parts.kernelSources));
       model.pipelines = await model.captureGpuErrors("load", () => {
         model.weightBuffers = createWeightBuffers(device, manifest, parts.shards);
-        model.allocateStoragesAtBounds();
+        model.allocateStoragesAtBounds(parts.sizesAtBounds);
         return createPipelines(device, manifest, modules);
       });
       return model;
@@ -110,11 +116,12 @@ export class Model {
 
   /**
    * @param {any} manifest
-   * @param {Host} host
+   * @param {RemoteHost} host
    * @param {GPUDevice} device
    * @param {boolean} ownsDevice
+   * @param {(number|null)[]} bounds the bound of each symbolic var in effect
    */
-  constructor(manifest, host, device, ownsDevice) {
+  constructor(manifest, host, device, ownsDevice, bounds) {
     this.manifest = manifest;
     this.host = host;
     this.device = device;
@@ -124,7 +131,6 @@ export class Model {
     /** @type {{name: string, dtype: string, shape: (number|string)[]}[]} */
     this.outputs = manifest.outputs;
     /** The symbolic vars, with the bounds in effect (after the `bounds` option). */
-    const bounds = host.varBounds();
     this.symbolicVars = manifest.symbolic_vars.map((/** @type {any} */ v, /** @type {number} */ i) => ({
       ...v,
       bound: bounds[i],
@@ -214,20 +220,17 @@ export class Model {
    */
   async runSteps(inputs, shapes) {
     const { host } = this;
-    host.runOrThrow(shapes);
+    let hostStep = await host.start(shapes);
     /** @type {GPUBuffer[]} */
     const retired = [];
     let dispatches = 0;
     let reads = 0;
     try {
       for (let step = 0; ; step++) {
-        const commands = host.commands();
+        const { commands, sizes, params, outputShapes } = hostStep;
         const last = commands[commands.length - 1];
         const read = last?.opcode === OPCODE_READ ? /** @type {import("./host.js").ReadCommand} */ (last) : null;
         const resume = last?.opcode === OPCODE_RESUME;
-        const sizes = host.storageSizes();
-        const params = host.params();
-        const outputShapes = read || resume ? [] : host.outputShapes();
         const submitted = await this.captureGpuErrors("run", () => {
           const encoder = this.device.createCommandEncoder();
           // Before the first step nothing of this run is on the GPU: no contents to keep.
@@ -245,13 +248,13 @@ export class Model {
           this.lastReadCount = reads;
           return { readback: /** @type {Readback} */ (submitted), retired };
         }
+        let value = 0;
         if (read) {
-          const value = await this.readValue();
+          value = await this.readValue();
           for (const buffer of retired.splice(0)) buffer.destroy();
           reads += 1;
-          host.writeReadValue(read.slot, value);
         }
-        host.resumeOrThrow();
+        hostStep = await host.resume(read ? read.slot : null, value);
       }
     } catch (error) {
       for (const buffer of retired) buffer.destroy();
@@ -264,11 +267,15 @@ export class Model {
     this.unusableReason ??= "the model was disposed";
     for (const buffer of [...this.weightBuffers, ...this.storageBuffers, this.paramsBuffer, this.readValueBuffer]) buffer?.destroy();
     if (this.ownsDevice) this.device.destroy();
+    this.host.dispose();
   }
 
-  /** Allocate every storage whose size at the bounds is known (all of them when every var has a bound). */
-  allocateStoragesAtBounds() {
-    const sizes = this.host.sizesAtBounds()
+  /**
+   * Allocate every storage whose size at the bounds is known (all of them when every var has a bound).
+   * @param {number[]|null} sizesAtBounds the host module's sizes at the bounds, null when some var has none
+   */
+  allocateStoragesAtBounds(sizesAtBounds) {
+    const sizes = sizesAtBounds
       ?? this.manifest.storages.map((/** @type {any} */ s) => s.size_at_bounds ?? 0);
     this.growStorages(sizes);
   }
