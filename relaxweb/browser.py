@@ -19,6 +19,7 @@ import contextlib
 import functools
 import http.server
 import json
+import os
 import shutil
 import tempfile
 import threading
@@ -144,7 +145,12 @@ def check_bundle_dir(bundle_dir: str | Path) -> Path:
 
 
 class _RoutingHandler(http.server.SimpleHTTPRequestHandler):
-    """Serves files from a few folders, chosen by URL prefix; no caching."""
+    """Serves files from a few folders, chosen by URL prefix; no caching.
+
+    Only files: no directory listings (a folder serves its index.html or nothing), nothing
+    that resolves outside its folder (``..``, symbolic links out), no control characters in
+    paths, and only requests whose Host header names the address the server listens on (a
+    page elsewhere cannot reach it by rebinding a DNS name to 127.0.0.1)."""
 
     #: URL prefix -> folder, longest prefix first; set by :func:`start_server`.
     routes: list[tuple[str, Path]] = []
@@ -161,13 +167,47 @@ class _RoutingHandler(http.server.SimpleHTTPRequestHandler):
         ".ts": "text/plain",
     }
 
-    def translate_path(self, path: str) -> str:
-        url_path = urllib.parse.urlsplit(path).path
+    def send_head(self):  # type: ignore[override]
+        port = self.server.server_address[1]
+        if self.headers.get("Host", "") not in (f"127.0.0.1:{port}", f"localhost:{port}"):
+            self.send_error(403, "Host not allowed")
+            return None
+        file = self._file_for(self.path)
+        if file is None:
+            self.send_error(404, "File not found")
+            return None
+        try:
+            handle = open(file, "rb")  # noqa: SIM115 - the base class closes it after copying
+        except OSError:
+            self.send_error(404, "File not found")
+            return None
+        stat = os.fstat(handle.fileno())
+        self.send_response(200)
+        self.send_header("Content-type", self.guess_type(str(file)))
+        self.send_header("Content-Length", str(stat.st_size))
+        self.end_headers()
+        return handle
+
+    def _file_for(self, raw_path: str) -> Path | None:
+        """The regular file a URL path names inside its route's folder, or None."""
+        try:
+            url_path = urllib.parse.unquote(urllib.parse.urlsplit(raw_path).path, errors="strict")
+        except (UnicodeDecodeError, ValueError):
+            return None
+        if any(ord(c) < 32 or c == "\x7f" for c in url_path) or "\\" in url_path:
+            return None
         for prefix, folder in self.routes:
             if url_path.startswith(prefix):
-                self.directory = str(folder)
-                return super().translate_path("/" + url_path[len(prefix):])
-        return super().translate_path(path)
+                root = folder.resolve()
+                candidate = (root / url_path[len(prefix):].lstrip("/")).resolve()
+                if not candidate.is_relative_to(root):
+                    return None
+                if candidate.is_dir():
+                    candidate = candidate / "index.html"
+                    if not candidate.resolve().is_relative_to(root):
+                        return None
+                return candidate if candidate.is_file() else None
+        return None
 
     def end_headers(self) -> None:
         self.send_header("Cache-Control", "no-store")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from typing import NoReturn
 import zipfile
 from pathlib import Path
 
@@ -24,7 +25,8 @@ import numpy as np
 from . import __version__
 from .api import build, check_bundle_folder, format_coverage, inspect, load, run_in_browser, run_reference
 from .browser import serve
-from .errors import RelaxwebError
+from .errors import RelaxwebError, shown
+from .frontend.validation import MAX_DIM
 from .frontend.onnx import default_opset, from_onnx, load_onnx, op_coverage, symbolic_vars
 from .passes import DEFAULT_OPT_LEVEL, OPT_LEVELS
 
@@ -37,9 +39,12 @@ def _parse_bound(text: str) -> tuple[str, int]:
     if not separator or not name:
         raise argparse.ArgumentTypeError(f"--bound expects NAME=INT, got {text!r}")
     try:
-        return name, int(value)
+        bound = int(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"--bound {name}: {value!r} is not an integer") from None
+    if bound >= MAX_DIM:
+        raise argparse.ArgumentTypeError(f"{name}={bound} is too large (dims must be below {MAX_DIM})")
+    return name, bound
 
 
 def _progress(message: str) -> None:
@@ -142,13 +147,13 @@ def command_serve(args: argparse.Namespace) -> int:
 
 
 def make_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="relaxweb",
         description="Compile ONNX models into static WebGPU bundles that run at any batch size "
         "or sequence length without recompiling.",
     )
     parser.add_argument("--version", action="version", version=f"relaxweb {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
 
     build = commands.add_parser("build", help="compile an ONNX model into a bundle folder",
                                 description="Compile MODEL.onnx into a bundle folder (manifest.json, host.wasm, "
@@ -187,9 +192,27 @@ def make_parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="serve the web demo with a bundle on 127.0.0.1",
                                 description="Serve web_demo/ with the bundle at /bundle/ on 127.0.0.1.")
     serve.add_argument("bundle", help="the bundle folder")
-    serve.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
+    serve.add_argument("--port", type=_port, default=8000, help="port (default 8000; 0 picks a free one)")
     serve.set_defaults(handler=command_serve)
     return parser
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with its errors as one ``error:`` line (and exit 2) like every other error."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"error: {shown(message)} (see '{self.prog} --help')", file=sys.stderr)
+        sys.exit(EXIT_USER_ERROR)
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port number (0 .. 65535)")
+    return port
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -197,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.handler(args)
     except RelaxwebError as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(f"error: {shown(str(error))}", file=sys.stderr)
         return EXIT_USER_ERROR
     except KeyboardInterrupt:
         return 130

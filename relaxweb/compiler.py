@@ -15,6 +15,8 @@ settings (bounds, opt level) are checked here, so the command line and the Pytho
 from __future__ import annotations
 
 import operator
+import shutil
+import tempfile
 import os
 from pathlib import Path
 from typing import Callable, Mapping
@@ -146,9 +148,45 @@ def compile_module(module: IRModule, bounds: Mapping[str, int] | None = None, *,
 def build_bundle(model: Model, out_dir: str | Path, bounds: Mapping[str, int] | None = None, *,
                  opt_level: int = DEFAULT_OPT_LEVEL, progress: Progress = _quiet,
                  dump_ir: Path | None = None) -> dict:
-    """Compile ``model`` into the bundle folder ``out_dir``; returns the manifest."""
+    """Compile ``model`` into the bundle folder ``out_dir``; returns the manifest.
+
+    The bundle is written into a new folder next to ``out_dir`` and its entries are moved
+    into ``out_dir`` only when all of it is written: a build that fails (a refused model, a
+    full disk) leaves the bundle already there as it was.  Other files in ``out_dir`` stay.
+    """
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise RelaxwebError(f"{out} exists and is not a folder; the output (-o) must be a folder")
     module = compile_model(model, bounds, opt_level=opt_level, progress=progress, dump_ir=dump_ir)
-    return write_bundle(module, out_dir, model_name(model), progress)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.building-", dir=out.parent))
+    except OSError as error:
+        raise RelaxwebError(f"cannot write the bundle next to {out}: {error.strerror}") from None
+    try:
+        manifest = write_bundle(module, staging, model_name(model), progress)
+        _move_into_place(staging, out)
+    except OSError as error:
+        raise RelaxwebError(f"cannot write the bundle to {out}: {error.strerror or error}") from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return manifest
+
+
+#: What a build writes into its folder; a rebuild replaces exactly these.
+BUNDLE_ENTRIES = ("kernels", "weights", "runtime", "host.wasm", "host.wat", "manifest.json")
+
+
+def _move_into_place(staging: Path, out: Path) -> None:
+    """Replace the bundle entries of ``out`` by those of ``staging`` (the manifest last)."""
+    out.mkdir(exist_ok=True)
+    retired = staging / ".retired"
+    retired.mkdir()
+    for name in BUNDLE_ENTRIES:
+        if (out / name).exists() or (out / name).is_symlink():
+            (out / name).rename(retired / name)
+        if (staging / name).exists():
+            (staging / name).rename(out / name)
 
 
 def run_reference(model: Model, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -17,3 +17,10 @@ class UnsupportedModelError(RelaxwebError):
 
 class InputShapeError(RelaxwebError):
     """An input's shape or dtype does not match what the bundle accepts."""
+
+
+def shown(name: str) -> str:
+    """A name from a model as an error message shows it: as written when it is printable,
+    else with its line breaks and control characters escaped (``a\\nb``), so a message stays
+    one line."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in str(name))

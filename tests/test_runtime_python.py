@@ -9,6 +9,8 @@ adapter wgpu finds (lavapipe on CI) and are skipped when there is none.
 
 from __future__ import annotations
 
+import hashlib
+
 import json
 import shutil
 import struct
@@ -193,7 +195,7 @@ def test_older_format_version_is_refused(tmp_path: Path) -> None:
 def test_manifest_without_an_entry_for_a_dtype_is_refused(tmp_path: Path) -> None:
     write_handmade_bundle(tmp_path)
     edit_manifest(tmp_path, lambda manifest: manifest.update(dtypes={}))
-    with pytest.raises(RelaxwebError, match="the dtypes table has no entry for float32"):
+    with pytest.raises(RelaxwebError, match=r"manifest.json: inputs\[0\].dtype: \"float32\" is not in dtypes"):
         HostModule.from_bundle(tmp_path)
 
 
@@ -517,7 +519,13 @@ def test_a_weight_above_the_devices_limit_fails_at_load(small_device: Any, tmp_p
     from relaxweb.runtime import Session
 
     write_handmade_bundle(tmp_path, bound=None)
-    edit_manifest(tmp_path, lambda manifest: manifest["weights"][0].update(nbytes=10_000))
+    (tmp_path / "weights" / "shard0.bin").write_bytes(bytes(10_000))
+
+    def grow_the_weight(manifest: dict) -> None:
+        manifest["weights"][0].update(nbytes=10_000, shape=[2_500])
+        manifest["shards"][0].update(nbytes=10_000, sha256=hashlib.sha256(bytes(10_000)).hexdigest())
+
+    edit_manifest(tmp_path, grow_the_weight)
     with pytest.raises(
         RelaxwebError,
         match=f"limit maxStorageBufferBindingSize = 10000, but the given device offers {SMALL_BINDING_SIZE}",

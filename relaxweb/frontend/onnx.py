@@ -54,6 +54,7 @@ from .converters.node import convert_node, format_unsupported, node_label
 from .converters.registry import STANDARD_DOMAINS, converter_key, nodes_with_subgraphs, tensor_to_array
 from .converters.shape_values import tensor_of
 from .function_expansion import expand_functions
+from .validation import check_model, check_nodes
 
 
 def load_onnx(path: str | Path) -> onnx.ModelProto:
@@ -103,7 +104,13 @@ def _load_external_data(model: onnx.ModelProto, path: Path) -> None:
         return
     folder = path.parent
     for tensor in external:
-        location = ExternalDataInfo(tensor).location
+        try:
+            info = ExternalDataInfo(tensor)
+        except (ValueError, TypeError) as error:
+            raise RelaxwebError(f"{path}: tensor '{tensor.name}' has unreadable external data information ({error})") from None
+        if (info.offset or 0) < 0 or (info.length is not None and info.length < 0):
+            raise RelaxwebError(f"{path}: tensor '{tensor.name}' has a negative external data offset or length")
+        location = info.location
         if not location:
             raise RelaxwebError(f"{path}: tensor '{tensor.name}' is stored as external data but names no file")
         data_file = folder / location
@@ -314,10 +321,12 @@ def _import(model: onnx.ModelProto, source: str, dims: InputDims) -> IRModule:
                 "next to a model file; pass the model's path, or load it with onnx.load(path), "
                 "which reads its external data"
             )
+    check_model(model, source)
     model = expand_functions(model)
     unsupported = find_unsupported(model)
     if unsupported:
         raise UnsupportedModelError(format_unsupported(unsupported))
+    check_nodes(model, source)
     graph = model.graph
     # Control flow (If, Loop, Scan) cannot go in a dataflow block: a graph with it is built without them.
     builder = FunctionBuilder("main", dataflow=not any(node.op_type in ("If", "Loop", "Scan") for node in graph.node))

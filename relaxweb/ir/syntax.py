@@ -32,6 +32,16 @@ def format_string(text: str) -> str:
     return json.dumps(text)
 
 
+def comment_text(text: str) -> str:
+    """``text`` made safe for a line comment of generated code (WAT ``;;``, WGSL and JS ``//``).
+
+    Model names may hold any character; a line break would end the comment and make the rest
+    of the name code.  Every character outside printable ASCII is escaped (``\\n``, ``\\u2028``),
+    and so is the backslash, so the comment stays one line and still shows what the model wrote.
+    """
+    return json.dumps(str(text), ensure_ascii=True)[1:-1].replace('\\"', '"')
+
+
 def format_float(value: float) -> str:
     """A float literal that reads back to the same float (infinities and NaN included)."""
     value = float(value)

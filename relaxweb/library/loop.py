@@ -15,6 +15,7 @@ from ..ir.kernel_builders import library_kernel_builder
 from ..ir.library_kernel import LibraryKernel, buffer_size_vars
 from ..ir.params_block import ParamsLayout
 from ..ir.symbolic import PrimExpr, SizeVar, format_shape, product, simplify
+from ..ir.syntax import comment_text
 from ..ir.tir import Buffer
 from ..wgsl.emit import storage_type, wgsl_name
 from ..wgsl.shader import params_declaration
@@ -31,7 +32,7 @@ def write_row_kernel(name: str, rows: PrimExpr, row_shape: tuple, dtype: str, ro
         raise ValueError(f"write_row: the row index {row!r} is also a size variable of the shapes")
     element = storage_type(dtype)
     source = "\n".join([
-        f"// library kernel: {name} (row {row} of a [{format_shape(output.shape)}] tensor, the other rows kept)",
+        "// " + comment_text(f"library kernel: {name} (row {row} of a [{format_shape(output.shape)}] tensor, the other rows kept)"),
         "",
         *params_declaration(ParamsLayout((*(v.name for v in shape_vars), row))),
         f"@group(0) @binding(1) var<storage, read> value: array<{element}>;",

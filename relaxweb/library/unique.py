@@ -19,6 +19,7 @@ import numpy as np
 from ..ir.library_kernel import LibraryKernel, buffer_size_vars
 from ..ir.kernel_builders import library_kernel_builder
 from ..ir.symbolic import PrimExpr, format_expr
+from ..ir.syntax import comment_text
 from ..ir.tir import Buffer
 from ..ir.params_block import ParamsLayout
 from ..wgsl.emit import storage_type
@@ -27,7 +28,7 @@ from ..wgsl.shader import params_declaration
 
 def _header(title: str, size_vars: list[str], input_type: str, output_type: str) -> str:
     return (
-        f"// library kernel: {title}\n\n"
+        "// " + comment_text(f"library kernel: {title}") + "\n\n"
         + "\n".join(params_declaration(ParamsLayout(tuple(size_vars)))) + "\n"
         f"@group(0) @binding(1) var<storage, read> values: array<{input_type}>;\n"
         f"@group(0) @binding(2) var<storage, read_write> out: array<{output_type}>;\n\n"

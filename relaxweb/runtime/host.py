@@ -22,6 +22,7 @@ from typing import Any, Sequence, Union
 import wasmtime
 
 from relaxweb.errors import InputShapeError, RelaxwebError
+from relaxweb.runtime.manifest import MAX_HOST_MODULE_BYTES, MAX_MANIFEST_BYTES, read_bundle_file, validate_manifest
 
 #: The bundle format version this runtime reads (``relaxweb/bundle.py`` writes it).
 FORMAT_VERSION = 2
@@ -32,6 +33,14 @@ OPCODE_READ = 2
 #: Command-list opcode: submit and resume, reading nothing (always the last record of a list).
 OPCODE_RESUME = 3
 
+#: Fuel (about one unit per WebAssembly instruction) each call into the host module may use:
+#: about a second of work, far more than the run of any module relaxweb writes.
+HOST_FUEL_PER_CALL = 1_000_000_000
+_REQUIRED_EXPORTS = {
+    "memory": wasmtime.Memory, "run": wasmtime.Func, "input_shapes": wasmtime.Func, "var_bounds": wasmtime.Func,
+    "var_values": wasmtime.Func, "storage_sizes": wasmtime.Func, "output_shapes": wasmtime.Func,
+    "error_info": wasmtime.Func, "commands": wasmtime.Func, "params": wasmtime.Func, "sizes_at_bounds": wasmtime.Func,
+}
 _I32 = struct.Struct("<i")
 _COMMAND_RECORD = struct.Struct("<5i")
 
@@ -67,26 +76,29 @@ Command = Union[Dispatch, Read, Resume]
 
 
 def load_manifest(bundle_dir: str | Path) -> dict[str, Any]:
-    """Read and sanity-check ``manifest.json`` of a bundle folder."""
-    manifest_path = Path(bundle_dir) / "manifest.json"
-    if not manifest_path.is_file():
+    """Read ``manifest.json`` of a bundle folder and validate it (``runtime/manifest.py``)."""
+    bundle_dir = Path(bundle_dir)
+    if not (bundle_dir / "manifest.json").is_file():
         raise RelaxwebError(f"{bundle_dir} is not a relaxweb bundle: it has no manifest.json")
+    manifest_path = bundle_dir / "manifest.json"
+    text = read_bundle_file(bundle_dir, "manifest.json", MAX_MANIFEST_BYTES, "the manifest")
     try:
-        manifest = json.loads(manifest_path.read_text())
-    except json.JSONDecodeError as error:
-        raise RelaxwebError(f"{manifest_path} is not valid JSON: {error}") from error
-    if manifest.get("format") != "relaxweb-bundle":
+        manifest = json.loads(text, parse_constant=_refuse_constant)
+    except (ValueError, RecursionError) as error:
+        raise RelaxwebError(f"{manifest_path} is not valid JSON: {error}") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != "relaxweb-bundle":
         raise RelaxwebError(f"{manifest_path} is not a relaxweb bundle manifest")
     if manifest.get("version") != FORMAT_VERSION:
         raise RelaxwebError(
-            f"{manifest_path} has bundle format version {manifest.get('version')}; "
+            f"{manifest_path} has bundle format version {json.dumps(manifest.get('version'))[:40]}; "
             f"this runtime reads version {FORMAT_VERSION} (rebuild the bundle with this relaxweb)"
         )
-    tensors = [*manifest["inputs"], *manifest["outputs"], *manifest["weights"]]
-    missing = sorted({t["dtype"] for t in tensors} - set(manifest.get("dtypes", {})))
-    if missing:
-        raise RelaxwebError(f"{manifest_path}: the dtypes table has no entry for {', '.join(missing)}")
+    validate_manifest(manifest)
     return manifest
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
 
 
 class HostModule:
@@ -111,10 +123,20 @@ class HostModule:
             entry["code"]: entry["message"] for entry in manifest["errors"]
         }
 
-        self._store = wasmtime.Store()
-        module = wasmtime.Module(self._store.engine, wasm_bytes)
-        instance = wasmtime.Instance(self._store, module, [])
+        config = wasmtime.Config()
+        config.consume_fuel = True  # a host module that loops is stopped (HOST_FUEL_PER_CALL)
+        self._store = wasmtime.Store(wasmtime.Engine(config))
+        try:
+            module = wasmtime.Module(self._store.engine, wasm_bytes)
+            instance = wasmtime.Instance(self._store, module, [])
+        except (wasmtime.WasmtimeError, wasmtime.Trap) as error:
+            first_line = str(error).splitlines()[0] if str(error) else type(error).__name__
+            raise RelaxwebError(f"the bundle's host.wasm cannot be loaded: {first_line}") from None
         self._exports = instance.exports(self._store)
+        missing = [name for name, kind in _REQUIRED_EXPORTS.items()
+                   if not isinstance(self._exports.get(name), kind)]
+        if missing:
+            raise RelaxwebError(f"the bundle's host.wasm does not export {', '.join(missing)} as a relaxweb host module does")
         self._memory: wasmtime.Memory = self._exports["memory"]
         if self.read_slots > 0:
             missing = [name for name in ("read_values", "resume") if name not in self._exports]
@@ -128,19 +150,46 @@ class HostModule:
     def from_bundle(cls, bundle_dir: str | Path) -> HostModule:
         """Instantiate ``host.wasm`` of the bundle in ``bundle_dir``."""
         manifest = load_manifest(bundle_dir)
-        return cls((Path(bundle_dir) / "host.wasm").read_bytes(), manifest)
+        return cls(read_bundle_file(Path(bundle_dir), "host.wasm", MAX_HOST_MODULE_BYTES, "the host module"), manifest)
 
     # Raw memory access -------------------------------------------------------------------
 
+    def _call(self, export_name: str) -> int:
+        """Call an export of the module within the fuel budget; a trap or an exhausted
+        budget is a RelaxwebError (the module is not one relaxweb wrote, or it is damaged)."""
+        self._store.set_fuel(HOST_FUEL_PER_CALL)
+        try:
+            result = self._exports[export_name](self._store)
+        except wasmtime.Trap as error:
+            if "fuel" in str(error):
+                raise RelaxwebError(
+                    f"the bundle's host module did not finish {export_name} within {HOST_FUEL_PER_CALL:,} "
+                    "instructions (a module relaxweb writes needs far fewer): it loops, the bundle is damaged"
+                ) from None
+            reason = next((line.strip() for line in str(error).splitlines() if "wasm trap" in line), "a trap")
+            raise RelaxwebError(f"the bundle's host module failed in {export_name}: {reason}") from None
+        if not isinstance(result, int):
+            raise RelaxwebError(f"the bundle's host module returned {type(result).__name__} from {export_name}, not an i32")
+        return result
+
     def _address(self, export_name: str) -> int:
         """Call the export that returns the address of one of the module's areas."""
-        return self._exports[export_name](self._store)
+        return self._call(export_name)
+
+    def _memory_slice(self, start: int, end: int) -> bytes:
+        """Bytes ``start:end`` of the module's memory; an area outside it is a RelaxwebError."""
+        if not 0 <= start <= end <= self._memory.data_len(self._store):
+            raise RelaxwebError(
+                f"the bundle's host module points outside its memory (bytes {start}..{end}): the bundle is damaged"
+            )
+        return bytes(self._memory.read(self._store, start, end))
 
     def _read_i64s(self, address: int, count: int) -> list[int]:
-        data = self._memory.read(self._store, address, address + 8 * count)
+        data = self._memory_slice(address, address + 8 * count)
         return list(struct.unpack(f"<{count}q", data))
 
     def _write_i64s(self, address: int, values: Sequence[int]) -> None:
+        self._memory_slice(address, address + 8 * len(values))  # inside the memory
         self._memory.write(self._store, struct.pack(f"<{len(values)}q", *values), address)
 
     def _read_shapes(self, address: int, count: int) -> list[tuple[int, ...]]:
@@ -172,7 +221,7 @@ class HostModule:
 
     def run(self) -> int:
         """Call the module's ``run``: 0, or an error code from ``manifest["errors"]``."""
-        return self._exports["run"](self._store)
+        return self._call("run")
 
     def run_with_shapes(self, shapes: Sequence[Sequence[int]]) -> None:
         """Write input shapes and run; a non-zero code raises :class:`InputShapeError`."""
@@ -206,7 +255,7 @@ class HostModule:
                 "the bundle's host.wasm has no resume export, so its command lists cannot "
                 "contain reads"
             )
-        return self._exports["resume"](self._store)
+        return self._call("resume")
 
     def resume_or_raise(self) -> None:
         """Resume; a non-zero code raises :class:`InputShapeError` with the manifest message."""
@@ -259,7 +308,7 @@ class HostModule:
 
     def sizes_at_bounds(self) -> list[int] | None:
         """Each storage's size with every var at its bound; ``None`` if some var is unbounded."""
-        if self._exports["sizes_at_bounds"](self._store) != 0:
+        if self._call("sizes_at_bounds") != 0:
             return None
         return self.storage_sizes()
 
@@ -270,7 +319,7 @@ class HostModule:
     def params(self) -> bytes:
         """The params block (``params_bytes`` bytes) written by the last run."""
         address = self._address("params")
-        return bytes(self._memory.read(self._store, address, address + self.params_bytes))
+        return self._memory_slice(address, address + self.params_bytes)
 
     def commands(self) -> list[Command]:
         """The command list written by the last ``run`` or ``resume``, in execution order.
@@ -279,14 +328,22 @@ class HostModule:
         last record).
         """
         address = self._address("commands")
-        (count,) = _I32.unpack(self._memory.read(self._store, address, address + 4))
+        (count,) = _I32.unpack(self._memory_slice(address, address + 4))
         records_start = address + 4
-        data = self._memory.read(
-            self._store, records_start, records_start + count * _COMMAND_RECORD.size
-        )
+        if not 0 <= count <= len(self.manifest["call_sites"]) + 1:
+            raise RelaxwebError(
+                f"the bundle's command list is malformed: it has {count} records for "
+                f"{len(self.manifest['call_sites'])} call sites"
+            )
+        data = self._memory_slice(records_start, records_start + count * _COMMAND_RECORD.size)
         commands: list[Command] = []
         for index, (opcode, a, b, c, d) in enumerate(_COMMAND_RECORD.iter_unpack(data)):
             if opcode == OPCODE_DISPATCH:
+                if not 0 <= a < len(self.manifest["call_sites"]):
+                    raise RelaxwebError(
+                        f"the bundle's command list is malformed: record {index} dispatches call site {a} "
+                        f"over ({b}, {c}, {d}) workgroups; the bundle has {len(self.manifest['call_sites'])} call sites"
+                    )
                 commands.append(Dispatch(a, (b, c, d)))
             elif opcode == OPCODE_READ:
                 commands.append(self._checked_read(Read(a, b, c), index, count))

@@ -29,6 +29,7 @@ import wgpu  # noqa: E402  (after the environment fix above)
 
 from relaxweb.errors import InputShapeError, RelaxwebError
 from relaxweb.runtime.host import Command, Dispatch, HostModule, Read, Resume, load_manifest
+from relaxweb.runtime.manifest import MAX_HOST_MODULE_BYTES, MAX_KERNEL_BYTES, read_bundle_file
 
 _STORAGE_USAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_DST | wgpu.BufferUsage.COPY_SRC
 _WEIGHT_USAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_DST
@@ -257,6 +258,20 @@ def _describe_value(value: Any) -> str:
     return f"a {type(value).__name__}"
 
 
+def _first_reason(text: str) -> str:
+    """The most telling line of a wgpu error (it spans many lines with source excerpts)."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    telling = [line for line in lines if not line.startswith(("Caused by", "In wgpu", "Validation Error", "┌", "│", "^"))]
+    return (telling or lines or ["no reason given"])[0][:300]
+
+
+def _kernel_source(bundle_dir: Path, file: str) -> str:
+    try:
+        return read_bundle_file(bundle_dir, file, MAX_KERNEL_BYTES, "kernel").decode("utf-8")
+    except UnicodeDecodeError:
+        raise RelaxwebError(f"kernel {file} in {bundle_dir} is not UTF-8 text") from None
+
+
 # The session -----------------------------------------------------------------------------
 
 
@@ -276,7 +291,9 @@ class Session:
     def __init__(self, bundle_dir: str | Path, device: wgpu.GPUDevice | None = None) -> None:
         self.bundle_dir = Path(bundle_dir)
         self.manifest: dict[str, Any] = load_manifest(self.bundle_dir)
-        self.host = HostModule((self.bundle_dir / "host.wasm").read_bytes(), self.manifest)
+        self.host = HostModule(
+            read_bundle_file(self.bundle_dir, "host.wasm", MAX_HOST_MODULE_BYTES, "the host module"), self.manifest
+        )
         self.last_dispatch_count = 0
         self.last_read_count = 0
 
@@ -316,15 +333,12 @@ class Session:
         """Read every weight shard, checking its size and sha256 against the manifest."""
         shards = []
         for shard in self.manifest["shards"]:
-            path = self.bundle_dir / shard["file"]
-            if not path.is_file():
-                raise RelaxwebError(
-                    f"weight shard {shard['file']} is missing from {self.bundle_dir}"
-                )
-            data = path.read_bytes()
+            # one byte more than the manifest says shows a longer file without reading it all
+            data = read_bundle_file(self.bundle_dir, shard["file"], shard["nbytes"] + 1, "weight shard")
             if len(data) != shard["nbytes"]:
+                size = f"{len(data)} bytes" if len(data) <= shard["nbytes"] else "more bytes"
                 raise RelaxwebError(
-                    f"weight shard {shard['file']} has {len(data)} bytes, the manifest says "
+                    f"weight shard {shard['file']} has {size}, the manifest says "
                     f"{shard['nbytes']}: the bundle is incomplete or corrupted"
                 )
             digest = hashlib.sha256(data).hexdigest()
@@ -390,14 +404,18 @@ class Session:
                     for binding, binding_type in enumerate(kernel["bindings"])
                 ],
             )
-            shader = self.device.create_shader_module(
-                label=kernel["name"], code=(self.bundle_dir / kernel["file"]).read_text()
-            )
-            pipeline = self.device.create_compute_pipeline(
-                label=kernel["name"],
-                layout=self.device.create_pipeline_layout(bind_group_layouts=[layout]),
-                compute={"module": shader, "entry_point": kernel["entry_point"]},
-            )
+            source = _kernel_source(self.bundle_dir, kernel["file"])
+            try:
+                shader = self.device.create_shader_module(label=kernel["name"], code=source)
+                pipeline = self.device.create_compute_pipeline(
+                    label=kernel["name"],
+                    layout=self.device.create_pipeline_layout(bind_group_layouts=[layout]),
+                    compute={"module": shader, "entry_point": kernel["entry_point"]},
+                )
+            except wgpu.GPUError as error:
+                raise RelaxwebError(
+                    f"kernel {kernel['file']} does not compile on this device: {_first_reason(str(error))}"
+                ) from None
             layouts.append(layout)
             pipelines.append(pipeline)
         return layouts, pipelines

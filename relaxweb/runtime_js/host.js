@@ -542,13 +542,26 @@ export class Host {
   commands() {
     const address = this.exports.commands();
     const view = this.view;
+    if (!(address >= 0 && address + 4 <= view.byteLength)) {
+      throw new Error(`the bundle's host module points outside its memory (bytes ${address}..${address + 4}): the bundle is damaged`);
+    }
     const count = view.getInt32(address, true);
+    const callSites = this.manifest.call_sites.length;
+    if (!(count >= 0 && count <= callSites + 1) || address + 4 + 20 * count > view.byteLength) {
+      throw new Error(`the bundle's command list is malformed: it has ${count} records for ${callSites} call sites`);
+    }
     return Array.from({ length: count }, (_, i) => {
       const record = address + 4 + 20 * i;
       const field = (/** @type {number} */ j) => view.getInt32(record + 4 * j, true);
       const opcode = field(0);
       if (opcode === OPCODE_DISPATCH) {
-        return /** @type {Command} */ ({ opcode, callSite: field(1), workgroups: [field(2), field(3), field(4)] });
+        const [callSite, x, y, z] = [field(1), field(2), field(3), field(4)];
+        if (!(callSite >= 0 && callSite < callSites)) {
+          throw new Error(
+            `the bundle's command list is malformed: record ${i} dispatches call site ${callSite} over (${x}, ${y}, ${z}) workgroups; the bundle has ${callSites} call sites`,
+          );
+        }
+        return /** @type {Command} */ ({ opcode, callSite, workgroups: [x, y, z] });
       }
       if (opcode === OPCODE_READ) {
         return this.checkedRead({ opcode, storage: field(1), byteOffset: field(2), slot: field(3) }, i, count);
@@ -633,4 +646,54 @@ function checkInput(spec, tensor) {
     throw new InputShapeError(`input '${name}': shape [${shape.join(", ")}] has ${elements} elements, but the data has ${data.length}`);
   }
   return shape;
+}
+
+/**
+ * What one step of a run needs from the host module: its command list, the storage sizes,
+ * the params block, and (when the list is the run's last) the output shapes.
+ * @typedef {{commands: Command[], sizes: number[], params: Uint8Array, outputShapes: number[][]}} HostStep
+ */
+
+/**
+ * The host module's side of a run, in the few calls the browser runtime makes: one per load
+ * setting and one per step. `Model` talks to it through a worker (remote_host.js), so that a
+ * module that never returns can be stopped.
+ */
+export class HostSession {
+  /** @param {Host} host */
+  constructor(host) {
+    this.host = host;
+  }
+
+  /** @param {Record<string, number|null>} bounds @returns {{bounds: (number|null)[], sizesAtBounds: number[]|null}} */
+  configure(bounds) {
+    if (bounds) this.host.setBounds(bounds);
+    return { bounds: this.host.varBounds(), sizesAtBounds: this.host.sizesAtBounds() };
+  }
+
+  /** Run with these input shapes; throws an InputShapeError when the host rejects them. @param {number[][]} shapes */
+  start(shapes) {
+    this.host.runOrThrow(shapes);
+    return this.step();
+  }
+
+  /** Go on after a step: write the value read back (if the step read one) and resume. @param {number|null} slot @param {number} value */
+  resume(slot, value) {
+    if (slot !== null) this.host.writeReadValue(slot, value);
+    this.host.resumeOrThrow();
+    return this.step();
+  }
+
+  /** @returns {HostStep} */
+  step() {
+    const commands = this.host.commands();
+    const last = commands[commands.length - 1]?.opcode;
+    const finished = last !== OPCODE_READ && last !== OPCODE_RESUME;
+    return {
+      commands,
+      sizes: this.host.storageSizes(),
+      params: this.host.params().slice(),
+      outputShapes: finished ? this.host.outputShapes() : [],
+    };
+  }
 }

@@ -6,9 +6,11 @@
 //   const { y } = await model.run({ x: { data: new Float32Array(64), shape: [1, 64] } });
 
 import {
-  FORMAT_VERSION, Host, InputShapeError, TYPED_ARRAY_OF_DTYPE, OPCODE_DISPATCH, OPCODE_READ, OPCODE_RESUME, checkInputs,
+  FORMAT_VERSION, InputShapeError, TYPED_ARRAY_OF_DTYPE, OPCODE_DISPATCH, OPCODE_READ, OPCODE_RESUME, checkInputs,
   deviceShortfalls, dtypeInfo, fromDeviceData, loadTimeLimits, storageSizeProblem, toDeviceData,
 } from "./host.js";
+import { validateManifest } from "./manifest.js";
+import { RemoteHost } from "./remote_host.js";
 
 export { InputShapeError };
 
@@ -43,17 +45,24 @@ const COMPUTE_STAGE = 0x4;
  */
 export async function load(url, { bounds, onProgress, device, cache } = {}) {
   const manifestUrl = resolveManifestUrl(url);
-  const manifest = await (await fetchOk(manifestUrl)).json();
-  if (manifest.format !== "relaxweb-bundle") {
+  let manifest;
+  try {
+    manifest = await (await fetchOk(manifestUrl)).json();
+  } catch (error) {
+    if (!(error instanceof SyntaxError)) throw error;
+    throw new Error(`${manifestUrl} is not valid JSON: ${error.message}`);
+  }
+  if (manifest === null || typeof manifest !== "object" || manifest.format !== "relaxweb-bundle") {
     throw new Error(`${manifestUrl} is not a relaxweb bundle manifest`);
   }
   if (manifest.version !== FORMAT_VERSION) {
     throw new Error(
-      `${manifestUrl} has bundle format version ${manifest.version}; this runtime reads version ${FORMAT_VERSION} (rebuild the bundle with this relaxweb)`,
+      `${manifestUrl} has bundle format version ${String(JSON.stringify(manifest.version)).slice(0, 40)}; this runtime reads version ${FORMAT_VERSION} (rebuild the bundle with this relaxweb)`,
     );
   }
+  validateManifest(manifest);
   for (const tensor of [...manifest.inputs, ...manifest.outputs]) {
-    if (!(tensor.dtype in TYPED_ARRAY_OF_DTYPE)) {
+    if (!Object.hasOwn(TYPED_ARRAY_OF_DTYPE, tensor.dtype)) {
       throw new Error(`'${tensor.name}' has dtype ${tensor.dtype}, which this runtime does not support`);
     }
     dtypeInfo(manifest, tensor); // the manifest says how the GPU holds it
@@ -61,36 +70,41 @@ export async function load(url, { bounds, onProgress, device, cache } = {}) {
   const fileUrl = (/** @type {string} */ file) => new URL(file, manifestUrl);
 
   const [host, kernelSources, shards] = await Promise.all([
-    fetchOk(fileUrl("host.wasm")).then((r) => r.arrayBuffer()).then((b) => Host.instantiate(b, manifest)),
+    fetchOk(fileUrl("host.wasm")).then((r) => r.arrayBuffer()).then((b) => RemoteHost.instantiate(b, manifest)),
     Promise.all(manifest.kernels.map((/** @type {any} */ k) => fetchOk(fileUrl(k.file)).then((r) => r.text()))),
     openShardCache(cache).then((shardCache) => fetchShards(manifest, fileUrl, onProgress, shardCache)),
   ]);
-  if (bounds) host.setBounds(bounds);
-
-  const sizesAtBounds = host.sizesAtBounds();
-  const requiredLimits = loadTimeLimits(manifest, sizesAtBounds);
-  const requiredFeatures = manifest.required_features ?? [];
-  const gpuDevice = device ?? (await requestDevice(requiredLimits, requiredFeatures, sizesAtBounds === null));
-  checkDevice(gpuDevice, requiredLimits, requiredFeatures, "device");
-  return Model.create(manifest, host, gpuDevice, { kernelSources, shards, ownsDevice: !device });
+  try {
+    const configured = await host.configure(bounds);
+    const { sizesAtBounds } = configured;
+    const requiredLimits = loadTimeLimits(manifest, sizesAtBounds);
+    const requiredFeatures = manifest.required_features ?? [];
+    const gpuDevice = device ?? (await requestDevice(requiredLimits, requiredFeatures, sizesAtBounds === null));
+    checkDevice(gpuDevice, requiredLimits, requiredFeatures, "device");
+    return await Model.create(manifest, host, gpuDevice, { kernelSources, shards, ownsDevice: !device, ...configured });
+  } catch (error) {
+    host.dispose(); // stops its worker (Model.create's failure disposed the rest)
+    throw error;
+  }
 }
 
 /** A loaded bundle: its GPU resources and its host module. */
 export class Model {
   /**
    * @param {any} manifest
-   * @param {Host} host
+   * @param {RemoteHost} host
    * @param {GPUDevice} device
-   * @param {{kernelSources: string[], shards: Uint8Array[], ownsDevice: boolean}} parts
+   * @param {{kernelSources: string[], shards: Uint8Array[], ownsDevice: boolean,
+   *   bounds: (number|null)[], sizesAtBounds: number[]|null}} parts
    * @returns {Promise<Model>}
    */
   static async create(manifest, host, device, parts) {
-    const model = new Model(manifest, host, device, parts.ownsDevice);
+    const model = new Model(manifest, host, device, parts.ownsDevice, parts.bounds);
     try {
       const modules = await model.orDeviceLoss(compileKernels(device, manifest, parts.kernelSources));
       model.pipelines = await model.captureGpuErrors("load", () => {
         model.weightBuffers = createWeightBuffers(device, manifest, parts.shards);
-        model.allocateStoragesAtBounds();
+        model.allocateStoragesAtBounds(parts.sizesAtBounds);
         return createPipelines(device, manifest, modules);
       });
       return model;
@@ -102,11 +116,12 @@ export class Model {
 
   /**
    * @param {any} manifest
-   * @param {Host} host
+   * @param {RemoteHost} host
    * @param {GPUDevice} device
    * @param {boolean} ownsDevice
+   * @param {(number|null)[]} bounds the bound of each symbolic var in effect
    */
-  constructor(manifest, host, device, ownsDevice) {
+  constructor(manifest, host, device, ownsDevice, bounds) {
     this.manifest = manifest;
     this.host = host;
     this.device = device;
@@ -116,7 +131,6 @@ export class Model {
     /** @type {{name: string, dtype: string, shape: (number|string)[]}[]} */
     this.outputs = manifest.outputs;
     /** The symbolic vars, with the bounds in effect (after the `bounds` option). */
-    const bounds = host.varBounds();
     this.symbolicVars = manifest.symbolic_vars.map((/** @type {any} */ v, /** @type {number} */ i) => ({
       ...v,
       bound: bounds[i],
@@ -162,12 +176,15 @@ export class Model {
    */
   async run(inputs) {
     if (this.unusableReason) throw new Error(`cannot run: ${this.unusableReason}`);
-    const shapes = checkInputs(this.manifest, inputs);
+    // Checked and copied now: a run may wait for earlier ones, and what it uses then must be
+    // what was checked, whatever the caller does to its arrays meanwhile.
+    const shapes = checkInputs(this.manifest, inputs).map((shape) => [...shape]);
     // As the GPU holds them (the manifest's dtypes): int64 -> int32 (range-checked), bool -> uint32 ...
     /** @type {Record<string, any>} */
-    const deviceInputs = Object.fromEntries(this.manifest.inputs.map((/** @type {any} */ spec) => {
-      const data = toDeviceData(spec, dtypeInfo(this.manifest, spec), inputs[spec.name].data);
-      return [spec.name, { data, shape: inputs[spec.name].shape }];
+    const deviceInputs = Object.fromEntries(this.manifest.inputs.map((/** @type {any} */ spec, /** @type {number} */ k) => {
+      const given = inputs[spec.name].data;
+      const converted = toDeviceData(spec, dtypeInfo(this.manifest, spec), given);
+      return [spec.name, { data: converted === given ? converted.slice() : converted, shape: shapes[k] }];
     }));
     const previous = this.turn;
     /** @type {() => void} */
@@ -203,20 +220,17 @@ export class Model {
    */
   async runSteps(inputs, shapes) {
     const { host } = this;
-    host.runOrThrow(shapes);
+    let hostStep = await host.start(shapes);
     /** @type {GPUBuffer[]} */
     const retired = [];
     let dispatches = 0;
     let reads = 0;
     try {
       for (let step = 0; ; step++) {
-        const commands = host.commands();
+        const { commands, sizes, params, outputShapes } = hostStep;
         const last = commands[commands.length - 1];
         const read = last?.opcode === OPCODE_READ ? /** @type {import("./host.js").ReadCommand} */ (last) : null;
         const resume = last?.opcode === OPCODE_RESUME;
-        const sizes = host.storageSizes();
-        const params = host.params();
-        const outputShapes = read || resume ? [] : host.outputShapes();
         const submitted = await this.captureGpuErrors("run", () => {
           const encoder = this.device.createCommandEncoder();
           // Before the first step nothing of this run is on the GPU: no contents to keep.
@@ -234,13 +248,13 @@ export class Model {
           this.lastReadCount = reads;
           return { readback: /** @type {Readback} */ (submitted), retired };
         }
+        let value = 0;
         if (read) {
-          const value = await this.readValue();
+          value = await this.readValue();
           for (const buffer of retired.splice(0)) buffer.destroy();
           reads += 1;
-          host.writeReadValue(read.slot, value);
         }
-        host.resumeOrThrow();
+        hostStep = await host.resume(read ? read.slot : null, value);
       }
     } catch (error) {
       for (const buffer of retired) buffer.destroy();
@@ -253,11 +267,15 @@ export class Model {
     this.unusableReason ??= "the model was disposed";
     for (const buffer of [...this.weightBuffers, ...this.storageBuffers, this.paramsBuffer, this.readValueBuffer]) buffer?.destroy();
     if (this.ownsDevice) this.device.destroy();
+    this.host.dispose();
   }
 
-  /** Allocate every storage whose size at the bounds is known (all of them when every var has a bound). */
-  allocateStoragesAtBounds() {
-    const sizes = this.host.sizesAtBounds()
+  /**
+   * Allocate every storage whose size at the bounds is known (all of them when every var has a bound).
+   * @param {number[]|null} sizesAtBounds the host module's sizes at the bounds, null when some var has none
+   */
+  allocateStoragesAtBounds(sizesAtBounds) {
+    const sizes = sizesAtBounds
       ?? this.manifest.storages.map((/** @type {any} */ s) => s.size_at_bounds ?? 0);
     this.growStorages(sizes);
   }

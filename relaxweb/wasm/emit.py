@@ -16,15 +16,18 @@ from pathlib import Path
 import jinja2
 import wasmtime
 
+from ..errors import UnsupportedModelError, shown
 from ..ir.host import (
     HostBind, HostCheck, HostDispatch, HostFunction, HostIf, HostLoop, HostOutputShape, HostRead, ShapeCheck,
 )
 from ..ir.params_block import FIELD_BYTES, PARAMS_SLOT
+from ..ir.syntax import comment_text
 from ..ir.symbolic import (
     Add, FloorDiv, FloorMod, IntImm, Max, Min, Mul, PrimExpr, SizeVar, Sub, format_expr, free_var_names,
 )
 
 MAX_RANK = 8
+LARGEST_CONSTANT = 2**62  # sizes, offsets and their products stay far from i64 overflow
 MAX_WORKGROUPS = 65535  # maxComputeWorkgroupsPerDimension's WebGPU default
 # Command record opcodes (docs/bundle-format.md)
 OPCODE_DISPATCH, OPCODE_READ, OPCODE_RESUME = 1, 2, 3
@@ -36,6 +39,8 @@ _TEMPLATES = jinja2.Environment(
     keep_trailing_newline=True,
     undefined=jinja2.StrictUndefined,
 )
+# text from the model (names, notes) reaches the WAT only through this filter, inside comments
+_TEMPLATES.filters["comment"] = comment_text
 
 
 @dataclass(frozen=True)
@@ -87,6 +92,10 @@ class _WatExpressions:
 
     def __call__(self, expr: PrimExpr) -> str:
         if isinstance(expr, IntImm):
+            if not -LARGEST_CONSTANT <= expr.value <= LARGEST_CONSTANT:
+                raise UnsupportedModelError(
+                    f"a shape computation of this model reaches {expr.value}, beyond the sizes relaxweb handles (2^62)"
+                )
             return f"(i64.const {expr.value})"
         if isinstance(expr, SizeVar):
             return f"(i64.load (i32.const {self.var_address[expr.name]}))"
@@ -120,13 +129,13 @@ class _StepEmitter:
         for step in self.function.steps:
             if isinstance(step, HostRead):
                 stages[-1]["lines"] += [
-                    f";; read back: {step.note}",
+                    f";; read back: {comment_text(step.note)}",
                     f"(call $command (i32.const {OPCODE_READ}) (i32.const {step.storage}) (i32.const {step.byte_offset}) "
                     f"(i32.const {step.slot}) (i32.const 0))",
                 ]
                 stages.append({"title": f": after reading {step.variable} ({step.note})", "lines": [
                     f"(i64.store (i32.const {self.var_address[step.variable]}) "
-                    f"(i64.load (i32.const {self.layout.read_values + 8 * step.slot})))  ;; {step.variable}",
+                    f"(i64.load (i32.const {self.layout.read_values + 8 * step.slot})))  ;; {comment_text(step.variable)}",
                 ]})
             elif isinstance(step, HostLoop):
                 stages.append(self.loop_stage(step, stages[-1], len(stages)))
@@ -138,7 +147,7 @@ class _StepEmitter:
         """The stage of a loop (stage ``index``); ``before``, the stage before it, enters it."""
         counter = f"(i64.load (i32.const {self.var_address[loop.variable]}))"
         before["lines"] += [
-            f";; {loop.note}: {loop.variable} from 0 while < {format_expr(loop.count)}, one stage per iteration",
+            ";; " + comment_text(f"{loop.note}: {loop.variable} from 0 while < {format_expr(loop.count)}, one stage per iteration"),
             f"(i64.store (i32.const {self.var_address[loop.variable]}) (i64.const 0))",
             f"(global.set $stage (i32.const {index + 1}))",
             f"(return (call $stage{index}))",
@@ -153,7 +162,7 @@ class _StepEmitter:
             f"    (global.set $stage (i32.const {index}))",
             "    (call $compute_storage_sizes)",
             "    (return (i32.const 0))))",
-            f";; {loop.note} done",
+            ";; " + comment_text(f"{loop.note} done"),
         ]}
 
     def fail_if(self, condition: str, code: int, value: str, expected: str, indent: str) -> list[str]:
@@ -165,27 +174,27 @@ class _StepEmitter:
             index = self.site_of[id(step)]
             site = self.call_sites[index]
             base = self.layout.params + index * PARAMS_SLOT
-            lines = [f"{indent};; call site {index}: {site.note}"]
+            lines = [f"{indent};; call site {index}: {comment_text(site.note)}"]
             lines += [f"{indent}(i32.store (i32.const {base + FIELD_BYTES * f}) (i32.wrap_i64 {wat(value)}))"
                       for f, value in enumerate(site.values)]
             lines.append(f"{indent}(call $dispatch (i32.const {index}) {wat(site.element_count)})")
             return lines
         if isinstance(step, HostBind):
-            return [f"{indent}(i64.store (i32.const {self.var_address[step.variable]}) {wat(step.value)})  ;; {step.variable} = {format_expr(step.value)}: {step.note}"]
+            return [f"{indent}(i64.store (i32.const {self.var_address[step.variable]}) {wat(step.value)})  ;; " + comment_text(f"{step.variable} = {format_expr(step.value)}: {step.note}")]
         if isinstance(step, HostCheck):
             value = wat(step.value)
             if step.kind == "equal":
                 expected = wat(step.expected)  # type: ignore[arg-type]
-                return [f"{indent};; check {step.code}: {format_expr(step.value)} == {format_expr(step.expected)}"] + \
+                return [f"{indent};; " + comment_text(f"check {step.code}: {format_expr(step.value)} == {format_expr(step.expected)}")] + \
                     self.fail_if(f"(i64.ne {value} {expected})", step.code, value, expected, indent)
             if step.kind == "bound":
                 bound = f"(i64.load (i32.const {self.bound_address[step.variable]}))"
-                return [f"{indent};; check {step.code}: {step.variable} <= its bound (when it has one)"] + \
+                return [f"{indent};; " + comment_text(f"check {step.code}: {step.variable} <= its bound (when it has one)")] + \
                     self.fail_if(f"(i32.and (i64.ge_s {bound} (i64.const 0)) (i64.gt_s {value} {bound}))", step.code, value, bound, indent)
-            return [f"{indent};; check {step.code}: {format_expr(step.value)} >= 0"] + \
+            return [f"{indent};; " + comment_text(f"check {step.code}: {format_expr(step.value)} >= 0")] + \
                 self.fail_if(f"(i64.lt_s {value} (i64.const 0))", step.code, value, "(i64.const 0)", indent)
         if isinstance(step, HostIf):
-            lines = [f"{indent};; if {format_expr(step.condition)} != 0", f"{indent}(if (i64.ne {wat(step.condition)} (i64.const 0))", f"{indent}  (then"]
+            lines = [f"{indent};; " + comment_text(f"if {format_expr(step.condition)} != 0"), f"{indent}(if (i64.ne {wat(step.condition)} (i64.const 0))", f"{indent}  (then"]
             for inner in step.then_steps:
                 lines += self.step(inner, indent + "    ")
             lines += [f"{indent}  )", f"{indent}  (else"]
@@ -195,15 +204,20 @@ class _StepEmitter:
         if isinstance(step, HostOutputShape):
             base = self.layout.output_shapes + step.output * (1 + MAX_RANK) * 8
             output = self.function.outputs[step.output]
-            lines = [f"{indent};; output '{output.name}': [{', '.join(format_expr(d) for d in step.shape)}]",
+            lines = [f"{indent};; " + comment_text(f"output '{output.name}': [{', '.join(format_expr(d) for d in step.shape)}]"),
                      f"{indent}(i64.store (i32.const {base}) (i64.const {len(step.shape)}))"]
             return lines + [f"{indent}(i64.store (i32.const {base + 8 * (d + 1)}) {wat(dim)})" for d, dim in enumerate(step.shape)]
         raise ValueError(f"cannot emit {type(step).__name__} here (reads and loops only at the top level)")
 
 
 def emit_host_wat(function: HostFunction, call_sites: list[CallSiteParams], workgroup_size: int, source: str) -> str:
-    if any(len(i.shape) > MAX_RANK for i in function.inputs):
-        raise NotImplementedError(f"inputs of more than {MAX_RANK} dims are not supported")
+    for kind, tensors in (("input", function.inputs), ("output", function.outputs)):
+        for tensor in tensors:
+            rank = len(tensor.shape) if tensor.shape is not None else tensor.ndim
+            if rank > MAX_RANK:
+                raise UnsupportedModelError(
+                    f"{kind} '{shown(tensor.name)}' has {rank} dimensions; a bundle's inputs and outputs have at most {MAX_RANK}"
+                )
     layout = plan_layout(function, len(call_sites))
     var_address = {name: layout.var_values + 8 * i for i, name in enumerate(function.symbolic_vars)}
     bound_address = {name: layout.var_bounds + 8 * i for i, name in enumerate(function.symbolic_vars)}

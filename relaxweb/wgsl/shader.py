@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from ..ir.launch import workgroup_storage_bytes
 from ..ir.params_block import ELEMENT_COUNT, ParamsLayout
 from ..ir.schedule import ElementSchedule
+from ..ir.syntax import comment_text
 from ..ir.tir import TensorProgram, format_scalar, index_var_names
 from .emit import storage_type, wgsl_name
 from .lower_index import helper_declarations
@@ -64,8 +65,8 @@ def emit_wgsl(program: TensorProgram) -> ShaderInfo:
     params = ParamsLayout(tuple(size_vars))
     schedule_note = "" if program.schedule == ElementSchedule() else f" (schedule: {program.schedule})"
     lines = [
-        f"// tensor program: {program.name}{schedule_note}",
-        f"// {program.output.name}[{', '.join(a.name for a in program.axes)}] = {format_scalar(program.body)}",
+        "// " + comment_text(f"tensor program: {program.name}{schedule_note}"),
+        "// " + comment_text(f"{program.output.name}[{', '.join(a.name for a in program.axes)}] = {format_scalar(program.body)}"),
         "",
         *params_declaration(params),
     ]

@@ -26,6 +26,7 @@ from ...ir.symbolic import (
     IntImm, PrimExpr, SizeVar, as_int, expr_max, expr_min, free_vars, product, prove_equal, prove_less, simplify,
 )
 from ...ops import call_op, strided_slice
+from ...ops.common import normalize_axis
 from ...ops.manipulation import BIG
 from .registry import NodeConversionError, converter, tensor_to_array
 from .shape_values import (
@@ -234,6 +235,8 @@ def convert_split(context, node, inputs):
     attrs = context.attributes(node)
     data = inputs[0]
     axis = int(attrs.get("axis", 0))
+    if data.struct_info.ndim >= 0:
+        axis = normalize_axis("split", axis, data.struct_info.ndim)
     count = len(node.output)
     sizes = inputs[1] if len(inputs) > 1 and inputs[1] is not None else None
     if sizes is None and "split" in attrs:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import onnx
 
-from ...errors import RelaxwebError
+from ...errors import RelaxwebError, shown
 from ...ir.expr import Constant, Expr, PrimValue, ShapeExpr, Var
 from ...ir.struct_info import TensorStructInfo
 from ...ir.op_registry import DeductionError
@@ -22,6 +22,7 @@ from ...ops import call_op
 from .manipulation import fresh_size_var
 from .registry import CONVERTERS, STANDARD_DOMAINS, ConversionContext, converter_key
 from .shape_values import converter_inputs, fold_node
+from ..validation import check_input_types
 
 
 def node_label(node: onnx.NodeProto, index: int) -> str:
@@ -38,7 +39,7 @@ def input_labels(node: onnx.NodeProto, inputs: list[Expr | None]) -> dict[Expr, 
 
 
 def format_unsupported(unsupported: dict[str, list[str]]) -> str:
-    parts = [f"{op} (nodes: {', '.join(names)})" for op, names in sorted(unsupported.items())]
+    parts = [f"{shown(op)} (nodes: {', '.join(map(shown, names))})" for op, names in sorted(unsupported.items())]
     return f"the model uses {len(unsupported)} unsupported op type(s): " + "; ".join(parts)
 
 
@@ -56,6 +57,8 @@ def convert_node(context: ConversionContext, node: onnx.NodeProto, index: int, v
         # the folders know the standard domain's ops only
         result = fold_node(context, node, inputs) if node.domain in STANDARD_DOMAINS else None
         if result is None:  # shape values become tensors, except where the converter takes them
+            check_input_types(node, [_tensor_dtype(value) for value in inputs], context.opset,
+                              f"{node.op_type} node '{node_label(node, index)}'")
             inputs = converter_inputs(context, node, inputs)
             with context.builder.checking_assumptions(f"{node.op_type} node '{node_label(node, index)}'",
                                                       input_labels(node, inputs)):
@@ -78,6 +81,11 @@ def convert_node(context: ConversionContext, node: onnx.NodeProto, index: int, v
         data_dependent = _data_dependent(value.struct_info)
         bound = context.builder.emit(value, name, output=name in graph_outputs and not data_dependent)
         values[name] = _name_extents(context, bound, name, name in graph_outputs) if data_dependent else bound
+
+
+def _tensor_dtype(value: Expr | None) -> str | None:
+    info = getattr(value, "struct_info", None)
+    return info.dtype if isinstance(info, TensorStructInfo) else None
 
 
 def _data_dependent(info) -> bool:

@@ -1,0 +1,246 @@
+"""validate_manifest: check a bundle's manifest.json before anything in it is used.
+
+A bundle comes from strangers.  Every field the runtime reads is checked against the one
+schema both runtimes share, ``relaxweb/runtime_js/manifest-schema.json`` (types, ranges,
+file names, indices into the manifest's own arrays), and then against the facts a schema
+cannot state (a weight lies inside its shard, a call site binds as many buffers as its kernel
+declares).  ``relaxweb/runtime_js/manifest.js`` is the same code in JavaScript; both give the
+same message for the same manifest, e.g. ``manifest.json: kernels[0].file: "../x" is not
+allowed (it must match ^kernels/...$)``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import stat
+from pathlib import Path
+from typing import Any
+
+from relaxweb.errors import RelaxwebError
+
+SCHEMA_PATH = Path(__file__).resolve().parent.parent / "runtime_js" / "manifest-schema.json"
+_SCHEMA = json.loads(SCHEMA_PATH.read_text())
+_SHOWN_CHARACTERS = 80
+_SAFE_INTEGER = 2**53 - 1
+
+
+class ManifestError(RelaxwebError):
+    """A manifest that does not follow the schema (or its stated facts)."""
+
+
+def validate_manifest(manifest: Any) -> None:
+    """Raise :class:`ManifestError` with the first problem found, or return."""
+    problem = manifest_problem(manifest)
+    if problem is not None:
+        raise ManifestError(f"manifest.json: {problem}")
+
+
+def manifest_problem(manifest: Any) -> str | None:
+    """The first problem of ``manifest`` as ``path: what is wrong``, or None."""
+    return _check(manifest, _SCHEMA["manifest"], "", manifest) or _fact_problem(manifest)
+
+
+def describe_value(value: Any) -> str:
+    """A short quoted form of a value for messages (the JS runtime writes the same)."""
+    if isinstance(value, str):
+        text = value[:_SHOWN_CHARACTERS]
+        return json.dumps(text, ensure_ascii=False) + ("..." if len(value) > _SHOWN_CHARACTERS else "")
+    return _type_name(value)
+
+
+def _type_name(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return "an object"
+
+
+_ARTICLED = {"number": "an integer", "string": "a string", "array": "an array", "object": "an object"}
+
+
+def _json_type(value: Any) -> str:
+    return _type_name(value).split(" ")[-1]
+
+
+def _json_type_of_schema(kind: str) -> str:
+    """The JSON type a schema type takes (as ``_json_type`` names it)."""
+    return {"integer": "number", "index": "number", "key": "string", "enum": "string"}.get(kind, kind)
+
+
+def _is_integer(value: Any) -> bool:
+    """An integer as JSON gives it (``2`` or ``2.0``; never a boolean), exact in a double (as
+    JavaScript needs it)."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, float):
+        return math.isfinite(value) and value.is_integer() and abs(value) <= _SAFE_INTEGER
+    return isinstance(value, int) and abs(value) <= _SAFE_INTEGER
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _check(value: Any, schema: dict, path: str, manifest: dict) -> str | None:
+    """Why ``value`` at ``path`` does not fit ``schema``, or None."""
+    if "ref" in schema:
+        resolved = {**_SCHEMA["definitions"][schema["ref"]], **{k: v for k, v in schema.items() if k != "ref"}}
+        return _check(value, resolved, path, manifest)
+    if value is None and schema.get("nullable"):
+        return None
+    where = path or "the manifest"
+    kind = schema["type"]
+    if kind == "object":
+        if not isinstance(value, dict):
+            return f"{where}: expected an object, got {_type_name(value)}"
+        for key, inner in schema.get("required", {}).items():
+            if key not in value:
+                return f"{where}: has no '{key}'"
+            problem = _check(value[key], inner, _join(path, key), manifest)
+            if problem:
+                return problem
+        for key, inner in schema.get("optional", {}).items():
+            if key in value:
+                problem = _check(value[key], inner, _join(path, key), manifest)
+                if problem:
+                    return problem
+        return None
+    if kind == "array":
+        if not isinstance(value, list):
+            return f"{where}: expected an array, got {_type_name(value)}"
+        if "length" in schema and len(value) != schema["length"]:
+            return f"{where}: has {len(value)} items, expected {schema['length']}"
+        if "max_items" in schema and len(value) > schema["max_items"]:
+            return f"{where}: has {len(value)} items, at most {schema['max_items']} allowed"
+        for index, item in enumerate(value):
+            problem = _check(item, schema["items"], f"{path}[{index}]", manifest)
+            if problem:
+                return problem
+        return None
+    if kind == "map":
+        if not isinstance(value, dict):
+            return f"{where}: expected an object, got {_type_name(value)}"
+        if len(value) > schema["max_items"]:
+            return f"{where}: has {len(value)} entries, at most {schema['max_items']} allowed"
+        for key, item in value.items():
+            if not re.fullmatch(schema["keys_pattern"], key):
+                return f"{where}: the key {describe_value(key)} is not allowed (it must match {schema['keys_pattern']})"
+            problem = _check(item, schema["values"], f"{path}[{json.dumps(key)}]", manifest)
+            if problem:
+                return problem
+        return None
+    if kind in ("integer", "index"):
+        if not _is_integer(value):
+            return f"{where}: expected an integer, got {_type_name(value)}"
+        number = int(value)
+        if kind == "index":
+            target = manifest.get(schema["of"]) if isinstance(manifest, dict) else None
+            count = len(target) if isinstance(target, list) else 0
+            if not 0 <= number < count:
+                return f"{where}: {number} is not an index of {schema['of']} (it has {count})"
+            return None
+        if not schema["min"] <= number <= schema["max"]:
+            return f"{where}: {number} is outside {schema['min']}..{schema['max']}"
+        return None
+    if kind in ("string", "key", "enum"):
+        if not isinstance(value, str):
+            expected = "one of " + ", ".join(json.dumps(v) for v in schema["values"]) if kind == "enum" else "a string"
+            return f"{where}: expected {expected}, got {_type_name(value)}"
+        if kind == "enum" and value not in schema["values"]:
+            return f"{where}: {describe_value(value)} is not one of " + ", ".join(json.dumps(v) for v in schema["values"])
+        if kind == "key":
+            table = manifest.get(schema["of"]) if isinstance(manifest, dict) else None
+            if not isinstance(table, dict) or value not in table:
+                return f"{where}: {describe_value(value)} is not in {schema['of']}"
+        if "max_length" in schema and len(value) > schema["max_length"]:
+            return f"{where}: a string of {len(value)} characters, at most {schema['max_length']} allowed"
+        if "pattern" in schema and not re.fullmatch(schema["pattern"], value):
+            return f"{where}: {describe_value(value)} is not allowed (it must match {schema['pattern']})"
+        return None
+    if kind == "one_key":
+        keys = list(schema["keys"])
+        if not isinstance(value, dict) or len(value) != 1 or next(iter(value)) not in keys:
+            return f"{where}: expected an object with exactly one of " + ", ".join(f"'{k}'" for k in keys)
+        key = next(iter(value))
+        return _check(value[key], schema["keys"][key], _join(path, key), manifest)
+    if kind == "union":
+        for option in schema["options"]:
+            if _json_type(value) == _json_type_of_schema(option["type"]):
+                return _check(value, option, path, manifest)
+        expected = " or ".join(_ARTICLED[_json_type_of_schema(o["type"])] for o in schema["options"])
+        return f"{where}: expected {expected}, got {_type_name(value)}"
+    raise ValueError(f"manifest schema: unknown type {kind!r}")
+
+
+def _fact_problem(manifest: dict) -> str | None:
+    """What the schema cannot say: sizes and counts that must agree across fields."""
+    for index, weight in enumerate(manifest["weights"]):
+        shard = manifest["shards"][weight["shard"]]
+        if weight["offset"] % 4 or weight["offset"] + weight["nbytes"] > shard["nbytes"]:
+            return (f"weights[{index}]: bytes {weight['offset']}..{weight['offset'] + weight['nbytes']} "
+                    f"are not inside shard {weight['shard']} ({shard['nbytes']} bytes, 4-byte aligned)")
+        elements = math.prod(weight["shape"])
+        expected = elements * manifest["dtypes"][weight["dtype"]]["device_bytes"]
+        if weight["nbytes"] != expected:
+            return f"weights[{index}]: nbytes is {weight['nbytes']}, but its shape and dtype make {expected}"
+    for index, kernel in enumerate(manifest["kernels"]):
+        bindings = kernel["bindings"]
+        if not bindings or bindings[0] != "uniform" or "uniform" in bindings[1:]:
+            return f"kernels[{index}].bindings: binding 0 and only binding 0 must be \"uniform\""
+    for index, site in enumerate(manifest["call_sites"]):
+        end = site["params_offset"] + site["params_size"]
+        if site["params_offset"] % 256 or site["params_size"] % 16 or end > manifest["params_bytes"]:
+            return (f"call_sites[{index}]: params bytes {site['params_offset']}..{end} are not a 16-byte "
+                    f"multiple at a 256-byte boundary inside params_bytes ({manifest['params_bytes']})")
+        bindings = manifest["kernels"][site["kernel"]]["bindings"]
+        if len(site["buffers"]) != len(bindings) - 1:
+            return (f"call_sites[{index}].buffers: {len(site['buffers'])} buffers, but kernel "
+                    f"{site['kernel']} declares {len(bindings) - 1}")
+        written = [b.get("storage") for b, kind in zip(site["buffers"], bindings[1:]) if kind == "storage"]
+        for buffer in site["buffers"]:
+            storage = buffer.get("storage")
+            if storage is not None and storage in written and sum(b.get("storage") == storage for b in site["buffers"]) > 1:
+                return f"call_sites[{index}].buffers: storage {storage} is both written and bound again"
+    return None
+
+
+#: The largest file of each kind a runtime reads from a bundle (a kernel or a host module
+#: past these is not one relaxweb wrote; a shard's size is its manifest's ``nbytes``).
+MAX_MANIFEST_BYTES = 256 * 1024 * 1024
+MAX_HOST_MODULE_BYTES = 64 * 1024 * 1024
+MAX_KERNEL_BYTES = 16 * 1024 * 1024
+
+
+def read_bundle_file(bundle_dir: Path, relative: str, max_bytes: int, what: str) -> bytes:
+    """The bytes of ``relative`` inside ``bundle_dir``, refusing anything that resolves
+    outside the folder (``..``, absolute paths, symbolic links out), that is not a regular
+    file (``/dev/zero``, a pipe) or that is larger than ``max_bytes``.  Messages name the
+    bundle's own path only, never what lies outside."""
+    root = bundle_dir.resolve()
+    path = (root / relative).resolve()
+    if not path.is_relative_to(root):
+        raise RelaxwebError(f"{what} {relative} is not inside the bundle folder {bundle_dir}")
+    try:
+        # non-blocking: opening a named pipe must not wait for a writer
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        with os.fdopen(descriptor, "rb") as file:
+            if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+                raise RelaxwebError(f"{what} {relative} in {bundle_dir} is not a regular file")
+            data = file.read(max_bytes + 1)
+    except FileNotFoundError:
+        raise RelaxwebError(f"{what} {relative} is missing from {bundle_dir}") from None
+    except OSError as error:
+        raise RelaxwebError(f"{what} {relative} in {bundle_dir} cannot be read ({error.strerror})") from None
+    if len(data) > max_bytes:
+        raise RelaxwebError(f"{what} {relative} in {bundle_dir} is larger than {max_bytes} bytes")
+    return data

@@ -1,0 +1,25 @@
+// The worker that runs a bundle's host module for the browser runtime (remote_host.js):
+// a module that never returns blocks this worker, not the page, and is stopped by
+// terminating it. Messages: {id, method, args} in; {id, result} or {id, error} out.
+
+import { Host, HostSession } from "./host.js";
+
+/** @type {HostSession|null} */
+let session = null;
+
+self.onmessage = async ({ data: { id, method, args } }) => {
+  try {
+    let result = null;
+    if (method === "instantiate") {
+      session = new HostSession(await Host.instantiate(args[0], args[1]));
+    } else if (session && ["configure", "start", "resume"].includes(method)) {
+      result = /** @type {any} */ (session)[method](...args);
+    } else {
+      throw new Error(`the host worker has no method ${method}`);
+    }
+    self.postMessage({ id, result });
+  } catch (error) {
+    const { name, message, code, value, expected } = /** @type {any} */ (error);
+    self.postMessage({ id, error: { name: String(name), message: String(message ?? error), details: { code, value, expected } } });
+  }
+};

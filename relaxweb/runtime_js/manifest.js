@@ -1,0 +1,221 @@
+// validateManifest: check a bundle's manifest.json before anything in it is used.
+//
+// The twin of relaxweb/runtime/manifest.py (the Python runtime): the same schema file
+// (manifest-schema.json), the same checks in the same order, the same messages, so a tampered
+// bundle is refused with one line that reads alike in Python and in the browser.
+
+import SCHEMA from "./manifest-schema.json" with { type: "json" };
+
+const SHOWN_CHARACTERS = 80;
+const ARTICLED = { number: "an integer", string: "a string", array: "an array", object: "an object" };
+
+/**
+ * Throw an Error with the first problem of `manifest` ("manifest.json: path: what is wrong").
+ * @param {any} manifest
+ */
+export function validateManifest(manifest) {
+  const problem = manifestProblem(manifest);
+  if (problem !== null) throw new Error(`manifest.json: ${problem}`);
+}
+
+/**
+ * The first problem of `manifest` as "path: what is wrong", or null.
+ * @param {any} manifest
+ * @returns {string|null}
+ */
+export function manifestProblem(manifest) {
+  return check(manifest, SCHEMA.manifest, "", manifest) ?? factProblem(manifest);
+}
+
+/** @param {any} value */
+function describeValue(value) {
+  if (typeof value === "string") {
+    const characters = [...value]; // code points, as Python counts
+    const text = JSON.stringify(characters.slice(0, SHOWN_CHARACTERS).join(""));
+    return characters.length > SHOWN_CHARACTERS ? `${text}...` : text;
+  }
+  return typeName(value);
+}
+
+/** @param {any} value */
+function typeName(value) {
+  if (value === null) return "null";
+  if (typeof value === "boolean") return "a boolean";
+  if (typeof value === "number") return "a number";
+  if (typeof value === "string") return "a string";
+  if (Array.isArray(value)) return "an array";
+  return "an object";
+}
+
+/** @param {any} value */
+const jsonType = (value) => typeName(value).split(" ").at(-1);
+/** @param {string} kind */
+const jsonTypeOfSchema = (kind) => ({ integer: "number", index: "number", key: "string", enum: "string" })[kind] ?? kind;
+/** @param {any} value */
+const isObject = (value) => value !== null && typeof value === "object" && !Array.isArray(value);
+/** @param {string} path @param {string} key */
+const join = (path, key) => (path ? `${path}.${key}` : key);
+/** @param {string} pattern @param {string} text */
+const fullMatch = (pattern, text) => new RegExp(pattern, "u").test(text);
+/** @param {string[]} values */
+const quoted = (values) => values.map((v) => JSON.stringify(v)).join(", ");
+
+/**
+ * Why `value` at `path` does not fit `schema`, or null.
+ * @param {any} value @param {any} schema @param {string} path @param {any} manifest
+ * @returns {string|null}
+ */
+function check(value, schema, path, manifest) {
+  if ("ref" in schema) {
+    const { ref, ...rest } = schema;
+    return check(value, { ...SCHEMA.definitions[ref], ...rest }, path, manifest);
+  }
+  if (value === null && schema.nullable) return null;
+  const where = path || "the manifest";
+  switch (schema.type) {
+    case "object": {
+      if (!isObject(value)) return `${where}: expected an object, got ${typeName(value)}`;
+      for (const [key, inner] of Object.entries(schema.required ?? {})) {
+        if (!Object.hasOwn(value, key)) return `${where}: has no '${key}'`;
+        const problem = check(value[key], inner, join(path, key), manifest);
+        if (problem) return problem;
+      }
+      for (const [key, inner] of Object.entries(schema.optional ?? {})) {
+        if (!Object.hasOwn(value, key)) continue;
+        const problem = check(value[key], inner, join(path, key), manifest);
+        if (problem) return problem;
+      }
+      return null;
+    }
+    case "array": {
+      if (!Array.isArray(value)) return `${where}: expected an array, got ${typeName(value)}`;
+      if ("length" in schema && value.length !== schema.length) {
+        return `${where}: has ${value.length} items, expected ${schema.length}`;
+      }
+      if ("max_items" in schema && value.length > schema.max_items) {
+        return `${where}: has ${value.length} items, at most ${schema.max_items} allowed`;
+      }
+      for (let index = 0; index < value.length; index++) {
+        const problem = check(value[index], schema.items, `${path}[${index}]`, manifest);
+        if (problem) return problem;
+      }
+      return null;
+    }
+    case "map": {
+      if (!isObject(value)) return `${where}: expected an object, got ${typeName(value)}`;
+      const entries = Object.entries(value);
+      if (entries.length > schema.max_items) {
+        return `${where}: has ${entries.length} entries, at most ${schema.max_items} allowed`;
+      }
+      for (const [key, item] of entries) {
+        if (!fullMatch(schema.keys_pattern, key)) {
+          return `${where}: the key ${describeValue(key)} is not allowed (it must match ${schema.keys_pattern})`;
+        }
+        const problem = check(item, schema.values, `${path}[${JSON.stringify(key)}]`, manifest);
+        if (problem) return problem;
+      }
+      return null;
+    }
+    case "integer":
+    case "index": {
+      if (typeof value !== "number" || !Number.isSafeInteger(value)) {
+        return `${where}: expected an integer, got ${typeName(value)}`;
+      }
+      if (schema.type === "index") {
+        const target = isObject(manifest) ? manifest[schema.of] : undefined;
+        const count = Array.isArray(target) ? target.length : 0;
+        if (!(value >= 0 && value < count)) return `${where}: ${value} is not an index of ${schema.of} (it has ${count})`;
+        return null;
+      }
+      if (!(value >= schema.min && value <= schema.max)) return `${where}: ${value} is outside ${schema.min}..${schema.max}`;
+      return null;
+    }
+    case "string":
+    case "key":
+    case "enum": {
+      if (typeof value !== "string") {
+        const expected = schema.type === "enum" ? `one of ${quoted(schema.values)}` : "a string";
+        return `${where}: expected ${expected}, got ${typeName(value)}`;
+      }
+      if (schema.type === "enum" && !schema.values.includes(value)) {
+        return `${where}: ${describeValue(value)} is not one of ${quoted(schema.values)}`;
+      }
+      if (schema.type === "key") {
+        const table = isObject(manifest) ? manifest[schema.of] : undefined;
+        if (!isObject(table) || !Object.hasOwn(table, value)) return `${where}: ${describeValue(value)} is not in ${schema.of}`;
+      }
+      const length = [...value].length; // code points, as Python counts
+      if ("max_length" in schema && length > schema.max_length) {
+        return `${where}: a string of ${length} characters, at most ${schema.max_length} allowed`;
+      }
+      if ("pattern" in schema && !fullMatch(schema.pattern, value)) {
+        return `${where}: ${describeValue(value)} is not allowed (it must match ${schema.pattern})`;
+      }
+      return null;
+    }
+    case "one_key": {
+      const keys = Object.keys(schema.keys);
+      const given = isObject(value) ? Object.keys(value) : [];
+      if (given.length !== 1 || !keys.includes(given[0])) {
+        return `${where}: expected an object with exactly one of ${keys.map((k) => `'${k}'`).join(", ")}`;
+      }
+      return check(value[given[0]], schema.keys[given[0]], join(path, given[0]), manifest);
+    }
+    case "union": {
+      for (const option of schema.options) {
+        if (jsonType(value) === jsonTypeOfSchema(option.type)) return check(value, option, path, manifest);
+      }
+      const expected = schema.options.map((/** @type {any} */ o) => ARTICLED[jsonTypeOfSchema(o.type)]).join(" or ");
+      return `${where}: expected ${expected}, got ${typeName(value)}`;
+    }
+    default:
+      throw new Error(`manifest schema: unknown type ${schema.type}`);
+  }
+}
+
+/**
+ * What the schema cannot say: sizes and counts that must agree across fields.
+ * @param {any} manifest
+ * @returns {string|null}
+ */
+function factProblem(manifest) {
+  for (const [index, weight] of manifest.weights.entries()) {
+    const shard = manifest.shards[weight.shard];
+    if (weight.offset % 4 || weight.offset + weight.nbytes > shard.nbytes) {
+      return `weights[${index}]: bytes ${weight.offset}..${weight.offset + weight.nbytes} ` +
+        `are not inside shard ${weight.shard} (${shard.nbytes} bytes, 4-byte aligned)`;
+    }
+    const elements = weight.shape.reduce((/** @type {number} */ a, /** @type {number} */ b) => a * b, 1);
+    const expected = elements * manifest.dtypes[weight.dtype].device_bytes;
+    if (weight.nbytes !== expected) {
+      return `weights[${index}]: nbytes is ${weight.nbytes}, but its shape and dtype make ${expected}`;
+    }
+  }
+  for (const [index, kernel] of manifest.kernels.entries()) {
+    const bindings = kernel.bindings;
+    if (!bindings.length || bindings[0] !== "uniform" || bindings.slice(1).includes("uniform")) {
+      return `kernels[${index}].bindings: binding 0 and only binding 0 must be "uniform"`;
+    }
+  }
+  for (const [index, site] of manifest.call_sites.entries()) {
+    const end = site.params_offset + site.params_size;
+    if (site.params_offset % 256 || site.params_size % 16 || end > manifest.params_bytes) {
+      return `call_sites[${index}]: params bytes ${site.params_offset}..${end} are not a 16-byte ` +
+        `multiple at a 256-byte boundary inside params_bytes (${manifest.params_bytes})`;
+    }
+    const bindings = manifest.kernels[site.kernel].bindings;
+    if (site.buffers.length !== bindings.length - 1) {
+      return `call_sites[${index}].buffers: ${site.buffers.length} buffers, but kernel ${site.kernel} declares ${bindings.length - 1}`;
+    }
+    const written = site.buffers.filter((/** @type {any} */ _, /** @type {number} */ b) => bindings[b + 1] === "storage")
+      .map((/** @type {any} */ b) => b.storage);
+    for (const buffer of site.buffers) {
+      const storage = buffer.storage;
+      if (storage !== undefined && written.includes(storage) &&
+          site.buffers.filter((/** @type {any} */ b) => b.storage === storage).length > 1) {
+        return `call_sites[${index}].buffers: storage ${storage} is both written and bound again`;
+      }
+    }
+  }
+  return null;
+}
