@@ -164,6 +164,15 @@ def test_onnx_loop_cases_with_sequences_and_optionals_run_in_the_interpreter() -
 # the build ---------------------------------------------------------------------------------------
 
 
-def test_building_a_model_with_sequences_is_one_error_listing_the_ops() -> None:
-    with pytest.raises(RelaxwebError, match=r"no GPU lowering yet for 2 op\(s\): sequence_empty, sequence_insert"):
+def test_building_a_model_with_sequences_is_one_error_naming_its_sequence_values() -> None:
+    with pytest.raises(RelaxwebError, match=r"no GPU lowering yet for sequence and optional values: "
+                                            r"output 'grown' \(Sequence\(Tensor\(ndim=-1, float32\)\)\)"):
         compile_module(import_model(growing_sequence_model()))
+
+
+def test_building_a_model_with_sequence_ops_inside_is_one_error_listing_them() -> None:
+    nodes = [helper.make_node("SplitToSequence", ["x"], ["rows"], axis=0),
+             helper.make_node("ConcatFromSequence", ["rows"], ["y"], axis=1)]
+    model = make_model(nodes, [("x", ["n", 3])], ["y"])
+    with pytest.raises(RelaxwebError, match=r"no GPU lowering yet for 2 op\(s\): concat_from_sequence, split_to_sequence"):
+        compile_module(import_model(model))
