@@ -161,6 +161,37 @@ def test_onnx_loop_cases_with_sequences_and_optionals_run_in_the_interpreter() -
         assert_sequences_equal(actual[case.model.graph.output[0].name], outputs[0])
 
 
+SEQUENCE_CASE_MODULES = ["sequenceinsert", "splittosequence", "sequence_map", "optionalhaselement", "optionalgetelement"]
+
+
+def _as_value(value):
+    """A node case's value as relaxweb takes and gives it: an array, a list (a sequence), None."""
+    if value is None:
+        return None
+    return [np.asarray(element) for element in value] if isinstance(value, list) else np.asarray(value)
+
+
+def _assert_value(actual, expected, what: str) -> None:
+    if expected is None or isinstance(expected, list):
+        assert (actual is None) if expected is None else isinstance(actual, list), what
+        for position, (a, e) in enumerate(zip(actual or [], expected or [])):
+            _assert_value(a, e, f"{what}[{position}]")
+        assert expected is None or len(actual) == len(expected), what
+        return
+    expected = np.asarray(expected)
+    assert actual.shape == expected.shape and actual.dtype == expected.dtype, what
+    assert_close(actual, expected, err_msg=what)
+
+
+@pytest.mark.parametrize("case", onnx_node_cases(SEQUENCE_CASE_MODULES), ids=lambda case: case.name)
+def test_onnx_sequence_and_optional_cases_run_in_the_interpreter(case) -> None:
+    for inputs, outputs in case.data_sets:
+        feeds = {value.name: _as_value(data) for value, data in zip(case.model.graph.input, inputs)}
+        actual = run_reference(case.model, feeds)
+        for value, expected in zip(case.model.graph.output, outputs):
+            _assert_value(actual[value.name], _as_value(expected), f"{case.name} {value.name}")
+
+
 # the build ---------------------------------------------------------------------------------------
 
 
