@@ -46,7 +46,10 @@ from ..ir.builder import FunctionBuilder
 from ..ir.expr import Constant, Expr, MatchCast, PrimValue, SeqExpr, ShapeExpr, Var, VarBinding
 from ..ir.functor import ExprVisitor
 from ..ir.module import IRModule
-from ..ir.struct_info import FuncStructInfo, PrimStructInfo, ShapeStructInfo, TensorStructInfo, TupleStructInfo
+from ..ir.struct_info import (
+    FuncStructInfo, OptionalStructInfo, PrimStructInfo, SequenceStructInfo, ShapeStructInfo, StructInfo, TensorStructInfo,
+    TupleStructInfo,
+)
 from ..ir.symbolic import PrimExpr, SizeVar, free_vars
 from ..ops import call_op
 from .converters import CONVERTERS, ConversionContext
@@ -173,6 +176,11 @@ def _struct_info_vars(info, found: dict[str, None]) -> None:
     elif isinstance(info, TupleStructInfo):
         for field_info in info.fields:
             _struct_info_vars(field_info, found)
+    elif isinstance(info, SequenceStructInfo):
+        _struct_info_vars(info.element, found)
+        exprs = (info.length,) if info.length is not None else ()
+    elif isinstance(info, OptionalStructInfo):
+        _struct_info_vars(info.inner, found)
     elif isinstance(info, FuncStructInfo):
         for param_info in info.params:
             _struct_info_vars(param_info, found)
@@ -272,10 +280,12 @@ class InputDims:
             self.model_names[name] = text
         return SizeVar(name)
 
-    def struct_info(self, value: onnx.ValueInfoProto) -> TensorStructInfo:
+    def struct_info(self, value: onnx.ValueInfoProto) -> StructInfo:
+        if value.type.HasField("sequence_type") or value.type.HasField("optional_type"):
+            return container_struct_info(value.name, value.type)
         tensor_type = value.type.tensor_type
         if not value.type.HasField("tensor_type"):
-            raise UnsupportedModelError(f"input '{value.name}': only tensor inputs are supported")
+            raise UnsupportedModelError(f"input '{value.name}': only tensor, sequence and optional inputs are supported")
         dtype = str(np.dtype(helper.tensor_dtype_to_np_dtype(tensor_type.elem_type)))
         if not tensor_type.HasField("shape"):
             raise UnsupportedModelError(f"input '{value.name}': its rank is unknown; relaxweb needs at least the rank")
@@ -287,7 +297,27 @@ class InputDims:
         return any(count > 1 for count in self.occurrences.values())
 
 
-def input_struct_info(value: onnx.ValueInfoProto) -> TensorStructInfo:
+def container_struct_info(name: str, type_proto: onnx.TypeProto) -> StructInfo:
+    """A sequence or optional input's annotation: a sequence's elements may differ in shape
+    from one another, so only their dtype and rank are kept (no size variable is bound by
+    them), and its length is known at run time."""
+    if type_proto.HasField("optional_type"):
+        return OptionalStructInfo(container_struct_info(name, type_proto.optional_type.elem_type))
+    if type_proto.HasField("sequence_type"):
+        element = type_proto.sequence_type.elem_type
+        if not element.HasField("tensor_type"):
+            raise UnsupportedModelError(f"input '{name}': a sequence of {element.WhichOneof('value')}; "
+                                        "relaxweb supports sequences of tensors")
+        return SequenceStructInfo(container_struct_info(name, element))  # type: ignore[arg-type]
+    if type_proto.HasField("tensor_type"):
+        tensor_type = type_proto.tensor_type
+        dtype = str(np.dtype(helper.tensor_dtype_to_np_dtype(tensor_type.elem_type)))
+        return TensorStructInfo(None, dtype, len(tensor_type.shape.dim) if tensor_type.HasField("shape") else -1)
+    raise UnsupportedModelError(f"input '{name}': a {type_proto.WhichOneof('value')}; "
+                                "relaxweb supports tensor, sequence and optional values")
+
+
+def input_struct_info(value: onnx.ValueInfoProto) -> StructInfo:
     """The annotation of one graph input on its own (its dims' names are its own)."""
     return InputDims().struct_info(value)
 

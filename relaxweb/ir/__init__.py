@@ -5,8 +5,8 @@ from .dtype import DTYPES, GPU_DTYPES, DtypeInfo, DtypeKind, dtype_info
 from .expr import *  # noqa: F401,F403
 from .module import IRModule
 from .struct_info import (
-    FuncStructInfo, ObjectStructInfo, PrimStructInfo, ShapeStructInfo, StructInfo,
-    TensorStructInfo, TupleStructInfo, struct_info_equal,
+    FuncStructInfo, ObjectStructInfo, OptionalStructInfo, PrimStructInfo, SequenceStructInfo, ShapeStructInfo,
+    StructInfo, TensorStructInfo, TupleStructInfo, struct_info_equal,
 )
 from .symbolic import (
     Analyzer, IntImm, PrimExpr, SizeVar, as_expr, evaluate, expr_max, expr_min, format_expr, free_vars,

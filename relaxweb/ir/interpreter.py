@@ -25,7 +25,7 @@ from .host import HostBind, HostCheck, HostDispatch, HostFunction, HostIf, HostL
 from .library_kernel import LibraryKernel
 from .module import IRModule
 from .op_registry import get_op
-from .struct_info import PrimStructInfo, TensorStructInfo
+from .struct_info import OptionalStructInfo, PrimStructInfo, SequenceStructInfo, TensorStructInfo
 from .symbolic import PrimExpr, SizeVar, as_expr, evaluate, format_expr, free_vars
 from .tir import (
     Binary, BinaryOp, Cast, Compare, CompareOp, FloatImm, Gather, IndexValue, Load, Reduce, ReduceCombiner, ScalarExpr,
@@ -73,12 +73,12 @@ class Interpreter(ExprFunctor):
         for param, name in zip(function.params, function.input_names or [p.name for p in function.params]):
             if name not in inputs:
                 raise InputShapeError(f"missing input '{name}'")
-            array = np.asarray(inputs[name])
-            match_tensor(name, array, param.struct_info, self.size_vars)
-            self.values[param] = array
+            value = input_value(inputs[name], param.struct_info)
+            match_value(name, value, param.struct_info, self.size_vars, what="input")
+            self.values[param] = value
         result = self.visit_seq_expr(function.body)
         outputs = list(result) if isinstance(function.body.body, Tuple) else [result]
-        return [np.array(o, copy=True) for o in outputs]
+        return [copy_value(o) for o in outputs]
 
     # -- sequences and bindings -----------------------------------------------------------
 
@@ -209,9 +209,44 @@ def _program_vars(bindings: tuple[tuple[str, PrimExpr], ...], size_vars: dict[st
     return {name: int(evaluate(value, size_vars)) for name, value in bindings}
 
 
-def match_value(name: str, value, info, size_vars: dict[str, int], reason: str = "") -> None:
-    """The run-time check of a match_cast: tensors by shape, prim values by value.  A cast
+def input_value(value, info):
+    """An input as the interpreter holds it: an array, a list of arrays for a sequence, None
+    for an empty optional."""
+    if isinstance(info, OptionalStructInfo):
+        return None if value is None else input_value(value, info.inner)
+    if isinstance(info, SequenceStructInfo) and isinstance(value, (list, tuple)):
+        return [np.asarray(element) for element in value]
+    return np.asarray(value)
+
+
+def copy_value(value):
+    """An output, copied: an array, a list of arrays (a sequence) or None (an empty optional)."""
+    if value is None:
+        return None
+    if isinstance(value, list):
+        return [np.array(element, copy=True) for element in value]
+    return np.array(value, copy=True)
+
+
+def match_value(name: str, value, info, size_vars: dict[str, int], reason: str = "", what: str = "match_cast of") -> None:
+    """The run-time check of a match_cast (and of an input): tensors by shape, prim values by
+    value, sequences element by element (each against the elements' annotation, without
+    binding: elements differ in shape) and by length, optionals by what they hold.  A cast
     with a ``reason`` (a fact deduction assumed) reports it: ``{reason} is 4, expected 3 (...)``."""
+    if isinstance(info, OptionalStructInfo):
+        if value is not None:
+            match_value(name, value, info.inner, size_vars, reason, what)
+        return
+    if isinstance(info, SequenceStructInfo):
+        if not isinstance(value, list):
+            raise InputShapeError(f"{what} '{name}': expected a sequence (a list of arrays), got {type(value).__name__}")
+        for position, element in enumerate(value):
+            match_tensor(f"{name}[{position}]", np.asarray(element), info.element, dict(size_vars), what, reason)
+        if info.length is not None:
+            match_value(name, len(value), PrimStructInfo("int64", info.length), size_vars, reason or f"{what} '{name}': length")
+        return
+    if value is None or isinstance(value, list):
+        raise InputShapeError(f"{what} '{name}': expected a tensor, got {'none' if value is None else 'a sequence'}")
     if isinstance(info, PrimStructInfo):
         if info.value is None:
             return
@@ -223,7 +258,7 @@ def match_value(name: str, value, info, size_vars: dict[str, int], reason: str =
             what = reason or f"match_cast of '{name}': value"
             raise InputShapeError(f"{what} is {int(value)}, expected {expected} ({format_expr(info.value)})")
         return
-    match_tensor(name, np.asarray(value), info, size_vars, what="match_cast of", reason=reason)
+    match_tensor(name, np.asarray(value), info, size_vars, what=what, reason=reason)
 
 
 def match_tensor(name: str, array: np.ndarray, info, size_vars: dict[str, int], what: str = "input",

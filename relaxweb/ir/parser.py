@@ -37,8 +37,8 @@ from .module import IRModule
 from .printer import GRAPH_BUILTINS, SINFO
 from .schedule import SCHEDULE_KINDS, ElementSchedule, Schedule
 from .struct_info import (
-    FuncStructInfo, ObjectStructInfo, PrimStructInfo, ShapeStructInfo, StructInfo, TensorStructInfo,
-    TupleStructInfo, struct_info_equal,
+    FuncStructInfo, ObjectStructInfo, OptionalStructInfo, PrimStructInfo, SequenceStructInfo, ShapeStructInfo,
+    StructInfo, TensorStructInfo, TupleStructInfo, struct_info_equal,
 )
 from .symbolic import Add, FloorDiv, FloorMod, IntImm, Max, Min, Mul, PrimExpr, SizeVar, Sub
 from .tir import (
@@ -273,13 +273,24 @@ class _Parser:
             return PrimStructInfo(self.string(args["dtype"]), value)
         if name == "Tuple" and not node.keywords:  # type: ignore[union-attr]
             return TupleStructInfo(tuple(self.struct_info(f) for f in node.args))  # type: ignore[union-attr]
+        if name == "Sequence":
+            args = self.arguments(node, ["element"], ("length",), required=("element",))  # type: ignore[arg-type]
+            element = self.struct_info(args["element"])
+            if not isinstance(element, TensorStructInfo):
+                raise self.error(node, "Sequence(): its elements are tensors")
+            length = self.prim_expr(args["length"]) if "length" in args else None
+            return SequenceStructInfo(element, length)
+        if name == "Optional":
+            args = self.arguments(node, ["inner"], required=("inner",))  # type: ignore[arg-type]
+            return OptionalStructInfo(self.struct_info(args["inner"]))
         if name == "Func":
             args = self.arguments(node, ["params", "ret"], required=("params", "ret"))  # type: ignore[arg-type]
             if not isinstance(args["params"], (ast.Tuple, ast.List)):
                 raise self.error(args["params"], "expected a tuple of parameter annotations")
             params = tuple(self.struct_info(p) for p in args["params"].elts)
             return FuncStructInfo(params, self.struct_info(args["ret"]))
-        raise self.error(node, "expected an annotation: Tensor(...), Shape(...), Prim(...), Tuple(...), Func(...) or Object")
+        raise self.error(node, "expected an annotation: Tensor(...), Shape(...), Prim(...), Tuple(...), Sequence(...), "
+                                "Optional(...), Func(...) or Object")
 
     def optional_shape(self, node: ast.expr | None) -> tuple[PrimExpr, ...] | None:
         if node is None or (isinstance(node, ast.Constant) and node.value is None):

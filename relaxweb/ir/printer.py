@@ -52,8 +52,8 @@ from .host import (
     BufferRef, HostBind, HostCheck, HostDispatch, HostFunction, HostIf, HostLoop, HostOutputShape, HostRead, ShapeCheck,
 )
 from .struct_info import (
-    FuncStructInfo, ObjectStructInfo, PrimStructInfo, ShapeStructInfo, StructInfo, TensorStructInfo,
-    TupleStructInfo,
+    FuncStructInfo, ObjectStructInfo, OptionalStructInfo, PrimStructInfo, SequenceStructInfo, ShapeStructInfo,
+    StructInfo, TensorStructInfo, TupleStructInfo,
 )
 from .symbolic import PrimExpr, format_expr, format_shape
 from .syntax import format_float, format_keywords, format_number, format_string, is_plain_name, unique_identifier
@@ -89,6 +89,11 @@ def format_struct_info(info: StructInfo) -> str:
         return f"Prim({format_string(info.dtype)}{value})"
     if isinstance(info, TupleStructInfo):
         return f"Tuple({', '.join(format_struct_info(f) for f in info.fields)})"
+    if isinstance(info, SequenceStructInfo):
+        length = f", length={format_expr(info.length)}" if info.length is not None else ""
+        return f"Sequence({format_struct_info(info.element)}{length})"
+    if isinstance(info, OptionalStructInfo):
+        return f"Optional({format_struct_info(info.inner)})"
     if isinstance(info, FuncStructInfo):
         params = _format_tuple([format_struct_info(p) for p in info.params])
         return f"Func({params}, {format_struct_info(info.ret)})"

@@ -85,6 +85,44 @@ class TupleStructInfo(StructInfo):
 
 
 @dataclass(frozen=True)
+class SequenceStructInfo(StructInfo):
+    """An ONNX sequence: an ordered list of tensors of one dtype whose shapes may differ.
+
+    ``element`` is what every element satisfies (a ``TensorStructInfo``: its dtype, its rank
+    when known, its shape when every element has it); ``length`` is the number of elements
+    when known (symbolic: a ``SequenceConstruct`` of two tensors has length 2, an insert into
+    a sequence of length ``n`` has ``n + 1``), None when it is known only at run time.
+    """
+
+    element: TensorStructInfo
+    length: PrimExpr | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.element, TensorStructInfo):
+            raise TypeError(f"a sequence's elements are tensors, got {self.element}")
+        if self.length is not None:
+            object.__setattr__(self, "length", as_expr(self.length))
+
+    def __str__(self) -> str:
+        length = f", length={format_expr(self.length)}" if self.length is not None else ""
+        return f"Sequence({self.element}{length})"
+
+
+@dataclass(frozen=True)
+class OptionalStructInfo(StructInfo):
+    """An ONNX optional: a value of ``inner`` (a tensor or a sequence) or none.
+
+    A value of ``inner`` is a value of ``Optional(inner)`` (``is_less_specific``): an optional
+    that holds something is that thing, so a loop may carry an optional in and a sequence out.
+    """
+
+    inner: StructInfo
+
+    def __str__(self) -> str:
+        return f"Optional({self.inner})"
+
+
+@dataclass(frozen=True)
 class FuncStructInfo(StructInfo):
     params: tuple[StructInfo, ...]
     ret: StructInfo
@@ -113,7 +151,17 @@ def struct_info_equal(a: StructInfo, b: StructInfo) -> bool:
         if a.dtype != b.dtype or (a.value is None) != (b.value is None):
             return False
         return a.value is None or prove_equal(a.value, b.value)  # type: ignore[arg-type]
+    if isinstance(a, SequenceStructInfo):
+        assert isinstance(b, SequenceStructInfo)
+        return struct_info_equal(a.element, b.element) and _lengths_equal(a.length, b.length)
+    if isinstance(a, OptionalStructInfo):
+        assert isinstance(b, OptionalStructInfo)
+        return struct_info_equal(a.inner, b.inner)
     return a == b
+
+
+def _lengths_equal(a: PrimExpr | None, b: PrimExpr | None) -> bool:
+    return a is b if a is None or b is None else prove_equal(a, b)
 
 
 def _dims_equal(a: tuple[PrimExpr, ...] | None, b: tuple[PrimExpr, ...] | None) -> bool:
@@ -131,6 +179,9 @@ def is_less_specific(general: StructInfo, specific: StructInfo) -> bool:
     """
     if isinstance(general, ObjectStructInfo):
         return True
+    if isinstance(general, OptionalStructInfo):
+        inner = specific.inner if isinstance(specific, OptionalStructInfo) else specific
+        return is_less_specific(general.inner, inner)
     if type(general) is not type(specific):
         return False
     if isinstance(general, TensorStructInfo):
@@ -159,6 +210,10 @@ def is_less_specific(general: StructInfo, specific: StructInfo) -> bool:
         return len(general.fields) == len(specific.fields) and all(
             is_less_specific(g, s) for g, s in zip(general.fields, specific.fields)
         )
+    if isinstance(general, SequenceStructInfo):
+        assert isinstance(specific, SequenceStructInfo)
+        return is_less_specific(general.element, specific.element) and (
+            general.length is None or _lengths_equal(general.length, specific.length))
     return struct_info_equal(general, specific)
 
 
@@ -168,12 +223,18 @@ def join(a: StructInfo, b: StructInfo) -> StructInfo:
     Tensors: the same dtype is kept; the shape is kept when every dim is provably equal,
     otherwise only the rank is (``[n, 4]`` join ``[m, 4]`` is ``Tensor(ndim=2)``, as in Relax:
     a later ``match_cast`` gives the dims names again); different ranks give ``ndim=-1``.
-    Different dtypes or kinds give ``Object``.
+    Different dtypes or kinds give ``Object``.  Sequences join their elements (a join that
+    is not a tensor is a tensor of unknown rank; different dtypes give ``Object``) and keep a
+    length only when both have it; an optional and a value join to an optional.
     """
     if is_less_specific(a, b):
         return a
     if is_less_specific(b, a):
         return b
+    if isinstance(a, OptionalStructInfo) or isinstance(b, OptionalStructInfo):
+        inner_a = a.inner if isinstance(a, OptionalStructInfo) else a
+        inner_b = b.inner if isinstance(b, OptionalStructInfo) else b
+        return OptionalStructInfo(join(inner_a, inner_b))
     if type(a) is not type(b):
         return ObjectStructInfo()
     if isinstance(a, TensorStructInfo):
@@ -192,4 +253,11 @@ def join(a: StructInfo, b: StructInfo) -> StructInfo:
         if len(a.fields) != len(b.fields):
             return ObjectStructInfo()
         return TupleStructInfo(tuple(join(x, y) for x, y in zip(a.fields, b.fields)))
+    if isinstance(a, SequenceStructInfo):
+        assert isinstance(b, SequenceStructInfo)
+        element = join(a.element, b.element)
+        if not isinstance(element, TensorStructInfo):
+            return ObjectStructInfo()
+        length = a.length if a.length is not None and _lengths_equal(a.length, b.length) else None
+        return SequenceStructInfo(element, length)
     return ObjectStructInfo()

@@ -22,7 +22,8 @@ from .expr import (
 from .functor import ScopedVisitor
 from .module import IRModule
 from .struct_info import (
-    PrimStructInfo, ShapeStructInfo, StructInfo, TensorStructInfo, TupleStructInfo, is_less_specific,
+    OptionalStructInfo, PrimStructInfo, SequenceStructInfo, ShapeStructInfo, StructInfo, TensorStructInfo,
+    TupleStructInfo, is_less_specific,
 )
 from .symbolic import free_vars
 
@@ -40,6 +41,11 @@ def annotation_vars(info: StructInfo) -> set[str]:
         return {v.name for v in free_vars(info.value)}
     if isinstance(info, TupleStructInfo):
         return set().union(*(annotation_vars(f) for f in info.fields)) if info.fields else set()
+    if isinstance(info, SequenceStructInfo):
+        length = {v.name for v in free_vars(info.length)} if info.length is not None else set()
+        return annotation_vars(info.element) | length
+    if isinstance(info, OptionalStructInfo):
+        return annotation_vars(info.inner)
     return set()
 
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from ..errors import UnsupportedModelError
 from ..ir.builder import FunctionBuilder
-from ..ir.expr import Call, CallLibrary, CallTIR, DataflowVar, Expr, Function, MatchCast, Var, VarBinding
+from ..ir.expr import Call, CallLibrary, CallTIR, DataflowVar, Expr, Function, MatchCast, Tuple, Var, VarBinding
 from ..ir.functor import ExprMutator, post_order_visit
 from ..ir.module import IRModule, ProgramTable
-from ..ir.struct_info import TensorStructInfo
+from ..ir.struct_info import OptionalStructInfo, SequenceStructInfo, TensorStructInfo
 from ..ir.tir import TensorProgram
 from ..ops import get_op
 from ..ir.op_registry import call_tir_of
@@ -73,6 +73,7 @@ class _Legalizer(ExprMutator):
 
 def legalize_ops(module: IRModule) -> IRModule:
     """Replace every op call in every graph function by tensor program calls."""
+    _refuse_containers(module)
     missing = sorted({call.op for call in _op_calls(module) if get_op(call.op).legalize is None})
     if missing:
         raise UnsupportedModelError(
@@ -89,6 +90,25 @@ def legalize_ops(module: IRModule) -> IRModule:
         functions[name] = legalizer.visit_function(function)
         programs = legalizer.programs
     return module.replace(functions=functions, programs=programs)
+
+
+def _refuse_containers(module: IRModule) -> None:
+    """Sequence and optional inputs and outputs have no place in a bundle yet (its inputs and
+    outputs are tensors): one error naming them."""
+    named = []
+    for function in module.functions.values():
+        if not isinstance(function, Function):
+            continue
+        results = function.body.body.fields if isinstance(function.body.body, Tuple) else (function.body.body,)
+        inputs = zip(function.input_names or [p.name for p in function.params], function.params)
+        outputs = zip(function.output_names or [f"#{i}" for i in range(len(results))], results)
+        for kind, values in (("input", inputs), ("output", outputs)):
+            named += [f"{kind} '{name}' ({value.struct_info})" for name, value in values
+                      if isinstance(value.struct_info, (SequenceStructInfo, OptionalStructInfo))]
+    if named:
+        raise UnsupportedModelError(
+            f"no GPU lowering yet for sequence and optional values: {', '.join(named)} "
+            "(the model imports and runs with 'relaxweb run MODEL.onnx --reference')")
 
 
 def _op_calls(module: IRModule) -> list[Call]:

@@ -45,7 +45,9 @@ import onnx
 from ...errors import RelaxwebError, UnsupportedModelError
 from ...ir.builder import FunctionBuilder
 from ...ir.expr import Constant, Expr, MatchCast, PrimValue, ShapeExpr, TensorToPrim, TupleGetItem
-from ...ir.struct_info import PrimStructInfo, TensorStructInfo, is_less_specific
+from ...ir.struct_info import (
+    OptionalStructInfo, PrimStructInfo, SequenceStructInfo, TensorStructInfo, is_less_specific,
+)
 from ...ir.symbolic import IntImm, PrimExpr, as_int, format_expr, free_vars, prove_equal, simplify
 from ...ops import call_op, strided_slice
 from .manipulation import fail, fresh_size_var, node_name, used_size_vars
@@ -194,8 +196,10 @@ def _single_if(context, node, condition, then_graph, else_graph, outer, index: i
                 raise fail(node, f"branch '{graph.name}' has {len(values)} outputs, the node {len(node.output)}")
             value = materialize(child, values[0], f"{graph.name or 'branch'}_out")
             if not any(binding.var is value for binding in builder.bindings):
-                # a branch ends with a value computed inside it (the host needs one)
-                value = builder.emit(call_op("identity", value), f"{graph.name or 'branch'}_out")
+                # a branch ends with a value computed inside it (the host needs one); a
+                # sequence or optional has no identity op: an alias
+                copy = call_op("identity", value) if isinstance(value.struct_info, TensorStructInfo) else value
+                value = builder.emit(copy, f"{graph.name or 'branch'}_out")
             return value
         return build
 
@@ -307,6 +311,20 @@ def _loop_outputs(loop: Expr, count: int) -> list[Expr]:
     return [TupleGetItem(loop, index) for index in range(count)]
 
 
+def _carried_init(context, value: Expr, name: str) -> Expr:
+    """A carried sequence grows or shrinks from one iteration to the next, and its elements
+    differ: it is carried as a sequence of tensors of its dtype (length, rank and dims
+    unknown: exporters declare an empty sequence's element rank loosely), the initial value
+    cast to that annotation (an optional sequence likewise)."""
+    info = value.struct_info
+    inner = info.inner if isinstance(info, OptionalStructInfo) else info
+    if not isinstance(inner, SequenceStructInfo) or (inner.length is None and inner.element.ndim == -1):
+        return value
+    wide = SequenceStructInfo(TensorStructInfo(None, inner.element.dtype, -1))
+    return context.builder.emit_match_cast(value, OptionalStructInfo(wide) if inner is not info else wide,
+                                           f"{name}_carried")
+
+
 @converter("Loop")
 def convert_loop(context, node, inputs):
     body = context.attributes(node)["body"]
@@ -322,7 +340,8 @@ def convert_loop(context, node, inputs):
     carried_count = len(inputs) - 2
     iteration = fresh_size_var(context, f"{node_name(node)}_iteration")
     names = [value.name for value in body.input[2:]]
-    init = [(name, materialize(context, value, f"{name}_init")) for name, value in zip(names, inputs[2:])]
+    init = [(name, _carried_init(context, materialize(context, value, f"{name}_init"), name))
+            for name, value in zip(names, inputs[2:])]
 
     def build(builder, carried):
         child = _child_context(context, builder)

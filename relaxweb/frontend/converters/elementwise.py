@@ -142,6 +142,8 @@ def convert_bitshift(context, node, inputs):
 @known_dtypes
 def convert_unary(context, node, inputs):
     x = inputs[0]
+    if node.op_type == "Identity" and not isinstance(x.struct_info, TensorStructInfo):
+        return x  # a sequence or an optional: the same value
     if node.op_type == "Relu" and not dtype_of(x, node).startswith("float"):
         # integer Relu (opset >= 14): a maximum with 0
         return call_op("maximum", x, scalar(context, 0, dtype_of(x, node), f"{node.output[0]}_zero"))

@@ -77,7 +77,8 @@ def convert_node(context: ConversionContext, node: onnx.NodeProto, index: int, v
             if name not in graph_outputs:
                 values[name] = value  # an alias: nothing to compute
                 continue
-            value = call_op("identity", value)
+            # a tensor output gets a binding of its own; a sequence or optional one an alias
+            value = call_op("identity", value) if isinstance(value.struct_info, TensorStructInfo) else value
         data_dependent = _data_dependent(value.struct_info)
         bound = context.builder.emit(value, name, output=name in graph_outputs and not data_dependent)
         values[name] = _name_extents(context, bound, name, name in graph_outputs) if data_dependent else bound

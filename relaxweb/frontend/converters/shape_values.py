@@ -355,6 +355,8 @@ def _fold_constants(context, node: onnx.NodeProto, inputs: list[Expr | None]) ->
         return None
     folded = []
     for name, value in zip(node.output, results):
+        if value is None or isinstance(value, (list, tuple)):  # an optional or a sequence: no constant
+            return None
         array = np.asarray(value)
         if array.size > FOLD_LIMIT_ELEMENTS:
             return None
