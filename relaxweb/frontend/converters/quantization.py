@@ -19,25 +19,25 @@ onnxruntime's CPU kernels compute:
   multiplier computed in float32 as onnxruntime's ``MlasRequantizeOutput`` takes it;
 - MatMulIntegerToFloat: ``float(acc) * (a_scale * b_scale) (+ bias)``; DynamicQuantizeMatMul
   quantizes A as DynamicQuantizeLinear does, then the same.
-
-onnxruntime's DynamicQuantizeLSTM (activations quantized dynamically inside each GEMM: the
-whole input sequence at once, the hidden state at each time step) has no converter yet, so a
-model carrying it is refused with the unsupported-op listing.
+- com.microsoft DynamicQuantizeLSTM: the LSTM with both GEMMs quantized dynamically, a host
+  loop over the steps (below).
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 from onnx import helper
 
-from ...ir.expr import Constant, Expr, ShapeExpr, tensor_dtype, tensor_shape
-from ...ir.symbolic import IntImm
-from ...ops import call_op
+from ...ir.expr import Constant, Expr, ShapeExpr, TupleGetItem, tensor_dtype, tensor_shape
+from ...ir.symbolic import IntImm, as_int, simplify
+from ...ops import call_op, strided_slice
 from ...ops.quantization import DEQUANTIZABLE, QUANTIZED_RANGES
-from .contrib import MICROSOFT
+from .contrib import MICROSOFT, label
 from .convolution import convert_conv
 from .linear_algebra import convert_matmul
-from .manipulation import fail
+from .manipulation import fail, fresh_size_var
 from .registry import converter
 
 
@@ -126,24 +126,28 @@ def convert_dequantize_linear(context, node, inputs):
                    axis=axis, block_size=block_size)
 
 
-def dynamic_quantization(context, x: Expr) -> tuple[Expr, Expr, Expr]:
-    """``x`` quantized to uint8 over its whole range, with that range's scale and zero point
-    (0-d), as onnxruntime's ``GetQuantizationParameter`` computes them."""
+def dynamic_quantization(context, x: Expr, per_row: bool = False) -> tuple[Expr, Expr, Expr]:
+    """``x`` quantized to uint8 over its whole range (or each row's: the last dim), with that
+    range's scale and zero point (0-d; per row: ``x``'s rank, the last dim 1), as
+    onnxruntime's ``GetQuantizationParameter`` computes them."""
     dtype = tensor_dtype(x)
     zero, one, top = (_scalar(context, value, dtype, name) for value, name in ((0, "zero"), (1, "one"), (255, "qmax")))
-    low = _emit(context, call_op("minimum", _emit(context, call_op("min", x, axes=None, keepdims=False), "x_min"), zero), "low")
-    high = _emit(context, call_op("maximum", _emit(context, call_op("max", x, axes=None, keepdims=False), "x_max"), zero), "high")
+    axes = {"axes": [-1], "keepdims": True} if per_row else {"axes": None, "keepdims": False}
+    low = _emit(context, call_op("minimum", _emit(context, call_op("min", x, **axes), "x_min"), zero), "low")
+    high = _emit(context, call_op("maximum", _emit(context, call_op("max", x, **axes), "x_max"), zero), "high")
     span = _emit(context, call_op("subtract", high, low), "span")
     empty = _emit(context, call_op("equal", high, low), "empty_range")
     scale = _emit(context, call_op("where", empty, one, _emit(context, call_op("divide", span, top), "step")), "scale")
     initial = _emit(context, call_op("subtract", zero, _emit(context, call_op("divide", low, scale), "low_steps")), "initial_zp")
     clamped = _emit(context, call_op("minimum", _emit(context, call_op("maximum", initial, zero), "zp_low"), top), "zp_clamped")
     zero_point = _emit(context, call_op("cast", _emit(context, call_op("round", clamped), "zp_rounded"), dtype="uint8"), "zero_point")
-    rank = _rank(x)
-    ones = ShapeExpr((IntImm(1),) * rank)
-    quantized = call_op("quantize_linear", x, _emit(context, call_op("reshape", scale, ones), "scale_nd"),
-                        _emit(context, call_op("reshape", zero_point, ones), "zero_point_nd"),
-                        axis=0, block_size=0, dtype="uint8")
+    if not per_row:
+        ones = ShapeExpr((IntImm(1),) * _rank(x))
+        scale_nd = _emit(context, call_op("reshape", scale, ones), "scale_nd")
+        zero_point_nd = _emit(context, call_op("reshape", zero_point, ones), "zero_point_nd")
+    else:
+        scale_nd, zero_point_nd = scale, zero_point
+    quantized = call_op("quantize_linear", x, scale_nd, zero_point_nd, axis=0, block_size=0, dtype="uint8")
     return _emit(context, quantized, "quantized"), scale, zero_point
 
 
@@ -278,3 +282,114 @@ def convert_dynamic_quantize_matmul(context, node, inputs):
     quantized, a_scale, a_zero_point = dynamic_quantization(context, a)
     accumulated = _integer_matmul(context, node, quantized, a_zero_point, b, b_zero_point)
     return _scaled_product(context, node, accumulated, a_scale, b_scale, bias)
+
+
+# DynamicQuantizeLSTM ---------------------------------------------------------------------------
+#
+# onnxruntime's DeepCpuLstmOp with quantized weights (W [D, I, 4H] and R [D, H, 4H]: ONNX's
+# LSTM weights transposed, int8 or uint8, a scale and zero point per direction or per column).
+# Each GEMM quantizes its float operand dynamically (``ComputeGemm`` of rnn_helpers.cc: the
+# range of the whole operand, as DynamicQuantizeLinear) and scales the int32 result by
+# ``a_scale * w_scale``: the input projection quantizes the whole sequence X at once, the
+# recurrent GEMM the hidden state at each step (per direction), here each batch entry's row on
+# its own.  onnxruntime quantizes the rows of the chunk of the batch one of its threads runs
+# together (the whole batch below 5 entries with H > 256, else ceil(B / threads) rows), so its
+# result depends on its thread count; with one batch entry, or one row per thread, the two
+# agree exactly, and a sequence's result here never depends on the others'.  The recurrence
+# is a host loop over the steps (both directions in one iteration; the reverse one at step
+# T - 1 - t), since each step's quantization needs the range of the whole previous state.
+# Gates in W's column order i, o, f, c; c' = f * c + i * tanh(.), h' = o * tanh(c').
+
+
+def _direction_constant(node, expr: Expr | None, direction: int, what: str) -> np.ndarray | None:
+    if expr is None:
+        return None
+    if not isinstance(expr, Constant):
+        raise fail(node, f"the {what} must be a constant (an initializer), as onnxruntime's quantizer writes it")
+    return expr.data[direction]
+
+
+@converter("DynamicQuantizeLSTM", domain=MICROSOFT)
+def convert_dynamic_quantize_lstm(context, node, inputs):
+    attrs = context.attributes(node)
+    direction = attrs.get("direction", b"forward")
+    direction = direction.decode() if isinstance(direction, bytes) else str(direction)
+    hidden = int(attrs["hidden_size"])
+    for name, present in (("sequence_lens", _input(inputs, 4) is not None), ("P (peepholes)", _input(inputs, 7) is not None),
+                          ("clip", "clip" in attrs), ("input_forget=1", bool(attrs.get("input_forget", 0))),
+                          ("activations", any(str(a).lower() not in ("sigmoid", "tanh", "b'sigmoid'", "b'tanh'")
+                                              for a in attrs.get("activations", ())))):
+        if present:
+            raise fail(node, f"{name} is not supported (the default LSTM of onnxruntime's quantizer is)")
+    if direction not in ("forward", "reverse", "bidirectional"):
+        raise fail(node, f"unknown direction {direction!r}")
+    x = inputs[0]
+    steps, batch, _ = tensor_shape(x)
+    directions = 2 if direction == "bidirectional" else 1
+    reverse = [False, True] if directions == 2 else [direction == "reverse"]
+    quantized_x, x_scale, x_zero_point = dynamic_quantization(context, x)
+    per_direction = []
+    for d in range(directions):
+        w = _direction_constant(node, inputs[1], d, "W")
+        r = _direction_constant(node, inputs[2], d, "R")
+        w_zero, r_zero = (_direction_constant(node, _input(inputs, i), d, what) for i, what in ((9, "W zero point"), (11, "R zero point")))
+        w_scale, r_scale = (_direction_constant(node, inputs[i], d, what) for i, what in ((8, "W scale"), (10, "R scale")))
+        centered_w = context.constant(w.astype(np.int32) - (0 if w_zero is None else w_zero.astype(np.int32)), f"W{d}_centered")
+        centered_r = context.constant(r.astype(np.int32) - (0 if r_zero is None else r_zero.astype(np.int32)), f"R{d}_centered")
+        projected = _scaled_product(context, node, _integer_matmul(context, node, quantized_x, x_zero_point, centered_w, None),
+                                    x_scale, context.constant(np.float32(w_scale), f"W{d}_scale"), None)
+        projected = _emit(context, projected, f"projected_{d}")
+        bias = _direction_constant(node, _input(inputs, 3), d, "B")
+        bias = np.zeros(4 * hidden, np.float32) if bias is None else bias[:4 * hidden] + bias[4 * hidden:]
+        per_direction.append((projected, centered_r, context.constant(np.float32(r_scale), f"R{d}_scale"),
+                              context.constant(bias.astype(np.float32), f"B{d}")))
+    state_shape = (IntImm(directions), batch, IntImm(hidden))
+    zeros = context.constant(np.zeros((directions, 1, hidden), np.float32), "zero_state")
+    initial = []
+    for position, name in ((5, "h"), (6, "c")):
+        given = _input(inputs, position)
+        initial.append((name, given if given is not None else
+                        _emit(context, call_op("broadcast_to", zeros, ShapeExpr(state_shape)), f"initial_{name}")))
+    iteration = fresh_size_var(context, f"{label(node)}_step")
+
+    def step(builder, carried):
+        inner = dataclasses.replace(context, builder=builder)
+        h, c = carried
+        hs, cs = [], []
+        for d, (projected, centered_r, r_scale, bias) in enumerate(per_direction):
+            t = IntImm(0) if as_int(steps) == 1 else simplify(steps - 1 - iteration) if reverse[d] else iteration
+            row = lambda value, begin, end, axis, name: _emit(inner, call_op(  # noqa: E731
+                "reshape", _emit(inner, strided_slice(value, [axis], [begin], [end]), f"{name}_slice"),
+                ShapeExpr(tuple(e for a, e in enumerate(tensor_shape(value)) if a != axis))), name)
+            h_d, c_d = row(h, d, d + 1, 0, f"h{d}"), row(c, d, d + 1, 0, f"c{d}")
+            quantized_h, h_scale, h_zero_point = dynamic_quantization(inner, h_d, per_row=True)
+            recurrent = _emit(inner, _scaled_product(inner, node, _integer_matmul(inner, node, quantized_h, h_zero_point,
+                                                                                  centered_r, None), h_scale, r_scale, None), f"recurrent{d}")
+            gates = _emit(inner, call_op("add", _emit(inner, call_op("add", row(projected, t, simplify(t + 1), 0, f"projected{d}_t"),
+                                                                     recurrent), f"gates{d}_sum"), bias), f"gates{d}")
+            part = lambda k, name: _emit(inner, strided_slice(gates, [1], [k * hidden], [(k + 1) * hidden]), name)  # noqa: E731
+            i, o, f = (_emit(inner, call_op("sigmoid", part(k, f"{g}{d}_pre")), f"{g}{d}") for k, g in enumerate("iof"))
+            candidate = _emit(inner, call_op("tanh", part(3, f"g{d}_pre")), f"g{d}")
+            c_new = _emit(inner, call_op("add", _emit(inner, call_op("multiply", c_d, f), f"kept{d}"),
+                                         _emit(inner, call_op("multiply", i, candidate), f"written{d}")), f"c{d}_next")
+            h_new = _emit(inner, call_op("multiply", o, _emit(inner, call_op("tanh", c_new), f"c{d}_tanh")), f"h{d}_next")
+            hs.append(h_new)
+            cs.append(c_new)
+        stack = lambda values, name: _emit(inner, call_op(  # noqa: E731
+            "concat", *[_emit(inner, call_op("reshape", v, ShapeExpr((IntImm(1), *tensor_shape(v)))), f"{name}_row")
+                        for v in values], axis=0), name)
+        h_next, c_next = stack(hs, "h_next"), stack(cs, "c_next")
+        return [h_next, c_next], [h_next]
+
+    loop = context.builder.emit_loop(steps, iteration, initial, step, label(node))
+    h_last, c_last, states = (_emit(context, TupleGetItem(loop, k), name) for k, name in enumerate(("Y_h", "Y_c", "Y_steps")))
+    if any(reverse):
+        # the reverse direction's row t was computed at iteration T - 1 - t
+        rows = []
+        for d in range(directions):
+            part = _emit(context, strided_slice(states, [1], [d], [d + 1]), f"Y_direction{d}")
+            if reverse[d]:
+                part = _emit(context, strided_slice(part, [0], [simplify(steps - 1)], [-(2**63)], [-1]), f"Y_direction{d}_reversed")
+            rows.append(part)
+        states = _emit(context, call_op("concat", *rows, axis=1), "Y") if len(rows) > 1 else rows[0]
+    return [states, h_last, c_last]
