@@ -31,6 +31,7 @@ import numpy as np
 from onnx import helper
 
 from ...ir.expr import Constant, Expr, ShapeExpr, TupleGetItem, tensor_dtype, tensor_shape
+from ...ir.struct_info import TensorStructInfo, is_less_specific
 from ...ir.symbolic import IntImm, as_int, simplify
 from ...ops import call_op, strided_slice
 from ...ops.quantization import DEQUANTIZABLE, QUANTIZED_RANGES
@@ -348,8 +349,14 @@ def convert_dynamic_quantize_lstm(context, node, inputs):
     initial = []
     for position, name in ((5, "h"), (6, "c")):
         given = _input(inputs, position)
-        initial.append((name, given if given is not None else
-                        _emit(context, call_op("broadcast_to", zeros, ShapeExpr(state_shape)), f"initial_{name}")))
+        if given is None:
+            given = _emit(context, call_op("broadcast_to", zeros, ShapeExpr(state_shape)), f"initial_{name}")
+        elif not is_less_specific(TensorStructInfo(state_shape, "float32"), given.struct_info):
+            # checked here, before the loop: a check deduced inside the body could not be bound there
+            given = context.builder.emit_match_cast(
+                given, TensorStructInfo(state_shape, "float32"), f"initial_{name}",
+                reason=f"DynamicQuantizeLSTM node '{label(node)}': initial_{name} must be [directions, batch, hidden_size]")
+        initial.append((name, given))
     iteration = fresh_size_var(context, f"{label(node)}_step")
 
     def step(builder, carried):
