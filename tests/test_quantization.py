@@ -45,14 +45,24 @@ def onnxruntime_unoptimized(model, feeds) -> list[np.ndarray]:
     return session.run(None, feeds)
 
 
-def run_both(model, feeds_list, device, folder, tolerance: Tolerance | None = None, optimized: bool = True):
-    """Build once; at each feeds, the interpreter and WebGPU against onnxruntime (exact when
-    ``tolerance`` is None; ``optimized=False``: onnxruntime without graph optimizations)."""
+def onnxruntime_two_threads(model, feeds) -> list[np.ndarray]:
+    """onnxruntime with two threads, on any machine (its DynamicQuantizeLSTM's result depends
+    on the thread count: see ``test_dynamic_quantize_lstm_matches_onnxruntime``)."""
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = 2
+    options.log_severity_level = 3
+    session = onnxruntime.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)
+
+
+def run_both(model, feeds_list, device, folder, tolerance: Tolerance | None = None, reference=onnxruntime_outputs):
+    """Build once; at each feeds, the interpreter and WebGPU against ``reference(model, feeds)``
+    (onnxruntime; exact when ``tolerance`` is None)."""
     relaxweb.build(model, folder)
     session = relaxweb.load(folder, device=device)
     names = [o.name for o in model.graph.output]
     for feeds in feeds_list:
-        expected = onnxruntime_outputs(model, feeds) if optimized else onnxruntime_unoptimized(model, feeds)
+        expected = reference(model, feeds)
         for where, actual in (("interpreter", relaxweb.run_reference(model, feeds)), ("WebGPU", session.run(feeds))):
             for name, want in zip(names, expected):
                 message = f"{where}, {name} at {[f.shape for f in feeds.values()]}"
@@ -294,4 +304,35 @@ def test_onnxruntime_quantized_models_match(name, method, per_channel, device, t
     # onnxruntime fuses a QDQ graph into its QLinear kernels, which differ from the graph as
     # written (by up to 1.3 on the encoder here: int16 saturation, requantization order)
     run_both(model, FLOAT_MODELS[name][1], device, tmp_path / "bundle", tolerance=MODEL,
-             optimized=method == "dynamic")
+             reference=onnxruntime_outputs if method == "dynamic" else onnxruntime_unoptimized)
+
+
+def float_lstm(direction: str, hidden: int = 8, inputs: int = 6) -> onnx.ModelProto:
+    directions = 2 if direction == "bidirectional" else 1
+    initializers = [const("W", rand(directions, 4 * hidden, inputs, seed=1) * 0.5),
+                    const("R", rand(directions, 4 * hidden, hidden, seed=2) * 0.5),
+                    const("B", rand(directions, 8 * hidden, seed=3) * 0.1),
+                    const("initial_c", rand(directions, 1, hidden, seed=4) * 0.5)]
+    nodes = [helper.make_node("Shape", ["x"], ["x_shape"]),
+             helper.make_node("Slice", ["x_shape", "one", "two"], ["batch"]),
+             helper.make_node("Concat", ["directions", "batch", "hidden"], ["state_shape"], axis=0),
+             helper.make_node("Expand", ["initial_c", "state_shape"], ["c0"]),
+             helper.make_node("LSTM", ["x", "W", "R", "B", "", "", "c0"], ["Y", "Y_h", "Y_c"], hidden_size=hidden,
+                              direction=direction)]
+    initializers += [const("one", [1], np.int64), const("two", [2], np.int64),
+                     const("directions", [directions], np.int64), const("hidden", [hidden], np.int64)]
+    return make_model(nodes, [("x", ["steps", "batch", inputs])], ["Y", "Y_h", "Y_c"], initializers, opset=14)
+
+
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+def test_dynamic_quantize_lstm_matches_onnxruntime(direction, device, tmp_path) -> None:
+    """quantize_dynamic's DynamicQuantizeLSTM (a computed initial cell state), at three sequence
+    lengths from one build.  Batches of 1 and 2: onnxruntime quantizes the hidden state of the
+    rows each of its threads runs together (with 2 threads, one row each), relaxweb each row."""
+    source, target = tmp_path / "lstm.onnx", tmp_path / "lstm_quantized.onnx"
+    onnx.save(float_lstm(direction), source)
+    quantize_dynamic(source, target, weight_type=QuantType.QInt8, reduce_range=True)
+    model = onnx.load(target)
+    assert [node.op_type for node in model.graph.node if node.domain == MS] == ["DynamicQuantizeLSTM"]
+    feeds = [{"x": rand(steps, batch, 6, seed=steps)} for steps, batch in ((5, 2), (1, 1), (9, 1))]
+    run_both(model, feeds, device, tmp_path / "bundle", tolerance=MODEL, reference=onnxruntime_two_threads)
