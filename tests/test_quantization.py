@@ -336,3 +336,18 @@ def test_dynamic_quantize_lstm_matches_onnxruntime(direction, device, tmp_path) 
     assert [node.op_type for node in model.graph.node if node.domain == MS] == ["DynamicQuantizeLSTM"]
     feeds = [{"x": rand(steps, batch, 6, seed=steps)} for steps, batch in ((5, 2), (1, 1), (9, 1))]
     run_both(model, feeds, device, tmp_path / "bundle", tolerance=MODEL, reference=onnxruntime_two_threads)
+
+
+def test_dynamic_quantize_lstm_options_onnxruntime_never_writes_are_refused_by_name(tmp_path) -> None:
+    model = onnx.load_from_string(quantized_lstm_bytes(tmp_path))
+    lstm = next(node for node in model.graph.node if node.op_type == "DynamicQuantizeLSTM")
+    lstm.name = "qlstm"
+    lstm.attribute.append(helper.make_attribute("clip", 3.0))
+    with pytest.raises(relaxweb.RelaxwebError, match="DynamicQuantizeLSTM node 'qlstm'.*clip is not supported"):
+        relaxweb.build(model, tmp_path / "bundle")
+
+
+def quantized_lstm_bytes(folder: Path) -> bytes:
+    onnx.save(float_lstm("forward"), folder / "lstm.onnx")
+    quantize_dynamic(folder / "lstm.onnx", folder / "lstm_quantized.onnx", weight_type=QuantType.QInt8, reduce_range=True)
+    return (folder / "lstm_quantized.onnx").read_bytes()

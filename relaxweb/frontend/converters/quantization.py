@@ -32,7 +32,7 @@ from onnx import helper
 
 from ...ir.expr import Constant, Expr, ShapeExpr, TupleGetItem, tensor_dtype, tensor_shape
 from ...ir.struct_info import TensorStructInfo, is_less_specific
-from ...ir.symbolic import IntImm, as_int, simplify
+from ...ir.symbolic import IntImm, as_expr, as_int, simplify
 from ...ops import call_op, strided_slice
 from ...ops.quantization import DEQUANTIZABLE, QUANTIZED_RANGES
 from .contrib import MICROSOFT, label
@@ -310,93 +310,135 @@ def _direction_constant(node, expr: Expr | None, direction: int, what: str) -> n
     return expr.data[direction]
 
 
+def _check_lstm_attributes(node, attrs, inputs) -> str:
+    """The direction; what onnxruntime's quantizer never writes is refused, naming it."""
+    direction = attrs.get("direction", b"forward")
+    direction = direction.decode() if isinstance(direction, bytes) else str(direction)
+    if direction not in ("forward", "reverse", "bidirectional"):
+        raise fail(node, f"unknown direction {direction!r}")
+    activations = [a.decode().lower() if isinstance(a, bytes) else str(a).lower() for a in attrs.get("activations", ())]
+    unsupported = {
+        "sequence_lens": _input(inputs, 4) is not None, "P (peepholes)": _input(inputs, 7) is not None,
+        "clip": "clip" in attrs, "input_forget=1": bool(attrs.get("input_forget", 0)),
+        "activations other than sigmoid, tanh, tanh": bool(activations) and
+        activations != ["sigmoid", "tanh", "tanh"] * (len(activations) // 3),
+    }
+    for name, present in unsupported.items():
+        if present:
+            raise fail(node, f"{name} is not supported (the LSTM onnxruntime's quantizer writes is)")
+    return direction
+
+
+def _take(context, value: Expr, axis: int, begin, name: str) -> Expr:
+    """Entry ``begin`` of ``value`` along ``axis``, that axis dropped."""
+    piece = _emit(context, strided_slice(value, [axis], [begin], [simplify(as_expr(begin) + 1)]), f"{name}_slice")
+    return _emit(context, call_op("reshape", piece, ShapeExpr(tuple(
+        extent for a, extent in enumerate(tensor_shape(value)) if a != axis))), name)
+
+
+def _stack(context, values: list[Expr], name: str) -> Expr:
+    """``values`` stacked along a new leading axis."""
+    rows = [_emit(context, call_op("reshape", v, ShapeExpr((IntImm(1), *tensor_shape(v)))), f"{name}_row") for v in values]
+    return _emit(context, call_op("concat", *rows, axis=0), name)
+
+
+@dataclasses.dataclass(frozen=True)
+class _LstmDirection:
+    """One direction's part of a DynamicQuantizeLSTM: the input projection of every step
+    (``[T, B, 4H]``, float), R less its zero point (int32 ``[H, 4H]``), R's scale, the two
+    biases added (``[4H]``) and whether it runs the steps backwards."""
+
+    projected: Expr
+    centered_r: Constant
+    r_scale: Constant
+    bias: Constant
+    reverse: bool
+
+
+def _lstm_direction(context, node, inputs, d: int, hidden: int, reverse: bool, quantized_x) -> _LstmDirection:
+    w, r = _direction_constant(node, inputs[1], d, "W"), _direction_constant(node, inputs[2], d, "R")
+    w_zero, r_zero = _direction_constant(node, _input(inputs, 9), d, "W zero point"), _direction_constant(node, _input(inputs, 11), d, "R zero point")
+    w_scale, r_scale = _direction_constant(node, inputs[8], d, "W scale"), _direction_constant(node, inputs[10], d, "R scale")
+    centered_w = context.constant(w.astype(np.int32) - (0 if w_zero is None else w_zero.astype(np.int32)), f"W{d}_centered")
+    centered_r = context.constant(r.astype(np.int32) - (0 if r_zero is None else r_zero.astype(np.int32)), f"R{d}_centered")
+    x, x_scale, x_zero_point = quantized_x
+    product = _integer_matmul(context, node, x, x_zero_point, centered_w, None)
+    projected = _emit(context, _scaled_product(context, node, product, x_scale,
+                                               context.constant(np.float32(w_scale), f"W{d}_scale"), None), f"projected{d}")
+    bias = _direction_constant(node, _input(inputs, 3), d, "B")
+    bias = np.zeros(4 * hidden, np.float32) if bias is None else bias[:4 * hidden] + bias[4 * hidden:]
+    return _LstmDirection(projected, centered_r, context.constant(np.float32(r_scale), f"R{d}_scale"),
+                          context.constant(bias.astype(np.float32), f"B{d}"), reverse)
+
+
+def _lstm_cell(context, node, direction: _LstmDirection, d: int, step, h: Expr, c: Expr, hidden: int) -> tuple[Expr, Expr]:
+    """One step of one direction: ``h``, ``c`` ``[B, H]`` -> the next ``h``, ``c``."""
+    quantized_h, h_scale, h_zero_point = dynamic_quantization(context, h, per_row=True)
+    product = _integer_matmul(context, node, quantized_h, h_zero_point, direction.centered_r, None)
+    recurrent = _emit(context, _scaled_product(context, node, product, h_scale, direction.r_scale, None), f"recurrent{d}")
+    projected = _take(context, direction.projected, 0, step, f"projected{d}_step")
+    summed = _emit(context, call_op("add", projected, recurrent), f"gates{d}_sum")
+    gates = _emit(context, call_op("add", summed, direction.bias), f"gates{d}")
+
+    def gate(k: int, activation: str, name: str) -> Expr:
+        pre = _emit(context, strided_slice(gates, [1], [k * hidden], [(k + 1) * hidden]), f"{name}_pre")
+        return _emit(context, call_op(activation, pre), name)
+
+    i, o, f, g = (gate(k, "tanh" if name == "g" else "sigmoid", f"{name}{d}") for k, name in enumerate("iofg"))
+    kept = _emit(context, call_op("multiply", c, f), f"kept{d}")
+    written = _emit(context, call_op("multiply", i, g), f"written{d}")
+    c_next = _emit(context, call_op("add", kept, written), f"c{d}_next")
+    h_next = _emit(context, call_op("multiply", o, _emit(context, call_op("tanh", c_next), f"c{d}_tanh")), f"h{d}_next")
+    return h_next, c_next
+
+
 @converter("DynamicQuantizeLSTM", domain=MICROSOFT)
 def convert_dynamic_quantize_lstm(context, node, inputs):
     attrs = context.attributes(node)
-    direction = attrs.get("direction", b"forward")
-    direction = direction.decode() if isinstance(direction, bytes) else str(direction)
+    direction = _check_lstm_attributes(node, attrs, inputs)
     hidden = int(attrs["hidden_size"])
-    for name, present in (("sequence_lens", _input(inputs, 4) is not None), ("P (peepholes)", _input(inputs, 7) is not None),
-                          ("clip", "clip" in attrs), ("input_forget=1", bool(attrs.get("input_forget", 0))),
-                          ("activations", any(str(a).lower() not in ("sigmoid", "tanh", "b'sigmoid'", "b'tanh'")
-                                              for a in attrs.get("activations", ())))):
-        if present:
-            raise fail(node, f"{name} is not supported (the default LSTM of onnxruntime's quantizer is)")
-    if direction not in ("forward", "reverse", "bidirectional"):
-        raise fail(node, f"unknown direction {direction!r}")
     x = inputs[0]
     steps, batch, _ = tensor_shape(x)
-    directions = 2 if direction == "bidirectional" else 1
-    reverse = [False, True] if directions == 2 else [direction == "reverse"]
-    quantized_x, x_scale, x_zero_point = dynamic_quantization(context, x)
-    per_direction = []
-    for d in range(directions):
-        w = _direction_constant(node, inputs[1], d, "W")
-        r = _direction_constant(node, inputs[2], d, "R")
-        w_zero, r_zero = (_direction_constant(node, _input(inputs, i), d, what) for i, what in ((9, "W zero point"), (11, "R zero point")))
-        w_scale, r_scale = (_direction_constant(node, inputs[i], d, what) for i, what in ((8, "W scale"), (10, "R scale")))
-        centered_w = context.constant(w.astype(np.int32) - (0 if w_zero is None else w_zero.astype(np.int32)), f"W{d}_centered")
-        centered_r = context.constant(r.astype(np.int32) - (0 if r_zero is None else r_zero.astype(np.int32)), f"R{d}_centered")
-        projected = _scaled_product(context, node, _integer_matmul(context, node, quantized_x, x_zero_point, centered_w, None),
-                                    x_scale, context.constant(np.float32(w_scale), f"W{d}_scale"), None)
-        projected = _emit(context, projected, f"projected_{d}")
-        bias = _direction_constant(node, _input(inputs, 3), d, "B")
-        bias = np.zeros(4 * hidden, np.float32) if bias is None else bias[:4 * hidden] + bias[4 * hidden:]
-        per_direction.append((projected, centered_r, context.constant(np.float32(r_scale), f"R{d}_scale"),
-                              context.constant(bias.astype(np.float32), f"B{d}")))
-    state_shape = (IntImm(directions), batch, IntImm(hidden))
-    zeros = context.constant(np.zeros((directions, 1, hidden), np.float32), "zero_state")
+    reverse = [False, True] if direction == "bidirectional" else [direction == "reverse"]
+    quantized_x = dynamic_quantization(context, x)  # the whole sequence at once, shared by both directions
+    directions = [_lstm_direction(context, node, inputs, d, hidden, backwards, quantized_x)
+                  for d, backwards in enumerate(reverse)]
+    state = TensorStructInfo((IntImm(len(directions)), batch, IntImm(hidden)), "float32")
+    zeros = context.constant(np.zeros((len(directions), 1, hidden), np.float32), "zero_state")
     initial = []
     for position, name in ((5, "h"), (6, "c")):
         given = _input(inputs, position)
         if given is None:
-            given = _emit(context, call_op("broadcast_to", zeros, ShapeExpr(state_shape)), f"initial_{name}")
-        elif not is_less_specific(TensorStructInfo(state_shape, "float32"), given.struct_info):
+            given = _emit(context, call_op("broadcast_to", zeros, ShapeExpr(state.shape)), f"initial_{name}")
+        elif not is_less_specific(state, given.struct_info):
             # checked here, before the loop: a check deduced inside the body could not be bound there
-            given = context.builder.emit_match_cast(
-                given, TensorStructInfo(state_shape, "float32"), f"initial_{name}",
-                reason=f"DynamicQuantizeLSTM node '{label(node)}': initial_{name} must be [directions, batch, hidden_size]")
+            given = context.builder.emit_match_cast(given, state, f"initial_{name}", reason=(
+                f"DynamicQuantizeLSTM node '{label(node)}': initial_{name} must be [directions, batch, hidden_size]"))
         initial.append((name, given))
     iteration = fresh_size_var(context, f"{label(node)}_step")
 
-    def step(builder, carried):
+    def body(builder, carried):
         inner = dataclasses.replace(context, builder=builder)
         h, c = carried
-        hs, cs = [], []
-        for d, (projected, centered_r, r_scale, bias) in enumerate(per_direction):
-            t = IntImm(0) if as_int(steps) == 1 else simplify(steps - 1 - iteration) if reverse[d] else iteration
-            row = lambda value, begin, end, axis, name: _emit(inner, call_op(  # noqa: E731
-                "reshape", _emit(inner, strided_slice(value, [axis], [begin], [end]), f"{name}_slice"),
-                ShapeExpr(tuple(e for a, e in enumerate(tensor_shape(value)) if a != axis))), name)
-            h_d, c_d = row(h, d, d + 1, 0, f"h{d}"), row(c, d, d + 1, 0, f"c{d}")
-            quantized_h, h_scale, h_zero_point = dynamic_quantization(inner, h_d, per_row=True)
-            recurrent = _emit(inner, _scaled_product(inner, node, _integer_matmul(inner, node, quantized_h, h_zero_point,
-                                                                                  centered_r, None), h_scale, r_scale, None), f"recurrent{d}")
-            gates = _emit(inner, call_op("add", _emit(inner, call_op("add", row(projected, t, simplify(t + 1), 0, f"projected{d}_t"),
-                                                                     recurrent), f"gates{d}_sum"), bias), f"gates{d}")
-            part = lambda k, name: _emit(inner, strided_slice(gates, [1], [k * hidden], [(k + 1) * hidden]), name)  # noqa: E731
-            i, o, f = (_emit(inner, call_op("sigmoid", part(k, f"{g}{d}_pre")), f"{g}{d}") for k, g in enumerate("iof"))
-            candidate = _emit(inner, call_op("tanh", part(3, f"g{d}_pre")), f"g{d}")
-            c_new = _emit(inner, call_op("add", _emit(inner, call_op("multiply", c_d, f), f"kept{d}"),
-                                         _emit(inner, call_op("multiply", i, candidate), f"written{d}")), f"c{d}_next")
-            h_new = _emit(inner, call_op("multiply", o, _emit(inner, call_op("tanh", c_new), f"c{d}_tanh")), f"h{d}_next")
-            hs.append(h_new)
-            cs.append(c_new)
-        stack = lambda values, name: _emit(inner, call_op(  # noqa: E731
-            "concat", *[_emit(inner, call_op("reshape", v, ShapeExpr((IntImm(1), *tensor_shape(v)))), f"{name}_row")
-                        for v in values], axis=0), name)
-        h_next, c_next = stack(hs, "h_next"), stack(cs, "c_next")
-        return [h_next, c_next], [h_next]
+        next_h, next_c = [], []
+        for d, part in enumerate(directions):
+            step = IntImm(0) if as_int(steps) == 1 else simplify(steps - 1 - iteration) if part.reverse else iteration
+            h_d, c_d = _lstm_cell(inner, node, part, d, step, _take(inner, h, 0, d, f"h{d}"), _take(inner, c, 0, d, f"c{d}"),
+                                  hidden)
+            next_h.append(h_d)
+            next_c.append(c_d)
+        h_next = _stack(inner, next_h, "h_next")
+        return [h_next, _stack(inner, next_c, "c_next")], [h_next]
 
-    loop = context.builder.emit_loop(steps, iteration, initial, step, label(node))
+    loop = context.builder.emit_loop(steps, iteration, initial, body, label(node))
     h_last, c_last, states = (_emit(context, TupleGetItem(loop, k), name) for k, name in enumerate(("Y_h", "Y_c", "Y_steps")))
-    if any(reverse):
-        # the reverse direction's row t was computed at iteration T - 1 - t
-        rows = []
-        for d in range(directions):
-            part = _emit(context, strided_slice(states, [1], [d], [d + 1]), f"Y_direction{d}")
-            if reverse[d]:
-                part = _emit(context, strided_slice(part, [0], [simplify(steps - 1)], [-(2**63)], [-1]), f"Y_direction{d}_reversed")
-            rows.append(part)
-        states = _emit(context, call_op("concat", *rows, axis=1), "Y") if len(rows) > 1 else rows[0]
+    if not any(reverse):
+        return [states, h_last, c_last]
+    rows = []  # [T, D, B, H]; the reverse direction's row t was computed at iteration T - 1 - t
+    for d, backwards in enumerate(reverse):
+        row = _emit(context, strided_slice(states, [1], [d], [d + 1]), f"Y{d}")
+        if backwards:
+            row = _emit(context, strided_slice(row, [0], [simplify(steps - 1)], [-(2**63)], [-1]), f"Y{d}_reversed")
+        rows.append(row)
+    states = rows[0] if len(rows) == 1 else _emit(context, call_op("concat", *rows, axis=1), "Y")
     return [states, h_last, c_last]
