@@ -102,9 +102,7 @@ def convert_quantize_linear(context, node, inputs):
         raise fail(node, f"quantizing to {dtype} is not supported (supported: {', '.join(QUANTIZED_RANGES)})")
     if zero_point is None:
         zero_point = _scalar(context, 0, dtype, "zero_point")
-    attrs = context.attributes(node)
-    if not int(attrs.get("saturate", 1)):
-        raise fail(node, "saturate=0 applies to float8 outputs only, which are not supported")
+    attrs = context.attributes(node)  # (saturate applies to float8 outputs only: integers always saturate)
     axis, rank = _axis(context, node, x, (scale, zero_point)), _rank(x)
     block_size = int(attrs.get("block_size", 0))
     return call_op("quantize_linear", x, _to_rank(context, node, scale, rank, axis, "scale"),
