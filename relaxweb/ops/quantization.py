@@ -17,9 +17,10 @@ point has the quantized dtype.
 Deduction: the result has ``x``'s shape; parameters of another rank, or whose dims are neither
 1 nor ``x``'s (nor the block count along ``axis``), are a deduction error.
 
-Legalization: one elementwise program each (quantization is ``x / scale`` in float32, a
-correctly rounded division, then WGSL's ``round``, which halves to even, as ONNX and
-onnxruntime do).  int8/uint8/int16/uint16 tensors live on the GPU as 32-bit words
+Legalization: one elementwise program each (quantization is ``x / scale`` in float32, then
+WGSL's ``round``, which halves to even, as ONNX and onnxruntime do; WGSL allows its division
+2.5 ulps, so on a GPU that uses that freedom a quotient within an ulp of a rounding boundary
+may land one step from onnxruntime's; lavapipe divides exactly).  int8/uint8/int16/uint16 tensors live on the GPU as 32-bit words
 (``ir/dtype.py``), so no packing is needed.
 """
 
