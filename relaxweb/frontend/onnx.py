@@ -358,8 +358,10 @@ def _import(model: onnx.ModelProto, source: str, dims: InputDims) -> IRModule:
         raise UnsupportedModelError(format_unsupported(unsupported))
     check_nodes(model, source)
     graph = model.graph
-    # Control flow (If, Loop, Scan) cannot go in a dataflow block: a graph with it is built without them.
-    builder = FunctionBuilder("main", dataflow=not any(node.op_type in ("If", "Loop", "Scan") for node in graph.node))
+    # Control flow (If, Loop, Scan, and DynamicQuantizeLSTM's loop over steps) cannot go in a
+    # dataflow block: a graph with it is built without them.
+    builder = FunctionBuilder("main", dataflow=not any(
+        node.op_type in ("If", "Loop", "Scan", "DynamicQuantizeLSTM") for node in graph.node))
     context = ConversionContext(builder, default_opset(model))
     values: dict[str, Expr] = {}
     for initializer in graph.initializer:

@@ -3,7 +3,8 @@
 Signatures (args, then attributes; one entry per spatial dim unless said otherwise):
 
 - ``conv(x, w[, b], strides, dilations, padding, auto_pad, groups)``: ``w`` is
-  ``[O, C / groups, *kernel]``, ``b`` is ``[O]``.  ``padding`` has ``2 * S`` entries (all
+  ``[O, C / groups, *kernel]``, ``b`` is ``[O]``; float operands, or int32 ones (ONNX
+  ConvInteger: exact int32 sums).  ``padding`` has ``2 * S`` entries (all
   begins, then all ends, as ONNX ``pads``); ``auto_pad`` (``NOTSET``, ``VALID``,
   ``SAME_UPPER``, ``SAME_LOWER``) replaces it by the padding computed from the input's
   (symbolic) spatial dims, see :func:`resolve_padding`.
@@ -167,7 +168,8 @@ def _deduce_conv(op: str):
             raise DeductionError(f"{op}: takes 2 or 3 arguments (data, weight, bias), got {len(args)}")
         infos = [require_tensor(arg, op, i) for i, arg in enumerate(args)]
         dtype = same_dtype(op, infos)
-        require_float(op, infos[0])
+        if not (op == "conv" and dtype == "int32"):  # int32: ConvInteger's exact accumulation
+            require_float(op, infos[0])
         rank = _spatial_rank(op, attrs)
         data, weight = infos[0], infos[1]
         _check_data(op, data, rank)
@@ -313,6 +315,8 @@ def legalize_conv_transpose(context, call: Call):
 
 
 def _compute_dtype(x: np.ndarray):
+    if x.dtype == np.int32:
+        return np.int64  # wraps back to int32 at the end, as the GPU's i32 sums do
     return np.float64 if x.dtype == np.float64 else np.float32
 
 
