@@ -134,3 +134,78 @@ def test_float16_model_matches_onnxruntime(exported: Path, name: str, device, tm
                     assert actual[output].dtype == want.dtype
                 assert_close(actual[output].astype(np.float32), want.astype(np.float32), float16_tolerance(want),
                              err_msg=f"{name}: {output} at {dims} against onnxruntime's {reference} model")
+
+
+# Decoders written by onnxruntime-genai's model builder -------------------------------------------
+
+# model -> the contrib ops the builder must have written into it, and what the GQA nodes say
+GENAI_MODELS = {
+    "llama_genai": ({"com.microsoft.GroupQueryAttention"}, {"do_rotary": 1}),
+    "llama_genai_rotary": ({"com.microsoft.GroupQueryAttention", "com.microsoft.RotaryEmbedding"}, {"do_rotary": 0}),
+}
+# (batch, prompt length, each entry's real prompt length: the rest is right padding)
+PROMPTS = [(2, 5, [5, 3]), (1, 9, [9]), (3, 2, [2, 1, 2])]
+DECODE_STEPS = 2
+
+
+@pytest.fixture(scope="module")
+def built_by_genai(tmp_path_factory) -> Path:
+    if importlib.util.find_spec("onnxruntime_genai") is None:
+        pytest.skip("onnxruntime-genai (its model builder writes these models) is not installed")
+    if importlib.util.find_spec("torch") is None or importlib.util.find_spec("transformers") is None:
+        pytest.skip("the builder's input model needs torch and transformers")
+    folder = tmp_path_factory.mktemp("genai")
+    command = [sys.executable, str(SCRIPT), str(folder), *(f"--only={name}" for name in GENAI_MODELS)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return folder
+
+
+def genai_attributes(path: Path) -> list[dict]:
+    import onnx
+
+    return [{a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+            for node in onnx.load(str(path)).graph.node if node.op_type == "GroupQueryAttention"]
+
+
+def real_rows(array: np.ndarray, lengths: list[int], filled: list[int]) -> list[np.ndarray]:
+    """Each entry's rows that hold real tokens: logits ``[B, S, V]`` (axis 1) or a cache ``[B, N, T, H]`` (axis 2);
+    what a padded token's row holds is the kernel's business (onnxruntime leaves cache rows past the end unset)."""
+    if array.ndim == 3:
+        return [array[b, :length] for b, length in enumerate(lengths)]
+    return [array[b, :, :before + length] for b, (before, length) in enumerate(zip(filled, lengths))]
+
+
+@pytest.mark.parametrize("name", sorted(GENAI_MODELS))
+def test_genai_decoder_matches_onnxruntime(built_by_genai: Path, name: str, device, tmp_path) -> None:
+    """A prompt (ragged: right-padded entries), then decode steps fed with the previous step's
+    present cache, from one build, at several batch sizes and prompt lengths."""
+    info = sidecar(built_by_genai, name)
+    contrib, attributes = GENAI_MODELS[name]
+    missing = contrib - set(info["op_types"])
+    assert not missing, f"the builder did not write {sorted(missing)} into {name}: it wrote {info['op_types']}"
+    for written in genai_attributes(built_by_genai / f"{name}.onnx"):
+        assert attributes.items() <= written.items(), f"{name}: GroupQueryAttention attributes {written}"
+    path = built_by_genai / f"{name}.onnx"
+    relaxweb.build(path, tmp_path / "bundle")
+    session = relaxweb.load(tmp_path / "bundle", device=device)
+    expected_session = onnxruntime_session(path)
+    decoder_feeds = export_module().decoder_feeds
+    float16 = info["decoder"]["float_type"] == "float16"
+    rng = np.random.default_rng(0)
+    for batch, seq, lengths in PROMPTS:
+        tokens, past, filled = rng.integers(0, info["decoder"]["vocab"], size=(batch, seq)), None, [0] * batch
+        for step in range(DECODE_STEPS + 1):
+            feeds = decoder_feeds(info, tokens, lengths, past, filled)
+            expected = dict(zip(info["outputs"], expected_session.run(None, feeds)))
+            actual = session.run(feeds)
+            for output, want in expected.items():
+                tolerance = float16_tolerance(want) if float16 else MODEL
+                assert actual[output].dtype == want.dtype and actual[output].shape == want.shape, output
+                for row, (got, wanted) in enumerate(zip(real_rows(actual[output], lengths, filled),
+                                                         real_rows(want, lengths, filled))):
+                    assert_close(got.astype(np.float32), wanted.astype(np.float32), tolerance,
+                                 err_msg=f"{name}: {output} of entry {row} at batch {batch}, prompt {seq}, step {step}")
+            # the next step: one new token per entry, right after its real ones (the same past for both)
+            past, filled = expected, [before + length for before, length in zip(filled, lengths)]
+            tokens, lengths = rng.integers(0, info["decoder"]["vocab"], size=(batch, 1)), [1] * batch
