@@ -38,8 +38,8 @@ dynamic, opset 17), then ``onnxruntime.transformers.optimizer.optimize_model`` r
 
 Decoders with a KV cache, written by onnxruntime-genai's model builder
 (``python -m onnxruntime_genai.models.builder -i HF_DIR -o OUT -p PRECISION -e PROVIDER``) from a
-LlamaForCausalLM saved to ``OUT_DIR/NAME.hf`` (random weights, a word-level tokenizer the builder
-requires); inputs ``input_ids``, ``attention_mask`` ``[batch, total]``, ``position_ids`` where the
+transformers ...ForCausalLM saved to ``OUT_DIR/NAME.hf`` (random weights, a word-level tokenizer the
+builder requires); inputs ``input_ids``, ``attention_mask`` ``[batch, total]``, ``position_ids`` where the
 builder keeps it, and ``past_key_values.L.key/value``; outputs ``logits`` and ``present.L.*``.
 They are exported only when named with ``--only`` (the builder is an optional install:
 ``pip install onnxruntime-genai``):
@@ -50,6 +50,9 @@ They are exported only when named with ``--only`` (the builder is an optional in
     llama_genai_rotary   -p fp16 -e dml (the builder writes rotary inside GQA for every provider but
                          DirectML): RotaryEmbedding nodes (position_ids), then GroupQueryAttention
                          with separate Q, K, V (do_rotary=0); float16 weights, activations and cache
+    gemma2_genai         Gemma2ForCausalLM, -p fp32 -e cpu --extra_options windowed_kv_cache=false:
+                         GroupQueryAttention with softcap and, on its sliding-window layer,
+                         local_window_size (the default windowed cache, sliding_window_cache=1, is refused)
 """
 
 from __future__ import annotations
@@ -238,35 +241,55 @@ SPECS = {spec.name: spec for spec in [
 ]}
 
 
+GENAI_LAYERS, GENAI_KV_HEADS = 2, 2
+
+
+def llama_for_causal_lm():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    return LlamaForCausalLM(LlamaConfig(**_decoder_sizes()))
+
+
+def gemma2_for_causal_lm():
+    """Gemma 2: attention logits soft-capped, every other layer a sliding window of 4 keys."""
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+
+    return Gemma2ForCausalLM(Gemma2Config(head_dim=HIDDEN // HEADS, sliding_window=4, attn_logit_softcapping=5.0,
+                                          final_logit_softcapping=None, **_decoder_sizes()))
+
+
+def _decoder_sizes() -> dict:
+    """``intermediate_size`` differs from ``VOCAB``: the builder takes every Linear with ``VOCAB``
+    outputs for the LM head."""
+    return dict(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=96, num_hidden_layers=GENAI_LAYERS,
+                num_attention_heads=HEADS, num_key_value_heads=GENAI_KV_HEADS, max_position_embeddings=128,
+                initializer_range=0.2)
+
+
 @dataclass
 class GenaiSpec:
     """A decoder written by onnxruntime-genai's model builder (the CLI's -p, -e and --extra_options)."""
     name: str
+    build: Callable  # () -> a transformers ...ForCausalLM
     precision: str
     provider: str
     extra_options: dict = field(default_factory=dict)
 
 
-GENAI_LAYERS, GENAI_KV_HEADS = 2, 2
-
 GENAI_SPECS = {spec.name: spec for spec in [
-    GenaiSpec("llama_genai", "fp32", "cpu"),
-    GenaiSpec("llama_genai_rotary", "fp16", "dml"),
+    GenaiSpec("llama_genai", llama_for_causal_lm, "fp32", "cpu"),
+    GenaiSpec("llama_genai_rotary", llama_for_causal_lm, "fp16", "dml"),
+    GenaiSpec("gemma2_genai", gemma2_for_causal_lm, "fp32", "cpu", {"windowed_kv_cache": "false"}),
 ]}
 
 
-def save_llama_for_causal_lm(folder: Path) -> None:
-    """A tiny LlamaForCausalLM and a word-level tokenizer, as ``save_pretrained`` writes them.
-    ``intermediate_size`` differs from ``VOCAB``: the builder takes every Linear with
-    ``VOCAB`` outputs for the LM head."""
+def save_for_causal_lm(spec: GenaiSpec, folder: Path) -> None:
+    """The model (random weights) and a word-level tokenizer, as ``save_pretrained`` writes them."""
     from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast
 
     _seed()
-    config = LlamaConfig(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=96, num_hidden_layers=GENAI_LAYERS,
-                         num_attention_heads=HEADS, num_key_value_heads=GENAI_KV_HEADS, max_position_embeddings=128,
-                         initializer_range=0.2)
-    _noisy(LlamaForCausalLM(config).eval()).save_pretrained(folder)
+    _noisy(spec.build().eval()).save_pretrained(folder)
     vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{f"t{i}": i for i in range(3, VOCAB)}}
     tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
@@ -274,13 +297,13 @@ def save_llama_for_causal_lm(folder: Path) -> None:
 
 
 def export_genai(spec: GenaiSpec, out_dir: Path) -> dict:
-    """Run the model builder on a saved LlamaForCausalLM; NAME.onnx keeps its weights inline."""
+    """Run the model builder on a saved ...ForCausalLM; NAME.onnx keeps its weights inline."""
     import onnx
 
     hf_dir, built = out_dir / f"{spec.name}.hf", out_dir / f"{spec.name}.genai"
     with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         warnings.simplefilter("ignore")
-        save_llama_for_causal_lm(hf_dir)
+        save_for_causal_lm(spec, hf_dir)
     command = [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(hf_dir), "-o", str(built),
                "-p", spec.precision, "-e", spec.provider, "-c", str(out_dir / "genai-cache")]
     if spec.extra_options:
