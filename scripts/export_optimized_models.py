@@ -52,7 +52,10 @@ They are exported only when named with ``--only`` (the builder is an optional in
                          with separate Q, K, V (do_rotary=0); float16 weights, activations and cache
     gemma2_genai         Gemma2ForCausalLM, -p fp32 -e cpu --extra_options windowed_kv_cache=false:
                          GroupQueryAttention with softcap and, on its sliding-window layer,
-                         local_window_size (the default windowed cache, sliding_window_cache=1, is refused)
+                         local_window_size
+    llama_genai_int4     -p int4 -e cpu: MatMulNBits, which relaxweb refuses (the unsupported-op listing)
+    gemma2_genai_windowed_cache  gemma2 with the builder's default windowed cache for the sliding-window
+                         layer (GroupQueryAttention's sliding_window_cache=1), which relaxweb refuses
 """
 
 from __future__ import annotations
@@ -280,6 +283,9 @@ GENAI_SPECS = {spec.name: spec for spec in [
     GenaiSpec("llama_genai", llama_for_causal_lm, "fp32", "cpu"),
     GenaiSpec("llama_genai_rotary", llama_for_causal_lm, "fp16", "dml"),
     GenaiSpec("gemma2_genai", gemma2_for_causal_lm, "fp32", "cpu", {"windowed_kv_cache": "false"}),
+    # what relaxweb refuses, naming it: int4 weights (MatMulNBits), the sliding-window cache
+    GenaiSpec("llama_genai_int4", llama_for_causal_lm, "int4", "cpu"),
+    GenaiSpec("gemma2_genai_windowed_cache", gemma2_for_causal_lm, "fp32", "cpu"),
 ]}
 
 
@@ -315,7 +321,7 @@ def export_genai(spec: GenaiSpec, out_dir: Path) -> dict:
     onnx.save(model, str(out_dir / f"{spec.name}.onnx"))
     shutil.rmtree(built)
     ops = collections.Counter(n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}.{n.op_type}" for n in model.graph.node)
-    float_type = {"fp32": "float32", "fp16": "float16"}[spec.precision]
+    float_type = "float16" if spec.precision == "fp16" else "float32"  # int4: float32 activations
     sidecar = {"name": spec.name, "builder": {"precision": spec.precision, "provider": spec.provider,
                                               "extra_options": spec.extra_options},
                "reference": f"{spec.name}.onnx", "inputs": [i.name for i in model.graph.input],

@@ -146,6 +146,13 @@ GENAI_MODELS = {
     "llama_genai_rotary": ({"com.microsoft.GroupQueryAttention", "com.microsoft.RotaryEmbedding"}, {"do_rotary": 0}, {}),
     "gemma2_genai": ({"com.microsoft.GroupQueryAttention"}, {"do_rotary": 1, "softcap": 5.0}, {"local_window_size": 4}),
 }
+# model -> the error relaxweb stops with (what the builder writes that relaxweb does not do)
+GENAI_REFUSED = {
+    "llama_genai_int4": r"the model uses 1 unsupported op type\(s\): com\.microsoft\.MatMulNBits \(nodes: "
+                        r"/model/layers\.0/attn/qkv_proj/MatMul_Q4, .*, /lm_head/MatMul_Q4\)",
+    "gemma2_genai_windowed_cache": r"com\.microsoft\.GroupQueryAttention node '/model/layers\.0/attn/GroupQueryAttention': "
+                                   r"sliding_window_cache=1 is not supported",
+}
 # (batch, prompt length, each entry's real prompt length: the rest is right padding)
 PROMPTS = [(2, 5, [5, 3]), (1, 9, [9]), (3, 2, [2, 1, 2])]
 DECODE_STEPS = 2
@@ -158,7 +165,7 @@ def built_by_genai(tmp_path_factory) -> Path:
     if importlib.util.find_spec("torch") is None or importlib.util.find_spec("transformers") is None:
         pytest.skip("the builder's input model needs torch and transformers")
     folder = tmp_path_factory.mktemp("genai")
-    command = [sys.executable, str(SCRIPT), str(folder), *(f"--only={name}" for name in GENAI_MODELS)]
+    command = [sys.executable, str(SCRIPT), str(folder), *(f"--only={name}" for name in [*GENAI_MODELS, *GENAI_REFUSED])]
     done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return folder
@@ -213,3 +220,9 @@ def test_genai_decoder_matches_onnxruntime(built_by_genai: Path, name: str, devi
             # the next step: one new token per entry, right after its real ones (the same past for both)
             past, filled = expected, [before + length for before, length in zip(filled, lengths)]
             tokens, lengths = rng.integers(0, info["decoder"]["vocab"], size=(batch, 1)), [1] * batch
+
+
+@pytest.mark.parametrize("name", sorted(GENAI_REFUSED))
+def test_genai_decoder_relaxweb_cannot_do_is_refused_by_name(built_by_genai: Path, name: str) -> None:
+    with pytest.raises(relaxweb.RelaxwebError, match="^" + GENAI_REFUSED[name] + "$"):
+        relaxweb.inspect(built_by_genai / f"{name}.onnx").module  # noqa: B018 - importing is what raises
