@@ -35,6 +35,27 @@ dynamic, opset 17), then ``onnxruntime.transformers.optimizer.optimize_model`` r
                          ``float16.convert_float_to_float16`` (weights and activations in float16,
                          Casts at the inputs and outputs kept float32); gpt2_fp16_io with its
                          float16 output too
+
+Decoders with a KV cache, written by onnxruntime-genai's model builder
+(``python -m onnxruntime_genai.models.builder -i HF_DIR -o OUT -p PRECISION -e PROVIDER``) from a
+transformers ...ForCausalLM saved to ``OUT_DIR/NAME.hf`` (random weights, a word-level tokenizer the
+builder requires); inputs ``input_ids``, ``attention_mask`` ``[batch, total]``, ``position_ids`` where the
+builder keeps it, and ``past_key_values.L.key/value``; outputs ``logits`` and ``present.L.*``.
+They are exported only when named with ``--only`` (the builder is an optional install:
+``pip install onnxruntime-genai``):
+
+    llama_genai          -p fp32 -e cpu: GroupQueryAttention with packed QKV and its own rotary
+                         (do_rotary=1, cos_cache/sin_cache), seqlens_k and total_sequence_length
+                         from the attention mask
+    llama_genai_rotary   -p fp16 -e dml (the builder writes rotary inside GQA for every provider but
+                         DirectML): RotaryEmbedding nodes (position_ids), then GroupQueryAttention
+                         with separate Q, K, V (do_rotary=0); float16 weights, activations and cache
+    gemma2_genai         Gemma2ForCausalLM, -p fp32 -e cpu --extra_options windowed_kv_cache=false:
+                         GroupQueryAttention with softcap and, on its sliding-window layer,
+                         local_window_size
+    llama_genai_int4     -p int4 -e cpu: MatMulNBits, which relaxweb refuses (the unsupported-op listing)
+    gemma2_genai_windowed_cache  gemma2 with the builder's default windowed cache for the sliding-window
+                         layer (GroupQueryAttention's sliding_window_cache=1), which relaxweb refuses
 """
 
 from __future__ import annotations
@@ -44,6 +65,8 @@ import collections
 import contextlib
 import io
 import json
+import shutil
+import subprocess
 import sys
 import warnings
 from dataclasses import dataclass, field
@@ -221,6 +244,116 @@ SPECS = {spec.name: spec for spec in [
 ]}
 
 
+GENAI_LAYERS, GENAI_KV_HEADS = 2, 2
+
+
+def llama_for_causal_lm():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    return LlamaForCausalLM(LlamaConfig(**_decoder_sizes()))
+
+
+def gemma2_for_causal_lm():
+    """Gemma 2: attention logits soft-capped, every other layer a sliding window of 4 keys."""
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+
+    return Gemma2ForCausalLM(Gemma2Config(head_dim=HIDDEN // HEADS, sliding_window=4, attn_logit_softcapping=5.0,
+                                          final_logit_softcapping=None, **_decoder_sizes()))
+
+
+def _decoder_sizes() -> dict:
+    """``intermediate_size`` differs from ``VOCAB``: the builder takes every Linear with ``VOCAB``
+    outputs for the LM head."""
+    return dict(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=96, num_hidden_layers=GENAI_LAYERS,
+                num_attention_heads=HEADS, num_key_value_heads=GENAI_KV_HEADS, max_position_embeddings=128,
+                initializer_range=0.2)
+
+
+@dataclass
+class GenaiSpec:
+    """A decoder written by onnxruntime-genai's model builder (the CLI's -p, -e and --extra_options)."""
+    name: str
+    build: Callable  # () -> a transformers ...ForCausalLM
+    precision: str
+    provider: str
+    extra_options: dict = field(default_factory=dict)
+
+
+GENAI_SPECS = {spec.name: spec for spec in [
+    GenaiSpec("llama_genai", llama_for_causal_lm, "fp32", "cpu"),
+    GenaiSpec("llama_genai_rotary", llama_for_causal_lm, "fp16", "dml"),
+    GenaiSpec("gemma2_genai", gemma2_for_causal_lm, "fp32", "cpu", {"windowed_kv_cache": "false"}),
+    # what relaxweb refuses, naming it: int4 weights (MatMulNBits), the sliding-window cache
+    GenaiSpec("llama_genai_int4", llama_for_causal_lm, "int4", "cpu"),
+    GenaiSpec("gemma2_genai_windowed_cache", gemma2_for_causal_lm, "fp32", "cpu"),
+]}
+
+
+def save_for_causal_lm(spec: GenaiSpec, folder: Path) -> None:
+    """The model (random weights) and a word-level tokenizer, as ``save_pretrained`` writes them."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    _seed()
+    _noisy(spec.build().eval()).save_pretrained(folder)
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{f"t{i}": i for i in range(3, VOCAB)}}
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="<unk>", bos_token="<s>", eos_token="</s>").save_pretrained(folder)
+
+
+def export_genai(spec: GenaiSpec, out_dir: Path) -> dict:
+    """Run the model builder on a saved ...ForCausalLM; NAME.onnx keeps its weights inline."""
+    import onnx
+
+    hf_dir, built = out_dir / f"{spec.name}.hf", out_dir / f"{spec.name}.genai"
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        warnings.simplefilter("ignore")
+        save_for_causal_lm(spec, hf_dir)
+    command = [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(hf_dir), "-o", str(built),
+               "-p", spec.precision, "-e", spec.provider, "-c", str(out_dir / "genai-cache")]
+    if spec.extra_options:
+        command += ["--extra_options", *(f"{key}={value}" for key, value in spec.extra_options.items())]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"the model builder failed: {(done.stderr or done.stdout).strip().splitlines()[-1:]}")
+    model = onnx.load(str(built / "model.onnx"))  # with its external data
+    onnx.save(model, str(out_dir / f"{spec.name}.onnx"))
+    shutil.rmtree(built)
+    ops = collections.Counter(n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}.{n.op_type}" for n in model.graph.node)
+    float_type = "float16" if spec.precision == "fp16" else "float32"  # int4: float32 activations
+    sidecar = {"name": spec.name, "builder": {"precision": spec.precision, "provider": spec.provider,
+                                              "extra_options": spec.extra_options},
+               "reference": f"{spec.name}.onnx", "inputs": [i.name for i in model.graph.input],
+               "outputs": [o.name for o in model.graph.output], "op_types": dict(sorted(ops.items())),
+               "decoder": {"layers": GENAI_LAYERS, "kv_heads": GENAI_KV_HEADS, "head_size": HIDDEN // HEADS,
+                           "vocab": VOCAB, "float_type": float_type}}
+    (out_dir / f"{spec.name}.json").write_text(json.dumps(sidecar, indent=1) + "\n")
+    return sidecar
+
+
+def decoder_feeds(info: dict, tokens: np.ndarray, lengths: list[int], past: dict | None,
+                  filled: list[int]) -> dict[str, np.ndarray]:
+    """One step of a builder-written decoder (the tests use this too): ``tokens`` ``[batch, seq]``
+    are the new tokens, of which entry ``b`` really has the first ``lengths[b]`` (the rest is right
+    padding, masked out); ``past`` is the previous step's outputs (None on the prompt), whose cache
+    holds ``filled[b]`` real rows for entry ``b``: its new tokens go at positions ``filled[b]`` on."""
+    decoder = info["decoder"]
+    batch, seq = tokens.shape
+    past_length = 0 if past is None else past["present.0.key"].shape[2]
+    mask = np.zeros((batch, past_length + seq), dtype=np.int64)
+    for row, (before, length) in enumerate(zip(filled, lengths)):
+        mask[row, :before + length] = 1
+    feeds = {"input_ids": tokens.astype(np.int64), "attention_mask": mask}
+    if "position_ids" in info["inputs"]:
+        feeds["position_ids"] = (np.array(filled)[:, None] + np.arange(seq)).astype(np.int64)
+    for layer in range(decoder["layers"]):
+        for part in ("key", "value"):
+            empty = np.zeros((batch, decoder["kv_heads"], 0, decoder["head_size"]), dtype=decoder["float_type"])
+            feeds[f"past_key_values.{layer}.{part}"] = empty if past is None else past[f"present.{layer}.{part}"]
+    return feeds
+
+
 def make_inputs(inputs: list[dict], dims: dict[str, int], seed: int = 0) -> dict[str, np.ndarray]:
     """Inputs for the given values of the symbolic dims (the tests use this too)."""
     rng = np.random.default_rng(seed)
@@ -296,17 +429,18 @@ def _optimize(spec: Spec, raw: Path):
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out_dir", type=Path)
-    parser.add_argument("--only", action="append", default=[], metavar="NAME", help="one of: " + ", ".join(SPECS))
+    parser.add_argument("--only", action="append", default=[], metavar="NAME",
+                        help="one of: " + ", ".join([*SPECS, *GENAI_SPECS]))
     args = parser.parse_args(argv)
-    names = args.only or list(SPECS)
-    unknown = [n for n in names if n not in SPECS]
+    names = args.only or list(SPECS)  # the builder's decoders only when asked for: it is an optional install
+    unknown = [n for n in names if n not in SPECS and n not in GENAI_SPECS]
     if unknown:
         parser.error(f"unknown model(s): {', '.join(unknown)}")
     args.out_dir.mkdir(parents=True, exist_ok=True)
     failed = 0
     for name in names:
         try:
-            sidecar = export(SPECS[name], args.out_dir)
+            sidecar = export(SPECS[name], args.out_dir) if name in SPECS else export_genai(GENAI_SPECS[name], args.out_dir)
         except Exception as error:  # noqa: BLE001 - reported per model
             failed += 1
             print(f"{name}: FAILED ({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''})")

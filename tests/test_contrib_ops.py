@@ -450,6 +450,7 @@ GQA_CASES = {
                                         [(2, 4, 0, [4, 2])]),
     "bidirectional_scale": ({"causal": 0, "scale": 0.3}, [(1, 2, 3, [5]), (2, 1, 3, [4, 2])]),
     "seqlens_batch_by_one": ({"seqlens_2d": True}, [(2, 1, 4, [5, 3])]),
+    "softcap_local_window": ({"softcap": 0.5, "local_window_size": 2}, [(2, 1, 4, [5, 4]), (1, 3, 4, [7]), (2, 3, 0, [3, 2])]),
 }
 
 
@@ -497,6 +498,11 @@ def test_contrib_ops_without_a_converter_are_listed_by_domain_and_node() -> None
      "com.microsoft.Attention node 'rotary_attention': do_rotary is not supported"),
     (ms_node("MultiHeadAttention", ["x", "x", "x"], ["y", "", "", "qk"], num_heads=HEADS, name="mha"),
      [("x", FLOAT, ["batch", "seq", HEADS * HEAD])], "com.microsoft.MultiHeadAttention node 'mha': the qk output is not supported"),
+    (ms_node("GroupQueryAttention", ["x", "x", "x", "", "", "lengths", "total", "", "", "", "bias"], ["y", "k", "v"],
+             num_heads=HEADS, kv_num_heads=HEADS, softcap=2.0, name="gqa"),
+     [("x", FLOAT, ["batch", "seq", HEADS * HEAD]), ("lengths", INT32, ["batch"]), ("total", INT32, []),
+      ("bias", FLOAT, ["batch", HEADS, "seq", "seq"])],
+     "com.microsoft.GroupQueryAttention node 'gqa': softcap with an attention_bias input is not supported"),
     (ms_node("RotaryEmbedding", ["x", "ids", "cos", "cos"], ["y"], is_packed_batching=1, name="packed_rope"),
      [("x", FLOAT, ["batch", "seq", 16]), ("ids", INT64, ["batch", "seq"])],
      "com.microsoft.RotaryEmbedding node 'packed_rope': is_packed_batching is not supported"),

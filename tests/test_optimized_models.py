@@ -5,8 +5,9 @@ onnxruntime running the same model.
 ``scripts/export_optimized_models.py`` exports tiny BERT, DistilBERT, GPT-2, Llama and CLIP
 text models (random weights) with torch.onnx and optimizes them, in a subprocess; the contrib
 ops each model carries are checked first, so a change in what the optimizer writes shows up
-as such.  Ops the optimizer does not write for these models (GroupQueryAttention,
-RotaryEmbedding, FusedMatMul, BiasAdd) are checked on hand-built models in
+as such.  GroupQueryAttention and RotaryEmbedding come from decoders that onnxruntime-genai's
+model builder writes (``test_genai_decoder_matches_onnxruntime``: skipped where onnxruntime-genai
+is not installed); every contrib op is also checked on hand-built models in
 ``tests/test_contrib_ops.py``.
 
 float16 tolerance: relaxweb computes float16 tensors in float32 on the device (rounding only
@@ -134,3 +135,94 @@ def test_float16_model_matches_onnxruntime(exported: Path, name: str, device, tm
                     assert actual[output].dtype == want.dtype
                 assert_close(actual[output].astype(np.float32), want.astype(np.float32), float16_tolerance(want),
                              err_msg=f"{name}: {output} at {dims} against onnxruntime's {reference} model")
+
+
+# Decoders written by onnxruntime-genai's model builder -------------------------------------------
+
+# model -> the contrib ops the builder must have written into it, the attributes of every
+# GroupQueryAttention node, and of at least one
+GENAI_MODELS = {
+    "llama_genai": ({"com.microsoft.GroupQueryAttention"}, {"do_rotary": 1}, {}),
+    "llama_genai_rotary": ({"com.microsoft.GroupQueryAttention", "com.microsoft.RotaryEmbedding"}, {"do_rotary": 0}, {}),
+    "gemma2_genai": ({"com.microsoft.GroupQueryAttention"}, {"do_rotary": 1, "softcap": 5.0}, {"local_window_size": 4}),
+}
+# model -> the error relaxweb stops with (what the builder writes that relaxweb does not do)
+GENAI_REFUSED = {
+    "llama_genai_int4": r"the model uses 1 unsupported op type\(s\): com\.microsoft\.MatMulNBits \(nodes: "
+                        r"/model/layers\.0/attn/qkv_proj/MatMul_Q4, .*, /lm_head/MatMul_Q4\)",
+    "gemma2_genai_windowed_cache": r"com\.microsoft\.GroupQueryAttention node '/model/layers\.0/attn/GroupQueryAttention': "
+                                   r"sliding_window_cache=1 is not supported",
+}
+# (batch, prompt length, each entry's real prompt length: the rest is right padding)
+PROMPTS = [(2, 5, [5, 3]), (1, 9, [9]), (3, 2, [2, 1, 2])]
+DECODE_STEPS = 2
+
+
+@pytest.fixture(scope="module")
+def built_by_genai(tmp_path_factory) -> Path:
+    if importlib.util.find_spec("onnxruntime_genai") is None:
+        pytest.skip("onnxruntime-genai (its model builder writes these models) is not installed")
+    if importlib.util.find_spec("torch") is None or importlib.util.find_spec("transformers") is None:
+        pytest.skip("the builder's input model needs torch and transformers")
+    folder = tmp_path_factory.mktemp("genai")
+    command = [sys.executable, str(SCRIPT), str(folder), *(f"--only={name}" for name in [*GENAI_MODELS, *GENAI_REFUSED])]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return folder
+
+
+def genai_attributes(path: Path) -> list[dict]:
+    import onnx
+
+    return [{a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+            for node in onnx.load(str(path)).graph.node if node.op_type == "GroupQueryAttention"]
+
+
+def real_rows(array: np.ndarray, lengths: list[int], filled: list[int]) -> list[np.ndarray]:
+    """Each entry's rows that hold real tokens: logits ``[B, S, V]`` (axis 1) or a cache ``[B, N, T, H]`` (axis 2);
+    what a padded token's row holds is the kernel's business (onnxruntime leaves cache rows past the end unset)."""
+    if array.ndim == 3:
+        return [array[b, :length] for b, length in enumerate(lengths)]
+    return [array[b, :, :before + length] for b, (before, length) in enumerate(zip(filled, lengths))]
+
+
+@pytest.mark.parametrize("name", sorted(GENAI_MODELS))
+def test_genai_decoder_matches_onnxruntime(built_by_genai: Path, name: str, device, tmp_path) -> None:
+    """A prompt (ragged: right-padded entries), then decode steps fed with the previous step's
+    present cache, from one build, at several batch sizes and prompt lengths."""
+    info = sidecar(built_by_genai, name)
+    contrib, every, some = GENAI_MODELS[name]
+    missing = contrib - set(info["op_types"])
+    assert not missing, f"the builder did not write {sorted(missing)} into {name}: it wrote {info['op_types']}"
+    written = genai_attributes(built_by_genai / f"{name}.onnx")
+    assert all(every.items() <= node.items() for node in written), f"{name}: GroupQueryAttention attributes {written}"
+    assert any(some.items() <= node.items() for node in written), f"{name}: GroupQueryAttention attributes {written}"
+    path = built_by_genai / f"{name}.onnx"
+    relaxweb.build(path, tmp_path / "bundle")
+    session = relaxweb.load(tmp_path / "bundle", device=device)
+    expected_session = onnxruntime_session(path)
+    decoder_feeds = export_module().decoder_feeds
+    float16 = info["decoder"]["float_type"] == "float16"
+    rng = np.random.default_rng(0)
+    for batch, seq, lengths in PROMPTS:
+        tokens, past, filled = rng.integers(0, info["decoder"]["vocab"], size=(batch, seq)), None, [0] * batch
+        for step in range(DECODE_STEPS + 1):
+            feeds = decoder_feeds(info, tokens, lengths, past, filled)
+            expected = dict(zip(info["outputs"], expected_session.run(None, feeds)))
+            actual = session.run(feeds)
+            for output, want in expected.items():
+                tolerance = float16_tolerance(want) if float16 else MODEL
+                assert actual[output].dtype == want.dtype and actual[output].shape == want.shape, output
+                for row, (got, wanted) in enumerate(zip(real_rows(actual[output], lengths, filled),
+                                                         real_rows(want, lengths, filled))):
+                    assert_close(got.astype(np.float32), wanted.astype(np.float32), tolerance,
+                                 err_msg=f"{name}: {output} of entry {row} at batch {batch}, prompt {seq}, step {step}")
+            # the next step: one new token per entry, right after its real ones (the same past for both)
+            past, filled = expected, [before + length for before, length in zip(filled, lengths)]
+            tokens, lengths = rng.integers(0, info["decoder"]["vocab"], size=(batch, 1)), [1] * batch
+
+
+@pytest.mark.parametrize("name", sorted(GENAI_REFUSED))
+def test_genai_decoder_relaxweb_cannot_do_is_refused_by_name(built_by_genai: Path, name: str) -> None:
+    with pytest.raises(relaxweb.RelaxwebError, match="^" + GENAI_REFUSED[name] + "$"):
+        relaxweb.inspect(built_by_genai / f"{name}.onnx").module  # noqa: B018 - importing is what raises

@@ -9,7 +9,9 @@ kernels:
 
 - The mask is an additive bias on the scores: ``mask_filter_value`` (default -10000) where a
   key is masked by the mask input; where ``unidirectional`` (causal) forbids a key, the
-  bias is float32's lowest value instead (onnxruntime sets it, replacing the mask value).
+  bias is the lowest finite value of the scores' dtype instead (onnxruntime sets float32's,
+  replacing the mask value; float16 scores get float16's, which a cast of float32's would
+  turn into -inf).
   Mask formats: ``[B]`` (each row's end position: right padding), ``[2B]`` (end positions,
   then start positions: left padding), ``[B, T]`` and ``[B, S, T]`` (raw: 0 masks a key).
 - Query position ``s`` is position ``past + s`` of the keys (``past`` the length of the
@@ -19,7 +21,8 @@ What is refused, with the node named: buffer sharing (``past_present_share_buffe
 ``past_sequence_length``), beam-search ``cache_indirection``, the ``qk`` outputs,
 Attention's ``do_rotary`` and the 4-D Megatron mask (onnxruntime's CPU kernels refuse it
 too), the ``[3B + 2]`` mask format, and GroupQueryAttention's quantized caches, sliding
-window cache, ``query_seqlens``, ``head_sink`` / ``smooth_softmax`` and per-head Q/K norms.
+window cache, ``query_seqlens``, ``head_sink`` / ``smooth_softmax``, per-head Q/K norms and
+``softcap`` together with ``attention_bias``.
 """
 
 from __future__ import annotations
@@ -34,7 +37,6 @@ from ...ops import call_op, strided_slice
 from .contrib import MICROSOFT, dtype_of, label, optional_input, require_rank, scalar_constant, wanted_output
 from .registry import NodeConversionError, converter
 
-LOWEST_FLOAT32 = float(np.finfo(np.float32).min)
 DEFAULT_MASK_FILTER_VALUE = -10000.0
 
 
@@ -83,6 +85,10 @@ class Heads:
     def scalar(self, value: float, like: Expr, what: str) -> Constant:
         return scalar_constant(self.context, value, like, f"{label(self.node)}_{what}")
 
+    def lowest(self, like: Expr, what: str) -> Constant:
+        """The lowest finite value of ``like``'s dtype, the bias of a key no query may see."""
+        return self.scalar(float(np.finfo(np.dtype(dtype_of(like))).min), like, what)
+
     def int_range(self, start: PrimExpr, length: PrimExpr, name: str) -> Expr:
         """``[start, start + length)`` as an int32 vector."""
         return self.emit(call_op("arange", PrimValue(start), PrimValue(simplify(start + length)), PrimValue(IntImm(1)),
@@ -106,7 +112,7 @@ class Heads:
             start = self.emit(call_op("subtract", queries, self.int_scalar(window)), "window_start")
             recent = self.emit(call_op("greater", keys, start), "window_visible")
             visible = self.emit(call_op("logical_and", visible, recent), "local_visible")
-        lowest = self.scalar(LOWEST_FLOAT32, like, "causal_lowest")
+        lowest = self.lowest(like, "causal_lowest")
         return self.emit(call_op("where", visible, zero if bias is None else bias, lowest), "causal_bias")
 
     def assume_shape(self, x: Expr, dims: tuple, name: str) -> Expr:
@@ -415,12 +421,13 @@ def convert_group_query_attention(context, node, inputs):
     after the first ``past_b`` rows of the past cache (a gather with those data-dependent
     offsets, so ragged batches are right too).  Causal (``causal=1``, the default) with an
     optional ``local_window_size``; ``do_rotary`` rotates the new queries and keys at their
-    positions (the caches give ``cos`` and ``sin``)."""
+    positions (the caches give ``cos`` and ``sin``); ``softcap`` > 0 caps the scaled scores at
+    ``softcap * tanh(scores / softcap)`` before the mask (Gemma 2)."""
     attrs = context.attributes(node)
     for position, what in GQA_REFUSED_INPUTS.items():
         if optional_input(inputs, position) is not None:
             _refuse(node, f"the {what} input")
-    for name, default in (("softcap", 0.0), ("smooth_softmax", 0), ("qk_output", 0), ("sliding_window_cache", 0)):
+    for name, default in (("smooth_softmax", 0), ("qk_output", 0), ("sliding_window_cache", 0)):
         if attrs.get(name, default) not in (default, None):
             _refuse(node, f"{name}={attrs[name]}")
     for name in ("k_quant_type", "v_quant_type"):
@@ -438,6 +445,9 @@ def convert_group_query_attention(context, node, inputs):
         raise NodeConversionError(f"GroupQueryAttention node '{node.name}': num_heads {heads} is not a multiple of kv_num_heads {kv_heads}")
     causal = bool(attrs.get("causal", 1))
     window = int(attrs.get("local_window_size", -1))
+    softcap = float(attrs.get("softcap", 0.0))
+    if softcap > 0 and extra is not None:
+        _refuse(node, "softcap with an attention_bias input")
     h = Heads(context, node)
     require_rank(node, query, "query", (3,))
     batch, seq, width = tensor_shape(query)
@@ -501,7 +511,7 @@ def convert_group_query_attention(context, node, inputs):
     if window > 0:
         start = emit(call_op("subtract", query_positions, h.int_scalar(window)), "window_start")
         visible = emit(call_op("logical_and", visible, emit(call_op("greater", keys, start), "recent")), "visible_window")
-    bias = emit(call_op("where", visible, h.scalar(0.0, query, "zero"), h.scalar(LOWEST_FLOAT32, query, "lowest")), "mask_bias")
+    bias = emit(call_op("where", visible, h.scalar(0.0, query, "zero"), h.lowest(query, "lowest")), "mask_bias")
     group = heads // kv_heads
     q5 = emit(call_op("reshape", q, ShapeExpr((batch, IntImm(kv_heads), IntImm(group), seq, IntImm(head_size)))), "query_groups")
     k5, v5 = (emit(call_op("reshape", t, ShapeExpr((batch, IntImm(kv_heads), IntImm(1), total, IntImm(head_size)))), n)
@@ -509,6 +519,10 @@ def convert_group_query_attention(context, node, inputs):
     keys_t = emit(call_op("transpose", k5, axes=[0, 1, 2, 4, 3]), "keys_t")
     scores = emit(call_op("matmul", q5, keys_t), "scores")
     scores = emit(call_op("multiply", scores, h.scalar(_scale(attrs, head_size), scores, "scale")), "scaled_scores")
+    if softcap > 0:  # Gemma's logit soft-capping: softcap * tanh(scores / softcap), before the mask
+        cap = h.scalar(softcap, scores, "softcap")
+        capped = emit(call_op("tanh", emit(call_op("divide", scores, cap), "scores_over_cap")), "capped_scores")
+        scores = emit(call_op("multiply", capped, cap), "softcapped_scores")
     rows = tensor_shape(bias)[1]  # S, or 1 when no key depends on the query (not causal, no window)
     bias = emit(call_op("reshape", bias, ShapeExpr((batch, IntImm(1), IntImm(1), rows, total))), "mask_bias_groups")
     scores = emit(call_op("add", scores, bias), "masked_scores")
