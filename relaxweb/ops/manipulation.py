@@ -24,9 +24,11 @@ Signatures (args, then attributes):
   the input's dim" 0 is resolved by the frontend).  The element counts must be equal (and a
   count divisible for ``-1``): provably, or, where the analyzer cannot decide, checked at run
   time by a ``match_cast`` of the count bound just before; ``count_checked=True`` says so.
-- ``dynamic_reshape(x, shape, copy_zeros=False)``: with a run-time 1-D integer tensor
-  ``shape`` (data-dependent; extents read back); ``copy_zeros`` gives ONNX's meaning to its
-  zeros (Reshape without ``allowzero``).
+- ``dynamic_reshape(x, shape, copy_zeros=False, source="")``: with a run-time 1-D integer
+  tensor ``shape`` (data-dependent; extents read back); ``copy_zeros`` gives ONNX's meaning to
+  its zeros (Reshape without ``allowzero``).  The element count of the target is checked at
+  run time (on the GPU path and in the reference alike); ``source`` names where the op comes
+  from for that error (``Reshape node 'r'``).
 - ``transpose(x, axes=[...])``: a permutation of the dims.
 - ``concat(x0, x1, ..., axis=0)``: the tensors are the call's arguments (not a tuple).
 - ``split(x, sections=k, axis=0)`` or ``split(x, indices=[i, j, ...], axis=0)``: a tuple of
@@ -57,8 +59,8 @@ from typing import Sequence
 
 import numpy as np
 
-from ..errors import UnsupportedModelError
-from ..ir.expr import Call, Constant, Expr, ShapeExpr, Tuple, tensor_dtype, tensor_shape
+from ..errors import InputShapeError, UnsupportedModelError
+from ..ir.expr import Call, Constant, Expr, PrimValue, ShapeExpr, Tuple, tensor_dtype, tensor_shape
 from ..ir.op_registry import AssumptionError, DeductionError, call_op, register_op
 from ..ir.struct_info import PrimStructInfo, ShapeStructInfo, TensorStructInfo, TupleStructInfo
 from ..ir.symbolic import (
@@ -209,6 +211,35 @@ def reshape_reference(arrays, attrs):
     return np.asarray(data.reshape(tuple(target)), order="C")  # (ascontiguousarray makes a 0-d result 1-d)
 
 
+def dynamic_reshape_reference(arrays, attrs):
+    """A reshape whose target, from data, is checked as on the GPU path."""
+    data, target = arrays[0], int_list(arrays[1])
+    if attrs.get("copy_zeros"):
+        target = [data.shape[position] if value == 0 else value for position, value in enumerate(target)]
+    target = _checked_target(data.size, target, attrs.get("source", ""))
+    return np.asarray(data.reshape(tuple(target)), order="C")
+
+
+def count_reason(source: str) -> str:
+    """What the element-count check of a ``dynamic_reshape`` states (see match_cast's reason)."""
+    return f"{source or 'dynamic_reshape'}: the element count of the target shape"
+
+
+def _checked_target(count: int, target: list[int], source: str) -> list[int]:
+    """The target with its -1 resolved as the GPU path resolves it (the count over the
+    product of the others), refused with the GPU path's error when it does not hold ``count``
+    elements or has a negative extent."""
+    others = int(np.prod([value for value in target if value != -1], dtype=np.int64))
+    resolved = [count // max(others, 1) if value == -1 else value for value in target]
+    negative = [value for value in resolved if value < 0]
+    if negative:
+        raise InputShapeError(f"{source or 'dynamic_reshape'}: the target shape {target} has a negative extent")
+    total = int(np.prod(resolved, dtype=np.int64))
+    if total != count:
+        raise InputShapeError(f"{count_reason(source)} is {total}, expected {count}")
+    return resolved
+
+
 register_op("reshape", deduce=deduce_reshape, legalize=needs_known_shapes(legalize_reshape), reference=reshape_reference)
 
 
@@ -222,7 +253,8 @@ def deduce_dynamic_reshape(args, attrs) -> TensorStructInfo:
 def legalize_dynamic_reshape(context, call: Call):
     """Each target extent (the entry; the input's dim for a 0 with ``copy_zeros``; the element
     count over the others' product for -1) is computed on the GPU and read back (one read per
-    dim, ``relaxweb/ops/readback.py``), then a reshape copy."""
+    dim, ``relaxweb/ops/readback.py``), their product checked against the element count (the
+    host stops with the reason before the copy), then a reshape copy."""
     data, target = call.args
     shape = tensor_shape(data)
     length = as_int(tensor_shape(target)[0]) if len(tensor_shape(target)) == 1 else None
@@ -248,10 +280,12 @@ def legalize_dynamic_reshape(context, call: Call):
         return build
 
     dims = read_back_dims(context, (data, target), [extent(j) for j in range(length)], "reshape")
+    context.emit_match_cast(PrimValue(product(dims)), PrimStructInfo("int64", product(shape)), "reshape_count",
+                            reason=count_reason(call.attrs.get("source", "")))
     return context.call_tir(reshape_program(data, dims), (data,))
 
 
-register_op("dynamic_reshape", deduce=deduce_dynamic_reshape, reference=reshape_reference,
+register_op("dynamic_reshape", deduce=deduce_dynamic_reshape, reference=dynamic_reshape_reference,
             legalize=needs_known_data_shape(legalize_dynamic_reshape))
 
 

@@ -142,7 +142,7 @@ def convert_reshape(context, node, inputs):
     if values is None:
         if isinstance(target, Constant):
             raise fail(node, f"the target shape must be an integer tensor, got {target.data.dtype}")
-        return call_op("dynamic_reshape", data, target, copy_zeros=not allowzero)
+        return call_op("dynamic_reshape", data, target, copy_zeros=not allowzero, source=f"Reshape node '{node.name}'")
     dims = []
     for position, value in enumerate(values):
         if as_int(value) == 0 and not allowzero:
