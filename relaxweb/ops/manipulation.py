@@ -38,8 +38,10 @@ Signatures (args, then attributes):
   and ``end`` are shape values, so they may be symbolic (use :func:`strided_slice`).
 - ``dynamic_slice(x, starts, ends, axes, steps)``: ONNX Slice with every operand a run-time
   1-D integer tensor (data-dependent; extents read back, positions computed in the kernel).
-- ``broadcast_to(x, shape)``: ONNX Expand: ``x`` and ``shape`` broadcast together (a 1 in
-  ``shape`` keeps the input's dim).
+- ``broadcast_to(x, shape, source="")``: ONNX Expand: ``x`` and ``shape`` broadcast together
+  (a 1 in ``shape`` keeps the input's dim).  With a run-time ``shape``, each entry facing a
+  dim of ``x`` that is not 1 must be 1 or that dim, checked at run time (``source`` names
+  the node for that error).
 - ``tile(x, repeats)``: ONNX Tile.
 - ``pad(x, pads, value[, axes], mode="constant")``: ONNX Pad; ``pads`` holds the begin pads
   of each padded axis then the end pads (negative pads crop), ``value`` is a scalar tensor
@@ -836,8 +838,19 @@ def legalize_broadcast_to(context, call: Call):
 
 
 def broadcast_to_reference(arrays, attrs):
-    x = arrays[0]
-    return np.ascontiguousarray(np.broadcast_to(x, np.broadcast_shapes(x.shape, tuple(int_list(arrays[1])))))
+    x, target = arrays[0], int_list(arrays[1])
+    rank = max(x.ndim, len(target))
+    for position in range(rank - min(x.ndim, len(target)), rank):  # the positions both sides have
+        dim, entry = x.shape[position - (rank - x.ndim)], target[position - (rank - len(target))]
+        if dim != 1 and entry not in (1, dim):
+            raise InputShapeError(f"{_entry_reason(attrs.get('source', ''), position - (rank - len(target)))} is {entry}, "
+                                  f"expected {dim}")
+    return np.ascontiguousarray(np.broadcast_to(x, np.broadcast_shapes(x.shape, tuple(target))))
+
+
+def _entry_reason(source: str, position: int) -> str:
+    """What the run-time check of an Expand target's entry states."""
+    return f"{source or 'broadcast_to'}: entry {position} of the target shape (1 or the input's dim)"
 
 
 def _operand_length(call: Call, position: int) -> int | None:
@@ -853,7 +866,9 @@ def _operand_length(call: Call, position: int) -> int | None:
 
 def legalize_broadcast_to_run_time(context, call: Call):
     """A run-time target shape: each result extent (the target's entry where the data's dim is
-    1, else the data's dim) is computed on the GPU and read back, then the broadcast copy."""
+    1, else the data's dim) is computed on the GPU and read back, then the broadcast copy.
+    Where the data's dim is not 1, the value read back is the entry when it is neither 1 nor
+    that dim, and a check that it equals the dim stops the run with both values."""
     data = call.args[0]
     shape = tensor_shape(data)
     length = _operand_length(call, 1)
@@ -867,10 +882,19 @@ def legalize_broadcast_to_run_time(context, call: Call):
                 return entry
             if as_int(shape[offset]) == 1:
                 return entry
-            return index(shape[offset])
+            if position < rank - length:  # no entry: the data's dim
+                return index(shape[offset])
+            agrees = select(entry.eq(const(1)), FloatImm(1, "bool"), entry.eq(index(shape[offset])))
+            return select(agrees, index(shape[offset]), entry)
         return build
 
     dims = read_back_dims(context, call.args, [extent(j) for j in range(rank)], "broadcast_to")
+    source = call.attrs.get("source", "")
+    for position in range(max(rank - length, rank - len(shape)), rank):
+        dim = shape[position - (rank - len(shape))]
+        if as_int(dim) != 1:
+            context.emit_match_cast(PrimValue(dims[position]), PrimStructInfo("int64", dim), "expand_checked",
+                                    reason=_entry_reason(source, position - (rank - length)))
     program = make_program("broadcast_to", [data], dims, tensor_dtype(data),
                            lambda axes, buffers: load_broadcast(buffers[0], axes))
     return context.call_tir(program, (data,))

@@ -373,7 +373,10 @@ def _shape_operand(context, values_or_tensor) -> Expr:
 
 @converter("Expand")
 def convert_expand(context, node, inputs):
-    return call_op("broadcast_to", inputs[0], _shape_operand(context, inputs[1]))
+    target = _shape_operand(context, inputs[1])
+    if isinstance(target.struct_info, TensorStructInfo):  # from data: its entries checked at run time
+        return call_op("broadcast_to", inputs[0], target, source=f"Expand node '{node.name}'")
+    return call_op("broadcast_to", inputs[0], target)
 
 
 @converter("Tile")
