@@ -74,7 +74,7 @@ from .common import (
     DimOf, UnknownShapeError, broadcast_shapes, expect_args, load_broadcast, make_program, needs_known_shapes,
     normalize_axes, normalize_axis, require_equal, require_tensor, same_dtype,
 )
-from .readback import both, const, count_true, element, index, int32, read_back_dims, wrap_negative
+from .readback import both, const, count_true, element, extent_reason, index, int32, read_back_dims, wrap_negative
 
 
 class ReshapeInferenceError(AssumptionError):
@@ -233,9 +233,9 @@ def _checked_target(count: int, target: list[int], source: str) -> list[int]:
     elements or has a negative extent."""
     others = int(np.prod([value for value in target if value != -1], dtype=np.int64))
     resolved = [count // max(others, 1) if value == -1 else value for value in target]
-    negative = [value for value in resolved if value < 0]
-    if negative:
-        raise InputShapeError(f"{source or 'dynamic_reshape'}: the target shape {target} has a negative extent")
+    for position, value in enumerate(resolved):
+        if value < 0:
+            raise InputShapeError(f"{extent_reason(source or 'dynamic_reshape', position)} is {value}, must be >= 0")
     total = int(np.prod(resolved, dtype=np.int64))
     if total != count:
         raise InputShapeError(f"{count_reason(source)} is {total}, expected {count}")
@@ -281,7 +281,8 @@ def legalize_dynamic_reshape(context, call: Call):
             return select(value.eq(const(-1)), inferred, value)
         return build
 
-    dims = read_back_dims(context, (data, target), [extent(j) for j in range(length)], "reshape")
+    dims = read_back_dims(context, (data, target), [extent(j) for j in range(length)], "reshape",
+                          call.attrs.get("source", "dynamic_reshape"))
     context.emit_match_cast(PrimValue(product(dims)), PrimStructInfo("int64", product(shape)), "reshape_count",
                             reason=count_reason(call.attrs.get("source", "")))
     return context.call_tir(reshape_program(data, dims), (data,))
@@ -888,8 +889,8 @@ def legalize_broadcast_to_run_time(context, call: Call):
             return select(agrees, index(shape[offset]), entry)
         return build
 
-    dims = read_back_dims(context, call.args, [extent(j) for j in range(rank)], "broadcast_to")
     source = call.attrs.get("source", "")
+    dims = read_back_dims(context, call.args, [extent(j) for j in range(rank)], "broadcast_to", source or "broadcast_to")
     for position in range(max(rank - length, rank - len(shape)), rank):
         dim = shape[position - (rank - len(shape))]
         if as_int(dim) != 1:
