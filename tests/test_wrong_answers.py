@@ -12,7 +12,8 @@ relaxweb refuses or computes as NaN too, on the GPU path as in the reference int
    (one kernel per op) and 1 (fused, vectorized).  Max reductions, pools and ArgMax give NaN
    (its position) as numpy and the reference interpreter do; onnxruntime's CPU kernels are not
    consistent there (its ReduceMax of [1, NaN, -2, 3] is 1, of [-1, -5, 2, NaN] is 2), so
-   those are compared with the interpreter.
+   those are compared with the interpreter.  Inside a recurrent layer onnxruntime maps NaN
+   to 0 in Relu and HardSigmoid, and so does the persistent kernel.
 4. A conv or pool window larger than its padded input: refused at build for constant shapes,
    a run-time check naming the node for symbolic ones.
 """
@@ -266,3 +267,23 @@ def test_a_window_larger_than_a_symbolic_input_is_checked_at_run_time(op: str, l
     with pytest.raises(InputShapeError) as in_reference:
         relaxweb.run_reference(model, small)
     assert str(in_reference.value).startswith(error)
+
+
+@pytest.mark.parametrize("clip", [None, 5.0])
+@pytest.mark.parametrize("activation", ["Relu", "HardSigmoid", "Tanh", "Softplus", "LeakyRelu"])
+def test_nan_through_a_recurrent_layer_as_onnxruntime(activation: str, clip, device, tmp_path: Path) -> None:
+    """onnxruntime's recurrent kernels map NaN to 0 in Relu and HardSigmoid (its elementwise
+    ops propagate it) and keep it in the others; the persistent kernel and its numpy
+    reference do the same, explicitly (WGSL's max, min and clamp of a NaN are unspecified)."""
+    extra = {"clip": clip} if clip else {}
+    model = make_model([helper.make_node("RNN", ["x", "w", "r"], ["y"], hidden_size=3, activations=[activation],
+                                         **extra)], [("x", [2, 1, 2])], ["y"],
+                       {"w": rand(1, 3, 2), "r": rand(1, 3, 3, seed=1)})
+    x = rand(2, 1, 2, seed=2)
+    x[0, 0, 1] = np.nan
+    expected = onnxruntime_outputs(model, {"x": x})[0]
+    assert np.isnan(expected).any() == (activation not in ("Relu", "HardSigmoid"))
+    actual = relaxweb.build(model, tmp_path / "dist").load(device=device).run({"x": x})["y"]
+    np.testing.assert_allclose(actual, expected, rtol=F32.rtol, atol=F32.atol, equal_nan=True)
+    np.testing.assert_allclose(relaxweb.run_reference(model, {"x": x})["y"], expected, rtol=F32.rtol, atol=F32.atol,
+                               equal_nan=True)
