@@ -4,8 +4,9 @@ Their loads go through index values read from a tensor: an indirect load
 (:class:`~relaxweb.ir.tir.Gather`).  ``take``, ``gather_elements`` and ``gather_nd`` legalize
 to one tensor program each: the index is loaded, cast to ``int32`` (int64 index tensors live
 as i32 on the device), wrapped when negative (``i + extent``) and clamped into the extent by
-the Gather (so an out-of-range index reads the nearest element on the GPU, where the
-interpreter's reference semantics raise).  The scatters and ``nonzero`` import, deduce and
+the Gather (so an out-of-range run-time index reads the nearest element on the GPU, where
+the interpreter's reference semantics raise; constant indices out of range are refused by
+deduction, naming the node).  The scatters and ``nonzero`` import, deduce and
 run in the interpreter but have no GPU lowering yet.  (The frontend turns a Gather by a
 constant or symbolic scalar index into a ``strided_slice``.)  Negative indices count from
 the end, as in ONNX.
