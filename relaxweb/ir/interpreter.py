@@ -95,7 +95,14 @@ class Interpreter(ExprFunctor):
         self.visit_binding_block(block)
 
     def visit_var_binding(self, binding: VarBinding) -> None:
-        self.values[binding.var] = self.visit_expr(binding.value)
+        try:
+            self.values[binding.var] = self.visit_expr(binding.value)
+        except (IndexError, ValueError) as error:
+            if not isinstance(binding.value, Call):
+                raise
+            # an op's numpy semantics refused its run-time values (an index past the end, a
+            # shape the data cannot take): the user's error, not the interpreter's
+            raise InputShapeError(f"{binding.value.op} of binding '{binding.var.name}': {error}") from None
 
     def visit_match_cast(self, binding: MatchCast) -> None:
         value = self.visit_expr(binding.value)

@@ -71,8 +71,9 @@ class LegalizeContext(Protocol):
     def fresh_name(self, hint: str) -> str:
         """A name unused in the function, for a new symbolic variable."""
 
-    def emit_match_cast(self, value: Expr, struct_info: StructInfo, name_hint: str = "lv") -> Var:
-        """Bind ``value`` cast to ``struct_info`` (checked at run time)."""
+    def emit_match_cast(self, value: Expr, struct_info: StructInfo, name_hint: str = "lv", reason: str = "") -> Var:
+        """Bind ``value`` cast to ``struct_info`` (checked at run time; a failed check with a
+        ``reason`` reports it, with both values)."""
 
     def emit(self, value: Expr, name_hint: str = "lv") -> Var:
         """Bind an intermediate value before the one being legalized."""

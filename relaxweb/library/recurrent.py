@@ -42,7 +42,7 @@ from ..ir.library_kernel import LibraryKernel, buffer_size_vars
 from ..ir.params_block import ParamsLayout
 from ..ir.symbolic import Analyzer, PrimExpr, format_expr, simplify
 from ..ir.tir import Buffer
-from ..wgsl.emit import literal, storage_type, wgsl_name
+from ..wgsl.emit import is_nan, literal, storage_type, wgsl_name
 from ..wgsl.lower_index import helper_declarations, helpers_used, lower_index, render_wgsl
 from ..wgsl.shader import params_declaration
 
@@ -65,18 +65,25 @@ def _softplus(x, alpha, beta):
 #: ScaledTanh, HardSigmoid alpha and beta (the activation attribute lists are consumed in
 #: order by the functions that take them; see ``relaxweb/ops/recurrent.py``).
 ACTIVATIONS = {
-    "relu": (lambda x, a, b: np.maximum(x, 0), "max(x, 0.0)"),
+    "relu": (lambda x, a, b: np.where(x > 0, x, 0), "select(0.0, x, x > 0.0)"),
     "tanh": (lambda x, a, b: np.tanh(x), "tanh(clamp(x, -15.0, 15.0))"),
     "sigmoid": (lambda x, a, b: 1 / (1 + np.exp(-x)), "1.0 / (1.0 + exp(-x))"),
     "affine": (lambda x, a, b: a * x + b, "alpha * x + beta"),
     "leakyrelu": (lambda x, a, b: np.where(x >= 0, x, a * x), "select(alpha * x, x, x >= 0.0)"),
     "thresholdedrelu": (lambda x, a, b: np.where(x > a, x, 0), "select(0.0, x, x > alpha)"),
     "scaledtanh": (lambda x, a, b: a * np.tanh(b * x), "alpha * tanh(clamp(beta * x, -15.0, 15.0))"),
-    "hardsigmoid": (lambda x, a, b: np.clip(a * x + b, 0, 1), "clamp(alpha * x + beta, 0.0, 1.0)"),
+    "hardsigmoid": (lambda x, a, b: np.where(a * x + b > 0, np.minimum(a * x + b, 1), 0),
+                    "select(0.0, min(alpha * x + beta, 1.0), alpha * x + beta > 0.0)"),
     "elu": (lambda x, a, b: np.where(x >= 0, x, a * (np.exp(x) - 1)), "select(alpha * (exp(x) - 1.0), x, x >= 0.0)"),
     "softsign": (lambda x, a, b: x / (1 + np.abs(x)), "x / (1.0 + abs(x))"),
     "softplus": (_softplus, "max(x, 0.0) + log(1.0 + exp(-abs(x)))"),
 }
+
+
+#: The activations that map NaN to 0, as onnxruntime's recurrent kernels do (``NaN > 0`` is
+#: false); every other one gives NaN for NaN, which the kernel makes explicit (WGSL's max,
+#: min and clamp of a NaN are unspecified).
+NAN_TO_ZERO = {"relu", "hardsigmoid", "thresholdedrelu"}
 
 
 def activate(activation: tuple, x: np.ndarray) -> np.ndarray:
@@ -246,6 +253,8 @@ def _activation_functions(cell: str, activations: tuple, directions: int) -> lis
             name, alpha, beta = activations[d * count + k]
             expression = (ACTIVATIONS[name][1].replace("alpha", literal(alpha, "float32"))
                           .replace("beta", literal(beta, "float32")))
+            if name not in NAN_TO_ZERO:  # WGSL's max / min / clamp of a NaN are unspecified
+                expression = f"select({expression}, x, {is_nan('x')})"
             if d + 1 < directions:
                 lines += [f"  if (direction == {d}) {{", f"    return {expression};", "  }"]
             else:
@@ -258,7 +267,7 @@ def _clip(value: str, clip: float | None) -> str:
     if clip is None:
         return value
     bound = literal(clip, "float32")
-    return f"clamp({value}, -{bound}, {bound})"
+    return f"select(clamp({value}, -{bound}, {bound}), {value}, {is_nan(value)})"  # NaN stays NaN
 
 
 #: Terms of the recurrent dot product per loop iteration.  llvmpipe (Mesa's software Vulkan,

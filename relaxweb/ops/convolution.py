@@ -121,10 +121,13 @@ def resolve_padding(op: str, attrs, sizes, kernel) -> tuple[list[PrimExpr], list
     return begins, ends
 
 
-def _check_extent(op: str, extent: PrimExpr, dim: int) -> PrimExpr:
+def _check_extent(op: str, extent: PrimExpr, dim: int, least: int = 0) -> PrimExpr:
+    """A constant spatial extent of the result below ``least`` is refused: a window larger
+    than the padded input (onnxruntime refuses a conv with no output position, and a pool
+    with a negative extent)."""
     extent = simplify(extent)
     value = as_int(extent)
-    if value is not None and value < 0:
+    if value is not None and value < least:
         raise DeductionError(f"{op}: spatial dim {dim} of the result would be {value} (the window is larger than the padded input)")
     return extent
 
@@ -215,7 +218,7 @@ def _deduce_conv(op: str):
                 extent = simplify(stride * (size - 1) + extra + dilation * (kernel - 1) + 1 - begins[i] - ends[i])
             else:
                 extent = conv_output_extent(size, kernel, stride, begins[i], ends[i], dilation)
-            extents.append(_check_extent(op, extent, i))
+            extents.append(_check_extent(op, extent, i, least=0 if transposed else 1))
         return TensorStructInfo((data.shape[0], out_channels, *extents), dtype)
 
     return deduce

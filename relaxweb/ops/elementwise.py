@@ -52,7 +52,7 @@ from ..ir.struct_info import TensorStructInfo
 from ..ir.symbolic import IntImm, SizeVar
 from ..ir.tir import (
     MATH_FUNCTIONS, Cast, FloatImm, IndexValue, Reduce, ReduceCombiner, ScalarExpr, Unary, bitwise_and, bitwise_or,
-    bitwise_xor, cast, ceil, exp, floor, log, maximum, minimum, power, round_half_even, select, sigmoid, sqrt, tanh,
+    bitwise_xor, cast, ceil, exp, floor, is_nan, log, maximum, minimum, power, round_half_even, select, sigmoid, sqrt, tanh,
 )
 from .common import (
     broadcast_shapes, expect_args, load_broadcast, make_program, needs_known_shapes, require_float,
@@ -393,6 +393,13 @@ def _abs(x: ScalarExpr) -> ScalarExpr:
     return maximum(x, -x)
 
 
+def _sign_rest(x: ScalarExpr, dtype: str) -> ScalarExpr:
+    """sign(x) where x is neither positive nor negative: 0, or NaN for a NaN (as numpy and
+    onnxruntime)."""
+    zero = _imm(0, dtype)
+    return select(is_nan(x), x, zero) if dtype_info(dtype).is_float else zero
+
+
 def _gelu_tanh_body(x: ScalarExpr) -> ScalarExpr:
     cube = x * x * x
     inner = math.sqrt(2 / math.pi) * (x + 0.044715 * cube)
@@ -458,7 +465,7 @@ UNARY_BODIES: dict[str, Callable[[ScalarExpr, dict, str], ScalarExpr]] = {
     "identity": lambda x, attrs, dtype: x,
     "abs": lambda x, attrs, dtype: _abs(x),
     "reciprocal": lambda x, attrs, dtype: 1.0 / x,
-    "sign": lambda x, attrs, dtype: select(x.gt(0), _imm(1, dtype), select(x.lt(0), _imm(-1, dtype), 0)),
+    "sign": lambda x, attrs, dtype: select(x.gt(0), _imm(1, dtype), select(x.lt(0), _imm(-1, dtype), _sign_rest(x, dtype))),
     "sinh": lambda x, attrs, dtype: 0.5 * (exp(x) - exp(-x)),
     "cosh": lambda x, attrs, dtype: 0.5 * (exp(x) + exp(-x)),
     "softsign": lambda x, attrs, dtype: x / (1.0 + _abs(x)),

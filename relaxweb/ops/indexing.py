@@ -4,8 +4,9 @@ Their loads go through index values read from a tensor: an indirect load
 (:class:`~relaxweb.ir.tir.Gather`).  ``take``, ``gather_elements`` and ``gather_nd`` legalize
 to one tensor program each: the index is loaded, cast to ``int32`` (int64 index tensors live
 as i32 on the device), wrapped when negative (``i + extent``) and clamped into the extent by
-the Gather (so an out-of-range index reads the nearest element on the GPU, where the
-interpreter's reference semantics raise).  The scatters and ``nonzero`` import, deduce and
+the Gather (so an out-of-range run-time index reads the nearest element on the GPU, where
+the interpreter's reference semantics raise; constant indices out of range are refused by
+deduction, naming the node).  The scatters and ``nonzero`` import, deduce and
 run in the interpreter but have no GPU lowering yet.  (The frontend turns a Gather by a
 constant or symbolic scalar index into a ``strided_slice``.)  Negative indices count from
 the end, as in ONNX.
@@ -41,7 +42,7 @@ import numpy as np
 from typing import Callable
 
 from ..errors import UnsupportedModelError
-from ..ir.expr import Call, TensorToPrim, tensor_dtype, tensor_shape
+from ..ir.expr import Call, Constant, TensorToPrim, tensor_dtype, tensor_shape
 from ..ir.op_registry import DeductionError, register_op
 from ..ir.struct_info import PrimStructInfo, TensorStructInfo
 from ..ir.symbolic import IntImm, PrimExpr, SizeVar, as_int, format_expr, product, prove_equal, simplify
@@ -70,6 +71,33 @@ def _wrapped_index(indices: Buffer, positions: tuple[PrimExpr, ...], extent: Pri
     return select(value.lt(0), value + IndexValue(extent), value)
 
 
+def _check_constant_indices(op: str, indices, extent: PrimExpr | None, dim: int) -> None:
+    """Refuse constant indices outside ``[-extent, extent)`` of data dimension ``dim`` (a known
+    extent): ONNX calls them an error, and the GPU would clamp them (``indices`` is the whole
+    constant, or the part of it that indexes ``dim``)."""
+    size = as_int(extent) if extent is not None else None
+    if size is None or indices is None:
+        return
+    values = np.asarray(indices, dtype=np.int64).reshape(-1)
+    bad = values[(values < -size) | (values >= size)]
+    if bad.size:
+        raise DeductionError(f"{op}: index {int(bad[0])} is out of range for dimension {dim} of the data (extent "
+                             f"{size}: indices lie in [{-size}, {size - 1}])")
+
+
+def _check_constant_tuples(op: str, indices: np.ndarray | None, shape: tuple[PrimExpr, ...], first: int) -> None:
+    """``_check_constant_indices`` for index tuples (the last axis of ``indices``) into the
+    data dims from ``first`` on (GatherND, ScatterND)."""
+    if indices is None or indices.ndim == 0:
+        return
+    for j in range(min(indices.shape[-1], len(shape) - first)):
+        _check_constant_indices(op, indices[..., j], shape[first + j], first + j)
+
+
+def _constant_data(expr) -> np.ndarray | None:
+    return expr.data if isinstance(expr, Constant) else None
+
+
 def _normalize(indices: np.ndarray, extent) -> np.ndarray:
     indices = np.asarray(indices, dtype=np.int64)
     extent = np.asarray(extent, dtype=np.int64)
@@ -95,6 +123,7 @@ def deduce_take(args, attrs) -> TensorStructInfo:
         return TensorStructInfo(None, data.dtype, -1)
     if data.shape is None or indices.shape is None:
         return TensorStructInfo(None, data.dtype, data.ndim - 1 + indices.ndim)
+    _check_constant_indices("take", _constant_data(args[1]), data.shape[axis], axis)
     return TensorStructInfo(data.shape[:axis] + indices.shape + data.shape[axis + 1:], data.dtype)
 
 
@@ -132,7 +161,9 @@ def deduce_gather_elements(args, attrs) -> TensorStructInfo:
     if data.ndim != -1 and indices.ndim != -1 and data.ndim != indices.ndim:
         raise DeductionError(f"gather_elements: data has {data.ndim} dims, indices {indices.ndim}")
     if data.ndim != -1:
-        normalize_axis("gather_elements", attrs.get("axis", 0), data.ndim)
+        axis = normalize_axis("gather_elements", attrs.get("axis", 0), data.ndim)
+        if data.shape is not None:
+            _check_constant_indices("gather_elements", _constant_data(args[1]), data.shape[axis], axis)
     return TensorStructInfo(indices.shape, data.dtype, indices.ndim)
 
 
@@ -183,6 +214,7 @@ def deduce_gather_nd(args, attrs) -> TensorStructInfo:
         if not prove_equal(data.shape[dim], indices.shape[dim]):
             raise DeductionError(f"gather_nd: batch dim {dim} differs: {format_expr(data.shape[dim])} vs "
                                  f"{format_expr(indices.shape[dim])}")
+    _check_constant_tuples("gather_nd", _constant_data(args[1]), data.shape, batch_dims)
     return TensorStructInfo(indices.shape[:-1] + data.shape[batch_dims + depth:], data.dtype)
 
 
@@ -242,7 +274,11 @@ def _deduce_scatter(name: str):
         if reduction not in REDUCTIONS:
             raise DeductionError(f"{name}: unknown reduction {reduction!r}; expected one of {', '.join(REDUCTIONS)}")
         if name == "scatter_elements" and data.ndim != -1:
-            normalize_axis(name, attrs.get("axis", 0), data.ndim)
+            axis = normalize_axis(name, attrs.get("axis", 0), data.ndim)
+            if data.shape is not None:
+                _check_constant_indices(name, _constant_data(args[1]), data.shape[axis], axis)
+        if name == "scatter_nd" and data.shape is not None:
+            _check_constant_tuples(name, _constant_data(args[1]), data.shape, 0)
         return data
 
     return deduce

@@ -24,9 +24,11 @@ Signatures (args, then attributes):
   the input's dim" 0 is resolved by the frontend).  The element counts must be equal (and a
   count divisible for ``-1``): provably, or, where the analyzer cannot decide, checked at run
   time by a ``match_cast`` of the count bound just before; ``count_checked=True`` says so.
-- ``dynamic_reshape(x, shape, copy_zeros=False)``: with a run-time 1-D integer tensor
-  ``shape`` (data-dependent; extents read back); ``copy_zeros`` gives ONNX's meaning to its
-  zeros (Reshape without ``allowzero``).
+- ``dynamic_reshape(x, shape, copy_zeros=False, source="")``: with a run-time 1-D integer
+  tensor ``shape`` (data-dependent; extents read back); ``copy_zeros`` gives ONNX's meaning to
+  its zeros (Reshape without ``allowzero``).  The element count of the target is checked at
+  run time (on the GPU path and in the reference alike); ``source`` names where the op comes
+  from for that error (``Reshape node 'r'``).
 - ``transpose(x, axes=[...])``: a permutation of the dims.
 - ``concat(x0, x1, ..., axis=0)``: the tensors are the call's arguments (not a tuple).
 - ``split(x, sections=k, axis=0)`` or ``split(x, indices=[i, j, ...], axis=0)``: a tuple of
@@ -36,8 +38,10 @@ Signatures (args, then attributes):
   and ``end`` are shape values, so they may be symbolic (use :func:`strided_slice`).
 - ``dynamic_slice(x, starts, ends, axes, steps)``: ONNX Slice with every operand a run-time
   1-D integer tensor (data-dependent; extents read back, positions computed in the kernel).
-- ``broadcast_to(x, shape)``: ONNX Expand: ``x`` and ``shape`` broadcast together (a 1 in
-  ``shape`` keeps the input's dim).
+- ``broadcast_to(x, shape, source="")``: ONNX Expand: ``x`` and ``shape`` broadcast together
+  (a 1 in ``shape`` keeps the input's dim).  With a run-time ``shape``, each entry facing a
+  dim of ``x`` that is not 1 must be 1 or that dim, checked at run time (``source`` names
+  the node for that error).
 - ``tile(x, repeats)``: ONNX Tile.
 - ``pad(x, pads, value[, axes], mode="constant")``: ONNX Pad; ``pads`` holds the begin pads
   of each padded axis then the end pads (negative pads crop), ``value`` is a scalar tensor
@@ -57,8 +61,8 @@ from typing import Sequence
 
 import numpy as np
 
-from ..errors import UnsupportedModelError
-from ..ir.expr import Call, Constant, Expr, ShapeExpr, Tuple, tensor_dtype, tensor_shape
+from ..errors import InputShapeError, UnsupportedModelError
+from ..ir.expr import Call, Constant, Expr, PrimValue, ShapeExpr, Tuple, tensor_dtype, tensor_shape
 from ..ir.op_registry import AssumptionError, DeductionError, call_op, register_op
 from ..ir.struct_info import PrimStructInfo, ShapeStructInfo, TensorStructInfo, TupleStructInfo
 from ..ir.symbolic import (
@@ -70,7 +74,7 @@ from .common import (
     DimOf, UnknownShapeError, broadcast_shapes, expect_args, load_broadcast, make_program, needs_known_shapes,
     normalize_axes, normalize_axis, require_equal, require_tensor, same_dtype,
 )
-from .readback import both, const, count_true, element, index, int32, read_back_dims, wrap_negative
+from .readback import both, const, count_true, element, extent_reason, index, int32, read_back_dims, wrap_negative
 
 
 class ReshapeInferenceError(AssumptionError):
@@ -209,6 +213,35 @@ def reshape_reference(arrays, attrs):
     return np.asarray(data.reshape(tuple(target)), order="C")  # (ascontiguousarray makes a 0-d result 1-d)
 
 
+def dynamic_reshape_reference(arrays, attrs):
+    """A reshape whose target, from data, is checked as on the GPU path."""
+    data, target = arrays[0], int_list(arrays[1])
+    if attrs.get("copy_zeros"):
+        target = [data.shape[position] if value == 0 else value for position, value in enumerate(target)]
+    target = _checked_target(data.size, target, attrs.get("source", ""))
+    return np.asarray(data.reshape(tuple(target)), order="C")
+
+
+def count_reason(source: str) -> str:
+    """What the element-count check of a ``dynamic_reshape`` states (see match_cast's reason)."""
+    return f"{source or 'dynamic_reshape'}: the element count of the target shape"
+
+
+def _checked_target(count: int, target: list[int], source: str) -> list[int]:
+    """The target with its -1 resolved as the GPU path resolves it (the count over the
+    product of the others), refused with the GPU path's error when it does not hold ``count``
+    elements or has a negative extent."""
+    others = int(np.prod([value for value in target if value != -1], dtype=np.int64))
+    resolved = [count // max(others, 1) if value == -1 else value for value in target]
+    for position, value in enumerate(resolved):
+        if value < 0:
+            raise InputShapeError(f"{extent_reason(source or 'dynamic_reshape', position)} is {value}, must be >= 0")
+    total = int(np.prod(resolved, dtype=np.int64))
+    if total != count:
+        raise InputShapeError(f"{count_reason(source)} is {total}, expected {count}")
+    return resolved
+
+
 register_op("reshape", deduce=deduce_reshape, legalize=needs_known_shapes(legalize_reshape), reference=reshape_reference)
 
 
@@ -222,7 +255,8 @@ def deduce_dynamic_reshape(args, attrs) -> TensorStructInfo:
 def legalize_dynamic_reshape(context, call: Call):
     """Each target extent (the entry; the input's dim for a 0 with ``copy_zeros``; the element
     count over the others' product for -1) is computed on the GPU and read back (one read per
-    dim, ``relaxweb/ops/readback.py``), then a reshape copy."""
+    dim, ``relaxweb/ops/readback.py``), their product checked against the element count (the
+    host stops with the reason before the copy), then a reshape copy."""
     data, target = call.args
     shape = tensor_shape(data)
     length = as_int(tensor_shape(target)[0]) if len(tensor_shape(target)) == 1 else None
@@ -247,11 +281,14 @@ def legalize_dynamic_reshape(context, call: Call):
             return select(value.eq(const(-1)), inferred, value)
         return build
 
-    dims = read_back_dims(context, (data, target), [extent(j) for j in range(length)], "reshape")
+    dims = read_back_dims(context, (data, target), [extent(j) for j in range(length)], "reshape",
+                          call.attrs.get("source", "dynamic_reshape"))
+    context.emit_match_cast(PrimValue(product(dims)), PrimStructInfo("int64", product(shape)), "reshape_count",
+                            reason=count_reason(call.attrs.get("source", "")))
     return context.call_tir(reshape_program(data, dims), (data,))
 
 
-register_op("dynamic_reshape", deduce=deduce_dynamic_reshape, reference=reshape_reference,
+register_op("dynamic_reshape", deduce=deduce_dynamic_reshape, reference=dynamic_reshape_reference,
             legalize=needs_known_data_shape(legalize_dynamic_reshape))
 
 
@@ -802,8 +839,19 @@ def legalize_broadcast_to(context, call: Call):
 
 
 def broadcast_to_reference(arrays, attrs):
-    x = arrays[0]
-    return np.ascontiguousarray(np.broadcast_to(x, np.broadcast_shapes(x.shape, tuple(int_list(arrays[1])))))
+    x, target = arrays[0], int_list(arrays[1])
+    rank = max(x.ndim, len(target))
+    for position in range(rank - min(x.ndim, len(target)), rank):  # the positions both sides have
+        dim, entry = x.shape[position - (rank - x.ndim)], target[position - (rank - len(target))]
+        if dim != 1 and entry not in (1, dim):
+            raise InputShapeError(f"{_entry_reason(attrs.get('source', ''), position - (rank - len(target)))} is {entry}, "
+                                  f"expected {dim}")
+    return np.ascontiguousarray(np.broadcast_to(x, np.broadcast_shapes(x.shape, tuple(target))))
+
+
+def _entry_reason(source: str, position: int) -> str:
+    """What the run-time check of an Expand target's entry states."""
+    return f"{source or 'broadcast_to'}: entry {position} of the target shape (1 or the input's dim)"
 
 
 def _operand_length(call: Call, position: int) -> int | None:
@@ -819,7 +867,9 @@ def _operand_length(call: Call, position: int) -> int | None:
 
 def legalize_broadcast_to_run_time(context, call: Call):
     """A run-time target shape: each result extent (the target's entry where the data's dim is
-    1, else the data's dim) is computed on the GPU and read back, then the broadcast copy."""
+    1, else the data's dim) is computed on the GPU and read back, then the broadcast copy.
+    Where the data's dim is not 1, the value read back is the entry when it is neither 1 nor
+    that dim, and a check that it equals the dim stops the run with both values."""
     data = call.args[0]
     shape = tensor_shape(data)
     length = _operand_length(call, 1)
@@ -833,10 +883,19 @@ def legalize_broadcast_to_run_time(context, call: Call):
                 return entry
             if as_int(shape[offset]) == 1:
                 return entry
-            return index(shape[offset])
+            if position < rank - length:  # no entry: the data's dim
+                return index(shape[offset])
+            agrees = select(entry.eq(const(1)), FloatImm(1, "bool"), entry.eq(index(shape[offset])))
+            return select(agrees, index(shape[offset]), entry)
         return build
 
-    dims = read_back_dims(context, call.args, [extent(j) for j in range(rank)], "broadcast_to")
+    source = call.attrs.get("source", "")
+    dims = read_back_dims(context, call.args, [extent(j) for j in range(rank)], "broadcast_to", source or "broadcast_to")
+    for position in range(max(rank - length, rank - len(shape)), rank):
+        dim = shape[position - (rank - len(shape))]
+        if as_int(dim) != 1:
+            context.emit_match_cast(PrimValue(dims[position]), PrimStructInfo("int64", dim), "expand_checked",
+                                    reason=_entry_reason(source, position - (rank - length)))
     program = make_program("broadcast_to", [data], dims, tensor_dtype(data),
                            lambda axes, buffers: load_broadcast(buffers[0], axes))
     return context.call_tir(program, (data,))

@@ -64,9 +64,10 @@ def count_true(conditions: Sequence[ScalarExpr]) -> ScalarExpr:
 
 
 def read_back_dims(context, args: Sequence[Expr], extents: Sequence[Callable[[list[Buffer]], ScalarExpr]],
-                   name: str) -> tuple[SizeVar, ...]:
+                   name: str, source: str = "") -> tuple[SizeVar, ...]:
     """One fresh size variable per function of ``extents`` (each builds the int32 value of an
-    extent from buffers of ``args``), computed on the GPU and read back."""
+    extent from buffers of ``args``), computed on the GPU and read back.  ``source`` names
+    where the op comes from (``Reshape node 'r'``) for the error of a negative extent."""
     buffers = [Buffer(chr(ord("A") + i), tensor_shape(arg), tensor_dtype(arg)) for i, arg in enumerate(args)]
     dims = []
     for position, extent in enumerate(extents):
@@ -77,6 +78,12 @@ def read_back_dims(context, args: Sequence[Expr], extents: Sequence[Callable[[li
         tensor = context.emit(context.call_tir(program, tuple(args)), f"{name}_dim{position}")
         value = context.emit(TensorToPrim(tensor), f"{name}_dim{position}_value")
         var = SizeVar(context.fresh_name(f"{name}_d{position}"))
-        context.emit_match_cast(value, PrimStructInfo("int64", var), f"{name}_d{position}")
+        context.emit_match_cast(value, PrimStructInfo("int64", var), f"{name}_d{position}",
+                                reason=extent_reason(source, position) if source else "")
         dims.append(var)
     return tuple(dims)
+
+
+def extent_reason(source: str, position: int) -> str:
+    """What the read-back of extent ``position`` of an op's result states in its errors."""
+    return f"{source}: dimension {position} of the result"

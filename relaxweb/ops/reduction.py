@@ -49,13 +49,14 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import UnsupportedModelError
+from ..ir.dtype import dtype_info
 from ..ir.expr import Call, TensorToPrim, Tuple, tensor_dtype, tensor_shape
 from ..ir.op_registry import DeductionError, call_op, register_op
 from ..ir.struct_info import PrimStructInfo, TensorStructInfo, TupleStructInfo
 from ..ir.symbolic import IntImm, SizeVar, as_int, product, prove_less_equal, format_expr
 from ..ir.tir import (
-    Cast, Compare, CompareOp, FloatImm, Gather, IndexValue, Load, Reduce, ReduceCombiner, ScalarExpr, exp, log, maximum,
-    minimum, scalar_dtype, select, sqrt,
+    Cast, Compare, CompareOp, FloatImm, Gather, IndexValue, Load, Reduce, ReduceCombiner, ScalarExpr, exp, is_nan, log,
+    maximum, minimum, scalar_dtype, select, sqrt,
 )
 from ..library import unique_count_kernel, unique_values_kernel
 from .common import (
@@ -527,7 +528,9 @@ def _arg_reference(name: str):
 
 def _legalize_arg(name: str):
     """Two programs: the extreme along the axis (kept as an extent-1 dim), then the first (or,
-    with ``select_last_index``, the last) position where the data equals it, as int64."""
+    with ``select_last_index``, the last) position where the data equals it, as int64.  A
+    row with a NaN has NaN as its extreme and gives the position of its first (last) NaN, as
+    numpy."""
     combiner = MAX if name == "argmax" else MIN
 
     def legalize(context, call: Call):
@@ -560,7 +563,10 @@ def _legalize_arg(name: str):
         def index_body(axes, buffers):
             source, best = buffers
             best_index = list(source_index(axes, IntImm(0)))
-            hit = Load(source, source_index(axes, r)).eq(Load(best, tuple(best_index)))
+            value, extreme_value = Load(source, source_index(axes, r)), Load(best, tuple(best_index))
+            hit = value.eq(extreme_value)
+            if dtype_info(source.dtype).is_float:  # the extreme of a row with a NaN is NaN: its first (last) NaN
+                hit = select(is_nan(extreme_value), is_nan(value), hit)
             miss = IndexValue(IntImm(-1)) if last else IndexValue(extent)
             position = Reduce(MAX if last else MIN, r, extent, select(hit, IndexValue(r), miss))
             return Cast("int64", position)

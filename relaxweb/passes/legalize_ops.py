@@ -57,9 +57,9 @@ class _Legalizer(ExprMutator):
         kind = DataflowVar if self.in_dataflow_block else Var
         return kind(self.names.unique_name(name_hint), struct_info)
 
-    def emit_match_cast(self, value: Expr, struct_info, name_hint: str = "lv") -> Var:
+    def emit_match_cast(self, value: Expr, struct_info, name_hint: str = "lv", reason: str = "") -> Var:
         var = self._new_var(name_hint, struct_info)
-        self.emit_binding(MatchCast(var, value, struct_info))
+        self.emit_binding(MatchCast(var, value, struct_info, reason))
         return var
 
     def emit(self, value: Expr, name_hint: str = "lv") -> Var:

@@ -34,6 +34,29 @@ _RUNTIME_ZERO = "(u32(params.element_count) & 0u)"
 LOWEST = {"float32": f"bitcast<f32>(0xff800000u | {_RUNTIME_ZERO})", "int32": "i32(-2147483648)", "uint32": "0u"}
 HIGHEST = {"float32": f"bitcast<f32>(0x7f800000u | {_RUNTIME_ZERO})", "int32": "2147483647", "uint32": "4294967295u"}
 
+# The float max / min, by op or combiner (see float_extremum).
+_EXTREMA = {BinaryOp.MAXIMUM: "max", BinaryOp.MINIMUM: "min", ReduceCombiner.MAX: "max", ReduceCombiner.MIN: "min"}
+
+
+def is_nan(value: str, float_type: str = "f32") -> str:
+    """Whether a float (or each lane of a float vector) is NaN, from its bit pattern: exponent
+    all ones and a non-zero mantissa (WGSL lets compilers assume ``x == x``)."""
+    if float_type == "f32":
+        return f"((bitcast<u32>({value}) & 0x7fffffffu) > 0x7f800000u)"
+    bits = float_type.replace("f32", "u32")
+    return f"((bitcast<{bits}>({value}) & {bits}(0x7fffffffu)) > {bits}(0x7f800000u))"
+
+
+def float_extremum(op: BinaryOp | ReduceCombiner, a: str, b: str, float_type: str = "f32") -> str:
+    """The float max / min of ``a`` and ``b`` (names or short expressions: each is written
+    three times), NaN when either is NaN, as numpy, onnxruntime and IEEE 754-2019's
+    maximum / minimum give.  WGSL leaves ``max`` and ``min`` of a NaN unspecified (Vulkan's
+    lavapipe returns the other operand, so relu(NaN) would be 0): every float max / min of the
+    backend (elementwise ops, reductions, pools) is written here."""
+    plain = f"{_EXTREMA[op]}({a}, {b})"
+    return f"select(select({plain}, {b}, {is_nan(b, float_type)}), {a}, {is_nan(a, float_type)})"
+
+
 # How each op of the scalar IR is written in WGSL, from its operands' WGSL text.  Every op
 # has an entry (tests/test_scalar_expr.py checks): an op without one is an error, never a guess.
 BINARY_RENDERINGS: dict[BinaryOp, Callable[[str, str], str]] = {
@@ -41,7 +64,7 @@ BINARY_RENDERINGS: dict[BinaryOp, Callable[[str, str], str]] = {
     BinaryOp.SUBTRACT: lambda a, b: f"({a} - {b})",
     BinaryOp.MULTIPLY: lambda a, b: f"({a} * {b})",
     BinaryOp.DIVIDE: lambda a, b: f"({a} / {b})",
-    BinaryOp.MAXIMUM: lambda a, b: f"max({a}, {b})",
+    BinaryOp.MAXIMUM: lambda a, b: f"max({a}, {b})",  # integers; floats: float_extremum
     BinaryOp.MINIMUM: lambda a, b: f"min({a}, {b})",
     BinaryOp.POWER: lambda a, b: f"pow({a}, {b})",  # undefined for a negative base (WGSL spec)
     BinaryOp.BITWISE_AND: lambda a, b: f"({a} & {b})",
@@ -51,8 +74,7 @@ BINARY_RENDERINGS: dict[BinaryOp, Callable[[str, str], str]] = {
 UNARY_RENDERINGS: dict[UnaryOp, Callable[[str], str]] = {
     UnaryOp.NEGATIVE: lambda a: f"(-{a})",
     UnaryOp.SIGMOID: lambda a: f"(1.0 / (1.0 + exp(-{a})))",
-    # exponent all ones and a non-zero mantissa (WGSL lets compilers assume x == x)
-    UnaryOp.IS_NAN: lambda a: f"((bitcast<u32>({a}) & 0x7fffffffu) > 0x7f800000u)",
+    UnaryOp.IS_NAN: is_nan,
     # WGSL built-ins of the same name
     **{op: (lambda name: lambda a: f"{name}({a})")(op.value) for op in (
         UnaryOp.EXP, UnaryOp.TANH, UnaryOp.SQRT, UnaryOp.LOG, UnaryOp.FLOOR, UnaryOp.CEIL, UnaryOp.ROUND,
@@ -70,8 +92,6 @@ COMBINER_RENDERINGS: dict[ReduceCombiner, Callable[[str, str], str]] = {
     ReduceCombiner.MAX: lambda accumulator, value: f"max({accumulator}, {value})",
     ReduceCombiner.MIN: lambda accumulator, value: f"min({accumulator}, {value})",
 }
-
-
 def rendering(table: dict, op):
     """The entry of ``op`` in one of the tables above; a missing op is an error."""
     try:
@@ -137,6 +157,7 @@ class Emitter:
         self.accumulators = 0
         self.selections = 0
         self.values = 0
+        self.float_type = "f32"  # the WGSL type of a float value (a vector in the vectorized schedule)
         self.repeated = _repeated_subexpressions(program.body)
         self.scopes: list[dict[ScalarExpr, str]] = [{}]
         self.cooperative: Callable[[Reduce, str], str] | None = None  # a schedule's top-level reductions
@@ -246,6 +267,8 @@ class Emitter:
             return self.select(expr, indent)
         if isinstance(expr, Binary):
             a, b = self.scalar(expr.a, indent), self.scalar(expr.b, indent)
+            if expr.op in _EXTREMA and dtype_info(scalar_dtype(expr)).is_float:
+                return float_extremum(expr.op, self.named(a, indent), self.named(b, indent), self.float_type)
             return rendering(BINARY_RENDERINGS, expr.op)(a, b)
         if isinstance(expr, Unary):
             return rendering(UNARY_RENDERINGS, expr.op)(self.scalar(expr.a, indent))
@@ -254,6 +277,16 @@ class Emitter:
                 return self.cooperative(expr, indent)
             return self.reduce(expr, indent)
         raise TypeError(f"cannot emit {type(expr).__name__}")
+
+    def named(self, value: str, indent: str) -> str:
+        """``value`` itself when it is a name or a number, else a ``let`` of it (for an
+        expression written more than once)."""
+        if value.replace("_", "").replace(".", "").isalnum():
+            return value
+        name = f"v{self.values}"
+        self.values += 1
+        self.statements.append(f"{indent}let {name} = {value};")
+        return name
 
     def cast(self, expr: Cast, indent: str) -> str:
         """Like numpy's astype, in 32 bits: a dtype narrower than its device dtype keeps its
@@ -295,6 +328,8 @@ class Emitter:
         self.open_scope()
         self.declare_axis(expr.axis, expr.extent)
         body = self.scalar(expr.body, indent + "  ")
+        if is_float_extremum(expr.combiner, dtype):
+            body = self.named(body, indent + "  ")
         self.close_scope()
         self.statements.append(f"{indent}  {name} = {combine(expr.combiner, dtype, name, body, f'{axis} == 0')};")
         self.statements.append(f"{indent}}}")
@@ -322,12 +357,18 @@ class Emitter:
 
 
 def combine(combiner: ReduceCombiner, dtype: str, accumulator: str, value: str, first: str) -> str:
-    """``accumulator`` combined with ``value``; a float max / min takes the value as it is
-    where ``first`` (a WGSL bool) holds, so that infinities need no constant."""
+    """``accumulator`` combined with ``value`` (a name for a float max / min: it is written
+    several times); a float max / min takes the value as it is where ``first`` (a WGSL bool)
+    holds, so that infinities need no constant, and propagates NaN (float_extremum)."""
     update = rendering(COMBINER_RENDERINGS, combiner)(accumulator, value)
-    if combiner in (ReduceCombiner.MAX, ReduceCombiner.MIN) and dtype_info(dtype).is_float:
-        update = f"select({update}, {value}, {first})"
+    if is_float_extremum(combiner, dtype):
+        update = f"select({float_extremum(combiner, accumulator, value)}, {value}, {first})"
     return update
+
+
+def is_float_extremum(combiner: ReduceCombiner, dtype: str) -> bool:
+    """Whether a reduction is a float max / min (its values are written through float_extremum)."""
+    return combiner in (ReduceCombiner.MAX, ReduceCombiner.MIN) and dtype_info(dtype).is_float
 
 
 def reduce_identity(combiner: ReduceCombiner, dtype: str) -> str:

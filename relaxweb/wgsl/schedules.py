@@ -37,7 +37,7 @@ from ..ir.schedule import (
 )
 from ..ir.symbolic import SizeVar, product, simplify
 from ..ir.tir import FloatImm, Load, Reduce, ReduceCombiner, ScalarExpr, TensorProgram, scalar_dtype
-from .emit import Emitter, combine, literal, reduce_identity, storage_type, to_storage, wgsl_name
+from .emit import Emitter, combine, is_float_extremum, literal, reduce_identity, storage_type, to_storage, wgsl_name
 from .lower_index import IndexOp
 
 
@@ -112,11 +112,13 @@ def render_workgroup_reduction(program: TensorProgram, schedule: WorkgroupReduct
         emitter.open_scope()
         emitter.declare_axis(expr.axis, expr.extent)
         value = emitter.scalar(expr.body, indent + "  ")
+        if is_float_extremum(expr.combiner, dtype):
+            value = emitter.named(value, indent + "  ")
         emitter.close_scope()
         out.append(f"{indent}  {accumulator} = {combine(expr.combiner, dtype, accumulator, value, first)};")
         out.append(f"{indent}  {first} = false;")
         out.append(f"{indent}}}")
-        if expr.combiner in (ReduceCombiner.MAX, ReduceCombiner.MIN) and dtype_info(dtype).is_float:
+        if is_float_extremum(expr.combiner, dtype):
             # an invocation with no element takes element 0 (max and min ignore repeats)
             out.append(f"{indent}if ({first} && {extent} > 0) {{")
             out.append(f"{indent}  let {axis} = 0;")
@@ -240,6 +242,7 @@ class _VectorEmitter(Emitter):
         super().__init__(program, {v.name for v in program.size_vars})
         self.width = width
         self.access = access
+        self.float_type = _vector_type(width)
 
     def _scalar(self, expr: ScalarExpr, indent: str) -> str:
         if isinstance(expr, Load):

@@ -6,7 +6,9 @@ from the input's shape (``relaxweb/ops/convolution.py``), so one program serves 
 
 from __future__ import annotations
 
-from ...ir.expr import tensor_shape
+from ...ir.expr import Call, PrimValue, tensor_shape
+from ...ir.struct_info import PrimStructInfo, TensorStructInfo
+from ...ir.symbolic import as_int, expr_max, prove_less_equal, simplify
 from ...ops import call_op
 from .nn import text_attr
 from .registry import NodeConversionError, converter
@@ -35,6 +37,23 @@ def _spatial_rank(node, data, least: int = 1) -> int:
     return rank
 
 
+def _window_fits(context, node, call: Call, least: int) -> Call:
+    """``call`` after a run-time check of each spatial extent of its result that the analyzer
+    cannot prove at least ``least`` (1 for a conv, 0 for a pool, as onnxruntime): an input
+    smaller than the window stops the run naming the node, instead of an empty or negative
+    shape.  (Constant extents are checked by the op's deduction.)"""
+    info = call.struct_info
+    if not isinstance(info, TensorStructInfo) or info.shape is None:
+        return call
+    for dim, extent in enumerate(info.shape[2:]):
+        if as_int(extent) is None and not prove_less_equal(least, extent):
+            context.builder.emit_match_cast(
+                PrimValue(extent), PrimStructInfo("int64", simplify(expr_max(extent, least))), "window_checked",
+                reason=f"{node.op_type} node '{node.name}': the result's extent along spatial dim {dim} (the window "
+                       "must fit the padded input)")
+    return call
+
+
 @converter("Conv")
 def convert_conv(context, node, inputs):
     data, weight = inputs[0], inputs[1]
@@ -48,7 +67,8 @@ def convert_conv(context, node, inputs):
     if len(weight_shape) != rank + 2:
         raise NodeConversionError(f"Conv node '{node.name}': the weight {weight.struct_info} needs {rank + 2} dims")
     args = (data, weight) if bias is None else (data, weight, bias)
-    return call_op("conv", *args, groups=int(attrs.get("group", 1)), **_spatial_attrs(node, attrs, rank))
+    return _window_fits(context, node, call_op("conv", *args, groups=int(attrs.get("group", 1)),
+                                               **_spatial_attrs(node, attrs, rank)), least=1)
 
 
 @converter("ConvTranspose")
@@ -96,7 +116,7 @@ def convert_pool(context, node, inputs):
         extra["count_include_pad"] = bool(attrs.get("count_include_pad", 0))
     if node.op_type == "LpPool":
         extra["p"] = float(attrs.get("p", 2))
-    result = call_op(POOLS[node.op_type], data, kernel=kernel, **spatial, **extra)
+    result = _window_fits(context, node, call_op(POOLS[node.op_type], data, kernel=kernel, **spatial, **extra), least=0)
     if node.op_type == "MaxPool" and len(node.output) > 1 and node.output[1]:
         storage_order = int(attrs.get("storage_order", 0))
         return [result, call_op("max_pool_indices", data, kernel=kernel, storage_order=storage_order, **spatial, **extra)]
