@@ -766,5 +766,23 @@ def contains_reduce(expr: ScalarExpr) -> bool:
 
 
 def expression_size(expr: ScalarExpr) -> int:
-    """The number of nodes of a scalar expression (fusion caps the size of what it builds)."""
-    return 1 + sum(expression_size(child) for child in scalar_children(expr))
+    """The number of nodes of a scalar expression, a shared subexpression counted at each
+    use (fusion caps the size of what it builds).  Walked with a stack: the expression may be
+    deeper than Python's recursion limit."""
+    size, pending = 0, [expr]
+    while pending:
+        size += 1
+        pending.extend(scalar_children(pending.pop()))
+    return size
+
+
+def expression_depth(expr: ScalarExpr) -> int:
+    """The number of nodes on the longest path from ``expr`` to a leaf (a load: 1).  Fusion
+    caps it: every recursive walk of a body (rewrites, the WGSL emitter, hashing) nests one
+    call per level.  Walked with a stack, so any depth can be measured."""
+    deepest, pending = 0, [(expr, 1)]
+    while pending:
+        node, depth = pending.pop()
+        deepest = max(deepest, depth)
+        pending.extend((child, depth + 1) for child in scalar_children(node))
+    return deepest
