@@ -71,6 +71,7 @@ class _Fuser(ExprMutator):
         self.programs = self.table.programs
         self.analyzer = analyzer
         self.uses = uses
+        self.patterns: dict[str, Pattern] = {}
 
     def visit_dataflow_block(self, block: DataflowBlock) -> DataflowBlock:
         return DataflowBlock(tuple(self.fuse(list(block.bindings))))
@@ -122,7 +123,7 @@ class _Fuser(ExprMutator):
             return None  # used elsewhere too: an output, a tuple, an If, a library kernel ...
         if not all(self._is_program_call(block.slots[i].value) for i in consumers):
             return None
-        reduces = contains_reduce(self.programs[producer.value.program].body)
+        reduces = self.pattern(producer.value.program) in (Pattern.REDUCTION, Pattern.MATMUL)
         if reduces and len(consumers) != 1:
             return None
         fused_calls = {}
@@ -155,7 +156,7 @@ class _Fuser(ExprMutator):
         if (len(program.inputs) + 1 > MAX_STORAGE_BUFFERS or expression_size(program.body) > MAX_BODY_SIZE
                 or expression_depth(program.body) > MAX_BODY_DEPTH):
             return None
-        if (Pattern.MATMUL in (program_pattern(source), program_pattern(consumer))
+        if (Pattern.MATMUL in (self.pattern(producer_call.program), self.pattern(consumer_call.program))
                 and program_pattern(program) is not Pattern.MATMUL):
             return None  # e.g. a head-merging transpose after attention: keep the tiled matmul
         name = self.table.add(program)
@@ -175,6 +176,12 @@ class _Fuser(ExprMutator):
         if produced.shape is None or consumed.shape is None:
             return False
         return self.analyzer.prove_less_equal(product(consumed.shape), product(produced.shape))
+
+    def pattern(self, name: str) -> Pattern:
+        """The pattern of the program named ``name``, computed once (a name's program never changes)."""
+        if name not in self.patterns:
+            self.patterns[name] = program_pattern(self.programs[name])
+        return self.patterns[name]
 
     def _is_program_call(self, value: object) -> bool:
         return (isinstance(value, CallTIR) and not isinstance(value, CallLibrary)
