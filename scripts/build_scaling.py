@@ -1,9 +1,10 @@
 """How build time grows with the number of ONNX nodes (issue 12: the build must scale).
 
 Builds generated models of 1k / 10k / 100k nodes (``--sizes``) of three shapes, each in a
-fresh process, and prints the time of every build stage (import, each pass, the WGSL kernels,
-host.wasm, the bundle files), the peak memory, and the ratio of times per 10x nodes (10 is
-linear, 100 quadratic):
+fresh process, and prints the CPU time of every build stage (import, each pass, the WGSL
+kernels, host.wasm, the bundle files; CPU time, so that a shared machine measures the same),
+the wall time, the peak memory, and the ratio of times per 10x nodes (10 is linear, 100
+quadratic):
 
 - ``elementwise``: a chain of Relu nodes (fusion merges them into kernels of bounded depth);
 - ``softmax``: a chain of Softmax nodes (each legalizes to three programs with reductions);
@@ -90,11 +91,12 @@ def build_once(shape: str, count: int) -> dict:
     """Build one model in this process; its stage times (s), kernels and peak memory (MB)."""
     model = MODELS[shape](count)
     stages: dict[str, float] = {}
-    last = start = time.perf_counter()
+    last = start = time.process_time()
+    wall_start = time.perf_counter()
 
     def progress(line: str) -> None:
         nonlocal last
-        now = time.perf_counter()
+        now = time.process_time()
         stages[stage_name(line)] = now - last
         last = now
 
@@ -103,7 +105,8 @@ def build_once(shape: str, count: int) -> dict:
         kernels = len(bundle.manifest["kernels"])
         call_sites = len(bundle.manifest["call_sites"])
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return {"shape": shape, "nodes": count, "total": time.perf_counter() - start, "stages": stages,
+    return {"shape": shape, "nodes": count, "total": time.process_time() - start,
+            "wall": time.perf_counter() - wall_start, "stages": stages,
             "kernels": kernels, "call_sites": call_sites, "peak_mb": round(peak_mb)}
 
 
@@ -139,7 +142,8 @@ def report(result: dict, previous: dict | None) -> None:
     if previous is not None:
         growth = (result["total"] / previous["total"]) / (result["nodes"] / previous["nodes"]) * 10
         ratio = f", x{growth:.1f} per 10x nodes"
-    print(f"{result['shape']} {result['nodes']} nodes: {result['total']:.1f} s{ratio}; "
+    print(f"{result['shape']} {result['nodes']} nodes: {result['total']:.1f} s CPU{ratio} "
+          f"({result['wall']:.1f} s wall); "
           f"{result['kernels']} kernels, {result['call_sites']} dispatches, peak {result['peak_mb']} MB")
     stages = result["stages"]
     print("   " + ", ".join(f"{name} {seconds:.2f}" for name, seconds in stages.items()), flush=True)
