@@ -25,8 +25,9 @@ values and library kernels keep theirs).  A loop's body is fused like a dataflow
 runs once per iteration, so each launch it saves is saved at every iteration.  A merged
 kernel keeps within WebGPU's default of 8 storage buffers per shader stage, and a body stays
 under a size cap and a depth cap, so repeated inlining cannot blow up: a chain of 10,000
-activations becomes kernels of 64 levels each (all one program, deduplicated by the program
-table), which every recursive walk of a body, the WGSL emitter and shader compilers handle.
+activations becomes kernels of 64 levels each (two distinct programs: the program table keeps
+one of identical ones), which every recursive walk of a body, the WGSL emitter, the IR text's
+parser and shader compilers handle.
 Merged programs get new names; programs nothing calls any more are dropped from the module.
 
 The pass takes time linear in the number of bindings (times the size of what it merges):
@@ -120,7 +121,7 @@ class _Fuser(ExprMutator):
                 changed = True
         return block.bindings()
 
-    def try_merge(self, producer: object, consumers: list[int], block: "_Block") -> dict[int, CallTIR] | None:
+    def try_merge(self, producer: object, consumers: list[int], block: _Block) -> dict[int, CallTIR] | None:
         """The new call of each consumer (by slot) with ``producer`` merged in, or None."""
         if not (isinstance(producer, VarBinding) and self._is_program_call(producer.value)):
             return None
