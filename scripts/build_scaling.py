@@ -31,7 +31,7 @@ from onnx import TensorProto, helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import relaxweb  # noqa: E402
+import relaxweb
 
 SHAPE = [4, 8]
 
@@ -125,7 +125,7 @@ def main() -> None:
         previous = None
         for count in (int(size) for size in args.sizes.split(",")):
             done = subprocess.run([sys.executable, __file__, "--one", shape, str(count)],
-                                  capture_output=True, text=True)
+                                  capture_output=True, text=True, check=False)
             if done.returncode != 0:
                 print(f"{shape} {count}: failed\n{done.stderr[-2000:]}")
                 break

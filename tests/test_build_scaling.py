@@ -14,7 +14,14 @@ from onnx import TensorProto, helper
 import relaxweb
 from relaxweb.compiler import compile_model
 from relaxweb.ir.symbolic import IntImm
-from relaxweb.ir.tir import Buffer, Load, TensorProgram, expression_depth, expression_size, maximum
+from relaxweb.ir.tir import (
+    Buffer,
+    Load,
+    TensorProgram,
+    expression_depth,
+    expression_size,
+    maximum,
+)
 from relaxweb.passes.fuse_ops import MAX_BODY_DEPTH
 from tests.helpers import make_model, onnxruntime_outputs
 
