@@ -13,6 +13,9 @@ from onnx import TensorProto, helper
 
 import relaxweb
 from relaxweb.compiler import compile_model
+from relaxweb.ir.parser import parse_module
+from relaxweb.ir.printer import format_module, module_constants
+from relaxweb.ir.structural import assert_structural_equal
 from relaxweb.ir.symbolic import IntImm
 from relaxweb.ir.tir import (
     Buffer,
@@ -49,6 +52,8 @@ def test_a_500_relu_chain_fuses_into_kernels_of_bounded_depth():
     assert all(expression_depth(p.body) <= MAX_BODY_DEPTH for p in programs)
     assert sum(expression_depth(p.body) - 1 for p in programs) >= MAX_BODY_DEPTH  # both are long chains
     assert 500 / MAX_BODY_DEPTH <= len(module.main.dispatches) <= 2 * 500 / MAX_BODY_DEPTH
+    # the text form reads back (Python's parser refuses ~200 nested parentheses)
+    assert_structural_equal(parse_module(format_module(module), constants=module_constants(module)), module)
 
 
 def test_expression_size_and_depth_measure_any_depth():
