@@ -46,6 +46,7 @@ class FunctionBuilder:
         self.input_names: list[str] = []
         self.bindings: list[VarBinding | MatchCast] = []
         self._used_names: set[str] = set()
+        self._next_number: dict[str, int] = {}  # base -> the first number unique_name has not tried
         self._checked: dict[tuple[Expr, int, PrimExpr], Var] = {}  # (value, dim, extent) -> its checked cast
 
     def unique_name(self, hint: str) -> str:
@@ -53,10 +54,13 @@ class FunctionBuilder:
         base = re.sub(r"[^0-9A-Za-z_]", "_", hint) or "v"
         if base[0].isdigit():
             base = "v" + base
-        name, counter = base, 1
+        # numbered from where the last search for this base stopped: the names below it
+        # were taken then and still are, so a thousand "lv" take linear time, not quadratic
+        name, counter = base, self._next_number.get(base, 1)
         while name in self._used_names:
             name = f"{base}_{counter}"
             counter += 1
+        self._next_number[base] = counter
         self._used_names.add(name)
         return name
 

@@ -144,12 +144,12 @@ def simplify_indices(program: TensorProgram) -> TensorProgram:
             analyzer = analyzer.with_symbolic_upper(axis.name, extent - IntImm(1))
 
     def visit(node: ScalarExpr) -> ScalarExpr | None:
-        if isinstance(node, Load):
-            return Load(node.buffer, tuple(analyzer.simplify(i) for i in node.indices))
-        if isinstance(node, Gather):
-            return Gather(node.buffer, tuple(i if isinstance(i, ScalarExpr) else analyzer.simplify(i) for i in node.indices))
+        if isinstance(node, (Load, Gather)):  # a node whose indices stay is kept (with what is above it)
+            indices = tuple(i if isinstance(i, ScalarExpr) else analyzer.simplify(i) for i in node.indices)
+            return None if indices == node.indices else type(node)(node.buffer, indices)
         if isinstance(node, IndexValue):
-            return IndexValue(analyzer.simplify(node.value))
+            value = analyzer.simplify(node.value)
+            return None if value == node.value else IndexValue(value)
         if isinstance(node, Select):  # a branch a constant index decides (a concat's part)
             decided = _decided(node.condition, analyzer)
             if decided is not None:

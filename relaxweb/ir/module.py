@@ -64,15 +64,18 @@ class ProgramTable:
     def __init__(self, programs: dict[str, Any]) -> None:
         self.programs = dict(programs)
         self._by_body = {replace(p, name=""): n for n, p in self.programs.items()}
+        self._next_number: dict[str, int] = {}  # name -> the first number add has not tried
 
     def add(self, program) -> str:
         key = replace(program, name="")
         name = self._by_body.get(key)
         if name is None:
-            name, counter = program.name, 1
+            # numbered from where the last search for this name stopped (names only get taken)
+            name, counter = program.name, self._next_number.get(program.name, 1)
             while name in self.programs:
                 name = f"{program.name}{counter}"
                 counter += 1
+            self._next_number[program.name] = counter
             self.programs[name] = replace(program, name=name)
             self._by_body[key] = name
         return name

@@ -579,10 +579,11 @@ class TensorProgram:
         if not isinstance(self.schedule, Schedule):
             raise TypeError(f"{self.name}: schedule must be a Schedule (relaxweb/ir/schedule.py), got {self.schedule!r}")
 
-    @property
-    def size_vars(self) -> list[SizeVar]:
+    @cached_property
+    def size_vars(self) -> tuple[SizeVar, ...]:
         """Size variables of the buffer shapes, in order of first appearance, then those that
-        appear only in the body (e.g. the symbolic begin of a slice)."""
+        appear only in the body (e.g. the symbolic begin of a slice).  Computed once per
+        program (fusion asks at every merge)."""
         found: dict[str, SizeVar] = {}
         for buffer in (*self.inputs, self.output):
             for dim in buffer.shape:
@@ -593,7 +594,7 @@ class TensorProgram:
             for var in free_vars(expr):
                 if var.name not in index_names:
                     found.setdefault(var.name, var)
-        return list(found.values())
+        return tuple(found.values())
 
 
 # -- text ------------------------------------------------------------------------------------
@@ -702,19 +703,24 @@ def format_schedule(schedule: Schedule) -> str:
 
 def map_scalar(expr: ScalarExpr, function: Callable[[ScalarExpr], ScalarExpr | None]) -> ScalarExpr:
     """Rebuild ``expr`` bottom-up; ``function(node)`` may return a replacement for a node
-    (it sees the node with its children already rebuilt) or None to keep it."""
+    (it sees the node with its children already rebuilt) or None to keep it.  A node whose
+    children come back unchanged is kept itself (fusion maps every body several times)."""
     if isinstance(expr, (Binary, Compare)):
-        rebuilt = type(expr)(expr.op, map_scalar(expr.a, function), map_scalar(expr.b, function))
-    elif isinstance(expr, Unary):
-        rebuilt = Unary(expr.op, map_scalar(expr.a, function))
-    elif isinstance(expr, Cast):
-        rebuilt = Cast(expr.dtype, map_scalar(expr.a, function))
+        a, b = map_scalar(expr.a, function), map_scalar(expr.b, function)
+        rebuilt = expr if a is expr.a and b is expr.b else type(expr)(expr.op, a, b)
+    elif isinstance(expr, (Unary, Cast)):
+        a = map_scalar(expr.a, function)
+        rebuilt = expr if a is expr.a else (Unary(expr.op, a) if isinstance(expr, Unary) else Cast(expr.dtype, a))
     elif isinstance(expr, Reduce):
-        rebuilt = Reduce(expr.combiner, expr.axis, expr.extent, map_scalar(expr.body, function))
+        body = map_scalar(expr.body, function)
+        rebuilt = expr if body is expr.body else Reduce(expr.combiner, expr.axis, expr.extent, body)
     elif isinstance(expr, Select):
-        rebuilt = Select(map_scalar(expr.condition, function), map_scalar(expr.a, function), map_scalar(expr.b, function))
+        condition, a, b = (map_scalar(e, function) for e in (expr.condition, expr.a, expr.b))
+        unchanged = condition is expr.condition and a is expr.a and b is expr.b
+        rebuilt = expr if unchanged else Select(condition, a, b)
     elif isinstance(expr, Gather):
-        rebuilt = Gather(expr.buffer, tuple(map_scalar(i, function) if isinstance(i, ScalarExpr) else i for i in expr.indices))
+        indices = tuple(map_scalar(i, function) if isinstance(i, ScalarExpr) else i for i in expr.indices)
+        rebuilt = expr if all(i is j for i, j in zip(indices, expr.indices)) else Gather(expr.buffer, indices)
     else:
         rebuilt = expr
     replacement = function(rebuilt)
@@ -727,11 +733,12 @@ def substitute_scalar(expr: ScalarExpr, mapping: Mapping[str, PrimExpr]) -> Scal
     is renamed."""
     def visit(node: ScalarExpr) -> ScalarExpr | None:
         if isinstance(node, Load):
-            return Load(node.buffer, tuple(substitute(i, mapping) for i in node.indices))
+            return _with_indices(node, tuple(substitute(i, mapping) for i in node.indices))
         if isinstance(node, Gather):
-            return Gather(node.buffer, tuple(i if isinstance(i, ScalarExpr) else substitute(i, mapping) for i in node.indices))
+            return _with_indices(node, tuple(i if isinstance(i, ScalarExpr) else substitute(i, mapping) for i in node.indices))
         if isinstance(node, IndexValue):
-            return IndexValue(substitute(node.value, mapping))
+            value = substitute(node.value, mapping)
+            return None if value == node.value else IndexValue(value)
         if isinstance(node, Reduce):
             axis = mapping.get(node.axis.name, node.axis)
             if not isinstance(axis, SizeVar):
@@ -740,6 +747,12 @@ def substitute_scalar(expr: ScalarExpr, mapping: Mapping[str, PrimExpr]) -> Scal
         return None
 
     return map_scalar(expr, visit)
+
+
+def _with_indices(node: "Load | Gather", indices: tuple) -> "Load | Gather | None":
+    """``node`` reading at ``indices``, or None when they are its own (so that map_scalar
+    keeps the nodes above it)."""
+    return None if indices == node.indices else type(node)(node.buffer, indices)
 
 
 def replace_buffers(expr: ScalarExpr, mapping: Mapping[str, Buffer]) -> ScalarExpr:
@@ -766,5 +779,23 @@ def contains_reduce(expr: ScalarExpr) -> bool:
 
 
 def expression_size(expr: ScalarExpr) -> int:
-    """The number of nodes of a scalar expression (fusion caps the size of what it builds)."""
-    return 1 + sum(expression_size(child) for child in scalar_children(expr))
+    """The number of nodes of a scalar expression, a shared subexpression counted at each
+    use (fusion caps the size of what it builds).  Walked with a stack: the expression may be
+    deeper than Python's recursion limit."""
+    size, pending = 0, [expr]
+    while pending:
+        size += 1
+        pending.extend(scalar_children(pending.pop()))
+    return size
+
+
+def expression_depth(expr: ScalarExpr) -> int:
+    """The number of nodes on the longest path from ``expr`` to a leaf (a load: 1).  Fusion
+    caps it: every recursive walk of a body (rewrites, the WGSL emitter, hashing) nests one
+    call per level.  Walked with a stack, so any depth can be measured."""
+    deepest, pending = 0, [(expr, 1)]
+    while pending:
+        node, depth = pending.pop()
+        deepest = max(deepest, depth)
+        pending.extend((child, depth + 1) for child in scalar_children(node))
+    return deepest

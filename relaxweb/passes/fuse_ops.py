@@ -24,8 +24,15 @@ dataflow block or loop body (function outputs, If branches, a loop's carried and
 values and library kernels keep theirs).  A loop's body is fused like a dataflow block: it
 runs once per iteration, so each launch it saves is saved at every iteration.  A merged
 kernel keeps within WebGPU's default of 8 storage buffers per shader stage, and a body stays
-under a size cap, so repeated inlining cannot blow up.  Merged programs get new names;
-programs nothing calls any more are dropped from the module.
+under a size cap and a depth cap, so repeated inlining cannot blow up: a chain of 10,000
+activations becomes kernels of 64 levels each (two distinct programs: the program table keeps
+one of identical ones), which every recursive walk of a body, the WGSL emitter, the IR text's
+parser and shader compilers handle.
+Merged programs get new names; programs nothing calls any more are dropped from the module.
+
+The pass takes time linear in the number of bindings (times the size of what it merges):
+each variable's readers are indexed (:class:`_Block`), a merge rewrites its consumers in
+place, and a merge that failed is not tried again while its bindings are the same.
 """
 
 from __future__ import annotations
@@ -38,12 +45,13 @@ from ..ir.fusion import inline_producer, merge_inputs
 from ..ir.module import IRModule, ProgramTable, drop_uncalled_programs
 from ..ir.pattern import Pattern, program_pattern
 from ..ir.symbolic import Analyzer, product
-from ..ir.tir import Gather, TensorProgram, contains_reduce, expression_size, loads_of
+from ..ir.tir import Gather, TensorProgram, contains_reduce, expression_depth, expression_size, loads_of
 from ..ir.struct_info import TensorStructInfo
 from .context import PassContext
 
 MAX_STORAGE_BUFFERS = 8  # WebGPU's default maxStorageBuffersPerShaderStage
 MAX_BODY_SIZE = 600  # nodes in a merged program's body
+MAX_BODY_DEPTH = 64  # nesting levels of a merged program's body
 
 
 def fuse_ops(module: IRModule) -> IRModule:
@@ -70,6 +78,7 @@ class _Fuser(ExprMutator):
         self.programs = self.table.programs
         self.analyzer = analyzer
         self.uses = uses
+        self.patterns: dict[str, Pattern] = {}
 
     def visit_dataflow_block(self, block: DataflowBlock) -> DataflowBlock:
         return DataflowBlock(tuple(self.fuse(list(block.bindings))))
@@ -81,45 +90,56 @@ class _Fuser(ExprMutator):
         return Loop(loop.count, loop.iteration, loop.carried, loop.init, SeqExpr(blocks, loop.body.body))
 
     def fuse(self, bindings: list) -> list:
-        """The bindings of one block, merged."""
-        changed = True
-        while changed:  # forward sweeps until nothing merges (epilogues merge before prologues)
-            changed = False
-            position = 0
-            while position < len(bindings):
-                merged = self.try_merge(bindings[position], bindings)
-                if merged is None:
-                    position += 1
-                else:
-                    bindings, changed = merged, True
-        return bindings
+        """The bindings of one block, merged.
 
-    def try_merge(self, producer: object, bindings: list) -> list | None:
-        """The block with ``producer`` merged into all its consumers, or None."""
+        Forward sweeps until nothing merges (epilogues merge before prologues).  A merge
+        removes the producer and rewrites its consumers in place, so the block is kept as
+        slots (None once removed) with each variable's consumers indexed: a merge costs
+        the size of the programs it merges, never a scan of the block.  An attempt that
+        failed is not repeated while its producer and consumers are the same bindings (the
+        answer depends on nothing else)."""
+        block = _Block(bindings)
+        failed: dict[int, tuple] = {}  # id(producer) -> (producer, its consumers) that did not merge
+        changed = True
+        while changed:
+            changed = False
+            for position, producer in enumerate(block.slots):
+                if producer is None:
+                    continue
+                consumers = block.consumers(producer)
+                attempt = (producer, tuple(block.slots[i] for i in consumers))
+                previous = failed.get(id(producer))
+                if previous is not None and _same_bindings(previous, attempt):
+                    continue
+                fused_calls = self.try_merge(producer, consumers, block)
+                if fused_calls is None:
+                    failed[id(producer)] = attempt
+                    continue
+                block.remove(position)
+                for i, call in fused_calls.items():
+                    block.replace_value(i, call)
+                changed = True
+        return block.bindings()
+
+    def try_merge(self, producer: object, consumers: list[int], block: _Block) -> dict[int, CallTIR] | None:
+        """The new call of each consumer (by slot) with ``producer`` merged in, or None."""
         if not (isinstance(producer, VarBinding) and self._is_program_call(producer.value)):
             return None
         var = producer.var
-        consumers = [i for i, b in enumerate(bindings)
-                     if isinstance(b, VarBinding) and isinstance(b.value, CallTIR) and var in _arg_vars(b.value)]
-        if not consumers or sum(_arg_vars(bindings[i].value).count(var) for i in consumers) != self.uses.get(var, 0):
+        if not consumers or sum(_arg_vars(block.slots[i].value).count(var) for i in consumers) != self.uses.get(var, 0):
             return None  # used elsewhere too: an output, a tuple, an If, a library kernel ...
-        if not all(self._is_program_call(bindings[i].value) for i in consumers):
+        if not all(self._is_program_call(block.slots[i].value) for i in consumers):
             return None
-        reduces = contains_reduce(self.programs[producer.value.program].body)
+        reduces = self.pattern(producer.value.program) in (Pattern.REDUCTION, Pattern.MATMUL)
         if reduces and len(consumers) != 1:
             return None
         fused_calls = {}
         for i in consumers:
-            call = self.merge_call(producer, bindings[i].value, reduces)
+            call = self.merge_call(producer, block.slots[i].value, reduces)
             if call is None:
                 return None
             fused_calls[i] = call
-        result = []
-        for i, binding in enumerate(bindings):
-            if binding is producer:
-                continue
-            result.append(replace(binding, value=fused_calls[i]) if i in fused_calls else binding)
-        return result
+        return fused_calls
 
     def merge_call(self, producer: VarBinding, consumer_call: CallTIR, producer_reduces: bool) -> CallTIR | None:
         """The consumer call with the producer merged into its program, or None if not allowed."""
@@ -140,9 +160,10 @@ class _Fuser(ExprMutator):
             args = [args[i] if side == "consumer" else producer_call.args[i] for side, i in fused.input_sources]
             program, values = fused.program, fused.size_var_values
         program, args = _merge_duplicate_inputs(program, args)
-        if len(program.inputs) + 1 > MAX_STORAGE_BUFFERS or expression_size(program.body) > MAX_BODY_SIZE:
+        if (len(program.inputs) + 1 > MAX_STORAGE_BUFFERS or expression_size(program.body) > MAX_BODY_SIZE
+                or expression_depth(program.body) > MAX_BODY_DEPTH):
             return None
-        if (Pattern.MATMUL in (program_pattern(source), program_pattern(consumer))
+        if (Pattern.MATMUL in (self.pattern(producer_call.program), self.pattern(consumer_call.program))
                 and program_pattern(program) is not Pattern.MATMUL):
             return None  # e.g. a head-merging transpose after attention: keep the tiled matmul
         name = self.table.add(program)
@@ -163,10 +184,61 @@ class _Fuser(ExprMutator):
             return False
         return self.analyzer.prove_less_equal(product(consumed.shape), product(produced.shape))
 
+    def pattern(self, name: str) -> Pattern:
+        """The pattern of the program named ``name``, computed once (a name's program never changes)."""
+        if name not in self.patterns:
+            self.patterns[name] = program_pattern(self.programs[name])
+        return self.patterns[name]
+
     def _is_program_call(self, value: object) -> bool:
         return (isinstance(value, CallTIR) and not isinstance(value, CallLibrary)
                 and isinstance(self.programs.get(value.program), TensorProgram))
 
+
+
+class _Block:
+    """A block's bindings while they merge: slots in block order (None once a producer is
+    merged away) and, for each variable, the slots of the program calls that read it."""
+
+    def __init__(self, bindings: list) -> None:
+        self.slots: list = list(bindings)
+        self._readers: dict[Var, set[int]] = {}
+        for i, binding in enumerate(self.slots):
+            self._index(i, +1)
+
+    def consumers(self, producer: object) -> list[int]:
+        """The slots whose call reads ``producer``'s variable, in block order."""
+        if not isinstance(producer, VarBinding):
+            return []
+        return sorted(self._readers.get(producer.var, ()))
+
+    def remove(self, i: int) -> None:
+        self._index(i, -1)
+        self.slots[i] = None
+
+    def replace_value(self, i: int, value: Expr) -> None:
+        self._index(i, -1)
+        self.slots[i] = replace(self.slots[i], value=value)
+        self._index(i, +1)
+
+    def bindings(self) -> list:
+        return [binding for binding in self.slots if binding is not None]
+
+    def _index(self, i: int, change: int) -> None:
+        binding = self.slots[i]
+        if not (isinstance(binding, VarBinding) and isinstance(binding.value, CallTIR)):
+            return
+        for var in _arg_vars(binding.value):
+            readers = self._readers.setdefault(var, set())
+            if change > 0:
+                readers.add(i)
+            else:
+                readers.discard(i)
+
+
+def _same_bindings(a: tuple, b: tuple) -> bool:
+    """Whether two (producer, consumers) attempts are the same binding objects."""
+    return a[0] is b[0] and len(a[1]) == len(b[1]) and all(x is y for x, y in zip(a[1], b[1]))
 
 
 def _merge_duplicate_inputs(program: TensorProgram, args: list[Expr]) -> tuple[TensorProgram, list[Expr]]:
