@@ -202,6 +202,13 @@ def run_case(report: Report, label: str, work, watch: OutsideReads, folders: lis
     report.add(outcome, detail)
 
 
+def _cases(count: int, seed: int, only: set[int] | None, sources: list[str], scratch: Path):
+    """Each case to run: its number, its random generator, its source (in turn) and its folder."""
+    for case in range(count):
+        if not only or case in only:
+            yield case, random.Random(seed * 1_000_003 + case), sources[case % len(sources)], scratch / f"case{case}"
+
+
 # ONNX mutations ----------------------------------------------------------------------------
 
 
@@ -310,12 +317,7 @@ def fuzz_onnx(count: int, seed: int, run_every: int = 3, only: set[int] | None =
     sources = source_models()
     names = sorted(sources)
     with tempfile.TemporaryDirectory(prefix="relaxweb-fuzz-onnx-") as scratch:
-        for case in range(count):
-            if only and case not in only:
-                continue
-            rng = random.Random(seed * 1_000_003 + case)
-            source = names[case % len(names)]
-            folder = Path(scratch) / f"case{case}"
+        for case, rng, source, folder in _cases(count, seed, only, names, Path(scratch)):
             folder.mkdir()
             model = copy.deepcopy(sources[source])
             if rng.random() < 0.4:
@@ -407,12 +409,7 @@ def fuzz_bundles(count: int, seed: int, only: set[int] | None = None) -> Report:
             bounds = {"batch": 8} if name == "mlp" else None
             originals[name] = relaxweb.build(Path(scratch) / f"{name}.onnx", Path(scratch) / name, bounds=bounds)
         names = sorted(originals)
-        for case in range(count):
-            if only and case not in only:
-                continue
-            rng = random.Random(seed * 1_000_003 + case)
-            source = names[case % len(names)]
-            folder = Path(scratch) / f"case{case}"
+        for case, rng, source, folder in _cases(count, seed, only, names, Path(scratch)):
             shutil.copytree(Path(scratch) / source, folder, symlinks=True)
             if rng.random() < 0.6:
                 manifest = json.loads((folder / "manifest.json").read_text())
