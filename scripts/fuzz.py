@@ -5,8 +5,8 @@
     python3 scripts/fuzz.py bundles [--count 500]  [--seed 0]   tampered bundles -> relaxweb.load(...).run(...)
     python3 scripts/fuzz.py all                                 both, at their default counts
 
-Every case must end in one of two ways: it works, or it raises a RelaxwebError (one ``error:``
-line from the command line).  Any other exception is a *traceback*, a case that runs past its
+Every case must end in one of two ways: it works, or it raises a RelaxwebError with a message
+(one ``error:`` line from the command line).  Any other exception is a *traceback*, a case that runs past its
 time limit is a *hang*, and a file opened outside the case's own folder (and outside Python's
 and relaxweb's installation) is an *outside read*; the script prints each such case (seed,
 mutation, what happened) and exits 1 when there is any.  Cases are reproducible from
@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import relaxweb  # noqa: E402
-from relaxweb.errors import RelaxwebError  # noqa: E402
+from relaxweb.errors import RelaxwebError, shown  # noqa: E402
 
 CASE_TIMEOUT_S = 60
 HOSTILE_STRINGS = [
@@ -183,9 +183,10 @@ def run_case(report: Report, label: str, work, watch: OutsideReads, folders: lis
         work()
         outcome, detail = "ok", None
     except RelaxwebError as error:
-        message = str(error)
-        if "\n" in message.strip() or not message.strip():
-            outcome, detail = "bad message", f"{label}: a RelaxwebError of {len(message.splitlines())} lines: {message[:300]!r}"
+        # names from the model may hold line breaks: the command line escapes them (errors.shown)
+        message = shown(str(error)).strip()
+        if not message:
+            outcome, detail = "bad message", f"{label}: a RelaxwebError with no message"
         else:
             outcome, detail = "refused", None
     except CaseTimeout:

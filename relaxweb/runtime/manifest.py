@@ -25,6 +25,9 @@ SCHEMA_PATH = Path(__file__).resolve().parent.parent / "runtime_js" / "manifest-
 _SCHEMA = json.loads(SCHEMA_PATH.read_text())
 _SHOWN_CHARACTERS = 80
 _SAFE_INTEGER = 2**53 - 1
+#: bytes per element of every dtype the schema allows (``dtypes`` entries must agree)
+_DTYPE_BYTES = {"float16": 2, "float32": 4, "float64": 8, "int8": 1, "int16": 2, "int32": 4, "int64": 8,
+                "uint8": 1, "uint16": 2, "uint32": 4, "bool": 1}
 
 
 class ManifestError(RelaxwebError):
@@ -184,6 +187,14 @@ def _check(value: Any, schema: dict, path: str, manifest: dict) -> str | None:
 
 def _fact_problem(manifest: dict) -> str | None:
     """What the schema cannot say: sizes and counts that must agree across fields."""
+    for name, entry in manifest["dtypes"].items():
+        if entry["bytes"] != _DTYPE_BYTES[name] or entry["device_bytes"] != _DTYPE_BYTES[entry["device_dtype"]]:
+            return (f"dtypes[{json.dumps(name)}]: bytes {entry['bytes']} and device_bytes {entry['device_bytes']} "
+                    f"are not those of {name} and {entry['device_dtype']}")
+    inputs_storages = [entry["storage"] for entry in manifest["inputs"]]
+    for index, storage in enumerate(inputs_storages):
+        if manifest["storages"][storage]["role"] != "input" or inputs_storages.count(storage) > 1:
+            return f"inputs[{index}].storage: storage {storage} is not an input storage of its own"
     for index, weight in enumerate(manifest["weights"]):
         shard = manifest["shards"][weight["shard"]]
         if weight["offset"] % 4 or weight["offset"] + weight["nbytes"] > shard["nbytes"]:

@@ -614,7 +614,13 @@ class Session:
             if array.nbytes == 0:
                 continue
             data = _padded_to_multiple_of_4(memoryview(array).cast("B"))
-            self.device.queue.write_buffer(self._storage_buffers[entry["storage"]], 0, data)
+            buffer = self._storage_buffers[entry["storage"]]
+            if buffer is None or buffer.size < len(data):
+                raise RelaxwebError(
+                    f"the bundle's host module gave input '{entry['name']}' a storage of "
+                    f"{0 if buffer is None else buffer.size} bytes for {len(data)} bytes of data: the bundle is damaged"
+                )
+            self.device.queue.write_buffer(buffer, 0, data)
 
     def _bind_group(self, call_site_index: int) -> wgpu.GPUBindGroup:
         """The call site's bind group, built now if it has none (first use or reallocation)."""

@@ -7,6 +7,11 @@
 import SCHEMA from "./manifest-schema.json" with { type: "json" };
 
 const SHOWN_CHARACTERS = 80;
+/** bytes per element of every dtype the schema allows (`dtypes` entries must agree) */
+/** @type {Record<string, number>} */
+const DTYPE_BYTES = {
+  float16: 2, float32: 4, float64: 8, int8: 1, int16: 2, int32: 4, int64: 8, uint8: 1, uint16: 2, uint32: 4, bool: 1,
+};
 const ARTICLED = { number: "an integer", string: "a string", array: "an array", object: "an object" };
 
 /**
@@ -179,6 +184,18 @@ function check(value, schema, path, manifest) {
  * @returns {string|null}
  */
 function factProblem(manifest) {
+  for (const [name, entry] of Object.entries(manifest.dtypes)) {
+    if (entry.bytes !== DTYPE_BYTES[name] || entry.device_bytes !== DTYPE_BYTES[entry.device_dtype]) {
+      return `dtypes[${JSON.stringify(name)}]: bytes ${entry.bytes} and device_bytes ${entry.device_bytes} ` +
+        `are not those of ${name} and ${entry.device_dtype}`;
+    }
+  }
+  const inputStorages = manifest.inputs.map((/** @type {any} */ entry) => entry.storage);
+  for (const [index, storage] of inputStorages.entries()) {
+    if (manifest.storages[storage].role !== "input" || inputStorages.filter((/** @type {number} */ s) => s === storage).length > 1) {
+      return `inputs[${index}].storage: storage ${storage} is not an input storage of its own`;
+    }
+  }
   for (const [index, weight] of manifest.weights.entries()) {
     const shard = manifest.shards[weight.shard];
     if (weight.offset % 4 || weight.offset + weight.nbytes > shard.nbytes) {

@@ -345,7 +345,13 @@ export class Model {
     this.manifest.inputs.forEach((/** @type {any} */ spec) => {
       const data = inputs[spec.name].data;
       if (data.byteLength > 0) {
-        this.device.queue.writeBuffer(this.storageBuffers[spec.storage], 0, data.buffer, data.byteOffset, data.byteLength);
+        const buffer = this.storageBuffers[spec.storage];
+        if (!buffer || buffer.size < data.byteLength) {
+          throw new Error(
+            `the bundle's host module gave input '${spec.name}' a storage of ${buffer?.size ?? 0} bytes for ${data.byteLength} bytes of data: the bundle is damaged`,
+          );
+        }
+        this.device.queue.writeBuffer(buffer, 0, data.buffer, data.byteOffset, data.byteLength);
       }
     });
   }
