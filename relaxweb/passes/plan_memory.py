@@ -52,7 +52,7 @@ from ..ir.expr import (
 )
 from ..ir.functor import Aliases, ExprMutator, iter_bindings, use_counts
 from ..ir.module import IRModule, ProgramTable
-from ..ir.struct_info import ObjectStructInfo, TensorStructInfo, TupleStructInfo
+from ..ir.struct_info import ObjectStructInfo, OptionalStructInfo, SequenceStructInfo, TensorStructInfo, TupleStructInfo
 from ..ir.symbolic import Analyzer, PrimExpr, SizeVar, expr_max, product, simplify
 from ..ops.loop import carried_copy, stacked_row_writer
 from .context import PassContext
@@ -225,6 +225,10 @@ class _Planner:
                     raise NotImplementedError(f"Loop '{var.name}': a loop cannot be the result of an If branch yet")
                 result += self.plan_loop(var, value, free)
                 defined_here.update(self.loop_fields[var])
+            elif isinstance(value, Call) and isinstance(value.struct_info, (SequenceStructInfo, OptionalStructInfo)):
+                # a sequence op the host lowers (ops/sequence.py): its arena is the host's
+                new = self.new_var(var)
+                result.append(replace(binding, var=new, value=self.rename(value)))
             elif isinstance(value, Call):
                 raise ValueError(f"plan_memory expects legalized functions, found a call of {value.op} in '{var.name}'")
             else:
@@ -247,9 +251,16 @@ class _Planner:
         bindings: list = []
         views = []  # carried values, then stacked ones: the tensors in the loop's storages
         for field, info in zip(self.loop_fields[var], loop.struct_info.fields):
-            self.storage_of[field] = self.take_storage(free, tensor_bytes(info))
+            if not _is_sequence(info):
+                self.storage_of[field] = self.take_storage(free, tensor_bytes(info))
         for index, (carried, init) in enumerate(zip(loop.carried, loop.init)):
             view = self.new_var(carried)  # the body reads the carried value in its storage
+            if _is_sequence(carried.struct_info):
+                # a carried sequence grows in place in its initial value's arena (the body
+                # may only append to it: checked below)
+                bindings.append(VarBinding(view, self.rename(init)))
+                views.append(view)
+                continue
             bindings.append(VarBinding(view, _PendingAlloc(self.storage_of[self.loop_fields[var][index]], view.struct_info)))
             bindings.append(self.copy(self.rename(init), view))
             views.append(view)
@@ -270,7 +281,13 @@ class _Planner:
         carried_count = len(loop.carried)
         for index, (original, value) in enumerate(zip(results.fields[:carried_count], planned.fields[:carried_count])):
             root = self.root_of(original)
-            if root is loop.carried[index]:
+            if _is_sequence(original.struct_info):
+                if _appended_to(loop.body, root, self.aliases) is not loop.carried[index]:
+                    raise NotImplementedError(
+                        f"Loop '{var.name}': a carried sequence must be the one the body received, with "
+                        "elements appended (no GPU lowering yet for any other next value)")
+                sources.append(None)
+            elif root is loop.carried[index]:
                 sources.append(None)  # carried through unchanged: already in its storage
             elif root in loop.carried:  # another carried value, which its own copy may overwrite
                 temporary = Var(self.names.unique_name(f"{var.name}_next"), value.struct_info)
@@ -294,6 +311,21 @@ class _Planner:
     def effect(self, value: Expr) -> VarBinding:
         """``_ = value``: a binding kept for what it writes."""
         return VarBinding(Var(self.names.unique_name("_"), TupleStructInfo(())), value)
+
+
+def _is_sequence(info) -> bool:
+    return isinstance(info, SequenceStructInfo) or (
+        isinstance(info, OptionalStructInfo) and isinstance(info.inner, SequenceStructInfo))
+
+
+def _appended_to(seq: SeqExpr, var: Var | None, aliases: Aliases) -> Var | None:
+    """The sequence ``var`` is ``var`` itself with elements appended to (``sequence_insert``
+    at the end, as often as it is): that sequence."""
+    definitions = {b.var: b.value for block in seq.blocks for b in block.bindings}
+    while var in definitions and isinstance(definitions[var], Call) and definitions[var].op == "sequence_insert":
+        root = aliases.resolve(definitions[var].args[0])
+        var = root if isinstance(root, Var) else None
+    return var
 
 
 @dataclass(frozen=True, eq=False)

@@ -184,6 +184,12 @@ def _check(value: Any, schema: dict, path: str, manifest: dict) -> str | None:
 
 def _fact_problem(manifest: dict) -> str | None:
     """What the schema cannot say: sizes and counts that must agree across fields."""
+    for kind in ("inputs", "outputs"):
+        for index, entry in enumerate(manifest[kind]):
+            if entry.get("kind") == "sequence" and (
+                    "sequence" not in entry or "element_ndim" not in entry or "sequence_capacity" not in manifest):
+                return (f"{kind}[{index}]: a sequence needs its sequence and element_ndim, "
+                        "and the manifest its sequence_capacity")
     for index, weight in enumerate(manifest["weights"]):
         shard = manifest["shards"][weight["shard"]]
         if weight["offset"] % 4 or weight["offset"] + weight["nbytes"] > shard["nbytes"]:

@@ -179,6 +179,15 @@ function check(value, schema, path, manifest) {
  * @returns {string|null}
  */
 function factProblem(manifest) {
+  for (const kind of ["inputs", "outputs"]) {
+    for (const [index, entry] of manifest[kind].entries()) {
+      if (entry.kind === "sequence" && (
+        !("sequence" in entry) || !("element_ndim" in entry) || !("sequence_capacity" in manifest))) {
+        return `${kind}[${index}]: a sequence needs its sequence and element_ndim, ` +
+          "and the manifest its sequence_capacity";
+      }
+    }
+  }
   for (const [index, weight] of manifest.weights.entries()) {
     const shard = manifest.shards[weight.shard];
     if (weight.offset % 4 || weight.offset + weight.nbytes > shard.nbytes) {
