@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import RelaxwebError
+from ..errors import RelaxwebError, UnsupportedModelError
 from ..ir.expr import Expr
 from ..ir.op_registry import DeductionError, register_op
 from ..ir.struct_info import OptionalStructInfo, SequenceStructInfo, StructInfo, TensorStructInfo, join
@@ -71,7 +71,7 @@ def host_lowered(context, call):
     """The legalization of the ops the host lowers: the call itself, kept for
     ``lower_shapes_to_host``; an insert at a given position is not lowered yet."""
     if call.op == "sequence_insert" and len(call.args) > 2:
-        raise RelaxwebError("sequence_insert: no GPU lowering yet for an insert at a given position "
+        raise UnsupportedModelError("sequence_insert: no GPU lowering yet for an insert at a given position "
                             "(only at the end, without the position input)")
     return call
 

@@ -194,14 +194,13 @@ class _Lowering(ExprFunctor):
         return index
 
     def sequence_input(self, index: int, param: Var, name: str, info: SequenceStructInfo) -> None:
-        if info.element.ndim < 0:
-            raise UnsupportedModelError(f"input '{name}': a sequence input needs its elements' rank")
         sequence = self.new_sequence(info, "input", f"the elements of input '{name}'")
         self.sequence_of[param] = sequence
         self.inputs.append(HostInput(name, info.element.dtype, (), self.sequences[sequence].storage, sequence))
         self.initial_steps.append(HostSequenceInput(
             sequence, name,
-            self.code(), f"input '{name}': element {{value}} has a rank other than {info.element.ndim}",
+            self.code(), f"input '{name}': element {{value}} has a rank other than {info.element.ndim}"
+            if info.element.ndim >= 0 else f"input '{name}': element {{value}} has more than {{expected}} dimensions",
             self.code(), f"input '{name}' has {{value}} elements, above the {{expected}} a sequence can hold"))
 
     def sequence(self, expr: Expr) -> int:
@@ -450,7 +449,7 @@ class _Lowering(ExprFunctor):
             condition = self.prim(value.condition)
         info = value.struct_info
         if not isinstance(info, TensorStructInfo):
-            raise UnsupportedModelError(f"If '{var.name}': only tensor results are supported")
+            raise UnsupportedModelError(f"If '{var.name}': no GPU lowering yet for an If whose result is a {info}")
         if info.shape is None:
             if info.ndim < 0:
                 raise UnsupportedModelError(f"If '{var.name}': the branches' results have different ranks")

@@ -44,10 +44,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from ..errors import UnsupportedModelError
 from ..ir.builder import FunctionBuilder
 from ..ir.dtype import dtype_info
 from ..ir.expr import (
-    AllocStorage, AllocTensor, BindingBlock, Call, CallTIR, CallTIRInto, Expr, Function, If, Loop, SeqExpr, Tuple,
+    AllocStorage, AllocTensor, BindingBlock, Call, CallTIR, CallTIRInto, Expr, Function, If, Loop, MatchCast, SeqExpr,
+    Tuple,
     Var, VarBinding,
 )
 from ..ir.functor import Aliases, ExprMutator, iter_bindings, use_counts
@@ -99,6 +101,8 @@ class _Planner:
         self.storages: list[_Storage] = []
         self.storage_of: dict[Var, int] = {}
         self.aliases = Aliases(function)
+        self.sequence_casts = {b.var: b.value for b in iter_bindings(function)
+                               if isinstance(b, MatchCast) and _is_sequence(b.struct_info)}
         self.renamer = ExprMutator()  # each variable -> its plain Var in the planned function
         self.names = FunctionBuilder(function.name)
         for var in function.params:
@@ -191,6 +195,7 @@ class _Planner:
         for index, binding in enumerate(bindings):
             value = binding.value
             var = binding.var
+            self.check_appended_in_place(binding, index, uses + [(len(bindings), _read_vars(seq.body))])
             if isinstance(value, CallTIR):
                 storage = forced.get(var)
                 if storage is None:
@@ -204,6 +209,9 @@ class _Planner:
                     CallTIRInto(value.program, tuple(self.rename(a) for a in value.args), new, value.size_var_values),
                 ))
             elif isinstance(value, If):
+                if not isinstance(value.struct_info, TensorStructInfo):
+                    raise UnsupportedModelError(
+                        f"If '{var.name}': no GPU lowering yet for an If whose result is a {value.struct_info}")
                 storage = forced.get(var)
                 if storage is None:
                     sizes = [tensor_bytes(branch.body.struct_info) for branch in (value.true_branch, value.false_branch)]
@@ -243,6 +251,32 @@ class _Planner:
                         free.append(self.storage_of[root])
                     defined_here.discard(root)
         return SeqExpr((BindingBlock(tuple(result)),), self.rename(seq.body))
+
+    # -- sequences --------------------------------------------------------------------------
+
+    def sequence_root(self, expr: Expr) -> Expr:
+        """The sequence ``expr`` names, through aliases and casts of sequences."""
+        root = self.aliases.resolve(expr)
+        while isinstance(root, Var) and root in self.sequence_casts:
+            root = self.aliases.resolve(self.sequence_casts[root])
+        return root
+
+    def check_appended_in_place(self, binding, index: int, uses: list) -> None:
+        """A sequence grows in place (``sequence_insert``, a loop carrying it): no one may
+        read its old value afterwards, which would see the new elements."""
+        value = binding.value
+        if isinstance(value, Call) and value.op == "sequence_insert":
+            grown = [value.args[0]]
+        elif isinstance(value, Loop):
+            grown = [init for carried, init in zip(value.carried, value.init) if _is_sequence(carried.struct_info)]
+        else:
+            return
+        for sequence in grown:
+            root = self.sequence_root(sequence)
+            if any(self.sequence_root(v) is root for later, used in uses if later > index for v in used):
+                raise UnsupportedModelError(
+                    f"'{binding.var.name}': the sequence '{getattr(sequence, 'name', '?')}' is read again after elements are inserted into it; "
+                    "no GPU lowering yet for a sequence copied before it grows")
 
     # -- loops ------------------------------------------------------------------------------
 

@@ -246,18 +246,21 @@ class _StepEmitter:
             return lines
         # a sequence input: the runtime wrote the table; check it, and sum the arena's size
         element = "(i64.extend_i32_u (global.get $element))"
-        dims = [f"(i64.load offset={8 * (d + 1)} {entry(element)})" for d in range(sequence.ndim)]
+        ndim = f"(i64.load {entry(element)})"
         count = "(i64.const 1)"
-        for dim in dims:
-            count = f"(i64.mul {count} {dim})"
+        for d in range(MAX_RANK if sequence.ndim < 0 else sequence.ndim):
+            dim = f"(i64.load offset={8 * (d + 1)} {entry(element)})"
+            # an element of any rank: the dims past its ndim count 1
+            count = f"(i64.mul {count} {dim if sequence.ndim >= 0 else f'(select {dim} (i64.const 1) (i64.gt_s {ndim} (i64.const {d})))'})"
         lines = [";; " + comment_text(f"sequence {step.sequence}: input '{step.input}' (the runtime wrote its table)")]
         lines += self.fail_if(f"(i64.gt_u {length} (i64.const {SEQUENCE_CAPACITY}))", step.capacity_code,
                               length, f"(i64.const {SEQUENCE_CAPACITY})", "")
         lines += [f"{set_size} (i64.const 0))", "(global.set $element (i32.const 0))", "(block $elements_done",
                   "  (loop $next_element",
                   f"    (br_if $elements_done (i64.ge_s {element} {length}))"]
-        lines += self.fail_if(f"(i64.ne (i64.load {entry(element)}) (i64.const {sequence.ndim}))", step.ndim_code,
-                              element, f"(i64.const {sequence.ndim})", "    ")
+        wrong_rank = f"(i64.ne {ndim} (i64.const {sequence.ndim}))" if sequence.ndim >= 0 else \
+            f"(i64.gt_u {ndim} (i64.const {MAX_RANK}))"
+        lines += self.fail_if(wrong_rank, step.ndim_code, element, f"(i64.const {max(sequence.ndim, MAX_RANK)})", "    ")
         lines += [f"    {set_size} (i64.add {size} (i64.mul {count} (i64.const 4))))",
                   "    (global.set $element (i32.add (global.get $element) (i32.const 1)))",
                   "    (br $next_element)))"]
