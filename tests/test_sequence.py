@@ -1,13 +1,17 @@
 """ONNX sequences and optionals: their annotations, their ops in the interpreter against
-onnxruntime, a loop carrying a sequence, and the build's refusal (no GPU lowering yet)."""
+onnxruntime, a loop carrying a sequence, sequences on the GPU (inputs, a loop growing one,
+outputs) against onnxruntime, and the build's refusal of what has no GPU lowering yet."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper
 
+import relaxweb
 from relaxweb.compiler import compile_module, import_model, run_reference
 from relaxweb.errors import InputShapeError, RelaxwebError
 from relaxweb.ir.parser import parse_module
@@ -195,10 +199,73 @@ def test_onnx_sequence_and_optional_cases_run_in_the_interpreter(case) -> None:
 # the build ---------------------------------------------------------------------------------------
 
 
-def test_building_a_model_with_sequences_is_one_error_naming_its_sequence_values() -> None:
-    with pytest.raises(RelaxwebError, match=r"no GPU lowering yet for sequence and optional values: "
-                                            r"output 'grown' \(Sequence\(Tensor\(ndim=-1, float32\)\)\)"):
-        compile_module(import_model(growing_sequence_model()))
+def test_building_a_model_with_optionals_is_one_error_naming_its_optional_values() -> None:
+    case = {case.name: case for case in onnx_node_cases(["loop"])}["test_loop16_seq_none"]
+    with pytest.raises(RelaxwebError, match=r"no GPU lowering yet for optional values: input 'opt_seq' "
+                                            r"\(Optional\(Sequence\(Tensor\(ndim=0, float32\)\)\)\)"):
+        compile_module(import_model(case.model))
+
+
+def test_a_sequence_read_again_after_it_grows_is_refused_by_name() -> None:
+    """A sequence grows in place on the GPU: a model that reads the old value afterwards has no
+    lowering yet (never a wrong result)."""
+    nodes = [helper.make_node("SequenceInsert", ["s", "t"], ["grown"]), helper.make_node("Identity", ["s"], ["old"])]
+    model = make_model(nodes, [("t", [2])], [], opset=17)
+    model.graph.input.insert(0, seq_value("s"))
+    model.graph.output.extend([seq_value("grown"), seq_value("old")])
+    with pytest.raises(RelaxwebError, match=r"'grown': the sequence 's' is read again after elements are inserted"):
+        compile_module(import_model(model))
+
+
+# on the GPU, against onnxruntime -----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def growing_bundle(tmp_path_factory) -> Path:
+    return relaxweb.build(growing_sequence_model(), tmp_path_factory.mktemp("growing")).path
+
+
+def test_a_loop_growing_a_sequence_runs_on_the_gpu(device, growing_bundle: Path) -> None:
+    """One build; trip counts 0, 1 and 4 (the sequence's arena grows between iterations)."""
+    model = relaxweb.load(growing_bundle, device=device)
+    for trip in (0, 1, 4):
+        feeds = {"x": rand(6, seed=3), "trip": np.array(trip, np.int64), "cond": np.array(True)}
+        (expected,) = onnxruntime_outputs(growing_sequence_model(), feeds)
+        assert_sequences_equal(model.run(feeds)["grown"], expected)
+
+
+def appending_model() -> onnx.ModelProto:
+    """A sequence input of rank-2 elements (any shapes), ``t`` appended, then ``t * 2``."""
+    nodes = [helper.make_node("SequenceInsert", ["s", "t"], ["with_t"]),
+             helper.make_node("Add", ["t", "t"], ["twice"]),
+             helper.make_node("SequenceInsert", ["with_t", "twice"], ["grown"])]
+    model = make_model(nodes, [("t", ["n", 2])], [], opset=17)
+    model.graph.input.insert(0, seq_value("s", shape=["a", "b"]))
+    model.graph.output.append(seq_value("grown"))
+    return model
+
+
+def test_a_sequence_input_of_0_1_and_3_elements_runs_on_the_gpu(device, tmp_path: Path) -> None:
+    model = relaxweb.load(relaxweb.build(appending_model(), tmp_path).path, device=device)
+    shapes = [(2, 3), (1, 1), (0, 4)]
+    for count in (0, 1, 3):
+        feeds = {"s": [rand(*shape, seed=i) for i, shape in enumerate(shapes[:count])], "t": rand(3, 2, seed=9)}
+        (expected,) = onnxruntime_outputs(appending_model(), feeds)
+        assert_sequences_equal(model.run(feeds)["grown"], expected)
+    with pytest.raises(InputShapeError, match=r"input 's': element 0 has 1 dimensions \(shape \[3\]\), expected 2"):
+        model.run({"s": [rand(3)], "t": rand(3, 2)})
+
+
+def test_onnx_node_cases_with_sequences_pass_on_the_gpu(device, tmp_path: Path) -> None:
+    cases = {case.name: case for case in onnx_node_cases(["loop", "sequenceinsert"])}
+    for name in ("test_loop13_seq", "test_sequence_insert_at_back"):
+        case = cases[name]
+        model = relaxweb.load(relaxweb.build(case.model, tmp_path / name).path, device=device)
+        for inputs, outputs in case.data_sets:
+            feeds = {value.name: _as_value(data) for value, data in zip(case.model.graph.input, inputs)}
+            actual = model.run(feeds)
+            for value, expected in zip(case.model.graph.output, outputs):
+                _assert_value(actual[value.name], _as_value(expected), f"{name} {value.name}")
 
 
 def test_building_a_model_with_sequence_ops_inside_is_one_error_listing_them() -> None:
