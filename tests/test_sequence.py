@@ -12,6 +12,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import relaxweb
+from relaxweb.browser import run_many_in_browser
 from relaxweb.compiler import compile_module, import_model, run_reference
 from relaxweb.errors import InputShapeError, RelaxwebError
 from relaxweb.ir.parser import parse_module
@@ -21,7 +22,7 @@ from relaxweb.ir.struct_info import (
 )
 from relaxweb.ir.structural import structural_equal
 from relaxweb.ir.symbolic import SizeVar
-from tests.helpers import assert_close, make_model, onnx_node_cases, onnxruntime_outputs, rand
+from tests.helpers import assert_close, in_the_browser, make_model, onnx_node_cases, onnxruntime_outputs, rand
 
 N = SizeVar("n")
 
@@ -254,6 +255,24 @@ def test_a_sequence_input_of_0_1_and_3_elements_runs_on_the_gpu(device, tmp_path
         assert_sequences_equal(model.run(feeds)["grown"], expected)
     with pytest.raises(InputShapeError, match=r"input 's': element 0 has 1 dimensions \(shape \[3\]\), expected 2"):
         model.run({"s": [rand(3)], "t": rand(3, 2)})
+
+
+@in_the_browser
+def test_a_sequence_output_is_a_javascript_array_of_tensors_in_the_browser(growing_bundle: Path) -> None:
+    """The browser runtime: a sequence input is an array of {data, shape}, and so is a
+    sequence output (run_in_browser's page encodes a JS array as a list)."""
+    runs = [{"x": rand(6, seed=3), "trip": np.array(trip, np.int64), "cond": np.array(True)} for trip in (0, 3)]
+    for feeds, outputs in zip(runs, run_many_in_browser(growing_bundle, runs)):
+        (expected,) = onnxruntime_outputs(growing_sequence_model(), feeds)
+        assert_sequences_equal(outputs["grown"], expected)
+
+
+@in_the_browser
+def test_a_sequence_input_is_a_javascript_array_of_tensors_in_the_browser(tmp_path: Path) -> None:
+    bundle = relaxweb.build(appending_model(), tmp_path).path
+    feeds = {"s": [rand(2, 3, seed=1), rand(0, 4, seed=2)], "t": rand(3, 2, seed=9)}
+    (expected,) = onnxruntime_outputs(appending_model(), feeds)
+    assert_sequences_equal(relaxweb.run_in_browser(bundle, feeds)["grown"], expected)
 
 
 def test_onnx_node_cases_with_sequences_pass_on_the_gpu(device, tmp_path: Path) -> None:
