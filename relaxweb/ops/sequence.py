@@ -69,7 +69,10 @@ def _index(op: str, position, length: int, inserting: bool = False) -> int:
 
 def host_lowered(context, call):
     """The legalization of the ops the host lowers: the call itself, kept for
-    ``lower_shapes_to_host``; an insert at a given position is not lowered yet."""
+    ``lower_shapes_to_host``; an insert at a given position and the element of an optional
+    tensor are not lowered yet."""
+    if call.op == "optional_get_element" and not isinstance(call.struct_info, SequenceStructInfo):
+        raise UnsupportedModelError("optional_get_element: no GPU lowering yet for optional tensors")
     if call.op == "sequence_insert" and len(call.args) > 2:
         raise UnsupportedModelError("sequence_insert: no GPU lowering yet for an insert at a given position "
                             "(only at the end, without the position input)")
