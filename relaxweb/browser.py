@@ -97,12 +97,12 @@ async ({ runs, timeoutMs }) => {
   const runOnce = async (inputs) => {
     const tensors = {};
     for (const [name, value] of Object.entries(inputs)) {
-      tensors[name] = Array.isArray(value) ? value.map(toTensor) : toTensor(value);
+      tensors[name] = value === null ? null : Array.isArray(value) ? value.map(toTensor) : toTensor(value);
     }
     const outputs = await model.run(tensors);
     const encoded = {};
     for (const [name, value] of Object.entries(outputs)) {
-      encoded[name] = Array.isArray(value) ? value.map(fromTensor) : fromTensor(value);
+      encoded[name] = value === null ? null : Array.isArray(value) ? value.map(fromTensor) : fromTensor(value);
     }
     return encoded;
   };
@@ -351,8 +351,9 @@ def run_many_in_browser(
     The first failing run stops them all, with the errors of :func:`run_in_browser`;
     ``timeout_s`` covers the load and all the runs.
     """
-    encoded_runs = [{name: [_encode_array(name, element) for element in value] if isinstance(value, (list, tuple))
-                     else _encode_array(name, value) for name, value in inputs.items()} for inputs in runs]
+    encoded_runs = [{name: None if value is None else [_encode_array(name, element) for element in value]
+                     if isinstance(value, (list, tuple)) else _encode_array(name, value) for name, value in inputs.items()}
+                    for inputs in runs]
     with open_runner_page(bundle_dir, timeout_s) as page:
         payload = {"runs": encoded_runs, "timeoutMs": int(timeout_s * 1000)}
         try:
@@ -370,8 +371,8 @@ def run_many_in_browser(
 
 def _decode_outputs(manifest: dict, encoded: dict) -> dict[str, np.ndarray]:
     """The outputs of one run from the page as numpy arrays."""
-    outputs = {name: [_decode_array(element) for element in output] if isinstance(output, list) else _decode_array(output)
-               for name, output in encoded.items()}
+    outputs = {name: None if output is None else [_decode_array(element) for element in output]
+               if isinstance(output, list) else _decode_array(output) for name, output in encoded.items()}
     # A bool output comes back as a Uint8Array of 0/1: give it the manifest's dtype again.
     for spec in manifest["outputs"]:
         if spec["dtype"] == "bool" and spec["name"] in outputs:

@@ -132,14 +132,19 @@ def write_bundle(module: IRModule, out_dir: str | Path, source: str, progress: P
 
 
 def _sequence_entry(value: HostInput | HostOutput, host: HostFunction) -> dict:
-    """A sequence input's or output's entry: its elements' dtype and rank (-1: any), its
+    """A sequence input's or output's entry (``kind`` ``optional_sequence`` when it may be
+    none): its elements' dtype and rank (-1: any), its
     arena storage and its table in the host module's memory (``shape``: [] for an input,
     null for an output: a sequence has none of its own)."""
     if isinstance(value, HostOutput):
-        return {"name": value.name, "dtype": value.dtype, "shape": None, "kind": "sequence",
+        return {"name": value.name, "dtype": value.dtype, "shape": None, "kind": _sequence_kind(value),
                 "element_ndim": value.ndim, "storage": value.storage, "sequence": value.sequence}
-    return {"name": value.name, "dtype": value.dtype, "shape": [], "kind": "sequence",
+    return {"name": value.name, "dtype": value.dtype, "shape": [], "kind": _sequence_kind(value),
             "element_ndim": host.sequences[value.sequence].ndim, "storage": value.storage, "sequence": value.sequence}
+
+
+def _sequence_kind(value: HostInput | HostOutput) -> str:
+    return "optional_sequence" if value.optional else "sequence"
 
 
 def emit_kernel(kernel) -> ShaderInfo:

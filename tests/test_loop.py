@@ -359,8 +359,8 @@ def _node_cases() -> dict:
 
 
 #: Node cases that carry sequence or optional values: tests/test_sequence.py runs them (on the
-#: GPU: test_loop13_seq; optionals have no GPU lowering yet).
-SEQUENCE_CASES = {"test_loop13_seq": None, "test_loop16_seq_none": "input 'opt_seq'"}
+#: GPU too: their outputs are lists).
+SEQUENCE_CASES = ("test_loop13_seq", "test_loop16_seq_none")
 
 
 @pytest.mark.gpu
@@ -375,9 +375,3 @@ def test_onnx_node_case_on_the_gpu(tmp_path: Path, name: str) -> None:
         for value, want in zip(case.model.graph.output, outputs):
             assert actual[value.name].shape == want.shape
             assert_close(actual[value.name], want, ONNX_CASE, err_msg=f"{name} {value.name}")
-
-
-@pytest.mark.parametrize("name", sorted(name for name, refused in SEQUENCE_CASES.items() if refused))
-def test_a_node_case_with_optionals_builds_to_one_error_naming_its_optional_values(name: str) -> None:
-    with pytest.raises(RelaxwebError, match=rf"no GPU lowering yet for optional values: {SEQUENCE_CASES[name]}"):
-        compile_module(import_model(_node_cases()[name].model))

@@ -31,6 +31,7 @@ class HostInput:
     shape: tuple[PrimExpr, ...]
     storage: int
     sequence: int | None = None  # a sequence input: its table (its elements are in ``storage``)
+    optional: bool = False  # an optional sequence input (none: length -1)
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,7 @@ class HostOutput:
     shape: tuple[PrimExpr, ...] | None  # the annotated shape (None: only ndim is known)
     ndim: int
     sequence: int | None = None  # a sequence output: its table (its elements are in ``storage``)
+    optional: bool = False  # an optional sequence output (none: length -1)
 
 
 SEQUENCE_CAPACITY = 1024  # elements in a sequence's table; an insert past it is a run-time error
@@ -165,6 +167,7 @@ class HostSequenceInput:
 
     sequence: int
     input: str
+    optional: bool  # an optional sequence input: the runtime writes length -1 for none
     ndim_code: int
     ndim_message: str
     capacity_code: int
@@ -172,8 +175,17 @@ class HostSequenceInput:
 
 
 @dataclass(frozen=True)
+class HostSequencePresence:
+    """``variable`` = 1 when optional sequence ``sequence`` holds one (its length is not -1), else 0."""
+
+    sequence: int
+    variable: str
+
+
+@dataclass(frozen=True)
 class HostSequenceClear:
-    """Sequence ``sequence`` becomes empty (length 0, arena size 0)."""
+    """Sequence ``sequence`` becomes empty (length 0, arena size 0), whatever it held (a
+    sequence built in an If branch into the table of the one the other branch keeps)."""
 
     sequence: int
 
@@ -197,7 +209,7 @@ class HostOutputShape:
 
 
 HostStep = (HostDispatch | HostBind | HostCheck | HostIf | HostLoop | HostRead | HostOutputShape | HostSequenceInput
-            | HostSequenceClear | HostSequenceAppend)
+            | HostSequenceClear | HostSequenceAppend | HostSequencePresence)
 
 
 @dataclass(frozen=True)

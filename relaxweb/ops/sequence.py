@@ -26,7 +26,7 @@ import numpy as np
 from ..errors import RelaxwebError, UnsupportedModelError
 from ..ir.expr import Expr
 from ..ir.op_registry import DeductionError, register_op
-from ..ir.struct_info import OptionalStructInfo, SequenceStructInfo, StructInfo, TensorStructInfo, join
+from ..ir.struct_info import OptionalStructInfo, PrimStructInfo, SequenceStructInfo, StructInfo, TensorStructInfo, join
 from ..ir.symbolic import IntImm, as_int, simplify
 from ..library.sequence import sequence_write_kernel
 from .common import normalize_axis, require_tensor, same_dtype
@@ -71,6 +71,8 @@ def host_lowered(context, call):
     """The legalization of the ops the host lowers: the call itself, kept for
     ``lower_shapes_to_host``; an insert at a given position and the element of an optional
     tensor are not lowered yet."""
+    if call.op == "optional_has_element" and not call.attrs.get("prim"):
+        raise UnsupportedModelError("optional_has_element: no GPU lowering yet for optional tensors")
     if call.op == "optional_get_element" and not isinstance(call.struct_info, SequenceStructInfo):
         raise UnsupportedModelError("optional_get_element: no GPU lowering yet for optional tensors")
     if call.op == "sequence_insert" and len(call.args) > 2:
@@ -292,14 +294,16 @@ def optional_none_reference(arrays, attrs):
     return None
 
 
-def deduce_optional_has_element(args, attrs) -> TensorStructInfo:
+def deduce_optional_has_element(args, attrs) -> TensorStructInfo | PrimStructInfo:
+    """A bool tensor, or with ``prim=1`` (an optional sequence, whose presence the host
+    knows) a prim value 0 or 1, which the host can branch on without reading the GPU."""
     if len(args) != 1:
         raise DeductionError(f"optional_has_element: takes one value, got {len(args)} arguments")
-    return TensorStructInfo((), "bool")
+    return PrimStructInfo("int64") if attrs.get("prim") else TensorStructInfo((), "bool")
 
 
-def optional_has_element_reference(arrays, attrs) -> np.ndarray:
-    return np.array(arrays[0] is not None)
+def optional_has_element_reference(arrays, attrs):
+    return int(arrays[0] is not None) if attrs.get("prim") else np.array(arrays[0] is not None)
 
 
 def deduce_optional_get_element(args, attrs) -> StructInfo:
@@ -317,7 +321,7 @@ def optional_get_element_reference(arrays, attrs):
 
 register_op("optional", deduce=deduce_optional, legalize=None, reference=optional_reference)
 register_op("optional_none", deduce=deduce_optional_none, legalize=None, reference=optional_none_reference)
-register_op("optional_has_element", deduce=deduce_optional_has_element, legalize=None,
+register_op("optional_has_element", deduce=deduce_optional_has_element, legalize=host_lowered,
             reference=optional_has_element_reference)
 register_op("optional_get_element", deduce=deduce_optional_get_element, legalize=host_lowered,
             reference=optional_get_element_reference)

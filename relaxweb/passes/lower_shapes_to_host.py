@@ -26,7 +26,7 @@ from ..ir.expr import (
 from ..ir.functor import Aliases, ExprFunctor, iter_bindings
 from ..ir.host import (
     BufferRef, HostBind, HostCheck, HostDispatch, HostFunction, HostIf, HostInput, HostLoop, HostOutput,
-    HostOutputShape, HostRead, HostSequence, HostSequenceAppend, HostSequenceClear, HostSequenceInput, HostStorage,
+    HostOutputShape, HostRead, HostSequence, HostSequenceAppend, HostSequenceClear, HostSequenceInput, HostSequencePresence, HostStorage,
     ShapeCheck, walk_steps,
 )
 from ..ir.launch import dispatch_count
@@ -79,6 +79,7 @@ class _Lowering(ExprFunctor):
         self.sequences: list[HostSequence] = []
         self.sequence_of: dict[Var, int] = {}  # a sequence value -> its table
         self.initial_steps: list = []  # the checks of sequence inputs
+        self.target_sequence: int | None = None  # where a sequence built now goes (visit_if)
 
     # -- codes and variables -------------------------------------------------------------
 
@@ -105,10 +106,12 @@ class _Lowering(ExprFunctor):
         outputs = []
         for index, (var, name) in enumerate(zip(outputs_vars, self.function.output_names)):
             root = self.resolve(var)
-            if isinstance(var.struct_info, SequenceStructInfo):
+            if isinstance(var.struct_info, (SequenceStructInfo, OptionalStructInfo)):
+                optional = isinstance(var.struct_info, OptionalStructInfo)
+                element = (var.struct_info.inner if optional else var.struct_info).element
                 sequence = self.sequence(var)
                 table = self.sequences[sequence]
-                outputs.append(HostOutput(name, table.dtype, table.storage, None, var.struct_info.element.ndim, sequence))
+                outputs.append(HostOutput(name, table.dtype, table.storage, None, element.ndim, sequence, optional))
                 continue
             if not isinstance(root, Var) or root not in self.storage_of or self.storage_of[root] < len(self.function.params):
                 raise UnsupportedModelError(f"output '{name}' must be computed by the model (not an input or a constant)")
@@ -149,7 +152,7 @@ class _Lowering(ExprFunctor):
         self.inputs = []
         for index, (param, name) in enumerate(zip(self.function.params, self.function.input_names)):
             info = param.struct_info
-            if isinstance(info, SequenceStructInfo):
+            if isinstance(info, (SequenceStructInfo, OptionalStructInfo)):
                 self.sequence_input(index, param, name, info)
                 continue
             if not isinstance(info, TensorStructInfo) or info.shape is None:
@@ -186,6 +189,8 @@ class _Lowering(ExprFunctor):
 
     def new_sequence(self, info: SequenceStructInfo, role: str, where: str) -> int:
         """A new table and its arena storage, whose size is a host variable of its own."""
+        if self.target_sequence is not None:  # built in an If branch, into the table the other keeps
+            return self.target_sequence
         index = len(self.sequences)
         size_var = f"_sequence{index}_bytes"
         self.define(size_var, where)
@@ -193,12 +198,14 @@ class _Lowering(ExprFunctor):
         self.storages.append(HostStorage(SizeVar(size_var), role))
         return index
 
-    def sequence_input(self, index: int, param: Var, name: str, info: SequenceStructInfo) -> None:
+    def sequence_input(self, index: int, param: Var, name: str, info) -> None:
+        optional = isinstance(info, OptionalStructInfo)
+        info = info.inner if optional else info  # legalize_ops refused optional tensors
         sequence = self.new_sequence(info, "input", f"the elements of input '{name}'")
         self.sequence_of[param] = sequence
-        self.inputs.append(HostInput(name, info.element.dtype, (), self.sequences[sequence].storage, sequence))
+        self.inputs.append(HostInput(name, info.element.dtype, (), self.sequences[sequence].storage, sequence, optional))
         self.initial_steps.append(HostSequenceInput(
-            sequence, name,
+            sequence, name, optional,
             self.code(), f"input '{name}': element {{value}} has a rank other than {info.element.ndim}"
             if info.element.ndim >= 0 else f"input '{name}': element {{value}} has more than {{expected}} dimensions",
             self.code(), f"input '{name}' has {{value}} elements, above the {{expected}} a sequence can hold"))
@@ -225,6 +232,11 @@ class _Lowering(ExprFunctor):
         """The sequence ops the host lowers (``ops/sequence.py``, ``host_lowered``)."""
         var = self.binding_var
         note = f"{var.name} = {value.op}"
+        if value.op == "optional_has_element":
+            variable = f"_present{len([v for v in self.symbolic_vars if v.startswith('_present')])}"
+            self.define(variable, note)
+            self.prim_value[var] = SizeVar(variable)
+            return [HostSequencePresence(self.sequence(value.args[0]), variable)]
         if value.op == "optional_get_element":
             self.sequence_of[var] = self.sequence(value.args[0])
             return []
@@ -448,6 +460,8 @@ class _Lowering(ExprFunctor):
         else:
             condition = self.prim(value.condition)
         info = value.struct_info
+        if isinstance(info, (SequenceStructInfo, OptionalStructInfo)):
+            return steps + [self.sequence_if(var, condition, value)]
         if not isinstance(info, TensorStructInfo):
             raise UnsupportedModelError(f"If '{var.name}': no GPU lowering yet for an If whose result is a {info}")
         if info.shape is None:
@@ -470,6 +484,32 @@ class _Lowering(ExprFunctor):
             branches.append(tuple(branch_steps))
         steps.append(HostIf(condition, *branches))
         return steps
+
+
+    def sequence_if(self, var: Var, condition: PrimExpr, value: If) -> HostIf:
+        """An If returning a sequence: one branch keeps an outer sequence, the other builds one
+        into that sequence's table (plan_memory checked the outer one is not read again)."""
+        kept = [self.outer_sequence(branch) for branch in (value.true_branch, value.false_branch)]
+        if sum(k is not None for k in kept) != 1:
+            raise UnsupportedModelError(f"If '{var.name}': no GPU lowering yet for an If returning a sequence "
+                                        "unless one branch keeps an outer sequence and the other builds one")
+        table = next(k for k in kept if k is not None)
+        branches = []
+        for branch, keeps in zip((value.true_branch, value.false_branch), kept):
+            self.target_sequence = None if keeps is not None else table
+            branches.append(tuple(self.lower_seq(branch, top_level=False)))
+            self.target_sequence = None
+        self.sequence_of[var] = table
+        return HostIf(condition, *branches)
+
+    def outer_sequence(self, branch: SeqExpr) -> int | None:
+        """The table of the outer sequence a branch returns (through optional_get_element), if any."""
+        definitions = {b.var: b.value for block in branch.blocks for b in block.bindings}
+        result = self.resolve(branch.body)
+        while isinstance(result, Var) and isinstance(definitions.get(result), Call) \
+                and definitions[result].op == "optional_get_element":
+            result = self.resolve(definitions[result].args[0])
+        return self.sequence_of.get(result) if isinstance(result, Var) and result not in definitions else None
 
 
 def _dispatches(steps) -> list[HostDispatch]:

@@ -208,6 +208,10 @@ class _Planner:
                     Var(self.names.unique_name("_"), TupleStructInfo(())),
                     CallTIRInto(value.program, tuple(self.rename(a) for a in value.args), new, value.size_var_values),
                 ))
+            elif isinstance(value, If) and _is_sequence(value.struct_info):
+                # each branch leaves the sequence in one table: lower_shapes_to_host picks it
+                branches = [self.plan_seq(branch, list(free), {}) for branch in (value.true_branch, value.false_branch)]
+                result.append(VarBinding(self.new_var(var), If(self.rename(value.condition), *branches)))
             elif isinstance(value, If):
                 if not isinstance(value.struct_info, TensorStructInfo):
                     raise UnsupportedModelError(
@@ -233,7 +237,7 @@ class _Planner:
                     raise NotImplementedError(f"Loop '{var.name}': a loop cannot be the result of an If branch yet")
                 result += self.plan_loop(var, value, free)
                 defined_here.update(self.loop_fields[var])
-            elif isinstance(value, Call) and isinstance(value.struct_info, (SequenceStructInfo, OptionalStructInfo)):
+            elif isinstance(value, Call) and value.op in SEQUENCE_OPS:
                 # a sequence op the host lowers (ops/sequence.py): its arena is the host's
                 new = self.new_var(var)
                 result.append(replace(binding, var=new, value=self.rename(value)))
@@ -269,6 +273,8 @@ class _Planner:
             grown = [value.args[0]]
         elif isinstance(value, Loop):
             grown = [init for carried, init in zip(value.carried, value.init) if _is_sequence(carried.struct_info)]
+        elif isinstance(value, If) and _is_sequence(value.struct_info):
+            grown = [outer for outer in [_kept_by_if(value, self.aliases)] if outer is not None]
         else:
             return
         for sequence in grown:
@@ -356,10 +362,36 @@ def _appended_to(seq: SeqExpr, var: Var | None, aliases: Aliases) -> Var | None:
     """The sequence ``var`` is ``var`` itself with elements appended to (``sequence_insert``
     at the end, as often as it is): that sequence."""
     definitions = {b.var: b.value for block in seq.blocks for b in block.bindings}
-    while var in definitions and isinstance(definitions[var], Call) and definitions[var].op == "sequence_insert":
-        root = aliases.resolve(definitions[var].args[0])
+    while var in definitions:
+        value = definitions[var]
+        if isinstance(value, Call) and value.op == "sequence_insert":
+            root = aliases.resolve(value.args[0])
+        elif isinstance(value, If) and _is_sequence(value.struct_info):
+            root = _kept_by_if(value, aliases)
+        else:
+            break
         var = root if isinstance(root, Var) else None
     return var
+
+
+#: The sequence ops lower_shapes_to_host lowers (ops/sequence.py, ``host_lowered``).
+SEQUENCE_OPS = ("sequence_empty", "sequence_construct", "sequence_insert", "optional_get_element", "optional_has_element")
+
+
+def _kept_by_if(value: If, aliases: Aliases) -> Var | None:
+    """The outer sequence an If returns from one branch, when the other builds a new one
+    (which lower_shapes_to_host writes into the outer one's table and arena): that sequence."""
+    kept = []
+    for branch in (value.true_branch, value.false_branch):
+        definitions = {b.var: b.value for block in branch.blocks for b in block.bindings}
+        result = aliases.resolve(branch.body)
+        while isinstance(result, Var) and result in definitions and isinstance(definitions[result], Call) \
+                and definitions[result].op == "optional_get_element":
+            result = aliases.resolve(definitions[result].args[0])
+        built = isinstance(definitions.get(result), Call) and definitions[result].op in ("sequence_empty", "sequence_construct")
+        if not built:
+            kept.append(result)
+    return kept[0] if len(kept) == 1 and isinstance(kept[0], Var) else None
 
 
 @dataclass(frozen=True, eq=False)

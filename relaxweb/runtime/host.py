@@ -327,9 +327,13 @@ class HostModule:
         table_bytes = (8 + capacity * (1 + self.max_rank) * 8 + 15) // 16 * 16
         return self._address("sequences") + sequence * table_bytes, capacity
 
-    def write_sequence(self, name: str, sequence: int, shapes: Sequence[Sequence[int]]) -> None:
-        """Write a sequence input's table: its length and its elements' shapes."""
+    def write_sequence(self, name: str, sequence: int, shapes: Sequence[Sequence[int]] | None) -> None:
+        """Write a sequence input's table: its length and its elements' shapes (length -1: an
+        optional sequence that is none)."""
         address, capacity = self._sequence_table(sequence)
+        if shapes is None:
+            self._write_i64s(address, [-1])
+            return
         if len(shapes) > capacity:
             raise InputShapeError(f"input '{name}' has {len(shapes)} elements, above the {capacity} a sequence can hold")
         slots = [len(shapes)]
@@ -340,10 +344,13 @@ class HostModule:
             slots += [len(shape), *shape, *[0] * (self.max_rank - len(shape))]
         self._write_i64s(address, slots)
 
-    def read_sequence(self, sequence: int) -> list[tuple[int, ...]]:
-        """The shapes of a sequence's elements, as the last run left its table."""
+    def read_sequence(self, sequence: int, optional: bool = False) -> list[tuple[int, ...]] | None:
+        """The shapes of a sequence's elements, as the last run left its table (None: an
+        optional sequence that is none)."""
         address, capacity = self._sequence_table(sequence)
         length = self._read_i64s(address, 1)[0]
+        if optional and length == -1:
+            return None
         if not 0 <= length <= capacity:
             raise RelaxwebError(f"the bundle's host module wrote a sequence of {length} elements: the bundle is damaged")
         shapes = self._read_shapes(address + 8, length)

@@ -186,7 +186,7 @@ def _fact_problem(manifest: dict) -> str | None:
     """What the schema cannot say: sizes and counts that must agree across fields."""
     for kind in ("inputs", "outputs"):
         for index, entry in enumerate(manifest[kind]):
-            if entry.get("kind") == "sequence" and (
+            if entry.get("kind") in ("sequence", "optional_sequence") and (
                     "sequence" not in entry or "element_ndim" not in entry or "sequence_capacity" not in manifest):
                 return (f"{kind}[{index}]: a sequence needs its sequence and element_ndim, "
                         "and the manifest its sequence_capacity")

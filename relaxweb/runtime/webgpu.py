@@ -230,6 +230,9 @@ def _device_dtype(dtype_entry: Mapping[str, Any]) -> np.dtype:
     return np.dtype(dtype_entry["device_dtype"])
 
 
+SEQUENCE_KINDS = ("sequence", "optional_sequence")
+
+
 def _split_elements(flat: np.ndarray, shapes: list[tuple[int, ...]]) -> list[np.ndarray]:
     """A sequence's elements from the flat array of their values, one after another."""
     elements, start = [], 0
@@ -444,11 +447,11 @@ class Session:
         that ends with a :class:`Resume` (a loop's iteration) is submitted and resumed at
         once.  Storages that grow between two steps keep their contents.
         """
-        arrays, element_shapes = self._checked_inputs(inputs)
-        for entry, shapes in zip(self.manifest["inputs"], element_shapes):
-            if shapes is not None:
-                self.host.write_sequence(entry["name"], entry["sequence"], shapes)
-        self.host.run_with_shapes([array.shape if shapes is None else () for array, shapes in zip(arrays, element_shapes)])
+        arrays, sequences = self._checked_inputs(inputs)
+        for index, shapes in sequences.items():
+            entry = self.manifest["inputs"][index]
+            self.host.write_sequence(entry["name"], entry["sequence"], shapes)
+        self.host.run_with_shapes([() if index in sequences else array.shape for index, array in enumerate(arrays)])
         commands = self._checked_commands()
         # Before the first step nothing of this run is on the GPU yet: no copies needed.
         self._grow_storages(self.host.storage_sizes())
@@ -483,10 +486,10 @@ class Session:
 
         output_shapes = self.host.output_shapes()
         # a sequence output is read as one flat array of its elements' values, then split
-        sequence_shapes = {index: self.host.read_sequence(output["sequence"])
-                           for index, output in enumerate(self.manifest["outputs"]) if output.get("kind") == "sequence"}
+        sequence_shapes = {index: self.host.read_sequence(output["sequence"], output["kind"] == "optional_sequence")
+                           for index, output in enumerate(self.manifest["outputs"]) if output.get("kind") in SEQUENCE_KINDS}
         for index, shapes in sequence_shapes.items():
-            output_shapes[index] = (sum(int(np.prod(shape, dtype=np.int64)) for shape in shapes),)
+            output_shapes[index] = (sum(int(np.prod(shape, dtype=np.int64)) for shape in shapes or ()),)
         output_byte_sizes = [
             int(np.prod(shape, dtype=np.int64)) * self._dtype_entry(output)["device_bytes"]
             for shape, output in zip(output_shapes, self.manifest["outputs"])
@@ -496,16 +499,17 @@ class Session:
         outputs = self._read_outputs(output_shapes, output_byte_sizes)
         for index, shapes in sequence_shapes.items():
             name = self.manifest["outputs"][index]["name"]
-            outputs[name] = _split_elements(outputs[name], shapes)
+            outputs[name] = None if shapes is None else _split_elements(outputs[name], shapes)
         self._destroy_old_buffers(carried_over + retired)
         self.last_dispatch_count = dispatch_count
         self.last_read_count = read_count
         return outputs
 
-    def _checked_inputs(self, inputs: Mapping[str, Any]) -> tuple[list[np.ndarray], list[list | None]]:
+    def _checked_inputs(self, inputs: Mapping[str, Any]) -> tuple[list[np.ndarray], dict[int, list | None]]:
         """The inputs in manifest order, contiguous, after the checks the host cannot do, and
-        for each the shapes of its elements when it is a sequence (a list of arrays, given to
-        the GPU as one flat array of their values), None for a tensor."""
+        the shapes of the elements of each sequence input by its index (a sequence is a list of
+        arrays, given to the GPU as one flat array of their values; an optional sequence may
+        be None)."""
         expected_names = [entry["name"] for entry in self.manifest["inputs"]]
         unknown = [name for name in inputs if name not in expected_names]
         if unknown:
@@ -514,17 +518,17 @@ class Session:
                 f"the model's inputs are {', '.join(repr(name) for name in expected_names)}"
             )
         arrays: list[np.ndarray] = []
-        element_shapes: list[list | None] = []
+        sequences: dict[int, list | None] = {}
         for entry in self.manifest["inputs"]:
             name = entry["name"]
             if name not in inputs:
                 raise InputShapeError(f"missing input '{name}' ({self._describe_input(entry)})")
             value = inputs[name]
-            if entry.get("kind") == "sequence":
-                arrays.append(self._checked_sequence(entry, value))
-                element_shapes.append([element.shape for element in value])
+            if entry.get("kind") in SEQUENCE_KINDS:
+                none = value is None and entry["kind"] == "optional_sequence"
+                arrays.append(self._checked_sequence(entry, [] if none else value))
+                sequences[len(arrays) - 1] = None if none else [element.shape for element in value]
                 continue
-            element_shapes.append(None)
             expected_dtype = np.dtype(entry["dtype"])
             if not isinstance(value, np.ndarray) or value.dtype != expected_dtype:
                 raise InputShapeError(
@@ -538,7 +542,7 @@ class Session:
                 )
             # Not np.ascontiguousarray: it turns a 0-d array (a scalar input) into a 1-d one.
             arrays.append(_to_device(name, np.asarray(value, order="C"), self._dtype_entry(entry)))
-        return arrays, element_shapes
+        return arrays, sequences
 
     def _checked_sequence(self, entry: Mapping[str, Any], value: Any) -> np.ndarray:
         """A sequence input (a list of arrays of its dtype and rank) as one flat device array."""

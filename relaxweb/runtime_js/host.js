@@ -540,11 +540,16 @@ export class Host {
   }
 
   /**
-   * Write a sequence input's table: its length and its elements' shapes.
-   * @param {string} name @param {number} sequence @param {number[][]} shapes
+   * Write a sequence input's table: its length and its elements' shapes (null: an optional
+   * sequence that is none, length -1).
+   * @param {string} name @param {number} sequence @param {number[][]|null} shapes
    */
   writeSequence(name, sequence, shapes) {
     const { address, capacity } = this.sequenceTable(sequence);
+    if (shapes === null) { // an optional sequence that is none
+      this.writeInt64s(address, [-1]);
+      return;
+    }
     if (shapes.length > capacity) {
       throw new InputShapeError(`input '${name}' has ${shapes.length} elements, above the ${capacity} a sequence can hold`);
     }
@@ -554,12 +559,14 @@ export class Host {
   }
 
   /**
-   * The shapes of a sequence's elements, as the last run left its table.
-   * @param {number} sequence @returns {number[][]}
+   * The shapes of a sequence's elements, as the last run left its table (null: an optional
+   * sequence that is none).
+   * @param {number} sequence @param {boolean} optional @returns {number[][]|null}
    */
-  readSequence(sequence) {
+  readSequence(sequence, optional) {
     const { address, capacity } = this.sequenceTable(sequence);
     const [length] = this.readInt64s(address, 1);
+    if (optional && length === -1) return null;
     if (!(length >= 0 && length <= capacity)) {
       throw new Error(`the bundle's host module wrote a sequence of ${length} elements: the bundle is damaged`);
     }
@@ -660,16 +667,23 @@ export function checkInputs(manifest, inputs) {
     }
   }
   return manifest.inputs.map((/** @type {any} */ spec) =>
-    spec.kind === "sequence" ? (checkSequence(spec, inputs?.[spec.name]), []) : checkInput(spec, inputs?.[spec.name]));
+    isSequence(spec) ? (checkSequence(spec, inputs?.[spec.name]), []) : checkInput(spec, inputs?.[spec.name]));
+}
+
+/** Whether a manifest input or output is a sequence (or an optional one). @param {{kind?: string}} spec */
+export function isSequence(spec) {
+  return spec.kind === "sequence" || spec.kind === "optional_sequence";
 }
 
 /**
- * A sequence input: an array of tensors of its dtype (and of its elements' rank, when known).
- * @param {{name: string, dtype: string, element_ndim: number}} spec
+ * A sequence input: an array of tensors of its dtype (and of its elements' rank, when known);
+ * null for an optional sequence that is none.
+ * @param {{name: string, dtype: string, element_ndim: number, kind: string}} spec
  * @param {any} elements
- * @returns {number[][]} the elements' shapes
+ * @returns {number[][]|null} the elements' shapes
  */
 export function checkSequence(spec, elements) {
+  if (elements === null && spec.kind === "optional_sequence") return null;
   if (!Array.isArray(elements)) {
     throw new InputShapeError(`input '${spec.name}' is a sequence: it must be an array of {data, shape} tensors`);
   }
@@ -719,8 +733,9 @@ function checkInput(spec, tensor) {
 /**
  * What one step of a run needs from the host module: its command list, the storage sizes,
  * the params block, and (when the list is the run's last) the output shapes.
- * (with each sequence output's element shapes; the output's shape is then its values' count).
- * @typedef {{commands: Command[], sizes: number[], params: Uint8Array, outputShapes: number[][], elementShapes: (number[][]|null)[]}} HostStep
+ * (with each sequence output's element shapes, null for none; the output's shape is then its
+ * values' count).
+ * @typedef {{commands: Command[], sizes: number[], params: Uint8Array, outputShapes: number[][], elementShapes: ({shapes: number[][]|null}|null)[]}} HostStep
  */
 
 /**
@@ -743,7 +758,7 @@ export class HostSession {
   /**
    * Run with these input shapes (and the element shapes of sequence inputs, by input index);
    * throws an InputShapeError when the host rejects them.
-   * @param {number[][]} shapes @param {Record<number, number[][]>} [sequences]
+   * @param {number[][]} shapes @param {Record<number, number[][]|null>} [sequences]
    */
   start(shapes, sequences = {}) {
     for (const [k, elementShapes] of Object.entries(sequences)) {
@@ -768,11 +783,11 @@ export class HostSession {
     const finished = last !== OPCODE_READ && last !== OPCODE_RESUME;
     const outputShapes = finished ? this.host.outputShapes() : [];
     // a sequence output is copied as one flat array of its elements' values, then split
-    /** @type {(number[][]|null)[]} */
+    /** @type {({shapes: number[][]|null}|null)[]} */
     const elementShapes = finished ? this.host.manifest.outputs.map((/** @type {any} */ spec) =>
-      spec.kind === "sequence" ? this.host.readSequence(spec.sequence) : null) : [];
-    elementShapes.forEach((shapes, k) => {
-      if (shapes) outputShapes[k] = [shapes.reduce((total, shape) => total + shape.reduce((a, b) => a * b, 1), 0)];
+      isSequence(spec) ? { shapes: this.host.readSequence(spec.sequence, spec.kind === "optional_sequence") } : null) : [];
+    elementShapes.forEach((sequence, k) => {
+      if (sequence) outputShapes[k] = [(sequence.shapes ?? []).reduce((total, shape) => total + shape.reduce((a, b) => a * b, 1), 0)];
     });
     return { commands, sizes: this.host.storageSizes(), params: this.host.params().slice(), outputShapes, elementShapes };
   }

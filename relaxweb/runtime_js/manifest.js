@@ -181,7 +181,7 @@ function check(value, schema, path, manifest) {
 function factProblem(manifest) {
   for (const kind of ["inputs", "outputs"]) {
     for (const [index, entry] of manifest[kind].entries()) {
-      if (entry.kind === "sequence" && (
+      if ((entry.kind === "sequence" || entry.kind === "optional_sequence") && (
         !("sequence" in entry) || !("element_ndim" in entry) || !("sequence_capacity" in manifest))) {
         return `${kind}[${index}]: a sequence needs its sequence and element_ndim, ` +
           "and the manifest its sequence_capacity";

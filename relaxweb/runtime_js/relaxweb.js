@@ -7,7 +7,7 @@
 
 import {
   FORMAT_VERSION, InputShapeError, TYPED_ARRAY_OF_DTYPE, OPCODE_DISPATCH, OPCODE_READ, OPCODE_RESUME, checkInputs,
-  checkSequence, deviceShortfalls, dtypeInfo, fromDeviceData, loadTimeLimits, storageSizeProblem, toDeviceData,
+  checkSequence, isSequence, deviceShortfalls, dtypeInfo, fromDeviceData, loadTimeLimits, storageSizeProblem, toDeviceData,
 } from "./host.js";
 import { validateManifest } from "./manifest.js";
 import { RemoteHost } from "./remote_host.js";
@@ -30,7 +30,7 @@ export const DEFAULT_CACHE_NAME = "relaxweb";
 
 /**
  * A run's outputs, copied into one mappable buffer by its last submit.
- * @typedef {{buffer: GPUBuffer, outputs: {name: string, dtype: string, info: import("./host.js").DtypeInfo, shape: number[], offset: number, bytes: number, storage: number}[], elementShapes?: (number[][]|null)[]}} Readback
+ * @typedef {{buffer: GPUBuffer, outputs: {name: string, dtype: string, info: import("./host.js").DtypeInfo, shape: number[], offset: number, bytes: number, storage: number}[], elementShapes?: ({shapes: number[][]|null}|null)[]}} Readback
  */
 
 /** GPU buffer usages (the GPUBufferUsage flags, spelled out so that Node can import this file). */
@@ -181,13 +181,13 @@ export class Model {
     const shapes = checkInputs(this.manifest, inputs).map((shape) => [...shape]);
     // As the GPU holds them (the manifest's dtypes): int64 -> int32 (range-checked), bool -> uint32 ...
     /** @type {Record<string, any>} */
-    /** @type {Record<number, number[][]>} */
-    const sequences = {}; // sequence inputs (by input index): their elements' shapes
+    /** @type {Record<number, number[][]|null>} */
+    const sequences = {}; // sequence inputs (by input index): their elements' shapes (null: none)
     const deviceInputs = Object.fromEntries(this.manifest.inputs.map((/** @type {any} */ spec, /** @type {number} */ k) => {
-      if (spec.kind === "sequence") {
-        const elements = /** @type {any[]} */ (/** @type {unknown} */ (inputs[spec.name]));
+      if (isSequence(spec)) {
+        const elements = /** @type {any[]|null} */ (/** @type {unknown} */ (inputs[spec.name]));
         sequences[k] = checkSequence(spec, elements);
-        return [spec.name, { data: sequenceData(spec, dtypeInfo(this.manifest, spec), elements), shape: [] }];
+        return [spec.name, { data: sequenceData(spec, dtypeInfo(this.manifest, spec), elements ?? []), shape: [] }];
       }
       const given = inputs[spec.name].data;
       const converted = toDeviceData(spec, dtypeInfo(this.manifest, spec), given);
@@ -222,7 +222,7 @@ export class Model {
    * The last list ends with the output copies.
    * @param {Record<string, Tensor>} inputs
    * @param {number[][]} shapes
-   * @param {Record<number, number[][]>} sequences the element shapes of sequence inputs
+   * @param {Record<number, number[][]|null>} sequences the element shapes of sequence inputs
    * @returns {Promise<{readback: Readback, retired: GPUBuffer[]}>} the outputs to map, and old
    *   storage buffers to destroy once the last submit has run
    */
@@ -445,7 +445,8 @@ export class Model {
       for (const [k, output] of outputs.entries()) {
         const { name, info, shape, offset, bytes } = output;
         const data = fromDeviceData(output, info, mapped.slice(offset, offset + bytes));
-        result[name] = elementShapes?.[k] ? splitElements(data, elementShapes[k]) : { data, shape };
+        const sequence = elementShapes?.[k];
+        result[name] = !sequence ? { data, shape } : sequence.shapes ? splitElements(data, sequence.shapes) : null;
       }
       buffer.unmap();
       return result;

@@ -19,7 +19,7 @@ import wasmtime
 from ..errors import UnsupportedModelError, shown
 from ..ir.host import (
     SEQUENCE_CAPACITY, HostBind, HostCheck, HostDispatch, HostFunction, HostIf, HostLoop, HostOutputShape, HostRead,
-    HostSequenceAppend, HostSequenceClear, HostSequenceInput, ShapeCheck,
+    HostSequenceAppend, HostSequenceClear, HostSequenceInput, HostSequencePresence, ShapeCheck,
 )
 from ..ir.params_block import FIELD_BYTES, PARAMS_SLOT
 from ..ir.syntax import comment_text
@@ -207,7 +207,7 @@ class _StepEmitter:
             for inner in step.else_steps:
                 lines += self.step(inner, indent + "    ")
             return lines + [f"{indent}  ))"]
-        if isinstance(step, (HostSequenceInput, HostSequenceClear, HostSequenceAppend)):
+        if isinstance(step, (HostSequenceInput, HostSequenceClear, HostSequenceAppend, HostSequencePresence)):
             return [indent + line for line in self.sequence_step(step)]
         if isinstance(step, HostOutputShape):
             base = self.layout.output_shapes + step.output * (1 + MAX_RANK) * 8
@@ -229,6 +229,10 @@ class _StepEmitter:
         def entry(index: str) -> str:
             return f"(i32.add (i32.const {table + 8}) (i32.mul (i32.wrap_i64 {index}) (i32.const {SEQUENCE_ENTRY_BYTES})))"
 
+        if isinstance(step, HostSequencePresence):
+            return [f";; {comment_text(step.variable)}: does optional sequence {step.sequence} hold one",
+                    f"(i64.store (i32.const {self.var_address[step.variable]}) "
+                    f"(i64.extend_i32_u (i64.ge_s {length} (i64.const 0))))"]
         if isinstance(step, HostSequenceClear):
             return [f";; sequence {step.sequence}: empty", f"(i64.store (i32.const {table}) (i64.const 0))",
                     f"{set_size} (i64.const 0))"]
@@ -253,7 +257,9 @@ class _StepEmitter:
             # an element of any rank: the dims past its ndim count 1
             count = f"(i64.mul {count} {dim if sequence.ndim >= 0 else f'(select {dim} (i64.const 1) (i64.gt_s {ndim} (i64.const {d})))'})"
         lines = [";; " + comment_text(f"sequence {step.sequence}: input '{step.input}' (the runtime wrote its table)")]
-        lines += self.fail_if(f"(i64.gt_u {length} (i64.const {SEQUENCE_CAPACITY}))", step.capacity_code,
+        # length -1: an optional sequence input that is none (its loop below runs no time)
+        outside = f"(i64.lt_s {length} (i64.const -1))" if step.optional else f"(i64.lt_s {length} (i64.const 0))"
+        lines += self.fail_if(f"(i32.or {outside} (i64.gt_s {length} (i64.const {SEQUENCE_CAPACITY})))", step.capacity_code,
                               length, f"(i64.const {SEQUENCE_CAPACITY})", "")
         lines += [f"{set_size} (i64.const 0))", "(global.set $element (i32.const 0))", "(block $elements_done",
                   "  (loop $next_element",
