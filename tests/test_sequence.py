@@ -15,6 +15,7 @@ import relaxweb
 from relaxweb.browser import run_many_in_browser
 from relaxweb.compiler import compile_module, import_model, run_reference
 from relaxweb.errors import InputShapeError, RelaxwebError
+from relaxweb.ir.interpreter import run_host_function
 from relaxweb.ir.parser import parse_module
 from relaxweb.ir.printer import format_module, module_constants
 from relaxweb.ir.struct_info import (
@@ -244,6 +245,22 @@ def appending_model() -> onnx.ModelProto:
     model.graph.input.insert(0, seq_value("s", shape=["a", "b"]))
     model.graph.output.append(seq_value("grown"))
     return model
+
+
+def test_the_host_function_of_sequences_runs_in_the_interpreter() -> None:
+    """run_host_function (numpy, no GPU) keeps the tables and arenas as the host module does."""
+    compiled = compile_module(import_model(appending_model()))
+    feeds = {"s": [rand(2, 3, seed=1), rand(0, 4, seed=2)], "t": rand(3, 2, seed=9)}
+    (expected,) = onnxruntime_outputs(appending_model(), feeds)
+    assert_sequences_equal(run_host_function(compiled.main, compiled.programs, feeds)[0], expected)
+    case = {case.name: case for case in onnx_node_cases(["loop"])}["test_loop16_seq_none"]
+    compiled = compile_module(import_model(case.model))
+    for feeds in optional_loop_runs():
+        actual = run_host_function(compiled.main, compiled.programs, feeds)[0]
+        expected = run_reference(case.model, feeds)["seq_res"]
+        assert (actual is None) == (expected is None), feeds
+        if expected is not None:
+            assert_sequences_equal(actual, expected)
 
 
 def test_a_sequence_input_of_0_1_and_3_elements_runs_on_the_gpu(device, tmp_path: Path) -> None:

@@ -52,13 +52,15 @@ SEQUENCE_CAPACITY = 1024  # elements in a sequence's table; an insert past it is
 class HostSequence:
     """A sequence at run time: a table in the host's memory (its length, and each element's
     ``[ndim, dims...]``) and an arena storage holding the elements' values one after
-    another, 4 bytes each; ``size_var`` is the host variable holding the arena's byte size
-    (the storage's size), which grows as elements are appended."""
+    another; ``size_var`` is the host variable holding the arena's byte size (the storage's
+    size), which grows as elements are appended, ``element_bytes`` per value (as storages
+    count them: at least 4, 8 for int64, though the device holds 4)."""
 
     storage: int
     size_var: str
     dtype: str
     ndim: int  # every element's rank (-1: any)
+    element_bytes: int
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,9 @@ loop may carry an optional sequence in and a sequence out (``is_less_specific``)
 
 On the GPU a sequence is an arena storage plus a table in the host module
 (``relaxweb/ir/host.py`` ``HostSequence``): ``sequence_empty``, ``sequence_construct``,
-``sequence_insert`` at the end and ``optional_get_element`` of a sequence stay op calls
-through legalization (``host_lowered``) and ``lower_shapes_to_host`` turns them into table
-steps and copies into the arena.  The others have no GPU lowering yet (``legalize=None``):
+``sequence_insert`` at the end and ``optional_has_element`` / ``optional_get_element`` of a
+sequence stay op calls through legalization (``host_lowered``) and ``lower_shapes_to_host``
+turns them into table steps and copies into the arena.  The others have no GPU lowering yet (``legalize=None``):
 a model with them imports and runs in the interpreter (``relaxweb run MODEL.onnx
 --reference``) and ``relaxweb build`` refuses it with the list of such ops.
 

@@ -19,6 +19,7 @@ function and the kernels.
 from __future__ import annotations
 
 from ..errors import RelaxwebError, UnsupportedModelError
+from ..ir.dtype import dtype_info
 from ..ir.expr import (
     AllocStorage, AllocTensor, Call, CallTIRInto, Constant, Expr, Function, If, Loop, MatchCast, PrimValue, SeqExpr,
     TensorToPrim, Tuple, TupleGetItem, Var, VarBinding,
@@ -194,7 +195,9 @@ class _Lowering(ExprFunctor):
         index = len(self.sequences)
         size_var = f"_sequence{index}_bytes"
         self.define(size_var, where)
-        self.sequences.append(HostSequence(len(self.storages), size_var, info.element.dtype, info.element.ndim))
+        element_bytes = max(dtype_info(info.element.dtype).bytes, 4)  # as tensor_bytes counts
+        self.sequences.append(HostSequence(len(self.storages), size_var, info.element.dtype, info.element.ndim,
+                                           element_bytes))
         self.storages.append(HostStorage(SizeVar(size_var), role))
         return index
 
@@ -221,7 +224,7 @@ class _Lowering(ExprFunctor):
         table = self.sequences[sequence]
         shape = self.shape_of(element)
         kernel = self.programs.add(sequence_write_kernel(table.dtype))
-        end = SizeVar(table.size_var) // 4
+        end = SizeVar(table.size_var) // table.element_bytes
         sizes = (("count", product(shape)), ("arena", end + product(shape)), ("offset", end))
         dispatch = HostDispatch(kernel, (self.buffer_ref(element), BufferRef("storage", table.storage)), sizes,
                                 product(shape), note)

@@ -245,7 +245,7 @@ class _StepEmitter:
                                   f"(i64.add {length} (i64.const 1))", f"(i64.const {SEQUENCE_CAPACITY})", "")
             lines.append(f"(i64.store {entry(length)} (i64.const {len(step.shape)}))")
             lines += [f"(i64.store offset={8 * (d + 1)} {entry(length)} {value})" for d, value in enumerate(values)]
-            lines.append(f"{set_size} (i64.add {size} (i64.mul {count} (i64.const 4))))")
+            lines.append(f"{set_size} (i64.add {size} (i64.mul {count} (i64.const {sequence.element_bytes}))))")
             lines.append(f"(i64.store (i32.const {table}) (i64.add {length} (i64.const 1)))")
             return lines
         # a sequence input: the runtime wrote the table; check it, and sum the arena's size
@@ -267,7 +267,7 @@ class _StepEmitter:
         wrong_rank = f"(i64.ne {ndim} (i64.const {sequence.ndim}))" if sequence.ndim >= 0 else \
             f"(i64.gt_u {ndim} (i64.const {MAX_RANK}))"
         lines += self.fail_if(wrong_rank, step.ndim_code, element, f"(i64.const {max(sequence.ndim, MAX_RANK)})", "    ")
-        lines += [f"    {set_size} (i64.add {size} (i64.mul {count} (i64.const 4))))",
+        lines += [f"    {set_size} (i64.add {size} (i64.mul {count} (i64.const {sequence.element_bytes}))))",
                   "    (global.set $element (i32.add (global.get $element) (i32.const 1)))",
                   "    (br $next_element)))"]
         return lines
