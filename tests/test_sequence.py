@@ -15,6 +15,7 @@ import relaxweb
 from relaxweb.browser import run_many_in_browser
 from relaxweb.compiler import compile_module, import_model, run_reference
 from relaxweb.errors import InputShapeError, RelaxwebError
+from relaxweb.ir.host import SEQUENCE_CAPACITY
 from relaxweb.ir.interpreter import run_host_function
 from relaxweb.ir.parser import parse_module
 from relaxweb.ir.printer import format_module, module_constants
@@ -272,6 +273,17 @@ def test_a_sequence_input_of_0_1_and_3_elements_runs_on_the_gpu(device, tmp_path
         assert_sequences_equal(model.run(feeds)["grown"], expected)
     with pytest.raises(InputShapeError, match=r"input 's': element 0 has 1 dimensions \(shape \[3\]\), expected 2"):
         model.run({"s": [rand(3)], "t": rand(3, 2)})
+
+
+@pytest.mark.slow
+def test_an_insert_past_the_capacity_is_one_error(device, growing_bundle: Path) -> None:
+    model = relaxweb.load(growing_bundle, device=device)
+    feeds = {"x": rand(6, seed=3), "trip": np.array(SEQUENCE_CAPACITY + 1, np.int64), "cond": np.array(True)}
+    with pytest.raises(InputShapeError, match=rf"sequence_insert: the sequence has {SEQUENCE_CAPACITY + 1} elements, "
+                                              rf"the most a sequence can hold is {SEQUENCE_CAPACITY}$"):
+        model.run(feeds)
+    feeds["trip"] = np.array(SEQUENCE_CAPACITY, np.int64)
+    assert len(model.run(feeds)["grown"]) == SEQUENCE_CAPACITY
 
 
 @in_the_browser
