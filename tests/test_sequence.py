@@ -220,6 +220,24 @@ def test_a_sequence_read_again_after_it_grows_is_refused_by_name() -> None:
         compile_module(import_model(model))
 
 
+def test_an_if_whose_branch_grows_the_sequence_it_builds_is_refused_by_name() -> None:
+    """An If returning a sequence builds it into the table of the outer sequence the other
+    branch keeps; a branch that appends to what it built has no lowering yet."""
+    then_branch = helper.make_graph(
+        [helper.make_node("SequenceConstruct", ["t"], ["built"]), helper.make_node("SequenceInsert", ["built", "t"], ["grown"])],
+        "then", [], [seq_value("grown")])
+    else_branch = helper.make_graph([helper.make_node("OptionalGetElement", ["s"], ["kept"])], "else", [], [seq_value("kept")])
+    nodes = [helper.make_node("OptionalHasElement", ["s"], ["has"]), helper.make_node("Not", ["has"], ["none"]),
+             helper.make_node("If", ["none"], ["chosen"], then_branch=then_branch, else_branch=else_branch)]
+    model = make_model(nodes, [("t", [2])], [], opset=18)
+    model.graph.input.insert(0, helper.make_value_info("s", helper.make_optional_type_proto(
+        helper.make_sequence_type_proto(helper.make_tensor_type_proto(TensorProto.FLOAT, [2])))))
+    model.graph.output.append(seq_value("chosen"))
+    with pytest.raises(RelaxwebError, match=r"If 'chosen': no GPU lowering yet for a branch that builds a sequence "
+                                            r"and then inserts into it"):
+        compile_module(import_model(model))
+
+
 # on the GPU, against onnxruntime -----------------------------------------------------------------
 
 

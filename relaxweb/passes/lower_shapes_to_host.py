@@ -27,8 +27,8 @@ from ..ir.expr import (
 from ..ir.functor import Aliases, ExprFunctor, iter_bindings
 from ..ir.host import (
     BufferRef, HostBind, HostCheck, HostDispatch, HostFunction, HostIf, HostInput, HostLoop, HostOutput,
-    HostOutputShape, HostRead, HostSequence, HostSequenceAppend, HostSequenceClear, HostSequenceInput, HostSequencePresence, HostStorage,
-    ShapeCheck, walk_steps,
+    HostOutputShape, HostRead, HostSequence, HostSequenceAppend, HostSequenceClear, HostSequenceInput,
+    HostSequencePresence, HostStorage, ShapeCheck, walk_steps,
 )
 from ..ir.launch import dispatch_count
 from ..ir.library_kernel import LibraryKernel
@@ -80,7 +80,7 @@ class _Lowering(ExprFunctor):
         self.sequences: list[HostSequence] = []
         self.sequence_of: dict[Var, int] = {}  # a sequence value -> its table
         self.initial_steps: list = []  # the checks of sequence inputs
-        self.target_sequence: int | None = None  # where a sequence built now goes (visit_if)
+        self.target: tuple[Var, int] | None = None  # (an If branch's result, the table it is built into)
 
     # -- codes and variables -------------------------------------------------------------
 
@@ -190,8 +190,8 @@ class _Lowering(ExprFunctor):
 
     def new_sequence(self, info: SequenceStructInfo, role: str, where: str) -> int:
         """A new table and its arena storage, whose size is a host variable of its own."""
-        if self.target_sequence is not None:  # built in an If branch, into the table the other keeps
-            return self.target_sequence
+        if self.target is not None and self.binding_var is self.target[0]:
+            return self.target[1]  # an If branch's result, built into the table the other branch keeps
         index = len(self.sequences)
         size_var = f"_sequence{index}_bytes"
         self.define(size_var, where)
@@ -491,7 +491,8 @@ class _Lowering(ExprFunctor):
 
     def sequence_if(self, var: Var, condition: PrimExpr, value: If) -> HostIf:
         """An If returning a sequence: one branch keeps an outer sequence, the other builds one
-        into that sequence's table (plan_memory checked the outer one is not read again)."""
+        into that sequence's table (plan_memory checked the outer one is not read again; the
+        building branch's result must be a new sequence: one of its own is refused by name)."""
         kept = [self.outer_sequence(branch) for branch in (value.true_branch, value.false_branch)]
         if sum(k is not None for k in kept) != 1:
             raise UnsupportedModelError(f"If '{var.name}': no GPU lowering yet for an If returning a sequence "
@@ -499,9 +500,12 @@ class _Lowering(ExprFunctor):
         table = next(k for k in kept if k is not None)
         branches = []
         for branch, keeps in zip((value.true_branch, value.false_branch), kept):
-            self.target_sequence = None if keeps is not None else table
+            self.target = None if keeps is not None else (self.resolve(branch.body), table)
             branches.append(tuple(self.lower_seq(branch, top_level=False)))
-            self.target_sequence = None
+            self.target = None
+            if self.sequence(branch.body) != table:
+                raise UnsupportedModelError(f"If '{var.name}': no GPU lowering yet for a branch that builds a "
+                                            "sequence and then inserts into it")
         self.sequence_of[var] = table
         return HostIf(condition, *branches)
 

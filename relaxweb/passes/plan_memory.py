@@ -281,8 +281,8 @@ class _Planner:
             root = self.sequence_root(sequence)
             if any(self.sequence_root(v) is root for later, used in uses if later > index for v in used):
                 raise UnsupportedModelError(
-                    f"'{binding.var.name}': the sequence '{getattr(sequence, 'name', '?')}' is read again after elements are inserted into it; "
-                    "no GPU lowering yet for a sequence copied before it grows")
+                    f"'{binding.var.name}': the sequence '{getattr(sequence, 'name', '?')}' is read again after "
+                    "elements are inserted into it; no GPU lowering yet for a sequence copied before it grows")
 
     # -- loops ------------------------------------------------------------------------------
 
@@ -323,7 +323,7 @@ class _Planner:
             root = self.root_of(original)
             if _is_sequence(original.struct_info):
                 if _appended_to(loop.body, root, self.aliases) is not loop.carried[index]:
-                    raise NotImplementedError(
+                    raise UnsupportedModelError(
                         f"Loop '{var.name}': a carried sequence must be the one the body received, with "
                         "elements appended (no GPU lowering yet for any other next value)")
                 sources.append(None)

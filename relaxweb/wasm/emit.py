@@ -254,8 +254,9 @@ class _StepEmitter:
         count = "(i64.const 1)"
         for d in range(MAX_RANK if sequence.ndim < 0 else sequence.ndim):
             dim = f"(i64.load offset={8 * (d + 1)} {entry(element)})"
-            # an element of any rank: the dims past its ndim count 1
-            count = f"(i64.mul {count} {dim if sequence.ndim >= 0 else f'(select {dim} (i64.const 1) (i64.gt_s {ndim} (i64.const {d})))'})"
+            if sequence.ndim < 0:  # an element of any rank: the dims past its ndim count 1
+                dim = f"(select {dim} (i64.const 1) (i64.gt_s {ndim} (i64.const {d})))"
+            count = f"(i64.mul {count} {dim})"
         lines = [";; " + comment_text(f"sequence {step.sequence}: input '{step.input}' (the runtime wrote its table)")]
         # length -1: an optional sequence input that is none (its loop below runs no time)
         outside = f"(i64.lt_s {length} (i64.const -1))" if step.optional else f"(i64.lt_s {length} (i64.const 0))"
@@ -266,7 +267,8 @@ class _StepEmitter:
                   f"    (br_if $elements_done (i64.ge_s {element} {length}))"]
         wrong_rank = f"(i64.ne {ndim} (i64.const {sequence.ndim}))" if sequence.ndim >= 0 else \
             f"(i64.gt_u {ndim} (i64.const {MAX_RANK}))"
-        lines += self.fail_if(wrong_rank, step.ndim_code, element, f"(i64.const {max(sequence.ndim, MAX_RANK)})", "    ")
+        rank = sequence.ndim if sequence.ndim >= 0 else MAX_RANK
+        lines += self.fail_if(wrong_rank, step.ndim_code, element, f"(i64.const {rank})", "    ")
         lines += [f"    {set_size} (i64.add {size} (i64.mul {count} (i64.const {sequence.element_bytes}))))",
                   "    (global.set $element (i32.add (global.get $element) (i32.const 1)))",
                   "    (br $next_element)))"]
