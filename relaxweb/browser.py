@@ -90,16 +90,19 @@ async ({ runs, timeoutMs }) => {
     return btoa(text);
   };
   let model = null;
+  // a sequence is an array of tensors both ways
+  const toTensor = ({ base64, shape, arrayClass }) => ({ data: new typedArrays[arrayClass](decode(base64).buffer), shape });
+  const fromTensor = ({ data, shape }) => ({
+    base64: encode(new Uint8Array(data.buffer, data.byteOffset, data.byteLength)), shape, arrayClass: data.constructor.name });
   const runOnce = async (inputs) => {
     const tensors = {};
-    for (const [name, { base64, shape, arrayClass }] of Object.entries(inputs)) {
-      tensors[name] = { data: new typedArrays[arrayClass](decode(base64).buffer), shape };
+    for (const [name, value] of Object.entries(inputs)) {
+      tensors[name] = value === null ? null : Array.isArray(value) ? value.map(toTensor) : toTensor(value);
     }
     const outputs = await model.run(tensors);
     const encoded = {};
-    for (const [name, { data, shape }] of Object.entries(outputs)) {
-      const bytes = new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
-      encoded[name] = { base64: encode(bytes), shape, arrayClass: data.constructor.name };
+    for (const [name, value] of Object.entries(outputs)) {
+      encoded[name] = value === null ? null : Array.isArray(value) ? value.map(fromTensor) : fromTensor(value);
     }
     return encoded;
   };
@@ -348,7 +351,9 @@ def run_many_in_browser(
     The first failing run stops them all, with the errors of :func:`run_in_browser`;
     ``timeout_s`` covers the load and all the runs.
     """
-    encoded_runs = [{name: _encode_array(name, array) for name, array in inputs.items()} for inputs in runs]
+    encoded_runs = [{name: None if value is None else [_encode_array(name, element) for element in value]
+                     if isinstance(value, (list, tuple)) else _encode_array(name, value) for name, value in inputs.items()}
+                    for inputs in runs]
     with open_runner_page(bundle_dir, timeout_s) as page:
         payload = {"runs": encoded_runs, "timeoutMs": int(timeout_s * 1000)}
         try:
@@ -366,11 +371,13 @@ def run_many_in_browser(
 
 def _decode_outputs(manifest: dict, encoded: dict) -> dict[str, np.ndarray]:
     """The outputs of one run from the page as numpy arrays."""
-    outputs = {name: _decode_array(output) for name, output in encoded.items()}
+    outputs = {name: None if output is None else [_decode_array(element) for element in output]
+               if isinstance(output, list) else _decode_array(output) for name, output in encoded.items()}
     # A bool output comes back as a Uint8Array of 0/1: give it the manifest's dtype again.
     for spec in manifest["outputs"]:
         if spec["dtype"] == "bool" and spec["name"] in outputs:
-            outputs[spec["name"]] = outputs[spec["name"]] != 0
+            value = outputs[spec["name"]]
+            outputs[spec["name"]] = [e != 0 for e in value] if isinstance(value, list) else value != 0
     return outputs
 
 

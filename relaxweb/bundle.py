@@ -19,7 +19,7 @@ import numpy as np
 
 from .errors import RelaxwebError, UnsupportedModelError
 from .ir.dtype import GPU_DTYPES, dtype_info
-from .ir.host import HostFunction
+from .ir.host import SEQUENCE_CAPACITY, HostFunction, HostInput, HostOutput
 from .ir.library_kernel import LibraryKernel
 from .ir.module import IRModule
 from .ir.schedule import WORKGROUP_SIZE
@@ -104,8 +104,11 @@ def write_bundle(module: IRModule, out_dir: str | Path, source: str, progress: P
         "version": VERSION,
         "model": source,
         "dtypes": _dtype_table(host),
-        "inputs": [{"name": i.name, "dtype": i.dtype, "shape": _shape_json(i.shape), "storage": i.storage} for i in host.inputs],
-        "outputs": [{"name": o.name, "dtype": o.dtype, "shape": _shape_json(o.shape) if o.shape is not None else None,
+        "inputs": [_sequence_entry(i, host) if i.sequence is not None else
+                   {"name": i.name, "dtype": i.dtype, "shape": _shape_json(i.shape), "storage": i.storage}
+                   for i in host.inputs],
+        "outputs": [_sequence_entry(o, host) if o.sequence is not None else
+                    {"name": o.name, "dtype": o.dtype, "shape": _shape_json(o.shape) if o.shape is not None else None,
                      "ndim": o.ndim, "storage": o.storage} for o in host.outputs],
         "symbolic_vars": [_symbolic_var(name, bound, module.attrs.get("size_var_names", {})) for name, bound in host.bounds],
         "storages": storages,
@@ -117,6 +120,7 @@ def write_bundle(module: IRModule, out_dir: str | Path, source: str, progress: P
         "errors": [{"code": code, "message": message} for code, message in host.error_messages],
         "max_rank": MAX_RANK,
         "read_slots": host.read_slots,
+        "sequence_capacity": SEQUENCE_CAPACITY,
         "required_limits": _required_limits(kernels, storages, weights),
         "required_features": _required_features(kernels),
     }
@@ -125,6 +129,22 @@ def write_bundle(module: IRModule, out_dir: str | Path, source: str, progress: P
         shutil.copytree(RUNTIME_JS, out / "runtime", dirs_exist_ok=True)
     progress(f"wrote {out}/ ({len(kernels)} kernels, {sum(s['nbytes'] for s in shards)} bytes of weights)")
     return manifest
+
+
+def _sequence_entry(value: HostInput | HostOutput, host: HostFunction) -> dict:
+    """A sequence input's or output's entry (``kind`` ``optional_sequence`` when it may be
+    none): its elements' dtype and rank (-1: any), its
+    arena storage and its table in the host module's memory (``shape``: [] for an input,
+    null for an output: a sequence has none of its own)."""
+    if isinstance(value, HostOutput):
+        return {"name": value.name, "dtype": value.dtype, "shape": None, "kind": _sequence_kind(value),
+                "element_ndim": value.ndim, "storage": value.storage, "sequence": value.sequence}
+    return {"name": value.name, "dtype": value.dtype, "shape": [], "kind": _sequence_kind(value),
+            "element_ndim": host.sequences[value.sequence].ndim, "storage": value.storage, "sequence": value.sequence}
+
+
+def _sequence_kind(value: HostInput | HostOutput) -> str:
+    return "optional_sequence" if value.optional else "sequence"
 
 
 def emit_kernel(kernel) -> ShaderInfo:

@@ -155,7 +155,10 @@ def test_tampered_manifests_get_the_same_message_from_both_runtimes(bundles, tmp
     cases = tampered_manifests(manifest(plain), 300)
     cases += [("kernel file outside", _with(manifest(plain), ("kernels", 0, "file"), "../../../../etc/passwd")),
               ("negative call site kernel", _with(manifest(plain), ("call_sites", 0, "kernel"), -1)),
-              ("weight past its shard", _with(manifest(plain), ("weights", 0, "offset"), 64))]
+              ("weight past its shard", _with(manifest(plain), ("weights", 0, "offset"), 64)),
+              ("sequence without its table", _with(manifest(plain), ("outputs", 0, "kind"), "sequence")),
+              ("sequence of too high a rank", _with(_with(_with(manifest(plain), ("inputs", 0, "kind"), "sequence"),
+                                                          ("inputs", 0, "sequence"), 0), ("inputs", 0, "element_ndim"), 9))]
     python_problems = [manifest_problem(tampered) for _, tampered in cases]
     (tmp_path / "cases.json").write_text(json.dumps([tampered for _, tampered in cases]))
     script = (f"import {{ manifestProblem }} from {json.dumps((ROOT / 'relaxweb/runtime_js/manifest.js').as_uri())};\n"
@@ -170,10 +173,12 @@ def test_tampered_manifests_get_the_same_message_from_both_runtimes(bundles, tmp
         assert in_python == in_js, what
     refused = sum(problem is not None for problem in python_problems)
     assert refused > len(cases) * 0.8  # most mutations break the schema; the rest change notes or names
-    assert python_problems[-3:] == [
+    assert python_problems[-5:] == [
         'kernels[0].file: "../../../../etc/passwd" is not allowed (it must match ^kernels/[A-Za-z0-9_][A-Za-z0-9_.-]{0,250}\\.wgsl$)',
         "call_sites[0].kernel: -1 is not an index of kernels (it has 1)",
         "weights[0]: bytes 64..80 are not inside shard 0 (16 bytes, 4-byte aligned)",
+        "outputs[0]: a sequence needs its sequence and element_ndim, and the manifest its sequence_capacity",
+        "inputs[0].element_ndim: 9 is outside -1..8",
     ]
 
 

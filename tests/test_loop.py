@@ -358,9 +358,9 @@ def _node_cases() -> dict:
     return {case.name: case for case in onnx_node_cases(["loop", "scan"])}
 
 
-#: Node cases that carry sequence or optional values: the interpreter runs them
-#: (tests/test_sequence.py); the sequence ops have no GPU lowering yet.
-SEQUENCE_CASES = {"test_loop13_seq": "input 'seq_empty'", "test_loop16_seq_none": "input 'opt_seq'"}
+#: Node cases that carry sequence or optional values: tests/test_sequence.py runs them (on the
+#: GPU too: their outputs are lists).
+SEQUENCE_CASES = ("test_loop13_seq", "test_loop16_seq_none")
 
 
 @pytest.mark.gpu
@@ -375,9 +375,3 @@ def test_onnx_node_case_on_the_gpu(tmp_path: Path, name: str) -> None:
         for value, want in zip(case.model.graph.output, outputs):
             assert actual[value.name].shape == want.shape
             assert_close(actual[value.name], want, ONNX_CASE, err_msg=f"{name} {value.name}")
-
-
-@pytest.mark.parametrize("name", sorted(SEQUENCE_CASES))
-def test_a_node_case_with_sequences_builds_to_one_error_naming_its_sequence_values(name: str) -> None:
-    with pytest.raises(RelaxwebError, match=rf"no GPU lowering yet for sequence and optional values: {SEQUENCE_CASES[name]}"):
-        compile_module(import_model(_node_cases()[name].model))

@@ -268,8 +268,8 @@ def test_session_keeps_a_scalar_input_0_d(session: Any, monkeypatch: pytest.Monk
     """np.ascontiguousarray would make it 1-d, and the host would see the wrong rank."""
     scalar_input = {"name": "x", "dtype": "float32", "shape": [], "storage": 0}
     monkeypatch.setattr(session, "manifest", {**session.manifest, "inputs": [scalar_input]})
-    (array,) = session._checked_inputs({"x": np.array(2.5, dtype=np.float32)})
-    assert array.shape == ()
+    (array,), sequences = session._checked_inputs({"x": np.array(2.5, dtype=np.float32)})
+    assert array.shape == () and sequences == {}
 
 
 def test_session_reuses_bind_groups_between_runs(session: Any) -> None:

@@ -30,6 +30,8 @@ class HostInput:
     dtype: str
     shape: tuple[PrimExpr, ...]
     storage: int
+    sequence: int | None = None  # a sequence input: its table (its elements are in ``storage``)
+    optional: bool = False  # an optional sequence input (none: length -1)
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,26 @@ class HostOutput:
     storage: int
     shape: tuple[PrimExpr, ...] | None  # the annotated shape (None: only ndim is known)
     ndim: int
+    sequence: int | None = None  # a sequence output: its table (its elements are in ``storage``)
+    optional: bool = False  # an optional sequence output (none: length -1)
+
+
+SEQUENCE_CAPACITY = 1024  # elements in a sequence's table; an insert past it is a run-time error
+
+
+@dataclass(frozen=True)
+class HostSequence:
+    """A sequence at run time: a table in the host's memory (its length, and each element's
+    ``[ndim, dims...]``) and an arena storage holding the elements' values one after
+    another; ``size_var`` is the host variable holding the arena's byte size (the storage's
+    size), which grows as elements are appended, ``element_bytes`` per value (as storages
+    count them: at least 4, 8 for int64, though the device holds 4)."""
+
+    storage: int
+    size_var: str
+    dtype: str
+    ndim: int  # every element's rank (-1: any)
+    element_bytes: int
 
 
 @dataclass(frozen=True)
@@ -141,12 +163,55 @@ class HostRead:
 
 
 @dataclass(frozen=True)
+class HostSequenceInput:
+    """At the start of a run: check sequence input ``sequence``'s table (written by the
+    runtime: its length and each element's shape) and compute its arena's size."""
+
+    sequence: int
+    input: str
+    optional: bool  # an optional sequence input: the runtime writes length -1 for none
+    ndim_code: int
+    ndim_message: str
+    capacity_code: int
+    capacity_message: str
+
+
+@dataclass(frozen=True)
+class HostSequencePresence:
+    """``variable`` = 1 when optional sequence ``sequence`` holds one (its length is not -1), else 0."""
+
+    sequence: int
+    variable: str
+
+
+@dataclass(frozen=True)
+class HostSequenceClear:
+    """Sequence ``sequence`` becomes empty (length 0, arena size 0), whatever it held (a
+    sequence built in an If branch into the table of the one the other branch keeps)."""
+
+    sequence: int
+
+
+@dataclass(frozen=True)
+class HostSequenceAppend:
+    """Append an element of ``shape`` to sequence ``sequence``'s table (its values were just
+    copied to the arena's end by the dispatch before this step); fails with ``code`` when
+    the table is full."""
+
+    sequence: int
+    shape: tuple[PrimExpr, ...]
+    code: int
+    message: str
+
+
+@dataclass(frozen=True)
 class HostOutputShape:
     output: int
     shape: tuple[PrimExpr, ...]
 
 
-HostStep = HostDispatch | HostBind | HostCheck | HostIf | HostLoop | HostRead | HostOutputShape
+HostStep = (HostDispatch | HostBind | HostCheck | HostIf | HostLoop | HostRead | HostOutputShape | HostSequenceInput
+            | HostSequenceClear | HostSequenceAppend | HostSequencePresence)
 
 
 @dataclass(frozen=True)
@@ -161,6 +226,7 @@ class HostFunction:
     weights: tuple[Constant, ...]
     steps: tuple[HostStep, ...]
     read_slots: int = 0
+    sequences: tuple[HostSequence, ...] = ()
 
     def bound_of(self, variable: str) -> int | None:
         return dict(self.bounds).get(variable)
@@ -173,7 +239,11 @@ class HostFunction:
     @property
     def error_messages(self) -> list[tuple[int, str]]:
         messages = [(c.code, c.message) for c in self.checks if c.code]
-        messages += [(s.code, s.message) for s in walk_steps(self.steps) if isinstance(s, HostCheck)]
+        for step in walk_steps(self.steps):
+            if isinstance(step, (HostCheck, HostSequenceAppend)):
+                messages.append((step.code, step.message))
+            elif isinstance(step, HostSequenceInput):
+                messages += [(step.ndim_code, step.ndim_message), (step.capacity_code, step.capacity_message)]
         return sorted(messages)
 
 

@@ -21,7 +21,10 @@ from .expr import (
     Loop, MatchCast, PrimValue, SeqExpr, ShapeExpr, TensorToPrim, Tuple, TupleGetItem, Var, VarBinding,
 )
 from .functor import ExprFunctor
-from .host import HostBind, HostCheck, HostDispatch, HostFunction, HostIf, HostLoop, HostOutputShape, HostRead
+from .host import (
+    SEQUENCE_CAPACITY, HostBind, HostCheck, HostDispatch, HostFunction, HostIf, HostLoop, HostOutputShape, HostRead,
+    HostSequenceAppend, HostSequenceClear, HostSequenceInput, HostSequencePresence,
+)
 from .library_kernel import LibraryKernel
 from .module import IRModule
 from .op_registry import get_op
@@ -457,6 +460,8 @@ class _HostRun:
         self.values: dict[str, int] = {}
         self.storages = [np.zeros(0, dtype=np.uint8) for _ in function.storages]
         self.output_shapes: dict[int, tuple[int, ...]] = {}
+        # each sequence's table: its elements' shapes (None: an optional sequence that is none)
+        self.tables: list[list[tuple[int, ...]] | None] = [[] for _ in function.sequences]
 
     def value(self, expr: PrimExpr) -> int:
         # Variables not known yet (bound by a later stage) count as 0, as in the host module.
@@ -473,7 +478,13 @@ class _HostRun:
 
     def view(self, storage: int, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
         count = int(np.prod(shape, dtype=np.int64))
-        return self.storages[storage][: count * dtype_info(dtype).bytes].view(dtype).reshape(shape)
+        needed = count * dtype_info(dtype).bytes
+        if needed > self.storages[storage].size:
+            # a sequence's arena, written past its end before the host appends the element
+            # (the runtimes grow storages before a stage's dispatches run)
+            self.storages[storage] = np.concatenate(
+                [self.storages[storage], np.zeros(needed - self.storages[storage].size, np.uint8)])
+        return self.storages[storage][:needed].view(dtype).reshape(shape)
 
     def run_steps(self, steps) -> None:
         for step in steps:
@@ -496,6 +507,44 @@ class _HostRun:
                 self.grow_storages()
             elif isinstance(step, HostOutputShape):
                 self.output_shapes[step.output] = tuple(self.value(d) for d in step.shape)
+            elif isinstance(step, (HostSequenceInput, HostSequenceClear, HostSequenceAppend, HostSequencePresence)):
+                self.sequence_step(step)
+
+    def sequence_step(self, step) -> None:
+        """The table steps (``docs/bundle-format.md`` "Sequences"); a sequence input's table
+        and values were written by ``run_host_function``."""
+        sequence = self.function.sequences[step.sequence]
+        table = self.tables[step.sequence]
+        if isinstance(step, HostSequencePresence):
+            self.values[step.variable] = int(table is not None)
+        elif isinstance(step, HostSequenceClear):
+            self.tables[step.sequence] = []
+            self.values[sequence.size_var] = 0
+        elif isinstance(step, HostSequenceAppend):
+            if len(table or ()) >= SEQUENCE_CAPACITY:
+                raise InputShapeError(fill_message(step.message, len(table or ()) + 1, SEQUENCE_CAPACITY))
+            shape = tuple(self.value(d) for d in step.shape)
+            self.tables[step.sequence] = [*(table or ()), shape]
+            self.values[sequence.size_var] += int(np.prod(shape, dtype=np.int64)) * sequence.element_bytes
+            self.grow_storages()
+        else:  # HostSequenceInput
+            if table is not None and len(table) > SEQUENCE_CAPACITY:
+                raise InputShapeError(fill_message(step.capacity_message, len(table), SEQUENCE_CAPACITY))
+            for position, shape in enumerate(table or ()):
+                if sequence.ndim >= 0 and len(shape) != sequence.ndim:
+                    raise InputShapeError(fill_message(step.ndim_message, position, sequence.ndim))
+            self.values[sequence.size_var] = sum(int(np.prod(shape, dtype=np.int64)) for shape in table or ()) \
+                * sequence.element_bytes
+
+    def sequence_value(self, sequence: int) -> list[np.ndarray] | None:
+        """A sequence's elements, from its arena and its table."""
+        table, info = self.tables[sequence], self.function.sequences[sequence]
+        if table is None:
+            return None
+        flat = self.view(info.storage, info.dtype, (self.values[info.size_var] // info.element_bytes,))
+        starts = np.cumsum([0] + [int(np.prod(shape, dtype=np.int64)) for shape in table])
+        return [flat[start:start + int(np.prod(shape, dtype=np.int64))].reshape(shape).copy()
+                for start, shape in zip(starts, table)]
 
     def check(self, step: HostCheck) -> None:
         value = self.value(step.value)
@@ -529,18 +578,35 @@ def run_host_function(function: HostFunction, programs: Mapping, inputs: Mapping
     for host_input in function.inputs:
         if host_input.name not in inputs:
             raise InputShapeError(f"missing input '{host_input.name}'")
-        given = np.asarray(inputs[host_input.name]).dtype
-        if str(given) != host_input.dtype:
-            raise InputShapeError(f"input '{host_input.name}': dtype is {given}, expected {host_input.dtype}")
-    arrays = [np.asarray(inputs[i.name]) for i in function.inputs]
+        value = inputs[host_input.name]
+        elements = (value or ()) if host_input.sequence is not None else (value,)
+        for given in {np.asarray(element).dtype for element in elements}:
+            if str(given) != host_input.dtype:
+                raise InputShapeError(f"input '{host_input.name}': dtype is {given}, expected {host_input.dtype}")
     run = _HostRun(function, programs)
-    run.values = run_shape_checks(function, [a.shape for a in arrays])
+    arrays = []
+    for host_input in function.inputs:
+        given = inputs[host_input.name]
+        if host_input.sequence is None:
+            arrays.append(np.asarray(given))
+            continue
+        # a sequence input (a list of arrays, or None for an optional one): its table, and its
+        # values one after another (in the model's dtype, as this interpreter keeps storages)
+        run.tables[host_input.sequence] = None if given is None else [np.shape(e) for e in given]
+        values = [np.asarray(e, dtype=host_input.dtype).reshape(-1) for e in given or ()]
+        arrays.append(np.concatenate(values) if values else np.zeros(0, host_input.dtype))
+    run.values = run_shape_checks(function, [() if i.sequence is not None else a.shape
+                                             for i, a in zip(function.inputs, arrays)])
+    for step in function.steps:  # the arenas' sizes, before the inputs are copied in
+        if isinstance(step, HostSequenceInput):
+            run.sequence_step(step)
     run.grow_storages()
     for host_input, array in zip(function.inputs, arrays):
         raw = np.ascontiguousarray(array).view(np.uint8).reshape(-1)
         run.storages[host_input.storage][: raw.size] = raw
     run.run_steps(function.steps)
     return [
-        run.view(output.storage, output.dtype, run.output_shapes[index]).copy()
+        run.sequence_value(output.sequence) if output.sequence is not None
+        else run.view(output.storage, output.dtype, run.output_shapes[index]).copy()
         for index, output in enumerate(function.outputs)
     ]

@@ -7,11 +7,13 @@ the interpreter a sequence is a Python list of arrays and an optional is its val
 or ``None`` when empty: an optional that holds a value *is* that value, which is why a
 loop may carry an optional sequence in and a sequence out (``is_less_specific``).
 
-Deduction and numpy semantics only: these ops have no GPU lowering yet (``legalize=None``),
-so a model with them imports and runs in the interpreter (``relaxweb run MODEL.onnx
---reference``) and ``relaxweb build`` refuses it with the list of such ops.  A GPU lowering
-needs sequences at run time in the host (a list of buffers whose shapes the host computes),
-which the bundle format does not have.
+On the GPU a sequence is an arena storage plus a table in the host module
+(``relaxweb/ir/host.py`` ``HostSequence``): ``sequence_empty``, ``sequence_construct``,
+``sequence_insert`` at the end and ``optional_has_element`` / ``optional_get_element`` of a
+sequence stay op calls through legalization (``host_lowered``) and ``lower_shapes_to_host``
+turns them into table steps and copies into the arena.  The others have no GPU lowering yet (``legalize=None``):
+a model with them imports and runs in the interpreter (``relaxweb run MODEL.onnx
+--reference``) and ``relaxweb build`` refuses it with the list of such ops.
 
 Positions (``SequenceInsert``, ``SequenceAt``, ``SequenceErase``) are int tensor arguments
 and may be negative (counted from the end), as in ONNX.
@@ -21,12 +23,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import RelaxwebError
+from ..errors import RelaxwebError, UnsupportedModelError
 from ..ir.expr import Expr
 from ..ir.op_registry import DeductionError, register_op
-from ..ir.struct_info import OptionalStructInfo, SequenceStructInfo, StructInfo, TensorStructInfo, join
+from ..ir.struct_info import OptionalStructInfo, PrimStructInfo, SequenceStructInfo, StructInfo, TensorStructInfo, join
 from ..ir.symbolic import IntImm, as_int, simplify
+from ..library.sequence import sequence_write_kernel
 from .common import normalize_axis, require_tensor, same_dtype
+
+__all__ = ["host_lowered", "sequence_write_kernel"]
 
 
 def _sequence(expr: Expr, op: str, position: int = 0) -> SequenceStructInfo:
@@ -60,6 +65,20 @@ def _index(op: str, position, length: int, inserting: bool = False) -> int:
     if not -length <= value <= top:
         raise RelaxwebError(f"{op}: position {value} is out of range for a sequence of {length}")
     return value + length if value < 0 else value
+
+
+def host_lowered(context, call):
+    """The legalization of the ops the host lowers: the call itself, kept for
+    ``lower_shapes_to_host``; an insert at a given position and the element of an optional
+    tensor are not lowered yet."""
+    if call.op == "optional_has_element" and not call.attrs.get("prim"):
+        raise UnsupportedModelError("optional_has_element: no GPU lowering yet for optional tensors")
+    if call.op == "optional_get_element" and not isinstance(call.struct_info, SequenceStructInfo):
+        raise UnsupportedModelError("optional_get_element: no GPU lowering yet for optional tensors")
+    if call.op == "sequence_insert" and len(call.args) > 2:
+        raise UnsupportedModelError("sequence_insert: no GPU lowering yet for an insert at a given position "
+                            "(only at the end, without the position input)")
+    return call
 
 
 # SequenceEmpty, SequenceConstruct, SequenceInsert ---------------------------------------------
@@ -111,10 +130,10 @@ def sequence_insert_reference(arrays, attrs) -> list:
     return sequence
 
 
-register_op("sequence_empty", deduce=deduce_sequence_empty, legalize=None, reference=sequence_empty_reference)
-register_op("sequence_construct", deduce=deduce_sequence_construct, legalize=None,
+register_op("sequence_empty", deduce=deduce_sequence_empty, legalize=host_lowered, reference=sequence_empty_reference)
+register_op("sequence_construct", deduce=deduce_sequence_construct, legalize=host_lowered,
             reference=sequence_construct_reference)
-register_op("sequence_insert", deduce=deduce_sequence_insert, legalize=None, reference=sequence_insert_reference)
+register_op("sequence_insert", deduce=deduce_sequence_insert, legalize=host_lowered, reference=sequence_insert_reference)
 
 
 # SequenceAt, SequenceLength, SequenceErase ----------------------------------------------------
@@ -275,14 +294,16 @@ def optional_none_reference(arrays, attrs):
     return None
 
 
-def deduce_optional_has_element(args, attrs) -> TensorStructInfo:
+def deduce_optional_has_element(args, attrs) -> TensorStructInfo | PrimStructInfo:
+    """A bool tensor, or with ``prim=1`` (an optional sequence, whose presence the host
+    knows) a prim value 0 or 1, which the host can branch on without reading the GPU."""
     if len(args) != 1:
         raise DeductionError(f"optional_has_element: takes one value, got {len(args)} arguments")
-    return TensorStructInfo((), "bool")
+    return PrimStructInfo("int64") if attrs.get("prim") else TensorStructInfo((), "bool")
 
 
-def optional_has_element_reference(arrays, attrs) -> np.ndarray:
-    return np.array(arrays[0] is not None)
+def optional_has_element_reference(arrays, attrs):
+    return int(arrays[0] is not None) if attrs.get("prim") else np.array(arrays[0] is not None)
 
 
 def deduce_optional_get_element(args, attrs) -> StructInfo:
@@ -300,7 +321,7 @@ def optional_get_element_reference(arrays, attrs):
 
 register_op("optional", deduce=deduce_optional, legalize=None, reference=optional_reference)
 register_op("optional_none", deduce=deduce_optional_none, legalize=None, reference=optional_none_reference)
-register_op("optional_has_element", deduce=deduce_optional_has_element, legalize=None,
+register_op("optional_has_element", deduce=deduce_optional_has_element, legalize=host_lowered,
             reference=optional_has_element_reference)
-register_op("optional_get_element", deduce=deduce_optional_get_element, legalize=None,
+register_op("optional_get_element", deduce=deduce_optional_get_element, legalize=host_lowered,
             reference=optional_get_element_reference)

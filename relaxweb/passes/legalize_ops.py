@@ -93,8 +93,8 @@ def legalize_ops(module: IRModule) -> IRModule:
 
 
 def _refuse_containers(module: IRModule) -> None:
-    """Sequence and optional inputs and outputs have no place in a bundle yet (its inputs and
-    outputs are tensors): one error naming them."""
+    """Optional tensor inputs and outputs have no place in a bundle yet (sequences and
+    optional sequences do): one error naming them."""
     named = []
     for function in module.functions.values():
         if not isinstance(function, Function):
@@ -104,10 +104,11 @@ def _refuse_containers(module: IRModule) -> None:
         outputs = zip(function.output_names or [f"#{i}" for i in range(len(results))], results)
         for kind, values in (("input", inputs), ("output", outputs)):
             named += [f"{kind} '{name}' ({value.struct_info})" for name, value in values
-                      if isinstance(value.struct_info, (SequenceStructInfo, OptionalStructInfo))]
+                      if isinstance(value.struct_info, OptionalStructInfo)
+                      and not isinstance(value.struct_info.inner, SequenceStructInfo)]
     if named:
         raise UnsupportedModelError(
-            f"no GPU lowering yet for sequence and optional values: {', '.join(named)} "
+            f"no GPU lowering yet for optional tensors: {', '.join(named)} "
             "(the model imports and runs with 'relaxweb run MODEL.onnx --reference')")
 
 

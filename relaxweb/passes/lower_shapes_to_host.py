@@ -19,21 +19,24 @@ function and the kernels.
 from __future__ import annotations
 
 from ..errors import RelaxwebError, UnsupportedModelError
+from ..ir.dtype import dtype_info
 from ..ir.expr import (
-    AllocStorage, AllocTensor, CallTIRInto, Constant, Expr, Function, If, Loop, MatchCast, PrimValue, SeqExpr,
+    AllocStorage, AllocTensor, Call, CallTIRInto, Constant, Expr, Function, If, Loop, MatchCast, PrimValue, SeqExpr,
     TensorToPrim, Tuple, TupleGetItem, Var, VarBinding,
 )
 from ..ir.functor import Aliases, ExprFunctor, iter_bindings
 from ..ir.host import (
     BufferRef, HostBind, HostCheck, HostDispatch, HostFunction, HostIf, HostInput, HostLoop, HostOutput,
-    HostOutputShape, HostRead, HostStorage, ShapeCheck, walk_steps,
+    HostOutputShape, HostRead, HostSequence, HostSequenceAppend, HostSequenceClear, HostSequenceInput,
+    HostSequencePresence, HostStorage, ShapeCheck, walk_steps,
 )
 from ..ir.launch import dispatch_count
 from ..ir.library_kernel import LibraryKernel
-from ..ir.module import IRModule
+from ..ir.module import IRModule, ProgramTable
 from ..ir.printer import format_value
-from ..ir.struct_info import PrimStructInfo, TensorStructInfo, TupleStructInfo
-from ..ir.symbolic import Analyzer, PrimExpr, SizeVar, as_int, format_expr, free_var_names, substitute
+from ..ir.struct_info import OptionalStructInfo, PrimStructInfo, SequenceStructInfo, TensorStructInfo, TupleStructInfo
+from ..ir.symbolic import Analyzer, PrimExpr, SizeVar, as_int, format_expr, free_var_names, product, substitute
+from ..ops.sequence import sequence_write_kernel
 from .context import PassContext
 from .plan_memory import tensor_bytes
 
@@ -42,8 +45,9 @@ def lower_shapes_to_host(module: IRModule) -> IRModule:
     """Replace ``main`` (after plan_memory) by its HostFunction, which enforces the current
     context's bounds."""
     bounds = dict(PassContext.current().bounds)
-    host = _Lowering(module, module.main, bounds).lower()
-    return module.with_function(host)  # type: ignore[arg-type]
+    lowering = _Lowering(module, module.main, bounds)
+    host = lowering.lower()
+    return module.replace(programs=lowering.programs.programs).with_function(host)  # type: ignore[arg-type]
 
 
 class _Lowering(ExprFunctor):
@@ -72,6 +76,11 @@ class _Lowering(ExprFunctor):
         self.weight_index: dict[int, int] = {}
         self.read_slots = 0
         self.next_code = 1
+        self.programs = ProgramTable(module.programs)  # sequences add the kernel that appends
+        self.sequences: list[HostSequence] = []
+        self.sequence_of: dict[Var, int] = {}  # a sequence value -> its table
+        self.initial_steps: list = []  # the checks of sequence inputs
+        self.target: tuple[Var, int] | None = None  # (an If branch's result, the table it is built into)
 
     # -- codes and variables -------------------------------------------------------------
 
@@ -93,11 +102,18 @@ class _Lowering(ExprFunctor):
                 f"--bound names {', '.join(unknown)}, but the model's symbolic variables are: "
                 f"{', '.join(self.shown(v) for v in self.symbolic_vars + sorted(self.match_cast_vars())) or '(none)'}"
             )
-        steps = self.lower_seq(self.function.body, top_level=True)
+        steps = self.initial_steps + self.lower_seq(self.function.body, top_level=True)
         outputs_vars = list(self.function.body.body.fields) if isinstance(self.function.body.body, Tuple) else [self.function.body.body]
         outputs = []
         for index, (var, name) in enumerate(zip(outputs_vars, self.function.output_names)):
             root = self.resolve(var)
+            if isinstance(var.struct_info, (SequenceStructInfo, OptionalStructInfo)):
+                optional = isinstance(var.struct_info, OptionalStructInfo)
+                element = (var.struct_info.inner if optional else var.struct_info).element
+                sequence = self.sequence(var)
+                table = self.sequences[sequence]
+                outputs.append(HostOutput(name, table.dtype, table.storage, None, element.ndim, sequence, optional))
+                continue
             if not isinstance(root, Var) or root not in self.storage_of or self.storage_of[root] < len(self.function.params):
                 raise UnsupportedModelError(f"output '{name}' must be computed by the model (not an input or a constant)")
             info = var.struct_info
@@ -118,7 +134,7 @@ class _Lowering(ExprFunctor):
         return HostFunction(
             self.function.name, tuple(self.inputs), tuple(outputs), tuple(self.symbolic_vars),
             tuple((v, self.bounds.get(v)) for v in self.symbolic_vars), tuple(self.checks),
-            tuple(self.storages), tuple(self.weights), tuple(steps), self.read_slots,
+            tuple(self.storages), tuple(self.weights), tuple(steps), self.read_slots, tuple(self.sequences),
         )
 
     def match_cast_vars(self) -> set[str]:
@@ -137,6 +153,9 @@ class _Lowering(ExprFunctor):
         self.inputs = []
         for index, (param, name) in enumerate(zip(self.function.params, self.function.input_names)):
             info = param.struct_info
+            if isinstance(info, (SequenceStructInfo, OptionalStructInfo)):
+                self.sequence_input(index, param, name, info)
+                continue
             if not isinstance(info, TensorStructInfo) or info.shape is None:
                 raise UnsupportedModelError(f"input '{name}': needs a tensor annotation with a known rank")
             self.checks.append(ShapeCheck("ndim", index, -1, len(info.shape), None, self.code(),
@@ -166,6 +185,76 @@ class _Lowering(ExprFunctor):
             self.host_shape[param] = info.shape
             self.inputs.append(HostInput(name, info.dtype, info.shape, len(self.storages)))
             self.storages.append(HostStorage(tensor_bytes(info), "input"))
+
+    # -- sequences ----------------------------------------------------------------------
+
+    def new_sequence(self, info: SequenceStructInfo, role: str, where: str) -> int:
+        """A new table and its arena storage, whose size is a host variable of its own."""
+        if self.target is not None and self.binding_var is self.target[0]:
+            return self.target[1]  # an If branch's result, built into the table the other branch keeps
+        index = len(self.sequences)
+        size_var = f"_sequence{index}_bytes"
+        self.define(size_var, where)
+        element_bytes = max(dtype_info(info.element.dtype).bytes, 4)  # as tensor_bytes counts
+        self.sequences.append(HostSequence(len(self.storages), size_var, info.element.dtype, info.element.ndim,
+                                           element_bytes))
+        self.storages.append(HostStorage(SizeVar(size_var), role))
+        return index
+
+    def sequence_input(self, index: int, param: Var, name: str, info) -> None:
+        optional = isinstance(info, OptionalStructInfo)
+        info = info.inner if optional else info  # legalize_ops refused optional tensors
+        sequence = self.new_sequence(info, "input", f"the elements of input '{name}'")
+        self.sequence_of[param] = sequence
+        self.inputs.append(HostInput(name, info.element.dtype, (), self.sequences[sequence].storage, sequence, optional))
+        self.initial_steps.append(HostSequenceInput(
+            sequence, name, optional,
+            self.code(), f"input '{name}': element {{value}} has a rank other than {info.element.ndim}"
+            if info.element.ndim >= 0 else f"input '{name}': element {{value}} has more than {{expected}} dimensions",
+            self.code(), f"input '{name}' has {{value}} elements, above the {{expected}} a sequence can hold"))
+
+    def sequence(self, expr: Expr) -> int:
+        root = self.resolve(expr)
+        if not isinstance(root, Var) or root not in self.sequence_of:
+            raise UnsupportedModelError(f"the sequence {format_value(expr)} is not known to the host")
+        return self.sequence_of[root]
+
+    def append(self, sequence: int, element: Expr, note: str) -> list:
+        """Copy ``element`` to the end of the sequence's arena, then add it to the table."""
+        table = self.sequences[sequence]
+        shape = self.shape_of(element)
+        kernel = self.programs.add(sequence_write_kernel(table.dtype))
+        end = SizeVar(table.size_var) // table.element_bytes
+        sizes = (("count", product(shape)), ("arena", end + product(shape)), ("offset", end))
+        dispatch = HostDispatch(kernel, (self.buffer_ref(element), BufferRef("storage", table.storage)), sizes,
+                                product(shape), note)
+        message = f"{note}: the sequence has {{value}} elements, the most a sequence can hold is {{expected}}"
+        return [dispatch, HostSequenceAppend(sequence, tuple(shape), self.code(), message)]
+
+    def visit_call(self, value: Call) -> list:
+        """The sequence ops the host lowers (``ops/sequence.py``, ``host_lowered``)."""
+        var = self.binding_var
+        note = f"{var.name} = {value.op}"
+        if value.op == "optional_has_element":
+            variable = f"_present{len([v for v in self.symbolic_vars if v.startswith('_present')])}"
+            self.define(variable, note)
+            self.prim_value[var] = SizeVar(variable)
+            return [HostSequencePresence(self.sequence(value.args[0]), variable)]
+        if value.op == "optional_get_element":
+            self.sequence_of[var] = self.sequence(value.args[0])
+            return []
+        if value.op == "sequence_insert":
+            sequence = self.sequence(value.args[0])
+            self.sequence_of[var] = sequence  # appended in place (plan_memory checks the old value is not read again)
+            return self.append(sequence, value.args[1], note)
+        if value.op in ("sequence_empty", "sequence_construct"):
+            sequence = self.new_sequence(value.struct_info, "intermediate", note)
+            self.sequence_of[var] = sequence
+            steps: list = [HostSequenceClear(sequence)]
+            for element in value.args:
+                steps += self.append(sequence, element, note)
+            return steps
+        raise ValueError(f"lower_shapes_to_host: no lowering for {value.op} in '{var.name}'")
 
     def detail(self, expected: PrimExpr) -> str:
         if as_int(expected) is not None:
@@ -301,6 +390,9 @@ class _Lowering(ExprFunctor):
     def visit_match_cast(self, binding: MatchCast) -> list:
         var, value, info = binding.var, binding.value, binding.struct_info
         note = binding.reason or f"match_cast '{var.name}'"
+        if isinstance(info, (SequenceStructInfo, OptionalStructInfo)):
+            self.sequence_of[var] = self.sequence(value)
+            return []
         if isinstance(info, PrimStructInfo):
             self.prim_value[var] = self.prim(value)
             expected = [info.value] if info.value is not None else []
@@ -371,8 +463,10 @@ class _Lowering(ExprFunctor):
         else:
             condition = self.prim(value.condition)
         info = value.struct_info
+        if isinstance(info, (SequenceStructInfo, OptionalStructInfo)):
+            return steps + [self.sequence_if(var, condition, value)]
         if not isinstance(info, TensorStructInfo):
-            raise UnsupportedModelError(f"If '{var.name}': only tensor results are supported")
+            raise UnsupportedModelError(f"If '{var.name}': no GPU lowering yet for an If whose result is a {info}")
         if info.shape is None:
             if info.ndim < 0:
                 raise UnsupportedModelError(f"If '{var.name}': the branches' results have different ranks")
@@ -393,6 +487,36 @@ class _Lowering(ExprFunctor):
             branches.append(tuple(branch_steps))
         steps.append(HostIf(condition, *branches))
         return steps
+
+
+    def sequence_if(self, var: Var, condition: PrimExpr, value: If) -> HostIf:
+        """An If returning a sequence: one branch keeps an outer sequence, the other builds one
+        into that sequence's table (plan_memory checked the outer one is not read again; the
+        building branch's result must be a new sequence: one of its own is refused by name)."""
+        kept = [self.outer_sequence(branch) for branch in (value.true_branch, value.false_branch)]
+        if sum(k is not None for k in kept) != 1:
+            raise UnsupportedModelError(f"If '{var.name}': no GPU lowering yet for an If returning a sequence "
+                                        "unless one branch keeps an outer sequence and the other builds one")
+        table = next(k for k in kept if k is not None)
+        branches = []
+        for branch, keeps in zip((value.true_branch, value.false_branch), kept):
+            self.target = None if keeps is not None else (self.resolve(branch.body), table)
+            branches.append(tuple(self.lower_seq(branch, top_level=False)))
+            self.target = None
+            if self.sequence(branch.body) != table:
+                raise UnsupportedModelError(f"If '{var.name}': no GPU lowering yet for a branch that builds a "
+                                            "sequence and then inserts into it")
+        self.sequence_of[var] = table
+        return HostIf(condition, *branches)
+
+    def outer_sequence(self, branch: SeqExpr) -> int | None:
+        """The table of the outer sequence a branch returns (through optional_get_element), if any."""
+        definitions = {b.var: b.value for block in branch.blocks for b in block.bindings}
+        result = self.resolve(branch.body)
+        while isinstance(result, Var) and isinstance(definitions.get(result), Call) \
+                and definitions[result].op == "optional_get_element":
+            result = self.resolve(definitions[result].args[0])
+        return self.sequence_of.get(result) if isinstance(result, Var) and result not in definitions else None
 
 
 def _dispatches(steps) -> list[HostDispatch]:

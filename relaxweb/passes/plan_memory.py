@@ -44,15 +44,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from ..errors import UnsupportedModelError
 from ..ir.builder import FunctionBuilder
 from ..ir.dtype import dtype_info
 from ..ir.expr import (
-    AllocStorage, AllocTensor, BindingBlock, Call, CallTIR, CallTIRInto, Expr, Function, If, Loop, SeqExpr, Tuple,
+    AllocStorage, AllocTensor, BindingBlock, Call, CallTIR, CallTIRInto, Expr, Function, If, Loop, MatchCast, SeqExpr,
+    Tuple,
     Var, VarBinding,
 )
 from ..ir.functor import Aliases, ExprMutator, iter_bindings, use_counts
 from ..ir.module import IRModule, ProgramTable
-from ..ir.struct_info import ObjectStructInfo, TensorStructInfo, TupleStructInfo
+from ..ir.struct_info import ObjectStructInfo, OptionalStructInfo, SequenceStructInfo, TensorStructInfo, TupleStructInfo
 from ..ir.symbolic import Analyzer, PrimExpr, SizeVar, expr_max, product, simplify
 from ..ops.loop import carried_copy, stacked_row_writer
 from .context import PassContext
@@ -99,6 +101,8 @@ class _Planner:
         self.storages: list[_Storage] = []
         self.storage_of: dict[Var, int] = {}
         self.aliases = Aliases(function)
+        self.sequence_casts = {b.var: b.value for b in iter_bindings(function)
+                               if isinstance(b, MatchCast) and _is_sequence(b.struct_info)}
         self.renamer = ExprMutator()  # each variable -> its plain Var in the planned function
         self.names = FunctionBuilder(function.name)
         for var in function.params:
@@ -191,6 +195,7 @@ class _Planner:
         for index, binding in enumerate(bindings):
             value = binding.value
             var = binding.var
+            self.check_appended_in_place(binding, index, uses + [(len(bindings), _read_vars(seq.body))])
             if isinstance(value, CallTIR):
                 storage = forced.get(var)
                 if storage is None:
@@ -203,7 +208,14 @@ class _Planner:
                     Var(self.names.unique_name("_"), TupleStructInfo(())),
                     CallTIRInto(value.program, tuple(self.rename(a) for a in value.args), new, value.size_var_values),
                 ))
+            elif isinstance(value, If) and _is_sequence(value.struct_info):
+                # each branch leaves the sequence in one table: lower_shapes_to_host picks it
+                branches = [self.plan_seq(branch, list(free), {}) for branch in (value.true_branch, value.false_branch)]
+                result.append(VarBinding(self.new_var(var), If(self.rename(value.condition), *branches)))
             elif isinstance(value, If):
+                if not isinstance(value.struct_info, TensorStructInfo):
+                    raise UnsupportedModelError(
+                        f"If '{var.name}': no GPU lowering yet for an If whose result is a {value.struct_info}")
                 storage = forced.get(var)
                 if storage is None:
                     sizes = [tensor_bytes(branch.body.struct_info) for branch in (value.true_branch, value.false_branch)]
@@ -225,6 +237,10 @@ class _Planner:
                     raise NotImplementedError(f"Loop '{var.name}': a loop cannot be the result of an If branch yet")
                 result += self.plan_loop(var, value, free)
                 defined_here.update(self.loop_fields[var])
+            elif isinstance(value, Call) and value.op in SEQUENCE_OPS:
+                # a sequence op the host lowers (ops/sequence.py): its arena is the host's
+                new = self.new_var(var)
+                result.append(replace(binding, var=new, value=self.rename(value)))
             elif isinstance(value, Call):
                 raise ValueError(f"plan_memory expects legalized functions, found a call of {value.op} in '{var.name}'")
             else:
@@ -240,6 +256,34 @@ class _Planner:
                     defined_here.discard(root)
         return SeqExpr((BindingBlock(tuple(result)),), self.rename(seq.body))
 
+    # -- sequences --------------------------------------------------------------------------
+
+    def sequence_root(self, expr: Expr) -> Expr:
+        """The sequence ``expr`` names, through aliases and casts of sequences."""
+        root = self.aliases.resolve(expr)
+        while isinstance(root, Var) and root in self.sequence_casts:
+            root = self.aliases.resolve(self.sequence_casts[root])
+        return root
+
+    def check_appended_in_place(self, binding, index: int, uses: list) -> None:
+        """A sequence grows in place (``sequence_insert``, a loop carrying it): no one may
+        read its old value afterwards, which would see the new elements."""
+        value = binding.value
+        if isinstance(value, Call) and value.op == "sequence_insert":
+            grown = [value.args[0]]
+        elif isinstance(value, Loop):
+            grown = [init for carried, init in zip(value.carried, value.init) if _is_sequence(carried.struct_info)]
+        elif isinstance(value, If) and _is_sequence(value.struct_info):
+            grown = [outer for outer in [_kept_by_if(value, self.aliases)] if outer is not None]
+        else:
+            return
+        for sequence in grown:
+            root = self.sequence_root(sequence)
+            if any(self.sequence_root(v) is root for later, used in uses if later > index for v in used):
+                raise UnsupportedModelError(
+                    f"'{binding.var.name}': the sequence '{getattr(sequence, 'name', '?')}' is read again after "
+                    "elements are inserted into it; no GPU lowering yet for a sequence copied before it grows")
+
     # -- loops ------------------------------------------------------------------------------
 
     def plan_loop(self, var: Var, loop: Loop, free: list[int]) -> list:
@@ -247,9 +291,16 @@ class _Planner:
         bindings: list = []
         views = []  # carried values, then stacked ones: the tensors in the loop's storages
         for field, info in zip(self.loop_fields[var], loop.struct_info.fields):
-            self.storage_of[field] = self.take_storage(free, tensor_bytes(info))
+            if not _is_sequence(info):
+                self.storage_of[field] = self.take_storage(free, tensor_bytes(info))
         for index, (carried, init) in enumerate(zip(loop.carried, loop.init)):
             view = self.new_var(carried)  # the body reads the carried value in its storage
+            if _is_sequence(carried.struct_info):
+                # a carried sequence grows in place in its initial value's arena (the body
+                # may only append to it: checked below)
+                bindings.append(VarBinding(view, self.rename(init)))
+                views.append(view)
+                continue
             bindings.append(VarBinding(view, _PendingAlloc(self.storage_of[self.loop_fields[var][index]], view.struct_info)))
             bindings.append(self.copy(self.rename(init), view))
             views.append(view)
@@ -270,7 +321,13 @@ class _Planner:
         carried_count = len(loop.carried)
         for index, (original, value) in enumerate(zip(results.fields[:carried_count], planned.fields[:carried_count])):
             root = self.root_of(original)
-            if root is loop.carried[index]:
+            if _is_sequence(original.struct_info):
+                if _appended_to(loop.body, root, self.aliases) is not loop.carried[index]:
+                    raise UnsupportedModelError(
+                        f"Loop '{var.name}': a carried sequence must be the one the body received, with "
+                        "elements appended (no GPU lowering yet for any other next value)")
+                sources.append(None)
+            elif root is loop.carried[index]:
                 sources.append(None)  # carried through unchanged: already in its storage
             elif root in loop.carried:  # another carried value, which its own copy may overwrite
                 temporary = Var(self.names.unique_name(f"{var.name}_next"), value.struct_info)
@@ -294,6 +351,47 @@ class _Planner:
     def effect(self, value: Expr) -> VarBinding:
         """``_ = value``: a binding kept for what it writes."""
         return VarBinding(Var(self.names.unique_name("_"), TupleStructInfo(())), value)
+
+
+def _is_sequence(info) -> bool:
+    return isinstance(info, SequenceStructInfo) or (
+        isinstance(info, OptionalStructInfo) and isinstance(info.inner, SequenceStructInfo))
+
+
+def _appended_to(seq: SeqExpr, var: Var | None, aliases: Aliases) -> Var | None:
+    """The sequence ``var`` is ``var`` itself with elements appended to (``sequence_insert``
+    at the end, as often as it is): that sequence."""
+    definitions = {b.var: b.value for block in seq.blocks for b in block.bindings}
+    while var in definitions:
+        value = definitions[var]
+        if isinstance(value, Call) and value.op == "sequence_insert":
+            root = aliases.resolve(value.args[0])
+        elif isinstance(value, If) and _is_sequence(value.struct_info):
+            root = _kept_by_if(value, aliases)
+        else:
+            break
+        var = root if isinstance(root, Var) else None
+    return var
+
+
+#: The sequence ops lower_shapes_to_host lowers (ops/sequence.py, ``host_lowered``).
+SEQUENCE_OPS = ("sequence_empty", "sequence_construct", "sequence_insert", "optional_get_element", "optional_has_element")
+
+
+def _kept_by_if(value: If, aliases: Aliases) -> Var | None:
+    """The outer sequence an If returns from one branch, when the other builds a new one
+    (which lower_shapes_to_host writes into the outer one's table and arena): that sequence."""
+    kept = []
+    for branch in (value.true_branch, value.false_branch):
+        definitions = {b.var: b.value for block in branch.blocks for b in block.bindings}
+        result = aliases.resolve(branch.body)
+        while isinstance(result, Var) and result in definitions and isinstance(definitions[result], Call) \
+                and definitions[result].op == "optional_get_element":
+            result = aliases.resolve(definitions[result].args[0])
+        built = isinstance(definitions.get(result), Call) and definitions[result].op in ("sequence_empty", "sequence_construct")
+        if not built:
+            kept.append(result)
+    return kept[0] if len(kept) == 1 and isinstance(kept[0], Var) else None
 
 
 @dataclass(frozen=True, eq=False)

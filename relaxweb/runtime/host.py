@@ -316,6 +316,48 @@ class HostModule:
         """The shape of each output (manifest order) computed by the last run."""
         return self._read_shapes(self._address("output_shapes"), len(self.output_names))
 
+    # Sequences (docs/bundle-format.md "Sequences") ---------------------------------------
+
+    def _sequence_table(self, sequence: int) -> tuple[int, int]:
+        """The address of table ``sequence`` and the capacity of a table."""
+        if "sequences" not in self._exports:
+            raise RelaxwebError("the bundle's manifest has sequences but its host.wasm does not export sequences: "
+                                "the bundle is inconsistent")
+        capacity = self.manifest["sequence_capacity"]
+        table_bytes = (8 + capacity * (1 + self.max_rank) * 8 + 15) // 16 * 16
+        return self._address("sequences") + sequence * table_bytes, capacity
+
+    def write_sequence(self, name: str, sequence: int, shapes: Sequence[Sequence[int]] | None) -> None:
+        """Write a sequence input's table: its length and its elements' shapes (length -1: an
+        optional sequence that is none)."""
+        address, capacity = self._sequence_table(sequence)
+        if shapes is None:
+            self._write_i64s(address, [-1])
+            return
+        if len(shapes) > capacity:
+            raise InputShapeError(f"input '{name}' has {len(shapes)} elements, above the {capacity} a sequence can hold")
+        slots = [len(shapes)]
+        for shape in shapes:
+            if len(shape) > self.max_rank:
+                raise InputShapeError(f"input '{name}': an element has {len(shape)} dimensions; "
+                                      f"this bundle accepts at most {self.max_rank}")
+            slots += [len(shape), *shape, *[0] * (self.max_rank - len(shape))]
+        self._write_i64s(address, slots)
+
+    def read_sequence(self, sequence: int, optional: bool = False) -> list[tuple[int, ...]] | None:
+        """The shapes of a sequence's elements, as the last run left its table (None: an
+        optional sequence that is none)."""
+        address, capacity = self._sequence_table(sequence)
+        length = self._read_i64s(address, 1)[0]
+        if optional and length == -1:
+            return None
+        if not 0 <= length <= capacity:
+            raise RelaxwebError(f"the bundle's host module wrote a sequence of {length} elements: the bundle is damaged")
+        shapes = self._read_shapes(address + 8, length)
+        if any(len(shape) > self.max_rank or min(shape, default=0) < 0 for shape in shapes):
+            raise RelaxwebError("the bundle's host module wrote a malformed sequence table: the bundle is damaged")
+        return shapes
+
     def params(self) -> bytes:
         """The params block (``params_bytes`` bytes) written by the last run."""
         address = self._address("params")

@@ -195,6 +195,12 @@ def _fact_problem(manifest: dict) -> str | None:
     for index, storage in enumerate(inputs_storages):
         if manifest["storages"][storage]["role"] != "input" or inputs_storages.count(storage) > 1:
             return f"inputs[{index}].storage: storage {storage} is not an input storage of its own"
+    for kind in ("inputs", "outputs"):
+        for index, entry in enumerate(manifest[kind]):
+            if entry.get("kind") in ("sequence", "optional_sequence") and (
+                    "sequence" not in entry or "element_ndim" not in entry or "sequence_capacity" not in manifest):
+                return (f"{kind}[{index}]: a sequence needs its sequence and element_ndim, "
+                        "and the manifest its sequence_capacity")
     for index, weight in enumerate(manifest["weights"]):
         shard = manifest["shards"][weight["shard"]]
         if weight["offset"] % 4 or weight["offset"] + weight["nbytes"] > shard["nbytes"]:

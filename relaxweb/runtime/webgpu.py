@@ -230,6 +230,19 @@ def _device_dtype(dtype_entry: Mapping[str, Any]) -> np.dtype:
     return np.dtype(dtype_entry["device_dtype"])
 
 
+SEQUENCE_KINDS = ("sequence", "optional_sequence")
+
+
+def _split_elements(flat: np.ndarray, shapes: list[tuple[int, ...]]) -> list[np.ndarray]:
+    """A sequence's elements from the flat array of their values, one after another."""
+    elements, start = [], 0
+    for shape in shapes:
+        count = int(np.prod(shape, dtype=np.int64))
+        elements.append(flat[start:start + count].reshape(shape))
+        start += count
+    return elements
+
+
 def _to_device(name: str, array: np.ndarray, dtype_entry: Mapping[str, Any]) -> np.ndarray:
     """An input as the GPU holds it; an integer value outside the range of a narrower device
     dtype (int64 on an int32 device) is an error (narrower ints always fit; float64 values
@@ -434,8 +447,11 @@ class Session:
         that ends with a :class:`Resume` (a loop's iteration) is submitted and resumed at
         once.  Storages that grow between two steps keep their contents.
         """
-        arrays = self._checked_inputs(inputs)
-        self.host.run_with_shapes([array.shape for array in arrays])
+        arrays, sequences = self._checked_inputs(inputs)
+        for index, shapes in sequences.items():
+            entry = self.manifest["inputs"][index]
+            self.host.write_sequence(entry["name"], entry["sequence"], shapes)
+        self.host.run_with_shapes([() if index in sequences else array.shape for index, array in enumerate(arrays)])
         commands = self._checked_commands()
         # Before the first step nothing of this run is on the GPU yet: no copies needed.
         self._grow_storages(self.host.storage_sizes())
@@ -469,6 +485,11 @@ class Session:
             carried_over = self._grow_storages(self.host.storage_sizes(), keep_contents=True)
 
         output_shapes = self.host.output_shapes()
+        # a sequence output is read as one flat array of its elements' values, then split
+        sequence_shapes = {index: self.host.read_sequence(output["sequence"], output["kind"] == "optional_sequence")
+                           for index, output in enumerate(self.manifest["outputs"]) if output.get("kind") in SEQUENCE_KINDS}
+        for index, shapes in sequence_shapes.items():
+            output_shapes[index] = (sum(int(np.prod(shape, dtype=np.int64)) for shape in shapes or ()),)
         output_byte_sizes = [
             int(np.prod(shape, dtype=np.int64)) * self._dtype_entry(output)["device_bytes"]
             for shape, output in zip(output_shapes, self.manifest["outputs"])
@@ -476,13 +497,19 @@ class Session:
         self._grow_readback_buffers(output_byte_sizes)
         self._copy_outputs_and_submit(encoder, output_byte_sizes)
         outputs = self._read_outputs(output_shapes, output_byte_sizes)
+        for index, shapes in sequence_shapes.items():
+            name = self.manifest["outputs"][index]["name"]
+            outputs[name] = None if shapes is None else _split_elements(outputs[name], shapes)
         self._destroy_old_buffers(carried_over + retired)
         self.last_dispatch_count = dispatch_count
         self.last_read_count = read_count
         return outputs
 
-    def _checked_inputs(self, inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
-        """The inputs in manifest order, contiguous, after the checks the host cannot do."""
+    def _checked_inputs(self, inputs: Mapping[str, Any]) -> tuple[list[np.ndarray], dict[int, list | None]]:
+        """The inputs in manifest order, contiguous, after the checks the host cannot do, and
+        the shapes of the elements of each sequence input by its index (a sequence is a list of
+        arrays, given to the GPU as one flat array of their values; an optional sequence may
+        be None)."""
         expected_names = [entry["name"] for entry in self.manifest["inputs"]]
         unknown = [name for name in inputs if name not in expected_names]
         if unknown:
@@ -490,12 +517,18 @@ class Session:
                 f"unknown input {', '.join(repr(name) for name in unknown)}; "
                 f"the model's inputs are {', '.join(repr(name) for name in expected_names)}"
             )
-        arrays = []
+        arrays: list[np.ndarray] = []
+        sequences: dict[int, list | None] = {}
         for entry in self.manifest["inputs"]:
             name = entry["name"]
             if name not in inputs:
                 raise InputShapeError(f"missing input '{name}' ({self._describe_input(entry)})")
             value = inputs[name]
+            if entry.get("kind") in SEQUENCE_KINDS:
+                none = value is None and entry["kind"] == "optional_sequence"
+                arrays.append(self._checked_sequence(entry, [] if none else value))
+                sequences[len(arrays) - 1] = None if none else [element.shape for element in value]
+                continue
             expected_dtype = np.dtype(entry["dtype"])
             if not isinstance(value, np.ndarray) or value.dtype != expected_dtype:
                 raise InputShapeError(
@@ -509,7 +542,23 @@ class Session:
                 )
             # Not np.ascontiguousarray: it turns a 0-d array (a scalar input) into a 1-d one.
             arrays.append(_to_device(name, np.asarray(value, order="C"), self._dtype_entry(entry)))
-        return arrays
+        return arrays, sequences
+
+    def _checked_sequence(self, entry: Mapping[str, Any], value: Any) -> np.ndarray:
+        """A sequence input (a list of arrays of its dtype and rank) as one flat device array."""
+        name, dtype, ndim = entry["name"], np.dtype(entry["dtype"]), entry["element_ndim"]
+        if not isinstance(value, (list, tuple)):
+            raise InputShapeError(f"input '{name}' is a sequence: it must be a list of numpy arrays, got {_describe_value(value)}")
+        flat = []
+        for position, element in enumerate(value):
+            if not isinstance(element, np.ndarray) or element.dtype != dtype:
+                raise InputShapeError(f"input '{name}': element {position} must be a numpy array of dtype {dtype}, "
+                                      f"got {_describe_value(element)}")
+            if ndim >= 0 and element.ndim != ndim:
+                raise InputShapeError(f"input '{name}': element {position} has {element.ndim} dimensions "
+                                      f"(shape {list(element.shape)}), expected {ndim}")
+            flat.append(_to_device(name, np.asarray(element, order="C"), self._dtype_entry(entry)).reshape(-1))
+        return np.concatenate(flat) if flat else np.zeros(0, _device_dtype(self._dtype_entry(entry)))
 
     def _dtype_entry(self, tensor: Mapping[str, Any]) -> Mapping[str, Any]:
         """The manifest's ``dtypes`` entry of an input's or output's dtype."""

@@ -525,6 +525,63 @@ export class Host {
   }
 
   /**
+   * The address of sequence table `sequence` (docs/bundle-format.md "Sequences") and a
+   * table's capacity.
+   * @param {number} sequence
+   * @returns {{address: number, capacity: number}}
+   */
+  sequenceTable(sequence) {
+    const capacity = this.manifest.sequence_capacity;
+    if (typeof this.exports.sequences !== "function") {
+      throw new Error("the bundle's manifest has sequences but its host.wasm does not export sequences: the bundle is inconsistent");
+    }
+    const tableBytes = Math.ceil((8 + capacity * (1 + this.maxRank) * 8) / 16) * 16;
+    return { address: this.exports.sequences() + sequence * tableBytes, capacity };
+  }
+
+  /**
+   * Write a sequence input's table: its length and its elements' shapes (null: an optional
+   * sequence that is none, length -1).
+   * @param {string} name @param {number} sequence @param {number[][]|null} shapes
+   */
+  writeSequence(name, sequence, shapes) {
+    const { address, capacity } = this.sequenceTable(sequence);
+    if (shapes === null) { // an optional sequence that is none
+      this.writeInt64s(address, [-1]);
+      return;
+    }
+    if (shapes.length > capacity) {
+      throw new InputShapeError(`input '${name}' has ${shapes.length} elements, above the ${capacity} a sequence can hold`);
+    }
+    this.writeInt64s(address, [shapes.length]);
+    const stride = 8 * (1 + this.maxRank);
+    shapes.forEach((shape, k) => this.writeInt64s(address + 8 + k * stride, [shape.length, ...shape]));
+  }
+
+  /**
+   * The shapes of a sequence's elements, as the last run left its table (null: an optional
+   * sequence that is none).
+   * @param {number} sequence @param {boolean} optional @returns {number[][]|null}
+   */
+  readSequence(sequence, optional) {
+    const { address, capacity } = this.sequenceTable(sequence);
+    const [length] = this.readInt64s(address, 1);
+    if (optional && length === -1) return null;
+    if (!(length >= 0 && length <= capacity)) {
+      throw new Error(`the bundle's host module wrote a sequence of ${length} elements: the bundle is damaged`);
+    }
+    const stride = 8 * (1 + this.maxRank);
+    return Array.from({ length }, (_, k) => {
+      const [ndim] = this.readInt64s(address + 8 + k * stride, 1);
+      const shape = this.readInt64s(address + 16 + k * stride, Math.min(Math.max(ndim, 0), this.maxRank));
+      if (ndim < 0 || ndim > this.maxRank || shape.some((d) => d < 0)) {
+        throw new Error("the bundle's host module wrote a malformed sequence table: the bundle is damaged");
+      }
+      return shape;
+    });
+  }
+
+  /**
    * A copy of the params block written by the last run (manifest.params_bytes bytes).
    * @returns {Uint8Array}
    */
@@ -609,7 +666,32 @@ export function checkInputs(manifest, inputs) {
       throw new InputShapeError(`unknown input '${name}' (the model's inputs: ${names.join(", ")})`);
     }
   }
-  return manifest.inputs.map((/** @type {any} */ spec) => checkInput(spec, inputs?.[spec.name]));
+  return manifest.inputs.map((/** @type {any} */ spec) =>
+    isSequence(spec) ? (checkSequence(spec, inputs?.[spec.name]), []) : checkInput(spec, inputs?.[spec.name]));
+}
+
+/** Whether a manifest input or output is a sequence (or an optional one). @param {{kind?: string}} spec */
+export function isSequence(spec) {
+  return spec.kind === "sequence" || spec.kind === "optional_sequence";
+}
+
+/**
+ * A sequence input: an array of tensors of its dtype (and of its elements' rank, when known);
+ * null for an optional sequence that is none.
+ * @param {{name: string, dtype: string, element_ndim: number, kind: string}} spec
+ * @param {any} elements
+ * @returns {number[][]|null} the elements' shapes
+ */
+export function checkSequence(spec, elements) {
+  if (elements === null && spec.kind === "optional_sequence") return null;
+  if (!Array.isArray(elements)) {
+    throw new InputShapeError(`input '${spec.name}' is a sequence: it must be an array of {data, shape} tensors`);
+  }
+  return elements.map((element, k) => {
+    const rank = spec.element_ndim >= 0 ? spec.element_ndim : element?.shape?.length ?? 0;
+    const shape = Array.from({ length: rank }, () => "?");
+    return checkInput({ name: `${spec.name}[${k}]`, dtype: spec.dtype, shape }, element);
+  });
 }
 
 /**
@@ -651,7 +733,9 @@ function checkInput(spec, tensor) {
 /**
  * What one step of a run needs from the host module: its command list, the storage sizes,
  * the params block, and (when the list is the run's last) the output shapes.
- * @typedef {{commands: Command[], sizes: number[], params: Uint8Array, outputShapes: number[][]}} HostStep
+ * (with each sequence output's element shapes, null for none; the output's shape is then its
+ * values' count).
+ * @typedef {{commands: Command[], sizes: number[], params: Uint8Array, outputShapes: number[][], elementShapes: ({shapes: number[][]|null}|null)[]}} HostStep
  */
 
 /**
@@ -671,8 +755,16 @@ export class HostSession {
     return { bounds: this.host.varBounds(), sizesAtBounds: this.host.sizesAtBounds() };
   }
 
-  /** Run with these input shapes; throws an InputShapeError when the host rejects them. @param {number[][]} shapes */
-  start(shapes) {
+  /**
+   * Run with these input shapes (and the element shapes of sequence inputs, by input index);
+   * throws an InputShapeError when the host rejects them.
+   * @param {number[][]} shapes @param {Record<number, number[][]|null>} [sequences]
+   */
+  start(shapes, sequences = {}) {
+    for (const [k, elementShapes] of Object.entries(sequences)) {
+      const spec = this.host.manifest.inputs[Number(k)];
+      this.host.writeSequence(spec.name, spec.sequence, elementShapes);
+    }
     this.host.runOrThrow(shapes);
     return this.step();
   }
@@ -689,11 +781,14 @@ export class HostSession {
     const commands = this.host.commands();
     const last = commands[commands.length - 1]?.opcode;
     const finished = last !== OPCODE_READ && last !== OPCODE_RESUME;
-    return {
-      commands,
-      sizes: this.host.storageSizes(),
-      params: this.host.params().slice(),
-      outputShapes: finished ? this.host.outputShapes() : [],
-    };
+    const outputShapes = finished ? this.host.outputShapes() : [];
+    // a sequence output is copied as one flat array of its elements' values, then split
+    /** @type {({shapes: number[][]|null}|null)[]} */
+    const elementShapes = finished ? this.host.manifest.outputs.map((/** @type {any} */ spec) =>
+      isSequence(spec) ? { shapes: this.host.readSequence(spec.sequence, spec.kind === "optional_sequence") } : null) : [];
+    elementShapes.forEach((sequence, k) => {
+      if (sequence) outputShapes[k] = [(sequence.shapes ?? []).reduce((total, shape) => total + shape.reduce((a, b) => a * b, 1), 0)];
+    });
+    return { commands, sizes: this.host.storageSizes(), params: this.host.params().slice(), outputShapes, elementShapes };
   }
 }

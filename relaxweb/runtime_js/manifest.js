@@ -196,6 +196,15 @@ function factProblem(manifest) {
       return `inputs[${index}].storage: storage ${storage} is not an input storage of its own`;
     }
   }
+  for (const kind of ["inputs", "outputs"]) {
+    for (const [index, entry] of manifest[kind].entries()) {
+      if ((entry.kind === "sequence" || entry.kind === "optional_sequence") && (
+        !("sequence" in entry) || !("element_ndim" in entry) || !("sequence_capacity" in manifest))) {
+        return `${kind}[${index}]: a sequence needs its sequence and element_ndim, ` +
+          "and the manifest its sequence_capacity";
+      }
+    }
+  }
   for (const [index, weight] of manifest.weights.entries()) {
     const shard = manifest.shards[weight.shard];
     if (weight.offset % 4 || weight.offset + weight.nbytes > shard.nbytes) {

@@ -7,7 +7,7 @@
 
 import {
   FORMAT_VERSION, InputShapeError, TYPED_ARRAY_OF_DTYPE, OPCODE_DISPATCH, OPCODE_READ, OPCODE_RESUME, checkInputs,
-  deviceShortfalls, dtypeInfo, fromDeviceData, loadTimeLimits, storageSizeProblem, toDeviceData,
+  checkSequence, isSequence, deviceShortfalls, dtypeInfo, fromDeviceData, loadTimeLimits, storageSizeProblem, toDeviceData,
 } from "./host.js";
 import { validateManifest } from "./manifest.js";
 import { RemoteHost } from "./remote_host.js";
@@ -30,7 +30,7 @@ export const DEFAULT_CACHE_NAME = "relaxweb";
 
 /**
  * A run's outputs, copied into one mappable buffer by its last submit.
- * @typedef {{buffer: GPUBuffer, outputs: {name: string, dtype: string, info: import("./host.js").DtypeInfo, shape: number[], offset: number, bytes: number, storage: number}[]}} Readback
+ * @typedef {{buffer: GPUBuffer, outputs: {name: string, dtype: string, info: import("./host.js").DtypeInfo, shape: number[], offset: number, bytes: number, storage: number}[], elementShapes?: ({shapes: number[][]|null}|null)[]}} Readback
  */
 
 /** GPU buffer usages (the GPUBufferUsage flags, spelled out so that Node can import this file). */
@@ -181,7 +181,14 @@ export class Model {
     const shapes = checkInputs(this.manifest, inputs).map((shape) => [...shape]);
     // As the GPU holds them (the manifest's dtypes): int64 -> int32 (range-checked), bool -> uint32 ...
     /** @type {Record<string, any>} */
+    /** @type {Record<number, number[][]|null>} */
+    const sequences = {}; // sequence inputs (by input index): their elements' shapes (null: none)
     const deviceInputs = Object.fromEntries(this.manifest.inputs.map((/** @type {any} */ spec, /** @type {number} */ k) => {
+      if (isSequence(spec)) {
+        const elements = /** @type {any[]|null} */ (/** @type {unknown} */ (inputs[spec.name]));
+        sequences[k] = checkSequence(spec, elements);
+        return [spec.name, { data: sequenceData(spec, dtypeInfo(this.manifest, spec), elements ?? []), shape: [] }];
+      }
       const given = inputs[spec.name].data;
       const converted = toDeviceData(spec, dtypeInfo(this.manifest, spec), given);
       return [spec.name, { data: converted === given ? converted.slice() : converted, shape: shapes[k] }];
@@ -194,7 +201,7 @@ export class Model {
       try {
         await previous;
         if (this.unusableReason) throw new Error(`cannot run: ${this.unusableReason}`);
-        return await this.runSteps(deviceInputs, shapes);
+        return await this.runSteps(deviceInputs, shapes, sequences);
       } finally {
         endTurn(); // the last submit is done: the next run may start while this one maps its outputs
       }
@@ -215,12 +222,13 @@ export class Model {
    * The last list ends with the output copies.
    * @param {Record<string, Tensor>} inputs
    * @param {number[][]} shapes
+   * @param {Record<number, number[][]|null>} sequences the element shapes of sequence inputs
    * @returns {Promise<{readback: Readback, retired: GPUBuffer[]}>} the outputs to map, and old
    *   storage buffers to destroy once the last submit has run
    */
-  async runSteps(inputs, shapes) {
+  async runSteps(inputs, shapes, sequences) {
     const { host } = this;
-    let hostStep = await host.start(shapes);
+    let hostStep = await host.start(shapes, sequences);
     /** @type {GPUBuffer[]} */
     const retired = [];
     let dispatches = 0;
@@ -246,7 +254,8 @@ export class Model {
         if (!read && !resume) {
           this.lastDispatchCount = dispatches;
           this.lastReadCount = reads;
-          return { readback: /** @type {Readback} */ (submitted), retired };
+          const readback = /** @type {Readback} */ (submitted);
+          return { readback: { ...readback, elementShapes: hostStep.elementShapes }, retired };
         }
         let value = 0;
         if (read) {
@@ -433,15 +442,17 @@ export class Model {
    * @param {Readback} readback
    * @returns {Promise<Record<string, Tensor>>}
    */
-  async readOutputs({ buffer, outputs }) {
+  async readOutputs({ buffer, outputs, elementShapes }) {
     try {
       await this.orDeviceLoss(buffer.mapAsync(/* GPUMapMode.READ */ 1));
       const mapped = buffer.getMappedRange();
-      /** @type {Record<string, Tensor>} */
+      /** @type {Record<string, any>} */
       const result = {};
-      for (const output of outputs) {
+      for (const [k, output] of outputs.entries()) {
         const { name, info, shape, offset, bytes } = output;
-        result[name] = { data: fromDeviceData(output, info, mapped.slice(offset, offset + bytes)), shape };
+        const data = fromDeviceData(output, info, mapped.slice(offset, offset + bytes));
+        const sequence = elementShapes?.[k];
+        result[name] = !sequence ? { data, shape } : sequence.shapes ? splitElements(data, sequence.shapes) : null;
       }
       buffer.unmap();
       return result;
@@ -743,5 +754,35 @@ function createWeightBuffers(device, manifest, shards) {
     new Uint8Array(buffer.getMappedRange()).set(bytes);
     buffer.unmap();
     return buffer;
+  });
+}
+
+/**
+ * A sequence input's elements as the GPU holds them: their values one after another.
+ * @param {any} spec @param {any} info @param {{data: any, shape: number[]}[]} elements
+ * @returns {Int32Array|Uint32Array|Float32Array}
+ */
+function sequenceData(spec, info, elements) {
+  const empty = toDeviceData(spec, info, new TYPED_ARRAY_OF_DTYPE[/** @type {keyof TYPED_ARRAY_OF_DTYPE} */ (spec.dtype)](0));
+  const parts = elements.map((element) => toDeviceData(spec, info, element.data));
+  const data = new (/** @type {any} */ (empty.constructor))(parts.reduce((total, part) => total + part.length, 0));
+  let offset = 0;
+  for (const part of parts) {
+    data.set(part, offset);
+    offset += part.length;
+  }
+  return data;
+}
+
+/**
+ * A sequence output's elements, from the flat array of their values.
+ * @param {any} data @param {number[][]} shapes @returns {Tensor[]}
+ */
+function splitElements(data, shapes) {
+  let offset = 0;
+  return shapes.map((shape) => {
+    const count = shape.reduce((a, b) => a * b, 1);
+    offset += count;
+    return { data: data.slice(offset - count, offset), shape };
   });
 }

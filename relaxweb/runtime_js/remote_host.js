@@ -51,8 +51,8 @@ export class RemoteHost {
   /** @param {Record<string, number|null>|undefined} bounds @returns {Promise<{bounds: (number|null)[], sizesAtBounds: number[]|null}>} */
   configure(bounds) { return this.call("configure", [bounds ?? null]); }
 
-  /** @param {number[][]} shapes @returns {Promise<HostStep>} */
-  start(shapes) { return this.call("start", [shapes]); }
+  /** @param {number[][]} shapes @param {Record<number, number[][]|null>} sequences @returns {Promise<HostStep>} */
+  start(shapes, sequences) { return this.call("start", [shapes, sequences]); }
 
   /** @param {number|null} slot @param {number} value @returns {Promise<HostStep>} */
   resume(slot, value) { return this.call("resume", [slot, value]); }

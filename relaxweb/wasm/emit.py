@@ -18,15 +18,19 @@ import wasmtime
 
 from ..errors import UnsupportedModelError, shown
 from ..ir.host import (
-    HostBind, HostCheck, HostDispatch, HostFunction, HostIf, HostLoop, HostOutputShape, HostRead, ShapeCheck,
+    SEQUENCE_CAPACITY, HostBind, HostCheck, HostDispatch, HostFunction, HostIf, HostLoop, HostOutputShape, HostRead,
+    HostSequenceAppend, HostSequenceClear, HostSequenceInput, HostSequencePresence, ShapeCheck,
 )
 from ..ir.params_block import FIELD_BYTES, PARAMS_SLOT
 from ..ir.syntax import comment_text
 from ..ir.symbolic import (
-    Add, FloorDiv, FloorMod, IntImm, Max, Min, Mul, PrimExpr, SizeVar, Sub, format_expr, free_var_names,
+    Add, FloorDiv, FloorMod, IntImm, Max, Min, Mul, PrimExpr, SizeVar, Sub, format_expr, free_var_names, product,
 )
 
 MAX_RANK = 8
+# a sequence's table (docs/bundle-format.md "Sequences"): its length, then per element [ndim, d0, ..., d7]
+SEQUENCE_ENTRY_BYTES = (1 + MAX_RANK) * 8
+SEQUENCE_TABLE_BYTES = (8 + SEQUENCE_CAPACITY * SEQUENCE_ENTRY_BYTES + 15) // 16 * 16
 LARGEST_CONSTANT = 2**62  # sizes, offsets and their products stay far from i64 overflow
 MAX_WORKGROUPS = 65535  # maxComputeWorkgroupsPerDimension's WebGPU default
 # Command record opcodes (docs/bundle-format.md)
@@ -62,6 +66,7 @@ class HostLayout:
     error_info: int
     read_values: int
     commands: int
+    sequences: int
     params: int
     end: int
 
@@ -78,6 +83,7 @@ def plan_layout(function: HostFunction, call_site_count: int) -> HostLayout:
         ("error_info", 3 * 8),
         ("read_values", function.read_slots * 8),
         ("commands", 4 + (call_site_count + 1) * 20),
+        ("sequences", len(function.sequences) * SEQUENCE_TABLE_BYTES),
     ):
         regions[name] = address
         address += (size + 15) // 16 * 16
@@ -201,6 +207,8 @@ class _StepEmitter:
             for inner in step.else_steps:
                 lines += self.step(inner, indent + "    ")
             return lines + [f"{indent}  ))"]
+        if isinstance(step, (HostSequenceInput, HostSequenceClear, HostSequenceAppend, HostSequencePresence)):
+            return [indent + line for line in self.sequence_step(step)]
         if isinstance(step, HostOutputShape):
             base = self.layout.output_shapes + step.output * (1 + MAX_RANK) * 8
             output = self.function.outputs[step.output]
@@ -208,6 +216,63 @@ class _StepEmitter:
                      f"{indent}(i64.store (i32.const {base}) (i64.const {len(step.shape)}))"]
             return lines + [f"{indent}(i64.store (i32.const {base + 8 * (d + 1)}) {wat(dim)})" for d, dim in enumerate(step.shape)]
         raise ValueError(f"cannot emit {type(step).__name__} here (reads and loops only at the top level)")
+
+
+    def sequence_step(self, step) -> list[str]:
+        """The table steps of a sequence (its length at ``table``, its entries after it)."""
+        sequence = self.function.sequences[step.sequence]
+        table = self.layout.sequences + step.sequence * SEQUENCE_TABLE_BYTES
+        length = f"(i64.load (i32.const {table}))"
+        size = f"(i64.load (i32.const {self.var_address[sequence.size_var]}))"
+        set_size = f"(i64.store (i32.const {self.var_address[sequence.size_var]})"
+
+        def entry(index: str) -> str:
+            return f"(i32.add (i32.const {table + 8}) (i32.mul (i32.wrap_i64 {index}) (i32.const {SEQUENCE_ENTRY_BYTES})))"
+
+        if isinstance(step, HostSequencePresence):
+            return [f";; {comment_text(step.variable)}: does optional sequence {step.sequence} hold one",
+                    f"(i64.store (i32.const {self.var_address[step.variable]}) "
+                    f"(i64.extend_i32_u (i64.ge_s {length} (i64.const 0))))"]
+        if isinstance(step, HostSequenceClear):
+            return [f";; sequence {step.sequence}: empty", f"(i64.store (i32.const {table}) (i64.const 0))",
+                    f"{set_size} (i64.const 0))"]
+        if isinstance(step, HostSequenceAppend):
+            values = [self.wat(dim) for dim in step.shape]
+            count = self.wat(product(step.shape)) if step.shape else "(i64.const 1)"
+            lines = [";; " + comment_text(f"sequence {step.sequence}: append an element of shape "
+                                          f"[{', '.join(format_expr(d) for d in step.shape)}]")]
+            lines += self.fail_if(f"(i64.ge_s {length} (i64.const {SEQUENCE_CAPACITY}))", step.code,
+                                  f"(i64.add {length} (i64.const 1))", f"(i64.const {SEQUENCE_CAPACITY})", "")
+            lines.append(f"(i64.store {entry(length)} (i64.const {len(step.shape)}))")
+            lines += [f"(i64.store offset={8 * (d + 1)} {entry(length)} {value})" for d, value in enumerate(values)]
+            lines.append(f"{set_size} (i64.add {size} (i64.mul {count} (i64.const {sequence.element_bytes}))))")
+            lines.append(f"(i64.store (i32.const {table}) (i64.add {length} (i64.const 1)))")
+            return lines
+        # a sequence input: the runtime wrote the table; check it, and sum the arena's size
+        element = "(i64.extend_i32_u (global.get $element))"
+        ndim = f"(i64.load {entry(element)})"
+        count = "(i64.const 1)"
+        for d in range(MAX_RANK if sequence.ndim < 0 else sequence.ndim):
+            dim = f"(i64.load offset={8 * (d + 1)} {entry(element)})"
+            if sequence.ndim < 0:  # an element of any rank: the dims past its ndim count 1
+                dim = f"(select {dim} (i64.const 1) (i64.gt_s {ndim} (i64.const {d})))"
+            count = f"(i64.mul {count} {dim})"
+        lines = [";; " + comment_text(f"sequence {step.sequence}: input '{step.input}' (the runtime wrote its table)")]
+        # length -1: an optional sequence input that is none (its loop below runs no time)
+        outside = f"(i64.lt_s {length} (i64.const -1))" if step.optional else f"(i64.lt_s {length} (i64.const 0))"
+        lines += self.fail_if(f"(i32.or {outside} (i64.gt_s {length} (i64.const {SEQUENCE_CAPACITY})))", step.capacity_code,
+                              length, f"(i64.const {SEQUENCE_CAPACITY})", "")
+        lines += [f"{set_size} (i64.const 0))", "(global.set $element (i32.const 0))", "(block $elements_done",
+                  "  (loop $next_element",
+                  f"    (br_if $elements_done (i64.ge_s {element} {length}))"]
+        wrong_rank = f"(i64.ne {ndim} (i64.const {sequence.ndim}))" if sequence.ndim >= 0 else \
+            f"(i64.gt_u {ndim} (i64.const {MAX_RANK}))"
+        rank = sequence.ndim if sequence.ndim >= 0 else MAX_RANK
+        lines += self.fail_if(wrong_rank, step.ndim_code, element, f"(i64.const {rank})", "    ")
+        lines += [f"    {set_size} (i64.add {size} (i64.mul {count} (i64.const {sequence.element_bytes}))))",
+                  "    (global.set $element (i32.add (global.get $element) (i32.const 1)))",
+                  "    (br $next_element)))"]
+        return lines
 
 
 def emit_host_wat(function: HostFunction, call_sites: list[CallSiteParams], workgroup_size: int, source: str) -> str:

@@ -15,7 +15,9 @@ import numpy as np
 from onnx import helper
 
 from ...ops import call_op
-from .manipulation import fail
+from ...ir.expr import PrimValue
+from ...ir.struct_info import OptionalStructInfo, PrimStructInfo, SequenceStructInfo
+from .manipulation import fail, fresh_size_var, node_name
 from .registry import converter
 
 
@@ -86,6 +88,16 @@ def convert_optional(context, node, inputs):
 def convert_optional_has_element(context, node, inputs):
     if not inputs or inputs[0] is None:  # no input at all: an empty optional
         return context.constant(np.array(False), f"{node.output[0]}_empty")
+    info = inputs[0].struct_info
+    if isinstance(info, SequenceStructInfo) or (
+            isinstance(info, OptionalStructInfo) and isinstance(info.inner, SequenceStructInfo)):
+        # whether an optional sequence holds one is known to the host (its table): a shape
+        # value, so that an If on it is decided in the host, even inside a loop
+        name = node_name(node)
+        has = context.builder.emit(call_op("optional_has_element", inputs[0], prim=1), f"{name}_value")
+        variable = fresh_size_var(context, name)
+        context.builder.emit_match_cast(has, PrimStructInfo("int64", variable), name)
+        return PrimValue(variable)
     return call_op("optional_has_element", inputs[0])
 
 
