@@ -21,6 +21,31 @@ from ..wgsl.emit import storage_type, wgsl_name
 from ..wgsl.shader import params_declaration
 
 
+def copy_at_offset_source(title: str, dtype: str, size_vars: tuple[str, ...], offset: str) -> str:
+    """The WGSL of ``out[offset + i] = value[i]`` for the ``element_count`` values of
+    ``value``, the rest of ``out`` kept (a loop's row, a sequence's element); ``offset`` is a
+    WGSL expression over the params fields ``size_vars``."""
+    element = storage_type(dtype)
+    return "\n".join([
+        "// " + comment_text(title),
+        "",
+        *params_declaration(ParamsLayout(size_vars)),
+        f"@group(0) @binding(1) var<storage, read> value: array<{element}>;",
+        f"@group(0) @binding(2) var<storage, read_write> out: array<{element}>;",
+        "",
+        "@compute @workgroup_size(64)",
+        "fn main(@builtin(workgroup_id) workgroup: vec3<u32>,",
+        "        @builtin(num_workgroups) workgroups: vec3<u32>,",
+        "        @builtin(local_invocation_index) local: u32) {",
+        "  let index = i32((workgroup.y * workgroups.x + workgroup.x) * 64u + local);",
+        "  if (index >= params.element_count) {",
+        "    return;",
+        "  }",
+        f"  out[{offset} + index] = value[index];",
+        "}",
+    ]) + "\n"
+
+
 @library_kernel_builder("write_row")
 def write_row_kernel(name: str, rows: PrimExpr, row_shape: tuple, dtype: str, row: str) -> LibraryKernel:
     """``out[row] = value`` for ``out: [rows, *row_shape]`` and ``value: row_shape``; ``row``
@@ -30,26 +55,9 @@ def write_row_kernel(name: str, rows: PrimExpr, row_shape: tuple, dtype: str, ro
     shape_vars = buffer_size_vars((value, output))
     if row in {var.name for var in shape_vars}:
         raise ValueError(f"write_row: the row index {row!r} is also a size variable of the shapes")
-    element = storage_type(dtype)
-    source = "\n".join([
-        "// " + comment_text(f"library kernel: {name} (row {row} of a [{format_shape(output.shape)}] tensor, the other rows kept)"),
-        "",
-        *params_declaration(ParamsLayout((*(v.name for v in shape_vars), row))),
-        f"@group(0) @binding(1) var<storage, read> value: array<{element}>;",
-        f"@group(0) @binding(2) var<storage, read_write> out: array<{element}>;",
-        "",
-        "@compute @workgroup_size(64)",
-        "fn main(@builtin(workgroup_id) workgroup: vec3<u32>,",
-        "        @builtin(num_workgroups) workgroups: vec3<u32>,",
-        "        @builtin(local_invocation_index) local: u32) {",
-        "  let index = i32((workgroup.y * workgroups.x + workgroup.x) * 64u + local);",
-        "  let row_size = params.element_count;",
-        "  if (index >= row_size) {",
-        "    return;",
-        "  }",
-        f"  out[params.{wgsl_name(row)} * row_size + index] = value[index];",
-        "}",
-    ]) + "\n"
+    title = f"library kernel: {name} (row {row} of a [{format_shape(output.shape)}] tensor, the other rows kept)"
+    source = copy_at_offset_source(title, dtype, (*(v.name for v in shape_vars), row),
+                                   f"params.{wgsl_name(row)} * params.element_count")
 
     def reference(arrays: list, out, size_vars) -> None:
         out[size_vars[row]] = arrays[0]

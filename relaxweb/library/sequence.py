@@ -12,12 +12,9 @@ from __future__ import annotations
 
 from ..ir.kernel_builders import library_kernel_builder
 from ..ir.library_kernel import LibraryKernel
-from ..ir.params_block import ParamsLayout
 from ..ir.symbolic import SizeVar
-from ..ir.syntax import comment_text
 from ..ir.tir import Buffer
-from ..wgsl.emit import storage_type
-from ..wgsl.shader import params_declaration
+from .loop import copy_at_offset_source
 
 
 @library_kernel_builder("sequence_write")
@@ -26,25 +23,9 @@ def sequence_write_kernel(dtype: str) -> LibraryKernel:
     count, arena, offset = SizeVar("count"), SizeVar("arena"), SizeVar("offset")
     value = Buffer("value", (count,), dtype)
     output = Buffer("out", (arena,), dtype)
-    element = storage_type(dtype)
-    source = "\n".join([
-        "// " + comment_text(f"library kernel: sequence_write (one {dtype} element appended to a sequence's arena)"),
-        "",
-        *params_declaration(ParamsLayout(("count", "arena", "offset"))),
-        f"@group(0) @binding(1) var<storage, read> value: array<{element}>;",
-        f"@group(0) @binding(2) var<storage, read_write> out: array<{element}>;",
-        "",
-        "@compute @workgroup_size(64)",
-        "fn main(@builtin(workgroup_id) workgroup: vec3<u32>,",
-        "        @builtin(num_workgroups) workgroups: vec3<u32>,",
-        "        @builtin(local_invocation_index) local: u32) {",
-        "  let index = i32((workgroup.y * workgroups.x + workgroup.x) * 64u + local);",
-        "  if (index >= params.element_count) {",
-        "    return;",
-        "  }",
-        "  out[params.offset + index] = value[index];",
-        "}",
-    ]) + "\n"
+    source = copy_at_offset_source(
+        f"library kernel: sequence_write (one {dtype} element appended to a sequence's arena)", dtype,
+        ("count", "arena", "offset"), "params.offset")
 
     def reference(arrays: list, out, size_vars) -> None:
         start = size_vars["offset"]
