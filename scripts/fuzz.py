@@ -140,7 +140,9 @@ class Report:
 
 
 class OutsideReads:
-    """An audit hook that records files opened outside the allowed folders while armed."""
+    """An audit hook that records files opened outside the allowed folders while armed.
+
+    Audit hooks cannot be removed, so there is one per process (``outside_reads()``)."""
 
     def __init__(self) -> None:
         self.allowed: tuple[str, ...] = ()
@@ -164,6 +166,17 @@ class OutsideReads:
         path = os.path.realpath(os.fsdecode(args[0]))
         if not path.startswith(self.allowed) and not path.startswith(("/usr/", "/proc/self/", "/sys/", "/dev/null")):
             self.seen.append(path)
+
+
+_OUTSIDE_READS: OutsideReads | None = None
+
+
+def outside_reads() -> OutsideReads:
+    """The process's one watch (made, and its hook added, on first use)."""
+    global _OUTSIDE_READS
+    if _OUTSIDE_READS is None:
+        _OUTSIDE_READS = OutsideReads()
+    return _OUTSIDE_READS
 
 
 def run_case(report: Report, label: str, work, watch: OutsideReads, folders: list[Path]) -> None:
@@ -314,7 +327,7 @@ def mutate_graph(model: onnx.ModelProto, rng: random.Random) -> str:
 
 def fuzz_onnx(count: int, seed: int, run_every: int = 3, only: set[int] | None = None) -> Report:
     report = Report("onnx")
-    watch = OutsideReads()
+    watch = outside_reads()
     sources = source_models()
     names = sorted(sources)
     with tempfile.TemporaryDirectory(prefix="relaxweb-fuzz-onnx-") as scratch:
@@ -402,7 +415,7 @@ def tamper_file(folder: Path, rng: random.Random) -> str:
 
 def fuzz_bundles(count: int, seed: int, only: set[int] | None = None) -> Report:
     report = Report("bundles")
-    watch = OutsideReads()
+    watch = outside_reads()
     with tempfile.TemporaryDirectory(prefix="relaxweb-fuzz-bundles-") as scratch:
         originals = {}
         for name, model in source_models().items():
