@@ -789,6 +789,6 @@ export class HostSession {
     elementShapes.forEach((sequence, k) => {
       if (sequence) outputShapes[k] = [(sequence.shapes ?? []).reduce((total, shape) => total + shape.reduce((a, b) => a * b, 1), 0)];
     });
-    return { commands, sizes: this.host.storageSizes(), params: this.host.params().slice(), outputShapes, elementShapes };
+    return { commands, sizes: this.host.storageSizes(), params: this.host.params(), outputShapes, elementShapes };
   }
 }
