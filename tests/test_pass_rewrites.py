@@ -21,7 +21,7 @@ from relaxweb.ir.structural import assert_structural_equal
 from relaxweb.ir.well_formed import check_well_formed
 from relaxweb.passes import (
     canonicalize_bindings, fold_scalar_constants, fuse_ops, legalize_ops, lower_shapes_to_host, plan_memory,
-    schedule_programs,
+    schedule_programs, share_programs,
 )
 
 RTOL, ATOL = 1e-5, 1e-6
@@ -230,6 +230,42 @@ def main(x: Tensor((n, 4), "float32"), odd: Tensor((n, 3), "float32"), wide: Ten
                 + odd.format(decorator="") + row_sum.format(decorator='(schedule=workgroup_reduction)') + main)
     inputs = {"x": rand(3, 4), "odd": rand(3, 3, seed=2), "wide": rand(3, 256, seed=3)}
     check_rewrite(schedule_programs, before, expected, inputs, {"w": rand(4, 8, seed=1)})
+
+
+def test_share_programs_turns_differing_literals_into_variables_the_call_sites_bind() -> None:
+    """Two tiled matmuls that differ only in their depth (4 and 6) become one program whose
+    depth is a variable each call site binds; the column count (8 in both) stays a literal.
+    Two vectorized programs that differ in their last dimension stay apart: a variable
+    there could not be shown to be a multiple of 4."""
+    tiled = "@tensor_program(schedule=tiled_matmul(tile=32, depth=16, block=4))"
+    matmul = tiled + '''
+def {name}(A: Buffer((n, {k}), "float32"), B: Buffer(({k}, 8), "float32"), out: Buffer((n, 8), "float32")):
+    out[i0_, i1_] = sum((A[i0_, k_] * B[k_, i1_]) for k_ in range({k}))
+'''
+    relu = '''
+@tensor_program(schedule=vectorized(width=4))
+def {name}(A: Buffer((n, {m}), "float32"), out: Buffer((n, {m}), "float32")):
+    out[i0_, i1_] = maximum(A[i0_, i1_], float32(0.0))
+'''
+    main = '''
+@function(inputs=["x", "y"], outputs=["a", "b", "c", "d"])
+def main(x: Tensor((n, 4), "float32"), y: Tensor((n, 6), "float32")) -> Tuple(Tensor((n, 8), "float32"), Tensor((n, 8), "float32"), Tensor((n, 8), "float32"), Tensor((n, 4), "float32")):
+    with dataflow():
+        a: Tensor((n, 8), "float32") = call_tir("matmul", (x, const("w")), sizes={{"n": n{first}}})
+        b: Tensor((n, 8), "float32") = call_tir("{second}", (y, const("v")), sizes={{"n": n{other}}})
+        c: Tensor((n, 8), "float32") = call_tir("relu", (a,), sizes={{"n": n}})
+        d: Tensor((n, 4), "float32") = call_tir("relu1", (x,), sizes={{"n": n}})
+        output(a, b, c, d)
+    return (a, b, c, d)
+'''
+    relus = relu.format(name="relu", m=8) + relu.format(name="relu1", m=4)
+    before = (matmul.format(name="matmul", k=4) + matmul.format(name="matmul1", k=6) + relus
+              + main.format(first="", second="matmul1", other=""))
+    expected = (matmul.format(name="matmul", k="constant0") + relus
+                + main.format(first=', "constant0": 4', second="matmul", other=', "constant0": 6'))
+    inputs = {"x": rand(3, 4), "y": rand(3, 6, seed=1)}
+    constants = {"w": rand(4, 8, seed=2), "v": rand(6, 8, seed=3)}
+    check_rewrite(share_programs, before, expected, inputs, constants)
 
 
 CHAIN = '''

@@ -9,8 +9,9 @@ from .lower_shapes_to_host import lower_shapes_to_host
 from .pipeline import DEFAULT_OPT_LEVEL, OPT_LEVELS, PIPELINE, pipeline, run_pipeline
 from .plan_memory import plan_memory
 from .schedule_programs import schedule_programs
+from .share_programs import share_programs
 
 __all__ = [
     "DEFAULT_OPT_LEVEL", "OPT_LEVELS", "PIPELINE", "PassContext", "canonicalize_bindings", "fold_scalar_constants", "fuse_ops", "legalize_ops", "lower_shapes_to_host", "pipeline",
-    "plan_memory", "run_pipeline", "schedule_programs",
+    "plan_memory", "run_pipeline", "schedule_programs", "share_programs",
 ]

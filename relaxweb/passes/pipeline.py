@@ -26,6 +26,7 @@ from .legalize_ops import legalize_ops
 from .lower_shapes_to_host import lower_shapes_to_host
 from .plan_memory import plan_memory
 from .schedule_programs import schedule_programs
+from .share_programs import share_programs
 
 Pass = Callable[[IRModule], IRModule]
 
@@ -33,8 +34,9 @@ Pass = Callable[[IRModule], IRModule]
 LOWER_OPS: list[Pass] = [legalize_ops]
 
 # Read values where they are computed, write scalar constants into the kernels, merge
-# producer/consumer kernels, then pick each kernel's schedule from its pattern.
-OPTIMIZE: list[Pass] = [canonicalize_bindings, fold_scalar_constants, fuse_ops, schedule_programs]
+# producer/consumer kernels, pick each kernel's schedule from its pattern, then let kernels
+# that differ only in integer constants share one program (one shader to compile at load).
+OPTIMIZE: list[Pass] = [canonicalize_bindings, fold_scalar_constants, fuse_ops, schedule_programs, share_programs]
 
 # Tensors -> storages, then the shape computation -> the host function.
 LOWER_TO_HOST: list[Pass] = [plan_memory, lower_shapes_to_host]

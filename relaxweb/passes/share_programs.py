@@ -1,0 +1,200 @@
+"""share_programs: one tensor program for the call sites whose programs differ only in
+integer constants; the constants that differ become size variables the call sites bind.
+
+A real network repeats the same layer at several widths: YOLO's 1x1 convolutions with 64,
+128 and 256 channels, the same fused bias + SiLU epilogue after each.  After fusion each is a
+program of its own, identical to the others but for the integers baked into its shapes and
+index arithmetic, and each becomes its own WGSL shader, compiled at load time.  Shader
+compilation is what load time is made of, so this pass merges such programs:
+
+1. Each program's *skeleton* is the program with every non-zero integer literal of its index
+   arithmetic (buffer shapes, load indices, index values, reduction extents) replaced by a
+   placeholder of the literal's sign.  Programs with the same skeleton (same body, buffers,
+   dtypes and schedule) differ only in those literals.
+2. In a group of two or more, a literal position with the same value in every member stays a
+   literal (a 3x3 kernel's extent stays 3, so the backend still sees it).  Positions whose
+   values differ become size variables ``constant0``, ``constant1``...; positions that carry
+   the same values in every member share a variable (the channel count used as a shape and
+   as a stride is one parameter, so ``(c * n + k) // n`` still simplifies).
+3. The group becomes one program, and each call site binds the new variables to its own
+   member's values (``size_var_values``): the host module writes them into the call site's
+   params block, exactly as it writes a symbolic batch size.
+
+A group is left alone when the shared program would no longer fit its schedule (a
+vectorized program whose last dimension becomes a variable cannot be shown to be a multiple
+of 4) or would need more than :data:`MAX_NEW_VARIABLES` parameters.  Semantics are unchanged
+at every call site: each variable holds, there, the literal it replaced.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Callable
+
+from ..ir.expr import CallTIR, CallTIRInto, Expr, Function
+from ..ir.functor import ExprMutator
+from ..ir.launch import vectorizable
+from ..ir.module import IRModule
+from ..ir.pattern import Pattern, program_pattern
+from ..ir.schedule import TiledMatmulSchedule, VectorizedSchedule
+from ..ir.symbolic import IntImm, PrimExpr, SizeVar, Sub
+from ..ir.tir import (
+    Buffer, Gather, IndexValue, Load, Reduce, ScalarExpr, TensorProgram, index_var_names, map_scalar,
+)
+
+MAX_NEW_VARIABLES = 16  # params a shared program may gain (a params block holds 63)
+VARIABLE_PREFIX = "constant"
+
+# Placeholders of a literal in a skeleton: not plain names, so no program's variable has them.
+_POSITIVE, _NEGATIVE = SizeVar("<positive literal>"), SizeVar("<negative literal>")
+
+
+def share_programs(module: IRModule) -> IRModule:
+    """Merge the tensor programs that differ only in integer literals (see the module doc)."""
+    groups: dict[TensorProgram, list[tuple[str, list[int]]]] = {}
+    for name, program in module.programs.items():
+        if isinstance(program, TensorProgram):
+            skeleton, literals = _skeleton(program)
+            groups.setdefault(skeleton, []).append((name, literals))
+
+    taken = _variable_names(module)
+    programs = dict(module.programs)
+    redirect: dict[str, tuple[str, tuple[tuple[str, PrimExpr], ...]]] = {}
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        shared = _shared_program(module.programs[members[0][0]], [literals for _, literals in members], taken)
+        if shared is None:
+            continue
+        program, bindings = shared
+        programs[program.name] = program
+        for (name, _), values in zip(members, bindings):
+            redirect[name] = (program.name, values)
+            if name != program.name:
+                del programs[name]
+    if not redirect:
+        return module
+    functions = {name: _Redirect(redirect).visit_function(function) if isinstance(function, Function) else function
+                 for name, function in module.functions.items()}
+    return module.replace(functions=functions, programs=programs)
+
+
+def _shared_program(
+    first: TensorProgram, member_literals: list[list[int]], taken: set[str],
+) -> tuple[TensorProgram, list[tuple[tuple[str, PrimExpr], ...]]] | None:
+    """The program the group shares and each member's bindings of its new variables, or
+    None when sharing does not pay or does not fit the schedule."""
+    columns = list(zip(*member_literals))  # one column per literal position: its value in each member
+    variable_of: dict[tuple[int, ...], SizeVar] = {}
+    replacements: list[PrimExpr] = []
+    for column in columns:
+        if len(set(column)) == 1:
+            replacements.append(IntImm(column[0]))
+            continue
+        magnitudes = tuple(abs(value) for value in column)
+        if magnitudes not in variable_of:
+            variable_of[magnitudes] = SizeVar(_fresh_name(taken | index_var_names(first)))
+            taken.add(variable_of[magnitudes].name)
+        variable = variable_of[magnitudes]
+        replacements.append(variable if column[0] > 0 else Sub(IntImm(0), variable))
+    if not variable_of or len(variable_of) > MAX_NEW_VARIABLES:
+        return None
+    pending = iter(replacements)
+    program = _map_literals(first, lambda _value: next(pending))
+    if not _fits_schedule(program):
+        return None
+    bindings = [tuple((variable.name, IntImm(magnitudes[member])) for magnitudes, variable in variable_of.items())
+                for member in range(len(member_literals))]
+    return program, bindings
+
+
+def _fits_schedule(program: TensorProgram) -> bool:
+    """Whether the backend can still lay the program out by its schedule (the conditions a
+    schedule needs that a literal may have satisfied and a variable cannot be shown to)."""
+    if isinstance(program.schedule, VectorizedSchedule):
+        return vectorizable(program, program.schedule.width)
+    if isinstance(program.schedule, TiledMatmulSchedule):
+        return program_pattern(program) is Pattern.MATMUL
+    return True
+
+
+def _skeleton(program: TensorProgram) -> tuple[TensorProgram, list[int]]:
+    """The program with its non-zero literals replaced by sign placeholders (and no name),
+    and the literals in the order they were replaced."""
+    literals: list[int] = []
+
+    def placeholder(value: int) -> PrimExpr:
+        literals.append(value)
+        return _POSITIVE if value > 0 else _NEGATIVE
+
+    return replace(_map_literals(program, placeholder), name=""), literals
+
+
+def _map_literals(program: TensorProgram, literal: Callable[[int], PrimExpr]) -> TensorProgram:
+    """``program`` with each non-zero integer literal of its index arithmetic replaced by
+    ``literal(value)``, visited in a fixed order (buffers, then the body bottom-up), so two
+    programs of one skeleton see their literals in the same positions."""
+
+    def index(expr: PrimExpr) -> PrimExpr:
+        if isinstance(expr, IntImm):
+            return expr if expr.value == 0 else literal(expr.value)
+        if isinstance(expr, SizeVar):
+            return expr
+        return type(expr)(index(expr.a), index(expr.b))  # type: ignore[attr-defined]
+
+    buffers = {b.name: Buffer(b.name, tuple(index(d) for d in b.shape), b.dtype) for b in (*program.inputs, program.output)}
+
+    def node(expr: ScalarExpr) -> ScalarExpr | None:
+        if isinstance(expr, Load):
+            return Load(buffers[expr.buffer.name], tuple(index(i) for i in expr.indices))
+        if isinstance(expr, Gather):
+            return Gather(buffers[expr.buffer.name], tuple(i if isinstance(i, ScalarExpr) else index(i) for i in expr.indices))
+        if isinstance(expr, IndexValue):
+            return IndexValue(index(expr.value))
+        if isinstance(expr, Reduce):
+            return Reduce(expr.combiner, expr.axis, index(expr.extent), expr.body)
+        return None
+
+    return replace(
+        program,
+        inputs=tuple(buffers[b.name] for b in program.inputs),
+        output=buffers[program.output.name],
+        body=map_scalar(program.body, node),
+    )
+
+
+def _variable_names(module: IRModule) -> set[str]:
+    """Every size variable name the module's programs use (new variables avoid them)."""
+    names: set[str] = set()
+    for program in module.programs.values():
+        names |= {v.name for v in program.size_vars}
+    return names
+
+
+def _fresh_name(taken: set[str]) -> str:
+    number = 0
+    while f"{VARIABLE_PREFIX}{number}" in taken:
+        number += 1
+    return f"{VARIABLE_PREFIX}{number}"
+
+
+class _Redirect(ExprMutator):
+    """Points each call of a merged program at the shared one, binding its new variables."""
+
+    def __init__(self, redirect: dict[str, tuple[str, tuple[tuple[str, PrimExpr], ...]]]) -> None:
+        super().__init__()
+        self.redirect = redirect
+
+    def visit_call_tir(self, call: CallTIR) -> Expr:
+        call = super().visit_call_tir(call)
+        if call.program not in self.redirect:
+            return call
+        name, values = self.redirect[call.program]
+        return replace(call, program=name, size_var_values=(*call.size_var_values, *values))
+
+    def visit_call_tir_into(self, call: CallTIRInto) -> Expr:
+        call = super().visit_call_tir_into(call)
+        if call.program not in self.redirect:
+            return call
+        name, values = self.redirect[call.program]
+        return replace(call, program=name, size_var_values=(*call.size_var_values, *values))
