@@ -38,6 +38,7 @@ from .frontend.onnx import default_opset, from_onnx, op_coverage, symbolic_vars
 from .ir.module import IRModule
 from .passes import DEFAULT_OPT_LEVEL
 from .runtime import Session, load_manifest
+from .runtime.manifest import MAX_KERNEL_BYTES, read_bundle_file
 
 __all__ = [
     "Bundle", "ModelReport", "TensorSpec", "build", "check_bundle_folder", "format_coverage", "format_manifest",
@@ -113,12 +114,19 @@ class Bundle:
         grow at run time as needed)."""
         return {variable["name"]: variable["bound"] for variable in self.manifest["symbolic_vars"]}
 
+    @property
+    def shader_bytes(self) -> dict[str, int]:
+        """The bytes of each kernel's WGSL, by file: what the adapter compiles at load, one
+        pipeline per kernel (identical programs are one kernel already)."""
+        return {kernel["file"]: len(read_bundle_file(self.path, kernel["file"], MAX_KERNEL_BYTES, "kernel"))
+                for kernel in self.manifest["kernels"]}
+
     def load(self, *, device: Any = None) -> Session:
         """The bundle loaded with the Python runtime (see :func:`load`)."""
         return load(self.path, device=device)
 
     def __str__(self) -> str:
-        return format_manifest(self.manifest)
+        return format_manifest(self.manifest, self.shader_bytes)
 
     def __repr__(self) -> str:
         return (f"Bundle({str(self.path)!r}, inputs=[{', '.join(map(str, self.inputs))}], "
@@ -226,8 +234,9 @@ def format_coverage(source: str, opset: int, coverage: list[tuple[str, int, bool
     return "\n".join(lines)
 
 
-def format_manifest(manifest: Mapping[str, Any]) -> str:
-    """A bundle's manifest as ``relaxweb inspect DIR`` prints it."""
+def format_manifest(manifest: Mapping[str, Any], shader_bytes: Mapping[str, int] | None = None) -> str:
+    """A bundle's manifest as ``relaxweb inspect DIR`` prints it (with ``shader_bytes``, the
+    size of each kernel's WGSL by file: the pipelines to compile at load, largest first)."""
     lines = [f"bundle of {manifest.get('model')} (format {manifest['format']} v{manifest['version']})"]
     for kind in ("inputs", "outputs"):
         for item in manifest[kind]:
@@ -247,5 +256,20 @@ def format_manifest(manifest: Mapping[str, Any]) -> str:
     lines.append(f"kernels ({len(manifest['kernels'])}), call sites ({len(manifest['call_sites'])}):")
     for index, site in enumerate(manifest["call_sites"]):
         lines.append(f"  {index}: {manifest['kernels'][site['kernel']]['file']}  {site['binding']}")
+    if shader_bytes is not None:
+        lines += _format_pipelines(manifest, shader_bytes)
     lines.append(f"required limits: {manifest['required_limits']}")
     return "\n".join(lines)
+
+
+def _format_pipelines(manifest: Mapping[str, Any], shader_bytes: Mapping[str, int], largest: int = 5) -> list[str]:
+    """The pipelines a load creates (one per kernel) and the WGSL they compile, with the
+    largest shaders and how many call sites use each."""
+    sites: dict[str, int] = {}
+    for site in manifest["call_sites"]:
+        file = manifest["kernels"][site["kernel"]]["file"]
+        sites[file] = sites.get(file, 0) + 1
+    lines = [f"pipelines at load: {len(shader_bytes)}, {sum(shader_bytes.values())} bytes of WGSL"]
+    for file, size in sorted(shader_bytes.items(), key=lambda item: -item[1])[:largest]:
+        lines.append(f"  {size:>7} bytes  {file}  ({sites.get(file, 0)} call site(s))")
+    return lines

@@ -136,6 +136,10 @@ def test_inspect_gives_what_the_cli_prints(capsys, model: Path, bundle: relaxweb
     assert 'def main(x: Tensor((batch, 64), "float32"))' in str(report.module)
     assert run_cli(capsys, "inspect", model) == (0, f"{report}\n", "")
     assert run_cli(capsys, "inspect", bundle.path) == (0, f"{bundle}\n", "")
+    sizes = bundle.shader_bytes  # what a load compiles: one pipeline per kernel file
+    assert set(sizes) == {kernel["file"] for kernel in bundle.manifest["kernels"]}
+    assert all(size == (bundle.path / file).stat().st_size for file, size in sizes.items())
+    assert f"pipelines at load: {len(sizes)}, {sum(sizes.values())} bytes of WGSL" in str(bundle)
     assert str(relaxweb.inspect(make_mlp())).startswith("model mlp (in memory): opset 17, 5 node(s)")
 
 
