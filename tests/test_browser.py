@@ -528,6 +528,7 @@ async ({ rowCounts, positives }) => {
   wrap(GPUQueue.prototype, "submit", () => { counts.submit += 1; });
   wrap(GPUDevice.prototype, "createBindGroup", () => { counts.createBindGroup += 1; });
   const model = await window.relaxweb.load("/bundle/");
+  await model.ready; // counted once every pipeline is ready (load does not wait for them)
   paramsBuffer = model.paramsBuffer;
   const perRun = [];
   for (const rows of rowCounts) {
@@ -551,6 +552,53 @@ def test_one_params_upload_one_submit_and_bind_groups_made_once(bundle_dir: Path
     assert first == {"writeBuffer": 2, "paramsWrites": 1, "submit": 1, "createBindGroup": 2}
     for counts in later:
         assert counts == {"writeBuffer": 2, "paramsWrites": 1, "submit": 1, "createBindGroup": 0}
+
+
+#: Runs in the runner page: the second kernel's pipeline is held back until the first run has
+#: submitted what it could; returns what that run saw and computed.
+FIRST_RUN_BEFORE_PIPELINES_IN_PAGE = """
+async ({ rows }) => {
+  const original = GPUDevice.prototype.createComputePipelineAsync;
+  let created = 0;
+  let release = () => {};
+  const held = new Promise((resolve) => { release = resolve; });
+  GPUDevice.prototype.createComputePipelineAsync = function (...args) {
+    const pipeline = original.apply(this, args);
+    created += 1;
+    return created === 2 ? held.then(() => pipeline) : pipeline;
+  };
+  let submits = 0;
+  const submit = GPUQueue.prototype.submit;
+  GPUQueue.prototype.submit = function (...args) {
+    submits += 1;
+    if (submits === 1) setTimeout(release, 50); // the first part is on the GPU: let the rest compile
+    return submit.apply(this, args);
+  };
+  const model = await window.relaxweb.load("/bundle/");
+  const x = { data: Float32Array.from({ length: rows * 4 }, (_, i) => i - 1), shape: [rows, 4] };
+  const early = await model.run({ x });
+  const submitsEarly = submits;
+  await model.ready;
+  submits = 0;
+  const later = await model.run({ x });
+  model.dispose();
+  return { submitsEarly, submitsLater: submits, kernels: created,
+           same: Array.from(early.z.data).every((v, i) => Object.is(v, later.z.data[i])), z: Array.from(later.z.data) };
+}
+"""
+
+
+def test_the_first_run_starts_before_every_pipeline_is_ready(bundle_dir: Path) -> None:
+    """load() does not wait for the pipelines: a run submits the dispatches whose pipelines
+    are ready, waits for the next one, and computes what a run after model.ready computes."""
+    with open_runner_page(bundle_dir) as page:
+        outcome = page.evaluate(FIRST_RUN_BEFORE_PIPELINES_IN_PAGE, {"rows": 3})
+    assert outcome["kernels"] == 2
+    assert outcome["submitsEarly"] == 2  # the first kernel's dispatch, then the rest once its pipeline came
+    assert outcome["submitsLater"] == 1
+    assert outcome["same"]
+    x = np.arange(12, dtype=np.float32).reshape(3, 4) - 1
+    assert_close(np.array(outcome["z"], dtype=np.float32).reshape(3, 4), expected_output(x))
 
 
 def test_bind_groups_are_rebuilt_only_when_a_storage_grows(unbounded_bundle_dir: Path) -> None:

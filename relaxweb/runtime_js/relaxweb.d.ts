@@ -101,11 +101,19 @@ export class Model {
   /** Values the last completed run read back from the GPU mid-run (0 for bundles without reads). */
   readonly lastReadCount: number;
   /**
+   * Resolves when every kernel's pipeline is ready. `load` does not wait for it: pipelines
+   * keep compiling in the background, and the first run submits each dispatch as soon as
+   * its own pipeline is ready. Rejects (as does the run that needs it) when a pipeline
+   * cannot be created.
+   */
+  readonly ready: Promise<void>;
+  /**
    * Run once. Rejects with an InputShapeError for bad inputs (or when the bundle rejects a
    * value read back from the GPU mid-run), with an Error for WebGPU validation /
    * out-of-memory errors or a lost device (never hangs on one: a device destroyed or lost
    * mid-life rejects the run in progress, if it depends on the GPU, and every later run).
-   * Per run without mid-run reads: one params upload, one upload per input, one submit; bind
+   * Per run without mid-run reads (and once every pipeline is ready): one params upload,
+   * one upload per input, one submit; bind
    * groups are made on a call site's first use and again only when a storage it binds grows.
    * Concurrent calls take turns.
    */
@@ -119,6 +127,6 @@ export class Model {
  * Rejects when the bundle has another format version than this runtime's (rebuild it), when
  * WebGPU, a required feature (`required_features`) or a required limit is missing (one
  * message naming each, with the needed and offered values), a shard is corrupt, or a kernel
- * does not compile.
+ * does not compile. Resolves before the pipelines are ready (see `Model.ready`).
  */
 export function load(url: string | URL, options?: LoadOptions): Promise<Model>;

@@ -102,10 +102,10 @@ export class Model {
     const model = new Model(manifest, host, device, parts.ownsDevice, parts.bounds);
     try {
       const modules = await model.orDeviceLoss(compileKernels(device, manifest, parts.kernelSources));
-      model.pipelines = await model.captureGpuErrors("load", () => {
+      await model.captureGpuErrors("load", () => {
         model.weightBuffers = createWeightBuffers(device, manifest, parts.shards);
         model.allocateStoragesAtBounds(parts.sizesAtBounds);
-        return createPipelines(device, manifest, modules);
+        model.startPipelines(modules);
       });
       return model;
     } catch (error) {
@@ -135,8 +135,17 @@ export class Model {
       ...v,
       bound: bounds[i],
     }));
-    /** @type {GPUComputePipeline[]} */
+    /** @type {GPUComputePipeline[]} one per kernel, each set when it is ready (startPipelines) */
     this.pipelines = [];
+    /** @type {Promise<GPUComputePipeline>[]} one per kernel: settles when its pipeline is ready */
+    this.pipelinePromises = [];
+    /**
+     * Resolves when every pipeline is ready; rejects if one cannot be created. A run does
+     * not wait for it: each dispatch waits for its own kernel's pipeline only.
+     * @type {Promise<void>}
+     */
+    this.ready = Promise.resolve();
+    this.allPipelinesReady = false;
     /** @type {GPUBuffer[]} */
     this.weightBuffers = [];
     /** @type {GPUBuffer[]} one per storage, allocated at load, grown when a run needs more */
@@ -239,17 +248,38 @@ export class Model {
         const last = commands[commands.length - 1];
         const read = last?.opcode === OPCODE_READ ? /** @type {import("./host.js").ReadCommand} */ (last) : null;
         const resume = last?.opcode === OPCODE_RESUME;
-        const submitted = await this.captureGpuErrors("run", () => {
+        /**
+         * Submit commands[from, to): the step's storage growth, input upload and params
+         * come with its first part, the read or the output copies with its last.
+         * @param {number} from
+         * @param {number} to
+         */
+        const submit = (from, to) => this.captureGpuErrors("run", () => {
           const encoder = this.device.createCommandEncoder();
-          // Before the first step nothing of this run is on the GPU: no contents to keep.
-          this.growStorages(sizes, step === 0 ? undefined : { encoder, retired });
-          if (step === 0) this.uploadInputs(inputs);
-          if (params.byteLength > 0) this.device.queue.writeBuffer(this.paramsBuffer, 0, params);
-          this.encodeDispatches(encoder, commands);
-          const readback = read ? this.encodeRead(encoder, read) : resume ? null : this.encodeOutputCopies(encoder, outputShapes);
+          if (from === 0) {
+            // Before the first step nothing of this run is on the GPU: no contents to keep.
+            this.growStorages(sizes, step === 0 ? undefined : { encoder, retired });
+            if (step === 0) this.uploadInputs(inputs);
+            if (params.byteLength > 0) this.device.queue.writeBuffer(this.paramsBuffer, 0, params);
+          }
+          this.encodeDispatches(encoder, commands.slice(from, to));
+          let readback = null;
+          if (to === commands.length) {
+            readback = read ? this.encodeRead(encoder, read) : resume ? null : this.encodeOutputCopies(encoder, outputShapes);
+          }
           this.device.queue.submit([encoder.finish()]);
           return readback;
         });
+        // Right after load, pipelines may still be compiling: the dispatches whose pipelines
+        // are ready go to the GPU while the next one's pipeline is awaited.
+        let from = 0;
+        for (let waiting = this.firstWithoutPipeline(commands, 0); waiting < commands.length;
+          waiting = this.firstWithoutPipeline(commands, waiting)) {
+          if (waiting > from) await submit(from, waiting);
+          from = waiting;
+          await this.orDeviceLoss(this.pipelinePromises[this.manifest.call_sites[commands[waiting].callSite].kernel]);
+        }
+        const submitted = await submit(from, commands.length);
         dispatches += commands.filter((command) => command.opcode === OPCODE_DISPATCH).length;
         if (!read && !resume) {
           this.lastDispatchCount = dispatches;
@@ -363,6 +393,42 @@ export class Model {
         this.device.queue.writeBuffer(buffer, 0, data.buffer, data.byteOffset, data.byteLength);
       }
     });
+  }
+
+  /**
+   * The index of the first dispatch at or after `start` whose kernel's pipeline is not
+   * ready yet (commands.length when there is none).
+   * @param {import("./host.js").Command[]} commands
+   * @param {number} start
+   * @returns {number}
+   */
+  firstWithoutPipeline(commands, start) {
+    if (this.allPipelinesReady) return commands.length;
+    for (let i = start; i < commands.length; i++) {
+      const command = commands[i];
+      if (command.opcode === OPCODE_DISPATCH && !this.pipelines[this.manifest.call_sites[command.callSite].kernel]) return i;
+    }
+    return commands.length;
+  }
+
+  /**
+   * Start creating one compute pipeline per kernel, in the order of their first call sites
+   * (the order of the manifest's kernels), without waiting for them: `load()` returns once
+   * the kernels compile and the weights are on the GPU, and the first run starts as soon as
+   * the pipelines it needs first are ready while the others keep compiling.
+   * @param {GPUShaderModule[]} modules
+   */
+  startPipelines(modules) {
+    this.pipelinePromises = createPipelines(this.device, this.manifest, modules).map((promise, k) =>
+      promise.then((pipeline) => {
+        this.pipelines[k] = pipeline;
+        return pipeline;
+      }));
+    for (const promise of this.pipelinePromises) promise.catch(() => {}); // reported by the run that needs it, and by `ready`
+    this.ready = Promise.all(this.pipelinePromises).then(() => {
+      this.allPipelinesReady = true;
+    });
+    this.ready.catch(() => {});
   }
 
   /**
@@ -711,14 +777,14 @@ async function compileKernels(device, manifest, sources) {
 
 /**
  * Create one compute pipeline per kernel, with explicit bind group layouts. The GPU calls
- * are made now; the returned promise settles when every pipeline is ready.
+ * are made now, in kernel order; each returned promise settles when its pipeline is ready.
  * @param {GPUDevice} device
  * @param {any} manifest
  * @param {GPUShaderModule[]} modules compiled WGSL per kernel
- * @returns {Promise<GPUComputePipeline[]>}
+ * @returns {Promise<GPUComputePipeline>[]}
  */
 function createPipelines(device, manifest, modules) {
-  return Promise.all(manifest.kernels.map((/** @type {any} */ kernel, /** @type {number} */ k) => {
+  return manifest.kernels.map((/** @type {any} */ kernel, /** @type {number} */ k) => {
     const bindGroupLayout = device.createBindGroupLayout({
       label: kernel.name,
       entries: kernel.bindings.map((/** @type {GPUBufferBindingType} */ type, /** @type {number} */ binding) => ({
@@ -732,7 +798,7 @@ function createPipelines(device, manifest, modules) {
     }).catch((error) => {
       throw new Error(`kernel ${kernel.name}: cannot create its pipeline: ${error.message}`);
     });
-  }));
+  });
 }
 
 /**
