@@ -113,9 +113,9 @@ class Bundle:
         grow at run time as needed)."""
         return {variable["name"]: variable["bound"] for variable in self.manifest["symbolic_vars"]}
 
-    def load(self, *, device: Any = None) -> Session:
+    def load(self, *, device: Any = None, profiling: bool = False) -> Session:
         """The bundle loaded with the Python runtime (see :func:`load`)."""
-        return load(self.path, device=device)
+        return load(self.path, device=device, profiling=profiling)
 
     def __str__(self) -> str:
         return format_manifest(self.manifest)
@@ -142,13 +142,16 @@ def build(model: Model, out_dir: str | Path, *, bounds: Mapping[str, int] | None
     return Bundle(Path(out_dir), manifest)
 
 
-def load(bundle_dir: str | Path, *, device: Any = None) -> Session:
+def load(bundle_dir: str | Path, *, device: Any = None, profiling: bool = False) -> Session:
     """Load a bundle with the Python runtime (wgpu), as ``relaxweb run DIR`` does; then
-    ``session.run({"x": array, ...})`` returns the outputs by name, as many times as wanted.
+    ``session.run({"x": array, ...})`` returns the outputs by name, as many times as wanted,
+    and ``session.profile(inputs)`` runs once timing every kernel (``relaxweb run DIR --profile``).
 
     ``device`` is a ``wgpu.GPUDevice``; by default a device shared by every session.
+    ``profiling=True`` requests the adapter's ``timestamp-query`` feature when it has one
+    (a device shared by profiling sessions), so that profiles time kernels on the GPU.
     """
-    return Session(check_bundle_folder(bundle_dir), device)
+    return Session(check_bundle_folder(bundle_dir), device, profiling=profiling)
 
 
 def run_in_browser(bundle_dir: str | Path, inputs: Mapping[str, np.ndarray], *,
