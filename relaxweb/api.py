@@ -31,13 +31,14 @@ from typing import Any
 
 import numpy as np
 
+from .browser import profile_in_browser as profile_bundle_in_browser
 from .browser import run_in_browser as run_bundle_in_browser
 from .compiler import Model, build_bundle, model_name, read_model, run_reference
 from .errors import RelaxwebError
 from .frontend.onnx import default_opset, from_onnx, op_coverage, symbolic_vars
 from .ir.module import IRModule
 from .passes import DEFAULT_OPT_LEVEL
-from .runtime import Session, load_manifest
+from .runtime import Profile, Session, load_manifest
 
 __all__ = [
     "Bundle", "ModelReport", "TensorSpec", "build", "check_bundle_folder", "format_coverage", "format_manifest",
@@ -159,6 +160,14 @@ def run_in_browser(bundle_dir: str | Path, inputs: Mapping[str, np.ndarray], *,
     """Run a bundle once in headless Chromium on WebGPU, as ``relaxweb run DIR --browser``
     does (needs Playwright and Chromium)."""
     return run_bundle_in_browser(check_bundle_folder(bundle_dir), dict(inputs), timeout_s)
+
+
+def profile_in_browser(bundle_dir: str | Path, inputs: Mapping[str, np.ndarray], *,
+                       timeout_s: float = 120.0) -> Profile:
+    """Profile one run in headless Chromium on WebGPU, as ``relaxweb run DIR --browser
+    --profile`` does: the browser runtime's ``model.profile(inputs)`` as a :class:`Profile`
+    (``.outputs``, ``.rows``, ``.table()``), the same rows as ``load(DIR).profile(inputs)``."""
+    return profile_bundle_in_browser(check_bundle_folder(bundle_dir), dict(inputs), timeout_s)
 
 
 def _ignore(message: str) -> None:

@@ -23,7 +23,9 @@ from pathlib import Path
 import numpy as np
 
 from . import __version__
-from .api import build, check_bundle_folder, format_coverage, inspect, load, run_in_browser, run_reference
+from .api import (
+    build, check_bundle_folder, format_coverage, inspect, load, profile_in_browser, run_in_browser, run_reference,
+)
 from .browser import serve
 from .errors import RelaxwebError, shown
 from .frontend.validation import MAX_DIM
@@ -105,6 +107,11 @@ def command_run(args: argparse.Namespace) -> int:
         outputs = run_reference(target, inputs)
         where = "the reference interpreter (numpy)"
         including = "including import"
+    elif args.browser and args.profile:
+        profile = profile_in_browser(target, inputs)
+        outputs = profile.outputs
+        where = "headless Chromium (WebGPU), profiled"
+        including = "including load"
     elif args.browser:
         outputs = run_in_browser(target, inputs)
         where = "headless Chromium (WebGPU)"
