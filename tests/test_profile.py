@@ -24,6 +24,7 @@ from relaxweb.runtime.manifest import manifest_problem
 from relaxweb.runtime.profile import SUBMITS, TIMESTAMPS, KernelRow, Profile, evaluate_tree
 from relaxweb.runtime.webgpu import TIMESTAMP_QUERY, Session, default_adapter
 from tests.helpers import in_the_browser, make_model, onnxruntime_outputs, rand
+from tests.test_loop import loop_feeds, loop_model
 
 ROOT = Path(__file__).resolve().parent.parent
 K, N = 16, 24
@@ -216,6 +217,26 @@ def test_session_profile_gives_every_kernel_its_calls_time_and_flops(bundle: Pat
     np.testing.assert_array_equal(profile.outputs["y"], expected["y"])
     np.testing.assert_allclose(expected["y"], onnxruntime_outputs(three_matmuls(), {"x": x})[0], rtol=1e-4, atol=1e-5)
     assert "matmul1" in profile.table()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("profiling", [True, False], ids=["timestamps", "submits"])
+def test_a_loop_with_values_read_back_is_profiled_step_by_step(tmp_path: Path, profiling: bool) -> None:
+    """Several steps (two values read back, one submit per iteration), a call site dispatched at
+    each iteration with its params rewritten, and library kernels (no cost: "-")."""
+    relaxweb.build(loop_model(), tmp_path)
+    session = relaxweb.load(tmp_path, profiling=profiling)
+    feeds = loop_feeds(5)
+    expected = session.run(feeds)
+    dispatches = session.last_dispatch_count
+    profile = session.profile(feeds)
+    assert profile.dispatches == dispatches == sum(row.calls for row in profile.rows) > 5
+    for name, want in expected.items():
+        np.testing.assert_array_equal(profile.outputs[name], want)
+    kernels = {kernel["name"]: kernel for kernel in manifest(tmp_path)["kernels"]}
+    library = [row for row in profile.rows if "cost" not in kernels[row.kernel]]
+    assert library and all(row.flops is None and row.gflops_per_s is None for row in library)
+    assert any(row.calls == 5 and row.flops is not None for row in profile.rows)  # the body, once per iteration
 
 
 @pytest.mark.gpu

@@ -19,7 +19,7 @@ TIMESTAMPS = "timestamp queries"
 SUBMITS = "per-dispatch submits"
 _METHOD_NOTES = {
     TIMESTAMPS: "timed on the GPU: timestamps at the start and end of each dispatch's compute pass",
-    SUBMITS: "no timestamp queries: each dispatch submitted alone, wall time until done (submit overhead included)",
+    SUBMITS: "no timestamp queries: each dispatch submitted alone, wall time until done, submit overhead included",
 }
 #: Rows a table shows before it sums the rest as "others".
 TOP_ROWS = 15
