@@ -888,8 +888,9 @@ class _TimestampTimer(_DispatchTimer):
 
     def __init__(self, session: Session) -> None:
         super().__init__(session)
-        # per resolved query set: the mappable buffer and its dispatches' (call site, params)
-        self._pending: list[tuple[wgpu.GPUBuffer, list[tuple[int, tuple[int, ...]]]]] = []
+        # per query set: the set and its resolve buffer (destroyed after the run), the mappable
+        # copy, and its dispatches' (call site, params)
+        self._pending: list[tuple[list, wgpu.GPUBuffer, list[tuple[int, tuple[int, ...]]]]] = []
 
     def encode(self, encoder, dispatches, params):
         per_set = self._MAX_QUERIES // 2
@@ -908,18 +909,19 @@ class _TimestampTimer(_DispatchTimer):
             readable = self.device.create_buffer(size=8 * count, usage=_READBACK_USAGE)
             encoder.resolve_query_set(query_set, 0, count, resolved, 0)
             encoder.copy_buffer_to_buffer(resolved, 0, readable, 0, 8 * count)
-            self._pending.append((readable, [(c.call_site, self._fields(c, params)) for c in chunk]))
+            self._pending.append(([query_set, resolved], readable, [(c.call_site, self._fields(c, params)) for c in chunk]))
         return encoder
 
     def times(self):
         times = []
-        for readable, calls in self._pending:
+        for spent, readable, calls in self._pending:
             readable.map_sync(wgpu.MapMode.READ)
             try:
                 stamps = struct.unpack(f"<{2 * len(calls)}Q", readable.read_mapped())
             finally:
                 readable.unmap()
-                readable.destroy()
+                for used in (readable, *spent):
+                    used.destroy()
             for index, (call_site, fields) in enumerate(calls):
                 # nanoseconds; a pair out of order (a driver's clock reset) counts as 0
                 elapsed = max(0, stamps[2 * index + 1] - stamps[2 * index])

@@ -109,7 +109,7 @@ export class TimestampTimer {
   constructor(model) {
     this.model = model;
     this.method = TIMESTAMPS;
-    /** @type {{readable: GPUBuffer, calls: {callSite: number, params: Int32Array}[]}[]} */
+    /** @type {{readable: GPUBuffer, spent: (GPUBuffer|GPUQuerySet)[], calls: {callSite: number, params: Int32Array}[]}[]} */
     this.pending = [];
   }
 
@@ -138,7 +138,7 @@ export class TimestampTimer {
       encoder.copyBufferToBuffer(resolved, 0, readable, 0, 8 * count);
       const calls = chunk.map((command) => ({
         callSite: command.callSite, params: paramsFields(params, manifest.call_sites[command.callSite]) }));
-      this.pending.push({ readable, calls });
+      this.pending.push({ readable, spent: [querySet, resolved], calls });
     }
     return { encoder, wait: null };
   }
@@ -147,10 +147,10 @@ export class TimestampTimer {
   async times() {
     /** @type {DispatchTime[]} */
     const times = [];
-    for (const { readable, calls } of this.pending) {
+    for (const { readable, spent, calls } of this.pending) {
       await this.model.orDeviceLoss(readable.mapAsync(/* GPUMapMode.READ */ 1));
       const stamps = new BigUint64Array(readable.getMappedRange().slice(0));
-      readable.destroy();
+      for (const object of [readable, ...spent]) object.destroy();
       calls.forEach(({ callSite, params }, index) => {
         // nanoseconds; a pair out of order (a clock reset) counts as 0
         const elapsed = stamps[2 * index + 1] > stamps[2 * index] ? stamps[2 * index + 1] - stamps[2 * index] : 0n;

@@ -276,6 +276,8 @@ export class Model {
           this.growStorages(sizes, step === 0 ? undefined : { encoder, retired });
           if (step === 0) this.uploadInputs(inputs);
           if (params.byteLength > 0) this.device.queue.writeBuffer(this.paramsBuffer, 0, params);
+          // A timer encodes the dispatches its own way: it may hand on a fresh encoder for the
+          // rest of the step, and work (timed submits) to wait for before submitting it.
           if (!timer) this.encodeDispatches(encoder, commands);
           const timed = timer ? timer.encode(encoder, commands, params) : { encoder, wait: null };
           const rest = timed.encoder;
