@@ -13,11 +13,13 @@ Every user error is a :class:`RelaxwebError` carrying the message the command li
 
 __version__ = "0.1.0"
 
-from .api import Bundle, ModelReport, TensorSpec, build, inspect, load, run_in_browser, run_reference
+from .api import (
+    Bundle, ModelReport, TensorSpec, build, inspect, load, profile_in_browser, run_in_browser, run_reference,
+)
 from .errors import InputShapeError, RelaxwebError, UnsupportedModelError
-from .runtime import Session
+from .runtime import Profile, Session
 
 __all__ = [
-    "Bundle", "InputShapeError", "ModelReport", "RelaxwebError", "Session", "TensorSpec",
-    "UnsupportedModelError", "build", "inspect", "load", "run_in_browser", "run_reference",
+    "Bundle", "InputShapeError", "ModelReport", "Profile", "RelaxwebError", "Session", "TensorSpec",
+    "UnsupportedModelError", "build", "inspect", "load", "profile_in_browser", "run_in_browser", "run_reference",
 ]

@@ -31,13 +31,14 @@ from typing import Any
 
 import numpy as np
 
+from .browser import profile_in_browser as profile_bundle_in_browser
 from .browser import run_in_browser as run_bundle_in_browser
 from .compiler import Model, build_bundle, model_name, read_model, run_reference
 from .errors import RelaxwebError
 from .frontend.onnx import default_opset, from_onnx, op_coverage, symbolic_vars
 from .ir.module import IRModule
 from .passes import DEFAULT_OPT_LEVEL
-from .runtime import Session, load_manifest
+from .runtime import Profile, Session, load_manifest
 from .runtime.manifest import MAX_KERNEL_BYTES, read_bundle_file
 
 __all__ = [
@@ -121,9 +122,9 @@ class Bundle:
         return {kernel["file"]: len(read_bundle_file(self.path, kernel["file"], MAX_KERNEL_BYTES, "kernel"))
                 for kernel in self.manifest["kernels"]}
 
-    def load(self, *, device: Any = None) -> Session:
+    def load(self, *, device: Any = None, profiling: bool = False) -> Session:
         """The bundle loaded with the Python runtime (see :func:`load`)."""
-        return load(self.path, device=device)
+        return load(self.path, device=device, profiling=profiling)
 
     def __str__(self) -> str:
         return format_manifest(self.manifest, self.shader_bytes)
@@ -150,13 +151,16 @@ def build(model: Model, out_dir: str | Path, *, bounds: Mapping[str, int] | None
     return Bundle(Path(out_dir), manifest)
 
 
-def load(bundle_dir: str | Path, *, device: Any = None) -> Session:
+def load(bundle_dir: str | Path, *, device: Any = None, profiling: bool = False) -> Session:
     """Load a bundle with the Python runtime (wgpu), as ``relaxweb run DIR`` does; then
-    ``session.run({"x": array, ...})`` returns the outputs by name, as many times as wanted.
+    ``session.run({"x": array, ...})`` returns the outputs by name, as many times as wanted,
+    and ``session.profile(inputs)`` runs once timing every kernel (``relaxweb run DIR --profile``).
 
     ``device`` is a ``wgpu.GPUDevice``; by default a device shared by every session.
+    ``profiling=True`` requests the adapter's ``timestamp-query`` feature when it has one
+    (a device shared by profiling sessions), so that profiles time kernels on the GPU.
     """
-    return Session(check_bundle_folder(bundle_dir), device)
+    return Session(check_bundle_folder(bundle_dir), device, profiling=profiling)
 
 
 def run_in_browser(bundle_dir: str | Path, inputs: Mapping[str, np.ndarray], *,
@@ -164,6 +168,14 @@ def run_in_browser(bundle_dir: str | Path, inputs: Mapping[str, np.ndarray], *,
     """Run a bundle once in headless Chromium on WebGPU, as ``relaxweb run DIR --browser``
     does (needs Playwright and Chromium)."""
     return run_bundle_in_browser(check_bundle_folder(bundle_dir), dict(inputs), timeout_s)
+
+
+def profile_in_browser(bundle_dir: str | Path, inputs: Mapping[str, np.ndarray], *,
+                       timeout_s: float = 120.0) -> Profile:
+    """Profile one run in headless Chromium on WebGPU, as ``relaxweb run DIR --browser
+    --profile`` does: the browser runtime's ``model.profile(inputs)`` as a :class:`Profile`
+    (``.outputs``, ``.rows``, ``.table()``), the same rows as ``load(DIR).profile(inputs)``."""
+    return profile_bundle_in_browser(check_bundle_folder(bundle_dir), dict(inputs), timeout_s)
 
 
 def _ignore(message: str) -> None:

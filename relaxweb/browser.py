@@ -30,6 +30,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from relaxweb.errors import InputShapeError, RelaxwebError
+from relaxweb.runtime.profile import KernelRow, Profile
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -78,7 +79,7 @@ RUNNER_PAGE = """\
 #: Runs in the page: load the bundle once, run it on each set of inputs in turn, and return
 #: the outputs of every run (or the first error) as JSON.
 RUN_IN_PAGE = """\
-async ({ runs, timeoutMs }) => {
+async ({ runs, timeoutMs, profile }) => {
   const typedArrays = { Float32Array, Float64Array, Int8Array, Int16Array, Int32Array,
                         BigInt64Array, Uint8Array, Uint16Array, Uint32Array };
   const decode = (text) => Uint8Array.from(atob(text), (c) => c.charCodeAt(0));
@@ -90,6 +91,7 @@ async ({ runs, timeoutMs }) => {
     return btoa(text);
   };
   let model = null;
+  const profiles = [];
   // a sequence is an array of tensors both ways
   const toTensor = ({ base64, shape, arrayClass }) => ({ data: new typedArrays[arrayClass](decode(base64).buffer), shape });
   const fromTensor = ({ data, shape }) => ({
@@ -99,7 +101,10 @@ async ({ runs, timeoutMs }) => {
     for (const [name, value] of Object.entries(inputs)) {
       tensors[name] = value === null ? null : Array.isArray(value) ? value.map(toTensor) : toTensor(value);
     }
-    const outputs = await model.run(tensors);
+    // profile: the last run is profiled (Model.profile warms up with one run first)
+    const profiled = profile ? await model.profile(tensors) : null;
+    if (profiled) profiles.push(profiled.profile);
+    const outputs = profiled ? profiled.outputs : await model.run(tensors);
     const encoded = {};
     for (const [name, value] of Object.entries(outputs)) {
       encoded[name] = value === null ? null : Array.isArray(value) ? value.map(fromTensor) : fromTensor(value);
@@ -107,7 +112,7 @@ async ({ runs, timeoutMs }) => {
     return encoded;
   };
   const work = async () => {
-    model = await window.relaxweb.load("/bundle/");
+    model = await window.relaxweb.load("/bundle/", { profile });
     const results = [];
     for (const inputs of runs) results.push(await runOnce(inputs));
     return results;
@@ -115,7 +120,7 @@ async ({ runs, timeoutMs }) => {
   const timeout = new Promise((_, reject) => setTimeout(
     () => reject(new Error(`the runs did not finish within ${timeoutMs / 1000} s`)), timeoutMs));
   try {
-    return { outputs: await Promise.race([work(), timeout]) };
+    return { outputs: await Promise.race([work(), timeout]), profiles };
   } catch (error) {
     return { error: { name: error?.name ?? "Error", message: error?.message ?? String(error) } };
   } finally {
@@ -340,6 +345,19 @@ def run_in_browser(
     return run_many_in_browser(bundle_dir, [inputs], timeout_s)[0]
 
 
+def profile_in_browser(bundle_dir: str | Path, inputs: dict[str, np.ndarray], timeout_s: float = 120.0) -> Profile:
+    """Load a bundle in headless Chromium with ``{profile: true}`` and profile one run
+    (``model.profile(inputs)`` of the browser runtime, after one warm-up run): the
+    :class:`~relaxweb.runtime.profile.Profile` with the outputs, as the Python runtime gives it."""
+    results, profiles = _run_in_page(bundle_dir, [inputs], timeout_s, profile=True)
+    (rows,) = profiles
+    profile = Profile(rows["method"], rows["dispatches"], [
+        KernelRow(row["kernel"], row["calls"], row["totalMs"], row["percent"], row["flops"], row["bytes"])
+        for row in rows["rows"]])
+    profile.outputs = results[0]
+    return profile
+
+
 def run_many_in_browser(
     bundle_dir: str | Path,
     runs: list[dict[str, np.ndarray]],
@@ -351,11 +369,18 @@ def run_many_in_browser(
     The first failing run stops them all, with the errors of :func:`run_in_browser`;
     ``timeout_s`` covers the load and all the runs.
     """
+    return _run_in_page(bundle_dir, runs, timeout_s, profile=False)[0]
+
+
+def _run_in_page(bundle_dir: str | Path, runs: list[dict[str, np.ndarray]], timeout_s: float,
+                 profile: bool) -> tuple[list[dict[str, np.ndarray]], list[dict]]:
+    """The outputs of each run in the page, and with ``profile`` each run's profile as the
+    browser runtime gives it."""
     encoded_runs = [{name: None if value is None else [_encode_array(name, element) for element in value]
                      if isinstance(value, (list, tuple)) else _encode_array(name, value) for name, value in inputs.items()}
                     for inputs in runs]
     with open_runner_page(bundle_dir, timeout_s) as page:
-        payload = {"runs": encoded_runs, "timeoutMs": int(timeout_s * 1000)}
+        payload = {"runs": encoded_runs, "timeoutMs": int(timeout_s * 1000), "profile": profile}
         try:
             result = page.evaluate(RUN_IN_PAGE, payload)
         except Exception as error:  # the page crashed or closed: no message of ours to pass on
@@ -366,7 +391,7 @@ def run_many_in_browser(
             raise InputShapeError(error["message"])
         raise RelaxwebError(f"the browser run failed: {error['name']}: {error['message']}")
     manifest = json.loads((Path(bundle_dir) / "manifest.json").read_text())
-    return [_decode_outputs(manifest, outputs) for outputs in result["outputs"]]
+    return [_decode_outputs(manifest, outputs) for outputs in result["outputs"]], result["profiles"]
 
 
 def _decode_outputs(manifest: dict, encoded: dict) -> dict[str, np.ndarray]:

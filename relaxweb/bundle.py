@@ -18,12 +18,13 @@ from typing import Callable
 import numpy as np
 
 from .errors import RelaxwebError, UnsupportedModelError
+from .ir.cost import MAX_TREE_DEPTH, MAX_TREE_NODES, expression_tree, program_cost, tree_depth, tree_size
 from .ir.dtype import GPU_DTYPES, dtype_info
 from .ir.host import SEQUENCE_CAPACITY, HostFunction, HostInput, HostOutput
 from .ir.library_kernel import LibraryKernel
 from .ir.module import IRModule
 from .ir.schedule import WORKGROUP_SIZE
-from .ir.symbolic import format_expr, upper_bound
+from .ir.symbolic import format_expr, free_vars, upper_bound
 from .ir.params_block import PARAMS_SLOT, ParamsLayout
 from .wasm import MAX_RANK, CallSiteParams, assemble, emit_host_wat
 from .wgsl import ShaderInfo, emit_wgsl
@@ -74,6 +75,8 @@ def write_bundle(module: IRModule, out_dir: str | Path, source: str, progress: P
                 "name": dispatch.program, "file": file, "entry_point": "main",
                 "workgroup_size": [WORKGROUP_SIZE, 1, 1], "bindings": list(shader.bindings),
                 "workgroup_storage_bytes": shader.workgroup_storage_bytes,
+                "params": list(shader.params.fields),
+                **_cost_entry(module.programs[dispatch.program], shader.params.fields),
             })
         shader = shader_of[dispatch.program]
         values_by_name = dict(dispatch.size_var_values)
@@ -154,6 +157,22 @@ def emit_kernel(kernel) -> ShaderInfo:
         bindings = ("uniform", *("read-only-storage" for _ in kernel.inputs), "storage")
         return ShaderInfo(kernel.source, params, bindings)
     return emit_wgsl(kernel)
+
+
+def _cost_entry(kernel, fields: tuple[str, ...]) -> dict:
+    """``{"cost": {"flops": tree, "bytes": tree}}``: one call's cost (``ir/cost.py``) as
+    expression trees over the kernel's params fields, for profiles; ``{}`` for a library
+    kernel (hand-written: no compute definition to count) or a tree past the manifest's limits."""
+    if isinstance(kernel, LibraryKernel):
+        return {}
+    cost = program_cost(kernel)
+    trees = {"flops": expression_tree(cost.flops), "bytes": expression_tree(cost.bytes)}
+    for expr, tree in zip((cost.flops, cost.bytes), trees.values()):
+        if tree_depth(tree) > MAX_TREE_DEPTH or tree_size(tree) > MAX_TREE_NODES:
+            return {}
+        if any(var.name not in fields for var in free_vars(expr)):
+            return {}
+    return {"cost": trees}
 
 
 def _shape_json(shape) -> list:

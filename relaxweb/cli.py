@@ -1,7 +1,7 @@
 """The ``relaxweb`` command line.
 
     relaxweb build MODEL.onnx -o DIR [--bound NAME=INT ...]
-    relaxweb run DIR --inputs IN.npz [--out OUT.npz] [--browser]
+    relaxweb run DIR --inputs IN.npz [--out OUT.npz] [--browser] [--profile]
     relaxweb run MODEL.onnx --inputs IN.npz [--out OUT.npz] --reference
     relaxweb inspect MODEL.onnx|DIR
     relaxweb serve DIR [--port PORT]
@@ -23,7 +23,9 @@ from pathlib import Path
 import numpy as np
 
 from . import __version__
-from .api import build, check_bundle_folder, format_coverage, inspect, load, run_in_browser, run_reference
+from .api import (
+    build, check_bundle_folder, format_coverage, inspect, load, profile_in_browser, run_in_browser, run_reference,
+)
 from .browser import serve
 from .errors import RelaxwebError, shown
 from .frontend.validation import MAX_DIM
@@ -82,9 +84,9 @@ def _run_target(args: argparse.Namespace) -> Path:
     """The path ``relaxweb run`` was given, checked against ``--reference``."""
     target = Path(args.target)
     if args.reference:
-        if args.browser:
-            raise RelaxwebError("--reference and --browser exclude each other: --reference runs an .onnx "
-                                "model in the reference interpreter (numpy, no GPU)")
+        if args.browser or args.profile:
+            raise RelaxwebError(f"--reference and {'--browser' if args.browser else '--profile'} exclude each other: "
+                                "--reference runs an .onnx model in the reference interpreter (numpy, no GPU)")
         if target.is_dir():
             raise RelaxwebError(f"{target}: is a folder; --reference runs an .onnx model in the reference "
                                 "interpreter (a bundle folder runs without --reference)")
@@ -105,9 +107,19 @@ def command_run(args: argparse.Namespace) -> int:
         outputs = run_reference(target, inputs)
         where = "the reference interpreter (numpy)"
         including = "including import"
+    elif args.browser and args.profile:
+        profile = profile_in_browser(target, inputs)
+        outputs = profile.outputs
+        where = "headless Chromium (WebGPU), profiled"
+        including = "including load"
     elif args.browser:
         outputs = run_in_browser(target, inputs)
         where = "headless Chromium (WebGPU)"
+        including = "including load"
+    elif args.profile:
+        profile = load(target, profiling=True).profile(inputs)
+        outputs = profile.outputs
+        where = "Python runtime (wgpu), profiled"
         including = "including load"
     else:
         outputs = load(target).run(inputs)
@@ -117,6 +129,8 @@ def command_run(args: argparse.Namespace) -> int:
     for name, array in outputs.items():
         preview = np.array2string(array.reshape(-1)[:6], precision=5, separator=", ")
         print(f"{name}: {array.dtype}{list(array.shape)} {preview}{' ...' if array.size > 6 else ''}")
+    if args.profile:
+        print(profile.table())
     print(f"ran in {where} in {elapsed:.2f} s ({including})", file=sys.stderr)
     if args.out:
         np.savez(args.out, **outputs)
@@ -178,6 +192,9 @@ def make_parser() -> argparse.ArgumentParser:
     run.add_argument("--inputs", required=True, help=".npz file with one array per model input")
     run.add_argument("--out", help=".npz file to write the outputs to")
     run.add_argument("--browser", action="store_true", help="run in headless Chromium on WebGPU instead")
+    run.add_argument("--profile", action="store_true",
+                     help="time every kernel (timestamp queries where the adapter has them, else one submit per "
+                          "dispatch) and print a table of the slowest: calls, ms, share, GFLOP/s, GB/s")
     run.add_argument("--reference", action="store_true",
                      help="run an .onnx model (not a bundle) in the reference interpreter: numpy, no GPU")
     run.set_defaults(handler=command_run)

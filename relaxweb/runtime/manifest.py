@@ -182,7 +182,46 @@ def _check(value: Any, schema: dict, path: str, manifest: dict) -> str | None:
                 return _check(value, option, path, manifest)
         expected = " or ".join(_ARTICLED[_json_type_of_schema(o["type"])] for o in schema["options"])
         return f"{where}: expected {expected}, got {_type_name(value)}"
+    if kind == "expression":
+        return _expression_problem(value, schema, where)
     raise ValueError(f"manifest schema: unknown type {kind!r}")
+
+
+def _expression_problem(value: Any, schema: dict, where: str) -> str | None:
+    """Why ``value`` is not an expression tree of ``schema`` (its nodes depth first, each
+    operator's operands in order), or None.  A loop, not recursion: the limits are what
+    is being checked."""
+    operators = schema["operators"]
+    pending = [(value, where, 1)]
+    nodes = 0
+    while pending:
+        node, at, depth = pending.pop()
+        nodes += 1
+        if nodes > schema["max_nodes"]:
+            return f"{where}: an expression of more than {schema['max_nodes']} nodes"
+        if depth > schema["max_depth"]:
+            return f"{at}: an expression nested deeper than {schema['max_depth']} levels"
+        if isinstance(node, list):
+            if len(node) != 3:
+                return f"{at}: expected [operator, a, b], got {len(node)} items"
+            if not isinstance(node[0], str) or node[0] not in operators:
+                return f"{at}[0]: {describe_value(node[0])} is not one of " + ", ".join(json.dumps(o) for o in operators)
+            pending += [(node[2], f"{at}[2]", depth + 1), (node[1], f"{at}[1]", depth + 1)]
+        elif isinstance(node, str):
+            if len(node) > schema["max_length"]:
+                return f"{at}: a string of {len(node)} characters, at most {schema['max_length']} allowed"
+        elif not _is_integer(node):
+            return f"{at}: expected an integer, a string or an array, got {_type_name(node)}"
+    return None
+
+
+def expression_names(tree: Any, where: str) -> list[tuple[str, str]]:
+    """The names an expression tree (valid by the schema) uses, each with where it is."""
+    if isinstance(tree, str):
+        return [(tree, where)]
+    if isinstance(tree, list):
+        return expression_names(tree[1], f"{where}[1]") + expression_names(tree[2], f"{where}[2]")
+    return []
 
 
 def _fact_problem(manifest: dict) -> str | None:
@@ -214,11 +253,20 @@ def _fact_problem(manifest: dict) -> str | None:
         bindings = kernel["bindings"]
         if not bindings or bindings[0] != "uniform" or "uniform" in bindings[1:]:
             return f"kernels[{index}].bindings: binding 0 and only binding 0 must be \"uniform\""
+        fields = kernel.get("params", [])
+        for part in ("flops", "bytes") if "cost" in kernel else ():
+            for name, at in expression_names(kernel["cost"][part], f"kernels[{index}].cost.{part}"):
+                if name not in fields:
+                    return f"{at}: {describe_value(name)} is not one of the kernel's params"
     for index, site in enumerate(manifest["call_sites"]):
         end = site["params_offset"] + site["params_size"]
         if site["params_offset"] % 256 or site["params_size"] % 16 or end > manifest["params_bytes"]:
             return (f"call_sites[{index}]: params bytes {site['params_offset']}..{end} are not a 16-byte "
                     f"multiple at a 256-byte boundary inside params_bytes ({manifest['params_bytes']})")
+        fields = manifest["kernels"][site["kernel"]].get("params", [])
+        if 4 * len(fields) > site["params_size"]:
+            return (f"call_sites[{index}].params_size: {site['params_size']} bytes, but kernel {site['kernel']} "
+                    f"declares {len(fields)} params of 4 bytes")
         bindings = manifest["kernels"][site["kernel"]]["bindings"]
         if len(site["buffers"]) != len(bindings) - 1:
             return (f"call_sites[{index}].buffers: {len(site['buffers'])} buffers, but kernel "

@@ -13,7 +13,9 @@ import os
 import re
 import struct
 import tempfile
+import time
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,11 +32,13 @@ import wgpu  # noqa: E402  (after the environment fix above)
 from relaxweb.errors import InputShapeError, RelaxwebError
 from relaxweb.runtime.host import Command, Dispatch, HostModule, Read, Resume, load_manifest
 from relaxweb.runtime.manifest import MAX_HOST_MODULE_BYTES, MAX_KERNEL_BYTES, read_bundle_file
+from relaxweb.runtime.profile import SUBMITS, TIMESTAMPS, DispatchTime, Profile, params_fields, summarize
 
 _STORAGE_USAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_DST | wgpu.BufferUsage.COPY_SRC
 _WEIGHT_USAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_DST
 _PARAMS_USAGE = wgpu.BufferUsage.UNIFORM | wgpu.BufferUsage.COPY_DST
 _READBACK_USAGE = wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST
+_QUERY_RESOLVE_USAGE = wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC
 
 
 # Devices and limits ----------------------------------------------------------------------
@@ -82,9 +86,22 @@ def _missing_feature_message(missing: list[str], provider: str) -> str:
 
 
 _default_adapter: wgpu.GPUAdapter | None = None
-_default_device: wgpu.GPUDevice | None = None
-_default_device_requested_limits: dict[str, int] = {}
-_default_device_requested_features: list[str] = []
+#: The feature that lets a profile time each dispatch on the GPU; requested only for profiling.
+TIMESTAMP_QUERY = "timestamp-query"
+
+
+@dataclass
+class _SharedDevice:
+    """A device kept for every :class:`Session` not given one, and what was requested for it."""
+
+    device: wgpu.GPUDevice | None = None
+    limits: dict[str, int] = field(default_factory=dict)
+    features: list[str] = field(default_factory=list)
+
+
+# Sessions that profile get a device of their own (with timestamp queries where the adapter
+# has them), so that the device of sessions that do not profile never has the feature.
+_shared_devices = {False: _SharedDevice(), True: _SharedDevice()}
 
 
 def default_adapter() -> wgpu.GPUAdapter:
@@ -98,7 +115,7 @@ def default_adapter() -> wgpu.GPUAdapter:
 
 
 def default_device(
-    required_limits: Mapping[str, int] | None = None, required_features: Any = ()
+    required_limits: Mapping[str, int] | None = None, required_features: Any = (), *, profiling: bool = False
 ) -> wgpu.GPUDevice:
     """A device shared by every :class:`Session` not given one, meeting ``required_limits``
     and offering ``required_features``.
@@ -108,18 +125,23 @@ def default_device(
     every limit raised before) and every feature requested so far, and it becomes the
     shared device.  Only limits the current device does not meet are requested, because
     wgpu gives a device exactly the requested value even when it is worse than the default.
+
+    With ``profiling``, the device is another shared one that also has ``timestamp-query``
+    when the adapter offers it (profiles then time each dispatch on the GPU).
     """
-    global _default_device
+    shared = _shared_devices[profiling]
     required_limits = dict(required_limits or {})
     required_features = list(required_features or ())
-    if (
-        _default_device is not None
-        and not unsatisfied_limits(_default_device.limits, required_limits)
-        and not missing_features(_default_device.features, required_features)
-    ):
-        return _default_device
-
     adapter = default_adapter()
+    if profiling and TIMESTAMP_QUERY in adapter.features and TIMESTAMP_QUERY not in required_features:
+        required_features.append(TIMESTAMP_QUERY)
+    if (
+        shared.device is not None
+        and not unsatisfied_limits(shared.device.limits, required_limits)
+        and not missing_features(shared.device.features, required_features)
+    ):
+        return shared.device
+
     adapter_name = adapter.info.get("device") or "unknown"
     problems = _device_problems(
         adapter, required_limits, required_features, f"this adapter ({adapter_name})"
@@ -128,24 +150,24 @@ def default_device(
         raise RelaxwebError(problems)
 
     # The first time, a device with default limits shows which limits need requesting.
-    device = _default_device or adapter.request_device_sync(
+    device = shared.device or adapter.request_device_sync(
         label="relaxweb", required_features=list(required_features)
     )
     lacking = unsatisfied_limits(device.limits, required_limits)
     new_features = missing_features(device.features, required_features)
     if lacking or new_features:
         for name in lacking:
-            _default_device_requested_limits[wgpu_limit_name(name)] = required_limits[name]
+            shared.limits[wgpu_limit_name(name)] = required_limits[name]
         for feature in required_features:
-            if feature not in _default_device_requested_features:
-                _default_device_requested_features.append(feature)
+            if feature not in shared.features:
+                shared.features.append(feature)
         device = adapter.request_device_sync(
             label="relaxweb",
-            required_limits=dict(_default_device_requested_limits),
-            required_features=list(_default_device_requested_features),
+            required_limits=dict(shared.limits),
+            required_features=list(shared.features),
         )
-    _default_device = device
-    return _default_device
+    shared.device = device
+    return device
 
 
 def _check_device_limits(
@@ -299,9 +321,13 @@ class Session:
             its steps.
         last_read_count: how many values the last :meth:`run` read back from the GPU (one
             per step but the last; 0 for bundles without reads).
+
+    ``profiling=True`` (without a ``device``) loads it on a device with the adapter's
+    ``timestamp-query`` feature when it has one, for :meth:`profile`; otherwise the feature
+    is never requested.
     """
 
-    def __init__(self, bundle_dir: str | Path, device: wgpu.GPUDevice | None = None) -> None:
+    def __init__(self, bundle_dir: str | Path, device: wgpu.GPUDevice | None = None, *, profiling: bool = False) -> None:
         self.bundle_dir = Path(bundle_dir)
         self.manifest: dict[str, Any] = load_manifest(self.bundle_dir)
         self.host = HostModule(
@@ -313,7 +339,7 @@ class Session:
         required_limits = load_time_limits(self.manifest)
         required_features = list(self.manifest.get("required_features", []))
         if device is None:
-            device = default_device(required_limits, required_features)
+            device = default_device(required_limits, required_features, profiling=profiling)
         else:
             _check_device_limits(device, required_limits, required_features)
         self.device: wgpu.GPUDevice = device
@@ -447,6 +473,34 @@ class Session:
         that ends with a :class:`Resume` (a loop's iteration) is submitted and resumed at
         once.  Storages that grow between two steps keep their contents.
         """
+        return self._run(inputs, None)
+
+    def profile(self, inputs: Mapping[str, np.ndarray], *, warmup: int = 1) -> Profile:
+        """Run the model ``warmup`` times, then once like :meth:`run` timing each dispatch
+        (drivers compile a pipeline on its first use), and return the
+        :class:`~relaxweb.runtime.profile.Profile`: its outputs (``.outputs``, the same as
+        :meth:`run` gives), one row per kernel (calls, time, FLOPs and bytes) and the table
+        of the slowest (``.table()``).
+
+        Dispatches are timed by timestamp queries (a compute pass each, timestamps at its
+        start and end) where the device has ``timestamp-query`` (load with
+        ``profiling=True``), otherwise by one submit per dispatch, timing the wall clock
+        until the queue has done it (which adds the submit's overhead to every dispatch).
+        """
+        for _ in range(warmup):
+            self._run(inputs, None)
+        timer: _DispatchTimer
+        if TIMESTAMP_QUERY in self.device.features:
+            timer = _TimestampTimer(self)
+        else:
+            timer = _SubmitTimer(self)
+        outputs = self._run(inputs, timer)
+        profile = summarize(self.manifest, timer.times(), timer.method)
+        profile.outputs = outputs
+        return profile
+
+    def _run(self, inputs: Mapping[str, np.ndarray], timer: "_DispatchTimer | None") -> dict[str, np.ndarray]:
+        """:meth:`run`, with each dispatch timed by ``timer`` when one is given."""
         arrays, sequences = self._checked_inputs(inputs)
         for index, shapes in sequences.items():
             entry = self.manifest["inputs"][index]
@@ -466,8 +520,9 @@ class Session:
         # once the run's last submit is done
         retired: list[tuple[wgpu.GPUBuffer, wgpu.GPUBuffer]] = []
         while True:
-            self.device.queue.write_buffer(self._params_buffer, 0, self.host.params())
-            encoder = self._encode_step(commands, carried_over)
+            params = self.host.params()
+            self.device.queue.write_buffer(self._params_buffer, 0, params)
+            encoder = self._encode_step(commands, carried_over, timer, params)
             dispatch_count += sum(isinstance(command, Dispatch) for command in commands)
             last = commands[-1] if commands else None
             if isinstance(last, Read):
@@ -712,22 +767,30 @@ class Session:
         self,
         commands: list[Command],
         carried_over: list[tuple[wgpu.GPUBuffer, wgpu.GPUBuffer]],
+        timer: "_DispatchTimer | None" = None,
+        params: bytes = b"",
     ) -> wgpu.GPUCommandEncoder:
         """A new encoder with the copies that carry grown storages' contents over, then the
-        step's dispatches in one compute pass.  Nothing is submitted yet."""
+        step's dispatches in one compute pass.  Nothing is submitted yet.  With a ``timer``,
+        it encodes (and may submit) the dispatches its way and returns the encoder to go on
+        with; ``params`` is the params block the step uploaded."""
         encoder = self.device.create_command_encoder()
         for old, new in carried_over:
             encoder.copy_buffer_to_buffer(old, 0, new, 0, old.size)
+        dispatches = [command for command in commands if isinstance(command, Dispatch)]
+        if timer is not None:
+            return timer.encode(encoder, dispatches, params)
         compute_pass = encoder.begin_compute_pass()
-        for command in commands:
-            if not isinstance(command, Dispatch):
-                continue
-            call_site = self.manifest["call_sites"][command.call_site]
-            compute_pass.set_pipeline(self._pipelines[call_site["kernel"]])
-            compute_pass.set_bind_group(0, self._bind_group(command.call_site))
-            compute_pass.dispatch_workgroups(*command.grid)
+        for command in dispatches:
+            self._encode_dispatch(compute_pass, command)
         compute_pass.end()
         return encoder
+
+    def _encode_dispatch(self, compute_pass: wgpu.GPUComputePassEncoder, command: Dispatch) -> None:
+        call_site = self.manifest["call_sites"][command.call_site]
+        compute_pass.set_pipeline(self._pipelines[call_site["kernel"]])
+        compute_pass.set_bind_group(0, self._bind_group(command.call_site))
+        compute_pass.dispatch_workgroups(*command.grid)
 
     def _read_value(self, encoder: wgpu.GPUCommandEncoder, read: Read) -> int:
         """Copy the i32 the read record names into the staging buffer, submit the step,
@@ -791,3 +854,117 @@ class Session:
                     array = array != 0 if dtype == np.bool_ else array.astype(dtype)
             results[output["name"]] = array.reshape(output_shapes[index])
         return results
+
+
+# Timing dispatches (Session.profile) -----------------------------------------------------
+
+
+class _DispatchTimer:
+    """How :meth:`Session.profile` times dispatches: :meth:`encode` takes over the encoding
+    of each step's dispatches, :meth:`times` gives them after the run's last submit."""
+
+    method = ""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.device = session.device
+
+    def encode(self, encoder: wgpu.GPUCommandEncoder, dispatches: list[Dispatch], params: bytes) -> wgpu.GPUCommandEncoder:
+        raise NotImplementedError
+
+    def times(self) -> list[DispatchTime]:
+        raise NotImplementedError
+
+    def _fields(self, command: Dispatch, params: bytes) -> tuple[int, ...]:
+        return params_fields(params, self.session.manifest["call_sites"][command.call_site])
+
+
+class _TimestampTimer(_DispatchTimer):
+    """One compute pass per dispatch, with timestamps written at its start and end into a
+    query set, resolved and copied to a mappable buffer in the same encoder."""
+
+    method = TIMESTAMPS
+    _MAX_QUERIES = 4096  # WebGPU's largest query set
+
+    def __init__(self, session: Session) -> None:
+        super().__init__(session)
+        # per query set: the set and its resolve buffer (destroyed after the run), the mappable
+        # copy, and its dispatches' (call site, params)
+        self._pending: list[tuple[list, wgpu.GPUBuffer, list[tuple[int, tuple[int, ...]]]]] = []
+
+    def encode(self, encoder, dispatches, params):
+        per_set = self._MAX_QUERIES // 2
+        for first in range(0, len(dispatches), per_set):
+            chunk = dispatches[first:first + per_set]
+            count = 2 * len(chunk)
+            query_set = self.device.create_query_set(type=wgpu.QueryType.timestamp, count=count)
+            for index, command in enumerate(chunk):
+                compute_pass = encoder.begin_compute_pass(timestamp_writes={
+                    "query_set": query_set, "beginning_of_pass_write_index": 2 * index,
+                    "end_of_pass_write_index": 2 * index + 1,
+                })
+                self.session._encode_dispatch(compute_pass, command)
+                compute_pass.end()
+            resolved = self.device.create_buffer(size=8 * count, usage=_QUERY_RESOLVE_USAGE)
+            readable = self.device.create_buffer(size=8 * count, usage=_READBACK_USAGE)
+            encoder.resolve_query_set(query_set, 0, count, resolved, 0)
+            encoder.copy_buffer_to_buffer(resolved, 0, readable, 0, 8 * count)
+            self._pending.append(([query_set, resolved], readable, [(c.call_site, self._fields(c, params)) for c in chunk]))
+        return encoder
+
+    def times(self):
+        times = []
+        for spent, readable, calls in self._pending:
+            readable.map_sync(wgpu.MapMode.READ)
+            try:
+                stamps = struct.unpack(f"<{2 * len(calls)}Q", readable.read_mapped())
+            finally:
+                readable.unmap()
+                for used in (readable, *spent):
+                    used.destroy()
+            for index, (call_site, fields) in enumerate(calls):
+                # nanoseconds; a pair out of order (a driver's clock reset) counts as 0
+                elapsed = max(0, stamps[2 * index + 1] - stamps[2 * index])
+                times.append(DispatchTime(call_site, elapsed / 1e6, fields))
+        return times
+
+
+class _SubmitTimer(_DispatchTimer):
+    """One submit per dispatch, timed by the wall clock until the queue has done it.
+
+    The wait is a map of a 4-byte buffer that the dispatch's command buffer copies into last
+    (a map completes once the submits using the buffer are done): wgpu-py's
+    ``on_submitted_work_done_sync`` fails with the wgpu-native it ships (0.32)."""
+
+    method = SUBMITS
+
+    def __init__(self, session: Session) -> None:
+        super().__init__(session)
+        self._times: list[DispatchTime] = []
+        self._fence_source = self.device.create_buffer(size=4, usage=wgpu.BufferUsage.COPY_SRC)
+        self._fence = self.device.create_buffer(size=4, usage=_READBACK_USAGE)
+
+    def _submit_and_wait(self, encoder: wgpu.GPUCommandEncoder) -> None:
+        encoder.copy_buffer_to_buffer(self._fence_source, 0, self._fence, 0, 4)
+        self.device.queue.submit([encoder.finish()])
+        self._fence.map_sync(wgpu.MapMode.READ)
+        self._fence.unmap()
+
+    def encode(self, encoder, dispatches, params):
+        # what came before (uploads, copies of grown storages) is done before the first timing
+        self._submit_and_wait(encoder)
+        for command in dispatches:
+            single = self.device.create_command_encoder()
+            compute_pass = single.begin_compute_pass()
+            self.session._encode_dispatch(compute_pass, command)
+            compute_pass.end()
+            start = time.perf_counter()
+            self._submit_and_wait(single)
+            elapsed = time.perf_counter() - start
+            self._times.append(DispatchTime(command.call_site, elapsed * 1e3, self._fields(command, params)))
+        return self.device.create_command_encoder()
+
+    def times(self):
+        self._fence.destroy()
+        self._fence_source.destroy()
+        return self._times

@@ -173,9 +173,53 @@ function check(value, schema, path, manifest) {
       const expected = schema.options.map((/** @type {any} */ o) => ARTICLED[jsonTypeOfSchema(o.type)]).join(" or ");
       return `${where}: expected ${expected}, got ${typeName(value)}`;
     }
+    case "expression":
+      return expressionProblem(value, schema, where);
     default:
       throw new Error(`manifest schema: unknown type ${schema.type}`);
   }
+}
+
+/**
+ * Why `value` is not an expression tree of `schema` (its nodes depth first, each operator's
+ * operands in order), or null. A loop, not recursion: the limits are what is being checked.
+ * @param {any} value @param {any} schema @param {string} where
+ * @returns {string|null}
+ */
+function expressionProblem(value, schema, where) {
+  /** @type {[any, string, number][]} */
+  const pending = [[value, where, 1]];
+  let nodes = 0;
+  while (pending.length > 0) {
+    const [node, at, depth] = /** @type {[any, string, number]} */ (pending.pop());
+    nodes += 1;
+    if (nodes > schema.max_nodes) return `${where}: an expression of more than ${schema.max_nodes} nodes`;
+    if (depth > schema.max_depth) return `${at}: an expression nested deeper than ${schema.max_depth} levels`;
+    if (Array.isArray(node)) {
+      if (node.length !== 3) return `${at}: expected [operator, a, b], got ${node.length} items`;
+      if (typeof node[0] !== "string" || !schema.operators.includes(node[0])) {
+        return `${at}[0]: ${describeValue(node[0])} is not one of ${quoted(schema.operators)}`;
+      }
+      pending.push([node[2], `${at}[2]`, depth + 1], [node[1], `${at}[1]`, depth + 1]);
+    } else if (typeof node === "string") {
+      const length = [...node].length; // code points, as Python counts
+      if (length > schema.max_length) return `${at}: a string of ${length} characters, at most ${schema.max_length} allowed`;
+    } else if (typeof node !== "number" || !Number.isSafeInteger(node)) {
+      return `${at}: expected an integer, a string or an array, got ${typeName(node)}`;
+    }
+  }
+  return null;
+}
+
+/**
+ * The names an expression tree (valid by the schema) uses, each with where it is.
+ * @param {any} tree @param {string} where
+ * @returns {[string, string][]}
+ */
+export function expressionNames(tree, where) {
+  if (typeof tree === "string") return [[tree, where]];
+  if (Array.isArray(tree)) return [...expressionNames(tree[1], `${where}[1]`), ...expressionNames(tree[2], `${where}[2]`)];
+  return [];
 }
 
 /**
@@ -222,12 +266,23 @@ function factProblem(manifest) {
     if (!bindings.length || bindings[0] !== "uniform" || bindings.slice(1).includes("uniform")) {
       return `kernels[${index}].bindings: binding 0 and only binding 0 must be "uniform"`;
     }
+    const fields = kernel.params ?? [];
+    for (const part of "cost" in kernel ? ["flops", "bytes"] : []) {
+      for (const [name, at] of expressionNames(kernel.cost[part], `kernels[${index}].cost.${part}`)) {
+        if (!fields.includes(name)) return `${at}: ${describeValue(name)} is not one of the kernel's params`;
+      }
+    }
   }
   for (const [index, site] of manifest.call_sites.entries()) {
     const end = site.params_offset + site.params_size;
     if (site.params_offset % 256 || site.params_size % 16 || end > manifest.params_bytes) {
       return `call_sites[${index}]: params bytes ${site.params_offset}..${end} are not a 16-byte ` +
         `multiple at a 256-byte boundary inside params_bytes (${manifest.params_bytes})`;
+    }
+    const fields = manifest.kernels[site.kernel].params ?? [];
+    if (4 * fields.length > site.params_size) {
+      return `call_sites[${index}].params_size: ${site.params_size} bytes, but kernel ${site.kernel} ` +
+        `declares ${fields.length} params of 4 bytes`;
     }
     const bindings = manifest.kernels[site.kernel].bindings;
     if (site.buffers.length !== bindings.length - 1) {

@@ -71,6 +71,48 @@ export interface LoadOptions {
    * Cache API (an insecure context).
    */
   cache?: boolean | string;
+  /**
+   * Request the adapter's "timestamp-query" feature when it offers one, so that
+   * `Model.profile` times each kernel on the GPU (otherwise it submits each dispatch alone
+   * and measures wall time). Never requested without this option. Ignored with `device`.
+   */
+  profile?: boolean;
+}
+
+/** One kernel's dispatches in a profiled run, added up. */
+export interface ProfileRow {
+  /** The kernel's name (the manifest's `kernels[k].name`). */
+  kernel: string;
+  /** Its dispatches in the run. */
+  calls: number;
+  /** Their time in milliseconds, and its share of the time of all dispatches (0 to 100). */
+  totalMs: number;
+  percent: number;
+  /**
+   * Scalar operations and bytes of its calls, from the manifest's `cost` trees evaluated with
+   * each call's params; bytes count each input and output buffer once (a lower bound).
+   * null for a kernel without a cost (a hand-written library kernel).
+   */
+  flops: number | null;
+  bytes: number | null;
+  /** flops and bytes per second of `totalMs`, in 10^9; null without a cost or a time. */
+  gflopsPerSecond: number | null;
+  gbytesPerSecond: number | null;
+}
+
+/** A profiled run: how it was timed, and one row per kernel dispatched, slowest first. */
+export interface Profile {
+  /**
+   * "timestamp queries" (a compute pass per dispatch, GPU timestamps at its start and end: the
+   * device has "timestamp-query") or "per-dispatch submits" (each dispatch submitted alone,
+   * wall time until `onSubmittedWorkDone`, so submit overhead is included).
+   */
+  method: "timestamp queries" | "per-dispatch submits";
+  /** Dispatches of the run (the sum of the rows' calls). */
+  dispatches: number;
+  /** The sum of the rows' totalMs. */
+  totalMs: number;
+  rows: ProfileRow[];
 }
 
 /** The Cache API cache that `cache: true` uses: "relaxweb". */
@@ -118,6 +160,13 @@ export class Model {
    * Concurrent calls take turns.
    */
   run(inputs: Record<string, Tensor>): Promise<Record<string, Tensor>>;
+  /**
+   * Run `warmup` times (default 1: drivers compile a pipeline on its first use), then once
+   * more timing every dispatch; resolve with that run's outputs (the same as `run` gives)
+   * and its profile. Timed by timestamp queries when the device has "timestamp-query"
+   * (`load(url, {profile: true})`), else by one submit per dispatch. Rejects like `run`.
+   */
+  profile(inputs: Record<string, Tensor>, options?: { warmup?: number }): Promise<{ outputs: Record<string, Tensor>; profile: Profile }>;
   /** Free the GPU buffers (and the device, when `load` requested it); later runs reject. */
   dispose(): void;
 }

@@ -11,6 +11,7 @@ import {
 } from "./host.js";
 import { validateManifest } from "./manifest.js";
 import { RemoteHost } from "./remote_host.js";
+import { SubmitTimer, TimestampTimer, summarize } from "./profile.js";
 
 export { InputShapeError };
 
@@ -23,6 +24,8 @@ export { InputShapeError };
  * @property {GPUDevice} [device]  a device to use instead of requesting one
  * @property {boolean|string} [cache]  keep the weight shards in the Cache API (`true`: the
  *   cache "relaxweb", a string: that cache's name); they are still verified on every load
+ * @property {boolean} [profile]  request the adapter's "timestamp-query" feature when it has
+ *   one, so that `model.profile()` times kernels on the GPU (never requested otherwise)
  */
 
 /** The Cache API cache that `cache: true` uses. */
@@ -43,7 +46,7 @@ const COMPUTE_STAGE = 0x4;
  * @param {LoadOptions} [options]
  * @returns {Promise<Model>}
  */
-export async function load(url, { bounds, onProgress, device, cache } = {}) {
+export async function load(url, { bounds, onProgress, device, cache, profile = false } = {}) {
   const manifestUrl = resolveManifestUrl(url);
   let manifest;
   try {
@@ -79,7 +82,7 @@ export async function load(url, { bounds, onProgress, device, cache } = {}) {
     const { sizesAtBounds } = configured;
     const requiredLimits = loadTimeLimits(manifest, sizesAtBounds);
     const requiredFeatures = manifest.required_features ?? [];
-    const gpuDevice = device ?? (await requestDevice(requiredLimits, requiredFeatures, sizesAtBounds === null));
+    const gpuDevice = device ?? (await requestDevice(requiredLimits, requiredFeatures, sizesAtBounds === null, profile));
     checkDevice(gpuDevice, requiredLimits, requiredFeatures, "device");
     return await Model.create(manifest, host, gpuDevice, { kernelSources, shards, ownsDevice: !device, ...configured });
   } catch (error) {
@@ -184,6 +187,34 @@ export class Model {
    * @returns {Promise<Record<string, Tensor>>} name -> {data, shape}
    */
   async run(inputs) {
+    return this.runTimed(inputs, null);
+  }
+
+  /**
+   * Run the model `warmup` times (drivers compile a pipeline on its first use), then once
+   * more timing every dispatch, and return that run's outputs and its profile: one row per
+   * kernel (calls, time, FLOPs, bytes), slowest first. Dispatches are timed by timestamp
+   * queries where the device has "timestamp-query" (load with `profile: true`), otherwise by
+   * one submit per dispatch and the wall time until the queue has done it.
+   * @param {Record<string, Tensor>} inputs
+   * @param {{warmup?: number}} [options]
+   * @returns {Promise<{outputs: Record<string, Tensor>, profile: import("./profile.js").Profile}>}
+   */
+  async profile(inputs, { warmup = 1 } = {}) {
+    await this.orDeviceLoss(this.ready); // every pipeline ready: the timed run waits for none
+    for (let i = 0; i < warmup; i++) await this.run(inputs);
+    const timer = this.device.features.has("timestamp-query") ? new TimestampTimer(this) : new SubmitTimer(this);
+    const outputs = await this.runTimed(inputs, timer);
+    return { outputs, profile: summarize(this.manifest, await timer.times(), timer.method) };
+  }
+
+  /**
+   * `run`, with each dispatch timed by `timer` when one is given.
+   * @param {Record<string, Tensor>} inputs
+   * @param {TimestampTimer|SubmitTimer|null} timer
+   * @returns {Promise<Record<string, Tensor>>}
+   */
+  async runTimed(inputs, timer) {
     if (this.unusableReason) throw new Error(`cannot run: ${this.unusableReason}`);
     // Checked and copied now: a run may wait for earlier ones, and what it uses then must be
     // what was checked, whatever the caller does to its arrays meanwhile.
@@ -210,7 +241,7 @@ export class Model {
       try {
         await previous;
         if (this.unusableReason) throw new Error(`cannot run: ${this.unusableReason}`);
-        return await this.runSteps(deviceInputs, shapes, sequences);
+        return await this.runSteps(deviceInputs, shapes, sequences, timer);
       } finally {
         endTurn(); // the last submit is done: the next run may start while this one maps its outputs
       }
@@ -232,10 +263,11 @@ export class Model {
    * @param {Record<string, Tensor>} inputs
    * @param {number[][]} shapes
    * @param {Record<number, number[][]|null>} sequences the element shapes of sequence inputs
+   * @param {TimestampTimer|SubmitTimer|null} [timer] encodes (and times) the dispatches when given
    * @returns {Promise<{readback: Readback, retired: GPUBuffer[]}>} the outputs to map, and old
    *   storage buffers to destroy once the last submit has run
    */
-  async runSteps(inputs, shapes, sequences) {
+  async runSteps(inputs, shapes, sequences, timer = null) {
     const { host } = this;
     let hostStep = await host.start(shapes, sequences);
     /** @type {GPUBuffer[]} */
@@ -262,13 +294,25 @@ export class Model {
             if (step === 0) this.uploadInputs(inputs);
             if (params.byteLength > 0) this.device.queue.writeBuffer(this.paramsBuffer, 0, params);
           }
-          this.encodeDispatches(encoder, commands.slice(from, to));
+          const part = commands.slice(from, to);
+          // A timer encodes the dispatches its own way: it may hand on a fresh encoder for the
+          // rest of the step, and work (timed submits) to wait for before submitting it.
+          if (!timer) this.encodeDispatches(encoder, part);
+          const timed = timer ? timer.encode(encoder, part, params) : { encoder, wait: null };
+          const rest = timed.encoder;
           let readback = null;
           if (to === commands.length) {
-            readback = read ? this.encodeRead(encoder, read) : resume ? null : this.encodeOutputCopies(encoder, outputShapes);
+            readback = read ? this.encodeRead(rest, read) : resume ? null : this.encodeOutputCopies(rest, outputShapes);
           }
-          this.device.queue.submit([encoder.finish()]);
-          return readback;
+          const finished = rest.finish();
+          if (!timed.wait) {
+            this.device.queue.submit([finished]);
+            return readback;
+          }
+          return timed.wait().then(() => {
+            this.device.queue.submit([finished]);
+            return readback;
+          });
         });
         // Right after load, pipelines may still be compiling: the dispatches whose pipelines
         // are ready go to the GPU while the next one's pipeline is awaited.
@@ -439,12 +483,20 @@ export class Model {
   encodeDispatches(encoder, commands) {
     const pass = encoder.beginComputePass();
     for (const command of commands) {
-      if (command.opcode !== OPCODE_DISPATCH) continue;
-      pass.setPipeline(this.pipelines[this.manifest.call_sites[command.callSite].kernel]);
-      pass.setBindGroup(0, this.bindGroup(command.callSite));
-      pass.dispatchWorkgroups(...command.workgroups);
+      if (command.opcode === OPCODE_DISPATCH) this.encodeDispatch(pass, /** @type {import("./host.js").DispatchCommand} */ (command));
     }
     pass.end();
+  }
+
+  /**
+   * Encode one dispatch into a compute pass.
+   * @param {GPUComputePassEncoder} pass
+   * @param {import("./host.js").DispatchCommand} command
+   */
+  encodeDispatch(pass, command) {
+    pass.setPipeline(this.pipelines[this.manifest.call_sites[command.callSite].kernel]);
+    pass.setBindGroup(0, this.bindGroup(command.callSite));
+    pass.dispatchWorkgroups(...command.workgroups);
   }
 
   /**
@@ -718,9 +770,10 @@ async function sha256Hex(bytes) {
  * @param {Record<string, number>} requiredLimits
  * @param {string[]} requiredFeatures
  * @param {boolean} unbounded
+ * @param {boolean} profile also request "timestamp-query" when the adapter offers it
  * @returns {Promise<GPUDevice>}
  */
-async function requestDevice(requiredLimits, requiredFeatures, unbounded) {
+async function requestDevice(requiredLimits, requiredFeatures, unbounded, profile) {
   if (!globalThis.navigator?.gpu) throw new Error("WebGPU is not available here (navigator.gpu is missing)");
   const adapter = await navigator.gpu.requestAdapter();
   if (!adapter) throw new Error("WebGPU is available but no GPU adapter was found");
@@ -730,7 +783,8 @@ async function requestDevice(requiredLimits, requiredFeatures, unbounded) {
     limits.maxStorageBufferBindingSize = adapter.limits.maxStorageBufferBindingSize;
     limits.maxBufferSize = adapter.limits.maxBufferSize;
   }
-  return adapter.requestDevice({ requiredLimits: limits, requiredFeatures: /** @type {GPUFeatureName[]} */ (requiredFeatures) });
+  const features = profile && adapter.features.has("timestamp-query") ? [...requiredFeatures, "timestamp-query"] : requiredFeatures;
+  return adapter.requestDevice({ requiredLimits: limits, requiredFeatures: /** @type {GPUFeatureName[]} */ (features) });
 }
 
 /**

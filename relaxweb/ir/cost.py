@@ -1,0 +1,91 @@
+"""What one call of a tensor program costs: scalar operations and bytes moved, as expressions.
+
+A profile (``relaxweb run DIR --profile``) divides these by a kernel's measured time to give
+GFLOP/s and GB/s.  Both are symbolic in the program's size variables, the fields of its
+params block, so one expression serves every call site and every shape; the bundle writer
+ships them in the manifest as small JSON trees (:func:`expression_tree`) that the runtimes
+evaluate with the values the host module writes into each call site's params block.
+
+- **FLOPs** = output elements x scalar operations per element.  An operation is a binary
+  or unary op or a comparison (constants, loads, casts and index values cost nothing); a
+  reduction costs its extent x (its body's operations + 1, the combine), so a matmul
+  ``sum(A[i, k] * B[k, j] for k in range(K))`` is ``2 * M * N * K``.  A repeated
+  subexpression counts once per scope, as the WGSL emitter computes it once (``let``); a
+  ``select`` counts its condition and the dearer of its two branches.
+- **Bytes** = the bytes of every input buffer and of the output buffer in their device dtype:
+  a lower bound on the memory traffic (a kernel that reads an element twice, or a tile
+  from several workgroups, moves more).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .dtype import dtype_info
+from .symbolic import (
+    Add, FloorDiv, FloorMod, IntImm, Max, Min, Mul, PrimExpr, SizeVar, Sub, expr_max, product, simplify,
+)
+from .tir import Binary, Compare, Reduce, ScalarExpr, Select, TensorProgram, Unary, scalar_children
+
+#: The operators of a cost tree and the symbolic node each stands for.
+TREE_OPERATORS = {"add": Add, "sub": Sub, "mul": Mul, "floordiv": FloorDiv, "mod": FloorMod, "min": Min, "max": Max}
+#: The limits both runtimes' manifest validators enforce on a cost tree.
+MAX_TREE_DEPTH = 32
+MAX_TREE_NODES = 512
+
+
+@dataclass(frozen=True)
+class KernelCost:
+    """One call's scalar operations and bytes moved (a lower bound), in the program's size variables."""
+
+    flops: PrimExpr
+    bytes: PrimExpr
+
+
+def program_cost(program: TensorProgram) -> KernelCost:
+    """The cost of one call of ``program`` (see the module docstring)."""
+    flops = simplify(product(program.output.shape) * _operations(program.body, set()))
+    moved = sum((_buffer_bytes(b) for b in (*program.inputs, program.output)), start=IntImm(0))
+    return KernelCost(flops, simplify(moved))
+
+
+def _buffer_bytes(buffer) -> PrimExpr:
+    return product(buffer.shape) * dtype_info(buffer.dtype).device_bytes
+
+
+def _operations(expr: ScalarExpr, seen: set) -> PrimExpr:
+    """Scalar operations to compute ``expr`` once, not counting subexpressions in ``seen``
+    (computed already in this scope), which it extends."""
+    if expr in seen:
+        return IntImm(0)
+    seen.add(expr)
+    if isinstance(expr, Reduce):
+        # the body is a scope of its own, run once per step of the reduction
+        return expr.extent * (_operations(expr.body, set()) + 1)
+    if isinstance(expr, Select):
+        condition = _operations(expr.condition, seen)
+        # a branch's subexpressions are shared only within that branch
+        return condition + expr_max(_operations(expr.a, set(seen)), _operations(expr.b, set(seen)))
+    own = 1 if isinstance(expr, (Binary, Unary, Compare)) else 0
+    return sum((_operations(child, seen) for child in scalar_children(expr)), start=IntImm(own))
+
+
+def expression_tree(expr: PrimExpr) -> int | str | list:
+    """``expr`` as the manifest's cost tree: an int, a size variable's name, or
+    ``[operator, a, b]`` with an operator of :data:`TREE_OPERATORS`."""
+    if isinstance(expr, IntImm):
+        return expr.value
+    if isinstance(expr, SizeVar):
+        return expr.name
+    operator = next(name for name, kind in TREE_OPERATORS.items() if isinstance(expr, kind))
+    return [operator, expression_tree(expr.a), expression_tree(expr.b)]  # type: ignore[attr-defined]
+
+
+def tree_depth(tree: int | str | list) -> int:
+    """Levels of a cost tree (a leaf is 1)."""
+    return 1 + max(tree_depth(tree[1]), tree_depth(tree[2])) if isinstance(tree, list) else 1
+
+
+def tree_size(tree: int | str | list) -> int:
+    """Nodes of a cost tree."""
+    return 1 + tree_size(tree[1]) + tree_size(tree[2]) if isinstance(tree, list) else 1
