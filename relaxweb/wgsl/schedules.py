@@ -21,7 +21,8 @@ is :func:`relaxweb.ir.launch.dispatch_count`, which the host module evaluates.
   stages a ``depth``-deep slice of both factors in workgroup memory (evaluating each factor's
   expression, so fused prologues are computed once per tile), and each invocation keeps a
   ``block x block`` set of accumulators in registers.  The epilogue (the body around the
-  reduction: bias, activation, residual add) is applied to each accumulator on the way out.
+  reduction: bias, activation, residual add) and the store are one function,
+  ``store_output``, called once per accumulator.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from typing import Callable
 
 from ..ir.dtype import dtype_info
 from ..ir.launch import VECTOR, matmul_extents, matmul_info, vector_access
-from ..ir.pattern import top_level_reductions
+from ..ir.pattern import MatmulInfo, top_level_reductions
 from ..ir.schedule import (
     WORKGROUP_SIZE, ElementSchedule, Schedule, TiledMatmulSchedule, VectorizedSchedule, WorkgroupReductionSchedule,
 )
@@ -192,8 +193,8 @@ def render_tiled_matmul(program: TensorProgram, schedule: TiledMatmulSchedule) -
     out.append(f"  let column_start = tile % column_tiles * {tile};")
     out.append(f"  let thread_row = i32(local_index) / {threads_per_side};")
     out.append(f"  let thread_column = i32(local_index) % {threads_per_side};")
-    out.extend(emitter.unflatten([axes[p] for p in info.batch], [shape[p] for p in info.batch],
-                                 "group / (row_tiles * column_tiles)", "  "))
+    out.append("  let batch_index = group / (row_tiles * column_tiles);")
+    out.extend(emitter.unflatten([axes[p] for p in info.batch], [shape[p] for p in info.batch], "batch_index", "  "))
     out.append(f"  var accumulators: array<f32, {block * block}>;")
     out.append(f"  for (var step = 0; step < {depth}; step = step + {tile_depth}) {{")
     stage("tile_a", info.a, info.rows, "rows", "row_start")
@@ -210,25 +211,38 @@ def render_tiled_matmul(program: TensorProgram, schedule: TiledMatmulSchedule) -
     out.append("    }")
     out.append("    workgroupBarrier();")
     out.append("  }")
-    # the epilogue, once per accumulator; unrolled, so that the accumulators are only ever
-    # indexed by constants and can stay in registers
+    # the epilogue is a function called once per accumulator with a constant index, so the
+    # accumulators stay in registers while the index arithmetic and the fused epilogue are
+    # written (and compiled) once
     for r in range(block):
         for c in range(block):
-            out.append(f"  {{  // accumulator {r * block + c}: row {r}, column {c} of this invocation's block")
-            out.append(f"    let row = row_start + thread_row + {r * threads_per_side};")
-            out.append(f"    let column = column_start + thread_column + {c * threads_per_side};")
-            out.append("    if (row < rows && column < columns) {")
-            emitter.open_scope()
-            out.extend(emitter.unflatten([axes[p] for p in info.rows], [shape[p] for p in info.rows], "row", "      "))
-            out.extend(emitter.unflatten([axes[p] for p in info.columns], [shape[p] for p in info.columns], "column", "      "))
-            emitter.known(info.reduction, f"accumulators[{r * block + c}]")
-            value = emitter.scalar(program.body, "      ")
-            out.append(_store(program, emitter, value, "      "))
-            emitter.close_scope()
-            out += ["    }", "  }"]
+            out.append(f"  store_output(batch_index, row_start + thread_row + {r * threads_per_side}, "
+                       f"column_start + thread_column + {c * threads_per_side}, accumulators[{r * block + c}]);")
     shared = [f"var<workgroup> tile_a: array<f32, {tile_size}>;  // {tile_depth} x {tile}: the first factor",
               f"var<workgroup> tile_b: array<f32, {tile_size}>;  // {tile_depth} x {tile}: the second factor"]
-    return ScheduleRendering(["", *shared, "", *_SIGNATURE, _GROUP, *out, "}"], frozenset(emitter.index_lowering.helpers))
+    epilogue = _matmul_epilogue(program, info)
+    helpers = emitter.index_lowering.helpers | epilogue.index_helpers
+    return ScheduleRendering(["", *shared, *epilogue.lines, "", *_SIGNATURE, _GROUP, *out, "}"], frozenset(helpers))
+
+
+def _matmul_epilogue(program: TensorProgram, info: MatmulInfo) -> ScheduleRendering:
+    """``store_output``: the output element at (batch index, row, column) of a matmul-like
+    program, from its accumulated reduction: the body around the reduction, then the store."""
+    emitter = _emitter(program)
+    axes, shape = program.axes, program.output.shape
+    rows, columns, _ = (emitter.index(simplify(e)) for e in matmul_extents(program, info))
+    out = emitter.statements
+    out += ["", "fn store_output(batch_index: i32, row: i32, column: i32, accumulator: f32) {",
+            f"  if (row >= {rows} || column >= {columns}) {{", "    return;", "  }"]
+    out.extend(emitter.unflatten([axes[p] for p in info.batch], [shape[p] for p in info.batch], "batch_index", "  "))
+    out.extend(emitter.unflatten([axes[p] for p in info.rows], [shape[p] for p in info.rows], "row", "  "))
+    out.extend(emitter.unflatten([axes[p] for p in info.columns], [shape[p] for p in info.columns], "column", "  "))
+    emitter.known(info.reduction, "accumulator")
+    value = emitter.scalar(program.body, "  ")
+    out.append(_store(program, emitter, value, "  "))
+    out.append("}")
+    return ScheduleRendering(out, frozenset(emitter.index_lowering.helpers))
+
 
 
 
