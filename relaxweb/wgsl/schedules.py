@@ -34,7 +34,8 @@ from ..ir.dtype import dtype_info
 from ..ir.launch import VECTOR, matmul_extents, matmul_info, vector_access
 from ..ir.pattern import MatmulInfo, top_level_reductions
 from ..ir.schedule import (
-    WORKGROUP_SIZE, ElementSchedule, Schedule, TiledMatmulSchedule, VectorizedSchedule, WorkgroupReductionSchedule,
+    VECTOR_WIDTH, WORKGROUP_SIZE, ElementSchedule, Schedule, TiledMatmulSchedule, VectorizedSchedule,
+    WorkgroupReductionSchedule,
 )
 from ..ir.symbolic import SizeVar, product, simplify
 from ..ir.tir import FloatImm, Load, Reduce, ReduceCombiner, ScalarExpr, TensorProgram, scalar_dtype
@@ -162,23 +163,25 @@ def render_tiled_matmul(program: TensorProgram, schedule: TiledMatmulSchedule) -
     rows, columns, batch = (emitter.index(simplify(e)) for e in matmul_extents(program, info))
     depth = emitter.index(product(info.reduce_extents))
     tile_size = tile * tile_depth
+    vectors = block // VECTOR_WIDTH  # vec4 accumulators per row of an invocation's block
+    scaled = f" * {vectors}" if vectors > 1 else ""
     out = emitter.statements
 
-    def stage(staged: str, factor, own_axes, extent: str, start: str) -> None:
-        """Evaluate one factor over a tile_depth x tile slice into workgroup memory."""
+    def stage(staged: str, factor, in_range: str) -> None:
+        """Evaluate one factor over a tile_depth x tile slice into workgroup memory.  The tile
+        divides the workgroup size, so an invocation stages the same row (column) of the tile
+        at every depth: its axes were recovered once, before the steps."""
         out.append(f"    for (var e = i32(local_index); e < {tile_size}; e = e + {WORKGROUP_SIZE}) {{")
-        out.append(f"      let position = {start} + e % {tile};")
         out.append(f"      let depth_index = step + e / {tile};")
         out.append("      var value: f32 = 0.0;")
-        out.append(f"      if (position < {extent} && depth_index < {depth}) {{")
+        out.append(f"      if ({in_range} && depth_index < {depth}) {{")
         emitter.open_scope()
-        out.extend(emitter.unflatten([axes[p] for p in own_axes], [shape[p] for p in own_axes], "position", "        "))
         out.extend(emitter.unflatten(info.reduce_axes, info.reduce_extents, "depth_index", "        "))
         value = emitter.scalar(factor, "        ")
         emitter.close_scope()
         out.append(f"        value = {value};")
         out.append("      }")
-        out.append(f"      {staged}[e] = value;")
+        out.append(f"      {staged}[e / {VECTOR_WIDTH}][e % {VECTOR_WIDTH}] = value;")
         out.append("    }")
 
     out.append(f"  let rows = {rows};")
@@ -191,23 +194,33 @@ def render_tiled_matmul(program: TensorProgram, schedule: TiledMatmulSchedule) -
     out.append("  let tile = group % (row_tiles * column_tiles);")
     out.append(f"  let row_start = tile / column_tiles * {tile};")
     out.append(f"  let column_start = tile % column_tiles * {tile};")
-    out.append(f"  let thread_row = i32(local_index) / {threads_per_side};")
-    out.append(f"  let thread_column = i32(local_index) % {threads_per_side};")
+    out.append(f"  // this invocation's {block} x {block} block of outputs")
+    out.append(f"  let block_row = row_start + i32(local_index) / {threads_per_side} * {block};")
+    out.append(f"  let block_column = column_start + i32(local_index) % {threads_per_side} * {block};")
     out.append("  let batch_index = group / (row_tiles * column_tiles);")
     out.extend(emitter.unflatten([axes[p] for p in info.batch], [shape[p] for p in info.batch], "batch_index", "  "))
-    out.append(f"  var accumulators: array<f32, {block * block}>;")
+    out.append("  // the row of the first factor and the column of the second this invocation stages")
+    out.append(f"  let staged_row = row_start + i32(local_index) % {tile};")
+    out.append(f"  let staged_column = column_start + i32(local_index) % {tile};")
+    out.extend(emitter.unflatten([axes[p] for p in info.rows], [shape[p] for p in info.rows], "staged_row", "  "))
+    out.extend(emitter.unflatten([axes[p] for p in info.columns], [shape[p] for p in info.columns], "staged_column", "  "))
+    out.append(f"  let block_row_vector = i32(local_index) / {threads_per_side}{scaled};  // in the staged tiles")
+    out.append(f"  let block_column_vector = i32(local_index) % {threads_per_side}{scaled};")
+    out.append(f"  var accumulators: array<vec{VECTOR_WIDTH}<f32>, {block * vectors}>;")
     out.append(f"  for (var step = 0; step < {depth}; step = step + {tile_depth}) {{")
-    stage("tile_a", info.a, info.rows, "rows", "row_start")
-    stage("tile_b", info.b, info.columns, "columns", "column_start")
+    stage("tile_a", info.a, "staged_row < rows")
+    stage("tile_b", info.b, "staged_column < columns")
     out.append("    workgroupBarrier();")
     out.append(f"    for (var d = 0; d < {tile_depth}; d = d + 1) {{")
+    for v in range(vectors):
+        out.append(f"      let a{v} = tile_a[d * {tile // VECTOR_WIDTH} + block_row_vector{f' + {v}' if v else ''}];")
+    for v in range(vectors):
+        out.append(f"      let b{v} = tile_b[d * {tile // VECTOR_WIDTH} + block_column_vector{f' + {v}' if v else ''}];")
     for r in range(block):
-        out.append(f"      let a{r} = tile_a[d * {tile} + thread_row + {r * threads_per_side}];")
-    for c in range(block):
-        out.append(f"      let b{c} = tile_b[d * {tile} + thread_column + {c * threads_per_side}];")
-    for r in range(block):
-        for c in range(block):
-            out.append(f"      accumulators[{r * block + c}] = fma(a{r}, b{c}, accumulators[{r * block + c}]);")
+        a = f"a{r // VECTOR_WIDTH}.{_COMPONENTS[r % VECTOR_WIDTH]}"
+        for v in range(vectors):
+            k = r * vectors + v
+            out.append(f"      accumulators[{k}] = fma(vec{VECTOR_WIDTH}({a}), b{v}, accumulators[{k}]);")
     out.append("    }")
     out.append("    workgroupBarrier();")
     out.append("  }")
@@ -216,13 +229,17 @@ def render_tiled_matmul(program: TensorProgram, schedule: TiledMatmulSchedule) -
     # written (and compiled) once
     for r in range(block):
         for c in range(block):
-            out.append(f"  store_output(batch_index, row_start + thread_row + {r * threads_per_side}, "
-                       f"column_start + thread_column + {c * threads_per_side}, accumulators[{r * block + c}]);")
-    shared = [f"var<workgroup> tile_a: array<f32, {tile_size}>;  // {tile_depth} x {tile}: the first factor",
-              f"var<workgroup> tile_b: array<f32, {tile_size}>;  // {tile_depth} x {tile}: the second factor"]
+            accumulator = f"accumulators[{r * vectors + c // VECTOR_WIDTH}].{_COMPONENTS[c % VECTOR_WIDTH]}"
+            out.append(f"  store_output(batch_index, block_row + {r}, block_column + {c}, {accumulator});")
+    vector_count = tile_size // VECTOR_WIDTH
+    shared = [f"var<workgroup> tile_a: array<vec{VECTOR_WIDTH}<f32>, {vector_count}>;  // {tile_depth} x {tile}: the first factor",
+              f"var<workgroup> tile_b: array<vec{VECTOR_WIDTH}<f32>, {vector_count}>;  // {tile_depth} x {tile}: the second factor"]
     epilogue = _matmul_epilogue(program, info)
     helpers = emitter.index_lowering.helpers | epilogue.index_helpers
     return ScheduleRendering(["", *shared, *epilogue.lines, "", *_SIGNATURE, _GROUP, *out, "}"], frozenset(helpers))
+
+
+_COMPONENTS = "xyzw"
 
 
 def _matmul_epilogue(program: TensorProgram, info: MatmulInfo) -> ScheduleRendering:
