@@ -224,13 +224,15 @@ def render_tiled_matmul(program: TensorProgram, schedule: TiledMatmulSchedule) -
     out.append("    }")
     out.append("    workgroupBarrier();")
     out.append("  }")
-    # the epilogue is a function called once per accumulator with a constant index, so the
-    # accumulators stay in registers while the index arithmetic and the fused epilogue are
-    # written (and compiled) once
-    for r in range(block):
-        for c in range(block):
-            accumulator = f"accumulators[{r * vectors + c // VECTOR_WIDTH}].{_COMPONENTS[c % VECTOR_WIDTH]}"
-            out.append(f"  store_output(batch_index, block_row + {r}, block_column + {c}, {accumulator});")
+    # the epilogue, once: a loop over a copy of the accumulators (indexed by the loop, so that
+    # copy lives in memory, while the accumulators themselves are only ever indexed by
+    # constants and stay in registers through the steps); unrolled per accumulator, a fused
+    # epilogue would be compiled block x block times
+    out.append("  var results = accumulators;")
+    out.append(f"  for (var k = 0; k < {block * block}; k = k + 1) {{")
+    out.append(f"    let vector = results[k / {VECTOR_WIDTH}];")
+    out.append(f"    store_output(batch_index, block_row + k / {block}, block_column + k % {block}, vector[k % {VECTOR_WIDTH}]);")
+    out.append("  }")
     vector_count = tile_size // VECTOR_WIDTH
     shared = [f"var<workgroup> tile_a: array<vec{VECTOR_WIDTH}<f32>, {vector_count}>;  // {tile_depth} x {tile}: the first factor",
               f"var<workgroup> tile_b: array<vec{VECTOR_WIDTH}<f32>, {vector_count}>;  // {tile_depth} x {tile}: the second factor"]
