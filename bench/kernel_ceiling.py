@@ -28,6 +28,7 @@ Chromium page and run alternately on the same float32 inputs: the run time of ea
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 import tempfile
 import time
@@ -153,7 +154,7 @@ MODELS_PAGE = """async ({ feeds, rounds }) => {
 def model_times(bundles: list[Path], feeds: dict[str, list[int]], rounds: int) -> None:
     with tempfile.TemporaryDirectory(prefix="relaxweb-ceiling-") as page_dir:
         (Path(page_dir) / "index.html").write_text(RUNNER_PAGE)
-        (Path(page_dir) / "new").symlink_to(bundles[1].resolve())
+        shutil.copytree(bundles[1], Path(page_dir) / "new")  # the server follows no links
         server = start_server(bundles[0], page_dir=page_dir)
         try:
             with sync_playwright() as playwright:

@@ -333,6 +333,19 @@ def test_convolution_as_tiled_matmul_on_gpu(device) -> None:
     assert_close(got, want, F32_LOOSE)
 
 
+def test_tiled_matmuls_take_64_tiles_unless_an_extent_is_a_small_constant() -> None:
+    def matmul_schedule(rows, depth, columns):
+        module = legalize_ops(one_op({"a": tensor(rows, depth), "b": tensor(depth, columns)},
+                                     lambda a, b: call_op("matmul", a, b)))
+        return programs_of(schedule_programs(module))[0].schedule
+
+    large, small = TiledMatmulSchedule(tile=64, depth=16, block=8), TiledMatmulSchedule()
+    assert matmul_schedule(1024, 1024, 1024) == large
+    assert matmul_schedule(n, 768, 768) == large  # a symbolic extent counts as large
+    assert matmul_schedule(n, 768, 8) == small  # 8 columns: a 64 tile would be 7/8 padding
+    assert matmul_schedule(48, 768, n) == small
+
+
 def test_tiled_matmul_follows_its_parameters_on_gpu(device) -> None:
     # 64 x 64 tiles staged 8 deep, 8 x 8 outputs per invocation (8 x 8 invocations, as always)
     schedule = TiledMatmulSchedule(tile=64, depth=8, block=8)
