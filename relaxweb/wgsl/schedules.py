@@ -18,11 +18,13 @@ is :func:`relaxweb.ir.launch.dispatch_count`, which the host module evaluates.
   statistics, means.
 - ``tiled_matmul``: one workgroup per ``tile x tile`` block of the (rows x columns) output of
   a matmul-like program (``relaxweb.ir.pattern.analyze_matmul``), per batch index.  Each step
-  stages a ``depth``-deep slice of both factors in workgroup memory (evaluating each factor's
-  expression, so fused prologues are computed once per tile), and each invocation keeps a
-  ``block x block`` set of accumulators in registers.  The epilogue (the body around the
+  stages a ``depth``-deep slice of both factors in workgroup memory as vec4 (evaluating each
+  factor's expression, so fused prologues are computed once per tile; an invocation stages
+  the same row and column of the tile at every step, so it recovers their indices once), and
+  each invocation keeps a ``block x block`` set of accumulators in vec4 registers, updated
+  with one vec4 load of each factor per 4 rows or columns.  The epilogue (the body around the
   reduction: bias, activation, residual add) and the store are one function,
-  ``store_output``, called once per accumulator.
+  ``store_output``, called from a loop over the accumulators, so it is compiled once.
 """
 
 from __future__ import annotations
