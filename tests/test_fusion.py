@@ -333,18 +333,31 @@ def test_convolution_as_tiled_matmul_on_gpu(device) -> None:
     assert_close(got, want, F32_LOOSE)
 
 
+def test_tiled_matmuls_take_64_tiles_unless_an_extent_is_a_small_constant() -> None:
+    def matmul_schedule(rows, depth, columns):
+        module = legalize_ops(one_op({"a": tensor(rows, depth), "b": tensor(depth, columns)},
+                                     lambda a, b: call_op("matmul", a, b)))
+        return programs_of(schedule_programs(module))[0].schedule
+
+    large, small = TiledMatmulSchedule(tile=64, depth=16, block=8), TiledMatmulSchedule()
+    assert matmul_schedule(1024, 1024, 1024) == large
+    assert matmul_schedule(n, 768, 768) == large  # a symbolic extent counts as large
+    assert matmul_schedule(n, 768, 8) == small  # 8 columns: a 64 tile would be 7/8 padding
+    assert matmul_schedule(48, 768, n) == small
+
+
 def test_tiled_matmul_follows_its_parameters_on_gpu(device) -> None:
-    # 16 x 16 tiles staged 8 deep, 2 x 2 outputs per invocation (8 x 8 invocations, as always)
-    schedule = TiledMatmulSchedule(tile=16, depth=8, block=2)
+    # 64 x 64 tiles staged 8 deep, 8 x 8 outputs per invocation (8 x 8 invocations, as always)
+    schedule = TiledMatmulSchedule(tile=64, depth=8, block=8)
     a, b = Buffer("A", (n, k), "float32"), Buffer("B", (k, m), "float32")
     r = SizeVar("k_")
     body = Reduce("sum", r, k, Binary("multiply", Load(a, (I0, r)), Load(b, (r, I1))))
     program = scheduled(TensorProgram("matmul", (a, b), Buffer("out", (n, m), "float32"), (I0, I1), body), schedule)
-    size_vars = {"n": 37, "k": 19, "m": 45}
-    assert int(evaluate(dispatch_count(program), size_vars)) == 3 * 3 * 64  # ceil(37 / 16) x ceil(45 / 16) tiles
-    assert workgroup_storage_bytes(program) == 2 * 16 * 8 * 4
-    assert "var<workgroup> tile_a: array<f32, 128>;" in emit_wgsl(program).source
-    arrays = [rand(37, 19, seed=21), rand(19, 45, seed=22)]
+    size_vars = {"n": 137, "k": 19, "m": 75}
+    assert int(evaluate(dispatch_count(program), size_vars)) == 3 * 2 * 64  # ceil(137 / 64) x ceil(75 / 64) tiles
+    assert workgroup_storage_bytes(program) == 2 * 64 * 8 * 4
+    assert "var<workgroup> tile_a: array<vec4<f32>, 128>;" in emit_wgsl(program).source  # 64 x 8 as vec4
+    arrays = [rand(137, 19, seed=21), rand(19, 75, seed=22)]
     got = run_kernel_on_gpu(device, program, arrays, size_vars)
     np.testing.assert_allclose(got, arrays[0] @ arrays[1], rtol=1e-4, atol=1e-5)
 
@@ -355,6 +368,10 @@ def test_schedules_are_typed_validated_and_printed() -> None:
     assert str(WorkgroupReductionSchedule()) == "workgroup_reduction"
     with pytest.raises(ValueError, match="must be the workgroup size 64"):
         TiledMatmulSchedule(tile=32, block=2)  # 16 x 16 invocations
+    with pytest.raises(ValueError, match="block must be a multiple of 4"):
+        TiledMatmulSchedule(tile=16, block=2)  # 8 x 8 invocations, but a block row is not whole vec4s
+    with pytest.raises(ValueError, match="tile must divide 64"):
+        TiledMatmulSchedule(tile=128, block=16)  # an invocation would stage two rows of the tile
     with pytest.raises(ValueError, match="width must be 2 or 4"):
         VectorizedSchedule(width=3)
     source = Buffer("A", (n,), "float32")

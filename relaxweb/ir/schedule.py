@@ -28,6 +28,7 @@ from dataclasses import dataclass, fields
 from typing import ClassVar
 
 WORKGROUP_SIZE = 64  # invocations per workgroup, for every schedule (the bundle's contract)
+VECTOR_WIDTH = 4  # elements of the vectors a tiled matmul keeps its staged factors and accumulators in
 
 
 class Schedule:
@@ -72,7 +73,11 @@ class WorkgroupReductionSchedule(Schedule):
 class TiledMatmulSchedule(Schedule):
     """One workgroup per ``tile x tile`` output tile (per batch index); ``depth`` reduction
     elements of both factors are staged per step; each invocation computes ``block x block``
-    outputs, so the workgroup's invocations form a square of ``tile / block`` per side."""
+    outputs, so the workgroup's invocations form a square of ``tile / block`` per side.
+
+    ``block`` is a multiple of :data:`VECTOR_WIDTH` (a row of an invocation's block is whole
+    vectors), and ``tile`` divides the workgroup size (each invocation stages the same row of
+    the tile at every depth, so it recovers that row's indices once)."""
 
     kind: ClassVar[str] = "tiled_matmul"
     tile: int = 32
@@ -84,6 +89,8 @@ class TiledMatmulSchedule(Schedule):
             raise ValueError(f"{self}: depth and block must be positive, and block must divide tile")
         if self.threads_per_side ** 2 != WORKGROUP_SIZE:
             raise ValueError(f"{self}: (tile / block)^2 must be the workgroup size {WORKGROUP_SIZE}")
+        if self.block % VECTOR_WIDTH != 0 or WORKGROUP_SIZE % self.tile != 0:
+            raise ValueError(f"{self}: block must be a multiple of {VECTOR_WIDTH}, and tile must divide {WORKGROUP_SIZE}")
 
     @property
     def threads_per_side(self) -> int:

@@ -18,10 +18,13 @@ is :func:`relaxweb.ir.launch.dispatch_count`, which the host module evaluates.
   statistics, means.
 - ``tiled_matmul``: one workgroup per ``tile x tile`` block of the (rows x columns) output of
   a matmul-like program (``relaxweb.ir.pattern.analyze_matmul``), per batch index.  Each step
-  stages a ``depth``-deep slice of both factors in workgroup memory (evaluating each factor's
-  expression, so fused prologues are computed once per tile), and each invocation keeps a
-  ``block x block`` set of accumulators in registers.  The epilogue (the body around the
-  reduction: bias, activation, residual add) is applied to each accumulator on the way out.
+  stages a ``depth``-deep slice of both factors in workgroup memory as vec4 (evaluating each
+  factor's expression, so fused prologues are computed once per tile; an invocation stages
+  the same row and column of the tile at every step, so it recovers their indices once), and
+  each invocation keeps a ``block x block`` set of accumulators in vec4 registers, updated
+  with one vec4 load of each factor per 4 rows or columns.  The epilogue (the body around the
+  reduction: bias, activation, residual add) and the store are one function,
+  ``store_output``, called from a loop over the accumulators, so it is compiled once.
 """
 
 from __future__ import annotations
@@ -31,9 +34,10 @@ from typing import Callable
 
 from ..ir.dtype import dtype_info
 from ..ir.launch import VECTOR, matmul_extents, matmul_info, vector_access
-from ..ir.pattern import top_level_reductions
+from ..ir.pattern import MatmulInfo, top_level_reductions
 from ..ir.schedule import (
-    WORKGROUP_SIZE, ElementSchedule, Schedule, TiledMatmulSchedule, VectorizedSchedule, WorkgroupReductionSchedule,
+    VECTOR_WIDTH, WORKGROUP_SIZE, ElementSchedule, Schedule, TiledMatmulSchedule, VectorizedSchedule,
+    WorkgroupReductionSchedule,
 )
 from ..ir.symbolic import SizeVar, product, simplify
 from ..ir.tir import FloatImm, Load, Reduce, ReduceCombiner, ScalarExpr, TensorProgram, scalar_dtype
@@ -161,23 +165,25 @@ def render_tiled_matmul(program: TensorProgram, schedule: TiledMatmulSchedule) -
     rows, columns, batch = (emitter.index(simplify(e)) for e in matmul_extents(program, info))
     depth = emitter.index(product(info.reduce_extents))
     tile_size = tile * tile_depth
+    vectors = block // VECTOR_WIDTH  # vec4 accumulators per row of an invocation's block
+    scaled = f" * {vectors}" if vectors > 1 else ""
     out = emitter.statements
 
-    def stage(staged: str, factor, own_axes, extent: str, start: str) -> None:
-        """Evaluate one factor over a tile_depth x tile slice into workgroup memory."""
+    def stage(staged: str, factor, in_range: str) -> None:
+        """Evaluate one factor over a tile_depth x tile slice into workgroup memory.  The tile
+        divides the workgroup size, so an invocation stages the same row (column) of the tile
+        at every depth: its axes were recovered once, before the steps."""
         out.append(f"    for (var e = i32(local_index); e < {tile_size}; e = e + {WORKGROUP_SIZE}) {{")
-        out.append(f"      let position = {start} + e % {tile};")
         out.append(f"      let depth_index = step + e / {tile};")
         out.append("      var value: f32 = 0.0;")
-        out.append(f"      if (position < {extent} && depth_index < {depth}) {{")
+        out.append(f"      if ({in_range} && depth_index < {depth}) {{")
         emitter.open_scope()
-        out.extend(emitter.unflatten([axes[p] for p in own_axes], [shape[p] for p in own_axes], "position", "        "))
         out.extend(emitter.unflatten(info.reduce_axes, info.reduce_extents, "depth_index", "        "))
         value = emitter.scalar(factor, "        ")
         emitter.close_scope()
         out.append(f"        value = {value};")
         out.append("      }")
-        out.append(f"      {staged}[e] = value;")
+        out.append(f"      {staged}[e / {VECTOR_WIDTH}][e % {VECTOR_WIDTH}] = value;")
         out.append("    }")
 
     out.append(f"  let rows = {rows};")
@@ -190,45 +196,74 @@ def render_tiled_matmul(program: TensorProgram, schedule: TiledMatmulSchedule) -
     out.append("  let tile = group % (row_tiles * column_tiles);")
     out.append(f"  let row_start = tile / column_tiles * {tile};")
     out.append(f"  let column_start = tile % column_tiles * {tile};")
-    out.append(f"  let thread_row = i32(local_index) / {threads_per_side};")
-    out.append(f"  let thread_column = i32(local_index) % {threads_per_side};")
-    out.extend(emitter.unflatten([axes[p] for p in info.batch], [shape[p] for p in info.batch],
-                                 "group / (row_tiles * column_tiles)", "  "))
-    out.append(f"  var accumulators: array<f32, {block * block}>;")
+    out.append(f"  // this invocation's {block} x {block} block of outputs")
+    out.append(f"  let block_row = row_start + i32(local_index) / {threads_per_side} * {block};")
+    out.append(f"  let block_column = column_start + i32(local_index) % {threads_per_side} * {block};")
+    out.append("  let batch_index = group / (row_tiles * column_tiles);")
+    out.extend(emitter.unflatten([axes[p] for p in info.batch], [shape[p] for p in info.batch], "batch_index", "  "))
+    out.append("  // the row of the first factor and the column of the second this invocation stages")
+    out.append(f"  let staged_row = row_start + i32(local_index) % {tile};")
+    out.append(f"  let staged_column = column_start + i32(local_index) % {tile};")
+    out.extend(emitter.unflatten([axes[p] for p in info.rows], [shape[p] for p in info.rows], "staged_row", "  "))
+    out.extend(emitter.unflatten([axes[p] for p in info.columns], [shape[p] for p in info.columns], "staged_column", "  "))
+    out.append(f"  let block_row_vector = i32(local_index) / {threads_per_side}{scaled};  // in the staged tiles")
+    out.append(f"  let block_column_vector = i32(local_index) % {threads_per_side}{scaled};")
+    out.append(f"  var accumulators: array<vec{VECTOR_WIDTH}<f32>, {block * vectors}>;")
     out.append(f"  for (var step = 0; step < {depth}; step = step + {tile_depth}) {{")
-    stage("tile_a", info.a, info.rows, "rows", "row_start")
-    stage("tile_b", info.b, info.columns, "columns", "column_start")
+    stage("tile_a", info.a, "staged_row < rows")
+    stage("tile_b", info.b, "staged_column < columns")
     out.append("    workgroupBarrier();")
     out.append(f"    for (var d = 0; d < {tile_depth}; d = d + 1) {{")
+    for v in range(vectors):
+        out.append(f"      let a{v} = tile_a[d * {tile // VECTOR_WIDTH} + block_row_vector{f' + {v}' if v else ''}];")
+    for v in range(vectors):
+        out.append(f"      let b{v} = tile_b[d * {tile // VECTOR_WIDTH} + block_column_vector{f' + {v}' if v else ''}];")
     for r in range(block):
-        out.append(f"      let a{r} = tile_a[d * {tile} + thread_row + {r * threads_per_side}];")
-    for c in range(block):
-        out.append(f"      let b{c} = tile_b[d * {tile} + thread_column + {c * threads_per_side}];")
-    for r in range(block):
-        for c in range(block):
-            out.append(f"      accumulators[{r * block + c}] = fma(a{r}, b{c}, accumulators[{r * block + c}]);")
+        a = f"a{r // VECTOR_WIDTH}.{_COMPONENTS[r % VECTOR_WIDTH]}"
+        for v in range(vectors):
+            k = r * vectors + v
+            out.append(f"      accumulators[{k}] = fma(vec{VECTOR_WIDTH}({a}), b{v}, accumulators[{k}]);")
     out.append("    }")
     out.append("    workgroupBarrier();")
     out.append("  }")
-    # the epilogue, once per accumulator; unrolled, so that the accumulators are only ever
-    # indexed by constants and can stay in registers
-    for r in range(block):
-        for c in range(block):
-            out.append(f"  {{  // accumulator {r * block + c}: row {r}, column {c} of this invocation's block")
-            out.append(f"    let row = row_start + thread_row + {r * threads_per_side};")
-            out.append(f"    let column = column_start + thread_column + {c * threads_per_side};")
-            out.append("    if (row < rows && column < columns) {")
-            emitter.open_scope()
-            out.extend(emitter.unflatten([axes[p] for p in info.rows], [shape[p] for p in info.rows], "row", "      "))
-            out.extend(emitter.unflatten([axes[p] for p in info.columns], [shape[p] for p in info.columns], "column", "      "))
-            emitter.known(info.reduction, f"accumulators[{r * block + c}]")
-            value = emitter.scalar(program.body, "      ")
-            out.append(_store(program, emitter, value, "      "))
-            emitter.close_scope()
-            out += ["    }", "  }"]
-    shared = [f"var<workgroup> tile_a: array<f32, {tile_size}>;  // {tile_depth} x {tile}: the first factor",
-              f"var<workgroup> tile_b: array<f32, {tile_size}>;  // {tile_depth} x {tile}: the second factor"]
-    return ScheduleRendering(["", *shared, "", *_SIGNATURE, _GROUP, *out, "}"], frozenset(emitter.index_lowering.helpers))
+    # the epilogue, once: a loop over a copy of the accumulators (indexed by the loop, so that
+    # copy lives in memory, while the accumulators themselves are only ever indexed by
+    # constants and stay in registers through the steps); unrolled per accumulator, a fused
+    # epilogue would be compiled block x block times
+    out.append("  var results = accumulators;")
+    out.append(f"  for (var k = 0; k < {block * block}; k = k + 1) {{")
+    out.append(f"    let vector = results[k / {VECTOR_WIDTH}];")
+    out.append(f"    store_output(batch_index, block_row + k / {block}, block_column + k % {block}, vector[k % {VECTOR_WIDTH}]);")
+    out.append("  }")
+    vector_count = tile_size // VECTOR_WIDTH
+    shared = [f"var<workgroup> tile_a: array<vec{VECTOR_WIDTH}<f32>, {vector_count}>;  // {tile_depth} x {tile}: the first factor",
+              f"var<workgroup> tile_b: array<vec{VECTOR_WIDTH}<f32>, {vector_count}>;  // {tile_depth} x {tile}: the second factor"]
+    epilogue = _matmul_epilogue(program, info)
+    helpers = emitter.index_lowering.helpers | epilogue.index_helpers
+    return ScheduleRendering(["", *shared, *epilogue.lines, "", *_SIGNATURE, _GROUP, *out, "}"], frozenset(helpers))
+
+
+_COMPONENTS = "xyzw"
+
+
+def _matmul_epilogue(program: TensorProgram, info: MatmulInfo) -> ScheduleRendering:
+    """``store_output``: the output element at (batch index, row, column) of a matmul-like
+    program, from its accumulated reduction: the body around the reduction, then the store."""
+    emitter = _emitter(program)
+    axes, shape = program.axes, program.output.shape
+    rows, columns, _ = (emitter.index(simplify(e)) for e in matmul_extents(program, info))
+    out = emitter.statements
+    out += ["", "fn store_output(batch_index: i32, row: i32, column: i32, accumulator: f32) {",
+            f"  if (row >= {rows} || column >= {columns}) {{", "    return;", "  }"]
+    out.extend(emitter.unflatten([axes[p] for p in info.batch], [shape[p] for p in info.batch], "batch_index", "  "))
+    out.extend(emitter.unflatten([axes[p] for p in info.rows], [shape[p] for p in info.rows], "row", "  "))
+    out.extend(emitter.unflatten([axes[p] for p in info.columns], [shape[p] for p in info.columns], "column", "  "))
+    emitter.known(info.reduction, "accumulator")
+    value = emitter.scalar(program.body, "  ")
+    out.append(_store(program, emitter, value, "  "))
+    out.append("}")
+    return ScheduleRendering(out, frozenset(emitter.index_lowering.helpers))
+
 
 
 
