@@ -34,16 +34,18 @@ from ..ir.kernel_builders import library_kernel_builder
 from ..ir.library_kernel import LibraryKernel, buffer_size_vars
 from ..ir.params_block import ParamsLayout
 from ..ir.symbolic import Analyzer, IntImm, PrimExpr, SizeVar, as_int, format_shape, product, simplify
-from ..ir.tir import Buffer, ReduceCombiner
-from ..wgsl.emit import float_extremum, literal, storage_type, wgsl_name
+from ..ir.tir import Buffer
+from ..wgsl.emit import literal, storage_type, wgsl_name
 from ..wgsl.lower_index import helper_declarations, helpers_used, lower_index, render_wgsl
 from ..wgsl.shader import params_declaration
 
 WORKGROUP = 64
 #: Bytes of workgroup memory a kernel may use (WebGPU's default maxComputeWorkgroupStorageSize).
 WORKGROUP_STORAGE = 16384
-#: Keys per tile at most (more only lengthens the per-tile score array in registers).
+#: Keys per tile at most.
 MAX_TILE = 32
+#: Keys scored together (one rescale of the accumulators per group); a tile holds whole groups.
+GROUP = 4
 
 # Index variables of the kernel's own (local WGSL names, never params fields).
 _GROUP, _ROW = SizeVar("bh_"), SizeVar("row_")
@@ -52,7 +54,7 @@ _GROUP, _ROW = SizeVar("bh_"), SizeVar("row_")
 def key_tile(head: int, value_head: int) -> int:
     """Keys per tile for head sizes ``head`` (D) and ``value_head`` (Dv), 0 when one key and
     one value do not fit the workgroup memory."""
-    return min(MAX_TILE, WORKGROUP_STORAGE // (4 * (head + value_head)))
+    return min(MAX_TILE, WORKGROUP_STORAGE // (4 * (head + value_head))) // GROUP * GROUP
 
 
 @library_kernel_builder("attention")
@@ -122,7 +124,8 @@ def _source(name, inputs, output, batch, query_length, key_length, head, value_h
     targets = {key: lower_index(simplify(value), analyzer) for key, value in lowered.items()}
     helpers = set().union(*(helpers_used(target) for target in targets.values()))
     value_type = storage_type(output.dtype)
-    maximum = lambda a, b: float_extremum(ReduceCombiner.MAX, a, b)  # noqa: E731  NaN-propagating max
+    width = 4 if head % 4 == 0 and value_head % 4 == 0 else 1
+    vector = "vec4<f32>" if width == 4 else "f32"
 
     def let(key: str) -> str:
         return f"  let {key} = {render_wgsl(targets[key], variable)};"
@@ -138,8 +141,9 @@ def _source(name, inputs, output, batch, query_length, key_length, head, value_h
         f"const HEAD: i32 = {head};",
         f"const VALUE_HEAD: i32 = {value_head};",
         f"const TILE: i32 = {tile};",
-        f"var<workgroup> key_tile: array<{value_type}, {tile * head}>;",
-        f"var<workgroup> value_tile: array<{value_type}, {tile * value_head}>;",
+        f"// the tiles in {vector}s of consecutive elements of a key / value row",
+        f"var<workgroup> key_tile: array<{vector}, {tile * head // width}>;",
+        f"var<workgroup> value_tile: array<{vector}, {tile * value_head // width}>;",
         "",
         "fn is_negative_infinity(x: f32) -> bool {",
         "  return bitcast<u32>(x) == 0xff800000u;",
@@ -171,62 +175,38 @@ def _source(name, inputs, output, batch, query_length, key_length, head, value_h
         lines += ["  let visible_end = seq_k;", "  let key_end = seq_k;"]
     if mask_shape is not None:
         lines += [let("mask_start"), let("mask_step")]
+    key_words, value_words = head // width, value_head // width
     lines += [
-        "  var query_row: array<f32, HEAD>;",
+        "  // the query row and the accumulators in registers (unrolled: no indexing at run time)",
         "  let query_start = (bh * seq_q + row) * HEAD;",
-        "  for (var d = 0; d < HEAD; d = d + 1) {",
-        "    query_row[d] = f32(query[query_start + d]);",
-        "  }",
-        "  var acc: array<f32, VALUE_HEAD>;",
-        "  var scores: array<f32, TILE>;",
+        *(f"  let q{i} = {_gather('query', f'query_start + {i * width}', width)};" for i in range(key_words)),
+        *(f"  var acc{i} = {vector}(0.0);" for i in range(value_words)),
         "  var running_max = 0.0;",
         "  var running_sum = 0.0;",
-        "  var started = false;  // a score above -inf seen: running_max holds a value",
+        "  var started = false;  // a score above -inf seen: running_max holds one",
         "  for (var start = 0; start < key_end; start = start + TILE) {",
         "    workgroupBarrier();",
-        "    for (var e = i32(local); e < TILE * HEAD; e = e + 64) {",
-        "      let j = start + e / HEAD;",
-        "      if (j < seq_k) {",
-        "        key_tile[e] = key[(bh * seq_k + j) * HEAD + e % HEAD];",
-        "      }",
-        "    }",
-        "    for (var e = i32(local); e < TILE * VALUE_HEAD; e = e + 64) {",
-        "      let j = start + e / VALUE_HEAD;",
-        "      if (j < seq_k) {",
-        "        value_tile[e] = value[(bh * seq_k + j) * VALUE_HEAD + e % VALUE_HEAD];",
-        "      }",
-        "    }",
+        *_load_tile("key_tile", "key", "HEAD", key_words, width),
+        *_load_tile("value_tile", "value", "VALUE_HEAD", value_words, width),
         "    workgroupBarrier();",
         "    // keys [start, start + count) of this tile are visible to this row (a branch without",
         "    // barriers: rows differ under a causal mask)",
         "    let count = clamp(min(key_end, visible_end) - start, 0, TILE);",
-        "    if (count > 0) {",
-        "      for (var j = 0; j < count; j = j + 1) {",
-        "        var dot = 0.0;",
-        "        for (var d = 0; d < HEAD; d = d + 1) {",
-        "          dot = dot + query_row[d] * f32(key_tile[j * HEAD + d]);",
-        "        }",
-        f"        scores[j] = {_score('dot', scale, mask_shape is not None)};",
-        "      }",
-        "      var tile_max = scores[0];",
-        "      for (var j = 1; j < count; j = j + 1) {",
-        f"        tile_max = {maximum('tile_max', 'scores[j]')};",
-        "      }",
-        f"      let new_max = select(tile_max, {maximum('running_max', 'tile_max')}, started);",
-        "      // every score so far -inf: nothing to add yet",
+        f"    for (var j = 0; j < count; j = j + {GROUP}) {{",
+        f"      // keys j .. j + {GROUP - 1} at once: one rescale per group; keys past count weigh 0 and",
+        "      // stand in as key j for the group's maximum",
+        *(line for u in range(GROUP) for line in _key_score(u, key_words, width, scale, mask_shape is not None)),
+        f"      let group_max = {_maximum([f's{u}' for u in range(GROUP)])};",
+        "      let new_max = select(group_max, max(running_max, group_max), started);",
+        "      // every score so far -inf: nothing to add yet (a NaN score makes p, so the row, NaN)",
         "      if (!is_negative_infinity(new_max)) {",
         "        let correction = select(0.0, exp(running_max - new_max), started);",
-        "        running_sum = running_sum * correction;",
-        "        for (var d = 0; d < VALUE_HEAD; d = d + 1) {",
-        "          acc[d] = acc[d] * correction;",
-        "        }",
-        "        for (var j = 0; j < count; j = j + 1) {",
-        "          let p = exp(scores[j] - new_max);",
-        "          running_sum = running_sum + p;",
-        "          for (var d = 0; d < VALUE_HEAD; d = d + 1) {",
-        "            acc[d] = acc[d] + p * f32(value_tile[j * VALUE_HEAD + d]);",
-        "          }",
-        "        }",
+        *(f"        let p{u} = {_weight(u)};" for u in range(GROUP)),
+        f"        running_sum = running_sum * correction + {' + '.join(f'p{u}' for u in range(GROUP))};",
+        f"        let value_at = j * {value_words};",
+        *(f"        acc{i} = acc{i} * correction + "
+          + " + ".join(f"p{u} * value_tile[value_at + {u * value_words + i}]" for u in range(GROUP)) + ";"
+          for i in range(value_words)),
         "        running_max = new_max;",
         "        started = true;",
         "      }",
@@ -239,19 +219,64 @@ def _source(name, inputs, output, batch, query_length, key_length, head, value_h
         "  // WGSL compilers may fold a constant one)",
         "  let nan = bitcast<f32>(0x7fc00000u | (local & 0u));",
         "  let out_start = (bh * seq_q + row) * VALUE_HEAD;",
-        "  for (var d = 0; d < VALUE_HEAD; d = d + 1) {",
-        "    out[out_start + d] = select(nan, acc[d] / running_sum, started);",
-        "  }",
+        *(f"  out[out_start + {i * width + c}] = select(nan, acc{i}{f'[{c}]' if width > 1 else ''} / running_sum, started);"
+          for i in range(value_words) for c in range(width)),
         "}",
     ]
     return "\n".join(lines) + "\n"
 
 
-def _score(dot: str, scale: float, masked: bool) -> str:
-    score = dot if scale == 1.0 else f"{dot} * {literal(scale, 'float32')}"
+def _gather(buffer: str, at: str, width: int) -> str:
+    """``width`` consecutive elements of ``buffer`` from ``at`` as one f32 / vec4<f32>."""
+    if width == 1:
+        return f"f32({buffer}[{at}])"
+    return f"vec4<f32>({', '.join(f'f32({buffer}[{at} + {c}])' for c in range(width))})"
+
+
+def _product(a: str, b: str, width: int) -> str:
+    return f"dot({a}, {b})" if width > 1 else f"{a} * {b}"
+
+
+def _load_tile(tile: str, buffer: str, row_size: str, words: int, width: int) -> list[str]:
+    """The workgroup's cooperative copy of keys (values) [start, start + TILE) into ``tile``."""
+    return [
+        f"    for (var e = i32(local); e < TILE * {words}; e = e + 64) {{",
+        f"      let j = start + e / {words};",
+        "      // rows past the keys are zeros: a group's keys past count read them (with weight 0)",
+        f"      var word = {'vec4<f32>' if width > 1 else 'f32'}(0.0);",
+        "      if (j < seq_k) {",
+        f"        let at = (bh * seq_k + j) * {row_size} + e % {words} * {width};",
+        f"        word = {_gather(buffer, 'at', width)};",
+        "      }",
+        f"      {tile}[e] = word;",
+        "    }",
+    ]
+
+
+def _key_score(u: int, key_words: int, width: int, scale: float, masked: bool) -> list[str]:
+    """``s{u}``: the score of key ``j + u`` of the tile (key j's when that is past ``count``)."""
+    at = f"(j + {u}) * {key_words}" if u else f"j * {key_words}"
+    lines = [f"      let key_at{u} = {at};",
+             f"      var s{u} = {_product('q0', f'key_tile[key_at{u}]', width)};",
+             *(f"      s{u} = s{u} + {_product(f'q{i}', f'key_tile[key_at{u} + {i}]', width)};" for i in range(1, key_words))]
+    if scale != 1.0:
+        lines.append(f"      s{u} = s{u} * {literal(scale, 'float32')};")
     if masked:
-        score = f"{score} + f32(mask[mask_start + (start + j) * mask_step])"
-    return score
+        lines.append(f"      s{u} = s{u} + f32(mask[mask_start + min(start + j + {u}, seq_k - 1) * mask_step]);")
+    if u:
+        lines.append(f"      s{u} = select(s0, s{u}, j + {u} < count);")
+    return lines
+
+
+def _maximum(values: list[str]) -> str:
+    while len(values) > 1:
+        values = [f"max({a}, {b})" for a, b in zip(values[::2], values[1::2])] + values[len(values) // 2 * 2:]
+    return values[0]
+
+
+def _weight(u: int) -> str:
+    weight = f"exp(s{u} - new_max)"
+    return weight if u == 0 else f"select(0.0, {weight}, j + {u} < count)"
 
 
 # -- numpy reference -------------------------------------------------------------------------------
