@@ -62,7 +62,7 @@ def test_deduction_errors_name_the_argument() -> None:
     with pytest.raises(DeductionError, match="dim 3 of k is 12, expected 16"):
         call_op("attention", q, k, v)
     good_k = builder.add_param("k2", TensorStructInfo((b, 4, t, 16), "float32"))
-    with pytest.raises(DeductionError, match="dim 1 of v is 5, expected 4"):
+    with pytest.raises(DeductionError, match="dim 1 of v is 5, expected k's 4"):
         call_op("attention", q, good_k, wide)
     with pytest.raises(AssumptionError, match="dim 3 of the mask is s \\+ 1, expected 1 or t"):
         call_op("attention", q, good_k, v, mask)
@@ -167,3 +167,20 @@ def test_causal_kernel_matches_the_reference(device, tmp_path, query_length: int
     # Sq > Sk: the first rows see no key at all (NaN, as an additive -inf mask gives)
     assert np.array_equal(np.isnan(got), np.isnan(wanted))
     assert_close(got, wanted, F32_LOOSE)
+
+
+def test_grouped_query_heads_share_a_key_value_head(device, tmp_path) -> None:
+    """k and v [b, 2, 1, t, 8] serve q [b, 2, 3, s, 8] (3 query heads per key / value head,
+    as onnxruntime's GroupQueryAttention converter writes it) without a copy per query head."""
+    builder = FunctionBuilder("main")
+    q, k, v, mask = _params(builder, {"q": (b, 2, 3, s, 8), "k": (b, 2, 1, t, 8), "v": (b, 2, 1, t, 4),
+                                      "m": (b, 1, 1, s, t)})
+    out = builder.emit_op("attention", q, k, v, mask, scale=0.5, name_hint="out", output=True)
+    module = IRModule({"main": builder.finish([out], ["out"])})
+    for seed, (batch, queries, keys) in enumerate([(2, 5, 7), (1, 1, 40)]):
+        mask_values = np.where(rand(batch, 1, 1, queries, keys, seed=seed) > 1.0, -np.inf, 0.0).astype(np.float32)
+        feeds = {"q": rand(batch, 2, 3, queries, 8, seed=seed + 1), "k": rand(batch, 2, 1, keys, 8, seed=seed + 2),
+                 "v": rand(batch, 2, 1, keys, 4, seed=seed + 3), "m": mask_values}
+        wanted = run_module(module, feeds)[0]
+        assert_close(wanted, _unfused(feeds["q"], feeds["k"], feeds["v"], mask_values, 0.5, False))
+        assert_close(run_compiled(module, feeds, tmp_path / f"bundle{seed}")[0], wanted, F32_LOOSE)

@@ -16,7 +16,9 @@ bytes at most 16 KiB (WebGPU's default workgroup storage), so head sizes D and D
 constants.  Sequence lengths and batch dims are size variables of the params block: one
 kernel serves every length.
 
-Inputs: ``query[*batch, Sq, D]``, ``key[*batch, Sk, D]``, ``value[*batch, Sk, Dv]``, and with
+Inputs: ``query[*batch, Sq, D]``, ``key[*kv_batch, Sk, D]``, ``value[*kv_batch, Sk, Dv]`` (each
+dim of ``kv_batch`` is 1 or ``batch``'s: grouped-query attention shares a key / value head
+among query heads without copying it), and with
 ``has_mask`` an additive float ``mask`` broadcast to ``[*batch, Sq, Sk]`` (each of its dims is
 1 or the scores' dim; it may have fewer dims, aligned from the right).  ``causal`` hides key
 ``j`` from query ``i`` when ``j > i + Sk - Sq`` (the last query sees every key), as an
@@ -33,7 +35,7 @@ import numpy as np
 from ..ir.kernel_builders import library_kernel_builder
 from ..ir.library_kernel import LibraryKernel, buffer_size_vars
 from ..ir.params_block import ParamsLayout
-from ..ir.symbolic import Analyzer, IntImm, PrimExpr, SizeVar, as_int, format_shape, product, simplify
+from ..ir.symbolic import Analyzer, IntImm, PrimExpr, SizeVar, as_int, format_shape, product, prove_equal, simplify
 from ..ir.tir import Buffer
 from ..wgsl.emit import literal, storage_type, wgsl_name
 from ..wgsl.lower_index import helper_declarations, helpers_used, lower_index, render_wgsl
@@ -60,20 +62,25 @@ def key_tile(head: int, value_head: int) -> int:
 @library_kernel_builder("attention")
 def attention_kernel(name: str, batch: tuple, query_length: PrimExpr, key_length: PrimExpr, head: int,
                      value_head: int, mask_shape: tuple | None = None, scale: float = 1.0, causal: bool = False,
-                     dtype: str = "float32") -> LibraryKernel:
+                     dtype: str = "float32", kv_batch: tuple | None = None) -> LibraryKernel:
     """``softmax(query key^T * scale + mask) value`` over ``batch`` dims (see the module doc);
-    ``mask_shape`` None: no mask."""
+    ``mask_shape`` None: no mask; ``kv_batch``: the batch dims of key and value, each 1
+    (shared by every query group along it: grouped-query attention) or ``batch``'s (None: all
+    ``batch``'s)."""
     tile = key_tile(head, value_head)
     if tile < 1:
         raise ValueError(f"attention: head sizes {head} and {value_head} do not fit {WORKGROUP_STORAGE} bytes of workgroup memory")
     batch = tuple(batch)
-    inputs = [Buffer("query", (*batch, query_length, head), dtype), Buffer("key", (*batch, key_length, head), dtype),
-              Buffer("value", (*batch, key_length, value_head), dtype)]
+    kv_batch = batch if kv_batch is None else tuple(kv_batch)
+    if len(kv_batch) != len(batch) or any(as_int(k) != 1 and not prove_equal(k, b) for k, b in zip(kv_batch, batch)):
+        raise ValueError(f"attention: key/value batch dims {kv_batch} are not 1 or the query's {batch}")
+    inputs = [Buffer("query", (*batch, query_length, head), dtype), Buffer("key", (*kv_batch, key_length, head), dtype),
+              Buffer("value", (*kv_batch, key_length, value_head), dtype)]
     if mask_shape is not None:
         inputs.append(Buffer("mask", tuple(mask_shape), dtype))
     output = Buffer("out", (*batch, query_length, value_head), dtype)
     groups = simplify(product(batch) * ((query_length + (WORKGROUP - 1)) // WORKGROUP))
-    source = _source(name, tuple(inputs), output, batch, query_length, key_length, head, value_head, tile,
+    source = _source(name, tuple(inputs), output, batch, kv_batch, query_length, key_length, head, value_head, tile,
                      mask_shape, scale, causal, groups)
     summary = (f"fused attention [{format_shape(output.shape)}] over {format_shape((key_length,))} keys"
                f"{', causal' if causal else ''}{', masked' if mask_shape is not None else ''}")
@@ -81,34 +88,37 @@ def attention_kernel(name: str, batch: tuple, query_length: PrimExpr, key_length
                          lambda arrays: attention_reference(arrays, scale=scale, causal=causal), summary)
 
 
-def _mask_row_start(mask_shape: tuple, batch: tuple, query_length: PrimExpr) -> tuple[PrimExpr, PrimExpr]:
-    """The mask's flat index of (group ``bh_``, row ``row_``, key 0), and its step per key.
-
-    The scores are ``[*batch, Sq, Sk]``; the mask's dims align with them from the right, a
-    dim of extent 1 repeating (index 0)."""
-    scores = (*batch, query_length)
+def _batch_coordinates(batch: tuple) -> list[PrimExpr]:
+    """The coordinates of the flat batch index ``bh_`` in the batch dims."""
     coordinates: list[PrimExpr] = []
     inner: PrimExpr = IntImm(1)
-    for extent in reversed(batch):  # the group index split into the batch coordinates
+    for extent in reversed(batch):
         coordinates.insert(0, (_GROUP // inner) % extent)
         inner = inner * extent
-    coordinates.append(_ROW)
-    offset = len(scores) + 1 - len(mask_shape)
+    return coordinates
+
+
+def _flat_index(shape: tuple, coordinates: list[PrimExpr]) -> PrimExpr:
+    """The row-major index into a tensor of ``shape`` broadcast against ``coordinates``
+    (aligned from the right; a dim of extent 1 repeats: index 0)."""
+    offset = len(coordinates) - len(shape)
     index: PrimExpr = IntImm(0)
     stride: PrimExpr = IntImm(1)
-    key_step: PrimExpr = IntImm(0)
-    for position in range(len(mask_shape) - 1, -1, -1):
-        extent = mask_shape[position]
-        repeated = as_int(extent) == 1
-        if position == len(mask_shape) - 1:
-            key_step = IntImm(0) if repeated else stride
-        elif not repeated:
+    for position in range(len(shape) - 1, -1, -1):
+        if as_int(shape[position]) != 1:
             index = index + coordinates[offset + position] * stride
-        stride = stride * extent
-    return simplify(index), simplify(key_step)
+        stride = stride * shape[position]
+    return simplify(index)
 
 
-def _source(name, inputs, output, batch, query_length, key_length, head, value_head, tile, mask_shape, scale,
+def _mask_row_start(mask_shape: tuple, batch: tuple) -> tuple[PrimExpr, PrimExpr]:
+    """The mask's flat index of (group ``bh_``, row ``row_``, key 0), and its step per key:
+    the mask broadcasts against the scores ``[*batch, Sq, Sk]``."""
+    start = _flat_index(tuple(mask_shape), [*_batch_coordinates(batch), _ROW, IntImm(0)])
+    return start, IntImm(0) if as_int(mask_shape[-1]) == 1 else IntImm(1)
+
+
+def _source(name, inputs, output, batch, kv_batch, query_length, key_length, head, value_head, tile, mask_shape, scale,
             causal, groups) -> str:
     size_vars = [v.name for v in buffer_size_vars((*inputs, output))]
     local_names = {_GROUP.name: "bh", _ROW.name: "row"}
@@ -117,9 +127,10 @@ def _source(name, inputs, output, batch, query_length, key_length, head, value_h
         return local_names.get(name) or f"params.{wgsl_name(name)}"
 
     analyzer = Analyzer()
-    lowered = {"seq_q": query_length, "seq_k": key_length, "groups": groups}
+    lowered = {"seq_q": query_length, "seq_k": key_length, "groups": groups,
+               "kv_group": _flat_index(kv_batch, _batch_coordinates(batch))}
     if mask_shape is not None:
-        mask_start, key_step = _mask_row_start(mask_shape, batch, query_length)
+        mask_start, key_step = _mask_row_start(mask_shape, batch)
         lowered.update(mask_start=mask_start, mask_step=key_step)
     targets = {key: lower_index(simplify(value), analyzer) for key, value in lowered.items()}
     helpers = set().union(*(helpers_used(target) for target in targets.values()))
@@ -173,6 +184,7 @@ def _source(name, inputs, output, batch, query_length, key_length, head, value_h
         ]
     else:
         lines += ["  let visible_end = seq_k;", "  let key_end = seq_k;"]
+    lines.append(let("kv_group") + "  // the key / value rows of this group")
     if mask_shape is not None:
         lines += [let("mask_start"), let("mask_step")]
     key_words, value_words = head // width, value_head // width
@@ -245,7 +257,7 @@ def _load_tile(tile: str, buffer: str, row_size: str, words: int, width: int) ->
         "      // rows past the keys are zeros: a group's keys past count read them (with weight 0)",
         f"      var word = {'vec4<f32>' if width > 1 else 'f32'}(0.0);",
         "      if (j < seq_k) {",
-        f"        let at = (bh * seq_k + j) * {row_size} + e % {words} * {width};",
+        f"        let at = (kv_group * seq_k + j) * {row_size} + e % {words} * {width};",
         f"        word = {_gather(buffer, 'at', width)};",
         "      }",
         f"      {tile}[e] = word;",

@@ -1,7 +1,8 @@
 """Fused scaled dot-product attention: ``attention(q, k, v, [mask], scale=1.0, causal=False)``.
 
 ``softmax(q @ k^T * scale + mask, axis=-1) @ v`` for ``q[*batch, Sq, D]``, ``k[*batch, Sk, D]``,
-``v[*batch, Sk, Dv]`` (the same batch dims: ``[batch, heads]`` for the usual layout), and an
+``v[*batch, Sk, Dv]`` (the same batch dims: ``[batch, heads]`` for the usual layout; k and v
+may have 1 where q has a dim, a key / value head shared by several query heads), and an
 optional additive float ``mask`` that broadcasts to the scores ``[*batch, Sq, Sk]`` (fewer
 dims are aligned from the right; each dim is 1 or the scores' dim).  ``causal`` hides key
 ``j`` from query ``i`` when ``j > i + Sk - Sq``, as an additive ``-inf`` would.  A row whose
@@ -46,13 +47,18 @@ def deduce_attention(args, attrs) -> TensorStructInfo:
         raise DeductionError(f"attention: q, k and v must have the same rank (2 or more), got {q}, {k}, {v}")
     *batch, query_length, head = q.shape
     key_length = k.shape[-2]
-    expected = {1: (*batch, key_length, head), 2: (*batch, key_length, v.shape[-1])}
-    for position, want in expected.items():
-        have = infos[position].shape
-        for dim, (a, b) in enumerate(zip(have, want)):
-            origin = 0 if dim < len(batch) or position == 1 else 1  # the batch dims and D are q's, Sk is k's
-            require_equal(DimOf(a, position, dim), DimOf(b, origin, dim), (
-                f"attention: dim {dim} of {NAMES[position]} is {format_expr(a)}, expected {format_expr(b)}"))
+    for dim, (a, b) in enumerate(zip(k.shape[:-2], v.shape[:-2])):
+        require_equal(DimOf(b, 2, dim), DimOf(a, 1, dim), (
+            f"attention: dim {dim} of v is {format_expr(b)}, expected k's {format_expr(a)}"))
+    for position, info in ((1, k), (2, v)):
+        for dim, (a, b) in enumerate(zip(info.shape[:-2], batch)):
+            if as_int(a) != 1:  # a key / value head shared by the query heads along this dim
+                require_equal(DimOf(a, position, dim), DimOf(b, 0, dim), (
+                    f"attention: dim {dim} of {NAMES[position]} is {format_expr(a)}, expected 1 or {format_expr(b)}"))
+    require_equal(DimOf(k.shape[-1], 1, len(batch) + 1), DimOf(head, 0, len(batch) + 1), (
+        f"attention: dim {len(batch) + 1} of k is {format_expr(k.shape[-1])}, expected {format_expr(head)}"))
+    require_equal(DimOf(v.shape[-2], 2, len(batch)), DimOf(key_length, 1, len(batch)), (
+        f"attention: dim {len(batch)} of v is {format_expr(v.shape[-2])}, expected {format_expr(key_length)}"))
     if len(infos) == 4:
         scores = (*batch, query_length, key_length)
         mask = infos[3].shape
@@ -77,9 +83,11 @@ def legalize_attention(context, call: Call):
         raise DeductionError(f"attention: the head sizes must be constants with a key and a value within 16 KiB, got "
                              f"{format_expr(tensor_shape(q)[-1])} and {format_expr(tensor_shape(v)[-1])}")
     mask_shape = tuple(tensor_shape(call.args[3])) if len(call.args) == 4 else None
+    kv_batch = tuple(tensor_shape(k)[:-2])
+    shared = any(as_int(a) == 1 and as_int(b) != 1 for a, b in zip(kv_batch, batch))
     kernel = attention_kernel("attention", tuple(batch), query_length, tensor_shape(k)[-2], head, value_head,
                               mask_shape, float(call.attrs.get("scale", 1.0)), bool(call.attrs.get("causal", False)),
-                              tensor_dtype(q))
+                              tensor_dtype(q), kv_batch if shared else None)
     return context.call_library(kernel, tuple(call.args))
 
 

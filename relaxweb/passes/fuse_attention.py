@@ -18,8 +18,9 @@ It fires only where the rewrite computes the same thing:
 
 - every intermediate (scores, scaled, masked, weights, and ``k_t`` when it goes) is a
   dataflow variable read once, by the next op of the chain;
-- q, k_t and v have one rank and provably equal batch dims (no broadcasting in the
-  matmuls), D and Sk agree, D and Dv are constants that fit the kernel's tile;
+- q, k_t and v have one rank; k_t and v have the same batch dims, each q's or 1 (a key /
+  value head shared by several query heads: grouped-query attention), so q is never
+  broadcast; D and Sk agree, D and Dv are constants that fit the kernel's tile;
 - the scale is a one-element float constant that does not broadcast the scores up (a
   division by ``c`` becomes a product by ``1 / c``: within one rounding of the scores);
 - the mask's dims are each 1 or provably the scores' (it does not broadcast them up either);
@@ -198,7 +199,7 @@ def _scale_of(scaled: Call, result: Var) -> tuple[Expr, float] | None:
 
 
 def _fits(q: Expr, k_t: Expr, v: Expr, mask: Expr | None, out: Var) -> bool:
-    """q [..., Sq, D], k_t [..., D, Sk], v [..., Sk, Dv] with the same batch dims (provably),
+    """q [..., Sq, D], k_t [..., D, Sk], v [..., Sk, Dv] with k_t's and v's batch dims q's or 1,
     constant head sizes the kernel takes, one float dtype, and a mask of scores' dims or 1s."""
     infos = [e.struct_info for e in (q, k_t, v, out) + (() if mask is None else (mask,))]
     if not all(isinstance(i, TensorStructInfo) and i.shape is not None for i in infos):
@@ -209,7 +210,9 @@ def _fits(q: Expr, k_t: Expr, v: Expr, mask: Expr | None, out: Var) -> bool:
     if not len(qs) == len(ks) == len(vs) >= 2:
         return False
     batch = len(qs) - 2
-    if not all(prove_equal(a, b) and prove_equal(a, c) for a, b, c in zip(qs[:batch], ks[:batch], vs[:batch])):
+    # k and v the same batch dims, each q's or 1 (a head shared by query heads); never q broadcast
+    if not all(prove_equal(b, c) and (as_int(b) == 1 or prove_equal(a, b))
+               for a, b, c in zip(qs[:batch], ks[:batch], vs[:batch])):
         return False
     if not (prove_equal(qs[-1], ks[-2]) and prove_equal(ks[-1], vs[-2])):
         return False
