@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Callable
 
 import numpy as np
+import pytest
 
 from relaxweb.ir.host import HostFunction
 from relaxweb.ir.interpreter import run_host_function
@@ -20,7 +21,7 @@ from relaxweb.ir.parser import parse_module
 from relaxweb.ir.structural import assert_structural_equal
 from relaxweb.ir.well_formed import check_well_formed
 from relaxweb.passes import (
-    canonicalize_bindings, fold_scalar_constants, fuse_ops, legalize_ops, lower_shapes_to_host, plan_memory,
+    canonicalize_bindings, fold_scalar_constants, fuse_attention, fuse_ops, legalize_ops, lower_shapes_to_host, plan_memory,
     schedule_programs, share_programs,
 )
 
@@ -137,6 +138,60 @@ def main(x: Tensor((n, 4), "float32")) -> Tensor((n, 4), "float32"):
     return y
 '''
     check_rewrite(canonicalize_bindings, before, expected, {"x": rand(3, 4)})
+
+
+# BERT's attention as torch's exporters write it (keys [b, s, heads, D] transposed by [0, 2, 3, 1]).
+ATTENTION_BEFORE = '''
+@function(inputs=["q", "keys", "v", "mask"], outputs=["y"])
+def main(q: Tensor((b, 2, s, 4), "float32"), keys: Tensor((b, s, 2, 4), "float32"), v: Tensor((b, 2, s, 3), "float32"), mask: Tensor((b, 1, 1, s), "float32")) -> Tensor((b, 2, s, 3), "float32"):
+    with dataflow():
+        k_t: Tensor((b, 2, 4, s), "float32") = transpose(keys, axes=[0, 2, 3, 1])
+        scores: Tensor((b, 2, s, s), "float32") = matmul(q, k_t)
+        scaled: Tensor((b, 2, s, s), "float32") = multiply(scores, const("c", 0.5, "float32"))
+        masked: Tensor((b, 2, s, s), "float32") = add(scaled, mask)
+        weights: Tensor((b, 2, s, s), "float32") = softmax(masked, axes=[3])
+        y: Tensor((b, 2, s, 3), "float32") = matmul(weights, v)
+        output(y)
+    return y
+'''
+
+
+def _attention_inputs() -> dict[str, np.ndarray]:
+    mask = np.where(rand(2, 1, 1, 5, seed=4) > 0.5, -np.inf, 0.0).astype(np.float32)
+    return {"q": rand(2, 2, 5, 4, seed=1), "keys": rand(2, 5, 2, 4, seed=2), "v": rand(2, 2, 5, 3, seed=3), "mask": mask}
+
+
+def test_fuse_attention_rewrites_the_exported_subgraph_into_one_op() -> None:
+    """The keys' transpose becomes the one that gives [b, 2, s, 4]; scores, scale, mask add
+    and softmax go."""
+    expected = '''
+@function(inputs=["q", "keys", "v", "mask"], outputs=["y"])
+def main(q: Tensor((b, 2, s, 4), "float32"), keys: Tensor((b, s, 2, 4), "float32"), v: Tensor((b, 2, s, 3), "float32"), mask: Tensor((b, 1, 1, s), "float32")) -> Tensor((b, 2, s, 3), "float32"):
+    with dataflow():
+        k: Tensor((b, 2, s, 4), "float32") = transpose(keys, axes=[0, 2, 1, 3])
+        y: Tensor((b, 2, s, 3), "float32") = attention(q, k, v, mask, scale=0.5)
+        output(y)
+    return y
+'''
+    check_rewrite(fuse_attention, ATTENTION_BEFORE, expected, _attention_inputs())
+
+
+@pytest.mark.parametrize("change, why", [
+    ("softmax(masked, axes=[3])|softmax(masked, axes=[2])", "the softmax is over another axis"),
+    ("output(y)|output(y, scores)", "the scores are read elsewhere (an output)"),
+    ('const("c", 0.5, "float32")|mask', "the scale is not a constant"),
+    ("add(scaled, mask)|subtract(scaled, mask)", "the mask is subtracted"),
+])
+def test_fuse_attention_leaves_other_graphs_alone(change: str, why: str) -> None:
+    old, new = change.split("|")
+    before = ATTENTION_BEFORE.replace(old, new)
+    if "output(y, scores)" in before:  # scores becomes a variable of the function
+        before = before.replace('outputs=["y"]', 'outputs=["y", "scores"]').replace(
+            'Tensor((b, 2, s, 3), "float32"):\n', 'Tuple(Tensor((b, 2, s, 3), "float32"), Tensor((b, 2, s, s), "float32")):\n', 1
+        ).replace("    return y", "    return (y, scores)")
+    assert before != ATTENTION_BEFORE
+    module = parse_module(before)
+    assert_structural_equal(fuse_attention(module), module), why
 
 
 def test_fold_scalar_constants_writes_each_value_into_its_own_program() -> None:

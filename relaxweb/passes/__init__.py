@@ -3,6 +3,7 @@
 from .canonicalize_bindings import canonicalize_bindings
 from .context import PassContext
 from .fold_scalar_constants import fold_scalar_constants
+from .fuse_attention import fuse_attention
 from .fuse_ops import fuse_ops
 from .legalize_ops import legalize_ops
 from .lower_shapes_to_host import lower_shapes_to_host
@@ -12,6 +13,6 @@ from .schedule_programs import schedule_programs
 from .share_programs import share_programs
 
 __all__ = [
-    "DEFAULT_OPT_LEVEL", "OPT_LEVELS", "PIPELINE", "PassContext", "canonicalize_bindings", "fold_scalar_constants", "fuse_ops", "legalize_ops", "lower_shapes_to_host", "pipeline",
+    "DEFAULT_OPT_LEVEL", "OPT_LEVELS", "PIPELINE", "PassContext", "canonicalize_bindings", "fold_scalar_constants", "fuse_attention", "fuse_ops", "legalize_ops", "lower_shapes_to_host", "pipeline",
     "plan_memory", "run_pipeline", "schedule_programs", "share_programs",
 ]

@@ -21,6 +21,7 @@ from ..ir.well_formed import WellFormedError, well_formed_problems
 from .canonicalize_bindings import canonicalize_bindings
 from .context import DEFAULT_OPT_LEVEL, OPT_LEVELS, PassContext
 from .fold_scalar_constants import fold_scalar_constants
+from .fuse_attention import fuse_attention
 from .fuse_ops import fuse_ops
 from .legalize_ops import legalize_ops
 from .lower_shapes_to_host import lower_shapes_to_host
@@ -29,6 +30,9 @@ from .schedule_programs import schedule_programs
 from .share_programs import share_programs
 
 Pass = Callable[[IRModule], IRModule]
+
+# Op-level rewrites into ops with kernels of their own (attention: one kernel, no scores).
+FUSE_OPS: list[Pass] = [fuse_attention]
 
 # Graph-level ops -> tensor programs.
 LOWER_OPS: list[Pass] = [legalize_ops]
@@ -48,7 +52,7 @@ def pipeline(opt_level: int | None = None) -> list[Pass]:
         opt_level = PassContext.current().opt_level
     if opt_level not in OPT_LEVELS:
         raise ValueError(f"opt level {opt_level} does not exist; expected one of {', '.join(map(str, OPT_LEVELS))}")
-    return [*LOWER_OPS, *(OPTIMIZE if opt_level >= 1 else []), *LOWER_TO_HOST]
+    return [*(FUSE_OPS if opt_level >= 1 else []), *LOWER_OPS, *(OPTIMIZE if opt_level >= 1 else []), *LOWER_TO_HOST]
 
 
 PIPELINE: list[Pass] = pipeline(DEFAULT_OPT_LEVEL)

@@ -1,0 +1,315 @@
+"""Fused attention: ``softmax(q k^T * scale + mask) v`` in one kernel, with its numpy reference.
+
+Unfused, attention is a matmul of ``[..., Sq, D]`` by ``[..., D, Sk]``, a scale, a mask add,
+a softmax and a second matmul, and the scores ``[..., Sq, Sk]`` live in GPU memory between
+them (``[batch, heads, seq, seq]``: 8 MB per layer at 12 heads and seq 512).  This kernel
+never writes them: it walks the keys in tiles and keeps, for its query row, the running
+maximum ``m``, the running sum ``l`` of ``exp(score - m)`` and the running value product
+``acc`` (the online-softmax recurrence of FlashAttention): a tile whose maximum is above
+``m`` rescales ``l`` and ``acc`` by ``exp(m - m_new)`` first.  The result is ``acc / l``.
+
+One workgroup of 64 invocations serves 64 query rows of one (batch..., head): invocation
+``r`` owns row ``r``, holds the query row and its ``Dv`` accumulators in registers, and the
+workgroup stages each tile of ``TILE`` keys and values through workgroup memory (read once
+from global memory for 64 rows).  Tiles hold ``TILE`` keys with ``TILE * (D + Dv) * 4``
+bytes at most 16 KiB (WebGPU's default workgroup storage), so head sizes D and Dv must be
+constants.  Sequence lengths and batch dims are size variables of the params block: one
+kernel serves every length.
+
+Inputs: ``query[*batch, Sq, D]``, ``key[*kv_batch, Sk, D]``, ``value[*kv_batch, Sk, Dv]`` (each
+dim of ``kv_batch`` is 1 or ``batch``'s: grouped-query attention shares a key / value head
+among query heads without copying it), and with
+``has_mask`` an additive float ``mask`` broadcast to ``[*batch, Sq, Sk]`` (each of its dims is
+1 or the scores' dim; it may have fewer dims, aligned from the right).  ``causal`` hides key
+``j`` from query ``i`` when ``j > i + Sk - Sq`` (the last query sees every key), as an
+additive ``-inf`` would.  Semantics at the edges, the unfused graph's: a score of NaN makes
+its row NaN, a row whose scores are all ``-inf`` (masked out entirely) is NaN, as
+``exp(-inf - (-inf))`` gives; a large negative finite mask (``-3.4e38``, what torch writes)
+keeps the row finite.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir.kernel_builders import library_kernel_builder
+from ..ir.library_kernel import LibraryKernel, buffer_size_vars
+from ..ir.params_block import ParamsLayout
+from ..ir.symbolic import Analyzer, IntImm, PrimExpr, SizeVar, as_int, format_shape, product, prove_equal, simplify
+from ..ir.tir import Buffer
+from ..wgsl.emit import literal, storage_type, wgsl_name
+from ..wgsl.lower_index import helper_declarations, helpers_used, lower_index, render_wgsl
+from ..wgsl.shader import params_declaration
+
+WORKGROUP = 64
+#: Bytes of workgroup memory a kernel may use (WebGPU's default maxComputeWorkgroupStorageSize).
+WORKGROUP_STORAGE = 16384
+#: Keys per tile at most.
+MAX_TILE = 32
+#: Keys scored together (one rescale of the accumulators per group); a tile holds whole groups.
+GROUP = 4
+
+# Index variables of the kernel's own (local WGSL names, never params fields).
+_GROUP, _ROW = SizeVar("bh_"), SizeVar("row_")
+
+
+def key_tile(head: int, value_head: int) -> int:
+    """Keys per tile for head sizes ``head`` (D) and ``value_head`` (Dv), 0 when one key and
+    one value do not fit the workgroup memory."""
+    return min(MAX_TILE, WORKGROUP_STORAGE // (4 * (head + value_head))) // GROUP * GROUP
+
+
+@library_kernel_builder("attention")
+def attention_kernel(name: str, batch: tuple, query_length: PrimExpr, key_length: PrimExpr, head: int,
+                     value_head: int, mask_shape: tuple | None = None, scale: float = 1.0, causal: bool = False,
+                     dtype: str = "float32", kv_batch: tuple | None = None) -> LibraryKernel:
+    """``softmax(query key^T * scale + mask) value`` over ``batch`` dims (see the module doc);
+    ``mask_shape`` None: no mask; ``kv_batch``: the batch dims of key and value, each 1
+    (shared by every query group along it: grouped-query attention) or ``batch``'s (None: all
+    ``batch``'s)."""
+    tile = key_tile(head, value_head)
+    if tile < 1:
+        raise ValueError(f"attention: head sizes {head} and {value_head} do not fit {WORKGROUP_STORAGE} bytes of workgroup memory")
+    batch = tuple(batch)
+    kv_batch = batch if kv_batch is None else tuple(kv_batch)
+    if len(kv_batch) != len(batch) or any(as_int(k) != 1 and not prove_equal(k, b) for k, b in zip(kv_batch, batch)):
+        raise ValueError(f"attention: key/value batch dims {kv_batch} are not 1 or the query's {batch}")
+    inputs = [Buffer("query", (*batch, query_length, head), dtype), Buffer("key", (*kv_batch, key_length, head), dtype),
+              Buffer("value", (*kv_batch, key_length, value_head), dtype)]
+    if mask_shape is not None:
+        inputs.append(Buffer("mask", tuple(mask_shape), dtype))
+    output = Buffer("out", (*batch, query_length, value_head), dtype)
+    groups = simplify(product(batch) * ((query_length + (WORKGROUP - 1)) // WORKGROUP))
+    source = _source(name, tuple(inputs), output, batch, kv_batch, query_length, key_length, head, value_head, tile,
+                     mask_shape, scale, causal, groups)
+    summary = (f"fused attention [{format_shape(output.shape)}] over {format_shape((key_length,))} keys"
+               f"{', causal' if causal else ''}{', masked' if mask_shape is not None else ''}")
+    return LibraryKernel(name, tuple(inputs), output, simplify(groups * WORKGROUP), source,
+                         lambda arrays: attention_reference(arrays, scale=scale, causal=causal), summary)
+
+
+def _batch_coordinates(batch: tuple) -> list[PrimExpr]:
+    """The coordinates of the flat batch index ``bh_`` in the batch dims."""
+    coordinates: list[PrimExpr] = []
+    inner: PrimExpr = IntImm(1)
+    for extent in reversed(batch):
+        coordinates.insert(0, (_GROUP // inner) % extent)
+        inner = inner * extent
+    return coordinates
+
+
+def _flat_index(shape: tuple, coordinates: list[PrimExpr]) -> PrimExpr:
+    """The row-major index into a tensor of ``shape`` broadcast against ``coordinates``
+    (aligned from the right; a dim of extent 1 repeats: index 0)."""
+    offset = len(coordinates) - len(shape)
+    index: PrimExpr = IntImm(0)
+    stride: PrimExpr = IntImm(1)
+    for position in range(len(shape) - 1, -1, -1):
+        if as_int(shape[position]) != 1:
+            index = index + coordinates[offset + position] * stride
+        stride = stride * shape[position]
+    return simplify(index)
+
+
+def _mask_row_start(mask_shape: tuple, batch: tuple) -> tuple[PrimExpr, PrimExpr]:
+    """The mask's flat index of (group ``bh_``, row ``row_``, key 0), and its step per key:
+    the mask broadcasts against the scores ``[*batch, Sq, Sk]``."""
+    start = _flat_index(tuple(mask_shape), [*_batch_coordinates(batch), _ROW, IntImm(0)])
+    return start, IntImm(0) if as_int(mask_shape[-1]) == 1 else IntImm(1)
+
+
+def _source(name, inputs, output, batch, kv_batch, query_length, key_length, head, value_head, tile, mask_shape, scale,
+            causal, groups) -> str:
+    size_vars = [v.name for v in buffer_size_vars((*inputs, output))]
+    local_names = {_GROUP.name: "bh", _ROW.name: "row"}
+
+    def variable(name: str) -> str:
+        return local_names.get(name) or f"params.{wgsl_name(name)}"
+
+    analyzer = Analyzer()
+    lowered = {"seq_q": query_length, "seq_k": key_length, "groups": groups,
+               "kv_group": _flat_index(kv_batch, _batch_coordinates(batch))}
+    if mask_shape is not None:
+        mask_start, key_step = _mask_row_start(mask_shape, batch)
+        lowered.update(mask_start=mask_start, mask_step=key_step)
+    targets = {key: lower_index(simplify(value), analyzer) for key, value in lowered.items()}
+    helpers = set().union(*(helpers_used(target) for target in targets.values()))
+    value_type = storage_type(output.dtype)
+    width = 4 if head % 4 == 0 and value_head % 4 == 0 else 1
+    vector = "vec4<f32>" if width == 4 else "f32"
+
+    def let(key: str) -> str:
+        return f"  let {key} = {render_wgsl(targets[key], variable)};"
+
+    lines = [f"// library kernel: {name} (fused attention: scores, scale, mask, online softmax and the value "
+             f"product, {tile} keys per tile)", "", *params_declaration(ParamsLayout(tuple(size_vars)))]
+    for binding, buffer in enumerate(inputs, start=1):
+        lines.append(f"@group(0) @binding({binding}) var<storage, read> {buffer.name}: array<{storage_type(buffer.dtype)}>;")
+    lines.append(f"@group(0) @binding({len(inputs) + 1}) var<storage, read_write> out: array<{value_type}>;")
+    lines += helper_declarations(helpers)
+    lines += [
+        "",
+        f"const HEAD: i32 = {head};",
+        f"const VALUE_HEAD: i32 = {value_head};",
+        f"const TILE: i32 = {tile};",
+        f"// the tiles in {vector}s of consecutive elements of a key / value row",
+        f"var<workgroup> key_tile: array<{vector}, {tile * head // width}>;",
+        f"var<workgroup> value_tile: array<{vector}, {tile * value_head // width}>;",
+        "",
+        "fn is_negative_infinity(x: f32) -> bool {",
+        "  return bitcast<u32>(x) == 0xff800000u;",
+        "}",
+        "",
+        "@compute @workgroup_size(64)",
+        "fn main(@builtin(workgroup_id) workgroup: vec3<u32>,",
+        "        @builtin(num_workgroups) workgroups: vec3<u32>,",
+        "        @builtin(local_invocation_index) local: u32) {",
+        let("seq_q"), let("seq_k"), let("groups"),
+        "  let group = i32(workgroup.y * workgroups.x + workgroup.x);",
+        "  if (group >= groups) {",
+        "    return;",
+        "  }",
+        "  let blocks = (seq_q + 63) / 64;",
+        "  let bh = group / blocks;",
+        "  let first_row = (group % blocks) * 64;",
+        "  // rows past the end compute row seq_q - 1 and store nothing (they still load tiles)",
+        "  let in_range = first_row + i32(local) < seq_q;",
+        "  let row = min(first_row + i32(local), seq_q - 1);",
+    ]
+    if causal:
+        lines += [
+            "  // key j is visible to row i when j <= i + seq_k - seq_q",
+            "  let visible_end = row + seq_k - seq_q + 1;",
+            "  let key_end = clamp(min(first_row + 63, seq_q - 1) + seq_k - seq_q + 1, 0, seq_k);",
+        ]
+    else:
+        lines += ["  let visible_end = seq_k;", "  let key_end = seq_k;"]
+    lines.append(let("kv_group") + "  // the key / value rows of this group")
+    if mask_shape is not None:
+        lines += [let("mask_start"), let("mask_step")]
+    key_words, value_words = head // width, value_head // width
+    lines += [
+        "  // the query row and the accumulators in registers (unrolled: no indexing at run time)",
+        "  let query_start = (bh * seq_q + row) * HEAD;",
+        *(f"  let q{i} = {_gather('query', f'query_start + {i * width}', width)};" for i in range(key_words)),
+        *(f"  var acc{i} = {vector}(0.0);" for i in range(value_words)),
+        "  var running_max = 0.0;",
+        "  var running_sum = 0.0;",
+        "  var started = false;  // a score above -inf seen: running_max holds one",
+        "  for (var start = 0; start < key_end; start = start + TILE) {",
+        "    workgroupBarrier();",
+        *_load_tile("key_tile", "key", "HEAD", key_words, width),
+        *_load_tile("value_tile", "value", "VALUE_HEAD", value_words, width),
+        "    workgroupBarrier();",
+        "    // keys [start, start + count) of this tile are visible to this row (a branch without",
+        "    // barriers: rows differ under a causal mask)",
+        "    let count = clamp(min(key_end, visible_end) - start, 0, TILE);",
+        f"    for (var j = 0; j < count; j = j + {GROUP}) {{",
+        f"      // keys j .. j + {GROUP - 1} at once: one rescale per group; keys past count weigh 0 and",
+        "      // stand in as key j for the group's maximum",
+        *(line for u in range(GROUP) for line in _key_score(u, key_words, width, scale, mask_shape is not None)),
+        f"      let group_max = {_maximum([f's{u}' for u in range(GROUP)])};",
+        "      let new_max = select(group_max, max(running_max, group_max), started);",
+        "      // every score so far -inf: nothing to add yet (a NaN score makes p, so the row, NaN)",
+        "      if (!is_negative_infinity(new_max)) {",
+        "        let correction = select(0.0, exp(running_max - new_max), started);",
+        *(f"        let p{u} = {_weight(u)};" for u in range(GROUP)),
+        f"        running_sum = running_sum * correction + {' + '.join(f'p{u}' for u in range(GROUP))};",
+        f"        let value_at = j * {value_words};",
+        *(f"        acc{i} = acc{i} * correction + "
+          + " + ".join(f"p{u} * value_tile[value_at + {u * value_words + i}]" for u in range(GROUP)) + ";"
+          for i in range(value_words)),
+        "        running_max = new_max;",
+        "        started = true;",
+        "      }",
+        "    }",
+        "  }",
+        "  if (!in_range) {",
+        "    return;",
+        "  }",
+        "  // a row with no score above -inf is NaN, as the unfused softmax gives (a run-time NaN:",
+        "  // WGSL compilers may fold a constant one)",
+        "  let nan = bitcast<f32>(0x7fc00000u | (local & 0u));",
+        "  let out_start = (bh * seq_q + row) * VALUE_HEAD;",
+        *(f"  out[out_start + {i * width + c}] = select(nan, acc{i}{f'[{c}]' if width > 1 else ''} / running_sum, started);"
+          for i in range(value_words) for c in range(width)),
+        "}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _gather(buffer: str, at: str, width: int) -> str:
+    """``width`` consecutive elements of ``buffer`` from ``at`` as one f32 / vec4<f32>."""
+    if width == 1:
+        return f"f32({buffer}[{at}])"
+    return f"vec4<f32>({', '.join(f'f32({buffer}[{at} + {c}])' for c in range(width))})"
+
+
+def _product(a: str, b: str, width: int) -> str:
+    return f"dot({a}, {b})" if width > 1 else f"{a} * {b}"
+
+
+def _load_tile(tile: str, buffer: str, row_size: str, words: int, width: int) -> list[str]:
+    """The workgroup's cooperative copy of keys (values) [start, start + TILE) into ``tile``."""
+    return [
+        f"    for (var e = i32(local); e < TILE * {words}; e = e + 64) {{",
+        f"      let j = start + e / {words};",
+        "      // rows past the keys are zeros: a group's keys past count read them (with weight 0)",
+        f"      var word = {'vec4<f32>' if width > 1 else 'f32'}(0.0);",
+        "      if (j < seq_k) {",
+        f"        let at = (kv_group * seq_k + j) * {row_size} + e % {words} * {width};",
+        f"        word = {_gather(buffer, 'at', width)};",
+        "      }",
+        f"      {tile}[e] = word;",
+        "    }",
+    ]
+
+
+def _key_score(u: int, key_words: int, width: int, scale: float, masked: bool) -> list[str]:
+    """``s{u}``: the score of key ``j + u`` of the tile (key j's when that is past ``count``)."""
+    at = f"(j + {u}) * {key_words}" if u else f"j * {key_words}"
+    lines = [f"      let key_at{u} = {at};",
+             f"      var s{u} = {_product('q0', f'key_tile[key_at{u}]', width)};",
+             *(f"      s{u} = s{u} + {_product(f'q{i}', f'key_tile[key_at{u} + {i}]', width)};" for i in range(1, key_words))]
+    if scale != 1.0:
+        lines.append(f"      s{u} = s{u} * {literal(scale, 'float32')};")
+    if masked:
+        lines.append(f"      s{u} = s{u} + f32(mask[mask_start + min(start + j + {u}, seq_k - 1) * mask_step]);")
+    if u:
+        lines.append(f"      s{u} = select(s0, s{u}, j + {u} < count);")
+    return lines
+
+
+def _maximum(values: list[str]) -> str:
+    while len(values) > 1:
+        values = [f"max({a}, {b})" for a, b in zip(values[::2], values[1::2])] + values[len(values) // 2 * 2:]
+    return values[0]
+
+
+def _weight(u: int) -> str:
+    weight = f"exp(s{u} - new_max)"
+    return weight if u == 0 else f"select(0.0, {weight}, j + {u} < count)"
+
+
+# -- numpy reference -------------------------------------------------------------------------------
+
+
+def attention_reference(arrays: list[np.ndarray], *, scale: float, causal: bool) -> np.ndarray:
+    """``softmax(q k^T * scale + mask) v`` with numpy, as the unfused ops compute it (a row
+    whose scores are all -inf is NaN); float32 arithmetic for narrower floats."""
+    dtype = arrays[0].dtype
+    compute = np.float64 if dtype == np.float64 else np.float32
+    query, key, value = (a.astype(compute) for a in arrays[:3])
+    scores = np.matmul(query, np.swapaxes(key, -1, -2))
+    if scale != 1.0:
+        scores = scores * compute(scale)
+    if len(arrays) > 3:
+        scores = scores + arrays[3].astype(compute)
+    if causal:
+        rows, keys = scores.shape[-2:]
+        hidden = np.arange(keys)[None, :] > np.arange(rows)[:, None] + (keys - rows)
+        scores = np.where(hidden, compute(-np.inf), scores)
+    with np.errstate(invalid="ignore", over="ignore"):
+        shifted = np.exp(scores - scores.max(axis=-1, keepdims=True)) if scores.shape[-1] else scores
+        weights = shifted / shifted.sum(axis=-1, keepdims=True)
+    return np.matmul(weights, value).astype(dtype)
