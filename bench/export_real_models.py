@@ -17,49 +17,42 @@ constructors), with the exporters their users use: torchvision models through
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import json
 import shutil
 import sys
 import time
-import warnings
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 
-from zoo.export_torch import eager, perturb, seeded  # noqa: E402
+from zoo.export_optimum import optimum  # noqa: E402
+from zoo.export_torch import IMAGE_DIMS, eager, export, perturb, seeded  # noqa: E402
 
 
-def torchvision_classifier(constructor: str, out: Path) -> None:
+def torchvision_classifier(constructor: str, out: Path, work: Path) -> None:
+    """A torchvision classifier at its published size, exported as the corpus exports its small
+    ones (``zoo.export_torch.export``: TorchScript, dynamic batch, height and width)."""
     import torchvision
 
     seeded()
-    model = perturb(getattr(torchvision.models, constructor)(weights=None)).eval()
-    example = torch.randn(1, 3, 224, 224)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(model, (example,), str(out), input_names=["image"], output_names=["logits"],
-                          dynamic_axes={"image": {0: "batch", 2: "height", 3: "width"}, "logits": {0: "batch"}},
-                          opset_version=17, dynamo=False)
+    model = getattr(torchvision.models, constructor)(weights=None)
+    files = export(perturb(model), {"image": torch.randn(1, 3, 224, 224)}, work / "model.onnx",
+                   {"image": IMAGE_DIMS}, ["logits"], dynamo=False)
+    _move_model(files["model"], out)
 
 
 def optimum_export(model, task: str, work: Path, file: str, out: Path) -> None:
-    from optimum.exporters.onnx import main_export
-
-    perturb(model)
-    model.save_pretrained(work / "pretrained")
-    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
-        warnings.simplefilter("ignore")
-        main_export(str(work / "pretrained"), output=work / "onnx", task=task, opset=17, device="cpu",
-                    do_validation=False)
-    _move_model(work / "onnx" / file, out)
+    """The corpus's optimum export (``zoo.export_optimum.optimum``) of a real-size model."""
+    files = optimum(model, task, work, {"model": file})
+    _move_model(files["model"], out)
 
 
 def _move_model(source: Path, out: Path) -> None:
-    """Re-save ``source`` as ``out`` with its weights in one external data file beside it."""
+    """Re-save ``source`` as ``out`` with its weights in one external data file beside it
+    (protobuf's 2 GB limit is far, but onnxruntime-web fetches the weights as a separate file,
+    as it does for the Hub's large models)."""
     import onnx
 
     model = onnx.load(str(source))
@@ -97,14 +90,14 @@ def whisper_tiny_encoder(out: Path, work: Path) -> None:
 
 MODELS = {
     "resnet50": ("torchvision resnet50(weights=None), torch.onnx.export (legacy), opset 17",
-                 lambda out, work: torchvision_classifier("resnet50", out)),
+                 lambda out, work: torchvision_classifier("resnet50", out, work)),
     "mobilenet_v3_large": ("torchvision mobilenet_v3_large(weights=None), torch.onnx.export (legacy), opset 17",
-                           lambda out, work: torchvision_classifier("mobilenet_v3_large", out)),
+                           lambda out, work: torchvision_classifier("mobilenet_v3_large", out, work)),
     "bert_base": ("transformers BertModel(BertConfig()) (bert-base size), optimum feature-extraction", bert_base),
     "gpt2_small": ("transformers GPT2LMHeadModel(GPT2Config()) (gpt2 124M), optimum text-generation-with-past",
                    gpt2_small),
-    "whisper_tiny_encoder": ("transformers Whisper with openai/whisper-tiny's config, optimum "
-                             "automatic-speech-recognition, the encoder", whisper_tiny_encoder),
+    "whisper_tiny_encoder": (("transformers Whisper with openai/whisper-tiny's config, optimum "
+                              "automatic-speech-recognition, the encoder"), whisper_tiny_encoder),
 }
 
 

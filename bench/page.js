@@ -17,17 +17,23 @@ const infoOf = (info) => info && {
 const SYSTEMS = {
   relaxweb: () => {
     let model;
+    let pipelinesReadyMs = null; // from the start of load until model.ready settled
     return {
-      async load({ bundleUrl }) {
+      // relaxwebOptions: bench/run.py --relaxweb-options, passed to load() as they are (the
+      // hook for runtime options such as a per-kernel profile; extra() is where its report goes).
+      async load({ bundleUrl, relaxwebOptions }) {
+        const start = performance.now();
         const runtime = await import(`${bundleUrl}runtime/relaxweb.js`);
-        model = await runtime.load(bundleUrl);
+        model = await runtime.load(bundleUrl, relaxwebOptions ?? {});
+        // load() returns before every pipeline is compiled; model.ready settles when all are
+        model.ready?.then(() => { pipelinesReadyMs = performance.now() - start; }, () => {});
       },
       async run(inputs) {
         const outputs = await model.run(inputs);
         return outputs[model.outputs[0].name].data;
       },
       adapterInfo: () => infoOf(model.device.adapterInfo),
-      extra: () => ({ lastDispatchCount: model.lastDispatchCount }),
+      extra: () => ({ lastDispatchCount: model.lastDispatchCount, pipelinesReadyMs }),
     };
   },
   // onnxruntime-web, served from node_modules/onnxruntime-web/dist at /ort/. The non-bundled

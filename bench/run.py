@@ -1,5 +1,6 @@
-"""Benchmark relaxweb against onnxruntime-web in one headless Chromium, on one WebGPU adapter,
-on models people ship: real architectures at real sizes (random weights).
+"""Benchmark relaxweb against onnxruntime-web on models people ship, in one headless Chromium.
+
+Real architectures at real sizes (random weights), every system on the same WebGPU adapter.
 
 Usage (from the repository root; needs Playwright, Chromium, ``npm install`` for
 onnxruntime-web, and the model corpus's torch environment for the exports:
@@ -47,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import datetime
 import functools
 import http.server
@@ -59,9 +61,9 @@ import sys
 import threading
 import time
 import urllib.parse
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -97,7 +99,6 @@ class BenchModel:
     runs: int = 5  # timed runs per case (--runs overrides)
     warmup: int = 1
     real: bool = True  # in the default set
-    onnx_files: tuple[str, ...] = field(default=())  # beside the .onnx (external data), for onnxruntime-web
 
 
 def _normal(seed: int, *shape: int) -> np.ndarray:
@@ -179,15 +180,15 @@ MODELS = {model.name: model for model in (
                runs=3),
     BenchModel("bert_base", "BERT-base (transformers, optimum feature-extraction)", _export_real("bert_base"),
                (Case("seq 128", _tokens(128, 30522, mask="attention_mask", types="token_type_ids")),),
-               runs=2, onnx_files=("bert_base.onnx.data",)),
+               runs=2),
     BenchModel("gpt2_small", "GPT-2 small, 124M (transformers, optimum text-generation-with-past)",
                _export_real("gpt2_small"),
                (Case("prefill seq 128", _gpt2_with_past(128, 0)), Case("decode 1 token, past 128", _gpt2_with_past(1, 128))),
-               runs=2, onnx_files=("gpt2_small.onnx.data",)),
+               runs=2),
     BenchModel("whisper_tiny_encoder", "Whisper-tiny encoder (optimum), 30 s of audio",
                _export_real("whisper_tiny_encoder"),
                (Case("80x3000 mel", lambda: {"input_features": _normal(3, 1, 80, 3000)}),),
-               runs=2, onnx_files=("whisper_tiny_encoder.onnx.data",)),
+               runs=2),
     BenchModel("gpt2_tiny", "GPT-2-like, 2 layers, hidden 64 (dispatch-bound)", _export_tiny("gpt2_legacy"),
                tuple(Case(f"seq {s}", _tokens(s, 128)) for s in (8, 32, 128)), runs=20, warmup=3, real=False),
     BenchModel("bert_tiny", "BERT-like, 2 layers, hidden 64 (dispatch-bound)", _export_tiny("bert_legacy"),
@@ -196,32 +197,56 @@ MODELS = {model.name: model for model in (
 )}
 
 
-def prepare_models(names: list[str], work: Path) -> dict[str, dict]:
-    """Export each model (unless already there) and build its relaxweb bundle once.  A model
-    that fails to export or build is reported and left out, not fatal."""
+def prepare_models(names: list[str], work: Path, build_timeout: int, reuse: bool = False) -> dict[str, dict]:
+    """Export each model (unless already there) and build its relaxweb bundle once.  Nothing
+    here is fatal: a model that fails to export is left out with the reason (every system's
+    row says it), one that fails to build runs on onnxruntime-web alone (relaxweb's row says
+    why)."""
     work.mkdir(parents=True, exist_ok=True)
     prepared = {}
     for name in names:
-        model = MODELS[name]
         try:
-            onnx_path = model.export(work)
-            bundle = work / f"{name}_bundle"
-            shutil.rmtree(bundle, ignore_errors=True)  # a fresh folder: no stale kernels from older builds
-            start = time.monotonic()
-            run_command([sys.executable, "-m", "relaxweb", "build", str(onnx_path), "-o", str(bundle)])
-            prepared[name] = {"onnx": onnx_path, "bundle": bundle, "build_s": time.monotonic() - start}
+            onnx_path = MODELS[name].export(work)
         except (RuntimeError, OSError) as error:
-            prepared[name] = {"error": str(error).splitlines()[0]}
+            prepared[name] = {"error": f"export failed: {first_line(error)}"}
             print(f"{name}: not benchmarked: {prepared[name]['error']}", flush=True)
+            continue
+        data = onnx_path.with_name(onnx_path.name + ".data")  # external weights, fetched by onnxruntime-web
+        entry = {"onnx": onnx_path, "external_data": [data.name] if data.is_file() else []}
+        bundle = work / f"{name}_bundle"
+        if reuse and (bundle / "manifest.json").is_file():
+            entry["bundle"] = bundle
+            prepared[name] = entry
+            continue
+        shutil.rmtree(bundle, ignore_errors=True)  # a fresh folder: no stale kernels from older builds
+        start = time.monotonic()
+        try:
+            run_command([sys.executable, "-m", "relaxweb", "build", str(onnx_path), "-o", str(bundle)],
+                        timeout=build_timeout)
+            entry.update(bundle=bundle, build_s=time.monotonic() - start)
+        except RuntimeError as error:
+            entry["build_error"] = f"relaxweb build failed: {first_line(error)}"
+            print(f"{name}: {entry['build_error']}", flush=True)
+        prepared[name] = entry
     return prepared
 
 
-def run_command(command: list[str]) -> None:
+def first_line(error: BaseException) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
+
+
+def run_command(command: list[str], timeout: int | None = None) -> None:
+    """Run a step; a failure raises RuntimeError with the step's last line of output (for
+    relaxweb build, its one-line error)."""
     print("$", " ".join(command), flush=True)
-    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
+    try:
+        done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=timeout,
+                              check=False)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"{Path(command[1]).name if command[1] != '-m' else command[2]} took over {timeout} s") from None
     if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(command[:4])} failed ({done.returncode}): "
-                           f"{(done.stderr or done.stdout).strip().splitlines()[-1:]}")
+        last = (done.stderr.strip() or done.stdout.strip() or "no output").splitlines()[-1]
+        raise RuntimeError(f"exit {done.returncode}: {last}")
 
 
 def encode_inputs(inputs: Inputs) -> dict[str, dict]:
@@ -231,20 +256,26 @@ def encode_inputs(inputs: Inputs) -> dict[str, dict]:
             for name, array in inputs.items()}
 
 
-@functools.lru_cache(maxsize=4)
-def _session(onnx_path: Path):
-    import onnxruntime
+class References:
+    """The first output of onnxruntime (Python, CPU) for each model and case, computed once
+    and shared by the systems; None when onnxruntime is not installed."""
 
-    return onnxruntime.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+    def __init__(self) -> None:
+        self.outputs: dict[tuple[str, str], np.ndarray | None] = {}
+        self.session = (None, None)  # (onnx path, InferenceSession): one model at a time
 
-
-def reference_output(onnx_path: Path, inputs: Inputs) -> np.ndarray | None:
-    """The first output from onnxruntime (Python, CPU), or None when it is not installed."""
-    try:
-        session = _session(onnx_path)
-    except ImportError:
-        return None
-    return session.run(None, inputs)[0].reshape(-1).astype(np.float32)
+    def get(self, onnx_path: Path, case: Case) -> np.ndarray | None:
+        key = (str(onnx_path), case.label)
+        if key not in self.outputs:
+            try:
+                import onnxruntime
+            except ImportError:
+                return None
+            if self.session[0] != onnx_path:
+                self.session = (onnx_path, onnxruntime.InferenceSession(str(onnx_path),
+                                                                         providers=["CPUExecutionProvider"]))
+            self.outputs[key] = self.session[1].run(None, case.inputs())[0].reshape(-1).astype(np.float32)
+        return self.outputs[key]
 
 
 def start_server(routes: list[tuple[str, Path]]) -> http.server.ThreadingHTTPServer:
@@ -270,8 +301,10 @@ def is_runtime_file(url: str) -> bool:
     return path.startswith("/ort/") or "/runtime/" in path or path.endswith("/host.wasm")
 
 
-def bench_system(context, base_url, routes, system, name, prepared, args) -> dict:
-    """One system on one model, in a fresh page: load, then each case in order."""
+def bench_system(context, base_url, routes, system, name, prepared, references, args) -> dict:
+    """One system on one model, in a fresh page: load, then each case in order.  A failure
+    is recorded (one line) where it happened, the load's for the whole system, a case's for
+    that case, and the next case still runs."""
     model = MODELS[name]
     page = context.new_page()
     requests, errors = [], []  # (url, HTTP status) of every response; page errors
@@ -281,39 +314,54 @@ def bench_system(context, base_url, routes, system, name, prepared, args) -> dic
     result: dict = {"system": system}
     runs = args.runs if args.runs is not None else (1 if args.quick else model.runs)
     warmup = args.warmup if args.warmup is not None else (0 if args.quick else model.warmup)
-    cases = model.cases[:1] if args.quick else model.cases
+    cases = [c for c in model.cases if not args.cases or c.label in args.cases]
+    cases = cases[:1] if args.quick else cases
     try:
         page.goto(base_url + "page.html")
         page.wait_for_function("window.benchReady === true", timeout=30_000)
         result["page_adapter"] = page.evaluate("bench.pageAdapter()")
-        urls = {"bundleUrl": f"/models/{prepared['bundle'].name}/", "onnxUrl": f"/models/{prepared['onnx'].name}",
-                "externalData": [{"path": f, "data": f"/models/{f}"} for f in model.onnx_files]}
+        urls = {"onnxUrl": f"/models/{prepared['onnx'].name}",
+                "externalData": [{"path": f, "data": f"/models/{f}"} for f in prepared["external_data"]],
+                "bundleUrl": f"/models/{prepared['bundle'].name}/" if "bundle" in prepared else None,
+                "relaxwebOptions": args.relaxweb_options}
         loaded = page.evaluate("([name, urls]) => bench.load(name, urls)", [system, urls])
         result.update(load_ms=loaded["loadMs"], load_counts=loaded["counts"], system_adapter=loaded["adapterInfo"])
-        result["cases"] = {}
-        for case in cases:
+    except Exception as error:  # one failing system must not lose the others' numbers
+        result["error"] = f"load: {type(error).__name__}: {first_line(error)}"
+        print(f"  {system}: FAILED: {result['error']}", flush=True)
+        cases = []
+    result["cases"] = {}
+    for case in cases:
+        try:
             inputs = case.inputs()
             shape = page.evaluate("(cfg) => bench.runShape(cfg)",
                                   {"inputs": encode_inputs(inputs), "warmup": warmup, "runs": runs})
-            output = np.frombuffer(base64.b64decode(shape.pop("output")), dtype=np.float32)
-            reference = reference_output(prepared["onnx"], inputs)
-            if reference is not None:
-                shape["max_abs_diff_vs_onnxruntime_cpu"] = (
-                    float(np.max(np.abs(output - reference))) if output.shape == reference.shape else float("inf"))
-                shape["max_abs_reference"] = float(np.max(np.abs(reference)))
-            shape["median_ms"] = statistics.median(shape["timesMs"]) if shape["timesMs"] else shape["firstRunMs"]
-            shape["dispatches_per_run"] = shape["firstRun"]["dispatches"] if not runs else shape["steady"]["dispatches"] / runs
-            result["cases"][case.label] = shape
-            print(f"  {system:11s} {case.label:26s}: median {shape['median_ms']:9.1f} ms, first run "
-                  f"{shape['firstRunMs']:9.1f} ms, {shape['dispatches_per_run']:g} dispatches, "
-                  f"{shape['firstRun']['pipelines']} new pipelines, max diff "
-                  f"{shape.get('max_abs_diff_vs_onnxruntime_cpu', float('nan')):.2g}", flush=True)
+        except Exception as error:
+            result["cases"][case.label] = {"error": f"{type(error).__name__}: {first_line(error)}"}
+            print(f"  {system:11s} {case.label:26s}: FAILED: {result['cases'][case.label]['error']}", flush=True)
+            continue
+        output = np.frombuffer(base64.b64decode(shape.pop("output")), dtype=np.float32)
+        reference = references.get(prepared["onnx"], case)
+        if reference is not None:
+            shape["max_abs_diff_vs_onnxruntime_cpu"] = (
+                float(np.max(np.abs(output - reference))) if output.shape == reference.shape else float("inf"))
+            shape["max_abs_reference"] = float(np.max(np.abs(reference)))
+        shape["median_ms"] = statistics.median(shape["timesMs"]) if shape["timesMs"] else shape["firstRunMs"]
+        shape["dispatches_per_run"] = shape["steady"]["dispatches"] / runs if runs else shape["firstRun"]["dispatches"]
+        shape.update(runs=runs, warmup=warmup)
+        result["cases"][case.label] = shape
         result["totals"] = shape["totals"]
-        result["load_and_first_run_ms"] = result["load_ms"] + result["cases"][cases[0].label]["firstRunMs"]
-    except Exception as error:  # one failing system must not lose the others' numbers
-        result["error"] = f"{type(error).__name__}: {error}".splitlines()[0][:300]
-        print(f"  {system}: FAILED: {result['error']}", flush=True)
-    finally:
+        print(f"  {system:11s} {case.label:26s}: median {shape['median_ms']:9.1f} ms, first run "
+              f"{shape['firstRunMs']:9.1f} ms, {shape['dispatches_per_run']:g} dispatches, "
+              f"{shape['firstRun']['pipelines']} new pipelines, max diff "
+              f"{shape.get('max_abs_diff_vs_onnxruntime_cpu', float('nan')):.2g}", flush=True)
+    first = result["cases"].get(cases[0].label, {}) if cases else {}
+    if "firstRunMs" in first:
+        result["load_and_first_run_ms"] = result["load_ms"] + first["firstRunMs"]
+    if "totals" in result:  # pipelines created in no case's first run: in warm-up and timed runs
+        result["pipelines_in_repeated_runs"] = result["totals"]["pipelines"] - result["load_counts"]["pipelines"] - sum(
+            c["firstRun"]["pipelines"] for c in result["cases"].values() if "firstRun" in c)
+    with contextlib.suppress(Exception):  # a crashed page is closed already
         page.close()
     result["page_errors"] = errors[:20]
     files = []
@@ -337,6 +385,7 @@ def summary_rows(labels: list[str]) -> list[tuple[str, str]]:
     rows += [("pipelines created at load", "load_counts.pipelines"),
              (f"pipelines created, first run {labels[0]}", f"cases.{labels[0]}.firstRun.pipelines")]
     rows += [(f"pipelines created on change to {c}", f"cases.{c}.firstRun.pipelines") for c in labels[1:]]
+    rows += [("pipelines created in repeated runs", "pipelines_in_repeated_runs")]
     rows += [("GPU buffer bytes created (all)", "totals.bufferBytes"),
              ("GPU buffer bytes live at peak", "totals.peakLiveBytes"),
              ("GPU buffers created (all)", "totals.buffers"),
@@ -374,10 +423,8 @@ def ratio(a, b) -> str:
 
 
 def case_labels(results: dict[str, dict]) -> list[str]:
-    for result in results.values():
-        if result.get("cases"):
-            return list(result["cases"])
-    return []
+    """The cases any system ran (or tried), in order."""
+    return list(dict.fromkeys(label for result in results.values() for label in result.get("cases", {})))
 
 
 def print_table(model: str, results: dict[str, dict]) -> str:
@@ -387,6 +434,9 @@ def print_table(model: str, results: dict[str, dict]) -> str:
     for system, result in results.items():
         if "error" in result:
             lines.append(f"- {system} failed: {result['error']}")
+        for label, case in result.get("cases", {}).items():
+            if "error" in case:
+                lines.append(f"- {system} failed at {label}: {case['error']}")
     labels = case_labels(results)
     if labels:
         header = ["", *systems]
@@ -404,25 +454,50 @@ def print_table(model: str, results: dict[str, dict]) -> str:
     return text
 
 
+def overview_table(all_results: dict) -> str:
+    """One row per model and case: median latencies, the ratio, and whether each system's
+    output matched onnxruntime (Python, CPU)."""
+    systems = [s for s in ALL_SYSTEMS if any(s in results for results in all_results.values())]
+    header = ["model", "case", *(f"{s} median (ms)" for s in systems), f"relaxweb / {BASELINE}",
+              *(f"{s} max abs diff" for s in systems)]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for model, results in all_results.items():
+        for label in case_labels(results) or ["-"]:
+            medians = [lookup(results.get(s, {}), f"cases.{label}.median_ms") for s in systems]
+            diffs = [lookup(results.get(s, {}), f"cases.{label}.max_abs_diff_vs_onnxruntime_cpu") for s in systems]
+            failed = ["failed" if "error" in results.get(s, {}) or lookup(results.get(s, {}), f"cases.{label}.error")
+                      else None for s in systems]
+            cells = [model, label, *(f or fmt(m) for f, m in zip(failed, medians)),
+                     ratio(lookup(results.get("relaxweb", {}), f"cases.{label}.median_ms"),
+                           lookup(results.get(BASELINE, {}), f"cases.{label}.median_ms")),
+                     *(f or fmt(d) for f, d in zip(failed, diffs))]
+            lines.append("| " + " | ".join(cells) + " |")
+    text = "\n".join(lines)
+    print(text)
+    return text
+
+
 def goals_table(all_results: dict) -> str:
     """Issue 13's goals, relaxweb / onnxruntime-web (webgpu), per model: median latency at
     every case <= 0.5, load <= 1.0, load + first run <= 0.5, GPU bytes at peak <= 0.7."""
-    lines = ["| model | median latency (each case) | load | load + first run | GPU bytes at peak |",
-             "|---|---|---|---|---|"]
+    lines = [("| model | median latency (each case) | load | load + first run | GPU bytes at peak "
+              "| relaxweb pipelines after load |"), "|---|---|---|---|---|---|"]
     for model, results in all_results.items():
         if "relaxweb" not in results or BASELINE not in results:
             continue
         mine, theirs = results["relaxweb"], results[BASELINE]
 
-        def goal(key: str, limit: float) -> str:
+        def goal(key: str, limit: float, mine=mine, theirs=theirs) -> str:
             a, b = lookup(mine, key), lookup(theirs, key)
             if a is None or b is None or b == 0:
                 return "-"
             return f"{a / b:.2f} {'met' if a / b <= limit else 'missed'}"
 
         latencies = ", ".join(goal(f"cases.{c}.median_ms", 0.5) for c in case_labels(results))
+        total, at_load = lookup(mine, "totals.pipelines"), lookup(mine, "load_counts.pipelines")
+        after_load = "-" if total is None else f"{total - at_load} {'met' if total == at_load else 'missed'}"
         lines.append(f"| {model} | {latencies} | {goal('load_ms', 1.0)} | {goal('load_and_first_run_ms', 0.5)} | "
-                     f"{goal('totals.peakLiveBytes', 0.7)} |")
+                     f"{goal('totals.peakLiveBytes', 0.7)} | {after_load} |")
     text = "\n".join(lines)
     print(text)
     return text
@@ -450,8 +525,8 @@ def plot(all_results: dict, path: Path) -> None:
     def x(value: float) -> float:
         return left + (min(max(math.log10(value), low), high) - low) / (high - low) * width
 
-    parts = [f'<text x="{left + width / 2}" y="14" text-anchor="middle" font-size="13">'
-             f'median latency / onnxruntime-web (webgpu), log scale: below 1 is faster</text>']
+    parts = [(f'<text x="{left + width / 2}" y="14" text-anchor="middle" font-size="13">'
+              f'median latency / onnxruntime-web (webgpu), log scale: below 1 is faster</text>')]
     y = 30
     for label, values in rows:
         parts.append(f'<text x="{left - 6}" y="{y + bar * len(systems) / 2 + 4:.0f}" text-anchor="end" font-size="11">{label}</text>')
@@ -474,15 +549,32 @@ def plot(all_results: dict, path: Path) -> None:
     print(f"wrote {path}")
 
 
+def print_report(report: dict) -> None:
+    print(f"adapter: {report['adapter']}, {report.get('seconds', '?')} s in all\n")
+    overview_table(report["results"])
+    print()
+    for name, results in report["results"].items():
+        print_table(name, results)
+        print()
+    goals_table(report["results"])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", nargs="+", choices=sorted(MODELS), metavar="NAME",
                         default=[name for name, model in MODELS.items() if model.real],
                         help="models to run (default: the real ones): " + ", ".join(MODELS))
+    parser.add_argument("--cases", nargs="+", metavar="LABEL",
+                        help="only the cases with these labels (e.g. '640x640' 'decode 1 token, past 128')")
     parser.add_argument("--systems", nargs="+", default=list(ALL_SYSTEMS), choices=ALL_SYSTEMS)
-    parser.add_argument("--runs", type=int, help="timed runs per case (default: the model's, 2 to 5; 20 for tiny ones)")
+    parser.add_argument("--runs", type=int, help="timed runs per case (default: the model's, 1 to 3; 20 for tiny ones)")
     parser.add_argument("--warmup", type=int, help="untimed runs per case after the first (default: the model's)")
     parser.add_argument("--quick", action="store_true", help="first case only, one timed run, no warm-up")
+    parser.add_argument("--reuse-build", action="store_true",
+                        help="keep a bundle already in --work instead of building it again (while developing)")
+    parser.add_argument("--build-timeout", type=int, default=1800, help="seconds one relaxweb build may take")
+    parser.add_argument("--relaxweb-options", type=json.loads, default={}, metavar="JSON",
+                        help="options for relaxweb's load() in the page, e.g. '{\"bounds\": {\"seq\": 128}}'")
     parser.add_argument("--work", type=Path, default=BENCH_DIR / "build", help="models and bundles")
     parser.add_argument("--out", type=Path, default=BENCH_DIR / "results.json")
     parser.add_argument("--plot", type=Path, default=BENCH_DIR / "latency.svg", help="the latency plot (SVG)")
@@ -490,10 +582,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.table:
         report = json.loads(args.table.read_text())
-        for name, results in report["results"].items():
-            print_table(name, results)
-            print()
-        goals_table(report["results"])
+        print_report(report)
         plot(report["results"], args.plot)
         return
 
@@ -504,55 +593,58 @@ def main() -> None:
         systems = [s for s in systems if s == "relaxweb"]
 
     started = time.monotonic()
-    prepared = prepare_models(args.models, args.work)
+    prepared = prepare_models(args.models, args.work, args.build_timeout, args.reuse_build)
     routes = [("/ort/", ORT_DIST), ("/models/", args.work.resolve()), ("/", BENCH_DIR)]
     server = start_server(routes)
     base_url = f"http://127.0.0.1:{server.server_address[1]}/"
-    all_results: dict[str, dict[str, dict]] = {}
-    browser_version = None
+    report = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": " ".join(["python3", "bench/run.py", *sys.argv[1:]]),
+        "platform": platform.platform(),
+        "onnxruntime_web": json.loads((ORT_DIST.parent / "package.json").read_text())["version"]
+        if ORT_DIST.is_dir() else None,
+        "settings": {"quick": args.quick, "runs": args.runs, "warmup": args.warmup, "cases": args.cases,
+                     "relaxweb_options": args.relaxweb_options},
+        "build_seconds": {name: round(p["build_s"], 1) for name, p in prepared.items() if "build_s" in p},
+        "results": {},
+    }
+    references = References()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     try:
         with sync_playwright() as playwright:
-            browser = launch_chromium(playwright)
-            browser_version = browser.version
-            context = browser.new_context()
-            context.add_init_script(path=str(BENCH_DIR / "instrument.js"))
+            browser = None
             for name, model in prepared.items():
                 print(f"{name}:", flush=True)
-                if "error" in model:
-                    all_results[name] = {s: {"system": s, "error": model["error"]} for s in systems}
-                    continue
-                all_results[name] = {s: bench_system(context, base_url, routes, s, name, model, args) for s in systems}
-            browser.close()
+                results = report["results"][name] = {}
+                for system in systems:
+                    if "error" in model or (system == "relaxweb" and "build_error" in model):
+                        results[system] = {"system": system, "error": model.get("error") or model["build_error"]}
+                        continue
+                    if browser is None or not browser.is_connected():  # the first, or after a crash
+                        browser = launch_chromium(playwright)
+                        report["browser"] = f"Chromium {browser.version}"
+                        context = browser.new_context()
+                        context.add_init_script(path=str(BENCH_DIR / "instrument.js"))
+                    results[system] = bench_system(context, base_url, routes, system, name, model, references, args)
+                report["seconds"] = round(time.monotonic() - started)
+                args.out.write_text(json.dumps(report, indent=1))  # what is done so far survives a later crash
+            if browser is not None:
+                browser.close()
     finally:
         server.shutdown()
         server.server_close()
 
-    adapters = {json.dumps(r.get("page_adapter"), sort_keys=True) for rs in all_results.values() for r in rs.values()
-                if "page_adapter" in r}
-    report = {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "command": " ".join(["python3", "bench/run.py", *sys.argv[1:]]),
-        "seconds": round(time.monotonic() - started),
-        "browser": f"Chromium {browser_version}",
-        "platform": platform.platform(),
-        "adapter": [json.loads(a) for a in sorted(adapters)],
-        "onnxruntime_web": json.loads((ORT_DIST.parent / "package.json").read_text())["version"]
-        if ORT_DIST.is_dir() else None,
-        "settings": {"quick": args.quick, "runs": args.runs, "warmup": args.warmup},
-        "build_seconds": {name: round(p["build_s"], 1) for name, p in prepared.items() if "build_s" in p},
-        "results": all_results,
-    }
-    if len(adapters) != 1:
+    adapters = {json.dumps(r["page_adapter"], sort_keys=True)
+                for results in report["results"].values() for r in results.values() if "page_adapter" in r}
+    report["adapter"] = [json.loads(a) for a in sorted(adapters)]
+    report["seconds"] = round(time.monotonic() - started)
+    if len(adapters) > 1:
         print(f"WARNING: pages saw different adapters: {sorted(adapters)}")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1))
-    print(f"\nadapter: {report['adapter']}, {report['seconds']} s in all\n")
-    for name, results in all_results.items():
-        print_table(name, results)
-        print()
-    goals_table(all_results)
+    print()
+    print_report(report)
     print(f"wrote {args.out}")
-    plot(all_results, args.plot)
+    plot(report["results"], args.plot)
 
 
 if __name__ == "__main__":
