@@ -6,10 +6,12 @@ Usage (from the repository root; needs Playwright, Chromium, ``npm install`` for
 onnxruntime-web, and the model corpus's torch environment for the exports:
 ``python3 scripts/model_zoo.py setup --only torch``)::
 
-    python3 bench/run.py                            # every real model (about 30 min on SwiftShader)
+    python3 bench/run.py                            # every real model (see docs/benchmarks.md for the time)
     python3 bench/run.py --models yolov8n resnet50  # some of them
-    python3 bench/run.py --quick                    # one run per case, first case only: a smoke test
+    python3 bench/run.py --models yolov8n --cases 640x640 --systems relaxweb ort-webgpu
+    python3 bench/run.py --quick --reuse-build      # first case, one run: while developing
     python3 bench/run.py --models gpt2_tiny bert_tiny  # the tiny dispatch-bound models (hidden 64)
+    python3 bench/run.py --table bench/results.json # the tables and the plot of a saved run
 
 Method
 ------
@@ -38,6 +40,15 @@ Method
    ``host.wasm``; onnxruntime-web its ``.mjs`` and ``.wasm``), not the model's.
 7. Correctness: each system's first output at each case against onnxruntime (Python, CPU) on
    the same inputs: max |difference| and the largest |reference| beside it.
+
+Nothing is fatal: a model that fails to export, a build that fails, a system that fails to load
+or a case that fails to run is one line in the tables (the error's first line) and the rest
+goes on; the JSON is rewritten after each model.
+
+Per-kernel profiles (not measured here yet): ``--relaxweb-options JSON`` is passed as they are to
+relaxweb's ``load()`` in the page, and each case's ``extra`` in the JSON is what the system's
+``extra()`` in ``page.js`` returns after that case's runs: a profile the runtime reports goes
+there, and a row of ``summary_rows`` can show it.
 
 The JSON (``--out``) has everything measured; the tables give ratios relaxweb /
 onnxruntime-web (webgpu).  SwiftShader is a CPU implementation of Vulkan and the machine is
