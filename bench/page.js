@@ -12,22 +12,28 @@ const infoOf = (info) => info && {
   description: info.description,
 };
 
-// One system: { name, async load(model), async run(inputs) -> Float32Array, adapterInfo() }.
-// `inputs` is { name: { data: BigInt64Array, shape } }; run returns the first output's data.
+// One system: { name, async load(model), async run(inputs) -> TypedArray, adapterInfo() }.
+// `inputs` is { name: { data: TypedArray, shape } }; run returns the first output's data.
 const SYSTEMS = {
   relaxweb: () => {
     let model;
+    let pipelinesReadyMs = null; // from the start of load until model.ready settled
     return {
-      async load({ bundleUrl }) {
+      // relaxwebOptions: bench/run.py --relaxweb-options, passed to load() as they are (the
+      // hook for runtime options such as a per-kernel profile; extra() is where its report goes).
+      async load({ bundleUrl, relaxwebOptions }) {
+        const start = performance.now();
         const runtime = await import(`${bundleUrl}runtime/relaxweb.js`);
-        model = await runtime.load(bundleUrl);
+        model = await runtime.load(bundleUrl, relaxwebOptions ?? {});
+        // load() returns before every pipeline is compiled; model.ready settles when all are
+        model.ready?.then(() => { pipelinesReadyMs = performance.now() - start; }, () => {});
       },
       async run(inputs) {
         const outputs = await model.run(inputs);
         return outputs[model.outputs[0].name].data;
       },
       adapterInfo: () => infoOf(model.device.adapterInfo),
-      extra: () => ({ lastDispatchCount: model.lastDispatchCount }),
+      extra: () => ({ lastDispatchCount: model.lastDispatchCount, pipelinesReadyMs }),
     };
   },
   // onnxruntime-web, served from node_modules/onnxruntime-web/dist at /ort/. The non-bundled
@@ -36,17 +42,19 @@ const SYSTEMS = {
     let ort;
     let session;
     return {
-      async load({ onnxUrl }) {
+      async load({ onnxUrl, externalData }) {
         const file = executionProvider === "webgpu" ? "ort.webgpu.min.mjs" : "ort.wasm.min.mjs";
         ort = await import(`/ort/${file}`);
         ort.env.wasm.wasmPaths = "/ort/";
         ort.env.wasm.numThreads = 1; // the page is not cross-origin isolated: no wasm threads
-        session = await ort.InferenceSession.create(onnxUrl, { executionProviders: [executionProvider] });
+        const options = { executionProviders: [executionProvider] };
+        if (externalData.length > 0) options.externalData = externalData; // the weights beside the .onnx
+        session = await ort.InferenceSession.create(onnxUrl, options);
       },
       async run(inputs) {
         const feeds = {};
         for (const [name, { data, shape }] of Object.entries(inputs)) {
-          feeds[name] = new ort.Tensor("int64", data, shape);
+          feeds[name] = new ort.Tensor(data instanceof BigInt64Array ? "int64" : "float32", data, shape);
         }
         const outputs = await session.run(feeds);
         return outputs[session.outputNames[0]].data;
@@ -81,10 +89,18 @@ window.bench = {
   },
 
   // At one shape: one first run (timed and counted alone), `warmup` runs, then `runs` timed
-  // runs. Returns the times, the counters' differences, and the first run's output.
+  // runs. Inputs come as { name: { dtype, shape, base64 } }. Returns the times, the counters'
+  // differences, and the first run's first output (float32 bytes in base64).
   async runShape({ inputs, warmup, runs }) {
-    const tensors = () => Object.fromEntries(Object.entries(inputs).map(
-      ([name, { values, shape }]) => [name, { data: BigInt64Array.from(values, BigInt), shape }]));
+    const arrays = Object.fromEntries(Object.entries(inputs).map(([name, { dtype, shape, base64 }]) => {
+      const bytes = Uint8Array.from(atob(base64), (c) => c.charCodeAt(0));
+      const Type = { float32: Float32Array, int64: BigInt64Array }[dtype];
+      if (!Type) throw new Error(`input ${name}: dtype ${dtype} is not handled by the benchmark page`);
+      return [name, { data: new Type(bytes.buffer), shape }];
+    }));
+    // a fresh copy per run, as an application makes new tensors
+    const tensors = () => Object.fromEntries(Object.entries(arrays).map(
+      ([name, { data, shape }]) => [name, { data: data.slice(), shape }]));
     let before = window.__bench.snapshot();
     let start = performance.now();
     const output = await system.run(tensors());
@@ -99,10 +115,11 @@ window.bench = {
       timesMs.push(performance.now() - start);
     }
     const steady = delta(window.__bench.snapshot(), before);
-    return {
-      firstRunMs, firstRun, steady, timesMs, extra: system.extra(),
-      output: Array.from(output, Number), totals: window.__bench.snapshot(),
-    };
+    const floats = Float32Array.from(output, Number);
+    let binary = "";
+    const bytes = new Uint8Array(floats.buffer);
+    for (let i = 0; i < bytes.length; i += 0x8000) binary += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
+    return { firstRunMs, firstRun, steady, timesMs, extra: system.extra(), output: btoa(binary), totals: window.__bench.snapshot() };
   },
 };
 window.benchReady = true;

@@ -1,46 +1,65 @@
-"""Benchmark relaxweb against onnxruntime-web in one headless Chromium, on one WebGPU adapter.
+"""Benchmark relaxweb against onnxruntime-web on models people ship, in one headless Chromium.
 
-Usage (from the repository root; needs torch, Playwright, Chromium, and ``npm install``)::
+Real architectures at real sizes (random weights), every system on the same WebGPU adapter.
 
-    python3 bench/run.py                      # GPT-2-like and BERT-like, seq 8/32/128
-    python3 bench/run.py --models gpt2_legacy --runs 50 --out /tmp/results.json
+Usage (from the repository root; needs Playwright, Chromium, ``npm install`` for
+onnxruntime-web, and the model corpus's torch environment for the exports:
+``python3 scripts/model_zoo.py setup --only torch``)::
+
+    python3 bench/run.py                            # every real model (see docs/benchmarks.md for the time)
+    python3 bench/run.py --models yolov8n resnet50  # some of them
+    python3 bench/run.py --models yolov8n --cases 640x640 --systems relaxweb ort-webgpu
+    python3 bench/run.py --quick --reuse-build      # first case, one run: while developing
+    python3 bench/run.py --models gpt2_tiny bert_tiny  # the tiny dispatch-bound models (hidden 64)
+    python3 bench/run.py --table bench/results.json # the tables and the plot of a saved run
 
 Method
 ------
-1. Models: ``scripts/export_test_models.py`` exports the tiny GPT-2-like / BERT-like ONNX
-   models (dynamic ``batch`` and ``seq``); ``relaxweb build`` compiles each ONCE into a bundle
-   (no bound, no recompilation per shape). Both land in ``bench/build/`` (git-ignored).
+1. Models (``MODELS``): each is exported once into ``bench/build/`` (git-ignored) by
+   ``bench/export_real_models.py`` (torchvision through torch.onnx, transformers through
+   optimum, in the corpus's torch environment) or ``scripts/model_zoo.py export`` (YOLO, by
+   ultralytics), and built ONCE with ``relaxweb build`` (its dynamic dims stay dynamic: one
+   bundle serves every case).  Each model has cases: shapes it runs at (a detector at 320 and
+   640, GPT-2's prefill and one decode step with the KV cache ...), with deterministic inputs.
 2. Serving: one local HTTP server (127.0.0.1, random port, ``Cache-Control: no-store``) serves
-   this folder's page at ``/``, the models and bundles at ``/models/``, and
-   ``node_modules/onnxruntime-web/dist`` at ``/ort/``, so every runtime loads over HTTP.
+   this folder's page at ``/``, models and bundles at ``/models/``, and
+   ``node_modules/onnxruntime-web/dist`` at ``/ort/``.
 3. Browser: one headless Chromium (``relaxweb.browser.launch_chromium``: WebGPU on the
-   SwiftShader adapter), one context with ``instrument.js`` added as an init script, so in
-   every page, BEFORE any system initialises, the same wrappers count
-   ``createComputePipeline(Async)``, ``createBuffer`` (and bytes; ``GPUBuffer.destroy`` for
-   live bytes) and ``dispatchWorkgroups(Indirect)``.
+   SwiftShader adapter), one context with ``instrument.js`` as an init script, so in every
+   page, before any system initialises, the same wrappers count
+   ``createComputePipeline(Async)``, ``createBuffer`` (bytes; ``GPUBuffer.destroy`` for live
+   bytes) and ``dispatchWorkgroups(Indirect)``.
 4. Systems: relaxweb (the bundle's ``runtime/relaxweb.js``), onnxruntime-web with the
    ``webgpu`` execution provider, and, for reference, with ``wasm`` (single-threaded: the page
-   is not cross-origin isolated). Each system gets a fresh page per model.
-5. Per page: load (import of the runtime + model load/session creation: the load time), then
-   for each seq in order (8, 32, 128 by default; batch 1): one first run, timed and counted
-   alone (the pipelines it creates at seq 32/128 are "pipelines created on shape change"),
-   ``--warmup`` runs, then ``--runs`` timed runs (median latency; dispatches per inference
-   are the steady runs' dispatches / runs). Each run includes building the input tensors and
-   reading the output back to JavaScript.
-6. Runtime download size: from the page's network requests, the bytes of the runtime's own
-   files (relaxweb: ``runtime/*.js`` + ``host.wasm``; onnxruntime-web: its ``.mjs`` and
-   ``.wasm`` files), not the model's (``.onnx``; manifest, kernels, weights).
-7. Correctness: each system's output at each shape is compared with onnxruntime (Python, CPU)
-   when it is installed, as max |difference|.
+   is not cross-origin isolated).  A fresh page per system and model.
+5. Per page: load (import of the runtime + model load / session creation), then for each case
+   in order: one first run (timed and counted alone: the pipelines it creates are "created at
+   first run" or "on shape change"), ``--warmup`` runs, ``--runs`` timed runs (median).  A run
+   includes making the input tensors and reading the first output back to JavaScript.
+6. Runtime download: the bytes of the runtime's own files (relaxweb ``runtime/*.js`` +
+   ``host.wasm``; onnxruntime-web its ``.mjs`` and ``.wasm``), not the model's.
+7. Correctness: each system's first output at each case against onnxruntime (Python, CPU) on
+   the same inputs: max |difference| and the largest |reference| beside it.
 
-The JSON (``--out``, default ``bench/results.json``) has everything measured; the table printed
-gives ratios relaxweb / onnxruntime-web (webgpu). SwiftShader is a CPU implementation of
-Vulkan, and timings on a shared machine are noisy: read the ratios, not absolute numbers.
+Nothing is fatal: a model that fails to export, a build that fails, a system that fails to load
+or a case that fails to run is one line in the tables (the error's first line) and the rest
+goes on; the JSON is rewritten after each model.
+
+Per-kernel profiles (not measured here yet): ``--relaxweb-options JSON`` is passed as they are to
+relaxweb's ``load()`` in the page, and each case's ``extra`` in the JSON is what the system's
+``extra()`` in ``page.js`` returns after that case's runs: a profile the runtime reports goes
+there, and a row of ``summary_rows`` can show it.
+
+The JSON (``--out``) has everything measured; the tables give ratios relaxweb /
+onnxruntime-web (webgpu).  SwiftShader is a CPU implementation of Vulkan and the machine is
+shared: read the ratios, not the absolute times.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
+import contextlib
 import datetime
 import functools
 import http.server
@@ -51,7 +70,10 @@ import statistics
 import subprocess
 import sys
 import threading
+import time
 import urllib.parse
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -65,53 +87,205 @@ from relaxweb.browser import _RoutingHandler, launch_chromium, sync_playwright  
 ORT_DIST = REPO / "node_modules" / "onnxruntime-web" / "dist"
 BASELINE = "ort-webgpu"
 ALL_SYSTEMS = ("relaxweb", "ort-webgpu", "ort-wasm")
+TORCH_PYTHON = REPO / ".cache" / "model-zoo" / "venv-torch" / "bin" / "python"
+ZOO_MODELS = REPO / ".cache" / "model-zoo" / "models"
+
+Inputs = dict[str, np.ndarray]
 
 
-def prepare_models(models: list[str], work: Path) -> dict[str, dict]:
-    """Export each model (unless already there) and build its relaxweb bundle once."""
+@dataclass(frozen=True)
+class Case:
+    """One shape a model runs at: its label and its inputs (deterministic)."""
+
+    label: str
+    inputs: Callable[[], Inputs]
+
+
+@dataclass(frozen=True)
+class BenchModel:
+    name: str
+    title: str
+    export: Callable[[Path], Path]  # the work folder -> the exported .onnx
+    cases: tuple[Case, ...]
+    # Timed and untimed runs per case after the first (--runs, --warmup override).  On
+    # SwiftShader a real model's run takes seconds to a minute: one timed run after the first
+    # keeps the default benchmark near 30 minutes (docs/benchmarks.md).
+    runs: int = 1
+    warmup: int = 0
+    real: bool = True  # in the default set
+
+
+def _normal(seed: int, *shape: int) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def _image(size: int) -> Callable[[], Inputs]:
+    return lambda: {"image": np.random.default_rng(size).random((1, 3, size, size), dtype=np.float32)}
+
+
+def _tokens(seq: int, vocab: int, names=("input_ids",), mask: str | None = None, types: str | None = None,
+            past: int = 0) -> Callable[[], Inputs]:
+    def make() -> Inputs:
+        rng = np.random.default_rng(seq)
+        inputs = {name: rng.integers(0, vocab, size=(1, seq), dtype=np.int64) for name in names}
+        if mask:
+            inputs[mask] = np.ones((1, past + seq), dtype=np.int64)
+        if types:
+            inputs[types] = np.zeros((1, seq), dtype=np.int64)
+        return inputs
+    return make
+
+
+def _gpt2_with_past(seq: int, past: int) -> Callable[[], Inputs]:
+    """optimum's GPT-2 with past: ids, 12 layers of past keys/values [1, 12, past, 64], the
+    mask over past + seq, positions past .. past + seq - 1."""
+    def make() -> Inputs:
+        inputs = _tokens(seq, 50257, mask="attention_mask", past=past)()
+        for layer in range(12):
+            for kind in ("key", "value"):
+                inputs[f"past_key_values.{layer}.{kind}"] = _normal(layer * 2 + (kind == "value"), 1, 12, past, 64)
+        inputs["position_ids"] = np.arange(past, past + seq, dtype=np.int64)[None, :]
+        return inputs
+    return make
+
+
+def _export_real(name: str) -> Callable[[Path], Path]:
+    def export(work: Path) -> Path:
+        path = work / f"{name}.onnx"
+        if not path.is_file():
+            if not TORCH_PYTHON.is_file():
+                raise RuntimeError(f"{TORCH_PYTHON} is missing: run `python3 scripts/model_zoo.py setup --only torch`")
+            run_command([str(TORCH_PYTHON), "bench/export_real_models.py", str(work), "--only", name])
+        return path
+    return export
+
+
+def _export_zoo(name: str) -> Callable[[Path], Path]:
+    def export(work: Path) -> Path:
+        path = work / f"{name}.onnx"
+        if not path.is_file():
+            if not (ZOO_MODELS / f"{name}.onnx").is_file():
+                run_command([sys.executable, "scripts/model_zoo.py", "export", "--only", name])
+            shutil.copyfile(ZOO_MODELS / f"{name}.onnx", path)
+        return path
+    return export
+
+
+def _export_tiny(name: str) -> Callable[[Path], Path]:
+    def export(work: Path) -> Path:
+        path = work / f"{name}.onnx"
+        if not path.is_file():
+            run_command([sys.executable, "scripts/export_test_models.py", str(work), "--only", name])
+        return path
+    return export
+
+
+def _rename(make: Callable[[], Inputs], **names: str) -> Callable[[], Inputs]:
+    return lambda: {names.get(k, k): v for k, v in make().items()}
+
+
+MODELS = {model.name: model for model in (
+    BenchModel("yolov8n", "YOLOv8n detector (ultralytics export, dynamic)", _export_zoo("yolov8n"),
+               (Case("320x320", _rename(_image(320), image="images")),
+                Case("640x640", _rename(_image(640), image="images")))),
+    BenchModel("mobilenet_v3_large", "MobileNetV3-Large (torchvision)", _export_real("mobilenet_v3_large"),
+               (Case("224x224", _image(224)),), runs=3),
+    BenchModel("resnet50", "ResNet-50 (torchvision)", _export_real("resnet50"), (Case("224x224", _image(224)),)),
+    BenchModel("bert_base", "BERT-base (transformers, optimum feature-extraction)", _export_real("bert_base"),
+               (Case("seq 128", _tokens(128, 30522, mask="attention_mask", types="token_type_ids")),)),
+    BenchModel("gpt2_small", "GPT-2 small, 124M (transformers, optimum text-generation-with-past)",
+               _export_real("gpt2_small"),
+               (Case("prefill seq 128", _gpt2_with_past(128, 0)), Case("decode 1 token, past 128", _gpt2_with_past(1, 128)))),
+    BenchModel("whisper_tiny_encoder", "Whisper-tiny encoder (optimum), 30 s of audio",
+               _export_real("whisper_tiny_encoder"),
+               (Case("80x3000 mel", lambda: {"input_features": _normal(3, 1, 80, 3000)}),)),
+    BenchModel("gpt2_tiny", "GPT-2-like, 2 layers, hidden 64 (dispatch-bound)", _export_tiny("gpt2_legacy"),
+               tuple(Case(f"seq {s}", _tokens(s, 128)) for s in (8, 32, 128)), runs=20, warmup=3, real=False),
+    BenchModel("bert_tiny", "BERT-like, 2 layers, hidden 64 (dispatch-bound)", _export_tiny("bert_legacy"),
+               tuple(Case(f"seq {s}", _tokens(s, 128, mask="attention_mask")) for s in (8, 32, 128)),
+               runs=20, warmup=3, real=False),
+)}
+
+
+def prepare_models(names: list[str], work: Path, build_timeout: int, reuse: bool = False) -> dict[str, dict]:
+    """Export each model (unless already there) and build its relaxweb bundle once.  Nothing
+    here is fatal: a model that fails to export is left out with the reason (every system's
+    row says it), one that fails to build runs on onnxruntime-web alone (relaxweb's row says
+    why)."""
     work.mkdir(parents=True, exist_ok=True)
     prepared = {}
-    for name in models:
-        onnx_path = work / f"{name}.onnx"
-        if not onnx_path.is_file():
-            run_command([sys.executable, "scripts/export_test_models.py", str(work), "--only", name])
+    for name in names:
+        try:
+            onnx_path = MODELS[name].export(work)
+        except (RuntimeError, OSError) as error:
+            prepared[name] = {"error": f"export failed: {first_line(error)}"}
+            print(f"{name}: not benchmarked: {prepared[name]['error']}", flush=True)
+            continue
+        data = onnx_path.with_name(onnx_path.name + ".data")  # external weights, fetched by onnxruntime-web
+        entry = {"onnx": onnx_path, "external_data": [data.name] if data.is_file() else []}
         bundle = work / f"{name}_bundle"
+        if reuse and (bundle / "manifest.json").is_file():
+            entry["bundle"] = bundle
+            prepared[name] = entry
+            continue
         shutil.rmtree(bundle, ignore_errors=True)  # a fresh folder: no stale kernels from older builds
-        run_command([sys.executable, "-m", "relaxweb", "build", str(onnx_path), "-o", str(bundle)])
-        prepared[name] = {"onnx": onnx_path, "bundle": bundle, "info": json.loads((work / f"{name}.json").read_text())}
+        start = time.monotonic()
+        try:
+            run_command([sys.executable, "-m", "relaxweb", "build", str(onnx_path), "-o", str(bundle)],
+                        timeout=build_timeout)
+            entry.update(bundle=bundle, build_s=time.monotonic() - start)
+        except RuntimeError as error:
+            entry["build_error"] = f"relaxweb build failed: {first_line(error)}"
+            print(f"{name}: {entry['build_error']}", flush=True)
+        prepared[name] = entry
     return prepared
 
 
-def run_command(command: list[str]) -> None:
+def first_line(error: BaseException) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
+
+
+def run_command(command: list[str], timeout: int | None = None) -> None:
+    """Run a step; a failure raises RuntimeError with the step's last line of output (for
+    relaxweb build, its one-line error)."""
     print("$", " ".join(command), flush=True)
-    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
-    if done.returncode != 0:
-        sys.exit(f"failed ({done.returncode}):\n{done.stdout}{done.stderr}")
-
-
-def make_inputs(info: dict, batch: int, seq: int) -> dict[str, dict]:
-    """Deterministic int64 inputs: token ids below the model's vocabulary, masks of ones."""
-    rng = np.random.default_rng(seq)
-    inputs = {}
-    for spec in info["inputs"]:
-        shape = [batch, seq]
-        if spec["kind"] == "ids":
-            values = rng.integers(0, spec["high"], size=shape)
-        else:
-            values = np.ones(shape, dtype=np.int64)
-        inputs[spec["name"]] = {"values": values.reshape(-1).tolist(), "shape": shape}
-    return inputs
-
-
-def reference_outputs(onnx_path: Path, inputs: dict) -> np.ndarray | None:
-    """The first output from onnxruntime (Python, CPU), or None when it is not installed."""
     try:
-        import onnxruntime
-    except ImportError:
-        return None
-    session = onnxruntime.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
-    feeds = {name: np.array(v["values"], dtype=np.int64).reshape(v["shape"]) for name, v in inputs.items()}
-    return session.run(None, feeds)[0].reshape(-1)
+        done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=timeout,
+                              check=False)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"{Path(command[1]).name if command[1] != '-m' else command[2]} took over {timeout} s") from None
+    if done.returncode != 0:
+        last = (done.stderr.strip() or done.stdout.strip() or "no output").splitlines()[-1]
+        raise RuntimeError(f"exit {done.returncode}: {last}")
+
+
+def encode_inputs(inputs: Inputs) -> dict[str, dict]:
+    """Inputs as the page takes them: dtype, shape and the raw bytes in base64."""
+    return {name: {"dtype": str(array.dtype), "shape": list(array.shape),
+                   "base64": base64.b64encode(np.ascontiguousarray(array).tobytes()).decode()}
+            for name, array in inputs.items()}
+
+
+class References:
+    """The first output of onnxruntime (Python, CPU) for each model and case, computed once
+    and shared by the systems; None when onnxruntime is not installed."""
+
+    def __init__(self) -> None:
+        self.outputs: dict[tuple[str, str], np.ndarray | None] = {}
+        self.session = (None, None)  # (onnx path, InferenceSession): one model at a time
+
+    def get(self, onnx_path: Path, case: Case) -> np.ndarray | None:
+        key = (str(onnx_path), case.label)
+        if key not in self.outputs:
+            try:
+                import onnxruntime
+            except ImportError:
+                return None
+            if self.session[0] != onnx_path:
+                self.session = (onnx_path, onnxruntime.InferenceSession(str(onnx_path),
+                                                                         providers=["CPUExecutionProvider"]))
+            self.outputs[key] = self.session[1].run(None, case.inputs())[0].reshape(-1).astype(np.float32)
+        return self.outputs[key]
 
 
 def start_server(routes: list[tuple[str, Path]]) -> http.server.ThreadingHTTPServer:
@@ -137,44 +311,69 @@ def is_runtime_file(url: str) -> bool:
     return path.startswith("/ort/") or "/runtime/" in path or path.endswith("/host.wasm")
 
 
-def bench_system(context, base_url, routes, system, model, args) -> dict:
-    """One system on one model, in a fresh page: load, then each seq in order."""
+def bench_system(context, base_url, routes, system, name, prepared, references, args) -> dict:
+    """One system on one model, in a fresh page: load, then each case in order.  A failure
+    is recorded (one line) where it happened, the load's for the whole system, a case's for
+    that case, and the next case still runs."""
+    model = MODELS[name]
     page = context.new_page()
     requests, errors = [], []  # (url, HTTP status) of every response; page errors
     page.on("response", lambda response: requests.append((response.url, response.status)))
     page.on("pageerror", lambda error: errors.append(str(error)))
     page.on("console", lambda msg: msg.type == "error" and errors.append(msg.text))
     result: dict = {"system": system}
+    runs = args.runs if args.runs is not None else (1 if args.quick else model.runs)
+    warmup = args.warmup if args.warmup is not None else (0 if args.quick else model.warmup)
+    cases = [c for c in model.cases if not args.cases or c.label in args.cases]
+    cases = cases[:1] if args.quick else cases
     try:
         page.goto(base_url + "page.html")
         page.wait_for_function("window.benchReady === true", timeout=30_000)
         result["page_adapter"] = page.evaluate("bench.pageAdapter()")
-        urls = {"bundleUrl": f"/models/{model['bundle'].name}/", "onnxUrl": f"/models/{model['onnx'].name}"}
+        urls = {"onnxUrl": f"/models/{prepared['onnx'].name}",
+                "externalData": [{"path": f, "data": f"/models/{f}"} for f in prepared["external_data"]],
+                "bundleUrl": f"/models/{prepared['bundle'].name}/" if "bundle" in prepared else None,
+                "relaxwebOptions": args.relaxweb_options}
         loaded = page.evaluate("([name, urls]) => bench.load(name, urls)", [system, urls])
         result.update(load_ms=loaded["loadMs"], load_counts=loaded["counts"], system_adapter=loaded["adapterInfo"])
-        result["shapes"] = {}
-        for seq in args.seqs:
-            inputs = make_inputs(model["info"], args.batch, seq)
-            shape = page.evaluate("(cfg) => bench.runShape(cfg)",
-                                  {"inputs": inputs, "warmup": args.warmup, "runs": args.runs})
-            reference = reference_outputs(model["onnx"], inputs)
-            output = np.array(shape.pop("output"), dtype=np.float32)
-            shape["max_abs_diff_vs_onnxruntime_cpu"] = (
-                None if reference is None else float(np.max(np.abs(output - reference))))
-            shape["median_ms"] = statistics.median(shape["timesMs"])
-            shape["dispatches_per_run"] = shape["steady"]["dispatches"] / args.runs
-            result["shapes"][str(seq)] = shape
-            print(f"  {system:11s} seq {seq:4d}: median {shape['median_ms']:8.2f} ms, first run "
-                  f"{shape['firstRunMs']:8.1f} ms, {shape['dispatches_per_run']:g} dispatches, "
-                  f"{shape['firstRun']['pipelines']} new pipelines", flush=True)
-        result["totals"] = shape["totals"]
-        result["load_and_first_run_ms"] = result["load_ms"] + result["shapes"][str(args.seqs[0])]["firstRunMs"]
     except Exception as error:  # one failing system must not lose the others' numbers
-        result["error"] = f"{type(error).__name__}: {error}".splitlines()[0]
+        result["error"] = f"load: {type(error).__name__}: {first_line(error)}"
         print(f"  {system}: FAILED: {result['error']}", flush=True)
-    finally:
+        cases = []
+    result["cases"] = {}
+    for case in cases:
+        try:
+            inputs = case.inputs()
+            shape = page.evaluate("(cfg) => bench.runShape(cfg)",
+                                  {"inputs": encode_inputs(inputs), "warmup": warmup, "runs": runs})
+        except Exception as error:
+            result["cases"][case.label] = {"error": f"{type(error).__name__}: {first_line(error)}"}
+            print(f"  {system:11s} {case.label:26s}: FAILED: {result['cases'][case.label]['error']}", flush=True)
+            continue
+        output = np.frombuffer(base64.b64decode(shape.pop("output")), dtype=np.float32)
+        reference = references.get(prepared["onnx"], case)
+        if reference is not None:
+            shape["max_abs_diff_vs_onnxruntime_cpu"] = (
+                float(np.max(np.abs(output - reference))) if output.shape == reference.shape else float("inf"))
+            shape["max_abs_reference"] = float(np.max(np.abs(reference)))
+        shape["median_ms"] = statistics.median(shape["timesMs"]) if shape["timesMs"] else shape["firstRunMs"]
+        shape["dispatches_per_run"] = shape["steady"]["dispatches"] / runs if runs else shape["firstRun"]["dispatches"]
+        shape.update(runs=runs, warmup=warmup)
+        result["cases"][case.label] = shape
+        result["totals"] = shape["totals"]
+        print(f"  {system:11s} {case.label:26s}: median {shape['median_ms']:9.1f} ms, first run "
+              f"{shape['firstRunMs']:9.1f} ms, {shape['dispatches_per_run']:g} dispatches, "
+              f"{shape['firstRun']['pipelines']} new pipelines, max diff "
+              f"{shape.get('max_abs_diff_vs_onnxruntime_cpu', float('nan')):.2g}", flush=True)
+    first = result["cases"].get(cases[0].label, {}) if cases else {}
+    if "firstRunMs" in first:
+        result["load_and_first_run_ms"] = result["load_ms"] + first["firstRunMs"]
+    if "totals" in result:  # pipelines created in no case's first run: in warm-up and timed runs
+        result["pipelines_in_repeated_runs"] = result["totals"]["pipelines"] - result["load_counts"]["pipelines"] - sum(
+            c["firstRun"]["pipelines"] for c in result["cases"].values() if "firstRun" in c)
+    with contextlib.suppress(Exception):  # a crashed page is closed already
         page.close()
-    result["page_errors"] = errors
+    result["page_errors"] = errors[:20]
     files = []
     for url, status in dict.fromkeys(requests):
         path = file_for(url, routes)
@@ -187,20 +386,22 @@ def bench_system(context, base_url, routes, system, model, args) -> dict:
     return result
 
 
-def summary_rows(result: dict, seqs: list[int]) -> list[tuple[str, str]]:
-    """(label, key) of the table's rows; key is a path into a system's result."""
-    rows = [(f"median latency seq {s} (ms)", f"shapes.{s}.median_ms") for s in seqs]
-    rows += [(f"first run seq {s} (ms)", f"shapes.{s}.firstRunMs") for s in seqs]
-    rows += [("load (ms)", "load_ms"), (f"load + first run seq {seqs[0]} (ms)", "load_and_first_run_ms")]
-    rows += [(f"dispatches / inference seq {s}", f"shapes.{s}.dispatches_per_run") for s in seqs]
+def summary_rows(labels: list[str]) -> list[tuple[str, str]]:
+    """(label, key) of a model table's rows; key is a path into a system's result."""
+    rows = [(f"median latency, {c} (ms)", f"cases.{c}.median_ms") for c in labels]
+    rows += [(f"first run, {c} (ms)", f"cases.{c}.firstRunMs") for c in labels]
+    rows += [("load (ms)", "load_ms"), (f"load + first run, {labels[0]} (ms)", "load_and_first_run_ms")]
+    rows += [(f"dispatches / inference, {c}", f"cases.{c}.dispatches_per_run") for c in labels]
     rows += [("pipelines created at load", "load_counts.pipelines"),
-             (f"pipelines created, first run seq {seqs[0]}", f"shapes.{seqs[0]}.firstRun.pipelines")]
-    rows += [(f"pipelines created on change to seq {s}", f"shapes.{s}.firstRun.pipelines") for s in seqs[1:]]
+             (f"pipelines created, first run {labels[0]}", f"cases.{labels[0]}.firstRun.pipelines")]
+    rows += [(f"pipelines created on change to {c}", f"cases.{c}.firstRun.pipelines") for c in labels[1:]]
+    rows += [("pipelines created in repeated runs", "pipelines_in_repeated_runs")]
     rows += [("GPU buffer bytes created (all)", "totals.bufferBytes"),
              ("GPU buffer bytes live at peak", "totals.peakLiveBytes"),
              ("GPU buffers created (all)", "totals.buffers"),
              ("runtime download (bytes)", "runtime_bytes")]
-    rows += [(f"max abs diff vs onnxruntime CPU, seq {s}", f"shapes.{s}.max_abs_diff_vs_onnxruntime_cpu") for s in seqs]
+    rows += [(f"max abs diff vs onnxruntime CPU, {c}", f"cases.{c}.max_abs_diff_vs_onnxruntime_cpu") for c in labels]
+    rows += [(f"max abs value of the output, {c}", f"cases.{c}.max_abs_reference") for c in labels[:1]]
     return rows
 
 
@@ -231,80 +432,159 @@ def ratio(a, b) -> str:
     return f"{a / b:.2g}" if a / b < 0.1 else f"{a / b:.2f}"
 
 
-def print_table(model: str, results: dict[str, dict], seqs: list[int]) -> str:
+def case_labels(results: dict[str, dict]) -> list[str]:
+    """The cases any system ran (or tried), in order."""
+    return list(dict.fromkeys(label for result in results.values() for label in result.get("cases", {})))
+
+
+def print_table(model: str, results: dict[str, dict]) -> str:
     systems = list(results)
-    header = ["", *systems]
-    if "relaxweb" in results and BASELINE in results:
-        header.append(f"relaxweb / {BASELINE}")
-    lines = [f"### {model}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for label, key in summary_rows(results[systems[0]], seqs):
-        values = [lookup(results[s], key) for s in systems]
-        cells = [label, *map(fmt, values)]
-        if len(header) > len(systems) + 1:
-            cells.append(ratio(lookup(results["relaxweb"], key), lookup(results[BASELINE], key)))
-        lines.append("| " + " | ".join(cells) + " |")
+    title = MODELS[model].title if model in MODELS else model
+    lines = [f"### {model}: {title}", ""]
+    for system, result in results.items():
+        if "error" in result:
+            lines.append(f"- {system} failed: {result['error']}")
+        for label, case in result.get("cases", {}).items():
+            if "error" in case:
+                lines.append(f"- {system} failed at {label}: {case['error']}")
+    labels = case_labels(results)
+    if labels:
+        header = ["", *systems]
+        if "relaxweb" in results and BASELINE in results:
+            header.append(f"relaxweb / {BASELINE}")
+        lines += ["", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        for label, key in summary_rows(labels):
+            values = [lookup(results[s], key) for s in systems]
+            cells = [label, *map(fmt, values)]
+            if len(header) > len(systems) + 1:
+                cells.append(ratio(lookup(results["relaxweb"], key), lookup(results[BASELINE], key)))
+            lines.append("| " + " | ".join(cells) + " |")
     text = "\n".join(lines)
     print(text)
     return text
 
 
-def plot(all_results: dict, seqs: list[int], path: Path) -> None:
-    """An SVG of median latency against seq, one panel per model, one line per system (no
-    plotting library needed); both axes are logarithmic."""
+def overview_table(all_results: dict) -> str:
+    """One row per model and case: median latencies, the ratio, and whether each system's
+    output matched onnxruntime (Python, CPU)."""
+    systems = [s for s in ALL_SYSTEMS if any(s in results for results in all_results.values())]
+    header = ["model", "case", *(f"{s} median (ms)" for s in systems), f"relaxweb / {BASELINE}",
+              *(f"{s} max abs diff" for s in systems)]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for model, results in all_results.items():
+        for label in case_labels(results) or ["-"]:
+            medians = [lookup(results.get(s, {}), f"cases.{label}.median_ms") for s in systems]
+            diffs = [lookup(results.get(s, {}), f"cases.{label}.max_abs_diff_vs_onnxruntime_cpu") for s in systems]
+            failed = ["failed" if "error" in results.get(s, {}) or lookup(results.get(s, {}), f"cases.{label}.error")
+                      else None for s in systems]
+            cells = [model, label, *(f or fmt(m) for f, m in zip(failed, medians)),
+                     ratio(lookup(results.get("relaxweb", {}), f"cases.{label}.median_ms"),
+                           lookup(results.get(BASELINE, {}), f"cases.{label}.median_ms")),
+                     *(f or fmt(d) for f, d in zip(failed, diffs))]
+            lines.append("| " + " | ".join(cells) + " |")
+    text = "\n".join(lines)
+    print(text)
+    return text
+
+
+def goals_table(all_results: dict) -> str:
+    """Issue 13's goals, relaxweb / onnxruntime-web (webgpu), per model: median latency at
+    every case <= 0.5, load <= 1.0, load + first run <= 0.5, GPU bytes at peak <= 0.7."""
+    lines = [("| model | median latency (each case) | load | load + first run | GPU bytes at peak "
+              "| relaxweb pipelines after load |"), "|---|---|---|---|---|---|"]
+    for model, results in all_results.items():
+        if "relaxweb" not in results or BASELINE not in results:
+            continue
+        mine, theirs = results["relaxweb"], results[BASELINE]
+
+        def goal(key: str, limit: float, mine=mine, theirs=theirs) -> str:
+            a, b = lookup(mine, key), lookup(theirs, key)
+            if a is None or b is None or b == 0:
+                return "-"
+            return f"{a / b:.2f} {'met' if a / b <= limit else 'missed'}"
+
+        latencies = ", ".join(goal(f"cases.{c}.median_ms", 0.5) for c in case_labels(results))
+        total, at_load = lookup(mine, "totals.pipelines"), lookup(mine, "load_counts.pipelines")
+        after_load = "-" if total is None else f"{total - at_load} {'met' if total == at_load else 'missed'}"
+        lines.append(f"| {model} | {latencies} | {goal('load_ms', 1.0)} | {goal('load_and_first_run_ms', 0.5)} | "
+                     f"{goal('totals.peakLiveBytes', 0.7)} | {after_load} |")
+    text = "\n".join(lines)
+    print(text)
+    return text
+
+
+def plot(all_results: dict, path: Path) -> None:
+    """An SVG of median latency per model and case, one bar per system, as a ratio to
+    onnxruntime-web (webgpu) on a logarithmic axis (no plotting library needed)."""
     import math
 
     colors = {"relaxweb": "#1f77b4", "ort-webgpu": "#d62728", "ort-wasm": "#7f7f7f"}
-    width, height, margin = 360, 260, 50
-    panels = []
-    for index, (model, results) in enumerate(all_results.items()):
-        lines = {system: [lookup(result, f"shapes.{s}.median_ms") for s in seqs] for system, result in results.items()}
-        values = [v for medians in lines.values() for v in medians if v]
-        if not values:
-            continue
-        low, high = math.log10(min(values)) - 0.1, math.log10(max(values)) + 0.1
-        x0 = index * (width + margin)
+    rows = []
+    for model, results in all_results.items():
+        for label in case_labels(results):
+            base = lookup(results.get(BASELINE, {}), f"cases.{label}.median_ms")
+            values = {s: lookup(r, f"cases.{label}.median_ms") for s, r in results.items()}
+            if base:
+                rows.append((f"{model}, {label}", {s: v / base for s, v in values.items() if v}))
+    if not rows:
+        return
+    low, high = math.log10(0.01), math.log10(10)
+    left, width, bar, gap = 240, 420, 9, 8
+    systems = [s for s in colors if any(s in r for _, r in rows)]
 
-        def x(seq: int) -> float:
-            span = math.log10(max(seqs)) - math.log10(min(seqs)) or 1
-            return x0 + margin + (math.log10(seq) - math.log10(min(seqs))) / span * (width - margin - 10)
+    def x(value: float) -> float:
+        return left + (min(max(math.log10(value), low), high) - low) / (high - low) * width
 
-        def y(ms: float) -> float:
-            return 10 + (high - math.log10(ms)) / (high - low) * (height - margin - 10)
-
-        parts = [f'<text x="{x0 + width / 2:.0f}" y="12" text-anchor="middle" font-size="13">{model}</text>',
-                 f'<line x1="{x0 + margin}" y1="{height - margin}" x2="{x0 + width}" y2="{height - margin}" stroke="black"/>',
-                 f'<line x1="{x0 + margin}" y1="10" x2="{x0 + margin}" y2="{height - margin}" stroke="black"/>',
-                 f'<text x="{x0 + width / 2 + 20:.0f}" y="{height - 12}" text-anchor="middle" font-size="11">seq (batch 1)</text>',
-                 f'<text x="{x0 + 12}" y="{height / 2 - 20:.0f}" font-size="11" transform="rotate(-90 {x0 + 12} {height / 2 - 20:.0f})" '
-                 'text-anchor="middle">median latency (ms)</text>']
-        for seq in seqs:
-            parts.append(f'<text x="{x(seq):.1f}" y="{height - margin + 14}" text-anchor="middle" font-size="10">{seq}</text>')
-        for decade in range(math.floor(low), math.ceil(high) + 1):
-            for step in (1, 2, 5):
-                ms = step * 10 ** decade
-                if low <= math.log10(ms) <= high:
-                    parts.append(f'<text x="{x0 + margin - 4}" y="{y(ms) + 3:.1f}" text-anchor="end" font-size="10">{ms:g}</text>')
-        for row, (system, medians) in enumerate(lines.items()):
-            points = " ".join(f"{x(s):.1f},{y(m):.1f}" for s, m in zip(seqs, medians) if m)
-            color = colors.get(system, "black")
-            parts.append(f'<polyline points="{points}" fill="none" stroke="{color}" stroke-width="2"/>')
-            parts.append(f'<text x="{x0 + margin + 8}" y="{24 + 13 * row}" font-size="11" fill="{color}">{system}</text>')
-        panels.append("\n".join(parts))
-    total_width = len(panels) * (width + margin)
-    svg = (f'<svg xmlns="http://www.w3.org/2000/svg" width="{total_width}" height="{height}" font-family="sans-serif">\n'
-           f'<rect width="100%" height="100%" fill="white"/>\n' + "\n".join(panels) + "\n</svg>\n")
+    parts = [(f'<text x="{left + width / 2}" y="14" text-anchor="middle" font-size="13">'
+              f'median latency / onnxruntime-web (webgpu), log scale: below 1 is faster</text>')]
+    y = 30
+    for label, values in rows:
+        parts.append(f'<text x="{left - 6}" y="{y + bar * len(systems) / 2 + 4:.0f}" text-anchor="end" font-size="11">{label}</text>')
+        for system in systems:
+            if system in values:
+                parts.append(f'<rect x="{x(0.01):.1f}" y="{y}" width="{x(values[system]) - x(0.01):.1f}" height="{bar - 1}" '
+                             f'fill="{colors[system]}"/>')
+                parts.append(f'<text x="{x(values[system]) + 3:.1f}" y="{y + bar - 1}" font-size="9">{values[system]:.2g}</text>')
+            y += bar
+        y += gap
+    for tick in (0.01, 0.1, 0.5, 1, 10):
+        parts.append(f'<line x1="{x(tick):.1f}" y1="24" x2="{x(tick):.1f}" y2="{y}" stroke="#999" stroke-dasharray="2,2"/>')
+        parts.append(f'<text x="{x(tick):.1f}" y="{y + 12}" text-anchor="middle" font-size="10">{tick:g}</text>')
+    for i, system in enumerate(systems):
+        parts.append(f'<rect x="{left + i * 120}" y="{y + 20}" width="10" height="10" fill="{colors[system]}"/>')
+        parts.append(f'<text x="{left + i * 120 + 14}" y="{y + 29}" font-size="11">{system}</text>')
+    svg = (f'<svg xmlns="http://www.w3.org/2000/svg" width="{left + width + 60}" height="{y + 40}" font-family="sans-serif">\n'
+           f'<rect width="100%" height="100%" fill="white"/>\n' + "\n".join(parts) + "\n</svg>\n")
     path.write_text(svg)
     print(f"wrote {path}")
 
 
+def print_report(report: dict) -> None:
+    print(f"adapter: {report['adapter']}, {report.get('seconds', '?')} s in all\n")
+    overview_table(report["results"])
+    print()
+    for name, results in report["results"].items():
+        print_table(name, results)
+        print()
+    goals_table(report["results"])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--models", nargs="+", default=["gpt2_legacy", "bert_legacy"])
+    parser.add_argument("--models", nargs="+", choices=sorted(MODELS), metavar="NAME",
+                        default=[name for name, model in MODELS.items() if model.real],
+                        help="models to run (default: the real ones): " + ", ".join(MODELS))
+    parser.add_argument("--cases", nargs="+", metavar="LABEL",
+                        help="only the cases with these labels (e.g. '640x640' 'decode 1 token, past 128')")
     parser.add_argument("--systems", nargs="+", default=list(ALL_SYSTEMS), choices=ALL_SYSTEMS)
-    parser.add_argument("--seqs", nargs="+", type=int, default=[8, 32, 128])
-    parser.add_argument("--batch", type=int, default=1)
-    parser.add_argument("--runs", type=int, default=20, help="timed runs per shape (default 20)")
-    parser.add_argument("--warmup", type=int, default=3, help="untimed runs per shape after the first")
+    parser.add_argument("--runs", type=int, help="timed runs per case (default: the model's, 1 to 3; 20 for tiny ones)")
+    parser.add_argument("--warmup", type=int, help="untimed runs per case after the first (default: the model's)")
+    parser.add_argument("--quick", action="store_true", help="first case only, one timed run, no warm-up")
+    parser.add_argument("--reuse-build", action="store_true",
+                        help="keep a bundle already in --work instead of building it again (while developing)")
+    parser.add_argument("--build-timeout", type=int, default=1800, help="seconds one relaxweb build may take")
+    parser.add_argument("--relaxweb-options", type=json.loads, default={}, metavar="JSON",
+                        help="options for relaxweb's load() in the page, e.g. '{\"bounds\": {\"seq\": 128}}'")
     parser.add_argument("--work", type=Path, default=BENCH_DIR / "build", help="models and bundles")
     parser.add_argument("--out", type=Path, default=BENCH_DIR / "results.json")
     parser.add_argument("--plot", type=Path, default=BENCH_DIR / "latency.svg", help="the latency plot (SVG)")
@@ -312,10 +592,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.table:
         report = json.loads(args.table.read_text())
-        for name, results in report["results"].items():
-            print_table(name, results, report["settings"]["seqs"])
-            print()
-        plot(report["results"], report["settings"]["seqs"], args.plot)
+        print_report(report)
+        plot(report["results"], args.plot)
         return
 
     systems = list(args.systems)
@@ -324,48 +602,59 @@ def main() -> None:
               "benchmarking relaxweb alone", flush=True)
         systems = [s for s in systems if s == "relaxweb"]
 
-    models = prepare_models(args.models, args.work)
+    started = time.monotonic()
+    prepared = prepare_models(args.models, args.work, args.build_timeout, args.reuse_build)
     routes = [("/ort/", ORT_DIST), ("/models/", args.work.resolve()), ("/", BENCH_DIR)]
     server = start_server(routes)
     base_url = f"http://127.0.0.1:{server.server_address[1]}/"
-    all_results: dict[str, dict[str, dict]] = {}
-    browser_version = None
+    report = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": " ".join(["python3", "bench/run.py", *sys.argv[1:]]),
+        "platform": platform.platform(),
+        "onnxruntime_web": json.loads((ORT_DIST.parent / "package.json").read_text())["version"]
+        if ORT_DIST.is_dir() else None,
+        "settings": {"quick": args.quick, "runs": args.runs, "warmup": args.warmup, "cases": args.cases,
+                     "relaxweb_options": args.relaxweb_options},
+        "build_seconds": {name: round(p["build_s"], 1) for name, p in prepared.items() if "build_s" in p},
+        "results": {},
+    }
+    references = References()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     try:
         with sync_playwright() as playwright:
-            browser = launch_chromium(playwright)
-            browser_version = browser.version
-            context = browser.new_context()
-            context.add_init_script(path=str(BENCH_DIR / "instrument.js"))
-            for name, model in models.items():
+            browser = None
+            for name, model in prepared.items():
                 print(f"{name}:", flush=True)
-                all_results[name] = {s: bench_system(context, base_url, routes, s, model, args) for s in systems}
-            browser.close()
+                results = report["results"][name] = {}
+                for system in systems:
+                    if "error" in model or (system == "relaxweb" and "build_error" in model):
+                        results[system] = {"system": system, "error": model.get("error") or model["build_error"]}
+                        continue
+                    if browser is None or not browser.is_connected():  # the first, or after a crash
+                        browser = launch_chromium(playwright)
+                        report["browser"] = f"Chromium {browser.version}"
+                        context = browser.new_context()
+                        context.add_init_script(path=str(BENCH_DIR / "instrument.js"))
+                    results[system] = bench_system(context, base_url, routes, system, name, model, references, args)
+                report["seconds"] = round(time.monotonic() - started)
+                args.out.write_text(json.dumps(report, indent=1))  # what is done so far survives a later crash
+            if browser is not None:
+                browser.close()
     finally:
         server.shutdown()
         server.server_close()
 
-    adapters = {json.dumps(r.get("page_adapter"), sort_keys=True) for rs in all_results.values() for r in rs.values()}
-    report = {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "command": " ".join(["python3", "bench/run.py", *sys.argv[1:]]),
-        "browser": f"Chromium {browser_version}",
-        "platform": platform.platform(),
-        "adapter": [json.loads(a) for a in sorted(adapters)],
-        "onnxruntime_web": json.loads((ORT_DIST.parent / "package.json").read_text())["version"]
-        if ORT_DIST.is_dir() else None,
-        "settings": {"batch": args.batch, "seqs": args.seqs, "runs": args.runs, "warmup": args.warmup},
-        "results": all_results,
-    }
-    if len(adapters) != 1:
+    adapters = {json.dumps(r["page_adapter"], sort_keys=True)
+                for results in report["results"].values() for r in results.values() if "page_adapter" in r}
+    report["adapter"] = [json.loads(a) for a in sorted(adapters)]
+    report["seconds"] = round(time.monotonic() - started)
+    if len(adapters) > 1:
         print(f"WARNING: pages saw different adapters: {sorted(adapters)}")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1))
-    print(f"\nadapter: {report['adapter']}\n")
-    for name, results in all_results.items():
-        print_table(name, results, args.seqs)
-        print()
+    print()
+    print_report(report)
     print(f"wrote {args.out}")
-    plot(all_results, args.seqs, args.plot)
+    plot(report["results"], args.plot)
 
 
 if __name__ == "__main__":
