@@ -234,8 +234,10 @@ def _source(name, inputs, output, batch, kv_batch, query_length, key_length, hea
         "  // WGSL compilers may fold a constant one)",
         "  let nan = bitcast<f32>(0x7fc00000u | (local & 0u));",
         "  let out_start = (bh * seq_q + row) * VALUE_HEAD;",
-        *(f"  out[out_start + {i * width + c}] = select(nan, acc{i}{f'[{c}]' if width > 1 else ''} / running_sum, started);"
-          for i in range(value_words) for c in range(width)),
+        "  // no keys at all: an empty sum, 0 (as the value product of an empty softmax)",
+        "  let empty = seq_k == 0;",
+        *(f"  out[out_start + {i * width + c}] = select(select(nan, acc{i}{f'[{c}]' if width > 1 else ''} / running_sum, "
+          "started), 0.0, empty);" for i in range(value_words) for c in range(width)),
         "}",
     ]
     return "\n".join(lines) + "\n"
