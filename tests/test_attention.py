@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 from onnx import helper
 
+from relaxweb.bundle import write_bundle
 from relaxweb.compiler import compile_module, import_model
 from relaxweb.ir import FunctionBuilder, SizeVar, TensorStructInfo
-from relaxweb.bundle import write_bundle
 from relaxweb.ir.expr import Call
 from relaxweb.ir.functor import iter_bindings
 from relaxweb.ir.interpreter import run_module

@@ -161,9 +161,10 @@ def _attention_inputs() -> dict[str, np.ndarray]:
     return {"q": rand(2, 2, 5, 4, seed=1), "keys": rand(2, 5, 2, 4, seed=2), "v": rand(2, 2, 5, 3, seed=3), "mask": mask}
 
 
-def test_fuse_attention_rewrites_the_exported_subgraph_into_one_op() -> None:
+@pytest.mark.parametrize("order", ["add(scaled, mask)", "add(mask, scaled)"])
+def test_fuse_attention_rewrites_the_exported_subgraph_into_one_op(order: str) -> None:
     """The keys' transpose becomes the one that gives [b, 2, s, 4]; scores, scale, mask add
-    and softmax go."""
+    and softmax go (the mask on either side of the add)."""
     expected = '''
 @function(inputs=["q", "keys", "v", "mask"], outputs=["y"])
 def main(q: Tensor((b, 2, s, 4), "float32"), keys: Tensor((b, s, 2, 4), "float32"), v: Tensor((b, 2, s, 3), "float32"), mask: Tensor((b, 1, 1, s), "float32")) -> Tensor((b, 2, s, 3), "float32"):
@@ -173,7 +174,7 @@ def main(q: Tensor((b, 2, s, 4), "float32"), keys: Tensor((b, s, 2, 4), "float32
         output(y)
     return y
 '''
-    check_rewrite(fuse_attention, ATTENTION_BEFORE, expected, _attention_inputs())
+    check_rewrite(fuse_attention, ATTENTION_BEFORE.replace("add(scaled, mask)", order), expected, _attention_inputs())
 
 
 @pytest.mark.parametrize("change, why", [

@@ -487,7 +487,8 @@ def test_lower_rejects_an_unplanned_function() -> None:
 
 def test_pipeline_order_and_steps() -> None:
     optimize = ["canonicalize_bindings", "fold_scalar_constants", "fuse_ops", "schedule_programs", "share_programs"]
-    assert [p.__name__ for p in PIPELINE] == ["fuse_attention", "legalize_ops", *optimize, "plan_memory", "lower_shapes_to_host"]
+    assert [p.__name__ for p in PIPELINE] == ["fuse_attention", "legalize_ops", *optimize, "plan_memory",
+                                              "lower_shapes_to_host"]
     assert [p.__name__ for p in pipeline(0)] == ["legalize_ops", "plan_memory", "lower_shapes_to_host"]
     with pytest.raises(ValueError, match="opt level 3 does not exist"):
         pipeline(3)

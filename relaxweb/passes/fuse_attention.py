@@ -104,25 +104,33 @@ class _AttentionFuser(ExprMutator):
         rank = _rank(weights.struct_info)
         if rank < 2 or [a % rank for a in weights.attrs.get("axes", ())] != [rank - 1]:
             return None
-        scores_var, mask = weights.args[0], None
-        masked = self._single_use(scores_var, definitions, "add")
-        if masked is not None:
-            chain.append(scores_var)
-            scores_var, mask = self._scores_side(masked.args, definitions)
-            if mask is None or not _same_shape(masked.struct_info, scores_var.struct_info):
-                return None
+        masked = self._single_use(weights.args[0], definitions, "add")
+        if masked is None:
+            return self._rewrite(binding, weights.args[0], None, v, chain, definitions, taken)
+        if not _same_shape(masked.struct_info, weights.struct_info):
+            return None  # the mask broadcasts the scores up
+        for scores, mask in (masked.args, masked.args[::-1]):  # add(scores, mask) or add(mask, scores)
+            match = self._rewrite(binding, scores, mask, v, [*chain, weights.args[0]], definitions, taken)
+            if match is not None:
+                return match
+        return None
+
+    def _rewrite(self, binding: VarBinding, scores_var: Expr, mask: Expr | None, v: Expr, chain: list,
+                 definitions: dict, taken: set[Var]) -> _Match | None:
+        """The rest of the match from the (masked) scores' input: an optional scale, the
+        first matmul, the checks, and the new bindings."""
         scale = 1.0
         scaled = self._single_use(scores_var, definitions, ("multiply", "divide"))
         if scaled is not None:
             factor = _scale_of(scaled, scores_var)
             if factor is None:
                 return None
-            chain.append(scores_var)
+            chain = [*chain, scores_var]
             scores_var, scale = factor
         product = self._single_use(scores_var, definitions, "matmul")
         if product is None:
             return None
-        chain.append(scores_var)
+        chain = [*chain, scores_var]
         q, k_t = product.args
         if any(var in taken for var in chain) or not _fits(q, k_t, v, mask, binding.var):
             return None
@@ -135,14 +143,6 @@ class _AttentionFuser(ExprMutator):
         if not _same_shape(call.struct_info, binding.var.struct_info):
             return None
         return _Match([*bindings, VarBinding(binding.var, call)], set(chain) | replaced)
-
-    def _scores_side(self, args: tuple, definitions: dict) -> tuple[Expr | None, Expr | None]:
-        """(the scores, the mask) of ``add(scores, mask)`` or ``add(mask, scores)``: the
-        scores are the side a scale or the first matmul computes."""
-        for scores, mask in (args, args[::-1]):
-            if self._single_use(scores, definitions, ("multiply", "divide", "matmul")) is not None:
-                return scores, mask
-        return None, None
 
     def _keys(self, k_t: Expr, definitions: dict) -> tuple[Expr, list[Binding], set[Var]]:
         """``k`` ([..., Sk, D]) for ``k_t`` ([..., D, Sk]): the input of ``k_t``'s transpose
