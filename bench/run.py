@@ -452,7 +452,9 @@ def print_table(model: str, results: dict[str, dict]) -> str:
         header = ["", *systems]
         if "relaxweb" in results and BASELINE in results:
             header.append(f"relaxweb / {BASELINE}")
-        lines += ["", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        if lines[-1]:  # after the failures' list
+            lines.append("")
+        lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         for label, key in summary_rows(labels):
             values = [lookup(results[s], key) for s in systems]
             cells = [label, *map(fmt, values)]
