@@ -419,6 +419,8 @@ def fmt(value) -> str:
         return "-"
     if isinstance(value, float) and 0 < abs(value) < 0.01:
         return f"{value:.1e}"
+    if isinstance(value, float) and abs(value) < 1:
+        return f"{value:.2g}"
     if isinstance(value, float) and not value.is_integer():
         return f"{value:.2f}" if value < 1000 else f"{value:,.0f}"
     return f"{int(value):,}"
@@ -452,7 +454,9 @@ def print_table(model: str, results: dict[str, dict]) -> str:
         header = ["", *systems]
         if "relaxweb" in results and BASELINE in results:
             header.append(f"relaxweb / {BASELINE}")
-        lines += ["", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        if lines[-1]:  # after the failures' list
+            lines.append("")
+        lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         for label, key in summary_rows(labels):
             values = [lookup(results[s], key) for s in systems]
             cells = [label, *map(fmt, values)]
@@ -528,7 +532,7 @@ def plot(all_results: dict, path: Path) -> None:
                 rows.append((f"{model}, {label}", {s: v / base for s, v in values.items() if v}))
     if not rows:
         return
-    low, high = math.log10(0.01), math.log10(10)
+    low, high = math.log10(0.001), math.log10(10)
     left, width, bar, gap = 240, 420, 9, 8
     systems = [s for s in colors if any(s in r for _, r in rows)]
 
@@ -542,12 +546,12 @@ def plot(all_results: dict, path: Path) -> None:
         parts.append(f'<text x="{left - 6}" y="{y + bar * len(systems) / 2 + 4:.0f}" text-anchor="end" font-size="11">{label}</text>')
         for system in systems:
             if system in values:
-                parts.append(f'<rect x="{x(0.01):.1f}" y="{y}" width="{x(values[system]) - x(0.01):.1f}" height="{bar - 1}" '
+                parts.append(f'<rect x="{x(0.001):.1f}" y="{y}" width="{x(values[system]) - x(0.001):.1f}" height="{bar - 1}" '
                              f'fill="{colors[system]}"/>')
                 parts.append(f'<text x="{x(values[system]) + 3:.1f}" y="{y + bar - 1}" font-size="9">{values[system]:.2g}</text>')
             y += bar
         y += gap
-    for tick in (0.01, 0.1, 0.5, 1, 10):
+    for tick in (0.001, 0.01, 0.1, 0.5, 1, 10):
         parts.append(f'<line x1="{x(tick):.1f}" y1="24" x2="{x(tick):.1f}" y2="{y}" stroke="#999" stroke-dasharray="2,2"/>')
         parts.append(f'<text x="{x(tick):.1f}" y="{y + 12}" text-anchor="middle" font-size="10">{tick:g}</text>')
     for i, system in enumerate(systems):
@@ -559,8 +563,15 @@ def plot(all_results: dict, path: Path) -> None:
     print(f"wrote {path}")
 
 
+def adapters_seen(report: dict) -> list[dict]:
+    """The adapters the pages got (one, unless something is wrong)."""
+    adapters = {json.dumps(r["page_adapter"], sort_keys=True)
+                for results in report["results"].values() for r in results.values() if "page_adapter" in r}
+    return [json.loads(a) for a in sorted(adapters)]
+
+
 def print_report(report: dict) -> None:
-    print(f"adapter: {report['adapter']}, {report.get('seconds', '?')} s in all\n")
+    print(f"adapter: {report.get('adapter', '?')}, {report.get('seconds', '?')} s in all\n")
     overview_table(report["results"])
     print()
     for name, results in report["results"].items():
@@ -637,6 +648,7 @@ def main() -> None:
                         context.add_init_script(path=str(BENCH_DIR / "instrument.js"))
                     results[system] = bench_system(context, base_url, routes, system, name, model, references, args)
                 report["seconds"] = round(time.monotonic() - started)
+                report["adapter"] = adapters_seen(report)
                 args.out.write_text(json.dumps(report, indent=1))  # what is done so far survives a later crash
             if browser is not None:
                 browser.close()
@@ -644,12 +656,10 @@ def main() -> None:
         server.shutdown()
         server.server_close()
 
-    adapters = {json.dumps(r["page_adapter"], sort_keys=True)
-                for results in report["results"].values() for r in results.values() if "page_adapter" in r}
-    report["adapter"] = [json.loads(a) for a in sorted(adapters)]
+    report["adapter"] = adapters_seen(report)
     report["seconds"] = round(time.monotonic() - started)
-    if len(adapters) > 1:
-        print(f"WARNING: pages saw different adapters: {sorted(adapters)}")
+    if len(report["adapter"]) > 1:
+        print(f"WARNING: pages saw different adapters: {report['adapter']}")
     args.out.write_text(json.dumps(report, indent=1))
     print()
     print_report(report)
