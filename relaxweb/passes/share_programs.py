@@ -186,14 +186,12 @@ class _Redirect(ExprMutator):
         self.redirect = redirect
 
     def visit_call_tir(self, call: CallTIR) -> Expr:
-        call = super().visit_call_tir(call)
-        if call.program not in self.redirect:
-            return call
-        name, values = self.redirect[call.program]
-        return replace(call, program=name, size_var_values=(*call.size_var_values, *values))
+        return self.redirected(super().visit_call_tir(call))
 
     def visit_call_tir_into(self, call: CallTIRInto) -> Expr:
-        call = super().visit_call_tir_into(call)
+        return self.redirected(super().visit_call_tir_into(call))
+
+    def redirected(self, call):
         if call.program not in self.redirect:
             return call
         name, values = self.redirect[call.program]
