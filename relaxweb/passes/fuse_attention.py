@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..ir.builder import FunctionBuilder
 from ..ir.expr import Binding, Call, Constant, DataflowBlock, DataflowVar, Expr, Function, Var, VarBinding
 from ..ir.functor import ExprMutator, use_counts
 from ..ir.module import IRModule
@@ -63,7 +64,9 @@ class _AttentionFuser(ExprMutator):
     def __init__(self, function: Function) -> None:
         super().__init__()
         self.uses = use_counts(function)
-        self.names = {param.name for param in function.params} | {b.var.name for b in function.bindings()}
+        self.names = FunctionBuilder(function.name)  # new variables take names no variable has
+        for var in (*function.params, *(b.var for b in function.bindings())):
+            self.names.unique_name(var.name)
 
     def visit_dataflow_block(self, block: DataflowBlock) -> DataflowBlock:
         definitions = {b.var: b.value for b in block.bindings if isinstance(b, VarBinding)}
@@ -160,16 +163,8 @@ class _AttentionFuser(ExprMutator):
         if axes == list(range(rank)):
             return source, [], replaced
         call = call_op("transpose", source, axes=axes)
-        keys = DataflowVar(self._fresh(f"{getattr(k_t, 'name', 'attention')}_keys"), call.struct_info)
+        keys = DataflowVar(self.names.unique_name(f"{getattr(k_t, 'name', 'attention')}_keys"), call.struct_info)
         return keys, [VarBinding(keys, call)], replaced
-
-    def _fresh(self, hint: str) -> str:
-        name, count = hint, 0
-        while name in self.names:
-            count += 1
-            name = f"{hint}_{count}"
-        self.names.add(name)
-        return name
 
 
 def _rank(info) -> int:
