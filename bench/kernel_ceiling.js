@@ -106,7 +106,7 @@ ${stores.join("\n")}
   };
 
   return {
-    matmul: { register4x4: matmul(4, 1), register8x4: matmul(8, 1), register4x8: matmul(4, 2) },
+    matmul: { register4x4: matmul(4, 1), register8x4: matmul(8, 1), register4x8: matmul(4, 2), register8x8: matmul(8, 2) },
     conv: { direct4: conv3x3(4), direct8: conv3x3(8) },
   };
 })();

@@ -122,9 +122,9 @@ class Bundle:
         return {kernel["file"]: len(read_bundle_file(self.path, kernel["file"], MAX_KERNEL_BYTES, "kernel"))
                 for kernel in self.manifest["kernels"]}
 
-    def load(self, *, device: Any = None, profiling: bool = False) -> Session:
+    def load(self, *, device: Any = None, profiling: bool = False, kernels: str = "auto") -> Session:
         """The bundle loaded with the Python runtime (see :func:`load`)."""
-        return load(self.path, device=device, profiling=profiling)
+        return load(self.path, device=device, profiling=profiling, kernels=kernels)
 
     def __str__(self) -> str:
         return format_manifest(self.manifest, self.shader_bytes)
@@ -151,7 +151,7 @@ def build(model: Model, out_dir: str | Path, *, bounds: Mapping[str, int] | None
     return Bundle(Path(out_dir), manifest)
 
 
-def load(bundle_dir: str | Path, *, device: Any = None, profiling: bool = False) -> Session:
+def load(bundle_dir: str | Path, *, device: Any = None, profiling: bool = False, kernels: str = "auto") -> Session:
     """Load a bundle with the Python runtime (wgpu), as ``relaxweb run DIR`` does; then
     ``session.run({"x": array, ...})`` returns the outputs by name, as many times as wanted,
     and ``session.profile(inputs)`` runs once timing every kernel (``relaxweb run DIR --profile``).
@@ -159,8 +159,11 @@ def load(bundle_dir: str | Path, *, device: Any = None, profiling: bool = False)
     ``device`` is a ``wgpu.GPUDevice``; by default a device shared by every session.
     ``profiling=True`` requests the adapter's ``timestamp-query`` feature when it has one
     (a device shared by profiling sessions), so that profiles time kernels on the GPU.
+    ``kernels`` picks the shaders of kernels that have a variant for CPU adapters
+    (``relaxweb/wgsl/variants.py``): ``"auto"`` (the CPU ones on a CPU adapter such as
+    lavapipe), ``"gpu"`` or ``"cpu"``; ``session.kernels`` says which were compiled.
     """
-    return Session(check_bundle_folder(bundle_dir), device, profiling=profiling)
+    return Session(check_bundle_folder(bundle_dir), device, profiling=profiling, kernels=kernels)
 
 
 def run_in_browser(bundle_dir: str | Path, inputs: Mapping[str, np.ndarray], *,

@@ -25,9 +25,11 @@ from .ir.library_kernel import LibraryKernel
 from .ir.module import IRModule
 from .ir.schedule import WORKGROUP_SIZE
 from .ir.symbolic import format_expr, free_vars, upper_bound
+from .ir.tir import TensorProgram
 from .ir.params_block import PARAMS_SLOT, ParamsLayout
 from .wasm import MAX_RANK, CallSiteParams, assemble, emit_host_wat
 from .wgsl import ShaderInfo, emit_wgsl
+from .wgsl.variants import cpu_variant
 
 FORMAT = "relaxweb-bundle"
 # 2: the manifest's ``dtypes`` table replaced each tensor's ``device_dtype``.
@@ -71,8 +73,9 @@ def write_bundle(module: IRModule, out_dir: str | Path, source: str, progress: P
             kernel_index[dispatch.program] = len(kernels)
             file = f"kernels/{dispatch.program}.wgsl"
             (out / file).write_text(shader.source)
+            variant = _cpu_variant_entry(module.programs[dispatch.program], shader, out)
             kernels.append({
-                "name": dispatch.program, "file": file, "entry_point": "main",
+                "name": dispatch.program, "file": file, **variant, "entry_point": "main",
                 "workgroup_size": [WORKGROUP_SIZE, 1, 1], "bindings": list(shader.bindings),
                 "workgroup_storage_bytes": shader.workgroup_storage_bytes,
                 "params": list(shader.params.fields),
@@ -148,6 +151,20 @@ def _sequence_entry(value: HostInput | HostOutput, host: HostFunction) -> dict:
 
 def _sequence_kind(value: HostInput | HostOutput) -> str:
     return "optional_sequence" if value.optional else "sequence"
+
+
+def _cpu_variant_entry(kernel, shader: ShaderInfo, out: Path) -> dict:
+    """``{"cpu_file": ...}`` when the kernel has a shader for CPU adapters
+    (``relaxweb/wgsl/variants.py``), written next to its own; ``{}`` otherwise."""
+    variant = cpu_variant(kernel) if isinstance(kernel, TensorProgram) else None
+    if variant is None:
+        return {}
+    variant_shader = emit_wgsl(variant)
+    if (variant_shader.params, variant_shader.bindings) != (shader.params, shader.bindings):
+        raise AssertionError(f"{kernel.name}: the CPU variant must keep the kernel's params and bindings")
+    file = f"kernels/{kernel.name}.cpu.wgsl"
+    (out / file).write_text(variant_shader.source)
+    return {"cpu_file": file}
 
 
 def emit_kernel(kernel) -> ShaderInfo:

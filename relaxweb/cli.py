@@ -87,6 +87,8 @@ def _run_target(args: argparse.Namespace) -> Path:
         if args.browser or args.profile:
             raise RelaxwebError(f"--reference and {'--browser' if args.browser else '--profile'} exclude each other: "
                                 "--reference runs an .onnx model in the reference interpreter (numpy, no GPU)")
+        if args.kernels != "auto":
+            raise RelaxwebError("--kernels picks a bundle's shaders; --reference runs no shader")
         if target.is_dir():
             raise RelaxwebError(f"{target}: is a folder; --reference runs an .onnx model in the reference "
                                 "interpreter (a bundle folder runs without --reference)")
@@ -96,6 +98,9 @@ def _run_target(args: argparse.Namespace) -> Path:
                             "interpreter (numpy, no GPU)")
     else:
         check_bundle_folder(args.target)
+    if args.browser and args.kernels != "auto":
+        raise RelaxwebError("--kernels applies to the Python runtime; in the browser the runtime picks the shaders "
+                            "from the adapter")
     return target
 
 
@@ -117,12 +122,12 @@ def command_run(args: argparse.Namespace) -> int:
         where = "headless Chromium (WebGPU)"
         including = "including load"
     elif args.profile:
-        profile = load(target, profiling=True).profile(inputs)
+        profile = load(target, profiling=True, kernels=args.kernels).profile(inputs)
         outputs = profile.outputs
         where = "Python runtime (wgpu), profiled"
         including = "including load"
     else:
-        outputs = load(target).run(inputs)
+        outputs = load(target, kernels=args.kernels).run(inputs)
         where = "Python runtime (wgpu)"
         including = "including load"
     elapsed = time.perf_counter() - started
@@ -195,6 +200,9 @@ def make_parser() -> argparse.ArgumentParser:
     run.add_argument("--profile", action="store_true",
                      help="time every kernel (timestamp queries where the adapter has them, else one submit per "
                           "dispatch) and print a table of the slowest: calls, ms, share, GFLOP/s, GB/s")
+    run.add_argument("--kernels", choices=("auto", "gpu", "cpu"), default="auto",
+                     help="for kernels that have a shader for CPU adapters (matmuls: no workgroup memory), which "
+                          "to compile: auto (the CPU one on a CPU adapter such as lavapipe; the default), gpu or cpu")
     run.add_argument("--reference", action="store_true",
                      help="run an .onnx model (not a bundle) in the reference interpreter: numpy, no GPU")
     run.set_defaults(handler=command_run)

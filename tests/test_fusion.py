@@ -22,7 +22,7 @@ from relaxweb.ir.interpreter import run_module, run_program
 from relaxweb.ir.launch import dispatch_count, vectorizable, workgroup_storage_bytes
 from relaxweb.ir.pattern import Pattern, analyze_matmul, program_pattern
 from relaxweb.ir.schedule import (
-    ElementSchedule, Schedule, TiledMatmulSchedule, VectorizedSchedule, WorkgroupReductionSchedule,
+    ElementSchedule, RegisterMatmulSchedule, Schedule, TiledMatmulSchedule, VectorizedSchedule, WorkgroupReductionSchedule,
 )
 from relaxweb.ir.structural import assert_structural_equal
 from relaxweb.ir.symbolic import Analyzer, IntImm, evaluate
@@ -295,8 +295,13 @@ def scheduled(program: TensorProgram, schedule: Schedule) -> TensorProgram:
     return replace(program, schedule=schedule)
 
 
+# every schedule of matmul-like programs: staged through workgroup memory, or read into registers
+MATMUL_SCHEDULES = [TiledMatmulSchedule(), RegisterMatmulSchedule(block=8), RegisterMatmulSchedule(block=4)]
+
+
+@pytest.mark.parametrize("schedule", MATMUL_SCHEDULES, ids=str)
 @pytest.mark.parametrize("sizes", [(1, 1, 1), (37, 19, 45), (64, 16, 32), (5, 70, 3)])
-def test_tiled_matmul_with_epilogue_on_gpu(device, sizes: tuple[int, int, int]) -> None:
+def test_tiled_matmul_with_epilogue_on_gpu(device, sizes: tuple[int, int, int], schedule: Schedule) -> None:
     rows, depth, columns = sizes
     # out = relu(A @ B + bias): the matmul with a fused epilogue
     a, b, bias = Buffer("A", (n, k), "float32"), Buffer("B", (k, m), "float32"), Buffer("C", (m,), "float32")
@@ -308,28 +313,31 @@ def test_tiled_matmul_with_epilogue_on_gpu(device, sizes: tuple[int, int, int]) 
     arrays = [rand(rows, depth, seed=1), rand(depth, columns, seed=2), rand(columns, seed=3)]
     size_vars = {"n": rows, "k": depth, "m": columns}
     want = run_program(program, arrays, size_vars)
-    got = run_kernel_on_gpu(device, scheduled(program, TiledMatmulSchedule()), arrays, size_vars)
+    got = run_kernel_on_gpu(device, scheduled(program, schedule), arrays, size_vars)
     assert_close(got, want, F32_LOOSE)
-    assert "var<workgroup> tile_a" in emit_wgsl(scheduled(program, TiledMatmulSchedule())).source
+    staged = "var<workgroup> tile_a" in emit_wgsl(scheduled(program, schedule)).source
+    assert staged == isinstance(schedule, TiledMatmulSchedule)
 
 
-def test_tiled_batched_matmul_with_broadcast_on_gpu(device) -> None:
+@pytest.mark.parametrize("schedule", MATMUL_SCHEDULES, ids=str)
+def test_tiled_batched_matmul_with_broadcast_on_gpu(device, schedule: Schedule) -> None:
     legalized = legalize_ops(one_op({"a": tensor(3, n, k), "b": tensor(k, m)}, lambda a, b: call_op("matmul", a, b)))
     (program,) = programs_of(legalized)
     arrays = [rand(3, 33, 20, seed=4), rand(20, 40, seed=5)]
     size_vars = {"n": 33, "k": 20, "m": 40}
-    got = run_kernel_on_gpu(device, scheduled(program, TiledMatmulSchedule()), arrays, size_vars)
+    got = run_kernel_on_gpu(device, scheduled(program, schedule), arrays, size_vars)
     assert_close(got, arrays[0] @ arrays[1], F32_LOOSE)
 
 
-def test_convolution_as_tiled_matmul_on_gpu(device) -> None:
+@pytest.mark.parametrize("schedule", MATMUL_SCHEDULES, ids=str)
+def test_convolution_as_tiled_matmul_on_gpu(device, schedule: Schedule) -> None:
     def make(x, w):
         return call_op("conv", x, w, strides=[1, 1], dilations=[1, 1], padding=[1, 1, 1, 1])
     legalized = legalize_ops(one_op({"x": tensor(n, 3, 9, 7), "w": tensor(5, 3, 3, 3)}, make))
     (program,) = programs_of(legalized)
     arrays = [rand(2, 3, 9, 7, seed=6), rand(5, 3, 3, 3, seed=7)]
     want = run_program(program, arrays, {"n": 2})
-    got = run_kernel_on_gpu(device, scheduled(program, TiledMatmulSchedule()), arrays, {"n": 2})
+    got = run_kernel_on_gpu(device, scheduled(program, schedule), arrays, {"n": 2})
     assert_close(got, want, F32_LOOSE)
 
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from .pattern import MatmulInfo, analyze_matmul, top_level_reductions
 from .schedule import (
-    WORKGROUP_SIZE, ElementSchedule, TiledMatmulSchedule, VectorizedSchedule, WorkgroupReductionSchedule,
+    MATMUL_SCHEDULES, WORKGROUP_SIZE, ElementSchedule, RegisterMatmulSchedule, TiledMatmulSchedule, VectorizedSchedule,
+    WorkgroupReductionSchedule,
 )
 from .symbolic import IntImm, PrimExpr, SizeVar, free_vars, product, simplify
 from .tir import Binary, FloatImm, Load, TensorProgram, Unary, UnaryOp, scalar_nodes
@@ -28,7 +29,7 @@ def dispatch_count(program: TensorProgram) -> PrimExpr:
         return simplify(outputs // schedule.width)
     if isinstance(schedule, WorkgroupReductionSchedule):
         return simplify(outputs * WORKGROUP_SIZE)
-    if isinstance(schedule, TiledMatmulSchedule):
+    if isinstance(schedule, MATMUL_SCHEDULES):
         rows, columns, batch = matmul_extents(program, matmul_info(program))
         tile = schedule.tile
         tiles = ((rows + (tile - 1)) // tile) * ((columns + (tile - 1)) // tile)
@@ -46,7 +47,7 @@ def workgroup_storage_bytes(program: TensorProgram) -> int:
         return 2 * schedule.tile * schedule.depth * 4  # both factors' staged slices, f32
     if isinstance(schedule, WorkgroupReductionSchedule):
         return len(set(top_level_reductions(program.body))) * WORKGROUP_SIZE * 4  # one partial per invocation
-    if isinstance(schedule, (ElementSchedule, VectorizedSchedule)):
+    if isinstance(schedule, (ElementSchedule, VectorizedSchedule, RegisterMatmulSchedule)):
         return 0
     raise NotImplementedError(f"{program.name}: no workgroup memory size for the schedule {schedule} (relaxweb/ir/launch.py)")
 

@@ -17,6 +17,9 @@ and the runtimes never depend on the schedule.
 - :class:`TiledMatmulSchedule`: one workgroup per ``tile x tile`` block of a matmul-like
   program's output; both factors are staged ``depth`` deep through workgroup memory and each
   invocation keeps a ``block x block`` set of accumulators.
+- :class:`RegisterMatmulSchedule`: the same tiles of a matmul-like program's output, without
+  workgroup memory: each invocation evaluates the factors for its own rows and columns
+  straight from the buffers and keeps its ``block x block`` accumulators in registers.
 
 The text form (what ``--dump-ir`` shows) is the kind, with the parameters when it has any:
 ``tiled_matmul(tile=32, depth=16, block=4)``.
@@ -97,6 +100,35 @@ class TiledMatmulSchedule(Schedule):
         return self.tile // self.block
 
 
+@dataclass(frozen=True)
+class RegisterMatmulSchedule(Schedule):
+    """One workgroup per ``tile x tile`` output tile (per batch index) like
+    :class:`TiledMatmulSchedule`, with ``tile = 8 * block``: the workgroup's 64 invocations
+    form an 8 x 8 square, each computing ``block x block`` outputs.  Nothing is staged: an
+    invocation reads the first factor at its ``block`` rows and the second at its ``block``
+    columns for every reduction element, so the factors are evaluated ``tile / block`` times
+    as often as when staged, and no workgroup barrier is needed (on an adapter that runs a
+    workgroup's invocations on one CPU core, a barrier costs more than the loads it saves)."""
+
+    kind: ClassVar[str] = "register_matmul"
+    block: int = 8
+
+    def __post_init__(self) -> None:
+        if self.block < VECTOR_WIDTH or self.block % VECTOR_WIDTH != 0:
+            raise ValueError(f"{self}: block must be a positive multiple of {VECTOR_WIDTH}")
+
+    @property
+    def threads_per_side(self) -> int:
+        return 8  # the square root of the workgroup size
+
+    @property
+    def tile(self) -> int:
+        return self.threads_per_side * self.block
+
+
+MATMUL_SCHEDULES = (TiledMatmulSchedule, RegisterMatmulSchedule)  # the kinds that lay a matmul out by output tiles
+
 SCHEDULE_KINDS: dict[str, type[Schedule]] = {
-    kind.kind: kind for kind in (ElementSchedule, VectorizedSchedule, WorkgroupReductionSchedule, TiledMatmulSchedule)
+    kind.kind: kind for kind in (ElementSchedule, VectorizedSchedule, WorkgroupReductionSchedule, TiledMatmulSchedule,
+                                 RegisterMatmulSchedule)
 }

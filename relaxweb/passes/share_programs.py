@@ -36,7 +36,7 @@ from ..ir.functor import ExprMutator
 from ..ir.launch import vectorizable
 from ..ir.module import IRModule
 from ..ir.pattern import Pattern, program_pattern
-from ..ir.schedule import TiledMatmulSchedule, VectorizedSchedule
+from ..ir.schedule import MATMUL_SCHEDULES, VectorizedSchedule
 from ..ir.symbolic import IntImm, PrimExpr, SizeVar, Sub
 from ..ir.tir import (
     Buffer, Gather, IndexValue, Load, Reduce, ScalarExpr, TensorProgram, index_var_names, map_scalar,
@@ -113,7 +113,7 @@ def _fits_schedule(program: TensorProgram) -> bool:
     schedule needs that a literal may have satisfied and a variable cannot be shown to)."""
     if isinstance(program.schedule, VectorizedSchedule):
         return vectorizable(program, program.schedule.width)
-    if isinstance(program.schedule, TiledMatmulSchedule):
+    if isinstance(program.schedule, MATMUL_SCHEDULES):
         return program_pattern(program) is Pattern.MATMUL
     return True
 

@@ -300,6 +300,15 @@ def _first_reason(text: str) -> str:
     return (telling or lines or ["no reason given"])[0][:300]
 
 
+KERNEL_VARIANTS = ("auto", "gpu", "cpu")  # which shaders of kernels with a CPU variant a session compiles
+
+
+def is_cpu_adapter(device: wgpu.GPUDevice) -> bool:
+    """Whether the device's adapter runs shaders on the CPU (lavapipe, SwiftShader), where
+    kernels with a ``cpu_file`` run faster from it (``relaxweb/wgsl/variants.py``)."""
+    return device.adapter_info.get("adapter_type") == "CPU"
+
+
 def _kernel_source(bundle_dir: Path, file: str) -> str:
     try:
         return read_bundle_file(bundle_dir, file, MAX_KERNEL_BYTES, "kernel").decode("utf-8")
@@ -327,7 +336,10 @@ class Session:
     is never requested.
     """
 
-    def __init__(self, bundle_dir: str | Path, device: wgpu.GPUDevice | None = None, *, profiling: bool = False) -> None:
+    def __init__(self, bundle_dir: str | Path, device: wgpu.GPUDevice | None = None, *, profiling: bool = False,
+                 kernels: str = "auto") -> None:
+        if kernels not in KERNEL_VARIANTS:
+            raise ValueError(f"kernels must be one of {', '.join(KERNEL_VARIANTS)}, got {kernels!r}")
         self.bundle_dir = Path(bundle_dir)
         self.manifest: dict[str, Any] = load_manifest(self.bundle_dir)
         self.host = HostModule(
@@ -343,6 +355,8 @@ class Session:
         else:
             _check_device_limits(device, required_limits, required_features)
         self.device: wgpu.GPUDevice = device
+        # which shaders of kernels with a CPU variant to compile ("gpu" or "cpu")
+        self.kernels = kernels if kernels != "auto" else ("cpu" if is_cpu_adapter(device) else "gpu")
 
         self._weight_buffers = self._create_weight_buffers(self._load_shards())
         self._params_buffer = device.create_buffer(
@@ -443,7 +457,8 @@ class Session:
                     for binding, binding_type in enumerate(kernel["bindings"])
                 ],
             )
-            source = _kernel_source(self.bundle_dir, kernel["file"])
+            file = kernel.get("cpu_file", kernel["file"]) if self.kernels == "cpu" else kernel["file"]
+            source = _kernel_source(self.bundle_dir, file)
             try:
                 shader = self.device.create_shader_module(label=kernel["name"], code=source)
                 pipeline = self.device.create_compute_pipeline(
@@ -453,7 +468,7 @@ class Session:
                 )
             except wgpu.GPUError as error:
                 raise RelaxwebError(
-                    f"kernel {kernel['file']} does not compile on this device: {_first_reason(str(error))}"
+                    f"kernel {file} does not compile on this device: {_first_reason(str(error))}"
                 ) from None
             layouts.append(layout)
             pipelines.append(pipeline)

@@ -77,6 +77,12 @@ export interface LoadOptions {
    * and measures wall time). Never requested without this option. Ignored with `device`.
    */
   profile?: boolean;
+  /**
+   * For kernels with a shader for CPU adapters (the manifest's `cpu_file`: matmuls without
+   * workgroup memory), which to compile: "auto" (the default) takes it on a CPU adapter such as
+   * SwiftShader (`isFallbackAdapter`), "gpu" or "cpu" force one. `Model.kernels` says which.
+   */
+  kernels?: "auto" | "gpu" | "cpu";
 }
 
 /** One kernel's dispatches in a profiled run, added up. */
@@ -136,6 +142,8 @@ export class Model {
   readonly outputs: TensorSpec[];
   readonly symbolicVars: SymbolicVar[];
   readonly device: GPUDevice;
+  /** Which shaders the kernels with a CPU variant were compiled from (see `LoadOptions.kernels`). */
+  readonly kernels: "gpu" | "cpu";
   /** The parsed manifest.json. */
   readonly manifest: unknown;
   /** Dispatches the last completed run made, over all its steps. */

@@ -26,6 +26,9 @@ export { InputShapeError };
  *   cache "relaxweb", a string: that cache's name); they are still verified on every load
  * @property {boolean} [profile]  request the adapter's "timestamp-query" feature when it has
  *   one, so that `model.profile()` times kernels on the GPU (never requested otherwise)
+ * @property {"auto"|"gpu"|"cpu"} [kernels]  for kernels with a shader for CPU adapters (the
+ *   manifest's `cpu_file`), which to compile: "auto" (the default) takes it on a CPU adapter
+ *   such as SwiftShader; `model.kernels` says which were compiled
  */
 
 /** The Cache API cache that `cache: true` uses. */
@@ -46,7 +49,8 @@ const COMPUTE_STAGE = 0x4;
  * @param {LoadOptions} [options]
  * @returns {Promise<Model>}
  */
-export async function load(url, { bounds, onProgress, device, cache, profile = false } = {}) {
+export async function load(url, { bounds, onProgress, device, cache, profile = false, kernels = "auto" } = {}) {
+  if (!["auto", "gpu", "cpu"].includes(kernels)) throw new Error(`kernels must be "auto", "gpu" or "cpu", got ${String(kernels).slice(0, 40)}`);
   const manifestUrl = resolveManifestUrl(url);
   let manifest;
   try {
@@ -72,19 +76,22 @@ export async function load(url, { bounds, onProgress, device, cache, profile = f
   }
   const fileUrl = (/** @type {string} */ file) => new URL(file, manifestUrl);
 
-  const [host, kernelSources, shards] = await Promise.all([
+  // the adapter comes first (a given device knows its own): which kernel shaders to fetch depends on it
+  const adapterPromise = device ? Promise.resolve(null) : requestAdapter();
+  const [host, [kernelSources, kernelVariant], shards, adapter] = await Promise.all([
     fetchOk(fileUrl("host.wasm")).then((r) => r.arrayBuffer()).then((b) => RemoteHost.instantiate(b, manifest)),
-    Promise.all(manifest.kernels.map((/** @type {any} */ k) => fetchOk(fileUrl(k.file)).then((r) => r.text()))),
+    adapterPromise.then((a) => fetchKernelSources(manifest, fileUrl, chooseKernels(kernels, device ? device.adapterInfo : a?.info))),
     openShardCache(cache).then((shardCache) => fetchShards(manifest, fileUrl, onProgress, shardCache)),
+    adapterPromise,
   ]);
   try {
     const configured = await host.configure(bounds);
     const { sizesAtBounds } = configured;
     const requiredLimits = loadTimeLimits(manifest, sizesAtBounds);
     const requiredFeatures = manifest.required_features ?? [];
-    const gpuDevice = device ?? (await requestDevice(requiredLimits, requiredFeatures, sizesAtBounds === null, profile));
+    const gpuDevice = device ?? (await requestDevice(adapter, requiredLimits, requiredFeatures, sizesAtBounds === null, profile));
     checkDevice(gpuDevice, requiredLimits, requiredFeatures, "device");
-    return await Model.create(manifest, host, gpuDevice, { kernelSources, shards, ownsDevice: !device, ...configured });
+    return await Model.create(manifest, host, gpuDevice, { kernelSources, kernels: kernelVariant, shards, ownsDevice: !device, ...configured });
   } catch (error) {
     host.dispose(); // stops its worker (Model.create's failure disposed the rest)
     throw error;
@@ -97,14 +104,16 @@ export class Model {
    * @param {any} manifest
    * @param {RemoteHost} host
    * @param {GPUDevice} device
-   * @param {{kernelSources: string[], shards: Uint8Array[], ownsDevice: boolean,
+   * @param {{kernelSources: string[], kernels: "gpu"|"cpu", shards: Uint8Array[], ownsDevice: boolean,
    *   bounds: (number|null)[], sizesAtBounds: number[]|null}} parts
    * @returns {Promise<Model>}
    */
   static async create(manifest, host, device, parts) {
     const model = new Model(manifest, host, device, parts.ownsDevice, parts.bounds);
+    model.kernels = parts.kernels;
     try {
-      const modules = await model.orDeviceLoss(compileKernels(device, manifest, parts.kernelSources));
+      const files = manifest.kernels.map((/** @type {any} */ k) => (parts.kernels === "cpu" && k.cpu_file) || k.file);
+      const modules = await model.orDeviceLoss(compileKernels(device, manifest, parts.kernelSources, files));
       await model.captureGpuErrors("load", () => {
         model.weightBuffers = createWeightBuffers(device, manifest, parts.shards);
         model.allocateStoragesAtBounds(parts.sizesAtBounds);
@@ -129,6 +138,8 @@ export class Model {
     this.host = host;
     this.device = device;
     this.ownsDevice = ownsDevice;
+    /** Which shaders the kernels with a CPU variant were compiled from: "gpu" or "cpu". @type {"gpu"|"cpu"} */
+    this.kernels = "gpu";
     /** @type {{name: string, dtype: string, shape: (number|string)[]}[]} */
     this.inputs = manifest.inputs;
     /** @type {{name: string, dtype: string, shape: (number|string)[]}[]} */
@@ -765,17 +776,50 @@ async function sha256Hex(bytes) {
 }
 
 /**
- * Request an adapter and a device with the limits and features the bundle needs. When some
+ * The page's WebGPU adapter (null when there is none: requestDevice says so).
+ * @returns {Promise<GPUAdapter|null>}
+ */
+async function requestAdapter() {
+  if (!globalThis.navigator?.gpu) throw new Error("WebGPU is not available here (navigator.gpu is missing)");
+  return navigator.gpu.requestAdapter();
+}
+
+/**
+ * "cpu" when kernels with a shader for CPU adapters should use it (relaxweb/wgsl/variants.py:
+ * matmuls without workgroup memory, whose barriers cost a CPU adapter more than they save),
+ * else "gpu".
+ * @param {"auto"|"gpu"|"cpu"} kernels the load option
+ * @param {GPUAdapterInfo|undefined} info the adapter's
+ * @returns {"gpu"|"cpu"}
+ */
+function chooseKernels(kernels, info) {
+  if (kernels !== "auto") return kernels;
+  return info && (info.isFallbackAdapter || info.architecture === "swiftshader") ? "cpu" : "gpu";
+}
+
+/**
+ * Every kernel's WGSL, the CPU variant where `variant` is "cpu" and the kernel has one.
+ * @param {any} manifest
+ * @param {(file: string) => URL} fileUrl
+ * @param {"gpu"|"cpu"} variant
+ * @returns {Promise<[string[], "gpu"|"cpu"]>}
+ */
+async function fetchKernelSources(manifest, fileUrl, variant) {
+  const files = manifest.kernels.map((/** @type {any} */ k) => (variant === "cpu" && k.cpu_file) || k.file);
+  return [await Promise.all(files.map((/** @type {string} */ file) => fetchOk(fileUrl(file)).then((r) => r.text()))), variant];
+}
+
+/**
+ * Request a device from `adapter` with the limits and features the bundle needs. When some
  * storage has no bound, also ask for the adapter's largest buffers, since storages may grow.
+ * @param {GPUAdapter|null} adapter
  * @param {Record<string, number>} requiredLimits
  * @param {string[]} requiredFeatures
  * @param {boolean} unbounded
  * @param {boolean} profile also request "timestamp-query" when the adapter offers it
  * @returns {Promise<GPUDevice>}
  */
-async function requestDevice(requiredLimits, requiredFeatures, unbounded, profile) {
-  if (!globalThis.navigator?.gpu) throw new Error("WebGPU is not available here (navigator.gpu is missing)");
-  const adapter = await navigator.gpu.requestAdapter();
+async function requestDevice(adapter, requiredLimits, requiredFeatures, unbounded, profile) {
   if (!adapter) throw new Error("WebGPU is available but no GPU adapter was found");
   checkDevice(adapter, requiredLimits, requiredFeatures, "GPU adapter");
   const limits = { ...requiredLimits };
@@ -806,9 +850,10 @@ function checkDevice(gpu, requiredLimits, requiredFeatures, owner) {
  * @param {GPUDevice} device
  * @param {any} manifest
  * @param {string[]} sources WGSL code per kernel
+ * @param {string[]} files the file each came from, for messages
  * @returns {Promise<GPUShaderModule[]>}
  */
-async function compileKernels(device, manifest, sources) {
+async function compileKernels(device, manifest, sources, files) {
   device.pushErrorScope("validation");
   const modules = manifest.kernels.map((/** @type {any} */ kernel, /** @type {number} */ k) =>
     device.createShaderModule({ label: kernel.name, code: sources[k] }));
@@ -817,7 +862,7 @@ async function compileKernels(device, manifest, sources) {
     const kernel = manifest.kernels[k];
     const errors = (await module.getCompilationInfo()).messages.filter((m) => m.type === "error");
     if (errors.length > 0) {
-      const lines = errors.map((m) => `  ${kernel.file}:${m.lineNum}:${m.linePos}: ${m.message}`).join("\n");
+      const lines = errors.map((m) => `  ${files[k]}:${m.lineNum}:${m.linePos}: ${m.message}`).join("\n");
       throw new Error(`kernel ${kernel.name} does not compile:\n${lines}`);
     }
   })).catch((error) => {

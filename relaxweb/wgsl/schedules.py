@@ -36,11 +36,11 @@ from ..ir.dtype import dtype_info
 from ..ir.launch import VECTOR, matmul_extents, matmul_info, vector_access
 from ..ir.pattern import MatmulInfo, top_level_reductions
 from ..ir.schedule import (
-    VECTOR_WIDTH, WORKGROUP_SIZE, ElementSchedule, Schedule, TiledMatmulSchedule, VectorizedSchedule,
-    WorkgroupReductionSchedule,
+    VECTOR_WIDTH, WORKGROUP_SIZE, ElementSchedule, RegisterMatmulSchedule, Schedule, TiledMatmulSchedule,
+    VectorizedSchedule, WorkgroupReductionSchedule,
 )
 from ..ir.symbolic import SizeVar, product, simplify
-from ..ir.tir import FloatImm, Load, Reduce, ReduceCombiner, ScalarExpr, TensorProgram, scalar_dtype
+from ..ir.tir import FloatImm, Load, Reduce, ReduceCombiner, ScalarExpr, TensorProgram, scalar_dtype, substitute_scalar
 from .emit import Emitter, combine, is_float_extremum, literal, reduce_identity, storage_type, to_storage, wgsl_name
 from .lower_index import IndexOp
 
@@ -246,6 +246,64 @@ def render_tiled_matmul(program: TensorProgram, schedule: TiledMatmulSchedule) -
 _COMPONENTS = "xyzw"
 
 
+def render_register_matmul(program: TensorProgram, schedule: RegisterMatmulSchedule) -> ScheduleRendering:
+    emitter = _emitter(program)
+    info = matmul_info(program)
+    block, tile, side = schedule.block, schedule.tile, schedule.threads_per_side
+    vectors = block // VECTOR_WIDTH  # vec4 accumulators per row of an invocation's block
+    axes, shape = program.axes, program.output.shape
+    rows, columns, _ = (emitter.index(simplify(e)) for e in matmul_extents(program, info))
+    depth = emitter.index(product(info.reduce_extents))
+    out = emitter.statements
+    out.append(f"  let rows = {rows};")
+    out.append(f"  let columns = {columns};")
+    out.append(f"  let row_tiles = (rows + {tile - 1}) / {tile};")
+    out.append(f"  let column_tiles = (columns + {tile - 1}) / {tile};")
+    out.append(f"  if (group >= params.element_count / {WORKGROUP_SIZE}) {{")
+    out.append("    return;")
+    out.append("  }")
+    out.append("  let tile = group % (row_tiles * column_tiles);")
+    out.append(f"  // this invocation's {block} x {block} block of outputs")
+    out.append(f"  let block_row = tile / column_tiles * {tile} + i32(local_index) / {side} * {block};")
+    out.append(f"  let block_column = tile % column_tiles * {tile} + i32(local_index) % {side} * {block};")
+    out.append("  let batch_index = group / (row_tiles * column_tiles);")
+    out.extend(emitter.unflatten([axes[p] for p in info.batch], [shape[p] for p in info.batch], "batch_index", "  "))
+    # the factors at each of the block's rows (columns), through renamed copies of the row
+    # (column) axes; a row past the last reads the last one (its outputs are not stored)
+    factors_a, factors_b = [], []
+    for kind, positions, factor, first, extent, into in (
+            ("row", info.rows, info.a, "block_row", "rows", factors_a),
+            ("column", info.columns, info.b, "block_column", "columns", factors_b)):
+        group_axes = [axes[p] for p in positions]
+        for i in range(block):
+            renamed = [SizeVar(f"{axis.name}_{i}") for axis in group_axes]
+            out.append(f"  let {kind}{i} = min({first} + {i}, {extent} - 1);")
+            out.extend(emitter.unflatten(renamed, [shape[p] for p in positions], f"{kind}{i}", "  "))
+            into.append(substitute_scalar(factor, {a.name: r for a, r in zip(group_axes, renamed)}))
+    out.append(f"  var accumulators: array<vec{VECTOR_WIDTH}<f32>, {block * vectors}>;")
+    out.append(f"  for (var depth_index = 0; depth_index < {depth}; depth_index = depth_index + 1) {{")
+    emitter.open_scope()
+    out.extend(emitter.unflatten(info.reduce_axes, info.reduce_extents, "depth_index", "    "))
+    a = [emitter.named(emitter.scalar(f, "    "), "    ") for f in factors_a]
+    b = [emitter.named(emitter.scalar(f, "    "), "    ") for f in factors_b]
+    for v in range(vectors):
+        out.append(f"    let b_vector{v} = vec{VECTOR_WIDTH}<f32>({', '.join(b[v * VECTOR_WIDTH:(v + 1) * VECTOR_WIDTH])});")
+    for r in range(block):
+        for v in range(vectors):
+            k = r * vectors + v
+            out.append(f"    accumulators[{k}] = fma(vec{VECTOR_WIDTH}({a[r]}), b_vector{v}, accumulators[{k}]);")
+    emitter.close_scope()
+    out.append("  }")
+    out.append("  var results = accumulators;  // indexed by the loop below, so it lives in memory")
+    out.append(f"  for (var k = 0; k < {block * block}; k = k + 1) {{")
+    out.append(f"    let vector = results[k / {VECTOR_WIDTH}];")
+    out.append(f"    store_output(batch_index, block_row + k / {block}, block_column + k % {block}, vector[k % {VECTOR_WIDTH}]);")
+    out.append("  }")
+    epilogue = _matmul_epilogue(program, info)
+    helpers = emitter.index_lowering.helpers | epilogue.index_helpers
+    return ScheduleRendering([*epilogue.lines, "", *_SIGNATURE, _GROUP, *out, "}"], frozenset(helpers))
+
+
 def _matmul_epilogue(program: TensorProgram, info: MatmulInfo) -> ScheduleRendering:
     """``store_output``: the output element at (batch index, row, column) of a matmul-like
     program, from its accumulated reduction: the body around the reduction, then the store."""
@@ -324,4 +382,5 @@ RENDERERS: dict[type[Schedule], Callable[[TensorProgram, Schedule], ScheduleRend
     VectorizedSchedule: render_vectorized,
     WorkgroupReductionSchedule: render_workgroup_reduction,
     TiledMatmulSchedule: render_tiled_matmul,
+    RegisterMatmulSchedule: render_register_matmul,
 }
