@@ -25,6 +25,13 @@ is :func:`relaxweb.ir.launch.dispatch_count`, which the host module evaluates.
   with one vec4 load of each factor per 4 rows or columns.  The epilogue (the body around the
   reduction: bias, activation, residual add) and the store are one function,
   ``store_output``, called from a loop over the accumulators, so it is compiled once.
+- ``register_matmul``: the same tiles and dispatch size without workgroup memory, for CPU
+  adapters (``variants.py``): each invocation evaluates the first factor at its ``block`` rows
+  and the second at its ``block`` columns for every reduction element (rows and columns past
+  the last read the last one; their outputs are not stored) and keeps ``block x block``
+  accumulators in vec4 registers.  A block that reaches past the last row (a matrix-vector
+  product's only row) computes its rows one at a time instead, and an invocation with no
+  row inside the output returns at once, so a product with one row costs one row.
 """
 
 from __future__ import annotations
@@ -267,6 +274,10 @@ def render_register_matmul(program: TensorProgram, schedule: RegisterMatmulSched
     out.append(f"  let block_row = tile / column_tiles * {tile} + i32(local_index) / {side} * {block};")
     out.append(f"  let block_column = tile % column_tiles * {tile} + i32(local_index) % {side} * {block};")
     out.append("  let batch_index = group / (row_tiles * column_tiles);")
+    out.append(f"  let valid_rows = min(rows - block_row, {block});  // rows of the block inside the output")
+    out.append("  if (valid_rows <= 0) {")
+    out.append("    return;")
+    out.append("  }")
     out.extend(emitter.unflatten([axes[p] for p in info.batch], [shape[p] for p in info.batch], "batch_index", "  "))
     # the factors at each of the block's rows (columns), through renamed copies of the row
     # (column) axes; a row past the last reads the last one (its outputs are not stored)
@@ -280,28 +291,61 @@ def render_register_matmul(program: TensorProgram, schedule: RegisterMatmulSched
             out.append(f"  let {kind}{i} = min({first} + {i}, {extent} - 1);")
             out.extend(emitter.unflatten(renamed, [shape[p] for p in positions], f"{kind}{i}", "  "))
             into.append(substitute_scalar(factor, {a.name: r for a, r in zip(group_axes, renamed)}))
-    out.append(f"  var accumulators: array<vec{VECTOR_WIDTH}<f32>, {block * vectors}>;")
-    out.append(f"  for (var depth_index = 0; depth_index < {depth}; depth_index = depth_index + 1) {{")
+    out.append(f"  if (valid_rows == {block}) {{")
+    out.append(f"    var accumulators: array<vec{VECTOR_WIDTH}<f32>, {block * vectors}>;")
+    out.append(f"    for (var depth_index = 0; depth_index < {depth}; depth_index = depth_index + 1) {{")
     emitter.open_scope()
-    out.extend(emitter.unflatten(info.reduce_axes, info.reduce_extents, "depth_index", "    "))
-    a = [emitter.named(emitter.scalar(f, "    "), "    ") for f in factors_a]
-    b = [emitter.named(emitter.scalar(f, "    "), "    ") for f in factors_b]
-    for v in range(vectors):
-        out.append(f"    let b_vector{v} = vec{VECTOR_WIDTH}<f32>({', '.join(b[v * VECTOR_WIDTH:(v + 1) * VECTOR_WIDTH])});")
+    out.extend(emitter.unflatten(info.reduce_axes, info.reduce_extents, "depth_index", "      "))
+    a = [emitter.named(emitter.scalar(f, "      "), "      ") for f in factors_a]
+    b = _column_vectors(emitter, factors_b, "      ")
     for r in range(block):
         for v in range(vectors):
             k = r * vectors + v
-            out.append(f"    accumulators[{k}] = fma(vec{VECTOR_WIDTH}({a[r]}), b_vector{v}, accumulators[{k}]);")
+            out.append(f"      accumulators[{k}] = fma(vec{VECTOR_WIDTH}({a[r]}), {b[v]}, accumulators[{k}]);")
     emitter.close_scope()
+    out.append("    }")
+    out.append("    var results = accumulators;  // indexed by the loop below, so it lives in memory")
+    out.append(f"    for (var k = 0; k < {block * block}; k = k + 1) {{")
+    out.append(f"      let vector = results[k / {VECTOR_WIDTH}];")
+    out.append(f"      store_output(batch_index, block_row + k / {block}, block_column + k % {block}, vector[k % {VECTOR_WIDTH}]);")
+    out.append("    }")
+    out.append("    return;")
     out.append("  }")
-    out.append("  var results = accumulators;  // indexed by the loop below, so it lives in memory")
-    out.append(f"  for (var k = 0; k < {block * block}; k = k + 1) {{")
-    out.append(f"    let vector = results[k / {VECTOR_WIDTH}];")
-    out.append(f"    store_output(batch_index, block_row + k / {block}, block_column + k % {block}, vector[k % {VECTOR_WIDTH}]);")
+    # the last rows (a matrix-vector product has one): each row alone, so no invocation
+    # computes a row past the last
+    out.append("  for (var r = 0; r < valid_rows; r = r + 1) {")
+    emitter.open_scope()
+    out.extend(emitter.unflatten([axes[p] for p in info.rows], [shape[p] for p in info.rows], "block_row + r", "    "))
+    # initialized explicitly: naga declares a loop body's variables once, for the whole function
+    out.append(f"    var row_accumulators = array<vec{VECTOR_WIDTH}<f32>, {vectors}>();")
+    out.append(f"    for (var depth_index = 0; depth_index < {depth}; depth_index = depth_index + 1) {{")
+    emitter.open_scope()
+    out.extend(emitter.unflatten(info.reduce_axes, info.reduce_extents, "depth_index", "      "))
+    a_row = emitter.named(emitter.scalar(info.a, "      "), "      ")
+    b = _column_vectors(emitter, factors_b, "      ")
+    for v in range(vectors):
+        out.append(f"      row_accumulators[{v}] = fma(vec{VECTOR_WIDTH}({a_row}), {b[v]}, row_accumulators[{v}]);")
+    emitter.close_scope()
+    out.append("    }")
+    out.append(f"    for (var c = 0; c < {block}; c = c + 1) {{")
+    out.append(f"      store_output(batch_index, block_row + r, block_column + c, row_accumulators[c / {VECTOR_WIDTH}][c % {VECTOR_WIDTH}]);")
+    out.append("    }")
+    emitter.close_scope()
     out.append("  }")
     epilogue = _matmul_epilogue(program, info)
     helpers = emitter.index_lowering.helpers | epilogue.index_helpers
     return ScheduleRendering([*epilogue.lines, "", *_SIGNATURE, _GROUP, *out, "}"], frozenset(helpers))
+
+
+def _column_vectors(emitter: Emitter, factors: list[ScalarExpr], indent: str) -> list[str]:
+    """The second factor at an invocation's columns (one expression each), as vec4s."""
+    values = [emitter.named(emitter.scalar(f, indent), indent) for f in factors]
+    names = []
+    for v in range(len(values) // VECTOR_WIDTH):
+        name = f"b_vector{v}"
+        emitter.statements.append(f"{indent}let {name} = vec{VECTOR_WIDTH}<f32>({', '.join(values[v * VECTOR_WIDTH:(v + 1) * VECTOR_WIDTH])});")
+        names.append(name)
+    return names
 
 
 def _matmul_epilogue(program: TensorProgram, info: MatmulInfo) -> ScheduleRendering:
