@@ -122,12 +122,19 @@ class Bundle:
         return {kernel["file"]: len(read_bundle_file(self.path, kernel["file"], MAX_KERNEL_BYTES, "kernel"))
                 for kernel in self.manifest["kernels"]}
 
+    @property
+    def cpu_shader_bytes(self) -> dict[str, int]:
+        """The bytes of the kernels' shaders for CPU adapters (``cpu_file``), by the kernel's
+        ``file``: what a CPU adapter compiles instead (``relaxweb/wgsl/variants.py``)."""
+        return {kernel["file"]: len(read_bundle_file(self.path, kernel["cpu_file"], MAX_KERNEL_BYTES, "kernel"))
+                for kernel in self.manifest["kernels"] if "cpu_file" in kernel}
+
     def load(self, *, device: Any = None, profiling: bool = False, kernels: str = "auto") -> Session:
         """The bundle loaded with the Python runtime (see :func:`load`)."""
         return load(self.path, device=device, profiling=profiling, kernels=kernels)
 
     def __str__(self) -> str:
-        return format_manifest(self.manifest, self.shader_bytes)
+        return format_manifest(self.manifest, self.shader_bytes, self.cpu_shader_bytes)
 
     def __repr__(self) -> str:
         return (f"Bundle({str(self.path)!r}, inputs=[{', '.join(map(str, self.inputs))}], "
@@ -249,9 +256,11 @@ def format_coverage(source: str, opset: int, coverage: list[tuple[str, int, bool
     return "\n".join(lines)
 
 
-def format_manifest(manifest: Mapping[str, Any], shader_bytes: Mapping[str, int] | None = None) -> str:
+def format_manifest(manifest: Mapping[str, Any], shader_bytes: Mapping[str, int] | None = None,
+                    cpu_shader_bytes: Mapping[str, int] | None = None) -> str:
     """A bundle's manifest as ``relaxweb inspect DIR`` prints it (with ``shader_bytes``, the
-    size of each kernel's WGSL by file: the pipelines to compile at load, largest first)."""
+    size of each kernel's WGSL by file: the pipelines to compile at load, largest first; with
+    ``cpu_shader_bytes``, the sizes of the shaders a CPU adapter compiles instead)."""
     lines = [f"bundle of {manifest.get('model')} (format {manifest['format']} v{manifest['version']})"]
     for kind in ("inputs", "outputs"):
         for item in manifest[kind]:
@@ -272,14 +281,15 @@ def format_manifest(manifest: Mapping[str, Any], shader_bytes: Mapping[str, int]
     for index, site in enumerate(manifest["call_sites"]):
         lines.append(f"  {index}: {manifest['kernels'][site['kernel']]['file']}  {site['binding']}")
     if shader_bytes is not None:
-        lines += _format_pipelines(manifest, shader_bytes)
+        lines += _format_pipelines(manifest, shader_bytes, cpu_shader_bytes or {})
     lines.append(f"required limits: {manifest['required_limits']}")
     return "\n".join(lines)
 
 
-def _format_pipelines(manifest: Mapping[str, Any], shader_bytes: Mapping[str, int], largest: int = 5) -> list[str]:
+def _format_pipelines(manifest: Mapping[str, Any], shader_bytes: Mapping[str, int],
+                      cpu_shader_bytes: Mapping[str, int], largest: int = 5) -> list[str]:
     """The pipelines a load creates (one per kernel) and the WGSL they compile, with the
-    largest shaders and how many call sites use each."""
+    largest shaders and how many call sites use each; then what changes on a CPU adapter."""
     sites: dict[str, int] = {}
     for site in manifest["call_sites"]:
         file = manifest["kernels"][site["kernel"]]["file"]
@@ -287,4 +297,8 @@ def _format_pipelines(manifest: Mapping[str, Any], shader_bytes: Mapping[str, in
     lines = [f"pipelines at load: {len(shader_bytes)}, {sum(shader_bytes.values())} bytes of WGSL"]
     for file, size in sorted(shader_bytes.items(), key=lambda item: -item[1])[:largest]:
         lines.append(f"  {size:>7} bytes  {file}  ({sites.get(file, 0)} call site(s))")
+    if cpu_shader_bytes:
+        on_cpu = sum({**shader_bytes, **cpu_shader_bytes}.values())
+        lines.append(f"  on a CPU adapter (SwiftShader, lavapipe) {len(cpu_shader_bytes)} of them compile their "
+                     f"cpu_file instead: {on_cpu} bytes of WGSL")
     return lines

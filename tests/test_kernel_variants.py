@@ -35,7 +35,8 @@ def variant_bundle(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("variants")
     model = matmul_and_convolution_model()
     onnx.save(model, folder / "model.onnx")
-    build(str(folder / "model.onnx"), str(folder / "bundle"), bounds={"rows": 128})
+    bundle = build(str(folder / "model.onnx"), str(folder / "bundle"), bounds={"rows": 128})
+    (folder / "inspect.txt").write_text(str(bundle))  # what relaxweb inspect prints
     return folder
 
 
@@ -50,6 +51,9 @@ def test_only_matmuls_with_plain_factors_get_a_cpu_shader(variant_bundle: Path) 
     source = (variant_bundle / "bundle" / with_variant[0]["cpu_file"]).read_text()
     assert "register_matmul" in source and "var<workgroup>" not in source
     assert "var<workgroup> tile_a" in (variant_bundle / "bundle" / with_variant[0]["file"]).read_text()
+    sizes = {k["file"]: (variant_bundle / "bundle" / k.get("cpu_file", k["file"])).stat().st_size for k in manifest["kernels"]}
+    assert (f"on a CPU adapter (SwiftShader, lavapipe) 1 of them compile their cpu_file instead: "
+            f"{sum(sizes.values())} bytes of WGSL") in (variant_bundle / "inspect.txt").read_text()
 
 
 @pytest.mark.gpu

@@ -14,10 +14,12 @@ kernel's shader (``cpu_file`` in the manifest).  The runtimes compile it instead
 when the adapter is a CPU one (wgpu's ``adapter_type``, the browser's ``isFallbackAdapter`` /
 ``swiftshader`` architecture); nothing else about a run changes.
 
-Only matmul-like programs whose factors are plain loads get one: a convolution's staged factor
-is an im2col gather (padding checks, index division) that staging evaluates once per tile,
-and evaluated per invocation it costs more than the barriers save (0.66 against 0.76 GFLOP/s
-for YOLOv8n's largest convolution on SwiftShader).
+Only matmul-like programs whose factors are elementwise arithmetic on buffer elements get one
+(plain loads; a fused layer norm or activation of the first factor, which each invocation
+then evaluates for its rows): a convolution's staged factor is an im2col gather (padding
+checks, index division) that staging evaluates once per tile, and evaluated per invocation it
+costs more than the barriers save (0.66 against 0.76 GFLOP/s for YOLOv8n's largest
+convolution on SwiftShader).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from dataclasses import replace
 
 from ..ir.launch import matmul_info
 from ..ir.schedule import RegisterMatmulSchedule, TiledMatmulSchedule
-from ..ir.tir import Cast, Load, ScalarExpr, TensorProgram
+from ..ir.tir import Binary, Cast, FloatImm, Load, ScalarExpr, TensorProgram, Unary, scalar_nodes
 
 
 def cpu_variant(program: TensorProgram) -> TensorProgram | None:
@@ -36,7 +38,7 @@ def cpu_variant(program: TensorProgram) -> TensorProgram | None:
     if not isinstance(schedule, TiledMatmulSchedule):
         return None
     info = matmul_info(program)
-    if not (_plain_load(info.a) and _plain_load(info.b)):
+    if not (_elementwise_of_loads(info.a) and _elementwise_of_loads(info.b)):
         return None
     variant = RegisterMatmulSchedule(block=schedule.block)
     if variant.tile != schedule.tile:  # the dispatch size must not change
@@ -44,8 +46,7 @@ def cpu_variant(program: TensorProgram) -> TensorProgram | None:
     return replace(program, schedule=variant)
 
 
-def _plain_load(factor: ScalarExpr) -> bool:
-    """A buffer element (perhaps converted): nothing to compute before the multiply."""
-    while isinstance(factor, Cast):
-        factor = factor.a
-    return isinstance(factor, Load)
+def _elementwise_of_loads(factor: ScalarExpr) -> bool:
+    """Arithmetic on buffer elements and constants: no reduction, gather or selection (whose
+    cost staging pays once per tile and an invocation would pay per block row or column)."""
+    return all(isinstance(node, (Load, FloatImm, Binary, Unary, Cast)) for node in scalar_nodes(factor))
