@@ -193,3 +193,26 @@ def test_compiled_bundle_matches_onnxruntime(exports: dict[str, Export], bundle_
         got = actual[output.name]
         assert got.shape == want.shape, f"{name} {output.name}: shape {got.shape}, onnxruntime {want.shape}"
         assert_close(got, want, MODEL, err_msg=f"{name} output {output.name} at {dims}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", list(MODELS))
+def test_the_shaders_for_gpu_adapters_match_onnxruntime_too(exports: dict[str, Export], bundle_sessions,
+                                                            tmp_path_factory, name: str) -> None:
+    """lavapipe is a CPU adapter, so the sessions above compile the matmuls' CPU shaders
+    (``cpu_file``); the shaders a GPU adapter compiles (staged tiled matmuls) are checked
+    here, at the model's first shape, from the same build."""
+    import onnxruntime as ort
+
+    from relaxweb.runtime import Session
+
+    export = exported(exports, name)
+    compiled_session(exports, bundle_sessions, name, tmp_path_factory.getbasetemp())  # builds once
+    session = Session(tmp_path_factory.getbasetemp() / name, kernels="gpu")
+    assert session.kernels == "gpu"
+    dims = MODELS[name][1][0]
+    inputs = export_script().make_inputs(export.sidecar["inputs"], dims, seed=sum(dims.values()))
+    reference = ort.InferenceSession(str(export.path), providers=["CPUExecutionProvider"])
+    actual = session.run(inputs)
+    for output, want in zip(reference.get_outputs(), reference.run(None, inputs)):
+        assert_close(actual[output.name], want, MODEL, err_msg=f"{name} output {output.name} at {dims}")
