@@ -193,16 +193,7 @@ def render_tiled_matmul(program: TensorProgram, schedule: TiledMatmulSchedule) -
         out.append(f"      {staged}[e / {VECTOR_WIDTH}][e % {VECTOR_WIDTH}] = value;")
         out.append("    }")
 
-    out.append(f"  let rows = {rows};")
-    out.append(f"  let columns = {columns};")
-    out.append(f"  let row_tiles = (rows + {tile - 1}) / {tile};")
-    out.append(f"  let column_tiles = (columns + {tile - 1}) / {tile};")
-    out.append(f"  if (group >= params.element_count / {WORKGROUP_SIZE}) {{")
-    out.append("    return;")
-    out.append("  }")
-    out.append("  let tile = group % (row_tiles * column_tiles);")
-    out.append(f"  let row_start = tile / column_tiles * {tile};")
-    out.append(f"  let column_start = tile % column_tiles * {tile};")
+    out.extend(_workgroup_tile(rows, columns, tile))
     out.append(f"  // this invocation's {block} x {block} block of outputs")
     out.append(f"  let block_row = row_start + i32(local_index) / {threads_per_side} * {block};")
     out.append(f"  let block_column = column_start + i32(local_index) % {threads_per_side} * {block};")
@@ -233,15 +224,7 @@ def render_tiled_matmul(program: TensorProgram, schedule: TiledMatmulSchedule) -
     out.append("    }")
     out.append("    workgroupBarrier();")
     out.append("  }")
-    # the epilogue, once: a loop over a copy of the accumulators (indexed by the loop, so that
-    # copy lives in memory, while the accumulators themselves are only ever indexed by
-    # constants and stay in registers through the steps); unrolled per accumulator, a fused
-    # epilogue would be compiled block x block times
-    out.append("  var results = accumulators;")
-    out.append(f"  for (var k = 0; k < {block * block}; k = k + 1) {{")
-    out.append(f"    let vector = results[k / {VECTOR_WIDTH}];")
-    out.append(f"    store_output(batch_index, block_row + k / {block}, block_column + k % {block}, vector[k % {VECTOR_WIDTH}]);")
-    out.append("  }")
+    out.extend(_store_accumulators(block, "  "))
     vector_count = tile_size // VECTOR_WIDTH
     shared = [f"var<workgroup> tile_a: array<vec{VECTOR_WIDTH}<f32>, {vector_count}>;  // {tile_depth} x {tile}: the first factor",
               f"var<workgroup> tile_b: array<vec{VECTOR_WIDTH}<f32>, {vector_count}>;  // {tile_depth} x {tile}: the second factor"]
@@ -253,6 +236,34 @@ def render_tiled_matmul(program: TensorProgram, schedule: TiledMatmulSchedule) -
 _COMPONENTS = "xyzw"
 
 
+def _workgroup_tile(rows: str, columns: str, tile: int) -> list[str]:
+    """Statements of a matmul schedule's ``main``: the output extents, and the first row and
+    column of the workgroup's ``tile x tile`` tile (a workgroup past the dispatch returns)."""
+    return [f"  let rows = {rows};",
+            f"  let columns = {columns};",
+            f"  let row_tiles = (rows + {tile - 1}) / {tile};",
+            f"  let column_tiles = (columns + {tile - 1}) / {tile};",
+            f"  if (group >= params.element_count / {WORKGROUP_SIZE}) {{",
+            "    return;",
+            "  }",
+            "  let tile = group % (row_tiles * column_tiles);",
+            f"  let row_start = tile / column_tiles * {tile};",
+            f"  let column_start = tile % column_tiles * {tile};"]
+
+
+def _store_accumulators(block: int, indent: str) -> list[str]:
+    """The epilogue and store of an invocation's block, once: a loop over a copy of the
+    accumulators (indexed by the loop, so that copy lives in memory, while the accumulators
+    themselves are only ever indexed by constants and stay in registers through the steps);
+    unrolled per accumulator, a fused epilogue would be compiled block x block times."""
+    return [f"{indent}var results = accumulators;",
+            f"{indent}for (var k = 0; k < {block * block}; k = k + 1) {{",
+            f"{indent}  let vector = results[k / {VECTOR_WIDTH}];",
+            f"{indent}  store_output(batch_index, block_row + k / {block}, block_column + k % {block}, "
+            f"vector[k % {VECTOR_WIDTH}]);",
+            f"{indent}}}"]
+
+
 def render_register_matmul(program: TensorProgram, schedule: RegisterMatmulSchedule) -> ScheduleRendering:
     emitter = _emitter(program)
     info = matmul_info(program)
@@ -262,17 +273,10 @@ def render_register_matmul(program: TensorProgram, schedule: RegisterMatmulSched
     rows, columns, _ = (emitter.index(simplify(e)) for e in matmul_extents(program, info))
     depth = emitter.index(product(info.reduce_extents))
     out = emitter.statements
-    out.append(f"  let rows = {rows};")
-    out.append(f"  let columns = {columns};")
-    out.append(f"  let row_tiles = (rows + {tile - 1}) / {tile};")
-    out.append(f"  let column_tiles = (columns + {tile - 1}) / {tile};")
-    out.append(f"  if (group >= params.element_count / {WORKGROUP_SIZE}) {{")
-    out.append("    return;")
-    out.append("  }")
-    out.append("  let tile = group % (row_tiles * column_tiles);")
+    out.extend(_workgroup_tile(rows, columns, tile))
     out.append(f"  // this invocation's {block} x {block} block of outputs")
-    out.append(f"  let block_row = tile / column_tiles * {tile} + i32(local_index) / {side} * {block};")
-    out.append(f"  let block_column = tile % column_tiles * {tile} + i32(local_index) % {side} * {block};")
+    out.append(f"  let block_row = row_start + i32(local_index) / {side} * {block};")
+    out.append(f"  let block_column = column_start + i32(local_index) % {side} * {block};")
     out.append("  let batch_index = group / (row_tiles * column_tiles);")
     out.append(f"  let valid_rows = min(rows - block_row, {block});  // rows of the block inside the output")
     out.append("  if (valid_rows <= 0) {")
@@ -304,11 +308,7 @@ def render_register_matmul(program: TensorProgram, schedule: RegisterMatmulSched
             out.append(f"      accumulators[{k}] = fma(vec{VECTOR_WIDTH}({a[r]}), {b[v]}, accumulators[{k}]);")
     emitter.close_scope()
     out.append("    }")
-    out.append("    var results = accumulators;  // indexed by the loop below, so it lives in memory")
-    out.append(f"    for (var k = 0; k < {block * block}; k = k + 1) {{")
-    out.append(f"      let vector = results[k / {VECTOR_WIDTH}];")
-    out.append(f"      store_output(batch_index, block_row + k / {block}, block_column + k % {block}, vector[k % {VECTOR_WIDTH}]);")
-    out.append("    }")
+    out.extend(_store_accumulators(block, "    "))
     out.append("    return;")
     out.append("  }")
     # the last rows (a matrix-vector product has one): each row alone, so no invocation
