@@ -33,7 +33,13 @@ const SYSTEMS = {
         return outputs[model.outputs[0].name].data;
       },
       adapterInfo: () => infoOf(model.device.adapterInfo),
-      extra: () => ({ lastDispatchCount: model.lastDispatchCount, pipelinesReadyMs }),
+      extra: () => ({ lastDispatchCount: model.lastDispatchCount, pipelinesReadyMs, kernels: model.kernels }),
+      // one warm-up run, then one with every dispatch timed (model.profile): the top kernels
+      async profile(inputs) {
+        const { profile } = await model.profile(inputs);
+        return { method: profile.method, dispatches: profile.dispatches, totalMs: profile.totalMs,
+                 rows: profile.rows.slice(0, 8) };
+      },
     };
   },
   // onnxruntime-web, served from node_modules/onnxruntime-web/dist at /ort/. The non-bundled
@@ -92,15 +98,7 @@ window.bench = {
   // runs. Inputs come as { name: { dtype, shape, base64 } }. Returns the times, the counters'
   // differences, and the first run's first output (float32 bytes in base64).
   async runShape({ inputs, warmup, runs }) {
-    const arrays = Object.fromEntries(Object.entries(inputs).map(([name, { dtype, shape, base64 }]) => {
-      const bytes = Uint8Array.from(atob(base64), (c) => c.charCodeAt(0));
-      const Type = { float32: Float32Array, int64: BigInt64Array }[dtype];
-      if (!Type) throw new Error(`input ${name}: dtype ${dtype} is not handled by the benchmark page`);
-      return [name, { data: new Type(bytes.buffer), shape }];
-    }));
-    // a fresh copy per run, as an application makes new tensors
-    const tensors = () => Object.fromEntries(Object.entries(arrays).map(
-      ([name, { data, shape }]) => [name, { data: data.slice(), shape }]));
+    const tensors = decodeInputs(inputs);
     let before = window.__bench.snapshot();
     let start = performance.now();
     const output = await system.run(tensors());
@@ -121,5 +119,23 @@ window.bench = {
     for (let i = 0; i < bytes.length; i += 0x8000) binary += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
     return { firstRunMs, firstRun, steady, timesMs, extra: system.extra(), output: btoa(binary), totals: window.__bench.snapshot() };
   },
+
+  // relaxweb only (run.py --profile), after runShape at the same shape: where a run's time goes.
+  async profileShape({ inputs }) {
+    if (!system.profile) throw new Error("this system has no per-kernel profile");
+    return system.profile(decodeInputs(inputs)());
+  },
 };
+
+// Inputs as run.py sends them ({ name: { dtype, shape, base64 } }) -> a function that returns
+// a fresh copy of them per run, as an application makes new tensors.
+function decodeInputs(inputs) {
+  const arrays = Object.fromEntries(Object.entries(inputs).map(([name, { dtype, shape, base64 }]) => {
+    const bytes = Uint8Array.from(atob(base64), (c) => c.charCodeAt(0));
+    const Type = { float32: Float32Array, int64: BigInt64Array }[dtype];
+    if (!Type) throw new Error(`input ${name}: dtype ${dtype} is not handled by the benchmark page`);
+    return [name, { data: new Type(bytes.buffer), shape }];
+  }));
+  return () => Object.fromEntries(Object.entries(arrays).map(([name, { data, shape }]) => [name, { data: data.slice(), shape }]));
+}
 window.benchReady = true;

@@ -45,10 +45,13 @@ Nothing is fatal: a model that fails to export, a build that fails, a system tha
 or a case that fails to run is one line in the tables (the error's first line) and the rest
 goes on; the JSON is rewritten after each model.
 
-Per-kernel profiles (not measured here yet): ``--relaxweb-options JSON`` is passed as they are to
-relaxweb's ``load()`` in the page, and each case's ``extra`` in the JSON is what the system's
-``extra()`` in ``page.js`` returns after that case's runs: a profile the runtime reports goes
-there, and a row of ``summary_rows`` can show it.
+Where relaxweb's time goes: with ``--profile``, relaxweb loads with ``{profile: true}`` (timestamp
+queries where the adapter has them) and after each case's timed runs ``model.profile()`` runs it
+twice more (a warm-up, then every dispatch timed); the top kernels go into the case's
+``profile`` in the JSON and into one table per case after the goals (kernel, calls, share of
+the kernel time, GFLOP/s, GB/s).  The profiled runs are not in any other figure.
+``--relaxweb-options JSON`` is passed as it is to relaxweb's ``load()`` in the page; each
+case's ``extra`` is what the system's ``extra()`` in ``page.js`` returns after its runs.
 
 The JSON (``--out``) has everything measured; the tables give ratios relaxweb /
 onnxruntime-web (webgpu).  SwiftShader is a CPU implementation of Vulkan and the machine is
@@ -333,7 +336,7 @@ def bench_system(context, base_url, routes, system, name, prepared, references, 
         urls = {"onnxUrl": f"/models/{prepared['onnx'].name}",
                 "externalData": [{"path": f, "data": f"/models/{f}"} for f in prepared["external_data"]],
                 "bundleUrl": f"/models/{prepared['bundle'].name}/" if "bundle" in prepared else None,
-                "relaxwebOptions": args.relaxweb_options}
+                "relaxwebOptions": {**args.relaxweb_options, **({"profile": True} if args.profile else {})}}
         loaded = page.evaluate("([name, urls]) => bench.load(name, urls)", [system, urls])
         result.update(load_ms=loaded["loadMs"], load_counts=loaded["counts"], system_adapter=loaded["adapterInfo"])
     except Exception as error:  # one failing system must not lose the others' numbers
@@ -361,6 +364,11 @@ def bench_system(context, base_url, routes, system, name, prepared, references, 
         shape.update(runs=runs, warmup=warmup)
         result["cases"][case.label] = shape
         result["totals"] = shape["totals"]
+        if args.profile and system == "relaxweb":
+            try:
+                shape["profile"] = page.evaluate("(cfg) => bench.profileShape(cfg)", {"inputs": encode_inputs(inputs)})
+            except Exception as error:
+                shape["profile"] = {"error": f"{type(error).__name__}: {first_line(error)}"}
         print(f"  {system:11s} {case.label:26s}: median {shape['median_ms']:9.1f} ms, first run "
               f"{shape['firstRunMs']:9.1f} ms, {shape['dispatches_per_run']:g} dispatches, "
               f"{shape['firstRun']['pipelines']} new pipelines, max diff "
@@ -563,6 +571,34 @@ def plot(all_results: dict, path: Path) -> None:
     print(f"wrote {path}")
 
 
+def profile_tables(all_results: dict, top: int = 5) -> str:
+    """Per profiled relaxweb case: its top kernels (calls, share of the kernel time, GFLOP/s, GB/s)."""
+    text = []
+    for name, results in all_results.items():
+        for label, case in results.get("relaxweb", {}).get("cases", {}).items():
+            profile = case.get("profile")
+            if profile is None:
+                continue
+            text.append(f"relaxweb profile, {name} {label}: "
+                        + (profile["error"] if "error" in profile else
+                           f"{profile['dispatches']} dispatches, {fmt(profile['totalMs'])} ms in kernels "
+                           f"({profile['method']})"))
+            if "error" in profile:
+                text.append("")
+                continue
+            text.append("")
+            text.append("| kernel | calls | ms | share | GFLOP/s | GB/s |")
+            text.append("|---|---|---|---|---|---|")
+            for row in profile["rows"][:top]:
+                text.append(f"| {row['kernel']} | {row['calls']} | {fmt(row['totalMs'])} | {row['percent']:.0f}% | "
+                            f"{fmt(row['gflopsPerSecond'])} | {fmt(row['gbytesPerSecond'])} |")
+            text.append("")
+    output = "\n".join(text)
+    if output:
+        print(output)
+    return output
+
+
 def adapters_seen(report: dict) -> list[dict]:
     """The adapters the pages got (one, unless something is wrong)."""
     adapters = {json.dumps(r["page_adapter"], sort_keys=True)
@@ -578,6 +614,8 @@ def print_report(report: dict) -> None:
         print_table(name, results)
         print()
     goals_table(report["results"])
+    print()
+    profile_tables(report["results"])
 
 
 def main() -> None:
@@ -596,6 +634,8 @@ def main() -> None:
     parser.add_argument("--build-timeout", type=int, default=1800, help="seconds one relaxweb build may take")
     parser.add_argument("--relaxweb-options", type=json.loads, default={}, metavar="JSON",
                         help="options for relaxweb's load() in the page, e.g. '{\"bounds\": {\"seq\": 128}}'")
+    parser.add_argument("--profile", action="store_true",
+                        help="after each case, profile relaxweb's run (two more runs) and print its top kernels")
     parser.add_argument("--work", type=Path, default=BENCH_DIR / "build", help="models and bundles")
     parser.add_argument("--out", type=Path, default=BENCH_DIR / "results.json")
     parser.add_argument("--plot", type=Path, default=BENCH_DIR / "latency.svg", help="the latency plot (SVG)")
@@ -625,7 +665,7 @@ def main() -> None:
         "onnxruntime_web": json.loads((ORT_DIST.parent / "package.json").read_text())["version"]
         if ORT_DIST.is_dir() else None,
         "settings": {"quick": args.quick, "runs": args.runs, "warmup": args.warmup, "cases": args.cases,
-                     "relaxweb_options": args.relaxweb_options},
+                     "relaxweb_options": args.relaxweb_options, "profile": args.profile},
         "build_seconds": {name: round(p["build_s"], 1) for name, p in prepared.items() if "build_s" in p},
         "results": {},
     }

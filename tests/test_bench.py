@@ -88,3 +88,20 @@ def test_a_model_that_fails_to_export_or_build_is_not_fatal(bench, tmp_path, mon
     assert prepared["unbuildable"]["build_error"].startswith("relaxweb build failed: exit ")
     assert "bundle" not in prepared["unbuildable"]
     capsys.readouterr()
+
+
+def test_profiles_are_a_table_per_case_and_a_failed_profile_one_line(bench, capsys):
+    row = {"kernel": "fused_matmul", "calls": 12, "totalMs": 40.5, "percent": 81.0, "gflopsPerSecond": 2.5,
+           "gbytesPerSecond": 0.004}
+    profiled = case_result(50, 80)
+    profiled["profile"] = {"method": "timestamp queries", "dispatches": 30, "totalMs": 50.0, "rows": [row] * 7}
+    failed = case_result(60, 90)
+    failed["profile"] = {"error": "Error: device lost"}
+    results = {"gpt2": {"relaxweb": system_result(10, {"prefill": profiled, "decode": failed, "plain": case_result(1, 2)},
+                                                  3, 100, 3)}}
+    lines = bench.profile_tables(results, top=5).splitlines()
+    assert lines[0] == "relaxweb profile, gpt2 prefill: 30 dispatches, 50 ms in kernels (timestamp queries)"
+    assert lines.count("| fused_matmul | 12 | 40.50 | 81% | 2.50 | 4.0e-03 |") == 5  # the top 5 of 7
+    assert "relaxweb profile, gpt2 decode: Error: device lost" in lines
+    assert not any("plain" in line for line in lines)  # not profiled: no table
+    capsys.readouterr()
