@@ -191,11 +191,18 @@ export class SubmitTimer {
     const wait = async () => {
       await this.model.orDeviceLoss(device.queue.onSubmittedWorkDone());
       for (const { command, buffer } of single) {
+        // in an error scope as every other submit of a run (Model.captureGpuErrors), popped
+        // after the time is taken
+        device.pushErrorScope("validation");
         const start = performance.now();
         device.queue.submit([buffer]);
+        const scope = device.popErrorScope();
         await this.model.orDeviceLoss(device.queue.onSubmittedWorkDone());
+        const ms = performance.now() - start;
+        const error = await this.model.orDeviceLoss(scope);
+        if (error) throw new Error(`WebGPU validation error during the profiled run: ${error.message}`);
         this.measured.push({
-          callSite: command.callSite, ms: performance.now() - start,
+          callSite: command.callSite, ms,
           params: paramsFields(params, manifest.call_sites[command.callSite]),
         });
       }
