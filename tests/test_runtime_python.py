@@ -833,3 +833,18 @@ def test_failing_resume_raises_the_manifest_message(
         "output 'y': x has 4 positive elements, more than the 3 this bundle allows"
     )
     check_positives(session, np.array([1, -2, 3], dtype=np.float32))  # still usable
+
+
+def test_a_shared_device_keeps_the_features_it_was_made_with(gpu_device: Any) -> None:
+    """A bundle that needs one feature, then one that needs another: the second shared device
+    must still offer the first feature (a third session needing it must not replace it)."""
+    from relaxweb.runtime.webgpu import default_adapter, default_device
+
+    if not {"shader-f16", "shader-i16"} <= {str(feature) for feature in default_adapter().features}:
+        pytest.skip("this adapter does not offer shader-f16 and shader-i16")
+    # the profiling sessions' device: the tests' other sessions keep theirs as it is
+    first = default_device(required_features=["shader-f16"], profiling=True)
+    second = default_device(required_features=["shader-i16"], profiling=True)
+    assert {"shader-f16", "shader-i16"} <= {str(feature) for feature in second.features}
+    assert default_device(required_features=["shader-f16"], profiling=True) is second
+    assert "shader-f16" in {str(feature) for feature in first.features}

@@ -149,18 +149,19 @@ def default_device(
     if problems:
         raise RelaxwebError(problems)
 
+    # every feature requested so far stays requested (a later device replaces this one)
+    for feature in required_features:
+        if feature not in shared.features:
+            shared.features.append(feature)
     # The first time, a device with default limits shows which limits need requesting.
     device = shared.device or adapter.request_device_sync(
-        label="relaxweb", required_features=list(required_features)
+        label="relaxweb", required_features=list(shared.features)
     )
     lacking = unsatisfied_limits(device.limits, required_limits)
-    new_features = missing_features(device.features, required_features)
+    new_features = missing_features(device.features, shared.features)
     if lacking or new_features:
         for name in lacking:
             shared.limits[wgpu_limit_name(name)] = required_limits[name]
-        for feature in required_features:
-            if feature not in shared.features:
-                shared.features.append(feature)
         device = adapter.request_device_sync(
             label="relaxweb",
             required_limits=dict(shared.limits),
