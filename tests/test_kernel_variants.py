@@ -21,13 +21,14 @@ ROWS, DEPTH, COLUMNS = 70, 33, 90  # not multiples of the 64 tiles: the edges ar
 
 
 def matmul_and_convolution_model():
-    """y = relu(x @ w + b) (a matmul with plain loads: gets a CPU variant) and
-    z = conv3x3(image, k) with padding (an im2col gather: keeps one shader)."""
+    """y = relu(x @ w + b) and z = conv3x3(image, k) with padding (an im2col gather whose
+    padding test is a select): both get a CPU shader; s = softmax(x), not a matmul, does not."""
     nodes = [helper.make_node("MatMul", ["x", "w"], ["xw"]), helper.make_node("Add", ["xw", "b"], ["xwb"]),
              helper.make_node("Relu", ["xwb"], ["y"]),
-             helper.make_node("Conv", ["image", "k"], ["z"], pads=[1, 1, 1, 1])]
+             helper.make_node("Conv", ["image", "k"], ["z"], pads=[1, 1, 1, 1]),
+             helper.make_node("Softmax", ["x"], ["s"])]
     initializers = {"w": rand(DEPTH, COLUMNS, seed=1), "b": rand(COLUMNS, seed=2), "k": rand(8, 3, 3, 3, seed=3)}
-    return make_model(nodes, [("x", ["rows", DEPTH]), ("image", [1, 3, 12, 10])], ["y", "z"], initializers)
+    return make_model(nodes, [("x", ["rows", DEPTH]), ("image", [1, 3, 12, 10])], ["y", "z", "s"], initializers)
 
 
 @pytest.fixture(scope="module")
@@ -44,15 +45,18 @@ def feeds() -> dict[str, np.ndarray]:
     return {"x": rand(ROWS, DEPTH, seed=4), "image": rand(1, 3, 12, 10, seed=5)}
 
 
-def test_only_matmuls_with_plain_factors_get_a_cpu_shader(variant_bundle: Path) -> None:
+def test_matmuls_and_convolutions_get_a_cpu_shader(variant_bundle: Path) -> None:
     manifest = json.loads((variant_bundle / "bundle" / "manifest.json").read_text())
     with_variant = [k for k in manifest["kernels"] if "cpu_file" in k]
-    assert len(manifest["kernels"]) == 2 and len(with_variant) == 1
-    source = (variant_bundle / "bundle" / with_variant[0]["cpu_file"]).read_text()
-    assert "register_matmul" in source and "var<workgroup>" not in source
-    assert "var<workgroup> tile_a" in (variant_bundle / "bundle" / with_variant[0]["file"]).read_text()
+    assert len(manifest["kernels"]) > 2 and len(with_variant) == 2
+    for kernel in with_variant:
+        source = (variant_bundle / "bundle" / kernel["cpu_file"]).read_text()
+        assert "register_matmul" in source and "var<workgroup>" not in source
+        assert "var<workgroup> tile_a" in (variant_bundle / "bundle" / kernel["file"]).read_text()
+    convolution = (variant_bundle / "bundle" / next(k for k in with_variant if "conv" in k["name"])["cpu_file"]).read_text()
+    assert "select(" in convolution and "var sel" not in convolution  # the padding test does not branch
     sizes = {k["file"]: (variant_bundle / "bundle" / k.get("cpu_file", k["file"])).stat().st_size for k in manifest["kernels"]}
-    assert (f"on a CPU adapter (SwiftShader, lavapipe) 1 of them compile their cpu_file instead: "
+    assert (f"on a CPU adapter (SwiftShader, lavapipe) 2 of them compile their cpu_file instead: "
             f"{sum(sizes.values())} bytes of WGSL") in (variant_bundle / "inspect.txt").read_text()
 
 
@@ -66,6 +70,7 @@ def test_the_python_runtime_runs_both_shaders_like_onnxruntime(variant_bundle: P
         got = session.run(feeds())
         assert_close(got["y"], want[0], MODEL)
         assert_close(got["z"], want[1], MODEL)
+        assert_close(got["s"], want[2], MODEL)
     with pytest.raises(ValueError, match="kernels must be one of auto, gpu, cpu"):
         load(variant_bundle / "bundle", kernels="fast")
 

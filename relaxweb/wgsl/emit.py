@@ -17,7 +17,7 @@ from ..ir.dtype import DtypeKind, dtype_info
 from ..ir.symbolic import FloorDiv, FloorMod, IntImm, PrimExpr, SizeVar, simplify
 from ..ir.tir import (
     Binary, BinaryOp, Buffer, Cast, Compare, CompareOp, FloatImm, Gather, IndexValue, Load, Reduce, ReduceCombiner,
-    ScalarExpr, Select, TensorProgram, Unary, UnaryOp, scalar_children, scalar_dtype,
+    ScalarExpr, Select, TensorProgram, Unary, UnaryOp, scalar_children, scalar_dtype, scalar_nodes,
 )
 from .lower_index import Constant, IndexLowering, render_wgsl
 
@@ -336,8 +336,17 @@ class Emitter:
         return name
 
     def select(self, expr: Select, indent: str) -> str:
-        """An if/else into a variable, so that only the chosen branch is evaluated (a branch
-        may load out of bounds where it is not chosen, e.g. the inputs of a concat)."""
+        """WGSL's ``select`` when both branches are cheap (no reduction, a few nodes: a
+        convolution's padding test around a load), else an if/else into a variable, so that
+        only the chosen branch is evaluated.  Evaluating the branch not chosen is safe: it is
+        pure, and a load out of bounds (the inputs of a concat, a padded convolution's input)
+        reads some element of the buffer under WebGPU's robust buffer access; a branch in
+        every invocation costs more than the load, above all where invocations run in SIMD
+        lanes of a CPU (SwiftShader, lavapipe)."""
+        if is_cheap_branch(expr.a) and is_cheap_branch(expr.b):
+            condition = self.scalar(expr.condition, indent)
+            a, b = self.scalar(expr.a, indent), self.scalar(expr.b, indent)
+            return f"select({b}, {a}, {condition})"
         name = f"sel{self.selections}"
         self.selections += 1
         condition = self.scalar(expr.condition, indent)
@@ -354,6 +363,20 @@ class Emitter:
         self.statements.append(f"{indent}  {name} = {b};")
         self.statements.append(f"{indent}}}")
         return name
+
+
+CHEAP_BRANCH_NODES = 16  # the most nodes a select's branch may have to be evaluated unconditionally
+
+
+def is_cheap_branch(expr: ScalarExpr) -> bool:
+    """Few nodes and no reduction: cheaper to evaluate than to branch around (a select with
+    two such branches is WGSL's ``select``, no branch)."""
+    nodes = 0
+    for node in scalar_nodes(expr):
+        nodes += 1
+        if isinstance(node, Reduce) or nodes > CHEAP_BRANCH_NODES:
+            return False
+    return True
 
 
 def combine(combiner: ReduceCombiner, dtype: str, accumulator: str, value: str, first: str) -> str:
