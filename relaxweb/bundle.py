@@ -29,7 +29,7 @@ from .ir.tir import TensorProgram
 from .ir.params_block import PARAMS_SLOT, ParamsLayout
 from .wasm import MAX_RANK, CallSiteParams, assemble, emit_host_wat
 from .wgsl import ShaderInfo, emit_wgsl
-from .wgsl.variants import cpu_variant
+from .wgsl.variants import cpu_shader_fits, cpu_variant
 
 FORMAT = "relaxweb-bundle"
 # 2: the manifest's ``dtypes`` table replaced each tensor's ``device_dtype``.
@@ -160,6 +160,8 @@ def _cpu_variant_entry(kernel, shader: ShaderInfo, out: Path) -> dict:
     if variant is None:
         return {}
     variant_shader = emit_wgsl(variant)
+    if not cpu_shader_fits(variant_shader.source):
+        return {}
     if (variant_shader.params, variant_shader.bindings) != (shader.params, shader.bindings):
         raise AssertionError(f"{kernel.name}: the CPU variant must keep the kernel's params and bindings")
     file = f"kernels/{kernel.name}.cpu.wgsl"

@@ -365,16 +365,18 @@ class Emitter:
         return name
 
 
-CHEAP_BRANCH_NODES = 16  # the most nodes a select's branch may have to be evaluated unconditionally
+CHEAP_BRANCH_NODES = 32  # the most nodes a select's branch may have to be evaluated unconditionally
+CHEAP_BRANCH_LOADS = 2  # ... and the most buffer reads
 
 
 def is_cheap_branch(expr: ScalarExpr) -> bool:
-    """Few nodes and no reduction: cheaper to evaluate than to branch around (a select with
-    two such branches is WGSL's ``select``, no branch)."""
-    nodes = 0
+    """Few nodes, few reads and no reduction: cheaper to evaluate than to branch around (a
+    select with two such branches is WGSL's ``select``, no branch)."""
+    nodes = loads = 0
     for node in scalar_nodes(expr):
         nodes += 1
-        if isinstance(node, Reduce) or nodes > CHEAP_BRANCH_NODES:
+        loads += isinstance(node, (Load, Gather))
+        if isinstance(node, Reduce) or nodes > CHEAP_BRANCH_NODES or loads > CHEAP_BRANCH_LOADS:
             return False
     return True
 

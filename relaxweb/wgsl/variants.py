@@ -49,6 +49,18 @@ def cpu_variant(program: TensorProgram) -> TensorProgram | None:
     return replace(program, schedule=variant)
 
 
+MAX_CPU_SHADER_BYTES = 32_768
+"""A CPU shader evaluates each factor once per block row or column (and again for a block at
+the last rows), so a factor with a long prologue makes it large: above this size it is not
+written (YOLOv8n's box-decoding convolution, a softmax and a concatenation in its factor, made
+a 72 KB shader that SwiftShader's compiler lost the device on)."""
+
+
+def cpu_shader_fits(source: str) -> bool:
+    """Whether a CPU variant's WGSL is small enough to be worth compiling instead."""
+    return len(source.encode()) <= MAX_CPU_SHADER_BYTES
+
+
 def _branch_free(factor: ScalarExpr) -> bool:
     """No reduction, and every select renders as WGSL's ``select`` (a branch per block row or
     column of every invocation is what staging saves)."""
