@@ -366,7 +366,7 @@ class Emitter:
 
 
 CHEAP_BRANCH_NODES = 32  # the most nodes a select's branch may have to be evaluated unconditionally
-CHEAP_BRANCH_LOADS = 2  # ... and the most buffer reads
+CHEAP_BRANCH_LOADS = 4  # ... and the most buffer reads (a concatenation of up to 4 inputs)
 
 
 def is_cheap_branch(expr: ScalarExpr) -> bool:

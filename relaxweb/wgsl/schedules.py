@@ -29,9 +29,11 @@ is :func:`relaxweb.ir.launch.dispatch_count`, which the host module evaluates.
   adapters (``variants.py``): each invocation evaluates the first factor at its ``block`` rows
   and the second at its ``block`` columns for every reduction element (rows and columns past
   the last read the last one; their outputs are not stored) and keeps ``block x block``
-  accumulators in vec4 registers.  A block that reaches past the last row (a matrix-vector
-  product's only row) computes its rows one at a time instead, and an invocation with no
-  row inside the output returns at once, so a product with one row costs one row.
+  accumulators in vec4 registers.  An invocation with no row inside the output returns at
+  once, so a product with one row (a matrix-vector product) runs 8 of the 64 invocations of
+  a workgroup; each computes its block's 7 other rows from the last one, a copy of it (a
+  separate path for the last rows doubled the shader, which SwiftShader pays for in compile
+  time).
 """
 
 from __future__ import annotations
@@ -295,43 +297,19 @@ def render_register_matmul(program: TensorProgram, schedule: RegisterMatmulSched
             out.append(f"  let {kind}{i} = min({first} + {i}, {extent} - 1);")
             out.extend(emitter.unflatten(renamed, [shape[p] for p in positions], f"{kind}{i}", "  "))
             into.append(substitute_scalar(factor, {a.name: r for a, r in zip(group_axes, renamed)}))
-    out.append(f"  if (valid_rows == {block}) {{")
-    out.append(f"    var accumulators: array<vec{VECTOR_WIDTH}<f32>, {block * vectors}>;")
-    out.append(f"    for (var depth_index = 0; depth_index < {depth}; depth_index = depth_index + 1) {{")
+    out.append(f"  var accumulators: array<vec{VECTOR_WIDTH}<f32>, {block * vectors}>;")
+    out.append(f"  for (var depth_index = 0; depth_index < {depth}; depth_index = depth_index + 1) {{")
     emitter.open_scope()
-    out.extend(emitter.unflatten(info.reduce_axes, info.reduce_extents, "depth_index", "      "))
-    a = [emitter.named(emitter.scalar(f, "      "), "      ") for f in factors_a]
-    b = _column_vectors(emitter, factors_b, "      ")
+    out.extend(emitter.unflatten(info.reduce_axes, info.reduce_extents, "depth_index", "    "))
+    a = [emitter.named(emitter.scalar(f, "    "), "    ") for f in factors_a]
+    b = _column_vectors(emitter, factors_b, "    ")
     for r in range(block):
         for v in range(vectors):
             k = r * vectors + v
-            out.append(f"      accumulators[{k}] = fma(vec{VECTOR_WIDTH}({a[r]}), {b[v]}, accumulators[{k}]);")
-    emitter.close_scope()
-    out.append("    }")
-    out.extend(_store_accumulators(block, "    "))
-    out.append("    return;")
-    out.append("  }")
-    # the last rows (a matrix-vector product has one): each row alone, so no invocation
-    # computes a row past the last
-    out.append("  for (var r = 0; r < valid_rows; r = r + 1) {")
-    emitter.open_scope()
-    out.extend(emitter.unflatten([axes[p] for p in info.rows], [shape[p] for p in info.rows], "block_row + r", "    "))
-    # initialized explicitly: naga declares a loop body's variables once, for the whole function
-    out.append(f"    var row_accumulators = array<vec{VECTOR_WIDTH}<f32>, {vectors}>();")
-    out.append(f"    for (var depth_index = 0; depth_index < {depth}; depth_index = depth_index + 1) {{")
-    emitter.open_scope()
-    out.extend(emitter.unflatten(info.reduce_axes, info.reduce_extents, "depth_index", "      "))
-    a_row = emitter.named(emitter.scalar(info.a, "      "), "      ")
-    b = _column_vectors(emitter, factors_b, "      ")
-    for v in range(vectors):
-        out.append(f"      row_accumulators[{v}] = fma(vec{VECTOR_WIDTH}({a_row}), {b[v]}, row_accumulators[{v}]);")
-    emitter.close_scope()
-    out.append("    }")
-    out.append(f"    for (var c = 0; c < {block}; c = c + 1) {{")
-    out.append(f"      store_output(batch_index, block_row + r, block_column + c, row_accumulators[c / {VECTOR_WIDTH}][c % {VECTOR_WIDTH}]);")
-    out.append("    }")
+            out.append(f"    accumulators[{k}] = fma(vec{VECTOR_WIDTH}({a[r]}), {b[v]}, accumulators[{k}]);")
     emitter.close_scope()
     out.append("  }")
+    out.extend(_store_accumulators(block, "  "))
     epilogue = _matmul_epilogue(program, info)
     helpers = emitter.index_lowering.helpers | epilogue.index_helpers
     return ScheduleRendering([*epilogue.lines, "", *_SIGNATURE, _GROUP, *out, "}"], frozenset(helpers))
