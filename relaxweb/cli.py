@@ -31,6 +31,7 @@ from .errors import RelaxwebError, shown
 from .frontend.validation import MAX_DIM
 from .frontend.onnx import default_opset, from_onnx, load_onnx, op_coverage, symbolic_vars
 from .passes import DEFAULT_OPT_LEVEL, OPT_LEVELS
+from .runtime.webgpu import KERNEL_VARIANTS
 
 EXIT_USER_ERROR = 2
 
@@ -200,8 +201,8 @@ def make_parser() -> argparse.ArgumentParser:
     run.add_argument("--profile", action="store_true",
                      help="time every kernel (timestamp queries where the adapter has them, else one submit per "
                           "dispatch) and print a table of the slowest: calls, ms, share, GFLOP/s, GB/s")
-    run.add_argument("--kernels", choices=("auto", "gpu", "cpu"), default="auto",
-                     help="for kernels that have a shader for CPU adapters (matmuls: no workgroup memory), which "
+    run.add_argument("--kernels", choices=KERNEL_VARIANTS, default="auto",
+                     help="for kernels that have a shader for CPU adapters (matmuls and convolutions without workgroup memory), which "
                           "to compile: auto (the CPU one on a CPU adapter such as lavapipe; the default), gpu or cpu")
     run.add_argument("--reference", action="store_true",
                      help="run an .onnx model (not a bundle) in the reference interpreter: numpy, no GPU")

@@ -78,7 +78,7 @@ export async function load(url, { bounds, onProgress, device, cache, profile = f
 
   // the adapter comes first (a given device knows its own): which kernel shaders to fetch depends on it
   const adapterPromise = device ? Promise.resolve(null) : requestAdapter();
-  const [host, [kernelSources, kernelVariant], shards, adapter] = await Promise.all([
+  const [host, kernelShaders, shards, adapter] = await Promise.all([
     fetchOk(fileUrl("host.wasm")).then((r) => r.arrayBuffer()).then((b) => RemoteHost.instantiate(b, manifest)),
     adapterPromise.then((a) => fetchKernelSources(manifest, fileUrl, chooseKernels(kernels, device ? device.adapterInfo : a?.info))),
     openShardCache(cache).then((shardCache) => fetchShards(manifest, fileUrl, onProgress, shardCache)),
@@ -91,7 +91,7 @@ export async function load(url, { bounds, onProgress, device, cache, profile = f
     const requiredFeatures = manifest.required_features ?? [];
     const gpuDevice = device ?? (await requestDevice(adapter, requiredLimits, requiredFeatures, sizesAtBounds === null, profile));
     checkDevice(gpuDevice, requiredLimits, requiredFeatures, "device");
-    return await Model.create(manifest, host, gpuDevice, { kernelSources, kernels: kernelVariant, shards, ownsDevice: !device, ...configured });
+    return await Model.create(manifest, host, gpuDevice, { ...kernelShaders, shards, ownsDevice: !device, ...configured });
   } catch (error) {
     host.dispose(); // stops its worker (Model.create's failure disposed the rest)
     throw error;
@@ -104,7 +104,7 @@ export class Model {
    * @param {any} manifest
    * @param {RemoteHost} host
    * @param {GPUDevice} device
-   * @param {{kernelSources: string[], kernels: "gpu"|"cpu", shards: Uint8Array[], ownsDevice: boolean,
+   * @param {{kernelSources: string[], kernelFiles: string[], kernels: "gpu"|"cpu", shards: Uint8Array[], ownsDevice: boolean,
    *   bounds: (number|null)[], sizesAtBounds: number[]|null}} parts
    * @returns {Promise<Model>}
    */
@@ -112,8 +112,7 @@ export class Model {
     const model = new Model(manifest, host, device, parts.ownsDevice, parts.bounds);
     model.kernels = parts.kernels;
     try {
-      const files = manifest.kernels.map((/** @type {any} */ k) => (parts.kernels === "cpu" && k.cpu_file) || k.file);
-      const modules = await model.orDeviceLoss(compileKernels(device, manifest, parts.kernelSources, files));
+      const modules = await model.orDeviceLoss(compileKernels(device, manifest, parts.kernelSources, parts.kernelFiles));
       await model.captureGpuErrors("load", () => {
         model.weightBuffers = createWeightBuffers(device, manifest, parts.shards);
         model.allocateStoragesAtBounds(parts.sizesAtBounds);
@@ -798,15 +797,17 @@ function chooseKernels(kernels, info) {
 }
 
 /**
- * Every kernel's WGSL, the CPU variant where `variant` is "cpu" and the kernel has one.
+ * Every kernel's WGSL, the CPU variant where `variant` is "cpu" and the kernel has one, with
+ * the file each came from and the variant.
  * @param {any} manifest
  * @param {(file: string) => URL} fileUrl
  * @param {"gpu"|"cpu"} variant
- * @returns {Promise<[string[], "gpu"|"cpu"]>}
+ * @returns {Promise<{kernelSources: string[], kernelFiles: string[], kernels: "gpu"|"cpu"}>}
  */
 async function fetchKernelSources(manifest, fileUrl, variant) {
-  const files = manifest.kernels.map((/** @type {any} */ k) => (variant === "cpu" && k.cpu_file) || k.file);
-  return [await Promise.all(files.map((/** @type {string} */ file) => fetchOk(fileUrl(file)).then((r) => r.text()))), variant];
+  const kernelFiles = manifest.kernels.map((/** @type {any} */ k) => (variant === "cpu" && k.cpu_file) || k.file);
+  const kernelSources = await Promise.all(kernelFiles.map((/** @type {string} */ file) => fetchOk(fileUrl(file)).then((r) => r.text())));
+  return { kernelSources, kernelFiles, kernels: variant };
 }
 
 /**
