@@ -120,3 +120,40 @@ def test_greedy_generation_with_the_cache_matches_onnxruntime(tiny_llama, refere
     actual = tiny_llama.greedy_with_cache(session.run, config, prompt, GREEDY_STEPS)
     expected = tiny_llama.greedy_with_cache(onnxruntime_run, config, prompt, GREEDY_STEPS)
     assert actual == expected == reference["continuation_ids"][:GREEDY_STEPS], tiny_llama.decode(actual)
+
+
+def left_padded_feeds(tiny_llama, prompts: list[str]) -> dict:
+    """A batch of prompts padded on the left as transformers.js pads them: attention_mask 0 at
+    the pads, position ids counting only real tokens, an empty past."""
+    config = tiny_llama.Config()
+    ids = [tiny_llama.encode(prompt) for prompt in prompts]
+    width = max(map(len, ids))
+    mask = np.array([[0] * (width - len(row)) + [1] * len(row) for row in ids], np.int64)
+    feeds = {"input_ids": np.array([[0] * (width - len(row)) + row for row in ids], np.int64),
+             "attention_mask": mask, "position_ids": np.maximum(np.cumsum(mask, axis=1) - 1, 0)}
+    empty = np.zeros((len(prompts), config.kv_heads, 0, config.head_dim), np.float32)
+    return feeds | {name: empty for name in tiny_llama.past_names(config, "past_key_values")}
+
+
+def test_a_left_padded_batch_matches_onnxruntime(tiny_llama, session, onnxruntime_run) -> None:
+    """Two prompts of different lengths in one batch (masked pads, shifted positions), then one
+    decode step with their cache: every row of every output, the pads' rows included (their
+    mask row is all float32's minimum, a uniform softmax in both)."""
+    config = tiny_llama.Config()
+    feeds = left_padded_feeds(tiny_llama, ["The if statement", "A class"])
+    expected = onnxruntime_run(feeds)
+    assert_outputs_close(session.run(feeds), expected)
+    step = {"input_ids": expected["logits"][:, -1].argmax(axis=-1)[:, None].astype(np.int64),
+            "attention_mask": np.concatenate([feeds["attention_mask"], np.ones((2, 1), np.int64)], axis=1),
+            "position_ids": feeds["position_ids"][:, -1:] + 1}
+    step |= {past: expected[present] for past, present in zip(tiny_llama.past_names(config, "past_key_values"),
+                                                              tiny_llama.past_names(config, "present"))}
+    assert_outputs_close(session.run(step), onnxruntime_run(step))
+
+
+def test_an_attention_mask_that_does_not_cover_past_and_new_tokens_is_refused(tiny_llama, session) -> None:
+    config = tiny_llama.Config()
+    feeds = tiny_llama.decoder_feeds(config, tiny_llama.encode("abc"), 0, None)
+    feeds["attention_mask"] = np.ones((1, 5), np.int64)
+    with pytest.raises(relaxweb.InputShapeError, match="total_sequence_length"):
+        session.run(feeds)
