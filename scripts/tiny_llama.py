@@ -363,6 +363,15 @@ def onnxruntime_runner(path: Path):
     return lambda feeds: dict(zip(names, session.run(None, feeds)))
 
 
+class CheckFailed(Exception):
+    """The export does not compute what torch computes."""
+
+
+def require(condition: bool, message: str) -> None:
+    if not condition:
+        raise CheckFailed(message)
+
+
 @torch.no_grad()
 def check(model: TinyLlama, path: Path, reference: dict, log=print) -> dict:
     """The export against torch: prefill with an empty past and decode steps give torch's logits
@@ -380,14 +389,15 @@ def check(model: TinyLlama, path: Path, reference: dict, log=print) -> dict:
         outputs = run(decoder_feeds(config, ids[position:position + 1], position, past))
         errors.append(float(np.abs(outputs["logits"][0, 0] - expected[position]).max()))
         for name, before in zip(past_names(config, "present"), past):
-            assert outputs[name].shape[2] == position + 1
-            np.testing.assert_array_equal(outputs[name][:, :, :position], before, err_msg=name)
+            require(outputs[name].shape[2] == position + 1 and np.array_equal(outputs[name][:, :, :position], before),
+                    f"{name} at position {position} is not concat(past, new)")
     scale = float(np.abs(expected).max())
-    assert max(errors) <= 1e-4 + 1e-4 * scale, f"onnxruntime's logits differ from torch's by {max(errors)}"
+    require(max(errors) <= 1e-4 + 1e-4 * scale, f"onnxruntime's logits differ from torch's by {max(errors)}")
     tokens = greedy_with_cache(run, config, encode(reference["prompt"]), len(reference["continuation_ids"]))
-    assert tokens == reference["continuation_ids"], f"greedy tokens with the cache differ: {tokens}"
+    require(tokens == reference["continuation_ids"], f"greedy tokens with the cache differ from torch's: {tokens}")
     metadata = {prop.key: prop.value for prop in onnx.load(str(path), load_external_data=False).metadata_props}
-    assert json.loads(metadata[TOKENIZER_METADATA_KEY]) == TOKENIZER
+    require(json.loads(metadata.get(TOKENIZER_METADATA_KEY, "null")) == TOKENIZER,
+            f"metadata_props[{TOKENIZER_METADATA_KEY!r}] is not the tokenizer")
     log(f"check: onnxruntime logits within {max(errors):.2e} of torch's (prefill {prefill}, "
         f"{len(errors) - 1} decode steps); {len(tokens)} greedy tokens with the cache equal torch's")
     return {"max_logit_error": max(errors), "greedy_tokens_checked": len(tokens)}
@@ -459,7 +469,11 @@ def main(argv: list[str] | None = None) -> int:
         if reference is None:
             print(f"error: no current model in {args.cache}: run without --check first", file=sys.stderr)
             return 2
-        check(load_trained(config, args.cache), _paths(args.cache)["model"], reference)
+        try:
+            check(load_trained(config, args.cache), _paths(args.cache)["model"], reference)
+        except CheckFailed as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 1
         return 0
     paths = build(config, args.cache, force=args.force)
     reference = json.loads(paths["reference"].read_text())
