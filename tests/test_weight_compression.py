@@ -265,3 +265,42 @@ def test_matmul_nbits_with_g_idx_is_refused_naming_the_node() -> None:
     node.input.append("g_idx")
     with pytest.raises(RelaxwebError, match=f"MatMulNBits node '{node.name}': g_idx .* is not supported"):
         relaxweb.run_reference(model, {"ids": np.zeros((1, 2), np.int64)})
+
+
+# The GPT-2-like test model (torch export) ------------------------------------------------------
+
+# Relative RMS error of the logits against float32 onnxruntime, measured on lavapipe at both
+# shapes: float16 2.2e-4, int8 5.1e-3, int4 0.088.
+GPT2_ERROR_BOUND = {"float16": 1e-3, "int8": 2e-2, "int4": 0.3}
+
+
+@pytest.fixture(scope="module")
+def gpt2_export(tmp_path_factory):
+    from tests.model_exports import missing_exporter_packages, session_exports
+
+    missing = missing_exporter_packages()
+    if missing:
+        pytest.skip(f"{' and '.join(missing)} not installed")
+    export = session_exports(tmp_path_factory, ["gpt2_legacy"])["gpt2_legacy"]
+    if export.error:
+        pytest.fail(f"export of gpt2_legacy failed: {export.error}", pytrace=False)
+    return export
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("weights", FORMATS)
+def test_gpt2_like_model_compressed_matches_its_interpreter_and_stays_near_float32(
+        device, tmp_path, gpt2_export, weights) -> None:
+    from tests.model_exports import export_script
+
+    relaxweb.build(gpt2_export.path, tmp_path / weights, weights=weights)
+    session = relaxweb.load(tmp_path / weights, device=device)
+    module = compile_model(gpt2_export.path, weights=weights)
+    for dims in ({"batch": 1, "seq": 8}, {"batch": 2, "seq": 5}):
+        feeds = export_script().make_inputs(gpt2_export.sidecar["inputs"], dims, seed=sum(dims.values()))
+        gpu = session.run(feeds)["logits"]
+        assert_close(gpu, run_host_function(module.main, module.programs, feeds)[0], MODEL)
+        reference = onnxruntime_outputs(gpt2_export.path, feeds)[0]
+        error = np.linalg.norm(gpu - reference) / np.linalg.norm(reference)
+        print(f"gpt2_legacy {weights} {dims}: relative RMS error {error:.3g}")
+        assert error < GPT2_ERROR_BOUND[weights], error
