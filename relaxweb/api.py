@@ -283,7 +283,13 @@ def format_manifest(manifest: Mapping[str, Any], shader_bytes: Mapping[str, int]
         lines.append(f"  {index}: {storage['role']:<12} {storage['size']} bytes"
                      + (f" = {at_bounds} at the bounds" if at_bounds is not None else ""))
     weight_bytes = sum(w["nbytes"] for w in manifest["weights"])
-    lines.append(f"weights: {len(manifest['weights'])} tensors, {weight_bytes} bytes in {len(manifest['shards'])} shard(s)")
+    by_dtype: dict[str, int] = {}
+    for weight in manifest["weights"]:
+        by_dtype[weight["dtype"]] = by_dtype.get(weight["dtype"], 0) + weight["nbytes"]
+    # packed weights (relaxweb build --weights float16|int8|int4) are the uint32 ones
+    kinds = f" ({', '.join(f'{dtype} {count}' for dtype, count in sorted(by_dtype.items()))})" if len(by_dtype) > 1 else ""
+    lines.append(f"weights: {len(manifest['weights'])} tensors, {weight_bytes} bytes{kinds} in "
+                 f"{len(manifest['shards'])} shard(s)")
     lines.append(f"kernels ({len(manifest['kernels'])}), call sites ({len(manifest['call_sites'])}):")
     for index, site in enumerate(manifest["call_sites"]):
         lines.append(f"  {index}: {manifest['kernels'][site['kernel']]['file']}  {site['binding']}")
