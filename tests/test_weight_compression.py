@@ -29,7 +29,7 @@ from relaxweb.ir.tir import Buffer, TensorProgram
 from relaxweb.ops.packed_weights import decode_body, pack_fields, pack_halves, unpack_weights_reference
 from relaxweb.passes import PassContext, compress_weights
 from tests.gpu_kernels import run_kernel_on_gpu
-from tests.helpers import MODEL, assert_close, make_model, onnxruntime_outputs, rand
+from tests.helpers import MODEL, assert_close, in_the_browser, make_model, onnxruntime_outputs, rand
 from tests.test_pass_rewrites import check_rewrite
 
 FORMATS = ("float16", "int8", "int4")
@@ -189,6 +189,12 @@ def test_compressed_model_matches_its_interpreter_and_stays_near_float32(device,
     assert big == [], big
     assert len(manifest["kernels"]) == len(plain["kernels"])
     assert all(k.get("cpu_file") for k in manifest["kernels"] if "matmul" in k["name"] or "conv" in k["name"])
+    # the packed words reach the shards byte for byte
+    constants = {weight.name: weight.data for weight in module.main.weights}
+    for entry in manifest["weights"]:
+        shard = (folder / manifest["shards"][entry["shard"]]["file"]).read_bytes()
+        if entry["dtype"] == "uint32":
+            assert shard[entry["offset"]:entry["offset"] + entry["nbytes"]] == constants[entry["name"]].astype("<u4").tobytes()
     for feeds in feeds_list:
         gpu = session.run(feeds)["y"]
         interpreted = run_host_function(module.main, module.programs, feeds)[0]
@@ -304,3 +310,33 @@ def test_gpt2_like_model_compressed_matches_its_interpreter_and_stays_near_float
         error = np.linalg.norm(gpu - reference) / np.linalg.norm(reference)
         print(f"gpt2_legacy {weights} {dims}: relative RMS error {error:.3g}")
         assert error < GPT2_ERROR_BOUND[weights], error
+
+
+@in_the_browser
+def test_an_int4_bundle_runs_in_chromium_as_on_wgpu(tmp_path) -> None:
+    """The browser runtime needs nothing new: packed weights are uint32 weights, decoded by
+    the kernels (SwiftShader runs the CPU variant of the fused matmul kernels)."""
+    model = lm_like()
+    bundle = relaxweb.build(model, tmp_path / "int4", weights="int4")
+    feeds = {"ids": np.array([[3, 0, 99, 7, 50], [1, 2, 3, 4, 5]], np.int64)}
+    module = compile_model(model, weights="int4")
+    assert_close(relaxweb.run_in_browser(bundle.path, feeds)["y"], run_host_function(module.main, module.programs, feeds)[0],
+                 MODEL)
+
+
+@pytest.mark.parametrize("dtype", [TensorProto.UINT4, TensorProto.INT4], ids=["uint4", "int4"])
+def test_gather_block_quantized_without_zero_points_matches_onnxruntime(device, tmp_path, dtype) -> None:
+    """No zero point: an unsigned table's default is 0, a signed one's values are taken as
+    they are (stored offset by 8 against the implicit 8)."""
+    rng = np.random.default_rng(0)
+    low, high = (0, 16) if dtype == TensorProto.UINT4 else (-8, 8)
+    table = helper.make_tensor("table", dtype, [10, 64], rng.integers(low, high, (10, 64)).flatten().tolist())
+    scales = onnx.numpy_helper.from_array(rng.uniform(0.1, 1.0, (10, 2)).astype(np.float32), "scales")
+    node = helper.make_node("GatherBlockQuantized", ["table", "ids", "scales"], ["y"], domain="com.microsoft", block_size=32)
+    model = make_model([node], [("ids", TensorProto.INT64, ["n"])], ["y"], [table, scales],
+                       opset={"": 21, "com.microsoft": 1}, ir_version=10)
+    feeds = {"ids": np.array([0, 5, 9, 5], np.int64)}
+    expected = onnxruntime_outputs(model, feeds)[0]
+    relaxweb.build(model, tmp_path)
+    np.testing.assert_array_equal(relaxweb.run_reference(model, feeds)["y"], expected)
+    np.testing.assert_array_equal(relaxweb.load(tmp_path, device=device).run(feeds)["y"], expected)
