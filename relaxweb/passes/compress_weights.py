@@ -43,7 +43,7 @@ from ..ir.expr import Call, Constant, DataflowVar, Expr, Function, ShapeExpr, Va
 from ..ir.functor import ExprMutator
 from ..ir.module import IRModule
 from ..ops import call_op
-from ..ops.packed_weights import FORMAT_BITS, group_count, pack_fields, pack_halves, per_word
+from ..ops.packed_weights import FORMAT_BITS, group_count, pack_fields, pack_halves
 from .context import PassContext
 
 #: Constants with fewer elements stay float32 (biases, norms, small projections).
@@ -167,8 +167,7 @@ class _WeightCompressor(ExprMutator):
         if call.op == "matmul" and _compressible(call.args[1]):
             weight = call.args[1]
             packed = self.packer.pack(weight, weight.data, weight.data.ndim - 2)
-            return Call(call.op, (call.args[0], self._bind_unpack(packed, packed.words, packed.parameters, weight.name)),
-                        call.attrs, call.struct_info)
+            return Call(call.op, (call.args[0], self._bind_unpack(packed, weight.name)), call.attrs, call.struct_info)
         if call.op == "take" and int(call.attrs.get("axis", 0)) in (0, -2) and _compressible(call.args[0], ndim=2):
             table, indices = call.args
             packed = self.packer.pack(table, table.data, 1)
@@ -180,13 +179,13 @@ class _WeightCompressor(ExprMutator):
             weight = call.args[1]
             flat = weight.data.reshape(weight.data.shape[0], -1)
             packed = self.packer.pack(weight, flat, 1)
-            unpacked = self._bind_unpack(packed, packed.words, packed.parameters, weight.name)
+            unpacked = self._bind_unpack(packed, weight.name)
             reshaped = self._bind(f"{weight.name}_kernel", call_op("reshape", unpacked, ShapeExpr(weight.data.shape)))
             return Call(call.op, (call.args[0], reshaped, *call.args[2:]), call.attrs, call.struct_info)
         return None
 
-    def _bind_unpack(self, packed: Packed, words: Expr, parameters, name: str) -> Var:
-        return self._bind(f"{name}_unpacked", call_op("unpack_weights", words, *parameters, **packed.attrs))
+    def _bind_unpack(self, packed: Packed, name: str) -> Var:
+        return self._bind(f"{name}_unpacked", call_op("unpack_weights", packed.words, *packed.parameters, **packed.attrs))
 
     def _bind(self, hint: str, value: Call) -> Var:
         kind = DataflowVar if self.in_dataflow_block else Var

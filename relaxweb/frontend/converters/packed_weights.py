@@ -37,7 +37,7 @@ def _input(inputs: list[Expr | None], position: int) -> Expr | None:
     return inputs[position] if position < len(inputs) else None
 
 
-def _constant(context, node, expr: Expr | None, what: str) -> np.ndarray | None:
+def _constant(node, expr: Expr | None, what: str) -> np.ndarray | None:
     if expr is None:
         return None
     if not isinstance(expr, Constant):
@@ -81,9 +81,9 @@ def convert_matmul_nbits(context, node, inputs):
     if _input(inputs, 4) is not None:
         raise fail(node, "g_idx (a permutation of K for act-order quantization) is not supported")
     a = inputs[0]
-    weight = _constant(context, node, inputs[1], "B")
-    scales = _constant(context, node, inputs[2], "the scales")
-    zero_points = _constant(context, node, _input(inputs, 3), "the zero points")
+    weight = _constant(node, inputs[1], "B")
+    scales = _constant(node, inputs[2], "the scales")
+    zero_points = _constant(node, _input(inputs, 3), "the zero points")
     blocks = group_count(k, block_size)
     if weight.dtype != np.uint8 or weight.size != n * blocks * (block_size * bits // 8):
         raise fail(node, f"B must be uint8 [N, blocks, block_size * bits / 8] = [{n}, {blocks}, "
@@ -115,9 +115,9 @@ def convert_matmul_nbits(context, node, inputs):
 @converter("GatherBlockQuantized", domain=MICROSOFT)
 def convert_gather_block_quantized(context, node, inputs):
     attrs = context.attributes(node)
-    data = _constant(context, node, inputs[0], "the data")
-    indices, scales = inputs[1], _constant(context, node, inputs[2], "the scales")
-    zero_points = _constant(context, node, _input(inputs, 3), "the zero points")
+    data = _constant(node, inputs[0], "the data")
+    indices, scales = inputs[1], _constant(node, inputs[2], "the scales")
+    zero_points = _constant(node, _input(inputs, 3), "the zero points")
     block_size, bits = int(attrs.get("block_size", 128)), int(attrs.get("bits", 4))
     if data.ndim != 2 or int(attrs.get("gather_axis", 0)) % 2 != 0 or int(attrs.get("quantize_axis", 1)) % 2 != 1:
         raise fail(node, "only a 2-d table gathered along axis 0 and quantized along axis 1 is supported "
