@@ -5,6 +5,7 @@ command line                                           Python (``import relaxweb
 =====================================================  ===============================================
 ``relaxweb build MODEL -o DIR --bound batch=64``       ``relaxweb.build(MODEL, DIR, bounds={"batch": 64})``
 ``relaxweb build MODEL -o DIR --opt-level 0``          ``relaxweb.build(MODEL, DIR, opt_level=0)``
+``relaxweb build MODEL -o DIR --weights int4``         ``relaxweb.build(MODEL, DIR, weights="int4")``
 ``relaxweb run DIR --inputs IN.npz``                   ``relaxweb.load(DIR).run(inputs)``
 ``relaxweb run DIR --inputs IN.npz --browser``         ``relaxweb.run_in_browser(DIR, inputs)``
 ``relaxweb run MODEL --inputs IN.npz --reference``     ``relaxweb.run_reference(MODEL, inputs)``
@@ -143,7 +144,8 @@ class Bundle:
 
 def build(model: Model, out_dir: str | Path, *, bounds: Mapping[str, int] | None = None,
           opt_level: int = DEFAULT_OPT_LEVEL, dump_ir: str | Path | None = None,
-          progress: Callable[[str], None] | None = None) -> Bundle:
+          progress: Callable[[str], None] | None = None, weights: str = "float32", group_size: int = 32,
+          scale_dtype: str = "float16") -> Bundle:
     """Compile ``model`` into the bundle folder ``out_dir`` (created if missing), as
     ``relaxweb build MODEL -o DIR`` does.
 
@@ -152,9 +154,14 @@ def build(model: Model, out_dir: str | Path, *, bounds: Mapping[str, int] | None
     ``opt_level`` 1 fuses and schedules kernels, 0 gives one kernel per op (``--opt-level``).
     ``dump_ir`` names a folder for the module as text after each pass (``--dump-ir``);
     ``progress`` is called with a line for each step (the command line prints them).
+    ``weights`` ("float32", "float16", "int8" or "int4"; ``--weights``) stores the weights of
+    matmuls, gathers and convolutions packed, decoded inside the kernels that read them;
+    int8 / int4 quantize them in groups of ``group_size`` (``--group-size``) with scales of
+    ``scale_dtype`` ("float16" or "float32"; ``--scale-dtype``).
     """
     manifest = build_bundle(model, out_dir, bounds, opt_level=opt_level, progress=progress or _ignore,
-                            dump_ir=Path(dump_ir) if dump_ir is not None else None)
+                            dump_ir=Path(dump_ir) if dump_ir is not None else None, weights=weights,
+                            group_size=group_size, scale_dtype=scale_dtype)
     return Bundle(Path(out_dir), manifest)
 
 
@@ -276,7 +283,13 @@ def format_manifest(manifest: Mapping[str, Any], shader_bytes: Mapping[str, int]
         lines.append(f"  {index}: {storage['role']:<12} {storage['size']} bytes"
                      + (f" = {at_bounds} at the bounds" if at_bounds is not None else ""))
     weight_bytes = sum(w["nbytes"] for w in manifest["weights"])
-    lines.append(f"weights: {len(manifest['weights'])} tensors, {weight_bytes} bytes in {len(manifest['shards'])} shard(s)")
+    by_dtype: dict[str, int] = {}
+    for weight in manifest["weights"]:
+        by_dtype[weight["dtype"]] = by_dtype.get(weight["dtype"], 0) + weight["nbytes"]
+    # packed weights (relaxweb build --weights float16|int8|int4) are the uint32 ones
+    kinds = f" ({', '.join(f'{dtype} {count}' for dtype, count in sorted(by_dtype.items()))})" if len(by_dtype) > 1 else ""
+    lines.append(f"weights: {len(manifest['weights'])} tensors, {weight_bytes} bytes{kinds} in "
+                 f"{len(manifest['shards'])} shard(s)")
     lines.append(f"kernels ({len(manifest['kernels'])}), call sites ({len(manifest['call_sites'])}):")
     for index, site in enumerate(manifest["call_sites"]):
         lines.append(f"  {index}: {manifest['kernels'][site['kernel']]['file']}  {site['binding']}")

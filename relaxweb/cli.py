@@ -31,6 +31,7 @@ from .errors import RelaxwebError, shown
 from .frontend.validation import MAX_DIM
 from .frontend.onnx import default_opset, from_onnx, load_onnx, op_coverage, symbolic_vars
 from .passes import DEFAULT_OPT_LEVEL, OPT_LEVELS
+from .passes.context import SCALE_DTYPES, WEIGHT_FORMATS
 from .runtime.webgpu import KERNEL_VARIANTS
 
 EXIT_USER_ERROR = 2
@@ -57,7 +58,8 @@ def _progress(message: str) -> None:
 def command_build(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     bundle = build(args.model, args.output, bounds=dict(args.bound or []), opt_level=args.opt_level,
-                   dump_ir=args.dump_ir, progress=_progress)
+                   dump_ir=args.dump_ir, progress=_progress, weights=args.weights, group_size=args.group_size,
+                   scale_dtype=args.scale_dtype)
     for spec in bundle.inputs:
         print(f"  input  {spec}", file=sys.stderr)
     for spec in bundle.outputs:
@@ -188,6 +190,15 @@ def make_parser() -> argparse.ArgumentParser:
                        help="1 (default): fuse kernels and schedule each by its pattern (tiled matmuls, "
                        "workgroup reductions); 0: one kernel per op, one invocation per output element "
                        "(for comparison)")
+    build.add_argument("--weights", choices=WEIGHT_FORMATS, default="float32",
+                       help="how matmul, gather and convolution weights are stored: float32 (default, as the "
+                       "model stores them), float16, or int8 / int4 quantized in groups; the kernels that read "
+                       "them decode the packed words")
+    build.add_argument("--group-size", type=int, default=32, metavar="N",
+                       help="int8 / int4: values per scale, along the reduction (matmul, convolution) or the "
+                       "row (embedding) (default 32)")
+    build.add_argument("--scale-dtype", choices=SCALE_DTYPES, default="float16",
+                       help="int8 / int4: the dtype of the scales (default float16)")
     build.set_defaults(handler=command_build)
 
     run = commands.add_parser("run", help="run a bundle (or a model, with --reference) on inputs from an .npz file",

@@ -33,6 +33,7 @@ from .ir.interpreter import run_module
 from .ir.module import IRModule
 from .ir.printer import format_module
 from .passes import DEFAULT_OPT_LEVEL, OPT_LEVELS, PassContext, run_pipeline
+from .passes.context import SCALE_DTYPES, WEIGHT_FORMATS
 
 Progress = Callable[[str], None]
 
@@ -111,28 +112,47 @@ def checked_opt_level(opt_level: int) -> int:
     return int(opt_level)
 
 
+def checked_weights(weights: str, group_size: int, scale_dtype: str) -> dict:
+    """The weight compression settings (``--weights``, ``--group-size``, ``--scale-dtype``) as
+    :class:`PassContext` fields, or a RelaxwebError naming the one that is wrong."""
+    if weights not in WEIGHT_FORMATS:
+        raise RelaxwebError(f"weights {weights!r} is not a weight format; expected one of {', '.join(WEIGHT_FORMATS)}")
+    if scale_dtype not in SCALE_DTYPES:
+        raise RelaxwebError(f"scale dtype {scale_dtype!r} is not one of {', '.join(SCALE_DTYPES)}")
+    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
+        raise RelaxwebError(f"the group size must be an integer >= 1, got {group_size!r}")
+    return {"weights": weights, "weight_group_size": group_size, "weight_scale_dtype": scale_dtype}
+
+
 def compile_model(model: Model, bounds: Mapping[str, int] | None = None, *,
                   opt_level: int = DEFAULT_OPT_LEVEL, storage_reuse: bool = True,
-                  progress: Progress = _quiet, dump_ir: Path | None = None) -> IRModule:
+                  progress: Progress = _quiet, dump_ir: Path | None = None, weights: str = "float32",
+                  group_size: int = 32, scale_dtype: str = "float16") -> IRModule:
     """Import and lower a model; the result's ``main`` is a HostFunction."""
     bounds, opt_level = checked_bounds(bounds), checked_opt_level(opt_level)  # before the slow import
+    checked_weights(weights, group_size, scale_dtype)
     module = import_model(model)
     main = module.main
     progress(f"imported {model_name(model)}: {len(main.bindings())} bindings, "
              f"inputs {', '.join(main.input_names)}")
     return compile_module(module, bounds, opt_level=opt_level, storage_reuse=storage_reuse,
-                          progress=progress, dump_ir=dump_ir)
+                          progress=progress, dump_ir=dump_ir, weights=weights, group_size=group_size,
+                          scale_dtype=scale_dtype)
 
 
 def compile_module(module: IRModule, bounds: Mapping[str, int] | None = None, *,
                    opt_level: int = DEFAULT_OPT_LEVEL, storage_reuse: bool = True,
-                   progress: Progress = _quiet, dump_ir: Path | None = None) -> IRModule:
+                   progress: Progress = _quiet, dump_ir: Path | None = None, weights: str = "float32",
+                   group_size: int = 32, scale_dtype: str = "float16") -> IRModule:
     """Run the pass pipeline of ``opt_level`` on a module (imported or built by hand) with the
-    given bounds; verification follows the enclosing :class:`PassContext`."""
+    given bounds and weight compression (``weights``: float32 keeps them, float16 / int8 /
+    int4 packs them: ``passes/compress_weights.py``); verification follows the enclosing
+    :class:`PassContext`."""
     bounds, opt_level = checked_bounds(bounds), checked_opt_level(opt_level)
+    compression = checked_weights(weights, group_size, scale_dtype)
     bounds = bounds_by_variable(bounds, module)
     context = PassContext.current().replace(bounds=bounds, opt_level=opt_level,
-                                            storage_reuse=storage_reuse)
+                                            storage_reuse=storage_reuse, **compression)
 
     def on_step(name: str, step_module: IRModule) -> None:
         progress(f"pass {name}")
@@ -147,7 +167,8 @@ def compile_module(module: IRModule, bounds: Mapping[str, int] | None = None, *,
 
 def build_bundle(model: Model, out_dir: str | Path, bounds: Mapping[str, int] | None = None, *,
                  opt_level: int = DEFAULT_OPT_LEVEL, progress: Progress = _quiet,
-                 dump_ir: Path | None = None) -> dict:
+                 dump_ir: Path | None = None, weights: str = "float32", group_size: int = 32,
+                 scale_dtype: str = "float16") -> dict:
     """Compile ``model`` into the bundle folder ``out_dir``; returns the manifest.
 
     The bundle is written into a new folder next to ``out_dir`` and its entries are moved
@@ -157,7 +178,8 @@ def build_bundle(model: Model, out_dir: str | Path, bounds: Mapping[str, int] | 
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise RelaxwebError(f"{out} exists and is not a folder; the output (-o) must be a folder")
-    module = compile_model(model, bounds, opt_level=opt_level, progress=progress, dump_ir=dump_ir)
+    module = compile_model(model, bounds, opt_level=opt_level, progress=progress, dump_ir=dump_ir,
+                           weights=weights, group_size=group_size, scale_dtype=scale_dtype)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.building-", dir=out.parent))

@@ -73,7 +73,8 @@ def every_program(names: dict[str, str]) -> TensorProgram:
     x = Load(a, (i, j))
     terms = [Binary(op, x, FloatImm(0.5)) for op in BinaryOp if op not in BITWISE_OPS]
     terms += [Binary(op, Load(index, (i,)), FloatImm(6, "int64")) for op in BITWISE_OPS]  # integers only
-    terms += [Unary(op, x) for op in UnaryOp if op is not UnaryOp.IS_NAN]
+    terms += [Unary(op, x) for op in UnaryOp if op not in (UnaryOp.IS_NAN, UnaryOp.UNPACK_HALF)]
+    terms.append(Unary("unpack_half", Cast("uint32", Load(index, (i,)))))  # of a word
     terms += [Reduce(c, k, FloorDiv(Add(n, IntImm(3)), IntImm(4)), Load(a, (FloorMod(k, n), j))) for c in ReduceCombiner]
     terms.append(Gather(a, (Cast("int32", Load(index, (i,))), j)))  # a run-time index among size expressions
     terms.append(Gather(a, (i, Min(j, IntImm(3)))))  # no run-time index at all

@@ -11,7 +11,7 @@ from relaxweb.ir.pattern import Pattern
 from relaxweb.ir.symbolic import IntImm, SizeVar
 from relaxweb.ir.tir import (
     BITWISE_OPS, COMPARE_OPS, Binary, BinaryOp, Buffer, Cast, Compare, CompareOp, FloatImm, IndexValue, Load, Reduce,
-    ReduceCombiner, Select, TensorProgram, Unary, UnaryOp, cast, exp, format_scalar, maximum, minimum, power, select,
+    ReduceCombiner, Select, TensorProgram, Unary, UnaryOp, cast, exp, format_scalar, maximum, minimum, power, select, shift_right, unpack_half,
     sqrt,
 )
 from relaxweb.wgsl import emit
@@ -78,7 +78,8 @@ K = SizeVar("k")
 # One program per op (acosh on x + 1: its domain is x >= 1).
 OP_PROGRAMS = {
     **{f"binary {op}": _program(Binary(op, X, Y)) for op in BinaryOp if op not in BITWISE_OPS},
-    **{f"unary {op}": _program(Unary(op, X + 1.0 if op is UnaryOp.ACOSH else X)) for op in UnaryOp},
+    **{f"unary {op}": _program(Unary(op, X + 1.0 if op is UnaryOp.ACOSH else X)) for op in UnaryOp
+       if op is not UnaryOp.UNPACK_HALF},  # (on words: below)
     **{f"compare {op}": _program(Compare(op, X, Y)) for op in CompareOp},
     **{f"reduce {op}": _program(Reduce(op, K, IntImm(4), Load(X.buffer, (K,)) * Y)) for op in ReduceCombiner},
 }
@@ -96,7 +97,7 @@ def test_every_op_renders_in_wgsl_as_the_interpreter_evaluates_it(device, name: 
     assert_close(actual, expected, TOLERANCE.get(name, F32))
 
 
-@pytest.mark.parametrize("op", sorted(BITWISE_OPS))
+@pytest.mark.parametrize("op", sorted(BITWISE_OPS - {BinaryOp.SHIFT_RIGHT}))
 def test_bitwise_ops_render_in_wgsl_as_the_interpreter_evaluates_them(device, op: BinaryOp) -> None:
     """On int32 (the GPU helper's output sentinel is negative; unsigned dtypes run in
     tests/test_exporter_ops.py)."""
@@ -107,6 +108,31 @@ def test_bitwise_ops_render_in_wgsl_as_the_interpreter_evaluates_them(device, op
     expected = interpreter.run_program(program, [x, y], {})
     np.testing.assert_array_equal(expected, BINARY_NUMPY[op](x, y))
     np.testing.assert_array_equal(run_kernel_on_gpu(device, program, [x, y], {}), expected)
+
+
+def test_word_fields_render_in_wgsl_as_the_interpreter_evaluates_them(device) -> None:
+    """shift_right and unpack_half read the fields of packed uint32 words (ops/packed_weights.py):
+    each 4-bit field of a word, and each float16 half of it, on the GPU and in the interpreter."""
+    word = Load(Buffer("w", (8,), "uint32"), (I,))
+    amount = Load(Buffer("s", (8,), "uint32"), (I,))
+    field = cast("int32", Binary("bitwise_and", shift_right(word, amount), FloatImm(15, "uint32")))  # (int32: the
+    # GPU helper's output sentinel is negative)
+    halves = np.array([1.5, -2.25, 65504.0, 6.1e-5, 0.0, -0.0, 3.0, 0.333], np.float16).view(np.uint16)
+    words = (halves.astype(np.uint32) << 16 | halves[::-1].astype(np.uint32)).astype(np.uint32)
+    amounts = np.arange(0, 32, 4, dtype=np.uint32)
+    for body, expected in (
+        (field, (words >> amounts) & 15),
+        (unpack_half(word), halves[::-1].view(np.float16).astype(np.float32)),
+        (unpack_half(shift_right(word, 16)), halves.view(np.float16).astype(np.float32)),
+    ):
+        program = TensorProgram("f", (word.buffer, amount.buffer), Buffer("out", (8,), body.dtype), (I,), body)
+        np.testing.assert_array_equal(interpreter.run_program(program, [words, amounts], {}), expected)
+        np.testing.assert_array_equal(run_kernel_on_gpu(device, program, [words, amounts], {}), expected)
+
+
+def test_unpack_half_takes_a_word() -> None:
+    with pytest.raises(TypeError, match="unpack_half takes a uint32, got float32"):
+        unpack_half(X)
 
 
 def test_bitwise_ops_take_integers_only() -> None:

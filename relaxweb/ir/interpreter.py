@@ -201,6 +201,7 @@ class Interpreter(ExprFunctor):
 UNARY_FUNCTIONS: dict[UnaryOp, Callable[[np.ndarray], np.ndarray]] = {
     UnaryOp.EXP: np.exp, UnaryOp.TANH: np.tanh, UnaryOp.NEGATIVE: np.negative, UnaryOp.IS_NAN: np.isnan,
     UnaryOp.SIGMOID: lambda a: 1 / (1 + np.exp(-a)),
+    UnaryOp.UNPACK_HALF: lambda a: (np.asarray(a, np.uint32) & 0xFFFF).astype(np.uint16).view(np.float16).astype(np.float32),
     UnaryOp.SQRT: np.sqrt, UnaryOp.LOG: np.log, UnaryOp.FLOOR: np.floor, UnaryOp.CEIL: np.ceil,
     UnaryOp.ROUND: np.round,  # half to even, as WGSL
     UnaryOp.SIN: np.sin, UnaryOp.COS: np.cos, UnaryOp.TAN: np.tan, UnaryOp.ASIN: np.arcsin, UnaryOp.ACOS: np.arccos,
@@ -320,6 +321,7 @@ BINARY_FUNCTIONS: dict[BinaryOp, Callable[[np.ndarray, np.ndarray], np.ndarray]]
     BinaryOp.ADD: np.add, BinaryOp.SUBTRACT: np.subtract, BinaryOp.MULTIPLY: np.multiply,
     BinaryOp.DIVIDE: np.divide, BinaryOp.MAXIMUM: np.maximum, BinaryOp.MINIMUM: np.minimum, BinaryOp.POWER: np.power,
     BinaryOp.BITWISE_AND: np.bitwise_and, BinaryOp.BITWISE_OR: np.bitwise_or, BinaryOp.BITWISE_XOR: np.bitwise_xor,
+    BinaryOp.SHIFT_RIGHT: lambda a, b: np.right_shift(a, np.asarray(b).astype(np.asarray(a).dtype)),
 }
 COMPARE_FUNCTIONS: dict[CompareOp, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     CompareOp.LT: np.less, CompareOp.LE: np.less_equal, CompareOp.GT: np.greater, CompareOp.GE: np.greater_equal,

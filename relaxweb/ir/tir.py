@@ -75,21 +75,25 @@ class BinaryOp(NamedEnum):
     BITWISE_AND = "bitwise_and"
     BITWISE_OR = "bitwise_or"
     BITWISE_XOR = "bitwise_xor"
+    SHIFT_RIGHT = "shift_right"
 
 
 #: The binary ops whose operands must be integers.
-BITWISE_OPS = frozenset({BinaryOp.BITWISE_AND, BinaryOp.BITWISE_OR, BinaryOp.BITWISE_XOR})
+BITWISE_OPS = frozenset({BinaryOp.BITWISE_AND, BinaryOp.BITWISE_OR, BinaryOp.BITWISE_XOR, BinaryOp.SHIFT_RIGHT})
 
 
 class UnaryOp(NamedEnum):
     """Functions of :class:`Unary`.  ``is_nan`` gives a bool and tests the bit pattern (WGSL
-    lets compilers assume no NaNs, so ``x != x`` may fold away); the rest keep the dtype."""
+    lets compilers assume no NaNs, so ``x != x`` may fold away); ``unpack_half`` takes a
+    uint32 and gives the float16 in its low 16 bits as a float32 (WGSL's core
+    ``unpack2x16float``: no ``shader-f16`` needed); the rest keep the dtype."""
 
     EXP = "exp"
     TANH = "tanh"
     NEGATIVE = "negative"
     SIGMOID = "sigmoid"
     IS_NAN = "is_nan"
+    UNPACK_HALF = "unpack_half"
     # math functions with the same name and meaning in numpy and WGSL (float operands)
     SQRT = "sqrt"
     LOG = "log"
@@ -303,9 +307,13 @@ class Unary(ScalarExpr):
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "op", UnaryOp.of(self.op))
+        if self.op is UnaryOp.UNPACK_HALF and self.a.dtype != "uint32":
+            raise TypeError(f"Unary: unpack_half takes a uint32, got {self.a.dtype}: {format_scalar(self.a)}")
 
     @cached_property
     def dtype(self) -> str:
+        if self.op is UnaryOp.UNPACK_HALF:
+            return "float32"
         return "bool" if self.op is UnaryOp.IS_NAN else self.a.dtype
 
 
@@ -441,6 +449,12 @@ def bitwise_xor(a: "ScalarExpr | int", b: "ScalarExpr | int") -> ScalarExpr:
     return Binary(BinaryOp.BITWISE_XOR, a, b)
 
 
+def shift_right(a: "ScalarExpr | int", b: "ScalarExpr | int") -> ScalarExpr:
+    """``a >> b`` (``0 <= b < 32``)."""
+    a, b = _operands(a, b)
+    return Binary(BinaryOp.SHIFT_RIGHT, a, b)
+
+
 def select(condition: ScalarExpr, a: "ScalarExpr | float", b: "ScalarExpr | float") -> ScalarExpr:
     """``a if condition else b`` (only the chosen branch is evaluated)."""
     a, b = _operands(a, b)
@@ -487,6 +501,11 @@ def round_half_even(a: ScalarExpr) -> ScalarExpr:
 
 def is_nan(a: ScalarExpr) -> ScalarExpr:
     return Unary(UnaryOp.IS_NAN, a)
+
+
+def unpack_half(word: ScalarExpr) -> ScalarExpr:
+    """The float16 in the low 16 bits of a uint32 ``word``, as a float32."""
+    return Unary(UnaryOp.UNPACK_HALF, word)
 
 
 def _operands(a: "ScalarExpr | float", b: "ScalarExpr | float") -> tuple[ScalarExpr, ScalarExpr]:

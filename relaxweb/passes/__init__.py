@@ -1,6 +1,7 @@
 """Passes over IRModules, one per file; ``pipeline.py`` lists them in order."""
 
 from .canonicalize_bindings import canonicalize_bindings
+from .compress_weights import compress_weights
 from .context import PassContext
 from .fold_scalar_constants import fold_scalar_constants
 from .fuse_attention import fuse_attention
@@ -13,6 +14,6 @@ from .schedule_programs import schedule_programs
 from .share_programs import share_programs
 
 __all__ = [
-    "DEFAULT_OPT_LEVEL", "OPT_LEVELS", "PIPELINE", "PassContext", "canonicalize_bindings", "fold_scalar_constants", "fuse_attention", "fuse_ops", "legalize_ops", "lower_shapes_to_host", "pipeline",
+    "DEFAULT_OPT_LEVEL", "OPT_LEVELS", "PIPELINE", "PassContext", "canonicalize_bindings", "compress_weights", "fold_scalar_constants", "fuse_attention", "fuse_ops", "legalize_ops", "lower_shapes_to_host", "pipeline",
     "plan_memory", "run_pipeline", "schedule_programs", "share_programs",
 ]

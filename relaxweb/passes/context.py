@@ -13,6 +13,9 @@ settings read them from the current context (TVM style)::
   fusion or scheduling).
 - ``storage_reuse``: ``plan_memory`` reuses storages of dead tensors (off: every tensor its
   own storage, the baseline ``scripts/measure_pipeline.py`` compares with).
+- ``weights``, ``weight_group_size``, ``weight_scale_dtype``: how ``compress_weights`` stores
+  the weights of matmuls, gathers and convolutions (``--weights float32|float16|int8|int4``,
+  ``--group-size``, ``--scale-dtype``; float32 keeps them as the model stores them).
 - ``verify``: ``run_pipeline`` checks the module's well-formedness before the first pass and
   after every pass, and names the pass that broke it.  Off by default; on when the
   environment variable ``RELAXWEB_VERIFY_IR`` is ``1`` (the test suite sets it).
@@ -29,6 +32,8 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 OPT_LEVELS = (0, 1)
+WEIGHT_FORMATS = ("float32", "float16", "int8", "int4")
+SCALE_DTYPES = ("float16", "float32")
 DEFAULT_OPT_LEVEL = 1
 VERIFY_ENVIRONMENT_VARIABLE = "RELAXWEB_VERIFY_IR"
 
@@ -42,11 +47,20 @@ class PassContext:
     bounds: Mapping[str, int] = field(default_factory=dict)
     opt_level: int = DEFAULT_OPT_LEVEL
     storage_reuse: bool = True
+    weights: str = "float32"
+    weight_group_size: int = 32
+    weight_scale_dtype: str = "float16"
     verify: bool = field(default_factory=_verify_by_default)
 
     def __post_init__(self) -> None:
         if self.opt_level not in OPT_LEVELS:
             raise ValueError(f"opt level {self.opt_level} does not exist; expected one of {', '.join(map(str, OPT_LEVELS))}")
+        if self.weights not in WEIGHT_FORMATS:
+            raise ValueError(f"weights {self.weights!r} is not a weight format; expected one of {', '.join(WEIGHT_FORMATS)}")
+        if self.weight_scale_dtype not in SCALE_DTYPES:
+            raise ValueError(f"scale dtype {self.weight_scale_dtype!r} is not one of {', '.join(SCALE_DTYPES)}")
+        if int(self.weight_group_size) < 1:
+            raise ValueError(f"the group size must be >= 1, got {self.weight_group_size}")
         object.__setattr__(self, "bounds", MappingProxyType(dict(self.bounds)))
 
     @staticmethod

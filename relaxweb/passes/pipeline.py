@@ -19,6 +19,7 @@ from typing import Callable
 from ..ir.module import IRModule
 from ..ir.well_formed import WellFormedError, well_formed_problems
 from .canonicalize_bindings import canonicalize_bindings
+from .compress_weights import compress_weights
 from .context import DEFAULT_OPT_LEVEL, OPT_LEVELS, PassContext
 from .fold_scalar_constants import fold_scalar_constants
 from .fuse_attention import fuse_attention
@@ -30,6 +31,9 @@ from .schedule_programs import schedule_programs
 from .share_programs import share_programs
 
 Pass = Callable[[IRModule], IRModule]
+
+# Weights stored packed (--weights float16|int8|int4), decoded by the kernels that read them.
+COMPRESS: list[Pass] = [compress_weights]
 
 # Op-level rewrites into ops with kernels of their own (attention: one kernel, no scores).
 FUSE_OPS: list[Pass] = [fuse_attention]
@@ -52,7 +56,7 @@ def pipeline(opt_level: int | None = None) -> list[Pass]:
         opt_level = PassContext.current().opt_level
     if opt_level not in OPT_LEVELS:
         raise ValueError(f"opt level {opt_level} does not exist; expected one of {', '.join(map(str, OPT_LEVELS))}")
-    return [*(FUSE_OPS if opt_level >= 1 else []), *LOWER_OPS, *(OPTIMIZE if opt_level >= 1 else []), *LOWER_TO_HOST]
+    return [*COMPRESS, *(FUSE_OPS if opt_level >= 1 else []), *LOWER_OPS, *(OPTIMIZE if opt_level >= 1 else []), *LOWER_TO_HOST]
 
 
 PIPELINE: list[Pass] = pipeline(DEFAULT_OPT_LEVEL)

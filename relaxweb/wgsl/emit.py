@@ -70,11 +70,13 @@ BINARY_RENDERINGS: dict[BinaryOp, Callable[[str, str], str]] = {
     BinaryOp.BITWISE_AND: lambda a, b: f"({a} & {b})",
     BinaryOp.BITWISE_OR: lambda a, b: f"({a} | {b})",
     BinaryOp.BITWISE_XOR: lambda a, b: f"({a} ^ {b})",
+    BinaryOp.SHIFT_RIGHT: lambda a, b: f"({a} >> u32({b}))",  # WGSL shifts by a u32
 }
 UNARY_RENDERINGS: dict[UnaryOp, Callable[[str], str]] = {
     UnaryOp.NEGATIVE: lambda a: f"(-{a})",
     UnaryOp.SIGMOID: lambda a: f"(1.0 / (1.0 + exp(-{a})))",
     UnaryOp.IS_NAN: is_nan,
+    UnaryOp.UNPACK_HALF: lambda a: f"unpack2x16float({a}).x",
     # WGSL built-ins of the same name
     **{op: (lambda name: lambda a: f"{name}({a})")(op.value) for op in (
         UnaryOp.EXP, UnaryOp.TANH, UnaryOp.SQRT, UnaryOp.LOG, UnaryOp.FLOOR, UnaryOp.CEIL, UnaryOp.ROUND,
