@@ -8,6 +8,7 @@ and ``n <= 16``.  Its browser twin is in ``tests/test_browser.py``.
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import relaxweb
+from relaxweb import browser
 from relaxweb.errors import InputShapeError, RelaxwebError
 from relaxweb.runtime.gpu_tensor import GpuTensor
 from relaxweb.runtime.webgpu import Session, default_adapter
@@ -52,21 +54,26 @@ def steps_of_x(rows: int = ROWS) -> list[np.ndarray]:
 
 def test_kept_state_fed_back_matches_arrays_and_onnxruntime(session: Session) -> None:
     state = rand(ROWS, 8, seed=100)
-    kept, array_state = None, state
+    with_arrays, array_state = [], state
     for x in steps_of_x():
         expected_state, expected_y = onnxruntime_outputs(state_model(), {"state_in": array_state, "x": x})
-        with_arrays = session.run({"state_in": array_state, "x": x})
+        outputs = session.run({"state_in": array_state, "x": x})
+        assert_close(outputs["state_out"], expected_state)
+        assert_close(outputs["y"], expected_y)
+        with_arrays.append(outputs)
+        array_state = outputs["state_out"]
+    # separately, so that no array run leaves the right values in the input's storage
+    kept = None
+    for x, expected in zip(steps_of_x(), with_arrays):
         outputs = session.run({"state_in": state if kept is None else kept, "x": x}, keep_on_gpu=["state_out"])
         assert isinstance(outputs["state_out"], GpuTensor) and isinstance(outputs["y"], np.ndarray)
         assert list(outputs) == ["state_out", "y"]  # the manifest's order
-        assert_close(with_arrays["state_out"], expected_state)
-        assert_close(outputs["y"], expected_y)
+        np.testing.assert_array_equal(outputs["y"], expected["y"])  # the same kernels: exact
         if kept is not None:
             kept.dispose()
         kept = outputs["state_out"]
         assert (kept.name, kept.dtype, kept.shape, kept.disposed) == ("state_out", np.float32, (ROWS, 8), False)
-        np.testing.assert_array_equal(kept.numpy(), with_arrays["state_out"])  # the same kernels: exact
-        array_state = with_arrays["state_out"]
+        np.testing.assert_array_equal(kept.numpy(), expected["state_out"])
     assert_close(kept.numpy(), state + sum(steps_of_x()))
 
 
@@ -150,3 +157,92 @@ def test_a_kept_output_owns_its_buffer(session: Session) -> None:
     session.run({"state_in": rand(3, 8, seed=3), "x": rand(3, 8, seed=4)}, keep_on_gpu=True)
     np.testing.assert_array_equal(first["state_out"].numpy(), before)
     assert_close(before, rand(3, 8, seed=1) + rand(3, 8, seed=2))
+
+
+# The same in Chromium (relaxweb/runtime_js: model.run(inputs, {keepOnGpu}), GpuTensor) -------
+
+#: Runs in the runner page: 5 steps with arrays, then 5 feeding the kept state back (disposing
+#: the previous step's tensors), then the refusals; returns what the Python side checks.
+KEEP_ON_GPU_IN_PAGE = """
+async ({ state, xs, rows }) => {
+  const f32 = (values) => Float32Array.from(values);
+  const tensor = (values, n = rows) => ({ data: f32(values), shape: [n, 8] });
+  const model = await window.relaxweb.load("/bundle/");
+  const message = async (promise) => promise.then(() => "no error", (error) => `${error.name}: ${error.message}`);
+  const result = { withArrays: [], kept: [], lastRuns: [], afterReads: [], y: [] };
+  let arrayState = tensor(state);
+  for (const x of xs) {
+    arrayState = (await model.run({ state_in: arrayState, x: tensor(x) })).state_out;
+    result.withArrays.push(Array.from(arrayState.data));
+  }
+  let kept = null;
+  for (const x of xs) {
+    const outputs = await model.run({ state_in: kept ?? tensor(state), x: tensor(x) }, { keepOnGpu: true });
+    result.lastRuns.push({ ...model.stats.lastRun });
+    kept?.dispose();
+    kept = outputs.state_out;
+    result.isGpuTensor = kept instanceof window.relaxweb.GpuTensor && outputs.y instanceof window.relaxweb.GpuTensor;
+    result.y.push(Array.from((await outputs.y.read()).data));
+    outputs.y.dispose();
+    const read = await kept.read();
+    result.afterReads.push({ ...model.stats.lastRun });
+    result.kept.push({ data: Array.from(read.data), shape: read.shape, name: kept.name, dtype: kept.dtype, tensorShape: kept.shape });
+  }
+  result.total = { ...model.stats.total };
+
+  const tight = await window.relaxweb.load("/bundle/", { device: model.device, bounds: { n: 2 } });
+  result.wrongShape = await message(tight.run({ state_in: kept, x: tensor(xs[0]) }));
+  const small = (await model.run({ state_in: tensor([...Array(16).keys()], 2), x: tensor(Array(16).fill(1), 2) }, { keepOnGpu: ["state_out"] })).state_out;
+  result.acrossModels = Array.from((await tight.run({ state_in: small, x: tensor(Array(16).fill(2), 2) })).state_out.data);
+  const foreign = await window.relaxweb.load("/bundle/");
+  result.foreign = await message(foreign.run({ state_in: kept, x: tensor(xs[0]) }));
+  kept.dispose();
+  kept.dispose();
+  result.disposed = kept.disposed;
+  result.disposedInput = await message(model.run({ state_in: kept, x: tensor(xs[0]) }));
+  result.disposedRead = await message(kept.read());
+  result.unknownOutput = await message(model.run({ state_in: tensor(state), x: tensor(xs[0]) }, { keepOnGpu: ["z"] }));
+  for (const m of [tight, foreign, model]) m.dispose();
+  return result;
+}
+"""
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(importlib.util.find_spec("playwright") is None, reason="playwright is not installed")
+def test_keep_on_gpu_in_chromium(state_bundle: Path) -> None:
+    try:
+        browser.find_chromium()
+    except RelaxwebError as error:
+        pytest.skip(str(error))
+    state, xs = rand(ROWS, 8, seed=100), steps_of_x()
+    with browser.open_runner_page(state_bundle) as page:
+        result = page.evaluate(KEEP_ON_GPU_IN_PAGE, {"state": state.ravel().tolist(), "xs": [x.ravel().tolist() for x in xs],
+                                                     "rows": ROWS})
+    assert result["isGpuTensor"]
+    expected = state
+    for step, x in enumerate(xs):
+        assert_close(np.array(result["y"][step], np.float32).reshape(ROWS, 8), expected * x)
+        expected = expected + x
+        kept = result["kept"][step]
+        assert (kept["name"], kept["dtype"], kept["shape"], kept["tensorShape"]) == ("state_out", "float32", [ROWS, 8], [ROWS, 8])
+        np.testing.assert_array_equal(kept["data"], result["withArrays"][step])  # the same kernels: exact
+        assert_close(np.array(kept["data"], np.float32).reshape(ROWS, 8), expected)
+        counts = result["lastRuns"][step]
+        if step >= 2:  # step 1 still holds step 0's state while it takes a buffer for its own
+            assert counts["buffersCreated"] == 0, (step, counts)
+        # only x crosses from the host, nothing is read back; the params block is counted apart
+        assert counts["inputBytesWritten"] == (2 if step == 0 else 1) * x.nbytes
+        assert counts["bytesRead"] == 0
+        assert counts["paramsBytesWritten"] > 0 and counts["weightBytesWritten"] == 0
+        # the reads after the run count in lastRun (a staging buffer each)
+        assert result["afterReads"][step]["bytesRead"] == 2 * x.nbytes
+        assert result["afterReads"][step]["buffersCreated"] == counts["buffersCreated"] + 2
+    assert result["total"]["buffersCreated"] > 0
+    assert result["wrongShape"] == "InputShapeError: input 'state_in': dimension 0 (n) is 4, above its bound n <= 2"
+    assert_close(np.array(result["acrossModels"], np.float32), np.arange(16, dtype=np.float32) + 3)
+    assert result["foreign"].startswith("Error: input 'state_in': GPU tensor 'state_out' lives on another WebGPU device")
+    assert result["disposed"] is True
+    assert result["disposedInput"] == "Error: input 'state_in': GPU tensor 'state_out' was disposed and cannot be used any more"
+    assert result["disposedRead"] == "Error: GPU tensor 'state_out' was disposed and cannot be used any more"
+    assert result["unknownOutput"] == "Error: keepOnGpu names unknown output 'z'; the model's outputs are 'state_out', 'y'"
