@@ -12,6 +12,6 @@ from relaxweb.runtime.profile import KernelRow, Profile
 from relaxweb.runtime.webgpu import Session, default_device
 
 __all__ = [
-    "Command", "Dispatch", "GpuTensor", "HostModule", "KernelRow", "Profile", "Read", "Resume", "Session", "default_device",
-    "TransferCounts", "TransferStats", "load_manifest",
+    "Command", "Dispatch", "GpuTensor", "HostModule", "KernelRow", "Profile", "Read", "Resume", "Session", "TransferCounts",
+    "TransferStats", "default_device", "load_manifest",
 ]

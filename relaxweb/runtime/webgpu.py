@@ -830,7 +830,7 @@ class Session:
         carried_over: list[tuple[wgpu.GPUBuffer, wgpu.GPUBuffer]],
         timer: "_DispatchTimer | None" = None,
         params: bytes = b"",
-        input_copies: list[tuple[wgpu.GPUBuffer, wgpu.GPUBuffer, int]] = (),
+        input_copies: Iterable[tuple[wgpu.GPUBuffer, wgpu.GPUBuffer, int]] = (),
     ) -> wgpu.GPUCommandEncoder:
         """A new encoder with the copies that carry grown storages' contents over (and the
         first step's ``input_copies``: (source, storage, bytes) of GpuTensor inputs), then the
