@@ -9,6 +9,7 @@ and ``n <= 16``.  Its browser twin is in ``tests/test_browser.py``.
 from __future__ import annotations
 
 import importlib.util
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -246,3 +247,33 @@ def test_keep_on_gpu_in_chromium(state_bundle: Path) -> None:
     assert result["disposedInput"] == "Error: input 'state_in': GPU tensor 'state_out' was disposed and cannot be used any more"
     assert result["disposedRead"] == "Error: GPU tensor 'state_out' was disposed and cannot be used any more"
     assert result["unknownOutput"] == "Error: keepOnGpu names unknown output 'z'; the model's outputs are 'state_out', 'y'"
+
+
+def kv_cache_model():
+    """A cache that grows by one position per step, as a decoder's: ``present = concat(past,
+    k)`` along the symbolic past length, and ``total = sum(present)`` over it."""
+    nodes = [helper.make_node("Concat", ["past", "k"], ["present"], axis=1),
+             helper.make_node("ReduceSum", ["present", "axes"], ["total"], keepdims=0)]
+    inputs = [("past", TensorProto.FLOAT, [2, "past_length", 4]), ("k", TensorProto.FLOAT, [2, 1, 4])]
+    return make_model(nodes, inputs, ["present", "total"], {"axes": np.array([1], np.int64)})
+
+
+def test_a_growing_cache_kept_on_the_gpu_needs_no_new_buffers(tmp_path: Path, device) -> None:
+    relaxweb.build(kv_cache_model(), tmp_path / "kv", bounds={"past_length": 16})
+    session = Session(tmp_path / "kv", device)
+    past = rand(2, 3, 4, seed=7)
+    cache, array_cache = None, past
+    for step in range(STEPS):
+        k = rand(2, 1, 4, seed=step)
+        expected_present, expected_total = onnxruntime_outputs(kv_cache_model(), {"past": array_cache, "k": k})
+        outputs = session.run({"past": past if cache is None else cache, "k": k}, keep_on_gpu=["present"])
+        counts = replace(session.stats.last_run)  # a copy: the reads below count there too
+        if cache is not None:
+            cache.dispose()
+        cache, array_cache = outputs["present"], expected_present
+        assert cache.shape == (2, 4 + step, 4)
+        np.testing.assert_array_equal(cache.numpy(), expected_present)  # a copy: exact
+        assert_close(outputs["total"], expected_total)
+        if step >= 2:  # sized at the bound of past_length: the longer cache fits the pooled buffer
+            assert counts.buffers_created == 0, (step, counts)
+        assert counts.input_bytes_written == (past.nbytes if step == 0 else 0) + k.nbytes
