@@ -17,9 +17,9 @@ from .api import (
     Bundle, ModelReport, TensorSpec, build, inspect, load, profile_in_browser, run_in_browser, run_reference,
 )
 from .errors import InputShapeError, RelaxwebError, UnsupportedModelError
-from .runtime import Profile, Session
+from .runtime import GpuTensor, Profile, Session
 
 __all__ = [
-    "Bundle", "InputShapeError", "ModelReport", "Profile", "RelaxwebError", "Session", "TensorSpec",
+    "Bundle", "GpuTensor", "InputShapeError", "ModelReport", "Profile", "RelaxwebError", "Session", "TensorSpec",
     "UnsupportedModelError", "build", "inspect", "load", "profile_in_browser", "run_in_browser", "run_reference",
 ]

@@ -6,11 +6,12 @@ GPU; ``Session`` (``webgpu.py``) loads the whole bundle on a WebGPU device with 
 
 from __future__ import annotations
 
+from relaxweb.runtime.gpu_tensor import GpuTensor, TransferCounts, TransferStats
 from relaxweb.runtime.host import Command, Dispatch, HostModule, Read, Resume, load_manifest
 from relaxweb.runtime.profile import KernelRow, Profile
 from relaxweb.runtime.webgpu import Session, default_device
 
 __all__ = [
-    "Command", "Dispatch", "HostModule", "KernelRow", "Profile", "Read", "Resume", "Session", "default_device",
-    "load_manifest",
+    "Command", "Dispatch", "GpuTensor", "HostModule", "KernelRow", "Profile", "Read", "Resume", "Session", "TransferCounts",
+    "TransferStats", "default_device", "load_manifest",
 ]

@@ -14,7 +14,7 @@ import re
 import struct
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ if not os.environ.get("XDG_RUNTIME_DIR"):
 import wgpu  # noqa: E402  (after the environment fix above)
 
 from relaxweb.errors import InputShapeError, RelaxwebError
+from relaxweb.runtime.gpu_tensor import BufferPool, GpuTensor, TransferStats
 from relaxweb.runtime.host import Command, Dispatch, HostModule, Read, Resume, load_manifest
 from relaxweb.runtime.manifest import MAX_HOST_MODULE_BYTES, MAX_KERNEL_BYTES, read_bundle_file
 from relaxweb.runtime.profile import SUBMITS, TIMESTAMPS, DispatchTime, Profile, params_fields, summarize
@@ -291,7 +292,19 @@ def _describe_value(value: Any) -> str:
     """How a given input is named in error messages: its dtype, or its Python type."""
     if isinstance(value, np.ndarray):
         return f"an array of dtype {value.dtype}"
+    if isinstance(value, GpuTensor):
+        return f"a GpuTensor of dtype {value.dtype}"
     return f"a {type(value).__name__}"
+
+
+def _to_model_dtype(array: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """Values read back as the GPU holds them, in the model's dtype, like numpy's astype:
+    int32 -> int64/int16/int8 and uint32 -> uint16/uint8 (narrow ints keep their low bits),
+    float32 -> float16 (rounded)/float64, uint32 (0/1) -> bool."""
+    if array.dtype == dtype:
+        return array
+    with np.errstate(over="ignore"):
+        return array != 0 if dtype == np.bool_ else array.astype(dtype)
 
 
 def _first_reason(text: str) -> str:
@@ -331,6 +344,10 @@ class Session:
             its steps.
         last_read_count: how many values the last :meth:`run` read back from the GPU (one
             per step but the last; 0 for bundles without reads).
+        stats: the :class:`~relaxweb.runtime.gpu_tensor.TransferStats` of its GPU calls:
+            ``stats.total`` since it was created (load included), ``stats.last_run`` since
+            the last :meth:`run` started (buffers created, input / params / weight bytes
+            written from the host, bytes read back).
 
     ``profiling=True`` (without a ``device``) loads it on a device with the adapter's
     ``timestamp-query`` feature when it has one, for :meth:`profile`; otherwise the feature
@@ -342,6 +359,9 @@ class Session:
         if kernels not in KERNEL_VARIANTS:
             raise ValueError(f"kernels must be one of {', '.join(KERNEL_VARIANTS)}, got {kernels!r}")
         self.bundle_dir = Path(bundle_dir)
+        self.stats = TransferStats()
+        # buffers of disposed GpuTensors, for the next kept outputs
+        self._gpu_tensor_pool = BufferPool()
         self.manifest: dict[str, Any] = load_manifest(self.bundle_dir)
         self.host = HostModule(
             read_bundle_file(self.bundle_dir, "host.wasm", MAX_HOST_MODULE_BYTES, "the host module"), self.manifest
@@ -360,10 +380,12 @@ class Session:
         self.kernels = kernels if kernels != "auto" else ("cpu" if is_cpu_adapter(device) else "gpu")
 
         self._weight_buffers = self._create_weight_buffers(self._load_shards())
-        self._params_buffer = device.create_buffer(
+        self._params_buffer = self._create_buffer(
             label="params", size=self.manifest["params_bytes"], usage=_PARAMS_USAGE
         )
         self._storage_buffers = self._create_storage_buffers_at_bounds()
+        # what a kept output's buffer is sized at: its storage's size at the bounds (None: unbounded)
+        self._storage_sizes_at_bounds = self.host.sizes_at_bounds()
         self._readback_buffers: list[wgpu.GPUBuffer | None] = [None] * len(
             self.manifest["outputs"]
         )
@@ -409,13 +431,13 @@ class Session:
         buffers = []
         for weight in self.manifest["weights"]:
             data = shards[weight["shard"]][weight["offset"]:weight["offset"] + weight["nbytes"]]
-            buffer = self.device.create_buffer(
+            buffer = self._create_buffer(
                 label=f"weight {weight['name']}",
                 size=gpu_buffer_size(weight["nbytes"]),
                 usage=_WEIGHT_USAGE,
             )
             if data:
-                self.device.queue.write_buffer(buffer, 0, _padded_to_multiple_of_4(data))
+                self._write_buffer(buffer, _padded_to_multiple_of_4(data), "weight_bytes_written")
             buffers.append(buffer)
         return buffers
 
@@ -436,7 +458,7 @@ class Session:
 
     def _create_storage_buffer(self, index: int, byte_size: int) -> wgpu.GPUBuffer:
         role = self.manifest["storages"][index]["role"]
-        return self.device.create_buffer(
+        return self._create_buffer(
             label=f"storage {index} ({role})", size=gpu_buffer_size(byte_size), usage=_STORAGE_USAGE
         )
 
@@ -477,8 +499,15 @@ class Session:
 
     # One run -----------------------------------------------------------------------------
 
-    def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def run(self, inputs: Mapping[str, np.ndarray | GpuTensor],
+            keep_on_gpu: bool | Iterable[str] = False) -> dict[str, np.ndarray | GpuTensor]:
         """Run the model on ``inputs`` (name -> array) and return its outputs by name.
+
+        ``keep_on_gpu`` (a list of output names, or True for every output but sequences)
+        returns those outputs as :class:`~relaxweb.runtime.gpu_tensor.GpuTensor`\\ s: a copy
+        on the GPU in a buffer of their own, nothing read back.  A ``GpuTensor`` (of this
+        session's device) is accepted as an input like an array of its dtype and shape, and
+        copied on the GPU into the input's storage by the run's first command encoder.
 
         Raises :class:`InputShapeError` when an input is missing, unknown, of the wrong
         dtype or rank, or when the host module rejects the shapes (e.g. a bound exceeded)
@@ -489,7 +518,7 @@ class Session:
         that ends with a :class:`Resume` (a loop's iteration) is submitted and resumed at
         once.  Storages that grow between two steps keep their contents.
         """
-        return self._run(inputs, None)
+        return self._run(inputs, None, keep_on_gpu)
 
     def profile(self, inputs: Mapping[str, np.ndarray], *, warmup: int = 1) -> Profile:
         """Run the model ``warmup`` times, then once like :meth:`run` timing each dispatch
@@ -515,8 +544,11 @@ class Session:
         profile.outputs = outputs
         return profile
 
-    def _run(self, inputs: Mapping[str, np.ndarray], timer: "_DispatchTimer | None") -> dict[str, np.ndarray]:
+    def _run(self, inputs: Mapping[str, np.ndarray | GpuTensor], timer: "_DispatchTimer | None",
+             keep_on_gpu: bool | Iterable[str] = False) -> dict[str, Any]:
         """:meth:`run`, with each dispatch timed by ``timer`` when one is given."""
+        kept = self._kept_output_indices(keep_on_gpu)
+        self.stats.start_run()
         arrays, sequences = self._checked_inputs(inputs)
         for index, shapes in sequences.items():
             entry = self.manifest["inputs"][index]
@@ -526,6 +558,8 @@ class Session:
         # Before the first step nothing of this run is on the GPU yet: no copies needed.
         self._grow_storages(self.host.storage_sizes())
         self._upload_inputs(arrays)
+        # GpuTensor inputs, copied into their storages by the first step's encoder
+        input_copies = self._gpu_tensor_input_copies(arrays)
 
         dispatch_count = 0
         read_count = 0
@@ -537,8 +571,9 @@ class Session:
         retired: list[tuple[wgpu.GPUBuffer, wgpu.GPUBuffer]] = []
         while True:
             params = self.host.params()
-            self.device.queue.write_buffer(self._params_buffer, 0, params)
-            encoder = self._encode_step(commands, carried_over, timer, params)
+            self._write_buffer(self._params_buffer, params, "params_bytes_written")
+            encoder = self._encode_step(commands, carried_over, timer, params, input_copies)
+            input_copies = []
             dispatch_count += sum(isinstance(command, Dispatch) for command in commands)
             last = commands[-1] if commands else None
             if isinstance(last, Read):
@@ -565,9 +600,12 @@ class Session:
             int(np.prod(shape, dtype=np.int64)) * self._dtype_entry(output)["device_bytes"]
             for shape, output in zip(output_shapes, self.manifest["outputs"])
         ]
-        self._grow_readback_buffers(output_byte_sizes)
-        self._copy_outputs_and_submit(encoder, output_byte_sizes)
-        outputs = self._read_outputs(output_shapes, output_byte_sizes)
+        self._grow_readback_buffers(output_byte_sizes, kept)
+        kept_tensors = self._keep_outputs(encoder, kept, output_shapes, output_byte_sizes)
+        self._copy_outputs_and_submit(encoder, output_byte_sizes, kept)
+        outputs = self._read_outputs(output_shapes, output_byte_sizes, kept)
+        outputs = {name: kept_tensors[name] if name in kept_tensors else outputs[name] for name in
+                   (output["name"] for output in self.manifest["outputs"])}
         for index, shapes in sequence_shapes.items():
             name = self.manifest["outputs"][index]["name"]
             outputs[name] = None if shapes is None else _split_elements(outputs[name], shapes)
@@ -600,8 +638,10 @@ class Session:
                 arrays.append(self._checked_sequence(entry, [] if none else value))
                 sequences[len(arrays) - 1] = None if none else [element.shape for element in value]
                 continue
+            if isinstance(value, GpuTensor):
+                self._check_gpu_tensor(name, value)
             expected_dtype = np.dtype(entry["dtype"])
-            if not isinstance(value, np.ndarray) or value.dtype != expected_dtype:
+            if not isinstance(value, (np.ndarray, GpuTensor)) or value.dtype != expected_dtype:
                 raise InputShapeError(
                     f"input '{name}' must be a numpy array of dtype {expected_dtype}, "
                     f"got {_describe_value(value)}"
@@ -611,6 +651,9 @@ class Session:
                     f"input '{name}' has {value.ndim} dimensions (shape {list(value.shape)}), "
                     f"expected {len(entry['shape'])} ({self._describe_input(entry)})"
                 )
+            if isinstance(value, GpuTensor):  # copied on the GPU by the run (_gpu_tensor_input_copies)
+                arrays.append(value)
+                continue
             # Not np.ascontiguousarray: it turns a 0-d array (a scalar input) into a 1-d one.
             arrays.append(_to_device(name, np.asarray(value, order="C"), self._dtype_entry(entry)))
         return arrays, sequences
@@ -717,13 +760,15 @@ class Session:
             if {"storage": storage_index} in call_site["buffers"]:
                 self._bind_groups[call_site_index] = None
 
-    def _grow_readback_buffers(self, output_byte_sizes: list[int]) -> None:
+    def _grow_readback_buffers(self, output_byte_sizes: list[int], kept: frozenset[int] = frozenset()) -> None:
         for index, byte_size in enumerate(output_byte_sizes):
+            if index in kept:
+                continue
             buffer = self._readback_buffers[index]
             if buffer is None or buffer.size < gpu_buffer_size(byte_size):
                 if buffer is not None:
                     buffer.destroy()
-                self._readback_buffers[index] = self.device.create_buffer(
+                self._readback_buffers[index] = self._create_buffer(
                     label=f"readback {self.manifest['outputs'][index]['name']}",
                     size=gpu_buffer_size(byte_size),
                     usage=_READBACK_USAGE,
@@ -731,7 +776,7 @@ class Session:
 
     def _upload_inputs(self, arrays: list[np.ndarray]) -> None:
         for entry, array in zip(self.manifest["inputs"], arrays):
-            if array.nbytes == 0:
+            if isinstance(array, GpuTensor) or array.nbytes == 0:
                 continue
             data = _padded_to_multiple_of_4(memoryview(array).cast("B"))
             buffer = self._storage_buffers[entry["storage"]]
@@ -740,7 +785,7 @@ class Session:
                     f"the bundle's host module gave input '{entry['name']}' a storage of "
                     f"{0 if buffer is None else buffer.size} bytes for {len(data)} bytes of data: the bundle is damaged"
                 )
-            self.device.queue.write_buffer(buffer, 0, data)
+            self._write_buffer(buffer, data, "input_bytes_written")
 
     def _bind_group(self, call_site_index: int) -> wgpu.GPUBindGroup:
         """The call site's bind group, built now if it has none (first use or reallocation)."""
@@ -785,14 +830,18 @@ class Session:
         carried_over: list[tuple[wgpu.GPUBuffer, wgpu.GPUBuffer]],
         timer: "_DispatchTimer | None" = None,
         params: bytes = b"",
+        input_copies: Iterable[tuple[wgpu.GPUBuffer, wgpu.GPUBuffer, int]] = (),
     ) -> wgpu.GPUCommandEncoder:
-        """A new encoder with the copies that carry grown storages' contents over, then the
+        """A new encoder with the copies that carry grown storages' contents over (and the
+        first step's ``input_copies``: (source, storage, bytes) of GpuTensor inputs), then the
         step's dispatches in one compute pass.  Nothing is submitted yet.  With a ``timer``,
         it encodes (and may submit) the dispatches its way and returns the encoder to go on
         with; ``params`` is the params block the step uploaded."""
         encoder = self.device.create_command_encoder()
         for old, new in carried_over:
             encoder.copy_buffer_to_buffer(old, 0, new, 0, old.size)
+        for source, storage, byte_size in input_copies:
+            encoder.copy_buffer_to_buffer(source, 0, storage, 0, byte_size)
         dispatches = [command for command in commands if isinstance(command, Dispatch)]
         if timer is not None:
             return timer.encode(encoder, dispatches, params)
@@ -818,7 +867,7 @@ class Session:
                 f"of storage {read.storage}, which has {storage.size} bytes"
             )
         if self._read_staging_buffer is None:
-            self._read_staging_buffer = self.device.create_buffer(
+            self._read_staging_buffer = self._create_buffer(
                 label="read value", size=4, usage=_READBACK_USAGE
             )
         staging = self._read_staging_buffer
@@ -827,17 +876,18 @@ class Session:
         staging.map_sync(wgpu.MapMode.READ)
         try:
             (value,) = struct.unpack("<i", staging.read_mapped(0, 4))
+            self.stats.add("bytes_read", 4)
         finally:
             staging.unmap()
         return value
 
     def _copy_outputs_and_submit(
-        self, encoder: wgpu.GPUCommandEncoder, output_byte_sizes: list[int]
+        self, encoder: wgpu.GPUCommandEncoder, output_byte_sizes: list[int], kept: frozenset[int] = frozenset()
     ) -> None:
         """After the last step's dispatches: the output copies, then the run's last submit."""
         for index, output in enumerate(self.manifest["outputs"]):
             copy_size = (output_byte_sizes[index] + 3) // 4 * 4
-            if copy_size:
+            if copy_size and index not in kept:
                 encoder.copy_buffer_to_buffer(
                     self._storage_buffers[output["storage"]], 0,
                     self._readback_buffers[index], 0, copy_size,
@@ -845,11 +895,14 @@ class Session:
         self.device.queue.submit([encoder.finish()])
 
     def _read_outputs(
-        self, output_shapes: list[tuple[int, ...]], output_byte_sizes: list[int]
+        self, output_shapes: list[tuple[int, ...]], output_byte_sizes: list[int], kept: frozenset[int] = frozenset()
     ) -> dict[str, np.ndarray]:
-        """Map each readback buffer and turn its bytes into an array of the output's shape."""
+        """Map each readback buffer (but those of ``kept`` outputs) and turn its bytes into an
+        array of the output's shape."""
         results = {}
         for index, output in enumerate(self.manifest["outputs"]):
+            if index in kept:
+                continue
             dtype = np.dtype(output["dtype"])
             stored = _device_dtype(self._dtype_entry(output))
             byte_size = output_byte_sizes[index]
@@ -860,16 +913,126 @@ class Session:
             buffer.map_sync(wgpu.MapMode.READ)
             try:
                 data = bytearray(buffer.read_mapped(0, gpu_buffer_size(byte_size)))
+                self.stats.add("bytes_read", len(data))
             finally:
                 buffer.unmap()
-            array = np.frombuffer(data, dtype=stored, count=byte_size // stored.itemsize)
-            if stored != dtype:  # back to the model's dtype, like numpy's astype
-                # int32 -> int64/int16/int8 and uint32 -> uint16/uint8 (narrow ints keep their
-                # low bits), float32 -> float16 (rounded)/float64, uint32 (0/1) -> bool
-                with np.errstate(over="ignore"):
-                    array = array != 0 if dtype == np.bool_ else array.astype(dtype)
+            array = _to_model_dtype(np.frombuffer(data, dtype=stored, count=byte_size // stored.itemsize), dtype)
             results[output["name"]] = array.reshape(output_shapes[index])
         return results
+
+    # GPU tensors (run(..., keep_on_gpu=...)) -------------------------------------------
+
+    def _kept_output_indices(self, keep_on_gpu: bool | Iterable[str]) -> frozenset[int]:
+        """The indices of the outputs ``keep_on_gpu`` names (True: every output but sequences)."""
+        outputs = self.manifest["outputs"]
+        if keep_on_gpu is True:
+            return frozenset(k for k, output in enumerate(outputs) if output.get("kind") not in SEQUENCE_KINDS)
+        if keep_on_gpu is False or keep_on_gpu is None:
+            return frozenset()
+        if isinstance(keep_on_gpu, str):
+            raise RelaxwebError(f"keep_on_gpu must be True or a list of output names, got the string {keep_on_gpu!r}")
+        index_of = {output["name"]: k for k, output in enumerate(outputs)}
+        chosen = list(keep_on_gpu)
+        unknown = [name for name in chosen if name not in index_of]
+        if unknown:
+            raise RelaxwebError(
+                f"keep_on_gpu names unknown output {', '.join(repr(name) for name in unknown)}; "
+                f"the model's outputs are {', '.join(repr(name) for name in index_of)}"
+            )
+        sequences = [name for name in chosen if outputs[index_of[name]].get("kind") in SEQUENCE_KINDS]
+        if sequences:
+            raise RelaxwebError(
+                f"output {', '.join(repr(name) for name in sequences)} is a sequence: only tensors can be kept on the GPU"
+            )
+        return frozenset(index_of[name] for name in chosen)
+
+    def _check_gpu_tensor(self, name: str, tensor: GpuTensor) -> None:
+        """Refuse a disposed GpuTensor or one on another device, naming the input."""
+        if tensor.disposed:
+            raise RelaxwebError(f"input '{name}': GPU tensor '{tensor.name}' was disposed and cannot be used any more")
+        if tensor.session.device is not self.device:
+            raise RelaxwebError(
+                f"input '{name}': GPU tensor '{tensor.name}' lives on another WebGPU device than this session's; "
+                "read it with .numpy() and pass the array"
+            )
+
+    def _gpu_tensor_input_copies(self, arrays: list[Any]) -> list[tuple[wgpu.GPUBuffer, wgpu.GPUBuffer, int]]:
+        """(source, storage, bytes) of each GpuTensor input, for the run's first encoder."""
+        copies = []
+        for entry, value in zip(self.manifest["inputs"], arrays):
+            if not isinstance(value, GpuTensor) or value.nbytes == 0:
+                continue
+            copy_size = (value.nbytes + 3) // 4 * 4
+            storage = self._storage_buffers[entry["storage"]]
+            if storage is None or storage.size < copy_size:
+                raise RelaxwebError(
+                    f"the bundle's host module gave input '{entry['name']}' a storage of "
+                    f"{0 if storage is None else storage.size} bytes for {value.nbytes} bytes of data: the bundle is damaged"
+                )
+            copies.append((value.buffer(), storage, copy_size))
+        return copies
+
+    def _keep_outputs(self, encoder: wgpu.GPUCommandEncoder, kept: frozenset[int],
+                      output_shapes: list[tuple[int, ...]], output_byte_sizes: list[int]) -> dict[str, GpuTensor]:
+        """A GpuTensor per kept output: a buffer from the pool (or a new one, sized at its
+        storage's size at the bounds so that later runs find it fits), and the copy of the
+        output into it, encoded after the last step's dispatches."""
+        tensors = {}
+        for index in sorted(kept):
+            output = self.manifest["outputs"][index]
+            byte_size = output_byte_sizes[index]
+            at_bounds = self._storage_sizes_at_bounds[output["storage"]] if self._storage_sizes_at_bounds else 0
+            size = gpu_buffer_size(max(byte_size, at_bounds))
+            buffer = self._gpu_tensor_pool.take(size) or self._create_buffer(
+                label=f"kept output {index}", size=size, usage=_STORAGE_USAGE
+            )
+            if byte_size:
+                encoder.copy_buffer_to_buffer(self._storage_buffers[output["storage"]], 0, buffer, 0, (byte_size + 3) // 4 * 4)
+            tensors[output["name"]] = GpuTensor(
+                self, output["name"], np.dtype(output["dtype"]), tuple(output_shapes[index]), buffer, byte_size
+            )
+        return tensors
+
+    def read_gpu_tensor(self, tensor: GpuTensor) -> np.ndarray:
+        """A GpuTensor's values as an array (what ``tensor.numpy()`` calls)."""
+        entry = self.manifest["dtypes"][str(tensor.dtype)]
+        stored = _device_dtype(entry)
+        if tensor.nbytes == 0:
+            tensor.buffer()  # a disposed tensor is refused even when empty
+            return np.zeros(tensor.shape, dtype=tensor.dtype)
+        copy_size = (tensor.nbytes + 3) // 4 * 4
+        staging = self._create_buffer(label=f"read {tensor.name}", size=copy_size, usage=_READBACK_USAGE)
+        try:
+            encoder = self.device.create_command_encoder()
+            encoder.copy_buffer_to_buffer(tensor.buffer(), 0, staging, 0, copy_size)
+            self.device.queue.submit([encoder.finish()])
+            staging.map_sync(wgpu.MapMode.READ)
+            try:
+                data = bytearray(staging.read_mapped(0, copy_size))
+                self.stats.add("bytes_read", len(data))
+            finally:
+                staging.unmap()
+        finally:
+            staging.destroy()
+        array = np.frombuffer(data, dtype=stored, count=tensor.nbytes // stored.itemsize)
+        return _to_model_dtype(array, tensor.dtype).reshape(tensor.shape)
+
+    def release_gpu_buffer(self, buffer: wgpu.GPUBuffer) -> None:
+        """Take back the buffer of a disposed GpuTensor, for later kept outputs."""
+        self._gpu_tensor_pool.give(buffer)
+
+    # Counted GPU calls (stats) -------------------------------------------------------------
+
+    def _create_buffer(self, **descriptor: Any) -> wgpu.GPUBuffer:
+        """``device.create_buffer``, counted in :attr:`stats`."""
+        buffer = self.device.create_buffer(**descriptor)
+        self.stats.add("buffers_created")
+        return buffer
+
+    def _write_buffer(self, buffer: wgpu.GPUBuffer, data: bytes | memoryview, counter: str) -> None:
+        """``queue.write_buffer`` at offset 0, its bytes counted in :attr:`stats` under ``counter``."""
+        self.device.queue.write_buffer(buffer, 0, data)
+        self.stats.add(counter, memoryview(data).nbytes)
 
 
 # Timing dispatches (Session.profile) -----------------------------------------------------
@@ -921,8 +1084,8 @@ class _TimestampTimer(_DispatchTimer):
                 })
                 self.session._encode_dispatch(compute_pass, command)
                 compute_pass.end()
-            resolved = self.device.create_buffer(size=8 * count, usage=_QUERY_RESOLVE_USAGE)
-            readable = self.device.create_buffer(size=8 * count, usage=_READBACK_USAGE)
+            resolved = self.session._create_buffer(size=8 * count, usage=_QUERY_RESOLVE_USAGE)
+            readable = self.session._create_buffer(size=8 * count, usage=_READBACK_USAGE)
             encoder.resolve_query_set(query_set, 0, count, resolved, 0)
             encoder.copy_buffer_to_buffer(resolved, 0, readable, 0, 8 * count)
             self._pending.append(([query_set, resolved], readable, [(c.call_site, self._fields(c, params)) for c in chunk]))
@@ -934,6 +1097,7 @@ class _TimestampTimer(_DispatchTimer):
             readable.map_sync(wgpu.MapMode.READ)
             try:
                 stamps = struct.unpack(f"<{2 * len(calls)}Q", readable.read_mapped())
+                self.session.stats.add("bytes_read", 16 * len(calls))
             finally:
                 readable.unmap()
                 for used in (readable, *spent):
@@ -957,8 +1121,8 @@ class _SubmitTimer(_DispatchTimer):
     def __init__(self, session: Session) -> None:
         super().__init__(session)
         self._times: list[DispatchTime] = []
-        self._fence_source = self.device.create_buffer(size=4, usage=wgpu.BufferUsage.COPY_SRC)
-        self._fence = self.device.create_buffer(size=4, usage=_READBACK_USAGE)
+        self._fence_source = session._create_buffer(size=4, usage=wgpu.BufferUsage.COPY_SRC)
+        self._fence = session._create_buffer(size=4, usage=_READBACK_USAGE)
 
     def _submit_and_wait(self, encoder: wgpu.GPUCommandEncoder) -> None:
         encoder.copy_buffer_to_buffer(self._fence_source, 0, self._fence, 0, 4)

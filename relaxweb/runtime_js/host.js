@@ -5,6 +5,8 @@
 // docs/bundle-format.md ("host.wasm", and "Values read back" for read records, read
 // values and resume()).
 
+import { GpuTensor } from "./gpu_tensor.js";
+
 /** The bundle format version this runtime reads (the manifest's `version`). */
 export const FORMAT_VERSION = 2;
 
@@ -688,6 +690,7 @@ export function checkSequence(spec, elements) {
     throw new InputShapeError(`input '${spec.name}' is a sequence: it must be an array of {data, shape} tensors`);
   }
   return elements.map((element, k) => {
+    if (element instanceof GpuTensor) throw new InputShapeError(`input '${spec.name}' is a sequence: its elements must be {data, shape} tensors, not GPU tensors`);
     const rank = spec.element_ndim >= 0 ? spec.element_ndim : element?.shape?.length ?? 0;
     const shape = Array.from({ length: rank }, () => "?");
     return checkInput({ name: `${spec.name}[${k}]`, dtype: spec.dtype, shape }, element);
@@ -704,6 +707,7 @@ function checkInput(spec, tensor) {
   if (tensor === undefined || tensor === null) {
     throw new InputShapeError(`input '${name}' is missing`);
   }
+  if (tensor instanceof GpuTensor) return checkGpuTensor(spec, tensor);
   const { data, shape } = tensor;
   const arrayClass = TYPED_ARRAY_OF_DTYPE[/** @type {keyof TYPED_ARRAY_OF_DTYPE} */ (spec.dtype)];
   if (!arrayClass) {
@@ -728,6 +732,25 @@ function checkInput(spec, tensor) {
     throw new InputShapeError(`input '${name}': shape [${shape.join(", ")}] has ${elements} elements, but the data has ${data.length}`);
   }
   return shape;
+}
+
+/**
+ * A GpuTensor given as an input: its dtype and rank must be the input's, like an array's
+ * (its dimensions go to the host module's checks); returns its shape.
+ * @param {{name: string, dtype: string, shape: (number|string)[]}} spec
+ * @param {GpuTensor} tensor
+ * @returns {number[]}
+ */
+function checkGpuTensor(spec, tensor) {
+  if (tensor.dtype !== spec.dtype) {
+    throw new InputShapeError(`input '${spec.name}': expected ${spec.dtype} data, got GPU tensor '${tensor.name}' of dtype ${tensor.dtype}`);
+  }
+  if (tensor.shape.length !== spec.shape.length) {
+    throw new InputShapeError(
+      `input '${spec.name}': expected ${spec.shape.length} dimensions [${spec.shape.join(", ")}], got ${tensor.shape.length} [${tensor.shape.join(", ")}]`,
+    );
+  }
+  return [...tensor.shape];
 }
 
 /**

@@ -132,8 +132,8 @@ export class TimestampTimer {
         this.model.encodeDispatch(pass, command);
         pass.end();
       });
-      const resolved = device.createBuffer({ size: 8 * count, usage: USAGE.QUERY_RESOLVE | USAGE.COPY_SRC });
-      const readable = device.createBuffer({ size: 8 * count, usage: USAGE.MAP_READ | USAGE.COPY_DST });
+      const resolved = this.model.createBuffer({ size: 8 * count, usage: USAGE.QUERY_RESOLVE | USAGE.COPY_SRC });
+      const readable = this.model.createBuffer({ size: 8 * count, usage: USAGE.MAP_READ | USAGE.COPY_DST });
       encoder.resolveQuerySet(querySet, 0, count, resolved, 0);
       encoder.copyBufferToBuffer(resolved, 0, readable, 0, 8 * count);
       const calls = chunk.map((command) => ({
@@ -150,6 +150,7 @@ export class TimestampTimer {
     for (const { readable, spent, calls } of this.pending) {
       await this.model.orDeviceLoss(readable.mapAsync(/* GPUMapMode.READ */ 1));
       const stamps = new BigUint64Array(readable.getMappedRange().slice(0));
+      this.model.stats.add("bytesRead", stamps.byteLength);
       for (const object of [readable, ...spent]) object.destroy();
       calls.forEach(({ callSite, params }, index) => {
         // nanoseconds; a pair out of order (a clock reset) counts as 0

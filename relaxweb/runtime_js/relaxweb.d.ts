@@ -136,6 +136,60 @@ export class InputShapeError extends Error {
   expected?: number;
 }
 
+/**
+ * An output kept on the GPU by `Model.run(inputs, {keepOnGpu})`: a buffer of its own (never a
+ * storage the next run overwrites). Pass it to `run` as an input of the same dtype and rank (of
+ * a model on the same device): its dimensions go to the bundle's shape checks like an array's,
+ * and its bytes are copied GPU-to-GPU into the input's storage. A disposed tensor, or one from
+ * another device, is refused with an Error naming the input.
+ */
+export class GpuTensor {
+  /** The output's name. */
+  readonly name: string;
+  /** The output's model dtype (the GPU holds its `device_dtype`, as for any tensor). */
+  readonly dtype: string;
+  /** Its shape in the run that made it. */
+  readonly shape: number[];
+  /** Bytes of its values as the GPU holds them (its buffer may be larger: sized at the bound). */
+  readonly byteLength: number;
+  /** Whether `dispose()` was called. */
+  readonly disposed: boolean;
+  /** Its values, read back: `{data, shape}` as `run` gives an output. Rejects once disposed. */
+  read(): Promise<Tensor>;
+  /**
+   * Give its buffer back to its model, for later kept outputs (a decode loop that disposes the
+   * previous step's tensors creates no buffers once warm). Using it afterwards is an error;
+   * disposing twice does nothing.
+   */
+  dispose(): void;
+}
+
+/** Options of `Model.run`. */
+export interface RunOptions {
+  /** Outputs to keep on the GPU, as GpuTensors: their names, or true for every output but sequences. */
+  keepOnGpu?: boolean | string[];
+}
+
+/** What a span of a model's life did to GPU memory: real calls counted. */
+export interface TransferCounts {
+  /** `createBuffer` calls: weights, storages, params, readback and staging buffers, kept outputs. */
+  buffersCreated: number;
+  /** Bytes of inputs written by `writeBuffer` (a GpuTensor input writes none: it is copied on the GPU). */
+  inputBytesWritten: number;
+  /** Bytes of params blocks (the kernels' sizes) written by `writeBuffer`. */
+  paramsBytesWritten: number;
+  /** Bytes of weights written at load. */
+  weightBytesWritten: number;
+  /** Bytes of mapped buffers read: outputs, values read mid-run, `GpuTensor.read()`, profile timestamps. */
+  bytesRead: number;
+}
+
+/** A model's counters: since load began, and since its last run started (that run and the reads after it). */
+export interface TransferStats {
+  readonly total: TransferCounts;
+  readonly lastRun: TransferCounts;
+}
+
 /** A loaded bundle. */
 export class Model {
   readonly inputs: TensorSpec[];
@@ -150,6 +204,8 @@ export class Model {
   readonly lastDispatchCount: number;
   /** Values the last completed run read back from the GPU mid-run (0 for bundles without reads). */
   readonly lastReadCount: number;
+  /** Buffers created, bytes written and read: since load began, and since the last run started. */
+  readonly stats: TransferStats;
   /**
    * Resolves when every kernel's pipeline is ready. `load` does not wait for it: pipelines
    * keep compiling in the background, and the first run submits each dispatch as soon as
@@ -165,9 +221,11 @@ export class Model {
    * Per run without mid-run reads (and once every pipeline is ready): one params upload,
    * one upload per input, one submit; bind
    * groups are made on a call site's first use and again only when a storage it binds grows.
-   * Concurrent calls take turns.
+   * Concurrent calls take turns. With `keepOnGpu`, those outputs are GpuTensors (nothing of
+   * them read back; when every output is kept, no readback at all); GpuTensor inputs are
+   * copied on the GPU in the run's first command encoder.
    */
-  run(inputs: Record<string, Tensor>): Promise<Record<string, Tensor>>;
+  run(inputs: Record<string, Tensor | GpuTensor>, options?: RunOptions): Promise<Record<string, Tensor | GpuTensor>>;
   /**
    * Run `warmup` times (default 1: drivers compile a pipeline on its first use), then once
    * more timing every dispatch; resolve with that run's outputs (the same as `run` gives)

@@ -9,11 +9,12 @@ import {
   FORMAT_VERSION, InputShapeError, TYPED_ARRAY_OF_DTYPE, OPCODE_DISPATCH, OPCODE_READ, OPCODE_RESUME, checkInputs,
   checkSequence, isSequence, deviceShortfalls, dtypeInfo, fromDeviceData, loadTimeLimits, storageSizeProblem, toDeviceData,
 } from "./host.js";
+import { BufferPool, GpuTensor, TransferStats } from "./gpu_tensor.js";
 import { validateManifest } from "./manifest.js";
 import { RemoteHost } from "./remote_host.js";
 import { SubmitTimer, TimestampTimer, summarize } from "./profile.js";
 
-export { InputShapeError };
+export { GpuTensor, InputShapeError };
 
 /**
  * @typedef {import("./host.js").InputTensor} Tensor
@@ -35,8 +36,9 @@ export { InputShapeError };
 export const DEFAULT_CACHE_NAME = "relaxweb";
 
 /**
- * A run's outputs, copied into one mappable buffer by its last submit.
- * @typedef {{buffer: GPUBuffer, outputs: {name: string, dtype: string, info: import("./host.js").DtypeInfo, shape: number[], offset: number, bytes: number, storage: number}[], elementShapes?: ({shapes: number[][]|null}|null)[]}} Readback
+ * A run's outputs, copied into one mappable buffer (`size` bytes of it; null when every
+ * output is kept on the GPU) by its last submit; kept outputs are their GpuTensors.
+ * @typedef {{buffer: GPUBuffer|null, size: number, outputs: {name: string, dtype: string, info: import("./host.js").DtypeInfo, shape: number[], offset: number, bytes: number, storage: number, kept: GpuTensor|null}[], elementShapes?: ({shapes: number[][]|null}|null)[]}} Readback
  */
 
 /** GPU buffer usages (the GPUBufferUsage flags, spelled out so that Node can import this file). */
@@ -111,10 +113,11 @@ export class Model {
   static async create(manifest, host, device, parts) {
     const model = new Model(manifest, host, device, parts.ownsDevice, parts.bounds);
     model.kernels = parts.kernels;
+    model.storageSizesAtBounds = parts.sizesAtBounds;
     try {
       const modules = await model.orDeviceLoss(compileKernels(device, manifest, parts.kernelSources, parts.kernelFiles));
       await model.captureGpuErrors("load", () => {
-        model.weightBuffers = createWeightBuffers(device, manifest, parts.shards);
+        model.weightBuffers = createWeightBuffers(model, manifest, parts.shards);
         model.allocateStoragesAtBounds(parts.sizesAtBounds);
         model.startPipelines(modules);
       });
@@ -165,7 +168,14 @@ export class Model {
     this.storageBuffers = [];
     /** @type {(GPUBindGroup|null)[]} one per call site, rebuilt when a storage it uses is replaced */
     this.bindGroups = manifest.call_sites.map(() => null);
-    this.paramsBuffer = device.createBuffer({
+    /** Counts of its GPU calls: `total` since load began, `lastRun` since the last run started. */
+    this.stats = new TransferStats();
+    /** Buffers of disposed GpuTensors, for the next kept outputs; idle readback buffers. */
+    this.gpuTensorPool = new BufferPool();
+    this.readbackPool = new BufferPool();
+    /** @type {number[]|null} each storage's size at the bounds: a kept output's buffer size (null: unbounded) */
+    this.storageSizesAtBounds = null;
+    this.paramsBuffer = this.createBuffer({
       label: "params",
       size: Math.max(manifest.params_bytes, 256),
       usage: USAGE.UNIFORM | USAGE.COPY_DST,
@@ -192,12 +202,14 @@ export class Model {
   }
 
   /**
-   * Run the model.
-   * @param {Record<string, Tensor>} inputs name -> {data, shape}
-   * @returns {Promise<Record<string, Tensor>>} name -> {data, shape}
+   * Run the model. `keepOnGpu` (output names, or true for every output but sequences) gives
+   * those outputs as GpuTensors, nothing read back; a GpuTensor input is copied on the GPU.
+   * @param {Record<string, Tensor|GpuTensor>} inputs name -> {data, shape} or GpuTensor
+   * @param {{keepOnGpu?: boolean|string[]}} [options]
+   * @returns {Promise<Record<string, Tensor|GpuTensor>>} name -> {data, shape} or GpuTensor
    */
-  async run(inputs) {
-    return this.runTimed(inputs, null);
+  async run(inputs, { keepOnGpu = false } = {}) {
+    return this.runTimed(inputs, null, keepOnGpu);
   }
 
   /**
@@ -222,10 +234,13 @@ export class Model {
    * `run`, with each dispatch timed by `timer` when one is given.
    * @param {Record<string, Tensor>} inputs
    * @param {TimestampTimer|SubmitTimer|null} timer
-   * @returns {Promise<Record<string, Tensor>>}
+   * @param {boolean|string[]} [keepOnGpu]
+   * @returns {Promise<Record<string, any>>}
    */
-  async runTimed(inputs, timer) {
+  async runTimed(inputs, timer, keepOnGpu = false) {
     if (this.unusableReason) throw new Error(`cannot run: ${this.unusableReason}`);
+    const kept = this.keptOutputIndices(keepOnGpu);
+    this.checkGpuTensorInputs(inputs);
     // Checked and copied now: a run may wait for earlier ones, and what it uses then must be
     // what was checked, whatever the caller does to its arrays meanwhile.
     const shapes = checkInputs(this.manifest, inputs).map((shape) => [...shape]);
@@ -239,7 +254,9 @@ export class Model {
         sequences[k] = checkSequence(spec, elements);
         return [spec.name, { data: sequenceData(spec, dtypeInfo(this.manifest, spec), elements ?? []), shape: [] }];
       }
-      const given = inputs[spec.name].data;
+      const tensor = inputs[spec.name];
+      if (tensor instanceof GpuTensor) return [spec.name, { gpuTensor: tensor, shape: shapes[k] }]; // copied on the GPU
+      const given = tensor.data;
       const converted = toDeviceData(spec, dtypeInfo(this.manifest, spec), given);
       return [spec.name, { data: converted === given ? converted.slice() : converted, shape: shapes[k] }];
     }));
@@ -251,7 +268,8 @@ export class Model {
       try {
         await previous;
         if (this.unusableReason) throw new Error(`cannot run: ${this.unusableReason}`);
-        return await this.runSteps(deviceInputs, shapes, sequences, timer);
+        this.stats.startRun();
+        return await this.runSteps(deviceInputs, shapes, sequences, timer, kept);
       } finally {
         endTurn(); // the last submit is done: the next run may start while this one maps its outputs
       }
@@ -274,10 +292,11 @@ export class Model {
    * @param {number[][]} shapes
    * @param {Record<number, number[][]|null>} sequences the element shapes of sequence inputs
    * @param {TimestampTimer|SubmitTimer|null} [timer] encodes (and times) the dispatches when given
+   * @param {Set<number>} [kept] the outputs to keep on the GPU
    * @returns {Promise<{readback: Readback, retired: GPUBuffer[]}>} the outputs to map, and old
    *   storage buffers to destroy once the last submit has run
    */
-  async runSteps(inputs, shapes, sequences, timer = null) {
+  async runSteps(inputs, shapes, sequences, timer = null, kept = new Set()) {
     const { host } = this;
     let hostStep = await host.start(shapes, sequences);
     /** @type {GPUBuffer[]} */
@@ -302,7 +321,8 @@ export class Model {
             // Before the first step nothing of this run is on the GPU: no contents to keep.
             this.growStorages(sizes, step === 0 ? undefined : { encoder, retired });
             if (step === 0) this.uploadInputs(inputs);
-            if (params.byteLength > 0) this.device.queue.writeBuffer(this.paramsBuffer, 0, params);
+            if (step === 0) this.encodeGpuTensorCopies(encoder, inputs);
+            if (params.byteLength > 0) this.writeBuffer(this.paramsBuffer, params, "paramsBytesWritten");
           }
           const part = commands.slice(from, to);
           // A timer encodes the dispatches its own way: it may hand on a fresh encoder for the
@@ -312,7 +332,7 @@ export class Model {
           const rest = timed.encoder;
           let readback = null;
           if (to === commands.length) {
-            readback = read ? this.encodeRead(rest, read) : resume ? null : this.encodeOutputCopies(rest, outputShapes);
+            readback = read ? this.encodeRead(rest, read) : resume ? null : this.encodeOutputCopies(rest, outputShapes, kept);
           }
           const finished = rest.finish();
           if (!timed.wait) {
@@ -359,6 +379,8 @@ export class Model {
   dispose() {
     this.unusableReason ??= "the model was disposed";
     for (const buffer of [...this.weightBuffers, ...this.storageBuffers, this.paramsBuffer, this.readValueBuffer]) buffer?.destroy();
+    this.gpuTensorPool.close(); // and the buffers of GpuTensors disposed later
+    this.readbackPool.close();
     if (this.ownsDevice) this.device.destroy();
     this.host.dispose();
   }
@@ -390,7 +412,7 @@ export class Model {
       const needed = Math.ceil(Math.max(size, 16) / 4) * 4;
       const buffer = this.storageBuffers[index];
       if (buffer !== undefined && buffer.size >= needed) return;
-      const grown = this.device.createBuffer({
+      const grown = this.createBuffer({
         label: `storage ${index} (${this.manifest.storages[index].role})`,
         size: needed,
         usage: USAGE.STORAGE | USAGE.COPY_DST | USAGE.COPY_SRC,
@@ -437,14 +459,14 @@ export class Model {
   uploadInputs(inputs) {
     this.manifest.inputs.forEach((/** @type {any} */ spec) => {
       const data = inputs[spec.name].data;
-      if (data.byteLength > 0) {
+      if (data && data.byteLength > 0) { // a GpuTensor has none: encodeGpuTensorCopies
         const buffer = this.storageBuffers[spec.storage];
         if (!buffer || buffer.size < data.byteLength) {
           throw new Error(
             `the bundle's host module gave input '${spec.name}' a storage of ${buffer?.size ?? 0} bytes for ${data.byteLength} bytes of data: the bundle is damaged`,
           );
         }
-        this.device.queue.writeBuffer(buffer, 0, data.buffer, data.byteOffset, data.byteLength);
+        this.writeBuffer(buffer, data, "inputBytesWritten");
       }
     });
   }
@@ -520,7 +542,7 @@ export class Model {
     if (byteOffset + 4 > source.size) {
       throw new Error(`host.wasm asks to read bytes ${byteOffset}..${byteOffset + 4} of storage ${storage}, which has ${source.size} bytes`);
     }
-    this.readValueBuffer ??= this.device.createBuffer({ label: "read value", size: 4, usage: USAGE.MAP_READ | USAGE.COPY_DST });
+    this.readValueBuffer ??= this.createBuffer({ label: "read value", size: 4, usage: USAGE.MAP_READ | USAGE.COPY_DST });
     encoder.copyBufferToBuffer(source, byteOffset, this.readValueBuffer, 0, 4);
     return null;
   }
@@ -533,60 +555,194 @@ export class Model {
     const buffer = /** @type {GPUBuffer} */ (this.readValueBuffer);
     await this.orDeviceLoss(buffer.mapAsync(/* GPUMapMode.READ */ 1));
     try {
-      return new DataView(buffer.getMappedRange()).getInt32(0, true);
+      const value = new DataView(buffer.getMappedRange()).getInt32(0, true);
+      this.stats.add("bytesRead", 4);
+      return value;
     } finally {
       buffer.unmap();
     }
   }
 
   /**
-   * Encode the copy of each output (as many bytes as its shape says) into a new readback buffer.
+   * Encode the copy of each output (as many bytes as its shape says) into a readback buffer
+   * (from the pool of idle ones, or new), and of each kept output into its GpuTensor's buffer.
    * @param {GPUCommandEncoder} encoder
    * @param {number[][]} outputShapes
+   * @param {Set<number>} [kept] the outputs to keep on the GPU
    * @returns {Readback}
    */
-  encodeOutputCopies(encoder, outputShapes) {
-    const { device, manifest } = this;
+  encodeOutputCopies(encoder, outputShapes, kept = new Set()) {
+    const { manifest } = this;
     let offset = 0;
     const outputs = manifest.outputs.map((/** @type {any} */ spec, /** @type {number} */ k) => {
       const shape = outputShapes[k];
       const info = dtypeInfo(manifest, spec);
       const bytes = shape.reduce((a, b) => a * b, 1) * info.device_bytes;
-      const output = { name: spec.name, dtype: spec.dtype, info, shape, offset, bytes, storage: spec.storage };
-      offset += Math.ceil(bytes / 4) * 4;
+      const keptTensor = kept.has(k) ? this.keepOutput(encoder, spec, shape, bytes) : null;
+      const output = { name: spec.name, dtype: spec.dtype, info, shape, offset, bytes, storage: spec.storage, kept: keptTensor };
+      if (!keptTensor) offset += Math.ceil(bytes / 4) * 4;
       return output;
     });
-    const buffer = device.createBuffer({ size: Math.max(offset, 4), usage: USAGE.MAP_READ | USAGE.COPY_DST });
+    if (outputs.every((output) => output.kept)) return { buffer: null, size: 0, outputs };
+    const size = Math.max(offset, 4);
+    const buffer = this.readbackPool.take(size) ?? this.createBuffer({ size, usage: USAGE.MAP_READ | USAGE.COPY_DST });
     for (const output of outputs) {
-      if (output.bytes > 0) {
+      if (output.bytes > 0 && !output.kept) {
         encoder.copyBufferToBuffer(this.storageBuffers[output.storage], 0, buffer, output.offset, Math.ceil(output.bytes / 4) * 4);
       }
     }
-    return { buffer, outputs };
+    return { buffer, size, outputs };
   }
 
   /**
-   * Map the readback buffer and copy each output out of it.
+   * Map the readback buffer and copy each output out of it (kept outputs are their GpuTensors).
+   * The buffer goes back to the pool of idle readback buffers once read.
    * @param {Readback} readback
-   * @returns {Promise<Record<string, Tensor>>}
+   * @returns {Promise<Record<string, Tensor|GpuTensor>>}
    */
-  async readOutputs({ buffer, outputs, elementShapes }) {
+  async readOutputs({ buffer, size, outputs, elementShapes }) {
+    if (!buffer) return Object.fromEntries(outputs.map((output) => [output.name, output.kept]));
+    let reusable = false;
     try {
-      await this.orDeviceLoss(buffer.mapAsync(/* GPUMapMode.READ */ 1));
-      const mapped = buffer.getMappedRange();
+      await this.orDeviceLoss(buffer.mapAsync(/* GPUMapMode.READ */ 1, 0, size));
+      const mapped = buffer.getMappedRange(0, size);
+      this.stats.add("bytesRead", size);
       /** @type {Record<string, any>} */
       const result = {};
       for (const [k, output] of outputs.entries()) {
         const { name, info, shape, offset, bytes } = output;
+        if (output.kept) {
+          result[name] = output.kept;
+          continue;
+        }
         const data = fromDeviceData(output, info, mapped.slice(offset, offset + bytes));
         const sequence = elementShapes?.[k];
         result[name] = !sequence ? { data, shape } : sequence.shapes ? splitElements(data, sequence.shapes) : null;
       }
       buffer.unmap();
+      reusable = true;
       return result;
     } finally {
-      buffer.destroy();
+      if (reusable) this.readbackPool.give(buffer);
+      else buffer.destroy();
     }
+  }
+
+  // GPU tensors (run(inputs, {keepOnGpu})) ----------------------------------------------
+
+  /**
+   * The indices of the outputs `keepOnGpu` names (true: every output but sequences).
+   * @param {boolean|string[]|undefined} keepOnGpu
+   * @returns {Set<number>}
+   */
+  keptOutputIndices(keepOnGpu) {
+    const outputs = this.manifest.outputs;
+    if (keepOnGpu === true) return new Set(outputs.flatMap((/** @type {any} */ o, /** @type {number} */ k) => (isSequence(o) ? [] : [k])));
+    if (!keepOnGpu) return new Set();
+    if (!Array.isArray(keepOnGpu)) throw new Error(`keepOnGpu must be true or an array of output names, got ${String(keepOnGpu).slice(0, 40)}`);
+    const names = outputs.map((/** @type {any} */ o) => o.name);
+    const unknown = keepOnGpu.filter((name) => !names.includes(name));
+    if (unknown.length > 0) {
+      throw new Error(`keepOnGpu names unknown output ${unknown.map((n) => `'${n}'`).join(", ")}; the model's outputs are ${names.map((n) => `'${n}'`).join(", ")}`);
+    }
+    const sequences = keepOnGpu.filter((name) => isSequence(outputs[names.indexOf(name)]));
+    if (sequences.length > 0) throw new Error(`output ${sequences.map((n) => `'${n}'`).join(", ")} is a sequence: only tensors can be kept on the GPU`);
+    return new Set(keepOnGpu.map((name) => names.indexOf(name)));
+  }
+
+  /**
+   * Refuse GpuTensor inputs that are disposed or live on another device, naming the input.
+   * @param {Record<string, any>} inputs
+   */
+  checkGpuTensorInputs(inputs) {
+    for (const [name, tensor] of Object.entries(inputs ?? {})) {
+      if (!(tensor instanceof GpuTensor)) continue;
+      if (tensor.disposed) throw new Error(`input '${name}': GPU tensor '${tensor.name}' was disposed and cannot be used any more`);
+      if (tensor.model.device !== this.device) {
+        throw new Error(`input '${name}': GPU tensor '${tensor.name}' lives on another WebGPU device than this model's; read it with read() and pass its data`);
+      }
+    }
+  }
+
+  /**
+   * Encode the copy of each GpuTensor input into its storage (the first step, before its dispatches).
+   * @param {GPUCommandEncoder} encoder
+   * @param {Record<string, {gpuTensor?: GpuTensor}>} inputs
+   */
+  encodeGpuTensorCopies(encoder, inputs) {
+    this.manifest.inputs.forEach((/** @type {any} */ spec) => {
+      const tensor = inputs[spec.name].gpuTensor;
+      if (!tensor || tensor.byteLength === 0) return;
+      const bytes = Math.ceil(tensor.byteLength / 4) * 4;
+      const storage = this.storageBuffers[spec.storage];
+      if (!storage || storage.size < bytes) {
+        throw new Error(
+          `the bundle's host module gave input '${spec.name}' a storage of ${storage?.size ?? 0} bytes for ${tensor.byteLength} bytes of data: the bundle is damaged`,
+        );
+      }
+      encoder.copyBufferToBuffer(tensor.buffer(), 0, storage, 0, bytes);
+    });
+  }
+
+  /**
+   * A GpuTensor for a kept output: a buffer from the pool, or a new one sized at its storage's
+   * size at the bounds (so that later runs find it fits), and the copy of the output into it.
+   * @param {GPUCommandEncoder} encoder @param {any} spec @param {number[]} shape @param {number} bytes
+   * @returns {GpuTensor}
+   */
+  keepOutput(encoder, spec, shape, bytes) {
+    const atBounds = this.storageSizesAtBounds?.[spec.storage] ?? 0;
+    const size = Math.ceil(Math.max(bytes, atBounds, 16) / 4) * 4;
+    const buffer = this.gpuTensorPool.take(size)
+      ?? this.createBuffer({ label: `kept output ${spec.name}`, size, usage: USAGE.STORAGE | USAGE.COPY_DST | USAGE.COPY_SRC });
+    if (bytes > 0) encoder.copyBufferToBuffer(this.storageBuffers[spec.storage], 0, buffer, 0, Math.ceil(bytes / 4) * 4);
+    return new GpuTensor(this, spec.name, spec.dtype, [...shape], buffer, bytes);
+  }
+
+  /**
+   * A GpuTensor's values, read back as `{data, shape}` (what `tensor.read()` calls).
+   * @param {GpuTensor} tensor
+   * @returns {Promise<Tensor>}
+   */
+  async readGpuTensor(tensor) {
+    const source = tensor.buffer();
+    const info = dtypeInfo(this.manifest, tensor);
+    if (tensor.byteLength === 0) return { data: fromDeviceData(tensor, info, new ArrayBuffer(0)), shape: [...tensor.shape] };
+    const size = Math.ceil(tensor.byteLength / 4) * 4;
+    const staging = this.createBuffer({ label: `read ${tensor.name}`, size, usage: USAGE.MAP_READ | USAGE.COPY_DST });
+    try {
+      await this.captureGpuErrors("read", () => {
+        const encoder = this.device.createCommandEncoder();
+        encoder.copyBufferToBuffer(source, 0, staging, 0, size);
+        this.device.queue.submit([encoder.finish()]);
+      });
+      await this.orDeviceLoss(staging.mapAsync(/* GPUMapMode.READ */ 1));
+      const bytes = staging.getMappedRange().slice(0, tensor.byteLength);
+      this.stats.add("bytesRead", size);
+      staging.unmap();
+      return { data: fromDeviceData(tensor, info, bytes), shape: [...tensor.shape] };
+    } finally {
+      staging.destroy();
+    }
+  }
+
+  // Counted GPU calls (stats) -----------------------------------------------------------
+
+  /** `device.createBuffer`, counted in `stats`. @param {GPUBufferDescriptor} descriptor @returns {GPUBuffer} */
+  createBuffer(descriptor) {
+    const buffer = this.device.createBuffer(descriptor);
+    this.stats.add("buffersCreated");
+    return buffer;
+  }
+
+  /**
+   * `queue.writeBuffer` of `data` at offset 0, its bytes counted in `stats` under `counter`.
+   * @param {GPUBuffer} buffer @param {ArrayBufferView} data
+   * @param {"inputBytesWritten"|"paramsBytesWritten"} counter
+   */
+  writeBuffer(buffer, data, counter) {
+    this.device.queue.writeBuffer(buffer, 0, data.buffer, data.byteOffset, data.byteLength);
+    this.stats.add(counter, data.byteLength);
   }
 
   /**
@@ -902,15 +1058,15 @@ function createPipelines(device, manifest, modules) {
 }
 
 /**
- * Create one read-only GPU buffer per weight, filled from its shard.
- * @param {GPUDevice} device
+ * Create one read-only GPU buffer per weight, filled from its shard (counted in `model.stats`).
+ * @param {Model} model
  * @param {any} manifest
  * @param {Uint8Array[]} shards
  * @returns {GPUBuffer[]}
  */
-function createWeightBuffers(device, manifest, shards) {
+function createWeightBuffers(model, manifest, shards) {
   return manifest.weights.map((/** @type {any} */ weight) => {
-    const buffer = device.createBuffer({
+    const buffer = model.createBuffer({
       label: weight.name,
       size: Math.ceil(Math.max(weight.nbytes, 16) / 4) * 4,
       usage: USAGE.STORAGE,
@@ -918,6 +1074,7 @@ function createWeightBuffers(device, manifest, shards) {
     });
     const bytes = shards[weight.shard].subarray(weight.offset, weight.offset + weight.nbytes);
     new Uint8Array(buffer.getMappedRange()).set(bytes);
+    model.stats.add("weightBytesWritten", bytes.byteLength);
     buffer.unmap();
     return buffer;
   });
