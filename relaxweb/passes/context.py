@@ -13,6 +13,11 @@ settings read them from the current context (TVM style)::
   fusion or scheduling).
 - ``storage_reuse``: ``plan_memory`` reuses storages of dead tensors (off: every tensor its
   own storage, the baseline ``scripts/measure_pipeline.py`` compares with).
+- ``binding_split_bytes``: a weight of more device bytes is bound to its kernels as several
+  parts of at most this size (``fuse_ops`` counts each part as a storage binding, the bundle
+  writer emits kernels that read the parts); by default WebGPU's guaranteed
+  ``maxStorageBufferBindingSize``, 128 MiB.  Tests set it lower (a multiple of 256) to split
+  small weights; the runtimes decide at load how many parts a device needs.
 - ``verify``: ``run_pipeline`` checks the module's well-formedness before the first pass and
   after every pass, and names the pass that broke it.  Off by default; on when the
   environment variable ``RELAXWEB_VERIFY_IR`` is ``1`` (the test suite sets it).
@@ -28,6 +33,8 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Mapping
 
+from ..ir.launch import BINDING_PART_BYTES, PART_ALIGNMENT
+
 OPT_LEVELS = (0, 1)
 DEFAULT_OPT_LEVEL = 1
 VERIFY_ENVIRONMENT_VARIABLE = "RELAXWEB_VERIFY_IR"
@@ -42,11 +49,14 @@ class PassContext:
     bounds: Mapping[str, int] = field(default_factory=dict)
     opt_level: int = DEFAULT_OPT_LEVEL
     storage_reuse: bool = True
+    binding_split_bytes: int = BINDING_PART_BYTES
     verify: bool = field(default_factory=_verify_by_default)
 
     def __post_init__(self) -> None:
         if self.opt_level not in OPT_LEVELS:
             raise ValueError(f"opt level {self.opt_level} does not exist; expected one of {', '.join(map(str, OPT_LEVELS))}")
+        if self.binding_split_bytes <= 0 or self.binding_split_bytes % PART_ALIGNMENT:
+            raise ValueError(f"binding_split_bytes must be a positive multiple of {PART_ALIGNMENT}, got {self.binding_split_bytes}")
         object.__setattr__(self, "bounds", MappingProxyType(dict(self.bounds)))
 
     @staticmethod
