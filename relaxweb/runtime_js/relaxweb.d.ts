@@ -83,6 +83,13 @@ export interface LoadOptions {
    * SwiftShader (`isFallbackAdapter`), "gpu" or "cpu" force one. `Model.kernels` says which.
    */
   kernels?: "auto" | "gpu" | "cpu";
+  /**
+   * Lower buffer size limits to split the weights the bundle binds in parts at (a weight above
+   * 128 MiB, WebGPU's guaranteed `maxStorageBufferBindingSize`), as a device that offers only
+   * these would: e.g. `{maxStorageBufferBindingSize: 134217728}` on an adapter that binds more.
+   * Storages keep the device's own limits. See docs/bundle-format.md, "Weights in parts".
+   */
+  limits?: { maxStorageBufferBindingSize?: number; maxBufferSize?: number };
 }
 
 /** One kernel's dispatches in a profiled run, added up. */
