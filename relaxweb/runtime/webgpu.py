@@ -249,7 +249,7 @@ def smallest_part_bytes(nbytes: int, parts: int) -> int:
     return -(-share // PART_ALIGNMENT) * PART_ALIGNMENT
 
 
-def weight_part_sizes(nbytes: int, parts: int, largest: int) -> list[int] | None:
+def parts_at_limit(nbytes: int, parts: int, largest: int) -> list[int] | None:
     """The byte sizes of the buffers holding a weight of ``nbytes`` bound in up to ``parts``
     parts on a device binding at most ``largest`` bytes: the whole weight when it fits, else
     parts of ``largest`` rounded down to 256 bytes and the rest; None when ``parts`` are too few."""
@@ -373,6 +373,8 @@ class Session:
             its steps.
         last_read_count: how many values the last :meth:`run` read back from the GPU (one
             per step but the last; 0 for bundles without reads).
+        weight_part_sizes: for each weight the bundle binds in parts, by name, the byte
+            sizes of the buffers it was loaded into (one: the device binds it whole).
 
     ``profiling=True`` (without a ``device``) loads it on a device with the adapter's
     ``timestamp-query`` feature when it has one, for :meth:`profile`; otherwise the feature
@@ -408,6 +410,8 @@ class Session:
         self.kernels = kernels if kernels != "auto" else ("cpu" if is_cpu_adapter(device) else "gpu")
 
         self._weight_parts: dict[int, list[wgpu.GPUBuffer]] = {}  # the buffers of weights in parts, by weight
+        # the byte sizes a weight in parts was loaded as, by name: one when the device binds it whole
+        self.weight_part_sizes: dict[str, list[int]] = {}
         self._weight_buffers = self._create_weight_buffers(self._load_shards())
         self._params_buffer = device.create_buffer(
             label="params", size=self.manifest["params_bytes"], usage=_PARAMS_USAGE
@@ -478,12 +482,13 @@ class Session:
         the device binds it (the other parts a 16-byte placeholder), else parts as large as
         the device binds (docs/bundle-format.md, "Weights in parts")."""
         largest, limit_name = _storage_size_limit(self.device, self.limits)
-        sizes = weight_part_sizes(weight["nbytes"], weight["parts"], largest)
+        sizes = parts_at_limit(weight["nbytes"], weight["parts"], largest)
         if sizes is None:
             raise RelaxwebError(
                 f"weight '{weight['name']}' has {weight['nbytes']} bytes, above the device's WebGPU limit "
                 f"{limit_name} = {largest}, and the bundle binds it in at most {weight['parts']} parts"
             )
+        self.weight_part_sizes[weight["name"]] = sizes
         buffers, start = [], 0
         for part, size in enumerate(sizes):
             buffer = self.device.create_buffer(label=f"weight {weight['name']} part {part}",

@@ -149,6 +149,11 @@ export class Model {
   readonly outputs: TensorSpec[];
   readonly symbolicVars: SymbolicVar[];
   readonly device: GPUDevice;
+  /**
+   * For each weight the bundle binds in parts (above 128 MiB), by name, the byte sizes of the
+   * buffers it was loaded into: one when the device binds it whole, else its parts.
+   */
+  readonly weightPartSizes: Record<string, number[]>;
   /** Which shaders the kernels with a CPU variant were compiled from (see `LoadOptions.kernels`). */
   readonly kernels: "gpu" | "cpu";
   /** The parsed manifest.json. */

@@ -35,6 +35,12 @@ export { InputShapeError };
  *   offers only these would (storages keep the device's own limits); see docs/bundle-format.md
  */
 
+/**
+ * A weight bound in parts: the buffer bound for each part (a placeholder for the parts a
+ * device binding it whole does not use) and the byte sizes of the real ones.
+ * @typedef {{buffers: GPUBuffer[], sizes: number[]}} WeightParts
+ */
+
 /** The Cache API cache that `cache: true` uses. */
 export const DEFAULT_CACHE_NAME = "relaxweb";
 
@@ -167,7 +173,7 @@ export class Model {
     this.allPipelinesReady = false;
     /** @type {(GPUBuffer|null)[]} one per weight bound whole (null for a weight in parts) */
     this.weightBuffers = [];
-    /** @type {Map<number, GPUBuffer[]>} the buffers bound for each part of a weight in parts, by weight */
+    /** @type {Map<number, WeightParts>} the buffers bound for each part of a weight in parts, by weight */
     this.weightParts = new Map();
     /** @type {GPUBuffer[]} one per storage, allocated at load, grown when a run needs more */
     this.storageBuffers = [];
@@ -363,10 +369,19 @@ export class Model {
     }
   }
 
+  /**
+   * For each weight the bundle binds in parts, by name, the byte sizes of the buffers it was
+   * loaded into (one: the device binds it whole; docs/bundle-format.md, "Weights in parts").
+   * @returns {Record<string, number[]>}
+   */
+  get weightPartSizes() {
+    return Object.fromEntries([...this.weightParts].map(([index, parts]) => [this.manifest.weights[index].name, parts.sizes]));
+  }
+
   /** Free the GPU resources (and the device, when load() requested it). */
   dispose() {
     this.unusableReason ??= "the model was disposed";
-    const parts = [...this.weightParts.values()].flat();
+    const parts = [...this.weightParts.values()].flatMap((p) => p.buffers);
     for (const buffer of [...this.weightBuffers, ...parts, ...this.storageBuffers, this.paramsBuffer, this.readValueBuffer]) buffer?.destroy();
     if (this.ownsDevice) this.device.destroy();
     this.host.dispose();
@@ -428,7 +443,7 @@ export class Model {
     const site = this.manifest.call_sites[callSite];
     const buffers = site.buffers.map((/** @type {any} */ b) =>
       "storage" in b ? this.storageBuffers[b.storage]
-        : "weight_part" in b ? /** @type {GPUBuffer[]} */ (this.weightParts.get(b.weight_part[0]))[b.weight_part[1]]
+        : "weight_part" in b ? /** @type {WeightParts} */ (this.weightParts.get(b.weight_part[0])).buffers[b.weight_part[1]]
         : /** @type {GPUBuffer} */ (this.weightBuffers[b.weight]));
     const group = this.device.createBindGroup({
       layout: this.pipelines[site.kernel].getBindGroupLayout(0),
@@ -952,13 +967,13 @@ function filledWeightBuffer(device, label, bytes) {
  * @param {any} manifest
  * @param {Uint8Array[]} shards
  * @param {Record<string, number>} caps
- * @returns {Map<number, GPUBuffer[]>}
+ * @returns {Map<number, WeightParts>}
  */
 function createWeightParts(device, manifest, shards, caps) {
   const binding = Math.min(device.limits.maxStorageBufferBindingSize, caps.maxStorageBufferBindingSize ?? Infinity);
   const buffer = Math.min(device.limits.maxBufferSize, caps.maxBufferSize ?? Infinity);
   const [largest, limitName] = buffer < binding ? [buffer, "maxBufferSize"] : [binding, "maxStorageBufferBindingSize"];
-  /** @type {Map<number, GPUBuffer[]>} */
+  /** @type {Map<number, WeightParts>} */
   const parts = new Map();
   manifest.weights.forEach((/** @type {any} */ weight, /** @type {number} */ index) => {
     if ((weight.parts ?? 1) === 1) return;
@@ -976,7 +991,7 @@ function createWeightParts(device, manifest, shards, caps) {
     // the unused parts: one placeholder of its own per weight, so that destroying the parts frees each once
     const placeholder = buffers.length < weight.parts ? filledWeightBuffer(device, `${weight.name} unused part`, new Uint8Array(16)) : null;
     while (buffers.length < weight.parts) buffers.push(/** @type {GPUBuffer} */ (placeholder));
-    parts.set(index, buffers);
+    parts.set(index, { buffers, sizes });
   });
   return parts;
 }
