@@ -175,8 +175,9 @@ def test_weights_in_parts_match_onnxruntime_in_the_browser(small_bundle: Path, k
     (outputs,) = run_many_in_browser(small_bundle, [small_inputs()], load_options={"kernels": kernels, "limits": limits})
     check_small_outputs(outputs)
     with relaxweb.browser.open_runner_page(small_bundle) as page:
-        assert page.evaluate(PART_SIZES_IN_PAGE, {"limits": limits}) == {name: [SPLIT] * 4 for name in ("table", "w", "bias")}
-        assert page.evaluate(PART_SIZES_IN_PAGE, {}) == {name: [1 << 20] for name in ("table", "w", "bias")}
+        weights = ("table", "w", "bias")
+        assert page.evaluate(PART_SIZES_IN_PAGE, {"limits": limits}) == {name: [SPLIT] * 4 for name in weights}
+        assert page.evaluate(PART_SIZES_IN_PAGE, {}) == {name: [1 << 20] for name in weights}
         assert page.evaluate(PART_SIZES_IN_PAGE, {"limits": {"maxBufferSize": 4096}}) == {"error": (
             "weight 'table' has 1048576 bytes, above the device's WebGPU limit maxBufferSize = 4096, "
             "and the bundle binds it in at most 4 parts")}
@@ -262,7 +263,8 @@ def test_gpt2_small_matches_onnxruntime_on_the_python_runtime(gpt2_small) -> Non
     limit = min(session.device.limits["max-storage-buffer-binding-size"], session.device.limits["max-buffer-size"])
     if limit >= max(in_parts.values()):  # a device binding more than 128 MiB: split as if it did not
         session = relaxweb.load(bundle, limits={"maxStorageBufferBindingSize": LAVAPIPE_BINDING})
-    assert session.weight_part_sizes == {name: [LAVAPIPE_BINDING, nbytes - LAVAPIPE_BINDING] for name, nbytes in in_parts.items()}
+    split = {name: [LAVAPIPE_BINDING, nbytes - LAVAPIPE_BINDING] for name, nbytes in in_parts.items()}
+    assert session.weight_part_sizes == split
     for inputs in gpt2_runs():
         (expected,) = onnxruntime_outputs(model, inputs)
         assert_close(session.run(inputs)["logits"], expected, MODEL)

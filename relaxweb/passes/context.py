@@ -56,7 +56,8 @@ class PassContext:
         if self.opt_level not in OPT_LEVELS:
             raise ValueError(f"opt level {self.opt_level} does not exist; expected one of {', '.join(map(str, OPT_LEVELS))}")
         if self.binding_split_bytes <= 0 or self.binding_split_bytes % PART_ALIGNMENT:
-            raise ValueError(f"binding_split_bytes must be a positive multiple of {PART_ALIGNMENT}, got {self.binding_split_bytes}")
+            raise ValueError(f"binding_split_bytes must be a positive multiple of {PART_ALIGNMENT}, "
+                             f"got {self.binding_split_bytes}")
         object.__setattr__(self, "bounds", MappingProxyType(dict(self.bounds)))
 
     @staticmethod

@@ -41,7 +41,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..ir.dtype import DTYPES
-from ..ir.expr import BindingBlock, CallLibrary, CallTIR, Constant, DataflowBlock, Expr, Function, Loop, SeqExpr, Var, VarBinding
+from ..ir.expr import (
+    BindingBlock, CallLibrary, CallTIR, Constant, DataflowBlock, Expr, Function, Loop, SeqExpr, Var, VarBinding,
+)
 from ..ir.functor import ExprMutator, use_counts
 from ..ir.fusion import inline_producer, merge_inputs
 from ..ir.launch import binding_parts

@@ -104,7 +104,8 @@ def render_element(program: TensorProgram, schedule: ElementSchedule, parts: Map
     return ScheduleRendering(lines + ["}"], frozenset(emitter.index_lowering.helpers))
 
 
-def render_workgroup_reduction(program: TensorProgram, schedule: WorkgroupReductionSchedule, parts: Mapping[str, int]) -> ScheduleRendering:
+def render_workgroup_reduction(program: TensorProgram, schedule: WorkgroupReductionSchedule,
+                               parts: Mapping[str, int]) -> ScheduleRendering:
     emitter = _emitter(program, parts)
     reductions = list(dict.fromkeys(top_level_reductions(program.body)))
     shared = [f"var<workgroup> partial{i}: array<{storage_type(scalar_dtype(r))}, {WORKGROUP_SIZE}>;"
@@ -167,7 +168,8 @@ def render_workgroup_reduction(program: TensorProgram, schedule: WorkgroupReduct
     return ScheduleRendering(lines, frozenset(emitter.index_lowering.helpers))
 
 
-def render_tiled_matmul(program: TensorProgram, schedule: TiledMatmulSchedule, parts: Mapping[str, int]) -> ScheduleRendering:
+def render_tiled_matmul(program: TensorProgram, schedule: TiledMatmulSchedule,
+                        parts: Mapping[str, int]) -> ScheduleRendering:
     emitter = _emitter(program, parts)
     info = matmul_info(program)
     tile, tile_depth, block, threads_per_side = schedule.tile, schedule.depth, schedule.block, schedule.threads_per_side
@@ -267,7 +269,8 @@ def _store_accumulators(block: int, indent: str) -> list[str]:
             f"{indent}}}"]
 
 
-def render_register_matmul(program: TensorProgram, schedule: RegisterMatmulSchedule, parts: Mapping[str, int]) -> ScheduleRendering:
+def render_register_matmul(program: TensorProgram, schedule: RegisterMatmulSchedule,
+                           parts: Mapping[str, int]) -> ScheduleRendering:
     emitter = _emitter(program, parts)
     info = matmul_info(program)
     block, tile, side = schedule.block, schedule.tile, schedule.threads_per_side
@@ -326,7 +329,8 @@ def _column_vectors(emitter: Emitter, factors: list[ScalarExpr], indent: str) ->
     return names
 
 
-def _matmul_epilogue(program: TensorProgram, info: MatmulInfo, parts: Mapping[str, int]) -> ScheduleRendering:
+def _matmul_epilogue(program: TensorProgram, info: MatmulInfo,
+                     parts: Mapping[str, int]) -> ScheduleRendering:
     """``store_output``: the output element at (batch index, row, column) of a matmul-like
     program, from its accumulated reduction: the body around the reduction, then the store."""
     emitter = _emitter(program, parts)
@@ -375,7 +379,8 @@ def _vector_type(width: int) -> str:
     return f"vec{width}<f32>"
 
 
-def render_vectorized(program: TensorProgram, schedule: VectorizedSchedule, parts: Mapping[str, int]) -> ScheduleRendering:
+def render_vectorized(program: TensorProgram, schedule: VectorizedSchedule,
+                      parts: Mapping[str, int]) -> ScheduleRendering:
     width = schedule.width
     access = vector_access(program, width)
     if access is None:

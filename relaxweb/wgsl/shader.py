@@ -88,7 +88,8 @@ def emit_wgsl(program: TensorProgram, parts: Mapping[str, int] | None = None) ->
             binding += 1
             continue
         for part in range(parts[buffer.name]):
-            lines.append(f"@group(0) @binding({binding}) var<storage, read> {part_name(buffer.name, part)}: array<{element}>;")
+            name = part_name(buffer.name, part)
+            lines.append(f"@group(0) @binding({binding}) var<storage, read> {name}: array<{element}>;")
             binding += 1
         load_functions += ["", *part_load(buffer.name, parts[buffer.name], element)]
     output = program.output
