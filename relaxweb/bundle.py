@@ -21,7 +21,7 @@ from .errors import RelaxwebError, UnsupportedModelError
 from .ir.cost import MAX_TREE_DEPTH, MAX_TREE_NODES, expression_tree, program_cost, tree_depth, tree_size
 from .ir.dtype import GPU_DTYPES, dtype_info
 from .ir.host import SEQUENCE_CAPACITY, BufferRef, HostDispatch, HostFunction, HostInput, HostOutput
-from .ir.launch import BINDING_PART_BYTES, binding_parts, smallest_part_bytes
+from .ir.launch import BINDING_PART_BYTES, MAX_STORAGE_BINDINGS, binding_parts, smallest_part_bytes
 from .ir.library_kernel import LibraryKernel
 from .ir.module import IRModule
 from .ir.schedule import WORKGROUP_SIZE
@@ -74,7 +74,7 @@ def write_bundle(module: IRModule, out_dir: str | Path, source: str, progress: P
     call_sites, call_site_params = [], []
     for site_index, dispatch in enumerate(host.dispatches):
         program = module.programs[dispatch.program]
-        parts = _split_inputs(dispatch, program, host, weight_parts)
+        parts = _split_inputs(dispatch, program, host, weight_parts, split_bytes)
         key = (dispatch.program, tuple(parts.items()))
         if key not in kernel_index:
             name = _kernel_name(dispatch.program, parts, {*module.programs, *(k["name"] for k in kernels)})
@@ -193,9 +193,11 @@ def _weight_device_bytes(data: np.ndarray) -> int:
     return data.size * dtype_info(str(data.dtype)).device_bytes
 
 
-def _split_inputs(dispatch: HostDispatch, kernel, host: HostFunction, weight_parts: list[int]) -> dict[str, int]:
-    """``{input buffer name: parts}`` for the kernel's inputs bound to weights in parts; a
-    hand-written library kernel cannot read one (an error naming the weight and the kernel)."""
+def _split_inputs(dispatch: HostDispatch, kernel, host: HostFunction, weight_parts: list[int],
+                  split_bytes: int) -> dict[str, int]:
+    """``{input buffer name: parts}`` for the kernel's inputs bound to weights in parts.  A
+    hand-written library kernel cannot read one, and a kernel has at most 8 storage bindings
+    (a weight above 7 x 128 MiB cannot be bound): errors naming the weights."""
     parts = {}
     for position, buffer in enumerate(dispatch.buffers[:-1]):
         if buffer.kind == "weight" and weight_parts[buffer.index] > 1:
@@ -207,6 +209,15 @@ def _split_inputs(dispatch: HostDispatch, kernel, host: HostFunction, weight_par
                     f"the hand-written kernel {kernel.name}, which reads whole tensors only"
                 )
             parts[kernel.inputs[position].name] = weight_parts[buffer.index]
+    bindings = len(dispatch.buffers) + sum(count - 1 for count in parts.values())
+    if bindings > MAX_STORAGE_BINDINGS:
+        split = ", ".join(f"'{host.weights[b.index].name}' ({_weight_device_bytes(host.weights[b.index].data)} bytes) in "
+                          f"{weight_parts[b.index]} parts" for b in dispatch.buffers if b.kind == "weight"
+                          and weight_parts[b.index] > 1)
+        raise UnsupportedModelError(
+            f"'{dispatch.note}' reads {split}: its kernel would need {bindings} storage bindings, above WebGPU's "
+            f"default of {MAX_STORAGE_BINDINGS} (a weight is bound in parts of at most {split_bytes} bytes)"
+        )
     return parts
 
 

@@ -112,6 +112,15 @@ def test_a_build_at_the_default_split_size_has_no_parts(tmp_path: Path) -> None:
     assert not any("arrayLength" in (tmp_path / "bundle" / k["file"]).read_text() for k in manifest["kernels"])
 
 
+def test_a_weight_in_more_parts_than_a_kernel_can_bind_is_a_build_error(tmp_path: Path) -> None:
+    # 1 MiB in parts of 64 KiB is 16 bindings: more than WebGPU's default 8 per kernel
+    with PassContext(binding_split_bytes=64 * 1024), pytest.raises(
+            relaxweb.UnsupportedModelError, match=r"reads 'table' \(1048576 bytes\) in 16 parts: its kernel would need "
+            r"18 storage bindings, above WebGPU's default of 8 \(a weight is bound in parts of at most 65536 bytes\)"):
+        relaxweb.build(small_model(), tmp_path / "bundle", bounds={"n": 64})
+    assert not (tmp_path / "bundle").exists()
+
+
 def test_fusion_counts_each_part_as_a_binding(tmp_path: Path) -> None:
     """x + a + b is one kernel of 4 bindings; with a and b in 4 parts each it would need 10
     storage bindings (WebGPU's default is 8), so it stays two kernels."""

@@ -128,6 +128,9 @@ def _multiple_of(extent: PrimExpr, width: int) -> bool:
 # WebGPU's guaranteed maxStorageBufferBindingSize (128 MiB): a device may offer no more, so a
 # weight above it is bound as several parts (docs/bundle-format.md, "Weights in parts").
 BINDING_PART_BYTES = 128 * 1024 * 1024
+# WebGPU's default maxStorageBuffersPerShaderStage: the storage bindings a kernel may have
+# (fusion keeps within it; a weight in too many parts for it is a build error).
+MAX_STORAGE_BINDINGS = 8
 # Every part but the last holds a multiple of this many bytes (WebGPU's
 # minStorageBufferOffsetAlignment, and a whole number of vec4s).
 PART_ALIGNMENT = 256

@@ -46,7 +46,7 @@ from ..ir.expr import (
 )
 from ..ir.functor import ExprMutator, use_counts
 from ..ir.fusion import inline_producer, merge_inputs
-from ..ir.launch import binding_parts
+from ..ir.launch import MAX_STORAGE_BINDINGS, binding_parts
 from ..ir.module import IRModule, ProgramTable, drop_uncalled_programs
 from ..ir.pattern import Pattern, program_pattern
 from ..ir.symbolic import Analyzer, product
@@ -54,7 +54,7 @@ from ..ir.tir import Gather, TensorProgram, contains_reduce, expression_depth, e
 from ..ir.struct_info import TensorStructInfo
 from .context import PassContext
 
-MAX_STORAGE_BUFFERS = 8  # WebGPU's default maxStorageBuffersPerShaderStage
+MAX_STORAGE_BUFFERS = MAX_STORAGE_BINDINGS  # WebGPU's default maxStorageBuffersPerShaderStage
 MAX_BODY_SIZE = 600  # nodes in a merged program's body
 MAX_BODY_DEPTH = 64  # nesting levels of a merged program's body
 
