@@ -130,9 +130,10 @@ class Bundle:
         return {kernel["file"]: len(read_bundle_file(self.path, kernel["cpu_file"], MAX_KERNEL_BYTES, "kernel"))
                 for kernel in self.manifest["kernels"] if "cpu_file" in kernel}
 
-    def load(self, *, device: Any = None, profiling: bool = False, kernels: str = "auto") -> Session:
+    def load(self, *, device: Any = None, profiling: bool = False, kernels: str = "auto",
+             limits: Mapping[str, int] | None = None) -> Session:
         """The bundle loaded with the Python runtime (see :func:`load`)."""
-        return load(self.path, device=device, profiling=profiling, kernels=kernels)
+        return load(self.path, device=device, profiling=profiling, kernels=kernels, limits=limits)
 
     def __str__(self) -> str:
         return format_manifest(self.manifest, self.shader_bytes, self.cpu_shader_bytes)
@@ -165,7 +166,8 @@ def build(model: Model, out_dir: str | Path, *, bounds: Mapping[str, int] | None
     return Bundle(Path(out_dir), manifest)
 
 
-def load(bundle_dir: str | Path, *, device: Any = None, profiling: bool = False, kernels: str = "auto") -> Session:
+def load(bundle_dir: str | Path, *, device: Any = None, profiling: bool = False, kernels: str = "auto",
+         limits: Mapping[str, int] | None = None) -> Session:
     """Load a bundle with the Python runtime (wgpu), as ``relaxweb run DIR`` does; then
     ``session.run({"x": array, ...})`` returns the outputs by name, as many times as wanted,
     and ``session.profile(inputs)`` runs once timing every kernel (``relaxweb run DIR --profile``).
@@ -176,8 +178,11 @@ def load(bundle_dir: str | Path, *, device: Any = None, profiling: bool = False,
     ``kernels`` picks the shaders of kernels that have a variant for CPU adapters
     (``relaxweb/wgsl/variants.py``): ``"auto"`` (the CPU ones on a CPU adapter such as
     lavapipe), ``"gpu"`` or ``"cpu"``; ``session.kernels`` says which were compiled.
+    ``limits`` (``{"maxStorageBufferBindingSize": 134217728}``) lowers the buffer size limits
+    that weights the bundle binds in parts are split at, as on a device that offers no more
+    (docs/bundle-format.md, "Weights in parts"); storages keep the device's own limits.
     """
-    return Session(check_bundle_folder(bundle_dir), device, profiling=profiling, kernels=kernels)
+    return Session(check_bundle_folder(bundle_dir), device, profiling=profiling, kernels=kernels, limits=limits)
 
 
 def run_in_browser(bundle_dir: str | Path, inputs: Mapping[str, np.ndarray], *,

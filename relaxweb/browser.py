@@ -79,7 +79,7 @@ RUNNER_PAGE = """\
 #: Runs in the page: load the bundle once, run it on each set of inputs in turn, and return
 #: the outputs of every run (or the first error) as JSON.
 RUN_IN_PAGE = """\
-async ({ runs, timeoutMs, profile }) => {
+async ({ runs, timeoutMs, profile, loadOptions }) => {
   const typedArrays = { Float32Array, Float64Array, Int8Array, Int16Array, Int32Array,
                         BigInt64Array, Uint8Array, Uint16Array, Uint32Array };
   const decode = (text) => Uint8Array.from(atob(text), (c) => c.charCodeAt(0));
@@ -112,7 +112,7 @@ async ({ runs, timeoutMs, profile }) => {
     return encoded;
   };
   const work = async () => {
-    model = await window.relaxweb.load("/bundle/", { profile });
+    model = await window.relaxweb.load("/bundle/", { ...loadOptions, profile });
     const results = [];
     for (const inputs of runs) results.push(await runOnce(inputs));
     return results;
@@ -362,25 +362,28 @@ def run_many_in_browser(
     bundle_dir: str | Path,
     runs: list[dict[str, np.ndarray]],
     timeout_s: float = 120.0,
+    load_options: dict | None = None,
 ) -> list[dict[str, np.ndarray]]:
     """Load a bundle once in headless Chromium and run it on each set of inputs in turn
     (shapes may differ from run to run); return the outputs of each run.
 
     The first failing run stops them all, with the errors of :func:`run_in_browser`;
-    ``timeout_s`` covers the load and all the runs.
+    ``timeout_s`` covers the load and all the runs.  ``load_options`` are JSON options of the
+    browser runtime's ``load`` (``{"kernels": "gpu", "limits": {...}}``).
     """
-    return _run_in_page(bundle_dir, runs, timeout_s, profile=False)[0]
+    return _run_in_page(bundle_dir, runs, timeout_s, profile=False, load_options=load_options)[0]
 
 
 def _run_in_page(bundle_dir: str | Path, runs: list[dict[str, np.ndarray]], timeout_s: float,
-                 profile: bool) -> tuple[list[dict[str, np.ndarray]], list[dict]]:
+                 profile: bool, load_options: dict | None = None) -> tuple[list[dict[str, np.ndarray]], list[dict]]:
     """The outputs of each run in the page, and with ``profile`` each run's profile as the
     browser runtime gives it."""
     encoded_runs = [{name: None if value is None else [_encode_array(name, element) for element in value]
                      if isinstance(value, (list, tuple)) else _encode_array(name, value) for name, value in inputs.items()}
                     for inputs in runs]
     with open_runner_page(bundle_dir, timeout_s) as page:
-        payload = {"runs": encoded_runs, "timeoutMs": int(timeout_s * 1000), "profile": profile}
+        payload = {"runs": encoded_runs, "timeoutMs": int(timeout_s * 1000), "profile": profile,
+                   "loadOptions": load_options or {}}
         try:
             result = page.evaluate(RUN_IN_PAGE, payload)
         except Exception as error:  # the page crashed or closed: no message of ours to pass on

@@ -20,7 +20,8 @@ import numpy as np
 from .errors import RelaxwebError, UnsupportedModelError
 from .ir.cost import MAX_TREE_DEPTH, MAX_TREE_NODES, expression_tree, program_cost, tree_depth, tree_size
 from .ir.dtype import GPU_DTYPES, dtype_info
-from .ir.host import SEQUENCE_CAPACITY, HostFunction, HostInput, HostOutput
+from .ir.host import SEQUENCE_CAPACITY, BufferRef, HostDispatch, HostFunction, HostInput, HostOutput
+from .ir.launch import BINDING_PART_BYTES, MAX_STORAGE_BINDINGS, binding_parts, smallest_part_bytes
 from .ir.library_kernel import LibraryKernel
 from .ir.module import IRModule
 from .ir.schedule import WORKGROUP_SIZE
@@ -48,10 +49,14 @@ def _symbolic_var(name: str, bound: int | None, as_written: dict[str, str]) -> d
     return entry
 
 
-def write_bundle(module: IRModule, out_dir: str | Path, source: str, progress: Progress = lambda _: None) -> dict:
+def write_bundle(module: IRModule, out_dir: str | Path, source: str, progress: Progress = lambda _: None,
+                 split_bytes: int = BINDING_PART_BYTES) -> dict:
     """Write the bundle of a compiled module (its ``main`` a HostFunction); returns the manifest.
 
-    ``source`` names the model in the manifest and in the generated code's comments.
+    ``source`` names the model in the manifest and in the generated code's comments.  A
+    weight of more than ``split_bytes`` device bytes is bound to the kernels that read it as
+    several parts (``relaxweb/ir/launch.binding_parts``; docs/bundle-format.md, "Weights in
+    parts"): those kernels get a shader of their own that reads the parts.
     """
     host = module.main
     assert isinstance(host, HostFunction)
@@ -64,31 +69,36 @@ def write_bundle(module: IRModule, out_dir: str | Path, source: str, progress: P
     for stale in (*(out / "kernels").glob("*.wgsl"), *(out / "weights").glob("shard*.bin")):
         stale.unlink()
 
+    weight_parts = [binding_parts(_weight_device_bytes(w.data), split_bytes) for w in host.weights]
     kernels, kernel_index, shader_of = [], {}, {}
     call_sites, call_site_params = [], []
     for site_index, dispatch in enumerate(host.dispatches):
-        if dispatch.program not in kernel_index:
-            shader = emit_kernel(module.programs[dispatch.program])
-            shader_of[dispatch.program] = shader
-            kernel_index[dispatch.program] = len(kernels)
-            file = f"kernels/{dispatch.program}.wgsl"
+        program = module.programs[dispatch.program]
+        parts = _split_inputs(dispatch, program, host, weight_parts, split_bytes)
+        key = (dispatch.program, tuple(parts.items()))
+        if key not in kernel_index:
+            name = _kernel_name(dispatch.program, parts, {*module.programs, *(k["name"] for k in kernels)})
+            shader = emit_kernel(program, parts)
+            shader_of[key] = shader
+            kernel_index[key] = len(kernels)
+            file = f"kernels/{name}.wgsl"
             (out / file).write_text(shader.source)
-            variant = _cpu_variant_entry(module.programs[dispatch.program], shader, out)
+            variant = _cpu_variant_entry(program, name, parts, shader, out)
             kernels.append({
-                "name": dispatch.program, "file": file, **variant, "entry_point": "main",
+                "name": name, "file": file, **variant, "entry_point": "main",
                 "workgroup_size": [WORKGROUP_SIZE, 1, 1], "bindings": list(shader.bindings),
                 "workgroup_storage_bytes": shader.workgroup_storage_bytes,
                 "params": list(shader.params.fields),
-                **_cost_entry(module.programs[dispatch.program], shader.params.fields),
+                **_cost_entry(program, shader.params.fields),
             })
-        shader = shader_of[dispatch.program]
+        shader = shader_of[key]
         values_by_name = dict(dispatch.size_var_values)
         values = (dispatch.element_count, *(values_by_name[v] for v in shader.params.size_vars))
         call_site_params.append(CallSiteParams(values, dispatch.element_count, dispatch.note))
         call_sites.append({
-            "kernel": kernel_index[dispatch.program], "binding": dispatch.note,
+            "kernel": kernel_index[key], "binding": dispatch.note,
             "params_offset": site_index * PARAMS_SLOT, "params_size": shader.params.size,
-            "buffers": [{b.kind: b.index} for b in dispatch.buffers],
+            "buffers": [entry for b in dispatch.buffers for entry in _buffer_entries(b, weight_parts)],
         })
     progress(f"emitted {len(kernels)} WGSL kernels for {len(call_sites)} call sites")
 
@@ -97,7 +107,7 @@ def write_bundle(module: IRModule, out_dir: str | Path, source: str, progress: P
     (out / "host.wasm").write_bytes(assemble(wat))
     progress("assembled host.wasm")
 
-    weights, shards = _write_weights(host, out)
+    weights, shards = _write_weights(host, out, weight_parts)
     bounds_by_name = dict(host.bounds)
     storages = []
     for storage in host.storages:
@@ -153,29 +163,82 @@ def _sequence_kind(value: HostInput | HostOutput) -> str:
     return "optional_sequence" if value.optional else "sequence"
 
 
-def _cpu_variant_entry(kernel, shader: ShaderInfo, out: Path) -> dict:
+def _cpu_variant_entry(kernel, name: str, parts: dict[str, int], shader: ShaderInfo, out: Path) -> dict:
     """``{"cpu_file": ...}`` when the kernel has a shader for CPU adapters
     (``relaxweb/wgsl/variants.py``), written next to its own; ``{}`` otherwise."""
     variant = cpu_variant(kernel) if isinstance(kernel, TensorProgram) else None
     if variant is None:
         return {}
-    variant_shader = emit_wgsl(variant)
+    variant_shader = emit_wgsl(variant, parts)
     if not cpu_shader_fits(variant_shader.source):
         return {}
     if (variant_shader.params, variant_shader.bindings) != (shader.params, shader.bindings):
         raise AssertionError(f"{kernel.name}: the CPU variant must keep the kernel's params and bindings")
-    file = f"kernels/{kernel.name}.cpu.wgsl"
+    file = f"kernels/{name}.cpu.wgsl"
     (out / file).write_text(variant_shader.source)
     return {"cpu_file": file}
 
 
-def emit_kernel(kernel) -> ShaderInfo:
-    """WGSL for a tensor program (generated) or a library kernel (hand-written)."""
+def emit_kernel(kernel, parts: dict[str, int] | None = None) -> ShaderInfo:
+    """WGSL for a tensor program (generated) or a library kernel (hand-written); ``parts``:
+    the program's inputs bound as several parts."""
     if isinstance(kernel, LibraryKernel):
         params = ParamsLayout(tuple(v.name for v in kernel.size_vars))
         bindings = ("uniform", *("read-only-storage" for _ in kernel.inputs), "storage")
         return ShaderInfo(kernel.source, params, bindings)
-    return emit_wgsl(kernel)
+    return emit_wgsl(kernel, parts)
+
+
+def _weight_device_bytes(data: np.ndarray) -> int:
+    return data.size * dtype_info(str(data.dtype)).device_bytes
+
+
+def _split_inputs(dispatch: HostDispatch, kernel, host: HostFunction, weight_parts: list[int],
+                  split_bytes: int) -> dict[str, int]:
+    """``{input buffer name: parts}`` for the kernel's inputs bound to weights in parts.  A
+    hand-written library kernel cannot read one, and a kernel has at most 8 storage bindings
+    (a weight above 7 x 128 MiB cannot be bound): errors naming the weights."""
+    parts = {}
+    for position, buffer in enumerate(dispatch.buffers[:-1]):
+        if buffer.kind == "weight" and weight_parts[buffer.index] > 1:
+            weight = host.weights[buffer.index]
+            if isinstance(kernel, LibraryKernel):
+                raise UnsupportedModelError(
+                    f"weight '{weight.name}' ({_weight_device_bytes(weight.data)} bytes) is above one WebGPU binding "
+                    f"and would be bound in {weight_parts[buffer.index]} parts, but '{dispatch.note}' reads it with "
+                    f"the hand-written kernel {kernel.name}, which reads whole tensors only"
+                )
+            parts[kernel.inputs[position].name] = weight_parts[buffer.index]
+    bindings = len(dispatch.buffers) + sum(count - 1 for count in parts.values())
+    if bindings > MAX_STORAGE_BINDINGS:
+        split = ", ".join(f"'{host.weights[b.index].name}' ({_weight_device_bytes(host.weights[b.index].data)} bytes) in "
+                          f"{weight_parts[b.index]} parts" for b in dispatch.buffers if b.kind == "weight"
+                          and weight_parts[b.index] > 1)
+        raise UnsupportedModelError(
+            f"'{dispatch.note}' reads {split}: its kernel would need {bindings} storage bindings, above WebGPU's "
+            f"default of {MAX_STORAGE_BINDINGS} (a weight is bound in parts of at most {split_bytes} bytes)"
+        )
+    return parts
+
+
+def _kernel_name(program: str, parts: dict[str, int], taken: set[str]) -> str:
+    """The kernel's name (and file name): its program's, or for a shader reading some input
+    in parts that with ``_parts`` (and a number when ``taken`` has it)."""
+    if not parts:
+        return program
+    name, number = f"{program}_parts", 1
+    while name in taken:
+        number += 1
+        name = f"{program}_parts{number}"
+    return name
+
+
+def _buffer_entries(buffer: BufferRef, weight_parts: list[int]) -> list[dict]:
+    """A call site's entries for one buffer: ``{"storage": i}``, ``{"weight": j}``, or one
+    ``{"weight_part": [j, k]}`` per part of a weight in parts."""
+    if buffer.kind == "weight" and weight_parts[buffer.index] > 1:
+        return [{"weight_part": [buffer.index, part]} for part in range(weight_parts[buffer.index])]
+    return [{buffer.kind: buffer.index}]
 
 
 def _cost_entry(kernel, fields: tuple[str, ...]) -> dict:
@@ -222,7 +285,7 @@ def _dtype_table(host: HostFunction) -> dict:
     return {dtype: dtype_info(dtype).manifest_entry() for dtype in sorted(set(used))}
 
 
-def _write_weights(host: HostFunction, out: Path) -> tuple[list, list]:
+def _write_weights(host: HostFunction, out: Path, weight_parts: list[int]) -> tuple[list, list]:
     weights, shards = [], []
     chunks: list[bytes] = []
     size = 0
@@ -237,7 +300,7 @@ def _write_weights(host: HostFunction, out: Path) -> tuple[list, list]:
         shards.append({"file": file, "nbytes": len(data), "sha256": hashlib.sha256(data).hexdigest()})
         chunks, size = [], 0
 
-    for weight in host.weights:
+    for weight, parts in zip(host.weights, weight_parts):
         dtype = str(weight.data.dtype)
         raw = _device_array(weight.name, np.asarray(weight.data)).tobytes()
         padded = raw + b"\0" * ((-len(raw)) % 4)
@@ -245,7 +308,7 @@ def _write_weights(host: HostFunction, out: Path) -> tuple[list, list]:
             close_shard()
         weights.append({
             "name": weight.name, "dtype": dtype, "shape": [int(d) for d in weight.data.shape],
-            "shard": len(shards), "offset": size, "nbytes": len(raw),
+            "shard": len(shards), "offset": size, "nbytes": len(raw), **({"parts": parts} if parts > 1 else {}),
         })
         chunks.append(padded)
         size += len(padded)
@@ -289,7 +352,8 @@ def _required_limits(kernels: list, storages: list, weights: list) -> dict:
         "maxComputeWorkgroupSizeX": max((k["workgroup_size"][0] for k in kernels), default=0),
         "maxComputeWorkgroupStorageSize": max((k.get("workgroup_storage_bytes", 0) for k in kernels), default=0),
     }
-    sizes = [s["size_at_bounds"] for s in storages] + [w["nbytes"] for w in weights]
+    # a weight in parts needs a binding of its smallest part size only
+    sizes = [s["size_at_bounds"] for s in storages] + [smallest_part_bytes(w["nbytes"], w.get("parts", 1)) for w in weights]
     if all(s is not None for s in sizes) and sizes:
         limits["maxStorageBufferBindingSize"] = max(sizes)
         limits["maxBufferSize"] = max(sizes)

@@ -186,7 +186,8 @@ def build_bundle(model: Model, out_dir: str | Path, bounds: Mapping[str, int] | 
     except OSError as error:
         raise RelaxwebError(f"cannot write the bundle next to {out}: {error.strerror}") from None
     try:
-        manifest = write_bundle(module, staging, model_name(model), progress)
+        manifest = write_bundle(module, staging, model_name(model), progress,
+                                split_bytes=PassContext.current().binding_split_bytes)
         _move_into_place(staging, out)
     except OSError as error:
         raise RelaxwebError(f"cannot write the bundle to {out}: {error.strerror or error}") from None

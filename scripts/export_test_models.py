@@ -10,6 +10,9 @@ the export time; the dim_param names the exporter actually wrote).  Models:
     gpt2_legacy, gpt2_dynamo    GPT2LMHeadModel (use_cache=False): input_ids[batch, seq] -> logits
     bert_legacy, bert_dynamo    BertModel: input_ids, attention_mask [batch, seq] -> last_hidden_state
     cnn_legacy, cnn_dynamo      a small CNN: x[batch, 3, height, width] -> logits[batch, 10]
+    gpt2_small                  GPT-2 small itself (124M: vocabulary 50257, 12 layers of 768), legacy
+                                exporter; only with --only (its 154 MB embedding is above one WebGPU
+                                binding: tests/test_split_weights.py; ~650 MB on disk)
 
 Weights are random from fixed seeds and configs are tiny, so each export takes seconds.
 Nothing here reaches the network (transformers builds models from a config).
@@ -57,6 +60,7 @@ class ModelSpec:
     outputs: list[str]
     # symbolic dim name -> value used for the example inputs given to the exporter
     example_dims: dict[str, int] = field(default_factory=dict)
+    default: bool = True  # exported when no --only names it
 
 
 def _seed() -> None:
@@ -67,17 +71,18 @@ def _seed() -> None:
 
 
 class _GPT2Logits:
-    """Factory for GPT2LMHeadModel returning only the logits (no past key values)."""
+    """Factory for GPT2LMHeadModel returning only the logits (no past key values): the tiny
+    config (hidden 64, 2 layers), or with ``small`` GPT-2 small's own (transformers' defaults)."""
 
     @staticmethod
-    def build():
+    def build(small: bool = False):
         import torch
         from transformers import GPT2Config, GPT2LMHeadModel
 
         _seed()
+        sizes = {} if small else {"vocab_size": VOCAB, "n_positions": 128, "n_embd": 64, "n_layer": 2, "n_head": 4}
         config = GPT2Config(
-            vocab_size=VOCAB, n_positions=128, n_embd=64, n_layer=2, n_head=4,
-            resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, use_cache=False,
+            **sizes, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, use_cache=False,
             bos_token_id=0, eos_token_id=0,
         )
         _eager_attention(config)
@@ -198,6 +203,9 @@ def model_specs() -> dict[str, ModelSpec]:
         specs.append(ModelSpec(f"cnn_{exporter}", "cnn", exporter, _CNN.build,
                                [InputSpec("x", "float32", ["batch", 3, "height", "width"])], ["logits"],
                                {"batch": 2, "height": 28, "width": 36}))
+    specs.append(ModelSpec("gpt2_small", "gpt2", "legacy", lambda: _GPT2Logits.build(small=True),
+                           [InputSpec("input_ids", "int64", ["batch", "seq"], kind="ids", high=50257)], ["logits"],
+                           {"batch": 2, "seq": 7}, default=False))
     return {spec.name: spec for spec in specs}
 
 
@@ -333,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--verbose", action="store_true", help="show the exporters' own output")
     args = parser.parse_args(argv)
     specs = model_specs()
-    names = args.only or list(specs)
+    names = args.only or [name for name, spec in specs.items() if spec.default]
     unknown = [n for n in names if n not in specs]
     if unknown:
         parser.error(f"unknown model(s): {', '.join(unknown)}; known: {', '.join(specs)}")

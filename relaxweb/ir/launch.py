@@ -121,3 +121,31 @@ def vector_access(program: TensorProgram, width: int) -> dict[str, str] | None:
 
 def _multiple_of(extent: PrimExpr, width: int) -> bool:
     return simplify(extent % width) == IntImm(0)
+
+
+# -- tensors larger than one binding -------------------------------------------------------------
+
+# WebGPU's guaranteed maxStorageBufferBindingSize (128 MiB): a device may offer no more, so a
+# weight above it is bound as several parts (docs/bundle-format.md, "Weights in parts").
+BINDING_PART_BYTES = 128 * 1024 * 1024
+# WebGPU's default maxStorageBuffersPerShaderStage: the storage bindings a kernel may have
+# (fusion keeps within it; a weight in too many parts for it is a build error).
+MAX_STORAGE_BINDINGS = 8
+# Every part but the last holds a multiple of this many bytes (WebGPU's
+# minStorageBufferOffsetAlignment, and a whole number of vec4s).
+PART_ALIGNMENT = 256
+
+
+def binding_parts(nbytes: int, split_bytes: int = BINDING_PART_BYTES) -> int:
+    """How many bindings a kernel gives a tensor of ``nbytes`` device bytes: one up to
+    ``split_bytes``, else enough parts of ``split_bytes`` each for a device that binds no more."""
+    return max(1, -(-nbytes // split_bytes))
+
+
+def smallest_part_bytes(nbytes: int, parts: int) -> int:
+    """The smallest binding size (a multiple of :data:`PART_ALIGNMENT`) at which ``parts``
+    parts hold ``nbytes`` bytes: what a device must offer for a weight bound in ``parts``."""
+    if parts == 1:
+        return nbytes
+    share = -(-nbytes // parts)
+    return -(-share // PART_ALIGNMENT) * PART_ALIGNMENT

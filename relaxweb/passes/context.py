@@ -16,6 +16,11 @@ settings read them from the current context (TVM style)::
 - ``weights``, ``weight_group_size``, ``weight_scale_dtype``: how ``compress_weights`` stores
   the weights of matmuls, gathers and convolutions (``--weights float32|float16|int8|int4``,
   ``--group-size``, ``--scale-dtype``; float32 keeps them as the model stores them).
+- ``binding_split_bytes``: a weight of more device bytes is bound to its kernels as several
+  parts of at most this size (``fuse_ops`` counts each part as a storage binding, the bundle
+  writer emits kernels that read the parts); by default WebGPU's guaranteed
+  ``maxStorageBufferBindingSize``, 128 MiB.  Tests set it lower (a multiple of 256) to split
+  small weights; the runtimes decide at load how many parts a device needs.
 - ``verify``: ``run_pipeline`` checks the module's well-formedness before the first pass and
   after every pass, and names the pass that broke it.  Off by default; on when the
   environment variable ``RELAXWEB_VERIFY_IR`` is ``1`` (the test suite sets it).
@@ -30,6 +35,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Mapping
+
+from ..ir.launch import BINDING_PART_BYTES, PART_ALIGNMENT
 
 OPT_LEVELS = (0, 1)
 WEIGHT_FORMATS = ("float32", "float16", "int8", "int4")
@@ -50,6 +57,7 @@ class PassContext:
     weights: str = "float32"
     weight_group_size: int = 32
     weight_scale_dtype: str = "float16"
+    binding_split_bytes: int = BINDING_PART_BYTES
     verify: bool = field(default_factory=_verify_by_default)
 
     def __post_init__(self) -> None:
@@ -61,6 +69,9 @@ class PassContext:
             raise ValueError(f"scale dtype {self.weight_scale_dtype!r} is not one of {', '.join(SCALE_DTYPES)}")
         if int(self.weight_group_size) < 1:
             raise ValueError(f"the group size must be >= 1, got {self.weight_group_size}")
+        if self.binding_split_bytes <= 0 or self.binding_split_bytes % PART_ALIGNMENT:
+            raise ValueError(f"binding_split_bytes must be a positive multiple of {PART_ALIGNMENT}, "
+                             f"got {self.binding_split_bytes}")
         object.__setattr__(self, "bounds", MappingProxyType(dict(self.bounds)))
 
     @staticmethod

@@ -23,7 +23,8 @@ A producer merges only when every use of its result is one of those consumers, i
 dataflow block or loop body (function outputs, If branches, a loop's carried and stacked
 values and library kernels keep theirs).  A loop's body is fused like a dataflow block: it
 runs once per iteration, so each launch it saves is saved at every iteration.  A merged
-kernel keeps within WebGPU's default of 8 storage buffers per shader stage, and a body stays
+kernel keeps within WebGPU's default of 8 storage buffers per shader stage (a weight above
+the context's ``binding_split_bytes`` counts once per part it is bound as), and a body stays
 under a size cap and a depth cap, so repeated inlining cannot blow up: a chain of 10,000
 activations becomes kernels of 64 levels each (two distinct programs: the program table keeps
 one of identical ones), which every recursive walk of a body, the WGSL emitter, the IR text's
@@ -39,9 +40,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..ir.expr import BindingBlock, CallLibrary, CallTIR, DataflowBlock, Expr, Function, Loop, SeqExpr, Var, VarBinding
+from ..ir.dtype import DTYPES
+from ..ir.expr import (
+    BindingBlock, CallLibrary, CallTIR, Constant, DataflowBlock, Expr, Function, Loop, SeqExpr, Var, VarBinding,
+)
 from ..ir.functor import ExprMutator, use_counts
 from ..ir.fusion import inline_producer, merge_inputs
+from ..ir.launch import MAX_STORAGE_BINDINGS, binding_parts
 from ..ir.module import IRModule, ProgramTable, drop_uncalled_programs
 from ..ir.pattern import Pattern, program_pattern
 from ..ir.symbolic import Analyzer, product
@@ -49,7 +54,7 @@ from ..ir.tir import Gather, TensorProgram, contains_reduce, expression_depth, e
 from ..ir.struct_info import TensorStructInfo
 from .context import PassContext
 
-MAX_STORAGE_BUFFERS = 8  # WebGPU's default maxStorageBuffersPerShaderStage
+MAX_STORAGE_BUFFERS = MAX_STORAGE_BINDINGS  # WebGPU's default maxStorageBuffersPerShaderStage
 MAX_BODY_SIZE = 600  # nodes in a merged program's body
 MAX_BODY_DEPTH = 64  # nesting levels of a merged program's body
 
@@ -160,7 +165,7 @@ class _Fuser(ExprMutator):
             args = [args[i] if side == "consumer" else producer_call.args[i] for side, i in fused.input_sources]
             program, values = fused.program, fused.size_var_values
         program, args = _merge_duplicate_inputs(program, args)
-        if (len(program.inputs) + 1 > MAX_STORAGE_BUFFERS or expression_size(program.body) > MAX_BODY_SIZE
+        if (_storage_bindings(args) > MAX_STORAGE_BUFFERS or expression_size(program.body) > MAX_BODY_SIZE
                 or expression_depth(program.body) > MAX_BODY_DEPTH):
             return None
         if (Pattern.MATMUL in (self.pattern(producer_call.program), self.pattern(consumer_call.program))
@@ -234,6 +239,19 @@ class _Block:
                 readers.add(i)
             else:
                 readers.discard(i)
+
+
+def _storage_bindings(args: list[Expr]) -> int:
+    """The storage bindings of a kernel called with ``args``: one per argument and one for
+    its output, and a weight above the split size once per part (``ir/launch.binding_parts``)."""
+    split_bytes = PassContext.current().binding_split_bytes
+    return 1 + sum(binding_parts(_device_bytes(arg), split_bytes) if isinstance(arg, Constant) else 1 for arg in args)
+
+
+def _device_bytes(constant: Constant) -> int:
+    """A constant's bytes on the GPU (0 for a dtype with no GPU form: the build refuses it later)."""
+    info = DTYPES.get(str(constant.data.dtype))
+    return constant.data.size * info.device_bytes if info is not None and info.on_gpu else 0
 
 
 def _same_bindings(a: tuple, b: tuple) -> bool:

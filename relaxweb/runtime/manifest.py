@@ -271,11 +271,28 @@ def _fact_problem(manifest: dict) -> str | None:
         if len(site["buffers"]) != len(bindings) - 1:
             return (f"call_sites[{index}].buffers: {len(site['buffers'])} buffers, but kernel "
                     f"{site['kernel']} declares {len(bindings) - 1}")
+        problem = _weight_parts_problem(manifest, site["buffers"], f"call_sites[{index}].buffers")
+        if problem:
+            return problem
         written = [b.get("storage") for b, kind in zip(site["buffers"], bindings[1:]) if kind == "storage"]
         for buffer in site["buffers"]:
             storage = buffer.get("storage")
             if storage is not None and storage in written and sum(b.get("storage") == storage for b in site["buffers"]) > 1:
                 return f"call_sites[{index}].buffers: storage {storage} is both written and bound again"
+    return None
+
+
+def _weight_parts_problem(manifest: dict, buffers: list, where: str) -> str | None:
+    """Why a call site's weight references do not fit the weights' ``parts`` (a part that
+    does not exist, a weight in parts bound whole), or None."""
+    weights = manifest["weights"]
+    for position, buffer in enumerate(buffers):
+        if "weight_part" in buffer:
+            weight, part = buffer["weight_part"]
+            if weight >= len(weights) or part >= weights[weight].get("parts", 1):
+                return f"{where}[{position}].weight_part: weight {weight} has no part {part}"
+        elif "weight" in buffer and weights[buffer["weight"]].get("parts", 1) > 1:
+            return f"{where}[{position}].weight: weight {buffer['weight']} is bound in parts (weight_part)"
     return None
 
 

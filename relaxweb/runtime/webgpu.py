@@ -213,7 +213,8 @@ def load_time_limits(manifest: Mapping[str, Any]) -> dict[str, int]:
     whose storages have no bound give no buffer size limits, but their weights still need
     buffers of a known size), and ``maxBufferSize`` at least ``maxStorageBufferBindingSize``."""
     limits = dict(manifest.get("required_limits", {}))
-    largest = max((weight["nbytes"] for weight in manifest.get("weights", [])), default=0)
+    # a weight in parts needs a binding of its smallest part only
+    largest = max((smallest_part_bytes(w["nbytes"], w.get("parts", 1)) for w in manifest.get("weights", [])), default=0)
     # A buffer bound whole is at least as large as its binding.
     largest = max(largest, limits.get("maxStorageBufferBindingSize", 0))
     if largest:
@@ -222,13 +223,54 @@ def load_time_limits(manifest: Mapping[str, Any]) -> dict[str, int]:
     return limits
 
 
-def _storage_size_limit(device: wgpu.GPUDevice) -> tuple[int, str]:
-    """The largest storage buffer ``device`` can bind, and the name of the limit that says so."""
-    binding = device.limits["max-storage-buffer-binding-size"]
-    buffer = device.limits["max-buffer-size"]
+def _storage_size_limit(device: wgpu.GPUDevice, caps: Mapping[str, int] | None = None) -> tuple[int, str]:
+    """The largest storage buffer ``device`` can bind, and the name of the limit that says so;
+    ``caps``: lower values of those limits the caller asked a session to keep to."""
+    caps = caps or {}
+    binding = min(device.limits["max-storage-buffer-binding-size"], caps.get("maxStorageBufferBindingSize", 1 << 62))
+    buffer = min(device.limits["max-buffer-size"], caps.get("maxBufferSize", 1 << 62))
     if buffer < binding:
         return buffer, "maxBufferSize"
     return binding, "maxStorageBufferBindingSize"
+
+
+# Weights in parts ------------------------------------------------------------------------
+
+# Every part of a weight in parts but the last holds a multiple of this many bytes (the twin
+# of relaxweb/ir/launch.PART_ALIGNMENT; docs/bundle-format.md, "Weights in parts").
+PART_ALIGNMENT = 256
+CAPPED_LIMITS = ("maxStorageBufferBindingSize", "maxBufferSize")  # what ``limits=`` may lower
+
+
+def smallest_part_bytes(nbytes: int, parts: int) -> int:
+    """The smallest binding size (a multiple of 256) at which ``parts`` parts hold ``nbytes``."""
+    if parts == 1:
+        return nbytes
+    share = -(-nbytes // parts)
+    return -(-share // PART_ALIGNMENT) * PART_ALIGNMENT
+
+
+def parts_at_limit(nbytes: int, parts: int, largest: int) -> list[int] | None:
+    """The byte sizes of the buffers holding a weight of ``nbytes`` bound in up to ``parts``
+    parts on a device binding at most ``largest`` bytes: the whole weight when it fits, else
+    parts of ``largest`` rounded down to 256 bytes and the rest; None when ``parts`` are too few."""
+    if nbytes <= largest:
+        return [nbytes]
+    part = largest // PART_ALIGNMENT * PART_ALIGNMENT
+    if part == 0 or -(-nbytes // part) > parts:
+        return None
+    return [min(part, nbytes - start) for start in range(0, nbytes, part)]
+
+
+def checked_limit_caps(limits: Mapping[str, int] | None) -> dict[str, int]:
+    """The ``limits=`` of a session: lower buffer size limits to split weights at."""
+    caps = dict(limits or {})
+    for name, value in caps.items():
+        if name not in CAPPED_LIMITS:
+            raise ValueError(f"limits may lower {' and '.join(CAPPED_LIMITS)}, not {name!r}")
+        if not isinstance(value, int) or value < PART_ALIGNMENT:
+            raise ValueError(f"limits: {name} must be an integer of at least {PART_ALIGNMENT}, got {value!r}")
+    return caps
 
 
 # Small helpers ---------------------------------------------------------------------------
@@ -348,14 +390,22 @@ class Session:
             ``stats.total`` since it was created (load included), ``stats.last_run`` since
             the last :meth:`run` started (buffers created, input / params / weight bytes
             written from the host, bytes read back).
+        weight_part_sizes: for each weight the bundle binds in parts, by name, the byte
+            sizes of the buffers it was loaded into (one: the device binds it whole).
 
     ``profiling=True`` (without a ``device``) loads it on a device with the adapter's
     ``timestamp-query`` feature when it has one, for :meth:`profile`; otherwise the feature
     is never requested.
+
+    ``limits`` (``{"maxStorageBufferBindingSize": n, "maxBufferSize": n}``, either) lowers the
+    buffer size limits that weights the bundle binds in parts are split at, to split them as
+    a device that offers only those would (to check a bundle for such devices, and in tests);
+    storages are still sized against the device's own limits.
     """
 
     def __init__(self, bundle_dir: str | Path, device: wgpu.GPUDevice | None = None, *, profiling: bool = False,
-                 kernels: str = "auto") -> None:
+                 kernels: str = "auto", limits: Mapping[str, int] | None = None) -> None:
+        self.limits = checked_limit_caps(limits)
         if kernels not in KERNEL_VARIANTS:
             raise ValueError(f"kernels must be one of {', '.join(KERNEL_VARIANTS)}, got {kernels!r}")
         self.bundle_dir = Path(bundle_dir)
@@ -379,6 +429,9 @@ class Session:
         # which shaders of kernels with a CPU variant to compile ("gpu" or "cpu")
         self.kernels = kernels if kernels != "auto" else ("cpu" if is_cpu_adapter(device) else "gpu")
 
+        self._weight_parts: dict[int, list[wgpu.GPUBuffer]] = {}  # the buffers of weights in parts, by weight
+        # the byte sizes a weight in parts was loaded as, by name: one when the device binds it whole
+        self.weight_part_sizes: dict[str, list[int]] = {}
         self._weight_buffers = self._create_weight_buffers(self._load_shards())
         self._params_buffer = self._create_buffer(
             label="params", size=self.manifest["params_bytes"], usage=_PARAMS_USAGE
@@ -427,10 +480,15 @@ class Session:
         return shards
 
     def _create_weight_buffers(self, shards: list[bytes]) -> list[wgpu.GPUBuffer]:
-        """One read-only GPU buffer per weight, filled from its shard."""
+        """One read-only GPU buffer per weight, filled from its shard (a weight in parts:
+        its first part's, the others in ``self._weight_parts``)."""
         buffers = []
-        for weight in self.manifest["weights"]:
+        for index, weight in enumerate(self.manifest["weights"]):
             data = shards[weight["shard"]][weight["offset"]:weight["offset"] + weight["nbytes"]]
+            if weight.get("parts", 1) > 1:
+                self._weight_parts[index] = self._create_weight_parts(weight, memoryview(data))
+                buffers.append(self._weight_parts[index][0])
+                continue
             buffer = self._create_buffer(
                 label=f"weight {weight['name']}",
                 size=gpu_buffer_size(weight["nbytes"]),
@@ -439,6 +497,30 @@ class Session:
             if data:
                 self._write_buffer(buffer, _padded_to_multiple_of_4(data), "weight_bytes_written")
             buffers.append(buffer)
+        return buffers
+
+    def _create_weight_parts(self, weight: Mapping[str, Any], data: memoryview) -> list[wgpu.GPUBuffer]:
+        """The buffers bound for each part of a weight in parts: the whole weight in one when
+        the device binds it (the other parts a 16-byte placeholder), else parts as large as
+        the device binds (docs/bundle-format.md, "Weights in parts")."""
+        largest, limit_name = _storage_size_limit(self.device, self.limits)
+        sizes = parts_at_limit(weight["nbytes"], weight["parts"], largest)
+        if sizes is None:
+            raise RelaxwebError(
+                f"weight '{weight['name']}' has {weight['nbytes']} bytes, above the device's WebGPU limit "
+                f"{limit_name} = {largest}, and the bundle binds it in at most {weight['parts']} parts"
+            )
+        self.weight_part_sizes[weight["name"]] = sizes
+        buffers, start = [], 0
+        for part, size in enumerate(sizes):
+            buffer = self._create_buffer(label=f"weight {weight['name']} part {part}",
+                                         size=gpu_buffer_size(size), usage=_WEIGHT_USAGE)
+            self._write_buffer(buffer, _padded_to_multiple_of_4(data[start:start + size]), "weight_bytes_written")
+            buffers.append(buffer)
+            start += size
+        if len(buffers) < weight["parts"]:
+            placeholder = self._create_buffer(label="unused weight part", size=16, usage=_WEIGHT_USAGE)
+            buffers += [placeholder] * (weight["parts"] - len(buffers))
         return buffers
 
     def _create_storage_buffers_at_bounds(self) -> list[wgpu.GPUBuffer | None]:
@@ -822,6 +904,9 @@ class Session:
         """The buffer a call site's ``{"storage": i}`` or ``{"weight": j}`` refers to."""
         if "storage" in reference:
             return self._storage_buffers[reference["storage"]]
+        if "weight_part" in reference:
+            weight, part = reference["weight_part"]
+            return self._weight_parts[weight][part]
         return self._weight_buffers[reference["weight"]]
 
     def _encode_step(

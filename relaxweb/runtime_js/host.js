@@ -216,13 +216,42 @@ export function deviceShortfalls(gpu, requiredLimits, requiredFeatures, owner) {
 export function loadTimeLimits(manifest, sizesAtBounds) {
   /** @type {Record<string, number>} */
   const limits = { ...(manifest.required_limits ?? {}) };
-  // A buffer bound whole is at least as large as its binding.
-  const largest = [...manifest.weights.map((/** @type {any} */ w) => w.nbytes), ...(sizesAtBounds ?? []),
+  // A buffer bound whole is at least as large as its binding; a weight in parts needs its smallest part only.
+  const largest = [...manifest.weights.map((/** @type {any} */ w) => smallestPartBytes(w.nbytes, w.parts ?? 1)), ...(sizesAtBounds ?? []),
     limits.maxStorageBufferBindingSize ?? 0].reduce((a, b) => Math.max(a, b), 0);
   if (largest > 0) {
     for (const name of ["maxStorageBufferBindingSize", "maxBufferSize"]) limits[name] = Math.max(limits[name] ?? 0, largest);
   }
   return limits;
+}
+
+/** Every part of a weight in parts but the last holds a multiple of this many bytes (docs/bundle-format.md, "Weights in parts"). */
+export const PART_ALIGNMENT = 256;
+
+/**
+ * The smallest binding size (a multiple of 256) at which `parts` parts hold `nbytes` bytes.
+ * @param {number} nbytes @param {number} parts
+ * @returns {number}
+ */
+export function smallestPartBytes(nbytes, parts) {
+  if (parts === 1) return nbytes;
+  return Math.ceil(Math.ceil(nbytes / parts) / PART_ALIGNMENT) * PART_ALIGNMENT;
+}
+
+/**
+ * The byte sizes of the buffers holding a weight of `nbytes` bound in up to `parts` parts on
+ * a device binding at most `largest` bytes: the whole weight when it fits, else parts of
+ * `largest` rounded down to 256 bytes and the rest; null when `parts` are too few.
+ * @param {number} nbytes @param {number} parts @param {number} largest
+ * @returns {number[]|null}
+ */
+export function weightPartSizes(nbytes, parts, largest) {
+  if (nbytes <= largest) return [nbytes];
+  const part = Math.floor(largest / PART_ALIGNMENT) * PART_ALIGNMENT;
+  if (part === 0 || Math.ceil(nbytes / part) > parts) return null;
+  const sizes = [];
+  for (let start = 0; start < nbytes; start += part) sizes.push(Math.min(part, nbytes - start));
+  return sizes;
 }
 
 /**

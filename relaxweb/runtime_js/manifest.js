@@ -288,6 +288,8 @@ function factProblem(manifest) {
     if (site.buffers.length !== bindings.length - 1) {
       return `call_sites[${index}].buffers: ${site.buffers.length} buffers, but kernel ${site.kernel} declares ${bindings.length - 1}`;
     }
+    const partsProblem = weightPartsProblem(manifest, site.buffers, `call_sites[${index}].buffers`);
+    if (partsProblem) return partsProblem;
     const written = site.buffers.filter((/** @type {any} */ _, /** @type {number} */ b) => bindings[b + 1] === "storage")
       .map((/** @type {any} */ b) => b.storage);
     for (const buffer of site.buffers) {
@@ -296,6 +298,27 @@ function factProblem(manifest) {
           site.buffers.filter((/** @type {any} */ b) => b.storage === storage).length > 1) {
         return `call_sites[${index}].buffers: storage ${storage} is both written and bound again`;
       }
+    }
+  }
+  return null;
+}
+
+/**
+ * Why a call site's weight references do not fit the weights' `parts` (a part that does not
+ * exist, a weight in parts bound whole), or null. The twin of runtime/manifest.py's.
+ * @param {any} manifest @param {any[]} buffers @param {string} where
+ * @returns {string|null}
+ */
+function weightPartsProblem(manifest, buffers, where) {
+  const weights = manifest.weights;
+  for (const [position, buffer] of buffers.entries()) {
+    if ("weight_part" in buffer) {
+      const [weight, part] = buffer.weight_part;
+      if (weight >= weights.length || part >= (weights[weight].parts ?? 1)) {
+        return `${where}[${position}].weight_part: weight ${weight} has no part ${part}`;
+      }
+    } else if ("weight" in buffer && (weights[buffer.weight].parts ?? 1) > 1) {
+      return `${where}[${position}].weight: weight ${buffer.weight} is bound in parts (weight_part)`;
     }
   }
   return null;

@@ -83,6 +83,13 @@ export interface LoadOptions {
    * SwiftShader (`isFallbackAdapter`), "gpu" or "cpu" force one. `Model.kernels` says which.
    */
   kernels?: "auto" | "gpu" | "cpu";
+  /**
+   * Lower buffer size limits to split the weights the bundle binds in parts at (a weight above
+   * 128 MiB, WebGPU's guaranteed `maxStorageBufferBindingSize`), as a device that offers only
+   * these would: e.g. `{maxStorageBufferBindingSize: 134217728}` on an adapter that binds more.
+   * Storages keep the device's own limits. See docs/bundle-format.md, "Weights in parts".
+   */
+  limits?: { maxStorageBufferBindingSize?: number; maxBufferSize?: number };
 }
 
 /** One kernel's dispatches in a profiled run, added up. */
@@ -196,6 +203,11 @@ export class Model {
   readonly outputs: TensorSpec[];
   readonly symbolicVars: SymbolicVar[];
   readonly device: GPUDevice;
+  /**
+   * For each weight the bundle binds in parts (above 128 MiB), by name, the byte sizes of the
+   * buffers it was loaded into: one when the device binds it whole, else its parts.
+   */
+  readonly weightPartSizes: Record<string, number[]>;
   /** Which shaders the kernels with a CPU variant were compiled from (see `LoadOptions.kernels`). */
   readonly kernels: "gpu" | "cpu";
   /** The parsed manifest.json. */

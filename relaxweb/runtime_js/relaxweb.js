@@ -8,6 +8,7 @@
 import {
   FORMAT_VERSION, InputShapeError, TYPED_ARRAY_OF_DTYPE, OPCODE_DISPATCH, OPCODE_READ, OPCODE_RESUME, checkInputs,
   checkSequence, isSequence, deviceShortfalls, dtypeInfo, fromDeviceData, loadTimeLimits, storageSizeProblem, toDeviceData,
+  weightPartSizes,
 } from "./host.js";
 import { BufferPool, GpuTensor, TransferStats } from "./gpu_tensor.js";
 import { validateManifest } from "./manifest.js";
@@ -30,6 +31,15 @@ export { GpuTensor, InputShapeError };
  * @property {"auto"|"gpu"|"cpu"} [kernels]  for kernels with a shader for CPU adapters (the
  *   manifest's `cpu_file`), which to compile: "auto" (the default) takes it on a CPU adapter
  *   such as SwiftShader; `model.kernels` says which were compiled
+ * @property {{maxStorageBufferBindingSize?: number, maxBufferSize?: number}} [limits]  lower
+ *   buffer size limits to split the weights the bundle binds in parts at, as a device that
+ *   offers only these would (storages keep the device's own limits); see docs/bundle-format.md
+ */
+
+/**
+ * A weight bound in parts: the buffer bound for each part (a placeholder for the parts a
+ * device binding it whole does not use) and the byte sizes of the real ones.
+ * @typedef {{buffers: GPUBuffer[], sizes: number[]}} WeightParts
  */
 
 /** The Cache API cache that `cache: true` uses. */
@@ -51,8 +61,9 @@ const COMPUTE_STAGE = 0x4;
  * @param {LoadOptions} [options]
  * @returns {Promise<Model>}
  */
-export async function load(url, { bounds, onProgress, device, cache, profile = false, kernels = "auto" } = {}) {
+export async function load(url, { bounds, onProgress, device, cache, profile = false, kernels = "auto", limits = {} } = {}) {
   if (!["auto", "gpu", "cpu"].includes(kernels)) throw new Error(`kernels must be "auto", "gpu" or "cpu", got ${String(kernels).slice(0, 40)}`);
+  checkLimitCaps(limits);
   const manifestUrl = resolveManifestUrl(url);
   let manifest;
   try {
@@ -93,7 +104,7 @@ export async function load(url, { bounds, onProgress, device, cache, profile = f
     const requiredFeatures = manifest.required_features ?? [];
     const gpuDevice = device ?? (await requestDevice(adapter, requiredLimits, requiredFeatures, sizesAtBounds === null, profile));
     checkDevice(gpuDevice, requiredLimits, requiredFeatures, "device");
-    return await Model.create(manifest, host, gpuDevice, { ...kernelShaders, shards, ownsDevice: !device, ...configured });
+    return await Model.create(manifest, host, gpuDevice, { ...kernelShaders, shards, ownsDevice: !device, limitCaps: limits, ...configured });
   } catch (error) {
     host.dispose(); // stops its worker (Model.create's failure disposed the rest)
     throw error;
@@ -107,7 +118,7 @@ export class Model {
    * @param {RemoteHost} host
    * @param {GPUDevice} device
    * @param {{kernelSources: string[], kernelFiles: string[], kernels: "gpu"|"cpu", shards: Uint8Array[], ownsDevice: boolean,
-   *   bounds: (number|null)[], sizesAtBounds: number[]|null}} parts
+   *   bounds: (number|null)[], sizesAtBounds: number[]|null, limitCaps?: Record<string, number>}} parts
    * @returns {Promise<Model>}
    */
   static async create(manifest, host, device, parts) {
@@ -118,6 +129,7 @@ export class Model {
       const modules = await model.orDeviceLoss(compileKernels(device, manifest, parts.kernelSources, parts.kernelFiles));
       await model.captureGpuErrors("load", () => {
         model.weightBuffers = createWeightBuffers(model, manifest, parts.shards);
+        model.weightParts = createWeightParts(model, manifest, parts.shards, parts.limitCaps ?? {});
         model.allocateStoragesAtBounds(parts.sizesAtBounds);
         model.startPipelines(modules);
       });
@@ -162,8 +174,10 @@ export class Model {
      */
     this.ready = Promise.resolve();
     this.allPipelinesReady = false;
-    /** @type {GPUBuffer[]} */
+    /** @type {(GPUBuffer|null)[]} one per weight bound whole (null for a weight in parts) */
     this.weightBuffers = [];
+    /** @type {Map<number, WeightParts>} the buffers bound for each part of a weight in parts, by weight */
+    this.weightParts = new Map();
     /** @type {GPUBuffer[]} one per storage, allocated at load, grown when a run needs more */
     this.storageBuffers = [];
     /** @type {(GPUBindGroup|null)[]} one per call site, rebuilt when a storage it uses is replaced */
@@ -375,10 +389,20 @@ export class Model {
     }
   }
 
+  /**
+   * For each weight the bundle binds in parts, by name, the byte sizes of the buffers it was
+   * loaded into (one: the device binds it whole; docs/bundle-format.md, "Weights in parts").
+   * @returns {Record<string, number[]>}
+   */
+  get weightPartSizes() {
+    return Object.fromEntries([...this.weightParts].map(([index, parts]) => [this.manifest.weights[index].name, parts.sizes]));
+  }
+
   /** Free the GPU resources (and the device, when load() requested it). */
   dispose() {
     this.unusableReason ??= "the model was disposed";
-    for (const buffer of [...this.weightBuffers, ...this.storageBuffers, this.paramsBuffer, this.readValueBuffer]) buffer?.destroy();
+    const parts = [...this.weightParts.values()].flatMap((p) => p.buffers);
+    for (const buffer of [...this.weightBuffers, ...parts, ...this.storageBuffers, this.paramsBuffer, this.readValueBuffer]) buffer?.destroy();
     this.gpuTensorPool.close(); // and the buffers of GpuTensors disposed later
     this.readbackPool.close();
     if (this.ownsDevice) this.device.destroy();
@@ -440,7 +464,9 @@ export class Model {
     if (existing) return existing;
     const site = this.manifest.call_sites[callSite];
     const buffers = site.buffers.map((/** @type {any} */ b) =>
-      "storage" in b ? this.storageBuffers[b.storage] : this.weightBuffers[b.weight]);
+      "storage" in b ? this.storageBuffers[b.storage]
+        : "weight_part" in b ? /** @type {WeightParts} */ (this.weightParts.get(b.weight_part[0])).buffers[b.weight_part[1]]
+        : /** @type {GPUBuffer} */ (this.weightBuffers[b.weight]));
     const group = this.device.createBindGroup({
       layout: this.pipelines[site.kernel].getBindGroupLayout(0),
       entries: [
@@ -1058,26 +1084,88 @@ function createPipelines(device, manifest, modules) {
 }
 
 /**
- * Create one read-only GPU buffer per weight, filled from its shard (counted in `model.stats`).
+ * Create one read-only GPU buffer per weight bound whole, filled from its shard (a weight in
+ * parts gets none here: see createWeightParts); counted in `model.stats`.
  * @param {Model} model
  * @param {any} manifest
  * @param {Uint8Array[]} shards
- * @returns {GPUBuffer[]}
+ * @returns {(GPUBuffer|null)[]}
  */
 function createWeightBuffers(model, manifest, shards) {
   return manifest.weights.map((/** @type {any} */ weight) => {
-    const buffer = model.createBuffer({
-      label: weight.name,
-      size: Math.ceil(Math.max(weight.nbytes, 16) / 4) * 4,
-      usage: USAGE.STORAGE,
-      mappedAtCreation: true,
-    });
-    const bytes = shards[weight.shard].subarray(weight.offset, weight.offset + weight.nbytes);
-    new Uint8Array(buffer.getMappedRange()).set(bytes);
-    model.stats.add("weightBytesWritten", bytes.byteLength);
-    buffer.unmap();
-    return buffer;
+    if ((weight.parts ?? 1) > 1) return null;
+    return filledWeightBuffer(model, weight.name, shards[weight.shard].subarray(weight.offset, weight.offset + weight.nbytes));
   });
+}
+
+/**
+ * A read-only GPU buffer holding `bytes` (at least 16 bytes, a multiple of 4), counted in `model.stats`.
+ * @param {Model} model @param {string} label @param {Uint8Array} bytes
+ * @returns {GPUBuffer}
+ */
+function filledWeightBuffer(model, label, bytes) {
+  const buffer = model.createBuffer({
+    label,
+    size: Math.ceil(Math.max(bytes.byteLength, 16) / 4) * 4,
+    usage: USAGE.STORAGE,
+    mappedAtCreation: true,
+  });
+  new Uint8Array(buffer.getMappedRange()).set(bytes);
+  model.stats.add("weightBytesWritten", bytes.byteLength);
+  buffer.unmap();
+  return buffer;
+}
+
+/**
+ * The buffers bound for each part of each weight in parts (docs/bundle-format.md, "Weights
+ * in parts"): the whole weight in one when the device binds it (the other parts a 16-byte
+ * placeholder), else parts as large as the device binds, within `caps` (the `limits` option).
+ * @param {Model} model
+ * @param {any} manifest
+ * @param {Uint8Array[]} shards
+ * @param {Record<string, number>} caps
+ * @returns {Map<number, WeightParts>}
+ */
+function createWeightParts(model, manifest, shards, caps) {
+  const device = model.device;
+  const binding = Math.min(device.limits.maxStorageBufferBindingSize, caps.maxStorageBufferBindingSize ?? Infinity);
+  const buffer = Math.min(device.limits.maxBufferSize, caps.maxBufferSize ?? Infinity);
+  const [largest, limitName] = buffer < binding ? [buffer, "maxBufferSize"] : [binding, "maxStorageBufferBindingSize"];
+  /** @type {Map<number, WeightParts>} */
+  const parts = new Map();
+  manifest.weights.forEach((/** @type {any} */ weight, /** @type {number} */ index) => {
+    if ((weight.parts ?? 1) === 1) return;
+    const sizes = weightPartSizes(weight.nbytes, weight.parts, largest);
+    if (sizes === null) {
+      throw new Error(`weight '${weight.name}' has ${weight.nbytes} bytes, above the device's WebGPU limit ` +
+        `${limitName} = ${largest}, and the bundle binds it in at most ${weight.parts} parts`);
+    }
+    const buffers = [];
+    let start = weight.offset;
+    for (const [part, size] of sizes.entries()) {
+      buffers.push(filledWeightBuffer(model, `${weight.name} part ${part}`, shards[weight.shard].subarray(start, start + size)));
+      start += size;
+    }
+    // the unused parts: one placeholder of its own per weight, so that destroying the parts frees each once
+    const placeholder = buffers.length < weight.parts ? filledWeightBuffer(model, `${weight.name} unused part`, new Uint8Array(16)) : null;
+    while (buffers.length < weight.parts) buffers.push(/** @type {GPUBuffer} */ (placeholder));
+    parts.set(index, { buffers, sizes });
+  });
+  return parts;
+}
+
+/**
+ * Check the `limits` option of load(): lower values of maxStorageBufferBindingSize and maxBufferSize.
+ * @param {any} limits
+ */
+function checkLimitCaps(limits) {
+  if (limits === null || typeof limits !== "object") throw new Error("limits must be an object");
+  for (const [name, value] of Object.entries(limits)) {
+    if (!["maxStorageBufferBindingSize", "maxBufferSize"].includes(name)) {
+      throw new Error(`limits may lower maxStorageBufferBindingSize and maxBufferSize, not ${String(name).slice(0, 60)}`);
+    }
+    if (!Number.isInteger(value) || value < 256) throw new Error(`limits: ${name} must be an integer of at least 256`);
+  }
 }
 
 /**

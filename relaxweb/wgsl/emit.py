@@ -11,7 +11,7 @@ one shader serves every shape.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Mapping
 
 from ..ir.dtype import DtypeKind, dtype_info
 from ..ir.symbolic import FloorDiv, FloorMod, IntImm, PrimExpr, SizeVar, simplify
@@ -133,6 +133,36 @@ def wgsl_name(name: str) -> str:
     return f"{name}_" if name in RESERVED else name
 
 
+def part_name(buffer_name: str, part: int) -> str:
+    """The binding of part ``part`` of a buffer bound as parts."""
+    return f"{wgsl_name(buffer_name)}_part{part}"
+
+
+def part_load_name(buffer_name: str) -> str:
+    """The load function of a buffer bound as parts."""
+    return f"load_{wgsl_name(buffer_name)}"
+
+
+def part_load(buffer_name: str, parts: int, element: str) -> list[str]:
+    """The load function of a buffer bound as ``parts`` bindings of ``element``s: element
+    ``index`` is in the part its index reaches, counting in the length of part 0, which the
+    runtime chose at load (``arrayLength``: the whole tensor on a device that binds it at once,
+    the other parts then small placeholders; else every part but the last that long)."""
+    def start(part: int) -> str:  # the first index of ``part``
+        return "length" if part == 1 else f"{part} * length"
+
+    lines = [f"fn {part_load_name(buffer_name)}(index: i32) -> {element} {{",
+             f"  let length = i32(arrayLength(&{part_name(buffer_name, 0)}));  // elements in each part but the last",
+             "  if (index < length) {",
+             f"    return {part_name(buffer_name, 0)}[index];",
+             "  }"]
+    for part in range(1, parts - 1):
+        lines += [f"  if (index < {start(part + 1)}) {{",
+                  f"    return {part_name(buffer_name, part)}[index - {start(part)}];",
+                  "  }"]
+    return lines + [f"  return {part_name(buffer_name, parts - 1)}[index - {start(parts - 1)}];", "}"]
+
+
 def storage_type(dtype: str) -> str:
     """The WGSL type of a buffer element of ``dtype`` (its device dtype's)."""
     return WGSL_TYPES[dtype_info(dtype).device.name]
@@ -150,11 +180,16 @@ class Emitter:
     Index expressions go through the shader's :class:`IndexLowering`, which knows the range
     of each axis in scope: :meth:`unflatten` and :meth:`reduce` declare the axes they set,
     a schedule declares its own (:meth:`declare_axis`).
+
+    ``parts`` names the input buffers bound as several parts (a weight above one binding,
+    ``relaxweb/ir/launch.binding_parts``); every element of one is read through its load
+    function (:func:`part_load`), so schedules read them like any buffer.
     """
 
-    def __init__(self, program: TensorProgram, size_vars: set[str]) -> None:
+    def __init__(self, program: TensorProgram, size_vars: set[str], parts: Mapping[str, int] | None = None) -> None:
         self.program = program
         self.size_vars = size_vars
+        self.parts = dict(parts or {})  # input buffers bound as several parts (read through part_load)
         self.statements: list[str] = []
         self.accumulators = 0
         self.selections = 0
@@ -253,7 +288,7 @@ class Emitter:
 
     def _scalar(self, expr: ScalarExpr, indent: str) -> str:
         if isinstance(expr, Load):
-            return _from_storage(expr.buffer.dtype, f"{wgsl_name(expr.buffer.name)}[{self.offset(expr.buffer, expr.indices)}]")
+            return _from_storage(expr.buffer.dtype, self.element(expr.buffer.name, self.offset(expr.buffer, expr.indices)))
         if isinstance(expr, Gather):
             return _from_storage(expr.buffer.dtype, self.gather(expr, indent))
         if isinstance(expr, FloatImm):
@@ -315,7 +350,14 @@ class Emitter:
             stride_text = self.index(stride)
             terms.append(text if stride_text == "1" else f"{text} * {stride_text}")
             stride = stride * extent
-        return f"{wgsl_name(expr.buffer.name)}[{' + '.join(reversed(terms)) or '0'}]"
+        return self.element(expr.buffer.name, " + ".join(reversed(terms)) or "0")
+
+    def element(self, buffer_name: str, index: str) -> str:
+        """The element of an input buffer at ``index`` (i32 WGSL): ``buffer[index]``, or the
+        call of its load function when it is bound as parts."""
+        if buffer_name in self.parts:
+            return f"{part_load_name(buffer_name)}({_unwrapped(index)})"
+        return f"{wgsl_name(buffer_name)}[{index}]"
 
     def reduce(self, expr: Reduce, indent: str) -> str:
         name = f"acc{self.accumulators}"

@@ -39,7 +39,7 @@ is :func:`relaxweb.ir.launch.dispatch_count`, which the host module evaluates.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Mapping
 
 from ..ir.dtype import dtype_info
 from ..ir.launch import VECTOR, matmul_extents, matmul_info, vector_access
@@ -63,12 +63,13 @@ class ScheduleRendering:
     element_types: dict[str, str] = field(default_factory=dict)  # buffers bound with another element type than their dtype's
 
 
-def render_schedule(program: TensorProgram) -> ScheduleRendering:
-    """The shader's declarations and ``main`` for the program's schedule."""
+def render_schedule(program: TensorProgram, parts: Mapping[str, int] | None = None) -> ScheduleRendering:
+    """The shader's declarations and ``main`` for the program's schedule; ``parts`` names the
+    input buffers bound as several parts (read through their load functions, ``emit.part_load``)."""
     renderer = RENDERERS.get(type(program.schedule))
     if renderer is None:
         raise NotImplementedError(f"{program.name}: the WGSL backend has no renderer for the schedule {program.schedule}")
-    return renderer(program, program.schedule)
+    return renderer(program, program.schedule, dict(parts or {}))
 
 
 _SIGNATURE = [
@@ -81,8 +82,8 @@ _SIGNATURE = [
 _GROUP = "  let group = i32(workgroup.y * workgroups.x + workgroup.x);"
 
 
-def _emitter(program: TensorProgram) -> Emitter:
-    return Emitter(program, {v.name for v in program.size_vars})
+def _emitter(program: TensorProgram, parts: Mapping[str, int]) -> Emitter:
+    return Emitter(program, {v.name for v in program.size_vars}, parts)
 
 
 def _store(program: TensorProgram, emitter: Emitter, value: str, indent: str) -> str:
@@ -90,8 +91,8 @@ def _store(program: TensorProgram, emitter: Emitter, value: str, indent: str) ->
     return f"{indent}{wgsl_name(output.name)}[{emitter.output_offset()}] = {to_storage(output.dtype, value)};"
 
 
-def render_element(program: TensorProgram, schedule: ElementSchedule) -> ScheduleRendering:
-    emitter = _emitter(program)
+def render_element(program: TensorProgram, schedule: ElementSchedule, parts: Mapping[str, int]) -> ScheduleRendering:
+    emitter = _emitter(program, parts)
     lines = ["", *_SIGNATURE, _GROUP,
              f"  let index = group * {WORKGROUP_SIZE} + i32(local_index);",
              "  if (index >= params.element_count) {", "    return;", "  }"]
@@ -103,8 +104,9 @@ def render_element(program: TensorProgram, schedule: ElementSchedule) -> Schedul
     return ScheduleRendering(lines + ["}"], frozenset(emitter.index_lowering.helpers))
 
 
-def render_workgroup_reduction(program: TensorProgram, schedule: WorkgroupReductionSchedule) -> ScheduleRendering:
-    emitter = _emitter(program)
+def render_workgroup_reduction(program: TensorProgram, schedule: WorkgroupReductionSchedule,
+                               parts: Mapping[str, int]) -> ScheduleRendering:
+    emitter = _emitter(program, parts)
     reductions = list(dict.fromkeys(top_level_reductions(program.body)))
     shared = [f"var<workgroup> partial{i}: array<{storage_type(scalar_dtype(r))}, {WORKGROUP_SIZE}>;"
               for i, r in enumerate(reductions)]
@@ -166,8 +168,9 @@ def render_workgroup_reduction(program: TensorProgram, schedule: WorkgroupReduct
     return ScheduleRendering(lines, frozenset(emitter.index_lowering.helpers))
 
 
-def render_tiled_matmul(program: TensorProgram, schedule: TiledMatmulSchedule) -> ScheduleRendering:
-    emitter = _emitter(program)
+def render_tiled_matmul(program: TensorProgram, schedule: TiledMatmulSchedule,
+                        parts: Mapping[str, int]) -> ScheduleRendering:
+    emitter = _emitter(program, parts)
     info = matmul_info(program)
     tile, tile_depth, block, threads_per_side = schedule.tile, schedule.depth, schedule.block, schedule.threads_per_side
     axes, shape = program.axes, program.output.shape
@@ -230,7 +233,7 @@ def render_tiled_matmul(program: TensorProgram, schedule: TiledMatmulSchedule) -
     vector_count = tile_size // VECTOR_WIDTH
     shared = [f"var<workgroup> tile_a: array<vec{VECTOR_WIDTH}<f32>, {vector_count}>;  // {tile_depth} x {tile}: the first factor",
               f"var<workgroup> tile_b: array<vec{VECTOR_WIDTH}<f32>, {vector_count}>;  // {tile_depth} x {tile}: the second factor"]
-    epilogue = _matmul_epilogue(program, info)
+    epilogue = _matmul_epilogue(program, info, parts)
     helpers = emitter.index_lowering.helpers | epilogue.index_helpers
     return ScheduleRendering(["", *shared, *epilogue.lines, "", *_SIGNATURE, _GROUP, *out, "}"], frozenset(helpers))
 
@@ -266,8 +269,9 @@ def _store_accumulators(block: int, indent: str) -> list[str]:
             f"{indent}}}"]
 
 
-def render_register_matmul(program: TensorProgram, schedule: RegisterMatmulSchedule) -> ScheduleRendering:
-    emitter = _emitter(program)
+def render_register_matmul(program: TensorProgram, schedule: RegisterMatmulSchedule,
+                           parts: Mapping[str, int]) -> ScheduleRendering:
+    emitter = _emitter(program, parts)
     info = matmul_info(program)
     block, tile, side = schedule.block, schedule.tile, schedule.threads_per_side
     vectors = block // VECTOR_WIDTH  # vec4 accumulators per row of an invocation's block
@@ -309,7 +313,7 @@ def render_register_matmul(program: TensorProgram, schedule: RegisterMatmulSched
     emitter.close_scope()
     out.append("  }")
     out.extend(_store_accumulators(block, "  "))
-    epilogue = _matmul_epilogue(program, info)
+    epilogue = _matmul_epilogue(program, info, parts)
     helpers = emitter.index_lowering.helpers | epilogue.index_helpers
     return ScheduleRendering([*epilogue.lines, "", *_SIGNATURE, _GROUP, *out, "}"], frozenset(helpers))
 
@@ -325,10 +329,11 @@ def _column_vectors(emitter: Emitter, factors: list[ScalarExpr], indent: str) ->
     return names
 
 
-def _matmul_epilogue(program: TensorProgram, info: MatmulInfo) -> ScheduleRendering:
+def _matmul_epilogue(program: TensorProgram, info: MatmulInfo,
+                     parts: Mapping[str, int]) -> ScheduleRendering:
     """``store_output``: the output element at (batch index, row, column) of a matmul-like
     program, from its accumulated reduction: the body around the reduction, then the store."""
-    emitter = _emitter(program)
+    emitter = _emitter(program, parts)
     axes, shape = program.axes, program.output.shape
     rows, columns, _ = (emitter.index(simplify(e)) for e in matmul_extents(program, info))
     out = emitter.statements
@@ -352,19 +357,19 @@ def _matmul_epilogue(program: TensorProgram, info: MatmulInfo) -> ScheduleRender
 class _VectorEmitter(Emitter):
     """Expressions over ``width`` consecutive output elements at once (``vecN<f32>`` values)."""
 
-    def __init__(self, program: TensorProgram, width: int, access: dict[str, str]) -> None:
-        super().__init__(program, {v.name for v in program.size_vars})
+    def __init__(self, program: TensorProgram, width: int, access: dict[str, str], parts: Mapping[str, int]) -> None:
+        super().__init__(program, {v.name for v in program.size_vars}, parts)
         self.width = width
         self.access = access
         self.float_type = _vector_type(width)
 
     def _scalar(self, expr: ScalarExpr, indent: str) -> str:
         if isinstance(expr, Load):
-            name = wgsl_name(expr.buffer.name)
+            name = expr.buffer.name
             offset = self.offset(expr.buffer, expr.indices)
-            if self.access[expr.buffer.name] == VECTOR:
-                return f"{name}[({offset}) / {self.width}]"  # the offset is a multiple of the width
-            return f"{_vector_type(self.width)}({name}[{offset}])"
+            if self.access[name] == VECTOR:
+                return self.element(name, f"({offset}) / {self.width}")  # the offset is a multiple of the width
+            return f"{_vector_type(self.width)}({self.element(name, offset)})"
         if isinstance(expr, FloatImm):
             return f"{_vector_type(self.width)}({literal(expr.value, expr.dtype)})"
         return super()._scalar(expr, indent)
@@ -374,12 +379,13 @@ def _vector_type(width: int) -> str:
     return f"vec{width}<f32>"
 
 
-def render_vectorized(program: TensorProgram, schedule: VectorizedSchedule) -> ScheduleRendering:
+def render_vectorized(program: TensorProgram, schedule: VectorizedSchedule,
+                      parts: Mapping[str, int]) -> ScheduleRendering:
     width = schedule.width
     access = vector_access(program, width)
     if access is None:
         raise ValueError(f"{program.name} is scheduled as {schedule} but does not fit it (relaxweb.ir.launch.vectorizable)")
-    emitter = _VectorEmitter(program, width, access)
+    emitter = _VectorEmitter(program, width, access, parts)
     axes, shape = list(program.axes), list(program.output.shape)
     vector_axis = SizeVar(f"{axes[-1].name}vec")
     lines = ["", *_SIGNATURE, _GROUP,
@@ -398,7 +404,7 @@ def render_vectorized(program: TensorProgram, schedule: VectorizedSchedule) -> S
 
 
 # The renderer of each schedule kind.
-RENDERERS: dict[type[Schedule], Callable[[TensorProgram, Schedule], ScheduleRendering]] = {
+RENDERERS: dict[type[Schedule], Callable[[TensorProgram, Schedule, Mapping[str, int]], ScheduleRendering]] = {
     ElementSchedule: render_element,
     VectorizedSchedule: render_vectorized,
     WorkgroupReductionSchedule: render_workgroup_reduction,

@@ -5,20 +5,23 @@ A shader is the params block, the bindings, and what the program's schedule rend
 contract, see docs/bundle-format.md): binding 0 is the uniform params block
 (``relaxweb/ir/params_block.py``: the invocation count, then the program's size variables),
 then the program's inputs (read-only storage),
-then its output (read-write storage).  Workgroups are always 64 invocations on a 2-D grid,
+then its output (read-write storage); an input bound as several parts (a weight above one
+binding: ``relaxweb/ir/launch.binding_parts``) takes one binding per part, in order, and is
+read through its load function (``emit.part_load``).  Workgroups are always 64 invocations on a 2-D grid,
 so that more than 65535 workgroups fit.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Mapping
 
 from ..ir.launch import workgroup_storage_bytes
 from ..ir.params_block import ELEMENT_COUNT, ParamsLayout
 from ..ir.schedule import ElementSchedule
 from ..ir.syntax import comment_text
 from ..ir.tir import TensorProgram, format_scalar, index_var_names
-from .emit import storage_type, wgsl_name
+from .emit import part_load, part_name, storage_type, wgsl_name
 from .lower_index import helper_declarations
 from .schedules import render_schedule
 
@@ -56,8 +59,13 @@ def params_declaration(params: ParamsLayout) -> list[str]:
     ]
 
 
-def emit_wgsl(program: TensorProgram) -> ShaderInfo:
-    """The WGSL compute shader of a tensor program, laid out by its schedule."""
+def emit_wgsl(program: TensorProgram, parts: Mapping[str, int] | None = None) -> ShaderInfo:
+    """The WGSL compute shader of a tensor program, laid out by its schedule; ``parts`` gives
+    the inputs bound as several parts their number of parts (2 or more)."""
+    parts = dict(parts or {})
+    unknown = set(parts) - {b.name for b in program.inputs}
+    if unknown or any(count < 2 for count in parts.values()):
+        raise ValueError(f"{program.name}: only inputs are bound as 2 or more parts, got {parts}")
     size_vars = [v.name for v in program.size_vars]
     clashes = set(size_vars) & index_var_names(program)
     if clashes:
@@ -70,17 +78,25 @@ def emit_wgsl(program: TensorProgram) -> ShaderInfo:
         "",
         *params_declaration(params),
     ]
-    rendering = render_schedule(program)
+    rendering = render_schedule(program, parts)
     element_types = rendering.element_types  # a schedule may read some buffers as vectors
-    for binding, buffer in enumerate(program.inputs, start=1):
+    binding, load_functions = 1, []
+    for buffer in program.inputs:
         element = element_types.get(buffer.name, storage_type(buffer.dtype))
-        lines.append(f"@group(0) @binding({binding}) var<storage, read> {wgsl_name(buffer.name)}: array<{element}>;")
+        if buffer.name not in parts:
+            lines.append(f"@group(0) @binding({binding}) var<storage, read> {wgsl_name(buffer.name)}: array<{element}>;")
+            binding += 1
+            continue
+        for part in range(parts[buffer.name]):
+            name = part_name(buffer.name, part)
+            lines.append(f"@group(0) @binding({binding}) var<storage, read> {name}: array<{element}>;")
+            binding += 1
+        load_functions += ["", *part_load(buffer.name, parts[buffer.name], element)]
     output = program.output
     element = element_types.get(output.name, storage_type(output.dtype))
-    lines.append(
-        f"@group(0) @binding({len(program.inputs) + 1}) var<storage, read_write> {wgsl_name(output.name)}: array<{element}>;"
-    )
+    lines.append(f"@group(0) @binding({binding}) var<storage, read_write> {wgsl_name(output.name)}: array<{element}>;")
+    lines += load_functions
     lines += helper_declarations(rendering.index_helpers)
     lines += rendering.lines
-    bindings = ("uniform", *("read-only-storage" for _ in program.inputs), "storage")
+    bindings = ("uniform", *("read-only-storage" for _ in range(binding - 1)), "storage")
     return ShaderInfo("\n".join(lines) + "\n", params, bindings, workgroup_storage_bytes(program))
