@@ -29,7 +29,7 @@ from .ir.tir import TensorProgram
 from .ir.params_block import PARAMS_SLOT, ParamsLayout
 from .wasm import MAX_RANK, CallSiteParams, assemble, emit_host_wat
 from .wgsl import ShaderInfo, emit_wgsl
-from .wgsl.variants import cpu_shader_fits, cpu_variant
+from .wgsl.variants import cpu_shader_fits, cpu_variant, f16_variant
 
 FORMAT = "relaxweb-bundle"
 # 2: the manifest's ``dtypes`` table replaced each tensor's ``device_dtype``.
@@ -74,8 +74,9 @@ def write_bundle(module: IRModule, out_dir: str | Path, source: str, progress: P
             file = f"kernels/{dispatch.program}.wgsl"
             (out / file).write_text(shader.source)
             variant = _cpu_variant_entry(module.programs[dispatch.program], shader, out)
+            half = _f16_variant_entry(module.programs[dispatch.program], shader, out)
             kernels.append({
-                "name": dispatch.program, "file": file, **variant, "entry_point": "main",
+                "name": dispatch.program, "file": file, **variant, **half, "entry_point": "main",
                 "workgroup_size": [WORKGROUP_SIZE, 1, 1], "bindings": list(shader.bindings),
                 "workgroup_storage_bytes": shader.workgroup_storage_bytes,
                 "params": list(shader.params.fields),
@@ -167,6 +168,21 @@ def _cpu_variant_entry(kernel, shader: ShaderInfo, out: Path) -> dict:
     file = f"kernels/{kernel.name}.cpu.wgsl"
     (out / file).write_text(variant_shader.source)
     return {"cpu_file": file}
+
+
+def _f16_variant_entry(kernel, shader: ShaderInfo, out: Path) -> dict:
+    """``{"f16_file": ...}`` when the kernel has a shader for adapters with ``shader-f16``
+    (``relaxweb/wgsl/variants.py``), written next to its own; ``{}`` otherwise.  The bundle
+    does not require the feature: a runtime compiles these only where the adapter has it."""
+    variant = f16_variant(kernel) if isinstance(kernel, TensorProgram) else None
+    if variant is None:
+        return {}
+    variant_shader = emit_wgsl(variant)
+    if (variant_shader.params, variant_shader.bindings) != (shader.params, shader.bindings):
+        raise AssertionError(f"{kernel.name}: the f16 variant must keep the kernel's params and bindings")
+    file = f"kernels/{kernel.name}.f16.wgsl"
+    (out / file).write_text(variant_shader.source)
+    return {"f16_file": file}
 
 
 def emit_kernel(kernel) -> ShaderInfo:
