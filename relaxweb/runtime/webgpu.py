@@ -306,22 +306,19 @@ KERNEL_VARIANTS = ("auto", "gpu", "cpu", "f16")  # which shaders of kernels with
 SHADER_F16 = "shader-f16"  # the WebGPU feature the f16 shaders (``f16_file``) need
 
 
-def is_cpu_adapter(device: wgpu.GPUDevice) -> bool:
-    """Whether the device's adapter runs shaders on the CPU (lavapipe, SwiftShader), where
-    kernels with a ``cpu_file`` run faster from it (``relaxweb/wgsl/variants.py``)."""
-    return device.adapter_info.get("adapter_type") == "CPU"
-
-
-def choose_kernels(requested: str, *, cpu_adapter: bool, features: Any, has_f16_shaders: bool) -> str:
+def choose_kernels(requested: str, adapter_info: Mapping[str, Any], features: Any, *, has_f16_shaders: bool) -> str:
     """The shaders a session compiles ("gpu", "cpu" or "f16") for the ``kernels`` option.
 
-    "auto" takes the CPU shaders on a CPU adapter, else the f16 ones when the bundle has some
+    "auto" takes the CPU shaders on an adapter that runs shaders on the CPU (lavapipe,
+    SwiftShader: wgpu's ``adapter_type``), where kernels with a ``cpu_file`` run faster from
+    it, else the f16 ones when the bundle has some
     and the adapter (or the given device) offers ``shader-f16``, else the staged f32 ones.
     "f16" falls back to "gpu" where the feature or the f16 shaders are missing (the outputs
-    are the same within f32 tolerance instead of f16's; ``Session`` warns)."""
+    are the same within f32 tolerance instead of f16's; ``Session`` warns).  ``adapter_info``
+    and ``features`` are the adapter's (wgpu's ``adapter.info``), or the given device's."""
     f16 = has_f16_shaders and SHADER_F16 in {str(feature) for feature in features}
     if requested == "auto":
-        return "cpu" if cpu_adapter else "f16" if f16 else "gpu"
+        return "cpu" if adapter_info.get("adapter_type") == "CPU" else "f16" if f16 else "gpu"
     if requested == "f16" and not f16:
         return "gpu"
     return requested
@@ -347,10 +344,9 @@ def _session_kernels(requested: str, manifest: Mapping[str, Any], device: wgpu.G
     has_f16_shaders = any("f16_file" in kernel for kernel in manifest["kernels"])
     if device is None:
         adapter = default_adapter()
-        cpu_adapter, features = adapter.info.get("adapter_type") == "CPU", adapter.features
+        chosen = choose_kernels(requested, adapter.info, adapter.features, has_f16_shaders=has_f16_shaders)
     else:
-        cpu_adapter, features = is_cpu_adapter(device), device.features
-    chosen = choose_kernels(requested, cpu_adapter=cpu_adapter, features=features, has_f16_shaders=has_f16_shaders)
+        chosen = choose_kernels(requested, device.adapter_info, device.features, has_f16_shaders=has_f16_shaders)
     if requested == "f16" and chosen != "f16":
         reason = ("the bundle has no f16 shaders" if not has_f16_shaders else
                   f"the {'adapter' if device is None else 'given device'} does not offer {SHADER_F16}")

@@ -26,9 +26,11 @@ export { InputShapeError };
  *   cache "relaxweb", a string: that cache's name); they are still verified on every load
  * @property {boolean} [profile]  request the adapter's "timestamp-query" feature when it has
  *   one, so that `model.profile()` times kernels on the GPU (never requested otherwise)
- * @property {"auto"|"gpu"|"cpu"} [kernels]  for kernels with a shader for CPU adapters (the
- *   manifest's `cpu_file`), which to compile: "auto" (the default) takes it on a CPU adapter
- *   such as SwiftShader; `model.kernels` says which were compiled
+ * @property {"auto"|"gpu"|"cpu"|"f16"} [kernels]  for kernels with a second shader (the
+ *   manifest's `cpu_file` for CPU adapters, `f16_file` for adapters with "shader-f16"), which
+ *   to compile: "auto" (the default) takes the CPU one on a CPU adapter such as SwiftShader,
+ *   else the f16 one where the adapter has "shader-f16"; "f16" falls back to "gpu" (with a
+ *   console warning) where it lacks it; `model.kernels` says which were compiled
  */
 
 /** The Cache API cache that `cache: true` uses. */
@@ -50,7 +52,7 @@ const COMPUTE_STAGE = 0x4;
  * @returns {Promise<Model>}
  */
 export async function load(url, { bounds, onProgress, device, cache, profile = false, kernels = "auto" } = {}) {
-  if (!["auto", "gpu", "cpu"].includes(kernels)) throw new Error(`kernels must be "auto", "gpu" or "cpu", got ${String(kernels).slice(0, 40)}`);
+  if (!["auto", "gpu", "cpu", "f16"].includes(kernels)) throw new Error(`kernels must be "auto", "gpu", "cpu" or "f16", got ${String(kernels).slice(0, 40)}`);
   const manifestUrl = resolveManifestUrl(url);
   let manifest;
   try {
@@ -80,7 +82,7 @@ export async function load(url, { bounds, onProgress, device, cache, profile = f
   const adapterPromise = device ? Promise.resolve(null) : requestAdapter();
   const [host, kernelShaders, shards, adapter] = await Promise.all([
     fetchOk(fileUrl("host.wasm")).then((r) => r.arrayBuffer()).then((b) => RemoteHost.instantiate(b, manifest)),
-    adapterPromise.then((a) => fetchKernelSources(manifest, fileUrl, chooseKernels(kernels, device ? device.adapterInfo : a?.info))),
+    adapterPromise.then((a) => fetchKernelSources(manifest, fileUrl, chooseKernels(kernels, device ?? a, manifest))),
     openShardCache(cache).then((shardCache) => fetchShards(manifest, fileUrl, onProgress, shardCache)),
     adapterPromise,
   ]);
@@ -88,7 +90,8 @@ export async function load(url, { bounds, onProgress, device, cache, profile = f
     const configured = await host.configure(bounds);
     const { sizesAtBounds } = configured;
     const requiredLimits = loadTimeLimits(manifest, sizesAtBounds);
-    const requiredFeatures = manifest.required_features ?? [];
+    const requiredFeatures = [...(manifest.required_features ?? [])];
+    if (kernelShaders.kernels === "f16" && !requiredFeatures.includes(SHADER_F16)) requiredFeatures.push(SHADER_F16);
     const gpuDevice = device ?? (await requestDevice(adapter, requiredLimits, requiredFeatures, sizesAtBounds === null, profile));
     checkDevice(gpuDevice, requiredLimits, requiredFeatures, "device");
     return await Model.create(manifest, host, gpuDevice, { ...kernelShaders, shards, ownsDevice: !device, ...configured });
@@ -104,7 +107,7 @@ export class Model {
    * @param {any} manifest
    * @param {RemoteHost} host
    * @param {GPUDevice} device
-   * @param {{kernelSources: string[], kernelFiles: string[], kernels: "gpu"|"cpu", shards: Uint8Array[], ownsDevice: boolean,
+   * @param {{kernelSources: string[], kernelFiles: string[], kernels: "gpu"|"cpu"|"f16", shards: Uint8Array[], ownsDevice: boolean,
    *   bounds: (number|null)[], sizesAtBounds: number[]|null}} parts
    * @returns {Promise<Model>}
    */
@@ -137,7 +140,7 @@ export class Model {
     this.host = host;
     this.device = device;
     this.ownsDevice = ownsDevice;
-    /** Which shaders the kernels with a CPU variant were compiled from: "gpu" or "cpu". @type {"gpu"|"cpu"} */
+    /** Which shaders the kernels with a variant were compiled from: "gpu", "cpu" or "f16". @type {"gpu"|"cpu"|"f16"} */
     this.kernels = "gpu";
     /** @type {{name: string, dtype: string, shape: (number|string)[]}[]} */
     this.inputs = manifest.inputs;
@@ -783,29 +786,47 @@ async function requestAdapter() {
   return navigator.gpu.requestAdapter();
 }
 
+/** The WebGPU feature the kernels' f16 shaders (the manifest's `f16_file`) need. */
+const SHADER_F16 = "shader-f16";
+
 /**
- * "cpu" when kernels with a shader for CPU adapters should use it (relaxweb/wgsl/variants.py:
- * matmuls without workgroup memory, whose barriers cost a CPU adapter more than they save),
- * else "gpu".
- * @param {"auto"|"gpu"|"cpu"} kernels the load option
- * @param {GPUAdapterInfo|undefined} info the adapter's
- * @returns {"gpu"|"cpu"}
+ * Which shaders the kernels with a variant compile (relaxweb/wgsl/variants.py; the Python
+ * runtime's choose_kernels): "cpu" on a CPU adapter (matmuls without workgroup memory, whose
+ * barriers cost a CPU adapter more than they save), else "f16" where the bundle has f16
+ * shaders and the adapter (or the given device) offers "shader-f16" (factors multiplied in
+ * f16, summed in f32), else "gpu". A forced "f16" falls back to "gpu" with a warning.
+ * @param {"auto"|"gpu"|"cpu"|"f16"} kernels the load option
+ * @param {GPUAdapter|GPUDevice|null} gpu the adapter, or the device given to load()
+ * @param {any} manifest
+ * @returns {"gpu"|"cpu"|"f16"}
  */
-function chooseKernels(kernels, info) {
-  if (kernels !== "auto") return kernels;
-  return info && (info.isFallbackAdapter || info.architecture === "swiftshader") ? "cpu" : "gpu";
+function chooseKernels(kernels, gpu, manifest) {
+  const hasF16Shaders = manifest.kernels.some((/** @type {any} */ k) => k.f16_file);
+  const f16 = hasF16Shaders && Boolean(gpu?.features?.has(SHADER_F16));
+  if (kernels === "auto") {
+    const info = gpu && ("adapterInfo" in gpu ? gpu.adapterInfo : gpu.info);
+    if (info && (info.isFallbackAdapter || info.architecture === "swiftshader")) return "cpu";
+    return f16 ? "f16" : "gpu";
+  }
+  if (kernels === "f16" && !f16) {
+    const reason = hasF16Shaders ? `the ${gpu && "adapterInfo" in gpu ? "given device" : "adapter"} does not offer ${SHADER_F16}` : "the bundle has no f16 shaders";
+    console.warn(`relaxweb: kernels "f16": ${reason}; compiling the f32 shaders`);
+    return "gpu";
+  }
+  return kernels;
 }
 
 /**
- * Every kernel's WGSL, the CPU variant where `variant` is "cpu" and the kernel has one, with
- * the file each came from and the variant.
+ * Every kernel's WGSL, the CPU (f16) variant where `variant` is "cpu" ("f16") and the kernel
+ * has one, with the file each came from and the variant.
  * @param {any} manifest
  * @param {(file: string) => URL} fileUrl
- * @param {"gpu"|"cpu"} variant
- * @returns {Promise<{kernelSources: string[], kernelFiles: string[], kernels: "gpu"|"cpu"}>}
+ * @param {"gpu"|"cpu"|"f16"} variant
+ * @returns {Promise<{kernelSources: string[], kernelFiles: string[], kernels: "gpu"|"cpu"|"f16"}>}
  */
 async function fetchKernelSources(manifest, fileUrl, variant) {
-  const kernelFiles = manifest.kernels.map((/** @type {any} */ k) => (variant === "cpu" && k.cpu_file) || k.file);
+  const kernelFiles = manifest.kernels.map((/** @type {any} */ k) =>
+    (variant === "cpu" && k.cpu_file) || (variant === "f16" && k.f16_file) || k.file);
   const kernelSources = await Promise.all(kernelFiles.map((/** @type {string} */ file) => fetchOk(fileUrl(file)).then((r) => r.text())));
   return { kernelSources, kernelFiles, kernels: variant };
 }

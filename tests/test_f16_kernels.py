@@ -1,0 +1,243 @@
+"""Kernels with an f16 shader (relaxweb/wgsl/variants.py: tiled matmuls whose factors are staged
+and multiplied in f16, summed in f32): which kernels get one, which shaders a session picks
+(``kernels="auto"|"gpu"|"cpu"|"f16"``) on adapters with and without ``shader-f16``, and that
+the f16 shaders compute what onnxruntime does within f16's rounding.
+
+The f16 error bound.  f16's unit roundoff is u = 2**-11 ~ 4.9e-4.  Each term a * b of a
+reduction is computed from a and b rounded to f16 (WGSL lets a conversion take either
+neighbour: up to 2u each) and multiplied in f16 (correctly rounded: u), so it is off by at
+most 5u |a b| (plus 2**-14 where an f16 subnormal product is flushed to zero); the f32 sum
+adds nothing comparable.  So every output element is within
+``5u * sum |a b| + K * 2**-14`` of the exact one (:func:`assert_within_f16_products`): an
+absolute bound at the scale of the terms, which no cancellation breaks, and which a missing
+bias or a wrong index exceeds.  Measured here (lavapipe): at most 0.15 of it; the f32 shaders
+stay within 0.0001 of it, and within 0.06 of the f32 bound (``assert_within_f32_sums``), which
+the f16 shaders exceed 120-fold at K = 27 and 33 (so a fallback to f32 is told apart).
+
+Whole models go through layers of such matmuls (and layer norms, softmax): the ``F16_MODEL``
+tier of tests/helpers.py.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import warnings
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import onnx
+import pytest
+import wgpu
+from onnx import helper
+
+import relaxweb.runtime.webgpu as webgpu
+from relaxweb import build, load
+from relaxweb.api import inspect
+from relaxweb.browser import open_runner_page
+from relaxweb.runtime.webgpu import SHADER_F16, choose_kernels
+from tests.helpers import EPS32, F16_MODEL, F32_LOOSE, assert_close, make_model, onnxruntime_outputs, rand
+from tests.model_exports import MODELS, export_script, missing_exporter_packages, session_exports
+
+ROWS, DEPTH, COLUMNS = 70, 33, 90  # not multiples of the tiles: the edges are exercised
+LONG = 768  # GPT-2's hidden size: an f16 running sum over it would fail the bound
+UNIT_ROUNDOFF_F16 = 2.0 ** -11
+SMALLEST_NORMAL_F16 = 2.0 ** -14
+
+
+def matmul_and_convolution_model():
+    """y = relu(x @ w + b) (K = 33), l = x2 @ w2 (K = 768) and z = conv3x3(image, k) with
+    padding: three tiled matmuls; s = softmax(x), not a matmul, gets no f16 shader."""
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["xw"]), helper.make_node("Add", ["xw", "b"], ["xwb"]),
+             helper.make_node("Relu", ["xwb"], ["y"]),
+             helper.make_node("MatMul", ["x2", "w2"], ["l"]),
+             helper.make_node("Conv", ["image", "k"], ["z"], pads=[1, 1, 1, 1]),
+             helper.make_node("Softmax", ["x"], ["s"])]
+    initializers = {"w": rand(DEPTH, COLUMNS, seed=1), "b": rand(COLUMNS, seed=2), "k": rand(8, 3, 3, 3, seed=3),
+                    "w2": rand(LONG, 64, seed=6)}
+    return make_model(nodes, [("x", ["rows", DEPTH]), ("x2", ["rows", LONG]), ("image", [1, 3, 12, 10])],
+                      ["y", "l", "z", "s"], initializers)
+
+
+@pytest.fixture(scope="module")
+def f16_bundle(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("f16")
+    onnx.save(matmul_and_convolution_model(), folder / "model.onnx")
+    build(str(folder / "model.onnx"), str(folder / "bundle"), bounds={"rows": 128})
+    return folder
+
+
+def feeds() -> dict[str, np.ndarray]:
+    return {"x": rand(ROWS, DEPTH, seed=4), "x2": rand(ROWS, LONG, seed=7), "image": rand(1, 3, 12, 10, seed=5)}
+
+
+def term_magnitudes(inputs: dict[str, np.ndarray], model: onnx.ModelProto) -> dict[str, tuple[np.ndarray, int]]:
+    """sum |a b| over each output's reduction, and the reduction's length K, in float64."""
+    weights = {i.name: onnx.numpy_helper.to_array(i).astype(np.float64) for i in model.graph.initializer}
+    x, x2, image = (np.abs(inputs[n].astype(np.float64)) for n in ("x", "x2", "image"))
+    padded = np.pad(image, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    kernel = np.abs(weights["k"])
+    conv = np.zeros((1, 8, 12, 10))
+    for dy in range(3):
+        for dx in range(3):
+            conv += np.einsum("nchw,oc->nohw", padded[:, :, dy:dy + 12, dx:dx + 10], kernel[:, :, dy, dx])
+    return {"y": (x @ np.abs(weights["w"]), DEPTH), "l": (x2 @ np.abs(weights["w2"]), LONG), "z": (conv, 27)}
+
+
+def assert_within_f16_products(got: np.ndarray, want: np.ndarray, terms: np.ndarray, depth: int) -> float:
+    """Every element within the f16 bound of the module doc; returns the largest error as a
+    fraction of it."""
+    return _assert_within(got, want, 5 * UNIT_ROUNDOFF_F16 * terms + depth * SMALLEST_NORMAL_F16 + 1e-5, "f16")
+
+
+def assert_within_f32_sums(got: np.ndarray, want: np.ndarray, terms: np.ndarray, depth: int) -> float:
+    """Every element within what two f32 sums of the same K products in different orders may
+    differ by: K * EPS32 * sum |a b| (27 times tighter than the f16 bound at K = 768)."""
+    return _assert_within(got, want, depth * EPS32 * terms + 1e-6, "f32")
+
+
+def _assert_within(got: np.ndarray, want: np.ndarray, bound: np.ndarray, name: str) -> float:
+    ratio = np.abs(got.astype(np.float64) - want.astype(np.float64)) / bound
+    assert ratio.max() <= 1.0, f"error {ratio.max():.2f} times the {name} bound at {np.unravel_index(ratio.argmax(), ratio.shape)}"
+    return float(ratio.max())
+
+
+def test_tiled_matmuls_get_an_f16_shader(f16_bundle: Path) -> None:
+    manifest = json.loads((f16_bundle / "bundle" / "manifest.json").read_text())
+    with_f16 = [k for k in manifest["kernels"] if "f16_file" in k]
+    assert len(manifest["kernels"]) > 3 and len(with_f16) == 3  # the two matmuls and the convolution
+    assert manifest["required_features"] == []  # the f32 shaders stay the bundle's baseline
+    for kernel in with_f16:
+        source = (f16_bundle / "bundle" / kernel["f16_file"]).read_text()
+        assert kernel["f16_file"] == kernel["file"].replace(".wgsl", ".f16.wgsl")
+        assert source.startswith("enable f16;\n")
+        assert "var<workgroup> tile_a: array<vec4<f16>," in source and "tiled_matmul_f16(" in source
+        assert "var accumulators: array<vec4<f32>," in source  # summed in f32
+        assert "array<f16>" not in source  # the buffers stay f32
+        assert "f16" not in (f16_bundle / "bundle" / kernel["file"]).read_text()
+    sizes = {k["file"]: (f16_bundle / "bundle" / k.get("f16_file", k["file"])).stat().st_size for k in manifest["kernels"]}
+    assert (f"on an adapter with shader-f16 3 of them compile their f16_file instead: {sum(sizes.values())} bytes of WGSL"
+            in str(inspect(f16_bundle / "bundle")))
+
+
+@pytest.mark.parametrize("requested, cpu_adapter, features, has_f16_shaders, chosen", [
+    ("auto", False, {SHADER_F16}, True, "f16"),  # a GPU with the feature
+    ("auto", False, set(), True, "gpu"),  # a GPU without it
+    ("auto", True, {SHADER_F16}, True, "cpu"),  # lavapipe, SwiftShader: the CPU shaders first
+    ("auto", False, {SHADER_F16}, False, "gpu"),  # nothing to compile in f16
+    ("f16", False, set(), True, "gpu"),  # forced, without the feature: the f32 shaders
+    ("f16", True, {SHADER_F16}, True, "f16"),  # forced on a CPU adapter that has it
+    ("f16", False, {SHADER_F16}, False, "gpu"),
+    ("gpu", False, {SHADER_F16}, True, "gpu"),
+    ("cpu", False, {SHADER_F16}, True, "cpu"),
+])
+def test_choose_kernels(requested, cpu_adapter, features, has_f16_shaders, chosen) -> None:
+    adapter = SimpleNamespace(info={"adapter_type": "CPU" if cpu_adapter else "DiscreteGPU", "device": "fake"},
+                              features=features)
+    assert choose_kernels(requested, adapter.info, adapter.features, has_f16_shaders=has_f16_shaders) == chosen
+
+
+@pytest.mark.gpu
+def test_the_python_runtime_runs_the_f16_shaders_within_the_f16_bound(f16_bundle: Path, monkeypatch) -> None:
+    model = onnx.load(f16_bundle / "model.onnx")
+    inputs = feeds()
+    want = dict(zip(("y", "l", "z", "s"), onnxruntime_outputs(f16_bundle / "model.onnx", inputs)))
+    assert SHADER_F16 in wgpu.gpu.request_adapter_sync().features  # lavapipe offers it
+    compiled = []
+    read = webgpu._kernel_source
+    monkeypatch.setattr(webgpu, "_kernel_source", lambda folder, file: compiled.append(file) or read(folder, file))
+    session = load(f16_bundle / "bundle", kernels="f16")
+    assert session.kernels == "f16" and SHADER_F16 in session.device.features
+    manifest = session.manifest
+    assert compiled == [k.get("f16_file", k["file"]) for k in manifest["kernels"]]
+    got = session.run(inputs)
+    terms = term_magnitudes(inputs, model)
+    worst = {name: assert_within_f16_products(got[name], want[name], *terms[name]) for name in ("l", "z")}
+    # y = relu(x @ w + b): the bound holds before the relu; relu and the bias only shrink the error
+    worst["y"] = assert_within_f16_products(got["y"], want["y"], *terms["y"])
+    assert_close(got["s"], want["s"], F32_LOOSE)  # not a matmul: its f32 shader
+    assert max(worst.values()) > 0.01  # the f16 shaders ran (the f32 ones are ~1000x closer)
+    assert load(f16_bundle / "bundle").kernels == "cpu"  # auto on lavapipe, a CPU adapter
+
+
+@pytest.mark.gpu
+def test_f16_on_a_device_without_the_feature_falls_back_to_f32(f16_bundle: Path) -> None:
+    device = wgpu.gpu.request_adapter_sync().request_device_sync(required_features=[])
+    assert SHADER_F16 not in device.features
+    with pytest.warns(RuntimeWarning, match="does not offer shader-f16; compiling the f32 shaders"):
+        session = load(f16_bundle / "bundle", device=device, kernels="f16")
+    assert session.kernels == "gpu"
+    inputs = feeds()
+    want = dict(zip(("y", "l", "z", "s"), onnxruntime_outputs(f16_bundle / "model.onnx", inputs)))
+    got = session.run(inputs)
+    terms = term_magnitudes(inputs, onnx.load(f16_bundle / "model.onnx"))
+    for name in ("y", "l", "z"):
+        assert_within_f32_sums(got[name], want[name], *terms[name])
+    assert_close(got["s"], want["s"], F32_LOOSE)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert load(f16_bundle / "bundle", device=device).kernels == "cpu"  # auto: no warning
+
+
+F16_OR_NOT_IN_PAGE = """
+async (inputs) => {
+  const outcome = {};
+  for (const kernels of ["auto", "f16"]) {
+    const model = await window.relaxweb.load("/bundle/", { kernels });
+    const feeds = {};
+    for (const [name, value] of Object.entries(inputs)) feeds[name] = { data: new Float32Array(value.data), shape: value.shape };
+    const outputs = await model.run(feeds);
+    outcome[kernels] = { kernels: model.kernels, y: Array.from(outputs.y.data), l: Array.from(outputs.l.data),
+                         z: Array.from(outputs.z.data) };
+    model.dispose();
+  }
+  const adapter = await navigator.gpu.requestAdapter();
+  outcome.hasF16 = adapter.features.has("shader-f16");
+  return outcome;
+}
+"""
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(importlib.util.find_spec("playwright") is None, reason="playwright is not installed")
+def test_the_browser_runtime_falls_back_to_f32_on_swiftshader(f16_bundle: Path) -> None:
+    """SwiftShader has no shader-f16: "auto" takes the CPU shaders, "f16" the f32 ones, and
+    both match onnxruntime at f32's tolerance."""
+    inputs = feeds()
+    want = onnxruntime_outputs(f16_bundle / "model.onnx", inputs)
+    terms = term_magnitudes(inputs, onnx.load(f16_bundle / "model.onnx"))
+    arguments = {name: {"data": value.reshape(-1).tolist(), "shape": list(value.shape)} for name, value in inputs.items()}
+    with open_runner_page(f16_bundle / "bundle") as page:
+        outcome = page.evaluate(F16_OR_NOT_IN_PAGE, arguments)
+    assert outcome["hasF16"] is False
+    assert [outcome[k]["kernels"] for k in ("auto", "f16")] == ["cpu", "gpu"]
+    for kernels in ("auto", "f16"):
+        for index, name in enumerate(("y", "l", "z")):
+            got = np.array(outcome[kernels][name], dtype=np.float32).reshape(want[index].shape)
+            assert_within_f32_sums(got, want[index], *terms[name])
+
+
+@pytest.mark.gpu
+@pytest.mark.slow  # the torch exports
+@pytest.mark.parametrize("name", ["gpt2_legacy", "cnn_legacy"])
+def test_models_with_f16_shaders_match_onnxruntime(tmp_path_factory, name: str) -> None:
+    """The GPT-2-like and CNN test models (tests/model_exports.py) at every test shape, one build."""
+    import onnxruntime as ort
+
+    if missing_exporter_packages():
+        pytest.skip(f"{' and '.join(missing_exporter_packages())} not installed")
+    export = session_exports(tmp_path_factory, [name])[name]
+    if export.error:
+        pytest.fail(f"export of {name} failed: {export.error}", pytrace=False)
+    folder = tmp_path_factory.mktemp(f"{name}_f16")
+    build(str(export.path), str(folder))
+    session = load(folder, kernels="f16")
+    assert session.kernels == "f16"
+    assert any("f16_file" in kernel for kernel in session.manifest["kernels"])
+    reference = ort.InferenceSession(str(export.path), providers=["CPUExecutionProvider"])
+    for dims in MODELS[name][1]:
+        inputs = export_script().make_inputs(export.sidecar["inputs"], dims, seed=sum(dims.values()))
+        actual = session.run(inputs)
+        for output, want in zip(reference.get_outputs(), reference.run(None, inputs)):
+            assert_close(actual[output.name], want, F16_MODEL, err_msg=f"{name} output {output.name} at {dims}")
