@@ -174,15 +174,24 @@ def _f16_variant_entry(kernel, shader: ShaderInfo, out: Path) -> dict:
     """``{"f16_file": ...}`` when the kernel has a shader for adapters with ``shader-f16``
     (``relaxweb/wgsl/variants.py``), written next to its own; ``{}`` otherwise.  The bundle
     does not require the feature: a runtime compiles these only where the adapter has it."""
-    variant = f16_variant(kernel) if isinstance(kernel, TensorProgram) else None
-    if variant is None:
+    # a library kernel's builder wrote both sources, with the same bindings and params
+    source = kernel.f16_source if isinstance(kernel, LibraryKernel) else _f16_program_source(kernel, shader)
+    if not source:
         return {}
+    file = f"kernels/{kernel.name}.f16.wgsl"
+    (out / file).write_text(source)
+    return {"f16_file": file}
+
+
+def _f16_program_source(program: TensorProgram, shader: ShaderInfo) -> str:
+    """The WGSL of a tensor program's f16 variant, ``""`` when it has none."""
+    variant = f16_variant(program)
+    if variant is None:
+        return ""
     variant_shader = emit_wgsl(variant)
     if (variant_shader.params, variant_shader.bindings) != (shader.params, shader.bindings):
-        raise AssertionError(f"{kernel.name}: the f16 variant must keep the kernel's params and bindings")
-    file = f"kernels/{kernel.name}.f16.wgsl"
-    (out / file).write_text(variant_shader.source)
-    return {"f16_file": file}
+        raise AssertionError(f"{program.name}: the f16 variant must keep the kernel's params and bindings")
+    return variant_shader.source
 
 
 def emit_kernel(kernel) -> ShaderInfo:

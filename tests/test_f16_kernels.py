@@ -36,8 +36,18 @@ import relaxweb.runtime.webgpu as webgpu
 from relaxweb import build, load
 from relaxweb.api import inspect
 from relaxweb.browser import open_runner_page
-from relaxweb.runtime.webgpu import SHADER_F16, choose_kernels
+from relaxweb.ir.interpreter import run_program
+from relaxweb.ir.launch import dispatch_count, workgroup_storage_bytes
+from relaxweb.ir.schedule import HalfTiledMatmulSchedule, TiledMatmulSchedule
+from relaxweb.ir.symbolic import SizeVar
+from relaxweb.ir.tir import Binary, Buffer, FloatImm, Load, Reduce, TensorProgram
+from relaxweb.runtime.webgpu import SHADER_F16, choose_kernels, default_device
+from relaxweb.wgsl.variants import f16_variant
+from tests.gpu_kernels import run_kernel_on_gpu
 from tests.helpers import EPS32, F16_MODEL, F32_LOOSE, assert_close, make_model, onnxruntime_outputs, rand
+from tests.test_attention import SHAPES as ATTENTION_SHAPES
+from tests.test_attention import _feeds as attention_feeds
+from tests.test_attention import attention_model
 from tests.model_exports import MODELS, export_script, missing_exporter_packages, session_exports
 
 ROWS, DEPTH, COLUMNS = 70, 33, 90  # not multiples of the tiles: the edges are exercised
@@ -119,6 +129,42 @@ def test_tiled_matmuls_get_an_f16_shader(f16_bundle: Path) -> None:
     sizes = {k["file"]: (f16_bundle / "bundle" / k.get("f16_file", k["file"])).stat().st_size for k in manifest["kernels"]}
     assert (f"on an adapter with shader-f16 3 of them compile their f16_file instead: {sum(sizes.values())} bytes of WGSL"
             in str(inspect(f16_bundle / "bundle")))
+
+
+def matmul_bias_relu(schedule: TiledMatmulSchedule) -> TensorProgram:
+    """out[n, m] = relu(A[n, k] @ B[k, m] + C[m]), scheduled."""
+    n, m, k, i0, i1, r = (SizeVar(name) for name in ("n", "m", "k", "i0_", "i1_", "k_"))
+    a, b, bias = Buffer("A", (n, k), "float32"), Buffer("B", (k, m), "float32"), Buffer("C", (m,), "float32")
+    product = Reduce("sum", r, k, Binary("multiply", Load(a, (i0, r)), Load(b, (r, i1))))
+    body = Binary("maximum", Binary("add", product, Load(bias, (i1,))), FloatImm(0.0))
+    return TensorProgram("matmul_bias_relu", (a, b, bias), Buffer("out", (n, m), "float32"), (i0, i1), body,
+                         schedule=schedule)
+
+
+def test_the_f16_variant_keeps_the_tiles_and_halves_the_workgroup_memory() -> None:
+    for schedule in (TiledMatmulSchedule(), TiledMatmulSchedule(tile=64, depth=8, block=8)):
+        program = matmul_bias_relu(schedule)
+        variant = f16_variant(program)
+        assert variant.schedule == HalfTiledMatmulSchedule(tile=schedule.tile, depth=schedule.depth, block=schedule.block)
+        assert str(variant.schedule) == str(schedule).replace("tiled_matmul(", "tiled_matmul_f16(")
+        assert dispatch_count(variant) == dispatch_count(program)
+        assert workgroup_storage_bytes(variant) * 2 == workgroup_storage_bytes(program)
+        assert f16_variant(variant) is None  # one variant, not a chain
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("schedule", [TiledMatmulSchedule(), TiledMatmulSchedule(tile=64, depth=8, block=8)], ids=str)
+@pytest.mark.parametrize("sizes", [(1, 1, 1), (37, 19, 45), (64, 16, 32), (5, 70, 3), (137, 200, 75)])
+def test_the_f16_schedule_on_gpu(sizes: tuple[int, int, int], schedule: TiledMatmulSchedule) -> None:
+    """Every edge of the tiles (the kernel's own bounds guard is checked by run_kernel_on_gpu)."""
+    rows, depth, columns = sizes
+    program = f16_variant(matmul_bias_relu(schedule))
+    arrays = [rand(rows, depth, seed=1), rand(depth, columns, seed=2), rand(columns, seed=3)]
+    size_vars = {"n": rows, "k": depth, "m": columns}
+    got = run_kernel_on_gpu(default_device(required_features=[SHADER_F16]), program, arrays, size_vars)
+    want = run_program(program, [x.astype(np.float64) for x in arrays], size_vars)
+    terms = np.abs(arrays[0]).astype(np.float64) @ np.abs(arrays[1]).astype(np.float64)
+    assert_within_f16_products(got, want, terms, depth)
 
 
 @pytest.mark.parametrize("requested, cpu_adapter, features, has_f16_shaders, chosen", [
@@ -241,3 +287,35 @@ def test_models_with_f16_shaders_match_onnxruntime(tmp_path_factory, name: str) 
         actual = session.run(inputs)
         for output, want in zip(reference.get_outputs(), reference.run(None, inputs)):
             assert_close(actual[output.name], want, F16_MODEL, err_msg=f"{name} output {output.name} at {dims}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mask_dims", ["rows", "keys"])
+def test_the_fused_attention_kernel_has_an_f16_shader(tmp_path, mask_dims: str) -> None:
+    """Scores of f16 products summed in f32 are each off by at most d = 5u * scale * sum |q k|;
+    the softmax turns that into weights off by a factor within exp(+-2d), and the weighted
+    values (f16 products again) add 5u: each output within max |v| * (2d + 5u) of the exact
+    one.  Rows masked out entirely stay NaN, as unfused.  Measured: 0.03 of the bound (the f32
+    shader: 1e-5)."""
+    model = attention_model("Div", mask_dims, transposed_keys=False)  # scores / 4
+    onnx.save(model, tmp_path / "model.onnx")
+    build(str(tmp_path / "model.onnx"), str(tmp_path / "bundle"))
+    manifest = json.loads((tmp_path / "bundle" / "manifest.json").read_text())
+    (attention,) = [k for k in manifest["kernels"] if k["name"].startswith("attention")]
+    source = (tmp_path / "bundle" / attention["f16_file"]).read_text()
+    assert source.startswith("enable f16;\n") and "var<workgroup> key_tile: array<vec4<f16>," in source
+    session = load(tmp_path / "bundle", kernels="f16")
+    worst = 0.0
+    for index, (batch, seq) in enumerate(ATTENTION_SHAPES):
+        feeds = attention_feeds(batch, seq, mask_dims, False, seed=10 * index)
+        want = onnxruntime_outputs(model, feeds)[0].astype(np.float64)
+        got = session.run(feeds)["out"].astype(np.float64)
+        assert np.array_equal(np.isnan(got), np.isnan(want)), (batch, seq)
+        q, k, v = (np.abs(feeds[name].astype(np.float64)) for name in ("q", "k", "v"))
+        score_error = 5 * UNIT_ROUNDOFF_F16 * 0.25 * (q @ np.swapaxes(k, -1, -2)).max(axis=-1, keepdims=True)
+        bound = v.max(axis=(-2, -1), keepdims=True) * (2 * score_error + 5 * UNIT_ROUNDOFF_F16) + 1e-6
+        ratio = np.abs(got - want) / bound
+        ratio = ratio[~np.isnan(ratio)]  # NaN rows compared above (seq 1 may have only one)
+        assert ratio.max(initial=0.0) <= 1.0, f"batch {batch}, seq {seq}: {ratio.max():.2f} times the bound"
+        worst = max(worst, float(ratio.max(initial=0.0)))
+    assert worst > 0.001  # the f16 shader ran (the f32 one is ~3000x closer)
