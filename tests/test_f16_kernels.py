@@ -36,7 +36,10 @@ import relaxweb.runtime.webgpu as webgpu
 from relaxweb import build, load
 from relaxweb.api import inspect
 from relaxweb.browser import open_runner_page
-from relaxweb.ir.interpreter import run_program
+from relaxweb.bundle import write_bundle
+from relaxweb.compiler import compile_module
+from relaxweb.ir import FunctionBuilder, IRModule, TensorStructInfo
+from relaxweb.ir.interpreter import run_module, run_program
 from relaxweb.ir.launch import dispatch_count, workgroup_storage_bytes
 from relaxweb.ir.schedule import HalfTiledMatmulSchedule, TiledMatmulSchedule
 from relaxweb.ir.symbolic import SizeVar
@@ -319,3 +322,24 @@ def test_the_fused_attention_kernel_has_an_f16_shader(tmp_path, mask_dims: str) 
         assert ratio.max(initial=0.0) <= 1.0, f"batch {batch}, seq {seq}: {ratio.max():.2f} times the bound"
         worst = max(worst, float(ratio.max(initial=0.0)))
     assert worst > 0.001  # the f16 shader ran (the f32 one is ~3000x closer)
+
+
+@pytest.mark.gpu
+def test_the_causal_attention_kernel_with_scalar_words_in_f16(tmp_path) -> None:
+    """Head sizes 6 and 3 (not multiples of 4: the kernel's words are scalars), causal, Sq < Sk."""
+    s, t = SizeVar("s"), SizeVar("t")
+    builder = FunctionBuilder("main")
+    q, k, v = (builder.add_param(name, TensorStructInfo(shape, "float32"))
+               for name, shape in (("q", (2, s, 6)), ("k", (2, t, 6)), ("v", (2, t, 3))))
+    out = builder.emit_op("attention", q, k, v, scale=0.5, causal=True, name_hint="out", output=True)
+    module = IRModule({"main": builder.finish([out], ["out"])})
+    write_bundle(compile_module(module, {}), tmp_path / "bundle", "model")
+    session = load(tmp_path / "bundle", kernels="f16")
+    assert "f16_file" in session.manifest["kernels"][0] and session.kernels == "f16"
+    feeds = {"q": rand(2, 5, 6, seed=1), "k": rand(2, 40, 6, seed=2), "v": rand(2, 40, 3, seed=3)}
+    want = run_module(module, feeds)[0].astype(np.float64)
+    got = session.run(feeds)["out"].astype(np.float64)
+    q64, k64, v64 = (np.abs(feeds[name].astype(np.float64)) for name in ("q", "k", "v"))
+    score_error = 5 * UNIT_ROUNDOFF_F16 * 0.5 * (q64 @ np.swapaxes(k64, -1, -2)).max(axis=-1, keepdims=True)
+    bound = v64.max(axis=(-2, -1), keepdims=True) * (2 * score_error + 5 * UNIT_ROUNDOFF_F16) + 1e-6
+    assert (np.abs(got - want) / bound).max() <= 1.0

@@ -206,15 +206,16 @@ def _source(name, inputs, output, batch, kv_batch, query_length, key_length, hea
     lines += [
         "  // the query row and the accumulators in registers (unrolled: no indexing at run time)",
         "  let query_start = (bh * seq_q + row) * HEAD;",
-        *(f"  let q{i} = {staged}({_gather('query', f'query_start + {i * width}', width)});" for i in range(key_words)),
+        *(f"  let q{i} = {_staged(_gather('query', f'query_start + {i * width}', width), staged, half)};"
+          for i in range(key_words)),
         *(f"  var acc{i} = {vector}(0.0);" for i in range(value_words)),
         "  var running_max = 0.0;",
         "  var running_sum = 0.0;",
         "  var started = false;  // a score above -inf seen: running_max holds one",
         "  for (var start = 0; start < key_end; start = start + TILE) {",
         "    workgroupBarrier();",
-        *_load_tile("key_tile", "key", "HEAD", key_words, width, staged),
-        *_load_tile("value_tile", "value", "VALUE_HEAD", value_words, width, staged),
+        *_load_tile("key_tile", "key", "HEAD", key_words, width, staged, half),
+        *_load_tile("value_tile", "value", "VALUE_HEAD", value_words, width, staged, half),
         "    workgroupBarrier();",
         "    // keys [start, start + count) of this tile are visible to this row (a branch without",
         "    // barriers: rows differ under a causal mask)",
@@ -277,7 +278,12 @@ def _weighted(weight: str, value: str, vector: str, half: bool) -> str:
     return f"{vector}(f16({weight}) * {value})" if half else f"{weight} * {value}"
 
 
-def _load_tile(tile: str, buffer: str, row_size: str, words: int, width: int, staged: str) -> list[str]:
+def _staged(value: str, staged: str, half: bool) -> str:
+    """An f32 word as the tiles hold it: converted to f16 in the f16 source."""
+    return f"{staged}({value})" if half else value
+
+
+def _load_tile(tile: str, buffer: str, row_size: str, words: int, width: int, staged: str, half: bool) -> list[str]:
     """The workgroup's cooperative copy of keys (values) [start, start + TILE) into ``tile``."""
     return [
         f"    for (var e = i32(local); e < TILE * {words}; e = e + 64) {{",
@@ -288,7 +294,7 @@ def _load_tile(tile: str, buffer: str, row_size: str, words: int, width: int, st
         f"        let at = (kv_group * seq_k + j) * {row_size} + e % {words} * {width};",
         f"        word = {_gather(buffer, 'at', width)};",
         "      }",
-        f"      {tile}[e] = {staged}(word);",
+        f"      {tile}[e] = {_staged('word', staged, half)};",
         "    }",
     ]
 
