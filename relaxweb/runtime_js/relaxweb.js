@@ -8,6 +8,7 @@
 import {
   FORMAT_VERSION, InputShapeError, TYPED_ARRAY_OF_DTYPE, OPCODE_DISPATCH, OPCODE_READ, OPCODE_RESUME, checkInputs,
   checkSequence, isSequence, deviceShortfalls, dtypeInfo, fromDeviceData, loadTimeLimits, storageSizeProblem, toDeviceData,
+  SHADER_F16, chooseKernels,
 } from "./host.js";
 import { validateManifest } from "./manifest.js";
 import { RemoteHost } from "./remote_host.js";
@@ -82,7 +83,7 @@ export async function load(url, { bounds, onProgress, device, cache, profile = f
   const adapterPromise = device ? Promise.resolve(null) : requestAdapter();
   const [host, kernelShaders, shards, adapter] = await Promise.all([
     fetchOk(fileUrl("host.wasm")).then((r) => r.arrayBuffer()).then((b) => RemoteHost.instantiate(b, manifest)),
-    adapterPromise.then((a) => fetchKernelSources(manifest, fileUrl, chooseKernels(kernels, device ?? a, manifest))),
+    adapterPromise.then((a) => fetchKernelSources(manifest, fileUrl, chosenKernels(kernels, device ?? a, manifest))),
     openShardCache(cache).then((shardCache) => fetchShards(manifest, fileUrl, onProgress, shardCache)),
     adapterPromise,
   ]);
@@ -786,34 +787,17 @@ async function requestAdapter() {
   return navigator.gpu.requestAdapter();
 }
 
-/** The WebGPU feature the kernels' f16 shaders (the manifest's `f16_file`) need. */
-const SHADER_F16 = "shader-f16";
-
 /**
- * Which shaders the kernels with a variant compile (relaxweb/wgsl/variants.py; the Python
- * runtime's choose_kernels): "cpu" on a CPU adapter (matmuls without workgroup memory, whose
- * barriers cost a CPU adapter more than they save), else "f16" where the bundle has f16
- * shaders and the adapter (or the given device) offers "shader-f16" (factors multiplied in
- * f16, summed in f32), else "gpu". A forced "f16" falls back to "gpu" with a warning.
+ * chooseKernels (host.js), its warning on the console.
  * @param {"auto"|"gpu"|"cpu"|"f16"} kernels the load option
  * @param {GPUAdapter|GPUDevice|null} gpu the adapter, or the device given to load()
  * @param {any} manifest
  * @returns {"gpu"|"cpu"|"f16"}
  */
-function chooseKernels(kernels, gpu, manifest) {
-  const hasF16Shaders = manifest.kernels.some((/** @type {any} */ k) => k.f16_file);
-  const f16 = hasF16Shaders && Boolean(gpu?.features?.has(SHADER_F16));
-  if (kernels === "auto") {
-    const info = gpu && ("adapterInfo" in gpu ? gpu.adapterInfo : gpu.info);
-    if (info && (info.isFallbackAdapter || info.architecture === "swiftshader")) return "cpu";
-    return f16 ? "f16" : "gpu";
-  }
-  if (kernels === "f16" && !f16) {
-    const reason = hasF16Shaders ? `the ${gpu && "adapterInfo" in gpu ? "given device" : "adapter"} does not offer ${SHADER_F16}` : "the bundle has no f16 shaders";
-    console.warn(`relaxweb: kernels "f16": ${reason}; compiling the f32 shaders`);
-    return "gpu";
-  }
-  return kernels;
+function chosenKernels(kernels, gpu, manifest) {
+  const choice = chooseKernels(kernels, gpu, manifest);
+  if (choice.warning) console.warn(`relaxweb: ${choice.warning}`);
+  return choice.kernels;
 }
 
 /**
