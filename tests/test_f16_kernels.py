@@ -48,13 +48,13 @@ from relaxweb.runtime.webgpu import SHADER_F16, choose_kernels, default_device
 from relaxweb.wgsl.variants import f16_variant
 from tests.gpu_kernels import run_kernel_on_gpu
 from tests.helpers import EPS32, F16_MODEL, F32_LOOSE, assert_close, make_model, onnxruntime_outputs, rand
+from tests.model_exports import MODELS, export_script, missing_exporter_packages, session_exports
 from tests.test_attention import SHAPES as ATTENTION_SHAPES
 from tests.test_attention import _feeds as attention_feeds
 from tests.test_attention import attention_model
-from tests.model_exports import MODELS, export_script, missing_exporter_packages, session_exports
 
 ROWS, DEPTH, COLUMNS = 70, 33, 90  # not multiples of the tiles: the edges are exercised
-LONG = 768  # GPT-2's hidden size: an f16 running sum over it would fail the bound
+LONG = 768  # GPT-2's hidden size: a long reduction (summed in f32)
 UNIT_ROUNDOFF_F16 = 2.0 ** -11
 SMALLEST_NORMAL_F16 = 2.0 ** -14
 

@@ -311,11 +311,11 @@ def choose_kernels(requested: str, adapter_info: Mapping[str, Any], features: An
 
     "auto" takes the CPU shaders on an adapter that runs shaders on the CPU (lavapipe,
     SwiftShader: wgpu's ``adapter_type``), where kernels with a ``cpu_file`` run faster from
-    it, else the f16 ones when the bundle has some
-    and the adapter (or the given device) offers ``shader-f16``, else the staged f32 ones.
-    "f16" falls back to "gpu" where the feature or the f16 shaders are missing (the outputs
-    are the same within f32 tolerance instead of f16's; ``Session`` warns).  ``adapter_info``
-    and ``features`` are the adapter's (wgpu's ``adapter.info``), or the given device's."""
+    it, else the f16 ones when the bundle has some and the adapter (or the given device)
+    offers ``shader-f16``, else the staged f32 ones.  "f16" falls back to "gpu" where the
+    feature or the f16 shaders are missing (the outputs are then within f32's tolerance, not
+    f16's; ``Session`` warns).  ``adapter_info`` and ``features`` are the adapter's (wgpu's
+    ``adapter.info``), or the given device's."""
     f16 = has_f16_shaders and SHADER_F16 in {str(feature) for feature in features}
     if requested == "auto":
         return "cpu" if adapter_info.get("adapter_type") == "CPU" else "f16" if f16 else "gpu"
