@@ -130,13 +130,20 @@ class Bundle:
         return {kernel["file"]: len(read_bundle_file(self.path, kernel["cpu_file"], MAX_KERNEL_BYTES, "kernel"))
                 for kernel in self.manifest["kernels"] if "cpu_file" in kernel}
 
+    @property
+    def f16_shader_bytes(self) -> dict[str, int]:
+        """The bytes of the kernels' f16 shaders (``f16_file``), by the kernel's ``file``: what
+        an adapter with ``shader-f16`` compiles instead (``relaxweb/wgsl/variants.py``)."""
+        return {kernel["file"]: len(read_bundle_file(self.path, kernel["f16_file"], MAX_KERNEL_BYTES, "kernel"))
+                for kernel in self.manifest["kernels"] if "f16_file" in kernel}
+
     def load(self, *, device: Any = None, profiling: bool = False, kernels: str = "auto",
              limits: Mapping[str, int] | None = None) -> Session:
         """The bundle loaded with the Python runtime (see :func:`load`)."""
         return load(self.path, device=device, profiling=profiling, kernels=kernels, limits=limits)
 
     def __str__(self) -> str:
-        return format_manifest(self.manifest, self.shader_bytes, self.cpu_shader_bytes)
+        return format_manifest(self.manifest, self.shader_bytes, self.cpu_shader_bytes, self.f16_shader_bytes)
 
     def __repr__(self) -> str:
         return (f"Bundle({str(self.path)!r}, inputs=[{', '.join(map(str, self.inputs))}], "
@@ -175,9 +182,11 @@ def load(bundle_dir: str | Path, *, device: Any = None, profiling: bool = False,
     ``device`` is a ``wgpu.GPUDevice``; by default a device shared by every session.
     ``profiling=True`` requests the adapter's ``timestamp-query`` feature when it has one
     (a device shared by profiling sessions), so that profiles time kernels on the GPU.
-    ``kernels`` picks the shaders of kernels that have a variant for CPU adapters
-    (``relaxweb/wgsl/variants.py``): ``"auto"`` (the CPU ones on a CPU adapter such as
-    lavapipe), ``"gpu"`` or ``"cpu"``; ``session.kernels`` says which were compiled.
+    ``kernels`` picks the shaders of kernels that have a variant (``relaxweb/wgsl/variants.py``):
+    ``"auto"`` (the CPU ones on a CPU adapter such as lavapipe, else the f16 ones where the
+    adapter offers ``shader-f16``, else the f32 ones), ``"gpu"``, ``"cpu"`` or ``"f16"`` (the
+    f32 ones, with a warning, where the feature is missing); ``session.kernels`` says which
+    were compiled.
     ``limits`` (``{"maxStorageBufferBindingSize": 134217728}``) lowers the buffer size limits
     that weights the bundle binds in parts are split at, as on a device that offers no more
     (docs/bundle-format.md, "Weights in parts"); storages keep the device's own limits.
@@ -269,10 +278,12 @@ def format_coverage(source: str, opset: int, coverage: list[tuple[str, int, bool
 
 
 def format_manifest(manifest: Mapping[str, Any], shader_bytes: Mapping[str, int] | None = None,
-                    cpu_shader_bytes: Mapping[str, int] | None = None) -> str:
+                    cpu_shader_bytes: Mapping[str, int] | None = None,
+                    f16_shader_bytes: Mapping[str, int] | None = None) -> str:
     """A bundle's manifest as ``relaxweb inspect DIR`` prints it (with ``shader_bytes``, the
     size of each kernel's WGSL by file: the pipelines to compile at load, largest first; with
-    ``cpu_shader_bytes``, the sizes of the shaders a CPU adapter compiles instead)."""
+    ``cpu_shader_bytes`` and ``f16_shader_bytes``, the sizes of the shaders a CPU adapter and
+    an adapter with ``shader-f16`` compile instead)."""
     lines = [f"bundle of {manifest.get('model')} (format {manifest['format']} v{manifest['version']})"]
     for kind in ("inputs", "outputs"):
         for item in manifest[kind]:
@@ -299,15 +310,17 @@ def format_manifest(manifest: Mapping[str, Any], shader_bytes: Mapping[str, int]
     for index, site in enumerate(manifest["call_sites"]):
         lines.append(f"  {index}: {manifest['kernels'][site['kernel']]['file']}  {site['binding']}")
     if shader_bytes is not None:
-        lines += _format_pipelines(manifest, shader_bytes, cpu_shader_bytes or {})
+        lines += _format_pipelines(manifest, shader_bytes, cpu_shader_bytes or {}, f16_shader_bytes or {})
     lines.append(f"required limits: {manifest['required_limits']}")
     return "\n".join(lines)
 
 
 def _format_pipelines(manifest: Mapping[str, Any], shader_bytes: Mapping[str, int],
-                      cpu_shader_bytes: Mapping[str, int], largest: int = 5) -> list[str]:
+                      cpu_shader_bytes: Mapping[str, int], f16_shader_bytes: Mapping[str, int] | None = None,
+                      largest: int = 5) -> list[str]:
     """The pipelines a load creates (one per kernel) and the WGSL they compile, with the
-    largest shaders and how many call sites use each; then what changes on a CPU adapter."""
+    largest shaders and how many call sites use each; then what changes on a CPU adapter and
+    on an adapter with ``shader-f16``."""
     sites: dict[str, int] = {}
     for site in manifest["call_sites"]:
         file = manifest["kernels"][site["kernel"]]["file"]
@@ -319,4 +332,8 @@ def _format_pipelines(manifest: Mapping[str, Any], shader_bytes: Mapping[str, in
         on_cpu = sum({**shader_bytes, **cpu_shader_bytes}.values())
         lines.append(f"  on a CPU adapter (SwiftShader, lavapipe) {len(cpu_shader_bytes)} of them compile their "
                      f"cpu_file instead: {on_cpu} bytes of WGSL")
+    if f16_shader_bytes:
+        with_f16 = sum({**shader_bytes, **f16_shader_bytes}.values())
+        lines.append(f"  on an adapter with shader-f16 {len(f16_shader_bytes)} of them compile their "
+                     f"f16_file instead: {with_f16} bytes of WGSL")
     return lines

@@ -30,7 +30,7 @@ from .ir.tir import TensorProgram
 from .ir.params_block import PARAMS_SLOT, ParamsLayout
 from .wasm import MAX_RANK, CallSiteParams, assemble, emit_host_wat
 from .wgsl import ShaderInfo, emit_wgsl
-from .wgsl.variants import cpu_shader_fits, cpu_variant
+from .wgsl.variants import cpu_shader_fits, cpu_variant, f16_variant
 
 FORMAT = "relaxweb-bundle"
 # 2: the manifest's ``dtypes`` table replaced each tensor's ``device_dtype``.
@@ -84,8 +84,9 @@ def write_bundle(module: IRModule, out_dir: str | Path, source: str, progress: P
             file = f"kernels/{name}.wgsl"
             (out / file).write_text(shader.source)
             variant = _cpu_variant_entry(program, name, parts, shader, out)
+            half = _f16_variant_entry(program, name, parts, shader, out)
             kernels.append({
-                "name": name, "file": file, **variant, "entry_point": "main",
+                "name": name, "file": file, **variant, **half, "entry_point": "main",
                 "workgroup_size": [WORKGROUP_SIZE, 1, 1], "bindings": list(shader.bindings),
                 "workgroup_storage_bytes": shader.workgroup_storage_bytes,
                 "params": list(shader.params.fields),
@@ -177,6 +178,30 @@ def _cpu_variant_entry(kernel, name: str, parts: dict[str, int], shader: ShaderI
     file = f"kernels/{name}.cpu.wgsl"
     (out / file).write_text(variant_shader.source)
     return {"cpu_file": file}
+
+
+def _f16_variant_entry(kernel, name: str, parts: dict[str, int], shader: ShaderInfo, out: Path) -> dict:
+    """``{"f16_file": ...}`` when the kernel has a shader for adapters with ``shader-f16``
+    (``relaxweb/wgsl/variants.py``), written next to its own; ``{}`` otherwise.  The bundle
+    does not require the feature: a runtime compiles these only where the adapter has it."""
+    # a library kernel's builder wrote both sources, with the same bindings and params
+    source = kernel.f16_source if isinstance(kernel, LibraryKernel) else _f16_program_source(kernel, parts, shader)
+    if not source:
+        return {}
+    file = f"kernels/{name}.f16.wgsl"
+    (out / file).write_text(source)
+    return {"f16_file": file}
+
+
+def _f16_program_source(program: TensorProgram, parts: dict[str, int], shader: ShaderInfo) -> str:
+    """The WGSL of a tensor program's f16 variant, ``""`` when it has none."""
+    variant = f16_variant(program)
+    if variant is None:
+        return ""
+    variant_shader = emit_wgsl(variant, parts)
+    if (variant_shader.params, variant_shader.bindings) != (shader.params, shader.bindings):
+        raise AssertionError(f"{program.name}: the f16 variant must keep the kernel's params and bindings")
+    return variant_shader.source
 
 
 def emit_kernel(kernel, parts: dict[str, int] | None = None) -> ShaderInfo:

@@ -213,8 +213,10 @@ def make_parser() -> argparse.ArgumentParser:
                      help="time every kernel (timestamp queries where the adapter has them, else one submit per "
                           "dispatch) and print a table of the slowest: calls, ms, share, GFLOP/s, GB/s")
     run.add_argument("--kernels", choices=KERNEL_VARIANTS, default="auto",
-                     help="for kernels that have a shader for CPU adapters (matmuls and convolutions without workgroup memory), which "
-                          "to compile: auto (the CPU one on a CPU adapter such as lavapipe; the default), gpu or cpu")
+                     help="for kernels that have a second shader (matmuls and convolutions: without workgroup memory for CPU "
+                          "adapters, in f16 for adapters with shader-f16), which to compile: auto (the CPU one on a CPU "
+                          "adapter such as lavapipe, else the f16 one where the adapter has shader-f16; the default), gpu, "
+                          "cpu or f16 (gpu, with a warning, where shader-f16 is missing)")
     run.add_argument("--reference", action="store_true",
                      help="run an .onnx model (not a bundle) in the reference interpreter: numpy, no GPU")
     run.set_defaults(handler=command_run)

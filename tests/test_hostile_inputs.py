@@ -155,6 +155,7 @@ def test_tampered_manifests_get_the_same_message_from_both_runtimes(bundles, tmp
     cases = tampered_manifests(manifest(plain), 300)
     cases += [("kernel file outside", _with(manifest(plain), ("kernels", 0, "file"), "../../../../etc/passwd")),
               ("CPU kernel file outside", _with(manifest(plain), ("kernels", 0, "cpu_file"), "kernels/../../x.wgsl")),
+              ("f16 kernel file outside", _with(manifest(plain), ("kernels", 0, "f16_file"), "/etc/passwd")),
               ("negative call site kernel", _with(manifest(plain), ("call_sites", 0, "kernel"), -1)),
               ("weight past its shard", _with(manifest(plain), ("weights", 0, "offset"), 64)),
               ("sequence without its table", _with(manifest(plain), ("outputs", 0, "kind"), "sequence")),
@@ -174,9 +175,10 @@ def test_tampered_manifests_get_the_same_message_from_both_runtimes(bundles, tmp
         assert in_python == in_js, what
     refused = sum(problem is not None for problem in python_problems)
     assert refused > len(cases) * 0.8  # most mutations break the schema; the rest change notes or names
-    assert python_problems[-6:] == [
+    assert python_problems[-7:] == [
         'kernels[0].file: "../../../../etc/passwd" is not allowed (it must match ^kernels/[A-Za-z0-9_][A-Za-z0-9_.-]{0,250}\\.wgsl$)',
         'kernels[0].cpu_file: "kernels/../../x.wgsl" is not allowed (it must match ^kernels/[A-Za-z0-9_][A-Za-z0-9_.-]{0,250}\\.wgsl$)',
+        'kernels[0].f16_file: "/etc/passwd" is not allowed (it must match ^kernels/[A-Za-z0-9_][A-Za-z0-9_.-]{0,250}\\.wgsl$)',
         "call_sites[0].kernel: -1 is not an index of kernels (it has 1)",
         "weights[0]: bytes 64..80 are not inside shard 0 (16 bytes, 4-byte aligned)",
         "outputs[0]: a sequence needs its sequence and element_ndim, and the manifest its sequence_capacity",

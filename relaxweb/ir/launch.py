@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from .pattern import MatmulInfo, analyze_matmul, top_level_reductions
 from .schedule import (
-    MATMUL_SCHEDULES, WORKGROUP_SIZE, ElementSchedule, RegisterMatmulSchedule, TiledMatmulSchedule, VectorizedSchedule,
-    WorkgroupReductionSchedule,
+    MATMUL_SCHEDULES, WORKGROUP_SIZE, ElementSchedule, HalfTiledMatmulSchedule, RegisterMatmulSchedule,
+    TiledMatmulSchedule, VectorizedSchedule, WorkgroupReductionSchedule,
 )
 from .symbolic import IntImm, PrimExpr, SizeVar, free_vars, product, simplify
 from .tir import Binary, FloatImm, Load, TensorProgram, Unary, UnaryOp, scalar_nodes
@@ -44,7 +44,8 @@ def workgroup_storage_bytes(program: TensorProgram) -> int:
     this ``maxComputeWorkgroupStorageSize``)."""
     schedule = program.schedule
     if isinstance(schedule, TiledMatmulSchedule):
-        return 2 * schedule.tile * schedule.depth * 4  # both factors' staged slices, f32
+        staged_bytes = 2 if isinstance(schedule, HalfTiledMatmulSchedule) else 4
+        return 2 * schedule.tile * schedule.depth * staged_bytes  # both factors' staged slices
     if isinstance(schedule, WorkgroupReductionSchedule):
         return len(set(top_level_reductions(program.body))) * WORKGROUP_SIZE * 4  # one partial per invocation
     if isinstance(schedule, (ElementSchedule, VectorizedSchedule, RegisterMatmulSchedule)):

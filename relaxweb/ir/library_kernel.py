@@ -14,6 +14,10 @@ is how the IR text writes it and the parser rebuilds it.
 shape has (a row index).  An ``in_place`` kernel writes only part of its output and leaves
 the rest as it was (it is only ever called into a planned storage, ``call_tir_into``): its
 reference is then ``reference(arrays, output, size_vars)`` and writes into ``output``.
+
+``f16_source``, when not empty, is a second WGSL source of the same kernel (the same bindings,
+params and dispatch) for adapters with WebGPU's ``shader-f16``: the bundle writes it as the
+kernel's ``f16_file`` (``relaxweb/wgsl/variants.py`` says which kernels gain from f16).
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ class LibraryKernel:
     builder_args: tuple[tuple[str, object], ...] = ()
     extra_size_vars: tuple[SizeVar, ...] = ()
     in_place: bool = False
+    f16_source: str = field(default="", compare=False)  # made with ``source`` by the same builder
 
     @property
     def size_vars(self) -> list[SizeVar]:

@@ -20,6 +20,9 @@ and the runtimes never depend on the schedule.
 - :class:`RegisterMatmulSchedule`: the same tiles of a matmul-like program's output, without
   workgroup memory: each invocation evaluates the factors for its own rows and columns
   straight from the buffers and keeps its ``block x block`` accumulators in registers.
+- :class:`HalfTiledMatmulSchedule`: :class:`TiledMatmulSchedule` with the factors staged as
+  16-bit floats and multiplied in them, summed in 32-bit floats (adapters with WebGPU's
+  ``shader-f16``; only as a kernel's second shader, ``relaxweb/wgsl/variants.py``).
 
 The text form (what ``--dump-ir`` shows) is the kind, with the parameters when it has any:
 ``tiled_matmul(tile=32, depth=16, block=4)``.
@@ -126,9 +129,20 @@ class RegisterMatmulSchedule(Schedule):
         return self.threads_per_side * self.block
 
 
-MATMUL_SCHEDULES = (TiledMatmulSchedule, RegisterMatmulSchedule)  # the kinds that lay a matmul out by output tiles
+@dataclass(frozen=True)
+class HalfTiledMatmulSchedule(TiledMatmulSchedule):
+    """:class:`TiledMatmulSchedule` (the same tiles, steps and dispatch size) whose staged
+    factors are 16-bit floats: half the workgroup memory and its traffic, and products in
+    f16 (twice the rate of f32 on most GPUs).  The sums over the reduction stay f32 (an f16
+    sum of K = 768 products keeps about 3 significant digits fewer than the inputs have), and
+    so do the buffers: only what is staged and multiplied changes."""
+
+    kind: ClassVar[str] = "tiled_matmul_f16"
+
+
+MATMUL_SCHEDULES = (TiledMatmulSchedule, RegisterMatmulSchedule)  # (with subclasses) the kinds that lay a matmul out by output tiles
 
 SCHEDULE_KINDS: dict[str, type[Schedule]] = {
     kind.kind: kind for kind in (ElementSchedule, VectorizedSchedule, WorkgroupReductionSchedule, TiledMatmulSchedule,
-                                 RegisterMatmulSchedule)
+                                 RegisterMatmulSchedule, HalfTiledMatmulSchedule)
 }

@@ -18,6 +18,12 @@ bytes at most 16 KiB (WebGPU's default workgroup storage), so head sizes D and D
 constants.  Sequence lengths and batch dims are size variables of the params block: one
 kernel serves every length.
 
+The kernel's f16 source (``LibraryKernel.f16_source``, for adapters with ``shader-f16``)
+stages the key and value tiles as f16 (half the workgroup memory and its traffic) and holds
+the query row in f16: each product of a score and each weight times a value is an f16
+product, summed in f32 (the scores, the online softmax and the accumulators stay f32, as in
+the tiled matmuls' f16 shaders, ``relaxweb/wgsl/variants.py``).
+
 Inputs: ``query[*batch, Sq, D]``, ``key[*kv_batch, Sk, D]``, ``value[*kv_batch, Sk, Dv]`` (each
 dim of ``kv_batch`` is 1 or ``batch``'s: grouped-query attention shares a key / value head
 among query heads without copying it), and with
@@ -87,8 +93,11 @@ def attention_kernel(name: str, batch: tuple, query_length: PrimExpr, key_length
                      mask_shape, scale, causal, groups)
     summary = (f"fused attention [{format_shape(output.shape)}] over {format_shape((key_length,))} keys"
                f"{', causal' if causal else ''}{', masked' if mask_shape is not None else ''}")
+    f16_source = _source(name, tuple(inputs), output, batch, kv_batch, query_length, key_length, head, value_head,
+                         tile, mask_shape, scale, causal, groups, half=True)
     return LibraryKernel(name, tuple(inputs), output, simplify(groups * WORKGROUP), source,
-                         lambda arrays: attention_reference(arrays, scale=scale, causal=causal), summary)
+                         lambda arrays: attention_reference(arrays, scale=scale, causal=causal), summary,
+                         f16_source=f16_source)
 
 
 def _batch_coordinates(batch: tuple) -> list[PrimExpr]:
@@ -122,7 +131,8 @@ def _mask_row_start(mask_shape: tuple, batch: tuple) -> tuple[PrimExpr, PrimExpr
 
 
 def _source(name, inputs, output, batch, kv_batch, query_length, key_length, head, value_head, tile, mask_shape, scale,
-            causal, groups) -> str:
+            causal, groups, half: bool = False) -> str:
+    """The kernel's WGSL; with ``half``, its f16 source (see the module doc)."""
     size_vars = [v.name for v in buffer_size_vars((*inputs, output))]
     local_names = {_GROUP.name: "bh", _ROW.name: "row"}
 
@@ -140,12 +150,14 @@ def _source(name, inputs, output, batch, kv_batch, query_length, key_length, hea
     value_type = storage_type(output.dtype)
     width = 4 if head % 4 == 0 and value_head % 4 == 0 else 1
     vector = "vec4<f32>" if width == 4 else "f32"
+    staged = vector.replace("f32", "f16") if half else vector  # the tiles' and the query row's element type
 
     def let(key: str) -> str:
         return f"  let {key} = {render_wgsl(targets[key], variable)};"
 
     title = f"library kernel: {name} (fused attention: scores, scale, mask, online softmax and the value product, {tile} keys per tile)"
-    lines = ["// " + comment_text(title), "", *params_declaration(ParamsLayout(tuple(size_vars)))]
+    lines = [*(["enable f16;"] if half else []), "// " + comment_text(title), "",
+             *params_declaration(ParamsLayout(tuple(size_vars)))]
     for binding, buffer in enumerate(inputs, start=1):
         lines.append(f"@group(0) @binding({binding}) var<storage, read> {buffer.name}: array<{storage_type(buffer.dtype)}>;")
     lines.append(f"@group(0) @binding({len(inputs) + 1}) var<storage, read_write> out: array<{value_type}>;")
@@ -155,9 +167,9 @@ def _source(name, inputs, output, batch, kv_batch, query_length, key_length, hea
         f"const HEAD: i32 = {head};",
         f"const VALUE_HEAD: i32 = {value_head};",
         f"const TILE: i32 = {tile};",
-        f"// the tiles in {vector}s of consecutive elements of a key / value row",
-        f"var<workgroup> key_tile: array<{vector}, {tile * head // width}>;",
-        f"var<workgroup> value_tile: array<{vector}, {tile * value_head // width}>;",
+        f"// the tiles in {staged}s of consecutive elements of a key / value row",
+        f"var<workgroup> key_tile: array<{staged}, {tile * head // width}>;",
+        f"var<workgroup> value_tile: array<{staged}, {tile * value_head // width}>;",
         "",
         "fn is_negative_infinity(x: f32) -> bool {",
         "  return bitcast<u32>(x) == 0xff800000u;",
@@ -194,15 +206,16 @@ def _source(name, inputs, output, batch, kv_batch, query_length, key_length, hea
     lines += [
         "  // the query row and the accumulators in registers (unrolled: no indexing at run time)",
         "  let query_start = (bh * seq_q + row) * HEAD;",
-        *(f"  let q{i} = {_gather('query', f'query_start + {i * width}', width)};" for i in range(key_words)),
+        *(f"  let q{i} = {_staged(_gather('query', f'query_start + {i * width}', width), staged, half)};"
+          for i in range(key_words)),
         *(f"  var acc{i} = {vector}(0.0);" for i in range(value_words)),
         "  var running_max = 0.0;",
         "  var running_sum = 0.0;",
         "  var started = false;  // a score above -inf seen: running_max holds one",
         "  for (var start = 0; start < key_end; start = start + TILE) {",
         "    workgroupBarrier();",
-        *_load_tile("key_tile", "key", "HEAD", key_words, width),
-        *_load_tile("value_tile", "value", "VALUE_HEAD", value_words, width),
+        *_load_tile("key_tile", "key", "HEAD", key_words, width, staged, half),
+        *_load_tile("value_tile", "value", "VALUE_HEAD", value_words, width, staged, half),
         "    workgroupBarrier();",
         "    // keys [start, start + count) of this tile are visible to this row (a branch without",
         "    // barriers: rows differ under a causal mask)",
@@ -210,7 +223,7 @@ def _source(name, inputs, output, batch, kv_batch, query_length, key_length, hea
         f"    for (var j = 0; j < count; j = j + {GROUP}) {{",
         f"      // keys j .. j + {GROUP - 1} at once: one rescale per group; keys past count weigh 0 and",
         "      // stand in as key j for the group's maximum",
-        *(line for u in range(GROUP) for line in _key_score(u, key_words, width, scale, mask_shape is not None)),
+        *(line for u in range(GROUP) for line in _key_score(u, key_words, width, scale, mask_shape is not None, half)),
         f"      let group_max = {_maximum([f's{u}' for u in range(GROUP)])};",
         "      let new_max = select(group_max, max(running_max, group_max), started);",
         "      // every score so far -inf: nothing to add yet (a NaN score makes p, so the row, NaN)",
@@ -220,7 +233,8 @@ def _source(name, inputs, output, batch, kv_batch, query_length, key_length, hea
         f"        running_sum = running_sum * correction + {' + '.join(f'p{u}' for u in range(GROUP))};",
         f"        let value_at = j * {value_words};",
         *(f"        acc{i} = acc{i} * correction + "
-          + " + ".join(f"p{u} * value_tile[value_at + {u * value_words + i}]" for u in range(GROUP)) + ";"
+          + " + ".join(_weighted(f"p{u}", f"value_tile[value_at + {u * value_words + i}]", vector, half)
+                       for u in range(GROUP)) + ";"
           for i in range(value_words)),
         "        running_max = new_max;",
         "        started = true;",
@@ -250,11 +264,26 @@ def _gather(buffer: str, at: str, width: int) -> str:
     return f"vec4<f32>({', '.join(f'f32({buffer}[{at} + {c}])' for c in range(width))})"
 
 
-def _product(a: str, b: str, width: int) -> str:
-    return f"dot({a}, {b})" if width > 1 else f"{a} * {b}"
+def _product(a: str, b: str, width: int, half: bool = False) -> str:
+    """The dot product of two words of a query and a key row, in f32; of f16 words, the f16
+    products summed in f32."""
+    if not half:
+        return f"dot({a}, {b})" if width > 1 else f"{a} * {b}"
+    return f"dot(vec4<f32>({a} * {b}), vec4<f32>(1.0))" if width > 1 else f"f32({a} * {b})"
 
 
-def _load_tile(tile: str, buffer: str, row_size: str, words: int, width: int) -> list[str]:
+def _weighted(weight: str, value: str, vector: str, half: bool) -> str:
+    """A softmax weight (f32) times a word of a value row, as the f32 ``vector``; with f16
+    words, an f16 product."""
+    return f"{vector}(f16({weight}) * {value})" if half else f"{weight} * {value}"
+
+
+def _staged(value: str, staged: str, half: bool) -> str:
+    """An f32 word as the tiles hold it: converted to f16 in the f16 source."""
+    return f"{staged}({value})" if half else value
+
+
+def _load_tile(tile: str, buffer: str, row_size: str, words: int, width: int, staged: str, half: bool) -> list[str]:
     """The workgroup's cooperative copy of keys (values) [start, start + TILE) into ``tile``."""
     return [
         f"    for (var e = i32(local); e < TILE * {words}; e = e + 64) {{",
@@ -265,17 +294,18 @@ def _load_tile(tile: str, buffer: str, row_size: str, words: int, width: int) ->
         f"        let at = (kv_group * seq_k + j) * {row_size} + e % {words} * {width};",
         f"        word = {_gather(buffer, 'at', width)};",
         "      }",
-        f"      {tile}[e] = word;",
+        f"      {tile}[e] = {_staged('word', staged, half)};",
         "    }",
     ]
 
 
-def _key_score(u: int, key_words: int, width: int, scale: float, masked: bool) -> list[str]:
+def _key_score(u: int, key_words: int, width: int, scale: float, masked: bool, half: bool) -> list[str]:
     """``s{u}``: the score of key ``j + u`` of the tile (key j's when that is past ``count``)."""
     at = f"(j + {u}) * {key_words}" if u else f"j * {key_words}"
     lines = [f"      let key_at{u} = {at};",
-             f"      var s{u} = {_product('q0', f'key_tile[key_at{u}]', width)};",
-             *(f"      s{u} = s{u} + {_product(f'q{i}', f'key_tile[key_at{u} + {i}]', width)};" for i in range(1, key_words))]
+             f"      var s{u} = {_product('q0', f'key_tile[key_at{u}]', width, half)};",
+             *(f"      s{u} = s{u} + {_product(f'q{i}', f'key_tile[key_at{u} + {i}]', width, half)};"
+               for i in range(1, key_words))]
     if scale != 1.0:
         lines.append(f"      s{u} = s{u} * {literal(scale, 'float32')};")
     if masked:

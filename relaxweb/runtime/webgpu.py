@@ -14,6 +14,7 @@ import re
 import struct
 import tempfile
 import time
+import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -356,13 +357,32 @@ def _first_reason(text: str) -> str:
     return (telling or lines or ["no reason given"])[0][:300]
 
 
-KERNEL_VARIANTS = ("auto", "gpu", "cpu")  # which shaders of kernels with a CPU variant a session compiles
+KERNEL_VARIANTS = ("auto", "gpu", "cpu", "f16")  # which shaders of kernels with a variant a session compiles
+SHADER_F16 = "shader-f16"  # the WebGPU feature the f16 shaders (``f16_file``) need
 
 
-def is_cpu_adapter(device: wgpu.GPUDevice) -> bool:
-    """Whether the device's adapter runs shaders on the CPU (lavapipe, SwiftShader), where
-    kernels with a ``cpu_file`` run faster from it (``relaxweb/wgsl/variants.py``)."""
-    return device.adapter_info.get("adapter_type") == "CPU"
+def choose_kernels(requested: str, adapter_info: Mapping[str, Any], features: Any, *, has_f16_shaders: bool) -> str:
+    """The shaders a session compiles ("gpu", "cpu" or "f16") for the ``kernels`` option.
+
+    "auto" takes the CPU shaders on an adapter that runs shaders on the CPU (lavapipe,
+    SwiftShader: wgpu's ``adapter_type``), where kernels with a ``cpu_file`` run faster from
+    it, else the f16 ones when the bundle has some and the adapter (or the given device)
+    offers ``shader-f16``, else the staged f32 ones.  "f16" falls back to "gpu" where the
+    feature or the f16 shaders are missing (the outputs are then within f32's tolerance, not
+    f16's; ``Session`` warns).  ``adapter_info`` and ``features`` are the adapter's (wgpu's
+    ``adapter.info``), or the given device's."""
+    f16 = has_f16_shaders and SHADER_F16 in {str(feature) for feature in features}
+    if requested == "auto":
+        return "cpu" if adapter_info.get("adapter_type") == "CPU" else "f16" if f16 else "gpu"
+    if requested == "f16" and not f16:
+        return "gpu"
+    return requested
+
+
+def kernel_file(kernel: Mapping[str, Any], kernels: str) -> str:
+    """The shader file a session that chose ``kernels`` compiles for a manifest kernel."""
+    variant = {"cpu": "cpu_file", "f16": "f16_file"}.get(kernels)
+    return kernel.get(variant, kernel["file"]) if variant else kernel["file"]
 
 
 def _kernel_source(bundle_dir: Path, file: str) -> str:
@@ -370,6 +390,23 @@ def _kernel_source(bundle_dir: Path, file: str) -> str:
         return read_bundle_file(bundle_dir, file, MAX_KERNEL_BYTES, "kernel").decode("utf-8")
     except UnicodeDecodeError:
         raise RelaxwebError(f"kernel {file} in {bundle_dir} is not UTF-8 text") from None
+
+
+def _session_kernels(requested: str, manifest: Mapping[str, Any], device: wgpu.GPUDevice | None) -> str:
+    """:func:`choose_kernels` for the given device, or for the default adapter (whose device
+    is then requested with ``shader-f16`` when the choice is "f16"); a warning when "f16"
+    was asked for and cannot be had."""
+    has_f16_shaders = any("f16_file" in kernel for kernel in manifest["kernels"])
+    if device is None:
+        adapter = default_adapter()
+        chosen = choose_kernels(requested, adapter.info, adapter.features, has_f16_shaders=has_f16_shaders)
+    else:
+        chosen = choose_kernels(requested, device.adapter_info, device.features, has_f16_shaders=has_f16_shaders)
+    if requested == "f16" and chosen != "f16":
+        reason = ("the bundle has no f16 shaders" if not has_f16_shaders else
+                  f"the {'adapter' if device is None else 'given device'} does not offer {SHADER_F16}")
+        warnings.warn(f"kernels='f16': {reason}; compiling the f32 shaders", RuntimeWarning, stacklevel=3)
+    return chosen
 
 
 # The session -----------------------------------------------------------------------------
@@ -421,13 +458,15 @@ class Session:
 
         required_limits = load_time_limits(self.manifest)
         required_features = list(self.manifest.get("required_features", []))
+        # which shaders of kernels with a variant to compile ("gpu", "cpu" or "f16")
+        self.kernels = _session_kernels(kernels, self.manifest, device)
+        if self.kernels == "f16" and SHADER_F16 not in required_features:
+            required_features.append(SHADER_F16)
         if device is None:
             device = default_device(required_limits, required_features, profiling=profiling)
         else:
             _check_device_limits(device, required_limits, required_features)
         self.device: wgpu.GPUDevice = device
-        # which shaders of kernels with a CPU variant to compile ("gpu" or "cpu")
-        self.kernels = kernels if kernels != "auto" else ("cpu" if is_cpu_adapter(device) else "gpu")
 
         self._weight_parts: dict[int, list[wgpu.GPUBuffer]] = {}  # the buffers of weights in parts, by weight
         # the byte sizes a weight in parts was loaded as, by name: one when the device binds it whole
@@ -562,7 +601,7 @@ class Session:
                     for binding, binding_type in enumerate(kernel["bindings"])
                 ],
             )
-            file = kernel.get("cpu_file", kernel["file"]) if self.kernels == "cpu" else kernel["file"]
+            file = kernel_file(kernel, self.kernels)
             source = _kernel_source(self.bundle_dir, file)
             try:
                 shader = self.device.create_shader_module(label=kernel["name"], code=source)

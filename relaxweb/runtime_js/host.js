@@ -204,6 +204,38 @@ export function deviceShortfalls(gpu, requiredLimits, requiredFeatures, owner) {
   return problems;
 }
 
+/** The WebGPU feature the kernels' f16 shaders (the manifest's `f16_file`) need. */
+export const SHADER_F16 = "shader-f16";
+
+/**
+ * Which shaders the kernels with a variant compile (relaxweb/wgsl/variants.py; the Python
+ * runtime's choose_kernels): for "auto", "cpu" on a CPU adapter (`isFallbackAdapter` or
+ * SwiftShader: matmuls without workgroup memory, whose barriers cost a CPU adapter more than
+ * they save), else "f16" where the bundle has f16 shaders and the adapter (or the given
+ * device) offers "shader-f16" (factors multiplied in f16, summed in f32), else "gpu". A
+ * forced "f16" falls back to "gpu" with a `warning` where it cannot be had.
+ * @param {"auto"|"gpu"|"cpu"|"f16"} kernels the load option
+ * @param {{features?: {has(name: string): boolean}, info?: any, adapterInfo?: any}|null} gpu
+ *   the GPUAdapter, or the GPUDevice given to load()
+ * @param {any} manifest
+ * @returns {{kernels: "gpu"|"cpu"|"f16", warning: string|null}}
+ */
+export function chooseKernels(kernels, gpu, manifest) {
+  const hasF16Shaders = manifest.kernels.some((/** @type {any} */ k) => k.f16_file);
+  const f16 = hasF16Shaders && Boolean(gpu?.features?.has(SHADER_F16));
+  const given = gpu !== null && "adapterInfo" in gpu; // a device has adapterInfo, an adapter info
+  if (kernels === "auto") {
+    const info = given ? gpu.adapterInfo : gpu?.info;
+    const cpu = Boolean(info && (info.isFallbackAdapter || info.architecture === "swiftshader"));
+    return { kernels: cpu ? "cpu" : f16 ? "f16" : "gpu", warning: null };
+  }
+  if (kernels === "f16" && !f16) {
+    const reason = hasF16Shaders ? `the ${given ? "given device" : "adapter"} does not offer ${SHADER_F16}` : "the bundle has no f16 shaders";
+    return { kernels: "gpu", warning: `kernels "f16": ${reason}; compiling the f32 shaders` };
+  }
+  return { kernels, warning: null };
+}
+
 /**
  * The limits a device must meet to load a bundle: the manifest's `required_limits`, with the
  * buffer size limits raised to the largest weight and to the largest storage at the bounds

@@ -78,11 +78,15 @@ export interface LoadOptions {
    */
   profile?: boolean;
   /**
-   * For kernels with a shader for CPU adapters (the manifest's `cpu_file`: matmuls without
-   * workgroup memory), which to compile: "auto" (the default) takes it on a CPU adapter such as
-   * SwiftShader (`isFallbackAdapter`), "gpu" or "cpu" force one. `Model.kernels` says which.
+   * For kernels with a second shader (the manifest's `cpu_file`: matmuls without workgroup
+   * memory, for CPU adapters; `f16_file`: matmuls with factors in f16, for adapters with
+   * "shader-f16"), which to compile: "auto" (the default) takes the CPU one on a CPU adapter
+   * such as SwiftShader (`isFallbackAdapter`), else the f16 one where the adapter offers
+   * "shader-f16" (and then requests it), else the f32 one; "gpu", "cpu" or "f16" force one
+   * ("f16" falls back to "gpu", with a console warning, without the feature).
+   * `Model.kernels` says which.
    */
-  kernels?: "auto" | "gpu" | "cpu";
+  kernels?: "auto" | "gpu" | "cpu" | "f16";
   /**
    * Lower buffer size limits to split the weights the bundle binds in parts at (a weight above
    * 128 MiB, WebGPU's guaranteed `maxStorageBufferBindingSize`), as a device that offers only
@@ -208,8 +212,8 @@ export class Model {
    * buffers it was loaded into: one when the device binds it whole, else its parts.
    */
   readonly weightPartSizes: Record<string, number[]>;
-  /** Which shaders the kernels with a CPU variant were compiled from (see `LoadOptions.kernels`). */
-  readonly kernels: "gpu" | "cpu";
+  /** Which shaders the kernels with a variant were compiled from (see `LoadOptions.kernels`). */
+  readonly kernels: "gpu" | "cpu" | "f16";
   /** The parsed manifest.json. */
   readonly manifest: unknown;
   /** Dispatches the last completed run made, over all its steps. */

@@ -9,6 +9,7 @@ import {
   FORMAT_VERSION, InputShapeError, TYPED_ARRAY_OF_DTYPE, OPCODE_DISPATCH, OPCODE_READ, OPCODE_RESUME, checkInputs,
   checkSequence, isSequence, deviceShortfalls, dtypeInfo, fromDeviceData, loadTimeLimits, storageSizeProblem, toDeviceData,
   weightPartSizes,
+  SHADER_F16, chooseKernels,
 } from "./host.js";
 import { BufferPool, GpuTensor, TransferStats } from "./gpu_tensor.js";
 import { validateManifest } from "./manifest.js";
@@ -28,9 +29,11 @@ export { GpuTensor, InputShapeError };
  *   cache "relaxweb", a string: that cache's name); they are still verified on every load
  * @property {boolean} [profile]  request the adapter's "timestamp-query" feature when it has
  *   one, so that `model.profile()` times kernels on the GPU (never requested otherwise)
- * @property {"auto"|"gpu"|"cpu"} [kernels]  for kernels with a shader for CPU adapters (the
- *   manifest's `cpu_file`), which to compile: "auto" (the default) takes it on a CPU adapter
- *   such as SwiftShader; `model.kernels` says which were compiled
+ * @property {"auto"|"gpu"|"cpu"|"f16"} [kernels]  for kernels with a second shader (the
+ *   manifest's `cpu_file` for CPU adapters, `f16_file` for adapters with "shader-f16"), which
+ *   to compile: "auto" (the default) takes the CPU one on a CPU adapter such as SwiftShader,
+ *   else the f16 one where the adapter has "shader-f16"; "f16" falls back to "gpu" (with a
+ *   console warning) where it lacks it; `model.kernels` says which were compiled
  * @property {{maxStorageBufferBindingSize?: number, maxBufferSize?: number}} [limits]  lower
  *   buffer size limits to split the weights the bundle binds in parts at, as a device that
  *   offers only these would (storages keep the device's own limits); see docs/bundle-format.md
@@ -62,7 +65,7 @@ const COMPUTE_STAGE = 0x4;
  * @returns {Promise<Model>}
  */
 export async function load(url, { bounds, onProgress, device, cache, profile = false, kernels = "auto", limits = {} } = {}) {
-  if (!["auto", "gpu", "cpu"].includes(kernels)) throw new Error(`kernels must be "auto", "gpu" or "cpu", got ${String(kernels).slice(0, 40)}`);
+  if (!["auto", "gpu", "cpu", "f16"].includes(kernels)) throw new Error(`kernels must be "auto", "gpu", "cpu" or "f16", got ${String(kernels).slice(0, 40)}`);
   checkLimitCaps(limits);
   const manifestUrl = resolveManifestUrl(url);
   let manifest;
@@ -93,7 +96,7 @@ export async function load(url, { bounds, onProgress, device, cache, profile = f
   const adapterPromise = device ? Promise.resolve(null) : requestAdapter();
   const [host, kernelShaders, shards, adapter] = await Promise.all([
     fetchOk(fileUrl("host.wasm")).then((r) => r.arrayBuffer()).then((b) => RemoteHost.instantiate(b, manifest)),
-    adapterPromise.then((a) => fetchKernelSources(manifest, fileUrl, chooseKernels(kernels, device ? device.adapterInfo : a?.info))),
+    adapterPromise.then((a) => fetchKernelSources(manifest, fileUrl, chosenKernels(kernels, device ?? a, manifest))),
     openShardCache(cache).then((shardCache) => fetchShards(manifest, fileUrl, onProgress, shardCache)),
     adapterPromise,
   ]);
@@ -101,7 +104,8 @@ export async function load(url, { bounds, onProgress, device, cache, profile = f
     const configured = await host.configure(bounds);
     const { sizesAtBounds } = configured;
     const requiredLimits = loadTimeLimits(manifest, sizesAtBounds);
-    const requiredFeatures = manifest.required_features ?? [];
+    const requiredFeatures = [...(manifest.required_features ?? [])];
+    if (kernelShaders.kernels === "f16" && !requiredFeatures.includes(SHADER_F16)) requiredFeatures.push(SHADER_F16);
     const gpuDevice = device ?? (await requestDevice(adapter, requiredLimits, requiredFeatures, sizesAtBounds === null, profile));
     checkDevice(gpuDevice, requiredLimits, requiredFeatures, "device");
     return await Model.create(manifest, host, gpuDevice, { ...kernelShaders, shards, ownsDevice: !device, limitCaps: limits, ...configured });
@@ -117,7 +121,7 @@ export class Model {
    * @param {any} manifest
    * @param {RemoteHost} host
    * @param {GPUDevice} device
-   * @param {{kernelSources: string[], kernelFiles: string[], kernels: "gpu"|"cpu", shards: Uint8Array[], ownsDevice: boolean,
+   * @param {{kernelSources: string[], kernelFiles: string[], kernels: "gpu"|"cpu"|"f16", shards: Uint8Array[], ownsDevice: boolean,
    *   bounds: (number|null)[], sizesAtBounds: number[]|null, limitCaps?: Record<string, number>}} parts
    * @returns {Promise<Model>}
    */
@@ -152,7 +156,7 @@ export class Model {
     this.host = host;
     this.device = device;
     this.ownsDevice = ownsDevice;
-    /** Which shaders the kernels with a CPU variant were compiled from: "gpu" or "cpu". @type {"gpu"|"cpu"} */
+    /** Which shaders the kernels with a variant were compiled from: "gpu", "cpu" or "f16". @type {"gpu"|"cpu"|"f16"} */
     this.kernels = "gpu";
     /** @type {{name: string, dtype: string, shape: (number|string)[]}[]} */
     this.inputs = manifest.inputs;
@@ -966,28 +970,29 @@ async function requestAdapter() {
 }
 
 /**
- * "cpu" when kernels with a shader for CPU adapters should use it (relaxweb/wgsl/variants.py:
- * matmuls without workgroup memory, whose barriers cost a CPU adapter more than they save),
- * else "gpu".
- * @param {"auto"|"gpu"|"cpu"} kernels the load option
- * @param {GPUAdapterInfo|undefined} info the adapter's
- * @returns {"gpu"|"cpu"}
+ * chooseKernels (host.js), its warning on the console.
+ * @param {"auto"|"gpu"|"cpu"|"f16"} kernels the load option
+ * @param {GPUAdapter|GPUDevice|null} gpu the adapter, or the device given to load()
+ * @param {any} manifest
+ * @returns {"gpu"|"cpu"|"f16"}
  */
-function chooseKernels(kernels, info) {
-  if (kernels !== "auto") return kernels;
-  return info && (info.isFallbackAdapter || info.architecture === "swiftshader") ? "cpu" : "gpu";
+function chosenKernels(kernels, gpu, manifest) {
+  const choice = chooseKernels(kernels, gpu, manifest);
+  if (choice.warning) console.warn(`relaxweb: ${choice.warning}`);
+  return choice.kernels;
 }
 
 /**
- * Every kernel's WGSL, the CPU variant where `variant` is "cpu" and the kernel has one, with
- * the file each came from and the variant.
+ * Every kernel's WGSL, the CPU (f16) variant where `variant` is "cpu" ("f16") and the kernel
+ * has one, with the file each came from and the variant.
  * @param {any} manifest
  * @param {(file: string) => URL} fileUrl
- * @param {"gpu"|"cpu"} variant
- * @returns {Promise<{kernelSources: string[], kernelFiles: string[], kernels: "gpu"|"cpu"}>}
+ * @param {"gpu"|"cpu"|"f16"} variant
+ * @returns {Promise<{kernelSources: string[], kernelFiles: string[], kernels: "gpu"|"cpu"|"f16"}>}
  */
 async function fetchKernelSources(manifest, fileUrl, variant) {
-  const kernelFiles = manifest.kernels.map((/** @type {any} */ k) => (variant === "cpu" && k.cpu_file) || k.file);
+  const kernelFiles = manifest.kernels.map((/** @type {any} */ k) =>
+    (variant === "cpu" && k.cpu_file) || (variant === "f16" && k.f16_file) || k.file);
   const kernelSources = await Promise.all(kernelFiles.map((/** @type {string} */ file) => fetchOk(fileUrl(file)).then((r) => r.text())));
   return { kernelSources, kernelFiles, kernels: variant };
 }

@@ -34,6 +34,10 @@ is :func:`relaxweb.ir.launch.dispatch_count`, which the host module evaluates.
   a workgroup; each computes its block's 7 other rows from the last one, a copy of it (a
   separate path for the last rows doubled the shader, which SwiftShader pays for in compile
   time).
+- ``tiled_matmul_f16``: ``tiled_matmul`` with the staged tiles ``vec4<f16>`` (each factor
+  evaluated in f32, then rounded once as it is staged) and each product in f16, added to the
+  f32 accumulators (``enable f16;``: a second shader for adapters with ``shader-f16``,
+  ``variants.py``).
 """
 
 from __future__ import annotations
@@ -45,7 +49,8 @@ from ..ir.dtype import dtype_info
 from ..ir.launch import VECTOR, matmul_extents, matmul_info, vector_access
 from ..ir.pattern import MatmulInfo, top_level_reductions
 from ..ir.schedule import (
-    VECTOR_WIDTH, WORKGROUP_SIZE, ElementSchedule, RegisterMatmulSchedule, Schedule, TiledMatmulSchedule,
+    VECTOR_WIDTH, WORKGROUP_SIZE, ElementSchedule, HalfTiledMatmulSchedule, RegisterMatmulSchedule, Schedule,
+    TiledMatmulSchedule,
     VectorizedSchedule, WorkgroupReductionSchedule,
 )
 from ..ir.symbolic import SizeVar, product, simplify
@@ -61,6 +66,7 @@ class ScheduleRendering:
     lines: list[str]  # the declarations after the bindings, then the ``main`` function
     index_helpers: frozenset[IndexOp]  # the floor-division helpers the index arithmetic calls (lower_index.py)
     element_types: dict[str, str] = field(default_factory=dict)  # buffers bound with another element type than their dtype's
+    extensions: tuple[str, ...] = ()  # WGSL extensions the shader enables (``enable f16;``)
 
 
 def render_schedule(program: TensorProgram, parts: Mapping[str, int] | None = None) -> ScheduleRendering:
@@ -179,6 +185,8 @@ def render_tiled_matmul(program: TensorProgram, schedule: TiledMatmulSchedule,
     tile_size = tile * tile_depth
     vectors = block // VECTOR_WIDTH  # vec4 accumulators per row of an invocation's block
     scaled = f" * {vectors}" if vectors > 1 else ""
+    half = isinstance(schedule, HalfTiledMatmulSchedule)
+    staged_type = "f16" if half else "f32"
     out = emitter.statements
 
     def stage(staged: str, factor, in_range: str) -> None:
@@ -195,7 +203,7 @@ def render_tiled_matmul(program: TensorProgram, schedule: TiledMatmulSchedule,
         emitter.close_scope()
         out.append(f"        value = {value};")
         out.append("      }")
-        out.append(f"      {staged}[e / {VECTOR_WIDTH}][e % {VECTOR_WIDTH}] = value;")
+        out.append(f"      {staged}[e / {VECTOR_WIDTH}][e % {VECTOR_WIDTH}] = {'f16(value)' if half else 'value'};")
         out.append("    }")
 
     out.extend(_workgroup_tile(rows, columns, tile))
@@ -225,17 +233,22 @@ def render_tiled_matmul(program: TensorProgram, schedule: TiledMatmulSchedule,
         a = f"a{r // VECTOR_WIDTH}.{_COMPONENTS[r % VECTOR_WIDTH]}"
         for v in range(vectors):
             k = r * vectors + v
-            out.append(f"      accumulators[{k}] = fma(vec{VECTOR_WIDTH}({a}), b{v}, accumulators[{k}]);")
+            if half:  # the product in f16, the sum in f32
+                out.append(f"      accumulators[{k}] = accumulators[{k}] + vec{VECTOR_WIDTH}<f32>({a} * b{v});")
+            else:
+                out.append(f"      accumulators[{k}] = fma(vec{VECTOR_WIDTH}({a}), b{v}, accumulators[{k}]);")
     out.append("    }")
     out.append("    workgroupBarrier();")
     out.append("  }")
     out.extend(_store_accumulators(block, "  "))
     vector_count = tile_size // VECTOR_WIDTH
-    shared = [f"var<workgroup> tile_a: array<vec{VECTOR_WIDTH}<f32>, {vector_count}>;  // {tile_depth} x {tile}: the first factor",
-              f"var<workgroup> tile_b: array<vec{VECTOR_WIDTH}<f32>, {vector_count}>;  // {tile_depth} x {tile}: the second factor"]
+    vector_type = f"vec{VECTOR_WIDTH}<{staged_type}>"
+    shared = [f"var<workgroup> tile_a: array<{vector_type}, {vector_count}>;  // {tile_depth} x {tile}: the first factor",
+              f"var<workgroup> tile_b: array<{vector_type}, {vector_count}>;  // {tile_depth} x {tile}: the second factor"]
     epilogue = _matmul_epilogue(program, info, parts)
     helpers = emitter.index_lowering.helpers | epilogue.index_helpers
-    return ScheduleRendering(["", *shared, *epilogue.lines, "", *_SIGNATURE, _GROUP, *out, "}"], frozenset(helpers))
+    return ScheduleRendering(["", *shared, *epilogue.lines, "", *_SIGNATURE, _GROUP, *out, "}"], frozenset(helpers),
+                             extensions=("f16",) if half else ())
 
 
 _COMPONENTS = "xyzw"
@@ -409,5 +422,6 @@ RENDERERS: dict[type[Schedule], Callable[[TensorProgram, Schedule, Mapping[str, 
     VectorizedSchedule: render_vectorized,
     WorkgroupReductionSchedule: render_workgroup_reduction,
     TiledMatmulSchedule: render_tiled_matmul,
+    HalfTiledMatmulSchedule: render_tiled_matmul,
     RegisterMatmulSchedule: render_register_matmul,
 }

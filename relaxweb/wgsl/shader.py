@@ -72,13 +72,14 @@ def emit_wgsl(program: TensorProgram, parts: Mapping[str, int] | None = None) ->
         raise ValueError(f"{program.name}: size variables {sorted(clashes)} share names with index variables")
     params = ParamsLayout(tuple(size_vars))
     schedule_note = "" if program.schedule == ElementSchedule() else f" (schedule: {program.schedule})"
+    rendering = render_schedule(program, parts)
     lines = [
+        *(f"enable {extension};" for extension in rendering.extensions),  # directives come first
         "// " + comment_text(f"tensor program: {program.name}{schedule_note}"),
         "// " + comment_text(f"{program.output.name}[{', '.join(a.name for a in program.axes)}] = {format_scalar(program.body)}"),
         "",
         *params_declaration(params),
     ]
-    rendering = render_schedule(program, parts)
     element_types = rendering.element_types  # a schedule may read some buffers as vectors
     binding, load_functions = 1, []
     for buffer in program.inputs:

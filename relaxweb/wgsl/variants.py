@@ -1,4 +1,5 @@
-"""Second shaders for adapters that run workgroups on a CPU (SwiftShader, lavapipe).
+"""Second shaders: for adapters that run workgroups on a CPU (SwiftShader, lavapipe), and
+for adapters with 16-bit floats in shaders (WebGPU's ``shader-f16``).
 
 A workgroup barrier is nearly free on a GPU and expensive where every invocation of a
 workgroup runs on one CPU core: there, a matmul that stages its factors through workgroup
@@ -22,6 +23,22 @@ convolution on SwiftShader: 1.26 GFLOP/s this way against 0.64 staged (and again
 the best hand-written direct convolution of ``bench/kernel_ceiling.js``); with the padding
 test as an if/else, the same register schedule ran at 0.66, slower than staged.  The
 register shaders also compile three to five times faster on SwiftShader (no barriers).
+
+**f16.**  A GPU whose adapter offers ``shader-f16`` multiplies 16-bit floats at twice the rate
+of 32-bit ones, and a staged tile of them takes half the workgroup memory and half its
+traffic.  So every tiled matmul (matmuls, convolutions as implicit GEMM) also gets an f16
+variant (``f16_file``): the same program under :class:`HalfTiledMatmulSchedule`, whose
+factors are evaluated in f32 (fused prologues included), rounded to f16 as they are staged,
+multiplied in f16, and summed in f32 (an f16 running sum over K = 768 loses about 3 of the
+inputs' digits; an f32 sum of f16 products keeps each output within a few f16 roundings of
+the exact one: ``tests/test_f16_kernels.py`` measures it).  Buffers stay f32, so weights,
+bindings, params and the dispatch size do not change and the runtimes may pick either
+shader per adapter.  Elementwise kernels do not get one: they are bound by the memory
+traffic of their f32 buffers, which f16 arithmetic does not reduce.  f16's range ends at
+65504: a factor beyond it (not an activation or weight of the usual models) becomes
+infinite, and ``kernels="gpu"`` is the choice for such a model.  The fused attention
+library kernel brings its own f16 source (``relaxweb/library/attention.py``:
+``LibraryKernel.f16_source``), in the same way: f16 tiles and products, f32 sums.
 """
 
 from __future__ import annotations
@@ -29,7 +46,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..ir.launch import matmul_info
-from ..ir.schedule import RegisterMatmulSchedule, TiledMatmulSchedule
+from ..ir.schedule import HalfTiledMatmulSchedule, RegisterMatmulSchedule, TiledMatmulSchedule
 from ..ir.tir import Reduce, ScalarExpr, Select, TensorProgram, scalar_nodes
 from .emit import is_cheap_branch
 
@@ -47,6 +64,16 @@ def cpu_variant(program: TensorProgram) -> TensorProgram | None:
     if variant.tile != schedule.tile:  # the dispatch size must not change
         return None
     return replace(program, schedule=variant)
+
+
+def f16_variant(program: TensorProgram) -> TensorProgram | None:
+    """The program as an adapter with ``shader-f16`` should run it (factors staged and
+    multiplied in f16, summed in f32), or None when f16 does not pay for it."""
+    schedule = program.schedule
+    if type(schedule) is not TiledMatmulSchedule:
+        return None
+    half = HalfTiledMatmulSchedule(tile=schedule.tile, depth=schedule.depth, block=schedule.block)
+    return replace(program, schedule=half)
 
 
 MAX_CPU_SHADER_BYTES = 32_768
