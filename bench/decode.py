@@ -365,7 +365,17 @@ def main() -> None:
         systems = [s for s in systems if s != BASELINE]
 
     started = time.monotonic()
+    if min(args.past) <= args.warmup:
+        parser.error(f"every --past must be above --warmup ({args.warmup}): the prefill's past is P - 1 - warmup")
     source = args.model or tiny_llama_onnx()
+    try:
+        decoder_signature(source)
+    except ValueError as error:
+        parser.error(str(error))
+    initializers = onnx.load(str(source), load_external_data=False).graph.initializer
+    if any(onnx.external_data_helper.uses_external_data(tensor) for tensor in initializers):
+        parser.error(f"{source} keeps weights in external data files: save it with its weights inside "
+                     "(the page serves the one .onnx file to onnxruntime-web)")
     args.work.mkdir(parents=True, exist_ok=True)
     onnx_path = args.work / "decoder.onnx"  # served beside its bundle
     onnx_path.write_bytes(source.read_bytes())
