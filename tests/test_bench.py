@@ -1,12 +1,19 @@
 """bench/run.py without a browser: what it prepares and what its tables say, above all when a
-model, a build, a system or a case fails (one line with the reason, the rest goes on)."""
+model, a build, a system or a case fails (one line with the reason, the rest goes on).
+bench/decode.py: its accounting and tables without a browser, and its page's decode loop on a
+toy decoder in Chromium (no timing asserted)."""
 
 import importlib.util
 import sys
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
+from onnx import TensorProto, helper
+
+import relaxweb
+from tests.helpers import in_the_browser, make_model, rand
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -105,3 +112,159 @@ def test_profiles_are_a_table_per_case_and_a_failed_profile_one_line(bench, caps
     assert "relaxweb profile, gpt2 decode: Error: device lost" in lines
     assert not any("plain" in line for line in lines)  # not profiled: no table
     capsys.readouterr()
+
+
+# bench/decode.py: decode with a KV cache, relaxweb vs onnxruntime-web --------------------
+
+
+@pytest.fixture(scope="module")
+def decode():
+    spec = importlib.util.spec_from_file_location("bench_decode", REPO / "bench" / "decode.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_decode"] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    yield module
+    del sys.modules["bench_decode"]
+
+
+VOCAB, KV_HEADS, HEAD_DIM, WIDTH = 16, 2, 4, 8
+
+
+def toy_decoder() -> onnx.ModelProto:
+    """A one-layer decoder with optimum's signature: present = concat(past, the new token's key
+    or value) along the past length, and logits that depend on the token, the whole cache, the
+    position and the mask's length (so a cache or a mask that went wrong changes the tokens)."""
+    dims = ["batch_size", KV_HEADS, "past_sequence_length", HEAD_DIM]
+    inputs = [("input_ids", TensorProto.INT64, ["batch_size", "sequence_length"]),
+              ("attention_mask", TensorProto.INT64, ["batch_size", "total_sequence_length"]),
+              ("position_ids", TensorProto.INT64, ["batch_size", "sequence_length"]),
+              ("past_key_values.0.key", TensorProto.FLOAT, dims), ("past_key_values.0.value", TensorProto.FLOAT, dims)]
+    nodes = [helper.make_node("Gather", ["embedding", "input_ids"], ["x"])]
+    for kind in ("key", "value"):
+        nodes += [helper.make_node("MatMul", ["x", f"w_{kind}"], [f"{kind}_flat"]),
+                  helper.make_node("Reshape", [f"{kind}_flat", "heads_shape"], [f"{kind}_heads"]),
+                  helper.make_node("Transpose", [f"{kind}_heads"], [f"{kind}_new"], perm=[0, 2, 1, 3]),
+                  helper.make_node("Concat", [f"past_key_values.0.{kind}", f"{kind}_new"], [f"present.0.{kind}"], axis=2),
+                  helper.make_node("ReduceMean", [f"present.0.{kind}"], [f"{kind}_mean"], axes=[2, 3], keepdims=0)]
+    nodes += [helper.make_node("Add", ["key_mean", "value_mean"], ["cache"]),
+              helper.make_node("MatMul", ["cache", "w_cache"], ["cache_logits"]),
+              helper.make_node("Unsqueeze", ["cache_logits", "axis_1"], ["cache_term"]),
+              helper.make_node("MatMul", ["x", "w_out"], ["token_term"]),
+              helper.make_node("Cast", ["position_ids"], ["positions"], to=TensorProto.FLOAT),
+              helper.make_node("Unsqueeze", ["positions", "axis_2"], ["position_column"]),
+              helper.make_node("Mul", ["position_column", "w_position"], ["position_term"]),
+              helper.make_node("Cast", ["attention_mask"], ["mask"], to=TensorProto.FLOAT),
+              helper.make_node("ReduceSum", ["mask", "axis_1"], ["seen"], keepdims=1),
+              helper.make_node("Unsqueeze", ["seen", "axis_2"], ["seen_column"]),
+              helper.make_node("Mul", ["seen_column", "w_seen"], ["seen_term"]),
+              # Adds, not one Sum: onnxruntime-web runs a 4-input Sum on the CPU, reading its inputs back
+              helper.make_node("Add", ["token_term", "cache_term"], ["partial"]),
+              helper.make_node("Add", ["position_term", "seen_term"], ["shift"]),
+              helper.make_node("Add", ["partial", "shift"], ["logits"])]
+    weights = {"embedding": rand(VOCAB, WIDTH, seed=1), "w_key": rand(WIDTH, KV_HEADS * HEAD_DIM, seed=2),
+               "w_value": rand(WIDTH, KV_HEADS * HEAD_DIM, seed=3), "w_cache": rand(KV_HEADS, VOCAB, seed=4),
+               "w_out": rand(WIDTH, VOCAB, seed=5), "w_position": rand(VOCAB, seed=6) * 0.3,
+               "w_seen": rand(VOCAB, seed=7) * 0.2, "heads_shape": np.array([0, 0, KV_HEADS, HEAD_DIM], np.int64),
+               "axis_1": np.array([1], np.int64), "axis_2": np.array([2], np.int64)}
+    outputs = ["logits", "present.0.key", "present.0.value"]
+    return make_model(nodes, inputs, outputs, weights, check=True)
+
+
+def test_decoder_signature_and_bounds(decode, tmp_path):
+    path = tmp_path / "decoder.onnx"
+    onnx.save(toy_decoder(), str(path))
+    decoder = decode.decoder_signature(path)
+    assert decoder.pasts == ("past_key_values.0.key", "past_key_values.0.value")
+    assert decoder.presents == ("present.0.key", "present.0.value") and decoder.past_shapes == ((2, 0, 4),) * 2
+    assert {name: array.shape for name, array in decode.random_past(decoder, 5, seed=0).items()} == {
+        "past_key_values.0.key": (1, 2, 5, 4), "past_key_values.0.value": (1, 2, 5, 4)}
+    # the last timed step after a past of 1024 has a past of 1024 + 15 and 1040 tokens in all
+    assert decode.bounds_for(1024, 16) == {"batch_size": 1, "sequence_length": 1, "past_sequence_length": 1040,
+                                           "total_sequence_length": 1041}
+    not_a_decoder = tmp_path / "mlp.onnx"
+    onnx.save(make_model([helper.make_node("Relu", ["x"], ["y"])], [("x", [2])], ["y"]), str(not_a_decoder))
+    with pytest.raises(ValueError, match="not a decoder with optimum's signature: missing logits, input_ids"):
+        decode.decoder_signature(not_a_decoder)
+
+
+def decode_step(past, ms, buffers=0, written=0, uniform=0, read=0, vocab=VOCAB):
+    """One timed step as decode.js reports it: written = the inputs' padded bytes + ``written``."""
+    inputs = 16 + -(-8 * (past + 1) // 16) * 16 + 16
+    return {"ms": ms, "past": past, "counts": {"buffers": buffers, "bytesWritten": inputs + written + uniform,
+                                               "uniformBytesWritten": uniform, "bytesRead": 4 * vocab + read,
+                                               "dispatches": 3, "writes": 2, "maps": 1}}
+
+
+def test_per_token_figures_count_the_cache_beyond_the_inputs_and_logits(decode):
+    steps = [decode_step(16, 50.0, uniform=400), decode_step(17, 40.0, uniform=400), decode_step(18, 60.0, uniform=400)]
+    figures = decode.per_token(steps, VOCAB)
+    assert (figures["median_ms"], figures["tokens_per_s"], figures["steps"]) == (50.0, 20.0, 3)
+    assert (figures["buffers"], figures["cache_bytes_written"], figures["cache_bytes_read"]) == (0, 0, 0)
+    assert figures["uniform_bytes_written"] == 400 and figures["bytes_read"] == 4 * VOCAB
+    # a runtime that uploads a past of 16 positions (2 x 2 x 16 x 4 floats) and reads it back
+    cache = 2 * KV_HEADS * 16 * HEAD_DIM * 4
+    moved = decode.per_token([decode_step(16, 50.0, buffers=3, written=cache, read=cache)], VOCAB)
+    assert (moved["buffers"], moved["cache_bytes_written"], moved["cache_bytes_read"]) == (3, cache, cache)
+
+
+def test_decode_tables_mark_the_goals(decode):
+    def result(tokens_per_s, buffers, cache):
+        return {"per_token": {"steps": 16, "median_ms": 1000 / tokens_per_s, "tokens_per_s": tokens_per_s,
+                              "buffers": buffers, "bytes_written": 100 + cache, "cache_bytes_written": cache,
+                              "bytes_read": 1032, "cache_bytes_read": 0, "uniform_bytes_written": 10,
+                              "dispatches": 66},
+                "tokens_equal_reference": 17, "tokens": 17, "max_abs_diff_vs_onnxruntime_cpu": 1e-5}
+
+    report = {"results": {"16": {"relaxweb": result(30.0, 0, 0), "ort-webgpu": result(10.0, 5, 0)},
+                          "1024": {"relaxweb": result(15.0, 2, 4096), "ort-webgpu": {"error": "Error: out of memory"}}}}
+    goals = decode.goals_table(report).splitlines()
+    assert "| 16 | 3.00 met | 0 met | 0 met | 5 | 0 |" in goals
+    assert "| 1024 | - | 2 missed | 4,096 missed | - | - |" in goals
+    table = decode.decode_table(report)
+    assert "| 16 | relaxweb | 30.00 | 33.33 | 16 | 0 | 100 | 0 | 1,032 | 0 | 10 | 66 | 17/17 | 1.0e-05 |" in table
+    assert "| 1024 | ort-webgpu | failed: Error: out of memory |" in table
+
+
+@in_the_browser
+def test_decode_page_feeds_present_back_on_both_systems(decode, tmp_path):
+    """The page's decode loop on a toy decoder (no timing asserted): each system's greedy tokens
+    are onnxruntime's (CPU) from the same prefill, the timed steps are at past P, P + 1, ...,
+    nothing of the cache moves between JavaScript and the GPU, relaxweb creates no buffers once
+    warm, and the page's counters of WebGPU calls agree with relaxweb's own; with the cache read
+    back and uploaded again (relaxweb-cache-on-host) the counters see exactly its bytes."""
+    path = tmp_path / "decoder.onnx"
+    onnx.save(toy_decoder(), str(path))
+    relaxweb.build(path, tmp_path / "bundle", bounds=decode.bounds_for(8, 3))
+    systems = ["relaxweb", "relaxweb-cache-on-host"]
+    if (decode.ORT_DIST / "ort.webgpu.min.mjs").is_file():
+        systems.append("ort-webgpu")
+    report = decode.bench_decode(path, tmp_path / "bundle", [4, 8], steps=3, warmup=2, systems=systems, log=lambda _: None)
+    assert report["page_errors"] == [] and report["adapter"]["architecture"] == "swiftshader"
+    for past in (4, 8):
+        results = report["results"][str(past)]
+        assert len(results["reference_tokens"]) == 2 + 3 + 1  # the prefill's, the warm-up's and the timed steps'
+        for system in systems:
+            result = results[system]
+            assert result["tokens_equal_reference"] == result["tokens"] == 6, (system, past, result["rounds"][0]["tokens"])
+            assert result["max_abs_diff_vs_onnxruntime_cpu"] <= 1e-4 * (1 + results["max_abs_reference_logit"])
+            timed = result["rounds"][0]["timed"]
+            assert [step["past"] for step in timed] == [past, past + 1, past + 2]
+            figures = result["per_token"]
+            assert figures["bytes_read"] >= 4 * VOCAB  # the logits, read back each step
+            if system == "relaxweb-cache-on-host":  # the counters see the cache when it moves
+                for step in timed:  # the past read back and uploaded: 2 tensors of [1, 2, past, 4] floats
+                    cache = 2 * KV_HEADS * step["past"] * HEAD_DIM * 4
+                    assert step["counts"]["bytesRead"] == 4 * VOCAB + cache + 2 * KV_HEADS * HEAD_DIM * 4  # + the new position
+                    # relaxweb writes its int64 inputs as int32: 4 bytes each, less than the allowance
+                    # for them (int64, padded), so the figure is a lower bound of the cache's bytes
+                    inputs, allowance = 4 * (1 + step["past"] + 1 + 1), 16 + -(-8 * (step["past"] + 1) // 16) * 16 + 16
+                    assert decode.per_token([step], VOCAB)["cache_bytes_written"] == cache + inputs - allowance > 0
+            else:
+                assert (figures["cache_bytes_written"], figures["cache_bytes_read"]) == (0, 0), system
+        for step in results["relaxweb"]["rounds"][0]["timed"]:
+            own = step["runtimeStats"]
+            assert step["counts"]["buffers"] == own["buffersCreated"] == 0
+            assert step["counts"]["bytesRead"] == own["bytesRead"] == 4 * VOCAB
+            assert step["counts"]["bytesWritten"] == own["inputBytesWritten"] + own["paramsBytesWritten"]
+            assert step["counts"]["uniformBytesWritten"] == own["paramsBytesWritten"]
+    assert "| 8 | relaxweb |" in decode.decode_table(report)
