@@ -48,10 +48,12 @@ def _symbolic_var(name: str, bound: int | None, as_written: dict[str, str]) -> d
     return entry
 
 
-def write_bundle(module: IRModule, out_dir: str | Path, source: str, progress: Progress = lambda _: None) -> dict:
+def write_bundle(module: IRModule, out_dir: str | Path, source: str, progress: Progress = lambda _: None, *,
+                 tokenizer: dict | None = None) -> dict:
     """Write the bundle of a compiled module (its ``main`` a HostFunction); returns the manifest.
 
-    ``source`` names the model in the manifest and in the generated code's comments.
+    ``source`` names the model in the manifest and in the generated code's comments;
+    ``tokenizer`` (a checked entry, ``relaxweb/tokenizer.py``) goes into the manifest as is.
     """
     host = module.main
     assert isinstance(host, HostFunction)
@@ -130,6 +132,8 @@ def write_bundle(module: IRModule, out_dir: str | Path, source: str, progress: P
         "required_limits": _required_limits(kernels, storages, weights),
         "required_features": _required_features(kernels),
     }
+    if tokenizer is not None:
+        manifest["tokenizer"] = tokenizer
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     if RUNTIME_JS.is_dir():
         shutil.copytree(RUNTIME_JS, out / "runtime", dirs_exist_ok=True)

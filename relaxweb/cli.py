@@ -59,7 +59,7 @@ def command_build(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     bundle = build(args.model, args.output, bounds=dict(args.bound or []), opt_level=args.opt_level,
                    dump_ir=args.dump_ir, progress=_progress, weights=args.weights, group_size=args.group_size,
-                   scale_dtype=args.scale_dtype)
+                   scale_dtype=args.scale_dtype, tokenizer=args.tokenizer)
     for spec in bundle.inputs:
         print(f"  input  {spec}", file=sys.stderr)
     for spec in bundle.outputs:
@@ -199,6 +199,10 @@ def make_parser() -> argparse.ArgumentParser:
                        "row (embedding) (default 32)")
     build.add_argument("--scale-dtype", choices=SCALE_DTYPES, default="float16",
                        help="int8 / int4: the dtype of the scales (default float16)")
+    build.add_argument("--tokenizer", metavar="FILE",
+                       help="a JSON tokenizer for the bundle (for 'relaxweb generate'), e.g. {\"kind\": \"byte\", "
+                       "\"vocab_size\": 258, \"eos_token_id\": 257}; by default the model's metadata_props"
+                       "[\"relaxweb.tokenizer\"] when it has one")
     build.set_defaults(handler=command_build)
 
     run = commands.add_parser("run", help="run a bundle (or a model, with --reference) on inputs from an .npz file",
