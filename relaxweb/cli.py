@@ -176,7 +176,7 @@ def command_generate(args: argparse.Namespace) -> int:
 
     result = session.generate(args.prompt, max_new_tokens=args.max_tokens, temperature=args.temperature,
                               top_k=args.top_k, seed=args.seed, on_token=stream)
-    print(result.text[printed:])
+    print(result.text[printed:], flush=True)
     print(f"{len(result.tokens)} tokens, stopped by {result.stopped}: prefill {result.prefill_ms:.0f} ms, "
           f"{result.tokens_per_second:.1f} tokens/s", file=sys.stderr)
     return 0
