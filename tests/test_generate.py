@@ -269,6 +269,13 @@ def test_the_command_line_streams_text(llama_bundle, greedy_tokens, tiny_llama, 
 
 # The tiny Llama in Chromium -----------------------------------------------------------------
 
+
+def in_chromium(test):
+    """tests/test_browser.py's marks (browser; skipped without Playwright or Chromium), and slow."""
+    for mark in (*browser_marks, pytest.mark.slow):
+        test = mark(test)
+    return test
+
 #: Runs in the runner page: greedy with tokens streamed, seeded top-k twice, an abort after 5
 #: tokens, and 100 tokens with the live GPU bytes before, at each token, and after.
 GENERATE_IN_PAGE = """
@@ -297,10 +304,7 @@ async ({ prompt, steps, topK }) => {
 """
 
 
-@browser_marks[0]
-@browser_marks[1]
-@browser_marks[2]
-@pytest.mark.slow
+@in_chromium
 def test_generate_in_chromium(llama_bundle, greedy_tokens, tiny_llama, reference, onnxruntime_run) -> None:  # noqa: F811
     with browser.open_runner_page(llama_bundle, timeout_s=120) as page:
         result = page.evaluate(GENERATE_IN_PAGE, {"prompt": reference["prompt"], "steps": GREEDY_STEPS, "topK": TOP_K})
@@ -326,10 +330,7 @@ def test_generate_in_chromium(llama_bundle, greedy_tokens, tiny_llama, reference
     assert len(set(result["live"])) == 1, sorted(set(result["live"]))
 
 
-@browser_marks[0]
-@browser_marks[1]
-@browser_marks[2]
-@pytest.mark.slow
+@in_chromium
 def test_the_demo_page_streams_generated_text(llama_bundle, greedy_tokens, tiny_llama) -> None:  # noqa: F811
     """``relaxweb serve DIR`` of a decoder with a tokenizer: the demo shows a prompt box, streams
     the tokens into the page with tokens/s, and Stop ends a generation."""
