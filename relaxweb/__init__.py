@@ -7,6 +7,7 @@ The Python API matches the command line (``relaxweb/api.py``)::
     >>> outputs = relaxweb.load("dist/mlp").run({"x": x})                     # relaxweb run
     >>> expected = relaxweb.run_reference("mlp.onnx", {"x": x})               # relaxweb run --reference
     >>> print(relaxweb.inspect("dist/mlp"))                                   # relaxweb inspect
+    >>> relaxweb.load("dist/llama").generate("The if", max_new_tokens=64).text  # relaxweb generate
 
 Every user error is a :class:`RelaxwebError` carrying the message the command line prints.
 """
@@ -17,9 +18,9 @@ from .api import (
     Bundle, ModelReport, TensorSpec, build, inspect, load, profile_in_browser, run_in_browser, run_reference,
 )
 from .errors import InputShapeError, RelaxwebError, UnsupportedModelError
-from .runtime import GpuTensor, Profile, Session
+from .runtime import Generation, GpuTensor, Profile, Session
 
 __all__ = [
-    "Bundle", "GpuTensor", "InputShapeError", "ModelReport", "Profile", "RelaxwebError", "Session", "TensorSpec",
+    "Bundle", "Generation", "GpuTensor", "InputShapeError", "ModelReport", "Profile", "RelaxwebError", "Session", "TensorSpec",
     "UnsupportedModelError", "build", "inspect", "load", "profile_in_browser", "run_in_browser", "run_reference",
 ]

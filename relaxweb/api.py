@@ -153,7 +153,7 @@ class Bundle:
 def build(model: Model, out_dir: str | Path, *, bounds: Mapping[str, int] | None = None,
           opt_level: int = DEFAULT_OPT_LEVEL, dump_ir: str | Path | None = None,
           progress: Callable[[str], None] | None = None, weights: str = "float32", group_size: int = 32,
-          scale_dtype: str = "float16") -> Bundle:
+          scale_dtype: str = "float16", tokenizer: str | Path | None = None) -> Bundle:
     """Compile ``model`` into the bundle folder ``out_dir`` (created if missing), as
     ``relaxweb build MODEL -o DIR`` does.
 
@@ -166,10 +166,13 @@ def build(model: Model, out_dir: str | Path, *, bounds: Mapping[str, int] | None
     matmuls, gathers and convolutions packed, decoded inside the kernels that read them;
     int8 / int4 quantize them in groups of ``group_size`` (``--group-size``) with scales of
     ``scale_dtype`` ("float16" or "float32"; ``--scale-dtype``).
+    ``tokenizer`` (``--tokenizer``) is a JSON tokenizer file for the manifest, for ``generate``;
+    without it the model's ``metadata_props["relaxweb.tokenizer"]`` is used when it has one
+    (``relaxweb/tokenizer.py``).
     """
     manifest = build_bundle(model, out_dir, bounds, opt_level=opt_level, progress=progress or _ignore,
                             dump_ir=Path(dump_ir) if dump_ir is not None else None, weights=weights,
-                            group_size=group_size, scale_dtype=scale_dtype)
+                            group_size=group_size, scale_dtype=scale_dtype, tokenizer=tokenizer)
     return Bundle(Path(out_dir), manifest)
 
 

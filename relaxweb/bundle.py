@@ -49,11 +49,12 @@ def _symbolic_var(name: str, bound: int | None, as_written: dict[str, str]) -> d
     return entry
 
 
-def write_bundle(module: IRModule, out_dir: str | Path, source: str, progress: Progress = lambda _: None,
-                 split_bytes: int = BINDING_PART_BYTES) -> dict:
+def write_bundle(module: IRModule, out_dir: str | Path, source: str, progress: Progress = lambda _: None, *,
+                 split_bytes: int = BINDING_PART_BYTES, tokenizer: dict | None = None) -> dict:
     """Write the bundle of a compiled module (its ``main`` a HostFunction); returns the manifest.
 
-    ``source`` names the model in the manifest and in the generated code's comments.  A
+    ``source`` names the model in the manifest and in the generated code's comments;
+    ``tokenizer`` (a checked entry, ``relaxweb/tokenizer.py``) goes into the manifest as is.  A
     weight of more than ``split_bytes`` device bytes is bound to the kernels that read it as
     several parts (``relaxweb/ir/launch.binding_parts``; docs/bundle-format.md, "Weights in
     parts"): those kernels get a shader of their own that reads the parts.
@@ -141,6 +142,8 @@ def write_bundle(module: IRModule, out_dir: str | Path, source: str, progress: P
         "required_limits": _required_limits(kernels, storages, weights),
         "required_features": _required_features(kernels),
     }
+    if tokenizer is not None:
+        manifest["tokenizer"] = tokenizer
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     if RUNTIME_JS.is_dir():
         shutil.copytree(RUNTIME_JS, out / "runtime", dirs_exist_ok=True)

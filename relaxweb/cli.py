@@ -4,6 +4,7 @@
     relaxweb run DIR --inputs IN.npz [--out OUT.npz] [--browser] [--profile]
     relaxweb run MODEL.onnx --inputs IN.npz [--out OUT.npz] --reference
     relaxweb inspect MODEL.onnx|DIR
+    relaxweb generate DIR --prompt TEXT [--max-tokens N --temperature T --top-k K --seed S]
     relaxweb serve DIR [--port PORT]
 
 Each command calls the Python API (``api.py``: ``relaxweb.build``, ``relaxweb.load`` ...), so
@@ -59,7 +60,7 @@ def command_build(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     bundle = build(args.model, args.output, bounds=dict(args.bound or []), opt_level=args.opt_level,
                    dump_ir=args.dump_ir, progress=_progress, weights=args.weights, group_size=args.group_size,
-                   scale_dtype=args.scale_dtype)
+                   scale_dtype=args.scale_dtype, tokenizer=args.tokenizer)
     for spec in bundle.inputs:
         print(f"  input  {spec}", file=sys.stderr)
     for spec in bundle.outputs:
@@ -163,6 +164,24 @@ def command_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def command_generate(args: argparse.Namespace) -> int:
+    session = load(check_bundle_folder(args.bundle), kernels=args.kernels)
+    printed = 0
+
+    def stream(token: int, text: str) -> None:
+        nonlocal printed
+        sys.stdout.write(text[printed:])
+        sys.stdout.flush()
+        printed = len(text)
+
+    result = session.generate(args.prompt, max_new_tokens=args.max_tokens, temperature=args.temperature,
+                              top_k=args.top_k, seed=args.seed, on_token=stream)
+    print(result.text[printed:], flush=True)
+    print(f"{len(result.tokens)} tokens, stopped by {result.stopped}: prefill {result.prefill_ms:.0f} ms, "
+          f"{result.tokens_per_second:.1f} tokens/s", file=sys.stderr)
+    return 0
+
+
 def command_serve(args: argparse.Namespace) -> int:
     serve(check_bundle_folder(args.bundle), args.port)
     return 0
@@ -199,6 +218,10 @@ def make_parser() -> argparse.ArgumentParser:
                        "row (embedding) (default 32)")
     build.add_argument("--scale-dtype", choices=SCALE_DTYPES, default="float16",
                        help="int8 / int4: the dtype of the scales (default float16)")
+    build.add_argument("--tokenizer", metavar="FILE",
+                       help="a JSON tokenizer for the bundle (for 'relaxweb generate'), e.g. {\"kind\": \"byte\", "
+                       "\"vocab_size\": 258, \"eos_token_id\": 257}; by default the model's metadata_props"
+                       "[\"relaxweb.tokenizer\"] when it has one")
     build.set_defaults(handler=command_build)
 
     run = commands.add_parser("run", help="run a bundle (or a model, with --reference) on inputs from an .npz file",
@@ -227,6 +250,30 @@ def make_parser() -> argparse.ArgumentParser:
                                   "for a bundle folder, print its inputs, symbolic variables, storages and kernels.")
     inspect.add_argument("target", help="an .onnx file or a bundle folder")
     inspect.set_defaults(handler=command_inspect)
+
+    generate = commands.add_parser(
+        "generate", help="generate text with a decoder bundle, streamed to stdout",
+        description="Generate text after a prompt with a decoder bundle (inputs input_ids, past_key_values.*, "
+        "optionally attention_mask and position_ids; outputs logits and present.*; a tokenizer in the manifest: "
+        "'relaxweb build' copies the model's, or give one with --tokenizer) on the Python runtime (wgpu). The "
+        "prompt runs once, then one run per new token with the cache kept on the GPU; the next token is picked "
+        "on the GPU. Text goes to stdout as it comes, tokens/s to stderr at the end.",
+        epilog="example: relaxweb generate dist/ --prompt 'The if statement' --max-tokens 100 --temperature 0.8 --top-k 20")
+    generate.add_argument("bundle", metavar="DIR", help="the bundle folder")
+    generate.add_argument("--prompt", required=True, help="the text to continue")
+    generate.add_argument("--max-tokens", type=int, default=64, metavar="N",
+                          help="new tokens at most (default 64); it also stops at the tokenizer's end-of-text token")
+    generate.add_argument("--temperature", type=float, default=0.0, metavar="T",
+                          help="0 (default): greedy, the most likely token each time; above 0: sample from "
+                          "softmax(logits / T), higher is more random")
+    generate.add_argument("--top-k", type=int, default=0, metavar="K",
+                          help="with a temperature: sample among the K most likely tokens only (1 .. 256; "
+                          "default 0: all)")
+    generate.add_argument("--seed", type=int, default=0, metavar="S",
+                          help="seed of the random numbers (default 0): the same seed gives the same text")
+    generate.add_argument("--kernels", choices=KERNEL_VARIANTS, default="auto",
+                          help="which shaders of kernels with a CPU variant to compile (as for 'run')")
+    generate.set_defaults(handler=command_generate)
 
     serve = commands.add_parser("serve", help="serve the web demo with a bundle on 127.0.0.1",
                                 description="Serve web_demo/ with the bundle at /bundle/ on 127.0.0.1.")

@@ -67,6 +67,7 @@ def test_demo_loads_runs_and_sweeps(demo_page, mlp_bundle: Path) -> None:
     assert "x" in inputs and "float32" in inputs and "[batch, 64]" in inputs and "batch ≤ 64" in inputs
     assert "[batch, 10]" in page.inner_text("#output-specs")
     assert page.get_attribute("#var-batch", "max") == "64"
+    assert page.is_hidden("#generate-section")  # not a decoder (tests/test_generate.py shows a decoder's)
 
     page.fill("#var-batch", "3")
     page.click("#run")

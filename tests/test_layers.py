@@ -28,18 +28,19 @@ MAY_IMPORT: dict[str, set[str]] = {
     "wgsl": {"ir", "errors"},
     "wasm": {"ir", "errors"},
     "bundle": {"wgsl", "wasm", "ir", "errors"},  # compiled module -> dist/
-    "compiler": {"bundle", "frontend", "passes", "ops", "ir", "errors"},  # model -> compiled module (-> dist/)
-    "runtime": {"errors"},
+    "tokenizer": {"errors"},  # the tokenizer a bundle carries: checked by the build, used by the runtimes
+    "compiler": {"bundle", "frontend", "passes", "ops", "ir", "errors", "tokenizer"},  # model -> compiled module (-> dist/)
+    "runtime": {"errors", "tokenizer"},
     "browser": {"runtime", "errors"},
     # relaxweb/__init__.py and api.py: the command line's commands as functions, so frontend
     # (``relaxweb.inspect(MODEL)``: op coverage, the imported IR), passes (the opt levels) and
     # browser (``relaxweb.run_in_browser``) as the command line has them.
-    "api": {"compiler", "bundle", "runtime", "browser", "frontend", "passes", "ir", "errors"},
-    "cli": {"api", "compiler", "bundle", "runtime", "browser", "frontend", "passes", "ops", "ir", "errors"},
+    "api": {"compiler", "bundle", "runtime", "browser", "frontend", "passes", "ir", "errors", "tokenizer"},
+    "cli": {"api", "compiler", "bundle", "runtime", "browser", "frontend", "passes", "ops", "ir", "errors", "tokenizer"},
 }
 
 SUBPACKAGE_LAYERS = {"ir", "library", "ops", "frontend", "passes", "wgsl", "wasm", "runtime"}
-MODULE_LAYERS = {"errors": "errors", "bundle": "bundle", "compiler": "compiler", "browser": "browser",
+MODULE_LAYERS = {"errors": "errors", "tokenizer": "tokenizer", "bundle": "bundle", "compiler": "compiler", "browser": "browser",
                  "api": "api", "cli": "cli", "__main__": "cli"}
 
 

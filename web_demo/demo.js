@@ -1,9 +1,11 @@
 // The web demo: load a bundle, show its inputs with their symbolic shapes and the bounds of
 // its symbolic sizes, run it on random inputs at sizes the user picks, and plot the latency
-// against one symbolic size. The bundle comes from `bundle/` next to this page (where
+// against one symbolic size; a decoder bundle with a tokenizer also generates text, streamed
+// into the page with its tokens/s. The bundle comes from `bundle/` next to this page (where
 // `relaxweb serve DIR` puts it); `?bundle=URL` or the URL field picks another one.
 
 import { load } from "./runtime/relaxweb.js";
+import { decoderSignature } from "./runtime/generate.js";
 
 const PREVIEW_VALUES = 8;
 /** Values a sweep tries by default: powers of two up to the bound (or up to this without one). */
@@ -388,8 +390,10 @@ let current = null;
  * @param {string} bundleUrl
  */
 async function loadBundle(bundleUrl) {
+  generation?.abort();
   current?.model.dispose();
   current = null;
+  element("generate-section").hidden = true;
   for (const id of ["run", "sweep", "load"]) button(id).disabled = true;
   for (const id of ["inputs", "output-specs", "vars", "outputs", "chart"]) element(id).replaceChildren();
   showError("");
@@ -414,6 +418,7 @@ async function loadBundle(bundleUrl) {
     showSpecs(model);
     current = new Session(model, showVars(model));
     showSweepControls(model);
+    showGenerateControls(model);
     button("run").disabled = false;
     button("sweep").disabled = model.symbolicVars.length === 0;
   } catch (error) {
@@ -421,6 +426,62 @@ async function loadBundle(bundleUrl) {
     throw error;
   } finally {
     button("load").disabled = false;
+  }
+}
+
+/**
+ * Show the "Generate text" section when the bundle has a tokenizer and is a decoder.
+ * @param {Model} model
+ */
+function showGenerateControls(model) {
+  let generatable = model.tokenizer !== null;
+  try {
+    decoderSignature(model.manifest);
+  } catch {
+    generatable = false;
+  }
+  element("generate-section").hidden = !generatable;
+  element("generated").textContent = "";
+  element("generate-status").textContent = "";
+}
+
+/** @type {AbortController|null} the generation in progress, stopped by the Stop button */
+let generation = null;
+
+/**
+ * Generate text after the prompt, streaming tokens into the page with the tokens/s so far.
+ * @param {Session} session
+ */
+async function generateText(session) {
+  const number = (/** @type {string} */ id) => Number(field(id).value);
+  const status = element("generate-status");
+  const output = element("generated");
+  output.textContent = "";
+  status.textContent = "prefill…";
+  generation = new AbortController();
+  button("generate").disabled = true;
+  button("stop").disabled = false;
+  /** @type {number[]} when each token arrived */
+  const arrivals = [];
+  try {
+    const result = await session.model.generate(field("prompt").value, {
+      maxNewTokens: number("max-tokens"), temperature: number("temperature"), topK: number("top-k"), seed: number("seed"),
+      signal: generation.signal,
+      onToken: (_token, text) => {
+        arrivals.push(performance.now());
+        output.textContent = text;
+        const seconds = (arrivals[arrivals.length - 1] - arrivals[0]) / 1e3;
+        const speed = seconds > 0 ? `${((arrivals.length - 1) / seconds).toFixed(1)} tokens/s` : "";
+        status.textContent = `${arrivals.length} tokens ${speed}`;
+      },
+    });
+    output.textContent = result.text;
+    status.textContent = `${result.tokens.length} tokens, stopped by ${result.stopped}: prefill ` +
+      `${result.prefillMs.toFixed(0)} ms, ${result.tokensPerSecond.toFixed(1)} tokens/s`;
+  } finally {
+    generation = null;
+    button("generate").disabled = false;
+    button("stop").disabled = true;
   }
 }
 
@@ -457,6 +518,8 @@ function main() {
   });
   onClick("run", runOnce);
   onClick("sweep", sweep);
+  onClick("generate", generateText);
+  button("stop").addEventListener("click", () => generation?.abort());
   loadBundle(urlField.value).catch(showError);
 }
 

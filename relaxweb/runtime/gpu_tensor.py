@@ -13,6 +13,7 @@ counts of the session's lifetime (``total``) and since its last run started (``l
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -43,11 +44,35 @@ class TransferCounts:
 class TransferStats:
     """A session's counters: ``total`` since it was created (load included), ``last_run``
     since its last run started (that run, and what was done after it: reading a
-    ``GpuTensor`` back counts there too, so a decode loop's ``last_run`` is one token's)."""
+    ``GpuTensor`` back counts there too, so a decode loop's ``last_run`` is one token's), and
+    ``live_gpu_bytes``: the bytes of its GPU buffers that exist now (created, and neither
+    destroyed nor freed; pooled buffers of disposed GpuTensors count), so that a test can show
+    memory stays flat."""
 
     def __init__(self) -> None:
         self.total = TransferCounts()
         self.last_run = TransferCounts()
+        self.live_gpu_bytes = 0
+
+    def track_buffer(self, buffer: Any) -> None:
+        """Count a new buffer's bytes in ``live_gpu_bytes`` until it is destroyed (its
+        ``destroy`` is wrapped) or freed (a finalizer), whichever comes first."""
+        size, ref, live = buffer.size, weakref.ref(buffer), [True]
+        self.live_gpu_bytes += size
+
+        def gone() -> None:
+            if live[0]:
+                live[0] = False
+                self.live_gpu_bytes -= size
+
+        def destroy() -> None:  # holds no reference to the buffer: no cycle keeps it alive
+            gone()
+            target = ref()
+            if target is not None:
+                type(target).destroy(target)
+
+        buffer.destroy = destroy
+        weakref.finalize(buffer, gone)
 
     def start_run(self) -> None:
         self.last_run = TransferCounts()
@@ -57,7 +82,7 @@ class TransferStats:
             setattr(counts, counter, getattr(counts, counter) + amount)
 
     def __repr__(self) -> str:
-        return f"TransferStats(total={self.total}, last_run={self.last_run})"
+        return f"TransferStats(total={self.total}, last_run={self.last_run}, live_gpu_bytes={self.live_gpu_bytes})"
 
 
 class BufferPool:

@@ -258,6 +258,10 @@ def _fact_problem(manifest: dict) -> str | None:
             for name, at in expression_names(kernel["cost"][part], f"kernels[{index}].cost.{part}"):
                 if name not in fields:
                     return f"{at}: {describe_value(name)} is not one of the kernel's params"
+    tokenizer = manifest.get("tokenizer", {})
+    for name in ("bos_token_id", "eos_token_id"):
+        if name in tokenizer and tokenizer[name] >= tokenizer["vocab_size"]:
+            return f"tokenizer.{name}: {tokenizer[name]} is not below vocab_size ({tokenizer['vocab_size']})"
     for index, site in enumerate(manifest["call_sites"]):
         end = site["params_offset"] + site["params_size"]
         if site["params_offset"] % 256 or site["params_size"] % 16 or end > manifest["params_bytes"]:

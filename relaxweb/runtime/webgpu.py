@@ -15,7 +15,7 @@ import struct
 import tempfile
 import time
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,10 +31,12 @@ if not os.environ.get("XDG_RUNTIME_DIR"):
 import wgpu  # noqa: E402  (after the environment fix above)
 
 from relaxweb.errors import InputShapeError, RelaxwebError
+from relaxweb.runtime.generate import Generation, generate
 from relaxweb.runtime.gpu_tensor import BufferPool, GpuTensor, TransferStats
 from relaxweb.runtime.host import Command, Dispatch, HostModule, Read, Resume, load_manifest
 from relaxweb.runtime.manifest import MAX_HOST_MODULE_BYTES, MAX_KERNEL_BYTES, read_bundle_file
 from relaxweb.runtime.profile import SUBMITS, TIMESTAMPS, DispatchTime, Profile, params_fields, summarize
+from relaxweb.tokenizer import make_tokenizer
 
 _STORAGE_USAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_DST | wgpu.BufferUsage.COPY_SRC
 _WEIGHT_USAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_DST
@@ -450,6 +452,8 @@ class Session:
         # buffers of disposed GpuTensors, for the next kept outputs
         self._gpu_tensor_pool = BufferPool()
         self.manifest: dict[str, Any] = load_manifest(self.bundle_dir)
+        #: the bundle's tokenizer (``relaxweb/tokenizer.py``), or None when it has none
+        self.tokenizer = make_tokenizer(self.manifest["tokenizer"]) if "tokenizer" in self.manifest else None
         self.host = HostModule(
             read_bundle_file(self.bundle_dir, "host.wasm", MAX_HOST_MODULE_BYTES, "the host module"), self.manifest
         )
@@ -640,6 +644,23 @@ class Session:
         once.  Storages that grow between two steps keep their contents.
         """
         return self._run(inputs, None, keep_on_gpu)
+
+    def generate(self, prompt: str | Sequence[int], *, max_new_tokens: int = 64, temperature: float = 0.0,
+                 top_k: int = 0, seed: int = 0, stop_tokens: Iterable[int] | None = None,
+                 on_token: Callable[[int, str], Any] | None = None) -> Generation:
+        """Generate up to ``max_new_tokens`` tokens after ``prompt`` (text, encoded by the
+        bundle's tokenizer, or token ids) with a decoder bundle (``runtime/generate.py``: which
+        bundles can, and how): greedy when ``temperature`` is 0, else sampled from
+        softmax(logits / temperature) over the ``top_k`` largest logits (0: all), with random
+        numbers from ``seed``; the next token is picked on the GPU and only it is read back.
+        It stops at a token of ``stop_tokens`` (default: the tokenizer's EOS; not included),
+        after ``max_new_tokens``, or when ``on_token(token, text_so_far)`` (called once per
+        token, the text holding complete characters only) returns False.  Returns a
+        :class:`~relaxweb.runtime.generate.Generation` (``tokens``, ``text``, ``stopped``:
+        "eos", "length" or "aborted", ``tokens_per_second``, ``prefill_ms``); every GpuTensor
+        it made is disposed."""
+        return generate(self, prompt, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, seed=seed,
+                        stop_tokens=stop_tokens, on_token=on_token)
 
     def profile(self, inputs: Mapping[str, np.ndarray], *, warmup: int = 1) -> Profile:
         """Run the model ``warmup`` times, then once like :meth:`run` timing each dispatch
@@ -1151,6 +1172,7 @@ class Session:
         """``device.create_buffer``, counted in :attr:`stats`."""
         buffer = self.device.create_buffer(**descriptor)
         self.stats.add("buffers_created")
+        self.stats.track_buffer(buffer)
         return buffer
 
     def _write_buffer(self, buffer: wgpu.GPUBuffer, data: bytes | memoryview, counter: str) -> None:

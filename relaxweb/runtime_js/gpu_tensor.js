@@ -19,7 +19,9 @@ const zeroCounts = () => ({ buffersCreated: 0, inputBytesWritten: 0, paramsBytes
 /**
  * A model's counters of its real GPU calls: `total` since it was created (load included),
  * `lastRun` since its last run started (that run, and reads of GpuTensors after it: a decode
- * loop's `lastRun` is one token's).
+ * loop's `lastRun` is one token's), and `liveGpuBytes`: the bytes of its GPU buffers that exist
+ * now (created and not destroyed; pooled buffers of disposed GpuTensors count), so that a test
+ * can show memory stays flat.
  */
 export class TransferStats {
   constructor() {
@@ -27,6 +29,23 @@ export class TransferStats {
     this.total = zeroCounts();
     /** @type {TransferCounts} */
     this.lastRun = zeroCounts();
+    this.liveGpuBytes = 0;
+  }
+
+  /**
+   * Count a new buffer's bytes in `liveGpuBytes` until it is destroyed (its `destroy` is wrapped).
+   * @param {GPUBuffer} buffer
+   */
+  trackBuffer(buffer) {
+    const { size } = buffer;
+    const destroy = buffer.destroy.bind(buffer);
+    let live = true;
+    this.liveGpuBytes += size;
+    buffer.destroy = () => {
+      if (live) this.liveGpuBytes -= size;
+      live = false;
+      destroy();
+    };
   }
 
   startRun() {

@@ -273,6 +273,12 @@ function factProblem(manifest) {
       }
     }
   }
+  const tokenizer = manifest.tokenizer ?? {};
+  for (const name of ["bos_token_id", "eos_token_id"]) {
+    if (name in tokenizer && tokenizer[name] >= tokenizer.vocab_size) {
+      return `tokenizer.${name}: ${tokenizer[name]} is not below vocab_size (${tokenizer.vocab_size})`;
+    }
+  }
   for (const [index, site] of manifest.call_sites.entries()) {
     const end = site.params_offset + site.params_size;
     if (site.params_offset % 256 || site.params_size % 16 || end > manifest.params_bytes) {

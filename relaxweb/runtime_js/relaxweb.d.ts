@@ -199,6 +199,53 @@ export interface TransferCounts {
 export interface TransferStats {
   readonly total: TransferCounts;
   readonly lastRun: TransferCounts;
+  /** Bytes of the model's GPU buffers that exist now: created and not destroyed (pooled buffers of disposed GpuTensors count). */
+  readonly liveGpuBytes: number;
+}
+
+/** The bundle's tokenizer (manifest `tokenizer`, kind "byte": ids 0-255 are UTF-8 bytes, higher ids special). */
+export interface Tokenizer {
+  readonly vocabSize: number;
+  readonly bosTokenId: number | null;
+  readonly eosTokenId: number | null;
+  /** BOS (when there is one), then the UTF-8 bytes of `text`. */
+  encode(text: string): number[];
+  /** Special ids dropped, bytes decoded as UTF-8 (invalid sequences replaced by U+FFFD). */
+  decode(ids: Iterable<number>): string;
+  /** The ids that end generation by default: the EOS, when there is one. */
+  readonly stopTokens: number[];
+}
+
+/** Options of `Model.generate`. */
+export interface GenerateOptions {
+  /** New tokens at most (default 64; fewer when the bundle's bounds on the sequence length are reached). */
+  maxNewTokens?: number;
+  /** 0 (default): greedy, the largest logit; above 0: sample from softmax(logits / temperature). */
+  temperature?: number;
+  /** With a temperature: sample among the topK largest logits only (1..256; 0, the default: all). */
+  topK?: number;
+  /** Seed of the random numbers (default 0): the same seed gives the same tokens (in the Python runtime too). */
+  seed?: number;
+  /** Token ids that end generation, not included in the result (default: the tokenizer's EOS). */
+  stopTokens?: number[];
+  /** Called once per new token, with the text so far (complete characters only). */
+  onToken?: (token: number, textSoFar: string) => void;
+  /** Aborting stops generation before its next step (`stopped: "aborted"`); everything is disposed. */
+  signal?: AbortSignal;
+}
+
+/** What `Model.generate` resolves with. */
+export interface Generation {
+  /** The new tokens (a stop token not included). */
+  tokens: number[];
+  /** Their text (the tokenizer's decoding; the bytes as UTF-8 without a tokenizer). */
+  text: string;
+  /** Why it stopped: a stop token, `maxNewTokens` (or the bundle's bound), or the signal. */
+  stopped: "eos" | "length" | "aborted";
+  /** Tokens after the first per second of their runs. */
+  tokensPerSecond: number;
+  /** Milliseconds of the prompt's run and the first token's sampling. */
+  prefillMs: number;
 }
 
 /** A loaded bundle. */
@@ -222,6 +269,8 @@ export class Model {
   readonly lastReadCount: number;
   /** Buffers created, bytes written and read: since load began, and since the last run started. */
   readonly stats: TransferStats;
+  /** The bundle's tokenizer, or null when its manifest has none. */
+  readonly tokenizer: Tokenizer | null;
   /**
    * Resolves when every kernel's pipeline is ready. `load` does not wait for it: pipelines
    * keep compiling in the background, and the first run submits each dispatch as soon as
@@ -249,6 +298,16 @@ export class Model {
    * (`load(url, {profile: true})`), else by one submit per dispatch. Rejects like `run`.
    */
   profile(inputs: Record<string, Tensor>, options?: { warmup?: number }): Promise<{ outputs: Record<string, Tensor>; profile: Profile }>;
+  /**
+   * Generate text with a decoder bundle (inputs `input_ids`, `past_key_values.*`, optionally
+   * `attention_mask` and `position_ids`; outputs `logits` and `present.*`; else it rejects
+   * naming everything missing). `prompt` is text (needs the bundle's tokenizer) or token ids.
+   * The prompt runs once with an empty past, then one run per token with `present` and `logits`
+   * kept on the GPU and the presents fed back as the past; the next token is picked on the GPU
+   * (runtime/sampler.wgsl) and only it is read back (4 bytes per token). Every GpuTensor it
+   * makes is disposed before it settles.
+   */
+  generate(prompt: string | number[], options?: GenerateOptions): Promise<Generation>;
   /** Free the GPU buffers (and the device, when `load` requested it); later runs reject. */
   dispose(): void;
 }

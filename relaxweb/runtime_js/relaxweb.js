@@ -12,6 +12,8 @@ import {
   SHADER_F16, chooseKernels,
 } from "./host.js";
 import { BufferPool, GpuTensor, TransferStats } from "./gpu_tensor.js";
+import { generate } from "./generate.js";
+import { makeTokenizer } from "./tokenizer.js";
 import { validateManifest } from "./manifest.js";
 import { RemoteHost } from "./remote_host.js";
 import { SubmitTimer, TimestampTimer, summarize } from "./profile.js";
@@ -186,8 +188,11 @@ export class Model {
     this.storageBuffers = [];
     /** @type {(GPUBindGroup|null)[]} one per call site, rebuilt when a storage it uses is replaced */
     this.bindGroups = manifest.call_sites.map(() => null);
-    /** Counts of its GPU calls: `total` since load began, `lastRun` since the last run started. */
+    /** Counts of its GPU calls: `total` since load began, `lastRun` since the last run started;
+     * `liveGpuBytes`: the bytes of its buffers not destroyed. */
     this.stats = new TransferStats();
+    /** The bundle's tokenizer (tokenizer.js), or null when it has none. */
+    this.tokenizer = manifest.tokenizer ? makeTokenizer(manifest.tokenizer) : null;
     /** Buffers of disposed GpuTensors, for the next kept outputs; idle readback buffers. */
     this.gpuTensorPool = new BufferPool();
     this.readbackPool = new BufferPool();
@@ -228,6 +233,16 @@ export class Model {
    */
   async run(inputs, { keepOnGpu = false } = {}) {
     return this.runTimed(inputs, null, keepOnGpu);
+  }
+
+  /**
+   * Generate text with a decoder bundle (generate.js: which bundles can, and how): see relaxweb.d.ts.
+   * @param {string|number[]} prompt text (encoded by the bundle's tokenizer) or token ids
+   * @param {import("./generate.js").GenerateOptions} [options]
+   * @returns {Promise<import("./generate.js").Generation>}
+   */
+  async generate(prompt, options) {
+    return generate(this, prompt, options);
   }
 
   /**
@@ -762,6 +777,7 @@ export class Model {
   createBuffer(descriptor) {
     const buffer = this.device.createBuffer(descriptor);
     this.stats.add("buffersCreated");
+    this.stats.trackBuffer(buffer);
     return buffer;
   }
 

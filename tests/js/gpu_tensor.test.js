@@ -65,3 +65,15 @@ test("a GpuTensor input is checked like an array: dtype and rank; its shape goes
   assert.throws(() => checkInputs(manifest, { past: tensor("float32", [24]) }),
     (error) => error instanceof InputShapeError && error.message === "input 'past': expected 2 dimensions [n, 8], got 1 [24]");
 });
+
+test("live GPU bytes count tracked buffers until they are destroyed, once", () => {
+  const stats = new TransferStats();
+  const [a, b] = [fakeBuffer(64), fakeBuffer(256)];
+  stats.trackBuffer(a);
+  stats.trackBuffer(b);
+  assert.equal(stats.liveGpuBytes, 320);
+  a.destroy();
+  a.destroy();
+  assert.ok(a.destroyed);
+  assert.equal(stats.liveGpuBytes, 256);
+});

@@ -1,0 +1,311 @@
+// Text generation with a decoder bundle: `model.generate(prompt, options)` (the Python
+// runtime's relaxweb/runtime/generate.py in JavaScript; the same checks, messages and random
+// numbers).
+//
+// A bundle can generate when it has the decoder signature optimum and transformers.js use: an
+// `input_ids` input and a `logits` output, and a `present.X` output for each
+// `past_key_values.X` input (`attention_mask` and `position_ids` optional). Generation is a
+// prefill of the prompt with an empty past, then one run per token with the new token, each
+// run's `present` (and `logits`) kept on the GPU (`run(inputs, {keepOnGpu})`) and the presents
+// fed back as the next run's past. The next token is picked on the GPU by sampler.wgsl (the
+// Python runtime runs the same file) from the last position's logits: only that one integer is
+// read back per token. Every GpuTensor made is disposed before `generate` settles, however it
+// ends (a stop token, the length, an AbortSignal, an error).
+
+import { TYPED_ARRAY_OF_DTYPE } from "./host.js";
+import { TextStream } from "./tokenizer.js";
+
+/** The largest topK the sampler keeps in workgroup memory (sampler.wgsl's MAX_TOP_K). */
+export const MAX_TOP_K = 256;
+const PAST_PREFIX = "past_key_values.";
+const PRESENT_PREFIX = "present.";
+const PARAMS_BYTES = 32; // sampler.wgsl's Params (20 bytes), padded to a multiple of 16
+const USAGE = { MAP_READ: 0x1, COPY_SRC: 0x4, COPY_DST: 0x8, UNIFORM: 0x40, STORAGE: 0x80 };
+
+/**
+ * @typedef {{attentionMask: boolean, positionIds: boolean, cache: [string, string][]}} DecoderSignature
+ *   which inputs and outputs generate feeds and reads; cache: (past input, present output) pairs
+ * @typedef {Object} GenerateOptions
+ * @property {number} [maxNewTokens]  new tokens at most (default 64)
+ * @property {number} [temperature]  0 (default): greedy; above 0: sample from softmax(logits / temperature)
+ * @property {number} [topK]  with a temperature, sample among the topK largest logits (0, the default: all)
+ * @property {number} [seed]  seed of the random numbers (default 0)
+ * @property {number[]} [stopTokens]  ids that end generation (default: the tokenizer's EOS); not included
+ * @property {(token: number, textSoFar: string) => void} [onToken]  called once per new token
+ * @property {AbortSignal} [signal]  stops generation before its next step
+ * @typedef {{tokens: number[], text: string, stopped: "eos"|"length"|"aborted", tokensPerSecond: number, prefillMs: number}} Generation
+ */
+
+/**
+ * The bundle's decoder signature, or an Error saying everything it lacks.
+ * @param {any} manifest
+ * @returns {DecoderSignature}
+ */
+export function decoderSignature(manifest) {
+  const inputs = manifest.inputs.map((/** @type {any} */ entry) => entry.name);
+  const outputs = manifest.outputs.map((/** @type {any} */ entry) => entry.name);
+  const problems = [];
+  if (!inputs.includes("input_ids")) problems.push("no input 'input_ids'");
+  if (!outputs.includes("logits")) problems.push("no output 'logits'");
+  const pasts = inputs.filter((/** @type {string} */ name) => name.startsWith(PAST_PREFIX));
+  if (pasts.length === 0) problems.push(`no cache inputs '${PAST_PREFIX}*'`);
+  /** @type {[string, string][]} */
+  const cache = pasts.map((/** @type {string} */ past) => [past, PRESENT_PREFIX + past.slice(PAST_PREFIX.length)]);
+  for (const [past, present] of cache) if (!outputs.includes(present)) problems.push(`no output '${present}' for input '${past}'`);
+  const others = inputs.filter((/** @type {string} */ name) => !["input_ids", "attention_mask", "position_ids", ...pasts].includes(name));
+  if (others.length > 0) problems.push(`inputs generate cannot feed: ${others.map((/** @type {string} */ n) => `'${n}'`).join(", ")}`);
+  if (problems.length > 0) {
+    throw new Error(`this bundle cannot generate: it has ${problems.join("; ")} (a decoder has input_ids -> logits and a ` +
+      `${PRESENT_PREFIX}X output for each ${PAST_PREFIX}X input, optionally attention_mask and position_ids)`);
+  }
+  return { attentionMask: inputs.includes("attention_mask"), positionIds: inputs.includes("position_ids"), cache };
+}
+
+/**
+ * The longest sequence (prompt and new tokens) one run can take: the bound of the cache's
+ * length (past + 1) or of the attention mask's, whichever is smaller; null when unbounded.
+ * @param {any} manifest @param {DecoderSignature} signature @returns {number|null}
+ */
+export function sequenceLimit(manifest, signature) {
+  /** @type {Record<string, number>} */
+  const bounds = Object.fromEntries(manifest.symbolic_vars.filter((/** @type {any} */ v) => v.bound !== null)
+    .map((/** @type {any} */ v) => [v.name, v.bound]));
+  const input = (/** @type {string} */ name) => manifest.inputs.find((/** @type {any} */ entry) => entry.name === name);
+  const limits = [];
+  const past = input(signature.cache[0][0]).shape;
+  if (past.length === 4 && past[2] in bounds) limits.push(bounds[past[2]] + 1);
+  const mask = signature.attentionMask ? input("attention_mask").shape : [];
+  if (mask.length > 0 && mask[mask.length - 1] in bounds) limits.push(bounds[mask[mask.length - 1]]);
+  return limits.length > 0 ? Math.min(...limits) : null;
+}
+
+/**
+ * A seeded generator of uniforms in [0, 1) with 24 bits (exact in float32; generate.py has the same).
+ * @param {number} seed @returns {() => number}
+ */
+export function mulberry32(seed) {
+  let state = seed >>> 0;
+  return () => {
+    state = (state + 0x6d2b79f5) >>> 0;
+    let t = Math.imul(state ^ (state >>> 15), state | 1) >>> 0;
+    t = (t ^ (t + Math.imul(t ^ (t >>> 7), t | 61))) >>> 0;
+    return ((t ^ (t >>> 14)) >>> 8) / (1 << 24);
+  };
+}
+
+/**
+ * An Error for the first option out of range (the Python runtime checks the same).
+ * @param {{maxNewTokens: number, temperature: number, topK: number, seed: number}} options
+ */
+export function checkOptions({ maxNewTokens, temperature, topK, seed }) {
+  if (!Number.isInteger(maxNewTokens) || maxNewTokens < 1) throw new Error(`maxNewTokens must be an integer >= 1, got ${String(maxNewTokens).slice(0, 40)}`);
+  if (typeof temperature !== "number" || !(temperature >= 0) || temperature === Infinity) {
+    throw new Error(`temperature must be a number >= 0 (0: greedy), got ${String(temperature).slice(0, 40)}`);
+  }
+  if (!Number.isInteger(topK) || topK < 0 || topK > MAX_TOP_K) {
+    throw new Error(`topK must be an integer from 0 (the whole vocabulary) to ${MAX_TOP_K}, got ${String(topK).slice(0, 40)}`);
+  }
+  if (!Number.isInteger(seed)) throw new Error(`seed must be an integer, got ${String(seed).slice(0, 40)}`);
+}
+
+/** @type {WeakMap<GPUDevice, Promise<GPUComputePipeline>>} sampler.wgsl's pipeline, one per device */
+const samplerPipelines = new WeakMap();
+
+/** @param {GPUDevice} device @returns {Promise<GPUComputePipeline>} */
+function samplerPipeline(device) {
+  let pipeline = samplerPipelines.get(device);
+  if (!pipeline) {
+    pipeline = (async () => {
+      const response = await fetch(new URL("./sampler.wgsl", import.meta.url));
+      if (!response.ok) throw new Error(`cannot fetch the runtime's sampler.wgsl (HTTP ${response.status})`);
+      const module = device.createShaderModule({ label: "sampler", code: await response.text() });
+      return device.createComputePipelineAsync({ label: "sampler", layout: "auto", compute: { module, entryPoint: "main" } });
+    })();
+    pipeline.catch(() => samplerPipelines.delete(device));
+    samplerPipelines.set(device, pipeline);
+  }
+  return pipeline;
+}
+
+/** sampler.wgsl for one generate: its pipeline and three small buffers (destroyed by close). */
+class Sampler {
+  /** @param {any} model the Model @param {GPUComputePipeline} pipeline */
+  constructor(model, pipeline) {
+    this.model = model;
+    this.pipeline = pipeline;
+    this.params = model.createBuffer({ label: "sampler params", size: PARAMS_BYTES, usage: USAGE.UNIFORM | USAGE.COPY_DST });
+    this.result = model.createBuffer({ label: "sampled token", size: 16, usage: USAGE.STORAGE | USAGE.COPY_SRC });
+    this.staging = model.createBuffer({ label: "sampled token read", size: 16, usage: USAGE.MAP_READ | USAGE.COPY_DST });
+  }
+
+  /**
+   * The next token from the last row of `logits` ([1, seq, vocab] float32, kept on the GPU).
+   * @param {import("./gpu_tensor.js").GpuTensor} logits @param {number} temperature @param {number} topK @param {number} uniform
+   * @returns {Promise<number>}
+   */
+  async sample(logits, temperature, topK, uniform) {
+    const vocab = logits.shape[logits.shape.length - 1];
+    const rows = logits.shape.slice(0, -1).reduce((a, b) => a * b, 1);
+    const params = new DataView(new ArrayBuffer(PARAMS_BYTES));
+    params.setUint32(0, (rows - 1) * vocab, true);
+    params.setUint32(4, vocab, true);
+    params.setUint32(8, topK, true);
+    params.setFloat32(12, temperature, true);
+    params.setFloat32(16, uniform, true);
+    const { device } = this.model;
+    await this.model.captureGpuErrors("generate", () => {
+      this.model.writeBuffer(this.params, new Uint8Array(params.buffer), "paramsBytesWritten");
+      const source = logits.buffer();
+      const bindGroup = device.createBindGroup({
+        layout: this.pipeline.getBindGroupLayout(0),
+        entries: [
+          { binding: 0, resource: { buffer: this.params } },
+          { binding: 1, resource: { buffer: source } },
+          { binding: 2, resource: { buffer: this.result } },
+        ],
+      });
+      const encoder = device.createCommandEncoder();
+      const pass = encoder.beginComputePass();
+      pass.setPipeline(this.pipeline);
+      pass.setBindGroup(0, bindGroup);
+      pass.dispatchWorkgroups(1);
+      pass.end();
+      encoder.copyBufferToBuffer(this.result, 0, this.staging, 0, 4);
+      device.queue.submit([encoder.finish()]);
+    });
+    await this.model.orDeviceLoss(this.staging.mapAsync(/* GPUMapMode.READ */ 1, 0, 4));
+    const token = new Uint32Array(this.staging.getMappedRange(0, 4).slice(0))[0];
+    this.staging.unmap();
+    this.model.stats.add("bytesRead", 4);
+    return token;
+  }
+
+  close() {
+    for (const buffer of [this.params, this.result, this.staging]) buffer.destroy();
+  }
+}
+
+/**
+ * An integer tensor of `dtype` holding `values`.
+ * @param {string} dtype @param {number[]} values @param {number[]} shape
+ */
+function integers(dtype, values, shape) {
+  const data = dtype === "int64" ? BigInt64Array.from(values, BigInt)
+    : /** @type {any} */ (TYPED_ARRAY_OF_DTYPE)[dtype].from(values);
+  return { data, shape };
+}
+
+/**
+ * The inputs of each run: the new tokens, their mask and positions, and the past.
+ * @param {any} manifest @param {DecoderSignature} signature
+ * @returns {(tokens: number[], start: number, past: Record<string, any>|null) => Record<string, any>}
+ */
+function feedsMaker(manifest, signature) {
+  const spec = (/** @type {string} */ name) => manifest.inputs.find((/** @type {any} */ entry) => entry.name === name);
+  const batch = spec("input_ids").shape[0];
+  // an empty past: the batch dimension 1, every other symbolic one (the past length) 0
+  /** @type {Record<string, any>} */
+  const emptyPast = Object.fromEntries(signature.cache.map(([past]) => {
+    const { dtype, shape } = spec(past);
+    const dims = shape.map((/** @type {number|string} */ dim) => (dim === batch ? 1 : typeof dim === "number" ? dim : 0));
+    return [past, { data: new (/** @type {any} */ (TYPED_ARRAY_OF_DTYPE)[dtype])(0), shape: dims }];
+  }));
+  return (tokens, start, past) => {
+    /** @type {Record<string, any>} */
+    const feeds = { input_ids: integers(spec("input_ids").dtype, tokens, [1, tokens.length]) };
+    const total = start + tokens.length;
+    if (signature.attentionMask) feeds.attention_mask = integers(spec("attention_mask").dtype, new Array(total).fill(1), [1, total]);
+    if (signature.positionIds) {
+      feeds.position_ids = integers(spec("position_ids").dtype, tokens.map((_, k) => start + k), [1, tokens.length]);
+    }
+    for (const [pastName, presentName] of signature.cache) feeds[pastName] = past ? past[presentName] : emptyPast[pastName];
+    return feeds;
+  };
+}
+
+/**
+ * `model.generate`: see relaxweb.d.ts.
+ * @param {any} model the Model
+ * @param {string|number[]} prompt
+ * @param {GenerateOptions} [options]
+ * @returns {Promise<Generation>}
+ */
+export async function generate(model, prompt, options = {}) {
+  const { maxNewTokens = 64, temperature = 0, topK = 0, seed = 0, stopTokens, onToken, signal } = options;
+  const { manifest, tokenizer } = model;
+  const signature = decoderSignature(manifest);
+  checkOptions({ maxNewTokens, temperature, topK, seed });
+  const logitsSpec = manifest.outputs.find((/** @type {any} */ entry) => entry.name === "logits");
+  const vocab = logitsSpec.shape?.[logitsSpec.shape.length - 1];
+  if (!Number.isInteger(vocab) || logitsSpec.dtype !== "float32") {
+    throw new Error("this bundle cannot generate: its logits must be float32 with a fixed vocabulary size as their last " +
+      `dimension, got ${logitsSpec.dtype} [${(logitsSpec.shape ?? []).join(", ")}]`);
+  }
+  /** @type {number[]} */
+  let ids;
+  if (typeof prompt === "string") {
+    if (!tokenizer) throw new Error("this bundle has no tokenizer (build it with --tokenizer FILE): give the prompt as token ids");
+    ids = tokenizer.encode(prompt);
+  } else {
+    ids = [...prompt];
+    if (!ids.every((id) => Number.isInteger(id) && id >= 0 && id < vocab)) {
+      throw new Error(`a prompt of token ids must hold integers from 0 to ${vocab - 1}`);
+    }
+  }
+  if (ids.length === 0) throw new Error("the prompt is empty: generate needs at least one token to start from");
+  const limit = sequenceLimit(manifest, signature);
+  if (limit !== null && ids.length > limit) throw new Error(`the prompt has ${ids.length} tokens; this bundle's bounds allow sequences of at most ${limit}`);
+  const stops = new Set(stopTokens ?? tokenizer?.stopTokens ?? []);
+  const stream = tokenizer ? tokenizer.stream() : new TextStream();
+  const feeds = feedsMaker(manifest, signature);
+  const uniform = mulberry32(seed);
+  const keepOnGpu = ["logits", ...signature.cache.map(([, present]) => present)];
+
+  /** @type {number[]} */
+  const tokens = [];
+  let text = "";
+  /** @type {"eos"|"length"|"aborted"} */
+  let stopped = "length";
+  /** @type {any[]} every GpuTensor alive: disposed whatever happens */
+  let held = [];
+  const sampler = new Sampler(model, await model.orDeviceLoss(samplerPipeline(model.device)));
+  const started = performance.now();
+  let decodeStarted = 0;
+  let prefillMs = 0;
+  try {
+    if (signal?.aborted) return { tokens, text, stopped: "aborted", tokensPerSecond: 0, prefillMs };
+    let outputs = await model.run(feeds(ids, 0, null), { keepOnGpu });
+    held = Object.values(outputs);
+    for (;;) {
+      const token = await sampler.sample(outputs.logits, temperature, topK, uniform());
+      outputs.logits.dispose();
+      if (tokens.length === 0) {
+        decodeStarted = performance.now();
+        prefillMs = decodeStarted - started;
+      }
+      if (stops.has(token)) {
+        stopped = "eos";
+        break;
+      }
+      tokens.push(token);
+      text += stream.push(token);
+      onToken?.(token, text);
+      if (signal?.aborted) {
+        stopped = "aborted";
+        break;
+      }
+      if (tokens.length === maxNewTokens || (limit !== null && ids.length + tokens.length > limit)) break;
+      const previous = held;
+      outputs = await model.run(feeds([token], ids.length + tokens.length - 1, outputs), { keepOnGpu });
+      held = Object.values(outputs);
+      for (const tensor of previous) tensor.dispose();
+    }
+  } finally {
+    for (const tensor of held) tensor.dispose();
+    sampler.close();
+  }
+  text += stream.finish();
+  const decoded = tokens.length - 1;
+  const seconds = (performance.now() - decodeStarted) / 1e3;
+  return { tokens, text, stopped, tokensPerSecond: decoded > 0 && seconds > 0 ? decoded / seconds : 0, prefillMs };
+}
