@@ -43,7 +43,7 @@ from ..ir.expr import Call, Constant, DataflowVar, Expr, Function, ShapeExpr, Va
 from ..ir.functor import ExprMutator
 from ..ir.module import IRModule
 from ..ops import call_op
-from ..ops.packed_weights import FORMAT_BITS, group_count, pack_fields, pack_halves
+from ..ops.packed_weights import FORMAT_BITS, group_count, pack_fields, pack_halves, unpack_weights_reference
 from .context import PassContext
 
 #: Constants with fewer elements stay float32 (biases, norms, small projections).
@@ -59,6 +59,16 @@ def compress_weights(module: IRModule) -> IRModule:
     functions = {name: _WeightCompressor(f, packer).visit_function(f) if isinstance(f, Function) else f
                  for name, f in module.functions.items()}
     return module.replace(functions=functions)
+
+
+def dequantized(data: np.ndarray, format: str, axis: int, group_size: int = 32,
+                scale_dtype: str = "float16") -> np.ndarray:
+    """The float32 values that a bundle built with ``--weights format`` decodes for the weight
+    ``data`` packed along ``axis`` (its kernels compute with exactly these): the pass's packing,
+    then ``unpack_weights``'s numpy reference.  For measuring quantization error outside the
+    GPU (``scripts/measure_quantization.py`` runs models with these weights in onnxruntime)."""
+    packed = _Packer(format, group_size, scale_dtype)._pack("weight", np.asarray(data, np.float32), axis)
+    return unpack_weights_reference([packed.words.data, *(p.data for p in packed.parameters)], packed.attrs)
 
 
 @dataclass(frozen=True)
