@@ -437,14 +437,13 @@ def models(names: list[str], steps: int, gpt2_gpu_steps: int, log=print) -> list
 def table(results: list[dict]) -> str:
     """One row per model and format: bytes, then onnxruntime with the bundle's weights over all
     steps, then the bundle itself on relaxweb's Python runtime over its GPU steps."""
-    lines = ["                                            onnxruntime, the bundle's weights            "
-             "relaxweb on wgpu",
-             "model        weights    weight bytes  ratio  teacher  free  1st diff  error p50/max  "
+    lines = [f"{'':<55}onnxruntime, the bundle's weights       relaxweb on wgpu",
+             f"{'model':<18} weights    weight bytes  ratio  teacher   free  1st diff  error p50/max  "
              "steps teacher  vs ort",
-             "-" * 112]
+             "-" * 118]
     for result in results:
         for fmt, entry in result["formats"].items():
-            row = f"{result['model']:<12} {fmt:<8} {entry['weight_bytes']:>14,} {entry['bytes_ratio']:>6.3f}"
+            row = f"{result['model']:<18} {fmt:<8} {entry['weight_bytes']:>14,} {entry['bytes_ratio']:>6.3f}"
             if "onnxruntime" in entry:
                 ort = entry["onnxruntime"]
                 first = "-" if ort["first_divergence"] is None else str(ort["first_divergence"])
@@ -452,14 +451,14 @@ def table(results: list[dict]) -> str:
                 row += (f" {ort['agreement']:>7.1%} {ort['free_agreement']:>6.1%} {first:>8}"
                         f"  {error['p50']:>6.3f}/{error['p100']:<6.3f}")
             else:
-                row += f" {'(the reference)':>44}"
+                row += f" {'(the reference)':>45}"
             if "gpu" in entry:
                 versus = entry.get("gpu_vs_onnxruntime_logits")
                 row += (f"  {entry['gpu']['steps']:>5} {entry['gpu']['agreement']:>7.1%}"
                         f"  {'-' if versus is None else f'{versus:.1e}'}")
             lines.append(row)
         margins = result["reference"]["margin_quantiles"]
-        lines.append(f"{'':<12} float32 top-1 - top-2 logit margin over the {result['steps']} steps: "
+        lines.append(f"{'':<18} float32 top-1 - top-2 logit margin over the {result['steps']} steps: "
                      + ", ".join(f"{q} {v:.3f}" for q, v in margins.items()))
     return "\n".join(lines)
 
@@ -484,7 +483,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", nargs="+", choices=("tiny-llama", "gpt2-random", "gpt2-random-untied"),
                         default=["tiny-llama", "gpt2-random"], help="the models to measure (default: %(default)s)")
     parser.add_argument("--steps", type=int, default=200, help="decode steps (default: %(default)s)")
-    parser.add_argument("--gpt2-gpu-steps", type=int, default=4,
+    parser.add_argument("--gpt2-gpu-steps", type=int, default=3,
                         help="decode steps of the GPT-2-shaped bundles on wgpu (default: %(default)s; "
                              "~10-30 s each on lavapipe)")
     parser.add_argument("--sensitivity", action="store_true",

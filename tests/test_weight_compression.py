@@ -201,7 +201,8 @@ def conv_net():
 
 
 # The relative RMS error ||compressed - float32|| / ||float32|| of the outputs, measured on
-# lavapipe: lm_like float16 3.9e-4, int8 1.04e-2, int4 0.139; conv_net 1.8e-4, 4.8e-3, 0.074
+# lavapipe: lm_like float16 3.9e-4, int8 1.04e-2, int4 0.139; embedding_norm_matmul 3.1e-4,
+# 8.2e-3, 0.115; conv_net 1.8e-4, 4.8e-3, 0.074
 # (N(0, 1) weights: int4's 16 levels per group of 32 are 8% RMS of each weight).  A decode
 # bug is caught exactly by the comparison with the interpreter; these bound the quantization.
 RELATIVE_ERROR_BOUND = {"float16": 2e-3, "int8": 4e-2, "int4": 0.4}
