@@ -56,6 +56,7 @@ rebuilt each run into a temporary folder and removed as soon as measured.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import math
 import shutil
@@ -208,9 +209,8 @@ class Decoder:
         self.position += 1
 
     def fork(self) -> "Decoder":
-        other = object.__new__(Decoder)
-        other.run, other.config, other.outputs, other.position = self.run, self.config, self.outputs, self.position
-        return other
+        """A decoder that goes on from this one's state (steps replace ``outputs``, never change it)."""
+        return copy.copy(self)
 
 
 def reference_run(run, config, prompt: list[int], steps: int) -> dict:
