@@ -70,6 +70,30 @@ def test_int4_decode_is_the_numpy_decode_in_the_reference_the_interpreter_and_on
     np.testing.assert_array_equal(run_kernel_on_gpu(device, program, arrays, {}), expected)
 
 
+def test_int4_zero_points_held_in_the_words_decode_as_numpy(device) -> None:
+    """``zero_points_in_words``: the zero points' fields follow the values' words along the axis
+    (70 values: 9 words, the last partial; 3 groups: 1 more word), one buffer fewer."""
+    rng = np.random.default_rng(2)
+    fields = rng.integers(0, 16, (70, 5)).astype(np.uint32)
+    scales = rng.uniform(0.01, 1.0, (3, 5)).astype(np.float16).astype(np.float32)
+    zeros = rng.integers(0, 16, (3, 5)).astype(np.uint32)
+    words = np.concatenate([pack_fields(fields, 4, 0), pack_fields(zeros, 4, 0)], axis=0)
+    arrays = [words, pack_halves(scales, 0)]
+    attrs = {"format": "int4", "axis": 0, "extent": 70, "group_size": 32, "zero_points_in_words": True}
+    expected = numpy_decode(fields, scales, zeros, 32)
+    assert words.shape == (10, 5)
+    np.testing.assert_array_equal(unpack_weights_reference(arrays, attrs), expected)
+    buffers = [Buffer(f"B{i}", a.shape, str(a.dtype)) for i, a in enumerate(arrays)]
+    axes = (SizeVar("i"), SizeVar("j"))
+    program = TensorProgram("decode", tuple(buffers), Buffer("out", (70, 5), "float32"), axes,
+                            decode_body(axes, buffers, attrs))
+    np.testing.assert_array_equal(run_program(program, arrays, {}), expected)
+    np.testing.assert_array_equal(run_kernel_on_gpu(device, program, arrays, {}), expected)
+    with pytest.raises(relaxweb.ops.DeductionError, match="dim 0 of argument 0 is 9, expected 10"):
+        relaxweb.ops.call_op("unpack_weights", relaxweb.ir.expr.Constant(words[:9], "w"),
+                             relaxweb.ir.expr.Constant(arrays[1], "s"), **attrs)
+
+
 def test_int8_and_float16_decode_as_numpy() -> None:
     rng = np.random.default_rng(1)
     fields = rng.integers(0, 256, (6, 40)).astype(np.uint32)
@@ -158,6 +182,17 @@ def lm_like(vocab: int = 100, width: int = 72, hidden: int = 96, out: int = 40):
     return make_model(nodes, [("ids", TensorProto.INT64, ["b", "s"])], ["y"], weights)
 
 
+def embedding_norm_matmul():
+    """An embedding, a scale (a norm's weight) and a matmul: one kernel reads the packed table's
+    rows, the scale and the packed weight, which fits in the 8 bindings a kernel may have only
+    when each packed tensor takes two buffers (int4's zero points are in its words)."""
+    nodes = [helper.make_node("Gather", ["emb", "ids"], ["e"], axis=0),
+             helper.make_node("Mul", ["e", "g"], ["n"]),
+             helper.make_node("MatMul", ["n", "w"], ["y"])]
+    return make_model(nodes, [("ids", TensorProto.INT64, ["b", "s"])], ["y"],
+                      {"emb": rand(100, 64, seed=1), "g": rand(64, seed=2), "w": rand(64, 40, seed=3) * 0.1})
+
+
 def conv_net():
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
              helper.make_node("Relu", ["c"], ["y"])]
@@ -166,18 +201,19 @@ def conv_net():
 
 
 # The relative RMS error ||compressed - float32|| / ||float32|| of the outputs, measured on
-# lavapipe: lm_like float16 3.9e-4, int8 1.04e-2, int4 0.139; conv_net 1.8e-4, 4.8e-3, 0.074
+# lavapipe: lm_like float16 3.9e-4, int8 1.04e-2, int4 0.139; embedding_norm_matmul 3.1e-4,
+# 8.2e-3, 0.115; conv_net 1.8e-4, 4.8e-3, 0.074
 # (N(0, 1) weights: int4's 16 levels per group of 32 are 8% RMS of each weight).  A decode
 # bug is caught exactly by the comparison with the interpreter; these bound the quantization.
 RELATIVE_ERROR_BOUND = {"float16": 2e-3, "int8": 4e-2, "int4": 0.4}
 
 
 @pytest.mark.parametrize("weights", FORMATS)
-@pytest.mark.parametrize("model_name", ["lm_like", "conv_net"])
+@pytest.mark.parametrize("model_name", ["lm_like", "embedding_norm_matmul", "conv_net"])
 def test_compressed_model_matches_its_interpreter_and_stays_near_float32(device, tmp_path, weights, model_name) -> None:
-    model = lm_like() if model_name == "lm_like" else conv_net()
-    feeds_list = ([{"ids": np.array([[3, 0, 99, 7, 50], [1, 2, 3, 4, 5]], np.int64)}] if model_name == "lm_like"
-                  else [{"x": rand(2, 8, 6, 5, seed=8)}])
+    model = {"lm_like": lm_like, "embedding_norm_matmul": embedding_norm_matmul, "conv_net": conv_net}[model_name]()
+    feeds_list = ([{"x": rand(2, 8, 6, 5, seed=8)}] if model_name == "conv_net"
+                  else [{"ids": np.array([[3, 0, 99, 7, 50], [1, 2, 3, 4, 5]], np.int64)}])
     folder = tmp_path / weights
     relaxweb.build(model, folder, weights=weights)
     session = relaxweb.load(folder, device=device)
@@ -188,6 +224,7 @@ def test_compressed_model_matches_its_interpreter_and_stays_near_float32(device,
     big = [w for w in manifest["weights"] if w["dtype"] == "float32" and np.prod(w["shape"]) >= 1024]
     assert big == [], big
     assert len(manifest["kernels"]) == len(plain["kernels"])
+    assert not [k["name"] for k in manifest["kernels"] if k["name"].startswith("unpack_weights")]
     assert all(k.get("cpu_file") for k in manifest["kernels"] if "matmul" in k["name"] or "conv" in k["name"])
     # the packed words reach the shards byte for byte
     constants = {weight.name: weight.data for weight in module.main.weights}

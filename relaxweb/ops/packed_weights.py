@@ -66,12 +66,22 @@ def _check_attrs(attrs) -> tuple[str, int, int, int]:
     axis, extent, group_size = int(attrs.get("axis", 0)), int(attrs.get("extent", 0)), int(attrs.get("group_size", 0))
     if extent < 1 or (format != "float16" and group_size < 1):
         raise DeductionError(f"unpack_weights: extent {extent} and group_size {group_size} must be >= 1")
+    if attrs.get("zero_points_in_words") and format == "float16":
+        raise DeductionError("unpack_weights: float16 has no zero points to hold in the words")
     return format, axis, extent, group_size
+
+
+def zero_points_start(attrs) -> int:
+    """The field (along the axis) where zero points held in the words begin: after the words
+    of the values."""
+    format, _, extent, _ = _check_attrs(attrs)
+    return _ceil_div(extent, per_word(format)) * per_word(format)
 
 
 def deduce_unpack_weights(args, attrs) -> TensorStructInfo:
     format, axis, extent, group_size = _check_attrs(attrs)
-    expected_args = (1,) if format == "float16" else (2, 3)
+    in_words = bool(attrs.get("zero_points_in_words"))
+    expected_args = (1,) if format == "float16" else (2,) if in_words else (2, 3)
     if len(args) not in expected_args:
         raise DeductionError(f"unpack_weights: format {format} takes {' or '.join(map(str, expected_args))} argument(s), "
                              f"got {len(args)}")
@@ -83,7 +93,7 @@ def deduce_unpack_weights(args, attrs) -> TensorStructInfo:
     if words.shape is None:
         return TensorStructInfo(None, "float32", words.ndim)
     groups = group_count(extent, group_size) if parameters else 0
-    extents = {0: _ceil_div(extent, per_word(format))}
+    extents = {0: _ceil_div(extent, per_word(format)) + (_ceil_div(groups, per_word(format)) if in_words else 0)}
     if parameters:
         scales = parameters[0]
         extents[1] = _ceil_div(groups, 2) if scales.dtype == "uint32" else groups
@@ -136,7 +146,12 @@ def decode_body(axes, buffers: list[Buffer], attrs) -> ScalarExpr:
         return cast("float32", Load(buffer, tuple(group if dim == axis else a for dim, a in enumerate(axes))))
 
     scale = parameter(parameters[0], 16)
-    zero_point = parameter(parameters[1], bits) if len(parameters) == 2 else FloatImm(float(2 ** (bits - 1)))
+    if attrs.get("zero_points_in_words"):
+        zero_point = cast("float32", _field(words, axes, axis, zero_points_start(attrs) + group, bits))
+    elif len(parameters) == 2:
+        zero_point = parameter(parameters[1], bits)
+    else:
+        zero_point = FloatImm(float(2 ** (bits - 1)))
     return (cast("float32", field) - zero_point) * scale
 
 
@@ -193,6 +208,10 @@ def unpack_weights_reference(arrays, attrs) -> np.ndarray:
             parameter = parameter.astype(np.uint16).view(np.float16) if packed_bits == 16 else parameter
         return np.repeat(parameter.astype(np.float32), group_size, axis=axis).take(range(extent), axis=axis)
 
+    if attrs.get("zero_points_in_words"):
+        start = zero_points_start(attrs)
+        parameters = [parameters[0], pack_fields(unpack_fields(words, bits, axis, start + groups).take(
+            range(start, start + groups), axis=axis), bits, axis)]
     scale = per_value(parameters[0], 16)
     zero_point = per_value(parameters[1], bits) if len(parameters) == 2 else np.float32(2 ** (bits - 1))
     return ((fields.astype(np.float32) - zero_point) * scale).astype(np.float32)

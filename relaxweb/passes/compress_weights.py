@@ -29,7 +29,11 @@ word; float32), the quantized values computed with the rounded scale:
 - int4 is asymmetric (the range ``[min(w, 0), max(w, 0)]`` over 16 levels and a 4-bit zero
   point per group, packed like the values): on the same weights its RMS error is 0.83x the
   symmetric one's (0.081 against 0.097) for 1/64 byte per weight (0.578 bytes per weight
-  with float16 scales, 0.145x float32).
+  with float16 scales, 0.145x float32).  The zero points are held in the words, after the
+  values (``zero_points_in_words``): two buffers per weight like int8, so a matmul that fuses
+  a prologue (a norm, a packed embedding's gather) still has room for its weight's decode,
+  and no float32 copy of the weight is made (with a third buffer the tiny Llama's first
+  q_proj and GPT-2's LM head were decoded into float32 buffers: 154 MB for GPT-2's).
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ from ..ir.expr import Call, Constant, DataflowVar, Expr, Function, ShapeExpr, Va
 from ..ir.functor import ExprMutator
 from ..ir.module import IRModule
 from ..ops import call_op
-from ..ops.packed_weights import FORMAT_BITS, group_count, pack_fields, pack_halves
+from ..ops.packed_weights import FORMAT_BITS, group_count, pack_fields, pack_halves, unpack_weights_reference
 from .context import PassContext
 
 #: Constants with fewer elements stay float32 (biases, norms, small projections).
@@ -59,6 +63,16 @@ def compress_weights(module: IRModule) -> IRModule:
     functions = {name: _WeightCompressor(f, packer).visit_function(f) if isinstance(f, Function) else f
                  for name, f in module.functions.items()}
     return module.replace(functions=functions)
+
+
+def dequantized(data: np.ndarray, format: str, axis: int, group_size: int = 32,
+                scale_dtype: str = "float16") -> np.ndarray:
+    """The float32 values that a bundle built with ``--weights format`` decodes for the weight
+    ``data`` packed along ``axis`` (its kernels compute with exactly these): the pass's packing,
+    then ``unpack_weights``'s numpy reference.  For measuring quantization error outside the
+    GPU (``scripts/measure_quantization.py`` runs models with these weights in onnxruntime)."""
+    packed = _Packer(format, group_size, scale_dtype)._pack("weight", np.asarray(data, np.float32), axis)
+    return unpack_weights_reference([packed.words.data, *(p.data for p in packed.parameters)], packed.attrs)
 
 
 @dataclass(frozen=True)
@@ -103,15 +117,16 @@ class _Packer:
             zero_point = np.clip(np.rint(-low / scale), 0, 2 ** bits - 1)
             quantized = np.clip(np.rint(groups / _expand(scale, axis)) + _expand(zero_point, axis), 0, 2 ** bits - 1)
         fields = _ungrouped(np.nan_to_num(quantized), axis, extent).astype(np.uint32)
-        words = Constant(pack_fields(fields, bits, axis), f"{name}.{self.format}_words")
+        packed = pack_fields(fields, bits, axis)
+        if zero_point is not None:  # in the words, after the values: one buffer fewer to bind
+            packed = np.concatenate([packed, pack_fields(zero_point.astype(np.uint32), bits, axis)], axis=axis)
+            attrs["zero_points_in_words"] = True
+        words = Constant(packed, f"{name}.{self.format}_words")
         if self.scale_dtype == "float16":
             scales = Constant(pack_halves(scale, axis), f"{name}.scales")
         else:
             scales = Constant(np.ascontiguousarray(scale, np.float32), f"{name}.scales")
-        parameters = (scales,)
-        if zero_point is not None:
-            parameters += (Constant(pack_fields(zero_point.astype(np.uint32), bits, axis), f"{name}.zero_points"),)
-        return Packed(words, parameters, attrs)
+        return Packed(words, (scales,), attrs)
 
     def _rounded_scale(self, scale: np.ndarray) -> np.ndarray:
         """The scale as it will be stored (float16 or float32), 1 where it is 0 (a group of
