@@ -184,3 +184,23 @@ def test_grouped_query_heads_share_a_key_value_head(device, tmp_path) -> None:
         wanted = run_module(module, feeds)[0]
         assert_close(wanted, _unfused(feeds["q"], feeds["k"], feeds["v"], mask_values, 0.5, False))
         assert_close(run_compiled(module, feeds, tmp_path / f"bundle{seed}")[0], wanted, F32_LOOSE)
+
+
+def test_grouped_query_heads_read_a_fewer_headed_key_value_tensor(device, tmp_path) -> None:
+    """k and v [b, 2, t, 8] serve q [b, 6, s, 8] as transformers' repeat_kv orders the heads
+    (query head h reads key / value head h // 3): the 4-d layout a decoder's KV cache has, read
+    without a repeated copy."""
+    builder = FunctionBuilder("main")
+    q, k, v, mask = _params(builder, {"q": (b, 6, s, 8), "k": (b, 2, t, 8), "v": (b, 2, t, 4), "m": (b, 1, s, t)})
+    out = builder.emit_op("attention", q, k, v, mask, scale=0.5, name_hint="out", output=True)
+    module = IRModule({"main": builder.finish([out], ["out"])})
+    with pytest.raises(DeductionError, match="dim 1 of k is 4, expected 1, 6 or a divisor of it"):
+        call_op("attention", q, *_params(FunctionBuilder("f"), {"k": (b, 4, t, 8), "v": (b, 4, t, 4)}))
+    for seed, (batch, queries, keys) in enumerate([(2, 5, 7), (1, 1, 40)]):
+        mask_values = np.where(rand(batch, 1, queries, keys, seed=seed) > 1.0, -np.inf, 0.0).astype(np.float32)
+        feeds = {"q": rand(batch, 6, queries, 8, seed=seed + 1), "k": rand(batch, 2, keys, 8, seed=seed + 2),
+                 "v": rand(batch, 2, keys, 4, seed=seed + 3), "m": mask_values}
+        repeated = {name: np.repeat(feeds[name], 3, axis=1) for name in ("k", "v")}
+        wanted = _unfused(feeds["q"], repeated["k"], repeated["v"], mask_values, 0.5, False)
+        assert_close(run_module(module, feeds)[0], wanted)
+        assert_close(run_compiled(module, feeds, tmp_path / f"bundle{seed}")[0], wanted, F32_LOOSE)

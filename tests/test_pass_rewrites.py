@@ -195,6 +195,65 @@ def test_fuse_attention_leaves_other_graphs_alone(change: str, why: str) -> None
     assert_structural_equal(fuse_attention(module), module), why
 
 
+# A decoder layer's attention as optimum's export of a Llama writes it: the present keys and
+# values concat(past, new) with their heads repeated (transformers' repeat_kv: unsqueeze,
+# expand, reshape), and the run-time checks the frontend puts where the scores' key length
+# (p + s) meets the mask's (t, from attention_mask).
+DECODER_ATTENTION_BEFORE = '''
+@function(inputs=["q", "past", "new", "mask"], outputs=["y", "present"])
+def main(q: Tensor((b, 4, s, 8), "float32"), past: Tensor((b, 2, p, 8), "float32"), new: Tensor((b, 2, s, 8), "float32"), mask: Tensor((b, 1, s, t), "float32")) -> Tuple(Tensor((b, 4, s, 8), "float32"), Tensor((b, 2, p + s, 8), "float32")):
+    with dataflow():
+        present: Tensor((b, 2, p + s, 8), "float32") = concat(past, new, axis=2)
+        k5: Tensor((b, 2, 1, p + s, 8), "float32") = reshape(present, shape((b, 2, 1, p + s, 8)))
+        k_repeated: Tensor((b, 2, 2, p + s, 8), "float32") = broadcast_to(k5, shape((1, 1, 2, 1, 1)))
+        k: Tensor((b, 4, p + s, 8), "float32") = reshape(k_repeated, shape((b, 4, -1, 8)))
+        v5: Tensor((b, 2, 1, p + s, 8), "float32") = reshape(present, shape((b, 2, 1, p + s, 8)))
+        v_repeated: Tensor((b, 2, 2, p + s, 8), "float32") = broadcast_to(v5, shape((1, 1, 2, 1, 1)))
+        v: Tensor((b, 4, p + s, 8), "float32") = reshape(v_repeated, shape((b, 4, -1, 8)))
+        k_t: Tensor((b, 4, 8, p + s), "float32") = transpose(k, axes=[0, 1, 3, 2])
+        scores: Tensor((b, 4, s, p + s), "float32") = matmul(q, k_t)
+        scaled: Tensor((b, 4, s, p + s), "float32") = divide(scores, const("c", 2.0, "float32"))
+        scaled_checked: Tensor((b, 4, s, t), "float32") = match_cast(scaled, Tensor((b, 4, s, t), "float32"), reason="Add node 'add': dimension 3 of input 0 ('scaled')")
+        masked: Tensor((b, 4, s, t), "float32") = add(scaled_checked, mask)
+        weights: Tensor((b, 4, s, t), "float32") = softmax(masked, axes=[3])
+        v_checked: Tensor((b, 4, t, 8), "float32") = match_cast(v, Tensor((b, 4, t, 8), "float32"), reason="MatMul node 'mm': dimension 2 of input 1 ('v')")
+        y: Tensor((b, 4, s, 8), "float32") = matmul(weights, v_checked)
+        output(y, present)
+    return (y, present)
+'''
+
+
+def _decoder_attention_inputs(past: int = 4, new: int = 3) -> dict[str, np.ndarray]:
+    mask = np.where(rand(2, 1, new, past + new, seed=4) > 1.0, -np.inf, 0.0).astype(np.float32)
+    return {"q": rand(2, 4, new, 8, seed=1), "past": rand(2, 2, past, 8, seed=2), "new": rand(2, 2, new, 8, seed=3),
+            "mask": mask}
+
+
+def test_fuse_attention_reads_repeated_heads_in_place_and_checks_the_mask_once() -> None:
+    """The repeated heads go (the op reads each key / value head for 2 query heads), and the
+    two checks of p + s == t become one check of the mask's last dim against p + s."""
+    expected = '''
+@function(inputs=["q", "past", "new", "mask"], outputs=["y", "present"])
+def main(q: Tensor((b, 4, s, 8), "float32"), past: Tensor((b, 2, p, 8), "float32"), new: Tensor((b, 2, s, 8), "float32"), mask: Tensor((b, 1, s, t), "float32")) -> Tuple(Tensor((b, 4, s, 8), "float32"), Tensor((b, 2, p + s, 8), "float32")):
+    with dataflow():
+        present: Tensor((b, 2, p + s, 8), "float32") = concat(past, new, axis=2)
+        mask_checked: Tensor((b, 1, s, p + s), "float32") = match_cast(mask, Tensor((b, 1, s, p + s), "float32"), reason="Add node 'add': dimension 3 of input 0 ('scaled') against the attention mask: its dimension 3 (t)")
+        y: Tensor((b, 4, s, 8), "float32") = attention(q, present, present, mask_checked, scale=0.5)
+        output(y, present)
+    return (y, present)
+'''
+    check_rewrite(fuse_attention, DECODER_ATTENTION_BEFORE, expected, _decoder_attention_inputs())
+    check_rewrite(fuse_attention, DECODER_ATTENTION_BEFORE, expected, _decoder_attention_inputs(past=0, new=5))
+
+
+def test_fuse_attention_keeps_checks_the_mask_would_not_state() -> None:
+    """A mask of one column states nothing about the key length: the checks stay, so does
+    the unfused graph."""
+    before = DECODER_ATTENTION_BEFORE.replace("mask: Tensor((b, 1, s, t)", "mask: Tensor((b, 1, s, 1)")
+    module = parse_module(before)
+    assert_structural_equal(fuse_attention(module), module)
+
+
 def test_fold_scalar_constants_writes_each_value_into_its_own_program() -> None:
     scale = '''
 @tensor_program

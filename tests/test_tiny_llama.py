@@ -19,6 +19,10 @@ import onnx
 import pytest
 
 import relaxweb
+from relaxweb.compiler import import_model
+from relaxweb.ir.expr import Call, MatchCast
+from relaxweb.ir.functor import iter_bindings
+from relaxweb.passes import fuse_attention
 from tests.helpers import MODEL, assert_close
 
 pytestmark = pytest.mark.slow
@@ -92,6 +96,20 @@ def test_the_model_learned_the_text(tiny_llama, reference) -> None:
     continuation = reference["continuation"]
     assert sum(c.isalpha() or c == " " for c in continuation) >= 0.8 * len(continuation), continuation
     assert tiny_llama.decode(reference["continuation_ids"]) == continuation
+
+
+def test_each_layer_attention_is_one_kernel_reading_the_cache_in_place(paths) -> None:
+    """fuse_attention sees through the checks of past + sequence == total (one check of the
+    mask instead) and through repeat_kv: each layer's attention reads its present key and value
+    ([batch, 2, total, 32]) for its 4 query heads; no softmax, no repeated-head copy remains."""
+    module = fuse_attention(import_model(onnx.load(str(paths["model"]))))
+    calls = [b.value for b in iter_bindings(module.main) if isinstance(b.value, Call)]
+    attention = [call for call in calls if call.op == "attention"]
+    assert [(call.args[1].name, call.args[2].name) for call in attention] == [
+        (f"present_{layer}_key", f"present_{layer}_value") for layer in range(4)]
+    assert not {"softmax", "broadcast_to"} & {call.op for call in calls}
+    checks = [b for b in iter_bindings(module.main) if isinstance(b, MatchCast)]
+    assert len(checks) == 1 and "total_sequence_length" in checks[0].reason
 
 
 def test_prefill_matches_onnxruntime(tiny_llama, reference, session, onnxruntime_run) -> None:

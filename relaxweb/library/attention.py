@@ -19,8 +19,10 @@ constants.  Sequence lengths and batch dims are size variables of the params blo
 kernel serves every length.
 
 Inputs: ``query[*batch, Sq, D]``, ``key[*kv_batch, Sk, D]``, ``value[*kv_batch, Sk, Dv]`` (each
-dim of ``kv_batch`` is 1 or ``batch``'s: grouped-query attention shares a key / value head
-among query heads without copying it), and with
+dim of ``kv_batch`` is 1, ``batch``'s, or a constant ``c`` dividing ``batch``'s constant ``g * c``:
+grouped-query attention shares a key / value head among query heads without copying it;
+with a divisor, query head ``h`` reads key / value head ``h // g``, the order of transformers'
+``repeat_kv``), and with
 ``mask_shape`` an additive float ``mask`` broadcast to ``[*batch, Sq, Sk]`` (each of its dims is
 1 or the scores' dim; it may have fewer dims, aligned from the right).  ``causal`` hides key
 ``j`` from query ``i`` when ``j > i + Sk - Sq`` (the last query sees every key), as an
@@ -75,8 +77,8 @@ def attention_kernel(name: str, batch: tuple, query_length: PrimExpr, key_length
         raise ValueError(f"attention: head sizes {head} and {value_head} do not fit {WORKGROUP_STORAGE} bytes of workgroup memory")
     batch = tuple(batch)
     kv_batch = batch if kv_batch is None else tuple(kv_batch)
-    if len(kv_batch) != len(batch) or any(as_int(k) != 1 and not prove_equal(k, b) for k, b in zip(kv_batch, batch)):
-        raise ValueError(f"attention: key/value batch dims {kv_batch} are not 1 or the query's {batch}")
+    if len(kv_batch) != len(batch) or any(kv_group_size(k, b) is None for k, b in zip(kv_batch, batch)):
+        raise ValueError(f"attention: key/value batch dims {kv_batch} are not 1, the query's {batch} or divisors of them")
     inputs = [Buffer("query", (*batch, query_length, head), dtype), Buffer("key", (*kv_batch, key_length, head), dtype),
               Buffer("value", (*kv_batch, key_length, value_head), dtype)]
     if mask_shape is not None:
@@ -89,6 +91,29 @@ def attention_kernel(name: str, batch: tuple, query_length: PrimExpr, key_length
                f"{', causal' if causal else ''}{', masked' if mask_shape is not None else ''}")
     return LibraryKernel(name, tuple(inputs), output, simplify(groups * WORKGROUP), source,
                          lambda arrays: attention_reference(arrays, scale=scale, causal=causal), summary)
+
+
+def kv_group_size(kv_extent: PrimExpr, extent: PrimExpr) -> int | None:
+    """How many query coordinates along a batch dim of ``extent`` read one key / value
+    coordinate along that dim of ``kv_extent``: 1 when they are equal, the ratio when
+    ``kv_extent`` is a constant dividing the constant ``extent`` (grouped-query heads), 0 for
+    a ``kv_extent`` of 1 that is not the query's (every query reads coordinate 0); None when
+    none of these holds."""
+    if prove_equal(kv_extent, extent):
+        return 1
+    if as_int(kv_extent) == 1:
+        return 0
+    kv, query = as_int(kv_extent), as_int(extent)
+    if kv is not None and query is not None and kv > 0 and query % kv == 0:
+        return query // kv
+    return None
+
+
+def _kv_coordinates(batch: tuple, kv_batch: tuple) -> list[PrimExpr]:
+    """The key / value batch coordinates of the flat query batch index ``bh_``: a grouped dim
+    divides the query's coordinate by its group size (a dim of 1 is skipped by ``_flat_index``)."""
+    return [coordinate // size if size and size > 1 else coordinate
+            for coordinate, size in zip(_batch_coordinates(batch), (kv_group_size(k, b) for k, b in zip(kv_batch, batch)))]
 
 
 def _batch_coordinates(batch: tuple) -> list[PrimExpr]:
@@ -131,7 +156,7 @@ def _source(name, inputs, output, batch, kv_batch, query_length, key_length, hea
 
     analyzer = Analyzer()
     lowered = {"seq_q": query_length, "seq_k": key_length, "groups": groups,
-               "kv_group": _flat_index(kv_batch, _batch_coordinates(batch))}
+               "kv_group": _flat_index(kv_batch, _kv_coordinates(batch, kv_batch))}
     if mask_shape is not None:
         mask_start, key_step = _mask_row_start(mask_shape, batch)
         lowered.update(mask_start=mask_start, mask_step=key_step)
@@ -305,6 +330,9 @@ def attention_reference(arrays: list[np.ndarray], *, scale: float, causal: bool)
     dtype = arrays[0].dtype
     compute = np.float64 if dtype == np.float64 else np.float32
     query, key, value = (a.astype(compute) for a in arrays[:3])
+    for dim, (kv, extent) in enumerate(zip(key.shape[:-2], query.shape[:-2])):
+        if kv not in (1, extent):  # grouped-query heads: each key / value head serves extent // kv
+            key, value = (np.repeat(t, extent // kv, axis=dim) for t in (key, value))
     scores = np.matmul(query, np.swapaxes(key, -1, -2))
     if scale != 1.0:
         scores = scores * compute(scale)

@@ -2,7 +2,9 @@
 
 ``softmax(q @ k^T * scale + mask, axis=-1) @ v`` for ``q[*batch, Sq, D]``, ``k[*batch, Sk, D]``,
 ``v[*batch, Sk, Dv]`` (the same batch dims: ``[batch, heads]`` for the usual layout; k and v
-may have 1 where q has a dim, a key / value head shared by several query heads), and an
+may have 1 where q has a dim, or a constant dividing q's constant dim: a key / value head
+shared by several query heads, query head ``h`` reading head ``h // (heads / kv_heads)`` as
+transformers' ``repeat_kv`` orders them), and an
 optional additive float ``mask`` that broadcasts to the scores ``[*batch, Sq, Sk]`` (fewer
 dims are aligned from the right; each dim is 1 or the scores' dim).  ``causal`` hides key
 ``j`` from query ``i`` when ``j > i + Sk - Sq``, as an additive ``-inf`` would.  A row whose
@@ -24,7 +26,7 @@ from ..ir.expr import Call, tensor_dtype, tensor_shape
 from ..ir.op_registry import DeductionError, register_op
 from ..ir.struct_info import TensorStructInfo
 from ..ir.symbolic import as_int, format_expr
-from ..library.attention import attention_kernel, attention_reference, key_tile
+from ..library.attention import attention_kernel, attention_reference, key_tile, kv_group_size
 from .common import DimOf, needs_known_shapes, require_equal, require_float, require_tensor, same_dtype
 
 NAMES = ("q", "k", "v", "mask")
@@ -52,9 +54,10 @@ def deduce_attention(args, attrs) -> TensorStructInfo:
             f"attention: dim {dim} of v is {format_expr(b)}, expected k's {format_expr(a)}"))
     for position, info in ((1, k), (2, v)):
         for dim, (a, b) in enumerate(zip(info.shape[:-2], batch)):
-            if as_int(a) != 1:  # a key / value head shared by the query heads along this dim
+            if kv_group_size(a, b) is None:  # else a key / value head shared by query heads along this dim
                 require_equal(DimOf(a, position, dim), DimOf(b, 0, dim), (
-                    f"attention: dim {dim} of {NAMES[position]} is {format_expr(a)}, expected 1 or {format_expr(b)}"))
+                    f"attention: dim {dim} of {NAMES[position]} is {format_expr(a)}, expected 1, "
+                    f"{format_expr(b)} or a divisor of it"))
     require_equal(DimOf(k.shape[-1], 1, len(batch) + 1), DimOf(head, 0, len(batch) + 1), (
         f"attention: dim {len(batch) + 1} of k is {format_expr(k.shape[-1])}, expected {format_expr(head)}"))
     require_equal(DimOf(v.shape[-2], 2, len(batch)), DimOf(key_length, 1, len(batch)), (
@@ -84,7 +87,7 @@ def legalize_attention(context, call: Call):
                              f"{format_expr(tensor_shape(q)[-1])} and {format_expr(tensor_shape(v)[-1])}")
     mask_shape = tuple(tensor_shape(call.args[3])) if len(call.args) == 4 else None
     kv_batch = tuple(tensor_shape(k)[:-2])
-    shared = any(as_int(a) == 1 and as_int(b) != 1 for a, b in zip(kv_batch, batch))
+    shared = any(kv_group_size(a, b) != 1 for a, b in zip(kv_batch, batch))
     kernel = attention_kernel("attention", tuple(batch), query_length, tensor_shape(k)[-2], head, value_head,
                               mask_shape, float(call.attrs.get("scale", 1.0)), bool(call.attrs.get("causal", False)),
                               tensor_dtype(q), kv_batch if shared else None)
