@@ -46,7 +46,7 @@ def run_kernel(kernel, arrays: list[np.ndarray], size_vars: Mapping[str, int]) -
     if isinstance(kernel, LibraryKernel):
         if kernel.in_place:
             raise ValueError(f"{kernel.name} writes part of its output in place: it runs only into a storage")
-        return kernel.reference(arrays)
+        return kernel.reference(arrays, size_vars) if kernel.sized_reference else kernel.reference(arrays)
     return run_program(kernel, arrays, size_vars)
 
 

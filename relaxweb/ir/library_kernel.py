@@ -13,7 +13,9 @@ is how the IR text writes it and the parser rebuilds it.
 ``extra_size_vars`` are size variables the kernel reads from its params block that no buffer
 shape has (a row index).  An ``in_place`` kernel writes only part of its output and leaves
 the rest as it was (it is only ever called into a planned storage, ``call_tir_into``): its
-reference is then ``reference(arrays, output, size_vars)`` and writes into ``output``.
+reference is then ``reference(arrays, output, size_vars)`` and writes into ``output``.  A kernel
+with a ``sized_reference`` computes what depends on its size variables' values (attention over
+the valid prefix of a KV cache): its reference is ``reference(arrays, size_vars)``.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ class LibraryKernel:
     builder_args: tuple[tuple[str, object], ...] = ()
     extra_size_vars: tuple[SizeVar, ...] = ()
     in_place: bool = False
+    sized_reference: bool = False
 
     @property
     def size_vars(self) -> list[SizeVar]:

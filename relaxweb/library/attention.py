@@ -30,6 +30,11 @@ additive ``-inf`` would.  Semantics at the edges, the unfused graph's: a score o
 its row NaN, a row whose scores are all ``-inf`` (masked out entirely) is NaN, as
 ``exp(-inf - (-inf))`` gives; a large negative finite mask (``-3.4e38``, what torch writes)
 keeps the row finite.
+
+With ``key_rows`` (a KV cache: key and value ``[*kv_batch, key_rows, D]`` buffers of which the
+first ``Sk`` rows of each head are valid), the kernel reads that prefix in place: rows are
+``key_rows`` apart per head and ``Sk`` (any expression of size variables, which the call site
+binds) says how many are read.
 """
 
 from __future__ import annotations
@@ -39,7 +44,9 @@ import numpy as np
 from ..ir.kernel_builders import library_kernel_builder
 from ..ir.library_kernel import LibraryKernel, buffer_size_vars
 from ..ir.params_block import ParamsLayout
-from ..ir.symbolic import Analyzer, IntImm, PrimExpr, SizeVar, as_int, format_shape, product, prove_equal, simplify
+from ..ir.symbolic import (
+    Analyzer, IntImm, PrimExpr, SizeVar, as_int, evaluate, format_shape, free_vars, product, prove_equal, simplify,
+)
 from ..ir.syntax import comment_text
 from ..ir.tir import Buffer
 from ..wgsl.emit import literal, storage_type, wgsl_name
@@ -67,11 +74,13 @@ def key_tile(head: int, value_head: int) -> int:
 @library_kernel_builder("attention")
 def attention_kernel(name: str, batch: tuple, query_length: PrimExpr, key_length: PrimExpr, head: int,
                      value_head: int, mask_shape: tuple | None = None, scale: float = 1.0, causal: bool = False,
-                     dtype: str = "float32", kv_batch: tuple | None = None) -> LibraryKernel:
+                     dtype: str = "float32", kv_batch: tuple | None = None, key_rows: PrimExpr | None = None
+                     ) -> LibraryKernel:
     """``softmax(query key^T * scale + mask) value`` over ``batch`` dims (see the module doc);
     ``mask_shape`` None: no mask; ``kv_batch``: the batch dims of key and value, each 1
     (shared by every query group along it: grouped-query attention) or ``batch``'s (None: all
-    ``batch``'s)."""
+    ``batch``'s); ``key_rows``: the rows of each key / value head in their buffers, of which
+    the first ``key_length`` are read (None: ``key_length``)."""
     tile = key_tile(head, value_head)
     if tile < 1:
         raise ValueError(f"attention: head sizes {head} and {value_head} do not fit {WORKGROUP_STORAGE} bytes of workgroup memory")
@@ -79,18 +88,31 @@ def attention_kernel(name: str, batch: tuple, query_length: PrimExpr, key_length
     kv_batch = batch if kv_batch is None else tuple(kv_batch)
     if len(kv_batch) != len(batch) or any(kv_group_size(k, b) is None for k, b in zip(kv_batch, batch)):
         raise ValueError(f"attention: key/value batch dims {kv_batch} are not 1, the query's {batch} or divisors of them")
-    inputs = [Buffer("query", (*batch, query_length, head), dtype), Buffer("key", (*kv_batch, key_length, head), dtype),
-              Buffer("value", (*kv_batch, key_length, value_head), dtype)]
+    rows = key_length if key_rows is None else key_rows
+    inputs = [Buffer("query", (*batch, query_length, head), dtype), Buffer("key", (*kv_batch, rows, head), dtype),
+              Buffer("value", (*kv_batch, rows, value_head), dtype)]
     if mask_shape is not None:
         inputs.append(Buffer("mask", tuple(mask_shape), dtype))
     output = Buffer("out", (*batch, query_length, value_head), dtype)
     groups = simplify(product(batch) * ((query_length + (WORKGROUP - 1)) // WORKGROUP))
-    source = _source(name, tuple(inputs), output, batch, kv_batch, query_length, key_length, head, value_head, tile,
-                     mask_shape, scale, causal, groups)
+    shape_vars = {var.name for var in buffer_size_vars((*inputs, output))}
+    extra = tuple(var for var in free_vars(key_length) if var.name not in shape_vars)
+    source = _source(name, tuple(inputs), output, batch, kv_batch, query_length, key_length, rows, head, value_head,
+                     tile, mask_shape, scale, causal, groups, extra)
     summary = (f"fused attention [{format_shape(output.shape)}] over {format_shape((key_length,))} keys"
+               f"{f' of {format_shape((rows,))} rows' if key_rows is not None else ''}"
                f"{', causal' if causal else ''}{', masked' if mask_shape is not None else ''}")
-    return LibraryKernel(name, tuple(inputs), output, simplify(groups * WORKGROUP), source,
-                         lambda arrays: attention_reference(arrays, scale=scale, causal=causal), summary)
+    if key_rows is None:
+        def reference(arrays):
+            return attention_reference(arrays, scale=scale, causal=causal)
+    else:
+        def reference(arrays, size_vars):
+            length = int(evaluate(key_length, size_vars))
+            query, key, value, *mask = arrays
+            return attention_reference([query, key[..., :length, :], value[..., :length, :], *mask], scale=scale,
+                                       causal=causal)
+    return LibraryKernel(name, tuple(inputs), output, simplify(groups * WORKGROUP), source, reference, summary,
+                         extra_size_vars=extra, sized_reference=key_rows is not None)
 
 
 def kv_group_size(kv_extent: PrimExpr, extent: PrimExpr) -> int | None:
@@ -146,16 +168,16 @@ def _mask_row_start(mask_shape: tuple, batch: tuple) -> tuple[PrimExpr, PrimExpr
     return start, IntImm(0) if as_int(mask_shape[-1]) == 1 else IntImm(1)
 
 
-def _source(name, inputs, output, batch, kv_batch, query_length, key_length, head, value_head, tile, mask_shape, scale,
-            causal, groups) -> str:
-    size_vars = [v.name for v in buffer_size_vars((*inputs, output))]
+def _source(name, inputs, output, batch, kv_batch, query_length, key_length, key_rows, head, value_head, tile,
+            mask_shape, scale, causal, groups, extra_size_vars) -> str:
+    size_vars = [v.name for v in (*buffer_size_vars((*inputs, output)), *extra_size_vars)]
     local_names = {_GROUP.name: "bh", _ROW.name: "row"}
 
     def variable(name: str) -> str:
         return local_names.get(name) or f"params.{wgsl_name(name)}"
 
     analyzer = Analyzer()
-    lowered = {"seq_q": query_length, "seq_k": key_length, "groups": groups,
+    lowered = {"seq_q": query_length, "seq_k": key_length, "key_rows": key_rows, "groups": groups,
                "kv_group": _flat_index(kv_batch, _kv_coordinates(batch, kv_batch))}
     if mask_shape is not None:
         mask_start, key_step = _mask_row_start(mask_shape, batch)
@@ -192,7 +214,7 @@ def _source(name, inputs, output, batch, kv_batch, query_length, key_length, hea
         "fn main(@builtin(workgroup_id) workgroup: vec3<u32>,",
         "        @builtin(num_workgroups) workgroups: vec3<u32>,",
         "        @builtin(local_invocation_index) local: u32) {",
-        let("seq_q"), let("seq_k"), let("groups"),
+        let("seq_q"), let("seq_k"), let("key_rows"), let("groups"),
         "  let group = i32(workgroup.y * workgroups.x + workgroup.x);",
         "  if (group >= groups) {",
         "    return;",
@@ -287,7 +309,7 @@ def _load_tile(tile: str, buffer: str, row_size: str, words: int, width: int) ->
         "      // rows past the keys are zeros: a group's keys past count read them (with weight 0)",
         f"      var word = {'vec4<f32>' if width > 1 else 'f32'}(0.0);",
         "      if (j < seq_k) {",
-        f"        let at = (kv_group * seq_k + j) * {row_size} + e % {words} * {width};",
+        f"        let at = (kv_group * key_rows + j) * {row_size} + e % {words} * {width};",
         f"        word = {_gather(buffer, 'at', width)};",
         "      }",
         f"      {tile}[e] = word;",
