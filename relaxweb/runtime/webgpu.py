@@ -387,9 +387,10 @@ class Session:
         # KV caches (manifest "caches"): by input index and by output index
         self._cache_of_input = {cache["input"]: cache for cache in self.manifest.get("caches", [])}
         self._cache_of_output = {cache["output"]: cache for cache in self.manifest.get("caches", [])}
-        if self._cache_of_input and self._storage_buffers and self._storage_buffers[0] is None:
-            raise RelaxwebError("the bundle has KV caches but some of its sizes have no bound: "
-                                "a cache is allocated once at load, at the bounds")
+        for cache in self._cache_of_input.values():  # allocated at load even when other storages are not
+            if self._storage_buffers[cache["storage"]] is None:
+                self._storage_buffers[cache["storage"]] = self._create_storage_buffer(
+                    cache["storage"], self.manifest["storages"][cache["storage"]]["size_at_bounds"])
         # runs that started writing the GPU: a view of a cache is current while it is this run's
         self._run_number = 0
         # what a kept output's buffer is sized at: its storage's size at the bounds (None: unbounded)
