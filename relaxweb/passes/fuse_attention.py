@@ -169,12 +169,13 @@ class _AttentionFuser(ExprMutator):
             if any(var in taken for var in repeats):
                 return None
             replaced |= repeats
-        shared_check = None
+        mask_key = None  # (the mask, its checked dims): the check later layers share
         if checks:
             checked = self._checked_mask(q, k, mask, checks)
             if checked is None:
                 return None
-            shared_check, (mask, check_bindings) = (mask, checked[0].struct_info.shape), checked
+            mask_key = (mask, checked[0].struct_info.shape)
+            mask, check_bindings = checked
             bindings = [*check_bindings, *bindings]
         if not _fits(q, _transposed(k), v, mask, binding.var):
             return None
@@ -185,8 +186,8 @@ class _AttentionFuser(ExprMutator):
             return None
         if not _same_shape(call.struct_info, binding.var.struct_info):
             return None
-        if shared_check is not None:  # later layers reading this mask share its check
-            self.checked_masks[shared_check] = mask
+        if mask_key is not None:  # later layers reading this mask share its check
+            self.checked_masks[mask_key] = mask
         return _Match([*bindings, VarBinding(binding.var, call)], set(chain) | replaced)
 
     def _check(self, expr: Expr, definitions: dict) -> MatchCast | None:

@@ -57,7 +57,7 @@ def _place(function: Function, analyzer: Analyzer) -> Function:
         if not (isinstance(binding, VarBinding) and isinstance(value, Call) and value.op == "concat"
                 and len(value.args) == 2 and binding.var in outputs and outputs.count(binding.var) == 1):
             continue
-        past, new = value.args
+        past = value.args[0]
         info = binding.var.struct_info
         if not (past in function.params and uses.get(past) == 1 and isinstance(info, TensorStructInfo)
                 and info.shape is not None):
@@ -78,7 +78,7 @@ def _place(function: Function, analyzer: Analyzer) -> Function:
         candidates = {present: candidates[present] for present in kept}
     if not candidates:
         return function
-    return _CachePlacer(function, candidates).visit_function(function)
+    return _CachePlacer(candidates).visit_function(function)
 
 
 def _attention_readers(function: Function, candidates: dict) -> dict[Var, list[Call] | None]:
@@ -110,7 +110,7 @@ def _same_cache(keys: tuple[Call, int], values: tuple[Call, int], k: Var, v: Var
 
 
 class _CachePlacer(ExprMutator):
-    def __init__(self, function: Function, candidates: dict[Var, tuple[Call, int]]) -> None:
+    def __init__(self, candidates: dict[Var, tuple[Call, int]]) -> None:
         super().__init__()
         self.candidates = candidates
         self.caches: dict[Var, Var] = {}  # present -> its cache
