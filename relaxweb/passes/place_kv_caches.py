@@ -29,6 +29,7 @@ It runs after ``fuse_attention`` (which makes the attention op) and before legal
 
 from __future__ import annotations
 
+from ..ir.builder import FunctionBuilder
 from ..ir.expr import Call, DataflowBlock, DataflowVar, Expr, Function, PrimValue, Tuple, Var, VarBinding
 from ..ir.functor import ExprMutator, iter_bindings, use_counts
 from ..ir.module import IRModule
@@ -64,8 +65,8 @@ def _place(function: Function, analyzer: Analyzer) -> Function:
             continue
         axis = value.attrs.get("axis", 0) % len(info.shape)
         capacity = analyzer.upper_bound(info.shape[axis])
-        cache_bytes = analyzer.upper_bound(tensor_bytes(info))
-        if isinstance(past.struct_info.shape[axis], SizeVar) and capacity is not None and cache_bytes is not None:
+        bounded = analyzer.upper_bound(tensor_bytes(info)) is not None  # every dim: the cache is sized at load
+        if isinstance(past.struct_info.shape[axis], SizeVar) and capacity is not None and bounded:
             candidates[binding.var] = (value, capacity)
     readers = _attention_readers(function, candidates)
     while True:  # a present read otherwise than as attention's keys or values with a cached partner: no cache
@@ -78,7 +79,7 @@ def _place(function: Function, analyzer: Analyzer) -> Function:
         candidates = {present: candidates[present] for present in kept}
     if not candidates:
         return function
-    return _CachePlacer(candidates).visit_function(function)
+    return _CachePlacer(function, candidates).visit_function(function)
 
 
 def _attention_readers(function: Function, candidates: dict) -> dict[Var, list[Call] | None]:
@@ -91,7 +92,8 @@ def _attention_readers(function: Function, candidates: dict) -> dict[Var, list[C
             if not _reads(value, present):
                 continue
             ok = (isinstance(value, Call) and value.op == "attention" and present in value.args[1:3]
-                  and present not in (value.args[0], *value.args[3:]) and readers[present] is not None)
+                  and present not in (value.args[0], *value.args[3:]) and readers[present] is not None
+                  and isinstance(value.args[-1].struct_info, TensorStructInfo))  # no key length of its own yet
             readers[present] = readers[present] + [value] if ok else None
     return readers
 
@@ -110,10 +112,13 @@ def _same_cache(keys: tuple[Call, int], values: tuple[Call, int], k: Var, v: Var
 
 
 class _CachePlacer(ExprMutator):
-    def __init__(self, candidates: dict[Var, tuple[Call, int]]) -> None:
+    def __init__(self, function: Function, candidates: dict[Var, tuple[Call, int]]) -> None:
         super().__init__()
         self.candidates = candidates
         self.caches: dict[Var, Var] = {}  # present -> its cache
+        self.names = FunctionBuilder(function.name)  # new variables take names no variable has
+        for var in (*function.params, *(b.var for b in function.bindings())):
+            self.names.unique_name(var.name)
 
     def visit_dataflow_block(self, block: DataflowBlock) -> DataflowBlock:
         bindings = []
@@ -123,7 +128,7 @@ class _CachePlacer(ExprMutator):
                 concat, capacity = self.candidates[binding.var]
                 axis = concat.attrs.get("axis", 0) % len(binding.var.struct_info.shape)
                 write = call_op("kv_cache_write", *concat.args, axis=axis, capacity=capacity)
-                cache = DataflowVar(f"{binding.var.name}_cache", write.struct_info)
+                cache = DataflowVar(self.names.unique_name(f"{binding.var.name}_cache"), write.struct_info)
                 self.caches[binding.var] = cache
                 length = PrimValue(binding.var.struct_info.shape[axis])
                 bindings += [VarBinding(cache, write),
