@@ -139,6 +139,8 @@ def write_bundle(module: IRModule, out_dir: str | Path, source: str, progress: P
         "max_rank": MAX_RANK,
         "read_slots": host.read_slots,
         "sequence_capacity": SEQUENCE_CAPACITY,
+        "caches": [{"input": c.input, "output": c.output, "axis": c.axis, "capacity": c.capacity, "storage": c.storage}
+                   for c in host.caches],
         "required_limits": _required_limits(kernels, storages, weights),
         "required_features": _required_features(kernels),
     }

@@ -20,7 +20,7 @@ from onnx import helper
 from relaxweb.bundle import write_bundle
 from relaxweb.compiler import compile_module, import_model
 from relaxweb.ir import FunctionBuilder, SizeVar, TensorStructInfo
-from relaxweb.ir.expr import Call
+from relaxweb.ir.expr import Call, PrimValue
 from relaxweb.ir.functor import iter_bindings
 from relaxweb.ir.interpreter import run_module
 from relaxweb.ir.library_kernel import LibraryKernel
@@ -183,4 +183,46 @@ def test_grouped_query_heads_share_a_key_value_head(device, tmp_path) -> None:
                  "v": rand(batch, 2, 1, keys, 4, seed=seed + 3), "m": mask_values}
         wanted = run_module(module, feeds)[0]
         assert_close(wanted, _unfused(feeds["q"], feeds["k"], feeds["v"], mask_values, 0.5, False))
+        assert_close(run_compiled(module, feeds, tmp_path / f"bundle{seed}")[0], wanted, F32_LOOSE)
+
+
+def test_grouped_query_heads_read_a_fewer_headed_key_value_tensor(device, tmp_path) -> None:
+    """k and v [b, 2, t, 8] serve q [b, 6, s, 8] as transformers' repeat_kv orders the heads
+    (query head h reads key / value head h // 3): the 4-d layout a decoder's KV cache has, read
+    without a repeated copy."""
+    builder = FunctionBuilder("main")
+    q, k, v, mask = _params(builder, {"q": (b, 6, s, 8), "k": (b, 2, t, 8), "v": (b, 2, t, 4), "m": (b, 1, s, t)})
+    out = builder.emit_op("attention", q, k, v, mask, scale=0.5, name_hint="out", output=True)
+    module = IRModule({"main": builder.finish([out], ["out"])})
+    with pytest.raises(DeductionError, match="dim 1 of k is 4, expected 1, 6 or a divisor of it"):
+        call_op("attention", q, *_params(FunctionBuilder("f"), {"k": (b, 4, t, 8), "v": (b, 4, t, 4)}))
+    for seed, (batch, queries, keys) in enumerate([(2, 5, 7), (1, 1, 40)]):
+        mask_values = np.where(rand(batch, 1, queries, keys, seed=seed) > 1.0, -np.inf, 0.0).astype(np.float32)
+        feeds = {"q": rand(batch, 6, queries, 8, seed=seed + 1), "k": rand(batch, 2, keys, 8, seed=seed + 2),
+                 "v": rand(batch, 2, keys, 4, seed=seed + 3), "m": mask_values}
+        repeated = {name: np.repeat(feeds[name], 3, axis=1) for name in ("k", "v")}
+        wanted = _unfused(feeds["q"], repeated["k"], repeated["v"], mask_values, 0.5, False)
+        assert_close(run_module(module, feeds)[0], wanted)
+        assert_close(run_compiled(module, feeds, tmp_path / f"bundle{seed}")[0], wanted, F32_LOOSE)
+
+
+def test_a_key_length_reads_the_valid_prefix_of_a_cache_in_place(device, tmp_path) -> None:
+    """attention(q, k, v, mask, prim(t)) with k and v [b, 2, 16, .] buffers (a KV cache of
+    capacity 16) reads the first t rows of each head, rows 16 apart; the rows past t hold NaN,
+    which would poison every output they reached."""
+    builder = FunctionBuilder("main")
+    q, k, v, mask = _params(builder, {"q": (b, 6, s, 8), "k": (b, 2, 16, 8), "v": (b, 2, 16, 4), "m": (b, 1, s, t)})
+    out = builder.emit_op("attention", q, k, v, mask, PrimValue(t), scale=0.5, name_hint="out", output=True)
+    module = IRModule({"main": builder.finish([out], ["out"])})
+    with pytest.raises(DeductionError, match="17 keys, but k has 16 rows"):
+        call_op("attention", q, k, v, PrimValue(17))
+    for seed, (batch, queries, keys) in enumerate([(2, 3, 7), (1, 1, 16), (1, 2, 1)]):
+        mask_values = np.where(rand(batch, 1, queries, keys, seed=seed) > 1.0, -np.inf, 0.0).astype(np.float32)
+        cache = {"k": rand(batch, 2, 16, 8, seed=seed + 2), "v": rand(batch, 2, 16, 4, seed=seed + 3)}
+        for tensor in cache.values():
+            tensor[:, :, keys:] = np.nan
+        feeds = {"q": rand(batch, 6, queries, 8, seed=seed + 1), **cache, "m": mask_values}
+        valid = {name: np.repeat(tensor[:, :, :keys], 3, axis=1) for name, tensor in cache.items()}
+        wanted = _unfused(feeds["q"], valid["k"], valid["v"], mask_values, 0.5, False)
+        assert_close(run_module(module, feeds)[0], wanted)
         assert_close(run_compiled(module, feeds, tmp_path / f"bundle{seed}")[0], wanted, F32_LOOSE)

@@ -160,7 +160,11 @@ def test_tampered_manifests_get_the_same_message_from_both_runtimes(bundles, tmp
               ("weight past its shard", _with(manifest(plain), ("weights", 0, "offset"), 64)),
               ("sequence without its table", _with(manifest(plain), ("outputs", 0, "kind"), "sequence")),
               ("sequence of too high a rank", _with(_with(_with(manifest(plain), ("inputs", 0, "kind"), "sequence"),
-                                                          ("inputs", 0, "sequence"), 0), ("inputs", 0, "element_ndim"), 9))]
+                                                          ("inputs", 0, "sequence"), 0), ("inputs", 0, "element_ndim"), 9)),
+              ("cache in an input storage", _with(manifest(plain), ("caches",), [_cache(manifest(plain), axis=0)])),
+              ("cache beyond its rank", _cached(manifest(plain), axis=5)),
+              ("cache output in another storage", _with(_cached(manifest(plain), axis=0), ("outputs", 0, "storage"),
+                                                        manifest(plain)["outputs"][0]["storage"]))]
     python_problems = [manifest_problem(tampered) for _, tampered in cases]
     (tmp_path / "cases.json").write_text(json.dumps([tampered for _, tampered in cases]))
     script = (f"import {{ manifestProblem }} from {json.dumps((ROOT / 'relaxweb/runtime_js/manifest.js').as_uri())};\n"
@@ -175,7 +179,15 @@ def test_tampered_manifests_get_the_same_message_from_both_runtimes(bundles, tmp
         assert in_python == in_js, what
     refused = sum(problem is not None for problem in python_problems)
     assert refused > len(cases) * 0.8  # most mutations break the schema; the rest change notes or names
-    assert python_problems[-7:] == [
+    storage = manifest(plain)["inputs"][0]["storage"]
+    cache_problem = (f"caches[0]: input 0 and output 0 are not tensors of one dtype and rank above axis {{}} in storage "
+                     "{} (sized at load), each in one cache")
+    assert python_problems[-3:] == [
+        f"inputs[0].storage: storage {storage} is not a cache storage of its own",
+        cache_problem.format(5, storage),
+        cache_problem.format(0, storage),
+    ]
+    assert python_problems[-10:-3] == [
         'kernels[0].file: "../../../../etc/passwd" is not allowed (it must match ^kernels/[A-Za-z0-9_][A-Za-z0-9_.-]{0,250}\\.wgsl$)',
         'kernels[0].cpu_file: "kernels/../../x.wgsl" is not allowed (it must match ^kernels/[A-Za-z0-9_][A-Za-z0-9_.-]{0,250}\\.wgsl$)',
         'kernels[0].f16_file: "/etc/passwd" is not allowed (it must match ^kernels/[A-Za-z0-9_][A-Za-z0-9_.-]{0,250}\\.wgsl$)',
@@ -184,6 +196,20 @@ def test_tampered_manifests_get_the_same_message_from_both_runtimes(bundles, tmp
         "outputs[0]: a sequence needs its sequence and element_ndim, and the manifest its sequence_capacity",
         "inputs[0].element_ndim: 9 is outside -1..8",
     ]
+
+
+def _cache(value: dict, axis: int) -> dict:
+    """A cache entry pairing the manifest's first input and first output."""
+    return {"input": 0, "output": 0, "axis": axis, "capacity": 4, "storage": value["inputs"][0]["storage"]}
+
+
+def _cached(value: dict, axis: int) -> dict:
+    """The manifest with its first input and output made a cache in the input's storage."""
+    storage = value["inputs"][0]["storage"]
+    value["storages"][storage]["role"] = "cache"
+    value["storages"][storage]["size_at_bounds"] = 1024
+    value["outputs"][0]["storage"] = storage
+    return _with(value, ("caches",), [_cache(value, axis)])
 
 
 def _with(value: dict, path: tuple, new) -> dict:

@@ -21,8 +21,8 @@ from relaxweb.ir.parser import parse_module
 from relaxweb.ir.structural import assert_structural_equal
 from relaxweb.ir.well_formed import check_well_formed
 from relaxweb.passes import (
-    canonicalize_bindings, fold_scalar_constants, fuse_attention, fuse_ops, legalize_ops, lower_shapes_to_host, plan_memory,
-    schedule_programs, share_programs,
+    PassContext, canonicalize_bindings, fold_scalar_constants, fuse_attention, fuse_ops, legalize_ops, lower_shapes_to_host,
+    place_kv_caches, plan_memory, schedule_programs, share_programs,
 )
 
 RTOL, ATOL = 1e-5, 1e-6
@@ -193,6 +193,127 @@ def test_fuse_attention_leaves_other_graphs_alone(change: str, why: str) -> None
     assert before != ATTENTION_BEFORE
     module = parse_module(before)
     assert_structural_equal(fuse_attention(module), module), why
+
+
+# A decoder layer's attention as optimum's export of a Llama writes it: the present keys and
+# values concat(past, new) with their heads repeated (transformers' repeat_kv: unsqueeze,
+# expand, reshape), and the run-time checks the frontend puts where the scores' key length
+# (p + s) meets the mask's (t, from attention_mask).
+DECODER_ATTENTION_BEFORE = '''
+@function(inputs=["q", "past", "new", "mask"], outputs=["y", "present"])
+def main(q: Tensor((b, 4, s, 8), "float32"), past: Tensor((b, 2, p, 8), "float32"), new: Tensor((b, 2, s, 8), "float32"), mask: Tensor((b, 1, s, t), "float32")) -> Tuple(Tensor((b, 4, s, 8), "float32"), Tensor((b, 2, p + s, 8), "float32")):
+    with dataflow():
+        present: Tensor((b, 2, p + s, 8), "float32") = concat(past, new, axis=2)
+        k5: Tensor((b, 2, 1, p + s, 8), "float32") = reshape(present, shape((b, 2, 1, p + s, 8)))
+        k_repeated: Tensor((b, 2, 2, p + s, 8), "float32") = broadcast_to(k5, shape((1, 1, 2, 1, 1)))
+        k: Tensor((b, 4, p + s, 8), "float32") = reshape(k_repeated, shape((b, 4, -1, 8)))
+        v5: Tensor((b, 2, 1, p + s, 8), "float32") = reshape(present, shape((b, 2, 1, p + s, 8)))
+        v_repeated: Tensor((b, 2, 2, p + s, 8), "float32") = broadcast_to(v5, shape((1, 1, 2, 1, 1)))
+        v: Tensor((b, 4, p + s, 8), "float32") = reshape(v_repeated, shape((b, 4, -1, 8)))
+        k_t: Tensor((b, 4, 8, p + s), "float32") = transpose(k, axes=[0, 1, 3, 2])
+        scores: Tensor((b, 4, s, p + s), "float32") = matmul(q, k_t)
+        scaled: Tensor((b, 4, s, p + s), "float32") = divide(scores, const("c", 2.0, "float32"))
+        scaled_checked: Tensor((b, 4, s, t), "float32") = match_cast(scaled, Tensor((b, 4, s, t), "float32"), reason="Add node 'add': dimension 3 of input 0 ('scaled')")
+        masked: Tensor((b, 4, s, t), "float32") = add(scaled_checked, mask)
+        weights: Tensor((b, 4, s, t), "float32") = softmax(masked, axes=[3])
+        v_checked: Tensor((b, 4, t, 8), "float32") = match_cast(v, Tensor((b, 4, t, 8), "float32"), reason="MatMul node 'mm': dimension 2 of input 1 ('v')")
+        y: Tensor((b, 4, s, 8), "float32") = matmul(weights, v_checked)
+        output(y, present)
+    return (y, present)
+'''
+
+
+def _decoder_attention_inputs(past: int = 4, new: int = 3) -> dict[str, np.ndarray]:
+    mask = np.where(rand(2, 1, new, past + new, seed=4) > 1.0, -np.inf, 0.0).astype(np.float32)
+    return {"q": rand(2, 4, new, 8, seed=1), "past": rand(2, 2, past, 8, seed=2), "new": rand(2, 2, new, 8, seed=3),
+            "mask": mask}
+
+
+def test_fuse_attention_reads_repeated_heads_in_place_and_checks_the_mask_once() -> None:
+    """The repeated heads go (the op reads each key / value head for 2 query heads), and the
+    two checks of p + s == t become one check of the mask's last dim against p + s."""
+    expected = '''
+@function(inputs=["q", "past", "new", "mask"], outputs=["y", "present"])
+def main(q: Tensor((b, 4, s, 8), "float32"), past: Tensor((b, 2, p, 8), "float32"), new: Tensor((b, 2, s, 8), "float32"), mask: Tensor((b, 1, s, t), "float32")) -> Tuple(Tensor((b, 4, s, 8), "float32"), Tensor((b, 2, p + s, 8), "float32")):
+    with dataflow():
+        present: Tensor((b, 2, p + s, 8), "float32") = concat(past, new, axis=2)
+        mask_checked: Tensor((b, 1, s, p + s), "float32") = match_cast(mask, Tensor((b, 1, s, p + s), "float32"), reason="Add node 'add': dimension 3 of input 0 ('scaled') against the attention mask: its dimension 3 (t)")
+        y: Tensor((b, 4, s, 8), "float32") = attention(q, present, present, mask_checked, scale=0.5)
+        output(y, present)
+    return (y, present)
+'''
+    check_rewrite(fuse_attention, DECODER_ATTENTION_BEFORE, expected, _decoder_attention_inputs())
+    check_rewrite(fuse_attention, DECODER_ATTENTION_BEFORE, expected, _decoder_attention_inputs(past=0, new=5))
+
+
+def test_fuse_attention_keeps_checks_the_mask_would_not_state() -> None:
+    """A mask of one column states nothing about the key length: the checks stay, so does
+    the unfused graph."""
+    before = DECODER_ATTENTION_BEFORE.replace("mask: Tensor((b, 1, s, t)", "mask: Tensor((b, 1, s, 1)")
+    module = parse_module(before)
+    assert_structural_equal(fuse_attention(module), module)
+
+
+# A decoder layer after fuse_attention: present keys and values concat(past, new) along the
+# past length p, read by the attention and returned for the next step.
+KV_CACHE_BEFORE = '''
+@function(inputs=["q", "past_k", "new_k", "past_v", "new_v", "mask"], outputs=["y", "present_k", "present_v"])
+def main(q: Tensor((b, 4, s, 8), "float32"), past_k: Tensor((b, 2, p, 8), "float32"), new_k: Tensor((b, 2, s, 8), "float32"), past_v: Tensor((b, 2, p, 8), "float32"), new_v: Tensor((b, 2, s, 8), "float32"), mask: Tensor((b, 1, s, p + s), "float32")) -> Tuple(Tensor((b, 4, s, 8), "float32"), Tensor((b, 2, p + s, 8), "float32"), Tensor((b, 2, p + s, 8), "float32")):
+    with dataflow():
+        present_k: Tensor((b, 2, p + s, 8), "float32") = concat(past_k, new_k, axis=2)
+        present_v: Tensor((b, 2, p + s, 8), "float32") = concat(past_v, new_v, axis=2)
+        y: Tensor((b, 4, s, 8), "float32") = attention(q, present_k, present_v, mask, scale=0.5)
+        output(y, present_k, present_v)
+    return (y, present_k, present_v)
+'''
+
+KV_CACHE_BOUNDS = {"b": 2, "p": 8, "s": 4}
+
+
+def _kv_cache_inputs(past: int = 5, new: int = 2) -> dict[str, np.ndarray]:
+    mask = np.where(rand(2, 1, new, past + new, seed=6) > 1.0, -np.inf, 0.0).astype(np.float32)
+    return {"q": rand(2, 4, new, 8, seed=1), "past_k": rand(2, 2, past, 8, seed=2), "new_k": rand(2, 2, new, 8, seed=3),
+            "past_v": rand(2, 2, past, 8, seed=4), "new_v": rand(2, 2, new, 8, seed=5), "mask": mask}
+
+
+def test_place_kv_caches_gives_each_present_one_cache_read_in_place() -> None:
+    """Each present becomes a view of a cache of capacity 12 (the bound of p + s) written in
+    past's storage; the attention reads both caches' first p + s rows."""
+    expected = '''
+@function(inputs=["q", "past_k", "new_k", "past_v", "new_v", "mask"], outputs=["y", "present_k", "present_v"])
+def main(q: Tensor((b, 4, s, 8), "float32"), past_k: Tensor((b, 2, p, 8), "float32"), new_k: Tensor((b, 2, s, 8), "float32"), past_v: Tensor((b, 2, p, 8), "float32"), new_v: Tensor((b, 2, s, 8), "float32"), mask: Tensor((b, 1, s, p + s), "float32")) -> Tuple(Tensor((b, 4, s, 8), "float32"), Tensor((b, 2, p + s, 8), "float32"), Tensor((b, 2, p + s, 8), "float32")):
+    with dataflow():
+        k_cache: Tensor((b, 2, 12, 8), "float32") = kv_cache_write(past_k, new_k, axis=2, capacity=12)
+        present_k: Tensor((b, 2, p + s, 8), "float32") = kv_cache_view(k_cache, prim(p + s), axis=2)
+        v_cache: Tensor((b, 2, 12, 8), "float32") = kv_cache_write(past_v, new_v, axis=2, capacity=12)
+        present_v: Tensor((b, 2, p + s, 8), "float32") = kv_cache_view(v_cache, prim(p + s), axis=2)
+        y: Tensor((b, 4, s, 8), "float32") = attention(q, k_cache, v_cache, mask, prim(p + s), scale=0.5)
+        output(y, present_k, present_v)
+    return (y, present_k, present_v)
+'''
+    with PassContext(bounds=KV_CACHE_BOUNDS):
+        check_rewrite(place_kv_caches, KV_CACHE_BEFORE, expected, _kv_cache_inputs())
+        check_rewrite(place_kv_caches, KV_CACHE_BEFORE, expected, _kv_cache_inputs(past=0, new=4))
+
+
+@pytest.mark.parametrize("change, bounds, why", [
+    ("", {"b": 2, "s": 4}, "p has no bound: no capacity"),
+    ("output(y, present_k, present_v)|output(y, present_k, present_v, total)", KV_CACHE_BOUNDS,
+     "present_k is also read by a sum, which would see the cache's layout"),
+])
+def test_place_kv_caches_leaves_other_graphs_alone(change: str, bounds: dict, why: str) -> None:
+    before = KV_CACHE_BEFORE
+    if change:
+        old, new = change.split("|")
+        before = before.replace(old, new)
+    if "total" in before:
+        before = before.replace('outputs=["y", "present_k", "present_v"]', 'outputs=["y", "present_k", "present_v", "total"]').replace(
+            'Tensor((b, 2, p + s, 8), "float32")):\n', 'Tensor((b, 2, p + s, 8), "float32"), Tensor((b, 2, 8), "float32")):\n', 1
+        ).replace("        output(", '        total: Tensor((b, 2, 8), "float32") = sum(present_k, axes=[2])\n        output(').replace(
+            "    return (y, present_k, present_v)", "    return (y, present_k, present_v, total)")
+    module = parse_module(before)
+    with PassContext(bounds=bounds):
+        assert_structural_equal(place_kv_caches(module), module), why
 
 
 def test_fold_scalar_constants_writes_each_value_into_its_own_program() -> None:

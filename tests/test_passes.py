@@ -487,14 +487,15 @@ def test_lower_rejects_an_unplanned_function() -> None:
 
 def test_pipeline_order_and_steps() -> None:
     optimize = ["canonicalize_bindings", "fold_scalar_constants", "fuse_ops", "schedule_programs", "share_programs"]
-    assert [p.__name__ for p in PIPELINE] == ["compress_weights", "fuse_attention", "legalize_ops", *optimize,
+    assert [p.__name__ for p in PIPELINE] == ["compress_weights", "fuse_attention", "place_kv_caches", "legalize_ops", *optimize,
                                               "plan_memory", "lower_shapes_to_host"]
     assert [p.__name__ for p in pipeline(0)] == ["compress_weights", "legalize_ops", "plan_memory", "lower_shapes_to_host"]
     with pytest.raises(ValueError, match="opt level 3 does not exist"):
         pipeline(3)
     steps: list[tuple[str, object]] = []
     result = run_pipeline(mlp_module(), on_step=lambda name, module: steps.append((name, type(module.main).__name__)))
-    assert steps == [("compress_weights", "Function"), ("fuse_attention", "Function"), ("legalize_ops", "Function"), *((name, "Function") for name in optimize),
+    assert steps == [("compress_weights", "Function"), ("fuse_attention", "Function"), ("place_kv_caches", "Function"),
+                     ("legalize_ops", "Function"), *((name, "Function") for name in optimize),
                      ("plan_memory", "Function"), ("lower_shapes_to_host", "HostFunction")]
     assert isinstance(result.main, HostFunction)
     assert set(result.programs) == {d.program for d in result.main.dispatches}

@@ -37,6 +37,7 @@ from .expr import (
     DataflowBlock, DataflowVar, Expr, Function, If, Loop, MatchCast, PrimValue, SeqExpr, ShapeExpr, TensorToPrim,
     Tuple, TupleGetItem, Var, VarBinding,
 )
+from .op_registry import is_view
 from .struct_info import TensorStructInfo
 
 EXPR_METHODS: Mapping[type, str] = {
@@ -483,7 +484,8 @@ class Aliases:
 
     Recorded over a whole function or sequence (If branches included): ``a = b``,
     ``a = t[i]``, ``a = match_cast(b, Tensor(...))`` (a tensor cast names the same
-    tensor) and the fields of ``t = (x, y)``.  :meth:`resolve` follows them to the
+    tensor), ``a = op(b, ...)`` of a view op (``is_view``: a KV cache and its views live in
+    ``b``'s storage) and the fields of ``t = (x, y)``.  :meth:`resolve` follows them to the
     variable (or constant) that defines the value.
     """
 
@@ -531,6 +533,8 @@ class _AliasCollector(ExprVisitor):
         value = binding.value
         if isinstance(value, (Var, TupleGetItem)):
             self.aliases.sources[binding.var] = value
+        elif is_view(value):
+            self.aliases.sources[binding.var] = value.args[0]
         elif isinstance(value, Tuple):
             self.aliases.tuples[binding.var] = value
         super().visit_var_binding(binding)

@@ -88,7 +88,20 @@ class ShapeCheck:
 @dataclass(frozen=True)
 class HostStorage:
     size: PrimExpr
-    role: str  # input | intermediate | output
+    role: str  # input | intermediate | output | cache
+
+
+@dataclass(frozen=True)
+class HostCache:
+    """A KV cache (``passes/place_kv_caches.py``): input ``input`` and output ``output`` live in
+    ``storage`` with ``capacity`` rows along ``axis`` (each outer block's rows ``capacity``
+    apart), the output's first rows being the input's followed by the run's new ones."""
+
+    input: int
+    output: int
+    axis: int
+    capacity: int
+    storage: int
 
 
 @dataclass(frozen=True)
@@ -227,6 +240,7 @@ class HostFunction:
     steps: tuple[HostStep, ...]
     read_slots: int = 0
     sequences: tuple[HostSequence, ...] = ()
+    caches: tuple[HostCache, ...] = ()
 
     def bound_of(self, variable: str) -> int | None:
         return dict(self.bounds).get(variable)

@@ -46,7 +46,7 @@ def run_kernel(kernel, arrays: list[np.ndarray], size_vars: Mapping[str, int]) -
     if isinstance(kernel, LibraryKernel):
         if kernel.in_place:
             raise ValueError(f"{kernel.name} writes part of its output in place: it runs only into a storage")
-        return kernel.reference(arrays)
+        return kernel.reference(arrays, size_vars) if kernel.sized_reference else kernel.reference(arrays)
     return run_program(kernel, arrays, size_vars)
 
 
@@ -603,12 +603,29 @@ def run_host_function(function: HostFunction, programs: Mapping, inputs: Mapping
         if isinstance(step, HostSequenceInput):
             run.sequence_step(step)
     run.grow_storages()
-    for host_input, array in zip(function.inputs, arrays):
+    cache_of_input = {cache.input: cache for cache in function.caches}
+    cache_of_output = {cache.output: cache for cache in function.caches}
+    for index, (host_input, array) in enumerate(zip(function.inputs, arrays)):
+        if index in cache_of_input:  # a KV cache's past: its rows at the start of each block of capacity rows
+            rows = _cache_rows(run, cache_of_input[index], host_input.dtype, array.shape)
+            rows[...] = array.reshape(rows.shape)
+            continue
         raw = np.ascontiguousarray(array).view(np.uint8).reshape(-1)
         run.storages[host_input.storage][: raw.size] = raw
     run.run_steps(function.steps)
     return [
         run.sequence_value(output.sequence) if output.sequence is not None
+        else _cache_rows(run, cache_of_output[index], output.dtype, run.output_shapes[index]).reshape(
+            run.output_shapes[index]).copy() if index in cache_of_output
         else run.view(output.storage, output.dtype, run.output_shapes[index]).copy()
         for index, output in enumerate(function.outputs)
     ]
+
+
+def _cache_rows(run, cache, dtype: str, shape: tuple) -> np.ndarray:
+    """The elements of a KV cache's tensor of ``shape`` in its storage (each block's first
+    ``shape[axis]`` rows of ``capacity``), as a writable array ``[outer, rows * inner]``."""
+    outer, rows, inner = (int(np.prod(shape[:cache.axis], dtype=np.int64)), shape[cache.axis],
+                          int(np.prod(shape[cache.axis + 1:], dtype=np.int64)))
+    blocks = run.view(cache.storage, dtype, (outer, cache.capacity * inner))
+    return blocks[:, : rows * inner]

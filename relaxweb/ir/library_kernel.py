@@ -13,7 +13,9 @@ is how the IR text writes it and the parser rebuilds it.
 ``extra_size_vars`` are size variables the kernel reads from its params block that no buffer
 shape has (a row index).  An ``in_place`` kernel writes only part of its output and leaves
 the rest as it was (it is only ever called into a planned storage, ``call_tir_into``): its
-reference is then ``reference(arrays, output, size_vars)`` and writes into ``output``.
+reference is then ``reference(arrays, output, size_vars)`` and writes into ``output``.  A kernel
+with a ``sized_reference`` computes what depends on its size variables' values (attention over
+the valid prefix of a KV cache): its reference is ``reference(arrays, size_vars)``.
 
 ``f16_source``, when not empty, is a second WGSL source of the same kernel (the same bindings,
 params and dispatch) for adapters with WebGPU's ``shader-f16``: the bundle writes it as the
@@ -44,6 +46,7 @@ class LibraryKernel:
     builder_args: tuple[tuple[str, object], ...] = ()
     extra_size_vars: tuple[SizeVar, ...] = ()
     in_place: bool = False
+    sized_reference: bool = False
     f16_source: str = field(default="", compare=False)  # made with ``source`` by the same builder
 
     @property

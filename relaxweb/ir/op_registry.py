@@ -85,16 +85,24 @@ class OpDefinition:
     deduce: Callable[[tuple[Expr, ...], dict[str, Any]], StructInfo]
     legalize: Callable[[LegalizeContext, Call], Expr] | None
     reference: Callable[[list[np.ndarray], dict[str, Any]], np.ndarray]
+    #: The result lives in the storage of the first argument (a KV cache and its views): the
+    #: call stays through legalization, memory planning gives it no storage of its own.
+    view: bool = False
 
 
 OPS: dict[str, OpDefinition] = {}
 
 
-def register_op(name: str, *, deduce, reference, legalize=None) -> OpDefinition:
+def register_op(name: str, *, deduce, reference, legalize=None, view: bool = False) -> OpDefinition:
     if name in OPS:
         raise ValueError(f"op {name} registered twice")
-    OPS[name] = OpDefinition(name, deduce, legalize, reference)
+    OPS[name] = OpDefinition(name, deduce, legalize, reference, view)
     return OPS[name]
+
+
+def is_view(expr: Expr) -> bool:
+    """Whether ``expr`` is a call of an op whose result lives in its first argument's storage."""
+    return isinstance(expr, Call) and expr.op in OPS and OPS[expr.op].view
 
 
 def get_op(name: str) -> OpDefinition:

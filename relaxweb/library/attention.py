@@ -25,8 +25,10 @@ product, summed in f32 (the scores, the online softmax and the accumulators stay
 the tiled matmuls' f16 shaders, ``relaxweb/wgsl/variants.py``).
 
 Inputs: ``query[*batch, Sq, D]``, ``key[*kv_batch, Sk, D]``, ``value[*kv_batch, Sk, Dv]`` (each
-dim of ``kv_batch`` is 1 or ``batch``'s: grouped-query attention shares a key / value head
-among query heads without copying it), and with
+dim of ``kv_batch`` is 1, ``batch``'s, or a constant ``c`` dividing ``batch``'s constant ``g * c``:
+grouped-query attention shares a key / value head among query heads without copying it;
+with a divisor, query head ``h`` reads key / value head ``h // g``, the order of transformers'
+``repeat_kv``), and with
 ``mask_shape`` an additive float ``mask`` broadcast to ``[*batch, Sq, Sk]`` (each of its dims is
 1 or the scores' dim; it may have fewer dims, aligned from the right).  ``causal`` hides key
 ``j`` from query ``i`` when ``j > i + Sk - Sq`` (the last query sees every key), as an
@@ -34,6 +36,11 @@ additive ``-inf`` would.  Semantics at the edges, the unfused graph's: a score o
 its row NaN, a row whose scores are all ``-inf`` (masked out entirely) is NaN, as
 ``exp(-inf - (-inf))`` gives; a large negative finite mask (``-3.4e38``, what torch writes)
 keeps the row finite.
+
+With ``key_rows`` (a KV cache: key and value ``[*kv_batch, key_rows, D]`` buffers of which the
+first ``Sk`` rows of each head are valid), the kernel reads that prefix in place: rows are
+``key_rows`` apart per head and ``Sk`` (any expression of size variables, which the call site
+binds) says how many are read.
 """
 
 from __future__ import annotations
@@ -43,7 +50,9 @@ import numpy as np
 from ..ir.kernel_builders import library_kernel_builder
 from ..ir.library_kernel import LibraryKernel, buffer_size_vars
 from ..ir.params_block import ParamsLayout
-from ..ir.symbolic import Analyzer, IntImm, PrimExpr, SizeVar, as_int, format_shape, product, prove_equal, simplify
+from ..ir.symbolic import (
+    Analyzer, IntImm, PrimExpr, SizeVar, as_int, evaluate, format_shape, free_vars, product, prove_equal, simplify,
+)
 from ..ir.syntax import comment_text
 from ..ir.tir import Buffer
 from ..wgsl.emit import literal, storage_type, wgsl_name
@@ -71,33 +80,70 @@ def key_tile(head: int, value_head: int) -> int:
 @library_kernel_builder("attention")
 def attention_kernel(name: str, batch: tuple, query_length: PrimExpr, key_length: PrimExpr, head: int,
                      value_head: int, mask_shape: tuple | None = None, scale: float = 1.0, causal: bool = False,
-                     dtype: str = "float32", kv_batch: tuple | None = None) -> LibraryKernel:
+                     dtype: str = "float32", kv_batch: tuple | None = None, key_rows: PrimExpr | None = None
+                     ) -> LibraryKernel:
     """``softmax(query key^T * scale + mask) value`` over ``batch`` dims (see the module doc);
     ``mask_shape`` None: no mask; ``kv_batch``: the batch dims of key and value, each 1
     (shared by every query group along it: grouped-query attention) or ``batch``'s (None: all
-    ``batch``'s)."""
+    ``batch``'s); ``key_rows``: the rows of each key / value head in their buffers, of which
+    the first ``key_length`` are read (None: ``key_length``)."""
     tile = key_tile(head, value_head)
     if tile < 1:
         raise ValueError(f"attention: head sizes {head} and {value_head} do not fit {WORKGROUP_STORAGE} bytes of workgroup memory")
     batch = tuple(batch)
     kv_batch = batch if kv_batch is None else tuple(kv_batch)
-    if len(kv_batch) != len(batch) or any(as_int(k) != 1 and not prove_equal(k, b) for k, b in zip(kv_batch, batch)):
-        raise ValueError(f"attention: key/value batch dims {kv_batch} are not 1 or the query's {batch}")
-    inputs = [Buffer("query", (*batch, query_length, head), dtype), Buffer("key", (*kv_batch, key_length, head), dtype),
-              Buffer("value", (*kv_batch, key_length, value_head), dtype)]
+    if len(kv_batch) != len(batch) or any(kv_group_size(k, b) is None for k, b in zip(kv_batch, batch)):
+        raise ValueError(f"attention: key/value batch dims {kv_batch} are not 1, the query's {batch} or divisors of them")
+    rows = key_length if key_rows is None else key_rows
+    inputs = [Buffer("query", (*batch, query_length, head), dtype), Buffer("key", (*kv_batch, rows, head), dtype),
+              Buffer("value", (*kv_batch, rows, value_head), dtype)]
     if mask_shape is not None:
         inputs.append(Buffer("mask", tuple(mask_shape), dtype))
     output = Buffer("out", (*batch, query_length, value_head), dtype)
     groups = simplify(product(batch) * ((query_length + (WORKGROUP - 1)) // WORKGROUP))
-    source = _source(name, tuple(inputs), output, batch, kv_batch, query_length, key_length, head, value_head, tile,
-                     mask_shape, scale, causal, groups)
+    shape_vars = {var.name for var in buffer_size_vars((*inputs, output))}
+    extra = tuple(var for var in free_vars(key_length) if var.name not in shape_vars)
+    source = _source(name, tuple(inputs), output, batch, kv_batch, query_length, key_length, rows, head, value_head,
+                     tile, mask_shape, scale, causal, groups, extra)
+    f16_source = _source(name, tuple(inputs), output, batch, kv_batch, query_length, key_length, rows, head, value_head,
+                         tile, mask_shape, scale, causal, groups, extra, half=True)
     summary = (f"fused attention [{format_shape(output.shape)}] over {format_shape((key_length,))} keys"
+               f"{f' of {format_shape((rows,))} rows' if key_rows is not None else ''}"
                f"{', causal' if causal else ''}{', masked' if mask_shape is not None else ''}")
-    f16_source = _source(name, tuple(inputs), output, batch, kv_batch, query_length, key_length, head, value_head,
-                         tile, mask_shape, scale, causal, groups, half=True)
-    return LibraryKernel(name, tuple(inputs), output, simplify(groups * WORKGROUP), source,
-                         lambda arrays: attention_reference(arrays, scale=scale, causal=causal), summary,
-                         f16_source=f16_source)
+    if key_rows is None:
+        def reference(arrays):
+            return attention_reference(arrays, scale=scale, causal=causal)
+    else:
+        def reference(arrays, size_vars):
+            length = int(evaluate(key_length, size_vars))
+            query, key, value, *mask = arrays
+            return attention_reference([query, key[..., :length, :], value[..., :length, :], *mask], scale=scale,
+                                       causal=causal)
+    return LibraryKernel(name, tuple(inputs), output, simplify(groups * WORKGROUP), source, reference, summary,
+                         extra_size_vars=extra, sized_reference=key_rows is not None, f16_source=f16_source)
+
+
+def kv_group_size(kv_extent: PrimExpr, extent: PrimExpr) -> int | None:
+    """How many query coordinates along a batch dim of ``extent`` read one key / value
+    coordinate along that dim of ``kv_extent``: 1 when they are equal, the ratio when
+    ``kv_extent`` is a constant dividing the constant ``extent`` (grouped-query heads), 0 for
+    a ``kv_extent`` of 1 that is not the query's (every query reads coordinate 0); None when
+    none of these holds."""
+    if prove_equal(kv_extent, extent):
+        return 1
+    if as_int(kv_extent) == 1:
+        return 0
+    kv, query = as_int(kv_extent), as_int(extent)
+    if kv is not None and query is not None and kv > 0 and query % kv == 0:
+        return query // kv
+    return None
+
+
+def _kv_coordinates(batch: tuple, kv_batch: tuple) -> list[PrimExpr]:
+    """The key / value batch coordinates of the flat query batch index ``bh_``: a grouped dim
+    divides the query's coordinate by its group size (a dim of 1 is skipped by ``_flat_index``)."""
+    return [coordinate // size if size and size > 1 else coordinate
+            for coordinate, size in zip(_batch_coordinates(batch), (kv_group_size(k, b) for k, b in zip(kv_batch, batch)))]
 
 
 def _batch_coordinates(batch: tuple) -> list[PrimExpr]:
@@ -130,18 +176,18 @@ def _mask_row_start(mask_shape: tuple, batch: tuple) -> tuple[PrimExpr, PrimExpr
     return start, IntImm(0) if as_int(mask_shape[-1]) == 1 else IntImm(1)
 
 
-def _source(name, inputs, output, batch, kv_batch, query_length, key_length, head, value_head, tile, mask_shape, scale,
-            causal, groups, half: bool = False) -> str:
+def _source(name, inputs, output, batch, kv_batch, query_length, key_length, key_rows, head, value_head, tile,
+            mask_shape, scale, causal, groups, extra_size_vars, half: bool = False) -> str:
     """The kernel's WGSL; with ``half``, its f16 source (see the module doc)."""
-    size_vars = [v.name for v in buffer_size_vars((*inputs, output))]
+    size_vars = [v.name for v in (*buffer_size_vars((*inputs, output)), *extra_size_vars)]
     local_names = {_GROUP.name: "bh", _ROW.name: "row"}
 
     def variable(name: str) -> str:
         return local_names.get(name) or f"params.{wgsl_name(name)}"
 
     analyzer = Analyzer()
-    lowered = {"seq_q": query_length, "seq_k": key_length, "groups": groups,
-               "kv_group": _flat_index(kv_batch, _batch_coordinates(batch))}
+    lowered = {"seq_q": query_length, "seq_k": key_length, "key_rows": key_rows, "groups": groups,
+               "kv_group": _flat_index(kv_batch, _kv_coordinates(batch, kv_batch))}
     if mask_shape is not None:
         mask_start, key_step = _mask_row_start(mask_shape, batch)
         lowered.update(mask_start=mask_start, mask_step=key_step)
@@ -179,7 +225,7 @@ def _source(name, inputs, output, batch, kv_batch, query_length, key_length, hea
         "fn main(@builtin(workgroup_id) workgroup: vec3<u32>,",
         "        @builtin(num_workgroups) workgroups: vec3<u32>,",
         "        @builtin(local_invocation_index) local: u32) {",
-        let("seq_q"), let("seq_k"), let("groups"),
+        let("seq_q"), let("seq_k"), let("key_rows"), let("groups"),
         "  let group = i32(workgroup.y * workgroups.x + workgroup.x);",
         "  if (group >= groups) {",
         "    return;",
@@ -187,7 +233,7 @@ def _source(name, inputs, output, batch, kv_batch, query_length, key_length, hea
         "  let blocks = (seq_q + 63) / 64;",
         "  let bh = group / blocks;",
         "  let first_row = (group % blocks) * 64;",
-        "  // rows past the end compute row seq_q - 1 and store nothing (they still load tiles)",
+        "  // rows past the end stand in as row seq_q - 1: they load tiles, score nothing, store nothing",
         "  let in_range = first_row + i32(local) < seq_q;",
         "  let row = min(first_row + i32(local), seq_q - 1);",
     ]
@@ -218,8 +264,9 @@ def _source(name, inputs, output, batch, kv_batch, query_length, key_length, hea
         *_load_tile("value_tile", "value", "VALUE_HEAD", value_words, width, staged, half),
         "    workgroupBarrier();",
         "    // keys [start, start + count) of this tile are visible to this row (a branch without",
-        "    // barriers: rows differ under a causal mask)",
-        "    let count = clamp(min(key_end, visible_end) - start, 0, TILE);",
+        "    // barriers: rows differ under a causal mask); rows past the end score none (a decode",
+        "    // step's one row leaves 63 invocations idle: on CPU adapters whole SIMD batches skip)",
+        "    let count = select(0, clamp(min(key_end, visible_end) - start, 0, TILE), in_range);",
         f"    for (var j = 0; j < count; j = j + {GROUP}) {{",
         f"      // keys j .. j + {GROUP - 1} at once: one rescale per group; keys past count weigh 0 and",
         "      // stand in as key j for the group's maximum",
@@ -291,7 +338,7 @@ def _load_tile(tile: str, buffer: str, row_size: str, words: int, width: int, st
         "      // rows past the keys are zeros: a group's keys past count read them (with weight 0)",
         f"      var word = {'vec4<f32>' if width > 1 else 'f32'}(0.0);",
         "      if (j < seq_k) {",
-        f"        let at = (kv_group * seq_k + j) * {row_size} + e % {words} * {width};",
+        f"        let at = (kv_group * key_rows + j) * {row_size} + e % {words} * {width};",
         f"        word = {_gather(buffer, 'at', width)};",
         "      }",
         f"      {tile}[e] = {_staged('word', staged, half)};",
@@ -335,6 +382,9 @@ def attention_reference(arrays: list[np.ndarray], *, scale: float, causal: bool)
     dtype = arrays[0].dtype
     compute = np.float64 if dtype == np.float64 else np.float32
     query, key, value = (a.astype(compute) for a in arrays[:3])
+    for dim, (kv, extent) in enumerate(zip(key.shape[:-2], query.shape[:-2])):
+        if kv not in (1, extent):  # grouped-query heads: each key / value head serves extent // kv
+            key, value = (np.repeat(t, extent // kv, axis=dim) for t in (key, value))
     scores = np.matmul(query, np.swapaxes(key, -1, -2))
     if scale != 1.0:
         scores = scores * compute(scale)

@@ -7,6 +7,7 @@ from .fold_scalar_constants import fold_scalar_constants
 from .fuse_attention import fuse_attention
 from .fuse_ops import fuse_ops
 from .legalize_ops import legalize_ops
+from .place_kv_caches import place_kv_caches
 from .lower_shapes_to_host import lower_shapes_to_host
 from .pipeline import DEFAULT_OPT_LEVEL, OPT_LEVELS, PIPELINE, pipeline, run_pipeline
 from .plan_memory import plan_memory
@@ -15,5 +16,5 @@ from .share_programs import share_programs
 
 __all__ = [
     "DEFAULT_OPT_LEVEL", "OPT_LEVELS", "PIPELINE", "PassContext", "canonicalize_bindings", "compress_weights", "fold_scalar_constants", "fuse_attention", "fuse_ops", "legalize_ops", "lower_shapes_to_host", "pipeline",
-    "plan_memory", "run_pipeline", "schedule_programs", "share_programs",
+    "place_kv_caches", "plan_memory", "run_pipeline", "schedule_programs", "share_programs",
 ]

@@ -14,13 +14,25 @@ one kernel that never stores the scores), with ``k = transpose(x, ...)`` the tra
 gives ``[..., Sk, D]`` (the one that wrote ``k_t`` with its last two axes swapped, or none
 when that is ``x`` itself), and drops the bindings it replaces.
 
+Two things exporters of decoders write between these ops are looked through:
+
+- **Repeated key / value heads** (transformers' ``repeat_kv``): when k and v are both
+  ``reshape(broadcast_to(reshape(x, [..., H, 1, Sk, D]), [..., H, G, Sk, D]), [..., H * G, Sk, D])``
+  of ``x [..., H, Sk, D]``, the attention op reads ``x`` itself (a key / value head shared by
+  ``G`` query heads), so no copy of the repeated heads is made.
+- **Run-time shape checks** (``match_cast``s the frontend writes where it cannot prove two
+  extents equal: a decoder's scores ``[.., past + seq]`` against a mask ``[.., total]``) on the
+  (scaled) scores or on v.  They go, and the same facts are checked once on the mask instead
+  (a ``match_cast`` of the mask to the scores' dims, shared by every layer reading that mask):
+  this fires only when every equality a dropped check stated is one the mask's check states.
+
 It fires only where the rewrite computes the same thing:
 
 - every intermediate (scores, scaled, masked, weights, and ``k_t`` when it goes) is a
   dataflow variable read once, by the next op of the chain;
-- q, k_t and v have one rank; k_t and v have the same batch dims, each q's or 1 (a key /
-  value head shared by several query heads: grouped-query attention), so q is never
-  broadcast; D and Sk agree, D and Dv are constants that fit the kernel's tile;
+- q, k_t and v have one rank; k_t and v have the same batch dims, each q's, 1 or a constant
+  dividing q's (a key / value head shared by several query heads: grouped-query attention),
+  so q is never broadcast; D and Sk agree, D and Dv are constants that fit the kernel's tile;
 - the scale is a one-element float constant that does not broadcast the scores up (a
   division by ``c`` becomes a product by ``1 / c``: within one rounding of the scores);
 - the mask's dims are each 1 or provably the scores' (it does not broadcast them up either);
@@ -36,13 +48,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..ir.builder import FunctionBuilder
-from ..ir.expr import Binding, Call, Constant, DataflowBlock, DataflowVar, Expr, Function, Var, VarBinding
+from ..ir.expr import Binding, Call, Constant, DataflowBlock, DataflowVar, Expr, Function, MatchCast, Var, VarBinding
 from ..ir.functor import ExprMutator, use_counts
 from ..ir.module import IRModule
 from ..ir.struct_info import TensorStructInfo
-from ..ir.symbolic import as_int, prove_equal
+from ..ir.symbolic import PrimExpr, as_int, format_expr, prove_equal
 from ..ops import DeductionError, call_op
-from ..ops.attention import key_tile
+from ..ops.attention import key_tile, kv_group_size
 
 
 def fuse_attention(module: IRModule) -> IRModule:
@@ -67,9 +79,12 @@ class _AttentionFuser(ExprMutator):
         self.names = FunctionBuilder(function.name)  # new variables take names no variable has
         for var in (*function.params, *(b.var for b in function.bindings())):
             self.names.unique_name(var.name)
+        self.checked_masks: dict[tuple, Var] = {}  # (mask, the scores' dims) -> its cast, bound once
 
     def visit_dataflow_block(self, block: DataflowBlock) -> DataflowBlock:
-        definitions = {b.var: b.value for b in block.bindings if isinstance(b, VarBinding)}
+        self.checked_masks = {}  # a dataflow variable lives in its block
+        definitions = {b.var: b.value if isinstance(b, VarBinding) else b for b in block.bindings
+                       if isinstance(b, (VarBinding, MatchCast))}
         matches: dict[Var, _Match] = {}
         replaced: set[Var] = set()
         for binding in block.bindings:
@@ -120,8 +135,14 @@ class _AttentionFuser(ExprMutator):
 
     def _rewrite(self, binding: VarBinding, scores_var: Expr, mask: Expr | None, v: Expr, chain: list,
                  definitions: dict, taken: set[Var]) -> _Match | None:
-        """The rest of the match from the (masked) scores' input: an optional scale, the
-        first matmul, the checks, and the new bindings."""
+        """The rest of the match from the (masked) scores' input: a run-time shape check, an
+        optional scale, the first matmul, the checks, and the new bindings."""
+        checks = []
+        scores_check = self._check(scores_var, definitions)
+        if scores_check is not None:
+            checks.append(scores_check)
+            chain = [*chain, scores_var]
+            scores_var = scores_check.value
         scale = 1.0
         scaled = self._single_use(scores_var, definitions, ("multiply", "divide"))
         if scaled is not None:
@@ -134,10 +155,30 @@ class _AttentionFuser(ExprMutator):
         if product is None:
             return None
         chain = [*chain, scores_var]
+        value_check = self._check(v, definitions)
+        if value_check is not None:
+            checks.append(value_check)
+            chain = [*chain, v]
+            v = value_check.value
         q, k_t = product.args
-        if any(var in taken for var in chain) or not _fits(q, k_t, v, mask, binding.var):
+        if any(var in taken for var in chain):
             return None
         k, bindings, replaced = self._keys(k_t, definitions)
+        if not bindings:  # k is the exporter's own tensor: its heads may be repeated ones
+            k, v, repeats = self._shared_heads(k, v, definitions)
+            if any(var in taken for var in repeats):
+                return None
+            replaced |= repeats
+        mask_key = None  # (the mask, its checked dims): the check later layers share
+        if checks:
+            checked = self._checked_mask(q, k, mask, checks)
+            if checked is None:
+                return None
+            mask_key = (mask, checked[0].struct_info.shape)
+            mask, check_bindings = checked
+            bindings = [*check_bindings, *bindings]
+        if not _fits(q, _transposed(k), v, mask, binding.var):
+            return None
         args = (q, k, v) if mask is None else (q, k, v, mask)
         try:
             call = call_op("attention", *args, scale=scale)
@@ -145,7 +186,78 @@ class _AttentionFuser(ExprMutator):
             return None
         if not _same_shape(call.struct_info, binding.var.struct_info):
             return None
+        if mask_key is not None:  # later layers reading this mask share its check
+            self.checked_masks[mask_key] = mask
         return _Match([*bindings, VarBinding(binding.var, call)], set(chain) | replaced)
+
+    def _check(self, expr: Expr, definitions: dict) -> MatchCast | None:
+        """The ``match_cast`` that defines ``expr`` when ``expr`` is a dataflow variable read
+        once and the cast only checks dims of a tensor of the same rank and dtype."""
+        cast = definitions.get(expr) if isinstance(expr, DataflowVar) else None
+        if not (isinstance(cast, MatchCast) and self.uses.get(expr, 0) == 1):
+            return None
+        source, target = cast.value.struct_info, cast.struct_info
+        if not (isinstance(source, TensorStructInfo) and isinstance(target, TensorStructInfo)
+                and source.dtype == target.dtype and _rank(source) == _rank(target) >= 0):
+            return None
+        return cast
+
+    def _checked_mask(self, q: Expr, k: Expr, mask: Expr | None, checks: list[MatchCast]
+                      ) -> tuple[Expr, list[Binding]] | None:
+        """The mask cast to the scores' dims (each of its dims that is not 1), with its binding
+        when this is the first match to need it, provided every equality the dropped ``checks``
+        stated is one this cast states; None otherwise (no mask, or a fact it would not check)."""
+        if mask is None or not isinstance(mask.struct_info, TensorStructInfo) or mask.struct_info.shape is None:
+            return None
+        q_shape, k_shape, mask_shape = (e.struct_info.shape for e in (q, k, mask))
+        scores = (*q_shape[:-1], k_shape[-2])
+        if len(mask_shape) > len(scores):
+            return None
+        target = tuple(d if as_int(d) == 1 else scores[len(scores) - len(mask_shape) + i] for i, d in enumerate(mask_shape))
+        stated = _unproven(mask_shape, target)
+        dropped = [pair for cast in checks for pair in _unproven(cast.value.struct_info.shape, cast.struct_info.shape)]
+        if not dropped or not all(any(_same_fact(fact, other) for other in stated) for fact in dropped):
+            return None
+        if (mask, target) in self.checked_masks:
+            return self.checked_masks[(mask, target)], []
+        info = TensorStructInfo(target, mask.struct_info.dtype)
+        checked = DataflowVar(self.names.unique_name(f"{getattr(mask, 'name', 'mask')}_checked"), info)
+        dim, extent = next((i, d) for i, d in enumerate(mask_shape) if not prove_equal(d, target[i]))
+        reason = f"{checks[0].reason} against the attention mask: its dimension {dim} ({format_expr(extent)})"
+        return checked, [MatchCast(checked, mask, info, reason)]
+
+    def _shared_heads(self, k: Expr, v: Expr, definitions: dict) -> tuple[Expr, Expr, set[Var]]:
+        """(k, v, the bindings that go): the tensors whose heads transformers' ``repeat_kv``
+        repeated into k and v when it repeated both the same way, else k and v as they are."""
+        keys, values = self._repeated(k, definitions), self._repeated(v, definitions)
+        if keys is None or values is None or keys[1] != values[1]:
+            return k, v, set()
+        return keys[0], values[0], keys[2] | values[2]
+
+    def _repeated(self, x: Expr, definitions: dict) -> tuple[Expr, int, set[Var]] | None:
+        """(source, G, the bindings that go) when ``x [..., H * G, S, D]`` is
+        ``reshape(broadcast_to(reshape(source, [..., H, 1, S, D]), [..., H, G, S, D]))`` of
+        ``source [..., H, S, D]``."""
+        merged = self._single_use(x, definitions, "reshape")
+        repeated = None if merged is None else self._single_use(merged.args[0], definitions, "broadcast_to")
+        split = None if repeated is None else self._single_use(repeated.args[0], definitions, "reshape")
+        if split is None:
+            return None
+        source = split.args[0]
+        shapes = [e.struct_info.shape if isinstance(e.struct_info, TensorStructInfo) else None
+                  for e in (source, merged.args[0], x)]
+        if any(shape is None for shape in shapes) or len(shapes[0]) < 3:
+            return None
+        (*outer, heads, length, size), (*outer5, heads5, group, length5, size5), (*outer4, all_heads, length4, size4) = (
+            shapes[0], shapes[1], shapes[2])
+        group, heads, all_heads = as_int(group), as_int(heads), as_int(all_heads)
+        if (group is None or heads is None or all_heads != heads * group or as_int(heads5) != heads
+                or len(outer5) != len(outer) or len(outer4) != len(outer)
+                or _unproven((*outer, length, size), (*outer5, length5, size5))
+                or _unproven((*outer, length, size), (*outer4, length4, size4))
+                or _unproven(split.struct_info.shape, (*outer, heads, 1, length, size))):
+            return None
+        return source, group, {x, merged.args[0], repeated.args[0]}
 
     def _keys(self, k_t: Expr, definitions: dict) -> tuple[Expr, list[Binding], set[Var]]:
         """``k`` ([..., Sk, D]) for ``k_t`` ([..., D, Sk]): the input of ``k_t``'s transpose
@@ -165,6 +277,26 @@ class _AttentionFuser(ExprMutator):
         call = call_op("transpose", source, axes=axes)
         keys = DataflowVar(self.names.unique_name(f"{getattr(k_t, 'name', 'attention')}_keys"), call.struct_info)
         return keys, [VarBinding(keys, call)], replaced
+
+
+def _transposed(k: Expr) -> Expr:
+    """A stand-in for ``k`` with its last two dims swapped, for :func:`_fits`."""
+    info = k.struct_info
+    if not (isinstance(info, TensorStructInfo) and info.shape is not None and len(info.shape) >= 2):
+        return k
+    shape = (*info.shape[:-2], info.shape[-1], info.shape[-2])
+    return Var("k_t", TensorStructInfo(shape, info.dtype))
+
+
+def _unproven(a: tuple, b: tuple) -> list[tuple[PrimExpr, PrimExpr]]:
+    """The pairs of dims of ``a`` and ``b`` (one rank) not provably equal."""
+    return [(x, y) for x, y in zip(a, b) if not prove_equal(x, y)]
+
+
+def _same_fact(a: tuple[PrimExpr, PrimExpr], b: tuple[PrimExpr, PrimExpr]) -> bool:
+    """Whether ``a[0] == a[1]`` and ``b[0] == b[1]`` state the same equality."""
+    return ((prove_equal(a[0], b[0]) and prove_equal(a[1], b[1]))
+            or (prove_equal(a[0], b[1]) and prove_equal(a[1], b[0])))
 
 
 def _rank(info) -> int:
@@ -206,7 +338,7 @@ def _fits(q: Expr, k_t: Expr, v: Expr, mask: Expr | None, out: Var) -> bool:
         return False
     batch = len(qs) - 2
     # k and v the same batch dims, each q's or 1 (a head shared by query heads); never q broadcast
-    if not all(prove_equal(b, c) and (as_int(b) == 1 or prove_equal(a, b))
+    if not all(prove_equal(b, c) and kv_group_size(b, a) is not None
                for a, b, c in zip(qs[:batch], ks[:batch], vs[:batch])):
         return False
     if not (prove_equal(qs[-1], ks[-2]) and prove_equal(ks[-1], vs[-2])):

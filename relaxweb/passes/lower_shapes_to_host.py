@@ -26,12 +26,13 @@ from ..ir.expr import (
 )
 from ..ir.functor import Aliases, ExprFunctor, iter_bindings
 from ..ir.host import (
-    BufferRef, HostBind, HostCheck, HostDispatch, HostFunction, HostIf, HostInput, HostLoop, HostOutput,
+    BufferRef, HostBind, HostCache, HostCheck, HostDispatch, HostFunction, HostIf, HostInput, HostLoop, HostOutput,
     HostOutputShape, HostRead, HostSequence, HostSequenceAppend, HostSequenceClear, HostSequenceInput,
     HostSequencePresence, HostStorage, ShapeCheck, walk_steps,
 )
 from ..ir.launch import dispatch_count
 from ..ir.library_kernel import LibraryKernel
+from ..ir.op_registry import is_view
 from ..ir.module import IRModule, ProgramTable
 from ..ir.printer import format_value
 from ..ir.struct_info import OptionalStructInfo, PrimStructInfo, SequenceStructInfo, TensorStructInfo, TupleStructInfo
@@ -81,6 +82,16 @@ class _Lowering(ExprFunctor):
         self.sequence_of: dict[Var, int] = {}  # a sequence value -> its table
         self.initial_steps: list = []  # the checks of sequence inputs
         self.target: tuple[Var, int] | None = None  # (an If branch's result, the table it is built into)
+        # KV caches (ops/kv_cache.py): each past input written in place -> the kv_cache_write call
+        self.cache_writes: dict[Var, Call] = {}
+        for binding in iter_bindings(function):
+            if isinstance(binding.value, Call) and binding.value.op == "kv_cache_write":
+                past = self.aliases.resolve(binding.value.args[0])
+                if past not in function.params:
+                    raise UnsupportedModelError(f"{binding.var.name}: a KV cache must be the model's past input")
+                self.cache_writes[past] = binding.value
+        self.caches: list[HostCache] = []
+        self.views: dict[Var, Call] = {}  # kv_cache_view bindings, outputs of the caches
 
     # -- codes and variables -------------------------------------------------------------
 
@@ -114,12 +125,15 @@ class _Lowering(ExprFunctor):
                 table = self.sequences[sequence]
                 outputs.append(HostOutput(name, table.dtype, table.storage, None, element.ndim, sequence, optional))
                 continue
-            if not isinstance(root, Var) or root not in self.storage_of or self.storage_of[root] < len(self.function.params):
+            cache = self.cache_output(var, root, index)
+            if cache is None and (not isinstance(root, Var) or root not in self.storage_of
+                                  or self.storage_of[root] < len(self.function.params)):
                 raise UnsupportedModelError(f"output '{name}' must be computed by the model (not an input or a constant)")
             info = var.struct_info
             assert isinstance(info, TensorStructInfo)
             storage = self.storage_of[root]
-            self.storages[storage] = HostStorage(self.storages[storage].size, "output")
+            if cache is None:
+                self.storages[storage] = HostStorage(self.storages[storage].size, "output")
             outputs.append(HostOutput(name, info.dtype, storage, info.shape, info.ndim))
             steps.append(HostOutputShape(index, self.shape_of(var)))
         needed = free_var_names([s.size for s in self.storages]) | free_var_names(
@@ -135,7 +149,22 @@ class _Lowering(ExprFunctor):
             self.function.name, tuple(self.inputs), tuple(outputs), tuple(self.symbolic_vars),
             tuple((v, self.bounds.get(v)) for v in self.symbolic_vars), tuple(self.checks),
             tuple(self.storages), tuple(self.weights), tuple(steps), self.read_slots, tuple(self.sequences),
+            tuple(self.caches),
         )
+
+    def cache_output(self, var: Expr, root: Expr, index: int) -> HostCache | None:
+        """The cache whose view output ``index`` is (``kv_cache_view`` of the ``kv_cache_write``
+        into a past input), recorded; None for any other output."""
+        view = self.views.get(self.aliases.resolve(var, follow=lambda v: v not in self.views))
+        if view is None or root not in self.cache_writes:
+            return None
+        write = self.cache_writes[root]
+        if view.attrs["axis"] != write.attrs["axis"] or any(c.input == self.function.params.index(root) for c in self.caches):
+            raise UnsupportedModelError(f"output '{self.function.output_names[index]}': one view of a KV cache may be an output")
+        cache = HostCache(self.function.params.index(root), index, write.attrs["axis"], write.attrs["capacity"],
+                          self.storage_of[root])
+        self.caches.append(cache)
+        return cache
 
     def match_cast_vars(self) -> set[str]:
         names: set[str] = set()
@@ -184,7 +213,10 @@ class _Lowering(ExprFunctor):
             self.storage_of[param] = len(self.storages)
             self.host_shape[param] = info.shape
             self.inputs.append(HostInput(name, info.dtype, info.shape, len(self.storages)))
-            self.storages.append(HostStorage(tensor_bytes(info), "input"))
+            if param in self.cache_writes:  # the past of a KV cache: stored with the cache's capacity
+                self.storages.append(HostStorage(tensor_bytes(self.cache_writes[param].struct_info), "cache"))
+            else:
+                self.storages.append(HostStorage(tensor_bytes(info), "input"))
 
     # -- sequences ----------------------------------------------------------------------
 
@@ -232,8 +264,14 @@ class _Lowering(ExprFunctor):
         return [dispatch, HostSequenceAppend(sequence, tuple(shape), self.code(), message)]
 
     def visit_call(self, value: Call) -> list:
-        """The sequence ops the host lowers (``ops/sequence.py``, ``host_lowered``)."""
+        """The sequence ops the host lowers (``ops/sequence.py``, ``host_lowered``); a KV cache
+        and its views are aliases of the past input's storage (its write is a dispatch of its own)."""
         var = self.binding_var
+        if is_view(value):
+            self.host_shape[var] = value.struct_info.shape
+            if value.op == "kv_cache_view":
+                self.views[var] = value
+            return []
         note = f"{var.name} = {value.op}"
         if value.op == "optional_has_element":
             variable = f"_present{len([v for v in self.symbolic_vars if v.startswith('_present')])}"

@@ -25,6 +25,7 @@ from .fold_scalar_constants import fold_scalar_constants
 from .fuse_attention import fuse_attention
 from .fuse_ops import fuse_ops
 from .legalize_ops import legalize_ops
+from .place_kv_caches import place_kv_caches
 from .lower_shapes_to_host import lower_shapes_to_host
 from .plan_memory import plan_memory
 from .schedule_programs import schedule_programs
@@ -37,6 +38,9 @@ COMPRESS: list[Pass] = [compress_weights]
 
 # Op-level rewrites into ops with kernels of their own (attention: one kernel, no scores).
 FUSE_OPS: list[Pass] = [fuse_attention]
+
+# A decoder's present = concat(past, new) outputs -> one cache buffer each, read in place.
+PLACE_CACHES: list[Pass] = [place_kv_caches]
 
 # Graph-level ops -> tensor programs.
 LOWER_OPS: list[Pass] = [legalize_ops]
@@ -56,7 +60,8 @@ def pipeline(opt_level: int | None = None) -> list[Pass]:
         opt_level = PassContext.current().opt_level
     if opt_level not in OPT_LEVELS:
         raise ValueError(f"opt level {opt_level} does not exist; expected one of {', '.join(map(str, OPT_LEVELS))}")
-    return [*COMPRESS, *(FUSE_OPS if opt_level >= 1 else []), *LOWER_OPS, *(OPTIMIZE if opt_level >= 1 else []), *LOWER_TO_HOST]
+    return [*COMPRESS, *(FUSE_OPS + PLACE_CACHES if opt_level >= 1 else []), *LOWER_OPS,
+            *(OPTIMIZE if opt_level >= 1 else []), *LOWER_TO_HOST]
 
 
 PIPELINE: list[Pass] = pipeline(DEFAULT_OPT_LEVEL)

@@ -49,13 +49,14 @@ from ..ir.builder import FunctionBuilder
 from ..ir.dtype import dtype_info
 from ..ir.expr import (
     AllocStorage, AllocTensor, BindingBlock, Call, CallTIR, CallTIRInto, Expr, Function, If, Loop, MatchCast, SeqExpr,
-    Tuple,
-    Var, VarBinding,
+    Tuple, Var, VarBinding, tensor_shape,
 )
 from ..ir.functor import Aliases, ExprMutator, iter_bindings, use_counts
+from ..ir.op_registry import is_view
 from ..ir.module import IRModule, ProgramTable
 from ..ir.struct_info import ObjectStructInfo, OptionalStructInfo, SequenceStructInfo, TensorStructInfo, TupleStructInfo
 from ..ir.symbolic import Analyzer, PrimExpr, SizeVar, expr_max, product, simplify
+from ..ops.kv_cache import CACHE_OFFSET, cache_writer
 from ..ops.loop import carried_copy, stacked_row_writer
 from .context import PassContext
 
@@ -237,6 +238,13 @@ class _Planner:
                     raise NotImplementedError(f"Loop '{var.name}': a loop cannot be the result of an If branch yet")
                 result += self.plan_loop(var, value, free)
                 defined_here.update(self.loop_fields[var])
+            elif is_view(value):
+                # a KV cache and its views live in the past input's storage (ops/kv_cache.py);
+                # the cache's new rows are written there in place
+                new = self.new_var(var)
+                result.append(replace(binding, var=new, value=self.rename(value)))
+                if value.op == "kv_cache_write":
+                    result.append(self.effect(self.cache_write(value, new)))
             elif isinstance(value, Call) and value.op in SEQUENCE_OPS:
                 # a sequence op the host lowers (ops/sequence.py): its arena is the host's
                 new = self.new_var(var)
@@ -255,6 +263,15 @@ class _Planner:
                         free.append(self.storage_of[root])
                     defined_here.discard(root)
         return SeqExpr((BindingBlock(tuple(result)),), self.rename(seq.body))
+
+    def cache_write(self, value: Call, cache: Var) -> CallTIRInto:
+        """The in-place write of ``kv_cache_write(past, new)``'s new rows into ``cache``."""
+        past, new = value.args
+        axis = value.attrs["axis"]
+        name = self.programs.add(cache_writer(new.struct_info, axis, value.attrs["capacity"]))
+        sizes = tuple((v.name, tensor_shape(past)[axis] if v.name == CACHE_OFFSET else SizeVar(v.name))
+                      for v in self.programs.programs[name].size_vars)
+        return CallTIRInto(name, (self.rename(new),), cache, sizes)
 
     # -- sequences --------------------------------------------------------------------------
 

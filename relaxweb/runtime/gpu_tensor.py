@@ -6,6 +6,14 @@ back as an input and copies GPU-to-GPU into the input's storage.  A disposed ten
 goes to its session's :class:`BufferPool`, where the next kept output of that size finds it,
 so a decode loop that disposes the previous step's tensors creates no buffers once warm.
 
+A model's KV cache output (manifest ``caches``) kept on the GPU is a *view* instead: a
+:class:`GpuTensor` over the cache's own storage (its logical shape; no buffer, no copy), which
+the next run takes back as that cache's past without moving anything.  Every run writes every
+cache, so a view is valid until the next run ends: given to that run it is current (its
+past), and afterwards it is stale, refused with an error wherever it is used (read it with
+``numpy()`` first to keep its values).  Any other past (an array, another tensor) is written
+into the cache's rows, one write or copy per block before the cache axis.
+
 :class:`TransferStats` counts the session's real calls: buffers created, bytes written from
 the host (inputs, params and weights apart), bytes read back; ``Session.stats`` holds the
 counts of the session's lifetime (``total``) and since its last run started (``last_run``).
@@ -107,6 +115,28 @@ class BufferPool:
         return len(self._free)
 
 
+@dataclass(frozen=True)
+class CacheView:
+    """What makes a :class:`GpuTensor` a view of a KV cache: the manifest's cache entry and
+    the number of the run that wrote it (current while no later run has started)."""
+
+    cache: dict
+    run: int
+
+
+def cache_block_copies(cache: dict, shape: tuple[int, ...], itemsize: int,
+                       source: dict | None) -> list[tuple[int, int, int]]:
+    """(source offset, cache offset, bytes) of each block of a tensor of ``shape`` along the
+    cache's axis: its rows, ``capacity`` rows apart in the cache, dense in the source (``None``)
+    or ``capacity`` rows apart in the ``source`` cache's layout."""
+    axis = cache["axis"]
+    outer = int(np.prod(shape[:axis], dtype=np.int64))
+    row = int(np.prod(shape[axis + 1:], dtype=np.int64)) * itemsize
+    size = shape[axis] * row
+    source_stride = size if source is None else source["capacity"] * row
+    return [(block * source_stride, block * cache["capacity"] * row, size) for block in range(outer) if size]
+
+
 class GpuTensor:
     """An output kept on the GPU by ``Session.run(..., keep_on_gpu=...)``.
 
@@ -117,7 +147,7 @@ class GpuTensor:
     """
 
     def __init__(self, session: Any, name: str, dtype: np.dtype, shape: tuple[int, ...], buffer: Any,
-                 nbytes: int) -> None:
+                 nbytes: int, cache_view: CacheView | None = None) -> None:
         self.name = name
         self.dtype = dtype
         self.shape = shape
@@ -125,6 +155,8 @@ class GpuTensor:
         self.nbytes = nbytes
         self._session = session
         self._buffer = buffer
+        #: set for a view of a KV cache (its buffer is the cache's storage, not its own)
+        self.cache_view = cache_view
 
     @property
     def ndim(self) -> int:
@@ -152,9 +184,9 @@ class GpuTensor:
     def dispose(self) -> None:
         """Give its buffer back to its session (for later kept outputs); using it afterwards is
         an error.  Disposing twice does nothing."""
-        if self._buffer is not None:
+        if self._buffer is not None and self.cache_view is None:  # a view's buffer is the cache's
             self._session.release_gpu_buffer(self._buffer)
-            self._buffer = None
+        self._buffer = None
 
     def __repr__(self) -> str:
         state = ", disposed" if self.disposed else ""

@@ -231,9 +231,23 @@ def _fact_problem(manifest: dict) -> str | None:
             return (f"dtypes[{json.dumps(name)}]: bytes {entry['bytes']} and device_bytes {entry['device_bytes']} "
                     f"are not those of {name} and {entry['device_dtype']}")
     inputs_storages = [entry["storage"] for entry in manifest["inputs"]]
+    cached = {cache["input"] for cache in manifest.get("caches", [])}
     for index, storage in enumerate(inputs_storages):
-        if manifest["storages"][storage]["role"] != "input" or inputs_storages.count(storage) > 1:
-            return f"inputs[{index}].storage: storage {storage} is not an input storage of its own"
+        role = "cache" if index in cached else "input"
+        if manifest["storages"][storage]["role"] != role or inputs_storages.count(storage) > 1:
+            return f"inputs[{index}].storage: storage {storage} is not {'a cache' if index in cached else 'an input'} storage of its own"
+    caches = manifest.get("caches", [])
+    for index, cache in enumerate(caches):
+        entry, output = manifest["inputs"][cache["input"]], manifest["outputs"][cache["output"]]
+        if (entry["storage"] != cache["storage"] or output["storage"] != cache["storage"]
+                or manifest["storages"][cache["storage"]]["size_at_bounds"] is None
+                or entry.get("kind", "tensor") != "tensor" or output.get("kind", "tensor") != "tensor"
+                or output.get("ndim") != len(entry["shape"]) or cache["axis"] >= len(entry["shape"])
+                or output["dtype"] != entry["dtype"]
+                or sum(c["input"] == cache["input"] or c["output"] == cache["output"] for c in caches) > 1):
+            return (f"caches[{index}]: input {cache['input']} and output {cache['output']} are not tensors of one "
+                    f"dtype and rank above axis {cache['axis']} in storage {cache['storage']} (sized at load), "
+                    "each in one cache")
     for kind in ("inputs", "outputs"):
         for index, entry in enumerate(manifest[kind]):
             if entry.get("kind") in ("sequence", "optional_sequence") and (

@@ -32,7 +32,7 @@ import wgpu  # noqa: E402  (after the environment fix above)
 
 from relaxweb.errors import InputShapeError, RelaxwebError
 from relaxweb.runtime.generate import Generation, generate
-from relaxweb.runtime.gpu_tensor import BufferPool, GpuTensor, TransferStats
+from relaxweb.runtime.gpu_tensor import BufferPool, CacheView, GpuTensor, TransferStats, cache_block_copies
 from relaxweb.runtime.host import Command, Dispatch, HostModule, Read, Resume, load_manifest
 from relaxweb.runtime.manifest import MAX_HOST_MODULE_BYTES, MAX_KERNEL_BYTES, read_bundle_file
 from relaxweb.runtime.profile import SUBMITS, TIMESTAMPS, DispatchTime, Profile, params_fields, summarize
@@ -480,6 +480,15 @@ class Session:
             label="params", size=self.manifest["params_bytes"], usage=_PARAMS_USAGE
         )
         self._storage_buffers = self._create_storage_buffers_at_bounds()
+        # KV caches (manifest "caches"): by input index and by output index
+        self._cache_of_input = {cache["input"]: cache for cache in self.manifest.get("caches", [])}
+        self._cache_of_output = {cache["output"]: cache for cache in self.manifest.get("caches", [])}
+        for cache in self._cache_of_input.values():  # allocated at load even when other storages are not
+            if self._storage_buffers[cache["storage"]] is None:
+                self._storage_buffers[cache["storage"]] = self._create_storage_buffer(
+                    cache["storage"], self.manifest["storages"][cache["storage"]]["size_at_bounds"])
+        # runs that started writing the GPU: a view of a cache is current while it is this run's
+        self._run_number = 0
         # what a kept output's buffer is sized at: its storage's size at the bounds (None: unbounded)
         self._storage_sizes_at_bounds = self.host.sizes_at_bounds()
         self._readback_buffers: list[wgpu.GPUBuffer | None] = [None] * len(
@@ -699,9 +708,11 @@ class Session:
         commands = self._checked_commands()
         # Before the first step nothing of this run is on the GPU yet: no copies needed.
         self._grow_storages(self.host.storage_sizes())
-        self._upload_inputs(arrays)
-        # GpuTensor inputs, copied into their storages by the first step's encoder
+        # GpuTensor inputs, copied into their storages by the first step's encoder (before the
+        # run number moves on: the current views of caches are read now)
         input_copies = self._gpu_tensor_input_copies(arrays)
+        self._run_number += 1  # every cache is written from here on: older views are stale
+        self._upload_inputs(arrays)
 
         dispatch_count = 0
         read_count = 0
@@ -744,7 +755,7 @@ class Session:
         ]
         self._grow_readback_buffers(output_byte_sizes, kept)
         kept_tensors = self._keep_outputs(encoder, kept, output_shapes, output_byte_sizes)
-        self._copy_outputs_and_submit(encoder, output_byte_sizes, kept)
+        self._copy_outputs_and_submit(encoder, output_byte_sizes, kept, output_shapes)
         outputs = self._read_outputs(output_shapes, output_byte_sizes, kept)
         outputs = {name: kept_tensors[name] if name in kept_tensors else outputs[name] for name in
                    (output["name"] for output in self.manifest["outputs"])}
@@ -917,8 +928,15 @@ class Session:
                 )
 
     def _upload_inputs(self, arrays: list[np.ndarray]) -> None:
-        for entry, array in zip(self.manifest["inputs"], arrays):
+        for index, (entry, array) in enumerate(zip(self.manifest["inputs"], arrays)):
             if isinstance(array, GpuTensor) or array.nbytes == 0:
+                continue
+            if index in self._cache_of_input:  # a cache's past: each block at the start of its capacity rows
+                cache = self._cache_of_input[index]
+                buffer = self._storage_buffers[cache["storage"]]
+                for source, target, size in cache_block_copies(cache, array.shape, array.itemsize, None):
+                    self._write_buffer(buffer, memoryview(array).cast("B")[source:source + size], "input_bytes_written",
+                                       target)
                 continue
             data = _padded_to_multiple_of_4(memoryview(array).cast("B"))
             buffer = self._storage_buffers[entry["storage"]]
@@ -975,18 +993,18 @@ class Session:
         carried_over: list[tuple[wgpu.GPUBuffer, wgpu.GPUBuffer]],
         timer: "_DispatchTimer | None" = None,
         params: bytes = b"",
-        input_copies: Iterable[tuple[wgpu.GPUBuffer, wgpu.GPUBuffer, int]] = (),
+        input_copies: Iterable[tuple[wgpu.GPUBuffer, int, wgpu.GPUBuffer, int, int]] = (),
     ) -> wgpu.GPUCommandEncoder:
         """A new encoder with the copies that carry grown storages' contents over (and the
-        first step's ``input_copies``: (source, storage, bytes) of GpuTensor inputs), then the
+        first step's ``input_copies``: (source, offset, storage, offset, bytes) of GpuTensor inputs), then the
         step's dispatches in one compute pass.  Nothing is submitted yet.  With a ``timer``,
         it encodes (and may submit) the dispatches its way and returns the encoder to go on
         with; ``params`` is the params block the step uploaded."""
         encoder = self.device.create_command_encoder()
         for old, new in carried_over:
             encoder.copy_buffer_to_buffer(old, 0, new, 0, old.size)
-        for source, storage, byte_size in input_copies:
-            encoder.copy_buffer_to_buffer(source, 0, storage, 0, byte_size)
+        for source, source_offset, storage, target_offset, byte_size in input_copies:
+            encoder.copy_buffer_to_buffer(source, source_offset, storage, target_offset, byte_size)
         dispatches = [command for command in commands if isinstance(command, Dispatch)]
         if timer is not None:
             return timer.encode(encoder, dispatches, params)
@@ -1027,12 +1045,19 @@ class Session:
         return value
 
     def _copy_outputs_and_submit(
-        self, encoder: wgpu.GPUCommandEncoder, output_byte_sizes: list[int], kept: frozenset[int] = frozenset()
+        self, encoder: wgpu.GPUCommandEncoder, output_byte_sizes: list[int], kept: frozenset[int] = frozenset(),
+        output_shapes: list[tuple[int, ...]] | None = None,
     ) -> None:
         """After the last step's dispatches: the output copies, then the run's last submit."""
         for index, output in enumerate(self.manifest["outputs"]):
             copy_size = (output_byte_sizes[index] + 3) // 4 * 4
-            if copy_size and index not in kept:
+            if copy_size and index not in kept and index in self._cache_of_output:  # its rows of each block
+                cache = self._cache_of_output[index]
+                itemsize = output_byte_sizes[index] // int(np.prod(output_shapes[index], dtype=np.int64))
+                for dense, at, size in cache_block_copies(cache, output_shapes[index], itemsize, None):
+                    encoder.copy_buffer_to_buffer(self._storage_buffers[output["storage"]], at,
+                                                  self._readback_buffers[index], dense, size)
+            elif copy_size and index not in kept:
                 encoder.copy_buffer_to_buffer(
                     self._storage_buffers[output["storage"]], 0,
                     self._readback_buffers[index], 0, copy_size,
@@ -1101,12 +1126,41 @@ class Session:
                 "read it with .numpy() and pass the array"
             )
 
-    def _gpu_tensor_input_copies(self, arrays: list[Any]) -> list[tuple[wgpu.GPUBuffer, wgpu.GPUBuffer, int]]:
-        """(source, storage, bytes) of each GpuTensor input, for the run's first encoder."""
+    def _gpu_tensor_input_copies(self, arrays: list[Any]) -> list[tuple[wgpu.GPUBuffer, int, wgpu.GPUBuffer, int, int]]:
+        """(source, offset, storage, offset, bytes) of each GpuTensor input, for the run's first
+        encoder: nothing for the current view of an input's own cache (it is there already),
+        a copy per block into a cache's rows for any other tensor given as a cache's past."""
         copies = []
-        for entry, value in zip(self.manifest["inputs"], arrays):
+        for index, (entry, value) in enumerate(zip(self.manifest["inputs"], arrays)):
             if not isinstance(value, GpuTensor) or value.nbytes == 0:
                 continue
+            view = value.cache_view
+            if view is not None and value.session is not self:
+                raise RelaxwebError(f"input '{entry['name']}': GPU tensor '{value.name}' is a view of another session's "
+                                    "KV cache; read it with .numpy() and pass the array")
+            if view is not None and view.run != self._run_number:
+                raise RelaxwebError(
+                    f"input '{entry['name']}': GPU tensor '{value.name}' is a view of a KV cache that a later run has "
+                    "written: a view is valid until the next run (read it with .numpy() first to keep its values)")
+            cache = self._cache_of_input.get(index)
+            if cache is not None:
+                if view is not None and view.cache is cache:
+                    continue  # the cache holds it already: nothing moves
+                own_past = arrays[view.cache["input"]] if view is not None else None
+                if view is not None and not (isinstance(own_past, GpuTensor) and own_past.cache_view is not None
+                                             and own_past.cache_view.cache is view.cache):
+                    raise RelaxwebError(
+                        f"input '{entry['name']}': GPU tensor '{value.name}' is a view of another KV cache whose own past "
+                        "in this run is not that view (this run overwrites it first); read it with .numpy() and pass the array")
+                storage = self._storage_buffers[cache["storage"]]
+                itemsize = value.nbytes // max(1, int(np.prod(value.shape, dtype=np.int64)))
+                for source, target, size in cache_block_copies(cache, value.shape, itemsize,
+                                                               None if view is None else view.cache):
+                    copies.append((value.buffer(), source, storage, target, size))
+                continue
+            if view is not None:
+                raise RelaxwebError(f"input '{entry['name']}': GPU tensor '{value.name}' is a view of a KV cache; "
+                                    "it can be given back only as a cache's past (or read with .numpy())")
             copy_size = (value.nbytes + 3) // 4 * 4
             storage = self._storage_buffers[entry["storage"]]
             if storage is None or storage.size < copy_size:
@@ -1114,7 +1168,7 @@ class Session:
                     f"the bundle's host module gave input '{entry['name']}' a storage of "
                     f"{0 if storage is None else storage.size} bytes for {value.nbytes} bytes of data: the bundle is damaged"
                 )
-            copies.append((value.buffer(), storage, copy_size))
+            copies.append((value.buffer(), 0, storage, 0, copy_size))
         return copies
 
     def _keep_outputs(self, encoder: wgpu.GPUCommandEncoder, kept: frozenset[int],
@@ -1126,6 +1180,12 @@ class Session:
         for index in sorted(kept):
             output = self.manifest["outputs"][index]
             byte_size = output_byte_sizes[index]
+            if index in self._cache_of_output:  # a view of the cache's storage: no buffer, no copy
+                cache = self._cache_of_output[index]
+                tensors[output["name"]] = GpuTensor(
+                    self, output["name"], np.dtype(output["dtype"]), tuple(output_shapes[index]),
+                    self._storage_buffers[cache["storage"]], byte_size, CacheView(cache, self._run_number))
+                continue
             at_bounds = self._storage_sizes_at_bounds[output["storage"]] if self._storage_sizes_at_bounds else 0
             size = gpu_buffer_size(max(byte_size, at_bounds))
             buffer = self._gpu_tensor_pool.take(size) or self._create_buffer(
@@ -1146,10 +1206,18 @@ class Session:
             tensor.buffer()  # a disposed tensor is refused even when empty
             return np.zeros(tensor.shape, dtype=tensor.dtype)
         copy_size = (tensor.nbytes + 3) // 4 * 4
+        view = tensor.cache_view
+        if view is not None and view.run != self._run_number:
+            raise RelaxwebError(f"GPU tensor '{tensor.name}' is a view of a KV cache that a later run has written: "
+                                "a view is valid until the next run")
         staging = self._create_buffer(label=f"read {tensor.name}", size=copy_size, usage=_READBACK_USAGE)
         try:
             encoder = self.device.create_command_encoder()
-            encoder.copy_buffer_to_buffer(tensor.buffer(), 0, staging, 0, copy_size)
+            if view is None:
+                encoder.copy_buffer_to_buffer(tensor.buffer(), 0, staging, 0, copy_size)
+            for dense, at, size in () if view is None else cache_block_copies(
+                    view.cache, tensor.shape, tensor.nbytes // int(np.prod(tensor.shape, dtype=np.int64)), None):
+                encoder.copy_buffer_to_buffer(tensor.buffer(), at, staging, dense, size)
             self.device.queue.submit([encoder.finish()])
             staging.map_sync(wgpu.MapMode.READ)
             try:
@@ -1175,9 +1243,9 @@ class Session:
         self.stats.track_buffer(buffer)
         return buffer
 
-    def _write_buffer(self, buffer: wgpu.GPUBuffer, data: bytes | memoryview, counter: str) -> None:
-        """``queue.write_buffer`` at offset 0, its bytes counted in :attr:`stats` under ``counter``."""
-        self.device.queue.write_buffer(buffer, 0, data)
+    def _write_buffer(self, buffer: wgpu.GPUBuffer, data: bytes | memoryview, counter: str, offset: int = 0) -> None:
+        """``queue.write_buffer`` at ``offset``, its bytes counted in :attr:`stats` under ``counter``."""
+        self.device.queue.write_buffer(buffer, offset, data)
         self.stats.add(counter, memoryview(data).nbytes)
 
 

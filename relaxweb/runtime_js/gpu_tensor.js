@@ -6,6 +6,33 @@
 // input and copies GPU-to-GPU into the input's storage. A disposed tensor's buffer goes to its
 // model's BufferPool, where the next kept output of that size finds it, so a decode loop that
 // disposes the previous step's tensors creates no buffers once warm.
+//
+// A model's KV cache output (manifest "caches") kept on the GPU is a *view* instead: a GpuTensor
+// over the cache's own storage (its logical shape; no buffer, no copy), which the next run takes
+// back as that cache's past without moving anything. Every run writes every cache, so a view is
+// valid until the next run ends: given to that run it is current (its past), afterwards it is
+// stale and refused wherever it is used (read() it first to keep its values). Any other past
+// (data, another tensor) is written into the cache's rows, one write or copy per block.
+
+/**
+ * [source offset, cache offset, bytes] of each block of a tensor of `shape` along the cache's
+ * axis: its rows, `capacity` rows apart in the cache, dense in the source (null) or `capacity`
+ * rows apart in the `source` cache's layout.
+ * @param {{axis: number, capacity: number}} cache @param {number[]} shape @param {number} itemSize
+ * @param {{capacity: number}|null} source
+ * @returns {[number, number, number][]}
+ */
+export function cacheBlockCopies(cache, shape, itemSize, source) {
+  const product = (/** @type {number[]} */ dims) => dims.reduce((a, b) => a * b, 1);
+  const outer = product(shape.slice(0, cache.axis));
+  const row = product(shape.slice(cache.axis + 1)) * itemSize;
+  const size = shape[cache.axis] * row;
+  const sourceStride = source === null ? size : source.capacity * row;
+  /** @type {[number, number, number][]} */
+  const copies = [];
+  for (let block = 0; size > 0 && block < outer; block++) copies.push([block * sourceStride, block * cache.capacity * row, size]);
+  return copies;
+}
 
 /**
  * What a span of a model's life (its lifetime, or one run) did to GPU memory.
@@ -105,8 +132,9 @@ export class GpuTensor {
    * @param {{device: GPUDevice, readGpuTensor: (tensor: GpuTensor) => Promise<any>, gpuTensorPool: BufferPool}} model
    * @param {string} name @param {string} dtype @param {number[]} shape
    * @param {GPUBuffer} buffer @param {number} byteLength bytes of its values as the GPU holds them
+   * @param {{cache: any, run: number}|null} [cacheView] set for a view of a KV cache (its buffer is the cache's)
    */
-  constructor(model, name, dtype, shape, buffer, byteLength) {
+  constructor(model, name, dtype, shape, buffer, byteLength, cacheView = null) {
     this.name = name;
     this.dtype = dtype;
     this.shape = shape;
@@ -114,6 +142,7 @@ export class GpuTensor {
     this.model = model;
     /** @type {GPUBuffer|null} */
     this.gpuBuffer = buffer;
+    this.cacheView = cacheView;
   }
 
   get disposed() {
@@ -133,7 +162,7 @@ export class GpuTensor {
 
   /** Give its buffer back to its model; using it afterwards is an error. Twice does nothing. */
   dispose() {
-    if (this.gpuBuffer) this.model.gpuTensorPool.give(this.gpuBuffer);
+    if (this.gpuBuffer && !this.cacheView) this.model.gpuTensorPool.give(this.gpuBuffer);
     this.gpuBuffer = null;
   }
 }

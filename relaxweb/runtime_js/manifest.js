@@ -235,9 +235,24 @@ function factProblem(manifest) {
     }
   }
   const inputStorages = manifest.inputs.map((/** @type {any} */ entry) => entry.storage);
+  const caches = manifest.caches ?? [];
+  const cached = new Set(caches.map((/** @type {any} */ cache) => cache.input));
   for (const [index, storage] of inputStorages.entries()) {
-    if (manifest.storages[storage].role !== "input" || inputStorages.filter((/** @type {number} */ s) => s === storage).length > 1) {
-      return `inputs[${index}].storage: storage ${storage} is not an input storage of its own`;
+    const role = cached.has(index) ? "cache" : "input";
+    if (manifest.storages[storage].role !== role || inputStorages.filter((/** @type {number} */ s) => s === storage).length > 1) {
+      return `inputs[${index}].storage: storage ${storage} is not ${cached.has(index) ? "a cache" : "an input"} storage of its own`;
+    }
+  }
+  for (const [index, cache] of caches.entries()) {
+    const entry = manifest.inputs[cache.input];
+    const output = manifest.outputs[cache.output];
+    if (entry.storage !== cache.storage || output.storage !== cache.storage ||
+        manifest.storages[cache.storage].size_at_bounds === null ||
+        (entry.kind ?? "tensor") !== "tensor" || (output.kind ?? "tensor") !== "tensor" ||
+        output.ndim !== entry.shape.length || cache.axis >= entry.shape.length || output.dtype !== entry.dtype ||
+        caches.filter((/** @type {any} */ c) => c.input === cache.input || c.output === cache.output).length > 1) {
+      return `caches[${index}]: input ${cache.input} and output ${cache.output} are not tensors of one ` +
+        `dtype and rank above axis ${cache.axis} in storage ${cache.storage} (sized at load), each in one cache`;
     }
   }
   for (const kind of ["inputs", "outputs"]) {

@@ -153,6 +153,11 @@ export class InputShapeError extends Error {
  * a model on the same device): its dimensions go to the bundle's shape checks like an array's,
  * and its bytes are copied GPU-to-GPU into the input's storage. A disposed tensor, or one from
  * another device, is refused with an Error naming the input.
+ *
+ * A KV cache output (the manifest's `caches`: `present` = concat(`past`, new)) kept on the GPU is
+ * a *view* of the cache's storage instead (`cacheView` set; no buffer, no copy): given back as
+ * that cache's past in the next run, nothing moves. It is valid until the next run ends; after
+ * that it is refused with an Error (read it first to keep its values).
  */
 export class GpuTensor {
   /** The output's name. */
@@ -165,6 +170,8 @@ export class GpuTensor {
   readonly byteLength: number;
   /** Whether `dispose()` was called. */
   readonly disposed: boolean;
+  /** Set for a view of a KV cache: the manifest's cache entry and the run that wrote it. */
+  readonly cacheView: { cache: { input: number; output: number; axis: number; capacity: number; storage: number }; run: number } | null;
   /** Its values, read back: `{data, shape}` as `run` gives an output. Rejects once disposed. */
   read(): Promise<Tensor>;
   /**

@@ -11,7 +11,7 @@ import {
   weightPartSizes,
   SHADER_F16, chooseKernels,
 } from "./host.js";
-import { BufferPool, GpuTensor, TransferStats } from "./gpu_tensor.js";
+import { BufferPool, GpuTensor, TransferStats, cacheBlockCopies } from "./gpu_tensor.js";
 import { generate } from "./generate.js";
 import { makeTokenizer } from "./tokenizer.js";
 import { validateManifest } from "./manifest.js";
@@ -186,6 +186,12 @@ export class Model {
     this.weightParts = new Map();
     /** @type {GPUBuffer[]} one per storage, allocated at load, grown when a run needs more */
     this.storageBuffers = [];
+    /** KV caches (manifest "caches") by input index and by output index. @type {Map<number, any>} */
+    this.cacheOfInput = new Map((manifest.caches ?? []).map((/** @type {any} */ c) => [c.input, c]));
+    /** @type {Map<number, any>} */
+    this.cacheOfOutput = new Map((manifest.caches ?? []).map((/** @type {any} */ c) => [c.output, c]));
+    /** Runs that started writing the GPU: a view of a cache is current while it is this run's. */
+    this.runNumber = 0;
     /** @type {(GPUBindGroup|null)[]} one per call site, rebuilt when a storage it uses is replaced */
     this.bindGroups = manifest.call_sites.map(() => null);
     /** Counts of its GPU calls: `total` since load began, `lastRun` since the last run started;
@@ -332,6 +338,8 @@ export class Model {
   async runSteps(inputs, shapes, sequences, timer = null, kept = new Set()) {
     const { host } = this;
     let hostStep = await host.start(shapes, sequences);
+    this.checkCacheViews(inputs); // the current views of caches are their pasts; older ones are refused
+    this.runNumber += 1; // every cache is written from here on
     /** @type {GPUBuffer[]} */
     const retired = [];
     let dispatches = 0;
@@ -502,9 +510,16 @@ export class Model {
    * @param {Record<string, Tensor>} inputs
    */
   uploadInputs(inputs) {
-    this.manifest.inputs.forEach((/** @type {any} */ spec) => {
-      const data = inputs[spec.name].data;
-      if (data && data.byteLength > 0) { // a GpuTensor has none: encodeGpuTensorCopies
+    this.manifest.inputs.forEach((/** @type {any} */ spec, /** @type {number} */ k) => {
+      const { data, shape } = inputs[spec.name];
+      const cache = this.cacheOfInput.get(k);
+      if (data && data.byteLength > 0 && cache) { // a cache's past: each block at the start of its capacity rows
+        const itemSize = data.byteLength / shape.reduce((a, b) => a * b, 1);
+        for (const [from, at, size] of cacheBlockCopies(cache, shape, itemSize, null)) {
+          this.writeBuffer(this.storageBuffers[cache.storage], new Uint8Array(data.buffer, data.byteOffset + from, size),
+            "inputBytesWritten", at);
+        }
+      } else if (data && data.byteLength > 0) { // a GpuTensor has none: encodeGpuTensorCopies
         const buffer = this.storageBuffers[spec.storage];
         if (!buffer || buffer.size < data.byteLength) {
           throw new Error(
@@ -631,8 +646,13 @@ export class Model {
     if (outputs.every((output) => output.kept)) return { buffer: null, size: 0, outputs };
     const size = Math.max(offset, 4);
     const buffer = this.readbackPool.take(size) ?? this.createBuffer({ size, usage: USAGE.MAP_READ | USAGE.COPY_DST });
-    for (const output of outputs) {
-      if (output.bytes > 0 && !output.kept) {
+    for (const [k, output] of outputs.entries()) {
+      const cache = this.cacheOfOutput.get(k);
+      if (output.bytes > 0 && !output.kept && cache) { // its rows of each block
+        for (const [dense, at, size] of cacheBlockCopies(cache, output.shape, output.info.device_bytes, null)) {
+          encoder.copyBufferToBuffer(this.storageBuffers[output.storage], at, buffer, output.offset + dense, size);
+        }
+      } else if (output.bytes > 0 && !output.kept) {
         encoder.copyBufferToBuffer(this.storageBuffers[output.storage], 0, buffer, output.offset, Math.ceil(output.bytes / 4) * 4);
       }
     }
@@ -715,9 +735,18 @@ export class Model {
    * @param {Record<string, {gpuTensor?: GpuTensor}>} inputs
    */
   encodeGpuTensorCopies(encoder, inputs) {
-    this.manifest.inputs.forEach((/** @type {any} */ spec) => {
+    this.manifest.inputs.forEach((/** @type {any} */ spec, /** @type {number} */ k) => {
       const tensor = inputs[spec.name].gpuTensor;
       if (!tensor || tensor.byteLength === 0) return;
+      const cache = this.cacheOfInput.get(k);
+      if (cache) { // nothing for the current view of this cache (it is there); else a copy per block
+        if (tensor.cacheView?.cache === cache) return;
+        const itemSize = tensor.byteLength / tensor.shape.reduce((a, b) => a * b, 1);
+        for (const [from, at, size] of cacheBlockCopies(cache, tensor.shape, itemSize, tensor.cacheView?.cache ?? null)) {
+          encoder.copyBufferToBuffer(tensor.buffer(), from, this.storageBuffers[cache.storage], at, size);
+        }
+        return;
+      }
       const bytes = Math.ceil(tensor.byteLength / 4) * 4;
       const storage = this.storageBuffers[spec.storage];
       if (!storage || storage.size < bytes) {
@@ -730,12 +759,43 @@ export class Model {
   }
 
   /**
+   * Refuse views of KV caches that a later run has written (a view is valid until the next
+   * run), views of another model's caches, and views given as anything but a cache's past.
+   * @param {Record<string, {gpuTensor?: GpuTensor}>} inputs
+   */
+  checkCacheViews(inputs) {
+    this.manifest.inputs.forEach((/** @type {any} */ spec, /** @type {number} */ k) => {
+      const tensor = inputs[spec.name]?.gpuTensor;
+      const view = tensor?.cacheView;
+      if (!tensor || !view) return;
+      if (tensor.model !== this) {
+        throw new Error(`input '${spec.name}': GPU tensor '${tensor.name}' is a view of another model's KV cache; read it with read() and pass its data`);
+      }
+      if (view.run !== this.runNumber) {
+        throw new Error(`input '${spec.name}': GPU tensor '${tensor.name}' is a view of a KV cache that a later run has written: a view is valid until the next run (read it with read() first to keep its values)`);
+      }
+      if (!this.cacheOfInput.has(k)) {
+        throw new Error(`input '${spec.name}': GPU tensor '${tensor.name}' is a view of a KV cache; it can be given back only as a cache's past (or read with read())`);
+      }
+      const ownPast = inputs[this.manifest.inputs[view.cache.input].name]?.gpuTensor;
+      if (this.cacheOfInput.get(k) !== view.cache && ownPast?.cacheView?.cache !== view.cache) {
+        throw new Error(`input '${spec.name}': GPU tensor '${tensor.name}' is a view of another KV cache whose own past in this run is not that view (this run overwrites it first); read it with read() and pass its data`);
+      }
+    });
+  }
+
+  /**
    * A GpuTensor for a kept output: a buffer from the pool, or a new one sized at its storage's
    * size at the bounds (so that later runs find it fits), and the copy of the output into it.
    * @param {GPUCommandEncoder} encoder @param {any} spec @param {number[]} shape @param {number} bytes
    * @returns {GpuTensor}
    */
   keepOutput(encoder, spec, shape, bytes) {
+    const cache = this.cacheOfOutput.get(this.manifest.outputs.indexOf(spec));
+    if (cache) { // a view of the cache's storage: no buffer, no copy
+      return new GpuTensor(this, spec.name, spec.dtype, [...shape], this.storageBuffers[cache.storage], bytes,
+        { cache, run: this.runNumber });
+    }
     const atBounds = this.storageSizesAtBounds?.[spec.storage] ?? 0;
     const size = Math.ceil(Math.max(bytes, atBounds, 16) / 4) * 4;
     const buffer = this.gpuTensorPool.take(size)
@@ -751,6 +811,10 @@ export class Model {
    */
   async readGpuTensor(tensor) {
     const source = tensor.buffer();
+    const view = tensor.cacheView;
+    if (view && view.run !== this.runNumber) {
+      throw new Error(`GPU tensor '${tensor.name}' is a view of a KV cache that a later run has written: a view is valid until the next run`);
+    }
     const info = dtypeInfo(this.manifest, tensor);
     if (tensor.byteLength === 0) return { data: fromDeviceData(tensor, info, new ArrayBuffer(0)), shape: [...tensor.shape] };
     const size = Math.ceil(tensor.byteLength / 4) * 4;
@@ -758,7 +822,11 @@ export class Model {
     try {
       await this.captureGpuErrors("read", () => {
         const encoder = this.device.createCommandEncoder();
-        encoder.copyBufferToBuffer(source, 0, staging, 0, size);
+        if (!view) encoder.copyBufferToBuffer(source, 0, staging, 0, size);
+        const itemSize = tensor.byteLength / tensor.shape.reduce((a, b) => a * b, 1);
+        for (const [dense, at, bytes] of view ? cacheBlockCopies(view.cache, tensor.shape, itemSize, null) : []) {
+          encoder.copyBufferToBuffer(source, at, staging, dense, bytes);
+        }
         this.device.queue.submit([encoder.finish()]);
       });
       await this.orDeviceLoss(staging.mapAsync(/* GPUMapMode.READ */ 1));
@@ -782,12 +850,12 @@ export class Model {
   }
 
   /**
-   * `queue.writeBuffer` of `data` at offset 0, its bytes counted in `stats` under `counter`.
+   * `queue.writeBuffer` of `data` at `offset`, its bytes counted in `stats` under `counter`.
    * @param {GPUBuffer} buffer @param {ArrayBufferView} data
-   * @param {"inputBytesWritten"|"paramsBytesWritten"} counter
+   * @param {"inputBytesWritten"|"paramsBytesWritten"} counter @param {number} [offset]
    */
-  writeBuffer(buffer, data, counter) {
-    this.device.queue.writeBuffer(buffer, 0, data.buffer, data.byteOffset, data.byteLength);
+  writeBuffer(buffer, data, counter, offset = 0) {
+    this.device.queue.writeBuffer(buffer, offset, data.buffer, data.byteOffset, data.byteLength);
     this.stats.add(counter, data.byteLength);
   }
 
