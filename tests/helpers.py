@@ -67,8 +67,10 @@ bools, copies, gathers, slices, max / min, index arithmetic.
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import pickle
+import subprocess
 import sys
 import warnings
 from pathlib import Path
@@ -244,3 +246,19 @@ def _generate_cases(module: str) -> list:
         node_cases._TargetOpType = target
         np.random.set_state(state)
     return list(node_cases._NodeTestCases[recorded:])
+
+
+def js_manifest_problems(manifests: list, folder: Path) -> list:
+    """What the JS runtime's validator (``runtime_js/manifest.js``'s ``manifestProblem``) says of
+    each manifest, run in node (the caller skips when node is missing), for comparison with
+    ``relaxweb.runtime.manifest.manifest_problem``'s messages."""
+    validator = Path(__file__).resolve().parent.parent / "relaxweb/runtime_js/manifest.js"
+    (folder / "cases.json").write_text(json.dumps(manifests))
+    script = (f"import {{ manifestProblem }} from {json.dumps(validator.as_uri())};\n"
+              "import { readFileSync } from 'node:fs';\n"
+              f"const cases = JSON.parse(readFileSync({json.dumps(str(folder / 'cases.json'))}, 'utf8'));\n"
+              "console.log(JSON.stringify(cases.map(manifestProblem)));\n")
+    (folder / "check.mjs").write_text(script)
+    result = subprocess.run(["node", str(folder / "check.mjs")], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)

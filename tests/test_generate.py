@@ -24,7 +24,7 @@ from relaxweb.errors import RelaxwebError
 from relaxweb.runtime.generate import decoder_signature, mulberry32
 from relaxweb.runtime.manifest import manifest_problem
 from relaxweb.tokenizer import ByteTokenizer, checked_tokenizer
-from tests.helpers import make_model
+from tests.helpers import js_manifest_problems, make_model
 from tests.test_browser import pytestmark as browser_marks
 from tests.test_tiny_llama import onnxruntime_run, paths, reference, tiny_llama  # noqa: F401  (fixtures)
 
@@ -107,15 +107,7 @@ def test_tampered_tokenizers_get_the_same_message_from_both_runtimes(tmp_path: P
     case["tokenizer"] = "byte"
     tampered.append(case)
     in_python = [manifest_problem(case) for case in tampered]
-    (tmp_path / "cases.json").write_text(json.dumps(tampered))
-    script = (f"import {{ manifestProblem }} from {json.dumps((ROOT / 'relaxweb/runtime_js/manifest.js').as_uri())};\n"
-              "import { readFileSync } from 'node:fs';\n"
-              f"const cases = JSON.parse(readFileSync({json.dumps(str(tmp_path / 'cases.json'))}, 'utf8'));\n"
-              "console.log(JSON.stringify(cases.map(manifestProblem)));\n")
-    (tmp_path / "check.mjs").write_text(script)
-    result = subprocess.run(["node", str(tmp_path / "check.mjs")], capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout) == in_python
+    assert js_manifest_problems(tampered, tmp_path) == in_python
     assert manifest_problem(manifest) is None
     assert in_python[0] == 'tokenizer.kind: "bpe" is not one of "byte"'
     assert in_python[4] == "tokenizer.eos_token_id: 300 is not below vocab_size (258)"

@@ -32,7 +32,7 @@ import relaxweb
 from relaxweb.browser import open_runner_page, run_in_browser, start_server, stop_server
 from relaxweb.errors import RelaxwebError
 from relaxweb.runtime.manifest import MAX_KERNEL_BYTES, manifest_problem
-from tests.helpers import assert_close, in_the_browser, make_model, rand
+from tests.helpers import assert_close, in_the_browser, js_manifest_problems, make_model, rand
 
 #: Names that end a WAT or WGSL line comment, open or close a block comment, or hold characters
 #: outside ASCII: if any reached the code as code, the two bundles' code would differ.
@@ -166,15 +166,7 @@ def test_tampered_manifests_get_the_same_message_from_both_runtimes(bundles, tmp
               ("cache output in another storage", _with(_cached(manifest(plain), axis=0), ("outputs", 0, "storage"),
                                                         manifest(plain)["outputs"][0]["storage"]))]
     python_problems = [manifest_problem(tampered) for _, tampered in cases]
-    (tmp_path / "cases.json").write_text(json.dumps([tampered for _, tampered in cases]))
-    script = (f"import {{ manifestProblem }} from {json.dumps((ROOT / 'relaxweb/runtime_js/manifest.js').as_uri())};\n"
-              f"import {{ readFileSync }} from 'node:fs';\n"
-              f"const cases = JSON.parse(readFileSync({json.dumps(str(tmp_path / 'cases.json'))}, 'utf8'));\n"
-              "console.log(JSON.stringify(cases.map(manifestProblem)));\n")
-    (tmp_path / "check.mjs").write_text(script)
-    result = subprocess.run(["node", str(tmp_path / "check.mjs")], capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0, result.stderr
-    js_problems = json.loads(result.stdout)
+    js_problems = js_manifest_problems([tampered for _, tampered in cases], tmp_path)
     for (what, _), in_python, in_js in zip(cases, python_problems, js_problems):
         assert in_python == in_js, what
     refused = sum(problem is not None for problem in python_problems)

@@ -23,7 +23,7 @@ from relaxweb.ir.tir import Buffer, FloatImm, Load, Reduce, TensorProgram, exp, 
 from relaxweb.runtime.manifest import manifest_problem
 from relaxweb.runtime.profile import SUBMITS, TIMESTAMPS, KernelRow, Profile, evaluate_tree
 from relaxweb.runtime.webgpu import TIMESTAMP_QUERY, Session, default_adapter
-from tests.helpers import in_the_browser, make_model, onnxruntime_outputs, rand
+from tests.helpers import in_the_browser, js_manifest_problems, make_model, onnxruntime_outputs, rand
 from tests.test_loop import loop_feeds, loop_model
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -158,15 +158,7 @@ def test_tampered_cost_trees_get_the_same_message_from_both_runtimes(bundle: Pat
     assert python_problems == [message for _, message in cases]
     if shutil.which("node") is None:
         pytest.skip("node is not installed")
-    (tmp_path / "cases.json").write_text(json.dumps([tampered for tampered, _ in cases]))
-    script = (f"import {{ manifestProblem }} from {json.dumps((ROOT / 'relaxweb/runtime_js/manifest.js').as_uri())};\n"
-              "import { readFileSync } from 'node:fs';\n"
-              f"const cases = JSON.parse(readFileSync({json.dumps(str(tmp_path / 'cases.json'))}, 'utf8'));\n"
-              "console.log(JSON.stringify(cases.map(manifestProblem)));\n")
-    (tmp_path / "check.mjs").write_text(script)
-    result = subprocess.run(["node", str(tmp_path / "check.mjs")], capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout) == python_problems
+    assert js_manifest_problems([tampered for tampered, _ in cases], tmp_path) == python_problems
 
 
 # The table --------------------------------------------------------------------------------------

@@ -14,7 +14,6 @@ from __future__ import annotations
 import copy
 import json
 import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +27,8 @@ from relaxweb.ir.launch import binding_parts, smallest_part_bytes
 from relaxweb.passes.context import PassContext
 from relaxweb.runtime.manifest import manifest_problem
 from relaxweb.runtime.webgpu import parts_at_limit
-from tests.helpers import F32, F32_LOOSE, MODEL, assert_close, in_the_browser, make_model, onnxruntime_outputs, rand
+from tests.helpers import (F32, F32_LOOSE, MODEL, assert_close, in_the_browser, js_manifest_problems, make_model,
+                           onnxruntime_outputs, rand)
 from tests.model_exports import ROOT, export_models, missing_exporter_packages
 
 SPLIT = 256 * 1024  # the split size of the small model: its 1 MiB weights become 4 parts
@@ -224,15 +224,7 @@ def test_tampered_parts_are_refused_alike_by_both_runtimes(small_bundle: Path, t
     assert python_problems == list(cases)
     if shutil.which("node") is None:
         pytest.skip("node is not installed (scripts/test.sh installs it)")
-    (tmp_path / "cases.json").write_text(json.dumps(manifests))
-    script = (f"import {{ manifestProblem }} from {json.dumps((ROOT / 'relaxweb/runtime_js/manifest.js').as_uri())};\n"
-              "import { readFileSync } from 'node:fs';\n"
-              f"const cases = JSON.parse(readFileSync({json.dumps(str(tmp_path / 'cases.json'))}, 'utf8'));\n"
-              "console.log(JSON.stringify(cases.map(manifestProblem)));\n")
-    (tmp_path / "check.mjs").write_text(script)
-    result = subprocess.run(["node", str(tmp_path / "check.mjs")], capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout) == python_problems
+    assert js_manifest_problems(manifests, tmp_path) == python_problems
 
 
 # GPT-2 small: a 154 MB embedding and LM head on a device binding 128 MiB -------------------------
