@@ -13,13 +13,11 @@ from __future__ import annotations
 
 from ..ir.kernel_builders import library_kernel_builder
 from ..ir.library_kernel import LibraryKernel, buffer_size_vars
-from ..ir.params_block import ParamsLayout
 from ..ir.symbolic import Analyzer, IntImm, PrimExpr, SizeVar, format_shape, product, simplify
-from ..ir.syntax import comment_text
 from ..ir.tir import Buffer
-from ..wgsl.emit import storage_type, wgsl_name
+from ..wgsl.emit import wgsl_name
 from ..wgsl.lower_index import helper_declarations, helpers_used, lower_index, render_wgsl
-from ..wgsl.shader import params_declaration
+from .loop import scatter_copy_source
 
 
 @library_kernel_builder("kv_cache_write")
@@ -39,34 +37,17 @@ def kv_cache_write_kernel(name: str, outer: tuple, length: PrimExpr, inner: tupl
     analyzer = Analyzer()
     targets = {key: lower_index(value_, analyzer) for key, value_ in lowered.items()}
     helpers = set().union(*(helpers_used(target) for target in targets.values()))
-    element = storage_type(dtype)
 
     def variable(var: str) -> str:
         return f"params.{wgsl_name(var)}"
 
     title = (f"library kernel: {name} (rows {offset} .. {offset} + {format_shape((length,))} of each block of a "
              f"[{format_shape(output.shape)}] cache, the other rows kept)")
-    source = "\n".join([
-        "// " + comment_text(title),
-        "",
-        *params_declaration(ParamsLayout(size_vars)),
-        f"@group(0) @binding(1) var<storage, read> value: array<{element}>;",
-        f"@group(0) @binding(2) var<storage, read_write> out: array<{element}>;",
-        *helper_declarations(helpers),
-        "",
-        "@compute @workgroup_size(64)",
-        "fn main(@builtin(workgroup_id) workgroup: vec3<u32>,",
-        "        @builtin(num_workgroups) workgroups: vec3<u32>,",
-        "        @builtin(local_invocation_index) local: u32) {",
-        "  let index = i32((workgroup.y * workgroups.x + workgroup.x) * 64u + local);",
-        "  if (index >= params.element_count) {",
-        "    return;",
-        "  }",
-        *(f"  let {key} = {render_wgsl(target, variable)};" for key, target in targets.items()),
-        f"  // block o of the value goes to rows [{offset}, {offset} + length) of block o of the cache",
-        f"  out[(index / block * {capacity} + {variable(offset)}) * row_size + index % block] = value[index];",
-        "}",
-    ]) + "\n"
+    lets = (*(f"  let {key} = {render_wgsl(target, variable)};" for key, target in targets.items()),
+            f"  // block o of the value goes to rows [{offset}, {offset} + length) of block o of the cache")
+    source = scatter_copy_source(title, dtype, size_vars,
+                                 f"(index / block * {capacity} + {variable(offset)}) * row_size + index % block",
+                                 tuple(helper_declarations(helpers)), lets)
     axis = len(outer)
 
     def reference(arrays: list, out, sizes) -> None:

@@ -25,6 +25,15 @@ def copy_at_offset_source(title: str, dtype: str, size_vars: tuple[str, ...], of
     """The WGSL of ``out[offset + i] = value[i]`` for the ``element_count`` values of
     ``value``, the rest of ``out`` kept (a loop's row, a sequence's element); ``offset`` is a
     WGSL expression over the params fields ``size_vars``."""
+    return scatter_copy_source(title, dtype, size_vars, f"{offset} + index")
+
+
+def scatter_copy_source(title: str, dtype: str, size_vars: tuple[str, ...], target: str,
+                        declarations: tuple[str, ...] = (), lets: tuple[str, ...] = ()) -> str:
+    """The WGSL of ``out[target] = value[index]`` for each of the ``element_count`` values of
+    ``value``, the rest of ``out`` kept; ``target`` is a WGSL expression of ``index`` and the
+    params fields ``size_vars``, after the statements ``lets`` (with the module-scope
+    ``declarations`` they need, e.g. index helpers)."""
     element = storage_type(dtype)
     return "\n".join([
         "// " + comment_text(title),
@@ -32,6 +41,7 @@ def copy_at_offset_source(title: str, dtype: str, size_vars: tuple[str, ...], of
         *params_declaration(ParamsLayout(size_vars)),
         f"@group(0) @binding(1) var<storage, read> value: array<{element}>;",
         f"@group(0) @binding(2) var<storage, read_write> out: array<{element}>;",
+        *declarations,
         "",
         "@compute @workgroup_size(64)",
         "fn main(@builtin(workgroup_id) workgroup: vec3<u32>,",
@@ -41,7 +51,8 @@ def copy_at_offset_source(title: str, dtype: str, size_vars: tuple[str, ...], of
         "  if (index >= params.element_count) {",
         "    return;",
         "  }",
-        f"  out[{offset} + index] = value[index];",
+        *lets,
+        f"  out[{target}] = value[index];",
         "}",
     ]) + "\n"
 
