@@ -66,6 +66,7 @@ bools, copies, gathers, slices, max / min, index arithmetic.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
@@ -173,6 +174,26 @@ def onnxruntime_outputs(model: onnx.ModelProto | str | Path, feeds: dict[str, np
 
     source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)
     return onnxruntime.InferenceSession(source, providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+@contextlib.contextmanager
+def demo_page(bundle: Path):
+    """A headless Chromium page on the demo of ``bundle``, served as ``relaxweb serve`` serves
+    it; the browser and the server are closed afterwards."""
+    from relaxweb import browser  # noqa: PLC0415 - Playwright only for the tests that use it
+
+    server = browser.start_server(bundle)
+    try:
+        with browser.sync_playwright() as playwright:
+            chromium = browser.launch_chromium(playwright)
+            try:
+                page = chromium.new_page()
+                page.goto(server.url)  # type: ignore[attr-defined]
+                yield page
+            finally:
+                chromium.close()
+    finally:
+        browser.stop_server(server)
 
 
 def in_the_browser(test):

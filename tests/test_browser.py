@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from relaxweb import browser
-from relaxweb.browser import open_runner_page, run_in_browser, start_server, stop_server
+from relaxweb.browser import open_runner_page, run_in_browser
 from relaxweb.errors import InputShapeError, RelaxwebError
 from tests.fixtures.handmade_bundle import (
     DEFAULT_BOUND,
@@ -25,7 +25,7 @@ from tests.fixtures.handmade_bundle import (
     write_handmade_bundle,
     write_positives_bundle,
 )
-from tests.helpers import assert_close, rand
+from tests.helpers import assert_close, demo_page, rand
 
 ARTIFACTS_DIR = Path(__file__).resolve().parent.parent / "test-artifacts"
 
@@ -281,32 +281,22 @@ def test_a_kernel_that_does_not_compile_is_reported(bundle_dir: Path) -> None:
 
 def test_demo_page_runs_and_shows_outputs(bundle_dir: Path) -> None:
     ARTIFACTS_DIR.mkdir(exist_ok=True)
-    server = start_server(bundle_dir)
-    try:
-        with browser.sync_playwright() as playwright:
-            chromium = browser.launch_chromium(playwright)
-            try:
-                page = chromium.new_page()
-                page.goto(server.url)  # type: ignore[attr-defined]
-                page.wait_for_selector("#run:not([disabled])", timeout=60_000)
-                assert page.input_value("#var-n") == "1"
-                assert page.get_attribute("#var-n", "max") == str(DEFAULT_BOUND)
-                page.fill("#var-n", "3")
-                page.click("#run")
-                page.wait_for_selector("#outputs pre", timeout=60_000)
-                assert "[3, 4]" in page.inner_text("#outputs")
-                assert "ms" in page.inner_text("#time")
-                assert page.inner_text("#error") == ""
-                page.screenshot(path=str(ARTIFACTS_DIR / "demo.png"), full_page=True)
+    with demo_page(bundle_dir) as page:
+        page.wait_for_selector("#run:not([disabled])", timeout=60_000)
+        assert page.input_value("#var-n") == "1"
+        assert page.get_attribute("#var-n", "max") == str(DEFAULT_BOUND)
+        page.fill("#var-n", "3")
+        page.click("#run")
+        page.wait_for_selector("#outputs pre", timeout=60_000)
+        assert "[3, 4]" in page.inner_text("#outputs")
+        assert "ms" in page.inner_text("#time")
+        assert page.inner_text("#error") == ""
+        page.screenshot(path=str(ARTIFACTS_DIR / "demo.png"), full_page=True)
 
-                page.fill("#var-n", "17")
-                page.click("#run")
-                page.wait_for_function("document.getElementById('error').textContent !== ''")
-                assert "above its bound 16" in page.inner_text("#error")
-            finally:
-                chromium.close()
-    finally:
-        stop_server(server)
+        page.fill("#var-n", "17")
+        page.click("#run")
+        page.wait_for_function("document.getElementById('error').textContent !== ''")
+        assert "above its bound 16" in page.inner_text("#error")
 
 
 # Values read back: the positives bundle, y = x[x > 0] --------------------------------------

@@ -16,8 +16,8 @@ import onnx
 import pytest
 
 from examples.make_mlp import make_mlp
-from relaxweb import browser
 from relaxweb.compiler import build_bundle
+from tests.helpers import demo_page as served_demo_page
 from tests.test_browser import pytestmark as browser_marks
 
 pytestmark = browser_marks
@@ -37,18 +37,8 @@ def mlp_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture
 def demo_page(mlp_bundle: Path):
     """A headless Chromium page on the demo, served as ``relaxweb serve`` serves it."""
-    server = browser.start_server(mlp_bundle)
-    try:
-        with browser.sync_playwright() as playwright:
-            chromium = browser.launch_chromium(playwright)
-            try:
-                page = chromium.new_page()
-                page.goto(server.url)  # type: ignore[attr-defined]
-                yield page
-            finally:
-                chromium.close()
-    finally:
-        browser.stop_server(server)
+    with served_demo_page(mlp_bundle) as page:
+        yield page
 
 
 def weight_bytes(bundle: Path) -> int:

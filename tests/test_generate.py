@@ -24,7 +24,7 @@ from relaxweb.errors import RelaxwebError
 from relaxweb.runtime.generate import decoder_signature, mulberry32
 from relaxweb.runtime.manifest import manifest_problem
 from relaxweb.tokenizer import ByteTokenizer, checked_tokenizer
-from tests.helpers import js_manifest_problems, make_model
+from tests.helpers import demo_page, js_manifest_problems, make_model
 from tests.test_browser import pytestmark as browser_marks
 from tests.test_tiny_llama import onnxruntime_run, paths, reference, tiny_llama  # noqa: F401  (fixtures)
 
@@ -326,39 +326,29 @@ def test_generate_in_chromium(llama_bundle, greedy_tokens, tiny_llama, reference
 def test_the_demo_page_streams_generated_text(llama_bundle, greedy_tokens, tiny_llama) -> None:  # noqa: F811
     """``relaxweb serve DIR`` of a decoder with a tokenizer: the demo shows a prompt box, streams
     the tokens into the page with tokens/s, and Stop ends a generation."""
-    server = browser.start_server(llama_bundle)
-    try:
-        with browser.sync_playwright() as playwright:
-            chromium = browser.launch_chromium(playwright)
-            try:
-                page = chromium.new_page()
-                page.goto(server.url)  # type: ignore[attr-defined]
-                page.wait_for_selector("#generate-section:not([hidden]) #generate:not([disabled])", timeout=120_000)
-                assert page.input_value("#prompt") == "The if statement"
-                page.fill("#max-tokens", "24")
-                # the text grows token by token: record each change of the output
-                page.evaluate("""() => { window.seen = []; new MutationObserver(() => window.seen.push(
-                    document.getElementById('generated').textContent)).observe(document.getElementById('generated'),
-                    { childList: true, characterData: true, subtree: true }); }""")
-                page.click("#generate")
-                page.wait_for_function("document.getElementById('generate-status').textContent.includes('stopped by')",
-                                       timeout=120_000)
-                assert page.inner_text("#error") == ""
-                assert page.text_content("#generated") == tiny_llama.decode(greedy_tokens[:24])
-                status = page.inner_text("#generate-status")
-                assert status.startswith("24 tokens, stopped by length") and "tokens/s" in status, status
-                assert len(set(page.evaluate("window.seen"))) >= 20  # streamed, not written once at the end
+    with demo_page(llama_bundle) as page:
+        page.wait_for_selector("#generate-section:not([hidden]) #generate:not([disabled])", timeout=120_000)
+        assert page.input_value("#prompt") == "The if statement"
+        page.fill("#max-tokens", "24")
+        # the text grows token by token: record each change of the output
+        page.evaluate("""() => { window.seen = []; new MutationObserver(() => window.seen.push(
+            document.getElementById('generated').textContent)).observe(document.getElementById('generated'),
+            { childList: true, characterData: true, subtree: true }); }""")
+        page.click("#generate")
+        page.wait_for_function("document.getElementById('generate-status').textContent.includes('stopped by')",
+                               timeout=120_000)
+        assert page.inner_text("#error") == ""
+        assert page.text_content("#generated") == tiny_llama.decode(greedy_tokens[:24])
+        status = page.inner_text("#generate-status")
+        assert status.startswith("24 tokens, stopped by length") and "tokens/s" in status, status
+        assert len(set(page.evaluate("window.seen"))) >= 20  # streamed, not written once at the end
 
-                page.fill("#max-tokens", "1000")
-                page.click("#generate")
-                page.wait_for_function("document.getElementById('generated').textContent.length >= 3", timeout=120_000)
-                page.click("#stop")
-                page.wait_for_function("document.getElementById('generate-status').textContent.includes('stopped by')",
-                                       timeout=120_000)
-                assert "stopped by aborted" in page.inner_text("#generate-status")
-                assert len(page.text_content("#generated")) < 100
-                assert page.is_enabled("#generate") and page.is_disabled("#stop")
-            finally:
-                chromium.close()
-    finally:
-        browser.stop_server(server)
+        page.fill("#max-tokens", "1000")
+        page.click("#generate")
+        page.wait_for_function("document.getElementById('generated').textContent.length >= 3", timeout=120_000)
+        page.click("#stop")
+        page.wait_for_function("document.getElementById('generate-status').textContent.includes('stopped by')",
+                               timeout=120_000)
+        assert "stopped by aborted" in page.inner_text("#generate-status")
+        assert len(page.text_content("#generated")) < 100
+        assert page.is_enabled("#generate") and page.is_disabled("#stop")

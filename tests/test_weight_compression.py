@@ -47,6 +47,18 @@ def numpy_decode(fields: np.ndarray, scales: np.ndarray, zero_points, group_size
     return out
 
 
+def assert_decodes_everywhere_to(device, arrays: list, attrs: dict, expected: np.ndarray) -> None:
+    """``unpack_weights`` of ``arrays`` gives ``expected`` exactly in its numpy reference, as a
+    tensor program in the interpreter, and as that program on wgpu."""
+    np.testing.assert_array_equal(unpack_weights_reference(arrays, attrs), expected)
+    buffers = [Buffer(f"B{i}", a.shape, str(a.dtype)) for i, a in enumerate(arrays)]
+    axes = (SizeVar("i"), SizeVar("j"))
+    program = TensorProgram("decode", tuple(buffers), Buffer("out", expected.shape, "float32"), axes,
+                            decode_body(axes, buffers, attrs))
+    np.testing.assert_array_equal(run_program(program, arrays, {}), expected)
+    np.testing.assert_array_equal(run_kernel_on_gpu(device, program, arrays, {}), expected)
+
+
 @pytest.mark.parametrize("packed_scales", [True, False], ids=["float16 scales", "float32 scales"])
 @pytest.mark.parametrize("zero_points", [True, False], ids=["zero points", "symmetric"])
 def test_int4_decode_is_the_numpy_decode_in_the_reference_the_interpreter_and_on_the_gpu(
@@ -61,13 +73,7 @@ def test_int4_decode_is_the_numpy_decode_in_the_reference_the_interpreter_and_on
         arrays.append(pack_fields(zeros, 4, 0))
     attrs = {"format": "int4", "axis": 0, "extent": 70, "group_size": 32}
     expected = numpy_decode(fields, scales, zeros, 32)
-    np.testing.assert_array_equal(unpack_weights_reference(arrays, attrs), expected)
-    buffers = [Buffer(f"B{i}", a.shape, str(a.dtype)) for i, a in enumerate(arrays)]
-    axes = (SizeVar("i"), SizeVar("j"))
-    program = TensorProgram("decode", tuple(buffers), Buffer("out", (70, 5), "float32"), axes,
-                            decode_body(axes, buffers, attrs))
-    np.testing.assert_array_equal(run_program(program, arrays, {}), expected)
-    np.testing.assert_array_equal(run_kernel_on_gpu(device, program, arrays, {}), expected)
+    assert_decodes_everywhere_to(device, arrays, attrs, expected)
 
 
 def test_int4_zero_points_held_in_the_words_decode_as_numpy(device) -> None:
@@ -82,13 +88,7 @@ def test_int4_zero_points_held_in_the_words_decode_as_numpy(device) -> None:
     attrs = {"format": "int4", "axis": 0, "extent": 70, "group_size": 32, "zero_points_in_words": True}
     expected = numpy_decode(fields, scales, zeros, 32)
     assert words.shape == (10, 5)
-    np.testing.assert_array_equal(unpack_weights_reference(arrays, attrs), expected)
-    buffers = [Buffer(f"B{i}", a.shape, str(a.dtype)) for i, a in enumerate(arrays)]
-    axes = (SizeVar("i"), SizeVar("j"))
-    program = TensorProgram("decode", tuple(buffers), Buffer("out", (70, 5), "float32"), axes,
-                            decode_body(axes, buffers, attrs))
-    np.testing.assert_array_equal(run_program(program, arrays, {}), expected)
-    np.testing.assert_array_equal(run_kernel_on_gpu(device, program, arrays, {}), expected)
+    assert_decodes_everywhere_to(device, arrays, attrs, expected)
     with pytest.raises(relaxweb.ops.DeductionError, match="dim 0 of argument 0 is 9, expected 10"):
         relaxweb.ops.call_op("unpack_weights", relaxweb.ir.expr.Constant(words[:9], "w"),
                              relaxweb.ir.expr.Constant(arrays[1], "s"), **attrs)
