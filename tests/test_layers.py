@@ -21,13 +21,14 @@ PACKAGE = Path(__file__).resolve().parent.parent / "relaxweb"
 MAY_IMPORT: dict[str, set[str]] = {
     "errors": set(),
     "ir": {"errors"},
-    "library": {"wgsl", "ir", "errors"},  # hand-written WGSL kernels (the backend's params block and types) and numpy references
+    "library": {"wgsl", "cpu", "ir", "errors"},  # hand-written WGSL and WAT kernels (the backends' helpers) and numpy references
     "ops": {"library", "ir", "errors"},  # registers ops: deduction, legalization, semantics
     "frontend": {"ops", "ir", "errors"},
     "passes": {"ops", "ir", "errors"},
     "wgsl": {"ir", "errors"},
     "wasm": {"ir", "errors"},
-    "bundle": {"wgsl", "wasm", "ir", "errors"},  # compiled module -> dist/
+    "cpu": {"ir", "errors"},  # the WebAssembly SIMD backend of tensor programs (kernels.wasm)
+    "bundle": {"wgsl", "wasm", "cpu", "ir", "errors"},  # compiled module -> dist/
     "tokenizer": {"errors"},  # the tokenizer a bundle carries: checked by the build, used by the runtimes
     "compiler": {"bundle", "frontend", "passes", "ops", "ir", "errors", "tokenizer"},  # model -> compiled module (-> dist/)
     "runtime": {"errors", "tokenizer"},
@@ -39,7 +40,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "cli": {"api", "compiler", "bundle", "runtime", "browser", "frontend", "passes", "ops", "ir", "errors", "tokenizer"},
 }
 
-SUBPACKAGE_LAYERS = {"ir", "library", "ops", "frontend", "passes", "wgsl", "wasm", "runtime"}
+SUBPACKAGE_LAYERS = {"ir", "library", "ops", "frontend", "passes", "wgsl", "wasm", "cpu", "runtime"}
 MODULE_LAYERS = {"errors": "errors", "tokenizer": "tokenizer", "bundle": "bundle", "compiler": "compiler", "browser": "browser",
                  "api": "api", "cli": "cli", "__main__": "cli"}
 

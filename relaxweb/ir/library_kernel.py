@@ -20,6 +20,12 @@ the valid prefix of a KV cache): its reference is ``reference(arrays, size_vars)
 ``f16_source``, when not empty, is a second WGSL source of the same kernel (the same bindings,
 params and dispatch) for adapters with WebGPU's ``shader-f16``: the bundle writes it as the
 kernel's ``f16_file`` (``relaxweb/wgsl/variants.py`` says which kernels gain from f16).
+
+``wasm_source``, when not empty, is the kernel for the WebAssembly backend (``kernels.wasm``,
+docs/bundle-format.md): WAT text defining ``$main`` (params, first, end, scratch, then one
+address per binding) and ``$units`` (params -> units), helpers named ``$main_...``; it may call
+the math functions of ``relaxweb/cpu``.  ``wasm_scratch_bytes`` is the private memory ``$main``
+needs per thread.  A kernel without one leaves its bundles without ``kernels.wasm``.
 """
 
 from __future__ import annotations
@@ -48,6 +54,8 @@ class LibraryKernel:
     in_place: bool = False
     sized_reference: bool = False
     f16_source: str = field(default="", compare=False)  # made with ``source`` by the same builder
+    wasm_source: str = field(default="", compare=False)  # WAT of ``$main`` and ``$units`` (below)
+    wasm_scratch_bytes: int = field(default=0, compare=False)  # private scratch bytes ``$main`` needs per thread
 
     @property
     def size_vars(self) -> list[SizeVar]:

@@ -1,0 +1,57 @@
+"""Running one kernel of a ``kernels.wasm`` on numpy arrays, for tests of the WebAssembly
+backend's kernels without a bundle: the memory laid out as docs/bundle-format.md
+("kernels.wasm") says, the units split into ranges called in reverse order (a kernel whose
+units are not independent gives a different answer)."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import wasmtime
+
+RESERVED = 65536  # bytes [0, 65536) are never a buffer
+SLACK = 65536
+PAGE = 65536
+
+
+def _aligned(value: int, alignment: int = 16) -> int:
+    return (value + alignment - 1) // alignment * alignment
+
+
+def run_wasm_kernel(wasm: bytes, index: int, inputs: Sequence[np.ndarray], output: np.ndarray,
+                    params: Sequence[int], *, scratch_bytes: int = 0, ranges: int = 3) -> np.ndarray:
+    """Kernel ``index`` of ``wasm`` on ``inputs`` (device dtypes: float32 / int32 / uint32),
+    writing into a copy of ``output`` (its initial contents matter to in-place kernels);
+    ``params`` are the params block's i32 fields (element_count, then the size variables).
+    Returns the output after the call; the units are run as ``ranges`` ranges, last first."""
+    engine = wasmtime.Engine()
+    store = wasmtime.Store(engine)
+    arrays = [np.ascontiguousarray(a) for a in (*inputs, output)]
+    for array in arrays:
+        assert array.dtype.itemsize == 4, f"device dtypes are 4 bytes, got {array.dtype}"
+    address = RESERVED
+    params_address = address
+    block = np.zeros(max(4, -(-len(params) // 4) * 4), np.int32)
+    block[:len(params)] = params
+    address = _aligned(address + block.nbytes)
+    addresses = []
+    for array in arrays:
+        addresses.append(address)
+        address = _aligned(address + max(array.nbytes, 16))
+    scratch = address
+    address = _aligned(address + scratch_bytes) + SLACK
+    memory = wasmtime.Memory(store, wasmtime.MemoryType(wasmtime.Limits(-(-address // PAGE), 65536)))
+    module = wasmtime.Module(engine, wasm)
+    instance = wasmtime.Instance(store, module, [memory])
+    memory.write(store, block.tobytes(), params_address)
+    for array, at in zip(arrays, addresses):
+        memory.write(store, array.tobytes(), at)
+    exports = instance.exports(store)
+    units = exports[f"k{index}_units"](store, params_address)
+    bounds = np.linspace(0, units, ranges + 1).astype(int) if units > 0 else []
+    for first, end in reversed(list(zip(bounds[:-1], bounds[1:]))):
+        if end > first:
+            exports[f"k{index}"](store, params_address, int(first), int(end), scratch, *addresses)
+    result = memory.read(store, addresses[-1], addresses[-1] + arrays[-1].nbytes)
+    return np.frombuffer(result, arrays[-1].dtype).reshape(arrays[-1].shape).copy()
