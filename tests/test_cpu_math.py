@@ -9,6 +9,7 @@ have the denormal spacing); a result that is not finite in float32 must be the s
 
 from __future__ import annotations
 
+import math
 import re
 
 import numpy as np
@@ -115,6 +116,7 @@ UNARY_CASES = [
     ("asinh", np.arcsinh, (-1e4, 1e4), 4, 0.0),
     ("acosh", np.arccosh, (1.0, 1e4), 4, 0.0),
     ("atanh", np.arctanh, (-1.0, 1.0), 4, 0.0),
+    ("erf", np.vectorize(math.erf, otypes=[np.float64]), (-5.0, 5.0), 2, 0.0),
 ]
 
 
@@ -176,6 +178,8 @@ def test_special_values():
         "asinh": [(HUGE, _at(np.arcsinh, HUGE)), (-INF, -INF), (-0.0, -0.0), (NAN, NAN)],
         "acosh": [(1.0, 0.0), (0.9999999, NAN), (HUGE, _at(np.arccosh, HUGE)), (INF, INF), (NAN, NAN)],
         "atanh": [(1.0, INF), (-1.0, -INF), (1.0000001, NAN), (-0.0, -0.0), (NAN, NAN)],
+        "erf": [(-0.0, -0.0), (4.0, 1.0), (-HUGE, -1.0), (INF, 1.0), (-INF, -1.0), (NAN, NAN),
+                (DENORMAL, _at(math.erf, DENORMAL))],
     }
     for name, pairs in expected.items():
         x = np.array([p[0] for p in pairs], np.float32)

@@ -7,7 +7,8 @@ transitively, in the dict's order).  Every function exists as ``NAME_f32x4`` (v1
 lane-wise, no branch, no loop: range reduction with f32x4 ops, a minimax polynomial, exponent
 tricks with i32x4) and as ``NAME_f32`` (f32 -> f32: the vector form on a splat, lane 0):
 
-    exp log tanh sigmoid sin cos tan asin acos atan asinh acosh atanh   (param f32) (result f32)
+    exp log tanh sigmoid sin cos tan asin acos atan asinh acosh atanh erf
+                 (param f32) (result f32)
     pow          (param f32 f32) (result f32), WGSL's pow: NaN for a negative base
     unpack_half  (param i32) (result f32), the IEEE half in the low 16 bits (WGSL's
                  unpack2x16float(x).x: denormals, inf and NaN included)
@@ -42,6 +43,11 @@ Methods (Cephes' single-precision algorithms and coefficients, as SLEEF and XNNP
   above: log(a) + ln2.  acosh: log1p(d + sqrt(d (x + 1))) with d = x - 1 (exact near 1),
   log(x) + ln2 above 1500; x < 1 gives NaN.  atanh: |x| < 0.5: x + x^3 P(x^2); above:
   log1p(2a / (1 - a)) / 2; +-1 gives +-inf, |x| > 1 NaN.
+- erf: |x| < 1: x + x Q(x^2); up to 4: 1 - exp(G(|x| - 2.5) - x^2) (G fitted to
+  log(erfc) + x^2, smooth there); 1 above; the sign copied back.  Not called by the compiler
+  yet: relaxweb/ops/elementwise.py legalizes erf (and exact GELU) to a Taylor series and
+  Numerical Recipes' erfc in TIR (2.4 ulp, 1.2e-7 absolute; about the same count of
+  operations with a division), which this would replace at 1.4 ulp.
 - pow: computed in float64 lanes (two f64x2 halves): log(x) by atanh's series to 2^-40,
   t = y log(x), exp(t) by a degree-8 polynomial and an exponent built in i64x2, rounded to
   f32 once.  pow(x, 0) = 1 and pow(1, y) = 1 (NaN included), pow(0, y > 0) = 0,
@@ -66,6 +72,7 @@ function (dense samples of the domain, special values), in ulps of the float32 r
     asinh     1.21     1.4e-7     [-1e4, 1e4] and +-3.4e38
     acosh     1.40     1.2e-7     [1, 1e4] and 3.4e38
     atanh     1.20     1.0e-7     [-1, 1]
+    erf       1.36     9.8e-8     [-5, 5] and +-3.4e38
     pow       0.50     5.9e-8     x in [2^-149, 3.4e38], |y| <= 100, half of them integers
     unpack_half  exact            all 65536 halves
 
@@ -76,7 +83,7 @@ add a splat and an extract_lane; local.get / local.set not counted):
 
     exp 48, log 68, log1p 11 + log, tanh 32 + exp, sigmoid 17 + exp,
     sin / cos 57 (+ 6 / 3), tan 51, asin 26 + 13, acos 26 + 25, atan 43,
-    asinh 35 + log1p + log, acosh 18 + log1p + log, atanh 31 + log1p,
+    asinh 35 + log1p + log, acosh 18 + log1p + log, atanh 31 + log1p, erf 63 + exp,
     pow 18 + 2 x 93 (float64 lanes), unpack_half 16
 """
 
@@ -403,6 +410,44 @@ ATANH = """
 """
 
 # ---------------------------------------------------------------------------------------------
+# erf: |x| < 1: x + x Q(x^2); 1 <= |x| <= 4: 1 - erfc with erfc(a) = exp(G(a - 2.5) - a^2)
+# (log(erfc(a)) + a^2 is smooth there); above 4, erf rounds to 1 (a clamped to 4).  Q and G
+# were fitted for this file (weighted least squares iterated towards minimax, Lawson's method,
+# against math.erf / math.erfc in float64): Q's degree 6 is within 1.4e-9 relative, G's
+# degree 8 within 1.2e-8 absolute (times erfc <= 0.16 in the result).
+ERF = """
+(func $erf_f32x4 (param $x v128) (result v128)
+  (local $a v128) (local $z v128) (local $q v128) (local $c v128) (local $t v128) (local $g v128)
+  (local.set $a (f32x4.abs (local.get $x)))
+  (local.set $z (f32x4.mul (local.get $a) (local.get $a)))
+  (local.set $q (f32x4.add (f32x4.mul (local.get $z) (f32x4.const 7.889119e-05)) (f32x4.const -0.0008020841)))
+  (local.set $q (f32x4.add (f32x4.mul (local.get $q) (local.get $z)) (f32x4.const 0.005189535)))
+  (local.set $q (f32x4.add (f32x4.mul (local.get $q) (local.get $z)) (f32x4.const -0.026854444)))
+  (local.set $q (f32x4.add (f32x4.mul (local.get $q) (local.get $z)) (f32x4.const 0.112836)))
+  (local.set $q (f32x4.add (f32x4.mul (local.get $q) (local.get $z)) (f32x4.const -0.37612626)))
+  (local.set $q (f32x4.add (f32x4.mul (local.get $q) (local.get $z)) (f32x4.const 0.12837917)))
+  (local.set $q (f32x4.add (f32x4.mul (local.get $q) (local.get $a)) (local.get $a)))
+  ;; 1 - exp(G(c - 2.5) - c^2), c = min(|x|, 4) (min keeps NaN)
+  (local.set $c (f32x4.min (local.get $a) (f32x4.const 4.0)))
+  (local.set $t (f32x4.sub (local.get $c) (f32x4.const 2.5)))
+  (local.set $g (f32x4.add (f32x4.mul (local.get $t) (f32x4.const 2.5077267e-07)) (f32x4.const -2.0292682e-05)))
+  (local.set $g (f32x4.add (f32x4.mul (local.get $g) (local.get $t)) (f32x4.const 6.474672e-05)))
+  (local.set $g (f32x4.add (f32x4.mul (local.get $g) (local.get $t)) (f32x4.const -0.00042824436)))
+  (local.set $g (f32x4.add (f32x4.mul (local.get $g) (local.get $t)) (f32x4.const 0.0021670628)))
+  (local.set $g (f32x4.add (f32x4.mul (local.get $g) (local.get $t)) (f32x4.const -0.010854255)))
+  (local.set $g (f32x4.add (f32x4.mul (local.get $g) (local.get $t)) (f32x4.const 0.05610767)))
+  (local.set $g (f32x4.add (f32x4.mul (local.get $g) (local.get $t)) (f32x4.const -0.35268068)))
+  (local.set $g (f32x4.add (f32x4.mul (local.get $g) (local.get $t)) (f32x4.const -1.5568153)))
+  (v128.or
+    (v128.bitselect
+      (local.get $q)
+      (f32x4.sub (f32x4.const 1.0)
+                 (call $exp_f32x4 (f32x4.sub (local.get $g) (f32x4.mul (local.get $c) (local.get $c)))))
+      (f32x4.lt (local.get $a) (f32x4.const 1.0)))
+    (v128.and (local.get $x) (i32x4.const 0x80000000))))
+"""
+
+# ---------------------------------------------------------------------------------------------
 # pow in float64 lanes: x (float32, so no f64 denormal) = m 2^e, m in [sqrt(1/2), sqrt(2));
 # log(m) = 2 atanh(s), s = (m - 1) / (m + 1), |s| < 0.172: the series to s^13 is within 2^-40.
 # exp(t) = 2^n exp(r), |r| <= ln2 / 2: Taylor to r^8 is within 2^-31.  One rounding to f32 at
@@ -486,7 +531,7 @@ UNPACK_HALF = """
 
 # ---------------------------------------------------------------------------------------------
 UNARY = ["exp", "log", "tanh", "sigmoid", "sin", "cos", "tan", "asin", "acos", "atan",
-         "asinh", "acosh", "atanh"]
+         "asinh", "acosh", "atanh", "erf"]
 
 
 def _scalar_form(name: str, params: list[str], result: str) -> str:
@@ -510,7 +555,7 @@ def _expanded(text: str) -> str:
 
 
 _VECTOR_FORMS = [EXP, LOG, LOG1P, TANH, SIGMOID, SIN_QUADRANT, SIN, COS, TAN, ASIN_KERNEL, ASIN, ACOS,
-                 ATAN, ASINH, ACOSH, ATANH, POW_F64X2, POW, UNPACK_HALF]
+                 ATAN, ASINH, ACOSH, ATANH, ERF, POW_F64X2, POW, UNPACK_HALF]
 _SCALAR_FORMS = ([_scalar_form(name, ["f32"], "f32") for name in UNARY]
                  + [_scalar_form("pow", ["f32", "f32"], "f32"), _scalar_form("unpack_half", ["i32"], "f32")])
 
