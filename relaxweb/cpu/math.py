@@ -96,8 +96,9 @@ import re
 EXP = """
 (func $exp_f32x4 (param $x v128) (result v128)
   (local $n v128) (local $r v128) (local $p v128) (local $k v128) (local $half v128)
-  ;; beyond [-104, 89] the result is 0 or inf already; min / max keep NaN
-  (local.set $x (f32x4.max (f32x4.min (local.get $x) (f32x4.const 89.0)) (f32x4.const -104.0)))
+  ;; beyond [-104, 89] the result is 0 or inf already; pmin / pmax
+  ;; (one instruction each on x86, where min / max take several) return x when x is NaN
+  (local.set $x (f32x4.pmax (f32x4.pmin (local.get $x) (f32x4.const 89.0)) (f32x4.const -104.0)))
   (local.set $n (f32x4.nearest (f32x4.mul (local.get $x) (f32x4.const 1.44269504088896341))))
   ;; r = x - n ln2, ln2 = 0.693359375 (exact times n) - 2.12194440e-4
   (local.set $r (f32x4.sub (f32x4.sub (local.get $x) (f32x4.mul (local.get $n) (f32x4.const 0.693359375)))
@@ -216,7 +217,7 @@ _REDUCE = """
   (local.set $r (f32x4.sub (local.get $r) (f32x4.mul (local.get $n) (f32x4.const 3.13855707645416259765625e-7))))
   (local.set $r (f32x4.sub (local.get $r) (f32x4.mul (local.get $n) (f32x4.const 6.077100628276710381e-11))))
   ;; beyond the guaranteed range the reduction loses bits: keep r where the polynomials hold
-  (local.set $r (f32x4.max (f32x4.min (local.get $r) (f32x4.const 0.8)) (f32x4.const -0.8)))
+  (local.set $r (f32x4.pmax (f32x4.pmin (local.get $r) (f32x4.const 0.8)) (f32x4.const -0.8)))
   (local.set $z (f32x4.mul (local.get $r) (local.get $r)))"""
 
 # sin(a + shift pi/2) for a >= 0 (or NaN) and shift 0 or 1: sin(r) or cos(r) by the quadrant.
@@ -427,8 +428,8 @@ ERF = """
   (local.set $q (f32x4.add (f32x4.mul (local.get $q) (local.get $z)) (f32x4.const -0.37612626)))
   (local.set $q (f32x4.add (f32x4.mul (local.get $q) (local.get $z)) (f32x4.const 0.12837917)))
   (local.set $q (f32x4.add (f32x4.mul (local.get $q) (local.get $a)) (local.get $a)))
-  ;; 1 - exp(G(c - 2.5) - c^2), c = min(|x|, 4) (min keeps NaN)
-  (local.set $c (f32x4.min (local.get $a) (f32x4.const 4.0)))
+  ;; 1 - exp(G(c - 2.5) - c^2), c = min(|x|, 4) (pmin returns a NaN a)
+  (local.set $c (f32x4.pmin (local.get $a) (f32x4.const 4.0)))
   (local.set $t (f32x4.sub (local.get $c) (f32x4.const 2.5)))
   (local.set $g (f32x4.add (f32x4.mul (local.get $t) (f32x4.const 2.5077267e-07)) (f32x4.const -2.0292682e-05)))
   (local.set $g (f32x4.add (f32x4.mul (local.get $g) (local.get $t)) (f32x4.const 6.474672e-05)))
@@ -478,7 +479,7 @@ POW_F64X2 = """
   (local.set $l (v128.bitselect (local.get $x) (local.get $l) (f64x2.eq (local.get $x) (f64x2.const inf))))
   (local.set $l (v128.bitselect (local.get $l) (f64x2.const nan) (f64x2.ge (local.get $x) (f64x2.const 0.0))))
   ;; exp(y log x): beyond [-110, 100] the float32 result is 0 or inf already
-  (local.set $r (f64x2.max (f64x2.min (f64x2.mul (local.get $y) (local.get $l)) (f64x2.const 100.0)) (f64x2.const -110.0)))
+  (local.set $r (f64x2.pmax (f64x2.pmin (f64x2.mul (local.get $y) (local.get $l)) (f64x2.const 100.0)) (f64x2.const -110.0)))
   (local.set $n (f64x2.nearest (f64x2.mul (local.get $r) (f64x2.const 1.4426950408889634))))
   (local.set $r (f64x2.sub (local.get $r) (f64x2.mul (local.get $n) (f64x2.const 0.6931471805599453))))
   (local.set $p (f64x2.add (f64x2.mul (local.get $r) (f64x2.const 2.48015873015873e-05)) (f64x2.const 1.984126984126984e-04)))
