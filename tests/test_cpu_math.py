@@ -80,9 +80,10 @@ def ulp_errors(got: np.ndarray, exact: np.ndarray) -> np.ndarray:
 
 
 def _samples(low: float, high: float, count: int = 200_000) -> np.ndarray:
-    """Dense points of [low, high], and magnitudes 2^-149 .. high on a log scale of both signs
-    (those inside the interval), as float32."""
-    dense = np.linspace(low, high, count)
+    """Dense points of [low, high] and of its part in [-10, 10] (where sin and cos turn), and
+    magnitudes 2^-149 .. high on a log scale of both signs (those inside the interval), as
+    float32."""
+    dense = np.concatenate([np.linspace(low, high, count), np.linspace(max(low, -10.0), min(high, 10.0), 100_000)])
     magnitudes = np.geomspace(DENORMAL, max(abs(low), abs(high)), 50_000)
     logscale = np.concatenate([magnitudes, -magnitudes])
     logscale = logscale[(logscale >= low) & (logscale <= high)]
@@ -92,46 +93,37 @@ def _samples(low: float, high: float, count: int = 200_000) -> np.ndarray:
 SPECIALS = np.array([0.0, -0.0, INF, -INF, NAN, DENORMAL, -DENORMAL, TINY, -TINY, HUGE, -HUGE,
                      1.0, -1.0, 0.5, -0.5, 2.0, 1e-30, -1e-30], np.float32)
 
-_SQRT_HALF = 0.5 ** 0.5
-
-
-def _f64(function):
-    return lambda x: function(x.astype(np.float64))
-
-
-# name, float64 reference, sampled interval, ulp bound, absolute bound (for results crossing 0
-# away from x = 0, where an absolute error of a few float32 roundings of the inputs is all
-# float32 can promise)
+# name, float64 reference, sampled interval, ulp bound (relative everywhere, zero crossings of
+# sin / cos / tan included: the four-part reduction keeps them accurate up to TRIG_RANGE)
 UNARY_CASES = [
-    ("exp", np.exp, (-104.0, 89.0), 2, 0.0),
-    ("log", np.log, (0.0, HUGE), 2, 0.0),
-    ("tanh", np.tanh, (-20.0, 20.0), 2, 0.0),
-    ("sigmoid", lambda x: 1 / (1 + np.exp(-x)), (-110.0, 100.0), 2, 0.0),
-    ("sin", np.sin, (-TRIG_RANGE, TRIG_RANGE), 4, 1e-7),
-    ("cos", np.cos, (-TRIG_RANGE, TRIG_RANGE), 4, 1e-7),
-    ("tan", np.tan, (-TRIG_RANGE, TRIG_RANGE), 4, 1e-7),
-    ("asin", np.arcsin, (-1.0, 1.0), 4, 0.0),
-    ("acos", np.arccos, (-1.0, 1.0), 4, 0.0),
-    ("atan", np.arctan, (-1e4, 1e4), 4, 0.0),
-    ("asinh", np.arcsinh, (-1e4, 1e4), 4, 0.0),
-    ("acosh", np.arccosh, (1.0, 1e4), 4, 0.0),
-    ("atanh", np.arctanh, (-1.0, 1.0), 4, 0.0),
-    ("erf", np.vectorize(math.erf, otypes=[np.float64]), (-5.0, 5.0), 2, 0.0),
+    ("exp", np.exp, (-104.0, 89.0), 2),
+    ("log", np.log, (0.0, HUGE), 2),
+    ("tanh", np.tanh, (-20.0, 20.0), 2),
+    ("sigmoid", lambda x: 1 / (1 + np.exp(-x)), (-110.0, 100.0), 2),
+    ("sin", np.sin, (-TRIG_RANGE, TRIG_RANGE), 4),
+    ("cos", np.cos, (-TRIG_RANGE, TRIG_RANGE), 4),
+    ("tan", np.tan, (-TRIG_RANGE, TRIG_RANGE), 4),
+    ("asin", np.arcsin, (-1.0, 1.0), 4),
+    ("acos", np.arccos, (-1.0, 1.0), 4),
+    ("atan", np.arctan, (-1e4, 1e4), 4),
+    ("asinh", np.arcsinh, (-1e4, 1e4), 4),
+    ("acosh", np.arccosh, (1.0, 1e4), 4),
+    ("atanh", np.arctanh, (-1.0, 1.0), 4),
+    ("erf", np.vectorize(math.erf, otypes=[np.float64]), (-5.0, 5.0), 2),
 ]
 
 
-def _check(name, got, x, exact, ulps, atol):
+def _check(name, got, x, exact, ulps):
     errors = ulp_errors(got, exact)
-    absolute = np.abs(got.astype(np.float64) - exact)
-    bad = (errors > ulps) & ~(absolute <= atol)
+    bad = errors > ulps
     if bad.any():
         worst = np.argmax(np.where(bad, errors, -1))
         raise AssertionError(f"{name}: {bad.sum()} of {len(x)} points beyond {ulps} ulp; worst at x = "
                              f"{x[worst]!r}: {got[worst]!r}, exact {exact[worst]!r} ({errors[worst]:.2f} ulp)")
 
 
-@pytest.mark.parametrize("name, reference, interval, ulps, atol", UNARY_CASES, ids=[c[0] for c in UNARY_CASES])
-def test_unary_accuracy(name, reference, interval, ulps, atol):
+@pytest.mark.parametrize("name, reference, interval, ulps", UNARY_CASES, ids=[c[0] for c in UNARY_CASES])
+def test_unary_accuracy(name, reference, interval, ulps):
     low, high = interval
     specials = SPECIALS[~np.isfinite(SPECIALS) | ((SPECIALS >= low) & (SPECIALS <= high))]
     x = np.concatenate([_samples(low, high), specials])
@@ -139,7 +131,7 @@ def test_unary_accuracy(name, reference, interval, ulps, atol):
         exact = reference(x.astype(np.float64))
     for vector in (True, False):
         got = evaluate(name, x, vector=vector)
-        _check(f"{name} ({'f32x4' if vector else 'f32'})", got, x, exact, ulps, atol)
+        _check(f"{name} ({'f32x4' if vector else 'f32'})", got, x, exact, ulps)
 
 
 def test_trig_beyond_range():
@@ -187,11 +179,11 @@ def test_special_values():
         for vector in (True, False):
             got = evaluate(name, x, vector=vector)
             assert np.array_equal(np.signbit(got[exact == 0]), np.signbit(exact[exact == 0])), (name, x, got)
-            _check(name, got, x, exact, 2, 0.0)
+            _check(name, got, x, exact, 2)
 
 
 def test_pow_accuracy():
-    """pow within 8 ulp (measured: 1) for positive x over magnitudes 2^-149 .. 3e38 and
+    """pow within 8 ulp (measured: 0.5) for positive x over magnitudes 2^-149 .. 3e38 and
     exponents up to +-100, integer exponents included; the special cases of WGSL's pow."""
     rng = np.random.default_rng(0)
     x = np.exp(rng.uniform(np.log(DENORMAL), np.log(HUGE), 200_000)).astype(np.float32)
@@ -209,7 +201,7 @@ def test_pow_accuracy():
     exact[-len(specials):] = [s[2] for s in specials]
     for vector in (True, False):
         got = evaluate("pow", x, y, vector=vector)
-        _check(f"pow ({'f32x4' if vector else 'f32'})", got, x, exact, 8, 0.0)
+        _check(f"pow ({'f32x4' if vector else 'f32'})", got, x, exact, 8)
 
 
 def test_unpack_half_every_half():
