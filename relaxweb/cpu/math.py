@@ -29,12 +29,14 @@ Methods (Cephes' single-precision algorithms and coefficients, as SLEEF and XNNP
 - log1p(v) = log(u) + (v - (u - 1)) / u with u = 1 + v (the correction recovers what rounding
   u lost); the inverse hyperbolic functions use it.
 - tanh: |x| < 0.625: x + x^3 P(x^2); else 1 - 2 / (exp(2|x|) + 1); the sign copied back.
-- sigmoid: e = exp(-|x|), f = e / (1 + e); f for x <= 0 and 1 - f for x > 0.
+- sigmoid: e = exp(-|x|), f = e / (1 + e) with the rounding of 1 + e compensated; f for
+  x <= 0 and 1 - f for x > 0.
 - sin, cos, tan: n = round(|x| 2/pi), r = |x| - n pi/2 with pi/2 in four parts (SLEEF's
-  constants: n * part is exact for n < 2^14), sin or cos polynomials on [-pi/4, pi/4] chosen
-  by the quadrant (tan: P(r) or -1 / P(r)).  Guaranteed (4 ulp) for |x| <= 39000, SLEEF's
-  bound for these constants (measured: 2.4 ulp up to there, 12.6 ulp at 1e5); beyond it the reduction loses bits gradually and r is clamped to
-  [-0.8, 0.8], so sin and cos stay within [-1, 1]; +-inf and NaN give NaN.
+  constants, few significant bits each, so n times a part is exact or nearly), sin or cos
+  polynomials on [-pi/4, pi/4] chosen by the quadrant (tan: P(r) or -1 / P(r)).  Guaranteed
+  (4 ulp) for |x| <= 39000, SLEEF's bound for these constants (measured: 2.4 ulp up to there,
+  12.6 ulp at 1e5); beyond it the reduction loses bits gradually and r is clamped to
+  [-0.8, 0.8], so sin and cos stay within [-1, 1] and tan finite; +-inf and NaN give NaN.
 - asin, acos: |x| <= 0.5: x + x^3 P(x^2); above, asin(x) = pi/2 - 2 asin(sqrt((1 - x)/2))
   (acos from the same kernel, pi and pi/2 in two parts); |x| > 1 gives NaN.
 - atan: the argument reduced to |t| <= tan(pi/8) by t = x, (x - 1)/(x + 1) or -1/x, plus
@@ -46,8 +48,8 @@ Methods (Cephes' single-precision algorithms and coefficients, as SLEEF and XNNP
 - erf: |x| < 1: x + x Q(x^2); up to 4: 1 - exp(G(|x| - 2.5) - x^2) (G fitted to
   log(erfc) + x^2, smooth there); 1 above; the sign copied back.  Not called by the compiler
   yet: relaxweb/ops/elementwise.py legalizes erf (and exact GELU) to a Taylor series and
-  Numerical Recipes' erfc in TIR (2.4 ulp, 1.2e-7 absolute; about the same count of
-  operations with a division), which this would replace at 1.4 ulp.
+  Numerical Recipes' erfc in TIR (2.4 ulp, 1.2e-7 absolute in float32 with an exact exp;
+  about the same count of operations, with a division), which this would replace at 1.4 ulp.
 - pow: computed in float64 lanes (two f64x2 halves): log(x) by atanh's series to 2^-40,
   t = y log(x), exp(t) by a degree-8 polynomial and an exponent built in i64x2, rounded to
   f32 once.  pow(x, 0) = 1 and pow(1, y) = 1 (NaN included), pow(0, y > 0) = 0,
