@@ -29,8 +29,9 @@ TRIG_RANGE = 39000.0  # sin, cos, tan: the range math.py guarantees
 
 
 def _kernel(function: str, arity: int, vector: bool) -> str:
-    """``$main``: element (vector: four elements) ``u`` of the output = ``function`` of the inputs'."""
-    shift, load, store = (4, "v128.load", "v128.store") if vector else (2, "f32.load", "f32.store")
+    """``$main``: unit ``u`` computes ``function`` on element ``u`` of the inputs (the vector form:
+    elements 4u .. 4u + 3) into the output; ``$units``: element_count / lanes, rounded up."""
+    lanes, load, store = (4, "v128.load", "v128.store") if vector else (1, "f32.load", "f32.store")
     if function.startswith("unpack_half") and not vector:
         load = "i32.load"
     buffers = " ".join(f"(param $b{i} i32)" for i in range(1, arity + 2))
@@ -41,12 +42,12 @@ def _kernel(function: str, arity: int, vector: bool) -> str:
   (local.set $u (local.get $first))
   (block $done (loop $next
     (br_if $done (i32.ge_u (local.get $u) (local.get $end)))
-    (local.set $at (i32.shl (local.get $u) (i32.const {shift})))
+    (local.set $at (i32.mul (local.get $u) (i32.const {4 * lanes})))
     ({store} (i32.add (local.get $b{arity + 1}) (local.get $at)) (call ${function} {arguments}))
     (local.set $u (i32.add (local.get $u) (i32.const 1)))
     (br $next))))
 (func $units (param $params i32) (result i32)
-  (i32.shr_u (i32.add (i32.load (local.get $params)) (i32.const {(1 << (shift - 2)) - 1})) (i32.const {shift - 2})))
+  (i32.div_u (i32.add (i32.load (local.get $params)) (i32.const {lanes - 1})) (i32.const {lanes})))
 """
 
 
