@@ -153,3 +153,22 @@ def loop(label: str, condition_to_leave: str, body: list[str]) -> list[str]:
         *indent(body, 2),
         f"    (br ${label})))",
     ]
+
+
+def shuffle(a: str, b: str, lanes: tuple[int, int, int, int]) -> str:
+    """The f32 lanes ``lanes`` of the eight lanes of ``a`` (0-3) and ``b`` (4-7), as one v128."""
+    indices = " ".join(str(4 * lane + byte) for lane in lanes for byte in range(4))
+    return f"(i8x16.shuffle {indices} {a} {b})"
+
+
+def broadcast_lane(vector: str, lane: int) -> str:
+    """Lane ``lane`` of the f32x4 ``vector`` in all four lanes."""
+    return shuffle(vector, vector, (lane,) * 4)
+
+
+def fold(instruction: str, operands: list[str]) -> str:
+    """``operands`` combined left to right by a binary ``instruction`` (``f32.add``: a sum)."""
+    result = operands[0]
+    for operand in operands[1:]:
+        result = f"({instruction} {result} {operand})"
+    return result
