@@ -385,7 +385,8 @@ def _wasm_source(name, inputs, output, batch, kv_batch, query_length, key_length
     """The kernel's WAT and its scratch bytes.  One unit per query row (``batch`` x ``Sq``):
     the WGSL's recurrence over groups of 4 keys, the 4 scores in one f32x4 (dot products
     along D in f32x4 words, a transposing sum), their weights from one ``$exp_f32x4``, and
-    the ``Dv`` accumulators in scratch updated in f32x4 words.  A group's keys past ``count``
+    the ``Dv`` accumulators in scratch updated in f32x4 words (both unrolled along the
+    constant head sizes: constant offsets, no loop counters in the hot loop).  A group's keys past ``count``
     stand in as key j for the scores (and are then replaced by its score, as the WGSL's
     select does) and read a zero row of scratch for the values (weight 0).  Scratch: the
     accumulators, then the zero row."""
@@ -421,13 +422,10 @@ def _wasm_source(name, inputs, output, batch, kv_batch, query_length, key_length
     scores = [
         *(f"(local.set $k{u} {key_at(u)})" for u in range(4)),
         *(f"(local.set $d{u} (v128.const i32x4 0 0 0 0))" for u in range(4)),
-        "(local.set $at (i32.const 0))",
-        *loop("dot", f"(i32.ge_u (local.get $at) (i32.const {16 * words}))", [
-            "(local.set $word (v128.load (i32.add (local.get $q) (local.get $at))))",
+        *(line for w in range(words) for line in [
+            f"(local.set $word (v128.load offset={16 * w} (local.get $q)))",
             *(f"(local.set $d{u} (f32x4.add (local.get $d{u}) (f32x4.mul (local.get $word) "
-              f"(v128.load (i32.add (local.get $k{u}) (local.get $at))))))" for u in range(4)),
-            "(local.set $at (i32.add (local.get $at) (i32.const 16)))",
-        ]),
+              f"(v128.load offset={16 * w} (local.get $k{u})))))" for u in range(4))]),
         ";; (d0, d1, d2, d3) summed across lanes: lane u is key j + u's dot product",
         f"(local.set $d0 (f32x4.add {shuffle('(local.get $d0)', '(local.get $d1)', (0, 1, 4, 5))} "
         f"{shuffle('(local.get $d0)', '(local.get $d1)', (2, 3, 6, 7))}))",
@@ -476,17 +474,14 @@ def _wasm_source(name, inputs, output, batch, kv_batch, query_length, key_length
             *(f"(local.set $p{u} {broadcast_lane('(local.get $p)', u)})" for u in range(4)),
             "(local.set $c (f32x4.splat (local.get $correction)))",
             ";; acc = acc * correction + p0 v0 + p1 v1 + p2 v2 + p3 v3, a word at a time",
-            "(local.set $at (i32.const 0))",
-            *loop("accumulate", f"(i32.ge_u (local.get $at) (i32.const {16 * value_words}))", [
-                "(v128.store (i32.add (local.get $scratch) (local.get $at)) (f32x4.add (f32x4.add",
-                "  (f32x4.mul (v128.load (i32.add (local.get $scratch) (local.get $at))) (local.get $c))",
-                "  (f32x4.mul (local.get $p0) (v128.load (i32.add (local.get $v0) (local.get $at)))))",
+            *(line for w in range(value_words) for line in [
+                f"(v128.store offset={16 * w} (local.get $scratch) (f32x4.add (f32x4.add",
+                f"  (f32x4.mul (v128.load offset={16 * w} (local.get $scratch)) (local.get $c))",
+                f"  (f32x4.mul (local.get $p0) (v128.load offset={16 * w} (local.get $v0))))",
                 "  (f32x4.add",
-                "    (f32x4.add (f32x4.mul (local.get $p1) (v128.load (i32.add (local.get $v1) (local.get $at))))",
-                "               (f32x4.mul (local.get $p2) (v128.load (i32.add (local.get $v2) (local.get $at)))))",
-                "    (f32x4.mul (local.get $p3) (v128.load (i32.add (local.get $v3) (local.get $at)))))))",
-                "(local.set $at (i32.add (local.get $at) (i32.const 16)))",
-            ]),
+                f"    (f32x4.add (f32x4.mul (local.get $p1) (v128.load offset={16 * w} (local.get $v1)))",
+                f"               (f32x4.mul (local.get $p2) (v128.load offset={16 * w} (local.get $v2))))",
+                f"    (f32x4.mul (local.get $p3) (v128.load offset={16 * w} (local.get $v3))))))"]),
             *(f"(f32.store offset={4 * d} (local.get $scratch) " + fold("f32.add", [
                 f"(f32.mul (f32.load offset={4 * d} (local.get $scratch)) (local.get $correction))",
                 *(f"(f32.mul (f32x4.extract_lane {u} (local.get $p)) (f32.load offset={4 * d} (local.get $v{u})))"
