@@ -10,6 +10,7 @@ import pytest
 
 from relaxweb.cpu import KernelFunctions, assemble_kernels_module, wat_to_wasm
 from relaxweb.cpu.math import MATH_FUNCTIONS
+from relaxweb.ir.kernel_builders import _BUILDERS, build_library_kernel
 from relaxweb.ir.symbolic import IntImm, SizeVar, evaluate
 from relaxweb.library import (
     attention_kernel, kv_cache_write_kernel, recurrence_kernel, sequence_write_kernel, unique_count_kernel, unique_values_kernel, write_row_kernel,
@@ -36,6 +37,24 @@ def expected_in_place(kernel, arrays: list[np.ndarray], sizes: dict[str, int], o
     expected = output.copy()
     kernel.reference(arrays, expected, sizes)
     return expected
+
+
+#: The builders this file runs: every registered one (a new library kernel brings its
+#: ``wasm_source`` and its tests here, or bundles using it have no kernels.wasm).
+TESTED_BUILDERS = {"write_row", "sequence_write", "kv_cache_write", "unique_count", "unique_values", "attention",
+                   "recurrence"}
+
+
+def test_every_library_kernel_builder_is_tested_here() -> None:
+    assert set(_BUILDERS) == TESTED_BUILDERS
+
+
+def test_a_kernel_rebuilt_from_its_ir_text_arguments_has_the_same_wasm() -> None:
+    """The IR text records the builder and its arguments; the parser's rebuild gives the same WAT."""
+    kernel = attention_kernel("attention", (2, 6), SizeVar("new"), SizeVar("past") + SizeVar("new"), 8, 4,
+                              (2, 1, 1, SizeVar("past") + SizeVar("new")), 0.5, True, kv_batch=(2, 2), key_rows=IntImm(16))
+    rebuilt = build_library_kernel(kernel.builder, dict(kernel.builder_args))
+    assert rebuilt.wasm_source == kernel.wasm_source and rebuilt.wasm_scratch_bytes == kernel.wasm_scratch_bytes
 
 
 # -- copies into part of the output ------------------------------------------------------------
