@@ -40,7 +40,7 @@ import numpy as np
 from ..ir.kernel_builders import library_kernel_builder
 from ..ir.library_kernel import LibraryKernel, buffer_size_vars
 from ..ir.params_block import ParamsLayout
-from ..ir.symbolic import Analyzer, PrimExpr, format_expr, simplify
+from ..ir.symbolic import Analyzer, PrimExpr, as_int, format_expr, simplify
 from ..ir.tir import Buffer
 from ..wgsl.emit import is_nan, literal, storage_type, wgsl_name
 from ..wgsl.lower_index import helper_declarations, helpers_used, lower_index, render_wgsl
@@ -439,6 +439,12 @@ def _wasm_source(name: str, inputs, output, steps, batch, hidden, options: dict)
     def out(element: str) -> str:
         return f"(f32.load {at('out', element)})"
 
+    def column_word(g: int) -> str:
+        """R[direction, k, g * hidden + unit0 ..] (a constant offset from ``$column`` when hidden is)."""
+        if as_int(hidden) is not None:
+            return f"(v128.load offset={4 * g * as_int(hidden)} (local.get $column))"
+        return f"(v128.load (i32.add (local.get $column) (i32.shl {gate_offset(g)} (i32.const 2))))"
+
     def projected_word(g: int) -> str:
         """Gate g's projected input of units unit0 .. unit0 + 3 (past hidden: ignored lanes)."""
         return f"(v128.load {at('projected', plus(get('x'), gate_offset(g), get('unit0')))})"
@@ -459,8 +465,7 @@ def _wasm_source(name: str, inputs, output, steps, batch, hidden, options: dict)
                 f"(local.set $k_end (i32.add (local.get $k) (i32.shl (local.get $hidden) (i32.const 2))))",
                 *loop("dot", "(i32.ge_u (local.get $k) (local.get $k_end))", [
                     "(local.set $h (f32x4.splat (f32.load (local.get $k))))",
-                    *(f"(local.set {v} (f32x4.add (local.get {v}) (f32x4.mul (local.get $h) (v128.load "
-                      f"(i32.add (local.get $column) (i32.shl {gate_offset(g)} (i32.const 2)))))))"
+                    *(f"(local.set {v} (f32x4.add (local.get {v}) (f32x4.mul (local.get $h) {column_word(g)})))"
                       for v, (_, g, _) in zip(vectors, names)),
                     "(local.set $column (i32.add (local.get $column) (i32.shl (local.get $gates) (i32.const 2))))",
                     "(local.set $k (i32.add (local.get $k) (i32.const 4)))",
