@@ -37,6 +37,10 @@ its row NaN, a row whose scores are all ``-inf`` (masked out entirely) is NaN, a
 ``exp(-inf - (-inf))`` gives; a large negative finite mask (``-3.4e38``, what torch writes)
 keeps the row finite.
 
+The kernel's WebAssembly (``wasm_source``, for kernels.wasm) computes the same recurrence
+one query row per unit: four keys' scores at once in an f32x4, their weights from one
+``$exp_f32x4``, the ``Dv`` accumulators in the thread's scratch memory (see ``_wasm_source``).
+
 With ``key_rows`` (a KV cache: key and value ``[*kv_batch, key_rows, D]`` buffers of which the
 first ``Sk`` rows of each head are valid), the kernel reads that prefix in place: rows are
 ``key_rows`` apart per head and ``Sk`` (any expression of size variables, which the call site
