@@ -1,6 +1,8 @@
-"""Hand-written WGSL library kernels (reached through ``call_library``), with their numpy
-references.  The IR's type for them is :class:`relaxweb.ir.library_kernel.LibraryKernel`; they
-declare the params block and name their buffer types as the WGSL backend does."""
+"""Hand-written WGSL library kernels (reached through ``call_library``), each with its
+WebAssembly text for ``kernels.wasm`` (``wasm_source``: the same bindings and params block,
+``wat.py`` holds the shared WAT helpers) and its numpy reference.  The IR's type for them is
+:class:`relaxweb.ir.library_kernel.LibraryKernel`; they declare the params block and name their
+buffer types as the WGSL backend does."""
 
 from .attention import attention_kernel
 from .kv_cache import kv_cache_write_kernel
