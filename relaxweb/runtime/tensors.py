@@ -4,19 +4,22 @@ The steps of "One run" in ``docs/bundle-format.md`` that happen before the host 
 after the last kernel: inputs checked against the manifest (the host sees shapes only) and
 converted to their device dtypes, a sequence input flattened into its arena's values, and
 outputs turned from the device dtypes back into the model's (a sequence split into its
-elements).  ``webgpu.Session`` and ``wasm_session.WasmSession`` both call these, so both give
+elements); and the weight shards read and checked at load.  ``webgpu.Session`` and ``wasm_session.WasmSession`` both call these, so both give
 the same arrays and the same error messages.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from relaxweb.errors import InputShapeError
+from relaxweb.errors import InputShapeError, RelaxwebError
 from relaxweb.runtime.gpu_tensor import GpuTensor
+from relaxweb.runtime.manifest import read_bundle_file
 
 SEQUENCE_KINDS = ("sequence", "optional_sequence")
 
@@ -193,3 +196,25 @@ def split_sequences(manifest: Mapping[str, Any], outputs: dict[str, Any],
         name = manifest["outputs"][index]["name"]
         outputs[name] = None if elements is None else split_elements(outputs[name], elements)
     return outputs
+
+
+def load_shards(bundle_dir: Path, manifest: Mapping[str, Any]) -> list[bytes]:
+    """Read every weight shard, checking its size and sha256 against the manifest."""
+    shards = []
+    for shard in manifest["shards"]:
+        # one byte more than the manifest says shows a longer file without reading it all
+        data = read_bundle_file(bundle_dir, shard["file"], shard["nbytes"] + 1, "weight shard")
+        if len(data) != shard["nbytes"]:
+            size = f"{len(data)} bytes" if len(data) <= shard["nbytes"] else "more bytes"
+            raise RelaxwebError(
+                f"weight shard {shard['file']} has {size}, the manifest says "
+                f"{shard['nbytes']}: the bundle is incomplete or corrupted"
+            )
+        digest = hashlib.sha256(data).hexdigest()
+        if digest != shard["sha256"]:
+            raise RelaxwebError(
+                f"weight shard {shard['file']} fails its checksum (sha256 {digest}, the "
+                f"manifest says {shard['sha256']}): the bundle is corrupted"
+            )
+        shards.append(data)
+    return shards

@@ -8,7 +8,6 @@ nothing model-specific.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import struct
@@ -37,7 +36,7 @@ from relaxweb.runtime.host import Command, Dispatch, HostModule, Read, Resume, l
 from relaxweb.runtime.manifest import MAX_HOST_MODULE_BYTES, MAX_KERNEL_BYTES, read_bundle_file
 from relaxweb.runtime.profile import SUBMITS, TIMESTAMPS, DispatchTime, Profile, params_fields, summarize
 from relaxweb.runtime.tensors import (
-    SEQUENCE_KINDS, checked_inputs, device_byte_sizes, device_dtype, dtype_entry, output_array, sequence_output_tables,
+    SEQUENCE_KINDS, checked_inputs, device_byte_sizes, device_dtype, dtype_entry, load_shards, output_array, sequence_output_tables,
     split_sequences, to_model_dtype, with_flat_sequences,
 )
 from relaxweb.tokenizer import make_tokenizer
@@ -380,11 +379,15 @@ class Session:
     ``timestamp-query`` feature when it has one, for :meth:`profile`; otherwise the feature
     is never requested.
 
+    ``backend`` is ``"webgpu"`` (``wasm_session.WasmSession``'s is ``"wasm"``).
+
     ``limits`` (``{"maxStorageBufferBindingSize": n, "maxBufferSize": n}``, either) lowers the
     buffer size limits that weights the bundle binds in parts are split at, to split them as
     a device that offers only those would (to check a bundle for such devices, and in tests);
     storages are still sized against the device's own limits.
     """
+
+    backend = "webgpu"
 
     def __init__(self, bundle_dir: str | Path, device: wgpu.GPUDevice | None = None, *, profiling: bool = False,
                  kernels: str = "auto", limits: Mapping[str, int] | None = None) -> None:
@@ -456,24 +459,7 @@ class Session:
 
     def _load_shards(self) -> list[bytes]:
         """Read every weight shard, checking its size and sha256 against the manifest."""
-        shards = []
-        for shard in self.manifest["shards"]:
-            # one byte more than the manifest says shows a longer file without reading it all
-            data = read_bundle_file(self.bundle_dir, shard["file"], shard["nbytes"] + 1, "weight shard")
-            if len(data) != shard["nbytes"]:
-                size = f"{len(data)} bytes" if len(data) <= shard["nbytes"] else "more bytes"
-                raise RelaxwebError(
-                    f"weight shard {shard['file']} has {size}, the manifest says "
-                    f"{shard['nbytes']}: the bundle is incomplete or corrupted"
-                )
-            digest = hashlib.sha256(data).hexdigest()
-            if digest != shard["sha256"]:
-                raise RelaxwebError(
-                    f"weight shard {shard['file']} fails its checksum (sha256 {digest}, the "
-                    f"manifest says {shard['sha256']}): the bundle is corrupted"
-                )
-            shards.append(data)
-        return shards
+        return load_shards(self.bundle_dir, self.manifest)
 
     def _create_weight_buffers(self, shards: list[bytes]) -> list[wgpu.GPUBuffer]:
         """One read-only GPU buffer per weight, filled from its shard (a weight in parts:
