@@ -55,25 +55,31 @@ _EPOCH_SECONDS = 0.1  # the ticker's period: deadlines are counted in these
 
 class _EpochClock:
     """The engine every WasmSession compiles on, and a daemon thread advancing its epoch
-    every ``_EPOCH_SECONDS`` (a kernel call's deadline is a number of these ticks)."""
+    every ``_EPOCH_SECONDS`` (a kernel call's deadline is a number of these ticks).
+
+    Made on the first session, not at import: wasmtime installs its signal handlers (an out
+    of bounds access is a SIGSEGV it turns into a trap) when its first engine is made, and a
+    handler installed after them (``faulthandler.enable()``, as pytest does at start) would
+    take those signals first and end the process."""
 
     def __init__(self) -> None:
-        config = wasmtime.Config()
-        config.epoch_interruption = True
-        self.engine = wasmtime.Engine(config)
-        self._thread: threading.Thread | None = None
+        self._engine: wasmtime.Engine | None = None
         self._lock = threading.Lock()
 
-    def start(self) -> None:
+    def engine(self) -> wasmtime.Engine:
         with self._lock:
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._tick, name="relaxweb-wasm-epoch", daemon=True)
-                self._thread.start()
+            if self._engine is None:
+                config = wasmtime.Config()
+                config.epoch_interruption = True
+                self._engine = wasmtime.Engine(config)
+                threading.Thread(target=self._tick, args=(self._engine,), name="relaxweb-wasm-epoch", daemon=True).start()
+            return self._engine
 
-    def _tick(self) -> None:
+    @staticmethod
+    def _tick(engine: wasmtime.Engine) -> None:
         while True:
             time.sleep(_EPOCH_SECONDS)
-            self.engine.increment_epoch()
+            engine.increment_epoch()
 
 
 _clock = _EpochClock()
@@ -129,8 +135,7 @@ class WasmSession:
         self.last_read_count = 0
         shards = load_shards(self.bundle_dir, self.manifest)
         wasm = read_bundle_file(self.bundle_dir, entry["file"], MAX_KERNELS_WASM_BYTES, "kernels.wasm")
-        _clock.start()
-        self._store = wasmtime.Store(_clock.engine)
+        self._store = wasmtime.Store(_clock.engine())
         self._memory = wasmtime.Memory(self._store, wasmtime.MemoryType(wasmtime.Limits(1, MAX_PAGES)))
         self._units, self._kernels = self._instantiate(wasm)
 
