@@ -25,7 +25,10 @@ from relaxweb.cli import main as cli_main
 from relaxweb.errors import InputShapeError, RelaxwebError
 from relaxweb.runtime import wasm_session
 from relaxweb.runtime.wasm_session import WasmSession
-from tests.helpers import F32, assert_close, make_model, onnxruntime_outputs, rand
+from tests.helpers import F32, MODEL, assert_close, make_model, onnxruntime_outputs, rand
+from tests.model_exports import MODELS, Export, export_script, missing_exporter_packages, session_exports
+from tests.test_loop import LOOP_RUNS, loop_feeds, loop_model
+from tests.test_sequence import appending_model, assert_sequences_equal, growing_sequence_model
 
 # y[u] = x[u] + w[u % 4] for u in [first, end): the Add bundle's kernel 0, whose params
 # block is (element_count, n) and whose units are the n * 4 elements.  BODY is the store.
@@ -205,3 +208,81 @@ def test_cli_runs_on_the_wasm_backend(add_bundle: Path, tmp_path: Path, capsys) 
     assert cli_main(["run", str(folder), "--inputs", str(tmp_path / "in.npz"), "--backend", "wasm",
                      "--kernels", "cpu"]) == 2
     assert "--kernels picks WebGPU shaders" in capsys.readouterr().err
+
+
+# Bundles relaxweb builds, against onnxruntime ----------------------------------------------
+
+
+def nonzero_model() -> onnx.ModelProto:
+    """A shape known only at run time: NonZero's count is read back, then the positions of
+    the nonzeros feed more kernels (storages grow between the steps of one run)."""
+    nodes = [helper.make_node("NonZero", ["x"], ["where"]),
+             helper.make_node("Transpose", ["where"], ["pairs"], perm=[1, 0]),
+             helper.make_node("Cast", ["pairs"], ["positions"], to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["positions", "positions"], ["squares"])]
+    return make_model(nodes, [("x", ["n", 3])], [("pairs", TensorProto.INT64), "squares"])
+
+
+def assert_like_onnxruntime(model: onnx.ModelProto, outputs: dict, feeds: dict) -> None:
+    for output, want in zip(model.graph.output, onnxruntime_outputs(model, feeds)):
+        got = outputs[output.name]
+        assert got.shape == want.shape and got.dtype == want.dtype, output.name
+        assert_close(got, want, F32, err_msg=output.name)
+
+
+def test_values_read_back_match_onnxruntime(tmp_path: Path) -> None:
+    model = nonzero_model()
+    session = relaxweb.load(relaxweb.build(model, tmp_path).path, backend="wasm")
+    for n, seed in ((5, 1), (3000, 2), (1, 3), (64, 4)):
+        x = np.round(rand(n, 3, seed=seed)).astype(np.float32)  # about half zeros
+        assert_like_onnxruntime(model, session.run({"x": x}), {"x": x})
+        assert session.last_read_count == 1
+
+
+def test_a_loop_matches_onnxruntime(tmp_path: Path) -> None:
+    model = loop_model()
+    session = relaxweb.load(relaxweb.build(model, tmp_path).path, backend="wasm")
+    for trip, cond in LOOP_RUNS:
+        feeds = loop_feeds(trip, cond)
+        assert_like_onnxruntime(model, session.run(feeds), feeds)
+
+
+def test_sequences_in_and_out_match_onnxruntime(tmp_path: Path) -> None:
+    growing = relaxweb.load(relaxweb.build(growing_sequence_model(), tmp_path / "growing").path, backend="wasm")
+    for trip in (0, 1, 4):
+        feeds = {"x": rand(6, seed=3), "trip": np.array(trip, np.int64), "cond": np.array(True)}
+        (expected,) = onnxruntime_outputs(growing_sequence_model(), feeds)
+        assert_sequences_equal(growing.run(feeds)["grown"], expected)
+    appending = relaxweb.load(relaxweb.build(appending_model(), tmp_path / "appending").path, backend="wasm")
+    feeds = {"s": [rand(2, 3, seed=1), rand(0, 4, seed=2)], "t": rand(3, 2, seed=9)}
+    (expected,) = onnxruntime_outputs(appending_model(), feeds)
+    assert_sequences_equal(appending.run(feeds)["grown"], expected)
+
+
+@pytest.fixture(scope="module")
+def exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Export]:
+    missing = missing_exporter_packages()
+    if missing:
+        pytest.skip(f"{' and '.join(missing)} not installed (pip install -e '.[test]')")
+    return session_exports(tmp_path_factory, list(_MODELS))
+
+
+_MODELS = ["gpt2_legacy", "bert_legacy", "cnn_legacy"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", _MODELS)
+def test_exported_models_match_onnxruntime_at_every_shape_of_one_build(exports: dict[str, Export], tmp_path: Path,
+                                                                     name: str) -> None:
+    """No bounds: every storage is placed per run and grows with the shapes."""
+    export = exports[name]
+    if export.error:
+        pytest.fail(f"export of {name} failed: {export.error}", pytrace=False)
+    session = relaxweb.load(relaxweb.build(export.path, tmp_path).path, backend="wasm")
+    for dims in MODELS[name][1]:
+        feeds = export_script().make_inputs(export.sidecar["inputs"], dims, seed=sum(dims.values()))
+        reference = onnx.load(str(export.path))
+        actual = session.run(feeds)
+        for output, want in zip(reference.graph.output, onnxruntime_outputs(export.path, feeds)):
+            assert actual[output.name].shape == want.shape, f"{name} {output.name} at {dims}"
+            assert_close(actual[output.name], want, MODEL, err_msg=f"{name} output {output.name} at {dims}")
