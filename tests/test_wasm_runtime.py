@@ -29,6 +29,9 @@ from tests.helpers import F32, MODEL, assert_close, make_model, onnxruntime_outp
 from tests.model_exports import MODELS, Export, export_script, missing_exporter_packages, session_exports
 from tests.test_loop import LOOP_RUNS, loop_feeds, loop_model
 from tests.test_sequence import appending_model, assert_sequences_equal, growing_sequence_model
+from tests.test_tiny_llama import (  # noqa: F401  (fixtures)
+    PREFILL, assert_outputs_close, cached_bundle, onnxruntime_run, paths, reference, tiny_llama,
+)
 
 # y[u] = x[u] + w[u % 4] for u in [first, end): the Add bundle's kernel 0, whose params
 # block is (element_count, n) and whose units are the n * 4 elements.  BODY is the store.
@@ -286,3 +289,20 @@ def test_exported_models_match_onnxruntime_at_every_shape_of_one_build(exports: 
         for output, want in zip(reference.graph.output, onnxruntime_outputs(export.path, feeds)):
             assert actual[output.name].shape == want.shape, f"{name} {output.name} at {dims}"
             assert_close(actual[output.name], want, MODEL, err_msg=f"{name} output {output.name} at {dims}")
+
+
+@pytest.mark.slow
+def test_a_decoder_with_kv_caches_matches_onnxruntime(tiny_llama, reference, cached_bundle, onnxruntime_run) -> None:
+    """The tiny Llama with a KV cache per present (at the bounds): each past written into its
+    cache block by block, each present read out of it, fed back as the next step's past."""
+    assert cached_bundle.manifest["caches"]
+    config = tiny_llama.Config()
+    present = tiny_llama.past_names(config, "present")
+    session = relaxweb.load(cached_bundle.path, backend="wasm")
+    ids = tiny_llama.encode(reference["prompt"]) + reference["continuation_ids"]
+    pasts, start = None, 0
+    for tokens in (ids[:PREFILL], ids[PREFILL:PREFILL + 1], ids[PREFILL + 1:PREFILL + 3]):
+        feeds = tiny_llama.decoder_feeds(config, tokens, start, pasts)
+        actual = session.run(feeds)
+        assert_outputs_close(actual, onnxruntime_run(feeds))
+        pasts, start = [actual[name] for name in present], start + len(tokens)
