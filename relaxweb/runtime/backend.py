@@ -23,8 +23,8 @@ def webgpu_problem(manifest: Mapping[str, Any]) -> str:
     """Why this machine's WebGPU adapter cannot load the bundle, or ``""`` when it can."""
     try:
         adapter = default_adapter()
-    except RelaxwebError as error:
-        return str(error)
+    except Exception as error:  # noqa: BLE001 - no adapter, or a driver that fails to start: either way, no WebGPU
+        return str(error) if isinstance(error, RelaxwebError) else f"no WebGPU adapter could be created ({error})"
     name = adapter.info.get("device") or "unknown"
     problems = [f"it lacks the feature {feature}"
                 for feature in missing_features(adapter.features, manifest.get("required_features", []))]

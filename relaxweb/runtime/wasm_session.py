@@ -155,8 +155,11 @@ class WasmSession:
         self._cache_of_output = {cache["output"]: cache for cache in self.manifest.get("caches", [])}
         self._fixed = {cache["storage"] for cache in self._cache_of_input.values()}
         for index in sorted(self._fixed):
+            size = self.manifest["storages"][index]["size_at_bounds"]
+            if size is None:
+                raise RelaxwebError(f"the bundle's KV cache storage {index} has no size at the bounds: the bundle is damaged")
             self._storage_addresses[index] = end
-            self._storage_capacities[index] = _region_bytes(self.manifest["storages"][index]["size_at_bounds"])
+            self._storage_capacities[index] = _region_bytes(size)
             end += self._storage_capacities[index]
         self._movable_start = end
         self._end = end
