@@ -1,0 +1,308 @@
+"""The Python runtime on kernels.wasm (``relaxweb/runtime/wasm_session.py``) and the choice of
+backend (``relaxweb.load(dir, backend=...)``, ``relaxweb run --backend``).
+
+The first tests drive the session with a kernels.wasm written here by hand for a one-kernel
+bundle (an Add), so that what the runtime does (memory layout, growing storages, a trap, a
+kernel that never ends) is checked against a kernel whose behaviour is known; the model
+tests run what ``relaxweb build`` writes against onnxruntime, at the tolerance tiers of
+tests/helpers.py.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import wasmtime
+from onnx import TensorProto, helper
+
+import relaxweb
+from relaxweb.cli import main as cli_main
+from relaxweb.errors import InputShapeError, RelaxwebError
+from relaxweb.runtime import wasm_session
+from relaxweb.runtime.wasm_session import WasmSession
+from tests.helpers import F32, MODEL, assert_close, make_model, onnxruntime_outputs, rand
+from tests.model_exports import MODELS, Export, export_script, missing_exporter_packages, session_exports
+from tests.test_loop import LOOP_RUNS, loop_feeds, loop_model
+from tests.test_sequence import appending_model, assert_sequences_equal, growing_sequence_model
+from tests.test_tiny_llama import (  # noqa: F401  (fixtures)
+    PREFILL, assert_outputs_close, cached_bundle, onnxruntime_run, paths, reference, tiny_llama,
+)
+
+# y[u] = x[u] + w[u % 4] for u in [first, end): the Add bundle's kernel 0, whose params
+# block is (element_count, n) and whose units are the n * 4 elements.  BODY is the store.
+_ADD_WAT = """(module
+  (import "env" "memory" (memory 1 65536))
+  (func $k0_units (param $p i32) (result i32)
+    (i32.mul (i32.load offset=4 (local.get $p)) (i32.const 4)))
+  (func $k0 (param $p i32) (param $first i32) (param $end i32) (param $scratch i32)
+            (param $x i32) (param $w i32) (param $y i32)
+    (local $u i32)
+    (local.set $u (local.get $first))
+    (block $done (loop $next
+      (br_if $done (i32.ge_s (local.get $u) (local.get $end)))
+      BODY
+      (local.set $u (i32.add (local.get $u) (i32.const 1)))
+      (br $next))))
+  (export "k0" (func $k0))
+  (export "k0_units" (func $k0_units)))
+"""
+_ADD = """(f32.store (i32.add (local.get $y) (i32.shl (local.get $u) (i32.const 2)))
+        (f32.add (f32.load (i32.add (local.get $x) (i32.shl (local.get $u) (i32.const 2))))
+                 (f32.load (i32.add (local.get $w) (i32.shl (i32.rem_u (local.get $u) (i32.const 4)) (i32.const 2))))))"""
+_OUT_OF_BOUNDS = "(f32.store (i32.const -16) (f32.const 1))"
+_FOREVER = "(local.set $u (i32.const 0))"
+_W = np.array([1.0, 2.0, 3.0, 4.0], np.float32)
+
+
+def add_model() -> onnx.ModelProto:
+    return make_model([helper.make_node("Add", ["x", "w"], ["y"])], [("x", TensorProto.FLOAT, ["n", 4])], ["y"],
+                      {"w": _W})
+
+
+def with_kernels_wasm(bundle: Path, wat: str) -> Path:
+    """``bundle`` with its kernels.wasm replaced by ``wat`` assembled, and the manifest's
+    ``wasm`` entry naming it."""
+    (bundle / "kernels.wasm").write_bytes(wasmtime.wat2wasm(wat))
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    manifest["wasm"] = {"file": "kernels.wasm", "scratch_bytes": 0}
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+    return bundle
+
+
+@pytest.fixture(scope="module")
+def add_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The Add model built without bounds (its storages are placed per run, and grow)."""
+    folder = tmp_path_factory.mktemp("wasm") / "add"
+    relaxweb.build(add_model(), folder)
+    return folder
+
+
+def variant(add_bundle: Path, tmp_path: Path, body: str) -> Path:
+    folder = tmp_path / "add"
+    shutil.copytree(add_bundle, folder)
+    return with_kernels_wasm(folder, _ADD_WAT.replace("BODY", body))
+
+
+# The session's own mechanics, on a hand-written kernel -------------------------------------
+
+
+def test_storages_grow_and_shrink_back_across_runs(add_bundle: Path, tmp_path: Path) -> None:
+    session = WasmSession(variant(add_bundle, tmp_path, _ADD))
+    assert session.backend == "wasm"
+    sizes = []
+    for n in (1, 3, 5000, 2, 5000):
+        x = rand(n, 4, seed=n)
+        np.testing.assert_array_equal(session.run({"x": x})["y"], x + _W)
+        sizes.append(session.memory_bytes)
+    assert sizes[2] > sizes[1]  # 5000 rows needed more memory
+    assert sizes[4] == sizes[2]  # and the same inputs again need no more
+    assert session.last_dispatch_count == 1
+
+
+def test_a_kernel_trap_names_the_call_site(add_bundle: Path, tmp_path: Path) -> None:
+    session = WasmSession(variant(add_bundle, tmp_path, _OUT_OF_BOUNDS))
+    with pytest.raises(RelaxwebError) as caught:
+        session.run({"x": rand(2, 4)})
+    message = str(caught.value)
+    assert "y = add(x, const(\"w\"))" in message and "out of bounds memory access" in message
+    assert "Traceback" not in message and "\n" not in message
+
+
+def test_a_kernel_that_never_ends_is_stopped(add_bundle: Path, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(wasm_session, "KERNEL_SECONDS_PER_CALL", 1)
+    session = WasmSession(variant(add_bundle, tmp_path, _FOREVER))
+    with pytest.raises(RelaxwebError, match=r"call site 0 .* ran for more than 1 s and was stopped"):
+        session.run({"x": rand(2, 4)})
+
+
+def test_a_bundle_without_kernels_wasm_is_refused_with_the_reason(add_bundle: Path, tmp_path: Path) -> None:
+    folder = variant(add_bundle, tmp_path, _ADD)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    del manifest["wasm"]
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(RelaxwebError, match="has no kernels.wasm .*no 'wasm' entry"):
+        relaxweb.load(folder, backend="wasm")
+    manifest["wasm"] = {"unavailable": "kernel 3 (unique) has no WebAssembly version yet"}
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(RelaxwebError, match=r"has no kernels.wasm: kernel 3 \(unique\) has no WebAssembly version yet"):
+        relaxweb.load(folder, backend="wasm")
+
+
+def test_a_damaged_kernels_wasm_is_refused(add_bundle: Path, tmp_path: Path) -> None:
+    folder = variant(add_bundle, tmp_path, _ADD)
+    (folder / "kernels.wasm").write_bytes(wasmtime.wat2wasm('(module (import "env" "memory" (memory 1 65536)))'))
+    with pytest.raises(RelaxwebError, match="does not export k0_units, k0: the bundle is damaged"):
+        WasmSession(folder)
+    (folder / "kernels.wasm").write_bytes(b"\0asm\x01\0\0\0garbage")
+    with pytest.raises(RelaxwebError, match="kernels.wasm cannot be loaded"):
+        WasmSession(folder)
+
+
+def test_what_needs_a_gpu_is_refused_with_a_reason(add_bundle: Path, tmp_path: Path) -> None:
+    session = WasmSession(variant(add_bundle, tmp_path, _ADD))
+    with pytest.raises(RelaxwebError, match="keep_on_gpu needs the webgpu backend"):
+        session.run({"x": rand(2, 4)}, keep_on_gpu=True)
+    with pytest.raises(RelaxwebError, match="generate needs the webgpu backend"):
+        session.generate("hello")
+    with pytest.raises(ValueError, match="device and kernels are WebGPU options"):
+        relaxweb.load(tmp_path / "add", backend="wasm", device=object(), kernels="cpu")
+
+
+def test_profile_rows_time_each_kernel_call(add_bundle: Path, tmp_path: Path) -> None:
+    session = WasmSession(variant(add_bundle, tmp_path, _ADD))
+    x = rand(64, 4)
+    profile = session.profile({"x": x})
+    np.testing.assert_array_equal(profile.outputs["y"], x + _W)
+    assert [(row.kernel, row.calls) for row in profile.rows] == [("add", 1)]
+    assert profile.rows[0].flops == 64 * 4 and profile.dispatches == 1
+    assert "wall clock per kernel call" in profile.table()
+
+
+@pytest.mark.gpu
+def test_input_errors_are_the_webgpu_sessions(add_bundle: Path, tmp_path: Path) -> None:
+    folder = variant(add_bundle, tmp_path, _ADD)
+    sessions = [relaxweb.load(folder, backend="webgpu"), relaxweb.load(folder, backend="wasm")]
+    cases = [{"x": np.zeros((2, 3), np.float32)}, {"x": np.zeros((2, 4), np.int32)}, {"x": np.zeros(4, np.float32)},
+             {}, {"x": rand(2, 4), "z": rand(1)}]
+    for inputs in cases:
+        messages = []
+        for session in sessions:
+            with pytest.raises(InputShapeError) as caught:
+                session.run(inputs)
+            messages.append(str(caught.value))
+        assert messages[0] == messages[1], inputs
+
+
+@pytest.mark.gpu
+def test_auto_is_webgpu_here_and_wasm_where_no_adapter_meets_the_limits(add_bundle: Path, tmp_path: Path) -> None:
+    folder = variant(add_bundle, tmp_path, _ADD)
+    assert relaxweb.load(folder).backend == "webgpu"
+    # a limit no adapter offers: the honest "WebGPU cannot run this" on a machine that has one
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["required_limits"] = {**manifest.get("required_limits", {}), "maxComputeWorkgroupsPerDimension": 2**31 - 1}
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    session = relaxweb.load(folder)
+    assert session.backend == "wasm"
+    x = rand(3, 4)
+    np.testing.assert_array_equal(session.run({"x": x})["y"], x + _W)
+    with pytest.raises(RelaxwebError, match="WebGPU limit maxComputeWorkgroupsPerDimension"):
+        relaxweb.load(folder, backend="webgpu")
+    del manifest["wasm"]
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(RelaxwebError, match=r"cannot run the bundle: the WebGPU adapter .* maxComputeWorkgroupsPerDimension"
+                                            r" .*, and the bundle .* has no kernels.wasm"):
+        relaxweb.load(folder)
+
+
+def test_cli_runs_on_the_wasm_backend(add_bundle: Path, tmp_path: Path, capsys) -> None:
+    folder = variant(add_bundle, tmp_path, _ADD)
+    x = rand(3, 4)
+    np.savez(tmp_path / "in.npz", x=x)
+    capsys.readouterr()
+    assert cli_main(["run", str(folder), "--inputs", str(tmp_path / "in.npz"), "--out", str(tmp_path / "out.npz"),
+                     "--backend", "wasm"]) == 0
+    assert "ran in Python runtime (kernels.wasm on wasmtime)" in capsys.readouterr().err
+    np.testing.assert_array_equal(np.load(tmp_path / "out.npz")["y"], x + _W)
+    assert cli_main(["run", str(folder), "--inputs", str(tmp_path / "in.npz"), "--backend", "wasm",
+                     "--kernels", "cpu"]) == 2
+    assert "--kernels picks WebGPU shaders" in capsys.readouterr().err
+
+
+# Bundles relaxweb builds, against onnxruntime ----------------------------------------------
+
+
+def nonzero_model() -> onnx.ModelProto:
+    """A shape known only at run time: NonZero's count is read back, then the positions of
+    the nonzeros feed more kernels (storages grow between the steps of one run)."""
+    nodes = [helper.make_node("NonZero", ["x"], ["where"]),
+             helper.make_node("Transpose", ["where"], ["pairs"], perm=[1, 0]),
+             helper.make_node("Cast", ["pairs"], ["positions"], to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["positions", "positions"], ["squares"])]
+    return make_model(nodes, [("x", ["n", 3])], [("pairs", TensorProto.INT64), "squares"])
+
+
+def assert_like_onnxruntime(model: onnx.ModelProto, outputs: dict, feeds: dict) -> None:
+    for output, want in zip(model.graph.output, onnxruntime_outputs(model, feeds)):
+        got = outputs[output.name]
+        assert got.shape == want.shape and got.dtype == want.dtype, output.name
+        assert_close(got, want, F32, err_msg=output.name)
+
+
+def test_values_read_back_match_onnxruntime(tmp_path: Path) -> None:
+    model = nonzero_model()
+    session = relaxweb.load(relaxweb.build(model, tmp_path).path, backend="wasm")
+    for n, seed in ((5, 1), (3000, 2), (1, 3), (64, 4)):
+        x = np.round(rand(n, 3, seed=seed)).astype(np.float32)  # about half zeros
+        assert_like_onnxruntime(model, session.run({"x": x}), {"x": x})
+        assert session.last_read_count == 1
+
+
+def test_a_loop_matches_onnxruntime(tmp_path: Path) -> None:
+    model = loop_model()
+    session = relaxweb.load(relaxweb.build(model, tmp_path).path, backend="wasm")
+    for trip, cond in LOOP_RUNS:
+        feeds = loop_feeds(trip, cond)
+        assert_like_onnxruntime(model, session.run(feeds), feeds)
+
+
+def test_sequences_in_and_out_match_onnxruntime(tmp_path: Path) -> None:
+    growing = relaxweb.load(relaxweb.build(growing_sequence_model(), tmp_path / "growing").path, backend="wasm")
+    for trip in (0, 1, 4):
+        feeds = {"x": rand(6, seed=3), "trip": np.array(trip, np.int64), "cond": np.array(True)}
+        (expected,) = onnxruntime_outputs(growing_sequence_model(), feeds)
+        assert_sequences_equal(growing.run(feeds)["grown"], expected)
+    appending = relaxweb.load(relaxweb.build(appending_model(), tmp_path / "appending").path, backend="wasm")
+    feeds = {"s": [rand(2, 3, seed=1), rand(0, 4, seed=2)], "t": rand(3, 2, seed=9)}
+    (expected,) = onnxruntime_outputs(appending_model(), feeds)
+    assert_sequences_equal(appending.run(feeds)["grown"], expected)
+
+
+@pytest.fixture(scope="module")
+def exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Export]:
+    missing = missing_exporter_packages()
+    if missing:
+        pytest.skip(f"{' and '.join(missing)} not installed (pip install -e '.[test]')")
+    return session_exports(tmp_path_factory, list(_MODELS))
+
+
+_MODELS = ["gpt2_legacy", "bert_legacy", "cnn_legacy"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", _MODELS)
+def test_exported_models_match_onnxruntime_at_every_shape_of_one_build(exports: dict[str, Export], tmp_path: Path,
+                                                                     name: str) -> None:
+    """No bounds: every storage is placed per run and grows with the shapes."""
+    export = exports[name]
+    if export.error:
+        pytest.fail(f"export of {name} failed: {export.error}", pytrace=False)
+    session = relaxweb.load(relaxweb.build(export.path, tmp_path).path, backend="wasm")
+    outputs = onnx.load(str(export.path)).graph.output
+    for dims in MODELS[name][1]:
+        feeds = export_script().make_inputs(export.sidecar["inputs"], dims, seed=sum(dims.values()))
+        actual = session.run(feeds)
+        for output, want in zip(outputs, onnxruntime_outputs(export.path, feeds)):
+            assert actual[output.name].shape == want.shape, f"{name} {output.name} at {dims}"
+            assert_close(actual[output.name], want, MODEL, err_msg=f"{name} output {output.name} at {dims}")
+
+
+@pytest.mark.slow
+def test_a_decoder_with_kv_caches_matches_onnxruntime(tiny_llama, reference, cached_bundle, onnxruntime_run) -> None:
+    """The tiny Llama with a KV cache per present (at the bounds): each past written into its
+    cache block by block, each present read out of it, fed back as the next step's past."""
+    assert cached_bundle.manifest["caches"]
+    config = tiny_llama.Config()
+    present = tiny_llama.past_names(config, "present")
+    session = relaxweb.load(cached_bundle.path, backend="wasm")
+    ids = tiny_llama.encode(reference["prompt"]) + reference["continuation_ids"]
+    pasts, start = None, 0
+    for tokens in (ids[:PREFILL], ids[PREFILL:PREFILL + 1], ids[PREFILL + 1:PREFILL + 3]):
+        feeds = tiny_llama.decoder_feeds(config, tokens, start, pasts)
+        actual = session.run(feeds)
+        assert_outputs_close(actual, onnxruntime_run(feeds))
+        pasts, start = [actual[name] for name in present], start + len(tokens)
