@@ -50,6 +50,21 @@ CHROMIUM_FLAGS = (
     "--use-webgpu-adapter=swiftshader",
 )
 
+#: The same without WebGPU: ``navigator.gpu.requestAdapter()`` gives null in this Chromium
+#: (without ``--enable-unsafe-webgpu`` headless Linux has no adapter; ``--disable-features=WebGPU``
+#: says so explicitly), so ``backend: "auto"`` loads bundles on the wasm backend.
+CHROMIUM_FLAGS_WITHOUT_WEBGPU = (
+    *(flag for flag in CHROMIUM_FLAGS if flag not in ("--enable-unsafe-webgpu", "--use-webgpu-adapter=swiftshader")),
+    "--disable-features=WebGPU",
+)
+
+#: Headers that make a page cross-origin isolated (``crossOriginIsolated``: SharedArrayBuffer,
+#: so the wasm backend runs threads); every file served needs them (the page, its workers).
+ISOLATION_HEADERS = (
+    ("Cross-Origin-Opener-Policy", "same-origin"),
+    ("Cross-Origin-Embedder-Policy", "require-corp"),
+)
+
 #: numpy dtype name -> JavaScript typed array class, for passing arrays to the page.
 TYPED_ARRAY_OF_DTYPE = {
     "float32": "Float32Array",
@@ -163,6 +178,8 @@ class _RoutingHandler(http.server.SimpleHTTPRequestHandler):
     #: URL prefix -> folder, longest prefix first; set by :func:`start_server`.
     routes: list[tuple[str, Path]] = []
     quiet = True
+    #: send ISOLATION_HEADERS with every response (the page is cross-origin isolated)
+    isolated = True
 
     extensions_map = {
         **http.server.SimpleHTTPRequestHandler.extensions_map,
@@ -219,6 +236,9 @@ class _RoutingHandler(http.server.SimpleHTTPRequestHandler):
 
     def end_headers(self) -> None:
         self.send_header("Cache-Control", "no-store")
+        if self.isolated:
+            for name, value in ISOLATION_HEADERS:
+                self.send_header(name, value)
         super().end_headers()
 
     def log_message(self, format: str, *args: Any) -> None:
@@ -231,9 +251,12 @@ def start_server(
     port: int = 0,
     page_dir: str | Path | None = None,
     quiet: bool = True,
+    isolated: bool = True,
 ) -> http.server.ThreadingHTTPServer:
     """Serve ``page_dir`` (default: the web demo) at ``/``, the bundle at ``/bundle/`` and the
-    runtime at ``/runtime/`` on 127.0.0.1, from a daemon thread.
+    runtime at ``/runtime/`` on 127.0.0.1, from a daemon thread; with ``isolated`` every
+    response carries ``ISOLATION_HEADERS`` (the page is cross-origin isolated: the wasm backend
+    runs threads).
 
     ``port=0`` picks a free port.  The returned server has a ``url`` attribute
     (``http://127.0.0.1:PORT/``); stop it with :func:`stop_server`.
@@ -241,7 +264,7 @@ def start_server(
     bundle = check_bundle_dir(bundle_dir).resolve()
     page = Path(page_dir) if page_dir is not None else web_demo_dir()
     routes = [("/bundle/", bundle), ("/runtime/", runtime_dir_for(bundle)), ("/", page.resolve())]
-    handler = type("BundleHandler", (_RoutingHandler,), {"routes": routes, "quiet": quiet})
+    handler = type("BundleHandler", (_RoutingHandler,), {"routes": routes, "quiet": quiet, "isolated": isolated})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", port), functools.partial(handler, directory=str(page)))
     server.daemon_threads = True
     server.url = f"http://127.0.0.1:{server.server_address[1]}/"  # type: ignore[attr-defined]
@@ -279,11 +302,13 @@ def find_chromium() -> str:
     raise RelaxwebError("Chromium is not installed: install it (Debian: apt-get install chromium)")
 
 
-def launch_chromium(playwright: Any) -> Any:
-    """Launch headless Chromium with WebGPU (``CHROMIUM_FLAGS``) from a Playwright instance."""
+def launch_chromium(playwright: Any, webgpu: bool = True) -> Any:
+    """Launch headless Chromium from a Playwright instance: with WebGPU (``CHROMIUM_FLAGS``),
+    or with ``webgpu=False`` without an adapter (``CHROMIUM_FLAGS_WITHOUT_WEBGPU``)."""
     executable = find_chromium()
+    flags = CHROMIUM_FLAGS if webgpu else CHROMIUM_FLAGS_WITHOUT_WEBGPU
     try:
-        return playwright.chromium.launch(executable_path=executable, args=list(CHROMIUM_FLAGS), headless=True)
+        return playwright.chromium.launch(executable_path=executable, args=list(flags), headless=True)
     except Exception as error:
         raise RelaxwebError(f"could not start Chromium ({executable}): {error}") from error
 
@@ -298,17 +323,20 @@ def sync_playwright() -> Any:
 
 
 @contextlib.contextmanager
-def open_runner_page(bundle_dir: str | Path, timeout_s: float = 60.0) -> Iterator[Any]:
-    """A Playwright page in a fresh headless Chromium, with the bundle served at ``/bundle/``
-    and the runtime imported as ``window.relaxweb``.  Closes the browser and server on exit.
+def open_runner_page(bundle_dir: str | Path, timeout_s: float = 60.0, *, webgpu: bool = True,
+                     isolated: bool = True) -> Iterator[Any]:
+    """A Playwright page in a fresh headless Chromium (without WebGPU when ``webgpu`` is
+    false), with the bundle served at ``/bundle/`` and the runtime imported as
+    ``window.relaxweb``; cross-origin isolated unless ``isolated`` is false.  Closes the
+    browser and server on exit.
     """
     bundle = check_bundle_dir(bundle_dir)
     with tempfile.TemporaryDirectory(prefix="relaxweb-runner-") as page_dir:
         (Path(page_dir) / "index.html").write_text(RUNNER_PAGE)
-        server = start_server(bundle, page_dir=page_dir)
+        server = start_server(bundle, page_dir=page_dir, isolated=isolated)
         try:
             with sync_playwright() as playwright:
-                browser = launch_chromium(playwright)
+                browser = launch_chromium(playwright, webgpu=webgpu)
                 try:
                     yield _open_runner(browser, server.url, timeout_s)  # type: ignore[attr-defined]
                 finally:
