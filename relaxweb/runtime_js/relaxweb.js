@@ -112,7 +112,8 @@ export async function load(url, {
   /** @type {Error|null} why there is no adapter ("auto" only: the wasm backend may run instead) */
   let adapterError = null;
   const adapterPromise = device || backend === "wasm" ? Promise.resolve(null)
-    : backend === "auto" ? requestAdapter().catch((/** @type {Error} */ error) => { adapterError = error; return null; })
+    : backend === "auto" ? requestAdapter().then((a) => a ?? Promise.reject(new Error(NO_ADAPTER)))
+      .catch((/** @type {Error} */ error) => { adapterError = error; return null; })
     : requestAdapter();
   const [host, shards, adapter] = await Promise.all([
     fetchOk(fileUrl("host.wasm")).then((r) => r.arrayBuffer()).then((b) => RemoteHost.instantiate(b, manifest)),
@@ -143,6 +144,8 @@ export async function load(url, {
     throw error;
   }
 }
+
+const NO_ADAPTER = "WebGPU is available but no GPU adapter was found";
 
 /** Why backend "wasm" cannot load a bundle without kernels.wasm. */
 const NO_KERNELS_WASM = "this bundle has no kernels.wasm (no \"wasm\" entry in its manifest), so the wasm backend cannot run it: rebuild it with a relaxweb that writes kernels.wasm, or load it with backend \"webgpu\"";
@@ -1122,7 +1125,7 @@ async function fetchKernelSources(manifest, fileUrl, variant) {
  * @returns {Promise<GPUDevice>}
  */
 async function requestDevice(adapter, requiredLimits, requiredFeatures, unbounded, profile) {
-  if (!adapter) throw new Error("WebGPU is available but no GPU adapter was found");
+  if (!adapter) throw new Error(NO_ADAPTER);
   checkDevice(adapter, requiredLimits, requiredFeatures, "GPU adapter");
   const limits = { ...requiredLimits };
   if (unbounded) {

@@ -1,0 +1,166 @@
+"""The browser runtime's wasm backend (``relaxweb/runtime_js/wasm_backend.js``) in headless
+Chromium started without WebGPU (``launch_chromium(playwright, webgpu=False)``: no adapter).
+
+The hand-made bundles (``tests/fixtures/handmade_bundle.py``) with hand-written kernels.wasm
+(``tests/fixtures/handmade_wasm.py``) test the backend itself: ``backend: "auto"`` picks it,
+one thread on a page that is not cross-origin isolated, a pool of workers on one that is
+(``model.unitsRunByWorkers`` counts the units the workers ran), reads and resumes, the host
+module's input errors, and a kernel trap naming its call site.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from relaxweb.browser import open_runner_page
+from tests.fixtures.handmade_bundle import (
+    DEFAULT_BOUND,
+    expected_output,
+    write_handmade_bundle,
+    write_positives_bundle,
+)
+from tests.fixtures.handmade_wasm import HANDMADE_KERNELS, POSITIVES_KERNELS, add_kernels_wasm
+from tests.test_browser import pytestmark as browser_marks
+
+pytestmark = browser_marks
+
+#: Runs in the runner page: load the bundle with `options`, run it on each input list
+#: ([name, shape, values] triples), and report the backend, the threads, whether the page is
+#: isolated, the units the workers ran, and per run the outputs or the error.
+RUN_IN_PAGE = """
+async ({ options, runs }) => {
+  const report = { isolated: self.crossOriginIsolated, results: [] };
+  let model;
+  try {
+    model = await window.relaxweb.load("/bundle/", options);
+  } catch (error) {
+    return { ...report, loadError: `${error.name}: ${error.message}` };
+  }
+  report.backend = model.backend;
+  report.threads = model.threads;
+  for (const inputs of runs) {
+    const tensors = Object.fromEntries(inputs.map(([name, shape, values]) => [name, { data: Float32Array.from(values), shape }]));
+    try {
+      const outputs = await model.run(tensors);
+      report.results.push(Object.fromEntries(Object.entries(outputs).map(([name, t]) => [name, { shape: t.shape, data: Array.from(t.data) }])));
+    } catch (error) {
+      report.results.push({ error: `${error.name}: ${error.message}` });
+    }
+  }
+  report.unitsRunByWorkers = model.unitsRunByWorkers ?? null;
+  model.dispose();
+  return report;
+}
+"""
+
+
+def run_page(bundle: Path, runs: list[list], *, options: dict | None = None, webgpu: bool = False,
+             isolated: bool = True) -> dict:
+    with open_runner_page(bundle, webgpu=webgpu, isolated=isolated) as page:
+        return page.evaluate(RUN_IN_PAGE, {"options": options or {}, "runs": runs})
+
+
+def x_rows(rows: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).uniform(-10, 10, (rows, 4)).astype(np.float32)
+
+
+def handmade_runs(row_counts: list[int]) -> tuple[list[list], list[np.ndarray]]:
+    """Runs of the hand-made bundle at these row counts, and the expected z of each."""
+    inputs = [x_rows(rows, seed=rows) for rows in row_counts]
+    return [[["x", list(x.shape), x.ravel().tolist()]] for x in inputs], [expected_output(x) for x in inputs]
+
+
+@pytest.fixture
+def handmade(tmp_path: Path) -> Path:
+    write_handmade_bundle(tmp_path / "bundle")
+    add_kernels_wasm(tmp_path / "bundle", HANDMADE_KERNELS)
+    return tmp_path / "bundle"
+
+
+def check_handmade(report: dict, expected: list[np.ndarray]) -> None:
+    assert "loadError" not in report, report["loadError"]
+    for result, want in zip(report["results"], expected, strict=True):
+        assert "error" not in result, result["error"]
+        assert result["z"]["shape"] == list(want.shape)
+        np.testing.assert_array_equal(np.array(result["z"]["data"], np.float32).reshape(want.shape), want)
+
+
+def test_auto_without_webgpu_runs_wasm_on_one_thread_when_not_isolated(handmade: Path) -> None:
+    runs, expected = handmade_runs([5, DEFAULT_BOUND, 1])
+    report = run_page(handmade, runs, isolated=False)
+    assert report["isolated"] is False
+    assert (report.get("backend"), report.get("threads")) == ("wasm", 1), report
+    check_handmade(report, expected)
+    assert report["unitsRunByWorkers"] == 0
+
+
+def test_an_isolated_page_splits_units_between_the_pool_and_the_page(handmade: Path) -> None:
+    runs, expected = handmade_runs([DEFAULT_BOUND, 3, 9])
+    report = run_page(handmade, runs, options={"threads": 3})
+    assert report["isolated"] is True
+    assert (report.get("backend"), report.get("threads")) == ("wasm", 3), report
+    check_handmade(report, expected)
+    # n = 16: 64 units per dispatch, 3 ranges (two on workers); n = 9: 36 units; n = 3: 12 units
+    assert report["unitsRunByWorkers"] > 0
+
+
+def test_the_default_thread_count_is_the_cores_up_to_four(handmade: Path) -> None:
+    runs, expected = handmade_runs([DEFAULT_BOUND])
+    report = run_page(handmade, runs)
+    with open_runner_page(handmade, webgpu=False) as page:
+        cores = page.evaluate("navigator.hardwareConcurrency")
+    assert report["threads"] == min(cores, 4)
+    check_handmade(report, expected)
+
+
+def test_reads_resumes_and_growth_with_threads(tmp_path: Path) -> None:
+    bundle = tmp_path / "positives"
+    write_positives_bundle(bundle, bound=None)
+    add_kernels_wasm(bundle, POSITIVES_KERNELS)
+    xs = [np.array([1, -2, 3, 0, 5], np.float32), np.linspace(-3, 3, 161).astype(np.float32)]
+    report = run_page(bundle, [[["x", [len(x)], x.tolist()]] for x in xs], options={"threads": 2})
+    assert report["threads"] == 2 and "loadError" not in report
+    for result, x in zip(report["results"], xs, strict=True):
+        assert "error" not in result, result["error"]
+        assert result["y"]["data"] == x[x > 0].tolist()
+    assert report["unitsRunByWorkers"] > 0  # the copy kernel: one unit per element
+
+
+def test_an_input_shape_error_is_the_host_modules(handmade: Path) -> None:
+    bad = x_rows(DEFAULT_BOUND + 1)
+    report = run_page(handmade, [[["x", list(bad.shape), bad.ravel().tolist()]]])
+    assert report["results"] == [{"error": "InputShapeError: input 'x': dimension 0 (n) is 17, above its bound 16"}]
+
+
+@pytest.mark.parametrize("isolated", [False, True])
+def test_a_kernel_trap_rejects_the_run_naming_its_call_site(tmp_path: Path, isolated: bool) -> None:
+    bundle = tmp_path / "trap"
+    write_handmade_bundle(bundle)
+    add_kernels_wasm(bundle, HANDMADE_KERNELS, trap_kernel=0)
+    runs, _ = handmade_runs([DEFAULT_BOUND])
+    (result,) = run_page(bundle, runs, isolated=isolated)["results"]
+    assert result["error"].startswith("Error: kernel add_broadcast failed at call site 0 (y = add_broadcast(x, w)): ")
+    assert "unreachable" in result["error"]
+
+
+def test_with_webgpu_auto_picks_webgpu_and_wasm_can_be_asked_for(handmade: Path) -> None:
+    runs, expected = handmade_runs([4])
+    webgpu = run_page(handmade, runs, webgpu=True)
+    assert webgpu.get("backend") == "webgpu", webgpu
+    check_handmade(webgpu, expected)
+    wasm = run_page(handmade, runs, webgpu=True, options={"backend": "wasm"})
+    assert wasm.get("backend") == "wasm", wasm
+    check_handmade(wasm, expected)
+
+
+def test_a_bundle_without_kernels_wasm(tmp_path: Path) -> None:
+    write_handmade_bundle(tmp_path / "bundle")
+    runs, _ = handmade_runs([2])
+    report = run_page(tmp_path / "bundle", runs, options={"backend": "wasm"})
+    assert report["loadError"].startswith("Error: this bundle has no kernels.wasm")
+    report = run_page(tmp_path / "bundle", runs)  # auto, no WebGPU: the WebGPU error says both
+    assert report["loadError"] == ("Error: WebGPU is available but no GPU adapter was found, "
+                                   "and the bundle has no kernels.wasm for the wasm backend")
