@@ -363,21 +363,24 @@ def run_in_browser(
     bundle_dir: str | Path,
     inputs: dict[str, np.ndarray],
     timeout_s: float = 120.0,
+    backend: str = "auto",
 ) -> dict[str, np.ndarray]:
-    """Run a bundle once in headless Chromium (WebGPU) and return its outputs.
+    """Run a bundle once in headless Chromium (WebGPU, or the wasm backend: ``backend`` is the
+    runtime's load option) and return its outputs.
 
     Errors raised in the page become :class:`InputShapeError` (the inputs were rejected) or
     :class:`RelaxwebError`, with the page's message.  The browser and the server are always
     closed.
     """
-    return run_many_in_browser(bundle_dir, [inputs], timeout_s)[0]
+    return run_many_in_browser(bundle_dir, [inputs], timeout_s, load_options={"backend": backend})[0]
 
 
-def profile_in_browser(bundle_dir: str | Path, inputs: dict[str, np.ndarray], timeout_s: float = 120.0) -> Profile:
-    """Load a bundle in headless Chromium with ``{profile: true}`` and profile one run
+def profile_in_browser(bundle_dir: str | Path, inputs: dict[str, np.ndarray], timeout_s: float = 120.0,
+                       backend: str = "auto") -> Profile:
+    """Load a bundle in headless Chromium with ``{profile: true, backend}`` and profile one run
     (``model.profile(inputs)`` of the browser runtime, after one warm-up run): the
     :class:`~relaxweb.runtime.profile.Profile` with the outputs, as the Python runtime gives it."""
-    results, profiles = _run_in_page(bundle_dir, [inputs], timeout_s, profile=True)
+    results, profiles = _run_in_page(bundle_dir, [inputs], timeout_s, profile=True, load_options={"backend": backend})
     (rows,) = profiles
     profile = Profile(rows["method"], rows["dispatches"], [
         KernelRow(row["kernel"], row["calls"], row["totalMs"], row["percent"], row["flops"], row["bytes"])

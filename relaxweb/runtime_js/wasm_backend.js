@@ -32,7 +32,7 @@ export const MIN_UNITS_PER_THREAD = 4;
 /** The default thread count is min(navigator.hardwareConcurrency, DEFAULT_MAX_THREADS). */
 export const DEFAULT_MAX_THREADS = 4;
 /** The profile's method: each dispatch timed by the calling thread's clock (performance.now()). */
-export const WALL_CLOCK = "wall clock per dispatch";
+export const WALL_CLOCK = "wall clock per kernel call"; // relaxweb/runtime/profile.py WASM_CALLS
 
 // The control block of the pool: one slot of i32 fields per worker.
 const GO = 0; // the calling thread stores a new job number here, and notifies
