@@ -7,6 +7,7 @@ command line                                           Python (``import relaxweb
 ``relaxweb build MODEL -o DIR --opt-level 0``          ``relaxweb.build(MODEL, DIR, opt_level=0)``
 ``relaxweb build MODEL -o DIR --weights int4``         ``relaxweb.build(MODEL, DIR, weights="int4")``
 ``relaxweb run DIR --inputs IN.npz``                   ``relaxweb.load(DIR).run(inputs)``
+``relaxweb run DIR --inputs IN.npz --backend wasm``    ``relaxweb.load(DIR, backend="wasm").run(inputs)``
 ``relaxweb run DIR --inputs IN.npz --browser``         ``relaxweb.run_in_browser(DIR, inputs)``
 ``relaxweb run MODEL --inputs IN.npz --reference``     ``relaxweb.run_reference(MODEL, inputs)``
 ``relaxweb inspect DIR`` / ``relaxweb inspect MODEL``  ``relaxweb.inspect(DIR)`` / ``relaxweb.inspect(MODEL)``
@@ -39,7 +40,7 @@ from .errors import RelaxwebError
 from .frontend.onnx import default_opset, from_onnx, op_coverage, symbolic_vars
 from .ir.module import IRModule
 from .passes import DEFAULT_OPT_LEVEL
-from .runtime import Profile, Session, load_manifest
+from .runtime import Profile, Session, WasmSession, load_manifest, load_session
 from .runtime.manifest import MAX_KERNEL_BYTES, read_bundle_file
 
 __all__ = [
@@ -137,10 +138,10 @@ class Bundle:
         return {kernel["file"]: len(read_bundle_file(self.path, kernel["f16_file"], MAX_KERNEL_BYTES, "kernel"))
                 for kernel in self.manifest["kernels"] if "f16_file" in kernel}
 
-    def load(self, *, device: Any = None, profiling: bool = False, kernels: str = "auto",
-             limits: Mapping[str, int] | None = None) -> Session:
+    def load(self, *, backend: str = "auto", device: Any = None, profiling: bool = False, kernels: str = "auto",
+             limits: Mapping[str, int] | None = None) -> Session | WasmSession:
         """The bundle loaded with the Python runtime (see :func:`load`)."""
-        return load(self.path, device=device, profiling=profiling, kernels=kernels, limits=limits)
+        return load(self.path, backend=backend, device=device, profiling=profiling, kernels=kernels, limits=limits)
 
     def __str__(self) -> str:
         return format_manifest(self.manifest, self.shader_bytes, self.cpu_shader_bytes, self.f16_shader_bytes)
@@ -176,11 +177,17 @@ def build(model: Model, out_dir: str | Path, *, bounds: Mapping[str, int] | None
     return Bundle(Path(out_dir), manifest)
 
 
-def load(bundle_dir: str | Path, *, device: Any = None, profiling: bool = False, kernels: str = "auto",
-         limits: Mapping[str, int] | None = None) -> Session:
-    """Load a bundle with the Python runtime (wgpu), as ``relaxweb run DIR`` does; then
+def load(bundle_dir: str | Path, *, backend: str = "auto", device: Any = None, profiling: bool = False,
+         kernels: str = "auto", limits: Mapping[str, int] | None = None) -> Session | WasmSession:
+    """Load a bundle with the Python runtime, as ``relaxweb run DIR`` does; then
     ``session.run({"x": array, ...})`` returns the outputs by name, as many times as wanted,
     and ``session.profile(inputs)`` runs once timing every kernel (``relaxweb run DIR --profile``).
+
+    ``backend`` (``--backend``): ``"webgpu"`` (a :class:`Session` on wgpu), ``"wasm"`` (a
+    :class:`WasmSession`: the bundle's ``kernels.wasm`` on one CPU thread with wasmtime, no
+    GPU; no ``keep_on_gpu`` or ``generate``), or ``"auto"`` (the default): WebGPU when this
+    machine's adapter meets the bundle's required limits and features, else wasm.
+    ``session.backend`` says which.  The options below are WebGPU's: ``"wasm"`` refuses them.
 
     ``device`` is a ``wgpu.GPUDevice``; by default a device shared by every session.
     ``profiling=True`` requests the adapter's ``timestamp-query`` feature when it has one
@@ -194,7 +201,8 @@ def load(bundle_dir: str | Path, *, device: Any = None, profiling: bool = False,
     that weights the bundle binds in parts are split at, as on a device that offers no more
     (docs/bundle-format.md, "Weights in parts"); storages keep the device's own limits.
     """
-    return Session(check_bundle_folder(bundle_dir), device, profiling=profiling, kernels=kernels, limits=limits)
+    return load_session(check_bundle_folder(bundle_dir), backend, device=device, profiling=profiling, kernels=kernels,
+                        limits=limits)
 
 
 def run_in_browser(bundle_dir: str | Path, inputs: Mapping[str, np.ndarray], *,

@@ -1,7 +1,7 @@
 """The ``relaxweb`` command line.
 
     relaxweb build MODEL.onnx -o DIR [--bound NAME=INT ...]
-    relaxweb run DIR --inputs IN.npz [--out OUT.npz] [--browser] [--profile]
+    relaxweb run DIR --inputs IN.npz [--out OUT.npz] [--browser] [--profile] [--backend auto|webgpu|wasm]
     relaxweb run MODEL.onnx --inputs IN.npz [--out OUT.npz] --reference
     relaxweb inspect MODEL.onnx|DIR
     relaxweb generate DIR --prompt TEXT [--max-tokens N --temperature T --top-k K --seed S]
@@ -33,6 +33,7 @@ from .frontend.validation import MAX_DIM
 from .frontend.onnx import default_opset, from_onnx, load_onnx, op_coverage, symbolic_vars
 from .passes import DEFAULT_OPT_LEVEL, OPT_LEVELS
 from .passes.context import SCALE_DTYPES, WEIGHT_FORMATS
+from .runtime import BACKENDS
 from .runtime.webgpu import KERNEL_VARIANTS
 
 EXIT_USER_ERROR = 2
@@ -93,6 +94,8 @@ def _run_target(args: argparse.Namespace) -> Path:
                                 "--reference runs an .onnx model in the reference interpreter (numpy, no GPU)")
         if args.kernels != "auto":
             raise RelaxwebError("--kernels picks a bundle's shaders; --reference runs no shader")
+        if args.backend != "auto":
+            raise RelaxwebError("--backend picks what runs a bundle's kernels; --reference runs the model in numpy")
         if target.is_dir():
             raise RelaxwebError(f"{target}: is a folder; --reference runs an .onnx model in the reference "
                                 "interpreter (a bundle folder runs without --reference)")
@@ -102,10 +105,17 @@ def _run_target(args: argparse.Namespace) -> Path:
                             "interpreter (numpy, no GPU)")
     else:
         check_bundle_folder(args.target)
+    if args.backend == "wasm" and args.kernels != "auto":
+        raise RelaxwebError("--kernels picks WebGPU shaders; --backend wasm runs the bundle's kernels.wasm")
+    if args.browser and args.backend != "auto":
+        raise RelaxwebError("--backend applies to the Python runtime; in the browser the runtime picks WebGPU or wasm")
     if args.browser and args.kernels != "auto":
         raise RelaxwebError("--kernels applies to the Python runtime; in the browser the runtime picks the shaders "
                             "from the adapter")
     return target
+
+
+_BACKEND_NAMES = {"webgpu": "wgpu", "wasm": "kernels.wasm on wasmtime"}  # what "ran in ..." says
 
 
 def command_run(args: argparse.Namespace) -> int:
@@ -126,13 +136,15 @@ def command_run(args: argparse.Namespace) -> int:
         where = "headless Chromium (WebGPU)"
         including = "including load"
     elif args.profile:
-        profile = load(target, profiling=True, kernels=args.kernels).profile(inputs)
+        session = load(target, backend=args.backend, profiling=True, kernels=args.kernels)
+        profile = session.profile(inputs)
         outputs = profile.outputs
-        where = "Python runtime (wgpu), profiled"
+        where = f"Python runtime ({_BACKEND_NAMES[session.backend]}), profiled"
         including = "including load"
     else:
-        outputs = load(target, kernels=args.kernels).run(inputs)
-        where = "Python runtime (wgpu)"
+        session = load(target, backend=args.backend, kernels=args.kernels)
+        outputs = session.run(inputs)
+        where = f"Python runtime ({_BACKEND_NAMES[session.backend]})"
         including = "including load"
     elapsed = time.perf_counter() - started
     for name, array in outputs.items():
@@ -225,7 +237,7 @@ def make_parser() -> argparse.ArgumentParser:
     build.set_defaults(handler=command_build)
 
     run = commands.add_parser("run", help="run a bundle (or a model, with --reference) on inputs from an .npz file",
-                              description="Run a bundle with the Python runtime (wgpu), or in headless Chromium "
+                              description="Run a bundle with the Python runtime (wgpu, or its kernels.wasm: --backend), or in headless Chromium "
                               "with --browser; or run an .onnx model in the reference interpreter (numpy, no "
                               "GPU) with --reference. Inputs and outputs are keyed by the ONNX names.")
     run.add_argument("target", metavar="DIR|MODEL.onnx", help="the bundle folder (or the .onnx file with --reference)")
@@ -240,6 +252,11 @@ def make_parser() -> argparse.ArgumentParser:
                           "adapters, in f16 for adapters with shader-f16), which to compile: auto (the CPU one on a CPU "
                           "adapter such as lavapipe, else the f16 one where the adapter has shader-f16; the default), gpu, "
                           "cpu or f16 (gpu, with a warning, where shader-f16 is missing)")
+    run.add_argument("--backend", choices=BACKENDS, default="auto",
+                     help="what runs the bundle's kernels in the Python runtime: webgpu (the WGSL shaders on wgpu), "
+                          "wasm (the bundle's kernels.wasm, WebAssembly SIMD on one CPU thread with wasmtime: no GPU "
+                          "needed), or auto (the default: webgpu when this machine's adapter meets the bundle's "
+                          "required limits and features, else wasm); the last line says which ran")
     run.add_argument("--reference", action="store_true",
                      help="run an .onnx model (not a bundle) in the reference interpreter: numpy, no GPU")
     run.set_defaults(handler=command_run)

@@ -17,7 +17,9 @@ from typing import Any
 #: How the time of each dispatch was measured.
 TIMESTAMPS = "timestamp queries"
 SUBMITS = "per-dispatch submits"
+WASM_CALLS = "wall clock per kernel call"
 _METHOD_NOTES = {
+    WASM_CALLS: "kernels.wasm on one CPU thread: each kernel's units and run functions timed by the wall clock",
     TIMESTAMPS: "timed on the GPU: timestamps at the start and end of each dispatch's compute pass",
     SUBMITS: "no timestamp queries: each dispatch submitted alone, wall time until done, submit overhead included",
 }

@@ -8,7 +8,6 @@ nothing model-specific.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import struct
@@ -30,12 +29,16 @@ if not os.environ.get("XDG_RUNTIME_DIR"):
 
 import wgpu  # noqa: E402  (after the environment fix above)
 
-from relaxweb.errors import InputShapeError, RelaxwebError
+from relaxweb.errors import RelaxwebError
 from relaxweb.runtime.generate import Generation, generate
 from relaxweb.runtime.gpu_tensor import BufferPool, CacheView, GpuTensor, TransferStats, cache_block_copies
 from relaxweb.runtime.host import Command, Dispatch, HostModule, Read, Resume, load_manifest
 from relaxweb.runtime.manifest import MAX_HOST_MODULE_BYTES, MAX_KERNEL_BYTES, read_bundle_file
 from relaxweb.runtime.profile import SUBMITS, TIMESTAMPS, DispatchTime, Profile, params_fields, summarize
+from relaxweb.runtime.tensors import (
+    SEQUENCE_KINDS, checked_inputs, device_byte_sizes, device_dtype, dtype_entry, load_shards, output_array, sequence_output_tables,
+    split_sequences, to_model_dtype, with_flat_sequences,
+)
 from relaxweb.tokenizer import make_tokenizer
 
 _STORAGE_USAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_DST | wgpu.BufferUsage.COPY_SRC
@@ -292,66 +295,6 @@ def _padded_to_multiple_of_4(data: bytes | memoryview) -> bytes | memoryview:
     return data if remainder == 0 else bytes(data) + bytes(4 - remainder)
 
 
-def _device_dtype(dtype_entry: Mapping[str, Any]) -> np.dtype:
-    """The dtype a tensor has in GPU memory, from its entry in the manifest's ``dtypes``
-    table (int64, int16, int8 -> int32; uint16, uint8, bool -> uint32; float16, float64 ->
-    float32)."""
-    return np.dtype(dtype_entry["device_dtype"])
-
-
-SEQUENCE_KINDS = ("sequence", "optional_sequence")
-
-
-def _split_elements(flat: np.ndarray, shapes: list[tuple[int, ...]]) -> list[np.ndarray]:
-    """A sequence's elements from the flat array of their values, one after another."""
-    elements, start = [], 0
-    for shape in shapes:
-        count = int(np.prod(shape, dtype=np.int64))
-        elements.append(flat[start:start + count].reshape(shape))
-        start += count
-    return elements
-
-
-def _to_device(name: str, array: np.ndarray, dtype_entry: Mapping[str, Any]) -> np.ndarray:
-    """An input as the GPU holds it; an integer value outside the range of a narrower device
-    dtype (int64 on an int32 device) is an error (narrower ints always fit; float64 values
-    are rounded to float32, beyond its range to infinity)."""
-    device_dtype = _device_dtype(dtype_entry)
-    if array.dtype == device_dtype:
-        return array
-    narrowed = dtype_entry["device_bytes"] < dtype_entry["bytes"]
-    if dtype_entry["kind"] in ("int", "uint") and narrowed and array.size:
-        info = np.iinfo(device_dtype)
-        outside = (array < info.min) | (array > info.max)
-        if outside.any():
-            position = tuple(int(i) for i in np.argwhere(outside)[0])
-            raise InputShapeError(
-                f"input '{name}': value {int(array[position])} at index {list(position)} does not fit in "
-                f"{device_dtype} ({array.dtype} tensors are {device_dtype} on the GPU)"
-            )
-    with np.errstate(over="ignore"):
-        return np.asarray(array.astype(device_dtype), order="C")
-
-
-def _describe_value(value: Any) -> str:
-    """How a given input is named in error messages: its dtype, or its Python type."""
-    if isinstance(value, np.ndarray):
-        return f"an array of dtype {value.dtype}"
-    if isinstance(value, GpuTensor):
-        return f"a GpuTensor of dtype {value.dtype}"
-    return f"a {type(value).__name__}"
-
-
-def _to_model_dtype(array: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """Values read back as the GPU holds them, in the model's dtype, like numpy's astype:
-    int32 -> int64/int16/int8 and uint32 -> uint16/uint8 (narrow ints keep their low bits),
-    float32 -> float16 (rounded)/float64, uint32 (0/1) -> bool."""
-    if array.dtype == dtype:
-        return array
-    with np.errstate(over="ignore"):
-        return array != 0 if dtype == np.bool_ else array.astype(dtype)
-
-
 def _first_reason(text: str) -> str:
     """The most telling line of a wgpu error (it spans many lines with source excerpts)."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
@@ -436,11 +379,15 @@ class Session:
     ``timestamp-query`` feature when it has one, for :meth:`profile`; otherwise the feature
     is never requested.
 
+    ``backend`` is ``"webgpu"`` (``wasm_session.WasmSession``'s is ``"wasm"``).
+
     ``limits`` (``{"maxStorageBufferBindingSize": n, "maxBufferSize": n}``, either) lowers the
     buffer size limits that weights the bundle binds in parts are split at, to split them as
     a device that offers only those would (to check a bundle for such devices, and in tests);
     storages are still sized against the device's own limits.
     """
+
+    backend = "webgpu"
 
     def __init__(self, bundle_dir: str | Path, device: wgpu.GPUDevice | None = None, *, profiling: bool = False,
                  kernels: str = "auto", limits: Mapping[str, int] | None = None) -> None:
@@ -512,24 +459,7 @@ class Session:
 
     def _load_shards(self) -> list[bytes]:
         """Read every weight shard, checking its size and sha256 against the manifest."""
-        shards = []
-        for shard in self.manifest["shards"]:
-            # one byte more than the manifest says shows a longer file without reading it all
-            data = read_bundle_file(self.bundle_dir, shard["file"], shard["nbytes"] + 1, "weight shard")
-            if len(data) != shard["nbytes"]:
-                size = f"{len(data)} bytes" if len(data) <= shard["nbytes"] else "more bytes"
-                raise RelaxwebError(
-                    f"weight shard {shard['file']} has {size}, the manifest says "
-                    f"{shard['nbytes']}: the bundle is incomplete or corrupted"
-                )
-            digest = hashlib.sha256(data).hexdigest()
-            if digest != shard["sha256"]:
-                raise RelaxwebError(
-                    f"weight shard {shard['file']} fails its checksum (sha256 {digest}, the "
-                    f"manifest says {shard['sha256']}): the bundle is corrupted"
-                )
-            shards.append(data)
-        return shards
+        return load_shards(self.bundle_dir, self.manifest)
 
     def _create_weight_buffers(self, shards: list[bytes]) -> list[wgpu.GPUBuffer]:
         """One read-only GPU buffer per weight, filled from its shard (a weight in parts:
@@ -745,96 +675,28 @@ class Session:
 
         output_shapes = self.host.output_shapes()
         # a sequence output is read as one flat array of its elements' values, then split
-        sequence_shapes = {index: self.host.read_sequence(output["sequence"], output["kind"] == "optional_sequence")
-                           for index, output in enumerate(self.manifest["outputs"]) if output.get("kind") in SEQUENCE_KINDS}
-        for index, shapes in sequence_shapes.items():
-            output_shapes[index] = (sum(int(np.prod(shape, dtype=np.int64)) for shape in shapes or ()),)
-        output_byte_sizes = [
-            int(np.prod(shape, dtype=np.int64)) * self._dtype_entry(output)["device_bytes"]
-            for shape, output in zip(output_shapes, self.manifest["outputs"])
-        ]
+        sequence_shapes = sequence_output_tables(self.manifest, self.host)
+        output_shapes = with_flat_sequences(output_shapes, sequence_shapes)
+        output_byte_sizes = device_byte_sizes(self.manifest, output_shapes)
         self._grow_readback_buffers(output_byte_sizes, kept)
         kept_tensors = self._keep_outputs(encoder, kept, output_shapes, output_byte_sizes)
         self._copy_outputs_and_submit(encoder, output_byte_sizes, kept, output_shapes)
         outputs = self._read_outputs(output_shapes, output_byte_sizes, kept)
         outputs = {name: kept_tensors[name] if name in kept_tensors else outputs[name] for name in
                    (output["name"] for output in self.manifest["outputs"])}
-        for index, shapes in sequence_shapes.items():
-            name = self.manifest["outputs"][index]["name"]
-            outputs[name] = None if shapes is None else _split_elements(outputs[name], shapes)
+        outputs = split_sequences(self.manifest, outputs, sequence_shapes)
         self._destroy_old_buffers(carried_over + retired)
         self.last_dispatch_count = dispatch_count
         self.last_read_count = read_count
         return outputs
 
     def _checked_inputs(self, inputs: Mapping[str, Any]) -> tuple[list[np.ndarray], dict[int, list | None]]:
-        """The inputs in manifest order, contiguous, after the checks the host cannot do, and
-        the shapes of the elements of each sequence input by its index (a sequence is a list of
-        arrays, given to the GPU as one flat array of their values; an optional sequence may
-        be None)."""
-        expected_names = [entry["name"] for entry in self.manifest["inputs"]]
-        unknown = [name for name in inputs if name not in expected_names]
-        if unknown:
-            raise InputShapeError(
-                f"unknown input {', '.join(repr(name) for name in unknown)}; "
-                f"the model's inputs are {', '.join(repr(name) for name in expected_names)}"
-            )
-        arrays: list[np.ndarray] = []
-        sequences: dict[int, list | None] = {}
-        for entry in self.manifest["inputs"]:
-            name = entry["name"]
-            if name not in inputs:
-                raise InputShapeError(f"missing input '{name}' ({self._describe_input(entry)})")
-            value = inputs[name]
-            if entry.get("kind") in SEQUENCE_KINDS:
-                none = value is None and entry["kind"] == "optional_sequence"
-                arrays.append(self._checked_sequence(entry, [] if none else value))
-                sequences[len(arrays) - 1] = None if none else [element.shape for element in value]
-                continue
-            if isinstance(value, GpuTensor):
-                self._check_gpu_tensor(name, value)
-            expected_dtype = np.dtype(entry["dtype"])
-            if not isinstance(value, (np.ndarray, GpuTensor)) or value.dtype != expected_dtype:
-                raise InputShapeError(
-                    f"input '{name}' must be a numpy array of dtype {expected_dtype}, "
-                    f"got {_describe_value(value)}"
-                )
-            if value.ndim != len(entry["shape"]):
-                raise InputShapeError(
-                    f"input '{name}' has {value.ndim} dimensions (shape {list(value.shape)}), "
-                    f"expected {len(entry['shape'])} ({self._describe_input(entry)})"
-                )
-            if isinstance(value, GpuTensor):  # copied on the GPU by the run (_gpu_tensor_input_copies)
-                arrays.append(value)
-                continue
-            # Not np.ascontiguousarray: it turns a 0-d array (a scalar input) into a 1-d one.
-            arrays.append(_to_device(name, np.asarray(value, order="C"), self._dtype_entry(entry)))
-        return arrays, sequences
-
-    def _checked_sequence(self, entry: Mapping[str, Any], value: Any) -> np.ndarray:
-        """A sequence input (a list of arrays of its dtype and rank) as one flat device array."""
-        name, dtype, ndim = entry["name"], np.dtype(entry["dtype"]), entry["element_ndim"]
-        if not isinstance(value, (list, tuple)):
-            raise InputShapeError(f"input '{name}' is a sequence: it must be a list of numpy arrays, got {_describe_value(value)}")
-        flat = []
-        for position, element in enumerate(value):
-            if not isinstance(element, np.ndarray) or element.dtype != dtype:
-                raise InputShapeError(f"input '{name}': element {position} must be a numpy array of dtype {dtype}, "
-                                      f"got {_describe_value(element)}")
-            if ndim >= 0 and element.ndim != ndim:
-                raise InputShapeError(f"input '{name}': element {position} has {element.ndim} dimensions "
-                                      f"(shape {list(element.shape)}), expected {ndim}")
-            flat.append(_to_device(name, np.asarray(element, order="C"), self._dtype_entry(entry)).reshape(-1))
-        return np.concatenate(flat) if flat else np.zeros(0, _device_dtype(self._dtype_entry(entry)))
+        """:func:`~relaxweb.runtime.tensors.checked_inputs`, GpuTensors of this session's device accepted."""
+        return checked_inputs(self.manifest, inputs, self._check_gpu_tensor)
 
     def _dtype_entry(self, tensor: Mapping[str, Any]) -> Mapping[str, Any]:
         """The manifest's ``dtypes`` entry of an input's or output's dtype."""
-        return self.manifest["dtypes"][tensor["dtype"]]
-
-    @staticmethod
-    def _describe_input(entry: Mapping[str, Any]) -> str:
-        shape = ", ".join(str(dimension) for dimension in entry["shape"])
-        return f"{entry['dtype']} [{shape}]"
+        return dtype_entry(self.manifest, tensor)
 
     def _checked_commands(self) -> list[Command]:
         """The host's current command list, after the checks in :meth:`_check_grids`."""
@@ -1073,11 +935,9 @@ class Session:
         for index, output in enumerate(self.manifest["outputs"]):
             if index in kept:
                 continue
-            dtype = np.dtype(output["dtype"])
-            stored = _device_dtype(self._dtype_entry(output))
             byte_size = output_byte_sizes[index]
             if byte_size == 0:
-                results[output["name"]] = np.zeros(output_shapes[index], dtype=dtype)
+                results[output["name"]] = output_array(self.manifest, output, b"", output_shapes[index], 0)
                 continue
             buffer = self._readback_buffers[index]
             buffer.map_sync(wgpu.MapMode.READ)
@@ -1086,8 +946,7 @@ class Session:
                 self.stats.add("bytes_read", len(data))
             finally:
                 buffer.unmap()
-            array = _to_model_dtype(np.frombuffer(data, dtype=stored, count=byte_size // stored.itemsize), dtype)
-            results[output["name"]] = array.reshape(output_shapes[index])
+            results[output["name"]] = output_array(self.manifest, output, data, output_shapes[index], byte_size)
         return results
 
     # GPU tensors (run(..., keep_on_gpu=...)) -------------------------------------------
@@ -1201,7 +1060,7 @@ class Session:
     def read_gpu_tensor(self, tensor: GpuTensor) -> np.ndarray:
         """A GpuTensor's values as an array (what ``tensor.numpy()`` calls)."""
         entry = self.manifest["dtypes"][str(tensor.dtype)]
-        stored = _device_dtype(entry)
+        stored = device_dtype(entry)
         if tensor.nbytes == 0:
             tensor.buffer()  # a disposed tensor is refused even when empty
             return np.zeros(tensor.shape, dtype=tensor.dtype)
@@ -1228,7 +1087,7 @@ class Session:
         finally:
             staging.destroy()
         array = np.frombuffer(data, dtype=stored, count=tensor.nbytes // stored.itemsize)
-        return _to_model_dtype(array, tensor.dtype).reshape(tensor.shape)
+        return to_model_dtype(array, tensor.dtype).reshape(tensor.shape)
 
     def release_gpu_buffer(self, buffer: wgpu.GPUBuffer) -> None:
         """Take back the buffer of a disposed GpuTensor, for later kept outputs."""

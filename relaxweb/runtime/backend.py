@@ -1,0 +1,61 @@
+"""Which Python runtime backend loads a bundle: ``webgpu.Session`` or ``wasm_session.WasmSession``.
+
+"auto" takes WebGPU when this machine's adapter meets the bundle's required limits and
+features (the check ``Session`` makes before it requests a device), else the bundle's
+``kernels.wasm``; the session's ``backend`` attribute says which it got.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from relaxweb.errors import RelaxwebError
+from relaxweb.runtime.host import load_manifest
+from relaxweb.runtime.wasm_session import WasmSession, wasm_entry
+from relaxweb.runtime.webgpu import Session, default_adapter, load_time_limits, missing_features, unsatisfied_limits
+
+BACKENDS = ("auto", "webgpu", "wasm")
+
+
+def webgpu_problem(manifest: Mapping[str, Any]) -> str:
+    """Why this machine's WebGPU adapter cannot load the bundle, or ``""`` when it can."""
+    try:
+        adapter = default_adapter()
+    except RelaxwebError as error:
+        return str(error)
+    name = adapter.info.get("device") or "unknown"
+    problems = [f"it lacks the feature {feature}"
+                for feature in missing_features(adapter.features, manifest.get("required_features", []))]
+    for limit, (needed, offered) in unsatisfied_limits(adapter.limits, load_time_limits(manifest)).items():
+        problems.append(f"the bundle needs the limit {limit} = {needed}, it "
+                        f"{'does not know this limit' if offered is None else f'offers {offered}'}")
+    return f"the WebGPU adapter ({name}) cannot load the bundle: {'; '.join(problems)}" if problems else ""
+
+
+def load_session(bundle_dir: Path, backend: str = "auto", *, device: Any = None, profiling: bool = False,
+                 kernels: str = "auto", limits: Mapping[str, int] | None = None) -> Session | WasmSession:
+    """The bundle loaded on ``backend`` ("auto", "webgpu" or "wasm"; see the module's doc).
+
+    ``device``, ``kernels`` and ``limits`` are WebGPU options: "wasm" refuses them, "auto"
+    with a ``device`` is WebGPU on that device."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    if backend == "wasm":
+        given = [name for name, value in (("device", device), ("kernels", kernels != "auto"), ("limits", limits))
+                 if value]
+        if given:
+            raise ValueError(f"{' and '.join(given)} {'is a WebGPU option' if len(given) == 1 else 'are WebGPU options'}; "
+                             "backend='wasm' runs kernels.wasm on the CPU")
+        return WasmSession(bundle_dir)
+    if backend == "auto" and device is None:
+        manifest = load_manifest(bundle_dir)
+        problem = webgpu_problem(manifest)
+        if problem:
+            try:
+                wasm_entry(manifest, bundle_dir)
+            except RelaxwebError as error:
+                raise RelaxwebError(f"this machine cannot run the bundle: {problem}, and {error}") from None
+            return WasmSession(bundle_dir)
+    return Session(bundle_dir, device, profiling=profiling, kernels=kernels, limits=limits)

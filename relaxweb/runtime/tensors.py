@@ -1,0 +1,220 @@
+"""What every Python runtime backend does to a run's tensors, whatever runs the kernels.
+
+The steps of "One run" in ``docs/bundle-format.md`` that happen before the host module and
+after the last kernel: inputs checked against the manifest (the host sees shapes only) and
+converted to their device dtypes, a sequence input flattened into its arena's values, and
+outputs turned from the device dtypes back into the model's (a sequence split into its
+elements); and the weight shards read and checked at load.  ``webgpu.Session`` and ``wasm_session.WasmSession`` both call these, so both give
+the same arrays and the same error messages.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from relaxweb.errors import InputShapeError, RelaxwebError
+from relaxweb.runtime.gpu_tensor import GpuTensor
+from relaxweb.runtime.manifest import read_bundle_file
+
+SEQUENCE_KINDS = ("sequence", "optional_sequence")
+
+
+def device_dtype(dtype_entry: Mapping[str, Any]) -> np.dtype:
+    """The dtype a tensor has in GPU memory, from its entry in the manifest's ``dtypes``
+    table (int64, int16, int8 -> int32; uint16, uint8, bool -> uint32; float16, float64 ->
+    float32)."""
+    return np.dtype(dtype_entry["device_dtype"])
+
+
+def dtype_entry(manifest: Mapping[str, Any], tensor: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The manifest's ``dtypes`` entry of an input's or output's dtype."""
+    return manifest["dtypes"][tensor["dtype"]]
+
+
+def split_elements(flat: np.ndarray, shapes: list[tuple[int, ...]]) -> list[np.ndarray]:
+    """A sequence's elements from the flat array of their values, one after another."""
+    elements, start = [], 0
+    for shape in shapes:
+        count = int(np.prod(shape, dtype=np.int64))
+        elements.append(flat[start:start + count].reshape(shape))
+        start += count
+    return elements
+
+
+def to_device(name: str, array: np.ndarray, dtype_entry: Mapping[str, Any]) -> np.ndarray:
+    """An input as the GPU holds it; an integer value outside the range of a narrower device
+    dtype (int64 on an int32 device) is an error (narrower ints always fit; float64 values
+    are rounded to float32, beyond its range to infinity)."""
+    stored = device_dtype(dtype_entry)
+    if array.dtype == stored:
+        return array
+    narrowed = dtype_entry["device_bytes"] < dtype_entry["bytes"]
+    if dtype_entry["kind"] in ("int", "uint") and narrowed and array.size:
+        info = np.iinfo(stored)
+        outside = (array < info.min) | (array > info.max)
+        if outside.any():
+            position = tuple(int(i) for i in np.argwhere(outside)[0])
+            raise InputShapeError(
+                f"input '{name}': value {int(array[position])} at index {list(position)} does not fit in "
+                f"{stored} ({array.dtype} tensors are {stored} on the GPU)"
+            )
+    with np.errstate(over="ignore"):
+        return np.asarray(array.astype(stored), order="C")
+
+
+def describe_value(value: Any) -> str:
+    """How a given input is named in error messages: its dtype, or its Python type."""
+    if isinstance(value, np.ndarray):
+        return f"an array of dtype {value.dtype}"
+    if isinstance(value, GpuTensor):
+        return f"a GpuTensor of dtype {value.dtype}"
+    return f"a {type(value).__name__}"
+
+
+def to_model_dtype(array: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """Values read back as the GPU holds them, in the model's dtype, like numpy's astype:
+    int32 -> int64/int16/int8 and uint32 -> uint16/uint8 (narrow ints keep their low bits),
+    float32 -> float16 (rounded)/float64, uint32 (0/1) -> bool."""
+    if array.dtype == dtype:
+        return array
+    with np.errstate(over="ignore"):
+        return array != 0 if dtype == np.bool_ else array.astype(dtype)
+
+
+def output_array(manifest: Mapping[str, Any], output: Mapping[str, Any], data: bytes | bytearray,
+                 shape: tuple[int, ...], byte_size: int) -> np.ndarray:
+    """An output's ``byte_size`` bytes as the device holds them (``data`` may be longer), as
+    an array of the model's dtype and ``shape``."""
+    dtype = np.dtype(output["dtype"])
+    if byte_size == 0:
+        return np.zeros(shape, dtype=dtype)
+    stored = device_dtype(dtype_entry(manifest, output))
+    return to_model_dtype(np.frombuffer(data, dtype=stored, count=byte_size // stored.itemsize), dtype).reshape(shape)
+
+
+def describe_input(entry: Mapping[str, Any]) -> str:
+    shape = ", ".join(str(dimension) for dimension in entry["shape"])
+    return f"{entry['dtype']} [{shape}]"
+
+
+def checked_inputs(manifest: Mapping[str, Any], inputs: Mapping[str, Any],
+                   check_gpu_tensor: Callable[[str, GpuTensor], None]) -> tuple[list[Any], dict[int, list | None]]:
+    """The inputs in manifest order, contiguous, after the checks the host cannot do, and
+    the shapes of the elements of each sequence input by its index (a sequence is a list of
+    arrays, given to the GPU as one flat array of their values; an optional sequence may
+    be None).  A GpuTensor input is kept as it is after ``check_gpu_tensor(name, tensor)``
+    (which raises when the session cannot take it)."""
+    expected_names = [entry["name"] for entry in manifest["inputs"]]
+    unknown = [name for name in inputs if name not in expected_names]
+    if unknown:
+        raise InputShapeError(
+            f"unknown input {', '.join(repr(name) for name in unknown)}; "
+            f"the model's inputs are {', '.join(repr(name) for name in expected_names)}"
+        )
+    arrays: list[Any] = []
+    sequences: dict[int, list | None] = {}
+    for entry in manifest["inputs"]:
+        name = entry["name"]
+        if name not in inputs:
+            raise InputShapeError(f"missing input '{name}' ({describe_input(entry)})")
+        value = inputs[name]
+        if entry.get("kind") in SEQUENCE_KINDS:
+            none = value is None and entry["kind"] == "optional_sequence"
+            arrays.append(checked_sequence(manifest, entry, [] if none else value))
+            sequences[len(arrays) - 1] = None if none else [element.shape for element in value]
+            continue
+        if isinstance(value, GpuTensor):
+            check_gpu_tensor(name, value)
+        expected_dtype = np.dtype(entry["dtype"])
+        if not isinstance(value, (np.ndarray, GpuTensor)) or value.dtype != expected_dtype:
+            raise InputShapeError(
+                f"input '{name}' must be a numpy array of dtype {expected_dtype}, "
+                f"got {describe_value(value)}"
+            )
+        if value.ndim != len(entry["shape"]):
+            raise InputShapeError(
+                f"input '{name}' has {value.ndim} dimensions (shape {list(value.shape)}), "
+                f"expected {len(entry['shape'])} ({describe_input(entry)})"
+            )
+        if isinstance(value, GpuTensor):  # copied on the GPU by the run (Session._gpu_tensor_input_copies)
+            arrays.append(value)
+            continue
+        # Not np.ascontiguousarray: it turns a 0-d array (a scalar input) into a 1-d one.
+        arrays.append(to_device(name, np.asarray(value, order="C"), dtype_entry(manifest, entry)))
+    return arrays, sequences
+
+
+def checked_sequence(manifest: Mapping[str, Any], entry: Mapping[str, Any], value: Any) -> np.ndarray:
+    """A sequence input (a list of arrays of its dtype and rank) as one flat device array."""
+    name, dtype, ndim = entry["name"], np.dtype(entry["dtype"]), entry["element_ndim"]
+    if not isinstance(value, (list, tuple)):
+        raise InputShapeError(f"input '{name}' is a sequence: it must be a list of numpy arrays, got {describe_value(value)}")
+    flat = []
+    for position, element in enumerate(value):
+        if not isinstance(element, np.ndarray) or element.dtype != dtype:
+            raise InputShapeError(f"input '{name}': element {position} must be a numpy array of dtype {dtype}, "
+                                  f"got {describe_value(element)}")
+        if ndim >= 0 and element.ndim != ndim:
+            raise InputShapeError(f"input '{name}': element {position} has {element.ndim} dimensions "
+                                  f"(shape {list(element.shape)}), expected {ndim}")
+        flat.append(to_device(name, np.asarray(element, order="C"), dtype_entry(manifest, entry)).reshape(-1))
+    return np.concatenate(flat) if flat else np.zeros(0, device_dtype(dtype_entry(manifest, entry)))
+
+
+def device_byte_sizes(manifest: Mapping[str, Any], output_shapes: list[tuple[int, ...]]) -> list[int]:
+    """Bytes of each output as the device holds it: its elements times its ``device_bytes``."""
+    return [int(np.prod(shape, dtype=np.int64)) * dtype_entry(manifest, output)["device_bytes"]
+            for shape, output in zip(output_shapes, manifest["outputs"])]
+
+
+def sequence_output_tables(manifest: Mapping[str, Any], host: Any) -> dict[int, list[tuple[int, ...]] | None]:
+    """The element shapes of each sequence output by its index, from the tables the host
+    module's last run left (None: an optional sequence that is none)."""
+    return {index: host.read_sequence(output["sequence"], output["kind"] == "optional_sequence")
+            for index, output in enumerate(manifest["outputs"]) if output.get("kind") in SEQUENCE_KINDS}
+
+
+def with_flat_sequences(output_shapes: list[tuple[int, ...]],
+                        tables: Mapping[int, list[tuple[int, ...]] | None]) -> list[tuple[int, ...]]:
+    """``output_shapes`` with each sequence output's replaced by the 1-D shape of its arena's
+    values (a sequence is read as one flat array, then split)."""
+    shapes = list(output_shapes)
+    for index, elements in tables.items():
+        shapes[index] = (sum(int(np.prod(shape, dtype=np.int64)) for shape in elements or ()),)
+    return shapes
+
+
+def split_sequences(manifest: Mapping[str, Any], outputs: dict[str, Any],
+                    tables: Mapping[int, list[tuple[int, ...]] | None]) -> dict[str, Any]:
+    """``outputs`` with each sequence output's flat array split into its elements (a list)."""
+    for index, elements in tables.items():
+        name = manifest["outputs"][index]["name"]
+        outputs[name] = None if elements is None else split_elements(outputs[name], elements)
+    return outputs
+
+
+def load_shards(bundle_dir: Path, manifest: Mapping[str, Any]) -> list[bytes]:
+    """Read every weight shard, checking its size and sha256 against the manifest."""
+    shards = []
+    for shard in manifest["shards"]:
+        # one byte more than the manifest says shows a longer file without reading it all
+        data = read_bundle_file(bundle_dir, shard["file"], shard["nbytes"] + 1, "weight shard")
+        if len(data) != shard["nbytes"]:
+            size = f"{len(data)} bytes" if len(data) <= shard["nbytes"] else "more bytes"
+            raise RelaxwebError(
+                f"weight shard {shard['file']} has {size}, the manifest says "
+                f"{shard['nbytes']}: the bundle is incomplete or corrupted"
+            )
+        digest = hashlib.sha256(data).hexdigest()
+        if digest != shard["sha256"]:
+            raise RelaxwebError(
+                f"weight shard {shard['file']} fails its checksum (sha256 {digest}, the "
+                f"manifest says {shard['sha256']}): the bundle is corrupted"
+            )
+        shards.append(data)
+    return shards
