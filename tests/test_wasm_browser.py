@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from relaxweb.browser import open_runner_page
+from relaxweb.cli import main as cli_main
 from tests.fixtures.handmade_bundle import (
     DEFAULT_BOUND,
     expected_output,
@@ -164,3 +165,13 @@ def test_a_bundle_without_kernels_wasm(tmp_path: Path) -> None:
     report = run_page(tmp_path / "bundle", runs)  # auto, no WebGPU: the WebGPU error says both
     assert report["loadError"] == ("Error: WebGPU is available but no GPU adapter was found, "
                                    "and the bundle has no kernels.wasm for the wasm backend")
+
+
+def test_cli_runs_in_the_browser_on_the_wasm_backend(handmade: Path, tmp_path: Path, capsys) -> None:
+    x = x_rows(6)
+    np.savez(tmp_path / "in.npz", x=x)
+    capsys.readouterr()
+    assert cli_main(["run", str(handmade), "--inputs", str(tmp_path / "in.npz"), "--out", str(tmp_path / "out.npz"),
+                     "--browser", "--backend", "wasm"]) == 0
+    assert "ran in headless Chromium (kernels.wasm)" in capsys.readouterr().err
+    np.testing.assert_array_equal(np.load(tmp_path / "out.npz")["z"], expected_output(x))
