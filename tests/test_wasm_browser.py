@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from relaxweb import browser
 from relaxweb.browser import open_runner_page
 from relaxweb.cli import main as cli_main
 from tests.fixtures.handmade_bundle import (
@@ -175,3 +176,26 @@ def test_cli_runs_in_the_browser_on_the_wasm_backend(handmade: Path, tmp_path: P
                      "--browser", "--backend", "wasm"]) == 0
     assert "ran in headless Chromium (kernels.wasm)" in capsys.readouterr().err
     np.testing.assert_array_equal(np.load(tmp_path / "out.npz")["z"], expected_output(x))
+
+
+def test_the_demo_page_shows_the_wasm_backend_and_its_threads(handmade: Path) -> None:
+    server = browser.start_server(handmade)  # as `relaxweb serve` serves it: cross-origin isolated
+    try:
+        with browser.sync_playwright() as playwright:
+            chromium = browser.launch_chromium(playwright, webgpu=False)
+            try:
+                page = chromium.new_page()
+                page.goto(server.url)  # type: ignore[attr-defined]
+                page.wait_for_selector("#run:not([disabled])", timeout=60_000)
+                cores = page.evaluate("navigator.hardwareConcurrency")
+                threads = min(cores, 4)
+                assert page.inner_text("#device") == f"Backend: wasm (CPU, {threads} thread{'s' if threads > 1 else ''})"
+                page.fill("#var-n", "3")
+                page.click("#run")
+                page.wait_for_selector("#outputs pre", timeout=60_000)
+                assert "z shape [3, 4]" in page.inner_text("#outputs")
+                assert page.inner_text("#error") == ""
+            finally:
+                chromium.close()
+    finally:
+        browser.stop_server(server)
