@@ -138,13 +138,21 @@ class Bundle:
         return {kernel["file"]: len(read_bundle_file(self.path, kernel["f16_file"], MAX_KERNEL_BYTES, "kernel"))
                 for kernel in self.manifest["kernels"] if "f16_file" in kernel}
 
+    @property
+    def wasm_bytes(self) -> int | None:
+        """The bytes of ``kernels.wasm`` (the kernels for the WebAssembly backend), None when
+        the bundle has none."""
+        file = self.manifest.get("wasm", {}).get("file")
+        return None if file is None else len(read_bundle_file(self.path, file, MAX_KERNEL_BYTES, "kernels.wasm"))
+
     def load(self, *, backend: str = "auto", device: Any = None, profiling: bool = False, kernels: str = "auto",
              limits: Mapping[str, int] | None = None) -> Session | WasmSession:
         """The bundle loaded with the Python runtime (see :func:`load`)."""
         return load(self.path, backend=backend, device=device, profiling=profiling, kernels=kernels, limits=limits)
 
     def __str__(self) -> str:
-        return format_manifest(self.manifest, self.shader_bytes, self.cpu_shader_bytes, self.f16_shader_bytes)
+        return format_manifest(self.manifest, self.shader_bytes, self.cpu_shader_bytes, self.f16_shader_bytes,
+                               self.wasm_bytes)
 
     def __repr__(self) -> str:
         return (f"Bundle({str(self.path)!r}, inputs=[{', '.join(map(str, self.inputs))}], "
@@ -292,11 +300,12 @@ def format_coverage(source: str, opset: int, coverage: list[tuple[str, int, bool
 
 def format_manifest(manifest: Mapping[str, Any], shader_bytes: Mapping[str, int] | None = None,
                     cpu_shader_bytes: Mapping[str, int] | None = None,
-                    f16_shader_bytes: Mapping[str, int] | None = None) -> str:
+                    f16_shader_bytes: Mapping[str, int] | None = None, wasm_bytes: int | None = None) -> str:
     """A bundle's manifest as ``relaxweb inspect DIR`` prints it (with ``shader_bytes``, the
     size of each kernel's WGSL by file: the pipelines to compile at load, largest first; with
     ``cpu_shader_bytes`` and ``f16_shader_bytes``, the sizes of the shaders a CPU adapter and
-    an adapter with ``shader-f16`` compile instead)."""
+    an adapter with ``shader-f16`` compile instead; with ``wasm_bytes``, the size of
+    ``kernels.wasm``)."""
     lines = [f"bundle of {manifest.get('model')} (format {manifest['format']} v{manifest['version']})"]
     for kind in ("inputs", "outputs"):
         for item in manifest[kind]:
@@ -324,6 +333,12 @@ def format_manifest(manifest: Mapping[str, Any], shader_bytes: Mapping[str, int]
         lines.append(f"  {index}: {manifest['kernels'][site['kernel']]['file']}  {site['binding']}")
     if shader_bytes is not None:
         lines += _format_pipelines(manifest, shader_bytes, cpu_shader_bytes or {}, f16_shader_bytes or {})
+    wasm = manifest.get("wasm", {})
+    if "unavailable" in wasm:
+        lines.append(f"kernels.wasm: none ({wasm['unavailable']})")
+    elif "file" in wasm:
+        size = f"{wasm_bytes} bytes, " if wasm_bytes is not None else ""
+        lines.append(f"kernels.wasm: {size}{wasm['scratch_bytes']} bytes of scratch per thread")
     lines.append(f"required limits: {manifest['required_limits']}")
     return "\n".join(lines)
 

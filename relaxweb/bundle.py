@@ -1,7 +1,8 @@
 """write_bundle: compiled module -> dist/ folder (see docs/bundle-format.md for what it holds).
 
 The module comes from the compile driver (``compiler.py``), its ``main`` a host function.
-Steps: emit one WGSL shader per kernel the host dispatches and the host module for the host
+Steps: emit one WGSL shader per kernel the host dispatches, the same kernels as one
+WebAssembly module (``kernels.wasm``, ``relaxweb/cpu``) and the host module for the host
 function, then write the manifest (with the entries of the dtype table its tensors use,
 ``relaxweb/ir/dtype.py``), the weights (in shards with checksums, in their device dtypes) and
 a copy of the browser runtime.
@@ -17,6 +18,7 @@ from typing import Callable
 
 import numpy as np
 
+from .cpu.kernels import KernelsWasm, emit_kernels_wasm
 from .errors import RelaxwebError, UnsupportedModelError
 from .ir.cost import MAX_TREE_DEPTH, MAX_TREE_NODES, expression_tree, program_cost, tree_depth, tree_size
 from .ir.dtype import GPU_DTYPES, dtype_info
@@ -37,6 +39,8 @@ FORMAT = "relaxweb-bundle"
 VERSION = 2
 SHARD_BYTES = 32 * 1024 * 1024
 RUNTIME_JS = Path(__file__).parent / "runtime_js"
+KERNELS_WASM = "kernels.wasm"  # every kernel as WebAssembly SIMD functions (docs/bundle-format.md, "kernels.wasm")
+KERNELS_WAT = "kernels.wat"  # its text, for reading (runtimes do not load it)
 
 Progress = Callable[[str], None]
 
@@ -67,7 +71,8 @@ def write_bundle(module: IRModule, out_dir: str | Path, source: str, progress: P
     (out / "kernels").mkdir(exist_ok=True)
     (out / "weights").mkdir(exist_ok=True)
     # a rebuild into the same folder must not leave the last build's kernels or shards behind
-    for stale in (*(out / "kernels").glob("*.wgsl"), *(out / "weights").glob("shard*.bin")):
+    for stale in (*(out / "kernels").glob("*.wgsl"), *(out / "weights").glob("shard*.bin"),
+                  *(out / name for name in (KERNELS_WASM, KERNELS_WAT) if (out / name).exists())):
         stale.unlink()
 
     weight_parts = [binding_parts(_weight_device_bytes(w.data), split_bytes) for w in host.weights]
@@ -103,6 +108,8 @@ def write_bundle(module: IRModule, out_dir: str | Path, source: str, progress: P
             "buffers": [entry for b in dispatch.buffers for entry in _buffer_entries(b, weight_parts)],
         })
     progress(f"emitted {len(kernels)} WGSL kernels for {len(call_sites)} call sites")
+    wasm_entry = _write_kernels_wasm(module, [(program, dict(parts)) for program, parts in kernel_index], source, out,
+                                     progress)
 
     wat = emit_host_wat(host, call_site_params, WORKGROUP_SIZE, source)
     (out / "host.wat").write_text(wat)
@@ -143,6 +150,7 @@ def write_bundle(module: IRModule, out_dir: str | Path, source: str, progress: P
                    for c in host.caches],
         "required_limits": _required_limits(kernels, storages, weights),
         "required_features": _required_features(kernels),
+        "wasm": wasm_entry,
     }
     if tokenizer is not None:
         manifest["tokenizer"] = tokenizer
@@ -151,6 +159,21 @@ def write_bundle(module: IRModule, out_dir: str | Path, source: str, progress: P
         shutil.copytree(RUNTIME_JS, out / "runtime", dirs_exist_ok=True)
     progress(f"wrote {out}/ ({len(kernels)} kernels, {sum(s['nbytes'] for s in shards)} bytes of weights)")
     return manifest
+
+
+def _write_kernels_wasm(module: IRModule, kernel_order: list, source: str, out: Path, progress: Progress) -> dict:
+    """Write ``kernels.wasm`` (and its text ``kernels.wat``) with every kernel in manifest
+    order; the manifest's ``wasm`` entry.  A bundle whose kernels cannot all run on the CPU
+    (a library kernel without a WebAssembly version) gets none, and the entry says why: a
+    note, never a failed build."""
+    kernels_wasm = emit_kernels_wasm(module, kernel_order, source)
+    if not isinstance(kernels_wasm, KernelsWasm):
+        progress(f"note: no {KERNELS_WASM} (no WebAssembly backend): {kernels_wasm.reason}")
+        return {"unavailable": kernels_wasm.reason}
+    (out / KERNELS_WAT).write_text(kernels_wasm.wat)
+    (out / KERNELS_WASM).write_bytes(kernels_wasm.wasm)
+    progress(f"assembled {KERNELS_WASM} ({len(kernels_wasm.wasm)} bytes)")
+    return {"file": KERNELS_WASM, "scratch_bytes": kernels_wasm.scratch_bytes}
 
 
 def _sequence_entry(value: HostInput | HostOutput, host: HostFunction) -> dict:

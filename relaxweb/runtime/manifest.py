@@ -276,6 +276,10 @@ def _fact_problem(manifest: dict) -> str | None:
     for name in ("bos_token_id", "eos_token_id"):
         if name in tokenizer and tokenizer[name] >= tokenizer["vocab_size"]:
             return f"tokenizer.{name}: {tokenizer[name]} is not below vocab_size ({tokenizer['vocab_size']})"
+    if "wasm" in manifest:
+        keys = sorted(key for key in manifest["wasm"] if key in ("file", "scratch_bytes", "unavailable"))
+        if keys not in (["file", "scratch_bytes"], ["unavailable"]):
+            return "wasm: expected either file and scratch_bytes or unavailable"
     for index, site in enumerate(manifest["call_sites"]):
         end = site["params_offset"] + site["params_size"]
         if site["params_offset"] % 256 or site["params_size"] % 16 or end > manifest["params_bytes"]:

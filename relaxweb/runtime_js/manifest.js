@@ -294,6 +294,12 @@ function factProblem(manifest) {
       return `tokenizer.${name}: ${tokenizer[name]} is not below vocab_size (${tokenizer.vocab_size})`;
     }
   }
+  if ("wasm" in manifest) {
+    const keys = Object.keys(manifest.wasm).filter((key) => ["file", "scratch_bytes", "unavailable"].includes(key)).sort();
+    if (keys.join(",") !== "file,scratch_bytes" && keys.join(",") !== "unavailable") {
+      return "wasm: expected either file and scratch_bytes or unavailable";
+    }
+  }
   for (const [index, site] of manifest.call_sites.entries()) {
     const end = site.params_offset + site.params_size;
     if (site.params_offset % 256 || site.params_size % 16 || end > manifest.params_bytes) {

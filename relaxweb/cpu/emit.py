@@ -1,0 +1,559 @@
+"""The expression emitter of the WebAssembly backend: scalar expressions, index arithmetic,
+loads and stores of a tensor program, written into a kernel's ``$main`` as WAT.
+
+Each kind of loop nest (``schedules.py``) drives an :class:`Emitter`: it sets up the loops
+and asks the emitter for the value of the body.  Values are WAT folded instructions
+(``(f32.add (local.get $v0) (f32.const 1))``); statements are lines of the function body.
+Index arithmetic is i32, lowered from the IR's floor division and modulo by
+``relaxweb/ir/lower_index.py`` and rendered here; size variables are loaded from the params
+block into locals, so one kernel serves every shape.  Locals are named by the emitter
+(``$s0`` for the first size variable, ``$x0`` for the first output axis, ...): names from the
+model never appear in code, only in comments (``relaxweb.ir.syntax.comment_text``).
+
+Semantics are the WGSL backend's (docs/bundle-format.md, "kernels.wasm"): integer division
+never traps (``a / 0 == a``, ``INT_MIN / -1 == INT_MIN``, ``a % 0 == 0``), float to integer
+conversions saturate, float max / min propagate NaN (wasm's ``f32.max`` / ``f32.min`` do),
+a ``Select`` whose branches load is an ``if``, and a ``Gather`` clamps its run-time indices.
+Every op of the scalar IR has an entry in the tables below: a missing one is an error naming
+it, never a guess.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Mapping
+
+import numpy as np
+
+from ..ir.dtype import DtypeKind, dtype_info
+from ..ir.lower_index import Constant, IndexLowering, IndexOp, Operation, TargetIndex, Variable
+from ..ir.symbolic import IntImm, PrimExpr, SizeVar, simplify
+from ..ir.tir import (
+    Binary, BinaryOp, Buffer, Cast, Compare, CompareOp, FloatImm, Gather, IndexValue, Load, Reduce, ReduceCombiner,
+    ScalarExpr, Select, TensorProgram, Unary, UnaryOp, scalar_children, scalar_nodes,
+)
+
+# A value's class decides its instructions: "f" a float (f32), "s" a signed integer, "u" an
+# unsigned integer or a bool (both i32 in wasm; a bool is 0 or 1).
+FLOAT, SIGNED, UNSIGNED = "f", "s", "u"
+
+
+def value_class(dtype: str) -> str:
+    """The class of a value of ``dtype`` in registers (its device dtype's; a bool is unsigned)."""
+    info = dtype_info(dtype)
+    if info.is_float:
+        return FLOAT
+    return SIGNED if info.kind is DtypeKind.INT else UNSIGNED
+
+
+def wasm_type(dtype: str) -> str:
+    """The wasm value type of ``dtype`` in registers and in buffers: f32 or i32."""
+    return "f32" if dtype_info(dtype).is_float else "i32"
+
+
+def _op(instruction: str) -> Callable[..., str]:
+    """An instruction applied to its operands' text, folded: ``(f32.add a b)``."""
+    return lambda *operands: f"({instruction} {' '.join(operands)})"
+
+
+def _call(function: str) -> Callable[..., str]:
+    return lambda *operands: f"(call ${function} {' '.join(operands)})"
+
+
+def _per_class(f: str | None, s: str | None, u: str | None = None) -> dict[str, Callable[..., str]]:
+    """One rendering per value class from instruction names (``call $x`` for a function)."""
+    table = {}
+    for cls, name in ((FLOAT, f), (SIGNED, s), (UNSIGNED, s if u is None else u)):
+        if name is not None:
+            table[cls] = _call(name[6:]) if name.startswith("call $") else _op(name)
+    return table
+
+
+# How each op of the scalar IR is written in WAT, by value class, from its operands' text.
+# tests/test_cpu_kernels.py checks that every member of each enum has an entry.
+BINARY_RENDERINGS: dict[BinaryOp, dict[str, Callable[[str, str], str]]] = {
+    BinaryOp.ADD: _per_class("f32.add", "i32.add"),
+    BinaryOp.SUBTRACT: _per_class("f32.sub", "i32.sub"),
+    BinaryOp.MULTIPLY: _per_class("f32.mul", "i32.mul"),
+    BinaryOp.DIVIDE: _per_class("f32.div", "call $div_s_i32", "call $div_u32"),  # never traps (HELPER_FUNCTIONS)
+    BinaryOp.MAXIMUM: _per_class("f32.max", "call $max_s_i32", "call $max_u32"),  # f32.max propagates NaN
+    BinaryOp.MINIMUM: _per_class("f32.min", "call $min_s_i32", "call $min_u32"),
+    BinaryOp.POWER: _per_class("call $pow_f32", None, None),
+    BinaryOp.BITWISE_AND: _per_class(None, "i32.and"),
+    BinaryOp.BITWISE_OR: _per_class(None, "i32.or"),
+    BinaryOp.BITWISE_XOR: _per_class(None, "i32.xor"),
+    BinaryOp.SHIFT_RIGHT: _per_class(None, "i32.shr_s", "i32.shr_u"),  # the amount modulo 32, as WGSL
+}
+UNARY_RENDERINGS: dict[UnaryOp, dict[str, Callable[[str], str]]] = {
+    UnaryOp.NEGATIVE: {FLOAT: _op("f32.neg"), SIGNED: lambda a: f"(i32.sub (i32.const 0) {a})"},
+    # a NaN's exponent is all ones and its mantissa not zero (whatever the sign)
+    UnaryOp.IS_NAN: {FLOAT: lambda a: f"(i32.gt_u (i32.and (i32.reinterpret_f32 {a}) (i32.const 0x7fffffff)) "
+                                      f"(i32.const 0x7f800000))"},
+    UnaryOp.UNPACK_HALF: {UNSIGNED: _call("unpack_half_f32")},
+    UnaryOp.SQRT: _per_class("f32.sqrt", None, None),
+    UnaryOp.FLOOR: _per_class("f32.floor", None, None),
+    UnaryOp.CEIL: _per_class("f32.ceil", None, None),
+    UnaryOp.ROUND: _per_class("f32.nearest", None, None),  # halves to even
+    # the math library's functions (relaxweb/cpu/math.py)
+    **{op: _per_class(f"call ${op.value}_f32", None, None) for op in (
+        UnaryOp.EXP, UnaryOp.TANH, UnaryOp.SIGMOID, UnaryOp.LOG, UnaryOp.SIN, UnaryOp.COS, UnaryOp.TAN,
+        UnaryOp.ASIN, UnaryOp.ACOS, UnaryOp.ATAN, UnaryOp.ASINH, UnaryOp.ACOSH, UnaryOp.ATANH,
+    )},
+}
+COMPARE_RENDERINGS: dict[CompareOp, dict[str, Callable[[str, str], str]]] = {
+    CompareOp.LT: _per_class("f32.lt", "i32.lt_s", "i32.lt_u"),
+    CompareOp.LE: _per_class("f32.le", "i32.le_s", "i32.le_u"),
+    CompareOp.GT: _per_class("f32.gt", "i32.gt_s", "i32.gt_u"),
+    CompareOp.GE: _per_class("f32.ge", "i32.ge_s", "i32.ge_u"),
+    CompareOp.EQ: _per_class("f32.eq", "i32.eq"),
+    CompareOp.NE: _per_class("f32.ne", "i32.ne"),
+}
+# accumulator, value -> the accumulator combined with the value
+COMBINER_RENDERINGS: dict[ReduceCombiner, dict[str, Callable[[str, str], str]]] = {
+    ReduceCombiner.SUM: BINARY_RENDERINGS[BinaryOp.ADD],
+    ReduceCombiner.PROD: BINARY_RENDERINGS[BinaryOp.MULTIPLY],
+    ReduceCombiner.MAX: BINARY_RENDERINGS[BinaryOp.MAXIMUM],
+    ReduceCombiner.MIN: BINARY_RENDERINGS[BinaryOp.MINIMUM],
+}
+# The IR's index operations (relaxweb/ir/lower_index.py); a truncating division by a
+# positive constant is an instruction (its numerator is >= 0: unsigned), any other a helper.
+INDEX_RENDERINGS: dict[IndexOp, Callable[[str, str], str]] = {
+    IndexOp.ADD: _op("i32.add"),
+    IndexOp.SUBTRACT: _op("i32.sub"),
+    IndexOp.MULTIPLY: _op("i32.mul"),
+    IndexOp.TRUNCATING_DIVIDE: _call("div_s_i32"),
+    IndexOp.TRUNCATING_REMAINDER: _call("rem_s_i32"),
+    IndexOp.FLOOR_DIVIDE: _call("floor_div_i32"),
+    IndexOp.FLOOR_MODULO: _call("floor_mod_i32"),
+    IndexOp.MINIMUM: _call("min_s_i32"),
+    IndexOp.MAXIMUM: _call("max_s_i32"),
+}
+_CONSTANT_DIVISIONS = {IndexOp.TRUNCATING_DIVIDE: "i32.div_u", IndexOp.TRUNCATING_REMAINDER: "i32.rem_u"}
+
+
+def rendering(table: dict, op, cls: str | None = None):
+    """The entry of ``op`` (for values of class ``cls``) in one of the tables above; a
+    missing one is an error naming it."""
+    entry = table.get(op)
+    if entry is not None and cls is not None:
+        entry = entry.get(cls)
+    if entry is None:
+        kind = {FLOAT: " on floats", SIGNED: " on signed integers", UNSIGNED: " on unsigned integers or bools"}
+        raise NotImplementedError(
+            f"the WebAssembly backend has no rendering of {type(op).__name__}.{op.name}{kind.get(cls, '')}")
+    return entry
+
+
+# Integer helpers the renderings call, added to kernels.wasm where used (name -> WAT).  Integer
+# division and remainder follow WGSL, which defines every case: wasm's i32.div_s traps on a
+# zero divisor and on INT_MIN / -1, i32.rem_s on a zero divisor.
+HELPER_FUNCTIONS: dict[str, str] = {
+    "div_s_i32": """\
+;; WGSL's a / b on i32: truncates; a / 0 is a, INT_MIN / -1 is INT_MIN (no trap)
+(func $div_s_i32 (param $a i32) (param $b i32) (result i32)
+  (if (result i32) (i32.or (i32.eqz (local.get $b))
+                           (i32.and (i32.eq (local.get $a) (i32.const 0x80000000)) (i32.eq (local.get $b) (i32.const -1))))
+    (then (local.get $a))
+    (else (i32.div_s (local.get $a) (local.get $b)))))""",
+    "rem_s_i32": """\
+;; WGSL's a % b on i32: takes a's sign; a % 0 is 0 (INT_MIN % -1 is 0 in wasm too)
+(func $rem_s_i32 (param $a i32) (param $b i32) (result i32)
+  (if (result i32) (i32.eqz (local.get $b))
+    (then (i32.const 0))
+    (else (i32.rem_s (local.get $a) (local.get $b)))))""",
+    "div_u32": """\
+;; WGSL's a / b on u32: a / 0 is a
+(func $div_u32 (param $a i32) (param $b i32) (result i32)
+  (if (result i32) (i32.eqz (local.get $b))
+    (then (local.get $a))
+    (else (i32.div_u (local.get $a) (local.get $b)))))""",
+    "floor_div_i32": """\
+;; the IR's a // b: rounds toward negative infinity (one less than the truncated quotient
+;; where the remainder is not 0 and the signs differ)
+(func $floor_div_i32 (param $a i32) (param $b i32) (result i32)
+  (i32.sub (call $div_s_i32 (local.get $a) (local.get $b))
+           (i32.and (i32.ne (call $rem_s_i32 (local.get $a) (local.get $b)) (i32.const 0))
+                    (i32.lt_s (i32.xor (local.get $a) (local.get $b)) (i32.const 0)))))""",
+    "floor_mod_i32": """\
+;; the IR's a % b: takes b's sign (the truncated remainder plus b where their signs differ)
+(func $floor_mod_i32 (param $a i32) (param $b i32) (result i32)
+  (local $remainder i32)
+  (local.set $remainder (call $rem_s_i32 (local.get $a) (local.get $b)))
+  (select (i32.add (local.get $remainder) (local.get $b)) (local.get $remainder)
+          (i32.and (i32.ne (local.get $remainder) (i32.const 0))
+                   (i32.lt_s (i32.xor (local.get $remainder) (local.get $b)) (i32.const 0)))))""",
+    **{f"{name}_{suffix}": f"""\
+(func ${name}_{suffix} (param $a i32) (param $b i32) (result i32)
+  (select (local.get $a) (local.get $b) ({compare} (local.get $a) (local.get $b))))"""
+       for name, compare_name in (("max", "gt"), ("min", "lt"))
+       for suffix, compare in (("s_i32", f"i32.{compare_name}_s"), ("u32", f"i32.{compare_name}_u"))},
+    "clamp_index_i32": """\
+;; a run-time index clamped into [0, extent - 1] (0 for an empty extent)
+(func $clamp_index_i32 (param $index i32) (param $extent i32) (result i32)
+  (call $max_s_i32 (call $min_s_i32 (local.get $index) (i32.sub (local.get $extent) (i32.const 1))) (i32.const 0)))""",
+    "round_half_f32": """\
+;; x rounded to the nearest float16 (halves to even), as a float32: WGSL's
+;; unpack2x16float(pack2x16float(x)); beyond float16's range an infinity, NaN stays NaN
+(func $round_half_f32 (param $x f32) (result f32)
+  (local $bits i32)
+  (if (result f32) (f32.ge (f32.abs (local.get $x)) (f32.const 65520))
+    (then (f32.copysign (f32.const inf) (local.get $x)))
+    (else
+      (if (result f32) (f32.lt (f32.abs (local.get $x)) (f32.const 0x1p-14))
+        (then (f32.mul (f32.nearest (f32.mul (local.get $x) (f32.const 0x1p24))) (f32.const 0x1p-24)))
+        (else
+          ;; keep 10 mantissa bits: add half of the dropped unit (less one where the kept lsb is 0)
+          (local.set $bits (i32.reinterpret_f32 (local.get $x)))
+          (local.set $bits (i32.add (local.get $bits)
+                                    (i32.add (i32.const 0xfff) (i32.and (i32.shr_u (local.get $bits) (i32.const 13)) (i32.const 1)))))
+          (f32.reinterpret_i32 (i32.and (local.get $bits) (i32.const 0xffffe000))))))))""",
+}
+HELPER_FUNCTIONS["rem_u32"] = """\
+;; WGSL's a % b on u32: a % 0 is 0
+(func $rem_u32 (param $a i32) (param $b i32) (result i32)
+  (if (result i32) (i32.eqz (local.get $b))
+    (then (i32.const 0))
+    (else (i32.rem_u (local.get $a) (local.get $b)))))"""
+
+
+def literal(value: float, dtype: str) -> str:
+    """A WAT constant of ``dtype`` (in its device dtype; an int64 constant saturates to i32,
+    as on the GPU)."""
+    info = dtype_info(dtype)
+    if not info.on_gpu:
+        raise NotImplementedError(f"dtype {dtype} has no device representation")
+    if info.is_float:
+        return f"(f32.const {np.float32(value)})"  # the shortest text that reads back as this f32
+    if info.kind is DtypeKind.BOOL:
+        return f"(i32.const {int(bool(value))})"
+    value = int(value)
+    if info.kind is DtypeKind.INT and info.narrowed_on_device:
+        value = min(max(value, -2**31), 2**31 - 1)
+    return f"(i32.const {value})"
+
+
+def reduce_identity(combiner: ReduceCombiner, dtype: str) -> str:
+    """The start value of a reduction (an empty range reduces to it): 0 for sum, 1 for prod,
+    the lowest (highest) value of the dtype for max (min)."""
+    if combiner is ReduceCombiner.SUM:
+        return literal(0, dtype)
+    if combiner is ReduceCombiner.PROD:
+        return literal(1, dtype)
+    if combiner not in (ReduceCombiner.MAX, ReduceCombiner.MIN):
+        raise NotImplementedError(f"the WebAssembly backend has no identity of ReduceCombiner.{combiner.name}")
+    lowest = combiner is ReduceCombiner.MAX
+    info = dtype_info(dtype)
+    if info.is_float:
+        return f"(f32.const {'-inf' if lowest else 'inf'})"
+    if info.kind is DtypeKind.BOOL:
+        return literal(not lowest, dtype)
+    bits = 8 * min(info.bytes, info.device_bytes)
+    if info.kind is DtypeKind.INT:
+        return literal(-2 ** (bits - 1) if lowest else 2 ** (bits - 1) - 1, dtype)
+    return literal(0 if lowest else 2 ** bits - 1, dtype)
+
+
+def render_index(target: TargetIndex, variable: Callable[[str], str]) -> str:
+    """WAT of a lowered index expression (i32); ``variable`` gives a variable's value."""
+    if isinstance(target, Constant):
+        return f"(i32.const {target.value})"
+    if isinstance(target, Variable):
+        return variable(target.name)
+    assert isinstance(target, Operation)
+    a, b = render_index(target.a, variable), render_index(target.b, variable)
+    if target.op in _CONSTANT_DIVISIONS and isinstance(target.b, Constant) and target.b.value > 0:
+        return f"({_CONSTANT_DIVISIONS[target.op]} {a} {b})"
+    return INDEX_RENDERINGS[target.op](a, b)
+
+
+class Function:
+    """A function's locals and body lines, built by a schedule and its emitter."""
+
+    def __init__(self) -> None:
+        self.locals: dict[str, str] = {}  # name (with $) -> wasm type
+        self.lines: list[str] = []
+        self._counts: dict[str, int] = {}
+
+    def local(self, prefix: str, wasm_type: str) -> str:
+        """A new local ``$prefixN``."""
+        number = self._counts.get(prefix, 0)
+        self._counts[prefix] = number + 1
+        name = f"${prefix}{number}"
+        self.locals[name] = wasm_type
+        return name
+
+    def named_local(self, name: str, wasm_type: str) -> str:
+        """The local ``$name`` (declared once)."""
+        self.locals.setdefault(f"${name}", wasm_type)
+        return f"${name}"
+
+    def emit(self, indent: str, line: str) -> None:
+        self.lines.append(indent + line)
+
+    def text(self, header: str, indent: str = "  ") -> str:
+        """``(func ...)``: the header (name, params, result), the locals, the body."""
+        declarations = [f"{indent}(local {name} {kind})" for name, kind in self.locals.items()]
+        return "\n".join([f"(func {header}", *declarations, *self.lines]) + ")"
+
+
+class Emitter:
+    """Turns a tensor program's scalar expressions into WAT within one :class:`Function`.
+
+    A subexpression that occurs more than once in the body (fusion inlines a producer at
+    every load of it) is computed once into a local and reused within the scope that
+    computed it; a scope is opened for each loop body and each branch.  Index expressions go
+    through an :class:`IndexLowering`, which knows the range of each axis in scope (declared
+    by :meth:`declare_axis`).  ``buffers`` gives each buffer's address (a WAT value: the
+    local holding it); ``variables`` each size variable's and axis's local, by IR name.
+    """
+
+    def __init__(self, program: TensorProgram, function: Function, buffers: Mapping[str, str],
+                 variables: Mapping[str, str]) -> None:
+        self.program = program
+        self.function = function
+        self.buffers = dict(buffers)
+        self.variables: list[dict[str, str]] = [dict(variables)]
+        self.repeated = repeated_subexpressions(program.body)
+        self.scopes: list[dict[ScalarExpr, str]] = [{}]
+        self.index_lowering = IndexLowering()
+
+    # -- scopes, axes and variables
+
+    def open_scope(self) -> None:
+        self.scopes.append({})
+        self.variables.append(dict(self.variables[-1]))
+        self.index_lowering.enter()
+
+    def close_scope(self) -> None:
+        self.scopes.pop()
+        self.variables.pop()
+        self.index_lowering.leave()
+
+    def declare_axis(self, axis: SizeVar, extent: PrimExpr, local: str) -> None:
+        """``axis`` (held in ``local``) lies in ``[0, extent - 1]`` in the current scope."""
+        self.variables[-1][axis.name] = local
+        self.index_lowering.declare_axis(axis, extent)
+
+    def known(self, expr: ScalarExpr, value: str) -> None:
+        self.scopes[-1][expr] = value
+
+    def lookup(self, expr: ScalarExpr) -> str | None:
+        for scope in reversed(self.scopes):
+            if expr in scope:
+                return scope[expr]
+        return None
+
+    def variable(self, name: str) -> str:
+        local = self.variables[-1].get(name)
+        if local is None:
+            raise ValueError(f"{self.program.name}: the index variable {name} is not in scope")
+        return f"(local.get {local})"
+
+    def index(self, expr: PrimExpr) -> str:
+        """An i32 WAT value of an index expression: simplified with the ranges of the axes in
+        scope, the IR's floor division and modulo lowered (``relaxweb/ir/lower_index.py``)."""
+        return render_index(self.index_lowering.lower(expr), self.variable)
+
+    def offset(self, buffer: Buffer, indices: tuple[PrimExpr, ...]) -> PrimExpr:
+        """The element offset of ``buffer[indices]`` (row-major), as an index expression."""
+        flat: PrimExpr = IntImm(0)
+        stride: PrimExpr = IntImm(1)
+        for index, extent in reversed(list(zip(indices, buffer.shape))):
+            flat = flat + index * stride
+            stride = stride * extent
+        return flat
+
+    def address(self, buffer_name: str, offset: str) -> str:
+        """The byte address of the element at ``offset`` (i32 WAT) of a buffer."""
+        base = f"(local.get {self.buffers[buffer_name]})"
+        if offset == "(i32.const 0)":
+            return base
+        return f"(i32.add {base} (i32.shl {offset} (i32.const 2)))"
+
+    def element_address(self, buffer: Buffer, indices: tuple[PrimExpr, ...]) -> str:
+        """The address of ``buffer[indices]``.  A load is in bounds wherever it is evaluated,
+        so a negative constant offset belongs to a branch never taken: it reads element 0."""
+        target = self.index_lowering.lower(self.offset(buffer, indices))
+        if isinstance(target, Constant) and target.value < 0:
+            target = Constant(0)
+        return self.address(buffer.name, render_index(target, self.variable))
+
+    # -- values
+
+    def scalar(self, expr: ScalarExpr, indent: str) -> str:
+        """The WAT value of ``expr`` (statements it needs are emitted at ``indent``)."""
+        known = self.lookup(expr)
+        if known is not None:
+            return known
+        text = self._scalar(expr, indent)
+        if expr in self.repeated and not text.startswith("(local.get"):
+            text = self.set_local(text, wasm_type(expr.dtype), indent)
+        self.known(expr, text)
+        return text
+
+    def set_local(self, value: str, kind: str, indent: str, prefix: str = "v") -> str:
+        """``value`` computed into a new local; returns the local's value."""
+        local = self.function.local(prefix, kind)
+        self.function.emit(indent, f"(local.set {local} {value})")
+        return f"(local.get {local})"
+
+    def _scalar(self, expr: ScalarExpr, indent: str) -> str:
+        if isinstance(expr, Load):
+            return load(expr.buffer.dtype, self.element_address(expr.buffer, expr.indices))
+        if isinstance(expr, Gather):
+            return load(expr.buffer.dtype, self.gather_address(expr, indent))
+        if isinstance(expr, FloatImm):
+            return literal(expr.value, expr.dtype)
+        if isinstance(expr, IndexValue):
+            return self.index(expr.value)
+        if isinstance(expr, Cast):
+            return cast(expr.dtype, expr.a.dtype, self.scalar(expr.a, indent))
+        if isinstance(expr, Compare):
+            a, b = self.scalar(expr.a, indent), self.scalar(expr.b, indent)
+            return rendering(COMPARE_RENDERINGS, expr.op, value_class(expr.a.dtype))(a, b)
+        if isinstance(expr, Select):
+            return self.select(expr, indent)
+        if isinstance(expr, Binary):
+            a, b = self.scalar(expr.a, indent), self.scalar(expr.b, indent)
+            return rendering(BINARY_RENDERINGS, expr.op, value_class(expr.dtype))(a, b)
+        if isinstance(expr, Unary):
+            return rendering(UNARY_RENDERINGS, expr.op, value_class(expr.a.dtype))(self.scalar(expr.a, indent))
+        if isinstance(expr, Reduce):
+            return self.reduce(expr, indent)
+        raise TypeError(f"cannot emit {type(expr).__name__}")
+
+    def gather_address(self, expr: Gather, indent: str) -> str:
+        """The address of an indirect load: run-time indices (i32) are clamped into their
+        dimension (as on the GPU)."""
+        terms: list[str] = []
+        constant_part: PrimExpr = IntImm(0)
+        stride: PrimExpr = IntImm(1)
+        for index, extent in reversed(list(zip(expr.indices, expr.buffer.shape))):
+            if isinstance(index, ScalarExpr):
+                value = self.scalar(index, indent)
+                clamped = f"(call $clamp_index_i32 {value} {self.index(extent)})"
+                stride_value = simplify(stride)
+                terms.append(clamped if stride_value == IntImm(1) else f"(i32.mul {clamped} {self.index(stride_value)})")
+            else:
+                constant_part = constant_part + index * stride
+            stride = stride * extent
+        offset = self.index(constant_part)
+        for term in terms:
+            offset = term if offset == "(i32.const 0)" else f"(i32.add {offset} {term})"
+        return self.address(expr.buffer.name, offset)
+
+    def reduce(self, expr: Reduce, indent: str) -> str:
+        """A serial loop accumulating the body over the reduction axis."""
+        dtype = expr.body.dtype
+        kind = wasm_type(dtype)
+        accumulator = self.function.local("acc", kind)
+        axis = self.function.local("r", "i32")
+        end = self.function.local("end", "i32")
+        number = axis[2:]
+        emit = self.function.emit
+        emit(indent, f"(local.set {accumulator} {reduce_identity(expr.combiner, dtype)})")
+        emit(indent, f"(local.set {end} {self.index(expr.extent)})")
+        emit(indent, f"(local.set {axis} (i32.const 0))")
+        emit(indent, f"(block $reduced{number}")
+        emit(indent, f"  (br_if $reduced{number} (i32.ge_s (local.get {axis}) (local.get {end})))")
+        emit(indent, f"  (loop $reduce{number}")
+        inner = indent + "    "
+        self.open_scope()
+        self.declare_axis(expr.axis, expr.extent, axis)
+        body = self.scalar(expr.body, inner)
+        self.close_scope()
+        combined = rendering(COMBINER_RENDERINGS, expr.combiner, value_class(dtype))(f"(local.get {accumulator})", body)
+        emit(inner, f"(local.set {accumulator} {combined})")
+        emit(inner, f"(local.set {axis} (i32.add (local.get {axis}) (i32.const 1)))")
+        emit(inner, f"(br_if $reduce{number} (i32.lt_s (local.get {axis}) (local.get {end})))))")
+        return f"(local.get {accumulator})"
+
+    def select(self, expr: Select, indent: str) -> str:
+        """wasm's ``select`` when both branches are cheap and read no memory (it evaluates
+        both), else an ``if`` into a local, so that only the chosen branch is evaluated (a
+        branch may load out of bounds where it is not chosen: a concat, a padded
+        convolution's input)."""
+        kind = wasm_type(expr.dtype)
+        if is_branch_free(expr.a) and is_branch_free(expr.b):
+            condition = self.scalar(expr.condition, indent)
+            a, b = self.scalar(expr.a, indent), self.scalar(expr.b, indent)
+            return f"(select {a} {b} {condition})"
+        condition = self.scalar(expr.condition, indent)
+        result = self.function.local("sel", kind)
+        emit = self.function.emit
+        emit(indent, f"(if {condition}")
+        for branch, label in ((expr.a, "then"), (expr.b, "else")):
+            emit(indent, f"  ({label}")
+            self.open_scope()
+            value = self.scalar(branch, indent + "    ")
+            self.close_scope()
+            emit(indent, f"    (local.set {result} {value}))")
+        self.function.lines[-1] += ")"
+        return f"(local.get {result})"
+
+
+BRANCH_FREE_NODES = 16  # the most nodes a select's branch may have to be evaluated unconditionally
+
+
+def is_branch_free(expr: ScalarExpr) -> bool:
+    """Few nodes, no memory read and no reduction: evaluated whether chosen or not (wasm's
+    ``select``).  Index values may divide: the index helpers never trap."""
+    nodes = 0
+    for node in scalar_nodes(expr):
+        nodes += 1
+        if isinstance(node, (Load, Gather, Reduce)) or nodes > BRANCH_FREE_NODES:
+            return False
+    return True
+
+
+def load(dtype: str, address: str) -> str:
+    """The register value of a buffer element of ``dtype`` (a bool is stored as u32 0 / 1)."""
+    if dtype_info(dtype).kind is DtypeKind.BOOL:
+        return f"(i32.ne (i32.load {address}) (i32.const 0))"
+    return f"({wasm_type(dtype)}.load {address})"
+
+
+def store(dtype: str, address: str, value: str) -> str:
+    """The statement storing a register value into a buffer element of ``dtype``."""
+    return f"({wasm_type(dtype)}.store {address} {value})"
+
+
+def cast(target: str, source: str, value: str) -> str:
+    """``value`` (of ``source``) converted to ``target`` as the WGSL backend converts (like
+    numpy's astype, in 32 bits): float to integer saturates toward zero, a dtype narrower
+    than its device dtype keeps its low bits (sign-extended for signed ones), float16 rounds
+    to half precision, a bool is ``value != 0``."""
+    to, frm = dtype_info(target), value_class(source)
+    if to.kind is DtypeKind.BOOL:
+        if dtype_info(source).kind is DtypeKind.BOOL:
+            return value
+        zero = "(f32.const 0)" if frm == FLOAT else "(i32.const 0)"
+        return f"({'f32' if frm == FLOAT else 'i32'}.ne {value} {zero})"
+    if to.is_float:
+        if frm != FLOAT:
+            value = f"(f32.convert_i32_{'s' if frm == SIGNED else 'u'} {value})"
+        return f"(call $round_half_f32 {value})" if to.bytes < to.device_bytes else value
+    narrow = to.bytes < to.device_bytes
+    if frm == FLOAT:
+        signed = to.kind is DtypeKind.INT or narrow  # a narrow unsigned target keeps the low bits of an i32
+        value = f"(i32.trunc_sat_f32_{'s' if signed else 'u'} {value})"
+    if not narrow:
+        return value
+    if to.kind is DtypeKind.INT:
+        return f"(i32.extend{8 * to.bytes}_s {value})"
+    return f"(i32.and {value} (i32.const {2 ** (8 * to.bytes) - 1}))"
+
+
+def repeated_subexpressions(body: ScalarExpr) -> set[ScalarExpr]:
+    """Subexpressions (not constants) that occur more than once in ``body``."""
+    counts: dict[ScalarExpr, int] = {}
+
+    def visit(expr: ScalarExpr) -> None:
+        if isinstance(expr, (FloatImm, IndexValue)):
+            return
+        counts[expr] = counts.get(expr, 0) + 1
+        if counts[expr] == 1:
+            for child in scalar_children(expr):
+                visit(child)
+
+    visit(body)
+    return {expr for expr, count in counts.items() if count > 1}

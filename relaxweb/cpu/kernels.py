@@ -1,0 +1,59 @@
+"""emit_kernels_wasm: a compiled module's kernels, in manifest order, as one ``kernels.wasm``.
+
+Tensor programs are rendered here (``schedules.py``); library kernels bring their own text
+(``LibraryKernel.wasm_source``).  A bundle with a library kernel that has none gets no
+``kernels.wasm``: the result is then a :class:`WasmUnavailable` saying why, which the
+manifest records.  Anything else that cannot render is a compiler bug and raises.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+from ..ir.library_kernel import LibraryKernel
+from ..ir.module import IRModule
+from ..ir.tir import TensorProgram
+from .emit import HELPER_FUNCTIONS
+from .math import MATH_FUNCTIONS
+from .module import KernelFunctions, assemble_kernels_module, wat_to_wasm
+from .schedules import render_program
+
+
+@dataclass(frozen=True)
+class KernelsWasm:
+    """The module: its text (``kernels.wat``), its binary and the scratch bytes each thread needs."""
+
+    wat: str
+    wasm: bytes
+    scratch_bytes: int
+
+
+@dataclass(frozen=True)
+class WasmUnavailable:
+    """Why a bundle has no ``kernels.wasm`` (the manifest's ``wasm.unavailable``)."""
+
+    reason: str
+
+
+def emit_kernels_wasm(module: IRModule, kernel_order: Sequence[tuple[str, Mapping[str, int]]],
+                      source: str = "the model") -> KernelsWasm | WasmUnavailable:
+    """Every kernel of ``kernel_order`` (the manifest's: each a program name of ``module`` and
+    the inputs it reads as parts, by name) as functions ``kK`` / ``kK_units`` of one module;
+    ``source`` names the model in its comments."""
+    kernels, scratch = [], 0
+    for index, (name, parts) in enumerate(kernel_order):
+        program = module.programs[name]
+        if isinstance(program, LibraryKernel):
+            if not program.wasm_source:
+                return WasmUnavailable(f"the library kernel {program.name} has no WebAssembly version")
+            kernels.append(KernelFunctions(index, f"library kernel {program.name}", program.wasm_source))
+            scratch = max(scratch, program.wasm_scratch_bytes)
+            continue
+        if not isinstance(program, TensorProgram):
+            raise TypeError(f"kernel {name} is neither a tensor program nor a library kernel")
+        note = "" if not parts else f", reading {', '.join(sorted(parts))} in parts"
+        kernels.append(KernelFunctions(index, f"tensor program {program.name} (schedule {program.schedule}{note})",
+                                       render_program(program, parts)))
+    wat = assemble_kernels_module(kernels, source, {**MATH_FUNCTIONS, **HELPER_FUNCTIONS})
+    return KernelsWasm(wat, wat_to_wasm(wat), scratch)

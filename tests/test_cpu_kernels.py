@@ -1,0 +1,467 @@
+"""The WebAssembly backend's tensor programs (relaxweb/cpu): every entry of each op table
+against the interpreter, the WGSL semantics of edge cases (integer division by zero, floor
+division of negative operands, NaN through max / min, saturating casts, clamped gathers),
+whole compiled modules call site by call site, and kernels.wasm in bundles."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+import wasmtime
+from onnx import TensorProto, helper
+
+import relaxweb
+from relaxweb.compiler import compile_model
+from relaxweb.cpu.emit import (
+    BINARY_RENDERINGS, COMBINER_RENDERINGS, COMPARE_RENDERINGS, FLOAT, HELPER_FUNCTIONS, UNARY_RENDERINGS,
+)
+from relaxweb.cpu.kernels import KernelsWasm, WasmUnavailable, emit_kernels_wasm
+from relaxweb.cpu.math import MATH_FUNCTIONS
+from relaxweb.cpu.module import KernelFunctions, assemble_kernels_module, wat_to_wasm
+from relaxweb.cpu.schedules import render_program
+from relaxweb.ir import interpreter
+from relaxweb.ir.dtype import dtype_info
+from relaxweb.ir.launch import dispatch_count
+from relaxweb.ir.library_kernel import LibraryKernel
+from relaxweb.ir.symbolic import FloorDiv, FloorMod, IntImm, SizeVar, evaluate
+from relaxweb.ir.tir import (
+    Binary, BinaryOp, Buffer, Cast, Compare, CompareOp, FloatImm, Gather, IndexValue, Load, Reduce, ReduceCombiner,
+    Select, TensorProgram, Unary, UnaryOp,
+)
+from relaxweb.runtime.manifest import manifest_problem
+from helpers import F32, F32_LOOSE, assert_close, make_model, rand
+from wasm_kernels import run_wasm_kernel
+
+n = SizeVar("n")
+i, j, k = SizeVar("i"), SizeVar("j"), SizeVar("k")
+LIBRARY = {**MATH_FUNCTIONS, **HELPER_FUNCTIONS}
+
+
+def compile_program(program: TensorProgram) -> bytes:
+    wat = assemble_kernels_module([KernelFunctions(0, program.name, render_program(program))], "test", LIBRARY)
+    return wat_to_wasm(wat)
+
+
+def device_array(array: np.ndarray) -> np.ndarray:
+    """``array`` as the device holds it (float32, int32 or uint32; a bool as 0 / 1)."""
+    return np.ascontiguousarray(array.astype(dtype_info(str(array.dtype)).device.name))
+
+
+def run_on_wasm(program: TensorProgram, arrays: list[np.ndarray], size_vars: dict[str, int]) -> np.ndarray:
+    """The program's output computed by its wasm kernel (in the output's device dtype)."""
+    shape = tuple(int(evaluate(d, size_vars)) for d in program.output.shape)
+    output = np.zeros(shape, dtype_info(program.output.dtype).device.name)
+    params = [int(evaluate(dispatch_count(program), size_vars)), *(size_vars[v.name] for v in program.size_vars)]
+    return run_wasm_kernel(compile_program(program), 0, [device_array(a) for a in arrays], output, params)
+
+
+def check_program(program: TensorProgram, arrays: list[np.ndarray], size_vars: dict[str, int] | None = None,
+                  tolerance=F32) -> np.ndarray:
+    """The wasm kernel against the interpreter: floats within ``tolerance``, the rest exact."""
+    size_vars = dict(size_vars or {})
+    expected = interpreter.run_program(program, arrays, size_vars)
+    actual = run_on_wasm(program, arrays, size_vars)
+    if dtype_info(program.output.dtype).is_float:
+        assert_close(actual, expected.astype(np.float32), tolerance)
+    else:
+        np.testing.assert_array_equal(actual, device_array(expected))
+    return actual
+
+
+def elementwise(body_of, dtypes: tuple[str, ...], out_dtype: str, shape=(n, 7)) -> TensorProgram:
+    """``out[i, j] = body_of(A[i, j], B[i, j], ...)`` over buffers of ``dtypes``."""
+    axes = (i, j)[:len(shape)]
+    buffers = [Buffer(name, shape, dtype) for name, dtype in zip("ABC", dtypes)]
+    return TensorProgram("program", tuple(buffers), Buffer("out", shape, out_dtype), axes,
+                         body_of(*(Load(b, axes) for b in buffers)))
+
+
+def operands(dtype: str, count: int, rows: int = 5, seed: int = 0) -> list[np.ndarray]:
+    generator = np.random.default_rng(seed)
+    if dtype == "float32":
+        return [rand(rows, 7, seed=seed + s, low=0.1, high=2.0) for s in range(count)]
+    if dtype == "uint32":
+        return [generator.integers(0, 1000, (rows, 7)).astype(np.uint32) for _ in range(count)]
+    return [generator.integers(-1000, 1000, (rows, 7)).astype(np.int32) for _ in range(count)]
+
+
+# -- the tables ---------------------------------------------------------------------------------
+
+
+def test_every_op_has_a_rendering() -> None:
+    for table, enum in ((BINARY_RENDERINGS, BinaryOp), (UNARY_RENDERINGS, UnaryOp), (COMPARE_RENDERINGS, CompareOp),
+                        (COMBINER_RENDERINGS, ReduceCombiner)):
+        assert set(table) == set(enum), enum.__name__
+
+
+def _float_ops(table) -> list:
+    return [op for op, entry in table.items() if FLOAT in entry]
+
+
+@pytest.mark.parametrize("op", _float_ops(BINARY_RENDERINGS), ids=str)
+def test_binary_float(op: BinaryOp) -> None:
+    check_program(elementwise(lambda a, b: Binary(op, a, b), ("float32",) * 2, "float32"), operands("float32", 2),
+                  {"n": 5})
+
+
+@pytest.mark.parametrize("dtype", ["int32", "uint32"])
+@pytest.mark.parametrize("op", [op for op in BinaryOp if op is not BinaryOp.POWER], ids=str)
+def test_binary_integer(op: BinaryOp, dtype: str) -> None:
+    arrays = operands(dtype, 2)
+    if op is BinaryOp.DIVIDE:
+        arrays[1][arrays[1] == 0] = 3  # (division by zero: test_integer_division_never_traps)
+    if op is BinaryOp.SHIFT_RIGHT:
+        arrays[1] = arrays[1] % 32
+    program = elementwise(lambda a, b: Binary(op, a, b), (dtype,) * 2, dtype)
+    if op is BinaryOp.DIVIDE:  # numpy's divide is a float one: the interpreter casts it back
+        expected = (np.sign(arrays[0]) * np.sign(arrays[1]) * (np.abs(arrays[0]) // np.abs(arrays[1]))).astype(dtype)
+        np.testing.assert_array_equal(run_on_wasm(program, arrays, {"n": 5}), expected)
+        return
+    check_program(program, arrays, {"n": 5})
+
+
+@pytest.mark.parametrize("op", [op for op, entry in UNARY_RENDERINGS.items() if FLOAT in entry and op is not UnaryOp.IS_NAN],
+                         ids=str)
+def test_unary_float(op: UnaryOp) -> None:
+    low, high = {UnaryOp.ASIN: (-0.99, 0.99), UnaryOp.ACOS: (-0.99, 0.99), UnaryOp.ATANH: (-0.99, 0.99),
+                 UnaryOp.ACOSH: (1.0, 5.0), UnaryOp.LOG: (0.01, 5.0), UnaryOp.SQRT: (0.01, 5.0),
+                 UnaryOp.TAN: (-1.5, 1.5)}.get(op, (-4.0, 4.0))
+    values = rand(5, 7, low=low, high=high)
+    if op is UnaryOp.ROUND:
+        values[0, :3] = [0.5, 1.5, -2.5]  # halves to even
+    check_program(elementwise(lambda a: Unary(op, a), ("float32",), "float32"), [values], {"n": 5})
+
+
+def test_unary_integer_and_bits() -> None:
+    check_program(elementwise(lambda a: Unary(UnaryOp.NEGATIVE, a), ("int32",), "int32"), operands("int32", 1), {"n": 5})
+    values = rand(5, 7)
+    values[1, 2] = np.nan
+    values[2, 3] = -np.inf
+    check_program(elementwise(lambda a: Unary(UnaryOp.IS_NAN, a), ("float32",), "bool"), [values], {"n": 5})
+    halves = np.array([0x3C00, 0xC000, 0x7BFF, 0x0001, 0x7C00, 0xFC00, 0x3555], np.uint32).reshape(1, 7)
+    halves = np.repeat(halves | np.uint32(0xABCD0000), 5, axis=0)  # the high half is ignored
+    check_program(elementwise(lambda a: Unary(UnaryOp.UNPACK_HALF, a), ("uint32",), "float32"), [halves], {"n": 5})
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int32", "uint32", "bool"])
+@pytest.mark.parametrize("op", list(CompareOp), ids=str)
+def test_compare(op: CompareOp, dtype: str) -> None:
+    if dtype == "bool":
+        generator = np.random.default_rng(1)
+        arrays = [generator.integers(0, 2, (5, 7)).astype(bool) for _ in range(2)]
+    else:
+        arrays = operands(dtype, 2)
+        arrays[1][0] = arrays[0][0]  # equal operands too
+    check_program(elementwise(lambda a, b: Compare(op, a, b), (dtype, dtype), "bool"), arrays, {"n": 5})
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int32", "uint32", "int8", "uint8", "bool"])
+@pytest.mark.parametrize("combiner", list(ReduceCombiner), ids=str)
+def test_reductions(combiner: ReduceCombiner, dtype: str) -> None:
+    """Each combiner over a symbolic extent, and over an empty one (its identity).  (Bools
+    are only maxed and minned: ONNX sums and multiplies numbers.)"""
+    if dtype == "bool" and combiner in (ReduceCombiner.SUM, ReduceCombiner.PROD):
+        return
+    m = SizeVar("m")
+    data = Buffer("A", (n, m), dtype)
+    program = TensorProgram("reduce", (data,), Buffer("out", (n,), dtype), (i,),
+                            Reduce(combiner, k, m, Load(data, (i, k))))
+    generator = np.random.default_rng(2)
+    if dtype == "float32":
+        values = rand(3, 5, low=0.5, high=1.5)
+    elif dtype == "bool":
+        values = generator.integers(0, 2, (3, 5)).astype(bool)
+    else:
+        info = np.iinfo(dtype)
+        values = generator.integers(max(info.min, -3), min(info.max, 4), (3, 5)).astype(dtype)
+    check_program(program, [values], {"n": 3, "m": 5})
+    if dtype != "bool":  # (the interpreter has no bool identity)
+        check_program(program, [np.zeros((3, 0), dtype)], {"n": 3, "m": 0})
+
+
+def test_nan_through_max_and_min() -> None:
+    values = rand(5, 7)
+    other = rand(5, 7, seed=1)
+    values[0, 0] = np.nan
+    other[1, 1] = np.nan
+    for op in (BinaryOp.MAXIMUM, BinaryOp.MINIMUM):
+        actual = check_program(elementwise(lambda a, b: Binary(op, a, b), ("float32",) * 2, "float32"), [values, other],
+                               {"n": 5})
+        assert np.isnan(actual[0, 0]) and np.isnan(actual[1, 1]) and np.isfinite(actual[2:]).all()
+    data = Buffer("A", (n, 7), "float32")
+    for combiner in (ReduceCombiner.MAX, ReduceCombiner.MIN):
+        program = TensorProgram("reduce", (data,), Buffer("out", (n,), "float32"), (i,),
+                                Reduce(combiner, k, IntImm(7), Load(data, (i, k))))
+        actual = check_program(program, [values], {"n": 5})
+        assert np.isnan(actual[0]) and np.isfinite(actual[1:]).all()
+
+
+def test_integer_division_never_traps() -> None:
+    """WGSL's integer division: a / 0 is a, INT_MIN / -1 is INT_MIN, a % 0 is 0 (wasm's
+    i32.div_s would trap on both)."""
+    a = np.array([[7, -7, -2**31, -2**31, 5, 0, 9]], np.int32)
+    b = np.array([[0, 2, -1, 0, -2, 0, 4]], np.int32)
+    program = elementwise(lambda x, y: Binary(BinaryOp.DIVIDE, x, y), ("int32",) * 2, "int32", shape=(1, 7))
+    np.testing.assert_array_equal(run_on_wasm(program, [a, b], {}), [[7, -3, -2**31, -2**31, -2, 0, 2]])
+    unsigned = elementwise(lambda x, y: Binary(BinaryOp.DIVIDE, x, y), ("uint32",) * 2, "uint32", shape=(1, 7))
+    np.testing.assert_array_equal(run_on_wasm(unsigned, [a.view(np.uint32), np.abs(b).astype(np.uint32)], {}),
+                                  [[7, (2**32 - 7) // 2, 2**31, 2**31, 2, 0, 2]])
+
+
+def test_floor_division_of_negative_operands() -> None:
+    """Index ``//`` and ``%`` round toward negative infinity, by constants and by size
+    variables of either sign, and by zero (a / 0 is a, a % 0 is 0: as the WGSL helpers)."""
+    d = SizeVar("d")
+    axis = SizeVar("i")
+    value = axis - 9  # -9 .. 9
+    for divisor in (IntImm(4), IntImm(-4), d):
+        for kind in (FloorDiv, FloorMod):
+            program = TensorProgram("index", (), Buffer("out", (19,), "int32"), (axis,), IndexValue(kind(value, divisor)))
+            for d_value in ((3, -3, 0) if divisor == d else (1,)):
+                actual = run_on_wasm(program, [], {"d": d_value})
+                numerator = np.arange(19) - 9
+                divisor_value = d_value if divisor == d else divisor.value
+                if divisor_value == 0:
+                    expected = numerator if kind is FloorDiv else np.zeros(19)
+                else:
+                    expected = numerator // divisor_value if kind is FloorDiv else numerator % divisor_value
+                np.testing.assert_array_equal(actual, expected, err_msg=f"{kind.__name__} by {divisor} = {d_value}")
+
+
+@pytest.mark.parametrize("target", ["int32", "uint32", "int8", "uint8", "int16", "uint16", "int64", "bool", "float16",
+                                    "float32"])
+def test_casts_from_float(target: str) -> None:
+    """Float to integer truncates toward zero and saturates; to float16 rounds to half."""
+    values = np.array([[1.7, -1.7, 3e9, -3e9, 300.4, -129.5, 0.0]], np.float32)
+    program = elementwise(lambda a: Cast(target, a), ("float32",), target, shape=(1, 7))
+    actual = run_on_wasm(program, [values], {})
+    if target in ("int32", "int64"):
+        expected = [[1, -1, 2**31 - 1, -2**31, 300, -129, 0]]
+    elif target == "uint32":
+        expected = [[1, 0, 3_000_000_000, 0, 300, 0, 0]]
+    elif target in ("int8", "uint8", "int16", "uint16"):  # the low bits of the saturated int32
+        expected = np.array([[1, -1, 2**31 - 1, -2**31, 300, -129, 0]], np.int64).astype(target)
+    elif target == "bool":
+        expected = [[1, 1, 1, 1, 1, 1, 0]]
+    else:
+        expected = values.astype(target).astype(np.float32)
+    np.testing.assert_array_equal(actual, np.asarray(expected).astype(actual.dtype))
+
+
+@pytest.mark.parametrize("source", ["int32", "uint32", "bool", "int8"])
+def test_casts_from_integers(source: str) -> None:
+    values = (np.array([[1, 0, 5, 1, 0, 1, 1]], bool) if source == "bool" else
+              np.array([[1, -1, 127, -128, 70000, 0, 3]]).astype(source))
+    for target in ("float32", "int32", "uint32", "bool", "uint8", "float16"):
+        program = elementwise(lambda a: Cast(target, a), (source,), target, shape=(1, 7))
+        check_program(program, [values], {})
+
+
+def test_float16_rounding() -> None:
+    values = np.concatenate([rand(4, 7, low=-70000, high=70000), rand(4, 7, low=-1e-4, high=1e-4),
+                             np.array([[65504, 65519, 65520, -65520, 2.0**-25, 3 * 2.0**-26, np.nan]], np.float32)])
+    program = elementwise(lambda a: Cast("float16", a), ("float32",), "float32", shape=(n, 7))
+    actual = run_on_wasm(program, [values], {"n": 9})
+    np.testing.assert_array_equal(actual, values.astype(np.float16).astype(np.float32))
+
+
+def test_gather_clamps_its_run_time_indices() -> None:
+    table = Buffer("T", (4, 3), "float32")
+    indices = Buffer("I", (n,), "int64")
+    program = TensorProgram("gather", (table, indices), Buffer("out", (n, 3), "float32"), (i, j),
+                            Gather(table, (Cast("int32", Load(indices, (i,))), j)))
+    check_program(program, [rand(4, 3), np.array([0, 3, -1, 4, 2**31 - 1, -2**31], np.int64)], {"n": 6})
+
+
+def test_select_evaluates_only_the_branch_it_picks() -> None:
+    """A concatenation reads each input only where it is chosen: the other branch's index is
+    far out of bounds (it would trap on wasm's memory if evaluated)."""
+    first, second = Buffer("A", (3,), "float32"), Buffer("B", (n,), "float32")
+    far = 100_000_000
+    body = Select(Compare(CompareOp.LT, IndexValue(i), FloatImm(3, "int32")), Load(first, (i,)),
+                  Load(second, ((i - 3) * far,)))
+    program = TensorProgram("concat", (first, second), Buffer("out", (n + 3,), "float32"), (i,), body)
+    actual = run_on_wasm(program, [rand(3), rand(1, seed=1)], {"n": 1})
+    np.testing.assert_array_equal(actual, np.concatenate([rand(3), rand(1, seed=1)]))
+    cheap = Select(Compare(CompareOp.GT, Load(first, (i,)), FloatImm(0.5)), FloatImm(1.0), FloatImm(-1.0))
+    check_program(TensorProgram("sign", (first,), Buffer("out", (3,), "float32"), (i,), cheap), [rand(3)])
+
+
+def test_repeated_subexpressions_and_nested_reductions() -> None:
+    """A fused softmax (the row max and sum reused) and a reduction nested in another."""
+    data = Buffer("A", (n, 9), "float32")
+    row_max = Reduce(ReduceCombiner.MAX, k, IntImm(9), Load(data, (i, k)))
+    shifted = Load(data, (i, j)) - row_max
+    total = Reduce(ReduceCombiner.SUM, SizeVar("l"), IntImm(9), Load(data, (i, SizeVar("l"))) - row_max)
+    program = TensorProgram("fused", (data,), Buffer("out", (n, 9), "float32"), (i, j), shifted * shifted + total)
+    check_program(program, [rand(4, 9)], {"n": 4})
+
+
+# -- whole modules --------------------------------------------------------------------------------
+
+
+def call_sites(module, feeds: dict[str, np.ndarray], monkeypatch) -> list[tuple]:
+    """Each kernel call of the module's host function in the interpreter: (program name,
+    inputs, output before, output after, size variables)."""
+    calls = []
+    original = interpreter.run_kernel_into
+    programs = {id(p): name for name, p in module.programs.items()}
+
+    def recording(kernel, arrays, output, size_vars):
+        before = np.array(output, copy=True)
+        original(kernel, arrays, output, size_vars)
+        calls.append((programs[id(kernel)], [np.array(a, copy=True) for a in arrays], before,
+                      np.array(output, copy=True), dict(size_vars)))
+
+    monkeypatch.setattr(interpreter, "run_kernel_into", recording)
+    interpreter.run_host_function(module.main, module.programs, feeds)
+    monkeypatch.undo()
+    return calls
+
+
+def check_module(model, feeds: dict[str, np.ndarray], monkeypatch, tolerance=F32_LOOSE) -> int:
+    """Every call site of the compiled model: its wasm kernel against the interpreter's
+    result of that program.  Returns the number of call sites checked."""
+    module = compile_model(model)
+    order = list(dict.fromkeys(d.program for d in module.main.dispatches))
+    kernels = emit_kernels_wasm(module, [(name, {}) for name in order])
+    assert isinstance(kernels, KernelsWasm), kernels
+    calls = call_sites(module, feeds, monkeypatch)
+    assert calls
+    for name, arrays, before, after, size_vars in calls:
+        program = module.programs[name]
+        params = [int(evaluate(dispatch_count(program), size_vars)), *(size_vars[v.name] for v in program.size_vars)]
+        actual = run_wasm_kernel(kernels.wasm, order.index(name), [device_array(a) for a in arrays],
+                                 device_array(before), params)
+        if dtype_info(program.output.dtype).is_float:
+            assert_close(actual, after.astype(np.float32), tolerance, err_msg=name)
+        else:
+            np.testing.assert_array_equal(actual, device_array(after), err_msg=name)
+    return len(calls)
+
+
+def test_mlp_module(monkeypatch) -> None:
+    w1, b1, w2 = rand(16, 32, seed=1), rand(32, seed=2), rand(32, 8, seed=3)
+    model = make_model(
+        [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Add", ["h", "b1"], ["hb"]),
+         helper.make_node("Relu", ["hb"], ["r"]), helper.make_node("MatMul", ["r", "w2"], ["y0"]),
+         helper.make_node("ReduceMax", ["y0"], ["m"], axes=[-1], keepdims=1),
+         helper.make_node("Sub", ["y0", "m"], ["y"])],
+        [("x", TensorProto.FLOAT, ["batch", 16])], ["y"], {"w1": w1, "b1": b1, "w2": w2})
+    assert check_module(model, {"x": rand(5, 16)}, monkeypatch) >= 2
+
+
+def test_convolution_module(monkeypatch) -> None:
+    model = make_model(
+        [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1], strides=[2, 2]),
+         helper.make_node("Relu", ["c"], ["r"]), helper.make_node("MaxPool", ["r"], ["p"], kernel_shape=[2, 2]),
+         helper.make_node("Transpose", ["p"], ["y"], perm=[0, 2, 3, 1])],
+        [("x", TensorProto.FLOAT, [1, 3, 9, 9])], ["y"], {"w": rand(4, 3, 3, 3, seed=1), "b": rand(4, seed=2)})
+    assert check_module(model, {"x": rand(1, 3, 9, 9)}, monkeypatch) >= 1
+
+
+def test_integer_and_index_module(monkeypatch) -> None:
+    """Gathers, concatenation, casts, comparisons and where over int64 and bool tensors."""
+    model = make_model(
+        [helper.make_node("Gather", ["table", "ids"], ["g"], axis=0),
+         helper.make_node("Concat", ["g", "g"], ["c"], axis=1),
+         helper.make_node("Cast", ["ids"], ["f"], to=TensorProto.FLOAT),
+         helper.make_node("Greater", ["f", "half"], ["mask"]),
+         helper.make_node("Unsqueeze", ["mask", "one"], ["mask2"]),
+         helper.make_node("Where", ["mask2", "c", "zero"], ["y"]),
+         helper.make_node("Mod", ["ids", "three"], ["m"])],
+        [("ids", TensorProto.INT64, ["n"])], ["y", ("m", TensorProto.INT64, None)],
+        {"table": rand(6, 4), "half": np.array(2.5, np.float32), "one": np.array([1], np.int64),
+         "zero": np.array(0.0, np.float32), "three": np.array(-3, np.int64)})
+    assert check_module(model, {"ids": np.array([0, 5, -1, 3, 2], np.int64)}, monkeypatch) >= 1
+
+
+# -- bundles ----------------------------------------------------------------------------------------
+
+
+def test_bundle_has_kernels_wasm(tmp_path) -> None:
+    model = make_model([helper.make_node("MatMul", ["x", "w"], ["y"])], [("x", TensorProto.FLOAT, ["batch", 8])],
+                       ["y"], {"w": rand(8, 4)})
+    bundle = relaxweb.build(model, tmp_path)
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert manifest["wasm"] == {"file": "kernels.wasm", "scratch_bytes": 0}
+    assert manifest_problem(manifest) is None
+    wasm = (tmp_path / "kernels.wasm").read_bytes()
+    exports = {export.name for export in wasm_exports(wasm)}
+    assert exports == {f"k{index}{suffix}" for index in range(len(manifest["kernels"])) for suffix in ("", "_units")}
+    assert (tmp_path / "kernels.wat").read_text().startswith(";; kernels.wasm of")
+    assert f"kernels.wasm: {len(wasm)} bytes" in str(bundle)
+
+
+def wasm_exports(wasm: bytes):
+    return wasmtime.Module(wasmtime.Engine(), wasm).exports
+
+
+def test_manifest_wasm_entry_is_one_of_two_forms() -> None:
+    base = json.loads(json.dumps(_minimal_manifest()))
+    for entry, ok in (({"file": "kernels.wasm", "scratch_bytes": 0}, True), ({"unavailable": "why"}, True),
+                      ({"file": "kernels.wasm"}, False), ({"file": "kernels.wasm", "scratch_bytes": 0, "unavailable": "x"}, False),
+                      ({"file": "../x.wasm", "scratch_bytes": 0}, False), ({}, False)):
+        problem = manifest_problem({**base, "wasm": entry})
+        assert (problem is None) == ok, (entry, problem)
+
+
+def _minimal_manifest() -> dict:
+    return {"format": "relaxweb-bundle", "version": 2, "model": "m", "dtypes": {}, "inputs": [], "outputs": [],
+            "symbolic_vars": [], "storages": [], "weights": [], "shards": [], "kernels": [], "call_sites": [],
+            "params_bytes": 256, "errors": [], "max_rank": 8, "required_limits": {}}
+
+
+def rnn_model():
+    """A model with a library kernel (the RNN's recurrence) next to tensor programs."""
+    return make_model([helper.make_node("RNN", ["x", "w", "r"], ["y"], hidden_size=3)],
+                      [("x", TensorProto.FLOAT, [2, 1, 4])], ["y"], {"w": rand(1, 3, 4), "r": rand(1, 3, 3, seed=1)})
+
+
+def test_library_kernel_without_wasm_leaves_the_bundle_without_kernels_wasm(tmp_path) -> None:
+    """A library kernel with no WebAssembly version: the manifest says why, the build
+    succeeds with a note, and a rebuild removes the last build's kernels.wasm."""
+    model = make_model([helper.make_node("MatMul", ["x", "w"], ["y"])], [("x", TensorProto.FLOAT, ["batch", 8])],
+                       ["y"], {"w": rand(8, 4)})
+    relaxweb.build(model, tmp_path)
+    assert (tmp_path / "kernels.wasm").exists()
+    module = compile_model(rnn_model())
+    recurrence = module.programs["rnn_recurrence"]
+    assert isinstance(recurrence, LibraryKernel)
+    if recurrence.wasm_source:
+        module.programs["rnn_recurrence"] = dataclasses.replace(recurrence, wasm_source="")
+    order = [(name, {}) for name in module.programs]
+    assert emit_kernels_wasm(module, order) == WasmUnavailable(
+        "the library kernel rnn_recurrence has no WebAssembly version")
+    if recurrence.wasm_source:
+        return  # (the bundle below has its kernel's WebAssembly version)
+    notes: list[str] = []
+    relaxweb.build(rnn_model(), tmp_path, progress=notes.append)
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert manifest["wasm"] == {"unavailable": "the library kernel rnn_recurrence has no WebAssembly version"}
+    assert any(note.startswith("note: no kernels.wasm") for note in notes)
+    assert not (tmp_path / "kernels.wasm").exists() and not (tmp_path / "kernels.wat").exists()
+    assert manifest_problem(manifest) is None
+
+
+def test_library_kernels_bring_their_own_functions() -> None:
+    """A library kernel's ``wasm_source`` goes into kernels.wasm under its index, its scratch
+    bytes into the module's."""
+    module = compile_model(rnn_model())
+    source = """\
+(func $main (param $params i32) (param $first i32) (param $end i32) (param $scratch i32) (param $b1 i32) (param $b2 i32)
+  (call $main_helper))
+(func $main_helper)
+(func $units (param $params i32) (result i32)
+  (i32.const 1))"""
+    module.programs["rnn_recurrence"] = dataclasses.replace(module.programs["rnn_recurrence"], wasm_source=source,
+                                                            wasm_scratch_bytes=96)
+    order = [(name, {}) for name in module.programs]
+    kernels = emit_kernels_wasm(module, order)
+    assert isinstance(kernels, KernelsWasm) and kernels.scratch_bytes == 96
+    index = list(module.programs).index("rnn_recurrence")
+    assert f"(func $k{index}_helper)" in kernels.wat
+    assert {e.name for e in wasm_exports(kernels.wasm)} == {f"k{i}{s}" for i in range(len(order)) for s in ("", "_units")}
