@@ -58,6 +58,7 @@ from ..ir.tir import Buffer
 from ..wgsl.emit import literal, storage_type, wgsl_name
 from ..wgsl.lower_index import helper_declarations, helpers_used, lower_index, render_wgsl
 from ..wgsl.shader import params_declaration
+from .wat import IndexText, broadcast_lane, fold, index_helpers, indent, kernel_text, loop, params_field, shuffle
 
 WORKGROUP = 64
 #: Bytes of workgroup memory a kernel may use (WebGPU's default maxComputeWorkgroupStorageSize).
@@ -107,6 +108,8 @@ def attention_kernel(name: str, batch: tuple, query_length: PrimExpr, key_length
                      tile, mask_shape, scale, causal, groups, extra)
     f16_source = _source(name, tuple(inputs), output, batch, kv_batch, query_length, key_length, rows, head, value_head,
                          tile, mask_shape, scale, causal, groups, extra, half=True)
+    wasm_source, wasm_scratch = _wasm_source(name, tuple(inputs), output, batch, kv_batch, query_length, key_length,
+                                             rows, head, value_head, mask_shape, scale, causal, extra)
     summary = (f"fused attention [{format_shape(output.shape)}] over {format_shape((key_length,))} keys"
                f"{f' of {format_shape((rows,))} rows' if key_rows is not None else ''}"
                f"{', causal' if causal else ''}{', masked' if mask_shape is not None else ''}")
@@ -120,7 +123,8 @@ def attention_kernel(name: str, batch: tuple, query_length: PrimExpr, key_length
             return attention_reference([query, key[..., :length, :], value[..., :length, :], *mask], scale=scale,
                                        causal=causal)
     return LibraryKernel(name, tuple(inputs), output, simplify(groups * WORKGROUP), source, reference, summary,
-                         extra_size_vars=extra, sized_reference=key_rows is not None, f16_source=f16_source)
+                         extra_size_vars=extra, sized_reference=key_rows is not None, f16_source=f16_source,
+                         wasm_source=wasm_source, wasm_scratch_bytes=wasm_scratch)
 
 
 def kv_group_size(kv_extent: PrimExpr, extent: PrimExpr) -> int | None:
@@ -371,6 +375,186 @@ def _maximum(values: list[str]) -> str:
 def _weight(u: int) -> str:
     weight = f"exp(s{u} - new_max)"
     return weight if u == 0 else f"select(0.0, {weight}, j + {u} < count)"
+
+
+# -- WebAssembly ----------------------------------------------------------------------------------
+
+
+def _wasm_source(name, inputs, output, batch, kv_batch, query_length, key_length, key_rows, head, value_head,
+                 mask_shape, scale, causal, extra_size_vars) -> tuple[str, int]:
+    """The kernel's WAT and its scratch bytes.  One unit per query row (``batch`` x ``Sq``):
+    the WGSL's recurrence over groups of 4 keys, the 4 scores in one f32x4 (dot products
+    along D in f32x4 words, a transposing sum), their weights from one ``$exp_f32x4``, and
+    the ``Dv`` accumulators in scratch updated in f32x4 words.  A group's keys past ``count``
+    stand in as key j for the scores (and are then replaced by its score, as the WGSL's
+    select does) and read a zero row of scratch for the values (weight 0).  Scratch: the
+    accumulators, then the zero row."""
+    layout = ParamsLayout(tuple(v.name for v in (*buffer_size_vars((*inputs, output)), *extra_size_vars)))
+    local_names = {_GROUP.name: "(local.get $bh)", _ROW.name: "(local.get $row)"}
+    index = IndexText(lambda var: local_names.get(var) or params_field(layout, var))
+    words, value_words = head // 4, value_head // 4  # whole f32x4 words of a key / value row
+    row_bytes = 16 * (-(-value_head // 4))  # the accumulators (and the zero row) rounded up to words
+    bindings = [buffer.name for buffer in inputs] + ["out"]
+    masked = mask_shape is not None
+
+    def key_at(u: int) -> str:
+        """The address of key j + u, or key j's past ``count``."""
+        if u == 0:
+            return f"(i32.add (local.get $keys) (i32.mul (local.get $j) (i32.const {4 * head})))"
+        return (f"(select (i32.add (local.get $k0) (i32.const {4 * head * u})) (local.get $k0) "
+                f"(i32.lt_s (i32.add (local.get $j) (i32.const {u})) (local.get $count)))")
+
+    def value_at(u: int) -> str:
+        """The address of value j + u, or the zero row past ``count``."""
+        return (f"(select (i32.add (local.get $values) (i32.mul (i32.add (local.get $j) (i32.const {u})) "
+                f"(i32.const {4 * value_head}))) (local.get $zero) (i32.lt_s (i32.add (local.get $j) (i32.const {u})) "
+                f"(local.get $count)))")
+
+    def lanes(value: str) -> str:
+        """An f32x4 of ``value`` (a text with ``{u}`` for the lane) in each lane u."""
+        vector = f"(f32x4.splat {value.format(u=0)})"
+        for u in range(1, 4):
+            vector = f"(f32x4.replace_lane {u} {vector} {value.format(u=u)})"
+        return vector
+
+    # the 4 scores: dot products in f32x4 words, a scalar tail for D % 4, a transposing sum
+    scores = [
+        *(f"(local.set $k{u} {key_at(u)})" for u in range(4)),
+        *(f"(local.set $d{u} (v128.const i32x4 0 0 0 0))" for u in range(4)),
+        "(local.set $at (i32.const 0))",
+        *loop("dot", f"(i32.ge_u (local.get $at) (i32.const {16 * words}))", [
+            "(local.set $word (v128.load (i32.add (local.get $q) (local.get $at))))",
+            *(f"(local.set $d{u} (f32x4.add (local.get $d{u}) (f32x4.mul (local.get $word) "
+              f"(v128.load (i32.add (local.get $k{u}) (local.get $at))))))" for u in range(4)),
+            "(local.set $at (i32.add (local.get $at) (i32.const 16)))",
+        ]),
+        ";; (d0, d1, d2, d3) summed across lanes: lane u is key j + u's dot product",
+        f"(local.set $d0 (f32x4.add {shuffle('(local.get $d0)', '(local.get $d1)', (0, 1, 4, 5))} "
+        f"{shuffle('(local.get $d0)', '(local.get $d1)', (2, 3, 6, 7))}))",
+        f"(local.set $d2 (f32x4.add {shuffle('(local.get $d2)', '(local.get $d3)', (0, 1, 4, 5))} "
+        f"{shuffle('(local.get $d2)', '(local.get $d3)', (2, 3, 6, 7))}))",
+        f"(local.set $s (f32x4.add {shuffle('(local.get $d0)', '(local.get $d2)', (0, 2, 4, 6))} "
+        f"{shuffle('(local.get $d0)', '(local.get $d2)', (1, 3, 5, 7))}))",
+        *(f"(local.set $s (f32x4.add (local.get $s) (f32x4.mul (f32x4.splat (f32.load offset={4 * d} (local.get $q))) "
+          f"{lanes(f'(f32.load offset={4 * d} (local.get $k{{u}}))')})))" for d in range(4 * words, head)),
+    ]
+    if scale != 1.0:
+        scores.append(f"(local.set $s (f32x4.mul (local.get $s) (f32x4.splat (f32.const {float(np.float32(scale))!r}))))")
+    if masked:
+        _, key_step = _mask_row_start(mask_shape, batch)
+        step = as_int(key_step)
+        mask_key = ("(local.get $mask_start)" if step == 0 else
+                    "(i32.add (local.get $mask_start) (call $main_min (i32.add (local.get $j) (i32.const {u})) "
+                    "(i32.sub (local.get $count) (i32.const 1))))")
+        scores.append(f"(local.set $s (f32x4.add (local.get $s) "
+                      f"{lanes(f'(f32.load (i32.add (local.get $mask) (i32.shl {mask_key} (i32.const 2))))')}))")
+    scores += [
+        ";; keys past count: key j's score (their weights are 0 below)",
+        "(local.set $valid (i32x4.lt_s (i32x4.add (i32x4.splat (local.get $j)) (v128.const i32x4 0 1 2 3)) "
+        "(i32x4.splat (local.get $count))))",
+        f"(local.set $s (v128.bitselect (local.get $s) {broadcast_lane('(local.get $s)', 0)} (local.get $valid)))",
+    ]
+    # the online softmax step of the group, and the value product
+    update = [
+        f"(local.set $word (f32x4.max (local.get $s) {shuffle('(local.get $s)', '(local.get $s)', (2, 3, 0, 1))}))",
+        f"(local.set $group_max (f32x4.extract_lane 0 (f32x4.max (local.get $word) "
+        f"{shuffle('(local.get $word)', '(local.get $word)', (1, 0, 3, 2))})))",
+        "(local.set $new_max (select (f32.max (local.get $running_max) (local.get $group_max)) (local.get $group_max) "
+        "(local.get $started)))",
+        ";; every score so far -inf: nothing to add yet (a NaN score makes the weights, so the row, NaN)",
+        "(if (i32.ne (i32.reinterpret_f32 (local.get $new_max)) (i32.const 0xff800000))",
+        "  (then",
+        "    (local.set $correction (select (call $exp_f32 (f32.sub (local.get $running_max) (local.get $new_max))) "
+        "(f32.const 0) (local.get $started)))",
+        "    (local.set $p (v128.and (call $exp_f32x4 (f32x4.sub (local.get $s) (f32x4.splat (local.get $new_max)))) "
+        "(local.get $valid)))",
+        f"    (local.set $word (f32x4.add (local.get $p) {shuffle('(local.get $p)', '(local.get $p)', (2, 3, 0, 1))}))",
+        "    (local.set $running_sum (f32.add (f32.mul (local.get $running_sum) (local.get $correction)) "
+        f"(f32x4.extract_lane 0 (f32x4.add (local.get $word) {shuffle('(local.get $word)', '(local.get $word)', (1, 0, 3, 2))}))))",
+        *indent([
+            *(f"(local.set $v{u} {value_at(u)})" for u in range(4)),
+            *(f"(local.set $p{u} {broadcast_lane('(local.get $p)', u)})" for u in range(4)),
+            "(local.set $c (f32x4.splat (local.get $correction)))",
+            ";; acc = acc * correction + p0 v0 + p1 v1 + p2 v2 + p3 v3, a word at a time",
+            "(local.set $at (i32.const 0))",
+            *loop("accumulate", f"(i32.ge_u (local.get $at) (i32.const {16 * value_words}))", [
+                "(v128.store (i32.add (local.get $scratch) (local.get $at)) (f32x4.add (f32x4.add",
+                "  (f32x4.mul (v128.load (i32.add (local.get $scratch) (local.get $at))) (local.get $c))",
+                "  (f32x4.mul (local.get $p0) (v128.load (i32.add (local.get $v0) (local.get $at)))))",
+                "  (f32x4.add",
+                "    (f32x4.add (f32x4.mul (local.get $p1) (v128.load (i32.add (local.get $v1) (local.get $at))))",
+                "               (f32x4.mul (local.get $p2) (v128.load (i32.add (local.get $v2) (local.get $at)))))",
+                "    (f32x4.mul (local.get $p3) (v128.load (i32.add (local.get $v3) (local.get $at)))))))",
+                "(local.set $at (i32.add (local.get $at) (i32.const 16)))",
+            ]),
+            *(f"(f32.store offset={4 * d} (local.get $scratch) " + fold("f32.add", [
+                f"(f32.mul (f32.load offset={4 * d} (local.get $scratch)) (local.get $correction))",
+                *(f"(f32.mul (f32x4.extract_lane {u} (local.get $p)) (f32.load offset={4 * d} (local.get $v{u})))"
+                  for u in range(4))]) + ")"
+              for d in range(4 * value_words, value_head)),
+            "(local.set $running_max (local.get $new_max))",
+            "(local.set $started (i32.const 1))))",
+        ], 2),
+    ]
+    if causal:  # key j is visible to row i when j <= i + Sk - Sq
+        count = ("(call $main_max (i32.const 0) (call $main_min (local.get $seq_k) (i32.add (local.get $row) "
+                 "(i32.add (i32.sub (local.get $seq_k) (local.get $seq_q)) (i32.const 1)))))")
+    else:
+        count = "(local.get $seq_k)"
+    row_start = "(i32.add (i32.mul (local.get $bh) (local.get $seq_q)) (local.get $row))"
+    body = [
+        f"(local.set $seq_q {index(query_length)})",
+        f"(local.set $seq_k {index(key_length)})",
+        f"(local.set $zero (i32.add (local.get $scratch) (i32.const {row_bytes})))",
+        f"(memory.fill (local.get $zero) (i32.const 0) (i32.const {row_bytes}))",
+        "(local.set $unit (local.get $first))",
+        *loop("row", "(i32.ge_s (local.get $unit) (local.get $end))", [
+            "(local.set $bh (i32.div_u (local.get $unit) (local.get $seq_q)))",
+            "(local.set $row (i32.rem_u (local.get $unit) (local.get $seq_q)))",
+            f"(local.set $kv (i32.mul {index(_flat_index(kv_batch, _kv_coordinates(batch, kv_batch)))} {index(key_rows)}))",
+            f"(local.set $keys (i32.add (local.get $key) (i32.mul (local.get $kv) (i32.const {4 * head}))))",
+            f"(local.set $values (i32.add (local.get $value) (i32.mul (local.get $kv) (i32.const {4 * value_head}))))",
+            f"(local.set $q (i32.add (local.get $query) (i32.mul {row_start} (i32.const {4 * head}))))",
+            *([f"(local.set $mask_start {index(_mask_row_start(mask_shape, batch)[0])})"] if masked else []),
+            f"(local.set $count {count})",
+            f"(memory.fill (local.get $scratch) (i32.const 0) (i32.const {row_bytes}))",
+            "(local.set $running_max (f32.const 0))",
+            "(local.set $running_sum (f32.const 0))",
+            "(local.set $started (i32.const 0))",
+            "(local.set $j (i32.const 0))",
+            *loop("keys", "(i32.ge_s (local.get $j) (local.get $count))", [
+                ";; keys j .. j + 3: their scores, then one rescale of the accumulators",
+                *scores, *update,
+                "(local.set $j (i32.add (local.get $j) (i32.const 4)))",
+            ]),
+            ";; acc / sum; a row with no score above -inf is NaN (the unfused softmax's); no keys: 0",
+            f"(local.set $o (i32.add (local.get $out) (i32.mul {row_start} (i32.const {4 * value_head}))))",
+            "(local.set $c (f32x4.splat (select (f32.const nan) (f32.const 0) (local.get $seq_k))))  ;; the row without weights",
+            "(local.set $p (f32x4.splat (local.get $running_sum)))",
+            "(local.set $at (i32.const 0))",
+            *loop("store", f"(i32.ge_u (local.get $at) (i32.const {16 * value_words}))", [
+                "(v128.store (i32.add (local.get $o) (local.get $at)) (select (result v128)",
+                "  (f32x4.div (v128.load (i32.add (local.get $scratch) (local.get $at))) (local.get $p))",
+                "  (local.get $c) (local.get $started)))",
+                "(local.set $at (i32.add (local.get $at) (i32.const 16)))",
+            ]),
+            *(f"(f32.store offset={4 * d} (local.get $o) (select (f32.div (f32.load offset={4 * d} (local.get $scratch)) "
+              "(local.get $running_sum)) (f32x4.extract_lane 0 (local.get $c)) (local.get $started)))"
+              for d in range(4 * value_words, value_head)),
+            "(local.set $unit (i32.add (local.get $unit) (i32.const 1)))",
+        ]),
+    ]
+    int_locals = ["seq_q", "seq_k", "unit", "bh", "row", "kv", "keys", "values", "q", "o", "zero", "count", "j", "at",
+                  "started", *(["mask_start"] if masked else []), *(f"k{u}" for u in range(4)), *(f"v{u}" for u in range(4))]
+    float_locals = ["running_max", "running_sum", "new_max", "group_max", "correction"]
+    vector_locals = ["word", "s", "p", "c", "valid", *(f"d{u}" for u in range(4)), *(f"p{u}" for u in range(4))]
+    units = [index(simplify(product(batch) * query_length))]
+    title = f"library kernel: {name} (fused attention, one query row per unit, online softmax over groups of 4 keys)"
+    text = kernel_text(title, bindings, units,
+                       [*((n, "i32") for n in int_locals), *((n, "f32") for n in float_locals),
+                        *((n, "v128") for n in vector_locals)],
+                       body, index_helpers("\n".join([*units, *body])))
+    return text, 2 * row_bytes
 
 
 # -- numpy reference -------------------------------------------------------------------------------

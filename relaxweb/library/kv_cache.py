@@ -13,11 +13,13 @@ from __future__ import annotations
 
 from ..ir.kernel_builders import library_kernel_builder
 from ..ir.library_kernel import LibraryKernel, buffer_size_vars
+from ..ir.params_block import ParamsLayout
 from ..ir.symbolic import Analyzer, IntImm, PrimExpr, SizeVar, format_shape, product, simplify
 from ..ir.tir import Buffer
 from ..wgsl.emit import wgsl_name
 from ..wgsl.lower_index import helper_declarations, helpers_used, lower_index, render_wgsl
-from .loop import scatter_copy_source
+from .loop import scatter_copy_source, scatter_copy_wat
+from .wat import IndexText, params_field
 
 
 @library_kernel_builder("kv_cache_write")
@@ -48,6 +50,12 @@ def kv_cache_write_kernel(name: str, outer: tuple, length: PrimExpr, inner: tupl
     source = scatter_copy_source(title, dtype, size_vars,
                                  f"(index / block * {capacity} + {variable(offset)}) * row_size + index % block",
                                  tuple(helper_declarations(helpers)), lets)
+    layout = ParamsLayout(size_vars)
+    index = IndexText(lambda var: params_field(layout, var))
+    row_size = index(row)
+    wasm_source = scatter_copy_wat(title, params_field(layout, "element_count"), index(lowered["block"]),
+                                   f"(i32.mul (i32.const {capacity}) {row_size})",
+                                   f"(i32.mul {params_field(layout, offset)} {row_size})")
     axis = len(outer)
 
     def reference(arrays: list, out, sizes) -> None:
@@ -56,4 +64,5 @@ def kv_cache_write_kernel(name: str, outer: tuple, length: PrimExpr, inner: tupl
         out[(slice(None),) * axis + (slice(start, start + new.shape[axis]),)] = new
 
     return LibraryKernel(name, (value,), output, simplify(product(value.shape)), source, reference,
-                         "new rows written into a KV cache in place", extra_size_vars=(SizeVar(offset),), in_place=True)
+                         "new rows written into a KV cache in place", extra_size_vars=(SizeVar(offset),), in_place=True,
+                         wasm_source=wasm_source)

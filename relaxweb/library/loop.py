@@ -19,6 +19,10 @@ from ..ir.syntax import comment_text
 from ..ir.tir import Buffer
 from ..wgsl.emit import storage_type, wgsl_name
 from ..wgsl.shader import params_declaration
+from .wat import element, index_helpers, kernel_text, loop, params_field
+
+#: Elements per unit of the copy kernels' WebAssembly: threads split whole 4 KiB runs.
+COPY_UNIT = 1024
 
 
 def copy_at_offset_source(title: str, dtype: str, size_vars: tuple[str, ...], offset: str) -> str:
@@ -57,6 +61,32 @@ def scatter_copy_source(title: str, dtype: str, size_vars: tuple[str, ...], targ
     ]) + "\n"
 
 
+def scatter_copy_wat(title: str, count: str, block: str, stride: str, base: str) -> str:
+    """The WAT of ``out[i // block * stride + base + i % block] = value[i]`` for the ``count``
+    values of ``value`` (WAT i32 expressions of the params block; ``block`` > 0 when ``count``
+    is): each unit copies up to :data:`COPY_UNIT` values, a contiguous run per block at a time
+    (``memory.copy``: the elements are 4 bytes of any dtype)."""
+    units = [f"(i32.div_u (i32.add {count} (i32.const {COPY_UNIT - 1})) (i32.const {COPY_UNIT}))"]
+    body = [
+        f"(local.set $i (i32.mul (local.get $first) (i32.const {COPY_UNIT})))",
+        f"(local.set $stop (call $main_min (i32.mul (local.get $end) (i32.const {COPY_UNIT})) {count}))",
+        f"(local.set $block {block})",
+        *loop("copy", "(i32.ge_s (local.get $i) (local.get $stop))", [
+            ";; the values i .. i + run - 1 lie in one block: one run of the output",
+            "(local.set $within (i32.rem_u (local.get $i) (local.get $block)))",
+            "(local.set $run (call $main_min (i32.sub (local.get $stop) (local.get $i))"
+            " (i32.sub (local.get $block) (local.get $within))))",
+            "(memory.copy",
+            f"  {element('out', f'(i32.add (i32.add (i32.mul (i32.div_u (local.get $i) (local.get $block)) {stride}) {base}) (local.get $within))')}",
+            f"  {element('value', '(local.get $i)')}",
+            "  (i32.shl (local.get $run) (i32.const 2)))",
+            "(local.set $i (i32.add (local.get $i) (local.get $run)))",
+        ]),
+    ]
+    return kernel_text(title, ("value", "out"), units, [(name, "i32") for name in ("i", "stop", "block", "within", "run")],
+                       body, index_helpers("\n".join(body)))
+
+
 @library_kernel_builder("write_row")
 def write_row_kernel(name: str, rows: PrimExpr, row_shape: tuple, dtype: str, row: str) -> LibraryKernel:
     """``out[row] = value`` for ``out: [rows, *row_shape]`` and ``value: row_shape``; ``row``
@@ -70,8 +100,13 @@ def write_row_kernel(name: str, rows: PrimExpr, row_shape: tuple, dtype: str, ro
     source = copy_at_offset_source(title, dtype, (*(v.name for v in shape_vars), row),
                                    f"params.{wgsl_name(row)} * params.element_count")
 
+    layout = ParamsLayout((*(v.name for v in shape_vars), row))
+    count = params_field(layout, "element_count")
+    wasm_source = scatter_copy_wat(title, count, count, "(i32.const 0)", f"(i32.mul {params_field(layout, row)} {count})")
+
     def reference(arrays: list, out, size_vars) -> None:
         out[size_vars[row]] = arrays[0]
 
     return LibraryKernel(name, (value,), output, simplify(product(row_shape)), source, reference,
-                         "one row written in place", extra_size_vars=(SizeVar(row),), in_place=True)
+                         "one row written in place", extra_size_vars=(SizeVar(row),), in_place=True,
+                         wasm_source=wasm_source)

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 from ..ir.kernel_builders import library_kernel_builder
 from ..ir.library_kernel import LibraryKernel
+from ..ir.params_block import ParamsLayout
 from ..ir.symbolic import SizeVar
 from ..ir.tir import Buffer
-from .loop import copy_at_offset_source
+from .loop import copy_at_offset_source, scatter_copy_wat
+from .wat import params_field
 
 
 @library_kernel_builder("sequence_write")
@@ -23,13 +25,16 @@ def sequence_write_kernel(dtype: str) -> LibraryKernel:
     count, arena, offset = SizeVar("count"), SizeVar("arena"), SizeVar("offset")
     value = Buffer("value", (count,), dtype)
     output = Buffer("out", (arena,), dtype)
-    source = copy_at_offset_source(
-        f"library kernel: sequence_write (one {dtype} element appended to a sequence's arena)", dtype,
-        ("count", "arena", "offset"), "params.offset")
+    title = f"library kernel: sequence_write (one {dtype} element appended to a sequence's arena)"
+    source = copy_at_offset_source(title, dtype, ("count", "arena", "offset"), "params.offset")
+    layout = ParamsLayout(("count", "arena", "offset"))
+    values = params_field(layout, "element_count")
+    wasm_source = scatter_copy_wat(title, values, values, "(i32.const 0)", params_field(layout, "offset"))
 
     def reference(arrays: list, out, size_vars) -> None:
         start = size_vars["offset"]
         out[start:start + arrays[0].size] = arrays[0].reshape(-1)
 
     return LibraryKernel("sequence_write", (value,), output, count, source, reference,
-                         "one element appended to a sequence's arena", extra_size_vars=(offset,), in_place=True)
+                         "one element appended to a sequence's arena", extra_size_vars=(offset,), in_place=True,
+                         wasm_source=wasm_source)

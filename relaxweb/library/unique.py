@@ -24,6 +24,11 @@ from ..ir.tir import Buffer
 from ..ir.params_block import ParamsLayout
 from ..wgsl.emit import storage_type
 from ..wgsl.shader import params_declaration
+from .wat import element, indent, kernel_text, loop, params_field
+
+#: The WAT load, equality and order of a buffer element, by its WGSL storage type.
+_WAT_COMPARE = {"f32": ("f32.load", "f32.eq", "f32.lt"), "i32": ("i32.load", "i32.eq", "i32.lt_s"),
+                "u32": ("i32.load", "i32.eq", "i32.lt_u")}
 
 
 def _header(title: str, size_vars: list[str], input_type: str, output_type: str) -> str:
@@ -49,13 +54,73 @@ def _header(title: str, size_vars: list[str], input_type: str, output_type: str)
     )
 
 
+def _first_occurrence_wat(load: str, equal: str) -> list[str]:
+    """``$main_is_first_occurrence(values, position)``: no earlier value equals it (NaN never does)."""
+    return [
+        "(func $main_is_first_occurrence (param $values i32) (param $position i32) (result i32)",
+        "  (local $earlier i32)",
+        *loop("earlier", "(i32.ge_s (local.get $earlier) (local.get $position))", [
+            f"(if ({equal} ({load} {element('values', '(local.get $earlier)')}) ({load} {element('values', '(local.get $position)')}))",
+            "  (then (return (i32.const 0))))",
+            "(local.set $earlier (i32.add (local.get $earlier) (i32.const 1)))",
+        ]),
+        "  (i32.const 1))",
+    ]
+
+
+def _count_wat(title: str, size_vars: list[str], dtype: str) -> str:
+    """One unit (none for no values): out[0] = the number of first occurrences."""
+    load, equal, _ = _WAT_COMPARE[storage_type(dtype)]
+    length = params_field(ParamsLayout(tuple(size_vars)), "element_count")
+    body = [
+        f"(local.set $length {length})",
+        *loop("position", "(i32.ge_s (local.get $position) (local.get $length))", [
+            "(local.set $count (i32.add (local.get $count) (call $main_is_first_occurrence (local.get $values) (local.get $position))))",
+            "(local.set $position (i32.add (local.get $position) (i32.const 1)))",
+        ]),
+        "(i32.store (local.get $out) (local.get $count))",
+    ]
+    return kernel_text(title, ("values", "out"), [f"(i32.gt_s {length} (i32.const 0))"],
+                       [("length", "i32"), ("position", "i32"), ("count", "i32")], body, _first_occurrence_wat(load, equal))
+
+
+def _values_wat(title: str, size_vars: list[str], dtype: str) -> str:
+    """One unit per position: a first occurrence goes to its rank among the distinct values."""
+    load, equal, less = _WAT_COMPARE[storage_type(dtype)]
+    length = params_field(ParamsLayout(tuple(size_vars)), "element_count")
+    body = [
+        f"(local.set $length {length})",
+        "(local.set $index (local.get $first))",
+        *loop("index", "(i32.ge_s (local.get $index) (local.get $end))", [
+            "(if (call $main_is_first_occurrence (local.get $values) (local.get $index))",
+            "  (then",
+            f"    (local.set $value ({load} {element('values', '(local.get $index)')}))",
+            "    (local.set $rank (i32.const 0))",
+            "    (local.set $other (i32.const 0))",
+            *indent(loop("other", "(i32.ge_s (local.get $other) (local.get $length))", [
+                f"(if ({less} ({load} {element('values', '(local.get $other)')}) (local.get $value))",
+                "  (then (local.set $rank (i32.add (local.get $rank)",
+                "          (call $main_is_first_occurrence (local.get $values) (local.get $other))))))",
+                "(local.set $other (i32.add (local.get $other) (i32.const 1)))",
+            ]), 2),
+            f"    ({load.replace('load', 'store')} {element('out', '(local.get $rank)')} (local.get $value))))",
+            "(local.set $index (i32.add (local.get $index) (i32.const 1)))",
+        ]),
+    ]
+    kind = "f32" if storage_type(dtype) == "f32" else "i32"
+    return kernel_text(title, ("values", "out"), [length],
+                       [("length", "i32"), ("index", "i32"), ("other", "i32"), ("rank", "i32"), ("value", kind)], body,
+                       _first_occurrence_wat(load, equal))
+
+
 @library_kernel_builder("unique_count")
 def unique_count_kernel(name: str, length: PrimExpr, dtype: str) -> LibraryKernel:
     """out[0] = the number of distinct values among values[0:length] (one invocation works)."""
     inputs = (Buffer("values", (length,), dtype),)
     output = Buffer("out", (1,), "int32")
     size_vars = [v.name for v in buffer_size_vars((*inputs, output))]
-    source = _header(f"{name} (number of distinct values of a {format_expr(length)}-element tensor)", size_vars, storage_type(dtype), "i32") + (
+    title = f"{name} (number of distinct values of a {format_expr(length)}-element tensor)"
+    source = _header(title, size_vars, storage_type(dtype), "i32") + (
         "  if (index != 0) {\n"
         "    return;\n"
         "  }\n"
@@ -71,7 +136,7 @@ def unique_count_kernel(name: str, length: PrimExpr, dtype: str) -> LibraryKerne
     return LibraryKernel(
         name, inputs, output, length, source,
         lambda arrays: np.array([np.unique(arrays[0]).size], dtype=np.int32),
-        "count of distinct values",
+        "count of distinct values", wasm_source=_count_wat(f"library kernel: {title}", size_vars, dtype),
     )
 
 
@@ -81,7 +146,8 @@ def unique_values_kernel(name: str, length: PrimExpr, dtype: str) -> LibraryKern
     inputs = (Buffer("values", (length,), dtype),)
     output = Buffer("out", (length,), dtype)
     size_vars = [v.name for v in buffer_size_vars((*inputs, output))]
-    source = _header(f"{name} (sorted distinct values, padded to {format_expr(length)})", size_vars, storage_type(dtype), storage_type(dtype)) + (
+    title = f"{name} (sorted distinct values, padded to {format_expr(length)})"
+    source = _header(title, size_vars, storage_type(dtype), storage_type(dtype)) + (
         "  if (index >= length || !is_first_occurrence(index)) {\n"
         "    return;\n"
         "  }\n"
@@ -102,4 +168,5 @@ def unique_values_kernel(name: str, length: PrimExpr, dtype: str) -> LibraryKern
         out[: distinct.size] = distinct
         return out
 
-    return LibraryKernel(name, inputs, output, length, source, reference, "sorted distinct values, padded")
+    return LibraryKernel(name, inputs, output, length, source, reference, "sorted distinct values, padded",
+                         wasm_source=_values_wat(f"library kernel: {title}", size_vars, dtype))

@@ -1,0 +1,264 @@
+"""The library kernels' WebAssembly (``LibraryKernel.wasm_source``): each builder's kernel,
+assembled into a kernels.wasm with the math functions it calls, run on numpy arrays as the
+runtime runs it (params block as the host writes it, units split into ranges run last
+first) and compared with the kernel's numpy reference."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from relaxweb.cpu import KernelFunctions, assemble_kernels_module, wat_to_wasm
+from relaxweb.cpu.math import MATH_FUNCTIONS
+from relaxweb.ir.symbolic import IntImm, SizeVar, evaluate
+from relaxweb.library import (
+    attention_kernel, kv_cache_write_kernel, recurrence_kernel, sequence_write_kernel, unique_count_kernel, unique_values_kernel, write_row_kernel,
+)
+from tests.helpers import F32, F32_LOOSE, assert_close, rand
+from tests.wasm_kernels import run_wasm_kernel
+
+KERNEL_INDEX = 3  # any index: the assembler names the functions after it
+
+
+def run_library_kernel(kernel, arrays: list[np.ndarray], sizes: dict[str, int], output: np.ndarray,
+                       ranges: int = 3) -> np.ndarray:
+    """``kernel``'s wasm_source on ``arrays`` (device dtypes), writing into ``output``; the
+    params block holds element_count (the dispatch count) and ``sizes`` in the kernel's order."""
+    assert kernel.wasm_source, f"{kernel.name} has no wasm_source"
+    wat = assemble_kernels_module([KernelFunctions(KERNEL_INDEX, kernel.name, kernel.wasm_source)], "test",
+                                  MATH_FUNCTIONS)
+    params = [int(evaluate(kernel.dispatch_count, sizes))] + [sizes[var.name] for var in kernel.size_vars]
+    return run_wasm_kernel(wat_to_wasm(wat), KERNEL_INDEX, arrays, output, params,
+                           scratch_bytes=kernel.wasm_scratch_bytes, ranges=ranges)
+
+
+def expected_in_place(kernel, arrays: list[np.ndarray], sizes: dict[str, int], output: np.ndarray) -> np.ndarray:
+    expected = output.copy()
+    kernel.reference(arrays, expected, sizes)
+    return expected
+
+
+# -- copies into part of the output ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int32", "uint32"])
+@pytest.mark.parametrize("row_shape, rows, row", [((5,), 4, 2), ((3, 700), 3, 0), ((2, 1100), 2, 1), ((), 6, 5)])
+def test_write_row_writes_one_row_and_keeps_the_others(dtype: str, row_shape: tuple, rows: int, row: int) -> None:
+    n = SizeVar("n")
+    kernel = write_row_kernel("write_row", IntImm(rows), (n, *row_shape[1:]) if row_shape else (), dtype, "iteration")
+    value = rand(row_shape, seed=1, dtype=dtype if dtype != "uint32" else "int32").astype(dtype)
+    output = rand((rows, *row_shape), seed=2, dtype=dtype if dtype != "uint32" else "int32").astype(dtype)
+    sizes = {"n": row_shape[0] if row_shape else 1, "iteration": row}
+    result = run_library_kernel(kernel, [value], sizes, output)
+    np.testing.assert_array_equal(result, expected_in_place(kernel, [value], sizes, output))
+
+
+@pytest.mark.parametrize("count, arena, offset", [(1, 8, 7), (6, 20, 3), (2500, 6000, 1001), (0, 4, 2)])
+def test_sequence_write_appends_at_the_offset(count: int, arena: int, offset: int) -> None:
+    kernel = sequence_write_kernel("float32")
+    value = rand(count, seed=3)
+    output = rand(arena, seed=4)
+    sizes = {"count": count, "arena": arena, "offset": offset}
+    result = run_library_kernel(kernel, [value], sizes, output)
+    np.testing.assert_array_equal(result, expected_in_place(kernel, [value], sizes, output))
+
+
+@pytest.mark.parametrize("outer, length, inner, capacity, offset", [
+    ((2, 3), 1, (8,), 16, 5),        # one decode step, [batch, heads, capacity, head]
+    ((2, 3), 7, (8,), 16, 9),        # a prompt of 7 after 9 cached rows, up to the last row
+    ((1,), 300, (4, 2), 512, 100),   # runs cross the units' boundaries
+    ((), 5, (3,), 9, 0),             # no outer dims
+    ((4,), 3, (), 10, 2),            # no inner dims
+])
+def test_kv_cache_write_writes_only_the_new_rows(outer: tuple, length: int, inner: tuple, capacity: int,
+                                                 offset: int) -> None:
+    kernel = kv_cache_write_kernel("kv_cache_write", tuple(IntImm(d) for d in outer[:1]) + tuple(outer[1:]),
+                                   SizeVar("new"), inner, capacity, "float32", "past")
+    value = rand((*outer, length, *inner), seed=5)
+    output = rand((*outer, capacity, *inner), seed=6)
+    sizes = {"new": length, "past": offset}
+    result = run_library_kernel(kernel, [value], sizes, output)
+    np.testing.assert_array_equal(result, expected_in_place(kernel, [value], sizes, output))
+    assert not np.array_equal(result, output)  # something was written
+
+
+# -- unique ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int32", "uint32"])
+@pytest.mark.parametrize("length", [1, 7, 40])
+def test_unique_count_and_values_match_numpy(dtype: str, length: int) -> None:
+    n = SizeVar("n")
+    values = rand(length, seed=7, low=0, high=6, dtype="int32").astype(dtype)
+    if dtype == "float32":
+        values = values - np.float32(2.5)  # negative values too
+    if dtype == "uint32":
+        values[::3] += np.uint32(0x80000000)  # above INT_MAX: compared unsigned
+    sizes = {"n": length}
+    count = unique_count_kernel("unique_count", n, dtype)
+    result = run_library_kernel(count, [values], sizes, np.full(1, -1, np.int32))
+    np.testing.assert_array_equal(result, count.reference([values]))
+    distinct = unique_values_kernel("unique_values", n, dtype)
+    result = run_library_kernel(distinct, [values], sizes, np.zeros(length, values.dtype))
+    np.testing.assert_array_equal(result, distinct.reference([values]))
+
+
+def test_unique_count_of_nothing_writes_nothing() -> None:
+    """Zero values: no unit (the WGSL dispatches no invocation), the output is kept."""
+    count = unique_count_kernel("unique_count", SizeVar("n"), "float32")
+    result = run_library_kernel(count, [np.zeros(0, np.float32)], {"n": 0}, np.full(1, 7, np.int32))
+    np.testing.assert_array_equal(result, [7])
+
+
+# -- attention ----------------------------------------------------------------------------------
+
+S, T = SizeVar("s"), SizeVar("t")
+
+
+def check_attention(kernel, arrays: list[np.ndarray], sizes: dict[str, int], tolerance=F32) -> np.ndarray:
+    """The kernel's wasm against its reference: NaN exactly where the reference has NaN."""
+    output = np.full(kernel.reference(arrays, sizes).shape if kernel.sized_reference else
+                     kernel.reference(arrays).shape, 7.0, np.float32)
+    got = run_library_kernel(kernel, arrays, sizes, output, ranges=4)
+    wanted = kernel.reference(arrays, sizes) if kernel.sized_reference else kernel.reference(arrays)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(wanted))
+    assert_close(got, wanted, tolerance)
+    return got
+
+
+@pytest.mark.parametrize("head, value_head", [(8, 4), (6, 5), (3, 1), (64, 64)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_matches_the_reference_at_every_head_size(head: int, value_head: int, causal: bool) -> None:
+    kernel = attention_kernel("attention", (2, 3), S, T, head, value_head, scale=0.3, causal=causal)
+    for seed, (queries, keys) in enumerate([(70, 70), (5, 40), (40, 5), (1, 1), (3, 6)]):
+        arrays = [rand(2, 3, queries, head, seed=seed), rand(2, 3, keys, head, seed=seed + 1),
+                  rand(2, 3, keys, value_head, seed=seed + 2)]
+        got = check_attention(kernel, arrays, {"s": queries, "t": keys}, F32 if head < 64 else F32_LOOSE)
+        if causal and queries > keys:  # the first rows see no key: NaN, as an additive -inf mask gives
+            assert np.isnan(got[:, :, 0]).all() and np.isfinite(got[:, :, -1]).all()
+
+
+@pytest.mark.parametrize("mask_shape", [(1, 1, "s", "t"), (2, 1, 1, "t"), ("s", "t"), (2, 3, "s", 1)])
+def test_attention_adds_a_broadcast_mask(mask_shape: tuple) -> None:
+    """-inf entries hide keys (a row with none left is NaN), -3.4e38 ones (torch's) keep it finite."""
+    dims = {"s": S, "t": T}
+    kernel = attention_kernel("attention", (2, 3), S, T, 8, 8, tuple(dims.get(d, d) for d in mask_shape), scale=0.5)
+    queries, keys = 6, 9
+    concrete = tuple({"s": queries, "t": keys}.get(d, d) for d in mask_shape)
+    mask = rand(concrete, seed=4)
+    mask = np.where(mask > 1.0, -np.inf, np.where(mask < -1.2, np.float32(-3.4e38), mask)).astype(np.float32)
+    if tuple(mask_shape[-2:]) == ("s", "t"):
+        mask[..., 1, :] = -np.inf  # query row 1 sees no key
+    arrays = [rand(2, 3, queries, 8, seed=5), rand(2, 3, keys, 8, seed=6), rand(2, 3, keys, 8, seed=7), mask]
+    got = check_attention(kernel, arrays, {"s": queries, "t": keys})
+    if tuple(mask_shape[-2:]) == ("s", "t"):
+        assert np.isnan(got[:, :, 1]).all() and np.isfinite(got[:, :, 0]).all()
+
+
+def test_attention_with_no_keys_is_zero_and_a_nan_score_makes_its_row_nan() -> None:
+    kernel = attention_kernel("attention", (2,), S, T, 4, 4)
+    got = check_attention(kernel, [rand(2, 3, 4, seed=1), rand(2, 0, 4), rand(2, 0, 4)], {"s": 3, "t": 0})
+    assert (got == 0).all()
+    query = rand(2, 3, 4, seed=1)
+    query[1, 2, 0] = np.nan
+    got = check_attention(kernel, [query, rand(2, 5, 4, seed=2), rand(2, 5, 4, seed=3)], {"s": 3, "t": 5})
+    assert np.isnan(got[1, 2]).all() and np.isfinite(got[0]).all()
+
+
+@pytest.mark.parametrize("kv_batch", [(2, 2), (2, 1), (1, 6)])
+def test_grouped_query_heads_read_their_key_value_head(kv_batch: tuple) -> None:
+    """Query head h reads key / value head h // group (transformers' repeat_kv order)."""
+    kernel = attention_kernel("attention", (2, 6), S, T, 8, 4, (2, 1, S, T), 0.5, kv_batch=kv_batch)
+    mask = np.where(rand(2, 1, 5, 7, seed=1) > 1.0, -np.inf, 0.0).astype(np.float32)
+    arrays = [rand(2, 6, 5, 8, seed=2), rand(*kv_batch, 7, 8, seed=3), rand(*kv_batch, 7, 4, seed=4), mask]
+    check_attention(kernel, arrays, {"s": 5, "t": 7})
+
+
+@pytest.mark.parametrize("queries, past", [(1, 0), (1, 15), (3, 4), (16, 0)])
+def test_attention_reads_the_valid_prefix_of_a_kv_cache(queries: int, past: int) -> None:
+    """k and v [b, 2, 16, .] (a cache of capacity 16) of which the first past + new rows are
+    valid, causal (a decode step's query sees every key); rows past them hold NaN."""
+    new = SizeVar("new")
+    kernel = attention_kernel("attention", (1, 6), new, SizeVar("past") + new, 8, 8, scale=0.5, causal=True,
+                              kv_batch=(1, 2), key_rows=IntImm(16))
+    cache = [rand(1, 2, 16, 8, seed=1), rand(1, 2, 16, 8, seed=2)]
+    for tensor in cache:
+        tensor[:, :, past + queries:] = np.nan
+    check_attention(kernel, [rand(1, 6, queries, 8, seed=3), *cache], {"new": queries, "past": past})
+
+
+# -- recurrence ---------------------------------------------------------------------------------
+
+RECURRENT_GATES = {"lstm": 4, "gru": 3, "rnn": 1}
+DEFAULT_ACTIVATIONS = {"lstm": (("sigmoid", 0, 0), ("tanh", 0, 0), ("tanh", 0, 0)),
+                       "gru": (("sigmoid", 0, 0), ("tanh", 0, 0)), "rnn": (("tanh", 0, 0),)}
+
+
+def check_recurrence(cell: str, direction: str, *, steps: int = 5, batch: int = 3, hidden: int = 6,
+                     activations: tuple | None = None, optional: tuple = (), lengths: list[int] | None = None,
+                     batch_major_states: bool = False, seed: int = 0, **options) -> None:
+    """The kernel's wasm against its reference on random inputs: the rows of Y, Y_h (and the
+    cell state Y_c) of the output (a GRU's scratch rows after them are the kernel's own)."""
+    directions = 2 if direction == "bidirectional" else 1
+    if activations is None:
+        activations = DEFAULT_ACTIVATIONS[cell] * directions
+    kernel = recurrence_kernel("recurrence", cell, SizeVar("T"), SizeVar("B"), IntImm(hidden), direction,
+                               activations, optional=optional, batch_major_states=batch_major_states, **options)
+    gates = RECURRENT_GATES[cell] * hidden
+    states = (batch, directions, hidden) if batch_major_states else (directions, batch, hidden)
+    given = {"bias": rand(directions, 2 * gates, seed=seed + 3),
+             "sequence_lens": np.array(lengths if lengths is not None else [steps] * batch, np.int32),
+             "initial_h": rand(states, seed=seed + 4), "initial_c": rand(states, seed=seed + 5),
+             "peepholes": rand(directions, 3 * hidden, seed=seed + 6)}
+    arrays = [rand(steps, batch, directions, gates, seed=seed + 1),
+              rand(directions, hidden, gates, seed=seed + 2) * np.float32(0.5 / np.sqrt(hidden)),
+              *(given[buffer.name] for buffer in kernel.inputs[2:])]
+    wanted = kernel.reference(arrays)
+    output = rand(wanted.shape, seed=seed + 7)  # every row checked below is written
+    got = run_library_kernel(kernel, arrays, {"T": steps, "B": batch}, output)
+    rows = steps + (2 if cell == "lstm" else 1)
+    assert_close(got[:rows], wanted[:rows], F32_LOOSE)
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru", "rnn"])
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+def test_recurrence_with_every_input(cell: str, direction: str) -> None:
+    """Initial states, per-batch lengths (one 0, one past the steps: clamped), peepholes."""
+    optional = ("sequence_lens", "initial_h", *(("initial_c", "peepholes") if cell == "lstm" else ()))
+    check_recurrence(cell, direction, optional=optional, lengths=[3, 0, 9])
+
+
+@pytest.mark.parametrize("cell, hidden", [("lstm", 130), ("gru", 70), ("rnn", 5), ("lstm", 1)])
+def test_recurrence_at_hidden_sizes_that_are_not_multiples_of_4(cell: str, hidden: int) -> None:
+    check_recurrence(cell, "bidirectional", hidden=hidden, steps=4, batch=2, optional=("initial_h",))
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru", "rnn"])
+def test_recurrence_clips_and_reads_batch_major_states(cell: str) -> None:
+    optional = ("initial_h", *(("initial_c", "peepholes") if cell == "lstm" else ()))
+    check_recurrence(cell, "bidirectional", clip=0.3, optional=optional, batch_major_states=True)
+
+
+@pytest.mark.parametrize("optional", [("bias", "sequence_lens", "initial_h"), ()])
+def test_gru_linear_before_reset(optional: tuple) -> None:
+    check_recurrence("gru", "bidirectional", linear_before_reset=True, optional=optional, lengths=[5, 2, 1])
+
+
+def test_lstm_with_coupled_input_and_forget_gates() -> None:
+    check_recurrence("lstm", "forward", input_forget=True, optional=("peepholes",))
+
+
+@pytest.mark.parametrize("name, alpha, beta", [
+    ("relu", 0, 0), ("tanh", 0, 0), ("sigmoid", 0, 0), ("affine", 0.7, -0.2), ("leakyrelu", 0.1, 0),
+    ("thresholdedrelu", 0.4, 0), ("scaledtanh", 0.9, 1.3), ("hardsigmoid", 0.3, 0.45), ("elu", 0.8, 0),
+    ("softsign", 0, 0), ("softplus", 0, 0)])
+def test_rnn_with_each_activation(name: str, alpha: float, beta: float) -> None:
+    check_recurrence("rnn", "forward", activations=((name, alpha, beta),), optional=("initial_h",))
+
+
+def test_each_direction_has_its_own_activations() -> None:
+    check_recurrence("lstm", "bidirectional", activations=(
+        ("hardsigmoid", 0.3, 0.45), ("softsign", 0, 0), ("elu", 0.9, 0),
+        ("sigmoid", 0, 0), ("tanh", 0, 0), ("leakyrelu", 0.05, 0)))
+    check_recurrence("gru", "bidirectional", activations=(
+        ("hardsigmoid", 0.3, 0.45), ("affine", 0.9, 0.1), ("sigmoid", 0, 0), ("scaledtanh", 0.5, 1.5)))
