@@ -25,7 +25,7 @@ import tempfile
 import threading
 import urllib.parse
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, NamedTuple
 
 import numpy as np
 
@@ -135,7 +135,9 @@ async ({ runs, timeoutMs, profile, loadOptions }) => {
   const timeout = new Promise((_, reject) => setTimeout(
     () => reject(new Error(`the runs did not finish within ${timeoutMs / 1000} s`)), timeoutMs));
   try {
-    return { outputs: await Promise.race([work(), timeout]), profiles };
+    const outputs = await Promise.race([work(), timeout]);
+    return { outputs, profiles, backend: model.backend, threads: model.threads ?? null,
+             unitsRunByWorkers: model.unitsRunByWorkers ?? null };
   } catch (error) {
     return { error: { name: error?.name ?? "Error", message: error?.message ?? String(error) } };
   } finally {
@@ -380,12 +382,12 @@ def profile_in_browser(bundle_dir: str | Path, inputs: dict[str, np.ndarray], ti
     """Load a bundle in headless Chromium with ``{profile: true, backend}`` and profile one run
     (``model.profile(inputs)`` of the browser runtime, after one warm-up run): the
     :class:`~relaxweb.runtime.profile.Profile` with the outputs, as the Python runtime gives it."""
-    results, profiles = _run_in_page(bundle_dir, [inputs], timeout_s, profile=True, load_options={"backend": backend})
-    (rows,) = profiles
+    runs = browser_runs(bundle_dir, [inputs], timeout_s, profile=True, load_options={"backend": backend})
+    (rows,) = runs.profiles
     profile = Profile(rows["method"], rows["dispatches"], [
         KernelRow(row["kernel"], row["calls"], row["totalMs"], row["percent"], row["flops"], row["bytes"])
         for row in rows["rows"]])
-    profile.outputs = results[0]
+    profile.outputs = runs.outputs[0]
     return profile
 
 
@@ -400,19 +402,32 @@ def run_many_in_browser(
 
     The first failing run stops them all, with the errors of :func:`run_in_browser`;
     ``timeout_s`` covers the load and all the runs.  ``load_options`` are JSON options of the
-    browser runtime's ``load`` (``{"kernels": "gpu", "limits": {...}}``).
+    browser runtime's ``load`` (``{"kernels": "gpu", "limits": {...}}``, ``{"backend": "wasm"}``).
     """
-    return _run_in_page(bundle_dir, runs, timeout_s, profile=False, load_options=load_options)[0]
+    return browser_runs(bundle_dir, runs, timeout_s, load_options=load_options).outputs
 
 
-def _run_in_page(bundle_dir: str | Path, runs: list[dict[str, np.ndarray]], timeout_s: float,
-                 profile: bool, load_options: dict | None = None) -> tuple[list[dict[str, np.ndarray]], list[dict]]:
-    """The outputs of each run in the page, and with ``profile`` each run's profile as the
-    browser runtime gives it."""
+class BrowserRuns(NamedTuple):
+    """What :func:`browser_runs` gives: each run's outputs, with ``profile`` each run's profile
+    as the browser runtime gives it, and the loaded model's ``backend``, ``threads`` and the units
+    its worker threads ran (both None on WebGPU)."""
+
+    outputs: list[dict[str, np.ndarray]]
+    profiles: list[dict]
+    backend: str
+    threads: int | None
+    units_run_by_workers: int | None
+
+
+def browser_runs(bundle_dir: str | Path, runs: list[dict[str, np.ndarray]], timeout_s: float = 120.0, *,
+                 profile: bool = False, load_options: dict | None = None, webgpu: bool = True,
+                 isolated: bool = True) -> BrowserRuns:
+    """:func:`run_many_in_browser` in a Chromium with or without WebGPU (``webgpu``), on a page
+    that is cross-origin isolated or not (``isolated``), telling which backend ran."""
     encoded_runs = [{name: None if value is None else [_encode_array(name, element) for element in value]
                      if isinstance(value, (list, tuple)) else _encode_array(name, value) for name, value in inputs.items()}
                     for inputs in runs]
-    with open_runner_page(bundle_dir, timeout_s) as page:
+    with open_runner_page(bundle_dir, timeout_s, webgpu=webgpu, isolated=isolated) as page:
         payload = {"runs": encoded_runs, "timeoutMs": int(timeout_s * 1000), "profile": profile,
                    "loadOptions": load_options or {}}
         try:
@@ -425,7 +440,8 @@ def _run_in_page(bundle_dir: str | Path, runs: list[dict[str, np.ndarray]], time
             raise InputShapeError(error["message"])
         raise RelaxwebError(f"the browser run failed: {error['name']}: {error['message']}")
     manifest = json.loads((Path(bundle_dir) / "manifest.json").read_text())
-    return [_decode_outputs(manifest, outputs) for outputs in result["outputs"]], result["profiles"]
+    return BrowserRuns([_decode_outputs(manifest, outputs) for outputs in result["outputs"]], result["profiles"],
+                       result["backend"], result["threads"], result["unitsRunByWorkers"])
 
 
 def _decode_outputs(manifest: dict, encoded: dict) -> dict[str, np.ndarray]:

@@ -6,17 +6,24 @@ The hand-made bundles (``tests/fixtures/handmade_bundle.py``) with hand-written 
 one thread on a page that is not cross-origin isolated, a pool of workers on one that is
 (``model.unitsRunByWorkers`` counts the units the workers ran), reads and resumes, the host
 module's input errors, and a kernel trap naming its call site.
+
+The GPT-2-like, BERT-like and CNN test models (tests/model_exports.py, as
+tests/test_browser_models.py gets them) are built once and run with ``backend: "auto"`` in
+that Chromium on worker threads, matching onnxruntime (the MODEL tolerance); the CNN also on a
+page that is not isolated (one thread), with the same bytes.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from relaxweb import browser
-from relaxweb.browser import open_runner_page
+from relaxweb.browser import browser_runs, open_runner_page, profile_in_browser
+from relaxweb.compiler import build_bundle
 from relaxweb.cli import main as cli_main
 from tests.fixtures.handmade_bundle import (
     DEFAULT_BOUND,
@@ -25,6 +32,8 @@ from tests.fixtures.handmade_bundle import (
     write_positives_bundle,
 )
 from tests.fixtures.handmade_wasm import HANDMADE_KERNELS, POSITIVES_KERNELS, add_kernels_wasm
+from tests.helpers import MODEL, assert_close
+from tests.model_exports import Export, export_script, missing_exporter_packages, session_exports
 from tests.test_browser import pytestmark as browser_marks
 
 pytestmark = browser_marks
@@ -199,3 +208,78 @@ def test_the_demo_page_shows_the_wasm_backend_and_its_threads(handmade: Path) ->
                 chromium.close()
     finally:
         browser.stop_server(server)
+
+
+# The test models on the wasm backend ------------------------------------------------------------
+
+MODELS = {  # name -> (shapes run, build bounds above them)
+    "gpt2_legacy": ([{"batch": 1, "seq": 8}, {"batch": 2, "seq": 5}], {"batch": 4, "seq": 16}),
+    "bert_legacy": ([{"batch": 1, "seq": 8}, {"batch": 2, "seq": 5}], {"batch": 4, "seq": 16}),
+    "cnn_legacy": ([{"batch": 1, "height": 32, "width": 32}, {"batch": 2, "height": 27, "width": 13}],
+                   {"batch": 2, "height": 32, "width": 32}),
+}
+
+
+@pytest.fixture(scope="module")
+def exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Export]:
+    missing = missing_exporter_packages()
+    if missing:
+        pytest.skip(f"{' and '.join(missing)} not installed (pip install -e '.[test]')")
+    return session_exports(tmp_path_factory, list(MODELS))
+
+
+@pytest.fixture(scope="module")
+def model_bundles(exports: dict[str, Export], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("wasm-browser-bundles")
+    for name, (_, bounds) in MODELS.items():
+        if exports[name].error:
+            pytest.fail(f"export of {name} failed: {exports[name].error}", pytrace=False)
+        build_bundle(exports[name].path, folder / name, bounds)
+    return {name: folder / name for name in MODELS}
+
+
+def model_runs(export: Export, shapes: list[dict]) -> list[dict[str, np.ndarray]]:
+    return [export_script().make_inputs(export.sidecar["inputs"], dims, seed=sum(dims.values())) for dims in shapes]
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_the_test_models_match_onnxruntime_on_the_wasm_backend(exports, model_bundles, name: str) -> None:
+    import onnxruntime as ort
+
+    shapes, _ = MODELS[name]
+    runs = model_runs(exports[name], shapes)
+    reference = ort.InferenceSession(str(exports[name].path), providers=["CPUExecutionProvider"])
+    result = browser_runs(model_bundles[name], runs, timeout_s=300, webgpu=False)
+    assert result.backend == "wasm" and result.threads > 1, (result.backend, result.threads)
+    assert result.units_run_by_workers > 0
+    for dims, inputs, actual in zip(shapes, runs, result.outputs, strict=True):
+        for output, want in zip(reference.get_outputs(), reference.run(None, inputs)):
+            got = actual[output.name]
+            assert got.shape == want.shape, f"{name} {output.name} at {dims}: shape {got.shape}, onnxruntime {want.shape}"
+            assert got.dtype == want.dtype
+            assert_close(got, want, MODEL, err_msg=f"{name} {output.name} at {dims}")
+
+
+def test_one_thread_and_the_pool_give_the_same_bytes(exports, model_bundles) -> None:
+    shapes, _ = MODELS["cnn_legacy"]
+    runs = model_runs(exports["cnn_legacy"], shapes)
+    single = browser_runs(model_bundles["cnn_legacy"], runs, timeout_s=300, webgpu=False, isolated=False)
+    pooled = browser_runs(model_bundles["cnn_legacy"], runs, timeout_s=300, webgpu=False)
+    assert (single.backend, single.threads) == ("wasm", 1)
+    assert pooled.threads > 1
+    for one, many in zip(single.outputs, pooled.outputs, strict=True):
+        assert one.keys() == many.keys()
+        for name in one:
+            np.testing.assert_array_equal(one[name], many[name])
+
+
+def test_a_per_kernel_profile_of_the_wasm_backend(exports, model_bundles) -> None:
+    shapes, _ = MODELS["cnn_legacy"]
+    (inputs,) = model_runs(exports["cnn_legacy"], shapes[:1])
+    profile = profile_in_browser(model_bundles["cnn_legacy"], inputs, timeout_s=300, backend="wasm")
+    assert profile.method == "wall clock per kernel call"
+    manifest_kernels = {k["name"] for k in json.loads((model_bundles["cnn_legacy"] / "manifest.json").read_text())["kernels"]}
+    assert {row.kernel for row in profile.rows} <= manifest_kernels
+    assert sum(row.calls for row in profile.rows) == profile.dispatches > 0
+    assert any(row.flops for row in profile.rows)  # generated kernels carry their cost
+    assert all(row.ms >= 0 for row in profile.rows)
