@@ -15,12 +15,15 @@ page that is not isolated (one thread), with the same bytes.
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+import relaxweb
 from relaxweb import browser
 from relaxweb.browser import browser_runs, open_runner_page, profile_in_browser
 from relaxweb.compiler import build_bundle
@@ -32,9 +35,12 @@ from tests.fixtures.handmade_bundle import (
     write_positives_bundle,
 )
 from tests.fixtures.handmade_wasm import HANDMADE_KERNELS, POSITIVES_KERNELS, add_kernels_wasm
-from tests.helpers import MODEL, assert_close
+from tests.helpers import MODEL, assert_close, rand
 from tests.model_exports import Export, export_script, missing_exporter_packages, session_exports
 from tests.test_browser import pytestmark as browser_marks
+from tests.test_sequence import appending_model, assert_sequences_equal, growing_sequence_model, onnxruntime_outputs
+from tests.test_tiny_llama import CACHE_BOUNDS, PREFILL
+from tests.test_tiny_llama import SCRIPT as TINY_LLAMA_SCRIPT
 
 pytestmark = browser_marks
 
@@ -283,3 +289,50 @@ def test_a_per_kernel_profile_of_the_wasm_backend(exports, model_bundles) -> Non
     assert sum(row.calls for row in profile.rows) == profile.dispatches > 0
     assert any(row.flops for row in profile.rows)  # generated kernels carry their cost
     assert all(row.ms >= 0 for row in profile.rows)
+
+
+# Sequences, loops and KV caches on the wasm backend ------------------------------------------------
+
+
+def test_a_loop_growing_a_sequence_and_a_sequence_input(tmp_path: Path) -> None:
+    """Resumes (a loop's iterations), a sequence arena growing between them, sequence inputs and outputs."""
+    grown = relaxweb.build(growing_sequence_model(), tmp_path / "growing").path
+    runs = [{"x": rand(6, seed=3), "trip": np.array(trip, np.int64), "cond": np.array(True)} for trip in (0, 1, 4)]
+    result = browser_runs(grown, runs, webgpu=False)
+    assert result.backend == "wasm"
+    for feeds, outputs in zip(runs, result.outputs, strict=True):
+        (expected,) = onnxruntime_outputs(growing_sequence_model(), feeds)
+        assert_sequences_equal(outputs["grown"], expected)
+    appended = relaxweb.build(appending_model(), tmp_path / "appending").path
+    feeds = {"s": [rand(2, 3, seed=1), rand(0, 4, seed=2)], "t": rand(3, 2, seed=9)}
+    (expected,) = onnxruntime_outputs(appending_model(), feeds)
+    (outputs,) = browser_runs(appended, [feeds], webgpu=False).outputs
+    assert_sequences_equal(outputs["grown"], expected)
+
+
+@pytest.mark.slow
+def test_the_tiny_llamas_kv_caches_written_from_arrays_and_read_back(tmp_path: Path) -> None:
+    """Prefill, then a decode step whose past is the prefill's presents as arrays (written into
+    the caches block by block, presents read back from them): onnxruntime's logits and presents."""
+    spec = importlib.util.spec_from_file_location("tiny_llama", TINY_LLAMA_SCRIPT)
+    tiny_llama = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("tiny_llama", tiny_llama)  # its dataclasses look themselves up there
+    spec.loader.exec_module(tiny_llama)  # type: ignore[union-attr]
+    paths = tiny_llama.tiny_llama_paths()  # trained once into .cache/tiny-llama/
+    bundle = relaxweb.build(paths["model"], tmp_path / "bundle", bounds=CACHE_BOUNDS).path
+    assert json.loads((bundle / "manifest.json").read_text())["caches"]
+    reference = json.loads(paths["reference"].read_text())
+    onnxruntime_run = tiny_llama.onnxruntime_runner(paths["model"])
+    config = tiny_llama.Config()
+    present = tiny_llama.past_names(config, "present")
+    ids = tiny_llama.encode(reference["prompt"]) + reference["continuation_ids"]
+    prefill = tiny_llama.decoder_feeds(config, ids[:PREFILL], 0, None)
+    expected_prefill = onnxruntime_run(prefill)
+    step = tiny_llama.decoder_feeds(config, ids[PREFILL:PREFILL + 2], PREFILL, [expected_prefill[name] for name in present])
+    result = browser_runs(bundle, [prefill, step], timeout_s=300, webgpu=False)
+    assert result.backend == "wasm"
+    for actual, expected in zip(result.outputs, [expected_prefill, onnxruntime_run(step)], strict=True):
+        assert set(actual) == set(expected)
+        for name, want in expected.items():
+            assert actual[name].shape == want.shape, name
+            assert_close(actual[name], want, MODEL, err_msg=name)
