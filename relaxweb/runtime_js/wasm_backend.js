@@ -6,8 +6,9 @@
 // Memory: one WebAssembly.Memory laid out as the contract says: bytes [0, 64 KiB) never a
 // buffer, then the params region, the weights (copied once from the verified shards), one
 // scratch block per thread, the storages (16-byte aligned), and at least 64 KiB of slack.
-// A storage that must grow moves to a new region at the top, its contents copied; the old
-// region is not reused (a bundle with bounds allocates every storage once, at load).
+// A storage that must grow mid-run moves to a new region at the top, its contents copied;
+// before a run's first step the storages are laid out again (a bundle with bounds allocates
+// every storage once, at load).
 //
 // Threads: where the page is cross-origin isolated (SharedArrayBuffer) the memory is shared
 // and a pool of workers (wasm_worker.js) instantiates the shared-memory variant of the
@@ -199,6 +200,8 @@ export class WasmModel {
     this.weightAddresses = [];
     /** @type {number[]} one scratch block per thread */
     this.scratchAddresses = [];
+    /** The address the storages are laid out from (after the scratch blocks). */
+    this.storagesBase = 0;
     /** @type {number[]} */
     this.storageAddresses = [];
     /** @type {number[]} */
@@ -235,6 +238,7 @@ export class WasmModel {
     });
     const scratchBytes = this.manifest.wasm?.scratch_bytes ?? 0;
     this.scratchAddresses = Array.from({ length: this.threads }, () => this.allocate(scratchBytes));
+    this.storagesBase = aligned16(this.top);
     this.growStorages(sizesAtBounds ?? this.manifest.storages.map((/** @type {any} */ s) => s.size_at_bounds ?? 0), false);
   }
 
@@ -268,22 +272,32 @@ export class WasmModel {
   }
 
   /**
-   * Move every storage smaller than `sizes` says to a new region; with `keep`, its contents
-   * go with it (growth between two steps of a run).
+   * Give every storage smaller than `sizes` says a region that fits (at least twice its old
+   * one). Between two steps of a run (`keep`) each such storage moves to the top with its
+   * contents; before a run's first step nothing is kept, so every storage is placed again
+   * from the first storage's address (the memory grows to the largest run's layout, and
+   * regions are reused).
    * @param {number[]} sizes @param {boolean} keep
    */
   growStorages(sizes, keep) {
+    const fits = (/** @type {number} */ size, /** @type {number} */ index) =>
+      this.storageAddresses[index] !== undefined && this.storageSizes[index] >= size;
+    if (sizes.every(fits)) return;
+    const capacity = (/** @type {number} */ size, /** @type {number} */ index) =>
+      fits(size, index) ? this.storageSizes[index] : Math.max(aligned16(size), 16, 2 * (this.storageSizes[index] ?? 0));
+    if (!keep) this.top = this.storagesBase;
     sizes.forEach((size, index) => {
-      if (this.storageAddresses[index] !== undefined && this.storageSizes[index] >= size) return;
-      const address = this.allocate(size);
-      if (keep && this.storageAddresses[index] !== undefined) {
+      if (keep && fits(size, index)) return;
+      const bytes = capacity(size, index);
+      const address = this.allocate(bytes);
+      if (keep) {
         const old = this.storageAddresses[index];
         this.bytes().copyWithin(address, old, old + this.storageSizes[index]);
       }
       this.storageAddresses[index] = address;
-      this.storageSizes[index] = Math.max(aligned16(size), 16);
-      this.siteAddresses.fill(null);
+      this.storageSizes[index] = bytes;
     });
+    this.siteAddresses.fill(null);
   }
 
   /**

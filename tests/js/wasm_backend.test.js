@@ -151,13 +151,17 @@ test("a bounded bundle runs on kernels.wasm: the outputs of (x + w) * 2, at ever
   await assert.rejects(model.run({ x: { data: input(1), shape: [1, 4] } }), /cannot run: the model was disposed/);
 });
 
-test("an unbounded bundle's storages grow at run time (no storage before the first run)", async () => {
+test("an unbounded bundle's storages grow at run time, laid out again before a run: the memory stops growing", async () => {
   const model = await loadWasmModel(unbounded);
-  for (const rows of [3, 200, 40]) {
+  const grown = [];
+  for (const rows of [3, 200, 40, 5000, 200, 5000, 4999]) {
     const x = input(rows);
     const { z } = await model.run({ x: { data: x, shape: [rows, 4] } });
     assert.deepEqual(Array.from(z.data), expected(x));
+    grown.push(model.memory.buffer.byteLength);
   }
+  assert.ok(grown[3] > grown[0], "5000 rows need more memory");
+  assert.deepEqual(grown.slice(3), [grown[3], grown[3], grown[3], grown[3]], "regions are reused");
   assert.ok(model.memory.buffer.byteLength >= model.top + 65536, "64 KiB of slack after the last buffer");
   model.dispose();
 });
