@@ -180,8 +180,9 @@ class _RoutingHandler(http.server.SimpleHTTPRequestHandler):
     #: URL prefix -> folder, longest prefix first; set by :func:`start_server`.
     routes: list[tuple[str, Path]] = []
     quiet = True
-    #: send ISOLATION_HEADERS with every response (the page is cross-origin isolated)
-    isolated = True
+    #: send ISOLATION_HEADERS with every response (the page is cross-origin isolated); on in
+    #: :func:`start_server` by default, off for other users of this handler unless they ask
+    isolated = False
 
     extensions_map = {
         **http.server.SimpleHTTPRequestHandler.extensions_map,

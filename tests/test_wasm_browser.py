@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -336,3 +337,16 @@ def test_the_tiny_llamas_kv_caches_written_from_arrays_and_read_back(tmp_path: P
         for name, want in expected.items():
             assert actual[name].shape == want.shape, name
             assert_close(actual[name], want, MODEL, err_msg=name)
+
+
+@pytest.mark.parametrize("isolated", [True, False])
+def test_the_server_sends_the_isolation_headers_unless_told_not_to(handmade: Path, isolated: bool) -> None:
+    server = browser.start_server(handmade, isolated=isolated)
+    try:
+        for path in ("", "runtime/wasm_worker.js", "bundle/kernels.wasm"):
+            with urllib.request.urlopen(server.url + path) as response:  # type: ignore[attr-defined]
+                headers = {name: response.headers.get(name) for name, _ in browser.ISOLATION_HEADERS}
+            assert headers == ({name: value for name, value in browser.ISOLATION_HEADERS} if isolated
+                               else {name: None for name, _ in browser.ISOLATION_HEADERS}), path
+    finally:
+        browser.stop_server(server)
