@@ -350,3 +350,24 @@ def test_the_server_sends_the_isolation_headers_unless_told_not_to(handmade: Pat
                                else {name: None for name, _ in browser.ISOLATION_HEADERS}), path
     finally:
         browser.stop_server(server)
+
+
+def test_a_worker_that_never_finishes_rejects_the_run_instead_of_freezing_the_page(handmade: Path) -> None:
+    with open_runner_page(handmade, webgpu=False) as page:
+        result = page.evaluate("""async () => {
+          const model = await window.relaxweb.load("/bundle/", { threads: 2 });
+          model.pool.quit(0);  // as dispose() stops it, or as a browser stopping it would
+          await new Promise((resolve) => setTimeout(resolve, 200));
+          const quit = model.unitsRunByWorkers;
+          model.pool.graceMs = 200;
+          const x = { x: { data: new Float32Array(64), shape: [16, 4] } };
+          const first = await model.run(x).then(() => "no error", (e) => e.message);
+          const second = await model.run(x).then(() => "no error", (e) => e.message);
+          const after = model.unitsRunByWorkers;
+          model.dispose();
+          return { first, second, ran: after - quit };
+        }""")
+    assert result["first"] == ("kernel add_broadcast failed at call site 0 (y = add_broadcast(x, w)): "
+                               "wasm worker 1 did not finish its units (the browser stopped it, or it hangs)")
+    assert result["second"] == "cannot run: wasm worker 1 did not finish its units (the browser stopped it, or it hangs)"
+    assert result["ran"] == 0  # a worker told to quit runs nothing more: dispose() frees its thread

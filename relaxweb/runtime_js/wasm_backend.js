@@ -49,7 +49,11 @@ const UNITS_RUN = 9; // units this worker has run since the pool started (for te
 const ADDRESSES = 10; // then one address per binding
 const MAX_BUFFERS = 63; // a call site binds at most 63 buffers (the manifest schema)
 export const CONTROL_SLOT = ADDRESSES + MAX_BUFFERS + 1;
+/** The KERNEL of the job that ends a worker. */
+export const QUIT = -1;
 export const MESSAGE_BYTES = 256;
+/** How long the page's thread waits for a worker beyond 20 times its own range's time. */
+export const WORKER_GRACE_MS = 30_000;
 export const CONTROL = { GO, DONE, STATUS, KERNEL, PARAMS, FIRST, END, SCRATCH, BUFFER_COUNT, UNITS_RUN, ADDRESSES };
 
 /**
@@ -421,6 +425,7 @@ export class WasmModel {
       if (ranges.length === 1) own();
       else /** @type {WorkerPool} */ (this.pool).run(site.kernel, params, ranges, this.scratchAddresses, addresses, own);
     } catch (error) {
+      if (this.pool?.broken) this.unusableReason ??= this.pool.broken;
       const kernel = this.manifest.kernels[site.kernel].name;
       throw new Error(`kernel ${kernel} failed at call site ${callSite} (${String(site.binding).slice(0, 300)}): ${/** @type {Error} */ (error).message}`);
     }
@@ -537,6 +542,10 @@ export class WorkerPool {
     this.control = control;
     this.messages = messages;
     this.job = 0;
+    /** @type {string|null} why the pool cannot run any more (a worker that never finished) */
+    this.broken = null;
+    /** How long to wait for a worker beyond 20 times the page's own range (tests lower it). */
+    this.graceMs = WORKER_GRACE_MS;
   }
 
   /**
@@ -562,16 +571,25 @@ export class WorkerPool {
     }
     /** @type {unknown} */
     let ownError = null;
+    const started = performance.now();
     try {
       own();
     } catch (error) {
       ownError = error;
     }
+    // The workers' ranges are as large as this thread's: one that is still not done long after
+    // (a worker the browser stopped) would freeze the page, so the spin has a deadline.
+    const deadline = performance.now() + Math.max(this.graceMs, 20 * (performance.now() - started));
     /** @type {string|null} */
     let workerError = null;
     for (let w = 0; w < ranges.length - 1; w++) {
       const slot = w * CONTROL_SLOT;
-      while (Atomics.load(control, slot + DONE) !== job) { /* spin: the page's thread may not Atomics.wait */ }
+      for (let spins = 1; Atomics.load(control, slot + DONE) !== job; spins++) { // the page's thread may not Atomics.wait
+        if (spins % 4096 === 0 && performance.now() > deadline) {
+          this.broken = `wasm worker ${w + 1} did not finish its units (the browser stopped it, or it hangs)`;
+          throw new Error(this.broken);
+        }
+      }
       if (control[slot + STATUS] !== 0) workerError ??= this.message(w);
     }
     if (ownError) throw ownError;
@@ -590,7 +608,20 @@ export class WorkerPool {
     return this.workers.reduce((sum, _, w) => sum + Atomics.load(this.control, w * CONTROL_SLOT + UNITS_RUN), 0);
   }
 
+  /**
+   * Stop worker `w`: a job with kernel -1 ends its loop (terminate() alone does not stop a
+   * worker blocked in Atomics.wait in Chromium; it would keep its thread).
+   * @param {number} w
+   */
+  quit(w) {
+    const slot = w * CONTROL_SLOT;
+    this.control[slot + KERNEL] = QUIT;
+    Atomics.store(this.control, slot + GO, (this.job = (this.job + 1) | 0));
+    Atomics.notify(this.control, slot + GO, 1);
+    this.workers[w].terminate();
+  }
+
   stop() {
-    for (const worker of this.workers) worker.terminate();
+    this.workers.forEach((_, w) => this.quit(w));
   }
 }

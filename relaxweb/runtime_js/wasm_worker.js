@@ -2,9 +2,10 @@
 // the shared-memory kernels.wasm over the model's shared memory, then runs the jobs the
 // calling thread posts in its slot of the control block (CONTROL in wasm_backend.js): it
 // waits on GO, runs kernel KERNEL over units [FIRST, END), counts them, and stores the job
-// number in DONE. A trap is reported in STATUS and its message bytes, never thrown away.
+// number in DONE; a job whose kernel is QUIT ends it. A trap is reported in STATUS and its
+// message bytes, never thrown away.
 
-import { CONTROL, CONTROL_SLOT, MESSAGE_BYTES } from "./wasm_backend.js";
+import { CONTROL, CONTROL_SLOT, MESSAGE_BYTES, QUIT } from "./wasm_backend.js";
 
 self.onmessage = ({ data: { module, memory, control, messages, index } }) => {
   let exports;
@@ -19,7 +20,7 @@ self.onmessage = ({ data: { module, memory, control, messages, index } }) => {
 };
 
 /**
- * Run jobs until the worker is terminated.
+ * Run jobs until one says QUIT.
  * @param {Record<string, any>} exports @param {Int32Array} control @param {Uint8Array} messages @param {number} index
  */
 function serve(exports, control, messages, index) {
@@ -31,6 +32,10 @@ function serve(exports, control, messages, index) {
     const job = Atomics.load(control, slot + GO);
     if (job === seen) continue;
     seen = job;
+    if (control[slot + KERNEL] === QUIT) {
+      self.close();
+      return;
+    }
     const first = control[slot + FIRST];
     const end = control[slot + END];
     const addresses = Array.from(control.subarray(slot + ADDRESSES, slot + ADDRESSES + control[slot + BUFFER_COUNT]));
