@@ -115,8 +115,16 @@ export async function load(url, {
     : backend === "auto" ? requestAdapter().then((a) => a ?? Promise.reject(new Error(NO_ADAPTER)))
       .catch((/** @type {Error} */ error) => { adapterError = error; return null; })
     : requestAdapter();
+  // The kernels of the backend the adapter makes likely are fetched with the shards (the
+  // choice itself waits for the host module's sizes at the bounds; the other backend's kernels
+  // are fetched then, when it is the other one).
+  const wasmLikely = adapterPromise.then((a) => backend === "wasm" || (backend === "auto" && !device && a === null));
+  const wasmBytesPromise = wasmLikely.then((likely) => (likely && manifest.wasm ? fetchBytes(fileUrl(manifest.wasm.file)) : null));
+  const shadersPromise = Promise.all([wasmLikely, adapterPromise]).then(([likely, a]) =>
+    (likely ? null : fetchKernelSources(manifest, fileUrl, chosenKernels(kernels, device ?? a, manifest))));
+  for (const promise of [wasmBytesPromise, shadersPromise]) promise.catch(() => {}); // awaited below, where used
   const [host, shards, adapter] = await Promise.all([
-    fetchOk(fileUrl("host.wasm")).then((r) => r.arrayBuffer()).then((b) => RemoteHost.instantiate(b, manifest)),
+    fetchBytes(fileUrl("host.wasm")).then((b) => RemoteHost.instantiate(b, manifest)),
     openShardCache(cache).then((shardCache) => fetchShards(manifest, fileUrl, onProgress, shardCache)),
     adapterPromise,
   ]);
@@ -126,13 +134,13 @@ export async function load(url, {
     const requiredLimits = loadTimeLimits(manifest, sizesAtBounds);
     const requiredFeatures = [...(manifest.required_features ?? [])];
     if (chosenBackend(backend, manifest, device ?? adapter, requiredLimits, requiredFeatures) === "wasm") {
-      const wasmBytes = await fetchOk(fileUrl(manifest.wasm.file)).then((r) => r.arrayBuffer());
+      const wasmBytes = (await wasmBytesPromise) ?? (await fetchBytes(fileUrl(manifest.wasm.file)));
       const model = await WasmModel.create(manifest, host, wasmBytes, shards, { threads, ...configured });
       console.info(`relaxweb: the wasm backend runs this model (${model.threads} thread${model.threads === 1 ? "" : "s"})`);
       return model;
     }
     if (adapterError) throw new Error(`${adapterError.message}, and the bundle has no kernels.wasm for the wasm backend`);
-    const kernelShaders = await fetchKernelSources(manifest, fileUrl, chosenKernels(kernels, device ?? adapter, manifest));
+    const kernelShaders = (await shadersPromise) ?? (await fetchKernelSources(manifest, fileUrl, chosenKernels(kernels, device ?? adapter, manifest)));
     if (kernelShaders.kernels === "f16" && !requiredFeatures.includes(SHADER_F16)) requiredFeatures.push(SHADER_F16);
     const gpuDevice = device ?? (await requestDevice(adapter, requiredLimits, requiredFeatures, sizesAtBounds === null, profile));
     checkDevice(gpuDevice, requiredLimits, requiredFeatures, "device");
@@ -960,6 +968,15 @@ async function fetchOk(url) {
   const response = await fetch(url);
   if (!response.ok) throw new Error(`could not fetch ${url}: HTTP ${response.status} ${response.statusText}`);
   return response;
+}
+
+/**
+ * A file's bytes (fetchOk: an HTTP error rejects).
+ * @param {URL} url
+ * @returns {Promise<ArrayBuffer>}
+ */
+async function fetchBytes(url) {
+  return (await fetchOk(url)).arrayBuffer();
 }
 
 /**
