@@ -31,6 +31,7 @@ from relaxweb.compiler import build_bundle
 from relaxweb.cli import main as cli_main
 from tests.fixtures.handmade_bundle import (
     DEFAULT_BOUND,
+    edit_manifest,
     expected_output,
     write_handmade_bundle,
     write_positives_bundle,
@@ -177,11 +178,14 @@ def test_with_webgpu_auto_picks_webgpu_and_wasm_can_be_asked_for(handmade: Path)
 def test_a_bundle_without_kernels_wasm(tmp_path: Path) -> None:
     write_handmade_bundle(tmp_path / "bundle")
     runs, _ = handmade_runs([2])
+    missing = 'this bundle has no kernels.wasm (its manifest has no "wasm" entry: rebuild it with a relaxweb that writes one)'
     report = run_page(tmp_path / "bundle", runs, options={"backend": "wasm"})
-    assert report["loadError"].startswith("Error: this bundle has no kernels.wasm")
+    assert report["loadError"] == f'Error: {missing}; load it with backend "webgpu"'
     report = run_page(tmp_path / "bundle", runs)  # auto, no WebGPU: the WebGPU error says both
-    assert report["loadError"] == ("Error: WebGPU is available but no GPU adapter was found, "
-                                   "and the bundle has no kernels.wasm for the wasm backend")
+    assert report["loadError"] == f"Error: WebGPU is available but no GPU adapter was found, and {missing}"
+    edit_manifest(tmp_path / "bundle", lambda manifest: manifest.update(wasm={"unavailable": "kernel k has no wasm form"}))
+    report = run_page(tmp_path / "bundle", runs, options={"backend": "wasm"})
+    assert report["loadError"] == 'Error: this bundle has no kernels.wasm: kernel k has no wasm form; load it with backend "webgpu"'
 
 
 def test_cli_runs_in_the_browser_on_the_wasm_backend(handmade: Path, tmp_path: Path, capsys) -> None:

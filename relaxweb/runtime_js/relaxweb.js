@@ -104,7 +104,8 @@ export async function load(url, {
     }
     dtypeInfo(manifest, tensor); // the manifest says how the GPU holds it
   }
-  if (backend === "wasm" && !manifest.wasm) throw new Error(NO_KERNELS_WASM);
+  const wasmProblem = kernelsWasmProblem(manifest);
+  if (backend === "wasm" && wasmProblem) throw new Error(`${wasmProblem}; load it with backend "webgpu"`);
   const fileUrl = (/** @type {string} */ file) => new URL(file, manifestUrl);
 
   // The adapter comes first (a given device knows its own): which backend runs, and which
@@ -119,7 +120,7 @@ export async function load(url, {
   // choice itself waits for the host module's sizes at the bounds; the other backend's kernels
   // are fetched then, when it is the other one).
   const wasmLikely = adapterPromise.then((a) => backend === "wasm" || (backend === "auto" && !device && a === null));
-  const wasmBytesPromise = wasmLikely.then((likely) => (likely && manifest.wasm ? fetchBytes(fileUrl(manifest.wasm.file)) : null));
+  const wasmBytesPromise = wasmLikely.then((likely) => (likely && !wasmProblem ? fetchBytes(fileUrl(manifest.wasm.file)) : null));
   const shadersPromise = Promise.all([wasmLikely, adapterPromise]).then(([likely, a]) =>
     (likely ? null : fetchKernelSources(manifest, fileUrl, chosenKernels(kernels, device ?? a, manifest))));
   for (const promise of [wasmBytesPromise, shadersPromise]) promise.catch(() => {}); // awaited below, where used
@@ -139,7 +140,7 @@ export async function load(url, {
       console.info(`relaxweb: the wasm backend runs this model (${model.threads} thread${model.threads === 1 ? "" : "s"})`);
       return model;
     }
-    if (adapterError) throw new Error(`${adapterError.message}, and the bundle has no kernels.wasm for the wasm backend`);
+    if (adapterError) throw new Error(`${adapterError.message}, and ${wasmProblem}`);
     const kernelShaders = (await shadersPromise) ?? (await fetchKernelSources(manifest, fileUrl, chosenKernels(kernels, device ?? adapter, manifest)));
     if (kernelShaders.kernels === "f16" && !requiredFeatures.includes(SHADER_F16)) requiredFeatures.push(SHADER_F16);
     const gpuDevice = device ?? (await requestDevice(adapter, requiredLimits, requiredFeatures, sizesAtBounds === null, profile));
@@ -155,8 +156,16 @@ export async function load(url, {
 
 const NO_ADAPTER = "WebGPU is available but no GPU adapter was found";
 
-/** Why backend "wasm" cannot load a bundle without kernels.wasm. */
-const NO_KERNELS_WASM = "this bundle has no kernels.wasm (no \"wasm\" entry in its manifest), so the wasm backend cannot run it: rebuild it with a relaxweb that writes kernels.wasm, or load it with backend \"webgpu\"";
+/**
+ * Why the wasm backend cannot run a bundle (its manifest's `wasm` entry is missing, or says
+ * why the build wrote no kernels.wasm), or null.
+ * @param {any} manifest @returns {string|null}
+ */
+function kernelsWasmProblem(manifest) {
+  if (manifest.wasm?.file) return null;
+  if (manifest.wasm?.unavailable !== undefined) return `this bundle has no kernels.wasm: ${manifest.wasm.unavailable}`;
+  return "this bundle has no kernels.wasm (its manifest has no \"wasm\" entry: rebuild it with a relaxweb that writes one)";
+}
 
 /**
  * Which backend runs the bundle: the one asked for, or for "auto" WebGPU where the adapter
@@ -169,7 +178,7 @@ const NO_KERNELS_WASM = "this bundle has no kernels.wasm (no \"wasm\" entry in i
 function chosenBackend(backend, manifest, gpu, requiredLimits, requiredFeatures) {
   if (backend !== "auto") return backend;
   const gpuFits = gpu !== null && deviceShortfalls(gpu, requiredLimits, requiredFeatures, "GPU adapter").length === 0;
-  return gpuFits || !manifest.wasm ? "webgpu" : "wasm";
+  return gpuFits || kernelsWasmProblem(manifest) ? "webgpu" : "wasm";
 }
 
 /** A loaded bundle: its GPU resources and its host module. */
