@@ -214,18 +214,20 @@ def load(bundle_dir: str | Path, *, backend: str = "auto", device: Any = None, p
 
 
 def run_in_browser(bundle_dir: str | Path, inputs: Mapping[str, np.ndarray], *,
-                   timeout_s: float = 120.0) -> dict[str, np.ndarray]:
-    """Run a bundle once in headless Chromium on WebGPU, as ``relaxweb run DIR --browser``
-    does (needs Playwright and Chromium)."""
-    return run_bundle_in_browser(check_bundle_folder(bundle_dir), dict(inputs), timeout_s)
+                   timeout_s: float = 120.0, backend: str = "auto") -> dict[str, np.ndarray]:
+    """Run a bundle once in headless Chromium, as ``relaxweb run DIR --browser [--backend]``
+    does (needs Playwright and Chromium): ``backend`` is the browser runtime's option ("auto":
+    WebGPU where Chromium's adapter fits, else the bundle's kernels.wasm; "webgpu"; "wasm")."""
+    return run_bundle_in_browser(check_bundle_folder(bundle_dir), dict(inputs), timeout_s, backend=backend)
 
 
 def profile_in_browser(bundle_dir: str | Path, inputs: Mapping[str, np.ndarray], *,
-                       timeout_s: float = 120.0) -> Profile:
-    """Profile one run in headless Chromium on WebGPU, as ``relaxweb run DIR --browser
-    --profile`` does: the browser runtime's ``model.profile(inputs)`` as a :class:`Profile`
-    (``.outputs``, ``.rows``, ``.table()``), the same rows as ``load(DIR).profile(inputs)``."""
-    return profile_bundle_in_browser(check_bundle_folder(bundle_dir), dict(inputs), timeout_s)
+                       timeout_s: float = 120.0, backend: str = "auto") -> Profile:
+    """Profile one run in headless Chromium, as ``relaxweb run DIR --browser --profile``
+    does: the browser runtime's ``model.profile(inputs)`` as a :class:`Profile` (``.outputs``,
+    ``.rows``, ``.table()``), the same rows as ``load(DIR).profile(inputs)``; ``backend`` as
+    for :func:`run_in_browser`."""
+    return profile_bundle_in_browser(check_bundle_folder(bundle_dir), dict(inputs), timeout_s, backend=backend)
 
 
 def _ignore(message: str) -> None:

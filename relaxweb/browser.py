@@ -25,7 +25,7 @@ import tempfile
 import threading
 import urllib.parse
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, NamedTuple
 
 import numpy as np
 
@@ -48,6 +48,21 @@ CHROMIUM_FLAGS = (
     "--disable-sync",
     "--enable-unsafe-webgpu",
     "--use-webgpu-adapter=swiftshader",
+)
+
+#: The same without WebGPU: ``navigator.gpu.requestAdapter()`` gives null in this Chromium
+#: (without ``--enable-unsafe-webgpu`` headless Linux has no adapter; ``--disable-features=WebGPU``
+#: says so explicitly), so ``backend: "auto"`` loads bundles on the wasm backend.
+CHROMIUM_FLAGS_WITHOUT_WEBGPU = (
+    *(flag for flag in CHROMIUM_FLAGS if flag not in ("--enable-unsafe-webgpu", "--use-webgpu-adapter=swiftshader")),
+    "--disable-features=WebGPU",
+)
+
+#: Headers that make a page cross-origin isolated (``crossOriginIsolated``: SharedArrayBuffer,
+#: so the wasm backend runs threads); every file served needs them (the page, its workers).
+ISOLATION_HEADERS = (
+    ("Cross-Origin-Opener-Policy", "same-origin"),
+    ("Cross-Origin-Embedder-Policy", "require-corp"),
 )
 
 #: numpy dtype name -> JavaScript typed array class, for passing arrays to the page.
@@ -120,7 +135,9 @@ async ({ runs, timeoutMs, profile, loadOptions }) => {
   const timeout = new Promise((_, reject) => setTimeout(
     () => reject(new Error(`the runs did not finish within ${timeoutMs / 1000} s`)), timeoutMs));
   try {
-    return { outputs: await Promise.race([work(), timeout]), profiles };
+    const outputs = await Promise.race([work(), timeout]);
+    return { outputs, profiles, backend: model.backend, threads: model.threads ?? null,
+             unitsRunByWorkers: model.unitsRunByWorkers ?? null };
   } catch (error) {
     return { error: { name: error?.name ?? "Error", message: error?.message ?? String(error) } };
   } finally {
@@ -163,6 +180,9 @@ class _RoutingHandler(http.server.SimpleHTTPRequestHandler):
     #: URL prefix -> folder, longest prefix first; set by :func:`start_server`.
     routes: list[tuple[str, Path]] = []
     quiet = True
+    #: send ISOLATION_HEADERS with every response (the page is cross-origin isolated); on in
+    #: :func:`start_server` by default, off for other users of this handler unless they ask
+    isolated = False
 
     extensions_map = {
         **http.server.SimpleHTTPRequestHandler.extensions_map,
@@ -219,6 +239,9 @@ class _RoutingHandler(http.server.SimpleHTTPRequestHandler):
 
     def end_headers(self) -> None:
         self.send_header("Cache-Control", "no-store")
+        if self.isolated:
+            for name, value in ISOLATION_HEADERS:
+                self.send_header(name, value)
         super().end_headers()
 
     def log_message(self, format: str, *args: Any) -> None:
@@ -231,9 +254,12 @@ def start_server(
     port: int = 0,
     page_dir: str | Path | None = None,
     quiet: bool = True,
+    isolated: bool = True,
 ) -> http.server.ThreadingHTTPServer:
     """Serve ``page_dir`` (default: the web demo) at ``/``, the bundle at ``/bundle/`` and the
-    runtime at ``/runtime/`` on 127.0.0.1, from a daemon thread.
+    runtime at ``/runtime/`` on 127.0.0.1, from a daemon thread; with ``isolated`` every
+    response carries ``ISOLATION_HEADERS`` (the page is cross-origin isolated: the wasm backend
+    runs threads).
 
     ``port=0`` picks a free port.  The returned server has a ``url`` attribute
     (``http://127.0.0.1:PORT/``); stop it with :func:`stop_server`.
@@ -241,7 +267,7 @@ def start_server(
     bundle = check_bundle_dir(bundle_dir).resolve()
     page = Path(page_dir) if page_dir is not None else web_demo_dir()
     routes = [("/bundle/", bundle), ("/runtime/", runtime_dir_for(bundle)), ("/", page.resolve())]
-    handler = type("BundleHandler", (_RoutingHandler,), {"routes": routes, "quiet": quiet})
+    handler = type("BundleHandler", (_RoutingHandler,), {"routes": routes, "quiet": quiet, "isolated": isolated})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", port), functools.partial(handler, directory=str(page)))
     server.daemon_threads = True
     server.url = f"http://127.0.0.1:{server.server_address[1]}/"  # type: ignore[attr-defined]
@@ -279,11 +305,13 @@ def find_chromium() -> str:
     raise RelaxwebError("Chromium is not installed: install it (Debian: apt-get install chromium)")
 
 
-def launch_chromium(playwright: Any) -> Any:
-    """Launch headless Chromium with WebGPU (``CHROMIUM_FLAGS``) from a Playwright instance."""
+def launch_chromium(playwright: Any, webgpu: bool = True) -> Any:
+    """Launch headless Chromium from a Playwright instance: with WebGPU (``CHROMIUM_FLAGS``),
+    or with ``webgpu=False`` without an adapter (``CHROMIUM_FLAGS_WITHOUT_WEBGPU``)."""
     executable = find_chromium()
+    flags = CHROMIUM_FLAGS if webgpu else CHROMIUM_FLAGS_WITHOUT_WEBGPU
     try:
-        return playwright.chromium.launch(executable_path=executable, args=list(CHROMIUM_FLAGS), headless=True)
+        return playwright.chromium.launch(executable_path=executable, args=list(flags), headless=True)
     except Exception as error:
         raise RelaxwebError(f"could not start Chromium ({executable}): {error}") from error
 
@@ -298,17 +326,20 @@ def sync_playwright() -> Any:
 
 
 @contextlib.contextmanager
-def open_runner_page(bundle_dir: str | Path, timeout_s: float = 60.0) -> Iterator[Any]:
-    """A Playwright page in a fresh headless Chromium, with the bundle served at ``/bundle/``
-    and the runtime imported as ``window.relaxweb``.  Closes the browser and server on exit.
+def open_runner_page(bundle_dir: str | Path, timeout_s: float = 60.0, *, webgpu: bool = True,
+                     isolated: bool = True) -> Iterator[Any]:
+    """A Playwright page in a fresh headless Chromium (without WebGPU when ``webgpu`` is
+    false), with the bundle served at ``/bundle/`` and the runtime imported as
+    ``window.relaxweb``; cross-origin isolated unless ``isolated`` is false.  Closes the
+    browser and server on exit.
     """
     bundle = check_bundle_dir(bundle_dir)
     with tempfile.TemporaryDirectory(prefix="relaxweb-runner-") as page_dir:
         (Path(page_dir) / "index.html").write_text(RUNNER_PAGE)
-        server = start_server(bundle, page_dir=page_dir)
+        server = start_server(bundle, page_dir=page_dir, isolated=isolated)
         try:
             with sync_playwright() as playwright:
-                browser = launch_chromium(playwright)
+                browser = launch_chromium(playwright, webgpu=webgpu)
                 try:
                     yield _open_runner(browser, server.url, timeout_s)  # type: ignore[attr-defined]
                 finally:
@@ -335,26 +366,29 @@ def run_in_browser(
     bundle_dir: str | Path,
     inputs: dict[str, np.ndarray],
     timeout_s: float = 120.0,
+    backend: str = "auto",
 ) -> dict[str, np.ndarray]:
-    """Run a bundle once in headless Chromium (WebGPU) and return its outputs.
+    """Run a bundle once in headless Chromium (WebGPU, or the wasm backend: ``backend`` is the
+    runtime's load option) and return its outputs.
 
     Errors raised in the page become :class:`InputShapeError` (the inputs were rejected) or
     :class:`RelaxwebError`, with the page's message.  The browser and the server are always
     closed.
     """
-    return run_many_in_browser(bundle_dir, [inputs], timeout_s)[0]
+    return run_many_in_browser(bundle_dir, [inputs], timeout_s, load_options={"backend": backend})[0]
 
 
-def profile_in_browser(bundle_dir: str | Path, inputs: dict[str, np.ndarray], timeout_s: float = 120.0) -> Profile:
-    """Load a bundle in headless Chromium with ``{profile: true}`` and profile one run
+def profile_in_browser(bundle_dir: str | Path, inputs: dict[str, np.ndarray], timeout_s: float = 120.0,
+                       backend: str = "auto") -> Profile:
+    """Load a bundle in headless Chromium with ``{profile: true, backend}`` and profile one run
     (``model.profile(inputs)`` of the browser runtime, after one warm-up run): the
     :class:`~relaxweb.runtime.profile.Profile` with the outputs, as the Python runtime gives it."""
-    results, profiles = _run_in_page(bundle_dir, [inputs], timeout_s, profile=True)
-    (rows,) = profiles
+    runs = browser_runs(bundle_dir, [inputs], timeout_s, profile=True, load_options={"backend": backend})
+    (rows,) = runs.profiles
     profile = Profile(rows["method"], rows["dispatches"], [
         KernelRow(row["kernel"], row["calls"], row["totalMs"], row["percent"], row["flops"], row["bytes"])
         for row in rows["rows"]])
-    profile.outputs = results[0]
+    profile.outputs = runs.outputs[0]
     return profile
 
 
@@ -369,19 +403,32 @@ def run_many_in_browser(
 
     The first failing run stops them all, with the errors of :func:`run_in_browser`;
     ``timeout_s`` covers the load and all the runs.  ``load_options`` are JSON options of the
-    browser runtime's ``load`` (``{"kernels": "gpu", "limits": {...}}``).
+    browser runtime's ``load`` (``{"kernels": "gpu", "limits": {...}}``, ``{"backend": "wasm"}``).
     """
-    return _run_in_page(bundle_dir, runs, timeout_s, profile=False, load_options=load_options)[0]
+    return browser_runs(bundle_dir, runs, timeout_s, load_options=load_options).outputs
 
 
-def _run_in_page(bundle_dir: str | Path, runs: list[dict[str, np.ndarray]], timeout_s: float,
-                 profile: bool, load_options: dict | None = None) -> tuple[list[dict[str, np.ndarray]], list[dict]]:
-    """The outputs of each run in the page, and with ``profile`` each run's profile as the
-    browser runtime gives it."""
+class BrowserRuns(NamedTuple):
+    """What :func:`browser_runs` gives: each run's outputs, with ``profile`` each run's profile
+    as the browser runtime gives it, and the loaded model's ``backend``, ``threads`` and the units
+    its worker threads ran (both None on WebGPU)."""
+
+    outputs: list[dict[str, np.ndarray]]
+    profiles: list[dict]
+    backend: str
+    threads: int | None
+    units_run_by_workers: int | None
+
+
+def browser_runs(bundle_dir: str | Path, runs: list[dict[str, np.ndarray]], timeout_s: float = 120.0, *,
+                 profile: bool = False, load_options: dict | None = None, webgpu: bool = True,
+                 isolated: bool = True) -> BrowserRuns:
+    """:func:`run_many_in_browser` in a Chromium with or without WebGPU (``webgpu``), on a page
+    that is cross-origin isolated or not (``isolated``), telling which backend ran."""
     encoded_runs = [{name: None if value is None else [_encode_array(name, element) for element in value]
                      if isinstance(value, (list, tuple)) else _encode_array(name, value) for name, value in inputs.items()}
                     for inputs in runs]
-    with open_runner_page(bundle_dir, timeout_s) as page:
+    with open_runner_page(bundle_dir, timeout_s, webgpu=webgpu, isolated=isolated) as page:
         payload = {"runs": encoded_runs, "timeoutMs": int(timeout_s * 1000), "profile": profile,
                    "loadOptions": load_options or {}}
         try:
@@ -394,7 +441,8 @@ def _run_in_page(bundle_dir: str | Path, runs: list[dict[str, np.ndarray]], time
             raise InputShapeError(error["message"])
         raise RelaxwebError(f"the browser run failed: {error['name']}: {error['message']}")
     manifest = json.loads((Path(bundle_dir) / "manifest.json").read_text())
-    return [_decode_outputs(manifest, outputs) for outputs in result["outputs"]], result["profiles"]
+    return BrowserRuns([_decode_outputs(manifest, outputs) for outputs in result["outputs"]], result["profiles"],
+                       result["backend"], result["threads"], result["unitsRunByWorkers"])
 
 
 def _decode_outputs(manifest: dict, encoded: dict) -> dict[str, np.ndarray]:

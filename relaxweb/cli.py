@@ -107,8 +107,6 @@ def _run_target(args: argparse.Namespace) -> Path:
         check_bundle_folder(args.target)
     if args.backend == "wasm" and args.kernels != "auto":
         raise RelaxwebError("--kernels picks WebGPU shaders; --backend wasm runs the bundle's kernels.wasm")
-    if args.browser and args.backend != "auto":
-        raise RelaxwebError("--backend applies to the Python runtime; in the browser the runtime picks WebGPU or wasm")
     if args.browser and args.kernels != "auto":
         raise RelaxwebError("--kernels applies to the Python runtime; in the browser the runtime picks the shaders "
                             "from the adapter")
@@ -116,6 +114,7 @@ def _run_target(args: argparse.Namespace) -> Path:
 
 
 _BACKEND_NAMES = {"webgpu": "wgpu", "wasm": "kernels.wasm on wasmtime"}  # what "ran in ..." says
+_BROWSER_BACKENDS = {"auto": "WebGPU, else kernels.wasm", "webgpu": "WebGPU", "wasm": "kernels.wasm"}
 
 
 def command_run(args: argparse.Namespace) -> int:
@@ -127,13 +126,13 @@ def command_run(args: argparse.Namespace) -> int:
         where = "the reference interpreter (numpy)"
         including = "including import"
     elif args.browser and args.profile:
-        profile = profile_in_browser(target, inputs)
+        profile = profile_in_browser(target, inputs, backend=args.backend)
         outputs = profile.outputs
-        where = "headless Chromium (WebGPU), profiled"
+        where = f"headless Chromium ({_BROWSER_BACKENDS[args.backend]}), profiled"
         including = "including load"
     elif args.browser:
-        outputs = run_in_browser(target, inputs)
-        where = "headless Chromium (WebGPU)"
+        outputs = run_in_browser(target, inputs, backend=args.backend)
+        where = f"headless Chromium ({_BROWSER_BACKENDS[args.backend]})"
         including = "including load"
     elif args.profile:
         session = load(target, backend=args.backend, profiling=True, kernels=args.kernels)
@@ -256,7 +255,9 @@ def make_parser() -> argparse.ArgumentParser:
                      help="what runs the bundle's kernels in the Python runtime: webgpu (the WGSL shaders on wgpu), "
                           "wasm (the bundle's kernels.wasm, WebAssembly SIMD on one CPU thread with wasmtime: no GPU "
                           "needed), or auto (the default: webgpu when this machine's adapter meets the bundle's "
-                          "required limits and features, else wasm); the last line says which ran")
+                          "required limits and features, else wasm); the last line says which ran. With --browser: "
+                          "the browser runtime's backend option (auto: WebGPU where Chromium has an adapter that fits, "
+                          "else kernels.wasm, on worker threads)")
     run.add_argument("--reference", action="store_true",
                      help="run an .onnx model (not a bundle) in the reference interpreter: numpy, no GPU")
     run.set_defaults(handler=command_run)

@@ -413,8 +413,7 @@ async function loadBundle(bundleUrl) {
     });
     progress.value = progress.max;
     element("progress-text").textContent = `Loaded: ${bytes.loaded} / ${bytes.total} bytes of weights.`;
-    const adapterInfo = /** @type {any} */ (model.device).adapterInfo;
-    if (adapterInfo) element("device").textContent = `GPU: ${adapterInfo.vendor} ${adapterInfo.architecture}`.trim();
+    element("device").textContent = backendText(model);
     showSpecs(model);
     current = new Session(model, showVars(model));
     showSweepControls(model);
@@ -430,11 +429,26 @@ async function loadBundle(bundleUrl) {
 }
 
 /**
+ * What runs the model: WebGPU and its adapter, or the wasm backend and its threads.
+ * @param {any} model
+ * @returns {string}
+ */
+function backendText(model) {
+  if (model.backend === "wasm") {
+    const isolation = model.threads === 1 && !crossOriginIsolated ? " (the page is not cross-origin isolated: one thread)" : "";
+    return `Backend: wasm (CPU, ${model.threads} thread${model.threads === 1 ? "" : "s"})${isolation}`;
+  }
+  const adapterInfo = model.device?.adapterInfo;
+  const gpu = adapterInfo ? `${adapterInfo.vendor} ${adapterInfo.architecture}`.trim() : "";
+  return `Backend: webgpu${gpu ? ` (GPU: ${gpu})` : ""}`;
+}
+
+/**
  * Show the "Generate text" section when the bundle has a tokenizer and is a decoder.
  * @param {Model} model
  */
 function showGenerateControls(model) {
-  let generatable = model.tokenizer !== null;
+  let generatable = model.tokenizer !== null && model.backend === "webgpu"; // its sampler is a WGSL kernel
   try {
     decoderSignature(model.manifest);
   } catch {

@@ -100,7 +100,7 @@ const dispatchesOf = (commands) => /** @type {import("./host.js").DispatchComman
  * The i32 fields of a call site's params block, from the whole params block.
  * @param {Uint8Array} params @param {any} site
  */
-const paramsFields = (params, site) =>
+export const paramsFields = (params, site) =>
   new Int32Array(params.slice(site.params_offset, site.params_offset + site.params_size).buffer);
 
 /** One compute pass per dispatch with timestamps at its start and end, resolved in the same encoder. */

@@ -56,6 +56,21 @@ export interface Progress {
 }
 
 export interface LoadOptions {
+  /**
+   * What runs the kernels: "webgpu" (the WGSL shaders), "wasm" (the bundle's kernels.wasm,
+   * WebAssembly SIMD on the CPU; rejects for a bundle without one), or "auto" (the default):
+   * WebGPU where `navigator.gpu` gives an adapter (or `device` is given) that meets the
+   * bundle's required limits and features, else wasm when the bundle has kernels.wasm.
+   * `model.backend` says which; a console line too.
+   */
+  backend?: "auto" | "webgpu" | "wasm";
+  /**
+   * Threads of the wasm backend, an integer from 1 to 256 (default:
+   * min(navigator.hardwareConcurrency, 4)). Used only where the page is cross-origin isolated
+   * (`crossOriginIsolated`: served with COOP same-origin and COEP require-corp, as `relaxweb
+   * serve` does); elsewhere the backend runs on the page's thread alone, without an error.
+   */
+  threads?: number;
   /** Tighter bounds for symbolic vars: smaller buffers; a bound above the build's is an error. */
   bounds?: Record<string, number>;
   /** Called as the weight shards arrive, first with `loaded: 0`, last with `loaded === total`. */
@@ -122,9 +137,11 @@ export interface Profile {
   /**
    * "timestamp queries" (a compute pass per dispatch, GPU timestamps at its start and end: the
    * device has "timestamp-query") or "per-dispatch submits" (each dispatch submitted alone,
-   * wall time until `onSubmittedWorkDone`, so submit overhead is included).
+   * wall time until `onSubmittedWorkDone`, so submit overhead is included) on WebGPU; "wall
+   * clock per kernel call" on the wasm backend (each dispatch's kernel calls on all threads,
+   * timed by the page's clock).
    */
-  method: "timestamp queries" | "per-dispatch submits";
+  method: "timestamp queries" | "per-dispatch submits" | "wall clock per kernel call";
   /** Dispatches of the run (the sum of the rows' calls). */
   dispatches: number;
   /** The sum of the rows' totalMs. */
@@ -255,8 +272,9 @@ export interface Generation {
   prefillMs: number;
 }
 
-/** A loaded bundle. */
+/** A bundle loaded on WebGPU. */
 export class Model {
+  readonly backend: "webgpu";
   readonly inputs: TensorSpec[];
   readonly outputs: TensorSpec[];
   readonly symbolicVars: SymbolicVar[];
@@ -320,10 +338,52 @@ export class Model {
 }
 
 /**
- * Fetch a bundle (its folder URL, or its manifest.json), verify its weights, set up WebGPU.
+ * A bundle loaded on the wasm backend (kernels.wasm): the same `run` results and errors as a
+ * `Model` (input checks, the host module's InputShapeErrors, reads, loops, sequences, KV
+ * caches), outputs always read back. Memory: one WebAssembly.Memory (shared when threads run)
+ * holding the params, the weights (copied once), the storages and a scratch block per thread.
+ */
+export class WasmModel {
+  readonly backend: "wasm";
+  /** Threads a dispatch's units are split between: 1 (not cross-origin isolated, or `threads: 1`), or 1 + the pool's workers. */
+  readonly threads: number;
+  /** Units the pool's workers have run since load (0 with one thread). */
+  readonly unitsRunByWorkers: number;
+  readonly inputs: TensorSpec[];
+  readonly outputs: TensorSpec[];
+  readonly symbolicVars: SymbolicVar[];
+  readonly manifest: unknown;
+  readonly tokenizer: Tokenizer | null;
+  /** Dispatches the last completed run made, over all its steps. */
+  readonly lastDispatchCount: number;
+  /** Values the last completed run read back mid-run. */
+  readonly lastReadCount: number;
+  /**
+   * Run once. Rejects with an InputShapeError for bad inputs, with an Error naming the kernel
+   * and its call site's `binding` when a kernel traps, and with an Error for `keepOnGpu` or
+   * GpuTensor inputs (they need the webgpu backend). Concurrent calls take turns.
+   */
+  run(inputs: Record<string, Tensor>, options?: RunOptions): Promise<Record<string, Tensor>>;
+  /** `run` after `warmup` runs, each dispatch timed by the clock (method "wall clock per kernel call"). */
+  profile(inputs: Record<string, Tensor>, options?: { warmup?: number }): Promise<{ outputs: Record<string, Tensor>; profile: Profile }>;
+  /** Rejects: generating text needs the webgpu backend (its sampler is a WGSL kernel). */
+  generate(prompt: string | number[], options?: GenerateOptions): Promise<never>;
+  /** Stop the workers and the host module; later runs reject. */
+  dispose(): void;
+}
+
+/** `bytes` (a kernels.wasm) with its memory import made shared (limits flag 0x01 -> 0x03), for threads. */
+export function sharedMemoryVariant(bytes: ArrayBuffer | Uint8Array): Uint8Array;
+
+/** Units [0, units) as contiguous ranges, one per thread used (each of at least `minUnits`, default 4); the first is the calling thread's. */
+export function splitUnits(units: number, threads: number, minUnits?: number): [number, number][];
+
+/**
+ * Fetch a bundle (its folder URL, or its manifest.json), verify its weights, set up WebGPU
+ * (or the wasm backend: see `LoadOptions.backend`).
  * Rejects when the bundle has another format version than this runtime's (rebuild it), when
  * WebGPU, a required feature (`required_features`) or a required limit is missing (one
  * message naming each, with the needed and offered values), a shard is corrupt, or a kernel
  * does not compile. Resolves before the pipelines are ready (see `Model.ready`).
  */
-export function load(url: string | URL, options?: LoadOptions): Promise<Model>;
+export function load(url: string | URL, options?: LoadOptions): Promise<Model | WasmModel>;

@@ -6,24 +6,32 @@
 //   const { y } = await model.run({ x: { data: new Float32Array(64), shape: [1, 64] } });
 
 import {
-  FORMAT_VERSION, InputShapeError, TYPED_ARRAY_OF_DTYPE, OPCODE_DISPATCH, OPCODE_READ, OPCODE_RESUME, checkInputs,
-  checkSequence, isSequence, deviceShortfalls, dtypeInfo, fromDeviceData, loadTimeLimits, storageSizeProblem, toDeviceData,
+  FORMAT_VERSION, InputShapeError, TYPED_ARRAY_OF_DTYPE, OPCODE_DISPATCH, OPCODE_READ, OPCODE_RESUME,
+  isSequence, deviceShortfalls, dtypeInfo, fromDeviceData, loadTimeLimits, storageSizeProblem,
   weightPartSizes,
   SHADER_F16, chooseKernels,
 } from "./host.js";
 import { BufferPool, GpuTensor, TransferStats, cacheBlockCopies } from "./gpu_tensor.js";
 import { generate } from "./generate.js";
+import { prepareInputs, splitElements } from "./tensors.js";
 import { makeTokenizer } from "./tokenizer.js";
 import { validateManifest } from "./manifest.js";
 import { RemoteHost } from "./remote_host.js";
 import { SubmitTimer, TimestampTimer, summarize } from "./profile.js";
+import { WasmModel, sharedMemoryVariant, splitUnits, threadCount } from "./wasm_backend.js";
 
-export { GpuTensor, InputShapeError };
+export { GpuTensor, InputShapeError, WasmModel, sharedMemoryVariant, splitUnits };
 
 /**
  * @typedef {import("./host.js").InputTensor} Tensor
  * @typedef {{loaded: number, total: number}} Progress  bytes of weights fetched so far / in all
  * @typedef {Object} LoadOptions
+ * @property {"auto"|"webgpu"|"wasm"} [backend]  what runs the kernels: "webgpu", "wasm" (the
+ *   bundle's kernels.wasm on the CPU, wasm_backend.js), or "auto" (the default): WebGPU where
+ *   the page's adapter (or `device`) meets the bundle's required limits and features, else
+ *   wasm when the bundle has kernels.wasm; `model.backend` says which
+ * @property {number} [threads]  the wasm backend's threads, where the page is cross-origin
+ *   isolated (default: min(navigator.hardwareConcurrency, 4)); elsewhere always 1; `model.threads`
  * @property {Record<string, number>} [bounds]  tighter bounds for symbolic vars (at most the build's)
  * @property {(progress: Progress) => void} [onProgress]  called as weight bytes arrive
  * @property {GPUDevice} [device]  a device to use instead of requesting one
@@ -64,10 +72,14 @@ const COMPUTE_STAGE = 0x4;
  * Load a bundle and prepare it to run.
  * @param {string|URL} url the bundle folder (or its manifest.json)
  * @param {LoadOptions} [options]
- * @returns {Promise<Model>}
+ * @returns {Promise<Model|WasmModel>} a Model on WebGPU, a WasmModel on the wasm backend
  */
-export async function load(url, { bounds, onProgress, device, cache, profile = false, kernels = "auto", limits = {} } = {}) {
+export async function load(url, {
+  backend = "auto", threads, bounds, onProgress, device, cache, profile = false, kernels = "auto", limits = {},
+} = {}) {
+  if (!["auto", "webgpu", "wasm"].includes(backend)) throw new Error(`backend must be "auto", "webgpu" or "wasm", got ${String(backend).slice(0, 40)}`);
   if (!["auto", "gpu", "cpu", "f16"].includes(kernels)) throw new Error(`kernels must be "auto", "gpu", "cpu" or "f16", got ${String(kernels).slice(0, 40)}`);
+  if (threads !== undefined) threadCount(threads); // checks the option even where there are no threads
   checkLimitCaps(limits);
   const manifestUrl = resolveManifestUrl(url);
   let manifest;
@@ -92,13 +104,28 @@ export async function load(url, { bounds, onProgress, device, cache, profile = f
     }
     dtypeInfo(manifest, tensor); // the manifest says how the GPU holds it
   }
+  const wasmProblem = kernelsWasmProblem(manifest);
+  if (backend === "wasm" && wasmProblem) throw new Error(`${wasmProblem}; load it with backend "webgpu"`);
   const fileUrl = (/** @type {string} */ file) => new URL(file, manifestUrl);
 
-  // the adapter comes first (a given device knows its own): which kernel shaders to fetch depends on it
-  const adapterPromise = device ? Promise.resolve(null) : requestAdapter();
-  const [host, kernelShaders, shards, adapter] = await Promise.all([
-    fetchOk(fileUrl("host.wasm")).then((r) => r.arrayBuffer()).then((b) => RemoteHost.instantiate(b, manifest)),
-    adapterPromise.then((a) => fetchKernelSources(manifest, fileUrl, chosenKernels(kernels, device ?? a, manifest))),
+  // The adapter comes first (a given device knows its own): which backend runs, and which
+  // kernel shaders to fetch, depend on it. "auto" takes a missing adapter for the wasm backend.
+  /** @type {Error|null} why there is no adapter ("auto" only: the wasm backend may run instead) */
+  let adapterError = null;
+  const adapterPromise = device || backend === "wasm" ? Promise.resolve(null)
+    : backend === "auto" ? requestAdapter().then((a) => a ?? Promise.reject(new Error(NO_ADAPTER)))
+      .catch((/** @type {Error} */ error) => { adapterError = error; return null; })
+    : requestAdapter();
+  // The kernels of the backend the adapter makes likely are fetched with the shards (the
+  // choice itself waits for the host module's sizes at the bounds; the other backend's kernels
+  // are fetched then, when it is the other one).
+  const wasmLikely = adapterPromise.then((a) => backend === "wasm" || (backend === "auto" && !device && a === null));
+  const wasmBytesPromise = wasmLikely.then((likely) => (likely && !wasmProblem ? fetchBytes(fileUrl(manifest.wasm.file)) : null));
+  const shadersPromise = Promise.all([wasmLikely, adapterPromise]).then(([likely, a]) =>
+    (likely ? null : fetchKernelSources(manifest, fileUrl, chosenKernels(kernels, device ?? a, manifest))));
+  for (const promise of [wasmBytesPromise, shadersPromise]) promise.catch(() => {}); // awaited below, where used
+  const [host, shards, adapter] = await Promise.all([
+    fetchBytes(fileUrl("host.wasm")).then((b) => RemoteHost.instantiate(b, manifest)),
     openShardCache(cache).then((shardCache) => fetchShards(manifest, fileUrl, onProgress, shardCache)),
     adapterPromise,
   ]);
@@ -107,14 +134,51 @@ export async function load(url, { bounds, onProgress, device, cache, profile = f
     const { sizesAtBounds } = configured;
     const requiredLimits = loadTimeLimits(manifest, sizesAtBounds);
     const requiredFeatures = [...(manifest.required_features ?? [])];
+    if (chosenBackend(backend, manifest, device ?? adapter, requiredLimits, requiredFeatures) === "wasm") {
+      const wasmBytes = (await wasmBytesPromise) ?? (await fetchBytes(fileUrl(manifest.wasm.file)));
+      const model = await WasmModel.create(manifest, host, wasmBytes, shards, { threads, ...configured });
+      console.info(`relaxweb: the wasm backend runs this model (${model.threads} thread${model.threads === 1 ? "" : "s"})`);
+      return model;
+    }
+    if (adapterError) throw new Error(`${adapterError.message}, and ${wasmProblem}`);
+    const kernelShaders = (await shadersPromise) ?? (await fetchKernelSources(manifest, fileUrl, chosenKernels(kernels, device ?? adapter, manifest)));
     if (kernelShaders.kernels === "f16" && !requiredFeatures.includes(SHADER_F16)) requiredFeatures.push(SHADER_F16);
     const gpuDevice = device ?? (await requestDevice(adapter, requiredLimits, requiredFeatures, sizesAtBounds === null, profile));
     checkDevice(gpuDevice, requiredLimits, requiredFeatures, "device");
-    return await Model.create(manifest, host, gpuDevice, { ...kernelShaders, shards, ownsDevice: !device, limitCaps: limits, ...configured });
+    const model = await Model.create(manifest, host, gpuDevice, { ...kernelShaders, shards, ownsDevice: !device, limitCaps: limits, ...configured });
+    console.info("relaxweb: the webgpu backend runs this model");
+    return model;
   } catch (error) {
     host.dispose(); // stops its worker (Model.create's failure disposed the rest)
     throw error;
   }
+}
+
+const NO_ADAPTER = "WebGPU is available but no GPU adapter was found";
+
+/**
+ * Why the wasm backend cannot run a bundle (its manifest's `wasm` entry is missing, or says
+ * why the build wrote no kernels.wasm), or null.
+ * @param {any} manifest @returns {string|null}
+ */
+function kernelsWasmProblem(manifest) {
+  if (manifest.wasm?.file) return null;
+  if (manifest.wasm?.unavailable !== undefined) return `this bundle has no kernels.wasm: ${manifest.wasm.unavailable}`;
+  return "this bundle has no kernels.wasm (its manifest has no \"wasm\" entry: rebuild it with a relaxweb that writes one)";
+}
+
+/**
+ * Which backend runs the bundle: the one asked for, or for "auto" WebGPU where the adapter
+ * (or the given device) meets the bundle's required limits and features, else wasm (when
+ * the bundle has kernels.wasm; without it, WebGPU, whose errors say what is missing).
+ * @param {"auto"|"webgpu"|"wasm"} backend @param {any} manifest @param {GPUAdapter|GPUDevice|null} gpu
+ * @param {Record<string, number>} requiredLimits @param {string[]} requiredFeatures
+ * @returns {"webgpu"|"wasm"}
+ */
+function chosenBackend(backend, manifest, gpu, requiredLimits, requiredFeatures) {
+  if (backend !== "auto") return backend;
+  const gpuFits = gpu !== null && deviceShortfalls(gpu, requiredLimits, requiredFeatures, "GPU adapter").length === 0;
+  return gpuFits || kernelsWasmProblem(manifest) ? "webgpu" : "wasm";
 }
 
 /** A loaded bundle: its GPU resources and its host module. */
@@ -158,6 +222,8 @@ export class Model {
     this.host = host;
     this.device = device;
     this.ownsDevice = ownsDevice;
+    /** Which backend runs the kernels. @type {"webgpu"} */
+    this.backend = "webgpu";
     /** Which shaders the kernels with a variant were compiled from: "gpu", "cpu" or "f16". @type {"gpu"|"cpu"|"f16"} */
     this.kernels = "gpu";
     /** @type {{name: string, dtype: string, shape: (number|string)[]}[]} */
@@ -282,23 +348,7 @@ export class Model {
     this.checkGpuTensorInputs(inputs);
     // Checked and copied now: a run may wait for earlier ones, and what it uses then must be
     // what was checked, whatever the caller does to its arrays meanwhile.
-    const shapes = checkInputs(this.manifest, inputs).map((shape) => [...shape]);
-    // As the GPU holds them (the manifest's dtypes): int64 -> int32 (range-checked), bool -> uint32 ...
-    /** @type {Record<string, any>} */
-    /** @type {Record<number, number[][]|null>} */
-    const sequences = {}; // sequence inputs (by input index): their elements' shapes (null: none)
-    const deviceInputs = Object.fromEntries(this.manifest.inputs.map((/** @type {any} */ spec, /** @type {number} */ k) => {
-      if (isSequence(spec)) {
-        const elements = /** @type {any[]|null} */ (/** @type {unknown} */ (inputs[spec.name]));
-        sequences[k] = checkSequence(spec, elements);
-        return [spec.name, { data: sequenceData(spec, dtypeInfo(this.manifest, spec), elements ?? []), shape: [] }];
-      }
-      const tensor = inputs[spec.name];
-      if (tensor instanceof GpuTensor) return [spec.name, { gpuTensor: tensor, shape: shapes[k] }]; // copied on the GPU
-      const given = tensor.data;
-      const converted = toDeviceData(spec, dtypeInfo(this.manifest, spec), given);
-      return [spec.name, { data: converted === given ? converted.slice() : converted, shape: shapes[k] }];
-    }));
+    const { shapes, sequences, deviceInputs } = prepareInputs(this.manifest, inputs);
     const previous = this.turn;
     /** @type {() => void} */
     let endTurn = () => {};
@@ -930,6 +980,15 @@ async function fetchOk(url) {
 }
 
 /**
+ * A file's bytes (fetchOk: an HTTP error rejects).
+ * @param {URL} url
+ * @returns {Promise<ArrayBuffer>}
+ */
+async function fetchBytes(url) {
+  return (await fetchOk(url)).arrayBuffer();
+}
+
+/**
  * The Cache API cache that the `cache` option names, or null (no option, or no Cache API
  * here: not a secure context, or Node).
  * @param {boolean|string|undefined} cache
@@ -1092,7 +1151,7 @@ async function fetchKernelSources(manifest, fileUrl, variant) {
  * @returns {Promise<GPUDevice>}
  */
 async function requestDevice(adapter, requiredLimits, requiredFeatures, unbounded, profile) {
-  if (!adapter) throw new Error("WebGPU is available but no GPU adapter was found");
+  if (!adapter) throw new Error(NO_ADAPTER);
   checkDevice(adapter, requiredLimits, requiredFeatures, "GPU adapter");
   const limits = { ...requiredLimits };
   if (unbounded) {
@@ -1255,34 +1314,4 @@ function checkLimitCaps(limits) {
     }
     if (!Number.isInteger(value) || value < 256) throw new Error(`limits: ${name} must be an integer of at least 256`);
   }
-}
-
-/**
- * A sequence input's elements as the GPU holds them: their values one after another.
- * @param {any} spec @param {any} info @param {{data: any, shape: number[]}[]} elements
- * @returns {Int32Array|Uint32Array|Float32Array}
- */
-function sequenceData(spec, info, elements) {
-  const empty = toDeviceData(spec, info, new TYPED_ARRAY_OF_DTYPE[/** @type {keyof TYPED_ARRAY_OF_DTYPE} */ (spec.dtype)](0));
-  const parts = elements.map((element) => toDeviceData(spec, info, element.data));
-  const data = new (/** @type {any} */ (empty.constructor))(parts.reduce((total, part) => total + part.length, 0));
-  let offset = 0;
-  for (const part of parts) {
-    data.set(part, offset);
-    offset += part.length;
-  }
-  return data;
-}
-
-/**
- * A sequence output's elements, from the flat array of their values.
- * @param {any} data @param {number[][]} shapes @returns {Tensor[]}
- */
-function splitElements(data, shapes) {
-  let offset = 0;
-  return shapes.map((shape) => {
-    const count = shape.reduce((a, b) => a * b, 1);
-    offset += count;
-    return { data: data.slice(offset - count, offset), shape };
-  });
 }

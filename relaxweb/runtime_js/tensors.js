@@ -1,0 +1,72 @@
+// Inputs and outputs as a device holds them, for both backends (relaxweb.js on WebGPU,
+// wasm_backend.js on WebAssembly): the checks of a run's inputs and their conversion to the
+// manifest's device dtypes, and sequence outputs split back into their elements.
+
+import { TYPED_ARRAY_OF_DTYPE, checkInputs, checkSequence, dtypeInfo, isSequence, toDeviceData } from "./host.js";
+import { GpuTensor } from "./gpu_tensor.js";
+
+/**
+ * An input ready for a device: its values in the device dtype (a copy the caller cannot
+ * change any more), or the GpuTensor to copy on the GPU; `shape` as checked.
+ * @typedef {{data?: Int32Array|Uint32Array|Float32Array, gpuTensor?: GpuTensor, shape: number[]}} DeviceInput
+ */
+
+/**
+ * Check a run's inputs against the manifest (InputShapeError naming the input otherwise) and
+ * convert them to the device dtypes: int64 -> int32 (range-checked), bool -> uint32, ...
+ * Checked and copied now: a run may wait for earlier ones, and what it uses then must be
+ * what was checked, whatever the caller does to its arrays meanwhile.
+ * @param {any} manifest
+ * @param {Record<string, any>} inputs name -> {data, shape}, a GpuTensor, or a sequence's elements
+ * @returns {{shapes: number[][], sequences: Record<number, number[][]|null>, deviceInputs: Record<string, DeviceInput>}}
+ *   the shapes (sequences: []), the element shapes of sequence inputs by input index (null:
+ *   none), and the inputs by name
+ */
+export function prepareInputs(manifest, inputs) {
+  const shapes = checkInputs(manifest, inputs).map((shape) => [...shape]);
+  /** @type {Record<number, number[][]|null>} */
+  const sequences = {};
+  const deviceInputs = Object.fromEntries(manifest.inputs.map((/** @type {any} */ spec, /** @type {number} */ k) => {
+    if (isSequence(spec)) {
+      const elements = /** @type {any[]|null} */ (inputs[spec.name]);
+      sequences[k] = checkSequence(spec, elements);
+      return [spec.name, { data: sequenceData(spec, dtypeInfo(manifest, spec), elements ?? []), shape: [] }];
+    }
+    const tensor = inputs[spec.name];
+    if (tensor instanceof GpuTensor) return [spec.name, { gpuTensor: tensor, shape: shapes[k] }]; // copied on the GPU
+    const given = tensor.data;
+    const converted = toDeviceData(spec, dtypeInfo(manifest, spec), given);
+    return [spec.name, { data: converted === given ? converted.slice() : converted, shape: shapes[k] }];
+  }));
+  return { shapes, sequences, deviceInputs };
+}
+
+/**
+ * A sequence input's elements as the device holds them: their values one after another.
+ * @param {any} spec @param {any} info @param {{data: any, shape: number[]}[]} elements
+ * @returns {Int32Array|Uint32Array|Float32Array}
+ */
+function sequenceData(spec, info, elements) {
+  const empty = toDeviceData(spec, info, new TYPED_ARRAY_OF_DTYPE[/** @type {keyof TYPED_ARRAY_OF_DTYPE} */ (spec.dtype)](0));
+  const parts = elements.map((element) => toDeviceData(spec, info, element.data));
+  const data = new (/** @type {any} */ (empty.constructor))(parts.reduce((total, part) => total + part.length, 0));
+  let offset = 0;
+  for (const part of parts) {
+    data.set(part, offset);
+    offset += part.length;
+  }
+  return data;
+}
+
+/**
+ * A sequence output's elements, from the flat array of their values.
+ * @param {any} data @param {number[][]} shapes @returns {{data: any, shape: number[]}[]}
+ */
+export function splitElements(data, shapes) {
+  let offset = 0;
+  return shapes.map((shape) => {
+    const count = shape.reduce((a, b) => a * b, 1);
+    offset += count;
+    return { data: data.slice(offset - count, offset), shape };
+  });
+}

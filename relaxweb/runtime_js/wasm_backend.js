@@ -1,0 +1,627 @@
+// The wasm backend of the browser runtime: a bundle's kernels run from its kernels.wasm
+// (WebAssembly SIMD) on the CPU, driven by the same host module, command records, params
+// blocks and call sites as on WebGPU (docs/bundle-format.md, "kernels.wasm"). load() in
+// relaxweb.js picks it when WebGPU is missing (backend "auto") or when asked (backend "wasm").
+//
+// Memory: one WebAssembly.Memory laid out as the contract says: bytes [0, 64 KiB) never a
+// buffer, then the params region, the weights (copied once from the verified shards), one
+// scratch block per thread, the storages (16-byte aligned), and at least 64 KiB of slack.
+// A storage that must grow mid-run moves to a new region at the top, its contents copied;
+// before a run's first step the storages are laid out again (a bundle with bounds allocates
+// every storage once, at load).
+//
+// Threads: where the page is cross-origin isolated (SharedArrayBuffer) the memory is shared
+// and a pool of workers (wasm_worker.js) instantiates the shared-memory variant of the
+// module; each dispatch's units are split into contiguous ranges, the calling thread runs the
+// first and spins until the workers have run theirs (the page's thread may not Atomics.wait).
+
+import { OPCODE_DISPATCH, OPCODE_READ, OPCODE_RESUME, dtypeInfo, fromDeviceData } from "./host.js";
+import { GpuTensor, cacheBlockCopies } from "./gpu_tensor.js";
+import { prepareInputs, splitElements } from "./tensors.js";
+import { paramsFields, summarize } from "./profile.js";
+import { makeTokenizer } from "./tokenizer.js";
+
+export const PAGE_BYTES = 65536;
+/** Bytes [0, RESERVED_BYTES) are never a buffer: a stray small address reads zeros or traps. */
+export const RESERVED_BYTES = 65536;
+/** Bytes kept free after the last buffer: a vector load of its last elements may read past it. */
+export const SLACK_BYTES = 65536;
+/** The most pages a wasm32 memory holds (4 GiB); kernels.wasm declares it as its memory's maximum. */
+export const MAX_PAGES = 65536;
+/** The fewest units a thread gets: a dispatch with fewer than twice this runs on the calling thread alone. */
+export const MIN_UNITS_PER_THREAD = 4;
+/** The default thread count is min(navigator.hardwareConcurrency, DEFAULT_MAX_THREADS). */
+export const DEFAULT_MAX_THREADS = 4;
+/** The profile's method: each dispatch timed by the calling thread's clock (performance.now()). */
+export const WALL_CLOCK = "wall clock per kernel call"; // relaxweb/runtime/profile.py WASM_CALLS
+
+// The control block of the pool: one slot of i32 fields per worker.
+const GO = 0; // the calling thread stores a new job number here, and notifies
+const DONE = 1; // the worker stores the job number here when it has run it
+const STATUS = 2; // 0: the job ran; 1: the kernel trapped (its message in the worker's message bytes)
+const KERNEL = 3;
+const PARAMS = 4;
+const FIRST = 5;
+const END = 6;
+const SCRATCH = 7;
+const BUFFER_COUNT = 8;
+const UNITS_RUN = 9; // units this worker has run since the pool started (for tests)
+const ADDRESSES = 10; // then one address per binding
+const MAX_BUFFERS = 63; // a call site binds at most 63 buffers (the manifest schema)
+export const CONTROL_SLOT = ADDRESSES + MAX_BUFFERS + 1;
+/** The KERNEL of the job that ends a worker. */
+export const QUIT = -1;
+export const MESSAGE_BYTES = 256;
+/** How long the page's thread waits for a worker beyond 20 times its own range's time. */
+export const WORKER_GRACE_MS = 30_000;
+export const CONTROL = { GO, DONE, STATUS, KERNEL, PARAMS, FIRST, END, SCRATCH, BUFFER_COUNT, UNITS_RUN, ADDRESSES };
+
+/**
+ * `bytes` (a kernels.wasm) with its memory import made shared (limits flag 0x01 -> 0x03),
+ * for threads: the twin of relaxweb/cpu/module.py's shared_memory_variant. The module imports
+ * exactly one memory with a maximum; anything else is refused (the bytes are not a
+ * kernels.wasm relaxweb wrote).
+ * @param {ArrayBuffer|Uint8Array} bytes
+ * @returns {Uint8Array} a copy, edited
+ */
+export function sharedMemoryVariant(bytes) {
+  const data = new Uint8Array(bytes instanceof Uint8Array ? bytes : new Uint8Array(bytes)).slice();
+  const header = [0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00];
+  if (data.length < 8 || header.some((byte, i) => data[i] !== byte)) throw new Error("not a WebAssembly module (version 1)");
+  let position = 8;
+  while (position < data.length) {
+    const sectionId = data[position];
+    const [size, start] = readLeb(data, position + 1);
+    if (sectionId === 2) {
+      let [count, cursor] = readLeb(data, start);
+      for (; count > 0; count--) {
+        for (let field = 0; field < 2; field++) { // module name, field name
+          const [length, after] = readLeb(data, cursor);
+          cursor = after + length;
+        }
+        if (data[cursor] !== 0x02) throw new Error("kernels.wasm imports something other than its memory");
+        if (data[cursor + 1] !== 0x01) throw new Error("the memory import is not a non-shared memory with a maximum");
+        data[cursor + 1] = 0x03;
+        return data;
+      }
+    }
+    position = start + size;
+  }
+  throw new Error("kernels.wasm has no memory import");
+}
+
+/**
+ * An unsigned LEB128 number at `position`: [value, position after it].
+ * @param {Uint8Array} data @param {number} position @returns {[number, number]}
+ */
+function readLeb(data, position) {
+  let value = 0;
+  for (let shift = 0; ; shift += 7) {
+    if (position >= data.length) throw new Error("kernels.wasm is truncated");
+    const byte = data[position++];
+    value += (byte & 0x7f) * 2 ** shift;
+    if (byte < 0x80) return [value, position];
+  }
+}
+
+/**
+ * Units [0, units) split into contiguous ranges, one per thread used: as many threads as
+ * give each at least `minUnits` units (at most `threads`, at least one), sizes differing by
+ * at most one. The first range is the calling thread's.
+ * @param {number} units @param {number} threads @param {number} [minUnits]
+ * @returns {[number, number][]}
+ */
+export function splitUnits(units, threads, minUnits = MIN_UNITS_PER_THREAD) {
+  const used = Math.max(1, Math.min(threads, Math.floor(units / minUnits)));
+  return Array.from({ length: used }, (_, i) => [Math.floor((units * i) / used), Math.floor((units * (i + 1)) / used)]);
+}
+
+/**
+ * How many threads the wasm backend uses: 1 where the page is not cross-origin isolated (no
+ * SharedArrayBuffer) or has no workers, else the `threads` option, by default
+ * min(navigator.hardwareConcurrency, DEFAULT_MAX_THREADS).
+ * @param {number|undefined} threads the load option
+ * @returns {number}
+ */
+export function threadCount(threads) {
+  if (threads !== undefined && (!Number.isInteger(threads) || threads < 1 || threads > 256)) {
+    throw new Error(`threads must be an integer from 1 to 256, got ${String(threads).slice(0, 40)}`);
+  }
+  const isolated = globalThis.crossOriginIsolated === true && typeof SharedArrayBuffer !== "undefined" && typeof Worker !== "undefined";
+  if (!isolated) return 1;
+  return threads ?? Math.max(1, Math.min(globalThis.navigator?.hardwareConcurrency ?? 1, DEFAULT_MAX_THREADS));
+}
+
+/** @param {number} value @returns {number} */
+const aligned16 = (value) => Math.ceil(value / 16) * 16;
+
+/** A bundle loaded on the wasm backend: the same run(), reads, loops, sequences and KV caches as on WebGPU. */
+export class WasmModel {
+  /**
+   * @param {any} manifest
+   * @param {import("./remote_host.js").RemoteHost} host
+   * @param {ArrayBuffer} wasmBytes the bundle's kernels.wasm
+   * @param {Uint8Array[]} shards the verified weight shards
+   * @param {{threads?: number, bounds: (number|null)[], sizesAtBounds: number[]|null}} options
+   * @returns {Promise<WasmModel>}
+   */
+  static async create(manifest, host, wasmBytes, shards, { threads, bounds, sizesAtBounds }) {
+    const count = threadCount(threads);
+    const shared = count > 1;
+    const memory = new WebAssembly.Memory({ initial: 1, maximum: MAX_PAGES, shared });
+    let module;
+    try {
+      module = await WebAssembly.compile(shared ? sharedMemoryVariant(wasmBytes) : wasmBytes);
+    } catch (error) {
+      throw new Error(`the bundle's kernels.wasm does not compile here: ${/** @type {Error} */ (error).message}`);
+    }
+    const instance = await WebAssembly.instantiate(module, { env: { memory } });
+    const model = new WasmModel(manifest, host, memory, instance, count, bounds);
+    try {
+      model.layOut(shards, sizesAtBounds);
+      if (shared) model.pool = await WorkerPool.start(module, memory, count - 1);
+      return model;
+    } catch (error) {
+      model.dispose();
+      throw error;
+    }
+  }
+
+  /**
+   * @param {any} manifest @param {import("./remote_host.js").RemoteHost} host
+   * @param {WebAssembly.Memory} memory @param {WebAssembly.Instance} instance
+   * @param {number} threads @param {(number|null)[]} bounds
+   */
+  constructor(manifest, host, memory, instance, threads, bounds) {
+    this.manifest = manifest;
+    this.host = host;
+    this.memory = memory;
+    /** Which backend runs the kernels. @type {"wasm"} */
+    this.backend = "wasm";
+    /** Threads that run a dispatch's units: 1, or 1 + the pool's workers. */
+    this.threads = threads;
+    /** @type {{name: string, dtype: string, shape: (number|string)[]}[]} */
+    this.inputs = manifest.inputs;
+    /** @type {{name: string, dtype: string, shape: (number|string)[]}[]} */
+    this.outputs = manifest.outputs;
+    this.symbolicVars = manifest.symbolic_vars.map((/** @type {any} */ v, /** @type {number} */ i) => ({ ...v, bound: bounds[i] }));
+    this.tokenizer = manifest.tokenizer ? makeTokenizer(manifest.tokenizer) : null;
+    const exports = /** @type {Record<string, Function>} */ (/** @type {unknown} */ (instance.exports));
+    /** Per kernel: its function and its units function. */
+    this.kernelFunctions = manifest.kernels.map((/** @type {any} */ _, /** @type {number} */ k) => {
+      const main = exports[`k${k}`];
+      const units = exports[`k${k}_units`];
+      if (typeof main !== "function" || typeof units !== "function") {
+        throw new Error(`the bundle's kernels.wasm lacks kernel ${k} (exports k${k}, k${k}_units): the bundle is damaged`);
+      }
+      return { main, units };
+    });
+    /** @type {WorkerPool|null} */
+    this.pool = null;
+    this.top = RESERVED_BYTES; // the end of the last region allocated
+    this.paramsBase = 0;
+    /** @type {number[]} */
+    this.weightAddresses = [];
+    /** @type {number[]} one scratch block per thread */
+    this.scratchAddresses = [];
+    /** The address the storages are laid out from (after the scratch blocks). */
+    this.storagesBase = 0;
+    /** @type {number[]} */
+    this.storageAddresses = [];
+    /** @type {number[]} */
+    this.storageSizes = [];
+    /** @type {(number[]|null)[]} per call site: its buffers' addresses, forgotten when a storage moves */
+    this.siteAddresses = manifest.call_sites.map(() => null);
+    this.cacheOfInput = new Map((manifest.caches ?? []).map((/** @type {any} */ c) => [c.input, c]));
+    this.cacheOfOutput = new Map((manifest.caches ?? []).map((/** @type {any} */ c) => [c.output, c]));
+    /** Dispatches of the last run, over all its steps (those with no units included). */
+    this.lastDispatchCount = 0;
+    /** Values the last run read back (0 for bundles without reads). */
+    this.lastReadCount = 0;
+    /** Runs take turns: a run that reads values back keeps its state in the host across awaits. */
+    this.turn = Promise.resolve();
+    /** @type {string|null} */
+    this.unusableReason = null;
+  }
+
+  /** Units that the pool's workers have run since load (0 with one thread): they really ran. */
+  get unitsRunByWorkers() {
+    return this.pool ? this.pool.unitsRun() : 0;
+  }
+
+  /**
+   * The regions of the memory: params, weights (copied from the shards), scratch blocks, storages.
+   * @param {Uint8Array[]} shards @param {number[]|null} sizesAtBounds
+   */
+  layOut(shards, sizesAtBounds) {
+    this.paramsBase = this.allocate(this.manifest.params_bytes);
+    this.weightAddresses = this.manifest.weights.map((/** @type {any} */ weight) => {
+      const address = this.allocate(weight.nbytes); // whole, even a weight WebGPU binds in parts
+      this.bytes().set(shards[weight.shard].subarray(weight.offset, weight.offset + weight.nbytes), address);
+      return address;
+    });
+    const scratchBytes = this.manifest.wasm?.scratch_bytes ?? 0;
+    this.scratchAddresses = Array.from({ length: this.threads }, () => this.allocate(scratchBytes));
+    this.storagesBase = aligned16(this.top);
+    this.growStorages(sizesAtBounds ?? this.manifest.storages.map((/** @type {any} */ s) => s.size_at_bounds ?? 0), false);
+  }
+
+  /**
+   * A 16-byte aligned region of `bytes` bytes (at least 16) at the top, the memory grown to
+   * keep SLACK_BYTES after it.
+   * @param {number} bytes @returns {number} its address
+   */
+  allocate(bytes) {
+    const address = aligned16(this.top);
+    const end = address + Math.max(aligned16(bytes), 16);
+    const needed = Math.ceil((end + SLACK_BYTES) / PAGE_BYTES);
+    if (needed > MAX_PAGES) {
+      throw new Error(`the model needs ${end + SLACK_BYTES} bytes of WebAssembly memory, above its 4 GiB (65536 pages)`);
+    }
+    const pages = this.memory.buffer.byteLength / PAGE_BYTES;
+    if (needed > pages) {
+      try {
+        this.memory.grow(needed - pages);
+      } catch (error) {
+        throw new Error(`cannot grow the WebAssembly memory to ${needed * PAGE_BYTES} bytes: ${/** @type {Error} */ (error).message}`);
+      }
+    }
+    this.top = end;
+    return address;
+  }
+
+  /** The memory's bytes (a new view: growing the memory replaces its buffer). @returns {Uint8Array} */
+  bytes() {
+    return new Uint8Array(this.memory.buffer);
+  }
+
+  /**
+   * Give every storage smaller than `sizes` says a region that fits (at least twice its old
+   * one). Between two steps of a run (`keep`) each such storage moves to the top with its
+   * contents; before a run's first step nothing is kept, so every storage is placed again
+   * from the first storage's address (the memory grows to the largest run's layout, and
+   * regions are reused).
+   * @param {number[]} sizes @param {boolean} keep
+   */
+  growStorages(sizes, keep) {
+    const fits = (/** @type {number} */ size, /** @type {number} */ index) =>
+      this.storageAddresses[index] !== undefined && this.storageSizes[index] >= size;
+    if (sizes.every(fits)) return;
+    const capacity = (/** @type {number} */ size, /** @type {number} */ index) =>
+      fits(size, index) ? this.storageSizes[index] : Math.max(aligned16(size), 16, 2 * (this.storageSizes[index] ?? 0));
+    if (!keep) this.top = this.storagesBase;
+    sizes.forEach((size, index) => {
+      if (keep && fits(size, index)) return;
+      const bytes = capacity(size, index);
+      const address = this.allocate(bytes);
+      if (keep) {
+        const old = this.storageAddresses[index];
+        this.bytes().copyWithin(address, old, old + this.storageSizes[index]);
+      }
+      this.storageAddresses[index] = address;
+      this.storageSizes[index] = bytes;
+    });
+    this.siteAddresses.fill(null);
+  }
+
+  /**
+   * Run the model: the same results and errors as the WebGPU model's run(); outputs are
+   * always read back (keeping them on a GPU needs the webgpu backend).
+   * @param {Record<string, any>} inputs name -> {data, shape} (or a sequence's elements)
+   * @param {{keepOnGpu?: boolean|string[]}} [options]
+   * @returns {Promise<Record<string, any>>}
+   */
+  async run(inputs, { keepOnGpu = false } = {}) {
+    if (keepOnGpu && !(Array.isArray(keepOnGpu) && keepOnGpu.length === 0)) {
+      throw new Error("keepOnGpu needs the webgpu backend: this model runs on the wasm backend, whose outputs are always read back");
+    }
+    return this.runTimed(inputs, null);
+  }
+
+  /**
+   * Generate text: needs the webgpu backend (its sampler is a WGSL kernel).
+   * @param {any} _prompt @param {any} [_options] @returns {Promise<never>}
+   */
+  async generate(_prompt, _options) {
+    throw new Error("generate() needs the webgpu backend: this model runs on the wasm backend (load with backend: \"webgpu\" on a WebGPU device)");
+  }
+
+  /**
+   * Run `warmup` times, then once more timing every dispatch by the clock, and return that
+   * run's outputs and its profile (profile.js's rows: one per kernel, slowest first).
+   * @param {Record<string, any>} inputs @param {{warmup?: number}} [options]
+   * @returns {Promise<{outputs: Record<string, any>, profile: import("./profile.js").Profile}>}
+   */
+  async profile(inputs, { warmup = 1 } = {}) {
+    for (let i = 0; i < warmup; i++) await this.run(inputs);
+    /** @type {import("./profile.js").DispatchTime[]} */
+    const times = [];
+    const outputs = await this.runTimed(inputs, times);
+    return { outputs, profile: summarize(this.manifest, times, WALL_CLOCK) };
+  }
+
+  /**
+   * @param {Record<string, any>} inputs
+   * @param {import("./profile.js").DispatchTime[]|null} times each dispatch's time is pushed here when given
+   * @returns {Promise<Record<string, any>>}
+   */
+  async runTimed(inputs, times) {
+    if (this.unusableReason) throw new Error(`cannot run: ${this.unusableReason}`);
+    for (const [name, tensor] of Object.entries(inputs ?? {})) {
+      if (tensor instanceof GpuTensor) {
+        throw new Error(`input '${name}': GPU tensors need the webgpu backend; this model runs on the wasm backend (pass {data, shape}: read() gives it)`);
+      }
+    }
+    const { shapes, sequences, deviceInputs } = prepareInputs(this.manifest, inputs);
+    const previous = this.turn;
+    /** @type {() => void} */
+    let endTurn = () => {};
+    this.turn = new Promise((resolve) => { endTurn = resolve; });
+    try {
+      await previous;
+      if (this.unusableReason) throw new Error(`cannot run: ${this.unusableReason}`);
+      return await this.runSteps(deviceInputs, shapes, sequences, times);
+    } finally {
+      endTurn();
+    }
+  }
+
+  /**
+   * "One run" of docs/bundle-format.md: run() in the host, then each command list in turn;
+   * a list that ends with a read reads the i32 and resumes, one that ends with a resume
+   * record resumes; the last one's outputs are read from their storages.
+   * @param {Record<string, import("./tensors.js").DeviceInput>} inputs
+   * @param {number[][]} shapes @param {Record<number, number[][]|null>} sequences
+   * @param {import("./profile.js").DispatchTime[]|null} times
+   * @returns {Promise<Record<string, any>>}
+   */
+  async runSteps(inputs, shapes, sequences, times) {
+    let hostStep = await this.host.start(shapes, sequences);
+    let dispatches = 0;
+    let reads = 0;
+    for (let step = 0; ; step++) {
+      const { commands, sizes, params, outputShapes } = hostStep;
+      this.growStorages(sizes, step > 0);
+      if (step === 0) this.writeInputs(inputs);
+      this.bytes().set(params, this.paramsBase);
+      for (const command of commands) {
+        if (command.opcode !== OPCODE_DISPATCH) continue;
+        const started = times ? performance.now() : 0;
+        this.dispatch(command.callSite);
+        dispatches += 1;
+        if (times) times.push({ callSite: command.callSite, ms: performance.now() - started, params: paramsFields(params, this.manifest.call_sites[command.callSite]) });
+      }
+      const last = commands[commands.length - 1];
+      if (last?.opcode === OPCODE_READ) {
+        const read = /** @type {import("./host.js").ReadCommand} */ (last);
+        const value = new DataView(this.memory.buffer).getInt32(this.storageAddresses[read.storage] + read.byteOffset, true);
+        reads += 1;
+        hostStep = await this.host.resume(read.slot, value);
+      } else if (last?.opcode === OPCODE_RESUME) {
+        hostStep = await this.host.resume(null, 0);
+      } else {
+        this.lastDispatchCount = dispatches;
+        this.lastReadCount = reads;
+        return this.readOutputs(outputShapes, hostStep.elementShapes);
+      }
+    }
+  }
+
+  /**
+   * Run one dispatch record of call site `callSite`: its kernel over all its units, split
+   * between the threads when there are enough. A trap rejects naming the call site.
+   * @param {number} callSite
+   */
+  dispatch(callSite) {
+    const site = this.manifest.call_sites[callSite];
+    const { main, units: unitsOf } = this.kernelFunctions[site.kernel];
+    const params = this.paramsBase + site.params_offset;
+    const addresses = this.siteAddresses[callSite] ?? this.addressesOf(callSite);
+    try {
+      const units = unitsOf(params);
+      if (units <= 0) return;
+      const ranges = this.pool ? splitUnits(units, this.threads) : [[0, units]];
+      const own = () => main(params, ranges[0][0], ranges[0][1], this.scratchAddresses[0], ...addresses);
+      if (ranges.length === 1) own();
+      else /** @type {WorkerPool} */ (this.pool).run(site.kernel, params, ranges, this.scratchAddresses, addresses, own);
+    } catch (error) {
+      if (this.pool?.broken) this.unusableReason ??= this.pool.broken;
+      const kernel = this.manifest.kernels[site.kernel].name;
+      throw new Error(`kernel ${kernel} failed at call site ${callSite} (${String(site.binding).slice(0, 300)}): ${/** @type {Error} */ (error).message}`);
+    }
+  }
+
+  /**
+   * The byte address of each buffer of a call site, in binding order: a weight in parts is
+   * passed whole as part 0, and 0 for its other parts (the contract).
+   * @param {number} callSite @returns {number[]}
+   */
+  addressesOf(callSite) {
+    const addresses = this.manifest.call_sites[callSite].buffers.map((/** @type {any} */ b) =>
+      "storage" in b ? this.storageAddresses[b.storage]
+        : "weight" in b ? this.weightAddresses[b.weight]
+        : b.weight_part[1] === 0 ? this.weightAddresses[b.weight_part[0]] : 0);
+    this.siteAddresses[callSite] = addresses;
+    return addresses;
+  }
+
+  /**
+   * Copy each input into its storage; a KV cache's past goes to the start of each block's capacity rows.
+   * @param {Record<string, import("./tensors.js").DeviceInput>} inputs
+   */
+  writeInputs(inputs) {
+    const memory = this.bytes();
+    this.manifest.inputs.forEach((/** @type {any} */ spec, /** @type {number} */ k) => {
+      const { data, shape } = inputs[spec.name];
+      if (!data || data.byteLength === 0) return;
+      const source = new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
+      const cache = this.cacheOfInput.get(k);
+      if (cache) {
+        const base = this.storageAddresses[cache.storage];
+        const itemSize = data.byteLength / shape.reduce((a, b) => a * b, 1);
+        for (const [from, at, size] of cacheBlockCopies(cache, shape, itemSize, null)) memory.set(source.subarray(from, from + size), base + at);
+        return;
+      }
+      if (this.storageSizes[spec.storage] < data.byteLength) {
+        throw new Error(
+          `the bundle's host module gave input '${spec.name}' a storage of ${this.storageSizes[spec.storage]} bytes for ${data.byteLength} bytes of data: the bundle is damaged`,
+        );
+      }
+      memory.set(source, this.storageAddresses[spec.storage]);
+    });
+  }
+
+  /**
+   * Each output copied out of its storage (a KV cache's output: its rows of each block).
+   * @param {number[][]} outputShapes @param {({shapes: number[][]|null}|null)[]} elementShapes
+   * @returns {Record<string, any>}
+   */
+  readOutputs(outputShapes, elementShapes) {
+    const memory = this.bytes();
+    /** @type {Record<string, any>} */
+    const result = {};
+    this.manifest.outputs.forEach((/** @type {any} */ spec, /** @type {number} */ k) => {
+      const shape = outputShapes[k];
+      const info = dtypeInfo(this.manifest, spec);
+      const bytes = shape.reduce((a, b) => a * b, 1) * info.device_bytes;
+      const base = this.storageAddresses[spec.storage];
+      const cache = this.cacheOfOutput.get(k);
+      let copy = memory.slice(base, base + bytes);
+      if (cache) {
+        copy = new Uint8Array(bytes);
+        for (const [dense, at, size] of cacheBlockCopies(cache, shape, info.device_bytes, null)) copy.set(memory.subarray(base + at, base + at + size), dense);
+      }
+      const data = fromDeviceData(spec, info, copy.buffer);
+      const sequence = elementShapes?.[k];
+      result[spec.name] = !sequence ? { data, shape } : sequence.shapes ? splitElements(data, sequence.shapes) : null;
+    });
+    return result;
+  }
+
+  /** Stop the workers and the host module; the memory goes with the last reference. */
+  dispose() {
+    this.unusableReason ??= "the model was disposed";
+    this.pool?.stop();
+    this.host.dispose();
+  }
+}
+
+/**
+ * The workers that run the other ranges of a dispatch's units, each with its own instance of
+ * the shared-memory module over the one shared memory, and a slot of a shared control block
+ * (CONTROL: a job number to wait on, the job's fields, the number of the job done).
+ */
+export class WorkerPool {
+  /**
+   * @param {WebAssembly.Module} module the shared-memory variant
+   * @param {WebAssembly.Memory} memory shared
+   * @param {number} count
+   * @returns {Promise<WorkerPool>}
+   */
+  static async start(module, memory, count) {
+    const control = new Int32Array(new SharedArrayBuffer(count * CONTROL_SLOT * 4));
+    const messages = new Uint8Array(new SharedArrayBuffer(count * MESSAGE_BYTES));
+    const workers = Array.from({ length: count }, () => new Worker(new URL("./wasm_worker.js", import.meta.url), { type: "module" }));
+    const pool = new WorkerPool(workers, control, messages);
+    try {
+      await Promise.all(workers.map((worker, index) => new Promise((resolve, reject) => {
+        worker.onmessage = ({ data }) => (data?.ready ? resolve(null) : reject(new Error(`a wasm worker failed to start: ${data?.error}`)));
+        worker.onerror = (event) => reject(new Error(`a wasm worker failed to start: ${event.message}`));
+        worker.postMessage({ module, memory, control, messages, index });
+      })));
+    } catch (error) {
+      pool.stop();
+      throw error;
+    }
+    return pool;
+  }
+
+  /** @param {Worker[]} workers @param {Int32Array} control @param {Uint8Array} messages */
+  constructor(workers, control, messages) {
+    this.workers = workers;
+    this.control = control;
+    this.messages = messages;
+    this.job = 0;
+    /** @type {string|null} why the pool cannot run any more (a worker that never finished) */
+    this.broken = null;
+    /** How long to wait for a worker beyond 20 times the page's own range (tests lower it). */
+    this.graceMs = WORKER_GRACE_MS;
+  }
+
+  /**
+   * Run kernel `kernel` over `ranges`: ranges[1..] on the workers, ranges[0] by `own` on the
+   * calling thread, then spin until every worker is done. A trap in a worker throws its message.
+   * @param {number} kernel @param {number} params @param {[number, number][]} ranges
+   * @param {number[]} scratch one block per thread @param {number[]} addresses @param {() => void} own
+   */
+  run(kernel, params, ranges, scratch, addresses, own) {
+    const { control } = this;
+    const job = (this.job = (this.job + 1) | 0);
+    for (let w = 0; w < ranges.length - 1; w++) {
+      const slot = w * CONTROL_SLOT;
+      control[slot + KERNEL] = kernel;
+      control[slot + PARAMS] = params;
+      control[slot + FIRST] = ranges[w + 1][0];
+      control[slot + END] = ranges[w + 1][1];
+      control[slot + SCRATCH] = scratch[w + 1];
+      control[slot + BUFFER_COUNT] = addresses.length;
+      control.set(addresses, slot + ADDRESSES);
+      Atomics.store(control, slot + GO, job); // publishes the fields stored before it
+      Atomics.notify(control, slot + GO, 1);
+    }
+    /** @type {unknown} */
+    let ownError = null;
+    const started = performance.now();
+    try {
+      own();
+    } catch (error) {
+      ownError = error;
+    }
+    // The workers' ranges are as large as this thread's: one that is still not done long after
+    // (a worker the browser stopped) would freeze the page, so the spin has a deadline.
+    const deadline = performance.now() + Math.max(this.graceMs, 20 * (performance.now() - started));
+    /** @type {string|null} */
+    let workerError = null;
+    for (let w = 0; w < ranges.length - 1; w++) {
+      const slot = w * CONTROL_SLOT;
+      for (let spins = 1; Atomics.load(control, slot + DONE) !== job; spins++) { // the page's thread may not Atomics.wait
+        if (spins % 4096 === 0 && performance.now() > deadline) {
+          this.broken = `wasm worker ${w + 1} did not finish its units (the browser stopped it, or it hangs)`;
+          throw new Error(this.broken);
+        }
+      }
+      if (control[slot + STATUS] !== 0) workerError ??= this.message(w);
+    }
+    if (ownError) throw ownError;
+    if (workerError !== null) throw new Error(workerError);
+  }
+
+  /** The message a worker wrote when its kernel trapped. @param {number} w @returns {string} */
+  message(w) {
+    const bytes = this.messages.slice(w * MESSAGE_BYTES, (w + 1) * MESSAGE_BYTES);
+    const end = bytes.indexOf(0);
+    return new TextDecoder().decode(bytes.subarray(0, end < 0 ? bytes.length : end));
+  }
+
+  /** Units the workers have run since the pool started. @returns {number} */
+  unitsRun() {
+    return this.workers.reduce((sum, _, w) => sum + Atomics.load(this.control, w * CONTROL_SLOT + UNITS_RUN), 0);
+  }
+
+  /**
+   * Stop worker `w`: a job with kernel -1 ends its loop (terminate() alone does not stop a
+   * worker blocked in Atomics.wait in Chromium; it would keep its thread).
+   * @param {number} w
+   */
+  quit(w) {
+    const slot = w * CONTROL_SLOT;
+    this.control[slot + KERNEL] = QUIT;
+    Atomics.store(this.control, slot + GO, (this.job = (this.job + 1) | 0));
+    Atomics.notify(this.control, slot + GO, 1);
+    this.workers[w].terminate();
+  }
+
+  stop() {
+    this.workers.forEach((_, w) => this.quit(w));
+  }
+}
