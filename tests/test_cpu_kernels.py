@@ -21,7 +21,7 @@ from relaxweb.cpu.emit import (
 from relaxweb.cpu.kernels import KernelsWasm, WasmUnavailable, emit_kernels_wasm
 from relaxweb.cpu.math import MATH_FUNCTIONS
 from relaxweb.cpu.module import KernelFunctions, assemble_kernels_module, wat_to_wasm
-from relaxweb.cpu.schedules import render_program
+from relaxweb.cpu.schedules import MATMUL_SCRATCH_BYTES, render_program
 from relaxweb.ir import interpreter
 from relaxweb.ir.dtype import dtype_info
 from relaxweb.ir.launch import dispatch_count
@@ -41,6 +41,7 @@ LIBRARY = {**MATH_FUNCTIONS, **HELPER_FUNCTIONS}
 
 
 def compile_program(program: TensorProgram) -> bytes:
+    """The kernels.wasm of one program (kernel 0)."""
     wat = assemble_kernels_module([KernelFunctions(0, program.name, render_program(program))], "test", LIBRARY)
     return wat_to_wasm(wat)
 
@@ -55,7 +56,8 @@ def run_on_wasm(program: TensorProgram, arrays: list[np.ndarray], size_vars: dic
     shape = tuple(int(evaluate(d, size_vars)) for d in program.output.shape)
     output = np.zeros(shape, dtype_info(program.output.dtype).device.name)
     params = [int(evaluate(dispatch_count(program), size_vars)), *(size_vars[v.name] for v in program.size_vars)]
-    return run_wasm_kernel(compile_program(program), 0, [device_array(a) for a in arrays], output, params)
+    return run_wasm_kernel(compile_program(program), 0, [device_array(a) for a in arrays], output, params,
+                           scratch_bytes=MATMUL_SCRATCH_BYTES)
 
 
 def check_program(program: TensorProgram, arrays: list[np.ndarray], size_vars: dict[str, int] | None = None,
@@ -335,7 +337,7 @@ def check_module(model, feeds: dict[str, np.ndarray], monkeypatch, tolerance=F32
         program = module.programs[name]
         params = [int(evaluate(dispatch_count(program), size_vars)), *(size_vars[v.name] for v in program.size_vars)]
         actual = run_wasm_kernel(kernels.wasm, order.index(name), [device_array(a) for a in arrays],
-                                 device_array(before), params)
+                                 device_array(before), params, scratch_bytes=kernels.scratch_bytes)
         if dtype_info(program.output.dtype).is_float:
             assert_close(actual, after.astype(np.float32), tolerance, err_msg=name)
         else:
@@ -363,6 +365,30 @@ def test_convolution_module(monkeypatch) -> None:
     assert check_module(model, {"x": rand(1, 3, 9, 9)}, monkeypatch) >= 1
 
 
+@pytest.mark.parametrize("shape_a, shape_b", [((8, 24), (24, 32)), ((9, 20), (20, 37)), ((2, 5, 7), (7, 19)),
+                                              ((3, 4, 6), (3, 6, 16))])
+def test_matmul_blocks(shape_a, shape_b, monkeypatch) -> None:
+    """Matmuls in whole blocks and at the edges, batched, with a bias and relu epilogue."""
+    model = make_model([helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "bias"], ["s"]),
+                        helper.make_node("Relu", ["s"], ["y"])], [("x", TensorProto.FLOAT, list(shape_a))], ["y"],
+                       {"w": rand(*shape_b, seed=1), "bias": rand(shape_b[-1], seed=2)})
+    assert check_module(model, {"x": rand(*shape_a)}, monkeypatch) >= 1
+
+
+def test_matmul_with_a_transposed_weight(monkeypatch) -> None:
+    """Gemm with transB: the second factor is read across its rows (evaluated per column)."""
+    model = make_model([helper.make_node("Gemm", ["x", "w", "c"], ["y"], transB=1, alpha=0.5)],
+                       [("x", TensorProto.FLOAT, [6, 10])], ["y"], {"w": rand(20, 10, seed=1), "c": rand(20, seed=2)})
+    assert check_module(model, {"x": rand(6, 10)}, monkeypatch) >= 1
+
+
+@pytest.mark.parametrize("stride, pad, group", [(1, 1, 1), (2, 0, 1), (1, 1, 2)])
+def test_convolution_blocks(stride: int, pad: int, group: int, monkeypatch) -> None:
+    model = make_model([helper.make_node("Conv", ["x", "w"], ["y"], pads=[pad] * 4, strides=[stride] * 2, group=group)],
+                       [("x", TensorProto.FLOAT, [2, 4, 11, 10])], ["y"], {"w": rand(8, 4 // group, 3, 3, seed=1)})
+    assert check_module(model, {"x": rand(2, 4, 11, 10)}, monkeypatch) >= 1
+
+
 def test_integer_and_index_module(monkeypatch) -> None:
     """Gathers, concatenation, casts, comparisons and where over int64 and bool tensors."""
     model = make_model(
@@ -387,7 +413,7 @@ def test_bundle_has_kernels_wasm(tmp_path) -> None:
                        ["y"], {"w": rand(8, 4)})
     bundle = relaxweb.build(model, tmp_path)
     manifest = json.loads((tmp_path / "manifest.json").read_text())
-    assert manifest["wasm"] == {"file": "kernels.wasm", "scratch_bytes": 0}
+    assert manifest["wasm"] == {"file": "kernels.wasm", "scratch_bytes": MATMUL_SCRATCH_BYTES}
     assert manifest_problem(manifest) is None
     wasm = (tmp_path / "kernels.wasm").read_bytes()
     exports = {export.name for export in wasm_exports(wasm)}
@@ -458,10 +484,10 @@ def test_library_kernels_bring_their_own_functions() -> None:
 (func $units (param $params i32) (result i32)
   (i32.const 1))"""
     module.programs["rnn_recurrence"] = dataclasses.replace(module.programs["rnn_recurrence"], wasm_source=source,
-                                                            wasm_scratch_bytes=96)
+                                                            wasm_scratch_bytes=1000)
     order = [(name, {}) for name in module.programs]
     kernels = emit_kernels_wasm(module, order)
-    assert isinstance(kernels, KernelsWasm) and kernels.scratch_bytes == 96
+    assert isinstance(kernels, KernelsWasm) and kernels.scratch_bytes == 1000  # (above the matmuls' scratch)
     index = list(module.programs).index("rnn_recurrence")
     assert f"(func $k{index}_helper)" in kernels.wat
     assert {e.name for e in wasm_exports(kernels.wasm)} == {f"k{i}{s}" for i in range(len(order)) for s in ("", "_units")}
