@@ -17,6 +17,7 @@ import relaxweb
 from relaxweb.compiler import compile_model
 from relaxweb.cpu.emit import (
     BINARY_RENDERINGS, COMBINER_RENDERINGS, COMPARE_RENDERINGS, FLOAT, HELPER_FUNCTIONS, UNARY_RENDERINGS,
+    VECTOR_BINARY_RENDERINGS, VECTOR_UNARY_RENDERINGS,
 )
 from relaxweb.cpu.kernels import KernelsWasm, WasmUnavailable, emit_kernels_wasm
 from relaxweb.cpu.math import MATH_FUNCTIONS
@@ -182,6 +183,31 @@ def test_reductions(combiner: ReduceCombiner, dtype: str) -> None:
     check_program(program, [values], {"n": 3, "m": 5})
     if dtype != "bool":  # (the interpreter has no bool identity)
         check_program(program, [np.zeros((3, 0), dtype)], {"n": 3, "m": 0})
+
+
+UNARY_RANGES = {UnaryOp.ASIN: (-0.99, 0.99), UnaryOp.ACOS: (-0.99, 0.99), UnaryOp.ATANH: (-0.99, 0.99),
+                UnaryOp.ACOSH: (1.0, 5.0), UnaryOp.LOG: (0.01, 5.0), UnaryOp.SQRT: (0.01, 5.0), UnaryOp.TAN: (-1.5, 1.5)}
+
+
+@pytest.mark.parametrize("op", list(VECTOR_BINARY_RENDERINGS) + list(VECTOR_UNARY_RENDERINGS), ids=str)
+def test_vectorized(op) -> None:
+    """Float programs whose last dimension is a multiple of 4 run four elements at a time:
+    each op's f32x4 form, with a buffer constant along the last axis splatted."""
+    row = Buffer("R", (n, 1), "float32")
+    data = Buffer("A", (n, 8), "float32")
+    low, high = UNARY_RANGES.get(op, (0.1, 2.0))
+    if isinstance(op, BinaryOp):
+        body = Binary(op, Load(data, (i, j)), Load(row, (i, IntImm(0))) + 0.5)
+    else:
+        body = Unary(op, Load(data, (i, j)) * Load(row, (i, IntImm(0))))
+        low, high = low / 1.01, high / 1.01
+    program = TensorProgram("vector", (row, data), Buffer("out", (n, 8), "float32"), (i, j), body)
+    assert "(v128.store" in render_program(program)
+    values = rand(3, 8, low=low, high=high)
+    values[0, 0] = np.nan
+    if op is UnaryOp.ROUND:
+        values[1, :3] = [0.5, 1.5, -2.5]
+    check_program(program, [rand(3, 1, seed=1, low=1.0, high=1.01), values], {"n": 3})
 
 
 def test_nan_through_max_and_min() -> None:

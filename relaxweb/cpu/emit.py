@@ -25,6 +25,7 @@ from typing import Callable, Mapping
 import numpy as np
 
 from ..ir.dtype import DtypeKind, dtype_info
+from ..ir.launch import VECTOR, vector_access, vectorizable
 from ..ir.lower_index import Constant, IndexLowering, IndexOp, Operation, TargetIndex, Variable
 from ..ir.symbolic import IntImm, PrimExpr, SizeVar, simplify
 from ..ir.tir import (
@@ -113,6 +114,28 @@ COMBINER_RENDERINGS: dict[ReduceCombiner, dict[str, Callable[[str, str], str]]] 
     ReduceCombiner.PROD: BINARY_RENDERINGS[BinaryOp.MULTIPLY],
     ReduceCombiner.MAX: BINARY_RENDERINGS[BinaryOp.MAXIMUM],
     ReduceCombiner.MIN: BINARY_RENDERINGS[BinaryOp.MINIMUM],
+}
+# The f32x4 forms of the float ops, for the vectorized loops (four consecutive output
+# elements at once): a program whose ops all have one may be vectorized.
+VECTOR_BINARY_RENDERINGS: dict[BinaryOp, Callable[[str, str], str]] = {
+    BinaryOp.ADD: _op("f32x4.add"),
+    BinaryOp.SUBTRACT: _op("f32x4.sub"),
+    BinaryOp.MULTIPLY: _op("f32x4.mul"),
+    BinaryOp.DIVIDE: _op("f32x4.div"),
+    BinaryOp.MAXIMUM: _op("f32x4.max"),  # propagates NaN, as f32.max
+    BinaryOp.MINIMUM: _op("f32x4.min"),
+    BinaryOp.POWER: _call("pow_f32x4"),
+}
+VECTOR_UNARY_RENDERINGS: dict[UnaryOp, Callable[[str], str]] = {
+    UnaryOp.NEGATIVE: _op("f32x4.neg"),
+    UnaryOp.SQRT: _op("f32x4.sqrt"),
+    UnaryOp.FLOOR: _op("f32x4.floor"),
+    UnaryOp.CEIL: _op("f32x4.ceil"),
+    UnaryOp.ROUND: _op("f32x4.nearest"),
+    **{op: _call(f"{op.value}_f32x4") for op in (
+        UnaryOp.EXP, UnaryOp.TANH, UnaryOp.SIGMOID, UnaryOp.LOG, UnaryOp.SIN, UnaryOp.COS, UnaryOp.TAN,
+        UnaryOp.ASIN, UnaryOp.ACOS, UnaryOp.ATAN, UnaryOp.ASINH, UnaryOp.ACOSH, UnaryOp.ATANH,
+    )},
 }
 # The IR's index operations (relaxweb/ir/lower_index.py); a truncating division by a
 # positive constant is an instruction (its numerator is >= 0: unsigned), any other a helper.
@@ -386,9 +409,13 @@ class Emitter:
             return known
         text = self._scalar(expr, indent)
         if expr in self.repeated and not text.startswith("(local.get"):
-            text = self.set_local(text, wasm_type(expr.dtype), indent)
+            text = self.set_local(text, self.value_type(expr), indent)
         self.known(expr, text)
         return text
+
+    def value_type(self, expr: ScalarExpr) -> str:
+        """The wasm type of ``expr``'s value here (a vector emitter's are v128)."""
+        return wasm_type(expr.dtype)
 
     def set_local(self, value: str, kind: str, indent: str, prefix: str = "v") -> str:
         """``value`` computed into a new local; returns the local's value."""
@@ -489,6 +516,51 @@ class Emitter:
             emit(indent, f"    (local.set {result} {value}))")
         self.function.lines[-1] += ")"
         return f"(local.get {result})"
+
+
+class VectorEmitter(Emitter):
+    """An emitter of four consecutive output elements along the last axis at once, for a
+    float32 elementwise or broadcast program (``relaxweb/ir/launch.vector_access``: loads,
+    constants, binary and unary ops).  ``access`` says how each buffer is read: four
+    consecutive elements (``v128.load``) or one element for all four lanes (a splat).  The
+    last axis's local holds the first of the four."""
+
+    def __init__(self, program: TensorProgram, function: Function, buffers: Mapping[str, str],
+                 variables: Mapping[str, str], access: Mapping[str, str]) -> None:
+        super().__init__(program, function, buffers, variables)
+        self.access = dict(access)
+
+    def value_type(self, expr: ScalarExpr) -> str:
+        return "v128"
+
+    def _scalar(self, expr: ScalarExpr, indent: str) -> str:
+        if isinstance(expr, Load):
+            address = self.element_address(expr.buffer, expr.indices)
+            if self.access[expr.buffer.name] == VECTOR:
+                return f"(v128.load {address})"
+            return f"(f32x4.splat (f32.load {address}))"
+        if isinstance(expr, FloatImm):
+            return f"(f32x4.splat {literal(expr.value, expr.dtype)})"
+        if isinstance(expr, Binary):
+            a, b = self.scalar(expr.a, indent), self.scalar(expr.b, indent)
+            return rendering(VECTOR_BINARY_RENDERINGS, expr.op)(a, b)
+        if isinstance(expr, Unary):
+            return rendering(VECTOR_UNARY_RENDERINGS, expr.op)(self.scalar(expr.a, indent))
+        raise TypeError(f"{self.program.name}: cannot vectorize {type(expr).__name__}")
+
+
+def vector_access_of(program: TensorProgram) -> dict[str, str] | None:
+    """How the vectorized loop reads each buffer of ``program`` (:func:`VectorEmitter`), or
+    None when it cannot run the program: a float32 output whose last dimension is a
+    multiple of 4, and ops that all have f32x4 forms."""
+    if not vectorizable(program, 4):
+        return None
+    for node in scalar_nodes(program.body):
+        if isinstance(node, Binary) and node.op not in VECTOR_BINARY_RENDERINGS:
+            return None
+        if isinstance(node, Unary) and node.op not in VECTOR_UNARY_RENDERINGS:
+            return None
+    return vector_access(program, 4)
 
 
 BRANCH_FREE_NODES = 16  # the most nodes a select's branch may have to be evaluated unconditionally

@@ -8,7 +8,9 @@ b1 .. bN)`` running units ``first <= u < end``; ``bI`` is the address of binding
 bound as parts has one parameter per part: the first holds the whole buffer, the others
 are ignored).
 
-The element form runs any program: a unit is :data:`ELEMENTS_PER_UNIT` consecutive output
+Matmul-like programs get a register-blocked micro-kernel (:func:`render_matmul`), float
+elementwise programs whose last dimension is a multiple of 4 a loop over f32x4 vectors
+(:func:`render_vectorized`).  The element form runs any program: a unit is :data:`ELEMENTS_PER_UNIT` consecutive output
 elements (threads split the work coarsely), a loop over the flat output index recovers the
 axes by division, reductions are serial loops, and each element is stored in the output's
 device dtype.
@@ -23,7 +25,7 @@ from ..ir.pattern import MatmulInfo, analyze_matmul
 from ..ir.symbolic import IntImm, PrimExpr, SizeVar, free_vars, product, simplify
 from ..ir.syntax import comment_text
 from ..ir.tir import Load, TensorProgram, format_scalar
-from .emit import Emitter, Function, render_index, store
+from .emit import Emitter, Function, VectorEmitter, render_index, store, vector_access_of
 
 ELEMENTS_PER_UNIT = 64
 PARAMS = "$params"
@@ -105,6 +107,34 @@ def render_element(program: TensorProgram, parts: Mapping[str, int]) -> str:
     return "\n".join([*comment(program), function.text(f"$main {signature}"), units_function(program, ELEMENTS_PER_UNIT)])
 
 
+def render_vectorized(program: TensorProgram, parts: Mapping[str, int], access: Mapping[str, str]) -> str:
+    """The element form four output elements at a time (consecutive along the last axis,
+    whose extent is a multiple of 4): f32x4 loads, arithmetic and math calls, splats of the
+    buffers constant along the last axis, one ``v128.store``."""
+    signature, addresses = kernel_signature(program, parts)
+    function = Function()
+    indent = "  "
+    variables = load_size_vars(program, function, indent)
+    emitter = VectorEmitter(program, function, addresses, variables, access)
+    emit = function.emit
+    index, stop = function.named_local("i", "i32"), function.named_local("stop", "i32")
+    emit(indent, f"(local.set {index} (i32.mul (local.get $first) (i32.const {ELEMENTS_PER_UNIT})))")
+    emit(indent, f"(local.set {stop} (call $min_s_i32 (i32.mul (local.get $end) (i32.const {ELEMENTS_PER_UNIT})) "
+                 f"{element_count(program, variables)}))")
+    emit(indent, "(block $done")
+    emit(indent, f"  (br_if $done (i32.ge_s (local.get {index}) (local.get {stop})))")
+    emit(indent, "  (loop $vector")
+    inner = indent + "    "
+    emitter.open_scope()
+    unflatten(emitter, program.axes, program.output.shape, index, inner)
+    value = emitter.scalar(program.body, inner)
+    emit(inner, f"(v128.store {emitter.address(program.output.name, f'(local.get {index})')} {value})")
+    emitter.close_scope()
+    emit(inner, f"(local.set {index} (i32.add (local.get {index}) (i32.const 4)))")
+    emit(inner, f"(br_if $vector (i32.lt_s (local.get {index}) (local.get {stop})))))")
+    return "\n".join([*comment(program), function.text(f"$main {signature}"), units_function(program, ELEMENTS_PER_UNIT)])
+
+
 def unflatten(emitter: Emitter, axes: tuple[SizeVar, ...], extents: tuple[PrimExpr, ...], linear: str,
               indent: str) -> None:
     """Statements setting the axes' locals (``$x0`` ...) from a flat row-major index held in
@@ -137,6 +167,9 @@ def render_program(program: TensorProgram, parts: Mapping[str, int] | None = Non
     info = analyze_matmul(program)
     if info is not None:
         return render_matmul(program, parts, info)
+    access = vector_access_of(program)
+    if access is not None:
+        return render_vectorized(program, parts, access)
     return render_element(program, parts)
 
 
