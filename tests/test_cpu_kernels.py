@@ -210,6 +210,25 @@ def test_vectorized(op) -> None:
     check_program(program, [rand(3, 1, seed=1, low=1.0, high=1.01), values], {"n": 3})
 
 
+@pytest.mark.parametrize("combiner", list(ReduceCombiner), ids=str)
+def test_vector_reductions_along_the_last_axis(combiner: ReduceCombiner) -> None:
+    """A float reduction reading along its axis runs four steps at a time, then one by one:
+    every remainder, an empty range, NaN, and a part of the body that does not depend on the
+    axis (another reduction) computed once."""
+    m = SizeVar("m")
+    data = Buffer("A", (n, m), "float32")
+    mean = Reduce(ReduceCombiner.SUM, SizeVar("l"), m, Load(data, (i, SizeVar("l")))) / 4.0
+    body = Unary(UnaryOp.EXP, Load(data, (i, k)) - mean) if combiner is ReduceCombiner.SUM else Load(data, (i, k)) * 1.5
+    program = TensorProgram("reduce", (data,), Buffer("out", (n,), "float32"), (i,), Reduce(combiner, k, m, body))
+    assert "f32x4.extract_lane" in render_program(program)
+    for extent in (0, 3, 4, 5, 11):
+        values = rand(3, extent, low=0.5, high=1.5)
+        if extent:
+            values[1, extent // 2] = np.nan
+        actual = check_program(program, [values], {"n": 3, "m": extent})
+        assert np.isnan(actual[1]) == bool(extent)
+
+
 def test_nan_through_max_and_min() -> None:
     values = rand(5, 7)
     other = rand(5, 7, seed=1)

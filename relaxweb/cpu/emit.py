@@ -27,10 +27,10 @@ import numpy as np
 from ..ir.dtype import DtypeKind, dtype_info
 from ..ir.launch import VECTOR, vector_access, vectorizable
 from ..ir.lower_index import Constant, IndexLowering, IndexOp, Operation, TargetIndex, Variable
-from ..ir.symbolic import IntImm, PrimExpr, SizeVar, simplify
+from ..ir.symbolic import IntImm, PrimExpr, SizeVar, free_vars, simplify
 from ..ir.tir import (
     Binary, BinaryOp, Buffer, Cast, Compare, CompareOp, FloatImm, Gather, IndexValue, Load, Reduce, ReduceCombiner,
-    ScalarExpr, Select, TensorProgram, Unary, UnaryOp, scalar_children, scalar_nodes,
+    ScalarExpr, Select, TensorProgram, Unary, UnaryOp, index_exprs, scalar_children, scalar_nodes,
 )
 
 # A value's class decides its instructions: "f" a float (f32), "s" a signed integer, "u" an
@@ -469,7 +469,10 @@ class Emitter:
         return self.address(expr.buffer.name, offset)
 
     def reduce(self, expr: Reduce, indent: str) -> str:
-        """A serial loop accumulating the body over the reduction axis."""
+        """A serial loop accumulating the body over the reduction axis; for a float body that
+        reads along the axis contiguously (:func:`vector_reduction`), first a loop of four
+        steps at a time into f32x4 partial results (the parts of the body that do not depend
+        on the axis computed once, before it), then the remaining steps one by one."""
         dtype = expr.body.dtype
         kind = wasm_type(dtype)
         accumulator = self.function.local("acc", kind)
@@ -482,17 +485,78 @@ class Emitter:
         emit(indent, f"(local.set {axis} (i32.const 0))")
         emit(indent, f"(block $reduced{number}")
         emit(indent, f"  (br_if $reduced{number} (i32.ge_s (local.get {axis}) (local.get {end})))")
+        self.open_scope()  # values computed from here on exist only where the range is not empty
+        invariants = vector_reduction(expr)
+        if invariants is not None:
+            self.vector_steps(expr, invariants, accumulator, axis, end, number, indent + "  ")
         emit(indent, f"  (loop $reduce{number}")
         inner = indent + "    "
         self.open_scope()
         self.declare_axis(expr.axis, expr.extent, axis)
         body = self.scalar(expr.body, inner)
         self.close_scope()
+        self.close_scope()
         combined = rendering(COMBINER_RENDERINGS, expr.combiner, value_class(dtype))(f"(local.get {accumulator})", body)
         emit(inner, f"(local.set {accumulator} {combined})")
         emit(inner, f"(local.set {axis} (i32.add (local.get {axis}) (i32.const 1)))")
         emit(inner, f"(br_if $reduce{number} (i32.lt_s (local.get {axis}) (local.get {end})))))")
         return f"(local.get {accumulator})"
+
+    def vector_steps(self, expr: Reduce, invariants: list[ScalarExpr], accumulator: str, axis: str, end: str,
+                     number: str, indent: str) -> None:
+        """The reduction's steps four at a time, while four remain, into ``accumulator``
+        (its lanes combined at the end); leaves ``axis`` at the first step not taken."""
+        emit = self.function.emit
+        splats = {}
+        for invariant in invariants:  # computed once, as scalars (the steps one by one reuse them)
+            value = self.scalar(invariant, indent)
+            if not value.startswith("(local.get"):
+                value = self.set_local(value, "f32", indent)
+                self.known(invariant, value)
+            splats[invariant] = self.set_local(f"(f32x4.splat {value})", "v128", indent, "splat")
+        vector = self.function.local("accv", "v128")
+        combine = VECTOR_COMBINER_RENDERINGS[expr.combiner]
+        emit(indent, f"(local.set {vector} (f32x4.splat {reduce_identity(expr.combiner, expr.body.dtype)}))")
+        four_more = f"(i32.add (local.get {axis}) (i32.const 4))"
+        emit(indent, f"(block $vectors{number}")
+        emit(indent, f"  (br_if $vectors{number} (i32.gt_s {four_more} (local.get {end})))")
+        emit(indent, f"  (loop $vector{number}")
+        inner = indent + "    "
+        self.open_scope()
+        self.declare_axis(expr.axis, expr.extent, axis)
+        body = self.vector_value(expr.body, splats, {}, inner)
+        self.close_scope()
+        emit(inner, f"(local.set {vector} {combine(f'(local.get {vector})', body)})")
+        emit(inner, f"(local.set {axis} {four_more})")
+        emit(inner, f"(br_if $vector{number} (i32.le_s {four_more} (local.get {end})))))")
+        lanes = [f"(f32x4.extract_lane {lane} (local.get {vector}))" for lane in range(4)]
+        scalar = rendering(COMBINER_RENDERINGS, expr.combiner, FLOAT)
+        emit(indent, f"(local.set {accumulator} {scalar(scalar(lanes[0], lanes[1]), scalar(lanes[2], lanes[3]))})")
+        emit(indent, f"(br_if $reduced{number} (i32.ge_s (local.get {axis}) (local.get {end})))")
+
+    def vector_value(self, expr: ScalarExpr, splats: Mapping[ScalarExpr, str], memo: dict, indent: str) -> str:
+        """The f32x4 value of a reduction body at four consecutive steps (the axis's local
+        holds the first): loads along the axis are ``v128.load``, invariants their splats."""
+        if expr in splats:
+            return splats[expr]
+        if expr in memo:
+            return memo[expr]
+        if isinstance(expr, Load):
+            text = f"(v128.load {self.element_address(expr.buffer, expr.indices)})"
+        elif isinstance(expr, FloatImm):
+            text = f"(f32x4.splat {literal(expr.value, expr.dtype)})"
+        elif isinstance(expr, Binary):
+            a = self.vector_value(expr.a, splats, memo, indent)
+            b = self.vector_value(expr.b, splats, memo, indent)
+            text = rendering(VECTOR_BINARY_RENDERINGS, expr.op)(a, b)
+        elif isinstance(expr, Unary):
+            text = rendering(VECTOR_UNARY_RENDERINGS, expr.op)(self.vector_value(expr.a, splats, memo, indent))
+        else:
+            raise TypeError(f"{self.program.name}: cannot vectorize {type(expr).__name__} along a reduction")
+        if expr in self.repeated:
+            text = self.set_local(text, "v128", indent)
+        memo[expr] = text
+        return text
 
     def select(self, expr: Select, indent: str) -> str:
         """wasm's ``select`` when both branches are cheap and read no memory (it evaluates
@@ -561,6 +625,49 @@ def vector_access_of(program: TensorProgram) -> dict[str, str] | None:
         if isinstance(node, Unary) and node.op not in VECTOR_UNARY_RENDERINGS:
             return None
     return vector_access(program, 4)
+
+
+VECTOR_COMBINER_RENDERINGS: dict[ReduceCombiner, Callable[[str, str], str]] = {
+    ReduceCombiner.SUM: _op("f32x4.add"),
+    ReduceCombiner.PROD: _op("f32x4.mul"),
+    ReduceCombiner.MAX: _op("f32x4.max"),
+    ReduceCombiner.MIN: _op("f32x4.min"),
+}
+
+
+def vector_reduction(expr: Reduce) -> list[ScalarExpr] | None:
+    """The parts of a reduction's body that do not depend on its axis (computed once and
+    splatted), when the rest can run four steps at a time: a float32 body whose nodes that
+    depend on the axis are constants, ops with f32x4 forms, and float32 loads that read along
+    the axis contiguously (it appears in their last index only, plus something that does not
+    depend on it).  None otherwise."""
+    axis = expr.axis.name
+    if expr.body.dtype != "float32" or expr.combiner not in VECTOR_COMBINER_RENDERINGS:
+        return None
+    invariants: list[ScalarExpr] = []
+
+    def depends(node: ScalarExpr) -> bool:
+        return any(axis in {v.name for v in free_vars(index)} for index in index_exprs(node))
+
+    def visit(node: ScalarExpr) -> bool:
+        if not depends(node):
+            if node.dtype != "float32":
+                return False
+            if not isinstance(node, FloatImm) and node not in invariants:
+                invariants.append(node)
+            return True
+        if isinstance(node, Load):
+            *others, last = node.indices
+            offset = simplify(last - expr.axis)
+            return (node.buffer.dtype == "float32" and axis not in {v.name for v in free_vars(offset)}
+                    and not any(axis in {v.name for v in free_vars(index)} for index in others))
+        if isinstance(node, Binary) and node.op in VECTOR_BINARY_RENDERINGS:
+            return visit(node.a) and visit(node.b)
+        if isinstance(node, Unary) and node.op in VECTOR_UNARY_RENDERINGS:
+            return visit(node.a)
+        return False
+
+    return invariants if visit(expr.body) else None
 
 
 BRANCH_FREE_NODES = 16  # the most nodes a select's branch may have to be evaluated unconditionally
