@@ -288,6 +288,16 @@ def render_index(target: TargetIndex, variable: Callable[[str], str]) -> str:
     return INDEX_RENDERINGS[target.op](a, b)
 
 
+def flat_offset(buffer: Buffer, indices: tuple[PrimExpr, ...]) -> PrimExpr:
+    """The element offset of ``buffer[indices]`` (row-major), as an index expression."""
+    flat: PrimExpr = IntImm(0)
+    stride: PrimExpr = IntImm(1)
+    for index, extent in reversed(list(zip(indices, buffer.shape))):
+        flat = flat + index * stride
+        stride = stride * extent
+    return flat
+
+
 class Function:
     """A function's locals and body lines, built by a schedule and its emitter."""
 
@@ -376,15 +386,6 @@ class Emitter:
         scope, the IR's floor division and modulo lowered (``relaxweb/ir/lower_index.py``)."""
         return render_index(self.index_lowering.lower(expr), self.variable)
 
-    def offset(self, buffer: Buffer, indices: tuple[PrimExpr, ...]) -> PrimExpr:
-        """The element offset of ``buffer[indices]`` (row-major), as an index expression."""
-        flat: PrimExpr = IntImm(0)
-        stride: PrimExpr = IntImm(1)
-        for index, extent in reversed(list(zip(indices, buffer.shape))):
-            flat = flat + index * stride
-            stride = stride * extent
-        return flat
-
     def address(self, buffer_name: str, offset: str) -> str:
         """The byte address of the element at ``offset`` (i32 WAT) of a buffer."""
         base = f"(local.get {self.buffers[buffer_name]})"
@@ -395,7 +396,7 @@ class Emitter:
     def element_address(self, buffer: Buffer, indices: tuple[PrimExpr, ...]) -> str:
         """The address of ``buffer[indices]``.  A load is in bounds wherever it is evaluated,
         so a negative constant offset belongs to a branch never taken: it reads element 0."""
-        target = self.index_lowering.lower(self.offset(buffer, indices))
+        target = self.index_lowering.lower(flat_offset(buffer, indices))
         if isinstance(target, Constant) and target.value < 0:
             target = Constant(0)
         return self.address(buffer.name, render_index(target, self.variable))

@@ -18,14 +18,15 @@ device dtype.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Mapping
 
 from ..ir.lower_index import IndexLowering
 from ..ir.pattern import MatmulInfo, analyze_matmul
-from ..ir.symbolic import IntImm, PrimExpr, SizeVar, free_vars, product, simplify
+from ..ir.symbolic import IntImm, PrimExpr, SizeVar, as_int, free_vars, product, simplify, substitute
 from ..ir.syntax import comment_text
 from ..ir.tir import Load, TensorProgram, format_scalar
-from .emit import Emitter, Function, VectorEmitter, render_index, store, vector_access_of
+from .emit import Emitter, Function, VectorEmitter, flat_offset, render_index, store, vector_access_of
 
 ELEMENTS_PER_UNIT = 64
 PARAMS = "$params"
@@ -166,7 +167,7 @@ def render_program(program: TensorProgram, parts: Mapping[str, int] | None = Non
     parts = dict(parts or {})
     info = analyze_matmul(program)
     if info is not None:
-        return render_matmul(program, parts, info)
+        return render_matmul(program, parts, cheap_columns(info))
     access = vector_access_of(program)
     if access is not None:
         return render_vectorized(program, parts, access)
@@ -196,6 +197,34 @@ def contiguous_columns(info: MatmulInfo, program: TensorProgram) -> bool:
         return False
     offset = simplify(last - program.axes[-1])
     return column not in {v.name for v in free_vars(offset)}
+
+
+def column_strides(info: MatmulInfo, program: TensorProgram) -> list[int] | None:
+    """For a second factor that is a plain load and a single column axis: how many elements
+    past the first column's element each column of a block reads, when these are
+    non-negative constants (a transposed weight: its row length); None otherwise."""
+    if len(info.columns) != 1 or not isinstance(info.b, Load):
+        return None
+    column = program.axes[info.columns[0]]
+    indices = info.b.indices
+    first = flat_offset(info.b.buffer, indices)
+    strides = []
+    for lane in range(BLOCK_COLUMNS):
+        moved = tuple(substitute(index, {column.name: column + lane}) for index in indices)
+        distance = as_int(simplify(flat_offset(info.b.buffer, moved) - first))
+        if distance is None or distance < 0:
+            return None
+        strides.append(distance)
+    return strides
+
+
+def cheap_columns(info: MatmulInfo) -> MatmulInfo:
+    """``info`` with the factors' roles swapped when only the first is a plain load (a
+    convolution's weight next to its padded input): the second factor is evaluated per
+    column of a block, four times as often as the first, so it should be the cheap one."""
+    if isinstance(info.b, Load) or not isinstance(info.a, Load):
+        return info
+    return dataclasses.replace(info, a=info.b, b=info.a, rows=info.columns, columns=info.rows)
 
 
 def render_matmul(program: TensorProgram, parts: Mapping[str, int], info: MatmulInfo) -> str:
@@ -278,7 +307,8 @@ def _block_sums(emitter: Emitter, info: MatmulInfo, program: TensorProgram, row_
     row_locals = [unflatten_into(emitter, row_extents, f"(i32.add (local.get {row0}) (i32.const {r}))", f"xr{r}_", indent)
                   for r in range(BLOCK_ROWS)]
     vector_b = contiguous_columns(info, program)
-    column_count = 1 if vector_b else BLOCK_COLUMNS
+    strides = None if vector_b else column_strides(info, program)
+    column_count = 1 if vector_b or strides is not None else BLOCK_COLUMNS
     column_locals = [unflatten_into(emitter, column_extents, f"(i32.add (local.get {column0}) (i32.const {c}))",
                                     f"xc{c}_", indent) for c in range(column_count)]
     sums = [[function.named_local(f"sum{r}_{q}", "v128") for q in range(lanes)] for r in range(BLOCK_ROWS)]
@@ -312,6 +342,18 @@ def _block_sums(emitter: Emitter, info: MatmulInfo, program: TensorProgram, row_
         address = emitter.set_local(emitter.element_address(info.b.buffer, info.b.indices), "i32", depth, "address")
         emitter.close_scope()
         factors_b = [emitter.set_local(f"(v128.load offset={16 * q} {address})", "v128", depth, "factor_b") for q in range(lanes)]
+    elif strides is not None:  # one address, each column at a constant distance from the first
+        emitter.open_scope()
+        for axis, extent, local in zip(column_axes, column_extents, column_locals[0]):
+            emitter.declare_axis(axis, extent, local)
+        address = emitter.set_local(emitter.element_address(info.b.buffer, info.b.indices), "i32", depth, "address")
+        emitter.close_scope()
+        values = [f"(f32.load offset={4 * stride} {address})" for stride in strides]
+        for q in range(lanes):
+            vector = f"(f32x4.splat {values[4 * q]})"
+            for lane in range(1, 4):
+                vector = f"(f32x4.replace_lane {lane} {vector} {values[4 * q + lane]})"
+            factors_b.append(emitter.set_local(vector, "v128", depth, "factor_b"))
     else:
         values = []
         for c in range(BLOCK_COLUMNS):
@@ -360,7 +402,7 @@ def _block_outputs(emitter: Emitter, info: MatmulInfo, program: TensorProgram, r
     for axes, extents, linear, prefix in ((row_axes, row_extents, row, "yr"), (column_axes, column_extents, column, "yc")):
         for axis, extent, local in zip(axes, extents, unflatten_into(emitter, extents, f"(local.get {linear})", prefix, body)):
             emitter.declare_axis(axis, extent, local)
-    offset = emitter.index(emitter.offset(program.output, tuple(program.axes)))
+    offset = emitter.index(flat_offset(program.output, tuple(program.axes)))
     address = emitter.set_local(emitter.address(program.output.name, offset), "i32", body, "address")
     emit(body, f"(if (local.get {full})")
     for label, known in (("then", True), ("else", False)):
