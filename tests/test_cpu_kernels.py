@@ -229,6 +229,22 @@ def test_vector_reductions_along_the_last_axis(combiner: ReduceCombiner) -> None
         assert np.isnan(actual[1]) == bool(extent)
 
 
+@pytest.mark.parametrize("columns", [16, 5])
+def test_weight_in_parts_is_read_through_its_first_part(columns: int) -> None:
+    """A kernel reading a weight in parts takes one address per part and reads the whole
+    weight through the first (the wasm backend never splits weights)."""
+    data, weight = Buffer("A", (n, 8), "float32"), Buffer("W", (8, columns), "float32")
+    program = TensorProgram("matmul", (data, weight), Buffer("out", (n, columns), "float32"), (i, j),
+                            Reduce(ReduceCombiner.SUM, k, IntImm(8), Load(data, (i, k)) * Load(weight, (k, j))))
+    text = render_program(program, {"W": 3})
+    wasm = wat_to_wasm(assemble_kernels_module([KernelFunctions(0, "parts", text)], "test", LIBRARY))
+    arrays = [rand(6, 8), rand(8, columns, seed=1)]
+    ignored = np.full(4, np.nan, np.float32)  # what the other parts' addresses point at (the runtime passes 0)
+    actual = run_wasm_kernel(wasm, 0, [*arrays, ignored, ignored], np.zeros((6, columns), np.float32), [0, 6],
+                             scratch_bytes=MATMUL_SCRATCH_BYTES)
+    assert_close(actual, interpreter.run_program(program, arrays, {"n": 6}))
+
+
 def test_nan_through_max_and_min() -> None:
     values = rand(5, 7)
     other = rand(5, 7, seed=1)

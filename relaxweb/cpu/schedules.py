@@ -392,8 +392,10 @@ def _block_outputs(emitter: Emitter, info: MatmulInfo, program: TensorProgram, r
     emit(indent, f"(local.set {element} (i32.const 0))")
     emit(indent, "(loop $output")
     inner = indent + "  "
-    emit(inner, f"(local.set {row} (i32.add (local.get {row0}) (i32.shr_u (local.get {element}) (i32.const 4))))")
-    emit(inner, f"(local.set {column} (i32.add (local.get {column0}) (i32.and (local.get {element}) (i32.const 15))))")
+    emit(inner, f"(local.set {row} (i32.add (local.get {row0}) "
+                f"(i32.div_u (local.get {element}) (i32.const {BLOCK_COLUMNS}))))")
+    emit(inner, f"(local.set {column} (i32.add (local.get {column0}) "
+                f"(i32.rem_u (local.get {element}) (i32.const {BLOCK_COLUMNS}))))")
     emit(inner, f"(if (i32.and (i32.lt_u (local.get {row}) (local.get $rows)) "
                 f"(i32.lt_u (local.get {column}) (local.get $columns)))")
     emit(inner, "  (then")
