@@ -245,6 +245,24 @@ def test_weight_in_parts_is_read_through_its_first_part(columns: int) -> None:
     assert_close(actual, interpreter.run_program(program, arrays, {"n": 6}))
 
 
+def test_reductions_compute_their_invariant_reductions_once() -> None:
+    """A softmax denominator along a non-contiguous axis (no f32x4 steps): the column max in
+    its body is computed once per output element, before the loop (also over an empty range,
+    and next to a Select whose branch is not hoisted)."""
+    m = SizeVar("m")
+    data = Buffer("A", (m, 6), "float32")
+    column_max = Reduce(ReduceCombiner.MAX, SizeVar("l"), m, Load(data, (SizeVar("l"), j)))
+    term = Unary(UnaryOp.EXP, Load(data, (k, j)) - column_max)
+    guarded = Select(Compare(CompareOp.GT, IndexValue(j), FloatImm(2, "int32")), term, term * 2.0)
+    program = TensorProgram("denominator", (data,), Buffer("out", (6,), "float32"), (j,),
+                            Reduce(ReduceCombiner.SUM, k, m, guarded + term))
+    text = render_program(program)
+    assert text.count("(loop $reduce") == 2  # the sum's (reduce0) and, once, the max's before it
+    assert text.index("(loop $reduce1") < text.index("(loop $reduce0")
+    for extent in (0, 1, 7):
+        check_program(program, [rand(extent, 6)], {"m": extent})
+
+
 def test_nan_through_max_and_min() -> None:
     values = rand(5, 7)
     other = rand(5, 7, seed=1)

@@ -30,7 +30,7 @@ from ..ir.lower_index import Constant, IndexLowering, IndexOp, Operation, Target
 from ..ir.symbolic import IntImm, PrimExpr, SizeVar, free_vars, simplify
 from ..ir.tir import (
     Binary, BinaryOp, Buffer, Cast, Compare, CompareOp, FloatImm, Gather, IndexValue, Load, Reduce, ReduceCombiner,
-    ScalarExpr, Select, TensorProgram, Unary, UnaryOp, index_exprs, scalar_children, scalar_nodes,
+    ScalarExpr, Select, TensorProgram, Unary, UnaryOp, contains_reduce, index_exprs, scalar_children, scalar_nodes,
 )
 
 # A value's class decides its instructions: "f" a float (f32), "s" a signed integer, "u" an
@@ -490,6 +490,9 @@ class Emitter:
         invariants = vector_reduction(expr)
         if invariants is not None:
             self.vector_steps(expr, invariants, accumulator, axis, end, number, indent + "  ")
+        else:
+            for invariant in invariant_reductions(expr.body, expr.axis.name):  # once, not at every step
+                self.scalar(invariant, indent + "  ")
         emit(indent, f"  (loop $reduce{number}")
         inner = indent + "    "
         self.open_scope()
@@ -628,6 +631,31 @@ def vector_access_of(program: TensorProgram) -> dict[str, str] | None:
     return vector_access(program, 4)
 
 
+def depends_on(expr: ScalarExpr, name: str) -> bool:
+    """Whether ``expr``'s value depends on the index variable ``name``."""
+    return any(name in {v.name for v in free_vars(index)} for index in index_exprs(expr))
+
+
+def invariant_reductions(body: ScalarExpr, axis: str) -> list[ScalarExpr]:
+    """The largest parts of a reduction's body that do not depend on its axis and contain a
+    reduction of their own (a fused softmax's row max inside its sum), outside any Select
+    branch (those run only where chosen): computed once before the loop, not at every step."""
+    found: list[ScalarExpr] = []
+
+    def visit(node: ScalarExpr) -> None:
+        if isinstance(node, Select):
+            return
+        if not depends_on(node, axis) and contains_reduce(node):
+            if node not in found:
+                found.append(node)
+            return
+        for child in scalar_children(node):
+            visit(child)
+
+    visit(body)
+    return found
+
+
 VECTOR_COMBINER_RENDERINGS: dict[ReduceCombiner, Callable[[str, str], str]] = {
     ReduceCombiner.SUM: _op("f32x4.add"),
     ReduceCombiner.PROD: _op("f32x4.mul"),
@@ -647,11 +675,8 @@ def vector_reduction(expr: Reduce) -> list[ScalarExpr] | None:
         return None
     invariants: list[ScalarExpr] = []
 
-    def depends(node: ScalarExpr) -> bool:
-        return any(axis in {v.name for v in free_vars(index)} for index in index_exprs(node))
-
     def visit(node: ScalarExpr) -> bool:
-        if not depends(node):
+        if not depends_on(node, axis):
             if node.dtype != "float32":
                 return False
             if not isinstance(node, FloatImm) and node not in invariants:
