@@ -461,10 +461,14 @@ def test_matmul_with_a_transposed_weight(monkeypatch) -> None:
     assert check_module(model, {"x": rand(6, 10)}, monkeypatch) >= 1
 
 
-@pytest.mark.parametrize("stride, pad, group", [(1, 1, 1), (2, 0, 1), (1, 1, 2)])
-def test_convolution_blocks(stride: int, pad: int, group: int, monkeypatch) -> None:
+@pytest.mark.parametrize("stride, pad, group, channels", [(1, 1, 1, 8), (2, 0, 1, 8), (1, 1, 2, 8), (1, 1, 1, 20),
+                                                           (2, 1, 1, 32)])
+def test_convolution_blocks(stride: int, pad: int, group: int, channels: int, monkeypatch) -> None:
+    """Convolutions as blocks over output positions (few output channels) or over output
+    channels read from the weight at constant distances (16 or more)."""
     model = make_model([helper.make_node("Conv", ["x", "w"], ["y"], pads=[pad] * 4, strides=[stride] * 2, group=group)],
-                       [("x", TensorProto.FLOAT, [2, 4, 11, 10])], ["y"], {"w": rand(8, 4 // group, 3, 3, seed=1)})
+                       [("x", TensorProto.FLOAT, [2, 4, 11, 10])], ["y"],
+                       {"w": rand(channels, 4 // group, 3, 3, seed=1)})
     assert check_module(model, {"x": rand(2, 4, 11, 10)}, monkeypatch) >= 1
 
 

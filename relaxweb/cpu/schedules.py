@@ -167,7 +167,7 @@ def render_program(program: TensorProgram, parts: Mapping[str, int] | None = Non
     parts = dict(parts or {})
     info = analyze_matmul(program)
     if info is not None:
-        return render_matmul(program, parts, cheap_columns(info))
+        return render_matmul(program, parts, cheap_columns(info, program))
     access = vector_access_of(program)
     if access is not None:
         return render_vectorized(program, parts, access)
@@ -218,11 +218,16 @@ def column_strides(info: MatmulInfo, program: TensorProgram) -> list[int] | None
     return strides
 
 
-def cheap_columns(info: MatmulInfo) -> MatmulInfo:
+def cheap_columns(info: MatmulInfo, program: TensorProgram) -> MatmulInfo:
     """``info`` with the factors' roles swapped when only the first is a plain load (a
     convolution's weight next to its padded input): the second factor is evaluated per
-    column of a block, four times as often as the first, so it should be the cheap one."""
+    column of a block, four times as often as the first, so it should be the cheap one.
+    Not when the rows are fewer than a block's columns (a convolution with few output
+    channels): no block would be whole."""
     if isinstance(info.b, Load) or not isinstance(info.a, Load):
+        return info
+    rows = as_int(simplify(product(program.output.shape[p] for p in info.rows)))
+    if rows is not None and rows < BLOCK_COLUMNS:
         return info
     return dataclasses.replace(info, a=info.b, b=info.a, rows=info.columns, columns=info.rows)
 
