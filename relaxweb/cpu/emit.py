@@ -61,7 +61,9 @@ def _call(function: str) -> Callable[..., str]:
 
 
 def _per_class(f: str | None, s: str | None, u: str | None = None) -> dict[str, Callable[..., str]]:
-    """One rendering per value class from instruction names (``call $x`` for a function)."""
+    """One rendering per value class from instruction names (``call $x`` for a function):
+    ``f`` for floats, ``s`` for signed integers, ``u`` for unsigned ones and bools (``s``'s
+    when not given); None where the op takes no such values."""
     table = {}
     for cls, name in ((FLOAT, f), (SIGNED, s), (UNSIGNED, s if u is None else u)):
         if name is not None:
@@ -230,12 +232,6 @@ HELPER_FUNCTIONS: dict[str, str] = {
                                     (i32.add (i32.const 0xfff) (i32.and (i32.shr_u (local.get $bits) (i32.const 13)) (i32.const 1)))))
           (f32.reinterpret_i32 (i32.and (local.get $bits) (i32.const 0xffffe000))))))))""",
 }
-HELPER_FUNCTIONS["rem_u32"] = """\
-;; WGSL's a % b on u32: a % 0 is 0
-(func $rem_u32 (param $a i32) (param $b i32) (result i32)
-  (if (result i32) (i32.eqz (local.get $b))
-    (then (i32.const 0))
-    (else (i32.rem_u (local.get $a) (local.get $b)))))"""
 
 
 def literal(value: float, dtype: str) -> str:
