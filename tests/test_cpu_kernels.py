@@ -22,7 +22,8 @@ from relaxweb.cpu.emit import (
 from relaxweb.cpu.kernels import KernelsWasm, WasmUnavailable, emit_kernels_wasm
 from relaxweb.cpu.math import MATH_FUNCTIONS
 from relaxweb.cpu.module import KernelFunctions, assemble_kernels_module, wat_to_wasm
-from relaxweb.cpu.schedules import MATMUL_SCRATCH_BYTES, render_program
+from relaxweb.cpu import schedules
+from relaxweb.cpu.schedules import MATMUL_SCRATCH_BYTES, PANEL_DEPTH, render_program
 from relaxweb.ir import interpreter
 from relaxweb.ir.dtype import dtype_info
 from relaxweb.ir.launch import dispatch_count
@@ -444,32 +445,81 @@ def test_convolution_module(monkeypatch) -> None:
     assert check_module(model, {"x": rand(1, 3, 9, 9)}, monkeypatch) >= 1
 
 
+# The matmul-like kernels run the packed path up to PANEL_DEPTH reduction steps and the block
+# path beyond: each test runs both (a capacity of 1 step sends every reduction to the blocks).
+PATHS = pytest.mark.parametrize("capacity", [PANEL_DEPTH, 1], ids=["packed", "blocks"])
+
+
+@PATHS
 @pytest.mark.parametrize("shape_a, shape_b", [((8, 24), (24, 32)), ((9, 20), (20, 37)), ((2, 5, 7), (7, 19)),
-                                              ((3, 4, 6), (3, 6, 16))])
-def test_matmul_blocks(shape_a, shape_b, monkeypatch) -> None:
-    """Matmuls in whole blocks and at the edges, batched, with a bias and relu epilogue."""
+                                              ((3, 4, 6), (3, 6, 16)), ((70, 12), (12, 40)), ((33, 3), (3, 8))])
+def test_matmul_blocks(shape_a, shape_b, capacity: int, monkeypatch) -> None:
+    """Matmuls in whole blocks and at the edges (of micro-kernels, panels and column blocks),
+    batched, with a bias and relu epilogue."""
+    monkeypatch.setattr(schedules, "PANEL_DEPTH", capacity)
     model = make_model([helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "bias"], ["s"]),
                         helper.make_node("Relu", ["s"], ["y"])], [("x", TensorProto.FLOAT, list(shape_a))], ["y"],
                        {"w": rand(*shape_b, seed=1), "bias": rand(shape_b[-1], seed=2)})
     assert check_module(model, {"x": rand(*shape_a)}, monkeypatch) >= 1
 
 
-def test_matmul_with_a_transposed_weight(monkeypatch) -> None:
+@PATHS
+def test_matmul_with_a_transposed_weight(capacity: int, monkeypatch) -> None:
     """Gemm with transB: the second factor is read across its rows (evaluated per column)."""
+    monkeypatch.setattr(schedules, "PANEL_DEPTH", capacity)
     model = make_model([helper.make_node("Gemm", ["x", "w", "c"], ["y"], transB=1, alpha=0.5)],
                        [("x", TensorProto.FLOAT, [6, 10])], ["y"], {"w": rand(20, 10, seed=1), "c": rand(20, seed=2)})
     assert check_module(model, {"x": rand(6, 10)}, monkeypatch) >= 1
 
 
+@PATHS
 @pytest.mark.parametrize("stride, pad, group, channels", [(1, 1, 1, 8), (2, 0, 1, 8), (1, 1, 2, 8), (1, 1, 1, 20),
                                                            (2, 1, 1, 32)])
-def test_convolution_blocks(stride: int, pad: int, group: int, channels: int, monkeypatch) -> None:
+def test_convolution_blocks(stride: int, pad: int, group: int, channels: int, capacity: int, monkeypatch) -> None:
     """Convolutions as blocks over output positions (few output channels) or over output
     channels read from the weight at constant distances (16 or more)."""
+    monkeypatch.setattr(schedules, "PANEL_DEPTH", capacity)
     model = make_model([helper.make_node("Conv", ["x", "w"], ["y"], pads=[pad] * 4, strides=[stride] * 2, group=group)],
                        [("x", TensorProto.FLOAT, [2, 4, 11, 10])], ["y"],
                        {"w": rand(channels, 4 // group, 3, 3, seed=1)})
     assert check_module(model, {"x": rand(2, 4, 11, 10)}, monkeypatch) >= 1
+
+
+@PATHS
+def test_convolution_with_a_fused_prologue(capacity: int, monkeypatch) -> None:
+    """A 3x3 convolution of a SiLU's output (as in YOLOv8): the sigmoid and the padding's
+    selects fused into its input, which the packed path evaluates once per element."""
+    monkeypatch.setattr(schedules, "PANEL_DEPTH", capacity)
+    model = make_model([helper.make_node("Sigmoid", ["x"], ["s"]), helper.make_node("Mul", ["x", "s"], ["a"]),
+                        helper.make_node("Conv", ["a", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+                        helper.make_node("Sigmoid", ["c"], ["t"]), helper.make_node("Mul", ["c", "t"], ["y"])],
+                       [("x", TensorProto.FLOAT, [1, 6, 9, 7])], ["y"], {"w": rand(24, 6, 3, 3, seed=1),
+                                                                          "b": rand(24, seed=2)})
+    assert check_module(model, {"x": rand(1, 6, 9, 7)}, monkeypatch) >= 1
+
+
+def units_of(program: TensorProgram, size_vars: dict[str, int]) -> int:
+    """What the program's ``$units`` returns for these sizes."""
+    engine = wasmtime.Engine()
+    store = wasmtime.Store(engine)
+    memory = wasmtime.Memory(store, wasmtime.MemoryType(wasmtime.Limits(2, 65536)))
+    instance = wasmtime.Instance(store, wasmtime.Module(engine, compile_program(program)), [memory])
+    memory.write(store, np.array([0, *(size_vars[v.name] for v in program.size_vars)], np.int32).tobytes(), 65536)
+    return instance.exports(store)["k0_units"](store, 65536)
+
+
+def test_packed_path_capacity(monkeypatch) -> None:
+    """A reduction of a run-time length runs the packed path up to the capacity (one unit of
+    PANEL_ROWS rows), the block path one step beyond (a unit per block), and an empty one
+    gives the epilogue of 0."""
+    monkeypatch.setattr(schedules, "PANEL_DEPTH", 20)
+    m = SizeVar("m")
+    a, b = Buffer("A", (IntImm(5), m), "float32"), Buffer("B", (m, IntImm(9)), "float32")
+    body = Reduce(ReduceCombiner.SUM, k, m, Load(a, (i, k)) * Load(b, (k, j))) + FloatImm(1.0)
+    program = TensorProgram("matmul", (a, b), Buffer("out", (IntImm(5), IntImm(9)), "float32"), (i, j), body)
+    for steps, units in ((20, 1), (21, 2), (0, 1)):
+        assert units_of(program, {"m": steps}) == units
+        check_program(program, [rand(5, steps), rand(steps, 9, seed=1)], {"m": steps})
 
 
 def test_integer_and_index_module(monkeypatch) -> None:
@@ -567,10 +617,10 @@ def test_library_kernels_bring_their_own_functions() -> None:
 (func $units (param $params i32) (result i32)
   (i32.const 1))"""
     module.programs["rnn_recurrence"] = dataclasses.replace(module.programs["rnn_recurrence"], wasm_source=source,
-                                                            wasm_scratch_bytes=1000)
+                                                            wasm_scratch_bytes=MATMUL_SCRATCH_BYTES + 1000)
     order = [(name, {}) for name in module.programs]
     kernels = emit_kernels_wasm(module, order)
-    assert isinstance(kernels, KernelsWasm) and kernels.scratch_bytes == 1000  # (above the matmuls' scratch)
+    assert isinstance(kernels, KernelsWasm) and kernels.scratch_bytes == MATMUL_SCRATCH_BYTES + 1000
     index = list(module.programs).index("rnn_recurrence")
     assert f"(func $k{index}_helper)" in kernels.wat
     assert {e.name for e in wasm_exports(kernels.wasm)} == {f"k{i}{s}" for i in range(len(order)) for s in ("", "_units")}

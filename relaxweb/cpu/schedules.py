@@ -8,7 +8,7 @@ b1 .. bN)`` running units ``first <= u < end``; ``bI`` is the address of binding
 bound as parts has one parameter per part: the first holds the whole buffer, the others
 are ignored).
 
-Matmul-like programs get a register-blocked micro-kernel (:func:`render_matmul`), float
+Matmul-like programs get packed panels and register-blocked micro-kernels (:func:`render_matmul`), float
 elementwise programs whose last dimension is a multiple of 4 a loop over f32x4 vectors
 (:func:`render_vectorized`).  The element form runs any program: a unit is :data:`ELEMENTS_PER_UNIT` consecutive output
 elements (threads split the work coarsely), a loop over the flat output index recovers the
@@ -19,13 +19,13 @@ device dtype.
 from __future__ import annotations
 
 import dataclasses
-from typing import Mapping
+from typing import Callable, Mapping
 
 from ..ir.lower_index import IndexLowering
 from ..ir.pattern import MatmulInfo, analyze_matmul
 from ..ir.symbolic import IntImm, PrimExpr, SizeVar, as_int, free_vars, product, simplify, substitute
 from ..ir.syntax import comment_text
-from ..ir.tir import Load, TensorProgram, format_scalar
+from ..ir.tir import Load, ScalarExpr, TensorProgram, format_scalar
 from .emit import Emitter, Function, VectorEmitter, flat_offset, render_index, store, vector_access_of
 
 ELEMENTS_PER_UNIT = 64
@@ -183,7 +183,22 @@ def scratch_bytes(program: TensorProgram) -> int:
 
 BLOCK_ROWS = 4  # rows of an output block (one splat of the first factor each)
 BLOCK_COLUMNS = 16  # columns of an output block (four f32x4 of the second factor)
-MATMUL_SCRATCH_BYTES = 4 * BLOCK_ROWS * BLOCK_COLUMNS  # a block's sums, spilled for the epilogue
+BLOCK_SCRATCH_BYTES = 4 * BLOCK_ROWS * BLOCK_COLUMNS  # a block's sums, spilled for the epilogue
+
+# The packed path (:func:`_packed_unit`): a unit is PANEL_ROWS rows of the output, for every
+# column.  Its first factor is evaluated once per element into a [K x PANEL_ROWS] panel,
+# the second copied per PANEL_COLUMNS columns into a [K x PANEL_COLUMNS] panel (or read in
+# place where it is contiguous along the columns); micro-kernels of MICRO_ROWS x
+# PANEL_COLUMNS sums (8 f32x4 locals: they stay in registers) run from the panels.  Up to
+# PANEL_DEPTH reduction steps; a deeper reduction runs the block path.
+PANEL_ROWS = 32
+MICRO_ROWS = 4
+PANEL_COLUMNS = 8
+PANEL_DEPTH = 4608  # 512 channels x 3 x 3
+PANEL_A_BYTES = 4 * PANEL_ROWS * PANEL_DEPTH
+PANEL_B_BYTES = 4 * PANEL_COLUMNS * PANEL_DEPTH
+PANEL_SUMS_BYTES = 4 * PANEL_ROWS * PANEL_COLUMNS
+MATMUL_SCRATCH_BYTES = max(BLOCK_SCRATCH_BYTES, PANEL_A_BYTES + PANEL_B_BYTES + PANEL_SUMS_BYTES)
 
 
 def contiguous_columns(info: MatmulInfo, program: TensorProgram) -> bool:
@@ -233,8 +248,12 @@ def cheap_columns(info: MatmulInfo, program: TensorProgram) -> MatmulInfo:
 
 
 def render_matmul(program: TensorProgram, parts: Mapping[str, int], info: MatmulInfo) -> str:
-    """A matmul-like program (``relaxweb/ir/pattern.analyze_matmul``) in blocks of
-    :data:`BLOCK_ROWS` x :data:`BLOCK_COLUMNS` outputs, one unit each (per batch index).
+    """A matmul-like program (``relaxweb/ir/pattern.analyze_matmul``).  When the reduction
+    has at most :data:`PANEL_DEPTH` steps (the kernel checks at run time: its extents may be
+    size variables), the packed path (:func:`_packed_unit`) in units of :data:`PANEL_ROWS`
+    rows (per batch index); the number of units (``$units``) follows the same choice.
+
+    Beyond, in blocks of :data:`BLOCK_ROWS` x :data:`BLOCK_COLUMNS` outputs, one unit each.
 
     A whole block keeps its sums in 16 v128 locals: at each reduction step the first factor
     is evaluated once per row and splatted, the second read as four f32x4 along the columns
@@ -268,7 +287,27 @@ def render_matmul(program: TensorProgram, parts: Mapping[str, int], info: Matmul
                  f"(i32.const {BLOCK_ROWS - 1})) (i32.const {BLOCK_ROWS})))")
     unit, row0, column0, full = (function.named_local(name, "i32") for name in ("unit", "row0", "column0", "full"))
     batch = function.named_local("batch", "i32")
+    depth = function.named_local("depth", "i32")
+    emit(indent, f"(local.set {depth} {emitter.index(simplify(product(info.reduce_extents)))})")
     emit(indent, f"(local.set {unit} (local.get $first))")
+    emit(indent, f"(if (i32.le_u (local.get {depth}) (i32.const {PANEL_DEPTH}))")
+    emit(indent, "  (then")
+    emit(indent, "    (block $packed_done")
+    emit(indent, f"      (br_if $packed_done (i32.ge_u (local.get {unit}) (local.get $end)))")
+    emit(indent, "      (loop $panel")
+    panel_indent = indent + "        "
+    row_panels = f"(i32.div_u (i32.add (local.get {row_count}) (i32.const {PANEL_ROWS - 1})) (i32.const {PANEL_ROWS}))"
+    emit(panel_indent, f"(local.set {batch} (i32.div_u (local.get {unit}) {row_panels}))")
+    emit(panel_indent, f"(local.set {row0} (i32.mul (i32.rem_u (local.get {unit}) {row_panels}) (i32.const {PANEL_ROWS})))")
+    emitter.open_scope()
+    batch_locals = unflatten_into(emitter, batch_extents, f"(local.get {batch})", "xb", panel_indent)
+    for axis, extent, local in zip(batch_axes, batch_extents, batch_locals):
+        emitter.declare_axis(axis, extent, local)
+    _packed_unit(emitter, info, program, row_axes, row_extents, column_axes, column_extents, row0, column0, panel_indent)
+    emitter.close_scope()
+    emit(panel_indent, f"(local.set {unit} (i32.add (local.get {unit}) (i32.const 1)))")
+    emit(panel_indent, f"(br_if $panel (i32.lt_u (local.get {unit}) (local.get $end)))))")
+    emit(indent, "    (return)))")
     emit(indent, "(block $done")
     emit(indent, f"  (br_if $done (i32.ge_u (local.get {unit}) (local.get $end)))")
     emit(indent, "  (loop $block")
@@ -297,9 +336,16 @@ def render_matmul(program: TensorProgram, parts: Mapping[str, int], info: Matmul
     emit(inner, f"(br_if $block (i32.lt_u (local.get {unit}) (local.get $end)))))")
     units = Function()
     unit_variables = load_size_vars(program, units, "  ")
-    count = simplify(product(batch_extents) * ((rows + (BLOCK_ROWS - 1)) // BLOCK_ROWS)
-                     * ((columns + (BLOCK_COLUMNS - 1)) // BLOCK_COLUMNS))
-    units.emit("  ", render_index(IndexLowering().lower(count), lambda name: f"(local.get {unit_variables[name]})"))
+    blocks = simplify(product(batch_extents) * ((rows + (BLOCK_ROWS - 1)) // BLOCK_ROWS)
+                      * ((columns + (BLOCK_COLUMNS - 1)) // BLOCK_COLUMNS))
+    panels = simplify(product(batch_extents) * ((rows + (PANEL_ROWS - 1)) // PANEL_ROWS))
+    lowering = IndexLowering()
+
+    def value(expr: PrimExpr) -> str:
+        return render_index(lowering.lower(expr), lambda name: f"(local.get {unit_variables[name]})")
+
+    units.emit("  ", f"(select {value(panels)} {value(blocks)} (i32.le_u {value(simplify(product(info.reduce_extents)))} "
+                     f"(i32.const {PANEL_DEPTH})))")
     return "\n".join([*comment(program), function.text(f"$main {signature}"),
                       units.text(f"$units (param {PARAMS} i32) (result i32)")])
 
@@ -446,3 +492,203 @@ def unflatten_into(emitter: Emitter, extents, linear: str, prefix: str, indent: 
         function.emit(indent, f"(local.set {rest} (i32.div_u (local.get {rest}) {divisor}))")
     function.emit(indent, f"(local.set {locals_[0]} (local.get {rest}))")
     return locals_
+
+
+
+# -- the packed path ---------------------------------------------------------------------------
+
+
+def _for_each_step(emitter: Emitter, info: MatmulInfo, indent: str, step: Callable[[str], None]) -> None:
+    """The reduction's loops, outermost first (their extents use no index variable), each
+    axis declared in its loop; ``step(indent)`` emits the statements of one step."""
+    function, emit = emitter.function, emitter.function.emit
+    loops, depth = [], indent
+    for axis, extent in zip(info.reduce_axes, info.reduce_extents):
+        local, end = function.local("p", "i32"), function.local("p_end", "i32")
+        label = local[1:]
+        emit(depth, f"(local.set {end} {emitter.index(extent)})")
+        emit(depth, f"(local.set {local} (i32.const 0))")
+        emit(depth, f"(block $done_{label}")
+        emit(depth, f"  (br_if $done_{label} (i32.ge_s (local.get {local}) (local.get {end})))")
+        emit(depth, f"  (loop $step_{label}")
+        depth += "    "
+        emitter.open_scope()
+        emitter.declare_axis(axis, extent, local)
+        loops.append((local, end, label))
+    step(depth)
+    for local, end, label in reversed(loops):
+        emitter.close_scope()
+        emit(depth, f"(local.set {local} (i32.add (local.get {local}) (i32.const 1)))")
+        emit(depth, f"(br_if $step_{label} (i32.lt_s (local.get {local}) (local.get {end})))))")
+        depth = depth[:-4]
+
+
+
+def _pack(emitter: Emitter, info: MatmulInfo, factor: ScalarExpr, axes, extents, first: str, count: str, lanes: int,
+          base: str, indent: str) -> None:
+    """Statements writing ``factor`` at every reduction step for the ``lanes`` consecutive
+    flat indices from ``first`` over ``axes`` that are below ``count`` (the others' lanes are
+    left as they are: only sums that are never stored read them), each element evaluated
+    once: lane ``l`` of step ``k`` at ``base + 4 * (k * lanes + l)``."""
+    function, emit = emitter.function, emitter.function.emit
+    lane, position, address = (function.local(name, "i32") for name in ("lane", "position", "address"))
+    label = lane[1:]
+    emit(indent, f"(local.set {lane} (i32.const 0))")
+    emit(indent, f"(block $packed_{label}")
+    emit(indent, f"  (loop $pack_{label}")
+    inner = indent + "    "
+    emit(inner, f"(local.set {position} (i32.add {first} (local.get {lane})))")
+    emit(inner, f"(br_if $packed_{label} (i32.ge_u (local.get {position}) {count}))")
+    emitter.open_scope()
+    for axis, extent, local in zip(axes, extents, unflatten_into(emitter, extents, f"(local.get {position})",
+                                                               f"{label}_", inner)):
+        emitter.declare_axis(axis, extent, local)
+    emit(inner, f"(local.set {address} (i32.add {base} (i32.shl (local.get {lane}) (i32.const 2))))")
+
+    def step(depth: str) -> None:
+        emit(depth, f"(f32.store (local.get {address}) {emitter.scalar(factor, depth)})")
+        emit(depth, f"(local.set {address} (i32.add (local.get {address}) (i32.const {4 * lanes})))")
+
+    _for_each_step(emitter, info, inner, step)
+    emitter.close_scope()
+    emit(inner, f"(local.set {lane} (i32.add (local.get {lane}) (i32.const 1)))")
+    emit(inner, f"(br_if $pack_{label} (i32.lt_u (local.get {lane}) (i32.const {lanes})))))")
+
+
+def direct_columns(info: MatmulInfo, program: TensorProgram) -> PrimExpr | None:
+    """The distance in elements between consecutive reduction steps of the second factor,
+    when the packed path can read it in place: a float32 plain load contiguous along the
+    only column axis, one reduction axis, and a distance made of size variables only."""
+    if len(info.reduce_axes) != 1 or not contiguous_columns(info, program) or info.b.buffer.dtype != "float32":
+        return None
+    axis = info.reduce_axes[0]
+    moved = tuple(substitute(index, {axis.name: axis + 1}) for index in info.b.indices)
+    distance = simplify(flat_offset(info.b.buffer, moved) - flat_offset(info.b.buffer, info.b.indices))
+    if {v.name for v in free_vars(distance)} & {v.name for v in (*program.axes, axis)}:
+        return None
+    return distance
+
+
+def _packed_unit(emitter: Emitter, info: MatmulInfo, program: TensorProgram, row_axes, row_extents, column_axes,
+                 column_extents, row0: str, column0: str, indent: str) -> None:
+    """One unit of the packed path: :data:`PANEL_ROWS` rows from ``row0`` (the batch axes in
+    scope), every column.  The first factor is packed once; for each block of
+    :data:`PANEL_COLUMNS` columns the second is packed (or read in place: a full block of
+    :func:`direct_columns`), micro-kernels of :data:`MICRO_ROWS` rows sum the block into
+    the scratch's sums, and a loop over the block's elements applies the epilogue."""
+    function, emit = emitter.function, emitter.function.emit
+    rows, columns, depth = "(local.get $rows)", "(local.get $columns)", "(local.get $depth)"
+    panel_b = f"(i32.add (local.get $scratch) (i32.const {PANEL_A_BYTES}))"
+    sums_base = f"(i32.add (local.get $scratch) (i32.const {PANEL_A_BYTES + PANEL_B_BYTES}))"
+    _pack(emitter, info, info.a, row_axes, row_extents, f"(local.get {row0})", rows, PANEL_ROWS,
+          "(local.get $scratch)", indent)
+    distance = direct_columns(info, program)
+    b_address, b_step = function.named_local("b_address", "i32"), function.named_local("b_step", "i32")
+    emit(indent, f"(local.set {column0} (i32.const 0))")
+    emit(indent, "(loop $columns")
+    inner = indent + "  "
+    pack_indent = inner
+    if distance is not None:  # a whole block is read in place, one at the edge packed
+        emit(inner, f"(if (i32.le_u (i32.add (local.get {column0}) (i32.const {PANEL_COLUMNS})) {columns})")
+        emit(inner, "  (then")
+        emitter.open_scope()
+        for axis, extent, local in zip(column_axes, column_extents, unflatten_into(
+                emitter, column_extents, f"(local.get {column0})", "xd", inner + "    ")):
+            emitter.declare_axis(axis, extent, local)
+        first_step = tuple(substitute(index, {info.reduce_axes[0].name: IntImm(0)}) for index in info.b.indices)
+        emit(inner, f"    (local.set {b_address} {emitter.element_address(info.b.buffer, first_step)})")
+        emit(inner, f"    (local.set {b_step} (i32.shl {emitter.index(distance)} (i32.const 2))))")
+        emitter.close_scope()
+        emit(inner, "  (else")
+        pack_indent = inner + "    "
+    _pack(emitter, info, info.b, column_axes, column_extents, f"(local.get {column0})", columns, PANEL_COLUMNS,
+          panel_b, pack_indent)
+    emit(pack_indent, f"(local.set {b_address} {panel_b})")
+    emit(pack_indent, f"(local.set {b_step} (i32.const {4 * PANEL_COLUMNS}))")
+    if distance is not None:
+        function.lines[-1] += "))"
+    _micro_kernels(function, row0, inner)
+    _panel_outputs(emitter, info, program, row_axes, row_extents, column_axes, column_extents, row0, column0,
+                   sums_base, inner)
+    emit(inner, f"(local.set {column0} (i32.add (local.get {column0}) (i32.const {PANEL_COLUMNS})))")
+    emit(inner, f"(br_if $columns (i32.lt_u (local.get {column0}) {columns})))")
+
+
+def _micro_kernels(function: Function, row0: str, indent: str) -> None:
+    """The sums of the column block for the panel's rows, :data:`MICRO_ROWS` at a time (while
+    any is in the output): per step one ``v128.load32_splat`` per row from the first panel,
+    ``PANEL_COLUMNS / 4`` f32x4 of the second factor from ``$b_address`` (``$b_step`` bytes
+    per step), the products added into f32x4 sums stored to the scratch's sums (row-major)."""
+    emit = function.emit
+    lanes = PANEL_COLUMNS // 4
+    micro, a, b, step = (function.named_local(name, "i32") for name in ("micro", "a_address", "b", "step"))
+    sums = [[function.named_local(f"psum{r}_{q}", "v128") for q in range(lanes)] for r in range(MICRO_ROWS)]
+    factors_a = [function.named_local(f"pa{r}", "v128") for r in range(MICRO_ROWS)]
+    factors_b = [function.named_local(f"pb{q}", "v128") for q in range(lanes)]
+    emit(indent, f"(local.set {micro} (i32.const 0))")
+    emit(indent, "(block $micro_done")
+    emit(indent, "  (loop $micro")
+    inner = indent + "    "
+    emit(inner, f"(br_if $micro_done (i32.ge_u (i32.add (local.get {row0}) (local.get {micro})) (local.get $rows)))")
+    for row in sums:
+        for local in row:
+            emit(inner, f"(local.set {local} (v128.const i32x4 0 0 0 0))")
+    emit(inner, f"(local.set {a} (i32.add (local.get $scratch) (i32.shl (local.get {micro}) (i32.const 2))))")
+    emit(inner, f"(local.set {b} (local.get $b_address))")
+    emit(inner, f"(local.set {step} (local.get $depth))")
+    emit(inner, "(block $summed")
+    emit(inner, f"  (br_if $summed (i32.eqz (local.get {step})))")
+    emit(inner, "  (loop $sum")
+    body = inner + "    "
+    for r, local in enumerate(factors_a):
+        emit(body, f"(local.set {local} (v128.load32_splat offset={4 * r} (local.get {a})))")
+    for q, local in enumerate(factors_b):
+        emit(body, f"(local.set {local} (v128.load offset={16 * q} (local.get {b})))")
+    for r in range(MICRO_ROWS):
+        for q in range(lanes):
+            emit(body, f"(local.set {sums[r][q]} (f32x4.add (local.get {sums[r][q]}) "
+                       f"(f32x4.mul (local.get {factors_a[r]}) (local.get {factors_b[q]}))))")
+    emit(body, f"(local.set {a} (i32.add (local.get {a}) (i32.const {4 * PANEL_ROWS})))")
+    emit(body, f"(local.set {b} (i32.add (local.get {b}) (local.get $b_step)))")
+    emit(body, f"(local.set {step} (i32.sub (local.get {step}) (i32.const 1)))")
+    emit(body, f"(br_if $sum (local.get {step}))))")
+    address = function.named_local("sums_address", "i32")
+    emit(inner, f"(local.set {address} (i32.add (local.get $scratch) (i32.add (i32.const {PANEL_A_BYTES + PANEL_B_BYTES}) "
+                f"(i32.shl (local.get {micro}) (i32.const {(4 * PANEL_COLUMNS).bit_length() - 1})))))")
+    for r in range(MICRO_ROWS):
+        for q in range(lanes):
+            emit(inner, f"(v128.store offset={16 * (r * lanes + q)} (local.get {address}) (local.get {sums[r][q]}))")
+    emit(inner, f"(local.set {micro} (i32.add (local.get {micro}) (i32.const {MICRO_ROWS})))")
+    emit(inner, f"(br_if $micro (i32.lt_u (local.get {micro}) (i32.const {PANEL_ROWS})))))")
+
+
+def _panel_outputs(emitter: Emitter, info: MatmulInfo, program: TensorProgram, row_axes, row_extents, column_axes,
+                   column_extents, row0: str, column0: str, sums_base: str, indent: str) -> None:
+    """A loop over the panel's elements of the column block that are inside the output:
+    the epilogue of each spilled sum, stored."""
+    function, emit = emitter.function, emitter.function.emit
+    element = function.named_local("element", "i32")
+    row, column = function.named_local("row", "i32"), function.named_local("column", "i32")
+    emit(indent, f"(local.set {element} (i32.const 0))")
+    emit(indent, "(loop $panel_output")
+    inner = indent + "  "
+    emit(inner, f"(local.set {row} (i32.add (local.get {row0}) "
+                f"(i32.div_u (local.get {element}) (i32.const {PANEL_COLUMNS}))))")
+    emit(inner, f"(local.set {column} (i32.add (local.get {column0}) "
+                f"(i32.rem_u (local.get {element}) (i32.const {PANEL_COLUMNS}))))")
+    emit(inner, f"(if (i32.and (i32.lt_u (local.get {row}) (local.get $rows)) "
+                f"(i32.lt_u (local.get {column}) (local.get $columns)))")
+    emit(inner, "  (then")
+    body = inner + "    "
+    emitter.open_scope()
+    for axes, extents, linear, prefix in ((row_axes, row_extents, row, "yr"), (column_axes, column_extents, column, "yc")):
+        for axis, extent, local in zip(axes, extents, unflatten_into(emitter, extents, f"(local.get {linear})", prefix, body)):
+            emitter.declare_axis(axis, extent, local)
+    offset = emitter.index(flat_offset(program.output, tuple(program.axes)))
+    address = emitter.set_local(emitter.address(program.output.name, offset), "i32", body, "address")
+    emitter.known(info.reduction, f"(f32.load (i32.add {sums_base} (i32.shl (local.get {element}) (i32.const 2))))")
+    value = emitter.scalar(program.body, body)
+    emit(body, f"{store(program.output.dtype, address, value)}))")
+    emitter.close_scope()
+    emit(inner, f"(local.set {element} (i32.add (local.get {element}) (i32.const 1)))")
+    emit(inner, f"(br_if $panel_output (i32.lt_u (local.get {element}) (i32.const {PANEL_ROWS * PANEL_COLUMNS}))))")
