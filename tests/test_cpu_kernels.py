@@ -498,6 +498,21 @@ def test_convolution_with_a_fused_prologue(capacity: int, monkeypatch) -> None:
     assert check_module(model, {"x": rand(1, 6, 9, 7)}, monkeypatch) >= 1
 
 
+@PATHS
+def test_matmuls_with_fused_prologues(capacity: int, monkeypatch) -> None:
+    """Matmuls of a layer norm's and of a tanh's output (as in GPT-2), fused into their
+    inputs: the packed path evaluates them four reduction steps at a time (K = 22: two
+    steps one by one at the end)."""
+    monkeypatch.setattr(schedules, "PANEL_DEPTH", capacity)
+    model = make_model([helper.make_node("LayerNormalization", ["x", "g", "b"], ["n"], axis=-1),
+                        helper.make_node("MatMul", ["n", "w1"], ["h"]), helper.make_node("Tanh", ["h"], ["t"]),
+                        helper.make_node("Mul", ["h", "t"], ["a"]), helper.make_node("MatMul", ["a", "w2"], ["y"])],
+                       [("x", TensorProto.FLOAT, [2, 7, 22])], ["y"],
+                       {"g": rand(22, seed=1), "b": rand(22, seed=2), "w1": rand(22, 22, seed=3),
+                        "w2": rand(22, 12, seed=4)})
+    assert check_module(model, {"x": rand(2, 7, 22)}, monkeypatch) >= 2
+
+
 def units_of(program: TensorProgram, size_vars: dict[str, int]) -> int:
     """What the program's ``$units`` returns for these sizes."""
     engine = wasmtime.Engine()
@@ -513,13 +528,13 @@ def test_packed_path_capacity(monkeypatch) -> None:
     PANEL_ROWS rows), the block path one step beyond (a unit per block), and an empty one
     gives the epilogue of 0."""
     monkeypatch.setattr(schedules, "PANEL_DEPTH", 20)
-    m = SizeVar("m")
-    a, b = Buffer("A", (IntImm(5), m), "float32"), Buffer("B", (m, IntImm(9)), "float32")
+    m, c = SizeVar("m"), SizeVar("c")
+    a, b = Buffer("A", (IntImm(5), m), "float32"), Buffer("B", (m, c), "float32")
     body = Reduce(ReduceCombiner.SUM, k, m, Load(a, (i, k)) * Load(b, (k, j))) + FloatImm(1.0)
-    program = TensorProgram("matmul", (a, b), Buffer("out", (IntImm(5), IntImm(9)), "float32"), (i, j), body)
-    for steps, units in ((20, 1), (21, 2), (0, 1)):
-        assert units_of(program, {"m": steps}) == units
-        check_program(program, [rand(5, steps), rand(steps, 9, seed=1)], {"m": steps})
+    program = TensorProgram("matmul", (a, b), Buffer("out", (IntImm(5), c), "float32"), (i, j), body)
+    for steps, columns, units in ((20, 9, 1), (21, 9, 2), (0, 9, 1), (3, 0, 1)):
+        assert units_of(program, {"m": steps, "c": columns}) == units
+        check_program(program, [rand(5, steps), rand(steps, columns, seed=1)], {"m": steps, "c": columns})
 
 
 def test_integer_and_index_module(monkeypatch) -> None:

@@ -25,8 +25,10 @@ from ..ir.lower_index import IndexLowering
 from ..ir.pattern import MatmulInfo, analyze_matmul
 from ..ir.symbolic import IntImm, PrimExpr, SizeVar, as_int, free_vars, product, simplify, substitute
 from ..ir.syntax import comment_text
-from ..ir.tir import Load, ScalarExpr, TensorProgram, format_scalar
-from .emit import Emitter, Function, VectorEmitter, flat_offset, render_index, store, vector_access_of
+from ..ir.tir import Load, Reduce, ReduceCombiner, ScalarExpr, TensorProgram, format_scalar
+from .emit import (
+    Emitter, Function, VectorEmitter, flat_offset, render_index, store, vector_access_of, vector_reduction,
+)
 
 ELEMENTS_PER_UNIT = 64
 PARAMS = "$params"
@@ -498,12 +500,12 @@ def unflatten_into(emitter: Emitter, extents, linear: str, prefix: str, indent: 
 # -- the packed path ---------------------------------------------------------------------------
 
 
-def _for_each_step(emitter: Emitter, info: MatmulInfo, indent: str, step: Callable[[str], None]) -> None:
-    """The reduction's loops, outermost first (their extents use no index variable), each
-    axis declared in its loop; ``step(indent)`` emits the statements of one step."""
+def _for_each_step(emitter: Emitter, axes, extents, indent: str, step: Callable[[str], None]) -> None:
+    """Loops over ``axes`` (reduction axes, outermost first: their extents use no index
+    variable), each declared in its loop; ``step(indent)`` emits the innermost statements."""
     function, emit = emitter.function, emitter.function.emit
     loops, depth = [], indent
-    for axis, extent in zip(info.reduce_axes, info.reduce_extents):
+    for axis, extent in zip(axes, extents):
         local, end = function.local("p", "i32"), function.local("p_end", "i32")
         label = local[1:]
         emit(depth, f"(local.set {end} {emitter.index(extent)})")
@@ -523,13 +525,14 @@ def _for_each_step(emitter: Emitter, info: MatmulInfo, indent: str, step: Callab
         depth = depth[:-4]
 
 
-
 def _pack(emitter: Emitter, info: MatmulInfo, factor: ScalarExpr, axes, extents, first: str, count: str, lanes: int,
           base: str, indent: str) -> None:
     """Statements writing ``factor`` at every reduction step for the ``lanes`` consecutive
     flat indices from ``first`` over ``axes`` that are below ``count`` (the others' lanes are
     left as they are: only sums that are never stored read them), each element evaluated
-    once: lane ``l`` of step ``k`` at ``base + 4 * (k * lanes + l)``."""
+    once: lane ``l`` of step ``k`` at ``base + 4 * (k * lanes + l)``.  A factor that reads
+    along the innermost reduction axis contiguously (``relaxweb/cpu/emit.vector_reduction``:
+    a fused GELU or layer norm of a matmul's input) is evaluated four steps at a time."""
     function, emit = emitter.function, emitter.function.emit
     lane, position, address = (function.local(name, "i32") for name in ("lane", "position", "address"))
     label = lane[1:]
@@ -549,10 +552,54 @@ def _pack(emitter: Emitter, info: MatmulInfo, factor: ScalarExpr, axes, extents,
         emit(depth, f"(f32.store (local.get {address}) {emitter.scalar(factor, depth)})")
         emit(depth, f"(local.set {address} (i32.add (local.get {address}) (i32.const {4 * lanes})))")
 
-    _for_each_step(emitter, info, inner, step)
+    axis, extent = info.reduce_axes[-1], info.reduce_extents[-1]
+    invariants = vector_reduction(Reduce(ReduceCombiner.SUM, axis, extent, factor))
+    if invariants is None:
+        _for_each_step(emitter, info.reduce_axes, info.reduce_extents, inner, step)
+    else:
+        _for_each_step(emitter, info.reduce_axes[:-1], info.reduce_extents[:-1], inner,
+                       lambda depth: _vector_steps(emitter, factor, invariants, axis, extent, address, lanes, step, depth))
     emitter.close_scope()
     emit(inner, f"(local.set {lane} (i32.add (local.get {lane}) (i32.const 1)))")
     emit(inner, f"(br_if $pack_{label} (i32.lt_u (local.get {lane}) (i32.const {lanes})))))")
+
+
+def _vector_steps(emitter: Emitter, factor: ScalarExpr, invariants: list[ScalarExpr], axis: SizeVar, extent: PrimExpr,
+                  address: str, lanes: int, step: Callable[[str], None], indent: str) -> None:
+    """The innermost reduction axis's steps of :func:`_pack`: four at a time (one f32x4 of
+    the factor, its lanes stored ``4 * lanes`` bytes apart) while four remain, then ``step``
+    one at a time; the parts of the factor that do not depend on the axis computed once."""
+    function, emit = emitter.function, emitter.function.emit
+    splats = {}
+    for invariant in invariants:
+        value = emitter.scalar(invariant, indent)
+        splats[invariant] = emitter.set_local(f"(f32x4.splat {value})", "v128", indent, "splat")
+    local, end = function.local("q", "i32"), function.local("q_end", "i32")
+    label = local[1:]
+    emit(indent, f"(local.set {end} {emitter.index(extent)})")
+    emit(indent, f"(local.set {local} (i32.const 0))")
+    emit(indent, f"(block $vectors_{label}")
+    emit(indent, f"  (loop $vector_{label}")
+    inner = indent + "    "
+    emit(inner, f"(br_if $vectors_{label} (i32.gt_s (i32.add (local.get {local}) (i32.const 4)) (local.get {end})))")
+    emitter.open_scope()
+    emitter.declare_axis(axis, extent, local)
+    vector = emitter.set_local(emitter.vector_value(factor, splats, {}, inner), "v128", inner, "vector")
+    emitter.close_scope()
+    for position in range(4):
+        emit(inner, f"(v128.store32_lane offset={16 * lanes * position // 4} {position} (local.get {address}) {vector})")
+    emit(inner, f"(local.set {address} (i32.add (local.get {address}) (i32.const {16 * lanes})))")
+    emit(inner, f"(local.set {local} (i32.add (local.get {local}) (i32.const 4)))")
+    emit(inner, f"(br $vector_{label})))")
+    emit(indent, f"(block $steps_{label}")
+    emit(indent, f"  (loop $step_{label}")
+    emit(inner, f"(br_if $steps_{label} (i32.ge_s (local.get {local}) (local.get {end})))")
+    emitter.open_scope()
+    emitter.declare_axis(axis, extent, local)
+    step(inner)
+    emitter.close_scope()
+    emit(inner, f"(local.set {local} (i32.add (local.get {local}) (i32.const 1)))")
+    emit(inner, f"(br $step_{label})))")
 
 
 def direct_columns(info: MatmulInfo, program: TensorProgram) -> PrimExpr | None:
@@ -585,8 +632,10 @@ def _packed_unit(emitter: Emitter, info: MatmulInfo, program: TensorProgram, row
     distance = direct_columns(info, program)
     b_address, b_step = function.named_local("b_address", "i32"), function.named_local("b_step", "i32")
     emit(indent, f"(local.set {column0} (i32.const 0))")
-    emit(indent, "(loop $columns")
-    inner = indent + "  "
+    emit(indent, "(block $no_columns")
+    emit(indent, f"  (br_if $no_columns (i32.eqz {columns}))")
+    emit(indent, "  (loop $columns")
+    inner = indent + "    "
     pack_indent = inner
     if distance is not None:  # a whole block is read in place, one at the edge packed
         emit(inner, f"(if (i32.le_u (i32.add (local.get {column0}) (i32.const {PANEL_COLUMNS})) {columns})")
@@ -611,7 +660,7 @@ def _packed_unit(emitter: Emitter, info: MatmulInfo, program: TensorProgram, row
     _panel_outputs(emitter, info, program, row_axes, row_extents, column_axes, column_extents, row0, column0,
                    sums_base, inner)
     emit(inner, f"(local.set {column0} (i32.add (local.get {column0}) (i32.const {PANEL_COLUMNS})))")
-    emit(inner, f"(br_if $columns (i32.lt_u (local.get {column0}) {columns})))")
+    emit(inner, f"(br_if $columns (i32.lt_u (local.get {column0}) {columns}))))")
 
 
 def _micro_kernels(function: Function, row0: str, indent: str) -> None:
@@ -664,31 +713,39 @@ def _micro_kernels(function: Function, row0: str, indent: str) -> None:
 
 def _panel_outputs(emitter: Emitter, info: MatmulInfo, program: TensorProgram, row_axes, row_extents, column_axes,
                    column_extents, row0: str, column0: str, sums_base: str, indent: str) -> None:
-    """A loop over the panel's elements of the column block that are inside the output:
-    the epilogue of each spilled sum, stored."""
+    """Loops over the panel's rows and the column block's columns that are inside the output
+    (a row's axes recovered once for its columns): the epilogue of each spilled sum, stored."""
     function, emit = emitter.function, emitter.function.emit
-    element = function.named_local("element", "i32")
-    row, column = function.named_local("row", "i32"), function.named_local("column", "i32")
-    emit(indent, f"(local.set {element} (i32.const 0))")
-    emit(indent, "(loop $panel_output")
+    row, row_end = function.named_local("row", "i32"), function.named_local("row_end", "i32")
+    column, column_end = function.named_local("column", "i32"), function.named_local("column_end", "i32")
+    sum_address = function.named_local("sum_address", "i32")
+    emit(indent, f"(local.set {row} (local.get {row0}))")
+    emit(indent, f"(local.set {row_end} (call $min_u32 (i32.add (local.get {row0}) (i32.const {PANEL_ROWS})) "
+                 f"(local.get $rows)))")
+    emit(indent, f"(local.set {column_end} (call $min_u32 (i32.add (local.get {column0}) (i32.const {PANEL_COLUMNS})) "
+                 f"(local.get $columns)))")
+    emit(indent, f"(local.set {sum_address} {sums_base})")
+    emit(indent, "(loop $output_row")
     inner = indent + "  "
-    emit(inner, f"(local.set {row} (i32.add (local.get {row0}) "
-                f"(i32.div_u (local.get {element}) (i32.const {PANEL_COLUMNS}))))")
-    emit(inner, f"(local.set {column} (i32.add (local.get {column0}) "
-                f"(i32.rem_u (local.get {element}) (i32.const {PANEL_COLUMNS}))))")
-    emit(inner, f"(if (i32.and (i32.lt_u (local.get {row}) (local.get $rows)) "
-                f"(i32.lt_u (local.get {column}) (local.get $columns)))")
-    emit(inner, "  (then")
-    body = inner + "    "
     emitter.open_scope()
-    for axes, extents, linear, prefix in ((row_axes, row_extents, row, "yr"), (column_axes, column_extents, column, "yc")):
-        for axis, extent, local in zip(axes, extents, unflatten_into(emitter, extents, f"(local.get {linear})", prefix, body)):
-            emitter.declare_axis(axis, extent, local)
+    for axis, extent, local in zip(row_axes, row_extents, unflatten_into(emitter, row_extents, f"(local.get {row})", "yr", inner)):
+        emitter.declare_axis(axis, extent, local)
+    emit(inner, f"(local.set {column} (local.get {column0}))")
+    emit(inner, "(loop $output_column")
+    body = inner + "  "
+    emitter.open_scope()
+    for axis, extent, local in zip(column_axes, column_extents,
+                                   unflatten_into(emitter, column_extents, f"(local.get {column})", "yc", body)):
+        emitter.declare_axis(axis, extent, local)
     offset = emitter.index(flat_offset(program.output, tuple(program.axes)))
     address = emitter.set_local(emitter.address(program.output.name, offset), "i32", body, "address")
-    emitter.known(info.reduction, f"(f32.load (i32.add {sums_base} (i32.shl (local.get {element}) (i32.const 2))))")
-    value = emitter.scalar(program.body, body)
-    emit(body, f"{store(program.output.dtype, address, value)}))")
+    emitter.known(info.reduction, f"(f32.load (i32.add (local.get {sum_address}) "
+                                  f"(i32.shl (i32.sub (local.get {column}) (local.get {column0})) (i32.const 2))))")
+    emit(body, store(program.output.dtype, address, emitter.scalar(program.body, body)))
     emitter.close_scope()
-    emit(inner, f"(local.set {element} (i32.add (local.get {element}) (i32.const 1)))")
-    emit(inner, f"(br_if $panel_output (i32.lt_u (local.get {element}) (i32.const {PANEL_ROWS * PANEL_COLUMNS}))))")
+    emit(body, f"(local.set {column} (i32.add (local.get {column}) (i32.const 1)))")
+    emit(body, f"(br_if $output_column (i32.lt_u (local.get {column}) (local.get {column_end}))))")
+    emitter.close_scope()
+    emit(inner, f"(local.set {sum_address} (i32.add (local.get {sum_address}) (i32.const {4 * PANEL_COLUMNS})))")
+    emit(inner, f"(local.set {row} (i32.add (local.get {row}) (i32.const 1)))")
+    emit(inner, f"(br_if $output_row (i32.lt_u (local.get {row}) (local.get {row_end}))))")
