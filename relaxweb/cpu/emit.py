@@ -271,17 +271,31 @@ def reduce_identity(combiner: ReduceCombiner, dtype: str) -> str:
     return literal(0 if lowest else 2 ** bits - 1, dtype)
 
 
-def render_index(target: TargetIndex, variable: Callable[[str], str]) -> str:
-    """WAT of a lowered index expression (i32); ``variable`` gives a variable's value."""
+def render_index(target: TargetIndex, variable: Callable[[str], str],
+                 operation: Callable[[Operation], str | None] | None = None) -> str:
+    """WAT of a lowered index expression (i32); ``variable`` gives a variable's value, and
+    ``operation`` (where given) an operation's value when it has one already (else None)."""
     if isinstance(target, Constant):
         return f"(i32.const {target.value})"
     if isinstance(target, Variable):
         return variable(target.name)
     assert isinstance(target, Operation)
-    a, b = render_index(target.a, variable), render_index(target.b, variable)
+    known = operation(target) if operation is not None else None
+    if known is not None:
+        return known
+    a, b = render_index(target.a, variable, operation), render_index(target.b, variable, operation)
     if target.op in _CONSTANT_DIVISIONS and isinstance(target.b, Constant) and target.b.value > 0:
         return f"({_CONSTANT_DIVISIONS[target.op]} {a} {b})"
     return INDEX_RENDERINGS[target.op](a, b)
+
+
+def index_variables(target: TargetIndex) -> set[str]:
+    """The names of the variables a lowered index expression reads."""
+    if isinstance(target, Variable):
+        return {target.name}
+    if isinstance(target, Operation):
+        return index_variables(target.a) | index_variables(target.b)
+    return set()
 
 
 def flat_offset(buffer: Buffer, indices: tuple[PrimExpr, ...]) -> PrimExpr:
@@ -344,6 +358,10 @@ class Emitter:
         self.repeated = repeated_subexpressions(program.body)
         self.scopes: list[dict[ScalarExpr, str]] = [{}]
         self.index_lowering = IndexLowering()
+        # index operations on size variables only (a shape's (height + pad) // stride), computed
+        # once where the size variables are loaded (the lines so far), not in every loop
+        self.size_operations: dict[str, str] = {}
+        self.size_line = len(function.lines)
 
     # -- scopes, axes and variables
 
@@ -380,7 +398,20 @@ class Emitter:
     def index(self, expr: PrimExpr) -> str:
         """An i32 WAT value of an index expression: simplified with the ranges of the axes in
         scope, the IR's floor division and modulo lowered (``relaxweb/ir/lower_index.py``)."""
-        return render_index(self.index_lowering.lower(expr), self.variable)
+        return render_index(self.index_lowering.lower(expr), self.variable, self.size_operation)
+
+    def size_operation(self, target: Operation) -> str | None:
+        """The local holding ``target`` when it reads size variables only (computed once at
+        the start: the index helpers never trap); None otherwise."""
+        if not index_variables(target) <= set(self.variables[0]):
+            return None
+        text = render_index(target, self.variable)
+        if text not in self.size_operations:
+            local = self.function.local("size", "i32")
+            self.function.lines.insert(self.size_line, f"  (local.set {local} {text})")
+            self.size_line += 1
+            self.size_operations[text] = f"(local.get {local})"
+        return self.size_operations[text]
 
     def address(self, buffer_name: str, offset: str) -> str:
         """The byte address of the element at ``offset`` (i32 WAT) of a buffer."""
@@ -395,7 +426,7 @@ class Emitter:
         target = self.index_lowering.lower(flat_offset(buffer, indices))
         if isinstance(target, Constant) and target.value < 0:
             target = Constant(0)
-        return self.address(buffer.name, render_index(target, self.variable))
+        return self.address(buffer.name, render_index(target, self.variable, self.size_operation))
 
     # -- values
 

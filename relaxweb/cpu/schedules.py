@@ -25,9 +25,13 @@ from ..ir.lower_index import IndexLowering
 from ..ir.pattern import MatmulInfo, analyze_matmul
 from ..ir.symbolic import IntImm, PrimExpr, SizeVar, as_int, free_vars, product, simplify, substitute
 from ..ir.syntax import comment_text
-from ..ir.tir import Load, Reduce, ReduceCombiner, ScalarExpr, TensorProgram, format_scalar
+from ..ir.tir import (
+    FloatImm, Load, Reduce, ReduceCombiner, ScalarExpr, Select, TensorProgram, Unary, UnaryOp, contains_reduce,
+    format_scalar, scalar_children,
+)
 from .emit import (
-    Emitter, Function, VectorEmitter, flat_offset, render_index, store, vector_access_of, vector_reduction,
+    VECTOR_UNARY_RENDERINGS, Emitter, Function, VectorEmitter, flat_offset, render_index, store, vector_access_of,
+    vector_reduction,
 )
 
 ELEMENTS_PER_UNIT = 64
@@ -537,9 +541,15 @@ def _pack(emitter: Emitter, info: MatmulInfo, factor: ScalarExpr, axes, extents,
     lane, position, address = (function.local(name, "i32") for name in ("lane", "position", "address"))
     label = lane[1:]
     emit(indent, f"(local.set {lane} (i32.const 0))")
+    step_axis, step_extent = info.reduce_axes[-1], info.reduce_extents[-1]
+    invariants = vector_reduction(Reduce(ReduceCombiner.SUM, step_axis, step_extent, factor))
+    hoisted = lane_math(factor)
+    if invariants is None and hoisted:
+        _pack_groups(emitter, info, factor, hoisted, axes, extents, first, count, lanes, base, lane, address, indent)
     emit(indent, f"(block $packed_{label}")
     emit(indent, f"  (loop $pack_{label}")
     inner = indent + "    "
+    emit(inner, f"(br_if $packed_{label} (i32.ge_u (local.get {lane}) (i32.const {lanes})))")
     emit(inner, f"(local.set {position} (i32.add {first} (local.get {lane})))")
     emit(inner, f"(br_if $packed_{label} (i32.ge_u (local.get {position}) {count}))")
     emitter.open_scope()
@@ -552,16 +562,99 @@ def _pack(emitter: Emitter, info: MatmulInfo, factor: ScalarExpr, axes, extents,
         emit(depth, f"(f32.store (local.get {address}) {emitter.scalar(factor, depth)})")
         emit(depth, f"(local.set {address} (i32.add (local.get {address}) (i32.const {4 * lanes})))")
 
-    axis, extent = info.reduce_axes[-1], info.reduce_extents[-1]
-    invariants = vector_reduction(Reduce(ReduceCombiner.SUM, axis, extent, factor))
     if invariants is None:
         _for_each_step(emitter, info.reduce_axes, info.reduce_extents, inner, step)
     else:
         _for_each_step(emitter, info.reduce_axes[:-1], info.reduce_extents[:-1], inner,
-                       lambda depth: _vector_steps(emitter, factor, invariants, axis, extent, address, lanes, step, depth))
+                       lambda depth: _vector_steps(emitter, factor, invariants, step_axis, step_extent, address, lanes, step,
+                                                   depth))
     emitter.close_scope()
     emit(inner, f"(local.set {lane} (i32.add (local.get {lane}) (i32.const 1)))")
-    emit(inner, f"(br_if $pack_{label} (i32.lt_u (local.get {lane}) (i32.const {lanes})))))")
+    emit(inner, f"(br $pack_{label})))")
+
+
+# the math library's functions (relaxweb/cpu/math.py), which take tens of instructions a value
+LIBRARY_MATH = (UnaryOp.EXP, UnaryOp.TANH, UnaryOp.SIGMOID, UnaryOp.LOG, UnaryOp.SIN, UnaryOp.COS, UnaryOp.TAN,
+                UnaryOp.ASIN, UnaryOp.ACOS, UnaryOp.ATAN, UnaryOp.ASINH, UnaryOp.ACOSH, UnaryOp.ATANH)
+
+
+def lane_math(expr: ScalarExpr) -> list[tuple[Unary, ScalarExpr]]:
+    """The outermost float32 calls of the math library in ``expr`` (a convolution's fused
+    SiLU under its padding's selects), each with its argument guarded by the selects above
+    it (``select(c, arg, 0)`` under a then-branch): evaluated for four lanes at once, a lane
+    whose guard fails computes the function of 0, never read.  A call found under two
+    different guards, or whose argument reduces, is left out."""
+    guards: dict[Unary, set[ScalarExpr]] = {}
+
+    def visit(node: ScalarExpr, guard: Callable[[ScalarExpr], ScalarExpr]) -> None:
+        if isinstance(node, Unary) and node.op in LIBRARY_MATH and node.a.dtype == "float32":
+            guards.setdefault(node, set()).add(None if contains_reduce(node.a) else guard(node.a))
+            return
+        if isinstance(node, Reduce):
+            return
+        if isinstance(node, Select):
+            zero = FloatImm(0.0, node.dtype)
+            visit(node.condition, guard)
+            visit(node.a, lambda e: guard(Select(node.condition, e, zero) if e.dtype == node.dtype else e))
+            visit(node.b, lambda e: guard(Select(node.condition, zero, e) if e.dtype == node.dtype else e))
+            return
+        for child in scalar_children(node):
+            visit(child, guard)
+
+    visit(expr, lambda e: e)
+    return [(node, next(iter(found))) for node, found in guards.items() if len(found) == 1 and None not in found]
+
+
+def _pack_groups(emitter: Emitter, info: MatmulInfo, factor: ScalarExpr, hoisted, axes, extents, first: str,
+                 count: str, lanes: int, base: str, lane: str, address: str, indent: str) -> None:
+    """:func:`_pack` four lanes at a time while four lanes remain below ``count``: at each
+    step, the guarded arguments of the ``hoisted`` math calls (:func:`lane_math`) lane by
+    lane, each call once as f32x4, then the factor lane by lane with the calls' lanes known,
+    stored as one f32x4.  Leaves ``lane`` at the first lane not packed."""
+    function, emit = emitter.function, emitter.function.emit
+    label = lane[1:]
+    emit(indent, f"(block $grouped_{label}")
+    emit(indent, f"  (loop $group_{label}")
+    inner = indent + "    "
+    emit(inner, f"(br_if $grouped_{label} (i32.gt_u (i32.add (local.get {lane}) (i32.const 4)) (i32.const {lanes})))")
+    emit(inner, f"(br_if $grouped_{label} (i32.gt_u (i32.add (i32.add {first} (local.get {lane})) (i32.const 4)) {count}))")
+    lane_axes = [unflatten_into(emitter, extents, f"(i32.add (i32.add {first} (local.get {lane})) (i32.const {n}))",
+                                f"{label}_{n}_", inner) for n in range(4)]
+    emit(inner, f"(local.set {address} (i32.add {base} (i32.shl (local.get {lane}) (i32.const 2))))")
+
+    def in_lane(n: int) -> None:
+        emitter.open_scope()
+        for axis, extent, local in zip(axes, extents, lane_axes[n]):
+            emitter.declare_axis(axis, extent, local)
+
+    def step(depth: str) -> None:
+        results = []
+        for node, argument in hoisted:
+            values = []
+            for n in range(4):
+                in_lane(n)
+                values.append(emitter.set_local(emitter.scalar(argument, depth), "f32", depth, "arg"))
+                emitter.close_scope()
+            vector = f"(f32x4.splat {values[0]})"
+            for n in range(1, 4):
+                vector = f"(f32x4.replace_lane {n} {vector} {values[n]})"
+            results.append(emitter.set_local(VECTOR_UNARY_RENDERINGS[node.op](vector), "v128", depth, "math"))
+        values = []
+        for n in range(4):
+            in_lane(n)
+            for (node, _), result in zip(hoisted, results):
+                emitter.known(node, f"(f32x4.extract_lane {n} {result})")
+            values.append(emitter.set_local(emitter.scalar(factor, depth), "f32", depth, "lane"))
+            emitter.close_scope()
+        vector = f"(f32x4.splat {values[0]})"
+        for n in range(1, 4):
+            vector = f"(f32x4.replace_lane {n} {vector} {values[n]})"
+        emit(depth, f"(v128.store (local.get {address}) {vector})")
+        emit(depth, f"(local.set {address} (i32.add (local.get {address}) (i32.const {4 * lanes})))")
+
+    _for_each_step(emitter, info.reduce_axes, info.reduce_extents, inner, step)
+    emit(inner, f"(local.set {lane} (i32.add (local.get {lane}) (i32.const 4)))")
+    emit(inner, f"(br $group_{label})))")
 
 
 def _vector_steps(emitter: Emitter, factor: ScalarExpr, invariants: list[ScalarExpr], axis: SizeVar, extent: PrimExpr,
