@@ -513,6 +513,17 @@ def test_matmuls_with_fused_prologues(capacity: int, monkeypatch) -> None:
     assert check_module(model, {"x": rand(2, 7, 22)}, monkeypatch) >= 2
 
 
+@PATHS
+def test_convolution_of_symbolic_size(capacity: int, monkeypatch) -> None:
+    """A strided convolution whose height and width are size variables: the output's extents
+    ((height + pad - 3) // 2 + 1) are computed once at the kernel's start, from the params."""
+    monkeypatch.setattr(schedules, "PANEL_DEPTH", capacity)
+    model = make_model([helper.make_node("Sigmoid", ["x"], ["s"]), helper.make_node("Mul", ["x", "s"], ["a"]),
+                        helper.make_node("Conv", ["a", "w"], ["y"], pads=[1, 1, 1, 1], strides=[2, 2])],
+                       [("x", TensorProto.FLOAT, [1, 5, "h", "w"])], ["y"], {"w": rand(12, 5, 3, 3, seed=1)})
+    assert check_module(model, {"x": rand(1, 5, 13, 10)}, monkeypatch) >= 1
+
+
 def units_of(program: TensorProgram, size_vars: dict[str, int]) -> int:
     """What the program's ``$units`` returns for these sizes."""
     engine = wasmtime.Engine()
