@@ -1,6 +1,6 @@
 """How fast the WebAssembly backend's matmul-like kernels are (kernels.wasm, relaxweb/cpu):
-the element form (one output element at a time) against the register-blocked micro-kernel
-that ``render_program`` picks, under wasmtime on one thread.
+the element form (one output element at a time) against the packed panels and
+register-blocked micro-kernels that ``render_program`` picks, under wasmtime on one thread.
 
 Usage (from the repository root)::
 
