@@ -611,7 +611,7 @@ def _pack_groups(emitter: Emitter, info: MatmulInfo, factor: ScalarExpr, hoisted
     step, the guarded arguments of the ``hoisted`` math calls (:func:`lane_math`) lane by
     lane, each call once as f32x4, then the factor lane by lane with the calls' lanes known,
     stored as one f32x4.  Leaves ``lane`` at the first lane not packed."""
-    function, emit = emitter.function, emitter.function.emit
+    emit = emitter.function.emit
     label = lane[1:]
     emit(indent, f"(block $grouped_{label}")
     emit(indent, f"  (loop $group_{label}")
@@ -715,9 +715,9 @@ def _packed_unit(emitter: Emitter, info: MatmulInfo, program: TensorProgram, row
     scope), every column.  The first factor is packed once; for each block of
     :data:`PANEL_COLUMNS` columns the second is packed (or read in place: a full block of
     :func:`direct_columns`), micro-kernels of :data:`MICRO_ROWS` rows sum the block into
-    the scratch's sums, and a loop over the block's elements applies the epilogue."""
+    the scratch's sums, and loops over the block's elements apply the epilogue."""
     function, emit = emitter.function, emitter.function.emit
-    rows, columns, depth = "(local.get $rows)", "(local.get $columns)", "(local.get $depth)"
+    rows, columns = "(local.get $rows)", "(local.get $columns)"
     panel_b = f"(i32.add (local.get $scratch) (i32.const {PANEL_A_BYTES}))"
     sums_base = f"(i32.add (local.get $scratch) (i32.const {PANEL_A_BYTES + PANEL_B_BYTES}))"
     _pack(emitter, info, info.a, row_axes, row_extents, f"(local.get {row0})", rows, PANEL_ROWS,
