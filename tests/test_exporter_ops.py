@@ -1,7 +1,8 @@
 """Ops that exported models from the wild use (tf2onnx's ReverseSequence for bidirectional
 RNNs, OneHot, integer Mod, the bitwise ops, EyeLike, CumProd, LpPool, Shrink), each on a
 hand-built model with symbolic dims: built once into a bundle, run on WebGPU (wgpu) and on
-kernels.wasm at two or more shapes and in the reference interpreter, each compared with onnxruntime's CPU kernels.
+kernels.wasm at two or more shapes and in the reference interpreter, each compared with
+onnxruntime's CPU kernels.
 ONNX's node cases for these ops run through the compiler in ``scripts/onnx_node_tests.py``.
 """
 
