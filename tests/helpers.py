@@ -179,6 +179,20 @@ def load_bundle(folder: str | Path, backend: str, **options):
     return session
 
 
+_BUILDS: dict[tuple, Path] = {}
+
+
+def build_once(model: onnx.ModelProto | str | Path, folder: Path, **options) -> Path:
+    """The bundle of ``model`` (in memory or a file) built by ``relaxweb.build`` with
+    ``options`` into ``folder``, once per test session: a later call with an equal model and
+    options (the same test on the other backend) gets the first call's folder, unbuilt."""
+    source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(Path(model).resolve())
+    key = (source, json.dumps(options, sort_keys=True, default=str))
+    if key not in _BUILDS:
+        _BUILDS[key] = relaxweb.build(model, folder, **options).path
+    return _BUILDS[key]
+
+
 def onnxruntime_outputs(model: onnx.ModelProto | str | Path, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
     """The reference: onnxruntime's CPU outputs of a model (in memory or a file), in order."""
     import onnxruntime  # noqa: PLC0415 - imported here so that importing the helpers stays cheap

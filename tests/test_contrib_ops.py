@@ -19,7 +19,7 @@ from onnx import TensorProto, helper
 
 import relaxweb
 from relaxweb.errors import UnsupportedModelError
-from tests.helpers import F32, F32_LOOSE, Tolerance, assert_close, load_bundle, make_model, onnxruntime_outputs, rand
+from tests.helpers import F32, F32_LOOSE, Tolerance, assert_close, build_once, load_bundle, make_model, onnxruntime_outputs, rand
 
 MS = "com.microsoft"
 OPSETS = {"": 17, MS: 1}
@@ -48,8 +48,7 @@ class Case:
 def check_case(case: Case, backend, folder) -> None:
     """The interpreter and the built bundle on ``backend`` against onnxruntime at every shape."""
     names = [o.name for o in case.model.graph.output]
-    relaxweb.build(case.model, folder, bounds=case.bounds)
-    session = load_bundle(folder, backend)
+    session = load_bundle(build_once(case.model, folder, bounds=case.bounds), backend)
     for seed, dims in enumerate(case.shapes):
         feeds = case.feeds(dims, seed)
         expected = case.expected(feeds) if case.expected else onnxruntime_outputs(case.model, feeds)
@@ -462,8 +461,7 @@ def test_group_query_attention_matches_onnxruntime(backend, name: str, tmp_path)
     attrs = dict(attrs)
     model = gqa_model(packed=attrs.pop("packed", False), with_past=attrs.pop("with_past", True),
                       seqlens_2d=attrs.pop("seqlens_2d", False), **attrs)
-    relaxweb.build(model, tmp_path / "bundle")
-    session = load_bundle(tmp_path / "bundle", backend)
+    session = load_bundle(build_once(model, tmp_path / "bundle"), backend)
     for seed, (batch, seq, past, totals) in enumerate(runs):
         feeds = gqa_feeds(model, batch, seq, past, totals, seed * 10)
         expected = dict(zip(["output", "present_key", "present_value"], onnxruntime_outputs(model, feeds)))

@@ -21,7 +21,7 @@ from relaxweb.ir.parser import parse_module
 from relaxweb.ir.printer import format_module, module_constants
 from relaxweb.ir.structural import assert_structural_equal
 from relaxweb.passes import pipeline, run_pipeline
-from tests.helpers import F32, F32_LOOSE, FLOAT16, Tolerance, assert_close, load_bundle, make_model, onnxruntime_outputs, rand
+from tests.helpers import F32, F32_LOOSE, FLOAT16, Tolerance, assert_close, build_once, load_bundle, make_model, onnxruntime_outputs, rand
 
 FLOAT, INT32, INT64 = TensorProto.FLOAT, TensorProto.INT32, TensorProto.INT64
 
@@ -41,8 +41,7 @@ def check_case(case: Case, backend: str, folder) -> None:
     """The interpreter and the built bundle on ``backend`` against onnxruntime at every shape;
     integer and bool results exactly."""
     names = [o.name for o in case.model.graph.output]
-    relaxweb.build(case.model, folder)
-    session = load_bundle(folder, backend)
+    session = load_bundle(build_once(case.model, folder), backend)
     for seed, make_feeds in enumerate(case.feeds):
         feeds = make_feeds(seed)
         expected = onnxruntime_outputs(case.model, feeds)

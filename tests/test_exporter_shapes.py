@@ -29,7 +29,7 @@ from relaxweb.frontend import from_onnx
 from relaxweb.frontend.onnx import symbolic_vars
 from relaxweb.ir.expr import MatchCast
 from relaxweb.ir.interpreter import run_module
-from tests.helpers import assert_close, load_bundle, make_model, onnxruntime_outputs, rand
+from tests.helpers import assert_close, build_once, load_bundle, make_model, onnxruntime_outputs, rand
 
 ROOT = Path(__file__).resolve().parent.parent
 INT64_MAX = 2**63 - 1
@@ -358,7 +358,7 @@ def test_kept_rows_are_a_symbolic_select() -> None:
 def test_shape_subgraphs_match_onnxruntime_from_one_build(backend, name: str, tmp_path: Path) -> None:
     make, _, runs = EXPORTER_MODELS[name]
     model = make()
-    session = load_bundle(relaxweb.build(model, tmp_path / "dist").path, backend)
+    session = load_bundle(build_once(model, tmp_path / "dist"), backend)
     assert session.manifest["read_slots"] == 0  # nothing read back from the GPU
     for index, shapes in enumerate(runs):
         feeds = feeds_of(shapes, seed=index)
@@ -401,7 +401,7 @@ def test_a_sentinel_slice_end_is_clamped_not_taken_for_the_extent(backend, tmp_p
     module = from_onnx(model)
     sliced = next(b.var for b in module.main.bindings() if "all_rows" in b.var.name)
     assert str(sliced.struct_info) == "Tensor((min(1000000000, n), 4), float32)"
-    session = load_bundle(relaxweb.build(model, tmp_path / "dist").path, backend)
+    session = load_bundle(build_once(model, tmp_path / "dist"), backend)
     for n in (1, 3):
         feeds = {"x": rand(n, 4, seed=n)}
         assert_close(run_module(module, feeds)[0], onnxruntime_outputs(model, feeds)[0])

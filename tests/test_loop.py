@@ -36,7 +36,7 @@ from relaxweb.ir.printer import format_module, module_constants
 from relaxweb.ir.structural import structural_equal
 from relaxweb.ir.well_formed import check_well_formed
 from relaxweb.passes import legalize_ops, plan_memory
-from tests.helpers import F32_LOOSE, ONNX_CASE, assert_close, in_the_browser, load_bundle, make_model, onnx_node_cases, onnxruntime_outputs, rand
+from tests.helpers import F32_LOOSE, ONNX_CASE, assert_close, build_once, in_the_browser, load_bundle, make_model, onnx_node_cases, onnxruntime_outputs, rand
 
 HIDDEN, FEATURES = 3, 2
 LENGTHS = (4, 1, 7)  # one build, three scan lengths (1: a single iteration)
@@ -363,8 +363,7 @@ SEQUENCE_CASES = ("test_loop13_seq", "test_loop16_seq_none")
 @pytest.mark.parametrize("name", sorted(set(_node_cases()) - set(SEQUENCE_CASES)))
 def test_onnx_node_case_on_each_backend(backend, tmp_path: Path, name: str) -> None:
     case = _node_cases()[name]
-    relaxweb.build(case.model, tmp_path)
-    session = load_bundle(tmp_path, backend)
+    session = load_bundle(build_once(case.model, tmp_path), backend)
     for inputs, outputs in case.data_sets:
         feeds = {value.name: np.asarray(array) for value, array in zip(case.model.graph.input, inputs)}
         actual = session.run(feeds)

@@ -34,7 +34,7 @@ import onnxruntime as ort
 import pytest
 
 import relaxweb
-from tests.helpers import FLOAT16, MODEL, Tolerance, assert_close, load_bundle
+from tests.helpers import FLOAT16, MODEL, Tolerance, assert_close, build_once, load_bundle
 
 pytestmark = pytest.mark.slow
 
@@ -120,8 +120,7 @@ def test_optimized_model_matches_onnxruntime(backend, exported: Path, name: str,
     missing = CONTRIB_OPS[name] - set(info["op_types"])
     assert not missing, f"the optimizer did not write {sorted(missing)} into {name}: it wrote {info['op_types']}"
     path = exported / f"{name}.onnx"
-    relaxweb.build(path, tmp_path / "bundle")
-    session = load_bundle(tmp_path / "bundle", backend)
+    session = load_bundle(build_once(path, tmp_path / "bundle"), backend)
     # onnxruntime computes the model itself, or (no CPU kernel for an op written) the export before optimizing
     expected_session = onnxruntime_session(exported / info["reference"])
     make_inputs = export_module().make_inputs
@@ -138,8 +137,7 @@ def test_float16_model_matches_onnxruntime(backend, exported: Path, name: str, t
     """Against onnxruntime running the same float16 model, and the float32 model it came from."""
     info = sidecar(exported, name)
     path = exported / f"{name}.onnx"
-    relaxweb.build(path, tmp_path / "bundle")
-    session = load_bundle(tmp_path / "bundle", backend)
+    session = load_bundle(build_once(path, tmp_path / "bundle"), backend)
     float16_session = onnxruntime_session(path)
     float32_session = onnxruntime_session(exported / f"{FLOAT16_MODELS[name]}.onnx")
     make_inputs = export_module().make_inputs
@@ -215,8 +213,7 @@ def test_genai_decoder_matches_onnxruntime(backend, built_by_genai: Path, name: 
     assert all(every.items() <= node.items() for node in written), f"{name}: GroupQueryAttention attributes {written}"
     assert any(some.items() <= node.items() for node in written), f"{name}: GroupQueryAttention attributes {written}"
     path = built_by_genai / f"{name}.onnx"
-    relaxweb.build(path, tmp_path / "bundle")
-    session = load_bundle(tmp_path / "bundle", backend)
+    session = load_bundle(build_once(path, tmp_path / "bundle"), backend)
     expected_session = onnxruntime_session(exact_reference(path, tmp_path))
     decoder_feeds = export_module().decoder_feeds
     float16 = info["decoder"]["float_type"] == "float16"

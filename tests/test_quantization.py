@@ -29,7 +29,7 @@ import relaxweb
 from relaxweb.ir.expr import Var
 from relaxweb.ir.struct_info import TensorStructInfo
 from relaxweb.ops import DeductionError, call_op, get_op
-from tests.helpers import F32, MODEL, Tolerance, assert_close, load_bundle, make_model, onnxruntime_outputs, rand
+from tests.helpers import F32, MODEL, Tolerance, assert_close, build_once, load_bundle, make_model, onnxruntime_outputs, rand
 
 MS = "com.microsoft"
 FLOAT, UINT8, INT8, INT32 = TensorProto.FLOAT, TensorProto.UINT8, TensorProto.INT8, TensorProto.INT32
@@ -58,8 +58,7 @@ def onnxruntime_two_threads(model, feeds) -> list[np.ndarray]:
 def run_both(model, feeds_list, backend, folder, tolerance: Tolerance | None = None, reference=onnxruntime_outputs):
     """Build once; at each feeds, the interpreter and the bundle on ``backend`` against ``reference(model, feeds)``
     (onnxruntime; exact when ``tolerance`` is None)."""
-    relaxweb.build(model, folder)
-    session = load_bundle(folder, backend)
+    session = load_bundle(build_once(model, folder), backend)
     names = [o.name for o in model.graph.output]
     for feeds in feeds_list:
         expected = reference(model, feeds)

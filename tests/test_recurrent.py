@@ -37,7 +37,7 @@ from relaxweb.ir.structural import structural_equal
 from relaxweb.ops import DeductionError, call_op
 from relaxweb.ops.recurrent import resolve_activations
 from relaxweb.passes import legalize_ops
-from tests.helpers import F32_LOOSE, ONNX_CASE, assert_close, in_the_browser, load_bundle, make_model, onnx_node_cases, onnxruntime_outputs, rand
+from tests.helpers import F32_LOOSE, ONNX_CASE, assert_close, build_once, in_the_browser, load_bundle, make_model, onnx_node_cases, onnxruntime_outputs, rand
 
 ROOT = Path(__file__).resolve().parents[1]
 GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
@@ -284,8 +284,7 @@ def test_out_of_range_sequence_lengths_are_clamped() -> None:
 
 def _check_compiled(model: onnx.ModelProto, folder: Path, backend: str, expected_of=onnxruntime_outputs) -> None:
     """One build; every sequence length of STEPS against ``expected_of`` on the Python runtime."""
-    relaxweb.build(model, folder)
-    session = load_bundle(folder, backend)
+    session = load_bundle(build_once(model, folder), backend)
     names = [output.name for output in model.graph.output]
     for count in STEPS:
         feeds = feeds_for(model, count)
@@ -319,8 +318,7 @@ def test_a_wide_lstm_over_many_steps_matches_onnxruntime(backend, tmp_path) -> N
     node = helper.make_node("LSTM", ["x", "W", "R", "B"], ["y", "y_h", "y_c"], direction="bidirectional",
                             hidden_size=hidden)
     model = make_model([node], [("x", ["steps", 1, features])], ["y", "y_h", "y_c"], weights, opset=14)
-    relaxweb.build(model, tmp_path / "bundle")
-    session = load_bundle(tmp_path / "bundle", backend)
+    session = load_bundle(build_once(model, tmp_path / "bundle"), backend)
     for steps in (40, 3):
         feeds = {"x": rand(steps, 1, features, seed=steps)}
         actual = session.run(feeds)
@@ -336,8 +334,7 @@ def _node_cases() -> dict:
 def test_onnx_node_case_on_each_backend(backend, tmp_path, name: str) -> None:
     """ONNX's node cases (the batch-major ones too, which onnxruntime cannot run)."""
     case = _node_cases()[name]
-    relaxweb.build(case.model, tmp_path)
-    session = load_bundle(tmp_path, backend)
+    session = load_bundle(build_once(case.model, tmp_path), backend)
     for inputs, outputs in case.data_sets:
         feeds = {value.name: array for value, array in zip(case.model.graph.input, inputs)}
         actual = session.run(feeds)
