@@ -40,10 +40,12 @@ def verify_the_ir_after_every_pass():
         yield
 
 
-@pytest.fixture(scope="session", params=BACKENDS)
+@pytest.fixture(scope="module", params=BACKENDS)
 def backend(request) -> str:
     """The backend the test's bundles run on: "webgpu" (skipped without any adapter, like
-    ``device``) or "wasm".  Session-scoped, so module fixtures that load a bundle can take it."""
+    ``device``) or "wasm".  Module-scoped: module fixtures that load a bundle can take it, and
+    pytest runs a module's webgpu tests, then its wasm tests, keeping the module's other
+    fixtures (exports, builds) for both."""
     if request.param == "webgpu":
         request.getfixturevalue("device")
     return request.param
