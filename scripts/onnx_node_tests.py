@@ -27,6 +27,10 @@ in one case never stops the run.  The results go to a JSON file (default
 ``.cache/onnx-node-tests/results.json``) and, for an unfiltered run, to the markdown table
 ``docs/onnx-node-tests.md`` (by op type, with totals, the command, the date and the onnx
 version).  ``run`` generates the cases first when the folder holds none.
+
+``run --compiled`` compiles each case into a bundle and runs it with the Python runtime
+instead, on WebGPU (``--backend webgpu``, the default; table ``docs/onnx-node-tests-gpu.md``)
+or on the bundle's kernels.wasm (``--backend wasm``; ``docs/onnx-node-tests-wasm.md``).
 """
 
 from __future__ import annotations
@@ -75,6 +79,12 @@ from relaxweb.ops import DeductionError  # noqa: E402
 DEFAULT_CASES = REPO / ".cache" / "onnx-node-tests"
 DEFAULT_DOC = REPO / "docs" / "onnx-node-tests.md"
 DEFAULT_COMPILED_DOC = REPO / "docs" / "onnx-node-tests-gpu.md"
+DEFAULT_WASM_DOC = REPO / "docs" / "onnx-node-tests-wasm.md"
+#: How ``--compiled`` runs a bundle (``relaxweb.load``'s backends), as the doc table says it.
+BACKEND_WORDS = {
+    "webgpu": ("WebGPU", "on WebGPU (wgpu; Mesa's lavapipe on a machine without a GPU; no bounds given),"),
+    "wasm": ("kernels.wasm", "on its kernels.wasm (WebAssembly SIMD on wasmtime, one thread; no bounds given),"),
+}
 RTOL = 1e-3
 ATOL = 1e-4
 TIMEOUT_S = 20.0
@@ -264,21 +274,22 @@ def _first_line(error: BaseException) -> str:
 @dataclass(frozen=True)
 class RunOptions:
     """How cases run: ``constant_inputs`` (see :func:`inline_constant_inputs`), and
-    ``compiled``: through the whole compiler and the Python runtime (wgpu) instead of the
-    reference interpreter."""
+    ``compiled``: through the whole compiler and the Python runtime instead of the
+    reference interpreter, on ``backend`` ("webgpu": wgpu, or "wasm": kernels.wasm on wasmtime)."""
 
     constant_inputs: bool = False
     compiled: bool = False
+    backend: str = "webgpu"
 
 
 def run_case(case_dir: Path | str, timeout: float | None = None, constant_inputs: bool = False,
-             compiled: bool = False) -> dict:
+             compiled: bool = False, backend: str = "webgpu") -> dict:
     """Import, run and check one case; never raises (except KeyboardInterrupt).
 
     With ``timeout`` (seconds) and in the main thread, a SIGALRM timer stops the case.  See
     :class:`RunOptions` for the other arguments.
     """
-    options = RunOptions(constant_inputs, compiled)
+    options = RunOptions(constant_inputs, compiled, backend)
     case_dir = Path(case_dir)
     result: dict[str, Any] = {"name": case_dir.name, "status": "error", "stage": "load", "message": ""}
     started = time.perf_counter()
@@ -365,7 +376,7 @@ def _run_case_steps(case_dir: Path, result: dict, options: RunOptions) -> None:
     result["stage"] = "run"
     if options.compiled:
         try:
-            outputs = _run_compiled(module, inputs, case_dir.name, result)
+            outputs = _run_compiled(module, inputs, case_dir.name, result, options.backend)
         except (UnsupportedModelError, DeductionError) as error:  # no GPU lowering, dtype or known shape yet
             result.update(status="unsupported", error_type=type(error).__name__, message=_first_line(error))
             return
@@ -383,18 +394,18 @@ def _run_case_steps(case_dir: Path, result: dict, options: RunOptions) -> None:
     result.update(status="pass", message="")
 
 
-def _run_compiled(module, inputs: dict[str, Any], name: str, result: dict) -> list[Any]:
-    """Compile the imported module into a bundle and run it with the Python runtime."""
+def _run_compiled(module, inputs: dict[str, Any], name: str, result: dict, backend: str) -> list[Any]:
+    """Compile the imported module into a bundle and run it with the Python runtime on ``backend``."""
     from relaxweb.bundle import write_bundle
     from relaxweb.compiler import compile_module
-    from relaxweb.runtime import Session
+    from relaxweb.runtime.backend import load_session
 
     result["stage"] = "compile"
     compiled = compile_module(module, {})
     with tempfile.TemporaryDirectory(prefix="relaxweb-case-") as folder:
         manifest = write_bundle(compiled, folder, name)
         result["stage"] = "run"
-        outputs = Session(folder).run(inputs)
+        outputs = load_session(Path(folder), backend).run(inputs)
     return [outputs[item["name"]] for item in manifest["outputs"]]
 
 
@@ -443,7 +454,7 @@ def _worker_main(connection, timeout: float | None, memory_limit_bytes: int | No
             return
         if task is None:
             return
-        connection.send(run_case(Path(task), timeout, options.constant_inputs, options.compiled))
+        connection.send(run_case(Path(task), timeout, options.constant_inputs, options.compiled, options.backend))
 
 
 class _Worker:
@@ -495,7 +506,7 @@ def run_cases(case_dirs: list[Path], jobs: int = 2, timeout: float | None = TIME
 
     if jobs <= 0:
         for case_dir in case_dirs:
-            record(case_dir, run_case(case_dir, timeout, options.constant_inputs, options.compiled))
+            record(case_dir, run_case(case_dir, timeout, options.constant_inputs, options.compiled, options.backend))
         return [results[c] for c in case_dirs]
 
     methods = multiprocessing.get_all_start_methods()
@@ -587,14 +598,15 @@ def by_op(results: list[dict]) -> list[tuple[str, dict[str, int]]]:
 
 
 def write_markdown(results: list[dict], path: Path, command: str, date: str, onnx_version: str,
-                   compiled: bool = False) -> None:
+                   compiled: bool = False, backend: str = "webgpu") -> None:
     total = totals(results)
     rate = 100.0 * total["pass"] / total["cases"] if total["cases"] else 0.0
+    backend_name, backend_how = BACKEND_WORDS[backend]
     how = ("relaxweb's frontend, compiled by the whole pipeline into a bundle and run by the Python runtime",
-           "on WebGPU (wgpu; Mesa's lavapipe on a machine without a GPU; no bounds given),") if compiled else (
+           backend_how) if compiled else (
            "relaxweb's frontend and run in the reference interpreter (`relaxweb.ir.interpreter.run_module`),", "")
     lines = [
-        "# ONNX operator test suite" + (" through the compiler and WebGPU" if compiled else ""),
+        "# ONNX operator test suite" + (f" through the compiler and {backend_name}" if compiled else ""),
         "",
         "ONNX's backend node tests (one model per case, from the installed `onnx` package), imported by",
         *(line for line in how if line),
@@ -683,6 +695,9 @@ def command_run(args: argparse.Namespace) -> int:
     if not load_index(cases_dir):
         print(f"no generated cases in {cases_dir}: generating them first", file=sys.stderr)
         generate(cases_dir, log=lambda text: print(text, file=sys.stderr))
+    if args.backend != "webgpu" and not args.compiled:
+        print("--backend picks how --compiled runs a bundle: give --compiled too", file=sys.stderr)
+        return 2
     entries = load_index(cases_dir)
     if args.filter:
         entries = [e for e in entries if args.filter.lower() in e["name"].lower()]
@@ -704,7 +719,7 @@ def command_run(args: argparse.Namespace) -> int:
 
     dirs = [cases_dir / e["dir"] for e in entries]
     results = run_cases(dirs, args.jobs, args.timeout if args.timeout > 0 else None, progress,
-                        options=RunOptions(args.constant_inputs, args.compiled),
+                        options=RunOptions(args.constant_inputs, args.compiled, args.backend),
                         # wasmtime reserves gigabytes of address space for a module's memory
                         memory_limit_gb=None if args.compiled else 4.0)
     for entry, result in zip(entries, results):
@@ -718,17 +733,18 @@ def command_run(args: argparse.Namespace) -> int:
     total = totals(results)
     report = {"command": command, "date": date, "onnx_version": onnx.__version__, "rtol": RTOL, "atol": ATOL,
               "timeout_s": args.timeout, "constant_inputs": args.constant_inputs, "compiled": args.compiled,
+              "backend": args.backend if args.compiled else None,
               "seconds": round(time.perf_counter() - started, 1), "totals": total,
               "by_op": {label: counts for label, counts in by_op(results)}, "cases": results}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1) + "\n")
     print(f"wrote {out}", file=sys.stderr)
-    default_doc = DEFAULT_COMPILED_DOC if args.compiled else DEFAULT_DOC
+    default_doc = DEFAULT_DOC if not args.compiled else DEFAULT_WASM_DOC if args.backend == "wasm" else DEFAULT_COMPILED_DOC
     subset = args.filter or args.constant_inputs or args.per_op
     doc = args.doc if args.doc is not None else (None if subset else str(default_doc))
     if doc:
-        write_markdown(results, Path(doc), command, date, onnx.__version__, args.compiled)
+        write_markdown(results, Path(doc), command, date, onnx.__version__, args.compiled, args.backend)
         print(f"wrote {doc}", file=sys.stderr)
     print(f"{total['cases']} cases: {total['pass']} passed, {total['fail']} failed, "
           f"{total['unsupported']} unsupported, {_plural(total['error'], 'error')} "
@@ -778,6 +794,9 @@ def make_parser() -> argparse.ArgumentParser:
     run.add_argument("--compiled", action="store_true",
                      help="compile each case into a bundle and run it with the Python runtime (wgpu) instead of "
                      "the reference interpreter; compile errors (no GPU lowering, dtypes) count as unsupported")
+    run.add_argument("--backend", choices=("webgpu", "wasm"), default="webgpu",
+                     help="with --compiled: run each bundle on WebGPU (wgpu, default) or on its kernels.wasm "
+                     f"(wasmtime); an unfiltered wasm run writes {DEFAULT_WASM_DOC.relative_to(REPO)}")
     run.add_argument("--per-op", type=int, default=0, metavar="N",
                      help="only the first N cases (by name) of each op type: the subset CI runs")
     run.add_argument("--check", action="store_true",

@@ -29,3 +29,7 @@ npm test
 # fails on a wrong value, a crash or a timeout (docs/onnx-node-tests-gpu.md has the table).
 python3 scripts/onnx_node_tests.py run --compiled --check --timeout 120 --cases .cache/ci-onnx-node-tests \
   --out .cache/ci-onnx-node-tests/results.json --doc ""
+# The same cases, each bundle run on its kernels.wasm (wasmtime, no GPU; ~200 s here):
+# the wasm backend must match ONNX's outputs wherever the WebGPU path does.
+python3 scripts/onnx_node_tests.py run --compiled --backend wasm --check --timeout 120 \
+  --cases .cache/ci-onnx-node-tests --out .cache/ci-onnx-node-tests/results-wasm.json --doc ""

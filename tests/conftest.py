@@ -2,8 +2,13 @@
 
 The marks ``gpu``, ``browser`` and ``slow`` are registered in pyproject.toml; every test runs
 by default, and ``python3 -m pytest -m "not gpu and not browser and not slow"`` is the unit
-tier.  A test gets ``gpu`` here when it uses a wgpu device fixture; tests that run a bundle
-with the Python runtime ``Session`` without one are marked where they are written.
+tier.  A test gets ``gpu`` here when it uses a wgpu device fixture, or the ``backend``
+fixture at its "webgpu" value; tests that run a bundle with the Python runtime ``Session``
+without either are marked where they are written.
+
+``backend``: each test that compares a bundle's outputs with onnxruntime takes it and loads
+the bundle with ``tests.helpers.load_bundle(folder, backend)``, so it runs once on WebGPU
+(wgpu) and once on the bundle's kernels.wasm (wasmtime; no GPU, so no ``gpu`` mark).
 """
 
 import pytest
@@ -14,11 +19,15 @@ from relaxweb.runtime.webgpu import default_device
 
 #: Fixtures that hold a wgpu device (tests/test_runtime_python.py has its own).
 GPU_FIXTURES = {"device", "gpu_device"}
+#: The Python runtime's backends every onnxruntime comparison runs on (``backend`` below).
+BACKENDS = ("webgpu", "wasm")
 
 
 def pytest_collection_modifyitems(items):
     for item in items:
-        if GPU_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+        callspec = getattr(item, "callspec", None)
+        on_webgpu = callspec is not None and callspec.params.get("backend") == "webgpu"
+        if on_webgpu or GPU_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.gpu)
 
 
@@ -29,6 +38,17 @@ def verify_the_ir_after_every_pass():
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(VERIFY_ENVIRONMENT_VARIABLE, "1")
         yield
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def backend(request) -> str:
+    """The backend the test's bundles run on: "webgpu" (skipped without any adapter, like
+    ``device``) or "wasm".  Module-scoped: module fixtures that load a bundle can take it, and
+    pytest runs a module's webgpu tests, then its wasm tests, keeping the module's other
+    fixtures (exports, builds) for both."""
+    if request.param == "webgpu":
+        request.getfixturevalue("device")
+    return request.param
 
 
 @pytest.fixture(scope="session")

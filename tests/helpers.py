@@ -81,6 +81,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+import relaxweb
+
 EPS32 = float(np.finfo(np.float32).eps)  # 2**-23
 
 
@@ -166,6 +168,29 @@ def make_model(nodes: Iterable[onnx.NodeProto], inputs, outputs, initializers=No
     if check:
         onnx.checker.check_model(onnx.shape_inference.infer_shapes(model))
     return model
+
+
+def load_bundle(folder: str | Path, backend: str, **options):
+    """The bundle in ``folder`` loaded by the Python runtime on ``backend`` (the ``backend``
+    fixture of tests/conftest.py: "webgpu" or "wasm"), checked to be on it: never a silent
+    fallback.  ``options`` are ``relaxweb.load``'s (the WebGPU ones only for "webgpu")."""
+    session = relaxweb.load(folder, backend=backend, **options)
+    assert session.backend == backend, (session.backend, backend)
+    return session
+
+
+_BUILDS: dict[tuple, Path] = {}
+
+
+def build_once(model: onnx.ModelProto | str | Path, folder: Path, **options) -> Path:
+    """The bundle of ``model`` (in memory or a file) built by ``relaxweb.build`` with
+    ``options`` into ``folder``, once per test session: a later call with an equal model and
+    options (the same test on the other backend) gets the first call's folder, unbuilt."""
+    source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(Path(model).resolve())
+    key = (source, json.dumps(options, sort_keys=True, default=str))
+    if key not in _BUILDS:
+        _BUILDS[key] = relaxweb.build(model, folder, **options).path
+    return _BUILDS[key]
 
 
 def onnxruntime_outputs(model: onnx.ModelProto | str | Path, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:

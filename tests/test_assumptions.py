@@ -37,7 +37,7 @@ from relaxweb.ir.interpreter import run_module
 from relaxweb.ir.op_registry import AssumptionError, DeductionError
 from relaxweb.ops import call_op
 from relaxweb.ops.common import DimOf, require_equal
-from tests.helpers import F32_LOOSE, MODEL, assert_close, in_the_browser, make_model, onnxruntime_outputs, rand
+from tests.helpers import F32_LOOSE, MODEL, assert_close, in_the_browser, load_bundle, make_model, onnxruntime_outputs, rand
 
 ROOT = Path(__file__).resolve().parent.parent
 n, m, h = SizeVar("n"), SizeVar("m"), SizeVar("h")
@@ -283,12 +283,11 @@ def pyramid_bundles(pyramid_models: Path, tmp_path_factory) -> dict[str, Path]:
 
 
 @pytest.mark.slow
-@pytest.mark.gpu
 @pytest.mark.parametrize("name", PYRAMIDS)
-def test_pyramids_build_once_and_match_onnxruntime(name: str, pyramid_models: Path, pyramid_bundles) -> None:
+def test_pyramids_build_once_and_match_onnxruntime(backend, name: str, pyramid_models: Path, pyramid_bundles) -> None:
     sizes, wrong, error = PYRAMIDS[name]
     model_path = str(pyramid_models / f"{name}.onnx")
-    session = relaxweb.load(pyramid_bundles[name])
+    session = load_bundle(pyramid_bundles[name], backend)
     reference = ort.InferenceSession(model_path, providers=["CPUExecutionProvider"])
     for height, width in sizes:
         image = _image(height, width)

@@ -29,9 +29,8 @@ from relaxweb.ir.op_registry import AssumptionError
 from relaxweb.library.attention import attention_reference
 from relaxweb.ops import DeductionError, call_op
 from relaxweb.passes import fuse_attention
-from relaxweb.runtime.webgpu import Session
 from tests.gpu_kernels import run_compiled
-from tests.helpers import F32_LOOSE, assert_close, make_model, onnxruntime_outputs, rand
+from tests.helpers import F32_LOOSE, assert_close, load_bundle, make_model, onnxruntime_outputs, rand
 
 HEADS, HEAD, VALUE_HEAD = 3, 16, 8
 NEG = np.float32(-3.4028235e38)  # torch's finfo(float32).min mask
@@ -132,7 +131,7 @@ def _feeds(batch: int, seq: int, mask_dims: str, transposed_keys: bool, seed: in
 
 @pytest.mark.parametrize("scale_op, mask_dims, transposed_keys", [
     ("Mul", "rows", True), ("Div", "keys", False)], ids=["bert-layout", "divide-key-mask"])
-def test_one_fused_build_matches_onnxruntime_at_every_length(device, tmp_path, scale_op, mask_dims,
+def test_one_fused_build_matches_onnxruntime_at_every_length(backend, tmp_path, scale_op, mask_dims,
                                                              transposed_keys) -> None:
     model = attention_model(scale_op, mask_dims, transposed_keys)
     module = import_model(model)
@@ -142,7 +141,7 @@ def test_one_fused_build_matches_onnxruntime_at_every_length(device, tmp_path, s
     assert [p.builder for p in compiled.programs.values() if isinstance(p, LibraryKernel)] == ["attention"]
     assert not any("softmax" in name for name in compiled.programs)
     write_bundle(compiled, tmp_path / "bundle", "model")
-    session = Session(tmp_path / "bundle", device=device)
+    session = load_bundle(tmp_path / "bundle", backend)
     for index, (batch, seq) in enumerate(SHAPES):
         feeds = _feeds(batch, seq, mask_dims, transposed_keys, seed=10 * index)
         wanted = onnxruntime_outputs(model, feeds)[0]

@@ -1,7 +1,7 @@
 """onnxruntime's contrib ops (``com.microsoft``) on hand-built models, against onnxruntime.
 
 Each case is a small model with symbolic dims; it runs in the reference interpreter and, built
-once into a bundle, on WebGPU (wgpu) at two or more shapes, each compared with onnxruntime's
+once into a bundle, on WebGPU (wgpu) and on kernels.wasm at two or more shapes, each compared with onnxruntime's
 CPU kernels (the numeric reference of these ops).  The models onnxruntime's transformer
 optimizer writes are in ``tests/test_optimized_models.py``.
 """
@@ -19,7 +19,7 @@ from onnx import TensorProto, helper
 
 import relaxweb
 from relaxweb.errors import UnsupportedModelError
-from tests.helpers import F32, F32_LOOSE, Tolerance, assert_close, make_model, onnxruntime_outputs, rand
+from tests.helpers import F32, F32_LOOSE, Tolerance, assert_close, build_once, load_bundle, make_model, onnxruntime_outputs, rand
 
 MS = "com.microsoft"
 OPSETS = {"": 17, MS: 1}
@@ -45,11 +45,10 @@ class Case:
     expected: Callable[[dict], list] | None = None
 
 
-def check_case(case: Case, device, folder) -> None:
-    """The interpreter and the built bundle on WebGPU against onnxruntime at every shape."""
+def check_case(case: Case, backend, folder) -> None:
+    """The interpreter and the built bundle on ``backend`` against onnxruntime at every shape."""
     names = [o.name for o in case.model.graph.output]
-    relaxweb.build(case.model, folder, bounds=case.bounds)
-    session = relaxweb.load(folder, device=device)
+    session = load_bundle(build_once(case.model, folder, bounds=case.bounds), backend)
     for seed, dims in enumerate(case.shapes):
         feeds = case.feeds(dims, seed)
         expected = case.expected(feeds) if case.expected else onnxruntime_outputs(case.model, feeds)
@@ -57,7 +56,7 @@ def check_case(case: Case, device, folder) -> None:
         actual = session.run(feeds)
         for name, want in zip(names, expected):
             assert_close(reference[name], want, case.tolerance, err_msg=f"interpreter, {name} at {dims}")
-            assert_close(actual[name], want, case.tolerance, err_msg=f"WebGPU, {name} at {dims}")
+            assert_close(actual[name], want, case.tolerance, err_msg=f"{backend}, {name} at {dims}")
 
 
 SHAPES = [{"batch": 2, "seq": 5}, {"batch": 1, "seq": 1}, {"batch": 3, "seq": 8}]
@@ -199,8 +198,8 @@ CASES = {**activation_cases(), **fused_matmul_cases(), **normalization_cases()}
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_contrib_op_matches_onnxruntime(name: str, device, tmp_path) -> None:
-    check_case(CASES[name], device, tmp_path / "bundle")
+def test_contrib_op_matches_onnxruntime(backend, name: str, tmp_path) -> None:
+    check_case(CASES[name], backend, tmp_path / "bundle")
 
 
 # Attention ---------------------------------------------------------------------------------------
@@ -354,8 +353,8 @@ ATTENTION_CASES = {**attention_cases(), **multi_head_attention_cases()}
 
 
 @pytest.mark.parametrize("name", sorted(ATTENTION_CASES))
-def test_attention_op_matches_onnxruntime(name: str, device, tmp_path) -> None:
-    check_case(ATTENTION_CASES[name], device, tmp_path / "bundle")
+def test_attention_op_matches_onnxruntime(backend, name: str, tmp_path) -> None:
+    check_case(ATTENTION_CASES[name], backend, tmp_path / "bundle")
 
 
 def rotary_cases() -> dict[str, Case]:
@@ -395,8 +394,8 @@ ROTARY_CASES = rotary_cases()
 
 
 @pytest.mark.parametrize("name", sorted(ROTARY_CASES))
-def test_rotary_embedding_matches_onnxruntime(name: str, device, tmp_path) -> None:
-    check_case(ROTARY_CASES[name], device, tmp_path / "bundle")
+def test_rotary_embedding_matches_onnxruntime(backend, name: str, tmp_path) -> None:
+    check_case(ROTARY_CASES[name], backend, tmp_path / "bundle")
 
 
 # GroupQueryAttention -----------------------------------------------------------------------------
@@ -455,19 +454,18 @@ GQA_CASES = {
 
 
 @pytest.mark.parametrize("name", sorted(GQA_CASES))
-def test_group_query_attention_matches_onnxruntime(name: str, device, tmp_path) -> None:
+def test_group_query_attention_matches_onnxruntime(backend, name: str, tmp_path) -> None:
     """Compared where onnxruntime defines the results: every output row of a real token, and
     the present cache's rows below each entry's total length (the rest is unspecified)."""
     attrs, runs = GQA_CASES[name]
     attrs = dict(attrs)
     model = gqa_model(packed=attrs.pop("packed", False), with_past=attrs.pop("with_past", True),
                       seqlens_2d=attrs.pop("seqlens_2d", False), **attrs)
-    relaxweb.build(model, tmp_path / "bundle")
-    session = relaxweb.load(tmp_path / "bundle", device=device)
+    session = load_bundle(build_once(model, tmp_path / "bundle"), backend)
     for seed, (batch, seq, past, totals) in enumerate(runs):
         feeds = gqa_feeds(model, batch, seq, past, totals, seed * 10)
         expected = dict(zip(["output", "present_key", "present_value"], onnxruntime_outputs(model, feeds)))
-        for where, actual in (("interpreter", relaxweb.run_reference(model, feeds)), ("WebGPU", session.run(feeds))):
+        for where, actual in (("interpreter", relaxweb.run_reference(model, feeds)), (backend, session.run(feeds))):
             for b, total in enumerate(totals):
                 rows = seq if past else total  # a padded prompt's tail rows are unspecified
                 assert_close(actual["output"][b, :rows], expected["output"][b, :rows], F32_LOOSE,
@@ -515,7 +513,7 @@ def test_contrib_attributes_relaxweb_cannot_do_name_the_node(node, inputs, messa
         relaxweb.inspect(model).module  # noqa: B018
 
 
-def test_a_mask_longer_than_the_keys_stops_with_the_two_lengths(device, tmp_path) -> None:
+def test_a_mask_longer_than_the_keys_stops_with_the_two_lengths(backend, tmp_path) -> None:
     """The mask names its length on its own ([batch, total]); that it is past + seq is checked
     at run time."""
     case = ATTENTION_CASES["MultiHeadAttention_past_raw_mask_unidirectional"]
@@ -523,4 +521,4 @@ def test_a_mask_longer_than_the_keys_stops_with_the_two_lengths(device, tmp_path
     feeds = case.feeds({"batch": 2, "seq": 3, "past": 2}, 0)
     feeds["mask_total"] = padded_mask(2, 7)
     with pytest.raises(relaxweb.RelaxwebError, match=r"^MultiHeadAttention node 'y': dimension 1 of mask_index is 7, expected 5 \(past \+ seq;"):
-        relaxweb.load(tmp_path / "bundle", device=device).run(feeds)
+        load_bundle(tmp_path / "bundle", backend).run(feeds)

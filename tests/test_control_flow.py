@@ -24,7 +24,7 @@ from relaxweb.ir.struct_info import PrimStructInfo
 from relaxweb.ir.well_formed import check_well_formed
 from relaxweb.ops import call_op
 from relaxweb.runtime import Session
-from tests.helpers import assert_close, in_the_browser, make_model, rand
+from tests.helpers import assert_close, in_the_browser, load_bundle, make_model, rand
 
 n, m, p, k = (SizeVar(name) for name in ("n", "m", "p", "k"))
 
@@ -79,9 +79,8 @@ def if_bundle(tmp_path_factory) -> Path:
     return folder
 
 
-@pytest.mark.gpu
 @pytest.mark.parametrize("rows", [3, 4])  # odd: then-branch, even: else-branch
-def test_if_runs_both_branches_everywhere(if_bundle, rows: int) -> None:
+def test_if_runs_both_branches_everywhere(backend, if_bundle, rows: int) -> None:
     rng = np.random.default_rng(rows)
     x = rng.standard_normal((rows, 4)).astype(np.float32)
     y = rng.standard_normal((5, 4)).astype(np.float32)
@@ -91,7 +90,7 @@ def test_if_runs_both_branches_everywhere(if_bundle, rows: int) -> None:
     compiled = compile_module(module, {"n": 16, "m": 16})
     assert any(isinstance(step, HostIf) for step in compiled.main.steps)
     assert_close(run_host_function(compiled.main, compiled.programs, {"x": x, "y": y})[0], expected)
-    outputs = Session(if_bundle).run({"x": x, "y": y})
+    outputs = load_bundle(if_bundle, backend).run({"x": x, "y": y})
     assert outputs["out"].shape == expected.shape
     assert_close(outputs["out"], expected)
 
@@ -110,9 +109,8 @@ def tensor_condition_module() -> IRModule:
     return IRModule({"main": builder.finish([result], ["out"])})
 
 
-@pytest.mark.gpu
 @pytest.mark.parametrize("flag", [0, 1, 7])
-def test_if_on_a_tensor_reads_the_condition_back(tmp_path, flag: int) -> None:
+def test_if_on_a_tensor_reads_the_condition_back(backend, tmp_path, flag: int) -> None:
     module = tensor_condition_module()
     check_well_formed(module)
     x = rand(3, 4, seed=flag)
@@ -124,7 +122,7 @@ def test_if_on_a_tensor_reads_the_condition_back(tmp_path, flag: int) -> None:
     assert compiled.main.read_slots == 1
     assert_close(run_host_function(compiled.main, compiled.programs, inputs)[0], expected)
     write_bundle(compiled, tmp_path / "bundle", "tensor_condition")
-    session = Session(tmp_path / "bundle")
+    session = load_bundle(tmp_path / "bundle", backend)
     assert_close(session.run(inputs)["out"], expected)
     assert session.last_read_count == 1
 
@@ -164,23 +162,21 @@ def unique_bundle(tmp_path_factory) -> Path:
     return folder
 
 
-@pytest.mark.gpu
 @pytest.mark.parametrize("x", UNIQUE_CASES, ids=lambda x: f"n{x.size}")
-def test_unique_then_ops_in_k_run_everywhere(unique_bundle, x: np.ndarray) -> None:
+def test_unique_then_ops_in_k_run_everywhere(backend, unique_bundle, x: np.ndarray) -> None:
     expected = np.unique(x) * 2
     module = unique_module()
     assert_close(run_module(module, {"x": x})[0], expected)
     compiled = compile_module(module, {"n": 64, "k": 6})
     assert_close(run_host_function(compiled.main, compiled.programs, {"x": x})[0], expected)
-    session = Session(unique_bundle)
+    session = load_bundle(unique_bundle, backend)
     out = session.run({"x": x})["out"]
     assert out.shape == expected.shape
     assert_close(out, expected)
     assert session.last_read_count == 1
 
 
-@pytest.mark.gpu
-def test_unique_of_int64_runs_on_the_gpu(tmp_path: Path) -> None:
+def test_unique_of_int64_runs_on_each_backend(backend, tmp_path: Path) -> None:
     """The library kernels take the element type of the device dtype (int64 is i32 there)."""
     builder = FunctionBuilder("main")
     x = builder.add_param("x", TensorStructInfo((n,), "int64"))
@@ -189,7 +185,8 @@ def test_unique_of_int64_runs_on_the_gpu(tmp_path: Path) -> None:
     module = IRModule({"main": builder.finish([out], ["out"])})
     write_bundle(compile_module(module, {"n": 64, "k": 8}), tmp_path / "bundle", "unique_int64")
     x_value = np.array([7, -3, 7, 2**31 - 1, -3, 0], np.int64)
-    np.testing.assert_array_equal(Session(tmp_path / "bundle").run({"x": x_value})["out"], np.unique(x_value))
+    np.testing.assert_array_equal(load_bundle(tmp_path / "bundle", backend).run({"x": x_value})["out"],
+                                  np.unique(x_value))
 
 
 @pytest.mark.gpu
@@ -246,11 +243,10 @@ def two_output_if_model():
     return make_model(nodes, [("x", ["n", 3])], ["y", "second"], {"zero": np.array(0, np.float32)}, opset=17)
 
 
-@pytest.mark.gpu
-def test_an_onnx_if_with_two_outputs_matches_onnxruntime(device, tmp_path) -> None:
+def test_an_onnx_if_with_two_outputs_matches_onnxruntime(backend, tmp_path) -> None:
     model = two_output_if_model()
     relaxweb.build(model, tmp_path / "bundle")
-    session = relaxweb.load(tmp_path / "bundle", device=device)
+    session = load_bundle(tmp_path / "bundle", backend)
     reference = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     for rows, sign in ((2, 1.0), (5, -1.0)):
         feeds = {"x": sign * np.abs(rand(rows, 3, seed=rows))}

@@ -38,7 +38,7 @@ from relaxweb.ops import OPS
 from relaxweb.passes import legalize_ops
 from relaxweb.wgsl import emit_wgsl
 from tests import helpers
-from tests.helpers import ONNX_CASE, assert_close, onnx_node_cases
+from tests.helpers import ONNX_CASE, assert_close, load_bundle, onnx_node_cases
 
 # ONNX op type -> the module of onnx.backend.test.case.node that generates its cases
 ONNX_CASE_MODULES = {
@@ -337,12 +337,11 @@ def test_cnn_shapes_are_symbolic() -> None:
 
 
 @pytest.mark.parametrize("name", ["cnn", "resize"])
-def test_bundle_runs_on_webgpu(name: str, device, tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The whole pipeline, WGSL and the host module, at several sizes within the bounds."""
+def test_bundle_runs_on_each_backend(backend, name: str, tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The whole pipeline, WGSL or kernels.wasm and the host module, at several sizes within the bounds."""
     from relaxweb.bundle import write_bundle
     from relaxweb.compiler import compile_module
     from relaxweb.frontend.converters import shape_values
-    from relaxweb.runtime import Session
 
     # Resize's sizes as the shape value itself, not also as an (unused, int64) tensor
     monkeypatch.setitem(shape_values.SHAPE_OPERANDS, "Resize",
@@ -352,7 +351,7 @@ def test_bundle_runs_on_webgpu(name: str, device, tmp_path, monkeypatch: pytest.
     model = make()
     compiled = compile_module(from_onnx(model), {"batch": 2, "height": 32, "width": 32})
     write_bundle(compiled, tmp_path / name, f"{name}.onnx")
-    session = Session(tmp_path / name, device=device)
+    session = load_bundle(tmp_path / name, backend)
     for shapes in sizes:
         feeds = symbolic_feeds(shapes)
         expected = run_onnxruntime(model, feeds)

@@ -1,7 +1,9 @@
 """End-to-end tests of the ``relaxweb`` command line, run as a subprocess like a user would.
 
 The MLP of ``examples/make_mlp.py`` is built once with ``--bound batch=64`` and run with the
-Python runtime (wgpu; lavapipe on CI) at several batch sizes, against onnxruntime.
+Python runtime at several batch sizes, against onnxruntime: ``relaxweb run DIR --backend
+webgpu`` (wgpu; lavapipe on CI) and ``--backend wasm`` (kernels.wasm on wasmtime), and
+``relaxweb run DIR --browser --backend wasm`` in headless Chromium.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from examples.make_mlp import make_mlp
-from tests.helpers import MODEL, assert_close, make_model, rand
+from tests.helpers import MODEL, assert_close, in_the_browser, make_model, rand
 
 pytestmark = pytest.mark.slow  # the command line in subprocesses, a second or more each
 
@@ -102,14 +104,29 @@ def test_opt_level_0_builds_one_kernel_per_op(workdir: Path, model: Path) -> Non
     assert result.returncode == 2 and "invalid choice: 2" in result.stderr
 
 
-@pytest.mark.gpu
+RAN_IN = {"webgpu": "ran in Python runtime (wgpu)", "wasm": "ran in Python runtime (kernels.wasm on wasmtime)",
+          "browser-wasm": "ran in headless Chromium (kernels.wasm)"}
+
+
 @pytest.mark.parametrize("batch", [1, 5, 64])
-def test_run_matches_onnxruntime(workdir: Path, model: Path, bundle: Path, batch: int) -> None:
+def test_run_matches_onnxruntime(backend: str, workdir: Path, model: Path, bundle: Path, batch: int) -> None:
+    check_run_against_onnxruntime(workdir, model, bundle, batch, backend, "--backend", backend)
+
+
+@in_the_browser
+def test_run_in_chromium_on_the_wasm_backend_matches_onnxruntime(workdir: Path, model: Path, bundle: Path) -> None:
+    check_run_against_onnxruntime(workdir, model, bundle, 5, "browser-wasm", "--browser", "--backend", "wasm")
+
+
+def check_run_against_onnxruntime(workdir: Path, model: Path, bundle: Path, batch: int, where: str, *options: str) -> None:
+    """``relaxweb run`` with ``options`` on ``batch`` rows: onnxruntime's probabilities, and the
+    line that says where it ran (``RAN_IN[where]``)."""
     x = rand(batch, 64, seed=batch)
     inputs = write_inputs(workdir, f"inputs_{batch}.npz", x)
-    out = workdir / f"outputs_{batch}.npz"
-    result = relaxweb("run", bundle, "--inputs", inputs, "--out", out, cwd=workdir)
+    out = workdir / f"outputs_{batch}_{where}.npz"
+    result = relaxweb("run", bundle, "--inputs", inputs, "--out", out, *options, cwd=workdir)
     assert result.returncode == 0, result.stderr
+    assert RAN_IN[where] in result.stderr
     assert result.stdout.startswith(f"probabilities: float32[{batch}, 10] ")
     with np.load(out) as data:
         assert data.files == ["probabilities"]

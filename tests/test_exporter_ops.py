@@ -1,7 +1,8 @@
 """Ops that exported models from the wild use (tf2onnx's ReverseSequence for bidirectional
 RNNs, OneHot, integer Mod, the bitwise ops, EyeLike, CumProd, LpPool, Shrink), each on a
-hand-built model with symbolic dims: built once into a bundle, run on WebGPU (wgpu) at two or
-more shapes and in the reference interpreter, both compared with onnxruntime's CPU kernels.
+hand-built model with symbolic dims: built once into a bundle, run on WebGPU (wgpu) and on
+kernels.wasm at two or more shapes and in the reference interpreter, each compared with
+onnxruntime's CPU kernels.
 ONNX's node cases for these ops run through the compiler in ``scripts/onnx_node_tests.py``.
 """
 
@@ -20,7 +21,7 @@ from relaxweb.ir.parser import parse_module
 from relaxweb.ir.printer import format_module, module_constants
 from relaxweb.ir.structural import assert_structural_equal
 from relaxweb.passes import pipeline, run_pipeline
-from tests.helpers import F32, F32_LOOSE, FLOAT16, Tolerance, assert_close, make_model, onnxruntime_outputs, rand
+from tests.helpers import F32, F32_LOOSE, FLOAT16, Tolerance, assert_close, build_once, load_bundle, make_model, onnxruntime_outputs, rand
 
 FLOAT, INT32, INT64 = TensorProto.FLOAT, TensorProto.INT32, TensorProto.INT64
 
@@ -36,16 +37,15 @@ class Case:
     tolerance: Tolerance = F32
 
 
-def check_case(case: Case, device, folder) -> None:
-    """The interpreter and the built bundle on WebGPU against onnxruntime at every shape;
+def check_case(case: Case, backend: str, folder) -> None:
+    """The interpreter and the built bundle on ``backend`` against onnxruntime at every shape;
     integer and bool results exactly."""
     names = [o.name for o in case.model.graph.output]
-    relaxweb.build(case.model, folder)
-    session = relaxweb.load(folder, device=device)
+    session = load_bundle(build_once(case.model, folder), backend)
     for seed, make_feeds in enumerate(case.feeds):
         feeds = make_feeds(seed)
         expected = onnxruntime_outputs(case.model, feeds)
-        for where, actual in (("interpreter", relaxweb.run_reference(case.model, feeds)), ("WebGPU", session.run(feeds))):
+        for where, actual in (("interpreter", relaxweb.run_reference(case.model, feeds)), (backend, session.run(feeds))):
             for name, want in zip(names, expected):
                 message = f"{where}, {name}, feeds {seed}"
                 assert actual[name].shape == want.shape and actual[name].dtype == want.dtype, message
@@ -244,11 +244,11 @@ CASES = {
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_op_matches_onnxruntime(name: str, device, tmp_path) -> None:
-    check_case(CASES[name](), device, tmp_path / "bundle")
+def test_op_matches_onnxruntime(backend, name: str, tmp_path) -> None:
+    check_case(CASES[name](), backend, tmp_path / "bundle")
 
 
-def test_one_hot_depth_from_a_shape_gives_a_symbolic_result(device, tmp_path) -> None:
+def test_one_hot_depth_from_a_shape_gives_a_symbolic_result(backend, tmp_path) -> None:
     """A depth computed from an input's shape stays symbolic: the result is [n, classes],
     with no read-back."""
     model = make_model(
@@ -261,7 +261,7 @@ def test_one_hot_depth_from_a_shape_gives_a_symbolic_result(device, tmp_path) ->
     assert 'y: Tensor((n, classes), "float32") = one_hot(' in text
     check_case(Case(model, [lambda seed: {"labels": np.array([2, 0, -1], np.int64), "logits": rand(3, 4)},
                             lambda seed: {"labels": np.array([6, -7], np.int64), "logits": rand(2, 7)}]),
-               device, tmp_path / "bundle")
+               backend, tmp_path / "bundle")
 
 
 def test_reverse_sequence_axes_other_than_0_and_1_are_refused() -> None:

@@ -29,7 +29,7 @@ from relaxweb.frontend import from_onnx
 from relaxweb.frontend.onnx import symbolic_vars
 from relaxweb.ir.expr import MatchCast
 from relaxweb.ir.interpreter import run_module
-from tests.helpers import assert_close, make_model, onnxruntime_outputs, rand
+from tests.helpers import assert_close, build_once, load_bundle, make_model, onnxruntime_outputs, rand
 
 ROOT = Path(__file__).resolve().parent.parent
 INT64_MAX = 2**63 - 1
@@ -355,10 +355,10 @@ def test_kept_rows_are_a_symbolic_select() -> None:
 
 
 @pytest.mark.parametrize("name", EXPORTER_MODELS)
-def test_shape_subgraphs_match_onnxruntime_from_one_build(name: str, device, tmp_path: Path) -> None:
+def test_shape_subgraphs_match_onnxruntime_from_one_build(backend, name: str, tmp_path: Path) -> None:
     make, _, runs = EXPORTER_MODELS[name]
     model = make()
-    session = relaxweb.build(model, tmp_path / "dist").load()
+    session = load_bundle(build_once(model, tmp_path / "dist"), backend)
     assert session.manifest["read_slots"] == 0  # nothing read back from the GPU
     for index, shapes in enumerate(runs):
         feeds = feeds_of(shapes, seed=index)
@@ -388,7 +388,7 @@ def test_a_refuted_fact_in_shape_arithmetic_is_an_error_not_a_wrong_shape() -> N
                              ints(target=[4, -1])))
 
 
-def test_a_sentinel_slice_end_is_clamped_not_taken_for_the_extent(device, tmp_path: Path) -> None:
+def test_a_sentinel_slice_end_is_clamped_not_taken_for_the_extent(backend, tmp_path: Path) -> None:
     """jax2tf + tf2onnx slice "to the end" with an end of 1000000000 on a symbolic dim, then
     reshape to a shape computed from the input: the extent is min(1000000000, n), never the
     constant 1000000000 (which made the Reshape's element counts differ)."""
@@ -401,7 +401,7 @@ def test_a_sentinel_slice_end_is_clamped_not_taken_for_the_extent(device, tmp_pa
     module = from_onnx(model)
     sliced = next(b.var for b in module.main.bindings() if "all_rows" in b.var.name)
     assert str(sliced.struct_info) == "Tensor((min(1000000000, n), 4), float32)"
-    session = relaxweb.build(model, tmp_path / "dist").load()
+    session = load_bundle(build_once(model, tmp_path / "dist"), backend)
     for n in (1, 3):
         feeds = {"x": rand(n, 4, seed=n)}
         assert_close(run_module(module, feeds)[0], onnxruntime_outputs(model, feeds)[0])

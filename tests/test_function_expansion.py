@@ -8,11 +8,10 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-import relaxweb
 from relaxweb.errors import UnsupportedModelError
 from relaxweb.frontend.onnx import from_onnx, op_coverage
 from relaxweb.ir.printer import format_function
-from tests.helpers import F32_LOOSE, assert_close, make_model, onnxruntime_outputs, rand
+from tests.helpers import F32_LOOSE, assert_close, build_once, load_bundle, make_model, onnxruntime_outputs, rand
 
 
 
@@ -55,11 +54,10 @@ CASES = {
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_function_ops_match_onnxruntime_from_one_build(name: str, device, tmp_path) -> None:
+def test_function_ops_match_onnxruntime_from_one_build(backend, name: str, tmp_path) -> None:
     make, feeds_at = CASES[name]
     model = make()
-    relaxweb.build(model, tmp_path / "bundle")
-    session = relaxweb.load(tmp_path / "bundle", device=device)
+    session = load_bundle(build_once(model, tmp_path / "bundle"), backend)
     for make_feeds in feeds_at:
         feeds = make_feeds()
         expected = onnxruntime_outputs(model, feeds)[0]

@@ -1,9 +1,11 @@
-"""int64 and bool tensors on the GPU (WGSL has neither 64-bit integers nor bool buffers).
+"""int64 and bool tensors on the GPU (WGSL has neither 64-bit integers nor bool buffers), and
+on kernels.wasm.
 
 On the device an int64 tensor is int32 and a bool tensor is uint32 0/1 (the manifest's
 ``dtypes`` table); the runtimes convert inputs (with a range check for int64) and outputs.
 Small ONNX models with symbolic dims, built with ``build_bundle`` and run with the Python
-runtime (and two of them in headless Chromium), against onnxruntime.
+runtime on both backends (the ``backend`` fixture; and two of them in headless Chromium),
+against onnxruntime.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from relaxweb.compiler import build_bundle
 from relaxweb.errors import InputShapeError, UnsupportedModelError
-from tests.helpers import FLOAT16, assert_close, make_model, rand
+from tests.helpers import FLOAT16, assert_close, load_bundle, make_model, rand
 
 
 def _save(tmp_path: Path, name: str, nodes, inputs, outputs, initializers=()) -> Path:
@@ -92,13 +94,12 @@ def build(model: Path, tmp_path: Path, bounds: dict[str, int]) -> Path:
     return out
 
 
-def run_session(bundle: Path, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    from relaxweb.runtime import Session
+def run_session(backend: str):
+    """The Python runtime on ``backend`` (the ``backend`` fixture) as the checks' ``run``."""
+    return lambda bundle, inputs: load_bundle(bundle, backend).run(inputs)
 
-    return Session(bundle).run(inputs)
 
-
-def check_against_onnxruntime(model: Path, bundle: Path, inputs: dict[str, np.ndarray], run=run_session) -> None:
+def check_against_onnxruntime(model: Path, bundle: Path, inputs: dict[str, np.ndarray], run) -> None:
     expected = onnxruntime_outputs(model, inputs)
     actual = run(bundle, inputs)
     assert set(actual) == set(expected)
@@ -183,7 +184,7 @@ def boundary_inputs(n: int, seed: int) -> dict[str, np.ndarray]:
     }
 
 
-def check_boundary(model: Path, bundle: Path, inputs: dict[str, np.ndarray], run=run_session) -> None:
+def check_boundary(model: Path, bundle: Path, inputs: dict[str, np.ndarray], run) -> None:
     """Outputs in the model's dtypes: exact for the ints, float64 as float32 on the device
     (float32 rounding), float16 products computed in float32 and rounded once (within half an ulp of
     float16 of ONNX Runtime's)."""
@@ -219,38 +220,36 @@ def test_manifest_gives_device_dtypes_of_narrow_and_wide_dtypes(tmp_path: Path) 
 # Runs with the Python runtime ----------------------------------------------------------------
 
 
-def test_greater_where_has_a_bool_intermediate(device, tmp_path: Path) -> None:
+def test_greater_where_has_a_bool_intermediate(backend, tmp_path: Path) -> None:
     model = where_model(tmp_path)
     bundle = build(model, tmp_path, {"n": 16})
     for rows in (1, 5, 16):
         x = rand(rows, 3, seed=rows, low=-4, high=4)
-        check_against_onnxruntime(model, bundle, {"x": x})
+        check_against_onnxruntime(model, bundle, {"x": x}, run_session(backend))
 
 
-def test_int64_input_plus_int64_constant(device, tmp_path: Path) -> None:
+def test_int64_input_plus_int64_constant(backend, tmp_path: Path) -> None:
     model = int64_add_model(tmp_path)
     bundle = build(model, tmp_path, {"batch": 8})
     for rows in (1, 3, 8):
         ids = rand(rows, 3, seed=rows, low=-2**30, high=2**30, dtype=np.int64)
-        check_against_onnxruntime(model, bundle, {"ids": ids})
+        check_against_onnxruntime(model, bundle, {"ids": ids}, run_session(backend))
     edges = np.array([[-2**31 + 2, 2**31 - 1 - 1000 - 5, 2**31 - 1 - 1000]], np.int64)
-    check_against_onnxruntime(model, bundle, {"ids": edges})
+    check_against_onnxruntime(model, bundle, {"ids": edges}, run_session(backend))
 
 
-def test_equal_of_int64_then_not_then_cast(device, tmp_path: Path) -> None:
+def test_equal_of_int64_then_not_then_cast(backend, tmp_path: Path) -> None:
     model = equal_not_cast_model(tmp_path)
     bundle = build(model, tmp_path, {"n": 32})
     rng = np.random.default_rng(0)
     for length in (1, 7, 32):
         a = rng.integers(0, 3, length, dtype=np.int64)
         b = rng.integers(0, 3, length, dtype=np.int64)
-        check_against_onnxruntime(model, bundle, {"a": a, "b": b})
+        check_against_onnxruntime(model, bundle, {"a": a, "b": b}, run_session(backend))
 
 
-def test_an_int64_input_outside_int32_is_rejected(device, tmp_path: Path) -> None:
-    from relaxweb.runtime import Session
-
-    session = Session(build(int64_add_model(tmp_path), tmp_path, {"batch": 8}))
+def test_an_int64_input_outside_int32_is_rejected(backend, tmp_path: Path) -> None:
+    session = load_bundle(build(int64_add_model(tmp_path), tmp_path, {"batch": 8}), backend)
     for value in (2**31, -2**31 - 1, 2**40):
         ids = np.zeros((2, 3), np.int64)
         ids[1, 2] = value
@@ -261,11 +260,11 @@ def test_an_int64_input_outside_int32_is_rejected(device, tmp_path: Path) -> Non
     np.testing.assert_array_equal(session.run({"ids": ids})["y"], ids + [1, -2, 1000])
 
 
-def test_bool_inputs_and_outputs(device, tmp_path: Path) -> None:
+def test_bool_inputs_and_outputs(backend, tmp_path: Path) -> None:
     model = logical_model(tmp_path)
     bundle = build(model, tmp_path, {"n": 16})
     for rows in (1, 4, 16):
-        check_against_onnxruntime(model, bundle, logical_inputs(rows, rows))
+        check_against_onnxruntime(model, bundle, logical_inputs(rows, rows), run_session(backend))
 
 
 # The same models in the browser ----------------------------------------------------------------
@@ -296,7 +295,7 @@ def test_int64_and_bool_in_the_browser(which: str, tmp_path: Path) -> None:
     check_against_onnxruntime(model, bundle, inputs, run=run_in_browser)
 
 
-def test_casts_to_and_from_int64(device, tmp_path: Path) -> None:
+def test_casts_to_and_from_int64(backend, tmp_path: Path) -> None:
     """y = int64(x) (truncation toward zero), z = float(int64(x) > 1), w = int64(x > 0)."""
     one = numpy_helper.from_array(np.array(1, np.int64), "one")
     zero = numpy_helper.from_array(np.array(0.0, np.float32), "zero")
@@ -312,24 +311,24 @@ def test_casts_to_and_from_int64(device, tmp_path: Path) -> None:
                    _info("w", TensorProto.INT64, "n")], [one, zero])
     bundle = build(model, tmp_path, {"n": 16})
     x = np.array([-3.7, -0.5, 0.0, 0.5, 1.0, 1.9, 2.0, 1000.25], np.float32)
-    check_against_onnxruntime(model, bundle, {"x": x})
+    check_against_onnxruntime(model, bundle, {"x": x}, run_session(backend))
 
 
-def test_float64_float16_and_narrow_ints_at_the_boundary(device, tmp_path: Path) -> None:
+def test_float64_float16_and_narrow_ints_at_the_boundary(backend, tmp_path: Path) -> None:
     model = boundary_model(tmp_path)
     bundle = build(model, tmp_path, {"n": 16})
     for n in (1, 7, 16):
-        check_boundary(model, bundle, boundary_inputs(n, n))
+        check_boundary(model, bundle, boundary_inputs(n, n), run_session(backend))
     edge = boundary_inputs(6, 0)
     edge["a8"] = np.array([255, 250, 0, 128, 1, 200], np.uint8)
     edge["b8"] = np.array([1, 10, 0, 128, 254, 200], np.uint8)
     edge["i32"] = np.array([127, 128, -129, 255, -65536, 65535], np.int32)
     edge["x32"] = np.array([0.1, 1 / 3, 65504, -2.0, 6e-5, 1e-8], np.float32)
-    check_boundary(model, bundle, edge)
+    check_boundary(model, bundle, edge, run_session(backend))
 
 
 @pytest.mark.parametrize("columns", [5, 200])  # a serial loop; a workgroup reduction (>= 128)
-def test_max_and_min_of_narrow_ints_start_from_their_own_extremes(device, tmp_path: Path, columns: int) -> None:
+def test_max_and_min_of_narrow_ints_start_from_their_own_extremes(backend, tmp_path: Path, columns: int) -> None:
     """ReduceMax of int8 rows that are all negative, ReduceMin of uint8 rows that are all
     positive: the reductions start from -128 and 255 (the dtype table says how wide each
     dtype is), not from 0."""
@@ -342,7 +341,7 @@ def test_max_and_min_of_narrow_ints_start_from_their_own_extremes(device, tmp_pa
     rng = np.random.default_rng(columns)
     a = rng.integers(-128, 0, (3, columns), dtype=np.int8)
     b = rng.integers(1, 256, (3, columns), dtype=np.uint8)
-    outputs = run_session(bundle, {"a": a, "b": b})
+    outputs = run_session(backend)(bundle, {"a": a, "b": b})
     np.testing.assert_array_equal(outputs["largest"], a.max(axis=1))
     np.testing.assert_array_equal(outputs["smallest"], b.min(axis=1))
 
@@ -351,7 +350,7 @@ def test_max_and_min_of_narrow_ints_start_from_their_own_extremes(device, tmp_pa
     (TensorProto.INT8, np.int8), (TensorProto.UINT8, np.uint8),
     (TensorProto.INT16, np.int16), (TensorProto.UINT16, np.uint16),
 ])
-def test_casts_from_float_to_narrow_ints_truncate(device, tmp_path: Path, to: int, dtype) -> None:
+def test_casts_from_float_to_narrow_ints_truncate(backend, tmp_path: Path, to: int, dtype) -> None:
     """In-range float values truncate toward zero, like ONNX Runtime (out of range is
     undefined in ONNX); a cast back to float32 reads the narrow value."""
     nodes = [helper.make_node("Cast", ["x"], ["y"], to=to), helper.make_node("Cast", ["y"], ["z"], to=TensorProto.FLOAT)]
@@ -360,7 +359,7 @@ def test_casts_from_float_to_narrow_ints_truncate(device, tmp_path: Path, to: in
     bundle = build(model, tmp_path, {"n": 16})
     info = np.iinfo(dtype)
     x = np.array([0.0, 0.9, -0.9, 1.5, info.max - 0.5, info.min + 0.5, 7.99, info.max, info.min], np.float32)
-    check_against_onnxruntime(model, bundle, {"x": x})
+    check_against_onnxruntime(model, bundle, {"x": x}, run_session(backend))
 
 
 @_browser_test

@@ -3,7 +3,8 @@ host loop (``HostLoop``: one stage per iteration, ``relaxweb/ops/loop.py`` and
 ``relaxweb/library/loop.py`` write the carried and stacked storages).
 
 - ONNX's node cases for Loop and Scan that use only tensors pass on wgpu; those with
-  sequence or optional types are one clear unsupported-op error.
+  sequence or optional types are one clear unsupported-op error; each compiled check runs on
+  wgpu and on kernels.wasm (the ``backend`` fixture).
 - A Scan whose length is symbolic (a simple RNN over the scan axis, reading its weights from
   the outer scope; every direction and axis attribute) is built once and matches
   onnxruntime at three lengths, in the interpreter, the host function, on wgpu and in
@@ -35,7 +36,7 @@ from relaxweb.ir.printer import format_module, module_constants
 from relaxweb.ir.structural import structural_equal
 from relaxweb.ir.well_formed import check_well_formed
 from relaxweb.passes import legalize_ops, plan_memory
-from tests.helpers import F32_LOOSE, ONNX_CASE, assert_close, in_the_browser, make_model, onnx_node_cases, onnxruntime_outputs, rand
+from tests.helpers import F32_LOOSE, ONNX_CASE, assert_close, build_once, in_the_browser, load_bundle, make_model, onnx_node_cases, onnxruntime_outputs, rand
 
 HIDDEN, FEATURES = 3, 2
 LENGTHS = (4, 1, 7)  # one build, three scan lengths (1: a single iteration)
@@ -108,13 +109,12 @@ def test_scan_keeps_its_length_symbolic_and_matches_onnxruntime_in_the_interpret
                 assert_close(got, want, F32_LOOSE, err_msg=f"{config} at T={length}")
 
 
-@pytest.mark.gpu
 @pytest.mark.parametrize("config", sorted(SCAN_CONFIGS))
-def test_scan_one_build_matches_onnxruntime_at_three_lengths_on_the_gpu(tmp_path, config: str) -> None:
+def test_scan_one_build_matches_onnxruntime_at_three_lengths_on_each_backend(backend, tmp_path, config: str) -> None:
     model = scan_model(**SCAN_CONFIGS[config])
     bundle = relaxweb.build(model, tmp_path)
     assert set(bundle.symbolic_vars) == {"T", "rnn_scan_iteration"}  # the host counts the iterations
-    session = relaxweb.load(tmp_path)
+    session = load_bundle(tmp_path, backend)
     for length in LENGTHS:
         feeds = scan_feeds(model, length)
         actual = session.run(feeds)
@@ -203,8 +203,7 @@ def loop_feeds(trip: int, cond: bool = True) -> dict[str, np.ndarray]:
 LOOP_RUNS = [(3, True), (8, True), (5, False), (0, True)]
 
 
-@pytest.mark.gpu
-def test_loop_with_a_trip_count_read_back_matches_onnxruntime(tmp_path) -> None:
+def test_loop_with_a_trip_count_read_back_matches_onnxruntime(backend, tmp_path) -> None:
     model = loop_model()
     module = import_model(model)
     check_well_formed(module)
@@ -213,29 +212,28 @@ def test_loop_with_a_trip_count_read_back_matches_onnxruntime(tmp_path) -> None:
     assert sum(isinstance(step, HostRead) for step in steps) == 2  # the trip count and the condition
     assert any(isinstance(step, HostLoop) for step in steps)
     relaxweb.build(model, tmp_path)
-    session = relaxweb.load(tmp_path)
+    session = load_bundle(tmp_path, backend)
     for trip, cond in LOOP_RUNS:
         feeds = loop_feeds(trip, cond)
         expected = onnxruntime_outputs(model, feeds)
         interpreted = run_module(module, feeds)
         hosted = run_host_function(compiled.main, compiled.programs, feeds)
-        on_the_gpu = session.run(feeds)
+        compiled_run = session.run(feeds)
         for position, (output, want) in enumerate(zip(model.graph.output, expected)):
             for where, got in (("interpreter", interpreted[position]), ("host", hosted[position]),
-                               ("wgpu", on_the_gpu[output.name])):
+                               (backend, compiled_run[output.name])):
                 assert got.shape == want.shape, f"{output.name} ({where}) at trip={trip}, cond={cond}"
                 assert_close(got, want, err_msg=f"{output.name} ({where}) at trip={trip}, cond={cond}")
 
 
-@pytest.mark.gpu
-def test_loop_over_the_rows_of_an_input_needs_no_read_back(tmp_path) -> None:
+def test_loop_over_the_rows_of_an_input_needs_no_read_back(backend, tmp_path) -> None:
     model = loop_model(trip_from_shape=True)
     compiled = compile_module(import_model(model))
     loops = [step for step in compiled.main.steps if isinstance(step, HostLoop)]
     assert len(loops) == 1 and str(loops[0].count) == "N"
     assert not any(isinstance(step, HostRead) for step in walk_steps(compiled.main.steps))
     relaxweb.build(model, tmp_path)
-    session = relaxweb.load(tmp_path)
+    session = load_bundle(tmp_path, backend)
     for rows in (3, 6, 1):
         feeds = {"y0": rand(4, seed=rows), "x": rand(rows, 4, seed=1)}
         actual = session.run(feeds)
@@ -336,12 +334,11 @@ def _broadcast_carry_model() -> onnx.ModelProto:
     return make_model([node], [("y0", [1]), ("x", ["N"])], ["y_last", "ys"], [trip], opset=16)
 
 
-@pytest.mark.gpu
-def test_a_carried_shape_not_provably_kept_is_checked_at_run_time(tmp_path) -> None:
+def test_a_carried_shape_not_provably_kept_is_checked_at_run_time(backend, tmp_path) -> None:
     """As Relax answers what deduction cannot prove: a match_cast, checked at every iteration."""
     model = _broadcast_carry_model()
     relaxweb.build(model, tmp_path)
-    session = relaxweb.load(tmp_path)
+    session = load_bundle(tmp_path, backend)
     feeds = {"y0": np.array([0.5], np.float32), "x": np.zeros(1, np.float32)}
     actual = session.run(feeds)
     for output, want in zip(model.graph.output, onnxruntime_outputs(model, feeds)):
@@ -363,12 +360,10 @@ def _node_cases() -> dict:
 SEQUENCE_CASES = ("test_loop13_seq", "test_loop16_seq_none")
 
 
-@pytest.mark.gpu
 @pytest.mark.parametrize("name", sorted(set(_node_cases()) - set(SEQUENCE_CASES)))
-def test_onnx_node_case_on_the_gpu(tmp_path: Path, name: str) -> None:
+def test_onnx_node_case_on_each_backend(backend, tmp_path: Path, name: str) -> None:
     case = _node_cases()[name]
-    relaxweb.build(case.model, tmp_path)
-    session = relaxweb.load(tmp_path)
+    session = load_bundle(build_once(case.model, tmp_path), backend)
     for inputs, outputs in case.data_sets:
         feeds = {value.name: np.asarray(array) for value, array in zip(case.model.graph.input, inputs)}
         actual = session.run(feeds)

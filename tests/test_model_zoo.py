@@ -1,7 +1,8 @@
 """CI's subset of the model corpus (scripts/model_zoo.py, docs/model-zoo.md): real models
-from several exporters, each built once and run with the Python runtime at two or more values
-of every dynamic dimension, every output compared with onnxruntime (1e-3 absolutely or
-relatively, the corpus's rule); two of them also run in headless Chromium.
+from several exporters, each built and run with the Python runtime on each backend (WebGPU
+and kernels.wasm: the ``backend`` fixture) at two or more values of every dynamic dimension,
+every output compared with onnxruntime (1e-3 absolutely or relatively, the corpus's rule);
+two of them also run in headless Chromium, with WebGPU and without it (kernels.wasm).
 
 The subset is the catalog's ``fast`` models (exported here with torch and transformers, in a
 subprocess, as scripts/model_zoo.py does) and its ``committed`` ones: small models of other
@@ -23,12 +24,14 @@ import onnx
 import onnxruntime
 import pytest
 
-from relaxweb.browser import run_many_in_browser
+from relaxweb.browser import browser_runs
 from tests.helpers import in_the_browser
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 
+import model_zoo  # noqa: E402
+from zoo import check as zoo_check  # noqa: E402
 from zoo.catalog import MODELS, MODELS_BY_NAME  # noqa: E402
 from zoo.check import check, compare, make_inputs  # noqa: E402
 
@@ -65,17 +68,15 @@ def assert_ok(result: dict) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.gpu
 @pytest.mark.parametrize("name", EXPORTED)
-def test_exported_model_matches_onnxruntime(name, exported, tmp_path):
-    assert_ok(check(MODELS_BY_NAME[name], model_file(name, exported), tmp_path / "bundle"))
+def test_exported_model_matches_onnxruntime(backend, name, exported, tmp_path):
+    assert_ok(check(MODELS_BY_NAME[name], model_file(name, exported), tmp_path / "bundle", paths=(backend,)))
 
 
 @pytest.mark.slow
-@pytest.mark.gpu
 @pytest.mark.parametrize("name", COMMITTED)
-def test_committed_model_matches_onnxruntime(name, tmp_path):
-    assert_ok(check(MODELS_BY_NAME[name], model_file(name, None), tmp_path / "bundle"))
+def test_committed_model_matches_onnxruntime(backend, name, tmp_path):
+    assert_ok(check(MODELS_BY_NAME[name], model_file(name, None), tmp_path / "bundle", paths=(backend,)))
 
 
 def test_committed_models_are_small_and_present():
@@ -83,6 +84,29 @@ def test_committed_models_are_small_and_present():
         path = TEST_DATA / f"{name}.onnx"
         assert path.exists(), f"{path}: missing; regenerate it (tests/data/model-zoo/README.md)"
         assert path.stat().st_size < 1 << 20, f"{path}: {path.stat().st_size} bytes, over 1 MB"
+
+
+@pytest.mark.slow  # a build
+def test_a_model_is_ok_only_when_every_path_matches(monkeypatch, tmp_path):
+    """A path whose floats are off by one makes the model wrong, naming that path; the path
+    before it stays ok (a fake Chromium path here: the wasm session's outputs, shifted)."""
+    name = "jax_byte_classifier"
+    real_run_on = zoo_check.run_on
+
+    def run_on(bundle_dir, where, runs):
+        for outputs in real_run_on(bundle_dir, "wasm", runs):
+            yield {key: value + 1 if where == "chromium-wasm" and value.dtype.kind == "f" else value
+                   for key, value in outputs.items()}
+
+    monkeypatch.setattr(zoo_check, "run_on", run_on)
+    result = check(MODELS_BY_NAME[name], model_file(name, None), tmp_path / "bundle", paths=("wasm", "chromium-wasm"))
+    assert result["paths"]["wasm"]["status"] == "ok"
+    assert result["paths"]["chromium-wasm"]["status"] == "wrong"
+    assert result["status"] == "wrong" and result["error"].startswith("chromium-wasm: at ")
+    assert result["runs"] == result["paths"]["wasm"]["runs"]
+    cells = [model_zoo.path_cell(result, path) for path in ("wasm", "chromium-wasm", "webgpu")]
+    assert cells[0] != "" and cells[1:] == ["**wrong**", ""]
+    assert model_zoo.path_cell({"status": "ok"}, "wasm") == "not checked"  # a row from before the paths
 
 
 def test_an_element_matches_within_1e3_absolutely_or_relatively():
@@ -98,9 +122,11 @@ def test_an_element_matches_within_1e3_absolutely_or_relatively():
 
 @in_the_browser
 @pytest.mark.slow
+@pytest.mark.parametrize("webgpu", [True, False], ids=["webgpu", "without-webgpu"])
 @pytest.mark.parametrize("name", BROWSER)
-def test_model_matches_onnxruntime_in_chromium(name, request, tmp_path):
-    """One build, loaded once in the page and run at every shape of the catalog."""
+def test_model_matches_onnxruntime_in_chromium(name, webgpu, request, tmp_path):
+    """One build, loaded once in the page (``backend: "auto"``: WebGPU, or kernels.wasm in a
+    Chromium without WebGPU) and run at every shape of the catalog."""
     import relaxweb
 
     model = MODELS_BY_NAME[name]
@@ -110,6 +136,8 @@ def test_model_matches_onnxruntime_in_chromium(name, request, tmp_path):
     runs = [make_inputs(model, onnx_model, values, seed=index) for index, values in enumerate(model.shapes)]
     reference = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     names = [o.name for o in reference.get_outputs()]
-    for inputs, actual in zip(runs, run_many_in_browser(tmp_path / "bundle", runs, timeout_s=300)):
+    done = browser_runs(tmp_path / "bundle", runs, timeout_s=300, webgpu=webgpu)
+    assert done.backend == ("webgpu" if webgpu else "wasm")
+    for inputs, actual in zip(runs, done.outputs, strict=True):
         for output, expected in zip(names, reference.run(None, inputs)):
             assert compare(actual[output], expected, 1e-3)[1] <= 1.0, f"{name} output {output} at {inputs.keys()}"

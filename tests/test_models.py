@@ -11,7 +11,7 @@ the network; about 20 s for all six on 2 cores, mostly the dynamo exporter).  Fo
 * the reference interpreter matches onnxruntime at each shape, and every intermediate value
   has the shape and dtype its annotation says;
 * one build per model (the whole compiler) runs every shape in the Python runtime on wgpu
-  and matches onnxruntime (the MODEL tolerance of tests/helpers.py, as the interpreter);
+  and on its kernels.wasm (the ``backend`` fixture), and matches onnxruntime (the MODEL tolerance of tests/helpers.py, as the interpreter);
 * after every pass, at opt levels 1 and 0, the module is well formed and its printed text
   parses back to a structurally equal module.
 
@@ -30,7 +30,7 @@ from relaxweb.ir.printer import format_module, module_constants
 from relaxweb.ir.structural import assert_structural_equal
 from relaxweb.ir.well_formed import check_well_formed
 from relaxweb.passes import pipeline, run_pipeline
-from tests.helpers import MODEL, assert_close
+from tests.helpers import MODEL, assert_close, load_bundle
 from tests.model_exports import (
     MODELS, CheckingInterpreter, Export, export_script, missing_exporter_packages, session_exports, symbolic_vars,
 )
@@ -161,30 +161,30 @@ def bundle_sessions():
     gc.collect()
 
 
-def compiled_session(exports: dict[str, Export], sessions: dict, name: str, folder: Path):
-    """One build per model (no bounds: storages grow), one Python-runtime session on wgpu."""
+def compiled_session(exports: dict[str, Export], sessions: dict, name: str, folder: Path, backend: str = "webgpu"):
+    """One build per model (no bounds: storages grow), one Python-runtime session per backend."""
     from relaxweb.compiler import build_bundle
-    from relaxweb.runtime import Session
 
-    if name not in sessions:
+    if not (folder / name / "manifest.json").is_file():
         build_bundle(exported(exports, name).path, folder / name)
-        sessions[name] = Session(folder / name)
-    return sessions[name]
+    if (name, backend) not in sessions:
+        sessions[name, backend] = load_bundle(folder / name, backend)
+    return sessions[name, backend]
 
 
-@pytest.mark.gpu
 @pytest.mark.parametrize(
     "name, dims",
     [(name, dims) for name, (_, shapes) in MODELS.items() for dims in shapes],
     ids=[f"{name}-{_shape_id(dims)}" for name, (_, shapes) in MODELS.items() for dims in shapes],
 )
-def test_compiled_bundle_matches_onnxruntime(exports: dict[str, Export], bundle_sessions, tmp_path_factory,
+def test_compiled_bundle_matches_onnxruntime(backend, exports: dict[str, Export], bundle_sessions, tmp_path_factory,
                                              name: str, dims: dict[str, int]) -> None:
-    """The whole compiler and the Python runtime (wgpu; lavapipe here), every shape from one build."""
+    """The whole compiler and the Python runtime (wgpu, lavapipe here; and kernels.wasm on
+    wasmtime), every shape from one build."""
     import onnxruntime as ort
 
     export = exported(exports, name)
-    session = compiled_session(exports, bundle_sessions, name, tmp_path_factory.getbasetemp())
+    session = compiled_session(exports, bundle_sessions, name, tmp_path_factory.getbasetemp(), backend)
     inputs = export_script().make_inputs(export.sidecar["inputs"], dims, seed=sum(dims.values()))
     reference = ort.InferenceSession(str(export.path), providers=["CPUExecutionProvider"])
     expected = reference.run(None, inputs)

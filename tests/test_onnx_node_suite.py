@@ -24,6 +24,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from relaxweb.runtime.wasm_session import WasmSession
 from tests.helpers import make_model
 
 REPO = Path(__file__).resolve().parent.parent
@@ -95,6 +96,22 @@ def test_supported_case_passes_through_the_compiler_and_wgpu(cases: Path, runner
     """--compiled: import, compile into a bundle, run with the Python runtime (lavapipe here)."""
     result = runner.run_case(cases / "node" / name, timeout=60, compiled=True)
     assert result["status"] == "pass", result
+
+
+@pytest.mark.parametrize("name", ["test_add", "test_relu", "test_matmul_2d", "test_softmax_example", "test_gemm_transposeA"])
+def test_supported_case_passes_through_the_compiler_and_kernels_wasm(cases: Path, runner, name: str) -> None:
+    """--compiled --backend wasm: the same bundle run on its kernels.wasm (wasmtime, no GPU)."""
+    result = runner.run_case(cases / "node" / name, timeout=60, compiled=True, backend="wasm")
+    assert result["status"] == "pass", result
+
+
+def test_a_wrong_kernels_wasm_result_fails_the_case(cases: Path, runner, monkeypatch) -> None:
+    """The wasm run really reads the wasm session's outputs: a session that answers wrong fails."""
+    run = WasmSession.run
+    monkeypatch.setattr(WasmSession, "run", lambda self, inputs, **kw: {
+        name: value + 1 for name, value in run(self, inputs, **kw).items()})
+    result = runner.run_case(cases / "node" / "test_add", timeout=60, compiled=True, backend="wasm")
+    assert result["status"] == "fail", result
 
 
 def test_runtime_inputs_can_be_made_constants(cases: Path, runner) -> None:
@@ -254,6 +271,10 @@ def test_markdown_report(runner, tmp_path: Path) -> None:
     assert "| test_c | error | KeyError (import): 'pads' |" in lines
     assert "Exp (1), ReduceMax (1)" in text
     assert runner.totals(results) == {"cases": 4, "pass": 1, "fail": 1, "unsupported": 1, "error": 1}
+    assert lines[0] == "# ONNX operator test suite"
+    for backend, title in (("webgpu", "WebGPU"), ("wasm", "kernels.wasm")):
+        runner.write_markdown(results, path, "run --compiled", "2024-01-02", "1.2.3", compiled=True, backend=backend)
+        assert path.read_text().splitlines()[0] == f"# ONNX operator test suite through the compiler and {title}"
 
 
 @pytest.mark.slow  # a subprocess

@@ -1,6 +1,6 @@
 """Models onnxruntime's transformer optimizer wrote (com.microsoft contrib ops), and float16
-conversions, built once each and run on WebGPU (the Python runtime) at several shapes against
-onnxruntime running the same model.
+conversions, built once each and run on WebGPU and on kernels.wasm (the Python runtime's two
+backends) at several shapes against onnxruntime running the same model.
 
 ``scripts/export_optimized_models.py`` exports tiny BERT, DistilBERT, GPT-2, Llama and CLIP
 text models (random weights) with torch.onnx and optimizes them, in a subprocess; the contrib
@@ -34,7 +34,7 @@ import onnxruntime as ort
 import pytest
 
 import relaxweb
-from tests.helpers import FLOAT16, MODEL, Tolerance, assert_close
+from tests.helpers import FLOAT16, MODEL, Tolerance, assert_close, build_once, load_bundle
 
 pytestmark = pytest.mark.slow
 
@@ -115,13 +115,12 @@ def float16_tolerance(expected: np.ndarray) -> Tolerance:
 
 
 @pytest.mark.parametrize("name", sorted(CONTRIB_OPS))
-def test_optimized_model_matches_onnxruntime(exported: Path, name: str, device, tmp_path) -> None:
+def test_optimized_model_matches_onnxruntime(backend, exported: Path, name: str, tmp_path) -> None:
     info = sidecar(exported, name)
     missing = CONTRIB_OPS[name] - set(info["op_types"])
     assert not missing, f"the optimizer did not write {sorted(missing)} into {name}: it wrote {info['op_types']}"
     path = exported / f"{name}.onnx"
-    relaxweb.build(path, tmp_path / "bundle")
-    session = relaxweb.load(tmp_path / "bundle", device=device)
+    session = load_bundle(build_once(path, tmp_path / "bundle"), backend)
     # onnxruntime computes the model itself, or (no CPU kernel for an op written) the export before optimizing
     expected_session = onnxruntime_session(exported / info["reference"])
     make_inputs = export_module().make_inputs
@@ -134,12 +133,11 @@ def test_optimized_model_matches_onnxruntime(exported: Path, name: str, device, 
 
 
 @pytest.mark.parametrize("name", sorted(FLOAT16_MODELS))
-def test_float16_model_matches_onnxruntime(exported: Path, name: str, device, tmp_path) -> None:
+def test_float16_model_matches_onnxruntime(backend, exported: Path, name: str, tmp_path) -> None:
     """Against onnxruntime running the same float16 model, and the float32 model it came from."""
     info = sidecar(exported, name)
     path = exported / f"{name}.onnx"
-    relaxweb.build(path, tmp_path / "bundle")
-    session = relaxweb.load(tmp_path / "bundle", device=device)
+    session = load_bundle(build_once(path, tmp_path / "bundle"), backend)
     float16_session = onnxruntime_session(path)
     float32_session = onnxruntime_session(exported / f"{FLOAT16_MODELS[name]}.onnx")
     make_inputs = export_module().make_inputs
@@ -204,7 +202,7 @@ def real_rows(array: np.ndarray, lengths: list[int], filled: list[int]) -> list[
 
 
 @pytest.mark.parametrize("name", sorted(GENAI_MODELS))
-def test_genai_decoder_matches_onnxruntime(built_by_genai: Path, name: str, device, tmp_path) -> None:
+def test_genai_decoder_matches_onnxruntime(backend, built_by_genai: Path, name: str, tmp_path) -> None:
     """A prompt (ragged: right-padded entries), then decode steps fed with the previous step's
     present cache, from one build, at several batch sizes and prompt lengths."""
     info = sidecar(built_by_genai, name)
@@ -215,8 +213,7 @@ def test_genai_decoder_matches_onnxruntime(built_by_genai: Path, name: str, devi
     assert all(every.items() <= node.items() for node in written), f"{name}: GroupQueryAttention attributes {written}"
     assert any(some.items() <= node.items() for node in written), f"{name}: GroupQueryAttention attributes {written}"
     path = built_by_genai / f"{name}.onnx"
-    relaxweb.build(path, tmp_path / "bundle")
-    session = relaxweb.load(tmp_path / "bundle", device=device)
+    session = load_bundle(build_once(path, tmp_path / "bundle"), backend)
     expected_session = onnxruntime_session(exact_reference(path, tmp_path))
     decoder_feeds = export_module().decoder_feeds
     float16 = info["decoder"]["float_type"] == "float16"

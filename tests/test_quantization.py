@@ -1,7 +1,7 @@
 """Quantized models: the quantization ops on hand-built models, and a small CNN and a
 BERT-like encoder block quantized by onnxruntime's ``quantize_dynamic`` and
 ``quantize_static`` (QDQ format, calibrated on random data), each built once and run on
-WebGPU (wgpu) and in the interpreter at two or more shapes, against onnxruntime.
+WebGPU (wgpu), on kernels.wasm (wasmtime) and in the interpreter at two or more shapes, against onnxruntime.
 
 Comparisons.  Integer results (QuantizeLinear, the integer GEMMs) are exact and compared
 exactly.  A quantized model quantizes its activations again after float ops (a pooling, a
@@ -29,7 +29,7 @@ import relaxweb
 from relaxweb.ir.expr import Var
 from relaxweb.ir.struct_info import TensorStructInfo
 from relaxweb.ops import DeductionError, call_op, get_op
-from tests.helpers import F32, MODEL, Tolerance, assert_close, make_model, onnxruntime_outputs, rand
+from tests.helpers import F32, MODEL, Tolerance, assert_close, build_once, load_bundle, make_model, onnxruntime_outputs, rand
 
 MS = "com.microsoft"
 FLOAT, UINT8, INT8, INT32 = TensorProto.FLOAT, TensorProto.UINT8, TensorProto.INT8, TensorProto.INT32
@@ -55,15 +55,14 @@ def onnxruntime_two_threads(model, feeds) -> list[np.ndarray]:
     return session.run(None, feeds)
 
 
-def run_both(model, feeds_list, device, folder, tolerance: Tolerance | None = None, reference=onnxruntime_outputs):
-    """Build once; at each feeds, the interpreter and WebGPU against ``reference(model, feeds)``
+def run_both(model, feeds_list, backend, folder, tolerance: Tolerance | None = None, reference=onnxruntime_outputs):
+    """Build once; at each feeds, the interpreter and the bundle on ``backend`` against ``reference(model, feeds)``
     (onnxruntime; exact when ``tolerance`` is None)."""
-    relaxweb.build(model, folder)
-    session = relaxweb.load(folder, device=device)
+    session = load_bundle(build_once(model, folder), backend)
     names = [o.name for o in model.graph.output]
     for feeds in feeds_list:
         expected = reference(model, feeds)
-        for where, actual in (("interpreter", relaxweb.run_reference(model, feeds)), ("WebGPU", session.run(feeds))):
+        for where, actual in (("interpreter", relaxweb.run_reference(model, feeds)), (backend, session.run(feeds))):
             for name, want in zip(names, expected):
                 message = f"{where}, {name} at {[f.shape for f in feeds.values()]}"
                 assert actual[name].dtype == want.dtype, message
@@ -102,30 +101,30 @@ def quantize_model(dtype, axis_scale: bool, block: int = 0):
 
 @pytest.mark.parametrize("dtype", [UINT8, INT8, TensorProto.INT16])
 @pytest.mark.parametrize("layout", ["tensor", "axis", "block"])
-def test_quantize_dequantize_linear_match_onnxruntime(dtype, layout, device, tmp_path) -> None:
+def test_quantize_dequantize_linear_match_onnxruntime(backend, dtype, layout, tmp_path) -> None:
     if layout == "block" and dtype == TensorProto.INT16:
         pytest.skip("onnxruntime has no blocked int16 QuantizeLinear kernel")
     model = quantize_model(dtype, layout == "axis", 3 if layout == "block" else 0)
     # values far out of range saturate; exact halves (x / scale = k + 0.5) round to even
     halves = (np.arange(48, dtype=np.float32).reshape(2, 4, 6) - 24.5) * np.float32(0.02)
     feeds = [{"x": rand(2 if layout == "block" else 3, 4, 6, seed=3) * 4}, {"x": halves}, {"x": rand(2, 4, 6, seed=4) * 100}]
-    run_both(model, feeds, device, tmp_path / "bundle")
+    run_both(model, feeds, backend, tmp_path / "bundle")
 
 
-def test_dequantize_linear_of_int32_is_exact_beyond_float32_integers(device, tmp_path) -> None:
+def test_dequantize_linear_of_int32_is_exact_beyond_float32_integers(backend, tmp_path) -> None:
     node = helper.make_node("DequantizeLinear", ["x", "scale", "zero_point"], ["y"])
     model = make_model([node], [("x", INT32, ["n"])], ["y"],
                        [const("scale", 0.5, np.float32), const("zero_point", 7, np.int32)], opset=19)
     x = np.array([2**24 + 1 + 7, -(2**24) - 3, 7, 123456789], dtype=np.int32)
-    run_both(model, [{"x": x}, {"x": x[:1]}], device, tmp_path / "bundle")
+    run_both(model, [{"x": x}, {"x": x[:1]}], backend, tmp_path / "bundle")
 
 
-def test_dynamic_quantize_linear_matches_onnxruntime_including_an_all_zero_input(device, tmp_path) -> None:
+def test_dynamic_quantize_linear_matches_onnxruntime_including_an_all_zero_input(backend, tmp_path) -> None:
     node = helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "scale", "zero_point"])
     model = make_model([node], [("x", ["n", 5])], [("y", UINT8), "scale", ("zero_point", UINT8)], opset=13)
     feeds = [{"x": rand(4, 5, seed=1)}, {"x": np.abs(rand(2, 5, seed=2))}, {"x": -np.abs(rand(3, 5, seed=3))},
              {"x": np.zeros((2, 5), np.float32)}, {"x": np.full((1, 5), 3.0, np.float32)}]
-    run_both(model, feeds, device, tmp_path / "bundle")
+    run_both(model, feeds, backend, tmp_path / "bundle")
 
 
 def weights_int8(*shape, seed: int) -> np.ndarray:
@@ -135,16 +134,16 @@ def weights_int8(*shape, seed: int) -> np.ndarray:
     return rand(*shape, low=-64, high=64, dtype=np.int8, seed=seed)
 
 
-def test_matmul_integer_with_zero_points_per_tensor_and_column(device, tmp_path) -> None:
+def test_matmul_integer_with_zero_points_per_tensor_and_column(backend, tmp_path) -> None:
     nodes = [helper.make_node("MatMulInteger", ["a", "b", "a_zero_point", "b_zero_point"], ["y"])]
     model = make_model(nodes, [("a", UINT8, ["m", 7]), ("a_zero_point", UINT8, [])], [("y", INT32)],
                        [const("b", weights_int8(7, 5, seed=1)),
                         const("b_zero_point", rand(5, low=-5, high=5, dtype=np.int8, seed=2))], opset=13)
     feeds = [{"a": rand(m, 7, low=0, high=256, dtype=np.uint8, seed=m), "a_zero_point": np.array(m * 70, np.uint8)} for m in (3, 1)]
-    run_both(model, feeds, device, tmp_path / "bundle")
+    run_both(model, feeds, backend, tmp_path / "bundle")
 
 
-def test_conv_integer_with_padding_and_zero_points(device, tmp_path) -> None:
+def test_conv_integer_with_padding_and_zero_points(backend, tmp_path) -> None:
     # onnxruntime takes per-tensor zero points only (the ONNX node cases check per channel)
     nodes = [helper.make_node("ConvInteger", ["x", "w", "x_zero_point", "w_zero_point"], ["y"], pads=[1, 1, 1, 1],
                               strides=[2, 1])]
@@ -153,10 +152,10 @@ def test_conv_integer_with_padding_and_zero_points(device, tmp_path) -> None:
                         const("x_zero_point", 130, np.uint8), const("w_zero_point", 120, np.uint8)],
                        opset=13)
     feeds = [{"x": rand(n, 3, h, 6, low=0, high=256, dtype=np.uint8, seed=n)} for n, h in ((2, 5), (1, 8))]
-    run_both(model, feeds, device, tmp_path / "bundle")
+    run_both(model, feeds, backend, tmp_path / "bundle")
 
 
-def test_qlinear_matmul_and_conv_requantize_as_onnxruntime(device, tmp_path) -> None:
+def test_qlinear_matmul_and_conv_requantize_as_onnxruntime(backend, tmp_path) -> None:
     nodes = [
         helper.make_node("QLinearConv", ["x", "x_scale", "x_zero_point", "w", "w_scale", "w_zero_point", "y_scale",
                                          "y_zero_point", "bias"], ["conv"], pads=[1, 1, 1, 1]),
@@ -176,10 +175,10 @@ def test_qlinear_matmul_and_conv_requantize_as_onnxruntime(device, tmp_path) -> 
     ]
     model = make_model(nodes, [("x", UINT8, ["n", 2, 2, 2])], [("conv", UINT8), ("z", UINT8)], initializers, opset=13)
     feeds = [{"x": rand(n, 2, 2, 2, low=0, high=256, dtype=np.uint8, seed=n)} for n in (3, 1)]
-    run_both(model, feeds, device, tmp_path / "bundle")
+    run_both(model, feeds, backend, tmp_path / "bundle")
 
 
-def test_contrib_integer_matmuls_match_onnxruntime(device, tmp_path) -> None:
+def test_contrib_integer_matmuls_match_onnxruntime(backend, tmp_path) -> None:
     nodes = [
         helper.make_node("DynamicQuantizeMatMul", ["x", "b", "b_scale", "b_zero_point", "bias"], ["dynamic"], domain=MS),
         helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "x_scale", "x_zero_point"]),
@@ -190,7 +189,7 @@ def test_contrib_integer_matmuls_match_onnxruntime(device, tmp_path) -> None:
                     const("b_scale", rand(5, low=0.01, high=0.03, seed=2)), const("b_zero_point", np.zeros(5, np.int8)),
                     const("bias", rand(5, seed=3))]
     model = make_model(nodes, [("x", ["n", "s", 8])], ["dynamic", "to_float"], initializers, opset={"": 13, MS: 1})
-    run_both(model, [{"x": rand(2, 3, 8, seed=4)}, {"x": rand(1, 1, 8, seed=5)}], device, tmp_path / "bundle",
+    run_both(model, [{"x": rand(2, 3, 8, seed=4)}, {"x": rand(1, 1, 8, seed=5)}], backend, tmp_path / "bundle",
              tolerance=F32)
 
 
@@ -297,13 +296,13 @@ def quantized(name: str, method: str, folder: Path, per_channel: bool) -> onnx.M
 
 @pytest.mark.parametrize("name", sorted(FLOAT_MODELS))
 @pytest.mark.parametrize("method, per_channel", [("dynamic", False), ("dynamic", True), ("static", False), ("static", True)])
-def test_onnxruntime_quantized_models_match(name, method, per_channel, device, tmp_path) -> None:
+def test_onnxruntime_quantized_models_match(backend, name, method, per_channel, tmp_path) -> None:
     model = quantized(name, method, tmp_path, per_channel)
     op_types = {node.op_type for node in model.graph.node}
     assert op_types & {"DynamicQuantizeLinear", "QuantizeLinear"}, op_types
     # onnxruntime fuses a QDQ graph into its QLinear kernels, which differ from the graph as
     # written (by up to 1.3 on the encoder here: int16 saturation, requantization order)
-    run_both(model, FLOAT_MODELS[name][1], device, tmp_path / "bundle", tolerance=MODEL,
+    run_both(model, FLOAT_MODELS[name][1], backend, tmp_path / "bundle", tolerance=MODEL,
              reference=onnxruntime_outputs if method == "dynamic" else onnxruntime_unoptimized)
 
 
@@ -325,7 +324,7 @@ def float_lstm(direction: str, hidden: int = 8, inputs: int = 6) -> onnx.ModelPr
 
 
 @pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
-def test_dynamic_quantize_lstm_matches_onnxruntime(direction, device, tmp_path) -> None:
+def test_dynamic_quantize_lstm_matches_onnxruntime(backend, direction, tmp_path) -> None:
     """quantize_dynamic's DynamicQuantizeLSTM (a computed initial cell state), at three sequence
     lengths from one build.  Batches of 1 and 2: onnxruntime quantizes the hidden state of the
     rows each of its threads runs together (with 2 threads, one row each), relaxweb each row."""
@@ -335,7 +334,7 @@ def test_dynamic_quantize_lstm_matches_onnxruntime(direction, device, tmp_path) 
     model = onnx.load(target)
     assert [node.op_type for node in model.graph.node if node.domain == MS] == ["DynamicQuantizeLSTM"]
     feeds = [{"x": rand(steps, batch, 6, seed=steps)} for steps, batch in ((5, 2), (1, 1), (9, 1))]
-    run_both(model, feeds, device, tmp_path / "bundle", tolerance=MODEL, reference=onnxruntime_two_threads)
+    run_both(model, feeds, backend, tmp_path / "bundle", tolerance=MODEL, reference=onnxruntime_two_threads)
 
 
 def test_dynamic_quantize_lstm_options_onnxruntime_never_writes_are_refused_by_name(tmp_path) -> None:

@@ -4,7 +4,7 @@
 - The activation attributes resolve as onnxruntime reads them.
 - The op's numpy reference and the legalized module (input projection, persistent kernel,
   slices) agree with onnxruntime in the interpreter, for every attribute combination.
-- On wgpu: ONNX's node cases, hand-built models covering every attribute (directions,
+- On wgpu and on kernels.wasm (the ``backend`` fixture): ONNX's node cases, hand-built models covering every attribute (directions,
   initial states, ``sequence_lens``, peepholes, ``clip``, ``input_forget``,
   ``linear_before_reset``, each activation with its alpha / beta, more hidden units than
   a workgroup has invocations), each built once and run at three sequence lengths against
@@ -37,7 +37,7 @@ from relaxweb.ir.structural import structural_equal
 from relaxweb.ops import DeductionError, call_op
 from relaxweb.ops.recurrent import resolve_activations
 from relaxweb.passes import legalize_ops
-from tests.helpers import F32_LOOSE, ONNX_CASE, assert_close, in_the_browser, make_model, onnx_node_cases, onnxruntime_outputs, rand
+from tests.helpers import F32_LOOSE, ONNX_CASE, assert_close, build_once, in_the_browser, load_bundle, make_model, onnx_node_cases, onnxruntime_outputs, rand
 
 ROOT = Path(__file__).resolve().parents[1]
 GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
@@ -279,13 +279,12 @@ def test_out_of_range_sequence_lengths_are_clamped() -> None:
     assert_close(run_module(legalize_ops(module), feeds)[0], y, F32_LOOSE)
 
 
-# The GPU -----------------------------------------------------------------------------------------------
+# The Python runtime's backends (WebGPU and kernels.wasm) -----------------------------------------------
 
 
-def _check_on_gpu(model: onnx.ModelProto, folder: Path, expected_of=onnxruntime_outputs) -> None:
+def _check_compiled(model: onnx.ModelProto, folder: Path, backend: str, expected_of=onnxruntime_outputs) -> None:
     """One build; every sequence length of STEPS against ``expected_of`` on the Python runtime."""
-    relaxweb.build(model, folder)
-    session = relaxweb.load(folder)
+    session = load_bundle(build_once(model, folder), backend)
     names = [output.name for output in model.graph.output]
     for count in STEPS:
         feeds = feeds_for(model, count)
@@ -295,22 +294,19 @@ def _check_on_gpu(model: onnx.ModelProto, folder: Path, expected_of=onnxruntime_
             assert_close(actual[name], want, F32_LOOSE, err_msg=f"{name} at T={count}")
 
 
-@pytest.mark.gpu
 @pytest.mark.parametrize("config", CONFIGS, ids=CONFIG_IDS)
-def test_one_build_matches_onnxruntime_at_three_lengths_on_the_gpu(tmp_path, config) -> None:
+def test_one_build_matches_onnxruntime_at_three_lengths_on_each_backend(backend, tmp_path, config) -> None:
     _, cell, options = config
-    _check_on_gpu(recurrent_model(cell, **options), tmp_path)
+    _check_compiled(recurrent_model(cell, **options), tmp_path, backend)
 
 
-@pytest.mark.gpu
 @pytest.mark.parametrize("cell", ["LSTM", "GRU", "RNN"])
-def test_batch_major_layout_on_the_gpu(tmp_path, cell: str) -> None:
+def test_batch_major_layout_on_each_backend(backend, tmp_path, cell: str) -> None:
     model = recurrent_model(cell, "bidirectional", layout=1, lengths=True, initial=True, peepholes=cell == "LSTM")
-    _check_on_gpu(model, tmp_path, _batch_major_expected)
+    _check_compiled(model, tmp_path, backend, _batch_major_expected)
 
 
-@pytest.mark.gpu
-def test_a_wide_lstm_over_many_steps_matches_onnxruntime(tmp_path) -> None:
+def test_a_wide_lstm_over_many_steps_matches_onnxruntime(backend, tmp_path) -> None:
     """Hidden size 512 over 40 steps (ddddocr's captcha recognizer is this wide): 163840
     iterations of a plain dot-product loop per invocation, past the 65535 that llvmpipe
     runs of any loop; the unrolled loop needs 5120."""
@@ -322,8 +318,7 @@ def test_a_wide_lstm_over_many_steps_matches_onnxruntime(tmp_path) -> None:
     node = helper.make_node("LSTM", ["x", "W", "R", "B"], ["y", "y_h", "y_c"], direction="bidirectional",
                             hidden_size=hidden)
     model = make_model([node], [("x", ["steps", 1, features])], ["y", "y_h", "y_c"], weights, opset=14)
-    relaxweb.build(model, tmp_path / "bundle")
-    session = relaxweb.load(tmp_path / "bundle")
+    session = load_bundle(build_once(model, tmp_path / "bundle"), backend)
     for steps in (40, 3):
         feeds = {"x": rand(steps, 1, features, seed=steps)}
         actual = session.run(feeds)
@@ -335,13 +330,11 @@ def _node_cases() -> dict:
     return {case.name: case for case in onnx_node_cases(["lstm", "gru", "rnn"])}
 
 
-@pytest.mark.gpu
 @pytest.mark.parametrize("name", sorted(_node_cases()))
-def test_onnx_node_case_on_the_gpu(tmp_path, name: str) -> None:
+def test_onnx_node_case_on_each_backend(backend, tmp_path, name: str) -> None:
     """ONNX's node cases (the batch-major ones too, which onnxruntime cannot run)."""
     case = _node_cases()[name]
-    relaxweb.build(case.model, tmp_path)
-    session = relaxweb.load(tmp_path)
+    session = load_bundle(build_once(case.model, tmp_path), backend)
     for inputs, outputs in case.data_sets:
         feeds = {value.name: array for value, array in zip(case.model.graph.input, inputs)}
         actual = session.run(feeds)
@@ -373,15 +366,25 @@ def _crnn_runs(path: Path) -> tuple[list[dict], list[np.ndarray]]:
     return runs, [session.run(None, run)[0] for run in runs]
 
 
+@pytest.fixture(scope="module")
+def crnn_builds() -> dict[str, tuple[Path, Path]]:
+    """exporter -> (model, bundle): each CRNN exported and built once for both backends."""
+    return {}
+
+
 @pytest.mark.slow
-@pytest.mark.gpu
 @pytest.mark.parametrize("exporter", ["legacy", "dynamo"])
-def test_crnn_bidirectional_lstm_matches_onnxruntime_at_three_lengths(tmp_path, exporter: str) -> None:
-    path = _export_crnn(tmp_path, exporter)
-    assert "LSTM" in {node.op_type for node in onnx.load(str(path)).graph.node}
-    bundle = relaxweb.build(path, tmp_path / "bundle")
-    assert set(bundle.symbolic_vars) == {"batch", "width"}
-    session = relaxweb.load(tmp_path / "bundle")
+def test_crnn_bidirectional_lstm_matches_onnxruntime_at_three_lengths(backend, crnn_builds, tmp_path_factory,
+                                                                     exporter: str) -> None:
+    if exporter not in crnn_builds:
+        folder = tmp_path_factory.mktemp(f"crnn-{exporter}")
+        path = _export_crnn(folder, exporter)
+        assert "LSTM" in {node.op_type for node in onnx.load(str(path)).graph.node}
+        bundle = relaxweb.build(path, folder / "bundle")
+        assert set(bundle.symbolic_vars) == {"batch", "width"}
+        crnn_builds[exporter] = path, bundle.path
+    path, bundle_path = crnn_builds[exporter]
+    session = load_bundle(bundle_path, backend)
     runs, expected = _crnn_runs(path)
     for width, run, want in zip(WIDTHS, runs, expected):
         got = session.run(run)["logits"]
@@ -389,20 +392,26 @@ def test_crnn_bidirectional_lstm_matches_onnxruntime_at_three_lengths(tmp_path, 
         assert_close(got, want, F32_LOOSE, err_msg=f"width {width}")
 
 
-@pytest.mark.slow
-@pytest.mark.gpu
-def test_a_scripted_vad_with_an_if_on_the_sample_rate_matches_onnxruntime(tmp_path) -> None:
-    """Silero VAD v5's shape (tests/fixtures/vad_export.py): an If with two outputs whose
-    branches hold a reflect Pad, a Conv STFT and an LSTM step; both branches, three batches
-    and two lengths from one build."""
+@pytest.fixture(scope="module")
+def vad_build(tmp_path_factory) -> tuple[Path, Path]:
+    """(model, bundle): the VAD exported by torch and built once for both backends."""
     pytest.importorskip("torch")
-    path = tmp_path / "vad.onnx"
+    folder = tmp_path_factory.mktemp("vad")
+    path = folder / "vad.onnx"
     done = subprocess.run([sys.executable, "-m", "tests.fixtures.vad_export", str(path)], capture_output=True,
                           text=True, cwd=ROOT, timeout=300)
     assert done.returncode == 0, done.stderr[-4000:]
     assert [node.op_type for node in onnx.load(str(path)).graph.node][-1] == "If"
-    relaxweb.build(path, tmp_path / "bundle")
-    session = relaxweb.load(tmp_path / "bundle")
+    return path, relaxweb.build(path, folder / "bundle").path
+
+
+@pytest.mark.slow
+def test_a_scripted_vad_with_an_if_on_the_sample_rate_matches_onnxruntime(backend, vad_build) -> None:
+    """Silero VAD v5's shape (tests/fixtures/vad_export.py): an If with two outputs whose
+    branches hold a reflect Pad, a Conv STFT and an LSTM step; both branches, three batches
+    and two lengths from one build."""
+    path, bundle_path = vad_build
+    session = load_bundle(bundle_path, backend)
     for rate, samples, batch in ((16000, 512, 1), (8000, 256, 2), (16000, 1024, 3)):
         feeds = {"input": rand(batch, samples, seed=samples), "state": rand(2, batch, 64, seed=batch),
                  "sr": np.array(rate, np.int64)}

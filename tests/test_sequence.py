@@ -24,7 +24,7 @@ from relaxweb.ir.struct_info import (
 )
 from relaxweb.ir.structural import structural_equal
 from relaxweb.ir.symbolic import SizeVar
-from tests.helpers import assert_close, in_the_browser, make_model, onnx_node_cases, onnxruntime_outputs, rand
+from tests.helpers import assert_close, in_the_browser, load_bundle, make_model, onnx_node_cases, onnxruntime_outputs, rand
 
 N = SizeVar("n")
 
@@ -246,9 +246,9 @@ def growing_bundle(tmp_path_factory) -> Path:
     return relaxweb.build(growing_sequence_model(), tmp_path_factory.mktemp("growing")).path
 
 
-def test_a_loop_growing_a_sequence_runs_on_the_gpu(device, growing_bundle: Path) -> None:
+def test_a_loop_growing_a_sequence_runs_on_each_backend(backend, growing_bundle: Path) -> None:
     """One build; trip counts 0, 1 and 4 (the sequence's arena grows between iterations)."""
-    model = relaxweb.load(growing_bundle, device=device)
+    model = load_bundle(growing_bundle, backend)
     for trip in (0, 1, 4):
         feeds = {"x": rand(6, seed=3), "trip": np.array(trip, np.int64), "cond": np.array(True)}
         (expected,) = onnxruntime_outputs(growing_sequence_model(), feeds)
@@ -282,8 +282,8 @@ def test_the_host_function_of_sequences_runs_in_the_interpreter() -> None:
             assert_sequences_equal(actual, expected)
 
 
-def test_a_sequence_input_of_0_1_and_3_elements_runs_on_the_gpu(device, tmp_path: Path) -> None:
-    model = relaxweb.load(relaxweb.build(appending_model(), tmp_path).path, device=device)
+def test_a_sequence_input_of_0_1_and_3_elements_runs_on_each_backend(backend, tmp_path: Path) -> None:
+    model = load_bundle(relaxweb.build(appending_model(), tmp_path).path, backend)
     shapes = [(2, 3), (1, 1), (0, 4)]
     for count in (0, 1, 3):
         feeds = {"s": [rand(*shape, seed=i) for i, shape in enumerate(shapes[:count])], "t": rand(3, 2, seed=9)}
@@ -335,11 +335,11 @@ def optional_loop_runs() -> list[dict]:
             for trip, given in ((0, None), (3, None), (2, [np.array(7.0, np.float32)]), (0, []))]
 
 
-def test_a_loop_carrying_an_optional_sequence_runs_on_the_gpu(device, optional_loop_bundle: Path) -> None:
+def test_a_loop_carrying_an_optional_sequence_runs_on_each_backend(backend, optional_loop_bundle: Path) -> None:
     """None and a sequence given, from one build, against the interpreter (onnxruntime's Python
     API cannot feed an empty optional)."""
     case = {case.name: case for case in onnx_node_cases(["loop"])}["test_loop16_seq_none"]
-    model = relaxweb.load(optional_loop_bundle, device=device)
+    model = load_bundle(optional_loop_bundle, backend)
     for feeds in optional_loop_runs():
         expected = run_reference(case.model, feeds)["seq_res"]
         actual = model.run(feeds)["seq_res"]
@@ -359,11 +359,11 @@ def test_an_optional_sequence_is_null_or_an_array_in_the_browser(optional_loop_b
             assert_sequences_equal(outputs["seq_res"], expected)
 
 
-def test_onnx_node_cases_with_sequences_pass_on_the_gpu(device, tmp_path: Path) -> None:
+def test_onnx_node_cases_with_sequences_pass_on_each_backend(backend, tmp_path: Path) -> None:
     cases = {case.name: case for case in onnx_node_cases(["loop", "sequenceinsert"])}
     for name in ("test_loop13_seq", "test_loop16_seq_none", "test_sequence_insert_at_back"):
         case = cases[name]
-        model = relaxweb.load(relaxweb.build(case.model, tmp_path / name).path, device=device)
+        model = load_bundle(relaxweb.build(case.model, tmp_path / name).path, backend)
         for inputs, outputs in case.data_sets:
             feeds = {value.name: _as_value(data) for value, data in zip(case.model.graph.input, inputs)}
             actual = model.run(feeds)

@@ -1,8 +1,9 @@
 """The tiny Llama-like decoder of ``scripts/tiny_llama.py`` (RMSNorm, rotary embedding,
 grouped-query attention, SwiGLU, a KV cache in the optimum / transformers.js signature),
 trained on the Python documentation's text: its export against torch, then relaxweb's bundle
-on WebGPU (the Python runtime) against onnxruntime at prefill, at a decode step, and over a
-greedy generation that feeds each step's present back as the next step's past.
+on WebGPU and on kernels.wasm (the Python runtime's two backends) against onnxruntime at
+prefill, at a decode step, and over a greedy generation that feeds each step's present back as
+the next step's past; the bundle whose presents are KV caches too, on both.
 
 The model is trained once (~3 min on one core) into ``.cache/tiny-llama/``; later runs reuse it.
 """
@@ -24,7 +25,7 @@ from relaxweb.compiler import import_model
 from relaxweb.ir.expr import Call, MatchCast
 from relaxweb.ir.functor import iter_bindings
 from relaxweb.passes import fuse_attention
-from tests.helpers import MODEL, assert_close
+from tests.helpers import MODEL, assert_close, load_bundle
 
 pytestmark = pytest.mark.slow
 
@@ -56,9 +57,14 @@ def reference(paths) -> dict:
 
 
 @pytest.fixture(scope="module")
-def session(paths, tmp_path_factory, device):
-    bundle = relaxweb.build(paths["model"], tmp_path_factory.mktemp("tiny-llama") / "bundle", bounds=BOUNDS)
-    return bundle.load(device=device)
+def bundle(paths, tmp_path_factory):
+    return relaxweb.build(paths["model"], tmp_path_factory.mktemp("tiny-llama") / "bundle", bounds=BOUNDS)
+
+
+@pytest.fixture(scope="module")
+def session(bundle, backend):
+    """The bundle on each backend: every test taking it runs on WebGPU and on kernels.wasm."""
+    return load_bundle(bundle.path, backend)
 
 
 @pytest.fixture(scope="module")
@@ -243,6 +249,23 @@ def test_greedy_decode_feeding_present_views_back_moves_no_cache_bytes(tiny_llam
     stale = tiny_llama.decoder_feeds(config, tokens[-1:], start - 1, older)
     with pytest.raises(relaxweb.RelaxwebError, match="input 'past_key_values.0.key': .* a later run has written"):
         session.run(stale, keep_on_gpu=present)
+
+
+def test_a_decoder_with_kv_caches_matches_onnxruntime(tiny_llama, reference, cached_bundle, onnxruntime_run,
+                                                      backend) -> None:
+    """The caches bundle with plain arrays (no views kept on a GPU): each past written into its
+    cache block by block, each present read out of it, fed back as the next step's past."""
+    assert cached_bundle.manifest["caches"]
+    config = tiny_llama.Config()
+    present = tiny_llama.past_names(config, "present")
+    session = load_bundle(cached_bundle.path, backend)
+    ids = tiny_llama.encode(reference["prompt"]) + reference["continuation_ids"]
+    pasts, start = None, 0
+    for tokens in (ids[:PREFILL], ids[PREFILL:PREFILL + 1], ids[PREFILL + 1:PREFILL + 3]):
+        feeds = tiny_llama.decoder_feeds(config, tokens, start, pasts)
+        actual = session.run(feeds)
+        assert_outputs_close(actual, onnxruntime_run(feeds))
+        pasts, start = [actual[name] for name in present], start + len(tokens)
 
 
 def test_a_past_given_as_arrays_or_copies_still_matches(tiny_llama, reference, cached_bundle, onnxruntime_run,

@@ -4,8 +4,10 @@ backend (``relaxweb.load(dir, backend=...)``, ``relaxweb run --backend``).
 The first tests drive the session with a kernels.wasm written here by hand for a one-kernel
 bundle (an Add), so that what the runtime does (memory layout, growing storages, a trap, a
 kernel that never ends) is checked against a kernel whose behaviour is known; the model
-tests run what ``relaxweb build`` writes against onnxruntime, at the tolerance tiers of
-tests/helpers.py.
+test runs what ``relaxweb build`` writes against onnxruntime, at the tolerance tiers of
+tests/helpers.py.  Every other comparison with onnxruntime runs on both backends where it is
+written (the ``backend`` fixture of tests/conftest.py: the test models in test_models.py,
+loops in test_loop.py, sequences in test_sequence.py, the tiny Llama in test_tiny_llama.py...).
 """
 
 from __future__ import annotations
@@ -25,13 +27,7 @@ from relaxweb.cli import main as cli_main
 from relaxweb.errors import InputShapeError, RelaxwebError
 from relaxweb.runtime import wasm_session
 from relaxweb.runtime.wasm_session import WasmSession
-from tests.helpers import F32, MODEL, assert_close, make_model, onnxruntime_outputs, rand
-from tests.model_exports import MODELS, Export, export_script, missing_exporter_packages, session_exports
-from tests.test_loop import LOOP_RUNS, loop_feeds, loop_model
-from tests.test_sequence import appending_model, assert_sequences_equal, growing_sequence_model
-from tests.test_tiny_llama import (  # noqa: F401  (fixtures)
-    PREFILL, assert_outputs_close, cached_bundle, onnxruntime_run, paths, reference, tiny_llama,
-)
+from tests.helpers import F32, assert_close, make_model, onnxruntime_outputs, rand
 
 # y[u] = x[u] + w[u % 4] for u in [first, end): the Add bundle's kernel 0, whose params
 # block is (element_count, n) and whose units are the n * 4 elements.  BODY is the store.
@@ -240,69 +236,3 @@ def test_values_read_back_match_onnxruntime(tmp_path: Path) -> None:
         x = np.round(rand(n, 3, seed=seed)).astype(np.float32)  # about half zeros
         assert_like_onnxruntime(model, session.run({"x": x}), {"x": x})
         assert session.last_read_count == 1
-
-
-def test_a_loop_matches_onnxruntime(tmp_path: Path) -> None:
-    model = loop_model()
-    session = relaxweb.load(relaxweb.build(model, tmp_path).path, backend="wasm")
-    for trip, cond in LOOP_RUNS:
-        feeds = loop_feeds(trip, cond)
-        assert_like_onnxruntime(model, session.run(feeds), feeds)
-
-
-def test_sequences_in_and_out_match_onnxruntime(tmp_path: Path) -> None:
-    growing = relaxweb.load(relaxweb.build(growing_sequence_model(), tmp_path / "growing").path, backend="wasm")
-    for trip in (0, 1, 4):
-        feeds = {"x": rand(6, seed=3), "trip": np.array(trip, np.int64), "cond": np.array(True)}
-        (expected,) = onnxruntime_outputs(growing_sequence_model(), feeds)
-        assert_sequences_equal(growing.run(feeds)["grown"], expected)
-    appending = relaxweb.load(relaxweb.build(appending_model(), tmp_path / "appending").path, backend="wasm")
-    feeds = {"s": [rand(2, 3, seed=1), rand(0, 4, seed=2)], "t": rand(3, 2, seed=9)}
-    (expected,) = onnxruntime_outputs(appending_model(), feeds)
-    assert_sequences_equal(appending.run(feeds)["grown"], expected)
-
-
-@pytest.fixture(scope="module")
-def exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Export]:
-    missing = missing_exporter_packages()
-    if missing:
-        pytest.skip(f"{' and '.join(missing)} not installed (pip install -e '.[test]')")
-    return session_exports(tmp_path_factory, list(_MODELS))
-
-
-_MODELS = ["gpt2_legacy", "bert_legacy", "cnn_legacy"]
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", _MODELS)
-def test_exported_models_match_onnxruntime_at_every_shape_of_one_build(exports: dict[str, Export], tmp_path: Path,
-                                                                     name: str) -> None:
-    """No bounds: every storage is placed per run and grows with the shapes."""
-    export = exports[name]
-    if export.error:
-        pytest.fail(f"export of {name} failed: {export.error}", pytrace=False)
-    session = relaxweb.load(relaxweb.build(export.path, tmp_path).path, backend="wasm")
-    outputs = onnx.load(str(export.path)).graph.output
-    for dims in MODELS[name][1]:
-        feeds = export_script().make_inputs(export.sidecar["inputs"], dims, seed=sum(dims.values()))
-        actual = session.run(feeds)
-        for output, want in zip(outputs, onnxruntime_outputs(export.path, feeds)):
-            assert actual[output.name].shape == want.shape, f"{name} {output.name} at {dims}"
-            assert_close(actual[output.name], want, MODEL, err_msg=f"{name} output {output.name} at {dims}")
-
-
-@pytest.mark.slow
-def test_a_decoder_with_kv_caches_matches_onnxruntime(tiny_llama, reference, cached_bundle, onnxruntime_run) -> None:
-    """The tiny Llama with a KV cache per present (at the bounds): each past written into its
-    cache block by block, each present read out of it, fed back as the next step's past."""
-    assert cached_bundle.manifest["caches"]
-    config = tiny_llama.Config()
-    present = tiny_llama.past_names(config, "present")
-    session = relaxweb.load(cached_bundle.path, backend="wasm")
-    ids = tiny_llama.encode(reference["prompt"]) + reference["continuation_ids"]
-    pasts, start = None, 0
-    for tokens in (ids[:PREFILL], ids[PREFILL:PREFILL + 1], ids[PREFILL + 1:PREFILL + 3]):
-        feeds = tiny_llama.decoder_feeds(config, tokens, start, pasts)
-        actual = session.run(feeds)
-        assert_outputs_close(actual, onnxruntime_run(feeds))
-        pasts, start = [actual[name] for name in present], start + len(tokens)

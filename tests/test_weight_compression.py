@@ -6,7 +6,8 @@ Comparisons.  A compressed build is compared with the interpreter running the sa
 compressed module (the decode is exact arithmetic on both sides: ``MODEL`` tier), and with
 onnxruntime's float32 outputs of the uncompressed model within a bound on the quantization
 error (measured values in the comments; each bound is several times above them).  Models that
-onnxruntime's quantizer wrote are compared with onnxruntime at the ``MODEL`` tier.
+onnxruntime's quantizer wrote are compared with onnxruntime at the ``MODEL`` tier.  Each
+compressed bundle runs on WebGPU and on kernels.wasm (the ``backend`` fixture).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from relaxweb.ir.tir import Buffer, TensorProgram
 from relaxweb.ops.packed_weights import decode_body, pack_fields, pack_halves, unpack_weights_reference
 from relaxweb.passes import PassContext, compress_weights
 from tests.gpu_kernels import run_kernel_on_gpu
-from tests.helpers import MODEL, assert_close, in_the_browser, make_model, onnxruntime_outputs, rand
+from tests.helpers import MODEL, assert_close, in_the_browser, load_bundle, make_model, onnxruntime_outputs, rand
 from tests.test_pass_rewrites import check_rewrite
 
 FORMATS = ("float16", "int8", "int4")
@@ -210,13 +211,13 @@ RELATIVE_ERROR_BOUND = {"float16": 2e-3, "int8": 4e-2, "int4": 0.4}
 
 @pytest.mark.parametrize("weights", FORMATS)
 @pytest.mark.parametrize("model_name", ["lm_like", "embedding_norm_matmul", "conv_net"])
-def test_compressed_model_matches_its_interpreter_and_stays_near_float32(device, tmp_path, weights, model_name) -> None:
+def test_compressed_model_matches_its_interpreter_and_stays_near_float32(backend, tmp_path, weights, model_name) -> None:
     model = {"lm_like": lm_like, "embedding_norm_matmul": embedding_norm_matmul, "conv_net": conv_net}[model_name]()
     feeds_list = ([{"x": rand(2, 8, 6, 5, seed=8)}] if model_name == "conv_net"
                   else [{"ids": np.array([[3, 0, 99, 7, 50], [1, 2, 3, 4, 5]], np.int64)}])
     folder = tmp_path / weights
     relaxweb.build(model, folder, weights=weights)
-    session = relaxweb.load(folder, device=device)
+    session = load_bundle(folder, backend)
     module = compile_model(model, weights=weights)
     manifest = json.loads((folder / "manifest.json").read_text())
     plain = json.loads(json.dumps(relaxweb.build(model, tmp_path / "float32").manifest))
@@ -233,11 +234,11 @@ def test_compressed_model_matches_its_interpreter_and_stays_near_float32(device,
         if entry["dtype"] == "uint32":
             assert shard[entry["offset"]:entry["offset"] + entry["nbytes"]] == constants[entry["name"]].astype("<u4").tobytes()
     for feeds in feeds_list:
-        gpu = session.run(feeds)["y"]
+        compiled = session.run(feeds)["y"]
         interpreted = run_host_function(module.main, module.programs, feeds)[0]
-        assert_close(gpu, interpreted, MODEL)
+        assert_close(compiled, interpreted, MODEL)
         reference = onnxruntime_outputs(model, feeds)[0]
-        error = np.linalg.norm(gpu - reference) / np.linalg.norm(reference)
+        error = np.linalg.norm(compiled - reference) / np.linalg.norm(reference)
         assert error < RELATIVE_ERROR_BOUND[weights], error
 
 
@@ -286,12 +287,12 @@ def nbits_quantized(bits: int, symmetric: bool) -> onnx.ModelProto:
 
 @pytest.mark.parametrize("bits,symmetric", [(4, False), (4, True), (8, False)],
                          ids=["4 bits, zero points", "4 bits, symmetric", "8 bits, zero points"])
-def test_models_from_the_matmul_nbits_quantizer_match_onnxruntime(device, tmp_path, bits, symmetric) -> None:
+def test_models_from_the_matmul_nbits_quantizer_match_onnxruntime(backend, tmp_path, bits, symmetric) -> None:
     model = nbits_quantized(bits, symmetric)
     ops = {node.op_type for node in model.graph.node}
     assert "MatMulNBits" in ops and ("GatherBlockQuantized" in ops) == (bits == 4)
     relaxweb.build(model, tmp_path)
-    session = relaxweb.load(tmp_path, device=device)
+    session = load_bundle(tmp_path, backend)
     for shape in ((2, 5), (1, 1)):
         feeds = {"ids": np.random.default_rng(shape[1]).integers(0, 100, shape).astype(np.int64)}
         expected = onnxruntime_outputs(model, feeds)[0]
@@ -330,21 +331,29 @@ def gpt2_export(tmp_path_factory):
     return export
 
 
+@pytest.fixture(scope="module")
+def gpt2_builds() -> dict:
+    """weights -> (bundle folder, compiled module): each format built once for both backends."""
+    return {}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("weights", FORMATS)
 def test_gpt2_like_model_compressed_matches_its_interpreter_and_stays_near_float32(
-        device, tmp_path, gpt2_export, weights) -> None:
+        backend, tmp_path_factory, gpt2_export, gpt2_builds, weights) -> None:
     from tests.model_exports import export_script
 
-    relaxweb.build(gpt2_export.path, tmp_path / weights, weights=weights)
-    session = relaxweb.load(tmp_path / weights, device=device)
-    module = compile_model(gpt2_export.path, weights=weights)
+    if weights not in gpt2_builds:
+        bundle = relaxweb.build(gpt2_export.path, tmp_path_factory.mktemp("gpt2") / weights, weights=weights)
+        gpt2_builds[weights] = bundle.path, compile_model(gpt2_export.path, weights=weights)
+    folder, module = gpt2_builds[weights]
+    session = load_bundle(folder, backend)
     for dims in ({"batch": 1, "seq": 8}, {"batch": 2, "seq": 5}):
         feeds = export_script().make_inputs(gpt2_export.sidecar["inputs"], dims, seed=sum(dims.values()))
-        gpu = session.run(feeds)["logits"]
-        assert_close(gpu, run_host_function(module.main, module.programs, feeds)[0], MODEL)
+        compiled = session.run(feeds)["logits"]
+        assert_close(compiled, run_host_function(module.main, module.programs, feeds)[0], MODEL)
         reference = onnxruntime_outputs(gpt2_export.path, feeds)[0]
-        error = np.linalg.norm(gpu - reference) / np.linalg.norm(reference)
+        error = np.linalg.norm(compiled - reference) / np.linalg.norm(reference)
         print(f"gpt2_legacy {weights} {dims}: relative RMS error {error:.3g}")
         assert error < GPT2_ERROR_BOUND[weights], error
 

@@ -31,7 +31,7 @@ from onnx import TensorProto, helper
 
 import relaxweb
 from relaxweb.errors import InputShapeError, RelaxwebError
-from tests.helpers import F32, in_the_browser, make_model, onnxruntime_outputs, rand
+from tests.helpers import F32, in_the_browser, load_bundle, make_model, onnxruntime_outputs, rand
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -191,13 +191,13 @@ def nan_model(op: str, extra: dict, attrs: dict, *, first: bool = True) -> onnx.
 
 @pytest.mark.parametrize("opt_level", [0, 1])
 @pytest.mark.parametrize("op", ELEMENTWISE_NAN)
-def test_nan_propagates_as_in_onnxruntime(op: str, opt_level: int, device, tmp_path: Path) -> None:
+def test_nan_propagates_as_in_onnxruntime(backend, op: str, opt_level: int, tmp_path: Path) -> None:
     extra, attrs = ELEMENTWISE_NAN[op]
     for first in (True, False) if op in ("Max", "Min") else (True,):  # NaN on either side
         model = nan_model(op, extra, attrs, first=first)
         expected = onnxruntime_outputs(model, {"x": NAN_INPUT})[0]
         assert np.isnan(expected).sum() == 3  # the case does test NaN
-        session = relaxweb.build(model, tmp_path / f"dist{first}", opt_level=opt_level).load(device=device)
+        session = load_bundle(relaxweb.build(model, tmp_path / f"dist{first}", opt_level=opt_level).path, backend)
         np.testing.assert_allclose(session.run({"x": NAN_INPUT})["y"], expected, rtol=F32.rtol, atol=F32.atol,
                                    equal_nan=True, err_msg=op)
 
@@ -222,12 +222,12 @@ def test_nan_in_max_reductions_as_numpy(op: str, opt_level: int, device, tmp_pat
     np.testing.assert_array_equal(session.run({"x": NAN_INPUT})["y"], expected)
 
 
-def test_the_issue_nan_example_matches_onnxruntime(device, tmp_path: Path) -> None:
+def test_the_issue_nan_example_matches_onnxruntime(backend, tmp_path: Path) -> None:
     """relu(x) and max(x, 0) of a NaN input: NaN, as onnxruntime (lavapipe's max(NaN, 0) is 0)."""
     model = make_model([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Max", ["x", "z"], ["m"])],
                        [("x", [4])], ["r", "m"], {"z": np.zeros(4, np.float32)})
     x = np.array([np.nan, 1, -1, np.nan], np.float32)
-    outputs = relaxweb.build(model, tmp_path / "dist").load(device=device).run({"x": x})
+    outputs = load_bundle(relaxweb.build(model, tmp_path / "dist").path, backend).run({"x": x})
     for actual, expected in zip(outputs.values(), onnxruntime_outputs(model, {"x": x})):
         np.testing.assert_array_equal(actual, expected)  # NaN equals NaN here
 
@@ -271,7 +271,7 @@ def test_a_window_larger_than_a_symbolic_input_is_checked_at_run_time(op: str, l
 
 @pytest.mark.parametrize("clip", [None, 5.0])
 @pytest.mark.parametrize("activation", ["Relu", "HardSigmoid", "Tanh", "Softplus", "LeakyRelu"])
-def test_nan_through_a_recurrent_layer_as_onnxruntime(activation: str, clip, device, tmp_path: Path) -> None:
+def test_nan_through_a_recurrent_layer_as_onnxruntime(backend, activation: str, clip, tmp_path: Path) -> None:
     """onnxruntime's recurrent kernels map NaN to 0 in Relu and HardSigmoid (its elementwise
     ops propagate it) and keep it in the others; the persistent kernel and its numpy
     reference do the same, explicitly (WGSL's max, min and clamp of a NaN are unspecified)."""
@@ -283,7 +283,7 @@ def test_nan_through_a_recurrent_layer_as_onnxruntime(activation: str, clip, dev
     x[0, 0, 1] = np.nan
     expected = onnxruntime_outputs(model, {"x": x})[0]
     assert np.isnan(expected).any() == (activation not in ("Relu", "HardSigmoid"))
-    actual = relaxweb.build(model, tmp_path / "dist").load(device=device).run({"x": x})["y"]
+    actual = load_bundle(relaxweb.build(model, tmp_path / "dist").path, backend).run({"x": x})["y"]
     np.testing.assert_allclose(actual, expected, rtol=F32.rtol, atol=F32.atol, equal_nan=True)
     np.testing.assert_allclose(relaxweb.run_reference(model, {"x": x})["y"], expected, rtol=F32.rtol, atol=F32.atol,
                                equal_nan=True)

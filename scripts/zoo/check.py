@@ -2,9 +2,12 @@
 
     PYTHONPATH=.:scripts python -m zoo.check MODEL.onnx BUNDLE_DIR NAME   # prints the result as JSON
 
-The model is built ONCE with ``relaxweb.build`` (no bounds: storages grow as needed), loaded
-once with the Python runtime (``relaxweb.load``), and run at each of the catalog's shapes;
-every output is compared with onnxruntime's (CPU) on the same inputs.
+The model is built ONCE with ``relaxweb.build`` (no bounds: storages grow as needed) and the
+bundle is run at each of the catalog's shapes on every path of ``PATHS``: the Python runtime
+on WebGPU (wgpu) and on the bundle's kernels.wasm (wasmtime), each loaded once, and
+kernels.wasm in one headless Chromium started without WebGPU (``backend: "auto"`` must pick
+wasm; one page runs every shape).  Every output of every path is compared with onnxruntime's
+(CPU) on the same inputs, at the same tolerance; the model is ok only when every path is.
 
 Tolerance (``TOLERANCE``): an element matches when it is within 1e-3 of onnxruntime's value,
 absolutely or relatively (the issue's rule for float32).  Models computed in float16 by
@@ -29,10 +32,15 @@ import onnx
 import onnxruntime
 
 import relaxweb
+from relaxweb.browser import browser_runs
 from zoo.catalog import MODELS_BY_NAME, Model
 
 TOLERANCE = 1e-3
 FLOAT16_TOLERANCE = 1e-2
+#: Where the bundle runs, each compared with onnxruntime: the Python runtime's two backends,
+#: and kernels.wasm in headless Chromium without WebGPU.
+PATHS = ("webgpu", "wasm", "chromium-wasm")
+BROWSER_TIMEOUT_S = 600
 
 
 def tolerance(model: Model) -> float:
@@ -173,12 +181,14 @@ def first_line(error: BaseException) -> str:
     return (prefix + text)[:500]
 
 
-def check(model: Model, path: Path, bundle_dir: Path) -> dict:
-    """Build once, run every shape, compare; the result as a dict (status: ok, wrong,
-    build error, run error or reference error, with the first line of the error)."""
+def check(model: Model, path: Path, bundle_dir: Path, paths: tuple[str, ...] = PATHS) -> dict:
+    """Build once, run every shape on each of ``paths``, compare; the result as a dict: status
+    (ok, wrong, build error, run error or reference error: the first path's that is not ok,
+    with the first line of its error prefixed by the path), ``paths`` (each path's status,
+    error, runs and largest difference), and ``runs`` the first path's."""
     onnx_model = onnx.load(str(path))
     result = {"name": model.name, **describe(onnx_model), "tolerance": tolerance(model), "runs": [],
-              "dim_values": dim_values(model, onnx_model)}
+              "dim_values": dim_values(model, onnx_model), "paths": {}}
     options = onnxruntime.SessionOptions()
     options.log_severity_level = 3
     try:
@@ -186,6 +196,15 @@ def check(model: Model, path: Path, bundle_dir: Path) -> dict:
     except Exception as error:  # noqa: BLE001 - a model onnxruntime rejects is no test of relaxweb
         result.update(status="reference error", error=f"onnxruntime: {first_line(error)}")
         return result
+    runs, expected = [], []
+    for index, values in enumerate(model.shapes):
+        inputs = make_inputs(model, onnx_model, values, seed=index)
+        try:
+            expected.append(dict(zip([o.name for o in reference.get_outputs()], reference.run(None, inputs))))
+        except Exception as error:  # noqa: BLE001
+            result.update(status="reference error", error=f"at {values}: onnxruntime: {first_line(error)}")
+            return result
+        runs.append(inputs)
     start = time.perf_counter()
     try:
         relaxweb.build(path, bundle_dir)
@@ -193,41 +212,57 @@ def check(model: Model, path: Path, bundle_dir: Path) -> dict:
         result.update(status="build error", error=first_line(error), build_seconds=round(time.perf_counter() - start, 2))
         return result
     result["build_seconds"] = round(time.perf_counter() - start, 2)
-    try:
-        session = relaxweb.load(bundle_dir)
-    except Exception as error:  # noqa: BLE001
-        result.update(status="run error", error=f"load: {first_line(error)}")
-        return result
-    status, error_line = "ok", None
-    for index, values in enumerate(model.shapes):
-        inputs = make_inputs(model, onnx_model, values, seed=index)
+    for where in paths:
+        result["paths"][where] = check_path(model, bundle_dir, where, runs, expected)
+    first_bad = next((where for where in paths if result["paths"][where]["status"] != "ok"), None)
+    result["status"] = result["paths"][first_bad]["status"] if first_bad else "ok"
+    if first_bad:
+        result["error"] = f"{first_bad}: {result['paths'][first_bad]['error']}"
+    result["runs"] = result["paths"][paths[0]]["runs"]
+    diffs = [checked["max_abs_diff"] for checked in result["paths"].values() if "max_abs_diff" in checked]
+    if diffs:
+        result["max_abs_diff"] = max(diffs)
+    return result
+
+
+def run_on(bundle_dir: Path, where: str, runs: list[dict[str, np.ndarray]]):
+    """The outputs of each run on one path, one at a time (a generator: an error at a shape
+    comes after the shapes before it were compared)."""
+    if where == "chromium-wasm":
+        done = browser_runs(bundle_dir, runs, timeout_s=BROWSER_TIMEOUT_S, webgpu=False)
+        if done.backend != "wasm":
+            raise relaxweb.RelaxwebError(f"Chromium without WebGPU loaded the bundle on {done.backend}, not wasm")
+        yield from done.outputs
+        return
+    session = relaxweb.load(bundle_dir, backend=where)
+    for inputs in runs:
+        yield session.run(inputs)
+
+
+def check_path(model: Model, bundle_dir: Path, where: str, runs: list[dict], expected: list[dict]) -> dict:
+    """One path's status (ok, wrong or run error), error, runs and largest difference."""
+    checked = {"status": "ok", "runs": []}
+    outputs = run_on(bundle_dir, where, runs)
+    for values, want_by_name in zip(model.shapes, expected):
         try:
-            expected = dict(zip([o.name for o in reference.get_outputs()], reference.run(None, inputs)))
-        except Exception as error:  # noqa: BLE001
-            status, error_line = "reference error", f"at {values}: onnxruntime: {first_line(error)}"
-            break
-        try:
-            actual = session.run(inputs)
-        except Exception as error:  # noqa: BLE001
-            status, error_line = "run error", f"at {values}: {first_line(error)}"
+            actual = next(outputs)
+        except Exception as error:  # noqa: BLE001 - a run error is a result
+            checked.update(status="run error", error=f"at {values}: {first_line(error)}")
             break
         run = {"dims": values, "outputs": {}}
-        for name, want in expected.items():
+        for name, want in want_by_name.items():
             got = actual.get(name)
             run["outputs"][name] = compare(got, want, tolerance(model)) if got is not None else (float("inf"),) * 2
         worst = max(score for _, score in run["outputs"].values())
         run["max_abs_diff"] = max(diff for diff, _ in run["outputs"].values())
         run["error_in_tolerances"] = worst
-        result["runs"].append(run)
-        if worst > 1.0 and status == "ok":
+        checked["runs"].append(run)
+        if worst > 1.0 and checked["status"] == "ok":
             name = max(run["outputs"], key=lambda n: run["outputs"][n][1])
-            status, error_line = "wrong", f"at {values}: output '{name}' max |diff| {run['outputs'][name][0]:.3g}"
-    result["status"] = status
-    if error_line:
-        result["error"] = error_line
-    if result["runs"]:
-        result["max_abs_diff"] = max(run["max_abs_diff"] for run in result["runs"])
-    return result
+            checked.update(status="wrong", error=f"at {values}: output '{name}' max |diff| {run['outputs'][name][0]:.3g}")
+    if checked["runs"]:
+        checked["max_abs_diff"] = max(run["max_abs_diff"] for run in checked["runs"])
+    return checked
 
 
 def main(argv: list[str]) -> int:
