@@ -126,17 +126,21 @@ window.bench = {
   // At one shape: one first run (timed and counted alone), `warmup` runs, then `runs` timed
   // runs. Inputs come as { name: { dtype, shape, base64 } }. Returns the times, the counters'
   // differences, and the first run's first output (float32 bytes in base64).
-  async runShape({ inputs, warmup, runs }) {
+  // With `budgetMs` (run.py --budget-s) the warm-up and timed runs stop once the case has
+  // taken that long, the first run included: a system that needs minutes per run runs once.
+  async runShape({ inputs, warmup, runs, budgetMs = Infinity }) {
     const tensors = decodeInputs(inputs);
     let before = window.__bench.snapshot();
-    let start = performance.now();
+    const caseStart = performance.now();
+    let start = caseStart;
     const output = await system.run(tensors());
     const firstRunMs = performance.now() - start;
     const firstRun = delta(window.__bench.snapshot(), before);
-    for (let i = 0; i < warmup; i += 1) await system.run(tensors());
+    const withinBudget = () => performance.now() - caseStart < budgetMs;
+    for (let i = 0; i < warmup && withinBudget(); i += 1) await system.run(tensors());
     before = window.__bench.snapshot();
     const timesMs = [];
-    for (let i = 0; i < runs; i += 1) {
+    for (let i = 0; i < runs && withinBudget(); i += 1) {
       start = performance.now();
       await system.run(tensors());
       timesMs.push(performance.now() - start);

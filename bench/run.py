@@ -377,7 +377,8 @@ def bench_system(context, base_urls, routes, system, name, prepared, references,
         try:
             inputs = case.inputs()
             shape = page.evaluate("(cfg) => bench.runShape(cfg)",
-                                  {"inputs": encode_inputs(inputs), "warmup": warmup, "runs": runs})
+                                  {"inputs": encode_inputs(inputs), "warmup": warmup, "runs": runs,
+                                   **({"budgetMs": args.budget_s * 1000} if args.budget_s else {})})
         except Exception as error:
             result["cases"][case.label] = {"error": f"{type(error).__name__}: {first_line(error)}"}
             print(f"  {system:16s} {case.label:26s}: FAILED: {result['cases'][case.label]['error']}", flush=True)
@@ -388,11 +389,12 @@ def bench_system(context, base_urls, routes, system, name, prepared, references,
             shape["max_abs_diff_vs_onnxruntime_cpu"] = (
                 float(np.max(np.abs(output - reference))) if output.shape == reference.shape else float("inf"))
             shape["max_abs_reference"] = float(np.max(np.abs(reference)))
-        shape["median_ms"] = statistics.median(shape["timesMs"]) if shape["timesMs"] else shape["firstRunMs"]
-        shape["dispatches_per_run"] = shape["steady"]["dispatches"] / runs if runs else shape["firstRun"]["dispatches"]
+        timed = len(shape["timesMs"])  # fewer than runs where --budget-s ran out
+        shape["median_ms"] = statistics.median(shape["timesMs"]) if timed else shape["firstRunMs"]
+        shape["dispatches_per_run"] = shape["steady"]["dispatches"] / timed if timed else shape["firstRun"]["dispatches"]
         if system.startswith("relaxweb-wasm"):  # kernel calls, not WebGPU dispatches: the last run's
             shape["dispatches_per_run"] = shape["extra"]["lastDispatchCount"]
-        shape.update(runs=runs, warmup=warmup)
+        shape.update(runs=timed, warmup=warmup)
         result["cases"][case.label] = shape
         result["totals"] = shape["totals"]
         if args.profile and is_relaxweb(system):
@@ -757,6 +759,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, help="timed runs per case (default: the model's, 1 to 3; 20 for tiny ones)")
     parser.add_argument("--warmup", type=int, help="untimed runs per case after the first (default: the model's)")
     parser.add_argument("--quick", action="store_true", help="first case only, one timed run, no warm-up")
+    parser.add_argument("--budget-s", type=float, metavar="S",
+                        help="stop a case's warm-up and timed runs once it has taken S seconds, the first run "
+                             "included (its median is then the first run): for systems that take minutes per run")
     parser.add_argument("--reuse-build", action="store_true",
                         help="keep a bundle already in --work instead of building it again (while developing)")
     parser.add_argument("--build-timeout", type=int, default=1800, help="seconds one relaxweb build may take")
@@ -789,8 +794,8 @@ def main() -> None:
         "platform": platform.platform(),
         "onnxruntime_web": json.loads((ORT_DIST.parent / "package.json").read_text())["version"]
         if ORT_DIST.is_dir() else None,
-        "settings": {"quick": args.quick, "runs": args.runs, "warmup": args.warmup, "cases": args.cases,
-                     "relaxweb_options": args.relaxweb_options, "profile": args.profile},
+        "settings": {"quick": args.quick, "runs": args.runs, "warmup": args.warmup, "budget_s": args.budget_s,
+                     "cases": args.cases, "relaxweb_options": args.relaxweb_options, "profile": args.profile},
         "build_seconds": {name: round(p["build_s"], 1) for name, p in prepared.items() if "build_s" in p},
         "results": {},
     }

@@ -171,7 +171,7 @@ def test_wasm_systems_run_a_tiny_model_at_1_and_2_threads(bench, tmp_path, monke
     if (bench.ORT_DIST / "ort.wasm.min.mjs").is_file():
         systems += ["ort-wasm", "ort-wasm-2t"]
     args = argparse.Namespace(runs=None, warmup=None, quick=False, cases=None, profile=True, relaxweb_options={},
-                              work=tmp_path, out=tmp_path / "results.json")
+                              budget_s=None, work=tmp_path, out=tmp_path / "results.json")
     report = {"results": {}}
     bench.run_systems(prepared, systems, args, report, time.monotonic())
     results = report["results"]["tiny_mlp"]
@@ -195,6 +195,11 @@ def test_wasm_systems_run_a_tiny_model_at_1_and_2_threads(bench, tmp_path, monke
     tables = bench.wasm_tables(report["results"])
     assert "| tiny_mlp | n 32 |" in tables and "| tiny_mlp | relaxweb-wasm-2t |" in tables
     assert "relaxweb-wasm profile, tiny_mlp n 32:" in bench.profile_tables(report["results"])
+    # --budget-s spent by the first run: no warm-up, no timed run, the first run is the median
+    args.budget_s, args.profile = 1e-6, False
+    bench.run_systems(prepared, ["relaxweb-wasm"], args, report, time.monotonic())
+    shape = report["results"]["tiny_mlp"]["relaxweb-wasm"]["cases"]["n 32"]
+    assert (shape["runs"], shape["timesMs"], shape["median_ms"]) == (0, [], shape["firstRunMs"])
     capsys.readouterr()
 
 
