@@ -17,11 +17,12 @@ import relaxweb
 from relaxweb.compiler import compile_model
 from relaxweb.cpu.emit import (
     BINARY_RENDERINGS, COMBINER_RENDERINGS, COMPARE_RENDERINGS, FLOAT, HELPER_FUNCTIONS, UNARY_RENDERINGS,
+    VECTOR_BINARY_RENDERINGS, VECTOR_UNARY_RENDERINGS,
 )
 from relaxweb.cpu.kernels import KernelsWasm, WasmUnavailable, emit_kernels_wasm
 from relaxweb.cpu.math import MATH_FUNCTIONS
 from relaxweb.cpu.module import KernelFunctions, assemble_kernels_module, wat_to_wasm
-from relaxweb.cpu.schedules import render_program
+from relaxweb.cpu.schedules import MATMUL_SCRATCH_BYTES, render_program
 from relaxweb.ir import interpreter
 from relaxweb.ir.dtype import dtype_info
 from relaxweb.ir.launch import dispatch_count
@@ -41,6 +42,7 @@ LIBRARY = {**MATH_FUNCTIONS, **HELPER_FUNCTIONS}
 
 
 def compile_program(program: TensorProgram) -> bytes:
+    """The kernels.wasm of one program (kernel 0)."""
     wat = assemble_kernels_module([KernelFunctions(0, program.name, render_program(program))], "test", LIBRARY)
     return wat_to_wasm(wat)
 
@@ -55,7 +57,8 @@ def run_on_wasm(program: TensorProgram, arrays: list[np.ndarray], size_vars: dic
     shape = tuple(int(evaluate(d, size_vars)) for d in program.output.shape)
     output = np.zeros(shape, dtype_info(program.output.dtype).device.name)
     params = [int(evaluate(dispatch_count(program), size_vars)), *(size_vars[v.name] for v in program.size_vars)]
-    return run_wasm_kernel(compile_program(program), 0, [device_array(a) for a in arrays], output, params)
+    return run_wasm_kernel(compile_program(program), 0, [device_array(a) for a in arrays], output, params,
+                           scratch_bytes=MATMUL_SCRATCH_BYTES)
 
 
 def check_program(program: TensorProgram, arrays: list[np.ndarray], size_vars: dict[str, int] | None = None,
@@ -180,6 +183,84 @@ def test_reductions(combiner: ReduceCombiner, dtype: str) -> None:
     check_program(program, [values], {"n": 3, "m": 5})
     if dtype != "bool":  # (the interpreter has no bool identity)
         check_program(program, [np.zeros((3, 0), dtype)], {"n": 3, "m": 0})
+
+
+UNARY_RANGES = {UnaryOp.ASIN: (-0.99, 0.99), UnaryOp.ACOS: (-0.99, 0.99), UnaryOp.ATANH: (-0.99, 0.99),
+                UnaryOp.ACOSH: (1.0, 5.0), UnaryOp.LOG: (0.01, 5.0), UnaryOp.SQRT: (0.01, 5.0), UnaryOp.TAN: (-1.5, 1.5)}
+
+
+@pytest.mark.parametrize("op", list(VECTOR_BINARY_RENDERINGS) + list(VECTOR_UNARY_RENDERINGS), ids=str)
+def test_vectorized(op) -> None:
+    """Float programs whose last dimension is a multiple of 4 run four elements at a time:
+    each op's f32x4 form, with a buffer constant along the last axis splatted."""
+    row = Buffer("R", (n, 1), "float32")
+    data = Buffer("A", (n, 8), "float32")
+    low, high = UNARY_RANGES.get(op, (0.1, 2.0))
+    if isinstance(op, BinaryOp):
+        body = Binary(op, Load(data, (i, j)), Load(row, (i, IntImm(0))) + 0.5)
+    else:
+        body = Unary(op, Load(data, (i, j)) * Load(row, (i, IntImm(0))))
+        low, high = low / 1.01, high / 1.01
+    program = TensorProgram("vector", (row, data), Buffer("out", (n, 8), "float32"), (i, j), body)
+    assert "(v128.store" in render_program(program)
+    values = rand(3, 8, low=low, high=high)
+    values[0, 0] = np.nan
+    if op is UnaryOp.ROUND:
+        values[1, :3] = [0.5, 1.5, -2.5]
+    check_program(program, [rand(3, 1, seed=1, low=1.0, high=1.01), values], {"n": 3})
+
+
+@pytest.mark.parametrize("combiner", list(ReduceCombiner), ids=str)
+def test_vector_reductions_along_the_last_axis(combiner: ReduceCombiner) -> None:
+    """A float reduction reading along its axis runs four steps at a time, then one by one:
+    every remainder, an empty range, NaN, and a part of the body that does not depend on the
+    axis (another reduction) computed once."""
+    m = SizeVar("m")
+    data = Buffer("A", (n, m), "float32")
+    mean = Reduce(ReduceCombiner.SUM, SizeVar("l"), m, Load(data, (i, SizeVar("l")))) / 4.0
+    body = Unary(UnaryOp.EXP, Load(data, (i, k)) - mean) if combiner is ReduceCombiner.SUM else Load(data, (i, k)) * 1.5
+    program = TensorProgram("reduce", (data,), Buffer("out", (n,), "float32"), (i,), Reduce(combiner, k, m, body))
+    assert "f32x4.extract_lane" in render_program(program)
+    for extent in (0, 3, 4, 5, 11):
+        values = rand(3, extent, low=0.5, high=1.5)
+        if extent:
+            values[1, extent // 2] = np.nan
+        actual = check_program(program, [values], {"n": 3, "m": extent})
+        assert np.isnan(actual[1]) == bool(extent)
+
+
+@pytest.mark.parametrize("columns", [16, 5])
+def test_weight_in_parts_is_read_through_its_first_part(columns: int) -> None:
+    """A kernel reading a weight in parts takes one address per part and reads the whole
+    weight through the first (the wasm backend never splits weights)."""
+    data, weight = Buffer("A", (n, 8), "float32"), Buffer("W", (8, columns), "float32")
+    program = TensorProgram("matmul", (data, weight), Buffer("out", (n, columns), "float32"), (i, j),
+                            Reduce(ReduceCombiner.SUM, k, IntImm(8), Load(data, (i, k)) * Load(weight, (k, j))))
+    text = render_program(program, {"W": 3})
+    wasm = wat_to_wasm(assemble_kernels_module([KernelFunctions(0, "parts", text)], "test", LIBRARY))
+    arrays = [rand(6, 8), rand(8, columns, seed=1)]
+    ignored = np.full(4, np.nan, np.float32)  # what the other parts' addresses point at (the runtime passes 0)
+    actual = run_wasm_kernel(wasm, 0, [*arrays, ignored, ignored], np.zeros((6, columns), np.float32), [0, 6],
+                             scratch_bytes=MATMUL_SCRATCH_BYTES)
+    assert_close(actual, interpreter.run_program(program, arrays, {"n": 6}))
+
+
+def test_reductions_compute_their_invariant_reductions_once() -> None:
+    """A softmax denominator along a non-contiguous axis (no f32x4 steps): the column max in
+    its body is computed once per output element, before the loop (also over an empty range,
+    and next to a Select whose branch is not hoisted)."""
+    m = SizeVar("m")
+    data = Buffer("A", (m, 6), "float32")
+    column_max = Reduce(ReduceCombiner.MAX, SizeVar("l"), m, Load(data, (SizeVar("l"), j)))
+    term = Unary(UnaryOp.EXP, Load(data, (k, j)) - column_max)
+    guarded = Select(Compare(CompareOp.GT, IndexValue(j), FloatImm(2, "int32")), term, term * 2.0)
+    program = TensorProgram("denominator", (data,), Buffer("out", (6,), "float32"), (j,),
+                            Reduce(ReduceCombiner.SUM, k, m, guarded + term))
+    text = render_program(program)
+    assert text.count("(loop $reduce") == 2  # the sum's (reduce0) and, once, the max's before it
+    assert text.index("(loop $reduce1") < text.index("(loop $reduce0")
+    for extent in (0, 1, 7):
+        check_program(program, [rand(extent, 6)], {"m": extent})
 
 
 def test_nan_through_max_and_min() -> None:
@@ -335,7 +416,7 @@ def check_module(model, feeds: dict[str, np.ndarray], monkeypatch, tolerance=F32
         program = module.programs[name]
         params = [int(evaluate(dispatch_count(program), size_vars)), *(size_vars[v.name] for v in program.size_vars)]
         actual = run_wasm_kernel(kernels.wasm, order.index(name), [device_array(a) for a in arrays],
-                                 device_array(before), params)
+                                 device_array(before), params, scratch_bytes=kernels.scratch_bytes)
         if dtype_info(program.output.dtype).is_float:
             assert_close(actual, after.astype(np.float32), tolerance, err_msg=name)
         else:
@@ -363,6 +444,34 @@ def test_convolution_module(monkeypatch) -> None:
     assert check_module(model, {"x": rand(1, 3, 9, 9)}, monkeypatch) >= 1
 
 
+@pytest.mark.parametrize("shape_a, shape_b", [((8, 24), (24, 32)), ((9, 20), (20, 37)), ((2, 5, 7), (7, 19)),
+                                              ((3, 4, 6), (3, 6, 16))])
+def test_matmul_blocks(shape_a, shape_b, monkeypatch) -> None:
+    """Matmuls in whole blocks and at the edges, batched, with a bias and relu epilogue."""
+    model = make_model([helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "bias"], ["s"]),
+                        helper.make_node("Relu", ["s"], ["y"])], [("x", TensorProto.FLOAT, list(shape_a))], ["y"],
+                       {"w": rand(*shape_b, seed=1), "bias": rand(shape_b[-1], seed=2)})
+    assert check_module(model, {"x": rand(*shape_a)}, monkeypatch) >= 1
+
+
+def test_matmul_with_a_transposed_weight(monkeypatch) -> None:
+    """Gemm with transB: the second factor is read across its rows (evaluated per column)."""
+    model = make_model([helper.make_node("Gemm", ["x", "w", "c"], ["y"], transB=1, alpha=0.5)],
+                       [("x", TensorProto.FLOAT, [6, 10])], ["y"], {"w": rand(20, 10, seed=1), "c": rand(20, seed=2)})
+    assert check_module(model, {"x": rand(6, 10)}, monkeypatch) >= 1
+
+
+@pytest.mark.parametrize("stride, pad, group, channels", [(1, 1, 1, 8), (2, 0, 1, 8), (1, 1, 2, 8), (1, 1, 1, 20),
+                                                           (2, 1, 1, 32)])
+def test_convolution_blocks(stride: int, pad: int, group: int, channels: int, monkeypatch) -> None:
+    """Convolutions as blocks over output positions (few output channels) or over output
+    channels read from the weight at constant distances (16 or more)."""
+    model = make_model([helper.make_node("Conv", ["x", "w"], ["y"], pads=[pad] * 4, strides=[stride] * 2, group=group)],
+                       [("x", TensorProto.FLOAT, [2, 4, 11, 10])], ["y"],
+                       {"w": rand(channels, 4 // group, 3, 3, seed=1)})
+    assert check_module(model, {"x": rand(2, 4, 11, 10)}, monkeypatch) >= 1
+
+
 def test_integer_and_index_module(monkeypatch) -> None:
     """Gathers, concatenation, casts, comparisons and where over int64 and bool tensors."""
     model = make_model(
@@ -387,7 +496,7 @@ def test_bundle_has_kernels_wasm(tmp_path) -> None:
                        ["y"], {"w": rand(8, 4)})
     bundle = relaxweb.build(model, tmp_path)
     manifest = json.loads((tmp_path / "manifest.json").read_text())
-    assert manifest["wasm"] == {"file": "kernels.wasm", "scratch_bytes": 0}
+    assert manifest["wasm"] == {"file": "kernels.wasm", "scratch_bytes": MATMUL_SCRATCH_BYTES}
     assert manifest_problem(manifest) is None
     wasm = (tmp_path / "kernels.wasm").read_bytes()
     exports = {export.name for export in wasm_exports(wasm)}
@@ -458,10 +567,10 @@ def test_library_kernels_bring_their_own_functions() -> None:
 (func $units (param $params i32) (result i32)
   (i32.const 1))"""
     module.programs["rnn_recurrence"] = dataclasses.replace(module.programs["rnn_recurrence"], wasm_source=source,
-                                                            wasm_scratch_bytes=96)
+                                                            wasm_scratch_bytes=1000)
     order = [(name, {}) for name in module.programs]
     kernels = emit_kernels_wasm(module, order)
-    assert isinstance(kernels, KernelsWasm) and kernels.scratch_bytes == 96
+    assert isinstance(kernels, KernelsWasm) and kernels.scratch_bytes == 1000  # (above the matmuls' scratch)
     index = list(module.programs).index("rnn_recurrence")
     assert f"(func $k{index}_helper)" in kernels.wat
     assert {e.name for e in wasm_exports(kernels.wasm)} == {f"k{i}{s}" for i in range(len(order)) for s in ("", "_units")}

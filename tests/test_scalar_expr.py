@@ -227,3 +227,14 @@ def test_functions_for_what_has_no_operator() -> None:
     assert cast("float32", X) is X and cast("int32", X) == Cast("int32", X)
     with pytest.raises(TypeError, match="at least one operand"):
         maximum(1.0, 2.0)
+
+
+def test_interpreter_divides_integers_as_the_backends_do():
+    """Integer division truncates toward zero and a division by zero gives the dividend (WGSL's
+    rule, which the wasm backend follows): the reference must not give numpy's float quotient."""
+    a = np.array([7, -7, 7, -7, 5, -2**31], np.int32)
+    b = np.array([2, 2, -2, -2, 0, -1], np.int32)
+    quotient = interpreter.divide(a, b)
+    assert quotient.dtype == np.int32
+    assert quotient.tolist() == [3, -3, -3, 3, 5, -2**31]
+    assert interpreter.divide(np.float32(1), np.float32(4)) == np.float32(0.25)

@@ -25,11 +25,12 @@ from typing import Callable, Mapping
 import numpy as np
 
 from ..ir.dtype import DtypeKind, dtype_info
+from ..ir.launch import VECTOR, vector_access, vectorizable
 from ..ir.lower_index import Constant, IndexLowering, IndexOp, Operation, TargetIndex, Variable
-from ..ir.symbolic import IntImm, PrimExpr, SizeVar, simplify
+from ..ir.symbolic import IntImm, PrimExpr, SizeVar, free_vars, simplify
 from ..ir.tir import (
     Binary, BinaryOp, Buffer, Cast, Compare, CompareOp, FloatImm, Gather, IndexValue, Load, Reduce, ReduceCombiner,
-    ScalarExpr, Select, TensorProgram, Unary, UnaryOp, scalar_children, scalar_nodes,
+    ScalarExpr, Select, TensorProgram, Unary, UnaryOp, contains_reduce, index_exprs, scalar_children, scalar_nodes,
 )
 
 # A value's class decides its instructions: "f" a float (f32), "s" a signed integer, "u" an
@@ -60,7 +61,9 @@ def _call(function: str) -> Callable[..., str]:
 
 
 def _per_class(f: str | None, s: str | None, u: str | None = None) -> dict[str, Callable[..., str]]:
-    """One rendering per value class from instruction names (``call $x`` for a function)."""
+    """One rendering per value class from instruction names (``call $x`` for a function):
+    ``f`` for floats, ``s`` for signed integers, ``u`` for unsigned ones and bools (``s``'s
+    when not given); None where the op takes no such values."""
     table = {}
     for cls, name in ((FLOAT, f), (SIGNED, s), (UNSIGNED, s if u is None else u)):
         if name is not None:
@@ -113,6 +116,28 @@ COMBINER_RENDERINGS: dict[ReduceCombiner, dict[str, Callable[[str, str], str]]] 
     ReduceCombiner.PROD: BINARY_RENDERINGS[BinaryOp.MULTIPLY],
     ReduceCombiner.MAX: BINARY_RENDERINGS[BinaryOp.MAXIMUM],
     ReduceCombiner.MIN: BINARY_RENDERINGS[BinaryOp.MINIMUM],
+}
+# The f32x4 forms of the float ops, for the vectorized loops (four consecutive output
+# elements at once): a program whose ops all have one may be vectorized.
+VECTOR_BINARY_RENDERINGS: dict[BinaryOp, Callable[[str, str], str]] = {
+    BinaryOp.ADD: _op("f32x4.add"),
+    BinaryOp.SUBTRACT: _op("f32x4.sub"),
+    BinaryOp.MULTIPLY: _op("f32x4.mul"),
+    BinaryOp.DIVIDE: _op("f32x4.div"),
+    BinaryOp.MAXIMUM: _op("f32x4.max"),  # propagates NaN, as f32.max
+    BinaryOp.MINIMUM: _op("f32x4.min"),
+    BinaryOp.POWER: _call("pow_f32x4"),
+}
+VECTOR_UNARY_RENDERINGS: dict[UnaryOp, Callable[[str], str]] = {
+    UnaryOp.NEGATIVE: _op("f32x4.neg"),
+    UnaryOp.SQRT: _op("f32x4.sqrt"),
+    UnaryOp.FLOOR: _op("f32x4.floor"),
+    UnaryOp.CEIL: _op("f32x4.ceil"),
+    UnaryOp.ROUND: _op("f32x4.nearest"),
+    **{op: _call(f"{op.value}_f32x4") for op in (
+        UnaryOp.EXP, UnaryOp.TANH, UnaryOp.SIGMOID, UnaryOp.LOG, UnaryOp.SIN, UnaryOp.COS, UnaryOp.TAN,
+        UnaryOp.ASIN, UnaryOp.ACOS, UnaryOp.ATAN, UnaryOp.ASINH, UnaryOp.ACOSH, UnaryOp.ATANH,
+    )},
 }
 # The IR's index operations (relaxweb/ir/lower_index.py); a truncating division by a
 # positive constant is an instruction (its numerator is >= 0: unsigned), any other a helper.
@@ -207,12 +232,6 @@ HELPER_FUNCTIONS: dict[str, str] = {
                                     (i32.add (i32.const 0xfff) (i32.and (i32.shr_u (local.get $bits) (i32.const 13)) (i32.const 1)))))
           (f32.reinterpret_i32 (i32.and (local.get $bits) (i32.const 0xffffe000))))))))""",
 }
-HELPER_FUNCTIONS["rem_u32"] = """\
-;; WGSL's a % b on u32: a % 0 is 0
-(func $rem_u32 (param $a i32) (param $b i32) (result i32)
-  (if (result i32) (i32.eqz (local.get $b))
-    (then (i32.const 0))
-    (else (i32.rem_u (local.get $a) (local.get $b)))))"""
 
 
 def literal(value: float, dtype: str) -> str:
@@ -263,6 +282,16 @@ def render_index(target: TargetIndex, variable: Callable[[str], str]) -> str:
     if target.op in _CONSTANT_DIVISIONS and isinstance(target.b, Constant) and target.b.value > 0:
         return f"({_CONSTANT_DIVISIONS[target.op]} {a} {b})"
     return INDEX_RENDERINGS[target.op](a, b)
+
+
+def flat_offset(buffer: Buffer, indices: tuple[PrimExpr, ...]) -> PrimExpr:
+    """The element offset of ``buffer[indices]`` (row-major), as an index expression."""
+    flat: PrimExpr = IntImm(0)
+    stride: PrimExpr = IntImm(1)
+    for index, extent in reversed(list(zip(indices, buffer.shape))):
+        flat = flat + index * stride
+        stride = stride * extent
+    return flat
 
 
 class Function:
@@ -353,15 +382,6 @@ class Emitter:
         scope, the IR's floor division and modulo lowered (``relaxweb/ir/lower_index.py``)."""
         return render_index(self.index_lowering.lower(expr), self.variable)
 
-    def offset(self, buffer: Buffer, indices: tuple[PrimExpr, ...]) -> PrimExpr:
-        """The element offset of ``buffer[indices]`` (row-major), as an index expression."""
-        flat: PrimExpr = IntImm(0)
-        stride: PrimExpr = IntImm(1)
-        for index, extent in reversed(list(zip(indices, buffer.shape))):
-            flat = flat + index * stride
-            stride = stride * extent
-        return flat
-
     def address(self, buffer_name: str, offset: str) -> str:
         """The byte address of the element at ``offset`` (i32 WAT) of a buffer."""
         base = f"(local.get {self.buffers[buffer_name]})"
@@ -372,7 +392,7 @@ class Emitter:
     def element_address(self, buffer: Buffer, indices: tuple[PrimExpr, ...]) -> str:
         """The address of ``buffer[indices]``.  A load is in bounds wherever it is evaluated,
         so a negative constant offset belongs to a branch never taken: it reads element 0."""
-        target = self.index_lowering.lower(self.offset(buffer, indices))
+        target = self.index_lowering.lower(flat_offset(buffer, indices))
         if isinstance(target, Constant) and target.value < 0:
             target = Constant(0)
         return self.address(buffer.name, render_index(target, self.variable))
@@ -386,9 +406,13 @@ class Emitter:
             return known
         text = self._scalar(expr, indent)
         if expr in self.repeated and not text.startswith("(local.get"):
-            text = self.set_local(text, wasm_type(expr.dtype), indent)
+            text = self.set_local(text, self.value_type(expr), indent)
         self.known(expr, text)
         return text
+
+    def value_type(self, expr: ScalarExpr) -> str:
+        """The wasm type of ``expr``'s value here (a vector emitter's are v128)."""
+        return wasm_type(expr.dtype)
 
     def set_local(self, value: str, kind: str, indent: str, prefix: str = "v") -> str:
         """``value`` computed into a new local; returns the local's value."""
@@ -442,7 +466,10 @@ class Emitter:
         return self.address(expr.buffer.name, offset)
 
     def reduce(self, expr: Reduce, indent: str) -> str:
-        """A serial loop accumulating the body over the reduction axis."""
+        """A serial loop accumulating the body over the reduction axis; for a float body that
+        reads along the axis contiguously (:func:`vector_reduction`), first a loop of four
+        steps at a time into f32x4 partial results (the parts of the body that do not depend
+        on the axis computed once, before it), then the remaining steps one by one."""
         dtype = expr.body.dtype
         kind = wasm_type(dtype)
         accumulator = self.function.local("acc", kind)
@@ -455,17 +482,81 @@ class Emitter:
         emit(indent, f"(local.set {axis} (i32.const 0))")
         emit(indent, f"(block $reduced{number}")
         emit(indent, f"  (br_if $reduced{number} (i32.ge_s (local.get {axis}) (local.get {end})))")
+        self.open_scope()  # values computed from here on exist only where the range is not empty
+        invariants = vector_reduction(expr)
+        if invariants is not None:
+            self.vector_steps(expr, invariants, accumulator, axis, end, number, indent + "  ")
+        else:
+            for invariant in invariant_reductions(expr.body, expr.axis.name):  # once, not at every step
+                self.scalar(invariant, indent + "  ")
         emit(indent, f"  (loop $reduce{number}")
         inner = indent + "    "
         self.open_scope()
         self.declare_axis(expr.axis, expr.extent, axis)
         body = self.scalar(expr.body, inner)
         self.close_scope()
+        self.close_scope()
         combined = rendering(COMBINER_RENDERINGS, expr.combiner, value_class(dtype))(f"(local.get {accumulator})", body)
         emit(inner, f"(local.set {accumulator} {combined})")
         emit(inner, f"(local.set {axis} (i32.add (local.get {axis}) (i32.const 1)))")
         emit(inner, f"(br_if $reduce{number} (i32.lt_s (local.get {axis}) (local.get {end})))))")
         return f"(local.get {accumulator})"
+
+    def vector_steps(self, expr: Reduce, invariants: list[ScalarExpr], accumulator: str, axis: str, end: str,
+                     number: str, indent: str) -> None:
+        """The reduction's steps four at a time, while four remain, into ``accumulator``
+        (its lanes combined at the end); leaves ``axis`` at the first step not taken."""
+        emit = self.function.emit
+        splats = {}
+        for invariant in invariants:  # computed once, as scalars (the steps one by one reuse them)
+            value = self.scalar(invariant, indent)
+            if not value.startswith("(local.get"):
+                value = self.set_local(value, "f32", indent)
+                self.known(invariant, value)
+            splats[invariant] = self.set_local(f"(f32x4.splat {value})", "v128", indent, "splat")
+        vector = self.function.local("accv", "v128")
+        combine = VECTOR_COMBINER_RENDERINGS[expr.combiner]
+        emit(indent, f"(local.set {vector} (f32x4.splat {reduce_identity(expr.combiner, expr.body.dtype)}))")
+        four_more = f"(i32.add (local.get {axis}) (i32.const 4))"
+        emit(indent, f"(block $vectors{number}")
+        emit(indent, f"  (br_if $vectors{number} (i32.gt_s {four_more} (local.get {end})))")
+        emit(indent, f"  (loop $vector{number}")
+        inner = indent + "    "
+        self.open_scope()
+        self.declare_axis(expr.axis, expr.extent, axis)
+        body = self.vector_value(expr.body, splats, {}, inner)
+        self.close_scope()
+        emit(inner, f"(local.set {vector} {combine(f'(local.get {vector})', body)})")
+        emit(inner, f"(local.set {axis} {four_more})")
+        emit(inner, f"(br_if $vector{number} (i32.le_s {four_more} (local.get {end})))))")
+        lanes = [f"(f32x4.extract_lane {lane} (local.get {vector}))" for lane in range(4)]
+        scalar = rendering(COMBINER_RENDERINGS, expr.combiner, FLOAT)
+        emit(indent, f"(local.set {accumulator} {scalar(scalar(lanes[0], lanes[1]), scalar(lanes[2], lanes[3]))})")
+        emit(indent, f"(br_if $reduced{number} (i32.ge_s (local.get {axis}) (local.get {end})))")
+
+    def vector_value(self, expr: ScalarExpr, splats: Mapping[ScalarExpr, str], memo: dict, indent: str) -> str:
+        """The f32x4 value of a reduction body at four consecutive steps (the axis's local
+        holds the first): loads along the axis are ``v128.load``, invariants their splats."""
+        if expr in splats:
+            return splats[expr]
+        if expr in memo:
+            return memo[expr]
+        if isinstance(expr, Load):
+            text = f"(v128.load {self.element_address(expr.buffer, expr.indices)})"
+        elif isinstance(expr, FloatImm):
+            text = f"(f32x4.splat {literal(expr.value, expr.dtype)})"
+        elif isinstance(expr, Binary):
+            a = self.vector_value(expr.a, splats, memo, indent)
+            b = self.vector_value(expr.b, splats, memo, indent)
+            text = rendering(VECTOR_BINARY_RENDERINGS, expr.op)(a, b)
+        elif isinstance(expr, Unary):
+            text = rendering(VECTOR_UNARY_RENDERINGS, expr.op)(self.vector_value(expr.a, splats, memo, indent))
+        else:
+            raise TypeError(f"{self.program.name}: cannot vectorize {type(expr).__name__} along a reduction")
+        if expr in self.repeated:
+            text = self.set_local(text, "v128", indent)
+        memo[expr] = text
+        return text
 
     def select(self, expr: Select, indent: str) -> str:
         """wasm's ``select`` when both branches are cheap and read no memory (it evaluates
@@ -489,6 +580,116 @@ class Emitter:
             emit(indent, f"    (local.set {result} {value}))")
         self.function.lines[-1] += ")"
         return f"(local.get {result})"
+
+
+class VectorEmitter(Emitter):
+    """An emitter of four consecutive output elements along the last axis at once, for a
+    float32 elementwise or broadcast program (``relaxweb/ir/launch.vector_access``: loads,
+    constants, binary and unary ops).  ``access`` says how each buffer is read: four
+    consecutive elements (``v128.load``) or one element for all four lanes (a splat).  The
+    last axis's local holds the first of the four."""
+
+    def __init__(self, program: TensorProgram, function: Function, buffers: Mapping[str, str],
+                 variables: Mapping[str, str], access: Mapping[str, str]) -> None:
+        super().__init__(program, function, buffers, variables)
+        self.access = dict(access)
+
+    def value_type(self, expr: ScalarExpr) -> str:
+        return "v128"
+
+    def _scalar(self, expr: ScalarExpr, indent: str) -> str:
+        if isinstance(expr, Load):
+            address = self.element_address(expr.buffer, expr.indices)
+            if self.access[expr.buffer.name] == VECTOR:
+                return f"(v128.load {address})"
+            return f"(f32x4.splat (f32.load {address}))"
+        if isinstance(expr, FloatImm):
+            return f"(f32x4.splat {literal(expr.value, expr.dtype)})"
+        if isinstance(expr, Binary):
+            a, b = self.scalar(expr.a, indent), self.scalar(expr.b, indent)
+            return rendering(VECTOR_BINARY_RENDERINGS, expr.op)(a, b)
+        if isinstance(expr, Unary):
+            return rendering(VECTOR_UNARY_RENDERINGS, expr.op)(self.scalar(expr.a, indent))
+        raise TypeError(f"{self.program.name}: cannot vectorize {type(expr).__name__}")
+
+
+def vector_access_of(program: TensorProgram) -> dict[str, str] | None:
+    """How the vectorized loop reads each buffer of ``program`` (:func:`VectorEmitter`), or
+    None when it cannot run the program: a float32 output whose last dimension is a
+    multiple of 4, and ops that all have f32x4 forms."""
+    if not vectorizable(program, 4):
+        return None
+    for node in scalar_nodes(program.body):
+        if isinstance(node, Binary) and node.op not in VECTOR_BINARY_RENDERINGS:
+            return None
+        if isinstance(node, Unary) and node.op not in VECTOR_UNARY_RENDERINGS:
+            return None
+    return vector_access(program, 4)
+
+
+def depends_on(expr: ScalarExpr, name: str) -> bool:
+    """Whether ``expr``'s value depends on the index variable ``name``."""
+    return any(name in {v.name for v in free_vars(index)} for index in index_exprs(expr))
+
+
+def invariant_reductions(body: ScalarExpr, axis: str) -> list[ScalarExpr]:
+    """The largest parts of a reduction's body that do not depend on its axis and contain a
+    reduction of their own (a fused softmax's row max inside its sum), outside any Select
+    branch (those run only where chosen): computed once before the loop, not at every step."""
+    found: list[ScalarExpr] = []
+
+    def visit(node: ScalarExpr) -> None:
+        if isinstance(node, Select):
+            return
+        if not depends_on(node, axis) and contains_reduce(node):
+            if node not in found:
+                found.append(node)
+            return
+        for child in scalar_children(node):
+            visit(child)
+
+    visit(body)
+    return found
+
+
+VECTOR_COMBINER_RENDERINGS: dict[ReduceCombiner, Callable[[str, str], str]] = {
+    ReduceCombiner.SUM: _op("f32x4.add"),
+    ReduceCombiner.PROD: _op("f32x4.mul"),
+    ReduceCombiner.MAX: _op("f32x4.max"),
+    ReduceCombiner.MIN: _op("f32x4.min"),
+}
+
+
+def vector_reduction(expr: Reduce) -> list[ScalarExpr] | None:
+    """The parts of a reduction's body that do not depend on its axis (computed once and
+    splatted), when the rest can run four steps at a time: a float32 body whose nodes that
+    depend on the axis are constants, ops with f32x4 forms, and float32 loads that read along
+    the axis contiguously (it appears in their last index only, plus something that does not
+    depend on it).  None otherwise."""
+    axis = expr.axis.name
+    if expr.body.dtype != "float32" or expr.combiner not in VECTOR_COMBINER_RENDERINGS:
+        return None
+    invariants: list[ScalarExpr] = []
+
+    def visit(node: ScalarExpr) -> bool:
+        if not depends_on(node, axis):
+            if node.dtype != "float32":
+                return False
+            if not isinstance(node, FloatImm) and node not in invariants:
+                invariants.append(node)
+            return True
+        if isinstance(node, Load):
+            *others, last = node.indices
+            offset = simplify(last - expr.axis)
+            return (node.buffer.dtype == "float32" and axis not in {v.name for v in free_vars(offset)}
+                    and not any(axis in {v.name for v in free_vars(index)} for index in others))
+        if isinstance(node, Binary) and node.op in VECTOR_BINARY_RENDERINGS:
+            return visit(node.a) and visit(node.b)
+        if isinstance(node, Unary) and node.op in VECTOR_UNARY_RENDERINGS:
+            return visit(node.a)
+        return False
+
+    return invariants if visit(expr.body) else None
 
 
 BRANCH_FREE_NODES = 16  # the most nodes a select's branch may have to be evaluated unconditionally

@@ -17,7 +17,7 @@ from ..ir.tir import TensorProgram
 from .emit import HELPER_FUNCTIONS
 from .math import MATH_FUNCTIONS
 from .module import KernelFunctions, assemble_kernels_module, wat_to_wasm
-from .schedules import render_program
+from .schedules import render_program, scratch_bytes
 
 
 @dataclass(frozen=True)
@@ -55,5 +55,6 @@ def emit_kernels_wasm(module: IRModule, kernel_order: Sequence[tuple[str, Mappin
         note = "" if not parts else f", reading {', '.join(sorted(parts))} in parts"
         kernels.append(KernelFunctions(index, f"tensor program {program.name} (schedule {program.schedule}{note})",
                                        render_program(program, parts)))
+        scratch = max(scratch, scratch_bytes(program))
     wat = assemble_kernels_module(kernels, source, {**MATH_FUNCTIONS, **HELPER_FUNCTIONS})
     return KernelsWasm(wat, wat_to_wasm(wat), scratch)

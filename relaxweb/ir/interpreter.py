@@ -317,9 +317,23 @@ def run_program(program: TensorProgram, arrays: list[np.ndarray], size_vars: Map
     return np.broadcast_to(np.asarray(result), shape).astype(program.output.dtype)
 
 
+def divide(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The IR's division: floats as numpy; integers truncate toward zero and a division by
+    zero gives the dividend, as WGSL and the wasm backend compute it (numpy's ``divide``
+    would give a float, its ``//`` would floor)."""
+    a, b = np.asarray(a), np.asarray(b)
+    if not (np.issubdtype(a.dtype, np.integer) and np.issubdtype(b.dtype, np.integer)):
+        return np.divide(a, b)
+    dtype = np.result_type(a, b)
+    wide_a, wide_b = a.astype(np.int64), b.astype(np.int64)
+    safe_b = np.where(wide_b == 0, 1, wide_b)
+    quotient = np.abs(wide_a) // np.abs(safe_b) * np.sign(wide_a) * np.sign(safe_b)
+    return np.where(wide_b == 0, wide_a, quotient).astype(dtype)
+
+
 BINARY_FUNCTIONS: dict[BinaryOp, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     BinaryOp.ADD: np.add, BinaryOp.SUBTRACT: np.subtract, BinaryOp.MULTIPLY: np.multiply,
-    BinaryOp.DIVIDE: np.divide, BinaryOp.MAXIMUM: np.maximum, BinaryOp.MINIMUM: np.minimum, BinaryOp.POWER: np.power,
+    BinaryOp.DIVIDE: divide, BinaryOp.MAXIMUM: np.maximum, BinaryOp.MINIMUM: np.minimum, BinaryOp.POWER: np.power,
     BinaryOp.BITWISE_AND: np.bitwise_and, BinaryOp.BITWISE_OR: np.bitwise_or, BinaryOp.BITWISE_XOR: np.bitwise_xor,
     BinaryOp.SHIFT_RIGHT: lambda a, b: np.right_shift(a, np.asarray(b).astype(np.asarray(a).dtype)),
 }
