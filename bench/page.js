@@ -7,6 +7,17 @@ const delta = (after, before) => Object.fromEntries(Object.entries(after)
   .filter(([key]) => key !== "liveBytes" && key !== "peakLiveBytes")
   .map(([key, value]) => [key, value - before[key]]));
 
+// Every Worker the page creates (relaxweb's wasm thread pool, onnxruntime-web's pthreads), so
+// the report can say how many threads a system really started: wrapped before any system loads.
+const workersCreated = [];
+const PageWorker = globalThis.Worker;
+globalThis.Worker = class extends PageWorker {
+  constructor(url, options) {
+    super(url, options);
+    workersCreated.push(String(url).split("/").pop().split("?")[0]);
+  }
+};
+
 const infoOf = (info) => info && {
   vendor: info.vendor, architecture: info.architecture, device: info.device,
   description: info.description,
@@ -14,8 +25,9 @@ const infoOf = (info) => info && {
 
 // One system: { name, async load(model), async run(inputs) -> TypedArray, adapterInfo() }.
 // `inputs` is { name: { data: TypedArray, shape } }; run returns the first output's data.
+// relaxweb on WebGPU (options {}) or on its kernels.wasm ({backend: "wasm", threads: N}).
 const SYSTEMS = {
-  relaxweb: () => {
+  relaxweb: (backendOptions) => () => {
     let model;
     let pipelinesReadyMs = null; // from the start of load until model.ready settled
     return {
@@ -24,7 +36,7 @@ const SYSTEMS = {
       async load({ bundleUrl, relaxwebOptions }) {
         const start = performance.now();
         const runtime = await import(`${bundleUrl}runtime/relaxweb.js`);
-        model = await runtime.load(bundleUrl, relaxwebOptions ?? {});
+        model = await runtime.load(bundleUrl, { ...relaxwebOptions, ...backendOptions });
         // load() returns before every pipeline is compiled; model.ready settles when all are
         model.ready?.then(() => { pipelinesReadyMs = performance.now() - start; }, () => {});
       },
@@ -32,19 +44,25 @@ const SYSTEMS = {
         const outputs = await model.run(inputs);
         return outputs[model.outputs[0].name].data;
       },
-      adapterInfo: () => infoOf(model.device.adapterInfo),
-      extra: () => ({ lastDispatchCount: model.lastDispatchCount, pipelinesReadyMs, kernels: model.kernels }),
-      // one warm-up run, then one with every dispatch timed (model.profile): the top kernels
+      adapterInfo: () => infoOf(model.device?.adapterInfo),
+      extra: () => (model.backend === "wasm"
+        ? { backend: model.backend, threads: model.threads, unitsRunByWorkers: model.unitsRunByWorkers,
+            lastDispatchCount: model.lastDispatchCount, ...threadEvidence() }
+        : { lastDispatchCount: model.lastDispatchCount, pipelinesReadyMs, kernels: model.kernels }),
+      // one warm-up run, then one with every dispatch timed (model.profile): the top kernels.
+      // On wasm no warm-up: nothing is compiled at run time, and the case's runs just ran at this
+      // shape (a real model's run there takes seconds to minutes).
       async profile(inputs) {
-        const { profile } = await model.profile(inputs);
+        const { profile } = await model.profile(inputs, { warmup: model.backend === "wasm" ? 0 : 1 });
         return { method: profile.method, dispatches: profile.dispatches, totalMs: profile.totalMs,
-                 rows: profile.rows.slice(0, 8) };
+                 rows: profile.rows.slice(0, 10) };
       },
     };
   },
   // onnxruntime-web, served from node_modules/onnxruntime-web/dist at /ort/. The non-bundled
-  // builds are used so its .mjs/.wasm files are fetched (and measured) separately.
-  ort: (executionProvider) => () => {
+  // builds are used so its .mjs/.wasm files are fetched (and measured) separately. Its wasm
+  // threads (numThreads > 1) need a cross-origin isolated page; elsewhere it falls back to 1.
+  ort: (executionProvider, numThreads = 1) => () => {
     let ort;
     let session;
     return {
@@ -52,7 +70,7 @@ const SYSTEMS = {
         const file = executionProvider === "webgpu" ? "ort.webgpu.min.mjs" : "ort.wasm.min.mjs";
         ort = await import(`/ort/${file}`);
         ort.env.wasm.wasmPaths = "/ort/";
-        ort.env.wasm.numThreads = 1; // the page is not cross-origin isolated: no wasm threads
+        ort.env.wasm.numThreads = numThreads;
         const options = { executionProviders: [executionProvider] };
         if (externalData.length > 0) options.externalData = externalData; // the weights beside the .onnx
         session = await ort.InferenceSession.create(onnxUrl, options);
@@ -66,13 +84,24 @@ const SYSTEMS = {
         return outputs[session.outputNames[0]].data;
       },
       adapterInfo: () => infoOf(ort.env.webgpu?.device?.adapterInfo ?? ort.env.webgpu?.adapter?.info),
-      extra: () => ({ executionProvider }),
+      extra: () => ({ executionProvider, numThreads: ort.env.wasm.numThreads, ...threadEvidence() }),
     };
   },
 };
+// The wasm systems at 2 threads ("-2t") are loaded in a cross-origin isolated page (run.py).
+SYSTEMS["relaxweb-wasm"] = SYSTEMS.relaxweb({ backend: "wasm", threads: 1 });
+SYSTEMS["relaxweb-wasm-2t"] = SYSTEMS.relaxweb({ backend: "wasm", threads: 2 });
+SYSTEMS.relaxweb = SYSTEMS.relaxweb({});
 SYSTEMS["ort-webgpu"] = SYSTEMS.ort("webgpu");
 SYSTEMS["ort-wasm"] = SYSTEMS.ort("wasm");
+SYSTEMS["ort-wasm-2t"] = SYSTEMS.ort("wasm", 2);
 delete SYSTEMS.ort;
+
+// What says whether a wasm system could run threads and started them: the page's isolation
+// and the workers created since the page opened (their script names).
+function threadEvidence() {
+  return { crossOriginIsolated: globalThis.crossOriginIsolated === true, workersCreated: [...workersCreated] };
+}
 
 let system = null;
 
@@ -97,17 +126,21 @@ window.bench = {
   // At one shape: one first run (timed and counted alone), `warmup` runs, then `runs` timed
   // runs. Inputs come as { name: { dtype, shape, base64 } }. Returns the times, the counters'
   // differences, and the first run's first output (float32 bytes in base64).
-  async runShape({ inputs, warmup, runs }) {
+  // With `budgetMs` (run.py --budget-s) the warm-up and timed runs stop once the case has
+  // taken that long, the first run included: a system that needs minutes per run runs once.
+  async runShape({ inputs, warmup, runs, budgetMs = Infinity }) {
     const tensors = decodeInputs(inputs);
     let before = window.__bench.snapshot();
-    let start = performance.now();
+    const caseStart = performance.now();
+    let start = caseStart;
     const output = await system.run(tensors());
     const firstRunMs = performance.now() - start;
     const firstRun = delta(window.__bench.snapshot(), before);
-    for (let i = 0; i < warmup; i += 1) await system.run(tensors());
+    const withinBudget = () => performance.now() - caseStart < budgetMs;
+    for (let i = 0; i < warmup && withinBudget(); i += 1) await system.run(tensors());
     before = window.__bench.snapshot();
     const timesMs = [];
-    for (let i = 0; i < runs; i += 1) {
+    for (let i = 0; i < runs && withinBudget(); i += 1) {
       start = performance.now();
       await system.run(tensors());
       timesMs.push(performance.now() - start);

@@ -31,7 +31,13 @@ Method
    bytes) and ``dispatchWorkgroups(Indirect)``.
 4. Systems: relaxweb (the bundle's ``runtime/relaxweb.js``), onnxruntime-web with the
    ``webgpu`` execution provider, and, for reference, with ``wasm`` (single-threaded: the page
-   is not cross-origin isolated).  A fresh page per system and model.
+   is not cross-origin isolated).  A fresh page per system and model.  The wasm backends
+   (issue 15; ``--systems relaxweb-wasm ort-wasm relaxweb-wasm-2t ort-wasm-2t``): relaxweb's
+   ``kernels.wasm`` (``load(url, {backend: "wasm", threads: N})``) against onnxruntime-web's
+   ``wasm`` provider (``ort.env.wasm.numThreads = N``), at N = 1 in a plain page and at N = 2
+   (``-2t``) in a cross-origin isolated one (a second server sends COOP/COEP with every file);
+   each records ``crossOriginIsolated``, the threads it reports and the Workers the page
+   created, and ``wasm_tables`` pairs them (relaxweb / onnxruntime-web at the same N).
 5. Per page: load (import of the runtime + model load / session creation), then for each case
    in order: one first run (timed and counted alone: the pipelines it creates are "created at
    first run" or "on shape change"), ``--warmup`` runs, ``--runs`` timed runs (median).  A run
@@ -47,7 +53,8 @@ goes on; the JSON is rewritten after each model.
 
 Where relaxweb's time goes: with ``--profile``, relaxweb loads with ``{profile: true}`` (timestamp
 queries where the adapter has them) and after each case's timed runs ``model.profile()`` runs it
-twice more (a warm-up, then every dispatch timed); the top kernels go into the case's
+twice more (a warm-up, then every dispatch timed; on wasm once, every kernel call timed by the
+clock); the top kernels go into the case's
 ``profile`` in the JSON and into one table per case after the goals (kernel, calls, share of
 the kernel time, GFLOP/s, GB/s).  The profiled runs are not in any other figure.
 ``--relaxweb-options JSON`` is passed as it is to relaxweb's ``load()`` in the page; each
@@ -89,7 +96,13 @@ from relaxweb.browser import _RoutingHandler, launch_chromium, sync_playwright  
 
 ORT_DIST = REPO / "node_modules" / "onnxruntime-web" / "dist"
 BASELINE = "ort-webgpu"
-ALL_SYSTEMS = ("relaxweb", "ort-webgpu", "ort-wasm")
+#: The WebGPU comparison (the default) and, with --systems, the wasm backends: relaxweb's
+#: kernels.wasm against onnxruntime-web's wasm provider at 1 thread and at 2 ("-2t", in a
+#: cross-origin isolated page: both need SharedArrayBuffer for threads).
+DEFAULT_SYSTEMS = ("relaxweb", "ort-webgpu", "ort-wasm")
+WASM_PAIRS = (("relaxweb-wasm", "ort-wasm", 1), ("relaxweb-wasm-2t", "ort-wasm-2t", 2))
+ALL_SYSTEMS = (*DEFAULT_SYSTEMS, "relaxweb-wasm", "relaxweb-wasm-2t", "ort-wasm-2t")
+ISOLATED_SYSTEMS = ("relaxweb-wasm-2t", "ort-wasm-2t")
 TORCH_PYTHON = REPO / ".cache" / "model-zoo" / "venv-torch" / "bin" / "python"
 ZOO_MODELS = REPO / ".cache" / "model-zoo" / "models"
 
@@ -228,7 +241,7 @@ def prepare_models(names: list[str], work: Path, build_timeout: int, reuse: bool
         entry = {"onnx": onnx_path, "external_data": [data.name] if data.is_file() else []}
         bundle = work / f"{name}_bundle"
         if reuse and (bundle / "manifest.json").is_file():
-            entry["bundle"] = bundle
+            entry.update(bundle=bundle, kernels_wasm_bytes=kernels_wasm_bytes(bundle))
             prepared[name] = entry
             continue
         shutil.rmtree(bundle, ignore_errors=True)  # a fresh folder: no stale kernels from older builds
@@ -236,12 +249,23 @@ def prepare_models(names: list[str], work: Path, build_timeout: int, reuse: bool
         try:
             run_command([sys.executable, "-m", "relaxweb", "build", str(onnx_path), "-o", str(bundle)],
                         timeout=build_timeout)
-            entry.update(bundle=bundle, build_s=time.monotonic() - start)
+            entry.update(bundle=bundle, build_s=time.monotonic() - start, kernels_wasm_bytes=kernels_wasm_bytes(bundle))
         except RuntimeError as error:
             entry["build_error"] = f"relaxweb build failed: {first_line(error)}"
             print(f"{name}: {entry['build_error']}", flush=True)
         prepared[name] = entry
     return prepared
+
+
+def kernels_wasm_bytes(bundle: Path) -> int | None:
+    """The size of the bundle's kernels.wasm (the manifest's ``wasm`` entry), None without one."""
+    entry = json.loads((bundle / "manifest.json").read_text()).get("wasm") or {}
+    path = bundle / entry["file"] if "file" in entry else None
+    return path.stat().st_size if path is not None and path.is_file() else None
+
+
+def is_relaxweb(system: str) -> bool:
+    return system.startswith("relaxweb")
 
 
 def first_line(error: BaseException) -> str:
@@ -291,9 +315,10 @@ class References:
         return self.outputs[key]
 
 
-def start_server(routes: list[tuple[str, Path]]) -> http.server.ThreadingHTTPServer:
-    """relaxweb.browser's routing handler (no-store, wasm/mjs MIME types) on a random port."""
-    handler = type("BenchHandler", (_RoutingHandler,), {"routes": routes, "quiet": True})
+def start_server(routes: list[tuple[str, Path]], isolated: bool = False) -> http.server.ThreadingHTTPServer:
+    """relaxweb.browser's routing handler (no-store, wasm/mjs MIME types) on a random port;
+    with ``isolated`` every response makes the page cross-origin isolated (wasm threads)."""
+    handler = type("BenchHandler", (_RoutingHandler,), {"routes": routes, "quiet": True, "isolated": isolated})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(handler, directory=str(BENCH_DIR)))
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -314,10 +339,11 @@ def is_runtime_file(url: str) -> bool:
     return path.startswith("/ort/") or "/runtime/" in path or path.endswith("/host.wasm")
 
 
-def bench_system(context, base_url, routes, system, name, prepared, references, args) -> dict:
+def bench_system(context, base_urls, routes, system, name, prepared, references, args) -> dict:
     """One system on one model, in a fresh page: load, then each case in order.  A failure
     is recorded (one line) where it happened, the load's for the whole system, a case's for
-    that case, and the next case still runs."""
+    that case, and the next case still runs.  ``base_urls`` maps "isolated" (a cross-origin
+    isolated page, for ISOLATED_SYSTEMS) and "plain" to the servers' addresses."""
     model = MODELS[name]
     page = context.new_page()
     requests, errors = [], []  # (url, HTTP status) of every response; page errors
@@ -325,13 +351,16 @@ def bench_system(context, base_url, routes, system, name, prepared, references, 
     page.on("pageerror", lambda error: errors.append(str(error)))
     page.on("console", lambda msg: msg.type == "error" and errors.append(msg.text))
     result: dict = {"system": system}
+    if system.startswith("relaxweb-wasm"):
+        result["kernels_wasm_bytes"] = prepared.get("kernels_wasm_bytes")
     runs = args.runs if args.runs is not None else (1 if args.quick else model.runs)
     warmup = args.warmup if args.warmup is not None else (0 if args.quick else model.warmup)
     cases = [c for c in model.cases if not args.cases or c.label in args.cases]
     cases = cases[:1] if args.quick else cases
     try:
-        page.goto(base_url + "page.html")
+        page.goto(base_urls["isolated" if system in ISOLATED_SYSTEMS else "plain"] + "page.html")
         page.wait_for_function("window.benchReady === true", timeout=30_000)
+        result["cross_origin_isolated"] = page.evaluate("crossOriginIsolated")
         result["page_adapter"] = page.evaluate("bench.pageAdapter()")
         urls = {"onnxUrl": f"/models/{prepared['onnx'].name}",
                 "externalData": [{"path": f, "data": f"/models/{f}"} for f in prepared["external_data"]],
@@ -348,10 +377,11 @@ def bench_system(context, base_url, routes, system, name, prepared, references, 
         try:
             inputs = case.inputs()
             shape = page.evaluate("(cfg) => bench.runShape(cfg)",
-                                  {"inputs": encode_inputs(inputs), "warmup": warmup, "runs": runs})
+                                  {"inputs": encode_inputs(inputs), "warmup": warmup, "runs": runs,
+                                   **({"budgetMs": args.budget_s * 1000} if args.budget_s else {})})
         except Exception as error:
             result["cases"][case.label] = {"error": f"{type(error).__name__}: {first_line(error)}"}
-            print(f"  {system:11s} {case.label:26s}: FAILED: {result['cases'][case.label]['error']}", flush=True)
+            print(f"  {system:16s} {case.label:26s}: FAILED: {result['cases'][case.label]['error']}", flush=True)
             continue
         output = np.frombuffer(base64.b64decode(shape.pop("output")), dtype=np.float32)
         reference = references.get(prepared["onnx"], case)
@@ -359,17 +389,20 @@ def bench_system(context, base_url, routes, system, name, prepared, references, 
             shape["max_abs_diff_vs_onnxruntime_cpu"] = (
                 float(np.max(np.abs(output - reference))) if output.shape == reference.shape else float("inf"))
             shape["max_abs_reference"] = float(np.max(np.abs(reference)))
-        shape["median_ms"] = statistics.median(shape["timesMs"]) if shape["timesMs"] else shape["firstRunMs"]
-        shape["dispatches_per_run"] = shape["steady"]["dispatches"] / runs if runs else shape["firstRun"]["dispatches"]
-        shape.update(runs=runs, warmup=warmup)
+        timed = len(shape["timesMs"])  # fewer than runs where --budget-s ran out
+        shape["median_ms"] = statistics.median(shape["timesMs"]) if timed else shape["firstRunMs"]
+        shape["dispatches_per_run"] = shape["steady"]["dispatches"] / timed if timed else shape["firstRun"]["dispatches"]
+        if system.startswith("relaxweb-wasm"):  # kernel calls, not WebGPU dispatches: the last run's
+            shape["dispatches_per_run"] = shape["extra"]["lastDispatchCount"]
+        shape.update(runs=timed, warmup=warmup)
         result["cases"][case.label] = shape
         result["totals"] = shape["totals"]
-        if args.profile and system == "relaxweb":
+        if args.profile and is_relaxweb(system):
             try:
                 shape["profile"] = page.evaluate("(cfg) => bench.profileShape(cfg)", {"inputs": encode_inputs(inputs)})
             except Exception as error:
                 shape["profile"] = {"error": f"{type(error).__name__}: {first_line(error)}"}
-        print(f"  {system:11s} {case.label:26s}: median {shape['median_ms']:9.1f} ms, first run "
+        print(f"  {system:16s} {case.label:26s}: median {shape['median_ms']:9.1f} ms, first run "
               f"{shape['firstRunMs']:9.1f} ms, {shape['dispatches_per_run']:g} dispatches, "
               f"{shape['firstRun']['pipelines']} new pipelines, max diff "
               f"{shape.get('max_abs_diff_vs_onnxruntime_cpu', float('nan')):.2g}", flush=True)
@@ -572,31 +605,89 @@ def plot(all_results: dict, path: Path) -> None:
 
 
 def profile_tables(all_results: dict, top: int = 5) -> str:
-    """Per profiled relaxweb case: its top kernels (calls, share of the kernel time, GFLOP/s, GB/s)."""
+    """Per profiled case of a relaxweb system (WebGPU or wasm): its top kernels (calls, share
+    of the kernel time, GFLOP/s, GB/s)."""
     text = []
     for name, results in all_results.items():
-        for label, case in results.get("relaxweb", {}).get("cases", {}).items():
-            profile = case.get("profile")
-            if profile is None:
+        for system, result in results.items():
+            if not is_relaxweb(system):
                 continue
-            text.append(f"relaxweb profile, {name} {label}: "
-                        + (profile["error"] if "error" in profile else
-                           f"{profile['dispatches']} dispatches, {fmt(profile['totalMs'])} ms in kernels "
-                           f"({profile['method']})"))
-            if "error" in profile:
+            for label, case in result.get("cases", {}).items():
+                profile = case.get("profile")
+                if profile is None:
+                    continue
+                text.append(f"{system} profile, {name} {label}: "
+                            + (profile["error"] if "error" in profile else
+                               f"{profile['dispatches']} dispatches, {fmt(profile['totalMs'])} ms in kernels "
+                               f"({profile['method']})"))
                 text.append("")
-                continue
-            text.append("")
-            text.append("| kernel | calls | ms | share | GFLOP/s | GB/s |")
-            text.append("|---|---|---|---|---|---|")
-            for row in profile["rows"][:top]:
-                text.append(f"| {row['kernel']} | {row['calls']} | {fmt(row['totalMs'])} | {row['percent']:.0f}% | "
-                            f"{fmt(row['gflopsPerSecond'])} | {fmt(row['gbytesPerSecond'])} |")
-            text.append("")
+                if "error" in profile:
+                    continue
+                text.append("| kernel | calls | ms | share | GFLOP/s | GB/s |")
+                text.append("|---|---|---|---|---|---|")
+                for row in profile["rows"][:top]:
+                    text.append(f"| {row['kernel']} | {row['calls']} | {fmt(row['totalMs'])} | {row['percent']:.0f}% | "
+                                f"{fmt(row['gflopsPerSecond'])} | {fmt(row['gbytesPerSecond'])} |")
+                text.append("")
     output = "\n".join(text)
     if output:
         print(output)
     return output
+
+
+def wasm_tables(all_results: dict) -> str:
+    """Issue 15: relaxweb's kernels.wasm against onnxruntime-web's wasm provider, each pair at
+    the same threads in the same page kind (WASM_PAIRS).  The latencies per case with the ratio
+    relaxweb / onnxruntime-web (goal <= 1.0); then per model and system the load, the worst
+    difference from onnxruntime (Python, CPU), what ran the threads and kernels.wasm's bytes."""
+    pairs = [pair for pair in WASM_PAIRS if any(pair[0] in r or pair[1] in r for r in all_results.values())]
+    if not pairs:
+        return ""
+    systems = [system for mine, theirs, _ in pairs for system in (mine, theirs)]
+
+    def median(result: dict | None, label: str):
+        if result is None or "error" in result or lookup(result, f"cases.{label}.error"):
+            return "failed" if result is not None else None
+        return lookup(result, f"cases.{label}.median_ms")
+
+    header = ["model", "case"]
+    for mine, theirs, threads in pairs:
+        header += [f"{mine} (ms)", f"{theirs} (ms)", f"{threads} thread{'s' * (threads > 1)}: relaxweb / ort"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for model, results in all_results.items():
+        for label in case_labels({s: r for s, r in results.items() if s in systems}):
+            cells = [model, label]
+            for mine, theirs, _ in pairs:
+                a, b = median(results.get(mine), label), median(results.get(theirs), label)
+                numbers = isinstance(a, float | int) and isinstance(b, float | int) and b > 0
+                goal = f"{a / b:.2f} {'met' if a / b <= 1.0 else 'missed'}" if numbers else "-"
+                cells += [a if isinstance(a, str) else fmt(a), b if isinstance(b, str) else fmt(b), goal]
+            lines.append("| " + " | ".join(cells) + " |")
+
+    lines += ["", ("| model | system | load (ms) | max abs diff vs onnxruntime CPU (worst case) | max abs output "
+                   "| cross-origin isolated | threads | workers created | kernels.wasm (bytes) |"),
+              "|---|---|---|---|---|---|---|---|---|"]
+    for model, results in all_results.items():
+        for system in (s for s in systems if s in results):
+            result = results[system]
+            if "error" in result:
+                lines.append(f"| {model} | {system} | failed: {result['error']} | | | | | | |")
+                continue
+            cases = [c for c in result.get("cases", {}).values() if "error" not in c]
+            diffs = [c["max_abs_diff_vs_onnxruntime_cpu"] for c in cases if "max_abs_diff_vs_onnxruntime_cpu" in c]
+            outputs = [c["max_abs_reference"] for c in cases if "max_abs_reference" in c]
+            extra = cases[-1].get("extra", {}) if cases else {}
+            threads = fmt(extra.get("threads", extra.get("numThreads")))  # relaxweb's model.threads, ort's numThreads
+            if "unitsRunByWorkers" in extra:
+                threads += f" ({fmt(extra['unitsRunByWorkers'])} units run by workers)"
+            isolated = {True: "yes", False: "no"}.get(result.get("cross_origin_isolated"), "-")
+            workers = extra.get("workersCreated")
+            lines.append(f"| {model} | {system} | {fmt(result.get('load_ms'))} | {fmt(max(diffs) if diffs else None)} | "
+                         f"{fmt(max(outputs) if outputs else None)} | {isolated} | {threads} | "
+                         f"{'-' if workers is None else len(workers)} | {fmt(result.get('kernels_wasm_bytes'))} |")
+    text = "\n".join(lines)
+    print(text)
+    return text
 
 
 def adapters_seen(report: dict) -> list[dict]:
@@ -615,7 +706,45 @@ def print_report(report: dict) -> None:
         print()
     goals_table(report["results"])
     print()
-    profile_tables(report["results"])
+    if wasm_tables(report["results"]):
+        print()
+    profile_tables(report["results"], top=8)
+
+
+def run_systems(prepared: dict[str, dict], systems: list[str], args: argparse.Namespace, report: dict,
+                started: float) -> None:
+    """Every system on every prepared model in one headless Chromium, served by two servers
+    (pages of ISOLATED_SYSTEMS cross-origin isolated, the others not); fills
+    ``report["results"]`` and rewrites ``args.out`` after each model."""
+    routes = [("/ort/", ORT_DIST), ("/models/", args.work.resolve()), ("/", BENCH_DIR)]
+    servers = {"plain": start_server(routes), "isolated": start_server(routes, isolated=True)}
+    base_urls = {kind: f"http://127.0.0.1:{server.server_address[1]}/" for kind, server in servers.items()}
+    references = References()
+    try:
+        with sync_playwright() as playwright:
+            browser = None
+            for name, model in prepared.items():
+                print(f"{name}:", flush=True)
+                results = report["results"][name] = {}
+                for system in systems:
+                    if "error" in model or (is_relaxweb(system) and "build_error" in model):
+                        results[system] = {"system": system, "error": model.get("error") or model["build_error"]}
+                        continue
+                    if browser is None or not browser.is_connected():  # the first, or after a crash
+                        browser = launch_chromium(playwright)
+                        report["browser"] = f"Chromium {browser.version}"
+                        context = browser.new_context()
+                        context.add_init_script(path=str(BENCH_DIR / "instrument.js"))
+                    results[system] = bench_system(context, base_urls, routes, system, name, model, references, args)
+                report["seconds"] = round(time.monotonic() - started)
+                report["adapter"] = adapters_seen(report)
+                args.out.write_text(json.dumps(report, indent=1))  # what is done so far survives a later crash
+            if browser is not None:
+                browser.close()
+    finally:
+        for server in servers.values():
+            server.shutdown()
+            server.server_close()
 
 
 def main() -> None:
@@ -625,10 +754,14 @@ def main() -> None:
                         help="models to run (default: the real ones): " + ", ".join(MODELS))
     parser.add_argument("--cases", nargs="+", metavar="LABEL",
                         help="only the cases with these labels (e.g. '640x640' 'decode 1 token, past 128')")
-    parser.add_argument("--systems", nargs="+", default=list(ALL_SYSTEMS), choices=ALL_SYSTEMS)
+    parser.add_argument("--systems", nargs="+", default=list(DEFAULT_SYSTEMS), choices=ALL_SYSTEMS,
+                        help="default: %(default)s; the wasm backends: relaxweb-wasm ort-wasm relaxweb-wasm-2t ort-wasm-2t")
     parser.add_argument("--runs", type=int, help="timed runs per case (default: the model's, 1 to 3; 20 for tiny ones)")
     parser.add_argument("--warmup", type=int, help="untimed runs per case after the first (default: the model's)")
     parser.add_argument("--quick", action="store_true", help="first case only, one timed run, no warm-up")
+    parser.add_argument("--budget-s", type=float, metavar="S",
+                        help="stop a case's warm-up and timed runs once it has taken S seconds, the first run "
+                             "included (its median is then the first run): for systems that take minutes per run")
     parser.add_argument("--reuse-build", action="store_true",
                         help="keep a bundle already in --work instead of building it again (while developing)")
     parser.add_argument("--build-timeout", type=int, default=1800, help="seconds one relaxweb build may take")
@@ -651,51 +784,23 @@ def main() -> None:
     if not (ORT_DIST / "ort.webgpu.min.mjs").is_file():
         print(f"onnxruntime-web is missing ({ORT_DIST}): run `npm install` in {REPO}; "
               "benchmarking relaxweb alone", flush=True)
-        systems = [s for s in systems if s == "relaxweb"]
+        systems = [s for s in systems if is_relaxweb(s)]
 
     started = time.monotonic()
     prepared = prepare_models(args.models, args.work, args.build_timeout, args.reuse_build)
-    routes = [("/ort/", ORT_DIST), ("/models/", args.work.resolve()), ("/", BENCH_DIR)]
-    server = start_server(routes)
-    base_url = f"http://127.0.0.1:{server.server_address[1]}/"
     report = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": " ".join(["python3", "bench/run.py", *sys.argv[1:]]),
         "platform": platform.platform(),
         "onnxruntime_web": json.loads((ORT_DIST.parent / "package.json").read_text())["version"]
         if ORT_DIST.is_dir() else None,
-        "settings": {"quick": args.quick, "runs": args.runs, "warmup": args.warmup, "cases": args.cases,
-                     "relaxweb_options": args.relaxweb_options, "profile": args.profile},
+        "settings": {"quick": args.quick, "runs": args.runs, "warmup": args.warmup, "budget_s": args.budget_s,
+                     "cases": args.cases, "relaxweb_options": args.relaxweb_options, "profile": args.profile},
         "build_seconds": {name: round(p["build_s"], 1) for name, p in prepared.items() if "build_s" in p},
         "results": {},
     }
-    references = References()
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        with sync_playwright() as playwright:
-            browser = None
-            for name, model in prepared.items():
-                print(f"{name}:", flush=True)
-                results = report["results"][name] = {}
-                for system in systems:
-                    if "error" in model or (system == "relaxweb" and "build_error" in model):
-                        results[system] = {"system": system, "error": model.get("error") or model["build_error"]}
-                        continue
-                    if browser is None or not browser.is_connected():  # the first, or after a crash
-                        browser = launch_chromium(playwright)
-                        report["browser"] = f"Chromium {browser.version}"
-                        context = browser.new_context()
-                        context.add_init_script(path=str(BENCH_DIR / "instrument.js"))
-                    results[system] = bench_system(context, base_url, routes, system, name, model, references, args)
-                report["seconds"] = round(time.monotonic() - started)
-                report["adapter"] = adapters_seen(report)
-                args.out.write_text(json.dumps(report, indent=1))  # what is done so far survives a later crash
-            if browser is not None:
-                browser.close()
-    finally:
-        server.shutdown()
-        server.server_close()
-
+    run_systems(prepared, systems, args, report, started)
     report["adapter"] = adapters_seen(report)
     report["seconds"] = round(time.monotonic() - started)
     if len(report["adapter"]) > 1:

@@ -3,8 +3,10 @@ model, a build, a system or a case fails (one line with the reason, the rest goe
 bench/decode.py: its accounting and tables without a browser, and its page's decode loop on a
 toy decoder in Chromium (no timing asserted)."""
 
+import argparse
 import importlib.util
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +15,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import relaxweb
-from tests.helpers import in_the_browser, make_model, rand
+from tests.helpers import F32_LOOSE, in_the_browser, make_model, rand
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -111,6 +113,93 @@ def test_profiles_are_a_table_per_case_and_a_failed_profile_one_line(bench, caps
     assert lines.count("| fused_matmul | 12 | 40.50 | 81% | 2.50 | 4.0e-03 |") == 5  # the top 5 of 7
     assert "relaxweb profile, gpt2 decode: Error: device lost" in lines
     assert not any("plain" in line for line in lines)  # not profiled: no table
+    capsys.readouterr()
+
+
+def test_wasm_tables_pair_each_system_with_onnxruntime_at_the_same_threads(bench, capsys):
+    def wasm_result(median, threads, isolated, diff=1e-6, **extra):
+        result = system_result(500, {"seq 8": case_result(median, median)}, 0, 0, 0)
+        result["cases"]["seq 8"]["extra"] = {"threads": threads, **extra}
+        result["cross_origin_isolated"] = isolated
+        return result
+
+    results = {"tiny": {
+        "relaxweb-wasm": {**wasm_result(30, 1, False, unitsRunByWorkers=0, workersCreated=["w.js"]),
+                          "kernels_wasm_bytes": 4096},
+        "ort-wasm": wasm_result(60, None, False, numThreads=1, workersCreated=[]),
+        "relaxweb-wasm-2t": {**wasm_result(40, 2, True, diff=2e-6, unitsRunByWorkers=96, workersCreated=["a", "b"]),
+                             "kernels_wasm_bytes": 4096},
+        "ort-wasm-2t": {"system": "ort-wasm-2t", "error": "load: Error: no available backend found"},
+    }}
+    del results["tiny"]["ort-wasm"]["cases"]["seq 8"]["extra"]["threads"]
+    lines = bench.wasm_tables(results).splitlines()
+    assert lines[0] == ("| model | case | relaxweb-wasm (ms) | ort-wasm (ms) | 1 thread: relaxweb / ort "
+                        "| relaxweb-wasm-2t (ms) | ort-wasm-2t (ms) | 2 threads: relaxweb / ort |")
+    assert "| tiny | seq 8 | 30 | 60 | 0.50 met | 40 | failed | - |" in lines
+    assert "| tiny | relaxweb-wasm | 500 | 1.0e-06 | 1 | no | 1 (0 units run by workers) | 1 | 4,096 |" in lines
+    assert "| tiny | ort-wasm | 500 | 1.0e-06 | 1 | no | 1 | 0 | - |" in lines
+    assert "| tiny | relaxweb-wasm-2t | 500 | 1.0e-06 | 1 | yes | 2 (96 units run by workers) | 2 | 4,096 |" in lines
+    assert "| tiny | ort-wasm-2t | failed: load: Error: no available backend found | | | | | | |" in lines
+    results["tiny"]["relaxweb-wasm"]["cases"]["seq 8"]["median_ms"] = 90
+    assert "| tiny | seq 8 | 90 | 60 | 1.50 missed | 40 | failed | - |" in bench.wasm_tables(results)
+    assert bench.wasm_tables({"tiny": {"relaxweb": results["tiny"]["relaxweb-wasm"]}}) == ""  # no wasm system
+    capsys.readouterr()
+
+
+def tiny_mlp(work: Path) -> Path:
+    """x [n, 64] -> relu(x @ w + b) @ w2: enough units per dispatch to split over 2 threads."""
+    path = work / "tiny_mlp.onnx"
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Add", ["h", "b"], ["hb"]),
+             helper.make_node("Relu", ["hb"], ["r"]), helper.make_node("MatMul", ["r", "w2"], ["y"])]
+    weights = {"w": rand(64, 64, seed=1), "b": rand(64, seed=2), "w2": rand(64, 32, seed=3)}
+    onnx.save(make_model(nodes, [("x", ["n", 64])], ["y"], weights, check=True), str(path))
+    return path
+
+
+@in_the_browser
+def test_wasm_systems_run_a_tiny_model_at_1_and_2_threads(bench, tmp_path, monkeypatch, capsys):
+    """relaxweb's kernels.wasm and onnxruntime-web's wasm provider through run.py's page, each at
+    1 thread in a plain page and at 2 in a cross-origin isolated one: outputs match onnxruntime
+    (Python), the 2-thread systems really ran on workers, the 1-thread ones did not, relaxweb's
+    profile has rows, and the wasm tables have the model's rows."""
+    case = bench.Case("n 32", lambda: {"x": rand(32, 64, seed=4)})
+    monkeypatch.setitem(bench.MODELS, "tiny_mlp", bench.BenchModel("tiny_mlp", "", tiny_mlp, (case,), runs=2,
+                                                                     warmup=1, real=False))
+    prepared = bench.prepare_models(["tiny_mlp"], tmp_path, build_timeout=300)
+    assert prepared["tiny_mlp"]["kernels_wasm_bytes"] == (tmp_path / "tiny_mlp_bundle" / "kernels.wasm").stat().st_size
+    systems = ["relaxweb-wasm", "relaxweb-wasm-2t"]
+    if (bench.ORT_DIST / "ort.wasm.min.mjs").is_file():
+        systems += ["ort-wasm", "ort-wasm-2t"]
+    args = argparse.Namespace(runs=None, warmup=None, quick=False, cases=None, profile=True, relaxweb_options={},
+                              budget_s=None, work=tmp_path, out=tmp_path / "results.json")
+    report = {"results": {}}
+    bench.run_systems(prepared, systems, args, report, time.monotonic())
+    results = report["results"]["tiny_mlp"]
+    for system in systems:
+        result = results[system]
+        assert "error" not in result and result["page_errors"] == [], (system, result)
+        assert result["cross_origin_isolated"] == (system in bench.ISOLATED_SYSTEMS), system
+        shape = result["cases"]["n 32"]
+        assert len(shape["timesMs"]) == 2 and shape["median_ms"] > 0
+        assert shape["max_abs_diff_vs_onnxruntime_cpu"] <= F32_LOOSE.atol + F32_LOOSE.rtol * shape["max_abs_reference"]
+    one, two = results["relaxweb-wasm"]["cases"]["n 32"], results["relaxweb-wasm-2t"]["cases"]["n 32"]
+    assert (one["extra"]["backend"], one["extra"]["threads"], one["extra"]["unitsRunByWorkers"]) == ("wasm", 1, 0)
+    assert (two["extra"]["threads"], two["extra"]["unitsRunByWorkers"] > 0) == (2, True)
+    assert results["relaxweb-wasm"]["kernels_wasm_bytes"] == prepared["tiny_mlp"]["kernels_wasm_bytes"]
+    profile = one["profile"]
+    assert profile["method"] == "wall clock per kernel call" and profile["rows"] and profile["dispatches"] >= 2
+    if "ort-wasm" in systems:
+        single, double = results["ort-wasm"]["cases"]["n 32"]["extra"], results["ort-wasm-2t"]["cases"]["n 32"]["extra"]
+        assert (single["numThreads"], single["workersCreated"]) == (1, [])
+        assert double["numThreads"] == 2 and len(double["workersCreated"]) >= 1  # its pthreads
+    tables = bench.wasm_tables(report["results"])
+    assert "| tiny_mlp | n 32 |" in tables and "| tiny_mlp | relaxweb-wasm-2t |" in tables
+    assert "relaxweb-wasm profile, tiny_mlp n 32:" in bench.profile_tables(report["results"])
+    # --budget-s spent by the first run: no warm-up, no timed run, the first run is the median
+    args.budget_s, args.profile = 1e-6, False
+    bench.run_systems(prepared, ["relaxweb-wasm"], args, report, time.monotonic())
+    shape = report["results"]["tiny_mlp"]["relaxweb-wasm"]["cases"]["n 32"]
+    assert (shape["runs"], shape["timesMs"], shape["median_ms"]) == (0, [], shape["firstRunMs"])
     capsys.readouterr()
 
 
