@@ -395,8 +395,10 @@ def _wasm_source(name, inputs, output, batch, kv_batch, query_length, key_length
     """The kernel's WAT and its scratch bytes.  One unit per block of ``WASM_ROWS`` query rows
     of one (batch..., head): the WGSL's recurrence over groups of 4 keys, the 4 scores of a
     row in one f32x4 (dot products along D in f32x4 words, a transposing sum), their weights
-    from one ``$exp_f32x4``, and the ``Dv`` accumulators in scratch updated in f32x4 words (both
-    unrolled along the constant head sizes: constant offsets, no loop counters in the hot loop).
+    from one ``$exp_f32x4``, and the ``Dv`` accumulators in scratch updated in f32x4 words
+    (unrolled along the constant Dv: constant offsets).  The dot products are a loop along D,
+    a word per step: unrolled, Cranelift loaded every key word of the group before the first
+    product and spilled them.
 
     Two phases.  The shared phase walks the key groups every row of a full block sees (up to
     its first row's count rounded down to a group: all keys for a non-causal block), the rows
@@ -444,8 +446,8 @@ def _wasm_source(name, inputs, output, batch, kv_batch, query_length, key_length
         offset) for the ``count`` query rows from ``$q`` on, into ``$s0``, ``$s1``, ...: dot
         products in f32x4 words (each key word loaded once for all rows), a transposing sum,
         a scalar tail for D % 4, the scale, and row r's mask (``masks[r]``: an f32x4 of it)."""
-        def key_word(u: int, byte: int, kind: str = "v128") -> str:
-            return f"({kind}.load offset={keys[u][1] + byte} (local.get ${keys[u][0]}))"
+        def key_element(u: int, byte: int) -> str:
+            return f"(f32.load offset={keys[u][1] + byte} (local.get ${keys[u][0]}))"
         lines = [*(f"(local.set $d{r}{u} (v128.const i32x4 0 0 0 0))" for r in range(count) for u in range(4)),
                  "(local.set $at (i32.const 0))",
                  *loop("dot", f"(i32.ge_u (local.get $at) (i32.const {16 * words}))", [
@@ -464,7 +466,7 @@ def _wasm_source(name, inputs, output, batch, kv_batch, query_length, key_length
                 f"(local.set $d{r}2 (f32x4.add {shuffle(d[2], d[3], (0, 1, 4, 5))} {shuffle(d[2], d[3], (2, 3, 6, 7))}))",
                 f"(local.set $s{r} (f32x4.add {shuffle(d[0], d[2], (0, 2, 4, 6))} {shuffle(d[0], d[2], (1, 3, 5, 7))}))",
                 *(f"(local.set $s{r} (f32x4.add (local.get $s{r}) (f32x4.mul (f32x4.splat (f32.load "
-                  f"offset={4 * head * r + 4 * e} (local.get $q))) {lanes([key_word(u, 4 * e, 'f32') for u in range(4)])})))"
+                  f"offset={4 * head * r + 4 * e} (local.get $q))) {lanes([key_element(u, 4 * e) for u in range(4)])})))"
                   for e in range(4 * words, head)),  # the scalar tail of D % 4
             ]
             if scale != 1.0:
