@@ -397,8 +397,8 @@ def _wasm_source(name, inputs, output, batch, kv_batch, query_length, key_length
     row in one f32x4 (dot products along D in f32x4 words, a transposing sum), their weights
     from one ``$exp_f32x4``, and the ``Dv`` accumulators in scratch updated in f32x4 words
     (unrolled along the constant Dv: constant offsets).  The dot products are a loop along D,
-    two words per step: unrolled, Cranelift loaded every key word of the group before the first
-    product and spilled them.
+    two words per step (one when D / 4 is odd): unrolled, Cranelift loaded every key word of
+    the group before the first product and spilled them.
 
     Two phases.  The shared phase walks the key groups every row of a full block sees (up to
     its first row's count rounded down to a group: all keys for a non-causal block), the rows
