@@ -12,6 +12,7 @@ from relaxweb.cpu import KernelFunctions, assemble_kernels_module, wat_to_wasm
 from relaxweb.cpu.math import MATH_FUNCTIONS
 from relaxweb.ir.kernel_builders import _BUILDERS, build_library_kernel
 from relaxweb.ir.symbolic import IntImm, SizeVar, evaluate
+from relaxweb.library.attention import WASM_ROWS
 from relaxweb.library import (
     attention_kernel, kv_cache_write_kernel, recurrence_kernel, sequence_write_kernel, unique_count_kernel, unique_values_kernel, write_row_kernel,
 )
@@ -191,6 +192,20 @@ def test_grouped_query_heads_read_their_key_value_head(kv_batch: tuple) -> None:
     mask = np.where(rand(2, 1, 5, 7, seed=1) > 1.0, -np.inf, 0.0).astype(np.float32)
     arrays = [rand(2, 6, 5, 8, seed=2), rand(*kv_batch, 7, 8, seed=3), rand(*kv_batch, 7, 4, seed=4), mask]
     check_attention(kernel, arrays, {"s": 5, "t": 7})
+
+
+@pytest.mark.parametrize("queries, keys", [(9, 9), (6, 23), (WASM_ROWS * 5, 37), (WASM_ROWS + 1, 4)])
+def test_attention_rows_of_a_block_share_key_groups_then_finish_alone(queries: int, keys: int) -> None:
+    """A unit's WASM_ROWS rows walk the key groups they all see together, then each finishes
+    its own: full and partial blocks, causal rows past the shared groups, and rows whose first
+    groups are masked out entirely (-inf: the row starts late) or whose mask is -3.4e38."""
+    kernel = attention_kernel("attention", (2, 3), S, T, 12, 8, (2, 1, S, T), scale=0.4, causal=True)
+    mask = rand(2, 1, queries, keys, seed=8)
+    mask[:, :, ::3, :6] = -np.inf
+    mask[:, :, 1::3, :] = np.float32(-3.4e38)
+    arrays = [rand(2, 3, queries, 12, seed=9), rand(2, 3, keys, 12, seed=10), rand(2, 3, keys, 8, seed=11), mask]
+    got = check_attention(kernel, arrays, {"s": queries, "t": keys})
+    assert np.isfinite(got[:, :, -1]).all()
 
 
 @pytest.mark.parametrize("queries, past", [(1, 0), (1, 15), (3, 4), (16, 0)])

@@ -38,8 +38,9 @@ its row NaN, a row whose scores are all ``-inf`` (masked out entirely) is NaN, a
 keeps the row finite.
 
 The kernel's WebAssembly (``wasm_source``, for kernels.wasm) computes the same recurrence
-one query row per unit: four keys' scores at once in an f32x4, their weights from one
-``$exp_f32x4``, the ``Dv`` accumulators in the thread's scratch memory (see ``_wasm_source``).
+for ``WASM_ROWS`` query rows per unit, which share each key word's load: four keys' scores at
+once in an f32x4, their weights from one ``$exp_f32x4``, the ``Dv`` accumulators in the
+thread's scratch memory (see ``_wasm_source``).
 
 With ``key_rows`` (a KV cache: key and value ``[*kv_batch, key_rows, D]`` buffers of which the
 first ``Sk`` rows of each head are valid), the kernel reads that prefix in place: rows are
@@ -62,7 +63,7 @@ from ..ir.tir import Buffer
 from ..wgsl.emit import literal, storage_type, wgsl_name
 from ..wgsl.lower_index import helper_declarations, helpers_used, lower_index, render_wgsl
 from ..wgsl.shader import params_declaration
-from .wat import IndexText, broadcast_lane, fold, index_helpers, indent, kernel_text, loop, params_field, shuffle
+from .wat import IndexText, broadcast_lane, element, fold, index_helpers, indent, kernel_text, loop, params_field, shuffle
 
 WORKGROUP = 64
 #: Bytes of workgroup memory a kernel may use (WebGPU's default maxComputeWorkgroupStorageSize).
@@ -384,23 +385,41 @@ def _weight(u: int) -> str:
 # -- WebAssembly ----------------------------------------------------------------------------------
 
 
+#: Query rows per unit of the kernel's WebAssembly: they share each key word's load (4 were no faster:
+#: 16 dot-product accumulators spill x86's 16 vector registers).
+WASM_ROWS = 2
+
+
 def _wasm_source(name, inputs, output, batch, kv_batch, query_length, key_length, key_rows, head, value_head,
                  mask_shape, scale, causal, extra_size_vars) -> tuple[str, int]:
-    """The kernel's WAT and its scratch bytes.  One unit per query row (``batch`` x ``Sq``):
-    the WGSL's recurrence over groups of 4 keys, the 4 scores in one f32x4 (dot products
-    along D in f32x4 words, a transposing sum), their weights from one ``$exp_f32x4``, and
-    the ``Dv`` accumulators in scratch updated in f32x4 words (both unrolled along the
-    constant head sizes: constant offsets, no loop counters in the hot loop).  A group's keys past ``count``
-    stand in as key j for the scores (and are then replaced by its score, as the WGSL's
-    select does) and read a zero row of scratch for the values (weight 0).  Scratch: the
-    accumulators, then the zero row."""
+    """The kernel's WAT and its scratch bytes.  One unit per block of ``WASM_ROWS`` query rows
+    of one (batch..., head): the WGSL's recurrence over groups of 4 keys, the 4 scores of a
+    row in one f32x4 (dot products along D in f32x4 words, a transposing sum), their weights
+    from one ``$exp_f32x4``, and the ``Dv`` accumulators in scratch updated in f32x4 words
+    (unrolled along the constant Dv: constant offsets).  The dot products are a loop along D,
+    two words per step (one when D / 4 is odd): unrolled, Cranelift loaded every key word of
+    the group before the first product and spilled them.
+
+    Two phases.  The shared phase walks the key groups every row of a full block sees (up to
+    its first row's count rounded down to a group: all keys for a non-causal block), the rows
+    together: each key word is loaded once for the block's dot products, and no key is past a
+    row's count (no selects, no validity masks).  Then each row finishes alone from there (a
+    causal row's last keys, the remainder of ``Sk`` % 4, every key of a partial last block),
+    where a group's keys past ``count`` stand in as key j for the scores (and are then
+    replaced by its score, as the WGSL's select does) and read a zero row of scratch for the
+    values (weight 0).  Both phases compute each row's groups with the same operations, in
+    the same order.  Scratch: per row its accumulators then its running maximum, running sum
+    and whether it started (``block`` bytes), then the zero row."""
     layout = ParamsLayout(tuple(v.name for v in (*buffer_size_vars((*inputs, output)), *extra_size_vars)))
     local_names = {_GROUP.name: "(local.get $bh)", _ROW.name: "(local.get $row)"}
     index = IndexText(lambda var: local_names.get(var) or params_field(layout, var))
     words, value_words = head // 4, value_head // 4  # whole f32x4 words of a key / value row
     row_bytes = 16 * (-(-value_head // 4))  # the accumulators (and the zero row) rounded up to words
+    block = row_bytes + 16  # a row's accumulators, running maximum, running sum, started
+    rows = WASM_ROWS
     bindings = [buffer.name for buffer in inputs] + ["out"]
     masked = mask_shape is not None
+    mask_step = as_int(_mask_row_start(mask_shape, batch)[1]) if masked else 0
 
     def key_at(u: int) -> str:
         """The address of key j + u, or key j's past ``count``."""
@@ -415,145 +434,221 @@ def _wasm_source(name, inputs, output, batch, kv_batch, query_length, key_length
                 f"(i32.const {4 * value_head}))) (local.get $zero) (i32.lt_s (i32.add (local.get $j) (i32.const {u})) "
                 f"(local.get $count)))")
 
-    def lanes(value: str) -> str:
-        """An f32x4 of ``value`` (a text with ``{u}`` for the lane) in each lane u."""
-        vector = f"(f32x4.splat {value.format(u=0)})"
+    def lanes(values: list[str]) -> str:
+        """An f32x4 of ``values[u]`` in each lane u."""
+        vector = f"(f32x4.splat {values[0]})"
         for u in range(1, 4):
-            vector = f"(f32x4.replace_lane {u} {vector} {value.format(u=u)})"
+            vector = f"(f32x4.replace_lane {u} {vector} {values[u]})"
         return vector
 
-    # the 4 scores: dot products in f32x4 words, a scalar tail for D % 4, a transposing sum
-    scores = [
-        *(f"(local.set $k{u} {key_at(u)})" for u in range(4)),
-        *(f"(local.set $d{u} (v128.const i32x4 0 0 0 0))" for u in range(4)),
-        *(line for w in range(words) for line in [
-            f"(local.set $word (v128.load offset={16 * w} (local.get $q)))",
-            *(f"(local.set $d{u} (f32x4.add (local.get $d{u}) (f32x4.mul (local.get $word) "
-              f"(v128.load offset={16 * w} (local.get $k{u})))))" for u in range(4))]),
-        ";; (d0, d1, d2, d3) summed across lanes: lane u is key j + u's dot product",
-        f"(local.set $d0 (f32x4.add {shuffle('(local.get $d0)', '(local.get $d1)', (0, 1, 4, 5))} "
-        f"{shuffle('(local.get $d0)', '(local.get $d1)', (2, 3, 6, 7))}))",
-        f"(local.set $d2 (f32x4.add {shuffle('(local.get $d2)', '(local.get $d3)', (0, 1, 4, 5))} "
-        f"{shuffle('(local.get $d2)', '(local.get $d3)', (2, 3, 6, 7))}))",
-        f"(local.set $s (f32x4.add {shuffle('(local.get $d0)', '(local.get $d2)', (0, 2, 4, 6))} "
-        f"{shuffle('(local.get $d0)', '(local.get $d2)', (1, 3, 5, 7))}))",
-        *(f"(local.set $s (f32x4.add (local.get $s) (f32x4.mul (f32x4.splat (f32.load offset={4 * d} (local.get $q))) "
-          f"{lanes(f'(f32.load offset={4 * d} (local.get $k{{u}}))')})))" for d in range(4 * words, head)),
-    ]
-    if scale != 1.0:
-        scores.append(f"(local.set $s (f32x4.mul (local.get $s) (f32x4.splat (f32.const {float(np.float32(scale))!r}))))")
-    if masked:
-        _, key_step = _mask_row_start(mask_shape, batch)
-        step = as_int(key_step)
-        mask_key = ("(local.get $mask_start)" if step == 0 else
-                    "(i32.add (local.get $mask_start) (call $main_min (i32.add (local.get $j) (i32.const {u})) "
-                    "(i32.sub (local.get $count) (i32.const 1))))")
-        scores.append(f"(local.set $s (f32x4.add (local.get $s) "
-                      f"{lanes(f'(f32.load (i32.add (local.get $mask) (i32.shl {mask_key} (i32.const 2))))')}))")
-    scores += [
-        ";; keys past count: key j's score (their weights are 0 below)",
-        "(local.set $valid (i32x4.lt_s (i32x4.add (i32x4.splat (local.get $j)) (v128.const i32x4 0 1 2 3)) "
-        "(i32x4.splat (local.get $count))))",
-        f"(local.set $s (v128.bitselect (local.get $s) {broadcast_lane('(local.get $s)', 0)} (local.get $valid)))",
-    ]
-    # the online softmax step of the group, and the value product
-    update = [
-        f"(local.set $word (f32x4.max (local.get $s) {shuffle('(local.get $s)', '(local.get $s)', (2, 3, 0, 1))}))",
-        f"(local.set $group_max (f32x4.extract_lane 0 (f32x4.max (local.get $word) "
-        f"{shuffle('(local.get $word)', '(local.get $word)', (1, 0, 3, 2))})))",
-        "(local.set $new_max (select (f32.max (local.get $running_max) (local.get $group_max)) (local.get $group_max) "
-        "(local.get $started)))",
-        ";; every score so far -inf: nothing to add yet (a NaN score makes the weights, so the row, NaN)",
-        "(if (i32.ne (i32.reinterpret_f32 (local.get $new_max)) (i32.const 0xff800000))",
-        "  (then",
-        "    (local.set $correction (select (call $exp_f32 (f32.sub (local.get $running_max) (local.get $new_max))) "
-        "(f32.const 0) (local.get $started)))",
-        "    (local.set $p (v128.and (call $exp_f32x4 (f32x4.sub (local.get $s) (f32x4.splat (local.get $new_max)))) "
-        "(local.get $valid)))",
-        f"    (local.set $word (f32x4.add (local.get $p) {shuffle('(local.get $p)', '(local.get $p)', (2, 3, 0, 1))}))",
-        "    (local.set $running_sum (f32.add (f32.mul (local.get $running_sum) (local.get $correction)) "
-        f"(f32x4.extract_lane 0 (f32x4.add (local.get $word) {shuffle('(local.get $word)', '(local.get $word)', (1, 0, 3, 2))}))))",
-        *indent([
-            *(f"(local.set $v{u} {value_at(u)})" for u in range(4)),
-            *(f"(local.set $p{u} {broadcast_lane('(local.get $p)', u)})" for u in range(4)),
-            "(local.set $c (f32x4.splat (local.get $correction)))",
-            ";; acc = acc * correction + p0 v0 + p1 v1 + p2 v2 + p3 v3, a word at a time",
-            *(line for w in range(value_words) for line in [
-                f"(v128.store offset={16 * w} (local.get $scratch) (f32x4.add (f32x4.add",
-                f"  (f32x4.mul (v128.load offset={16 * w} (local.get $scratch)) (local.get $c))",
-                f"  (f32x4.mul (local.get $p0) (v128.load offset={16 * w} (local.get $v0))))",
-                "  (f32x4.add",
-                f"    (f32x4.add (f32x4.mul (local.get $p1) (v128.load offset={16 * w} (local.get $v1)))",
-                f"               (f32x4.mul (local.get $p2) (v128.load offset={16 * w} (local.get $v2))))",
-                f"    (f32x4.mul (local.get $p3) (v128.load offset={16 * w} (local.get $v3))))))"]),
-            *(f"(f32.store offset={4 * d} (local.get $scratch) " + fold("f32.add", [
-                f"(f32.mul (f32.load offset={4 * d} (local.get $scratch)) (local.get $correction))",
-                *(f"(f32.mul (f32x4.extract_lane {u} (local.get $p)) (f32.load offset={4 * d} (local.get $v{u})))"
-                  for u in range(4))]) + ")"
-              for d in range(4 * value_words, value_head)),
-            "(local.set $running_max (local.get $new_max))",
-            "(local.set $started (i32.const 1))))",
-        ], 2),
-    ]
+    def scores(count: int, keys: list[tuple[str, int]], masks: list[str]) -> list[str]:
+        """The scores of keys j .. j + 3 (key u at address ``keys[u]``: a local and a constant
+        offset) for the ``count`` query rows from ``$q`` on, into ``$s0``, ``$s1``, ...: dot
+        products in f32x4 words (each key word loaded once for all rows), a transposing sum,
+        a scalar tail for D % 4, the scale, and row r's mask (``masks[r]``: an f32x4 of it)."""
+        def key_element(u: int, byte: int) -> str:
+            return f"(f32.load offset={keys[u][1] + byte} (local.get ${keys[u][0]}))"
+        step = 2 if words % 2 == 0 else 1  # words per step of the loop along D (4 spilled: 1.3x slower)
+        lines = [*(f"(local.set $d{r}{u} (v128.const i32x4 0 0 0 0))" for r in range(count) for u in range(4)),
+                 "(local.set $at (i32.const 0))",
+                 *loop("dot", f"(i32.ge_u (local.get $at) (i32.const {16 * words}))", [
+                     *(line for w in range(step) for line in [
+                         *(f"(local.set $key{u} (v128.load offset={keys[u][1] + 16 * w} (i32.add (local.get ${keys[u][0]}) "
+                           f"(local.get $at))))" for u in range(4)),
+                         *(line for r in range(count) for line in [
+                             f"(local.set $word (v128.load offset={4 * head * r + 16 * w} (i32.add (local.get $q) "
+                             "(local.get $at))))",
+                             *(f"(local.set $d{r}{u} (f32x4.add (local.get $d{r}{u}) (f32x4.mul (local.get $word) "
+                               f"(local.get $key{u}))))" for u in range(4))])]),
+                     f"(local.set $at (i32.add (local.get $at) (i32.const {16 * step})))"])]
+        for r in range(count):
+            d = [f"(local.get $d{r}{u})" for u in range(4)]
+            lines += [
+                f";; row {r}: (d0, d1, d2, d3) summed across lanes: lane u is key j + u's dot product",
+                f"(local.set $d{r}0 (f32x4.add {shuffle(d[0], d[1], (0, 1, 4, 5))} {shuffle(d[0], d[1], (2, 3, 6, 7))}))",
+                f"(local.set $d{r}2 (f32x4.add {shuffle(d[2], d[3], (0, 1, 4, 5))} {shuffle(d[2], d[3], (2, 3, 6, 7))}))",
+                f"(local.set $s{r} (f32x4.add {shuffle(d[0], d[2], (0, 2, 4, 6))} {shuffle(d[0], d[2], (1, 3, 5, 7))}))",
+                *(f"(local.set $s{r} (f32x4.add (local.get $s{r}) (f32x4.mul (f32x4.splat (f32.load "
+                  f"offset={4 * head * r + 4 * e} (local.get $q))) {lanes([key_element(u, 4 * e) for u in range(4)])})))"
+                  for e in range(4 * words, head)),  # the scalar tail of D % 4
+            ]
+            if scale != 1.0:
+                lines.append(f"(local.set $s{r} (f32x4.mul (local.get $s{r}) "
+                             f"(f32x4.splat (f32.const {float(np.float32(scale))!r}))))")
+            if masked:
+                lines.append(f"(local.set $s{r} (f32x4.add (local.get $s{r}) {masks[r]}))")
+        return lines
+
+    def update(r: int, acc: str, offset: int, values: list[tuple[str, int]], valid: bool) -> list[str]:
+        """The online softmax step of row r's group (scores ``$s{r}``; ``valid``: lanes past
+        ``count`` weigh 0) and its value product, with the row's block in scratch at
+        ``$acc`` + ``offset`` (the accumulators, then its state) and value u at ``values[u]``."""
+        state = offset + row_bytes  # running maximum, running sum, started
+        s = f"(local.get $s{r})"
+
+        def value_word(u: int, byte: int, kind: str = "v128") -> str:
+            return f"({kind}.load offset={values[u][1] + byte} (local.get ${values[u][0]}))"
+
+        def acc_word(byte: int, kind: str = "v128") -> str:
+            return f"({kind}.load offset={offset + byte} (local.get ${acc}))"
+        return [
+            f"(local.set $running_max (f32.load offset={state} (local.get ${acc})))",
+            f"(local.set $started (i32.load offset={state + 8} (local.get ${acc})))",
+            f"(local.set $word (f32x4.max {s} {shuffle(s, s, (2, 3, 0, 1))}))",
+            f"(local.set $group_max (f32x4.extract_lane 0 (f32x4.max (local.get $word) "
+            f"{shuffle('(local.get $word)', '(local.get $word)', (1, 0, 3, 2))})))",
+            "(local.set $new_max (select (f32.max (local.get $running_max) (local.get $group_max)) (local.get $group_max) "
+            "(local.get $started)))",
+            ";; every score so far -inf: nothing to add yet (a NaN score makes the weights, so the row, NaN)",
+            "(if (i32.ne (i32.reinterpret_f32 (local.get $new_max)) (i32.const 0xff800000))",
+            "  (then",
+            "    ;; the maximum unchanged (most groups): exp(0) is 1, without the call",
+            "    (local.set $correction (if (result f32) (i32.and (local.get $started) "
+            "(f32.eq (local.get $running_max) (local.get $new_max)))",
+            "      (then (f32.const 1))",
+            "      (else (select (call $exp_f32 (f32.sub (local.get $running_max) (local.get $new_max))) "
+            "(f32.const 0) (local.get $started)))))",
+            f"    (local.set $p (call $exp_f32x4 (f32x4.sub {s} (f32x4.splat (local.get $new_max)))))",
+            *(["    (local.set $p (v128.and (local.get $p) (local.get $valid)))"] if valid else []),
+            f"    (local.set $word (f32x4.add (local.get $p) {shuffle('(local.get $p)', '(local.get $p)', (2, 3, 0, 1))}))",
+            f"    (f32.store offset={state + 4} (local.get ${acc}) (f32.add (f32.mul (f32.load offset={state + 4} "
+            f"(local.get ${acc})) (local.get $correction)) (f32x4.extract_lane 0 (f32x4.add (local.get $word) "
+            f"{shuffle('(local.get $word)', '(local.get $word)', (1, 0, 3, 2))}))))",
+            *indent([
+                *(f"(local.set $p{u} {broadcast_lane('(local.get $p)', u)})" for u in range(4)),
+                "(local.set $c (f32x4.splat (local.get $correction)))",
+                ";; acc = acc * correction + p0 v0 + p1 v1 + p2 v2 + p3 v3, a word at a time",
+                *(line for w in range(value_words) for line in [
+                    f"(v128.store offset={offset + 16 * w} (local.get ${acc}) (f32x4.add (f32x4.add",
+                    f"  (f32x4.mul {acc_word(16 * w)} (local.get $c))",
+                    f"  (f32x4.mul (local.get $p0) {value_word(0, 16 * w)}))",
+                    "  (f32x4.add",
+                    f"    (f32x4.add (f32x4.mul (local.get $p1) {value_word(1, 16 * w)})",
+                    f"               (f32x4.mul (local.get $p2) {value_word(2, 16 * w)}))",
+                    f"    (f32x4.mul (local.get $p3) {value_word(3, 16 * w)}))))"]),
+                *(f"(f32.store offset={offset + 4 * d} (local.get ${acc}) " + fold("f32.add", [
+                    f"(f32.mul {acc_word(4 * d, 'f32')} (local.get $correction))",
+                    *(f"(f32.mul (f32x4.extract_lane {u} (local.get $p)) {value_word(u, 4 * d, 'f32')})"
+                      for u in range(4))]) + ")"
+                  for d in range(4 * value_words, value_head)),
+                f"(f32.store offset={state} (local.get ${acc}) (local.get $new_max))",
+                f"(i32.store offset={state + 8} (local.get ${acc}) (i32.const 1))))",
+            ], 2),
+        ]
+
     if causal:  # key j is visible to row i when j <= i + Sk - Sq
         count = ("(call $main_max (i32.const 0) (call $main_min (local.get $seq_k) (i32.add (local.get $row) "
                  "(i32.add (i32.sub (local.get $seq_k) (local.get $seq_q)) (i32.const 1)))))")
     else:
         count = "(local.get $seq_k)"
+    mask_start = index(_mask_row_start(mask_shape, batch)[0]) if masked else ""
+    # row r of the block's mask over keys j .. j + 3 (none past count), and the one row's (some may be)
+    shared_masks = [f"(f32x4.splat (f32.load {element('mask', f'(local.get $mask_start{r})')}))" if mask_step == 0 else
+                    f"(v128.load {element('mask', f'(i32.add (local.get $mask_start{r}) (local.get $j))')})"
+                    for r in range(rows)]
+    mask_key = ["(local.get $mask_start)" if mask_step == 0 else
+                f"(i32.add (local.get $mask_start) (call $main_min (i32.add (local.get $j) (i32.const {u})) "
+                f"(i32.sub (local.get $count) (i32.const 1))))" for u in range(4)]
+    row_masks = [lanes([f"(f32.load {element('mask', key)})" for key in mask_key])]
     row_start = "(i32.add (i32.mul (local.get $bh) (local.get $seq_q)) (local.get $row))"
+    shared_phase = [
+        "(local.set $row (local.get $row0))",
+        f"(local.set $count {count})",
+        ";; the key groups every row of a full block sees",
+        f"(local.set $shared (select (i32.and (local.get $count) (i32.const -4)) (i32.const 0) "
+        f"(i32.le_s (i32.add (local.get $row0) (i32.const {rows})) (local.get $seq_q))))",
+        *(line for r in range(rows) if masked for line in [
+            f"(local.set $row (i32.add (local.get $row0) (i32.const {r})))",
+            f"(local.set $mask_start{r} {mask_start})"]),
+        "(local.set $row (local.get $row0))",
+        f"(local.set $q (i32.add (local.get $query) (i32.mul {row_start} (i32.const {4 * head}))))",
+        "(local.set $j (i32.const 0))",
+        *loop("shared", "(i32.ge_s (local.get $j) (local.get $shared))", [
+            ";; keys j .. j + 3 for every row of the block: their scores, then each row's rescale",
+            f"(local.set $k0 (i32.add (local.get $keys) (i32.mul (local.get $j) (i32.const {4 * head}))))",
+            f"(local.set $v0 (i32.add (local.get $values) (i32.mul (local.get $j) (i32.const {4 * value_head}))))",
+            *scores(rows, [("k0", 4 * head * u) for u in range(4)], shared_masks),
+            *(line for r in range(rows)
+              for line in update(r, "scratch", r * block, [("v0", 4 * value_head * u) for u in range(4)], False)),
+            "(local.set $j (i32.add (local.get $j) (i32.const 4)))",
+        ]),
+    ]
+    one_row = [
+        "(local.set $row (i32.add (local.get $row0) (local.get $r)))",
+        f"(local.set $q (i32.add (local.get $query) (i32.mul {row_start} (i32.const {4 * head}))))",
+        *([f"(local.set $mask_start {mask_start})"] if masked else []),
+        f"(local.set $count {count})",
+        f"(local.set $acc (i32.add (local.get $scratch) (i32.mul (local.get $r) (i32.const {block}))))",
+        "(local.set $j (local.get $shared))",
+        *loop("keys", "(i32.ge_s (local.get $j) (local.get $count))", [
+            ";; keys j .. j + 3 of this row, some maybe past count: their scores, then one rescale",
+            *(f"(local.set $k{u} {key_at(u)})" for u in range(4)),
+            *(f"(local.set $v{u} {value_at(u)})" for u in range(4)),
+            *scores(1, [(f"k{u}", 0) for u in range(4)], row_masks),
+            ";; keys past count: key j's score (their weights are 0 below)",
+            "(local.set $valid (i32x4.lt_s (i32x4.add (i32x4.splat (local.get $j)) (v128.const i32x4 0 1 2 3)) "
+            "(i32x4.splat (local.get $count))))",
+            f"(local.set $s0 (v128.bitselect (local.get $s0) {broadcast_lane('(local.get $s0)', 0)} (local.get $valid)))",
+            *update(0, "acc", 0, [(f"v{u}", 0) for u in range(4)], True),
+            "(local.set $j (i32.add (local.get $j) (i32.const 4)))",
+        ]),
+        ";; acc / sum; a row with no score above -inf is NaN (the unfused softmax's); no keys: 0",
+        f"(local.set $o (i32.add (local.get $out) (i32.mul {row_start} (i32.const {4 * value_head}))))",
+        "(local.set $c (f32x4.splat (select (f32.const nan) (f32.const 0) (local.get $seq_k))))  ;; the row without weights",
+        f"(local.set $running_sum (f32.load offset={row_bytes + 4} (local.get $acc)))",
+        f"(local.set $started (i32.load offset={row_bytes + 8} (local.get $acc)))",
+        "(local.set $p (f32x4.splat (local.get $running_sum)))",
+        "(local.set $at (i32.const 0))",
+        *loop("store", f"(i32.ge_u (local.get $at) (i32.const {16 * value_words}))", [
+            "(v128.store (i32.add (local.get $o) (local.get $at)) (select (result v128)",
+            "  (f32x4.div (v128.load (i32.add (local.get $acc) (local.get $at))) (local.get $p))",
+            "  (local.get $c) (local.get $started)))",
+            "(local.set $at (i32.add (local.get $at) (i32.const 16)))",
+        ]),
+        *(f"(f32.store offset={4 * d} (local.get $o) (select (f32.div (f32.load offset={4 * d} (local.get $acc)) "
+          "(local.get $running_sum)) (f32x4.extract_lane 0 (local.get $c)) (local.get $started)))"
+          for d in range(4 * value_words, value_head)),
+        "(local.set $r (i32.add (local.get $r) (i32.const 1)))",
+    ]
     body = [
         f"(local.set $seq_q {index(query_length)})",
         f"(local.set $seq_k {index(key_length)})",
-        f"(local.set $zero (i32.add (local.get $scratch) (i32.const {row_bytes})))",
+        f"(local.set $blocks (i32.div_u (i32.add (local.get $seq_q) (i32.const {rows - 1})) (i32.const {rows})))",
+        f"(local.set $zero (i32.add (local.get $scratch) (i32.const {rows * block})))",
         f"(memory.fill (local.get $zero) (i32.const 0) (i32.const {row_bytes}))",
         "(local.set $unit (local.get $first))",
-        *loop("row", "(i32.ge_s (local.get $unit) (local.get $end))", [
-            "(local.set $bh (i32.div_u (local.get $unit) (local.get $seq_q)))",
-            "(local.set $row (i32.rem_u (local.get $unit) (local.get $seq_q)))",
+        *loop("unit", "(i32.ge_s (local.get $unit) (local.get $end))", [
+            "(local.set $bh (i32.div_u (local.get $unit) (local.get $blocks)))",
+            f"(local.set $row0 (i32.mul (i32.rem_u (local.get $unit) (local.get $blocks)) (i32.const {rows})))",
             f"(local.set $kv (i32.mul {index(_flat_index(kv_batch, _kv_coordinates(batch, kv_batch)))} {index(key_rows)}))",
             f"(local.set $keys (i32.add (local.get $key) (i32.mul (local.get $kv) (i32.const {4 * head}))))",
             f"(local.set $values (i32.add (local.get $value) (i32.mul (local.get $kv) (i32.const {4 * value_head}))))",
-            f"(local.set $q (i32.add (local.get $query) (i32.mul {row_start} (i32.const {4 * head}))))",
-            *([f"(local.set $mask_start {index(_mask_row_start(mask_shape, batch)[0])})"] if masked else []),
-            f"(local.set $count {count})",
-            f"(memory.fill (local.get $scratch) (i32.const 0) (i32.const {row_bytes}))",
-            "(local.set $running_max (f32.const 0))",
-            "(local.set $running_sum (f32.const 0))",
-            "(local.set $started (i32.const 0))",
-            "(local.set $j (i32.const 0))",
-            *loop("keys", "(i32.ge_s (local.get $j) (local.get $count))", [
-                ";; keys j .. j + 3: their scores, then one rescale of the accumulators",
-                *scores, *update,
-                "(local.set $j (i32.add (local.get $j) (i32.const 4)))",
-            ]),
-            ";; acc / sum; a row with no score above -inf is NaN (the unfused softmax's); no keys: 0",
-            f"(local.set $o (i32.add (local.get $out) (i32.mul {row_start} (i32.const {4 * value_head}))))",
-            "(local.set $c (f32x4.splat (select (f32.const nan) (f32.const 0) (local.get $seq_k))))  ;; the row without weights",
-            "(local.set $p (f32x4.splat (local.get $running_sum)))",
-            "(local.set $at (i32.const 0))",
-            *loop("store", f"(i32.ge_u (local.get $at) (i32.const {16 * value_words}))", [
-                "(v128.store (i32.add (local.get $o) (local.get $at)) (select (result v128)",
-                "  (f32x4.div (v128.load (i32.add (local.get $scratch) (local.get $at))) (local.get $p))",
-                "  (local.get $c) (local.get $started)))",
-                "(local.set $at (i32.add (local.get $at) (i32.const 16)))",
-            ]),
-            *(f"(f32.store offset={4 * d} (local.get $o) (select (f32.div (f32.load offset={4 * d} (local.get $scratch)) "
-              "(local.get $running_sum)) (f32x4.extract_lane 0 (local.get $c)) (local.get $started)))"
-              for d in range(4 * value_words, value_head)),
+            ";; every row's accumulators 0 and state (maximum 0, sum 0, not started)",
+            f"(memory.fill (local.get $scratch) (i32.const 0) (i32.const {rows * block}))",
+            *shared_phase,
+            ";; then each row alone: its remaining keys, and its output",
+            f"(local.set $rows_here (call $main_min (i32.const {rows}) (i32.sub (local.get $seq_q) (local.get $row0))))",
+            "(local.set $r (i32.const 0))",
+            *loop("row", "(i32.ge_s (local.get $r) (local.get $rows_here))", one_row),
             "(local.set $unit (i32.add (local.get $unit) (i32.const 1)))",
         ]),
     ]
-    int_locals = ["seq_q", "seq_k", "unit", "bh", "row", "kv", "keys", "values", "q", "o", "zero", "count", "j", "at",
-                  "started", *(["mask_start"] if masked else []), *(f"k{u}" for u in range(4)), *(f"v{u}" for u in range(4))]
+    int_locals = ["seq_q", "seq_k", "blocks", "unit", "bh", "row0", "row", "r", "rows_here", "shared", "kv", "keys",
+                  "values", "q", "o", "acc", "zero", "count", "j", "at", "started",
+                  *(["mask_start", *(f"mask_start{r}" for r in range(rows))] if masked else []),
+                  *(f"k{u}" for u in range(4)), *(f"v{u}" for u in range(4))]
     float_locals = ["running_max", "running_sum", "new_max", "group_max", "correction"]
-    vector_locals = ["word", "s", "p", "c", "valid", *(f"d{u}" for u in range(4)), *(f"p{u}" for u in range(4))]
-    units = [index(simplify(product(batch) * query_length))]
-    title = f"library kernel: {name} (fused attention, one query row per unit, online softmax over groups of 4 keys)"
+    vector_locals = ["word", "p", "c", "valid", *(f"s{r}" for r in range(rows)),
+                     *(f"d{r}{u}" for r in range(rows) for u in range(4)), *(f"key{u}" for u in range(4)),
+                     *(f"p{u}" for u in range(4))]
+    units = [index(simplify(product(batch) * ((query_length + (rows - 1)) // rows)))]
+    title = (f"library kernel: {name} (fused attention, {rows} query rows per unit, online softmax over groups "
+             f"of 4 keys)")
     text = kernel_text(title, bindings, units,
                        [*((n, "i32") for n in int_locals), *((n, "f32") for n in float_locals),
                         *((n, "v128") for n in vector_locals)],
                        body, index_helpers("\n".join([*units, *body])))
-    return text, 2 * row_bytes
+    return text, rows * block + row_bytes
 
 
 # -- numpy reference -------------------------------------------------------------------------------
