@@ -514,19 +514,6 @@ def test_convolution_input_packed_four_positions_at_a_time(kernel: int, pad: int
     assert check_module(model, {"x": rand(1, 5, 7, width)}, monkeypatch) >= 1
 
 
-@pytest.mark.parametrize("channels", [8, 20, 5])
-def test_convolution_weight_packed_at_constant_distances(channels: int, monkeypatch) -> None:
-    """The packed path copies a convolution's weight for a whole block of output channels
-    from one address per step (the channels a row of the weight apart); a block at the edge
-    (20 channels: 16 + 4) or fewer channels than a block (5) one channel at a time."""
-    model = make_model([helper.make_node("Relu", ["x"], ["r"]),
-                        helper.make_node("Conv", ["r", "w"], ["y"], pads=[1, 1, 1, 1])],
-                       [("x", TensorProto.FLOAT, [1, 6, 5, 9])], ["y"], {"w": rand(channels, 6, 3, 3, seed=1)})
-    module = compile_model(model)
-    assert any("$source" in render_program(program) for program in module.programs.values())
-    assert check_module(model, {"x": rand(1, 6, 5, 9)}, monkeypatch) >= 1
-
-
 @PATHS
 def test_matmuls_with_fused_prologues(capacity: int, monkeypatch) -> None:
     """Matmuls of a layer norm's and of a tanh's output (as in GPT-2), fused into their

@@ -226,17 +226,13 @@ def column_strides(info: MatmulInfo, program: TensorProgram) -> list[int] | None
     non-negative constants (a transposed weight: its row length); None otherwise."""
     if len(info.columns) != 1 or not isinstance(info.b, Load):
         return None
-    return lane_strides(info.b, program.axes[info.columns[0]], BLOCK_COLUMNS)
-
-
-def lane_strides(load: Load, axis: SizeVar, lanes: int) -> list[int] | None:
-    """How many elements past the first lane's element each of ``lanes`` consecutive values
-    of ``axis`` reads in ``load``, when these are non-negative constants; None otherwise."""
-    first = flat_offset(load.buffer, load.indices)
+    column = program.axes[info.columns[0]]
+    indices = info.b.indices
+    first = flat_offset(info.b.buffer, indices)
     strides = []
-    for lane in range(lanes):
-        moved = tuple(substitute(index, {axis.name: axis + lane}) for index in load.indices)
-        distance = as_int(simplify(flat_offset(load.buffer, moved) - first))
+    for lane in range(BLOCK_COLUMNS):
+        moved = tuple(substitute(index, {column.name: column + lane}) for index in indices)
+        distance = as_int(simplify(flat_offset(info.b.buffer, moved) - first))
         if distance is None or distance < 0:
             return None
         strides.append(distance)
@@ -551,10 +547,7 @@ def _pack(emitter: Emitter, info: MatmulInfo, factor: ScalarExpr, axes, extents,
     # four reduction steps at a time need four steps (a 1x1 convolution's kernel width has one)
     short = as_int(simplify(step_extent)) is not None and as_int(simplify(step_extent)) < 4
     interior = padded_interior(factor, axes[-1]) if (invariants is None or short) and axes else None
-    strides = lane_strides(factor, axes[0], lanes) if isinstance(factor, Load) and len(axes) == 1 else None
-    if (invariants is None or short) and strides is not None and factor.dtype == "float32":
-        _pack_strided(emitter, info, factor, strides, axes, extents, first, count, lanes, base, lane, address, indent)
-    elif interior is not None:
+    if interior is not None:
         _pack_interior(emitter, info, factor, interior, axes, extents, first, count, lanes, base, lane, address, indent)
     elif invariants is None and hoisted:
         _pack_groups(emitter, info, factor, hoisted, axes, extents, first, count, lanes, base, lane, address, indent)
@@ -1000,32 +993,3 @@ def _pack_interior(emitter: Emitter, info: MatmulInfo, factor: ScalarExpr, inter
     function.lines[-1] += ")"
     emit(inner, f"(local.set {lane} (i32.add (local.get {lane}) (i32.const 4)))")
     emit(inner, f"(br $quad_{label})))")
-
-
-def _pack_strided(emitter: Emitter, info: MatmulInfo, factor: Load, strides: list[int], axes, extents, first: str,
-                  count: str, lanes: int, base: str, lane: str, address: str, indent: str) -> None:
-    """:func:`_pack` of a float32 plain load whose lanes lie at constant distances
-    (``strides``: a convolution's weight across its output channels) when all ``lanes`` are
-    below ``count``: at each step one address, the lanes loaded at constant offsets from it
-    and stored four at a time.  Leaves ``lane`` at ``lanes`` then (else at 0)."""
-    emit = emitter.function.emit
-    emit(indent, f"(if (i32.le_u (i32.add {first} (i32.const {lanes})) {count})")
-    emit(indent, "  (then")
-    inner = indent + "    "
-    emitter.open_scope()
-    for axis, extent, local in zip(axes, extents, unflatten_into(emitter, extents, first, f"{lane[1:]}_w", inner)):
-        emitter.declare_axis(axis, extent, local)
-    emit(inner, f"(local.set {address} {base})")
-
-    def step(depth: str) -> None:
-        source = emitter.set_local(emitter.element_address(factor.buffer, factor.indices), "i32", depth, "source")
-        for quad in range(lanes // 4):
-            vector = f"(f32x4.splat (f32.load offset={4 * strides[4 * quad]} {source}))"
-            for n in range(1, 4):
-                vector = f"(f32x4.replace_lane {n} {vector} (f32.load offset={4 * strides[4 * quad + n]} {source}))"
-            emit(depth, f"(v128.store offset={16 * quad} (local.get {address}) {vector})")
-        emit(depth, f"(local.set {address} (i32.add (local.get {address}) (i32.const {4 * lanes})))")
-
-    _for_each_step(emitter, info.reduce_axes, info.reduce_extents, inner, step)
-    emitter.close_scope()
-    emit(inner, f"(local.set {lane} (i32.const {lanes}))))")
