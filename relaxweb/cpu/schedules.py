@@ -909,8 +909,9 @@ def _pack_interior(emitter: Emitter, info: MatmulInfo, factor: ScalarExpr, inter
     four consecutive elements: at each step, where the guards hold at the first and the last
     lane (hence at all four) the core is evaluated once as f32x4 (its loads ``v128.load``,
     its math calls once) and stored with one ``v128.store``; elsewhere (a border) the factor
-    lane by lane.  Four lanes across a row's end are packed one by one.  Leaves ``lane`` at
-    the first lane not packed."""
+    lane by lane.  Where the guards hold over the whole window (:func:`window_inside`, one
+    branch per four lanes) the steps check no guard at all.  Four lanes across a row's end
+    are packed one by one.  Leaves ``lane`` at the first lane not packed."""
     function, emit = emitter.function, emitter.function.emit
     guards, core = interior
     label = lane[1:]
@@ -937,6 +938,16 @@ def _pack_interior(emitter: Emitter, info: MatmulInfo, factor: ScalarExpr, inter
         emitter.open_scope()
         for axis, extent, local in zip(axes, extents, [*firsts[:-1], lasts[n]]):
             emitter.declare_axis(axis, extent, local)
+
+    def vector_step(depth: str) -> None:
+        in_lane(0)
+        splats = {}
+        for node in scalar_nodes(core):
+            if isinstance(node, Load) and not reads(node, last_axis) and node not in splats:
+                splats[node] = emitter.set_local(f"(f32x4.splat {emitter.scalar(node, depth)})", "v128", depth, "splat")
+        emit(depth, f"(v128.store (local.get {address}) {emitter.vector_value(core, splats, {}, depth)})")
+        emitter.close_scope()
+        emit(depth, f"(local.set {address} (i32.add (local.get {address}) (i32.const {4 * lanes})))")
 
     def step(depth: str) -> None:
         conditions = []
@@ -966,7 +977,19 @@ def _pack_interior(emitter: Emitter, info: MatmulInfo, factor: ScalarExpr, inter
         function.lines[-1] += "))"
         emit(depth, f"(local.set {address} (i32.add (local.get {address}) (i32.const {4 * lanes})))")
 
-    _for_each_step(emitter, info.reduce_axes, info.reduce_extents, inner + "    ", step)
+    window = window_inside(emitter, info, guards, in_lane, inner + "    ")
+    if not guards:
+        _for_each_step(emitter, info.reduce_axes, info.reduce_extents, inner + "    ", vector_step)
+    elif window is not None:  # the whole window inside: no guard at any step
+        emit(inner, f"    (if {window}")
+        emit(inner, "      (then")
+        _for_each_step(emitter, info.reduce_axes, info.reduce_extents, inner + "        ", vector_step)
+        function.lines[-1] += ")"
+        emit(inner, "      (else")
+        _for_each_step(emitter, info.reduce_axes, info.reduce_extents, inner + "        ", step)
+        function.lines[-1] += "))"
+    else:
+        _for_each_step(emitter, info.reduce_axes, info.reduce_extents, inner + "    ", step)
     function.lines[-1] += ")"
     emit(inner, "  (else")
     # four lanes across a row's end: each on its own
@@ -993,3 +1016,40 @@ def _pack_interior(emitter: Emitter, info: MatmulInfo, factor: ScalarExpr, inter
     function.lines[-1] += ")"
     emit(inner, f"(local.set {lane} (i32.add (local.get {lane}) (i32.const 4)))")
     emit(inner, f"(br $quad_{label})))")
+
+
+def window_inside(emitter: Emitter, info: MatmulInfo, guards: list[ScalarExpr], in_lane: Callable[[int], None],
+                  indent: str) -> str | None:
+    """An i32 WAT value, nonzero when every guard holds at every reduction step for the four
+    lanes (``in_lane(n)`` opens a scope with lane ``n``'s axes): each guard moves by a
+    constant per step of each reduction axis it reads, so it holds over the whole window
+    when it holds at its corners (each such axis at 0 and at its extent - 1, lanes 0 and 3).
+    None when a guard is not of that form or there are none."""
+    function = emitter.function
+    conditions = []
+    for guard in guards:
+        names = {v.name for side in (guard.a.value, guard.b.value) for v in free_vars(side)}
+        moving = [(axis, extent) for axis, extent in zip(info.reduce_axes, info.reduce_extents) if axis.name in names]
+        for axis, _ in moving:
+            for side in (guard.a.value, guard.b.value):
+                if as_int(simplify(substitute(side, {axis.name: axis + 1}) - side)) is None:
+                    return None
+        corners = [()]
+        for axis, extent in moving:
+            corners = [(*corner, (axis, extent, end)) for corner in corners for end in (False, True)]
+        for n in (0, 3):
+            for corner in corners:
+                in_lane(n)
+                for axis, extent, end in corner:
+                    local = function.local("corner", "i32")
+                    value = emitter.index(simplify(extent - 1)) if end else "(i32.const 0)"
+                    function.emit(indent, f"(local.set {local} {value})")
+                    emitter.declare_axis(axis, extent, local)
+                conditions.append(emitter.scalar(guard, indent))
+                emitter.close_scope()
+    if not conditions:
+        return None
+    inside = conditions[0]
+    for condition in conditions[1:]:
+        inside = f"(i32.and {inside} {condition})"
+    return inside
