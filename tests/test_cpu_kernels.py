@@ -498,6 +498,22 @@ def test_convolution_with_a_fused_prologue(capacity: int, monkeypatch) -> None:
     assert check_module(model, {"x": rand(1, 6, 9, 7)}, monkeypatch) >= 1
 
 
+@pytest.mark.parametrize("kernel, pad, width", [(3, 1, 12), (3, 1, 10), (5, 2, 9), (1, 0, 8), (3, 0, 13)])
+def test_convolution_input_packed_four_positions_at_a_time(kernel: int, pad: int, width: int, monkeypatch) -> None:
+    """A stride-1 convolution of a per-channel scale and a SiLU (fused into its input): the
+    packed path evaluates four output positions on one row as f32x4 where the window is
+    inside the input (the scale a splat), lane by lane at the padded borders, one by one
+    across a row's end (widths 10, 9, 13 are no multiple of 4)."""
+    model = make_model([helper.make_node("Mul", ["x", "scale"], ["m"]), helper.make_node("Sigmoid", ["m"], ["s"]),
+                        helper.make_node("Mul", ["m", "s"], ["a"]),
+                        helper.make_node("Conv", ["a", "w", "b"], ["y"], pads=[pad] * 4)],
+                       [("x", TensorProto.FLOAT, [1, 5, 7, width])], ["y"],
+                       {"scale": rand(5, 1, 1, seed=3), "w": rand(24, 5, kernel, kernel, seed=1), "b": rand(24, seed=2)})
+    module = compile_model(model)
+    assert any("$interior_" in render_program(program) for program in module.programs.values())
+    assert check_module(model, {"x": rand(1, 5, 7, width)}, monkeypatch) >= 1
+
+
 @PATHS
 def test_matmuls_with_fused_prologues(capacity: int, monkeypatch) -> None:
     """Matmuls of a layer norm's and of a tanh's output (as in GPT-2), fused into their

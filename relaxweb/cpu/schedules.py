@@ -26,11 +26,11 @@ from ..ir.pattern import MatmulInfo, analyze_matmul
 from ..ir.symbolic import IntImm, PrimExpr, SizeVar, as_int, free_vars, product, simplify, substitute
 from ..ir.syntax import comment_text
 from ..ir.tir import (
-    FloatImm, Load, Reduce, ReduceCombiner, ScalarExpr, Select, TensorProgram, Unary, UnaryOp, contains_reduce,
-    format_scalar, scalar_children,
+    Binary, Compare, CompareOp, FloatImm, IndexValue, Load, Reduce, ReduceCombiner, ScalarExpr, Select, TensorProgram,
+    Unary, UnaryOp, contains_reduce, format_scalar, scalar_children, scalar_nodes,
 )
 from .emit import (
-    VECTOR_UNARY_RENDERINGS, Emitter, Function, VectorEmitter, flat_offset, render_index, store, vector_access_of,
+    VECTOR_BINARY_RENDERINGS, VECTOR_UNARY_RENDERINGS, Emitter, Function, VectorEmitter, flat_offset, render_index, store, vector_access_of,
     vector_reduction,
 )
 
@@ -544,7 +544,12 @@ def _pack(emitter: Emitter, info: MatmulInfo, factor: ScalarExpr, axes, extents,
     step_axis, step_extent = info.reduce_axes[-1], info.reduce_extents[-1]
     invariants = vector_reduction(Reduce(ReduceCombiner.SUM, step_axis, step_extent, factor))
     hoisted = lane_math(factor)
-    if invariants is None and hoisted:
+    # four reduction steps at a time need four steps (a 1x1 convolution's kernel width has one)
+    short = as_int(simplify(step_extent)) is not None and as_int(simplify(step_extent)) < 4
+    interior = padded_interior(factor, axes[-1]) if (invariants is None or short) and axes else None
+    if interior is not None:
+        _pack_interior(emitter, info, factor, interior, axes, extents, first, count, lanes, base, lane, address, indent)
+    elif invariants is None and hoisted:
         _pack_groups(emitter, info, factor, hoisted, axes, extents, first, count, lanes, base, lane, address, indent)
     emit(indent, f"(block $packed_{label}")
     emit(indent, f"  (loop $pack_{label}")
@@ -562,7 +567,7 @@ def _pack(emitter: Emitter, info: MatmulInfo, factor: ScalarExpr, axes, extents,
         emit(depth, f"(f32.store (local.get {address}) {emitter.scalar(factor, depth)})")
         emit(depth, f"(local.set {address} (i32.add (local.get {address}) (i32.const {4 * lanes})))")
 
-    if invariants is None:
+    if invariants is None or interior is not None:
         _for_each_step(emitter, info.reduce_axes, info.reduce_extents, inner, step)
     else:
         _for_each_step(emitter, info.reduce_axes[:-1], info.reduce_extents[:-1], inner,
@@ -842,3 +847,209 @@ def _panel_outputs(emitter: Emitter, info: MatmulInfo, program: TensorProgram, r
     emit(inner, f"(local.set {sum_address} (i32.add (local.get {sum_address}) (i32.const {4 * PANEL_COLUMNS})))")
     emit(inner, f"(local.set {row} (i32.add (local.get {row}) (i32.const 1)))")
     emit(inner, f"(br_if $output_row (i32.lt_u (local.get {row}) (local.get {row_end}))))")
+
+
+# -- the packed path: a convolution's input four output positions at a time -------------------
+
+ORDERINGS = (CompareOp.LT, CompareOp.LE, CompareOp.GT, CompareOp.GE)
+
+
+def padded_interior(factor: ScalarExpr, axis: SizeVar) -> tuple[list[ScalarExpr], ScalarExpr] | None:
+    """A factor made of padding guards around a float32 core that reads along ``axis``
+    contiguously (a stride-1 convolution's input, its prologue fused), as ``(guards,
+    core)``: ``select(g1, select(g2, ... core, 0), 0)``.  Each guard compares index values
+    that move by a constant per step of ``axis`` (true at two positions, true between), the
+    core's ops all have f32x4 forms and each of its loads reads ``axis`` as its last index
+    plus an offset free of it (four positions: one ``v128.load``) or not at all (a splat).
+    None for any other factor."""
+    guards = []
+    while isinstance(factor, Select) and isinstance(factor.b, FloatImm) and factor.b.value == 0.0:
+        guards.append(factor.condition)
+        factor = factor.a
+    for guard in guards:
+        if not (isinstance(guard, Compare) and guard.op in ORDERINGS and isinstance(guard.a, IndexValue)
+                and isinstance(guard.b, IndexValue)):
+            return None
+        for side in (guard.a.value, guard.b.value):
+            if as_int(simplify(substitute(side, {axis.name: axis + 1}) - side)) is None:
+                return None
+    if factor.dtype != "float32" or not any(isinstance(node, Load) and reads(node, axis) for node in scalar_nodes(factor)):
+        return None
+    for node in scalar_nodes(factor):
+        if node.dtype != "float32":
+            return None
+        if isinstance(node, Load) and reads(node, axis) and not along_last(node, axis):
+            return None
+        if isinstance(node, Binary) and node.op not in VECTOR_BINARY_RENDERINGS:
+            return None
+        if isinstance(node, Unary) and node.op not in VECTOR_UNARY_RENDERINGS:
+            return None
+        if not isinstance(node, (Load, FloatImm, Binary, Unary)):
+            return None
+    return guards, factor
+
+
+def reads(load: Load, axis: SizeVar) -> bool:
+    """Whether ``load``'s indices use ``axis``."""
+    return any(axis.name in {v.name for v in free_vars(index)} for index in load.indices)
+
+
+def along_last(load: Load, axis: SizeVar) -> bool:
+    """Whether ``load`` reads ``axis`` as its last index plus an offset free of it."""
+    *others, last = load.indices
+    if any(axis.name in {v.name for v in free_vars(index)} for index in others):
+        return False
+    return axis.name not in {v.name for v in free_vars(simplify(last - axis))}
+
+
+def _pack_interior(emitter: Emitter, info: MatmulInfo, factor: ScalarExpr, interior, axes, extents, first: str,
+                   count: str, lanes: int, base: str, lane: str, address: str, indent: str) -> None:
+    """:func:`_pack` four lanes at a time while four lanes remain below ``count``, for a
+    factor of :func:`padded_interior`.  Four lanes on one row of the innermost axis read
+    four consecutive elements: at each step, where the guards hold at the first and the last
+    lane (hence at all four) the core is evaluated once as f32x4 (its loads ``v128.load``,
+    its math calls once) and stored with one ``v128.store``; elsewhere (a border) the factor
+    lane by lane.  Where the guards hold over the whole window (:func:`window_inside`, one
+    branch per four lanes) the steps check no guard at all.  Four lanes across a row's end
+    are packed one by one.  Leaves ``lane`` at the first lane not packed."""
+    function, emit = emitter.function, emitter.function.emit
+    guards, core = interior
+    label = lane[1:]
+    last_axis, last_extent = axes[-1], simplify(extents[-1])
+    emit(indent, f"(block $interior_{label}")
+    emit(indent, f"  (loop $quad_{label}")
+    inner = indent + "    "
+    emit(inner, f"(br_if $interior_{label} (i32.gt_u (i32.add (local.get {lane}) (i32.const 4)) (i32.const {lanes})))")
+    emit(inner, f"(br_if $interior_{label} (i32.gt_u (i32.add (i32.add {first} (local.get {lane})) (i32.const 4)) {count}))")
+    emit(inner, f"(local.set {address} (i32.add {base} (i32.shl (local.get {lane}) (i32.const 2))))")
+    firsts = unflatten_into(emitter, extents, f"(i32.add {first} (local.get {lane}))", f"{label}_q", inner)
+    lasts = [firsts[-1]] + [function.named_local(f"{label}_q_last{n}", "i32") for n in range(1, 4)]
+    for n in range(1, 4):
+        emit(inner, f"(local.set {lasts[n]} (i32.add (local.get {firsts[-1]}) (i32.const {n})))")
+    emitter.open_scope()
+    for axis, extent, local in zip(axes, extents, firsts):
+        emitter.declare_axis(axis, extent, local)
+    one_row = emitter.index(last_extent)
+    emitter.close_scope()
+    emit(inner, f"(if (i32.le_u (i32.add (local.get {firsts[-1]}) (i32.const 4)) {one_row})")
+    emit(inner, "  (then")
+
+    def in_lane(n: int) -> None:
+        emitter.open_scope()
+        for axis, extent, local in zip(axes, extents, [*firsts[:-1], lasts[n]]):
+            emitter.declare_axis(axis, extent, local)
+
+    def vector_step(depth: str) -> None:
+        in_lane(0)
+        splats = {}
+        for node in scalar_nodes(core):
+            if isinstance(node, Load) and not reads(node, last_axis) and node not in splats:
+                splats[node] = emitter.set_local(f"(f32x4.splat {emitter.scalar(node, depth)})", "v128", depth, "splat")
+        emit(depth, f"(v128.store (local.get {address}) {emitter.vector_value(core, splats, {}, depth)})")
+        emitter.close_scope()
+        emit(depth, f"(local.set {address} (i32.add (local.get {address}) (i32.const {4 * lanes})))")
+
+    def step(depth: str) -> None:
+        conditions = []
+        for n in (0, 3):
+            in_lane(n)
+            conditions += [emitter.scalar(guard, depth) for guard in guards]
+            emitter.close_scope()
+        inside = "(i32.const 1)"
+        for condition in conditions:
+            inside = condition if inside == "(i32.const 1)" else f"(i32.and {inside} {condition})"
+        emit(depth, f"(if {inside}")
+        emit(depth, "  (then")
+        in_lane(0)
+        splats = {}
+        for node in scalar_nodes(core):
+            if isinstance(node, Load) and not reads(node, last_axis) and node not in splats:
+                splats[node] = emitter.set_local(f"(f32x4.splat {emitter.scalar(node, depth + '    ')})", "v128",
+                                                 depth + "    ", "splat")
+        vector = emitter.vector_value(core, splats, {}, depth + "    ")
+        emitter.close_scope()
+        emit(depth, f"    (v128.store (local.get {address}) {vector}))")
+        emit(depth, "  (else")
+        for n in range(4):
+            in_lane(n)
+            emit(depth, f"    (f32.store offset={4 * n} (local.get {address}) {emitter.scalar(factor, depth + '    ')})")
+            emitter.close_scope()
+        function.lines[-1] += "))"
+        emit(depth, f"(local.set {address} (i32.add (local.get {address}) (i32.const {4 * lanes})))")
+
+    window = window_inside(emitter, info, guards, in_lane, inner + "    ")
+    if not guards:
+        _for_each_step(emitter, info.reduce_axes, info.reduce_extents, inner + "    ", vector_step)
+    elif window is not None:  # the whole window inside: no guard at any step
+        emit(inner, f"    (if {window}")
+        emit(inner, "      (then")
+        _for_each_step(emitter, info.reduce_axes, info.reduce_extents, inner + "        ", vector_step)
+        function.lines[-1] += ")"
+        emit(inner, "      (else")
+        _for_each_step(emitter, info.reduce_axes, info.reduce_extents, inner + "        ", step)
+        function.lines[-1] += "))"
+    else:
+        _for_each_step(emitter, info.reduce_axes, info.reduce_extents, inner + "    ", step)
+    function.lines[-1] += ")"
+    emit(inner, "  (else")
+    # four lanes across a row's end: each on its own
+    quad, position = function.local("quad", "i32"), function.local("position", "i32")
+    body = inner + "    "
+    emit(body, f"(local.set {quad} (i32.const 0))")
+    emit(body, f"(loop $split_{label}")
+    emit(body, f"  (local.set {position} (i32.add (i32.add {first} (local.get {lane})) (local.get {quad})))")
+    emit(body, f"  (local.set {address} (i32.add {base} (i32.shl (i32.add (local.get {lane}) (local.get {quad})) "
+               f"(i32.const 2))))")
+    emitter.open_scope()
+    for axis, extent, local in zip(axes, extents, unflatten_into(emitter, extents, f"(local.get {position})",
+                                                               f"{label}_s", body + "  ")):
+        emitter.declare_axis(axis, extent, local)
+
+    def single(depth: str) -> None:
+        emit(depth, f"(f32.store (local.get {address}) {emitter.scalar(factor, depth)})")
+        emit(depth, f"(local.set {address} (i32.add (local.get {address}) (i32.const {4 * lanes})))")
+
+    _for_each_step(emitter, info.reduce_axes, info.reduce_extents, body + "  ", single)
+    emitter.close_scope()
+    emit(body, f"  (local.set {quad} (i32.add (local.get {quad}) (i32.const 1)))")
+    emit(body, f"  (br_if $split_{label} (i32.lt_u (local.get {quad}) (i32.const 4)))))")
+    function.lines[-1] += ")"
+    emit(inner, f"(local.set {lane} (i32.add (local.get {lane}) (i32.const 4)))")
+    emit(inner, f"(br $quad_{label})))")
+
+
+def window_inside(emitter: Emitter, info: MatmulInfo, guards: list[ScalarExpr], in_lane: Callable[[int], None],
+                  indent: str) -> str | None:
+    """An i32 WAT value, nonzero when every guard holds at every reduction step for the four
+    lanes (``in_lane(n)`` opens a scope with lane ``n``'s axes): each guard moves by a
+    constant per step of each reduction axis it reads, so it holds over the whole window
+    when it holds at its corners (each such axis at 0 and at its extent - 1, lanes 0 and 3).
+    None when a guard is not of that form or there are none."""
+    function = emitter.function
+    conditions = []
+    for guard in guards:
+        names = {v.name for side in (guard.a.value, guard.b.value) for v in free_vars(side)}
+        moving = [(axis, extent) for axis, extent in zip(info.reduce_axes, info.reduce_extents) if axis.name in names]
+        for axis, _ in moving:
+            for side in (guard.a.value, guard.b.value):
+                if as_int(simplify(substitute(side, {axis.name: axis + 1}) - side)) is None:
+                    return None
+        corners = [()]
+        for axis, extent in moving:
+            corners = [(*corner, (axis, extent, end)) for corner in corners for end in (False, True)]
+        for n in (0, 3):
+            for corner in corners:
+                in_lane(n)
+                for axis, extent, end in corner:
+                    local = function.local("corner", "i32")
+                    value = emitter.index(simplify(extent - 1)) if end else "(i32.const 0)"
+                    function.emit(indent, f"(local.set {local} {value})")
+                    emitter.declare_axis(axis, extent, local)
+                conditions.append(emitter.scalar(guard, indent))
+                emitter.close_scope()
+    if not conditions:
+        return None
+    inside = conditions[0]
+    for condition in conditions[1:]:
+        inside = f"(i32.and {inside} {condition})"
+    return inside
