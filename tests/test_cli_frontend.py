@@ -332,3 +332,8 @@ def test_inspect_and_run_on_a_file_that_is_not_onnx(workdir: Path, mlp: Path) ->
         assert error.startswith(f"error: {path}: not ") and "ONNX model" in error
     with pytest.raises(RelaxwebError, match="not a readable ONNX model"):
         import_onnx_file(truncated)
+    # onnx parses .json and .txt files as text formats: their parse errors are user errors too
+    for name, text in (("sidecar.json", '{"name": "m"}'), ("notes.txt", "not: [a model")):
+        (workdir / name).write_text(text)
+        with pytest.raises(RelaxwebError, match="not a readable ONNX model"):
+            import_onnx_file(workdir / name)

@@ -37,6 +37,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+from google.protobuf import json_format, text_format
 from google.protobuf.message import DecodeError
 from onnx import helper
 from onnx.external_data_helper import ExternalDataInfo
@@ -72,9 +73,9 @@ def load_onnx(path: str | Path) -> onnx.ModelProto:
         raise RelaxwebError(f"{path}: no such file")
     if path.is_dir():
         raise RelaxwebError(f"{path}: is a directory, expected an .onnx file")
-    try:
+    try:  # onnx picks the format by the suffix: .json and .txt files are parsed as text
         model = onnx.load(str(path), load_external_data=False)
-    except (DecodeError, ValueError, RuntimeError, OSError) as error:
+    except (DecodeError, json_format.Error, text_format.Error, ValueError, RuntimeError, OSError) as error:
         raise RelaxwebError(f"{path}: not a readable ONNX model ({type(error).__name__}: {error})") from None
     if not model.graph.node and not model.graph.output:
         raise RelaxwebError(f"{path}: not an ONNX model (the file holds no graph)")
