@@ -77,6 +77,7 @@ TYPED_ARRAY_OF_DTYPE = {
     "uint16": "Uint16Array",
     "uint32": "Uint32Array",
     "bool": "Uint8Array",
+    "float16": "Uint16Array",  # the IEEE half bits, as the runtime takes and gives float16
 }
 
 #: The page run_in_browser loads: it imports the runtime and says when it is ready.
@@ -449,11 +450,13 @@ def _decode_outputs(manifest: dict, encoded: dict) -> dict[str, np.ndarray]:
     """The outputs of one run from the page as numpy arrays."""
     outputs = {name: None if output is None else [_decode_array(element) for element in output]
                if isinstance(output, list) else _decode_array(output) for name, output in encoded.items()}
-    # A bool output comes back as a Uint8Array of 0/1: give it the manifest's dtype again.
+    # A bool output comes back as a Uint8Array of 0/1 and a float16 one as a Uint16Array of
+    # half bits: give them the manifest's dtype again.
+    again = {"bool": lambda value: value != 0, "float16": lambda value: value.view(np.float16)}
     for spec in manifest["outputs"]:
-        if spec["dtype"] == "bool" and spec["name"] in outputs:
-            value = outputs[spec["name"]]
-            outputs[spec["name"]] = [e != 0 for e in value] if isinstance(value, list) else value != 0
+        if spec["dtype"] in again and spec["name"] in outputs and outputs[spec["name"]] is not None:
+            value, convert = outputs[spec["name"]], again[spec["dtype"]]
+            outputs[spec["name"]] = [convert(e) for e in value] if isinstance(value, list) else convert(value)
     return outputs
 
 
@@ -473,7 +476,8 @@ def _encode_array(name: str, array: np.ndarray) -> dict:
 
 def _decode_array(output: dict) -> np.ndarray:
     """An output from the page as a numpy array (dtype from the typed array it came from)."""
-    dtype_of_class = {array_class: dtype for dtype, array_class in TYPED_ARRAY_OF_DTYPE.items() if dtype != "bool"}
+    dtype_of_class = {array_class: dtype for dtype, array_class in TYPED_ARRAY_OF_DTYPE.items()
+                      if dtype not in ("bool", "float16")}
     dtype = np.dtype(dtype_of_class[output["arrayClass"]]).newbyteorder("<")
     data = np.frombuffer(base64.b64decode(output["base64"]), dtype=dtype)
     return data.astype(dtype.newbyteorder("="), copy=True).reshape(output["shape"])

@@ -22,7 +22,9 @@ import urllib.request
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
+from onnx import TensorProto, helper
 
 import relaxweb
 from relaxweb import browser
@@ -37,7 +39,7 @@ from tests.fixtures.handmade_bundle import (
     write_positives_bundle,
 )
 from tests.fixtures.handmade_wasm import HANDMADE_KERNELS, POSITIVES_KERNELS, add_kernels_wasm
-from tests.helpers import MODEL, assert_close, rand
+from tests.helpers import MODEL, assert_close, make_model, rand
 from tests.model_exports import Export, export_script, missing_exporter_packages, session_exports
 from tests.test_browser import pytestmark as browser_marks
 from tests.test_sequence import appending_model, assert_sequences_equal, growing_sequence_model, onnxruntime_outputs
@@ -375,3 +377,19 @@ def test_a_worker_that_never_finishes_rejects_the_run_instead_of_freezing_the_pa
                                "wasm worker 1 did not finish its units (the browser stopped it, or it hangs)")
     assert result["second"] == "cannot run: wasm worker 1 did not finish its units (the browser stopped it, or it hangs)"
     assert result["ran"] == 0  # a worker told to quit runs nothing more: dispose() frees its thread
+
+
+def test_float16_inputs_and_outputs_cross_to_the_page_as_half_bits(tmp_path: Path) -> None:
+    """run_in_browser passes float16 as the Uint16Array of half bits the runtime takes, and gives
+    float16 outputs back as float16 (the corpus's float16 ResNet could not be run in the page)."""
+    model = make_model([helper.make_node("Add", ["x", "y"], ["z"])],
+                       [("x", TensorProto.FLOAT16, ["n"]), ("y", TensorProto.FLOAT16, ["n"])],
+                       [("z", TensorProto.FLOAT16, ["n"])])
+    path = tmp_path / "half.onnx"
+    onnx.save(model, path)
+    build_bundle(path, tmp_path / "bundle")
+    x = np.array([1.5, 2.25, -3.0, 0.0], np.float16)
+    y = np.array([0.5, 1.0, 65000.0, -0.0], np.float16)
+    outputs = relaxweb.run_in_browser(tmp_path / "bundle", {"x": x, "y": y}, backend="wasm")
+    assert outputs["z"].dtype == np.float16
+    np.testing.assert_array_equal(outputs["z"], x + y)
