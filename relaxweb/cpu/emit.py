@@ -30,7 +30,8 @@ from ..ir.lower_index import Constant, IndexLowering, IndexOp, Operation, Target
 from ..ir.symbolic import IntImm, PrimExpr, SizeVar, free_vars, simplify
 from ..ir.tir import (
     Binary, BinaryOp, Buffer, Cast, Compare, CompareOp, FloatImm, Gather, IndexValue, Load, Reduce, ReduceCombiner,
-    ScalarExpr, Select, TensorProgram, Unary, UnaryOp, contains_reduce, index_exprs, scalar_children, scalar_nodes,
+    ScalarExpr, Select, TensorProgram, Unary, UnaryOp, contains_reduce, index_exprs, repeated_subexpressions,
+    scalar_children, scalar_nodes,
 )
 
 # A value's class decides its instructions: "f" a float (f32), "s" a signed integer, "u" an
@@ -775,17 +776,3 @@ def cast(target: str, source: str, value: str) -> str:
     return f"(i32.and {value} (i32.const {2 ** (8 * to.bytes) - 1}))"
 
 
-def repeated_subexpressions(body: ScalarExpr) -> set[ScalarExpr]:
-    """Subexpressions (not constants) that occur more than once in ``body``."""
-    counts: dict[ScalarExpr, int] = {}
-
-    def visit(expr: ScalarExpr) -> None:
-        if isinstance(expr, (FloatImm, IndexValue)):
-            return
-        counts[expr] = counts.get(expr, 0) + 1
-        if counts[expr] == 1:
-            for child in scalar_children(expr):
-                visit(child)
-
-    visit(body)
-    return {expr for expr, count in counts.items() if count > 1}

@@ -90,39 +90,39 @@ def comment(program: TensorProgram) -> list[str]:
 def render_element(program: TensorProgram, parts: Mapping[str, int]) -> str:
     """The element form: units of :data:`ELEMENTS_PER_UNIT` output elements, each computed
     on its own (axes from the flat index by division)."""
-    signature, addresses = kernel_signature(program, parts)
-    function = Function()
-    indent = "  "
-    variables = load_size_vars(program, function, indent)
-    emitter = Emitter(program, function, addresses, variables)
-    emit = function.emit
-    index, stop = function.named_local("i", "i32"), function.named_local("stop", "i32")
-    emit(indent, f"(local.set {index} (i32.mul (local.get $first) (i32.const {ELEMENTS_PER_UNIT})))")
-    emit(indent, f"(local.set {stop} (call $min_s_i32 (i32.mul (local.get $end) (i32.const {ELEMENTS_PER_UNIT})) "
-                 f"{element_count(program, variables)}))")
-    emit(indent, "(block $done")
-    emit(indent, f"  (br_if $done (i32.ge_s (local.get {index}) (local.get {stop})))")
-    emit(indent, "  (loop $element")
-    inner = indent + "    "
-    emitter.open_scope()
-    unflatten(emitter, program.axes, program.output.shape, index, inner)
-    value = emitter.scalar(program.body, inner)
-    emit(inner, store(program.output.dtype, emitter.address(program.output.name, f"(local.get {index})"), value))
-    emitter.close_scope()
-    emit(inner, f"(local.set {index} (i32.add (local.get {index}) (i32.const 1)))")
-    emit(inner, f"(br_if $element (i32.lt_s (local.get {index}) (local.get {stop})))))")
-    return "\n".join([*comment(program), function.text(f"$main {signature}"), units_function(program, ELEMENTS_PER_UNIT)])
+    def make_emitter(function: Function, addresses: Mapping[str, str], variables: Mapping[str, str]) -> Emitter:
+        return Emitter(program, function, addresses, variables)
+
+    def store_element(emitter: Emitter, index: str, value: str) -> str:
+        return store(program.output.dtype, emitter.address(program.output.name, f"(local.get {index})"), value)
+
+    return _render_output_loop(program, parts, make_emitter, store_element, step=1, label="$element")
 
 
 def render_vectorized(program: TensorProgram, parts: Mapping[str, int], access: Mapping[str, str]) -> str:
     """The element form four output elements at a time (consecutive along the last axis,
     whose extent is a multiple of 4): f32x4 loads, arithmetic and math calls, splats of the
     buffers constant along the last axis, one ``v128.store``."""
+    def make_emitter(function: Function, addresses: Mapping[str, str], variables: Mapping[str, str]) -> Emitter:
+        return VectorEmitter(program, function, addresses, variables, access)
+
+    def store_vector(emitter: Emitter, index: str, value: str) -> str:
+        return f"(v128.store {emitter.address(program.output.name, f'(local.get {index})')} {value})"
+
+    return _render_output_loop(program, parts, make_emitter, store_vector, step=4, label="$vector")
+
+
+def _render_output_loop(program: TensorProgram, parts: Mapping[str, int],
+                        make_emitter: Callable[[Function, Mapping[str, str], Mapping[str, str]], Emitter],
+                        store_value: Callable[[Emitter, str, str], str], *, step: int, label: str) -> str:
+    """``$main`` and ``$units`` of a loop over the flat output index, ``step`` elements per
+    iteration, in units of :data:`ELEMENTS_PER_UNIT`: each iteration recovers the axes, asks
+    the emitter for the body's value and stores it (``store_value(emitter, index local, value)``)."""
     signature, addresses = kernel_signature(program, parts)
     function = Function()
     indent = "  "
     variables = load_size_vars(program, function, indent)
-    emitter = VectorEmitter(program, function, addresses, variables, access)
+    emitter = make_emitter(function, addresses, variables)
     emit = function.emit
     index, stop = function.named_local("i", "i32"), function.named_local("stop", "i32")
     emit(indent, f"(local.set {index} (i32.mul (local.get $first) (i32.const {ELEMENTS_PER_UNIT})))")
@@ -130,15 +130,15 @@ def render_vectorized(program: TensorProgram, parts: Mapping[str, int], access: 
                  f"{element_count(program, variables)}))")
     emit(indent, "(block $done")
     emit(indent, f"  (br_if $done (i32.ge_s (local.get {index}) (local.get {stop})))")
-    emit(indent, "  (loop $vector")
+    emit(indent, f"  (loop {label}")
     inner = indent + "    "
     emitter.open_scope()
     unflatten(emitter, program.axes, program.output.shape, index, inner)
     value = emitter.scalar(program.body, inner)
-    emit(inner, f"(v128.store {emitter.address(program.output.name, f'(local.get {index})')} {value})")
+    emit(inner, store_value(emitter, index, value))
     emitter.close_scope()
-    emit(inner, f"(local.set {index} (i32.add (local.get {index}) (i32.const 4)))")
-    emit(inner, f"(br_if $vector (i32.lt_s (local.get {index}) (local.get {stop})))))")
+    emit(inner, f"(local.set {index} (i32.add (local.get {index}) (i32.const {step})))")
+    emit(inner, f"(br_if {label} (i32.lt_s (local.get {index}) (local.get {stop})))))")
     return "\n".join([*comment(program), function.text(f"$main {signature}"), units_function(program, ELEMENTS_PER_UNIT)])
 
 

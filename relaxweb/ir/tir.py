@@ -532,6 +532,23 @@ def scalar_children(expr: ScalarExpr) -> tuple[ScalarExpr, ...]:
     return ()
 
 
+def repeated_subexpressions(body: ScalarExpr) -> set[ScalarExpr]:
+    """Subexpressions (not constants) that occur more than once in ``body``: the backends
+    compute each once (a local), as the cost model counts it."""
+    counts: dict[ScalarExpr, int] = {}
+
+    def visit(expr: ScalarExpr) -> None:
+        if isinstance(expr, (FloatImm, IndexValue)):
+            return
+        counts[expr] = counts.get(expr, 0) + 1
+        if counts[expr] == 1:
+            for child in scalar_children(expr):
+                visit(child)
+
+    visit(body)
+    return {expr for expr, count in counts.items() if count > 1}
+
+
 def scalar_nodes(expr: ScalarExpr):
     """Every node of a scalar expression, the expression first (depth first)."""
     yield expr

@@ -17,7 +17,8 @@ from ..ir.dtype import DtypeKind, dtype_info
 from ..ir.symbolic import FloorDiv, FloorMod, IntImm, PrimExpr, SizeVar, simplify
 from ..ir.tir import (
     Binary, BinaryOp, Buffer, Cast, Compare, CompareOp, FloatImm, Gather, IndexValue, Load, Reduce, ReduceCombiner,
-    ScalarExpr, Select, TensorProgram, Unary, UnaryOp, scalar_children, scalar_dtype, scalar_nodes,
+    ScalarExpr, Select, TensorProgram, Unary, UnaryOp, repeated_subexpressions, scalar_dtype,
+    scalar_nodes,
 )
 from .lower_index import Constant, IndexLowering, render_wgsl
 
@@ -195,7 +196,7 @@ class Emitter:
         self.selections = 0
         self.values = 0
         self.float_type = "f32"  # the WGSL type of a float value (a vector in the vectorized schedule)
-        self.repeated = _repeated_subexpressions(program.body)
+        self.repeated = repeated_subexpressions(program.body)
         self.scopes: list[dict[ScalarExpr, str]] = [{}]
         self.cooperative: Callable[[Reduce, str], str] | None = None  # a schedule's top-level reductions
         self.index_lowering = IndexLowering()
@@ -459,22 +460,6 @@ def reduce_identity(combiner: ReduceCombiner, dtype: str) -> str:
     if info.kind is DtypeKind.BOOL:
         return literal(not lowest, dtype)
     return (LOWEST if lowest else HIGHEST)[info.device.name]
-
-
-def _repeated_subexpressions(body: ScalarExpr) -> set[ScalarExpr]:
-    """Subexpressions (not constants) that occur more than once in ``body``."""
-    counts: dict[ScalarExpr, int] = {}
-
-    def visit(expr: ScalarExpr) -> None:
-        if isinstance(expr, (FloatImm, IndexValue)):
-            return
-        counts[expr] = counts.get(expr, 0) + 1
-        if counts[expr] == 1:
-            for child in scalar_children(expr):
-                visit(child)
-
-    visit(body)
-    return {expr for expr, count in counts.items() if count > 1}
 
 
 def _from_storage(dtype: str, element: str) -> str:
