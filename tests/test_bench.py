@@ -162,7 +162,7 @@ def test_wasm_systems_run_a_tiny_model_at_1_and_2_threads(bench, tmp_path, monke
     1 thread in a plain page and at 2 in a cross-origin isolated one: outputs match onnxruntime
     (Python), the 2-thread systems really ran on workers, the 1-thread ones did not, relaxweb's
     profile has rows, and the wasm tables have the model's rows."""
-    case = bench.Case("n 32", lambda: {"x": rand(32, 64, seed=4)})
+    case = bench.Case("n 512", lambda: {"x": rand(512, 64, seed=4)})  # 16 units of 32 rows per matmul
     monkeypatch.setitem(bench.MODELS, "tiny_mlp", bench.BenchModel("tiny_mlp", "", tiny_mlp, (case,), runs=2,
                                                                      warmup=1, real=False))
     prepared = bench.prepare_models(["tiny_mlp"], tmp_path, build_timeout=300)
@@ -179,26 +179,26 @@ def test_wasm_systems_run_a_tiny_model_at_1_and_2_threads(bench, tmp_path, monke
         result = results[system]
         assert "error" not in result and result["page_errors"] == [], (system, result)
         assert result["cross_origin_isolated"] == (system in bench.ISOLATED_SYSTEMS), system
-        shape = result["cases"]["n 32"]
+        shape = result["cases"]["n 512"]
         assert len(shape["timesMs"]) == 2 and shape["median_ms"] > 0
         assert shape["max_abs_diff_vs_onnxruntime_cpu"] <= F32_LOOSE.atol + F32_LOOSE.rtol * shape["max_abs_reference"]
-    one, two = results["relaxweb-wasm"]["cases"]["n 32"], results["relaxweb-wasm-2t"]["cases"]["n 32"]
+    one, two = results["relaxweb-wasm"]["cases"]["n 512"], results["relaxweb-wasm-2t"]["cases"]["n 512"]
     assert (one["extra"]["backend"], one["extra"]["threads"], one["extra"]["unitsRunByWorkers"]) == ("wasm", 1, 0)
     assert (two["extra"]["threads"], two["extra"]["unitsRunByWorkers"] > 0) == (2, True)
     assert results["relaxweb-wasm"]["kernels_wasm_bytes"] == prepared["tiny_mlp"]["kernels_wasm_bytes"]
     profile = one["profile"]
     assert profile["method"] == "wall clock per kernel call" and profile["rows"] and profile["dispatches"] >= 2
     if "ort-wasm" in systems:
-        single, double = results["ort-wasm"]["cases"]["n 32"]["extra"], results["ort-wasm-2t"]["cases"]["n 32"]["extra"]
+        single, double = results["ort-wasm"]["cases"]["n 512"]["extra"], results["ort-wasm-2t"]["cases"]["n 512"]["extra"]
         assert (single["numThreads"], single["workersCreated"]) == (1, [])
         assert double["numThreads"] == 2 and len(double["workersCreated"]) >= 1  # its pthreads
     tables = bench.wasm_tables(report["results"])
-    assert "| tiny_mlp | n 32 |" in tables and "| tiny_mlp | relaxweb-wasm-2t |" in tables
-    assert "relaxweb-wasm profile, tiny_mlp n 32:" in bench.profile_tables(report["results"])
+    assert "| tiny_mlp | n 512 |" in tables and "| tiny_mlp | relaxweb-wasm-2t |" in tables
+    assert "relaxweb-wasm profile, tiny_mlp n 512:" in bench.profile_tables(report["results"])
     # --budget-s spent by the first run: no warm-up, no timed run, the first run is the median
     args.budget_s, args.profile = 1e-6, False
     bench.run_systems(prepared, ["relaxweb-wasm"], args, report, time.monotonic())
-    shape = report["results"]["tiny_mlp"]["relaxweb-wasm"]["cases"]["n 32"]
+    shape = report["results"]["tiny_mlp"]["relaxweb-wasm"]["cases"]["n 512"]
     assert (shape["runs"], shape["timesMs"], shape["median_ms"]) == (0, [], shape["firstRunMs"])
     capsys.readouterr()
 
