@@ -26,7 +26,9 @@ self.onmessage = ({ data: { module, memory, control, messages, index } }) => {
 function serve(exports, control, messages, index) {
   const slot = index * CONTROL_SLOT;
   const { GO, DONE, STATUS, KERNEL, PARAMS, FIRST, END, SCRATCH, BUFFER_COUNT, UNITS_RUN, ADDRESSES } = CONTROL;
-  let seen = Atomics.load(control, slot + GO);
+  // Jobs are numbered from 1 and GO starts at 0: a job posted before this loop began (a QUIT
+  // sent while the worker was still starting) is seen at once, never taken for an old one.
+  let seen = 0;
   for (;;) {
     Atomics.wait(control, slot + GO, seen);
     const job = Atomics.load(control, slot + GO);
