@@ -296,6 +296,10 @@ def render_matmul(program: TensorProgram, parts: Mapping[str, int], info: Matmul
     depth = function.named_local("depth", "i32")
     emit(indent, f"(local.set {depth} {emitter.index(simplify(product(info.reduce_extents)))})")
     emit(indent, f"(local.set {unit} (local.get $first))")
+    matvec = matvec_applies(info, program)
+    if matvec:  # few rows (a decoder's step): the matrix-vector form, which returns
+        _matvec(emitter, info, program, batch_axes, batch_extents, row_axes, row_extents, column_axes, column_extents,
+                indent)
     emit(indent, f"(if (i32.le_u (local.get {depth}) (i32.const {PANEL_DEPTH}))")
     emit(indent, "  (then")
     emit(indent, "    (block $packed_done")
@@ -350,8 +354,12 @@ def render_matmul(program: TensorProgram, parts: Mapping[str, int], info: Matmul
     def value(expr: PrimExpr) -> str:
         return render_index(lowering.lower(expr), lambda name: f"(local.get {unit_variables[name]})")
 
-    units.emit("  ", f"(select {value(panels)} {value(blocks)} (i32.le_u {value(simplify(product(info.reduce_extents)))} "
-                     f"(i32.const {PANEL_DEPTH})))")
+    count = (f"(select {value(panels)} {value(blocks)} (i32.le_u {value(simplify(product(info.reduce_extents)))} "
+             f"(i32.const {PANEL_DEPTH})))")
+    if matvec:
+        count = (f"(select {matvec_units(value(simplify(product(batch_extents))), value(columns))} {count} "
+                 f"{matvec_condition(value(rows), value(simplify(product(info.reduce_extents))))})")
+    units.emit("  ", count)
     return "\n".join([*comment(program), function.text(f"$main {signature}"),
                       units.text(f"$units (param {PARAMS} i32) (result i32)")])
 
@@ -1053,3 +1061,212 @@ def window_inside(emitter: Emitter, info: MatmulInfo, guards: list[ScalarExpr], 
     for condition in conditions[1:]:
         inside = f"(i32.and {inside} {condition})"
     return inside
+
+
+# -- the matrix-vector path: few rows, the weight streamed in order ------------------------------
+
+# A matmul with at most MATVEC_ROWS rows (a decoder's step: one token) gains nothing from
+# panels of PANEL_ROWS rows: its time is the second factor's bytes, read once.  A unit is
+# MATVEC_COLUMNS columns (per batch index): the first factor is packed once per unit
+# ([K x MATVEC_ROWS], its prologue evaluated once per element), then for each row the block's
+# sums (in the scratch) take MATVEC_STEPS rows of the second factor at a time, each read in
+# order along its columns.  Under wasmtime on one thread, a 768 x 3072 float32 weight: about
+# 10 GB/s this way (256 columns, 4 steps), 4-6 GB/s with the sums in registers and the weight
+# read down its columns, 1.5 GB/s on the packed path.
+MATVEC_ROWS = 4
+MATVEC_COLUMNS = 256
+MATVEC_STEPS = 4
+MATVEC_SUMS_BYTES = 4 * MATVEC_COLUMNS
+# the deepest reduction whose packed first factor fits the matmul scratch after the sums
+MATVEC_DEPTH = (MATMUL_SCRATCH_BYTES - MATVEC_SUMS_BYTES) // (4 * MATVEC_ROWS) // 4 * 4
+
+
+def matvec_applies(info: MatmulInfo, program: TensorProgram) -> bool:
+    """Whether the matrix-vector form exists for the program: a second factor the packed
+    path reads in place (:func:`direct_columns`: a float32 plain load contiguous along the
+    only column axis, one reduction axis).  Whether it runs is decided at run time
+    (:func:`matvec_condition`)."""
+    return direct_columns(info, program) is not None
+
+
+def matvec_condition(rows: str, depth: str) -> str:
+    """An i32 WAT value, nonzero where the matrix-vector form runs: at most
+    :data:`MATVEC_ROWS` rows and :data:`MATVEC_DEPTH` reduction steps (``rows``, ``depth``:
+    i32 WAT values)."""
+    return (f"(i32.and (i32.le_u {rows} (i32.const {MATVEC_ROWS})) "
+            f"(i32.le_u {depth} (i32.const {MATVEC_DEPTH})))")
+
+
+def matvec_units(batch: str, columns: str) -> str:
+    """The matrix-vector form's units (i32 WAT): a unit per :data:`MATVEC_COLUMNS` columns
+    (rounded up) per batch index."""
+    return (f"(i32.mul {batch} (i32.div_u (i32.add {columns} (i32.const {MATVEC_COLUMNS - 1})) "
+            f"(i32.const {MATVEC_COLUMNS})))")
+
+
+def _matvec(emitter: Emitter, info: MatmulInfo, program: TensorProgram, batch_axes, batch_extents, row_axes,
+            row_extents, column_axes, column_extents, indent: str) -> None:
+    """The statements of the matrix-vector form in :func:`render_matmul`'s ``$main``: when
+    :func:`matvec_condition` holds, units ``$first <= u < $end`` (:func:`matvec_units`) and
+    return; otherwise nothing, and the other forms run.  Reads the locals ``$rows``,
+    ``$columns``, ``$depth`` and ``$unit`` that ``render_matmul`` set."""
+    function, emit = emitter.function, emitter.function.emit
+    unit, blocks, batch, column0, width = (function.named_local(name, "i32") for name in
+                                           ("unit", "mv_blocks", "mv_batch", "mv_column0", "mv_width"))
+    emit(indent, f"(if {matvec_condition('(local.get $rows)', '(local.get $depth)')}")
+    emit(indent, "  (then")
+    inner = indent + "    "
+    emit(inner, f"(local.set {blocks} (i32.div_u (i32.add (local.get $columns) (i32.const {MATVEC_COLUMNS - 1})) "
+                f"(i32.const {MATVEC_COLUMNS})))")
+    emit(inner, "(block $matvec_done")
+    emit(inner, f"  (br_if $matvec_done (i32.ge_u (local.get {unit}) (local.get $end)))")
+    emit(inner, "  (loop $matvec_unit")
+    body = inner + "    "
+    emit(body, f"(local.set {batch} (i32.div_u (local.get {unit}) (local.get {blocks})))")
+    emit(body, f"(local.set {column0} (i32.mul (i32.rem_u (local.get {unit}) (local.get {blocks})) "
+               f"(i32.const {MATVEC_COLUMNS})))")
+    emit(body, f"(local.set {width} (call $min_u32 (i32.sub (local.get $columns) (local.get {column0})) "
+               f"(i32.const {MATVEC_COLUMNS})))")
+    emitter.open_scope()
+    for axis, extent, local in zip(batch_axes, batch_extents,
+                                   unflatten_into(emitter, batch_extents, f"(local.get {batch})", "xm", body)):
+        emitter.declare_axis(axis, extent, local)
+    _matvec_unit(emitter, info, program, row_axes, row_extents, column_axes, column_extents, column0, width, body)
+    emitter.close_scope()
+    emit(body, f"(local.set {unit} (i32.add (local.get {unit}) (i32.const 1)))")
+    emit(body, f"(br_if $matvec_unit (i32.lt_u (local.get {unit}) (local.get $end)))))")
+    emit(indent, "    (return)))")
+
+
+def _matvec_unit(emitter: Emitter, info: MatmulInfo, program: TensorProgram, row_axes, row_extents, column_axes,
+                 column_extents, column0: str, width: str, indent: str) -> None:
+    """One unit of the matrix-vector form (the batch axes in scope): the ``width`` columns
+    from ``column0``, every row.  The first factor packed for all rows (lane ``r`` of step
+    ``k`` at ``scratch + MATVEC_SUMS_BYTES + 4 * (k * MATVEC_ROWS + r)``); per row, the sums
+    (:func:`_matvec_sums`) then the epilogue of each, stored."""
+    function, emit = emitter.function, emitter.function.emit
+    panel = f"(i32.add (local.get $scratch) (i32.const {MATVEC_SUMS_BYTES}))"
+    _pack(emitter, info, info.a, row_axes, row_extents, "(i32.const 0)", "(local.get $rows)", MATVEC_ROWS, panel,
+          indent)
+    # the second factor at reduction step 0, column ``column0``; the bytes between two steps
+    weight, step = function.named_local("mv_weight", "i32"), function.named_local("mv_step", "i32")
+    emitter.open_scope()
+    for axis, extent, local in zip(column_axes, column_extents,
+                                   unflatten_into(emitter, column_extents, f"(local.get {column0})", "xw", indent)):
+        emitter.declare_axis(axis, extent, local)
+    first_step = tuple(substitute(index, {info.reduce_axes[0].name: IntImm(0)}) for index in info.b.indices)
+    emit(indent, f"(local.set {weight} {emitter.element_address(info.b.buffer, first_step)})")
+    emit(indent, f"(local.set {step} (i32.shl {emitter.index(direct_columns(info, program))} (i32.const 2)))")
+    emitter.close_scope()
+    row = function.named_local("mv_row", "i32")
+    emit(indent, f"(local.set {row} (i32.const 0))")
+    emit(indent, "(block $matvec_rows_done")
+    emit(indent, f"  (br_if $matvec_rows_done (i32.ge_u (local.get {row}) (local.get $rows)))")
+    emit(indent, "  (loop $matvec_row")
+    inner = indent + "    "
+    _matvec_sums(function, row, weight, step, width, inner)
+    _matvec_outputs(emitter, info, program, row_axes, row_extents, column_axes, column_extents, row, column0, width,
+                    inner)
+    emit(inner, f"(local.set {row} (i32.add (local.get {row}) (i32.const 1)))")
+    emit(inner, f"(br_if $matvec_row (i32.lt_u (local.get {row}) (local.get $rows)))))")
+
+
+def _matvec_sums(function: Function, row: str, weight: str, step: str, width: str, indent: str) -> None:
+    """The sums of row ``row`` over the unit's ``width`` columns, into the scratch (one f32
+    per column from ``$scratch``).  :data:`MATVEC_STEPS` reduction steps at a time while as
+    many remain (one splat of the packed first factor per step, the second factor's rows read
+    in order, four columns per f32x4, a sum loaded and stored once per four products), then
+    one step at a time; columns beyond the last whole f32x4 are summed one by one (a
+    ``v128.load`` past a row's end could leave the buffer)."""
+    emit = function.emit
+    names = ("mv_k", "mv_a", "mv_w", "mv_sum", "mv_vector_end", "mv_end")
+    k, a, w, sum_, vector_end, end = (function.named_local(name, "i32") for name in names)
+    emit(indent, f"(local.set {vector_end} (i32.add (local.get $scratch) (i32.shl (i32.shr_u (local.get {width}) "
+                 f"(i32.const 2)) (i32.const 4))))")
+    emit(indent, f"(local.set {end} (i32.add (local.get $scratch) (i32.shl (local.get {width}) (i32.const 2))))")
+    emit(indent, ";; the sums start at 0 (whole f32x4: the lanes past the width are never stored)")
+    emit(indent, f"(local.set {sum_} (local.get $scratch))")
+    emit(indent, "(block $mv_zeroed")
+    emit(indent, f"  (br_if $mv_zeroed (i32.ge_u (local.get {sum_}) (local.get {end})))")
+    emit(indent, "  (loop $mv_zero")
+    emit(indent, f"    (v128.store (local.get {sum_}) (v128.const i32x4 0 0 0 0))")
+    emit(indent, f"    (local.set {sum_} (i32.add (local.get {sum_}) (i32.const 16)))")
+    emit(indent, f"    (br_if $mv_zero (i32.lt_u (local.get {sum_}) (local.get {end})))))")
+    emit(indent, f"(local.set {a} (i32.add (local.get $scratch) (i32.add (i32.const {MATVEC_SUMS_BYTES}) "
+                 f"(i32.shl (local.get {row}) (i32.const 2)))))")
+    emit(indent, f"(local.set {w} (local.get {weight}))")
+    emit(indent, f"(local.set {k} (i32.const 0))")
+    for steps, label in ((MATVEC_STEPS, "mv_steps"), (1, "mv_step")):
+        factors = [function.named_local(f"mv_a{s}", "v128") for s in range(steps)]
+        rows = [function.named_local(f"mv_w{s}", "i32") for s in range(steps)]
+        emit(indent, f";; {steps} reduction step{'s' if steps > 1 else ''} at a time")
+        emit(indent, f"(block ${label}_done")
+        emit(indent, f"  (loop ${label}")
+        inner = indent + "    "
+        emit(inner, f"(br_if ${label}_done (i32.gt_u (i32.add (local.get {k}) (i32.const {steps})) (local.get $depth)))")
+        for s, factor in enumerate(factors):
+            emit(inner, f"(local.set {factor} (v128.load32_splat offset={4 * MATVEC_ROWS * s} (local.get {a})))")
+        emit(inner, f"(local.set {rows[0]} (local.get {w}))")
+        for s in range(1, steps):
+            emit(inner, f"(local.set {rows[s]} (i32.add (local.get {rows[s - 1]}) (local.get {step})))")
+        emit(inner, f"(local.set {sum_} (local.get $scratch))")
+        emit(inner, f"(block ${label}_vectors_done")
+        emit(inner, f"  (br_if ${label}_vectors_done (i32.ge_u (local.get {sum_}) (local.get {vector_end})))")
+        emit(inner, f"  (loop ${label}_vectors")
+        vector = "(v128.load (local.get {}))".format(sum_)
+        for factor, source in zip(factors, rows):
+            vector = f"(f32x4.add {vector} (f32x4.mul (local.get {factor}) (v128.load (local.get {source}))))"
+        emit(inner, f"    (v128.store (local.get {sum_}) {vector})")
+        for source in rows:
+            emit(inner, f"    (local.set {source} (i32.add (local.get {source}) (i32.const 16)))")
+        emit(inner, f"    (local.set {sum_} (i32.add (local.get {sum_}) (i32.const 16)))")
+        emit(inner, f"    (br_if ${label}_vectors (i32.lt_u (local.get {sum_}) (local.get {vector_end})))))")
+        emit(inner, f";; the columns past the last whole f32x4, one by one")
+        emit(inner, f"(block ${label}_columns_done")
+        emit(inner, f"  (br_if ${label}_columns_done (i32.ge_u (local.get {sum_}) (local.get {end})))")
+        emit(inner, f"  (loop ${label}_columns")
+        value = "(f32.load (local.get {}))".format(sum_)
+        for s, source in enumerate(rows):
+            value = (f"(f32.add {value} (f32.mul (f32x4.extract_lane 0 (local.get {factors[s]})) "
+                     f"(f32.load (local.get {source}))))")
+        emit(inner, f"    (f32.store (local.get {sum_}) {value})")
+        for source in rows:
+            emit(inner, f"    (local.set {source} (i32.add (local.get {source}) (i32.const 4)))")
+        emit(inner, f"    (local.set {sum_} (i32.add (local.get {sum_}) (i32.const 4)))")
+        emit(inner, f"    (br_if ${label}_columns (i32.lt_u (local.get {sum_}) (local.get {end})))))")
+        emit(inner, f"(local.set {a} (i32.add (local.get {a}) (i32.const {4 * MATVEC_ROWS * steps})))")
+        emit(inner, f"(local.set {w} (i32.add (local.get {w}) (i32.mul (local.get {step}) (i32.const {steps}))))"
+             if steps > 1 else f"(local.set {w} (i32.add (local.get {w}) (local.get {step})))")
+        emit(inner, f"(local.set {k} (i32.add (local.get {k}) (i32.const {steps})))")
+        emit(inner, f"(br ${label})))")
+
+
+def _matvec_outputs(emitter: Emitter, info: MatmulInfo, program: TensorProgram, row_axes, row_extents, column_axes,
+                    column_extents, row: str, column0: str, width: str, indent: str) -> None:
+    """A loop over the unit's ``width`` columns of row ``row`` (its axes recovered once):
+    the epilogue of each sum in the scratch, stored."""
+    function, emit = emitter.function, emitter.function.emit
+    column, column_end = function.named_local("mv_column", "i32"), function.named_local("mv_column_end", "i32")
+    emit(indent, f"(local.set {column} (local.get {column0}))")
+    emit(indent, f"(local.set {column_end} (i32.add (local.get {column0}) (local.get {width})))")
+    emitter.open_scope()
+    for axis, extent, local in zip(row_axes, row_extents,
+                                   unflatten_into(emitter, row_extents, f"(local.get {row})", "yv", indent)):
+        emitter.declare_axis(axis, extent, local)
+    emit(indent, "(block $mv_outputs_done")
+    emit(indent, f"  (br_if $mv_outputs_done (i32.ge_u (local.get {column}) (local.get {column_end})))")
+    emit(indent, "  (loop $mv_output")
+    body = indent + "    "
+    emitter.open_scope()
+    for axis, extent, local in zip(column_axes, column_extents,
+                                   unflatten_into(emitter, column_extents, f"(local.get {column})", "yw", body)):
+        emitter.declare_axis(axis, extent, local)
+    offset = emitter.index(flat_offset(program.output, tuple(program.axes)))
+    address = emitter.set_local(emitter.address(program.output.name, offset), "i32", body, "address")
+    emitter.known(info.reduction, f"(f32.load (i32.add (local.get $scratch) "
+                                  f"(i32.shl (i32.sub (local.get {column}) (local.get {column0})) (i32.const 2))))")
+    emit(body, store(program.output.dtype, address, emitter.scalar(program.body, body)))
+    emitter.close_scope()
+    emit(body, f"(local.set {column} (i32.add (local.get {column}) (i32.const 1)))")
+    emit(body, f"(br_if $mv_output (i32.lt_u (local.get {column}) (local.get {column_end})))))")
+    emitter.close_scope()
