@@ -564,6 +564,75 @@ def test_packed_path_capacity(monkeypatch) -> None:
         check_program(program, [rand(5, steps), rand(steps, columns, seed=1)], {"m": steps, "c": columns})
 
 
+# The matrix-vector form runs matmuls of at most MATVEC_ROWS rows whose weight is read in
+# place; MATVEC_ROWS = 0 sends them to the packed path, so each test compares both.
+MATVEC = pytest.mark.parametrize("matvec_rows", [schedules.MATVEC_ROWS, 0], ids=["matvec", "packed"])
+
+
+@MATVEC
+@pytest.mark.parametrize("shape_a, shape_b", [((1, 24), (24, 32)), ((1, 7), (7, 37)), ((4, 22), (22, 300)),
+                                              ((2, 1, 9), (9, 513)), ((3, 1, 6), (3, 6, 16)), ((5, 8), (8, 12)),
+                                              ((1, 0), (0, 5))])
+def test_matvec_matmuls(shape_a, shape_b, matvec_rows: int, monkeypatch) -> None:
+    """Matmuls of 1 to 4 rows with a bias and relu epilogue: column blocks whole and not (300
+    and 513 columns: units of 256), f32x4 columns and the 1-3 past them (37), reduction steps
+    4 at a time and the 1-3 past them (7, 22, 9), batched weights (a unit per batch index and
+    column block), an empty reduction (the epilogue of 0); 5 rows run the packed path."""
+    monkeypatch.setattr(schedules, "MATVEC_ROWS", matvec_rows)
+    model = make_model([helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "bias"], ["s"]),
+                        helper.make_node("Relu", ["s"], ["y"])], [("x", TensorProto.FLOAT, list(shape_a))], ["y"],
+                       {"w": rand(*shape_b, seed=1), "bias": rand(shape_b[-1], seed=2)})
+    assert check_module(model, {"x": rand(*shape_a)}, monkeypatch) >= 1
+
+
+@MATVEC
+def test_matvec_with_fused_prologues(matvec_rows: int, monkeypatch) -> None:
+    """GPT-2's decode step in small: a layer norm and a tanh fused into the matmuls' first
+    factor (packed once per unit, four reduction steps at a time), one row."""
+    monkeypatch.setattr(schedules, "MATVEC_ROWS", matvec_rows)
+    model = make_model([helper.make_node("LayerNormalization", ["x", "g", "b"], ["n"], axis=-1),
+                        helper.make_node("MatMul", ["n", "w1"], ["h"]), helper.make_node("Tanh", ["h"], ["t"]),
+                        helper.make_node("Mul", ["h", "t"], ["a"]), helper.make_node("MatMul", ["a", "w2"], ["y"])],
+                       [("x", TensorProto.FLOAT, [1, 1, 22])], ["y"],
+                       {"g": rand(22, seed=1), "b": rand(22, seed=2), "w1": rand(22, 270, seed=3),
+                        "w2": rand(270, 12, seed=4)})
+    module = compile_model(model)
+    forms = ["$matvec_unit" in render_program(p) for p in module.programs.values() if "matmul" in p.name]
+    assert forms and all(forms)
+    assert check_module(model, {"x": rand(1, 1, 22)}, monkeypatch) >= 2
+
+
+def test_matvec_of_symbolic_sizes() -> None:
+    """Rows, reduction and columns all size variables: the form is chosen at run time (at
+    most MATVEC_ROWS rows and MATVEC_DEPTH steps), and ``$units`` follows the same choice."""
+    s, m, c = SizeVar("s"), SizeVar("m"), SizeVar("c")
+    a, b = Buffer("A", (s, m), "float32"), Buffer("B", (m, c), "float32")
+    body = Reduce(ReduceCombiner.SUM, k, m, Load(a, (i, k)) * Load(b, (k, j))) * FloatImm(0.5)
+    program = TensorProgram("matmul", (a, b), Buffer("out", (s, c), "float32"), (i, j), body)
+    assert "$matvec_unit" in render_program(program)
+    deep = schedules.MATVEC_DEPTH + 1  # beyond the form's depth: the packed path
+    for rows, steps, columns, units in ((1, 30, 600, 3), (4, 5, 256, 1), (4, 3, 257, 2), (5, 9, 600, 1),
+                                        (3, 0, 9, 1), (2, 4, 0, 0), (0, 4, 9, 1), (1, deep, 7, 1)):
+        sizes = {"s": rows, "m": steps, "c": columns}
+        assert units_of(program, sizes) == units, sizes
+        if steps <= 64:  # (the deep case: its units only)
+            check_program(program, [rand(rows, steps), rand(steps, columns, seed=1)], sizes)
+
+
+@pytest.mark.parametrize("transposed", [True, False])
+def test_matvec_falls_back_where_the_weight_is_not_read_in_place(transposed: bool, monkeypatch) -> None:
+    """One row, but a second factor (an input: not folded at compile time) read across its
+    rows (Gemm's transB) or computed (a relu fused into it): no matrix-vector form, the
+    packed path."""
+    nodes = ([helper.make_node("Gemm", ["x", "w"], ["y"], transB=1)] if transposed else
+             [helper.make_node("Relu", ["w"], ["r"]), helper.make_node("MatMul", ["x", "r"], ["y"])])
+    shape = [20, 10] if transposed else [10, 20]
+    model = make_model(nodes, [("x", TensorProto.FLOAT, [1, 10]), ("w", TensorProto.FLOAT, shape)], ["y"], {})
+    module = compile_model(model)
+    assert not any("$matvec_unit" in render_program(p) for p in module.programs.values())
+    assert check_module(model, {"x": rand(1, 10), "w": rand(*shape, seed=1)}, monkeypatch) >= 1
+
+
 def test_integer_and_index_module(monkeypatch) -> None:
     """Gathers, concatenation, casts, comparisons and where over int64 and bool tensors."""
     model = make_model(
