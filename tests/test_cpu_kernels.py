@@ -571,13 +571,14 @@ MATVEC = pytest.mark.parametrize("matvec_rows", [schedules.MATVEC_ROWS, 0], ids=
 
 @MATVEC
 @pytest.mark.parametrize("shape_a, shape_b", [((1, 24), (24, 32)), ((1, 7), (7, 37)), ((4, 22), (22, 300)),
-                                              ((2, 1, 9), (9, 513)), ((3, 1, 6), (3, 6, 16)), ((5, 8), (8, 12)),
-                                              ((1, 0), (0, 5))])
+                                              ((2, 1, 9), (9, 1030)), ((3, 1, 6), (3, 6, 16)), ((8, 5), (5, 12)),
+                                              ((9, 8), (8, 12)), ((1, 0), (0, 5))])
 def test_matvec_matmuls(shape_a, shape_b, matvec_rows: int, monkeypatch) -> None:
-    """Matmuls of 1 to 4 rows with a bias and relu epilogue: column blocks whole and not (300
-    and 513 columns: units of 256), f32x4 columns and the 1-3 past them (37), reduction steps
-    4 at a time and the 1-3 past them (7, 22, 9), batched weights (a unit per batch index and
-    column block), an empty reduction (the epilogue of 0); 5 rows run the packed path."""
+    """Matmuls of 1 to 8 rows with a bias and relu epilogue: one column block or several
+    (1030 columns: 3 blocks of 344, 344 and 342), f32x4 columns and the 1-3 past them (37,
+    1030), reduction steps 4 at a time and the 1-3 past them (7, 22, 9, 5), batched weights
+    (a unit per batch index and column block), an empty reduction (the epilogue of 0); 9
+    rows run the packed path."""
     monkeypatch.setattr(schedules, "MATVEC_ROWS", matvec_rows)
     model = make_model([helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "bias"], ["s"]),
                         helper.make_node("Relu", ["s"], ["y"])], [("x", TensorProto.FLOAT, list(shape_a))], ["y"],
@@ -611,7 +612,7 @@ def test_matvec_of_symbolic_sizes() -> None:
     program = TensorProgram("matmul", (a, b), Buffer("out", (s, c), "float32"), (i, j), body)
     assert "$matvec_unit" in render_program(program)
     deep = schedules.MATVEC_DEPTH + 1  # beyond the form's depth: the packed path
-    for rows, steps, columns, units in ((1, 30, 600, 3), (4, 5, 256, 1), (4, 3, 257, 2), (5, 9, 600, 1),
+    for rows, steps, columns, units in ((1, 30, 1100, 3), (4, 5, 512, 1), (8, 3, 513, 2), (9, 9, 600, 1),
                                         (3, 0, 9, 1), (2, 4, 0, 0), (0, 4, 9, 1), (1, deep, 7, 1)):
         sizes = {"s": rows, "m": steps, "c": columns}
         assert units_of(program, sizes) == units, sizes

@@ -1066,15 +1066,20 @@ def window_inside(emitter: Emitter, info: MatmulInfo, guards: list[ScalarExpr], 
 # -- the matrix-vector path: few rows, the weight streamed in order ------------------------------
 
 # A matmul with at most MATVEC_ROWS rows (a decoder's step: one token) gains nothing from
-# panels of PANEL_ROWS rows: its time is the second factor's bytes, read once.  A unit is
-# MATVEC_COLUMNS columns (per batch index): the first factor is packed once per unit
-# ([K x MATVEC_ROWS], its prologue evaluated once per element), then for each row the block's
-# sums (in the scratch) take MATVEC_STEPS rows of the second factor at a time, each read in
-# order along its columns.  Under wasmtime on one thread, a 768 x 3072 float32 weight: about
-# 10 GB/s this way (256 columns, 4 steps), 4-6 GB/s with the sums in registers and the weight
-# read down its columns, 1.5 GB/s on the packed path.
-MATVEC_ROWS = 4
-MATVEC_COLUMNS = 256
+# panels of PANEL_ROWS rows: its time is the second factor's bytes, read once.  A unit is a
+# block of at most MATVEC_COLUMNS columns (per batch index; the blocks of a row as even as
+# multiples of 4 allow, so threads get even shares): the first factor is packed once per
+# unit ([K x MATVEC_ROWS], its prologue evaluated once per element), then for each row the
+# block's sums (in the scratch) take MATVEC_STEPS rows of the second factor at a time, each
+# read in order along its columns.  Under wasmtime on one thread, a 768 x 3072 float32
+# weight: about 10 GB/s this way, 4-6 GB/s with the sums in registers and the weight read
+# down its columns, 1.5 GB/s on the packed path; the GPT-2 decode step's kernels took 120,
+# 106 and 95 ms with blocks of 128, 256 and 512 columns (the longer runs of each weight row
+# stream better, and the prologue is packed for fewer units).  One row at a time: up to 8
+# rows this is still faster than the packed path's micro-kernels of 4 rows (768 x 3072,
+# 8 rows: 4.0 against 4.5 ms, the block's weight reread from the cache for each row).
+MATVEC_ROWS = 8
+MATVEC_COLUMNS = 512
 MATVEC_STEPS = 4
 MATVEC_SUMS_BYTES = 4 * MATVEC_COLUMNS
 # the deepest reduction whose packed first factor fits the matmul scratch after the sums
@@ -1098,8 +1103,8 @@ def matvec_condition(rows: str, depth: str) -> str:
 
 
 def matvec_units(batch: str, columns: str) -> str:
-    """The matrix-vector form's units (i32 WAT): a unit per :data:`MATVEC_COLUMNS` columns
-    (rounded up) per batch index."""
+    """The matrix-vector form's units (i32 WAT): per batch index, a unit per
+    :data:`MATVEC_COLUMNS` columns (rounded up)."""
     return (f"(i32.mul {batch} (i32.div_u (i32.add {columns} (i32.const {MATVEC_COLUMNS - 1})) "
             f"(i32.const {MATVEC_COLUMNS})))")
 
@@ -1111,8 +1116,9 @@ def _matvec(emitter: Emitter, info: MatmulInfo, program: TensorProgram, batch_ax
     return; otherwise nothing, and the other forms run.  Reads the locals ``$rows``,
     ``$columns``, ``$depth`` and ``$unit`` that ``render_matmul`` set."""
     function, emit = emitter.function, emitter.function.emit
-    unit, blocks, batch, column0, width = (function.named_local(name, "i32") for name in
-                                           ("unit", "mv_blocks", "mv_batch", "mv_column0", "mv_width"))
+    unit, blocks, batch, column0, width, block_width = (
+        function.named_local(name, "i32") for name in ("unit", "mv_blocks", "mv_batch", "mv_column0", "mv_width",
+                                                       "mv_block_width"))
     emit(indent, f"(if {matvec_condition('(local.get $rows)', '(local.get $depth)')}")
     emit(indent, "  (then")
     inner = indent + "    "
@@ -1123,10 +1129,15 @@ def _matvec(emitter: Emitter, info: MatmulInfo, program: TensorProgram, batch_ax
     emit(inner, "  (loop $matvec_unit")
     body = inner + "    "
     emit(body, f"(local.set {batch} (i32.div_u (local.get {unit}) (local.get {blocks})))")
+    # ceil(columns / blocks) <= MATVEC_COLUMNS, a multiple of 4: rounded up, the widths still
+    # leave each block's first column inside (blocks - 1 blocks hold fewer than the columns)
+    emit(body, ";; the blocks' width: the columns shared evenly, rounded up to a multiple of 4")
+    emit(body, f"(local.set {block_width} (i32.and (i32.add (i32.div_u (i32.add (local.get $columns) "
+               f"(i32.sub (local.get {blocks}) (i32.const 1))) (local.get {blocks})) (i32.const 3)) (i32.const -4)))")
     emit(body, f"(local.set {column0} (i32.mul (i32.rem_u (local.get {unit}) (local.get {blocks})) "
-               f"(i32.const {MATVEC_COLUMNS})))")
+               f"(local.get {block_width})))")
     emit(body, f"(local.set {width} (call $min_u32 (i32.sub (local.get $columns) (local.get {column0})) "
-               f"(i32.const {MATVEC_COLUMNS})))")
+               f"(local.get {block_width})))")
     emitter.open_scope()
     for axis, extent, local in zip(batch_axes, batch_extents,
                                    unflatten_into(emitter, batch_extents, f"(local.get {batch})", "xm", body)):
