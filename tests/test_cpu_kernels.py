@@ -555,6 +555,7 @@ def test_packed_path_capacity(monkeypatch) -> None:
     PANEL_ROWS rows), the block path one step beyond (a unit per block), and an empty one
     gives the epilogue of 0."""
     monkeypatch.setattr(schedules, "PANEL_DEPTH", 20)
+    monkeypatch.setattr(schedules, "MATVEC_ROWS", 0)  # 5 rows: else the matrix-vector form
     m, c = SizeVar("m"), SizeVar("c")
     a, b = Buffer("A", (IntImm(5), m), "float32"), Buffer("B", (m, c), "float32")
     body = Reduce(ReduceCombiner.SUM, k, m, Load(a, (i, k)) * Load(b, (k, j))) + FloatImm(1.0)
