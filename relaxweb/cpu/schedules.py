@@ -259,6 +259,9 @@ def render_matmul(program: TensorProgram, parts: Mapping[str, int], info: Matmul
     size variables), the packed path (:func:`_packed_unit`) in units of :data:`PANEL_ROWS`
     rows (per batch index); the number of units (``$units``) follows the same choice.
 
+    Before both, with at most :data:`MATVEC_ROWS` rows and a second factor read in place (a
+    decoder's step), the matrix-vector form (:func:`_matvec`), also chosen at run time.
+
     Beyond, in blocks of :data:`BLOCK_ROWS` x :data:`BLOCK_COLUMNS` outputs, one unit each.
 
     A whole block keeps its sums in 16 v128 locals: at each reduction step the first factor
