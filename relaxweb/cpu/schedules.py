@@ -857,22 +857,84 @@ def _panel_outputs(emitter: Emitter, info: MatmulInfo, program: TensorProgram, r
     emit(inner, f"(local.set {column} (local.get {column0}))")
     emit(inner, "(loop $output_column")
     body = inner + "  "
+    sum_at = f"(i32.add (local.get {sum_address}) (i32.shl (i32.sub (local.get {column}) (local.get {column0})) (i32.const 2)))"
+    if vector_epilogue(info, program):  # four columns at once while four remain, then one by one
+        emit(body, f"(if (i32.le_u (i32.add (local.get {column}) (i32.const 4)) (local.get {column_end}))")
+        emit(body, "  (then")
+        quad = body + "    "
+        emitter.open_scope()
+        emitter.declare_axis(column_axes[0], column_extents[0], column)
+        offset = emitter.index(flat_offset(program.output, tuple(program.axes)))
+        address = emitter.set_local(emitter.address(program.output.name, offset), "i32", quad, "address")
+        splats = {info.reduction: f"(v128.load {sum_at})"}
+        for node in epilogue_nodes(info, program.body):
+            if isinstance(node, Load) and not reads(node, column_axes[0]) and node not in splats:
+                splats[node] = emitter.set_local(f"(f32x4.splat {emitter.scalar(node, quad)})", "v128", quad, "splat")
+        emit(quad, f"(v128.store {address} {emitter.vector_value(program.body, splats, {}, quad)})")
+        emitter.close_scope()
+        emit(quad, f"(local.set {column} (i32.add (local.get {column}) (i32.const 4))))")
+        emit(body, "  (else")
+        body = body + "    "
     emitter.open_scope()
     for axis, extent, local in zip(column_axes, column_extents,
                                    unflatten_into(emitter, column_extents, f"(local.get {column})", "yc", body)):
         emitter.declare_axis(axis, extent, local)
     offset = emitter.index(flat_offset(program.output, tuple(program.axes)))
     address = emitter.set_local(emitter.address(program.output.name, offset), "i32", body, "address")
-    emitter.known(info.reduction, f"(f32.load (i32.add (local.get {sum_address}) "
-                                  f"(i32.shl (i32.sub (local.get {column}) (local.get {column0})) (i32.const 2))))")
+    emitter.known(info.reduction, f"(f32.load {sum_at})")
     emit(body, store(program.output.dtype, address, emitter.scalar(program.body, body)))
     emitter.close_scope()
     emit(body, f"(local.set {column} (i32.add (local.get {column}) (i32.const 1)))")
+    if vector_epilogue(info, program):
+        function.lines[-1] += "))"
+        body = inner + "  "
     emit(body, f"(br_if $output_column (i32.lt_u (local.get {column}) (local.get {column_end}))))")
     emitter.close_scope()
     emit(inner, f"(local.set {sum_address} (i32.add (local.get {sum_address}) (i32.const {4 * PANEL_COLUMNS})))")
     emit(inner, f"(local.set {row} (i32.add (local.get {row}) (i32.const 1)))")
     emit(inner, f"(br_if $output_row (i32.lt_u (local.get {row}) (local.get {row_end}))))")
+
+
+def epilogue_nodes(info: MatmulInfo, body: ScalarExpr) -> list[ScalarExpr]:
+    """The nodes of an epilogue ``body`` outside its reduction (``info.reduction``, whose
+    sums the micro-kernels computed), the reduction node itself included."""
+    found, pending = [], [body]
+    while pending:
+        node = pending.pop()
+        found.append(node)
+        if node != info.reduction:
+            pending.extend(scalar_children(node))
+    return found
+
+
+def vector_epilogue(info: MatmulInfo, program: TensorProgram) -> bool:
+    """Whether :func:`_panel_outputs` may apply the epilogue to four columns at once: a
+    float32 output whose only column axis is its last (four columns are four consecutive
+    elements), and an epilogue of f32x4-able ops (``VECTOR_*_RENDERINGS``: a bias, a
+    residual add, ReLU as a maximum, SiLU's sigmoid) whose loads read the column axis as
+    their last index plus an offset free of it (one ``v128.load``) or not at all (a splat).
+    With K = 64 (a ResNet 1x1 convolution) the element-by-element epilogue took 30% of the
+    kernel."""
+    if info.columns != (len(program.axes) - 1,) or program.output.dtype != "float32":
+        return False
+    axis = program.axes[-1]
+    for node in epilogue_nodes(info, program.body):
+        if node == info.reduction:
+            continue
+        if node.dtype != "float32":
+            return False
+        if isinstance(node, Load):
+            if reads(node, axis) and not along_last(node, axis):
+                return False
+        elif isinstance(node, Binary):
+            if node.op not in VECTOR_BINARY_RENDERINGS:
+                return False
+        elif isinstance(node, Unary):
+            if node.op not in VECTOR_UNARY_RENDERINGS:
+                return False
+        elif not isinstance(node, FloatImm):
+            return False
+    return True
 
 
 # -- the packed path: a convolution's input four output positions at a time -------------------
