@@ -191,10 +191,10 @@ BLOCK_ROWS = 4  # rows of an output block (one splat of the first factor each)
 BLOCK_COLUMNS = 16  # columns of an output block (four f32x4 of the second factor)
 BLOCK_SCRATCH_BYTES = 4 * BLOCK_ROWS * BLOCK_COLUMNS  # a block's sums, spilled for the epilogue
 
-# The packed path (:func:`_packed_unit`): a unit is PANEL_ROWS rows of the output, for every
-# column.  Its first factor is evaluated once per element into a [K x PANEL_ROWS] panel,
-# the second copied per PANEL_COLUMNS columns into a [K x PANEL_COLUMNS] panel (or read in
-# place where it is contiguous along the columns); micro-kernels of MICRO_ROWS x
+# The packed path (:func:`_packed_unit`): a unit is a group of panels of PANEL_ROWS rows of
+# the output (:func:`panel_group`), for every column.  Its first factor is evaluated once per
+# element into [K x PANEL_ROWS] panels, the second copied or packed once per unit and
+# PANEL_COLUMNS columns into a [K x PANEL_COLUMNS] panel; micro-kernels of MICRO_ROWS x
 # PANEL_COLUMNS sums (8 f32x4 locals: they stay in registers) run from the panels.  Up to
 # PANEL_DEPTH reduction steps; a deeper reduction runs the block path.
 PANEL_ROWS = 32
@@ -272,8 +272,9 @@ def panel_group(rows: str, depth: str) -> str:
 def render_matmul(program: TensorProgram, parts: Mapping[str, int], info: MatmulInfo) -> str:
     """A matmul-like program (``relaxweb/ir/pattern.analyze_matmul``).  When the reduction
     has at most :data:`PANEL_DEPTH` steps (the kernel checks at run time: its extents may be
-    size variables), the packed path (:func:`_packed_unit`) in units of :data:`PANEL_ROWS`
-    rows (per batch index); the number of units (``$units``) follows the same choice.
+    size variables), the packed path (:func:`_packed_unit`) in units of ``$group`` panels of
+    :data:`PANEL_ROWS` rows (per batch index; :func:`panel_group`); the number of units
+    (``$units``) follows the same choices.
 
     Beyond, in blocks of :data:`BLOCK_ROWS` x :data:`BLOCK_COLUMNS` outputs, one unit each.
 
