@@ -162,7 +162,7 @@ def test_wasm_systems_run_a_tiny_model_at_1_and_2_threads(bench, tmp_path, monke
     1 thread in a plain page and at 2 in a cross-origin isolated one: outputs match onnxruntime
     (Python), the 2-thread systems really ran on workers, the 1-thread ones did not, relaxweb's
     profile has rows, and the wasm tables have the model's rows."""
-    case = bench.Case("n 512", lambda: {"x": rand(512, 64, seed=4)})  # 16 units of 32 rows per matmul
+    case = bench.Case("n 512", lambda: {"x": rand(512, 64, seed=4)})  # 8 units of two 32-row panels per matmul
     monkeypatch.setitem(bench.MODELS, "tiny_mlp", bench.BenchModel("tiny_mlp", "", tiny_mlp, (case,), runs=2,
                                                                      warmup=1, real=False))
     prepared = bench.prepare_models(["tiny_mlp"], tmp_path, build_timeout=300)

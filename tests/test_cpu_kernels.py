@@ -540,6 +540,36 @@ def test_convolution_of_symbolic_size(capacity: int, monkeypatch) -> None:
     assert check_module(model, {"x": rand(1, 5, 13, 10)}, monkeypatch) >= 1
 
 
+@pytest.mark.parametrize("rows, panel_a_bytes", [(293, schedules.PANEL_A_BYTES), (293, 4 * 32 * 12 * 3),
+                                                  (40, schedules.PANEL_A_BYTES)])
+def test_matmul_units_of_several_panels(rows: int, panel_a_bytes: int, monkeypatch) -> None:
+    """A packed unit holds several 32-row panels (about 8 units, as many panels as
+    PANEL_A_BYTES holds: here 2, or 3 when it holds only 3 at K = 12), the last partial; the
+    second factor is copied per column block (37 columns: a block at the edge packed), the
+    bias and ReLU applied four columns at a time (one by one at the edge); rows symbolic."""
+    monkeypatch.setattr(schedules, "PANEL_A_BYTES", panel_a_bytes)
+    model = make_model([helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "bias"], ["s"]),
+                        helper.make_node("Relu", ["s"], ["y"])], [("x", TensorProto.FLOAT, ["n", 12])], ["y"],
+                       {"w": rand(12, 37, seed=1), "bias": rand(37, seed=2)})
+    [program] = [p for p in compile_model(model).programs.values() if "$copy" in render_program(p)]
+    assert "(v128.store (local.get $address" in render_program(program)  # the epilogue four columns at a time
+    panels = -(-rows // 32)
+    group = max(1, min(-(-panels // schedules.UNITS_WANTED), panel_a_bytes // (4 * 32 * 12)))
+    assert units_of(program, {"n": rows}) == -(-rows // (32 * group))
+    assert check_module(model, {"x": rand(rows, 12)}, monkeypatch) >= 1
+
+
+def test_convolution_weight_packed_once_per_unit_of_panels(monkeypatch) -> None:
+    """A padded 3x3 convolution over 40 x 39 output positions (rows: 49 panels, 7 a unit,
+    the last partial) and 20 output channels (a column block at the edge), its weight packed
+    once per unit; a SiLU epilogue along the channels, element by element."""
+    model = make_model([helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+                        helper.make_node("Sigmoid", ["c"], ["t"]), helper.make_node("Mul", ["c", "t"], ["y"])],
+                       [("x", TensorProto.FLOAT, [1, 3, 40, 39])], ["y"], {"w": rand(20, 3, 3, 3, seed=1),
+                                                                           "b": rand(20, seed=2)})
+    assert check_module(model, {"x": rand(1, 3, 40, 39)}, monkeypatch) >= 1
+
+
 def units_of(program: TensorProgram, size_vars: dict[str, int]) -> int:
     """What the program's ``$units`` returns for these sizes."""
     engine = wasmtime.Engine()

@@ -191,17 +191,22 @@ BLOCK_ROWS = 4  # rows of an output block (one splat of the first factor each)
 BLOCK_COLUMNS = 16  # columns of an output block (four f32x4 of the second factor)
 BLOCK_SCRATCH_BYTES = 4 * BLOCK_ROWS * BLOCK_COLUMNS  # a block's sums, spilled for the epilogue
 
-# The packed path (:func:`_packed_unit`): a unit is PANEL_ROWS rows of the output, for every
-# column.  Its first factor is evaluated once per element into a [K x PANEL_ROWS] panel,
-# the second copied per PANEL_COLUMNS columns into a [K x PANEL_COLUMNS] panel (or read in
-# place where it is contiguous along the columns); micro-kernels of MICRO_ROWS x
+# The packed path (:func:`_packed_unit`): a unit is a group of panels of PANEL_ROWS rows of
+# the output (:func:`panel_group`), for every column.  Its first factor is evaluated once per
+# element into [K x PANEL_ROWS] panels, the second copied or packed once per unit and
+# PANEL_COLUMNS columns into a [K x PANEL_COLUMNS] panel; micro-kernels of MICRO_ROWS x
 # PANEL_COLUMNS sums (8 f32x4 locals: they stay in registers) run from the panels.  Up to
 # PANEL_DEPTH reduction steps; a deeper reduction runs the block path.
 PANEL_ROWS = 32
 MICRO_ROWS = 4
 PANEL_COLUMNS = 8
 PANEL_DEPTH = 4608  # 512 channels x 3 x 3
-PANEL_A_BYTES = 4 * PANEL_ROWS * PANEL_DEPTH
+# A unit holds up to PANEL_A_BYTES of first-factor panels (:func:`panel_group`): one at
+# PANEL_DEPTH, 14 at K = 576 (a 3x3 convolution of 64 channels), so that the second factor
+# (a convolution's weight, packed element by element) is packed once per unit for all of
+# them, while the units stay at least UNITS_WANTED for the threads to split.
+PANEL_A_BYTES = 1 << 20
+UNITS_WANTED = 8
 PANEL_B_BYTES = 4 * PANEL_COLUMNS * PANEL_DEPTH
 PANEL_SUMS_BYTES = 4 * PANEL_ROWS * PANEL_COLUMNS
 MATMUL_SCRATCH_BYTES = max(BLOCK_SCRATCH_BYTES, PANEL_A_BYTES + PANEL_B_BYTES + PANEL_SUMS_BYTES)
@@ -253,11 +258,23 @@ def cheap_columns(info: MatmulInfo, program: TensorProgram) -> MatmulInfo:
     return dataclasses.replace(info, a=info.b, b=info.a, rows=info.columns, columns=info.rows)
 
 
+def panel_group(rows: str, depth: str) -> str:
+    """The i32 WAT count of row panels of one packed unit, from the row count and reduction
+    depth (WAT values, evaluated several times): enough that the units number about
+    :data:`UNITS_WANTED` per batch index, as many as :data:`PANEL_A_BYTES` holds, at least
+    one.  ``$main`` and ``$units`` compute it alike."""
+    panels = f"(i32.div_u (i32.add {rows} (i32.const {PANEL_ROWS - 1})) (i32.const {PANEL_ROWS}))"
+    wanted = f"(i32.div_u (i32.add {panels} (i32.const {UNITS_WANTED - 1})) (i32.const {UNITS_WANTED}))"
+    fits = f"(i32.div_u (i32.const {PANEL_A_BYTES}) (i32.mul (call $max_u32 {depth} (i32.const 1)) (i32.const {4 * PANEL_ROWS})))"
+    return f"(call $max_u32 (call $min_u32 {wanted} {fits}) (i32.const 1))"
+
+
 def render_matmul(program: TensorProgram, parts: Mapping[str, int], info: MatmulInfo) -> str:
     """A matmul-like program (``relaxweb/ir/pattern.analyze_matmul``).  When the reduction
     has at most :data:`PANEL_DEPTH` steps (the kernel checks at run time: its extents may be
-    size variables), the packed path (:func:`_packed_unit`) in units of :data:`PANEL_ROWS`
-    rows (per batch index); the number of units (``$units``) follows the same choice.
+    size variables), the packed path (:func:`_packed_unit`) in units of ``$group`` panels of
+    :data:`PANEL_ROWS` rows (per batch index; :func:`panel_group`); the number of units
+    (``$units``) follows the same choices.
 
     Before both, with at most :data:`MATVEC_ROWS` rows and a second factor read in place (a
     decoder's step), the matrix-vector form (:func:`_matvec`), also chosen at run time.
@@ -305,13 +322,16 @@ def render_matmul(program: TensorProgram, parts: Mapping[str, int], info: Matmul
                 indent)
     emit(indent, f"(if (i32.le_u (local.get {depth}) (i32.const {PANEL_DEPTH}))")
     emit(indent, "  (then")
+    group = function.named_local("group", "i32")
+    emit(indent, f"    (local.set {group} {panel_group(f'(local.get {row_count})', f'(local.get {depth})')})")
     emit(indent, "    (block $packed_done")
     emit(indent, f"      (br_if $packed_done (i32.ge_u (local.get {unit}) (local.get $end)))")
     emit(indent, "      (loop $panel")
     panel_indent = indent + "        "
-    row_panels = f"(i32.div_u (i32.add (local.get {row_count}) (i32.const {PANEL_ROWS - 1})) (i32.const {PANEL_ROWS}))"
-    emit(panel_indent, f"(local.set {batch} (i32.div_u (local.get {unit}) {row_panels}))")
-    emit(panel_indent, f"(local.set {row0} (i32.mul (i32.rem_u (local.get {unit}) {row_panels}) (i32.const {PANEL_ROWS})))")
+    group_rows = f"(i32.mul (local.get {group}) (i32.const {PANEL_ROWS}))"
+    row_groups = f"(i32.div_u (i32.add (local.get {row_count}) (i32.sub {group_rows} (i32.const 1))) {group_rows})"
+    emit(panel_indent, f"(local.set {batch} (i32.div_u (local.get {unit}) {row_groups}))")
+    emit(panel_indent, f"(local.set {row0} (i32.mul (i32.rem_u (local.get {unit}) {row_groups}) {group_rows}))")
     emitter.open_scope()
     batch_locals = unflatten_into(emitter, batch_extents, f"(local.get {batch})", "xb", panel_indent)
     for axis, extent, local in zip(batch_axes, batch_extents, batch_locals):
@@ -351,13 +371,16 @@ def render_matmul(program: TensorProgram, parts: Mapping[str, int], info: Matmul
     unit_variables = load_size_vars(program, units, "  ")
     blocks = simplify(product(batch_extents) * ((rows + (BLOCK_ROWS - 1)) // BLOCK_ROWS)
                       * ((columns + (BLOCK_COLUMNS - 1)) // BLOCK_COLUMNS))
-    panels = simplify(product(batch_extents) * ((rows + (PANEL_ROWS - 1)) // PANEL_ROWS))
     lowering = IndexLowering()
 
     def value(expr: PrimExpr) -> str:
         return render_index(lowering.lower(expr), lambda name: f"(local.get {unit_variables[name]})")
 
-    count = (f"(select {value(panels)} {value(blocks)} (i32.le_u {value(simplify(product(info.reduce_extents)))} "
+    unit_group = panel_group(value(rows), value(simplify(product(info.reduce_extents))))
+    row_groups = (f"(i32.div_u (i32.add {value(rows)} (i32.sub (i32.mul {unit_group} (i32.const {PANEL_ROWS})) "
+                  f"(i32.const 1))) (i32.mul {unit_group} (i32.const {PANEL_ROWS})))")
+    panels = f"(i32.mul {value(simplify(product(batch_extents)))} {row_groups})"
+    count = (f"(select {panels} {value(blocks)} (i32.le_u {value(simplify(product(info.reduce_extents)))} "
              f"(i32.const {PANEL_DEPTH})))")
     if matvec:
         count = (f"(select {matvec_units(value(simplify(product(batch_extents))), value(columns))} {count} "
@@ -727,17 +750,36 @@ def direct_columns(info: MatmulInfo, program: TensorProgram) -> PrimExpr | None:
 
 def _packed_unit(emitter: Emitter, info: MatmulInfo, program: TensorProgram, row_axes, row_extents, column_axes,
                  column_extents, row0: str, column0: str, indent: str) -> None:
-    """One unit of the packed path: :data:`PANEL_ROWS` rows from ``row0`` (the batch axes in
-    scope), every column.  The first factor is packed once; for each block of
-    :data:`PANEL_COLUMNS` columns the second is packed (or read in place: a full block of
-    :func:`direct_columns`), micro-kernels of :data:`MICRO_ROWS` rows sum the block into
-    the scratch's sums, and loops over the block's elements apply the epilogue."""
+    """One unit of the packed path: ``$group`` panels of :data:`PANEL_ROWS` rows from
+    ``row0`` (the batch axes in scope; :func:`panel_group`), every column.  The first factor
+    is packed once, panel after panel ([K x PANEL_ROWS] each, ``$depth * 4 * PANEL_ROWS``
+    bytes apart); for each block of :data:`PANEL_COLUMNS` columns the second is packed once
+    (copied: a full block of :func:`direct_columns`), and for each panel micro-kernels of
+    :data:`MICRO_ROWS` rows sum the block into the scratch's sums and loops over the
+    block's elements apply the epilogue.  With one panel per unit a convolution's weight,
+    packed element by element, was packed again for every 32 output positions."""
     function, emit = emitter.function, emitter.function.emit
     rows, columns = "(local.get $rows)", "(local.get $columns)"
     panel_b = f"(i32.add (local.get $scratch) (i32.const {PANEL_A_BYTES}))"
     sums_base = f"(i32.add (local.get $scratch) (i32.const {PANEL_A_BYTES + PANEL_B_BYTES}))"
-    _pack(emitter, info, info.a, row_axes, row_extents, f"(local.get {row0})", rows, PANEL_ROWS,
-          "(local.get $scratch)", indent)
+    panel_row0, panel_a = function.named_local("panel_row0", "i32"), function.named_local("panel_a", "i32")
+    group_end = function.named_local("group_end", "i32")
+    panel_bytes = f"(i32.mul (local.get $depth) (i32.const {4 * PANEL_ROWS}))"
+    emit(indent, f"(local.set {group_end} (call $min_u32 (i32.add (local.get {row0}) (i32.mul (local.get $group) "
+                 f"(i32.const {PANEL_ROWS}))) {rows}))")
+
+    def each_panel(body_indent: str, label: str, body: Callable[[str], None]) -> None:
+        emit(body_indent, f"(local.set {panel_row0} (local.get {row0}))")
+        emit(body_indent, f"(local.set {panel_a} (local.get $scratch))")
+        emit(body_indent, f"(loop ${label}")
+        body(body_indent + "  ")
+        emit(body_indent, f"  (local.set {panel_row0} (i32.add (local.get {panel_row0}) (i32.const {PANEL_ROWS})))")
+        emit(body_indent, f"  (local.set {panel_a} (i32.add (local.get {panel_a}) {panel_bytes}))")
+        emit(body_indent, f"  (br_if ${label} (i32.lt_u (local.get {panel_row0}) (local.get {group_end}))))")
+
+    each_panel(indent, "pack_panels", lambda at: _pack(emitter, info, info.a, row_axes, row_extents,
+                                                        f"(local.get {panel_row0})", rows, PANEL_ROWS,
+                                                        f"(local.get {panel_a})", at))
     distance = direct_columns(info, program)
     b_address, b_step = function.named_local("b_address", "i32"), function.named_local("b_step", "i32")
     emit(indent, f"(local.set {column0} (i32.const 0))")
@@ -746,7 +788,7 @@ def _packed_unit(emitter: Emitter, info: MatmulInfo, program: TensorProgram, row
     emit(indent, "  (loop $columns")
     inner = indent + "    "
     pack_indent = inner
-    if distance is not None:  # a whole block is read in place, one at the edge packed
+    if distance is not None:  # a whole block is copied by rows of f32x4, one at the edge packed
         emit(inner, f"(if (i32.le_u (i32.add (local.get {column0}) (i32.const {PANEL_COLUMNS})) {columns})")
         emit(inner, "  (then")
         emitter.open_scope()
@@ -755,28 +797,57 @@ def _packed_unit(emitter: Emitter, info: MatmulInfo, program: TensorProgram, row
             emitter.declare_axis(axis, extent, local)
         first_step = tuple(substitute(index, {info.reduce_axes[0].name: IntImm(0)}) for index in info.b.indices)
         emit(inner, f"    (local.set {b_address} {emitter.element_address(info.b.buffer, first_step)})")
-        emit(inner, f"    (local.set {b_step} (i32.shl {emitter.index(distance)} (i32.const 2))))")
+        emit(inner, f"    (local.set {b_step} (i32.shl {emitter.index(distance)} (i32.const 2)))")
         emitter.close_scope()
+        _copy_columns(function, b_address, b_step, panel_b, inner + "    ")
+        function.lines[-1] += ")"
         emit(inner, "  (else")
         pack_indent = inner + "    "
     _pack(emitter, info, info.b, column_axes, column_extents, f"(local.get {column0})", columns, PANEL_COLUMNS,
           panel_b, pack_indent)
-    emit(pack_indent, f"(local.set {b_address} {panel_b})")
-    emit(pack_indent, f"(local.set {b_step} (i32.const {4 * PANEL_COLUMNS}))")
     if distance is not None:
         function.lines[-1] += "))"
-    _micro_kernels(function, row0, inner)
-    _panel_outputs(emitter, info, program, row_axes, row_extents, column_axes, column_extents, row0, column0,
-                   sums_base, inner)
+
+    def run_panel(at: str) -> None:
+        _micro_kernels(function, panel_row0, panel_a, panel_b, at)
+        _panel_outputs(emitter, info, program, row_axes, row_extents, column_axes, column_extents, panel_row0, column0,
+                       sums_base, at)
+
+    each_panel(inner, "panels", run_panel)
     emit(inner, f"(local.set {column0} (i32.add (local.get {column0}) (i32.const {PANEL_COLUMNS})))")
     emit(inner, f"(br_if $columns (i32.lt_u (local.get {column0}) {columns}))))")
 
 
-def _micro_kernels(function: Function, row0: str, indent: str) -> None:
-    """The sums of the column block for the panel's rows, :data:`MICRO_ROWS` at a time (while
-    any is in the output): per step one ``v128.load32_splat`` per row from the first panel,
-    ``PANEL_COLUMNS / 4`` f32x4 of the second factor from ``$b_address`` (``$b_step`` bytes
-    per step), the products added into f32x4 sums stored to the scratch's sums (row-major)."""
+def _copy_columns(function: Function, source: str, stride: str, panel: str, indent: str) -> None:
+    """Statements copying a block of :data:`PANEL_COLUMNS` columns of a second factor that
+    is contiguous along them (:func:`direct_columns`) into the panel, ``PANEL_COLUMNS / 4``
+    f32x4 per reduction step, from ``source`` (the first step's address, moved by
+    ``stride`` bytes per step).  Read in place, every micro-kernel would step a whole row
+    of the factor (12 KB for 3072 columns) per reduction step: new pages, the same cache
+    sets; copied once per unit, they read 32 contiguous bytes a step (128 x 768 @ 768 x
+    3072: 8.6 -> 14 GFLOP/s)."""
+    emit = function.emit
+    target, step = function.named_local("copy_target", "i32"), function.named_local("copy_step", "i32")
+    emit(indent, f"(local.set {target} {panel})")
+    emit(indent, f"(local.set {step} (local.get $depth))")
+    emit(indent, "(block $copied")
+    emit(indent, f"  (br_if $copied (i32.eqz (local.get {step})))")
+    emit(indent, "  (loop $copy")
+    body = indent + "    "
+    for q in range(PANEL_COLUMNS // 4):
+        emit(body, f"(v128.store offset={16 * q} (local.get {target}) (v128.load offset={16 * q} (local.get {source})))")
+    emit(body, f"(local.set {source} (i32.add (local.get {source}) (local.get {stride})))")
+    emit(body, f"(local.set {target} (i32.add (local.get {target}) (i32.const {4 * PANEL_COLUMNS})))")
+    emit(body, f"(local.set {step} (i32.sub (local.get {step}) (i32.const 1)))")
+    emit(body, "(br_if $copy (local.get " + step + "))))")
+
+
+def _micro_kernels(function: Function, row0: str, panel_a: str, panel_b: str, indent: str) -> None:
+    """The sums of the column block for the panel's rows (from local ``row0``), :data:`MICRO_ROWS`
+    at a time (while any is in the output): per step one ``v128.load32_splat`` per row from
+    the first factor's panel at local ``panel_a``, ``PANEL_COLUMNS / 4`` f32x4 of the second
+    factor's panel at ``panel_b``, the products added into f32x4 sums stored to the
+    scratch's sums (row-major)."""
     emit = function.emit
     lanes = PANEL_COLUMNS // 4
     micro, a, b, step = (function.named_local(name, "i32") for name in ("micro", "a_address", "b", "step"))
@@ -791,8 +862,8 @@ def _micro_kernels(function: Function, row0: str, indent: str) -> None:
     for row in sums:
         for local in row:
             emit(inner, f"(local.set {local} (v128.const i32x4 0 0 0 0))")
-    emit(inner, f"(local.set {a} (i32.add (local.get $scratch) (i32.shl (local.get {micro}) (i32.const 2))))")
-    emit(inner, f"(local.set {b} (local.get $b_address))")
+    emit(inner, f"(local.set {a} (i32.add (local.get {panel_a}) (i32.shl (local.get {micro}) (i32.const 2))))")
+    emit(inner, f"(local.set {b} {panel_b})")
     emit(inner, f"(local.set {step} (local.get $depth))")
     emit(inner, "(block $summed")
     emit(inner, f"  (br_if $summed (i32.eqz (local.get {step})))")
@@ -807,7 +878,7 @@ def _micro_kernels(function: Function, row0: str, indent: str) -> None:
             emit(body, f"(local.set {sums[r][q]} (f32x4.add (local.get {sums[r][q]}) "
                        f"(f32x4.mul (local.get {factors_a[r]}) (local.get {factors_b[q]}))))")
     emit(body, f"(local.set {a} (i32.add (local.get {a}) (i32.const {4 * PANEL_ROWS})))")
-    emit(body, f"(local.set {b} (i32.add (local.get {b}) (local.get $b_step)))")
+    emit(body, f"(local.set {b} (i32.add (local.get {b}) (i32.const {4 * PANEL_COLUMNS})))")
     emit(body, f"(local.set {step} (i32.sub (local.get {step}) (i32.const 1)))")
     emit(body, f"(br_if $sum (local.get {step}))))")
     address = function.named_local("sums_address", "i32")
@@ -842,22 +913,84 @@ def _panel_outputs(emitter: Emitter, info: MatmulInfo, program: TensorProgram, r
     emit(inner, f"(local.set {column} (local.get {column0}))")
     emit(inner, "(loop $output_column")
     body = inner + "  "
+    sum_at = f"(i32.add (local.get {sum_address}) (i32.shl (i32.sub (local.get {column}) (local.get {column0})) (i32.const 2)))"
+    if vector_epilogue(info, program):  # four columns at once while four remain, then one by one
+        emit(body, f"(if (i32.le_u (i32.add (local.get {column}) (i32.const 4)) (local.get {column_end}))")
+        emit(body, "  (then")
+        quad = body + "    "
+        emitter.open_scope()
+        emitter.declare_axis(column_axes[0], column_extents[0], column)
+        offset = emitter.index(flat_offset(program.output, tuple(program.axes)))
+        address = emitter.set_local(emitter.address(program.output.name, offset), "i32", quad, "address")
+        splats = {info.reduction: f"(v128.load {sum_at})"}
+        for node in epilogue_nodes(info, program.body):
+            if isinstance(node, Load) and not reads(node, column_axes[0]) and node not in splats:
+                splats[node] = emitter.set_local(f"(f32x4.splat {emitter.scalar(node, quad)})", "v128", quad, "splat")
+        emit(quad, f"(v128.store {address} {emitter.vector_value(program.body, splats, {}, quad)})")
+        emitter.close_scope()
+        emit(quad, f"(local.set {column} (i32.add (local.get {column}) (i32.const 4))))")
+        emit(body, "  (else")
+        body = body + "    "
     emitter.open_scope()
     for axis, extent, local in zip(column_axes, column_extents,
                                    unflatten_into(emitter, column_extents, f"(local.get {column})", "yc", body)):
         emitter.declare_axis(axis, extent, local)
     offset = emitter.index(flat_offset(program.output, tuple(program.axes)))
     address = emitter.set_local(emitter.address(program.output.name, offset), "i32", body, "address")
-    emitter.known(info.reduction, f"(f32.load (i32.add (local.get {sum_address}) "
-                                  f"(i32.shl (i32.sub (local.get {column}) (local.get {column0})) (i32.const 2))))")
+    emitter.known(info.reduction, f"(f32.load {sum_at})")
     emit(body, store(program.output.dtype, address, emitter.scalar(program.body, body)))
     emitter.close_scope()
     emit(body, f"(local.set {column} (i32.add (local.get {column}) (i32.const 1)))")
+    if vector_epilogue(info, program):
+        function.lines[-1] += "))"
+        body = inner + "  "
     emit(body, f"(br_if $output_column (i32.lt_u (local.get {column}) (local.get {column_end}))))")
     emitter.close_scope()
     emit(inner, f"(local.set {sum_address} (i32.add (local.get {sum_address}) (i32.const {4 * PANEL_COLUMNS})))")
     emit(inner, f"(local.set {row} (i32.add (local.get {row}) (i32.const 1)))")
     emit(inner, f"(br_if $output_row (i32.lt_u (local.get {row}) (local.get {row_end}))))")
+
+
+def epilogue_nodes(info: MatmulInfo, body: ScalarExpr) -> list[ScalarExpr]:
+    """The nodes of an epilogue ``body`` outside its reduction (``info.reduction``, whose
+    sums the micro-kernels computed), the reduction node itself included."""
+    found, pending = [], [body]
+    while pending:
+        node = pending.pop()
+        found.append(node)
+        if node != info.reduction:
+            pending.extend(scalar_children(node))
+    return found
+
+
+def vector_epilogue(info: MatmulInfo, program: TensorProgram) -> bool:
+    """Whether :func:`_panel_outputs` may apply the epilogue to four columns at once: a
+    float32 output whose only column axis is its last (four columns are four consecutive
+    elements), and an epilogue of f32x4-able ops (``VECTOR_*_RENDERINGS``: a bias, a
+    residual add, ReLU as a maximum, SiLU's sigmoid) whose loads read the column axis as
+    their last index plus an offset free of it (one ``v128.load``) or not at all (a splat).
+    With K = 64 (a ResNet 1x1 convolution) the element-by-element epilogue took 30% of the
+    kernel."""
+    if info.columns != (len(program.axes) - 1,) or program.output.dtype != "float32":
+        return False
+    axis = program.axes[-1]
+    for node in epilogue_nodes(info, program.body):
+        if node == info.reduction:
+            continue
+        if node.dtype != "float32":
+            return False
+        if isinstance(node, Load):
+            if reads(node, axis) and not along_last(node, axis):
+                return False
+        elif isinstance(node, Binary):
+            if node.op not in VECTOR_BINARY_RENDERINGS:
+                return False
+        elif isinstance(node, Unary):
+            if node.op not in VECTOR_UNARY_RENDERINGS:
+                return False
+        elif not isinstance(node, FloatImm):
+            return False
+    return True
 
 
 # -- the packed path: a convolution's input four output positions at a time -------------------
