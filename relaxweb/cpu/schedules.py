@@ -22,16 +22,17 @@ import dataclasses
 from typing import Callable, Mapping
 
 from ..ir.lower_index import IndexLowering
-from ..ir.pattern import MatmulInfo, analyze_matmul
+from ..ir.pattern import MatmulInfo, WindowInfo, analyze_matmul, analyze_window
 from ..ir.symbolic import IntImm, PrimExpr, SizeVar, as_int, free_vars, product, simplify, substitute
 from ..ir.syntax import comment_text
 from ..ir.tir import (
     Binary, Compare, CompareOp, FloatImm, IndexValue, Load, Reduce, ReduceCombiner, ScalarExpr, Select, TensorProgram,
-    Unary, UnaryOp, contains_reduce, format_scalar, scalar_children, scalar_nodes,
+    Unary, UnaryOp, contains_reduce, format_scalar, index_var_names, repeated_subexpressions, scalar_children,
+    scalar_nodes,
 )
 from .emit import (
-    VECTOR_BINARY_RENDERINGS, VECTOR_UNARY_RENDERINGS, Emitter, Function, VectorEmitter, flat_offset, render_index, store, vector_access_of,
-    vector_reduction,
+    VECTOR_BINARY_RENDERINGS, VECTOR_UNARY_RENDERINGS, Emitter, Function, VectorEmitter, depends_on, flat_offset, literal,
+    render_index, store, vector_access_of, vector_reduction,
 )
 
 ELEMENTS_PER_UNIT = 64
@@ -174,6 +175,9 @@ def render_program(program: TensorProgram, parts: Mapping[str, int] | None = Non
     info = analyze_matmul(program)
     if info is not None:
         return render_matmul(program, parts, cheap_columns(info, program))
+    window = window_form(program)
+    if window is not None:
+        return render_window(program, parts, window)
     access = vector_access_of(program)
     if access is not None:
         return render_vectorized(program, parts, access)
@@ -1053,3 +1057,377 @@ def window_inside(emitter: Emitter, info: MatmulInfo, guards: list[ScalarExpr], 
     for condition in conditions[1:]:
         inside = f"(i32.and {inside} {condition})"
     return inside
+
+
+# -- sliding windows: a depthwise convolution, four output positions at a time ----------------
+
+WINDOW_LANES = 8  # output positions of the main loop's iterations (two f32x4 sums: two chains of adds)
+
+
+def window_form(program: TensorProgram) -> WindowInfo | None:
+    """The program's sliding-window split (``relaxweb/ir/pattern.analyze_window``) when
+    :func:`render_window` can run it: every float op of the body has an f32x4 form, and
+    each load of the core moves by a distance free of index variables per step of the
+    innermost reduction axis (its address is advanced, not recomputed).  None otherwise."""
+    info = analyze_window(program)
+    if info is None:
+        return None
+    for node in scalar_nodes(program.body):
+        if isinstance(node, Binary) and node.dtype == "float32" and node.op not in VECTOR_BINARY_RENDERINGS:
+            return None
+        if isinstance(node, Unary) and node.dtype == "float32" and node.op not in VECTOR_UNARY_RENDERINGS:
+            return None
+    names = index_var_names(program)
+    if any(var.name in names for load in _core_loads(info) for var in free_vars(_innermost_step(info, load))):
+        return None
+    return info
+
+
+def _core_loads(info: WindowInfo) -> list[Load]:
+    """The distinct loads of the window's core, in order."""
+    return list(dict.fromkeys(node for node in scalar_nodes(info.core) if isinstance(node, Load)))
+
+
+def _innermost_step(info: WindowInfo, load: Load) -> PrimExpr:
+    """How many elements ``load`` moves per step of the innermost reduction axis."""
+    axis = info.reduce_axes[-1]
+    moved = tuple(substitute(index, {axis.name: axis + 1}) for index in load.indices)
+    return simplify(flat_offset(load.buffer, moved) - flat_offset(load.buffer, load.indices))
+
+
+def render_window(program: TensorProgram, parts: Mapping[str, int], info: WindowInfo) -> str:
+    """A sliding-window reduction (:func:`window_form`: a depthwise convolution and its fused
+    epilogue), one unit per output row (every axis but the last), so threads split rows.
+
+    Along a row, :data:`WINDOW_LANES` output positions per iteration in f32x4 sums, then
+    four at a time; the last four end at the row's end (they may overlap the ones before:
+    those are computed again, to the same values), and a row shorter than four runs the
+    element form.  Where every guard holds over the whole window of the iteration's lanes
+    (checked at the window's corners; the guards that do not read the row's axis once per
+    row) the steps run without any test: the core's loads ``v128.load`` along the row (two
+    loads and a shuffle at stride 2, lane by lane beyond), its other loads one
+    ``v128.load32_splat`` shared by the sums (the weight), every address advanced by a
+    constant per step of the innermost reduction axis.  Elsewhere (a padded border) each
+    guard is checked at the outermost reduction loop whose axes it reads (a padded row
+    skips its whole kernel row), and the guards along the row at the first and last lane:
+    the vector step where they hold, the lanes one by one where not.  The epilogue
+    (bias, relu, hard-swish, a residual add) runs on the vector sums."""
+    signature, addresses = kernel_signature(program, parts)
+    function = Function()
+    indent = "  "
+    emit = function.emit
+    variables = load_size_vars(program, function, indent)
+    emitter = Emitter(program, function, addresses, variables)
+    shape = program.output.shape
+    lane_axis, width = program.axes[-1], simplify(shape[-1])
+    row_axes, row_extents = program.axes[:-1], [simplify(extent) for extent in shape[:-1]]
+    width_local, row, x = (function.named_local(name, "i32") for name in ("width", "row", "x"))
+    zero = function.named_local("zero", "i32")  # 0: wasm's locals start at 0 and this one is never set
+    emit(indent, f"(local.set {width_local} {emitter.index(width)})")
+    lasts = []
+    for number, extent in enumerate(info.reduce_extents):
+        last = function.named_local(f"k{number}_last", "i32")
+        emit(indent, f"(local.set {last} {emitter.index(simplify(extent - 1))})")
+        lasts.append(last)
+    window = _Window(emitter, info, program, lane_axis, width, zero, lasts)
+    emit(indent, f"(local.set {row} (local.get $first))")
+    emit(indent, "(block $done")
+    emit(indent, f"  (br_if $done (i32.ge_u (local.get {row}) (local.get $end)))")
+    emit(indent, "  (loop $row")
+    inner = indent + "    "
+    emitter.open_scope()
+    for axis, extent, local in zip(row_axes, row_extents, unflatten_into(emitter, row_extents, f"(local.get {row})", "y",
+                                                                     inner)):
+        emitter.declare_axis(axis, extent, local)
+    emit(inner, f"(local.set {x} (i32.const 0))")
+    short = not (isinstance(width, IntImm) and width.value >= 4)
+    if short:
+        emit(inner, f"(if (i32.ge_s (local.get {width_local}) (i32.const 4))")
+        emit(inner, "  (then")
+    body = inner + "    " if short else inner
+    emitter.open_scope()
+    window.row_start(body)
+    emit(body, "(block $wide_done")
+    emit(body, f"  (br_if $wide_done (i32.gt_s (i32.add (local.get {x}) (i32.const {WINDOW_LANES})) (local.get {width_local})))")
+    emit(body, "  (loop $wide")
+    window.iteration(x, WINDOW_LANES, body + "    ")
+    emit(body, f"    (local.set {x} (i32.add (local.get {x}) (i32.const {WINDOW_LANES})))")
+    emit(body, f"    (br_if $wide (i32.le_s (i32.add (local.get {x}) (i32.const {WINDOW_LANES})) (local.get {width_local})))))")
+    emit(body, "(block $narrow_done")
+    emit(body, f"  (br_if $narrow_done (i32.ge_s (local.get {x}) (local.get {width_local})))")
+    emit(body, "  (loop $narrow")
+    emit(body, f"    (local.set {x} (call $min_s_i32 (local.get {x}) (i32.sub (local.get {width_local}) (i32.const 4))))")
+    window.iteration(x, 4, body + "    ")
+    emit(body, f"    (local.set {x} (i32.add (local.get {x}) (i32.const 4)))")
+    emit(body, f"    (br_if $narrow (i32.lt_s (local.get {x}) (local.get {width_local})))))")
+    emitter.close_scope()
+    if short:  # fewer than four positions: each on its own
+        function.lines[-1] += ")"
+        emit(inner, "  (else")
+        emit(inner, "    (block $single_done")
+        emit(inner, f"      (br_if $single_done (i32.ge_s (local.get {x}) (local.get {width_local})))")
+        emit(inner, "      (loop $single")
+        single = inner + "        "
+        emitter.open_scope()
+        emitter.declare_axis(lane_axis, width, x)
+        offset = emitter.index(flat_offset(program.output, tuple(program.axes)))
+        emit(single, store(program.output.dtype, emitter.address(program.output.name, offset),
+                           emitter.scalar(program.body, single)))
+        emitter.close_scope()
+        emit(single, f"(local.set {x} (i32.add (local.get {x}) (i32.const 1)))")
+        emit(single, f"(br_if $single (i32.lt_s (local.get {x}) (local.get {width_local})))))))")
+    emitter.close_scope()
+    emit(inner, f"(local.set {row} (i32.add (local.get {row}) (i32.const 1)))")
+    emit(inner, f"(br_if $row (i32.lt_u (local.get {row}) (local.get $end)))))")
+    units = Function()
+    unit_variables = load_size_vars(program, units, "  ")
+    lowering = IndexLowering()
+    rows = render_index(lowering.lower(simplify(product(row_extents))), lambda name: f"(local.get {unit_variables[name]})")
+    units.emit("  ", rows)
+    return "\n".join([*comment(program), function.text(f"$main {signature}"),
+                      units.text(f"$units (param {PARAMS} i32) (result i32)")])
+
+
+class _Window:
+    """The statements of :func:`render_window`'s iterations over one row (see there)."""
+
+    def __init__(self, emitter: Emitter, info: WindowInfo, program: TensorProgram, lane_axis: SizeVar,
+                 width: PrimExpr, zero: str, lasts: list[str]) -> None:
+        self.emitter, self.info, self.program = emitter, info, program
+        self.function = emitter.function
+        self.lane_axis, self.width, self.zero, self.lasts = lane_axis, width, zero, lasts
+        self.strides = dict(info.strides)
+        self.loads = _core_loads(info)
+        self.along = [g for g in info.guards if depends_on(g, lane_axis.name)]  # guards read per lane
+        self.fixed = [g for g in info.guards if not depends_on(g, lane_axis.name)]  # the same for a whole row
+        self.row_inside = self.function.named_local("row_inside", "i32")
+        self.epilogue_splats: dict[ScalarExpr, str] = {}
+        self.repeated_core = repeated_subexpressions(info.core)
+
+    def row_start(self, indent: str) -> None:
+        """Once per row: whether the guards that do not read the row's axis hold over the
+        whole window, and the splats of the epilogue's loads that do not read it (a bias)."""
+        emitter = self.emitter
+        self.function.emit(indent, f"(local.set {self.row_inside} {self.corners(self.fixed, [], indent)})")
+        self.epilogue_splats = {}
+        for node in _epilogue_loads(self.program.body, self.info.reduction):
+            if not depends_on(node, self.lane_axis.name) and node not in self.epilogue_splats:
+                value = emitter.scalar(node, indent)
+                self.epilogue_splats[node] = emitter.set_local(f"(f32x4.splat {value})", "v128", indent, "splat")
+
+    def corners(self, guards: list[ScalarExpr], lanes: list[str], indent: str) -> str:
+        """An i32 WAT value, nonzero when each guard holds at every corner of the window: each
+        reduction axis it reads at 0 and at its extent - 1, and the row's axis (where it reads
+        it) at each local of ``lanes`` (the first and the last lane).  A guard moves by a
+        constant per step of each (``analyze_window``), so it then holds over the whole box."""
+        emitter, info = self.emitter, self.info
+        conditions = []
+        for guard in guards:
+            reads = [n for n, axis in enumerate(info.reduce_axes) if depends_on(guard, axis.name)]
+            corners: list[list[tuple[int, bool]]] = [[]]
+            for n in reads:
+                corners = [[*corner, (n, end)] for corner in corners for end in (False, True)]
+            for lane in (lanes if depends_on(guard, self.lane_axis.name) else [None]):
+                for corner in corners:
+                    emitter.open_scope()
+                    if lane is not None:
+                        emitter.declare_axis(self.lane_axis, self.width, lane)
+                    for n, end in corner:
+                        emitter.declare_axis(info.reduce_axes[n], info.reduce_extents[n],
+                                             self.lasts[n] if end else self.zero)
+                    conditions.append(emitter.scalar(guard, indent))
+                    emitter.close_scope()
+        if not conditions:
+            return "(i32.const 1)"
+        inside = conditions[0]
+        for condition in conditions[1:]:
+            inside = f"(i32.and {inside} {condition})"
+        return inside
+
+    def iteration(self, x: str, lanes: int, indent: str) -> None:
+        """The statements computing and storing the outputs at positions ``x`` ..
+        ``x + lanes - 1`` of the row (all inside it)."""
+        emitter, function, emit = self.emitter, self.function, self.function.emit
+        lane_locals = [x] + [function.named_local(f"x{n}", "i32") for n in range(1, lanes)]
+        for n in range(1, lanes):
+            emit(indent, f"(local.set {lane_locals[n]} (i32.add (local.get {x}) (i32.const {n})))")
+        sums = [function.named_local(f"sum{q}", "v128") for q in range(lanes // 4)]
+        for local in sums:
+            emit(indent, f"(local.set {local} (v128.const i32x4 0 0 0 0))")
+        emitter.open_scope()
+        emitter.declare_axis(self.lane_axis, self.width, x)
+        inside = self.corners(self.along, [x, lane_locals[-1]], indent)
+        if self.info.guards:
+            emit(indent, f"(if (i32.and (local.get {self.row_inside}) {inside})")
+            emit(indent, "  (then")
+            self.steps(lane_locals, sums, False, indent + "    ")
+            function.lines[-1] += ")"
+            emit(indent, "  (else")
+            self.steps(lane_locals, sums, True, indent + "    ")
+            function.lines[-1] += "))"
+        else:
+            self.steps(lane_locals, sums, False, indent)
+        output = emitter.address(self.program.output.name,
+                                 emitter.index(flat_offset(self.program.output, tuple(self.program.axes))))
+        address = emitter.set_local(output, "i32", indent, "address")
+        for q, local in enumerate(sums):
+            splats = {**self.epilogue_splats, self.info.reduction: f"(local.get {local})"}
+            if q:  # the epilogue's loads along the row at this sum's four positions
+                emitter.open_scope()
+                emitter.declare_axis(self.lane_axis, self.width, lane_locals[4 * q])
+            value = emitter.vector_value(self.program.body, splats, {}, indent)
+            if q:
+                emitter.close_scope()
+            emit(indent, f"(v128.store offset={16 * q} {address} {value})")
+        emitter.close_scope()
+
+    def steps(self, lane_locals: list[str], sums: list[str], guarded: bool, indent: str) -> None:
+        """The reduction's loops adding the core at every step into ``sums``; ``guarded``:
+        each guard checked (see :func:`render_window`), else none."""
+        emitter, function, emit, info = self.emitter, self.function, self.function.emit, self.info
+        levels: dict[int, list[ScalarExpr]] = {}
+        if guarded:
+            for guard in self.fixed:
+                reads = [n for n, axis in enumerate(info.reduce_axes) if depends_on(guard, axis.name)]
+                levels.setdefault(max(reads, default=-1), []).append(guard)
+        emit(indent, "(block $window")
+        depth = indent + "  "
+        for guard in levels.get(-1, []):
+            emit(depth, f"(br_if $window (i32.eqz {emitter.scalar(guard, depth)}))")
+        loops = []
+        innermost = len(info.reduce_axes) - 1
+        for number, (axis, extent) in enumerate(zip(info.reduce_axes, info.reduce_extents)):
+            emitter.open_scope()
+            if number == innermost:  # each load's address at the first step, advanced at each
+                emitter.declare_axis(axis, extent, self.zero)
+                addresses = {}
+                for load in self.loads:
+                    addresses[load] = function.local("at", "i32")
+                    emit(depth, f"(local.set {addresses[load]} {emitter.element_address(load.buffer, load.indices)})")
+                emitter.close_scope()
+                emitter.open_scope()
+            if simplify(extent) == IntImm(1):
+                emitter.declare_axis(axis, extent, self.zero)
+                loops.append(None)
+                for guard in levels.get(number, []):
+                    emit(depth, f"(br_if $window (i32.eqz {emitter.scalar(guard, depth)}))")
+                continue
+            local, end = function.local("k", "i32"), function.local("k_end", "i32")
+            label = local[1:]
+            emit(depth, f"(local.set {end} {emitter.index(extent)})")
+            emit(depth, f"(local.set {local} (i32.const 0))")
+            emit(depth, f"(block $done_{label}")
+            emit(depth, f"  (br_if $done_{label} (i32.ge_s (local.get {local}) (local.get {end})))")
+            emit(depth, f"  (loop $step_{label}")
+            emit(depth, f"    (block $next_{label}")
+            depth += "      "
+            emitter.declare_axis(axis, extent, local)
+            for guard in levels.get(number, []):
+                emit(depth, f"(br_if $next_{label} (i32.eqz {emitter.scalar(guard, depth)}))")
+            loops.append((local, end, label))
+        if guarded and self.along:
+            self.guarded_step(lane_locals, sums, addresses, depth)
+        else:
+            self.vector_step(sums, addresses, depth)
+        for number in reversed(range(len(info.reduce_axes))):
+            emitter.close_scope()
+            loop = loops[number]
+            if loop is None:
+                continue
+            local, end, label = loop
+            depth = depth[:-6]
+            function.lines[-1] += ")"
+            if number == innermost:  # advanced also where a guard skipped the step
+                for load in self.loads:
+                    step = emitter.index(simplify(_innermost_step(info, load) * 4))
+                    emit(depth, f"    (local.set {addresses[load]} (i32.add (local.get {addresses[load]}) {step}))")
+            emit(depth, f"    (local.set {local} (i32.add (local.get {local}) (i32.const 1)))")
+            emit(depth, f"    (br_if $step_{label} (i32.lt_s (local.get {local}) (local.get {end})))))")
+        function.lines[-1] += ")"
+
+    def vector_step(self, sums: list[str], addresses: Mapping[Load, str], indent: str) -> None:
+        """Each sum plus the core at its four positions: loads along the row from the
+        advanced addresses, the rest (the weight) once for all sums."""
+        shared: dict[ScalarExpr, str] = {}
+        for q, local in enumerate(sums):
+            value = self.core_vector(self.info.core, q, addresses, shared, {}, indent)
+            self.function.emit(indent, f"(local.set {local} (f32x4.add (local.get {local}) {value}))")
+
+    def core_vector(self, expr: ScalarExpr, q: int, addresses: Mapping[Load, str], shared: dict, memo: dict,
+                    indent: str) -> str:
+        """The f32x4 value of the core at the positions of sum ``q`` (lanes 4q .. 4q + 3)."""
+        lane_free = not depends_on(expr, self.lane_axis.name)
+        cache = shared if lane_free else memo
+        if expr in cache:
+            return cache[expr]
+        if isinstance(expr, Load):
+            address = f"(local.get {addresses[expr]})"
+            stride = self.strides.get(expr)
+            if stride is None:
+                text = f"(v128.load32_splat {address})"
+            elif stride == 1:
+                text = f"(v128.load offset={16 * q} {address})"
+            elif stride == 2:  # elements 0, 2 of the first four and 4, 6 (lanes 1, 3) of the four from 3
+                text = (f"(i8x16.shuffle 0 1 2 3 8 9 10 11 20 21 22 23 28 29 30 31 "
+                        f"(v128.load offset={32 * q} {address}) (v128.load offset={32 * q + 12} {address}))")
+            else:
+                text = f"(f32x4.splat (f32.load offset={16 * stride * q} {address}))"
+                for n in range(1, 4):
+                    text = f"(f32x4.replace_lane {n} {text} (f32.load offset={4 * stride * (4 * q + n)} {address}))"
+        elif isinstance(expr, FloatImm):
+            text = f"(f32x4.splat {literal(expr.value, expr.dtype)})"
+        elif isinstance(expr, Binary):
+            a = self.core_vector(expr.a, q, addresses, shared, memo, indent)
+            b = self.core_vector(expr.b, q, addresses, shared, memo, indent)
+            text = VECTOR_BINARY_RENDERINGS[expr.op](a, b)
+        elif isinstance(expr, Unary):
+            text = VECTOR_UNARY_RENDERINGS[expr.op](self.core_vector(expr.a, q, addresses, shared, memo, indent))
+        else:
+            raise TypeError(f"{self.program.name}: cannot vectorize {type(expr).__name__} along a row")
+        if (lane_free and not isinstance(expr, FloatImm)) or expr in self.repeated_core:  # once for all sums
+            text = self.emitter.set_local(text, "v128", indent, "core")
+        cache[expr] = text
+        return text
+
+    def guarded_step(self, lane_locals: list[str], sums: list[str], addresses: Mapping[Load, str], indent: str) -> None:
+        """A step at a border: where the guards along the row hold at the first and the last
+        lane, the vector step; elsewhere each lane's core where its guards hold, else 0."""
+        emitter, function, emit = self.emitter, self.function, self.function.emit
+        conditions = []
+        for lane in (lane_locals[0], lane_locals[-1]):
+            emitter.open_scope()
+            emitter.declare_axis(self.lane_axis, self.width, lane)
+            conditions += [emitter.scalar(guard, indent) for guard in self.along]
+            emitter.close_scope()
+        inside = conditions[0]
+        for condition in conditions[1:]:
+            inside = f"(i32.and {inside} {condition})"
+        emit(indent, f"(if {inside}")
+        emit(indent, "  (then")
+        self.vector_step(sums, addresses, indent + "    ")
+        function.lines[-1] += ")"
+        emit(indent, "  (else")
+        guarded: ScalarExpr = self.info.core
+        for guard in reversed(self.along):
+            guarded = Select(guard, guarded, FloatImm(0.0, "float32"))
+        for q, local in enumerate(sums):
+            values = []
+            for n in range(4 * q, 4 * q + 4):
+                emitter.open_scope()
+                emitter.declare_axis(self.lane_axis, self.width, lane_locals[n])
+                values.append(emitter.set_local(emitter.scalar(guarded, indent + "    "), "f32", indent + "    ", "lane_value"))
+                emitter.close_scope()
+            vector = f"(f32x4.splat {values[0]})"
+            for n in range(1, 4):
+                vector = f"(f32x4.replace_lane {n} {vector} {values[n]})"
+            emit(indent, f"    (local.set {local} (f32x4.add (local.get {local}) {vector}))")
+        function.lines[-1] += "))"
+
+
+def _epilogue_loads(expr: ScalarExpr, reduction: Reduce) -> list[Load]:
+    """The loads of ``expr`` outside ``reduction``."""
+    if expr == reduction:
+        return []
+    if isinstance(expr, Load):
+        return [expr]
+    return [load for child in scalar_children(expr) for load in _epilogue_loads(child, reduction)]
