@@ -8,8 +8,10 @@ b1 .. bN)`` running units ``first <= u < end``; ``bI`` is the address of binding
 bound as parts has one parameter per part: the first holds the whole buffer, the others
 are ignored).
 
-Matmul-like programs get packed panels and register-blocked micro-kernels (:func:`render_matmul`), float
-elementwise programs whose last dimension is a multiple of 4 a loop over f32x4 vectors
+Matmul-like programs get packed panels and register-blocked micro-kernels (:func:`render_matmul`),
+reductions that slide along the output's last axis (a depthwise or grouped convolution) f32x4
+sums of consecutive output positions per row (:func:`render_window`), float elementwise
+programs whose last dimension is a multiple of 4 a loop over f32x4 vectors
 (:func:`render_vectorized`).  The element form runs any program: a unit is :data:`ELEMENTS_PER_UNIT` consecutive output
 elements (threads split the work coarsely), a loop over the flat output index recovers the
 axes by division, reductions are serial loops, and each element is stored in the output's
@@ -170,7 +172,9 @@ def unflatten(emitter: Emitter, axes: tuple[SizeVar, ...], extents: tuple[PrimEx
 
 def render_program(program: TensorProgram, parts: Mapping[str, int] | None = None) -> str:
     """The WAT of a tensor program's ``$main`` and ``$units`` (loops chosen from the
-    program): the micro-kernel for a matmul-like program, else the element form."""
+    program): the micro-kernel for a matmul-like program, the window form for a sliding
+    window (a depthwise convolution), the vectorized loop for a float elementwise one, else
+    the element form."""
     parts = dict(parts or {})
     info = analyze_matmul(program)
     if info is not None:
@@ -1141,15 +1145,17 @@ def render_window(program: TensorProgram, parts: Mapping[str, int], info: Window
     emitter.open_scope()
     window.row_start(body)
     emit(body, "(block $wide_done")
-    emit(body, f"  (br_if $wide_done (i32.gt_s (i32.add (local.get {x}) (i32.const {WINDOW_LANES})) (local.get {width_local})))")
+    wide_fits = f"(i32.add (local.get {x}) (i32.const {WINDOW_LANES})) (local.get {width_local})"
+    emit(body, f"  (br_if $wide_done (i32.gt_s {wide_fits}))")
     emit(body, "  (loop $wide")
     window.iteration(x, WINDOW_LANES, body + "    ")
     emit(body, f"    (local.set {x} (i32.add (local.get {x}) (i32.const {WINDOW_LANES})))")
-    emit(body, f"    (br_if $wide (i32.le_s (i32.add (local.get {x}) (i32.const {WINDOW_LANES})) (local.get {width_local})))))")
+    emit(body, f"    (br_if $wide (i32.le_s {wide_fits}))))")
     emit(body, "(block $narrow_done")
     emit(body, f"  (br_if $narrow_done (i32.ge_s (local.get {x}) (local.get {width_local})))")
     emit(body, "  (loop $narrow")
-    emit(body, f"    (local.set {x} (call $min_s_i32 (local.get {x}) (i32.sub (local.get {width_local}) (i32.const 4))))")
+    emit(body, f"    (local.set {x} (call $min_s_i32 (local.get {x}) "
+               f"(i32.sub (local.get {width_local}) (i32.const 4))))")
     window.iteration(x, 4, body + "    ")
     emit(body, f"    (local.set {x} (i32.add (local.get {x}) (i32.const 4)))")
     emit(body, f"    (br_if $narrow (i32.lt_s (local.get {x}) (local.get {width_local})))))")
@@ -1342,11 +1348,13 @@ class _Window:
             return
         names = index_var_names(self.program)
         steps = {load: self.step_of(load, axis) for load in self.loads}
-        moving = {load for load, step in steps.items() if step != IntImm(0)}
-        computed = {load for load in moving if any(var.name in names for var in free_vars(steps[load]))}
+        # lists in the loads' order (not sets: the kernel text must not depend on hashing)
+        moving = [load for load in self.loads if steps[load] != IntImm(0)]
+        computed = [load for load in moving if any(var.name in names for var in free_vars(steps[load]))]
         innermost = number == len(info.reduce_axes) - 1
         constant_steps = {load: as_int(step) for load, step in steps.items()}
-        if innermost and not guarded and not computed and all(v is not None and v >= 0 for v in constant_steps.values()):
+        offsets_fit = all(v is not None and v >= 0 for v in constant_steps.values())  # offset= immediates
+        if innermost and not guarded and not computed and offsets_fit:
             known = as_int(extent)
             if known is not None and known <= WINDOW_UNROLL:
                 self.unrolled(known, addresses, constant_steps, sums, indent)
@@ -1499,7 +1507,8 @@ class _Window:
                 inside = f"(i32.and {inside} {condition})"
             return inside
 
-        first, last = (emitter.set_local(holds(lane), "i32", indent, "holds") for lane in (lane_locals[0], lane_locals[-1]))
+        first, last = (emitter.set_local(holds(lane), "i32", indent, "holds")
+                       for lane in (lane_locals[0], lane_locals[-1]))
         emit(indent, f"(if (i32.and {first} {last})")
         emit(indent, "  (then")
         self.vector_step(sums, addresses, {}, indent + "    ")

@@ -18,7 +18,8 @@ Fusion and scheduling decide from these patterns, never from an op's name:
 :func:`analyze_matmul` also returns the split (:class:`MatmulInfo`), which the tiled schedule
 uses.  :func:`analyze_window` finds, among the other reductions, those that slide along the
 output's last axis (a depthwise convolution: :class:`WindowInfo`), which the WebAssembly
-backend runs four output positions at a time.  The order of the list is also the order of "how much a program constrains fusion".
+backend runs four output positions at a time.  The order of the list is also the order of
+"how much a program constrains fusion".
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from dataclasses import dataclass
 from .symbolic import IntImm, PrimExpr, SizeVar, as_int, free_vars, simplify, substitute
 from .tir import (
     Binary, BinaryOp, Compare, CompareOp, FloatImm, Gather, IndexValue, Load, NamedEnum, Reduce, ReduceCombiner,
-    ScalarExpr, Select, TensorProgram, Unary, contains_reduce, index_exprs, index_var_names, scalar_children, scalar_dtype, scalar_nodes,
+    ScalarExpr, Select, TensorProgram, Unary, contains_reduce, index_exprs, index_var_names, scalar_children,
+    scalar_dtype, scalar_nodes,
 )
 
 
