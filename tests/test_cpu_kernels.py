@@ -570,6 +570,120 @@ def test_convolution_weight_packed_once_per_unit_of_panels(monkeypatch) -> None:
     assert check_module(model, {"x": rand(1, 3, 40, 39)}, monkeypatch) >= 1
 
 
+def window_programs(model) -> list[str]:
+    """The names of the model's programs that render as sliding windows (``render_window``)."""
+    module = compile_model(model)
+    return [name for name, program in module.programs.items()
+            if isinstance(program, TensorProgram) and schedules.window_form(program) is not None]
+
+
+def depthwise(channels: int, kernel: int, stride: int, pad: int, shape, activation: str | None = None,
+              residual: bool = False):
+    """A depthwise convolution with a bias, then an activation and / or a residual add."""
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[pad] * 4, strides=[stride] * 2, group=channels)]
+    last = "c"
+    if activation:
+        nodes.append(helper.make_node(activation, [last], ["a"]))
+        last = "a"
+    if residual:
+        nodes.append(helper.make_node("Add", [last, "x"], ["r"]))
+        last = "r"
+    nodes[-1].output[0] = "y"
+    return make_model(nodes, [("x", TensorProto.FLOAT, list(shape))], ["y"],
+                      {"w": rand(channels, 1, kernel, kernel, seed=1, low=-1.0), "b": rand(channels, seed=2)})
+
+
+@pytest.mark.parametrize("kernel, stride, pad, height, width, activation", [
+    (3, 1, 1, 6, 16, "Relu"),  # two wide iterations a row, borders masked
+    (3, 1, 1, 5, 9, None),  # a wide iteration, then four positions overlapping it
+    (5, 1, 2, 7, 7, "HardSwish"),  # MobileNetV3's 7x7 layers: every iteration at a border
+    (3, 2, 1, 9, 13, "Relu"),  # stride 2: two loads and a shuffle
+    (5, 2, 2, 11, 11, "HardSwish"),
+    (3, 3, 0, 8, 26, None),  # stride 3: lane by lane loads, no padding (no guards)
+    (3, 1, 0, 8, 19, None),
+    (3, 1, 1, 6, 4, "Relu"),  # a row of exactly four
+    (7, 1, 3, 9, 12, "Relu"),  # a window wider than four lanes' reach
+    (3, 1, 2, 6, 5, None),  # more padding than the kernel's half: lanes inside only in the middle
+])
+def test_depthwise_convolution_windows(kernel: int, stride: int, pad: int, height: int, width: int, activation,
+                                       monkeypatch) -> None:
+    """Depthwise convolutions run as sliding windows along each output row (eight, then four
+    positions at a time): inside the padding, at its borders (masked lanes, or lane by lane),
+    at strides 1, 2 and 3, with a fused epilogue."""
+    model = depthwise(3, kernel, stride, pad, (2, 3, height, width), activation)
+    assert window_programs(model)
+    assert check_module(model, {"x": rand(2, 3, height, width, low=-1.0)}, monkeypatch) >= 1
+
+
+def test_depthwise_window_masks_lanes_past_the_row(monkeypatch) -> None:
+    """Masked border lanes read past their row (the row before's last column, here +inf):
+    their values are dropped, not multiplied by 0 (inf * 0 would be NaN)."""
+    model = depthwise(2, 3, 1, 1, (1, 2, 5, 10), None)
+    x = rand(1, 2, 5, 10, low=-1.0)
+    x[..., -1] = np.inf
+    assert window_programs(model)
+    assert check_module(model, {"x": x}, monkeypatch) >= 1
+
+
+def test_depthwise_window_with_a_residual_add(monkeypatch) -> None:
+    """An epilogue reading another tensor along the row (a residual add): ``v128.load``s."""
+    model = depthwise(4, 3, 1, 1, (1, 4, 6, 11), "Relu", residual=True)
+    assert window_programs(model)
+    assert check_module(model, {"x": rand(1, 4, 6, 11, low=-1.0)}, monkeypatch) >= 1
+
+
+@pytest.mark.parametrize("height, width", [(9, 10), (5, 3), (4, 1), (6, 4)])
+def test_depthwise_window_of_symbolic_size(height: int, width: int, monkeypatch) -> None:
+    """Height and width are size variables: rows shorter than four run the element form
+    (chosen at run time), the others the window."""
+    model = depthwise(3, 3, 1, 1, (1, 3, "h", "w"), "HardSwish")
+    assert window_programs(model)
+    assert check_module(model, {"x": rand(1, 3, height, width, low=-1.0)}, monkeypatch) >= 1
+
+
+def test_depthwise_windows_of_shared_kernel_sizes(monkeypatch) -> None:
+    """A 3x3, a 5x5 and a 4x4 depthwise convolution of one program (``share_programs`` makes
+    the kernel size and padding size variables): the innermost steps unrolled for 3 and 5,
+    chosen at run time, and looped for 4."""
+    nodes = [helper.make_node("Conv", ["x", "w3", "b"], ["c3"], pads=[1] * 4, group=4),
+             helper.make_node("Relu", ["c3"], ["r3"]),
+             helper.make_node("Conv", ["r3", "w5", "b"], ["c5"], pads=[2] * 4, group=4),
+             helper.make_node("Relu", ["c5"], ["r5"]),
+             helper.make_node("Conv", ["r5", "w4", "b"], ["c4"], pads=[1] * 4, group=4),
+             helper.make_node("Relu", ["c4"], ["y"])]
+    model = make_model(nodes, [("x", TensorProto.FLOAT, [1, 4, 10, 12])], ["y"],
+                       {"w3": rand(4, 1, 3, 3, seed=1, low=-1.0), "w5": rand(4, 1, 5, 5, seed=2, low=-1.0),
+                        "w4": rand(4, 1, 4, 4, seed=3, low=-1.0), "b": rand(4, seed=4)})
+    [name] = window_programs(model)
+    module = compile_model(model)
+    assert [d.program for d in module.main.dispatches] == [name] * 3
+    assert module.programs[name].size_vars
+    text = render_program(module.programs[name])
+    assert "(i32.const 3))" in text and "(i32.const 5))" in text and "(loop $step_" in text
+    assert check_module(model, {"x": rand(1, 4, 10, 12, low=-1.0)}, monkeypatch) == 3
+
+
+def test_grouped_convolution_window(monkeypatch) -> None:
+    """A grouped convolution (two input channels a group: a reduction over channels too)."""
+    model = make_model([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1] * 4, group=2)],
+                       [("x", TensorProto.FLOAT, [1, 4, 7, 9])], ["y"], {"w": rand(6, 2, 3, 3, seed=1, low=-1.0)})
+    assert window_programs(model)
+    assert check_module(model, {"x": rand(1, 4, 7, 9, low=-1.0)}, monkeypatch) >= 1
+
+
+def test_window_of_a_sum_over_rows(monkeypatch) -> None:
+    """A sum over a middle axis reads the output's last axis contiguously: a window of no
+    guards; a sum along the last axis, or an output row shorter than four, is not one."""
+    over_rows = make_model([helper.make_node("ReduceSum", ["x", "axes"], ["y"], keepdims=0)],
+                           [("x", TensorProto.FLOAT, [3, 5, 10])], ["y"], {"axes": np.array([1], np.int64)})
+    assert window_programs(over_rows)
+    assert check_module(over_rows, {"x": rand(3, 5, 10)}, monkeypatch) >= 1
+    along = make_model([helper.make_node("ReduceSum", ["x", "axes"], ["y"], keepdims=0)],
+                       [("x", TensorProto.FLOAT, [3, 5, 10])], ["y"], {"axes": np.array([2], np.int64)})
+    assert not window_programs(along)
+    assert not window_programs(depthwise(2, 3, 1, 1, (1, 2, 5, 3)))
+
+
 def units_of(program: TensorProgram, size_vars: dict[str, int]) -> int:
     """What the program's ``$units`` returns for these sizes."""
     engine = wasmtime.Engine()

@@ -8,8 +8,10 @@ b1 .. bN)`` running units ``first <= u < end``; ``bI`` is the address of binding
 bound as parts has one parameter per part: the first holds the whole buffer, the others
 are ignored).
 
-Matmul-like programs get packed panels and register-blocked micro-kernels (:func:`render_matmul`), float
-elementwise programs whose last dimension is a multiple of 4 a loop over f32x4 vectors
+Matmul-like programs get packed panels and register-blocked micro-kernels (:func:`render_matmul`),
+reductions that slide along the output's last axis (a depthwise or grouped convolution) f32x4
+sums of consecutive output positions per row (:func:`render_window`), float elementwise
+programs whose last dimension is a multiple of 4 a loop over f32x4 vectors
 (:func:`render_vectorized`).  The element form runs any program: a unit is :data:`ELEMENTS_PER_UNIT` consecutive output
 elements (threads split the work coarsely), a loop over the flat output index recovers the
 axes by division, reductions are serial loops, and each element is stored in the output's
@@ -22,16 +24,17 @@ import dataclasses
 from typing import Callable, Mapping
 
 from ..ir.lower_index import IndexLowering
-from ..ir.pattern import MatmulInfo, analyze_matmul
+from ..ir.pattern import MatmulInfo, WindowInfo, analyze_matmul, analyze_window
 from ..ir.symbolic import IntImm, PrimExpr, SizeVar, as_int, free_vars, product, simplify, substitute
 from ..ir.syntax import comment_text
 from ..ir.tir import (
     Binary, Compare, CompareOp, FloatImm, IndexValue, Load, Reduce, ReduceCombiner, ScalarExpr, Select, TensorProgram,
-    Unary, UnaryOp, contains_reduce, format_scalar, scalar_children, scalar_nodes,
+    Unary, UnaryOp, contains_reduce, format_scalar, index_var_names, repeated_subexpressions, scalar_children,
+    scalar_nodes,
 )
 from .emit import (
-    VECTOR_BINARY_RENDERINGS, VECTOR_UNARY_RENDERINGS, Emitter, Function, VectorEmitter, flat_offset, render_index, store, vector_access_of,
-    vector_reduction,
+    BINARY_RENDERINGS, UNARY_RENDERINGS, VECTOR_BINARY_RENDERINGS, VECTOR_UNARY_RENDERINGS, Emitter, Function,
+    VectorEmitter, depends_on, flat_offset, literal, render_index, rendering, store, vector_access_of, vector_reduction,
 )
 
 ELEMENTS_PER_UNIT = 64
@@ -169,11 +172,16 @@ def unflatten(emitter: Emitter, axes: tuple[SizeVar, ...], extents: tuple[PrimEx
 
 def render_program(program: TensorProgram, parts: Mapping[str, int] | None = None) -> str:
     """The WAT of a tensor program's ``$main`` and ``$units`` (loops chosen from the
-    program): the micro-kernel for a matmul-like program, else the element form."""
+    program): the micro-kernel for a matmul-like program, the window form for a sliding
+    window (a depthwise convolution), the vectorized loop for a float elementwise one, else
+    the element form."""
     parts = dict(parts or {})
     info = analyze_matmul(program)
     if info is not None:
         return render_matmul(program, parts, cheap_columns(info, program))
+    window = window_form(program)
+    if window is not None:
+        return render_window(program, parts, window)
     access = vector_access_of(program)
     if access is not None:
         return render_vectorized(program, parts, access)
@@ -1417,3 +1425,514 @@ def _matvec_outputs(emitter: Emitter, info: MatmulInfo, program: TensorProgram, 
     emit(body, f"(local.set {column} (i32.add (local.get {column}) (i32.const 1)))")
     emit(body, f"(br_if $mv_output (i32.lt_u (local.get {column}) (local.get {column_end})))))")
     emitter.close_scope()
+
+
+# -- sliding windows: a depthwise convolution, four output positions at a time ----------------
+
+WINDOW_LANES = 8  # output positions of the main loop's iterations (two f32x4 sums: two chains of adds)
+WINDOW_UNROLL = 8  # the longest innermost reduction of a constant extent unrolled
+WINDOW_UNROLLED = (3, 5, 7)  # the run-time extents of the innermost reduction unrolled (kernel widths)
+WINDOW_OVERREACH = 1024  # the most bytes a masked lane's load may lie from one inside the row (of 64 KiB of slack)
+
+
+def window_form(program: TensorProgram) -> WindowInfo | None:
+    """The program's sliding-window split (``relaxweb/ir/pattern.analyze_window``) when
+    :func:`render_window` can run it: every float op of the body has an f32x4 form.  None
+    otherwise."""
+    info = analyze_window(program)
+    if info is None:
+        return None
+    for node in scalar_nodes(program.body):
+        if isinstance(node, Binary) and node.dtype == "float32" and node.op not in VECTOR_BINARY_RENDERINGS:
+            return None
+        if isinstance(node, Unary) and node.dtype == "float32" and node.op not in VECTOR_UNARY_RENDERINGS:
+            return None
+    return info
+
+
+def _core_loads(info: WindowInfo) -> list[Load]:
+    """The distinct loads of the window's core, in order."""
+    return list(dict.fromkeys(node for node in scalar_nodes(info.core) if isinstance(node, Load)))
+
+
+def render_window(program: TensorProgram, parts: Mapping[str, int], info: WindowInfo) -> str:
+    """A sliding-window reduction (:func:`window_form`: a depthwise convolution and its fused
+    epilogue), one unit per output row (every axis but the last), so threads split rows.
+
+    Along a row, :data:`WINDOW_LANES` output positions per iteration in f32x4 sums, then
+    four at a time; the last four end at the row's end (they may overlap the ones before:
+    those are computed again, to the same values), and a row shorter than four runs the
+    element form.  A unit's first row's axes come from its number by division, the next
+    rows' by counting.  Where every guard holds over the whole window of the iteration's lanes
+    (checked at the window's corners; the guards that do not read the row's axis once per
+    row) the steps run without any test: the core's loads ``v128.load`` along the row (two
+    loads and a shuffle at stride 2, lane by lane beyond), its other loads one
+    ``v128.load32_splat`` shared by the sums (the weight), every address advanced by a
+    constant per step of the innermost reduction axis.  Elsewhere (a padded border) each
+    guard is checked at the outermost reduction loop whose axes it reads (a padded row
+    skips its whole kernel row), and the guards along the row at the first and last lane:
+    the vector step where they hold, the lanes one by one where not.  The epilogue
+    (bias, relu, hard-swish, a residual add) runs on the vector sums."""
+    signature, addresses = kernel_signature(program, parts)
+    function = Function()
+    indent = "  "
+    emit = function.emit
+    variables = load_size_vars(program, function, indent)
+    emitter = Emitter(program, function, addresses, variables)
+    shape = program.output.shape
+    lane_axis, width = program.axes[-1], simplify(shape[-1])
+    row_axes, row_extents = program.axes[:-1], [simplify(extent) for extent in shape[:-1]]
+    width_local, row, x = (function.named_local(name, "i32") for name in ("width", "row", "x"))
+    zero = function.named_local("zero", "i32")  # 0: wasm's locals start at 0 and this one is never set
+    emit(indent, f"(local.set {width_local} {emitter.index(width)})")
+    lasts = []
+    for number, extent in enumerate(info.reduce_extents):
+        last = function.named_local(f"k{number}_last", "i32")
+        emit(indent, f"(local.set {last} {emitter.index(simplify(extent - 1))})")
+        lasts.append(last)
+    window = _Window(emitter, info, program, lane_axis, width, zero, lasts)
+    emit(indent, f"(local.set {row} (local.get $first))")
+    emit(indent, "(block $done")
+    emit(indent, f"  (br_if $done (i32.ge_u (local.get {row}) (local.get $end)))")
+    row_locals = unflatten_into(emitter, row_extents, f"(local.get {row})", "y", indent + "  ")
+    emit(indent, "  (loop $row")
+    inner = indent + "    "
+    emitter.open_scope()
+    for axis, extent, local in zip(row_axes, row_extents, row_locals):
+        emitter.declare_axis(axis, extent, local)
+    emit(inner, f"(local.set {x} (i32.const 0))")
+    short = not (isinstance(width, IntImm) and width.value >= 4)
+    if short:
+        emit(inner, f"(if (i32.ge_s (local.get {width_local}) (i32.const 4))")
+        emit(inner, "  (then")
+    body = inner + "    " if short else inner
+    emitter.open_scope()
+    window.row_start(body)
+    emit(body, "(block $wide_done")
+    wide_fits = f"(i32.add (local.get {x}) (i32.const {WINDOW_LANES})) (local.get {width_local})"
+    emit(body, f"  (br_if $wide_done (i32.gt_s {wide_fits}))")
+    emit(body, "  (loop $wide")
+    window.iteration(x, WINDOW_LANES, body + "    ")
+    emit(body, f"    (local.set {x} (i32.add (local.get {x}) (i32.const {WINDOW_LANES})))")
+    emit(body, f"    (br_if $wide (i32.le_s {wide_fits}))))")
+    emit(body, "(block $narrow_done")
+    emit(body, f"  (br_if $narrow_done (i32.ge_s (local.get {x}) (local.get {width_local})))")
+    emit(body, "  (loop $narrow")
+    emit(body, f"    (local.set {x} (call $min_s_i32 (local.get {x}) "
+               f"(i32.sub (local.get {width_local}) (i32.const 4))))")
+    window.iteration(x, 4, body + "    ")
+    emit(body, f"    (local.set {x} (i32.add (local.get {x}) (i32.const 4)))")
+    emit(body, f"    (br_if $narrow (i32.lt_s (local.get {x}) (local.get {width_local})))))")
+    emitter.close_scope()
+    if short:  # fewer than four positions: each on its own
+        function.lines[-1] += ")"
+        emit(inner, "  (else")
+        emit(inner, "    (block $single_done")
+        emit(inner, f"      (br_if $single_done (i32.ge_s (local.get {x}) (local.get {width_local})))")
+        emit(inner, "      (loop $single")
+        single = inner + "        "
+        emitter.open_scope()
+        emitter.declare_axis(lane_axis, width, x)
+        offset = emitter.index(flat_offset(program.output, tuple(program.axes)))
+        emit(single, store(program.output.dtype, emitter.address(program.output.name, offset),
+                           emitter.scalar(program.body, single)))
+        emitter.close_scope()
+        emit(single, f"(local.set {x} (i32.add (local.get {x}) (i32.const 1)))")
+        emit(single, f"(br_if $single (i32.lt_s (local.get {x}) (local.get {width_local})))))))")
+    emitter.close_scope()
+    # the next row's axes: the last one up by one, carried into the ones before (no division)
+    depth = inner
+    for position in reversed(range(len(row_locals))):
+        local = row_locals[position]
+        emit(depth, f"(local.set {local} (i32.add (local.get {local}) (i32.const 1)))")
+        if position == 0:
+            break
+        emit(depth, f"(if (i32.eq (local.get {local}) {emitter.index(row_extents[position])})")
+        emit(depth, f"  (then (local.set {local} (i32.const 0))")
+        depth += "    "
+    function.lines[-1] += ")" * (2 * max(len(row_locals) - 1, 0))
+    emit(inner, f"(local.set {row} (i32.add (local.get {row}) (i32.const 1)))")
+    emit(inner, f"(br_if $row (i32.lt_u (local.get {row}) (local.get $end)))))")
+    units = Function()
+    unit_variables = load_size_vars(program, units, "  ")
+    lowering = IndexLowering()
+    rows = render_index(lowering.lower(simplify(product(row_extents))), lambda name: f"(local.get {unit_variables[name]})")
+    units.emit("  ", rows)
+    return "\n".join([*comment(program), function.text(f"$main {signature}"),
+                      units.text(f"$units (param {PARAMS} i32) (result i32)")])
+
+
+class _Window:
+    """The statements of :func:`render_window`'s iterations over one row (see there)."""
+
+    def __init__(self, emitter: Emitter, info: WindowInfo, program: TensorProgram, lane_axis: SizeVar,
+                 width: PrimExpr, zero: str, lasts: list[str]) -> None:
+        self.emitter, self.info, self.program = emitter, info, program
+        self.function = emitter.function
+        self.lane_axis, self.width, self.zero, self.lasts = lane_axis, width, zero, lasts
+        self.strides = dict(info.strides)
+        self.loads = _core_loads(info)
+        self.along = [g for g in info.guards if depends_on(g, lane_axis.name)]  # guards read per lane
+        self.fixed = [g for g in info.guards if not depends_on(g, lane_axis.name)]  # the same for a whole row
+        self.row_inside = self.function.named_local("row_inside", "i32")
+        self.epilogue_splats: dict[ScalarExpr, str] = {}
+        self.repeated_core = repeated_subexpressions(info.core)
+
+    def row_start(self, indent: str) -> None:
+        """Once per row: whether the guards that do not read the row's axis hold over the
+        whole window, and the splats of the epilogue's loads that do not read it (a bias)."""
+        emitter = self.emitter
+        self.function.emit(indent, f"(local.set {self.row_inside} {self.corners(self.fixed, [], indent)})")
+        self.epilogue_splats = {}
+        for node in _epilogue_loads(self.program.body, self.info.reduction):
+            if not depends_on(node, self.lane_axis.name) and node not in self.epilogue_splats:
+                value = emitter.scalar(node, indent)
+                self.epilogue_splats[node] = emitter.set_local(f"(f32x4.splat {value})", "v128", indent, "splat")
+
+    def corners(self, guards: list[ScalarExpr], lanes: list[str], indent: str) -> str:
+        """An i32 WAT value, nonzero when each guard holds at every corner of the window: each
+        reduction axis it reads at 0 and at its extent - 1, and the row's axis (where it reads
+        it) at each local of ``lanes`` (the first and the last lane).  A guard moves by a
+        constant per step of each (``analyze_window``), so it then holds over the whole box."""
+        emitter, info = self.emitter, self.info
+        conditions = []
+        for guard in guards:
+            reads = [n for n, axis in enumerate(info.reduce_axes) if depends_on(guard, axis.name)]
+            corners: list[list[tuple[int, bool]]] = [[]]
+            for n in reads:
+                corners = [[*corner, (n, end)] for corner in corners for end in (False, True)]
+            for lane in (lanes if depends_on(guard, self.lane_axis.name) else [None]):
+                for corner in corners:
+                    emitter.open_scope()
+                    if lane is not None:
+                        emitter.declare_axis(self.lane_axis, self.width, lane)
+                    for n, end in corner:
+                        emitter.declare_axis(info.reduce_axes[n], info.reduce_extents[n],
+                                             self.lasts[n] if end else self.zero)
+                    conditions.append(emitter.scalar(guard, indent))
+                    emitter.close_scope()
+        if not conditions:
+            return "(i32.const 1)"
+        inside = conditions[0]
+        for condition in conditions[1:]:
+            inside = f"(i32.and {inside} {condition})"
+        return inside
+
+    def iteration(self, x: str, lanes: int, indent: str) -> None:
+        """The statements computing and storing the outputs at positions ``x`` ..
+        ``x + lanes - 1`` of the row (all inside it)."""
+        emitter, function, emit, info = self.emitter, self.function, self.function.emit, self.info
+        lane_locals = [x] + [function.named_local(f"x{n}", "i32") for n in range(1, lanes)]
+        for n in range(1, lanes):
+            emit(indent, f"(local.set {lane_locals[n]} (i32.add (local.get {x}) (i32.const {n})))")
+        sums = [function.named_local(f"sum{q}", "v128") for q in range(lanes // 4)]
+        for local in sums:
+            emit(indent, f"(local.set {local} (v128.const i32x4 0 0 0 0))")
+        emitter.open_scope()
+        emitter.declare_axis(self.lane_axis, self.width, x)
+        emitter.open_scope()  # each load's address at the first lane and the first step
+        for axis, extent in zip(info.reduce_axes, info.reduce_extents):
+            emitter.declare_axis(axis, extent, self.zero)
+        bases = {}
+        for number, load in enumerate(self.loads):
+            bases[load] = function.named_local(f"base{number}", "i32")
+            emit(indent, f"(local.set {bases[load]} {emitter.element_address(load.buffer, load.indices)})")
+        emitter.close_scope()
+        inside = self.corners(self.along, [x, lane_locals[-1]], indent)
+        if info.guards:
+            emit(indent, f"(if (i32.and (local.get {self.row_inside}) {inside})")
+            emit(indent, "  (then")
+            self.steps(bases, lane_locals, sums, False, indent + "    ")
+            function.lines[-1] += ")"
+            emit(indent, "  (else")
+            self.steps(bases, lane_locals, sums, True, indent + "    ")
+            function.lines[-1] += "))"
+        else:
+            self.steps(bases, lane_locals, sums, False, indent)
+        output = emitter.address(self.program.output.name,
+                                 emitter.index(flat_offset(self.program.output, tuple(self.program.axes))))
+        address = emitter.set_local(output, "i32", indent, "address")
+        for q, local in enumerate(sums):
+            splats = {**self.epilogue_splats, info.reduction: f"(local.get {local})"}
+            if q:  # the epilogue's loads along the row at this sum's four positions
+                emitter.open_scope()
+                emitter.declare_axis(self.lane_axis, self.width, lane_locals[4 * q])
+            value = emitter.vector_value(self.program.body, splats, {}, indent)
+            if q:
+                emitter.close_scope()
+            emit(indent, f"(v128.store offset={16 * q} {address} {value})")
+        emitter.close_scope()
+
+    def steps(self, bases: Mapping[Load, str], lane_locals: list[str], sums: list[str], guarded: bool,
+              indent: str) -> None:
+        """The reduction's loops adding the core at every step into ``sums``, from the loads'
+        addresses at the first step (``bases``); ``guarded``: each guard checked (see
+        :func:`render_window`), else none."""
+        levels: dict[int, list[ScalarExpr]] = {}
+        if guarded:
+            for guard in self.fixed:
+                reads = [n for n, axis in enumerate(self.info.reduce_axes) if depends_on(guard, axis.name)]
+                levels.setdefault(max(reads, default=-1), []).append(guard)
+        emit = self.function.emit
+        emit(indent, "(block $window")
+        for guard in levels.get(-1, []):
+            emit(indent + "  ", f"(br_if $window (i32.eqz {self.emitter.scalar(guard, indent + '  ')}))")
+        self.level(0, dict(bases), lane_locals, sums, guarded, levels, indent + "  ")
+        self.function.lines[-1] += ")"
+
+    def step_of(self, load: Load, axis: SizeVar) -> PrimExpr:
+        """How many elements ``load`` moves per step of the reduction axis ``axis``."""
+        moved = tuple(substitute(index, {axis.name: axis + 1}) for index in load.indices)
+        return simplify(flat_offset(load.buffer, moved) - flat_offset(load.buffer, load.indices))
+
+    def level(self, number: int, addresses: dict[Load, str], lane_locals: list[str], sums: list[str], guarded: bool,
+              levels: Mapping[int, list[ScalarExpr]], indent: str) -> None:
+        """The loop over reduction axis ``number`` and the ones inside it (``addresses``: each
+        load's address at the current step of the outer axes and the first of the rest).
+        An address moves by a step free of index variables (a constant, a row's length) by
+        one add per step, else it is computed at each step.  Unguarded, the innermost axis
+        is unrolled where each address moves by a constant (one ``offset=`` per step): at
+        a constant extent up to :data:`WINDOW_UNROLL`, else for the extents of
+        :data:`WINDOW_UNROLLED` (3x3, 5x5, 7x7 kernels), chosen at run time."""
+        emitter, function, emit, info = self.emitter, self.function, self.function.emit, self.info
+        if number == len(info.reduce_axes):
+            if guarded and self.along:
+                self.guarded_step(lane_locals, sums, addresses, indent)
+            else:
+                self.vector_step(sums, addresses, {}, indent)
+            return
+        axis, extent = info.reduce_axes[number], simplify(info.reduce_extents[number])
+        emitter.open_scope()
+        if extent == IntImm(1):
+            emitter.declare_axis(axis, extent, self.zero)
+            for guard in levels.get(number, []):
+                emit(indent, f"(br_if $window (i32.eqz {emitter.scalar(guard, indent)}))")
+            self.level(number + 1, addresses, lane_locals, sums, guarded, levels, indent)
+            emitter.close_scope()
+            return
+        names = index_var_names(self.program)
+        steps = {load: self.step_of(load, axis) for load in self.loads}
+        # lists in the loads' order (not sets: the kernel text must not depend on hashing)
+        moving = [load for load in self.loads if steps[load] != IntImm(0)]
+        computed = [load for load in moving if any(var.name in names for var in free_vars(steps[load]))]
+        innermost = number == len(info.reduce_axes) - 1
+        constant_steps = {load: as_int(step) for load, step in steps.items()}
+        offsets_fit = all(v is not None and v >= 0 for v in constant_steps.values())  # offset= immediates
+        if innermost and not guarded and not computed and offsets_fit:
+            known = as_int(extent)
+            if known is not None and known <= WINDOW_UNROLL:
+                self.unrolled(known, addresses, constant_steps, sums, indent)
+                emitter.close_scope()
+                return
+            if known is None:
+                for count in WINDOW_UNROLLED:
+                    emit(indent, f"(if (i32.eq {emitter.index(extent)} (i32.const {count}))")
+                    emit(indent, "  (then")
+                    self.unrolled(count, addresses, constant_steps, sums, indent + "    ")
+                    function.lines[-1] += ")"
+                    emit(indent, "  (else")
+                    indent += "    "
+                self.loop(number, addresses, moving, computed, steps, lane_locals, sums, guarded, levels, indent)
+                for _ in WINDOW_UNROLLED:
+                    indent = indent[:-4]
+                    function.lines[-1] += "))"
+                emitter.close_scope()
+                return
+        self.loop(number, addresses, moving, computed, steps, lane_locals, sums, guarded, levels, indent)
+        emitter.close_scope()
+
+    def loop(self, number: int, addresses: dict[Load, str], moving, computed, steps, lane_locals: list[str],
+             sums: list[str], guarded: bool, levels: Mapping[int, list[ScalarExpr]], indent: str) -> None:
+        """:meth:`level`'s loop over reduction axis ``number`` (in the scope it opened)."""
+        emitter, function, emit, info = self.emitter, self.function, self.function.emit, self.info
+        axis, extent = info.reduce_axes[number], info.reduce_extents[number]
+        inner = dict(addresses)
+        for load in moving:
+            inner[load] = function.local("at", "i32")
+            if load not in computed:
+                emit(indent, f"(local.set {inner[load]} (local.get {addresses[load]}))")
+        local, end = function.local("k", "i32"), function.local("k_end", "i32")
+        label = local[1:]
+        emit(indent, f"(local.set {end} {emitter.index(extent)})")
+        emit(indent, f"(local.set {local} (i32.const 0))")
+        emit(indent, f"(block $done_{label}")
+        emit(indent, f"  (br_if $done_{label} (i32.ge_s (local.get {local}) (local.get {end})))")
+        emit(indent, f"  (loop $step_{label}")
+        emit(indent, f"    (block $next_{label}")
+        depth = indent + "      "
+        emitter.declare_axis(axis, extent, local)
+        if computed:  # at this step and the first of the axes inside
+            emitter.open_scope()
+            for inner_axis, inner_extent in zip(info.reduce_axes[number + 1:], info.reduce_extents[number + 1:]):
+                emitter.declare_axis(inner_axis, inner_extent, self.zero)
+            for load in self.loads:
+                if load in computed:
+                    emit(depth, f"(local.set {inner[load]} {emitter.element_address(load.buffer, load.indices)})")
+            emitter.close_scope()
+        for guard in levels.get(number, []):
+            emit(depth, f"(br_if $next_{label} (i32.eqz {emitter.scalar(guard, depth)}))")
+        self.level(number + 1, inner, lane_locals, sums, guarded, levels, depth)
+        function.lines[-1] += ")"
+        for load in moving:  # advanced also where a guard skipped the step
+            if load not in computed:
+                step = emitter.index(simplify(steps[load] * 4))
+                emit(indent, f"    (local.set {inner[load]} (i32.add (local.get {inner[load]}) {step}))")
+        emit(indent, f"    (local.set {local} (i32.add (local.get {local}) (i32.const 1)))")
+        emit(indent, f"    (br_if $step_{label} (i32.lt_s (local.get {local}) (local.get {end})))))")
+
+    def unrolled(self, count: int, addresses: Mapping[Load, str], steps: Mapping[Load, int], sums: list[str],
+                 indent: str) -> None:
+        """``count`` steps of the innermost axis, each load at a constant offset from its address."""
+        for step in range(count):
+            self.vector_step(sums, addresses, {load: 4 * steps[load] * step for load in self.loads}, indent)
+
+    def vector_step(self, sums: list[str], addresses: Mapping[Load, str], offsets: Mapping[Load, int],
+                    indent: str) -> None:
+        """Each sum plus the core at its four positions: loads along the row from their
+        addresses (plus ``offsets`` bytes), the rest (the weight) once for all sums."""
+        shared: dict[ScalarExpr, str] = {}
+        for q, local in enumerate(sums):
+            value = self.core_vector(self.info.core, q, addresses, offsets, shared, {}, indent)
+            self.function.emit(indent, f"(local.set {local} (f32x4.add (local.get {local}) {value}))")
+
+    def core_vector(self, expr: ScalarExpr, q: int, addresses: Mapping[Load, str], offsets: Mapping[Load, int],
+                    shared: dict, memo: dict, indent: str) -> str:
+        """The f32x4 value of the core at the positions of sum ``q`` (lanes 4q .. 4q + 3)."""
+        lane_free = not depends_on(expr, self.lane_axis.name)
+        cache = shared if lane_free else memo
+        if expr in cache:
+            return cache[expr]
+        if isinstance(expr, Load):
+            address, at = f"(local.get {addresses[expr]})", offsets.get(expr, 0)
+            stride = self.strides.get(expr)
+            if stride is None:
+                text = f"(v128.load32_splat offset={at} {address})"
+            elif stride == 1:
+                text = f"(v128.load offset={at + 16 * q} {address})"
+            elif stride == 2:  # elements 0, 2 of the first four and 4, 6 (lanes 1, 3) of the four from 3
+                text = (f"(i8x16.shuffle 0 1 2 3 8 9 10 11 20 21 22 23 28 29 30 31 "
+                        f"(v128.load offset={at + 32 * q} {address}) (v128.load offset={at + 32 * q + 12} {address}))")
+            else:
+                text = f"(f32x4.splat (f32.load offset={at + 16 * stride * q} {address}))"
+                for n in range(1, 4):
+                    text = f"(f32x4.replace_lane {n} {text} (f32.load offset={at + 4 * stride * (4 * q + n)} {address}))"
+        elif isinstance(expr, FloatImm):
+            text = f"(f32x4.splat {literal(expr.value, expr.dtype)})"
+        elif isinstance(expr, Binary):
+            a = self.core_vector(expr.a, q, addresses, offsets, shared, memo, indent)
+            b = self.core_vector(expr.b, q, addresses, offsets, shared, memo, indent)
+            text = VECTOR_BINARY_RENDERINGS[expr.op](a, b)
+        elif isinstance(expr, Unary):
+            text = VECTOR_UNARY_RENDERINGS[expr.op](self.core_vector(expr.a, q, addresses, offsets, shared, memo, indent))
+        else:
+            raise TypeError(f"{self.program.name}: cannot vectorize {type(expr).__name__} along a row")
+        if (lane_free and not isinstance(expr, FloatImm)) or expr in self.repeated_core:  # once for all sums
+            text = self.emitter.set_local(text, "v128", indent, "core")
+        cache[expr] = text
+        return text
+
+    def core_scalar(self, expr: ScalarExpr, lane: int, addresses: Mapping[Load, str], memo: dict, indent: str) -> str:
+        """The f32 value of the core at lane ``lane``, its loads from their addresses."""
+        if expr in memo:
+            return memo[expr]
+        if isinstance(expr, Load):
+            text = f"(f32.load offset={4 * self.strides.get(expr, 0) * lane} (local.get {addresses[expr]}))"
+        elif isinstance(expr, FloatImm):
+            text = literal(expr.value, expr.dtype)
+        elif isinstance(expr, Binary):
+            a, b = (self.core_scalar(side, lane, addresses, memo, indent) for side in (expr.a, expr.b))
+            text = rendering(BINARY_RENDERINGS, expr.op, "f")(a, b)
+        else:
+            assert isinstance(expr, Unary)
+            text = rendering(UNARY_RENDERINGS, expr.op, "f")(self.core_scalar(expr.a, lane, addresses, memo, indent))
+        if expr in self.repeated_core:
+            text = self.emitter.set_local(text, "f32", indent, "lane_value")
+        memo[expr] = text
+        return text
+
+    def guarded_step(self, lane_locals: list[str], sums: list[str], addresses: Mapping[Load, str], indent: str) -> None:
+        """A step at a border.  Where the guards along the row hold at the first and the last
+        lane: the vector step.  Where they hold at one of them: the vector step with the
+        lanes where a guard fails masked to 0 (their loads read a few elements before or
+        past the row, at most :data:`WINDOW_OVERREACH` bytes from a lane that is inside:
+        within the linear memory, whose first 64 KiB are no buffer and which has 64 KiB of
+        slack after the last one; the values are dropped, so garbage and NaN do no harm).
+        Elsewhere each lane's core where its guards hold (its loads at their lane's offset
+        from the addresses), else 0."""
+        emitter, function, emit = self.emitter, self.function, self.function.emit
+
+        def holds(lane: str) -> str:
+            emitter.open_scope()
+            emitter.declare_axis(self.lane_axis, self.width, lane)
+            conditions = [emitter.scalar(guard, indent) for guard in self.along]
+            emitter.close_scope()
+            inside = conditions[0]
+            for condition in conditions[1:]:
+                inside = f"(i32.and {inside} {condition})"
+            return inside
+
+        first, last = (emitter.set_local(holds(lane), "i32", indent, "holds")
+                       for lane in (lane_locals[0], lane_locals[-1]))
+        emit(indent, f"(if (i32.and {first} {last})")
+        emit(indent, "  (then")
+        self.vector_step(sums, addresses, {}, indent + "    ")
+        function.lines[-1] += ")"
+        emit(indent, "  (else")
+        depth = indent + "    "
+        reach = 4 * max(self.strides.values()) * len(lane_locals) + 16
+        if reach <= WINDOW_OVERREACH:
+            emit(depth, f"(if (i32.or {first} {last})")
+            emit(depth, "  (then")
+            self.masked_step(sums, addresses, depth + "    ")
+            function.lines[-1] += ")"
+            emit(depth, "  (else")
+            depth += "    "
+        for q, local in enumerate(sums):
+            values = []
+            for n in range(4 * q, 4 * q + 4):
+                value = function.local("lane_value", "f32")
+                emit(depth, f"(local.set {value} (f32.const 0))")
+                emit(depth, f"(if {holds(lane_locals[n])}")
+                emit(depth, "  (then")
+                core = self.core_scalar(self.info.core, n, addresses, {}, depth + "    ")
+                emit(depth, f"    (local.set {value} {core})))")
+                values.append(f"(local.get {value})")
+            vector = f"(f32x4.splat {values[0]})"
+            for n in range(1, 4):
+                vector = f"(f32x4.replace_lane {n} {vector} {values[n]})"
+            emit(depth, f"(local.set {local} (f32x4.add (local.get {local}) {vector}))")
+        if reach <= WINDOW_OVERREACH:
+            function.lines[-1] += "))"
+        function.lines[-1] += "))"
+
+    def masked_step(self, sums: list[str], addresses: Mapping[Load, str], indent: str) -> None:
+        """Each sum plus the core at its four positions, and-ed with the lanes where every
+        guard along the row holds: a guard ``a op b`` is ``a - b op 0``, and ``a - b`` moves
+        by a constant per lane (an i32x4 compare of its four values)."""
+        emitter, emit = self.emitter, self.function.emit
+        differences = []
+        for guard in self.along:
+            difference = simplify(guard.a.value - guard.b.value)
+            per_lane = as_int(simplify(substitute(difference, {self.lane_axis.name: self.lane_axis + 1}) - difference))
+            value = emitter.set_local(emitter.index(difference), "i32", indent, "difference")
+            differences.append((guard.op, emitter.set_local(f"(i32x4.splat {value})", "v128", indent, "differences"),
+                                per_lane))
+        shared: dict[ScalarExpr, str] = {}
+        for q, local in enumerate(sums):
+            mask = None
+            for op, splat, per_lane in differences:
+                lanes = " ".join(str(per_lane * n) for n in range(4 * q, 4 * q + 4))
+                test = (f"(i32x4.{op.value}_s (i32x4.add {splat} (v128.const i32x4 {lanes})) "
+                        f"(v128.const i32x4 0 0 0 0))")
+                mask = test if mask is None else f"(v128.and {mask} {test})"
+            value = self.core_vector(self.info.core, q, addresses, {}, shared, {}, indent)
+            emit(indent, f"(local.set {local} (f32x4.add (local.get {local}) (v128.and {value} {mask})))")
+
+
+def _epilogue_loads(expr: ScalarExpr, reduction: Reduce) -> list[Load]:
+    """The loads of ``expr`` outside ``reduction``."""
+    if expr == reduction:
+        return []
+    if isinstance(expr, Load):
+        return [expr]
+    return [load for child in scalar_children(expr) for load in _epilogue_loads(child, reduction)]

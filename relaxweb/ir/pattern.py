@@ -16,17 +16,21 @@ Fusion and scheduling decide from these patterns, never from an op's name:
     opaque        a hand-written library kernel: never fused
 
 :func:`analyze_matmul` also returns the split (:class:`MatmulInfo`), which the tiled schedule
-uses.  The order of the list is also the order of "how much a program constrains fusion".
+uses.  :func:`analyze_window` finds, among the other reductions, those that slide along the
+output's last axis (a depthwise convolution: :class:`WindowInfo`), which the WebAssembly
+backend runs four output positions at a time.  The order of the list is also the order of
+"how much a program constrains fusion".
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .symbolic import IntImm, PrimExpr, SizeVar, free_vars, simplify
+from .symbolic import IntImm, PrimExpr, SizeVar, as_int, free_vars, simplify, substitute
 from .tir import (
-    Binary, BinaryOp, FloatImm, Gather, Load, NamedEnum, Reduce, ReduceCombiner, ScalarExpr, Select, TensorProgram,
-    contains_reduce, index_exprs, index_var_names, scalar_children, scalar_dtype, scalar_nodes,
+    Binary, BinaryOp, Compare, CompareOp, FloatImm, Gather, IndexValue, Load, NamedEnum, Reduce, ReduceCombiner,
+    ScalarExpr, Select, TensorProgram, Unary, contains_reduce, index_exprs, index_var_names, scalar_children,
+    scalar_dtype, scalar_nodes,
 )
 
 
@@ -167,3 +171,122 @@ def _is_broadcast(load: Load, axes: list[str]) -> bool:
             return False
         positions.append(axes.index(index.name))
     return positions == sorted(set(positions))
+
+
+# -- sliding windows along the output's last axis ------------------------------------------------
+
+_ORDERINGS = (CompareOp.LT, CompareOp.LE, CompareOp.GT, CompareOp.GE)
+
+
+@dataclass(frozen=True)
+class WindowInfo:
+    """The split of a reduction ``out[..., x] = epilogue(sum(k...: select(g1, ... core, 0)))``
+    that slides along the output's last axis ``x`` (a depthwise or grouped convolution,
+    which :func:`analyze_matmul` refuses: its input and weight share the channel axis).
+
+    ``reduction`` is the outermost sum as it appears in the body; ``reduce_axes`` and
+    ``reduce_extents`` its nested sums' axes, outermost first; ``guards`` the zero guards
+    around the ``core`` (a padded input's bounds tests), outermost first.  Every load of
+    the core that reads ``x`` reads it only in its last index, as ``stride * x`` plus a
+    part free of ``x`` (``strides`` gives each such load's stride, >= 1); the others read
+    one element for the whole row.  Each guard compares index values that move by a
+    constant per step of ``x`` and of each reduction axis, so it holds over a box of
+    steps and lanes when it holds at the box's corners.
+    """
+
+    reduction: Reduce
+    reduce_axes: tuple[SizeVar, ...]
+    reduce_extents: tuple[PrimExpr, ...]
+    guards: tuple[ScalarExpr, ...]
+    core: ScalarExpr
+    strides: tuple[tuple[Load, int], ...]
+
+
+def analyze_window(program: TensorProgram) -> WindowInfo | None:
+    """The sliding-window split of a float32 program (:class:`WindowInfo`), or None: one
+    distinct top-level reduction (it may occur more than once: a hard-swish reads it twice),
+    nested sums over extents free of index variables, zero guards of the form above, a core
+    of float32 loads, constants, unary and binary ops that reads ``x`` in at least one load,
+    and an epilogue (the body around the reduction) of the same kinds of nodes whose loads
+    read ``x`` contiguously (``x`` plus a part free of it, in the last index) or not at all.
+    The output's last extent must not be a constant below 4 (no four lanes to run)."""
+    if not program.axes or program.output.dtype != "float32" or not contains_reduce(program.body):
+        return None
+    lane = program.axes[-1]
+    width = simplify(program.output.shape[-1])
+    if isinstance(width, IntImm) and width.value < 4:
+        return None
+    reductions = top_level_reductions(program.body)
+    if len(set(reductions)) != 1 or _under_select(program.body, reductions[0]):
+        return None
+    reduction = reductions[0]
+    axes, extents, core = [], [], reduction
+    while isinstance(core, Reduce):
+        if core.combiner is not ReduceCombiner.SUM:
+            return None
+        axes.append(core.axis)
+        extents.append(core.extent)
+        core = core.body
+    index_names = index_var_names(program)
+    if any(var.name in index_names for extent in extents for var in free_vars(extent)):
+        return None  # a non-rectangular reduction
+    guards = []
+    while isinstance(core, Select) and isinstance(core.b, FloatImm) and core.b.value == 0:
+        guards.append(core.condition)
+        core = core.a
+    moving = [lane, *axes]
+    for guard in guards:
+        if not (isinstance(guard, Compare) and guard.op in _ORDERINGS and isinstance(guard.a, IndexValue)
+                and isinstance(guard.b, IndexValue)):
+            return None
+        for side in (guard.a.value, guard.b.value):
+            if any(_step(side, axis) is None for axis in moving):
+                return None
+    strides = []
+    for node in scalar_nodes(core):
+        if node.dtype != "float32" or not isinstance(node, (Load, FloatImm, Binary, Unary)):
+            return None
+        if isinstance(node, Load) and _reads(node, lane):
+            stride = _lane_stride(node, lane)
+            if stride is None or stride < 1:
+                return None
+            if node not in dict(strides):
+                strides.append((node, stride))
+    if not strides:
+        return None
+    for node in _epilogue_nodes(program.body, reduction):
+        if node.dtype != "float32" or not isinstance(node, (Load, FloatImm, Binary, Unary)):
+            return None
+        if isinstance(node, Load) and _reads(node, lane) and _lane_stride(node, lane) != 1:
+            return None
+    return WindowInfo(reduction, tuple(axes), tuple(extents), tuple(guards), core, tuple(strides))
+
+
+def _epilogue_nodes(expr: ScalarExpr, reduction: Reduce):
+    """The nodes of ``expr`` outside ``reduction``."""
+    if expr == reduction:
+        return
+    yield expr
+    for child in scalar_children(expr):
+        yield from _epilogue_nodes(child, reduction)
+
+
+def _step(expr: PrimExpr, axis: SizeVar) -> int | None:
+    """How much ``expr`` moves per step of ``axis``, when that is a constant."""
+    return as_int(simplify(substitute(expr, {axis.name: axis + 1}) - expr))
+
+
+def _reads(load: Load, axis: SizeVar) -> bool:
+    return any(axis.name in {v.name for v in free_vars(index)} for index in load.indices)
+
+
+def _lane_stride(load: Load, axis: SizeVar) -> int | None:
+    """The constant stride at which ``load`` reads ``axis`` in its last index (and nowhere
+    else), the rest of that index free of it; None otherwise."""
+    *others, last = load.indices
+    if any(axis.name in {v.name for v in free_vars(index)} for index in others):
+        return None
+    stride = _step(last, axis)
+    if stride is None or axis.name in {v.name for v in free_vars(simplify(last - axis * stride))}:
+        return None
+    return stride
