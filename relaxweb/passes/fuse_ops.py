@@ -97,37 +97,60 @@ class _Fuser(ExprMutator):
     def fuse(self, bindings: list) -> list:
         """The bindings of one block, merged.
 
-        Forward sweeps until nothing merges (epilogues merge before prologues).  A merge
+        Forward sweeps until nothing merges, in two phases: first every merge but an
+        elementwise producer into a reducing consumer, then those too (epilogues merge
+        before prologues).  A merge
         removes the producer and rewrites its consumers in place, so the block is kept as
         slots (None once removed) with each variable's consumers indexed: a merge costs
         the size of the programs it merges, never a scan of the block.  An attempt that
         failed is not repeated while its producer and consumers are the same bindings (the
         answer depends on nothing else)."""
         block = _Block(bindings)
-        failed: dict[int, tuple] = {}  # id(producer) -> (producer, its consumers) that did not merge
-        changed = True
-        while changed:
-            changed = False
-            for position, producer in enumerate(block.slots):
-                if producer is None:
-                    continue
-                consumers = block.consumers(producer)
-                attempt = (producer, tuple(block.slots[i] for i in consumers))
-                previous = failed.get(id(producer))
-                if previous is not None and _same_bindings(previous, attempt):
-                    continue
-                fused_calls = self.try_merge(producer, consumers, block)
-                if fused_calls is None:
-                    failed[id(producer)] = attempt
-                    continue
-                block.remove(position)
-                for i, call in fused_calls.items():
-                    block.replace_value(i, call)
-                changed = True
+        for prologues in (False, True):
+            failed: dict[int, tuple] = {}  # id(producer) -> (producer, its consumers) that did not merge
+            changed = True
+            while changed:
+                changed = False
+                for position, producer in enumerate(block.slots):
+                    if producer is None:
+                        continue
+                    consumers = block.consumers(producer)
+                    attempt = (producer, tuple(block.slots[i] for i in consumers))
+                    previous = failed.get(id(producer))
+                    if previous is not None and _same_bindings(previous, attempt):
+                        continue
+                    fused_calls = self.try_merge(producer, consumers, block, prologues)
+                    if fused_calls is None:
+                        failed[id(producer)] = attempt
+                        continue
+                    self._count_uses(producer, [block.slots[i].value for i in fused_calls], fused_calls.values())
+                    block.remove(position)
+                    for i, call in fused_calls.items():
+                        block.replace_value(i, call)
+                    changed = True
         return block.bindings()
 
-    def try_merge(self, producer: object, consumers: list[int], block: _Block) -> dict[int, CallTIR] | None:
-        """The new call of each consumer (by slot) with ``producer`` merged in, or None."""
+    def _count_uses(self, producer: VarBinding, old_calls: list, new_calls) -> None:
+        """Keep :attr:`uses` true after a merge: the consumers' new calls read the producer's
+        arguments instead of its result (a tensor both read is passed once), so a variable
+        read twice before may be read once now (a convolution read by a SiLU's sigmoid and
+        multiply, and then by the one merged program: its epilogue can merge)."""
+        for call in (producer.value, *old_calls):
+            for var in _arg_vars(call):
+                self.uses[var] = self.uses.get(var, 0) - 1
+        for call in new_calls:
+            for var in _arg_vars(call):
+                self.uses[var] = self.uses.get(var, 0) + 1
+
+    def try_merge(self, producer: object, consumers: list[int], block: _Block,
+                  prologues: bool = True) -> dict[int, CallTIR] | None:
+        """The new call of each consumer (by slot) with ``producer`` merged in, or None.
+
+        Without ``prologues`` (the first phase of :meth:`fuse`), an elementwise producer
+        does not merge into a consumer with reductions yet: its own chain completes first
+        and merges as the epilogue of the reduction before it (a convolution's SiLU, a
+        matmul's GELU: computed once per element, not once per use in the next kernel's
+        tiles or, for a 3x3 convolution, once per kernel tap)."""
         if not (isinstance(producer, VarBinding) and self._is_program_call(producer.value)):
             return None
         var = producer.var
@@ -136,6 +159,9 @@ class _Fuser(ExprMutator):
         if not all(self._is_program_call(block.slots[i].value) for i in consumers):
             return None
         reduces = self.pattern(producer.value.program) in (Pattern.REDUCTION, Pattern.MATMUL)
+        if not prologues and not reduces and any(
+                self.pattern(block.slots[i].value.program) in (Pattern.REDUCTION, Pattern.MATMUL) for i in consumers):
+            return None
         if reduces and len(consumers) != 1:
             return None
         fused_calls = {}
