@@ -598,6 +598,22 @@ def test_gather_falls_back_where_the_distances_are_not_constant(monkeypatch) -> 
     assert check_module(model, {"x": rand(40, 13), "w": rand(19, 13, seed=1)}, monkeypatch) >= 1
 
 
+@pytest.mark.parametrize("residual_shape, vector", [((1, 40, 6, 7), True), ((1, 40, 1, 7), False)])
+def test_convolution_epilogue_four_positions_at_a_time(residual_shape, vector: bool, monkeypatch) -> None:
+    """A 1x1 convolution (its output positions [H, W] the columns) with a bias, a residual
+    add and ReLU: the epilogue four flat positions at a time (42 per channel: quads across
+    a row's end of 7, one by one past the last whole quad of a block), the residual one
+    ``v128.load``; a residual broadcast along H is not contiguous in the flat position, so
+    that epilogue runs element by element."""
+    model = make_model([helper.make_node("Conv", ["x", "w", "b"], ["c"]), helper.make_node("Add", ["c", "r"], ["s"]),
+                        helper.make_node("Relu", ["s"], ["y"])],
+                       [("x", TensorProto.FLOAT, [1, 12, 6, 7]), ("r", TensorProto.FLOAT, list(residual_shape))], ["y"],
+                       {"w": rand(40, 12, 1, 1, seed=1), "b": rand(40, seed=2)})
+    [program] = [p for p in compile_model(model).programs.values() if "$pack_panels" in render_program(p)]
+    assert ("$yq" in render_program(program)) == vector
+    assert check_module(model, {"x": rand(1, 12, 6, 7), "r": rand(*residual_shape, seed=4)}, monkeypatch) >= 1
+
+
 def units_of(program: TensorProgram, size_vars: dict[str, int]) -> int:
     """What the program's ``$units`` returns for these sizes."""
     engine = wasmtime.Engine()

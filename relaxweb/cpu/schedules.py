@@ -1019,12 +1019,14 @@ def _panel_outputs(emitter: Emitter, info: MatmulInfo, program: TensorProgram, r
         emit(body, "  (then")
         quad = body + "    "
         emitter.open_scope()
-        emitter.declare_axis(column_axes[0], column_extents[0], column)
+        for axis, extent, local in zip(column_axes, column_extents,
+                                       unflatten_into(emitter, column_extents, f"(local.get {column})", "yq", quad)):
+            emitter.declare_axis(axis, extent, local)
         offset = emitter.index(flat_offset(program.output, tuple(program.axes)))
         address = emitter.set_local(emitter.address(program.output.name, offset), "i32", quad, "address")
         splats = {info.reduction: f"(v128.load {sum_at})"}
         for node in epilogue_nodes(info, program.body):
-            if isinstance(node, Load) and not reads(node, column_axes[0]) and node not in splats:
+            if isinstance(node, Load) and not any(reads(node, axis) for axis in column_axes) and node not in splats:
                 splats[node] = emitter.set_local(f"(f32x4.splat {emitter.scalar(node, quad)})", "v128", quad, "splat")
         emit(quad, f"(v128.store {address} {emitter.vector_value(program.body, splats, {}, quad)})")
         emitter.close_scope()
@@ -1065,22 +1067,25 @@ def epilogue_nodes(info: MatmulInfo, body: ScalarExpr) -> list[ScalarExpr]:
 
 def vector_epilogue(info: MatmulInfo, program: TensorProgram) -> bool:
     """Whether :func:`_panel_outputs` may apply the epilogue to four columns at once: a
-    float32 output whose only column axis is its last (four columns are four consecutive
-    elements), and an epilogue of f32x4-able ops (``VECTOR_*_RENDERINGS``: a bias, a
-    residual add, ReLU as a maximum, SiLU's sigmoid) whose loads read the column axis as
-    their last index plus an offset free of it (one ``v128.load``) or not at all (a splat).
-    With K = 64 (a ResNet 1x1 convolution) the element-by-element epilogue took 30% of the
-    kernel."""
-    if info.columns != (len(program.axes) - 1,) or program.output.dtype != "float32":
+    float32 output whose column axes are its last ones, in order (four consecutive flat
+    columns are four consecutive elements: a convolution's output positions [H, W] too),
+    and an epilogue of f32x4-able ops (``VECTOR_*_RENDERINGS``: a bias, a residual add,
+    ReLU as a maximum, SiLU's sigmoid) whose loads read the column axes as the output does
+    (:func:`along_columns`: one ``v128.load``) or not at all (a splat).  With K = 64 (a
+    ResNet 1x1 convolution, 64 -> 256 at 56 x 56) the element-by-element epilogue took 30%
+    of the kernel."""
+    count = len(info.columns)
+    if info.columns != tuple(range(len(program.axes) - count, len(program.axes))) or program.output.dtype != "float32":
         return False
-    axis = program.axes[-1]
+    axes = program.axes[-count:]
+    extents = program.output.shape[-count:]
     for node in epilogue_nodes(info, program.body):
         if node == info.reduction:
             continue
         if node.dtype != "float32":
             return False
         if isinstance(node, Load):
-            if reads(node, axis) and not along_last(node, axis):
+            if any(reads(node, axis) for axis in axes) and not along_columns(node, axes, extents):
                 return False
         elif isinstance(node, Binary):
             if node.op not in VECTOR_BINARY_RENDERINGS:
@@ -1136,6 +1141,22 @@ def padded_interior(factor: ScalarExpr, axis: SizeVar) -> tuple[list[ScalarExpr]
 def reads(load: Load, axis: SizeVar) -> bool:
     """Whether ``load``'s indices use ``axis``."""
     return any(axis.name in {v.name for v in free_vars(index)} for index in load.indices)
+
+
+def along_columns(load: Load, axes, extents) -> bool:
+    """Whether ``load`` reads the flat index over ``axes`` (row-major, of ``extents``)
+    contiguously: one more of axis ``j`` moves it by the product of the later extents, by
+    a distance free of the axes (four consecutive flat indices: one ``v128.load``)."""
+    base = flat_offset(load.buffer, load.indices)
+    names = {axis.name for axis in axes}
+    stride = IntImm(1)
+    for axis, extent in reversed(list(zip(axes, extents))):
+        moved = tuple(substitute(index, {axis.name: axis + 1}) for index in load.indices)
+        distance = simplify(flat_offset(load.buffer, moved) - base)
+        if names & {v.name for v in free_vars(distance)} or simplify(distance - stride) != IntImm(0):
+            return False
+        stride = simplify(stride * extent)
+    return True
 
 
 def along_last(load: Load, axis: SizeVar) -> bool:
