@@ -684,6 +684,50 @@ def test_window_of_a_sum_over_rows(monkeypatch) -> None:
     assert not window_programs(depthwise(2, 3, 1, 1, (1, 2, 5, 3)))
 
 
+@pytest.mark.parametrize("kernel, channels, width", [(3, 20, 9), (3, 16, 8), (5, 24, 5)])
+def test_convolution_weight_gathered_a_step_at_a_time(kernel: int, channels: int, width: int, monkeypatch) -> None:
+    """A convolution's weight [O, C, kh, kw] (its reduction contiguous, the output channels
+    a constant distance apart) gathered into the panel a reduction step at a time for a whole
+    column block of 8 channels ($gather), packed element by element at the edge (20
+    channels: 8, 8, then 4); 49 and 45 output positions (first-factor panels packed as strips
+    of 4 rows, the last strip and panel partial)."""
+    model = make_model([helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[kernel // 2] * 4),
+                        helper.make_node("Relu", ["c"], ["y"])],
+                       [("x", TensorProto.FLOAT, [1, 6, 7, width])], ["y"],
+                       {"w": rand(channels, 6, kernel, kernel, seed=1), "b": rand(channels, seed=2)})
+    [program] = [p for p in compile_model(model).programs.values() if "$pack_panels" in render_program(p)]
+    assert "$gather" in render_program(program)
+    assert check_module(model, {"x": rand(1, 6, 7, width)}, monkeypatch) >= 1
+
+
+def test_gather_falls_back_where_the_distances_are_not_constant(monkeypatch) -> None:
+    """A matmul of a transposed second factor of symbolic row length (its columns ``k``
+    elements apart): no constant distances, so no gather; every block packed element by
+    element."""
+    model = make_model([helper.make_node("Transpose", ["w"], ["t"], perm=[1, 0]),
+                        helper.make_node("MatMul", ["x", "t"], ["y"])],
+                       [("x", TensorProto.FLOAT, [40, "k"]), ("w", TensorProto.FLOAT, [19, "k"])], ["y"])
+    [program] = [p for p in compile_model(model).programs.values() if "$pack_panels" in render_program(p)]
+    assert "$gather" not in render_program(program)
+    assert check_module(model, {"x": rand(40, 13), "w": rand(19, 13, seed=1)}, monkeypatch) >= 1
+
+
+@pytest.mark.parametrize("residual_shape, vector", [((1, 40, 6, 7), True), ((1, 40, 1, 7), False)])
+def test_convolution_epilogue_four_positions_at_a_time(residual_shape, vector: bool, monkeypatch) -> None:
+    """A 1x1 convolution (its output positions [H, W] the columns) with a bias, a residual
+    add and ReLU: the epilogue four flat positions at a time (42 per channel: quads across
+    a row's end of 7, one by one past the last whole quad of a block), the residual one
+    ``v128.load``; a residual broadcast along H is not contiguous in the flat position, so
+    that epilogue runs element by element."""
+    model = make_model([helper.make_node("Conv", ["x", "w", "b"], ["c"]), helper.make_node("Add", ["c", "r"], ["s"]),
+                        helper.make_node("Relu", ["s"], ["y"])],
+                       [("x", TensorProto.FLOAT, [1, 12, 6, 7]), ("r", TensorProto.FLOAT, list(residual_shape))], ["y"],
+                       {"w": rand(40, 12, 1, 1, seed=1), "b": rand(40, seed=2)})
+    [program] = [p for p in compile_model(model).programs.values() if "$pack_panels" in render_program(p)]
+    assert ("$yq" in render_program(program)) == vector
+    assert check_module(model, {"x": rand(1, 12, 6, 7), "r": rand(*residual_shape, seed=4)}, monkeypatch) >= 1
+
+
 def units_of(program: TensorProgram, size_vars: dict[str, int]) -> int:
     """What the program's ``$units`` returns for these sizes."""
     engine = wasmtime.Engine()

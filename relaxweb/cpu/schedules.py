@@ -571,15 +571,46 @@ def _for_each_step(emitter: Emitter, axes, extents, indent: str, step: Callable[
         depth = depth[:-4]
 
 
+@dataclasses.dataclass(frozen=True)
+class PackLayout:
+    """Where :func:`_pack` writes lane ``l`` of reduction step ``k`` of a panel at ``base``.
+
+    Interleaved (``strip`` None): at ``base + 4 * (k * lanes + l)``, a step's lanes side by
+    side (the second factor's [K x PANEL_COLUMNS] panel: one micro-kernel reads all of them).
+    In strips (``strip``: an i32 WAT value, the bytes of one strip, ``16 * depth``): lanes
+    ``4s .. 4s + 3`` form strip ``s``, ``[K x 4]`` at ``base + s * strip``, so lane ``l`` of
+    step ``k`` at ``base + (l // 4) * strip + 16 * k + 4 * (l % 4)``: the micro-kernel of
+    those four rows reads 16 contiguous bytes a step (interleaved, it read 16 of every
+    ``4 * lanes``, which a deep reduction does not keep in L1).  Four lanes from a multiple
+    of 4 are 16 contiguous bytes of a step in both."""
+
+    lanes: int
+    strip: str | None = None
+
+    @property
+    def step(self) -> int:
+        """The bytes between a lane's consecutive reduction steps."""
+        return 16 if self.strip is not None else 4 * self.lanes
+
+    def lane_address(self, base: str, lane: str) -> str:
+        """The i32 WAT address of step 0 of lane ``lane`` (an i32 WAT value)."""
+        if self.strip is None:
+            return f"(i32.add {base} (i32.shl {lane} (i32.const 2)))"
+        return (f"(i32.add {base} (i32.add (i32.mul (i32.shr_u {lane} (i32.const 2)) {self.strip}) "
+                f"(i32.shl (i32.and {lane} (i32.const 3)) (i32.const 2))))")
+
+
 def _pack(emitter: Emitter, info: MatmulInfo, factor: ScalarExpr, axes, extents, first: str, count: str, lanes: int,
-          base: str, indent: str) -> None:
+          base: str, indent: str, strip: str | None = None) -> None:
     """Statements writing ``factor`` at every reduction step for the ``lanes`` consecutive
     flat indices from ``first`` over ``axes`` that are below ``count`` (the others' lanes are
     left as they are: only sums that are never stored read them), each element evaluated
-    once: lane ``l`` of step ``k`` at ``base + 4 * (k * lanes + l)``.  A factor that reads
+    once: lane ``l`` of step ``k`` where :class:`PackLayout` ``(lanes, strip)`` says
+    (``base + 4 * (k * lanes + l)`` without ``strip``).  A factor that reads
     along the innermost reduction axis contiguously (``relaxweb/cpu/emit.vector_reduction``:
     a fused GELU or layer norm of a matmul's input) is evaluated four steps at a time."""
     function, emit = emitter.function, emitter.function.emit
+    layout = PackLayout(lanes, strip)
     lane, position, address = (function.local(name, "i32") for name in ("lane", "position", "address"))
     label = lane[1:]
     emit(indent, f"(local.set {lane} (i32.const 0))")
@@ -590,9 +621,9 @@ def _pack(emitter: Emitter, info: MatmulInfo, factor: ScalarExpr, axes, extents,
     short = as_int(simplify(step_extent)) is not None and as_int(simplify(step_extent)) < 4
     interior = padded_interior(factor, axes[-1]) if (invariants is None or short) and axes else None
     if interior is not None:
-        _pack_interior(emitter, info, factor, interior, axes, extents, first, count, lanes, base, lane, address, indent)
+        _pack_interior(emitter, info, factor, interior, axes, extents, first, count, layout, base, lane, address, indent)
     elif invariants is None and hoisted:
-        _pack_groups(emitter, info, factor, hoisted, axes, extents, first, count, lanes, base, lane, address, indent)
+        _pack_groups(emitter, info, factor, hoisted, axes, extents, first, count, layout, base, lane, address, indent)
     emit(indent, f"(block $packed_{label}")
     emit(indent, f"  (loop $pack_{label}")
     inner = indent + "    "
@@ -603,17 +634,17 @@ def _pack(emitter: Emitter, info: MatmulInfo, factor: ScalarExpr, axes, extents,
     for axis, extent, local in zip(axes, extents, unflatten_into(emitter, extents, f"(local.get {position})",
                                                                f"{label}_", inner)):
         emitter.declare_axis(axis, extent, local)
-    emit(inner, f"(local.set {address} (i32.add {base} (i32.shl (local.get {lane}) (i32.const 2))))")
+    emit(inner, f"(local.set {address} {layout.lane_address(base, f'(local.get {lane})')})")
 
     def step(depth: str) -> None:
         emit(depth, f"(f32.store (local.get {address}) {emitter.scalar(factor, depth)})")
-        emit(depth, f"(local.set {address} (i32.add (local.get {address}) (i32.const {4 * lanes})))")
+        emit(depth, f"(local.set {address} (i32.add (local.get {address}) (i32.const {layout.step})))")
 
     if invariants is None or interior is not None:
         _for_each_step(emitter, info.reduce_axes, info.reduce_extents, inner, step)
     else:
         _for_each_step(emitter, info.reduce_axes[:-1], info.reduce_extents[:-1], inner,
-                       lambda depth: _vector_steps(emitter, factor, invariants, step_axis, step_extent, address, lanes, step,
+                       lambda depth: _vector_steps(emitter, factor, invariants, step_axis, step_extent, address, layout, step,
                                                    depth))
     emitter.close_scope()
     emit(inner, f"(local.set {lane} (i32.add (local.get {lane}) (i32.const 1)))")
@@ -653,13 +684,13 @@ def lane_math(expr: ScalarExpr) -> list[tuple[Unary, ScalarExpr]]:
 
 
 def _pack_groups(emitter: Emitter, info: MatmulInfo, factor: ScalarExpr, hoisted, axes, extents, first: str,
-                 count: str, lanes: int, base: str, lane: str, address: str, indent: str) -> None:
+                 count: str, layout: PackLayout, base: str, lane: str, address: str, indent: str) -> None:
     """:func:`_pack` four lanes at a time while four lanes remain below ``count``: at each
     step, the guarded arguments of the ``hoisted`` math calls (:func:`lane_math`) lane by
     lane, each call once as f32x4, then the factor lane by lane with the calls' lanes known,
     stored as one f32x4.  Leaves ``lane`` at the first lane not packed."""
     emit = emitter.function.emit
-    label = lane[1:]
+    label, lanes = lane[1:], layout.lanes
     emit(indent, f"(block $grouped_{label}")
     emit(indent, f"  (loop $group_{label}")
     inner = indent + "    "
@@ -667,7 +698,7 @@ def _pack_groups(emitter: Emitter, info: MatmulInfo, factor: ScalarExpr, hoisted
     emit(inner, f"(br_if $grouped_{label} (i32.gt_u (i32.add (i32.add {first} (local.get {lane})) (i32.const 4)) {count}))")
     lane_axes = [unflatten_into(emitter, extents, f"(i32.add (i32.add {first} (local.get {lane})) (i32.const {n}))",
                                 f"{label}_{n}_", inner) for n in range(4)]
-    emit(inner, f"(local.set {address} (i32.add {base} (i32.shl (local.get {lane}) (i32.const 2))))")
+    emit(inner, f"(local.set {address} {layout.lane_address(base, f'(local.get {lane})')})")
 
     def in_lane(n: int) -> None:
         emitter.open_scope()
@@ -697,7 +728,7 @@ def _pack_groups(emitter: Emitter, info: MatmulInfo, factor: ScalarExpr, hoisted
         for n in range(1, 4):
             vector = f"(f32x4.replace_lane {n} {vector} {values[n]})"
         emit(depth, f"(v128.store (local.get {address}) {vector})")
-        emit(depth, f"(local.set {address} (i32.add (local.get {address}) (i32.const {4 * lanes})))")
+        emit(depth, f"(local.set {address} (i32.add (local.get {address}) (i32.const {layout.step})))")
 
     _for_each_step(emitter, info.reduce_axes, info.reduce_extents, inner, step)
     emit(inner, f"(local.set {lane} (i32.add (local.get {lane}) (i32.const 4)))")
@@ -705,9 +736,9 @@ def _pack_groups(emitter: Emitter, info: MatmulInfo, factor: ScalarExpr, hoisted
 
 
 def _vector_steps(emitter: Emitter, factor: ScalarExpr, invariants: list[ScalarExpr], axis: SizeVar, extent: PrimExpr,
-                  address: str, lanes: int, step: Callable[[str], None], indent: str) -> None:
+                  address: str, layout: PackLayout, step: Callable[[str], None], indent: str) -> None:
     """The innermost reduction axis's steps of :func:`_pack`: four at a time (one f32x4 of
-    the factor, its lanes stored ``4 * lanes`` bytes apart) while four remain, then ``step``
+    the factor, its lanes stored ``layout.step`` bytes apart) while four remain, then ``step``
     one at a time; the parts of the factor that do not depend on the axis computed once."""
     function, emit = emitter.function, emitter.function.emit
     splats = {}
@@ -727,8 +758,8 @@ def _vector_steps(emitter: Emitter, factor: ScalarExpr, invariants: list[ScalarE
     vector = emitter.set_local(emitter.vector_value(factor, splats, {}, inner), "v128", inner, "vector")
     emitter.close_scope()
     for position in range(4):
-        emit(inner, f"(v128.store32_lane offset={16 * lanes * position // 4} {position} (local.get {address}) {vector})")
-    emit(inner, f"(local.set {address} (i32.add (local.get {address}) (i32.const {16 * lanes})))")
+        emit(inner, f"(v128.store32_lane offset={layout.step * position} {position} (local.get {address}) {vector})")
+    emit(inner, f"(local.set {address} (i32.add (local.get {address}) (i32.const {4 * layout.step})))")
     emit(inner, f"(local.set {local} (i32.add (local.get {local}) (i32.const 4)))")
     emit(inner, f"(br $vector_{label})))")
     emit(indent, f"(block $steps_{label}")
@@ -754,6 +785,10 @@ def direct_columns(info: MatmulInfo, program: TensorProgram) -> PrimExpr | None:
     if {v.name for v in free_vars(distance)} & {v.name for v in (*program.axes, axis)}:
         return None
     return distance
+
+
+# the bytes of one strip of MICRO_ROWS rows of a first-factor panel ([K x MICRO_ROWS], PackLayout)
+STRIP_BYTES = f"(i32.shl (local.get $depth) (i32.const {(4 * MICRO_ROWS).bit_length() - 1}))"
 
 
 def _packed_unit(emitter: Emitter, info: MatmulInfo, program: TensorProgram, row_axes, row_extents, column_axes,
@@ -787,8 +822,9 @@ def _packed_unit(emitter: Emitter, info: MatmulInfo, program: TensorProgram, row
 
     each_panel(indent, "pack_panels", lambda at: _pack(emitter, info, info.a, row_axes, row_extents,
                                                         f"(local.get {panel_row0})", rows, PANEL_ROWS,
-                                                        f"(local.get {panel_a})", at))
+                                                        f"(local.get {panel_a})", at, strip=STRIP_BYTES))
     distance = direct_columns(info, program)
+    strides = None if distance is not None else gathered_columns(info, program)
     b_address, b_step = function.named_local("b_address", "i32"), function.named_local("b_step", "i32")
     emit(indent, f"(local.set {column0} (i32.const 0))")
     emit(indent, "(block $no_columns")
@@ -811,9 +847,24 @@ def _packed_unit(emitter: Emitter, info: MatmulInfo, program: TensorProgram, row
         function.lines[-1] += ")"
         emit(inner, "  (else")
         pack_indent = inner + "    "
+    elif strides is not None:  # a whole block gathered a step at a time, one at the edge packed
+        emit(inner, f"(if (i32.le_u (i32.add (local.get {column0}) (i32.const {PANEL_COLUMNS})) {columns})")
+        emit(inner, "  (then")
+        emitter.open_scope()
+        for axis, extent, local in zip(column_axes, column_extents, unflatten_into(
+                emitter, column_extents, f"(local.get {column0})", "xd", inner + "    ")):
+            emitter.declare_axis(axis, extent, local)
+        first_step = tuple(substitute(index, {axis.name: IntImm(0) for axis in info.reduce_axes})
+                           for index in info.b.indices)
+        emit(inner, f"    (local.set {b_address} {emitter.element_address(info.b.buffer, first_step)})")
+        emitter.close_scope()
+        _gather_columns(function, b_address, strides, panel_b, inner + "    ")
+        function.lines[-1] += ")"
+        emit(inner, "  (else")
+        pack_indent = inner + "    "
     _pack(emitter, info, info.b, column_axes, column_extents, f"(local.get {column0})", columns, PANEL_COLUMNS,
           panel_b, pack_indent)
-    if distance is not None:
+    if distance is not None or strides is not None:
         function.lines[-1] += "))"
 
     def run_panel(at: str) -> None:
@@ -824,6 +875,53 @@ def _packed_unit(emitter: Emitter, info: MatmulInfo, program: TensorProgram, row
     each_panel(inner, "panels", run_panel)
     emit(inner, f"(local.set {column0} (i32.add (local.get {column0}) (i32.const {PANEL_COLUMNS})))")
     emit(inner, f"(br_if $columns (i32.lt_u (local.get {column0}) {columns}))))")
+
+
+def gathered_columns(info: MatmulInfo, program: TensorProgram) -> list[int] | None:
+    """For a second factor that :func:`_packed_unit` can gather a reduction step at a time:
+    a float32 plain load, one column axis, each of a block's :data:`PANEL_COLUMNS` columns a
+    constant number of elements past the first (:func:`column_strides`: a convolution's
+    weight ``[O, C, kh, kw]``, a transposed weight), and the reduction axes flattened
+    (outermost first) contiguous in it, one element per step.  Those distances; None
+    otherwise."""
+    strides = column_strides(info, program)
+    if strides is None or info.b.buffer.dtype != "float32" or len(strides) < PANEL_COLUMNS:
+        return None
+    base = flat_offset(info.b.buffer, info.b.indices)
+    inner = IntImm(1)
+    for axis, extent in reversed(list(zip(info.reduce_axes, info.reduce_extents))):
+        moved = tuple(substitute(index, {axis.name: axis + 1}) for index in info.b.indices)
+        if simplify(flat_offset(info.b.buffer, moved) - base - inner) != IntImm(0):
+            return None
+        inner = simplify(inner * extent)
+    return strides[:PANEL_COLUMNS]
+
+
+def _gather_columns(function: Function, source: str, strides: list[int], panel: str, indent: str) -> None:
+    """Statements packing a block of :data:`PANEL_COLUMNS` columns of a second factor of
+    :func:`gathered_columns` into the panel: per reduction step one f32 of each column
+    (``strides``: its distance in elements from the first column's), assembled into
+    ``PANEL_COLUMNS / 4`` f32x4 and stored; ``source`` (the first column's step 0) moves by
+    one element a step.  Element by element (:func:`_pack`) each took the reduction's
+    nested loops and the index arithmetic: a 3x3 convolution's weight of 512 x 4608 packed
+    at about 1.6 ns an element."""
+    emit = function.emit
+    target, step = function.named_local("copy_target", "i32"), function.named_local("copy_step", "i32")
+    emit(indent, f"(local.set {target} {panel})")
+    emit(indent, f"(local.set {step} (local.get $depth))")
+    emit(indent, "(block $gathered")
+    emit(indent, f"  (br_if $gathered (i32.eqz (local.get {step})))")
+    emit(indent, "  (loop $gather")
+    body = indent + "    "
+    for q in range(PANEL_COLUMNS // 4):
+        vector = f"(v128.load32_splat offset={4 * strides[4 * q]} (local.get {source}))"
+        for lane in range(1, 4):
+            vector = f"(v128.load32_lane offset={4 * strides[4 * q + lane]} {lane} (local.get {source}) {vector})"
+        emit(body, f"(v128.store offset={16 * q} (local.get {target}) {vector})")
+    emit(body, f"(local.set {source} (i32.add (local.get {source}) (i32.const 4)))")
+    emit(body, f"(local.set {target} (i32.add (local.get {target}) (i32.const {4 * PANEL_COLUMNS})))")
+    emit(body, f"(local.set {step} (i32.sub (local.get {step}) (i32.const 1)))")
+    emit(body, "(br_if $gather (local.get " + step + "))))")
 
 
 def _copy_columns(function: Function, source: str, stride: str, panel: str, indent: str) -> None:
@@ -870,7 +968,9 @@ def _micro_kernels(function: Function, row0: str, panel_a: str, panel_b: str, in
     for row in sums:
         for local in row:
             emit(inner, f"(local.set {local} (v128.const i32x4 0 0 0 0))")
-    emit(inner, f"(local.set {a} (i32.add (local.get {panel_a}) (i32.shl (local.get {micro}) (i32.const 2))))")
+    emit(inner, f";; the strip of rows micro .. micro + {MICRO_ROWS - 1}: {4 * MICRO_ROWS} contiguous bytes a step")
+    emit(inner, f"(local.set {a} (i32.add (local.get {panel_a}) (i32.mul (i32.div_u (local.get {micro}) "
+                f"(i32.const {MICRO_ROWS})) {STRIP_BYTES})))")
     emit(inner, f"(local.set {b} {panel_b})")
     emit(inner, f"(local.set {step} (local.get $depth))")
     emit(inner, "(block $summed")
@@ -885,7 +985,7 @@ def _micro_kernels(function: Function, row0: str, panel_a: str, panel_b: str, in
         for q in range(lanes):
             emit(body, f"(local.set {sums[r][q]} (f32x4.add (local.get {sums[r][q]}) "
                        f"(f32x4.mul (local.get {factors_a[r]}) (local.get {factors_b[q]}))))")
-    emit(body, f"(local.set {a} (i32.add (local.get {a}) (i32.const {4 * PANEL_ROWS})))")
+    emit(body, f"(local.set {a} (i32.add (local.get {a}) (i32.const {4 * MICRO_ROWS})))")
     emit(body, f"(local.set {b} (i32.add (local.get {b}) (i32.const {4 * PANEL_COLUMNS})))")
     emit(body, f"(local.set {step} (i32.sub (local.get {step}) (i32.const 1)))")
     emit(body, f"(br_if $sum (local.get {step}))))")
@@ -927,12 +1027,14 @@ def _panel_outputs(emitter: Emitter, info: MatmulInfo, program: TensorProgram, r
         emit(body, "  (then")
         quad = body + "    "
         emitter.open_scope()
-        emitter.declare_axis(column_axes[0], column_extents[0], column)
+        for axis, extent, local in zip(column_axes, column_extents,
+                                       unflatten_into(emitter, column_extents, f"(local.get {column})", "yq", quad)):
+            emitter.declare_axis(axis, extent, local)
         offset = emitter.index(flat_offset(program.output, tuple(program.axes)))
         address = emitter.set_local(emitter.address(program.output.name, offset), "i32", quad, "address")
         splats = {info.reduction: f"(v128.load {sum_at})"}
         for node in epilogue_nodes(info, program.body):
-            if isinstance(node, Load) and not reads(node, column_axes[0]) and node not in splats:
+            if isinstance(node, Load) and not any(reads(node, axis) for axis in column_axes) and node not in splats:
                 splats[node] = emitter.set_local(f"(f32x4.splat {emitter.scalar(node, quad)})", "v128", quad, "splat")
         emit(quad, f"(v128.store {address} {emitter.vector_value(program.body, splats, {}, quad)})")
         emitter.close_scope()
@@ -973,22 +1075,25 @@ def epilogue_nodes(info: MatmulInfo, body: ScalarExpr) -> list[ScalarExpr]:
 
 def vector_epilogue(info: MatmulInfo, program: TensorProgram) -> bool:
     """Whether :func:`_panel_outputs` may apply the epilogue to four columns at once: a
-    float32 output whose only column axis is its last (four columns are four consecutive
-    elements), and an epilogue of f32x4-able ops (``VECTOR_*_RENDERINGS``: a bias, a
-    residual add, ReLU as a maximum, SiLU's sigmoid) whose loads read the column axis as
-    their last index plus an offset free of it (one ``v128.load``) or not at all (a splat).
-    With K = 64 (a ResNet 1x1 convolution) the element-by-element epilogue took 30% of the
-    kernel."""
-    if info.columns != (len(program.axes) - 1,) or program.output.dtype != "float32":
+    float32 output whose column axes are its last ones, in order (four consecutive flat
+    columns are four consecutive elements: a convolution's output positions [H, W] too),
+    and an epilogue of f32x4-able ops (``VECTOR_*_RENDERINGS``: a bias, a residual add,
+    ReLU as a maximum, SiLU's sigmoid) whose loads read the column axes as the output does
+    (:func:`along_columns`: one ``v128.load``) or not at all (a splat).  With K = 64 (a
+    ResNet 1x1 convolution, 64 -> 256 at 56 x 56) the element-by-element epilogue took 30%
+    of the kernel."""
+    count = len(info.columns)
+    if info.columns != tuple(range(len(program.axes) - count, len(program.axes))) or program.output.dtype != "float32":
         return False
-    axis = program.axes[-1]
+    axes = program.axes[-count:]
+    extents = program.output.shape[-count:]
     for node in epilogue_nodes(info, program.body):
         if node == info.reduction:
             continue
         if node.dtype != "float32":
             return False
         if isinstance(node, Load):
-            if reads(node, axis) and not along_last(node, axis):
+            if any(reads(node, axis) for axis in axes) and not along_columns(node, axes, extents):
                 return False
         elif isinstance(node, Binary):
             if node.op not in VECTOR_BINARY_RENDERINGS:
@@ -1046,6 +1151,22 @@ def reads(load: Load, axis: SizeVar) -> bool:
     return any(axis.name in {v.name for v in free_vars(index)} for index in load.indices)
 
 
+def along_columns(load: Load, axes, extents) -> bool:
+    """Whether ``load`` reads the flat index over ``axes`` (row-major, of ``extents``)
+    contiguously: one more of axis ``j`` moves it by the product of the later extents, by
+    a distance free of the axes (four consecutive flat indices: one ``v128.load``)."""
+    base = flat_offset(load.buffer, load.indices)
+    names = {axis.name for axis in axes}
+    stride = IntImm(1)
+    for axis, extent in reversed(list(zip(axes, extents))):
+        moved = tuple(substitute(index, {axis.name: axis + 1}) for index in load.indices)
+        distance = simplify(flat_offset(load.buffer, moved) - base)
+        if names & {v.name for v in free_vars(distance)} or simplify(distance - stride) != IntImm(0):
+            return False
+        stride = simplify(stride * extent)
+    return True
+
+
 def along_last(load: Load, axis: SizeVar) -> bool:
     """Whether ``load`` reads ``axis`` as its last index plus an offset free of it."""
     *others, last = load.indices
@@ -1055,7 +1176,7 @@ def along_last(load: Load, axis: SizeVar) -> bool:
 
 
 def _pack_interior(emitter: Emitter, info: MatmulInfo, factor: ScalarExpr, interior, axes, extents, first: str,
-                   count: str, lanes: int, base: str, lane: str, address: str, indent: str) -> None:
+                   count: str, layout: PackLayout, base: str, lane: str, address: str, indent: str) -> None:
     """:func:`_pack` four lanes at a time while four lanes remain below ``count``, for a
     factor of :func:`padded_interior`.  Four lanes on one row of the innermost axis read
     four consecutive elements: at each step, where the guards hold at the first and the last
@@ -1066,14 +1187,14 @@ def _pack_interior(emitter: Emitter, info: MatmulInfo, factor: ScalarExpr, inter
     are packed one by one.  Leaves ``lane`` at the first lane not packed."""
     function, emit = emitter.function, emitter.function.emit
     guards, core = interior
-    label = lane[1:]
+    label, lanes = lane[1:], layout.lanes
     last_axis, last_extent = axes[-1], simplify(extents[-1])
     emit(indent, f"(block $interior_{label}")
     emit(indent, f"  (loop $quad_{label}")
     inner = indent + "    "
     emit(inner, f"(br_if $interior_{label} (i32.gt_u (i32.add (local.get {lane}) (i32.const 4)) (i32.const {lanes})))")
     emit(inner, f"(br_if $interior_{label} (i32.gt_u (i32.add (i32.add {first} (local.get {lane})) (i32.const 4)) {count}))")
-    emit(inner, f"(local.set {address} (i32.add {base} (i32.shl (local.get {lane}) (i32.const 2))))")
+    emit(inner, f"(local.set {address} {layout.lane_address(base, f'(local.get {lane})')})")
     firsts = unflatten_into(emitter, extents, f"(i32.add {first} (local.get {lane}))", f"{label}_q", inner)
     lasts = [firsts[-1]] + [function.named_local(f"{label}_q_last{n}", "i32") for n in range(1, 4)]
     for n in range(1, 4):
@@ -1099,7 +1220,7 @@ def _pack_interior(emitter: Emitter, info: MatmulInfo, factor: ScalarExpr, inter
                 splats[node] = emitter.set_local(f"(f32x4.splat {emitter.scalar(node, depth)})", "v128", depth, "splat")
         emit(depth, f"(v128.store (local.get {address}) {emitter.vector_value(core, splats, {}, depth)})")
         emitter.close_scope()
-        emit(depth, f"(local.set {address} (i32.add (local.get {address}) (i32.const {4 * lanes})))")
+        emit(depth, f"(local.set {address} (i32.add (local.get {address}) (i32.const {layout.step})))")
 
     def step(depth: str) -> None:
         conditions = []
@@ -1127,7 +1248,7 @@ def _pack_interior(emitter: Emitter, info: MatmulInfo, factor: ScalarExpr, inter
             emit(depth, f"    (f32.store offset={4 * n} (local.get {address}) {emitter.scalar(factor, depth + '    ')})")
             emitter.close_scope()
         function.lines[-1] += "))"
-        emit(depth, f"(local.set {address} (i32.add (local.get {address}) (i32.const {4 * lanes})))")
+        emit(depth, f"(local.set {address} (i32.add (local.get {address}) (i32.const {layout.step})))")
 
     window = window_inside(emitter, info, guards, in_lane, inner + "    ")
     if not guards:
@@ -1150,8 +1271,8 @@ def _pack_interior(emitter: Emitter, info: MatmulInfo, factor: ScalarExpr, inter
     emit(body, f"(local.set {quad} (i32.const 0))")
     emit(body, f"(loop $split_{label}")
     emit(body, f"  (local.set {position} (i32.add (i32.add {first} (local.get {lane})) (local.get {quad})))")
-    emit(body, f"  (local.set {address} (i32.add {base} (i32.shl (i32.add (local.get {lane}) (local.get {quad})) "
-               f"(i32.const 2))))")
+    emit(body, f"  (local.set {address} "
+               f"{layout.lane_address(base, f'(i32.add (local.get {lane}) (local.get {quad}))')})")
     emitter.open_scope()
     for axis, extent, local in zip(axes, extents, unflatten_into(emitter, extents, f"(local.get {position})",
                                                                f"{label}_s", body + "  ")):
@@ -1159,7 +1280,7 @@ def _pack_interior(emitter: Emitter, info: MatmulInfo, factor: ScalarExpr, inter
 
     def single(depth: str) -> None:
         emit(depth, f"(f32.store (local.get {address}) {emitter.scalar(factor, depth)})")
-        emit(depth, f"(local.set {address} (i32.add (local.get {address}) (i32.const {4 * lanes})))")
+        emit(depth, f"(local.set {address} (i32.add (local.get {address}) (i32.const {layout.step})))")
 
     _for_each_step(emitter, info.reduce_axes, info.reduce_extents, body + "  ", single)
     emitter.close_scope()
