@@ -34,7 +34,7 @@ from relaxweb.ir.tir import (
     Select, TensorProgram, Unary, UnaryOp,
 )
 from relaxweb.runtime.manifest import manifest_problem
-from helpers import F32, F32_LOOSE, assert_close, make_model, rand
+from helpers import F32, F32_LOOSE, Tolerance, assert_close, make_model, rand
 from wasm_kernels import run_wasm_kernel
 
 n = SizeVar("n")
@@ -809,18 +809,48 @@ def test_matvec_of_symbolic_sizes() -> None:
             check_program(program, [rand(rows, steps), rand(steps, columns, seed=1)], sizes)
 
 
-@pytest.mark.parametrize("transposed", [True, False])
-def test_matvec_falls_back_where_the_weight_is_not_read_in_place(transposed: bool, monkeypatch) -> None:
-    """One row, but a second factor (an input: not folded at compile time) read across its
-    rows (Gemm's transB) or computed (a relu fused into it): no matrix-vector form, the
-    packed path."""
-    nodes = ([helper.make_node("Gemm", ["x", "w"], ["y"], transB=1)] if transposed else
-             [helper.make_node("Relu", ["w"], ["r"]), helper.make_node("MatMul", ["x", "r"], ["y"])])
-    shape = [20, 10] if transposed else [10, 20]
+def test_matvec_falls_back_where_the_weight_is_computed(monkeypatch) -> None:
+    """One row, but a second factor computed (a relu fused into it, read from an input):
+    no matrix-vector form, the packed path."""
+    nodes = [helper.make_node("Relu", ["w"], ["r"]), helper.make_node("MatMul", ["x", "r"], ["y"])]
+    shape = [10, 20]
     model = make_model(nodes, [("x", TensorProto.FLOAT, [1, 10]), ("w", TensorProto.FLOAT, shape)], ["y"], {})
     module = compile_model(model)
     assert not any("$matvec_unit" in render_program(p) for p in module.programs.values())
     assert check_module(model, {"x": rand(1, 10), "w": rand(*shape, seed=1)}, monkeypatch) >= 1
+
+
+@pytest.mark.parametrize("rows, depth, columns", [(1, 10, 20), (1, 1280, 1000), (3, 7, 9), (2, 3, 5), (8, 33, 4)])
+def test_matvec_dot_products_of_a_transposed_weight(rows: int, depth: int, columns: int, monkeypatch) -> None:
+    """Gemm with transB (a classifier's [classes, features] weight, an input here so nothing
+    folds it): each column is contiguous along the reduction, so its sum is a dot product
+    (four columns at a time and the 1-3 past them, four steps per load and the 1-3 past
+    them), with the bias as epilogue; 1 to 8 rows, each packed in turn.  Four partial sums per
+    column round differently from one: 1280 products of about 1 differ by up to ~1e-4."""
+    nodes = [helper.make_node("Gemm", ["x", "w", "b"], ["y"], transB=1)]
+    model = make_model(nodes, [("x", TensorProto.FLOAT, [rows, depth]), ("w", TensorProto.FLOAT, [columns, depth])],
+                       ["y"], {"b": rand(columns, seed=2)})
+    module = compile_model(model)
+    assert any("$dot_row" in render_program(p) for p in module.programs.values())
+    tolerance = Tolerance(rtol=1e-4, atol=1e-5 * max(1, depth // 64))
+    assert check_module(model, {"x": rand(rows, depth), "w": rand(columns, depth, seed=1)}, monkeypatch,
+                        tolerance) >= 1
+
+
+def test_matvec_dot_products_of_a_squeeze_and_excitation_block(monkeypatch) -> None:
+    """MobileNetV3's squeeze-and-excitation: a global average pool, then 1x1 convolutions on
+    the 1x1 result (the weight [O, C, 1, 1]: three reduction axes, two of extent 1, contiguous
+    flattened) with ReLU and hard-sigmoid, scaling the input; height and width symbolic."""
+    nodes = [helper.make_node("GlobalAveragePool", ["x"], ["p"]),
+             helper.make_node("Conv", ["p", "w1", "b1"], ["c1"]), helper.make_node("Relu", ["c1"], ["r"]),
+             helper.make_node("Conv", ["r", "w2", "b2"], ["c2"]), helper.make_node("HardSigmoid", ["c2"], ["g"]),
+             helper.make_node("Mul", ["x", "g"], ["y"])]
+    model = make_model(nodes, [("x", TensorProto.FLOAT, [1, 24, "h", "w"])], ["y"],
+                       {"w1": rand(10, 24, 1, 1, seed=1), "b1": rand(10, seed=2), "w2": rand(24, 10, 1, 1, seed=3),
+                        "b2": rand(24, seed=4)})
+    module = compile_model(model)
+    assert any("$dot_row" in render_program(p) for p in module.programs.values())  # both convolutions' program
+    assert check_module(model, {"x": rand(1, 24, 5, 7)}, monkeypatch) >= 1
 
 
 def test_integer_and_index_module(monkeypatch) -> None:

@@ -1354,9 +1354,28 @@ MATVEC_DEPTH = (MATMUL_SCRATCH_BYTES - MATVEC_SUMS_BYTES) // (4 * MATVEC_ROWS) /
 def matvec_applies(info: MatmulInfo, program: TensorProgram) -> bool:
     """Whether the matrix-vector form exists for the program: a second factor the packed
     path reads in place (:func:`direct_columns`: a float32 plain load contiguous along the
-    only column axis, one reduction axis).  Whether it runs is decided at run time
+    only column axis, one reduction axis), or one contiguous along the reduction
+    (:func:`dot_columns`: dot products).  Whether it runs is decided at run time
     (:func:`matvec_condition`)."""
-    return direct_columns(info, program) is not None
+    return direct_columns(info, program) is not None or dot_columns(info)
+
+
+def dot_columns(info: MatmulInfo) -> bool:
+    """Whether each column of the second factor is a float32 plain load contiguous along the
+    reduction steps, the reduction axes flattened in order (a ``Gemm`` with ``transB``, a
+    1x1 convolution's weight [O, C, 1, 1], a classifier's [classes, features]): a
+    column's products are then a dot product of two contiguous runs (:func:`_dot_unit`)."""
+    b = info.b
+    if not isinstance(b, Load) or b.buffer.dtype != "float32":
+        return False
+    offset = flat_offset(b.buffer, b.indices)
+    stride: PrimExpr = IntImm(1)
+    for axis, extent in reversed(tuple(zip(info.reduce_axes, info.reduce_extents))):
+        moved = flat_offset(b.buffer, tuple(substitute(index, {axis.name: axis + 1}) for index in b.indices))
+        if as_int(simplify(moved - offset - stride)) != 0:
+            return False
+        stride = stride * extent
+    return True
 
 
 def matvec_condition(rows: str, depth: str) -> str:
@@ -1407,7 +1426,8 @@ def _matvec(emitter: Emitter, info: MatmulInfo, program: TensorProgram, batch_ax
     for axis, extent, local in zip(batch_axes, batch_extents,
                                    unflatten_into(emitter, batch_extents, f"(local.get {batch})", "xm", body)):
         emitter.declare_axis(axis, extent, local)
-    _matvec_unit(emitter, info, program, row_axes, row_extents, column_axes, column_extents, column0, width, body)
+    unit_statements = _matvec_unit if direct_columns(info, program) is not None else _dot_unit
+    unit_statements(emitter, info, program, row_axes, row_extents, column_axes, column_extents, column0, width, body)
     emitter.close_scope()
     emit(body, f"(local.set {unit} (i32.add (local.get {unit}) (i32.const 1)))")
     emit(body, f"(br_if $matvec_unit (i32.lt_u (local.get {unit}) (local.get $end)))))")
@@ -1445,6 +1465,104 @@ def _matvec_unit(emitter: Emitter, info: MatmulInfo, program: TensorProgram, row
                     inner)
     emit(inner, f"(local.set {row} (i32.add (local.get {row}) (i32.const 1)))")
     emit(inner, f"(br_if $matvec_row (i32.lt_u (local.get {row}) (local.get $rows)))))")
+
+
+def _dot_unit(emitter: Emitter, info: MatmulInfo, program: TensorProgram, row_axes, row_extents, column_axes,
+              column_extents, column0: str, width: str, indent: str) -> None:
+    """One unit of the matrix-vector form when the second factor's columns are contiguous
+    along the reduction (:func:`dot_columns`): per row, the row of the first factor packed
+    contiguously (``scratch + MATVEC_SUMS_BYTES``, its prologue evaluated once per element),
+    then each column's sum a dot product of the two runs (:func:`_dot_sums`) into the
+    scratch's sums, then the epilogue of each (:func:`_matvec_outputs`)."""
+    function, emit = emitter.function, emitter.function.emit
+    panel = f"(i32.add (local.get $scratch) (i32.const {MATVEC_SUMS_BYTES}))"
+    row = function.named_local("mv_row", "i32")
+    emit(indent, f"(local.set {row} (i32.const 0))")
+    emit(indent, "(block $dot_rows_done")
+    emit(indent, f"  (br_if $dot_rows_done (i32.ge_u (local.get {row}) (local.get $rows)))")
+    emit(indent, "  (loop $dot_row")
+    inner = indent + "    "
+    emit(inner, ";; this row of the first factor, contiguous along the reduction")
+    _pack(emitter, info, info.a, row_axes, row_extents, f"(local.get {row})", "(local.get $rows)", 1, panel, inner)
+    _dot_sums(emitter, info, column_axes, column_extents, column0, width, inner)
+    _matvec_outputs(emitter, info, program, row_axes, row_extents, column_axes, column_extents, row, column0, width,
+                    inner)
+    emit(inner, f"(local.set {row} (i32.add (local.get {row}) (i32.const 1)))")
+    emit(inner, f"(br_if $dot_row (i32.lt_u (local.get {row}) (local.get $rows)))))")
+
+
+DOT_COLUMNS = 4  # columns whose dot products share each load of the packed row
+
+
+def _dot_sums(emitter: Emitter, info: MatmulInfo, column_axes, column_extents, column0: str, width: str,
+              indent: str) -> None:
+    """The dot products of the packed row with the unit's ``width`` columns, into the
+    scratch's sums: :data:`DOT_COLUMNS` columns at a time (one f32x4 sum each, four
+    reduction steps per load, the packed row's load shared), then the rest one at a time;
+    the steps past the last whole four added one by one, each sum's lanes added at the end."""
+    function, emit = emitter.function, emitter.function.emit
+    column, column_end, k, vector_depth, a = (function.named_local(name, "i32") for name in (
+        "dot_column", "dot_column_end", "dot_k", "dot_vector_depth", "dot_a"))
+    first_step = {axis.name: IntImm(0) for axis in info.reduce_axes}
+    emit(indent, f"(local.set {column} (local.get {column0}))")
+    emit(indent, f"(local.set {column_end} (i32.add (local.get {column0}) (local.get {width})))")
+    emit(indent, f"(local.set {vector_depth} (i32.and (local.get $depth) (i32.const -4)))")
+    for count, label in ((DOT_COLUMNS, "dot_group"), (1, "dot_single")):
+        addresses = [function.named_local(f"dot_b{c}", "i32") for c in range(count)]
+        sums = [function.named_local(f"dot_sum{c}", "v128") for c in range(count)]
+        tails = [function.named_local(f"dot_tail{c}", "f32") for c in range(count)]
+        emit(indent, f";; {count} column{'s' if count > 1 else ''} at a time")
+        emit(indent, f"(block ${label}_done")
+        emit(indent, f"  (loop ${label}")
+        body = indent + "    "
+        emit(body, f"(br_if ${label}_done (i32.gt_u (i32.add (local.get {column}) (i32.const {count})) "
+                   f"(local.get {column_end})))")
+        for c, address in enumerate(addresses):
+            emitter.open_scope()
+            linear = f"(i32.add (local.get {column}) (i32.const {c}))" if c else f"(local.get {column})"
+            for axis, extent, local in zip(column_axes, column_extents,
+                                           unflatten_into(emitter, column_extents, linear, f"xq{c}_", body)):
+                emitter.declare_axis(axis, extent, local)
+            indices = tuple(substitute(index, first_step) for index in info.b.indices)
+            emit(body, f"(local.set {address} {emitter.element_address(info.b.buffer, indices)})")
+            emitter.close_scope()
+        for total in sums:
+            emit(body, f"(local.set {total} (v128.const i32x4 0 0 0 0))")
+        for tail in tails:
+            emit(body, f"(local.set {tail} (f32.const 0))")
+        emit(body, f"(local.set {a} (i32.add (local.get $scratch) (i32.const {MATVEC_SUMS_BYTES})))")
+        emit(body, f"(local.set {k} (i32.const 0))")
+        emit(body, f"(block ${label}_vectors_done")
+        emit(body, f"  (br_if ${label}_vectors_done (i32.ge_u (local.get {k}) (local.get {vector_depth})))")
+        emit(body, f"  (loop ${label}_vectors")
+        step = body + "    "
+        emit(step, f"(local.set $dot_row_vector (v128.load (local.get {a})))")
+        function.named_local("dot_row_vector", "v128")
+        for total, address in zip(sums, addresses):
+            emit(step, f"(local.set {total} (f32x4.add (local.get {total}) (f32x4.mul (local.get $dot_row_vector) "
+                       f"(v128.load (local.get {address})))))")
+            emit(step, f"(local.set {address} (i32.add (local.get {address}) (i32.const 16)))")
+        emit(step, f"(local.set {a} (i32.add (local.get {a}) (i32.const 16)))")
+        emit(step, f"(local.set {k} (i32.add (local.get {k}) (i32.const 4)))")
+        emit(step, f"(br_if ${label}_vectors (i32.lt_u (local.get {k}) (local.get {vector_depth})))))")
+        emit(body, f"(block ${label}_steps_done")
+        emit(body, f"  (br_if ${label}_steps_done (i32.ge_u (local.get {k}) (local.get $depth)))")
+        emit(body, f"  (loop ${label}_steps")
+        for tail, address in zip(tails, addresses):
+            emit(step, f"(local.set {tail} (f32.add (local.get {tail}) (f32.mul (f32.load (local.get {a})) "
+                       f"(f32.load (local.get {address})))))")
+            emit(step, f"(local.set {address} (i32.add (local.get {address}) (i32.const 4)))")
+        emit(step, f"(local.set {a} (i32.add (local.get {a}) (i32.const 4)))")
+        emit(step, f"(local.set {k} (i32.add (local.get {k}) (i32.const 1)))")
+        emit(step, f"(br_if ${label}_steps (i32.lt_u (local.get {k}) (local.get $depth)))))")
+        for c, (total, tail) in enumerate(zip(sums, tails)):
+            lanes = [f"(f32x4.extract_lane {lane} (local.get {total}))" for lane in range(4)]
+            emit(body, f"(f32.store offset={4 * c} (i32.add (local.get $scratch) (i32.shl (i32.sub (local.get {column}) "
+                       f"(local.get {column0})) (i32.const 2)))")
+            emit(body, f"  (f32.add (f32.add (f32.add {lanes[0]} {lanes[1]}) (f32.add {lanes[2]} {lanes[3]})) "
+                       f"(local.get {tail})))")
+        emit(body, f"(local.set {column} (i32.add (local.get {column}) (i32.const {count})))")
+        emit(body, f"(br ${label})))")
 
 
 def _matvec_sums(function: Function, row: str, weight: str, step: str, width: str, indent: str) -> None:
