@@ -388,6 +388,9 @@ def _weight(u: int) -> str:
 #: Query rows per unit of the kernel's WebAssembly: they share each key word's load (4 were no faster:
 #: 16 dot-product accumulators spill x86's 16 vector registers).
 WASM_ROWS = 2
+#: Keys per block of the shared phase: their scores (then weights) for every row of the unit in
+#: scratch, one rescale of the accumulators per block.
+WASM_KEY_BLOCK = 64
 
 
 def _wasm_source(name, inputs, output, batch, kv_batch, query_length, key_length, key_rows, head, value_head,
@@ -420,6 +423,12 @@ def _wasm_source(name, inputs, output, batch, kv_batch, query_length, key_length
     bindings = [buffer.name for buffer in inputs] + ["out"]
     masked = mask_shape is not None
     mask_step = as_int(_mask_row_start(mask_shape, batch)[1]) if masked else 0
+    # the shared keys in blocks (value products in f32x4 words: Dv a multiple of 4; rows in pairs)
+    blocked = value_head % 4 == 0 and value_head > 0 and rows % 2 == 0
+
+    def scores_at(r: int) -> int:
+        """The scratch offset of row r's scores (then weights) of a key block."""
+        return rows * block + row_bytes + 4 * WASM_KEY_BLOCK * r
 
     def key_at(u: int) -> str:
         """The address of key j + u, or key j's past ``count``."""
@@ -551,6 +560,127 @@ def _wasm_source(name, inputs, output, batch, kv_batch, query_length, key_length
                 f"(i32.sub (local.get $count) (i32.const 1))))" for u in range(4)]
     row_masks = [lanes([f"(f32.load {element('mask', key)})" for key in mask_key])]
     row_start = "(i32.add (i32.mul (local.get $bh) (local.get $seq_q)) (local.get $row))"
+
+    def horizontal(instruction: str, vector: str, target: str) -> list[str]:
+        """``$target`` set to the ``instruction`` (``f32x4.max``, ``f32x4.add``) of the four
+        lanes of the f32x4 local ``$vector`` (which it overwrites)."""
+        v = f"(local.get ${vector})"
+        return [f"(local.set ${vector} ({instruction} {v} {shuffle(v, v, (2, 3, 0, 1))}))",
+                f"(local.set ${target} (f32x4.extract_lane 0 ({instruction} {v} {shuffle(v, v, (1, 0, 3, 2))})))"]
+
+    def block_weights(r: int) -> list[str]:
+        """Row r's online softmax step over the block's scores (in scratch at ``scores_at(r)``):
+        its maximum, its correction ``$corr{r}`` for the accumulators, and the scores replaced
+        by their weights ``exp(score - maximum)``, whose sum joins the running sum."""
+        state = r * block + row_bytes
+        at = scores_at(r)
+        word = f"(v128.load offset={at} (local.get $at))"
+        return [
+            f";; row {r}: the block's maximum, then its weights in place of its scores",
+            "(local.set $word (v128.const f32x4 -inf -inf -inf -inf))",
+            "(local.set $at (local.get $scratch))",
+            *loop(f"maximum{r}", "(i32.ge_u (local.get $at) (local.get $stop))", [
+                f"(local.set $word (f32x4.max (local.get $word) {word}))",
+                "(local.set $at (i32.add (local.get $at) (i32.const 16)))"]),
+            *horizontal("f32x4.max", "word", "group_max"),
+            f"(local.set $running_max (f32.load offset={state} (local.get $scratch)))",
+            f"(local.set $started (i32.load offset={state + 8} (local.get $scratch)))",
+            "(local.set $new_max (select (f32.max (local.get $running_max) (local.get $group_max)) (local.get $group_max) "
+            "(local.get $started)))",
+            ";; every score so far -inf: weights 0, the accumulators (0) kept; a NaN score makes the row NaN",
+            "(if (i32.eq (i32.reinterpret_f32 (local.get $new_max)) (i32.const 0xff800000))",
+            "  (then",
+            f"    (memory.fill (i32.add (local.get $scratch) (i32.const {at})) (i32.const 0) "
+            "(i32.sub (local.get $stop) (local.get $scratch)))",
+            f"    (local.set $corr{r} (f32.const 1)))",
+            "  (else",
+            *indent([
+                ";; the maximum unchanged: exp(0) is 1, without the call",
+                f"(local.set $corr{r} (if (result f32) (i32.and (local.get $started) "
+                "(f32.eq (local.get $running_max) (local.get $new_max)))",
+                "  (then (f32.const 1))",
+                "  (else (select (call $exp_f32 (f32.sub (local.get $running_max) (local.get $new_max))) "
+                "(f32.const 0) (local.get $started)))))",
+                "(local.set $c (f32x4.splat (local.get $new_max)))",
+                "(local.set $word (v128.const i32x4 0 0 0 0))",
+                "(local.set $at (local.get $scratch))",
+                *loop(f"weights{r}", "(i32.ge_u (local.get $at) (local.get $stop))", [
+                    f"(local.set $p (call $exp_f32x4 (f32x4.sub {word} (local.get $c))))",
+                    f"(v128.store offset={at} (local.get $at) (local.get $p))",
+                    "(local.set $word (f32x4.add (local.get $word) (local.get $p)))",
+                    "(local.set $at (i32.add (local.get $at) (i32.const 16)))"]),
+                *horizontal("f32x4.add", "word", "running_sum"),
+                f"(f32.store offset={state + 4} (local.get $scratch) (f32.add (f32.mul (f32.load offset={state + 4} "
+                f"(local.get $scratch)) (local.get $corr{r})) (local.get $running_sum)))",
+                f"(f32.store offset={state} (local.get $scratch) (local.get $new_max))",
+                f"(i32.store offset={state + 8} (local.get $scratch) (i32.const 1))))",
+            ], 2),
+        ]
+    def block_scores(pair: int) -> list[str]:
+        """The scores of rows 2 pair, 2 pair + 1 for the block's keys, a group of 4 at a time
+        (each key word loaded once for both rows), into scratch at ``scores_at``."""
+        return [
+            f";; rows {2 * pair} and {2 * pair + 1}: their scores of the block's keys",
+            f"(local.set $q (i32.add (local.get $q_row0) (i32.const {2 * pair * 4 * head})))",
+            "(local.set $j (local.get $j0))",
+            "(local.set $sp (local.get $scratch))",
+            *loop(f"scores{pair}", "(i32.ge_s (local.get $j) (local.get $block_end))", [
+                f"(local.set $k0 (i32.add (local.get $keys) (i32.mul (local.get $j) (i32.const {4 * head}))))",
+                *scores(2, [("k0", 4 * head * u) for u in range(4)], shared_masks[2 * pair:2 * pair + 2]),
+                *(f"(v128.store offset={scores_at(2 * pair + r)} (local.get $sp) (local.get $s{r}))" for r in range(2)),
+                "(local.set $sp (i32.add (local.get $sp) (i32.const 16)))",
+                "(local.set $j (i32.add (local.get $j) (i32.const 4)))"]),
+        ]
+
+    def block_values(pair: int) -> list[str]:
+        """Rows 2 pair and 2 pair + 1's accumulators times their corrections plus the block's
+        weights times its values: up to 4 value words of both rows in registers at a time
+        (each value word loaded once for both rows, each weight once per chunk)."""
+        lines = []
+        for first in range(0, value_words, 4):
+            chunk = range(first, min(first + 4, value_words))
+            lines += [
+                f";; rows {2 * pair} and {2 * pair + 1}, value words {first} .. {chunk[-1]}: acc * correction "
+                "+ weights . values",
+                *(f"(local.set $a{r}{w - first} (f32x4.mul (v128.load offset={(2 * pair + r) * block + 16 * w} "
+                  f"(local.get $scratch)) (f32x4.splat (local.get $corr{2 * pair + r}))))" for r in range(2) for w in chunk),
+                f"(local.set $vp (i32.add (local.get $values) (i32.add (i32.mul (local.get $j0) (i32.const {4 * value_head})) "
+                f"(i32.const {16 * first}))))",
+                "(local.set $at (local.get $scratch))",
+                *loop(f"values{pair}_{first}", "(i32.ge_u (local.get $at) (local.get $stop))", [
+                    *(f"(local.set $p{r} (v128.load32_splat offset={scores_at(2 * pair + r)} (local.get $at)))"
+                      for r in range(2)),
+                    *(line for w in chunk for line in [
+                        f"(local.set $key0 (v128.load offset={16 * (w - first)} (local.get $vp)))",
+                        *(f"(local.set $a{r}{w - first} (f32x4.add (local.get $a{r}{w - first}) "
+                          f"(f32x4.mul (local.get $p{r}) (local.get $key0))))" for r in range(2))]),
+                    f"(local.set $vp (i32.add (local.get $vp) (i32.const {4 * value_head})))",
+                    "(local.set $at (i32.add (local.get $at) (i32.const 4)))"]),
+                *(f"(v128.store offset={(2 * pair + r) * block + 16 * w} (local.get $scratch) (local.get $a{r}{w - first}))"
+                  for r in range(2) for w in chunk),
+            ]
+        return lines
+
+    def key_blocks() -> list[str]:
+        """The shared keys in blocks of up to ``WASM_KEY_BLOCK`` (the last one shorter): each
+        block's scores for every row, each row's weights with one rescale per block, then the
+        value products (see ``_wasm_source``)."""
+        return [
+            "(local.set $q_row0 (local.get $q))",
+            *loop("blocks", "(i32.ge_s (local.get $j) (local.get $shared))", [
+                ";; keys j .. block_end, seen by every row: scores, weights, value products",
+                "(local.set $j0 (local.get $j))",
+                f"(local.set $block_end (call $main_min (local.get $shared) (i32.add (local.get $j) "
+                f"(i32.const {WASM_KEY_BLOCK}))))",
+                "(local.set $stop (i32.add (local.get $scratch) (i32.shl (i32.sub (local.get $block_end) "
+                "(local.get $j0)) (i32.const 2))))",
+                *(line for pair in range(rows // 2) for line in block_scores(pair)),
+                *(line for r in range(rows) for line in block_weights(r)),
+                *(line for pair in range(rows // 2) for line in block_values(pair)),
+                "(local.set $j (local.get $block_end))"]),
+            "(local.set $q (local.get $q_row0))",
+        ]
+
     shared_phase = [
         "(local.set $row (local.get $row0))",
         f"(local.set $count {count})",
@@ -563,7 +693,7 @@ def _wasm_source(name, inputs, output, batch, kv_batch, query_length, key_length
         "(local.set $row (local.get $row0))",
         f"(local.set $q (i32.add (local.get $query) (i32.mul {row_start} (i32.const {4 * head}))))",
         "(local.set $j (i32.const 0))",
-        *loop("shared", "(i32.ge_s (local.get $j) (local.get $shared))", [
+        *(key_blocks() if blocked else loop("shared", "(i32.ge_s (local.get $j) (local.get $shared))", [
             ";; keys j .. j + 3 for every row of the block: their scores, then each row's rescale",
             f"(local.set $k0 (i32.add (local.get $keys) (i32.mul (local.get $j) (i32.const {4 * head}))))",
             f"(local.set $v0 (i32.add (local.get $values) (i32.mul (local.get $j) (i32.const {4 * value_head}))))",
@@ -571,8 +701,9 @@ def _wasm_source(name, inputs, output, batch, kv_batch, query_length, key_length
             *(line for r in range(rows)
               for line in update(r, "scratch", r * block, [("v0", 4 * value_head * u) for u in range(4)], False)),
             "(local.set $j (i32.add (local.get $j) (i32.const 4)))",
-        ]),
+        ])),
     ]
+
     one_row = [
         "(local.set $row (i32.add (local.get $row0) (local.get $r)))",
         f"(local.set $q (i32.add (local.get $query) (i32.mul {row_start} (i32.const {4 * head}))))",
@@ -635,20 +766,23 @@ def _wasm_source(name, inputs, output, batch, kv_batch, query_length, key_length
     ]
     int_locals = ["seq_q", "seq_k", "blocks", "unit", "bh", "row0", "row", "r", "rows_here", "shared", "kv", "keys",
                   "values", "q", "o", "acc", "zero", "count", "j", "at", "started",
+                  *(["q_row0", "j0", "block_end", "stop", "sp", "vp"] if blocked else []),
                   *(["mask_start", *(f"mask_start{r}" for r in range(rows))] if masked else []),
                   *(f"k{u}" for u in range(4)), *(f"v{u}" for u in range(4))]
-    float_locals = ["running_max", "running_sum", "new_max", "group_max", "correction"]
+    float_locals = ["running_max", "running_sum", "new_max", "group_max", "correction",
+                    *((f"corr{r}" for r in range(rows)) if blocked else ())]
     vector_locals = ["word", "p", "c", "valid", *(f"s{r}" for r in range(rows)),
                      *(f"d{r}{u}" for r in range(rows) for u in range(4)), *(f"key{u}" for u in range(4)),
-                     *(f"p{u}" for u in range(4))]
+                     *(f"p{u}" for u in range(4)), *((f"a{r}{w}" for r in range(2) for w in range(4)) if blocked else ())]
     units = [index(simplify(product(batch) * ((query_length + (rows - 1)) // rows)))]
-    title = (f"library kernel: {name} (fused attention, {rows} query rows per unit, online softmax over groups "
-             f"of 4 keys)")
+    title = (f"library kernel: {name} (fused attention, {rows} query rows per unit, online softmax over "
+             + (f"blocks of {WASM_KEY_BLOCK} keys shared by the rows, then groups of 4 keys)" if blocked else
+                "groups of 4 keys)"))
     text = kernel_text(title, bindings, units,
                        [*((n, "i32") for n in int_locals), *((n, "f32") for n in float_locals),
                         *((n, "v128") for n in vector_locals)],
                        body, index_helpers("\n".join([*units, *body])))
-    return text, rows * block + row_bytes
+    return text, scores_at(rows) if blocked else rows * block + row_bytes
 
 
 # -- numpy reference -------------------------------------------------------------------------------
