@@ -393,6 +393,47 @@ WASM_ROWS = 2
 WASM_KEY_BLOCK = 64
 
 
+def repeat(label: str, condition_to_continue: str, body: list[str]) -> list[str]:
+    """``do { body } while (condition_to_continue)``: a loop labelled ``label`` whose body runs
+    at least once, one branch per iteration (where :func:`~relaxweb.library.wat.loop` takes two)."""
+    return [f"(loop ${label}", *indent(body), f"  (br_if ${label} {condition_to_continue}))"]
+
+
+def _splat(value: str) -> str:
+    return f"(v128.const f32x4 {value} {value} {value} {value})"
+
+
+def exp_nonpositive(x: str) -> list[str]:
+    """``$x`` (an f32x4 local of values <= 0, -inf or NaN) replaced by its ``exp``, inline:
+    ``$exp_f32x4``'s computation (relaxweb/cpu/math.py) without its upper clamp, in the
+    locals ``$en``, ``$er``, ``$ek``, ``$eh``.  Inline because a call in a loop makes
+    Cranelift store and reload the loop's vector values around it (every vector register is
+    the caller's to save)."""
+    get = lambda name: f"(local.get ${name})"  # noqa: E731
+    return [
+        f";; {x} = exp({x}), {x} <= 0: exp(-104) is 0 already; pmax keeps a NaN",
+        f"(local.set ${x} (f32x4.pmax {get(x)} {_splat('-104.0')}))",
+        ";; n = x log2(e) rounded to an integer (to even, as f32x4.nearest) by adding 1.5 * 2^23, whose"
+        " low bits then hold n",
+        f"(local.set $ek (f32x4.add (f32x4.mul {get(x)} {_splat('1.44269504088896341')}) {_splat('12582912.0')}))",
+        f"(local.set $en (f32x4.sub {get('ek')} {_splat('12582912.0')}))",
+        "(local.set $ek (i32x4.sub (local.get $ek) (v128.const i32x4 0x4b400000 0x4b400000 0x4b400000 0x4b400000)))",
+        f"(local.set $er (f32x4.sub (f32x4.sub {get(x)} (f32x4.mul {get('en')} {_splat('0.693359375')})) "
+        f"(f32x4.mul {get('en')} {_splat('-2.12194440e-4')})))",
+        f"(local.set ${x} (f32x4.add (f32x4.mul {get('er')} {_splat('1.9875691500e-4')}) {_splat('1.3981999507e-3')}))",
+        *(f"(local.set ${x} (f32x4.add (f32x4.mul {get(x)} {get('er')}) {_splat(c)}))"
+          for c in ("8.3334519073e-3", "4.1665795894e-2", "1.6666665459e-1", "5.0000001201e-1")),
+        f"(local.set ${x} (f32x4.add (f32x4.add (f32x4.mul {get(x)} (f32x4.mul {get('er')} {get('er')})) {get('er')}) "
+        f"{_splat('1.0')}))",
+        ";; times 2^n, n in [-150, 0], as 2^(n >> 1) * 2^(n - (n >> 1))",
+        f"(local.set $eh (i32x4.shr_s {get('ek')} (i32.const 1)))",
+        f"(local.set ${x} (f32x4.mul (f32x4.mul {get(x)} (i32x4.shl (i32x4.add {get('eh')} "
+        "(v128.const i32x4 127 127 127 127)) (i32.const 23)))",
+        f"  (i32x4.shl (i32x4.add (i32x4.sub {get('ek')} {get('eh')}) (v128.const i32x4 127 127 127 127)) "
+        "(i32.const 23))))",
+    ]
+
+
 def _wasm_source(name, inputs, output, batch, kv_batch, query_length, key_length, key_rows, head, value_head,
                  mask_shape, scale, causal, extra_size_vars) -> tuple[str, int]:
     """The kernel's WAT and its scratch bytes.  One unit per block of ``WASM_ROWS`` query rows
@@ -450,7 +491,26 @@ def _wasm_source(name, inputs, output, batch, kv_batch, query_length, key_length
             vector = f"(f32x4.replace_lane {u} {vector} {values[u]})"
         return vector
 
-    def scores(count: int, keys: list[tuple[str, int]], masks: list[str]) -> list[str]:
+    def pair_dot() -> list[str]:
+        """The dot products ``$d{r}{u}`` of rows r = 0, 1 from ``$q`` with keys u = 0 .. 3 from
+        ``$k0`` (D >= 4): a word of each row, then each key's word used by both rows at once
+        (13 vector registers live: Cranelift keeps them all, where loading the four key words
+        first spilled), one word per step with pointers stepping (no address arithmetic)."""
+        return [
+            "(local.set $qp (local.get $q))",
+            "(local.set $kp (local.get $k0))",
+            f"(local.set $dot_end (i32.add (local.get $q) (i32.const {16 * words})))",
+            *repeat("dot", "(i32.lt_u (local.get $qp) (local.get $dot_end))", [
+                *(f"(local.set $key{r} (v128.load offset={4 * head * r} (local.get $qp)))" for r in range(2)),
+                *(line for u in range(4) for line in [
+                    f"(local.set $word (v128.load offset={4 * head * u} (local.get $kp)))",
+                    *(f"(local.set $d{r}{u} (f32x4.add (local.get $d{r}{u}) (f32x4.mul (local.get $key{r}) "
+                      "(local.get $word))))" for r in range(2))]),
+                "(local.set $qp (i32.add (local.get $qp) (i32.const 16)))",
+                "(local.set $kp (i32.add (local.get $kp) (i32.const 16)))"]),
+        ]
+
+    def scores(count: int, keys: list[tuple[str, int]], masks: list[str], rows_first: bool = False) -> list[str]:
         """The scores of keys j .. j + 3 (key u at address ``keys[u]``: a local and a constant
         offset) for the ``count`` query rows from ``$q`` on, into ``$s0``, ``$s1``, ...: dot
         products in f32x4 words (each key word loaded once for all rows), a transposing sum,
@@ -458,18 +518,22 @@ def _wasm_source(name, inputs, output, batch, kv_batch, query_length, key_length
         def key_element(u: int, byte: int) -> str:
             return f"(f32.load offset={keys[u][1] + byte} (local.get ${keys[u][0]}))"
         step = 2 if words % 2 == 0 else 1  # words per step of the loop along D (4 spilled: 1.3x slower)
-        lines = [*(f"(local.set $d{r}{u} (v128.const i32x4 0 0 0 0))" for r in range(count) for u in range(4)),
-                 "(local.set $at (i32.const 0))",
-                 *loop("dot", f"(i32.ge_u (local.get $at) (i32.const {16 * words}))", [
-                     *(line for w in range(step) for line in [
-                         *(f"(local.set $key{u} (v128.load offset={keys[u][1] + 16 * w} (i32.add (local.get ${keys[u][0]}) "
-                           f"(local.get $at))))" for u in range(4)),
-                         *(line for r in range(count) for line in [
-                             f"(local.set $word (v128.load offset={4 * head * r + 16 * w} (i32.add (local.get $q) "
-                             "(local.get $at))))",
-                             *(f"(local.set $d{r}{u} (f32x4.add (local.get $d{r}{u}) (f32x4.mul (local.get $word) "
-                               f"(local.get $key{u}))))" for u in range(4))])]),
-                     f"(local.set $at (i32.add (local.get $at) (i32.const {16 * step})))"])]
+        lines = [*(f"(local.set $d{r}{u} (v128.const i32x4 0 0 0 0))" for r in range(count) for u in range(4))]
+        if rows_first:  # the key blocks' pairs of rows: keys at $k0, 4 * head bytes apart
+            lines += pair_dot() if words else []
+        else:
+            lines += [
+                "(local.set $at (i32.const 0))",
+                *loop("dot", f"(i32.ge_u (local.get $at) (i32.const {16 * words}))", [
+                    *(line for w in range(step) for line in [
+                        *(f"(local.set $key{u} (v128.load offset={keys[u][1] + 16 * w} (i32.add (local.get ${keys[u][0]}) "
+                          f"(local.get $at))))" for u in range(4)),
+                        *(line for r in range(count) for line in [
+                            f"(local.set $word (v128.load offset={4 * head * r + 16 * w} (i32.add (local.get $q) "
+                            "(local.get $at))))",
+                            *(f"(local.set $d{r}{u} (f32x4.add (local.get $d{r}{u}) (f32x4.mul (local.get $word) "
+                              f"(local.get $key{u}))))" for u in range(4))])]),
+                    f"(local.set $at (i32.add (local.get $at) (i32.const {16 * step})))"])]
         for r in range(count):
             d = [f"(local.get $d{r}{u})" for u in range(4)]
             lines += [
@@ -571,7 +635,12 @@ def _wasm_source(name, inputs, output, batch, kv_batch, query_length, key_length
     def block_weights(r: int) -> list[str]:
         """Row r's online softmax step over the block's scores (in scratch at ``scores_at(r)``):
         its maximum, its correction ``$corr{r}`` for the accumulators, and the scores replaced
-        by their weights ``exp(score - maximum)``, whose sum joins the running sum."""
+        by their weights ``exp(score - maximum)``, whose sum joins the running sum.
+
+        Without branches on the scores: the maximum is taken with ``pmax`` (one instruction on
+        x86 where ``max`` takes seven), which passes over NaN scores: their weights are NaN, so
+        the row is.  A row whose scores so far are all -inf subtracts 0 (weights exp(-inf) = 0,
+        a NaN score's NaN) and stays not started: its accumulators, 0, get 0 added."""
         state = r * block + row_bytes
         at = scores_at(r)
         word = f"(v128.load offset={at} (local.get $at))"
@@ -579,43 +648,39 @@ def _wasm_source(name, inputs, output, batch, kv_batch, query_length, key_length
             f";; row {r}: the block's maximum, then its weights in place of its scores",
             "(local.set $word (v128.const f32x4 -inf -inf -inf -inf))",
             "(local.set $at (local.get $scratch))",
-            *loop(f"maximum{r}", "(i32.ge_u (local.get $at) (local.get $stop))", [
-                f"(local.set $word (f32x4.max (local.get $word) {word}))",
+            *repeat(f"maximum{r}", "(i32.lt_u (local.get $at) (local.get $stop))", [
+                f"(local.set $word (f32x4.pmax (local.get $word) {word}))",
                 "(local.set $at (i32.add (local.get $at) (i32.const 16)))"]),
-            *horizontal("f32x4.max", "word", "group_max"),
+            *horizontal("f32x4.pmax", "word", "group_max"),
             f"(local.set $running_max (f32.load offset={state} (local.get $scratch)))",
             f"(local.set $started (i32.load offset={state + 8} (local.get $scratch)))",
             "(local.set $new_max (select (f32.max (local.get $running_max) (local.get $group_max)) (local.get $group_max) "
             "(local.get $started)))",
-            ";; every score so far -inf: weights 0, the accumulators (0) kept; a NaN score makes the row NaN",
-            "(if (i32.eq (i32.reinterpret_f32 (local.get $new_max)) (i32.const 0xff800000))",
-            "  (then",
-            f"    (memory.fill (i32.add (local.get $scratch) (i32.const {at})) (i32.const 0) "
-            "(i32.sub (local.get $stop) (local.get $scratch)))",
-            f"    (local.set $corr{r} (f32.const 1)))",
-            "  (else",
-            *indent([
-                ";; the maximum unchanged: exp(0) is 1, without the call",
-                f"(local.set $corr{r} (if (result f32) (i32.and (local.get $started) "
-                "(f32.eq (local.get $running_max) (local.get $new_max)))",
-                "  (then (f32.const 1))",
-                "  (else (select (call $exp_f32 (f32.sub (local.get $running_max) (local.get $new_max))) "
-                "(f32.const 0) (local.get $started)))))",
-                "(local.set $c (f32x4.splat (local.get $new_max)))",
-                "(local.set $word (v128.const i32x4 0 0 0 0))",
-                "(local.set $at (local.get $scratch))",
-                *loop(f"weights{r}", "(i32.ge_u (local.get $at) (local.get $stop))", [
-                    f"(local.set $p (call $exp_f32x4 (f32x4.sub {word} (local.get $c))))",
-                    f"(v128.store offset={at} (local.get $at) (local.get $p))",
-                    "(local.set $word (f32x4.add (local.get $word) (local.get $p)))",
-                    "(local.set $at (i32.add (local.get $at) (i32.const 16)))"]),
-                *horizontal("f32x4.add", "word", "running_sum"),
-                f"(f32.store offset={state + 4} (local.get $scratch) (f32.add (f32.mul (f32.load offset={state + 4} "
-                f"(local.get $scratch)) (local.get $corr{r})) (local.get $running_sum)))",
-                f"(f32.store offset={state} (local.get $scratch) (local.get $new_max))",
-                f"(i32.store offset={state + 8} (local.get $scratch) (i32.const 1))))",
-            ], 2),
+            ";; the maximum unchanged (most blocks): exp(0) is 1, without the call; not started: 0",
+            f"(local.set $corr{r} (if (result f32) (i32.and (local.get $started) "
+            "(f32.eq (local.get $running_max) (local.get $new_max)))",
+            "  (then (f32.const 1))",
+            "  (else (select (call $exp_f32 (f32.sub (local.get $running_max) (local.get $new_max))) "
+            "(f32.const 0) (local.get $started)))))",
+            ";; subtracted from the scores: the maximum, or 0 while every score is -inf",
+            "(local.set $c (f32x4.splat (select (f32.const 0) (local.get $new_max) (i32.eq (i32.reinterpret_f32 "
+            "(local.get $new_max)) (i32.const 0xff800000)))))",
+            "(local.set $word (v128.const i32x4 0 0 0 0))",
+            "(local.set $at (local.get $scratch))",
+            *repeat(f"weights{r}", "(i32.lt_u (local.get $at) (local.get $stop))", [
+                f"(local.set $p (f32x4.sub {word} (local.get $c)))",
+                *exp_nonpositive("p"),
+                f"(v128.store offset={at} (local.get $at) (local.get $p))",
+                "(local.set $word (f32x4.add (local.get $word) (local.get $p)))",
+                "(local.set $at (i32.add (local.get $at) (i32.const 16)))"]),
+            *horizontal("f32x4.add", "word", "running_sum"),
+            f"(f32.store offset={state + 4} (local.get $scratch) (f32.add (f32.mul (f32.load offset={state + 4} "
+            f"(local.get $scratch)) (local.get $corr{r})) (local.get $running_sum)))",
+            f"(f32.store offset={state} (local.get $scratch) (local.get $new_max))",
+            f"(i32.store offset={state + 8} (local.get $scratch) (i32.or (local.get $started) "
+            "(i32.ne (i32.reinterpret_f32 (local.get $new_max)) (i32.const 0xff800000))))",
         ]
+
     def block_scores(pair: int) -> list[str]:
         """The scores of rows 2 pair, 2 pair + 1 for the block's keys, a group of 4 at a time
         (each key word loaded once for both rows), into scratch at ``scores_at``."""
@@ -626,7 +691,7 @@ def _wasm_source(name, inputs, output, batch, kv_batch, query_length, key_length
             "(local.set $sp (local.get $scratch))",
             *loop(f"scores{pair}", "(i32.ge_s (local.get $j) (local.get $block_end))", [
                 f"(local.set $k0 (i32.add (local.get $keys) (i32.mul (local.get $j) (i32.const {4 * head}))))",
-                *scores(2, [("k0", 4 * head * u) for u in range(4)], shared_masks[2 * pair:2 * pair + 2]),
+                *scores(2, [("k0", 4 * head * u) for u in range(4)], shared_masks[2 * pair:2 * pair + 2], True),
                 *(f"(v128.store offset={scores_at(2 * pair + r)} (local.get $sp) (local.get $s{r}))" for r in range(2)),
                 "(local.set $sp (i32.add (local.get $sp) (i32.const 16)))",
                 "(local.set $j (i32.add (local.get $j) (i32.const 4)))"]),
@@ -647,15 +712,19 @@ def _wasm_source(name, inputs, output, batch, kv_batch, query_length, key_length
                 f"(local.set $vp (i32.add (local.get $values) (i32.add (i32.mul (local.get $j0) (i32.const {4 * value_head})) "
                 f"(i32.const {16 * first}))))",
                 "(local.set $at (local.get $scratch))",
-                *loop(f"values{pair}_{first}", "(i32.ge_u (local.get $at) (local.get $stop))", [
-                    *(f"(local.set $p{r} (v128.load32_splat offset={scores_at(2 * pair + r)} (local.get $at)))"
+                ";; the block's keys (at least 4, a multiple of 4) 4 at a time: a word of weights per row, each"
+                " weight broadcast",
+                *repeat(f"values{pair}_{first}", "(i32.lt_u (local.get $at) (local.get $stop))", [
+                    *(f"(local.set $p{2 + r} (v128.load offset={scores_at(2 * pair + r)} (local.get $at)))"
                       for r in range(2)),
-                    *(line for w in chunk for line in [
-                        f"(local.set $key0 (v128.load offset={16 * (w - first)} (local.get $vp)))",
-                        *(f"(local.set $a{r}{w - first} (f32x4.add (local.get $a{r}{w - first}) "
-                          f"(f32x4.mul (local.get $p{r}) (local.get $key0))))" for r in range(2))]),
-                    f"(local.set $vp (i32.add (local.get $vp) (i32.const {4 * value_head})))",
-                    "(local.set $at (i32.add (local.get $at) (i32.const 4)))"]),
+                    *(line for u in range(4) for line in [
+                        *(f"(local.set $p{r} {broadcast_lane(f'(local.get $p{2 + r})', u)})" for r in range(2)),
+                        *(line for w in chunk for line in [
+                            f"(local.set $key0 (v128.load offset={4 * value_head * u + 16 * (w - first)} (local.get $vp)))",
+                            *(f"(local.set $a{r}{w - first} (f32x4.add (local.get $a{r}{w - first}) "
+                              f"(f32x4.mul (local.get $p{r}) (local.get $key0))))" for r in range(2))])]),
+                    f"(local.set $vp (i32.add (local.get $vp) (i32.const {16 * value_head})))",
+                    "(local.set $at (i32.add (local.get $at) (i32.const 16)))"]),
                 *(f"(v128.store offset={(2 * pair + r) * block + 16 * w} (local.get $scratch) (local.get $a{r}{w - first}))"
                   for r in range(2) for w in chunk),
             ]
@@ -766,14 +835,15 @@ def _wasm_source(name, inputs, output, batch, kv_batch, query_length, key_length
     ]
     int_locals = ["seq_q", "seq_k", "blocks", "unit", "bh", "row0", "row", "r", "rows_here", "shared", "kv", "keys",
                   "values", "q", "o", "acc", "zero", "count", "j", "at", "started",
-                  *(["q_row0", "j0", "block_end", "stop", "sp", "vp"] if blocked else []),
+                  *(["q_row0", "j0", "block_end", "stop", "sp", "vp", "qp", "kp", "dot_end"] if blocked else []),
                   *(["mask_start", *(f"mask_start{r}" for r in range(rows))] if masked else []),
                   *(f"k{u}" for u in range(4)), *(f"v{u}" for u in range(4))]
     float_locals = ["running_max", "running_sum", "new_max", "group_max", "correction",
                     *((f"corr{r}" for r in range(rows)) if blocked else ())]
     vector_locals = ["word", "p", "c", "valid", *(f"s{r}" for r in range(rows)),
                      *(f"d{r}{u}" for r in range(rows) for u in range(4)), *(f"key{u}" for u in range(4)),
-                     *(f"p{u}" for u in range(4)), *((f"a{r}{w}" for r in range(2) for w in range(4)) if blocked else ())]
+                     *(f"p{u}" for u in range(4)), *((f"a{r}{w}" for r in range(2) for w in range(4)) if blocked else ()),
+                     *(["en", "er", "ek", "eh"] if blocked else [])]
     units = [index(simplify(product(batch) * ((query_length + (rows - 1)) // rows)))]
     title = (f"library kernel: {name} (fused attention, {rows} query rows per unit, online softmax over "
              + (f"blocks of {WASM_KEY_BLOCK} keys shared by the rows, then groups of 4 keys)" if blocked else
