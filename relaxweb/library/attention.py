@@ -38,9 +38,13 @@ its row NaN, a row whose scores are all ``-inf`` (masked out entirely) is NaN, a
 keeps the row finite.
 
 The kernel's WebAssembly (``wasm_source``, for kernels.wasm) computes the same recurrence
-for ``WASM_ROWS`` query rows per unit, which share each key word's load: four keys' scores at
-once in an f32x4, their weights from one ``$exp_f32x4``, the ``Dv`` accumulators in the
-thread's scratch memory (see ``_wasm_source``).
+for ``WASM_ROWS`` query rows per unit, which share each key word's load.  The keys every row
+of a unit sees go in blocks of ``WASM_KEY_BLOCK``: the block's scores of every row in scratch,
+one rescale of a row's accumulators per block, and the weights times the values for two rows
+at once, their accumulators in registers (the rescale per key group of the WGSL ran 2.6x
+slower at Whisper's 1500 keys).  A row's remaining keys (a causal row's last ones, a partial
+last unit's) follow the WGSL: four keys' scores at once in an f32x4, their weights from one
+``$exp_f32x4``, the ``Dv`` accumulators in the thread's scratch memory (see ``_wasm_source``).
 
 With ``key_rows`` (a KV cache: key and value ``[*kv_batch, key_rows, D]`` buffers of which the
 first ``Sk`` rows of each head are valid), the kernel reads that prefix in place: rows are
@@ -389,7 +393,9 @@ def _weight(u: int) -> str:
 #: 16 dot-product accumulators spill x86's 16 vector registers).
 WASM_ROWS = 2
 #: Keys per block of the shared phase: their scores (then weights) for every row of the unit in
-#: scratch, one rescale of the accumulators per block.
+#: scratch, one rescale of the accumulators per block; a block's keys and values (32 KiB at
+#: D = Dv = 64) stay in L1 while the rows read them (Whisper-tiny's attention, 1500 keys: 64
+#: and 128 alike, 32 4% slower).
 WASM_KEY_BLOCK = 64
 
 
@@ -444,16 +450,21 @@ def _wasm_source(name, inputs, output, batch, kv_batch, query_length, key_length
     two words per step (one when D / 4 is odd): unrolled, Cranelift loaded every key word of
     the group before the first product and spilled them.
 
-    Two phases.  The shared phase walks the key groups every row of a full block sees (up to
-    its first row's count rounded down to a group: all keys for a non-causal block), the rows
+    Two phases.  The shared phase walks the keys every row of a full block sees (up to its
+    first row's count rounded down to a group: all keys for a non-causal block), the rows
     together: each key word is loaded once for the block's dot products, and no key is past a
-    row's count (no selects, no validity masks).  Then each row finishes alone from there (a
-    causal row's last keys, the remainder of ``Sk`` % 4, every key of a partial last block),
-    where a group's keys past ``count`` stand in as key j for the scores (and are then
-    replaced by its score, as the WGSL's select does) and read a zero row of scratch for the
-    values (weight 0).  Both phases compute each row's groups with the same operations, in
-    the same order.  Scratch: per row its accumulators then its running maximum, running sum
-    and whether it started (``block`` bytes), then the zero row."""
+    row's count (no selects, no validity masks).  With ``Dv`` a multiple of 4 (``blocked``) it
+    goes in key blocks (``key_blocks``): per block, each pair of rows' scores into scratch, each
+    row's weights in their place with one correction of its accumulators and sum, then each
+    pair's accumulators (4 value words of both rows in 8 registers at a time) times their
+    corrections plus the weights times the values; otherwise it goes a group of 4 keys at a
+    time as the second phase does.  Then each row finishes alone from there (a causal row's
+    last keys, the remainder of ``Sk`` % 4, every key of a partial last block), where a
+    group's keys past ``count`` stand in as key j for the scores (and are then replaced by its
+    score, as the WGSL's select does) and read a zero row of scratch for the values (weight
+    0).  Scratch: per row its accumulators then its running maximum, running sum and whether
+    it started (``block`` bytes), then the zero row, then (blocked) each row's
+    ``WASM_KEY_BLOCK`` scores."""
     layout = ParamsLayout(tuple(v.name for v in (*buffer_size_vars((*inputs, output)), *extra_size_vars)))
     local_names = {_GROUP.name: "(local.get $bh)", _ROW.name: "(local.get $row)"}
     index = IndexText(lambda var: local_names.get(var) or params_field(layout, var))
@@ -633,9 +644,10 @@ def _wasm_source(name, inputs, output, batch, kv_batch, query_length, key_length
                 f"(local.set ${target} (f32x4.extract_lane 0 ({instruction} {v} {shuffle(v, v, (1, 0, 3, 2))})))"]
 
     def block_weights(r: int) -> list[str]:
-        """Row r's online softmax step over the block's scores (in scratch at ``scores_at(r)``):
-        its maximum, its correction ``$corr{r}`` for the accumulators, and the scores replaced
-        by their weights ``exp(score - maximum)``, whose sum joins the running sum.
+        """Row r's online softmax step over the block's scores (in scratch at ``scores_at(r)``,
+        their maximum's lanes in ``$m{r}``): the correction ``$corr{r}`` of its accumulators,
+        and the scores replaced by their weights ``exp(score - maximum)``, whose sum joins the
+        running sum.
 
         Without branches on the scores: the maximum is taken with ``pmax`` (one instruction on
         x86 where ``max`` takes seven), which passes over NaN scores: their weights are NaN, so
@@ -646,12 +658,7 @@ def _wasm_source(name, inputs, output, batch, kv_batch, query_length, key_length
         word = f"(v128.load offset={at} (local.get $at))"
         return [
             f";; row {r}: the block's maximum, then its weights in place of its scores",
-            "(local.set $word (v128.const f32x4 -inf -inf -inf -inf))",
-            "(local.set $at (local.get $scratch))",
-            *repeat(f"maximum{r}", "(i32.lt_u (local.get $at) (local.get $stop))", [
-                f"(local.set $word (f32x4.pmax (local.get $word) {word}))",
-                "(local.set $at (i32.add (local.get $at) (i32.const 16)))"]),
-            *horizontal("f32x4.pmax", "word", "group_max"),
+            *horizontal("f32x4.pmax", f"m{r}", "group_max"),
             f"(local.set $running_max (f32.load offset={state} (local.get $scratch)))",
             f"(local.set $started (i32.load offset={state + 8} (local.get $scratch)))",
             "(local.set $new_max (select (f32.max (local.get $running_max) (local.get $group_max)) (local.get $group_max) "
@@ -683,16 +690,20 @@ def _wasm_source(name, inputs, output, batch, kv_batch, query_length, key_length
 
     def block_scores(pair: int) -> list[str]:
         """The scores of rows 2 pair, 2 pair + 1 for the block's keys, a group of 4 at a time
-        (each key word loaded once for both rows), into scratch at ``scores_at``."""
+        (each key word loaded once for both rows), into scratch at ``scores_at``, and their
+        lanes' maxima (``pmax``: NaN passed over, see ``block_weights``) in ``$m{r}``."""
         return [
             f";; rows {2 * pair} and {2 * pair + 1}: their scores of the block's keys",
             f"(local.set $q (i32.add (local.get $q_row0) (i32.const {2 * pair * 4 * head})))",
             "(local.set $j (local.get $j0))",
             "(local.set $sp (local.get $scratch))",
+            *(f"(local.set $m{2 * pair + r} (v128.const f32x4 -inf -inf -inf -inf))" for r in range(2)),
             *loop(f"scores{pair}", "(i32.ge_s (local.get $j) (local.get $block_end))", [
                 f"(local.set $k0 (i32.add (local.get $keys) (i32.mul (local.get $j) (i32.const {4 * head}))))",
                 *scores(2, [("k0", 4 * head * u) for u in range(4)], shared_masks[2 * pair:2 * pair + 2], True),
-                *(f"(v128.store offset={scores_at(2 * pair + r)} (local.get $sp) (local.get $s{r}))" for r in range(2)),
+                *(line for r in range(2) for line in [
+                    f"(v128.store offset={scores_at(2 * pair + r)} (local.get $sp) (local.get $s{r}))",
+                    f"(local.set $m{2 * pair + r} (f32x4.pmax (local.get $m{2 * pair + r}) (local.get $s{r})))"]),
                 "(local.set $sp (i32.add (local.get $sp) (i32.const 16)))",
                 "(local.set $j (i32.add (local.get $j) (i32.const 4)))"]),
         ]
@@ -843,7 +854,7 @@ def _wasm_source(name, inputs, output, batch, kv_batch, query_length, key_length
     vector_locals = ["word", "p", "c", "valid", *(f"s{r}" for r in range(rows)),
                      *(f"d{r}{u}" for r in range(rows) for u in range(4)), *(f"key{u}" for u in range(4)),
                      *(f"p{u}" for u in range(4)), *((f"a{r}{w}" for r in range(2) for w in range(4)) if blocked else ()),
-                     *(["en", "er", "ek", "eh"] if blocked else [])]
+                     *(["en", "er", "ek", "eh", *(f"m{r}" for r in range(rows))] if blocked else [])]
     units = [index(simplify(product(batch) * ((query_length + (rows - 1)) // rows)))]
     title = (f"library kernel: {name} (fused attention, {rows} query rows per unit, online softmax over "
              + (f"blocks of {WASM_KEY_BLOCK} keys shared by the rows, then groups of 4 keys)" if blocked else
