@@ -41,7 +41,7 @@ The kernel's WebAssembly (``wasm_source``, for kernels.wasm) computes the same r
 for ``WASM_ROWS`` query rows per unit, which share each key word's load.  The keys every row
 of a unit sees go in blocks of ``WASM_KEY_BLOCK``: the block's scores of every row in scratch,
 one rescale of a row's accumulators per block, and the weights times the values for two rows
-at once, their accumulators in registers (the rescale per key group of the WGSL ran 2.6x
+at once, their accumulators in registers (the rescale per key group of the WGSL ran 1.9x
 slower at Whisper's 1500 keys).  A row's remaining keys (a causal row's last ones, a partial
 last unit's) follow the WGSL: four keys' scores at once in an f32x4, their weights from one
 ``$exp_f32x4``, the ``Dv`` accumulators in the thread's scratch memory (see ``_wasm_source``).
