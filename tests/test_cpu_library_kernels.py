@@ -12,7 +12,7 @@ from relaxweb.cpu import KernelFunctions, assemble_kernels_module, wat_to_wasm
 from relaxweb.cpu.math import MATH_FUNCTIONS
 from relaxweb.ir.kernel_builders import _BUILDERS, build_library_kernel
 from relaxweb.ir.symbolic import IntImm, SizeVar, evaluate
-from relaxweb.library.attention import WASM_ROWS
+from relaxweb.library.attention import WASM_KEY_BLOCK, WASM_ROWS
 from relaxweb.library import (
     attention_kernel, kv_cache_write_kernel, recurrence_kernel, sequence_write_kernel, unique_count_kernel, unique_values_kernel, write_row_kernel,
 )
@@ -219,6 +219,62 @@ def test_attention_reads_the_valid_prefix_of_a_kv_cache(queries: int, past: int)
     for tensor in cache:
         tensor[:, :, past + queries:] = np.nan
     check_attention(kernel, [rand(1, 6, queries, 8, seed=3), *cache], {"new": queries, "past": past})
+
+
+LONG = 2 * WASM_KEY_BLOCK + 22  # keys: two whole key blocks, a partial one, and 2 past the last group
+
+
+@pytest.mark.parametrize("value_head", [8, 12, 64, 5])
+@pytest.mark.parametrize("queries, causal", [(WASM_ROWS * 3, False), (WASM_ROWS * 3 + 1, True), (LONG, True)])
+def test_attention_over_several_key_blocks(value_head: int, queries: int, causal: bool) -> None:
+    """Keys in blocks of WASM_KEY_BLOCK shared by a unit's rows (Dv a multiple of 4; 5 takes
+    the groups of 4 keys): rows whose first block is masked out entirely (-inf: the row starts
+    in the second), rows with -3.4e38 (torch's), a maximum growing from block to block (the
+    accumulators corrected), a causal row's keys past the shared ones, a partial last unit."""
+    kernel = attention_kernel("attention", (2, 3), S, T, 12, value_head, (2, 1, S, T), scale=0.4, causal=causal)
+    assert (f"blocks of {WASM_KEY_BLOCK} keys" in kernel.wasm_source) == (value_head % 4 == 0)
+    mask = rand(2, 1, queries, LONG, seed=12)
+    mask[:, :, ::3, :WASM_KEY_BLOCK + 5] = -np.inf
+    mask[:, :, 1::3, :] = np.float32(-3.4e38)
+    mask[:, :, 2::3, :] += np.linspace(0, 12, LONG, dtype=np.float32)  # each block's maximum above the last
+    arrays = [rand(2, 3, queries, 12, seed=13), rand(2, 3, LONG, 12, seed=14), rand(2, 3, LONG, value_head, seed=15),
+              mask]
+    got = check_attention(kernel, arrays, {"s": queries, "t": LONG}, F32_LOOSE)
+    assert np.isfinite(got[:, :, -1]).all()
+
+
+def test_attention_key_blocks_keep_nan_scores_and_rows_that_see_no_key() -> None:
+    """A NaN score in a later block makes its row NaN (the blocks' maximum passes over it, its
+    weight does not); a row whose every key is -inf is NaN; its neighbours are untouched."""
+    kernel = attention_kernel("attention", (1, 2), S, T, 8, 8, (1, 1, S, T), scale=0.5)
+    queries = 2 * WASM_ROWS
+    mask = rand(1, 1, queries, LONG, seed=16)
+    mask[0, 0, 0, 2 * WASM_KEY_BLOCK + 3] = np.nan
+    mask[0, 0, 1, :] = -np.inf
+    mask[0, 0, 2, :2 * WASM_KEY_BLOCK] = -np.inf  # the first two blocks hidden, the partial third seen
+    arrays = [rand(1, 2, queries, 8, seed=17), rand(1, 2, LONG, 8, seed=18), rand(1, 2, LONG, 8, seed=19), mask]
+    got = check_attention(kernel, arrays, {"s": queries, "t": LONG})
+    assert np.isnan(got[:, :, :2]).all() and np.isfinite(got[:, :, 2:]).all()
+
+
+@pytest.mark.parametrize("kv_batch", [(2, 1), (1, 6), (2, 2)])
+def test_grouped_query_heads_over_several_key_blocks(kv_batch: tuple) -> None:
+    kernel = attention_kernel("attention", (2, 6), S, T, 16, 8, None, 0.25, kv_batch=kv_batch)
+    arrays = [rand(2, 6, 7, 16, seed=20), rand(*kv_batch, LONG, 16, seed=21), rand(*kv_batch, LONG, 8, seed=22)]
+    check_attention(kernel, arrays, {"s": 7, "t": LONG})
+
+
+@pytest.mark.parametrize("queries, past", [(1, LONG), (WASM_ROWS * 2, LONG - 8), (WASM_ROWS * 2 + 1, 100)])
+def test_attention_key_blocks_read_the_valid_prefix_of_a_kv_cache(queries: int, past: int) -> None:
+    """A cache of 256 rows of which past + new are valid (the rest NaN): the key blocks stop
+    at the rows every query sees, a decode step's single row goes alone."""
+    new = SizeVar("new")
+    kernel = attention_kernel("attention", (1, 4), new, SizeVar("past") + new, 8, 16, scale=0.5, causal=True,
+                              kv_batch=(1, 2), key_rows=IntImm(256))
+    cache = [rand(1, 2, 256, 8, seed=23), rand(1, 2, 256, 16, seed=24)]
+    for tensor in cache:
+        tensor[:, :, past + queries:] = np.nan
+    check_attention(kernel, [rand(1, 4, queries, 8, seed=25), *cache], {"new": queries, "past": past})
 
 
 # -- recurrence ---------------------------------------------------------------------------------

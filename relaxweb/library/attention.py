@@ -38,9 +38,13 @@ its row NaN, a row whose scores are all ``-inf`` (masked out entirely) is NaN, a
 keeps the row finite.
 
 The kernel's WebAssembly (``wasm_source``, for kernels.wasm) computes the same recurrence
-for ``WASM_ROWS`` query rows per unit, which share each key word's load: four keys' scores at
-once in an f32x4, their weights from one ``$exp_f32x4``, the ``Dv`` accumulators in the
-thread's scratch memory (see ``_wasm_source``).
+for ``WASM_ROWS`` query rows per unit, which share each key word's load.  The keys every row
+of a unit sees go in blocks of ``WASM_KEY_BLOCK``: the block's scores of every row in scratch,
+one rescale of a row's accumulators per block, and the weights times the values for two rows
+at once, their accumulators in registers (the rescale per key group of the WGSL ran 1.9x
+slower at Whisper's 1500 keys).  A row's remaining keys (a causal row's last ones, a partial
+last unit's) follow the WGSL: four keys' scores at once in an f32x4, their weights from one
+``$exp_f32x4``, the ``Dv`` accumulators in the thread's scratch memory (see ``_wasm_source``).
 
 With ``key_rows`` (a KV cache: key and value ``[*kv_batch, key_rows, D]`` buffers of which the
 first ``Sk`` rows of each head are valid), the kernel reads that prefix in place: rows are
@@ -388,6 +392,55 @@ def _weight(u: int) -> str:
 #: Query rows per unit of the kernel's WebAssembly: they share each key word's load (4 were no faster:
 #: 16 dot-product accumulators spill x86's 16 vector registers).
 WASM_ROWS = 2
+#: Keys per block of the shared phase: their scores (then weights) for every row of the unit in
+#: scratch, one rescale of the accumulators per block; a block's keys and values (32 KiB at
+#: D = Dv = 64) stay in L1 while the rows read them (Whisper-tiny's attention, 1500 keys: 64
+#: and 128 alike, 32 4% slower).
+WASM_KEY_BLOCK = 64
+#: Key words per step of a key block's dot products (Whisper-tiny's attention under wasmtime with
+#: epoch interruption, a check per loop iteration: 1: 32.6 ms a head, 2: 27.2, 4: 26.7, 16: 30.9).
+PAIR_DOT_STEP = 4
+
+
+def repeat(label: str, condition_to_continue: str, body: list[str]) -> list[str]:
+    """``do { body } while (condition_to_continue)``: a loop labelled ``label`` whose body runs
+    at least once, one branch per iteration (where :func:`~relaxweb.library.wat.loop` takes two)."""
+    return [f"(loop ${label}", *indent(body), f"  (br_if ${label} {condition_to_continue}))"]
+
+
+def _splat(value: str) -> str:
+    return f"(v128.const f32x4 {value} {value} {value} {value})"
+
+
+def exp_nonpositive(x: str) -> list[str]:
+    """``$x`` (an f32x4 local of values <= 0, -inf or NaN) replaced by its ``exp``, inline:
+    ``$exp_f32x4``'s computation (relaxweb/cpu/math.py) without its upper clamp, in the
+    locals ``$en``, ``$er``, ``$ek``, ``$eh``.  Inline because a call in a loop makes
+    Cranelift store and reload the loop's vector values around it (every vector register is
+    the caller's to save)."""
+    get = lambda name: f"(local.get ${name})"  # noqa: E731
+    return [
+        f";; {x} = exp({x}), {x} <= 0: exp(-104) is 0 already; pmax keeps a NaN",
+        f"(local.set ${x} (f32x4.pmax {get(x)} {_splat('-104.0')}))",
+        ";; n = x log2(e) rounded to an integer (to even, as f32x4.nearest) by adding 1.5 * 2^23, whose"
+        " low bits then hold n",
+        f"(local.set $ek (f32x4.add (f32x4.mul {get(x)} {_splat('1.44269504088896341')}) {_splat('12582912.0')}))",
+        f"(local.set $en (f32x4.sub {get('ek')} {_splat('12582912.0')}))",
+        "(local.set $ek (i32x4.sub (local.get $ek) (v128.const i32x4 0x4b400000 0x4b400000 0x4b400000 0x4b400000)))",
+        f"(local.set $er (f32x4.sub (f32x4.sub {get(x)} (f32x4.mul {get('en')} {_splat('0.693359375')})) "
+        f"(f32x4.mul {get('en')} {_splat('-2.12194440e-4')})))",
+        f"(local.set ${x} (f32x4.add (f32x4.mul {get('er')} {_splat('1.9875691500e-4')}) {_splat('1.3981999507e-3')}))",
+        *(f"(local.set ${x} (f32x4.add (f32x4.mul {get(x)} {get('er')}) {_splat(c)}))"
+          for c in ("8.3334519073e-3", "4.1665795894e-2", "1.6666665459e-1", "5.0000001201e-1")),
+        f"(local.set ${x} (f32x4.add (f32x4.add (f32x4.mul {get(x)} (f32x4.mul {get('er')} {get('er')})) {get('er')}) "
+        f"{_splat('1.0')}))",
+        ";; times 2^n, n in [-150, 0], as 2^(n >> 1) * 2^(n - (n >> 1))",
+        f"(local.set $eh (i32x4.shr_s {get('ek')} (i32.const 1)))",
+        f"(local.set ${x} (f32x4.mul (f32x4.mul {get(x)} (i32x4.shl (i32x4.add {get('eh')} "
+        "(v128.const i32x4 127 127 127 127)) (i32.const 23)))",
+        f"  (i32x4.shl (i32x4.add (i32x4.sub {get('ek')} {get('eh')}) (v128.const i32x4 127 127 127 127)) "
+        "(i32.const 23))))",
+    ]
 
 
 def _wasm_source(name, inputs, output, batch, kv_batch, query_length, key_length, key_rows, head, value_head,
@@ -400,16 +453,21 @@ def _wasm_source(name, inputs, output, batch, kv_batch, query_length, key_length
     two words per step (one when D / 4 is odd): unrolled, Cranelift loaded every key word of
     the group before the first product and spilled them.
 
-    Two phases.  The shared phase walks the key groups every row of a full block sees (up to
-    its first row's count rounded down to a group: all keys for a non-causal block), the rows
+    Two phases.  The shared phase walks the keys every row of a full block sees (up to its
+    first row's count rounded down to a group: all keys for a non-causal block), the rows
     together: each key word is loaded once for the block's dot products, and no key is past a
-    row's count (no selects, no validity masks).  Then each row finishes alone from there (a
-    causal row's last keys, the remainder of ``Sk`` % 4, every key of a partial last block),
-    where a group's keys past ``count`` stand in as key j for the scores (and are then
-    replaced by its score, as the WGSL's select does) and read a zero row of scratch for the
-    values (weight 0).  Both phases compute each row's groups with the same operations, in
-    the same order.  Scratch: per row its accumulators then its running maximum, running sum
-    and whether it started (``block`` bytes), then the zero row."""
+    row's count (no selects, no validity masks).  With ``Dv`` a multiple of 4 (``blocked``) it
+    goes in key blocks (``key_blocks``): per block, each pair of rows' scores into scratch, each
+    row's weights in their place with one correction of its accumulators and sum, then each
+    pair's accumulators (4 value words of both rows in 8 registers at a time) times their
+    corrections plus the weights times the values; otherwise it goes a group of 4 keys at a
+    time as the second phase does.  Then each row finishes alone from there (a causal row's
+    last keys, the remainder of ``Sk`` % 4, every key of a partial last block), where a
+    group's keys past ``count`` stand in as key j for the scores (and are then replaced by its
+    score, as the WGSL's select does) and read a zero row of scratch for the values (weight
+    0).  Scratch: per row its accumulators then its running maximum, running sum and whether
+    it started (``block`` bytes), then the zero row, then (blocked) each row's
+    ``WASM_KEY_BLOCK`` scores."""
     layout = ParamsLayout(tuple(v.name for v in (*buffer_size_vars((*inputs, output)), *extra_size_vars)))
     local_names = {_GROUP.name: "(local.get $bh)", _ROW.name: "(local.get $row)"}
     index = IndexText(lambda var: local_names.get(var) or params_field(layout, var))
@@ -420,6 +478,12 @@ def _wasm_source(name, inputs, output, batch, kv_batch, query_length, key_length
     bindings = [buffer.name for buffer in inputs] + ["out"]
     masked = mask_shape is not None
     mask_step = as_int(_mask_row_start(mask_shape, batch)[1]) if masked else 0
+    # the shared keys in blocks (value products in f32x4 words: Dv a multiple of 4; rows in pairs)
+    blocked = value_head % 4 == 0 and value_head > 0 and rows % 2 == 0
+
+    def scores_at(r: int) -> int:
+        """The scratch offset of row r's scores (then weights) of a key block."""
+        return rows * block + row_bytes + 4 * WASM_KEY_BLOCK * r
 
     def key_at(u: int) -> str:
         """The address of key j + u, or key j's past ``count``."""
@@ -441,7 +505,32 @@ def _wasm_source(name, inputs, output, batch, kv_batch, query_length, key_length
             vector = f"(f32x4.replace_lane {u} {vector} {values[u]})"
         return vector
 
-    def scores(count: int, keys: list[tuple[str, int]], masks: list[str]) -> list[str]:
+    def pair_dot() -> list[str]:
+        """The dot products ``$d{r}{u}`` of rows r = 0, 1 from ``$q`` with keys u = 0 .. 3 from
+        ``$k0`` (D >= 4): a word of each row, then each key's word used by both rows at once
+        (13 vector registers live: Cranelift keeps them all, where loading the four key words
+        first spilled), ``PAIR_DOT_STEP`` words per step with pointers stepping (no address
+        arithmetic), the remaining words after the loop."""
+        def word_step(w: int) -> list[str]:
+            return [
+                *(f"(local.set $key{r} (v128.load offset={4 * head * r + 16 * w} (local.get $qp)))" for r in range(2)),
+                *(line for u in range(4) for line in [
+                    f"(local.set $word (v128.load offset={4 * head * u + 16 * w} (local.get $kp)))",
+                    *(f"(local.set $d{r}{u} (f32x4.add (local.get $d{r}{u}) (f32x4.mul (local.get $key{r}) "
+                      "(local.get $word))))" for r in range(2))])]
+        step = min(PAIR_DOT_STEP, words)
+        return [
+            "(local.set $qp (local.get $q))",
+            "(local.set $kp (local.get $k0))",
+            f"(local.set $dot_end (i32.add (local.get $q) (i32.const {16 * (words - words % step)})))",
+            *repeat("dot", "(i32.lt_u (local.get $qp) (local.get $dot_end))", [
+                *(line for w in range(step) for line in word_step(w)),
+                f"(local.set $qp (i32.add (local.get $qp) (i32.const {16 * step})))",
+                f"(local.set $kp (i32.add (local.get $kp) (i32.const {16 * step})))"]),
+            *(line for w in range(words % step) for line in word_step(w)),
+        ]
+
+    def scores(count: int, keys: list[tuple[str, int]], masks: list[str], rows_first: bool = False) -> list[str]:
         """The scores of keys j .. j + 3 (key u at address ``keys[u]``: a local and a constant
         offset) for the ``count`` query rows from ``$q`` on, into ``$s0``, ``$s1``, ...: dot
         products in f32x4 words (each key word loaded once for all rows), a transposing sum,
@@ -449,18 +538,22 @@ def _wasm_source(name, inputs, output, batch, kv_batch, query_length, key_length
         def key_element(u: int, byte: int) -> str:
             return f"(f32.load offset={keys[u][1] + byte} (local.get ${keys[u][0]}))"
         step = 2 if words % 2 == 0 else 1  # words per step of the loop along D (4 spilled: 1.3x slower)
-        lines = [*(f"(local.set $d{r}{u} (v128.const i32x4 0 0 0 0))" for r in range(count) for u in range(4)),
-                 "(local.set $at (i32.const 0))",
-                 *loop("dot", f"(i32.ge_u (local.get $at) (i32.const {16 * words}))", [
-                     *(line for w in range(step) for line in [
-                         *(f"(local.set $key{u} (v128.load offset={keys[u][1] + 16 * w} (i32.add (local.get ${keys[u][0]}) "
-                           f"(local.get $at))))" for u in range(4)),
-                         *(line for r in range(count) for line in [
-                             f"(local.set $word (v128.load offset={4 * head * r + 16 * w} (i32.add (local.get $q) "
-                             "(local.get $at))))",
-                             *(f"(local.set $d{r}{u} (f32x4.add (local.get $d{r}{u}) (f32x4.mul (local.get $word) "
-                               f"(local.get $key{u}))))" for u in range(4))])]),
-                     f"(local.set $at (i32.add (local.get $at) (i32.const {16 * step})))"])]
+        lines = [*(f"(local.set $d{r}{u} (v128.const i32x4 0 0 0 0))" for r in range(count) for u in range(4))]
+        if rows_first:  # the key blocks' pairs of rows: keys at $k0, 4 * head bytes apart
+            lines += pair_dot() if words else []
+        else:
+            lines += [
+                "(local.set $at (i32.const 0))",
+                *loop("dot", f"(i32.ge_u (local.get $at) (i32.const {16 * words}))", [
+                    *(line for w in range(step) for line in [
+                        *(f"(local.set $key{u} (v128.load offset={keys[u][1] + 16 * w} (i32.add (local.get ${keys[u][0]}) "
+                          f"(local.get $at))))" for u in range(4)),
+                        *(line for r in range(count) for line in [
+                            f"(local.set $word (v128.load offset={4 * head * r + 16 * w} (i32.add (local.get $q) "
+                            "(local.get $at))))",
+                            *(f"(local.set $d{r}{u} (f32x4.add (local.get $d{r}{u}) (f32x4.mul (local.get $word) "
+                              f"(local.get $key{u}))))" for u in range(4))])]),
+                    f"(local.set $at (i32.add (local.get $at) (i32.const {16 * step})))"])]
         for r in range(count):
             d = [f"(local.get $d{r}{u})" for u in range(4)]
             lines += [
@@ -551,6 +644,132 @@ def _wasm_source(name, inputs, output, batch, kv_batch, query_length, key_length
                 f"(i32.sub (local.get $count) (i32.const 1))))" for u in range(4)]
     row_masks = [lanes([f"(f32.load {element('mask', key)})" for key in mask_key])]
     row_start = "(i32.add (i32.mul (local.get $bh) (local.get $seq_q)) (local.get $row))"
+
+    def horizontal(instruction: str, vector: str, target: str) -> list[str]:
+        """``$target`` set to the ``instruction`` (``f32x4.max``, ``f32x4.add``) of the four
+        lanes of the f32x4 local ``$vector`` (which it overwrites)."""
+        v = f"(local.get ${vector})"
+        return [f"(local.set ${vector} ({instruction} {v} {shuffle(v, v, (2, 3, 0, 1))}))",
+                f"(local.set ${target} (f32x4.extract_lane 0 ({instruction} {v} {shuffle(v, v, (1, 0, 3, 2))})))"]
+
+    def block_weights(r: int) -> list[str]:
+        """Row r's online softmax step over the block's scores (in scratch at ``scores_at(r)``,
+        their maximum's lanes in ``$m{r}``): the correction ``$corr{r}`` of its accumulators,
+        and the scores replaced by their weights ``exp(score - maximum)``, whose sum joins the
+        running sum.
+
+        Without branches on the scores: the maximum is taken with ``pmax`` (one instruction on
+        x86 where ``max`` takes seven), which passes over NaN scores: their weights are NaN, so
+        the row is.  A row whose scores so far are all -inf subtracts 0 (weights exp(-inf) = 0,
+        a NaN score's NaN) and stays not started: its accumulators, 0, get 0 added."""
+        state = r * block + row_bytes
+        at = scores_at(r)
+        word = f"(v128.load offset={at} (local.get $at))"
+        return [
+            f";; row {r}: the block's maximum, then its weights in place of its scores",
+            *horizontal("f32x4.pmax", f"m{r}", "group_max"),
+            f"(local.set $running_max (f32.load offset={state} (local.get $scratch)))",
+            f"(local.set $started (i32.load offset={state + 8} (local.get $scratch)))",
+            "(local.set $new_max (select (f32.max (local.get $running_max) (local.get $group_max)) (local.get $group_max) "
+            "(local.get $started)))",
+            ";; the maximum unchanged (most blocks): exp(0) is 1, without the call; not started: 0",
+            f"(local.set $corr{r} (if (result f32) (i32.and (local.get $started) "
+            "(f32.eq (local.get $running_max) (local.get $new_max)))",
+            "  (then (f32.const 1))",
+            "  (else (select (call $exp_f32 (f32.sub (local.get $running_max) (local.get $new_max))) "
+            "(f32.const 0) (local.get $started)))))",
+            ";; subtracted from the scores: the maximum, or 0 while every score is -inf",
+            "(local.set $c (f32x4.splat (select (f32.const 0) (local.get $new_max) (i32.eq (i32.reinterpret_f32 "
+            "(local.get $new_max)) (i32.const 0xff800000)))))",
+            "(local.set $word (v128.const i32x4 0 0 0 0))",
+            "(local.set $at (local.get $scratch))",
+            *repeat(f"weights{r}", "(i32.lt_u (local.get $at) (local.get $stop))", [
+                f"(local.set $p (f32x4.sub {word} (local.get $c)))",
+                *exp_nonpositive("p"),
+                f"(v128.store offset={at} (local.get $at) (local.get $p))",
+                "(local.set $word (f32x4.add (local.get $word) (local.get $p)))",
+                "(local.set $at (i32.add (local.get $at) (i32.const 16)))"]),
+            *horizontal("f32x4.add", "word", "running_sum"),
+            f"(f32.store offset={state + 4} (local.get $scratch) (f32.add (f32.mul (f32.load offset={state + 4} "
+            f"(local.get $scratch)) (local.get $corr{r})) (local.get $running_sum)))",
+            f"(f32.store offset={state} (local.get $scratch) (local.get $new_max))",
+            f"(i32.store offset={state + 8} (local.get $scratch) (i32.or (local.get $started) "
+            "(i32.ne (i32.reinterpret_f32 (local.get $new_max)) (i32.const 0xff800000))))",
+        ]
+
+    def block_scores(pair: int) -> list[str]:
+        """The scores of rows 2 pair, 2 pair + 1 for the block's keys, a group of 4 at a time
+        (each key word loaded once for both rows), into scratch at ``scores_at``, and their
+        lanes' maxima (``pmax``: NaN passed over, see ``block_weights``) in ``$m{r}``."""
+        return [
+            f";; rows {2 * pair} and {2 * pair + 1}: their scores of the block's keys",
+            f"(local.set $q (i32.add (local.get $q_row0) (i32.const {2 * pair * 4 * head})))",
+            "(local.set $j (local.get $j0))",
+            "(local.set $sp (local.get $scratch))",
+            *(f"(local.set $m{2 * pair + r} (v128.const f32x4 -inf -inf -inf -inf))" for r in range(2)),
+            *loop(f"scores{pair}", "(i32.ge_s (local.get $j) (local.get $block_end))", [
+                f"(local.set $k0 (i32.add (local.get $keys) (i32.mul (local.get $j) (i32.const {4 * head}))))",
+                *scores(2, [("k0", 4 * head * u) for u in range(4)], shared_masks[2 * pair:2 * pair + 2], True),
+                *(line for r in range(2) for line in [
+                    f"(v128.store offset={scores_at(2 * pair + r)} (local.get $sp) (local.get $s{r}))",
+                    f"(local.set $m{2 * pair + r} (f32x4.pmax (local.get $m{2 * pair + r}) (local.get $s{r})))"]),
+                "(local.set $sp (i32.add (local.get $sp) (i32.const 16)))",
+                "(local.set $j (i32.add (local.get $j) (i32.const 4)))"]),
+        ]
+
+    def block_values(pair: int) -> list[str]:
+        """Rows 2 pair and 2 pair + 1's accumulators times their corrections plus the block's
+        weights times its values: up to 4 value words of both rows in registers at a time
+        (each value word loaded once for both rows, each weight once per chunk)."""
+        lines = []
+        for first in range(0, value_words, 4):
+            chunk = range(first, min(first + 4, value_words))
+            lines += [
+                f";; rows {2 * pair} and {2 * pair + 1}, value words {first} .. {chunk[-1]}: acc * correction "
+                "+ weights . values",
+                *(f"(local.set $a{r}{w - first} (f32x4.mul (v128.load offset={(2 * pair + r) * block + 16 * w} "
+                  f"(local.get $scratch)) (f32x4.splat (local.get $corr{2 * pair + r}))))" for r in range(2) for w in chunk),
+                f"(local.set $vp (i32.add (local.get $values) (i32.add (i32.mul (local.get $j0) (i32.const {4 * value_head})) "
+                f"(i32.const {16 * first}))))",
+                "(local.set $at (local.get $scratch))",
+                ";; the block's keys (at least 4, a multiple of 4) 4 at a time: a word of weights per row, each"
+                " weight broadcast",
+                *repeat(f"values{pair}_{first}", "(i32.lt_u (local.get $at) (local.get $stop))", [
+                    *(f"(local.set $p{2 + r} (v128.load offset={scores_at(2 * pair + r)} (local.get $at)))"
+                      for r in range(2)),
+                    *(line for u in range(4) for line in [
+                        *(f"(local.set $p{r} {broadcast_lane(f'(local.get $p{2 + r})', u)})" for r in range(2)),
+                        *(line for w in chunk for line in [
+                            f"(local.set $key0 (v128.load offset={4 * value_head * u + 16 * (w - first)} (local.get $vp)))",
+                            *(f"(local.set $a{r}{w - first} (f32x4.add (local.get $a{r}{w - first}) "
+                              f"(f32x4.mul (local.get $p{r}) (local.get $key0))))" for r in range(2))])]),
+                    f"(local.set $vp (i32.add (local.get $vp) (i32.const {16 * value_head})))",
+                    "(local.set $at (i32.add (local.get $at) (i32.const 16)))"]),
+                *(f"(v128.store offset={(2 * pair + r) * block + 16 * w} (local.get $scratch) (local.get $a{r}{w - first}))"
+                  for r in range(2) for w in chunk),
+            ]
+        return lines
+
+    def key_blocks() -> list[str]:
+        """The shared keys in blocks of up to ``WASM_KEY_BLOCK`` (the last one shorter): each
+        block's scores for every row, each row's weights with one rescale per block, then the
+        value products (see ``_wasm_source``)."""
+        return [
+            "(local.set $q_row0 (local.get $q))",
+            *loop("blocks", "(i32.ge_s (local.get $j) (local.get $shared))", [
+                ";; keys j .. block_end, seen by every row: scores, weights, value products",
+                "(local.set $j0 (local.get $j))",
+                f"(local.set $block_end (call $main_min (local.get $shared) (i32.add (local.get $j) "
+                f"(i32.const {WASM_KEY_BLOCK}))))",
+                "(local.set $stop (i32.add (local.get $scratch) (i32.shl (i32.sub (local.get $block_end) "
+                "(local.get $j0)) (i32.const 2))))",
+                *(line for pair in range(rows // 2) for line in block_scores(pair)),
+                *(line for r in range(rows) for line in block_weights(r)),
+                *(line for pair in range(rows // 2) for line in block_values(pair)),
+                "(local.set $j (local.get $block_end))"]),
+            "(local.set $q (local.get $q_row0))",
+        ]
+
     shared_phase = [
         "(local.set $row (local.get $row0))",
         f"(local.set $count {count})",
@@ -563,7 +782,7 @@ def _wasm_source(name, inputs, output, batch, kv_batch, query_length, key_length
         "(local.set $row (local.get $row0))",
         f"(local.set $q (i32.add (local.get $query) (i32.mul {row_start} (i32.const {4 * head}))))",
         "(local.set $j (i32.const 0))",
-        *loop("shared", "(i32.ge_s (local.get $j) (local.get $shared))", [
+        *(key_blocks() if blocked else loop("shared", "(i32.ge_s (local.get $j) (local.get $shared))", [
             ";; keys j .. j + 3 for every row of the block: their scores, then each row's rescale",
             f"(local.set $k0 (i32.add (local.get $keys) (i32.mul (local.get $j) (i32.const {4 * head}))))",
             f"(local.set $v0 (i32.add (local.get $values) (i32.mul (local.get $j) (i32.const {4 * value_head}))))",
@@ -571,8 +790,9 @@ def _wasm_source(name, inputs, output, batch, kv_batch, query_length, key_length
             *(line for r in range(rows)
               for line in update(r, "scratch", r * block, [("v0", 4 * value_head * u) for u in range(4)], False)),
             "(local.set $j (i32.add (local.get $j) (i32.const 4)))",
-        ]),
+        ])),
     ]
+
     one_row = [
         "(local.set $row (i32.add (local.get $row0) (local.get $r)))",
         f"(local.set $q (i32.add (local.get $query) (i32.mul {row_start} (i32.const {4 * head}))))",
@@ -635,20 +855,24 @@ def _wasm_source(name, inputs, output, batch, kv_batch, query_length, key_length
     ]
     int_locals = ["seq_q", "seq_k", "blocks", "unit", "bh", "row0", "row", "r", "rows_here", "shared", "kv", "keys",
                   "values", "q", "o", "acc", "zero", "count", "j", "at", "started",
+                  *(["q_row0", "j0", "block_end", "stop", "sp", "vp", "qp", "kp", "dot_end"] if blocked else []),
                   *(["mask_start", *(f"mask_start{r}" for r in range(rows))] if masked else []),
                   *(f"k{u}" for u in range(4)), *(f"v{u}" for u in range(4))]
-    float_locals = ["running_max", "running_sum", "new_max", "group_max", "correction"]
+    float_locals = ["running_max", "running_sum", "new_max", "group_max", "correction",
+                    *((f"corr{r}" for r in range(rows)) if blocked else ())]
     vector_locals = ["word", "p", "c", "valid", *(f"s{r}" for r in range(rows)),
                      *(f"d{r}{u}" for r in range(rows) for u in range(4)), *(f"key{u}" for u in range(4)),
-                     *(f"p{u}" for u in range(4))]
+                     *(f"p{u}" for u in range(4)), *((f"a{r}{w}" for r in range(2) for w in range(4)) if blocked else ()),
+                     *(["en", "er", "ek", "eh", *(f"m{r}" for r in range(rows))] if blocked else [])]
     units = [index(simplify(product(batch) * ((query_length + (rows - 1)) // rows)))]
-    title = (f"library kernel: {name} (fused attention, {rows} query rows per unit, online softmax over groups "
-             f"of 4 keys)")
+    title = (f"library kernel: {name} (fused attention, {rows} query rows per unit, online softmax over "
+             + (f"blocks of {WASM_KEY_BLOCK} keys shared by the rows, then groups of 4 keys)" if blocked else
+                "groups of 4 keys)"))
     text = kernel_text(title, bindings, units,
                        [*((n, "i32") for n in int_locals), *((n, "f32") for n in float_locals),
                         *((n, "v128") for n in vector_locals)],
                        body, index_helpers("\n".join([*units, *body])))
-    return text, rows * block + row_bytes
+    return text, scores_at(rows) if blocked else rows * block + row_bytes
 
 
 # -- numpy reference -------------------------------------------------------------------------------
