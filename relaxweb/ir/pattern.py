@@ -84,24 +84,10 @@ class MatmulInfo:
 
 def analyze_matmul(program: TensorProgram) -> MatmulInfo | None:
     """The matmul-like split of a program, or None when it is not one (see the module doc)."""
-    reductions = top_level_reductions(program.body)
-    if len(set(reductions)) != 1 or _under_select(program.body, reductions[0]):
+    split = _guarded_sum(program)
+    if split is None:
         return None
-    reduction = reductions[0]
-    axes, extents, core = [], [], reduction
-    while isinstance(core, Reduce):
-        if core.combiner is not ReduceCombiner.SUM:
-            return None
-        axes.append(core.axis)
-        extents.append(core.extent)
-        core = core.body
-    index_names = index_var_names(program)
-    if any(var.name in index_names for extent in extents for var in free_vars(extent)):
-        return None  # a non-rectangular reduction
-    guards = []  # zero guards around the product (a convolution's padding)
-    while isinstance(core, Select) and isinstance(core.b, FloatImm) and core.b.value == 0:
-        guards.append(core.condition)
-        core = core.a
+    reduction, axes, extents, guards, core = split
     if not (isinstance(core, Binary) and core.op is BinaryOp.MULTIPLY):
         return None
     a, b = core.a, core.b
@@ -125,6 +111,33 @@ def analyze_matmul(program: TensorProgram) -> MatmulInfo | None:
             return None
     batch = [p for p in range(len(output_axes)) if p not in rows and p not in columns]
     return MatmulInfo(reduction, tuple(axes), tuple(extents), a, b, tuple(rows), tuple(columns), tuple(batch))
+
+
+def _guarded_sum(program: TensorProgram):
+    """The program's one top-level reduction (it may occur several times, never under a
+    Select) when it is nested rectangular sums: ``(reduction, axes, extents, guards, core)``
+    with the sums' axes and extents outermost first, the zero guards around the summed value
+    (a convolution's padding: ``select(g, core, 0)``), outermost first, and the value inside
+    them.  None otherwise."""
+    reductions = top_level_reductions(program.body)
+    if len(set(reductions)) != 1 or _under_select(program.body, reductions[0]):
+        return None
+    reduction = reductions[0]
+    axes, extents, core = [], [], reduction
+    while isinstance(core, Reduce):
+        if core.combiner is not ReduceCombiner.SUM:
+            return None
+        axes.append(core.axis)
+        extents.append(core.extent)
+        core = core.body
+    index_names = index_var_names(program)
+    if any(var.name in index_names for extent in extents for var in free_vars(extent)):
+        return None  # a non-rectangular reduction
+    guards = []
+    while isinstance(core, Select) and isinstance(core.b, FloatImm) and core.b.value == 0:
+        guards.append(core.condition)
+        core = core.a
+    return reduction, axes, extents, guards, core
 
 
 def top_level_reductions(expr: ScalarExpr) -> list[Reduce]:
@@ -216,24 +229,10 @@ def analyze_window(program: TensorProgram) -> WindowInfo | None:
     width = simplify(program.output.shape[-1])
     if isinstance(width, IntImm) and width.value < 4:
         return None
-    reductions = top_level_reductions(program.body)
-    if len(set(reductions)) != 1 or _under_select(program.body, reductions[0]):
+    split = _guarded_sum(program)
+    if split is None:
         return None
-    reduction = reductions[0]
-    axes, extents, core = [], [], reduction
-    while isinstance(core, Reduce):
-        if core.combiner is not ReduceCombiner.SUM:
-            return None
-        axes.append(core.axis)
-        extents.append(core.extent)
-        core = core.body
-    index_names = index_var_names(program)
-    if any(var.name in index_names for extent in extents for var in free_vars(extent)):
-        return None  # a non-rectangular reduction
-    guards = []
-    while isinstance(core, Select) and isinstance(core.b, FloatImm) and core.b.value == 0:
-        guards.append(core.condition)
-        core = core.a
+    reduction, axes, extents, guards, core = split
     moving = [lane, *axes]
     for guard in guards:
         if not (isinstance(guard, Compare) and guard.op in _ORDERINGS and isinstance(guard.a, IndexValue)
