@@ -577,6 +577,14 @@ def test_matmul_of_a_gelu_packed_as_f32x4(rows: int, bias: bool, capacity: int, 
     assert check_module(model, {"x": gelu_inputs(rows, 22)}, monkeypatch) >= 1
 
 
+@pytest.mark.parametrize("rows", [6, 13])
+def test_matmul_of_a_gelu_of_symbolic_size(rows: int, monkeypatch) -> None:
+    """Rows a size variable (BERT's batch x sequence): the four-lane form up to the last
+    multiple of 4 below the run-time count, the rest lane by lane."""
+    model = gelu_matmul_model("tokens", 22, 12)
+    assert check_module(model, {"x": gelu_inputs(rows, 22)}, monkeypatch) >= 1
+
+
 def test_matmul_of_a_transposed_gelu_reads_four_rows_at_once(monkeypatch) -> None:
     """The factor's rows contiguous in memory (a transposed input): one ``v128.load`` a step."""
     model = gelu_matmul_model(11, 20, 8, transposed=True)
