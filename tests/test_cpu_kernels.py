@@ -529,6 +529,87 @@ def test_matmuls_with_fused_prologues(capacity: int, monkeypatch) -> None:
     assert check_module(model, {"x": rand(2, 7, 22)}, monkeypatch) >= 2
 
 
+def gelu_matmul_model(rows, depth: int, columns: int, *, bias: bool = True, transposed: bool = False):
+    """BERT's FFN down in small: ``(x + b)`` (or ``x``), its exact GELU through Erf nodes, fused
+    into a matmul's first factor; ``transposed``: the factor read as ``x``'s transpose."""
+    nodes, source = [], "x"
+    if transposed:
+        nodes.append(helper.make_node("Transpose", ["x"], ["xt"], perm=[1, 0]))
+        source = "xt"
+    if bias:
+        nodes.append(helper.make_node("Add", [source, "b"], ["h"]))
+        source = "h"
+    nodes += [helper.make_node("Div", [source, "root2"], ["d"]), helper.make_node("Erf", ["d"], ["e"]),
+              helper.make_node("Add", ["e", "one"], ["e1"]), helper.make_node("Mul", [source, "e1"], ["g0"]),
+              helper.make_node("Mul", ["g0", "half"], ["g"]), helper.make_node("MatMul", ["g", "w"], ["y"])]
+    shape = [depth, rows] if transposed else [rows, depth]
+    constants = {"root2": np.array(np.sqrt(2), np.float32), "one": np.array(1, np.float32),
+                 "half": np.array(0.5, np.float32), "w": rand(depth, columns, seed=4)}
+    if bias:
+        constants["b"] = rand(depth, seed=5)
+    return make_model(nodes, [("x", TensorProto.FLOAT, shape)], ["y"], constants)
+
+
+def gelu_inputs(rows: int, depth: int) -> np.ndarray:
+    """Inputs over erf's ranges: |x / sqrt 2| below 0.75 and above (2, 5, past 10), and in the
+    last row infinities, a NaN and zeros."""
+    x = rand(rows, depth, seed=7, low=-1.0, high=1.0)
+    x[1::3] *= 3.0
+    x[2::3] *= 16.0
+    if rows > 4:
+        x[-1, :4] = [np.inf, -np.inf, np.nan, 0.0]
+    return x
+
+
+@PATHS
+@pytest.mark.parametrize("rows", [9, 16])
+@pytest.mark.parametrize("bias", [True, False])
+def test_matmul_of_a_gelu_packed_as_f32x4(rows: int, bias: bool, capacity: int, monkeypatch) -> None:
+    """The exact GELU (erf: polynomials, a select on |x|, exp) fused into a matmul's first
+    factor is packed four rows at a time as one f32x4 evaluation (the bias a lane
+    invariant); 9 rows leave one packed by the scalar path.  Every erf range, infinities and
+    a NaN match the interpreter."""
+    monkeypatch.setattr(schedules, "PANEL_DEPTH", capacity)
+    model = gelu_matmul_model(rows, 22, 12, bias=bias)
+    if capacity == PANEL_DEPTH:
+        module = compile_model(model)
+        assert any("four lanes as one f32x4" in render_program(p) for p in module.programs.values())
+    assert check_module(model, {"x": gelu_inputs(rows, 22)}, monkeypatch) >= 1
+
+
+@pytest.mark.parametrize("rows", [6, 13])
+def test_matmul_of_a_gelu_of_symbolic_size(rows: int, monkeypatch) -> None:
+    """Rows a size variable (BERT's batch x sequence): the four-lane form up to the last
+    multiple of 4 below the run-time count, the rest lane by lane."""
+    model = gelu_matmul_model("tokens", 22, 12)
+    assert check_module(model, {"x": gelu_inputs(rows, 22)}, monkeypatch) >= 1
+
+
+def test_matmul_of_a_transposed_gelu_reads_four_rows_at_once(monkeypatch) -> None:
+    """The factor's rows contiguous in memory (a transposed input): one ``v128.load`` a step."""
+    model = gelu_matmul_model(11, 20, 8, transposed=True)
+    module = compile_model(model)
+    texts = [render_program(p) for p in module.programs.values()]
+    assert any("four lanes as one f32x4 a step (0 loads lane by lane, 1 contiguous" in t for t in texts)
+    assert check_module(model, {"x": gelu_inputs(11, 20).T.copy()}, monkeypatch) >= 1
+
+
+def test_lane_vectors_fall_back() -> None:
+    """A select whose branch loads what nothing reads unconditionally (a padding guard), an
+    integer op on the lanes and a bare load read lane by lane keep the scalar path."""
+    rows, depth = SizeVar("rows"), SizeVar("depth")
+    x = Buffer("X", (rows, depth), "float32")
+    element = Load(x, (i, k))
+    guarded = Select(Compare(CompareOp.LT, IndexValue(i), IndexValue(IntImm(3))), element, FloatImm(0.0))
+    assert schedules.lane_vectors(guarded, (i,), (rows,)) is None
+    assert schedules.lane_vectors(element, (i,), (rows,)) is None
+    cast = Cast("float32", IndexValue(i))
+    assert schedules.lane_vectors(element * cast, (i,), (rows,)) is None
+    erf_like = Select(Compare(CompareOp.LT, element, FloatImm(0.0)), -element, element) * FloatImm(2.0)
+    vectors = schedules.lane_vectors(erf_like, (i,), (rows,))
+    assert vectors is not None and vectors.gathered == (element,)
+
+
 @PATHS
 def test_convolution_of_symbolic_size(capacity: int, monkeypatch) -> None:
     """A strided convolution whose height and width are size variables: the output's extents

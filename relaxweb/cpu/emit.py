@@ -140,6 +140,24 @@ VECTOR_UNARY_RENDERINGS: dict[UnaryOp, Callable[[str], str]] = {
         UnaryOp.ASIN, UnaryOp.ACOS, UnaryOp.ATAN, UnaryOp.ASINH, UnaryOp.ACOSH, UnaryOp.ATANH,
     )},
 }
+# f32x4 comparisons: each lane all ones where it holds, all zeros where not (a NaN
+# operand gives false, as the f32 comparisons above), the mask a vector select takes.
+VECTOR_COMPARE_RENDERINGS: dict[CompareOp, Callable[[str, str], str]] = {
+    CompareOp.LT: _op("f32x4.lt"),
+    CompareOp.LE: _op("f32x4.le"),
+    CompareOp.GT: _op("f32x4.gt"),
+    CompareOp.GE: _op("f32x4.ge"),
+    CompareOp.EQ: _op("f32x4.eq"),
+    CompareOp.NE: _op("f32x4.ne"),
+}
+
+
+def vector_select(mask: str, a: str, b: str) -> str:
+    """The f32x4 ``Select``: lane by lane ``a`` where ``mask`` is all ones, else ``b``
+    (both branches evaluated: only for branches that may be, see their callers)."""
+    return f"(v128.bitselect {a} {b} {mask})"
+
+
 # The IR's index operations (relaxweb/ir/lower_index.py); a truncating division by a
 # positive constant is an instruction (its numerator is >= 0: unsigned), any other a helper.
 INDEX_RENDERINGS: dict[IndexOp, Callable[[str, str], str]] = {
@@ -568,7 +586,10 @@ class Emitter:
 
     def vector_value(self, expr: ScalarExpr, splats: Mapping[ScalarExpr, str], memo: dict, indent: str) -> str:
         """The f32x4 value of a reduction body at four consecutive steps (the axis's local
-        holds the first): loads along the axis are ``v128.load``, invariants their splats."""
+        holds the first): loads along the axis are ``v128.load``, invariants their splats
+        (``splats`` maps any subexpression to a v128 value already computed: also the lanes
+        of a packed factor, ``schedules._pack_vectors``).  Comparisons of floats are lane
+        masks and a ``Select`` is a ``v128.bitselect`` of both branches."""
         if expr in splats:
             return splats[expr]
         if expr in memo:
@@ -583,6 +604,14 @@ class Emitter:
             text = rendering(VECTOR_BINARY_RENDERINGS, expr.op)(a, b)
         elif isinstance(expr, Unary):
             text = rendering(VECTOR_UNARY_RENDERINGS, expr.op)(self.vector_value(expr.a, splats, memo, indent))
+        elif isinstance(expr, Compare) and expr.a.dtype == "float32":
+            a = self.vector_value(expr.a, splats, memo, indent)
+            b = self.vector_value(expr.b, splats, memo, indent)
+            text = rendering(VECTOR_COMPARE_RENDERINGS, expr.op)(a, b)
+        elif isinstance(expr, Select):  # callers check that both branches may be evaluated
+            text = vector_select(self.vector_value(expr.condition, splats, memo, indent),
+                                 self.vector_value(expr.a, splats, memo, indent),
+                                 self.vector_value(expr.b, splats, memo, indent))
         else:
             raise TypeError(f"{self.program.name}: cannot vectorize {type(expr).__name__} along a reduction")
         if expr in self.repeated:

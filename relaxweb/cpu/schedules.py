@@ -33,7 +33,8 @@ from ..ir.tir import (
     scalar_nodes,
 )
 from .emit import (
-    BINARY_RENDERINGS, UNARY_RENDERINGS, VECTOR_BINARY_RENDERINGS, VECTOR_UNARY_RENDERINGS, Emitter, Function,
+    BINARY_RENDERINGS, UNARY_RENDERINGS, VECTOR_BINARY_RENDERINGS, VECTOR_COMPARE_RENDERINGS, VECTOR_UNARY_RENDERINGS,
+    Emitter, Function,
     VectorEmitter, depends_on, flat_offset, literal, render_index, rendering, store, vector_access_of, vector_reduction,
 )
 
@@ -622,6 +623,8 @@ def _pack(emitter: Emitter, info: MatmulInfo, factor: ScalarExpr, axes, extents,
     interior = padded_interior(factor, axes[-1]) if (invariants is None or short) and axes else None
     if interior is not None:
         _pack_interior(emitter, info, factor, interior, axes, extents, first, count, layout, base, lane, address, indent)
+    elif invariants is None and (vectors := lane_vectors(factor, axes, extents)) is not None:
+        _pack_vectors(emitter, info, factor, vectors, axes, extents, first, count, layout, base, lane, address, indent)
     elif invariants is None and hoisted:
         _pack_groups(emitter, info, factor, hoisted, axes, extents, first, count, layout, base, lane, address, indent)
     emit(indent, f"(block $packed_{label}")
@@ -733,6 +736,136 @@ def _pack_groups(emitter: Emitter, info: MatmulInfo, factor: ScalarExpr, hoisted
     _for_each_step(emitter, info.reduce_axes, info.reduce_extents, inner, step)
     emit(inner, f"(local.set {lane} (i32.add (local.get {lane}) (i32.const 4)))")
     emit(inner, f"(br $group_{label})))")
+
+
+@dataclasses.dataclass(frozen=True)
+class LaneVectors:
+    """How :func:`_pack_vectors` evaluates a factor for four consecutive lanes as one f32x4
+    (:func:`lane_vectors`): ``invariants``, its largest parts that no lane axis changes
+    (computed once as scalars and splatted: a bias), ``contiguous``, its loads whose four
+    lanes are four consecutive elements (one ``v128.load``), and ``gathered``, its other
+    loads that the lanes change (four ``f32.load`` into one f32x4)."""
+
+    invariants: tuple[ScalarExpr, ...]
+    contiguous: tuple[Load, ...]
+    gathered: tuple[Load, ...]
+
+
+def lane_vectors(factor: ScalarExpr, axes, extents) -> LaneVectors | None:
+    """A :class:`LaneVectors` for ``factor`` when every part of it that the lane axes
+    (``axes``, of ``extents``) change has an f32x4 form: float32 loads, constants, the ops of
+    ``VECTOR_*_RENDERINGS`` (a fused GELU's erf: polynomials, a select on ``|x|``, exp), a
+    ``Select`` whose condition compares floats or no lane axis changes.  A vector select
+    evaluates both branches, so every load under a select's branch must also be read where
+    the factor reads it unconditionally (a padding select's input is not: convolutions keep
+    their guarded paths).  None otherwise, and for a bare load the lanes do not read
+    contiguously (nothing to compute: the scalar copy is as good)."""
+    if factor.dtype != "float32" or not axes or contains_reduce(factor):
+        return None
+    names = {axis.name for axis in axes}
+    unconditional: set[ScalarExpr] = set()
+
+    def plain(node: ScalarExpr) -> None:  # the loads read whatever the selects choose
+        if isinstance(node, Load):
+            unconditional.add(node)
+        elif isinstance(node, Select):
+            plain(node.condition)
+        else:
+            for child in scalar_children(node):
+                plain(child)
+
+    plain(factor)
+    invariants: list[ScalarExpr] = []
+    contiguous: list[Load] = []
+    gathered: list[Load] = []
+
+    def visit(node: ScalarExpr, guarded: bool) -> bool:
+        if guarded and any(isinstance(n, Load) and n not in unconditional for n in scalar_nodes(node)):
+            return False
+        if not any(depends_on(node, name) for name in names):
+            if isinstance(node, FloatImm) and node.dtype == "float32":
+                return True
+            if node.dtype not in ("float32", "bool"):
+                return False
+            if node not in invariants:
+                invariants.append(node)
+            return True
+        if isinstance(node, Load):
+            if node.buffer.dtype != "float32":
+                return False
+            found = contiguous if along_columns(node, axes, extents) else gathered
+            if node not in found:
+                found.append(node)
+            return True
+        if isinstance(node, Binary) and node.dtype == "float32" and node.op in VECTOR_BINARY_RENDERINGS:
+            return visit(node.a, guarded) and visit(node.b, guarded)
+        if isinstance(node, Unary) and node.dtype == "float32" and node.op in VECTOR_UNARY_RENDERINGS:
+            return visit(node.a, guarded)
+        if isinstance(node, Compare) and node.a.dtype == "float32" and node.op in VECTOR_COMPARE_RENDERINGS:
+            return visit(node.a, guarded) and visit(node.b, guarded)
+        if isinstance(node, Select) and node.dtype == "float32":
+            return visit(node.condition, guarded) and visit(node.a, True) and visit(node.b, True)
+        return False
+
+    if not visit(factor, False) or (isinstance(factor, Load) and factor not in contiguous):
+        return None
+    return LaneVectors(tuple(invariants), tuple(contiguous), tuple(gathered))
+
+
+def _pack_vectors(emitter: Emitter, info: MatmulInfo, factor: ScalarExpr, vectors: LaneVectors, axes, extents,
+                  first: str, count: str, layout: PackLayout, base: str, lane: str, address: str, indent: str) -> None:
+    """:func:`_pack` four lanes at a time while four lanes remain below ``count``, for a
+    factor of :func:`lane_vectors`: at each step its lane-changing loads are read (one
+    ``v128.load`` where the four lanes are contiguous, else lane by lane into one f32x4),
+    its lane invariants computed once and splatted, the whole factor evaluated once as f32x4
+    (``Emitter.vector_value``) and stored with one ``v128.store``.  Leaves ``lane`` at the
+    first lane not packed."""
+    emit = emitter.function.emit
+    label, lanes = lane[1:], layout.lanes
+    emit(indent, f"(block $vectored_{label}")
+    emit(indent, f"  (loop $vectors_{label}")
+    inner = indent + "    "
+    emit(inner, f"(br_if $vectored_{label} (i32.gt_u (i32.add (local.get {lane}) (i32.const 4)) (i32.const {lanes})))")
+    emit(inner, f"(br_if $vectored_{label} (i32.gt_u (i32.add (i32.add {first} (local.get {lane})) (i32.const 4)) {count}))")
+    lane_count = 4 if vectors.gathered else 1  # contiguous loads and invariants need lane 0's axes only
+    lane_axes = [unflatten_into(emitter, extents, f"(i32.add (i32.add {first} (local.get {lane})) (i32.const {n}))",
+                                f"{label}_{n}_", inner) for n in range(lane_count)]
+    emit(inner, f"(local.set {address} {layout.lane_address(base, f'(local.get {lane})')})")
+
+    def in_lane(n: int) -> None:
+        emitter.open_scope()
+        for axis, extent, local in zip(axes, extents, lane_axes[n]):
+            emitter.declare_axis(axis, extent, local)
+
+    def step(depth: str) -> None:
+        splats = {}
+        for node in vectors.gathered:
+            values = []
+            for n in range(4):
+                in_lane(n)
+                values.append(emitter.scalar(node, depth))
+                emitter.close_scope()
+            vector = f"(f32x4.splat {values[0]})"
+            for n in range(1, 4):
+                vector = f"(f32x4.replace_lane {n} {vector} {values[n]})"
+            splats[node] = emitter.set_local(vector, "v128", depth, "lanes")
+        in_lane(0)
+        for node in vectors.invariants:
+            value = emitter.scalar(node, depth)
+            if node.dtype == "bool":  # a lane mask: all ones where true
+                splats[node] = emitter.set_local(f"(i32x4.splat (i32.sub (i32.const 0) {value}))", "v128", depth, "mask")
+            else:
+                splats[node] = emitter.set_local(f"(f32x4.splat {value})", "v128", depth, "splat")
+        vector = emitter.vector_value(factor, splats, {}, depth)
+        emitter.close_scope()
+        emit(depth, f"(v128.store (local.get {address}) {vector})")
+        emit(depth, f"(local.set {address} (i32.add (local.get {address}) (i32.const {layout.step})))")
+
+    emit(inner, f";; four lanes as one f32x4 a step ({len(vectors.gathered)} loads lane by lane, "
+                f"{len(vectors.contiguous)} contiguous, {len(vectors.invariants)} lane invariants)")
+    _for_each_step(emitter, info.reduce_axes, info.reduce_extents, inner, step)
+    emit(inner, f"(local.set {lane} (i32.add (local.get {lane}) (i32.const 4)))")
+    emit(inner, f"(br $vectors_{label})))")
 
 
 def _vector_steps(emitter: Emitter, factor: ScalarExpr, invariants: list[ScalarExpr], axis: SizeVar, extent: PrimExpr,
