@@ -99,19 +99,24 @@ class _Fuser(ExprMutator):
 
         Forward sweeps until nothing merges, in two phases: first every merge but an
         elementwise producer into a reducing consumer, then those too (epilogues merge
-        before prologues).  A merge
-        removes the producer and rewrites its consumers in place, so the block is kept as
-        slots (None once removed) with each variable's consumers indexed: a merge costs
-        the size of the programs it merges, never a scan of the block.  An attempt that
-        failed is not repeated while its producer and consumers are the same bindings (the
-        answer depends on nothing else)."""
+        before prologues).  After a merge the sweep steps back to the producers of what the
+        merged producer read: their consumers changed, so they may merge now, before the
+        sweep goes on (a convolution's SiLU merges into its output's two slices only after
+        the convolution took the SiLU as its epilogue).  A merge removes the producer and
+        rewrites its consumers in place, so the block is kept as slots (None once removed)
+        with each variable's consumers indexed: a merge costs the size of the programs it
+        merges, never a scan of the block.  An attempt that failed is not repeated while its
+        producer and consumers are the same bindings (the answer depends on nothing else)."""
         block = _Block(bindings)
         for prologues in (False, True):
             failed: dict[int, tuple] = {}  # id(producer) -> (producer, its consumers) that did not merge
             changed = True
             while changed:
                 changed = False
-                for position, producer in enumerate(block.slots):
+                position = 0
+                while position < len(block.slots):
+                    producer = block.slots[position]
+                    position += 1
                     if producer is None:
                         continue
                     consumers = block.consumers(producer)
@@ -124,9 +129,10 @@ class _Fuser(ExprMutator):
                         failed[id(producer)] = attempt
                         continue
                     self._count_uses(producer, [block.slots[i].value for i in fused_calls], fused_calls.values())
-                    block.remove(position)
+                    block.remove(position - 1)
                     for i, call in fused_calls.items():
                         block.replace_value(i, call)
+                    position = min([position, *block.definitions(_arg_vars(producer.value))])
                     changed = True
         return block.bindings()
 
@@ -234,8 +240,15 @@ class _Block:
     def __init__(self, bindings: list) -> None:
         self.slots: list = list(bindings)
         self._readers: dict[Var, set[int]] = {}
+        self._definitions: dict[Var, int] = {binding.var: i for i, binding in enumerate(self.slots)
+                                             if isinstance(binding, VarBinding)}
         for i, binding in enumerate(self.slots):
             self._index(i, +1)
+
+    def definitions(self, variables: list[Var]) -> list[int]:
+        """The slots that bind ``variables`` (those bound in this block and still there)."""
+        return [i for i in (self._definitions.get(var) for var in variables)
+                if i is not None and self.slots[i] is not None]
 
     def consumers(self, producer: object) -> list[int]:
         """The slots whose call reads ``producer``'s variable, in block order."""
