@@ -209,6 +209,9 @@ PANEL_ROWS = 32
 MICRO_ROWS = 4
 PANEL_COLUMNS = 8
 PANEL_DEPTH = 4608  # 512 channels x 3 x 3
+# The micro-kernels run the reduction PANEL_CHUNK steps at a time over all of a panel's
+# strips (:func:`_micro_kernels`): 8 KB of the second factor's panel and 4 KB of a strip.
+PANEL_CHUNK = 256
 # A unit holds up to PANEL_A_BYTES of first-factor panels (:func:`panel_group`): one at
 # PANEL_DEPTH, 14 at K = 576 (a 3x3 convolution of 64 channels), so that the second factor
 # (a convolution's weight, packed element by element) is packed once per unit for all of
@@ -773,16 +776,44 @@ def _vector_steps(emitter: Emitter, factor: ScalarExpr, invariants: list[ScalarE
     emit(inner, f"(br $step_{label})))")
 
 
+def flat_columns(info: MatmulInfo, program: TensorProgram) -> PrimExpr | None:
+    """How many consecutive flat columns (the column axes flattened, outermost first) the
+    second factor reads at consecutive elements: the product of the extents of the longest
+    suffix of the column axes along which it does (a stride-1 unpadded convolution's output
+    positions [H, W], read from an input of the same row length: a 1x1 convolution's; not
+    its batch axis, a column axis too).  Flat columns ``c`` and ``c + 1`` are consecutive
+    elements unless ``c + 1`` is a multiple of it.  None where a plain load does not read
+    even the last column axis contiguously."""
+    if not isinstance(info.b, Load):
+        return None
+    base = flat_offset(info.b.buffer, info.b.indices)
+    inner = IntImm(1)
+    for p in reversed(info.columns):
+        axis = program.axes[p]
+        moved = tuple(substitute(index, {axis.name: axis + 1}) for index in info.b.indices)
+        if simplify(flat_offset(info.b.buffer, moved) - base - inner) != IntImm(0):
+            break
+        inner = simplify(inner * program.output.shape[p])
+    else:
+        return inner
+    return None if inner == IntImm(1) else inner
+
+
 def direct_columns(info: MatmulInfo, program: TensorProgram) -> PrimExpr | None:
     """The distance in elements between consecutive reduction steps of the second factor,
-    when the packed path can read it in place: a float32 plain load contiguous along the
-    only column axis, one reduction axis, and a distance made of size variables only."""
-    if len(info.reduce_axes) != 1 or not contiguous_columns(info, program) or info.b.buffer.dtype != "float32":
+    when the packed path can read it in place: a float32 plain load whose consecutive flat
+    columns are consecutive elements (:func:`flat_columns`), one reduction axis of an extent
+    other than 1 (a 1x1 convolution's kernel axes have extent 1: they read index 0), and a
+    distance made of size variables only."""
+    if not isinstance(info.b, Load) or info.b.buffer.dtype != "float32" or flat_columns(info, program) is None:
         return None
-    axis = info.reduce_axes[0]
+    steps = [axis for axis, extent in zip(info.reduce_axes, info.reduce_extents) if as_int(simplify(extent)) != 1]
+    if len(steps) != 1:
+        return None
+    axis = steps[0]
     moved = tuple(substitute(index, {axis.name: axis + 1}) for index in info.b.indices)
     distance = simplify(flat_offset(info.b.buffer, moved) - flat_offset(info.b.buffer, info.b.indices))
-    if {v.name for v in free_vars(distance)} & {v.name for v in (*program.axes, axis)}:
+    if {v.name for v in free_vars(distance)} & {v.name for v in (*program.axes, *info.reduce_axes)}:
         return None
     return distance
 
@@ -833,13 +864,20 @@ def _packed_unit(emitter: Emitter, info: MatmulInfo, program: TensorProgram, row
     inner = indent + "    "
     pack_indent = inner
     if distance is not None:  # a whole block is copied by rows of f32x4, one at the edge packed
-        emit(inner, f"(if (i32.le_u (i32.add (local.get {column0}) (i32.const {PANEL_COLUMNS})) {columns})")
+        span = flat_columns(info, program)
+        whole = f"(i32.le_u (i32.add (local.get {column0}) (i32.const {PANEL_COLUMNS})) {columns})"
+        if simplify(span - simplify(product(column_extents))) != IntImm(0):  # nor across the flat span's end
+            span_value = emitter.index(span)
+            whole = (f"(i32.and {whole} (i32.le_u (i32.add (i32.rem_u (local.get {column0}) {span_value}) "
+                     f"(i32.const {PANEL_COLUMNS})) {span_value}))")
+        emit(inner, f"(if {whole}")
         emit(inner, "  (then")
         emitter.open_scope()
         for axis, extent, local in zip(column_axes, column_extents, unflatten_into(
                 emitter, column_extents, f"(local.get {column0})", "xd", inner + "    ")):
             emitter.declare_axis(axis, extent, local)
-        first_step = tuple(substitute(index, {info.reduce_axes[0].name: IntImm(0)}) for index in info.b.indices)
+        first_step = tuple(substitute(index, {axis.name: IntImm(0) for axis in info.reduce_axes})
+                           for index in info.b.indices)
         emit(inner, f"    (local.set {b_address} {emitter.element_address(info.b.buffer, first_step)})")
         emit(inner, f"    (local.set {b_step} (i32.shl {emitter.index(distance)} (i32.const 2)))")
         emitter.close_scope()
@@ -953,26 +991,52 @@ def _micro_kernels(function: Function, row0: str, panel_a: str, panel_b: str, in
     at a time (while any is in the output): per step one ``v128.load32_splat`` per row from
     the first factor's panel at local ``panel_a``, ``PANEL_COLUMNS / 4`` f32x4 of the second
     factor's panel at ``panel_b``, the products added into f32x4 sums stored to the
-    scratch's sums (row-major)."""
+    scratch's sums (row-major).
+
+    The reduction runs in chunks of :data:`PANEL_CHUNK` steps, every strip of the panel for
+    one chunk before the next (the sums reloaded from the scratch after the first): a
+    chunk of the second factor's panel (``32 * PANEL_CHUNK`` bytes) stays in the L1 cache
+    for the panel's strips, which read ``16 * PANEL_CHUNK`` bytes each.  Over the whole
+    reduction at once, every strip streamed both panels (``48 * depth`` bytes: 96 KB at
+    K = 2048, a 1x1 convolution of 2048 channels) from L2: ResNet-50's 1x1 convolutions
+    of 1024 and 2048 channels ran at half the speed of those of 64."""
     emit = function.emit
     lanes = PANEL_COLUMNS // 4
     micro, a, b, step = (function.named_local(name, "i32") for name in ("micro", "a_address", "b", "step"))
+    chunk0, address = function.named_local("chunk0", "i32"), function.named_local("sums_address", "i32")
     sums = [[function.named_local(f"psum{r}_{q}", "v128") for q in range(lanes)] for r in range(MICRO_ROWS)]
     factors_a = [function.named_local(f"pa{r}", "v128") for r in range(MICRO_ROWS)]
     factors_b = [function.named_local(f"pb{q}", "v128") for q in range(lanes)]
-    emit(indent, f"(local.set {micro} (i32.const 0))")
-    emit(indent, "(block $micro_done")
-    emit(indent, "  (loop $micro")
-    inner = indent + "    "
+    emit(indent, f"(local.set {chunk0} (i32.const 0))")
+    emit(indent, f";; chunks of {PANEL_CHUNK} reduction steps (at least one: a zero depth stores zero sums)")
+    emit(indent, "(loop $chunk")
+    chunk_indent = indent + "  "
+    emit(chunk_indent, f"(local.set {micro} (i32.const 0))")
+    emit(chunk_indent, "(block $micro_done")
+    emit(chunk_indent, "  (loop $micro")
+    inner = chunk_indent + "    "
     emit(inner, f"(br_if $micro_done (i32.ge_u (i32.add (local.get {row0}) (local.get {micro})) (local.get $rows)))")
+    emit(inner, f"(local.set {address} (i32.add (local.get $scratch) (i32.add (i32.const {PANEL_A_BYTES + PANEL_B_BYTES}) "
+                f"(i32.shl (local.get {micro}) (i32.const {(4 * PANEL_COLUMNS).bit_length() - 1})))))")
+    emit(inner, f"(if (local.get {chunk0})")
+    emit(inner, "  (then")
+    for r in range(MICRO_ROWS):
+        for q in range(lanes):
+            emit(inner, f"    (local.set {sums[r][q]} (v128.load offset={16 * (r * lanes + q)} (local.get {address})))")
+    function.lines[-1] += ")"
+    emit(inner, "  (else")
     for row in sums:
         for local in row:
-            emit(inner, f"(local.set {local} (v128.const i32x4 0 0 0 0))")
+            emit(inner, f"    (local.set {local} (v128.const i32x4 0 0 0 0))")
+    function.lines[-1] += "))"
     emit(inner, f";; the strip of rows micro .. micro + {MICRO_ROWS - 1}: {4 * MICRO_ROWS} contiguous bytes a step")
-    emit(inner, f"(local.set {a} (i32.add (local.get {panel_a}) (i32.mul (i32.div_u (local.get {micro}) "
-                f"(i32.const {MICRO_ROWS})) {STRIP_BYTES})))")
-    emit(inner, f"(local.set {b} {panel_b})")
-    emit(inner, f"(local.set {step} (local.get $depth))")
+    emit(inner, f"(local.set {a} (i32.add (i32.add (local.get {panel_a}) (i32.mul (i32.div_u (local.get {micro}) "
+                f"(i32.const {MICRO_ROWS})) {STRIP_BYTES})) (i32.shl (local.get {chunk0}) (i32.const "
+                f"{(4 * MICRO_ROWS).bit_length() - 1}))))")
+    emit(inner, f"(local.set {b} (i32.add {panel_b} (i32.shl (local.get {chunk0}) (i32.const "
+                f"{(4 * PANEL_COLUMNS).bit_length() - 1}))))")
+    emit(inner, f"(local.set {step} (call $min_u32 (i32.sub (local.get $depth) (local.get {chunk0})) "
+                f"(i32.const {PANEL_CHUNK})))")
     emit(inner, "(block $summed")
     emit(inner, f"  (br_if $summed (i32.eqz (local.get {step})))")
     emit(inner, "  (loop $sum")
@@ -989,14 +1053,13 @@ def _micro_kernels(function: Function, row0: str, panel_a: str, panel_b: str, in
     emit(body, f"(local.set {b} (i32.add (local.get {b}) (i32.const {4 * PANEL_COLUMNS})))")
     emit(body, f"(local.set {step} (i32.sub (local.get {step}) (i32.const 1)))")
     emit(body, f"(br_if $sum (local.get {step}))))")
-    address = function.named_local("sums_address", "i32")
-    emit(inner, f"(local.set {address} (i32.add (local.get $scratch) (i32.add (i32.const {PANEL_A_BYTES + PANEL_B_BYTES}) "
-                f"(i32.shl (local.get {micro}) (i32.const {(4 * PANEL_COLUMNS).bit_length() - 1})))))")
     for r in range(MICRO_ROWS):
         for q in range(lanes):
             emit(inner, f"(v128.store offset={16 * (r * lanes + q)} (local.get {address}) (local.get {sums[r][q]}))")
     emit(inner, f"(local.set {micro} (i32.add (local.get {micro}) (i32.const {MICRO_ROWS})))")
     emit(inner, f"(br_if $micro (i32.lt_u (local.get {micro}) (i32.const {PANEL_ROWS})))))")
+    emit(chunk_indent, f"(local.set {chunk0} (i32.add (local.get {chunk0}) (i32.const {PANEL_CHUNK})))")
+    emit(chunk_indent, f"(br_if $chunk (i32.lt_u (local.get {chunk0}) (local.get $depth))))")
 
 
 def _panel_outputs(emitter: Emitter, info: MatmulInfo, program: TensorProgram, row_axes, row_extents, column_axes,
@@ -1355,7 +1418,10 @@ def matvec_applies(info: MatmulInfo, program: TensorProgram) -> bool:
     """Whether the matrix-vector form exists for the program: a second factor the packed
     path reads in place (:func:`direct_columns`: a float32 plain load contiguous along the
     only column axis, one reduction axis).  Whether it runs is decided at run time
-    (:func:`matvec_condition`)."""
+    (:func:`matvec_condition`).  Not for several column or reduction axes (a 1x1
+    convolution's, which :func:`direct_columns` takes): the form reads one of each."""
+    if len(info.reduce_axes) != 1 or not contiguous_columns(info, program):
+        return False
     return direct_columns(info, program) is not None
 
 
