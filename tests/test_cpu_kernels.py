@@ -735,13 +735,15 @@ def test_one_by_one_convolution_input_copied_in_place(batch: int, stride: int, c
     block of 8 at a time ($copy) where a block lies within one batch index (6 x 7 = 42
     positions: blocks 0..39 copied, 40..47 across the batch's end packed element by element,
     as the last partial block); with stride 2 the positions are not consecutive elements:
-    every block packed."""
+    every block packed.  The bias and ReLU apply to four positions at a time where they lie
+    within one batch index (the flat positions past the batch axis), else one by one."""
     model = make_model([helper.make_node("Conv", ["x", "w", "b"], ["c"], strides=[stride] * 2),
                         helper.make_node("Relu", ["c"], ["y"])],
                        [("x", TensorProto.FLOAT, ["n", 12, "h", "w"])], ["y"],
                        {"w": rand(40, 12, 1, 1, seed=1), "b": rand(40, seed=2)})
     [program] = [p for p in compile_model(model).programs.values() if "$pack_panels" in render_program(p)]
     assert ("$copy" in render_program(program)) == copied
+    assert "$yq" in render_program(program)  # the epilogue four positions at a time, within one batch index
     size = 6 * stride - stride + 1
     assert check_module(model, {"x": rand(batch, 12, size, 7 * stride - stride + 1)}, monkeypatch) >= 1
 

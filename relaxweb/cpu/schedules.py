@@ -1085,8 +1085,14 @@ def _panel_outputs(emitter: Emitter, info: MatmulInfo, program: TensorProgram, r
     emit(inner, "(loop $output_column")
     body = inner + "  "
     sum_at = f"(i32.add (local.get {sum_address}) (i32.shl (i32.sub (local.get {column}) (local.get {column0})) (i32.const 2)))"
-    if vector_epilogue(info, program):  # four columns at once while four remain, then one by one
-        emit(body, f"(if (i32.le_u (i32.add (local.get {column}) (i32.const 4)) (local.get {column_end}))")
+    suffix = vector_columns(info, program)
+    if suffix:  # four columns at once while four remain (within a row of the suffix), then one by one
+        quad = f"(i32.le_u (i32.add (local.get {column}) (i32.const 4)) (local.get {column_end}))"
+        if suffix < len(column_axes):  # an outer column axis (a batch): four within one index of it
+            span = emitter.index(simplify(product(column_extents[-suffix:])))
+            quad = (f"(i32.and {quad} (i32.le_u (i32.add (i32.rem_u (local.get {column}) {span}) (i32.const 4)) "
+                    f"{span}))")
+        emit(body, f"(if {quad}")
         emit(body, "  (then")
         quad = body + "    "
         emitter.open_scope()
@@ -1097,7 +1103,8 @@ def _panel_outputs(emitter: Emitter, info: MatmulInfo, program: TensorProgram, r
         address = emitter.set_local(emitter.address(program.output.name, offset), "i32", quad, "address")
         splats = {info.reduction: f"(v128.load {sum_at})"}
         for node in epilogue_nodes(info, program.body):
-            if isinstance(node, Load) and not any(reads(node, axis) for axis in column_axes) and node not in splats:
+            if isinstance(node, Load) and not any(reads(node, axis) for axis in column_axes[-suffix:]) \
+                    and node not in splats:
                 splats[node] = emitter.set_local(f"(f32x4.splat {emitter.scalar(node, quad)})", "v128", quad, "splat")
         emit(quad, f"(v128.store {address} {emitter.vector_value(program.body, splats, {}, quad)})")
         emitter.close_scope()
@@ -1114,7 +1121,7 @@ def _panel_outputs(emitter: Emitter, info: MatmulInfo, program: TensorProgram, r
     emit(body, store(program.output.dtype, address, emitter.scalar(program.body, body)))
     emitter.close_scope()
     emit(body, f"(local.set {column} (i32.add (local.get {column}) (i32.const 1)))")
-    if vector_epilogue(info, program):
+    if suffix:
         function.lines[-1] += "))"
         body = inner + "  "
     emit(body, f"(br_if $output_column (i32.lt_u (local.get {column}) (local.get {column_end}))))")
@@ -1136,37 +1143,51 @@ def epilogue_nodes(info: MatmulInfo, body: ScalarExpr) -> list[ScalarExpr]:
     return found
 
 
-def vector_epilogue(info: MatmulInfo, program: TensorProgram) -> bool:
-    """Whether :func:`_panel_outputs` may apply the epilogue to four columns at once: a
-    float32 output whose column axes are its last ones, in order (four consecutive flat
-    columns are four consecutive elements: a convolution's output positions [H, W] too),
-    and an epilogue of f32x4-able ops (``VECTOR_*_RENDERINGS``: a bias, a residual add,
-    ReLU as a maximum, SiLU's sigmoid) whose loads read the column axes as the output does
+def vector_columns(info: MatmulInfo, program: TensorProgram) -> int:
+    """How many of the last column axes :func:`_panel_outputs` may apply the epilogue to
+    four flat columns at a time along (0: none): the longest suffix of the column axes that
+    are the output's last axes, in order (four consecutive flat columns within it are four
+    consecutive elements: a convolution's output positions [H, W]; not its batch axis, a
+    column axis too where the weight does not read it), for a float32 output and an
+    epilogue of f32x4-able ops (``VECTOR_*_RENDERINGS``: a bias, a residual add, ReLU as a
+    maximum, SiLU's sigmoid) whose loads read those axes as the output does
     (:func:`along_columns`: one ``v128.load``) or not at all (a splat).  With K = 64 (a
     ResNet 1x1 convolution, 64 -> 256 at 56 x 56) the element-by-element epilogue took 30%
-    of the kernel."""
-    count = len(info.columns)
-    if info.columns != tuple(range(len(program.axes) - count, len(program.axes))) or program.output.dtype != "float32":
-        return False
+    of the kernel, and more with symbolic sizes (an unflattening by run-time extents for
+    each element)."""
+    if program.output.dtype != "float32":
+        return 0
+    count = 0
+    while (count < len(info.columns)
+           and info.columns[len(info.columns) - 1 - count] == len(program.axes) - 1 - count):
+        count += 1
+    if not count:
+        return 0
     axes = program.axes[-count:]
     extents = program.output.shape[-count:]
     for node in epilogue_nodes(info, program.body):
         if node == info.reduction:
             continue
         if node.dtype != "float32":
-            return False
+            return 0
         if isinstance(node, Load):
             if any(reads(node, axis) for axis in axes) and not along_columns(node, axes, extents):
-                return False
+                return 0
         elif isinstance(node, Binary):
             if node.op not in VECTOR_BINARY_RENDERINGS:
-                return False
+                return 0
         elif isinstance(node, Unary):
             if node.op not in VECTOR_UNARY_RENDERINGS:
-                return False
+                return 0
         elif not isinstance(node, FloatImm):
-            return False
-    return True
+            return 0
+    return count
+
+
+def vector_epilogue(info: MatmulInfo, program: TensorProgram) -> bool:
+    """Whether :func:`_panel_outputs` applies the epilogue four columns at a time
+    (:func:`vector_columns`)."""
+    return vector_columns(info, program) > 0
 
 
 # -- the packed path: a convolution's input four output positions at a time -------------------
