@@ -809,6 +809,46 @@ def test_convolution_epilogue_four_positions_at_a_time(residual_shape, vector: b
     assert check_module(model, {"x": rand(1, 12, 6, 7), "r": rand(*residual_shape, seed=4)}, monkeypatch) >= 1
 
 
+@pytest.mark.parametrize("batch, stride, copied", [(1, 1, True), (2, 1, True), (3, 2, False), (1, 3, False)])
+def test_one_by_one_convolution_input_copied_in_place(batch: int, stride: int, copied: bool, monkeypatch) -> None:
+    """A 1x1 convolution of symbolic batch, height and width: its input rows of output
+    positions [H, W] (the flat columns past the batch axis, a column axis too) are copied a
+    block of 8 at a time ($copy) where a block lies within one batch index (6 x 7 = 42
+    positions: blocks 0..39 copied, 40..47 across the batch's end packed element by element,
+    as the last partial block); with stride 2 the positions are not consecutive elements,
+    so the factors swap (:func:`schedules.cheap_columns`): the input packed once as the
+    rows, the weight gathered (44 channels: 5 whole blocks, the sixth packed).  Unswapped,
+    the bias and ReLU apply to four positions at a time where they lie within one batch
+    index (the flat positions past the batch axis), else one by one."""
+    model = make_model([helper.make_node("Conv", ["x", "w", "b"], ["c"], strides=[stride] * 2),
+                        helper.make_node("Relu", ["c"], ["y"])],
+                       [("x", TensorProto.FLOAT, ["n", 12, "h", "w"])], ["y"],
+                       {"w": rand(44, 12, 1, 1, seed=1), "b": rand(44, seed=2)})
+    [program] = [p for p in compile_model(model).programs.values() if "$pack_panels" in render_program(p)]
+    assert ("(loop $copy" in render_program(program)) == copied
+    # the epilogue four positions at a time within one batch index; strided, the factors
+    # swapped: the positions the rows, the weight gathered 8 output channels at a time
+    assert ("$yq" in render_program(program)) == copied
+    assert ("$gather" in render_program(program)) == (not copied)
+    size = 6 * stride - stride + 1
+    assert check_module(model, {"x": rand(batch, 12, size, 7 * stride - stride + 1)}, monkeypatch) >= 1
+
+
+@pytest.mark.parametrize("depth, chunk", [(37, 8), (40, 8), (7, 8), (0, 8), (300, schedules.PANEL_CHUNK)])
+def test_micro_kernels_in_chunks_of_the_reduction(depth: int, chunk: int, monkeypatch) -> None:
+    """The micro-kernels run the reduction in chunks of PANEL_CHUNK steps over all of a
+    panel's strips, the sums reloaded after the first: a last chunk partial (37 = 4 x 8 + 5),
+    whole (40), one chunk (7), none (an empty reduction: the epilogue of 0); 70 rows (a
+    partial strip and panel) and 37 columns (a partial block), the depth symbolic."""
+    monkeypatch.setattr(schedules, "PANEL_CHUNK", chunk)
+    model = make_model([helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "bias"], ["y"])],
+                       [("x", TensorProto.FLOAT, [70, "k"]), ("w", TensorProto.FLOAT, ["k", 37])], ["y"],
+                       {"bias": rand(37, seed=2)})
+    [program] = [p for p in compile_model(model).programs.values() if "$pack_panels" in render_program(p)]
+    assert "$chunk" in render_program(program)
+    assert check_module(model, {"x": rand(70, depth), "w": rand(depth, 37, seed=1)}, monkeypatch) >= 1
+
+
 def units_of(program: TensorProgram, size_vars: dict[str, int]) -> int:
     """What the program's ``$units`` returns for these sizes."""
     engine = wasmtime.Engine()

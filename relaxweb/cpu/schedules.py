@@ -210,6 +210,9 @@ PANEL_ROWS = 32
 MICRO_ROWS = 4
 PANEL_COLUMNS = 8
 PANEL_DEPTH = 4608  # 512 channels x 3 x 3
+# The micro-kernels run the reduction PANEL_CHUNK steps at a time over all of a panel's
+# strips (:func:`_micro_kernels`): 8 KB of the second factor's panel and 4 KB of a strip.
+PANEL_CHUNK = 256
 # A unit holds up to PANEL_A_BYTES of first-factor panels (:func:`panel_group`): one at
 # PANEL_DEPTH, 14 at K = 576 (a 3x3 convolution of 64 channels), so that the second factor
 # (a convolution's weight, packed element by element) is packed once per unit for all of
@@ -258,7 +261,18 @@ def cheap_columns(info: MatmulInfo, program: TensorProgram) -> MatmulInfo:
     convolution's weight next to its padded input): the second factor is evaluated per
     column of a block, four times as often as the first, so it should be the cheap one.
     Not when the rows are fewer than a block's columns (a convolution with few output
-    channels): no block would be whole."""
+    channels): no block would be whole.
+
+    Both plain loads, swapped where the packed path would pack the second factor element by
+    element in every unit (neither :func:`direct_columns` nor :func:`gathered_columns`) and
+    would gather it swapped: a strided 1x1 convolution (ResNet's downsampling), whose input
+    as the first factor is packed once in all and whose weight is gathered a step at a time
+    (1x1 of 1024 -> 2048 channels at stride 2 from 14 x 14: 16.0 -> 9.8 ms in Chromium)."""
+    if isinstance(info.a, Load) and isinstance(info.b, Load):
+        swapped = dataclasses.replace(info, a=info.b, b=info.a, rows=info.columns, columns=info.rows)
+        if (direct_columns(info, program) is None and gathered_columns(info, program) is None
+                and gathered_columns(swapped, program) is not None):
+            return swapped  # a strided 1x1 convolution: its input the rows, its weight gathered
     if isinstance(info.b, Load) or not isinstance(info.a, Load):
         return info
     rows = as_int(simplify(product(program.output.shape[p] for p in info.rows)))
@@ -906,16 +920,44 @@ def _vector_steps(emitter: Emitter, factor: ScalarExpr, invariants: list[ScalarE
     emit(inner, f"(br $step_{label})))")
 
 
+def flat_columns(info: MatmulInfo, program: TensorProgram) -> PrimExpr | None:
+    """How many consecutive flat columns (the column axes flattened, outermost first) the
+    second factor reads at consecutive elements: the product of the extents of the longest
+    suffix of the column axes along which it does (a stride-1 unpadded convolution's output
+    positions [H, W], read from an input of the same row length: a 1x1 convolution's; not
+    its batch axis, a column axis too).  Flat columns ``c`` and ``c + 1`` are consecutive
+    elements unless ``c + 1`` is a multiple of it.  None where a plain load does not read
+    even the last column axis contiguously."""
+    if not isinstance(info.b, Load):
+        return None
+    base = flat_offset(info.b.buffer, info.b.indices)
+    inner = IntImm(1)
+    for p in reversed(info.columns):
+        axis = program.axes[p]
+        moved = tuple(substitute(index, {axis.name: axis + 1}) for index in info.b.indices)
+        if simplify(flat_offset(info.b.buffer, moved) - base - inner) != IntImm(0):
+            break
+        inner = simplify(inner * program.output.shape[p])
+    else:
+        return inner
+    return None if inner == IntImm(1) else inner
+
+
 def direct_columns(info: MatmulInfo, program: TensorProgram) -> PrimExpr | None:
     """The distance in elements between consecutive reduction steps of the second factor,
-    when the packed path can read it in place: a float32 plain load contiguous along the
-    only column axis, one reduction axis, and a distance made of size variables only."""
-    if len(info.reduce_axes) != 1 or not contiguous_columns(info, program) or info.b.buffer.dtype != "float32":
+    when the packed path can read it in place: a float32 plain load whose consecutive flat
+    columns are consecutive elements (:func:`flat_columns`), one reduction axis of an extent
+    other than 1 (a 1x1 convolution's kernel axes have extent 1: they read index 0), and a
+    distance made of size variables only."""
+    if not isinstance(info.b, Load) or info.b.buffer.dtype != "float32" or flat_columns(info, program) is None:
         return None
-    axis = info.reduce_axes[0]
+    steps = [axis for axis, extent in zip(info.reduce_axes, info.reduce_extents) if as_int(simplify(extent)) != 1]
+    if len(steps) != 1:
+        return None
+    axis = steps[0]
     moved = tuple(substitute(index, {axis.name: axis + 1}) for index in info.b.indices)
     distance = simplify(flat_offset(info.b.buffer, moved) - flat_offset(info.b.buffer, info.b.indices))
-    if {v.name for v in free_vars(distance)} & {v.name for v in (*program.axes, axis)}:
+    if {v.name for v in free_vars(distance)} & {v.name for v in (*program.axes, *info.reduce_axes)}:
         return None
     return distance
 
@@ -966,13 +1008,20 @@ def _packed_unit(emitter: Emitter, info: MatmulInfo, program: TensorProgram, row
     inner = indent + "    "
     pack_indent = inner
     if distance is not None:  # a whole block is copied by rows of f32x4, one at the edge packed
-        emit(inner, f"(if (i32.le_u (i32.add (local.get {column0}) (i32.const {PANEL_COLUMNS})) {columns})")
+        span = flat_columns(info, program)
+        whole = f"(i32.le_u (i32.add (local.get {column0}) (i32.const {PANEL_COLUMNS})) {columns})"
+        if simplify(span - simplify(product(column_extents))) != IntImm(0):  # nor across the flat span's end
+            span_value = emitter.index(span)
+            whole = (f"(i32.and {whole} (i32.le_u (i32.add (i32.rem_u (local.get {column0}) {span_value}) "
+                     f"(i32.const {PANEL_COLUMNS})) {span_value}))")
+        emit(inner, f"(if {whole}")
         emit(inner, "  (then")
         emitter.open_scope()
         for axis, extent, local in zip(column_axes, column_extents, unflatten_into(
                 emitter, column_extents, f"(local.get {column0})", "xd", inner + "    ")):
             emitter.declare_axis(axis, extent, local)
-        first_step = tuple(substitute(index, {info.reduce_axes[0].name: IntImm(0)}) for index in info.b.indices)
+        first_step = tuple(substitute(index, {axis.name: IntImm(0) for axis in info.reduce_axes})
+                           for index in info.b.indices)
         emit(inner, f"    (local.set {b_address} {emitter.element_address(info.b.buffer, first_step)})")
         emit(inner, f"    (local.set {b_step} (i32.shl {emitter.index(distance)} (i32.const 2)))")
         emitter.close_scope()
@@ -1086,26 +1135,52 @@ def _micro_kernels(function: Function, row0: str, panel_a: str, panel_b: str, in
     at a time (while any is in the output): per step one ``v128.load32_splat`` per row from
     the first factor's panel at local ``panel_a``, ``PANEL_COLUMNS / 4`` f32x4 of the second
     factor's panel at ``panel_b``, the products added into f32x4 sums stored to the
-    scratch's sums (row-major)."""
+    scratch's sums (row-major).
+
+    The reduction runs in chunks of :data:`PANEL_CHUNK` steps, every strip of the panel for
+    one chunk before the next (the sums reloaded from the scratch after the first): a
+    chunk of the second factor's panel (``32 * PANEL_CHUNK`` bytes) stays in the L1 cache
+    for the panel's strips, which read ``16 * PANEL_CHUNK`` bytes each.  Over the whole
+    reduction at once, every strip streamed both panels (``48 * depth`` bytes: 96 KB at
+    K = 2048, a 1x1 convolution of 2048 channels) from L2: ResNet-50's 1x1 convolutions
+    of 1024 and 2048 channels ran at half the speed of those of 64."""
     emit = function.emit
     lanes = PANEL_COLUMNS // 4
     micro, a, b, step = (function.named_local(name, "i32") for name in ("micro", "a_address", "b", "step"))
+    chunk0, address = function.named_local("chunk0", "i32"), function.named_local("sums_address", "i32")
     sums = [[function.named_local(f"psum{r}_{q}", "v128") for q in range(lanes)] for r in range(MICRO_ROWS)]
     factors_a = [function.named_local(f"pa{r}", "v128") for r in range(MICRO_ROWS)]
     factors_b = [function.named_local(f"pb{q}", "v128") for q in range(lanes)]
-    emit(indent, f"(local.set {micro} (i32.const 0))")
-    emit(indent, "(block $micro_done")
-    emit(indent, "  (loop $micro")
-    inner = indent + "    "
+    emit(indent, f"(local.set {chunk0} (i32.const 0))")
+    emit(indent, f";; chunks of {PANEL_CHUNK} reduction steps (at least one: a zero depth stores zero sums)")
+    emit(indent, "(loop $chunk")
+    chunk_indent = indent + "  "
+    emit(chunk_indent, f"(local.set {micro} (i32.const 0))")
+    emit(chunk_indent, "(block $micro_done")
+    emit(chunk_indent, "  (loop $micro")
+    inner = chunk_indent + "    "
     emit(inner, f"(br_if $micro_done (i32.ge_u (i32.add (local.get {row0}) (local.get {micro})) (local.get $rows)))")
+    emit(inner, f"(local.set {address} (i32.add (local.get $scratch) (i32.add (i32.const {PANEL_A_BYTES + PANEL_B_BYTES}) "
+                f"(i32.shl (local.get {micro}) (i32.const {(4 * PANEL_COLUMNS).bit_length() - 1})))))")
+    emit(inner, f"(if (local.get {chunk0})")
+    emit(inner, "  (then")
+    for r in range(MICRO_ROWS):
+        for q in range(lanes):
+            emit(inner, f"    (local.set {sums[r][q]} (v128.load offset={16 * (r * lanes + q)} (local.get {address})))")
+    function.lines[-1] += ")"
+    emit(inner, "  (else")
     for row in sums:
         for local in row:
-            emit(inner, f"(local.set {local} (v128.const i32x4 0 0 0 0))")
+            emit(inner, f"    (local.set {local} (v128.const i32x4 0 0 0 0))")
+    function.lines[-1] += "))"
     emit(inner, f";; the strip of rows micro .. micro + {MICRO_ROWS - 1}: {4 * MICRO_ROWS} contiguous bytes a step")
-    emit(inner, f"(local.set {a} (i32.add (local.get {panel_a}) (i32.mul (i32.div_u (local.get {micro}) "
-                f"(i32.const {MICRO_ROWS})) {STRIP_BYTES})))")
-    emit(inner, f"(local.set {b} {panel_b})")
-    emit(inner, f"(local.set {step} (local.get $depth))")
+    emit(inner, f"(local.set {a} (i32.add (i32.add (local.get {panel_a}) (i32.mul (i32.div_u (local.get {micro}) "
+                f"(i32.const {MICRO_ROWS})) {STRIP_BYTES})) (i32.shl (local.get {chunk0}) (i32.const "
+                f"{(4 * MICRO_ROWS).bit_length() - 1}))))")
+    emit(inner, f"(local.set {b} (i32.add {panel_b} (i32.shl (local.get {chunk0}) (i32.const "
+                f"{(4 * PANEL_COLUMNS).bit_length() - 1}))))")
+    emit(inner, f"(local.set {step} (call $min_u32 (i32.sub (local.get $depth) (local.get {chunk0})) "
+                f"(i32.const {PANEL_CHUNK})))")
     emit(inner, "(block $summed")
     emit(inner, f"  (br_if $summed (i32.eqz (local.get {step})))")
     emit(inner, "  (loop $sum")
@@ -1122,14 +1197,13 @@ def _micro_kernels(function: Function, row0: str, panel_a: str, panel_b: str, in
     emit(body, f"(local.set {b} (i32.add (local.get {b}) (i32.const {4 * PANEL_COLUMNS})))")
     emit(body, f"(local.set {step} (i32.sub (local.get {step}) (i32.const 1)))")
     emit(body, f"(br_if $sum (local.get {step}))))")
-    address = function.named_local("sums_address", "i32")
-    emit(inner, f"(local.set {address} (i32.add (local.get $scratch) (i32.add (i32.const {PANEL_A_BYTES + PANEL_B_BYTES}) "
-                f"(i32.shl (local.get {micro}) (i32.const {(4 * PANEL_COLUMNS).bit_length() - 1})))))")
     for r in range(MICRO_ROWS):
         for q in range(lanes):
             emit(inner, f"(v128.store offset={16 * (r * lanes + q)} (local.get {address}) (local.get {sums[r][q]}))")
     emit(inner, f"(local.set {micro} (i32.add (local.get {micro}) (i32.const {MICRO_ROWS})))")
     emit(inner, f"(br_if $micro (i32.lt_u (local.get {micro}) (i32.const {PANEL_ROWS})))))")
+    emit(chunk_indent, f"(local.set {chunk0} (i32.add (local.get {chunk0}) (i32.const {PANEL_CHUNK})))")
+    emit(chunk_indent, f"(br_if $chunk (i32.lt_u (local.get {chunk0}) (local.get $depth))))")
 
 
 def _panel_outputs(emitter: Emitter, info: MatmulInfo, program: TensorProgram, row_axes, row_extents, column_axes,
@@ -1155,8 +1229,14 @@ def _panel_outputs(emitter: Emitter, info: MatmulInfo, program: TensorProgram, r
     emit(inner, "(loop $output_column")
     body = inner + "  "
     sum_at = f"(i32.add (local.get {sum_address}) (i32.shl (i32.sub (local.get {column}) (local.get {column0})) (i32.const 2)))"
-    if vector_epilogue(info, program):  # four columns at once while four remain, then one by one
-        emit(body, f"(if (i32.le_u (i32.add (local.get {column}) (i32.const 4)) (local.get {column_end}))")
+    suffix = vector_columns(info, program)
+    if suffix:  # four columns at once while four remain (within a row of the suffix), then one by one
+        quad = f"(i32.le_u (i32.add (local.get {column}) (i32.const 4)) (local.get {column_end}))"
+        if suffix < len(column_axes):  # an outer column axis (a batch): four within one index of it
+            span = emitter.index(simplify(product(column_extents[-suffix:])))
+            quad = (f"(i32.and {quad} (i32.le_u (i32.add (i32.rem_u (local.get {column}) {span}) (i32.const 4)) "
+                    f"{span}))")
+        emit(body, f"(if {quad}")
         emit(body, "  (then")
         quad = body + "    "
         emitter.open_scope()
@@ -1167,7 +1247,8 @@ def _panel_outputs(emitter: Emitter, info: MatmulInfo, program: TensorProgram, r
         address = emitter.set_local(emitter.address(program.output.name, offset), "i32", quad, "address")
         splats = {info.reduction: f"(v128.load {sum_at})"}
         for node in epilogue_nodes(info, program.body):
-            if isinstance(node, Load) and not any(reads(node, axis) for axis in column_axes) and node not in splats:
+            if isinstance(node, Load) and not any(reads(node, axis) for axis in column_axes[-suffix:]) \
+                    and node not in splats:
                 splats[node] = emitter.set_local(f"(f32x4.splat {emitter.scalar(node, quad)})", "v128", quad, "splat")
         emit(quad, f"(v128.store {address} {emitter.vector_value(program.body, splats, {}, quad)})")
         emitter.close_scope()
@@ -1184,7 +1265,7 @@ def _panel_outputs(emitter: Emitter, info: MatmulInfo, program: TensorProgram, r
     emit(body, store(program.output.dtype, address, emitter.scalar(program.body, body)))
     emitter.close_scope()
     emit(body, f"(local.set {column} (i32.add (local.get {column}) (i32.const 1)))")
-    if vector_epilogue(info, program):
+    if suffix:
         function.lines[-1] += "))"
         body = inner + "  "
     emit(body, f"(br_if $output_column (i32.lt_u (local.get {column}) (local.get {column_end}))))")
@@ -1206,37 +1287,51 @@ def epilogue_nodes(info: MatmulInfo, body: ScalarExpr) -> list[ScalarExpr]:
     return found
 
 
-def vector_epilogue(info: MatmulInfo, program: TensorProgram) -> bool:
-    """Whether :func:`_panel_outputs` may apply the epilogue to four columns at once: a
-    float32 output whose column axes are its last ones, in order (four consecutive flat
-    columns are four consecutive elements: a convolution's output positions [H, W] too),
-    and an epilogue of f32x4-able ops (``VECTOR_*_RENDERINGS``: a bias, a residual add,
-    ReLU as a maximum, SiLU's sigmoid) whose loads read the column axes as the output does
+def vector_columns(info: MatmulInfo, program: TensorProgram) -> int:
+    """How many of the last column axes :func:`_panel_outputs` may apply the epilogue to
+    four flat columns at a time along (0: none): the longest suffix of the column axes that
+    are the output's last axes, in order (four consecutive flat columns within it are four
+    consecutive elements: a convolution's output positions [H, W]; not its batch axis, a
+    column axis too where the weight does not read it), for a float32 output and an
+    epilogue of f32x4-able ops (``VECTOR_*_RENDERINGS``: a bias, a residual add, ReLU as a
+    maximum, SiLU's sigmoid) whose loads read those axes as the output does
     (:func:`along_columns`: one ``v128.load``) or not at all (a splat).  With K = 64 (a
     ResNet 1x1 convolution, 64 -> 256 at 56 x 56) the element-by-element epilogue took 30%
-    of the kernel."""
-    count = len(info.columns)
-    if info.columns != tuple(range(len(program.axes) - count, len(program.axes))) or program.output.dtype != "float32":
-        return False
+    of the kernel, and more with symbolic sizes (an unflattening by run-time extents for
+    each element)."""
+    if program.output.dtype != "float32":
+        return 0
+    count = 0
+    while (count < len(info.columns)
+           and info.columns[len(info.columns) - 1 - count] == len(program.axes) - 1 - count):
+        count += 1
+    if not count:
+        return 0
     axes = program.axes[-count:]
     extents = program.output.shape[-count:]
     for node in epilogue_nodes(info, program.body):
         if node == info.reduction:
             continue
         if node.dtype != "float32":
-            return False
+            return 0
         if isinstance(node, Load):
             if any(reads(node, axis) for axis in axes) and not along_columns(node, axes, extents):
-                return False
+                return 0
         elif isinstance(node, Binary):
             if node.op not in VECTOR_BINARY_RENDERINGS:
-                return False
+                return 0
         elif isinstance(node, Unary):
             if node.op not in VECTOR_UNARY_RENDERINGS:
-                return False
+                return 0
         elif not isinstance(node, FloatImm):
-            return False
-    return True
+            return 0
+    return count
+
+
+def vector_epilogue(info: MatmulInfo, program: TensorProgram) -> bool:
+    """Whether :func:`_panel_outputs` applies the epilogue four columns at a time
+    (:func:`vector_columns`)."""
+    return vector_columns(info, program) > 0
 
 
 # -- the packed path: a convolution's input four output positions at a time -------------------
@@ -1487,10 +1582,20 @@ MATVEC_DEPTH = (MATMUL_SCRATCH_BYTES - MATVEC_SUMS_BYTES) // (4 * MATVEC_ROWS) /
 def matvec_applies(info: MatmulInfo, program: TensorProgram) -> bool:
     """Whether the matrix-vector form exists for the program: a second factor the packed
     path reads in place (:func:`direct_columns`: a float32 plain load contiguous along the
-    only column axis, one reduction axis), or one contiguous along the reduction
-    (:func:`dot_columns`: dot products).  Whether it runs is decided at run time
-    (:func:`matvec_condition`)."""
-    return direct_columns(info, program) is not None or dot_columns(info)
+    only column axis, one reduction axis: :func:`streamed_columns`), or one contiguous
+    along the reduction (:func:`dot_columns`: dot products).  Whether it runs is decided
+    at run time (:func:`matvec_condition`)."""
+    return streamed_columns(info, program) or dot_columns(info)
+
+
+def streamed_columns(info: MatmulInfo, program: TensorProgram) -> bool:
+    """Whether the matrix-vector form streams the second factor's rows in order: one
+    reduction axis and the output's last axis the only column axis, read in place
+    (:func:`direct_columns`; not its several column or reduction axes of a 1x1
+    convolution: the form reads one of each)."""
+    if len(info.reduce_axes) != 1 or not contiguous_columns(info, program):
+        return False
+    return direct_columns(info, program) is not None
 
 
 def dot_columns(info: MatmulInfo) -> bool:
@@ -1559,7 +1664,7 @@ def _matvec(emitter: Emitter, info: MatmulInfo, program: TensorProgram, batch_ax
     for axis, extent, local in zip(batch_axes, batch_extents,
                                    unflatten_into(emitter, batch_extents, f"(local.get {batch})", "xm", body)):
         emitter.declare_axis(axis, extent, local)
-    unit_statements = _matvec_unit if direct_columns(info, program) is not None else _dot_unit
+    unit_statements = _matvec_unit if streamed_columns(info, program) else _dot_unit
     unit_statements(emitter, info, program, row_axes, row_extents, column_axes, column_extents, column0, width, body)
     emitter.close_scope()
     emit(body, f"(local.set {unit} (i32.add (local.get {unit}) (i32.const 1)))")
