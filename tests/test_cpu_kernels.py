@@ -636,8 +636,63 @@ def test_matmul_units_of_several_panels(rows: int, panel_a_bytes: int, monkeypat
     assert "(v128.store (local.get $address" in render_program(program)  # the epilogue four columns at a time
     panels = -(-rows // 32)
     group = max(1, min(-(-panels // schedules.UNITS_WANTED), panel_a_bytes // (4 * 32 * 12)))
-    assert units_of(program, {"n": rows}) == -(-rows // (32 * group))
+    slices = 1
+    if panels < schedules.UNITS_WANTED:  # few rows of a weight: all in one group, the columns split
+        group, slices = panels, min(schedules.UNITS_WANTED, -(-37 // schedules.PANEL_COLUMNS))
+    assert units_of(program, {"n": rows}) == -(-rows // (32 * group)) * slices
     assert check_module(model, {"x": rand(rows, 12)}, monkeypatch) >= 1
+
+
+@pytest.mark.parametrize("rows, depth, columns, split_bytes", [
+    (128, 24, 200, schedules.SPLIT_A_BYTES),  # 4 panels in one group, 8 slices of 32 columns (the last 8)
+    (70, 12, 37, schedules.SPLIT_A_BYTES),  # 3 panels (the last partial), 5 slices of one block (the last partial)
+    (12, 16, 20, schedules.SPLIT_A_BYTES),  # one partial panel, 3 slices (the last partial)
+    (128, 24, 200, 4 * 32 * 24 * 2),  # 2 panels fit: 2 row groups of 4 slices
+    (300, 12, 37, schedules.SPLIT_A_BYTES),  # 10 panels: not few, units of rows only
+])
+def test_matmul_of_a_weight_split_by_columns(rows: int, depth: int, columns: int, split_bytes: int,
+                                             monkeypatch) -> None:
+    """With few rows (fewer panels than UNITS_WANTED) and a weight as the second factor, the
+    packed path's units take all the rows (as many panels as SPLIT_A_BYTES holds) and a
+    slice of the columns, each starting on a column block (so each copies its part of the
+    weight once); rows symbolic, the bias and ReLU epilogue four columns at a time."""
+    monkeypatch.setattr(schedules, "SPLIT_A_BYTES", split_bytes)
+    model = make_model([helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "bias"], ["s"]),
+                        helper.make_node("Relu", ["s"], ["y"])], [("x", TensorProto.FLOAT, ["n", depth])], ["y"],
+                       {"w": rand(depth, columns, seed=1), "bias": rand(columns, seed=2)})
+    [program] = [p for p in compile_model(model).programs.values() if "$copy" in render_program(p)]
+    assert "$slice_columns" in render_program(program)
+    panels, blocks = -(-rows // 32), -(-columns // schedules.PANEL_COLUMNS)
+    if panels < schedules.UNITS_WANTED:
+        group = max(1, min(panels, split_bytes // (4 * 32 * depth)))
+        groups = -(-panels // group)
+        units = groups * min(-(-schedules.UNITS_WANTED // groups), blocks)
+    else:
+        units = -(-panels // max(1, min(-(-panels // schedules.UNITS_WANTED), schedules.PANEL_A_BYTES // (4 * 32 * depth))))
+    assert units_of(program, {"n": rows}) == units
+    assert check_module(model, {"x": rand(rows, depth)}, monkeypatch) >= 1
+
+
+def test_batched_matmul_of_a_weight_split_by_columns(monkeypatch) -> None:
+    """A weight shared by the batch indices of a 3-D first factor (batch and rows symbolic):
+    units of (batch index or row group, column slice) where the rows are few."""
+    model = make_model([helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["bias", "m"], ["y"])],
+                       [("x", TensorProto.FLOAT, ["b", "n", 16])], ["y"],
+                       {"w": rand(16, 44, seed=1), "bias": rand(44, seed=2)})
+    assert check_module(model, {"x": rand(3, 21, 16)}, monkeypatch) >= 1
+    assert check_module(model, {"x": rand(1, 70, 16)}, monkeypatch) >= 1
+
+
+def test_column_split_falls_back(monkeypatch) -> None:
+    """No column split where the first factor is not a plain load (a GELU prologue would be
+    evaluated once per slice) or the second factor is not a weight (an activation of
+    symbolic shape: a batched matmul of two inputs)."""
+    gelu = compile_model(gelu_matmul_model("n", 16, 24))
+    assert not any("$slice_columns" in render_program(p) for p in gelu.programs.values())
+    model = make_model([helper.make_node("MatMul", ["x", "z"], ["y"])],
+                       [("x", TensorProto.FLOAT, ["n", 16]), ("z", TensorProto.FLOAT, [16, "m"])], ["y"], {})
+    assert not any("$slice_columns" in render_program(p) for p in compile_model(model).programs.values())
+    assert check_module(model, {"x": rand(40, 16), "z": rand(16, 30, seed=3)}, monkeypatch) >= 1
 
 
 def test_convolution_weight_packed_once_per_unit_of_panels(monkeypatch) -> None:

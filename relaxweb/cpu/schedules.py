@@ -292,6 +292,61 @@ def panel_group(rows: str, depth: str) -> str:
     return f"(call $max_u32 (call $min_u32 {wanted} {fits}) (i32.const 1))"
 
 
+# With few rows of a weight's columns (:func:`weight_columns`), a unit holds up to
+# SPLIT_A_BYTES of first-factor panels and a slice of the columns (:func:`split_slices`).
+SPLIT_A_BYTES = 1 << 19
+
+
+def weight_columns(info: MatmulInfo, program: TensorProgram) -> bool:
+    """Whether the packed path's units may split the columns (:func:`split_slices`): the
+    second factor is a weight (a plain load of a buffer of constant shape, read in place
+    by :func:`direct_columns`, one column axis, indexed by no batch axis) and the first a
+    plain load (packing it once per slice costs a copy, no math: a prologue such as
+    BERT's GELU would be evaluated once per slice).  Split by rows only, a 128-row
+    transformer matmul had 4 units, each copying all of the weight (9.4 MB at 768 x 3072)
+    for its 32 rows."""
+    if not isinstance(info.a, Load) or direct_columns(info, program) is None or len(info.columns) != 1:
+        return False
+    if any(as_int(simplify(d)) is None for d in info.b.buffer.shape):
+        return False
+    batch = {program.axes[p].name for p in info.batch}
+    return not any(batch & {v.name for v in free_vars(index)} for index in info.b.indices)
+
+
+def split_group(rows: str, depth: str, batches: str) -> str:
+    """The i32 WAT count of row panels of one unit of the column-split packed path (WAT
+    values, evaluated several times): all of the rows when they are few (fewer panels per
+    batch index than :data:`UNITS_WANTED`) and fit :data:`SPLIT_A_BYTES`, else
+    :func:`panel_group`'s choice (then the columns are not split)."""
+    panels = f"(i32.div_u (i32.add {rows} (i32.const {PANEL_ROWS - 1})) (i32.const {PANEL_ROWS}))"
+    fits = f"(i32.div_u (i32.const {SPLIT_A_BYTES}) (i32.mul (call $max_u32 {depth} (i32.const 1)) (i32.const {4 * PANEL_ROWS})))"
+    few = f"(i32.lt_u (i32.mul {panels} {batches}) (i32.const {UNITS_WANTED}))"
+    return (f"(select (call $max_u32 (call $min_u32 {panels} {fits}) (i32.const 1)) {panel_group(rows, depth)} "
+            f"{few})")
+
+
+def split_slices(rows: str, columns: str, group: str, batches: str) -> str:
+    """The i32 WAT count of column slices per row group (:func:`split_group`): where the
+    panels of all batch indices number fewer than :data:`UNITS_WANTED`, enough for that
+    many units in all, at most one per block of :data:`PANEL_COLUMNS` columns; else one
+    (the units as :func:`panel_group` makes them)."""
+    panels = f"(i32.div_u (i32.add {rows} (i32.const {PANEL_ROWS - 1})) (i32.const {PANEL_ROWS}))"
+    few = f"(i32.lt_u (i32.mul {panels} {batches}) (i32.const {UNITS_WANTED}))"
+    row_groups = (f"(i32.div_u (i32.add {rows} (i32.sub (i32.mul {group} (i32.const {PANEL_ROWS})) (i32.const 1))) "
+                  f"(i32.mul {group} (i32.const {PANEL_ROWS})))")
+    units = f"(call $max_u32 (i32.mul {row_groups} {batches}) (i32.const 1))"
+    wanted = f"(i32.div_u (i32.add {units} (i32.const {UNITS_WANTED - 1})) {units})"
+    blocks = f"(i32.div_u (i32.add {columns} (i32.const {PANEL_COLUMNS - 1})) (i32.const {PANEL_COLUMNS}))"
+    return f"(select (call $max_u32 (call $min_u32 {wanted} {blocks}) (i32.const 1)) (i32.const 1) {few})"
+
+
+def slice_width(columns: str, slices: str) -> str:
+    """The columns of one slice (WAT): the blocks of :data:`PANEL_COLUMNS` shared out, so
+    a slice starts on a block."""
+    blocks = f"(i32.div_u (i32.add {columns} (i32.const {PANEL_COLUMNS - 1})) (i32.const {PANEL_COLUMNS}))"
+    return f"(i32.mul (i32.div_u (i32.add {blocks} (i32.sub {slices} (i32.const 1))) {slices}) (i32.const {PANEL_COLUMNS}))"
+
+
 def render_matmul(program: TensorProgram, parts: Mapping[str, int], info: MatmulInfo) -> str:
     """A matmul-like program (``relaxweb/ir/pattern.analyze_matmul``).  When the reduction
     has at most :data:`PANEL_DEPTH` steps (the kernel checks at run time: its extents may be
@@ -346,20 +401,42 @@ def render_matmul(program: TensorProgram, parts: Mapping[str, int], info: Matmul
     emit(indent, f"(if (i32.le_u (local.get {depth}) (i32.const {PANEL_DEPTH}))")
     emit(indent, "  (then")
     group = function.named_local("group", "i32")
-    emit(indent, f"    (local.set {group} {panel_group(f'(local.get {row_count})', f'(local.get {depth})')})")
+    split = weight_columns(info, program)
+    batch_count = emitter.index(simplify(product(batch_extents)))
+    if split:  # few rows of a weight's columns: units split the columns (:func:`split_slices`)
+        slices, slice_columns = function.named_local("slices", "i32"), function.named_local("slice_columns", "i32")
+        emit(indent, f"    (local.set {group} {split_group(f'(local.get {row_count})', f'(local.get {depth})', batch_count)})")
+        emit(indent, f"    (local.set {slices} {split_slices(f'(local.get {row_count})', f'(local.get {column_count})', f'(local.get {group})', batch_count)})")
+        emit(indent, f"    (local.set {slice_columns} {slice_width(f'(local.get {column_count})', f'(local.get {slices})')})")
+    else:
+        emit(indent, f"    (local.set {group} {panel_group(f'(local.get {row_count})', f'(local.get {depth})')})")
     emit(indent, "    (block $packed_done")
     emit(indent, f"      (br_if $packed_done (i32.ge_u (local.get {unit}) (local.get $end)))")
     emit(indent, "      (loop $panel")
     panel_indent = indent + "        "
     group_rows = f"(i32.mul (local.get {group}) (i32.const {PANEL_ROWS}))"
     row_groups = f"(i32.div_u (i32.add (local.get {row_count}) (i32.sub {group_rows} (i32.const 1))) {group_rows})"
-    emit(panel_indent, f"(local.set {batch} (i32.div_u (local.get {unit}) {row_groups}))")
-    emit(panel_indent, f"(local.set {row0} (i32.mul (i32.rem_u (local.get {unit}) {row_groups}) {group_rows}))")
+    span = None
+    if split:  # unit = (batch, row group, column slice), slices innermost
+        per_batch = f"(i32.mul {row_groups} (local.get {slices}))"
+        first_column, stop = function.named_local("first_column", "i32"), function.named_local("column_stop", "i32")
+        emit(panel_indent, f"(local.set {batch} (i32.div_u (local.get {unit}) {per_batch}))")
+        emit(panel_indent, f"(local.set {row0} (i32.mul (i32.div_u (i32.rem_u (local.get {unit}) {per_batch}) "
+                           f"(local.get {slices})) {group_rows}))")
+        emit(panel_indent, f"(local.set {first_column} (i32.mul (i32.rem_u (local.get {unit}) (local.get {slices})) "
+                           f"(local.get {slice_columns})))")
+        emit(panel_indent, f"(local.set {stop} (call $min_u32 (i32.add (local.get {first_column}) "
+                           f"(local.get {slice_columns})) (local.get {column_count})))")
+        span = (f"(local.get {first_column})", f"(local.get {stop})")
+    else:
+        emit(panel_indent, f"(local.set {batch} (i32.div_u (local.get {unit}) {row_groups}))")
+        emit(panel_indent, f"(local.set {row0} (i32.mul (i32.rem_u (local.get {unit}) {row_groups}) {group_rows}))")
     emitter.open_scope()
     batch_locals = unflatten_into(emitter, batch_extents, f"(local.get {batch})", "xb", panel_indent)
     for axis, extent, local in zip(batch_axes, batch_extents, batch_locals):
         emitter.declare_axis(axis, extent, local)
-    _packed_unit(emitter, info, program, row_axes, row_extents, column_axes, column_extents, row0, column0, panel_indent)
+    _packed_unit(emitter, info, program, row_axes, row_extents, column_axes, column_extents, row0, column0, panel_indent,
+                 span)
     emitter.close_scope()
     emit(panel_indent, f"(local.set {unit} (i32.add (local.get {unit}) (i32.const 1)))")
     emit(panel_indent, f"(br_if $panel (i32.lt_u (local.get {unit}) (local.get $end)))))")
@@ -400,9 +477,15 @@ def render_matmul(program: TensorProgram, parts: Mapping[str, int], info: Matmul
         return render_index(lowering.lower(expr), lambda name: f"(local.get {unit_variables[name]})")
 
     unit_group = panel_group(value(rows), value(simplify(product(info.reduce_extents))))
+    if split:
+        unit_group = split_group(value(rows), value(simplify(product(info.reduce_extents))),
+                                 value(simplify(product(batch_extents))))
     row_groups = (f"(i32.div_u (i32.add {value(rows)} (i32.sub (i32.mul {unit_group} (i32.const {PANEL_ROWS})) "
                   f"(i32.const 1))) (i32.mul {unit_group} (i32.const {PANEL_ROWS})))")
     panels = f"(i32.mul {value(simplify(product(batch_extents)))} {row_groups})"
+    if split:
+        panels = (f"(i32.mul {panels} "
+                  f"{split_slices(value(rows), value(columns), unit_group, value(simplify(product(batch_extents))))})")
     count = (f"(select {panels} {value(blocks)} (i32.le_u {value(simplify(product(info.reduce_extents)))} "
              f"(i32.const {PANEL_DEPTH})))")
     if matvec:
@@ -967,7 +1050,7 @@ STRIP_BYTES = f"(i32.shl (local.get $depth) (i32.const {(4 * MICRO_ROWS).bit_len
 
 
 def _packed_unit(emitter: Emitter, info: MatmulInfo, program: TensorProgram, row_axes, row_extents, column_axes,
-                 column_extents, row0: str, column0: str, indent: str) -> None:
+                 column_extents, row0: str, column0: str, indent: str, span: tuple[str, str] | None = None) -> None:
     """One unit of the packed path: ``$group`` panels of :data:`PANEL_ROWS` rows from
     ``row0`` (the batch axes in scope; :func:`panel_group`), every column.  The first factor
     is packed once, panel after panel ([K x PANEL_ROWS] each, ``$depth * 4 * PANEL_ROWS``
@@ -975,7 +1058,10 @@ def _packed_unit(emitter: Emitter, info: MatmulInfo, program: TensorProgram, row
     (copied: a full block of :func:`direct_columns`), and for each panel micro-kernels of
     :data:`MICRO_ROWS` rows sum the block into the scratch's sums and loops over the
     block's elements apply the epilogue.  With one panel per unit a convolution's weight,
-    packed element by element, was packed again for every 32 output positions."""
+    packed element by element, was packed again for every 32 output positions.
+
+    ``span`` (WAT values: the first column, a multiple of :data:`PANEL_COLUMNS`, and the
+    end) limits the unit to those columns (:func:`weight_columns`); every column without."""
     function, emit = emitter.function, emitter.function.emit
     rows, columns = "(local.get $rows)", "(local.get $columns)"
     panel_b = f"(i32.add (local.get $scratch) (i32.const {PANEL_A_BYTES}))"
@@ -1001,9 +1087,10 @@ def _packed_unit(emitter: Emitter, info: MatmulInfo, program: TensorProgram, row
     distance = direct_columns(info, program)
     strides = None if distance is not None else gathered_columns(info, program)
     b_address, b_step = function.named_local("b_address", "i32"), function.named_local("b_step", "i32")
-    emit(indent, f"(local.set {column0} (i32.const 0))")
+    column_start, column_stop = span if span is not None else ("(i32.const 0)", columns)
+    emit(indent, f"(local.set {column0} {column_start})")
     emit(indent, "(block $no_columns")
-    emit(indent, f"  (br_if $no_columns (i32.eqz {columns}))")
+    emit(indent, f"  (br_if $no_columns (i32.ge_u (local.get {column0}) {column_stop}))")
     emit(indent, "  (loop $columns")
     inner = indent + "    "
     pack_indent = inner
@@ -1056,7 +1143,7 @@ def _packed_unit(emitter: Emitter, info: MatmulInfo, program: TensorProgram, row
 
     each_panel(inner, "panels", run_panel)
     emit(inner, f"(local.set {column0} (i32.add (local.get {column0}) (i32.const {PANEL_COLUMNS})))")
-    emit(inner, f"(br_if $columns (i32.lt_u (local.get {column0}) {columns}))))")
+    emit(inner, f"(br_if $columns (i32.lt_u (local.get {column0}) {column_stop}))))")
 
 
 def gathered_columns(info: MatmulInfo, program: TensorProgram) -> list[int] | None:
