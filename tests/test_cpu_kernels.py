@@ -683,6 +683,21 @@ def test_batched_matmul_of_a_weight_split_by_columns(monkeypatch) -> None:
     assert check_module(model, {"x": rand(1, 70, 16)}, monkeypatch) >= 1
 
 
+@pytest.mark.parametrize("rows", [40, 128])
+def test_projection_into_heads_split_by_columns(rows: int, monkeypatch) -> None:
+    """BERT's query projection in small: the output [batch, heads, tokens, 8] (two column
+    axes, the weight's flat columns contiguous), tokens symbolic; its column slices of 8
+    blocks each fall across the heads."""
+    model = make_model([helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["bias", "m"], ["s"]),
+                        helper.make_node("Reshape", ["s", "heads"], ["r"]),
+                        helper.make_node("Transpose", ["r"], ["y"], perm=[0, 2, 1, 3])],
+                       [("x", TensorProto.FLOAT, [1, "n", 24])], ["y"],
+                       {"w": rand(24, 72, seed=1), "bias": rand(72, seed=2),
+                        "heads": np.array([1, -1, 9, 8], np.int64)})
+    assert any("$slice_columns" in render_program(p) for p in compile_model(model).programs.values())
+    assert check_module(model, {"x": rand(1, rows, 24)}, monkeypatch) >= 1
+
+
 def test_column_split_falls_back(monkeypatch) -> None:
     """No column split where the first factor is not a plain load (a GELU prologue would be
     evaluated once per slice) or the second factor is not a weight (an activation of

@@ -300,12 +300,13 @@ SPLIT_A_BYTES = 1 << 19
 def weight_columns(info: MatmulInfo, program: TensorProgram) -> bool:
     """Whether the packed path's units may split the columns (:func:`split_slices`): the
     second factor is a weight (a plain load of a buffer of constant shape, read in place
-    by :func:`direct_columns`, one column axis, indexed by no batch axis) and the first a
+    by :func:`direct_columns`, indexed by no batch axis; its columns may be several axes:
+    a transformer's projection written as [batch, heads, tokens, 64]) and the first a
     plain load (packing it once per slice costs a copy, no math: a prologue such as
     BERT's GELU would be evaluated once per slice).  Split by rows only, a 128-row
     transformer matmul had 4 units, each copying all of the weight (9.4 MB at 768 x 3072)
     for its 32 rows."""
-    if not isinstance(info.a, Load) or direct_columns(info, program) is None or len(info.columns) != 1:
+    if not isinstance(info.a, Load) or direct_columns(info, program) is None:
         return False
     if any(as_int(simplify(d)) is None for d in info.b.buffer.shape):
         return False
