@@ -514,6 +514,26 @@ def test_convolution_input_packed_four_positions_at_a_time(kernel: int, pad: int
     assert check_module(model, {"x": rand(1, 5, 7, width)}, monkeypatch) >= 1
 
 
+@pytest.mark.parametrize("kernel, stride, pad, width", [(3, 2, 1, 17), (3, 2, 1, 16), (7, 2, 3, 23), (1, 2, 0, 15),
+                                                         (3, 3, 1, 20), (2, 2, 0, 9)])
+@pytest.mark.parametrize("symbolic", [False, True], ids=["fixed", "symbolic"])
+def test_strided_convolution_input_packed_four_positions_at_a_time(kernel: int, stride: int, pad: int, width: int,
+                                                                   symbolic: bool, monkeypatch) -> None:
+    """A strided convolution (ResNet's and YOLOv8n's stems and downsamples): the packed path
+    evaluates four output positions on one row as f32x4, reading every second input element
+    with two loads and a shuffle at stride 2 (one by one at stride 3), lane by lane at the
+    padded borders, one by one across a row's end; a ReLU epilogue; height and width fixed
+    or size variables.  Stride 2 without padding (kernel 2) reads the last input column."""
+    model = make_model([helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[pad] * 4, strides=[stride] * 2),
+                        helper.make_node("Relu", ["c"], ["y"])],
+                       [("x", TensorProto.FLOAT, [1, 5, "h", "w"] if symbolic else [1, 5, 11, width])], ["y"],
+                       {"w": rand(12, 5, kernel, kernel, seed=1), "b": rand(12, seed=2)})
+    text = "".join(render_program(program) for program in compile_model(model).programs.values())
+    assert "$interior_" in text
+    assert ("(i8x16.shuffle 0 1 2 3 8 9 10 11 20 21 22 23 28 29 30 31" in text) == (stride == 2)
+    assert check_module(model, {"x": rand(1, 5, 11, width)}, monkeypatch) >= 1
+
+
 @PATHS
 def test_matmuls_with_fused_prologues(capacity: int, monkeypatch) -> None:
     """Matmuls of a layer norm's and of a tanh's output (as in GPT-2), fused into their

@@ -1345,8 +1345,10 @@ def padded_interior(factor: ScalarExpr, axis: SizeVar) -> tuple[list[ScalarExpr]
     core)``: ``select(g1, select(g2, ... core, 0), 0)``.  Each guard compares index values
     that move by a constant per step of ``axis`` (true at two positions, true between), the
     core's ops all have f32x4 forms and each of its loads reads ``axis`` as its last index
-    plus an offset free of it (four positions: one ``v128.load``) or not at all (a splat).
-    None for any other factor."""
+    times a positive constant plus an offset free of it (:func:`last_stride`; four positions:
+    one ``v128.load`` at stride 1, two and a shuffle at stride 2 (a stride-2 convolution's
+    input), four lanes loaded one by one beyond) or not at all (a splat).  None for any other
+    factor."""
     guards = []
     while isinstance(factor, Select) and isinstance(factor.b, FloatImm) and factor.b.value == 0.0:
         guards.append(factor.condition)
@@ -1363,7 +1365,7 @@ def padded_interior(factor: ScalarExpr, axis: SizeVar) -> tuple[list[ScalarExpr]
     for node in scalar_nodes(factor):
         if node.dtype != "float32":
             return None
-        if isinstance(node, Load) and reads(node, axis) and not along_last(node, axis):
+        if isinstance(node, Load) and reads(node, axis) and last_stride(node, axis) is None:
             return None
         if isinstance(node, Binary) and node.op not in VECTOR_BINARY_RENDERINGS:
             return None
@@ -1395,19 +1397,43 @@ def along_columns(load: Load, axes, extents) -> bool:
     return True
 
 
-def along_last(load: Load, axis: SizeVar) -> bool:
-    """Whether ``load`` reads ``axis`` as its last index plus an offset free of it."""
+def last_stride(load: Load, axis: SizeVar) -> int | None:
+    """``s`` when ``load`` reads ``axis`` as ``s * axis`` plus an offset free of it in its
+    last index (``s`` a positive constant: a convolution's stride) and in no other; None
+    otherwise."""
     *others, last = load.indices
     if any(axis.name in {v.name for v in free_vars(index)} for index in others):
-        return False
-    return axis.name not in {v.name for v in free_vars(simplify(last - axis))}
+        return None
+    stride = as_int(simplify(substitute(last, {axis.name: axis + 1}) - last))
+    if stride is None or stride < 1:
+        return None
+    if axis.name in {v.name for v in free_vars(simplify(last - stride * axis))}:
+        return None
+    return stride
+
+
+def strided_lanes(emitter: Emitter, load: Load, stride: int, indent: str) -> str:
+    """A v128 local holding ``load`` at four consecutive positions of an axis it reads with
+    ``stride`` (:func:`last_stride`; lane 0's axes in scope): elements ``e, e + s, e + 2s,
+    e + 3s`` of the buffer.  Stride 2: two ``v128.load`` of ``e .. e + 3`` and ``e + 3 ..
+    e + 6`` (no byte beyond the last element read) and one shuffle of lanes 0, 2 of the
+    first and 1, 3 of the second; other strides: four ``f32.load`` into one f32x4."""
+    address = emitter.set_local(emitter.element_address(load.buffer, load.indices), "i32", indent, "strided")
+    if stride == 2:
+        low, high = f"(v128.load {address})", f"(v128.load offset=12 {address})"
+        vector = f"(i8x16.shuffle 0 1 2 3 8 9 10 11 20 21 22 23 28 29 30 31 {low} {high})"
+    else:
+        vector = f"(f32x4.splat (f32.load {address}))"
+        for n in range(1, 4):
+            vector = f"(f32x4.replace_lane {n} {vector} (f32.load offset={4 * stride * n} {address}))"
+    return emitter.set_local(vector, "v128", indent, "strided")
 
 
 def _pack_interior(emitter: Emitter, info: MatmulInfo, factor: ScalarExpr, interior, axes, extents, first: str,
                    count: str, layout: PackLayout, base: str, lane: str, address: str, indent: str) -> None:
     """:func:`_pack` four lanes at a time while four lanes remain below ``count``, for a
     factor of :func:`padded_interior`.  Four lanes on one row of the innermost axis read
-    four consecutive elements: at each step, where the guards hold at the first and the last
+    four consecutive elements (every ``s``-th at stride ``s``: :func:`strided_lanes`): at each step, where the guards hold at the first and the last
     lane (hence at all four) the core is evaluated once as f32x4 (its loads ``v128.load``,
     its math calls once) and stored with one ``v128.store``; elsewhere (a border) the factor
     lane by lane.  Where the guards hold over the whole window (:func:`window_inside`, one
@@ -1440,12 +1466,23 @@ def _pack_interior(emitter: Emitter, info: MatmulInfo, factor: ScalarExpr, inter
         for axis, extent, local in zip(axes, extents, [*firsts[:-1], lasts[n]]):
             emitter.declare_axis(axis, extent, local)
 
-    def vector_step(depth: str) -> None:
-        in_lane(0)
+    def core_splats(depth: str) -> dict:
+        """The v128 values of the core's loads that are not one ``v128.load`` of four
+        positions (lane 0's axes in scope): a load the lanes do not move splatted, a strided
+        one (:func:`strided_lanes`) gathered."""
         splats = {}
         for node in scalar_nodes(core):
-            if isinstance(node, Load) and not reads(node, last_axis) and node not in splats:
+            if not isinstance(node, Load) or node in splats:
+                continue
+            if not reads(node, last_axis):
                 splats[node] = emitter.set_local(f"(f32x4.splat {emitter.scalar(node, depth)})", "v128", depth, "splat")
+            elif (stride := last_stride(node, last_axis)) != 1:
+                splats[node] = strided_lanes(emitter, node, stride, depth)
+        return splats
+
+    def vector_step(depth: str) -> None:
+        in_lane(0)
+        splats = core_splats(depth)
         emit(depth, f"(v128.store (local.get {address}) {emitter.vector_value(core, splats, {}, depth)})")
         emitter.close_scope()
         emit(depth, f"(local.set {address} (i32.add (local.get {address}) (i32.const {layout.step})))")
@@ -1462,11 +1499,7 @@ def _pack_interior(emitter: Emitter, info: MatmulInfo, factor: ScalarExpr, inter
         emit(depth, f"(if {inside}")
         emit(depth, "  (then")
         in_lane(0)
-        splats = {}
-        for node in scalar_nodes(core):
-            if isinstance(node, Load) and not reads(node, last_axis) and node not in splats:
-                splats[node] = emitter.set_local(f"(f32x4.splat {emitter.scalar(node, depth + '    ')})", "v128",
-                                                 depth + "    ", "splat")
+        splats = core_splats(depth + "    ")
         vector = emitter.vector_value(core, splats, {}, depth + "    ")
         emitter.close_scope()
         emit(depth, f"    (v128.store (local.get {address}) {vector}))")
