@@ -33,9 +33,10 @@ from ..ir.tir import (
     scalar_nodes,
 )
 from .emit import (
-    BINARY_RENDERINGS, UNARY_RENDERINGS, VECTOR_BINARY_RENDERINGS, VECTOR_COMPARE_RENDERINGS, VECTOR_UNARY_RENDERINGS,
-    Emitter, Function,
-    VectorEmitter, depends_on, flat_offset, literal, render_index, rendering, store, vector_access_of, vector_reduction,
+    BINARY_RENDERINGS, UNARY_RENDERINGS, VECTOR_BINARY_RENDERINGS, VECTOR_COMBINER_RENDERINGS, VECTOR_COMPARE_RENDERINGS,
+    VECTOR_UNARY_RENDERINGS, Emitter, Function,
+    VectorEmitter, depends_on, flat_offset, literal, reduce_identity, render_index, rendering, store, vector_access_of,
+    vector_reduction,
 )
 
 ELEMENTS_PER_UNIT = 64
@@ -2087,6 +2088,14 @@ class _Window:
         self.row_inside = self.function.named_local("row_inside", "i32")
         self.epilogue_splats: dict[ScalarExpr, str] = {}
         self.repeated_core = repeated_subexpressions(info.core)
+        # a sum starts at 0 (as before: the same kernel text), a max (min) pool at -inf (inf);
+        # a lane outside the padding's guards adds that start (``_neutral``: a skipped step)
+        if info.combiner is ReduceCombiner.SUM:
+            self.start, self.skipped = "(v128.const i32x4 0 0 0 0)", "(f32.const 0)"
+        else:
+            self.skipped = reduce_identity(info.combiner, "float32")
+            self.start = f"(f32x4.splat {self.skipped})"
+        self.combine = VECTOR_COMBINER_RENDERINGS[info.combiner]
 
     def row_start(self, indent: str) -> None:
         """Once per row: whether the guards that do not read the row's axis hold over the
@@ -2137,7 +2146,7 @@ class _Window:
             emit(indent, f"(local.set {lane_locals[n]} (i32.add (local.get {x}) (i32.const {n})))")
         sums = [function.named_local(f"sum{q}", "v128") for q in range(lanes // 4)]
         for local in sums:
-            emit(indent, f"(local.set {local} (v128.const i32x4 0 0 0 0))")
+            emit(indent, f"(local.set {local} {self.start})")
         emitter.open_scope()
         emitter.declare_axis(self.lane_axis, self.width, x)
         emitter.open_scope()  # each load's address at the first lane and the first step
@@ -2303,7 +2312,7 @@ class _Window:
         shared: dict[ScalarExpr, str] = {}
         for q, local in enumerate(sums):
             value = self.core_vector(self.info.core, q, addresses, offsets, shared, {}, indent)
-            self.function.emit(indent, f"(local.set {local} (f32x4.add (local.get {local}) {value}))")
+            self.function.emit(indent, f"(local.set {local} {self.combine(f'(local.get {local})', value)})")
 
     def core_vector(self, expr: ScalarExpr, q: int, addresses: Mapping[Load, str], offsets: Mapping[Load, int],
                     shared: dict, memo: dict, indent: str) -> str:
@@ -2401,7 +2410,7 @@ class _Window:
             values = []
             for n in range(4 * q, 4 * q + 4):
                 value = function.local("lane_value", "f32")
-                emit(depth, f"(local.set {value} (f32.const 0))")
+                emit(depth, f"(local.set {value} {self.skipped})")
                 emit(depth, f"(if {holds(lane_locals[n])}")
                 emit(depth, "  (then")
                 core = self.core_scalar(self.info.core, n, addresses, {}, depth + "    ")
@@ -2410,7 +2419,7 @@ class _Window:
             vector = f"(f32x4.splat {values[0]})"
             for n in range(1, 4):
                 vector = f"(f32x4.replace_lane {n} {vector} {values[n]})"
-            emit(depth, f"(local.set {local} (f32x4.add (local.get {local}) {vector}))")
+            emit(depth, f"(local.set {local} {self.combine(f'(local.get {local})', vector)})")
         if reach <= WINDOW_OVERREACH:
             function.lines[-1] += "))"
         function.lines[-1] += "))"
@@ -2436,7 +2445,11 @@ class _Window:
                         f"(v128.const i32x4 0 0 0 0))")
                 mask = test if mask is None else f"(v128.and {mask} {test})"
             value = self.core_vector(self.info.core, q, addresses, {}, shared, {}, indent)
-            emit(indent, f"(local.set {local} (f32x4.add (local.get {local}) (v128.and {value} {mask})))")
+            if self.info.combiner is ReduceCombiner.SUM:
+                masked = f"(v128.and {value} {mask})"
+            else:  # the masked lanes the identity (-inf for a max)
+                masked = f"(v128.bitselect {value} (f32x4.splat {self.skipped}) {mask})"
+            emit(indent, f"(local.set {local} {self.combine(f'(local.get {local})', masked)})")
 
 
 def _epilogue_loads(expr: ScalarExpr, reduction: Reduce) -> list[Load]:
