@@ -514,6 +514,26 @@ def test_convolution_input_packed_four_positions_at_a_time(kernel: int, pad: int
     assert check_module(model, {"x": rand(1, 5, 7, width)}, monkeypatch) >= 1
 
 
+@pytest.mark.parametrize("kernel, stride, pad, width", [(3, 2, 1, 17), (3, 2, 1, 16), (7, 2, 3, 23), (1, 2, 0, 15),
+                                                         (3, 3, 1, 20), (2, 2, 0, 9)])
+@pytest.mark.parametrize("symbolic", [False, True], ids=["fixed", "symbolic"])
+def test_strided_convolution_input_packed_four_positions_at_a_time(kernel: int, stride: int, pad: int, width: int,
+                                                                   symbolic: bool, monkeypatch) -> None:
+    """A strided convolution (ResNet's and YOLOv8n's stems and downsamples): the packed path
+    evaluates four output positions on one row as f32x4, reading every second input element
+    with two loads and a shuffle at stride 2 (one by one at stride 3), lane by lane at the
+    padded borders, one by one across a row's end; a ReLU epilogue; height and width fixed
+    or size variables.  Stride 2 without padding (kernel 2) reads the last input column."""
+    model = make_model([helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[pad] * 4, strides=[stride] * 2),
+                        helper.make_node("Relu", ["c"], ["y"])],
+                       [("x", TensorProto.FLOAT, [1, 5, "h", "w"] if symbolic else [1, 5, 11, width])], ["y"],
+                       {"w": rand(12, 5, kernel, kernel, seed=1), "b": rand(12, seed=2)})
+    text = "".join(render_program(program) for program in compile_model(model).programs.values())
+    assert "$interior_" in text
+    assert ("(i8x16.shuffle 0 1 2 3 8 9 10 11 20 21 22 23 28 29 30 31" in text) == (stride == 2)
+    assert check_module(model, {"x": rand(1, 5, 11, width)}, monkeypatch) >= 1
+
+
 @PATHS
 def test_matmuls_with_fused_prologues(capacity: int, monkeypatch) -> None:
     """Matmuls of a layer norm's and of a tanh's output (as in GPT-2), fused into their
@@ -764,6 +784,40 @@ def test_depthwise_convolution_windows(kernel: int, stride: int, pad: int, heigh
     model = depthwise(3, kernel, stride, pad, (2, 3, height, width), activation)
     assert window_programs(model)
     assert check_module(model, {"x": rand(2, 3, height, width, low=-1.0)}, monkeypatch) >= 1
+
+
+@pytest.mark.parametrize("kernel, stride, pad, height, width, symbolic", [
+    (3, 2, 1, 13, 17, False),  # ResNet's 3x3 stride-2 max pool: two loads and a shuffle, borders
+    (3, 2, 1, 12, 12, True),
+    (5, 1, 2, 10, 10, False),  # YOLOv8n's SPPF: 5x5 stride 1, every iteration at a border
+    (2, 2, 0, 8, 20, False),  # no padding (no guards)
+    (3, 3, 1, 9, 25, False),  # stride 3: lane by lane loads
+    (3, 1, 1, 7, 9, True),  # symbolic: masked border lanes
+    (3, 1, 1, 5, 3, True),  # rows shorter than four: the element form
+])
+def test_max_pool_windows(kernel: int, stride: int, pad: int, height: int, width: int, symbolic: bool,
+                          monkeypatch) -> None:
+    """Max pools run as sliding windows (f32x4.max from -inf): the padding's fill (the lowest
+    float) is skipped like a convolution's zeros, the masked border lanes select -inf; all
+    values negative, so a padded position taken for 0 would show."""
+    shape = [1, 3, "h", "w"] if symbolic else [1, 3, height, width]
+    model = make_model([helper.make_node("MaxPool", ["x"], ["p"], kernel_shape=[kernel] * 2, strides=[stride] * 2,
+                                         pads=[pad] * 4), helper.make_node("Relu", ["p"], ["r"]),
+                        helper.make_node("Sub", ["p", "r"], ["y"])],  # min(p, 0): an epilogue on the maxima
+                       [("x", TensorProto.FLOAT, shape)], ["y"], {})
+    assert window_programs(model)
+    x = rand(1, 3, height, width, low=-2.0) - 1.5
+    assert check_module(model, {"x": x}, monkeypatch) >= 1
+
+
+def test_min_reduction_window(monkeypatch) -> None:
+    """A ReduceMin over a middle axis (no guards) slides along the last axis as a window of
+    f32x4.min from +inf (eight positions, then the last four, overlapping)."""
+    model = make_model([helper.make_node("ReduceMin", ["x"], ["y"], axes=[1], keepdims=0)],
+                       [("x", TensorProto.FLOAT, [2, 5, 11])], ["y"], {})
+    assert window_programs(model)
+    x = rand(2, 5, 11, low=-1.0)
+    assert check_module(model, {"x": x}, monkeypatch) >= 1
 
 
 def test_depthwise_window_masks_lanes_past_the_row(monkeypatch) -> None:

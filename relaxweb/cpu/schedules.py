@@ -33,9 +33,10 @@ from ..ir.tir import (
     scalar_nodes,
 )
 from .emit import (
-    BINARY_RENDERINGS, UNARY_RENDERINGS, VECTOR_BINARY_RENDERINGS, VECTOR_COMPARE_RENDERINGS, VECTOR_UNARY_RENDERINGS,
-    Emitter, Function,
-    VectorEmitter, depends_on, flat_offset, literal, render_index, rendering, store, vector_access_of, vector_reduction,
+    BINARY_RENDERINGS, UNARY_RENDERINGS, VECTOR_BINARY_RENDERINGS, VECTOR_COMBINER_RENDERINGS, VECTOR_COMPARE_RENDERINGS,
+    VECTOR_UNARY_RENDERINGS, Emitter, Function,
+    VectorEmitter, depends_on, flat_offset, literal, reduce_identity, render_index, rendering, store, vector_access_of,
+    vector_reduction,
 )
 
 ELEMENTS_PER_UNIT = 64
@@ -1433,8 +1434,10 @@ def padded_interior(factor: ScalarExpr, axis: SizeVar) -> tuple[list[ScalarExpr]
     core)``: ``select(g1, select(g2, ... core, 0), 0)``.  Each guard compares index values
     that move by a constant per step of ``axis`` (true at two positions, true between), the
     core's ops all have f32x4 forms and each of its loads reads ``axis`` as its last index
-    plus an offset free of it (four positions: one ``v128.load``) or not at all (a splat).
-    None for any other factor."""
+    times a positive constant plus an offset free of it (:func:`last_stride`; four positions:
+    one ``v128.load`` at stride 1, two and a shuffle at stride 2 (a stride-2 convolution's
+    input), four lanes loaded one by one beyond) or not at all (a splat).  None for any other
+    factor."""
     guards = []
     while isinstance(factor, Select) and isinstance(factor.b, FloatImm) and factor.b.value == 0.0:
         guards.append(factor.condition)
@@ -1451,7 +1454,7 @@ def padded_interior(factor: ScalarExpr, axis: SizeVar) -> tuple[list[ScalarExpr]
     for node in scalar_nodes(factor):
         if node.dtype != "float32":
             return None
-        if isinstance(node, Load) and reads(node, axis) and not along_last(node, axis):
+        if isinstance(node, Load) and reads(node, axis) and last_stride(node, axis) is None:
             return None
         if isinstance(node, Binary) and node.op not in VECTOR_BINARY_RENDERINGS:
             return None
@@ -1483,19 +1486,43 @@ def along_columns(load: Load, axes, extents) -> bool:
     return True
 
 
-def along_last(load: Load, axis: SizeVar) -> bool:
-    """Whether ``load`` reads ``axis`` as its last index plus an offset free of it."""
+def last_stride(load: Load, axis: SizeVar) -> int | None:
+    """``s`` when ``load`` reads ``axis`` as ``s * axis`` plus an offset free of it in its
+    last index (``s`` a positive constant: a convolution's stride) and in no other; None
+    otherwise."""
     *others, last = load.indices
     if any(axis.name in {v.name for v in free_vars(index)} for index in others):
-        return False
-    return axis.name not in {v.name for v in free_vars(simplify(last - axis))}
+        return None
+    stride = as_int(simplify(substitute(last, {axis.name: axis + 1}) - last))
+    if stride is None or stride < 1:
+        return None
+    if axis.name in {v.name for v in free_vars(simplify(last - stride * axis))}:
+        return None
+    return stride
+
+
+def strided_lanes(emitter: Emitter, load: Load, stride: int, indent: str) -> str:
+    """A v128 local holding ``load`` at four consecutive positions of an axis it reads with
+    ``stride`` (:func:`last_stride`; lane 0's axes in scope): elements ``e, e + s, e + 2s,
+    e + 3s`` of the buffer.  Stride 2: two ``v128.load`` of ``e .. e + 3`` and ``e + 3 ..
+    e + 6`` (no byte beyond the last element read) and one shuffle of lanes 0, 2 of the
+    first and 1, 3 of the second; other strides: four ``f32.load`` into one f32x4."""
+    address = emitter.set_local(emitter.element_address(load.buffer, load.indices), "i32", indent, "strided")
+    if stride == 2:
+        low, high = f"(v128.load {address})", f"(v128.load offset=12 {address})"
+        vector = f"(i8x16.shuffle 0 1 2 3 8 9 10 11 20 21 22 23 28 29 30 31 {low} {high})"
+    else:
+        vector = f"(f32x4.splat (f32.load {address}))"
+        for n in range(1, 4):
+            vector = f"(f32x4.replace_lane {n} {vector} (f32.load offset={4 * stride * n} {address}))"
+    return emitter.set_local(vector, "v128", indent, "strided")
 
 
 def _pack_interior(emitter: Emitter, info: MatmulInfo, factor: ScalarExpr, interior, axes, extents, first: str,
                    count: str, layout: PackLayout, base: str, lane: str, address: str, indent: str) -> None:
     """:func:`_pack` four lanes at a time while four lanes remain below ``count``, for a
     factor of :func:`padded_interior`.  Four lanes on one row of the innermost axis read
-    four consecutive elements: at each step, where the guards hold at the first and the last
+    four consecutive elements (every ``s``-th at stride ``s``: :func:`strided_lanes`): at each step, where the guards hold at the first and the last
     lane (hence at all four) the core is evaluated once as f32x4 (its loads ``v128.load``,
     its math calls once) and stored with one ``v128.store``; elsewhere (a border) the factor
     lane by lane.  Where the guards hold over the whole window (:func:`window_inside`, one
@@ -1528,12 +1555,23 @@ def _pack_interior(emitter: Emitter, info: MatmulInfo, factor: ScalarExpr, inter
         for axis, extent, local in zip(axes, extents, [*firsts[:-1], lasts[n]]):
             emitter.declare_axis(axis, extent, local)
 
-    def vector_step(depth: str) -> None:
-        in_lane(0)
+    def core_splats(depth: str) -> dict:
+        """The v128 values of the core's loads that are not one ``v128.load`` of four
+        positions (lane 0's axes in scope): a load the lanes do not move splatted, a strided
+        one (:func:`strided_lanes`) gathered."""
         splats = {}
         for node in scalar_nodes(core):
-            if isinstance(node, Load) and not reads(node, last_axis) and node not in splats:
+            if not isinstance(node, Load) or node in splats:
+                continue
+            if not reads(node, last_axis):
                 splats[node] = emitter.set_local(f"(f32x4.splat {emitter.scalar(node, depth)})", "v128", depth, "splat")
+            elif (stride := last_stride(node, last_axis)) != 1:
+                splats[node] = strided_lanes(emitter, node, stride, depth)
+        return splats
+
+    def vector_step(depth: str) -> None:
+        in_lane(0)
+        splats = core_splats(depth)
         emit(depth, f"(v128.store (local.get {address}) {emitter.vector_value(core, splats, {}, depth)})")
         emitter.close_scope()
         emit(depth, f"(local.set {address} (i32.add (local.get {address}) (i32.const {layout.step})))")
@@ -1550,11 +1588,7 @@ def _pack_interior(emitter: Emitter, info: MatmulInfo, factor: ScalarExpr, inter
         emit(depth, f"(if {inside}")
         emit(depth, "  (then")
         in_lane(0)
-        splats = {}
-        for node in scalar_nodes(core):
-            if isinstance(node, Load) and not reads(node, last_axis) and node not in splats:
-                splats[node] = emitter.set_local(f"(f32x4.splat {emitter.scalar(node, depth + '    ')})", "v128",
-                                                 depth + "    ", "splat")
+        splats = core_splats(depth + "    ")
         vector = emitter.vector_value(core, splats, {}, depth + "    ")
         emitter.close_scope()
         emit(depth, f"    (v128.store (local.get {address}) {vector}))")
@@ -2142,6 +2176,14 @@ class _Window:
         self.row_inside = self.function.named_local("row_inside", "i32")
         self.epilogue_splats: dict[ScalarExpr, str] = {}
         self.repeated_core = repeated_subexpressions(info.core)
+        # a sum starts at 0 (as before: the same kernel text), a max (min) pool at -inf (inf);
+        # a lane outside the padding's guards adds that start (``_neutral``: a skipped step)
+        if info.combiner is ReduceCombiner.SUM:
+            self.start, self.skipped = "(v128.const i32x4 0 0 0 0)", "(f32.const 0)"
+        else:
+            self.skipped = reduce_identity(info.combiner, "float32")
+            self.start = f"(f32x4.splat {self.skipped})"
+        self.combine = VECTOR_COMBINER_RENDERINGS[info.combiner]
 
     def row_start(self, indent: str) -> None:
         """Once per row: whether the guards that do not read the row's axis hold over the
@@ -2192,7 +2234,7 @@ class _Window:
             emit(indent, f"(local.set {lane_locals[n]} (i32.add (local.get {x}) (i32.const {n})))")
         sums = [function.named_local(f"sum{q}", "v128") for q in range(lanes // 4)]
         for local in sums:
-            emit(indent, f"(local.set {local} (v128.const i32x4 0 0 0 0))")
+            emit(indent, f"(local.set {local} {self.start})")
         emitter.open_scope()
         emitter.declare_axis(self.lane_axis, self.width, x)
         emitter.open_scope()  # each load's address at the first lane and the first step
@@ -2358,7 +2400,7 @@ class _Window:
         shared: dict[ScalarExpr, str] = {}
         for q, local in enumerate(sums):
             value = self.core_vector(self.info.core, q, addresses, offsets, shared, {}, indent)
-            self.function.emit(indent, f"(local.set {local} (f32x4.add (local.get {local}) {value}))")
+            self.function.emit(indent, f"(local.set {local} {self.combine(f'(local.get {local})', value)})")
 
     def core_vector(self, expr: ScalarExpr, q: int, addresses: Mapping[Load, str], offsets: Mapping[Load, int],
                     shared: dict, memo: dict, indent: str) -> str:
@@ -2456,7 +2498,7 @@ class _Window:
             values = []
             for n in range(4 * q, 4 * q + 4):
                 value = function.local("lane_value", "f32")
-                emit(depth, f"(local.set {value} (f32.const 0))")
+                emit(depth, f"(local.set {value} {self.skipped})")
                 emit(depth, f"(if {holds(lane_locals[n])}")
                 emit(depth, "  (then")
                 core = self.core_scalar(self.info.core, n, addresses, {}, depth + "    ")
@@ -2465,7 +2507,7 @@ class _Window:
             vector = f"(f32x4.splat {values[0]})"
             for n in range(1, 4):
                 vector = f"(f32x4.replace_lane {n} {vector} {values[n]})"
-            emit(depth, f"(local.set {local} (f32x4.add (local.get {local}) {vector}))")
+            emit(depth, f"(local.set {local} {self.combine(f'(local.get {local})', vector)})")
         if reach <= WINDOW_OVERREACH:
             function.lines[-1] += "))"
         function.lines[-1] += "))"
@@ -2491,7 +2533,11 @@ class _Window:
                         f"(v128.const i32x4 0 0 0 0))")
                 mask = test if mask is None else f"(v128.and {mask} {test})"
             value = self.core_vector(self.info.core, q, addresses, {}, shared, {}, indent)
-            emit(indent, f"(local.set {local} (f32x4.add (local.get {local}) (v128.and {value} {mask})))")
+            if self.info.combiner is ReduceCombiner.SUM:
+                masked = f"(v128.and {value} {mask})"
+            else:  # the masked lanes the identity (-inf for a max)
+                masked = f"(v128.bitselect {value} (f32x4.splat {self.skipped}) {mask})"
+            emit(indent, f"(local.set {local} {self.combine(f'(local.get {local})', masked)})")
 
 
 def _epilogue_loads(expr: ScalarExpr, reduction: Reduce) -> list[Load]:

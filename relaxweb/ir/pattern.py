@@ -113,19 +113,24 @@ def analyze_matmul(program: TensorProgram) -> MatmulInfo | None:
     return MatmulInfo(reduction, tuple(axes), tuple(extents), a, b, tuple(rows), tuple(columns), tuple(batch))
 
 
-def _guarded_sum(program: TensorProgram):
+def _guarded_sum(program: TensorProgram, extremes: bool = False):
     """The program's one top-level reduction (it may occur several times, never under a
     Select) when it is nested rectangular sums: ``(reduction, axes, extents, guards, core)``
     with the sums' axes and extents outermost first, the zero guards around the summed value
     (a convolution's padding: ``select(g, core, 0)``), outermost first, and the value inside
-    them.  None otherwise."""
+    them.  None otherwise.  ``extremes``: also nested maxima (minima) whose guards select
+    a constant no float exceeds (the lowest float or -inf; for minima the highest or inf)
+    where they fail (a max pool's padding), which :func:`_neutral` says a border may skip."""
     reductions = top_level_reductions(program.body)
     if len(set(reductions)) != 1 or _under_select(program.body, reductions[0]):
         return None
     reduction = reductions[0]
+    combiner = reduction.combiner
+    if combiner is not ReduceCombiner.SUM and not (extremes and combiner in (ReduceCombiner.MAX, ReduceCombiner.MIN)):
+        return None
     axes, extents, core = [], [], reduction
     while isinstance(core, Reduce):
-        if core.combiner is not ReduceCombiner.SUM:
+        if core.combiner is not combiner:
             return None
         axes.append(core.axis)
         extents.append(core.extent)
@@ -134,10 +139,26 @@ def _guarded_sum(program: TensorProgram):
     if any(var.name in index_names for extent in extents for var in free_vars(extent)):
         return None  # a non-rectangular reduction
     guards = []
-    while isinstance(core, Select) and isinstance(core.b, FloatImm) and core.b.value == 0:
+    while isinstance(core, Select) and isinstance(core.b, FloatImm) and _neutral(combiner, core.b.value):
         guards.append(core.condition)
         core = core.a
     return reduction, axes, extents, guards, core
+
+
+# the largest finite float32
+FLOAT32_MAX = 3.4028234663852886e+38
+
+
+def _neutral(combiner: ReduceCombiner, value: float) -> bool:
+    """Whether a step whose value is ``value`` may be skipped by a reduction of ``combiner``:
+    0 for a sum; for a maximum, the lowest float32 or -inf (the max of it and any other float
+    is that float, unless every other is -inf: skipped, the window of all -inf reduces to
+    -inf, as onnxruntime's MaxPool, which ignores its padding); for a minimum, the highest."""
+    if combiner is ReduceCombiner.SUM:
+        return value == 0
+    if combiner is ReduceCombiner.MAX:
+        return value <= -FLOAT32_MAX
+    return combiner is ReduceCombiner.MIN and value >= FLOAT32_MAX
 
 
 def top_level_reductions(expr: ScalarExpr) -> list[Reduce]:
@@ -204,7 +225,8 @@ class WindowInfo:
     part free of ``x`` (``strides`` gives each such load's stride, >= 1); the others read
     one element for the whole row.  Each guard compares index values that move by a
     constant per step of ``x`` and of each reduction axis, so it holds over a box of
-    steps and lanes when it holds at the box's corners.
+    steps and lanes when it holds at the box's corners.  ``combiner``: SUM, or MAX (MIN) for
+    a max (min) pool, whose guards select a value that the reduction may skip (``_neutral``).
     """
 
     reduction: Reduce
@@ -213,6 +235,7 @@ class WindowInfo:
     guards: tuple[ScalarExpr, ...]
     core: ScalarExpr
     strides: tuple[tuple[Load, int], ...]
+    combiner: ReduceCombiner = ReduceCombiner.SUM  # MAX, MIN: a max (min) pool, its guards' fill skipped
 
 
 def analyze_window(program: TensorProgram) -> WindowInfo | None:
@@ -229,7 +252,7 @@ def analyze_window(program: TensorProgram) -> WindowInfo | None:
     width = simplify(program.output.shape[-1])
     if isinstance(width, IntImm) and width.value < 4:
         return None
-    split = _guarded_sum(program)
+    split = _guarded_sum(program, extremes=True)
     if split is None:
         return None
     reduction, axes, extents, guards, core = split
@@ -258,7 +281,7 @@ def analyze_window(program: TensorProgram) -> WindowInfo | None:
             return None
         if isinstance(node, Load) and _reads(node, lane) and _lane_stride(node, lane) != 1:
             return None
-    return WindowInfo(reduction, tuple(axes), tuple(extents), tuple(guards), core, tuple(strides))
+    return WindowInfo(reduction, tuple(axes), tuple(extents), tuple(guards), core, tuple(strides), reduction.combiner)
 
 
 def _epilogue_nodes(expr: ScalarExpr, reduction: Reduce):
