@@ -958,6 +958,61 @@ def test_one_by_one_convolution_input_copied_in_place(batch: int, stride: int, c
     assert check_module(model, {"x": rand(batch, 12, size, 7 * stride - stride + 1)}, monkeypatch) >= 1
 
 
+@pytest.mark.parametrize("inputs, width, pad, branched", [(2, 8, 0, True), (3, 10, 0, True), (2, 13, 0, True),
+                                                           (2, 8, 1, False)])
+def test_convolution_of_a_concatenation_packed_four_positions_at_a_time(inputs: int, width: int, pad: int,
+                                                                        branched: bool, monkeypatch) -> None:
+    """A 1x1 convolution (SiLU after) of a channel concatenation (YOLOv8's C2f: inputs of 5, 3
+    and 4 channels), symbolic batch, height and width: the packed path reads four positions
+    of one row as one f32x4 from the input the channel's select chooses ($branched_, only
+    that input read: the others' channel index is out of range), one by one across a row's
+    end (widths 10, 13); the first factor and the whole kernel match.  Padded (a 3x3 window),
+    the selects lie under the padding's guards: the existing path, no $branched_."""
+    channels = (5, 3, 4)[:inputs]
+    names = [f"x{n}" for n in range(inputs)]
+    kernel = 3 if pad else 1
+    model = make_model([helper.make_node("Concat", names, ["cat"], axis=1),
+                        helper.make_node("Conv", ["cat", "w", "b"], ["c"], pads=[pad] * 4),
+                        helper.make_node("Sigmoid", ["c"], ["s"]), helper.make_node("Mul", ["c", "s"], ["y"])],
+                       [(name, TensorProto.FLOAT, ["n", c, "h", "w"]) for name, c in zip(names, channels)], ["y"],
+                       {"w": rand(20, sum(channels), kernel, kernel, seed=1), "b": rand(20, seed=2)})
+    [program] = [p for p in compile_model(model).programs.values() if "$pack_panels" in render_program(p)]
+    assert ("$branched_" in render_program(program)) == branched
+    feeds = {name: rand(1 + (width == 13), c, 6, width, seed=3 + n) for n, (name, c) in enumerate(zip(names, channels))}
+    assert check_module(model, feeds, monkeypatch) >= 1
+
+
+@pytest.mark.parametrize("axis, branched", [(2, True), (3, False)])
+def test_convolution_of_a_spatial_concatenation(axis: int, branched: bool, monkeypatch) -> None:
+    """A 1x1 convolution of a concatenation along the height: the select's condition reads
+    the height, the same for four positions of one row ($branched_) but not across a row's
+    end (width 10: those four positions packed one by one, $split_).  Along the width the
+    lanes of one row differ: the existing path."""
+    model = make_model([helper.make_node("Concat", ["a", "b"], ["cat"], axis=axis),
+                        helper.make_node("Conv", ["cat", "w", "b0"], ["y"])],
+                       [("a", TensorProto.FLOAT, [1, 6, "h", "w"]), ("b", TensorProto.FLOAT, [1, 6, "h", "w"])], ["y"],
+                       {"w": rand(12, 6, 1, 1, seed=1), "b0": rand(12, seed=2)})
+    [program] = [p for p in compile_model(model).programs.values() if "$pack_panels" in render_program(p)]
+    assert ("$branched_" in render_program(program)) == branched
+    assert check_module(model, {"a": rand(1, 6, 3, 10, seed=3), "b": rand(1, 6, 3, 10, seed=4)}, monkeypatch) >= 1
+
+
+def test_branched_interior_forms() -> None:
+    """:func:`schedules.branched_interior` takes selects of contiguous loads whose conditions
+    the lane axis does not change; not a condition that reads the lane axis, not a padded
+    leaf, not a bare load (the interior path's)."""
+    c, w = SizeVar("c"), SizeVar("w")
+    a, b = Buffer("A", (4, SizeVar("width")), "float32"), Buffer("B", (4, SizeVar("width")), "float32")
+    first, second = Load(a, (c, w)), Load(b, (c - 2, w))
+    split = Compare(CompareOp.LT, IndexValue(c), IndexValue(IntImm(2)))
+    chosen = Select(split, first, second)
+    assert schedules.branched_interior(chosen, w) is chosen
+    assert schedules.branched_interior(first, w) is None
+    along = Compare(CompareOp.LT, IndexValue(w), IndexValue(IntImm(2)))
+    assert schedules.branched_interior(Select(along, first, second), w) is None
+    assert schedules.branched_interior(Select(split, Select(along, first, FloatImm(0.0)), second), w) is None
+
+
 @pytest.mark.parametrize("depth, chunk", [(37, 8), (40, 8), (7, 8), (0, 8), (300, schedules.PANEL_CHUNK)])
 def test_micro_kernels_in_chunks_of_the_reduction(depth: int, chunk: int, monkeypatch) -> None:
     """The micro-kernels run the reduction in chunks of PANEL_CHUNK steps over all of a

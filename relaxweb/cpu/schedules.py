@@ -720,8 +720,11 @@ def _pack(emitter: Emitter, info: MatmulInfo, factor: ScalarExpr, axes, extents,
     # four reduction steps at a time need four steps (a 1x1 convolution's kernel width has one)
     short = as_int(simplify(step_extent)) is not None and as_int(simplify(step_extent)) < 4
     interior = padded_interior(factor, axes[-1]) if (invariants is None or short) and axes else None
+    branches = branched_interior(factor, axes[-1]) if (invariants is None or short) and axes else None
     if interior is not None:
         _pack_interior(emitter, info, factor, interior, axes, extents, first, count, layout, base, lane, address, indent)
+    elif branches is not None:
+        _pack_branches(emitter, info, branches, axes, extents, first, count, layout, base, lane, address, indent)
     elif invariants is None and (vectors := lane_vectors(factor, axes, extents)) is not None:
         _pack_vectors(emitter, info, factor, vectors, axes, extents, first, count, layout, base, lane, address, indent)
     elif invariants is None and hoisted:
@@ -965,6 +968,135 @@ def _pack_vectors(emitter: Emitter, info: MatmulInfo, factor: ScalarExpr, vector
     _for_each_step(emitter, info.reduce_axes, info.reduce_extents, inner, step)
     emit(inner, f"(local.set {lane} (i32.add (local.get {lane}) (i32.const 4)))")
     emit(inner, f"(br $vectors_{label})))")
+
+
+def branched_interior(factor: ScalarExpr, axis: SizeVar) -> ScalarExpr | None:
+    """``factor`` when it chooses among inputs by conditions that ``axis`` does not change,
+    each input a core of :func:`padded_interior` without guards: a concat's or a split's
+    channel ranges fused into the input of a 1x1 convolution
+    (``select(rc < c, A[n, rc, h, w], B[n, rc - c, h, w])``, selects nested for more inputs).
+    Four lanes along one row of ``axis`` then take the same branch at every step, and in it
+    read four consecutive elements: :func:`_pack_branches`.  A vector select would evaluate
+    every branch (the others' loads may lie out of bounds), so the lanes took the scalar path
+    one element at a time.  None for any other factor (a padded one: :func:`padded_interior`)."""
+    if not isinstance(factor, Select):
+        return None
+
+    def chosen(node: ScalarExpr) -> bool:
+        if isinstance(node, Select) and node.dtype == "float32" and node.condition.dtype == "bool":
+            if depends_on(node.condition, axis.name):
+                return False
+            if any(isinstance(n, Load) for n in scalar_nodes(node.condition)):
+                return False
+            return chosen(node.a) and chosen(node.b)
+        interior = padded_interior(node, axis)
+        return interior is not None and not interior[0]
+
+    return factor if chosen(factor) else None
+
+
+def _pack_branches(emitter: Emitter, info: MatmulInfo, factor: ScalarExpr, axes, extents, first: str, count: str,
+                   layout: PackLayout, base: str, lane: str, address: str, indent: str) -> None:
+    """:func:`_pack` four lanes at a time while four lanes remain below ``count``, for a
+    factor of :func:`branched_interior`: at each step the selects' conditions are evaluated
+    once (lane 0's), as ``if`` statements, and only the chosen input is read and stored with
+    one ``v128.store``.  Four lanes on one row of the innermost axis read it as one f32x4
+    (its loads ``v128.load``).  Four lanes across a row's end read it lane by lane into one
+    f32x4 where no lane axis changes the conditions (a concat's channel ranges), else are
+    packed one by one (the scalar factor).  Leaves ``lane`` at the first lane not packed."""
+    function, emit = emitter.function, emitter.function.emit
+    label, lanes = lane[1:], layout.lanes
+    last_axis, last_extent = axes[-1], simplify(extents[-1])
+    conditions = [node.condition for node in scalar_nodes(factor) if isinstance(node, Select)]
+    shared = not any(depends_on(condition, axis.name) for condition in conditions for axis in axes)
+    emit(indent, f"(block $branched_{label}")
+    emit(indent, f"  (loop $branch_{label}")
+    inner = indent + "    "
+    emit(inner, f"(br_if $branched_{label} (i32.gt_u (i32.add (local.get {lane}) (i32.const 4)) (i32.const {lanes})))")
+    emit(inner, f"(br_if $branched_{label} (i32.gt_u (i32.add (i32.add {first} (local.get {lane})) (i32.const 4)) {count}))")
+    emit(inner, f"(local.set {address} {layout.lane_address(base, f'(local.get {lane})')})")
+    firsts = unflatten_into(emitter, extents, f"(i32.add {first} (local.get {lane}))", f"{label}_b", inner)
+    emitter.open_scope()
+    for axis, extent, local in zip(axes, extents, firsts):
+        emitter.declare_axis(axis, extent, local)
+    one_row = emitter.index(last_extent)
+    emitter.close_scope()
+    lane_axes: list[list[str]] = []
+
+    def in_lane(n: int) -> None:
+        emitter.open_scope()
+        for axis, extent, local in zip(axes, extents, firsts if n == 0 and not lane_axes else lane_axes[n]):
+            emitter.declare_axis(axis, extent, local)
+
+    def chosen(node: ScalarExpr, depth: str) -> None:
+        if isinstance(node, Select):
+            emit(depth, f"(if {emitter.scalar(node.condition, depth)}")
+            for branch, name in ((node.a, "then"), (node.b, "else")):
+                emit(depth, f"  ({name}")
+                emitter.open_scope()  # what a branch computes is not known in the other
+                chosen(branch, depth + "    ")
+                emitter.close_scope()
+                function.lines[-1] += ")"
+            function.lines[-1] += ")"
+            return
+        if lane_axes:  # across a row's end: the chosen input lane by lane
+            values = []
+            for n in range(4):
+                in_lane(n)
+                values.append(emitter.set_local(emitter.scalar(node, depth), "f32", depth, "lane"))
+                emitter.close_scope()
+            vector = f"(f32x4.splat {values[0]})"
+            for n in range(1, 4):
+                vector = f"(f32x4.replace_lane {n} {vector} {values[n]})"
+            emit(depth, f"(v128.store (local.get {address}) {vector})")
+            return
+        splats = {}
+        for load in scalar_nodes(node):
+            if isinstance(load, Load) and not reads(load, last_axis) and load not in splats:
+                splats[load] = emitter.set_local(f"(f32x4.splat {emitter.scalar(load, depth)})", "v128", depth, "splat")
+        emit(depth, f"(v128.store (local.get {address}) {emitter.vector_value(node, splats, {}, depth)})")
+
+    def step(depth: str) -> None:
+        in_lane(0)
+        chosen(factor, depth)
+        emitter.close_scope()
+        emit(depth, f"(local.set {address} (i32.add (local.get {address}) (i32.const {layout.step})))")
+
+    emit(inner, ";; four lanes on one row: each step reads only the input its selects choose, as one f32x4")
+    emit(inner, f"(if (i32.le_u (i32.add (local.get {firsts[-1]}) (i32.const 4)) {one_row})")
+    emit(inner, "  (then")
+    _for_each_step(emitter, info.reduce_axes, info.reduce_extents, inner + "    ", step)
+    function.lines[-1] += ")"
+    emit(inner, "  (else")
+    body = inner + "    "
+    if shared:  # across a row's end: the conditions still hold for all four lanes
+        lane_axes.extend(unflatten_into(emitter, extents, f"(i32.add (i32.add {first} (local.get {lane})) (i32.const {n}))",
+                                        f"{label}_{n}_", body) for n in range(4))
+        _for_each_step(emitter, info.reduce_axes, info.reduce_extents, body, step)
+        function.lines[-1] += "))"
+    else:  # four lanes across a row's end: each on its own
+        quad, position = function.local("quad", "i32"), function.local("position", "i32")
+        emit(body, f"(local.set {quad} (i32.const 0))")
+        emit(body, f"(loop $split_{label}")
+        emit(body, f"  (local.set {position} (i32.add (i32.add {first} (local.get {lane})) (local.get {quad})))")
+        emit(body, f"  (local.set {address} "
+                   f"{layout.lane_address(base, f'(i32.add (local.get {lane}) (local.get {quad}))')})")
+        emitter.open_scope()
+        for axis, extent, local in zip(axes, extents, unflatten_into(emitter, extents, f"(local.get {position})",
+                                                                   f"{label}_s", body + "  ")):
+            emitter.declare_axis(axis, extent, local)
+
+        def single(depth: str) -> None:
+            emit(depth, f"(f32.store (local.get {address}) {emitter.scalar(factor, depth)})")
+            emit(depth, f"(local.set {address} (i32.add (local.get {address}) (i32.const {layout.step})))")
+
+        _for_each_step(emitter, info.reduce_axes, info.reduce_extents, body + "  ", single)
+        emitter.close_scope()
+        emit(body, f"  (local.set {quad} (i32.add (local.get {quad}) (i32.const 1)))")
+        emit(body, f"  (br_if $split_{label} (i32.lt_u (local.get {quad}) (i32.const 4)))))")
+        function.lines[-1] += ")"
+    emit(inner, f"(local.set {lane} (i32.add (local.get {lane}) (i32.const 4)))")
+    emit(inner, f"(br $branch_{label})))")
 
 
 def _vector_steps(emitter: Emitter, factor: ScalarExpr, invariants: list[ScalarExpr], axis: SizeVar, extent: PrimExpr,
