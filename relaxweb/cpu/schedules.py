@@ -1075,25 +1075,7 @@ def _pack_branches(emitter: Emitter, info: MatmulInfo, factor: ScalarExpr, axes,
         _for_each_step(emitter, info.reduce_axes, info.reduce_extents, body, step)
         function.lines[-1] += "))"
     else:  # four lanes across a row's end: each on its own
-        quad, position = function.local("quad", "i32"), function.local("position", "i32")
-        emit(body, f"(local.set {quad} (i32.const 0))")
-        emit(body, f"(loop $split_{label}")
-        emit(body, f"  (local.set {position} (i32.add (i32.add {first} (local.get {lane})) (local.get {quad})))")
-        emit(body, f"  (local.set {address} "
-                   f"{layout.lane_address(base, f'(i32.add (local.get {lane}) (local.get {quad}))')})")
-        emitter.open_scope()
-        for axis, extent, local in zip(axes, extents, unflatten_into(emitter, extents, f"(local.get {position})",
-                                                                   f"{label}_s", body + "  ")):
-            emitter.declare_axis(axis, extent, local)
-
-        def single(depth: str) -> None:
-            emit(depth, f"(f32.store (local.get {address}) {emitter.scalar(factor, depth)})")
-            emit(depth, f"(local.set {address} (i32.add (local.get {address}) (i32.const {layout.step})))")
-
-        _for_each_step(emitter, info.reduce_axes, info.reduce_extents, body + "  ", single)
-        emitter.close_scope()
-        emit(body, f"  (local.set {quad} (i32.add (local.get {quad}) (i32.const 1)))")
-        emit(body, f"  (br_if $split_{label} (i32.lt_u (local.get {quad}) (i32.const 4)))))")
+        _pack_four_lanes_apart(emitter, info, factor, axes, extents, first, lane, address, layout, base, label, body)
         function.lines[-1] += ")"
     emit(inner, f"(local.set {lane} (i32.add (local.get {lane}) (i32.const 4)))")
     emit(inner, f"(br $branch_{label})))")
@@ -1748,29 +1730,38 @@ def _pack_interior(emitter: Emitter, info: MatmulInfo, factor: ScalarExpr, inter
     function.lines[-1] += ")"
     emit(inner, "  (else")
     # four lanes across a row's end: each on its own
-    quad, position = function.local("quad", "i32"), function.local("position", "i32")
     body = inner + "    "
-    emit(body, f"(local.set {quad} (i32.const 0))")
-    emit(body, f"(loop $split_{label}")
-    emit(body, f"  (local.set {position} (i32.add (i32.add {first} (local.get {lane})) (local.get {quad})))")
-    emit(body, f"  (local.set {address} "
-               f"{layout.lane_address(base, f'(i32.add (local.get {lane}) (local.get {quad}))')})")
+    _pack_four_lanes_apart(emitter, info, factor, axes, extents, first, lane, address, layout, base, label, body)
+    function.lines[-1] += ")"
+    emit(inner, f"(local.set {lane} (i32.add (local.get {lane}) (i32.const 4)))")
+    emit(inner, f"(br $quad_{label})))")
+
+
+def _pack_four_lanes_apart(emitter: Emitter, info: MatmulInfo, factor: ScalarExpr, axes, extents, first: str,
+                           lane: str, address: str, layout: PackLayout, base: str, label: str, indent: str) -> None:
+    """The four lanes from ``lane`` packed each on its own (their positions cross a row's end,
+    so no vector form holds for them): each lane's axes recovered, the factor evaluated at
+    every reduction step and stored at the lane's place in the panel."""
+    function, emit = emitter.function, emitter.function.emit
+    quad, position = function.local("quad", "i32"), function.local("position", "i32")
+    emit(indent, f"(local.set {quad} (i32.const 0))")
+    emit(indent, f"(loop $split_{label}")
+    emit(indent, f"  (local.set {position} (i32.add (i32.add {first} (local.get {lane})) (local.get {quad})))")
+    emit(indent, f"  (local.set {address} "
+                 f"{layout.lane_address(base, f'(i32.add (local.get {lane}) (local.get {quad}))')})")
     emitter.open_scope()
     for axis, extent, local in zip(axes, extents, unflatten_into(emitter, extents, f"(local.get {position})",
-                                                               f"{label}_s", body + "  ")):
+                                                               f"{label}_s", indent + "  ")):
         emitter.declare_axis(axis, extent, local)
 
     def single(depth: str) -> None:
         emit(depth, f"(f32.store (local.get {address}) {emitter.scalar(factor, depth)})")
         emit(depth, f"(local.set {address} (i32.add (local.get {address}) (i32.const {layout.step})))")
 
-    _for_each_step(emitter, info.reduce_axes, info.reduce_extents, body + "  ", single)
+    _for_each_step(emitter, info.reduce_axes, info.reduce_extents, indent + "  ", single)
     emitter.close_scope()
-    emit(body, f"  (local.set {quad} (i32.add (local.get {quad}) (i32.const 1)))")
-    emit(body, f"  (br_if $split_{label} (i32.lt_u (local.get {quad}) (i32.const 4)))))")
-    function.lines[-1] += ")"
-    emit(inner, f"(local.set {lane} (i32.add (local.get {lane}) (i32.const 4)))")
-    emit(inner, f"(br $quad_{label})))")
+    emit(indent, f"  (local.set {quad} (i32.add (local.get {quad}) (i32.const 1)))")
+    emit(indent, f"  (br_if $split_{label} (i32.lt_u (local.get {quad}) (i32.const 4)))))")
 
 
 def window_inside(emitter: Emitter, info: MatmulInfo, guards: list[ScalarExpr], in_lane: Callable[[int], None],
