@@ -1219,15 +1219,8 @@ def _packed_unit(emitter: Emitter, info: MatmulInfo, program: TensorProgram, row
                      f"(i32.const {PANEL_COLUMNS})) {span_value}))")
         emit(inner, f"(if {whole}")
         emit(inner, "  (then")
-        emitter.open_scope()
-        for axis, extent, local in zip(column_axes, column_extents, unflatten_into(
-                emitter, column_extents, f"(local.get {column0})", "xd", inner + "    ")):
-            emitter.declare_axis(axis, extent, local)
-        first_step = tuple(substitute(index, {axis.name: IntImm(0) for axis in info.reduce_axes})
-                           for index in info.b.indices)
-        emit(inner, f"    (local.set {b_address} {emitter.element_address(info.b.buffer, first_step)})")
+        _set_block_start(emitter, info, column_axes, column_extents, column0, b_address, inner + "    ")
         emit(inner, f"    (local.set {b_step} (i32.shl {emitter.index(distance)} (i32.const 2)))")
-        emitter.close_scope()
         _copy_columns(function, b_address, b_step, panel_b, inner + "    ")
         function.lines[-1] += ")"
         emit(inner, "  (else")
@@ -1235,14 +1228,7 @@ def _packed_unit(emitter: Emitter, info: MatmulInfo, program: TensorProgram, row
     elif strides is not None:  # a whole block gathered a step at a time, one at the edge packed
         emit(inner, f"(if (i32.le_u (i32.add (local.get {column0}) (i32.const {PANEL_COLUMNS})) {columns})")
         emit(inner, "  (then")
-        emitter.open_scope()
-        for axis, extent, local in zip(column_axes, column_extents, unflatten_into(
-                emitter, column_extents, f"(local.get {column0})", "xd", inner + "    ")):
-            emitter.declare_axis(axis, extent, local)
-        first_step = tuple(substitute(index, {axis.name: IntImm(0) for axis in info.reduce_axes})
-                           for index in info.b.indices)
-        emit(inner, f"    (local.set {b_address} {emitter.element_address(info.b.buffer, first_step)})")
-        emitter.close_scope()
+        _set_block_start(emitter, info, column_axes, column_extents, column0, b_address, inner + "    ")
         _gather_columns(function, b_address, strides, panel_b, inner + "    ")
         function.lines[-1] += ")"
         emit(inner, "  (else")
@@ -1280,6 +1266,20 @@ def gathered_columns(info: MatmulInfo, program: TensorProgram) -> list[int] | No
             return None
         inner = simplify(inner * extent)
     return strides[:PANEL_COLUMNS]
+
+
+def _set_block_start(emitter: Emitter, info: MatmulInfo, column_axes, column_extents, column0: str, address: str,
+                     indent: str) -> None:
+    """``address`` := the address of the second factor at reduction step 0 and column
+    ``column0`` (the first column of a block that is copied or gathered into the panel)."""
+    emitter.open_scope()
+    for axis, extent, local in zip(column_axes, column_extents, unflatten_into(
+            emitter, column_extents, f"(local.get {column0})", "xd", indent)):
+        emitter.declare_axis(axis, extent, local)
+    first_step = tuple(substitute(index, {axis.name: IntImm(0) for axis in info.reduce_axes})
+                       for index in info.b.indices)
+    emitter.function.emit(indent, f"(local.set {address} {emitter.element_address(info.b.buffer, first_step)})")
+    emitter.close_scope()
 
 
 def _gather_columns(function: Function, source: str, strides: list[int], panel: str, indent: str) -> None:
