@@ -1409,6 +1409,18 @@ def _micro_kernels(function: Function, row0: str, panel_a: str, panel_b: str, in
     emit(chunk_indent, f"(br_if $chunk (i32.lt_u (local.get {chunk0}) (local.get $depth))))")
 
 
+
+def _enter_output_column(emitter: Emitter, program: TensorProgram, column_axes, column_extents, column: str,
+                         prefix: str, indent: str) -> str:
+    """Opens a scope with the column axes of local ``column`` declared (the caller closes
+    it) and returns the local holding the output element's address there."""
+    emitter.open_scope()
+    for axis, extent, local in zip(column_axes, column_extents,
+                                   unflatten_into(emitter, column_extents, f"(local.get {column})", prefix, indent)):
+        emitter.declare_axis(axis, extent, local)
+    offset = emitter.index(flat_offset(program.output, tuple(program.axes)))
+    return emitter.set_local(emitter.address(program.output.name, offset), "i32", indent, "address")
+
 def _panel_outputs(emitter: Emitter, info: MatmulInfo, program: TensorProgram, row_axes, row_extents, column_axes,
                    column_extents, row0: str, column0: str, sums_base: str, indent: str) -> None:
     """Loops over the panel's rows and the column block's columns that are inside the output
@@ -1442,12 +1454,7 @@ def _panel_outputs(emitter: Emitter, info: MatmulInfo, program: TensorProgram, r
         emit(body, f"(if {quad}")
         emit(body, "  (then")
         quad = body + "    "
-        emitter.open_scope()
-        for axis, extent, local in zip(column_axes, column_extents,
-                                       unflatten_into(emitter, column_extents, f"(local.get {column})", "yq", quad)):
-            emitter.declare_axis(axis, extent, local)
-        offset = emitter.index(flat_offset(program.output, tuple(program.axes)))
-        address = emitter.set_local(emitter.address(program.output.name, offset), "i32", quad, "address")
+        address = _enter_output_column(emitter, program, column_axes, column_extents, column, "yq", quad)
         splats = {info.reduction: f"(v128.load {sum_at})"}
         for node in epilogue_nodes(info, program.body):
             if isinstance(node, Load) and not any(reads(node, axis) for axis in column_axes[-suffix:]) \
@@ -1458,12 +1465,7 @@ def _panel_outputs(emitter: Emitter, info: MatmulInfo, program: TensorProgram, r
         emit(quad, f"(local.set {column} (i32.add (local.get {column}) (i32.const 4))))")
         emit(body, "  (else")
         body = body + "    "
-    emitter.open_scope()
-    for axis, extent, local in zip(column_axes, column_extents,
-                                   unflatten_into(emitter, column_extents, f"(local.get {column})", "yc", body)):
-        emitter.declare_axis(axis, extent, local)
-    offset = emitter.index(flat_offset(program.output, tuple(program.axes)))
-    address = emitter.set_local(emitter.address(program.output.name, offset), "i32", body, "address")
+    address = _enter_output_column(emitter, program, column_axes, column_extents, column, "yc", body)
     emitter.known(info.reduction, f"(f32.load {sum_at})")
     emit(body, store(program.output.dtype, address, emitter.scalar(program.body, body)))
     emitter.close_scope()
