@@ -788,6 +788,33 @@ def lane_math(expr: ScalarExpr) -> list[tuple[Unary, ScalarExpr]]:
     return [(node, next(iter(found))) for node, found in guards.items() if len(found) == 1 and None not in found]
 
 
+def _four_lanes_loop(emitter: Emitter, labels: tuple[str, str], axes, extents, first: str, count: str,
+                     layout: PackLayout, base: str, lane: str, address: str, lane_count: int,
+                     indent: str) -> tuple[str, Callable[[int], None]]:
+    """Opens a packer's loop over groups of four lanes from local ``lane`` (left while four
+    lanes remain in the panel and below ``count``): the first ``lane_count`` lanes' axes
+    recovered, ``address`` set to the group's first lane.  Returns the loop body's indent
+    and ``in_lane(n)``, which opens a scope with lane ``n``'s axes declared."""
+    emit = emitter.function.emit
+    label = lane[1:]
+    done, loop = labels
+    emit(indent, f"(block ${done}_{label}")
+    emit(indent, f"  (loop ${loop}_{label}")
+    inner = indent + "    "
+    emit(inner, f"(br_if ${done}_{label} (i32.gt_u (i32.add (local.get {lane}) (i32.const 4)) (i32.const {layout.lanes})))")
+    emit(inner, f"(br_if ${done}_{label} (i32.gt_u (i32.add (i32.add {first} (local.get {lane})) (i32.const 4)) {count}))")
+    lane_axes = [unflatten_into(emitter, extents, f"(i32.add (i32.add {first} (local.get {lane})) (i32.const {n}))",
+                                f"{label}_{n}_", inner) for n in range(lane_count)]
+    emit(inner, f"(local.set {address} {layout.lane_address(base, f'(local.get {lane})')})")
+
+    def in_lane(n: int) -> None:
+        emitter.open_scope()
+        for axis, extent, local in zip(axes, extents, lane_axes[n]):
+            emitter.declare_axis(axis, extent, local)
+
+    return inner, in_lane
+
+
 def _pack_groups(emitter: Emitter, info: MatmulInfo, factor: ScalarExpr, hoisted, axes, extents, first: str,
                  count: str, layout: PackLayout, base: str, lane: str, address: str, indent: str) -> None:
     """:func:`_pack` four lanes at a time while four lanes remain below ``count``: at each
@@ -795,20 +822,9 @@ def _pack_groups(emitter: Emitter, info: MatmulInfo, factor: ScalarExpr, hoisted
     lane, each call once as f32x4, then the factor lane by lane with the calls' lanes known,
     stored as one f32x4.  Leaves ``lane`` at the first lane not packed."""
     emit = emitter.function.emit
-    label, lanes = lane[1:], layout.lanes
-    emit(indent, f"(block $grouped_{label}")
-    emit(indent, f"  (loop $group_{label}")
-    inner = indent + "    "
-    emit(inner, f"(br_if $grouped_{label} (i32.gt_u (i32.add (local.get {lane}) (i32.const 4)) (i32.const {lanes})))")
-    emit(inner, f"(br_if $grouped_{label} (i32.gt_u (i32.add (i32.add {first} (local.get {lane})) (i32.const 4)) {count}))")
-    lane_axes = [unflatten_into(emitter, extents, f"(i32.add (i32.add {first} (local.get {lane})) (i32.const {n}))",
-                                f"{label}_{n}_", inner) for n in range(4)]
-    emit(inner, f"(local.set {address} {layout.lane_address(base, f'(local.get {lane})')})")
-
-    def in_lane(n: int) -> None:
-        emitter.open_scope()
-        for axis, extent, local in zip(axes, extents, lane_axes[n]):
-            emitter.declare_axis(axis, extent, local)
+    label = lane[1:]
+    inner, in_lane = _four_lanes_loop(emitter, ("grouped", "group"), axes, extents, first, count, layout, base, lane,
+                                      address, 4, indent)
 
     def step(depth: str) -> None:
         results = []
@@ -923,21 +939,10 @@ def _pack_vectors(emitter: Emitter, info: MatmulInfo, factor: ScalarExpr, vector
     (``Emitter.vector_value``) and stored with one ``v128.store``.  Leaves ``lane`` at the
     first lane not packed."""
     emit = emitter.function.emit
-    label, lanes = lane[1:], layout.lanes
-    emit(indent, f"(block $vectored_{label}")
-    emit(indent, f"  (loop $vectors_{label}")
-    inner = indent + "    "
-    emit(inner, f"(br_if $vectored_{label} (i32.gt_u (i32.add (local.get {lane}) (i32.const 4)) (i32.const {lanes})))")
-    emit(inner, f"(br_if $vectored_{label} (i32.gt_u (i32.add (i32.add {first} (local.get {lane})) (i32.const 4)) {count}))")
+    label = lane[1:]
     lane_count = 4 if vectors.gathered else 1  # contiguous loads and invariants need lane 0's axes only
-    lane_axes = [unflatten_into(emitter, extents, f"(i32.add (i32.add {first} (local.get {lane})) (i32.const {n}))",
-                                f"{label}_{n}_", inner) for n in range(lane_count)]
-    emit(inner, f"(local.set {address} {layout.lane_address(base, f'(local.get {lane})')})")
-
-    def in_lane(n: int) -> None:
-        emitter.open_scope()
-        for axis, extent, local in zip(axes, extents, lane_axes[n]):
-            emitter.declare_axis(axis, extent, local)
+    inner, in_lane = _four_lanes_loop(emitter, ("vectored", "vectors"), axes, extents, first, count, layout, base,
+                                      lane, address, lane_count, indent)
 
     def step(depth: str) -> None:
         splats = {}
@@ -1407,7 +1412,6 @@ def _micro_kernels(function: Function, row0: str, panel_a: str, panel_b: str, in
     emit(inner, f"(br_if $micro (i32.lt_u (local.get {micro}) (i32.const {PANEL_ROWS})))))")
     emit(chunk_indent, f"(local.set {chunk0} (i32.add (local.get {chunk0}) (i32.const {PANEL_CHUNK})))")
     emit(chunk_indent, f"(br_if $chunk (i32.lt_u (local.get {chunk0}) (local.get $depth))))")
-
 
 
 def _enter_output_column(emitter: Emitter, program: TensorProgram, column_axes, column_extents, column: str,
