@@ -815,6 +815,21 @@ def _four_lanes_loop(emitter: Emitter, labels: tuple[str, str], axes, extents, f
     return inner, in_lane
 
 
+def _lanes_vector(emitter: Emitter, in_lane: Callable[[int], None], expr: ScalarExpr, indent: str,
+                  prefix: str) -> str:
+    """An f32x4 of ``expr`` evaluated in each of four lanes (``in_lane(n)`` opens lane ``n``'s
+    scope), each value in a local named from ``prefix``."""
+    values = []
+    for n in range(4):
+        in_lane(n)
+        values.append(emitter.set_local(emitter.scalar(expr, indent), "f32", indent, prefix))
+        emitter.close_scope()
+    vector = f"(f32x4.splat {values[0]})"
+    for n in range(1, 4):
+        vector = f"(f32x4.replace_lane {n} {vector} {values[n]})"
+    return vector
+
+
 def _pack_groups(emitter: Emitter, info: MatmulInfo, factor: ScalarExpr, hoisted, axes, extents, first: str,
                  count: str, layout: PackLayout, base: str, lane: str, address: str, indent: str) -> None:
     """:func:`_pack` four lanes at a time while four lanes remain below ``count``: at each
@@ -829,14 +844,7 @@ def _pack_groups(emitter: Emitter, info: MatmulInfo, factor: ScalarExpr, hoisted
     def step(depth: str) -> None:
         results = []
         for node, argument in hoisted:
-            values = []
-            for n in range(4):
-                in_lane(n)
-                values.append(emitter.set_local(emitter.scalar(argument, depth), "f32", depth, "arg"))
-                emitter.close_scope()
-            vector = f"(f32x4.splat {values[0]})"
-            for n in range(1, 4):
-                vector = f"(f32x4.replace_lane {n} {vector} {values[n]})"
+            vector = _lanes_vector(emitter, in_lane, argument, depth, "arg")
             results.append(emitter.set_local(VECTOR_UNARY_RENDERINGS[node.op](vector), "v128", depth, "math"))
         values = []
         for n in range(4):
@@ -1045,14 +1053,7 @@ def _pack_branches(emitter: Emitter, info: MatmulInfo, factor: ScalarExpr, axes,
             function.lines[-1] += ")"
             return
         if lane_axes:  # across a row's end: the chosen input lane by lane
-            values = []
-            for n in range(4):
-                in_lane(n)
-                values.append(emitter.set_local(emitter.scalar(node, depth), "f32", depth, "lane"))
-                emitter.close_scope()
-            vector = f"(f32x4.splat {values[0]})"
-            for n in range(1, 4):
-                vector = f"(f32x4.replace_lane {n} {vector} {values[n]})"
+            vector = _lanes_vector(emitter, in_lane, node, depth, "lane")
             emit(depth, f"(v128.store (local.get {address}) {vector})")
             return
         splats = {}
