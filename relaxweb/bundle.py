@@ -32,6 +32,7 @@ from .ir.tir import TensorProgram
 from .ir.params_block import PARAMS_SLOT, ParamsLayout
 from .wasm import MAX_RANK, CallSiteParams, assemble, emit_host_wat
 from .wgsl import ShaderInfo, emit_wgsl
+from .wgsl.ragged import ragged_source
 from .wgsl.variants import cpu_shader_fits, cpu_variant, f16_variant
 
 FORMAT = "relaxweb-bundle"
@@ -91,8 +92,9 @@ def write_bundle(module: IRModule, out_dir: str | Path, source: str, progress: P
             (out / file).write_text(shader.source)
             variant = _cpu_variant_entry(program, name, parts, shader, out)
             half = _f16_variant_entry(program, name, parts, shader, out)
+            batch = _batch_variant_entries(name, shader.source, variant, out)
             kernels.append({
-                "name": name, "file": file, **variant, **half, "entry_point": "main",
+                "name": name, "file": file, **variant, **half, **batch, "entry_point": "main",
                 "workgroup_size": [WORKGROUP_SIZE, 1, 1], "bindings": list(shader.bindings),
                 "workgroup_storage_bytes": shader.workgroup_storage_bytes,
                 "params": list(shader.params.fields),
@@ -206,6 +208,23 @@ def _cpu_variant_entry(kernel, name: str, parts: dict[str, int], shader: ShaderI
     file = f"kernels/{name}.cpu.wgsl"
     (out / file).write_text(variant_shader.source)
     return {"cpu_file": file}
+
+
+def _batch_variant_entries(name: str, source: str, cpu_entry: dict, out: Path) -> dict:
+    """``{"batch_file": ..., "batch_cpu_file": ...}``: the ragged forms (``wgsl/ragged.py``)
+    of the kernel's shader and of its CPU variant, for batches; ``{}`` when the kernel has
+    none (a runtime then runs a batch instance by instance)."""
+    entries = {}
+    sources = {"batch_file": (source, f"kernels/{name}.batch.wgsl")}
+    if "cpu_file" in cpu_entry:
+        sources["batch_cpu_file"] = ((out / cpu_entry["cpu_file"]).read_text(), f"kernels/{name}.cpu.batch.wgsl")
+    for key, (text, file) in sources.items():
+        ragged = ragged_source(text, f"{file.removesuffix('.batch.wgsl')}.wgsl")
+        if ragged is None:
+            return {}
+        (out / file).write_text(ragged)
+        entries[key] = file
+    return entries
 
 
 def _f16_variant_entry(kernel, name: str, parts: dict[str, int], shader: ShaderInfo, out: Path) -> dict:
