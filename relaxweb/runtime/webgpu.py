@@ -30,6 +30,7 @@ if not os.environ.get("XDG_RUNTIME_DIR"):
 import wgpu  # noqa: E402  (after the environment fix above)
 
 from relaxweb.errors import RelaxwebError
+from relaxweb.runtime.batch import ONE_BY_ONE, RAGGED, BatchReport, instance_error, one_by_one_reason
 from relaxweb.runtime.generate import Generation, generate
 from relaxweb.runtime.gpu_tensor import BufferPool, CacheView, GpuTensor, TransferStats, cache_block_copies
 from relaxweb.runtime.host import Command, Dispatch, HostModule, Read, Resume, load_manifest
@@ -39,6 +40,7 @@ from relaxweb.runtime.tensors import (
     SEQUENCE_KINDS, checked_inputs, device_byte_sizes, device_dtype, dtype_entry, load_shards, output_array, sequence_output_tables,
     split_sequences, to_model_dtype, with_flat_sequences,
 )
+from relaxweb.runtime.webgpu_batch import RaggedBatchRunner
 from relaxweb.tokenizer import make_tokenizer
 
 _STORAGE_USAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_DST | wgpu.BufferUsage.COPY_SRC
@@ -449,6 +451,9 @@ class Session:
         self._bind_groups: list[wgpu.GPUBindGroup | None] = [None] * len(
             self.manifest["call_sites"]
         )
+        #: how the last :meth:`run_batch` ran (``runtime/batch.BatchReport``)
+        self.last_batch: BatchReport | None = None
+        self._batch_runner: RaggedBatchRunner | None = None
 
     @property
     def storage_buffer_sizes(self) -> list[int]:
@@ -583,6 +588,55 @@ class Session:
         once.  Storages that grow between two steps keep their contents.
         """
         return self._run(inputs, None, keep_on_gpu)
+
+    def run_batch(self, instances: Sequence[Mapping[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
+        """Run the model on each of ``instances`` (a list of ``name -> array``, each with its
+        own values of the model's symbolic sizes within their bounds) and return their outputs,
+        one dict per instance, in order.
+
+        The instances run as one ragged batch (``runtime/batch.py``): each kernel is dispatched
+        once for all the instances that run it, over each instance's own sizes, their data
+        packed without padding; instances whose ``If`` conditions differ share every dispatch
+        but their branches'.  Every instance is checked and sized before any GPU work: one
+        outside the bounds raises :class:`InputShapeError`, a batch whose packed size exceeds a
+        device limit a :class:`RelaxwebError`, each naming the instance.  Bundles that cannot
+        batch (``last_batch.reason``: a kernel without a ragged form, KV caches, sequences) run
+        the instances one after another.  ``last_batch`` reports how it ran."""
+        report = BatchReport(instances=len(instances))
+        self.stats.start_run()
+        reason = one_by_one_reason(self.manifest, instances)
+        if reason or not instances:
+            report.mode, report.reason = (ONE_BY_ONE, reason) if reason else (RAGGED, "")
+            results = [self._run_instance(index, inputs, report) for index, inputs in enumerate(instances)]
+        else:
+            if self._batch_runner is None:
+                self._batch_runner = RaggedBatchRunner(self)
+            results = self._batch_runner.run(instances, report)
+        self.last_batch = report
+        return results
+
+    def _run_instance(self, index: int, inputs: Mapping[str, np.ndarray], report: BatchReport) -> dict[str, np.ndarray]:
+        """One instance of a batch run on its own (its errors name it)."""
+        try:
+            outputs = self.run(inputs)
+        except RelaxwebError as error:
+            raise instance_error(index, error) from None
+        report.dispatches += self.last_dispatch_count
+        report.rounds += 1 + self.last_read_count
+        return outputs
+
+    def storage_size_limit(self) -> tuple[int, str]:
+        """The largest storage buffer this device binds, and the WebGPU limit that says so."""
+        return _storage_size_limit(self.device)
+
+    def bind_group_layout(self, kernel_index: int) -> wgpu.GPUBindGroupLayout:
+        """The bind group layout of a kernel (its own and its ragged form share it)."""
+        return self._bind_group_layouts[kernel_index]
+
+    def referenced_buffer(self, reference: Mapping[str, int]) -> wgpu.GPUBuffer:
+        """The buffer of a call site's ``{"weight": j}`` or ``{"weight_part": [j, k]}`` reference
+        (or ``{"storage": i}``: this session's single-run storage)."""
+        return self._referenced_buffer(reference)
 
     def generate(self, prompt: str | Sequence[int], *, max_new_tokens: int = 64, temperature: float = 0.0,
                  top_k: int = 0, seed: int = 0, stop_tokens: Iterable[int] | None = None,
