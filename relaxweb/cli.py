@@ -2,6 +2,7 @@
 
     relaxweb build MODEL.onnx -o DIR [--bound NAME=INT ...]
     relaxweb run DIR --inputs IN.npz [--out OUT.npz] [--browser] [--profile] [--backend auto|webgpu|wasm]
+    relaxweb run DIR --inputs A.npz --inputs B.npz ... [--batch] [--out FOLDER] [--browser]
     relaxweb run MODEL.onnx --inputs IN.npz [--out OUT.npz] --reference
     relaxweb inspect MODEL.onnx|DIR
     relaxweb generate DIR --prompt TEXT [--max-tokens N --temperature T --top-k K --seed S]
@@ -119,7 +120,9 @@ _BROWSER_BACKENDS = {"auto": "WebGPU, else kernels.wasm", "webgpu": "WebGPU", "w
 
 def command_run(args: argparse.Namespace) -> int:
     target = _run_target(args)
-    inputs = load_npz(args.inputs)
+    if len(args.inputs) > 1 or args.batch:
+        return _run_instances(args, target)
+    inputs = load_npz(args.inputs[0])
     started = time.perf_counter()
     if args.reference:
         outputs = run_reference(target, inputs)
@@ -155,6 +158,52 @@ def command_run(args: argparse.Namespace) -> int:
     if args.out:
         np.savez(args.out, **outputs)
         print(f"wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+def _run_instances(args: argparse.Namespace, target: Path) -> int:
+    """``relaxweb run DIR --inputs A.npz --inputs B.npz ... [--batch]``: each file one instance,
+    run one after another (or as one batch), one output file per instance, and the time of
+    the runs alone (without load) printed."""
+    if args.profile or args.reference:
+        raise RelaxwebError(f"{'--profile' if args.profile else '--reference'} runs one input file; "
+                            f"got {len(args.inputs)}{' and --batch' if args.batch else ''}")
+    instances = [load_npz(path) for path in args.inputs]
+    out_dir = Path(args.out) if args.out else None
+    names = [f"{index}.{Path(path).stem}.npz" for index, path in enumerate(args.inputs)]
+    if args.browser:
+        started = time.perf_counter()
+        result = run_batch_in_browser(target, instances, backend=args.backend, batch=args.batch)
+        outputs, run_s = result.outputs, result.run_ms / 1000
+        where = f"headless Chromium ({_BROWSER_BACKENDS[args.backend]})"
+        load_s = time.perf_counter() - started - run_s
+        how = result.mode
+    else:
+        started = time.perf_counter()
+        session = load(target, backend=args.backend, kernels=args.kernels)
+        load_s = time.perf_counter() - started
+        started = time.perf_counter()
+        if args.batch:
+            outputs = session.run_batch(instances)
+            how = session.last_batch.mode + (f" ({session.last_batch.reason})" if session.last_batch.reason else "")
+        else:
+            outputs = [session.run(inputs) for inputs in instances]
+            how = "one by one"
+        run_s = time.perf_counter() - started
+        where = f"Python runtime ({_BACKEND_NAMES[session.backend]})"
+    for name, instance_outputs in zip(names, outputs):
+        print(f"{name.removesuffix('.npz')}:")
+        for output_name, array in instance_outputs.items():
+            preview = np.array2string(array.reshape(-1)[:6], precision=5, separator=", ")
+            print(f"  {output_name}: {array.dtype}{list(array.shape)} {preview}{' ...' if array.size > 6 else ''}")
+        if out_dir is not None:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            np.savez(out_dir / name, **instance_outputs)
+    mode = "as one batch" if args.batch else "one after another"
+    print(f"ran {len(instances)} instances {mode} ({how}) in {where} in {run_s * 1000:.1f} ms "
+          f"(without load; load {load_s:.2f} s)", file=sys.stderr)
+    if out_dir is not None:
+        print(f"wrote {len(instances)} files to {out_dir}/", file=sys.stderr)
     return 0
 
 
@@ -240,8 +289,15 @@ def make_parser() -> argparse.ArgumentParser:
                               "with --browser; or run an .onnx model in the reference interpreter (numpy, no "
                               "GPU) with --reference. Inputs and outputs are keyed by the ONNX names.")
     run.add_argument("target", metavar="DIR|MODEL.onnx", help="the bundle folder (or the .onnx file with --reference)")
-    run.add_argument("--inputs", required=True, help=".npz file with one array per model input")
-    run.add_argument("--out", help=".npz file to write the outputs to")
+    run.add_argument("--inputs", required=True, action="append", metavar="IN.npz",
+                     help=".npz file with one array per model input. Repeat it to run several instances (each with "
+                          "its own sizes) one after another in one process, or as one batch with --batch")
+    run.add_argument("--batch", action="store_true",
+                     help="run the --inputs files as one batch: each kernel dispatched once for every instance, over "
+                          "each instance's own sizes, packed without padding (instances whose If branches differ "
+                          "share all but the branches); prints the time of the runs without load")
+    run.add_argument("--out", help=".npz file to write the outputs to; with several --inputs (or --batch), a folder "
+                          "that gets one file per instance, K.STEM.npz (K its position, STEM its inputs file's name)")
     run.add_argument("--browser", action="store_true", help="run in headless Chromium on WebGPU instead")
     run.add_argument("--profile", action="store_true",
                      help="time every kernel (timestamp queries where the adapter has them, else one submit per "

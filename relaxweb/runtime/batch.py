@@ -69,6 +69,20 @@ def one_by_one_reason(manifest: Mapping[str, Any], inputs: Sequence[Mapping[str,
     return ""
 
 
+def run_one_by_one(session: Any, instances: Sequence[Mapping[str, Any]], report: BatchReport) -> list[dict[str, Any]]:
+    """Each instance run on its own with ``session.run`` (its errors name it), counting the
+    dispatches and rounds into ``report``."""
+    results = []
+    for index, inputs in enumerate(instances):
+        try:
+            results.append(session.run(inputs))
+        except RelaxwebError as error:
+            raise instance_error(index, error) from None
+        report.dispatches += session.last_dispatch_count
+        report.rounds += 1 + session.last_read_count
+    return results
+
+
 def instance_error(index: int, error: Exception) -> RelaxwebError:
     """``error`` (an input check or the host module's refusal) for instance ``index`` of a
     batch: the same class, the message prefixed with the instance."""

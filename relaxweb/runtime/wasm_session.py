@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ import numpy as np
 import wasmtime
 
 from relaxweb.errors import RelaxwebError
+from relaxweb.runtime.batch import ONE_BY_ONE, BatchReport, run_one_by_one
 from relaxweb.runtime.gpu_tensor import GpuTensor, cache_block_copies
 from relaxweb.runtime.host import Dispatch, HostModule, Read, Resume, load_manifest
 from relaxweb.runtime.manifest import MAX_HOST_MODULE_BYTES, read_bundle_file
@@ -133,6 +134,8 @@ class WasmSession:
         )
         self.last_dispatch_count = 0
         self.last_read_count = 0
+        #: how the last :meth:`run_batch` ran (``runtime/batch.BatchReport``)
+        self.last_batch: BatchReport | None = None
         shards = load_shards(self.bundle_dir, self.manifest)
         wasm = read_bundle_file(self.bundle_dir, entry["file"], MAX_KERNELS_WASM_BYTES, "kernels.wasm")
         self._store = wasmtime.Store(_clock.engine())
@@ -270,6 +273,15 @@ class WasmSession:
             raise RelaxwebError("keep_on_gpu needs the webgpu backend: a wasm session has no GPU to keep tensors on "
                                 "(load the bundle with backend='webgpu')")
         return self._run(inputs, None)
+
+    def run_batch(self, instances: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """``Session.run_batch``'s contract on one CPU thread: the instances run one after
+        another (``last_batch.mode`` is "one by one": kernels.wasm has no ragged form)."""
+        report = BatchReport(mode=ONE_BY_ONE, reason="the wasm backend runs a batch instance by instance",
+                             instances=len(instances))
+        results = run_one_by_one(self, instances, report)
+        self.last_batch = report
+        return results
 
     def generate(self, *args: Any, **kwargs: Any) -> Any:
         """Not on this backend: generation keeps the KV cache and picks tokens on the GPU."""

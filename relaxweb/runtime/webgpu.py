@@ -30,7 +30,7 @@ if not os.environ.get("XDG_RUNTIME_DIR"):
 import wgpu  # noqa: E402  (after the environment fix above)
 
 from relaxweb.errors import RelaxwebError
-from relaxweb.runtime.batch import ONE_BY_ONE, RAGGED, BatchReport, instance_error, one_by_one_reason
+from relaxweb.runtime.batch import ONE_BY_ONE, RAGGED, BatchReport, one_by_one_reason, run_one_by_one
 from relaxweb.runtime.generate import Generation, generate
 from relaxweb.runtime.gpu_tensor import BufferPool, CacheView, GpuTensor, TransferStats, cache_block_copies
 from relaxweb.runtime.host import Command, Dispatch, HostModule, Read, Resume, load_manifest
@@ -607,23 +607,13 @@ class Session:
         reason = one_by_one_reason(self.manifest, instances)
         if reason or not instances:
             report.mode, report.reason = (ONE_BY_ONE, reason) if reason else (RAGGED, "")
-            results = [self._run_instance(index, inputs, report) for index, inputs in enumerate(instances)]
+            results = run_one_by_one(self, instances, report)
         else:
             if self._batch_runner is None:
                 self._batch_runner = RaggedBatchRunner(self)
             results = self._batch_runner.run(instances, report)
         self.last_batch = report
         return results
-
-    def _run_instance(self, index: int, inputs: Mapping[str, np.ndarray], report: BatchReport) -> dict[str, np.ndarray]:
-        """One instance of a batch run on its own (its errors name it)."""
-        try:
-            outputs = self.run(inputs)
-        except RelaxwebError as error:
-            raise instance_error(index, error) from None
-        report.dispatches += self.last_dispatch_count
-        report.rounds += 1 + self.last_read_count
-        return outputs
 
     def storage_size_limit(self) -> tuple[int, str]:
         """The largest storage buffer this device binds, and the WebGPU limit that says so."""

@@ -1,0 +1,219 @@
+"""Batches of instances of different sizes (``Session.run_batch``, issue 16): the ragged form
+of the kernels (``relaxweb/wgsl/ragged.py``), the merge of instances' dispatches and the packed
+layout (``relaxweb/runtime/batch.py``), and whole batches on wgpu against onnxruntime run on
+each instance alone: the BERT-like and GPT-2-like test models at lengths 1..128, and an ONNX
+``If`` whose branch differs between instances.  Refusals name the instance and the size."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnxruntime
+import pytest
+from onnx import TensorProto, helper
+
+import relaxweb
+from relaxweb.errors import InputShapeError, RelaxwebError
+from relaxweb.runtime.batch import (
+    MAX_INSTANCES, RAGGED, SLICE_ALIGNMENT, SliceLayout, batch_table, grid_of, merge_dispatches, table_bytes,
+)
+from relaxweb.runtime.host import Dispatch
+from relaxweb.runtime.webgpu import Session
+from relaxweb.wgsl import ragged
+from relaxweb.wgsl.ragged import ragged_problem, ragged_source
+from tests.helpers import MODEL, assert_close, make_model, rand
+from tests.model_exports import missing_exporter_packages, session_exports
+from tests.test_control_flow import two_output_if_model
+
+ELEMENTWISE = """\
+struct Params {
+  element_count: i32,
+  n: i32,
+  _pad0: i32,
+  _pad1: i32,
+}
+
+@group(0) @binding(0) var<uniform> params: Params;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read_write> out: array<f32>;
+
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) workgroup: vec3<u32>,
+        @builtin(num_workgroups) workgroups: vec3<u32>,
+        @builtin(local_invocation_index) local_index: u32) {
+  let group = i32(workgroup.y * workgroups.x + workgroup.x);
+  let index = group * 64 + i32(local_index);
+  if (index >= params.element_count) {
+    return;
+  }
+  out[index] = x[x[index % params.n]] * 2.0;
+}
+"""
+
+
+def test_the_ragged_form_reads_every_buffer_at_its_instance_base() -> None:
+    source = ragged_source(ELEMENTWISE, "kernels/double.wgsl")
+    assert source is not None
+    assert "@group(0) @binding(0) var<uniform> ragged_batch: RaggedBatch;" in source
+    assert f"instances: array<RaggedInstance, {ragged.MAX_INSTANCES}>" in source
+    # nested accesses are based too, and the output
+    assert ("out[ragged_base_out + (index)] = x[ragged_base_x + (x[ragged_base_x + (index % params.n)])] * 2.0;"
+            in source)
+    assert "let group = ragged_flat - ragged_batch.instances[ragged_instance].first_group.x;" in source
+    # main reads the instance's params as a uniform let (barriers allowed under it)
+    assert "  let params = ragged_batch.instances[ragged_instance].params;" in source
+
+
+def test_kernels_outside_the_shader_contract_have_no_ragged_form() -> None:
+    assert ragged_problem(ELEMENTWISE) is None
+    with_length = ELEMENTWISE.replace("params.n]", "i32(arrayLength(&x))]")
+    assert ragged_problem(with_length) == "it reads a buffer's length"
+    assert ragged_source(with_length) is None
+    renumbered = ELEMENTWISE.replace("  let group = i32(workgroup.y * workgroups.x + workgroup.x);\n", "  let group = 0;\n")
+    assert "number its workgroup" in ragged_problem(renumbered)
+
+
+def test_the_runtime_and_the_kernels_agree_on_the_table() -> None:
+    assert MAX_INSTANCES == ragged.MAX_INSTANCES
+    call_site = {"params_offset": 256, "params_size": 16, "buffers": [{"weight": 0}, {"storage": 1}, {"storage": 2}]}
+    params = bytes(256) + np.array([10, 3, 0, 0], "<i4").tobytes()
+    table = batch_table(call_site, [(params, [0, 512, 1024], 0), (params, [0, 768, 2048], 7)])
+    assert len(table) == table_bytes(16, 3) == 16 + MAX_INSTANCES * (16 + 16 + 16)
+    words = np.frombuffer(table, "<i4")
+    assert words[0] == 2
+    assert list(words[4:16]) == [10, 3, 0, 0, 0, 512, 1024, 0, 0, 0, 0, 0]
+    assert list(words[16:28]) == [10, 3, 0, 0, 0, 768, 2048, 0, 7, 0, 0, 0]
+
+
+def test_slices_are_packed_and_grow_in_place_of_the_instance() -> None:
+    layout = SliceLayout.of([[100, 0], [300, 256]])
+    assert layout.offsets == [[0, 256], [0, 256]]
+    assert layout.totals == [256 + 512, 2 * SLICE_ALIGNMENT]
+    grown, changed = layout.grown([[100, 0], [900, 256]])
+    assert changed == [0] and grown.offsets[0] == [0, 256] and grown.capacities[0] == [256, 1024]
+    assert grid_of(70000, "x") == (35000, 2, 1) and grid_of(0, "x") == (1, 1, 1)
+
+
+def test_instances_on_different_branches_share_the_dispatches_before_and_after() -> None:
+    """Instances 0 and 2 took the then branch (call sites 5, 6), 1 the else branch (7); all
+    run 1 before and 9 after: 1 and 9 are one dispatch each."""
+    lists = {0: [1, 5, 6, 9], 1: [1, 7, 9], 2: [1, 5, 6, 9]}
+    merged = merge_dispatches({k: [Dispatch(c, (1, 1, 1)) for c in v] for k, v in lists.items()})
+    assert [(site, [k for k, _ in members]) for site, members in merged] == [
+        (1, [0, 1, 2]), (5, [0, 2]), (6, [0, 2]), (7, [1]), (9, [0, 1, 2])]
+
+
+# Whole batches on wgpu --------------------------------------------------------------------
+
+
+def token_instances(name: str, lengths: list[int], seed: int = 0) -> list[dict[str, np.ndarray]]:
+    rng = np.random.default_rng(seed)
+    instances = []
+    for length in lengths:
+        inputs = {"input_ids": rng.integers(0, 100, size=(1, length)).astype(np.int64)}
+        if name.startswith("bert"):
+            inputs["attention_mask"] = (rng.random((1, length)) < 0.9).astype(np.int64)
+        instances.append(inputs)
+    return instances
+
+
+@pytest.fixture(scope="module")
+def token_bundles(tmp_path_factory) -> dict[str, Path]:
+    missing = missing_exporter_packages()
+    if missing:
+        pytest.skip(f"{' and '.join(missing)} not installed")
+    exports = session_exports(tmp_path_factory, ["bert_legacy", "gpt2_legacy"])
+    bundles = {}
+    for name, export in exports.items():
+        assert export.error is None, export.error
+        bundles[name] = tmp_path_factory.mktemp(name) / "bundle"
+        relaxweb.build(export.path, bundles[name], bounds={"seq": 128, "batch": 4})
+        bundles[name + ".onnx"] = export.path
+    return bundles
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["bert_legacy", "gpt2_legacy"])
+def test_a_batch_matches_onnxruntime_on_each_instance(device, token_bundles, name: str) -> None:
+    session = Session(token_bundles[name], device)
+    reference = onnxruntime.InferenceSession(str(token_bundles[name + ".onnx"]), providers=["CPUExecutionProvider"])
+    lengths = [1, 128, 9, 64, 65, 33, 2, 100, 17]
+    instances = token_instances(name, lengths)
+    single_dispatches = None
+    for _ in range(2):  # the second batch reuses the first's buffers and pipelines
+        outputs = session.run_batch(instances)
+        assert session.last_batch.mode == RAGGED and session.last_batch.instances == len(lengths)
+        for index, (inputs, result) in enumerate(zip(instances, outputs)):
+            (expected,) = reference.run(None, inputs)
+            (actual,) = result.values()
+            assert_close(actual, expected, MODEL, err_msg=f"{name}, instance {index} (seq {lengths[index]})")
+        session.run(instances[0])
+        single_dispatches = session.last_dispatch_count
+        # one dispatch per call site for the whole batch: what one instance alone makes
+        assert session.last_batch.dispatches == single_dispatches
+
+
+@pytest.fixture(scope="module")
+def if_bundle(tmp_path_factory) -> Path:
+    bundle = tmp_path_factory.mktemp("if") / "bundle"
+    relaxweb.build(two_output_if_model(), bundle)
+    return bundle
+
+
+def test_instances_whose_if_branch_differs_match_onnxruntime(device, if_bundle) -> None:
+    session = Session(if_bundle, device)
+    reference = onnxruntime.InferenceSession(two_output_if_model().SerializeToString(),
+                                             providers=["CPUExecutionProvider"])
+    cases = [(2, 1.0), (5, -1.0), (3, 1.0), (7, -1.0), (1, -1.0), (4, 1.0)]
+    instances = [{"x": sign * np.abs(rand(rows, 3, seed=rows))} for rows, sign in cases]
+    outputs = session.run_batch(instances)
+    assert session.last_batch.mode == RAGGED
+    for (rows, sign), inputs, result in zip(cases, instances, outputs):
+        expected = reference.run(None, inputs)
+        assert_close(result["y"], expected[0], err_msg=f"y at {rows} rows, sign {sign}")
+        assert_close(result["second"], expected[1], err_msg=f"second at {rows} rows, sign {sign}")
+    # the then branch's two kernels and the else branch's run once each, for their groups;
+    # the reduction before the If and the subtraction after it once for all six
+    session.run(instances[0])
+    then_dispatches = session.last_dispatch_count
+    session.run(instances[1])
+    else_dispatches = session.last_dispatch_count
+    assert session.last_batch.dispatches < then_dispatches + else_dispatches
+
+
+def test_an_instance_above_a_bound_is_refused_by_name(device, token_bundles) -> None:
+    session = Session(token_bundles["gpt2_legacy"], device)
+    instances = token_instances("gpt2_legacy", [5, 7, 129])
+    with pytest.raises(InputShapeError, match=r"instance 2 of the batch: .*129.*128"):
+        session.run_batch(instances)
+    assert session.stats.last_run.input_bytes_written == 0  # refused before any GPU work
+
+
+def test_a_batch_above_the_device_buffer_limit_is_refused_by_instance(device, tmp_path) -> None:
+    """Five instances of 32 MiB: the packed storage needs 160 MiB, above the device's 128 MiB
+    maxStorageBufferBindingSize; the fifth takes it past."""
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])], [("x", ["n", 1024])], ["y"])
+    relaxweb.build(model, tmp_path / "bundle")
+    session = Session(tmp_path / "bundle", device)
+    largest, limit_name = session.storage_size_limit()
+    rows = 8192
+    count = largest // (rows * 1024 * 4) + 1
+    instances = [{"x": np.zeros((rows, 1024), np.float32)} for _ in range(count)]
+    with pytest.raises(RelaxwebError, match=rf"too large for this device: .* instance {count - 1} \(n = {rows}; "
+                                            rf"33554432 bytes\).*{limit_name} = {largest}"):
+        session.run_batch(instances)
+    assert session.stats.last_run.input_bytes_written == 0
+    small = [{"x": rand(rows, 1024)[: k + 1]} for k in range(3)]
+    for inputs, result in zip(small, session.run_batch(small)):
+        assert_close(result["y"], np.maximum(inputs["x"], 0))
+
+
+def test_a_bundle_that_cannot_batch_runs_one_by_one(tmp_path) -> None:
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])], [("x", ["n", 4])], ["y"])
+    relaxweb.build(model, tmp_path / "bundle")
+    session = relaxweb.load(tmp_path / "bundle", backend="wasm")
+    instances = [{"x": rand(k + 1, 4)} for k in range(3)]
+    for inputs, result in zip(instances, session.run_batch(instances)):
+        assert_close(result["y"], np.maximum(inputs["x"], 0))
+    assert session.last_batch.mode == "one by one" and "wasm" in session.last_batch.reason
