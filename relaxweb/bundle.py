@@ -27,7 +27,7 @@ from .ir.launch import BINDING_PART_BYTES, MAX_STORAGE_BINDINGS, binding_parts, 
 from .ir.library_kernel import LibraryKernel
 from .ir.module import IRModule
 from .ir.schedule import WORKGROUP_SIZE
-from .ir.symbolic import format_expr, free_vars, upper_bound
+from .ir.symbolic import format_expr, free_vars, product, upper_bound
 from .ir.tir import TensorProgram
 from .ir.params_block import PARAMS_SLOT, ParamsLayout
 from .wasm import MAX_RANK, CallSiteParams, assemble, emit_host_wat
@@ -99,6 +99,7 @@ def write_bundle(module: IRModule, out_dir: str | Path, source: str, progress: P
                 "workgroup_storage_bytes": shader.workgroup_storage_bytes,
                 "params": list(shader.params.fields),
                 **_cost_entry(program, shader.params.fields),
+                **_elements_entry(program, shader.params.fields),
             })
         shader = shader_of[key]
         values_by_name = dict(dispatch.size_var_values)
@@ -327,6 +328,19 @@ def _cost_entry(kernel, fields: tuple[str, ...]) -> dict:
         if any(var.name not in fields for var in free_vars(expr)):
             return {}
     return {"cost": trees}
+
+
+def _elements_entry(kernel, fields: tuple[str, ...]) -> dict:
+    """``{"elements": tree}``: the output elements one call computes, as an expression tree
+    over the kernel's params fields (what a batch's work is counted in); ``{}`` where a size
+    of the output is not among the fields or the tree is past the manifest's limits."""
+    elements = product(kernel.output.shape)
+    tree = expression_tree(elements)
+    if tree_depth(tree) > MAX_TREE_DEPTH or tree_size(tree) > MAX_TREE_NODES:
+        return {}
+    if any(var.name not in fields for var in free_vars(elements)):
+        return {}
+    return {"elements": tree}
 
 
 def _shape_json(shape) -> list:

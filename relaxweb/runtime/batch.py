@@ -25,6 +25,7 @@ from typing import Any
 
 from relaxweb.errors import InputShapeError, RelaxwebError
 from relaxweb.runtime.host import Dispatch
+from relaxweb.runtime.profile import evaluate_tree, params_fields
 
 #: Instances one ragged dispatch serves (``wgsl/ragged.MAX_INSTANCES``, the batch table's length).
 MAX_INSTANCES = 64
@@ -52,6 +53,22 @@ class BatchReport:
     dispatches: int = 0
     rounds: int = 0
     var_values: list[dict[str, int]] = field(default_factory=list)
+    #: output elements the ragged dispatches computed, summed over instances (each over its own
+    #: sizes: exactly what the instances need); None when a kernel's count is not in the manifest
+    elements: int | None = 0
+
+    def add_elements(self, count: int | None) -> None:
+        self.elements = None if count is None or self.elements is None else self.elements + count
+
+
+def call_elements(manifest: Mapping[str, Any], call_site_index: int, params: bytes) -> int | None:
+    """Output elements of one call of a call site with this params buffer (the kernel's
+    ``elements`` tree over its params fields), None where the manifest does not say."""
+    call_site = manifest["call_sites"][call_site_index]
+    kernel = manifest["kernels"][call_site["kernel"]]
+    if "elements" not in kernel:
+        return None
+    return evaluate_tree(kernel["elements"], dict(zip(kernel.get("params", []), params_fields(params, call_site))))
 
 
 def one_by_one_reason(manifest: Mapping[str, Any], inputs: Sequence[Mapping[str, Any]]) -> str:
@@ -80,6 +97,7 @@ def run_one_by_one(session: Any, instances: Sequence[Mapping[str, Any]], report:
             raise instance_error(index, error) from None
         report.dispatches += session.last_dispatch_count
         report.rounds += 1 + session.last_read_count
+    report.elements = None  # not counted for runs of their own
     return results
 
 

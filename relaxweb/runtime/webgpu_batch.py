@@ -27,7 +27,8 @@ import wgpu
 
 from relaxweb.errors import RelaxwebError
 from relaxweb.runtime.batch import (
-    MAX_INSTANCES, BatchReport, SliceLayout, aligned, batch_table, check_totals, chunks, grid_of, instance_error,
+    MAX_INSTANCES, BatchReport, SliceLayout, aligned, batch_table, call_elements, check_totals, chunks, grid_of,
+    instance_error,
     merge_dispatches,
 )
 from relaxweb.runtime.host import Command, Dispatch, HostModule, Read, Resume
@@ -110,7 +111,7 @@ class RaggedBatchRunner:
             report.rounds += 1
             encoder = session.device.create_command_encoder()
             self._carry_over(encoder, carried, layout)
-            report.dispatches += self._encode_round(encoder, plan, live, hosts, layout)
+            report.dispatches += self._encode_round(encoder, plan, live, hosts, layout, report)
             reads = {index: cmds[-1] for index, cmds in live.items() if cmds and isinstance(cmds[-1], Read)}
             values = self._read_values(encoder, reads, layout)
             for _, old, _, _ in carried:
@@ -210,7 +211,7 @@ class RaggedBatchRunner:
             self._pipelines[kernel_index] = pipeline
         return pipeline
 
-    def _encode_round(self, encoder, merged, live, hosts, layout: SliceLayout) -> int:
+    def _encode_round(self, encoder, merged, live, hosts, layout: SliceLayout, report: BatchReport) -> int:
         """The round's ragged dispatches (``merged``: :meth:`_plan_round`'s), in one compute
         pass; returns how many."""
         if not merged:
@@ -221,6 +222,7 @@ class RaggedBatchRunner:
             call_site = self.manifest["call_sites"][call_site_index]
             entries, first = [], 0
             for index, dispatch in members:
+                report.add_elements(call_elements(self.manifest, call_site_index, params[index]))
                 bases = [layout.offsets[ref["storage"]][index] if "storage" in ref else 0 for ref in call_site["buffers"]]
                 entries.append((params[index], bases, first))
                 first += math.prod(dispatch.grid)

@@ -74,6 +74,10 @@ def ragged_source(source: str, title: str = "") -> str | None:
     if [binding for binding, _, _ in buffers] != list(range(1, len(buffers) + 1)):
         return None
     names = {name for _, name, _ in buffers}
+    # what the functions before main read: only those get private copies (each costs every invocation a store)
+    helpers = _code(_outside_main(source))
+    helper_reads = {name for name in names if re.search(rf"(?<![\w.]){re.escape(name)}\[", helpers)}
+    params_in_helpers = re.search(r"(?<![\w.])params\.", helpers) is not None
     rows = _base_rows(len(buffers))
     table = [
         "struct RaggedInstance {",
@@ -88,9 +92,9 @@ def ragged_source(source: str, title: str = "") -> str | None:
         "}",
         "",
         "@group(0) @binding(0) var<uniform> ragged_batch: RaggedBatch;",
-        "// this invocation's instance's params and buffer bases, for the functions main calls",
-        "var<private> params: Params;",
-        *(f"var<private> ragged_base_{name}: i32;" for _, name, _ in buffers),
+        "// this invocation's instance's params and buffer bases, for the functions main calls (those they read)",
+        *(["var<private> params: Params;"] if params_in_helpers else []),
+        *(f"var<private> ragged_base_{name}: i32;" for _, name, _ in buffers if name in helper_reads),
     ]
     prologue = [
         "  // the instance whose workgroups hold this one: the last whose first workgroup is at most it",
@@ -109,12 +113,13 @@ def ragged_source(source: str, title: str = "") -> str | None:
         "    }",
         "  }",
         "  let ragged_instance = ragged_low;",
-        "  params = ragged_batch.instances[ragged_instance].params;",
+        *(["  params = ragged_batch.instances[ragged_instance].params;"] if params_in_helpers else []),
         "  let params = ragged_batch.instances[ragged_instance].params;",
     ]
     for position, (_, name, element_bytes) in enumerate(buffers):
         base = f"ragged_batch.instances[ragged_instance].bases[{position // 4}][{position % 4}] / {element_bytes}"
-        prologue += [f"  ragged_base_{name} = {base};", f"  let ragged_base_{name} = {base};"]
+        prologue += [f"  ragged_base_{name} = {base};"] if name in helper_reads else []
+        prologue.append(f"  let ragged_base_{name} = {base};")
     group = "  let group = ragged_flat - ragged_batch.instances[ragged_instance].first_group.x;"
 
     lines = source.split("\n")
@@ -138,6 +143,22 @@ def ragged_source(source: str, title: str = "") -> str | None:
             except ValueError:
                 return None
     return "\n".join(out)
+
+
+def _outside_main(source: str) -> str:
+    """``source`` without ``main``'s signature and body."""
+    start = source.index("\nfn main(")
+    depth, index = 0, source.index("{", start)
+    for index in range(index, len(source)):
+        depth += {"{": 1, "}": -1}.get(source[index], 0)
+        if depth == 0:
+            break
+    return source[:start] + source[index + 1:]
+
+
+def _code(text: str) -> str:
+    """``text`` without its comments."""
+    return re.sub(r"//[^\n]*", "", text)
 
 
 def _based(text: str, names: set[str]) -> str:
