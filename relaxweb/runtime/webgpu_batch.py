@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import struct
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import wgpu
@@ -34,9 +34,6 @@ from relaxweb.runtime.batch import (
 from relaxweb.runtime.host import Command, Dispatch, HostModule, Read, Resume
 from relaxweb.runtime.manifest import MAX_HOST_MODULE_BYTES, MAX_KERNEL_BYTES, read_bundle_file
 from relaxweb.runtime.tensors import checked_inputs, device_byte_sizes, output_array
-
-if TYPE_CHECKING:
-    from relaxweb.runtime.webgpu import Session
 
 _STORAGE_USAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_DST | wgpu.BufferUsage.COPY_SRC
 _TABLE_USAGE = wgpu.BufferUsage.UNIFORM | wgpu.BufferUsage.COPY_DST
@@ -53,7 +50,7 @@ class RaggedBatchRunner:
     the ragged pipelines (compiled on first use), the packed storages and the table buffer,
     all kept between batches and grown when a batch needs more."""
 
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: Any) -> None:  # the webgpu.Session it serves (which imports this module)
         self.session = session
         self.manifest = session.manifest
         self._host_bytes = read_bundle_file(session.bundle_dir, "host.wasm", MAX_HOST_MODULE_BYTES, "the host module")
