@@ -22,9 +22,11 @@ from relaxweb.runtime.host import Dispatch
 from relaxweb.runtime.webgpu import Session
 from relaxweb.wgsl import ragged
 from relaxweb.wgsl.ragged import ragged_problem, ragged_source
-from tests.helpers import MODEL, assert_close, make_model, rand
+from relaxweb.passes.context import PassContext
+from tests.helpers import F32_LOOSE, MODEL, assert_close, make_model, onnxruntime_outputs, rand
 from tests.model_exports import missing_exporter_packages, session_exports
 from tests.test_control_flow import two_output_if_model
+from tests.test_split_weights import SPLIT, small_inputs, small_model
 
 ELEMENTWISE = """\
 struct Params {
@@ -217,3 +219,21 @@ def test_a_bundle_that_cannot_batch_runs_one_by_one(tmp_path) -> None:
     for inputs, result in zip(instances, session.run_batch(instances)):
         assert_close(result["y"], np.maximum(inputs["x"], 0))
     assert session.last_batch.mode == "one by one" and "wasm" in session.last_batch.reason
+
+
+def test_a_batch_reads_weights_bound_in_parts(tmp_path) -> None:
+    """Weights above one binding are read through load functions asking their first part's
+    length; the ragged forms keep them (weights are shared, bound whole)."""
+    out = tmp_path / "split"
+    with PassContext(binding_split_bytes=SPLIT):
+        relaxweb.build(small_model(), out, bounds={"n": 64})
+    manifest = relaxweb.inspect(out).manifest
+    assert all("batch_file" in kernel for kernel in manifest["kernels"])
+    session = relaxweb.load(out, backend="webgpu", limits={"maxStorageBufferBindingSize": SPLIT})
+    base = small_inputs()
+    instances = [{"ids": base["ids"][:k], "x": rand(base["x"].shape[0], 256, seed=k)} for k in (7, 1, 4)]
+    for inputs, result in zip(instances, session.run_batch(instances)):
+        y, z = onnxruntime_outputs(small_model(), inputs)
+        assert_close(result["y"], y, F32_LOOSE)
+        assert_close(result["z"], z)
+    assert session.last_batch.mode == RAGGED

@@ -18,7 +18,9 @@ shader contract of ``shader.py``: the params struct at binding 0, one ``array`` 
 binding after it, ``main`` taking ``workgroup`` and ``workgroups`` and numbering its workgroup
 once as ``let group = i32(workgroup.y * workgroups.x + workgroup.x);``.  A kernel that does not
 (or that asks for a buffer's length, which the packed buffer does not give) has no ragged
-form: :func:`ragged_source` returns None and says why in :func:`ragged_problem`.
+form: :func:`ragged_source` returns None and says why in :func:`ragged_problem`.  (The one
+length it may ask is a weight's first part's, in the load function of a weight bound in parts:
+weights are shared by all instances and bound whole.)
 
 Inside ``main`` the instance's params and bases are ``let``s read straight from the uniform
 table (uniform values: WGSL allows barriers under them); helper functions (an epilogue's
@@ -55,7 +57,9 @@ def ragged_problem(source: str) -> str | None:
         return "its params block is not the one uniform binding 0"
     if len(_MAIN.findall(source)) != 1 or source.count(_GROUP_LINE) != 1:
         return "its main does not number its workgroup once as the shader contract says"
-    if "arrayLength(" in source:
+    # a weight bound in parts is read through a load function that asks its first part's
+    # length (``emit.part_load``): a weight is shared, bound whole, so that length stays right
+    if re.search(r"arrayLength\((?!&\w+_part0\))", source):
         return "it reads a buffer's length"
     if any(word in source for word in _RESERVED):
         return "it uses a name the ragged form needs"
