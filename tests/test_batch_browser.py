@@ -11,7 +11,8 @@ instance's outputs must match onnxruntime on that instance alone:
   the sign of the sum of ``x``, read back from the GPU), instances of different row counts
   whose branches differ, so the rounds and the merge of branch dispatches are exercised.
 
-An instance above a bound is refused before any GPU work, the message naming the instance.
+A model whose output size is read back (NonZero) checks that storages grown between rounds
+keep each instance's slice.  An instance above a bound is refused before any GPU work, the message naming the instance.
 Skipped like tests/test_browser.py (Playwright, Chromium) and, for BERT, like
 tests/test_browser_models.py (torch, transformers).
 """
@@ -22,12 +23,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from onnx import helper
 
 import relaxweb
 from relaxweb.browser import run_batch_in_browser
 from relaxweb.compiler import build_bundle
 from relaxweb.errors import InputShapeError
-from tests.helpers import MODEL, assert_close, onnxruntime_outputs, rand
+from tests.helpers import MODEL, assert_close, make_model, onnxruntime_outputs, rand
 from tests.model_exports import Export, export_script, missing_exporter_packages, session_exports
 from tests.test_browser import pytestmark as browser_marks
 from tests.test_control_flow import two_output_if_model
@@ -118,3 +120,24 @@ def test_an_instance_with_a_wrong_input_is_refused_naming_it(if_bundle: Path) ->
     instances = [{"x": rand(2, 3, seed=1)}, {"x": rand(2, 4, seed=2)}]
     with pytest.raises(InputShapeError, match=r"^instance 1 of the batch: .*'x'"):
         run_batch_in_browser(if_bundle, instances)
+
+
+def nonzero_model():
+    """y = relu(float(NonZero(x > 0))): the count k is read back; storages sized by it grow."""
+    nodes = [helper.make_node("Greater", ["x", "zero"], ["m"]), helper.make_node("NonZero", ["m"], ["i"]),
+             helper.make_node("Cast", ["i"], ["c"], to=1), helper.make_node("Relu", ["c"], ["y"])]
+    return make_model(nodes, [("x", ["n", 3])], ["y"], {"zero": np.array(0, np.float32)}, opset=17)
+
+
+def test_storages_grown_between_rounds_keep_each_instances_slice(tmp_path: Path) -> None:
+    model = nonzero_model()
+    relaxweb.build(model, tmp_path / "bundle")
+    # 30 rows: about 45 nonzero indices, past one 256-byte slice of the storages sized by k
+    instances = [{"x": rand(rows, 3, seed=rows)} for rows in (2, 30, 4, 9)]
+    batch = run_batch_in_browser(tmp_path / "bundle", instances)
+    assert batch.report["mode"] == "ragged", batch.report
+    assert batch.report["rounds"] == 2
+    for inputs, actual in zip(instances, batch.outputs):
+        (expected,) = onnxruntime_outputs(model, inputs)
+        assert actual["y"].shape == expected.shape
+        assert_close(actual["y"], expected)
