@@ -598,7 +598,7 @@ export class Model {
         });
         if (workgroups === 0) continue; // every instance's grid is empty
         const table = batchTable(site, entries);
-        planned.push({ callSite, table, offset, grid: gridOf(workgroups, `call site ${callSite} (kernel ${this.manifest.kernels[site.kernel].name})`) });
+        planned.push({ callSite, table, offset, grid: gridOf(workgroups, String(site.binding ?? `call site ${callSite}`).slice(0, 80)) });
         offset += Math.ceil(table.byteLength / 256) * 256;
       }
     }
