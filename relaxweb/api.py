@@ -33,7 +33,9 @@ from typing import Any
 
 import numpy as np
 
+from .browser import BrowserBatch
 from .browser import profile_in_browser as profile_bundle_in_browser
+from .browser import run_batch_in_browser as run_bundle_batch_in_browser
 from .browser import run_in_browser as run_bundle_in_browser
 from .compiler import Model, build_bundle, model_name, read_model, run_reference
 from .errors import RelaxwebError
@@ -45,7 +47,7 @@ from .runtime.manifest import MAX_KERNEL_BYTES, read_bundle_file
 
 __all__ = [
     "Bundle", "ModelReport", "TensorSpec", "build", "check_bundle_folder", "format_coverage", "format_manifest",
-    "inspect", "load", "run_in_browser", "run_reference",
+    "inspect", "load", "run_batch_in_browser", "run_in_browser", "run_reference",
 ]
 
 #: A shape as the manifest gives it: ints, and symbolic sizes by name (``["batch", 64]``).
@@ -219,6 +221,16 @@ def run_in_browser(bundle_dir: str | Path, inputs: Mapping[str, np.ndarray], *,
     does (needs Playwright and Chromium): ``backend`` is the browser runtime's option ("auto":
     WebGPU where Chromium's adapter fits, else the bundle's kernels.wasm; "webgpu"; "wasm")."""
     return run_bundle_in_browser(check_bundle_folder(bundle_dir), dict(inputs), timeout_s, backend=backend)
+
+
+def run_batch_in_browser(bundle_dir: str | Path, instances: list[Mapping[str, np.ndarray]], *,
+                         timeout_s: float = 120.0, backend: str = "auto") -> BrowserBatch:
+    """Run a batch of instances (each its own inputs, of its own sizes) in headless Chromium,
+    as ``relaxweb run DIR --inputs A.npz --inputs B.npz --batch --browser`` does: the browser
+    runtime's ``model.runBatch``; ``.outputs`` one dict per instance, ``.ms`` the batch's time
+    without the load, ``.report`` how it ran; ``backend`` as for :func:`run_in_browser`."""
+    return run_bundle_batch_in_browser(check_bundle_folder(bundle_dir), [dict(inputs) for inputs in instances],
+                                       timeout_s, load_options={"backend": backend})
 
 
 def profile_in_browser(bundle_dir: str | Path, inputs: Mapping[str, np.ndarray], *,

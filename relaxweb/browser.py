@@ -95,7 +95,7 @@ RUNNER_PAGE = """\
 #: Runs in the page: load the bundle once, run it on each set of inputs in turn, and return
 #: the outputs of every run (or the first error) as JSON.
 RUN_IN_PAGE = """\
-async ({ runs, timeoutMs, profile, loadOptions }) => {
+async ({ runs, timeoutMs, profile, loadOptions, batch = false }) => {
   const typedArrays = { Float32Array, Float64Array, Int8Array, Int16Array, Int32Array,
                         BigInt64Array, Uint8Array, Uint16Array, Uint32Array };
   const decode = (text) => Uint8Array.from(atob(text), (c) => c.charCodeAt(0));
@@ -112,23 +112,41 @@ async ({ runs, timeoutMs, profile, loadOptions }) => {
   const toTensor = ({ base64, shape, arrayClass }) => ({ data: new typedArrays[arrayClass](decode(base64).buffer), shape });
   const fromTensor = ({ data, shape }) => ({
     base64: encode(new Uint8Array(data.buffer, data.byteOffset, data.byteLength)), shape, arrayClass: data.constructor.name });
-  const runOnce = async (inputs) => {
+  const toTensors = (inputs) => {
     const tensors = {};
     for (const [name, value] of Object.entries(inputs)) {
       tensors[name] = value === null ? null : Array.isArray(value) ? value.map(toTensor) : toTensor(value);
     }
-    // profile: the last run is profiled (Model.profile warms up with one run first)
-    const profiled = profile ? await model.profile(tensors) : null;
-    if (profiled) profiles.push(profiled.profile);
-    const outputs = profiled ? profiled.outputs : await model.run(tensors);
+    return tensors;
+  };
+  const encodeOutputs = (outputs) => {
     const encoded = {};
     for (const [name, value] of Object.entries(outputs)) {
       encoded[name] = value === null ? null : Array.isArray(value) ? value.map(fromTensor) : fromTensor(value);
     }
     return encoded;
   };
+  // batch: every run is an instance of one model.runBatch, timed without the load
+  let batchReport = null;
+  const runBatch = async () => {
+    const instances = runs.map(toTensors);
+    const start = performance.now();
+    const outputs = await model.runBatch(instances);
+    const ms = performance.now() - start;
+    batchReport = { ...model.lastBatch, ms };
+    return outputs.map(encodeOutputs);
+  };
+  const runOnce = async (inputs) => {
+    const tensors = toTensors(inputs);
+    // profile: the last run is profiled (Model.profile warms up with one run first)
+    const profiled = profile ? await model.profile(tensors) : null;
+    if (profiled) profiles.push(profiled.profile);
+    const outputs = profiled ? profiled.outputs : await model.run(tensors);
+    return encodeOutputs(outputs);
+  };
   const work = async () => {
     model = await window.relaxweb.load("/bundle/", { ...loadOptions, profile });
+    if (batch) return runBatch();
     const results = [];
     for (const inputs of runs) results.push(await runOnce(inputs));
     return results;
@@ -138,7 +156,7 @@ async ({ runs, timeoutMs, profile, loadOptions }) => {
   try {
     const outputs = await Promise.race([work(), timeout]);
     return { outputs, profiles, backend: model.backend, threads: model.threads ?? null,
-             unitsRunByWorkers: model.unitsRunByWorkers ?? null };
+             unitsRunByWorkers: model.unitsRunByWorkers ?? null, batch: batchReport };
   } catch (error) {
     return { error: { name: error?.name ?? "Error", message: error?.message ?? String(error) } };
   } finally {
@@ -409,6 +427,37 @@ def run_many_in_browser(
     return browser_runs(bundle_dir, runs, timeout_s, load_options=load_options).outputs
 
 
+class BrowserBatch(NamedTuple):
+    """What :func:`run_batch_in_browser` gives: each instance's outputs, ``ms`` the time of the
+    ``runBatch`` call in the page (the load not included), and ``report``, the browser
+    runtime's ``model.lastBatch`` (``mode`` "ragged" or "one by one", ``reason``, ``instances``,
+    ``dispatches``, ``rounds``)."""
+
+    outputs: list[dict[str, np.ndarray]]
+    ms: float
+    report: dict
+
+
+def run_batch_in_browser(
+    bundle_dir: str | Path,
+    instances: list[dict[str, np.ndarray]],
+    timeout_s: float = 120.0,
+    load_options: dict | None = None,
+) -> BrowserBatch:
+    """Load a bundle in headless Chromium and run ``instances`` as one batch (the browser
+    runtime's ``model.runBatch``: each instance its own inputs, of its own sizes); return each
+    instance's outputs, the batch's time and how it ran (:class:`BrowserBatch`).
+
+    An instance the runtime refuses raises :class:`InputShapeError` (inputs or sizes rejected)
+    or :class:`RelaxwebError`, the message naming the instance (``instance K of the batch:``).
+    ``load_options`` are JSON options of the runtime's ``load`` (``{"backend": "wasm"}`` runs
+    the instances one by one)."""
+    runs = browser_runs(bundle_dir, instances, timeout_s, load_options=load_options, batch=True)
+    report = dict(runs.batch or {})
+    ms = float(report.pop("ms", 0.0))
+    return BrowserBatch(runs.outputs, ms, report)
+
+
 class BrowserRuns(NamedTuple):
     """What :func:`browser_runs` gives: each run's outputs, with ``profile`` each run's profile
     as the browser runtime gives it, and the loaded model's ``backend``, ``threads`` and the units
@@ -419,19 +468,23 @@ class BrowserRuns(NamedTuple):
     backend: str
     threads: int | None
     units_run_by_workers: int | None
+    #: with ``batch=True``: ``model.lastBatch`` of the browser runtime (mode, reason, instances,
+    #: dispatches, rounds, varValues) and ``ms``, the runBatch call's time without the load
+    batch: dict | None = None
 
 
 def browser_runs(bundle_dir: str | Path, runs: list[dict[str, np.ndarray]], timeout_s: float = 120.0, *,
                  profile: bool = False, load_options: dict | None = None, webgpu: bool = True,
-                 isolated: bool = True) -> BrowserRuns:
+                 isolated: bool = True, batch: bool = False) -> BrowserRuns:
     """:func:`run_many_in_browser` in a Chromium with or without WebGPU (``webgpu``), on a page
-    that is cross-origin isolated or not (``isolated``), telling which backend ran."""
+    that is cross-origin isolated or not (``isolated``), telling which backend ran; with
+    ``batch`` the runs are the instances of one ``model.runBatch`` (:func:`run_batch_in_browser`)."""
     encoded_runs = [{name: None if value is None else [_encode_array(name, element) for element in value]
                      if isinstance(value, (list, tuple)) else _encode_array(name, value) for name, value in inputs.items()}
                     for inputs in runs]
     with open_runner_page(bundle_dir, timeout_s, webgpu=webgpu, isolated=isolated) as page:
         payload = {"runs": encoded_runs, "timeoutMs": int(timeout_s * 1000), "profile": profile,
-                   "loadOptions": load_options or {}}
+                   "loadOptions": load_options or {}, "batch": batch}
         try:
             result = page.evaluate(RUN_IN_PAGE, payload)
         except Exception as error:  # the page crashed or closed: no message of ours to pass on
@@ -443,7 +496,7 @@ def browser_runs(bundle_dir: str | Path, runs: list[dict[str, np.ndarray]], time
         raise RelaxwebError(f"the browser run failed: {error['name']}: {error['message']}")
     manifest = json.loads((Path(bundle_dir) / "manifest.json").read_text())
     return BrowserRuns([_decode_outputs(manifest, outputs) for outputs in result["outputs"]], result["profiles"],
-                       result["backend"], result["threads"], result["unitsRunByWorkers"])
+                       result["backend"], result["threads"], result["unitsRunByWorkers"], result.get("batch"))
 
 
 def _decode_outputs(manifest: dict, encoded: dict) -> dict[str, np.ndarray]:

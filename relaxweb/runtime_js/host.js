@@ -876,3 +876,73 @@ export class HostSession {
     return { commands, sizes: this.host.storageSizes(), params: this.host.params(), outputShapes, elementShapes };
   }
 }
+
+/**
+ * The host module's sessions of one model: the one its runs use, and one per instance of a
+ * batch (model.runBatch), each created on first use from the same module with the model's
+ * bounds, so that every instance has its own host state (its sizes, params, read values)
+ * across the rounds of a batch. The worker (host_worker.js) holds one; so does RemoteHost
+ * where there are no workers.
+ */
+export class HostSessions {
+  /**
+   * @param {BufferSource} wasmBytes @param {any} manifest
+   * @returns {Promise<HostSessions>}
+   */
+  static async instantiate(wasmBytes, manifest) {
+    const module = await WebAssembly.compile(wasmBytes);
+    const instance = await WebAssembly.instantiate(module, {});
+    return new HostSessions(module, manifest, new HostSession(new Host(instance, manifest)));
+  }
+
+  /** @param {WebAssembly.Module} module @param {any} manifest @param {HostSession} main */
+  constructor(module, manifest, main) {
+    this.module = module;
+    this.manifest = manifest;
+    this.main = main;
+    /** @type {Record<string, number|null>|null} the bounds option, given to every instance's session too */
+    this.bounds = null;
+    /** @type {HostSession[]} one per batch instance, by index */
+    this.instances = [];
+  }
+
+  /** @param {Record<string, number|null>|null} bounds */
+  configure(bounds) {
+    const result = this.main.configure(/** @type {any} */ (bounds));
+    this.bounds = bounds;
+    return result;
+  }
+
+  /** @param {number[][]} shapes @param {Record<number, number[][]|null>} [sequences] */
+  start(shapes, sequences) { return this.main.start(shapes, sequences); }
+
+  /** @param {number|null} slot @param {number} value */
+  resume(slot, value) { return this.main.resume(slot, value); }
+
+  /**
+   * Start batch instance `k` on its own session (created on first use): its first step, with
+   * its symbolic sizes by name (`varValues`) for messages.
+   * @param {number} k @param {number[][]} shapes @param {Record<number, number[][]|null>} [sequences]
+   * @returns {Promise<HostStep & {varValues: Record<string, number>}>}
+   */
+  async startInstance(k, shapes, sequences) {
+    if (!Number.isInteger(k) || k < 0) throw new Error(`no batch instance ${k}`);
+    while (this.instances.length <= k) {
+      const instance = await WebAssembly.instantiate(this.module, {});
+      const session = new HostSession(new Host(instance, this.manifest));
+      if (this.bounds) session.configure(/** @type {any} */ (this.bounds));
+      this.instances.push(session);
+    }
+    const step = this.instances[k].start(shapes, sequences);
+    const names = this.manifest.symbolic_vars.map((/** @type {any} */ v) => v.name);
+    const values = this.instances[k].host.varValues();
+    return { ...step, varValues: Object.fromEntries(names.map((name, i) => [name, values[i]])) };
+  }
+
+  /** Go on with batch instance `k` (see HostSession.resume). @param {number} k @param {number|null} slot @param {number} value */
+  resumeInstance(k, slot, value) {
+    const session = this.instances[k];
+    if (!session) throw new Error(`batch instance ${k} was not started`);
+    return session.resume(slot, value);
+  }
+}

@@ -2,18 +2,18 @@
 // a module that never returns blocks this worker, not the page, and is stopped by
 // terminating it. Messages: {id, method, args} in; {id, result} or {id, error} out.
 
-import { Host, HostSession } from "./host.js";
+import { HostSessions } from "./host.js";
 
-/** @type {HostSession|null} */
+/** @type {HostSessions|null} the model's session and its batch instances' */
 let session = null;
 
 self.onmessage = async ({ data: { id, method, args } }) => {
   try {
     let result = null;
     if (method === "instantiate") {
-      session = new HostSession(await Host.instantiate(args[0], args[1]));
-    } else if (session && ["configure", "start", "resume"].includes(method)) {
-      result = /** @type {any} */ (session)[method](...args);
+      session = await HostSessions.instantiate(args[0], args[1]);
+    } else if (session && ["configure", "start", "resume", "startInstance", "resumeInstance"].includes(method)) {
+      result = await /** @type {any} */ (session)[method](...args);
     } else {
       throw new Error(`the host worker has no method ${method}`);
     }

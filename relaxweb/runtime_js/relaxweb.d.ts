@@ -273,6 +273,22 @@ export interface Generation {
 }
 
 /** A bundle loaded on WebGPU. */
+/**
+ * How the last `runBatch` ran: `mode` "ragged" (one dispatch of each kernel's ragged form per
+ * call site for all the instances that run it, each instance in its own slice of every
+ * storage) or "one by one" (`reason` says why: the wasm backend, a kernel without a ragged
+ * form, KV caches, sequences, GpuTensor inputs); the dispatches it made, its rounds (a read
+ * of a value computed on the GPU ends a round) and, when ragged, each instance's symbolic sizes.
+ */
+export interface BatchReport {
+  mode: "ragged" | "one by one";
+  reason: string;
+  instances: number;
+  dispatches: number;
+  rounds: number;
+  varValues?: Record<string, number>[];
+}
+
 export class Model {
   readonly backend: "webgpu";
   readonly inputs: TensorSpec[];
@@ -292,6 +308,8 @@ export class Model {
   readonly lastDispatchCount: number;
   /** Values the last completed run read back from the GPU mid-run (0 for bundles without reads). */
   readonly lastReadCount: number;
+  /** How the last completed runBatch ran (null before the first). */
+  readonly lastBatch: BatchReport | null;
   /** Buffers created, bytes written and read: since load began, and since the last run started. */
   readonly stats: TransferStats;
   /** The bundle's tokenizer, or null when its manifest has none. */
@@ -316,6 +334,14 @@ export class Model {
    * copied on the GPU in the run's first command encoder.
    */
   run(inputs: Record<string, Tensor | GpuTensor>, options?: RunOptions): Promise<Record<string, Tensor | GpuTensor>>;
+  /**
+   * Run a batch of instances, each its own inputs with its own values of the symbolic sizes
+   * (its own `seq`), and return each instance's outputs in order. Every instance's inputs are
+   * checked and its host module run before any GPU work: an error names the instance
+   * (`instance K of the batch: ...`, an InputShapeError for rejected inputs), as does a batch
+   * whose packed storages exceed the device's buffer limits. `lastBatch` says how it ran.
+   */
+  runBatch(instances: Record<string, Tensor>[], options?: RunOptions): Promise<Record<string, Tensor>[]>;
   /**
    * Run `warmup` times (default 1: drivers compile a pipeline on its first use), then once
    * more timing every dispatch; resolve with that run's outputs (the same as `run` gives)
@@ -358,12 +384,16 @@ export class WasmModel {
   readonly lastDispatchCount: number;
   /** Values the last completed run read back mid-run. */
   readonly lastReadCount: number;
+  /** How the last completed runBatch ran (null before the first). */
+  readonly lastBatch: BatchReport | null;
   /**
    * Run once. Rejects with an InputShapeError for bad inputs, with an Error naming the kernel
    * and its call site's `binding` when a kernel traps, and with an Error for `keepOnGpu` or
    * GpuTensor inputs (they need the webgpu backend). Concurrent calls take turns.
    */
   run(inputs: Record<string, Tensor>, options?: RunOptions): Promise<Record<string, Tensor>>;
+  /** Run a batch of instances: on the wasm backend one after another (see `Model.runBatch`). */
+  runBatch(instances: Record<string, Tensor>[], options?: RunOptions): Promise<Record<string, Tensor>[]>;
   /** `run` after `warmup` runs, each dispatch timed by the clock (method "wall clock per kernel call"). */
   profile(inputs: Record<string, Tensor>, options?: { warmup?: number }): Promise<{ outputs: Record<string, Tensor>; profile: Profile }>;
   /** Rejects: generating text needs the webgpu backend (its sampler is a WGSL kernel). */

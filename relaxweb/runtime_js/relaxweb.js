@@ -19,6 +19,10 @@ import { validateManifest } from "./manifest.js";
 import { RemoteHost } from "./remote_host.js";
 import { SubmitTimer, TimestampTimer, summarize } from "./profile.js";
 import { WasmModel, sharedMemoryVariant, splitUnits, threadCount } from "./wasm_backend.js";
+import {
+  RAGGED, SliceLayout, batchTable, checkInstances, checkTotals, chunks, gridOf, instanceError, mergeDispatches, oneByOneReason,
+  runOneByOne,
+} from "./batch.js";
 
 export { GpuTensor, InputShapeError, WasmModel, sharedMemoryVariant, splitUnits };
 
@@ -145,7 +149,7 @@ export async function load(url, {
     if (kernelShaders.kernels === "f16" && !requiredFeatures.includes(SHADER_F16)) requiredFeatures.push(SHADER_F16);
     const gpuDevice = device ?? (await requestDevice(adapter, requiredLimits, requiredFeatures, sizesAtBounds === null, profile));
     checkDevice(gpuDevice, requiredLimits, requiredFeatures, "device");
-    const model = await Model.create(manifest, host, gpuDevice, { ...kernelShaders, shards, ownsDevice: !device, limitCaps: limits, ...configured });
+    const model = await Model.create(manifest, host, gpuDevice, { ...kernelShaders, shards, ownsDevice: !device, limitCaps: limits, fileUrl, ...configured });
     console.info("relaxweb: the webgpu backend runs this model");
     return model;
   } catch (error) {
@@ -188,12 +192,13 @@ export class Model {
    * @param {RemoteHost} host
    * @param {GPUDevice} device
    * @param {{kernelSources: string[], kernelFiles: string[], kernels: "gpu"|"cpu"|"f16", shards: Uint8Array[], ownsDevice: boolean,
-   *   bounds: (number|null)[], sizesAtBounds: number[]|null, limitCaps?: Record<string, number>}} parts
+   *   bounds: (number|null)[], sizesAtBounds: number[]|null, limitCaps?: Record<string, number>, fileUrl?: (file: string) => URL}} parts
    * @returns {Promise<Model>}
    */
   static async create(manifest, host, device, parts) {
     const model = new Model(manifest, host, device, parts.ownsDevice, parts.bounds);
     model.kernels = parts.kernels;
+    model.fileUrl = parts.fileUrl ?? null;
     model.storageSizesAtBounds = parts.sizesAtBounds;
     try {
       const modules = await model.orDeviceLoss(compileKernels(device, manifest, parts.kernelSources, parts.kernelFiles));
@@ -281,6 +286,14 @@ export class Model {
     this.lastDispatchCount = 0;
     /** Values the last run read back from the GPU (0 for bundles without reads). */
     this.lastReadCount = 0;
+    /** How the last runBatch ran (batch.js). @type {import("./batch.js").BatchReport|null} */
+    this.lastBatch = null;
+    /** @type {GPUBuffer[]} one per storage for batches: every instance's slice, packed (allocated by runBatch) */
+    this.batchStorageBuffers = [];
+    /** @type {Promise<GPUComputePipeline[]>|null} the kernels' ragged forms, compiled on the first runBatch */
+    this.batchPipelinesPromise = null;
+    /** @type {((file: string) => URL)|null} the URL of a bundle file (load() sets it: runBatch fetches the ragged kernels) */
+    this.fileUrl = null;
     /**
      * Resolves when the run in progress no longer needs the host module: runs take turns,
      * since a run that reads values back keeps its state in the host across awaits.
@@ -305,6 +318,362 @@ export class Model {
    */
   async run(inputs, { keepOnGpu = false } = {}) {
     return this.runTimed(inputs, null, keepOnGpu);
+  }
+
+  /**
+   * Run a batch of instances, each its own inputs with its own values of the model's symbolic
+   * sizes, and return each instance's outputs (as run() gives them), in order. On WebGPU one
+   * dispatch of each kernel's ragged form serves every instance that runs a call site
+   * (runtime_js/batch.js; docs/bundle-format.md "Batches"), each instance in its own slice of
+   * every storage; a bundle that cannot batch (batch.js oneByOneReason) runs the instances one
+   * after another. Every instance's inputs are checked and its host module run before any GPU
+   * work: an error names the instance. `lastBatch` says how it ran.
+   * @param {Record<string, Tensor>[]} instances
+   * @param {{keepOnGpu?: boolean|string[]}} [options]
+   * @returns {Promise<Record<string, Tensor>[]>}
+   */
+  async runBatch(instances, { keepOnGpu = false } = {}) {
+    if (this.unusableReason) throw new Error(`cannot run: ${this.unusableReason}`);
+    checkInstances(instances);
+    if (keepOnGpu && !(Array.isArray(keepOnGpu) && keepOnGpu.length === 0)) {
+      throw new Error("runBatch reads every output back: keepOnGpu is an option of run()");
+    }
+    const reason = oneByOneReason(this.manifest, instances);
+    if (reason) {
+      const { outputs, report } = await runOneByOne((inputs) => this.run(inputs), instances, reason, this);
+      this.lastBatch = report;
+      return outputs;
+    }
+    // Checked and copied now (as run() does), each error naming its instance.
+    const prepared = instances.map((inputs, k) => {
+      try {
+        return prepareInputs(this.manifest, inputs);
+      } catch (error) {
+        throw instanceError(k, error);
+      }
+    });
+    const previous = this.turn;
+    /** @type {() => void} */
+    let endTurn = () => {};
+    this.turn = new Promise((resolve) => { endTurn = resolve; });
+    let readbacks;
+    try {
+      await previous;
+      if (this.unusableReason) throw new Error(`cannot run: ${this.unusableReason}`);
+      this.stats.startRun();
+      readbacks = await this.runBatchRounds(prepared);
+    } finally {
+      endTurn();
+    }
+    const outputs = [];
+    try {
+      for (const readback of readbacks) outputs.push(await this.readOutputs(readback));
+    } finally {
+      for (const readback of readbacks.slice(outputs.length + 1)) readback.buffer?.destroy();
+    }
+    return outputs;
+  }
+
+  /**
+   * The ragged batch up to its last submit (runtime/batch.py's algorithm): every instance's
+   * host run on its own session; the packed layout checked against the device's limits; then
+   * rounds: each live instance's command list (up to its next read or resume), the lists'
+   * dispatches merged into ragged dispatches, one compute pass and one submit; reads copied
+   * from each instance's slice into one staging buffer mapped once, instances resumed, storages
+   * grown (each slice's contents kept) for the next round; an instance whose list ends with its
+   * outputs has them copied out of its slices by that round's submit.
+   * @param {{shapes: number[][], sequences: Record<number, number[][]|null>, deviceInputs: Record<string, any>}[]} prepared
+   * @returns {Promise<Readback[]>} each instance's outputs to map
+   */
+  async runBatchRounds(prepared) {
+    const { manifest, host, device } = this;
+    const count = prepared.length;
+    /** @type {(import("./host.js").HostStep & {varValues?: Record<string, number>})[]} */
+    const steps = [];
+    for (const [k, { shapes, sequences }] of prepared.entries()) {
+      try {
+        steps.push(await host.startInstance(k, shapes, sequences));
+      } catch (error) {
+        throw instanceError(k, error);
+      }
+    }
+    const varValues = steps.map((step) => step.varValues ?? {});
+    const sizes = steps.map((step) => [...step.sizes]);
+    let layout = SliceLayout.of(sizes);
+    const limits = device.limits;
+    const [largest, limitName] = limits.maxBufferSize < limits.maxStorageBufferBindingSize
+      ? [limits.maxBufferSize, "maxBufferSize"] : [limits.maxStorageBufferBindingSize, "maxStorageBufferBindingSize"];
+    checkTotals(manifest, layout, sizes, varValues, largest, limitName);
+    /** @type {Readback[]} */
+    const readbacks = new Array(count);
+    if (count === 0) {
+      this.lastBatch = { mode: RAGGED, reason: "", instances: 0, dispatches: 0, rounds: 0, varValues };
+      return readbacks;
+    }
+    const pipelines = await this.batchPipelines();
+    /** @type {GPUBuffer[]} */
+    const retired = [];
+    /** @type {number[]} storages whose layout changed since the last round */
+    let changed = [];
+    /** @type {SliceLayout|null} */
+    let previousLayout = null;
+    /** @type {Map<number, import("./host.js").HostStep>} */
+    let live = new Map(steps.map((step, k) => [k, step]));
+    let dispatches = 0;
+    let rounds = 0;
+    try {
+      while (live.size > 0) {
+        rounds += 1;
+        const first = rounds === 1;
+        /** @type {[number, import("./host.js").ReadCommand][]} */
+        const reads = [];
+        const readValues = await this.captureGpuErrors("run", () => {
+          const encoder = device.createCommandEncoder();
+          if (first) {
+            this.ensureBatchStorages(layout.totals);
+            this.uploadBatchInputs(prepared, layout);
+          } else if (changed.length > 0) {
+            this.growBatchStorages(encoder, /** @type {SliceLayout} */ (previousLayout), layout, changed, retired);
+          }
+          const lists = new Map([...live].map(([k, step]) => [k, /** @type {import("./host.js").DispatchCommand[]} */ (
+            step.commands.filter((c) => c.opcode === OPCODE_DISPATCH))]));
+          dispatches += this.encodeRaggedDispatches(encoder, pipelines, mergeDispatches(lists), live, layout, retired);
+          for (const [k, step] of live) {
+            const last = step.commands[step.commands.length - 1];
+            if (last?.opcode === OPCODE_READ) reads.push([k, /** @type {import("./host.js").ReadCommand} */ (last)]);
+            else if (last?.opcode !== OPCODE_RESUME) readbacks[k] = this.encodeBatchOutputCopies(encoder, k, step.outputShapes, layout);
+          }
+          const staging = reads.length > 0 ? this.encodeBatchReads(encoder, reads, layout) : null;
+          device.queue.submit([encoder.finish()]);
+          return staging;
+        });
+        /** @type {number[]} */
+        let values = [];
+        if (readValues) {
+          try {
+            await this.orDeviceLoss(readValues.mapAsync(/* GPUMapMode.READ */ 1));
+            values = Array.from(new Int32Array(readValues.getMappedRange().slice(0)));
+            this.stats.add("bytesRead", 4 * reads.length);
+          } finally {
+            readValues.destroy();
+          }
+        }
+        for (const buffer of retired.splice(0)) buffer.destroy();
+        /** @type {Map<number, import("./host.js").HostStep>} */
+        const next = new Map();
+        const readOf = new Map(reads.map(([k, read], i) => [k, { slot: read.slot, value: values[i] }]));
+        for (const [k, step] of live) {
+          const last = step.commands[step.commands.length - 1]?.opcode;
+          if (last !== OPCODE_READ && last !== OPCODE_RESUME) continue; // finished: its outputs are copied
+          const read = readOf.get(k);
+          try {
+            next.set(k, await host.resumeInstance(k, read ? read.slot : null, read ? read.value : 0));
+          } catch (error) {
+            throw instanceError(k, error);
+          }
+        }
+        for (const [k, step] of next) sizes[k] = [...step.sizes];
+        previousLayout = layout;
+        [layout, changed] = layout.grown(sizes);
+        if (changed.length > 0) checkTotals(manifest, layout, sizes, varValues, largest, limitName);
+        live = next;
+      }
+    } catch (error) {
+      for (const buffer of retired) buffer.destroy();
+      for (const readback of readbacks) readback?.buffer?.destroy();
+      throw error;
+    }
+    this.lastBatch = { mode: RAGGED, reason: "", instances: count, dispatches, rounds, varValues };
+    return readbacks;
+  }
+
+  /**
+   * The ragged pipelines (each kernel's `batch_file`, or `batch_cpu_file` where this model
+   * compiled the CPU variants), compiled on the first runBatch.
+   * @returns {Promise<GPUComputePipeline[]>}
+   */
+  batchPipelines() {
+    if (!this.batchPipelinesPromise) {
+      const fileUrl = this.fileUrl;
+      if (!fileUrl) throw new Error("runBatch needs the bundle's URL: load the model with load()");
+      const kernels = this.manifest.kernels.map((/** @type {any} */ k) => ({ ...k, name: `${k.name} (ragged form)` }));
+      const files = this.manifest.kernels.map((/** @type {any} */ k) => (this.kernels === "cpu" && k.batch_cpu_file) || k.batch_file);
+      this.batchPipelinesPromise = (async () => {
+        const sources = await Promise.all(files.map((/** @type {string} */ file) => fetchOk(fileUrl(file)).then((r) => r.text())));
+        const modules = await compileKernels(this.device, { kernels }, sources, files);
+        return Promise.all(createPipelines(this.device, { kernels }, modules));
+      })();
+      this.batchPipelinesPromise.catch(() => { this.batchPipelinesPromise = null; }); // the next runBatch tries again
+    }
+    return this.orDeviceLoss(/** @type {Promise<GPUComputePipeline[]>} */ (this.batchPipelinesPromise));
+  }
+
+  /**
+   * The packed storage buffers of batches: kept between batches, replaced (contents dropped:
+   * a batch starts with nothing on the GPU) where one is smaller than `totals`.
+   * @param {number[]} totals
+   */
+  ensureBatchStorages(totals) {
+    totals.forEach((total, s) => {
+      const needed = Math.ceil(Math.max(total, 16) / 4) * 4;
+      const buffer = this.batchStorageBuffers[s];
+      if (buffer && buffer.size >= needed) return;
+      buffer?.destroy();
+      this.batchStorageBuffers[s] = this.createBuffer({
+        label: `batch storage ${s} (${this.manifest.storages[s].role})`,
+        size: needed,
+        usage: USAGE.STORAGE | USAGE.COPY_DST | USAGE.COPY_SRC,
+      });
+    });
+  }
+
+  /**
+   * Storages whose layout changed between two rounds: a new buffer each, every instance's
+   * slice copied from where it was (its old capacity) to where it is now.
+   * @param {GPUCommandEncoder} encoder @param {SliceLayout} before @param {SliceLayout} after
+   * @param {number[]} changed @param {GPUBuffer[]} retired old buffers, destroyed after the submit
+   */
+  growBatchStorages(encoder, before, after, changed, retired) {
+    const totals = after.totals;
+    for (const s of changed) {
+      const old = this.batchStorageBuffers[s];
+      const grown = this.createBuffer({
+        label: `batch storage ${s} (${this.manifest.storages[s].role})`,
+        size: Math.ceil(Math.max(totals[s], 16) / 4) * 4,
+        usage: USAGE.STORAGE | USAGE.COPY_DST | USAGE.COPY_SRC,
+      });
+      before.capacities[s].forEach((capacity, i) => {
+        const size = Math.min(capacity, old.size - before.offsets[s][i]);
+        if (size > 0) encoder.copyBufferToBuffer(old, before.offsets[s][i], grown, after.offsets[s][i], size);
+      });
+      retired.push(old);
+      this.batchStorageBuffers[s] = grown;
+    }
+  }
+
+  /**
+   * Upload each instance's inputs into its slices.
+   * @param {{deviceInputs: Record<string, any>}[]} prepared @param {SliceLayout} layout
+   */
+  uploadBatchInputs(prepared, layout) {
+    prepared.forEach(({ deviceInputs }, k) => {
+      for (const spec of this.manifest.inputs) {
+        const { data } = deviceInputs[spec.name];
+        if (!data || data.byteLength === 0) continue;
+        if (data.byteLength > layout.capacities[spec.storage][k]) {
+          throw new Error(
+            `instance ${k} of the batch: the bundle's host module gave input '${spec.name}' a storage of ${layout.capacities[spec.storage][k]} bytes for ${data.byteLength} bytes of data: the bundle is damaged`,
+          );
+        }
+        this.writeBuffer(this.batchStorageBuffers[spec.storage], data, "inputBytesWritten", layout.offsets[spec.storage][k]);
+      }
+    });
+  }
+
+  /**
+   * Encode one round's merged dispatches in one compute pass: per call site and run of at
+   * most MAX_INSTANCES instances one ragged dispatch, its batch table (every instance's params
+   * slot, the bases of its slices, its first workgroup) in one uniform buffer for the round.
+   * @param {GPUCommandEncoder} encoder @param {GPUComputePipeline[]} pipelines
+   * @param {[number, [number, import("./host.js").DispatchCommand][]][]} merged
+   * @param {Map<number, import("./host.js").HostStep>} live each instance's step (its params)
+   * @param {SliceLayout} layout @param {GPUBuffer[]} retired where the table buffer goes after the submit
+   * @returns {number} the dispatches encoded
+   */
+  encodeRaggedDispatches(encoder, pipelines, merged, live, layout, retired) {
+    const sites = this.manifest.call_sites;
+    /** @type {{callSite: number, table: Uint8Array, offset: number, grid: [number, number, number]}[]} */
+    const planned = [];
+    let offset = 0;
+    for (const [callSite, members] of merged) {
+      const site = sites[callSite];
+      for (const part of chunks(members)) {
+        let workgroups = 0;
+        /** @type {[Uint8Array, number[], number][]} */
+        const entries = part.map(([k, dispatch]) => {
+          const bases = site.buffers.map((/** @type {any} */ b) => ("storage" in b ? layout.offsets[b.storage][k] : 0));
+          const entry = /** @type {[Uint8Array, number[], number]} */ ([/** @type {import("./host.js").HostStep} */ (live.get(k)).params, bases, workgroups]);
+          workgroups += dispatch.workgroups[0] * dispatch.workgroups[1] * dispatch.workgroups[2];
+          return entry;
+        });
+        if (workgroups === 0) continue; // every instance's grid is empty
+        const table = batchTable(site, entries);
+        planned.push({ callSite, table, offset, grid: gridOf(workgroups, String(site.binding ?? `call site ${callSite}`).slice(0, 80)) });
+        offset += Math.ceil(table.byteLength / 256) * 256;
+      }
+    }
+    if (planned.length === 0) return 0;
+    const tables = this.createBuffer({ label: "batch tables", size: offset, usage: USAGE.UNIFORM | USAGE.COPY_DST });
+    retired.push(tables);
+    const all = new Uint8Array(offset);
+    for (const { table, offset: at } of planned) all.set(table, at);
+    this.writeBuffer(tables, all, "paramsBytesWritten");
+    const pass = encoder.beginComputePass();
+    for (const { callSite, table, offset: at, grid } of planned) {
+      const site = sites[callSite];
+      const pipeline = pipelines[site.kernel];
+      const buffers = site.buffers.map((/** @type {any} */ b) =>
+        "storage" in b ? this.batchStorageBuffers[b.storage]
+          : "weight_part" in b ? /** @type {WeightParts} */ (this.weightParts.get(b.weight_part[0])).buffers[b.weight_part[1]]
+          : /** @type {GPUBuffer} */ (this.weightBuffers[b.weight]));
+      pass.setPipeline(pipeline);
+      pass.setBindGroup(0, this.device.createBindGroup({
+        layout: pipeline.getBindGroupLayout(0),
+        entries: [
+          { binding: 0, resource: { buffer: tables, offset: at, size: table.byteLength } },
+          ...buffers.map((/** @type {GPUBuffer} */ buffer, /** @type {number} */ b) => ({ binding: b + 1, resource: { buffer } })),
+        ],
+      }));
+      pass.dispatchWorkgroups(...grid);
+    }
+    pass.end();
+    return planned.length;
+  }
+
+  /**
+   * Encode the copy of each reading instance's i32 (at its read's offset in its own slice) into
+   * one staging buffer, 4 bytes per instance in `reads` order.
+   * @param {GPUCommandEncoder} encoder @param {[number, import("./host.js").ReadCommand][]} reads
+   * @param {SliceLayout} layout @returns {GPUBuffer}
+   */
+  encodeBatchReads(encoder, reads, layout) {
+    const staging = this.createBuffer({ label: "batch read values", size: 4 * reads.length, usage: USAGE.MAP_READ | USAGE.COPY_DST });
+    reads.forEach(([k, { storage, byteOffset }], i) => {
+      if (byteOffset + 4 > layout.capacities[storage][k]) {
+        throw new Error(`instance ${k} of the batch: host.wasm asks to read bytes ${byteOffset}..${byteOffset + 4} of storage ${storage}, whose slice has ${layout.capacities[storage][k]} bytes`);
+      }
+      encoder.copyBufferToBuffer(this.batchStorageBuffers[storage], layout.offsets[storage][k] + byteOffset, staging, 4 * i, 4);
+    });
+    return staging;
+  }
+
+  /**
+   * Encode the copy of instance `k`'s outputs (from its slices) into a readback buffer of its own.
+   * @param {GPUCommandEncoder} encoder @param {number} k @param {number[][]} outputShapes
+   * @param {SliceLayout} layout @returns {Readback}
+   */
+  encodeBatchOutputCopies(encoder, k, outputShapes, layout) {
+    const { manifest } = this;
+    let offset = 0;
+    const outputs = manifest.outputs.map((/** @type {any} */ spec, /** @type {number} */ o) => {
+      const shape = outputShapes[o];
+      const info = dtypeInfo(manifest, spec);
+      const bytes = shape.reduce((a, b) => a * b, 1) * info.device_bytes;
+      const output = { name: spec.name, dtype: spec.dtype, info, shape, offset, bytes, storage: spec.storage, kept: null };
+      offset += Math.ceil(bytes / 4) * 4;
+      return output;
+    });
+    const size = Math.max(offset, 4);
+    const buffer = this.readbackPool.take(size) ?? this.createBuffer({ size, usage: USAGE.MAP_READ | USAGE.COPY_DST });
+    for (const output of outputs) {
+      const padded = Math.ceil(output.bytes / 4) * 4;
+      if (padded === 0) continue;
+      if (padded > layout.capacities[output.storage][k]) {
+        throw new Error(`instance ${k} of the batch: output '${output.name}' has ${output.bytes} bytes, above its slice of ${layout.capacities[output.storage][k]}: the bundle is damaged`);
+      }
+      encoder.copyBufferToBuffer(this.batchStorageBuffers[output.storage], layout.offsets[output.storage][k], buffer, output.offset, padded);
+    }
+    return { buffer, size, outputs };
   }
 
   /**
@@ -479,7 +848,7 @@ export class Model {
   dispose() {
     this.unusableReason ??= "the model was disposed";
     const parts = [...this.weightParts.values()].flatMap((p) => p.buffers);
-    for (const buffer of [...this.weightBuffers, ...parts, ...this.storageBuffers, this.paramsBuffer, this.readValueBuffer]) buffer?.destroy();
+    for (const buffer of [...this.weightBuffers, ...parts, ...this.storageBuffers, ...this.batchStorageBuffers, this.paramsBuffer, this.readValueBuffer]) buffer?.destroy();
     this.gpuTensorPool.close(); // and the buffers of GpuTensors disposed later
     this.readbackPool.close();
     if (this.ownsDevice) this.device.destroy();

@@ -4,7 +4,7 @@
 // rejects with a clear error instead of freezing the page. Where workers are not available
 // the module runs in the page, without that limit.
 
-import { Host, HostSession, InputShapeError } from "./host.js";
+import { HostSessions, InputShapeError } from "./host.js";
 
 /** How long one call into the host module may take (modules relaxweb writes need milliseconds). */
 export const HOST_CALL_TIMEOUT_MS = 10_000;
@@ -20,7 +20,7 @@ export class RemoteHost {
    */
   static async instantiate(wasmBytes, manifest, timeoutMs = HOST_CALL_TIMEOUT_MS) {
     if (typeof Worker === "undefined") {
-      return new RemoteHost(null, timeoutMs, new HostSession(await Host.instantiate(wasmBytes, manifest)));
+      return new RemoteHost(null, timeoutMs, await HostSessions.instantiate(wasmBytes, manifest));
     }
     const worker = new Worker(new URL("./host_worker.js", import.meta.url), { type: "module" });
     const remote = new RemoteHost(worker, timeoutMs, null);
@@ -31,7 +31,7 @@ export class RemoteHost {
   /**
    * @param {Worker|null} worker
    * @param {number} timeoutMs
-   * @param {HostSession|null} local the session in the page, when there is no worker
+   * @param {HostSessions|null} local the sessions in the page, when there is no worker
    */
   constructor(worker, timeoutMs, local) {
     this.worker = worker;
@@ -56,6 +56,16 @@ export class RemoteHost {
 
   /** @param {number|null} slot @param {number} value @returns {Promise<HostStep>} */
   resume(slot, value) { return this.call("resume", [slot, value]); }
+
+  /**
+   * Start instance `k` of a batch on its own host session (HostSessions.startInstance).
+   * @param {number} k @param {number[][]} shapes @param {Record<number, number[][]|null>} sequences
+   * @returns {Promise<HostStep & {varValues: Record<string, number>}>}
+   */
+  startInstance(k, shapes, sequences) { return this.call("startInstance", [k, shapes, sequences]); }
+
+  /** @param {number} k @param {number|null} slot @param {number} value @returns {Promise<HostStep>} */
+  resumeInstance(k, slot, value) { return this.call("resumeInstance", [k, slot, value]); }
 
   /** Stop the worker (the model is disposed). */
   dispose() { this.stop(new Error("the model was disposed")); }

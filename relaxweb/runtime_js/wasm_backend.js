@@ -20,6 +20,7 @@ import { GpuTensor, cacheBlockCopies } from "./gpu_tensor.js";
 import { prepareInputs, splitElements } from "./tensors.js";
 import { paramsFields, summarize } from "./profile.js";
 import { makeTokenizer } from "./tokenizer.js";
+import { checkInstances, runOneByOne } from "./batch.js";
 
 export const PAGE_BYTES = 65536;
 /** Bytes [0, RESERVED_BYTES) are never a buffer: a stray small address reads zeros or traps. */
@@ -218,6 +219,8 @@ export class WasmModel {
     this.lastDispatchCount = 0;
     /** Values the last run read back (0 for bundles without reads). */
     this.lastReadCount = 0;
+    /** How the last runBatch ran. @type {import("./batch.js").BatchReport|null} */
+    this.lastBatch = null;
     /** Runs take turns: a run that reads values back keeps its state in the host across awaits. */
     this.turn = Promise.resolve();
     /** @type {string|null} */
@@ -316,6 +319,24 @@ export class WasmModel {
       throw new Error("keepOnGpu needs the webgpu backend: this model runs on the wasm backend, whose outputs are always read back");
     }
     return this.runTimed(inputs, null);
+  }
+
+  /**
+   * Run a batch of instances (each its own inputs, of its own sizes): on the wasm backend one
+   * after another (`lastBatch.mode` "one by one"), with the errors the WebGPU model's
+   * runBatch() gives (the instance named).
+   * @param {Record<string, any>[]} instances
+   * @param {{keepOnGpu?: boolean|string[]}} [options]
+   * @returns {Promise<Record<string, any>[]>}
+   */
+  async runBatch(instances, { keepOnGpu = false } = {}) {
+    checkInstances(instances);
+    if (keepOnGpu && !(Array.isArray(keepOnGpu) && keepOnGpu.length === 0)) {
+      throw new Error("keepOnGpu needs the webgpu backend: this model runs on the wasm backend, whose outputs are always read back");
+    }
+    const { outputs, report } = await runOneByOne((inputs) => this.run(inputs), instances, "the wasm backend runs instances one by one", this);
+    this.lastBatch = report;
+    return outputs;
   }
 
   /**
