@@ -15,12 +15,14 @@ Every user error is a :class:`RelaxwebError` carrying the message the command li
 __version__ = "0.1.0"
 
 from .api import (
-    Bundle, ModelReport, TensorSpec, build, inspect, load, profile_in_browser, run_in_browser, run_reference,
+    Bundle, ModelReport, TensorSpec, build, inspect, load, profile_in_browser, run_batch_in_browser, run_in_browser,
+    run_reference,
 )
 from .errors import InputShapeError, RelaxwebError, UnsupportedModelError
 from .runtime import Generation, GpuTensor, Profile, Session
 
 __all__ = [
     "Bundle", "Generation", "GpuTensor", "InputShapeError", "ModelReport", "Profile", "RelaxwebError", "Session", "TensorSpec",
-    "UnsupportedModelError", "build", "inspect", "load", "profile_in_browser", "run_in_browser", "run_reference",
+    "UnsupportedModelError", "build", "inspect", "load", "profile_in_browser", "run_batch_in_browser", "run_in_browser",
+    "run_reference",
 ]

@@ -224,13 +224,15 @@ def run_in_browser(bundle_dir: str | Path, inputs: Mapping[str, np.ndarray], *,
 
 
 def run_batch_in_browser(bundle_dir: str | Path, instances: list[Mapping[str, np.ndarray]], *,
-                         timeout_s: float = 120.0, backend: str = "auto") -> BrowserBatch:
+                         timeout_s: float = 120.0, backend: str = "auto", batch: bool = True) -> BrowserBatch:
     """Run a batch of instances (each its own inputs, of its own sizes) in headless Chromium,
     as ``relaxweb run DIR --inputs A.npz --inputs B.npz --batch --browser`` does: the browser
     runtime's ``model.runBatch``; ``.outputs`` one dict per instance, ``.ms`` the batch's time
-    without the load, ``.report`` how it ran; ``backend`` as for :func:`run_in_browser`."""
+    without the load, ``.report`` how it ran; ``backend`` as for :func:`run_in_browser`;
+    ``batch=False`` runs them one after another with ``model.run`` (``relaxweb run`` without
+    ``--batch``)."""
     return run_bundle_batch_in_browser(check_bundle_folder(bundle_dir), [dict(inputs) for inputs in instances],
-                                       timeout_s, load_options={"backend": backend})
+                                       timeout_s, load_options={"backend": backend}, batch=batch)
 
 
 def profile_in_browser(bundle_dir: str | Path, inputs: Mapping[str, np.ndarray], *,

@@ -128,12 +128,19 @@ async ({ runs, timeoutMs, profile, loadOptions, batch = false }) => {
   };
   // batch: every run is an instance of one model.runBatch, timed without the load
   let batchReport = null;
+  // batch "one by one": the instances run with model.run one after another, timed the same way
   const runBatch = async () => {
     const instances = runs.map(toTensors);
     const start = performance.now();
-    const outputs = await model.runBatch(instances);
+    const outputs = [];
+    if (batch === "one by one") {
+      for (const inputs of instances) outputs.push(await model.run(inputs));
+    } else {
+      outputs.push(...await model.runBatch(instances));
+    }
     const ms = performance.now() - start;
-    batchReport = { ...model.lastBatch, ms };
+    batchReport = batch === "one by one" ? { mode: "one by one", reason: "", instances: runs.length, ms }
+      : { ...model.lastBatch, ms };
     return outputs.map(encodeOutputs);
   };
   const runOnce = async (inputs) => {
@@ -443,6 +450,7 @@ def run_batch_in_browser(
     instances: list[dict[str, np.ndarray]],
     timeout_s: float = 120.0,
     load_options: dict | None = None,
+    batch: bool = True,
 ) -> BrowserBatch:
     """Load a bundle in headless Chromium and run ``instances`` as one batch (the browser
     runtime's ``model.runBatch``: each instance its own inputs, of its own sizes); return each
@@ -451,8 +459,10 @@ def run_batch_in_browser(
     An instance the runtime refuses raises :class:`InputShapeError` (inputs or sizes rejected)
     or :class:`RelaxwebError`, the message naming the instance (``instance K of the batch:``).
     ``load_options`` are JSON options of the runtime's ``load`` (``{"backend": "wasm"}`` runs
-    the instances one by one)."""
-    runs = browser_runs(bundle_dir, instances, timeout_s, load_options=load_options, batch=True)
+    the instances one by one).  ``batch=False`` runs them with ``model.run`` one after another,
+    timed the same way (the report's mode is then "one by one")."""
+    runs = browser_runs(bundle_dir, instances, timeout_s, load_options=load_options,
+                        batch=True if batch else "one by one")
     report = dict(runs.batch or {})
     ms = float(report.pop("ms", 0.0))
     return BrowserBatch(runs.outputs, ms, report)
@@ -475,7 +485,7 @@ class BrowserRuns(NamedTuple):
 
 def browser_runs(bundle_dir: str | Path, runs: list[dict[str, np.ndarray]], timeout_s: float = 120.0, *,
                  profile: bool = False, load_options: dict | None = None, webgpu: bool = True,
-                 isolated: bool = True, batch: bool = False) -> BrowserRuns:
+                 isolated: bool = True, batch: bool | str = False) -> BrowserRuns:
     """:func:`run_many_in_browser` in a Chromium with or without WebGPU (``webgpu``), on a page
     that is cross-origin isolated or not (``isolated``), telling which backend ran; with
     ``batch`` the runs are the instances of one ``model.runBatch`` (:func:`run_batch_in_browser`)."""

@@ -26,7 +26,8 @@ import numpy as np
 
 from . import __version__
 from .api import (
-    build, check_bundle_folder, format_coverage, inspect, load, profile_in_browser, run_in_browser, run_reference,
+    build, check_bundle_folder, format_coverage, inspect, load, profile_in_browser, run_batch_in_browser, run_in_browser,
+    run_reference,
 )
 from .browser import serve
 from .errors import RelaxwebError, shown
@@ -174,10 +175,10 @@ def _run_instances(args: argparse.Namespace, target: Path) -> int:
     if args.browser:
         started = time.perf_counter()
         result = run_batch_in_browser(target, instances, backend=args.backend, batch=args.batch)
-        outputs, run_s = result.outputs, result.run_ms / 1000
+        outputs, run_s = result.outputs, result.ms / 1000
         where = f"headless Chromium ({_BROWSER_BACKENDS[args.backend]})"
         load_s = time.perf_counter() - started - run_s
-        how = result.mode
+        how = result.report["mode"] + (f" ({result.report['reason']})" if result.report.get("reason") else "")
     else:
         started = time.perf_counter()
         session = load(target, backend=args.backend, kernels=args.kernels)
@@ -187,7 +188,12 @@ def _run_instances(args: argparse.Namespace, target: Path) -> int:
             outputs = session.run_batch(instances)
             how = session.last_batch.mode + (f" ({session.last_batch.reason})" if session.last_batch.reason else "")
         else:
-            outputs = [session.run(inputs) for inputs in instances]
+            outputs = []
+            for index, (path, inputs) in enumerate(zip(args.inputs, instances)):
+                try:
+                    outputs.append(session.run(inputs))
+                except RelaxwebError as error:
+                    raise type(error)(f"instance {index} ({path}): {error}") from None
             how = "one by one"
         run_s = time.perf_counter() - started
         where = f"Python runtime ({_BACKEND_NAMES[session.backend]})"
@@ -201,7 +207,7 @@ def _run_instances(args: argparse.Namespace, target: Path) -> int:
             np.savez(out_dir / name, **instance_outputs)
     mode = "as one batch" if args.batch else "one after another"
     print(f"ran {len(instances)} instances {mode} ({how}) in {where} in {run_s * 1000:.1f} ms "
-          f"(without load; load {load_s:.2f} s)", file=sys.stderr)
+          f"(without load, but a first run: kernels compile on first use; load {load_s:.2f} s)", file=sys.stderr)
     if out_dir is not None:
         print(f"wrote {len(instances)} files to {out_dir}/", file=sys.stderr)
     return 0

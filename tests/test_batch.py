@@ -25,6 +25,7 @@ from relaxweb.wgsl.ragged import ragged_problem, ragged_source
 from relaxweb.passes.context import PassContext
 from tests.helpers import F32_LOOSE, MODEL, assert_close, make_model, onnxruntime_outputs, rand
 from tests.model_exports import missing_exporter_packages, session_exports
+from tests.test_api import npz, run_cli
 from tests.test_control_flow import two_output_if_model
 from tests.test_split_weights import SPLIT, small_inputs, small_model
 
@@ -237,3 +238,28 @@ def test_a_batch_reads_weights_bound_in_parts(tmp_path) -> None:
         assert_close(result["y"], y, F32_LOOSE)
         assert_close(result["z"], z)
     assert session.last_batch.mode == RAGGED
+
+
+@pytest.mark.parametrize("batch", [True, False])
+def test_the_command_line_runs_several_input_files(device, if_bundle, tmp_path, capsys, batch: bool) -> None:
+    """``relaxweb run DIR --inputs A --inputs B [--batch] --out FOLDER``: one file per instance,
+    the time without load printed; an instance refused is named."""
+    cases = [(2, 1.0), (5, -1.0), (3, 1.0)]
+    files = [npz(tmp_path / f"case{k}.npz", x=sign * np.abs(rand(rows, 3, seed=rows))) for k, (rows, sign) in enumerate(cases)]
+    flags = ["--batch"] if batch else []
+    status, out, err = run_cli(capsys, "run", if_bundle, *(a for f in files for a in ("--inputs", f)), *flags,
+                               "--out", tmp_path / "outs")
+    assert status == 0, err
+    assert f"ran 3 instances {'as one batch (ragged)' if batch else 'one after another (one by one)'}" in err
+    assert "without load" in err
+    reference = onnxruntime.InferenceSession(two_output_if_model().SerializeToString(),
+                                             providers=["CPUExecutionProvider"])
+    for k, path in enumerate(files):
+        written = np.load(tmp_path / "outs" / f"{k}.case{k}.npz")
+        expected = reference.run(None, dict(np.load(path)))
+        assert_close(written["y"], expected[0])
+        assert f"{k}.case{k}:" in out
+    bad = npz(tmp_path / "bad.npz", x=np.zeros((2, 4), np.float32))
+    status, _, err = run_cli(capsys, "run", if_bundle, "--inputs", files[0], "--inputs", bad, *flags)
+    assert status == 2 and ("instance 1 of the batch" if batch else f"instance 1 ({bad})") in err
+    assert "dimension 1 is 4, expected 3" in err
