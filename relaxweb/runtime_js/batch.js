@@ -10,6 +10,7 @@
 // (SliceLayout), so the memory is the packed total, not the longest instance times the count.
 
 import { InputShapeError } from "./host.js";
+import { evaluateTree } from "./profile.js";
 
 /** Instances one ragged dispatch serves (wgsl/ragged.MAX_INSTANCES, the batch table's length). */
 export const MAX_INSTANCES = 64;
@@ -25,8 +26,27 @@ export const RAGGED = "ragged";
 
 /**
  * How the last batch ran (`model.lastBatch`).
- * @typedef {{mode: "ragged"|"one by one", reason: string, instances: number, dispatches: number, rounds: number}} BatchReport
+ * `elements`: the output elements the ragged dispatches computed, summed over instances (each at
+ * its own sizes); null where a kernel's count is not in the manifest or the instances ran one by one.
+ * @typedef {{mode: "ragged"|"one by one", reason: string, instances: number, dispatches: number, rounds: number,
+ *   elements?: number|null, varValues?: Record<string, number>[]}} BatchReport
  */
+
+/**
+ * Output elements of one call of a call site with an instance's params block (the kernel's
+ * `elements` tree over its params fields), null where the manifest does not say.
+ * @param {any} manifest @param {number} callSite @param {Uint8Array} params the instance's whole params block
+ * @returns {number|null}
+ */
+export function callElements(manifest, callSite, params) {
+  const site = manifest.call_sites[callSite];
+  const kernel = manifest.kernels[site.kernel];
+  if (kernel.elements === undefined) return null;
+  const fields = new Int32Array(params.buffer.slice(params.byteOffset + site.params_offset,
+    params.byteOffset + site.params_offset + site.params_size));
+  const values = new Map((kernel.params ?? []).map((/** @type {string} */ name, /** @type {number} */ i) => [name, fields[i]]));
+  return evaluateTree(kernel.elements, values);
+}
 
 /**
  * Why this bundle (and these inputs) cannot run as one ragged batch, or "".
@@ -302,7 +322,7 @@ export async function runOneByOne(run, instances, reason, model) {
     dispatches += model.lastDispatchCount;
     rounds += 1 + (model.lastReadCount ?? 0);
   }
-  return { outputs, report: { mode: ONE_BY_ONE, reason, instances: instances.length, dispatches, rounds } };
+  return { outputs, report: { mode: ONE_BY_ONE, reason, instances: instances.length, dispatches, rounds, elements: null } };
 }
 
 /**

@@ -286,6 +286,8 @@ export interface BatchReport {
   instances: number;
   dispatches: number;
   rounds: number;
+  /** output elements the ragged dispatches computed (each instance at its own sizes: exactly what the instances need); null when one by one */
+  elements?: number | null;
   varValues?: Record<string, number>[];
 }
 

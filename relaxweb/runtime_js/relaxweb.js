@@ -20,7 +20,7 @@ import { RemoteHost } from "./remote_host.js";
 import { SubmitTimer, TimestampTimer, summarize } from "./profile.js";
 import { WasmModel, sharedMemoryVariant, splitUnits, threadCount } from "./wasm_backend.js";
 import {
-  RAGGED, SliceLayout, batchTable, checkInstances, checkTotals, chunks, gridOf, instanceError, mergeDispatches, oneByOneReason,
+  RAGGED, SliceLayout, batchTable, callElements, checkInstances, checkTotals, chunks, gridOf, instanceError, mergeDispatches, oneByOneReason,
   runOneByOne,
 } from "./batch.js";
 
@@ -421,6 +421,8 @@ export class Model {
     let live = new Map(steps.map((step, k) => [k, step]));
     let dispatches = 0;
     let rounds = 0;
+    /** @type {number|null} output elements computed (runtime/batch.py's BatchReport.elements) */
+    let elements = 0;
     try {
       while (live.size > 0) {
         rounds += 1;
@@ -437,7 +439,14 @@ export class Model {
           }
           const lists = new Map([...live].map(([k, step]) => [k, /** @type {import("./host.js").DispatchCommand[]} */ (
             step.commands.filter((c) => c.opcode === OPCODE_DISPATCH))]));
-          dispatches += this.encodeRaggedDispatches(encoder, pipelines, mergeDispatches(lists), live, layout, retired);
+          const merged = mergeDispatches(lists);
+          for (const [callSite, members] of merged) {
+            for (const [k] of members) {
+              const count = elements === null ? null : callElements(manifest, callSite, /** @type {any} */ (live.get(k)).params);
+              elements = count === null || elements === null ? null : elements + count;
+            }
+          }
+          dispatches += this.encodeRaggedDispatches(encoder, pipelines, merged, live, layout, retired);
           for (const [k, step] of live) {
             const last = step.commands[step.commands.length - 1];
             if (last?.opcode === OPCODE_READ) reads.push([k, /** @type {import("./host.js").ReadCommand} */ (last)]);
@@ -483,7 +492,7 @@ export class Model {
       for (const readback of readbacks) readback?.buffer?.destroy();
       throw error;
     }
-    this.lastBatch = { mode: RAGGED, reason: "", instances: count, dispatches, rounds, varValues };
+    this.lastBatch = { mode: RAGGED, reason: "", instances: count, dispatches, rounds, elements, varValues };
     return readbacks;
   }
 
