@@ -63,7 +63,9 @@ Method
    ``needed`` sums these over every instance's run at its own length (batch 1); ``padded`` over
    one run at batch N x max-seq; ``ragged`` is ``needed`` by construction (a ragged dispatch's
    workgroups are the instances' own grids laid end to end, ``relaxweb/wgsl/ragged.py``), not
-   measured.  A command list that stops for a read (a value computed on the GPU) cannot be
+   measured, except its dispatch count: the instances' dispatch lists merged by
+   ``relaxweb.runtime.batch.merge_dispatches`` (what the runtimes do), at most 64 instances
+   per dispatch.  A command list that stops for a read (a value computed on the GPU) cannot be
    followed without a GPU: the count stops there and says so.
 
 Until the JS runtime has ``runBatch`` (the batch-js branch), the page reports "runBatch missing"
@@ -98,6 +100,7 @@ from run import (  # noqa: E402
     start_server, sync_playwright,
 )
 
+from relaxweb.runtime.batch import chunks, merge_dispatches  # noqa: E402
 from relaxweb.runtime.host import Dispatch, HostModule, Read, Resume  # noqa: E402
 from relaxweb.runtime.profile import evaluate_tree  # noqa: E402
 
@@ -177,11 +180,13 @@ def padded(instances: Sequence[Inputs], max_seq: int) -> Inputs:
 
 def run_work(host: HostModule, shapes: Sequence[Sequence[int]]) -> dict:
     """flops (costed kernels), invocations, workgroups and dispatches of one run at ``shapes``
-    (manifest input order), and the calls of kernels without a cost tree."""
+    (manifest input order), the calls of kernels without a cost tree, and (``commands``, not
+    in the JSON) the run's dispatches."""
     manifest = host.manifest
     host.run_with_shapes(shapes)
     params, commands = host.params(), host.commands()
-    work = {"flops": 0, "invocations": 0, "workgroups": 0, "dispatches": 0, "uncosted": {}, "stopped_at_read": False}
+    work = {"flops": 0, "invocations": 0, "workgroups": 0, "dispatches": 0, "uncosted": {}, "stopped_at_read": False,
+            "commands": [c for c in commands if isinstance(c, Dispatch)]}
     for command in commands:
         if isinstance(command, Read):
             work["stopped_at_read"] = True
@@ -220,11 +225,18 @@ def batch_work(bundle: Path, instances: Sequence[Inputs], max_seq: int) -> dict:
     host = HostModule.from_bundle(bundle)
     names = host.input_names
     needed = {"flops": 0, "invocations": 0, "workgroups": 0, "dispatches": 0, "uncosted": {}, "stopped_at_read": False}
-    for instance in instances:
-        add_work(needed, run_work(host, [instance[name].shape for name in names]))
+    lists = {}
+    for index, instance in enumerate(instances):
+        work = run_work(host, [instance[name].shape for name in names])
+        lists[index] = work.pop("commands")
+        add_work(needed, work)
     whole = padded(instances, max_seq)
     padded_work = run_work(host, [whole[name].shape for name in names])
-    ragged = {**needed, "uncosted": dict(needed["uncosted"]), "dispatches": None}  # its dispatch count is the runtime's
+    del padded_work["commands"]
+    # The ragged batch's dispatches: the first round's lists merged as runtime/batch.py merges
+    # them, MAX_INSTANCES instances per dispatch (the whole run where no list stops at a read).
+    merged = sum(len(chunks(members)) for _, members in merge_dispatches(lists))
+    ragged = {**needed, "uncosted": dict(needed["uncosted"]), "dispatches": merged}
     return {"needed": needed, "padded": padded_work, "ragged": ragged,
             "padded_over_needed": {key: padded_work[key] / needed[key] if needed[key] else None
                                    for key in ("flops", "invocations", "workgroups")}}
@@ -233,9 +245,22 @@ def batch_work(bundle: Path, instances: Sequence[Inputs], max_seq: int) -> dict:
 # Building, the page, the reference ---------------------------------------------------------
 
 
-def prepare(model: BatchModel, work: Path, instances: int, max_seq: int, reuse: bool, timeout: int) -> dict:
+def prepare(model: BatchModel, work: Path, instances: int, max_seq: int, reuse: bool, timeout: int,
+            runtime_js: Path | None = None) -> dict:
     """Export (unless there) and build the bundle with bounds for instances x max_seq; errors
-    are one line in the entry (``error``: nothing runs; ``build_error``: onnxruntime-web still runs)."""
+    are one line in the entry (``error``: nothing runs; ``build_error``: onnxruntime-web still runs).
+    With ``runtime_js``, the bundle's ``runtime/`` is replaced by that folder's files (the JS
+    runtime of another checkout, e.g. a branch adding runBatch, before it is merged)."""
+    entry = _build(model, work, instances, max_seq, reuse, timeout)
+    if runtime_js is not None and "bundle" in entry:
+        runtime = entry["bundle"] / "runtime"
+        shutil.rmtree(runtime)
+        shutil.copytree(runtime_js, runtime, ignore=shutil.ignore_patterns("*.d.ts", "__pycache__"))
+        entry["runtime_js"] = str(runtime_js)
+    return entry
+
+
+def _build(model: BatchModel, work: Path, instances: int, max_seq: int, reuse: bool, timeout: int) -> dict:
     work.mkdir(parents=True, exist_ok=True)
     try:
         onnx_path = model.export(work)
@@ -329,7 +354,8 @@ def run_models(names: Sequence[str], args: argparse.Namespace, report: dict, sys
                 model = MODELS[name]
                 print(f"{name}:", flush=True)
                 entry = report["results"][name] = {"title": model.title}
-                prepared = prepare(model, args.work, args.instances, args.max_seq, args.reuse_build, args.build_timeout)
+                prepared = prepare(model, args.work, args.instances, args.max_seq, args.reuse_build, args.build_timeout,
+                                   args.runtime_js)
                 if "error" in prepared:
                     entry["error"] = prepared["error"]
                     print(f"  not benchmarked: {entry['error']}", flush=True)
@@ -436,6 +462,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=16)
     parser.add_argument("--reuse-build", action="store_true", help="keep a bundle already in --work")
     parser.add_argument("--build-timeout", type=int, default=1800)
+    parser.add_argument("--runtime-js", type=Path, metavar="DIR",
+                        help="replace each bundle's runtime/ by this folder's files (e.g. another checkout's "
+                             "relaxweb/runtime_js, to measure a runBatch not merged yet)")
     parser.add_argument("--work", type=Path, default=BENCH_DIR / "build", help="models and bundles")
     parser.add_argument("--out", type=Path, default=BENCH_DIR / "build" / "batch-results.json")
     parser.add_argument("--table", type=Path, metavar="JSON", help="only print the tables of a results JSON")
@@ -458,7 +487,8 @@ def main() -> None:
         "onnxruntime_web": json.loads((ORT_DIST.parent / "package.json").read_text())["version"]
         if ORT_DIST.is_dir() else None,
         "settings": {"runs": args.runs, "warmup": args.warmup, "instances": args.instances, "min_seq": args.min_seq,
-                     "max_seq": args.max_seq, "seed": args.seed},
+                     "max_seq": args.max_seq, "seed": args.seed,
+                     "runtime_js": str(args.runtime_js) if args.runtime_js else None},
         "lengths": lengths,
         "results": {},
     }
