@@ -17,7 +17,8 @@ Method
    ``bench/export_real_models.py``'s (transformers BertModel at bert-base size, optimum).  Each
    is exported once into ``--work`` (``bench/build``, as ``bench/run.py`` does) and built ONCE
    with bounds so that batch 32 x seq 128 fits (``--bound batch=32 --bound seq=128``; BERT-base's
-   dims are ``batch_size`` / ``sequence_length``) into ``NAME_batch_bundle``.
+   dims are ``batch_size`` / ``sequence_length``) into ``NAME_batch32x128_bundle`` (the bounds
+   follow ``--instances`` and ``--max-seq``).
 2. The batch: ``--instances`` (32) sequences, lengths uniform integers in ``--min-seq`` ..
    ``--max-seq`` (8 .. 128) from ``numpy.random.default_rng(--seed)`` (printed and in the JSON);
    each instance is batch 1: token ids uniform in the vocabulary (seeded by the instance's
@@ -268,7 +269,7 @@ def _build(model: BatchModel, work: Path, instances: int, max_seq: int, reuse: b
         return {"error": f"export failed: {first_line(error)}"}
     data = onnx_path.with_name(onnx_path.name + ".data")
     entry = {"onnx": onnx_path, "external_data": [data.name] if data.is_file() else []}
-    bundle = work / f"{model.name}_batch_bundle"
+    bundle = work / f"{model.name}_batch{instances}x{max_seq}_bundle"  # its bounds in its name: --reuse-build
     if reuse and (bundle / "manifest.json").is_file():
         return {**entry, "bundle": bundle}
     shutil.rmtree(bundle, ignore_errors=True)
