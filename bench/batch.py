@@ -8,6 +8,7 @@ Usage (from the repository root; needs Playwright, Chromium, ``npm install`` for
     python3 bench/batch.py                                # the tiny BERT-like and GPT-2-like models
     python3 bench/batch.py --models bert_base --runs 1    # real-size BERT (slow on SwiftShader)
     python3 bench/batch.py --models bert_tiny --runs 1 --warmup 0 --reuse-build   # while developing
+    python3 bench/batch.py --models bert_base --work-only   # only the work counts (no browser)
     python3 bench/batch.py --table bench/build/batch-results.json                  # a saved run's tables
 
 Method
@@ -343,6 +344,21 @@ def bench_system(context, base_url: str, system: str, prepared: dict, instances:
     return result
 
 
+def work_only(names: Sequence[str], args: argparse.Namespace, report: dict) -> None:
+    """--work-only: export, build and count the work of each model, no browser."""
+    for name in names:
+        model = MODELS[name]
+        print(f"{name}:", flush=True)
+        entry = report["results"][name] = {"title": model.title}
+        prepared = prepare(model, args.work, args.instances, args.max_seq, args.reuse_build, args.build_timeout)
+        if "bundle" not in prepared:
+            entry["error"] = prepared.get("error") or prepared["build_error"]
+            print(f"  not counted: {entry['error']}", flush=True)
+            continue
+        entry["work"] = batch_work(prepared["bundle"], make_instances(model, report["lengths"]), args.max_seq)
+        print(work_table(name, entry["work"]), flush=True)
+
+
 def run_models(names: Sequence[str], args: argparse.Namespace, report: dict, systems: Sequence[str]) -> None:
     routes = [("/ort/", ORT_DIST), ("/models/", args.work.resolve()), ("/", BENCH_DIR)]
     server = start_server(routes)
@@ -361,6 +377,9 @@ def run_models(names: Sequence[str], args: argparse.Namespace, report: dict, sys
                     entry["error"] = prepared["error"]
                     print(f"  not benchmarked: {entry['error']}", flush=True)
                     continue
+                if "build_error" in prepared:
+                    entry["build_error"] = prepared["build_error"]
+                    print(f"  {prepared['build_error']} (onnxruntime-web still runs)", flush=True)
                 instances = make_instances(model, lengths)
                 if "bundle" in prepared:
                     entry["work"] = batch_work(prepared["bundle"], instances, args.max_seq)
@@ -442,8 +461,9 @@ def print_report(report: dict) -> None:
           f"(sum {sum(report['lengths'])}, padded {len(report['lengths'])} x {report['settings']['max_seq']} = "
           f"{len(report['lengths']) * report['settings']['max_seq']})\n")
     for name, entry in report["results"].items():
-        print(times_table(name, entry))
-        print()
+        if "systems" in entry or "error" in entry:
+            print(times_table(name, entry))
+            print()
         if "work" in entry:
             print(work_table(name, entry["work"]))
             print()
@@ -468,6 +488,8 @@ def main() -> None:
                              "relaxweb/runtime_js, to measure a runBatch not merged yet)")
     parser.add_argument("--work", type=Path, default=BENCH_DIR / "build", help="models and bundles")
     parser.add_argument("--out", type=Path, default=BENCH_DIR / "build" / "batch-results.json")
+    parser.add_argument("--work-only", action="store_true",
+                        help="only export, build and count the work (FLOPs, invocations, workgroups): no browser")
     parser.add_argument("--table", type=Path, metavar="JSON", help="only print the tables of a results JSON")
     args = parser.parse_args()
     if args.table:
@@ -494,6 +516,11 @@ def main() -> None:
         "results": {},
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    if args.work_only:
+        work_only(args.models, args, report)
+        args.out.write_text(json.dumps(report, indent=1))
+        print(f"wrote {args.out}")
+        return
     run_models(args.models, args, report, systems)
     report["seconds"] = round(time.monotonic() - started)
     report["adapter"] = sorted({json.dumps(r.get("page_adapter"), sort_keys=True) for e in report["results"].values()
