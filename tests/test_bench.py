@@ -357,3 +357,101 @@ def test_decode_page_feeds_present_back_on_both_systems(decode, tmp_path):
             assert step["counts"]["bytesWritten"] == own["inputBytesWritten"] + own["paramsBytesWritten"]
             assert step["counts"]["uniformBytesWritten"] == own["paramsBytesWritten"]
     assert "| 8 | relaxweb |" in decode.decode_table(report)
+
+
+# bench/batch.py: ragged batches against one by one and padded ------------------------------
+
+
+@pytest.fixture(scope="module")
+def batch():
+    spec = importlib.util.spec_from_file_location("bench_batch", REPO / "bench" / "batch.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_batch"] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    yield module
+    del sys.modules["bench_batch"]
+
+
+def toy_tokens_model(work: Path) -> Path:
+    """ids [batch, seq] -> embedding (16 x 8) @ w (8 x 4): 64 FLOPs per token in the matmul."""
+    path = work / "toy_tokens.onnx"
+    nodes = [helper.make_node("Gather", ["embedding", "input_ids"], ["x"]), helper.make_node("MatMul", ["x", "w"], ["y"])]
+    weights = {"embedding": rand(16, 8, seed=1), "w": rand(8, 4, seed=2)}
+    onnx.save(make_model(nodes, [("input_ids", TensorProto.INT64, ["batch", "seq"])], ["y"], weights, check=True), str(path))
+    return path
+
+
+def test_batch_instances_are_deterministic_and_padded_on_the_right(batch):
+    lengths = batch.sequence_lengths(32, 8, 128, seed=16)
+    assert lengths == batch.sequence_lengths(32, 8, 128, seed=16) and len(lengths) == 32
+    assert min(lengths) >= 8 and max(lengths) <= 128 and len(set(lengths)) > 8
+    model = batch.MODELS["bert_base"]
+    instances = batch.make_instances(model, [3, 5])
+    assert [sorted(i) for i in instances] == [["attention_mask", "input_ids", "token_type_ids"]] * 2
+    assert instances[1]["input_ids"].shape == (1, 5) and instances[1]["input_ids"].max() < model.vocab
+    assert instances[0]["attention_mask"].tolist() == [[1, 1, 1]] and not instances[0]["token_type_ids"].any()
+    whole = batch.padded(instances, 6)
+    assert whole["attention_mask"].tolist() == [[1, 1, 1, 0, 0, 0], [1, 1, 1, 1, 1, 0]]
+    np.testing.assert_array_equal(whole["input_ids"][1, :5], instances[1]["input_ids"][0])
+    assert not whole["input_ids"][0, 3:].any()
+
+
+def test_batch_work_counts_needed_and_padded_from_the_host_module(batch, tmp_path):
+    relaxweb.build(toy_tokens_model(tmp_path), tmp_path / "bundle", bounds={"batch": 4, "seq": 16})
+    model = batch.BatchModel("toy", "", toy_tokens_model, 16, "batch", "seq")
+    lengths = [3, 16, 7, 9]
+    work = batch.batch_work(tmp_path / "bundle", batch.make_instances(model, lengths), 16)
+    needed, padded, ragged = work["needed"], work["padded"], work["ragged"]
+    per_token = padded["flops"] // (4 * 16)
+    assert per_token >= 64 and needed["flops"] == per_token * sum(lengths)  # the matmul's 2 * 8 * 4, at least
+    assert work["padded_over_needed"]["flops"] == pytest.approx(64 / sum(lengths))
+    assert needed["dispatches"] == 4 * padded["dispatches"] and ragged["dispatches"] == padded["dispatches"]
+    assert (ragged["flops"], ragged["invocations"], ragged["workgroups"]) == (
+        needed["flops"], needed["invocations"], needed["workgroups"])
+    assert needed["uncosted"] == {} and not needed["stopped_at_read"]
+    table = batch.work_table("toy", work)
+    assert f"| padded / needed | {64 / sum(lengths):.2f} |" in table
+
+
+def test_batch_tables_say_what_failed_and_give_the_ratios(batch):
+    def mode(median, diff=1e-6):
+        return {"median_ms": median, "timesMs": [median], "firstMs": 2 * median, "dispatches_per_run": 10,
+                "max_abs_diff_vs_onnxruntime_cpu": diff}
+
+    entry = {"title": "toy", "systems": {
+        "relaxweb": {"modes": {"batch": mode(50), "one-by-one": mode(100), "padded": {"error": "runBatch missing"}}},
+        "ort-webgpu": {"system": "ort-webgpu", "error": "Error: no adapter", "modes": {}}}}
+    lines = batch.times_table("toy", entry).splitlines()
+    assert "| relaxweb | padded | runBatch missing | | | | |" in lines
+    assert "| ort-webgpu | - | failed: Error: no adapter | | | | |" in lines
+    assert "| relaxweb batch / relaxweb one-by-one | 0.50 |" in lines
+    assert "| relaxweb batch / relaxweb padded | - |" in lines
+
+
+@in_the_browser
+def test_batch_page_runs_every_mode_on_a_toy_model(batch, tmp_path, monkeypatch, capsys):
+    """batch.js's modes on a toy model (no timing asserted): every mode's outputs match
+    onnxruntime (Python, CPU) instance by instance, the padded modes' rows included; the ragged
+    batch (where the runtime has runBatch) makes the merged dispatch count, else says it is missing."""
+    model = batch.BatchModel("toy", "toy", toy_tokens_model, 16, "batch", "seq")
+    monkeypatch.setitem(batch.MODELS, "toy", model)
+    systems = ["relaxweb"] + (["ort-webgpu"] if (batch.ORT_DIST / "ort.webgpu.min.mjs").is_file() else [])
+    args = argparse.Namespace(instances=4, min_seq=2, max_seq=16, runs=1, warmup=0, reuse_build=False,
+                              build_timeout=300, runtime_js=None, work=tmp_path, out=tmp_path / "results.json")
+    report = {"lengths": batch.sequence_lengths(4, 2, 16, seed=3), "results": {}}
+    batch.run_models(["toy"], args, report, systems)
+    entry = report["results"]["toy"]
+    for system in systems:
+        result = entry["systems"][system]
+        assert "error" not in result and result["page_errors"] == [], result
+        assert list(result["modes"]) == list(batch.MODES[system])
+        for name, figures in result["modes"].items():
+            if (system, name) == batch.RAGGED and figures.get("error") == "runBatch missing":
+                continue
+            assert "error" not in figures, (system, name, figures)
+            assert len(figures["timesMs"]) == 1 and figures["max_abs_diff_vs_onnxruntime_cpu"] <= 1e-5
+    ragged = entry["systems"]["relaxweb"]["modes"]["batch"]
+    if "error" not in ragged:
+        assert ragged["dispatches_per_run"] == entry["work"]["ragged"]["dispatches"]
+    assert "| relaxweb batch / relaxweb one-by-one |" in batch.times_table("toy", entry)
+    capsys.readouterr()
