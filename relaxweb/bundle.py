@@ -198,6 +198,12 @@ def _sequence_kind(value: HostInput | HostOutput) -> str:
 def _cpu_variant_entry(kernel, name: str, parts: dict[str, int], shader: ShaderInfo, out: Path) -> dict:
     """``{"cpu_file": ...}`` when the kernel has a shader for CPU adapters
     (``relaxweb/wgsl/variants.py``), written next to its own; ``{}`` otherwise."""
+    if isinstance(kernel, LibraryKernel):  # its builder wrote the CPU source, with the same bindings and params
+        if not kernel.cpu_source:
+            return {}
+        file = f"kernels/{name}.cpu.wgsl"
+        (out / file).write_text(kernel.cpu_source)
+        return {"cpu_file": file}
     variant = cpu_variant(kernel) if isinstance(kernel, TensorProgram) else None
     if variant is None:
         return {}

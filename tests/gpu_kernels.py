@@ -73,12 +73,14 @@ def run_kernel_on_gpu(device, program: TensorProgram, arrays: list[np.ndarray], 
     return result[:count].reshape(shape)
 
 
-def run_compiled(module, feeds: dict[str, np.ndarray], folder, bounds: dict[str, int] | None = None) -> list[np.ndarray]:
+def run_compiled(module, feeds: dict[str, np.ndarray], folder, bounds: dict[str, int] | None = None,
+                 kernels: str = "auto") -> list[np.ndarray]:
     """Compile an imported module through the whole pipeline into a bundle in ``folder`` and
-    run it once with the Python runtime (wgpu); the outputs in the model's order."""
+    run it once with the Python runtime (wgpu; ``kernels`` picks the shaders as ``load`` does);
+    the outputs in the model's order."""
     from relaxweb.bundle import write_bundle
     from relaxweb.compiler import compile_module
     from relaxweb.runtime.webgpu import Session
 
     write_bundle(compile_module(module, bounds or {}), folder, "model")
-    return list(Session(folder).run(feeds).values())
+    return list(Session(folder, kernels=kernels).run(feeds).values())

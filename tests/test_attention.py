@@ -152,8 +152,9 @@ def test_one_fused_build_matches_onnxruntime_at_every_length(backend, tmp_path, 
             assert np.isnan(got[0, :, 1]).all() and np.isfinite(got[-1, :, 2]).all()
 
 
+@pytest.mark.parametrize("kernels", ["gpu", "cpu"])  # keys staged in workgroup memory, or read in place
 @pytest.mark.parametrize("query_length, key_length", [(70, 70), (5, 40), (40, 5), (1, 1)])
-def test_causal_kernel_matches_the_reference(device, tmp_path, query_length: int, key_length: int) -> None:
+def test_causal_kernel_matches_the_reference(device, tmp_path, query_length: int, key_length: int, kernels: str) -> None:
     builder = FunctionBuilder("main")
     q, k, v = _params(builder, {"q": (b, 2, s, 8), "k": (b, 2, t, 8), "v": (b, 2, t, 4)})
     out = builder.emit_op("attention", q, k, v, scale=0.3, causal=True, name_hint="out", output=True)
@@ -162,7 +163,7 @@ def test_causal_kernel_matches_the_reference(device, tmp_path, query_length: int
              "v": rand(2, 2, key_length, 4, seed=3)}
     wanted = run_module(module, feeds)[0]
     assert_close(wanted, _unfused(feeds["q"], feeds["k"], feeds["v"], None, 0.3, True))
-    got = run_compiled(module, feeds, tmp_path / "bundle")[0]
+    got = run_compiled(module, feeds, tmp_path / "bundle", kernels=kernels)[0]
     # Sq > Sk: the first rows see no key at all (NaN, as an additive -inf mask gives)
     assert np.array_equal(np.isnan(got), np.isnan(wanted))
     assert_close(got, wanted, F32_LOOSE)
@@ -202,7 +203,8 @@ def test_grouped_query_heads_read_a_fewer_headed_key_value_tensor(device, tmp_pa
         repeated = {name: np.repeat(feeds[name], 3, axis=1) for name in ("k", "v")}
         wanted = _unfused(feeds["q"], repeated["k"], repeated["v"], mask_values, 0.5, False)
         assert_close(run_module(module, feeds)[0], wanted)
-        assert_close(run_compiled(module, feeds, tmp_path / f"bundle{seed}")[0], wanted, F32_LOOSE)
+        for kernels in ("gpu", "cpu"):
+            assert_close(run_compiled(module, feeds, tmp_path / f"bundle{seed}", kernels=kernels)[0], wanted, F32_LOOSE)
 
 
 def test_a_key_length_reads_the_valid_prefix_of_a_cache_in_place(device, tmp_path) -> None:
@@ -224,4 +226,5 @@ def test_a_key_length_reads_the_valid_prefix_of_a_cache_in_place(device, tmp_pat
         valid = {name: np.repeat(tensor[:, :, :keys], 3, axis=1) for name, tensor in cache.items()}
         wanted = _unfused(feeds["q"], valid["k"], valid["v"], mask_values, 0.5, False)
         assert_close(run_module(module, feeds)[0], wanted)
-        assert_close(run_compiled(module, feeds, tmp_path / f"bundle{seed}")[0], wanted, F32_LOOSE)
+        for kernels in ("gpu", "cpu"):
+            assert_close(run_compiled(module, feeds, tmp_path / f"bundle{seed}", kernels=kernels)[0], wanted, F32_LOOSE)

@@ -20,6 +20,8 @@ the valid prefix of a KV cache): its reference is ``reference(arrays, size_vars)
 ``f16_source``, when not empty, is a second WGSL source of the same kernel (the same bindings,
 params and dispatch) for adapters with WebGPU's ``shader-f16``: the bundle writes it as the
 kernel's ``f16_file`` (``relaxweb/wgsl/variants.py`` says which kernels gain from f16).
+``cpu_source``, likewise, is the kernel for CPU adapters (SwiftShader, lavapipe): its
+``cpu_file``, compiled where a tensor program's ``register_matmul`` form would be.
 
 ``wasm_source``, when not empty, is the kernel for the WebAssembly backend (``kernels.wasm``,
 docs/bundle-format.md): WAT text defining ``$main`` (params, first, end, scratch, then one
@@ -54,6 +56,7 @@ class LibraryKernel:
     in_place: bool = False
     sized_reference: bool = False
     f16_source: str = field(default="", compare=False)  # made with ``source`` by the same builder
+    cpu_source: str = field(default="", compare=False)  # the same kernel for CPU adapters (manifest ``cpu_file``)
     wasm_source: str = field(default="", compare=False)  # WAT of ``$main`` and ``$units`` (below)
     wasm_scratch_bytes: int = field(default=0, compare=False)  # private scratch bytes ``$main`` needs per thread
 

@@ -37,6 +37,11 @@ its row NaN, a row whose scores are all ``-inf`` (masked out entirely) is NaN, a
 ``exp(-inf - (-inf))`` gives; a large negative finite mask (``-3.4e38``, what torch writes)
 keeps the row finite.
 
+The kernel's source for CPU adapters (``LibraryKernel.cpu_source``, the manifest's
+``cpu_file``: SwiftShader and lavapipe) stages nothing: each invocation reads its keys and
+values from the buffers, so there are no workgroup barriers, which cost a CPU adapter more
+than the shared loads save (the tiled matmuls' ``register_matmul`` form, for the same reason).
+
 The kernel's WebAssembly (``wasm_source``, for kernels.wasm) computes the same recurrence
 for ``WASM_ROWS`` query rows per unit, which share each key word's load.  The keys every row
 of a unit sees go in blocks of ``WASM_KEY_BLOCK``: the block's scores of every row in scratch,
@@ -117,6 +122,8 @@ def attention_kernel(name: str, batch: tuple, query_length: PrimExpr, key_length
                      tile, mask_shape, scale, causal, groups, extra)
     f16_source = _source(name, tuple(inputs), output, batch, kv_batch, query_length, key_length, rows, head, value_head,
                          tile, mask_shape, scale, causal, groups, extra, half=True)
+    cpu_source = _source(name, tuple(inputs), output, batch, kv_batch, query_length, key_length, rows, head, value_head,
+                         tile, mask_shape, scale, causal, groups, extra, direct=True)
     wasm_source, wasm_scratch = _wasm_source(name, tuple(inputs), output, batch, kv_batch, query_length, key_length,
                                              rows, head, value_head, mask_shape, scale, causal, extra)
     summary = (f"fused attention [{format_shape(output.shape)}] over {format_shape((key_length,))} keys"
@@ -133,7 +140,7 @@ def attention_kernel(name: str, batch: tuple, query_length: PrimExpr, key_length
                                        causal=causal)
     return LibraryKernel(name, tuple(inputs), output, simplify(groups * WORKGROUP), source, reference, summary,
                          extra_size_vars=extra, sized_reference=key_rows is not None, f16_source=f16_source,
-                         wasm_source=wasm_source, wasm_scratch_bytes=wasm_scratch)
+                         cpu_source=cpu_source, wasm_source=wasm_source, wasm_scratch_bytes=wasm_scratch)
 
 
 def kv_group_size(kv_extent: PrimExpr, extent: PrimExpr) -> int | None:
@@ -190,8 +197,9 @@ def _mask_row_start(mask_shape: tuple, batch: tuple) -> tuple[PrimExpr, PrimExpr
 
 
 def _source(name, inputs, output, batch, kv_batch, query_length, key_length, key_rows, head, value_head, tile,
-            mask_shape, scale, causal, groups, extra_size_vars, half: bool = False) -> str:
-    """The kernel's WGSL; with ``half``, its f16 source (see the module doc)."""
+            mask_shape, scale, causal, groups, extra_size_vars, half: bool = False, direct: bool = False) -> str:
+    """The kernel's WGSL; with ``half``, its f16 source; with ``direct``, its source for CPU
+    adapters (see the module doc)."""
     size_vars = [v.name for v in (*buffer_size_vars((*inputs, output)), *extra_size_vars)]
     local_names = {_GROUP.name: "bh", _ROW.name: "row"}
 
@@ -214,7 +222,8 @@ def _source(name, inputs, output, batch, kv_batch, query_length, key_length, key
     def let(key: str) -> str:
         return f"  let {key} = {render_wgsl(targets[key], variable)};"
 
-    title = f"library kernel: {name} (fused attention: scores, scale, mask, online softmax and the value product, {tile} keys per tile)"
+    title = (f"library kernel: {name} (fused attention: scores, scale, mask, online softmax and the value product, "
+             f"{tile} keys per tile{', read in place: the form for CPU adapters' if direct else ''})")
     lines = [*(["enable f16;"] if half else []), "// " + comment_text(title), "",
              *params_declaration(ParamsLayout(tuple(size_vars)))]
     for binding, buffer in enumerate(inputs, start=1):
@@ -226,9 +235,10 @@ def _source(name, inputs, output, batch, kv_batch, query_length, key_length, key
         f"const HEAD: i32 = {head};",
         f"const VALUE_HEAD: i32 = {value_head};",
         f"const TILE: i32 = {tile};",
-        f"// the tiles in {staged}s of consecutive elements of a key / value row",
-        f"var<workgroup> key_tile: array<{staged}, {tile * head // width}>;",
-        f"var<workgroup> value_tile: array<{staged}, {tile * value_head // width}>;",
+        *([] if direct else [
+            f"// the tiles in {staged}s of consecutive elements of a key / value row",
+            f"var<workgroup> key_tile: array<{staged}, {tile * head // width}>;",
+            f"var<workgroup> value_tile: array<{staged}, {tile * value_head // width}>;"]),
         "",
         "fn is_negative_infinity(x: f32) -> bool {",
         "  return bitcast<u32>(x) == 0xff800000u;",
@@ -272,10 +282,11 @@ def _source(name, inputs, output, batch, kv_batch, query_length, key_length, key
         "  var running_sum = 0.0;",
         "  var started = false;  // a score above -inf seen: running_max holds one",
         "  for (var start = 0; start < key_end; start = start + TILE) {",
-        "    workgroupBarrier();",
-        *_load_tile("key_tile", "key", "HEAD", key_words, width, staged, half),
-        *_load_tile("value_tile", "value", "VALUE_HEAD", value_words, width, staged, half),
-        "    workgroupBarrier();",
+        *([] if direct else [
+            "    workgroupBarrier();",
+            *_load_tile("key_tile", "key", "HEAD", key_words, width, staged, half),
+            *_load_tile("value_tile", "value", "VALUE_HEAD", value_words, width, staged, half),
+            "    workgroupBarrier();"]),
         "    // keys [start, start + count) of this tile are visible to this row (a branch without",
         "    // barriers: rows differ under a causal mask); rows past the end score none (a decode",
         "    // step's one row leaves 63 invocations idle: on CPU adapters whole SIMD batches skip)",
@@ -283,7 +294,8 @@ def _source(name, inputs, output, batch, kv_batch, query_length, key_length, key
         f"    for (var j = 0; j < count; j = j + {GROUP}) {{",
         f"      // keys j .. j + {GROUP - 1} at once: one rescale per group; keys past count weigh 0 and",
         "      // stand in as key j for the group's maximum",
-        *(line for u in range(GROUP) for line in _key_score(u, key_words, width, scale, mask_shape is not None, half)),
+        *(line for u in range(GROUP) for line in _key_score(u, key_words, width, scale, mask_shape is not None, half,
+                                                                direct)),
         f"      let group_max = {_maximum([f's{u}' for u in range(GROUP)])};",
         "      let new_max = select(group_max, max(running_max, group_max), started);",
         "      // every score so far -inf: nothing to add yet (a NaN score makes p, so the row, NaN)",
@@ -291,9 +303,11 @@ def _source(name, inputs, output, batch, kv_batch, query_length, key_length, key
         "        let correction = select(0.0, exp(running_max - new_max), started);",
         *(f"        let p{u} = {_weight(u)};" for u in range(GROUP)),
         f"        running_sum = running_sum * correction + {' + '.join(f'p{u}' for u in range(GROUP))};",
-        f"        let value_at = j * {value_words};",
+        *([f"        let value_at{u} = (kv_group * key_rows + min(start + j + {u}, seq_k - 1)) * VALUE_HEAD;"
+           for u in range(GROUP)] if direct else [f"        let value_at = j * {value_words};"]),
         *(f"        acc{i} = acc{i} * correction + "
-          + " + ".join(_weighted(f"p{u}", f"value_tile[value_at + {u * value_words + i}]", vector, half)
+          + " + ".join(_weighted(f"p{u}", _gather("value", f"value_at{u} + {i * width}", width) if direct
+                                 else f"value_tile[value_at + {u * value_words + i}]", vector, half)
                        for u in range(GROUP)) + ";"
           for i in range(value_words)),
         "        running_max = new_max;",
@@ -359,13 +373,18 @@ def _load_tile(tile: str, buffer: str, row_size: str, words: int, width: int, st
     ]
 
 
-def _key_score(u: int, key_words: int, width: int, scale: float, masked: bool, half: bool) -> list[str]:
-    """``s{u}``: the score of key ``j + u`` of the tile (key j's when that is past ``count``)."""
-    at = f"(j + {u}) * {key_words}" if u else f"j * {key_words}"
-    lines = [f"      let key_at{u} = {at};",
-             f"      var s{u} = {_product('q0', f'key_tile[key_at{u}]', width, half)};",
-             *(f"      s{u} = s{u} + {_product(f'q{i}', f'key_tile[key_at{u} + {i}]', width, half)};"
-               for i in range(1, key_words))]
+def _key_score(u: int, key_words: int, width: int, scale: float, masked: bool, half: bool,
+               direct: bool = False) -> list[str]:
+    """``s{u}``: the score of key ``j + u`` of the tile (key j's when that is past ``count``);
+    ``direct``: the key row read from the key buffer (the last key standing in past the end)."""
+    if direct:
+        lines = [f"      let key_at{u} = (kv_group * key_rows + min(start + j + {u}, seq_k - 1)) * HEAD;"]
+        word = [_gather("key", f"key_at{u} + {i * width}", width) for i in range(key_words)]
+    else:
+        lines = [f"      let key_at{u} = {f'(j + {u}) * {key_words}' if u else f'j * {key_words}'};"]
+        word = [f"key_tile[key_at{u}{f' + {i}' if i else ''}]" for i in range(key_words)]
+    lines += [f"      var s{u} = {_product('q0', word[0], width, half)};",
+              *(f"      s{u} = s{u} + {_product(f'q{i}', word[i], width, half)};" for i in range(1, key_words))]
     if scale != 1.0:
         lines.append(f"      s{u} = s{u} * {literal(scale, 'float32')};")
     if masked:
