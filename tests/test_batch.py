@@ -75,6 +75,8 @@ def test_kernels_outside_the_shader_contract_have_no_ragged_form() -> None:
     assert ragged_source(with_length) is None
     renumbered = ELEMENTWISE.replace("  let group = i32(workgroup.y * workgroups.x + workgroup.x);\n", "  let group = 0;\n")
     assert "number its workgroup" in ragged_problem(renumbered)
+    grid_stride = ELEMENTWISE.replace("  out[index] =", "  let stride = i32(workgroups.x) * 64;\n  out[index] =")
+    assert "grid's size" in ragged_problem(grid_stride)
 
 
 def test_the_runtime_and_the_kernels_agree_on_the_table() -> None:

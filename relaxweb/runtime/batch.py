@@ -162,7 +162,9 @@ def check_totals(manifest: Mapping[str, Any], layout: SliceLayout, sizes: Sequen
         for instance, capacity in enumerate(capacities):
             total += capacity
             if total > largest:
-                sizes_text = ", ".join(f"{name} = {value}" for name, value in var_values[instance].items())
+                # the model's sizes (the host's own, for values read back, start with "_")
+                sizes_text = ", ".join(f"{name} = {value}" for name, value in var_values[instance].items()
+                                       if not name.startswith("_"))
                 raise RelaxwebError(
                     f"the batch is too large for this device: {storage_name(manifest, storage)} needs "
                     f"{sum(capacities)} bytes for its {len(capacities)} instances; instance {instance} "

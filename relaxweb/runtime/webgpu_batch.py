@@ -130,7 +130,10 @@ class RaggedBatchRunner:
             live = next_live
             if live:
                 plan = self._plan_round(live)
-                grown, changed = layout.grown([host.storage_sizes() for host in hosts])
+                sizes = [host.storage_sizes() for host in hosts]
+                grown, changed = layout.grown(sizes)
+                if changed:
+                    check_totals(manifest, grown, sizes, report.var_values, largest, limit_name)
                 carried = self._regrow(changed, layout, grown)
                 layout = grown
 

@@ -176,7 +176,9 @@ export function checkTotals(manifest, layout, sizes, varValues, largest, limitNa
     capacities.forEach((capacity, instance) => {
       total += capacity;
       if (total > largest) {
-        const sizesText = Object.entries(varValues[instance]).map(([name, value]) => `${name} = ${value}`).join(", ");
+        // the model's sizes (the host's own, for values read back, start with "_")
+        const sizesText = Object.entries(varValues[instance]).filter(([name]) => !name.startsWith("_"))
+          .map(([name, value]) => `${name} = ${value}`).join(", ");
         const all = capacities.reduce((a, b) => a + b, 0);
         throw new Error(
           `the batch is too large for this device: ${storageName(manifest, storage)} needs ${all} bytes for its ` +

@@ -57,6 +57,8 @@ def ragged_problem(source: str) -> str | None:
         return "its params block is not the one uniform binding 0"
     if len(_MAIN.findall(source)) != 1 or source.count(_GROUP_LINE) != 1:
         return "its main does not number its workgroup once as the shader contract says"
+    if re.search(r"\bworkgroups?\.", source.replace(_GROUP_LINE, "")):
+        return "it reads its workgroup's id or the grid's size beyond numbering its workgroup"
     # a weight bound in parts is read through a load function that asks its first part's
     # length (``emit.part_load``): a weight is shared, bound whole, so that length stays right
     if re.search(r"arrayLength\((?!&\w+_part0\))", source):
