@@ -16,7 +16,8 @@ from onnx import TensorProto, helper
 import relaxweb
 from relaxweb.errors import InputShapeError, RelaxwebError
 from relaxweb.runtime.batch import (
-    MAX_INSTANCES, RAGGED, SLICE_ALIGNMENT, SliceLayout, batch_table, grid_of, merge_dispatches, table_bytes,
+    MAX_INSTANCES, RAGGED, SLICE_ALIGNMENT, SliceLayout, batch_table, call_elements, grid_of, merge_dispatches,
+    table_bytes,
 )
 from relaxweb.runtime.host import Dispatch
 from relaxweb.runtime.webgpu import Session
@@ -157,6 +158,15 @@ def test_a_batch_matches_onnxruntime_on_each_instance(device, token_bundles, nam
         single_dispatches = session.last_dispatch_count
         # one dispatch per call site for the whole batch: what one instance alone makes
         assert session.last_batch.dispatches == single_dispatches
+    # every output element computed is one an instance alone computes: nothing padded
+    assert session.last_batch.elements == sum(single_run_elements(session, inputs) for inputs in instances)
+
+
+def single_run_elements(session: Session, inputs: dict[str, np.ndarray]) -> int:
+    """Output elements the dispatches of one run of ``inputs`` compute (a run without reads)."""
+    session.host.run_with_shapes([array.shape for array in inputs.values()])
+    params = session.host.params()
+    return sum(call_elements(session.manifest, command.call_site, params) for command in session.host.commands())
 
 
 @pytest.fixture(scope="module")
