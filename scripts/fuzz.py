@@ -2,7 +2,7 @@
 """Fuzz relaxweb with what strangers hand it: mutated ONNX files and tampered bundles.
 
     python3 scripts/fuzz.py onnx    [--count 1000] [--seed 0]   mutated and truncated models -> relaxweb.build
-    python3 scripts/fuzz.py bundles [--count 500]  [--seed 0]   tampered bundles -> relaxweb.load(...).run(...)
+    python3 scripts/fuzz.py bundles [--count 500]  [--seed 0]   tampered bundles -> relaxweb.load(...).run(...), .run_batch(...)
     python3 scripts/fuzz.py all                                 both, at their default counts
 
 Every case must end in one of two ways: it works, or it raises a RelaxwebError with a message
@@ -413,6 +413,14 @@ def tamper_file(folder: Path, rng: random.Random) -> str:
     return f"{relative} -> symlink to {outside}"
 
 
+def run_and_batch(folder: Path, feeds: dict[str, np.ndarray]) -> None:
+    """Load a bundle, run it, then run a batch of two instances (the ragged kernels and the
+    batch's own checks see the tampered bundle too)."""
+    session = relaxweb.load(folder)
+    session.run(feeds)
+    session.run_batch([feeds, feeds])
+
+
 def fuzz_bundles(count: int, seed: int, only: set[int] | None = None) -> Report:
     report = Report("bundles")
     watch = outside_reads()
@@ -433,7 +441,7 @@ def fuzz_bundles(count: int, seed: int, only: set[int] | None = None) -> Report:
                 what = tamper_file(folder, rng)
             label = f"bundle case {case} (seed {seed}, {source}: {what})"
             feeds = feeds_for(originals[source], rng)
-            run_case(report, label, lambda folder=folder, feeds=feeds: relaxweb.load(folder).run(feeds), watch, [folder])
+            run_case(report, label, lambda folder=folder, feeds=feeds: run_and_batch(folder, feeds), watch, [folder])
             shutil.rmtree(folder, ignore_errors=True)
     return report
 

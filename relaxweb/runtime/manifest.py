@@ -348,3 +348,12 @@ def read_bundle_file(bundle_dir: Path, relative: str, max_bytes: int, what: str)
     if len(data) > max_bytes:
         raise RelaxwebError(f"{what} {relative} in {bundle_dir} is larger than {max_bytes} bytes")
     return data
+
+
+def kernel_source(bundle_dir: Path, file: str) -> str:
+    """The WGSL text of a bundle's kernel file (read as :func:`read_bundle_file` reads), or a
+    RelaxwebError when it is not UTF-8."""
+    try:
+        return read_bundle_file(bundle_dir, file, MAX_KERNEL_BYTES, "kernel").decode("utf-8")
+    except UnicodeDecodeError:
+        raise RelaxwebError(f"kernel {file} in {bundle_dir} is not UTF-8 text") from None

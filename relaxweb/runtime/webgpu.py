@@ -34,7 +34,7 @@ from relaxweb.runtime.batch import ONE_BY_ONE, RAGGED, BatchReport, one_by_one_r
 from relaxweb.runtime.generate import Generation, generate
 from relaxweb.runtime.gpu_tensor import BufferPool, CacheView, GpuTensor, TransferStats, cache_block_copies
 from relaxweb.runtime.host import Command, Dispatch, HostModule, Read, Resume, load_manifest
-from relaxweb.runtime.manifest import MAX_HOST_MODULE_BYTES, MAX_KERNEL_BYTES, read_bundle_file
+from relaxweb.runtime.manifest import MAX_HOST_MODULE_BYTES, kernel_source, read_bundle_file
 from relaxweb.runtime.profile import SUBMITS, TIMESTAMPS, DispatchTime, Profile, params_fields, summarize
 from relaxweb.runtime.tensors import (
     SEQUENCE_KINDS, checked_inputs, device_byte_sizes, device_dtype, dtype_entry, load_shards, output_array, sequence_output_tables,
@@ -332,13 +332,6 @@ def kernel_file(kernel: Mapping[str, Any], kernels: str) -> str:
     return kernel.get(variant, kernel["file"]) if variant else kernel["file"]
 
 
-def _kernel_source(bundle_dir: Path, file: str) -> str:
-    try:
-        return read_bundle_file(bundle_dir, file, MAX_KERNEL_BYTES, "kernel").decode("utf-8")
-    except UnicodeDecodeError:
-        raise RelaxwebError(f"kernel {file} in {bundle_dir} is not UTF-8 text") from None
-
-
 def _session_kernels(requested: str, manifest: Mapping[str, Any], device: wgpu.GPUDevice | None) -> str:
     """:func:`choose_kernels` for the given device, or for the default adapter (whose device
     is then requested with ``shader-f16`` when the choice is "f16"); a warning when "f16"
@@ -550,7 +543,7 @@ class Session:
                 ],
             )
             file = kernel_file(kernel, self.kernels)
-            source = _kernel_source(self.bundle_dir, file)
+            source = kernel_source(self.bundle_dir, file)
             try:
                 shader = self.device.create_shader_module(label=kernel["name"], code=source)
                 pipeline = self.device.create_compute_pipeline(

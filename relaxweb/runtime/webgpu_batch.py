@@ -32,7 +32,7 @@ from relaxweb.runtime.batch import (
     merge_dispatches,
 )
 from relaxweb.runtime.host import Command, Dispatch, HostModule, Read, Resume
-from relaxweb.runtime.manifest import MAX_HOST_MODULE_BYTES, MAX_KERNEL_BYTES, read_bundle_file
+from relaxweb.runtime.manifest import MAX_HOST_MODULE_BYTES, kernel_source, read_bundle_file
 from relaxweb.runtime.tensors import checked_inputs, device_byte_sizes, output_array
 
 _STORAGE_USAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_DST | wgpu.BufferUsage.COPY_SRC
@@ -197,7 +197,7 @@ class RaggedBatchRunner:
             kernel = self.manifest["kernels"][kernel_index]
             file = kernel.get("batch_cpu_file") if self.session.kernels == "cpu" else None
             file = file or kernel["batch_file"]
-            source = read_bundle_file(self.session.bundle_dir, file, MAX_KERNEL_BYTES, f"kernel {file}").decode()
+            source = kernel_source(self.session.bundle_dir, file)
             device = self.session.device
             try:
                 module = device.create_shader_module(label=file, code=source)
