@@ -28,6 +28,7 @@ from tests.helpers import F32_LOOSE, MODEL, assert_close, make_model, onnxruntim
 from tests.model_exports import missing_exporter_packages, session_exports
 from tests.test_api import npz, run_cli
 from tests.test_control_flow import two_output_if_model
+from tests.test_loop import LOOP_RUNS, loop_feeds, loop_model
 from tests.test_split_weights import SPLIT, small_inputs, small_model
 
 ELEMENTWISE = """\
@@ -275,3 +276,21 @@ def test_the_command_line_runs_several_input_files(device, if_bundle, tmp_path, 
     status, _, err = run_cli(capsys, "run", if_bundle, "--inputs", files[0], "--inputs", bad, *flags)
     assert status == 2 and ("instance 1 of the batch" if batch else f"instance 1 ({bad})") in err
     assert "dimension 1 is 4, expected 3" in err
+
+
+def test_instances_looping_a_different_number_of_times_match_onnxruntime(device, tmp_path) -> None:
+    """A Loop whose trip count (and condition) are inputs read back from the GPU: the instances
+    run their iterations in rounds, each leaving the batch when its loop ends."""
+    model = loop_model()
+    relaxweb.build(model, tmp_path / "bundle")
+    session = Session(tmp_path / "bundle", device)
+    instances = [loop_feeds(trip, cond) for trip, cond in LOOP_RUNS]
+    outputs = session.run_batch(instances)
+    assert session.last_batch.mode == RAGGED
+    for (trip, cond), inputs, result in zip(LOOP_RUNS, instances, outputs):
+        for output, expected in zip(model.graph.output, onnxruntime_outputs(model, inputs)):
+            assert result[output.name].shape == expected.shape, f"{output.name} at trip={trip}, cond={cond}"
+            assert_close(result[output.name], expected, err_msg=f"{output.name} at trip={trip}, cond={cond}")
+    # the rounds of the longest instance (trip 8): its two reads (trip count, condition), then
+    # one round per iteration (a list ending in a resume), then the end
+    assert session.last_batch.rounds == 2 + 8 + 1
