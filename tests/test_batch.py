@@ -16,7 +16,7 @@ from onnx import TensorProto, helper
 import relaxweb
 from relaxweb.errors import InputShapeError, RelaxwebError
 from relaxweb.runtime.batch import (
-    MAX_INSTANCES, RAGGED, SLICE_ALIGNMENT, SliceLayout, batch_table, call_elements, grid_of, merge_dispatches,
+    MAX_BATCH_INSTANCES, MAX_INSTANCES, RAGGED, SLICE_ALIGNMENT, SliceLayout, batch_table, call_elements, grid_of, merge_dispatches,
     table_bytes,
 )
 from relaxweb.runtime.host import Dispatch
@@ -294,3 +294,9 @@ def test_instances_looping_a_different_number_of_times_match_onnxruntime(device,
     # the rounds of the longest instance (trip 8): its two reads (trip count, condition), then
     # one round per iteration (a list ending in a resume), then the end
     assert session.last_batch.rounds == 2 + 8 + 1
+
+
+def test_a_batch_of_too_many_instances_is_refused(if_bundle) -> None:
+    session = relaxweb.load(if_bundle, backend="wasm")
+    with pytest.raises(RelaxwebError, match=f"at most {MAX_BATCH_INSTANCES} instances.*got {MAX_BATCH_INSTANCES + 1}"):
+        session.run_batch([{"x": rand(1, 3)}] * (MAX_BATCH_INSTANCES + 1))

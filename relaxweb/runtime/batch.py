@@ -29,6 +29,8 @@ from relaxweb.runtime.profile import evaluate_tree, params_fields
 
 #: Instances one ragged dispatch serves (``wgsl/ragged.MAX_INSTANCES``, the batch table's length).
 MAX_INSTANCES = 64
+#: Instances of one batch at most (each keeps a host module instance of its own).
+MAX_BATCH_INSTANCES = 1024
 #: Alignment of each instance's slice of a storage (minStorageBufferOffsetAlignment's default).
 SLICE_ALIGNMENT = 256
 #: Bytes of the batch table's header (the instance count, padded to 16).
@@ -69,6 +71,13 @@ def call_elements(manifest: Mapping[str, Any], call_site_index: int, params: byt
     if "elements" not in kernel:
         return None
     return evaluate_tree(kernel["elements"], dict(zip(kernel.get("params", []), params_fields(params, call_site))))
+
+
+def check_instance_count(count: int) -> None:
+    """Refuse a batch of more than :data:`MAX_BATCH_INSTANCES` instances."""
+    if count > MAX_BATCH_INSTANCES:
+        raise RelaxwebError(f"a batch has at most {MAX_BATCH_INSTANCES} instances (each keeps a host module "
+                            f"instance), got {count}: split the batch")
 
 
 def one_by_one_reason(manifest: Mapping[str, Any], inputs: Sequence[Mapping[str, Any]]) -> str:

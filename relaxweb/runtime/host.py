@@ -108,7 +108,9 @@ class HostModule:
     symbolic vars, storages, ``max_rank``, ``params_bytes``) and the error templates.
     """
 
-    def __init__(self, wasm_bytes: bytes, manifest: dict[str, Any]) -> None:
+    def __init__(self, wasm_bytes: bytes, manifest: dict[str, Any], *, like: HostModule | None = None) -> None:
+        """``like``: another instance of the same module, whose compiled code this one shares
+        (a batch's host instances: instantiating takes microseconds, compiling milliseconds)."""
         self.manifest = manifest
         self.max_rank: int = manifest["max_rank"]
         self.input_names: list[str] = [entry["name"] for entry in manifest["inputs"]]
@@ -123,11 +125,16 @@ class HostModule:
             entry["code"]: entry["message"] for entry in manifest["errors"]
         }
 
-        config = wasmtime.Config()
-        config.consume_fuel = True  # a host module that loops is stopped (HOST_FUEL_PER_CALL)
-        self._store = wasmtime.Store(wasmtime.Engine(config))
+        if like is None:
+            config = wasmtime.Config()
+            config.consume_fuel = True  # a host module that loops is stopped (HOST_FUEL_PER_CALL)
+            engine = wasmtime.Engine(config)
+        else:
+            engine = like._store.engine
+        self._store = wasmtime.Store(engine)
         try:
-            module = wasmtime.Module(self._store.engine, wasm_bytes)
+            module = wasmtime.Module(engine, wasm_bytes) if like is None else like._module
+            self._module = module
             instance = wasmtime.Instance(self._store, module, [])
         except (wasmtime.WasmtimeError, wasmtime.Trap) as error:
             first_line = str(error).splitlines()[0] if str(error) else type(error).__name__

@@ -31,7 +31,7 @@ import numpy as np
 import wasmtime
 
 from relaxweb.errors import RelaxwebError
-from relaxweb.runtime.batch import ONE_BY_ONE, BatchReport, run_one_by_one
+from relaxweb.runtime.batch import ONE_BY_ONE, BatchReport, check_instance_count, run_one_by_one
 from relaxweb.runtime.gpu_tensor import GpuTensor, cache_block_copies
 from relaxweb.runtime.host import Dispatch, HostModule, Read, Resume, load_manifest
 from relaxweb.runtime.manifest import MAX_HOST_MODULE_BYTES, read_bundle_file
@@ -277,6 +277,7 @@ class WasmSession:
     def run_batch(self, instances: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         """``Session.run_batch``'s contract on one CPU thread: the instances run one after
         another (``last_batch.mode`` is "one by one": kernels.wasm has no ragged form)."""
+        check_instance_count(len(instances))
         report = BatchReport(mode=ONE_BY_ONE, reason="the wasm backend runs a batch instance by instance",
                              instances=len(instances))
         results = run_one_by_one(self, instances, report)

@@ -30,7 +30,9 @@ if not os.environ.get("XDG_RUNTIME_DIR"):
 import wgpu  # noqa: E402  (after the environment fix above)
 
 from relaxweb.errors import RelaxwebError
-from relaxweb.runtime.batch import ONE_BY_ONE, RAGGED, BatchReport, one_by_one_reason, run_one_by_one
+from relaxweb.runtime.batch import (
+    ONE_BY_ONE, RAGGED, BatchReport, check_instance_count, one_by_one_reason, run_one_by_one,
+)
 from relaxweb.runtime.generate import Generation, generate
 from relaxweb.runtime.gpu_tensor import BufferPool, CacheView, GpuTensor, TransferStats, cache_block_copies
 from relaxweb.runtime.host import Command, Dispatch, HostModule, Read, Resume, load_manifest
@@ -595,6 +597,7 @@ class Session:
         device limit a :class:`RelaxwebError`, each naming the instance.  Bundles that cannot
         batch (``last_batch.reason``: a kernel without a ragged form, KV caches, sequences) run
         the instances one after another.  ``last_batch`` reports how it ran."""
+        check_instance_count(len(instances))
         report = BatchReport(instances=len(instances))
         self.stats.start_run()
         reason = one_by_one_reason(self.manifest, instances)

@@ -64,7 +64,7 @@ class RaggedBatchRunner:
 
     def _host(self, index: int) -> HostModule:
         while len(self._hosts) <= index:
-            self._hosts.append(HostModule(self._host_bytes, self.manifest))
+            self._hosts.append(HostModule(self._host_bytes, self.manifest, like=self.session.host))
         host = self._hosts[index]
         host.write_var_bounds(self.session.host.var_bounds())
         return host

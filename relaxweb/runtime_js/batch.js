@@ -14,6 +14,8 @@ import { evaluateTree } from "./profile.js";
 
 /** Instances one ragged dispatch serves (wgsl/ragged.MAX_INSTANCES, the batch table's length). */
 export const MAX_INSTANCES = 64;
+/** Instances of one batch at most (each keeps a host module instance of its own). */
+export const MAX_BATCH_INSTANCES = 1024;
 /** Alignment of each instance's slice of a storage (minStorageBufferOffsetAlignment's default). */
 export const SLICE_ALIGNMENT = 256;
 /** Bytes of the batch table's header (the instance count, padded to 16). */
@@ -333,6 +335,10 @@ export async function runOneByOne(run, instances, reason, model) {
  */
 export function checkInstances(instances) {
   if (!Array.isArray(instances)) throw new Error(`runBatch takes an array of inputs (one object per instance), got ${typeof instances}`);
+  if (instances.length > MAX_BATCH_INSTANCES) {
+    throw new Error(`a batch has at most ${MAX_BATCH_INSTANCES} instances (each keeps a host module instance), ` +
+      `got ${instances.length}: split the batch`);
+  }
   instances.forEach((inputs, k) => {
     if (inputs === null || typeof inputs !== "object" || Array.isArray(inputs)) {
       throw new InputShapeError(`instance ${k} of the batch: its inputs must be an object of name -> {data, shape}`);

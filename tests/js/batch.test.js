@@ -8,7 +8,7 @@ import { execFileSync } from "node:child_process";
 import { fileURLToPath } from "node:url";
 
 import {
-  MAX_INSTANCES, SliceLayout, aligned, batchTable, checkTotals, chunks, gridOf, instanceError, mergeDispatches,
+  MAX_BATCH_INSTANCES, MAX_INSTANCES, SliceLayout, checkInstances, aligned, batchTable, checkTotals, chunks, gridOf, instanceError, mergeDispatches,
   oneByOneReason, storageName, tableBytes,
 } from "../../relaxweb/runtime_js/batch.js";
 import { InputShapeError } from "../../relaxweb/runtime_js/host.js";
@@ -158,4 +158,11 @@ test("instanceError keeps InputShapeError and prefixes the instance", () => {
   assert.ok(!(other instanceof InputShapeError));
   assert.equal(other.message, "instance 0 of the batch: boom");
   assert.deepEqual(chunks([1, 2, 3, 4, 5], 2), [[1, 2], [3, 4], [5]]);
+});
+
+test("a batch of more instances than a runtime keeps host modules for is refused, with Python's limit", () => {
+  assert.equal(MAX_BATCH_INSTANCES, python("", "b.MAX_BATCH_INSTANCES"));
+  const many = Array.from({ length: MAX_BATCH_INSTANCES + 1 }, () => ({}));
+  assert.throws(() => checkInstances(many), new RegExp(`at most ${MAX_BATCH_INSTANCES} instances.*got ${MAX_BATCH_INSTANCES + 1}`));
+  checkInstances(many.slice(1));
 });
