@@ -9,6 +9,7 @@ Usage (from the repository root; needs Playwright, Chromium, ``npm install`` for
     python3 bench/batch.py --models bert_base --runs 1    # real-size BERT (slow on SwiftShader)
     python3 bench/batch.py --models bert_tiny --runs 1 --warmup 0 --reuse-build   # while developing
     python3 bench/batch.py --models bert_base --work-only   # only the work counts (no browser)
+    python3 bench/batch.py --systems relaxweb-python      # relaxweb's modes on wgpu in this process (a GPU machine)
     python3 bench/batch.py --table bench/build/batch-results.json                  # a saved run's tables
 
 Method
@@ -106,16 +107,19 @@ from relaxweb.runtime.batch import chunks, merge_dispatches  # noqa: E402
 from relaxweb.runtime.host import Dispatch, HostModule, Read, Resume  # noqa: E402
 from relaxweb.runtime.profile import evaluate_tree  # noqa: E402
 
-SYSTEMS = ("relaxweb", "ort-webgpu")
+SYSTEMS = ("relaxweb", "ort-webgpu", "relaxweb-python")
 #: The modes each system runs, in the page's order (batch.js).
-MODES = {"relaxweb": ("batch", "one-by-one", "padded"), "ort-webgpu": ("padded", "one-by-one")}
+MODES = {"relaxweb": ("batch", "one-by-one", "padded"), "ort-webgpu": ("padded", "one-by-one"),
+         "relaxweb-python": ("batch", "one-by-one", "padded")}
 RAGGED = ("relaxweb", "batch")
 #: (label, numerator, denominator) of the printed ratios: below 1, the ragged batch is faster.
 RATIOS = (("relaxweb batch / relaxweb one-by-one", RAGGED, ("relaxweb", "one-by-one")),
           ("relaxweb batch / relaxweb padded", RAGGED, ("relaxweb", "padded")),
           ("relaxweb batch / ort-webgpu padded", RAGGED, ("ort-webgpu", "padded")),
           ("relaxweb batch / ort-webgpu one-by-one", RAGGED, ("ort-webgpu", "one-by-one")),
-          ("ort-webgpu padded / ort-webgpu one-by-one", ("ort-webgpu", "padded"), ("ort-webgpu", "one-by-one")))
+          ("ort-webgpu padded / ort-webgpu one-by-one", ("ort-webgpu", "padded"), ("ort-webgpu", "one-by-one")),
+          ("relaxweb-python batch / one-by-one", ("relaxweb-python", "batch"), ("relaxweb-python", "one-by-one")),
+          ("relaxweb-python batch / padded", ("relaxweb-python", "batch"), ("relaxweb-python", "padded")))
 
 Inputs = dict[str, np.ndarray]
 
@@ -344,6 +348,70 @@ def bench_system(context, base_url: str, system: str, prepared: dict, instances:
     return result
 
 
+def bench_python(prepared: dict, instances: Sequence[Inputs], reference: list[np.ndarray] | None,
+                 args: argparse.Namespace) -> dict:
+    """relaxweb's three modes through the Python runtime (``relaxweb.load(bundle,
+    backend="webgpu")``: wgpu on this machine's adapter, lavapipe here, a GPU's Vulkan driver
+    on a machine with one), timed from the arrays in to the arrays out with ``perf_counter``,
+    the modes interleaved as in the page.  No browser: the system to run on a GPU machine."""
+    import relaxweb  # noqa: PLC0415 - only this system needs the runtime and wgpu
+
+    result: dict = {"system": "relaxweb-python"}
+    started = time.perf_counter()
+    try:
+        session = relaxweb.load(prepared["bundle"], backend="webgpu")
+    except Exception as error:
+        result["error"] = f"{type(error).__name__}: {first_line(error)}"
+        print(f"  relaxweb-python: FAILED: {result['error']}", flush=True)
+        return result
+    result["load_ms"] = (time.perf_counter() - started) * 1000
+    info = session.device.adapter.info
+    result["page_adapter"] = {key: info.get(key, "") for key in ("vendor", "architecture", "device", "description")}
+    first_output = session.manifest["outputs"][0]["name"]
+    whole = padded(instances, args.max_seq)
+    lengths = [next(iter(instance.values())).shape[1] for instance in instances]
+
+    def batch() -> tuple[list[np.ndarray], int]:
+        outputs = session.run_batch(instances)
+        return [o[first_output] for o in outputs], session.last_batch.dispatches
+
+    def one_by_one() -> tuple[list[np.ndarray], int]:
+        outputs, dispatches = [], 0
+        for instance in instances:
+            outputs.append(session.run(instance)[first_output])
+            dispatches += session.last_dispatch_count
+        return outputs, dispatches
+
+    def padded_run() -> tuple[list[np.ndarray], int]:
+        out = session.run(whole)[first_output]
+        return [out[row:row + 1, :length] for row, length in enumerate(lengths)], session.last_dispatch_count
+
+    modes = {"batch": batch, "one-by-one": one_by_one, "padded": padded_run}
+    figures: dict[str, dict] = {mode: {"timesMs": []} for mode in modes}
+    for mode, run in modes.items():  # the first run of each: untimed for the median, checked
+        started = time.perf_counter()
+        outputs, dispatches = run()
+        figures[mode].update(firstMs=(time.perf_counter() - started) * 1000, dispatches_per_run=dispatches)
+        if reference is not None:
+            figures[mode]["max_abs_diff_vs_onnxruntime_cpu"] = max(
+                float(np.max(np.abs(o.reshape(-1) - r))) if o.size == r.size else float("inf")
+                for o, r in zip(outputs, reference))
+    for timed in [False] * args.warmup + [True] * args.runs:
+        for mode, run in modes.items():
+            started = time.perf_counter()
+            run()
+            if timed:
+                figures[mode]["timesMs"].append((time.perf_counter() - started) * 1000)
+    result["modes"] = {}
+    for mode, entry in figures.items():
+        entry["median_ms"] = statistics.median(entry["timesMs"]) if entry["timesMs"] else entry["firstMs"]
+        print(f"  {'relaxweb-python':15s} {mode:11s}: median {entry['median_ms']:10.1f} ms over {len(entry['timesMs'])} "
+              f"run(s), first {entry['firstMs']:10.1f} ms, {entry['dispatches_per_run']:g} dispatches, max diff "
+              f"{entry.get('max_abs_diff_vs_onnxruntime_cpu', float('nan')):.2g}", flush=True)
+        result["modes"][mode] = entry
+    return result
+
+
 def work_only(names: Sequence[str], args: argparse.Namespace, report: dict) -> None:
     """--work-only: export, build and count the work of each model, no browser."""
     for name in names:
@@ -388,8 +456,11 @@ def run_models(names: Sequence[str], args: argparse.Namespace, report: dict, sys
                 reference = references(prepared["onnx"], instances)
                 entry["systems"] = {}
                 for system in systems:
-                    if system == "relaxweb" and "build_error" in prepared:
+                    if system.startswith("relaxweb") and "build_error" in prepared:
                         entry["systems"][system] = {"system": system, "error": prepared["build_error"]}
+                        continue
+                    if system == "relaxweb-python":
+                        entry["systems"][system] = bench_python(prepared, instances, reference, args)
                         continue
                     if browser is None or not browser.is_connected():  # the first, or after a crash
                         browser = launch_chromium(playwright)
@@ -473,7 +544,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", nargs="+", choices=sorted(MODELS), default=list(DEFAULT_MODELS), metavar="NAME",
                         help="default: %(default)s; also bert_base (seconds per sequence on SwiftShader)")
-    parser.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS))
+    parser.add_argument("--systems", nargs="+", choices=SYSTEMS, default=["relaxweb", "ort-webgpu"],
+                        help="relaxweb and ort-webgpu run in Chromium; relaxweb-python runs relaxweb's modes in this "
+                             "process on wgpu (this machine's adapter: a GPU where there is one). Default: %(default)s")
     parser.add_argument("--runs", type=int, default=3, help="timed passes over the modes (median)")
     parser.add_argument("--warmup", type=int, default=0,
                         help="untimed passes after the first (the first is always run, untimed, and checked)")
