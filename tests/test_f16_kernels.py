@@ -194,8 +194,8 @@ def test_the_python_runtime_runs_the_f16_shaders_within_the_f16_bound(f16_bundle
     want = dict(zip(("y", "l", "z", "s"), onnxruntime_outputs(f16_bundle / "model.onnx", inputs)))
     assert SHADER_F16 in wgpu.gpu.request_adapter_sync().features  # lavapipe offers it
     compiled = []
-    read = webgpu._kernel_source
-    monkeypatch.setattr(webgpu, "_kernel_source", lambda folder, file: compiled.append(file) or read(folder, file))
+    read = webgpu.kernel_source
+    monkeypatch.setattr(webgpu, "kernel_source", lambda folder, file: compiled.append(file) or read(folder, file))
     session = load(f16_bundle / "bundle", kernels="f16")
     assert session.kernels == "f16" and SHADER_F16 in session.device.features
     manifest = session.manifest
