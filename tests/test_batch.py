@@ -265,3 +265,59 @@ def test_the_command_line_runs_several_input_files(device, if_bundle, tmp_path, 
     status, _, err = run_cli(capsys, "run", if_bundle, "--inputs", files[0], "--inputs", bad, *flags)
     assert status == 2 and ("instance 1 of the batch" if batch else f"instance 1 ({bad})") in err
     assert "dimension 1 is 4, expected 3" in err
+
+
+def test_the_library_copy_kernels_have_ragged_forms() -> None:
+    """The loop's row writer, the sequence and KV cache writers and unique's two kernels number
+    their workgroup as the shader contract says (they computed the flat index inline, so they
+    had no ragged form and a bundle with an ONNX Loop ran its batch one by one)."""
+    from relaxweb.ir.symbolic import SizeVar
+    from relaxweb.library import (
+        kv_cache_write_kernel, sequence_write_kernel, unique_count_kernel, unique_values_kernel, write_row_kernel,
+    )
+
+    n = SizeVar("n")
+    kernels = [write_row_kernel("write_row", SizeVar("rows"), (n,), "float32", "row"),
+               sequence_write_kernel("float32"), unique_count_kernel("unique_count", n, "int64"),
+               unique_values_kernel("unique_values", n, "float32"),
+               kv_cache_write_kernel("kv_write", (1, 2), n, (8,), 64, "float32", "past")]
+    for kernel in kernels:
+        assert ragged_problem(kernel.source) is None, kernel.name
+        assert ragged_source(kernel.source) is not None, kernel.name
+
+
+def loop_model():
+    """An ONNX Loop whose trip count is an input: an accumulator and its squares stacked as a
+    scan output ([trip, n]), then a Relu of the scans."""
+    body = helper.make_graph(
+        [helper.make_node("Add", ["acc", "one"], ["acc2"]), helper.make_node("Identity", ["cond"], ["cond2"]),
+         helper.make_node("Mul", ["acc2", "acc2"], ["scan"])], "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("acc", TensorProto.FLOAT, None)],
+        [helper.make_tensor_value_info("cond2", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("acc2", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("scan", TensorProto.FLOAT, None)],
+        [helper.make_tensor("one", TensorProto.FLOAT, [], [1.0])])
+    return make_model([helper.make_node("Loop", ["trip", "", "x"], ["final", "scans"], body=body),
+                       helper.make_node("Relu", ["scans"], ["r"])],
+                      [("x", ["n"]), ("trip", TensorProto.INT64, [])], ["final", "scans", "r"])
+
+
+def test_instances_of_a_loop_with_different_trip_counts_batch(device, tmp_path) -> None:
+    """Each instance its own length and trip count: the loop's steps are rounds, the instances
+    that still loop share each step's dispatches, the scans' storage grows between rounds."""
+    relaxweb.build(loop_model(), tmp_path / "bundle")
+    session = Session(tmp_path / "bundle", device)
+    cases = [(3, 7), (50, 1), (1, 12), (7, 3)]
+    instances = [{"x": rand(n, seed=n), "trip": np.array(trips, np.int64)} for n, trips in cases]
+    outputs = session.run_batch(instances)
+    assert session.last_batch.mode == RAGGED, session.last_batch.reason
+    for (n, trips), inputs, result in zip(cases, instances, outputs):
+        for name, expected in zip(("final", "scans", "r"), onnxruntime_outputs(loop_model(), inputs)):
+            assert_close(result[name], expected, err_msg=f"{name} at n = {n}, {trips} trips")
+    dispatches = 0
+    for inputs in instances:
+        session.run(inputs)
+        dispatches += session.last_dispatch_count
+    assert session.last_batch.dispatches < dispatches

@@ -51,7 +51,8 @@ def scatter_copy_source(title: str, dtype: str, size_vars: tuple[str, ...], targ
         "fn main(@builtin(workgroup_id) workgroup: vec3<u32>,",
         "        @builtin(num_workgroups) workgroups: vec3<u32>,",
         "        @builtin(local_invocation_index) local: u32) {",
-        "  let index = i32((workgroup.y * workgroups.x + workgroup.x) * 64u + local);",
+        "  let group = i32(workgroup.y * workgroups.x + workgroup.x);",  # numbered as shader.py's contract says (the ragged form needs it)
+        "  let index = group * 64 + i32(local);",
         "  if (index >= params.element_count) {",
         "    return;",
         "  }",

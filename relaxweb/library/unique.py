@@ -49,7 +49,8 @@ def _header(title: str, size_vars: list[str], input_type: str, output_type: str)
         "fn main(@builtin(workgroup_id) workgroup: vec3<u32>,\n"
         "        @builtin(num_workgroups) workgroups: vec3<u32>,\n"
         "        @builtin(local_invocation_index) local: u32) {\n"
-        "  let index = i32((workgroup.y * workgroups.x + workgroup.x) * 64u + local);\n"
+        "  let group = i32(workgroup.y * workgroups.x + workgroup.x);\n"  # the shader contract's numbering
+        "  let index = group * 64 + i32(local);\n"
         "  let length = params.element_count;\n"
     )
 
