@@ -365,6 +365,7 @@ def render_doc(report: dict) -> str:
         "```bash",
         COMMAND + "    # everything (minutes; setup once)",
         "python3 scripts/model_zoo.py check --only NAME        # one model's row",
+        "python3 scripts/model_zoo.py check --paths batch      # one path's column (the others kept)",
         "python3 -m pytest tests/test_model_zoo.py             # CI's subset (slow, browser marks)",
         "```",
         "",
@@ -382,7 +383,8 @@ def render_doc(report: dict) -> str:
         "float32 on devices without `shader-f16`, so the two differ by the rounding accumulated",
         "over the network.  Integer and bool outputs must be equal.  Each path's column is the",
         "largest |relaxweb - onnxruntime| over every output and shape on that path (or what went",
-        "wrong there).",
+        "wrong there); the batch column also says how the batch ran: `ragged` (one dispatch of",
+        "each kernel's ragged form for all the instances that run it) or `one by one` (why: below).",
         "",
         "| model | category | architecture | exporter | ops | dynamic dims (as written) | build s | shapes | "
         + " | ".join(PATH_COLUMNS.values()) + " | status |",

@@ -257,7 +257,7 @@ def check_path(model: Model, bundle_dir: Path, where: str, runs: list[dict], exp
     """One path's status (ok, wrong or run error), error, runs and largest difference."""
     checked = {"status": "ok", "runs": []}
     batch: dict = {}
-    outputs = run_on(bundle_dir, where, runs, batch)
+    outputs = run_on(bundle_dir, where, runs, batch) if where == "batch" else run_on(bundle_dir, where, runs)
     for values, want_by_name in zip(model.shapes, expected):
         try:
             actual = next(outputs)
