@@ -7,6 +7,7 @@ Chromium without WebGPU (scripts/zoo/check.py).  Writes docs/model-zoo.md and do
     python3 scripts/model_zoo.py setup                 # the exporters' virtual environments (once)
     python3 scripts/model_zoo.py export [--only NAME]  # export into .cache/model-zoo/models/
     python3 scripts/model_zoo.py check [--only NAME]   # build, run, compare; write the docs
+    python3 scripts/model_zoo.py check --paths batch --work-dir DIR   # one path; bundles and results in DIR
     python3 scripts/model_zoo.py all                   # export, then check
     python3 scripts/model_zoo.py check --fast          # CI's subset (tests/test_model_zoo.py)
     python3 scripts/model_zoo.py list                  # the models, their exporters and environments
@@ -171,7 +172,7 @@ def model_path(model: Model, fast: bool) -> Path:
     return MODELS_DIR / f"{model.name}.onnx"
 
 
-def check_one(model: Model, fast: bool) -> dict:
+def check_one(model: Model, fast: bool, paths: list[str], bundles_dir: Path = BUNDLES_DIR) -> dict:
     path = model_path(model, fast)
     sidecar = read_sidecar(model.name) or {}
     base = {"name": model.name, "category": model.category, "architecture": model.architecture,
@@ -181,9 +182,9 @@ def check_one(model: Model, fast: bool) -> dict:
         return {**base, "status": "export error", "error": sidecar["error"]}
     if not path.exists():
         return {**base, "status": "not exported", "error": "run scripts/model_zoo.py export first"}
-    bundle = BUNDLES_DIR / model.name
+    bundle = bundles_dir / model.name
     shutil.rmtree(bundle, ignore_errors=True)
-    command = [sys.executable, "-m", "zoo.check", str(path), str(bundle), model.name]
+    command = [sys.executable, "-m", "zoo.check", str(path), str(bundle), model.name, *([",".join(paths)] if paths else [])]
     start = time.perf_counter()
     try:
         done = subprocess.run(command, capture_output=True, text=True, env=worker_env(), cwd=ROOT,
@@ -197,21 +198,50 @@ def check_one(model: Model, fast: bool) -> dict:
     return {**base, **json.loads(lines[-1][len("RESULT "):]), "check_seconds": round(time.perf_counter() - start, 1)}
 
 
-def check(models: list[Model], fast: bool, write_docs: bool) -> int:
-    previous = json.loads(RESULTS.read_text())["models"] if RESULTS.exists() else {}
+def merge_paths(previous: dict | None, result: dict, paths: list[str]) -> dict:
+    """``result`` of a check of some ``paths`` only, with the other paths' results kept from
+    ``previous`` (the model's last row), status and error recomputed over all of them."""
+    if not paths or not previous or "paths" not in previous or "paths" not in result:
+        return result
+    kept = {where: checked for where, checked in previous["paths"].items() if where not in paths}
+    merged = {**result, "paths": {**kept, **result["paths"]}}
+    merged.pop("error", None)
+    first_bad = next((where for where, checked in merged["paths"].items() if checked["status"] != "ok"), None)
+    merged["status"] = merged["paths"][first_bad]["status"] if first_bad else "ok"
+    if first_bad:
+        merged["error"] = f"{first_bad}: {merged['paths'][first_bad].get('error', '')}"
+    merged["runs"] = next(iter(merged["paths"].values()))["runs"]
+    diffs = [checked["max_abs_diff"] for checked in merged["paths"].values() if "max_abs_diff" in checked]
+    if diffs:
+        merged["max_abs_diff"] = max(diffs)
+    return merged
+
+
+def check(models: list[Model], fast: bool, write_docs: bool, paths: list[str] | None = None,
+          work_dir: Path = CACHE) -> int:
+    """Check ``models`` (on ``paths``, all by default), bundles built under ``work_dir``/bundles;
+    the results merged into ``work_dir``/results.json (started from the corpus's own when
+    ``work_dir`` has none yet)."""
+    paths = paths or []
+    results_file = work_dir / "results.json"
+    source = results_file if results_file.exists() else RESULTS
+    previous = json.loads(source.read_text())["models"] if source.exists() else {}
     results = {}
     for model in models:
         print(f"== {model.name} ({model.exporter})", flush=True)
-        result = check_one(model, fast)
+        result = merge_paths(previous.get(model.name), check_one(model, fast, paths, work_dir / "bundles"), paths)
         results[model.name] = result
         diff = f", max |diff| {result['max_abs_diff']:.2g}" if "max_abs_diff" in result else ""
-        print(f"   {result['status']}{diff}" + (f": {result['error']}" if result.get("error") else ""), flush=True)
+        batch = result.get("paths", {}).get("batch")
+        mode = f" [batch: {batch['mode']}{' (' + batch['reason'] + ')' if batch.get('reason') else ''}]" \
+            if batch and "mode" in batch else ""
+        print(f"   {result['status']}{diff}{mode}" + (f": {result['error']}" if result.get("error") else ""), flush=True)
     merged = {name: results.get(name, previous.get(name)) for name in MODELS_BY_NAME
               if name in results or name in previous}
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    results_file.parent.mkdir(parents=True, exist_ok=True)
     report = {"date": datetime.date.today().isoformat(), "machine": machine(), "versions": environment_versions(),
               "models": merged}
-    RESULTS.write_text(json.dumps(report, indent=1, default=float) + "\n")
+    results_file.write_text(json.dumps(report, indent=1, default=float) + "\n")
     if write_docs:
         DOC_JSON.write_text(json.dumps(report, indent=1, default=float) + "\n")
         DOC.write_text(render_doc(report))
@@ -291,7 +321,8 @@ def fmt_diff(value) -> str:
 
 #: The doc's column of each path zoo/check.py runs (zoo.check.PATHS; not imported here, which
 #: would import relaxweb and onnxruntime into the driver).
-PATH_COLUMNS = {"webgpu": "wgpu", "wasm": "wasm (wasmtime)", "chromium-wasm": "wasm (Chromium, no WebGPU)"}
+PATH_COLUMNS = {"webgpu": "wgpu", "wasm": "wasm (wasmtime)", "chromium-wasm": "wasm (Chromium, no WebGPU)",
+                "batch": "batch (wgpu)"}
 
 
 def path_cell(result: dict, path: str) -> str:
@@ -302,8 +333,11 @@ def path_cell(result: dict, path: str) -> str:
         return "not checked" if result["status"] == "ok" else ""
     checked = result["paths"].get(path)
     if checked is None:
-        return ""
-    return fmt_diff(checked.get("max_abs_diff")) if checked["status"] == "ok" else f"**{checked['status']}**"
+        return "not checked" if path == "batch" and result["status"] != "build error" else ""
+    cell = fmt_diff(checked.get("max_abs_diff")) if checked["status"] == "ok" else f"**{checked['status']}**"
+    if path == "batch" and "mode" in checked:
+        cell += " ragged" if checked["mode"] == "ragged" else " one by one*"
+    return cell
 
 
 def render_doc(report: dict) -> str:
@@ -317,10 +351,12 @@ def render_doc(report: dict) -> str:
         "# The model corpus",
         "",
         "Real architectures, exported by the exporters their users use, each built **once** with",
-        "relaxweb and run at two or more values of every dynamic dimension on three paths: the",
+        "relaxweb and run at two or more values of every dynamic dimension on four paths: the",
         "Python runtime on WebGPU (wgpu), the Python runtime on the bundle's kernels.wasm",
-        "(wasmtime), and kernels.wasm in headless Chromium started without WebGPU (one page per",
-        "model, `backend: \"auto\"` picking wasm).  Every output of every path is compared with",
+        "(wasmtime), kernels.wasm in headless Chromium started without WebGPU (one page per",
+        "model, `backend: \"auto\"` picking wasm), and every shape at once as one batch of",
+        "instances of different sizes on wgpu (`run_batch`: ragged dispatches, or one instance",
+        "after another where the bundle cannot batch).  Every output of every path is compared with",
         "onnxruntime's (CPU) on the same inputs, and a model is ok only when every path is.  Random",
         "weights from tiny configs (no model hub: transformers, torchvision, Keras and Paddle build",
         "every model from its config).  Generated by `scripts/model_zoo.py`; the models, their",
@@ -329,6 +365,7 @@ def render_doc(report: dict) -> str:
         "```bash",
         COMMAND + "    # everything (minutes; setup once)",
         "python3 scripts/model_zoo.py check --only NAME        # one model's row",
+        "python3 scripts/model_zoo.py check --paths batch      # one path's column (the others kept)",
         "python3 -m pytest tests/test_model_zoo.py             # CI's subset (slow, browser marks)",
         "```",
         "",
@@ -346,7 +383,8 @@ def render_doc(report: dict) -> str:
         "float32 on devices without `shader-f16`, so the two differ by the rounding accumulated",
         "over the network.  Integer and bool outputs must be equal.  Each path's column is the",
         "largest |relaxweb - onnxruntime| over every output and shape on that path (or what went",
-        "wrong there).",
+        "wrong there); the batch column also says how the batch ran: `ragged` (one dispatch of",
+        "each kernel's ragged form for all the instances that run it) or `one by one` (why: below).",
         "",
         "| model | category | architecture | exporter | ops | dynamic dims (as written) | build s | shapes | "
         + " | ".join(PATH_COLUMNS.values()) + " | status |",
@@ -359,6 +397,12 @@ def render_doc(report: dict) -> str:
         lines.append(f"| {name} | {r['category']} | {r['architecture']} | {r['exporter']} | {r.get('ops', '')} | "
                      f"{dims} | {r.get('build_seconds', '')} | {shapes} | "
                      + "".join(f"{path_cell(r, path)} | " for path in PATH_COLUMNS) + f"{status} |")
+    one_by_one = {name: r["paths"]["batch"] for name, r in models.items()
+                  if r.get("paths", {}).get("batch", {}).get("mode", "ragged") != "ragged"}
+    if one_by_one:
+        lines += ["", "\\* The batch ran one instance after another (`last_batch.reason`):", ""]
+        for name, checked in one_by_one.items():
+            lines.append(f"- **{name}**: {checked.get('reason', '')}")
     failures = {name: r for name, r in models.items() if r["status"] != "ok"}
     if failures:
         lines += ["", "## What stops the others", "",
@@ -412,6 +456,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write-test-data", action="store_true",
                         help="export: copy the committed models to tests/data/model-zoo/")
     parser.add_argument("--no-docs", action="store_true", help="check: do not rewrite docs/model-zoo.*")
+    parser.add_argument("--paths", default="", metavar="PATH,...",
+                        help="check: these paths only (of webgpu, wasm, chromium-wasm, batch); the row keeps the "
+                             "others' results from the last check")
+    parser.add_argument("--work-dir", type=Path, default=CACHE, metavar="DIR",
+                        help="check: build bundles into DIR/bundles and keep results in DIR/results.json "
+                             "(default .cache/model-zoo; the exported models are read from there)")
     args = parser.parse_args(argv)
     if args.command == "setup":
         return setup(args.only)
@@ -425,7 +475,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command in ("export", "all"):
         status = export(models, args.write_test_data)
     if args.command in ("check", "all"):
-        status = check(models, args.fast, write_docs=not args.no_docs and not args.fast)
+        status = check(models, args.fast, write_docs=not args.no_docs and not args.fast,
+                       paths=[p for p in args.paths.split(",") if p], work_dir=args.work_dir.resolve())
     return status
 
 

@@ -15,6 +15,11 @@ from onnx import TensorProto, helper
 
 import relaxweb
 from relaxweb.errors import InputShapeError, RelaxwebError
+from relaxweb.ir.symbolic import SizeVar
+from relaxweb.library import (
+    kv_cache_write_kernel, sequence_write_kernel, unique_count_kernel, unique_values_kernel, write_row_kernel,
+)
+from relaxweb.passes.context import PassContext
 from relaxweb.runtime.batch import (
     MAX_BATCH_INSTANCES, MAX_INSTANCES, RAGGED, SLICE_ALIGNMENT, SliceLayout, batch_table, call_elements, grid_of, merge_dispatches,
     table_bytes,
@@ -23,7 +28,6 @@ from relaxweb.runtime.host import Dispatch
 from relaxweb.runtime.webgpu import Session
 from relaxweb.wgsl import ragged
 from relaxweb.wgsl.ragged import ragged_problem, ragged_source
-from relaxweb.passes.context import PassContext
 from tests.helpers import F32_LOOSE, MODEL, assert_close, make_model, onnxruntime_outputs, rand
 from tests.model_exports import missing_exporter_packages, session_exports
 from tests.test_api import npz, run_cli
@@ -300,3 +304,54 @@ def test_a_batch_of_too_many_instances_is_refused(if_bundle) -> None:
     session = relaxweb.load(if_bundle, backend="wasm")
     with pytest.raises(RelaxwebError, match=f"at most {MAX_BATCH_INSTANCES} instances.*got {MAX_BATCH_INSTANCES + 1}"):
         session.run_batch([{"x": rand(1, 3)}] * (MAX_BATCH_INSTANCES + 1))
+
+
+def test_the_library_copy_kernels_have_ragged_forms() -> None:
+    """The loop's row writer, the sequence and KV cache writers and unique's two kernels number
+    their workgroup as the shader contract says (they computed the flat index inline, so they
+    had no ragged form and a bundle with an ONNX Loop ran its batch one by one)."""
+    n = SizeVar("n")
+    kernels = [write_row_kernel("write_row", SizeVar("rows"), (n,), "float32", "row"),
+               sequence_write_kernel("float32"), unique_count_kernel("unique_count", n, "int64"),
+               unique_values_kernel("unique_values", n, "float32"),
+               kv_cache_write_kernel("kv_write", (1, 2), n, (8,), 64, "float32", "past")]
+    for kernel in kernels:
+        assert ragged_problem(kernel.source) is None, kernel.name
+        assert ragged_source(kernel.source) is not None, kernel.name
+
+
+def scan_loop_model():
+    """An ONNX Loop whose trip count is an input: an accumulator and its squares stacked as a
+    scan output ([trip, n]), then a Relu of the scans."""
+    body = helper.make_graph(
+        [helper.make_node("Add", ["acc", "one"], ["acc2"]), helper.make_node("Identity", ["cond"], ["cond2"]),
+         helper.make_node("Mul", ["acc2", "acc2"], ["scan"])], "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("acc", TensorProto.FLOAT, None)],
+        [helper.make_tensor_value_info("cond2", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("acc2", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("scan", TensorProto.FLOAT, None)],
+        [helper.make_tensor("one", TensorProto.FLOAT, [], [1.0])])
+    return make_model([helper.make_node("Loop", ["trip", "", "x"], ["final", "scans"], body=body),
+                       helper.make_node("Relu", ["scans"], ["r"])],
+                      [("x", ["n"]), ("trip", TensorProto.INT64, [])], ["final", "scans", "r"])
+
+
+def test_instances_of_a_loop_with_different_trip_counts_batch(device, tmp_path) -> None:
+    """Each instance its own length and trip count: the loop's steps are rounds, the instances
+    that still loop share each step's dispatches, the scans' storage grows between rounds."""
+    relaxweb.build(scan_loop_model(), tmp_path / "bundle")
+    session = Session(tmp_path / "bundle", device)
+    cases = [(3, 7), (50, 1), (1, 12), (7, 3)]
+    instances = [{"x": rand(n, seed=n), "trip": np.array(trips, np.int64)} for n, trips in cases]
+    outputs = session.run_batch(instances)
+    assert session.last_batch.mode == RAGGED, session.last_batch.reason
+    for (n, trips), inputs, result in zip(cases, instances, outputs):
+        for name, expected in zip(("final", "scans", "r"), onnxruntime_outputs(scan_loop_model(), inputs)):
+            assert_close(result[name], expected, err_msg=f"{name} at n = {n}, {trips} trips")
+    dispatches = 0
+    for inputs in instances:
+        session.run(inputs)
+        dispatches += session.last_dispatch_count
+    assert session.last_batch.dispatches < dispatches

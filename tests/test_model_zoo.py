@@ -79,6 +79,34 @@ def test_committed_model_matches_onnxruntime(backend, name, tmp_path):
     assert_ok(check(MODELS_BY_NAME[name], model_file(name, None), tmp_path / "bundle", paths=(backend,)))
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("name", COMMITTED)
+def test_committed_model_batches_ragged(device, name, tmp_path):
+    """Every shape of the model as one batch of instances of different sizes (the "batch"
+    path: run_batch on wgpu), each instance compared with onnxruntime; no kernel of these
+    models lacks a ragged form."""
+    result = check(MODELS_BY_NAME[name], model_file(name, None), tmp_path / "bundle", paths=("batch",))
+    assert_ok(result)
+    assert result["paths"]["batch"]["mode"] == "ragged", result["paths"]["batch"].get("reason")
+
+
+def test_a_check_of_some_paths_keeps_the_others_in_the_row():
+    W, A, B = ([{"dims": {"n": 1}, "max_abs_diff": diff}] for diff in (1e-6, 2.0, 3e-6))
+    previous = {"name": "m", "status": "wrong", "error": "wasm: at {}: off", "runs": W, "max_abs_diff": 2.0,
+                "paths": {"webgpu": {"status": "ok", "runs": W, "max_abs_diff": 1e-6},
+                          "wasm": {"status": "wrong", "error": "at {}: off", "runs": A, "max_abs_diff": 2.0}}}
+    batch = {"status": "ok", "runs": B, "max_abs_diff": 3e-6, "mode": "one by one", "reason": "KV caches"}
+    merged = model_zoo.merge_paths(previous, {"name": "m", "status": "ok", "runs": B, "paths": {"batch": batch}},
+                                   ["batch"])
+    assert list(merged["paths"]) == ["webgpu", "wasm", "batch"]
+    assert merged["status"] == "wrong" and merged["error"] == "wasm: at {}: off" and merged["max_abs_diff"] == 2.0
+    assert model_zoo.path_cell(merged, "batch") == "3.0e-06 one by one*"
+    assert model_zoo.path_cell(previous, "batch") == "not checked"
+    assert "- **m**: KV caches" in model_zoo.render_doc(
+        {"date": "d", "machine": {"platform": "p", "cpu": "c", "cores": 2, "adapter": "a"}, "versions": {},
+         "models": {"m": {**merged, "category": "c", "architecture": "a", "exporter": "e"}}})
+
+
 def test_committed_models_are_small_and_present():
     for name in COMMITTED:
         path = TEST_DATA / f"{name}.onnx"

@@ -1,12 +1,14 @@
 """Check one exported model against onnxruntime, in relaxweb's environment:
 
-    PYTHONPATH=.:scripts python -m zoo.check MODEL.onnx BUNDLE_DIR NAME   # prints the result as JSON
+    PYTHONPATH=.:scripts python -m zoo.check MODEL.onnx BUNDLE_DIR NAME [PATH,PATH...]   # prints the result as JSON
 
 The model is built ONCE with ``relaxweb.build`` (no bounds: storages grow as needed) and the
 bundle is run at each of the catalog's shapes on every path of ``PATHS``: the Python runtime
 on WebGPU (wgpu) and on the bundle's kernels.wasm (wasmtime), each loaded once, and
 kernels.wasm in one headless Chromium started without WebGPU (``backend: "auto"`` must pick
-wasm; one page runs every shape).  Every output of every path is compared with onnxruntime's
+wasm; one page runs every shape), and every shape at once as one batch on wgpu
+(``run_batch``: each shape an instance with its own sizes; ``mode`` says whether it ran as
+ragged dispatches or one by one, and ``reason`` why).  Every output of every path is compared with onnxruntime's
 (CPU) on the same inputs, at the same tolerance; the model is ok only when every path is.
 
 Tolerance (``TOLERANCE``): an element matches when it is within 1e-3 of onnxruntime's value,
@@ -38,8 +40,10 @@ from zoo.catalog import MODELS_BY_NAME, Model
 TOLERANCE = 1e-3
 FLOAT16_TOLERANCE = 1e-2
 #: Where the bundle runs, each compared with onnxruntime: the Python runtime's two backends,
-#: and kernels.wasm in headless Chromium without WebGPU.
-PATHS = ("webgpu", "wasm", "chromium-wasm")
+#: kernels.wasm in headless Chromium without WebGPU, and every shape at once as one batch of
+#: instances of different sizes (``Session.run_batch`` on wgpu: ragged dispatches, or one by
+#: one where the bundle cannot batch; the path records which and why).
+PATHS = ("webgpu", "wasm", "chromium-wasm", "batch")
 BROWSER_TIMEOUT_S = 600
 
 
@@ -225,9 +229,19 @@ def check(model: Model, path: Path, bundle_dir: Path, paths: tuple[str, ...] = P
     return result
 
 
-def run_on(bundle_dir: Path, where: str, runs: list[dict[str, np.ndarray]]):
+def run_on(bundle_dir: Path, where: str, runs: list[dict[str, np.ndarray]], batch: dict | None = None):
     """The outputs of each run on one path, one at a time (a generator: an error at a shape
-    comes after the shapes before it were compared)."""
+    comes after the shapes before it were compared).  ``batch`` (the "batch" path) gets the
+    batch's mode and reason."""
+    if where == "batch":
+        session = relaxweb.load(bundle_dir, backend="webgpu")
+        outputs = session.run_batch(runs)
+        report = session.last_batch
+        if batch is not None:
+            batch.update(mode=report.mode, **({"reason": report.reason} if report.reason else {}),
+                         dispatches=report.dispatches, rounds=report.rounds)
+        yield from outputs
+        return
     if where == "chromium-wasm":
         done = browser_runs(bundle_dir, runs, timeout_s=BROWSER_TIMEOUT_S, webgpu=False)
         if done.backend != "wasm":
@@ -242,12 +256,14 @@ def run_on(bundle_dir: Path, where: str, runs: list[dict[str, np.ndarray]]):
 def check_path(model: Model, bundle_dir: Path, where: str, runs: list[dict], expected: list[dict]) -> dict:
     """One path's status (ok, wrong or run error), error, runs and largest difference."""
     checked = {"status": "ok", "runs": []}
-    outputs = run_on(bundle_dir, where, runs)
+    batch: dict = {}
+    outputs = run_on(bundle_dir, where, runs, batch) if where == "batch" else run_on(bundle_dir, where, runs)
     for values, want_by_name in zip(model.shapes, expected):
         try:
             actual = next(outputs)
         except Exception as error:  # noqa: BLE001 - a run error is a result
-            checked.update(status="run error", error=f"at {values}: {first_line(error)}")
+            at = f"batch of {len(runs)}" if where == "batch" else f"at {values}"
+            checked.update(status="run error", error=f"{at}: {first_line(error)}")
             break
         run = {"dims": values, "outputs": {}}
         for name, want in want_by_name.items():
@@ -262,13 +278,19 @@ def check_path(model: Model, bundle_dir: Path, where: str, runs: list[dict], exp
             checked.update(status="wrong", error=f"at {values}: output '{name}' max |diff| {run['outputs'][name][0]:.3g}")
     if checked["runs"]:
         checked["max_abs_diff"] = max(run["max_abs_diff"] for run in checked["runs"])
+    checked.update(batch)
     return checked
 
 
 def main(argv: list[str]) -> int:
     path, bundle_dir, name = Path(argv[0]), Path(argv[1]), argv[2]
+    paths = tuple(argv[3].split(",")) if len(argv) > 3 else PATHS
+    unknown = [where for where in paths if where not in PATHS]
+    if unknown:
+        print(f"unknown path(s) {', '.join(unknown)}; the paths are {', '.join(PATHS)}", file=sys.stderr)
+        return 2
     try:
-        result = check(MODELS_BY_NAME[name], path, bundle_dir)
+        result = check(MODELS_BY_NAME[name], path, bundle_dir, paths)
     except Exception as error:  # noqa: BLE001 - the driver records it
         traceback.print_exc()
         result = {"name": name, "status": "check error", "error": first_line(error)}
