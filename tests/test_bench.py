@@ -20,14 +20,19 @@ from tests.helpers import F32_LOOSE, in_the_browser, make_model, rand
 REPO = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture(scope="module")
-def bench():
-    spec = importlib.util.spec_from_file_location("bench_run", REPO / "bench" / "run.py")
+def bench_module(name: str, file: str):
+    """A bench script imported as module ``name`` for the duration of a fixture."""
+    spec = importlib.util.spec_from_file_location(name, REPO / "bench" / file)
     module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_run"] = module  # dataclasses look their module up
+    sys.modules[name] = module  # dataclasses look their module up
     spec.loader.exec_module(module)
     yield module
-    del sys.modules["bench_run"]
+    del sys.modules[name]
+
+
+@pytest.fixture(scope="module")
+def bench():
+    yield from bench_module("bench_run", "run.py")
 
 
 def case_result(median, first, pipelines=0, diff=1e-6):
@@ -208,12 +213,7 @@ def test_wasm_systems_run_a_tiny_model_at_1_and_2_threads(bench, tmp_path, monke
 
 @pytest.fixture(scope="module")
 def decode():
-    spec = importlib.util.spec_from_file_location("bench_decode", REPO / "bench" / "decode.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_decode"] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    yield module
-    del sys.modules["bench_decode"]
+    yield from bench_module("bench_decode", "decode.py")
 
 
 VOCAB, KV_HEADS, HEAD_DIM, WIDTH = 16, 2, 4, 8
@@ -364,12 +364,7 @@ def test_decode_page_feeds_present_back_on_both_systems(decode, tmp_path):
 
 @pytest.fixture(scope="module")
 def batch():
-    spec = importlib.util.spec_from_file_location("bench_batch", REPO / "bench" / "batch.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_batch"] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    yield module
-    del sys.modules["bench_batch"]
+    yield from bench_module("bench_batch", "batch.py")
 
 
 def toy_tokens_model(work: Path) -> Path:
