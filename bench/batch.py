@@ -81,9 +81,7 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
-import datetime
 import json
-import platform
 import shutil
 import statistics
 import struct
@@ -99,8 +97,8 @@ BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
 
 from run import (  # noqa: E402
-    ORT_DIST, REPO, _export_real, _export_tiny, encode_inputs, first_line, fmt, launch_chromium, ratio, run_command,
-    start_server, sync_playwright,
+    ORT_DIST, REPO, _export_real, _export_tiny, encode_inputs, first_line, fmt, launch_chromium, ratio, report_header,
+    run_command, start_server, sync_playwright,
 )
 
 from relaxweb.runtime.batch import chunks, merge_dispatches  # noqa: E402
@@ -577,11 +575,7 @@ def main() -> None:
     print(f"{args.instances} instances, lengths (seed {args.seed}): {lengths} (sum {sum(lengths)}, "
           f"padded {args.instances} x {args.max_seq} = {args.instances * args.max_seq})", flush=True)
     report = {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "command": " ".join(["python3", "bench/batch.py", *sys.argv[1:]]),
-        "platform": platform.platform(),
-        "onnxruntime_web": json.loads((ORT_DIST.parent / "package.json").read_text())["version"]
-        if ORT_DIST.is_dir() else None,
+        **report_header("bench/batch.py"),
         "settings": {"runs": args.runs, "warmup": args.warmup, "instances": args.instances, "min_seq": args.min_seq,
                      "max_seq": args.max_seq, "seed": args.seed,
                      "runtime_js": str(args.runtime_js) if args.runtime_js else None},

@@ -48,10 +48,8 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
-import datetime
 import importlib.util
 import json
-import platform
 import statistics
 import sys
 import time
@@ -65,7 +63,9 @@ import onnxruntime
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
 
-from run import ORT_DIST, REPO, first_line, fmt, launch_chromium, ratio, start_server, sync_playwright  # noqa: E402
+from run import (  # noqa: E402
+    ORT_DIST, REPO, first_line, fmt, launch_chromium, ratio, report_header, start_server, sync_playwright,
+)
 
 import relaxweb  # noqa: E402
 
@@ -381,10 +381,7 @@ def main() -> None:
     onnx_path.write_bytes(source.read_bytes())
     bounds = bounds_for(max(args.past), args.steps)
     relaxweb.build(onnx_path, args.work / "bundle", bounds=bounds)
-    report = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-              "command": " ".join(["python3", "bench/decode.py", *sys.argv[1:]]), "platform": platform.platform(),
-              "onnxruntime_web": json.loads((ORT_DIST.parent / "package.json").read_text())["version"]
-              if ORT_DIST.is_dir() else None,
+    report = {**report_header("bench/decode.py"),
               "model": str(source), "bounds": bounds,
               "settings": {"past": args.past, "steps": args.steps, "warmup": args.warmup, "rounds": args.rounds}}
     report |= bench_decode(onnx_path, args.work / "bundle", args.past, args.steps, args.warmup, args.rounds, systems)

@@ -747,6 +747,18 @@ def run_systems(prepared: dict[str, dict], systems: list[str], args: argparse.Na
             server.server_close()
 
 
+def report_header(script: str) -> dict:
+    """The fields every bench script's results JSON starts with: when, the command line, the
+    platform and the onnxruntime-web version (None when it is not installed)."""
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": " ".join(["python3", script, *sys.argv[1:]]),
+        "platform": platform.platform(),
+        "onnxruntime_web": json.loads((ORT_DIST.parent / "package.json").read_text())["version"]
+        if ORT_DIST.is_dir() else None,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", nargs="+", choices=sorted(MODELS), metavar="NAME",
@@ -789,11 +801,7 @@ def main() -> None:
     started = time.monotonic()
     prepared = prepare_models(args.models, args.work, args.build_timeout, args.reuse_build)
     report = {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "command": " ".join(["python3", "bench/run.py", *sys.argv[1:]]),
-        "platform": platform.platform(),
-        "onnxruntime_web": json.loads((ORT_DIST.parent / "package.json").read_text())["version"]
-        if ORT_DIST.is_dir() else None,
+        **report_header("bench/run.py"),
         "settings": {"quick": args.quick, "runs": args.runs, "warmup": args.warmup, "budget_s": args.budget_s,
                      "cases": args.cases, "relaxweb_options": args.relaxweb_options, "profile": args.profile},
         "build_seconds": {name: round(p["build_s"], 1) for name, p in prepared.items() if "build_s" in p},
