@@ -59,6 +59,8 @@ class RaggedBatchRunner:
         self._storages: list[wgpu.GPUBuffer | None] = [None] * len(self.manifest["storages"])
         self._table_buffer: wgpu.GPUBuffer | None = None
         self._staging: wgpu.GPUBuffer | None = None
+        # output elements per (call site, params block): see _elements
+        self._element_counts: dict[tuple[int, bytes], int | None] = {}
 
     # The host modules -------------------------------------------------------------------
 
@@ -222,7 +224,7 @@ class RaggedBatchRunner:
             call_site = self.manifest["call_sites"][call_site_index]
             entries, first = [], 0
             for index, dispatch in members:
-                report.add_elements(call_elements(self.manifest, call_site_index, params[index]))
+                report.add_elements(self._elements(call_site_index, params[index]))
                 bases = [layout.offsets[ref["storage"]][index] if "storage" in ref else 0 for ref in call_site["buffers"]]
                 entries.append((params[index], bases, first))
                 first += math.prod(dispatch.grid)
@@ -245,6 +247,16 @@ class RaggedBatchRunner:
             compute_pass.dispatch_workgroups(*grid)
         compute_pass.end()
         return len(merged)
+
+    def _elements(self, call_site_index: int, params: bytes) -> int | None:
+        """:func:`call_elements`, remembered by call site and params block: a batch evaluates
+        it for every instance of every dispatch, and the same sizes come back batch after batch."""
+        call_site = self.manifest["call_sites"][call_site_index]
+        start = call_site["params_offset"]
+        key = (call_site_index, params[start:start + call_site["params_size"]])
+        if key not in self._element_counts:
+            self._element_counts[key] = call_elements(self.manifest, call_site_index, params)
+        return self._element_counts[key]
 
     def _write_tables(self, data: bytes) -> None:
         if self._table_buffer is None or self._table_buffer.size < len(data):
