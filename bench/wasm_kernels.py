@@ -103,7 +103,7 @@ def main() -> None:
         for _ in range(args.rounds):  # interleaved: both forms see the same load on the machine
             for name, kernel in kernels.items():
                 best[name] = min(best[name], kernel.run())
-        # (tests/test_cpu_kernels.py checks both forms against the interpreter, at smaller shapes)
+        # (tests/cpu/test_cpu_kernels.py checks both forms against the interpreter, at smaller shapes)
         np.testing.assert_allclose(kernels["micro-kernel"].result(), kernels["element"].result(), rtol=1e-4, atol=1e-3)
         rates = {name: flops / seconds / 1e9 for name, seconds in best.items()}
         print(f"{label:<28} {rates['element']:>10.2f} GFLOP/s {rates['micro-kernel']:>8.2f} GFLOP/s "

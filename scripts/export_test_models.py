@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Export the tiny real-world models that tests/test_models.py imports.
+"""Export the tiny real-world models that tests/e2e/test_models.py imports.
 
     python3 scripts/export_test_models.py OUT_DIR [--only NAME ...]
 
@@ -12,7 +12,7 @@ the export time; the dim_param names the exporter actually wrote).  Models:
     cnn_legacy, cnn_dynamo      a small CNN: x[batch, 3, height, width] -> logits[batch, 10]
     gpt2_small                  GPT-2 small itself (124M: vocabulary 50257, 12 layers of 768), legacy
                                 exporter; only with --only (its 154 MB embedding is above one WebGPU
-                                binding: tests/test_split_weights.py; ~650 MB on disk)
+                                binding: tests/wgsl/test_split_weights.py; ~650 MB on disk)
 
 Weights are random from fixed seeds and configs are tiny, so each export takes seconds.
 Nothing here reaches the network (transformers builds models from a config).

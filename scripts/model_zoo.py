@@ -9,7 +9,7 @@ Chromium without WebGPU (scripts/zoo/check.py).  Writes docs/model-zoo.md and do
     python3 scripts/model_zoo.py check [--only NAME]   # build, run, compare; write the docs
     python3 scripts/model_zoo.py check --paths batch --work-dir DIR   # one path; bundles and results in DIR
     python3 scripts/model_zoo.py all                   # export, then check
-    python3 scripts/model_zoo.py check --fast          # CI's subset (tests/test_model_zoo.py)
+    python3 scripts/model_zoo.py check --fast          # CI's subset (tests/e2e/test_model_zoo.py)
     python3 scripts/model_zoo.py list                  # the models, their exporters and environments
 
 The models and their shapes are listed in scripts/zoo/catalog.py.  Exporters that need
@@ -366,7 +366,7 @@ def render_doc(report: dict) -> str:
         COMMAND + "    # everything (minutes; setup once)",
         "python3 scripts/model_zoo.py check --only NAME        # one model's row",
         "python3 scripts/model_zoo.py check --paths batch      # one path's column (the others kept)",
-        "python3 -m pytest tests/test_model_zoo.py             # CI's subset (slow, browser marks)",
+        "python3 -m pytest tests/e2e/test_model_zoo.py             # CI's subset (slow, browser marks)",
         "```",
         "",
         f"Checked on {report['date']} on {report['machine']['platform']}, {report['machine']['cpu']}, "
@@ -426,7 +426,7 @@ def render_doc(report: dict) -> str:
         inputs = "<br>".join(f"`{k}: {v}`" for k, v in r.get("inputs", {}).items())
         lines.append(f"| {name} | {inputs} | {', '.join(r.get('op_types', []))} |")
     lines += ["", "## CI", "",
-              "`tests/test_model_zoo.py` (marked slow) exports the models marked `fast` in the catalog with",
+              "`tests/e2e/test_model_zoo.py` (marked slow) exports the models marked `fast` in the catalog with",
               "relaxweb's own environment and checks them on the Python runtime's two backends (WebGPU",
               "and wasm), with the committed small models of other exporters in `tests/data/model-zoo/`",
               "(under 1 MB each; the command that regenerates them is in the README there); two of them",

@@ -17,7 +17,7 @@ from relaxweb.errors import RelaxwebError
 from relaxweb.passes.context import VERIFY_ENVIRONMENT_VARIABLE
 from relaxweb.runtime.webgpu import default_device
 
-#: Fixtures that hold a wgpu device (tests/test_runtime_python.py has its own).
+#: Fixtures that hold a wgpu device (tests/runtime/test_runtime_python.py has its own).
 GPU_FIXTURES = {"device", "gpu_device"}
 #: The Python runtime's backends every onnxruntime comparison runs on (``backend`` below).
 BACKENDS = ("webgpu", "wasm")

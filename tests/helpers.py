@@ -46,7 +46,7 @@ Tiers (rtol, atol):
     and multiplied in f16, summed in f32; relaxweb/wgsl/variants.py) against onnxruntime.
     Each product is off by up to 5 f16 unit roundoffs (2**-11 ~ 4.9e-4) of its magnitude, so a
     K-term sum by ~sqrt(K) * 4.9e-4 * |term| in practice (single matmuls are checked against
-    that bound itself, tests/test_f16_kernels.py).  Measured on lavapipe at the test shapes:
+    that bound itself, tests/wgsl/test_f16_kernels.py).  Measured on lavapipe at the test shapes:
     at most 2.4e-4 on GPT-2's logits (|logit| < 0.48) and 4.0e-4 on the CNN's (< 0.79), a
     fifth of this tier, which is still 50x below an O(1e-1) error.
 
@@ -222,9 +222,9 @@ def demo_page(bundle: Path):
 
 
 def in_the_browser(test):
-    """A test with the marks of tests/test_browser.py: ``browser``, and skipped without
+    """A test with the marks of tests/runtime_js/test_browser.py: ``browser``, and skipped without
     Playwright or Chromium."""
-    from tests.test_browser import pytestmark  # noqa: PLC0415 - that module imports these helpers
+    from tests.runtime_js.test_browser import pytestmark  # noqa: PLC0415 - that module imports these helpers
 
     for mark in pytestmark:
         test = mark(test)

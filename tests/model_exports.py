@@ -1,4 +1,4 @@
-"""Helpers of tests/test_models.py: export the tiny PyTorch models (through
+"""Helpers of tests/e2e/test_models.py: export the tiny PyTorch models (through
 scripts/export_test_models.py, in a subprocess), find the symbolic variables of an imported
 function, and run it with a check of every binding's value against its annotation."""
 

@@ -1,4 +1,4 @@
-"""The feature-pyramid and U-Net models of tests/test_assumptions.py, exported with torch.onnx.
+"""The feature-pyramid and U-Net models of tests/passes/test_runtime_assumptions.py, exported with torch.onnx.
 
     python3 -m tests.pyramid_models OUT_DIR
 

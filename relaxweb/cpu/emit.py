@@ -73,7 +73,7 @@ def _per_class(f: str | None, s: str | None, u: str | None = None) -> dict[str, 
 
 
 # How each op of the scalar IR is written in WAT, by value class, from its operands' text.
-# tests/test_cpu_kernels.py checks that every member of each enum has an entry.
+# tests/cpu/test_cpu_kernels.py checks that every member of each enum has an entry.
 BINARY_RENDERINGS: dict[BinaryOp, dict[str, Callable[[str, str], str]]] = {
     BinaryOp.ADD: _per_class("f32.add", "i32.add"),
     BinaryOp.SUBTRACT: _per_class("f32.sub", "i32.sub"),

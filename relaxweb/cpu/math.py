@@ -57,7 +57,7 @@ Methods (Cephes' single-precision algorithms and coefficients, as SLEEF and XNNP
 - unpack_half: the half's exponent and mantissa bits moved to f32's place and multiplied by
   2^112 (exact, denormal halves included); inf and NaN (exponent 31) by an i32x4 select.
 
-Accuracy, measured against numpy in float64 (tests/test_cpu_math.py checks the bounds on ~4e5
+Accuracy, measured against numpy in float64 (tests/cpu/test_cpu_math.py checks the bounds on ~4e5
 points per function: dense samples of the domain, log-spaced magnitudes, special values; the
 maxima below are over those and a sweep of 5.5e6 random points, random bit patterns included),
 in ulps of the float32 result:

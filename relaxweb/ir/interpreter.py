@@ -197,7 +197,7 @@ class Interpreter(ExprFunctor):
         return ()
 
 
-# The numpy function of each op of the scalar IR (tests/test_scalar_expr.py checks every op has one).
+# The numpy function of each op of the scalar IR (tests/ir/test_scalar_expr.py checks every op has one).
 UNARY_FUNCTIONS: dict[UnaryOp, Callable[[np.ndarray], np.ndarray]] = {
     UnaryOp.EXP: np.exp, UnaryOp.TANH: np.tanh, UnaryOp.NEGATIVE: np.negative, UnaryOp.IS_NAN: np.isnan,
     UnaryOp.SIGMOID: lambda a: 1 / (1 + np.exp(-a)),

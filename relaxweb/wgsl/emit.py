@@ -59,7 +59,7 @@ def float_extremum(op: BinaryOp | ReduceCombiner, a: str, b: str, float_type: st
 
 
 # How each op of the scalar IR is written in WGSL, from its operands' WGSL text.  Every op
-# has an entry (tests/test_scalar_expr.py checks): an op without one is an error, never a guess.
+# has an entry (tests/ir/test_scalar_expr.py checks): an op without one is an error, never a guess.
 BINARY_RENDERINGS: dict[BinaryOp, Callable[[str, str], str]] = {
     BinaryOp.ADD: lambda a, b: f"({a} + {b})",
     BinaryOp.SUBTRACT: lambda a, b: f"({a} - {b})",

@@ -31,7 +31,7 @@ variant (``f16_file``): the same program under :class:`HalfTiledMatmulSchedule`,
 factors are evaluated in f32 (fused prologues included), rounded to f16 as they are staged,
 multiplied in f16, and summed in f32 (an f16 running sum over K = 768 loses about 3 of the
 inputs' digits; an f32 sum of f16 products keeps each output within a few f16 roundings of
-the exact one: ``tests/test_f16_kernels.py`` measures it).  Buffers stay f32, so weights,
+the exact one: ``tests/wgsl/test_f16_kernels.py`` measures it).  Buffers stay f32, so weights,
 bindings, params and the dispatch size do not change and the runtimes may pick either
 shader per adapter.  Elementwise kernels do not get one: they are bound by the memory
 traffic of their f32 buffers, which f16 arithmetic does not reduce.  f16's range ends at

@@ -86,7 +86,7 @@ class Model:
     dim_names: dict = field(default_factory=dict)
     #: integer inputs (token ids) are drawn from [0, vocab)
     vocab: int = 100
-    #: checked by tests/test_model_zoo.py (CI): passes today and needs only the main
+    #: checked by tests/e2e/test_model_zoo.py (CI): passes today and needs only the main
     #: environment, or its file is committed under tests/data/model-zoo (< 1 MB)
     fast: bool = False
     committed: bool = False

@@ -1,0 +1,632 @@
+"""Pattern analysis, fusion (fuse_ops + the loop-level merge) and schedules (schedule_programs
+and their WGSL on wgpu).
+
+Pass tests follow the usual shape: build ``before`` and ``expected``, run the pass, compare
+structurally, and run both through the reference interpreter on the same inputs.  The
+schedules' shaders run on wgpu (lavapipe here) against the interpreter, at sizes that leave
+partial tiles and partial workgroups.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+import pytest
+
+from relaxweb.ir import FunctionBuilder, IRModule, SizeVar, TensorStructInfo
+from relaxweb.ir.expr import CallTIR, Constant, DataflowBlock, Function, SeqExpr, Var, VarBinding
+from relaxweb.ir.fusion import inline_producer, simplify_indices
+from relaxweb.ir.interpreter import run_module, run_program
+from relaxweb.ir.launch import dispatch_count, vectorizable, workgroup_storage_bytes
+from relaxweb.ir.pattern import Pattern, analyze_matmul, program_pattern
+from relaxweb.ir.schedule import (
+    ElementSchedule, RegisterMatmulSchedule, Schedule, TiledMatmulSchedule, VectorizedSchedule, WorkgroupReductionSchedule,
+)
+from relaxweb.ir.structural import assert_structural_equal
+from relaxweb.ir.symbolic import Analyzer, IntImm, evaluate
+from relaxweb.ir.tir import Binary, Buffer, FloatImm, Load, Reduce, TensorProgram, Unary, format_program
+from relaxweb.ir.well_formed import check_well_formed
+from relaxweb.ops import call_op
+from relaxweb.passes import fuse_ops, legalize_ops, schedule_programs
+from relaxweb.wgsl import emit_wgsl
+from tests.gpu_kernels import run_kernel_on_gpu
+from tests.helpers import F32_LOOSE, assert_close, rand
+from tests.passes.test_passes import mlp_module  # x[n, 4] -> matmul -> add -> relu -> matmul -> add -> softmax
+
+n, m, k = SizeVar("n"), SizeVar("m"), SizeVar("k")
+I0, I1, I2 = SizeVar("i0_"), SizeVar("i1_"), SizeVar("i2_")
+
+
+def tensor(*shape) -> TensorStructInfo:
+    return TensorStructInfo(tuple(shape), "float32")
+
+
+def one_op(params: dict[str, TensorStructInfo], make) -> IRModule:
+    builder = FunctionBuilder("main")
+    args = [builder.add_param(name, info) for name, info in params.items()]
+    out = builder.emit(make(*args), "y", output=True)
+    return IRModule({"main": builder.finish([out], ["y"])})
+
+
+def calls(module: IRModule) -> list[CallTIR]:
+    return [b.value for b in module.main.bindings() if isinstance(b.value, CallTIR)]
+
+
+def programs_of(module: IRModule) -> list[TensorProgram]:
+    return [module.programs[c.program] for c in calls(module)]
+
+
+# Pattern analysis -----------------------------------------------------------------------------
+
+PATTERN_CASES = {
+    "add": (lambda x, y: call_op("add", x, y), {"x": tensor(n, 4), "y": tensor(n, 4)}, [Pattern.ELEMENTWISE]),
+    "bias add": (lambda x, b: call_op("add", x, b), {"x": tensor(n, 4), "b": tensor(4)}, [Pattern.BROADCAST]),
+    "transpose": (lambda x: call_op("transpose", x, axes=[1, 0]), {"x": tensor(n, 4)}, [Pattern.INJECTIVE]),
+    "take": (lambda x, i: call_op("take", x, i, axis=0), {"x": tensor(n, 4), "i": TensorStructInfo((3,), "int32")},
+             [Pattern.INJECTIVE]),
+    "sum": (lambda x: call_op("sum", x, axes=[1], keepdims=False), {"x": tensor(n, 4)}, [Pattern.REDUCTION]),
+    "softmax": (lambda x: call_op("softmax", x, axes=[1]), {"x": tensor(n, m)}, [Pattern.REDUCTION, Pattern.REDUCTION, Pattern.BROADCAST]),
+    "matmul": (lambda a, b: call_op("matmul", a, b), {"a": tensor(n, k), "b": tensor(k, m)}, [Pattern.MATMUL]),
+    # unique: two library kernels (count, values), then a copy into the result
+    "unique": (lambda x: call_op("unique", x), {"x": tensor(n)}, [Pattern.OPAQUE, Pattern.OPAQUE, Pattern.BROADCAST]),
+}
+
+
+@pytest.mark.parametrize("case", list(PATTERN_CASES))
+def test_pattern_of_legalized_ops(case: str) -> None:
+    make, params, expected = PATTERN_CASES[case]
+    legalized = legalize_ops(one_op(params, make))
+    assert [program_pattern(p) for p in programs_of(legalized)] == expected
+
+
+def test_matmul_split_into_rows_columns_and_batch() -> None:
+    legalized = legalize_ops(one_op({"a": tensor(3, n, k), "b": tensor(k, m)}, lambda a, b: call_op("matmul", a, b)))
+    (program,) = programs_of(legalized)
+    info = analyze_matmul(program)
+    # a batch axis only the first factor reads is just more rows: one (3 * n) x m product
+    assert (info.rows, info.columns, info.batch) == ((0, 1), (2,), ())
+    assert [a.name for a in info.reduce_axes] == ["k_"]
+    assert info.reduction == program.body
+
+
+def test_convolution_is_an_implicit_gemm_and_grouped_convolution_is_not() -> None:
+    def conv(groups: int, weight_channels: int):
+        def make(x, w):
+            return call_op("conv", x, w, strides=[1, 1], dilations=[1, 1], padding=[1, 1, 1, 1], groups=groups)
+        params = {"x": tensor(n, 4, 6, 6), "w": tensor(8, weight_channels, 3, 3)}
+        return programs_of(legalize_ops(one_op(params, make)))[0]
+
+    plain = analyze_matmul(conv(1, 4))
+    # rows: the output channels (the weights' factor); columns: batch and the two spatial axes
+    # (the output's last axis stays a column axis, so stores are coalesced); three reduction axes
+    assert (plain.rows, plain.columns, plain.batch) == ((1,), (0, 2, 3), ())
+    assert len(plain.reduce_axes) == 3
+    assert program_pattern(conv(2, 2)) == Pattern.REDUCTION  # each output channel reads its own group
+
+
+# Loop-level merge -----------------------------------------------------------------------------
+
+
+def relu_program() -> TensorProgram:
+    a = Buffer("A", (n, k), "float32")
+    return TensorProgram("relu", (a,), Buffer("out", (n, k), "float32"), (I0, I1),
+                         Binary("maximum", Load(a, (I0, I1)), FloatImm(0.0)))
+
+
+def matmul_program() -> TensorProgram:
+    a, b = Buffer("A", (n, k), "float32"), Buffer("B", (k, m), "float32")
+    r = SizeVar("k_")
+    body = Reduce("sum", r, k, Binary("multiply", Load(a, (I0, r)), Load(b, (r, I1))))
+    return TensorProgram("matmul", (a, b), Buffer("out", (n, m), "float32"), (I0, I1), body)
+
+
+def test_inline_producer_builds_the_prologue() -> None:
+    values = {"n": n, "k": k, "m": m}
+    fused = inline_producer(matmul_program(), values, "A", relu_program(), {"n": n, "k": k})
+    # the consumer's other input first, then the producer's (renamed: B is taken)
+    assert fused.input_sources == (("consumer", 1), ("producer", 0))
+    b, a = fused.program.inputs
+    assert b.name == "B" and a.name != "B"
+    r = SizeVar("k_")
+    expected_body = Reduce("sum", r, k, Binary(
+        "multiply", Binary("maximum", Load(a, (I0, r)), FloatImm(0.0)), Load(b, (r, I1))))
+    assert fused.program.body == expected_body
+    assert fused.size_var_values == values
+    left, right = rand(5, 3, seed=1), rand(3, 4, seed=2)
+    got = run_program(fused.program, [right, left], {"n": 5, "k": 3, "m": 4})
+    assert_close(got, np.maximum(left, 0) @ right)
+
+
+def test_inline_producer_renames_clashing_size_vars_and_reduction_axes() -> None:
+    # the producer is a row sum whose size var "k" is bound to another value than the consumer's
+    a = Buffer("A", (n, k), "float32")
+    r = SizeVar("k_")
+    row_sum = TensorProgram("row_sum", (a,), Buffer("out", (n,), "float32"), (I0,),
+                            Reduce("sum", r, k, Load(a, (I0, r))))
+    consumer_input = Buffer("A", (n,), "float32")
+    other = Buffer("B", (n, k), "float32")
+    consumer = TensorProgram("scale", (consumer_input, other), Buffer("out", (n, k), "float32"), (I0, I1),
+                             Binary("multiply", Load(consumer_input, (I0,)), Load(other, (I0, I1))))
+    fused = inline_producer(consumer, {"n": n, "k": k}, "A", row_sum, {"n": n, "k": SizeVar("width")})
+    renamed = [name for name in fused.size_var_values if name not in ("n", "k")]
+    assert len(renamed) == 1 and format(fused.size_var_values[renamed[0]]) == "width"
+    text = format_program(fused.program)
+    assert f"in range({renamed[0]})" in text
+    data, weights = rand(4, 7, seed=3), rand(4, 2, seed=4)
+    got = run_program(fused.program, [weights, data], {"n": 4, "k": 2, renamed[0]: 7})
+    assert_close(got, data.sum(axis=1, keepdims=True) * weights)
+
+
+def test_simplify_indices_folds_reshape_arithmetic_with_symbolic_extents() -> None:
+    # out[i0, i1, i2] reads a [n*m, 8] buffer through a reshape: row (i0*m + i1), column i2
+    source = Buffer("A", (n * m, 8), "float32")
+    flat = (I0 * m + I1) * 8 + I2
+    program = TensorProgram("view", (source,), Buffer("out", (n, m, 8), "float32"), (I0, I1, I2),
+                            Load(source, (flat // 8 % (n * m), flat % 8)))
+    simplified = simplify_indices(program)
+    assert [str(i) for i in simplified.body.indices] == ["i0_ * m + i1_", "i2_"]
+    analyzer = Analyzer().with_symbolic_upper("s", SizeVar("S") - 1)
+    assert analyzer.prove_less(SizeVar("s"), SizeVar("S"))
+    assert not Analyzer().prove_less(SizeVar("s"), SizeVar("S"))
+
+
+# fuse_ops ------------------------------------------------------------------------------------
+
+
+def chain_module() -> IRModule:
+    """relu -> tanh -> exp -> negative on x[n, 4]."""
+    builder = FunctionBuilder("main")
+    x = builder.add_param("x", tensor(n, 4))
+    a = builder.emit(call_op("relu", x), "a")
+    b = builder.emit(call_op("tanh", a), "b")
+    c = builder.emit(call_op("exp", b), "c")
+    d = builder.emit(call_op("negative", c), "d", output=True)
+    return IRModule({"main": builder.finish([d], ["d"])})
+
+
+def test_fuse_ops_merges_an_elementwise_chain_into_one_program() -> None:
+    before = legalize_ops(chain_module())
+    after = fuse_ops(before)
+
+    rows = SizeVar("rows")
+    i, j = SizeVar("i"), SizeVar("j")
+    source = Buffer("A", (rows, 4), "float32")
+    body = Unary("negative", Unary("exp", Unary("tanh", Binary("maximum", Load(source, (i, j)), FloatImm(0.0)))))
+    program = TensorProgram("fused_relu__negative", (source,), Buffer("out", (rows, 4), "float32"), (i, j), body)
+    data = Var("data", tensor(rows, 4))
+    result = Var("result", tensor(rows, 4))
+    call = CallTIR("fused_relu__negative", (data,), tensor(rows, 4), (("rows", rows),))
+    expected = IRModule(
+        {"main": Function("main", (data,), SeqExpr((DataflowBlock((VarBinding(result, call),)),), result), ("x",), ("d",))},
+        {"fused_relu__negative": program},
+    )
+    assert_structural_equal(after, expected)
+    value = rand(3, 4, seed=5)
+    want = run_module(before, {"x": value})[0]
+    assert_close(run_module(after, {"x": value})[0], want)
+    assert_close(run_module(expected, {"x": value})[0], want)
+
+
+def test_fuse_ops_merges_epilogues_and_prologues_of_an_mlp() -> None:
+    before = legalize_ops(mlp_module())
+    after = fuse_ops(before)
+    assert len(calls(before)) == 8
+    # matmul+bias+relu; matmul+bias (a reduction does not merge into another reduction);
+    # softmax max, sum and normalize (the logits have three readers, so they stay)
+    patterns = [program_pattern(p) for p in programs_of(after)]
+    assert len(calls(after)) == 5, [format_program(p) for p in programs_of(after)]
+    assert patterns[:2] == [Pattern.MATMUL, Pattern.MATMUL]
+    first = format_program(programs_of(after)[0])
+    assert "maximum(" in first and "sum(" in first  # bias + relu epilogue of the first matmul
+    # nothing left in the module that no call uses
+    assert set(after.programs) == {c.program for c in calls(after)}
+    for rows in (1, 5):
+        value = rand(rows, 4, seed=rows)
+        assert_close(run_module(after, {"x": value})[0], run_module(before, {"x": value})[0])
+
+
+def test_fuse_ops_keeps_shared_reductions_outputs_and_library_kernels() -> None:
+    builder = FunctionBuilder("main")
+    x = builder.add_param("x", tensor(n, 4))
+    flat = builder.add_param("flat", tensor(m))
+    total = builder.emit(call_op("sum", x, axes=[1], keepdims=True), "total")
+    scaled = builder.emit(call_op("multiply", x, total), "scaled")      # reads total
+    shifted = builder.emit(call_op("subtract", x, total), "shifted")    # reads total again
+    distinct = builder.emit(call_op("unique", flat), "distinct")
+    relu = builder.emit(call_op("relu", scaled), "relu", output=True)   # an output: stays
+    out = builder.emit(call_op("add", relu, shifted), "out", output=True)
+    module = IRModule({"main": builder.finish([relu, out, distinct], ["relu", "out", "distinct"])})
+    before = legalize_ops(module)
+    after = fuse_ops(before)
+    produced = {b.var.name for b in after.main.bindings() if isinstance(b.value, CallTIR)}
+    assert {"total", "relu", "distinct"} <= produced  # used twice / a function output / opaque
+    assert "scaled" not in produced and "shifted" not in produced  # merged into their consumers
+    inputs = {"x": rand(6, 4, seed=7), "flat": np.array([3, 1, 3], np.float32)}
+    for got, want in zip(run_module(after, inputs), run_module(before, inputs)):
+        assert_close(got, want)
+
+
+def test_fuse_ops_stays_within_eight_storage_buffers() -> None:
+    builder = FunctionBuilder("main")
+    params = [builder.add_param(f"x{i}", tensor(n, 4)) for i in range(10)]
+    total = params[0]
+    for index, param in enumerate(params[1:]):
+        total = builder.emit(call_op("add", total, param), f"sum{index}")
+    out = builder.emit(call_op("relu", total), "out", output=True)
+    module = IRModule({"main": builder.finish([out], ["out"])})
+    before = legalize_ops(module)
+    after = fuse_ops(before)
+    assert len(calls(after)) < len(calls(before))
+    assert all(len(p.inputs) + 1 <= 8 for p in programs_of(after))
+    inputs = {f"x{i}": rand(2, 4, seed=i) for i in range(10)}
+    assert_close(run_module(after, inputs)[0], run_module(before, inputs)[0])
+
+
+# schedule_programs -------------------------------------------------------------------------------
+
+
+def test_schedule_programs_picks_by_pattern() -> None:
+    scheduled = schedule_programs(fuse_ops(legalize_ops(mlp_module())))
+    schedules = [p.schedule for p in programs_of(scheduled)]
+    # the fused matmuls, then softmax max / sum over a row of 3 (short: one invocation each)
+    assert schedules[0] == TiledMatmulSchedule()
+    assert ElementSchedule() in schedules
+    assert "@tensor_program(schedule=tiled_matmul(tile=32, depth=16, block=4))" in str(scheduled)
+    def softmax(width):
+        return legalize_ops(one_op({"x": tensor(n, width)}, lambda x: call_op("softmax", x, axes=[1])))
+
+    long_rows = schedule_programs(softmax(200))  # a long constant row: a workgroup per row
+    # (and the normalization, elementwise over rows of 200 = 50 x 4, reads 4 at a time)
+    assert [p.schedule.kind for p in programs_of(long_rows)] == ["workgroup_reduction", "workgroup_reduction", "vectorized"]
+    # a symbolic row length: as many rows as the row is long, so one invocation per row
+    assert [p.schedule for p in programs_of(schedule_programs(softmax(m)))] == [ElementSchedule()] * 3
+    value = rand(3, 200, seed=8)
+    assert_close(run_module(long_rows, {"x": value})[0], run_module(softmax(200), {"x": value})[0])
+
+
+# Schedules on the GPU ----------------------------------------------------------------------------
+
+
+def scheduled(program: TensorProgram, schedule: Schedule) -> TensorProgram:
+    from dataclasses import replace
+
+    return replace(program, schedule=schedule)
+
+
+# every schedule of matmul-like programs: staged through workgroup memory, or read into registers
+MATMUL_SCHEDULES = [TiledMatmulSchedule(), RegisterMatmulSchedule(block=8), RegisterMatmulSchedule(block=4)]
+
+
+@pytest.mark.parametrize("schedule", MATMUL_SCHEDULES, ids=str)
+@pytest.mark.parametrize("sizes", [(1, 1, 1), (37, 19, 45), (64, 16, 32), (5, 70, 3)])
+def test_tiled_matmul_with_epilogue_on_gpu(device, sizes: tuple[int, int, int], schedule: Schedule) -> None:
+    rows, depth, columns = sizes
+    # out = relu(A @ B + bias): the matmul with a fused epilogue
+    a, b, bias = Buffer("A", (n, k), "float32"), Buffer("B", (k, m), "float32"), Buffer("C", (m,), "float32")
+    r = SizeVar("k_")
+    product = Reduce("sum", r, k, Binary("multiply", Load(a, (I0, r)), Load(b, (r, I1))))
+    body = Binary("maximum", Binary("add", product, Load(bias, (I1,))), FloatImm(0.0))
+    program = TensorProgram("matmul_bias_relu", (a, b, bias), Buffer("out", (n, m), "float32"), (I0, I1), body)
+    assert program_pattern(program) == Pattern.MATMUL
+    arrays = [rand(rows, depth, seed=1), rand(depth, columns, seed=2), rand(columns, seed=3)]
+    size_vars = {"n": rows, "k": depth, "m": columns}
+    want = run_program(program, arrays, size_vars)
+    got = run_kernel_on_gpu(device, scheduled(program, schedule), arrays, size_vars)
+    assert_close(got, want, F32_LOOSE)
+    staged = "var<workgroup> tile_a" in emit_wgsl(scheduled(program, schedule)).source
+    assert staged == isinstance(schedule, TiledMatmulSchedule)
+
+
+@pytest.mark.parametrize("schedule", MATMUL_SCHEDULES, ids=str)
+def test_tiled_batched_matmul_with_broadcast_on_gpu(device, schedule: Schedule) -> None:
+    legalized = legalize_ops(one_op({"a": tensor(3, n, k), "b": tensor(k, m)}, lambda a, b: call_op("matmul", a, b)))
+    (program,) = programs_of(legalized)
+    arrays = [rand(3, 33, 20, seed=4), rand(20, 40, seed=5)]
+    size_vars = {"n": 33, "k": 20, "m": 40}
+    got = run_kernel_on_gpu(device, scheduled(program, schedule), arrays, size_vars)
+    assert_close(got, arrays[0] @ arrays[1], F32_LOOSE)
+
+
+@pytest.mark.parametrize("schedule", MATMUL_SCHEDULES, ids=str)
+def test_convolution_as_tiled_matmul_on_gpu(device, schedule: Schedule) -> None:
+    def make(x, w):
+        return call_op("conv", x, w, strides=[1, 1], dilations=[1, 1], padding=[1, 1, 1, 1])
+    legalized = legalize_ops(one_op({"x": tensor(n, 3, 9, 7), "w": tensor(5, 3, 3, 3)}, make))
+    (program,) = programs_of(legalized)
+    arrays = [rand(2, 3, 9, 7, seed=6), rand(5, 3, 3, 3, seed=7)]
+    want = run_program(program, arrays, {"n": 2})
+    got = run_kernel_on_gpu(device, scheduled(program, schedule), arrays, {"n": 2})
+    assert_close(got, want, F32_LOOSE)
+
+
+def test_tiled_matmuls_take_64_tiles_unless_an_extent_is_a_small_constant() -> None:
+    def matmul_schedule(rows, depth, columns):
+        module = legalize_ops(one_op({"a": tensor(rows, depth), "b": tensor(depth, columns)},
+                                     lambda a, b: call_op("matmul", a, b)))
+        return programs_of(schedule_programs(module))[0].schedule
+
+    large, small = TiledMatmulSchedule(tile=64, depth=16, block=8), TiledMatmulSchedule()
+    assert matmul_schedule(1024, 1024, 1024) == large
+    assert matmul_schedule(n, 768, 768) == large  # a symbolic extent counts as large
+    assert matmul_schedule(n, 768, 8) == small  # 8 columns: a 64 tile would be 7/8 padding
+    assert matmul_schedule(48, 768, n) == small
+
+
+def test_tiled_matmul_follows_its_parameters_on_gpu(device) -> None:
+    # 64 x 64 tiles staged 8 deep, 8 x 8 outputs per invocation (8 x 8 invocations, as always)
+    schedule = TiledMatmulSchedule(tile=64, depth=8, block=8)
+    a, b = Buffer("A", (n, k), "float32"), Buffer("B", (k, m), "float32")
+    r = SizeVar("k_")
+    body = Reduce("sum", r, k, Binary("multiply", Load(a, (I0, r)), Load(b, (r, I1))))
+    program = scheduled(TensorProgram("matmul", (a, b), Buffer("out", (n, m), "float32"), (I0, I1), body), schedule)
+    size_vars = {"n": 137, "k": 19, "m": 75}
+    assert int(evaluate(dispatch_count(program), size_vars)) == 3 * 2 * 64  # ceil(137 / 64) x ceil(75 / 64) tiles
+    assert workgroup_storage_bytes(program) == 2 * 64 * 8 * 4
+    assert "var<workgroup> tile_a: array<vec4<f32>, 128>;" in emit_wgsl(program).source  # 64 x 8 as vec4
+    arrays = [rand(137, 19, seed=21), rand(19, 75, seed=22)]
+    got = run_kernel_on_gpu(device, program, arrays, size_vars)
+    np.testing.assert_allclose(got, arrays[0] @ arrays[1], rtol=1e-4, atol=1e-5)
+
+
+def test_schedules_are_typed_validated_and_printed() -> None:
+    assert str(TiledMatmulSchedule()) == "tiled_matmul(tile=32, depth=16, block=4)"
+    assert str(VectorizedSchedule(width=2)) == "vectorized(width=2)"
+    assert str(WorkgroupReductionSchedule()) == "workgroup_reduction"
+    with pytest.raises(ValueError, match="must be the workgroup size 64"):
+        TiledMatmulSchedule(tile=32, block=2)  # 16 x 16 invocations
+    with pytest.raises(ValueError, match="block must be a multiple of 4"):
+        TiledMatmulSchedule(tile=16, block=2)  # 8 x 8 invocations, but a block row is not whole vec4s
+    with pytest.raises(ValueError, match="tile must divide 64"):
+        TiledMatmulSchedule(tile=128, block=16)  # an invocation would stage two rows of the tile
+    with pytest.raises(ValueError, match="width must be 2 or 4"):
+        VectorizedSchedule(width=3)
+    source = Buffer("A", (n,), "float32")
+    with pytest.raises(TypeError, match="schedule must be a Schedule"):
+        TensorProgram("p", (source,), Buffer("out", (n,), "float32"), (I0,), Load(source, (I0,)), "element")
+
+
+def test_a_schedule_without_a_wgsl_renderer_is_an_error() -> None:
+    @dataclass(frozen=True)
+    class Unrolled(Schedule):
+        kind: ClassVar[str] = "unrolled"
+        factor: int = 8
+
+    source = Buffer("A", (n,), "float32")
+    program = TensorProgram("copy", (source,), Buffer("out", (n,), "float32"), (I0,), Load(source, (I0,)), Unrolled())
+    with pytest.raises(NotImplementedError, match=r"copy: the WGSL backend has no renderer for the schedule unrolled\(factor=8\)"):
+        emit_wgsl(program)
+
+
+@pytest.mark.parametrize("combiner", ["sum", "max", "min", "prod"])
+@pytest.mark.parametrize("width", [0, 1, 63, 64, 65, 200])
+def test_workgroup_reduction_on_gpu(device, combiner: str, width: int) -> None:
+    a = Buffer("A", (n, m), "float32")
+    r = SizeVar("r_")
+    # out[i] = combiner(A[i, r]) * 2 + 1: an epilogue after the cooperative reduction
+    body = Binary("add", Binary("multiply", Reduce(combiner, r, m, Load(a, (I0, r))), FloatImm(2.0)), FloatImm(1.0))
+    program = TensorProgram("row_" + combiner, (a,), Buffer("out", (n,), "float32"), (I0,), body)
+    data = rand(5, width, seed=width)
+    if combiner == "prod":
+        data = (1 + data * 0.01).astype(np.float32)
+    if width and combiner in ("max", "min"):
+        data[1, :] = -np.inf if combiner == "max" else np.inf  # a row of infinities stays infinite
+    want = run_program(program, [data], {"n": 5, "m": width})
+    got = run_kernel_on_gpu(device, scheduled(program, WorkgroupReductionSchedule()), [data], {"n": 5, "m": width})
+    assert_close(got, want, F32_LOOSE)
+
+
+def test_workgroup_reduction_of_two_reductions_over_one_axis_name_on_gpu(device) -> None:
+    """out[i] = sum(A[i, r]) / max(A[i, r]) with both reductions over an axis named r_ (as a
+    ceil-mode AveragePool's sum / count): each keeps its own state in the shader."""
+    a = Buffer("A", (n, m), "float32")
+    r = SizeVar("r_")
+    body = Binary("divide", Reduce("sum", r, m, Load(a, (I0, r))), Reduce("max", r, m, Load(a, (I0, r))))
+    program = TensorProgram("sum_over_max", (a,), Buffer("out", (n,), "float32"), (I0,), body)
+    data = rand(5, 100, seed=1, low=0.5, high=1.5)
+    want = run_program(program, [data], {"n": 5, "m": 100})
+    got = run_kernel_on_gpu(device, scheduled(program, WorkgroupReductionSchedule()), [data], {"n": 5, "m": 100})
+    assert_close(got, want, F32_LOOSE)
+
+
+@pytest.mark.gpu
+def test_fused_models_agree_with_unfused_on_gpu(tmp_path) -> None:
+    """The MLP built at opt level 0 and 1: same outputs in the Python runtime, fewer dispatches."""
+    pytest.importorskip("wgpu")
+    from relaxweb.bundle import write_bundle
+    from relaxweb.compiler import compile_module
+    from relaxweb.runtime.webgpu import Session
+
+    results, dispatches = {}, {}
+    value = rand(7, 4, seed=9)
+    for level in (0, 1):
+        compiled = compile_module(mlp_module(), {}, opt_level=level)
+        write_bundle(compiled, tmp_path / f"level{level}", "mlp")
+        session = Session(tmp_path / f"level{level}")
+        results[level] = session.run({"x": value})
+        dispatches[level] = session.last_dispatch_count
+    for name in results[0]:
+        assert_close(results[1][name], results[0][name])
+    assert (dispatches[0], dispatches[1]) == (8, 5)
+
+
+def test_workgroup_reduction_shader_combines_through_workgroup_memory() -> None:
+    legalized = legalize_ops(one_op({"x": tensor(n, 256)}, lambda x: call_op("softmax", x, axes=[1])))
+    for program in schedule_programs(legalized).programs.values():
+        source = emit_wgsl(program).source
+        if isinstance(program.schedule, WorkgroupReductionSchedule):
+            assert "workgroupBarrier();" in source
+            assert "if (local_index == 0u) {" in source
+
+
+# canonicalize_bindings and fold_scalar_constants -----------------------------------------------
+
+
+def test_canonicalize_bindings_reads_through_tuples_and_aliases() -> None:
+    from relaxweb.ir.expr import Tuple, TupleGetItem
+    from relaxweb.passes import canonicalize_bindings
+
+    builder = FunctionBuilder("main")
+    x = builder.add_param("x", tensor(n, 4))
+    a = builder.emit(call_op("relu", x), "a")
+    b = builder.emit(call_op("tanh", x), "b")
+    parts = builder.emit(Tuple((a, b)), "parts")
+    first = builder.emit(TupleGetItem(parts, 0), "first")
+    second = builder.emit(TupleGetItem(parts, 1), "second")
+    total = builder.emit(call_op("add", first, second), "total")
+    alias = builder.emit(total, "alias")
+    out = builder.emit(call_op("exp", alias), "out", output=True)
+    before = IRModule({"main": builder.finish([out], ["out"])})
+
+    builder = FunctionBuilder("main")
+    x = builder.add_param("x", tensor(m, 4))  # (input names are user-facing: compared as text)
+    a = builder.emit(call_op("relu", x), "p")
+    b = builder.emit(call_op("tanh", x), "q")
+    total = builder.emit(call_op("add", a, b), "r")
+    out = builder.emit(call_op("exp", total), "s", output=True)
+    expected = IRModule({"main": builder.finish([out], ["out"])})
+
+    after = canonicalize_bindings(before)
+    assert_structural_equal(after, expected)
+    value = rand(3, 4, seed=10)
+    assert_close(run_module(after, {"x": value})[0], run_module(before, {"x": value})[0])
+    # and fusion now sees relu and tanh as the add's producers: one kernel for everything
+    assert len(calls(fuse_ops(legalize_ops(after)))) == 1
+
+
+def test_canonicalize_bindings_keeps_every_use_in_scope() -> None:
+    from relaxweb.passes import canonicalize_bindings
+
+    builder = FunctionBuilder("main")
+    x = builder.add_param("x", tensor(n, 4))
+    hidden = builder.emit(call_op("relu", x), "hidden")  # local to the dataflow block
+    out = builder.emit(hidden, "out", output=True)  # read after the block, by the result
+    before = IRModule({"main": builder.finish([out], ["out"])})
+    after = canonicalize_bindings(before)
+    check_well_formed(after)
+    assert after.main.body.body is out  # not hidden, which is out of scope there
+    assert [b.var.name for b in after.main.bindings()] == ["hidden", "out"]
+
+
+def test_fold_scalar_constants_writes_scalars_into_the_program() -> None:
+    from relaxweb.passes import fold_scalar_constants
+
+    builder = FunctionBuilder("main")
+    x = builder.add_param("x", tensor(n, 4))
+    half = builder.emit(call_op("multiply", x, Constant(np.array(0.5, np.float32), "half")), "half")
+    out = builder.emit(call_op("add", half, Constant(rand(4, seed=11), "bias")), "out", output=True)
+    before = legalize_ops(IRModule({"main": builder.finish([out], ["out"])}))
+    after = fold_scalar_constants(before)
+    scale, bias = calls(after)
+    assert len(scale.args) == 1 and len(after.programs[scale.program].inputs) == 1
+    assert FloatImm(0.5, "float32") in [after.programs[scale.program].body.b]
+    assert len(bias.args) == 2  # a four-element constant stays a buffer
+    value = rand(5, 4, seed=12)
+    assert_close(run_module(after, {"x": value})[0], run_module(before, {"x": value})[0])
+
+
+def test_fusion_keeps_a_matmul_tiled_rather_than_merge_a_head_transpose() -> None:
+    # attention's probs @ v, then the transpose and reshape that merge the heads
+    builder = FunctionBuilder("main")
+    probs = builder.add_param("probs", tensor(n, 4, m, m))
+    values = builder.add_param("values", tensor(n, 4, m, 8))
+    context = builder.emit(call_op("matmul", probs, values), "context")
+    swapped = builder.emit(call_op("transpose", context, axes=[0, 2, 1, 3]), "swapped")
+    from relaxweb.ir.expr import ShapeExpr
+    merged = builder.emit(call_op("reshape", swapped, ShapeExpr((n, m, 32))), "merged", output=True)
+    before = legalize_ops(IRModule({"main": builder.finish([merged], ["merged"])}))
+    after = fuse_ops(before)
+    patterns = [program_pattern(p) for p in programs_of(after)]
+    assert patterns[0] == Pattern.MATMUL and len(patterns) == 2  # the transpose and reshape merge together
+    inputs = {"probs": rand(2, 4, 3, 3, seed=13), "values": rand(2, 4, 3, 8, seed=14)}
+    assert_close(run_module(after, inputs)[0], run_module(before, inputs)[0])
+
+
+# The vectorized schedule -------------------------------------------------------------------------
+
+
+def test_vectorized_elementwise_on_gpu(device) -> None:
+    # out[i, j] = tanh((x[i, j] - mean[i, 0]) * scale[j] + 1.0): x and scale read along j
+    # (16-byte loads), mean constant along j (read once, splatted)
+    x, mean, scale = Buffer("A", (n, 12), "float32"), Buffer("B", (n, 1), "float32"), Buffer("C", (12,), "float32")
+    body = Unary("tanh", Binary("add", Binary("multiply", Binary("subtract", Load(x, (I0, I1)), Load(mean, (I0, IntImm(0)))),
+                                                  Load(scale, (I1,))), FloatImm(1.0)))
+    program = TensorProgram("normalize", (x, mean, scale), Buffer("out", (n, 12), "float32"), (I0, I1), body)
+    assert vectorizable(program)
+    assert schedule_programs(IRModule({}, {"normalize": program})).programs["normalize"].schedule == VectorizedSchedule()
+    arrays = [rand(5, 12, seed=15), rand(5, 1, seed=16), rand(12, seed=17)]
+    shader = emit_wgsl(scheduled(program, VectorizedSchedule())).source
+    assert "var<storage, read> A: array<vec4<f32>>;" in shader and "var<storage, read> B: array<f32>;" in shader
+    got = run_kernel_on_gpu(device, scheduled(program, VectorizedSchedule()), arrays, {"n": 5})
+    assert_close(got, run_program(program, arrays, {"n": 5}))
+
+
+def test_vectorized_slice_at_a_multiple_of_four_on_gpu(device) -> None:
+    # a split's part: out[i, j] = A[i, j + 8] (from a [n, 24] tensor)
+    source = Buffer("A", (n, 24), "float32")
+    program = TensorProgram("part", (source,), Buffer("out", (n, 8), "float32"), (I0, I1), Load(source, (I0, I1 + 8)))
+    assert vectorizable(program)
+    data = rand(3, 24, seed=18)
+    got = run_kernel_on_gpu(device, scheduled(program, VectorizedSchedule()), [data], {"n": 3})
+    np.testing.assert_array_equal(got, data[:, 8:16])
+
+
+def test_vectorized_by_two_on_gpu(device) -> None:
+    # rows of 6: a multiple of 2, not of 4
+    x, bias = Buffer("A", (n, 6), "float32"), Buffer("B", (6,), "float32")
+    body = Binary("maximum", Binary("add", Load(x, (I0, I1)), Load(bias, (I1,))), FloatImm(0.0))
+    program = TensorProgram("bias_relu", (x, bias), Buffer("out", (n, 6), "float32"), (I0, I1), body)
+    assert vectorizable(program, 2) and not vectorizable(program, 4)
+    program = scheduled(program, VectorizedSchedule(width=2))
+    assert "var<storage, read> A: array<vec2<f32>>;" in emit_wgsl(program).source
+    assert int(evaluate(dispatch_count(program), {"n": 5})) == 15
+    arrays = [rand(5, 6, seed=23), rand(6, seed=24)]
+    got = run_kernel_on_gpu(device, program, arrays, {"n": 5})
+    np.testing.assert_allclose(got, np.maximum(arrays[0] + arrays[1], 0), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("case", ["odd last dim", "offset not a multiple of 4", "a select", "int32"])
+def test_programs_that_do_not_vectorize(case: str) -> None:
+    from relaxweb.ir.tir import Compare, Select
+
+    width = 6 if case == "odd last dim" else 8
+    dtype = "int32" if case == "int32" else "float32"
+    source = Buffer("A", (n, 16), dtype)
+    load = Load(source, (I0, I1 + (2 if case == "offset not a multiple of 4" else 0)))
+    body = Select(Compare("gt", load, FloatImm(0.0)), load, FloatImm(0.0)) if case == "a select" else load
+    program = TensorProgram("p", (source,), Buffer("out", (n, width), dtype), (I0, I1), body)
+    assert not vectorizable(program)
+    assert schedule_programs(IRModule({}, {"p": program})).programs["p"].schedule == ElementSchedule()
+
+
+def test_inlining_at_a_known_index_drops_the_branch_not_taken() -> None:
+    from relaxweb.ir.tir import Compare, IndexValue, Select
+
+    # concat(A[n, 2], B[n, 3]) along axis 1, read by a consumer at column 4 only
+    a, b = Buffer("A", (n, 2), "float32"), Buffer("B", (n, 3), "float32")
+    concat = TensorProgram("concat", (a, b), Buffer("out", (n, 5), "float32"), (I0, I1), Select(
+        Compare("lt", IndexValue(I1), IndexValue(2)), Load(a, (I0, I1)), Load(b, (I0, I1 - 2))))
+    source = Buffer("C", (n, 5), "float32")
+    column = TensorProgram("column", (source,), Buffer("out", (n,), "float32"), (I0,), Load(source, (I0, IntImm(4))))
+    fused = inline_producer(column, {"n": n}, "C", concat, {"n": n})
+    # the select is gone, and with it the load of A at column 4 (outside A's 2 columns)
+    assert fused.program.body == Load(fused.program.inputs[1], (I0, IntImm(2)))
+    left, right = rand(3, 2, seed=19), rand(3, 3, seed=20)
+    np.testing.assert_array_equal(run_program(fused.program, [left, right], {"n": 3}), right[:, 2])
+
+
+def test_the_bundle_declares_the_workgroup_memory_its_schedules_use(tmp_path) -> None:
+    import json
+
+    from relaxweb.bundle import write_bundle
+
+    from relaxweb.compiler import compile_module
+
+    manifest = write_bundle(compile_module(mlp_module(), {}), tmp_path / "bundle", "mlp")
+    by_name = {k["name"]: k for k in manifest["kernels"]}
+    tiled = [k for k in by_name.values() if "tile_a" in (tmp_path / "bundle" / k["file"]).read_text()]
+    assert tiled and all(k["workgroup_storage_bytes"] == 2 * 32 * 16 * 4 for k in tiled)
+    limits = json.loads((tmp_path / "bundle" / "manifest.json").read_text())["required_limits"]
+    assert limits["maxComputeWorkgroupStorageSize"] == 4096
+    assert limits["maxComputeInvocationsPerWorkgroup"] == 64

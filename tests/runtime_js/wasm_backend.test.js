@@ -1,0 +1,220 @@
+// Node tests of the wasm backend (relaxweb/runtime_js/wasm_backend.js): sharedMemoryVariant
+// against its Python twin, the split of a dispatch's units, and WasmModel running the
+// hand-made bundles (tests/fixtures/handmade_bundle.py) on hand-written kernels.wasm
+// (tests/fixtures/handmade_wasm.py) on one thread (Node has no Web Workers nor
+// cross-origin isolation: the pool is tested in Chromium, tests/runtime_js/test_wasm_browser.py).
+
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+
+import { Host, HostSession, InputShapeError } from "../../relaxweb/runtime_js/host.js";
+import { RemoteHost } from "../../relaxweb/runtime_js/remote_host.js";
+import { RESERVED_BYTES, WALL_CLOCK, WasmModel, sharedMemoryVariant, splitUnits, threadCount } from "../../relaxweb/runtime_js/wasm_backend.js";
+
+const REPO_ROOT = fileURLToPath(new URL("../../", import.meta.url));
+const WEIGHT = [0.5, -1.25, 2.0, 3.75]; // HANDMADE_WEIGHT
+const COUNT_DECOY = -7;
+
+/** Run Python in the repository root; its stdout. @param {string} script @returns {string} */
+const python = (script) => execFileSync("python3", ["-c", script], { cwd: REPO_ROOT, encoding: "utf8", stdio: ["ignore", "pipe", "inherit"] });
+
+/**
+ * A hand-made bundle with its kernels.wasm, in a fresh temporary folder.
+ * @param {"write_handmade_bundle"|"write_positives_bundle"} writer @param {string} bound a Python expression
+ * @param {string} [trapKernel] a Python expression: the kernel to make trap ("None")
+ * @returns {string}
+ */
+function writeBundle(writer, bound, trapKernel = "None") {
+  const folder = mkdtempSync(join(tmpdir(), "relaxweb-wasm-test-"));
+  const kernels = writer === "write_handmade_bundle" ? "HANDMADE_KERNELS" : "POSITIVES_KERNELS";
+  python(`from tests.fixtures.handmade_bundle import ${writer}; from tests.fixtures.handmade_wasm import add_kernels_wasm, ${kernels}; ` +
+    `${writer}(${JSON.stringify(folder)}, bound=${bound}); add_kernels_wasm(${JSON.stringify(folder)}, ${kernels}, trap_kernel=${trapKernel})`);
+  folders.push(folder);
+  return folder;
+}
+
+/**
+ * A WasmModel of a bundle folder, as load() makes it (the host module in the page: Node has no Worker).
+ * @param {string} folder @returns {Promise<WasmModel>}
+ */
+async function loadWasmModel(folder) {
+  const manifest = JSON.parse(readFileSync(join(folder, "manifest.json"), "utf8"));
+  const host = new RemoteHost(null, 10_000, new HostSession(await Host.instantiate(readFileSync(join(folder, "host.wasm")), manifest)));
+  const configured = await host.configure(undefined);
+  const shards = manifest.shards.map((/** @type {any} */ s) => new Uint8Array(readFileSync(join(folder, s.file))));
+  return WasmModel.create(manifest, host, readFileSync(join(folder, "kernels.wasm")), shards, configured);
+}
+
+/** @param {number} rows @returns {Float32Array} */
+const input = (rows) => Float32Array.from({ length: rows * 4 }, (_, i) => ((i * 7) % 13) - 6.5);
+/** @param {Float32Array} x @returns {number[]} (x + w) * 2 in float32 */
+const expected = (x) => Array.from(x, (v, i) => Math.fround(Math.fround(v + WEIGHT[i % 4]) * 2));
+
+/** @type {string[]} */
+const folders = [];
+let bounded = "";
+let unbounded = "";
+let positives = "";
+let trapping = "";
+
+before(() => {
+  bounded = writeBundle("write_handmade_bundle", "16");
+  unbounded = writeBundle("write_handmade_bundle", "None");
+  positives = writeBundle("write_positives_bundle", "None");
+  trapping = writeBundle("write_handmade_bundle", "16", "1");
+});
+
+after(() => {
+  for (const folder of folders) rmSync(folder, { recursive: true, force: true });
+});
+
+test("sharedMemoryVariant edits the same byte as Python's shared_memory_variant, and the variant takes a shared memory", async () => {
+  const bytes = readFileSync(join(bounded, "kernels.wasm"));
+  const variant = sharedMemoryVariant(bytes);
+  const pythonVariant = python(
+    `from relaxweb.cpu.module import shared_memory_variant; import sys; ` +
+    `sys.stdout.write(shared_memory_variant(open(${JSON.stringify(join(bounded, "kernels.wasm"))}, "rb").read()).hex())`);
+  assert.equal(Buffer.from(variant).toString("hex"), pythonVariant);
+  assert.equal(variant.filter((byte, i) => byte !== bytes[i]).length, 1);
+  assert.deepEqual(new Uint8Array(bytes), new Uint8Array(readFileSync(join(bounded, "kernels.wasm"))), "the input is not edited");
+
+  const shared = new WebAssembly.Memory({ initial: 1, maximum: 65536, shared: true });
+  const plain = new WebAssembly.Memory({ initial: 1, maximum: 65536 });
+  await WebAssembly.instantiate(variant, { env: { memory: shared } });
+  await WebAssembly.instantiate(bytes, { env: { memory: plain } });
+  await assert.rejects(WebAssembly.instantiate(bytes, { env: { memory: shared } }), WebAssembly.LinkError);
+  await assert.rejects(WebAssembly.instantiate(variant, { env: { memory: plain } }), WebAssembly.LinkError);
+});
+
+test("sharedMemoryVariant refuses what is not a kernels.wasm", () => {
+  assert.throws(() => sharedMemoryVariant(new Uint8Array([1, 2, 3])), /not a WebAssembly module/);
+  const header = [0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00];
+  assert.throws(() => sharedMemoryVariant(new Uint8Array(header)), /has no memory import/);
+  // an import section with one function import: "env" "f" (func type 0)
+  const functionImport = [0x02, 0x09, 0x01, 0x03, 0x65, 0x6e, 0x76, 0x01, 0x66, 0x00, 0x00];
+  assert.throws(() => sharedMemoryVariant(new Uint8Array([...header, ...functionImport])), /imports something other than its memory/);
+  // a memory import already shared: limits flag 0x03
+  const sharedImport = [0x02, 0x0f, 0x01, 0x03, 0x65, 0x6e, 0x76, 0x06, 0x6d, 0x65, 0x6d, 0x6f, 0x72, 0x79, 0x02, 0x03, 0x01, 0x01];
+  assert.throws(() => sharedMemoryVariant(new Uint8Array([...header, ...sharedImport])), /not a non-shared memory with a maximum/);
+});
+
+test("splitUnits: contiguous ranges covering [0, units), at least 4 units a thread, the calling thread's first", () => {
+  assert.deepEqual(splitUnits(0, 4), [[0, 0]]);
+  assert.deepEqual(splitUnits(7, 4), [[0, 7]]); // too few to share
+  assert.deepEqual(splitUnits(8, 4), [[0, 4], [4, 8]]);
+  assert.deepEqual(splitUnits(10, 3), [[0, 5], [5, 10]]); // two threads of at least 4
+  assert.deepEqual(splitUnits(14, 3), [[0, 4], [4, 9], [9, 14]]);
+  assert.deepEqual(splitUnits(1000, 1), [[0, 1000]]);
+  for (const [units, threads] of [[1, 2], [17, 4], [100, 3], [4097, 4], [65, 16]]) {
+    const ranges = splitUnits(units, threads);
+    assert.ok(ranges.length <= threads && ranges.length >= 1);
+    assert.equal(ranges[0][0], 0);
+    assert.equal(ranges[ranges.length - 1][1], units);
+    for (let i = 1; i < ranges.length; i++) assert.equal(ranges[i][0], ranges[i - 1][1]);
+    const sizes = ranges.map(([a, b]) => b - a);
+    assert.ok(Math.max(...sizes) - Math.min(...sizes) <= 1, `${units} units on ${threads}: ${sizes}`);
+    if (ranges.length > 1) assert.ok(Math.min(...sizes) >= 4);
+  }
+});
+
+test("threadCount: one thread where the page is not cross-origin isolated; the option is checked", () => {
+  assert.equal(globalThis.crossOriginIsolated, undefined);
+  assert.equal(threadCount(undefined), 1);
+  assert.equal(threadCount(8), 1);
+  assert.throws(() => threadCount(0), /threads must be an integer from 1 to 256, got 0/);
+  assert.throws(() => threadCount(2.5), /threads must be an integer/);
+});
+
+test("a bounded bundle runs on kernels.wasm: the outputs of (x + w) * 2, at every batch size", async () => {
+  const model = await loadWasmModel(bounded);
+  assert.equal(model.backend, "wasm");
+  assert.equal(model.threads, 1);
+  assert.equal(model.unitsRunByWorkers, 0);
+  for (const rows of [5, 16, 1, 0]) {
+    const x = input(rows);
+    const { z } = await model.run({ x: { data: x, shape: [rows, 4] } });
+    assert.deepEqual(z.shape, [rows, 4]);
+    assert.ok(z.data instanceof Float32Array);
+    assert.deepEqual(Array.from(z.data), expected(x));
+  }
+  assert.equal(model.lastDispatchCount, 2);
+  // every buffer lies above the reserved first 64 KiB, 16-byte aligned
+  for (const address of [model.paramsBase, ...model.weightAddresses, ...model.storageAddresses]) {
+    assert.ok(address >= RESERVED_BYTES && address % 16 === 0, String(address));
+  }
+  model.dispose();
+  await assert.rejects(model.run({ x: { data: input(1), shape: [1, 4] } }), /cannot run: the model was disposed/);
+});
+
+test("an unbounded bundle's storages grow at run time, laid out again before a run: the memory stops growing", async () => {
+  const model = await loadWasmModel(unbounded);
+  const grown = [];
+  for (const rows of [3, 200, 40, 5000, 200, 5000, 4999]) {
+    const x = input(rows);
+    const { z } = await model.run({ x: { data: x, shape: [rows, 4] } });
+    assert.deepEqual(Array.from(z.data), expected(x));
+    grown.push(model.memory.buffer.byteLength);
+  }
+  assert.ok(grown[3] > grown[0], "5000 rows need more memory");
+  assert.deepEqual(grown.slice(3), [grown[3], grown[3], grown[3], grown[3]], "regions are reused");
+  assert.ok(model.memory.buffer.byteLength >= model.top + 65536, "64 KiB of slack after the last buffer");
+  model.dispose();
+});
+
+test("reads, resumes and growth between steps: y = x[x > 0] with its length read back", async () => {
+  const model = await loadWasmModel(positives);
+  for (const x of [[1, -2, 3, 0, 5], [-1, -2], Array.from({ length: 300 }, (_, i) => (i % 3) - 1)]) {
+    const { y } = await model.run({ x: { data: Float32Array.from(x), shape: [x.length] } });
+    const positive = x.filter((v) => v > 0);
+    assert.deepEqual(y.shape, [positive.length]);
+    assert.deepEqual(Array.from(y.data), positive);
+    assert.equal(model.lastReadCount, 1);
+    assert.equal(model.lastDispatchCount, 3);
+  }
+  assert.notEqual(COUNT_DECOY, 0); // the kernel writes the decoy at byte 0 and k at byte 4: the read takes byte 4
+  model.dispose();
+});
+
+test("input errors are the host module's and the shared checks' InputShapeErrors, as on WebGPU", async () => {
+  const model = await loadWasmModel(bounded);
+  await assert.rejects(model.run({ x: { data: input(17), shape: [17, 4] } }),
+    (error) => error instanceof InputShapeError && error.message === "input 'x': dimension 0 (n) is 17, above its bound 16");
+  await assert.rejects(model.run({ x: { data: input(2), shape: [2, 3] } }),
+    (error) => error instanceof InputShapeError && /input 'x'/.test(error.message));
+  await assert.rejects(model.run({ y: { data: input(1), shape: [1, 4] } }),
+    (error) => error instanceof InputShapeError && error.message.startsWith("unknown input 'y'"));
+  const { z } = await model.run({ x: { data: input(2), shape: [2, 4] } }); // still usable
+  assert.deepEqual(Array.from(z.data), expected(input(2)));
+  model.dispose();
+});
+
+test("keepOnGpu and generate need the webgpu backend", async () => {
+  const model = await loadWasmModel(bounded);
+  await assert.rejects(model.run({ x: { data: input(1), shape: [1, 4] } }, { keepOnGpu: true }), /keepOnGpu needs the webgpu backend/);
+  await assert.rejects(model.generate("hi"), /generate\(\) needs the webgpu backend/);
+  model.dispose();
+});
+
+test("a kernel trap rejects the run naming the kernel and its call site", async () => {
+  const model = await loadWasmModel(trapping);
+  await assert.rejects(model.run({ x: { data: input(2), shape: [2, 4] } }),
+    /kernel multiply_by_two failed at call site 1 \(z = multiply_by_two\(y\)\): unreachable/);
+  model.dispose();
+});
+
+test("profile: one row per kernel from the dispatches' wall-clock times", async () => {
+  const model = await loadWasmModel(bounded);
+  const x = input(16);
+  const { outputs, profile } = await model.profile({ x: { data: x, shape: [16, 4] } });
+  assert.deepEqual(Array.from(outputs.z.data), expected(x));
+  assert.equal(profile.method, WALL_CLOCK);
+  assert.equal(profile.dispatches, 2);
+  assert.deepEqual(profile.rows.map((row) => row.kernel).sort(), ["add_broadcast", "multiply_by_two"]);
+  for (const row of profile.rows) assert.ok(row.calls === 1 && row.totalMs >= 0);
+  model.dispose();
+});
