@@ -1,0 +1,76 @@
+"""The scalar-expression functor (relaxweb/ir/scalar_functor.py): its table covers every kind,
+the visitor reaches every node, the mutator keeps unchanged nodes and rebuilds changed ones."""
+
+from __future__ import annotations
+
+import pytest
+
+from relaxweb.ir.scalar_functor import SCALAR_METHODS, ScalarFunctor, ScalarMutator, ScalarVisitor, scalar_operands
+from relaxweb.ir.symbolic import SizeVar
+from relaxweb.ir.tir import (
+    Buffer, Cast, FloatImm, Gather, IndexValue, Load, Reduce, ScalarExpr, Select, Unary, UnaryOp, scalar_children,
+    scalar_nodes,
+)
+
+i, k, n = SizeVar("i"), SizeVar("k"), SizeVar("n")
+A = Buffer("A", (n, 4), "float32")
+IDX = Buffer("idx", (n,), "int32")
+
+
+def body() -> ScalarExpr:
+    load = Load(A, (i, k))
+    gathered = Gather(A, (Cast("int32", Load(IDX, (i,))), 0))
+    total = Reduce("sum", k, 4, load * 2.0 + gathered)
+    return Select(total.gt(0.0), Unary(UnaryOp.EXP, total), Cast("float32", IndexValue(i)) - FloatImm(1.0))
+
+
+def test_the_table_names_every_scalar_kind() -> None:
+    kinds = {cls for cls in vars(__import__("relaxweb.ir.tir", fromlist=["x"])).values()
+             if isinstance(cls, type) and issubclass(cls, ScalarExpr) and cls is not ScalarExpr}
+    assert set(SCALAR_METHODS) == kinds
+    for method in SCALAR_METHODS.values():
+        assert hasattr(ScalarVisitor, method) and hasattr(ScalarMutator, method)
+
+
+def test_operands_are_the_children_in_order() -> None:
+    for node in scalar_nodes(body()):
+        assert scalar_operands(node) == scalar_children(node)
+
+
+def test_the_visitor_reaches_every_node() -> None:
+    seen = []
+
+    class Collect(ScalarVisitor):
+        def visit(self, expr):
+            seen.append(expr)
+            return super().visit(expr)
+
+    Collect().visit(body())
+    assert seen == list(scalar_nodes(body()))
+
+
+def test_the_mutator_keeps_unchanged_nodes_and_rebuilds_changed_ones() -> None:
+    expr = body()
+    assert ScalarMutator().visit(expr) is expr
+
+    class DoubleConstants(ScalarMutator):
+        def visit_float_imm(self, imm):
+            return FloatImm(imm.value * 2, imm.dtype)
+
+    rebuilt = DoubleConstants().visit(expr)
+    assert rebuilt is not expr
+    assert sorted(node.value for node in scalar_nodes(rebuilt) if isinstance(node, FloatImm)) == [0.0, 2.0, 4.0, 4.0]  # the sum is read twice
+    untouched = expr.condition.a.body.b  # the gather: no constant below it
+    assert rebuilt.condition.a.body.b is untouched
+
+
+def test_a_functor_without_a_method_names_the_kind() -> None:
+    class OnlyLoads(ScalarFunctor):
+        def visit_load(self, expr):
+            return expr.buffer.name
+
+    assert OnlyLoads().visit(Load(A, (i, k))) == "A"
+    with pytest.raises(NotImplementedError, match="OnlyLoads does not handle FloatImm"):
+        OnlyLoads().visit(FloatImm(1.0))
+    with pytest.raises(TypeError, match="not a scalar expression kind: int"):
+        OnlyLoads().visit(3)
