@@ -35,7 +35,7 @@ from ..ir.tir import (
     Cast, FloatImm, IndexValue, Load, ScalarExpr, ceil, maximum, scalar_dtype, select,
 )
 from .common import UnknownShapeError, expect_args, make_program, needs_known_shapes
-from .manipulation import int_list, shape_operand
+from .shape_operands import int_list, shape_operand
 from .readback import element, read_back_dims
 
 

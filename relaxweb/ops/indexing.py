@@ -50,7 +50,7 @@ from ..ir.tir import (
     Buffer, Cast, FloatImm, Gather, IndexValue, Load, Reduce, ReduceCombiner, ScalarExpr, maximum, minimum, select,
 )
 from .common import UnknownShapeError, expect_args, make_program, needs_known_shapes, normalize_axis, require_tensor
-from .manipulation import reshape_program
+from .reshape import reshape_program
 from .readback import both, const, int32, read_back_dims
 
 REDUCTIONS = ("none", "add", "mul", "max", "min")

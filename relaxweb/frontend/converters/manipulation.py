@@ -27,7 +27,7 @@ from ...ir.symbolic import (
 )
 from ...ops import call_op, strided_slice
 from ...ops.common import normalize_axis
-from ...ops.manipulation import BIG
+from ...ops.slicing import BIG
 from .registry import NodeConversionError, converter, tensor_to_array
 from .shape_values import (
     Ratio, compile_time_ints, constant_ints, make_constant, make_value, materialize, shape_values, value_dtype,

@@ -1,0 +1,385 @@
+"""Ops that change a tensor's shape but not its elements' order: reshape, transpose, and the
+data-dependent dynamic_reshape / squeeze / expand_dims.
+
+They legalize to copy programs whose load indices are index arithmetic on the output axes
+(later work may turn a contiguous reshape into a view of the same storage).
+``dynamic_reshape`` and ``squeeze`` / ``expand_dims`` with run-time axes legalize by computing
+each result extent on the GPU and reading it back (``relaxweb/ops/readback.py``: a fresh size
+variable per dim, one host stage each), then a copy.  Ops after a data-dependent result still
+see an unknown shape (only its rank) and need a ``match_cast`` to legalize.
+
+Signatures (args, then attributes):
+
+- ``reshape(x, shape, count_checked=False)``: ``shape`` is a shape value; one entry may be
+  ``-1``, inferred from the element count.  0 means a dimension of size 0 here (ONNX's "copy
+  the input's dim" 0 is resolved by the frontend).  The element counts must be equal (and a
+  count divisible for ``-1``): provably, or, where the analyzer cannot decide, checked at run
+  time by a ``match_cast`` of the count bound just before; ``count_checked=True`` says so.
+- ``dynamic_reshape(x, shape, copy_zeros=False, source="")``: with a run-time 1-D integer
+  tensor ``shape`` (data-dependent; extents read back); ``copy_zeros`` gives ONNX's meaning to
+  its zeros (Reshape without ``allowzero``).  The element count of the target is checked at
+  run time (on the GPU path and in the reference alike); ``source`` names where the op comes
+  from for that error (``Reshape node 'r'``).
+- ``transpose(x, axes=[...])``: a permutation of the dims.
+- ``squeeze(x[, axes])`` / ``expand_dims(x, axes)``: with a 1-D tensor of axes (squeeze
+  without axes drops every dim of extent 1); only the rank is deduced (none for squeeze).
+  The frontend uses them for run-time axes or inputs of unknown shape; with constant axes
+  and known dims it writes a ``reshape``.
+"""
+
+from __future__ import annotations
+
+
+import numpy as np
+
+from ..errors import InputShapeError, UnsupportedModelError
+from ..ir.expr import Call, Constant, Expr, PrimValue, tensor_dtype, tensor_shape
+from ..ir.op_registry import AssumptionError, DeductionError, register_op
+from ..ir.struct_info import PrimStructInfo, TensorStructInfo
+from ..ir.symbolic import (
+    IntImm, PrimExpr, as_int, format_expr, product, prove_equal,
+    prove_not_equal, simplify,
+)
+from ..ir.tir import Load, maximum, select
+from .common import (
+    expect_args, make_program, needs_known_shapes,
+    require_tensor,
+)
+from .readback import both, const, count_true, element, extent_reason, index, int32, read_back_dims, wrap_negative
+from .shape_operands import int_list, needs_known_data_shape, shape_operand, shape_values
+
+
+class ReshapeInferenceError(AssumptionError):
+    """The -1 of a reshape target is inferred only if the element count is a multiple of the
+    other dims, which the analyzer cannot prove (the model may be fine for the sizes it is made
+    for): a builder checks it at run time."""
+
+
+# reshape ---------------------------------------------------------------------------------------
+
+
+def deduce_reshape(args, attrs) -> TensorStructInfo:
+    expect_args("reshape", args, 2)
+    data = require_tensor(args[0], "reshape", 0)
+    target = shape_values(args[1], "reshape", "the target shape")
+    if target.values is None:
+        return TensorStructInfo(None, data.dtype, target.ndim)
+    values = list(target.values)
+    inferred_dims = [d for d, v in enumerate(values) if as_int(v) == -1]
+    if len(inferred_dims) > 1:
+        raise DeductionError(f"reshape: more than one -1 in the target shape (dims {inferred_dims})")
+    for position, value in enumerate(values):
+        constant = as_int(value)
+        if constant is not None and constant < -1:
+            raise DeductionError(f"reshape: target dim {position} is {constant}")
+    if data.shape is None:
+        if inferred_dims:
+            return TensorStructInfo(None, data.dtype, len(values))
+        return TensorStructInfo(tuple(values), data.dtype)
+    count = product(data.shape)
+    checked = bool(attrs.get("count_checked", False))
+    if inferred_dims:
+        position = inferred_dims[0]
+        known = product(v for d, v in enumerate(values) if d != position)
+        if as_int(known) == 0:
+            raise DeductionError(
+                f"reshape: cannot infer -1 (target dim {position}): the other target dims multiply to 0"
+            )
+        inferred = simplify(count // known)
+        if not checked and not prove_equal(inferred * known, count):
+            where = f"reshape: cannot infer -1 (target dim {position}): {format_expr(count)} elements are"
+            if prove_not_equal(inferred * known, count):
+                raise DeductionError(f"{where} never a multiple of {format_expr(known)}")
+            raise ReshapeInferenceError(
+                f"{where} not provably a multiple of {format_expr(known)}", argument=0, dim=None, actual=count,
+                expected=simplify(inferred * known), quantity="the element count", checked_attrs={"count_checked": True},
+            )
+        values[position] = inferred
+    elif not checked and not prove_equal(count, product(values)):
+        message = f"reshape: element counts differ: {format_expr(count)} vs {format_expr(product(values))}"
+        if prove_not_equal(count, product(values)):
+            raise DeductionError(message)
+        raise AssumptionError(message, argument=0, dim=None, actual=count, expected=product(values),
+                              quantity="the element count", checked_attrs={"count_checked": True})
+    return TensorStructInfo(tuple(values), data.dtype)
+
+
+def row_major_strides(shape: tuple[PrimExpr, ...]) -> list[PrimExpr]:
+    strides: list[PrimExpr] = []
+    stride: PrimExpr = simplify(1)
+    for dim in reversed(shape):
+        strides.append(stride)
+        stride = simplify(stride * dim)
+    return strides[::-1]
+
+
+def reshape_program(data: Expr, shape: tuple[PrimExpr, ...], name: str = "reshape"):
+    """The copy program of a reshape of ``data`` (a known shape) to ``shape`` (row-major order)."""
+    def body(axes, buffers):
+        (source,) = buffers
+        if any(as_int(d) == 0 for d in (*shape, *source.shape)) or not source.shape:  # nothing is ever loaded, or a scalar
+            return Load(source, tuple(axes[0] if axes else IntImm(0) for _ in source.shape))
+        flat = sum((axis * stride for axis, stride in zip(axes, row_major_strides(shape))), simplify(0))
+        source_strides = row_major_strides(source.shape)
+        indices = tuple(
+            simplify((flat // stride) % dim) for stride, dim in zip(source_strides, source.shape)
+        )
+        return Load(source, indices)
+
+    return make_program(name, [data], tuple(shape), tensor_dtype(data), body)
+
+
+def legalize_reshape(context, call: Call):
+    data = call.args[0]
+    return context.call_tir(reshape_program(data, call.struct_info.shape), (data,))
+
+
+def reshape_reference(arrays, attrs):
+    data, target = arrays[0], int_list(arrays[1])
+    if attrs.get("copy_zeros"):
+        target = [data.shape[position] if value == 0 else value for position, value in enumerate(target)]
+    return np.asarray(data.reshape(tuple(target)), order="C")  # (ascontiguousarray makes a 0-d result 1-d)
+
+
+def dynamic_reshape_reference(arrays, attrs):
+    """A reshape whose target, from data, is checked as on the GPU path."""
+    data, target = arrays[0], int_list(arrays[1])
+    if attrs.get("copy_zeros"):
+        target = [data.shape[position] if value == 0 else value for position, value in enumerate(target)]
+    target = _checked_target(data.size, target, attrs.get("source", ""))
+    return np.asarray(data.reshape(tuple(target)), order="C")
+
+
+def count_reason(source: str) -> str:
+    """What the element-count check of a ``dynamic_reshape`` states (see match_cast's reason)."""
+    return f"{source or 'dynamic_reshape'}: the element count of the target shape"
+
+
+def _checked_target(count: int, target: list[int], source: str) -> list[int]:
+    """The target with its -1 resolved as the GPU path resolves it (the count over the
+    product of the others), refused with the GPU path's error when it does not hold ``count``
+    elements or has a negative extent."""
+    others = int(np.prod([value for value in target if value != -1], dtype=np.int64))
+    resolved = [count // max(others, 1) if value == -1 else value for value in target]
+    for position, value in enumerate(resolved):
+        if value < 0:
+            raise InputShapeError(f"{extent_reason(source or 'dynamic_reshape', position)} is {value}, must be >= 0")
+    total = int(np.prod(resolved, dtype=np.int64))
+    if total != count:
+        raise InputShapeError(f"{count_reason(source)} is {total}, expected {count}")
+    return resolved
+
+
+register_op("reshape", deduce=deduce_reshape, legalize=needs_known_shapes(legalize_reshape), reference=reshape_reference)
+
+
+def deduce_dynamic_reshape(args, attrs) -> TensorStructInfo:
+    expect_args("dynamic_reshape", args, 2)
+    data = require_tensor(args[0], "dynamic_reshape", 0)
+    target = shape_operand(args[1], "dynamic_reshape", "the target shape")
+    return TensorStructInfo(None, data.dtype, target.ndim)
+
+
+def legalize_dynamic_reshape(context, call: Call):
+    """Each target extent (the entry; the input's dim for a 0 with ``copy_zeros``; the element
+    count over the others' product for -1) is computed on the GPU and read back (one read per
+    dim, ``relaxweb/ops/readback.py``), their product checked against the element count (the
+    host stops with the reason before the copy), then a reshape copy."""
+    data, target = call.args
+    shape = tensor_shape(data)
+    length = as_int(tensor_shape(target)[0]) if len(tensor_shape(target)) == 1 else None
+    if length is None:
+        raise UnsupportedModelError("dynamic_reshape: the target shape needs a 1-D tensor of known length")
+    copy_zeros = bool(call.attrs.get("copy_zeros", False))
+
+    def resolved(buffers, position: int):
+        value = element(buffers[1], position)
+        if copy_zeros and position < len(shape):
+            value = select(value.eq(const(0)), index(shape[position]), value)
+        return value
+
+    def extent(position: int):
+        def build(buffers):
+            others = const(1)
+            for other in range(length):
+                if other != position:
+                    others = others * resolved(buffers, other)
+            inferred = int32(index(product(shape)) / maximum(others, const(1)))
+            value = resolved(buffers, position)
+            return select(value.eq(const(-1)), inferred, value)
+        return build
+
+    dims = read_back_dims(context, (data, target), [extent(j) for j in range(length)], "reshape",
+                          call.attrs.get("source", "dynamic_reshape"))
+    context.emit_match_cast(PrimValue(product(dims)), PrimStructInfo("int64", product(shape)), "reshape_count",
+                            reason=count_reason(call.attrs.get("source", "")))
+    return context.call_tir(reshape_program(data, dims), (data,))
+
+
+register_op("dynamic_reshape", deduce=deduce_dynamic_reshape, reference=dynamic_reshape_reference,
+            legalize=needs_known_data_shape(legalize_dynamic_reshape))
+
+
+# transpose -------------------------------------------------------------------------------------
+
+
+def _permutation(attrs, ndim: int) -> list[int]:
+    axes = attrs.get("axes")
+    if axes is None:
+        return list(range(ndim - 1, -1, -1))
+    permutation = [int(a) for a in axes]
+    if sorted(permutation) != list(range(ndim)):
+        raise DeductionError(f"transpose: axes {permutation} are not a permutation of {ndim} dims")
+    return permutation
+
+
+def deduce_transpose(args, attrs) -> TensorStructInfo:
+    expect_args("transpose", args, 1)
+    data = require_tensor(args[0], "transpose", 0)
+    if data.ndim == -1:
+        if attrs.get("axes") is None:
+            return data
+        ndim = len(attrs["axes"])
+        _permutation(attrs, ndim)
+        return TensorStructInfo(None, data.dtype, ndim)
+    permutation = _permutation(attrs, data.ndim)
+    if data.shape is None:
+        return data
+    return TensorStructInfo(tuple(data.shape[p] for p in permutation), data.dtype)
+
+
+def legalize_transpose(context, call: Call):
+    info = call.struct_info
+    permutation = _permutation(call.attrs, info.ndim)
+
+    def body(axes, buffers):
+        source_index: list = [None] * len(permutation)
+        for output_dim, source_dim in enumerate(permutation):
+            source_index[source_dim] = axes[output_dim]
+        return Load(buffers[0], tuple(source_index))
+
+    program = make_program("transpose", call.args, info.shape, info.dtype, body)
+    return context.call_tir(program, call.args)
+
+
+register_op(
+    "transpose",
+    deduce=deduce_transpose,
+    legalize=needs_known_shapes(legalize_transpose),
+    reference=lambda arrays, attrs: np.ascontiguousarray(
+        np.transpose(arrays[0], _permutation(attrs, arrays[0].ndim))
+    ),
+)
+
+
+# squeeze / expand_dims with run-time axes --------------------------------------------------------
+
+
+def _deduce_axes_op(name: str, sign: int):
+    def deduce(args, attrs) -> TensorStructInfo:
+        if name == "squeeze" and len(args) == 1:  # every dim of extent 1
+            data = require_tensor(args[0], name, 0)
+            return TensorStructInfo(None, data.dtype, -1)
+        expect_args(name, args, 2)
+        data = require_tensor(args[0], name, 0)
+        axes = shape_operand(args[1], name, "the axes")
+        ndim = data.ndim + sign * axes.ndim if data.ndim != -1 and axes.ndim != -1 else -1
+        return TensorStructInfo(None, data.dtype, ndim)
+
+    return deduce
+
+
+def _normalized(axes: list[int], ndim: int) -> tuple[int, ...]:
+    return tuple(a + ndim if a < 0 else a for a in axes)
+
+
+def squeeze_reference(arrays, attrs):
+    if len(arrays) == 1:
+        return np.squeeze(arrays[0])
+    return np.squeeze(arrays[0], _normalized(int_list(arrays[1]), arrays[0].ndim))
+
+
+def expand_dims_reference(arrays, attrs):
+    axes = int_list(arrays[1])
+    return np.expand_dims(arrays[0], _normalized(axes, arrays[0].ndim + len(axes)))
+
+
+def _axes_count(call: Call) -> int:
+    """The number of run-time axes (the length of the 1-D axes tensor)."""
+    info = call.args[1].struct_info
+    length = as_int(info.shape[0]) if isinstance(info, TensorStructInfo) and info.shape is not None \
+        and len(info.shape) == 1 else None
+    if length is None:
+        raise UnsupportedModelError(f"{call.op}: the axes need a 1-D tensor of known length")
+    return int(length)
+
+
+def legalize_squeeze(context, call: Call):
+    """Constant axes (or none, over constant dims): a reshape.  Run-time axes: each output
+    extent (the j-th input dim not named by an axis) is computed on the GPU and read back
+    (``relaxweb/ops/readback.py``), then a reshape copy."""
+    data = call.args[0]
+    shape = tensor_shape(data)
+    ndim = len(shape)
+    if len(call.args) == 1:
+        if any(as_int(d) is None for d in shape):
+            raise UnsupportedModelError("squeeze: without axes, every input dim must be a constant")
+        target = tuple(d for d in shape if as_int(d) != 1)
+        return context.call_tir(reshape_program(data, target, "squeeze"), (data,))
+    axes = call.args[1]
+    if isinstance(axes, Constant):
+        dropped = _normalized(int_list(axes.data), ndim)
+        target = tuple(d for position, d in enumerate(shape) if position not in dropped)
+        return context.call_tir(reshape_program(data, target, "squeeze"), (data,))
+    count = _axes_count(call)
+
+    def kept(buffers, dim: int):
+        named = [wrap_negative(element(buffers[1], k), index(ndim)).eq(index(dim)) for k in range(count)]
+        return count_true(named).eq(index(0))
+
+    def extent(position: int):
+        def build(buffers):
+            total = index(0)
+            for dim in range(ndim):
+                before = count_true([kept(buffers, d) for d in range(dim)])
+                chosen = both(kept(buffers, dim), before.eq(index(position)))
+                total = select(chosen, index(shape[dim]), total)
+            return total
+        return build
+
+    dims = read_back_dims(context, (data, axes), [extent(j) for j in range(ndim - count)], "squeeze")
+    return context.call_tir(reshape_program(data, dims, "squeeze"), (data,))
+
+
+def legalize_expand_dims(context, call: Call):
+    """Constant axes: a reshape.  Run-time axes: each output extent (1 at an axis, else the
+    next input dim) is computed on the GPU and read back, then a reshape copy."""
+    data, axes = call.args
+    shape = tensor_shape(data)
+    count = _axes_count(call)
+    rank = len(shape) + count
+    if isinstance(axes, Constant):
+        added = _normalized(int_list(axes.data), rank)
+        rest = iter(shape)
+        target = tuple(IntImm(1) if position in added else next(rest) for position in range(rank))
+        return context.call_tir(reshape_program(data, target, "expand_dims"), (data,))
+
+    def extent(position: int):
+        def build(buffers):
+            normalized = [wrap_negative(element(buffers[1], k), index(rank)) for k in range(count)]
+            is_axis = count_true([a.eq(index(position)) for a in normalized]).gt(index(0))
+            source = index(position) - count_true([a.lt(index(position)) for a in normalized])
+            dim: object = index(1)
+            for d in range(len(shape)):
+                dim = select(source.eq(index(d)), index(shape[d]), dim)
+            return select(is_axis, index(1), dim)
+        return build
+
+    dims = read_back_dims(context, (data, axes), [extent(p) for p in range(rank)], "expand_dims")
+    return context.call_tir(reshape_program(data, dims, "expand_dims"), (data,))
+
+
+register_op("squeeze", deduce=_deduce_axes_op("squeeze", -1), reference=squeeze_reference,
+            legalize=needs_known_data_shape(legalize_squeeze))
+register_op("expand_dims", deduce=_deduce_axes_op("expand_dims", 1), reference=expand_dims_reference,
+            legalize=needs_known_data_shape(legalize_expand_dims))
