@@ -24,14 +24,15 @@ from .ir.cost import MAX_TREE_DEPTH, MAX_TREE_NODES, expression_tree, program_co
 from .ir.dtype import GPU_DTYPES, dtype_info
 from .ir.host import SEQUENCE_CAPACITY, BufferRef, HostDispatch, HostFunction, HostInput, HostOutput
 from .ir.launch import BINDING_PART_BYTES, MAX_STORAGE_BINDINGS, binding_parts, smallest_part_bytes
-from .ir.library_kernel import LibraryKernel
+from .ir.library_kernel import WEBGPU_CPU, WEBGPU_F16, LibraryKernel
 from .ir.module import IRModule
 from .ir.schedule import WORKGROUP_SIZE
 from .ir.symbolic import format_expr, free_vars, product, upper_bound
 from .ir.tir import TensorProgram
-from .ir.params_block import PARAMS_SLOT, ParamsLayout
+from .ir.params_block import PARAMS_SLOT
 from .wasm import MAX_RANK, CallSiteParams, assemble, emit_host_wat
 from .wgsl import ShaderInfo, emit_wgsl
+from .wgsl.library import emit_library_kernel, library_kernel_wgsl
 from .wgsl.ragged import ragged_source
 from .wgsl.variants import cpu_shader_fits, cpu_variant, f16_variant
 
@@ -198,11 +199,12 @@ def _sequence_kind(value: HostInput | HostOutput) -> str:
 def _cpu_variant_entry(kernel, name: str, parts: dict[str, int], shader: ShaderInfo, out: Path) -> dict:
     """``{"cpu_file": ...}`` when the kernel has a shader for CPU adapters
     (``relaxweb/wgsl/variants.py``), written next to its own; ``{}`` otherwise."""
-    if isinstance(kernel, LibraryKernel):  # its builder wrote the CPU source, with the same bindings and params
-        if not kernel.cpu_source:
+    if isinstance(kernel, LibraryKernel):  # its CPU form has the same bindings and params
+        source = library_kernel_wgsl(kernel, WEBGPU_CPU)
+        if source is None:
             return {}
         file = f"kernels/{name}.cpu.wgsl"
-        (out / file).write_text(kernel.cpu_source)
+        (out / file).write_text(source)
         return {"cpu_file": file}
     variant = cpu_variant(kernel) if isinstance(kernel, TensorProgram) else None
     if variant is None:
@@ -238,8 +240,11 @@ def _f16_variant_entry(kernel, name: str, parts: dict[str, int], shader: ShaderI
     """``{"f16_file": ...}`` when the kernel has a shader for adapters with ``shader-f16``
     (``relaxweb/wgsl/variants.py``), written next to its own; ``{}`` otherwise.  The bundle
     does not require the feature: a runtime compiles these only where the adapter has it."""
-    # a library kernel's builder wrote both sources, with the same bindings and params
-    source = kernel.f16_source if isinstance(kernel, LibraryKernel) else _f16_program_source(kernel, parts, shader)
+    # a library kernel's f16 form has the same bindings and params
+    if isinstance(kernel, LibraryKernel):
+        source = library_kernel_wgsl(kernel, WEBGPU_F16) or ""
+    else:
+        source = _f16_program_source(kernel, parts, shader)
     if not source:
         return {}
     file = f"kernels/{name}.f16.wgsl"
@@ -262,9 +267,7 @@ def emit_kernel(kernel, parts: dict[str, int] | None = None) -> ShaderInfo:
     """WGSL for a tensor program (generated) or a library kernel (hand-written); ``parts``:
     the program's inputs bound as several parts."""
     if isinstance(kernel, LibraryKernel):
-        params = ParamsLayout(tuple(v.name for v in kernel.size_vars))
-        bindings = ("uniform", *("read-only-storage" for _ in kernel.inputs), "storage")
-        return ShaderInfo(kernel.source, params, bindings)
+        return emit_library_kernel(kernel)
     return emit_wgsl(kernel, parts)
 
 

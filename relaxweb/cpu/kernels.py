@@ -1,8 +1,8 @@
 """emit_kernels_wasm: a compiled module's kernels, in manifest order, as one ``kernels.wasm``.
 
-Tensor programs are rendered here (``schedules.py``); library kernels bring their own text
-(``LibraryKernel.wasm_source``).  A bundle with a library kernel that has none gets no
-``kernels.wasm``: the result is then a :class:`WasmUnavailable` saying why, which the
+Tensor programs are rendered here (``schedules.py``), library kernels by their builders'
+renderers (``library/``).  A bundle with a library kernel that has no WebAssembly version (no
+``wasm`` among its targets) gets no ``kernels.wasm``: the result is then a :class:`WasmUnavailable` saying why, which the
 manifest records.  Anything else that cannot render is a compiler bug and raises.
 """
 
@@ -15,6 +15,7 @@ from ..ir.library_kernel import LibraryKernel
 from ..ir.module import IRModule
 from ..ir.tir import TensorProgram
 from .emit import HELPER_FUNCTIONS
+from .library import library_kernel_wat
 from .math import MATH_FUNCTIONS
 from .module import KernelFunctions, assemble_kernels_module, wat_to_wasm
 from .schedules import render_program, scratch_bytes
@@ -45,10 +46,11 @@ def emit_kernels_wasm(module: IRModule, kernel_order: Sequence[tuple[str, Mappin
     for index, (name, parts) in enumerate(kernel_order):
         program = module.programs[name]
         if isinstance(program, LibraryKernel):
-            if not program.wasm_source:
+            library_wat = library_kernel_wat(program)
+            if library_wat is None:
                 return WasmUnavailable(f"the library kernel {program.name} has no WebAssembly version")
-            kernels.append(KernelFunctions(index, f"library kernel {program.name}", program.wasm_source))
-            scratch = max(scratch, program.wasm_scratch_bytes)
+            kernels.append(KernelFunctions(index, f"library kernel {program.name}", library_wat.text))
+            scratch = max(scratch, library_wat.scratch_bytes)
             continue
         if not isinstance(program, TensorProgram):
             raise TypeError(f"kernel {name} is neither a tensor program nor a library kernel")

@@ -1,9 +1,11 @@
-"""Library kernel builders by name, so a kernel can be printed and parsed back.
+"""Library kernel builders by name, so a kernel can be printed, parsed back and rendered.
 
-A library kernel (``relaxweb/library``) holds hand-written WGSL and a numpy reference, which
-the IR text does not repeat: the text names the builder that made the kernel and the
-arguments it was given, and the parser calls the builder again.  ``relaxweb/library`` fills
-this registry when it is imported (the IR layer does not import it)::
+A library kernel (``relaxweb/library``) holds what it computes (buffers, dispatch, a numpy
+reference), which the IR text does not repeat: the text names the builder that made the
+kernel and the arguments it was given, and the parser calls the builder again.  The backends
+render the kernel's code from the same two (``relaxweb/wgsl/library``, ``relaxweb/cpu/library``:
+a table of renderers by builder name).  ``relaxweb/library`` fills this registry when it is
+imported (the IR layer does not import it)::
 
     @library_kernel_builder("unique_count")
     def unique_count_kernel(name: str, length: PrimExpr, dtype: str) -> LibraryKernel: ...

@@ -1,6 +1,8 @@
-"""Library kernels: hand-written WGSL for what a compute definition expresses badly.
+"""Library kernels: what a compute definition expresses badly, computed by hand-written code.
 
-This is the IR's view of one (``relaxweb/library`` writes the kernels themselves).
+This is the IR's view of one: what it computes, not its code.  ``relaxweb/library`` builds
+them (buffers, dispatch, numpy reference); the backends render their code from the builder
+and its arguments (``relaxweb/wgsl/library``: WGSL, ``relaxweb/cpu/library``: WebAssembly text).
 
 A :class:`LibraryKernel` sits in ``IRModule.programs`` next to tensor programs and follows
 the same binding contract (params block with ``element_count`` and the size variables,
@@ -8,7 +10,7 @@ then the inputs, then the output), so memory planning, the host module and the r
 treat both alike.  ``dispatch_count`` is how many invocations to launch (in the kernel's own
 size variables); ``reference`` gives the numpy semantics for the interpreter.  ``builder`` and
 ``builder_args`` say how the kernel was made (set by ``relaxweb.ir.kernel_builders``), which
-is how the IR text writes it and the parser rebuilds it.
+is how the IR text writes it, the parser rebuilds it and a backend renders it.
 
 ``extra_size_vars`` are size variables the kernel reads from its params block that no buffer
 shape has (a row index).  An ``in_place`` kernel writes only part of its output and leaves
@@ -17,17 +19,12 @@ reference is then ``reference(arrays, output, size_vars)`` and writes into ``out
 with a ``sized_reference`` computes what depends on its size variables' values (attention over
 the valid prefix of a KV cache): its reference is ``reference(arrays, size_vars)``.
 
-``f16_source``, when not empty, is a second WGSL source of the same kernel (the same bindings,
-params and dispatch) for adapters with WebGPU's ``shader-f16``: the bundle writes it as the
-kernel's ``f16_file`` (``relaxweb/wgsl/variants.py`` says which kernels gain from f16).
-``cpu_source``, likewise, is the kernel for CPU adapters (SwiftShader, lavapipe): its
-``cpu_file``, compiled where a tensor program's ``register_matmul`` form would be.
-
-``wasm_source``, when not empty, is the kernel for the WebAssembly backend (``kernels.wasm``,
-docs/bundle-format.md): WAT text defining ``$main`` (params, first, end, scratch, then one
-address per binding) and ``$units`` (params -> units), helpers named ``$main_...``; it may call
-the math functions of ``relaxweb/cpu``.  ``wasm_scratch_bytes`` is the private memory ``$main``
-needs per thread.  A kernel without one leaves its bundles without ``kernels.wasm``.
+``targets`` lists the targets its hand-written code exists for (:data:`LIBRARY_TARGETS`):
+every kernel has a WebGPU shader; ``webgpu_f16`` adds a second WGSL source of the same
+kernel (the same bindings, params and dispatch) for adapters with WebGPU's ``shader-f16``
+(the bundle's ``f16_file``), ``webgpu_cpu`` one for CPU adapters (SwiftShader, lavapipe: its
+``cpu_file``), and ``wasm`` a version for the WebAssembly backend (``kernels.wasm``): a bundle
+with a kernel that has none gets no ``kernels.wasm``.
 """
 
 from __future__ import annotations
@@ -40,6 +37,13 @@ import numpy as np
 from .symbolic import PrimExpr, SizeVar, free_vars
 from .tir import Buffer
 
+WEBGPU = "webgpu"  # the kernel's WGSL shader (the manifest's ``file``)
+WEBGPU_F16 = "webgpu_f16"  # WGSL for adapters with ``shader-f16`` (``f16_file``)
+WEBGPU_CPU = "webgpu_cpu"  # WGSL for CPU adapters (``cpu_file``)
+WASM = "wasm"  # WebAssembly text for ``kernels.wasm``
+#: The targets a library kernel's code can exist for, in the order the IR text lists them.
+LIBRARY_TARGETS = (WEBGPU, WEBGPU_F16, WEBGPU_CPU, WASM)
+
 
 @dataclass(frozen=True)
 class LibraryKernel:
@@ -47,7 +51,6 @@ class LibraryKernel:
     inputs: tuple[Buffer, ...]
     output: Buffer
     dispatch_count: PrimExpr
-    source: str
     reference: Callable[[list[np.ndarray]], np.ndarray] = field(compare=False)
     summary: str = ""
     builder: str = ""
@@ -55,10 +58,13 @@ class LibraryKernel:
     extra_size_vars: tuple[SizeVar, ...] = ()
     in_place: bool = False
     sized_reference: bool = False
-    f16_source: str = field(default="", compare=False)  # made with ``source`` by the same builder
-    cpu_source: str = field(default="", compare=False)  # the same kernel for CPU adapters (manifest ``cpu_file``)
-    wasm_source: str = field(default="", compare=False)  # WAT of ``$main`` and ``$units`` (below)
-    wasm_scratch_bytes: int = field(default=0, compare=False)  # private scratch bytes ``$main`` needs per thread
+    targets: tuple[str, ...] = (WEBGPU, WASM)
+
+    def __post_init__(self) -> None:
+        if WEBGPU not in self.targets or any(target not in LIBRARY_TARGETS for target in self.targets):
+            raise ValueError(f"library kernel {self.name}: targets {self.targets} are not a WebGPU shader and others "
+                             f"of {', '.join(LIBRARY_TARGETS)}")
+        object.__setattr__(self, "targets", tuple(t for t in LIBRARY_TARGETS if t in self.targets))
 
     @property
     def size_vars(self) -> list[SizeVar]:
@@ -66,6 +72,11 @@ class LibraryKernel:
         found = buffer_size_vars((*self.inputs, self.output))
         names = {var.name for var in found}
         return found + [var for var in self.extra_size_vars if var.name not in names]
+
+    @property
+    def arguments(self) -> dict[str, object]:
+        """The builder's arguments by parameter name (what a backend renders the kernel from)."""
+        return dict(self.builder_args)
 
 
 def buffer_size_vars(buffers: tuple[Buffer, ...]) -> list[SizeVar]:

@@ -617,7 +617,7 @@ class _Parser:
             raise self.error(definition, str(error)) from None
 
     def library_kernel(self, definition: ast.FunctionDef, keywords: dict[str, ast.expr]) -> Any:
-        self.check_keywords(keywords, {"name", "builder", "args"}, "library_kernel")
+        self.check_keywords(keywords, {"name", "builder", "args", "targets"}, "library_kernel")
         if "builder" not in keywords or "args" not in keywords:
             raise self.error(definition, '@library_kernel needs builder="..." and args={...}')
         body = definition.body
@@ -636,6 +636,9 @@ class _Parser:
         if written != [*kernel.inputs, kernel.output]:
             raise self.error(definition, "the signature differs from the buffers of the kernel its builder makes: "
                                          f"{[*kernel.inputs, kernel.output]}")
+        if "targets" in keywords and tuple(self.literal(keywords["targets"])) != kernel.targets:
+            raise self.error(keywords["targets"], f"the targets differ from those of the kernel its builder makes: "
+                                                  f"{kernel.targets}")
         return kernel
 
     def scalar(self, node: ast.expr, buffers: dict[str, Buffer]) -> ScalarExpr:

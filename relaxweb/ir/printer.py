@@ -387,8 +387,9 @@ def format_function(function: Function, constants: ConstantTable | None = None) 
 
 def format_library_kernel(kernel) -> str:
     """A library kernel by the builder that made it (``relaxweb/ir/kernel_builders.py``) and
-    its arguments; the signature shows its buffers (the parser checks them against the
-    rebuilt kernel).  Its WGSL source is the builder's, so it is not repeated."""
+    its arguments, and the targets its code exists for; the signature shows its buffers (the
+    parser checks them and the targets against the rebuilt kernel).  Its code is rendered
+    by the backends from the builder and its arguments."""
     identifiers: set[str] = set()
     params = []
     for buffer in (*kernel.inputs, kernel.output):
@@ -398,6 +399,7 @@ def format_library_kernel(kernel) -> str:
     decorator = "@library_kernel" + format_keywords(
         ("builder", format_string(kernel.builder)),
         ("args", format_literal(dict(kernel.builder_args))),
+        ("targets", format_literal(kernel.targets)),
         ("name", format_string(kernel.name)) if not is_plain_name(kernel.name) else None,
     )
     return f"{decorator}\ndef {unique_identifier(kernel.name, set())}({', '.join(params)}): ..."

@@ -1,8 +1,9 @@
-"""Hand-written WGSL library kernels (reached through ``call_library``), each with its
-WebAssembly text for ``kernels.wasm`` (``wasm_source``: the same bindings and params block,
-``wat.py`` holds the shared WAT helpers) and its numpy reference.  The IR's type for them is
-:class:`relaxweb.ir.library_kernel.LibraryKernel`; they declare the params block and name their
-buffer types as the WGSL backend does."""
+"""Library kernels (reached through ``call_library``): what a compute definition expresses
+badly, each built by a registered builder as what it computes: its buffers, its dispatch
+count, its numpy reference and the targets its hand-written code exists for.  The IR's type
+for them is :class:`relaxweb.ir.library_kernel.LibraryKernel`; the backends render their code
+from the builder's name and arguments (``relaxweb/wgsl/library``: WGSL,
+``relaxweb/cpu/library``: WebAssembly text).  This package imports no backend."""
 
 from .attention import attention_kernel
 from .kv_cache import kv_cache_write_kernel

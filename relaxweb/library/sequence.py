@@ -5,18 +5,16 @@ another, each in its dtype's device form (4 bytes per element); the host module 
 table of the elements' shapes (``passes/lower_shapes_to_host.py``, ``docs/bundle-format.md``
 "Sequences").  Inserting an element at the end copies its values into the arena at the
 arena's current end, ``offset`` (in elements), a size variable the caller binds; the
-arena's earlier elements are kept.  One invocation per value of the element.
+arena's earlier elements are kept.  One invocation per value of the element.  The backends
+render it as a copy (``relaxweb/wgsl/library/copy.py``, ``relaxweb/cpu/library/copy.py``).
 """
 
 from __future__ import annotations
 
 from ..ir.kernel_builders import library_kernel_builder
-from ..ir.library_kernel import LibraryKernel
-from ..ir.params_block import ParamsLayout
+from ..ir.library_kernel import WASM, WEBGPU, LibraryKernel
 from ..ir.symbolic import SizeVar
 from ..ir.tir import Buffer
-from .loop import copy_at_offset_source, scatter_copy_wat
-from .wat import params_field
 
 
 @library_kernel_builder("sequence_write")
@@ -25,16 +23,15 @@ def sequence_write_kernel(dtype: str) -> LibraryKernel:
     count, arena, offset = SizeVar("count"), SizeVar("arena"), SizeVar("offset")
     value = Buffer("value", (count,), dtype)
     output = Buffer("out", (arena,), dtype)
-    title = f"library kernel: sequence_write (one {dtype} element appended to a sequence's arena)"
-    source = copy_at_offset_source(title, dtype, ("count", "arena", "offset"), "params.offset")
-    layout = ParamsLayout(("count", "arena", "offset"))
-    values = params_field(layout, "element_count")
-    wasm_source = scatter_copy_wat(title, values, values, "(i32.const 0)", params_field(layout, "offset"))
 
     def reference(arrays: list, out, size_vars) -> None:
         start = size_vars["offset"]
         out[start:start + arrays[0].size] = arrays[0].reshape(-1)
 
-    return LibraryKernel("sequence_write", (value,), output, count, source, reference,
-                         "one element appended to a sequence's arena", extra_size_vars=(offset,), in_place=True,
-                         wasm_source=wasm_source)
+    return LibraryKernel("sequence_write", (value,), output, count, reference, "one element appended to a sequence's arena",
+                         extra_size_vars=(offset,), in_place=True, targets=(WEBGPU, WASM))
+
+
+def sequence_write_title(kernel: LibraryKernel) -> str:
+    """The comment that heads the kernel's code, in every backend."""
+    return f"library kernel: sequence_write (one {kernel.arguments['dtype']} element appended to a sequence's arena)"

@@ -37,8 +37,8 @@ shader per adapter.  Elementwise kernels do not get one: they are bound by the m
 traffic of their f32 buffers, which f16 arithmetic does not reduce.  f16's range ends at
 65504: a factor beyond it (not an activation or weight of the usual models) becomes
 infinite, and ``kernels="gpu"`` is the choice for such a model.  The fused attention
-library kernel brings its own f16 source (``relaxweb/library/attention.py``:
-``LibraryKernel.f16_source``), in the same way: f16 tiles and products, f32 sums.
+library kernel has an f16 form of its own (its ``webgpu_f16`` target, rendered by
+``relaxweb/wgsl/library/attention.py``), in the same way: f16 tiles and products, f32 sums.
 """
 
 from __future__ import annotations

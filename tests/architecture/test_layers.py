@@ -21,13 +21,13 @@ PACKAGE = Path(__file__).resolve().parents[2] / "relaxweb"
 MAY_IMPORT: dict[str, set[str]] = {
     "errors": set(),
     "ir": {"errors"},
-    "library": {"wgsl", "cpu", "ir", "errors"},  # hand-written WGSL and WAT kernels (the backends' helpers) and numpy references
+    "library": {"ir", "errors"},  # library kernels as what they compute: buffers, dispatch, numpy references
     "ops": {"library", "ir", "errors"},  # registers ops: deduction, legalization, semantics
     "frontend": {"ops", "ir", "errors"},
     "passes": {"ops", "ir", "errors"},
-    "wgsl": {"ir", "errors"},
+    "wgsl": {"library", "ir", "errors"},  # library/: the facts of the library kernels it renders
     "wasm": {"ir", "errors"},
-    "cpu": {"ir", "errors"},  # the WebAssembly SIMD backend of tensor programs (kernels.wasm)
+    "cpu": {"library", "ir", "errors"},  # the WebAssembly SIMD backend of every kernel (kernels.wasm)
     "bundle": {"wgsl", "wasm", "cpu", "ir", "errors"},  # compiled module -> dist/
     "tokenizer": {"errors"},  # the tokenizer a bundle carries: checked by the build, used by the runtimes
     "compiler": {"bundle", "frontend", "passes", "ops", "ir", "errors", "tokenizer"},  # model -> compiled module (-> dist/)
@@ -146,6 +146,16 @@ def test_the_layers_have_no_cycle() -> None:
     for layer in MAY_IMPORT:
         visit(layer, [])
     assert order.index("errors") < order.index("ir") < order.index("ops") < order.index("passes")
+
+
+def test_the_backends_read_the_library_only_in_their_library_renderers() -> None:
+    """``library/`` says what a library kernel computes and imports no backend; a backend
+    renders it from ``wgsl/library/`` or ``cpu/library/`` (the builders' renderers), nowhere else."""
+    renderers = {"wgsl": "relaxweb.wgsl.library", "cpu": "relaxweb.cpu.library"}
+    stray = [f"{where(item)}: imports {item.module}" for item in IMPORTS
+             if layer_of(item.module) == "library" and layer_of(module_name(item.source)) in renderers
+             and not module_name(item.source).startswith(renderers[layer_of(module_name(item.source))])]
+    assert not stray, "backend modules outside their library renderers import relaxweb.library:\n" + "\n".join(stray)
 
 
 def test_relaxweb_modules_are_imported_at_the_top_level_only() -> None:

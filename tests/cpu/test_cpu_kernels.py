@@ -22,12 +22,12 @@ from relaxweb.cpu.emit import (
 from relaxweb.cpu.kernels import KernelsWasm, WasmUnavailable, emit_kernels_wasm
 from relaxweb.cpu.math import MATH_FUNCTIONS
 from relaxweb.cpu.module import KernelFunctions, assemble_kernels_module, wat_to_wasm
-from relaxweb.cpu import schedules
+from relaxweb.cpu import library, schedules
 from relaxweb.cpu.schedules import MATMUL_SCRATCH_BYTES, PANEL_DEPTH, render_program
 from relaxweb.ir import interpreter
 from relaxweb.ir.dtype import dtype_info
 from relaxweb.ir.launch import dispatch_count
-from relaxweb.ir.library_kernel import LibraryKernel
+from relaxweb.ir.library_kernel import WASM, WEBGPU, LibraryKernel
 from relaxweb.ir.symbolic import FloorDiv, FloorMod, IntImm, SizeVar, evaluate
 from relaxweb.ir.tir import (
     Binary, BinaryOp, Buffer, Cast, Compare, CompareOp, FloatImm, Gather, IndexValue, Load, Reduce, ReduceCombiner,
@@ -1221,12 +1221,12 @@ def test_library_kernel_without_wasm_leaves_the_bundle_without_kernels_wasm(tmp_
     module = compile_model(rnn_model())
     recurrence = module.programs["rnn_recurrence"]
     assert isinstance(recurrence, LibraryKernel)
-    if recurrence.wasm_source:
-        module.programs["rnn_recurrence"] = dataclasses.replace(recurrence, wasm_source="")
+    if WASM in recurrence.targets:
+        module.programs["rnn_recurrence"] = dataclasses.replace(recurrence, targets=(WEBGPU,))
     order = [(name, {}) for name in module.programs]
     assert emit_kernels_wasm(module, order) == WasmUnavailable(
         "the library kernel rnn_recurrence has no WebAssembly version")
-    if recurrence.wasm_source:
+    if WASM in recurrence.targets:
         return  # (the bundle below has its kernel's WebAssembly version)
     notes: list[str] = []
     relaxweb.build(rnn_model(), tmp_path, progress=notes.append)
@@ -1237,9 +1237,9 @@ def test_library_kernel_without_wasm_leaves_the_bundle_without_kernels_wasm(tmp_
     assert manifest_problem(manifest) is None
 
 
-def test_library_kernels_bring_their_own_functions() -> None:
-    """A library kernel's ``wasm_source`` goes into kernels.wasm under its index, its scratch
-    bytes into the module's."""
+def test_library_kernels_bring_their_own_functions(monkeypatch) -> None:
+    """A library kernel's WebAssembly (its builder's renderer) goes into kernels.wasm under its
+    index, its scratch bytes into the module's."""
     module = compile_model(rnn_model())
     source = """\
 (func $main (param $params i32) (param $first i32) (param $end i32) (param $scratch i32) (param $b1 i32) (param $b2 i32)
@@ -1247,8 +1247,8 @@ def test_library_kernels_bring_their_own_functions() -> None:
 (func $main_helper)
 (func $units (param $params i32) (result i32)
   (i32.const 1))"""
-    module.programs["rnn_recurrence"] = dataclasses.replace(module.programs["rnn_recurrence"], wasm_source=source,
-                                                            wasm_scratch_bytes=MATMUL_SCRATCH_BYTES + 1000)
+    monkeypatch.setitem(library.RENDERERS, "recurrence",
+                        lambda kernel: library.LibraryWat(source, MATMUL_SCRATCH_BYTES + 1000))
     order = [(name, {}) for name in module.programs]
     kernels = emit_kernels_wasm(module, order)
     assert isinstance(kernels, KernelsWasm) and kernels.scratch_bytes == MATMUL_SCRATCH_BYTES + 1000

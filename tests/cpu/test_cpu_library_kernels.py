@@ -1,4 +1,4 @@
-"""The library kernels' WebAssembly (``LibraryKernel.wasm_source``): each builder's kernel,
+"""The library kernels' WebAssembly (``relaxweb/cpu/library``): each builder's kernel,
 assembled into a kernels.wasm with the math functions it calls, run on numpy arrays as the
 runtime runs it (params block as the host writes it, units split into ranges run last
 first) and compared with the kernel's numpy reference."""
@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 
 from relaxweb.cpu import KernelFunctions, assemble_kernels_module, wat_to_wasm
+from relaxweb.cpu.library import RENDERERS, library_kernel_wat
+from relaxweb.cpu.library.attention import WASM_KEY_BLOCK, WASM_ROWS
 from relaxweb.cpu.math import MATH_FUNCTIONS
 from relaxweb.ir.kernel_builders import _BUILDERS, build_library_kernel
 from relaxweb.ir.symbolic import IntImm, SizeVar, evaluate
-from relaxweb.library.attention import WASM_KEY_BLOCK, WASM_ROWS
 from relaxweb.library import (
     attention_kernel, kv_cache_write_kernel, recurrence_kernel, sequence_write_kernel, unique_count_kernel, unique_values_kernel, write_row_kernel,
 )
@@ -24,14 +25,15 @@ KERNEL_INDEX = 3  # any index: the assembler names the functions after it
 
 def run_library_kernel(kernel, arrays: list[np.ndarray], sizes: dict[str, int], output: np.ndarray,
                        ranges: int = 3) -> np.ndarray:
-    """``kernel``'s wasm_source on ``arrays`` (device dtypes), writing into ``output``; the
+    """``kernel``'s WebAssembly on ``arrays`` (device dtypes), writing into ``output``; the
     params block holds element_count (the dispatch count) and ``sizes`` in the kernel's order."""
-    assert kernel.wasm_source, f"{kernel.name} has no wasm_source"
-    wat = assemble_kernels_module([KernelFunctions(KERNEL_INDEX, kernel.name, kernel.wasm_source)], "test",
+    library_wat = library_kernel_wat(kernel)
+    assert library_wat is not None, f"{kernel.name} has no WebAssembly version"
+    wat = assemble_kernels_module([KernelFunctions(KERNEL_INDEX, kernel.name, library_wat.text)], "test",
                                   MATH_FUNCTIONS)
     params = [int(evaluate(kernel.dispatch_count, sizes))] + [sizes[var.name] for var in kernel.size_vars]
     return run_wasm_kernel(wat_to_wasm(wat), KERNEL_INDEX, arrays, output, params,
-                           scratch_bytes=kernel.wasm_scratch_bytes, ranges=ranges)
+                           scratch_bytes=library_wat.scratch_bytes, ranges=ranges)
 
 
 def expected_in_place(kernel, arrays: list[np.ndarray], sizes: dict[str, int], output: np.ndarray) -> np.ndarray:
@@ -41,21 +43,21 @@ def expected_in_place(kernel, arrays: list[np.ndarray], sizes: dict[str, int], o
 
 
 #: The builders this file runs: every registered one (a new library kernel brings its
-#: ``wasm_source`` and its tests here, or bundles using it have no kernels.wasm).
+#: WebAssembly renderer and its tests here, or bundles using it have no kernels.wasm).
 TESTED_BUILDERS = {"write_row", "sequence_write", "kv_cache_write", "unique_count", "unique_values", "attention",
                    "recurrence"}
 
 
 def test_every_library_kernel_builder_is_tested_here() -> None:
-    assert set(_BUILDERS) == TESTED_BUILDERS
+    assert set(_BUILDERS) == TESTED_BUILDERS == set(RENDERERS)
 
 
 def test_a_kernel_rebuilt_from_its_ir_text_arguments_has_the_same_wasm() -> None:
-    """The IR text records the builder and its arguments; the parser's rebuild gives the same WAT."""
+    """The IR text records the builder and its arguments; the parser's rebuild renders the same WAT."""
     kernel = attention_kernel("attention", (2, 6), SizeVar("new"), SizeVar("past") + SizeVar("new"), 8, 4,
                               (2, 1, 1, SizeVar("past") + SizeVar("new")), 0.5, True, kv_batch=(2, 2), key_rows=IntImm(16))
     rebuilt = build_library_kernel(kernel.builder, dict(kernel.builder_args))
-    assert rebuilt.wasm_source == kernel.wasm_source and rebuilt.wasm_scratch_bytes == kernel.wasm_scratch_bytes
+    assert rebuilt == kernel and library_kernel_wat(rebuilt) == library_kernel_wat(kernel)
 
 
 # -- copies into part of the output ------------------------------------------------------------
@@ -232,7 +234,7 @@ def test_attention_over_several_key_blocks(value_head: int, queries: int, causal
     in the second), rows with -3.4e38 (torch's), a maximum growing from block to block (the
     accumulators corrected), a causal row's keys past the shared ones, a partial last unit."""
     kernel = attention_kernel("attention", (2, 3), S, T, 12, value_head, (2, 1, S, T), scale=0.4, causal=causal)
-    assert (f"blocks of {WASM_KEY_BLOCK} keys" in kernel.wasm_source) == (value_head % 4 == 0)
+    assert (f"blocks of {WASM_KEY_BLOCK} keys" in library_kernel_wat(kernel).text) == (value_head % 4 == 0)
     mask = rand(2, 1, queries, LONG, seed=12)
     mask[:, :, ::3, :WASM_KEY_BLOCK + 5] = -np.inf
     mask[:, :, 1::3, :] = np.float32(-3.4e38)

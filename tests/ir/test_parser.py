@@ -40,6 +40,7 @@ from relaxweb.ir.tir import (
 from relaxweb.compiler import compile_module
 from relaxweb.library import unique_count_kernel  # importing relaxweb.library registers its kernel builders
 from relaxweb.passes import PassContext, pipeline, run_pipeline
+from relaxweb.wgsl.library import library_kernel_wgsl
 from tests.ops.test_control_flow import if_module, unique_module
 
 HOSTILE = 'a "quoted" \'name\'\n# not a comment \\ ) + relu(x)'
@@ -228,9 +229,10 @@ def test_every_node_kind_round_trips(names: dict[str, str]) -> None:
     assert [c.reason for c in casts] == ["", names["note"].replace("\n", " ") + ": dimension 0 of input 1"]
     host = parsed.functions["host"]
     assert host.weights[1].name == names["constant"] and host.weights[1].data.shape == (4,)
-    # the library kernel is rebuilt by its builder, WGSL source and numpy reference included
+    # the library kernel is rebuilt by its builder, targets, rendered code and numpy reference included
     kernel = parsed.programs["unique_count"]
-    assert kernel.source == module.programs["unique_count"].source
+    assert kernel == module.programs["unique_count"] and kernel.targets == ("webgpu", "wasm")
+    assert library_kernel_wgsl(kernel) == library_kernel_wgsl(module.programs["unique_count"])
     assert kernel.reference([np.array([3.0, 1.0, 3.0], np.float32)]).tolist() == [2]
 
 
@@ -346,6 +348,9 @@ def main(x: Tensor((2,), "float32")) -> Tensor((2,), "float32"):
      1, "schedule tiled_matmul"),
     ("@library_kernel(builder=\"unique_count\", args={\"name\": \"u\", \"length\": sym(n), \"dtype\": \"float32\"})\n"
      "def u(values: Buffer((n,), \"float32\"), out: Buffer((2,), \"int32\")): ...\n", 2, "the signature differs"),
+    ("@library_kernel(builder=\"unique_count\", args={\"name\": \"u\", \"length\": sym(n), \"dtype\": \"float32\"}, "
+     "targets=(\"webgpu\",))\ndef u(values: Buffer((n,), \"float32\"), out: Buffer((1,), \"int32\")): ...\n", 1,
+     "the targets differ"),
     ("@library_kernel(builder=\"sort\", args={})\ndef u(out: Buffer((2,), \"int32\")): ...\n", 1,
      "no library kernel builder named 'sort'"),
     ("@host_function\ndef main():\n    dispatch(\"p\", (storage(0),), count=n)\n    launch()\n", 4,

@@ -27,6 +27,7 @@ from relaxweb.runtime.batch import (
 from relaxweb.runtime.host import Dispatch
 from relaxweb.runtime.webgpu import Session
 from relaxweb.wgsl import ragged
+from relaxweb.wgsl.library import library_kernel_wgsl
 from relaxweb.wgsl.ragged import ragged_problem, ragged_source
 from tests.helpers import F32_LOOSE, MODEL, assert_close, make_model, onnxruntime_outputs, rand
 from tests.model_exports import missing_exporter_packages, session_exports
@@ -316,8 +317,8 @@ def test_the_library_copy_kernels_have_ragged_forms() -> None:
                unique_values_kernel("unique_values", n, "float32"),
                kv_cache_write_kernel("kv_write", (1, 2), n, (8,), 64, "float32", "past")]
     for kernel in kernels:
-        assert ragged_problem(kernel.source) is None, kernel.name
-        assert ragged_source(kernel.source) is not None, kernel.name
+        assert ragged_problem(library_kernel_wgsl(kernel)) is None, kernel.name
+        assert ragged_source(library_kernel_wgsl(kernel)) is not None, kernel.name
 
 
 def scan_loop_model():

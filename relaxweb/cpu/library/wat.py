@@ -1,4 +1,4 @@
-"""WebAssembly text for the library kernels' ``wasm_source`` (docs/bundle-format.md,
+"""WebAssembly text for the library kernels (docs/bundle-format.md,
 "kernels.wasm"): the two functions every kernel defines, its params fields, and index
 expressions of size variables as i32 arithmetic.
 
@@ -11,12 +11,22 @@ elements: element ``i`` of binding ``b`` is at byte ``b + 4 * i``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, Iterable
 
-from ..ir.params_block import FIELD_BYTES, ParamsLayout
-from ..ir.symbolic import Analyzer, PrimExpr, simplify
-from ..ir.syntax import comment_text
-from ..wgsl.lower_index import Constant, IndexOp, Operation, TargetIndex, Variable, lower_index
+from ...ir.lower_index import Constant, IndexOp, Operation, TargetIndex, Variable, lower_index
+from ...ir.params_block import FIELD_BYTES, ParamsLayout
+from ...ir.symbolic import Analyzer, PrimExpr, simplify
+from ...ir.syntax import comment_text
+
+@dataclass(frozen=True)
+class LibraryWat:
+    """A library kernel's WebAssembly text (``$units``, ``$main`` and its ``$main_...``
+    helpers) and the private scratch memory ``$main`` needs per thread."""
+
+    text: str
+    scratch_bytes: int = 0
+
 
 #: The WAT instruction of each i32 operation, or the helper function it calls.
 _INSTRUCTIONS = {
@@ -153,6 +163,12 @@ def loop(label: str, condition_to_leave: str, body: list[str]) -> list[str]:
         *indent(body, 2),
         f"    (br ${label})))",
     ]
+
+
+def repeat(label: str, condition_to_continue: str, body: list[str]) -> list[str]:
+    """``do { body } while (condition_to_continue)``: a loop labelled ``label`` whose body runs
+    at least once, one branch per iteration (where :func:`loop` takes two)."""
+    return [f"(loop ${label}", *indent(body), f"  (br_if ${label} {condition_to_continue}))"]
 
 
 def shuffle(a: str, b: str, lanes: tuple[int, int, int, int]) -> str:
