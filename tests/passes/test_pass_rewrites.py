@@ -79,67 +79,6 @@ def matmul(A: Buffer((n, 4), "float32"), B: Buffer((4, 8), "float32"), out: Buff
 '''
 
 
-def test_legalize_ops_turns_op_calls_into_program_calls() -> None:
-    before = '''
-@function(inputs=["x"], outputs=["y"])
-def main(x: Tensor((n, 3), "float32")) -> Tensor((n, 3), "float32"):
-    with dataflow():
-        a: Tensor((n, 3), "float32") = add(x, const("bias", [0.0, 1.0, 2.0], "float32"))
-        y: Tensor((n, 3), "float32") = relu(a)
-        output(y)
-    return y
-'''
-    expected = '''
-@tensor_program
-def add(A: Buffer((rows, 3), "float32"), B: Buffer((3,), "float32"), out: Buffer((rows, 3), "float32")):
-    out[i0_, i1_] = (A[i0_, i1_] + B[i1_])
-
-@tensor_program
-def relu(A: Buffer((rows, 3), "float32"), out: Buffer((rows, 3), "float32")):
-    out[i0_, i1_] = maximum(A[i0_, i1_], float32(0.0))
-
-@function(inputs=["x"], outputs=["y"])
-def main(data: Tensor((rows, 3), "float32")) -> Tensor((rows, 3), "float32"):
-    with dataflow():
-        biased: Tensor((rows, 3), "float32") = call_tir("add", (data, const("bias", [0.0, 1.0, 2.0], "float32")), sizes={"rows": rows})
-        result: Tensor((rows, 3), "float32") = call_tir("relu", (biased,), sizes={"rows": rows})
-        output(result)
-    return result
-'''
-    check_rewrite(legalize_ops, before, expected, {"x": rand(5, 3)})
-
-
-def test_canonicalize_bindings_reads_values_where_computed_and_drops_dead_ones() -> None:
-    """The tuple, its items and the alias go; so does the call nothing reads; add reads
-    relu's and exp's results directly."""
-    before = RELU + EXP + ADD + '''
-@function(inputs=["x"], outputs=["y"])
-def main(x: Tensor((n, 4), "float32")) -> Tensor((n, 4), "float32"):
-    with dataflow():
-        a: Tensor((n, 4), "float32") = call_tir("relu", (x,), sizes={"n": n})
-        b: Tensor((n, 4), "float32") = call_tir("exp", (x,), sizes={"n": n})
-        parts: Tuple(Tensor((n, 4), "float32"), Tensor((n, 4), "float32")) = (a, b)
-        first: Tensor((n, 4), "float32") = parts[0]
-        second: Tensor((n, 4), "float32") = parts[1]
-        alias: Tensor((n, 4), "float32") = first
-        unused: Tensor((n, 4), "float32") = call_tir("exp", (alias,), sizes={"n": n})
-        y: Tensor((n, 4), "float32") = call_tir("add", (alias, second), sizes={"n": n})
-        output(y)
-    return y
-'''
-    expected = RELU + EXP + ADD + '''
-@function(inputs=["x"], outputs=["y"])
-def main(x: Tensor((n, 4), "float32")) -> Tensor((n, 4), "float32"):
-    with dataflow():
-        a: Tensor((n, 4), "float32") = call_tir("relu", (x,), sizes={"n": n})
-        b: Tensor((n, 4), "float32") = call_tir("exp", (x,), sizes={"n": n})
-        y: Tensor((n, 4), "float32") = call_tir("add", (a, b), sizes={"n": n})
-        output(y)
-    return y
-'''
-    check_rewrite(canonicalize_bindings, before, expected, {"x": rand(3, 4)})
-
-
 # BERT's attention as torch's exporters write it (keys [b, s, heads, D] transposed by [0, 2, 3, 1]).
 ATTENTION_BEFORE = '''
 @function(inputs=["q", "keys", "v", "mask"], outputs=["y"])
@@ -316,67 +255,6 @@ def test_place_kv_caches_leaves_other_graphs_alone(change: str, bounds: dict, wh
         assert_structural_equal(place_kv_caches(module), module), why
 
 
-def test_fold_scalar_constants_writes_each_value_into_its_own_program() -> None:
-    scale = '''
-@tensor_program
-def scale(A: Buffer((n, 4), "float32"), B: Buffer((), "float32"), out: Buffer((n, 4), "float32")):
-    out[i0_, i1_] = (A[i0_, i1_] * B[()])
-'''
-    before = scale + '''
-@function(inputs=["x"], outputs=["y"])
-def main(x: Tensor((n, 4), "float32")) -> Tensor((n, 4), "float32"):
-    with dataflow():
-        a: Tensor((n, 4), "float32") = call_tir("scale", (x, const("half", 0.5, "float32")), sizes={"n": n})
-        y: Tensor((n, 4), "float32") = call_tir("scale", (a, const("three", 3.0, "float32")), sizes={"n": n})
-        output(y)
-    return y
-'''
-    expected = '''
-@tensor_program
-def scale1(A: Buffer((n, 4), "float32"), out: Buffer((n, 4), "float32")):
-    out[i0_, i1_] = (A[i0_, i1_] * float32(0.5))
-
-@tensor_program
-def scale2(A: Buffer((n, 4), "float32"), out: Buffer((n, 4), "float32")):
-    out[i0_, i1_] = (A[i0_, i1_] * float32(3.0))
-
-@function(inputs=["x"], outputs=["y"])
-def main(x: Tensor((n, 4), "float32")) -> Tensor((n, 4), "float32"):
-    with dataflow():
-        a: Tensor((n, 4), "float32") = call_tir("scale1", (x,), sizes={"n": n})
-        y: Tensor((n, 4), "float32") = call_tir("scale2", (a,), sizes={"n": n})
-        output(y)
-    return y
-'''
-    check_rewrite(fold_scalar_constants, before, expected, {"x": rand(2, 4)})
-
-
-def test_fuse_ops_merges_an_activation_chain_into_the_matmul_prologue() -> None:
-    before = RELU + EXP + MATMUL + '''
-@function(inputs=["x"], outputs=["y"])
-def main(x: Tensor((n, 4), "float32")) -> Tensor((n, 8), "float32"):
-    with dataflow():
-        a: Tensor((n, 4), "float32") = call_tir("relu", (x,), sizes={"n": n})
-        b: Tensor((n, 4), "float32") = call_tir("exp", (a,), sizes={"n": n})
-        y: Tensor((n, 8), "float32") = call_tir("matmul", (b, const("w")), sizes={"n": n})
-        output(y)
-    return y
-'''
-    expected = '''
-@tensor_program
-def fused_relu__matmul(B: Buffer((4, 8), "float32"), A: Buffer((n, 4), "float32"), out: Buffer((n, 8), "float32")):
-    out[i0_, i1_] = sum((exp(maximum(A[i0_, k_], float32(0.0))) * B[k_, i1_]) for k_ in range(4))
-
-@function(inputs=["x"], outputs=["y"])
-def main(x: Tensor((n, 4), "float32")) -> Tensor((n, 8), "float32"):
-    with dataflow():
-        y: Tensor((n, 8), "float32") = call_tir("fused_relu__matmul", (const("w"), x), sizes={"n": n})
-        output(y)
-    return y
-'''
-    check_rewrite(fuse_ops, before, expected, {"x": rand(3, 4)}, {"w": rand(4, 8, seed=1)})
-
-
 def test_schedule_programs_picks_each_schedule_by_pattern() -> None:
     """matmul-like: tiled; a long constant reduction: a workgroup per output element;
     elementwise with a last dimension that is a multiple of 4: vectorized; else element."""
@@ -407,42 +285,6 @@ def main(x: Tensor((n, 4), "float32"), odd: Tensor((n, 3), "float32"), wide: Ten
                 + odd.format(decorator="") + row_sum.format(decorator='(schedule=workgroup_reduction)') + main)
     inputs = {"x": rand(3, 4), "odd": rand(3, 3, seed=2), "wide": rand(3, 256, seed=3)}
     check_rewrite(schedule_programs, before, expected, inputs, {"w": rand(4, 8, seed=1)})
-
-
-def test_share_programs_turns_differing_literals_into_variables_the_call_sites_bind() -> None:
-    """Two tiled matmuls that differ only in their depth (4 and 6) become one program whose
-    depth is a variable each call site binds; the column count (8 in both) stays a literal.
-    Two vectorized programs that differ in their last dimension stay apart: a variable
-    there could not be shown to be a multiple of 4."""
-    tiled = "@tensor_program(schedule=tiled_matmul(tile=32, depth=16, block=4))"
-    matmul = tiled + '''
-def {name}(A: Buffer((n, {k}), "float32"), B: Buffer(({k}, 8), "float32"), out: Buffer((n, 8), "float32")):
-    out[i0_, i1_] = sum((A[i0_, k_] * B[k_, i1_]) for k_ in range({k}))
-'''
-    relu = '''
-@tensor_program(schedule=vectorized(width=4))
-def {name}(A: Buffer((n, {m}), "float32"), out: Buffer((n, {m}), "float32")):
-    out[i0_, i1_] = maximum(A[i0_, i1_], float32(0.0))
-'''
-    main = '''
-@function(inputs=["x", "y"], outputs=["a", "b", "c", "d"])
-def main(x: Tensor((n, 4), "float32"), y: Tensor((n, 6), "float32")) -> Tuple(Tensor((n, 8), "float32"), Tensor((n, 8), "float32"), Tensor((n, 8), "float32"), Tensor((n, 4), "float32")):
-    with dataflow():
-        a: Tensor((n, 8), "float32") = call_tir("matmul", (x, const("w")), sizes={{"n": n{first}}})
-        b: Tensor((n, 8), "float32") = call_tir("{second}", (y, const("v")), sizes={{"n": n{other}}})
-        c: Tensor((n, 8), "float32") = call_tir("relu", (a,), sizes={{"n": n}})
-        d: Tensor((n, 4), "float32") = call_tir("relu1", (x,), sizes={{"n": n}})
-        output(a, b, c, d)
-    return (a, b, c, d)
-'''
-    relus = relu.format(name="relu", m=8) + relu.format(name="relu1", m=4)
-    before = (matmul.format(name="matmul", k=4) + matmul.format(name="matmul1", k=6) + relus
-              + main.format(first="", second="matmul1", other=""))
-    expected = (matmul.format(name="matmul", k="constant0") + relus
-                + main.format(first=', "constant0": 4', second="matmul", other=', "constant0": 6'))
-    inputs = {"x": rand(3, 4), "y": rand(3, 6, seed=1)}
-    constants = {"w": rand(4, 8, seed=2), "v": rand(6, 8, seed=3)}
-    check_rewrite(share_programs, before, expected, inputs, constants)
 
 
 CHAIN = '''

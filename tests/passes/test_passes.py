@@ -70,83 +70,6 @@ def all_call_values(function: Function) -> list:
 # legalize_ops --------------------------------------------------------------------------------
 
 
-def test_legalize_replaces_every_call() -> None:
-    before = mlp_module()
-    after = legalize_ops(before)
-    values = all_call_values(after.main)
-    assert not any(isinstance(v, Call) for v in values)
-    assert all(isinstance(v, CallTIR) for v in values)
-    # softmax becomes three programs, each call keeps its output annotation
-    assert [v.program for v in values] == [
-        "matmul", "add", "relu", "matmul1", "add1", "softmax_max", "softmax_sum", "softmax_normalize",
-    ]
-    assert set(after.programs) == {v.program for v in values}
-    for binding in after.main.bindings():
-        assert binding.var.struct_info == binding.value.struct_info
-        program = after.programs[binding.value.program]
-        assert prove_equal(program.output.shape[0], binding.value.struct_info.shape[0])
-        assert len(program.inputs) == len(binding.value.args)
-    assert dict(values[0].size_var_values) == {"n": n}
-    # the input module is unchanged
-    assert all(isinstance(v, Call) for v in all_call_values(before.main))
-    assert before.programs == {}
-
-
-def test_legalize_deduplicates_identical_programs() -> None:
-    builder = FunctionBuilder("main")
-    x = builder.add_param("x", TensorStructInfo((n, 4), "float32"))
-    y = builder.add_param("y", TensorStructInfo((n, 4), "float32"))
-    a = builder.emit(call_op("add", x, y), "a")
-    b = builder.emit(call_op("add", a, x), "b")  # same shapes: the same program
-    c = builder.emit(call_op("relu", b), "c")
-    d = builder.emit(call_op("relu", c), "d")
-    e = builder.emit(call_op("add", d, Constant(rand(4), "bias")), "e", output=True)  # [n,4] + [4]: another
-    after = legalize_ops(module_of(builder, [e], ["e"]))
-    assert [v.program for v in all_call_values(after.main)] == ["add", "add", "relu", "relu", "add1"]
-    assert sorted(after.programs) == ["add", "add1", "relu"]
-    assert after.programs["add1"].inputs[1].shape == (IntImm(4),)
-
-
-def test_legalize_reuses_and_avoids_programs_already_in_the_module() -> None:
-    relu = legalize_ops(chain_module()).programs["relu"]
-    builder = FunctionBuilder("main")
-    x = builder.add_param("x", TensorStructInfo((n, 4), "float32"))
-    r = builder.emit(call_op("relu", x), "r")
-    t = builder.emit(call_op("tanh", r), "t", output=True)
-    clash = TensorProgram("tanh", relu.inputs, relu.output, relu.axes, FloatImm(7.0))  # same name, other body
-    before = IRModule({"main": builder.finish([t], ["t"])}, programs={"relu": relu, "tanh": clash})
-    after = legalize_ops(before)
-    assert [v.program for v in all_call_values(after.main)] == ["relu", "tanh1"]
-    assert after.programs["tanh"] is clash
-    assert isinstance(after.programs["tanh1"].body, Unary)
-
-
-@pytest.mark.parametrize("rows", [1, 6])
-def test_legalize_preserves_results(rows: int) -> None:
-    before = mlp_module()
-    after = legalize_ops(before)
-    x = rand(rows, 4, seed=rows)
-    (expected,) = run_module(before, {"x": x})
-    (actual,) = run_module(after, {"x": x})
-    assert_close(actual, expected)
-
-
-def test_legalize_reshape_and_transpose_preserve_results() -> None:
-    builder = FunctionBuilder("main")
-    x = builder.add_param("x", TensorStructInfo((n, 6, 4), "float32"))
-    r = builder.emit(call_op("reshape", x, ShapeExpr((n * 3, 8))), "r")
-    t = builder.emit(call_op("transpose", r, axes=[1, 0]), "t")
-    s = builder.emit(call_op("reshape", t, ShapeExpr((4, 2, n * 3))), "s", output=True)
-    before = module_of(builder, [s], ["s"])
-    after = legalize_ops(before)
-    assert [v.program for v in all_call_values(after.main)] == ["reshape", "transpose", "reshape1"]
-    for rows in (1, 5):
-        x_value = rand(rows, 6, 4, seed=rows)
-        expected = x_value.reshape(rows * 3, 8).T.reshape(4, 2, rows * 3)
-        np.testing.assert_array_equal(run_module(before, {"x": x_value})[0], expected)
-        np.testing.assert_array_equal(run_module(after, {"x": x_value})[0], expected)
-
-
 # plan_memory ---------------------------------------------------------------------------------
 
 
@@ -556,39 +479,6 @@ def test_pipeline_reduce_program_is_kept_intact() -> None:
     body = result.programs["softmax_sum"].body
     assert isinstance(body, Reduce) and body.combiner == "sum"
     assert isinstance(body.body, Unary) and body.body.op == "exp"
-
-
-def test_legalize_ops_matches_a_hand_written_expected_module_up_to_renaming() -> None:
-    """before: y = relu(x); expected: y = call_tir(relu, (x,)) with the program written out,
-    using other variable names (structural equality renames them)."""
-    from relaxweb.ir import Buffer, SizeVar, TensorProgram
-    from relaxweb.ir.expr import CallTIR, Var
-    from relaxweb.ir.structural import assert_structural_equal
-    from relaxweb.ir.tir import Binary, FloatImm, Load
-
-    n = SizeVar("n")
-    builder = FunctionBuilder("main")
-    x = builder.add_param("x", TensorStructInfo((n, 4), "float32"))
-    y = builder.emit(call_op("relu", x), "y", output=True)
-    before = IRModule({"main": builder.finish([y], ["y"])})
-
-    rows = SizeVar("rows")
-    i, j = SizeVar("i0_"), SizeVar("i1_")
-    source = Buffer("A", (rows, 4), "float32")
-    program = TensorProgram("relu", (source,), Buffer("out", (rows, 4), "float32"), (i, j),
-                            Binary("maximum", Load(source, (i, j)), FloatImm(0.0)))
-    data = Var("data", TensorStructInfo((rows, 4), "float32"))
-    result = Var("result", TensorStructInfo((rows, 4), "float32"))
-    call = CallTIR("relu", (data,), TensorStructInfo((rows, 4), "float32"), (("rows", rows),))
-    expected = IRModule(
-        {"main": Function("main", (data,), SeqExpr((DataflowBlock((VarBinding(result, call),)),), result), ("x",), ("y",))},
-        {"relu": program},
-    )
-    after = legalize_ops(before)
-    assert_structural_equal(after, expected)
-    value = rand(3, 4, seed=3)
-    assert_close(run_module(after, {"x": value})[0], run_module(before, {"x": value})[0])
-    assert_close(run_module(expected, {"x": value})[0], np.maximum(value, 0))
 
 
 def test_plan_memory_reuses_the_best_fitting_free_storage() -> None:
