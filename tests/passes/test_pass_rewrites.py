@@ -124,57 +124,6 @@ def main(x: Tensor((n, 4), "float32"), odd: Tensor((n, 3), "float32"), wide: Ten
     check_rewrite(schedule_programs, before, expected, inputs, {"w": rand(4, 8, seed=1)})
 
 
-CHAIN = '''
-@tensor_program
-def relu(A: Buffer((n, 4), "float32"), out: Buffer((n, 4), "float32")):
-    out[i0_, i1_] = maximum(A[i0_, i1_], float32(0.0))
-
-@tensor_program
-def tanh(A: Buffer((n, 4), "float32"), out: Buffer((n, 4), "float32")):
-    out[i0_, i1_] = tanh(A[i0_, i1_])
-
-@tensor_program
-def exp(A: Buffer((n, 4), "float32"), out: Buffer((n, 4), "float32")):
-    out[i0_, i1_] = exp(A[i0_, i1_])
-
-@tensor_program
-def negative(A: Buffer((n, 4), "float32"), out: Buffer((n, 4), "float32")):
-    out[i0_, i1_] = negative(A[i0_, i1_])
-'''
-
-
-def test_plan_memory_alternates_two_storages_along_a_chain() -> None:
-    """relu -> tanh -> exp -> negative: each result can reuse the storage of the value
-    before the previous one, which is dead by then."""
-    before = CHAIN + '''
-@function(inputs=["x"], outputs=["d"])
-def main(x: Tensor((n, 4), "float32")) -> Tensor((n, 4), "float32"):
-    with dataflow():
-        a: Tensor((n, 4), "float32") = call_tir("relu", (x,), sizes={"n": n})
-        b: Tensor((n, 4), "float32") = call_tir("tanh", (a,), sizes={"n": n})
-        c: Tensor((n, 4), "float32") = call_tir("exp", (b,), sizes={"n": n})
-        d: Tensor((n, 4), "float32") = call_tir("negative", (c,), sizes={"n": n})
-        output(d)
-    return d
-'''
-    expected = CHAIN + '''
-@function(inputs=["x"], outputs=["d"])
-def main(x: Tensor((n, 4), "float32")) -> Tensor((n, 4), "float32"):
-    even: Object = alloc_storage(n * 16)
-    odd: Object = alloc_storage(n * 16)
-    a: Tensor((n, 4), "float32") = alloc_tensor(even)
-    ran_relu: Tuple() = call_tir_into("relu", (x,), out=a, sizes={"n": n})
-    b: Tensor((n, 4), "float32") = alloc_tensor(odd)
-    ran_tanh: Tuple() = call_tir_into("tanh", (a,), out=b, sizes={"n": n})
-    c: Tensor((n, 4), "float32") = alloc_tensor(even)
-    ran_exp: Tuple() = call_tir_into("exp", (b,), out=c, sizes={"n": n})
-    d: Tensor((n, 4), "float32") = alloc_tensor(odd)
-    ran_negative: Tuple() = call_tir_into("negative", (c,), out=d, sizes={"n": n})
-    return d
-'''
-    check_rewrite(plan_memory, before, expected, {"x": rand(5, 4)})
-
-
 def test_lower_shapes_to_host_writes_checks_storages_and_dispatches() -> None:
     before = '''
 @tensor_program
