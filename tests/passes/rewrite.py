@@ -4,8 +4,9 @@
 the result is structurally equal to the parsed ``expected`` (variable and size-variable
 names may differ), checks it is well formed, and runs ``before``, the result and
 ``expected`` through the reference interpreter on the same inputs (``run_host_function``
-once the module has a host function).  A pass that must leave a module alone is checked
-the same way, with ``expected`` the ``before`` text (:func:`check_unchanged`).
+once the module has a host function); the result must also print as IR text that parses
+back to it (what a pass produces, the text can say).  A pass that must leave a module
+alone is checked the same way, with ``expected`` the ``before`` text (:func:`check_unchanged`).
 
 The expected text is written by hand from what the pass's docstring promises, not printed
 from the pass's output.
@@ -21,6 +22,7 @@ from relaxweb.ir.host import HostFunction
 from relaxweb.ir.interpreter import run_host_function, run_module
 from relaxweb.ir.module import IRModule
 from relaxweb.ir.parser import parse_module
+from relaxweb.ir.printer import format_module, module_constants
 from relaxweb.ir.structural import assert_structural_equal
 from relaxweb.ir.well_formed import check_well_formed
 
@@ -40,13 +42,15 @@ def run(module: IRModule, inputs: Inputs) -> list[np.ndarray]:
 
 def check_rewrite(rewrite: Rewrite, before_text: str, expected_text: str, inputs: Inputs | Sequence[Inputs],
                   constants: Mapping[str, np.ndarray] | None = None) -> IRModule:
-    """``rewrite(parse(before))`` is ``parse(expected)``, well formed, and computes what
-    ``before`` computes on each of ``inputs`` (one dict of inputs, or several)."""
+    """``rewrite(parse(before))`` is ``parse(expected)``, well formed, prints as text that
+    parses back to it, and computes what ``before`` computes on each of ``inputs`` (one dict
+    of inputs, or several)."""
     before = parse_module(before_text, constants)
     after = rewrite(before)
     expected = parse_module(expected_text, constants)
     assert_structural_equal(after, expected)
     check_well_formed(after)
+    assert_structural_equal(parse_module(format_module(after), module_constants(after)), after)
     for feeds in [inputs] if isinstance(inputs, Mapping) else inputs:
         reference = run(before, feeds)
         for module in (after, expected):
