@@ -125,3 +125,30 @@ def test_place_kv_caches_places_keys_and_values_together_or_not_at_all() -> None
     assert "sum(past_k" in past_read_twice and past_read_twice.count("old") == 4
     with PassContext(bounds=KV_CACHE_BOUNDS):
         check_unchanged(place_kv_caches, past_read_twice, _kv_cache_inputs())
+
+
+def test_place_kv_caches_gives_every_attention_reading_the_pair_the_caches() -> None:
+    """Two attentions read the same presents (one cache pair): both read the caches' valid
+    prefix."""
+    def two_attentions(k: str, v: str, length: str) -> str:
+        return f'''
+        y: Tensor((b, 4, s, 8), "float32") = attention(q, {k}, {v}, mask{length}, scale=0.5)
+        z: Tensor((b, 4, s, 8), "float32") = attention(q, {k}, {v}, mask{length}, scale=0.25)
+        output(y, z, present_k, present_v)
+    return (y, z, present_k, present_v)
+'''
+    signature = KV_CACHE_BEFORE[:KV_CACHE_BEFORE.index("    with dataflow():")].replace(
+        'outputs=["y", "present_k", "present_v"]', 'outputs=["y", "z", "present_k", "present_v"]').replace(
+        '-> Tuple(Tensor((b, 4, s, 8), "float32"), ', '-> Tuple(Tensor((b, 4, s, 8), "float32"), Tensor((b, 4, s, 8), "float32"), ')
+    before = signature + '''    with dataflow():
+        present_k: Tensor((b, 2, p + s, 8), "float32") = concat(past_k, new_k, axis=2)
+        present_v: Tensor((b, 2, p + s, 8), "float32") = concat(past_v, new_v, axis=2)''' + two_attentions(
+        "present_k", "present_v", "")
+    expected = signature + '''    with dataflow():
+        k_cache: Tensor((b, 2, 12, 8), "float32") = kv_cache_write(past_k, new_k, axis=2, capacity=12)
+        present_k: Tensor((b, 2, p + s, 8), "float32") = kv_cache_view(k_cache, prim(p + s), axis=2)
+        v_cache: Tensor((b, 2, 12, 8), "float32") = kv_cache_write(past_v, new_v, axis=2, capacity=12)
+        present_v: Tensor((b, 2, p + s, 8), "float32") = kv_cache_view(v_cache, prim(p + s), axis=2)''' + two_attentions(
+        "k_cache", "v_cache", ", prim(p + s)")
+    with PassContext(bounds=KV_CACHE_BOUNDS):
+        check_rewrite(place_kv_caches, before, expected, [_kv_cache_inputs(), _kv_cache_inputs(past=8, new=4)])
