@@ -29,8 +29,8 @@ from .expr import (
     Var, VarBinding,
 )
 from .host import (
-    BufferRef, HostBind, HostCheck, HostDispatch, HostFunction, HostIf, HostInput, HostLoop, HostOutput, HostOutputShape,
-    HostRead, HostStorage, ShapeCheck,
+    BufferRef, HostBind, HostCache, HostCheck, HostDispatch, HostFunction, HostIf, HostInput, HostLoop, HostOutput,
+    HostOutputShape, HostRead, HostStorage, ShapeCheck,
 )
 from .kernel_builders import build_library_kernel
 from .module import IRModule
@@ -701,7 +701,7 @@ class _Parser:
     def host_function(self, definition: ast.FunctionDef, keywords: dict[str, ast.expr]) -> HostFunction:
         self.check_keywords(keywords, {"name", "read_slots"}, "host_function")
         tables: dict[str, Any] = {"inputs": (), "outputs": (), "symbolic_vars": (), "bounds": (), "weights": (),
-                                  "storages": ()}
+                                  "storages": (), "caches": ()}
         checks: list[ShapeCheck] = []
         statements = list(definition.body)
         while statements and isinstance(statements[0], ast.Assign):
@@ -718,7 +718,7 @@ class _Parser:
         read_slots = self.integer(keywords["read_slots"]) if "read_slots" in keywords else 0
         return HostFunction(self.definition_name(definition, keywords), tables["inputs"], tables["outputs"],
                             tables["symbolic_vars"], tables["bounds"], tuple(checks), tables["storages"],
-                            tables["weights"], steps, read_slots)
+                            tables["weights"], steps, read_slots, caches=tables["caches"])
 
     def host_table_entry(self, table: str, node: ast.expr) -> Any:
         if table == "symbolic_vars":
@@ -733,7 +733,8 @@ class _Parser:
             if _call_name(node) != "const":
                 raise self.error(node, 'a weight is const("key")')
             return self.constant(node)  # type: ignore[arg-type]
-        expected = {"inputs": "host_input", "outputs": "host_output", "storages": "host_storage"}[table]
+        expected = {"inputs": "host_input", "outputs": "host_output", "storages": "host_storage",
+                    "caches": "host_cache"}[table]
         if _call_name(node) != expected:
             raise self.error(node, f"an entry of the {table} table is {expected}(...)")
         if table == "inputs":
@@ -745,6 +746,10 @@ class _Parser:
             shape = self.optional_shape(args["shape"])
             ndim = self.integer(args["ndim"]) if "ndim" in args else (len(shape) if shape is not None else -1)
             return HostOutput(self.string(args["name"]), self.string(args["dtype"]), self.integer(args["storage"]), shape, ndim)
+        if table == "caches":
+            fields = ("input", "output", "axis", "capacity", "storage")
+            args = self.arguments(node, [], fields, required=fields)  # type: ignore[arg-type]
+            return HostCache(*(self.integer(args[field]) for field in fields))
         args = self.arguments(node, ["size", "role"], required=("size", "role"))  # type: ignore[arg-type]
         return HostStorage(self.prim_expr(args["size"]), self.string(args["role"]))
 

@@ -49,7 +49,8 @@ from .expr import (
 )
 from .functor import ExprFunctor
 from .host import (
-    BufferRef, HostBind, HostCheck, HostDispatch, HostFunction, HostIf, HostLoop, HostOutputShape, HostRead, ShapeCheck,
+    BufferRef, HostBind, HostCache, HostCheck, HostDispatch, HostFunction, HostIf, HostLoop, HostOutputShape, HostRead,
+    ShapeCheck,
 )
 from .struct_info import (
     FuncStructInfo, ObjectStructInfo, OptionalStructInfo, PrimStructInfo, SequenceStructInfo, ShapeStructInfo,
@@ -410,7 +411,7 @@ def format_library_kernel(kernel) -> str:
 
 def format_host_function(function: HostFunction, constants: ConstantTable | None = None) -> str:
     """A host function: its tables (inputs, outputs, size variables, bounds, weights,
-    storages), the input checks in order, then the steps, e.g.::
+    storages, and KV caches when it has any), the input checks in order, then the steps, e.g.::
 
         check_input("ndim", input=0, expected=2, code=1, message="...")
         check_input("bind", input=0, dim=0, variable="n")
@@ -434,6 +435,8 @@ def format_host_function(function: HostFunction, constants: ConstantTable | None
     lines += _format_table("bounds", [format_literal(b) for b in function.bounds])
     lines += _format_table("weights", [constants.format(w) for w in function.weights])
     lines += _format_table("storages", storages)
+    if function.caches:
+        lines += _format_table("caches", [_format_host_cache(c) for c in function.caches])
     lines += [f"{INDENT}{_format_shape_check(check)}" for check in function.checks]
     _format_steps(function.steps, INDENT, lines)
     return "\n".join(lines)
@@ -451,6 +454,11 @@ def _format_host_output(output) -> str:
     shape = format_shape(output.shape) if output.shape is not None else "None"
     ndim = "" if output.shape is not None and output.ndim == len(output.shape) else f", ndim={output.ndim}"
     return f"host_output({format_string(output.name)}, {format_string(output.dtype)}, {shape}, storage={output.storage}{ndim})"
+
+
+def _format_host_cache(cache: HostCache) -> str:
+    return (f"host_cache(input={cache.input}, output={cache.output}, axis={cache.axis}, capacity={cache.capacity}, "
+            f"storage={cache.storage})")
 
 
 def _check_fields(check: ShapeCheck | HostCheck) -> list[str]:

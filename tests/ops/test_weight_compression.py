@@ -1,6 +1,7 @@
 """Compressed weights: the ``unpack_weights`` op (``relaxweb/ops/packed_weights.py``), the
-``compress_weights`` pass behind ``relaxweb build --weights``, and the import of onnxruntime's
-MatMulNBits / GatherBlockQuantized.
+``compress_weights`` pass behind ``relaxweb build --weights`` (its IR-text tests are in
+``tests/passes/test_compress_weights.py``) through whole builds, and the import of
+onnxruntime's MatMulNBits / GatherBlockQuantized.
 
 Comparisons.  A compressed build is compared with the interpreter running the same
 compressed module (the decode is exact arithmetic on both sides: ``MODEL`` tier), and with
@@ -24,14 +25,11 @@ import relaxweb
 from relaxweb.compiler import compile_model
 from relaxweb.errors import RelaxwebError
 from relaxweb.ir.interpreter import run_host_function, run_program
-from relaxweb.ir.parser import parse_module
 from relaxweb.ir.symbolic import SizeVar
 from relaxweb.ir.tir import Buffer, TensorProgram
 from relaxweb.ops.packed_weights import decode_body, pack_fields, pack_halves, unpack_weights_reference
-from relaxweb.passes import PassContext, compress_weights
 from tests.gpu_kernels import run_kernel_on_gpu
 from tests.helpers import MODEL, assert_close, in_the_browser, load_bundle, make_model, onnxruntime_outputs, rand
-from tests.passes.test_pass_rewrites import check_rewrite
 
 FORMATS = ("float16", "int8", "int4")
 
@@ -115,54 +113,6 @@ def test_packed_arguments_are_checked() -> None:
     with pytest.raises(relaxweb.ops.DeductionError, match="dim 0 of argument 1 is 2, expected 3"):
         relaxweb.ops.call_op("unpack_weights", relaxweb.ir.expr.Constant(np.zeros((9, 4), np.uint32), "w"), scales,
                              format="int4", axis=0, extent=70, group_size=32)
-
-
-# The pass ---------------------------------------------------------------------------------------
-
-
-def test_compress_weights_packs_a_matmul_factor_and_an_embedding_table() -> None:
-    """float16 of values that float16 holds exactly: the rewrite computes the same."""
-    table = rand(40, 32, seed=1).astype(np.float16).astype(np.float32)
-    weight = rand(32, 48, seed=2).astype(np.float16).astype(np.float32)
-    constants = {"table": table, "w": weight, "table.float16_words": pack_halves(table, 1),
-                 "w.float16_words": pack_halves(weight, 0)}
-    before = """
-@function(inputs=["ids"], outputs=["y"])
-def main(ids: Tensor((n,), "int64")) -> Tensor((n, 48), "float32"):
-    with dataflow():
-        e: Tensor((n, 32), "float32") = take(const("table"), ids, axis=0)
-        y: Tensor((n, 48), "float32") = matmul(e, const("w"))
-        output(y)
-    return y
-"""
-    expected = """
-@function(inputs=["ids"], outputs=["y"])
-def main(ids: Tensor((n,), "int64")) -> Tensor((n, 48), "float32"):
-    with dataflow():
-        table_float16_words_rows: Tensor((n, 16), "uint32") = take(const("table.float16_words"), ids, axis=0)
-        e: Tensor((n, 32), "float32") = unpack_weights(table_float16_words_rows, format="float16", axis=1, extent=32)
-        w_unpacked: Tensor((32, 48), "float32") = unpack_weights(const("w.float16_words"), format="float16", axis=0, extent=32)
-        y: Tensor((n, 48), "float32") = matmul(e, w_unpacked)
-        output(y)
-    return y
-"""
-    with PassContext(weights="float16"):
-        check_rewrite(compress_weights, before, expected, {"ids": np.array([3, 0, 39, 7], np.int64)}, constants)
-
-
-def test_compress_weights_leaves_float32_builds_and_small_constants_alone() -> None:
-    text = """
-@function(inputs=["x"], outputs=["y"])
-def main(x: Tensor((n, 8), "float32")) -> Tensor((n, 8), "float32"):
-    with dataflow():
-        y: Tensor((n, 8), "float32") = matmul(x, const("w"))
-        output(y)
-    return y
-"""
-    module = parse_module(text, {"w": rand(8, 8)})  # 64 elements: below MIN_ELEMENTS
-    with PassContext(weights="int4"):
-        assert compress_weights(module).main is module.main
-    assert compress_weights(module) is module  # float32 (the default)
 
 
 # Whole models on the GPU ------------------------------------------------------------------------

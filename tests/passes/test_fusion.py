@@ -1,10 +1,9 @@
-"""Pattern analysis, fusion (fuse_ops + the loop-level merge) and schedules (schedule_programs
-and their WGSL on wgpu).
+"""Schedules: those schedule_programs picks, and their WGSL on wgpu.
 
-Pass tests follow the usual shape: build ``before`` and ``expected``, run the pass, compare
-structurally, and run both through the reference interpreter on the same inputs.  The
-schedules' shaders run on wgpu (lavapipe here) against the interpreter, at sizes that leave
-partial tiles and partial workgroups.
+The schedules' shaders run on wgpu (lavapipe here) against the interpreter, at sizes that
+leave partial tiles and partial workgroups; the fused MLP agrees with the unfused one on the
+GPU.  (fuse_ops's own tests are in test_fuse_ops.py, pattern analysis and the loop-level
+merge in tests/ir/test_pattern.py and tests/ir/test_loop_fusion.py.)
 """
 
 from __future__ import annotations
@@ -16,24 +15,22 @@ import numpy as np
 import pytest
 
 from relaxweb.ir import FunctionBuilder, IRModule, SizeVar, TensorStructInfo
-from relaxweb.ir.expr import CallTIR, Constant, DataflowBlock, Function, SeqExpr, Var, VarBinding
-from relaxweb.ir.fusion import inline_producer, simplify_indices
+from relaxweb.ir.expr import CallTIR
 from relaxweb.ir.interpreter import run_module, run_program
 from relaxweb.ir.launch import dispatch_count, vectorizable, workgroup_storage_bytes
-from relaxweb.ir.pattern import Pattern, analyze_matmul, program_pattern
+from relaxweb.ir.pattern import Pattern, program_pattern
 from relaxweb.ir.schedule import (
     ElementSchedule, RegisterMatmulSchedule, Schedule, TiledMatmulSchedule, VectorizedSchedule, WorkgroupReductionSchedule,
 )
-from relaxweb.ir.structural import assert_structural_equal
-from relaxweb.ir.symbolic import Analyzer, IntImm, evaluate
-from relaxweb.ir.tir import Binary, Buffer, FloatImm, Load, Reduce, TensorProgram, Unary, format_program
-from relaxweb.ir.well_formed import check_well_formed
+from relaxweb.ir.symbolic import IntImm, evaluate
+from relaxweb.ir.tir import Binary, Buffer, FloatImm, Load, Reduce, TensorProgram, Unary
 from relaxweb.ops import call_op
 from relaxweb.passes import fuse_ops, legalize_ops, schedule_programs
 from relaxweb.wgsl import emit_wgsl
 from tests.gpu_kernels import run_kernel_on_gpu
 from tests.helpers import F32_LOOSE, assert_close, rand
-from tests.passes.test_passes import mlp_module  # x[n, 4] -> matmul -> add -> relu -> matmul -> add -> softmax
+from tests.passes.graphs import mlp_module  # x[n, 4] -> matmul -> add -> relu -> matmul -> add -> softmax
+from tests.passes.rewrite import MATMUL, RELU, check_rewrite
 
 n, m, k = SizeVar("n"), SizeVar("m"), SizeVar("k")
 I0, I1, I2 = SizeVar("i0_"), SizeVar("i1_"), SizeVar("i2_")
@@ -58,212 +55,6 @@ def programs_of(module: IRModule) -> list[TensorProgram]:
     return [module.programs[c.program] for c in calls(module)]
 
 
-# Pattern analysis -----------------------------------------------------------------------------
-
-PATTERN_CASES = {
-    "add": (lambda x, y: call_op("add", x, y), {"x": tensor(n, 4), "y": tensor(n, 4)}, [Pattern.ELEMENTWISE]),
-    "bias add": (lambda x, b: call_op("add", x, b), {"x": tensor(n, 4), "b": tensor(4)}, [Pattern.BROADCAST]),
-    "transpose": (lambda x: call_op("transpose", x, axes=[1, 0]), {"x": tensor(n, 4)}, [Pattern.INJECTIVE]),
-    "take": (lambda x, i: call_op("take", x, i, axis=0), {"x": tensor(n, 4), "i": TensorStructInfo((3,), "int32")},
-             [Pattern.INJECTIVE]),
-    "sum": (lambda x: call_op("sum", x, axes=[1], keepdims=False), {"x": tensor(n, 4)}, [Pattern.REDUCTION]),
-    "softmax": (lambda x: call_op("softmax", x, axes=[1]), {"x": tensor(n, m)}, [Pattern.REDUCTION, Pattern.REDUCTION, Pattern.BROADCAST]),
-    "matmul": (lambda a, b: call_op("matmul", a, b), {"a": tensor(n, k), "b": tensor(k, m)}, [Pattern.MATMUL]),
-    # unique: two library kernels (count, values), then a copy into the result
-    "unique": (lambda x: call_op("unique", x), {"x": tensor(n)}, [Pattern.OPAQUE, Pattern.OPAQUE, Pattern.BROADCAST]),
-}
-
-
-@pytest.mark.parametrize("case", list(PATTERN_CASES))
-def test_pattern_of_legalized_ops(case: str) -> None:
-    make, params, expected = PATTERN_CASES[case]
-    legalized = legalize_ops(one_op(params, make))
-    assert [program_pattern(p) for p in programs_of(legalized)] == expected
-
-
-def test_matmul_split_into_rows_columns_and_batch() -> None:
-    legalized = legalize_ops(one_op({"a": tensor(3, n, k), "b": tensor(k, m)}, lambda a, b: call_op("matmul", a, b)))
-    (program,) = programs_of(legalized)
-    info = analyze_matmul(program)
-    # a batch axis only the first factor reads is just more rows: one (3 * n) x m product
-    assert (info.rows, info.columns, info.batch) == ((0, 1), (2,), ())
-    assert [a.name for a in info.reduce_axes] == ["k_"]
-    assert info.reduction == program.body
-
-
-def test_convolution_is_an_implicit_gemm_and_grouped_convolution_is_not() -> None:
-    def conv(groups: int, weight_channels: int):
-        def make(x, w):
-            return call_op("conv", x, w, strides=[1, 1], dilations=[1, 1], padding=[1, 1, 1, 1], groups=groups)
-        params = {"x": tensor(n, 4, 6, 6), "w": tensor(8, weight_channels, 3, 3)}
-        return programs_of(legalize_ops(one_op(params, make)))[0]
-
-    plain = analyze_matmul(conv(1, 4))
-    # rows: the output channels (the weights' factor); columns: batch and the two spatial axes
-    # (the output's last axis stays a column axis, so stores are coalesced); three reduction axes
-    assert (plain.rows, plain.columns, plain.batch) == ((1,), (0, 2, 3), ())
-    assert len(plain.reduce_axes) == 3
-    assert program_pattern(conv(2, 2)) == Pattern.REDUCTION  # each output channel reads its own group
-
-
-# Loop-level merge -----------------------------------------------------------------------------
-
-
-def relu_program() -> TensorProgram:
-    a = Buffer("A", (n, k), "float32")
-    return TensorProgram("relu", (a,), Buffer("out", (n, k), "float32"), (I0, I1),
-                         Binary("maximum", Load(a, (I0, I1)), FloatImm(0.0)))
-
-
-def matmul_program() -> TensorProgram:
-    a, b = Buffer("A", (n, k), "float32"), Buffer("B", (k, m), "float32")
-    r = SizeVar("k_")
-    body = Reduce("sum", r, k, Binary("multiply", Load(a, (I0, r)), Load(b, (r, I1))))
-    return TensorProgram("matmul", (a, b), Buffer("out", (n, m), "float32"), (I0, I1), body)
-
-
-def test_inline_producer_builds_the_prologue() -> None:
-    values = {"n": n, "k": k, "m": m}
-    fused = inline_producer(matmul_program(), values, "A", relu_program(), {"n": n, "k": k})
-    # the consumer's other input first, then the producer's (renamed: B is taken)
-    assert fused.input_sources == (("consumer", 1), ("producer", 0))
-    b, a = fused.program.inputs
-    assert b.name == "B" and a.name != "B"
-    r = SizeVar("k_")
-    expected_body = Reduce("sum", r, k, Binary(
-        "multiply", Binary("maximum", Load(a, (I0, r)), FloatImm(0.0)), Load(b, (r, I1))))
-    assert fused.program.body == expected_body
-    assert fused.size_var_values == values
-    left, right = rand(5, 3, seed=1), rand(3, 4, seed=2)
-    got = run_program(fused.program, [right, left], {"n": 5, "k": 3, "m": 4})
-    assert_close(got, np.maximum(left, 0) @ right)
-
-
-def test_inline_producer_renames_clashing_size_vars_and_reduction_axes() -> None:
-    # the producer is a row sum whose size var "k" is bound to another value than the consumer's
-    a = Buffer("A", (n, k), "float32")
-    r = SizeVar("k_")
-    row_sum = TensorProgram("row_sum", (a,), Buffer("out", (n,), "float32"), (I0,),
-                            Reduce("sum", r, k, Load(a, (I0, r))))
-    consumer_input = Buffer("A", (n,), "float32")
-    other = Buffer("B", (n, k), "float32")
-    consumer = TensorProgram("scale", (consumer_input, other), Buffer("out", (n, k), "float32"), (I0, I1),
-                             Binary("multiply", Load(consumer_input, (I0,)), Load(other, (I0, I1))))
-    fused = inline_producer(consumer, {"n": n, "k": k}, "A", row_sum, {"n": n, "k": SizeVar("width")})
-    renamed = [name for name in fused.size_var_values if name not in ("n", "k")]
-    assert len(renamed) == 1 and format(fused.size_var_values[renamed[0]]) == "width"
-    text = format_program(fused.program)
-    assert f"in range({renamed[0]})" in text
-    data, weights = rand(4, 7, seed=3), rand(4, 2, seed=4)
-    got = run_program(fused.program, [weights, data], {"n": 4, "k": 2, renamed[0]: 7})
-    assert_close(got, data.sum(axis=1, keepdims=True) * weights)
-
-
-def test_simplify_indices_folds_reshape_arithmetic_with_symbolic_extents() -> None:
-    # out[i0, i1, i2] reads a [n*m, 8] buffer through a reshape: row (i0*m + i1), column i2
-    source = Buffer("A", (n * m, 8), "float32")
-    flat = (I0 * m + I1) * 8 + I2
-    program = TensorProgram("view", (source,), Buffer("out", (n, m, 8), "float32"), (I0, I1, I2),
-                            Load(source, (flat // 8 % (n * m), flat % 8)))
-    simplified = simplify_indices(program)
-    assert [str(i) for i in simplified.body.indices] == ["i0_ * m + i1_", "i2_"]
-    analyzer = Analyzer().with_symbolic_upper("s", SizeVar("S") - 1)
-    assert analyzer.prove_less(SizeVar("s"), SizeVar("S"))
-    assert not Analyzer().prove_less(SizeVar("s"), SizeVar("S"))
-
-
-# fuse_ops ------------------------------------------------------------------------------------
-
-
-def chain_module() -> IRModule:
-    """relu -> tanh -> exp -> negative on x[n, 4]."""
-    builder = FunctionBuilder("main")
-    x = builder.add_param("x", tensor(n, 4))
-    a = builder.emit(call_op("relu", x), "a")
-    b = builder.emit(call_op("tanh", a), "b")
-    c = builder.emit(call_op("exp", b), "c")
-    d = builder.emit(call_op("negative", c), "d", output=True)
-    return IRModule({"main": builder.finish([d], ["d"])})
-
-
-def test_fuse_ops_merges_an_elementwise_chain_into_one_program() -> None:
-    before = legalize_ops(chain_module())
-    after = fuse_ops(before)
-
-    rows = SizeVar("rows")
-    i, j = SizeVar("i"), SizeVar("j")
-    source = Buffer("A", (rows, 4), "float32")
-    body = Unary("negative", Unary("exp", Unary("tanh", Binary("maximum", Load(source, (i, j)), FloatImm(0.0)))))
-    program = TensorProgram("fused_relu__negative", (source,), Buffer("out", (rows, 4), "float32"), (i, j), body)
-    data = Var("data", tensor(rows, 4))
-    result = Var("result", tensor(rows, 4))
-    call = CallTIR("fused_relu__negative", (data,), tensor(rows, 4), (("rows", rows),))
-    expected = IRModule(
-        {"main": Function("main", (data,), SeqExpr((DataflowBlock((VarBinding(result, call),)),), result), ("x",), ("d",))},
-        {"fused_relu__negative": program},
-    )
-    assert_structural_equal(after, expected)
-    value = rand(3, 4, seed=5)
-    want = run_module(before, {"x": value})[0]
-    assert_close(run_module(after, {"x": value})[0], want)
-    assert_close(run_module(expected, {"x": value})[0], want)
-
-
-def test_fuse_ops_merges_epilogues_and_prologues_of_an_mlp() -> None:
-    before = legalize_ops(mlp_module())
-    after = fuse_ops(before)
-    assert len(calls(before)) == 8
-    # matmul+bias+relu; matmul+bias (a reduction does not merge into another reduction);
-    # softmax max, sum and normalize (the logits have three readers, so they stay)
-    patterns = [program_pattern(p) for p in programs_of(after)]
-    assert len(calls(after)) == 5, [format_program(p) for p in programs_of(after)]
-    assert patterns[:2] == [Pattern.MATMUL, Pattern.MATMUL]
-    first = format_program(programs_of(after)[0])
-    assert "maximum(" in first and "sum(" in first  # bias + relu epilogue of the first matmul
-    # nothing left in the module that no call uses
-    assert set(after.programs) == {c.program for c in calls(after)}
-    for rows in (1, 5):
-        value = rand(rows, 4, seed=rows)
-        assert_close(run_module(after, {"x": value})[0], run_module(before, {"x": value})[0])
-
-
-def test_fuse_ops_keeps_shared_reductions_outputs_and_library_kernels() -> None:
-    builder = FunctionBuilder("main")
-    x = builder.add_param("x", tensor(n, 4))
-    flat = builder.add_param("flat", tensor(m))
-    total = builder.emit(call_op("sum", x, axes=[1], keepdims=True), "total")
-    scaled = builder.emit(call_op("multiply", x, total), "scaled")      # reads total
-    shifted = builder.emit(call_op("subtract", x, total), "shifted")    # reads total again
-    distinct = builder.emit(call_op("unique", flat), "distinct")
-    relu = builder.emit(call_op("relu", scaled), "relu", output=True)   # an output: stays
-    out = builder.emit(call_op("add", relu, shifted), "out", output=True)
-    module = IRModule({"main": builder.finish([relu, out, distinct], ["relu", "out", "distinct"])})
-    before = legalize_ops(module)
-    after = fuse_ops(before)
-    produced = {b.var.name for b in after.main.bindings() if isinstance(b.value, CallTIR)}
-    assert {"total", "relu", "distinct"} <= produced  # used twice / a function output / opaque
-    assert "scaled" not in produced and "shifted" not in produced  # merged into their consumers
-    inputs = {"x": rand(6, 4, seed=7), "flat": np.array([3, 1, 3], np.float32)}
-    for got, want in zip(run_module(after, inputs), run_module(before, inputs)):
-        assert_close(got, want)
-
-
-def test_fuse_ops_stays_within_eight_storage_buffers() -> None:
-    builder = FunctionBuilder("main")
-    params = [builder.add_param(f"x{i}", tensor(n, 4)) for i in range(10)]
-    total = params[0]
-    for index, param in enumerate(params[1:]):
-        total = builder.emit(call_op("add", total, param), f"sum{index}")
-    out = builder.emit(call_op("relu", total), "out", output=True)
-    module = IRModule({"main": builder.finish([out], ["out"])})
-    before = legalize_ops(module)
-    after = fuse_ops(before)
-    assert len(calls(after)) < len(calls(before))
-    assert all(len(p.inputs) + 1 <= 8 for p in programs_of(after))
-    inputs = {f"x{i}": rand(2, 4, seed=i) for i in range(10)}
-    assert_close(run_module(after, inputs)[0], run_module(before, inputs)[0])
-
-
 # schedule_programs -------------------------------------------------------------------------------
 
 
@@ -284,6 +75,38 @@ def test_schedule_programs_picks_by_pattern() -> None:
     assert [p.schedule for p in programs_of(schedule_programs(softmax(m)))] == [ElementSchedule()] * 3
     value = rand(3, 200, seed=8)
     assert_close(run_module(long_rows, {"x": value})[0], run_module(softmax(200), {"x": value})[0])
+
+
+def test_schedule_programs_picks_each_schedule_by_pattern() -> None:
+    """matmul-like: tiled; a long constant reduction: a workgroup per output element;
+    elementwise with a last dimension that is a multiple of 4: vectorized; else element."""
+    odd = '''
+@tensor_program{decorator}
+def negative(A: Buffer((n, 3), "float32"), out: Buffer((n, 3), "float32")):
+    out[i0_, i1_] = negative(A[i0_, i1_])
+'''
+    row_sum = '''
+@tensor_program{decorator}
+def row_sum(A: Buffer((n, 256), "float32"), out: Buffer((n,), "float32")):
+    out[i0_] = sum(A[i0_, r_] for r_ in range(256))
+'''
+    main = '''
+@function(inputs=["x", "odd", "wide"], outputs=["y", "z", "s"])
+def main(x: Tensor((n, 4), "float32"), odd: Tensor((n, 3), "float32"), wide: Tensor((n, 256), "float32")) -> Tuple(Tensor((n, 8), "float32"), Tensor((n, 3), "float32"), Tensor((n,), "float32")):
+    with dataflow():
+        a: Tensor((n, 4), "float32") = call_tir("relu", (x,), sizes={"n": n})
+        y: Tensor((n, 8), "float32") = call_tir("matmul", (a, const("w")), sizes={"n": n})
+        z: Tensor((n, 3), "float32") = call_tir("negative", (odd,), sizes={"n": n})
+        s: Tensor((n,), "float32") = call_tir("row_sum", (wide,), sizes={"n": n})
+        output(y, z, s)
+    return (y, z, s)
+'''
+    before = RELU + MATMUL + odd.format(decorator="") + row_sum.format(decorator="") + main
+    expected = (RELU.replace("@tensor_program", '@tensor_program(schedule=vectorized(width=4))')
+                + MATMUL.replace("@tensor_program", '@tensor_program(schedule=tiled_matmul(tile=32, depth=16, block=4))')
+                + odd.format(decorator="") + row_sum.format(decorator='(schedule=workgroup_reduction)') + main)
+    inputs = {"x": rand(3, 4), "odd": rand(3, 3, seed=2), "wide": rand(3, 256, seed=3)}
+    check_rewrite(schedule_programs, before, expected, inputs, {"w": rand(4, 8, seed=1)})
 
 
 # Schedules on the GPU ----------------------------------------------------------------------------
@@ -460,89 +283,6 @@ def test_workgroup_reduction_shader_combines_through_workgroup_memory() -> None:
             assert "if (local_index == 0u) {" in source
 
 
-# canonicalize_bindings and fold_scalar_constants -----------------------------------------------
-
-
-def test_canonicalize_bindings_reads_through_tuples_and_aliases() -> None:
-    from relaxweb.ir.expr import Tuple, TupleGetItem
-    from relaxweb.passes import canonicalize_bindings
-
-    builder = FunctionBuilder("main")
-    x = builder.add_param("x", tensor(n, 4))
-    a = builder.emit(call_op("relu", x), "a")
-    b = builder.emit(call_op("tanh", x), "b")
-    parts = builder.emit(Tuple((a, b)), "parts")
-    first = builder.emit(TupleGetItem(parts, 0), "first")
-    second = builder.emit(TupleGetItem(parts, 1), "second")
-    total = builder.emit(call_op("add", first, second), "total")
-    alias = builder.emit(total, "alias")
-    out = builder.emit(call_op("exp", alias), "out", output=True)
-    before = IRModule({"main": builder.finish([out], ["out"])})
-
-    builder = FunctionBuilder("main")
-    x = builder.add_param("x", tensor(m, 4))  # (input names are user-facing: compared as text)
-    a = builder.emit(call_op("relu", x), "p")
-    b = builder.emit(call_op("tanh", x), "q")
-    total = builder.emit(call_op("add", a, b), "r")
-    out = builder.emit(call_op("exp", total), "s", output=True)
-    expected = IRModule({"main": builder.finish([out], ["out"])})
-
-    after = canonicalize_bindings(before)
-    assert_structural_equal(after, expected)
-    value = rand(3, 4, seed=10)
-    assert_close(run_module(after, {"x": value})[0], run_module(before, {"x": value})[0])
-    # and fusion now sees relu and tanh as the add's producers: one kernel for everything
-    assert len(calls(fuse_ops(legalize_ops(after)))) == 1
-
-
-def test_canonicalize_bindings_keeps_every_use_in_scope() -> None:
-    from relaxweb.passes import canonicalize_bindings
-
-    builder = FunctionBuilder("main")
-    x = builder.add_param("x", tensor(n, 4))
-    hidden = builder.emit(call_op("relu", x), "hidden")  # local to the dataflow block
-    out = builder.emit(hidden, "out", output=True)  # read after the block, by the result
-    before = IRModule({"main": builder.finish([out], ["out"])})
-    after = canonicalize_bindings(before)
-    check_well_formed(after)
-    assert after.main.body.body is out  # not hidden, which is out of scope there
-    assert [b.var.name for b in after.main.bindings()] == ["hidden", "out"]
-
-
-def test_fold_scalar_constants_writes_scalars_into_the_program() -> None:
-    from relaxweb.passes import fold_scalar_constants
-
-    builder = FunctionBuilder("main")
-    x = builder.add_param("x", tensor(n, 4))
-    half = builder.emit(call_op("multiply", x, Constant(np.array(0.5, np.float32), "half")), "half")
-    out = builder.emit(call_op("add", half, Constant(rand(4, seed=11), "bias")), "out", output=True)
-    before = legalize_ops(IRModule({"main": builder.finish([out], ["out"])}))
-    after = fold_scalar_constants(before)
-    scale, bias = calls(after)
-    assert len(scale.args) == 1 and len(after.programs[scale.program].inputs) == 1
-    assert FloatImm(0.5, "float32") in [after.programs[scale.program].body.b]
-    assert len(bias.args) == 2  # a four-element constant stays a buffer
-    value = rand(5, 4, seed=12)
-    assert_close(run_module(after, {"x": value})[0], run_module(before, {"x": value})[0])
-
-
-def test_fusion_keeps_a_matmul_tiled_rather_than_merge_a_head_transpose() -> None:
-    # attention's probs @ v, then the transpose and reshape that merge the heads
-    builder = FunctionBuilder("main")
-    probs = builder.add_param("probs", tensor(n, 4, m, m))
-    values = builder.add_param("values", tensor(n, 4, m, 8))
-    context = builder.emit(call_op("matmul", probs, values), "context")
-    swapped = builder.emit(call_op("transpose", context, axes=[0, 2, 1, 3]), "swapped")
-    from relaxweb.ir.expr import ShapeExpr
-    merged = builder.emit(call_op("reshape", swapped, ShapeExpr((n, m, 32))), "merged", output=True)
-    before = legalize_ops(IRModule({"main": builder.finish([merged], ["merged"])}))
-    after = fuse_ops(before)
-    patterns = [program_pattern(p) for p in programs_of(after)]
-    assert patterns[0] == Pattern.MATMUL and len(patterns) == 2  # the transpose and reshape merge together
-    inputs = {"probs": rand(2, 4, 3, 3, seed=13), "values": rand(2, 4, 3, 8, seed=14)}
-    assert_close(run_module(after, inputs)[0], run_module(before, inputs)[0])
-
-
 # The vectorized schedule -------------------------------------------------------------------------
 
 
@@ -598,22 +338,6 @@ def test_programs_that_do_not_vectorize(case: str) -> None:
     program = TensorProgram("p", (source,), Buffer("out", (n, width), dtype), (I0, I1), body)
     assert not vectorizable(program)
     assert schedule_programs(IRModule({}, {"p": program})).programs["p"].schedule == ElementSchedule()
-
-
-def test_inlining_at_a_known_index_drops_the_branch_not_taken() -> None:
-    from relaxweb.ir.tir import Compare, IndexValue, Select
-
-    # concat(A[n, 2], B[n, 3]) along axis 1, read by a consumer at column 4 only
-    a, b = Buffer("A", (n, 2), "float32"), Buffer("B", (n, 3), "float32")
-    concat = TensorProgram("concat", (a, b), Buffer("out", (n, 5), "float32"), (I0, I1), Select(
-        Compare("lt", IndexValue(I1), IndexValue(2)), Load(a, (I0, I1)), Load(b, (I0, I1 - 2))))
-    source = Buffer("C", (n, 5), "float32")
-    column = TensorProgram("column", (source,), Buffer("out", (n,), "float32"), (I0,), Load(source, (I0, IntImm(4))))
-    fused = inline_producer(column, {"n": n}, "C", concat, {"n": n})
-    # the select is gone, and with it the load of A at column 4 (outside A's 2 columns)
-    assert fused.program.body == Load(fused.program.inputs[1], (I0, IntImm(2)))
-    left, right = rand(3, 2, seed=19), rand(3, 3, seed=20)
-    np.testing.assert_array_equal(run_program(fused.program, [left, right], {"n": 3}), right[:, 2])
 
 
 def test_the_bundle_declares_the_workgroup_memory_its_schedules_use(tmp_path) -> None:

@@ -1,0 +1,143 @@
+"""share_programs: programs that differ only in integer literals become one, whose differing
+literals are size variables each call site binds.
+
+What the pass promises (relaxweb/passes/share_programs.py): programs with the same skeleton
+(the program with its non-zero integer literals of index arithmetic taken out) are merged;
+a literal with one value in every member stays a literal, differing ones become variables
+``constant0``, ``constant1``..., and positions with the same values in every member share
+one; every call site (``call_tir``, ``call_tir_into``, in If branches too) binds them to its
+member's values.  A group is left alone when the shared program would not fit its schedule
+(a vectorized program's last dimension) or would need more than ``MAX_NEW_VARIABLES``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from relaxweb.passes import share_programs
+from relaxweb.passes.share_programs import MAX_NEW_VARIABLES
+from tests.helpers import rand
+from tests.passes.rewrite import check_rewrite, check_unchanged
+
+
+def test_share_programs_turns_differing_literals_into_variables_the_call_sites_bind() -> None:
+    """Two tiled matmuls that differ only in their depth (4 and 6) become one program whose
+    depth is a variable each call site binds; the column count (8 in both) stays a literal.
+    Two vectorized programs that differ in their last dimension stay apart: a variable
+    there could not be shown to be a multiple of 4."""
+    tiled = "@tensor_program(schedule=tiled_matmul(tile=32, depth=16, block=4))"
+    matmul = tiled + '''
+def {name}(A: Buffer((n, {k}), "float32"), B: Buffer(({k}, 8), "float32"), out: Buffer((n, 8), "float32")):
+    out[i0_, i1_] = sum((A[i0_, k_] * B[k_, i1_]) for k_ in range({k}))
+'''
+    relu = '''
+@tensor_program(schedule=vectorized(width=4))
+def {name}(A: Buffer((n, {m}), "float32"), out: Buffer((n, {m}), "float32")):
+    out[i0_, i1_] = maximum(A[i0_, i1_], float32(0.0))
+'''
+    main = '''
+@function(inputs=["x", "y"], outputs=["a", "b", "c", "d"])
+def main(x: Tensor((n, 4), "float32"), y: Tensor((n, 6), "float32")) -> Tuple(Tensor((n, 8), "float32"), Tensor((n, 8), "float32"), Tensor((n, 8), "float32"), Tensor((n, 4), "float32")):
+    with dataflow():
+        a: Tensor((n, 8), "float32") = call_tir("matmul", (x, const("w")), sizes={{"n": n{first}}})
+        b: Tensor((n, 8), "float32") = call_tir("{second}", (y, const("v")), sizes={{"n": n{other}}})
+        c: Tensor((n, 8), "float32") = call_tir("relu", (a,), sizes={{"n": n}})
+        d: Tensor((n, 4), "float32") = call_tir("relu1", (x,), sizes={{"n": n}})
+        output(a, b, c, d)
+    return (a, b, c, d)
+'''
+    relus = relu.format(name="relu", m=8) + relu.format(name="relu1", m=4)
+    before = (matmul.format(name="matmul", k=4) + matmul.format(name="matmul1", k=6) + relus
+              + main.format(first="", second="matmul1", other=""))
+    expected = (matmul.format(name="matmul", k="constant0") + relus
+                + main.format(first=', "constant0": 4', second="matmul", other=', "constant0": 6'))
+    inputs = {"x": rand(3, 4), "y": rand(3, 6, seed=1)}
+    constants = {"w": rand(4, 8, seed=2), "v": rand(6, 8, seed=3)}
+    check_rewrite(share_programs, before, expected, inputs, constants)
+
+
+def test_share_programs_gives_positions_of_equal_values_one_variable_and_redirects_if_branches() -> None:
+    """The width is a shape of A and of the output (4 in one program, 6 in the other): one
+    variable for both; B's shape 3 and the index 2 are the same in both: literals.  The call
+    in the If branch binds the variable too."""
+    shift = '''
+@tensor_program
+def {name}(A: Buffer((n, {width}), "float32"), B: Buffer((3,), "float32"), out: Buffer((n, {width}), "float32")):
+    out[i0_, i1_] = (A[i0_, i1_] + B[2])
+'''
+    main = '''
+@function(inputs=["x", "y", "flag"], outputs=["a", "b"])
+def main(x: Tensor((n, 4), "float32"), y: Tensor((n, 6), "float32"), flag: Tensor((), "bool")) -> Tuple(Tensor((n, 4), "float32"), Tensor((n, 6), "float32")):
+    with dataflow():
+        a: Tensor((n, 4), "float32") = call_tir("shift4", (x, const("b")), sizes={{"n": n{four}}})
+        output(a)
+    b: Tensor((n, 6), "float32")
+    if flag:
+        t: Tensor((n, 6), "float32") = call_tir("{six}", (y, const("b")), sizes={{"n": n{six_sizes}}})
+        b = t
+    else:
+        b = y
+    return (a, b)
+'''
+    before = (shift.format(name="shift4", width=4) + shift.format(name="shift6", width=6)
+              + main.format(four="", six="shift6", six_sizes=""))
+    expected = (shift.format(name="shift4", width="constant0")
+                + main.format(four=', "constant0": 4', six="shift4", six_sizes=', "constant0": 6'))
+    x, y = rand(2, 4), rand(2, 6, seed=1)
+    inputs = [{"x": x, "y": y, "flag": np.array(True)}, {"x": x, "y": y, "flag": np.array(False)}]
+    check_rewrite(share_programs, before, expected, inputs, {"b": rand(3, seed=2)})
+
+
+def test_share_programs_redirects_calls_into_storages() -> None:
+    """After memory planning, call_tir_into sites are redirected and bind the variable alike."""
+    negate = '''
+@tensor_program
+def {name}(A: Buffer(({width},), "float32"), out: Buffer(({width},), "float32")):
+    out[i0_] = negative(A[i0_])
+'''
+    main = '''
+@function(inputs=["x", "y"], outputs=["a", "b"])
+def main(x: Tensor((4,), "float32"), y: Tensor((6,), "float32")) -> Tuple(Tensor((4,), "float32"), Tensor((6,), "float32")):
+    first: Object = alloc_storage(16)
+    second: Object = alloc_storage(24)
+    a: Tensor((4,), "float32") = alloc_tensor(first)
+    ran_a: Tuple() = call_tir_into("negate4", (x,), out=a{four})
+    b: Tensor((6,), "float32") = alloc_tensor(second)
+    ran_b: Tuple() = call_tir_into("{six}", (y,), out=b{six_sizes})
+    return (a, b)
+'''
+    before = negate.format(name="negate4", width=4) + negate.format(name="negate6", width=6) + main.format(
+        four="", six="negate6", six_sizes="")
+    expected = negate.format(name="negate4", width="constant0") + main.format(
+        four=', sizes={"constant0": 4}', six="negate4", six_sizes=', sizes={"constant0": 6}')
+    check_rewrite(share_programs, before, expected, {"x": rand(4), "y": rand(6, seed=1)})
+
+
+def test_share_programs_leaves_groups_needing_too_many_variables_and_other_bodies_alone() -> None:
+    """Sums of 17 single elements at other indices would need 17 variables (one more than
+    MAX_NEW_VARIABLES); a program of another body has no partner."""
+    assert MAX_NEW_VARIABLES == 16
+
+    def taps(name: str, first: int) -> str:
+        loads = " + ".join(f"A[{index}]" for index in range(first, first + 17))
+        return f'''
+@tensor_program
+def {name}(A: Buffer((40,), "float32"), out: Buffer((1,), "float32")):
+    out[i0_] = ({loads})
+'''
+
+    text = taps("low", 1) + taps("high", 18) + '''
+@tensor_program
+def first(A: Buffer((40,), "float32"), out: Buffer((1,), "float32")):
+    out[i0_] = negative(A[3])
+
+@function(inputs=["x"], outputs=["a", "b", "c"])
+def main(x: Tensor((40,), "float32")) -> Tuple(Tensor((1,), "float32"), Tensor((1,), "float32"), Tensor((1,), "float32")):
+    with dataflow():
+        a: Tensor((1,), "float32") = call_tir("low", (x,))
+        b: Tensor((1,), "float32") = call_tir("high", (x,))
+        c: Tensor((1,), "float32") = call_tir("first", (x,))
+        output(a, b, c)
+    return (a, b, c)
+'''
+    check_unchanged(share_programs, text, {"x": rand(40)})
