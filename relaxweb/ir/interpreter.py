@@ -25,6 +25,7 @@ from .host import (
     SEQUENCE_CAPACITY, HostBind, HostCheck, HostDispatch, HostFunction, HostIf, HostLoop, HostOutputShape, HostRead,
     HostSequenceAppend, HostSequenceClear, HostSequenceInput, HostSequencePresence,
 )
+from .host_functor import HostStepFunctor
 from .library_kernel import LibraryKernel
 from .module import IRModule
 from .op_registry import get_op
@@ -467,8 +468,8 @@ def run_shape_checks(function: HostFunction, shapes: list[tuple[int, ...]]) -> d
     return values
 
 
-class _HostRun:
-    """One run of a host function on numpy byte buffers."""
+class _HostRun(HostStepFunctor):
+    """One run of a host function on numpy byte buffers: each step kind's effect."""
 
     def __init__(self, function: HostFunction, programs: Mapping) -> None:
         self.function = function
@@ -503,54 +504,62 @@ class _HostRun:
         return self.storages[storage][:needed].view(dtype).reshape(shape)
 
     def run_steps(self, steps) -> None:
-        for step in steps:
-            if isinstance(step, HostDispatch):
-                self.dispatch(step)
-            elif isinstance(step, HostBind):
-                self.values[step.variable] = self.value(step.value)
-                self.grow_storages()
-            elif isinstance(step, HostCheck):
-                self.check(step)
-            elif isinstance(step, HostIf):
-                self.run_steps(step.then_steps if self.value(step.condition) != 0 else step.else_steps)
-            elif isinstance(step, HostLoop):
-                for iteration in range(self.value(step.count)):
-                    self.values[step.variable] = iteration
-                    self.run_steps(step.steps)
-            elif isinstance(step, HostRead):
-                raw = self.storages[step.storage][step.byte_offset: step.byte_offset + 4]
-                self.values[step.variable] = int(raw.view(np.int32)[0])
-                self.grow_storages()
-            elif isinstance(step, HostOutputShape):
-                self.output_shapes[step.output] = tuple(self.value(d) for d in step.shape)
-            elif isinstance(step, (HostSequenceInput, HostSequenceClear, HostSequenceAppend, HostSequencePresence)):
-                self.sequence_step(step)
+        self.visit_steps(steps)
 
-    def sequence_step(self, step) -> None:
-        """The table steps (``docs/bundle-format.md`` "Sequences"); a sequence input's table
-        and values were written by ``run_host_function``."""
-        sequence = self.function.sequences[step.sequence]
-        table = self.tables[step.sequence]
-        if isinstance(step, HostSequencePresence):
-            self.values[step.variable] = int(table is not None)
-        elif isinstance(step, HostSequenceClear):
-            self.tables[step.sequence] = []
-            self.values[sequence.size_var] = 0
-        elif isinstance(step, HostSequenceAppend):
-            if len(table or ()) >= SEQUENCE_CAPACITY:
-                raise InputShapeError(fill_message(step.message, len(table or ()) + 1, SEQUENCE_CAPACITY))
-            shape = tuple(self.value(d) for d in step.shape)
-            self.tables[step.sequence] = [*(table or ()), shape]
-            self.values[sequence.size_var] += int(np.prod(shape, dtype=np.int64)) * sequence.element_bytes
-            self.grow_storages()
-        else:  # HostSequenceInput
-            if table is not None and len(table) > SEQUENCE_CAPACITY:
-                raise InputShapeError(fill_message(step.capacity_message, len(table), SEQUENCE_CAPACITY))
-            for position, shape in enumerate(table or ()):
-                if sequence.ndim >= 0 and len(shape) != sequence.ndim:
-                    raise InputShapeError(fill_message(step.ndim_message, position, sequence.ndim))
-            self.values[sequence.size_var] = sum(int(np.prod(shape, dtype=np.int64)) for shape in table or ()) \
-                * sequence.element_bytes
+    def visit_dispatch(self, step: HostDispatch) -> None:
+        self.dispatch(step)
+
+    def visit_bind(self, step: HostBind) -> None:
+        self.values[step.variable] = self.value(step.value)
+        self.grow_storages()
+
+    def visit_check(self, step: HostCheck) -> None:
+        self.check(step)
+
+    def visit_if(self, step: HostIf) -> None:
+        self.run_steps(step.then_steps if self.value(step.condition) != 0 else step.else_steps)
+
+    def visit_loop(self, step: HostLoop) -> None:
+        for iteration in range(self.value(step.count)):
+            self.values[step.variable] = iteration
+            self.run_steps(step.steps)
+
+    def visit_read(self, step: HostRead) -> None:
+        raw = self.storages[step.storage][step.byte_offset: step.byte_offset + 4]
+        self.values[step.variable] = int(raw.view(np.int32)[0])
+        self.grow_storages()
+
+    def visit_output_shape(self, step: HostOutputShape) -> None:
+        self.output_shapes[step.output] = tuple(self.value(d) for d in step.shape)
+
+    # The table steps (``docs/bundle-format.md`` "Sequences"); a sequence input's table and
+    # values were written by ``run_host_function``.
+
+    def visit_sequence_presence(self, step: HostSequencePresence) -> None:
+        self.values[step.variable] = int(self.tables[step.sequence] is not None)
+
+    def visit_sequence_clear(self, step: HostSequenceClear) -> None:
+        self.tables[step.sequence] = []
+        self.values[self.function.sequences[step.sequence].size_var] = 0
+
+    def visit_sequence_append(self, step: HostSequenceAppend) -> None:
+        sequence, table = self.function.sequences[step.sequence], self.tables[step.sequence]
+        if len(table or ()) >= SEQUENCE_CAPACITY:
+            raise InputShapeError(fill_message(step.message, len(table or ()) + 1, SEQUENCE_CAPACITY))
+        shape = tuple(self.value(d) for d in step.shape)
+        self.tables[step.sequence] = [*(table or ()), shape]
+        self.values[sequence.size_var] += int(np.prod(shape, dtype=np.int64)) * sequence.element_bytes
+        self.grow_storages()
+
+    def visit_sequence_input(self, step: HostSequenceInput) -> None:
+        sequence, table = self.function.sequences[step.sequence], self.tables[step.sequence]
+        if table is not None and len(table) > SEQUENCE_CAPACITY:
+            raise InputShapeError(fill_message(step.capacity_message, len(table), SEQUENCE_CAPACITY))
+        for position, shape in enumerate(table or ()):
+            if sequence.ndim >= 0 and len(shape) != sequence.ndim:
+                raise InputShapeError(fill_message(step.ndim_message, position, sequence.ndim))
+        self.values[sequence.size_var] = sum(int(np.prod(shape, dtype=np.int64)) for shape in table or ()) \
+            * sequence.element_bytes
 
     def sequence_value(self, sequence: int) -> list[np.ndarray] | None:
         """A sequence's elements, from its arena and its table."""
@@ -615,7 +624,7 @@ def run_host_function(function: HostFunction, programs: Mapping, inputs: Mapping
                                              for i, a in zip(function.inputs, arrays)])
     for step in function.steps:  # the arenas' sizes, before the inputs are copied in
         if isinstance(step, HostSequenceInput):
-            run.sequence_step(step)
+            run.visit_sequence_input(step)
     run.grow_storages()
     cache_of_input = {cache.input: cache for cache in function.caches}
     cache_of_output = {cache.output: cache for cache in function.caches}

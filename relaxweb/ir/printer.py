@@ -48,6 +48,7 @@ from .expr import (
     Var, VarBinding,
 )
 from .functor import ExprFunctor
+from .host_functor import HostStepFunctor
 from .host import (
     BufferRef, HostBind, HostCheck, HostDispatch, HostFunction, HostIf, HostLoop, HostOutputShape, HostRead, ShapeCheck,
 )
@@ -479,35 +480,54 @@ def _format_buffer_ref(ref: BufferRef) -> str:
 
 
 def _format_steps(steps: tuple, indent: str, lines: list[str]) -> None:
+    """The steps' lines at ``indent`` (``pass`` for none), appended to ``lines``."""
     if not steps:
         lines.append(f"{indent}pass")
     for step in steps:
-        if isinstance(step, HostDispatch):
-            buffers = _format_tuple([_format_buffer_ref(b) for b in step.buffers])
-            lines.append(f"{indent}dispatch({format_string(step.program)}, {buffers}, sizes={_format_sizes(step.size_var_values)}, "
-                         f"count={format_expr(step.element_count)}, note={format_string(step.note)})")
-        elif isinstance(step, HostBind):
-            lines.append(f"{indent}bind({format_string(step.variable)}, {format_expr(step.value)}, note={format_string(step.note)})")
-        elif isinstance(step, HostCheck):
-            arguments = [format_string(step.kind), format_expr(step.value), *_check_fields(step)]
-            lines.append(f"{indent}check({', '.join(arguments)})")
-        elif isinstance(step, HostIf):
-            lines.append(f"{indent}if {format_expr(step.condition)}:")
-            _format_steps(step.then_steps, indent + INDENT, lines)
-            lines.append(f"{indent}else:")
-            _format_steps(step.else_steps, indent + INDENT, lines)
-        elif isinstance(step, HostLoop):
-            if not is_plain_name(step.variable):
-                raise ValueError(f"a host loop's variable must be an identifier, got {step.variable!r}")
-            lines.append(f"{indent}for {step.variable} in loop({format_expr(step.count)}, note={format_string(step.note)}):")
-            _format_steps(step.steps, indent + INDENT, lines)
-        elif isinstance(step, HostRead):
-            lines.append(f"{indent}read({format_string(step.variable)}, storage={step.storage}, offset={step.byte_offset}, "
-                         f"slot={step.slot}, note={format_string(step.note)})")
-        elif isinstance(step, HostOutputShape):
-            lines.append(f"{indent}output_shape({step.output}, {format_shape(step.shape)})")
-        else:
-            raise TypeError(f"cannot print the host step {step!r}")
+        lines += _STEP_PRINTER.visit(step, indent)
+
+
+class _StepPrinter(HostStepFunctor):
+    """The lines of each step kind, as the parser reads them back (``Parser.host_steps``)."""
+
+    def visit_dispatch(self, step: HostDispatch, indent: str) -> list[str]:
+        buffers = _format_tuple([_format_buffer_ref(b) for b in step.buffers])
+        return [f"{indent}dispatch({format_string(step.program)}, {buffers}, sizes={_format_sizes(step.size_var_values)}, "
+                f"count={format_expr(step.element_count)}, note={format_string(step.note)})"]
+
+    def visit_bind(self, step: HostBind, indent: str) -> list[str]:
+        return [f"{indent}bind({format_string(step.variable)}, {format_expr(step.value)}, note={format_string(step.note)})"]
+
+    def visit_check(self, step: HostCheck, indent: str) -> list[str]:
+        arguments = [format_string(step.kind), format_expr(step.value), *_check_fields(step)]
+        return [f"{indent}check({', '.join(arguments)})"]
+
+    def visit_if(self, step: HostIf, indent: str) -> list[str]:
+        lines = [f"{indent}if {format_expr(step.condition)}:"]
+        _format_steps(step.then_steps, indent + INDENT, lines)
+        lines.append(f"{indent}else:")
+        _format_steps(step.else_steps, indent + INDENT, lines)
+        return lines
+
+    def visit_loop(self, step: HostLoop, indent: str) -> list[str]:
+        if not is_plain_name(step.variable):
+            raise ValueError(f"a host loop's variable must be an identifier, got {step.variable!r}")
+        lines = [f"{indent}for {step.variable} in loop({format_expr(step.count)}, note={format_string(step.note)}):"]
+        _format_steps(step.steps, indent + INDENT, lines)
+        return lines
+
+    def visit_read(self, step: HostRead, indent: str) -> list[str]:
+        return [f"{indent}read({format_string(step.variable)}, storage={step.storage}, offset={step.byte_offset}, "
+                f"slot={step.slot}, note={format_string(step.note)})"]
+
+    def visit_output_shape(self, step: HostOutputShape, indent: str) -> list[str]:
+        return [f"{indent}output_shape({step.output}, {format_shape(step.shape)})"]
+
+    def visit_default(self, step, indent: str) -> list[str]:
+        raise TypeError(f"cannot print the host step {step!r}")
+
+
+_STEP_PRINTER = _StepPrinter()
 
 
 # -- modules -----------------------------------------------------------------------------------
