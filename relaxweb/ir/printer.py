@@ -39,6 +39,7 @@ host functions as their tables, checks and steps.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -79,28 +80,47 @@ INLINE_CONSTANT_ELEMENTS = 8
 def format_struct_info(info: StructInfo) -> str:
     """An annotation: ``Tensor((n, 4), "float32")``, ``Tensor(ndim=2, dtype="float32")``,
     ``Shape((n, 4))``, ``Prim("int64", n)``, ``Tuple(...)``, ``Object``, ``Func((...), ret)``."""
-    if isinstance(info, TensorStructInfo):
-        if info.shape is not None:
-            return f"Tensor({format_shape(info.shape)}, {format_string(info.dtype)})"
-        return f"Tensor(ndim={info.ndim}, dtype={format_string(info.dtype)})"
-    if isinstance(info, ShapeStructInfo):
-        return f"Shape({format_shape(info.values)})" if info.values is not None else f"Shape(ndim={info.ndim})"
-    if isinstance(info, PrimStructInfo):
-        value = f", {format_expr(info.value)}" if info.value is not None else ""
-        return f"Prim({format_string(info.dtype)}{value})"
-    if isinstance(info, TupleStructInfo):
-        return f"Tuple({', '.join(format_struct_info(f) for f in info.fields)})"
-    if isinstance(info, SequenceStructInfo):
-        length = f", length={format_expr(info.length)}" if info.length is not None else ""
-        return f"Sequence({format_struct_info(info.element)}{length})"
-    if isinstance(info, OptionalStructInfo):
-        return f"Optional({format_struct_info(info.inner)})"
-    if isinstance(info, FuncStructInfo):
-        params = _format_tuple([format_struct_info(p) for p in info.params])
-        return f"Func({params}, {format_struct_info(info.ret)})"
-    if isinstance(info, ObjectStructInfo):
-        return "Object"
-    raise TypeError(f"cannot print the annotation {info!r}")
+    text = _STRUCT_INFO_TEXT.get(type(info))
+    if text is None:
+        raise TypeError(f"cannot print the annotation {info!r}")
+    return text(info)
+
+
+def _format_tensor_info(info: TensorStructInfo) -> str:
+    if info.shape is not None:
+        return f"Tensor({format_shape(info.shape)}, {format_string(info.dtype)})"
+    return f"Tensor(ndim={info.ndim}, dtype={format_string(info.dtype)})"
+
+
+def _format_shape_info(info: ShapeStructInfo) -> str:
+    return f"Shape({format_shape(info.values)})" if info.values is not None else f"Shape(ndim={info.ndim})"
+
+
+def _format_prim_info(info: PrimStructInfo) -> str:
+    value = f", {format_expr(info.value)}" if info.value is not None else ""
+    return f"Prim({format_string(info.dtype)}{value})"
+
+
+def _format_sequence_info(info: SequenceStructInfo) -> str:
+    length = f", length={format_expr(info.length)}" if info.length is not None else ""
+    return f"Sequence({format_struct_info(info.element)}{length})"
+
+
+def _format_func_info(info: FuncStructInfo) -> str:
+    return f"Func({_format_tuple([format_struct_info(p) for p in info.params])}, {format_struct_info(info.ret)})"
+
+
+# The text of each annotation kind (the parser's ``struct_info`` reads it back).
+_STRUCT_INFO_TEXT: dict[type, Callable[..., str]] = {
+    TensorStructInfo: _format_tensor_info,
+    ShapeStructInfo: _format_shape_info,
+    PrimStructInfo: _format_prim_info,
+    TupleStructInfo: lambda info: f"Tuple({', '.join(format_struct_info(f) for f in info.fields)})",
+    SequenceStructInfo: _format_sequence_info,
+    OptionalStructInfo: lambda info: f"Optional({format_struct_info(info.inner)})",
+    FuncStructInfo: _format_func_info,
+    ObjectStructInfo: lambda info: "Object",
+}
 
 
 def format_literal(value: object) -> str:
