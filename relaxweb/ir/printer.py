@@ -127,21 +127,22 @@ def format_literal(value: object) -> str:
     """An attribute value as a Python literal that the parser reads back to an equal value:
     None, bools, ints, floats (exact), strings, lists, tuples, dicts and symbolic values
     (``sym(n * 2)``)."""
-    if value is None:
-        return "None"
-    if isinstance(value, (bool, int, float)):
-        return format_number(value)
-    if isinstance(value, str):
-        return format_string(value)
-    if isinstance(value, PrimExpr):
-        return f"sym({format_expr(value)})"
-    if isinstance(value, list):
-        return "[" + ", ".join(format_literal(v) for v in value) + "]"
-    if isinstance(value, tuple):
-        return _format_tuple([format_literal(v) for v in value])
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{format_literal(k)}: {format_literal(v)}" for k, v in value.items()) + "}"
+    for kinds, text in _LITERALS:
+        if isinstance(value, kinds):
+            return text(value)
     raise TypeError(f"cannot print a value of type {type(value).__name__} in the IR text: {value!r}")
+
+
+# The text of each kind of literal, in order (a bool is an int: numbers come first).
+_LITERALS: tuple[tuple[type | tuple[type, ...], Callable[..., str]], ...] = (
+    (type(None), lambda value: "None"),
+    ((bool, int, float), format_number),
+    (str, format_string),
+    (PrimExpr, lambda value: f"sym({format_expr(value)})"),
+    (list, lambda value: "[" + ", ".join(format_literal(v) for v in value) + "]"),
+    (tuple, lambda value: _format_tuple([format_literal(v) for v in value])),
+    (dict, lambda value: "{" + ", ".join(f"{format_literal(k)}: {format_literal(v)}" for k, v in value.items()) + "}"),
+)
 
 
 def _format_tuple(items: list[str]) -> str:
