@@ -70,8 +70,6 @@ class Analyzer(CanonicalForm):
         self._intervals: dict[str, Interval] = {}
         self._candidate_cache: dict[tuple[str, bool], list[dict[Monomial, Fraction]]] = {}
         self._bounds: dict[tuple, Bound] = {}
-        self._atom_intervals = _AtomIntervals(self)
-        self._atom_candidates = _Candidates(self)
 
     # -- ranges ------------------------------------------------------------------------
 
@@ -304,7 +302,7 @@ class Analyzer(CanonicalForm):
         """Integer bounds of one atom from its operands' bounds."""
         cached = self._intervals.get(key)
         if cached is None:
-            cached = self._intervals[key] = self._atom_intervals.visit(self._atoms[key])
+            cached = self._intervals[key] = _ATOM_INTERVALS.visit(self._atoms[key], self)
         return cached
 
     def _positive_divisor(self, divisor: Polynomial) -> tuple[int, int | None] | None:
@@ -319,7 +317,7 @@ class Analyzer(CanonicalForm):
         cached = self._candidate_cache.get((key, want_low))
         if cached is not None:
             return cached
-        candidates = self._atom_candidates.visit(self._atoms[key], want_low)
+        candidates = _CANDIDATES.visit(self._atoms[key], self, want_low)
         lo, hi = self._atom_interval(key)
         numeric = lo if want_low else hi
         if numeric is not None:
@@ -329,61 +327,56 @@ class Analyzer(CanonicalForm):
 
 
 class _AtomIntervals(PrimExprFunctor):
-    """Integer bounds of each kind of atom from its operands' bounds (None: unbounded)."""
+    """Integer bounds of each kind of atom from its operands' bounds (None: unbounded), in an
+    analyzer (given to each visit: the functor holds none and makes no cycle)."""
 
-    def __init__(self, analyzer: Analyzer) -> None:
-        self.analyzer = analyzer
+    def operand(self, expr: PrimExpr, analyzer: Analyzer) -> Interval:
+        return analyzer._interval(analyzer._to_polynomial(expr))
 
-    def operand(self, expr: PrimExpr) -> Interval:
-        return self.analyzer._interval(self.analyzer._to_polynomial(expr))
+    def visit_size_var(self, atom: SizeVar, analyzer: Analyzer) -> Interval:
+        return analyzer.range_of(atom.name)
 
-    def visit_size_var(self, atom: SizeVar) -> Interval:
-        return self.analyzer.range_of(atom.name)
-
-    def visit_min(self, atom: Min) -> Interval:
-        (alo, ahi), (blo, bhi) = self.operand(atom.a), self.operand(atom.b)
+    def visit_min(self, atom: Min, analyzer: Analyzer) -> Interval:
+        (alo, ahi), (blo, bhi) = self.operand(atom.a, analyzer), self.operand(atom.b, analyzer)
         return _min_or_none(alo, blo, unbounded_wins=True), _min_or_none(ahi, bhi, unbounded_wins=False)
 
-    def visit_max(self, atom: Max) -> Interval:
-        (alo, ahi), (blo, bhi) = self.operand(atom.a), self.operand(atom.b)
+    def visit_max(self, atom: Max, analyzer: Analyzer) -> Interval:
+        (alo, ahi), (blo, bhi) = self.operand(atom.a, analyzer), self.operand(atom.b, analyzer)
         return _max_or_none(alo, blo, unbounded_wins=False), _max_or_none(ahi, bhi, unbounded_wins=True)
 
-    def visit_floor_div(self, atom: FloorDiv) -> Interval:
-        alo, ahi = self.operand(atom.a)
+    def visit_floor_div(self, atom: FloorDiv, analyzer: Analyzer) -> Interval:
+        alo, ahi = self.operand(atom.a, analyzer)
         if not isinstance(atom.b, IntImm):
-            positive = self.analyzer._positive_divisor(self.analyzer._to_polynomial(atom.b))
+            positive = analyzer._positive_divisor(analyzer._to_polynomial(atom.b))
             return (None, None) if positive is None else _div_interval(alo, ahi, *positive)
         divisor = atom.b.value
         if divisor > 0:
             return (None if alo is None else alo // divisor), (None if ahi is None else ahi // divisor)
         return (None if ahi is None else ahi // divisor), (None if alo is None else alo // divisor)
 
-    def visit_floor_mod(self, atom: FloorMod) -> Interval:
-        alo, ahi = self.operand(atom.a)
+    def visit_floor_mod(self, atom: FloorMod, analyzer: Analyzer) -> Interval:
+        alo, ahi = self.operand(atom.a, analyzer)
         if not isinstance(atom.b, IntImm):
-            positive = self.analyzer._positive_divisor(self.analyzer._to_polynomial(atom.b))
+            positive = analyzer._positive_divisor(analyzer._to_polynomial(atom.b))
             return (None, None) if positive is None else _mod_interval(alo, ahi, *positive)
         divisor = atom.b.value
         return _mod_interval(alo, ahi, divisor, divisor) if divisor > 0 else (divisor + 1, 0)
 
-    def visit_default(self, atom: PrimExpr) -> Interval:
+    def visit_default(self, atom: PrimExpr, analyzer: Analyzer) -> Interval:
         return None, None
 
 
 class _Candidates(PrimExprFunctor):
-    """For each kind of atom, polynomials known to be <= it (``want_low``) or >= it, best
-    first (none for a kind without such bounds)."""
+    """For each kind of atom, polynomials known to be <= it (``want_low``) or >= it in an
+    analyzer, best first (none for a kind without such bounds)."""
 
-    def __init__(self, analyzer: Analyzer) -> None:
-        self.analyzer = analyzer
-
-    def numerator(self, atom: FloorDiv | FloorMod) -> tuple[Polynomial, bool]:
+    def numerator(self, atom: FloorDiv | FloorMod, analyzer: Analyzer) -> tuple[Polynomial, bool]:
         """The atom's numerator, and whether it is provably >= 0."""
-        a = self.analyzer._to_polynomial(atom.a)
-        return a, self.analyzer._nonnegative(a)
+        a = analyzer._to_polynomial(atom.a)
+        return a, analyzer._nonnegative(a)
 
-    def visit_floor_div(self, atom: FloorDiv, want_low: bool) -> list[dict[Monomial, Fraction]]:
-        a, a_nonnegative = self.numerator(atom)
+    def visit_floor_div(self, atom: FloorDiv, analyzer: Analyzer, want_low: bool) -> list[dict[Monomial, Fraction]]:
+        a, a_nonnegative = self.numerator(atom, analyzer)
         if isinstance(atom.b, IntImm):
             divisor = atom.b.value
             if divisor <= 0:
@@ -391,7 +384,7 @@ class _Candidates(PrimExprFunctor):
             # (a - (c - 1)) / c <= a // c <= a / c
             shifted = a if not want_low else poly_add(a, {(): 1 - divisor})
             return [poly_scale(shifted, Fraction(1, divisor))]
-        positive = self.analyzer._positive_divisor(self.analyzer._to_polynomial(atom.b))
+        positive = analyzer._positive_divisor(analyzer._to_polynomial(atom.b))
         if positive is None or not a_nonnegative:
             return []
         blo, bhi = positive
@@ -401,35 +394,39 @@ class _Candidates(PrimExprFunctor):
             return [poly_scale(a, Fraction(1, blo))]
         return []
 
-    def visit_floor_mod(self, atom: FloorMod, want_low: bool) -> list[dict[Monomial, Fraction]]:
-        a, a_nonnegative = self.numerator(atom)
+    def visit_floor_mod(self, atom: FloorMod, analyzer: Analyzer, want_low: bool) -> list[dict[Monomial, Fraction]]:
+        a, a_nonnegative = self.numerator(atom, analyzer)
         if isinstance(atom.b, IntImm):
             divisor = atom.b.value
             if divisor <= 0:
                 return []
             # a % c == a - c * (a // c), and a % c <= a when a >= 0
-            candidates = [poly_add(a, poly_scale(self.analyzer._floor_div(a, {(): divisor}), -divisor))]
+            candidates = [poly_add(a, poly_scale(analyzer._floor_div(a, {(): divisor}), -divisor))]
             if not want_low and a_nonnegative:
                 candidates.append(dict(a))
             return candidates
-        b = self.analyzer._to_polynomial(atom.b)
-        positive = self.analyzer._positive_divisor(b)
+        b = analyzer._to_polynomial(atom.b)
+        positive = analyzer._positive_divisor(b)
         if positive is None or not a_nonnegative or want_low:
             return []
         return [poly_add(b, {(): -1}), dict(a)]  # a % b <= b - 1 and a % b <= a
 
-    def visit_min(self, atom: Min, want_low: bool) -> list[dict[Monomial, Fraction]]:
-        return [] if want_low else self.operands(atom)  # min(a, b) <= a, b, (a + b) / 2
+    def visit_min(self, atom: Min, analyzer: Analyzer, want_low: bool) -> list[dict[Monomial, Fraction]]:
+        return [] if want_low else self.operands(atom, analyzer)  # min(a, b) <= a, b, (a + b) / 2
 
-    def visit_max(self, atom: Max, want_low: bool) -> list[dict[Monomial, Fraction]]:
-        return self.operands(atom) if want_low else []  # max(a, b) >= a, b, (a + b) / 2
+    def visit_max(self, atom: Max, analyzer: Analyzer, want_low: bool) -> list[dict[Monomial, Fraction]]:
+        return self.operands(atom, analyzer) if want_low else []  # max(a, b) >= a, b, (a + b) / 2
 
-    def operands(self, atom: Min | Max) -> list[dict[Monomial, Fraction]]:
-        a, b = self.analyzer._to_polynomial(atom.a), self.analyzer._to_polynomial(atom.b)
+    def operands(self, atom: Min | Max, analyzer: Analyzer) -> list[dict[Monomial, Fraction]]:
+        a, b = analyzer._to_polynomial(atom.a), analyzer._to_polynomial(atom.b)
         return [dict(a), dict(b), poly_scale(poly_add(a, b), Fraction(1, 2))]
 
-    def visit_default(self, atom: PrimExpr, want_low: bool) -> list[dict[Monomial, Fraction]]:
+    def visit_default(self, atom: PrimExpr, analyzer: Analyzer, want_low: bool) -> list[dict[Monomial, Fraction]]:
         return []
+
+
+_ATOM_INTERVALS = _AtomIntervals()
+_CANDIDATES = _Candidates()
 
 
 def _intersect(known: tuple[int, int | None], new: tuple[int, int | None], name: str) -> tuple[int, int | None]:

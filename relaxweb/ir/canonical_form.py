@@ -39,7 +39,6 @@ class CanonicalForm:
     def __init__(self) -> None:
         self._atoms: dict[str, PrimExpr] = {}
         self._polys: dict[str, Polynomial] = {}
-        self._polynomials = _Polynomials(self)
 
     def _nonnegative(self, polynomial: Polynomial, depth: int = 0) -> bool:
         raise NotImplementedError
@@ -47,21 +46,13 @@ class CanonicalForm:
     def _interval(self, polynomial: Polynomial) -> Interval:
         raise NotImplementedError
 
+    def _to_polynomial(self, expr: PrimExpr) -> Polynomial:
+        return _POLYNOMIALS.visit(expr, self)
+
     def _atom(self, expr: PrimExpr) -> Polynomial:
         key = format_expr(expr)
         self._atoms[key] = expr
         return {((key, 1),): 1}
-
-    def _to_polynomial(self, expr: PrimExpr) -> Polynomial:
-        return self._polynomials.visit(expr)
-
-    def _cached(self, expr: PrimExpr, compute: Callable[[], Polynomial]) -> Polynomial:
-        """The polynomial of a division, modulo, min or max term (they consult the bounds)."""
-        key = format_expr(expr)
-        cached = self._polys.get(key)
-        if cached is None:
-            cached = self._polys[key] = compute()
-        return cached
 
     def _pull_out_ok(self, whole: Polynomial, rest: Polynomial) -> bool:
         """Whether ``whole // d`` may become ``quotient + rest // d``: keep a numerator that is
@@ -186,6 +177,12 @@ class CanonicalForm:
             return lo // divisor
         return None
 
+    def _min(self, a: Polynomial, b: Polynomial) -> Polynomial:
+        return self._min_max(Min, a, b)
+
+    def _max(self, a: Polynomial, b: Polynomial) -> Polynomial:
+        return self._min_max(Max, a, b)
+
     def _min_max(self, kind: type, a: Polynomial, b: Polynomial) -> Polynomial:
         difference = poly_add(a, poly_scale(b, -1))
         constant = poly_constant(difference)
@@ -287,34 +284,46 @@ class CanonicalForm:
 
 
 class _Polynomials(PrimExprFunctor):
-    """The polynomial of each kind of expression, for :class:`CanonicalForm`."""
+    """The polynomial of each kind of expression in a :class:`CanonicalForm` (its atoms, its
+    cache; given to each visit, so that the functor holds no form and makes no cycle)."""
 
-    def __init__(self, form: CanonicalForm) -> None:
-        self.form = form
-
-    def visit_int_imm(self, expr: IntImm) -> Polynomial:
+    def visit_int_imm(self, expr: IntImm, form: CanonicalForm) -> Polynomial:
         return {(): expr.value} if expr.value else {}
 
-    def visit_size_var(self, expr: SizeVar) -> Polynomial:
-        return self.form._atom(expr)
+    def visit_size_var(self, expr: SizeVar, form: CanonicalForm) -> Polynomial:
+        return form._atom(expr)
 
-    def visit_add(self, expr: Add) -> Polynomial:
-        return self.form._recombine(poly_add(self.visit(expr.a), self.visit(expr.b)))
+    def visit_add(self, expr: Add, form: CanonicalForm) -> Polynomial:
+        return form._recombine(poly_add(self.visit(expr.a, form), self.visit(expr.b, form)))
 
-    def visit_sub(self, expr: Sub) -> Polynomial:
-        return self.form._recombine(poly_add(self.visit(expr.a), poly_scale(self.visit(expr.b), -1)))
+    def visit_sub(self, expr: Sub, form: CanonicalForm) -> Polynomial:
+        return form._recombine(poly_add(self.visit(expr.a, form), poly_scale(self.visit(expr.b, form), -1)))
 
-    def visit_mul(self, expr: Mul) -> Polynomial:
-        return poly_mul(self.visit(expr.a), self.visit(expr.b))
+    def visit_mul(self, expr: Mul, form: CanonicalForm) -> Polynomial:
+        return poly_mul(self.visit(expr.a, form), self.visit(expr.b, form))
 
-    def visit_floor_div(self, expr: FloorDiv) -> Polynomial:
-        return self.form._cached(expr, lambda: self.form._floor_div(self.visit(expr.a), self.visit(expr.b)))
+    def visit_floor_div(self, expr: FloorDiv, form: CanonicalForm) -> Polynomial:
+        return self.cached(expr, form, form._floor_div)
 
-    def visit_floor_mod(self, expr: FloorMod) -> Polynomial:
-        return self.form._cached(expr, lambda: self.form._floor_mod(self.visit(expr.a), self.visit(expr.b)))
+    def visit_floor_mod(self, expr: FloorMod, form: CanonicalForm) -> Polynomial:
+        return self.cached(expr, form, form._floor_mod)
 
-    def visit_min(self, expr: Min) -> Polynomial:
-        return self.form._cached(expr, lambda: self.form._min_max(Min, self.visit(expr.a), self.visit(expr.b)))
+    def visit_min(self, expr: Min, form: CanonicalForm) -> Polynomial:
+        return self.cached(expr, form, form._min)
 
-    def visit_max(self, expr: Max) -> Polynomial:
-        return self.form._cached(expr, lambda: self.form._min_max(Max, self.visit(expr.a), self.visit(expr.b)))
+    def visit_max(self, expr: Max, form: CanonicalForm) -> Polynomial:
+        return self.cached(expr, form, form._max)
+
+    def cached(self, expr: PrimExpr, form: CanonicalForm,
+               combine: Callable[[Polynomial, Polynomial], Polynomial]) -> Polynomial:
+        """The polynomial of a division, modulo, min or max term: its operands' combined
+        (consulting the bounds), cached by the term's text."""
+        key = format_expr(expr)
+        cached = form._polys.get(key)
+        if cached is None:
+            a, b = self.visit(expr.a, form), self.visit(expr.b, form)  # type: ignore[attr-defined]
+            cached = form._polys[key] = combine(a, b)
+        return cached
+
+
+_POLYNOMIALS = _Polynomials()

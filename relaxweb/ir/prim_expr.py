@@ -364,13 +364,30 @@ class PrimExprFunctor:
     gives it a meaning (an analysis of atoms that knows only some kinds)."""
 
     prim_expr_methods: ClassVar[Mapping[type, str]] = PRIM_EXPR_METHODS
+    _dispatch: ClassVar[dict[type, Callable[..., Any]]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._build_dispatch()
+
+    @classmethod
+    def _build_dispatch(cls) -> None:
+        """Each kind's function, looked up once per class (a visit is among the hottest
+        calls of the compiler); a kind without a method goes to visit_default."""
+        cls._dispatch = {kind: getattr(cls, name, None) or _visit_default for kind, name in cls.prim_expr_methods.items()}
 
     def visit(self, expr: PrimExpr, *args: Any) -> Any:
-        name = self.prim_expr_methods.get(type(expr))
-        if name is None:
+        function = self._dispatch.get(type(expr))
+        if function is None:
             raise TypeError(f"{type(self).__name__}: not a symbolic expression kind: {type(expr).__name__}")
-        method = getattr(self, name, None)
-        return self.visit_default(expr, *args) if method is None else method(expr, *args)
+        return function(self, expr, *args)
 
     def visit_default(self, expr: PrimExpr, *args: Any) -> Any:
         raise NotImplementedError(f"{type(self).__name__} does not handle {type(expr).__name__} expressions")
+
+
+def _visit_default(functor: PrimExprFunctor, expr: PrimExpr, *args: Any) -> Any:
+    return functor.visit_default(expr, *args)
+
+
+PrimExprFunctor._build_dispatch()

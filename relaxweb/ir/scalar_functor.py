@@ -27,8 +27,7 @@ expressions (``relaxweb.ir.symbolic`` is their traversal).  Bodies are at most 6
 
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import Any, ClassVar, Mapping
+from typing import Any, Callable, ClassVar, Mapping
 
 from .symbolic import PrimExpr
 
@@ -50,26 +49,43 @@ SCALAR_METHODS: Mapping[str, str] = {
 """Each scalar expression kind (its class's ``scalar_kind``) -> the method that visits it."""
 
 
-def scalar_kind(expr: Any) -> str | None:
-    """The kind of a scalar expression (None for anything else)."""
-    return getattr(type(expr), "scalar_kind", None)
-
-
 class ScalarFunctor:
     """Dispatch on scalar expression kinds; subclasses define the ``visit_<kind>`` methods."""
 
     scalar_methods: ClassVar[Mapping[str, str]] = SCALAR_METHODS
+    _dispatch: ClassVar[dict[str, Callable[..., Any]]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._build_dispatch()
+
+    @classmethod
+    def _build_dispatch(cls) -> None:
+        """Each kind's function, looked up once per class (a visit is among the hottest
+        calls of the compiler); a kind without a method goes to visit_default."""
+        cls._dispatch = {kind: getattr(cls, name, None) or _visit_default for kind, name in cls.scalar_methods.items()}
 
     def visit(self, expr: ScalarNode, *args: Any) -> Any:
-        name = self.scalar_methods.get(scalar_kind(expr))  # type: ignore[arg-type]
-        if name is None:
-            raise TypeError(f"{type(self).__name__}: not a scalar expression kind: {type(expr).__name__}")
-        method = getattr(self, name, None)
-        return self.visit_default(expr, *args) if method is None else method(expr, *args)
+        try:
+            function = self._dispatch[expr.scalar_kind]
+        except (AttributeError, KeyError):
+            raise TypeError(f"{type(self).__name__}: not a scalar expression kind: {type(expr).__name__}") from None
+        return function(self, expr, *args)
+
+    # ``visit`` itself, for a subclass that overrides ``visit`` to act around every node
+    # (``super().visit`` would be one more call per node).
+    visit_kind = visit
 
     def visit_default(self, expr: ScalarNode, *args: Any) -> Any:
         """What a functor does with a kind it has no method for: fail, naming both."""
         raise NotImplementedError(f"{type(self).__name__} does not handle {type(expr).__name__} expressions")
+
+
+def _visit_default(functor: ScalarFunctor, expr: ScalarNode, *args: Any) -> Any:
+    return functor.visit_default(expr, *args)
+
+
+ScalarFunctor._build_dispatch()
 
 
 def is_index_expr(index: Any) -> bool:
@@ -130,63 +146,53 @@ class ScalarMutator(ScalarFunctor):
     def visit_index_value(self, expr: ScalarNode) -> ScalarNode:
         return expr
 
+    # A changed node is built again from its fields in their order (Gather(buffer, indices),
+    # Binary(op, a, b), Cast(dtype, a) ...): its class is the node's own.
+
     def visit_gather(self, expr: ScalarNode) -> ScalarNode:
         indices = tuple(i if is_index_expr(i) else self.visit(i) for i in expr.indices)
-        return expr if all(i is j for i, j in zip(indices, expr.indices)) else replace(expr, indices=indices)
+        return expr if all(i is j for i, j in zip(indices, expr.indices)) else type(expr)(expr.buffer, indices)
 
     def visit_binary(self, expr: ScalarNode) -> ScalarNode:
         a, b = self.visit(expr.a), self.visit(expr.b)
-        return expr if a is expr.a and b is expr.b else replace(expr, a=a, b=b)
+        return expr if a is expr.a and b is expr.b else type(expr)(expr.op, a, b)
 
     visit_compare = visit_binary
 
     def visit_unary(self, expr: ScalarNode) -> ScalarNode:
         a = self.visit(expr.a)
-        return expr if a is expr.a else replace(expr, a=a)
+        return expr if a is expr.a else type(expr)(expr.op, a)
 
-    visit_cast = visit_unary
+    def visit_cast(self, expr: ScalarNode) -> ScalarNode:
+        a = self.visit(expr.a)
+        return expr if a is expr.a else type(expr)(expr.dtype, a)
 
     def visit_select(self, expr: ScalarNode) -> ScalarNode:
         condition, a, b = self.visit(expr.condition), self.visit(expr.a), self.visit(expr.b)
         unchanged = condition is expr.condition and a is expr.a and b is expr.b
-        return expr if unchanged else replace(expr, condition=condition, a=a, b=b)
+        return expr if unchanged else type(expr)(condition, a, b)
 
     def visit_reduce(self, expr: ScalarNode) -> ScalarNode:
         body = self.visit(expr.body)
-        return expr if body is expr.body else replace(expr, body=body)
+        return expr if body is expr.body else type(expr)(expr.combiner, expr.axis, expr.extent, body)
 
 
-class _Operands(ScalarFunctor):
-    """The scalar operands of a node, in order (loads, constants and index values have none)."""
-
-    def visit_load(self, expr: ScalarNode) -> tuple:
-        return ()
-
-    visit_float_imm = visit_index_value = visit_load
-
-    def visit_gather(self, expr: ScalarNode) -> tuple:
-        return tuple(i for i in expr.indices if not is_index_expr(i))
-
-    def visit_binary(self, expr: ScalarNode) -> tuple:
-        return (expr.a, expr.b)
-
-    visit_compare = visit_binary
-
-    def visit_unary(self, expr: ScalarNode) -> tuple:
-        return (expr.a,)
-
-    visit_cast = visit_unary
-
-    def visit_select(self, expr: ScalarNode) -> tuple:
-        return (expr.condition, expr.a, expr.b)
-
-    def visit_reduce(self, expr: ScalarNode) -> tuple:
-        return (expr.body,)
-
-
-_OPERANDS = _Operands()
+# The scalar operands of each kind, in order (loads, constants and index values have none): a
+# table, as scalar_operands is the hottest traversal of all (every walk of a body).
+_OPERANDS: Mapping[str, Callable[[Any], tuple]] = {
+    "load": lambda expr: (),
+    "float_imm": lambda expr: (),
+    "index_value": lambda expr: (),
+    "gather": lambda expr: tuple(i for i in expr.indices if not isinstance(i, PrimExpr)),
+    "binary": lambda expr: (expr.a, expr.b),
+    "compare": lambda expr: (expr.a, expr.b),
+    "unary": lambda expr: (expr.a,),
+    "cast": lambda expr: (expr.a,),
+    "select": lambda expr: (expr.condition, expr.a, expr.b),
+    "reduce": lambda expr: (expr.body,),
+}
 
 
 def scalar_operands(expr: ScalarNode) -> tuple:
     """The scalar operands of ``expr`` (its children), in order."""
-    return _OPERANDS.visit(expr)
+    return _OPERANDS[expr.scalar_kind](expr)

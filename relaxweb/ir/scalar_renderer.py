@@ -89,15 +89,11 @@ class ScalarRenderer(ScalarFunctor):
         known = self.lookup(expr)
         if known is not None:
             return known
-        value = self.render(expr, indent)
+        value = self.visit(expr, indent)
         if expr in self.repeated:
             value = self.bind_repeated(expr, value, indent)
         self.known(expr, value)
         return value
-
-    def render(self, expr: ScalarExpr, indent: str) -> str:
-        """The value of ``expr`` rendered by its kind (``visit_<kind>``), without the memo."""
-        return self.visit(expr, indent)
 
     def bind_repeated(self, expr: ScalarExpr, value: str, indent: str) -> str:
         """The value of a subexpression the body uses more than once, computed into a local

@@ -538,9 +538,8 @@ def _operands(a: "ScalarExpr | float", b: "ScalarExpr | float") -> tuple[ScalarE
     raise TypeError(f"at least one operand must be a scalar expression, got {a!r} and {b!r}")
 
 
-def scalar_children(expr: ScalarExpr) -> tuple[ScalarExpr, ...]:
-    """The scalar operands of an expression (loads, constants and index values have none)."""
-    return scalar_operands(expr)
+# The scalar operands of an expression, in order (loads, constants and index values have none).
+scalar_children: Callable[[ScalarExpr], tuple[ScalarExpr, ...]] = scalar_operands
 
 
 def repeated_subexpressions(body: ScalarExpr) -> set[ScalarExpr]:
@@ -576,11 +575,20 @@ def scalar_dtype(expr: ScalarExpr) -> str:
 
 def index_var_names(program: "TensorProgram") -> set[str]:
     """Names of the program's index variables: its axes and every reduction axis."""
-    names = {axis.name for axis in program.axes}
-    for node in scalar_nodes(program.body):
-        if isinstance(node, Reduce):
-            names.add(node.axis.name)
-    return names
+    collector = _ReductionAxes()
+    collector.visit(program.body)
+    return {axis.name for axis in program.axes} | collector.names
+
+
+class _ReductionAxes(ScalarVisitor):
+    """Collects the names of the reduction axes."""
+
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+
+    def visit_reduce(self, node: Reduce) -> None:
+        self.names.add(node.axis.name)
+        super().visit_reduce(node)
 
 
 class _IndexExprs(ScalarVisitor):
@@ -781,7 +789,7 @@ class _MapScalar(ScalarMutator):
         self.function = function
 
     def visit(self, expr: ScalarExpr) -> ScalarExpr:
-        rebuilt = super().visit(expr)
+        rebuilt = self.visit_kind(expr)
         replacement = self.function(rebuilt)
         return rebuilt if replacement is None else replacement
 

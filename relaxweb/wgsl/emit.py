@@ -241,13 +241,14 @@ class Emitter(ScalarRenderer):
 
     # -- values: the kinds the base does not render, and WGSL's own forms
 
-    def render(self, expr: ScalarExpr, indent: str) -> str:
+    def visit(self, expr: ScalarExpr, indent: str) -> str:
         return self._scalar(expr, indent)
 
     def _scalar(self, expr: ScalarExpr, indent: str) -> str:
-        """The value of ``expr`` by its kind: the hook ``wgsl/schedules._VectorEmitter``
-        overrides for its loads and constants (new code overrides ``visit_<kind>``)."""
-        return self.visit(expr, indent)
+        """The value of ``expr`` by its kind (``visit_<kind>``): the hook
+        ``wgsl/schedules._VectorEmitter`` overrides for its loads and constants (new code
+        overrides ``visit_<kind>``)."""
+        return self.visit_kind(expr, indent)
 
     def literal(self, value: float, dtype: str) -> str:
         return literal(value, dtype)
