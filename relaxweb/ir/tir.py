@@ -169,6 +169,8 @@ class ScalarExpr:
     A Python number next to an expression becomes a :class:`FloatImm` of the expression's
     dtype (``x * 2`` is ``multiply(x, FloatImm(2, x.dtype))``); operand order is kept.
     ``==`` is not overloaded: expressions are compared structurally (they are dict keys).
+    Each kind names itself (``scalar_kind``): code that handles nodes by kind subclasses the
+    functor of ``scalar_functor.py``, which dispatches on it.
     """
 
     __array_ufunc__ = None  # numpy scalars defer to the reflected operators below
