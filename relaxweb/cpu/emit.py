@@ -26,12 +26,13 @@ import numpy as np
 
 from ..ir.dtype import DtypeKind, dtype_info
 from ..ir.launch import VECTOR, vector_access, vectorizable
-from ..ir.lower_index import Constant, IndexLowering, IndexOp, Operation, TargetIndex, Variable
+from ..ir.lower_index import Constant, IndexOp, Operation, TargetIndex, Variable
+from ..ir.scalar_functor import ScalarFunctor
+from ..ir.scalar_renderer import ScalarRenderer, flat_offset  # noqa: F401  (flat_offset: for the schedules)
 from ..ir.symbolic import IntImm, PrimExpr, SizeVar, free_vars, simplify
 from ..ir.tir import (
-    Binary, BinaryOp, Buffer, Cast, Compare, CompareOp, FloatImm, Gather, IndexValue, Load, Reduce, ReduceCombiner,
-    ScalarExpr, Select, TensorProgram, Unary, UnaryOp, contains_reduce, index_exprs, repeated_subexpressions,
-    scalar_children, scalar_nodes,
+    Binary, BinaryOp, Buffer, Cast, Compare, CompareOp, FloatImm, Gather, Load, Reduce, ReduceCombiner, ScalarExpr,
+    Select, TensorProgram, Unary, UnaryOp, contains_reduce, index_exprs, scalar_children, scalar_nodes,
 )
 
 # A value's class decides its instructions: "f" a float (f32), "s" a signed integer, "u" an
@@ -317,16 +318,6 @@ def index_variables(target: TargetIndex) -> set[str]:
     return set()
 
 
-def flat_offset(buffer: Buffer, indices: tuple[PrimExpr, ...]) -> PrimExpr:
-    """The element offset of ``buffer[indices]`` (row-major), as an index expression."""
-    flat: PrimExpr = IntImm(0)
-    stride: PrimExpr = IntImm(1)
-    for index, extent in reversed(list(zip(indices, buffer.shape))):
-        flat = flat + index * stride
-        stride = stride * extent
-    return flat
-
-
 class Function:
     """A function's locals and body lines, built by a schedule and its emitter."""
 
@@ -357,26 +348,27 @@ class Function:
         return "\n".join([f"(func {header}", *declarations, *self.lines]) + ")"
 
 
-class Emitter:
+class Emitter(ScalarRenderer):
     """Turns a tensor program's scalar expressions into WAT within one :class:`Function`.
 
-    A subexpression that occurs more than once in the body (fusion inlines a producer at
-    every load of it) is computed once into a local and reused within the scope that
+    The shared part (``relaxweb/ir/scalar_renderer.py``): a subexpression that occurs more
+    than once in the body is computed once into a local and reused within the scope that
     computed it; a scope is opened for each loop body and each branch.  Index expressions go
     through an :class:`IndexLowering`, which knows the range of each axis in scope (declared
     by :meth:`declare_axis`).  ``buffers`` gives each buffer's address (a WAT value: the
     local holding it); ``variables`` each size variable's and axis's local, by IR name.
     """
 
+    binary_renderings = BINARY_RENDERINGS
+    unary_renderings = UNARY_RENDERINGS
+    compare_renderings = COMPARE_RENDERINGS
+
     def __init__(self, program: TensorProgram, function: Function, buffers: Mapping[str, str],
                  variables: Mapping[str, str]) -> None:
-        self.program = program
+        super().__init__(program)
         self.function = function
         self.buffers = dict(buffers)
         self.variables: list[dict[str, str]] = [dict(variables)]
-        self.repeated = repeated_subexpressions(program.body)
-        self.scopes: list[dict[ScalarExpr, str]] = [{}]
-        self.index_lowering = IndexLowering()
         # index operations on size variables only (a shape's (height + pad) // stride), computed
         # once where the size variables are loaded (the lines so far), not in every loop
         self.size_operations: dict[str, str] = {}
@@ -385,28 +377,17 @@ class Emitter:
     # -- scopes, axes and variables
 
     def open_scope(self) -> None:
-        self.scopes.append({})
+        super().open_scope()
         self.variables.append(dict(self.variables[-1]))
-        self.index_lowering.enter()
 
     def close_scope(self) -> None:
-        self.scopes.pop()
+        super().close_scope()
         self.variables.pop()
-        self.index_lowering.leave()
 
     def declare_axis(self, axis: SizeVar, extent: PrimExpr, local: str) -> None:
         """``axis`` (held in ``local``) lies in ``[0, extent - 1]`` in the current scope."""
         self.variables[-1][axis.name] = local
-        self.index_lowering.declare_axis(axis, extent)
-
-    def known(self, expr: ScalarExpr, value: str) -> None:
-        self.scopes[-1][expr] = value
-
-    def lookup(self, expr: ScalarExpr) -> str | None:
-        for scope in reversed(self.scopes):
-            if expr in scope:
-                return scope[expr]
-        return None
+        super().declare_axis(axis, extent)
 
     def variable(self, name: str) -> str:
         local = self.variables[-1].get(name)
@@ -414,10 +395,8 @@ class Emitter:
             raise ValueError(f"{self.program.name}: the index variable {name} is not in scope")
         return f"(local.get {local})"
 
-    def index(self, expr: PrimExpr) -> str:
-        """An i32 WAT value of an index expression: simplified with the ranges of the axes in
-        scope, the IR's floor division and modulo lowered (``relaxweb/ir/lower_index.py``)."""
-        return render_index(self.index_lowering.lower(expr), self.variable, self.size_operation)
+    def render_index(self, target: TargetIndex) -> str:
+        return render_index(target, self.variable, self.size_operation)
 
     def size_operation(self, target: Operation) -> str | None:
         """The local holding ``target`` when it reads size variables only (computed once at
@@ -440,25 +419,11 @@ class Emitter:
         return f"(i32.add {base} (i32.shl {offset} (i32.const 2)))"
 
     def element_address(self, buffer: Buffer, indices: tuple[PrimExpr, ...]) -> str:
-        """The address of ``buffer[indices]``.  A load is in bounds wherever it is evaluated,
-        so a negative constant offset belongs to a branch never taken: it reads element 0."""
-        target = self.index_lowering.lower(flat_offset(buffer, indices))
-        if isinstance(target, Constant) and target.value < 0:
-            target = Constant(0)
-        return self.address(buffer.name, render_index(target, self.variable, self.size_operation))
+        """The address of ``buffer[indices]`` (a negative constant offset, in a branch never
+        taken, reads element 0: ``ScalarRenderer.lowered_offset``)."""
+        return self.address(buffer.name, self.render_index(self.lowered_offset(buffer, indices)))
 
     # -- values
-
-    def scalar(self, expr: ScalarExpr, indent: str) -> str:
-        """The WAT value of ``expr`` (statements it needs are emitted at ``indent``)."""
-        known = self.lookup(expr)
-        if known is not None:
-            return known
-        text = self._scalar(expr, indent)
-        if expr in self.repeated and not text.startswith("(local.get"):
-            text = self.set_local(text, self.value_type(expr), indent)
-        self.known(expr, text)
-        return text
 
     def value_type(self, expr: ScalarExpr) -> str:
         """The wasm type of ``expr``'s value here (a vector emitter's are v128)."""
@@ -470,30 +435,30 @@ class Emitter:
         self.function.emit(indent, f"(local.set {local} {value})")
         return f"(local.get {local})"
 
-    def _scalar(self, expr: ScalarExpr, indent: str) -> str:
-        if isinstance(expr, Load):
-            return load(expr.buffer.dtype, self.element_address(expr.buffer, expr.indices))
-        if isinstance(expr, Gather):
-            return load(expr.buffer.dtype, self.gather_address(expr, indent))
-        if isinstance(expr, FloatImm):
-            return literal(expr.value, expr.dtype)
-        if isinstance(expr, IndexValue):
-            return self.index(expr.value)
-        if isinstance(expr, Cast):
-            return cast(expr.dtype, expr.a.dtype, self.scalar(expr.a, indent))
-        if isinstance(expr, Compare):
-            a, b = self.scalar(expr.a, indent), self.scalar(expr.b, indent)
-            return rendering(COMPARE_RENDERINGS, expr.op, value_class(expr.a.dtype))(a, b)
-        if isinstance(expr, Select):
-            return self.select(expr, indent)
-        if isinstance(expr, Binary):
-            a, b = self.scalar(expr.a, indent), self.scalar(expr.b, indent)
-            return rendering(BINARY_RENDERINGS, expr.op, value_class(expr.dtype))(a, b)
-        if isinstance(expr, Unary):
-            return rendering(UNARY_RENDERINGS, expr.op, value_class(expr.a.dtype))(self.scalar(expr.a, indent))
-        if isinstance(expr, Reduce):
-            return self.reduce(expr, indent)
-        raise TypeError(f"cannot emit {type(expr).__name__}")
+    def bind_repeated(self, expr: ScalarExpr, value: str, indent: str) -> str:
+        """A local holding the value (a local's value is one already)."""
+        return value if value.startswith("(local.get") else self.set_local(value, self.value_type(expr), indent)
+
+    def literal(self, value: float, dtype: str) -> str:
+        return literal(value, dtype)
+
+    def operation(self, table: Mapping, op, dtype: str) -> Callable[..., str]:
+        return rendering(table, op, value_class(dtype))
+
+    def visit_load(self, expr: Load, indent: str) -> str:
+        return load(expr.buffer.dtype, self.element_address(expr.buffer, expr.indices))
+
+    def visit_gather(self, expr: Gather, indent: str) -> str:
+        return load(expr.buffer.dtype, self.gather_address(expr, indent))
+
+    def visit_cast(self, expr: Cast, indent: str) -> str:
+        return cast(expr.dtype, expr.a.dtype, self.scalar(expr.a, indent))
+
+    def visit_select(self, expr: Select, indent: str) -> str:
+        return self.select(expr, indent)
+
+    def visit_reduce(self, expr: Reduce, indent: str) -> str:
+        return self.reduce(expr, indent)
 
     def gather_address(self, expr: Gather, indent: str) -> str:
         """The address of an indirect load: run-time indices (i32) are clamped into their
@@ -589,35 +554,9 @@ class Emitter:
         holds the first): loads along the axis are ``v128.load``, invariants their splats
         (``splats`` maps any subexpression to a v128 value already computed: also the lanes
         of a packed factor, ``schedules._pack_vectors``).  Comparisons of floats are lane
-        masks and a ``Select`` is a ``v128.bitselect`` of both branches."""
-        if expr in splats:
-            return splats[expr]
-        if expr in memo:
-            return memo[expr]
-        if isinstance(expr, Load):
-            text = f"(v128.load {self.element_address(expr.buffer, expr.indices)})"
-        elif isinstance(expr, FloatImm):
-            text = f"(f32x4.splat {literal(expr.value, expr.dtype)})"
-        elif isinstance(expr, Binary):
-            a = self.vector_value(expr.a, splats, memo, indent)
-            b = self.vector_value(expr.b, splats, memo, indent)
-            text = rendering(VECTOR_BINARY_RENDERINGS, expr.op)(a, b)
-        elif isinstance(expr, Unary):
-            text = rendering(VECTOR_UNARY_RENDERINGS, expr.op)(self.vector_value(expr.a, splats, memo, indent))
-        elif isinstance(expr, Compare) and expr.a.dtype == "float32":
-            a = self.vector_value(expr.a, splats, memo, indent)
-            b = self.vector_value(expr.b, splats, memo, indent)
-            text = rendering(VECTOR_COMPARE_RENDERINGS, expr.op)(a, b)
-        elif isinstance(expr, Select):  # callers check that both branches may be evaluated
-            text = vector_select(self.vector_value(expr.condition, splats, memo, indent),
-                                 self.vector_value(expr.a, splats, memo, indent),
-                                 self.vector_value(expr.b, splats, memo, indent))
-        else:
-            raise TypeError(f"{self.program.name}: cannot vectorize {type(expr).__name__} along a reduction")
-        if expr in self.repeated:
-            text = self.set_local(text, "v128", indent)
-        memo[expr] = text
-        return text
+        masks and a ``Select`` is a ``v128.bitselect`` of both branches.  ``memo`` holds the
+        values computed so far (a repeated subexpression's in a local)."""
+        return _ReductionLanes(self, splats, memo, indent).value(expr)
 
     def select(self, expr: Select, indent: str) -> str:
         """wasm's ``select`` when both branches are cheap and read no memory (it evaluates
@@ -643,12 +582,58 @@ class Emitter:
         return f"(local.get {result})"
 
 
+class _ReductionLanes(ScalarFunctor):
+    """:meth:`Emitter.vector_value`: the f32x4 value of each node of a reduction body."""
+
+    def __init__(self, emitter: Emitter, splats: Mapping[ScalarExpr, str], memo: dict, indent: str) -> None:
+        self.emitter, self.splats, self.memo, self.indent = emitter, splats, memo, indent
+
+    def value(self, expr: ScalarExpr) -> str:
+        if expr in self.splats:
+            return self.splats[expr]
+        if expr in self.memo:
+            return self.memo[expr]
+        text = self.visit(expr)
+        if expr in self.emitter.repeated:
+            text = self.emitter.set_local(text, "v128", self.indent)
+        self.memo[expr] = text
+        return text
+
+    def visit_load(self, expr: Load) -> str:
+        return f"(v128.load {self.emitter.element_address(expr.buffer, expr.indices)})"
+
+    def visit_float_imm(self, expr: FloatImm) -> str:
+        return f"(f32x4.splat {literal(expr.value, expr.dtype)})"
+
+    def visit_binary(self, expr: Binary) -> str:
+        a, b = self.value(expr.a), self.value(expr.b)
+        return rendering(VECTOR_BINARY_RENDERINGS, expr.op)(a, b)
+
+    def visit_unary(self, expr: Unary) -> str:
+        return rendering(VECTOR_UNARY_RENDERINGS, expr.op)(self.value(expr.a))
+
+    def visit_compare(self, expr: Compare) -> str:
+        if expr.a.dtype != "float32":
+            return self.visit_default(expr)
+        a, b = self.value(expr.a), self.value(expr.b)
+        return rendering(VECTOR_COMPARE_RENDERINGS, expr.op)(a, b)
+
+    def visit_select(self, expr: Select) -> str:  # callers check that both branches may be evaluated
+        return vector_select(self.value(expr.condition), self.value(expr.a), self.value(expr.b))
+
+    def visit_default(self, expr: ScalarExpr) -> str:
+        raise TypeError(f"{self.emitter.program.name}: cannot vectorize {type(expr).__name__} along a reduction")
+
+
 class VectorEmitter(Emitter):
     """An emitter of four consecutive output elements along the last axis at once, for a
     float32 elementwise or broadcast program (``relaxweb/ir/launch.vector_access``: loads,
     constants, binary and unary ops).  ``access`` says how each buffer is read: four
     consecutive elements (``v128.load``) or one element for all four lanes (a splat).  The
     last axis's local holds the first of the four."""
+
+    binary_renderings = VECTOR_BINARY_RENDERINGS
+    unary_renderings = VECTOR_UNARY_RENDERINGS
 
     def __init__(self, program: TensorProgram, function: Function, buffers: Mapping[str, str],
                  variables: Mapping[str, str], access: Mapping[str, str]) -> None:
@@ -658,20 +643,22 @@ class VectorEmitter(Emitter):
     def value_type(self, expr: ScalarExpr) -> str:
         return "v128"
 
-    def _scalar(self, expr: ScalarExpr, indent: str) -> str:
-        if isinstance(expr, Load):
-            address = self.element_address(expr.buffer, expr.indices)
-            if self.access[expr.buffer.name] == VECTOR:
-                return f"(v128.load {address})"
-            return f"(f32x4.splat (f32.load {address}))"
-        if isinstance(expr, FloatImm):
-            return f"(f32x4.splat {literal(expr.value, expr.dtype)})"
-        if isinstance(expr, Binary):
-            a, b = self.scalar(expr.a, indent), self.scalar(expr.b, indent)
-            return rendering(VECTOR_BINARY_RENDERINGS, expr.op)(a, b)
-        if isinstance(expr, Unary):
-            return rendering(VECTOR_UNARY_RENDERINGS, expr.op)(self.scalar(expr.a, indent))
+    def operation(self, table: Mapping, op, dtype: str) -> Callable[..., str]:
+        return rendering(table, op)
+
+    def visit_load(self, expr: Load, indent: str) -> str:
+        address = self.element_address(expr.buffer, expr.indices)
+        if self.access[expr.buffer.name] == VECTOR:
+            return f"(v128.load {address})"
+        return f"(f32x4.splat (f32.load {address}))"
+
+    def visit_float_imm(self, expr: FloatImm, indent: str) -> str:
+        return f"(f32x4.splat {literal(expr.value, expr.dtype)})"
+
+    def cannot_vectorize(self, expr: ScalarExpr, indent: str) -> str:
         raise TypeError(f"{self.program.name}: cannot vectorize {type(expr).__name__}")
+
+    visit_gather = visit_index_value = visit_cast = visit_compare = visit_select = visit_reduce = cannot_vectorize
 
 
 def vector_access_of(program: TensorProgram) -> dict[str, str] | None:

@@ -47,10 +47,7 @@ from ..ir.builder import FunctionBuilder
 from ..ir.expr import Constant, Expr, MatchCast, PrimValue, SeqExpr, ShapeExpr, Var, VarBinding
 from ..ir.functor import ExprVisitor
 from ..ir.module import IRModule
-from ..ir.struct_info import (
-    FuncStructInfo, OptionalStructInfo, PrimStructInfo, SequenceStructInfo, ShapeStructInfo, StructInfo, TensorStructInfo,
-    TupleStructInfo,
-)
+from ..ir.struct_info import OptionalStructInfo, SequenceStructInfo, StructInfo, TensorStructInfo
 from ..ir.symbolic import PrimExpr, SizeVar, free_vars
 from ..ops import call_op
 from .converters import CONVERTERS, ConversionContext
@@ -166,27 +163,9 @@ def op_coverage(model: onnx.ModelProto) -> list[tuple[str, int, bool]]:
     return sorted(((op, counts[op], supported[op]) for op in counts), key=lambda e: (e[2], e[0]))
 
 
-def _struct_info_vars(info, found: dict[str, None]) -> None:
-    exprs: tuple = ()
-    if isinstance(info, TensorStructInfo) and info.shape is not None:
-        exprs = info.shape
-    elif isinstance(info, ShapeStructInfo) and info.values is not None:
-        exprs = info.values
-    elif isinstance(info, PrimStructInfo) and info.value is not None:
-        exprs = (info.value,)
-    elif isinstance(info, TupleStructInfo):
-        for field_info in info.fields:
-            _struct_info_vars(field_info, found)
-    elif isinstance(info, SequenceStructInfo):
-        _struct_info_vars(info.element, found)
-        exprs = (info.length,) if info.length is not None else ()
-    elif isinstance(info, OptionalStructInfo):
-        _struct_info_vars(info.inner, found)
-    elif isinstance(info, FuncStructInfo):
-        for param_info in info.params:
-            _struct_info_vars(param_info, found)
-        _struct_info_vars(info.ret, found)
-    for expr in exprs:
+def _struct_info_vars(info: StructInfo, found: dict[str, None]) -> None:
+    """Notes the symbolic variables of an annotation, in order of first appearance."""
+    for expr in info.symbolic_exprs():
         for var in free_vars(expr):
             found.setdefault(var.name, None)
 

@@ -25,9 +25,11 @@ from .host import (
     SEQUENCE_CAPACITY, HostBind, HostCheck, HostDispatch, HostFunction, HostIf, HostLoop, HostOutputShape, HostRead,
     HostSequenceAppend, HostSequenceClear, HostSequenceInput, HostSequencePresence,
 )
+from .host_functor import HostStepFunctor
 from .library_kernel import LibraryKernel
 from .module import IRModule
 from .op_registry import get_op
+from .scalar_functor import ScalarFunctor
 from .struct_info import OptionalStructInfo, PrimStructInfo, SequenceStructInfo, TensorStructInfo
 from .symbolic import PrimExpr, SizeVar, as_expr, evaluate, format_expr, free_vars
 from .tir import (
@@ -244,32 +246,43 @@ def match_value(name: str, value, info, size_vars: dict[str, int], reason: str =
     value, sequences element by element (each against the elements' annotation, without
     binding: elements differ in shape) and by length, optionals by what they hold.  A cast
     with a ``reason`` (a fact deduction assumed) reports it: ``{reason} is 4, expected 3 (...)``."""
-    if isinstance(info, OptionalStructInfo):
-        if value is not None:
-            match_value(name, value, info.inner, size_vars, reason, what)
-        return
-    if isinstance(info, SequenceStructInfo):
-        if not isinstance(value, list):
-            raise InputShapeError(f"{what} '{name}': expected a sequence (a list of arrays), got {type(value).__name__}")
-        for position, element in enumerate(value):
-            match_tensor(f"{name}[{position}]", np.asarray(element), info.element, dict(size_vars), what, reason)
-        if info.length is not None:
-            match_value(name, len(value), PrimStructInfo("int64", info.length), size_vars, reason or f"{what} '{name}': length")
-        return
+    _VALUE_MATCHES.get(type(info), _match_plain)(name, value, info, size_vars, reason, what)
+
+
+def _match_optional(name: str, value, info: OptionalStructInfo, size_vars: dict[str, int], reason: str, what: str) -> None:
+    if value is not None:
+        match_value(name, value, info.inner, size_vars, reason, what)
+
+
+def _match_sequence(name: str, value, info: SequenceStructInfo, size_vars: dict[str, int], reason: str, what: str) -> None:
+    if not isinstance(value, list):
+        raise InputShapeError(f"{what} '{name}': expected a sequence (a list of arrays), got {type(value).__name__}")
+    for position, element in enumerate(value):
+        match_tensor(f"{name}[{position}]", np.asarray(element), info.element, dict(size_vars), what, reason)
+    if info.length is not None:
+        match_value(name, len(value), PrimStructInfo("int64", info.length), size_vars, reason or f"{what} '{name}': length")
+
+
+def _match_plain(name: str, value, info, size_vars: dict[str, int], reason: str, what: str) -> None:
+    """A tensor or a prim value (neither a sequence nor none)."""
     if value is None or isinstance(value, list):
         raise InputShapeError(f"{what} '{name}': expected a tensor, got {'none' if value is None else 'a sequence'}")
-    if isinstance(info, PrimStructInfo):
-        if info.value is None:
-            return
-        if isinstance(info.value, SizeVar) and info.value.name not in size_vars:
-            size_vars[info.value.name] = int(value)
-            return
-        expected = int(evaluate(info.value, size_vars))
-        if int(value) != expected:
-            what = reason or f"match_cast of '{name}': value"
-            raise InputShapeError(f"{what} is {int(value)}, expected {expected} ({format_expr(info.value)})")
+    if not isinstance(info, PrimStructInfo):
+        match_tensor(name, np.asarray(value), info, size_vars, what=what, reason=reason)
         return
-    match_tensor(name, np.asarray(value), info, size_vars, what=what, reason=reason)
+    if info.value is None:
+        return
+    if isinstance(info.value, SizeVar) and info.value.name not in size_vars:
+        size_vars[info.value.name] = int(value)
+        return
+    expected = int(evaluate(info.value, size_vars))
+    if int(value) != expected:
+        what = reason or f"match_cast of '{name}': value"
+        raise InputShapeError(f"{what} is {int(value)}, expected {expected} ({format_expr(info.value)})")
+
+
+# The check of each annotation kind that is not a plain value.
+_VALUE_MATCHES: dict[type, Callable[..., None]] = {OptionalStructInfo: _match_optional, SequenceStructInfo: _match_sequence}
 
 
 def match_tensor(name: str, array: np.ndarray, info, size_vars: dict[str, int], what: str = "input",
@@ -354,42 +367,60 @@ def _evaluate_scalar(expr: ScalarExpr, buffers: dict, environment: dict, shape: 
     everywhere here but only where chosen on the GPU: out-of-bounds loads there read 0
     instead of failing (the values are discarded).
     """
-    def recurse(child: ScalarExpr, env: dict = environment, guard: bool = guarded) -> np.ndarray:
-        return _evaluate_scalar(child, buffers, env, shape, guard)
+    return _ScalarEvaluator(buffers, environment, guarded).visit(expr)
 
-    if isinstance(expr, Load):
-        index = tuple(np.asarray(evaluate(i, environment)) for i in expr.indices)
-        return _load(buffers[expr.buffer.name], expr.buffer.name, index, guarded)
-    if isinstance(expr, Gather):
-        array = buffers[expr.buffer.name]
+
+class _ScalarEvaluator(ScalarFunctor):
+    """The numpy value of each kind over the index grids of ``environment`` (index and size
+    variables by name); ``guarded`` as in :func:`_evaluate_scalar`."""
+
+    def __init__(self, buffers: dict, environment: dict, guarded: bool) -> None:
+        self.buffers, self.environment, self.guarded = buffers, environment, guarded
+
+    def visit_load(self, expr: Load) -> np.ndarray:
+        index = tuple(np.asarray(evaluate(i, self.environment)) for i in expr.indices)
+        return _load(self.buffers[expr.buffer.name], expr.buffer.name, index, self.guarded)
+
+    def visit_gather(self, expr: Gather) -> np.ndarray:
+        array = self.buffers[expr.buffer.name]
         index = []
         for position, extent in zip(expr.indices, array.shape):
             if isinstance(position, ScalarExpr):  # computed at run time: clamped into the extent
-                value = np.asarray(recurse(position)).astype(np.int64)
+                value = np.asarray(self.visit(position)).astype(np.int64)
                 index.append(np.clip(value, 0, max(extent - 1, 0)))
             else:
-                index.append(np.asarray(evaluate(position, environment)))
-        return _load(array, expr.buffer.name, tuple(index), guarded)
-    if isinstance(expr, FloatImm):
+                index.append(np.asarray(evaluate(position, self.environment)))
+        return _load(array, expr.buffer.name, tuple(index), self.guarded)
+
+    def visit_float_imm(self, expr: FloatImm) -> np.ndarray:
         return np.asarray(expr.value, dtype=expr.dtype)
-    if isinstance(expr, IndexValue):
-        return np.asarray(evaluate(expr.value, environment)).astype(np.int32)
-    if isinstance(expr, Cast):
-        return np.asarray(recurse(expr.a)).astype(np.dtype(expr.dtype))
-    if isinstance(expr, Compare):
-        return COMPARE_FUNCTIONS[expr.op](recurse(expr.a), recurse(expr.b))
-    if isinstance(expr, Select):
-        condition = np.asarray(recurse(expr.condition), dtype=bool)
+
+    def visit_index_value(self, expr: IndexValue) -> np.ndarray:
+        return np.asarray(evaluate(expr.value, self.environment)).astype(np.int32)
+
+    def visit_cast(self, expr: Cast) -> np.ndarray:
+        return np.asarray(self.visit(expr.a)).astype(np.dtype(expr.dtype))
+
+    def visit_compare(self, expr: Compare) -> np.ndarray:
+        return COMPARE_FUNCTIONS[expr.op](self.visit(expr.a), self.visit(expr.b))
+
+    def visit_select(self, expr: Select) -> np.ndarray:
+        condition = np.asarray(self.visit(expr.condition), dtype=bool)
+        branches = _ScalarEvaluator(self.buffers, self.environment, guarded=True)
         with np.errstate(all="ignore"):  # the branch not taken may divide by zero
-            a, b = recurse(expr.a, guard=True), recurse(expr.b, guard=True)
+            a, b = branches.visit(expr.a), branches.visit(expr.b)
         return np.where(condition, a, b)
-    if isinstance(expr, Binary):
-        return BINARY_FUNCTIONS[expr.op](recurse(expr.a), recurse(expr.b))
-    if isinstance(expr, Unary):
-        return UNARY_FUNCTIONS[expr.op](recurse(expr.a))
-    if isinstance(expr, Reduce):
+
+    def visit_binary(self, expr: Binary) -> np.ndarray:
+        return BINARY_FUNCTIONS[expr.op](self.visit(expr.a), self.visit(expr.b))
+
+    def visit_unary(self, expr: Unary) -> np.ndarray:
+        return UNARY_FUNCTIONS[expr.op](self.visit(expr.a))
+
+    def visit_reduce(self, expr: Reduce) -> np.ndarray:
         # Add a leading dimension for the reduction axis: every array in the environment
         # gains a leading 1 and the axis variable spans the new dimension.
+        environment = self.environment
         extent = int(evaluate(expr.extent, environment))
         inner = {
             name: (value[np.newaxis] if isinstance(value, np.ndarray) else value)
@@ -397,12 +428,11 @@ def _evaluate_scalar(expr: ScalarExpr, buffers: dict, environment: dict, shape: 
         }
         depth = max((v.ndim for v in environment.values() if isinstance(v, np.ndarray)), default=0)
         inner[expr.axis.name] = np.arange(extent, dtype=np.int64).reshape((extent,) + (1,) * depth)
-        body = recurse(expr.body, inner)
+        body = _ScalarEvaluator(self.buffers, inner, self.guarded).visit(expr.body)
         body = np.broadcast_to(body, (extent,) + np.broadcast_shapes(*(np.shape(v) for v in inner.values()))[1:])
         if extent == 0:
             return np.full(body.shape[1:], _reduce_identity(expr.combiner, scalar_dtype(expr.body)))
         return COMBINER_FUNCTIONS[expr.combiner](body, axis=0)
-    raise TypeError(f"cannot evaluate {type(expr).__name__}")
 
 
 def _load(array: np.ndarray, name: str, index: tuple[np.ndarray, ...], guarded: bool) -> np.ndarray:
@@ -467,8 +497,8 @@ def run_shape_checks(function: HostFunction, shapes: list[tuple[int, ...]]) -> d
     return values
 
 
-class _HostRun:
-    """One run of a host function on numpy byte buffers."""
+class _HostRun(HostStepFunctor):
+    """One run of a host function on numpy byte buffers: each step kind's effect."""
 
     def __init__(self, function: HostFunction, programs: Mapping) -> None:
         self.function = function
@@ -503,54 +533,62 @@ class _HostRun:
         return self.storages[storage][:needed].view(dtype).reshape(shape)
 
     def run_steps(self, steps) -> None:
-        for step in steps:
-            if isinstance(step, HostDispatch):
-                self.dispatch(step)
-            elif isinstance(step, HostBind):
-                self.values[step.variable] = self.value(step.value)
-                self.grow_storages()
-            elif isinstance(step, HostCheck):
-                self.check(step)
-            elif isinstance(step, HostIf):
-                self.run_steps(step.then_steps if self.value(step.condition) != 0 else step.else_steps)
-            elif isinstance(step, HostLoop):
-                for iteration in range(self.value(step.count)):
-                    self.values[step.variable] = iteration
-                    self.run_steps(step.steps)
-            elif isinstance(step, HostRead):
-                raw = self.storages[step.storage][step.byte_offset: step.byte_offset + 4]
-                self.values[step.variable] = int(raw.view(np.int32)[0])
-                self.grow_storages()
-            elif isinstance(step, HostOutputShape):
-                self.output_shapes[step.output] = tuple(self.value(d) for d in step.shape)
-            elif isinstance(step, (HostSequenceInput, HostSequenceClear, HostSequenceAppend, HostSequencePresence)):
-                self.sequence_step(step)
+        self.visit_steps(steps)
 
-    def sequence_step(self, step) -> None:
-        """The table steps (``docs/bundle-format.md`` "Sequences"); a sequence input's table
-        and values were written by ``run_host_function``."""
-        sequence = self.function.sequences[step.sequence]
-        table = self.tables[step.sequence]
-        if isinstance(step, HostSequencePresence):
-            self.values[step.variable] = int(table is not None)
-        elif isinstance(step, HostSequenceClear):
-            self.tables[step.sequence] = []
-            self.values[sequence.size_var] = 0
-        elif isinstance(step, HostSequenceAppend):
-            if len(table or ()) >= SEQUENCE_CAPACITY:
-                raise InputShapeError(fill_message(step.message, len(table or ()) + 1, SEQUENCE_CAPACITY))
-            shape = tuple(self.value(d) for d in step.shape)
-            self.tables[step.sequence] = [*(table or ()), shape]
-            self.values[sequence.size_var] += int(np.prod(shape, dtype=np.int64)) * sequence.element_bytes
-            self.grow_storages()
-        else:  # HostSequenceInput
-            if table is not None and len(table) > SEQUENCE_CAPACITY:
-                raise InputShapeError(fill_message(step.capacity_message, len(table), SEQUENCE_CAPACITY))
-            for position, shape in enumerate(table or ()):
-                if sequence.ndim >= 0 and len(shape) != sequence.ndim:
-                    raise InputShapeError(fill_message(step.ndim_message, position, sequence.ndim))
-            self.values[sequence.size_var] = sum(int(np.prod(shape, dtype=np.int64)) for shape in table or ()) \
-                * sequence.element_bytes
+    def visit_dispatch(self, step: HostDispatch) -> None:
+        self.dispatch(step)
+
+    def visit_bind(self, step: HostBind) -> None:
+        self.values[step.variable] = self.value(step.value)
+        self.grow_storages()
+
+    def visit_check(self, step: HostCheck) -> None:
+        self.check(step)
+
+    def visit_if(self, step: HostIf) -> None:
+        self.run_steps(step.then_steps if self.value(step.condition) != 0 else step.else_steps)
+
+    def visit_loop(self, step: HostLoop) -> None:
+        for iteration in range(self.value(step.count)):
+            self.values[step.variable] = iteration
+            self.run_steps(step.steps)
+
+    def visit_read(self, step: HostRead) -> None:
+        raw = self.storages[step.storage][step.byte_offset: step.byte_offset + 4]
+        self.values[step.variable] = int(raw.view(np.int32)[0])
+        self.grow_storages()
+
+    def visit_output_shape(self, step: HostOutputShape) -> None:
+        self.output_shapes[step.output] = tuple(self.value(d) for d in step.shape)
+
+    # The table steps (``docs/bundle-format.md`` "Sequences"); a sequence input's table and
+    # values were written by ``run_host_function``.
+
+    def visit_sequence_presence(self, step: HostSequencePresence) -> None:
+        self.values[step.variable] = int(self.tables[step.sequence] is not None)
+
+    def visit_sequence_clear(self, step: HostSequenceClear) -> None:
+        self.tables[step.sequence] = []
+        self.values[self.function.sequences[step.sequence].size_var] = 0
+
+    def visit_sequence_append(self, step: HostSequenceAppend) -> None:
+        sequence, table = self.function.sequences[step.sequence], self.tables[step.sequence]
+        if len(table or ()) >= SEQUENCE_CAPACITY:
+            raise InputShapeError(fill_message(step.message, len(table or ()) + 1, SEQUENCE_CAPACITY))
+        shape = tuple(self.value(d) for d in step.shape)
+        self.tables[step.sequence] = [*(table or ()), shape]
+        self.values[sequence.size_var] += int(np.prod(shape, dtype=np.int64)) * sequence.element_bytes
+        self.grow_storages()
+
+    def visit_sequence_input(self, step: HostSequenceInput) -> None:
+        sequence, table = self.function.sequences[step.sequence], self.tables[step.sequence]
+        if table is not None and len(table) > SEQUENCE_CAPACITY:
+            raise InputShapeError(fill_message(step.capacity_message, len(table), SEQUENCE_CAPACITY))
+        for position, shape in enumerate(table or ()):
+            if sequence.ndim >= 0 and len(shape) != sequence.ndim:
+                raise InputShapeError(fill_message(step.ndim_message, position, sequence.ndim))
+        self.values[sequence.size_var] = sum(int(np.prod(shape, dtype=np.int64)) for shape in table or ()) \
+            * sequence.element_bytes
 
     def sequence_value(self, sequence: int) -> list[np.ndarray] | None:
         """A sequence's elements, from its arena and its table."""
@@ -615,7 +653,7 @@ def run_host_function(function: HostFunction, programs: Mapping, inputs: Mapping
                                              for i, a in zip(function.inputs, arrays)])
     for step in function.steps:  # the arenas' sizes, before the inputs are copied in
         if isinstance(step, HostSequenceInput):
-            run.sequence_step(step)
+            run.visit_sequence_input(step)
     run.grow_storages()
     cache_of_input = {cache.input: cache for cache in function.caches}
     cache_of_output = {cache.output: cache for cache in function.caches}

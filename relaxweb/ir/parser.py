@@ -187,50 +187,70 @@ class _Parser:
     def literal(self, node: ast.expr) -> Any:
         """A Python literal (attribute values, tables): None, bools, numbers, strings,
         lists, tuples, dicts, ``float("inf")`` and ``sym(expr)``."""
-        if isinstance(node, ast.Constant) and not isinstance(node.value, (bytes, complex, type(...))):
-            return node.value
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-            value = self.literal(node.operand)
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                return -value
-        if isinstance(node, ast.List):
-            return [self.literal(e) for e in node.elts]
-        if isinstance(node, ast.Tuple):
-            return tuple(self.literal(e) for e in node.elts)
-        if isinstance(node, ast.Dict) and None not in node.keys:
-            return {self.literal(k): self.literal(v) for k, v in zip(node.keys, node.values)}
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-            name = node.func.id
-            if name == "float" and len(node.args) == 1 and not node.keywords:
-                word = self.string(node.args[0])
-                if word not in _FLOAT_WORDS:
-                    raise self.error(node, f'expected float("inf"), float("-inf") or float("nan"), got {word!r}')
-                return _FLOAT_WORDS[word]
-            if name == "sym" and len(node.args) == 1 and not node.keywords:
-                return self.prim_expr(node.args[0])
-        raise self.error(node, "expected a literal (number, string, None, True/False, list, tuple, dict, "
-                               "float(...) or sym(...))")
+        read = _LITERAL_READERS.get(type(node))
+        value = _NOT_READ if read is None else read(self, node)
+        if value is _NOT_READ:
+            raise self.error(node, "expected a literal (number, string, None, True/False, list, tuple, dict, "
+                                   "float(...) or sym(...))")
+        return value
+
+    def literal_constant(self, node: ast.Constant) -> Any:
+        return _NOT_READ if isinstance(node.value, (bytes, complex, type(...))) else node.value
+
+    def literal_negative(self, node: ast.UnaryOp) -> Any:
+        if not isinstance(node.op, ast.USub):
+            return _NOT_READ
+        value = self.literal(node.operand)
+        return -value if isinstance(value, (int, float)) and not isinstance(value, bool) else _NOT_READ
+
+    def literal_dict(self, node: ast.Dict) -> Any:
+        if None in node.keys:
+            return _NOT_READ
+        return {self.literal(k): self.literal(v) for k, v in zip(node.keys, node.values)}  # type: ignore[arg-type]
+
+    def literal_call(self, node: ast.Call) -> Any:
+        """``float("inf")`` (and ``"-inf"``, ``"nan"``) or ``sym(expr)``."""
+        name = _call_name(node)
+        if name not in ("float", "sym") or len(node.args) != 1 or node.keywords:
+            return _NOT_READ
+        if name == "sym":
+            return self.prim_expr(node.args[0])
+        word = self.string(node.args[0])
+        if word not in _FLOAT_WORDS:
+            raise self.error(node, f'expected float("inf"), float("-inf") or float("nan"), got {word!r}')
+        return _FLOAT_WORDS[word]
 
     # -- size expressions ------------------------------------------------------------------
 
     def prim_expr(self, node: ast.expr) -> PrimExpr:
         """A symbolic integer expression, built node for node as written."""
-        if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
-            return IntImm(node.value)
-        if isinstance(node, ast.Name):
-            return SizeVar(node.id)
-        if isinstance(node, ast.Subscript) and _is_quoted_size_var(node):
-            return SizeVar(node.slice.value)  # type: ignore[attr-defined]
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant):
-            value = self.prim_expr(node.operand)
-            assert isinstance(value, IntImm)
-            return IntImm(-value.value)
-        if isinstance(node, ast.BinOp) and type(node.op) in _PRIM_OPERATORS:
-            return _PRIM_OPERATORS[type(node.op)](self.prim_expr(node.left), self.prim_expr(node.right))
-        if isinstance(node, ast.Call) and _call_name(node) in ("min", "max") and len(node.args) == 2 and not node.keywords:
-            kind = Min if _call_name(node) == "min" else Max
-            return kind(self.prim_expr(node.args[0]), self.prim_expr(node.args[1]))
-        raise self.error(node, "expected a size expression (integers, size variables, + - * // %, min, max)")
+        read = _PRIM_EXPR_READERS.get(type(node))
+        expr = None if read is None else read(self, node)
+        if expr is None:
+            raise self.error(node, "expected a size expression (integers, size variables, + - * // %, min, max)")
+        return expr
+
+    def prim_constant(self, node: ast.Constant) -> PrimExpr | None:
+        value = node.value
+        return IntImm(value) if isinstance(value, int) and not isinstance(value, bool) else None
+
+    def prim_negative(self, node: ast.UnaryOp) -> PrimExpr | None:
+        """``-4``: a negative constant."""
+        if not (isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant)):
+            return None
+        value = self.prim_expr(node.operand)
+        assert isinstance(value, IntImm)
+        return IntImm(-value.value)
+
+    def prim_operation(self, node: ast.BinOp) -> PrimExpr | None:
+        kind = _PRIM_OPERATORS.get(type(node.op))
+        return None if kind is None else kind(self.prim_expr(node.left), self.prim_expr(node.right))
+
+    def prim_min_max(self, node: ast.Call) -> PrimExpr | None:
+        name = _call_name(node)
+        if name not in ("min", "max") or len(node.args) != 2 or node.keywords:
+            return None
+        return (Min if name == "min" else Max)(self.prim_expr(node.args[0]), self.prim_expr(node.args[1]))
 
     def prim_exprs(self, node: ast.expr) -> tuple[PrimExpr, ...]:
         if not isinstance(node, (ast.Tuple, ast.List)):
@@ -238,11 +258,18 @@ class _Parser:
         return tuple(self.prim_expr(e) for e in node.elts)
 
     def size_var(self, node: ast.expr) -> SizeVar:
+        var = self.size_var_or_none(node)
+        if var is None:
+            raise self.error(node, "expected a size variable")
+        return var
+
+    def size_var_or_none(self, node: ast.expr) -> SizeVar | None:
+        """``n`` or ``size_var["a name"]``; None for anything else."""
         if isinstance(node, ast.Name):
             return SizeVar(node.id)
         if isinstance(node, ast.Subscript) and _is_quoted_size_var(node):
             return SizeVar(node.slice.value)  # type: ignore[attr-defined]
-        raise self.error(node, "expected a size variable")
+        return None
 
     def sizes(self, node: ast.expr) -> tuple[tuple[str, PrimExpr], ...]:
         """``{"n": batch}``: a program's size variables bound to the caller's expressions."""
@@ -463,9 +490,14 @@ class _Parser:
         if isinstance(node, ast.Subscript):
             tuple_value = self.value(node.value)
             return TupleGetItem(tuple_value, self.integer(node.slice))
-        if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
+        if _call_name(node) is None:
             raise self.error(node, "expected a variable, a tuple, 'value[index]' or a call")
-        name = node.func.id
+        return self.value_call(node, declared)  # type: ignore[arg-type]
+
+    def value_call(self, node: ast.Call, declared: StructInfo | None) -> Expr:
+        """A call: a constant, a shape or prim value, a call of a program, an allocation,
+        ``tensor_to_prim`` or an op, by the name called."""
+        name = node.func.id  # type: ignore[attr-defined]
         if name == "const":
             return self.constant(node)
         if name == "shape":
@@ -656,10 +688,18 @@ class _Parser:
             return Binary(_SCALAR_OPERATORS[type(node.op)], recurse(node.left), recurse(node.right))
         if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in _COMPARE_OPERATORS:
             return Compare(_COMPARE_OPERATORS[type(node.ops[0])], recurse(node.left), recurse(node.comparators[0]))
-        if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name) or node.keywords:
+        if _call_name(node) is None or node.keywords:  # type: ignore[attr-defined]
             raise self.error(node, "expected a scalar expression: a load, a constant like float32(1.0), an op, "
                                    "index(...), select(...) or a reduction")
-        name, args = node.func.id, node.args
+        return self.scalar_call(node, buffers)  # type: ignore[arg-type]
+
+    def scalar_call(self, node: ast.Call, buffers: dict[str, Buffer]) -> ScalarExpr:
+        """A constant, a cast, an op, ``index(...)``, ``select(...)``, ``gather(...)`` or a
+        reduction, by the name called."""
+        def recurse(child: ast.expr) -> ScalarExpr:
+            return self.scalar(child, buffers)
+
+        name, args = node.func.id, node.args  # type: ignore[attr-defined]
         if name in _COMBINER_NAMES and len(args) == 1 and isinstance(args[0], ast.GeneratorExp):
             return self.reduction(name, args[0], buffers)
         if name in DTYPES and len(args) == 1:
@@ -773,27 +813,32 @@ class _Parser:
         return ShapeCheck(kind, self.integer(args["input"]), dim, *self.check_fields(args, kind == "ndim"))
 
     def host_steps(self, statements: list[ast.stmt]) -> tuple:
-        steps: list = []
+        if len(statements) == 1 and isinstance(statements[0], ast.Pass):
+            return ()
+        steps = []
         for statement in statements:
-            if isinstance(statement, ast.Pass) and len(statements) == 1:
-                continue
-            if isinstance(statement, ast.If):
-                if not statement.orelse:
-                    raise self.error(statement, "a host 'if' needs an else branch ('else: pass' when empty)")
-                steps.append(HostIf(self.prim_expr(statement.test), self.host_steps(statement.body),
-                                    self.host_steps(statement.orelse)))
-                continue
-            if isinstance(statement, ast.For):
-                if statement.orelse or not isinstance(statement.target, ast.Name) or _call_name(statement.iter) != "loop":
-                    raise self.error(statement, "a host loop is 'for i in loop(count, note=...):' without an else")
-                args = self.arguments(statement.iter, ["count"], ("note",), required=("count",))  # type: ignore[arg-type]
-                steps.append(HostLoop(statement.target.id, self.prim_expr(args["count"]), self.host_steps(statement.body),
-                                      self.string(args["note"]) if "note" in args else ""))
-                continue
-            if not isinstance(statement, ast.Expr) or not isinstance(statement.value, ast.Call):
+            read = _HOST_STATEMENT_READERS.get(type(statement))
+            if read is None:
                 raise self.error(statement, "expected a host step: dispatch, bind, check, read, output_shape, if or for")
-            steps.append(self.host_step(statement.value))
+            steps.append(read(self, statement))
         return tuple(steps)
+
+    def host_if(self, statement: ast.If) -> HostIf:
+        if not statement.orelse:
+            raise self.error(statement, "a host 'if' needs an else branch ('else: pass' when empty)")
+        return HostIf(self.prim_expr(statement.test), self.host_steps(statement.body), self.host_steps(statement.orelse))
+
+    def host_loop(self, statement: ast.For) -> HostLoop:
+        if statement.orelse or not isinstance(statement.target, ast.Name) or _call_name(statement.iter) != "loop":
+            raise self.error(statement, "a host loop is 'for i in loop(count, note=...):' without an else")
+        args = self.arguments(statement.iter, ["count"], ("note",), required=("count",))  # type: ignore[arg-type]
+        return HostLoop(statement.target.id, self.prim_expr(args["count"]), self.host_steps(statement.body),
+                        self.string(args["note"]) if "note" in args else "")
+
+    def host_call(self, statement: ast.Expr) -> Any:
+        if not isinstance(statement.value, ast.Call):
+            raise self.error(statement, "expected a host step: dispatch, bind, check, read, output_shape, if or for")
+        return self.host_step(statement.value)
 
     def host_step(self, call: ast.Call) -> Any:
         name = _call_name(call)
@@ -828,6 +873,32 @@ class _Parser:
         if kind not in ("storage", "weight") or len(node.args) != 1 or node.keywords:  # type: ignore[attr-defined]
             raise self.error(node, "a dispatch buffer is storage(index) or weight(index)")
         return BufferRef(kind, self.integer(node.args[0]))  # type: ignore[attr-defined]
+
+
+# How each kind of Python syntax node reads as a literal, a size expression (None or
+# _NOT_READ: it does not) and a host statement.
+_NOT_READ = object()
+_LITERAL_READERS: dict[type, Callable[[_Parser, Any], Any]] = {
+    ast.Constant: _Parser.literal_constant,
+    ast.UnaryOp: _Parser.literal_negative,
+    ast.List: lambda parser, node: [parser.literal(e) for e in node.elts],
+    ast.Tuple: lambda parser, node: tuple(parser.literal(e) for e in node.elts),
+    ast.Dict: _Parser.literal_dict,
+    ast.Call: _Parser.literal_call,
+}
+_PRIM_EXPR_READERS: dict[type, Callable[[_Parser, Any], PrimExpr | None]] = {
+    ast.Constant: _Parser.prim_constant,
+    ast.Name: _Parser.size_var_or_none,
+    ast.Subscript: _Parser.size_var_or_none,
+    ast.UnaryOp: _Parser.prim_negative,
+    ast.BinOp: _Parser.prim_operation,
+    ast.Call: _Parser.prim_min_max,
+}
+_HOST_STATEMENT_READERS: dict[type, Callable[[_Parser, Any], Any]] = {
+    ast.If: _Parser.host_if,
+    ast.For: _Parser.host_loop,
+    ast.Expr: _Parser.host_call,
+}
 
 
 # -- syntax helpers ----------------------------------------------------------------------------

@@ -257,31 +257,49 @@ def analyze_window(program: TensorProgram) -> WindowInfo | None:
         return None
     reduction, axes, extents, guards, core = split
     moving = [lane, *axes]
-    for guard in guards:
-        if not (isinstance(guard, Compare) and guard.op in _ORDERINGS and isinstance(guard.a, IndexValue)
-                and isinstance(guard.b, IndexValue)):
+    if not all(_moves_by_constants(guard, moving) for guard in guards):
+        return None
+    strides = _core_strides(core, lane)
+    if not strides:
+        return None
+    for node in _epilogue_nodes(program.body, reduction):
+        if not _is_window_node(node) or (_is_lane_load(node, lane) and _lane_stride(node, lane) != 1):
             return None
-        for side in (guard.a.value, guard.b.value):
-            if any(_step(side, axis) is None for axis in moving):
-                return None
-    strides = []
+    return WindowInfo(reduction, tuple(axes), tuple(extents), tuple(guards), core, tuple(strides), reduction.combiner)
+
+
+def _moves_by_constants(guard: ScalarExpr, moving: list[SizeVar]) -> bool:
+    """Whether ``guard`` orders two index values that each move by a constant per step of
+    every axis in ``moving``."""
+    if not (isinstance(guard, Compare) and guard.op in _ORDERINGS and isinstance(guard.a, IndexValue)
+            and isinstance(guard.b, IndexValue)):
+        return False
+    return all(_step(side, axis) is not None for side in (guard.a.value, guard.b.value) for axis in moving)
+
+
+def _is_window_node(node: ScalarExpr) -> bool:
+    """A float32 load, constant, unary or binary op: what a window's core and epilogue hold."""
+    return node.dtype == "float32" and isinstance(node, (Load, FloatImm, Binary, Unary))
+
+
+def _is_lane_load(node: ScalarExpr, lane: SizeVar) -> bool:
+    return isinstance(node, Load) and _reads(node, lane)
+
+
+def _core_strides(core: ScalarExpr, lane: SizeVar) -> list[tuple[Load, int]] | None:
+    """Each distinct load of the core that reads ``lane``, with its stride (>= 1); None when
+    the core holds another kind of node or a load reads the lane otherwise."""
+    strides: list[tuple[Load, int]] = []
     for node in scalar_nodes(core):
-        if node.dtype != "float32" or not isinstance(node, (Load, FloatImm, Binary, Unary)):
+        if not _is_window_node(node):
             return None
-        if isinstance(node, Load) and _reads(node, lane):
+        if _is_lane_load(node, lane):
             stride = _lane_stride(node, lane)
             if stride is None or stride < 1:
                 return None
             if node not in dict(strides):
                 strides.append((node, stride))
-    if not strides:
-        return None
-    for node in _epilogue_nodes(program.body, reduction):
-        if node.dtype != "float32" or not isinstance(node, (Load, FloatImm, Binary, Unary)):
-            return None
-        if isinstance(node, Load) and _reads(node, lane) and _lane_stride(node, lane) != 1:
-            return None
-    return WindowInfo(reduction, tuple(axes), tuple(extents), tuple(guards), core, tuple(strides), reduction.combiner)
+    return strides
 
 
 def _epilogue_nodes(expr: ScalarExpr, reduction: Reduce):

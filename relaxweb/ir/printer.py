@@ -39,6 +39,7 @@ host functions as their tables, checks and steps.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -48,6 +49,7 @@ from .expr import (
     Var, VarBinding,
 )
 from .functor import ExprFunctor
+from .host_functor import HostStepFunctor
 from .host import (
     BufferRef, HostBind, HostCache, HostCheck, HostDispatch, HostFunction, HostIf, HostLoop, HostOutputShape, HostRead,
     ShapeCheck,
@@ -79,49 +81,69 @@ INLINE_CONSTANT_ELEMENTS = 8
 def format_struct_info(info: StructInfo) -> str:
     """An annotation: ``Tensor((n, 4), "float32")``, ``Tensor(ndim=2, dtype="float32")``,
     ``Shape((n, 4))``, ``Prim("int64", n)``, ``Tuple(...)``, ``Object``, ``Func((...), ret)``."""
-    if isinstance(info, TensorStructInfo):
-        if info.shape is not None:
-            return f"Tensor({format_shape(info.shape)}, {format_string(info.dtype)})"
-        return f"Tensor(ndim={info.ndim}, dtype={format_string(info.dtype)})"
-    if isinstance(info, ShapeStructInfo):
-        return f"Shape({format_shape(info.values)})" if info.values is not None else f"Shape(ndim={info.ndim})"
-    if isinstance(info, PrimStructInfo):
-        value = f", {format_expr(info.value)}" if info.value is not None else ""
-        return f"Prim({format_string(info.dtype)}{value})"
-    if isinstance(info, TupleStructInfo):
-        return f"Tuple({', '.join(format_struct_info(f) for f in info.fields)})"
-    if isinstance(info, SequenceStructInfo):
-        length = f", length={format_expr(info.length)}" if info.length is not None else ""
-        return f"Sequence({format_struct_info(info.element)}{length})"
-    if isinstance(info, OptionalStructInfo):
-        return f"Optional({format_struct_info(info.inner)})"
-    if isinstance(info, FuncStructInfo):
-        params = _format_tuple([format_struct_info(p) for p in info.params])
-        return f"Func({params}, {format_struct_info(info.ret)})"
-    if isinstance(info, ObjectStructInfo):
-        return "Object"
-    raise TypeError(f"cannot print the annotation {info!r}")
+    text = _STRUCT_INFO_TEXT.get(type(info))
+    if text is None:
+        raise TypeError(f"cannot print the annotation {info!r}")
+    return text(info)
+
+
+def _format_tensor_info(info: TensorStructInfo) -> str:
+    if info.shape is not None:
+        return f"Tensor({format_shape(info.shape)}, {format_string(info.dtype)})"
+    return f"Tensor(ndim={info.ndim}, dtype={format_string(info.dtype)})"
+
+
+def _format_shape_info(info: ShapeStructInfo) -> str:
+    return f"Shape({format_shape(info.values)})" if info.values is not None else f"Shape(ndim={info.ndim})"
+
+
+def _format_prim_info(info: PrimStructInfo) -> str:
+    value = f", {format_expr(info.value)}" if info.value is not None else ""
+    return f"Prim({format_string(info.dtype)}{value})"
+
+
+def _format_sequence_info(info: SequenceStructInfo) -> str:
+    length = f", length={format_expr(info.length)}" if info.length is not None else ""
+    return f"Sequence({format_struct_info(info.element)}{length})"
+
+
+def _format_func_info(info: FuncStructInfo) -> str:
+    return f"Func({_format_tuple([format_struct_info(p) for p in info.params])}, {format_struct_info(info.ret)})"
+
+
+# The text of each annotation kind (the parser's ``struct_info`` reads it back).
+_STRUCT_INFO_TEXT: dict[type, Callable[..., str]] = {
+    TensorStructInfo: _format_tensor_info,
+    ShapeStructInfo: _format_shape_info,
+    PrimStructInfo: _format_prim_info,
+    TupleStructInfo: lambda info: f"Tuple({', '.join(format_struct_info(f) for f in info.fields)})",
+    SequenceStructInfo: _format_sequence_info,
+    OptionalStructInfo: lambda info: f"Optional({format_struct_info(info.inner)})",
+    FuncStructInfo: _format_func_info,
+    ObjectStructInfo: lambda info: "Object",
+}
 
 
 def format_literal(value: object) -> str:
     """An attribute value as a Python literal that the parser reads back to an equal value:
     None, bools, ints, floats (exact), strings, lists, tuples, dicts and symbolic values
     (``sym(n * 2)``)."""
-    if value is None:
-        return "None"
-    if isinstance(value, (bool, int, float)):
-        return format_number(value)
-    if isinstance(value, str):
-        return format_string(value)
-    if isinstance(value, PrimExpr):
-        return f"sym({format_expr(value)})"
-    if isinstance(value, list):
-        return "[" + ", ".join(format_literal(v) for v in value) + "]"
-    if isinstance(value, tuple):
-        return _format_tuple([format_literal(v) for v in value])
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{format_literal(k)}: {format_literal(v)}" for k, v in value.items()) + "}"
+    for kinds, text in _LITERALS:
+        if isinstance(value, kinds):
+            return text(value)
     raise TypeError(f"cannot print a value of type {type(value).__name__} in the IR text: {value!r}")
+
+
+# The text of each kind of literal, in order (a bool is an int: numbers come first).
+_LITERALS: tuple[tuple[type | tuple[type, ...], Callable[..., str]], ...] = (
+    (type(None), lambda value: "None"),
+    ((bool, int, float), format_number),
+    (str, format_string),
+    (PrimExpr, lambda value: f"sym({format_expr(value)})"),
+    (list, lambda value: "[" + ", ".join(format_literal(v) for v in value) + "]"),
+    (tuple, lambda value: _format_tuple([format_literal(v) for v in value])),
+    (dict, lambda value: "{" + ", ".join(f"{format_literal(k)}: {format_literal(v)}" for k, v in value.items()) + "}"),
+)
 
 
 def _format_tuple(items: list[str]) -> str:
@@ -489,35 +511,54 @@ def _format_buffer_ref(ref: BufferRef) -> str:
 
 
 def _format_steps(steps: tuple, indent: str, lines: list[str]) -> None:
+    """The steps' lines at ``indent`` (``pass`` for none), appended to ``lines``."""
     if not steps:
         lines.append(f"{indent}pass")
     for step in steps:
-        if isinstance(step, HostDispatch):
-            buffers = _format_tuple([_format_buffer_ref(b) for b in step.buffers])
-            lines.append(f"{indent}dispatch({format_string(step.program)}, {buffers}, sizes={_format_sizes(step.size_var_values)}, "
-                         f"count={format_expr(step.element_count)}, note={format_string(step.note)})")
-        elif isinstance(step, HostBind):
-            lines.append(f"{indent}bind({format_string(step.variable)}, {format_expr(step.value)}, note={format_string(step.note)})")
-        elif isinstance(step, HostCheck):
-            arguments = [format_string(step.kind), format_expr(step.value), *_check_fields(step)]
-            lines.append(f"{indent}check({', '.join(arguments)})")
-        elif isinstance(step, HostIf):
-            lines.append(f"{indent}if {format_expr(step.condition)}:")
-            _format_steps(step.then_steps, indent + INDENT, lines)
-            lines.append(f"{indent}else:")
-            _format_steps(step.else_steps, indent + INDENT, lines)
-        elif isinstance(step, HostLoop):
-            if not is_plain_name(step.variable):
-                raise ValueError(f"a host loop's variable must be an identifier, got {step.variable!r}")
-            lines.append(f"{indent}for {step.variable} in loop({format_expr(step.count)}, note={format_string(step.note)}):")
-            _format_steps(step.steps, indent + INDENT, lines)
-        elif isinstance(step, HostRead):
-            lines.append(f"{indent}read({format_string(step.variable)}, storage={step.storage}, offset={step.byte_offset}, "
-                         f"slot={step.slot}, note={format_string(step.note)})")
-        elif isinstance(step, HostOutputShape):
-            lines.append(f"{indent}output_shape({step.output}, {format_shape(step.shape)})")
-        else:
-            raise TypeError(f"cannot print the host step {step!r}")
+        lines += _STEP_PRINTER.visit(step, indent)
+
+
+class _StepPrinter(HostStepFunctor):
+    """The lines of each step kind, as the parser reads them back (``Parser.host_steps``)."""
+
+    def visit_dispatch(self, step: HostDispatch, indent: str) -> list[str]:
+        buffers = _format_tuple([_format_buffer_ref(b) for b in step.buffers])
+        return [f"{indent}dispatch({format_string(step.program)}, {buffers}, sizes={_format_sizes(step.size_var_values)}, "
+                f"count={format_expr(step.element_count)}, note={format_string(step.note)})"]
+
+    def visit_bind(self, step: HostBind, indent: str) -> list[str]:
+        return [f"{indent}bind({format_string(step.variable)}, {format_expr(step.value)}, note={format_string(step.note)})"]
+
+    def visit_check(self, step: HostCheck, indent: str) -> list[str]:
+        arguments = [format_string(step.kind), format_expr(step.value), *_check_fields(step)]
+        return [f"{indent}check({', '.join(arguments)})"]
+
+    def visit_if(self, step: HostIf, indent: str) -> list[str]:
+        lines = [f"{indent}if {format_expr(step.condition)}:"]
+        _format_steps(step.then_steps, indent + INDENT, lines)
+        lines.append(f"{indent}else:")
+        _format_steps(step.else_steps, indent + INDENT, lines)
+        return lines
+
+    def visit_loop(self, step: HostLoop, indent: str) -> list[str]:
+        if not is_plain_name(step.variable):
+            raise ValueError(f"a host loop's variable must be an identifier, got {step.variable!r}")
+        lines = [f"{indent}for {step.variable} in loop({format_expr(step.count)}, note={format_string(step.note)}):"]
+        _format_steps(step.steps, indent + INDENT, lines)
+        return lines
+
+    def visit_read(self, step: HostRead, indent: str) -> list[str]:
+        return [f"{indent}read({format_string(step.variable)}, storage={step.storage}, offset={step.byte_offset}, "
+                f"slot={step.slot}, note={format_string(step.note)})"]
+
+    def visit_output_shape(self, step: HostOutputShape, indent: str) -> list[str]:
+        return [f"{indent}output_shape({step.output}, {format_shape(step.shape)})"]
+
+    def visit_default(self, step, indent: str) -> list[str]:
+        raise TypeError(f"cannot print the host step {step!r}")
+
+
+_STEP_PRINTER = _StepPrinter()
 
 
 # -- modules -----------------------------------------------------------------------------------

@@ -5,15 +5,20 @@ The loop level's counterpart of ``relaxweb/ir/functor.py`` (TVM's ``ExprFunctor`
 of writing its own chain of ``isinstance`` tests.
 
 - :class:`ScalarFunctor` dispatches on the kind of a node through a table:
-  ``visit(e)`` calls ``visit_<kind>(e)`` (``visit_load``, ``visit_binary``, ``visit_reduce``
-  ...).  A kind missing from the table is an error, and so is a kind whose method a subclass
-  does not define (``visit_default`` says which): a functor that computes a value for every
-  kind (a printer, a code generator's expression renderer) defines each method.
+  ``visit(e, *args)`` calls ``visit_<kind>(e, *args)`` (``visit_load``, ``visit_binary``,
+  ``visit_reduce`` ...); extra arguments are passed through (a renderer's indentation).  A
+  kind missing from the table is an error, and so is a kind whose method a subclass does not
+  define (``visit_default`` says which): a functor that computes a value for every kind (a
+  printer, a code generator's expression renderer) defines each method.
 - :class:`ScalarVisitor` visits every scalar child by default (a gather's run-time
   indices, a select's three operands, a reduction's body), so an analysis overrides only
   the kinds it cares about.
 - :class:`ScalarMutator` rebuilds what its overrides change and returns every unchanged
   node itself (fusion maps every body several times and relies on ``is``).
+
+Each node class names its kind (``Load.scalar_kind == "load"``, as TVM's type keys): the
+node classes are defined in ``tir.py``, which builds its printer and rewrites on this module,
+so this module does not import them.
 
 Index expressions (``PrimExpr``) inside the nodes are not visited: they are symbolic
 expressions (``relaxweb.ir.symbolic`` is their traversal).  Bodies are at most 64 levels deep
@@ -22,78 +27,108 @@ expressions (``relaxweb.ir.symbolic`` is their traversal).  Bodies are at most 6
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Mapping
+from typing import Any, Callable, ClassVar, Mapping
 
-from .tir import Binary, Cast, Compare, FloatImm, Gather, IndexValue, Load, Reduce, ScalarExpr, Select, Unary
+from .symbolic import PrimExpr
 
-SCALAR_METHODS: Mapping[type, str] = {
-    Load: "visit_load",
-    Gather: "visit_gather",
-    FloatImm: "visit_float_imm",
-    IndexValue: "visit_index_value",
-    Binary: "visit_binary",
-    Unary: "visit_unary",
-    Cast: "visit_cast",
-    Compare: "visit_compare",
-    Select: "visit_select",
-    Reduce: "visit_reduce",
+ScalarNode = Any
+"""A ``relaxweb.ir.tir.ScalarExpr`` (not imported here: ``tir`` imports this module)."""
+
+SCALAR_METHODS: Mapping[str, str] = {
+    "load": "visit_load",
+    "gather": "visit_gather",
+    "float_imm": "visit_float_imm",
+    "index_value": "visit_index_value",
+    "binary": "visit_binary",
+    "unary": "visit_unary",
+    "cast": "visit_cast",
+    "compare": "visit_compare",
+    "select": "visit_select",
+    "reduce": "visit_reduce",
 }
-"""Each scalar expression kind (exactly its class) -> the method that visits it."""
+"""Each scalar expression kind (its class's ``scalar_kind``) -> the method that visits it."""
 
 
 class ScalarFunctor:
     """Dispatch on scalar expression kinds; subclasses define the ``visit_<kind>`` methods."""
 
-    scalar_methods: ClassVar[Mapping[type, str]] = SCALAR_METHODS
+    scalar_methods: ClassVar[Mapping[str, str]] = SCALAR_METHODS
+    _dispatch: ClassVar[dict[str, Callable[..., Any]]] = {}
 
-    def visit(self, expr: ScalarExpr) -> Any:
-        name = self.scalar_methods.get(type(expr))
-        if name is None:
-            raise TypeError(f"{type(self).__name__}: not a scalar expression kind: {type(expr).__name__}")
-        method = getattr(self, name, None)
-        return self.visit_default(expr) if method is None else method(expr)
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._build_dispatch()
 
-    def visit_default(self, expr: ScalarExpr) -> Any:
+    @classmethod
+    def _build_dispatch(cls) -> None:
+        """Each kind's function, looked up once per class (a visit is among the hottest
+        calls of the compiler); a kind without a method goes to visit_default."""
+        cls._dispatch = {kind: getattr(cls, name, None) or _visit_default for kind, name in cls.scalar_methods.items()}
+
+    def visit(self, expr: ScalarNode, *args: Any) -> Any:
+        try:
+            function = self._dispatch[expr.scalar_kind]
+        except (AttributeError, KeyError):
+            raise TypeError(f"{type(self).__name__}: not a scalar expression kind: {type(expr).__name__}") from None
+        return function(self, expr, *args)
+
+    # ``visit`` itself, for a subclass that overrides ``visit`` to act around every node
+    # (``super().visit`` would be one more call per node).
+    visit_kind = visit
+
+    def visit_default(self, expr: ScalarNode, *args: Any) -> Any:
         """What a functor does with a kind it has no method for: fail, naming both."""
         raise NotImplementedError(f"{type(self).__name__} does not handle {type(expr).__name__} expressions")
+
+
+def _visit_default(functor: ScalarFunctor, expr: ScalarNode, *args: Any) -> Any:
+    return functor.visit_default(expr, *args)
+
+
+ScalarFunctor._build_dispatch()
+
+
+def is_index_expr(index: Any) -> bool:
+    """Whether an index of a gather is an index expression (else a scalar computed at run time)."""
+    return isinstance(index, PrimExpr)
 
 
 class ScalarVisitor(ScalarFunctor):
     """Visits every scalar child; override the kinds an analysis needs (call the base
     method, or :meth:`visit_children`, to keep going below them)."""
 
-    def visit_children(self, expr: ScalarExpr) -> None:
+    def visit_children(self, expr: ScalarNode) -> None:
         for child in scalar_operands(expr):
             self.visit(child)
 
-    def visit_load(self, expr: Load) -> None:
+    def visit_load(self, expr: ScalarNode) -> None:
         pass
 
-    def visit_gather(self, expr: Gather) -> None:
+    def visit_gather(self, expr: ScalarNode) -> None:
         self.visit_children(expr)
 
-    def visit_float_imm(self, expr: FloatImm) -> None:
+    def visit_float_imm(self, expr: ScalarNode) -> None:
         pass
 
-    def visit_index_value(self, expr: IndexValue) -> None:
+    def visit_index_value(self, expr: ScalarNode) -> None:
         pass
 
-    def visit_binary(self, expr: Binary) -> None:
+    def visit_binary(self, expr: ScalarNode) -> None:
         self.visit_children(expr)
 
-    def visit_unary(self, expr: Unary) -> None:
+    def visit_unary(self, expr: ScalarNode) -> None:
         self.visit_children(expr)
 
-    def visit_cast(self, expr: Cast) -> None:
+    def visit_cast(self, expr: ScalarNode) -> None:
         self.visit_children(expr)
 
-    def visit_compare(self, expr: Compare) -> None:
+    def visit_compare(self, expr: ScalarNode) -> None:
         self.visit_children(expr)
 
-    def visit_select(self, expr: Select) -> None:
+    def visit_select(self, expr: ScalarNode) -> None:
         self.visit_children(expr)
 
-    def visit_reduce(self, expr: Reduce) -> None:
+    def visit_reduce(self, expr: ScalarNode) -> None:
         self.visit_children(expr)
 
 
@@ -102,76 +137,62 @@ class ScalarMutator(ScalarFunctor):
     below it changed) or a replacement.  Override a kind and call the base method to get the
     node with its children already rewritten."""
 
-    def visit_load(self, expr: Load) -> ScalarExpr:
+    def visit_load(self, expr: ScalarNode) -> ScalarNode:
         return expr
 
-    def visit_float_imm(self, expr: FloatImm) -> ScalarExpr:
+    def visit_float_imm(self, expr: ScalarNode) -> ScalarNode:
         return expr
 
-    def visit_index_value(self, expr: IndexValue) -> ScalarExpr:
+    def visit_index_value(self, expr: ScalarNode) -> ScalarNode:
         return expr
 
-    def visit_gather(self, expr: Gather) -> ScalarExpr:
-        indices = tuple(self.visit(i) if isinstance(i, ScalarExpr) else i for i in expr.indices)
-        return expr if all(i is j for i, j in zip(indices, expr.indices)) else Gather(expr.buffer, indices)
+    # A changed node is built again from its fields in their order (Gather(buffer, indices),
+    # Binary(op, a, b), Cast(dtype, a) ...): its class is the node's own.
 
-    def visit_binary(self, expr: Binary) -> ScalarExpr:
+    def visit_gather(self, expr: ScalarNode) -> ScalarNode:
+        indices = tuple(i if is_index_expr(i) else self.visit(i) for i in expr.indices)
+        return expr if all(i is j for i, j in zip(indices, expr.indices)) else type(expr)(expr.buffer, indices)
+
+    def visit_binary(self, expr: ScalarNode) -> ScalarNode:
         a, b = self.visit(expr.a), self.visit(expr.b)
-        return expr if a is expr.a and b is expr.b else Binary(expr.op, a, b)
-
-    def visit_compare(self, expr: Compare) -> ScalarExpr:
-        a, b = self.visit(expr.a), self.visit(expr.b)
-        return expr if a is expr.a and b is expr.b else Compare(expr.op, a, b)
-
-    def visit_unary(self, expr: Unary) -> ScalarExpr:
-        a = self.visit(expr.a)
-        return expr if a is expr.a else Unary(expr.op, a)
-
-    def visit_cast(self, expr: Cast) -> ScalarExpr:
-        a = self.visit(expr.a)
-        return expr if a is expr.a else Cast(expr.dtype, a)
-
-    def visit_select(self, expr: Select) -> ScalarExpr:
-        condition, a, b = self.visit(expr.condition), self.visit(expr.a), self.visit(expr.b)
-        unchanged = condition is expr.condition and a is expr.a and b is expr.b
-        return expr if unchanged else Select(condition, a, b)
-
-    def visit_reduce(self, expr: Reduce) -> ScalarExpr:
-        body = self.visit(expr.body)
-        return expr if body is expr.body else Reduce(expr.combiner, expr.axis, expr.extent, body)
-
-
-class _Operands(ScalarFunctor):
-    """The scalar operands of a node, in order (loads, constants and index values have none)."""
-
-    def visit_load(self, expr: Load) -> tuple[ScalarExpr, ...]:
-        return ()
-
-    visit_float_imm = visit_index_value = visit_load
-
-    def visit_gather(self, expr: Gather) -> tuple[ScalarExpr, ...]:
-        return tuple(i for i in expr.indices if isinstance(i, ScalarExpr))
-
-    def visit_binary(self, expr: Binary | Compare) -> tuple[ScalarExpr, ...]:
-        return (expr.a, expr.b)
+        return expr if a is expr.a and b is expr.b else type(expr)(expr.op, a, b)
 
     visit_compare = visit_binary
 
-    def visit_unary(self, expr: Unary | Cast) -> tuple[ScalarExpr, ...]:
-        return (expr.a,)
+    def visit_unary(self, expr: ScalarNode) -> ScalarNode:
+        a = self.visit(expr.a)
+        return expr if a is expr.a else type(expr)(expr.op, a)
 
-    visit_cast = visit_unary
+    def visit_cast(self, expr: ScalarNode) -> ScalarNode:
+        a = self.visit(expr.a)
+        return expr if a is expr.a else type(expr)(expr.dtype, a)
 
-    def visit_select(self, expr: Select) -> tuple[ScalarExpr, ...]:
-        return (expr.condition, expr.a, expr.b)
+    def visit_select(self, expr: ScalarNode) -> ScalarNode:
+        condition, a, b = self.visit(expr.condition), self.visit(expr.a), self.visit(expr.b)
+        unchanged = condition is expr.condition and a is expr.a and b is expr.b
+        return expr if unchanged else type(expr)(condition, a, b)
 
-    def visit_reduce(self, expr: Reduce) -> tuple[ScalarExpr, ...]:
-        return (expr.body,)
+    def visit_reduce(self, expr: ScalarNode) -> ScalarNode:
+        body = self.visit(expr.body)
+        return expr if body is expr.body else type(expr)(expr.combiner, expr.axis, expr.extent, body)
 
 
-_OPERANDS = _Operands()
+# The scalar operands of each kind, in order (loads, constants and index values have none): a
+# table, as scalar_operands is the hottest traversal of all (every walk of a body).
+_OPERANDS: Mapping[str, Callable[[Any], tuple]] = {
+    "load": lambda expr: (),
+    "float_imm": lambda expr: (),
+    "index_value": lambda expr: (),
+    "gather": lambda expr: tuple(i for i in expr.indices if not isinstance(i, PrimExpr)),
+    "binary": lambda expr: (expr.a, expr.b),
+    "compare": lambda expr: (expr.a, expr.b),
+    "unary": lambda expr: (expr.a,),
+    "cast": lambda expr: (expr.a,),
+    "select": lambda expr: (expr.condition, expr.a, expr.b),
+    "reduce": lambda expr: (expr.body,),
+}
 
 
-def scalar_operands(expr: ScalarExpr) -> tuple[ScalarExpr, ...]:
+def scalar_operands(expr: ScalarNode) -> tuple:
     """The scalar operands of ``expr`` (its children), in order."""
-    return _OPERANDS.visit(expr)
+    return _OPERANDS[expr.scalar_kind](expr)

@@ -13,7 +13,32 @@ from .symbolic import PrimExpr, as_expr, format_expr, prove_equal
 
 
 class StructInfo:
-    """Base of annotations."""
+    """Base of annotations.
+
+    Each kind says, for another annotation of its kind, whether the two are equal
+    (``_equal``), whether it describes every value the other does (``_covers``), and what
+    both satisfy (``_join``); :func:`struct_info_equal`, :func:`is_less_specific` and
+    :func:`join` handle the kinds that relate across kinds (``Object``, ``Optional``).
+    """
+
+    def symbolic_exprs(self) -> tuple[PrimExpr, ...]:
+        """Every symbolic expression of the annotation, in order: a tensor's dims, a shape's
+        values, a prim value, a sequence's element's then its length, a tuple's fields', an
+        optional's inner one's, a function's parameters' then its result's."""
+        return ()
+
+    def _equal(self, other: "StructInfo") -> bool:
+        """Equality with an annotation of the same kind (symbolic dims through the prover)."""
+        return self == other
+
+    def _covers(self, specific: "StructInfo") -> bool:
+        """Whether every value of ``specific`` (of the same kind) is one of this annotation."""
+        return struct_info_equal(self, specific)
+
+    def _join(self, other: "StructInfo") -> "StructInfo":
+        """The most specific annotation this one and ``other`` (of the same kind, neither
+        less specific than the other) both satisfy."""
+        return ObjectStructInfo()
 
 
 @dataclass(frozen=True)
@@ -46,6 +71,24 @@ class TensorStructInfo(StructInfo):
             return f"Tensor(({dims}), {self.dtype})"
         return f"Tensor(ndim={self.ndim}, {self.dtype})"
 
+    def symbolic_exprs(self) -> tuple[PrimExpr, ...]:
+        return self.shape or ()
+
+    def _equal(self, other: TensorStructInfo) -> bool:
+        return self.dtype == other.dtype and self.ndim == other.ndim and _dims_equal(self.shape, other.shape)
+
+    def _covers(self, specific: TensorStructInfo) -> bool:
+        if self.dtype != specific.dtype:
+            return False
+        if self.ndim == -1:
+            return True
+        return self.ndim == specific.ndim and (self.shape is None or _dims_equal(self.shape, specific.shape))
+
+    def _join(self, other: TensorStructInfo) -> StructInfo:
+        if self.dtype != other.dtype:
+            return ObjectStructInfo()
+        return TensorStructInfo(None, self.dtype, self.ndim if self.ndim == other.ndim else -1)
+
 
 @dataclass(frozen=True)
 class ShapeStructInfo(StructInfo):
@@ -64,6 +107,20 @@ class ShapeStructInfo(StructInfo):
             return "Shape([" + ", ".join(format_expr(v) for v in self.values) + "])"
         return f"Shape(ndim={self.ndim})"
 
+    def symbolic_exprs(self) -> tuple[PrimExpr, ...]:
+        return self.values or ()
+
+    def _equal(self, other: ShapeStructInfo) -> bool:
+        return self.ndim == other.ndim and _dims_equal(self.values, other.values)
+
+    def _covers(self, specific: ShapeStructInfo) -> bool:
+        if self.ndim == -1:
+            return True
+        return self.ndim == specific.ndim and (self.values is None or _dims_equal(self.values, specific.values))
+
+    def _join(self, other: ShapeStructInfo) -> StructInfo:
+        return ShapeStructInfo(None, self.ndim if self.ndim == other.ndim else -1)
+
 
 @dataclass(frozen=True)
 class PrimStructInfo(StructInfo):
@@ -75,6 +132,22 @@ class PrimStructInfo(StructInfo):
     def __str__(self) -> str:
         return f"Prim({format_expr(self.value)})" if self.value is not None else f"Prim({self.dtype})"
 
+    def symbolic_exprs(self) -> tuple[PrimExpr, ...]:
+        return () if self.value is None else (self.value,)
+
+    def _equal(self, other: PrimStructInfo) -> bool:
+        if self.dtype != other.dtype or (self.value is None) != (other.value is None):
+            return False
+        return self.value is None or prove_equal(self.value, other.value)  # type: ignore[arg-type]
+
+    def _covers(self, specific: PrimStructInfo) -> bool:
+        if self.dtype != specific.dtype:
+            return False
+        return self.value is None or (specific.value is not None and prove_equal(self.value, specific.value))
+
+    def _join(self, other: PrimStructInfo) -> StructInfo:
+        return PrimStructInfo(self.dtype) if self.dtype == other.dtype else ObjectStructInfo()
+
 
 @dataclass(frozen=True)
 class TupleStructInfo(StructInfo):
@@ -82,6 +155,22 @@ class TupleStructInfo(StructInfo):
 
     def __str__(self) -> str:
         return "Tuple(" + ", ".join(str(f) for f in self.fields) + ")"
+
+    def symbolic_exprs(self) -> tuple[PrimExpr, ...]:
+        return tuple(expr for field in self.fields for expr in field.symbolic_exprs())
+
+    def _equal(self, other: TupleStructInfo) -> bool:
+        return len(self.fields) == len(other.fields) and all(
+            struct_info_equal(x, y) for x, y in zip(self.fields, other.fields))
+
+    def _covers(self, specific: TupleStructInfo) -> bool:
+        return len(self.fields) == len(specific.fields) and all(
+            is_less_specific(g, s) for g, s in zip(self.fields, specific.fields))
+
+    def _join(self, other: TupleStructInfo) -> StructInfo:
+        if len(self.fields) != len(other.fields):
+            return ObjectStructInfo()
+        return TupleStructInfo(tuple(join(x, y) for x, y in zip(self.fields, other.fields)))
 
 
 @dataclass(frozen=True)
@@ -107,6 +196,23 @@ class SequenceStructInfo(StructInfo):
         length = f", length={format_expr(self.length)}" if self.length is not None else ""
         return f"Sequence({self.element}{length})"
 
+    def symbolic_exprs(self) -> tuple[PrimExpr, ...]:
+        return self.element.symbolic_exprs() + (() if self.length is None else (self.length,))
+
+    def _equal(self, other: SequenceStructInfo) -> bool:
+        return struct_info_equal(self.element, other.element) and _lengths_equal(self.length, other.length)
+
+    def _covers(self, specific: SequenceStructInfo) -> bool:
+        return is_less_specific(self.element, specific.element) and (
+            self.length is None or _lengths_equal(self.length, specific.length))
+
+    def _join(self, other: SequenceStructInfo) -> StructInfo:
+        element = join(self.element, other.element)
+        if not isinstance(element, TensorStructInfo):
+            return ObjectStructInfo()
+        length = self.length if self.length is not None and _lengths_equal(self.length, other.length) else None
+        return SequenceStructInfo(element, length)
+
 
 @dataclass(frozen=True)
 class OptionalStructInfo(StructInfo):
@@ -121,6 +227,12 @@ class OptionalStructInfo(StructInfo):
     def __str__(self) -> str:
         return f"Optional({self.inner})"
 
+    def symbolic_exprs(self) -> tuple[PrimExpr, ...]:
+        return self.inner.symbolic_exprs()
+
+    def _equal(self, other: OptionalStructInfo) -> bool:
+        return struct_info_equal(self.inner, other.inner)
+
 
 @dataclass(frozen=True)
 class FuncStructInfo(StructInfo):
@@ -130,34 +242,13 @@ class FuncStructInfo(StructInfo):
     def __str__(self) -> str:
         return "Func([" + ", ".join(str(p) for p in self.params) + f"], {self.ret})"
 
+    def symbolic_exprs(self) -> tuple[PrimExpr, ...]:
+        return tuple(expr for info in (*self.params, self.ret) for expr in info.symbolic_exprs())
+
 
 def struct_info_equal(a: StructInfo, b: StructInfo) -> bool:
     """Equality of annotations, comparing symbolic dims through the prover."""
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, TensorStructInfo):
-        assert isinstance(b, TensorStructInfo)
-        return a.dtype == b.dtype and a.ndim == b.ndim and _dims_equal(a.shape, b.shape)
-    if isinstance(a, ShapeStructInfo):
-        assert isinstance(b, ShapeStructInfo)
-        return a.ndim == b.ndim and _dims_equal(a.values, b.values)
-    if isinstance(a, TupleStructInfo):
-        assert isinstance(b, TupleStructInfo)
-        return len(a.fields) == len(b.fields) and all(
-            struct_info_equal(x, y) for x, y in zip(a.fields, b.fields)
-        )
-    if isinstance(a, PrimStructInfo):
-        assert isinstance(b, PrimStructInfo)
-        if a.dtype != b.dtype or (a.value is None) != (b.value is None):
-            return False
-        return a.value is None or prove_equal(a.value, b.value)  # type: ignore[arg-type]
-    if isinstance(a, SequenceStructInfo):
-        assert isinstance(b, SequenceStructInfo)
-        return struct_info_equal(a.element, b.element) and _lengths_equal(a.length, b.length)
-    if isinstance(a, OptionalStructInfo):
-        assert isinstance(b, OptionalStructInfo)
-        return struct_info_equal(a.inner, b.inner)
-    return a == b
+    return type(a) is type(b) and a._equal(b)
 
 
 def _lengths_equal(a: PrimExpr | None, b: PrimExpr | None) -> bool:
@@ -182,39 +273,7 @@ def is_less_specific(general: StructInfo, specific: StructInfo) -> bool:
     if isinstance(general, OptionalStructInfo):
         inner = specific.inner if isinstance(specific, OptionalStructInfo) else specific
         return is_less_specific(general.inner, inner)
-    if type(general) is not type(specific):
-        return False
-    if isinstance(general, TensorStructInfo):
-        assert isinstance(specific, TensorStructInfo)
-        if general.dtype != specific.dtype:
-            return False
-        if general.ndim == -1:
-            return True
-        if general.ndim != specific.ndim:
-            return False
-        return general.shape is None or _dims_equal(general.shape, specific.shape)
-    if isinstance(general, ShapeStructInfo):
-        assert isinstance(specific, ShapeStructInfo)
-        if general.ndim == -1:
-            return True
-        if general.ndim != specific.ndim:
-            return False
-        return general.values is None or _dims_equal(general.values, specific.values)
-    if isinstance(general, PrimStructInfo):
-        assert isinstance(specific, PrimStructInfo)
-        if general.dtype != specific.dtype:
-            return False
-        return general.value is None or (specific.value is not None and prove_equal(general.value, specific.value))
-    if isinstance(general, TupleStructInfo):
-        assert isinstance(specific, TupleStructInfo)
-        return len(general.fields) == len(specific.fields) and all(
-            is_less_specific(g, s) for g, s in zip(general.fields, specific.fields)
-        )
-    if isinstance(general, SequenceStructInfo):
-        assert isinstance(specific, SequenceStructInfo)
-        return is_less_specific(general.element, specific.element) and (
-            general.length is None or _lengths_equal(general.length, specific.length))
-    return struct_info_equal(general, specific)
+    return type(general) is type(specific) and general._covers(specific)
 
 
 def join(a: StructInfo, b: StructInfo) -> StructInfo:
@@ -237,27 +296,4 @@ def join(a: StructInfo, b: StructInfo) -> StructInfo:
         return OptionalStructInfo(join(inner_a, inner_b))
     if type(a) is not type(b):
         return ObjectStructInfo()
-    if isinstance(a, TensorStructInfo):
-        assert isinstance(b, TensorStructInfo)
-        if a.dtype != b.dtype:
-            return ObjectStructInfo()
-        return TensorStructInfo(None, a.dtype, a.ndim if a.ndim == b.ndim else -1)
-    if isinstance(a, ShapeStructInfo):
-        assert isinstance(b, ShapeStructInfo)
-        return ShapeStructInfo(None, a.ndim if a.ndim == b.ndim else -1)
-    if isinstance(a, PrimStructInfo):
-        assert isinstance(b, PrimStructInfo)
-        return PrimStructInfo(a.dtype) if a.dtype == b.dtype else ObjectStructInfo()
-    if isinstance(a, TupleStructInfo):
-        assert isinstance(b, TupleStructInfo)
-        if len(a.fields) != len(b.fields):
-            return ObjectStructInfo()
-        return TupleStructInfo(tuple(join(x, y) for x, y in zip(a.fields, b.fields)))
-    if isinstance(a, SequenceStructInfo):
-        assert isinstance(b, SequenceStructInfo)
-        element = join(a.element, b.element)
-        if not isinstance(element, TensorStructInfo):
-            return ObjectStructInfo()
-        length = a.length if a.length is not None and _lengths_equal(a.length, b.length) else None
-        return SequenceStructInfo(element, length)
-    return ObjectStructInfo()
+    return a._join(b)

@@ -28,7 +28,7 @@ class _Matcher:
 
     def equal(self, a: Any, b: Any) -> bool:
         if isinstance(a, Var) or isinstance(b, Var):
-            return isinstance(a, Var) and isinstance(b, Var) and type(a) is type(b) and self.match_var(a, b)
+            return type(a) is type(b) and self.match_var(a, b)
         if isinstance(a, PrimExpr) and isinstance(b, PrimExpr):
             return self.equal_prim(simplify(a), simplify(b))
         if type(a) is not type(b):
@@ -38,15 +38,26 @@ class _Matcher:
                 self.equal_field(f.name, getattr(a, f.name), getattr(b, f.name))
                 for f in dataclasses.fields(a) if f.compare or f.name == "struct_info"
             )
-        if isinstance(a, (tuple, list)):
-            return len(a) == len(b) and all(self.equal(x, y) for x, y in zip(a, b))
-        if isinstance(a, dict):
-            return a.keys() == b.keys() and all(self.equal(a[k], b[k]) for k in a)
-        if isinstance(a, np.ndarray):
-            return a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b, equal_nan=a.dtype.kind in "fc")
-        if isinstance(a, float) and math.isnan(a):
-            return math.isnan(b)  # a NaN constant equals itself
+        for kinds, equal in self.CONTAINERS:
+            if isinstance(a, kinds):
+                return equal(self, a, b)
         return a == b
+
+    def equal_sequence(self, a: tuple | list, b: tuple | list) -> bool:
+        return len(a) == len(b) and all(self.equal(x, y) for x, y in zip(a, b))
+
+    def equal_dict(self, a: dict, b: dict) -> bool:
+        return a.keys() == b.keys() and all(self.equal(a[k], b[k]) for k in a)
+
+    def equal_array(self, a: np.ndarray, b: np.ndarray) -> bool:
+        return a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b, equal_nan=a.dtype.kind in "fc")
+
+    def equal_float(self, a: float, b: float) -> bool:
+        return math.isnan(b) if math.isnan(a) else a == b  # a NaN constant equals itself
+
+    # The values other than nodes and variables that hold nodes or need their own equality,
+    # by kind (``a`` and ``b`` have the same type).
+    CONTAINERS = (((tuple, list), equal_sequence), (dict, equal_dict), (np.ndarray, equal_array), (float, equal_float))
 
     def equal_field(self, name: str, a: Any, b: Any) -> bool:
         if name == "size_var_values":

@@ -34,9 +34,10 @@ import numbers
 from dataclasses import dataclass
 from enum import Enum
 from functools import cached_property
-from typing import Callable, Mapping
+from typing import Callable, ClassVar, Mapping
 
 from .dtype import DTYPES, GPU_DTYPES, dtype_info
+from .scalar_functor import ScalarFunctor, ScalarMutator, ScalarVisitor, scalar_operands
 from .schedule import ElementSchedule, Schedule
 from .symbolic import PrimExpr, SizeVar, as_expr, format_expr, format_shape, format_size_var, free_vars, substitute
 from .syntax import format_keywords, format_number, format_string, is_plain_name, unique_identifier
@@ -168,6 +169,8 @@ class ScalarExpr:
     A Python number next to an expression becomes a :class:`FloatImm` of the expression's
     dtype (``x * 2`` is ``multiply(x, FloatImm(2, x.dtype))``); operand order is kept.
     ``==`` is not overloaded: expressions are compared structurally (they are dict keys).
+    Each kind names itself (``scalar_kind``): code that handles nodes by kind subclasses the
+    functor of ``scalar_functor.py``, which dispatches on it.
     """
 
     __array_ufunc__ = None  # numpy scalars defer to the reflected operators below
@@ -236,6 +239,8 @@ def _operand(value: "ScalarExpr | float", other: ScalarExpr) -> ScalarExpr:
 class Load(ScalarExpr):
     """``buffer[indices]``."""
 
+    scalar_kind: ClassVar[str] = "load"
+
     buffer: Buffer
     indices: tuple[PrimExpr, ...]
 
@@ -256,6 +261,8 @@ class Gather(ScalarExpr):
     ``select(i < 0, i + n, i)``; an index still out of range reads the nearest element).
     """
 
+    scalar_kind: ClassVar[str] = "gather"
+
     buffer: Buffer
     indices: tuple  # of PrimExpr | ScalarExpr
 
@@ -273,6 +280,8 @@ class Gather(ScalarExpr):
 class FloatImm(ScalarExpr):
     """A constant of ``dtype`` (integer dtypes too: ``FloatImm(0, "int32")``)."""
 
+    scalar_kind: ClassVar[str] = "float_imm"
+
     value: float
     dtype: str = "float32"
 
@@ -282,6 +291,8 @@ class Binary(ScalarExpr):
     """``a op b`` (:class:`BinaryOp`; a valid name is taken too); both operands are computed
     in one dtype (the ``power`` op's exponent too, though the graph-level op allows another
     dtype: its legalization brings both to float32).  The result has ``a``'s dtype."""
+
+    scalar_kind: ClassVar[str] = "binary"
 
     op: BinaryOp
     a: ScalarExpr
@@ -301,6 +312,8 @@ class Binary(ScalarExpr):
 @dataclass(frozen=True)
 class Unary(ScalarExpr):
     """``op(a)`` (:class:`UnaryOp`; a valid name is taken too); ``is_nan`` gives a bool."""
+
+    scalar_kind: ClassVar[str] = "unary"
 
     op: UnaryOp
     a: ScalarExpr
@@ -325,6 +338,8 @@ class Reduce(ScalarExpr):
     Over an empty range, sum is 0, prod 1, max the lowest and min the highest value of the dtype.
     """
 
+    scalar_kind: ClassVar[str] = "reduce"
+
     combiner: ReduceCombiner
     axis: SizeVar
     extent: PrimExpr
@@ -342,6 +357,8 @@ class Reduce(ScalarExpr):
 class IndexValue(ScalarExpr):
     """The value of an index expression (over axes and size variables), as an ``int32``."""
 
+    scalar_kind: ClassVar[str] = "index_value"
+
     value: PrimExpr
 
     def __post_init__(self) -> None:
@@ -356,6 +373,8 @@ class IndexValue(ScalarExpr):
 class Cast(ScalarExpr):
     """``a`` converted to ``dtype`` (any dtype the GPU holds: :data:`~relaxweb.ir.dtype.GPU_DTYPES`)."""
 
+    scalar_kind: ClassVar[str] = "cast"
+
     dtype: str
     a: ScalarExpr
 
@@ -367,6 +386,8 @@ class Cast(ScalarExpr):
 @dataclass(frozen=True)
 class Compare(ScalarExpr):
     """``a op b`` as a ``bool`` (:class:`CompareOp`; a valid name is taken too)."""
+
+    scalar_kind: ClassVar[str] = "compare"
 
     op: CompareOp
     a: ScalarExpr
@@ -384,6 +405,8 @@ class Compare(ScalarExpr):
 @dataclass(frozen=True)
 class Select(ScalarExpr):
     """``a if condition else b``; only the chosen branch is evaluated."""
+
+    scalar_kind: ClassVar[str] = "select"
 
     condition: ScalarExpr
     a: ScalarExpr
@@ -517,19 +540,8 @@ def _operands(a: "ScalarExpr | float", b: "ScalarExpr | float") -> tuple[ScalarE
     raise TypeError(f"at least one operand must be a scalar expression, got {a!r} and {b!r}")
 
 
-def scalar_children(expr: ScalarExpr) -> tuple[ScalarExpr, ...]:
-    """The scalar operands of an expression (loads, constants and index values have none)."""
-    if isinstance(expr, (Binary, Compare)):
-        return (expr.a, expr.b)
-    if isinstance(expr, (Unary, Cast)):
-        return (expr.a,)
-    if isinstance(expr, Reduce):
-        return (expr.body,)
-    if isinstance(expr, Select):
-        return (expr.condition, expr.a, expr.b)
-    if isinstance(expr, Gather):
-        return tuple(i for i in expr.indices if isinstance(i, ScalarExpr))
-    return ()
+# The scalar operands of an expression, in order (loads, constants and index values have none).
+scalar_children: Callable[[ScalarExpr], tuple[ScalarExpr, ...]] = scalar_operands
 
 
 def repeated_subexpressions(body: ScalarExpr) -> set[ScalarExpr]:
@@ -565,36 +577,48 @@ def scalar_dtype(expr: ScalarExpr) -> str:
 
 def index_var_names(program: "TensorProgram") -> set[str]:
     """Names of the program's index variables: its axes and every reduction axis."""
-    names = {axis.name for axis in program.axes}
+    collector = _ReductionAxes()
+    collector.visit(program.body)
+    return {axis.name for axis in program.axes} | collector.names
 
-    def visit(expr: ScalarExpr) -> None:
-        if isinstance(expr, Reduce):
-            names.add(expr.axis.name)
-        for child in scalar_children(expr):
-            visit(child)
 
-    visit(program.body)
-    return names
+class _ReductionAxes(ScalarVisitor):
+    """Collects the names of the reduction axes."""
+
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+
+    def visit_reduce(self, node: Reduce) -> None:
+        self.names.add(node.axis.name)
+        super().visit_reduce(node)
+
+
+class _IndexExprs(ScalarVisitor):
+    """Collects the index expressions of the nodes, in depth-first order."""
+
+    def __init__(self) -> None:
+        self.found: list[PrimExpr] = []
+
+    def visit_load(self, node: Load) -> None:
+        self.found.extend(node.indices)
+
+    def visit_gather(self, node: Gather) -> None:
+        self.found.extend(i for i in node.indices if not isinstance(i, ScalarExpr))
+        super().visit_gather(node)
+
+    def visit_index_value(self, node: IndexValue) -> None:
+        self.found.append(node.value)
+
+    def visit_reduce(self, node: Reduce) -> None:
+        self.found.append(node.extent)
+        super().visit_reduce(node)
 
 
 def index_exprs(expr: ScalarExpr) -> list[PrimExpr]:
     """Every index expression in a scalar expression (load indices, index values, extents)."""
-    found: list[PrimExpr] = []
-
-    def visit(node: ScalarExpr) -> None:
-        if isinstance(node, Load):
-            found.extend(node.indices)
-        elif isinstance(node, Gather):
-            found.extend(i for i in node.indices if not isinstance(i, ScalarExpr))
-        elif isinstance(node, IndexValue):
-            found.append(node.value)
-        elif isinstance(node, Reduce):
-            found.append(node.extent)
-        for child in scalar_children(node):
-            visit(child)
-
-    visit(expr)
-    return found
+    collector = _IndexExprs()
+    collector.visit(expr)
+    return collector.found
 
 
 @dataclass(frozen=True)
@@ -657,39 +681,55 @@ def format_scalar(expr: ScalarExpr, buffer_names: Mapping[str, str] | None = Non
     ``buffer_names`` maps buffer names to the identifiers the text uses for them (a program's
     parameters, see :func:`format_program`); by default a buffer is written by its name.
     """
-    def buffer(name: str) -> str:
-        return (buffer_names or {}).get(name, name)
+    if not isinstance(expr, ScalarExpr):
+        raise TypeError(f"not a scalar expression: {expr!r}")
+    return _ScalarText(buffer_names or {}).visit(expr)
 
-    def text(node: ScalarExpr) -> str:
-        if isinstance(node, Load):
-            return f"{buffer(node.buffer.name)}[{_format_indices([format_expr(i) for i in node.indices])}]"
-        if isinstance(node, Gather):
-            indices = [text(i) if isinstance(i, ScalarExpr) else format_expr(i) for i in node.indices]
-            if not any(isinstance(i, ScalarExpr) for i in node.indices):  # would read as a Load
-                return f"gather({', '.join([buffer(node.buffer.name), *indices])})"
-            return f"{buffer(node.buffer.name)}[{_format_indices(indices)}]"
-        if isinstance(node, FloatImm):
-            return f"{node.dtype}({format_number(node.value)})"
-        if isinstance(node, Binary):
-            if node.op in BINARY_SYMBOLS:
-                return f"({text(node.a)} {BINARY_SYMBOLS[node.op]} {text(node.b)})"
-            return f"{node.op}({text(node.a)}, {text(node.b)})"
-        if isinstance(node, Unary):
-            return f"{node.op}({text(node.a)})"
-        if isinstance(node, Reduce):
-            return (f"{node.combiner}({text(node.body)} for {format_size_var(node.axis.name)} "
-                    f"in range({format_expr(node.extent)}))")
-        if isinstance(node, IndexValue):
-            return f"index({format_expr(node.value)})"
-        if isinstance(node, Cast):
-            return f"{node.dtype}({text(node.a)})"
-        if isinstance(node, Compare):
-            return f"({text(node.a)} {COMPARE_OPS[node.op]} {text(node.b)})"
-        if isinstance(node, Select):
-            return f"select({text(node.condition)}, {text(node.a)}, {text(node.b)})"
-        raise TypeError(f"not a scalar expression: {node!r}")
 
-    return text(expr)
+class _ScalarText(ScalarFunctor):
+    """The text of each kind (see the form above); ``buffer_names`` as in :func:`format_scalar`."""
+
+    def __init__(self, buffer_names: Mapping[str, str]) -> None:
+        self.buffer_names = buffer_names
+
+    def buffer(self, buffer: Buffer) -> str:
+        return self.buffer_names.get(buffer.name, buffer.name)
+
+    def visit_load(self, node: Load) -> str:
+        return f"{self.buffer(node.buffer)}[{_format_indices([format_expr(i) for i in node.indices])}]"
+
+    def visit_gather(self, node: Gather) -> str:
+        indices = [self.visit(i) if isinstance(i, ScalarExpr) else format_expr(i) for i in node.indices]
+        if not any(isinstance(i, ScalarExpr) for i in node.indices):  # would read as a Load
+            return f"gather({', '.join([self.buffer(node.buffer), *indices])})"
+        return f"{self.buffer(node.buffer)}[{_format_indices(indices)}]"
+
+    def visit_float_imm(self, node: FloatImm) -> str:
+        return f"{node.dtype}({format_number(node.value)})"
+
+    def visit_binary(self, node: Binary) -> str:
+        if node.op in BINARY_SYMBOLS:
+            return f"({self.visit(node.a)} {BINARY_SYMBOLS[node.op]} {self.visit(node.b)})"
+        return f"{node.op}({self.visit(node.a)}, {self.visit(node.b)})"
+
+    def visit_unary(self, node: Unary) -> str:
+        return f"{node.op}({self.visit(node.a)})"
+
+    def visit_reduce(self, node: Reduce) -> str:
+        return (f"{node.combiner}({self.visit(node.body)} for {format_size_var(node.axis.name)} "
+                f"in range({format_expr(node.extent)}))")
+
+    def visit_index_value(self, node: IndexValue) -> str:
+        return f"index({format_expr(node.value)})"
+
+    def visit_cast(self, node: Cast) -> str:
+        return f"{node.dtype}({self.visit(node.a)})"
+
+    def visit_compare(self, node: Compare) -> str:
+        return f"({self.visit(node.a)} {COMPARE_OPS[node.op]} {self.visit(node.b)})"
+
+    def visit_select(self, node: Select) -> str:
+        return f"select({self.visit(node.condition)}, {self.visit(node.a)}, {self.visit(node.b)})"
 
 
 def _format_indices(indices: list[str]) -> str:
@@ -741,54 +781,58 @@ def map_scalar(expr: ScalarExpr, function: Callable[[ScalarExpr], ScalarExpr | N
     """Rebuild ``expr`` bottom-up; ``function(node)`` may return a replacement for a node
     (it sees the node with its children already rebuilt) or None to keep it.  A node whose
     children come back unchanged is kept itself (fusion maps every body several times)."""
-    if isinstance(expr, (Binary, Compare)):
-        a, b = map_scalar(expr.a, function), map_scalar(expr.b, function)
-        rebuilt = expr if a is expr.a and b is expr.b else type(expr)(expr.op, a, b)
-    elif isinstance(expr, (Unary, Cast)):
-        a = map_scalar(expr.a, function)
-        rebuilt = expr if a is expr.a else (Unary(expr.op, a) if isinstance(expr, Unary) else Cast(expr.dtype, a))
-    elif isinstance(expr, Reduce):
-        body = map_scalar(expr.body, function)
-        rebuilt = expr if body is expr.body else Reduce(expr.combiner, expr.axis, expr.extent, body)
-    elif isinstance(expr, Select):
-        condition, a, b = (map_scalar(e, function) for e in (expr.condition, expr.a, expr.b))
-        unchanged = condition is expr.condition and a is expr.a and b is expr.b
-        rebuilt = expr if unchanged else Select(condition, a, b)
-    elif isinstance(expr, Gather):
-        indices = tuple(map_scalar(i, function) if isinstance(i, ScalarExpr) else i for i in expr.indices)
-        rebuilt = expr if all(i is j for i, j in zip(indices, expr.indices)) else Gather(expr.buffer, indices)
-    else:
-        rebuilt = expr
-    replacement = function(rebuilt)
-    return rebuilt if replacement is None else replacement
+    return _MapScalar(function).visit(expr)
+
+
+class _MapScalar(ScalarMutator):
+    """:func:`map_scalar`: every node rebuilt, then offered to ``function``."""
+
+    def __init__(self, function: Callable[[ScalarExpr], ScalarExpr | None]) -> None:
+        self.function = function
+
+    def visit(self, expr: ScalarExpr) -> ScalarExpr:
+        rebuilt = self.visit_kind(expr)
+        replacement = self.function(rebuilt)
+        return rebuilt if replacement is None else replacement
 
 
 def substitute_scalar(expr: ScalarExpr, mapping: Mapping[str, PrimExpr]) -> ScalarExpr:
     """Replace index and size variables by expressions (by name) everywhere in ``expr``:
     load indices, index values, reduction extents; a reduction axis mapped to a ``SizeVar``
     is renamed."""
-    def visit(node: ScalarExpr) -> ScalarExpr | None:
-        if isinstance(node, Load):
-            return _with_indices(node, tuple(substitute(i, mapping) for i in node.indices))
-        if isinstance(node, Gather):
-            return _with_indices(node, tuple(i if isinstance(i, ScalarExpr) else substitute(i, mapping) for i in node.indices))
-        if isinstance(node, IndexValue):
-            value = substitute(node.value, mapping)
-            return None if value == node.value else IndexValue(value)
-        if isinstance(node, Reduce):
-            axis = mapping.get(node.axis.name, node.axis)
-            if not isinstance(axis, SizeVar):
-                raise ValueError(f"cannot substitute the reduction axis {node.axis.name} by an expression")
-            return Reduce(node.combiner, axis, substitute(node.extent, mapping), node.body)
-        return None
-
-    return map_scalar(expr, visit)
+    return _Substitute(mapping).visit(expr)
 
 
-def _with_indices(node: "Load | Gather", indices: tuple) -> "Load | Gather | None":
-    """``node`` reading at ``indices``, or None when they are its own (so that map_scalar
-    keeps the nodes above it)."""
-    return None if indices == node.indices else type(node)(node.buffer, indices)
+class _Substitute(ScalarMutator):
+    """:func:`substitute_scalar`: a node is kept when its index expressions do not change."""
+
+    def __init__(self, mapping: Mapping[str, PrimExpr]) -> None:
+        self.mapping = mapping
+
+    def visit_load(self, node: Load) -> ScalarExpr:
+        return _with_indices(node, tuple(substitute(i, self.mapping) for i in node.indices))
+
+    def visit_gather(self, node: Gather) -> ScalarExpr:
+        node = super().visit_gather(node)
+        return _with_indices(node, tuple(i if isinstance(i, ScalarExpr) else substitute(i, self.mapping)
+                                         for i in node.indices))
+
+    def visit_index_value(self, node: IndexValue) -> ScalarExpr:
+        value = substitute(node.value, self.mapping)
+        return node if value == node.value else IndexValue(value)
+
+    def visit_reduce(self, node: Reduce) -> ScalarExpr:
+        node = super().visit_reduce(node)
+        axis = self.mapping.get(node.axis.name, node.axis)
+        if not isinstance(axis, SizeVar):
+            raise ValueError(f"cannot substitute the reduction axis {node.axis.name} by an expression")
+        return Reduce(node.combiner, axis, substitute(node.extent, self.mapping), node.body)
+
+
+def _with_indices(node: "Load | Gather", indices: tuple) -> "Load | Gather":
+    """``node`` reading at ``indices``: itself when they are its own (so that the nodes above
+    it are kept)."""
+    return node if indices == node.indices else type(node)(node.buffer, indices)
 
 
 def replace_buffers(expr: ScalarExpr, mapping: Mapping[str, Buffer]) -> ScalarExpr:

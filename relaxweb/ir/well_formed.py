@@ -21,10 +21,7 @@ from .expr import (
 )
 from .functor import ScopedVisitor
 from .module import IRModule
-from .struct_info import (
-    OptionalStructInfo, PrimStructInfo, SequenceStructInfo, ShapeStructInfo, StructInfo, TensorStructInfo,
-    TupleStructInfo, is_less_specific,
-)
+from .struct_info import StructInfo, is_less_specific
 from .symbolic import free_vars
 
 
@@ -33,20 +30,8 @@ class WellFormedError(AssertionError):
 
 
 def annotation_vars(info: StructInfo) -> set[str]:
-    if isinstance(info, TensorStructInfo) and info.shape is not None:
-        return {v.name for d in info.shape for v in free_vars(d)}
-    if isinstance(info, ShapeStructInfo) and info.values is not None:
-        return {v.name for d in info.values for v in free_vars(d)}
-    if isinstance(info, PrimStructInfo) and info.value is not None:
-        return {v.name for v in free_vars(info.value)}
-    if isinstance(info, TupleStructInfo):
-        return set().union(*(annotation_vars(f) for f in info.fields)) if info.fields else set()
-    if isinstance(info, SequenceStructInfo):
-        length = {v.name for v in free_vars(info.length)} if info.length is not None else set()
-        return annotation_vars(info.element) | length
-    if isinstance(info, OptionalStructInfo):
-        return annotation_vars(info.inner)
-    return set()
+    """The names of the symbolic variables of an annotation (its dims, values and lengths)."""
+    return {var.name for expr in info.symbolic_exprs() for var in free_vars(expr)}
 
 
 class _Checker(ScopedVisitor):

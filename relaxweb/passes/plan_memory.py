@@ -180,10 +180,21 @@ class _Planner:
     def plan_seq(self, seq: SeqExpr, free: list[int], forced: dict[Var, int], is_function_body: bool = False) -> SeqExpr:
         bindings = [b for block in seq.blocks for b in block.bindings]
         defined_here: set[Var] = set()
-        # the last use of each storage-holding root (and of the fields of a tuple read whole)
-        last_use: dict[Var, int] = {}
         uses = [(index, _read_vars(binding.value)) for index, binding in enumerate(bindings)]
-        for index, used in uses + [(len(bindings), _read_vars(seq.body))]:
+        uses.append((len(bindings), _read_vars(seq.body)))
+        last_use = self.last_uses(uses)
+        result: list = []
+        for index, binding in enumerate(bindings):
+            self.check_appended_in_place(binding, index, uses)
+            result += self.plan_binding(binding, free, forced, defined_here)
+            self.release(binding, index, free, forced, defined_here, last_use)
+        return SeqExpr((BindingBlock(tuple(result)),), self.rename(seq.body))
+
+    def last_uses(self, uses: list[tuple[int, list[Var]]]) -> dict[Var, int]:
+        """The last use of each storage-holding root (and of the fields of a tuple read whole),
+        from each binding's (and the result's) reads."""
+        last_use: dict[Var, int] = {}
+        for index, used in uses:
             for var in used:
                 root = self.root_of(var)
                 if root is not None:
@@ -192,77 +203,93 @@ class _Planner:
                         field_root = self.root_of(field)
                         if field_root is not None:
                             last_use[field_root] = index
-        result: list = []
-        for index, binding in enumerate(bindings):
-            value = binding.value
-            var = binding.var
-            self.check_appended_in_place(binding, index, uses + [(len(bindings), _read_vars(seq.body))])
-            if isinstance(value, CallTIR):
-                storage = forced.get(var)
-                if storage is None:
-                    storage = self.take_storage(free, tensor_bytes(value.struct_info))
-                self.storage_of[var] = storage
-                defined_here.add(var)
-                new = self.new_var(var)
-                result.append(VarBinding(new, _PendingAlloc(storage, value.struct_info)))
-                result.append(VarBinding(
-                    Var(self.names.unique_name("_"), TupleStructInfo(())),
-                    CallTIRInto(value.program, tuple(self.rename(a) for a in value.args), new, value.size_var_values),
-                ))
-            elif isinstance(value, If) and _is_sequence(value.struct_info):
-                # each branch leaves the sequence in one table: lower_shapes_to_host picks it
-                branches = [self.plan_seq(branch, list(free), {}) for branch in (value.true_branch, value.false_branch)]
-                result.append(VarBinding(self.new_var(var), If(self.rename(value.condition), *branches)))
-            elif isinstance(value, If):
-                if not isinstance(value.struct_info, TensorStructInfo):
-                    raise UnsupportedModelError(
-                        f"If '{var.name}': no GPU lowering yet for an If whose result is a {value.struct_info}")
-                storage = forced.get(var)
-                if storage is None:
-                    sizes = [tensor_bytes(branch.body.struct_info) for branch in (value.true_branch, value.false_branch)]
-                    storage = self.take_storage(free, sizes[0] if self.analyzer.prove_equal(*sizes) else simplify(expr_max(*sizes)))
-                self.storage_of[var] = storage
-                defined_here.add(var)
-                branches = []
-                for branch in (value.true_branch, value.false_branch):
-                    if not isinstance(branch.body, Var) or not any(b.var is branch.body and isinstance(b.value, CallTIR) for blk in branch.blocks for b in blk.bindings):
-                        raise NotImplementedError(
-                            f"If '{var.name}': each branch must end with a value computed inside it "
-                            "(returning an outer value from a branch is not supported yet)"
-                        )
-                    branches.append(self.plan_seq(branch, list(free), {branch.body: storage}))
-                new = self.new_var(var)
-                result.append(VarBinding(new, If(self.rename(value.condition), *branches)))
-            elif isinstance(value, Loop):
-                if var in forced:
-                    raise NotImplementedError(f"Loop '{var.name}': a loop cannot be the result of an If branch yet")
-                result += self.plan_loop(var, value, free)
-                defined_here.update(self.loop_fields[var])
-            elif is_view(value):
-                # a KV cache and its views live in the past input's storage (ops/kv_cache.py);
-                # the cache's new rows are written there in place
-                new = self.new_var(var)
-                result.append(replace(binding, var=new, value=self.rename(value)))
-                if value.op == "kv_cache_write":
-                    result.append(self.effect(self.cache_write(value, new)))
-            elif isinstance(value, Call) and value.op in SEQUENCE_OPS:
-                # a sequence op the host lowers (ops/sequence.py): its arena is the host's
-                new = self.new_var(var)
-                result.append(replace(binding, var=new, value=self.rename(value)))
-            elif isinstance(value, Call):
-                raise ValueError(f"plan_memory expects legalized functions, found a call of {value.op} in '{var.name}'")
-            else:
-                new = self.new_var(var)
-                renamed_value = self.rename(value)
-                result.append(replace(binding, var=new, value=renamed_value))
-            released_vars = _read_vars(value) + [var] + list(self.loop_fields.get(var, ()))
-            for released in dict.fromkeys(released_vars):  # in order: storages reused deterministically
-                root = self.root_of(released)
-                if root in defined_here and last_use.get(root, -1) <= index and root in self.storage_of:
-                    if self.storage_of[root] not in free and root not in forced:
-                        free.append(self.storage_of[root])
-                    defined_here.discard(root)
-        return SeqExpr((BindingBlock(tuple(result)),), self.rename(seq.body))
+        return last_use
+
+    def plan_binding(self, binding, free: list[int], forced: dict[Var, int], defined_here: set[Var]) -> list:
+        """The planned bindings of one binding, by the kind of its value; a tensor it defines
+        in a storage of its own joins ``defined_here``."""
+        value, var = binding.value, binding.var
+        if isinstance(value, CallTIR):
+            return self.plan_call_tir(var, value, free, forced, defined_here)
+        if isinstance(value, If):
+            return self.plan_if(var, value, free, forced, defined_here)
+        if isinstance(value, Loop):
+            if var in forced:
+                raise NotImplementedError(f"Loop '{var.name}': a loop cannot be the result of an If branch yet")
+            planned = self.plan_loop(var, value, free)
+            defined_here.update(self.loop_fields[var])
+            return planned
+        if isinstance(value, Call):
+            return self.plan_call(binding, value)
+        new = self.new_var(var)
+        return [replace(binding, var=new, value=self.rename(value))]
+
+    def plan_call_tir(self, var: Var, value: CallTIR, free: list[int], forced: dict[Var, int],
+                      defined_here: set[Var]) -> list:
+        """A kernel call writes into a storage: ``alloc_tensor`` then ``call_tir_into``."""
+        storage = forced.get(var)
+        if storage is None:
+            storage = self.take_storage(free, tensor_bytes(value.struct_info))
+        self.storage_of[var] = storage
+        defined_here.add(var)
+        new = self.new_var(var)
+        return [
+            VarBinding(new, _PendingAlloc(storage, value.struct_info)),
+            VarBinding(Var(self.names.unique_name("_"), TupleStructInfo(())),
+                       CallTIRInto(value.program, tuple(self.rename(a) for a in value.args), new, value.size_var_values)),
+        ]
+
+    def plan_if(self, var: Var, value: If, free: list[int], forced: dict[Var, int], defined_here: set[Var]) -> list:
+        """An If of a sequence: each branch leaves it in one table (lower_shapes_to_host picks
+        it); an If of a tensor: one storage, which each branch's last kernel call writes."""
+        if _is_sequence(value.struct_info):
+            branches = [self.plan_seq(branch, list(free), {}) for branch in (value.true_branch, value.false_branch)]
+            return [VarBinding(self.new_var(var), If(self.rename(value.condition), *branches))]
+        if not isinstance(value.struct_info, TensorStructInfo):
+            raise UnsupportedModelError(
+                f"If '{var.name}': no GPU lowering yet for an If whose result is a {value.struct_info}")
+        storage = forced.get(var)
+        if storage is None:
+            sizes = [tensor_bytes(branch.body.struct_info) for branch in (value.true_branch, value.false_branch)]
+            storage = self.take_storage(free, sizes[0] if self.analyzer.prove_equal(*sizes) else simplify(expr_max(*sizes)))
+        self.storage_of[var] = storage
+        defined_here.add(var)
+        branches = []
+        for branch in (value.true_branch, value.false_branch):
+            if not isinstance(branch.body, Var) or not any(b.var is branch.body and isinstance(b.value, CallTIR) for blk in branch.blocks for b in blk.bindings):
+                raise NotImplementedError(
+                    f"If '{var.name}': each branch must end with a value computed inside it "
+                    "(returning an outer value from a branch is not supported yet)"
+                )
+            branches.append(self.plan_seq(branch, list(free), {branch.body: storage}))
+        new = self.new_var(var)
+        return [VarBinding(new, If(self.rename(value.condition), *branches))]
+
+    def plan_call(self, binding, value: Call) -> list:
+        """A call left after legalization: a view (a KV cache and its views live in the past
+        input's storage, ops/kv_cache.py: the cache's new rows are written there in place) or
+        a sequence op the host lowers (ops/sequence.py: its arena is the host's)."""
+        if is_view(value):
+            new = self.new_var(binding.var)
+            planned = [replace(binding, var=new, value=self.rename(value))]
+            if value.op == "kv_cache_write":
+                planned.append(self.effect(self.cache_write(value, new)))
+            return planned
+        if value.op in SEQUENCE_OPS:
+            new = self.new_var(binding.var)
+            return [replace(binding, var=new, value=self.rename(value))]
+        raise ValueError(f"plan_memory expects legalized functions, found a call of {value.op} in '{binding.var.name}'")
+
+    def release(self, binding, index: int, free: list[int], forced: dict[Var, int], defined_here: set[Var],
+                last_use: dict[Var, int]) -> None:
+        """Free the storages of the tensors defined here that binding ``index`` uses last."""
+        released_vars = _read_vars(binding.value) + [binding.var] + list(self.loop_fields.get(binding.var, ()))
+        for released in dict.fromkeys(released_vars):  # in order: storages reused deterministically
+            root = self.root_of(released)
+            if root in defined_here and last_use.get(root, -1) <= index and root in self.storage_of:
+                if self.storage_of[root] not in free and root not in forced:
+                    free.append(self.storage_of[root])
+                defined_here.discard(root)
 
     def cache_write(self, value: Call, cache: Var) -> CallTIRInto:
         """The in-place write of ``kv_cache_write(past, new)``'s new rows into ``cache``."""

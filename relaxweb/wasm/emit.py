@@ -21,6 +21,7 @@ from ..ir.host import (
     SEQUENCE_CAPACITY, HostBind, HostCheck, HostDispatch, HostFunction, HostIf, HostLoop, HostOutputShape, HostRead,
     HostSequenceAppend, HostSequenceClear, HostSequenceInput, HostSequencePresence, ShapeCheck,
 )
+from ..ir.host_functor import HostStepFunctor
 from ..ir.params_block import FIELD_BYTES, PARAMS_SLOT
 from ..ir.syntax import comment_text
 from ..ir.symbolic import (
@@ -112,8 +113,9 @@ class _WatExpressions:
         return f"(call {helper} {self(expr.a)} {self(expr.b)})"
 
 
-class _StepEmitter:
-    """Host steps -> WAT statements, one stage function per run of steps between reads.
+class _StepEmitter(HostStepFunctor):
+    """Host steps -> WAT statements, one stage function per run of steps between reads;
+    ``visit(step, indent)`` gives a step's lines (reads and loops end stages: :meth:`stages`).
 
     A loop has a stage of its own, which runs one iteration and ends its command list with a
     resume record (the runtime submits and resumes at once), and on the resume after the
@@ -146,7 +148,7 @@ class _StepEmitter:
             elif isinstance(step, HostLoop):
                 stages.append(self.loop_stage(step, stages[-1], len(stages)))
             else:
-                stages[-1]["lines"] += self.step(step, "")
+                stages[-1]["lines"] += self.visit(step, "")
         return stages
 
     def loop_stage(self, loop: HostLoop, before: dict, index: int) -> dict:
@@ -158,7 +160,7 @@ class _StepEmitter:
             f"(global.set $stage (i32.const {index + 1}))",
             f"(return (call $stage{index}))",
         ]
-        body = [line for step in loop.steps for line in self.step(step, "    ")]
+        body = [line for step in loop.steps for line in self.visit(step, "    ")]
         return {"title": f": {loop.note}, one iteration per resume", "lines": [
             f"(if (i64.lt_s {counter} {self.wat(loop.count)})",
             "  (then",
@@ -174,86 +176,109 @@ class _StepEmitter:
     def fail_if(self, condition: str, code: int, value: str, expected: str, indent: str) -> list[str]:
         return [f"{indent}(if {condition}", f"{indent}  (then (return (call $fail (i32.const {code}) {value} {expected}))))"]
 
-    def step(self, step, indent: str) -> list[str]:
-        wat = self.wat
-        if isinstance(step, HostDispatch):
-            index = self.site_of[id(step)]
-            site = self.call_sites[index]
-            base = self.layout.params + index * PARAMS_SLOT
-            lines = [f"{indent};; call site {index}: {comment_text(site.note)}"]
-            lines += [f"{indent}(i32.store (i32.const {base + FIELD_BYTES * f}) (i32.wrap_i64 {wat(value)}))"
-                      for f, value in enumerate(site.values)]
-            lines.append(f"{indent}(call $dispatch (i32.const {index}) {wat(site.element_count)})")
-            return lines
-        if isinstance(step, HostBind):
-            return [f"{indent}(i64.store (i32.const {self.var_address[step.variable]}) {wat(step.value)})  ;; " + comment_text(f"{step.variable} = {format_expr(step.value)}: {step.note}")]
-        if isinstance(step, HostCheck):
-            value = wat(step.value)
-            if step.kind == "equal":
-                expected = wat(step.expected)  # type: ignore[arg-type]
-                return [f"{indent};; " + comment_text(f"check {step.code}: {format_expr(step.value)} == {format_expr(step.expected)}")] + \
-                    self.fail_if(f"(i64.ne {value} {expected})", step.code, value, expected, indent)
-            if step.kind == "bound":
-                bound = f"(i64.load (i32.const {self.bound_address[step.variable]}))"
-                return [f"{indent};; " + comment_text(f"check {step.code}: {step.variable} <= its bound (when it has one)")] + \
-                    self.fail_if(f"(i32.and (i64.ge_s {bound} (i64.const 0)) (i64.gt_s {value} {bound}))", step.code, value, bound, indent)
-            return [f"{indent};; " + comment_text(f"check {step.code}: {format_expr(step.value)} >= 0")] + \
-                self.fail_if(f"(i64.lt_s {value} (i64.const 0))", step.code, value, "(i64.const 0)", indent)
-        if isinstance(step, HostIf):
-            lines = [f"{indent};; " + comment_text(f"if {format_expr(step.condition)} != 0"), f"{indent}(if (i64.ne {wat(step.condition)} (i64.const 0))", f"{indent}  (then"]
-            for inner in step.then_steps:
-                lines += self.step(inner, indent + "    ")
-            lines += [f"{indent}  )", f"{indent}  (else"]
-            for inner in step.else_steps:
-                lines += self.step(inner, indent + "    ")
-            return lines + [f"{indent}  ))"]
-        if isinstance(step, (HostSequenceInput, HostSequenceClear, HostSequenceAppend, HostSequencePresence)):
-            return [indent + line for line in self.sequence_step(step)]
-        if isinstance(step, HostOutputShape):
-            base = self.layout.output_shapes + step.output * (1 + MAX_RANK) * 8
-            output = self.function.outputs[step.output]
-            lines = [f"{indent};; " + comment_text(f"output '{output.name}': [{', '.join(format_expr(d) for d in step.shape)}]"),
-                     f"{indent}(i64.store (i32.const {base}) (i64.const {len(step.shape)}))"]
-            return lines + [f"{indent}(i64.store (i32.const {base + 8 * (d + 1)}) {wat(dim)})" for d, dim in enumerate(step.shape)]
+    def visit_dispatch(self, step: HostDispatch, indent: str) -> list[str]:
+        index = self.site_of[id(step)]
+        site = self.call_sites[index]
+        base = self.layout.params + index * PARAMS_SLOT
+        lines = [f"{indent};; call site {index}: {comment_text(site.note)}"]
+        lines += [f"{indent}(i32.store (i32.const {base + FIELD_BYTES * f}) (i32.wrap_i64 {self.wat(value)}))"
+                  for f, value in enumerate(site.values)]
+        lines.append(f"{indent}(call $dispatch (i32.const {index}) {self.wat(site.element_count)})")
+        return lines
+
+    def visit_bind(self, step: HostBind, indent: str) -> list[str]:
+        return [f"{indent}(i64.store (i32.const {self.var_address[step.variable]}) {self.wat(step.value)})  ;; "
+                + comment_text(f"{step.variable} = {format_expr(step.value)}: {step.note}")]
+
+    def visit_check(self, step: HostCheck, indent: str) -> list[str]:
+        value = self.wat(step.value)
+        if step.kind == "equal":
+            expected = self.wat(step.expected)  # type: ignore[arg-type]
+            return [f"{indent};; " + comment_text(f"check {step.code}: {format_expr(step.value)} == {format_expr(step.expected)}")] + \
+                self.fail_if(f"(i64.ne {value} {expected})", step.code, value, expected, indent)
+        if step.kind == "bound":
+            bound = f"(i64.load (i32.const {self.bound_address[step.variable]}))"
+            return [f"{indent};; " + comment_text(f"check {step.code}: {step.variable} <= its bound (when it has one)")] + \
+                self.fail_if(f"(i32.and (i64.ge_s {bound} (i64.const 0)) (i64.gt_s {value} {bound}))", step.code, value, bound, indent)
+        return [f"{indent};; " + comment_text(f"check {step.code}: {format_expr(step.value)} >= 0")] + \
+            self.fail_if(f"(i64.lt_s {value} (i64.const 0))", step.code, value, "(i64.const 0)", indent)
+
+    def visit_if(self, step: HostIf, indent: str) -> list[str]:
+        lines = [f"{indent};; " + comment_text(f"if {format_expr(step.condition)} != 0"),
+                 f"{indent}(if (i64.ne {self.wat(step.condition)} (i64.const 0))", f"{indent}  (then"]
+        for inner in step.then_steps:
+            lines += self.visit(inner, indent + "    ")
+        lines += [f"{indent}  )", f"{indent}  (else"]
+        for inner in step.else_steps:
+            lines += self.visit(inner, indent + "    ")
+        return lines + [f"{indent}  ))"]
+
+    def visit_output_shape(self, step: HostOutputShape, indent: str) -> list[str]:
+        base = self.layout.output_shapes + step.output * (1 + MAX_RANK) * 8
+        output = self.function.outputs[step.output]
+        lines = [f"{indent};; " + comment_text(f"output '{output.name}': [{', '.join(format_expr(d) for d in step.shape)}]"),
+                 f"{indent}(i64.store (i32.const {base}) (i64.const {len(step.shape)}))"]
+        return lines + [f"{indent}(i64.store (i32.const {base + 8 * (d + 1)}) {self.wat(dim)})" for d, dim in enumerate(step.shape)]
+
+    def visit_default(self, step, indent: str) -> list[str]:
         raise ValueError(f"cannot emit {type(step).__name__} here (reads and loops only at the top level)")
 
+    # -- the table steps of a sequence (its length at ``table``, its entries after it)
 
-    def sequence_step(self, step) -> list[str]:
-        """The table steps of a sequence (its length at ``table``, its entries after it)."""
-        sequence = self.function.sequences[step.sequence]
+    def sequence_table(self, step) -> tuple[int, str]:
+        """The address of a sequence's table, and its length (WAT)."""
         table = self.layout.sequences + step.sequence * SEQUENCE_TABLE_BYTES
-        length = f"(i64.load (i32.const {table}))"
-        size = f"(i64.load (i32.const {self.var_address[sequence.size_var]}))"
-        set_size = f"(i64.store (i32.const {self.var_address[sequence.size_var]})"
+        return table, f"(i64.load (i32.const {table}))"
 
-        def entry(index: str) -> str:
-            return f"(i32.add (i32.const {table + 8}) (i32.mul (i32.wrap_i64 {index}) (i32.const {SEQUENCE_ENTRY_BYTES})))"
+    def sequence_entry(self, table: int, index: str) -> str:
+        """The address of entry ``index`` (i64 WAT) of the table at ``table``."""
+        return f"(i32.add (i32.const {table + 8}) (i32.mul (i32.wrap_i64 {index}) (i32.const {SEQUENCE_ENTRY_BYTES})))"
 
-        if isinstance(step, HostSequencePresence):
-            return [f";; {comment_text(step.variable)}: does optional sequence {step.sequence} hold one",
-                    f"(i64.store (i32.const {self.var_address[step.variable]}) "
-                    f"(i64.extend_i32_u (i64.ge_s {length} (i64.const 0))))"]
-        if isinstance(step, HostSequenceClear):
-            return [f";; sequence {step.sequence}: empty", f"(i64.store (i32.const {table}) (i64.const 0))",
-                    f"{set_size} (i64.const 0))"]
-        if isinstance(step, HostSequenceAppend):
-            values = [self.wat(dim) for dim in step.shape]
-            count = self.wat(product(step.shape)) if step.shape else "(i64.const 1)"
-            lines = [";; " + comment_text(f"sequence {step.sequence}: append an element of shape "
-                                          f"[{', '.join(format_expr(d) for d in step.shape)}]")]
-            lines += self.fail_if(f"(i64.ge_s {length} (i64.const {SEQUENCE_CAPACITY}))", step.code,
-                                  f"(i64.add {length} (i64.const 1))", f"(i64.const {SEQUENCE_CAPACITY})", "")
-            lines.append(f"(i64.store {entry(length)} (i64.const {len(step.shape)}))")
-            lines += [f"(i64.store offset={8 * (d + 1)} {entry(length)} {value})" for d, value in enumerate(values)]
-            lines.append(f"{set_size} (i64.add {size} (i64.mul {count} (i64.const {sequence.element_bytes}))))")
-            lines.append(f"(i64.store (i32.const {table}) (i64.add {length} (i64.const 1)))")
-            return lines
-        # a sequence input: the runtime wrote the table; check it, and sum the arena's size
+    def arena_size(self, step) -> tuple[str, str]:
+        """A sequence's arena size (its host variable's WAT value) and the start of its store."""
+        size_var = self.function.sequences[step.sequence].size_var
+        return f"(i64.load (i32.const {self.var_address[size_var]}))", f"(i64.store (i32.const {self.var_address[size_var]})"
+
+    def visit_sequence_presence(self, step: HostSequencePresence, indent: str) -> list[str]:
+        _, length = self.sequence_table(step)
+        return [f"{indent};; {comment_text(step.variable)}: does optional sequence {step.sequence} hold one",
+                f"{indent}(i64.store (i32.const {self.var_address[step.variable]}) "
+                f"(i64.extend_i32_u (i64.ge_s {length} (i64.const 0))))"]
+
+    def visit_sequence_clear(self, step: HostSequenceClear, indent: str) -> list[str]:
+        table, _ = self.sequence_table(step)
+        _, set_size = self.arena_size(step)
+        return [f"{indent};; sequence {step.sequence}: empty", f"{indent}(i64.store (i32.const {table}) (i64.const 0))",
+                f"{indent}{set_size} (i64.const 0))"]
+
+    def visit_sequence_append(self, step: HostSequenceAppend, indent: str) -> list[str]:
+        sequence = self.function.sequences[step.sequence]
+        table, length = self.sequence_table(step)
+        size, set_size = self.arena_size(step)
+        entry = self.sequence_entry(table, length)
+        values = [self.wat(dim) for dim in step.shape]
+        count = self.wat(product(step.shape)) if step.shape else "(i64.const 1)"
+        lines = [";; " + comment_text(f"sequence {step.sequence}: append an element of shape "
+                                      f"[{', '.join(format_expr(d) for d in step.shape)}]")]
+        lines += self.fail_if(f"(i64.ge_s {length} (i64.const {SEQUENCE_CAPACITY}))", step.code,
+                              f"(i64.add {length} (i64.const 1))", f"(i64.const {SEQUENCE_CAPACITY})", "")
+        lines.append(f"(i64.store {entry} (i64.const {len(step.shape)}))")
+        lines += [f"(i64.store offset={8 * (d + 1)} {entry} {value})" for d, value in enumerate(values)]
+        lines.append(f"{set_size} (i64.add {size} (i64.mul {count} (i64.const {sequence.element_bytes}))))")
+        lines.append(f"(i64.store (i32.const {table}) (i64.add {length} (i64.const 1)))")
+        return [indent + line for line in lines]
+
+    def visit_sequence_input(self, step: HostSequenceInput, indent: str) -> list[str]:
+        """A sequence input: the runtime wrote the table; check it, and sum the arena's size."""
+        sequence = self.function.sequences[step.sequence]
+        table, length = self.sequence_table(step)
+        size, set_size = self.arena_size(step)
         element = "(i64.extend_i32_u (global.get $element))"
-        ndim = f"(i64.load {entry(element)})"
+        entry = self.sequence_entry(table, element)
+        ndim = f"(i64.load {entry})"
         count = "(i64.const 1)"
         for d in range(MAX_RANK if sequence.ndim < 0 else sequence.ndim):
-            dim = f"(i64.load offset={8 * (d + 1)} {entry(element)})"
+            dim = f"(i64.load offset={8 * (d + 1)} {entry})"
             if sequence.ndim < 0:  # an element of any rank: the dims past its ndim count 1
                 dim = f"(select {dim} (i64.const 1) (i64.gt_s {ndim} (i64.const {d})))"
             count = f"(i64.mul {count} {dim})"
@@ -272,7 +297,7 @@ class _StepEmitter:
         lines += [f"    {set_size} (i64.add {size} (i64.mul {count} (i64.const {sequence.element_bytes}))))",
                   "    (global.set $element (i32.add (global.get $element) (i32.const 1)))",
                   "    (br $next_element)))"]
-        return lines
+        return [indent + line for line in lines]
 
 
 def emit_host_wat(function: HostFunction, call_sites: list[CallSiteParams], workgroup_size: int, source: str) -> str:

@@ -14,13 +14,13 @@ from __future__ import annotations
 from typing import Callable, Mapping
 
 from ..ir.dtype import DtypeKind, dtype_info
+from ..ir.scalar_renderer import ScalarRenderer
 from ..ir.symbolic import FloorDiv, FloorMod, IntImm, PrimExpr, SizeVar, simplify
 from ..ir.tir import (
-    Binary, BinaryOp, Buffer, Cast, Compare, CompareOp, FloatImm, Gather, IndexValue, Load, Reduce, ReduceCombiner,
-    ScalarExpr, Select, TensorProgram, Unary, UnaryOp, repeated_subexpressions, scalar_dtype,
-    scalar_nodes,
+    Binary, BinaryOp, Buffer, Cast, Compare, CompareOp, Gather, Load, Reduce, ReduceCombiner, ScalarExpr, Select,
+    TensorProgram, UnaryOp, scalar_dtype, scalar_nodes,
 )
-from .lower_index import Constant, IndexLowering, render_wgsl
+from .lower_index import TargetIndex, render_wgsl
 
 # The WGSL type of each device dtype (``relaxweb/ir/dtype.py`` says which device dtype a
 # tensor dtype has: int64 is int32 on the device, bool uint32 0/1, float16 float32 ...).
@@ -169,12 +169,12 @@ def storage_type(dtype: str) -> str:
     return WGSL_TYPES[dtype_info(dtype).device.name]
 
 
-class Emitter:
+class Emitter(ScalarRenderer):
     """Writes the statements of a shader's main function (``statements``) and turns scalar
     expressions into WGSL; schedules drive it (``schedules.py``).
 
-    A subexpression that occurs more than once in the body (fusion inlines a producer at
-    every load of it) is computed once into a ``let`` and reused within the scope that
+    The shared part (``relaxweb/ir/scalar_renderer.py``): a subexpression that occurs more
+    than once in the body is computed once into a ``let`` and reused within the scope that
     computed it; a scope is opened for each loop body and each branch.  ``known`` may name
     the WGSL value of an expression up front (a schedule's accumulated reduction).
 
@@ -187,8 +187,12 @@ class Emitter:
     function (:func:`part_load`), so schedules read them like any buffer.
     """
 
+    binary_renderings = BINARY_RENDERINGS
+    unary_renderings = UNARY_RENDERINGS
+    compare_renderings = COMPARE_RENDERINGS
+
     def __init__(self, program: TensorProgram, size_vars: set[str], parts: Mapping[str, int] | None = None) -> None:
-        self.program = program
+        super().__init__(program)
         self.size_vars = size_vars
         self.parts = dict(parts or {})  # input buffers bound as several parts (read through part_load)
         self.statements: list[str] = []
@@ -196,31 +200,7 @@ class Emitter:
         self.selections = 0
         self.values = 0
         self.float_type = "f32"  # the WGSL type of a float value (a vector in the vectorized schedule)
-        self.repeated = repeated_subexpressions(program.body)
-        self.scopes: list[dict[ScalarExpr, str]] = [{}]
         self.cooperative: Callable[[Reduce, str], str] | None = None  # a schedule's top-level reductions
-        self.index_lowering = IndexLowering()
-
-    def open_scope(self) -> None:
-        self.scopes.append({})
-        self.index_lowering.enter()
-
-    def close_scope(self) -> None:
-        self.scopes.pop()
-        self.index_lowering.leave()
-
-    def declare_axis(self, axis: SizeVar, extent: PrimExpr) -> None:
-        """``axis`` lies in ``[0, extent - 1]`` in the current scope (for the index lowering)."""
-        self.index_lowering.declare_axis(axis, extent)
-
-    def known(self, expr: ScalarExpr, value: str) -> None:
-        self.scopes[-1][expr] = value
-
-    def lookup(self, expr: ScalarExpr) -> str | None:
-        for scope in reversed(self.scopes):
-            if expr in scope:
-                return scope[expr]
-        return None
 
     def unflatten(self, axes, extents, linear: str, indent: str) -> list[str]:
         """Statements recovering ``axes`` (row-major over ``extents``) from a linear index
@@ -246,11 +226,8 @@ class Emitter:
         """The output element's offset, from the output axes."""
         return self.offset(self.program.output, tuple(self.program.axes))
 
-    def index(self, expr: PrimExpr) -> str:
-        """An i32 WGSL expression of axes and size variables: simplified with the ranges of
-        the axes in scope, the IR's floor division and modulo lowered
-        (``relaxweb/wgsl/lower_index.py``)."""
-        return render_wgsl(self.index_lowering.lower(expr), self.variable)
+    def render_index(self, target: TargetIndex) -> str:
+        return render_wgsl(target, self.variable)
 
     def variable(self, name: str) -> str:
         """A variable of an index expression in the shader: a size variable from the params
@@ -258,63 +235,64 @@ class Emitter:
         return f"params.{wgsl_name(name)}" if name in self.size_vars else name
 
     def offset(self, buffer: Buffer, indices: tuple[PrimExpr, ...]) -> str:
-        """The element offset of ``buffer[indices]`` (row-major).
+        """The element offset of ``buffer[indices]`` (row-major; a negative constant offset,
+        in a branch never taken, reads element 0: ``ScalarRenderer.lowered_offset``)."""
+        return _unwrapped(self.render_index(self.lowered_offset(buffer, indices)))
 
-        A load is in bounds wherever it is evaluated, so an offset that is a negative
-        constant belongs to a Select branch never taken (``A[(i - 3) // 4]`` is ``A[-1]``
-        for an axis of extent 2); WGSL rejects a negative constant index when the shader is
-        created, so such a load reads element 0 instead."""
-        flat: PrimExpr = IntImm(0)
-        stride: PrimExpr = IntImm(1)
-        for index, extent in reversed(list(zip(indices, buffer.shape))):
-            flat = flat + index * stride
-            stride = stride * extent
-        target = self.index_lowering.lower(flat)
-        if isinstance(target, Constant) and target.value < 0:
-            target = Constant(0)
-        return _unwrapped(render_wgsl(target, self.variable))
+    # -- values: the kinds the base does not render, and WGSL's own forms
 
-    def scalar(self, expr: ScalarExpr, indent: str) -> str:
-        known = self.lookup(expr)
-        if known is not None:
-            return known
-        text = self._scalar(expr, indent)
-        if expr in self.repeated and not isinstance(expr, (Reduce, Select)):
-            name = f"v{self.values}"
-            self.values += 1
-            self.statements.append(f"{indent}let {name} = {text};")
-            text = name
-        self.known(expr, text)
-        return text
+    def visit(self, expr: ScalarExpr, indent: str) -> str:
+        return self._scalar(expr, indent)
 
     def _scalar(self, expr: ScalarExpr, indent: str) -> str:
-        if isinstance(expr, Load):
-            return _from_storage(expr.buffer.dtype, self.element(expr.buffer.name, self.offset(expr.buffer, expr.indices)))
-        if isinstance(expr, Gather):
-            return _from_storage(expr.buffer.dtype, self.gather(expr, indent))
-        if isinstance(expr, FloatImm):
-            return literal(expr.value, expr.dtype)
-        if isinstance(expr, IndexValue):
-            return self.index(expr.value)
-        if isinstance(expr, Cast):
-            return self.cast(expr, indent)
-        if isinstance(expr, Compare):
+        """The value of ``expr`` by its kind (``visit_<kind>``): the hook
+        ``wgsl/schedules._VectorEmitter`` overrides for its loads and constants (new code
+        overrides ``visit_<kind>``)."""
+        return self.visit_kind(expr, indent)
+
+    def literal(self, value: float, dtype: str) -> str:
+        return literal(value, dtype)
+
+    def operation(self, table: Mapping, op, dtype: str) -> Callable[..., str]:
+        return rendering(table, op)
+
+    def bind_repeated(self, expr: ScalarExpr, value: str, indent: str) -> str:
+        """A ``let`` of the value (a reduction's accumulator and a select's variable are
+        names already)."""
+        if isinstance(expr, (Reduce, Select)):
+            return value
+        name = f"v{self.values}"
+        self.values += 1
+        self.statements.append(f"{indent}let {name} = {value};")
+        return name
+
+    def visit_load(self, expr: Load, indent: str) -> str:
+        return _from_storage(expr.buffer.dtype, self.element(expr.buffer.name, self.offset(expr.buffer, expr.indices)))
+
+    def visit_gather(self, expr: Gather, indent: str) -> str:
+        return _from_storage(expr.buffer.dtype, self.gather(expr, indent))
+
+    def visit_cast(self, expr: Cast, indent: str) -> str:
+        return self.cast(expr, indent)
+
+    def visit_compare(self, expr: Compare, indent: str) -> str:
+        a, b = self.scalar(expr.a, indent), self.scalar(expr.b, indent)
+        return f"({a} {rendering(COMPARE_RENDERINGS, expr.op)} {b})"
+
+    def visit_select(self, expr: Select, indent: str) -> str:
+        return self.select(expr, indent)
+
+    def visit_binary(self, expr: Binary, indent: str) -> str:
+        """A float max / min propagates NaN (:func:`float_extremum`); the rest by the table."""
+        if expr.op in _EXTREMA and dtype_info(scalar_dtype(expr)).is_float:
             a, b = self.scalar(expr.a, indent), self.scalar(expr.b, indent)
-            return f"({a} {rendering(COMPARE_RENDERINGS, expr.op)} {b})"
-        if isinstance(expr, Select):
-            return self.select(expr, indent)
-        if isinstance(expr, Binary):
-            a, b = self.scalar(expr.a, indent), self.scalar(expr.b, indent)
-            if expr.op in _EXTREMA and dtype_info(scalar_dtype(expr)).is_float:
-                return float_extremum(expr.op, self.named(a, indent), self.named(b, indent), self.float_type)
-            return rendering(BINARY_RENDERINGS, expr.op)(a, b)
-        if isinstance(expr, Unary):
-            return rendering(UNARY_RENDERINGS, expr.op)(self.scalar(expr.a, indent))
-        if isinstance(expr, Reduce):
-            if self.cooperative is not None and len(self.scopes) == 1:
-                return self.cooperative(expr, indent)
-            return self.reduce(expr, indent)
-        raise TypeError(f"cannot emit {type(expr).__name__}")
+            return float_extremum(expr.op, self.named(a, indent), self.named(b, indent), self.float_type)
+        return super().visit_binary(expr, indent)
+
+    def visit_reduce(self, expr: Reduce, indent: str) -> str:
+        if self.cooperative is not None and len(self.scopes) == 1:
+            return self.cooperative(expr, indent)
+        return self.reduce(expr, indent)
 
     def named(self, value: str, indent: str) -> str:
         """``value`` itself when it is a name or a number, else a ``let`` of it (for an

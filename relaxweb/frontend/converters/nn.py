@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...ir.expr import Call, Constant, PrimValue, ShapeExpr, tensor_shape
+from ...ir.expr import Call, Constant, ShapeExpr, tensor_shape
 from ...ir.symbolic import IntImm, format_expr, prove_equal, simplify
 from ...ops import call_op
 from .registry import NodeConversionError, converter
@@ -191,20 +191,7 @@ def convert_resize(context, node, inputs):
     if node.op_type == "Upsample" or context.opset < 11:
         # Upsample and Resize-10: asymmetric coordinates, nearest takes the floor
         options.update(coordinate_transformation_mode="asymmetric", nearest_mode="floor")
-        scales = attrs.get("scales") if node.op_type == "Upsample" and context.opset < 9 else None
-        roi = None
-        scales_input = None if scales is not None else _optional_input(inputs, 1)
-        if isinstance(scales_input, (ShapeExpr, PrimValue)):
-            scales_input = materialize(context, scales_input, "resize_input")
-        inputs_names, extra_args = [], []
-        if scales_input is not None:
-            if isinstance(scales_input, Constant):
-                scales = [float(v) for v in scales_input.data.reshape(-1)]
-            else:
-                inputs_names, extra_args = ["scales"], [scales_input]
-        if scales is None and not inputs_names:
-            raise NodeConversionError(f"{node.op_type} node '{node.name}': needs scales")
-        axes = list(range(rank))
+        resize = _resize_by_scales(context, node, attrs, inputs, rank)
     else:
         options.update(
             coordinate_transformation_mode=text_attr(attrs, "coordinate_transformation_mode", "half_pixel"),
@@ -215,46 +202,76 @@ def convert_resize(context, node, inputs):
             antialias=bool(attrs.get("antialias", 0)),
             keep_aspect_ratio_policy=text_attr(attrs, "keep_aspect_ratio_policy", "stretch"),
         )
-        axes = [int(a) + rank if int(a) < 0 else int(a) for a in attrs.get("axes", range(rank))]
-        roi_input, scales_input, sizes_input = (_optional_input(inputs, i) for i in (1, 2, 3))
-        # roi and scales are floats: a compile-time shape value there is only ever a tensor
-        roi_input, scales_input = (
-            materialize(context, value, "resize_input") if isinstance(value, (ShapeExpr, PrimValue)) else value
-            for value in (roi_input, scales_input)
-        )
-        inputs_names, extra_args = [], []
-        roi = scales = None
-        if roi_input is not None and options["coordinate_transformation_mode"] == "tf_crop_and_resize":
-            if isinstance(roi_input, Constant):
-                values = [float(v) for v in roi_input.data.reshape(-1)]
-                roi = _expand(values[: len(axes)], axes, rank, [0.0] * rank) + _expand(
-                    values[len(axes):], axes, rank, [1.0] * rank
-                )
-            else:
-                inputs_names.append("roi")
-                extra_args.append(roi_input)
-        if scales_input is not None and sizes_input is not None:
-            raise NodeConversionError(f"Resize node '{node.name}': give scales or sizes, not both")
-        if scales_input is not None:
-            if isinstance(scales_input, Constant):
-                scales = _expand([float(v) for v in scales_input.data.reshape(-1)], axes, rank, [1.0] * rank)
-            else:
-                inputs_names.append("scales")
-                extra_args.append(scales_input)
-        elif sizes_input is not None:
-            if isinstance(sizes_input, Constant):
-                sizes = [int(v) for v in sizes_input.data.reshape(-1)]
-            else:
-                known = _shape_value(context, sizes_input)
-                sizes = None if known is None else list(known.values)
-            if sizes is None:
-                inputs_names.append("sizes")
-                extra_args.append(sizes_input)
-            else:
-                if len(sizes) != len(axes):
-                    raise NodeConversionError(f"Resize node '{node.name}': sizes has {len(sizes)} entries for {len(axes)} axes")
-                inputs_names.append("output_shape")
-                extra_args.append(ShapeExpr(tuple(_expand(sizes, axes, rank, shape))))
-        else:
-            raise NodeConversionError(f"Resize node '{node.name}': needs scales or sizes")
+        resize = _resize_by_inputs(context, node, attrs, inputs, shape, options["coordinate_transformation_mode"])
+    axes, roi, scales, inputs_names, extra_args = resize
     return call_op("resize", data, *extra_args, axes=axes, roi=roi, scales=scales, inputs=inputs_names, **options)
+
+
+def _constant_values(value) -> list[float] | None:
+    """The values of a constant input, flattened; None for a value known only at run time."""
+    return [float(v) for v in value.data.reshape(-1)] if isinstance(value, Constant) else None
+
+
+def _resize_by_scales(context, node, attrs, inputs, rank: int):
+    """Upsample and Resize-10: the scales of every axis, an attribute (Upsample before
+    opset 9) or the second input; no roi.  Returns axes, roi, scales, the names of the run-time
+    inputs and those inputs."""
+    scales = attrs.get("scales") if node.op_type == "Upsample" and context.opset < 9 else None
+    # a compile-time shape value is only ever a tensor here: scales are floats
+    scales_input = None if scales is not None else materialize(context, _optional_input(inputs, 1), "resize_input")
+    inputs_names, extra_args = [], []
+    if scales_input is not None:
+        scales = _constant_values(scales_input)
+        if scales is None:
+            inputs_names, extra_args = ["scales"], [scales_input]
+    if scales is None and not inputs_names:
+        raise NodeConversionError(f"{node.op_type} node '{node.name}': needs scales")
+    return list(range(rank)), None, scales, inputs_names, extra_args
+
+
+def _resize_by_inputs(context, node, attrs, inputs, shape, coordinate_transformation_mode: str):
+    """Resize-11 and later: roi, scales or sizes inputs over ``axes``; constant ones (and sizes
+    from shape arithmetic) are attributes, the others run-time inputs.  Returns axes, roi,
+    scales, the names of the run-time inputs and those inputs."""
+    rank = len(shape)
+    axes = [int(a) + rank if int(a) < 0 else int(a) for a in attrs.get("axes", range(rank))]
+    roi_input, scales_input, sizes_input = (_optional_input(inputs, i) for i in (1, 2, 3))
+    # roi and scales are floats: a compile-time shape value there is only ever a tensor
+    roi_input, scales_input = (materialize(context, value, "resize_input") for value in (roi_input, scales_input))
+    inputs_names, extra_args = [], []
+    roi = scales = None
+    if roi_input is not None and coordinate_transformation_mode == "tf_crop_and_resize":
+        values = _constant_values(roi_input)
+        if values is not None:
+            roi = _expand(values[: len(axes)], axes, rank, [0.0] * rank) + _expand(
+                values[len(axes):], axes, rank, [1.0] * rank
+            )
+        else:
+            inputs_names.append("roi")
+            extra_args.append(roi_input)
+    if scales_input is not None and sizes_input is not None:
+        raise NodeConversionError(f"Resize node '{node.name}': give scales or sizes, not both")
+    if scales_input is not None:
+        values = _constant_values(scales_input)
+        if values is not None:
+            scales = _expand(values, axes, rank, [1.0] * rank)
+        else:
+            inputs_names.append("scales")
+            extra_args.append(scales_input)
+    elif sizes_input is not None:
+        if isinstance(sizes_input, Constant):
+            sizes = [int(v) for v in sizes_input.data.reshape(-1)]
+        else:
+            known = _shape_value(context, sizes_input)
+            sizes = None if known is None else list(known.values)
+        if sizes is None:
+            inputs_names.append("sizes")
+            extra_args.append(sizes_input)
+        else:
+            if len(sizes) != len(axes):
+                raise NodeConversionError(f"Resize node '{node.name}': sizes has {len(sizes)} entries for {len(axes)} axes")
+            inputs_names.append("output_shape")
+            extra_args.append(ShapeExpr(tuple(_expand(sizes, axes, rank, shape))))
+    else:
+        raise NodeConversionError(f"Resize node '{node.name}': needs scales or sizes")
+    return axes, roi, scales, inputs_names, extra_args
