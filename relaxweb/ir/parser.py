@@ -30,7 +30,8 @@ from .expr import (
 )
 from .host import (
     BufferRef, HostBind, HostCache, HostCheck, HostDispatch, HostFunction, HostIf, HostInput, HostLoop, HostOutput,
-    HostOutputShape, HostRead, HostStorage, ShapeCheck,
+    HostOutputShape, HostRead, HostSequence, HostSequenceAppend, HostSequenceClear, HostSequenceInput,
+    HostSequencePresence, HostStorage, ShapeCheck,
 )
 from .kernel_builders import build_library_kernel
 from .module import IRModule
@@ -741,7 +742,7 @@ class _Parser:
     def host_function(self, definition: ast.FunctionDef, keywords: dict[str, ast.expr]) -> HostFunction:
         self.check_keywords(keywords, {"name", "read_slots"}, "host_function")
         tables: dict[str, Any] = {"inputs": (), "outputs": (), "symbolic_vars": (), "bounds": (), "weights": (),
-                                  "storages": (), "caches": ()}
+                                  "storages": (), "caches": (), "sequences": ()}
         checks: list[ShapeCheck] = []
         statements = list(definition.body)
         while statements and isinstance(statements[0], ast.Assign):
@@ -758,7 +759,7 @@ class _Parser:
         read_slots = self.integer(keywords["read_slots"]) if "read_slots" in keywords else 0
         return HostFunction(self.definition_name(definition, keywords), tables["inputs"], tables["outputs"],
                             tables["symbolic_vars"], tables["bounds"], tuple(checks), tables["storages"],
-                            tables["weights"], steps, read_slots, caches=tables["caches"])
+                            tables["weights"], steps, read_slots, sequences=tables["sequences"], caches=tables["caches"])
 
     def host_table_entry(self, table: str, node: ast.expr) -> Any:
         if table == "symbolic_vars":
@@ -774,24 +775,42 @@ class _Parser:
                 raise self.error(node, 'a weight is const("key")')
             return self.constant(node)  # type: ignore[arg-type]
         expected = {"inputs": "host_input", "outputs": "host_output", "storages": "host_storage",
-                    "caches": "host_cache"}[table]
+                    "caches": "host_cache", "sequences": "host_sequence"}[table]
         if _call_name(node) != expected:
             raise self.error(node, f"an entry of the {table} table is {expected}(...)")
         if table == "inputs":
-            args = self.arguments(node, ["name", "dtype", "shape"], ("storage",), ("name", "dtype", "shape", "storage"))  # type: ignore[arg-type]
+            args = self.arguments(node, ["name", "dtype", "shape"], ("storage", "sequence", "optional"),  # type: ignore[arg-type]
+                                  ("name", "dtype", "shape", "storage"))
             return HostInput(self.string(args["name"]), self.string(args["dtype"]), self.prim_exprs(args["shape"]),
-                             self.integer(args["storage"]))
+                             self.integer(args["storage"]), *self.sequence_fields(args))
         if table == "outputs":
-            args = self.arguments(node, ["name", "dtype", "shape"], ("storage", "ndim"), ("name", "dtype", "shape", "storage"))  # type: ignore[arg-type]
+            args = self.arguments(node, ["name", "dtype", "shape"], ("storage", "ndim", "sequence", "optional"),  # type: ignore[arg-type]
+                                  ("name", "dtype", "shape", "storage"))
             shape = self.optional_shape(args["shape"])
             ndim = self.integer(args["ndim"]) if "ndim" in args else (len(shape) if shape is not None else -1)
-            return HostOutput(self.string(args["name"]), self.string(args["dtype"]), self.integer(args["storage"]), shape, ndim)
+            return HostOutput(self.string(args["name"]), self.string(args["dtype"]), self.integer(args["storage"]), shape, ndim,
+                              *self.sequence_fields(args))
+        if table == "sequences":
+            args = self.arguments(node, [], ("storage", "size_var", "dtype", "ndim", "element_bytes"),  # type: ignore[arg-type]
+                                  required=("storage", "size_var", "dtype", "ndim", "element_bytes"))
+            return HostSequence(self.integer(args["storage"]), self.string(args["size_var"]), self.string(args["dtype"]),
+                                self.integer(args["ndim"]), self.integer(args["element_bytes"]))
         if table == "caches":
             fields = ("input", "output", "axis", "capacity", "storage")
             args = self.arguments(node, [], fields, required=fields)  # type: ignore[arg-type]
             return HostCache(*(self.integer(args[field]) for field in fields))
         args = self.arguments(node, ["size", "role"], required=("size", "role"))  # type: ignore[arg-type]
         return HostStorage(self.prim_expr(args["size"]), self.string(args["role"]))
+
+    def sequence_fields(self, args: dict[str, ast.expr]) -> tuple[int | None, bool]:
+        """``sequence`` and ``optional`` of a host input or output (defaults: None, False)."""
+        sequence = self.integer(args["sequence"]) if "sequence" in args else None
+        return sequence, self.flag(args["optional"]) if "optional" in args else False
+
+    def flag(self, node: ast.expr) -> bool:
+        if not (isinstance(node, ast.Constant) and isinstance(node.value, bool)):
+            raise self.error(node, "expected True or False")
+        return node.value
 
     def check_fields(self, args: dict[str, ast.expr], expected_is_int: bool) -> tuple:
         """expected, variable, code, message of a check (defaults: None, None, 0, "")."""
@@ -819,7 +838,7 @@ class _Parser:
         for statement in statements:
             read = _HOST_STATEMENT_READERS.get(type(statement))
             if read is None:
-                raise self.error(statement, "expected a host step: dispatch, bind, check, read, output_shape, if or for")
+                raise self.error(statement, "expected a host step: dispatch, bind, check, read, output_shape, a sequence step, if or for")
             steps.append(read(self, statement))
         return tuple(steps)
 
@@ -837,7 +856,7 @@ class _Parser:
 
     def host_call(self, statement: ast.Expr) -> Any:
         if not isinstance(statement.value, ast.Call):
-            raise self.error(statement, "expected a host step: dispatch, bind, check, read, output_shape, if or for")
+            raise self.error(statement, "expected a host step: dispatch, bind, check, read, output_shape, a sequence step, if or for")
         return self.host_step(statement.value)
 
     def host_step(self, call: ast.Call) -> Any:
@@ -864,9 +883,32 @@ class _Parser:
         if name == "output_shape":
             args = self.arguments(call, ["output", "shape"], required=("output", "shape"))
             return HostOutputShape(self.integer(args["output"]), self.prim_exprs(args["shape"]))
+        if name in _SEQUENCE_STEPS:
+            return _SEQUENCE_STEPS[name](self, call)
         if name == "check_input":
             raise self.error(call, "input checks come before the steps")
-        raise self.error(call, "expected a host step: dispatch, bind, check, read, output_shape or if")
+        raise self.error(call, "expected a host step: dispatch, bind, check, read, output_shape or a sequence step")
+
+    def sequence_input(self, call: ast.Call) -> HostSequenceInput:
+        fields = ("ndim_code", "ndim_message", "capacity_code", "capacity_message")
+        args = self.arguments(call, ["sequence", "input"], ("optional", *fields), ("sequence", "input", *fields))
+        return HostSequenceInput(self.integer(args["sequence"]), self.string(args["input"]),
+                                 self.flag(args["optional"]) if "optional" in args else False,
+                                 self.integer(args["ndim_code"]), self.string(args["ndim_message"]),
+                                 self.integer(args["capacity_code"]), self.string(args["capacity_message"]))
+
+    def sequence_presence(self, call: ast.Call) -> HostSequencePresence:
+        args = self.arguments(call, ["sequence", "variable"], required=("sequence", "variable"))
+        return HostSequencePresence(self.integer(args["sequence"]), self.string(args["variable"]))
+
+    def sequence_clear(self, call: ast.Call) -> HostSequenceClear:
+        args = self.arguments(call, ["sequence"], required=("sequence",))
+        return HostSequenceClear(self.integer(args["sequence"]))
+
+    def sequence_append(self, call: ast.Call) -> HostSequenceAppend:
+        args = self.arguments(call, ["sequence", "shape"], ("code", "message"), ("sequence", "shape", "code", "message"))
+        return HostSequenceAppend(self.integer(args["sequence"]), self.prim_exprs(args["shape"]),
+                                  self.integer(args["code"]), self.string(args["message"]))
 
     def buffer_ref(self, node: ast.expr) -> BufferRef:
         kind = _call_name(node)
@@ -893,6 +935,12 @@ _PRIM_EXPR_READERS: dict[type, Callable[[_Parser, Any], PrimExpr | None]] = {
     ast.UnaryOp: _Parser.prim_negative,
     ast.BinOp: _Parser.prim_operation,
     ast.Call: _Parser.prim_min_max,
+}
+_SEQUENCE_STEPS: dict[str, Callable[[_Parser, ast.Call], Any]] = {
+    "sequence_input": _Parser.sequence_input,
+    "sequence_presence": _Parser.sequence_presence,
+    "sequence_clear": _Parser.sequence_clear,
+    "sequence_append": _Parser.sequence_append,
 }
 _HOST_STATEMENT_READERS: dict[type, Callable[[_Parser, Any], Any]] = {
     ast.If: _Parser.host_if,

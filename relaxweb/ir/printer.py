@@ -51,8 +51,9 @@ from .expr import (
 from .functor import ExprFunctor
 from .host_functor import HostStepFunctor
 from .host import (
-    BufferRef, HostBind, HostCache, HostCheck, HostDispatch, HostFunction, HostIf, HostLoop, HostOutputShape, HostRead,
-    ShapeCheck,
+    BufferRef, HostBind, HostCache, HostCheck, HostDispatch, HostFunction, HostIf, HostInput, HostLoop, HostOutput,
+    HostOutputShape, HostRead, HostSequence, HostSequenceAppend, HostSequenceClear, HostSequenceInput,
+    HostSequencePresence, ShapeCheck,
 )
 from .struct_info import (
     FuncStructInfo, ObjectStructInfo, OptionalStructInfo, PrimStructInfo, SequenceStructInfo, ShapeStructInfo,
@@ -433,7 +434,8 @@ def format_library_kernel(kernel) -> str:
 
 def format_host_function(function: HostFunction, constants: ConstantTable | None = None) -> str:
     """A host function: its tables (inputs, outputs, size variables, bounds, weights,
-    storages, and KV caches when it has any), the input checks in order, then the steps, e.g.::
+    storages, and KV caches and sequences when it has any), the input checks in order, then the
+    steps, e.g.::
 
         check_input("ndim", input=0, expected=2, code=1, message="...")
         check_input("bind", input=0, dim=0, variable="n")
@@ -444,10 +446,7 @@ def format_host_function(function: HostFunction, constants: ConstantTable | None
         ("name", format_string(function.name)) if not is_plain_name(function.name) else None,
         ("read_slots", str(function.read_slots)) if function.read_slots else None,
     )
-    inputs = [
-        f"host_input({format_string(i.name)}, {format_string(i.dtype)}, {format_shape(i.shape)}, storage={i.storage})"
-        for i in function.inputs
-    ]
+    inputs = [_format_host_input(i) for i in function.inputs]
     outputs = [_format_host_output(o) for o in function.outputs]
     storages = [f"host_storage({format_expr(s.size)}, {format_string(s.role)})" for s in function.storages]
     lines = [decorator, f"def {unique_identifier(function.name, set())}():"]
@@ -459,6 +458,8 @@ def format_host_function(function: HostFunction, constants: ConstantTable | None
     lines += _format_table("storages", storages)
     if function.caches:
         lines += _format_table("caches", [_format_host_cache(c) for c in function.caches])
+    if function.sequences:
+        lines += _format_table("sequences", [_format_host_sequence(s) for s in function.sequences])
     lines += [f"{INDENT}{_format_shape_check(check)}" for check in function.checks]
     _format_steps(function.steps, INDENT, lines)
     return "\n".join(lines)
@@ -472,10 +473,28 @@ def _format_table(name: str, entries: list[str]) -> list[str]:
     return [f"{INDENT}{name} = ["] + [f"{INDENT * 2}{entry}," for entry in entries] + [f"{INDENT}]"]
 
 
-def _format_host_output(output) -> str:
+def _format_host_input(value: HostInput) -> str:
+    return (f"host_input({format_string(value.name)}, {format_string(value.dtype)}, {format_shape(value.shape)}, "
+            f"storage={value.storage}{_sequence_fields(value)})")
+
+
+def _format_host_output(output: HostOutput) -> str:
     shape = format_shape(output.shape) if output.shape is not None else "None"
     ndim = "" if output.shape is not None and output.ndim == len(output.shape) else f", ndim={output.ndim}"
-    return f"host_output({format_string(output.name)}, {format_string(output.dtype)}, {shape}, storage={output.storage}{ndim})"
+    return (f"host_output({format_string(output.name)}, {format_string(output.dtype)}, {shape}, "
+            f"storage={output.storage}{ndim}{_sequence_fields(output)})")
+
+
+def _sequence_fields(value: HostInput | HostOutput) -> str:
+    """``, sequence=K`` (and ``, optional=True``) for a sequence input or output, else nothing."""
+    if value.sequence is None:
+        return ""
+    return f", sequence={value.sequence}" + (", optional=True" if value.optional else "")
+
+
+def _format_host_sequence(sequence: HostSequence) -> str:
+    return (f"host_sequence(storage={sequence.storage}, size_var={format_string(sequence.size_var)}, "
+            f"dtype={format_string(sequence.dtype)}, ndim={sequence.ndim}, element_bytes={sequence.element_bytes})")
 
 
 def _format_host_cache(cache: HostCache) -> str:
@@ -553,6 +572,22 @@ class _StepPrinter(HostStepFunctor):
 
     def visit_output_shape(self, step: HostOutputShape, indent: str) -> list[str]:
         return [f"{indent}output_shape({step.output}, {format_shape(step.shape)})"]
+
+    def visit_sequence_input(self, step: HostSequenceInput, indent: str) -> list[str]:
+        optional = ", optional=True" if step.optional else ""
+        return [f"{indent}sequence_input({step.sequence}, {format_string(step.input)}{optional}, "
+                f"ndim_code={step.ndim_code}, ndim_message={format_string(step.ndim_message)}, "
+                f"capacity_code={step.capacity_code}, capacity_message={format_string(step.capacity_message)})"]
+
+    def visit_sequence_presence(self, step: HostSequencePresence, indent: str) -> list[str]:
+        return [f"{indent}sequence_presence({step.sequence}, {format_string(step.variable)})"]
+
+    def visit_sequence_clear(self, step: HostSequenceClear, indent: str) -> list[str]:
+        return [f"{indent}sequence_clear({step.sequence})"]
+
+    def visit_sequence_append(self, step: HostSequenceAppend, indent: str) -> list[str]:
+        return [f"{indent}sequence_append({step.sequence}, {format_shape(step.shape)}, code={step.code}, "
+                f"message={format_string(step.message)})"]
 
     def visit_default(self, step, indent: str) -> list[str]:
         raise TypeError(f"cannot print the host step {step!r}")

@@ -22,7 +22,8 @@ from relaxweb.ir.expr import (
 )
 from relaxweb.ir.host import (
     BufferRef, HostBind, HostCheck, HostDispatch, HostFunction, HostIf, HostInput, HostOutput, HostOutputShape,
-    HostRead, HostStorage, ShapeCheck,
+    HostRead, HostSequence, HostSequenceAppend, HostSequenceClear, HostSequenceInput, HostSequencePresence, HostStorage,
+    ShapeCheck,
 )
 from relaxweb.ir.module import IRModule
 from relaxweb.ir.parser import ParseError, parse_module
@@ -37,11 +38,12 @@ from relaxweb.ir.tir import (
     BITWISE_OPS, Binary, BinaryOp, Buffer, Cast, Compare, CompareOp, FloatImm, Gather, IndexValue, Load, Reduce, ReduceCombiner,
     Select, TensorProgram, Unary, UnaryOp,
 )
-from relaxweb.compiler import compile_module
+from relaxweb.compiler import compile_model, compile_module
 from relaxweb.library import unique_count_kernel  # importing relaxweb.library registers its kernel builders
 from relaxweb.passes import PassContext, pipeline, run_pipeline
 from relaxweb.wgsl.library import library_kernel_wgsl
 from tests.ops.test_control_flow import if_module, unique_module
+from tests.ops.test_sequence import growing_sequence_model
 
 HOSTILE = 'a "quoted" \'name\'\n# not a comment \\ ) + relu(x)'
 PLAIN = {"var": "x", "constant": "w", "size": "n", "program": "prog", "buffer": "A", "input": "x", "op_attr": "axes",
@@ -177,11 +179,17 @@ def every_host_function(names: dict[str, str], program: str) -> HostFunction:
         HostCheck("equal", SizeVar("k"), Add(n, IntImm(1)), None, 6, names["note"]),
         HostIf(FloorMod(n, IntImm(2)), (HostBind("_r_dim0", n, ""),), ()),
         HostOutputShape(0, (n, SizeVar("k"))),
+        HostSequenceInput(0, names["input"], True, 7, names["note"], 8, "{value} > {expected}"),
+        HostSequencePresence(0, "_present"),
+        HostSequenceClear(0),
+        HostSequenceAppend(0, (n, IntImm(3)), 9, names["note"]),
     )
     return HostFunction(
         "host",
-        (HostInput(names["input"], "float32", (n, IntImm(4)), 0),),
-        (HostOutput(names["input"], "float32", 1, (n, SizeVar("k")), 2), HostOutput("rank only", "int64", 2, None, 3)),
+        (HostInput(names["input"], "float32", (n, IntImm(4)), 0),
+         HostInput("elements", "float32", (), 3, sequence=0, optional=True)),
+        (HostOutput(names["input"], "float32", 1, (n, SizeVar("k")), 2), HostOutput("rank only", "int64", 2, None, 3),
+         HostOutput("sequence out", "float32", 3, None, 2, sequence=0)),
         (names["size"], "k", "_read0", "_r_dim0"),
         ((names["size"], 16), ("k", None)),
         (
@@ -195,6 +203,7 @@ def every_host_function(names: dict[str, str], program: str) -> HostFunction:
         (big, weight),
         steps,
         read_slots=1,
+        sequences=(HostSequence(3, "_arena0", "float32", 2, 4),),
     )
 
 
@@ -286,6 +295,17 @@ def test_control_flow_round_trips_after_every_pass(make, bounds: dict[str, int],
     assert len(dumps) == len(steps)
     for dump, module in zip(dumps, steps):
         assert_structural_equal(parse_module(dump.read_text()), module)
+    round_trip(compiled)
+
+
+def test_dump_ir_of_a_sequence_model_round_trips(tmp_path: Path) -> None:
+    """A model with sequence inputs, appends and outputs: its host function (sequence tables,
+    sequence steps) is text too, so ``--dump-ir`` writes every pass's module."""
+    model = growing_sequence_model()
+    compiled = compile_model(model, {}, dump_ir=tmp_path)
+    assert len(sorted(tmp_path.glob("*.txt"))) == len(pipeline(1)) + 1
+    text = format_module(compiled)
+    assert "sequence_append(" in text and "host_sequence(" in text
     round_trip(compiled)
 
 
