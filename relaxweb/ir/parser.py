@@ -35,12 +35,13 @@ from .host import (
 from .kernel_builders import build_library_kernel
 from .module import IRModule
 from .printer import GRAPH_BUILTINS, SINFO
-from .schedule import SCHEDULE_KINDS, ElementSchedule, Schedule
+from .schedule import Schedule
 from .struct_info import (
     FuncStructInfo, ObjectStructInfo, OptionalStructInfo, PrimStructInfo, SequenceStructInfo, ShapeStructInfo,
     StructInfo, TensorStructInfo, TupleStructInfo, struct_info_equal,
 )
 from .symbolic import Add, FloorDiv, FloorMod, IntImm, Max, Min, Mul, PrimExpr, SizeVar, Sub
+from .target_schedules import TARGET_KINDS, TARGET_SCHEDULE_KINDS, TargetSchedules
 from .tir import (
     Binary, BinaryOp, Buffer, Cast, Compare, CompareOp, FloatImm, Gather, IndexValue, Load, Reduce, ReduceCombiner,
     ScalarExpr, Select, TensorProgram, Unary, UnaryOp,
@@ -581,25 +582,47 @@ class _Parser:
             buffers[arg.arg] = Buffer(name, self.prim_exprs(args["shape"]), self.string(args["dtype"]))
         return buffers
 
-    def schedule(self, node: ast.expr) -> Schedule:
-        """A program's schedule from its decorator's ``schedule=`` (see ``tir.format_schedule``):
-        a kind's name, or the kind called with its parameters as keywords."""
+    def target_schedules(self, keywords: dict[str, ast.expr]) -> TargetSchedules | None:
+        """A program's schedules from its decorator's keywords, one per target (see
+        ``tir.format_schedule``; a target not given keeps its default); None without any."""
+        given = {target: self.schedule(keywords[target], target) for target in TARGET_KINDS if target in keywords}
+        return TargetSchedules(**given) if given else None
+
+    def schedule(self, node: ast.expr, target: str) -> Schedule | None:
+        """A schedule of ``target``: a kind's name, or the kind called with its parameters as
+        keywords (integers, booleans, tuples of integers, schedules); ``None`` where the
+        target may have none."""
+        if isinstance(node, ast.Constant) and node.value is None and TARGET_KINDS[target][1]:
+            return None
+        kinds = TARGET_SCHEDULE_KINDS[target]
         name = _name(node) if isinstance(node, ast.Name) else _call_name(node)
-        kind = SCHEDULE_KINDS.get(name or "")
+        kind = kinds.get(name or "")
         if kind is None:
-            raise self.error(node, f"unknown schedule; expected one of {', '.join(SCHEDULE_KINDS)}")
+            raise self.error(node, f"unknown {target} schedule; expected one of {', '.join(kinds)}")
         if isinstance(node, ast.Name):
             return kind()
         if node.args:  # type: ignore[attr-defined]
             raise self.error(node, "a schedule's parameters are keywords")
-        parameters = {k.arg: self.integer(k.value) for k in node.keywords}  # type: ignore[attr-defined]
+        parameters = {k.arg: self.schedule_parameter(k.value, target) for k in node.keywords}  # type: ignore[attr-defined]
         try:
             return kind(**parameters)
         except (TypeError, ValueError) as error:
             raise self.error(node, f"schedule {name}: {error}") from None
 
+    def schedule_parameter(self, node: ast.expr, target: str) -> Any:
+        """A schedule's parameter: an integer, a boolean, a tuple of integers, or a schedule
+        of the same target (the one a kind falls back to)."""
+        if isinstance(node, (ast.Name, ast.Call)):
+            return self.schedule(node, target)
+        value = self.literal(node)
+        if isinstance(value, tuple) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            return value
+        if not isinstance(value, (int, bool)):
+            raise self.error(node, "a schedule's parameter is an integer, a boolean, a tuple of integers or a schedule")
+        return value
+
     def tensor_program(self, definition: ast.FunctionDef, keywords: dict[str, ast.expr]) -> TensorProgram:
-        self.check_keywords(keywords, {"name", "schedule"}, "tensor_program")
+        self.check_keywords(keywords, {"name", *TARGET_KINDS}, "tensor_program")
         buffers = self.buffers(definition)
         output_identifier = list(buffers)[-1]
         statement = definition.body[0]
@@ -609,7 +632,7 @@ class _Parser:
             raise self.error(definition, f"a tensor program's body is one definition '{output_identifier}[axes] = value'")
         axes = tuple(self.size_var(a) for a in _subscript_items(statement.targets[0]))
         body = self.scalar(statement.value, buffers)
-        schedule = self.schedule(keywords["schedule"]) if "schedule" in keywords else ElementSchedule()
+        schedule = self.target_schedules(keywords)
         try:
             return TensorProgram(self.definition_name(definition, keywords), tuple(list(buffers.values())[:-1]),
                                  buffers[output_identifier], axes, body, schedule)

@@ -486,10 +486,11 @@ def test_lower_rejects_an_unplanned_function() -> None:
 
 
 def test_pipeline_order_and_steps() -> None:
-    optimize = ["canonicalize_bindings", "fold_scalar_constants", "fuse_ops", "schedule_programs", "share_programs"]
+    optimize = ["canonicalize_bindings", "fold_scalar_constants", "fuse_ops", "share_programs", "schedule_programs"]
     assert [p.__name__ for p in PIPELINE] == ["compress_weights", "fuse_attention", "place_kv_caches", "legalize_ops", *optimize,
                                               "plan_memory", "lower_shapes_to_host"]
-    assert [p.__name__ for p in pipeline(0)] == ["compress_weights", "legalize_ops", "plan_memory", "lower_shapes_to_host"]
+    assert [p.__name__ for p in pipeline(0)] == ["compress_weights", "legalize_ops", "schedule_programs", "plan_memory",
+                                                 "lower_shapes_to_host"]
     with pytest.raises(ValueError, match="opt level 3 does not exist"):
         pipeline(3)
     steps: list[tuple[str, object]] = []
@@ -535,8 +536,8 @@ def test_pass_context_settings_reach_the_passes() -> None:
     assert PassContext.current().bounds == {} and PassContext.current().opt_level == 1
     with PassContext(bounds={"n": 8}, opt_level=0, storage_reuse=False) as outer:
         assert PassContext.current() is outer
-        assert [p.__name__ for p in pipeline()] == ["compress_weights", "legalize_ops", "plan_memory",
-                                                    "lower_shapes_to_host"]
+        assert [p.__name__ for p in pipeline()] == ["compress_weights", "legalize_ops", "schedule_programs",
+                                                    "plan_memory", "lower_shapes_to_host"]
         host = run_pipeline(chain_module()).main
         with PassContext(opt_level=0) as inner:
             assert PassContext.current() is inner
