@@ -25,12 +25,13 @@ from typing import Callable, Mapping
 import numpy as np
 
 from ..ir.dtype import DtypeKind, dtype_info
-from ..ir.launch import VECTOR, vector_access, vectorizable
+from ..ir.access import depends_on, flat_offset  # (the emitter's; the schedules choose by them too)
+from ..ir.launch import VECTOR
 from ..ir.lower_index import Constant, IndexLowering, IndexOp, Operation, TargetIndex, Variable
 from ..ir.symbolic import IntImm, PrimExpr, SizeVar, free_vars, simplify
 from ..ir.tir import (
     Binary, BinaryOp, Buffer, Cast, Compare, CompareOp, FloatImm, Gather, IndexValue, Load, Reduce, ReduceCombiner,
-    ScalarExpr, Select, TensorProgram, Unary, UnaryOp, contains_reduce, index_exprs, repeated_subexpressions,
+    ScalarExpr, Select, TensorProgram, Unary, UnaryOp, contains_reduce, repeated_subexpressions,
     scalar_children, scalar_nodes,
 )
 
@@ -315,16 +316,6 @@ def index_variables(target: TargetIndex) -> set[str]:
     if isinstance(target, Operation):
         return index_variables(target.a) | index_variables(target.b)
     return set()
-
-
-def flat_offset(buffer: Buffer, indices: tuple[PrimExpr, ...]) -> PrimExpr:
-    """The element offset of ``buffer[indices]`` (row-major), as an index expression."""
-    flat: PrimExpr = IntImm(0)
-    stride: PrimExpr = IntImm(1)
-    for index, extent in reversed(list(zip(indices, buffer.shape))):
-        flat = flat + index * stride
-        stride = stride * extent
-    return flat
 
 
 class Function:
@@ -672,25 +663,6 @@ class VectorEmitter(Emitter):
         if isinstance(expr, Unary):
             return rendering(VECTOR_UNARY_RENDERINGS, expr.op)(self.scalar(expr.a, indent))
         raise TypeError(f"{self.program.name}: cannot vectorize {type(expr).__name__}")
-
-
-def vector_access_of(program: TensorProgram) -> dict[str, str] | None:
-    """How the vectorized loop reads each buffer of ``program`` (:func:`VectorEmitter`), or
-    None when it cannot run the program: a float32 output whose last dimension is a
-    multiple of 4, and ops that all have f32x4 forms."""
-    if not vectorizable(program, 4):
-        return None
-    for node in scalar_nodes(program.body):
-        if isinstance(node, Binary) and node.op not in VECTOR_BINARY_RENDERINGS:
-            return None
-        if isinstance(node, Unary) and node.op not in VECTOR_UNARY_RENDERINGS:
-            return None
-    return vector_access(program, 4)
-
-
-def depends_on(expr: ScalarExpr, name: str) -> bool:
-    """Whether ``expr``'s value depends on the index variable ``name``."""
-    return any(name in {v.name for v in free_vars(index)} for index in index_exprs(expr))
 
 
 def invariant_reductions(body: ScalarExpr, axis: str) -> list[ScalarExpr]:

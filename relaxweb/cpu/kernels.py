@@ -1,6 +1,6 @@
 """emit_kernels_wasm: a compiled module's kernels, in manifest order, as one ``kernels.wasm``.
 
-Tensor programs are rendered here (``schedules.py``); library kernels bring their own text
+Tensor programs are rendered by their wasm schedule (``schedules/``); library kernels bring their own text
 (``LibraryKernel.wasm_source``).  A bundle with a library kernel that has none gets no
 ``kernels.wasm``: the result is then a :class:`WasmUnavailable` saying why, which the
 manifest records.  Anything else that cannot render is a compiler bug and raises.
@@ -13,11 +13,12 @@ from typing import Mapping, Sequence
 
 from ..ir.library_kernel import LibraryKernel
 from ..ir.module import IRModule
+from ..ir.target_schedules import schedules_of
 from ..ir.tir import TensorProgram
 from .emit import HELPER_FUNCTIONS
 from .math import MATH_FUNCTIONS
 from .module import KernelFunctions, assemble_kernels_module, wat_to_wasm
-from .schedules import render_program, scratch_bytes
+from .schedules import render_program
 
 
 @dataclass(frozen=True)
@@ -53,8 +54,9 @@ def emit_kernels_wasm(module: IRModule, kernel_order: Sequence[tuple[str, Mappin
         if not isinstance(program, TensorProgram):
             raise TypeError(f"kernel {name} is neither a tensor program nor a library kernel")
         note = "" if not parts else f", reading {', '.join(sorted(parts))} in parts"
-        kernels.append(KernelFunctions(index, f"tensor program {program.name} (schedule {program.schedule}{note})",
-                                       render_program(program, parts)))
-        scratch = max(scratch, scratch_bytes(program))
+        schedule = schedules_of(program).wasm
+        kernels.append(KernelFunctions(index, f"tensor program {program.name} (schedule {schedule}{note})",
+                                       render_program(program, parts, schedule)))
+        scratch = max(scratch, schedule.scratch_bytes)
     wat = assemble_kernels_module(kernels, source, {**MATH_FUNCTIONS, **HELPER_FUNCTIONS})
     return KernelsWasm(wat, wat_to_wasm(wat), scratch)
