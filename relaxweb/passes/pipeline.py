@@ -51,11 +51,10 @@ LOWER_OPS: list[Pass] = [legalize_ops]
 # program (one shader to compile at load).
 OPTIMIZE: list[Pass] = [canonicalize_bindings, fold_scalar_constants, fuse_ops, share_programs]
 
-# Each kernel's schedule on every target (at every opt level: at 0, WebGPU's element layout).
-SCHEDULE: list[Pass] = [schedule_programs]
-
-# Tensors -> storages, then the shape computation -> the host function.
-LOWER_TO_HOST: list[Pass] = [plan_memory, lower_shapes_to_host]
+# Tensors -> storages (a loop's carried values get copy kernels), each kernel's schedule on
+# every target once all kernels exist (at every opt level: at 0, WebGPU's element layout),
+# then the shape computation -> the host function (the dispatch sizes the schedules imply).
+LOWER_TO_HOST: list[Pass] = [plan_memory, schedule_programs, lower_shapes_to_host]
 
 
 def pipeline(opt_level: int | None = None) -> list[Pass]:
@@ -65,7 +64,7 @@ def pipeline(opt_level: int | None = None) -> list[Pass]:
     if opt_level not in OPT_LEVELS:
         raise ValueError(f"opt level {opt_level} does not exist; expected one of {', '.join(map(str, OPT_LEVELS))}")
     return [*COMPRESS, *(FUSE_OPS + PLACE_CACHES if opt_level >= 1 else []), *LOWER_OPS,
-            *(OPTIMIZE if opt_level >= 1 else []), *SCHEDULE, *LOWER_TO_HOST]
+            *(OPTIMIZE if opt_level >= 1 else []), *LOWER_TO_HOST]
 
 
 PIPELINE: list[Pass] = pipeline(DEFAULT_OPT_LEVEL)

@@ -69,16 +69,23 @@ the choice for such a model.
 - float elementwise and broadcast programs WebGPU's ``vectorized`` of width 4 fits, their ops
   with f32x4 forms, get ``vectorized``; everything else ``element``.
 
-**Order.**  This pass runs after share_programs, so each schedule is chosen for the program
-that is rendered: a shared program, its differing literals turned into size variables, gets
-the wasm kinds those variables allow (a weight of variable shape is not split by columns).
-The WebGPU rules read constant extents (the tile size, a long reduction, a multiple of 4),
-which sharing may turn into variables, so share_programs keeps apart the programs this
-pass's :func:`webgpu_schedule` would schedule differently, and those whose shared program it
-would schedule otherwise than its members (before, the same test was done the other way
-round: on programs scheduled first, the shared one keeping their schedule, with the wasm
-kinds chosen on the shared program by the bundle writer: the same choices wherever the
-shared program's WebGPU schedule is its members').
+**Order.**  This pass runs once every program exists and before the host function is
+lowered (which evaluates the dispatch sizes its WebGPU schedules imply): after
+share_programs and after plan_memory, which adds a copy program for each value a loop carries.
+
+- After sharing, each schedule is chosen for the program that is rendered: a shared program,
+  its differing literals turned into size variables, gets the wasm kinds those variables
+  allow (a weight of variable shape is not split by columns), as the bundle writer chose
+  them before this pass did.  The WebGPU rules read constant extents (the tile size, a long
+  reduction, a multiple of 4), which sharing may turn into variables, so share_programs keeps
+  apart the programs :func:`webgpu_schedule` would lay out differently, and those whose
+  shared program it would lay out otherwise than its members (before, sharing ran on
+  programs scheduled first and the shared one kept their schedule: the same choices
+  wherever the shared program's WebGPU schedule is its members').
+- After plan_memory, a loop's carried-value copies are scheduled like any other program
+  (before, they were made after scheduling: the element layout on WebGPU, their wasm kind
+  picked by the renderer); plan_memory merges a copy with an identical program of the
+  module (a model's own ``identity``) before either has a schedule.
 
 **Opt level 0** (``--opt-level 0``, what the optimizations are measured against): WebGPU
 runs ``element`` everywhere and no second shader; WebAssembly keeps the kinds above, as it
