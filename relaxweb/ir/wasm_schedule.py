@@ -64,6 +64,11 @@ class WasmSchedule(Schedule):
         """The scratch bytes one thread needs for the kernel."""
         return 0
 
+    @property
+    def fallback(self) -> WasmSchedule | None:
+        """The kind the kernel runs where this one's run-time test fails (None: it has none)."""
+        return None
+
     def units(self, sizes: KernelSizes) -> int:
         """The units the kernel splits a call of these sizes into (what ``$units`` returns)."""
         raise NotImplementedError(f"{self.kind}: no unit count")
@@ -204,6 +209,10 @@ class PackedMatmulSchedule(WasmSchedule):
             raise ValueError(f"{self}: the block matmul beyond it must orient the factors alike")
 
     @property
+    def fallback(self) -> WasmSchedule:
+        return self.beyond
+
+    @property
     def panel_b_bytes(self) -> int:
         """The second factor's panel: ``panel_columns`` columns at every step."""
         return 4 * self.panel_columns * self.max_depth
@@ -274,6 +283,10 @@ class MatrixVectorSchedule(WasmSchedule):
         """The deepest reduction (a multiple of 4) whose packed first factor of ``max_rows``
         rows fits the scratch of ``otherwise`` after the sums of ``columns`` columns."""
         return (otherwise.scratch_bytes - 4 * columns) // (4 * max_rows) // 4 * 4
+
+    @property
+    def fallback(self) -> WasmSchedule:
+        return self.otherwise
 
     @property
     def own_scratch_bytes(self) -> int:

@@ -230,4 +230,5 @@ def _wasm_matmul(program: TensorProgram, info: MatmulInfo) -> WasmSchedule:
     streamed = streamed_columns(info, program)
     if not (streamed or dot_columns(info)):
         return packed
-    return replace(MATRIX_VECTOR, swap_factors=swap, dot_products=not streamed, otherwise=packed)
+    depth = MatrixVectorSchedule.deepest(MATRIX_VECTOR.max_rows, MATRIX_VECTOR.columns, packed)  # what its scratch holds
+    return replace(MATRIX_VECTOR, swap_factors=swap, dot_products=not streamed, max_depth=depth, otherwise=packed)

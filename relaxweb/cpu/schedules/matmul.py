@@ -38,11 +38,9 @@ TIERS: dict[type[WasmSchedule], Tier] = {
 def tiers(schedule: WasmSchedule) -> list[WasmSchedule]:
     """The schedule's tiers, outermost first: it and those it falls back to."""
     chain = [schedule]
-    while True:
-        fallback = getattr(chain[-1], "otherwise", None) or getattr(chain[-1], "beyond", None)
-        if fallback is None:
-            return chain
+    while (fallback := chain[-1].fallback) is not None:
         chain.append(fallback)
+    return chain
 
 
 def render_matmul(program: TensorProgram, schedule: WasmSchedule, parts: Mapping[str, int]) -> str:
