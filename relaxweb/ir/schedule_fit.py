@@ -19,8 +19,8 @@ from __future__ import annotations
 from .launch import vectorizable
 from .pattern import MatmulInfo, WindowInfo, analyze_window
 from .tir import (
-    Binary, BinaryOp, CompareOp, Gather, Load, Reduce, ScalarExpr, Select, TensorProgram, Unary, UnaryOp, scalar_children,
-    scalar_nodes,
+    Binary, BinaryOp, CompareOp, Gather, Load, Reduce, ScalarExpr, Select, TensorProgram, Unary, UnaryOp,
+    scalar_children, scalar_nodes,
 )
 
 VECTOR_BINARY_OPS = frozenset({BinaryOp.ADD, BinaryOp.SUBTRACT, BinaryOp.MULTIPLY, BinaryOp.DIVIDE, BinaryOp.MAXIMUM,

@@ -159,7 +159,8 @@ def webgpu_schedule(program: TensorProgram) -> WebGpuSchedule:
     if pattern is Pattern.REDUCTION and _cooperative_reductions_allowed(program):
         return WorkgroupReductionSchedule()
     vectorized = VectorizedSchedule()
-    if pattern in (Pattern.ELEMENTWISE, Pattern.BROADCAST, Pattern.INJECTIVE) and vectorizable(program, vectorized.width):
+    elementwise = pattern in (Pattern.ELEMENTWISE, Pattern.BROADCAST, Pattern.INJECTIVE)
+    if elementwise and vectorizable(program, vectorized.width):
         return vectorized
     return ElementSchedule()
 
@@ -230,5 +231,5 @@ def _wasm_matmul(program: TensorProgram, info: MatmulInfo) -> WasmSchedule:
     streamed = streamed_columns(info, program)
     if not (streamed or dot_columns(info)):
         return packed
-    depth = MatrixVectorSchedule.deepest(MATRIX_VECTOR.max_rows, MATRIX_VECTOR.columns, packed)  # what its scratch holds
+    depth = MatrixVectorSchedule.deepest(MATRIX_VECTOR.max_rows, MATRIX_VECTOR.columns, packed)  # all its scratch holds
     return replace(MATRIX_VECTOR, swap_factors=swap, dot_products=not streamed, max_depth=depth, otherwise=packed)

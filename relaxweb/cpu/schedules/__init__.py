@@ -45,7 +45,8 @@ def render_program(program: TensorProgram, parts: Mapping[str, int] | None = Non
     schedule = schedules_of(program).wasm if schedule is None else schedule
     renderer = RENDERERS.get(type(schedule))
     if renderer is None:
-        raise NotImplementedError(f"{program.name}: the WebAssembly backend has no renderer for the schedule {schedule}")
+        raise NotImplementedError(f"{program.name}: the WebAssembly backend has no renderer for the schedule "
+                                  f"{schedule}")
     return renderer(program, schedule, dict(parts or {}))
 
 

@@ -138,7 +138,8 @@ def unflatten_into(emitter: Emitter, body: Body, extents: Sequence[PrimExpr], li
     return locals_
 
 
-def declare_axes(emitter: Emitter, axes: Sequence[SizeVar], extents: Sequence[PrimExpr], locals_: Sequence[str]) -> None:
+def declare_axes(emitter: Emitter, axes: Sequence[SizeVar], extents: Sequence[PrimExpr],
+                 locals_: Sequence[str]) -> None:
     """Declares each axis of ``axes`` (of ``extents``) held in its local, in the current scope."""
     for axis, extent, local in zip(axes, extents, locals_):
         emitter.declare_axis(axis, extent, local)

@@ -74,7 +74,8 @@ def matrix_vector_units(sizes: UnitSizes, schedule: MatrixVectorSchedule, then: 
 def _condition(schedule: MatrixVectorSchedule, rows: str, depth: str) -> str:
     """An i32 WAT value, nonzero where the tier runs: at most ``max_rows`` rows and
     ``max_depth`` reduction steps (``rows``, ``depth``: i32 WAT values)."""
-    return op("i32.and", op("i32.le_u", rows, const(schedule.max_rows)), op("i32.le_u", depth, const(schedule.max_depth)))
+    return op("i32.and", op("i32.le_u", rows, const(schedule.max_rows)),
+              op("i32.le_u", depth, const(schedule.max_depth)))
 
 
 def _sums_bytes(schedule: MatrixVectorSchedule) -> int:
@@ -182,7 +183,8 @@ def _dot_sums(kernel: MatmulKernel, schedule: MatrixVectorSchedule, column0: str
                     body.br_if(f"${label}_steps_done", op("i32.ge_u", get(k), get("$depth")))
                     with body.loop(f"${label}_steps"):
                         for tail, address in zip(tails, addresses):
-                            body.set(tail, f"(f32.add {get(tail)} (f32.mul (f32.load {get(a)}) (f32.load {get(address)})))")
+                            product = f"(f32.mul (f32.load {get(a)}) (f32.load {get(address)}))"
+                            body.set(tail, f"(f32.add {get(tail)} {product})")
                             body.increment(address, 4)
                         body.increment(a, 4)
                         body.increment(k)
@@ -279,7 +281,8 @@ def _outputs(kernel: MatmulKernel, row: str, column0: str, width: str) -> None:
                          unflatten_into(emitter, body, kernel.column_extents, get(column), "yw"))
             offset = emitter.index(flat_offset(program.output, tuple(program.axes)))
             address = emitter.set_local(emitter.address(program.output.name, offset), "i32", body.indent, "address")
-            emitter.known(info.reduction, f"(f32.load {add(get('$scratch'), op('i32.shl', sub(get(column), get(column0)), const(2)))})")
+            sum_at = add(get("$scratch"), op("i32.shl", sub(get(column), get(column0)), const(2)))
+            emitter.known(info.reduction, f"(f32.load {sum_at})")
             body.line(store(program.output.dtype, address, emitter.scalar(program.body, body.indent)))
             emitter.close_scope()
             body.increment(column)
