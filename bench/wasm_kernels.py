@@ -1,6 +1,7 @@
 """How fast the WebAssembly backend's matmul-like kernels are (kernels.wasm, relaxweb/cpu):
 the element form (one output element at a time) against the packed panels and
-register-blocked micro-kernels that ``render_program`` picks, under wasmtime on one thread.
+register-blocked micro-kernels of the wasm schedule the compiler chooses, under wasmtime on
+one thread.
 
 Usage (from the repository root)::
 
@@ -33,8 +34,11 @@ from relaxweb.compiler import compile_model  # noqa: E402
 from relaxweb.cpu.emit import HELPER_FUNCTIONS  # noqa: E402
 from relaxweb.cpu.math import MATH_FUNCTIONS  # noqa: E402
 from relaxweb.cpu.module import KernelFunctions, assemble_kernels_module, wat_to_wasm  # noqa: E402
-from relaxweb.cpu.schedules import MATMUL_SCRATCH_BYTES, render_element, render_program  # noqa: E402
+from relaxweb.cpu.schedules import render_program  # noqa: E402
 from relaxweb.ir.pattern import analyze_matmul  # noqa: E402
+from relaxweb.ir.wasm_schedule import MatrixVectorSchedule, WasmElementSchedule  # noqa: E402
+
+MATMUL_SCRATCH_BYTES = MatrixVectorSchedule().scratch_bytes  # the most a matmul kernel of the compiler asks for
 
 RESERVED = 65536  # bytes [0, 65536) are never a buffer (docs/bundle-format.md, "kernels.wasm")
 
@@ -97,7 +101,7 @@ def main() -> None:
     print(f"{'kernel':<28} {'element':>16} {'micro-kernel':>16} {'ratio':>7}  (best of {args.rounds}, one thread)")
     for label, program, arrays, flops in cases():
         shape = tuple(int(d.value) for d in program.output.shape)
-        kernels = {"element": Kernel(render_element(program, {}), arrays, shape),
+        kernels = {"element": Kernel(render_program(program, {}, WasmElementSchedule()), arrays, shape),
                    "micro-kernel": Kernel(render_program(program, {}), arrays, shape)}
         best = {name: float("inf") for name in kernels}
         for _ in range(args.rounds):  # interleaved: both forms see the same load on the machine

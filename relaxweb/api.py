@@ -129,14 +129,14 @@ class Bundle:
     @property
     def cpu_shader_bytes(self) -> dict[str, int]:
         """The bytes of the kernels' shaders for CPU adapters (``cpu_file``), by the kernel's
-        ``file``: what a CPU adapter compiles instead (``relaxweb/wgsl/variants.py``)."""
+        ``file``: what a CPU adapter compiles instead (``relaxweb/passes/schedule_programs.py``)."""
         return {kernel["file"]: len(read_bundle_file(self.path, kernel["cpu_file"], MAX_KERNEL_BYTES, "kernel"))
                 for kernel in self.manifest["kernels"] if "cpu_file" in kernel}
 
     @property
     def f16_shader_bytes(self) -> dict[str, int]:
         """The bytes of the kernels' f16 shaders (``f16_file``), by the kernel's ``file``: what
-        an adapter with ``shader-f16`` compiles instead (``relaxweb/wgsl/variants.py``)."""
+        an adapter with ``shader-f16`` compiles instead (``relaxweb/passes/schedule_programs.py``)."""
         return {kernel["file"]: len(read_bundle_file(self.path, kernel["f16_file"], MAX_KERNEL_BYTES, "kernel"))
                 for kernel in self.manifest["kernels"] if "f16_file" in kernel}
 
@@ -202,7 +202,7 @@ def load(bundle_dir: str | Path, *, backend: str = "auto", device: Any = None, p
     ``device`` is a ``wgpu.GPUDevice``; by default a device shared by every session.
     ``profiling=True`` requests the adapter's ``timestamp-query`` feature when it has one
     (a device shared by profiling sessions), so that profiles time kernels on the GPU.
-    ``kernels`` picks the shaders of kernels that have a variant (``relaxweb/wgsl/variants.py``):
+    ``kernels`` picks the shaders of kernels that have a variant (``relaxweb/passes/schedule_programs.py``):
     ``"auto"`` (the CPU ones on a CPU adapter such as lavapipe, else the f16 ones where the
     adapter offers ``shader-f16``, else the f32 ones), ``"gpu"``, ``"cpu"`` or ``"f16"`` (the
     f32 ones, with a warning, where the feature is missing); ``session.kernels`` says which

@@ -26,15 +26,15 @@ from .ir.host import SEQUENCE_CAPACITY, BufferRef, HostDispatch, HostFunction, H
 from .ir.launch import BINDING_PART_BYTES, MAX_STORAGE_BINDINGS, binding_parts, smallest_part_bytes
 from .ir.library_kernel import WEBGPU_CPU, WEBGPU_F16, LibraryKernel
 from .ir.module import IRModule
-from .ir.schedule import WORKGROUP_SIZE
+from .ir.schedule import WORKGROUP_SIZE, WebGpuSchedule
 from .ir.symbolic import format_expr, free_vars, product, upper_bound
+from .ir.target_schedules import schedules_of
 from .ir.tir import TensorProgram
 from .ir.params_block import PARAMS_SLOT
 from .wasm import MAX_RANK, CallSiteParams, assemble, emit_host_wat
 from .wgsl import ShaderInfo, emit_wgsl
 from .wgsl.library import emit_library_kernel, library_kernel_wgsl
 from .wgsl.ragged import ragged_source
-from .wgsl.variants import cpu_shader_fits, cpu_variant, f16_variant
 
 FORMAT = "relaxweb-bundle"
 # 2: the manifest's ``dtypes`` table replaced each tensor's ``device_dtype``.
@@ -197,8 +197,9 @@ def _sequence_kind(value: HostInput | HostOutput) -> str:
 
 
 def _cpu_variant_entry(kernel, name: str, parts: dict[str, int], shader: ShaderInfo, out: Path) -> dict:
-    """``{"cpu_file": ...}`` when the kernel has a shader for CPU adapters
-    (``relaxweb/wgsl/variants.py``), written next to its own; ``{}`` otherwise."""
+    """``{"cpu_file": ...}`` when the kernel has a shader for CPU adapters (a tensor
+    program's ``schedule.webgpu_cpu``, a library kernel's ``webgpu_cpu`` target), written next
+    to its own; ``{}`` otherwise."""
     if isinstance(kernel, LibraryKernel):  # its CPU form has the same bindings and params
         source = library_kernel_wgsl(kernel, WEBGPU_CPU)
         if source is None:
@@ -206,17 +207,24 @@ def _cpu_variant_entry(kernel, name: str, parts: dict[str, int], shader: ShaderI
         file = f"kernels/{name}.cpu.wgsl"
         (out / file).write_text(source)
         return {"cpu_file": file}
-    variant = cpu_variant(kernel) if isinstance(kernel, TensorProgram) else None
-    if variant is None:
+    source = _second_shader(kernel, parts, schedules_of(kernel).webgpu_cpu, shader)
+    if not source:
         return {}
-    variant_shader = emit_wgsl(variant, parts)
-    if not cpu_shader_fits(variant_shader.source):
-        return {}
-    if (variant_shader.params, variant_shader.bindings) != (shader.params, shader.bindings):
-        raise AssertionError(f"{kernel.name}: the CPU variant must keep the kernel's params and bindings")
     file = f"kernels/{name}.cpu.wgsl"
-    (out / file).write_text(variant_shader.source)
+    (out / file).write_text(source)
     return {"cpu_file": file}
+
+
+def _second_shader(program: TensorProgram, parts: dict[str, int], schedule: WebGpuSchedule | None,
+                   shader: ShaderInfo) -> str:
+    """The WGSL of a tensor program's second shader under ``schedule`` (one of its
+    ``TargetSchedules``), ``""`` when it has none; it keeps the kernel's params and bindings."""
+    if schedule is None:
+        return ""
+    second = emit_wgsl(program, parts, schedule)
+    if (second.params, second.bindings) != (shader.params, shader.bindings):
+        raise AssertionError(f"{program.name}: the {schedule.kind} shader must keep the kernel's params and bindings")
+    return second.source
 
 
 def _batch_variant_entries(name: str, source: str, cpu_entry: dict, out: Path) -> dict:
@@ -237,30 +245,20 @@ def _batch_variant_entries(name: str, source: str, cpu_entry: dict, out: Path) -
 
 
 def _f16_variant_entry(kernel, name: str, parts: dict[str, int], shader: ShaderInfo, out: Path) -> dict:
-    """``{"f16_file": ...}`` when the kernel has a shader for adapters with ``shader-f16``
-    (``relaxweb/wgsl/variants.py``), written next to its own; ``{}`` otherwise.  The bundle
-    does not require the feature: a runtime compiles these only where the adapter has it."""
+    """``{"f16_file": ...}`` when the kernel has a shader for adapters with ``shader-f16`` (a
+    tensor program's ``schedule.webgpu_f16``, a library kernel's ``webgpu_f16`` target), written
+    next to its own; ``{}`` otherwise.  The bundle does not require the feature: a runtime
+    compiles these only where the adapter has it."""
     # a library kernel's f16 form has the same bindings and params
     if isinstance(kernel, LibraryKernel):
         source = library_kernel_wgsl(kernel, WEBGPU_F16) or ""
     else:
-        source = _f16_program_source(kernel, parts, shader)
+        source = _second_shader(kernel, parts, schedules_of(kernel).webgpu_f16, shader)
     if not source:
         return {}
     file = f"kernels/{name}.f16.wgsl"
     (out / file).write_text(source)
     return {"f16_file": file}
-
-
-def _f16_program_source(program: TensorProgram, parts: dict[str, int], shader: ShaderInfo) -> str:
-    """The WGSL of a tensor program's f16 variant, ``""`` when it has none."""
-    variant = f16_variant(program)
-    if variant is None:
-        return ""
-    variant_shader = emit_wgsl(variant, parts)
-    if (variant_shader.params, variant_shader.bindings) != (shader.params, shader.bindings):
-        raise AssertionError(f"{program.name}: the f16 variant must keep the kernel's params and bindings")
-    return variant_shader.source
 
 
 def emit_kernel(kernel, parts: dict[str, int] | None = None) -> ShaderInfo:

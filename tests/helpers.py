@@ -43,7 +43,7 @@ Tiers (rtol, atol):
 ``FLOAT16``, rtol 1e-3, atol 1e-3: float16 results (one float16 ulp is 2**-10 ~ 9.8e-4).
 ``F16_MODEL``, rtol = atol = 2e-3: whole models (the GPT-2-like and CNN test models) whose
     matmuls and convolutions ran their f16 shaders (``kernels="f16"``: factors rounded to f16
-    and multiplied in f16, summed in f32; relaxweb/wgsl/variants.py) against onnxruntime.
+    and multiplied in f16, summed in f32; relaxweb/passes/schedule_programs.py) against onnxruntime.
     Each product is off by up to 5 f16 unit roundoffs (2**-11 ~ 4.9e-4) of its magnitude, so a
     K-term sum by ~sqrt(K) * 4.9e-4 * |term| in practice (single matmuls are checked against
     that bound itself, tests/wgsl/test_f16_kernels.py).  Measured on lavapipe at the test shapes:

@@ -25,14 +25,15 @@ from typing import Callable, Mapping
 import numpy as np
 
 from ..ir.dtype import DtypeKind, dtype_info
-from ..ir.launch import VECTOR, vector_access, vectorizable
+from ..ir.access import depends_on
+from ..ir.launch import VECTOR
 from ..ir.lower_index import Constant, IndexOp, Operation, TargetIndex, Variable
 from ..ir.scalar_functor import ScalarFunctor
-from ..ir.scalar_renderer import ScalarRenderer, flat_offset  # noqa: F401  (flat_offset: for the schedules)
+from ..ir.scalar_renderer import ScalarRenderer
 from ..ir.symbolic import IntImm, PrimExpr, SizeVar, free_vars, simplify
 from ..ir.tir import (
-    Binary, BinaryOp, Buffer, Cast, Compare, CompareOp, FloatImm, Gather, Load, Reduce, ReduceCombiner, ScalarExpr,
-    Select, TensorProgram, Unary, UnaryOp, contains_reduce, index_exprs, scalar_children, scalar_nodes,
+    Binary, BinaryOp, Buffer, Cast, Compare, CompareOp, FloatImm, Gather, Load, Reduce, ReduceCombiner,
+    ScalarExpr, Select, TensorProgram, Unary, UnaryOp, contains_reduce, scalar_children, scalar_nodes,
 )
 
 # A value's class decides its instructions: "f" a float (f32), "s" a signed integer, "u" an
@@ -659,25 +660,6 @@ class VectorEmitter(Emitter):
         raise TypeError(f"{self.program.name}: cannot vectorize {type(expr).__name__}")
 
     visit_gather = visit_index_value = visit_cast = visit_compare = visit_select = visit_reduce = cannot_vectorize
-
-
-def vector_access_of(program: TensorProgram) -> dict[str, str] | None:
-    """How the vectorized loop reads each buffer of ``program`` (:func:`VectorEmitter`), or
-    None when it cannot run the program: a float32 output whose last dimension is a
-    multiple of 4, and ops that all have f32x4 forms."""
-    if not vectorizable(program, 4):
-        return None
-    for node in scalar_nodes(program.body):
-        if isinstance(node, Binary) and node.op not in VECTOR_BINARY_RENDERINGS:
-            return None
-        if isinstance(node, Unary) and node.op not in VECTOR_UNARY_RENDERINGS:
-            return None
-    return vector_access(program, 4)
-
-
-def depends_on(expr: ScalarExpr, name: str) -> bool:
-    """Whether ``expr``'s value depends on the index variable ``name``."""
-    return any(name in {v.name for v in free_vars(index)} for index in index_exprs(expr))
 
 
 def invariant_reductions(body: ScalarExpr, axis: str) -> list[ScalarExpr]:

@@ -1,9 +1,10 @@
 """emit_kernels_wasm: a compiled module's kernels, in manifest order, as one ``kernels.wasm``.
 
-Tensor programs are rendered here (``schedules.py``), library kernels by their builders'
-renderers (``library/``).  A bundle with a library kernel that has no WebAssembly version (no
-``wasm`` among its targets) gets no ``kernels.wasm``: the result is then a :class:`WasmUnavailable` saying why, which the
-manifest records.  Anything else that cannot render is a compiler bug and raises.
+Tensor programs are rendered by their wasm schedule (``schedules/``), library kernels by their
+builders' renderers (``library/``).  A bundle with a library kernel that has no WebAssembly
+version (no ``wasm`` among its targets) gets no ``kernels.wasm``: the result is then a
+:class:`WasmUnavailable` saying why, which the manifest records.  Anything else that cannot
+render is a compiler bug and raises.
 """
 
 from __future__ import annotations
@@ -13,12 +14,13 @@ from typing import Mapping, Sequence
 
 from ..ir.library_kernel import LibraryKernel
 from ..ir.module import IRModule
+from ..ir.target_schedules import schedules_of
 from ..ir.tir import TensorProgram
 from .emit import HELPER_FUNCTIONS
 from .library import library_kernel_wat
 from .math import MATH_FUNCTIONS
 from .module import KernelFunctions, assemble_kernels_module, wat_to_wasm
-from .schedules import render_program, scratch_bytes
+from .schedules import render_program
 
 
 @dataclass(frozen=True)
@@ -55,8 +57,9 @@ def emit_kernels_wasm(module: IRModule, kernel_order: Sequence[tuple[str, Mappin
         if not isinstance(program, TensorProgram):
             raise TypeError(f"kernel {name} is neither a tensor program nor a library kernel")
         note = "" if not parts else f", reading {', '.join(sorted(parts))} in parts"
-        kernels.append(KernelFunctions(index, f"tensor program {program.name} (schedule {program.schedule}{note})",
-                                       render_program(program, parts)))
-        scratch = max(scratch, scratch_bytes(program))
+        schedule = schedules_of(program).wasm
+        kernels.append(KernelFunctions(index, f"tensor program {program.name} (schedule {schedule}{note})",
+                                       render_program(program, parts, schedule)))
+        scratch = max(scratch, schedule.scratch_bytes)
     wat = assemble_kernels_module(kernels, source, {**MATH_FUNCTIONS, **HELPER_FUNCTIONS})
     return KernelsWasm(wat, wat_to_wasm(wat), scratch)

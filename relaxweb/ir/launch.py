@@ -12,18 +12,20 @@ from __future__ import annotations
 from .pattern import MatmulInfo, analyze_matmul, top_level_reductions
 from .schedule import (
     MATMUL_SCHEDULES, WORKGROUP_SIZE, ElementSchedule, HalfTiledMatmulSchedule, RegisterMatmulSchedule,
-    TiledMatmulSchedule, VectorizedSchedule, WorkgroupReductionSchedule,
+    TiledMatmulSchedule, VectorizedSchedule, WebGpuSchedule, WorkgroupReductionSchedule,
 )
 from .symbolic import IntImm, PrimExpr, SizeVar, free_vars, product, simplify
+from .target_schedules import schedules_of
 from .tir import Binary, FloatImm, Load, TensorProgram, Unary, UnaryOp, scalar_nodes
 
 VECTOR = "vector"  # a buffer read along the last axis, ``width`` elements at a time
 SPLAT = "splat"  # a buffer constant along the last axis: one element for the whole vector
 
 
-def dispatch_count(program: TensorProgram) -> PrimExpr:
-    """Invocations a dispatch of ``program`` needs, over its size variables."""
-    schedule = program.schedule
+def dispatch_count(program: TensorProgram, schedule: WebGpuSchedule | None = None) -> PrimExpr:
+    """Invocations a dispatch of ``program`` needs under ``schedule`` (by default its WebGPU
+    one, which every shader of the kernel keeps), over its size variables."""
+    schedule = schedules_of(program).webgpu if schedule is None else schedule
     outputs = product(program.output.shape)
     if isinstance(schedule, VectorizedSchedule):
         return simplify(outputs // schedule.width)
@@ -39,10 +41,10 @@ def dispatch_count(program: TensorProgram) -> PrimExpr:
     raise NotImplementedError(f"{program.name}: no dispatch size for the schedule {schedule} (relaxweb/ir/launch.py)")
 
 
-def workgroup_storage_bytes(program: TensorProgram) -> int:
-    """Bytes of workgroup memory the program's schedule uses (the bundle requires at least
-    this ``maxComputeWorkgroupStorageSize``)."""
-    schedule = program.schedule
+def workgroup_storage_bytes(program: TensorProgram, schedule: WebGpuSchedule | None = None) -> int:
+    """Bytes of workgroup memory ``schedule`` (by default the program's WebGPU one) uses (the
+    bundle requires at least this ``maxComputeWorkgroupStorageSize``)."""
+    schedule = schedules_of(program).webgpu if schedule is None else schedule
     if isinstance(schedule, TiledMatmulSchedule):
         staged_bytes = 2 if isinstance(schedule, HalfTiledMatmulSchedule) else 4
         return 2 * schedule.tile * schedule.depth * staged_bytes  # both factors' staged slices

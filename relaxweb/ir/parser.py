@@ -28,37 +28,26 @@ from .expr import (
     DataflowVar, Expr, Function, If, Loop, MatchCast, PrimValue, SeqExpr, ShapeExpr, TensorToPrim, Tuple, TupleGetItem,
     Var, VarBinding,
 )
-from .host import (
-    BufferRef, HostBind, HostCache, HostCheck, HostDispatch, HostFunction, HostIf, HostInput, HostLoop, HostOutput,
-    HostOutputShape, HostRead, HostSequence, HostSequenceAppend, HostSequenceClear, HostSequenceInput,
-    HostSequencePresence, HostStorage, ShapeCheck,
-)
+from .host_parser import HostFunctionReader
 from .kernel_builders import build_library_kernel
 from .module import IRModule
 from .printer import GRAPH_BUILTINS, SINFO
-from .schedule import SCHEDULE_KINDS, ElementSchedule, Schedule
+from .schedule import Schedule
 from .struct_info import (
     FuncStructInfo, ObjectStructInfo, OptionalStructInfo, PrimStructInfo, SequenceStructInfo, ShapeStructInfo,
     StructInfo, TensorStructInfo, TupleStructInfo, struct_info_equal,
 )
-from .symbolic import Add, FloorDiv, FloorMod, IntImm, Max, Min, Mul, PrimExpr, SizeVar, Sub
+from .symbolic import SizeVar
+from .target_schedules import TARGET_KINDS, TARGET_SCHEDULE_KINDS, TargetSchedules
+from .text_reader import (
+    ParseError, call_name, is_number_node, is_quoted_size_var, is_scalar_node, name_of_node, subscript_items,
+)
 from .tir import (
     Binary, BinaryOp, Buffer, Cast, Compare, CompareOp, FloatImm, Gather, IndexValue, Load, Reduce, ReduceCombiner,
     ScalarExpr, Select, TensorProgram, Unary, UnaryOp,
 )
 
 
-class ParseError(ValueError):
-    """Malformed IR text; the message gives the line and column and shows the line."""
-
-    def __init__(self, message: str, line: int | None = None, column: int | None = None, source_line: str = "") -> None:
-        self.message, self.line, self.column = message, line, column
-        where = f"line {line}, column {column + 1}: " if line is not None and column is not None else ""
-        shown = f"\n    {source_line}\n    {' ' * (column or 0)}^" if source_line else ""
-        super().__init__(f"{where}{message}{shown}")
-
-
-_PRIM_OPERATORS: dict[type, type] = {ast.Add: Add, ast.Sub: Sub, ast.Mult: Mul, ast.FloorDiv: FloorDiv, ast.Mod: FloorMod}
 # The operators tir.format_scalar writes with symbols (BINARY_SYMBOLS, COMPARE_OPS).
 _SCALAR_OPERATORS = {ast.Add: BinaryOp.ADD, ast.Sub: BinaryOp.SUBTRACT, ast.Mult: BinaryOp.MULTIPLY,
                      ast.Div: BinaryOp.DIVIDE}
@@ -67,7 +56,6 @@ _COMPARE_OPERATORS = {ast.Lt: CompareOp.LT, ast.LtE: CompareOp.LE, ast.Gt: Compa
 # The names the other scalar ops print as (each member of these enums is its name).
 _BINARY_NAMES, _UNARY_NAMES = frozenset(BinaryOp), frozenset(UnaryOp)
 _COMBINER_NAMES = frozenset(ReduceCombiner)
-_FLOAT_WORDS = {"inf": float("inf"), "-inf": float("-inf"), "nan": float("nan")}
 
 
 def parse_module(text: str, constants: Mapping[str, Constant | np.ndarray] | None = None) -> IRModule:
@@ -86,19 +74,9 @@ def parse_module(text: str, constants: Mapping[str, Constant | np.ndarray] | Non
     return _Parser(text, constants or {}).module(tree)
 
 
-class _Parser:
-    def __init__(self, text: str, constants: Mapping[str, Constant | np.ndarray]) -> None:
-        self.lines = text.splitlines()
-        self.constant_table = constants
-        self.constants: dict[Any, Constant] = {}
-        self.scope: dict[str, Var] = {}
-
-    def error(self, node: ast.AST, message: str) -> ParseError:
-        line = getattr(node, "lineno", None)
-        source = self.lines[line - 1] if line is not None and 0 < line <= len(self.lines) else ""
-        return ParseError(message, line, getattr(node, "col_offset", None), source)
-
-    # -- the module ------------------------------------------------------------------------
+class _Parser(HostFunctionReader):
+    """The whole text: the module, graph functions, tensor programs and library kernels (host
+    functions: ``HostFunctionReader``)."""
 
     def module(self, tree: ast.Module) -> IRModule:
         functions: dict[str, Any] = {}
@@ -126,164 +104,10 @@ class _Parser:
             table[item.name] = item
         return IRModule(functions, programs, attrs)
 
-    def decorator(self, definition: ast.FunctionDef, kinds: set[str]) -> tuple[str, dict[str, ast.expr]]:
-        """The kind of a definition and its decorator's keyword arguments."""
-        if len(definition.decorator_list) != 1:
-            raise self.error(definition, f"'{definition.name}' needs exactly one decorator, one of: {', '.join(sorted(kinds))}")
-        decorator = definition.decorator_list[0]
-        call = decorator if isinstance(decorator, ast.Call) else None
-        name_node = call.func if call else decorator
-        if not isinstance(name_node, ast.Name) or name_node.id not in kinds:
-            raise self.error(decorator, f"unknown decorator; expected one of: {', '.join(sorted(kinds))}")
-        if call and call.args:
-            raise self.error(call, f"@{name_node.id} takes keyword arguments only")
-        keywords = {}
-        for keyword in call.keywords if call else []:
-            if keyword.arg is None:
-                raise self.error(keyword.value, f"@{name_node.id} takes keyword arguments only")
-            keywords[keyword.arg] = keyword.value
-        return name_node.id, keywords
-
-    def definition_name(self, definition: ast.FunctionDef, keywords: dict[str, ast.expr]) -> str:
-        """A definition's name: its ``name=`` (a name that is not an identifier), or the def's."""
-        return self.string(keywords["name"]) if "name" in keywords else definition.name
-
-    def check_keywords(self, keywords: dict[str, ast.expr], allowed: set[str], what: str) -> None:
-        for key, node in keywords.items():
-            if key not in allowed:
-                raise self.error(node, f"@{what} has no argument {key!r} (it takes: {', '.join(sorted(allowed))})")
-
-    # -- arguments and literals ------------------------------------------------------------
-
-    def arguments(self, call: ast.Call, positional: list[str], keyword_only: tuple[str, ...] = (),
-                  required: tuple[str, ...] = ()) -> dict[str, ast.expr]:
-        """The argument nodes of a call by parameter name (``positional`` may also be given
-        by keyword); every name in ``required`` must be given."""
-        what = _call_name(call)
-        if any(isinstance(a, ast.Starred) for a in call.args) or len(call.args) > len(positional):
-            raise self.error(call, f"{what}() takes at most {len(positional)} positional argument(s)")
-        found = dict(zip(positional, call.args))
-        for keyword in call.keywords:
-            if keyword.arg is None or keyword.arg not in (*positional, *keyword_only):
-                raise self.error(keyword.value, f"{what}() has no argument {keyword.arg or '**'!r}")
-            if keyword.arg in found:
-                raise self.error(keyword.value, f"{what}() got {keyword.arg!r} twice")
-            found[keyword.arg] = keyword.value
-        for name in required:
-            if name not in found:
-                raise self.error(call, f"{what}() needs {name!r}")
-        return found
-
-    def string(self, node: ast.expr) -> str:
-        if not (isinstance(node, ast.Constant) and isinstance(node.value, str)):
-            raise self.error(node, "expected a string literal")
-        return node.value
-
-    def integer(self, node: ast.expr) -> int:
-        value = self.literal(node)
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise self.error(node, "expected an integer")
-        return value
-
-    def literal(self, node: ast.expr) -> Any:
-        """A Python literal (attribute values, tables): None, bools, numbers, strings,
-        lists, tuples, dicts, ``float("inf")`` and ``sym(expr)``."""
-        read = _LITERAL_READERS.get(type(node))
-        value = _NOT_READ if read is None else read(self, node)
-        if value is _NOT_READ:
-            raise self.error(node, "expected a literal (number, string, None, True/False, list, tuple, dict, "
-                                   "float(...) or sym(...))")
-        return value
-
-    def literal_constant(self, node: ast.Constant) -> Any:
-        return _NOT_READ if isinstance(node.value, (bytes, complex, type(...))) else node.value
-
-    def literal_negative(self, node: ast.UnaryOp) -> Any:
-        if not isinstance(node.op, ast.USub):
-            return _NOT_READ
-        value = self.literal(node.operand)
-        return -value if isinstance(value, (int, float)) and not isinstance(value, bool) else _NOT_READ
-
-    def literal_dict(self, node: ast.Dict) -> Any:
-        if None in node.keys:
-            return _NOT_READ
-        return {self.literal(k): self.literal(v) for k, v in zip(node.keys, node.values)}  # type: ignore[arg-type]
-
-    def literal_call(self, node: ast.Call) -> Any:
-        """``float("inf")`` (and ``"-inf"``, ``"nan"``) or ``sym(expr)``."""
-        name = _call_name(node)
-        if name not in ("float", "sym") or len(node.args) != 1 or node.keywords:
-            return _NOT_READ
-        if name == "sym":
-            return self.prim_expr(node.args[0])
-        word = self.string(node.args[0])
-        if word not in _FLOAT_WORDS:
-            raise self.error(node, f'expected float("inf"), float("-inf") or float("nan"), got {word!r}')
-        return _FLOAT_WORDS[word]
-
-    # -- size expressions ------------------------------------------------------------------
-
-    def prim_expr(self, node: ast.expr) -> PrimExpr:
-        """A symbolic integer expression, built node for node as written."""
-        read = _PRIM_EXPR_READERS.get(type(node))
-        expr = None if read is None else read(self, node)
-        if expr is None:
-            raise self.error(node, "expected a size expression (integers, size variables, + - * // %, min, max)")
-        return expr
-
-    def prim_constant(self, node: ast.Constant) -> PrimExpr | None:
-        value = node.value
-        return IntImm(value) if isinstance(value, int) and not isinstance(value, bool) else None
-
-    def prim_negative(self, node: ast.UnaryOp) -> PrimExpr | None:
-        """``-4``: a negative constant."""
-        if not (isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant)):
-            return None
-        value = self.prim_expr(node.operand)
-        assert isinstance(value, IntImm)
-        return IntImm(-value.value)
-
-    def prim_operation(self, node: ast.BinOp) -> PrimExpr | None:
-        kind = _PRIM_OPERATORS.get(type(node.op))
-        return None if kind is None else kind(self.prim_expr(node.left), self.prim_expr(node.right))
-
-    def prim_min_max(self, node: ast.Call) -> PrimExpr | None:
-        name = _call_name(node)
-        if name not in ("min", "max") or len(node.args) != 2 or node.keywords:
-            return None
-        return (Min if name == "min" else Max)(self.prim_expr(node.args[0]), self.prim_expr(node.args[1]))
-
-    def prim_exprs(self, node: ast.expr) -> tuple[PrimExpr, ...]:
-        if not isinstance(node, (ast.Tuple, ast.List)):
-            raise self.error(node, "expected a tuple of size expressions")
-        return tuple(self.prim_expr(e) for e in node.elts)
-
-    def size_var(self, node: ast.expr) -> SizeVar:
-        var = self.size_var_or_none(node)
-        if var is None:
-            raise self.error(node, "expected a size variable")
-        return var
-
-    def size_var_or_none(self, node: ast.expr) -> SizeVar | None:
-        """``n`` or ``size_var["a name"]``; None for anything else."""
-        if isinstance(node, ast.Name):
-            return SizeVar(node.id)
-        if isinstance(node, ast.Subscript) and _is_quoted_size_var(node):
-            return SizeVar(node.slice.value)  # type: ignore[attr-defined]
-        return None
-
-    def sizes(self, node: ast.expr) -> tuple[tuple[str, PrimExpr], ...]:
-        """``{"n": batch}``: a program's size variables bound to the caller's expressions."""
-        if not isinstance(node, ast.Dict) or None in node.keys:
-            raise self.error(node, 'expected sizes as a dict {"size variable": expression}')
-        return tuple((self.string(k), self.prim_expr(v)) for k, v in zip(node.keys, node.values))  # type: ignore[arg-type]
-
-    # -- annotations -----------------------------------------------------------------------
-
     def struct_info(self, node: ast.expr) -> StructInfo:
         if isinstance(node, ast.Name) and node.id == "Object":
             return ObjectStructInfo()
-        name = _call_name(node)
+        name = call_name(node)
         if name == "Tensor":
             args = self.arguments(node, ["shape", "dtype"], ("ndim",), required=("dtype",))  # type: ignore[arg-type]
             shape = self.optional_shape(args.get("shape"))
@@ -319,13 +143,6 @@ class _Parser:
             return FuncStructInfo(params, self.struct_info(args["ret"]))
         raise self.error(node, "expected an annotation: Tensor(...), Shape(...), Prim(...), Tuple(...), Sequence(...), "
                                 "Optional(...), Func(...) or Object")
-
-    def optional_shape(self, node: ast.expr | None) -> tuple[PrimExpr, ...] | None:
-        if node is None or (isinstance(node, ast.Constant) and node.value is None):
-            return None
-        return self.prim_exprs(node)
-
-    # -- graph functions -------------------------------------------------------------------
 
     def graph_function(self, definition: ast.FunctionDef, keywords: dict[str, ast.expr]) -> Function:
         self.check_keywords(keywords, {"name", "inputs", "outputs"}, "function")
@@ -383,7 +200,7 @@ class _Parser:
 
     def with_block(self, statement: ast.With) -> BindingBlock:
         item = statement.items[0] if len(statement.items) == 1 else None
-        kind = _call_name(item.context_expr) if item and isinstance(item.context_expr, ast.Call) else None
+        kind = call_name(item.context_expr) if item and isinstance(item.context_expr, ast.Call) else None
         if kind not in ("dataflow", "block") or item.optional_vars or item.context_expr.args or item.context_expr.keywords:  # type: ignore[union-attr]
             raise self.error(statement, "expected 'with dataflow():' or 'with block():'")
         statements = list(statement.body)
@@ -391,7 +208,7 @@ class _Parser:
         if kind == "dataflow":
             outputs = set()
             last = statements[-1]
-            if isinstance(last, ast.Expr) and _call_name(last.value) == "output":
+            if isinstance(last, ast.Expr) and call_name(last.value) == "output":
                 outputs = {self.name_of(a) for a in last.value.args}  # type: ignore[attr-defined]
                 statements.pop()
         bindings = []
@@ -425,7 +242,7 @@ class _Parser:
                 raise self.error(statement, f"'{name}: annotation' without a value must be followed by 'if' or 'for'")
             value = self.if_value(following, name) if isinstance(following, ast.If) else self.loop_value(following, name)
             return VarBinding(self.define(kind, name, info), value), index + 1
-        if _call_name(statement.value) == "match_cast":
+        if call_name(statement.value) == "match_cast":
             args = self.arguments(statement.value, ["value", "struct_info"], keyword_only=("reason",),
                                   required=("value", "struct_info"))  # type: ignore[arg-type]
             value = self.value(args["value"])
@@ -443,7 +260,7 @@ class _Parser:
     def loop_value(self, statement: ast.For, name: str) -> Loop:
         """``for i, (c0, ...) in loop(count, init=(...), carried=(annotations...)):`` (or
         ``for i in loop(count):``) and its body."""
-        if statement.orelse or _call_name(statement.iter) != "loop":
+        if statement.orelse or call_name(statement.iter) != "loop":
             raise self.error(statement, f"the Loop of '{name}' is 'for i in loop(count, ...):' without an else")
         args = self.arguments(statement.iter, ["count"], ("init", "carried"), required=("count",))  # type: ignore[arg-type]
         target = statement.target
@@ -491,7 +308,7 @@ class _Parser:
         if isinstance(node, ast.Subscript):
             tuple_value = self.value(node.value)
             return TupleGetItem(tuple_value, self.integer(node.slice))
-        if _call_name(node) is None:
+        if call_name(node) is None:
             raise self.error(node, "expected a variable, a tuple, 'value[index]' or a call")
         return self.value_call(node, declared)  # type: ignore[arg-type]
 
@@ -533,7 +350,7 @@ class _Parser:
     def tensor_struct_info(self, node: ast.Call, args: dict[str, ast.expr], declared: StructInfo | None) -> TensorStructInfo:
         info = self.call_struct_info(node, args, declared)
         if not isinstance(info, TensorStructInfo):
-            raise self.error(node, f"{_call_name(node)}() gives a tensor; its annotation must be Tensor(...)")
+            raise self.error(node, f"{call_name(node)}() gives a tensor; its annotation must be Tensor(...)")
         return info
 
     def call_program(self, node: ast.Call, name: str, declared: StructInfo | None) -> Expr:
@@ -580,25 +397,6 @@ class _Parser:
             raise self.error(node, f"a call that is not the value of a binding needs its annotation ({SINFO}=...)")
         return Call(op, operands, attrs, info)
 
-    def constant(self, node: ast.Call) -> Constant:
-        """``const("key")`` from the table, or ``const("name", values, "dtype")`` inline."""
-        args = self.arguments(node, ["name", "values", "dtype"], required=("name",))
-        name = self.string(args["name"])
-        if "values" in args:
-            if "dtype" not in args:
-                raise self.error(node, 'an inline constant needs its dtype: const("name", values, "dtype")')
-            data = np.array(self.literal(args["values"]), dtype=self.string(args["dtype"]))
-            key: Any = (name, str(data.dtype), data.shape, data.tobytes())
-            return self.constants.setdefault(key, Constant(data, name))
-        if name not in self.constants:
-            if name not in self.constant_table:
-                raise self.error(node, f"constant {name!r} is not in the constants table given to the parser")
-            given = self.constant_table[name]
-            self.constants[name] = given if isinstance(given, Constant) else Constant(np.asarray(given), name)
-        return self.constants[name]
-
-    # -- tensor programs and library kernels -----------------------------------------------
-
     def buffers(self, definition: ast.FunctionDef) -> dict[str, Buffer]:
         """The parameters ``name: Buffer(shape, dtype)`` by identifier, in order."""
         arguments = definition.args
@@ -607,42 +405,64 @@ class _Parser:
         buffers = {}
         for arg in arguments.args:
             annotation = arg.annotation
-            if _call_name(annotation) != "Buffer":
+            if call_name(annotation) != "Buffer":
                 raise self.error(arg, f"parameter '{arg.arg}' must be annotated Buffer(shape, dtype)")
             args = self.arguments(annotation, ["shape", "dtype"], ("name",), required=("shape", "dtype"))  # type: ignore[arg-type]
             name = self.string(args["name"]) if "name" in args else arg.arg
             buffers[arg.arg] = Buffer(name, self.prim_exprs(args["shape"]), self.string(args["dtype"]))
         return buffers
 
-    def schedule(self, node: ast.expr) -> Schedule:
-        """A program's schedule from its decorator's ``schedule=`` (see ``tir.format_schedule``):
-        a kind's name, or the kind called with its parameters as keywords."""
-        name = _name(node) if isinstance(node, ast.Name) else _call_name(node)
-        kind = SCHEDULE_KINDS.get(name or "")
+    def target_schedules(self, keywords: dict[str, ast.expr]) -> TargetSchedules | None:
+        """A program's schedules from its decorator's keywords, one per target (see
+        ``tir.format_schedule``; a target not given keeps its default); None without any."""
+        given = {target: self.schedule(keywords[target], target) for target in TARGET_KINDS if target in keywords}
+        return TargetSchedules(**given) if given else None
+
+    def schedule(self, node: ast.expr, target: str) -> Schedule | None:
+        """A schedule of ``target``: a kind's name, or the kind called with its parameters as
+        keywords (integers, booleans, tuples of integers, schedules); ``None`` where the
+        target may have none."""
+        if isinstance(node, ast.Constant) and node.value is None and TARGET_KINDS[target][1]:
+            return None
+        kinds = TARGET_SCHEDULE_KINDS[target]
+        name = name_of_node(node) if isinstance(node, ast.Name) else call_name(node)
+        kind = kinds.get(name or "")
         if kind is None:
-            raise self.error(node, f"unknown schedule; expected one of {', '.join(SCHEDULE_KINDS)}")
+            raise self.error(node, f"unknown {target} schedule; expected one of {', '.join(kinds)}")
         if isinstance(node, ast.Name):
             return kind()
         if node.args:  # type: ignore[attr-defined]
             raise self.error(node, "a schedule's parameters are keywords")
-        parameters = {k.arg: self.integer(k.value) for k in node.keywords}  # type: ignore[attr-defined]
+        parameters = {k.arg: self.schedule_parameter(k.value, target) for k in node.keywords}  # type: ignore[attr-defined]
         try:
             return kind(**parameters)
         except (TypeError, ValueError) as error:
             raise self.error(node, f"schedule {name}: {error}") from None
 
+    def schedule_parameter(self, node: ast.expr, target: str) -> Any:
+        """A schedule's parameter: an integer, a boolean, a tuple of integers, or a schedule
+        of the same target (the one a kind falls back to)."""
+        if isinstance(node, (ast.Name, ast.Call)):
+            return self.schedule(node, target)
+        value = self.literal(node)
+        if isinstance(value, tuple) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            return value
+        if not isinstance(value, (int, bool)):
+            raise self.error(node, "a schedule's parameter is an integer, a boolean, a tuple of integers or a schedule")
+        return value
+
     def tensor_program(self, definition: ast.FunctionDef, keywords: dict[str, ast.expr]) -> TensorProgram:
-        self.check_keywords(keywords, {"name", "schedule"}, "tensor_program")
+        self.check_keywords(keywords, {"name", *TARGET_KINDS}, "tensor_program")
         buffers = self.buffers(definition)
         output_identifier = list(buffers)[-1]
         statement = definition.body[0]
         if (len(definition.body) != 1 or not isinstance(statement, ast.Assign) or len(statement.targets) != 1
                 or not isinstance(statement.targets[0], ast.Subscript)
-                or _name(statement.targets[0].value) != output_identifier):
+                or name_of_node(statement.targets[0].value) != output_identifier):
             raise self.error(definition, f"a tensor program's body is one definition '{output_identifier}[axes] = value'")
-        axes = tuple(self.size_var(a) for a in _subscript_items(statement.targets[0]))
+        axes = tuple(self.size_var(a) for a in subscript_items(statement.targets[0]))
         body = self.scalar(statement.value, buffers)
-        schedule = self.schedule(keywords["schedule"]) if "schedule" in keywords else ElementSchedule()
+        schedule = self.target_schedules(keywords)
         try:
             return TensorProgram(self.definition_name(definition, keywords), tuple(list(buffers.values())[:-1]),
                                  buffers[output_identifier], axes, body, schedule)
@@ -679,17 +499,17 @@ class _Parser:
         def recurse(child: ast.expr) -> ScalarExpr:
             return self.scalar(child, buffers)
 
-        if isinstance(node, ast.Subscript) and not _is_quoted_size_var(node):
+        if isinstance(node, ast.Subscript) and not is_quoted_size_var(node):
             buffer = self.buffer(node.value, buffers)
-            items = _subscript_items(node)
-            if any(_is_scalar_node(i) for i in items):
-                return Gather(buffer, tuple(recurse(i) if _is_scalar_node(i) else self.prim_expr(i) for i in items))
+            items = subscript_items(node)
+            if any(is_scalar_node(i) for i in items):
+                return Gather(buffer, tuple(recurse(i) if is_scalar_node(i) else self.prim_expr(i) for i in items))
             return Load(buffer, tuple(self.prim_expr(i) for i in items))
         if isinstance(node, ast.BinOp) and type(node.op) in _SCALAR_OPERATORS:
             return Binary(_SCALAR_OPERATORS[type(node.op)], recurse(node.left), recurse(node.right))
         if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in _COMPARE_OPERATORS:
             return Compare(_COMPARE_OPERATORS[type(node.ops[0])], recurse(node.left), recurse(node.comparators[0]))
-        if _call_name(node) is None or node.keywords:  # type: ignore[attr-defined]
+        if call_name(node) is None or node.keywords:  # type: ignore[attr-defined]
             raise self.error(node, "expected a scalar expression: a load, a constant like float32(1.0), an op, "
                                    "index(...), select(...) or a reduction")
         return self.scalar_call(node, buffers)  # type: ignore[arg-type]
@@ -704,7 +524,7 @@ class _Parser:
         if name in _COMBINER_NAMES and len(args) == 1 and isinstance(args[0], ast.GeneratorExp):
             return self.reduction(name, args[0], buffers)
         if name in DTYPES and len(args) == 1:
-            if _is_number_node(args[0]):
+            if is_number_node(args[0]):
                 return FloatImm(self.literal(args[0]), name)
             try:
                 return Cast(name, recurse(args[0]))
@@ -717,7 +537,7 @@ class _Parser:
         if name == "gather" and args:
             items = args[1:]
             return Gather(self.buffer(args[0], buffers),
-                          tuple(recurse(i) if _is_scalar_node(i) else self.prim_expr(i) for i in items))
+                          tuple(recurse(i) if is_scalar_node(i) else self.prim_expr(i) for i in items))
         if name in _BINARY_NAMES and len(args) == 2:
             return Binary(name, recurse(args[0]), recurse(args[1]))
         if name in _UNARY_NAMES and len(args) == 1:
@@ -726,7 +546,7 @@ class _Parser:
 
     def reduction(self, combiner: str, generator: ast.GeneratorExp, buffers: dict[str, Buffer]) -> Reduce:
         loop = generator.generators[0] if len(generator.generators) == 1 else None
-        if (loop is None or loop.ifs or loop.is_async or _call_name(loop.iter) != "range"
+        if (loop is None or loop.ifs or loop.is_async or call_name(loop.iter) != "range"
                 or len(loop.iter.args) != 1 or loop.iter.keywords):  # type: ignore[attr-defined]
             raise self.error(generator, f"a reduction is {combiner}(value for axis in range(extent))")
         extent = self.prim_expr(loop.iter.args[0])  # type: ignore[attr-defined]
@@ -736,268 +556,6 @@ class _Parser:
         if not isinstance(node, ast.Name) or node.id not in buffers:
             raise self.error(node, f"unknown buffer; the program's buffers are: {', '.join(buffers)}")
         return buffers[node.id]
-
-    # -- host functions --------------------------------------------------------------------
-
-    def host_function(self, definition: ast.FunctionDef, keywords: dict[str, ast.expr]) -> HostFunction:
-        self.check_keywords(keywords, {"name", "read_slots"}, "host_function")
-        tables: dict[str, Any] = {"inputs": (), "outputs": (), "symbolic_vars": (), "bounds": (), "weights": (),
-                                  "storages": (), "caches": (), "sequences": ()}
-        checks: list[ShapeCheck] = []
-        statements = list(definition.body)
-        while statements and isinstance(statements[0], ast.Assign):
-            statement = statements.pop(0)
-            target = statement.targets[0] if len(statement.targets) == 1 else None
-            if not isinstance(target, ast.Name) or target.id not in tables:
-                raise self.error(statement, f"a host function's tables are: {', '.join(tables)}")
-            if not isinstance(statement.value, ast.List):
-                raise self.error(statement.value, f"the {target.id} table is a list")
-            tables[target.id] = tuple(self.host_table_entry(target.id, e) for e in statement.value.elts)
-        while statements and isinstance(statements[0], ast.Expr) and _call_name(statements[0].value) == "check_input":
-            checks.append(self.shape_check(statements.pop(0).value))  # type: ignore[arg-type]
-        steps = self.host_steps(statements)
-        read_slots = self.integer(keywords["read_slots"]) if "read_slots" in keywords else 0
-        return HostFunction(self.definition_name(definition, keywords), tables["inputs"], tables["outputs"],
-                            tables["symbolic_vars"], tables["bounds"], tuple(checks), tables["storages"],
-                            tables["weights"], steps, read_slots, sequences=tables["sequences"], caches=tables["caches"])
-
-    def host_table_entry(self, table: str, node: ast.expr) -> Any:
-        if table == "symbolic_vars":
-            return self.string(node)
-        if table == "bounds":
-            entry = self.literal(node)
-            if not (isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[0], str)
-                    and (entry[1] is None or isinstance(entry[1], int))):
-                raise self.error(node, 'a bound is ("variable", upper bound or None)')
-            return entry
-        if table == "weights":
-            if _call_name(node) != "const":
-                raise self.error(node, 'a weight is const("key")')
-            return self.constant(node)  # type: ignore[arg-type]
-        expected = {"inputs": "host_input", "outputs": "host_output", "storages": "host_storage",
-                    "caches": "host_cache", "sequences": "host_sequence"}[table]
-        if _call_name(node) != expected:
-            raise self.error(node, f"an entry of the {table} table is {expected}(...)")
-        if table == "inputs":
-            args = self.arguments(node, ["name", "dtype", "shape"], ("storage", "sequence", "optional"),  # type: ignore[arg-type]
-                                  ("name", "dtype", "shape", "storage"))
-            return HostInput(self.string(args["name"]), self.string(args["dtype"]), self.prim_exprs(args["shape"]),
-                             self.integer(args["storage"]), *self.sequence_fields(args))
-        if table == "outputs":
-            args = self.arguments(node, ["name", "dtype", "shape"], ("storage", "ndim", "sequence", "optional"),  # type: ignore[arg-type]
-                                  ("name", "dtype", "shape", "storage"))
-            shape = self.optional_shape(args["shape"])
-            ndim = self.integer(args["ndim"]) if "ndim" in args else (len(shape) if shape is not None else -1)
-            return HostOutput(self.string(args["name"]), self.string(args["dtype"]), self.integer(args["storage"]), shape, ndim,
-                              *self.sequence_fields(args))
-        if table == "sequences":
-            args = self.arguments(node, [], ("storage", "size_var", "dtype", "ndim", "element_bytes"),  # type: ignore[arg-type]
-                                  required=("storage", "size_var", "dtype", "ndim", "element_bytes"))
-            return HostSequence(self.integer(args["storage"]), self.string(args["size_var"]), self.string(args["dtype"]),
-                                self.integer(args["ndim"]), self.integer(args["element_bytes"]))
-        if table == "caches":
-            fields = ("input", "output", "axis", "capacity", "storage")
-            args = self.arguments(node, [], fields, required=fields)  # type: ignore[arg-type]
-            return HostCache(*(self.integer(args[field]) for field in fields))
-        args = self.arguments(node, ["size", "role"], required=("size", "role"))  # type: ignore[arg-type]
-        return HostStorage(self.prim_expr(args["size"]), self.string(args["role"]))
-
-    def sequence_fields(self, args: dict[str, ast.expr]) -> tuple[int | None, bool]:
-        """``sequence`` and ``optional`` of a host input or output (defaults: None, False)."""
-        sequence = self.integer(args["sequence"]) if "sequence" in args else None
-        return sequence, self.flag(args["optional"]) if "optional" in args else False
-
-    def flag(self, node: ast.expr) -> bool:
-        if not (isinstance(node, ast.Constant) and isinstance(node.value, bool)):
-            raise self.error(node, "expected True or False")
-        return node.value
-
-    def check_fields(self, args: dict[str, ast.expr], expected_is_int: bool) -> tuple:
-        """expected, variable, code, message of a check (defaults: None, None, 0, "")."""
-        expected: Any = None
-        if "expected" in args:
-            expected = self.integer(args["expected"]) if expected_is_int else self.prim_expr(args["expected"])
-        variable = self.string(args["variable"]) if "variable" in args else None
-        code = self.integer(args["code"]) if "code" in args else 0
-        message = self.string(args["message"]) if "message" in args else ""
-        return expected, variable, code, message
-
-    def shape_check(self, call: ast.Call) -> ShapeCheck:
-        """``check_input(kind, input=, dim=, expected=, variable=, code=, message=)``; an
-        ``ndim`` check's expected value is an int, the others' a size expression."""
-        args = self.arguments(call, ["kind"], ("input", "dim", "expected", "variable", "code", "message"),
-                              required=("kind", "input"))
-        kind = self.string(args["kind"])
-        dim = self.integer(args["dim"]) if "dim" in args else -1
-        return ShapeCheck(kind, self.integer(args["input"]), dim, *self.check_fields(args, kind == "ndim"))
-
-    def host_steps(self, statements: list[ast.stmt]) -> tuple:
-        if len(statements) == 1 and isinstance(statements[0], ast.Pass):
-            return ()
-        steps = []
-        for statement in statements:
-            read = _HOST_STATEMENT_READERS.get(type(statement))
-            if read is None:
-                raise self.error(statement, "expected a host step: dispatch, bind, check, read, output_shape, a sequence step, if or for")
-            steps.append(read(self, statement))
-        return tuple(steps)
-
-    def host_if(self, statement: ast.If) -> HostIf:
-        if not statement.orelse:
-            raise self.error(statement, "a host 'if' needs an else branch ('else: pass' when empty)")
-        return HostIf(self.prim_expr(statement.test), self.host_steps(statement.body), self.host_steps(statement.orelse))
-
-    def host_loop(self, statement: ast.For) -> HostLoop:
-        if statement.orelse or not isinstance(statement.target, ast.Name) or _call_name(statement.iter) != "loop":
-            raise self.error(statement, "a host loop is 'for i in loop(count, note=...):' without an else")
-        args = self.arguments(statement.iter, ["count"], ("note",), required=("count",))  # type: ignore[arg-type]
-        return HostLoop(statement.target.id, self.prim_expr(args["count"]), self.host_steps(statement.body),
-                        self.string(args["note"]) if "note" in args else "")
-
-    def host_call(self, statement: ast.Expr) -> Any:
-        if not isinstance(statement.value, ast.Call):
-            raise self.error(statement, "expected a host step: dispatch, bind, check, read, output_shape, a sequence step, if or for")
-        return self.host_step(statement.value)
-
-    def host_step(self, call: ast.Call) -> Any:
-        name = _call_name(call)
-        if name == "dispatch":
-            args = self.arguments(call, ["program", "buffers"], ("sizes", "count", "note"), ("program", "buffers", "count"))
-            if not isinstance(args["buffers"], ast.Tuple):
-                raise self.error(args["buffers"], "dispatch() takes its buffers as a tuple")
-            return HostDispatch(self.string(args["program"]), tuple(self.buffer_ref(b) for b in args["buffers"].elts),
-                                self.sizes(args["sizes"]) if "sizes" in args else (), self.prim_expr(args["count"]),
-                                self.string(args["note"]) if "note" in args else "")
-        if name == "bind":
-            args = self.arguments(call, ["variable", "value"], ("note",), ("variable", "value"))
-            return HostBind(self.string(args["variable"]), self.prim_expr(args["value"]),
-                            self.string(args["note"]) if "note" in args else "")
-        if name == "check":
-            args = self.arguments(call, ["kind", "value"], ("expected", "variable", "code", "message"), ("kind", "value"))
-            return HostCheck(self.string(args["kind"]), self.prim_expr(args["value"]), *self.check_fields(args, False))
-        if name == "read":
-            args = self.arguments(call, ["variable"], ("storage", "offset", "slot", "note"),
-                                  ("variable", "storage", "offset", "slot"))
-            return HostRead(self.integer(args["storage"]), self.integer(args["offset"]), self.integer(args["slot"]),
-                            self.string(args["variable"]), self.string(args["note"]) if "note" in args else "")
-        if name == "output_shape":
-            args = self.arguments(call, ["output", "shape"], required=("output", "shape"))
-            return HostOutputShape(self.integer(args["output"]), self.prim_exprs(args["shape"]))
-        if name in _SEQUENCE_STEPS:
-            return _SEQUENCE_STEPS[name](self, call)
-        if name == "check_input":
-            raise self.error(call, "input checks come before the steps")
-        raise self.error(call, "expected a host step: dispatch, bind, check, read, output_shape or a sequence step")
-
-    def sequence_input(self, call: ast.Call) -> HostSequenceInput:
-        fields = ("ndim_code", "ndim_message", "capacity_code", "capacity_message")
-        args = self.arguments(call, ["sequence", "input"], ("optional", *fields), ("sequence", "input", *fields))
-        return HostSequenceInput(self.integer(args["sequence"]), self.string(args["input"]),
-                                 self.flag(args["optional"]) if "optional" in args else False,
-                                 self.integer(args["ndim_code"]), self.string(args["ndim_message"]),
-                                 self.integer(args["capacity_code"]), self.string(args["capacity_message"]))
-
-    def sequence_presence(self, call: ast.Call) -> HostSequencePresence:
-        args = self.arguments(call, ["sequence", "variable"], required=("sequence", "variable"))
-        return HostSequencePresence(self.integer(args["sequence"]), self.string(args["variable"]))
-
-    def sequence_clear(self, call: ast.Call) -> HostSequenceClear:
-        args = self.arguments(call, ["sequence"], required=("sequence",))
-        return HostSequenceClear(self.integer(args["sequence"]))
-
-    def sequence_append(self, call: ast.Call) -> HostSequenceAppend:
-        args = self.arguments(call, ["sequence", "shape"], ("code", "message"), ("sequence", "shape", "code", "message"))
-        return HostSequenceAppend(self.integer(args["sequence"]), self.prim_exprs(args["shape"]),
-                                  self.integer(args["code"]), self.string(args["message"]))
-
-    def buffer_ref(self, node: ast.expr) -> BufferRef:
-        kind = _call_name(node)
-        if kind not in ("storage", "weight") or len(node.args) != 1 or node.keywords:  # type: ignore[attr-defined]
-            raise self.error(node, "a dispatch buffer is storage(index) or weight(index)")
-        return BufferRef(kind, self.integer(node.args[0]))  # type: ignore[attr-defined]
-
-
-# How each kind of Python syntax node reads as a literal, a size expression (None or
-# _NOT_READ: it does not) and a host statement.
-_NOT_READ = object()
-_LITERAL_READERS: dict[type, Callable[[_Parser, Any], Any]] = {
-    ast.Constant: _Parser.literal_constant,
-    ast.UnaryOp: _Parser.literal_negative,
-    ast.List: lambda parser, node: [parser.literal(e) for e in node.elts],
-    ast.Tuple: lambda parser, node: tuple(parser.literal(e) for e in node.elts),
-    ast.Dict: _Parser.literal_dict,
-    ast.Call: _Parser.literal_call,
-}
-_PRIM_EXPR_READERS: dict[type, Callable[[_Parser, Any], PrimExpr | None]] = {
-    ast.Constant: _Parser.prim_constant,
-    ast.Name: _Parser.size_var_or_none,
-    ast.Subscript: _Parser.size_var_or_none,
-    ast.UnaryOp: _Parser.prim_negative,
-    ast.BinOp: _Parser.prim_operation,
-    ast.Call: _Parser.prim_min_max,
-}
-_SEQUENCE_STEPS: dict[str, Callable[[_Parser, ast.Call], Any]] = {
-    "sequence_input": _Parser.sequence_input,
-    "sequence_presence": _Parser.sequence_presence,
-    "sequence_clear": _Parser.sequence_clear,
-    "sequence_append": _Parser.sequence_append,
-}
-_HOST_STATEMENT_READERS: dict[type, Callable[[_Parser, Any], Any]] = {
-    ast.If: _Parser.host_if,
-    ast.For: _Parser.host_loop,
-    ast.Expr: _Parser.host_call,
-}
-
-
-# -- syntax helpers ----------------------------------------------------------------------------
-
-
-def _call_name(node: ast.AST | None) -> str | None:
-    """``f`` for a call ``f(...)``, else None."""
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-        return node.func.id
-    return None
-
-
-def _name(node: ast.AST) -> str | None:
-    return node.id if isinstance(node, ast.Name) else None
-
-
-def _subscript_items(node: ast.Subscript) -> list[ast.expr]:
-    """The indices of ``x[i, j]`` (none for ``x[()]``)."""
-    return list(node.slice.elts) if isinstance(node.slice, ast.Tuple) else [node.slice]
-
-
-def _is_quoted_size_var(node: ast.Subscript) -> bool:
-    """``size_var["name"]``: a size variable whose name is not an identifier."""
-    return (_name(node.value) == "size_var" and isinstance(node.slice, ast.Constant)
-            and isinstance(node.slice.value, str))
-
-
-def _is_number_node(node: ast.expr) -> bool:
-    """A number literal: ``1``, ``-1.5``, ``True``, ``float("inf")``."""
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-        node = node.operand
-    if isinstance(node, ast.Constant):
-        return isinstance(node.value, (bool, int, float))
-    return _call_name(node) == "float"
-
-
-def _is_scalar_node(node: ast.expr) -> bool:
-    """Whether an index of a load is a run-time scalar (an indirect load's) rather than a
-    size expression: loads, calls other than min/max of two values, comparisons, and
-    arithmetic over those."""
-    if isinstance(node, ast.Subscript):
-        return not _is_quoted_size_var(node)
-    if isinstance(node, ast.Call):
-        return not (_call_name(node) in ("min", "max") and len(node.args) == 2)
-    if isinstance(node, ast.Compare):
-        return True
-    if isinstance(node, ast.BinOp):
-        return _is_scalar_node(node.left) or _is_scalar_node(node.right)
-    if isinstance(node, ast.UnaryOp):
-        return _is_scalar_node(node.operand)
-    return False
 
 
 __all__ = ["ParseError", "parse_module"]

@@ -22,20 +22,11 @@ from __future__ import annotations
 
 from typing import Any, Callable, ClassVar, Mapping
 
+from .access import flat_offset
 from .lower_index import Constant, IndexLowering, TargetIndex
 from .scalar_functor import ScalarFunctor
-from .symbolic import IntImm, PrimExpr, SizeVar
+from .symbolic import PrimExpr, SizeVar
 from .tir import Binary, Buffer, Compare, FloatImm, IndexValue, ScalarExpr, TensorProgram, Unary, repeated_subexpressions
-
-
-def flat_offset(buffer: Buffer, indices: tuple[PrimExpr, ...]) -> PrimExpr:
-    """The element offset of ``buffer[indices]`` (row-major), as an index expression."""
-    flat: PrimExpr = IntImm(0)
-    stride: PrimExpr = IntImm(1)
-    for index, extent in reversed(list(zip(indices, buffer.shape))):
-        flat = flat + index * stride
-        stride = stride * extent
-    return flat
 
 
 class ScalarRenderer(ScalarFunctor):

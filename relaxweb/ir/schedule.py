@@ -1,13 +1,16 @@
-"""Schedules: how a tensor program's compute definition is laid out on GPU invocations.
+"""Schedules: how a tensor program's compute definition is laid out on a target.
 
 A schedule is a small immutable object: its kind (the class) and its parameters (the
-fields), validated when it is built.  ``TensorProgram.schedule`` holds one; the
-schedule_programs pass picks it from the program's pattern, the host module evaluates the
-dispatch size it implies (``relaxweb/ir/launch.py``), and a backend renders each kind
-(``relaxweb/wgsl/schedules.py``).  Nothing here is specific to WGSL.
+fields), validated when it is built.  ``TensorProgram.schedule`` holds one per target the
+bundle serves (:class:`~relaxweb.ir.target_schedules.TargetSchedules`); the
+schedule_programs pass chooses them all (``relaxweb/passes/schedule_programs.py``), the host
+module evaluates the dispatch size the WebGPU one implies (``relaxweb/ir/launch.py``), and
+each backend renders the kinds of its target (``relaxweb/wgsl/schedules.py`` these,
+``relaxweb/cpu/schedules/`` the WebAssembly kinds of ``wasm_schedule.py``).  Nothing here is
+specific to WGSL.
 
-Every schedule runs workgroups of :data:`WORKGROUP_SIZE` invocations, so the bundle format
-and the runtimes never depend on the schedule.
+The WebGPU kinds (:class:`WebGpuSchedule`) run workgroups of :data:`WORKGROUP_SIZE`
+invocations, so the bundle format and the runtimes never depend on the schedule.
 
 - :class:`ElementSchedule`: one invocation per output element; reductions are serial loops.
 - :class:`VectorizedSchedule`: one invocation per ``width`` consecutive output elements of a
@@ -19,10 +22,11 @@ and the runtimes never depend on the schedule.
   invocation keeps a ``block x block`` set of accumulators.
 - :class:`RegisterMatmulSchedule`: the same tiles of a matmul-like program's output, without
   workgroup memory: each invocation evaluates the factors for its own rows and columns
-  straight from the buffers and keeps its ``block x block`` accumulators in registers.
+  straight from the buffers and keeps its ``block x block`` accumulators in registers (only
+  as a kernel's second shader, for CPU adapters: ``TargetSchedules.webgpu_cpu``).
 - :class:`HalfTiledMatmulSchedule`: :class:`TiledMatmulSchedule` with the factors staged as
   16-bit floats and multiplied in them, summed in 32-bit floats (adapters with WebGPU's
-  ``shader-f16``; only as a kernel's second shader, ``relaxweb/wgsl/variants.py``).
+  ``shader-f16``; only as a kernel's second shader: ``TargetSchedules.webgpu_f16``).
 
 The text form (what ``--dump-ir`` shows) is the kind, with the parameters when it has any:
 ``tiled_matmul(tile=32, depth=16, block=4)``.
@@ -38,8 +42,9 @@ VECTOR_WIDTH = 4  # elements of the vectors a tiled matmul keeps its staged fact
 
 
 class Schedule:
-    """Base of the schedule kinds; each kind is a frozen dataclass whose fields are its
-    parameters."""
+    """Base of the schedule kinds of every target; each kind is a frozen dataclass whose
+    fields are its parameters (integers, booleans, tuples of integers, or the schedule of
+    another kind it falls back to), written as keywords in its text form."""
 
     kind: ClassVar[str]
 
@@ -48,15 +53,19 @@ class Schedule:
         return f"{self.kind}({parameters})" if parameters else self.kind
 
 
+class WebGpuSchedule(Schedule):
+    """A layout of a program on WebGPU invocations, in workgroups of :data:`WORKGROUP_SIZE`."""
+
+
 @dataclass(frozen=True)
-class ElementSchedule(Schedule):
+class ElementSchedule(WebGpuSchedule):
     """One invocation per output element (any program)."""
 
     kind: ClassVar[str] = "element"
 
 
 @dataclass(frozen=True)
-class VectorizedSchedule(Schedule):
+class VectorizedSchedule(WebGpuSchedule):
     """One invocation per ``width`` consecutive output elements along the last axis."""
 
     kind: ClassVar[str] = "vectorized"
@@ -69,14 +78,14 @@ class VectorizedSchedule(Schedule):
 
 
 @dataclass(frozen=True)
-class WorkgroupReductionSchedule(Schedule):
+class WorkgroupReductionSchedule(WebGpuSchedule):
     """One workgroup per output element, its reductions split across the workgroup."""
 
     kind: ClassVar[str] = "workgroup_reduction"
 
 
 @dataclass(frozen=True)
-class TiledMatmulSchedule(Schedule):
+class TiledMatmulSchedule(WebGpuSchedule):
     """One workgroup per ``tile x tile`` output tile (per batch index); ``depth`` reduction
     elements of both factors are staged per step; each invocation computes ``block x block``
     outputs, so the workgroup's invocations form a square of ``tile / block`` per side.
@@ -104,7 +113,7 @@ class TiledMatmulSchedule(Schedule):
 
 
 @dataclass(frozen=True)
-class RegisterMatmulSchedule(Schedule):
+class RegisterMatmulSchedule(WebGpuSchedule):
     """One workgroup per ``tile x tile`` output tile (per batch index) like
     :class:`TiledMatmulSchedule`, with ``tile = 8 * block``: the workgroup's 64 invocations
     form an 8 x 8 square, each computing ``block x block`` outputs.  Nothing is staged: an
@@ -142,7 +151,7 @@ class HalfTiledMatmulSchedule(TiledMatmulSchedule):
 
 MATMUL_SCHEDULES = (TiledMatmulSchedule, RegisterMatmulSchedule)  # (with subclasses) the kinds that lay a matmul out by output tiles
 
-SCHEDULE_KINDS: dict[str, type[Schedule]] = {
+WEBGPU_SCHEDULE_KINDS: dict[str, type[WebGpuSchedule]] = {
     kind.kind: kind for kind in (ElementSchedule, VectorizedSchedule, WorkgroupReductionSchedule, TiledMatmulSchedule,
                                  RegisterMatmulSchedule, HalfTiledMatmulSchedule)
 }

@@ -38,9 +38,9 @@ from typing import Callable, ClassVar, Mapping
 
 from .dtype import DTYPES, GPU_DTYPES, dtype_info
 from .scalar_functor import ScalarFunctor, ScalarMutator, ScalarVisitor, scalar_operands
-from .schedule import ElementSchedule, Schedule
 from .symbolic import PrimExpr, SizeVar, as_expr, format_expr, format_shape, format_size_var, free_vars, substitute
 from .syntax import format_keywords, format_number, format_string, is_plain_name, unique_identifier
+from .target_schedules import TargetSchedules
 
 
 class NamedEnum(str, Enum):
@@ -625,19 +625,20 @@ def index_exprs(expr: ScalarExpr) -> list[PrimExpr]:
 class TensorProgram:
     """``output[axes] = body``: one output tensor computed from ``inputs``.
 
-    ``schedule`` says how code generation lays it out on invocations (``schedule.py``; the
-    schedule_programs pass picks it from the program's pattern)."""
+    ``schedule`` says how code generation lays it out on each target
+    (``target_schedules.py``; None until the schedule_programs pass chooses it)."""
 
     name: str
     inputs: tuple[Buffer, ...]
     output: Buffer
     axes: tuple[SizeVar, ...]
     body: ScalarExpr
-    schedule: Schedule = ElementSchedule()
+    schedule: TargetSchedules | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.schedule, Schedule):
-            raise TypeError(f"{self.name}: schedule must be a Schedule (relaxweb/ir/schedule.py), got {self.schedule!r}")
+        if self.schedule is not None and not isinstance(self.schedule, TargetSchedules):
+            raise TypeError(f"{self.name}: schedule must be a TargetSchedules (relaxweb/ir/target_schedules.py) or "
+                            f"None, got {self.schedule!r}")
 
     @cached_property
     def size_vars(self) -> tuple[SizeVar, ...]:
@@ -661,7 +662,7 @@ class TensorProgram:
 #
 # The text of a program is Python syntax that ``relaxweb/ir/parser.py`` reads back:
 #
-#     @tensor_program(schedule="tiled_matmul")
+#     @tensor_program(webgpu=tiled_matmul(tile=64, depth=16, block=8), webgpu_cpu=..., webgpu_f16=..., wasm=...)
 #     def matmul(A: Buffer((n, 64), "float32"), B: Buffer((64, 128), "float32"), out: Buffer((n, 128), "float32")):
 #         out[i0_, i1_] = sum((A[i0_, k_] * B[k_, i1_]) for k_ in range(64))
 #
@@ -757,7 +758,7 @@ def format_program(program: TensorProgram) -> str:
         identifiers.setdefault(buffer.name, identifier)
         params.append(f"{identifier}: {format_buffer(buffer, real_name=identifier != buffer.name)}")
     decorator = "@tensor_program" + format_keywords(
-        ("schedule", format_schedule(program.schedule)) if program.schedule != ElementSchedule() else None,
+        *format_schedule(program.schedule),
         ("name", format_string(program.name)) if not is_plain_name(program.name) else None,
     )
     output = identifiers[program.output.name]
@@ -768,10 +769,14 @@ def format_program(program: TensorProgram) -> str:
     )
 
 
-def format_schedule(schedule: Schedule) -> str:
-    """How a program's schedule is written in its decorator (the one place that knows): its
-    kind, called with its parameters when it has any (``tiled_matmul(tile=32, depth=16, block=4)``)."""
-    return str(schedule)
+def format_schedule(schedule: TargetSchedules | None) -> list[tuple[str, str]]:
+    """How a program's schedules are written in its decorator (the one place that knows): a
+    keyword per target, each schedule its kind called with its parameters when it has any
+    (``webgpu=tiled_matmul(tile=32, depth=16, block=4)``), ``None`` for no second shader;
+    none at all before scheduling."""
+    if schedule is None:
+        return []
+    return [(target, str(kind)) for target, kind in schedule.items()]
 
 
 # -- rewriting scalar expressions ----------------------------------------------------------------

@@ -4,8 +4,9 @@ Each pass is a plain ``IRModule -> IRModule`` function in its own file; the user
 (bounds, opt level, storage reuse, verification) come from the current
 :class:`~relaxweb.passes.context.PassContext`.  ``relaxweb build`` runs :func:`pipeline` for
 its ``--opt-level`` (and ``--dump-ir`` writes the module after each step).  Level 0 skips the
-optimizing passes: every op is its own kernel, one invocation per output element; it exists
-to compare against (``scripts/measure_pipeline.py``).
+optimizing passes: every op is its own kernel, one WebGPU invocation per output element (the
+WebAssembly kernels keep their schedules: ``schedule_programs.py``); it exists to compare
+against (``scripts/measure_pipeline.py``).
 
 With verification on, :func:`run_pipeline` checks the module before the first pass and after
 each one (``relaxweb/ir/well_formed.py``), so a broken module is reported with the name of the
@@ -46,12 +47,14 @@ PLACE_CACHES: list[Pass] = [place_kv_caches]
 LOWER_OPS: list[Pass] = [legalize_ops]
 
 # Read values where they are computed, write scalar constants into the kernels, merge
-# producer/consumer kernels, pick each kernel's schedule from its pattern, then let kernels
-# that differ only in integer constants share one program (one shader to compile at load).
-OPTIMIZE: list[Pass] = [canonicalize_bindings, fold_scalar_constants, fuse_ops, schedule_programs, share_programs]
+# producer/consumer kernels, then let kernels that differ only in integer constants share one
+# program (one shader to compile at load).
+OPTIMIZE: list[Pass] = [canonicalize_bindings, fold_scalar_constants, fuse_ops, share_programs]
 
-# Tensors -> storages, then the shape computation -> the host function.
-LOWER_TO_HOST: list[Pass] = [plan_memory, lower_shapes_to_host]
+# Tensors -> storages (a loop's carried values get copy kernels), each kernel's schedule on
+# every target once all kernels exist (at every opt level: at 0, WebGPU's element layout),
+# then the shape computation -> the host function (the dispatch sizes the schedules imply).
+LOWER_TO_HOST: list[Pass] = [plan_memory, schedule_programs, lower_shapes_to_host]
 
 
 def pipeline(opt_level: int | None = None) -> list[Pass]:

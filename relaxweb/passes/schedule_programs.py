@@ -1,8 +1,12 @@
-"""schedule_programs: choose how each tensor program runs on the GPU, from its pattern.
+"""schedule_programs: choose how each tensor program runs on every target of the bundle.
 
-Code generation can lay a compute definition out on invocations in several ways
-(``relaxweb/ir/schedule.py``); this pass records the choice on each program, so that it
-is visible in ``--dump-ir`` and the backend only follows it:
+Code generation can lay a compute definition out in several ways on each target
+(``relaxweb/ir/schedule.py``, ``relaxweb/ir/wasm_schedule.py``); this pass records the choice
+for every target on each program (``relaxweb/ir/target_schedules.py``), so that it is
+visible in ``--dump-ir`` and the backends and the bundle writer only follow it.  Library
+kernels are hand-scheduled and left alone.
+
+**WebGPU** (``webgpu``):
 
 - matmul-like programs (``relaxweb.ir.pattern.analyze_matmul``: matmuls, batched matmuls,
   convolutions without groups, with fused prologues and epilogues) get ``tiled_matmul``:
@@ -22,7 +26,70 @@ is visible in ``--dump-ir`` and the backend only follows it:
   has the exact conditions);
 - everything else keeps ``element`` (one invocation per output element).
 
-Library kernels are hand-scheduled and left alone.
+**WebGPU on a CPU adapter** (``webgpu_cpu``, the manifest's ``cpu_file``).  A workgroup
+barrier is nearly free on a GPU and expensive where every invocation of a workgroup runs on
+one CPU core (SwiftShader, lavapipe): there a matmul that stages its factors
+(``tiled_matmul``) runs at about two thirds of the GFLOP/s of one that keeps its outputs in
+registers and reads the factors straight from the buffers (``register_matmul``;
+``bench/kernel_ceiling.py speed``: 1.4 against 2.1 GFLOP/s at 1024^3 on SwiftShader), while on
+a GPU the staged tile reads each factor element once per workgroup instead of 8 times.  So a
+tiled matmul gets ``register_matmul`` of its block (same tile, so the same dispatch size)
+where its factors evaluate without branching (``relaxweb.ir.schedule_fit.branch_free``: no
+reduction, selects with cheap branches: plain loads, a fused layer norm or activation, a
+convolution's im2col gather with its padding test; YOLOv8n's largest convolution on
+SwiftShader: 1.26 GFLOP/s this way against 0.64 staged, and with the padding test as an
+if/else 0.66) and evaluate at most :data:`MAX_FACTOR_EVALUATIONS` nodes per step (a factor
+with a long prologue, evaluated once per block row or column, makes a large shader: YOLOv8n's
+box-decoding convolution, a softmax and a concatenation in its factor, made a 72 KB shader
+that SwiftShader's compiler lost the device on).  The register shaders also compile three
+to five times faster on SwiftShader (no barriers).  Every other kernel: None (the adapter
+runs ``webgpu``'s shader).
+
+**WebGPU with shader-f16** (``webgpu_f16``, ``f16_file``).  A GPU whose adapter offers
+``shader-f16`` multiplies 16-bit floats at twice the rate of 32-bit ones, and a staged tile
+of them takes half the workgroup memory and its traffic.  So every tiled matmul gets
+``tiled_matmul_f16`` of its tiles: factors evaluated in f32 (fused prologues included),
+rounded to f16 as they are staged, multiplied in f16 and summed in f32 (an f16 running sum
+over K = 768 loses about 3 of the inputs' digits; ``tests/wgsl/test_f16_kernels.py`` measures
+the error).  Buffers stay f32, so weights, bindings, params and the dispatch size do not
+change.  Elementwise kernels get none: they are bound by the traffic of their f32 buffers.
+f16's range ends at 65504: a factor beyond it becomes infinite, and ``kernels="gpu"`` is
+the choice for such a model.
+
+**WebAssembly** (``wasm``, ``kernels.wasm``):
+
+- matmul-like programs get the matmul kinds: ``packed_matmul`` (falling back to
+  ``block_matmul`` beyond its depth), preceded by ``matrix_vector`` where the second factor
+  can be streamed in place or read as dot products (``relaxweb.ir.matmul_layout``:
+  ``streamed_columns``, ``dot_columns``), which runs where the rows are few.  The factors
+  swap roles where the second is the dear one (``cheap_columns``), and the packed kind splits
+  a weight's columns between units (``weight_columns``);
+- sliding-window reductions whose float ops all have f32x4 forms get ``window``
+  (``relaxweb.ir.schedule_fit.wasm_window``: a depthwise convolution, a pool);
+- float elementwise and broadcast programs WebGPU's ``vectorized`` of width 4 fits, their ops
+  with f32x4 forms, get ``vectorized``; everything else ``element``.
+
+**Order.**  This pass runs once every program exists and before the host function is
+lowered (which evaluates the dispatch sizes its WebGPU schedules imply): after
+share_programs and after plan_memory, which adds a copy program for each value a loop carries.
+
+- After sharing, each schedule is chosen for the program that is rendered: a shared program,
+  its differing literals turned into size variables, gets the wasm kinds those variables
+  allow (a weight of variable shape is not split by columns), as the bundle writer chose
+  them before this pass did.  The WebGPU rules read constant extents (the tile size, a long
+  reduction, a multiple of 4), which sharing may turn into variables, so share_programs keeps
+  apart the programs :func:`webgpu_schedule` would lay out differently, and those whose
+  shared program it would lay out otherwise than its members (before, sharing ran on
+  programs scheduled first and the shared one kept their schedule: the same choices
+  wherever the shared program's WebGPU schedule is its members').
+- After plan_memory, a loop's carried-value copies are scheduled like any other program
+  (before, they were made after scheduling: the element layout on WebGPU, their wasm kind
+  picked by the renderer); plan_memory merges a copy with an identical program of the
+  module (a model's own ``identity``) before either has a schedule.
+
+**Opt level 0** (``--opt-level 0``, what the optimizations are measured against): WebGPU
+runs ``element`` everywhere and no second shader; WebAssembly keeps the kinds above, as it
+always had (its element form is no reference: ``kernels.wasm`` at level 0 is as before).
 """
 
 from __future__ import annotations
@@ -30,39 +97,94 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..ir.launch import matmul_extents, matmul_info, vectorizable
+from ..ir.matmul_layout import cheap_columns, dot_columns, oriented, streamed_columns, weight_columns
 from ..ir.module import IRModule
-from ..ir.pattern import Pattern, program_pattern, top_level_reductions
+from ..ir.pattern import MatmulInfo, Pattern, analyze_matmul, program_pattern, top_level_reductions
 from ..ir.schedule import (
-    ElementSchedule, Schedule, TiledMatmulSchedule, VectorizedSchedule, WorkgroupReductionSchedule,
+    ElementSchedule, HalfTiledMatmulSchedule, RegisterMatmulSchedule, TiledMatmulSchedule, VectorizedSchedule,
+    WebGpuSchedule, WorkgroupReductionSchedule,
 )
+from ..ir.schedule_fit import branch_free, factor_evaluations, wasm_vectorizable, wasm_window
 from ..ir.symbolic import as_int
+from ..ir.target_schedules import TargetSchedules
 from ..ir.tir import Reduce, Select, TensorProgram, scalar_children
+from ..ir.wasm_schedule import (
+    BlockMatmulSchedule, MatrixVectorSchedule, PackedMatmulSchedule, WasmElementSchedule, WasmSchedule,
+    WasmVectorizedSchedule, WindowSchedule,
+)
+from .context import PassContext
 
 LONG_REDUCTION = 128  # a constant extent from which a workgroup per output element pays off
 LARGE_TILES = TiledMatmulSchedule(tile=64, depth=16, block=8)
 SMALL_TILES = TiledMatmulSchedule(tile=32, depth=16, block=4)
+MAX_FACTOR_EVALUATIONS = 1024
+"""The most factor nodes a CPU adapter's register matmul evaluates per invocation and step
+(``schedule_fit.factor_evaluations``).  Its WGSL grows by about 26 bytes per node on top of
+about 5.7 KB (fitted on every such shader of the benchmark corpus, the largest 18 KB at 656
+evaluations), so this is where it reaches the 32 KB above which a CPU shader was left out,
+measured on the shader text, before schedules were chosen here."""
+
+# The wasm kinds' parameters (``relaxweb/ir/wasm_schedule.py`` says what each means and why).
+BLOCKS = BlockMatmulSchedule()
+PACKED = PackedMatmulSchedule()
+MATRIX_VECTOR = MatrixVectorSchedule()
 
 
 def schedule_programs(module: IRModule) -> IRModule:
-    """Set ``schedule`` on every tensor program of the module."""
+    """Set ``schedule`` on every tensor program of the module (every target; at opt level
+    0 WebGPU's element layout, see the module doc)."""
+    optimize = PassContext.current().opt_level >= 1
     programs = {}
     for name, program in module.programs.items():
         if isinstance(program, TensorProgram):
-            program = replace(program, schedule=choose_schedule(program))
+            program = replace(program, schedule=choose_schedules(program, optimize))
         programs[name] = program
     return module.replace(programs=programs)
 
 
-def choose_schedule(program: TensorProgram) -> Schedule:
+def choose_schedules(program: TensorProgram, optimize: bool = True) -> TargetSchedules:
+    """The program's schedule on every target; ``optimize`` False: WebGPU's element layout."""
+    webgpu = webgpu_schedule(program) if optimize else ElementSchedule()
+    return TargetSchedules(webgpu, cpu_adapter_schedule(program, webgpu), f16_schedule(webgpu), wasm_schedule(program))
+
+
+# -- WebGPU ---------------------------------------------------------------------------------------
+
+
+def webgpu_schedule(program: TensorProgram) -> WebGpuSchedule:
+    """The kernel's shader's schedule, from the program's pattern (see the module doc)."""
     pattern = program_pattern(program)
     if pattern is Pattern.MATMUL:
         return _tiled_matmul(program)
     if pattern is Pattern.REDUCTION and _cooperative_reductions_allowed(program):
         return WorkgroupReductionSchedule()
     vectorized = VectorizedSchedule()
-    if pattern in (Pattern.ELEMENTWISE, Pattern.BROADCAST, Pattern.INJECTIVE) and vectorizable(program, vectorized.width):
+    elementwise = pattern in (Pattern.ELEMENTWISE, Pattern.BROADCAST, Pattern.INJECTIVE)
+    if elementwise and vectorizable(program, vectorized.width):
         return vectorized
     return ElementSchedule()
+
+
+def cpu_adapter_schedule(program: TensorProgram, webgpu: WebGpuSchedule) -> WebGpuSchedule | None:
+    """The second shader's schedule for CPU adapters, or None where ``webgpu``'s is the best
+    known there too (see the module doc)."""
+    if not isinstance(webgpu, TiledMatmulSchedule):
+        return None
+    info = matmul_info(program)
+    register = RegisterMatmulSchedule(block=webgpu.block)
+    if register.tile != webgpu.tile:  # the dispatch size must not change
+        return None
+    if not (branch_free(info.a) and branch_free(info.b)):
+        return None
+    return register if factor_evaluations(info, register.block) <= MAX_FACTOR_EVALUATIONS else None
+
+
+def f16_schedule(webgpu: WebGpuSchedule) -> WebGpuSchedule | None:
+    """The second shader's schedule for adapters with ``shader-f16``, or None where f16 does
+    not pay (see the module doc)."""
+    if type(webgpu) is not TiledMatmulSchedule:
+        return None
+    return HalfTiledMatmulSchedule(tile=webgpu.tile, depth=webgpu.depth, block=webgpu.block)
 
 
 def _tiled_matmul(program: TensorProgram) -> TiledMatmulSchedule:
@@ -84,3 +206,30 @@ def _reduction_under_select(expr) -> bool:
     if isinstance(expr, Reduce):  # what is inside a reduction runs serially anyway
         return False
     return any(_reduction_under_select(child) for child in scalar_children(expr))
+
+
+# -- WebAssembly ----------------------------------------------------------------------------------
+
+
+def wasm_schedule(program: TensorProgram) -> WasmSchedule:
+    """The kernel's schedule in ``kernels.wasm`` (see the module doc)."""
+    info = analyze_matmul(program)
+    if info is not None:
+        return _wasm_matmul(program, info)
+    if wasm_window(program) is not None:
+        return WindowSchedule()
+    if wasm_vectorizable(program):
+        return WasmVectorizedSchedule()
+    return WasmElementSchedule()
+
+
+def _wasm_matmul(program: TensorProgram, info: MatmulInfo) -> WasmSchedule:
+    swap = cheap_columns(info, program, BLOCKS.columns, PACKED.panel_columns)
+    info = oriented(info, swap)
+    packed = replace(PACKED, swap_factors=swap, split_columns=weight_columns(info, program),
+                     beyond=replace(BLOCKS, swap_factors=swap))
+    streamed = streamed_columns(info, program)
+    if not (streamed or dot_columns(info)):
+        return packed
+    depth = MatrixVectorSchedule.deepest(MATRIX_VECTOR.max_rows, MATRIX_VECTOR.columns, packed)  # all its scratch holds
+    return replace(MATRIX_VECTOR, swap_factors=swap, dot_products=not streamed, max_depth=depth, otherwise=packed)

@@ -10,7 +10,7 @@ compilation is what load time is made of, so this pass merges such programs:
 1. Each program's *skeleton* is the program with every non-zero integer literal of its index
    arithmetic (buffer shapes, load indices, index values, reduction extents) replaced by a
    placeholder of the literal's sign.  Programs with the same skeleton (same body, buffers,
-   dtypes and schedule) differ only in those literals.
+   dtypes and schedules) differ only in those literals.
 2. In a group of two or more, a literal position with the same value in every member stays a
    literal (a 3x3 kernel's extent stays 3, so the backend still sees it).  Positions whose
    values differ become size variables ``constant0``, ``constant1``...; positions that carry
@@ -20,9 +20,14 @@ compilation is what load time is made of, so this pass merges such programs:
    member's values (``size_var_values``): the host module writes them into the call site's
    params block, exactly as it writes a symbolic batch size.
 
-A group is left alone when the shared program would no longer fit its schedule (a
-vectorized program whose last dimension becomes a variable cannot be shown to be a multiple
-of 4) or would need more than :data:`MAX_NEW_VARIABLES` parameters.  Semantics are unchanged
+Sharing runs before schedule_programs, which chooses each target's schedule for the shared
+program.  Its WebGPU rules read constant extents (a tile size, a long reduction, a multiple
+of 4), so programs that it would lay out differently on WebGPU
+(``schedule_programs.webgpu_schedule``) are kept apart, and so is a group whose shared
+program it would lay out otherwise than its members (a vectorized program whose last
+dimension becomes a variable cannot be shown to be a multiple of 4; a 32x32 tile chosen for
+48 rows would become a 64x64 one for a row count of a variable).  A group is also left alone
+when it would need more than :data:`MAX_NEW_VARIABLES` parameters.  Semantics are unchanged
 at every call site: each variable holds, there, the literal it replaced.
 """
 
@@ -33,14 +38,13 @@ from typing import Callable
 
 from ..ir.expr import CallTIR, CallTIRInto, Expr, Function
 from ..ir.functor import ExprMutator
-from ..ir.launch import vectorizable
 from ..ir.module import IRModule
-from ..ir.pattern import Pattern, program_pattern
-from ..ir.schedule import MATMUL_SCHEDULES, VectorizedSchedule
+from ..ir.schedule import WebGpuSchedule
 from ..ir.symbolic import IntImm, PrimExpr, SizeVar, Sub
 from ..ir.tir import (
     Buffer, Gather, IndexValue, Load, Reduce, ScalarExpr, TensorProgram, index_var_names, map_scalar,
 )
+from .schedule_programs import webgpu_schedule
 
 MAX_NEW_VARIABLES = 16  # params a shared program may gain (a params block holds 63)
 VARIABLE_PREFIX = "constant"
@@ -51,19 +55,19 @@ _POSITIVE, _NEGATIVE = SizeVar("<positive literal>"), SizeVar("<negative literal
 
 def share_programs(module: IRModule) -> IRModule:
     """Merge the tensor programs that differ only in integer literals (see the module doc)."""
-    groups: dict[TensorProgram, list[tuple[str, list[int]]]] = {}
+    groups: dict[tuple[TensorProgram, WebGpuSchedule], list[tuple[str, list[int]]]] = {}
     for name, program in module.programs.items():
         if isinstance(program, TensorProgram):
             skeleton, literals = _skeleton(program)
-            groups.setdefault(skeleton, []).append((name, literals))
+            groups.setdefault((skeleton, webgpu_schedule(program)), []).append((name, literals))
 
     taken = _variable_names(module)
     programs = dict(module.programs)
     redirect: dict[str, tuple[str, tuple[tuple[str, PrimExpr], ...]]] = {}
-    for members in groups.values():
+    for (_, schedule), members in groups.items():
         if len(members) < 2:
             continue
-        shared = _shared_program(module.programs[members[0][0]], [literals for _, literals in members], taken)
+        shared = _shared_program(module.programs[members[0][0]], [literals for _, literals in members], schedule, taken)
         if shared is None:
             continue
         program, bindings = shared
@@ -80,10 +84,10 @@ def share_programs(module: IRModule) -> IRModule:
 
 
 def _shared_program(
-    first: TensorProgram, member_literals: list[list[int]], taken: set[str],
+    first: TensorProgram, member_literals: list[list[int]], schedule: WebGpuSchedule, taken: set[str],
 ) -> tuple[TensorProgram, list[tuple[tuple[str, PrimExpr], ...]]] | None:
     """The program the group shares and each member's bindings of its new variables, or
-    None when sharing does not pay or does not fit the schedule."""
+    None when sharing does not pay or would change the members' WebGPU ``schedule``."""
     columns = list(zip(*member_literals))  # one column per literal position: its value in each member
     variable_of: dict[tuple[int, ...], SizeVar] = {}
     replacements: list[PrimExpr] = []
@@ -101,21 +105,11 @@ def _shared_program(
         return None
     pending = iter(replacements)
     program = _map_literals(first, lambda _value: next(pending))
-    if not _fits_schedule(program):
+    if webgpu_schedule(program) != schedule:
         return None
     bindings = [tuple((variable.name, IntImm(magnitudes[member])) for magnitudes, variable in variable_of.items())
                 for member in range(len(member_literals))]
     return program, bindings
-
-
-def _fits_schedule(program: TensorProgram) -> bool:
-    """Whether the backend can still lay the program out by its schedule (the conditions a
-    schedule needs that a literal may have satisfied and a variable cannot be shown to)."""
-    if isinstance(program.schedule, VectorizedSchedule):
-        return vectorizable(program, program.schedule.width)
-    if isinstance(program.schedule, MATMUL_SCHEDULES):
-        return program_pattern(program) is Pattern.MATMUL
-    return True
 
 
 def _skeleton(program: TensorProgram) -> tuple[TensorProgram, list[int]]:

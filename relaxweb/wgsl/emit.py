@@ -15,10 +15,11 @@ from typing import Callable, Mapping
 
 from ..ir.dtype import DtypeKind, dtype_info
 from ..ir.scalar_renderer import ScalarRenderer
+from ..ir.schedule_fit import is_cheap_branch  # also what a CPU adapter's register matmul needs of its factors
 from ..ir.symbolic import FloorDiv, FloorMod, IntImm, PrimExpr, SizeVar, simplify
 from ..ir.tir import (
-    Binary, BinaryOp, Buffer, Cast, Compare, CompareOp, Gather, Load, Reduce, ReduceCombiner, ScalarExpr, Select,
-    TensorProgram, UnaryOp, scalar_dtype, scalar_nodes,
+    Binary, BinaryOp, Buffer, Cast, Compare, CompareOp, Gather, Load, Reduce, ReduceCombiner,
+    ScalarExpr, Select, TensorProgram, UnaryOp, scalar_dtype,
 )
 from .lower_index import TargetIndex, render_wgsl
 
@@ -386,22 +387,6 @@ class Emitter(ScalarRenderer):
         self.statements.append(f"{indent}  {name} = {b};")
         self.statements.append(f"{indent}}}")
         return name
-
-
-CHEAP_BRANCH_NODES = 32  # the most nodes a select's branch may have to be evaluated unconditionally
-CHEAP_BRANCH_LOADS = 4  # ... and the most buffer reads (a concatenation of up to 4 inputs)
-
-
-def is_cheap_branch(expr: ScalarExpr) -> bool:
-    """Few nodes, few reads and no reduction: cheaper to evaluate than to branch around (a
-    select with two such branches is WGSL's ``select``, no branch)."""
-    nodes = loads = 0
-    for node in scalar_nodes(expr):
-        nodes += 1
-        loads += isinstance(node, (Load, Gather))
-        if isinstance(node, Reduce) or nodes > CHEAP_BRANCH_NODES or loads > CHEAP_BRANCH_LOADS:
-            return False
-    return True
 
 
 def combine(combiner: ReduceCombiner, dtype: str, accumulator: str, value: str, first: str) -> str:

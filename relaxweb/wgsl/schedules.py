@@ -1,8 +1,9 @@
 """The WGSL rendering of each schedule kind (``relaxweb/ir/schedule.py``): the declarations
 after the bindings and the shader's ``main``, written with an :class:`~.emit.Emitter`.
 
-:func:`render_schedule` looks the program's schedule kind up in :data:`RENDERERS` (a kind
-without a renderer is an error, never a silent fallback).  Every schedule uses workgroups
+:func:`render_schedule` looks the kind of the schedule it is given (one of the program's
+WebGPU schedules: ``TargetSchedules``) up in :data:`RENDERERS` (a kind without a renderer is
+an error, never a silent fallback).  Every schedule uses workgroups
 of 64 invocations on the runtimes' 2-D grid, and the number of invocations a dispatch needs
 is :func:`relaxweb.ir.launch.dispatch_count`, which the host module evaluates.
 
@@ -26,7 +27,7 @@ is :func:`relaxweb.ir.launch.dispatch_count`, which the host module evaluates.
   reduction: bias, activation, residual add) and the store are one function,
   ``store_output``, called from a loop over the accumulators, so it is compiled once.
 - ``register_matmul``: the same tiles and dispatch size without workgroup memory, for CPU
-  adapters (``variants.py``): each invocation evaluates the first factor at its ``block`` rows
+  adapters (``relaxweb/passes/schedule_programs.py`` says when): each invocation evaluates the first factor at its ``block`` rows
   and the second at its ``block`` columns for every reduction element (rows and columns past
   the last read the last one; their outputs are not stored) and keeps ``block x block``
   accumulators in vec4 registers.  An invocation with no row inside the output returns at
@@ -36,8 +37,7 @@ is :func:`relaxweb.ir.launch.dispatch_count`, which the host module evaluates.
   time).
 - ``tiled_matmul_f16``: ``tiled_matmul`` with the staged tiles ``vec4<f16>`` (each factor
   evaluated in f32, then rounded once as it is staged) and each product in f16, added to the
-  f32 accumulators (``enable f16;``: a second shader for adapters with ``shader-f16``,
-  ``variants.py``).
+  f32 accumulators (``enable f16;``: a second shader for adapters with ``shader-f16``).
 """
 
 from __future__ import annotations
@@ -45,16 +45,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
-from ..ir.dtype import dtype_info
 from ..ir.launch import VECTOR, matmul_extents, matmul_info, vector_access
 from ..ir.pattern import MatmulInfo, top_level_reductions
 from ..ir.schedule import (
-    VECTOR_WIDTH, WORKGROUP_SIZE, ElementSchedule, HalfTiledMatmulSchedule, RegisterMatmulSchedule, Schedule,
-    TiledMatmulSchedule,
-    VectorizedSchedule, WorkgroupReductionSchedule,
+    VECTOR_WIDTH, WORKGROUP_SIZE, ElementSchedule, HalfTiledMatmulSchedule, RegisterMatmulSchedule,
+    TiledMatmulSchedule, VectorizedSchedule, WebGpuSchedule, WorkgroupReductionSchedule,
 )
 from ..ir.symbolic import SizeVar, product, simplify
-from ..ir.tir import FloatImm, Load, Reduce, ReduceCombiner, ScalarExpr, TensorProgram, scalar_dtype, substitute_scalar
+from ..ir.tir import FloatImm, Load, Reduce, ScalarExpr, TensorProgram, scalar_dtype, substitute_scalar
 from .emit import Emitter, combine, is_float_extremum, literal, reduce_identity, storage_type, to_storage, wgsl_name
 from .lower_index import IndexOp
 
@@ -69,13 +67,15 @@ class ScheduleRendering:
     extensions: tuple[str, ...] = ()  # WGSL extensions the shader enables (``enable f16;``)
 
 
-def render_schedule(program: TensorProgram, parts: Mapping[str, int] | None = None) -> ScheduleRendering:
-    """The shader's declarations and ``main`` for the program's schedule; ``parts`` names the
-    input buffers bound as several parts (read through their load functions, ``emit.part_load``)."""
-    renderer = RENDERERS.get(type(program.schedule))
+def render_schedule(program: TensorProgram, schedule: WebGpuSchedule,
+                    parts: Mapping[str, int] | None = None) -> ScheduleRendering:
+    """The shader's declarations and ``main`` for the program laid out by ``schedule``;
+    ``parts`` names the input buffers bound as several parts (read through their load
+    functions, ``emit.part_load``)."""
+    renderer = RENDERERS.get(type(schedule))
     if renderer is None:
-        raise NotImplementedError(f"{program.name}: the WGSL backend has no renderer for the schedule {program.schedule}")
-    return renderer(program, program.schedule, dict(parts or {}))
+        raise NotImplementedError(f"{program.name}: the WGSL backend has no renderer for the schedule {schedule}")
+    return renderer(program, schedule, dict(parts or {}))
 
 
 _SIGNATURE = [
@@ -417,7 +417,7 @@ def render_vectorized(program: TensorProgram, schedule: VectorizedSchedule,
 
 
 # The renderer of each schedule kind.
-RENDERERS: dict[type[Schedule], Callable[[TensorProgram, Schedule, Mapping[str, int]], ScheduleRendering]] = {
+RENDERERS: dict[type[WebGpuSchedule], Callable[[TensorProgram, WebGpuSchedule, Mapping[str, int]], ScheduleRendering]] = {
     ElementSchedule: render_element,
     VectorizedSchedule: render_vectorized,
     WorkgroupReductionSchedule: render_workgroup_reduction,

@@ -18,8 +18,9 @@ from typing import Mapping
 
 from ..ir.launch import workgroup_storage_bytes
 from ..ir.params_block import ELEMENT_COUNT, ParamsLayout
-from ..ir.schedule import ElementSchedule
+from ..ir.schedule import ElementSchedule, WebGpuSchedule
 from ..ir.syntax import comment_text
+from ..ir.target_schedules import schedules_of
 from ..ir.tir import TensorProgram, format_scalar, index_var_names
 from .emit import part_load, part_name, storage_type, wgsl_name
 from .lower_index import helper_declarations
@@ -59,9 +60,12 @@ def params_declaration(params: ParamsLayout) -> list[str]:
     ]
 
 
-def emit_wgsl(program: TensorProgram, parts: Mapping[str, int] | None = None) -> ShaderInfo:
-    """The WGSL compute shader of a tensor program, laid out by its schedule; ``parts`` gives
-    the inputs bound as several parts their number of parts (2 or more)."""
+def emit_wgsl(program: TensorProgram, parts: Mapping[str, int] | None = None,
+              schedule: WebGpuSchedule | None = None) -> ShaderInfo:
+    """The WGSL compute shader of a tensor program laid out by ``schedule``, by default its
+    WebGPU schedule (a second shader's is one of its others: ``TargetSchedules``); ``parts``
+    gives the inputs bound as several parts their number of parts (2 or more)."""
+    schedule = schedules_of(program).webgpu if schedule is None else schedule
     parts = dict(parts or {})
     unknown = set(parts) - {b.name for b in program.inputs}
     if unknown or any(count < 2 for count in parts.values()):
@@ -71,8 +75,8 @@ def emit_wgsl(program: TensorProgram, parts: Mapping[str, int] | None = None) ->
     if clashes:
         raise ValueError(f"{program.name}: size variables {sorted(clashes)} share names with index variables")
     params = ParamsLayout(tuple(size_vars))
-    schedule_note = "" if program.schedule == ElementSchedule() else f" (schedule: {program.schedule})"
-    rendering = render_schedule(program, parts)
+    schedule_note = "" if schedule == ElementSchedule() else f" (schedule: {schedule})"
+    rendering = render_schedule(program, schedule, parts)
     lines = [
         *(f"enable {extension};" for extension in rendering.extensions),  # directives come first
         "// " + comment_text(f"tensor program: {program.name}{schedule_note}"),
@@ -100,4 +104,4 @@ def emit_wgsl(program: TensorProgram, parts: Mapping[str, int] | None = None) ->
     lines += helper_declarations(rendering.index_helpers)
     lines += rendering.lines
     bindings = ("uniform", *("read-only-storage" for _ in range(binding - 1)), "storage")
-    return ShaderInfo("\n".join(lines) + "\n", params, bindings, workgroup_storage_bytes(program))
+    return ShaderInfo("\n".join(lines) + "\n", params, bindings, workgroup_storage_bytes(program, schedule))

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from dataclasses import replace
+from typing import Callable
 
 import numpy as np
 import pytest
@@ -23,7 +25,7 @@ from relaxweb.cpu.kernels import KernelsWasm, WasmUnavailable, emit_kernels_wasm
 from relaxweb.cpu.math import MATH_FUNCTIONS
 from relaxweb.cpu.module import KernelFunctions, assemble_kernels_module, wat_to_wasm
 from relaxweb.cpu import library, schedules
-from relaxweb.cpu.schedules import MATMUL_SCRATCH_BYTES, PANEL_DEPTH, render_program
+from relaxweb.cpu.schedules.factor_forms import branched_interior, lane_vectors
 from relaxweb.ir import interpreter
 from relaxweb.ir.dtype import dtype_info
 from relaxweb.ir.launch import dispatch_count
@@ -33,6 +35,8 @@ from relaxweb.ir.tir import (
     Binary, BinaryOp, Buffer, Cast, Compare, CompareOp, FloatImm, Gather, IndexValue, Load, Reduce, ReduceCombiner,
     Select, TensorProgram, Unary, UnaryOp,
 )
+from relaxweb.ir.wasm_schedule import MatrixVectorSchedule, PackedMatmulSchedule, WasmSchedule, WindowSchedule
+from relaxweb.passes.schedule_programs import choose_schedules
 from relaxweb.runtime.manifest import manifest_problem
 from tests.helpers import F32, F32_LOOSE, Tolerance, assert_close, make_model, rand
 from tests.wasm_kernels import run_wasm_kernel
@@ -40,11 +44,51 @@ from tests.wasm_kernels import run_wasm_kernel
 n = SizeVar("n")
 i, j, k = SizeVar("i"), SizeVar("j"), SizeVar("k")
 LIBRARY = {**MATH_FUNCTIONS, **HELPER_FUNCTIONS}
+PACKED = PackedMatmulSchedule()  # the pass's packed matmul (its defaults)
+MATMUL_SCRATCH_BYTES = MatrixVectorSchedule().scratch_bytes  # the most scratch a kernel of the pass's asks for
+PANEL_DEPTH = PACKED.max_depth
+
+WasmChange = Callable[[WasmSchedule], WasmSchedule]  # a program's wasm schedule -> the one a test renders
 
 
-def compile_program(program: TensorProgram) -> bytes:
+def scheduled(program: TensorProgram, wasm: WasmChange | None = None) -> TensorProgram:
+    """``program`` as schedule_programs schedules it (unless it is scheduled already), its wasm
+    schedule changed by ``wasm``."""
+    if program.schedule is None:
+        program = replace(program, schedule=choose_schedules(program))
+    if wasm is not None:
+        program = replace(program, schedule=replace(program.schedule, wasm=wasm(program.schedule.wasm)))
+    return program
+
+
+def render_program(program: TensorProgram, parts: dict[str, int] | None = None, wasm: WasmChange | None = None) -> str:
+    """The WAT of the program's kernel, as :func:`scheduled` schedules it."""
+    return schedules.render_program(scheduled(program, wasm), parts)
+
+
+def packed(**changes) -> WasmChange:
+    """A matmul's wasm schedule with its packed kind's parameters changed (``max_depth=1``: the
+    block kind runs every reduction; a matrix-vector kind's depth refit to the new scratch)."""
+    def change(schedule: WasmSchedule) -> WasmSchedule:
+        if isinstance(schedule, PackedMatmulSchedule):
+            return replace(schedule, **changes)
+        if isinstance(schedule, MatrixVectorSchedule):
+            otherwise = replace(schedule.otherwise, **changes)
+            depth = MatrixVectorSchedule.deepest(schedule.max_rows, schedule.columns, otherwise)
+            return replace(schedule, otherwise=otherwise, max_depth=depth)
+        return schedule
+    return change
+
+
+def without_matrix_vector(schedule: WasmSchedule) -> WasmSchedule:
+    """A matmul's wasm schedule without its matrix-vector kind (the packed kind runs)."""
+    return schedule.otherwise if isinstance(schedule, MatrixVectorSchedule) else schedule
+
+
+def compile_program(program: TensorProgram, wasm: WasmChange | None = None) -> bytes:
     """The kernels.wasm of one program (kernel 0)."""
-    wat = assemble_kernels_module([KernelFunctions(0, program.name, render_program(program))], "test", LIBRARY)
+    text = render_program(program, wasm=wasm)
+    wat = assemble_kernels_module([KernelFunctions(0, program.name, text)], "test", LIBRARY)
     return wat_to_wasm(wat)
 
 
@@ -53,21 +97,22 @@ def device_array(array: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(array.astype(dtype_info(str(array.dtype)).device.name))
 
 
-def run_on_wasm(program: TensorProgram, arrays: list[np.ndarray], size_vars: dict[str, int]) -> np.ndarray:
+def run_on_wasm(program: TensorProgram, arrays: list[np.ndarray], size_vars: dict[str, int],
+                wasm: WasmChange | None = None) -> np.ndarray:
     """The program's output computed by its wasm kernel (in the output's device dtype)."""
     shape = tuple(int(evaluate(d, size_vars)) for d in program.output.shape)
     output = np.zeros(shape, dtype_info(program.output.dtype).device.name)
     params = [int(evaluate(dispatch_count(program), size_vars)), *(size_vars[v.name] for v in program.size_vars)]
-    return run_wasm_kernel(compile_program(program), 0, [device_array(a) for a in arrays], output, params,
+    return run_wasm_kernel(compile_program(program, wasm), 0, [device_array(a) for a in arrays], output, params,
                            scratch_bytes=MATMUL_SCRATCH_BYTES)
 
 
 def check_program(program: TensorProgram, arrays: list[np.ndarray], size_vars: dict[str, int] | None = None,
-                  tolerance=F32) -> np.ndarray:
+                  tolerance=F32, wasm: WasmChange | None = None) -> np.ndarray:
     """The wasm kernel against the interpreter: floats within ``tolerance``, the rest exact."""
     size_vars = dict(size_vars or {})
     expected = interpreter.run_program(program, arrays, size_vars)
-    actual = run_on_wasm(program, arrays, size_vars)
+    actual = run_on_wasm(program, arrays, size_vars, wasm)
     if dtype_info(program.output.dtype).is_float:
         assert_close(actual, expected.astype(np.float32), tolerance)
     else:
@@ -404,10 +449,15 @@ def call_sites(module, feeds: dict[str, np.ndarray], monkeypatch) -> list[tuple]
     return calls
 
 
-def check_module(model, feeds: dict[str, np.ndarray], monkeypatch, tolerance=F32_LOOSE) -> int:
-    """Every call site of the compiled model: its wasm kernel against the interpreter's
-    result of that program.  Returns the number of call sites checked."""
+def check_module(model, feeds: dict[str, np.ndarray], monkeypatch, tolerance=F32_LOOSE,
+                 wasm: WasmChange | None = None) -> int:
+    """Every call site of the compiled model: its wasm kernel (its wasm schedule changed by
+    ``wasm``) against the interpreter's result of that program.  Returns the number of call
+    sites checked."""
     module = compile_model(model)
+    if wasm is not None:
+        module = module.replace(programs={name: scheduled(p, wasm) if isinstance(p, TensorProgram) else p
+                                          for name, p in module.programs.items()})
     order = list(dict.fromkeys(d.program for d in module.main.dispatches))
     kernels = emit_kernels_wasm(module, [(name, {}) for name in order])
     assert isinstance(kernels, KernelsWasm), kernels
@@ -445,7 +495,7 @@ def test_convolution_module(monkeypatch) -> None:
     assert check_module(model, {"x": rand(1, 3, 9, 9)}, monkeypatch) >= 1
 
 
-# The matmul-like kernels run the packed path up to PANEL_DEPTH reduction steps and the block
+# The matmul-like kernels run the packed kind up to its max_depth reduction steps and the block
 # path beyond: each test runs both (a capacity of 1 step sends every reduction to the blocks).
 PATHS = pytest.mark.parametrize("capacity", [PANEL_DEPTH, 1], ids=["packed", "blocks"])
 
@@ -456,20 +506,20 @@ PATHS = pytest.mark.parametrize("capacity", [PANEL_DEPTH, 1], ids=["packed", "bl
 def test_matmul_blocks(shape_a, shape_b, capacity: int, monkeypatch) -> None:
     """Matmuls in whole blocks and at the edges (of micro-kernels, panels and column blocks),
     batched, with a bias and relu epilogue."""
-    monkeypatch.setattr(schedules, "PANEL_DEPTH", capacity)
+    change = packed(max_depth=capacity)
     model = make_model([helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "bias"], ["s"]),
                         helper.make_node("Relu", ["s"], ["y"])], [("x", TensorProto.FLOAT, list(shape_a))], ["y"],
                        {"w": rand(*shape_b, seed=1), "bias": rand(shape_b[-1], seed=2)})
-    assert check_module(model, {"x": rand(*shape_a)}, monkeypatch) >= 1
+    assert check_module(model, {"x": rand(*shape_a)}, monkeypatch, wasm=change) >= 1
 
 
 @PATHS
 def test_matmul_with_a_transposed_weight(capacity: int, monkeypatch) -> None:
     """Gemm with transB: the second factor is read across its rows (evaluated per column)."""
-    monkeypatch.setattr(schedules, "PANEL_DEPTH", capacity)
+    change = packed(max_depth=capacity)
     model = make_model([helper.make_node("Gemm", ["x", "w", "c"], ["y"], transB=1, alpha=0.5)],
                        [("x", TensorProto.FLOAT, [6, 10])], ["y"], {"w": rand(20, 10, seed=1), "c": rand(20, seed=2)})
-    assert check_module(model, {"x": rand(6, 10)}, monkeypatch) >= 1
+    assert check_module(model, {"x": rand(6, 10)}, monkeypatch, wasm=change) >= 1
 
 
 @PATHS
@@ -478,24 +528,24 @@ def test_matmul_with_a_transposed_weight(capacity: int, monkeypatch) -> None:
 def test_convolution_blocks(stride: int, pad: int, group: int, channels: int, capacity: int, monkeypatch) -> None:
     """Convolutions as blocks over output positions (few output channels) or over output
     channels read from the weight at constant distances (16 or more)."""
-    monkeypatch.setattr(schedules, "PANEL_DEPTH", capacity)
+    change = packed(max_depth=capacity)
     model = make_model([helper.make_node("Conv", ["x", "w"], ["y"], pads=[pad] * 4, strides=[stride] * 2, group=group)],
                        [("x", TensorProto.FLOAT, [2, 4, 11, 10])], ["y"],
                        {"w": rand(channels, 4 // group, 3, 3, seed=1)})
-    assert check_module(model, {"x": rand(2, 4, 11, 10)}, monkeypatch) >= 1
+    assert check_module(model, {"x": rand(2, 4, 11, 10)}, monkeypatch, wasm=change) >= 1
 
 
 @PATHS
 def test_convolution_with_a_fused_prologue(capacity: int, monkeypatch) -> None:
     """A 3x3 convolution of a SiLU's output (as in YOLOv8): the sigmoid and the padding's
     selects fused into its input, which the packed path evaluates once per element."""
-    monkeypatch.setattr(schedules, "PANEL_DEPTH", capacity)
+    change = packed(max_depth=capacity)
     model = make_model([helper.make_node("Sigmoid", ["x"], ["s"]), helper.make_node("Mul", ["x", "s"], ["a"]),
                         helper.make_node("Conv", ["a", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
                         helper.make_node("Sigmoid", ["c"], ["t"]), helper.make_node("Mul", ["c", "t"], ["y"])],
                        [("x", TensorProto.FLOAT, [1, 6, 9, 7])], ["y"], {"w": rand(24, 6, 3, 3, seed=1),
                                                                           "b": rand(24, seed=2)})
-    assert check_module(model, {"x": rand(1, 6, 9, 7)}, monkeypatch) >= 1
+    assert check_module(model, {"x": rand(1, 6, 9, 7)}, monkeypatch, wasm=change) >= 1
 
 
 @pytest.mark.parametrize("kernel, pad, width", [(3, 1, 12), (3, 1, 10), (5, 2, 9), (1, 0, 8), (3, 0, 13)])
@@ -539,14 +589,14 @@ def test_matmuls_with_fused_prologues(capacity: int, monkeypatch) -> None:
     """Matmuls of a layer norm's and of a tanh's output (as in GPT-2), fused into their
     inputs: the packed path evaluates them four reduction steps at a time (K = 22: two
     steps one by one at the end)."""
-    monkeypatch.setattr(schedules, "PANEL_DEPTH", capacity)
+    change = packed(max_depth=capacity)
     model = make_model([helper.make_node("LayerNormalization", ["x", "g", "b"], ["n"], axis=-1),
                         helper.make_node("MatMul", ["n", "w1"], ["h"]), helper.make_node("Tanh", ["h"], ["t"]),
                         helper.make_node("Mul", ["h", "t"], ["a"]), helper.make_node("MatMul", ["a", "w2"], ["y"])],
                        [("x", TensorProto.FLOAT, [2, 7, 22])], ["y"],
                        {"g": rand(22, seed=1), "b": rand(22, seed=2), "w1": rand(22, 22, seed=3),
                         "w2": rand(22, 12, seed=4)})
-    assert check_module(model, {"x": rand(2, 7, 22)}, monkeypatch) >= 2
+    assert check_module(model, {"x": rand(2, 7, 22)}, monkeypatch, wasm=change) >= 2
 
 
 def gelu_matmul_model(rows, depth: int, columns: int, *, bias: bool = True, transposed: bool = False):
@@ -589,12 +639,12 @@ def test_matmul_of_a_gelu_packed_as_f32x4(rows: int, bias: bool, capacity: int, 
     factor is packed four rows at a time as one f32x4 evaluation (the bias a lane
     invariant); 9 rows leave one packed by the scalar path.  Every erf range, infinities and
     a NaN match the interpreter."""
-    monkeypatch.setattr(schedules, "PANEL_DEPTH", capacity)
+    change = packed(max_depth=capacity)
     model = gelu_matmul_model(rows, 22, 12, bias=bias)
     if capacity == PANEL_DEPTH:
         module = compile_model(model)
         assert any("four lanes as one f32x4" in render_program(p) for p in module.programs.values())
-    assert check_module(model, {"x": gelu_inputs(rows, 22)}, monkeypatch) >= 1
+    assert check_module(model, {"x": gelu_inputs(rows, 22)}, monkeypatch, wasm=change) >= 1
 
 
 @pytest.mark.parametrize("rows", [6, 13])
@@ -621,12 +671,12 @@ def test_lane_vectors_fall_back() -> None:
     x = Buffer("X", (rows, depth), "float32")
     element = Load(x, (i, k))
     guarded = Select(Compare(CompareOp.LT, IndexValue(i), IndexValue(IntImm(3))), element, FloatImm(0.0))
-    assert schedules.lane_vectors(guarded, (i,), (rows,)) is None
-    assert schedules.lane_vectors(element, (i,), (rows,)) is None
+    assert lane_vectors(guarded, (i,), (rows,)) is None
+    assert lane_vectors(element, (i,), (rows,)) is None
     cast = Cast("float32", IndexValue(i))
-    assert schedules.lane_vectors(element * cast, (i,), (rows,)) is None
+    assert lane_vectors(element * cast, (i,), (rows,)) is None
     erf_like = Select(Compare(CompareOp.LT, element, FloatImm(0.0)), -element, element) * FloatImm(2.0)
-    vectors = schedules.lane_vectors(erf_like, (i,), (rows,))
+    vectors = lane_vectors(erf_like, (i,), (rows,))
     assert vectors is not None and vectors.gathered == (element,)
 
 
@@ -634,63 +684,64 @@ def test_lane_vectors_fall_back() -> None:
 def test_convolution_of_symbolic_size(capacity: int, monkeypatch) -> None:
     """A strided convolution whose height and width are size variables: the output's extents
     ((height + pad - 3) // 2 + 1) are computed once at the kernel's start, from the params."""
-    monkeypatch.setattr(schedules, "PANEL_DEPTH", capacity)
+    change = packed(max_depth=capacity)
     model = make_model([helper.make_node("Sigmoid", ["x"], ["s"]), helper.make_node("Mul", ["x", "s"], ["a"]),
                         helper.make_node("Conv", ["a", "w"], ["y"], pads=[1, 1, 1, 1], strides=[2, 2])],
                        [("x", TensorProto.FLOAT, [1, 5, "h", "w"])], ["y"], {"w": rand(12, 5, 3, 3, seed=1)})
-    assert check_module(model, {"x": rand(1, 5, 13, 10)}, monkeypatch) >= 1
+    assert check_module(model, {"x": rand(1, 5, 13, 10)}, monkeypatch, wasm=change) >= 1
 
 
-@pytest.mark.parametrize("rows, panel_a_bytes", [(293, schedules.PANEL_A_BYTES), (293, 4 * 32 * 12 * 3),
-                                                  (40, schedules.PANEL_A_BYTES)])
+@pytest.mark.parametrize("rows, panel_a_bytes", [(293, PACKED.panel_bytes), (293, 4 * 32 * 12 * 3),
+                                                  (40, PACKED.panel_bytes)])
 def test_matmul_units_of_several_panels(rows: int, panel_a_bytes: int, monkeypatch) -> None:
     """A packed unit holds several 32-row panels (about 8 units, as many panels as
-    PANEL_A_BYTES holds: here 2, or 3 when it holds only 3 at K = 12), the last partial; the
-    second factor is copied per column block (37 columns: a block at the edge packed), the
-    bias and ReLU applied four columns at a time (one by one at the edge); rows symbolic."""
-    monkeypatch.setattr(schedules, "PANEL_A_BYTES", panel_a_bytes)
+    packed kind's ``panel_bytes`` holds: here 2, or 3 when it holds only 3 at K = 12), the last
+    partial; the second factor is copied per column block (37 columns: a block at the edge
+    packed), the bias and ReLU applied four columns at a time (one by one at the edge); rows
+    symbolic."""
+    change = packed(panel_bytes=panel_a_bytes)
     model = make_model([helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "bias"], ["s"]),
                         helper.make_node("Relu", ["s"], ["y"])], [("x", TensorProto.FLOAT, ["n", 12])], ["y"],
                        {"w": rand(12, 37, seed=1), "bias": rand(37, seed=2)})
-    [program] = [p for p in compile_model(model).programs.values() if "$copy" in render_program(p)]
+    [program] = [scheduled(p, change) for p in compile_model(model).programs.values() if "$copy" in render_program(p)]
     assert "(v128.store (local.get $address" in render_program(program)  # the epilogue four columns at a time
     panels = -(-rows // 32)
-    group = max(1, min(-(-panels // schedules.UNITS_WANTED), panel_a_bytes // (4 * 32 * 12)))
+    group = max(1, min(-(-panels // PACKED.units_wanted), panel_a_bytes // (4 * 32 * 12)))
     slices = 1
-    if panels < schedules.UNITS_WANTED:  # few rows of a weight: all in one group, the columns split
-        group, slices = panels, min(schedules.UNITS_WANTED, -(-37 // schedules.PANEL_COLUMNS))
+    if panels < PACKED.units_wanted:  # few rows of a weight: all in one group, the columns split
+        group, slices = panels, min(PACKED.units_wanted, -(-37 // PACKED.panel_columns))
     assert units_of(program, {"n": rows}) == -(-rows // (32 * group)) * slices
-    assert check_module(model, {"x": rand(rows, 12)}, monkeypatch) >= 1
+    assert check_module(model, {"x": rand(rows, 12)}, monkeypatch, wasm=change) >= 1
 
 
 @pytest.mark.parametrize("rows, depth, columns, split_bytes", [
-    (128, 24, 200, schedules.SPLIT_A_BYTES),  # 4 panels in one group, 8 slices of 32 columns (the last 8)
-    (70, 12, 37, schedules.SPLIT_A_BYTES),  # 3 panels (the last partial), 5 slices of one block (the last partial)
-    (12, 16, 20, schedules.SPLIT_A_BYTES),  # one partial panel, 3 slices (the last partial)
+    (128, 24, 200, PACKED.split_bytes),  # 4 panels in one group, 8 slices of 32 columns (the last 8)
+    (70, 12, 37, PACKED.split_bytes),  # 3 panels (the last partial), 5 slices of one block (the last partial)
+    (12, 16, 20, PACKED.split_bytes),  # one partial panel, 3 slices (the last partial)
     (128, 24, 200, 4 * 32 * 24 * 2),  # 2 panels fit: 2 row groups of 4 slices
-    (300, 12, 37, schedules.SPLIT_A_BYTES),  # 10 panels: not few, units of rows only
+    (300, 12, 37, PACKED.split_bytes),  # 10 panels: not few, units of rows only
 ])
 def test_matmul_of_a_weight_split_by_columns(rows: int, depth: int, columns: int, split_bytes: int,
                                              monkeypatch) -> None:
-    """With few rows (fewer panels than UNITS_WANTED) and a weight as the second factor, the
-    packed path's units take all the rows (as many panels as SPLIT_A_BYTES holds) and a
+    """With few rows (fewer panels than ``units_wanted``) and a weight as the second factor, the
+    packed kind's units take all the rows (as many panels as its ``split_bytes`` holds) and a
     slice of the columns, each starting on a column block (so each copies its part of the
     weight once); rows symbolic, the bias and ReLU epilogue four columns at a time."""
-    monkeypatch.setattr(schedules, "SPLIT_A_BYTES", split_bytes)
+    change = packed(split_bytes=split_bytes)
     model = make_model([helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "bias"], ["s"]),
                         helper.make_node("Relu", ["s"], ["y"])], [("x", TensorProto.FLOAT, ["n", depth])], ["y"],
                        {"w": rand(depth, columns, seed=1), "bias": rand(columns, seed=2)})
-    [program] = [p for p in compile_model(model).programs.values() if "$copy" in render_program(p)]
+    [program] = [scheduled(p, change) for p in compile_model(model).programs.values() if "$copy" in render_program(p)]
     assert "$slice_columns" in render_program(program)
-    panels, blocks = -(-rows // 32), -(-columns // schedules.PANEL_COLUMNS)
-    if panels < schedules.UNITS_WANTED:
+    panels, blocks = -(-rows // 32), -(-columns // PACKED.panel_columns)
+    if panels < PACKED.units_wanted:
         group = max(1, min(panels, split_bytes // (4 * 32 * depth)))
         groups = -(-panels // group)
-        units = groups * min(-(-schedules.UNITS_WANTED // groups), blocks)
+        units = groups * min(-(-PACKED.units_wanted // groups), blocks)
     else:
-        units = -(-panels // max(1, min(-(-panels // schedules.UNITS_WANTED), schedules.PANEL_A_BYTES // (4 * 32 * depth))))
+        units = -(-panels // max(1, min(-(-panels // PACKED.units_wanted), PACKED.panel_bytes // (4 * 32 * depth))))
     assert units_of(program, {"n": rows}) == units
-    assert check_module(model, {"x": rand(rows, depth)}, monkeypatch) >= 1
+    assert check_module(model, {"x": rand(rows, depth)}, monkeypatch, wasm=change) >= 1
 
 
 def test_batched_matmul_of_a_weight_split_by_columns(monkeypatch) -> None:
@@ -745,7 +796,7 @@ def window_programs(model) -> list[str]:
     """The names of the model's programs that render as sliding windows (``render_window``)."""
     module = compile_model(model)
     return [name for name, program in module.programs.items()
-            if isinstance(program, TensorProgram) and schedules.window_form(program) is not None]
+            if isinstance(program, TensorProgram) and isinstance(program.schedule.wasm, WindowSchedule)]
 
 
 def depthwise(channels: int, kernel: int, stride: int, pad: int, shape, activation: str | None = None,
@@ -940,7 +991,7 @@ def test_one_by_one_convolution_input_copied_in_place(batch: int, stride: int, c
     block of 8 at a time ($copy) where a block lies within one batch index (6 x 7 = 42
     positions: blocks 0..39 copied, 40..47 across the batch's end packed element by element,
     as the last partial block); with stride 2 the positions are not consecutive elements,
-    so the factors swap (:func:`schedules.cheap_columns`): the input packed once as the
+    so the factors swap (``relaxweb.ir.matmul_layout.cheap_columns``): the input packed once as the
     rows, the weight gathered (44 channels: 5 whole blocks, the sixth packed).  Unswapped,
     the bias and ReLU apply to four positions at a time where they lie within one batch
     index (the flat positions past the batch axis), else one by one."""
@@ -998,7 +1049,7 @@ def test_convolution_of_a_spatial_concatenation(axis: int, branched: bool, monke
 
 
 def test_branched_interior_forms() -> None:
-    """:func:`schedules.branched_interior` takes selects of contiguous loads whose conditions
+    """:func:`branched_interior` takes selects of contiguous loads whose conditions
     the lane axis does not change; not a condition that reads the lane axis, not a padded
     leaf, not a bare load (the interior path's)."""
     c, w = SizeVar("c"), SizeVar("w")
@@ -1006,26 +1057,26 @@ def test_branched_interior_forms() -> None:
     first, second = Load(a, (c, w)), Load(b, (c - 2, w))
     split = Compare(CompareOp.LT, IndexValue(c), IndexValue(IntImm(2)))
     chosen = Select(split, first, second)
-    assert schedules.branched_interior(chosen, w) is chosen
-    assert schedules.branched_interior(first, w) is None
+    assert branched_interior(chosen, w) is chosen
+    assert branched_interior(first, w) is None
     along = Compare(CompareOp.LT, IndexValue(w), IndexValue(IntImm(2)))
-    assert schedules.branched_interior(Select(along, first, second), w) is None
-    assert schedules.branched_interior(Select(split, Select(along, first, FloatImm(0.0)), second), w) is None
+    assert branched_interior(Select(along, first, second), w) is None
+    assert branched_interior(Select(split, Select(along, first, FloatImm(0.0)), second), w) is None
 
 
-@pytest.mark.parametrize("depth, chunk", [(37, 8), (40, 8), (7, 8), (0, 8), (300, schedules.PANEL_CHUNK)])
+@pytest.mark.parametrize("depth, chunk", [(37, 8), (40, 8), (7, 8), (0, 8), (300, PACKED.chunk)])
 def test_micro_kernels_in_chunks_of_the_reduction(depth: int, chunk: int, monkeypatch) -> None:
-    """The micro-kernels run the reduction in chunks of PANEL_CHUNK steps over all of a
+    """The micro-kernels run the reduction in chunks of ``chunk`` steps over all of a
     panel's strips, the sums reloaded after the first: a last chunk partial (37 = 4 x 8 + 5),
     whole (40), one chunk (7), none (an empty reduction: the epilogue of 0); 70 rows (a
     partial strip and panel) and 37 columns (a partial block), the depth symbolic."""
-    monkeypatch.setattr(schedules, "PANEL_CHUNK", chunk)
+    change = packed(chunk=chunk)
     model = make_model([helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "bias"], ["y"])],
                        [("x", TensorProto.FLOAT, [70, "k"]), ("w", TensorProto.FLOAT, ["k", 37])], ["y"],
                        {"bias": rand(37, seed=2)})
     [program] = [p for p in compile_model(model).programs.values() if "$pack_panels" in render_program(p)]
-    assert "$chunk" in render_program(program)
-    assert check_module(model, {"x": rand(70, depth), "w": rand(depth, 37, seed=1)}, monkeypatch) >= 1
+    assert "$chunk" in render_program(program, wasm=change)
+    assert check_module(model, {"x": rand(70, depth), "w": rand(depth, 37, seed=1)}, monkeypatch, wasm=change) >= 1
 
 
 def units_of(program: TensorProgram, size_vars: dict[str, int]) -> int:
@@ -1040,46 +1091,46 @@ def units_of(program: TensorProgram, size_vars: dict[str, int]) -> int:
 
 def test_packed_path_capacity(monkeypatch) -> None:
     """A reduction of a run-time length runs the packed path up to the capacity (one unit of
-    PANEL_ROWS rows), the block path one step beyond (a unit per block), and an empty one
+    ``panel_rows`` rows), the block path one step beyond (a unit per block), and an empty one
     gives the epilogue of 0."""
-    monkeypatch.setattr(schedules, "PANEL_DEPTH", 20)
-    monkeypatch.setattr(schedules, "MATVEC_ROWS", 0)  # 5 rows: else the matrix-vector form
     m, c = SizeVar("m"), SizeVar("c")
     a, b = Buffer("A", (IntImm(5), m), "float32"), Buffer("B", (m, c), "float32")
     body = Reduce(ReduceCombiner.SUM, k, m, Load(a, (i, k)) * Load(b, (k, j))) + FloatImm(1.0)
     program = TensorProgram("matmul", (a, b), Buffer("out", (IntImm(5), c), "float32"), (i, j), body)
+    # 5 rows: without its matrix-vector kind, else that runs
+    program = scheduled(program, lambda schedule: packed(max_depth=20)(without_matrix_vector(schedule)))
     for steps, columns, units in ((20, 9, 1), (21, 9, 2), (0, 9, 1), (3, 0, 1)):
         assert units_of(program, {"m": steps, "c": columns}) == units
         check_program(program, [rand(5, steps), rand(steps, columns, seed=1)], {"m": steps, "c": columns})
 
 
-# The matrix-vector form runs matmuls of at most MATVEC_ROWS rows whose weight is read in
-# place; MATVEC_ROWS = 0 sends them to the packed path, so each test compares both.
-MATVEC = pytest.mark.parametrize("matvec_rows", [schedules.MATVEC_ROWS, 0], ids=["matvec", "packed"])
+# The matrix-vector kind runs matmuls of at most ``max_rows`` rows whose weight is read in
+# place; without it they run the packed kind, so each test compares both.
+MATVEC = pytest.mark.parametrize("matvec", [True, False], ids=["matvec", "packed"])
 
 
 @MATVEC
 @pytest.mark.parametrize("shape_a, shape_b", [((1, 24), (24, 32)), ((1, 7), (7, 37)), ((4, 22), (22, 300)),
                                               ((2, 1, 9), (9, 1030)), ((3, 1, 6), (3, 6, 16)), ((8, 5), (5, 12)),
                                               ((9, 8), (8, 12)), ((1, 0), (0, 5))])
-def test_matvec_matmuls(shape_a, shape_b, matvec_rows: int, monkeypatch) -> None:
+def test_matvec_matmuls(shape_a, shape_b, matvec: bool, monkeypatch) -> None:
     """Matmuls of 1 to 8 rows with a bias and relu epilogue: one column block or several
     (1030 columns: 3 blocks of 344, 344 and 342), f32x4 columns and the 1-3 past them (37,
     1030), reduction steps 4 at a time and the 1-3 past them (7, 22, 9, 5), batched weights
     (a unit per batch index and column block), an empty reduction (the epilogue of 0); 9
     rows run the packed path."""
-    monkeypatch.setattr(schedules, "MATVEC_ROWS", matvec_rows)
     model = make_model([helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "bias"], ["s"]),
                         helper.make_node("Relu", ["s"], ["y"])], [("x", TensorProto.FLOAT, list(shape_a))], ["y"],
                        {"w": rand(*shape_b, seed=1), "bias": rand(shape_b[-1], seed=2)})
-    assert check_module(model, {"x": rand(*shape_a)}, monkeypatch) >= 1
+    change = None if matvec else without_matrix_vector
+    assert check_module(model, {"x": rand(*shape_a)}, monkeypatch, wasm=change) >= 1
 
 
 @MATVEC
-def test_matvec_with_fused_prologues(matvec_rows: int, monkeypatch) -> None:
+def test_matvec_with_fused_prologues(matvec: bool, monkeypatch) -> None:
     """GPT-2's decode step in small: a layer norm and a tanh fused into the matmuls' first
     factor (packed once per unit, four reduction steps at a time), one row."""
-    monkeypatch.setattr(schedules, "MATVEC_ROWS", matvec_rows)
+    change = None if matvec else without_matrix_vector
     model = make_model([helper.make_node("LayerNormalization", ["x", "g", "b"], ["n"], axis=-1),
                         helper.make_node("MatMul", ["n", "w1"], ["h"]), helper.make_node("Tanh", ["h"], ["t"]),
                         helper.make_node("Mul", ["h", "t"], ["a"]), helper.make_node("MatMul", ["a", "w2"], ["y"])],
@@ -1087,20 +1138,20 @@ def test_matvec_with_fused_prologues(matvec_rows: int, monkeypatch) -> None:
                        {"g": rand(22, seed=1), "b": rand(22, seed=2), "w1": rand(22, 270, seed=3),
                         "w2": rand(270, 12, seed=4)})
     module = compile_model(model)
-    forms = ["$matvec_unit" in render_program(p) for p in module.programs.values() if "matmul" in p.name]
-    assert forms and all(forms)
-    assert check_module(model, {"x": rand(1, 1, 22)}, monkeypatch) >= 2
+    forms = ["$matvec_unit" in render_program(p, wasm=change) for p in module.programs.values() if "matmul" in p.name]
+    assert forms and all(form == matvec for form in forms)
+    assert check_module(model, {"x": rand(1, 1, 22)}, monkeypatch, wasm=change) >= 2
 
 
 def test_matvec_of_symbolic_sizes() -> None:
     """Rows, reduction and columns all size variables: the form is chosen at run time (at
-    most MATVEC_ROWS rows and MATVEC_DEPTH steps), and ``$units`` follows the same choice."""
+    most ``max_rows`` rows and ``max_depth`` steps), and ``$units`` follows the same choice."""
     s, m, c = SizeVar("s"), SizeVar("m"), SizeVar("c")
     a, b = Buffer("A", (s, m), "float32"), Buffer("B", (m, c), "float32")
     body = Reduce(ReduceCombiner.SUM, k, m, Load(a, (i, k)) * Load(b, (k, j))) * FloatImm(0.5)
     program = TensorProgram("matmul", (a, b), Buffer("out", (s, c), "float32"), (i, j), body)
     assert "$matvec_unit" in render_program(program)
-    deep = schedules.MATVEC_DEPTH + 1  # beyond the form's depth: the packed path
+    deep = MatrixVectorSchedule().max_depth + 1  # beyond the form's depth: the packed path
     for rows, steps, columns, units in ((1, 30, 1100, 3), (4, 5, 512, 1), (8, 3, 513, 2), (9, 9, 600, 1),
                                         (3, 0, 9, 1), (2, 4, 0, 0), (0, 4, 9, 1), (1, deep, 7, 1)):
         sizes = {"s": rows, "m": steps, "c": columns}

@@ -27,7 +27,9 @@ from relaxweb.ir.host import (
 )
 from relaxweb.ir.module import IRModule
 from relaxweb.ir.parser import ParseError, parse_module
-from relaxweb.ir.schedule import WorkgroupReductionSchedule
+from relaxweb.ir.schedule import RegisterMatmulSchedule, WorkgroupReductionSchedule
+from relaxweb.ir.target_schedules import TargetSchedules
+from relaxweb.ir.wasm_schedule import WindowSchedule
 from relaxweb.ir.printer import format_module, module_constants
 from relaxweb.ir.struct_info import (
     FuncStructInfo, ObjectStructInfo, PrimStructInfo, ShapeStructInfo, TensorStructInfo, TupleStructInfo,
@@ -90,7 +92,9 @@ def every_program(names: dict[str, str]) -> TensorProgram:
         body = Binary("add", body, Cast("float32", term))
     for condition in conditions:
         body = Select(condition, body, FloatImm(1.0))
-    return TensorProgram(names["program"], (a, index, flag), out, (i, j), body, WorkgroupReductionSchedule())
+    schedule = TargetSchedules(webgpu=WorkgroupReductionSchedule(), webgpu_cpu=RegisterMatmulSchedule(block=4),
+                               wasm=WindowSchedule(unrolled_widths=(3,)))  # every kind of parameter
+    return TensorProgram(names["program"], (a, index, flag), out, (i, j), body, schedule)
 
 
 def every_graph_function(names: dict[str, str], program: str) -> Function:
@@ -251,7 +255,8 @@ def test_hostile_names_are_quoted_data() -> None:
     assert 'const("a \\"quoted\\" \'name\'\\n# not a comment \\\\ ) + relu(x)")' in text
     assert 'size_var["n m"]' in text
     assert "(lambda_: Tensor(" in text  # a variable named by a keyword is renamed
-    assert '@tensor_program(schedule=workgroup_reduction, name="prog.1")' in text
+    assert ('@tensor_program(webgpu=workgroup_reduction, webgpu_cpu=register_matmul(block=4), webgpu_f16=None, '
+            'wasm=window(lanes=8, unroll=8, unrolled_widths=(3,), overreach=1024), name="prog.1")') in text
     assert 'if_: Buffer((size_var["n m"], 4), "float32", name="if")' in text
     assert '**{"a key": [1, -2]}' in text and '**{"sinfo": "an attribute named like the keyword"}' in text
     assert 'call_op("call_tir", first,' in text
@@ -362,10 +367,18 @@ def main(x: Tensor((2,), "float32")) -> Tensor((2,), "float32"):
      "    out[i] = cosh(A[i])\n", 3, "unknown scalar function cosh()"),
     ("@tensor_program\ndef p(A: Buffer((4,), \"float32\"), out: Buffer((4,), \"float32\")):\n"
      "    out[i] = B[i]\n", 3, "unknown buffer"),
-    ("@tensor_program(schedule=fast)\ndef p(out: Buffer((4,), \"float32\")):\n    out[i] = float32(0.0)\n", 1,
-     "unknown schedule"),
-    ("@tensor_program(schedule=tiled_matmul(tile=7))\ndef p(out: Buffer((4,), \"float32\")):\n    out[i] = float32(0.0)\n",
+    ("@tensor_program(webgpu=fast)\ndef p(out: Buffer((4,), \"float32\")):\n    out[i] = float32(0.0)\n", 1,
+     "unknown webgpu schedule"),
+    ("@tensor_program(webgpu=tiled_matmul(tile=7))\ndef p(out: Buffer((4,), \"float32\")):\n    out[i] = float32(0.0)\n",
      1, "schedule tiled_matmul"),
+    ("@tensor_program(wasm=tiled_matmul)\ndef p(out: Buffer((4,), \"float32\")):\n    out[i] = float32(0.0)\n", 1,
+     "unknown wasm schedule"),
+    ("@tensor_program(webgpu=None)\ndef p(out: Buffer((4,), \"float32\")):\n    out[i] = float32(0.0)\n", 1,
+     "unknown webgpu schedule"),
+    ("@tensor_program(wasm=packed_matmul(beyond=block_matmul(swap_factors=True)))\n"
+     "def p(out: Buffer((4,), \"float32\")):\n    out[i] = float32(0.0)\n", 1, "orient the factors alike"),
+    ("@tensor_program(wasm=window(lanes=8.5))\ndef p(out: Buffer((4,), \"float32\")):\n    out[i] = float32(0.0)\n",
+     1, "a schedule's parameter is an integer"),
     ("@library_kernel(builder=\"unique_count\", args={\"name\": \"u\", \"length\": sym(n), \"dtype\": \"float32\"})\n"
      "def u(values: Buffer((n,), \"float32\"), out: Buffer((2,), \"int32\")): ...\n", 2, "the signature differs"),
     ("@library_kernel(builder=\"unique_count\", args={\"name\": \"u\", \"length\": sym(n), \"dtype\": \"float32\"}, "

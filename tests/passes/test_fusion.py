@@ -20,8 +20,10 @@ from relaxweb.ir.interpreter import run_module, run_program
 from relaxweb.ir.launch import dispatch_count, vectorizable, workgroup_storage_bytes
 from relaxweb.ir.pattern import Pattern, program_pattern
 from relaxweb.ir.schedule import (
-    ElementSchedule, RegisterMatmulSchedule, Schedule, TiledMatmulSchedule, VectorizedSchedule, WorkgroupReductionSchedule,
+    ElementSchedule, RegisterMatmulSchedule, TiledMatmulSchedule, VectorizedSchedule, WebGpuSchedule,
+    WorkgroupReductionSchedule,
 )
+from relaxweb.ir.target_schedules import TargetSchedules
 from relaxweb.ir.symbolic import IntImm, evaluate
 from relaxweb.ir.tir import Binary, Buffer, FloatImm, Load, Reduce, TensorProgram, Unary
 from relaxweb.ops import call_op
@@ -30,7 +32,7 @@ from relaxweb.wgsl import emit_wgsl
 from tests.gpu_kernels import run_kernel_on_gpu
 from tests.helpers import F32_LOOSE, assert_close, rand
 from tests.passes.graphs import mlp_module  # x[n, 4] -> matmul -> add -> relu -> matmul -> add -> softmax
-from tests.passes.rewrite import MATMUL, RELU, check_rewrite
+
 
 n, m, k = SizeVar("n"), SizeVar("m"), SizeVar("k")
 I0, I1, I2 = SizeVar("i0_"), SizeVar("i1_"), SizeVar("i2_")
@@ -60,62 +62,33 @@ def programs_of(module: IRModule) -> list[TensorProgram]:
 
 def test_schedule_programs_picks_by_pattern() -> None:
     scheduled = schedule_programs(fuse_ops(legalize_ops(mlp_module())))
-    schedules = [p.schedule for p in programs_of(scheduled)]
+    schedules = [p.schedule.webgpu for p in programs_of(scheduled)]
     # the fused matmuls, then softmax max / sum over a row of 3 (short: one invocation each)
     assert schedules[0] == TiledMatmulSchedule()
     assert ElementSchedule() in schedules
-    assert "@tensor_program(schedule=tiled_matmul(tile=32, depth=16, block=4))" in str(scheduled)
+    assert "@tensor_program(webgpu=tiled_matmul(tile=32, depth=16, block=4), webgpu_cpu=register_matmul(block=4)" \
+        in str(scheduled)
     def softmax(width):
         return legalize_ops(one_op({"x": tensor(n, width)}, lambda x: call_op("softmax", x, axes=[1])))
 
     long_rows = schedule_programs(softmax(200))  # a long constant row: a workgroup per row
     # (and the normalization, elementwise over rows of 200 = 50 x 4, reads 4 at a time)
-    assert [p.schedule.kind for p in programs_of(long_rows)] == ["workgroup_reduction", "workgroup_reduction", "vectorized"]
+    assert [p.schedule.webgpu.kind for p in programs_of(long_rows)] == ["workgroup_reduction", "workgroup_reduction",
+                                                                         "vectorized"]
     # a symbolic row length: as many rows as the row is long, so one invocation per row
-    assert [p.schedule for p in programs_of(schedule_programs(softmax(m)))] == [ElementSchedule()] * 3
+    assert [p.schedule.webgpu for p in programs_of(schedule_programs(softmax(m)))] == [ElementSchedule()] * 3
     value = rand(3, 200, seed=8)
     assert_close(run_module(long_rows, {"x": value})[0], run_module(softmax(200), {"x": value})[0])
-
-
-def test_schedule_programs_picks_each_schedule_by_pattern() -> None:
-    """matmul-like: tiled; a long constant reduction: a workgroup per output element;
-    elementwise with a last dimension that is a multiple of 4: vectorized; else element."""
-    odd = '''
-@tensor_program{decorator}
-def negative(A: Buffer((n, 3), "float32"), out: Buffer((n, 3), "float32")):
-    out[i0_, i1_] = negative(A[i0_, i1_])
-'''
-    row_sum = '''
-@tensor_program{decorator}
-def row_sum(A: Buffer((n, 256), "float32"), out: Buffer((n,), "float32")):
-    out[i0_] = sum(A[i0_, r_] for r_ in range(256))
-'''
-    main = '''
-@function(inputs=["x", "odd", "wide"], outputs=["y", "z", "s"])
-def main(x: Tensor((n, 4), "float32"), odd: Tensor((n, 3), "float32"), wide: Tensor((n, 256), "float32")) -> Tuple(Tensor((n, 8), "float32"), Tensor((n, 3), "float32"), Tensor((n,), "float32")):
-    with dataflow():
-        a: Tensor((n, 4), "float32") = call_tir("relu", (x,), sizes={"n": n})
-        y: Tensor((n, 8), "float32") = call_tir("matmul", (a, const("w")), sizes={"n": n})
-        z: Tensor((n, 3), "float32") = call_tir("negative", (odd,), sizes={"n": n})
-        s: Tensor((n,), "float32") = call_tir("row_sum", (wide,), sizes={"n": n})
-        output(y, z, s)
-    return (y, z, s)
-'''
-    before = RELU + MATMUL + odd.format(decorator="") + row_sum.format(decorator="") + main
-    expected = (RELU.replace("@tensor_program", '@tensor_program(schedule=vectorized(width=4))')
-                + MATMUL.replace("@tensor_program", '@tensor_program(schedule=tiled_matmul(tile=32, depth=16, block=4))')
-                + odd.format(decorator="") + row_sum.format(decorator='(schedule=workgroup_reduction)') + main)
-    inputs = {"x": rand(3, 4), "odd": rand(3, 3, seed=2), "wide": rand(3, 256, seed=3)}
-    check_rewrite(schedule_programs, before, expected, inputs, {"w": rand(4, 8, seed=1)})
 
 
 # Schedules on the GPU ----------------------------------------------------------------------------
 
 
-def scheduled(program: TensorProgram, schedule: Schedule) -> TensorProgram:
+def scheduled(program: TensorProgram, schedule: WebGpuSchedule) -> TensorProgram:
+    """``program`` with its WebGPU shader laid out by ``schedule``."""
     from dataclasses import replace
 
-    return replace(program, schedule=schedule)
+    return replace(program, schedule=TargetSchedules(webgpu=schedule))
 
 
 # every schedule of matmul-like programs: staged through workgroup memory, or read into registers
@@ -124,7 +97,7 @@ MATMUL_SCHEDULES = [TiledMatmulSchedule(), RegisterMatmulSchedule(block=8), Regi
 
 @pytest.mark.parametrize("schedule", MATMUL_SCHEDULES, ids=str)
 @pytest.mark.parametrize("sizes", [(1, 1, 1), (37, 19, 45), (64, 16, 32), (5, 70, 3)])
-def test_tiled_matmul_with_epilogue_on_gpu(device, sizes: tuple[int, int, int], schedule: Schedule) -> None:
+def test_tiled_matmul_with_epilogue_on_gpu(device, sizes: tuple[int, int, int], schedule: WebGpuSchedule) -> None:
     rows, depth, columns = sizes
     # out = relu(A @ B + bias): the matmul with a fused epilogue
     a, b, bias = Buffer("A", (n, k), "float32"), Buffer("B", (k, m), "float32"), Buffer("C", (m,), "float32")
@@ -143,7 +116,7 @@ def test_tiled_matmul_with_epilogue_on_gpu(device, sizes: tuple[int, int, int], 
 
 
 @pytest.mark.parametrize("schedule", MATMUL_SCHEDULES, ids=str)
-def test_tiled_batched_matmul_with_broadcast_on_gpu(device, schedule: Schedule) -> None:
+def test_tiled_batched_matmul_with_broadcast_on_gpu(device, schedule: WebGpuSchedule) -> None:
     legalized = legalize_ops(one_op({"a": tensor(3, n, k), "b": tensor(k, m)}, lambda a, b: call_op("matmul", a, b)))
     (program,) = programs_of(legalized)
     arrays = [rand(3, 33, 20, seed=4), rand(20, 40, seed=5)]
@@ -153,7 +126,7 @@ def test_tiled_batched_matmul_with_broadcast_on_gpu(device, schedule: Schedule) 
 
 
 @pytest.mark.parametrize("schedule", MATMUL_SCHEDULES, ids=str)
-def test_convolution_as_tiled_matmul_on_gpu(device, schedule: Schedule) -> None:
+def test_convolution_as_tiled_matmul_on_gpu(device, schedule: WebGpuSchedule) -> None:
     def make(x, w):
         return call_op("conv", x, w, strides=[1, 1], dilations=[1, 1], padding=[1, 1, 1, 1])
     legalized = legalize_ops(one_op({"x": tensor(n, 3, 9, 7), "w": tensor(5, 3, 3, 3)}, make))
@@ -168,7 +141,7 @@ def test_tiled_matmuls_take_64_tiles_unless_an_extent_is_a_small_constant() -> N
     def matmul_schedule(rows, depth, columns):
         module = legalize_ops(one_op({"a": tensor(rows, depth), "b": tensor(depth, columns)},
                                      lambda a, b: call_op("matmul", a, b)))
-        return programs_of(schedule_programs(module))[0].schedule
+        return programs_of(schedule_programs(module))[0].schedule.webgpu
 
     large, small = TiledMatmulSchedule(tile=64, depth=16, block=8), TiledMatmulSchedule()
     assert matmul_schedule(1024, 1024, 1024) == large
@@ -206,18 +179,23 @@ def test_schedules_are_typed_validated_and_printed() -> None:
     with pytest.raises(ValueError, match="width must be 2 or 4"):
         VectorizedSchedule(width=3)
     source = Buffer("A", (n,), "float32")
-    with pytest.raises(TypeError, match="schedule must be a Schedule"):
+    with pytest.raises(TypeError, match="schedule must be a TargetSchedules"):
         TensorProgram("p", (source,), Buffer("out", (n,), "float32"), (I0,), Load(source, (I0,)), "element")
+    with pytest.raises(TypeError, match="the wasm schedule must be a WasmSchedule"):
+        TargetSchedules(wasm=ElementSchedule())  # a WebGPU kind for the wasm target
+    with pytest.raises(TypeError, match="the webgpu schedule must be a WebGpuSchedule, got None"):
+        TargetSchedules(webgpu=None)  # only a second shader may be missing
 
 
 def test_a_schedule_without_a_wgsl_renderer_is_an_error() -> None:
     @dataclass(frozen=True)
-    class Unrolled(Schedule):
+    class Unrolled(WebGpuSchedule):
         kind: ClassVar[str] = "unrolled"
         factor: int = 8
 
     source = Buffer("A", (n,), "float32")
-    program = TensorProgram("copy", (source,), Buffer("out", (n,), "float32"), (I0,), Load(source, (I0,)), Unrolled())
+    program = scheduled(TensorProgram("copy", (source,), Buffer("out", (n,), "float32"), (I0,), Load(source, (I0,))),
+                        Unrolled())
     with pytest.raises(NotImplementedError, match=r"copy: the WGSL backend has no renderer for the schedule unrolled\(factor=8\)"):
         emit_wgsl(program)
 
@@ -278,7 +256,7 @@ def test_workgroup_reduction_shader_combines_through_workgroup_memory() -> None:
     legalized = legalize_ops(one_op({"x": tensor(n, 256)}, lambda x: call_op("softmax", x, axes=[1])))
     for program in schedule_programs(legalized).programs.values():
         source = emit_wgsl(program).source
-        if isinstance(program.schedule, WorkgroupReductionSchedule):
+        if isinstance(program.schedule.webgpu, WorkgroupReductionSchedule):
             assert "workgroupBarrier();" in source
             assert "if (local_index == 0u) {" in source
 
@@ -294,7 +272,7 @@ def test_vectorized_elementwise_on_gpu(device) -> None:
                                                   Load(scale, (I1,))), FloatImm(1.0)))
     program = TensorProgram("normalize", (x, mean, scale), Buffer("out", (n, 12), "float32"), (I0, I1), body)
     assert vectorizable(program)
-    assert schedule_programs(IRModule({}, {"normalize": program})).programs["normalize"].schedule == VectorizedSchedule()
+    assert schedule_programs(IRModule({}, {"normalize": program})).programs["normalize"].schedule.webgpu == VectorizedSchedule()
     arrays = [rand(5, 12, seed=15), rand(5, 1, seed=16), rand(12, seed=17)]
     shader = emit_wgsl(scheduled(program, VectorizedSchedule())).source
     assert "var<storage, read> A: array<vec4<f32>>;" in shader and "var<storage, read> B: array<f32>;" in shader
@@ -337,7 +315,7 @@ def test_programs_that_do_not_vectorize(case: str) -> None:
     body = Select(Compare("gt", load, FloatImm(0.0)), load, FloatImm(0.0)) if case == "a select" else load
     program = TensorProgram("p", (source,), Buffer("out", (n, width), dtype), (I0, I1), body)
     assert not vectorizable(program)
-    assert schedule_programs(IRModule({}, {"p": program})).programs["p"].schedule == ElementSchedule()
+    assert schedule_programs(IRModule({}, {"p": program})).programs["p"].schedule.webgpu == ElementSchedule()
 
 
 def test_the_bundle_declares_the_workgroup_memory_its_schedules_use(tmp_path) -> None:

@@ -25,24 +25,23 @@ from tests.passes.graphs import chain_module, mlp_module, module_of, n
 
 #: The modules of relaxweb/passes/ that are not passes.
 NOT_PASSES = {"__init__", "context", "pipeline"}
-#: Passes whose test file may be missing: schedule_programs is being rewritten to choose the
-#: schedules of every target, and that rewrite brings tests/passes/test_schedule_programs.py
-#: (until then its tests are in test_fusion.py).  Remove the name when the file lands.
-AWAITING_TEST_FILE = {"schedule_programs"}
+#: Passes whose test file may be missing (none: every pass has one).
+AWAITING_TEST_FILE: set[str] = set()
 
 
 def test_pipeline_order_and_steps() -> None:
-    optimize = ["canonicalize_bindings", "fold_scalar_constants", "fuse_ops", "schedule_programs", "share_programs"]
+    optimize = ["canonicalize_bindings", "fold_scalar_constants", "fuse_ops", "share_programs"]
+    lower = ["plan_memory", "schedule_programs", "lower_shapes_to_host"]
     assert [p.__name__ for p in PIPELINE] == ["compress_weights", "fuse_attention", "place_kv_caches", "legalize_ops", *optimize,
-                                              "plan_memory", "lower_shapes_to_host"]
-    assert [p.__name__ for p in pipeline(0)] == ["compress_weights", "legalize_ops", "plan_memory", "lower_shapes_to_host"]
+                                              *lower]
+    assert [p.__name__ for p in pipeline(0)] == ["compress_weights", "legalize_ops", *lower]
     with pytest.raises(ValueError, match="opt level 3 does not exist"):
         pipeline(3)
     steps: list[tuple[str, object]] = []
     result = run_pipeline(mlp_module(), on_step=lambda name, module: steps.append((name, type(module.main).__name__)))
     assert steps == [("compress_weights", "Function"), ("fuse_attention", "Function"), ("place_kv_caches", "Function"),
                      ("legalize_ops", "Function"), *((name, "Function") for name in optimize),
-                     ("plan_memory", "Function"), ("lower_shapes_to_host", "HostFunction")]
+                     ("plan_memory", "Function"), ("schedule_programs", "Function"), ("lower_shapes_to_host", "HostFunction")]
     assert isinstance(result.main, HostFunction)
     assert set(result.programs) == {d.program for d in result.main.dispatches}
 
@@ -82,7 +81,7 @@ def test_pass_context_settings_reach_the_passes() -> None:
     with PassContext(bounds={"n": 8}, opt_level=0, storage_reuse=False) as outer:
         assert PassContext.current() is outer
         assert [p.__name__ for p in pipeline()] == ["compress_weights", "legalize_ops", "plan_memory",
-                                                    "lower_shapes_to_host"]
+                                                    "schedule_programs", "lower_shapes_to_host"]
         host = run_pipeline(chain_module()).main
         with PassContext(opt_level=0) as inner:
             assert PassContext.current() is inner

@@ -21,17 +21,18 @@ from tests.passes.rewrite import check_rewrite, check_unchanged
 
 
 def test_share_programs_turns_differing_literals_into_variables_the_call_sites_bind() -> None:
-    """Two tiled matmuls that differ only in their depth (4 and 6) become one program whose
-    depth is a variable each call site binds; the column count (8 in both) stays a literal.
-    Two vectorized programs that differ in their last dimension stay apart: a variable
-    there could not be shown to be a multiple of 4."""
-    tiled = "@tensor_program(schedule=tiled_matmul(tile=32, depth=16, block=4))"
-    matmul = tiled + '''
+    """Two matmuls that differ only in their depth (4 and 6) become one program whose depth
+    is a variable each call site binds; the column count (8 in both) stays a literal.  Two
+    elementwise programs that differ in their last dimension stay apart: WebGPU's vectorized
+    schedule fits both, but a variable there could not be shown to be a multiple of 4
+    (tests/passes/test_schedule_programs.py has the schedules sharing keeps)."""
+    matmul = '''
+@tensor_program
 def {name}(A: Buffer((n, {k}), "float32"), B: Buffer(({k}, 8), "float32"), out: Buffer((n, 8), "float32")):
     out[i0_, i1_] = sum((A[i0_, k_] * B[k_, i1_]) for k_ in range({k}))
 '''
     relu = '''
-@tensor_program(schedule=vectorized(width=4))
+@tensor_program
 def {name}(A: Buffer((n, {m}), "float32"), out: Buffer((n, {m}), "float32")):
     out[i0_, i1_] = maximum(A[i0_, i1_], float32(0.0))
 '''
@@ -57,9 +58,10 @@ def main(x: Tensor((n, 4), "float32"), y: Tensor((n, 6), "float32")) -> Tuple(Te
 
 
 def test_share_programs_gives_positions_of_equal_values_one_variable_and_redirects_if_branches() -> None:
-    """The width is a shape of A and of the output (4 in one program, 6 in the other): one
+    """The width is a shape of A and of the output (5 in one program, 7 in the other): one
     variable for both; B's shape 3 and the index 2 are the same in both: literals.  The call
-    in the If branch binds the variable too."""
+    in the If branch binds the variable too.  (Widths that are not multiples of 4: both
+    programs and the shared one get WebGPU's element schedule, so sharing keeps nothing apart.)"""
     shift = '''
 @tensor_program
 def {name}(A: Buffer((n, {width}), "float32"), B: Buffer((3,), "float32"), out: Buffer((n, {width}), "float32")):
@@ -67,29 +69,30 @@ def {name}(A: Buffer((n, {width}), "float32"), B: Buffer((3,), "float32"), out: 
 '''
     main = '''
 @function(inputs=["x", "y", "flag"], outputs=["a", "b"])
-def main(x: Tensor((n, 4), "float32"), y: Tensor((n, 6), "float32"), flag: Tensor((), "bool")) -> Tuple(Tensor((n, 4), "float32"), Tensor((n, 6), "float32")):
+def main(x: Tensor((n, 5), "float32"), y: Tensor((n, 7), "float32"), flag: Tensor((), "bool")) -> Tuple(Tensor((n, 5), "float32"), Tensor((n, 7), "float32")):
     with dataflow():
-        a: Tensor((n, 4), "float32") = call_tir("shift4", (x, const("b")), sizes={{"n": n{four}}})
+        a: Tensor((n, 5), "float32") = call_tir("shift5", (x, const("b")), sizes={{"n": n{four}}})
         output(a)
-    b: Tensor((n, 6), "float32")
+    b: Tensor((n, 7), "float32")
     if flag:
-        t: Tensor((n, 6), "float32") = call_tir("{six}", (y, const("b")), sizes={{"n": n{six_sizes}}})
+        t: Tensor((n, 7), "float32") = call_tir("{six}", (y, const("b")), sizes={{"n": n{six_sizes}}})
         b = t
     else:
         b = y
     return (a, b)
 '''
-    before = (shift.format(name="shift4", width=4) + shift.format(name="shift6", width=6)
-              + main.format(four="", six="shift6", six_sizes=""))
-    expected = (shift.format(name="shift4", width="constant0")
-                + main.format(four=', "constant0": 4', six="shift4", six_sizes=', "constant0": 6'))
-    x, y = rand(2, 4), rand(2, 6, seed=1)
+    before = (shift.format(name="shift5", width=5) + shift.format(name="shift7", width=7)
+              + main.format(four="", six="shift7", six_sizes=""))
+    expected = (shift.format(name="shift5", width="constant0")
+                + main.format(four=', "constant0": 5', six="shift5", six_sizes=', "constant0": 7'))
+    x, y = rand(2, 5), rand(2, 7, seed=1)
     inputs = [{"x": x, "y": y, "flag": np.array(True)}, {"x": x, "y": y, "flag": np.array(False)}]
     check_rewrite(share_programs, before, expected, inputs, {"b": rand(3, seed=2)})
 
 
 def test_share_programs_redirects_calls_into_storages() -> None:
-    """After memory planning, call_tir_into sites are redirected and bind the variable alike."""
+    """After memory planning, call_tir_into sites are redirected and bind the variable alike
+    (lengths 5 and 7: element programs on WebGPU, like the shared one)."""
     negate = '''
 @tensor_program
 def {name}(A: Buffer(({width},), "float32"), out: Buffer(({width},), "float32")):
@@ -97,20 +100,20 @@ def {name}(A: Buffer(({width},), "float32"), out: Buffer(({width},), "float32"))
 '''
     main = '''
 @function(inputs=["x", "y"], outputs=["a", "b"])
-def main(x: Tensor((4,), "float32"), y: Tensor((6,), "float32")) -> Tuple(Tensor((4,), "float32"), Tensor((6,), "float32")):
-    first: Object = alloc_storage(16)
-    second: Object = alloc_storage(24)
-    a: Tensor((4,), "float32") = alloc_tensor(first)
-    ran_a: Tuple() = call_tir_into("negate4", (x,), out=a{four})
-    b: Tensor((6,), "float32") = alloc_tensor(second)
+def main(x: Tensor((5,), "float32"), y: Tensor((7,), "float32")) -> Tuple(Tensor((5,), "float32"), Tensor((7,), "float32")):
+    first: Object = alloc_storage(20)
+    second: Object = alloc_storage(28)
+    a: Tensor((5,), "float32") = alloc_tensor(first)
+    ran_a: Tuple() = call_tir_into("negate5", (x,), out=a{four})
+    b: Tensor((7,), "float32") = alloc_tensor(second)
     ran_b: Tuple() = call_tir_into("{six}", (y,), out=b{six_sizes})
     return (a, b)
 '''
-    before = negate.format(name="negate4", width=4) + negate.format(name="negate6", width=6) + main.format(
-        four="", six="negate6", six_sizes="")
-    expected = negate.format(name="negate4", width="constant0") + main.format(
-        four=', sizes={"constant0": 4}', six="negate4", six_sizes=', sizes={"constant0": 6}')
-    check_rewrite(share_programs, before, expected, {"x": rand(4), "y": rand(6, seed=1)})
+    before = negate.format(name="negate5", width=5) + negate.format(name="negate7", width=7) + main.format(
+        four="", six="negate7", six_sizes="")
+    expected = negate.format(name="negate5", width="constant0") + main.format(
+        four=', sizes={"constant0": 5}', six="negate5", six_sizes=', sizes={"constant0": 7}')
+    check_rewrite(share_programs, before, expected, {"x": rand(5), "y": rand(7, seed=1)})
 
 
 def test_share_programs_leaves_groups_needing_too_many_variables_and_other_bodies_alone() -> None:

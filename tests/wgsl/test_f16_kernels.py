@@ -1,5 +1,6 @@
-"""Kernels with an f16 shader (relaxweb/wgsl/variants.py: tiled matmuls whose factors are staged
-and multiplied in f16, summed in f32): which kernels get one, which shaders a session picks
+"""Kernels with an f16 shader (``TargetSchedules.webgpu_f16``, chosen by
+relaxweb/passes/schedule_programs.py: tiled matmuls whose factors are staged and multiplied in
+f16, summed in f32): which kernels get one, which shaders a session picks
 (``kernels="auto"|"gpu"|"cpu"|"f16"``) on adapters with and without ``shader-f16``, and that
 the f16 shaders compute what onnxruntime does within f16's rounding.
 
@@ -43,9 +44,10 @@ from relaxweb.ir.interpreter import run_module, run_program
 from relaxweb.ir.launch import dispatch_count, workgroup_storage_bytes
 from relaxweb.ir.schedule import HalfTiledMatmulSchedule, TiledMatmulSchedule
 from relaxweb.ir.symbolic import SizeVar
+from relaxweb.ir.target_schedules import TargetSchedules
 from relaxweb.ir.tir import Binary, Buffer, FloatImm, Load, Reduce, TensorProgram
+from relaxweb.passes.schedule_programs import f16_schedule
 from relaxweb.runtime.webgpu import SHADER_F16, choose_kernels, default_device
-from relaxweb.wgsl.variants import f16_variant
 from tests.gpu_kernels import run_kernel_on_gpu
 from tests.helpers import EPS32, F16_MODEL, F32_LOOSE, assert_close, make_model, onnxruntime_outputs, rand
 from tests.model_exports import MODELS, export_script, missing_exporter_packages, session_exports
@@ -135,24 +137,24 @@ def test_tiled_matmuls_get_an_f16_shader(f16_bundle: Path) -> None:
 
 
 def matmul_bias_relu(schedule: TiledMatmulSchedule) -> TensorProgram:
-    """out[n, m] = relu(A[n, k] @ B[k, m] + C[m]), scheduled."""
+    """out[n, m] = relu(A[n, k] @ B[k, m] + C[m]), its WebGPU shader laid out by ``schedule``."""
     n, m, k, i0, i1, r = (SizeVar(name) for name in ("n", "m", "k", "i0_", "i1_", "k_"))
     a, b, bias = Buffer("A", (n, k), "float32"), Buffer("B", (k, m), "float32"), Buffer("C", (m,), "float32")
     product = Reduce("sum", r, k, Binary("multiply", Load(a, (i0, r)), Load(b, (r, i1))))
     body = Binary("maximum", Binary("add", product, Load(bias, (i1,))), FloatImm(0.0))
     return TensorProgram("matmul_bias_relu", (a, b, bias), Buffer("out", (n, m), "float32"), (i0, i1), body,
-                         schedule=schedule)
+                         schedule=TargetSchedules(webgpu=schedule))
 
 
-def test_the_f16_variant_keeps_the_tiles_and_halves_the_workgroup_memory() -> None:
+def test_the_f16_schedule_keeps_the_tiles_and_halves_the_workgroup_memory() -> None:
     for schedule in (TiledMatmulSchedule(), TiledMatmulSchedule(tile=64, depth=8, block=8)):
         program = matmul_bias_relu(schedule)
-        variant = f16_variant(program)
-        assert variant.schedule == HalfTiledMatmulSchedule(tile=schedule.tile, depth=schedule.depth, block=schedule.block)
-        assert str(variant.schedule) == str(schedule).replace("tiled_matmul(", "tiled_matmul_f16(")
-        assert dispatch_count(variant) == dispatch_count(program)
-        assert workgroup_storage_bytes(variant) * 2 == workgroup_storage_bytes(program)
-        assert f16_variant(variant) is None  # one variant, not a chain
+        half = f16_schedule(schedule)
+        assert half == HalfTiledMatmulSchedule(tile=schedule.tile, depth=schedule.depth, block=schedule.block)
+        assert str(half) == str(schedule).replace("tiled_matmul(", "tiled_matmul_f16(")
+        assert dispatch_count(program, half) == dispatch_count(program)
+        assert workgroup_storage_bytes(program, half) * 2 == workgroup_storage_bytes(program)
+        assert f16_schedule(half) is None  # one second shader, not a chain
 
 
 @pytest.mark.gpu
@@ -161,7 +163,7 @@ def test_the_f16_variant_keeps_the_tiles_and_halves_the_workgroup_memory() -> No
 def test_the_f16_schedule_on_gpu(sizes: tuple[int, int, int], schedule: TiledMatmulSchedule) -> None:
     """Every edge of the tiles (the kernel's own bounds guard is checked by run_kernel_on_gpu)."""
     rows, depth, columns = sizes
-    program = f16_variant(matmul_bias_relu(schedule))
+    program = matmul_bias_relu(f16_schedule(schedule))
     arrays = [rand(rows, depth, seed=1), rand(depth, columns, seed=2), rand(columns, seed=3)]
     size_vars = {"n": rows, "k": depth, "m": columns}
     got = run_kernel_on_gpu(default_device(required_features=[SHADER_F16]), program, arrays, size_vars)

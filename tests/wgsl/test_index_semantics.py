@@ -29,7 +29,8 @@ from relaxweb.ir.tir import (
     Binary, Buffer, Cast, Compare, FloatImm, Gather, IndexValue, Load, Reduce, ScalarExpr, Select, TensorProgram,
     format_program, scalar_children,
 )
-from relaxweb.ir.schedule import ElementSchedule, Schedule, VectorizedSchedule, WorkgroupReductionSchedule
+from relaxweb.ir.schedule import ElementSchedule, VectorizedSchedule, WebGpuSchedule, WorkgroupReductionSchedule
+from relaxweb.ir.target_schedules import TargetSchedules
 from relaxweb.wgsl import emit_wgsl
 from relaxweb.wgsl.lower_index import (
     IndexLowering, IndexOp, Operation, helpers_used, lower_index, render_wgsl, with_axis,
@@ -97,8 +98,9 @@ def test_an_inner_declaration_of_an_axis_holds_until_its_scope_is_left() -> None
 
 
 def program(body: ScalarExpr, *inputs: Buffer, shape=(n,), axes=(i,), dtype: str = "int32",
-            schedule: Schedule = ElementSchedule()):
-    return TensorProgram("p", tuple(inputs), Buffer("out", shape, dtype), axes, body, schedule)
+            schedule: WebGpuSchedule = ElementSchedule()):
+    """A program whose WebGPU shader is laid out by ``schedule``."""
+    return TensorProgram("p", tuple(inputs), Buffer("out", shape, dtype), axes, body, TargetSchedules(webgpu=schedule))
 
 
 def test_shaders_declare_exactly_the_helpers_they_call() -> None:
@@ -268,7 +270,7 @@ def cases(draw) -> tuple[TensorProgram, list[np.ndarray], dict[str, int]]:
                draw(st.sampled_from(["int32", "float32"])))
         for name in ("A", "B")[:draw(st.integers(1, 2))]
     )
-    schedule: Schedule = ElementSchedule()
+    schedule: WebGpuSchedule = ElementSchedule()
     if draw(st.booleans()):
         body: ScalarExpr = Reduce("sum", k, draw(st.sampled_from([IntImm(1), IntImm(3), n, m])),
                                   draw(values(inputs, axes + (k,))))
@@ -280,7 +282,7 @@ def cases(draw) -> tuple[TensorProgram, list[np.ndarray], dict[str, int]]:
     dtype = draw(st.sampled_from(["int32", "float32"]))
     if dtype == "float32":
         body = Cast("float32", body)
-    generated = TensorProgram("random", inputs, Buffer("out", shape, dtype), axes, body, schedule)
+    generated = TensorProgram("random", inputs, Buffer("out", shape, dtype), axes, body, TargetSchedules(webgpu=schedule))
     rng = np.random.default_rng(draw(st.integers(0, 2**16)))
     arrays = [rng.integers(-20, 21, [int(evaluate(d, size_values)) for d in b.shape]).astype(b.dtype) for b in inputs]
     return generated, arrays, size_values
@@ -346,7 +348,7 @@ def test_random_programs_agree_between_the_interpreter_and_wgpu(device) -> None:
         np.testing.assert_array_equal(run_kernel_on_gpu(device, generated, arrays, size_values), expected)
         coverage["programs"] += 1
         coverage.update(floor_operand_signs(generated, size_values))
-        coverage.update({"workgroup reduction"} if generated.schedule == WorkgroupReductionSchedule() else ())
+        coverage.update({"workgroup reduction"} if generated.schedule.webgpu == WorkgroupReductionSchedule() else ())
 
     agree()
     print(dict(coverage))

@@ -1,6 +1,7 @@
-"""Kernels with a second shader for CPU adapters (relaxweb/wgsl/variants.py): which kernels get
-one, that both runtimes pick it on a CPU adapter (lavapipe, SwiftShader) and can be told to
-take either, and that both shaders compute what onnxruntime does."""
+"""Kernels with a second shader for CPU adapters (``TargetSchedules.webgpu_cpu``, chosen by
+relaxweb/passes/schedule_programs.py): which kernels get one, that both runtimes pick it on a
+CPU adapter (lavapipe, SwiftShader) and can be told to take either, and that both shaders
+compute what onnxruntime does."""
 
 from __future__ import annotations
 

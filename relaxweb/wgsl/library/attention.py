@@ -11,7 +11,7 @@ The f16 form (``webgpu_f16``, for adapters with ``shader-f16``) stages the key a
 tiles as f16 (half the workgroup memory and its traffic) and holds the query row in f16: each
 product of a score and each weight times a value is an f16 product, summed in f32 (the
 scores, the online softmax and the accumulators stay f32, as in the tiled matmuls' f16
-shaders, ``relaxweb/wgsl/variants.py``).
+shaders, ``relaxweb/passes/schedule_programs.py``).
 
 The form for CPU adapters (``webgpu_cpu``, the manifest's ``cpu_file``: SwiftShader and
 lavapipe) stages nothing: each invocation reads its keys and values from the buffers, so

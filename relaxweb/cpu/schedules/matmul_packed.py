@@ -1,0 +1,425 @@
+"""The ``packed_matmul`` kind (``PackedMatmulSchedule``) as a tier of a matmul kernel
+(``matmul.py``): while the reduction has at most ``max_depth`` steps, units of ``$group``
+panels of ``panel_rows`` rows (per batch index, :func:`panel_group`), for every column or,
+splitting a weight's columns (``split_columns``), a slice of them.
+
+A unit packs the first factor once, panel after panel ([K x panel_rows] each, in strips of
+four rows: ``packing.PackLayout``); for each block of ``panel_columns`` columns it packs the
+second (copied a step at a time where it is contiguous along the columns:
+``matmul_layout.direct_columns``; gathered where its columns are a constant distance apart:
+``gathered_columns``; else element by element), and for each panel micro-kernels of
+``micro_rows`` rows sum the block into the scratch's sums, ``chunk`` steps at a time, and
+loops over the block's elements apply the epilogue (four columns at a time where it has an
+f32x4 form: ``factor_forms.vector_columns``).  The scratch holds the first factor's panels
+(``panel_bytes``), then the second's panel, then the sums.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from ...ir.access import flat_offset, reads
+from ...ir.matmul_layout import direct_columns, flat_columns, gathered_columns
+from ...ir.symbolic import IntImm, product, simplify, substitute
+from ...ir.tir import Load
+from ...ir.wasm_schedule import PackedMatmulSchedule
+from ..emit import store
+from ..wat_builder import Body, add, call, const, div_u, get, mul, op, sub
+from .common import declare_axes, unflatten_into
+from .factor_forms import epilogue_nodes, vector_columns
+from .matmul_kernel import MatmulKernel, Tier, UnitSizes
+from .packing import pack
+
+
+def packed_main(kernel: MatmulKernel, schedule: PackedMatmulSchedule) -> None:
+    """The packed tier's part of ``$main``: where ``$depth <= max_depth``, units ``$first <=
+    u < $end`` of ``$group`` panels (and a column slice), then return."""
+    emitter, body = kernel.emitter, kernel.body
+    unit, rows, columns, depth = get("$unit"), get("$rows"), get("$columns"), get("$depth")
+    with body.if_(op("i32.le_u", depth, const(schedule.max_depth))):
+        with body.then():
+            group = body.named("group")
+            split = schedule.split_columns
+            batch_count = emitter.index(kernel.batch)
+            if split:  # few rows of a weight's columns: units split the columns (:func:`split_slices`)
+                slices, slice_columns = body.named("slices"), body.named("slice_columns")
+                body.set(group, split_group(schedule, rows, depth, batch_count))
+                body.set(slices, split_slices(schedule, rows, columns, get(group), batch_count))
+                body.set(slice_columns, slice_width(schedule, columns, get(slices)))
+            else:
+                body.set(group, panel_group(schedule, rows, depth))
+            with body.block("$packed_done"):
+                body.br_if("$packed_done", op("i32.ge_u", unit, get("$end")))
+                with body.loop("$panel"):
+                    group_rows = mul(get(group), const(schedule.panel_rows))
+                    row_groups = div_u(add(rows, sub(group_rows, const(1))), group_rows)
+                    span = None
+                    if split:  # unit = (batch, row group, column slice), slices innermost
+                        per_batch = mul(row_groups, get(slices))
+                        first_column, stop = body.named("first_column"), body.named("column_stop")
+                        body.set("$batch", div_u(unit, per_batch))
+                        body.set("$row0", mul(div_u(op("i32.rem_u", unit, per_batch), get(slices)), group_rows))
+                        body.set(first_column, mul(op("i32.rem_u", unit, get(slices)), get(slice_columns)))
+                        body.set(stop, call("$min_u32", add(get(first_column), get(slice_columns)), columns))
+                        span = (get(first_column), get(stop))
+                    else:
+                        body.set("$batch", div_u(unit, row_groups))
+                        body.set("$row0", mul(op("i32.rem_u", unit, row_groups), group_rows))
+                    emitter.open_scope()
+                    declare_axes(emitter, kernel.batch_axes, kernel.batch_extents,
+                                 unflatten_into(emitter, body, kernel.batch_extents, get("$batch"), "xb"))
+                    _packed_unit(kernel, schedule, span)
+                    emitter.close_scope()
+                    body.increment("$unit")
+                    body.br_if("$panel", op("i32.lt_u", unit, get("$end")))
+            body.line("(return)")
+
+
+def packed_units(sizes: UnitSizes, schedule: PackedMatmulSchedule, then: str | None) -> str:
+    """Per batch index, a unit per group of panels (times the column slices); the tier after
+    (``then``) beyond ``max_depth``."""
+    group = panel_group(schedule, sizes.rows, sizes.depth)
+    if schedule.split_columns:
+        group = split_group(schedule, sizes.rows, sizes.depth, sizes.batch)
+    group_rows = mul(group, const(schedule.panel_rows))
+    row_groups = div_u(add(sizes.rows, sub(group_rows, const(1))), group_rows)
+    panels = mul(sizes.batch, row_groups)
+    if schedule.split_columns:
+        panels = mul(panels, split_slices(schedule, sizes.rows, sizes.columns, group, sizes.batch))
+    return f"(select {panels} {then} (i32.le_u {sizes.depth} (i32.const {schedule.max_depth})))"
+
+
+def _panels(schedule: PackedMatmulSchedule, rows: str) -> str:
+    return div_u(add(rows, const(schedule.panel_rows - 1)), const(schedule.panel_rows))
+
+
+def panel_group(schedule: PackedMatmulSchedule, rows: str, depth: str) -> str:
+    """The i32 WAT count of row panels of one unit, from the row count and reduction depth
+    (WAT values, evaluated several times): enough that the units number about
+    ``units_wanted`` per batch index, as many as ``panel_bytes`` holds, at least one.
+    ``$main`` and ``$units`` compute it alike (``PackedMatmulSchedule.panel_group``)."""
+    wanted = div_u(add(_panels(schedule, rows), const(schedule.units_wanted - 1)), const(schedule.units_wanted))
+    fits = div_u(const(schedule.panel_bytes), mul(call("$max_u32", depth, const(1)), const(4 * schedule.panel_rows)))
+    return call("$max_u32", call("$min_u32", wanted, fits), const(1))
+
+
+def _few_panels(schedule: PackedMatmulSchedule, rows: str, batches: str) -> str:
+    """Nonzero where the panels of all batch indices number fewer than ``units_wanted``."""
+    return op("i32.lt_u", mul(_panels(schedule, rows), batches), const(schedule.units_wanted))
+
+
+def split_group(schedule: PackedMatmulSchedule, rows: str, depth: str, batches: str) -> str:
+    """The i32 WAT count of row panels of one unit of a packed matmul splitting columns (WAT
+    values, evaluated several times): all of the rows when they are few (fewer panels per
+    batch index than ``units_wanted``) and fit ``split_bytes``, else :func:`panel_group`'s
+    choice (then the columns are not split)."""
+    fits = div_u(const(schedule.split_bytes), mul(call("$max_u32", depth, const(1)), const(4 * schedule.panel_rows)))
+    return (f"(select {call('$max_u32', call('$min_u32', _panels(schedule, rows), fits), const(1))} "
+            f"{panel_group(schedule, rows, depth)} {_few_panels(schedule, rows, batches)})")
+
+
+def split_slices(schedule: PackedMatmulSchedule, rows: str, columns: str, group: str, batches: str) -> str:
+    """The i32 WAT count of column slices per row group (:func:`split_group`): where the
+    panels of all batch indices number fewer than ``units_wanted``, enough for that many
+    units in all, at most one per block of ``panel_columns`` columns; else one."""
+    group_rows = mul(group, const(schedule.panel_rows))
+    row_groups = div_u(add(rows, sub(group_rows, const(1))), group_rows)
+    units = call("$max_u32", mul(row_groups, batches), const(1))
+    wanted = f"(i32.div_u (i32.add {units} (i32.const {schedule.units_wanted - 1})) {units})"
+    blocks = div_u(add(columns, const(schedule.panel_columns - 1)), const(schedule.panel_columns))
+    return (f"(select {call('$max_u32', call('$min_u32', wanted, blocks), const(1))} (i32.const 1) "
+            f"{_few_panels(schedule, rows, batches)})")
+
+
+def slice_width(schedule: PackedMatmulSchedule, columns: str, slices: str) -> str:
+    """The columns of one slice (WAT): the blocks of ``panel_columns`` shared out, so a slice
+    starts on a block."""
+    blocks = div_u(add(columns, const(schedule.panel_columns - 1)), const(schedule.panel_columns))
+    return mul(div_u(add(blocks, sub(slices, const(1))), slices), const(schedule.panel_columns))
+
+
+def _packed_unit(kernel: MatmulKernel, schedule: PackedMatmulSchedule, span: tuple[str, str] | None) -> None:
+    """One unit: ``$group`` panels of ``panel_rows`` rows from ``$row0`` (the batch axes in
+    scope), every column or those of ``span`` (WAT values: the first column, a multiple of
+    ``panel_columns``, and the end).  The first factor is packed once, panel after panel
+    (``$depth * 4 * panel_rows`` bytes apart); for each block of ``panel_columns`` columns
+    the second is packed once, and for each panel micro-kernels sum the block into the
+    scratch's sums and loops over the block's elements apply the epilogue.  With one panel
+    per unit a convolution's weight, packed element by element, was packed again for every
+    32 output positions."""
+    emitter, body, info, program = kernel.emitter, kernel.body, kernel.info, kernel.program
+    rows, columns = get("$rows"), get("$columns")
+    panel_b = add(get("$scratch"), const(schedule.panel_bytes))
+    sums_base = add(get("$scratch"), const(schedule.panel_bytes + schedule.panel_b_bytes))
+    strip_bytes = op("i32.shl", get("$depth"), const((4 * schedule.micro_rows).bit_length() - 1))
+    panel_row0, panel_a = body.named("panel_row0"), body.named("panel_a")
+    group_end = body.named("group_end")
+    panel_bytes = mul(get("$depth"), const(4 * schedule.panel_rows))
+    body.set(group_end, call("$min_u32", add(get("$row0"), mul(get("$group"), const(schedule.panel_rows))), rows))
+
+    def each_panel(label: str, panel: Callable[[], None]) -> None:
+        body.set(panel_row0, get("$row0"))
+        body.set(panel_a, get("$scratch"))
+        with body.loop(f"${label}"):
+            panel()
+            body.increment(panel_row0, schedule.panel_rows)
+            body.increment(panel_a, panel_bytes)
+            body.br_if(f"${label}", op("i32.lt_u", get(panel_row0), get(group_end)))
+
+    each_panel("pack_panels", lambda: pack(emitter, body, info, info.a, kernel.row_axes, kernel.row_extents,
+                                           get(panel_row0), rows, schedule.panel_rows, get(panel_a), strip=strip_bytes))
+    distance = direct_columns(info, program)
+    strides = None if distance is not None else gathered_columns(info, program, schedule.beyond.columns,
+                                                                 schedule.panel_columns)
+    b_address, b_step = body.named("b_address"), body.named("b_step")
+    column_start, column_stop = span if span is not None else (const(0), columns)
+    body.set("$column0", column_start)
+    column0 = get("$column0")
+
+    def pack_columns() -> None:
+        pack(emitter, body, info, info.b, kernel.column_axes, kernel.column_extents, column0, columns,
+             schedule.panel_columns, panel_b)
+
+    with body.block("$no_columns"):
+        body.br_if("$no_columns", op("i32.ge_u", column0, column_stop))
+        with body.loop("$columns"):
+            whole = op("i32.le_u", add(column0, const(schedule.panel_columns)), columns)
+            if distance is not None:  # a whole block is copied by rows of f32x4, one at the edge packed
+                flat = flat_columns(info, program)
+                if simplify(flat - simplify(product(kernel.column_extents))) != IntImm(0):  # nor across its end
+                    flat_value = emitter.index(flat)
+                    whole = op("i32.and", whole, op("i32.le_u", add(op("i32.rem_u", column0, flat_value),
+                                                                    const(schedule.panel_columns)), flat_value))
+            if distance is not None or strides is not None:
+                with body.if_(whole):
+                    with body.then():
+                        _set_block_start(kernel, b_address)
+                        if distance is not None:
+                            body.set(b_step, op("i32.shl", emitter.index(distance), const(2)))
+                            _copy_columns(body, schedule, b_address, b_step, panel_b)
+                        else:  # a whole block gathered a step at a time
+                            _gather_columns(body, schedule, b_address, strides, panel_b)
+                    with body.else_():
+                        pack_columns()
+            else:
+                pack_columns()
+
+            def run_panel() -> None:
+                _micro_kernels(body, schedule, panel_row0, panel_a, panel_b, strip_bytes)
+                _panel_outputs(kernel, schedule, panel_row0, sums_base)
+
+            each_panel("panels", run_panel)
+            body.increment("$column0", schedule.panel_columns)
+            body.br_if("$columns", op("i32.lt_u", column0, column_stop))
+
+
+def _set_block_start(kernel: MatmulKernel, address: str) -> None:
+    """``address`` := the address of the second factor at reduction step 0 and column
+    ``$column0`` (the first column of a block that is copied or gathered into the panel)."""
+    emitter, body, info = kernel.emitter, kernel.body, kernel.info
+    emitter.open_scope()
+    declare_axes(emitter, kernel.column_axes, kernel.column_extents,
+                 unflatten_into(emitter, body, kernel.column_extents, get("$column0"), "xd"))
+    first_step = tuple(substitute(index, {axis.name: IntImm(0) for axis in info.reduce_axes})
+                       for index in info.b.indices)
+    body.set(address, emitter.element_address(info.b.buffer, first_step))
+    emitter.close_scope()
+
+
+def _gather_columns(body: Body, schedule: PackedMatmulSchedule, source: str, strides: list[int], panel: str) -> None:
+    """Statements packing a block of ``panel_columns`` columns of a second factor of
+    ``gathered_columns`` into the panel: per reduction step one f32 of each column
+    (``strides``: its distance in elements from the first column's), assembled into
+    ``panel_columns / 4`` f32x4 and stored; ``source`` (the first column's step 0) moves by
+    one element a step.  Element by element (``packing.pack``) each took the reduction's
+    nested loops and the index arithmetic: a 3x3 convolution's weight of 512 x 4608 packed
+    at about 1.6 ns an element."""
+    vectors = []
+    for q in range(schedule.panel_columns // 4):
+        vector = f"(v128.load32_splat offset={4 * strides[4 * q]} {get(source)})"
+        for lane in range(1, 4):
+            vector = f"(v128.load32_lane offset={4 * strides[4 * q + lane]} {lane} {get(source)} {vector})"
+        vectors.append(vector)
+    _fill_panel(body, schedule, source, const(4), vectors, panel, ("gathered", "gather"))
+
+
+def _copy_columns(body: Body, schedule: PackedMatmulSchedule, source: str, stride: str, panel: str) -> None:
+    """Statements copying a block of ``panel_columns`` columns of a second factor that is
+    contiguous along them (``direct_columns``) into the panel, ``panel_columns / 4`` f32x4
+    per reduction step, from ``source`` (the first step's address, moved by ``stride`` bytes
+    per step).  Read in place, every micro-kernel would step a whole row of the factor
+    (12 KB for 3072 columns) per reduction step: new pages, the same cache sets; copied once
+    per unit, they read 32 contiguous bytes a step (128 x 768 @ 768 x 3072: 8.6 -> 14
+    GFLOP/s)."""
+    vectors = [f"(v128.load offset={16 * q} {get(source)})" for q in range(schedule.panel_columns // 4)]
+    _fill_panel(body, schedule, source, get(stride), vectors, panel, ("copied", "copy"))
+
+
+def _fill_panel(body: Body, schedule: PackedMatmulSchedule, source: str, source_step: str, vectors: list[str],
+                panel: str, labels: tuple[str, str]) -> None:
+    """The loop over the reduction steps that stores ``vectors`` (read from local
+    ``source``) into the panel, one step of ``panel_columns`` floats at a time, ``source``
+    advanced by ``source_step`` bytes a step."""
+    done, loop = labels
+    target, step = body.named("copy_target"), body.named("copy_step")
+    body.set(target, panel)
+    body.set(step, get("$depth"))
+    with body.block(f"${done}"):
+        body.br_if(f"${done}", op("i32.eqz", get(step)))
+        with body.loop(f"${loop}"):
+            for q, vector in enumerate(vectors):
+                body.store("v128.store", get(target), vector, 16 * q)
+            body.increment(source, source_step)
+            body.increment(target, 4 * schedule.panel_columns)
+            body.set(step, sub(get(step), const(1)))
+            body.br_if(f"${loop}", get(step))
+
+
+def _micro_kernels(body: Body, schedule: PackedMatmulSchedule, row0: str, panel_a: str, panel_b: str,
+                   strip_bytes: str) -> None:
+    """The sums of the column block for the panel's rows (from local ``row0``), ``micro_rows``
+    at a time (while any is in the output): per step one ``v128.load32_splat`` per row from
+    the first factor's panel at local ``panel_a``, ``panel_columns / 4`` f32x4 of the second
+    factor's panel at ``panel_b``, the products added into f32x4 sums stored to the
+    scratch's sums (row-major).
+
+    The reduction runs in chunks of ``chunk`` steps, every strip of the panel for one chunk
+    before the next (the sums reloaded from the scratch after the first): a chunk of the
+    second factor's panel (``32 * chunk`` bytes) stays in the L1 cache for the panel's
+    strips, which read ``16 * chunk`` bytes each.  Over the whole reduction at once, every
+    strip streamed both panels (``48 * depth`` bytes: 96 KB at K = 2048, a 1x1 convolution
+    of 2048 channels) from L2: ResNet-50's 1x1 convolutions of 1024 and 2048 channels ran
+    at half the speed of those of 64."""
+    lanes = schedule.panel_columns // 4
+    micro, a, b, step = (body.named(name) for name in ("micro", "a_address", "b", "step"))
+    chunk0, address = body.named("chunk0"), body.named("sums_address")
+    sums = [[body.named(f"psum{r}_{q}", "v128") for q in range(lanes)] for r in range(schedule.micro_rows)]
+    factors_a = [body.named(f"pa{r}", "v128") for r in range(schedule.micro_rows)]
+    factors_b = [body.named(f"pb{q}", "v128") for q in range(lanes)]
+    body.set(chunk0, const(0))
+    body.comment(f"chunks of {schedule.chunk} reduction steps (at least one: a zero depth stores zero sums)")
+    with body.loop("$chunk"):
+        body.set(micro, const(0))
+        with body.block("$micro_done"):
+            with body.loop("$micro"):
+                body.br_if("$micro_done", op("i32.ge_u", add(get(row0), get(micro)), get("$rows")))
+                body.set(address, add(get("$scratch"), add(const(schedule.panel_bytes + schedule.panel_b_bytes),
+                                                           op("i32.shl", get(micro),
+                                                              const((4 * schedule.panel_columns).bit_length() - 1)))))
+                with body.if_(get(chunk0)):
+                    with body.then():
+                        for r in range(schedule.micro_rows):
+                            for q in range(lanes):
+                                body.set(sums[r][q], f"(v128.load offset={16 * (r * lanes + q)} {get(address)})")
+                    with body.else_():
+                        for row in sums:
+                            for local in row:
+                                body.set(local, "(v128.const i32x4 0 0 0 0)")
+                body.comment(f"the strip of rows micro .. micro + {schedule.micro_rows - 1}: "
+                             f"{4 * schedule.micro_rows} contiguous bytes a step")
+                body.set(a, add(add(get(panel_a), mul(div_u(get(micro), const(schedule.micro_rows)), strip_bytes)),
+                                op("i32.shl", get(chunk0), const((4 * schedule.micro_rows).bit_length() - 1))))
+                body.set(b, add(panel_b, op("i32.shl", get(chunk0),
+                                            const((4 * schedule.panel_columns).bit_length() - 1))))
+                body.set(step, call("$min_u32", sub(get("$depth"), get(chunk0)), const(schedule.chunk)))
+                with body.block("$summed"):
+                    body.br_if("$summed", op("i32.eqz", get(step)))
+                    with body.loop("$sum"):
+                        for r, local in enumerate(factors_a):
+                            body.set(local, f"(v128.load32_splat offset={4 * r} {get(a)})")
+                        for q, local in enumerate(factors_b):
+                            body.set(local, f"(v128.load offset={16 * q} {get(b)})")
+                        for r in range(schedule.micro_rows):
+                            for q in range(lanes):
+                                body.set(sums[r][q], f"(f32x4.add {get(sums[r][q])} "
+                                                     f"(f32x4.mul {get(factors_a[r])} {get(factors_b[q])}))")
+                        body.increment(a, 4 * schedule.micro_rows)
+                        body.increment(b, 4 * schedule.panel_columns)
+                        body.set(step, sub(get(step), const(1)))
+                        body.br_if("$sum", get(step))
+                for r in range(schedule.micro_rows):
+                    for q in range(lanes):
+                        body.store("v128.store", get(address), get(sums[r][q]), 16 * (r * lanes + q))
+                body.increment(micro, schedule.micro_rows)
+                body.br_if("$micro", op("i32.lt_u", get(micro), const(schedule.panel_rows)))
+        body.increment(chunk0, schedule.chunk)
+        body.br_if("$chunk", op("i32.lt_u", get(chunk0), get("$depth")))
+
+
+def _enter_output_column(kernel: MatmulKernel, column: str, prefix: str) -> str:
+    """Opens a scope with the column axes of local ``column`` declared (the caller closes
+    it) and returns the local holding the output element's address there."""
+    emitter, body, program = kernel.emitter, kernel.body, kernel.program
+    emitter.open_scope()
+    declare_axes(emitter, kernel.column_axes, kernel.column_extents,
+                 unflatten_into(emitter, body, kernel.column_extents, get(column), prefix))
+    offset = emitter.index(flat_offset(program.output, tuple(program.axes)))
+    return emitter.set_local(emitter.address(program.output.name, offset), "i32", body.indent, "address")
+
+
+def _panel_outputs(kernel: MatmulKernel, schedule: PackedMatmulSchedule, row0: str, sums_base: str) -> None:
+    """Loops over the panel's rows and the column block's columns that are inside the output
+    (a row's axes recovered once for its columns): the epilogue of each spilled sum, stored
+    (four columns at a time where ``vector_columns`` allows, then one by one)."""
+    emitter, body, info, program = kernel.emitter, kernel.body, kernel.info, kernel.program
+    row, row_end = body.named("row"), body.named("row_end")
+    column, column_end = body.named("column"), body.named("column_end")
+    sum_address = body.named("sum_address")
+    column0 = get("$column0")
+    body.set(row, get(row0))
+    body.set(row_end, call("$min_u32", add(get(row0), const(schedule.panel_rows)), get("$rows")))
+    body.set(column_end, call("$min_u32", add(column0, const(schedule.panel_columns)), get("$columns")))
+    body.set(sum_address, sums_base)
+    with body.loop("$output_row"):
+        emitter.open_scope()
+        declare_axes(emitter, kernel.row_axes, kernel.row_extents,
+                     unflatten_into(emitter, body, kernel.row_extents, get(row), "yr"))
+        body.set(column, column0)
+        with body.loop("$output_column"):
+            sum_at = add(get(sum_address), op("i32.shl", sub(get(column), column0), const(2)))
+
+            def one_column() -> None:
+                address = _enter_output_column(kernel, column, "yc")
+                emitter.known(info.reduction, f"(f32.load {sum_at})")
+                body.line(store(program.output.dtype, address, emitter.scalar(program.body, body.indent)))
+                emitter.close_scope()
+                body.increment(column)
+
+            suffix = vector_columns(info, program)
+            if suffix:  # four columns at once while four remain (within a row of the suffix), then one by one
+                quad = op("i32.le_u", add(get(column), const(4)), get(column_end))
+                if suffix < len(kernel.column_axes):  # an outer column axis (a batch): four within one index of it
+                    span = emitter.index(simplify(product(kernel.column_extents[-suffix:])))
+                    quad = op("i32.and", quad, op("i32.le_u", add(op("i32.rem_u", get(column), span), const(4)), span))
+                with body.if_(quad):
+                    with body.then():
+                        _four_columns(kernel, column, sum_at, suffix)
+                    with body.else_():
+                        one_column()
+            else:
+                one_column()
+            body.br_if("$output_column", op("i32.lt_u", get(column), get(column_end)))
+        emitter.close_scope()
+        body.increment(sum_address, 4 * schedule.panel_columns)
+        body.increment(row)
+        body.br_if("$output_row", op("i32.lt_u", get(row), get(row_end)))
+
+
+def _four_columns(kernel: MatmulKernel, column: str, sum_at: str, suffix: int) -> None:
+    """The epilogue of four consecutive columns' sums as one f32x4, stored with one
+    ``v128.store`` (its loads along the last ``suffix`` column axes one ``v128.load``, the
+    others splatted)."""
+    emitter, body, info, program = kernel.emitter, kernel.body, kernel.info, kernel.program
+    address = _enter_output_column(kernel, column, "yq")
+    splats = {info.reduction: f"(v128.load {sum_at})"}
+    lane_axes = kernel.column_axes[-suffix:]
+    for node in epilogue_nodes(info, program.body):
+        if isinstance(node, Load) and not any(reads(node, axis) for axis in lane_axes) and node not in splats:
+            splats[node] = emitter.set_local(f"(f32x4.splat {emitter.scalar(node, body.indent)})", "v128",
+                                             body.indent, "splat")
+    body.store("v128.store", address, emitter.vector_value(program.body, splats, {}, body.indent))
+    emitter.close_scope()
+    body.increment(column, 4)
+
+
+PACKED_TIER = Tier(packed_main, packed_units)  # type: ignore[arg-type]

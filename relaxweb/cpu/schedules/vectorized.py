@@ -1,0 +1,39 @@
+"""The ``vectorized`` kind (``WasmVectorizedSchedule``): the element form four output
+elements at a time, for a float32 elementwise or broadcast program whose last dimension is
+a multiple of 4 and whose ops all have f32x4 forms (``relaxweb.ir.schedule_fit.wasm_vectorizable``).
+
+Consecutive along the last axis: f32x4 loads of the buffers read along it, splats of those
+constant along it (``relaxweb.ir.launch.vector_access``), f32x4 arithmetic and math calls,
+one ``v128.store``.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from ...ir.launch import vector_access
+from ...ir.schedule_fit import wasm_vectorizable
+from ...ir.tir import TensorProgram
+from ...ir.wasm_schedule import WasmVectorizedSchedule
+from ..emit import Emitter, Function, VectorEmitter
+from ..wat_builder import get
+from .element import render_output_loop
+
+WIDTH = 4  # f32x4
+
+
+def render_vectorized(program: TensorProgram, schedule: WasmVectorizedSchedule, parts: Mapping[str, int]) -> str:
+    """``$main`` and ``$units`` of the vectorized kind (see the module doc)."""
+    access = vector_access(program, WIDTH)
+    if access is None or not wasm_vectorizable(program):
+        raise ValueError(f"{program.name} is scheduled as {schedule} but does not fit it "
+                         f"(relaxweb.ir.schedule_fit.wasm_vectorizable)")
+
+    def make_emitter(function: Function, addresses: Mapping[str, str], variables: Mapping[str, str]) -> Emitter:
+        return VectorEmitter(program, function, addresses, variables, access)
+
+    def store_vector(emitter: Emitter, index: str, value: str) -> str:
+        return f"(v128.store {emitter.address(program.output.name, get(index))} {value})"
+
+    return render_output_loop(program, parts, make_emitter, store_vector, step=WIDTH,
+                              per_unit=schedule.elements_per_unit, label="$vector")

@@ -1,0 +1,194 @@
+"""How a matmul-like program's factors lie in memory (``relaxweb.ir.pattern.MatmulInfo``):
+what the WebAssembly matmul schedules (``wasm_schedule.py``) are chosen by and read their
+second factor by.
+
+The second factor (``info.b``) is evaluated per column of a block, so the layouts of a plain
+load of it decide how a kernel reads it: four consecutive columns as one vector
+(:func:`contiguous_columns`), a block of columns a constant distance apart
+(:func:`column_strides`, :func:`gathered_columns`), a block copied in place a reduction step
+at a time (:func:`direct_columns`), each column a contiguous run along the reduction
+(:func:`dot_columns`).  :func:`cheap_columns` says when the factors should swap roles, and
+:func:`weight_columns` when a packed matmul may split a weight's columns between units.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from .access import flat_offset
+from .pattern import MatmulInfo
+from .symbolic import IntImm, PrimExpr, as_int, free_vars, product, simplify, substitute
+from .tir import Load, TensorProgram
+
+
+def swapped(info: MatmulInfo) -> MatmulInfo:
+    """``info`` with the factors' roles swapped: the second factor gives the rows."""
+    return dataclasses.replace(info, a=info.b, b=info.a, rows=info.columns, columns=info.rows)
+
+
+def oriented(info: MatmulInfo, swap_factors: bool) -> MatmulInfo:
+    """``info`` as a schedule with ``swap_factors`` reads it."""
+    return swapped(info) if swap_factors else info
+
+
+def contiguous_columns(info: MatmulInfo, program: TensorProgram) -> bool:
+    """Whether the second factor is a plain load whose last index is the only column axis
+    (the output's last axis): four consecutive columns are one vector load."""
+    if info.columns != (len(program.axes) - 1,) or not isinstance(info.b, Load):
+        return False
+    column = program.axes[-1].name
+    *others, last = info.b.indices
+    if any(column in {v.name for v in free_vars(index)} for index in others):
+        return False
+    offset = simplify(last - program.axes[-1])
+    return column not in {v.name for v in free_vars(offset)}
+
+
+def column_strides(info: MatmulInfo, program: TensorProgram, lanes: int) -> list[int] | None:
+    """For a second factor that is a plain load and a single column axis: how many elements
+    past the first column's element each of ``lanes`` consecutive columns reads, when these
+    are non-negative constants (a transposed weight: its row length); None otherwise."""
+    if len(info.columns) != 1 or not isinstance(info.b, Load):
+        return None
+    column = program.axes[info.columns[0]]
+    indices = info.b.indices
+    first = flat_offset(info.b.buffer, indices)
+    strides = []
+    for lane in range(lanes):
+        moved = tuple(substitute(index, {column.name: column + lane}) for index in indices)
+        distance = as_int(simplify(flat_offset(info.b.buffer, moved) - first))
+        if distance is None or distance < 0:
+            return None
+        strides.append(distance)
+    return strides
+
+
+def gathered_columns(info: MatmulInfo, program: TensorProgram, lanes: int, panel_columns: int) -> list[int] | None:
+    """For a second factor a packed matmul can gather a reduction step at a time: a float32
+    plain load, one column axis, each of ``lanes`` consecutive columns a constant number of
+    elements past the first (:func:`column_strides`: a convolution's weight
+    ``[O, C, kh, kw]``, a transposed weight), and the reduction axes flattened (outermost
+    first) contiguous in it, one element per step.  The distances of a block of
+    ``panel_columns`` columns; None otherwise."""
+    strides = column_strides(info, program, lanes)
+    if strides is None or info.b.buffer.dtype != "float32" or len(strides) < panel_columns:
+        return None
+    base = flat_offset(info.b.buffer, info.b.indices)
+    inner: PrimExpr = IntImm(1)
+    for axis, extent in reversed(list(zip(info.reduce_axes, info.reduce_extents))):
+        moved = tuple(substitute(index, {axis.name: axis + 1}) for index in info.b.indices)
+        if simplify(flat_offset(info.b.buffer, moved) - base - inner) != IntImm(0):
+            return None
+        inner = simplify(inner * extent)
+    return strides[:panel_columns]
+
+
+def flat_columns(info: MatmulInfo, program: TensorProgram) -> PrimExpr | None:
+    """How many consecutive flat columns (the column axes flattened, outermost first) the
+    second factor reads at consecutive elements: the product of the extents of the longest
+    suffix of the column axes along which it does (a stride-1 unpadded convolution's output
+    positions [H, W], read from an input of the same row length: a 1x1 convolution's; not
+    its batch axis, a column axis too).  Flat columns ``c`` and ``c + 1`` are consecutive
+    elements unless ``c + 1`` is a multiple of it.  None where a plain load does not read
+    even the last column axis contiguously."""
+    if not isinstance(info.b, Load):
+        return None
+    base = flat_offset(info.b.buffer, info.b.indices)
+    inner: PrimExpr = IntImm(1)
+    for p in reversed(info.columns):
+        axis = program.axes[p]
+        moved = tuple(substitute(index, {axis.name: axis + 1}) for index in info.b.indices)
+        if simplify(flat_offset(info.b.buffer, moved) - base - inner) != IntImm(0):
+            break
+        inner = simplify(inner * program.output.shape[p])
+    else:
+        return inner
+    return None if inner == IntImm(1) else inner
+
+
+def direct_columns(info: MatmulInfo, program: TensorProgram) -> PrimExpr | None:
+    """The distance in elements between consecutive reduction steps of the second factor,
+    when a packed matmul can read it in place: a float32 plain load whose consecutive flat
+    columns are consecutive elements (:func:`flat_columns`), one reduction axis of an extent
+    other than 1 (a 1x1 convolution's kernel axes have extent 1: they read index 0), and a
+    distance made of size variables only."""
+    if not isinstance(info.b, Load) or info.b.buffer.dtype != "float32" or flat_columns(info, program) is None:
+        return None
+    steps = [axis for axis, extent in zip(info.reduce_axes, info.reduce_extents) if as_int(simplify(extent)) != 1]
+    if len(steps) != 1:
+        return None
+    axis = steps[0]
+    moved = tuple(substitute(index, {axis.name: axis + 1}) for index in info.b.indices)
+    distance = simplify(flat_offset(info.b.buffer, moved) - flat_offset(info.b.buffer, info.b.indices))
+    if {v.name for v in free_vars(distance)} & {v.name for v in (*program.axes, *info.reduce_axes)}:
+        return None
+    return distance
+
+
+def dot_columns(info: MatmulInfo) -> bool:
+    """Whether each column of the second factor is a float32 plain load contiguous along the
+    reduction steps, the reduction axes flattened in order (a ``Gemm`` with ``transB``, a
+    1x1 convolution's weight [O, C, 1, 1], a classifier's [classes, features]): a column's
+    products are then a dot product of two contiguous runs."""
+    b = info.b
+    if not isinstance(b, Load) or b.buffer.dtype != "float32":
+        return False
+    offset = flat_offset(b.buffer, b.indices)
+    stride: PrimExpr = IntImm(1)
+    for axis, extent in reversed(tuple(zip(info.reduce_axes, info.reduce_extents))):
+        moved = flat_offset(b.buffer, tuple(substitute(index, {axis.name: axis + 1}) for index in b.indices))
+        if as_int(simplify(moved - offset - stride)) != 0:
+            return False
+        stride = stride * extent
+    return True
+
+
+def streamed_columns(info: MatmulInfo, program: TensorProgram) -> bool:
+    """Whether a matrix-vector kernel can stream the second factor's rows in order: one
+    reduction axis and the output's last axis the only column axis, read in place
+    (:func:`direct_columns`; not the several column or reduction axes of a 1x1
+    convolution: the form reads one of each)."""
+    if len(info.reduce_axes) != 1 or not contiguous_columns(info, program):
+        return False
+    return direct_columns(info, program) is not None
+
+
+def weight_columns(info: MatmulInfo, program: TensorProgram) -> bool:
+    """Whether a packed matmul's units may split the columns: the second factor is a weight
+    (a plain load of a buffer of constant shape, read in place by :func:`direct_columns`,
+    indexed by no batch axis; its columns may be several axes: a transformer's projection
+    written as [batch, heads, tokens, 64]) and the first a plain load (packing it once per
+    slice costs a copy, no math: a prologue such as BERT's GELU would be evaluated once per
+    slice).  Split by rows only, a 128-row transformer matmul had 4 units, each copying all
+    of the weight (9.4 MB at 768 x 3072) for its 32 rows."""
+    if not isinstance(info.a, Load) or direct_columns(info, program) is None:
+        return False
+    assert isinstance(info.b, Load)
+    if any(as_int(simplify(d)) is None for d in info.b.buffer.shape):
+        return False
+    batch = {program.axes[p].name for p in info.batch}
+    return not any(batch & {v.name for v in free_vars(index)} for index in info.b.indices)
+
+
+def cheap_columns(info: MatmulInfo, program: TensorProgram, block_columns: int, panel_columns: int) -> bool:
+    """Whether the factors should swap roles (:func:`swapped`): when only the first is a
+    plain load (a convolution's weight next to its padded input), since the second factor
+    is evaluated per column of a block, ``block_columns`` times as often as the first per
+    row, so it should be the cheap one.  Not when the rows are fewer than a block's columns
+    (a convolution with few output channels): no block would be whole.
+
+    Both plain loads, swapped where a packed matmul would pack the second factor element by
+    element in every unit (neither :func:`direct_columns` nor :func:`gathered_columns`, of
+    ``panel_columns`` columns checked over ``block_columns``) and would gather it swapped: a
+    strided 1x1 convolution (ResNet's downsampling), whose input as the first factor is
+    packed once in all and whose weight is gathered a step at a time (1x1 of 1024 -> 2048
+    channels at stride 2 from 14 x 14: 16.0 -> 9.8 ms in Chromium)."""
+    if isinstance(info.a, Load) and isinstance(info.b, Load):
+        if (direct_columns(info, program) is None
+                and gathered_columns(info, program, block_columns, panel_columns) is None
+                and gathered_columns(swapped(info), program, block_columns, panel_columns) is not None):
+            return True  # a strided 1x1 convolution: its input the rows, its weight gathered
+    if isinstance(info.b, Load) or not isinstance(info.a, Load):
+        return False
+    rows = as_int(simplify(product(program.output.shape[p] for p in info.rows)))
+    return rows is None or rows >= block_columns

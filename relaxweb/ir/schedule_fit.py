@@ -1,0 +1,106 @@
+"""Which programs a schedule kind fits, beyond the layouts of ``launch.py``: what the
+schedule_programs pass chooses by, and what the backends may then rely on.
+
+- WebAssembly SIMD has f32x4 forms of the float ops of :data:`VECTOR_BINARY_OPS`,
+  :data:`VECTOR_UNARY_OPS` and :data:`VECTOR_COMPARE_OPS` (the renderings of
+  ``relaxweb/cpu/emit.py`` cover exactly these: ``tests/cpu``); the wasm vectorized and
+  window kinds need every float op of a program to have one (:func:`wasm_vectorizable`,
+  :func:`wasm_window`).
+- A WebGPU register matmul (a CPU adapter's shader) evaluates each factor once per row or
+  column of its block, so it pays only where the factors evaluate without branching
+  (:func:`branch_free`) and stay small (:func:`factor_evaluations`).
+- A select whose branches are cheap (:func:`is_cheap_branch`) is evaluated without a
+  branch by the WGSL backend (WGSL's ``select``); the same test says which factors do not
+  branch.
+"""
+
+from __future__ import annotations
+
+from .launch import vectorizable
+from .pattern import MatmulInfo, WindowInfo, analyze_window
+from .tir import (
+    Binary, BinaryOp, CompareOp, Gather, Load, Reduce, ScalarExpr, Select, TensorProgram, Unary, UnaryOp,
+    scalar_children, scalar_nodes,
+)
+
+VECTOR_BINARY_OPS = frozenset({BinaryOp.ADD, BinaryOp.SUBTRACT, BinaryOp.MULTIPLY, BinaryOp.DIVIDE, BinaryOp.MAXIMUM,
+                               BinaryOp.MINIMUM, BinaryOp.POWER})
+VECTOR_UNARY_OPS = frozenset({UnaryOp.NEGATIVE, UnaryOp.SQRT, UnaryOp.FLOOR, UnaryOp.CEIL, UnaryOp.ROUND, UnaryOp.EXP,
+                              UnaryOp.TANH, UnaryOp.SIGMOID, UnaryOp.LOG, UnaryOp.SIN, UnaryOp.COS, UnaryOp.TAN,
+                              UnaryOp.ASIN, UnaryOp.ACOS, UnaryOp.ATAN, UnaryOp.ASINH, UnaryOp.ACOSH, UnaryOp.ATANH})
+VECTOR_COMPARE_OPS = frozenset(CompareOp)
+"""The float ops the WebAssembly backend computes four lanes at a time (f32x4)."""
+
+
+def has_vector_forms(expr: ScalarExpr, floats_only: bool = False) -> bool:
+    """Whether every binary and unary op of ``expr`` (with ``floats_only``: every float32
+    one) has an f32x4 form."""
+    for node in scalar_nodes(expr):
+        if floats_only and node.dtype != "float32":
+            continue
+        if isinstance(node, Binary) and node.op not in VECTOR_BINARY_OPS:
+            return False
+        if isinstance(node, Unary) and node.op not in VECTOR_UNARY_OPS:
+            return False
+    return True
+
+
+def wasm_vectorizable(program: TensorProgram) -> bool:
+    """Whether the wasm vectorized kind runs ``program``: the layout of WebGPU's vectorized
+    schedule of width 4 (``launch.vectorizable``: a float32 elementwise or broadcast program
+    whose last dimension is a multiple of 4), every op with an f32x4 form."""
+    return vectorizable(program, 4) and has_vector_forms(program.body)
+
+
+def wasm_window(program: TensorProgram) -> WindowInfo | None:
+    """The program's sliding-window split (``pattern.analyze_window``) when the wasm window
+    kind runs it: every float op with an f32x4 form.  None otherwise."""
+    info = analyze_window(program)
+    if info is None or not has_vector_forms(program.body, floats_only=True):
+        return None
+    return info
+
+
+CHEAP_BRANCH_NODES = 32  # the most nodes a select's branch may have to be evaluated unconditionally
+CHEAP_BRANCH_LOADS = 4  # ... and the most buffer reads (a concatenation of up to 4 inputs)
+
+
+def is_cheap_branch(expr: ScalarExpr) -> bool:
+    """Few nodes, few reads and no reduction: cheaper to evaluate than to branch around (a
+    select with two such branches is WGSL's ``select``, no branch)."""
+    nodes = loads = 0
+    for node in scalar_nodes(expr):
+        nodes += 1
+        loads += isinstance(node, (Load, Gather))
+        if isinstance(node, Reduce) or nodes > CHEAP_BRANCH_NODES or loads > CHEAP_BRANCH_LOADS:
+            return False
+    return True
+
+
+def branch_free(factor: ScalarExpr) -> bool:
+    """No reduction, and every select with cheap branches (:func:`is_cheap_branch`, WGSL's
+    ``select``): a branch per block row or column of every invocation is what staging saves."""
+    for node in scalar_nodes(factor):
+        if isinstance(node, Reduce):
+            return False
+        if isinstance(node, Select) and not (is_cheap_branch(node.a) and is_cheap_branch(node.b)):
+            return False
+    return True
+
+
+def factor_evaluations(info: MatmulInfo, block: int) -> int:
+    """The nodes a register matmul of ``block x block`` outputs per invocation evaluates per
+    reduction step: each factor's distinct nodes (a repeated one is computed once), once
+    per row or column of the block.  Its shader's WGSL grows with it."""
+    return block * (_distinct_nodes(info.a) + _distinct_nodes(info.b))
+
+
+def _distinct_nodes(expr: ScalarExpr) -> int:
+    seen: set[ScalarExpr] = set()
+    pending = [expr]
+    while pending:
+        node = pending.pop()
+        if node not in seen:
+            seen.add(node)
+            pending.extend(scalar_children(node))
+    return len(seen)

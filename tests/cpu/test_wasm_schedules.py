@@ -1,0 +1,194 @@
+"""The WebAssembly renderer of each wasm schedule kind (relaxweb/cpu/schedules/): it renders
+exactly the schedule it is given (any kind that fits the program, any parameters), its
+``$units`` counts what the schedule says (``WasmSchedule.units``), and the kernels compute
+what the interpreter does; the WAT builder's constructs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import ClassVar
+
+import numpy as np
+import pytest
+import wasmtime
+
+from relaxweb.cpu.emit import (
+    HELPER_FUNCTIONS, VECTOR_BINARY_RENDERINGS, VECTOR_COMPARE_RENDERINGS, VECTOR_UNARY_RENDERINGS, Function,
+)
+from relaxweb.cpu.math import MATH_FUNCTIONS
+from relaxweb.cpu.module import KernelFunctions, assemble_kernels_module, wat_to_wasm
+from relaxweb.cpu.schedules import RENDERERS, render_program
+from relaxweb.cpu.wat_builder import Body, const, get, op
+from relaxweb.ir import interpreter
+from relaxweb.ir.matmul_layout import oriented
+from relaxweb.ir.pattern import analyze_matmul
+from relaxweb.ir.schedule_fit import VECTOR_BINARY_OPS, VECTOR_COMPARE_OPS, VECTOR_UNARY_OPS
+from relaxweb.ir.symbolic import IntImm, SizeVar, evaluate, product
+from relaxweb.ir.tir import Binary, BinaryOp, Buffer, FloatImm, Load, Reduce, ReduceCombiner, TensorProgram, Unary, UnaryOp
+from relaxweb.ir.wasm_schedule import (
+    WASM_SCHEDULE_KINDS, BlockMatmulSchedule, KernelSizes, MatrixVectorSchedule, PackedMatmulSchedule,
+    WasmElementSchedule, WasmSchedule, WasmVectorizedSchedule, WindowSchedule,
+)
+from tests.helpers import F32_LOOSE, assert_close, rand
+from tests.wasm_kernels import run_wasm_kernel
+
+LIBRARY = {**MATH_FUNCTIONS, **HELPER_FUNCTIONS}
+n, m, c = SizeVar("n"), SizeVar("m"), SizeVar("c")
+i, j, k = SizeVar("i"), SizeVar("j"), SizeVar("k")
+
+
+def kernel(program: TensorProgram, schedule: WasmSchedule) -> bytes:
+    text = render_program(program, {}, schedule)
+    return wat_to_wasm(assemble_kernels_module([KernelFunctions(0, program.name, text)], "test", LIBRARY))
+
+
+def units_of(wasm: bytes, program: TensorProgram, sizes: dict[str, int]) -> int:
+    """What the kernel's ``$units`` returns for these sizes."""
+    store = wasmtime.Store(wasmtime.Engine())
+    memory = wasmtime.Memory(store, wasmtime.MemoryType(wasmtime.Limits(2, 65536)))
+    instance = wasmtime.Instance(store, wasmtime.Module(store.engine, wasm), [memory])
+    memory.write(store, np.array([0, *(sizes[v.name] for v in program.size_vars)], np.int32).tobytes(), 65536)
+    return instance.exports(store)["k0_units"](store, 65536)
+
+
+def kernel_sizes(program: TensorProgram, schedule: WasmSchedule, sizes: dict[str, int]) -> KernelSizes:
+    """The program's sizes as ``WasmSchedule.units`` takes them (a matmul's oriented as the
+    schedule says; a window's rows: every output axis but the last)."""
+    shape = [int(evaluate(d, sizes)) for d in program.output.shape]
+    elements = int(np.prod(shape))
+    info = analyze_matmul(program)
+    if info is None:
+        return KernelSizes(elements, rows=int(np.prod(shape[:-1])))
+    info = oriented(info, getattr(schedule, "swap_factors", False))
+    depth = int(evaluate(product(info.reduce_extents), sizes))
+    return KernelSizes(elements, int(np.prod([shape[p] for p in info.rows])), int(np.prod([shape[p] for p in info.columns])),
+                       depth, int(np.prod([shape[p] for p in info.batch])))
+
+
+def check(program: TensorProgram, schedule: WasmSchedule, arrays: list[np.ndarray], sizes: dict[str, int]) -> None:
+    """The kernel against the interpreter, and its ``$units`` against the schedule's count."""
+    wasm = kernel(program, schedule)
+    assert units_of(wasm, program, sizes) == schedule.units(kernel_sizes(program, schedule, sizes)), (schedule, sizes)
+    shape = tuple(int(evaluate(d, sizes)) for d in program.output.shape)
+    params = [0, *(sizes[v.name] for v in program.size_vars)]
+    actual = run_wasm_kernel(wasm, 0, arrays, np.zeros(shape, np.float32), params,
+                             scratch_bytes=schedule.scratch_bytes)
+    assert_close(actual, interpreter.run_program(program, arrays, sizes).astype(np.float32), F32_LOOSE)
+
+
+def test_every_kind_has_a_renderer_and_the_vector_ops_their_forms() -> None:
+    assert set(RENDERERS) == set(WASM_SCHEDULE_KINDS.values())
+    assert set(VECTOR_BINARY_RENDERINGS) == VECTOR_BINARY_OPS
+    assert set(VECTOR_UNARY_RENDERINGS) == VECTOR_UNARY_OPS
+    assert set(VECTOR_COMPARE_RENDERINGS) == VECTOR_COMPARE_OPS
+
+
+# out[i, j] = relu(sum(A[i, k] * B[k, j] for k) + bias[j]): rows, depth and columns size variables
+A, B, BIAS = Buffer("A", (n, m), "float32"), Buffer("B", (m, c), "float32"), Buffer("bias", (c,), "float32")
+MATMUL = TensorProgram("matmul", (A, B, BIAS), Buffer("out", (n, c), "float32"), (i, j), Binary(
+    BinaryOp.MAXIMUM, Reduce(ReduceCombiner.SUM, k, m, Load(A, (i, k)) * Load(B, (k, j))) + Load(BIAS, (j,)),
+    FloatImm(0.0)))
+BLOCKS = BlockMatmulSchedule()
+SWAPPED_BLOCKS = BlockMatmulSchedule(swap_factors=True)
+MATMUL_KINDS = {
+    "blocks": BLOCKS,
+    "blocks swapped": SWAPPED_BLOCKS,
+    "blocks of 2 x 8": BlockMatmulSchedule(rows=2, columns=8),
+    "packed": PackedMatmulSchedule(),
+    "packed, depth 6, split": PackedMatmulSchedule(max_depth=6, split_columns=True, chunk=4),
+    "packed swapped": PackedMatmulSchedule(swap_factors=True, beyond=SWAPPED_BLOCKS),
+    "matrix-vector": MatrixVectorSchedule(otherwise=PackedMatmulSchedule(split_columns=True)),
+    "matrix-vector of 2 rows, 8 columns": MatrixVectorSchedule(max_rows=2, columns=8, steps=2),
+}
+
+
+@pytest.mark.parametrize("schedule", MATMUL_KINDS.values(), ids=MATMUL_KINDS.keys())
+@pytest.mark.parametrize("rows, depth, columns", [(1, 7, 37), (2, 5, 9), (5, 6, 40), (33, 9, 17), (3, 0, 5)])
+def test_each_matmul_kind_renders_as_given(schedule: WasmSchedule, rows: int, depth: int, columns: int) -> None:
+    """Every matmul kind alone or falling back, with other parameters and either factor as
+    the rows: the same outputs, and ``$units`` as the schedule counts them, at sizes on both
+    sides of each kind's run-time test (rows above 2 or 8, depth above 6)."""
+    arrays = [rand(rows, depth), rand(depth, columns, seed=1), rand(columns, seed=2)]
+    check(MATMUL, schedule, arrays, {"n": rows, "m": depth, "c": columns})
+
+
+def test_any_program_runs_the_element_kind() -> None:
+    """The element kind renders a matmul too (one output element at a time)."""
+    for per_unit in (64, 5):
+        check(MATMUL, WasmElementSchedule(elements_per_unit=per_unit), [rand(9, 4), rand(4, 6, seed=1), rand(6, seed=2)],
+              {"n": 9, "m": 4, "c": 6})
+
+
+def test_the_vectorized_kind_and_its_units() -> None:
+    data = Buffer("A", (n, 8), "float32")
+    program = TensorProgram("tanh", (data,), Buffer("out", (n, 8), "float32"), (i, j), Unary(UnaryOp.TANH, Load(data, (i, j))))
+    for schedule in (WasmVectorizedSchedule(), WasmVectorizedSchedule(elements_per_unit=8), WasmElementSchedule()):
+        for rows in (0, 1, 9, 17):
+            check(program, schedule, [rand(rows, 8)], {"n": rows})
+
+
+def test_the_window_kind_and_its_parameters() -> None:
+    """A depthwise row filter (width 3) over rows of a variable width: 8 or 4 lanes an
+    iteration, the innermost axis unrolled (constant 3 up to ``unroll``) or looped."""
+    x, w = Buffer("X", (c, m), "float32"), Buffer("W", (c, IntImm(3)), "float32")
+    body = Reduce(ReduceCombiner.SUM, k, IntImm(3), Load(x, (i, j + k)) * Load(w, (i, k)))
+    program = TensorProgram("depthwise", (x, w), Buffer("out", (c, m - 2), "float32"), (i, j), body)
+    for schedule in (WindowSchedule(), WindowSchedule(lanes=4, unroll=2), WindowSchedule(lanes=12, unrolled_widths=())):
+        for width in (3, 6, 13, 30):
+            check(program, schedule, [rand(2, width), rand(2, 3, seed=1)], {"c": 2, "m": width})
+
+
+def test_a_kind_the_program_does_not_fit_is_an_error() -> None:
+    data = Buffer("A", (n, 6), "int32")
+    copy = TensorProgram("copy", (data,), Buffer("out", (n, 6), "int32"), (i, j), Load(data, (i, j)))
+    with pytest.raises(ValueError, match="copy is scheduled as vectorized"):
+        render_program(copy, {}, WasmVectorizedSchedule())
+    with pytest.raises(ValueError, match="copy is scheduled as window"):
+        render_program(copy, {}, WindowSchedule())
+    with pytest.raises(ValueError, match="copy is scheduled as packed_matmul but is not matmul-like"):
+        render_program(copy, {}, PackedMatmulSchedule())
+
+
+def test_a_kind_without_a_renderer_is_an_error() -> None:
+    @dataclass(frozen=True)
+    class Unrolled(WasmSchedule):
+        kind: ClassVar[str] = "unrolled"
+
+    with pytest.raises(NotImplementedError, match="matmul: the WebAssembly backend has no renderer for the schedule unrolled"):
+        render_program(MATMUL, {}, Unrolled())
+
+
+def test_the_schedules_validate_their_parameters() -> None:
+    with pytest.raises(ValueError, match="micro_rows must be 4"):
+        PackedMatmulSchedule(micro_rows=8)
+    with pytest.raises(ValueError, match="panel_columns must be a power of 2"):
+        PackedMatmulSchedule(panel_columns=12)
+    with pytest.raises(ValueError, match="orient the factors alike"):
+        PackedMatmulSchedule(swap_factors=True)  # its blocks would not
+    with pytest.raises(ValueError, match="lanes must be a positive multiple of 4"):
+        WindowSchedule(lanes=6)
+    assert replace(MatrixVectorSchedule(), columns=8).max_depth == MatrixVectorSchedule().max_depth  # kept as given
+    assert PackedMatmulSchedule().scratch_bytes == (1 << 20) + 4 * 8 * 4608 + 4 * 32 * 8
+
+
+def test_the_builder_nests_and_closes_its_constructs() -> None:
+    """Each ``with`` closes its construct on the last line written in it, or on a line of its
+    own after a comment (which would swallow the parenthesis)."""
+    function = Function()
+    body = Body(function)
+    total, index = body.named("total"), body.named("index")
+    with body.block("$done"):
+        body.br_if("$done", op("i32.eqz", get("$params")))
+        with body.loop("$count"):
+            with body.if_(op("i32.and", get(index), const(1))):
+                with body.then():
+                    body.increment(total, get(index))
+                with body.else_():
+                    body.comment("even: nothing")
+            body.increment(index)
+            body.br_if("$count", op("i32.lt_u", get(index), get("$params")))
+    body.line(get(total))
+    wat = f"(module {function.text('$sum_odd (param $params i32) (result i32)')} (export \"sum_odd\" (func $sum_odd)))"
+    store = wasmtime.Store(wasmtime.Engine())
+    instance = wasmtime.Instance(store, wasmtime.Module(store.engine, wat_to_wasm(wat)), [])
+    assert [instance.exports(store)["sum_odd"](store, count) for count in (0, 1, 4, 7)] == [0, 0, 4, 9]
