@@ -74,7 +74,7 @@ import { summarize } from "./profile.js";
  * @typedef {Object} RaggedBatchBackend
  * @property {(inputs: Record<string, any>) => PreparedRun} prepareInstance an instance's inputs checked and converted
  * @property {(sizes: number[][], varValues: Record<string, number>[]) => void} layOut the packed slice layout of every
- *   instance's first step, totals checked against the device's buffer limit; no device work
+ *   instance's first step, totals checked against the device's buffer limit; no device work (the batch's state starts here)
  * @property {(runs: PreparedRun[]) => Promise<void>} writeInputs packed storages and each instance's inputs in its slices
  * @property {() => void} beginRound a new round (first copying each slice of the storages growSlices moved)
  * @property {(plan: RaggedDispatch[], live: Map<number, HostStep>) => number} encodeRound the plan's ragged dispatches;
@@ -86,7 +86,7 @@ import { summarize } from "./profile.js";
  * @property {(sizes: number[][], varValues: Record<string, number>[]) => void} growSlices the layout grown to `sizes`,
  *   totals checked, storages that changed reallocated
  * @property {(readbacks: any[]) => Promise<Record<string, any>[]>} readBatchOutputs every instance's outputs, in order
- * @property {() => void} releaseBatch after an error: destroy what the rounds left
+ * @property {() => void} releaseBatch after an error from layOut on (in the batch's turn): destroy what the rounds left
  */
 
 /** Runs a bundle's host program on one backend: single runs, profiled runs and batches. */
@@ -231,14 +231,7 @@ export class HostProgramDriver {
     });
     /** @type {BatchReport} */
     const report = { mode: RAGGED, reason: "", instances: instances.length, dispatches: 0, rounds: 0, elements: 0, varValues: [] };
-    const readbacks = await this.inTurn(async () => {
-      try {
-        return await this.runBatchRounds(batch, runs, report);
-      } catch (error) {
-        batch.releaseBatch();
-        throw error;
-      }
-    });
+    const readbacks = await this.inTurn(() => this.runBatchRounds(batch, runs, report));
     this.lastBatch = report;
     return batch.readBatchOutputs(readbacks);
   }
@@ -284,7 +277,23 @@ export class HostProgramDriver {
     }
     const varValues = steps.map((step) => step.varValues ?? {});
     report.varValues = varValues;
-    batch.layOut(steps.map((step) => [...step.sizes]), varValues);
+    batch.layOut(steps.map((step) => [...step.sizes]), varValues); // the batch's device state starts here
+    try {
+      return await this.rounds(batch, runs, steps, varValues, report);
+    } catch (error) {
+      batch.releaseBatch();
+      throw error;
+    }
+  }
+
+  /**
+   * The rounds of a batch laid out: the live instances' merged dispatches, their reads, their
+   * resumes, the slices grown, until every instance has its outputs.
+   * @param {RaggedBatchBackend} batch @param {PreparedRun[]} runs @param {HostStep[]} steps every instance's first step
+   * @param {Record<string, number>[]} varValues @param {BatchReport} report
+   * @returns {Promise<any[]>} what readBatchOutputs needs of each instance
+   */
+  async rounds(batch, runs, steps, varValues, report) {
     let live = new Map(steps.map((step, k) => [k, step]));
     let plan = this.plan(live);
     await batch.writeInputs(runs);

@@ -71,8 +71,10 @@ export class WebGpuBackend {
     this.batch = null;
     // The run in progress (in its turn).
     /**
-     * What the stage's first submitted part does before its dispatches (null once done).
-     * @type {{sizes: number[], keepContents: boolean, inputs: Record<string, DeviceInput>|null, params: Uint8Array}|null}
+     * What the stage's first submitted part does before its dispatches, besides writing the
+     * params block: the storages grown, and on the run's first stage its inputs written (null
+     * once done).
+     * @type {{sizes: number[], keepContents: boolean, inputs: Record<string, DeviceInput>|null}|null}
      */
     this.pending = null;
     /** @type {Uint8Array} the stage's params block */
@@ -120,7 +122,7 @@ export class WebGpuBackend {
 
   /** @param {number[]} sizes @param {boolean} keepContents */
   prepareStorages(sizes, keepContents) {
-    this.pending = { sizes, keepContents, inputs: null, params: this.params };
+    this.pending = { sizes, keepContents, inputs: null };
   }
 
   /** @param {WebGpuRun} run */
@@ -135,7 +137,6 @@ export class WebGpuBackend {
   /** @param {Uint8Array} params */
   beginStep(params) {
     this.params = params;
-    if (this.pending) this.pending.params = params;
   }
 
   /**
@@ -182,8 +183,8 @@ export class WebGpuBackend {
   }
 
   /**
-   * Submit `dispatches` (the stage's first part also does what `pending` says), ended by
-   * `ending` (the read's copy, the output copies) when given.
+   * Submit `dispatches` (the stage's first part also does what `pending` says and writes the
+   * params block), ended by `ending` (the read's copy, the output copies) when given.
    * @template T
    * @param {DispatchCommand[]} dispatches @param {((encoder: GPUCommandEncoder) => T)|null} ending
    * @returns {Promise<T|null>}
@@ -200,7 +201,7 @@ export class WebGpuBackend {
           this.uploadInputs(pending.inputs);
           this.encodeGpuTensorCopies(encoder, pending.inputs);
         }
-        if (pending.params.byteLength > 0) this.buffers.writeBuffer(this.buffers.paramsBuffer, pending.params, "paramsBytesWritten");
+        if (this.params.byteLength > 0) this.buffers.writeBuffer(this.buffers.paramsBuffer, this.params, "paramsBytesWritten");
       }
       // A timer encodes the dispatches its own way: it may hand on a fresh encoder for the
       // rest of the stage, and work (timed submits) to wait for before submitting it.

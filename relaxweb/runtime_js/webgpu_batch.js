@@ -201,7 +201,6 @@ export class WebGpuRaggedBatch {
    * @param {Readback[]} readbacks @returns {Promise<Record<string, any>[]>}
    */
   async readBatchOutputs(readbacks) {
-    this.readbacks = [];
     const outputs = [];
     try {
       for (const readback of readbacks) outputs.push(await this.backend.readOutputs(readback));
