@@ -6,8 +6,9 @@
 // each round every instance still running has a command list (the whole run, or the part
 // before its next read), and the dispatches of all of them are merged (mergeDispatches) so
 // that one dispatch of a kernel's ragged form (relaxweb/wgsl/ragged.py) serves every instance
-// that runs that call site. Every storage holds each instance's slice one after another
-// (SliceLayout), so the memory is the packed total, not the longest instance times the count.
+// that runs that call site (planRound). Every storage holds each instance's slice one after
+// another (SliceLayout), so the memory is the packed total, not the longest instance times the
+// count. The rounds themselves are the driver's (driver.js, runBatchRounds).
 
 import { InputShapeError } from "./host.js";
 import { evaluateTree } from "./profile.js";
@@ -305,28 +306,66 @@ export function gridOf(workgroups, callSiteText) {
 }
 
 /**
- * Run a batch instance by instance with `run` (the wasm backend, and bundles that cannot
- * batch): each instance's error is named as runBatch names it.
- * @param {(inputs: Record<string, any>) => Promise<Record<string, any>>} run
- * @param {Record<string, any>[]} instances
- * @param {string} reason
- * @param {{lastDispatchCount: number, lastReadCount?: number}} model counts of each run
- * @returns {Promise<{outputs: Record<string, any>[], report: BatchReport}>}
+ * One dispatch of a kernel's ragged form in a round: the call site, the instances it serves
+ * with each one's own dispatch record, their workgroups in all and the 2-D grid.
+ * @typedef {{callSite: number, members: [number, import("./host.js").DispatchCommand][], workgroups: number,
+ *   grid: [number, number, number]}} RaggedDispatch
  */
-export async function runOneByOne(run, instances, reason, model) {
-  const outputs = [];
-  let dispatches = 0;
-  let rounds = 0;
-  for (const [k, inputs] of instances.entries()) {
-    try {
-      outputs.push(await run(inputs));
-    } catch (error) {
-      throw instanceError(k, error);
+
+/**
+ * A round's ragged dispatches: the instances' dispatch lists merged (mergeDispatches), each
+ * merged call site cut in chunks of MAX_INSTANCES, each chunk's grid checked (gridOf) before
+ * any GPU work.
+ * @param {any} manifest @param {Map<number, import("./host.js").DispatchCommand[]>} lists instance -> its dispatches
+ * @returns {RaggedDispatch[]}
+ */
+export function planRound(manifest, lists) {
+  /** @type {RaggedDispatch[]} */
+  const planned = [];
+  for (const [callSite, members] of mergeDispatches(lists)) {
+    const text = `call site ${callSite} (${String(manifest.call_sites[callSite].binding).slice(0, 80)})`;
+    for (const chunk of chunks(members)) {
+      const workgroups = chunk.reduce((total, [, { workgroups: [x, y, z] }]) => total + x * y * z, 0);
+      planned.push({ callSite, members: chunk, workgroups, grid: gridOf(workgroups, text) });
     }
-    dispatches += model.lastDispatchCount;
-    rounds += 1 + (model.lastReadCount ?? 0);
   }
-  return { outputs, report: { mode: ONE_BY_ONE, reason, instances: instances.length, dispatches, rounds, elements: null } };
+  return planned;
+}
+
+/**
+ * callElements, remembered by call site and params slot: a batch evaluates it for every
+ * instance of every ragged dispatch, and the same sizes come back batch after batch.
+ */
+export class ElementCounts {
+  /** @param {any} manifest */
+  constructor(manifest) {
+    this.manifest = manifest;
+    /** @type {Map<string, number|null>} */
+    this.counts = new Map();
+  }
+
+  /**
+   * Output elements of one call of a call site with this (whole) params block.
+   * @param {number} callSite @param {Uint8Array} params @returns {number|null}
+   */
+  of(callSite, params) {
+    const site = this.manifest.call_sites[callSite];
+    const key = `${callSite}:${params.subarray(site.params_offset, site.params_offset + site.params_size).join(",")}`;
+    let count = this.counts.get(key);
+    if (count === undefined) {
+      count = callElements(this.manifest, callSite, params);
+      this.counts.set(key, count);
+    }
+    return count;
+  }
+}
+
+/**
+ * Add one dispatch's output elements to a batch's count: null once any is unknown.
+ * @param {BatchReport} report @param {number|null} count
+ */
+export function addElements(report, count) {
+  report.elements = count === null || report.elements === null || report.elements === undefined ? null : report.elements + count;
 }
 
 /**

@@ -7,6 +7,13 @@
 
 import { GpuTensor } from "./gpu_tensor.js";
 
+// What a device must offer and which kernel shaders it compiles live with the WebGPU device
+// and kernels; "./host" (package.json) still exports them.
+export {
+  PART_ALIGNMENT, deviceShortfalls, loadTimeLimits, smallestPartBytes, storageSizeProblem, weightPartSizes,
+} from "./webgpu_device.js";
+export { SHADER_F16, chooseKernels } from "./webgpu_kernels.js";
+
 /** The bundle format version this runtime reads (the manifest's `version`). */
 export const FORMAT_VERSION = 2;
 
@@ -173,139 +180,6 @@ export function fromDeviceData(spec, info, bytes) {
   // keep the low bits, like numpy's astype.
   const modelClass = TYPED_ARRAY_OF_DTYPE[/** @type {"float32"} */ (spec.dtype)];
   return modelClass.from(/** @type {ArrayLike<number>} */ (stored));
-}
-
-/**
- * What keeps a device (or adapter) from loading a bundle: one line per required feature it
- * lacks and per required limit it does not meet ("max..." limits at least, "min..." at
- * most). Each line names the feature or the limit, the value needed and the one offered.
- * @param {{limits: any, features?: {has(name: string): boolean}}} gpu a GPUAdapter or GPUDevice
- * @param {Record<string, number>} requiredLimits
- * @param {string[]} requiredFeatures
- * @param {string} owner "GPU adapter" or "device", for the message
- * @returns {string[]} empty when it can load the bundle
- */
-export function deviceShortfalls(gpu, requiredLimits, requiredFeatures, owner) {
-  const problems = [];
-  for (const feature of requiredFeatures) {
-    if (!gpu.features?.has(feature)) {
-      problems.push(`this model needs the WebGPU feature ${feature}, which the ${owner} does not offer`);
-    }
-  }
-  for (const [name, needed] of Object.entries(requiredLimits)) {
-    const available = gpu.limits[name];
-    if (typeof available !== "number") {
-      problems.push(`this model needs the WebGPU limit ${name} = ${needed}, but the ${owner} does not report that limit`);
-      continue;
-    }
-    const enough = name.startsWith("min") ? available <= needed : available >= needed;
-    if (!enough) problems.push(`this model needs the WebGPU limit ${name} = ${needed}, but the ${owner} supports ${available}`);
-  }
-  return problems;
-}
-
-/** The WebGPU feature the kernels' f16 shaders (the manifest's `f16_file`) need. */
-export const SHADER_F16 = "shader-f16";
-
-/**
- * Which shaders the kernels with a variant compile (relaxweb/wgsl/variants.py; the Python
- * runtime's choose_kernels): for "auto", "cpu" on a CPU adapter (`isFallbackAdapter` or
- * SwiftShader: matmuls without workgroup memory, whose barriers cost a CPU adapter more than
- * they save), else "f16" where the bundle has f16 shaders and the adapter (or the given
- * device) offers "shader-f16" (factors multiplied in f16, summed in f32), else "gpu". A
- * forced "f16" falls back to "gpu" with a `warning` where it cannot be had.
- * @param {"auto"|"gpu"|"cpu"|"f16"} kernels the load option
- * @param {{features?: {has(name: string): boolean}, info?: any, adapterInfo?: any}|null} gpu
- *   the GPUAdapter, or the GPUDevice given to load()
- * @param {any} manifest
- * @returns {{kernels: "gpu"|"cpu"|"f16", warning: string|null}}
- */
-export function chooseKernels(kernels, gpu, manifest) {
-  const hasF16Shaders = manifest.kernels.some((/** @type {any} */ k) => k.f16_file);
-  const f16 = hasF16Shaders && Boolean(gpu?.features?.has(SHADER_F16));
-  const given = gpu !== null && "adapterInfo" in gpu; // a device has adapterInfo, an adapter info
-  if (kernels === "auto") {
-    const info = given ? gpu.adapterInfo : gpu?.info;
-    const cpu = Boolean(info && (info.isFallbackAdapter || info.architecture === "swiftshader"));
-    return { kernels: cpu ? "cpu" : f16 ? "f16" : "gpu", warning: null };
-  }
-  if (kernels === "f16" && !f16) {
-    const reason = hasF16Shaders ? `the ${given ? "given device" : "adapter"} does not offer ${SHADER_F16}` : "the bundle has no f16 shaders";
-    return { kernels: "gpu", warning: `kernels "f16": ${reason}; compiling the f32 shaders` };
-  }
-  return { kernels, warning: null };
-}
-
-/**
- * The limits a device must meet to load a bundle: the manifest's `required_limits`, with the
- * buffer size limits raised to the largest weight and to the largest storage at the bounds
- * in effect (`sizesAtBounds`, null when some var has no bound) when those are larger, and
- * maxBufferSize at least maxStorageBufferBindingSize.
- * @param {any} manifest
- * @param {number[]|null} sizesAtBounds
- * @returns {Record<string, number>}
- */
-export function loadTimeLimits(manifest, sizesAtBounds) {
-  /** @type {Record<string, number>} */
-  const limits = { ...(manifest.required_limits ?? {}) };
-  // A buffer bound whole is at least as large as its binding; a weight in parts needs its smallest part only.
-  const largest = [...manifest.weights.map((/** @type {any} */ w) => smallestPartBytes(w.nbytes, w.parts ?? 1)), ...(sizesAtBounds ?? []),
-    limits.maxStorageBufferBindingSize ?? 0].reduce((a, b) => Math.max(a, b), 0);
-  if (largest > 0) {
-    for (const name of ["maxStorageBufferBindingSize", "maxBufferSize"]) limits[name] = Math.max(limits[name] ?? 0, largest);
-  }
-  return limits;
-}
-
-/** Every part of a weight in parts but the last holds a multiple of this many bytes (docs/bundle-format.md, "Weights in parts"). */
-export const PART_ALIGNMENT = 256;
-
-/**
- * The smallest binding size (a multiple of 256) at which `parts` parts hold `nbytes` bytes.
- * @param {number} nbytes @param {number} parts
- * @returns {number}
- */
-export function smallestPartBytes(nbytes, parts) {
-  if (parts === 1) return nbytes;
-  return Math.ceil(Math.ceil(nbytes / parts) / PART_ALIGNMENT) * PART_ALIGNMENT;
-}
-
-/**
- * The byte sizes of the buffers holding a weight of `nbytes` bound in up to `parts` parts on
- * a device binding at most `largest` bytes: the whole weight when it fits, else parts of
- * `largest` rounded down to 256 bytes and the rest; null when `parts` are too few.
- * @param {number} nbytes @param {number} parts @param {number} largest
- * @returns {number[]|null}
- */
-export function weightPartSizes(nbytes, parts, largest) {
-  if (nbytes <= largest) return [nbytes];
-  const part = Math.floor(largest / PART_ALIGNMENT) * PART_ALIGNMENT;
-  if (part === 0 || Math.ceil(nbytes / part) > parts) return null;
-  const sizes = [];
-  for (let start = 0; start < nbytes; start += part) sizes.push(Math.min(part, nbytes - start));
-  return sizes;
-}
-
-/**
- * Why a run cannot go on because a storage needs more bytes than the device can bind (a
- * message naming the input or output it holds and the limit), or null when every size fits.
- * @param {any} manifest
- * @param {number[]} sizes bytes needed per storage
- * @param {any} limits the device's GPUSupportedLimits
- * @returns {string|null}
- */
-export function storageSizeProblem(manifest, sizes, limits) {
-  const [largest, limitName] = limits.maxBufferSize < limits.maxStorageBufferBindingSize
-    ? [limits.maxBufferSize, "maxBufferSize"]
-    : [limits.maxStorageBufferBindingSize, "maxStorageBufferBindingSize"];
-  const index = sizes.findIndex((size) => size > largest);
-  if (index < 0) return null;
-  const input = manifest.inputs.find((/** @type {any} */ i) => i.storage === index);
-  const output = manifest.outputs.find((/** @type {any} */ o) => o.storage === index);
-  const holds = input ? `input '${input.name}' (storage ${index})`
-    : output ? `output '${output.name}' (storage ${index})`
-    : `storage ${index} (${manifest.storages[index].role})`;
-  return `these inputs are too large for this device: ${holds} needs ${sizes[index]} bytes, above the device's WebGPU limit ${limitName} = ${largest}`;
 }
 
 /**
@@ -655,8 +529,8 @@ export class Host {
 
   /**
    * The command list written by the last run or resume, in execution order: dispatches,
-   * possibly followed by one read or resume record. Throws on an unknown opcode or a
-   * malformed read or resume record.
+   * possibly followed by one read or resume record (decodeCommands of the words at the
+   * module's `commands` address). Throws on an unknown opcode or a malformed record.
    * @returns {Command[]}
    */
   commands() {
@@ -667,52 +541,78 @@ export class Host {
     }
     const count = view.getInt32(address, true);
     const callSites = this.manifest.call_sites.length;
-    if (!(count >= 0 && count <= callSites + 1) || address + 4 + 20 * count > view.byteLength) {
-      throw new Error(`the bundle's command list is malformed: it has ${count} records for ${callSites} call sites`);
-    }
-    return Array.from({ length: count }, (_, i) => {
-      const record = address + 4 + 20 * i;
-      const field = (/** @type {number} */ j) => view.getInt32(record + 4 * j, true);
-      const opcode = field(0);
-      if (opcode === OPCODE_DISPATCH) {
-        const [callSite, x, y, z] = [field(1), field(2), field(3), field(4)];
-        if (!(callSite >= 0 && callSite < callSites)) {
-          throw new Error(
-            `the bundle's command list is malformed: record ${i} dispatches call site ${callSite} over (${x}, ${y}, ${z}) workgroups; the bundle has ${callSites} call sites`,
-          );
-        }
-        return /** @type {Command} */ ({ opcode, callSite, workgroups: [x, y, z] });
-      }
-      if (opcode === OPCODE_READ) {
-        return this.checkedRead({ opcode, storage: field(1), byteOffset: field(2), slot: field(3) }, i, count);
-      }
-      if (opcode === OPCODE_RESUME) {
-        if (i !== count - 1) {
-          throw new Error(`the bundle's command list is malformed: its resume record is record ${i} of ${count}; a resume must be the last record`);
-        }
-        return /** @type {Command} */ ({ opcode });
-      }
-      throw new Error(`host.wasm wrote an unknown opcode ${opcode} in its command list`);
-    });
+    checkCommandCount(count, callSites);
+    if (address + 4 + 20 * count > view.byteLength) throw new Error(malformedCount(count, callSites));
+    const words = Array.from({ length: 1 + 5 * count }, (_, i) => view.getInt32(address + 4 * i, true));
+    return decodeCommands(words, callSites, this.manifest.storages.length, this.readSlots);
   }
+}
 
-  /**
-   * `read` if it is well formed, else an Error saying what is wrong.
-   * @param {ReadCommand} read
-   * @param {number} index its position in the list
-   * @param {number} count the list's length
-   * @returns {ReadCommand}
-   */
-  checkedRead(read, index, count) {
-    const storages = this.manifest.storages.length;
-    let problem = null;
-    if (index !== count - 1) problem = `is record ${index} of ${count}; a read must be the last record`;
-    else if (read.slot < 0 || read.slot >= this.readSlots) problem = `uses slot ${read.slot}; the manifest has ${this.readSlots} read slot(s)`;
-    else if (read.storage < 0 || read.storage >= storages) problem = `reads storage ${read.storage}; the bundle has ${storages}`;
-    else if (read.byteOffset < 0 || read.byteOffset % 4 !== 0) problem = `reads at byte offset ${read.byteOffset}, not a multiple of 4`;
-    if (problem) throw new Error(`the bundle's command list is malformed: its read record ${problem}`);
-    return read;
+/** @param {number} count @param {number} callSites */
+const malformedCount = (count, callSites) => `the bundle's command list is malformed: it has ${count} records for ${callSites} call sites`;
+
+/**
+ * Refuse a command list longer than every call site and a final read or resume.
+ * @param {number} count @param {number} callSites
+ */
+export function checkCommandCount(count, callSites) {
+  if (!(count >= 0 && count <= callSites + 1)) throw new Error(malformedCount(count, callSites));
+}
+
+/**
+ * A command list from its i32 words (the record count, then five words per record: opcode
+ * and four fields), for a bundle of `callSites` call sites, `storages` storages and
+ * `readSlots` read slots: dispatches, possibly followed by one read or resume record (only
+ * ever the last). A malformed list is an Error saying what is wrong (the messages of
+ * relaxweb/runtime/host.py's decode_commands; the conformance corpus's command_lists pins them).
+ * @param {ArrayLike<number>} words @param {number} callSites @param {number} storages @param {number} readSlots
+ * @returns {Command[]}
+ */
+export function decodeCommands(words, callSites, storages, readSlots) {
+  const count = words.length > 0 ? words[0] : 0;
+  checkCommandCount(count, callSites);
+  if (words.length < 1 + 5 * count) {
+    throw new Error(`the bundle's command list is malformed: it has ${count} records but only ${Math.floor((words.length - 1) / 5)} were written`);
   }
+  return Array.from({ length: count }, (_, i) => {
+    const field = (/** @type {number} */ j) => words[1 + 5 * i + j];
+    const opcode = field(0);
+    if (opcode === OPCODE_DISPATCH) {
+      const [callSite, x, y, z] = [field(1), field(2), field(3), field(4)];
+      if (!(callSite >= 0 && callSite < callSites)) {
+        throw new Error(
+          `the bundle's command list is malformed: record ${i} dispatches call site ${callSite} over (${x}, ${y}, ${z}) workgroups; the bundle has ${callSites} call sites`,
+        );
+      }
+      return /** @type {Command} */ ({ opcode, callSite, workgroups: [x, y, z] });
+    }
+    if (opcode === OPCODE_READ) {
+      return checkedRead({ opcode, storage: field(1), byteOffset: field(2), slot: field(3) }, i, count, storages, readSlots);
+    }
+    if (opcode === OPCODE_RESUME) {
+      if (i !== count - 1) {
+        throw new Error(`the bundle's command list is malformed: its resume record is record ${i} of ${count}; a resume must be the last record`);
+      }
+      return /** @type {Command} */ ({ opcode });
+    }
+    throw new Error(`the bundle's command list has opcode ${opcode}, unknown to this runtime`);
+  });
+}
+
+/**
+ * `read` if it is well formed, else an Error saying what is wrong.
+ * @param {ReadCommand} read @param {number} index its position in the list @param {number} count the list's length
+ * @param {number} storages @param {number} readSlots
+ * @returns {ReadCommand}
+ */
+function checkedRead(read, index, count, storages, readSlots) {
+  let problem = null;
+  if (index !== count - 1) problem = `is record ${index} of ${count}; a read must be the last record`;
+  else if (read.slot < 0 || read.slot >= readSlots) problem = `uses slot ${read.slot}; the manifest has ${readSlots} read slot(s)`;
+  else if (read.storage < 0 || read.storage >= storages) problem = `reads storage ${read.storage}; the bundle has ${storages}`;
+  else if (read.byteOffset < 0 || read.byteOffset % 4 !== 0) problem = `reads at byte offset ${read.byteOffset}, not a multiple of 4`;
+  if (problem) throw new Error(`the bundle's command list is malformed: its read record ${problem}`);
+  return read;
 }
 
 /**
@@ -812,137 +712,4 @@ function checkGpuTensor(spec, tensor) {
     );
   }
   return [...tensor.shape];
-}
-
-/**
- * What one step of a run needs from the host module: its command list, the storage sizes,
- * the params block, and (when the list is the run's last) the output shapes.
- * (with each sequence output's element shapes, null for none; the output's shape is then its
- * values' count).
- * @typedef {{commands: Command[], sizes: number[], params: Uint8Array, outputShapes: number[][], elementShapes: ({shapes: number[][]|null}|null)[]}} HostStep
- */
-
-/**
- * The host module's side of a run, in the few calls the browser runtime makes: one per load
- * setting and one per step. `Model` talks to it through a worker (remote_host.js), so that a
- * module that never returns can be stopped.
- */
-export class HostSession {
-  /** @param {Host} host */
-  constructor(host) {
-    this.host = host;
-  }
-
-  /** @param {Record<string, number|null>} bounds @returns {{bounds: (number|null)[], sizesAtBounds: number[]|null}} */
-  configure(bounds) {
-    if (bounds) this.host.setBounds(bounds);
-    return { bounds: this.host.varBounds(), sizesAtBounds: this.host.sizesAtBounds() };
-  }
-
-  /**
-   * Run with these input shapes (and the element shapes of sequence inputs, by input index);
-   * throws an InputShapeError when the host rejects them.
-   * @param {number[][]} shapes @param {Record<number, number[][]|null>} [sequences]
-   */
-  start(shapes, sequences = {}) {
-    for (const [k, elementShapes] of Object.entries(sequences)) {
-      const spec = this.host.manifest.inputs[Number(k)];
-      this.host.writeSequence(spec.name, spec.sequence, elementShapes);
-    }
-    this.host.runOrThrow(shapes);
-    return this.step();
-  }
-
-  /** Go on after a step: write the value read back (if the step read one) and resume. @param {number|null} slot @param {number} value */
-  resume(slot, value) {
-    if (slot !== null) this.host.writeReadValue(slot, value);
-    this.host.resumeOrThrow();
-    return this.step();
-  }
-
-  /** @returns {HostStep} */
-  step() {
-    const commands = this.host.commands();
-    const last = commands[commands.length - 1]?.opcode;
-    const finished = last !== OPCODE_READ && last !== OPCODE_RESUME;
-    const outputShapes = finished ? this.host.outputShapes() : [];
-    // a sequence output is copied as one flat array of its elements' values, then split
-    /** @type {({shapes: number[][]|null}|null)[]} */
-    const elementShapes = finished ? this.host.manifest.outputs.map((/** @type {any} */ spec) =>
-      isSequence(spec) ? { shapes: this.host.readSequence(spec.sequence, spec.kind === "optional_sequence") } : null) : [];
-    elementShapes.forEach((sequence, k) => {
-      if (sequence) outputShapes[k] = [(sequence.shapes ?? []).reduce((total, shape) => total + shape.reduce((a, b) => a * b, 1), 0)];
-    });
-    return { commands, sizes: this.host.storageSizes(), params: this.host.params(), outputShapes, elementShapes };
-  }
-}
-
-/**
- * The host module's sessions of one model: the one its runs use, and one per instance of a
- * batch (model.runBatch), each created on first use from the same module with the model's
- * bounds, so that every instance has its own host state (its sizes, params, read values)
- * across the rounds of a batch. The worker (host_worker.js) holds one; so does RemoteHost
- * where there are no workers.
- */
-export class HostSessions {
-  /**
-   * @param {BufferSource} wasmBytes @param {any} manifest
-   * @returns {Promise<HostSessions>}
-   */
-  static async instantiate(wasmBytes, manifest) {
-    const module = await WebAssembly.compile(wasmBytes);
-    const instance = await WebAssembly.instantiate(module, {});
-    return new HostSessions(module, manifest, new HostSession(new Host(instance, manifest)));
-  }
-
-  /** @param {WebAssembly.Module} module @param {any} manifest @param {HostSession} main */
-  constructor(module, manifest, main) {
-    this.module = module;
-    this.manifest = manifest;
-    this.main = main;
-    /** @type {Record<string, number|null>|null} the bounds option, given to every instance's session too */
-    this.bounds = null;
-    /** @type {HostSession[]} one per batch instance, by index */
-    this.instances = [];
-  }
-
-  /** @param {Record<string, number|null>|null} bounds */
-  configure(bounds) {
-    const result = this.main.configure(/** @type {any} */ (bounds));
-    this.bounds = bounds;
-    return result;
-  }
-
-  /** @param {number[][]} shapes @param {Record<number, number[][]|null>} [sequences] */
-  start(shapes, sequences) { return this.main.start(shapes, sequences); }
-
-  /** @param {number|null} slot @param {number} value */
-  resume(slot, value) { return this.main.resume(slot, value); }
-
-  /**
-   * Start batch instance `k` on its own session (created on first use): its first step, with
-   * its symbolic sizes by name (`varValues`) for messages.
-   * @param {number} k @param {number[][]} shapes @param {Record<number, number[][]|null>} [sequences]
-   * @returns {Promise<HostStep & {varValues: Record<string, number>}>}
-   */
-  async startInstance(k, shapes, sequences) {
-    if (!Number.isInteger(k) || k < 0) throw new Error(`no batch instance ${k}`);
-    while (this.instances.length <= k) {
-      const instance = await WebAssembly.instantiate(this.module, {});
-      const session = new HostSession(new Host(instance, this.manifest));
-      if (this.bounds) session.configure(/** @type {any} */ (this.bounds));
-      this.instances.push(session);
-    }
-    const step = this.instances[k].start(shapes, sequences);
-    const names = this.manifest.symbolic_vars.map((/** @type {any} */ v) => v.name);
-    const values = this.instances[k].host.varValues();
-    return { ...step, varValues: Object.fromEntries(names.map((name, i) => [name, values[i]])) };
-  }
-
-  /** Go on with batch instance `k` (see HostSession.resume). @param {number} k @param {number|null} slot @param {number} value */
-  resumeInstance(k, slot, value) {
-    const session = this.instances[k];
-    if (!session) throw new Error(`batch instance ${k} was not started`);
-    return session.resume(slot, value);
-  }
 }

@@ -2,7 +2,7 @@
 // a module that never returns blocks this worker, not the page, and is stopped by
 // terminating it. Messages: {id, method, args} in; {id, result} or {id, error} out.
 
-import { HostSessions } from "./host.js";
+import { HostSessions } from "./host_session.js";
 
 /** @type {HostSessions|null} the model's session and its batch instances' */
 let session = null;

@@ -4,12 +4,13 @@
 // rejects with a clear error instead of freezing the page. Where workers are not available
 // the module runs in the page, without that limit.
 
-import { HostSessions, InputShapeError } from "./host.js";
+import { InputShapeError } from "./host.js";
+import { HostSessions } from "./host_session.js";
 
 /** How long one call into the host module may take (modules relaxweb writes need milliseconds). */
 export const HOST_CALL_TIMEOUT_MS = 10_000;
 
-/** @typedef {import("./host.js").HostStep} HostStep */
+/** @typedef {import("./host_session.js").HostStep} HostStep */
 
 export class RemoteHost {
   /**

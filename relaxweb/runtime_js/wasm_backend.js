@@ -1,7 +1,9 @@
 // The wasm backend of the browser runtime: a bundle's kernels run from its kernels.wasm
 // (WebAssembly SIMD) on the CPU, driven by the same host module, command records, params
-// blocks and call sites as on WebGPU (docs/bundle-format.md, "kernels.wasm"). load() in
-// relaxweb.js picks it when WebGPU is missing (backend "auto") or when asked (backend "wasm").
+// blocks and call sites as on WebGPU (docs/bundle-format.md, "kernels.wasm"), through the
+// same host-program driver (driver.js; WasmBackend is its RunBackend). load() in relaxweb.js
+// picks it when WebGPU is missing (backend "auto") or when asked (backend "wasm"); the public
+// model is wasm_model.js's WasmModel.
 //
 // Memory: one WebAssembly.Memory laid out as the contract says: bytes [0, 64 KiB) never a
 // buffer, then the params region, the weights (copied once from the verified shards), one
@@ -15,12 +17,12 @@
 // module; each dispatch's units are split into contiguous ranges, the calling thread runs the
 // first and spins until the workers have run theirs (the page's thread may not Atomics.wait).
 
-import { OPCODE_DISPATCH, OPCODE_READ, OPCODE_RESUME, dtypeInfo, fromDeviceData } from "./host.js";
+import { dtypeInfo, fromDeviceData } from "./host.js";
 import { GpuTensor, cacheBlockCopies } from "./gpu_tensor.js";
 import { prepareInputs, splitElements } from "./tensors.js";
-import { paramsFields, summarize } from "./profile.js";
-import { makeTokenizer } from "./tokenizer.js";
-import { checkInstances, runOneByOne } from "./batch.js";
+import { WALL_CLOCK, WallClockTimer } from "./profile.js";
+
+export { WALL_CLOCK };
 
 export const PAGE_BYTES = 65536;
 /** Bytes [0, RESERVED_BYTES) are never a buffer: a stray small address reads zeros or traps. */
@@ -33,8 +35,6 @@ export const MAX_PAGES = 65536;
 export const MIN_UNITS_PER_THREAD = 4;
 /** The default thread count is min(navigator.hardwareConcurrency, DEFAULT_MAX_THREADS). */
 export const DEFAULT_MAX_THREADS = 4;
-/** The profile's method: each dispatch timed by the calling thread's clock (performance.now()). */
-export const WALL_CLOCK = "wall clock per kernel call"; // relaxweb/runtime/profile.py WASM_CALLS
 
 // The control block of the pool: one slot of i32 fields per worker.
 const GO = 0; // the calling thread stores a new job number here, and notifies
@@ -136,17 +136,28 @@ export function threadCount(threads) {
 /** @param {number} value @returns {number} */
 const aligned16 = (value) => Math.ceil(value / 16) * 16;
 
-/** A bundle loaded on the wasm backend: the same run(), reads, loops, sequences and KV caches as on WebGPU. */
-export class WasmModel {
+/**
+ * A run's inputs on this backend: PreparedRun (driver.js) with the device inputs by name.
+ * @typedef {{shapes: number[][], sequences: Record<number, number[][]|null>, inputs: Record<string, import("./tensors.js").DeviceInput>}} WasmRun
+ */
+
+/**
+ * The wasm backend of the host-program driver (driver.js): the memory of one model's
+ * kernels.wasm and each state of a run in it. The twin of relaxweb/runtime/wasm_backend.py.
+ * A stage is its params block written, then each dispatch run at once; a read reads the i32
+ * from the storage's region; the outputs are copied out of their storages by the run's end.
+ */
+export class WasmBackend {
   /**
+   * Compile and instantiate a bundle's kernels.wasm (its shared-memory variant, with a pool of
+   * workers, where the page gives threads), and lay its memory out.
    * @param {any} manifest
-   * @param {import("./remote_host.js").RemoteHost} host
    * @param {ArrayBuffer} wasmBytes the bundle's kernels.wasm
    * @param {Uint8Array[]} shards the verified weight shards
-   * @param {{threads?: number, bounds: (number|null)[], sizesAtBounds: number[]|null}} options
-   * @returns {Promise<WasmModel>}
+   * @param {{threads?: number, sizesAtBounds: number[]|null}} options
+   * @returns {Promise<WasmBackend>}
    */
-  static async create(manifest, host, wasmBytes, shards, { threads, bounds, sizesAtBounds }) {
+  static async create(manifest, wasmBytes, shards, { threads, sizesAtBounds }) {
     const count = threadCount(threads);
     const shared = count > 1;
     const memory = new WebAssembly.Memory({ initial: 1, maximum: MAX_PAGES, shared });
@@ -157,36 +168,26 @@ export class WasmModel {
       throw new Error(`the bundle's kernels.wasm does not compile here: ${/** @type {Error} */ (error).message}`);
     }
     const instance = await WebAssembly.instantiate(module, { env: { memory } });
-    const model = new WasmModel(manifest, host, memory, instance, count, bounds);
+    const backend = new WasmBackend(manifest, memory, instance, count);
     try {
-      model.layOut(shards, sizesAtBounds);
-      if (shared) model.pool = await WorkerPool.start(module, memory, count - 1);
-      return model;
+      backend.layOut(shards, sizesAtBounds);
+      if (shared) backend.pool = await WorkerPool.start(module, memory, count - 1);
+      return backend;
     } catch (error) {
-      model.dispose();
+      backend.dispose();
       throw error;
     }
   }
 
   /**
-   * @param {any} manifest @param {import("./remote_host.js").RemoteHost} host
-   * @param {WebAssembly.Memory} memory @param {WebAssembly.Instance} instance
-   * @param {number} threads @param {(number|null)[]} bounds
+   * @param {any} manifest @param {WebAssembly.Memory} memory @param {WebAssembly.Instance} instance
+   * @param {number} threads
    */
-  constructor(manifest, host, memory, instance, threads, bounds) {
+  constructor(manifest, memory, instance, threads) {
     this.manifest = manifest;
-    this.host = host;
     this.memory = memory;
-    /** Which backend runs the kernels. @type {"wasm"} */
-    this.backend = "wasm";
     /** Threads that run a dispatch's units: 1, or 1 + the pool's workers. */
     this.threads = threads;
-    /** @type {{name: string, dtype: string, shape: (number|string)[]}[]} */
-    this.inputs = manifest.inputs;
-    /** @type {{name: string, dtype: string, shape: (number|string)[]}[]} */
-    this.outputs = manifest.outputs;
-    this.symbolicVars = manifest.symbolic_vars.map((/** @type {any} */ v, /** @type {number} */ i) => ({ ...v, bound: bounds[i] }));
-    this.tokenizer = manifest.tokenizer ? makeTokenizer(manifest.tokenizer) : null;
     const exports = /** @type {Record<string, Function>} */ (/** @type {unknown} */ (instance.exports));
     /** Per kernel: its function and its units function. */
     this.kernelFunctions = manifest.kernels.map((/** @type {any} */ _, /** @type {number} */ k) => {
@@ -215,22 +216,16 @@ export class WasmModel {
     this.siteAddresses = manifest.call_sites.map(() => null);
     this.cacheOfInput = new Map((manifest.caches ?? []).map((/** @type {any} */ c) => [c.input, c]));
     this.cacheOfOutput = new Map((manifest.caches ?? []).map((/** @type {any} */ c) => [c.output, c]));
-    /** Dispatches of the last run, over all its steps (those with no units included). */
-    this.lastDispatchCount = 0;
-    /** Values the last run read back (0 for bundles without reads). */
-    this.lastReadCount = 0;
-    /** How the last runBatch ran. @type {import("./batch.js").BatchReport|null} */
-    this.lastBatch = null;
-    /** Runs take turns: a run that reads values back keeps its state in the host across awaits. */
-    this.turn = Promise.resolve();
-    /** @type {string|null} */
+    /** @type {string|null} why the model cannot run any more (disposed, a worker that never finished) */
     this.unusableReason = null;
   }
 
-  /** Units that the pool's workers have run since load (0 with one thread): they really ran. */
+  /** Units that the pool's workers have run since load (0 with one thread). */
   get unitsRunByWorkers() {
     return this.pool ? this.pool.unitsRun() : 0;
   }
+
+  // The memory ------------------------------------------------------------------------------
 
   /**
    * The regions of the memory: params, weights (copied from the shards), scratch blocks, storages.
@@ -246,7 +241,7 @@ export class WasmModel {
     const scratchBytes = this.manifest.wasm?.scratch_bytes ?? 0;
     this.scratchAddresses = Array.from({ length: this.threads }, () => this.allocate(scratchBytes));
     this.storagesBase = aligned16(this.top);
-    this.growStorages(sizesAtBounds ?? this.manifest.storages.map((/** @type {any} */ s) => s.size_at_bounds ?? 0), false);
+    this.prepareStorages(sizesAtBounds ?? this.manifest.storages.map((/** @type {any} */ s) => s.size_at_bounds ?? 0), false);
   }
 
   /**
@@ -278,26 +273,67 @@ export class WasmModel {
     return new Uint8Array(this.memory.buffer);
   }
 
+  // The states of a run ---------------------------------------------------------------------
+
+  /**
+   * The inputs checked and converted (keepOnGpu and GPU tensors need the webgpu backend).
+   * @param {Record<string, any>} inputs @param {boolean|string[]} keepOnGpu @returns {WasmRun}
+   */
+  prepareRun(inputs, keepOnGpu) {
+    if (keepOnGpu && !(Array.isArray(keepOnGpu) && keepOnGpu.length === 0)) {
+      throw new Error("keepOnGpu needs the webgpu backend: this model runs on the wasm backend, whose outputs are always read back");
+    }
+    this.checkUsable();
+    for (const [name, tensor] of Object.entries(inputs ?? {})) {
+      if (tensor instanceof GpuTensor) {
+        throw new Error(`input '${name}': GPU tensors need the webgpu backend; this model runs on the wasm backend (pass {data, shape}: read() gives it)`);
+      }
+    }
+    const { shapes, sequences, deviceInputs } = prepareInputs(this.manifest, inputs);
+    return { shapes, sequences, inputs: deviceInputs };
+  }
+
+  beginRun() {
+    this.checkUsable();
+  }
+
+  checkUsable() {
+    if (this.unusableReason) throw new Error(`cannot run: ${this.unusableReason}`);
+  }
+
+  /** kernels.wasm has no ragged form. @returns {string} */
+  oneByOneReason() {
+    return "the wasm backend runs instances one by one";
+  }
+
+  /** @returns {never} */
+  raggedBatch() {
+    throw new Error("the wasm backend runs instances one by one");
+  }
+
+  /** Nothing to refuse before the work. */
+  checkCommands() {}
+
   /**
    * Give every storage smaller than `sizes` says a region that fits (at least twice its old
-   * one). Between two steps of a run (`keep`) each such storage moves to the top with its
-   * contents; before a run's first step nothing is kept, so every storage is placed again
+   * one). Between two steps of a run (`keepContents`) each such storage moves to the top with
+   * its contents; before a run's first step nothing is kept, so every storage is placed again
    * from the first storage's address (the memory grows to the largest run's layout, and
    * regions are reused).
-   * @param {number[]} sizes @param {boolean} keep
+   * @param {number[]} sizes @param {boolean} keepContents
    */
-  growStorages(sizes, keep) {
+  prepareStorages(sizes, keepContents) {
     const fits = (/** @type {number} */ size, /** @type {number} */ index) =>
       this.storageAddresses[index] !== undefined && this.storageSizes[index] >= size;
     if (sizes.every(fits)) return;
     const capacity = (/** @type {number} */ size, /** @type {number} */ index) =>
       fits(size, index) ? this.storageSizes[index] : Math.max(aligned16(size), 16, 2 * (this.storageSizes[index] ?? 0));
-    if (!keep) this.top = this.storagesBase;
+    if (!keepContents) this.top = this.storagesBase;
     sizes.forEach((size, index) => {
-      if (keep && fits(size, index)) return;
+      if (keepContents && fits(size, index)) return;
       const bytes = capacity(size, index);
       const address = this.allocate(bytes);
-      if (keep) {
+      if (keepContents) {
         const old = this.storageAddresses[index];
         this.bytes().copyWithin(address, old, old + this.storageSizes[index]);
       }
@@ -308,124 +344,77 @@ export class WasmModel {
   }
 
   /**
-   * Run the model: the same results and errors as the WebGPU model's run(); outputs are
-   * always read back (keeping them on a GPU needs the webgpu backend).
-   * @param {Record<string, any>} inputs name -> {data, shape} (or a sequence's elements)
-   * @param {{keepOnGpu?: boolean|string[]}} [options]
-   * @returns {Promise<Record<string, any>>}
+   * Copy each input into its storage; a KV cache's past goes to the start of each block's capacity rows.
+   * @param {WasmRun} run
    */
-  async run(inputs, { keepOnGpu = false } = {}) {
-    if (keepOnGpu && !(Array.isArray(keepOnGpu) && keepOnGpu.length === 0)) {
-      throw new Error("keepOnGpu needs the webgpu backend: this model runs on the wasm backend, whose outputs are always read back");
-    }
-    return this.runTimed(inputs, null);
+  writeInputs({ inputs }) {
+    const memory = this.bytes();
+    this.manifest.inputs.forEach((/** @type {any} */ spec, /** @type {number} */ k) => {
+      const { data, shape } = inputs[spec.name];
+      if (!data || data.byteLength === 0) return;
+      const source = new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
+      const cache = this.cacheOfInput.get(k);
+      if (cache) {
+        const base = this.storageAddresses[cache.storage];
+        const itemSize = data.byteLength / shape.reduce((a, b) => a * b, 1);
+        for (const [from, at, size] of cacheBlockCopies(cache, shape, itemSize, null)) memory.set(source.subarray(from, from + size), base + at);
+        return;
+      }
+      if (this.storageSizes[spec.storage] < data.byteLength) {
+        throw new Error(
+          `the bundle's host module gave input '${spec.name}' a storage of ${this.storageSizes[spec.storage]} bytes for ${data.byteLength} bytes of data: the bundle is damaged`,
+        );
+      }
+      memory.set(source, this.storageAddresses[spec.storage]);
+    });
+  }
+
+  /** The stage's params block into the params region. @param {Uint8Array} params */
+  beginStep(params) {
+    this.bytes().set(params, this.paramsBase);
   }
 
   /**
-   * Run a batch of instances (each its own inputs, of its own sizes): on the wasm backend one
-   * after another (`lastBatch.mode` "one by one"), with the errors the WebGPU model's
-   * runBatch() gives (the instance named).
-   * @param {Record<string, any>[]} instances
-   * @param {{keepOnGpu?: boolean|string[]}} [options]
-   * @returns {Promise<Record<string, any>[]>}
+   * Run the stage's dispatches in order, each timed by `timer` when one is given.
+   * @param {import("./host.js").DispatchCommand[]} dispatches @param {Uint8Array} params
+   * @param {WallClockTimer|null} timer
    */
-  async runBatch(instances, { keepOnGpu = false } = {}) {
-    checkInstances(instances);
-    if (keepOnGpu && !(Array.isArray(keepOnGpu) && keepOnGpu.length === 0)) {
-      throw new Error("keepOnGpu needs the webgpu backend: this model runs on the wasm backend, whose outputs are always read back");
+  encodeDispatches(dispatches, params, timer) {
+    for (const { callSite } of dispatches) {
+      const started = timer ? performance.now() : 0;
+      this.dispatch(callSite);
+      if (timer) timer.record(callSite, performance.now() - started, params, this.manifest.call_sites[callSite]);
     }
-    const { outputs, report } = await runOneByOne((inputs) => this.run(inputs), instances, "the wasm backend runs instances one by one", this);
-    this.lastBatch = report;
+  }
+
+  /** The i32 a read record names, from its storage's region. @param {import("./host.js").ReadCommand} read @returns {number} */
+  readValue(read) {
+    return new DataView(this.memory.buffer).getInt32(this.storageAddresses[read.storage] + read.byteOffset, true);
+  }
+
+  /** A stage that resumes without a read: nothing to submit. */
+  submit() {}
+
+  /**
+   * The run's end: each output copied out of its storage now (the next run reuses the memory).
+   * @param {WasmRun} _run @param {import("./host_session.js").HostStep} step
+   * @returns {Record<string, any>}
+   */
+  submitOutputs(_run, step) {
+    return this.copyOutputs(step.outputShapes, step.elementShapes);
+  }
+
+  /** The outputs submitOutputs copied. @param {Record<string, any>} outputs */
+  readOutputs(outputs) {
     return outputs;
   }
 
-  /**
-   * Generate text: needs the webgpu backend (its sampler is a WGSL kernel).
-   * @param {any} _prompt @param {any} [_options] @returns {Promise<never>}
-   */
-  async generate(_prompt, _options) {
-    throw new Error("generate() needs the webgpu backend: this model runs on the wasm backend (load with backend: \"webgpu\" on a WebGPU device)");
-  }
+  /** Nothing outlives a run's stages here. */
+  releaseRun() {}
 
-  /**
-   * Run `warmup` times, then once more timing every dispatch by the clock, and return that
-   * run's outputs and its profile (profile.js's rows: one per kernel, slowest first).
-   * @param {Record<string, any>} inputs @param {{warmup?: number}} [options]
-   * @returns {Promise<{outputs: Record<string, any>, profile: import("./profile.js").Profile}>}
-   */
-  async profile(inputs, { warmup = 1 } = {}) {
-    for (let i = 0; i < warmup; i++) await this.run(inputs);
-    /** @type {import("./profile.js").DispatchTime[]} */
-    const times = [];
-    const outputs = await this.runTimed(inputs, times);
-    return { outputs, profile: summarize(this.manifest, times, WALL_CLOCK) };
-  }
-
-  /**
-   * @param {Record<string, any>} inputs
-   * @param {import("./profile.js").DispatchTime[]|null} times each dispatch's time is pushed here when given
-   * @returns {Promise<Record<string, any>>}
-   */
-  async runTimed(inputs, times) {
-    if (this.unusableReason) throw new Error(`cannot run: ${this.unusableReason}`);
-    for (const [name, tensor] of Object.entries(inputs ?? {})) {
-      if (tensor instanceof GpuTensor) {
-        throw new Error(`input '${name}': GPU tensors need the webgpu backend; this model runs on the wasm backend (pass {data, shape}: read() gives it)`);
-      }
-    }
-    const { shapes, sequences, deviceInputs } = prepareInputs(this.manifest, inputs);
-    const previous = this.turn;
-    /** @type {() => void} */
-    let endTurn = () => {};
-    this.turn = new Promise((resolve) => { endTurn = resolve; });
-    try {
-      await previous;
-      if (this.unusableReason) throw new Error(`cannot run: ${this.unusableReason}`);
-      return await this.runSteps(deviceInputs, shapes, sequences, times);
-    } finally {
-      endTurn();
-    }
-  }
-
-  /**
-   * "One run" of docs/bundle-format.md: run() in the host, then each command list in turn;
-   * a list that ends with a read reads the i32 and resumes, one that ends with a resume
-   * record resumes; the last one's outputs are read from their storages.
-   * @param {Record<string, import("./tensors.js").DeviceInput>} inputs
-   * @param {number[][]} shapes @param {Record<number, number[][]|null>} sequences
-   * @param {import("./profile.js").DispatchTime[]|null} times
-   * @returns {Promise<Record<string, any>>}
-   */
-  async runSteps(inputs, shapes, sequences, times) {
-    let hostStep = await this.host.start(shapes, sequences);
-    let dispatches = 0;
-    let reads = 0;
-    for (let step = 0; ; step++) {
-      const { commands, sizes, params, outputShapes } = hostStep;
-      this.growStorages(sizes, step > 0);
-      if (step === 0) this.writeInputs(inputs);
-      this.bytes().set(params, this.paramsBase);
-      for (const command of commands) {
-        if (command.opcode !== OPCODE_DISPATCH) continue;
-        const started = times ? performance.now() : 0;
-        this.dispatch(command.callSite);
-        dispatches += 1;
-        if (times) times.push({ callSite: command.callSite, ms: performance.now() - started, params: paramsFields(params, this.manifest.call_sites[command.callSite]) });
-      }
-      const last = commands[commands.length - 1];
-      if (last?.opcode === OPCODE_READ) {
-        const read = /** @type {import("./host.js").ReadCommand} */ (last);
-        const value = new DataView(this.memory.buffer).getInt32(this.storageAddresses[read.storage] + read.byteOffset, true);
-        reads += 1;
-        hostStep = await this.host.resume(read.slot, value);
-      } else if (last?.opcode === OPCODE_RESUME) {
-        hostStep = await this.host.resume(null, 0);
-      } else {
-        this.lastDispatchCount = dispatches;
-        this.lastReadCount = reads;
-        return this.readOutputs(outputShapes, hostStep.elementShapes);
-      }
-    }
+  /** @returns {WallClockTimer} */
+  createTimer() {
+    return new WallClockTimer();
   }
 
   /**
@@ -467,37 +456,11 @@ export class WasmModel {
   }
 
   /**
-   * Copy each input into its storage; a KV cache's past goes to the start of each block's capacity rows.
-   * @param {Record<string, import("./tensors.js").DeviceInput>} inputs
-   */
-  writeInputs(inputs) {
-    const memory = this.bytes();
-    this.manifest.inputs.forEach((/** @type {any} */ spec, /** @type {number} */ k) => {
-      const { data, shape } = inputs[spec.name];
-      if (!data || data.byteLength === 0) return;
-      const source = new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
-      const cache = this.cacheOfInput.get(k);
-      if (cache) {
-        const base = this.storageAddresses[cache.storage];
-        const itemSize = data.byteLength / shape.reduce((a, b) => a * b, 1);
-        for (const [from, at, size] of cacheBlockCopies(cache, shape, itemSize, null)) memory.set(source.subarray(from, from + size), base + at);
-        return;
-      }
-      if (this.storageSizes[spec.storage] < data.byteLength) {
-        throw new Error(
-          `the bundle's host module gave input '${spec.name}' a storage of ${this.storageSizes[spec.storage]} bytes for ${data.byteLength} bytes of data: the bundle is damaged`,
-        );
-      }
-      memory.set(source, this.storageAddresses[spec.storage]);
-    });
-  }
-
-  /**
    * Each output copied out of its storage (a KV cache's output: its rows of each block).
    * @param {number[][]} outputShapes @param {({shapes: number[][]|null}|null)[]} elementShapes
    * @returns {Record<string, any>}
    */
-  readOutputs(outputShapes, elementShapes) {
+  copyOutputs(outputShapes, elementShapes) {
     const memory = this.bytes();
     /** @type {Record<string, any>} */
     const result = {};
@@ -519,11 +482,10 @@ export class WasmModel {
     return result;
   }
 
-  /** Stop the workers and the host module; the memory goes with the last reference. */
+  /** Stop the workers; the memory goes with the last reference. */
   dispose() {
     this.unusableReason ??= "the model was disposed";
     this.pool?.stop();
-    this.host.dispose();
   }
 }
 

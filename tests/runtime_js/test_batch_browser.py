@@ -26,7 +26,7 @@ import pytest
 from onnx import helper
 
 import relaxweb
-from relaxweb.browser import run_batch_in_browser
+from relaxweb.browser import open_runner_page, run_batch_in_browser
 from relaxweb.compiler import build_bundle
 from relaxweb.errors import InputShapeError
 from tests.helpers import MODEL, assert_close, make_model, onnxruntime_outputs, rand
@@ -146,3 +146,51 @@ def test_storages_grown_between_rounds_keep_each_instances_slice(tmp_path: Path)
         (expected,) = onnxruntime_outputs(model, inputs)
         assert actual["y"].shape == expected.shape
         assert_close(actual["y"], expected)
+
+
+#: In the page: a batch, a batch one of whose instances the host module refuses, batches and runs
+#: at once, a refusal between two batches at once, then the first batch again; each result's
+#: values (or error) in order.
+BATCHES_AFTER_A_REFUSAL = """
+async ({ instances }) => {
+  const model = await window.relaxweb.load("/bundle/");
+  const tensors = instances.map(({ data, shape }) => ({ x: { data: Float32Array.from(data), shape } }));
+  const values = (outputs) => outputs.map(({ y, second }) => [Array.from(y.data), Array.from(second.data)]);
+  const results = [values(await model.runBatch(tensors))];
+  const wrong = { x: { data: new Float32Array(8), shape: [2, 4] } }; // refused by the host module (x is [n, 3])
+  try {
+    await model.runBatch([tensors[0], wrong]);
+    results.push("not refused");
+  } catch (error) {
+    results.push(`${error.name}: ${error.message}`);
+  }
+  const together = await Promise.all([model.runBatch(tensors), model.run(tensors[1]), model.runBatch(tensors.slice(2))]);
+  results.push(values(together[0]), values([together[1]]), values(together[2]));
+  // a refusal while the batch before maps its outputs
+  const settled = await Promise.allSettled([model.runBatch(tensors), model.runBatch([tensors[0], wrong]), model.runBatch(tensors)]);
+  results.push(settled.map(({ status, value, reason }) => (status === "fulfilled" ? values(value) : `${reason.name}: ${reason.message}`)));
+  results.push(values(await model.runBatch(tensors)));
+  const live = model.stats.liveGpuBytes;
+  model.dispose();
+  return { results, live };
+}
+"""
+
+
+def test_batches_after_a_refused_instance_and_at_once_give_each_its_outputs(if_bundle: Path) -> None:
+    """A refused instance leaves the batch before it alone (its readbacks are idle buffers the
+    next runs reuse), and batches and runs at once take turns, each with its own outputs."""
+    instances = [sign * np.abs(rand(rows, 3, seed=rows)) for rows, sign in IF_INSTANCES]
+    with open_runner_page(if_bundle) as page:
+        out = page.evaluate(BATCHES_AFTER_A_REFUSAL, {"instances": [{"data": x.ravel().tolist(), "shape": list(x.shape)}
+                                                                     for x in instances]})
+    first, refused, together, alone, tail, (before, refused_at_once, after), again = out["results"]
+    assert refused.startswith("InputShapeError: instance 1 of the batch: input 'x'"), refused
+    assert refused_at_once == refused
+    assert together == first and again == first and before == first and after == first
+    assert alone == first[1:2] and tail == first[2:]
+    model = two_output_if_model()
+    for x, (y, second) in zip(instances, first):
+        expected = onnxruntime_outputs(model, {"x": x})
+        assert_close(np.array(y, np.float32).reshape(expected[0].shape), expected[0])
+        assert_close(np.array(second, np.float32).reshape(expected[1].shape), expected[1])

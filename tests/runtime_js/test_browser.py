@@ -322,7 +322,7 @@ async ({ inputs, concurrent }) => {
   } else {
     for (const values of inputs) results.push(await runOne(values));
   }
-  const sizes = model.storageBuffers.map((buffer) => buffer.size);
+  const sizes = model.buffers.storageBuffers.map((buffer) => buffer.size);
   model.dispose();
   return { results, sizes };
 }
@@ -519,7 +519,7 @@ async ({ rowCounts, positives }) => {
   wrap(GPUDevice.prototype, "createBindGroup", () => { counts.createBindGroup += 1; });
   const model = await window.relaxweb.load("/bundle/");
   await model.ready; // counted once every pipeline is ready (load does not wait for them)
-  paramsBuffer = model.paramsBuffer;
+  paramsBuffer = model.buffers.paramsBuffer;
   const perRun = [];
   for (const rows of rowCounts) {
     for (const key of Object.keys(counts)) counts[key] = 0;

@@ -362,10 +362,10 @@ def test_a_worker_that_never_finishes_rejects_the_run_instead_of_freezing_the_pa
     with open_runner_page(handmade, webgpu=False) as page:
         result = page.evaluate("""async () => {
           const model = await window.relaxweb.load("/bundle/", { threads: 2 });
-          model.pool.quit(0);  // as dispose() stops it, or as a browser stopping it would
+          model.runBackend.pool.quit(0);  // as dispose() stops it, or as a browser stopping it would
           await new Promise((resolve) => setTimeout(resolve, 200));
           const quit = model.unitsRunByWorkers;
-          model.pool.graceMs = 200;
+          model.runBackend.pool.graceMs = 200;
           const x = { x: { data: new Float32Array(64), shape: [16, 4] } };
           const first = await model.run(x).then(() => "no error", (e) => e.message);
           const second = await model.run(x).then(() => "no error", (e) => e.message);

@@ -1,4 +1,4 @@
-// Node tests of the wasm backend (relaxweb/runtime_js/wasm_backend.js): sharedMemoryVariant
+// Node tests of the wasm backend (relaxweb/runtime_js/wasm_backend.js, wasm_model.js): sharedMemoryVariant
 // against its Python twin, the split of a dispatch's units, and WasmModel running the
 // hand-made bundles (tests/fixtures/handmade_bundle.py) on hand-written kernels.wasm
 // (tests/fixtures/handmade_wasm.py) on one thread (Node has no Web Workers nor
@@ -12,9 +12,12 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 
-import { Host, HostSession, InputShapeError } from "../../relaxweb/runtime_js/host.js";
+import { Host, InputShapeError } from "../../relaxweb/runtime_js/host.js";
+import { HostSession } from "../../relaxweb/runtime_js/host_session.js";
 import { RemoteHost } from "../../relaxweb/runtime_js/remote_host.js";
-import { RESERVED_BYTES, WALL_CLOCK, WasmModel, sharedMemoryVariant, splitUnits, threadCount } from "../../relaxweb/runtime_js/wasm_backend.js";
+import { WALL_CLOCK } from "../../relaxweb/runtime_js/profile.js";
+import { RESERVED_BYTES, sharedMemoryVariant, splitUnits, threadCount } from "../../relaxweb/runtime_js/wasm_backend.js";
+import { WasmModel } from "../../relaxweb/runtime_js/wasm_model.js";
 
 const REPO_ROOT = fileURLToPath(new URL("../../", import.meta.url));
 const WEIGHT = [0.5, -1.25, 2.0, 3.75]; // HANDMADE_WEIGHT
@@ -144,7 +147,8 @@ test("a bounded bundle runs on kernels.wasm: the outputs of (x + w) * 2, at ever
   }
   assert.equal(model.lastDispatchCount, 2);
   // every buffer lies above the reserved first 64 KiB, 16-byte aligned
-  for (const address of [model.paramsBase, ...model.weightAddresses, ...model.storageAddresses]) {
+  const memory = model.runBackend;
+  for (const address of [memory.paramsBase, ...memory.weightAddresses, ...memory.storageAddresses]) {
     assert.ok(address >= RESERVED_BYTES && address % 16 === 0, String(address));
   }
   model.dispose();
@@ -158,11 +162,11 @@ test("an unbounded bundle's storages grow at run time, laid out again before a r
     const x = input(rows);
     const { z } = await model.run({ x: { data: x, shape: [rows, 4] } });
     assert.deepEqual(Array.from(z.data), expected(x));
-    grown.push(model.memory.buffer.byteLength);
+    grown.push(model.runBackend.memory.buffer.byteLength);
   }
   assert.ok(grown[3] > grown[0], "5000 rows need more memory");
   assert.deepEqual(grown.slice(3), [grown[3], grown[3], grown[3], grown[3]], "regions are reused");
-  assert.ok(model.memory.buffer.byteLength >= model.top + 65536, "64 KiB of slack after the last buffer");
+  assert.ok(model.runBackend.memory.buffer.byteLength >= model.runBackend.top + 65536, "64 KiB of slack after the last buffer");
   model.dispose();
 });
 

@@ -1,0 +1,125 @@
+// A bundle loaded on the wasm backend (load(url, {backend: "wasm"}), or "auto" without WebGPU):
+// the same run(), reads, loops, sequences and KV caches as on WebGPU, through the same
+// host-program driver (driver.js) over wasm_backend.js's WasmBackend. The twin of
+// relaxweb/runtime/wasm_session.py.
+
+import { checkInstances } from "./batch.js";
+import { HostProgramDriver } from "./driver.js";
+import { makeTokenizer } from "./tokenizer.js";
+import { WasmBackend } from "./wasm_backend.js";
+
+/** A bundle loaded on the wasm backend. */
+export class WasmModel {
+  /**
+   * @param {any} manifest
+   * @param {import("./remote_host.js").RemoteHost} host
+   * @param {ArrayBuffer} wasmBytes the bundle's kernels.wasm
+   * @param {Uint8Array[]} shards the verified weight shards
+   * @param {{threads?: number, bounds: (number|null)[], sizesAtBounds: number[]|null}} options
+   * @returns {Promise<WasmModel>}
+   */
+  static async create(manifest, host, wasmBytes, shards, { threads, bounds, sizesAtBounds }) {
+    try {
+      return new WasmModel(manifest, host, await WasmBackend.create(manifest, wasmBytes, shards, { threads, sizesAtBounds }), bounds);
+    } catch (error) {
+      host.dispose();
+      throw error;
+    }
+  }
+
+  /**
+   * @param {any} manifest @param {import("./remote_host.js").RemoteHost} host
+   * @param {WasmBackend} backend @param {(number|null)[]} bounds the bound of each symbolic var in effect
+   */
+  constructor(manifest, host, backend, bounds) {
+    this.manifest = manifest;
+    this.host = host;
+    /** Which backend runs the kernels. @type {"wasm"} */
+    this.backend = "wasm";
+    /** The memory, kernels and state of runs: the driver's RunBackend. */
+    this.runBackend = backend;
+    this.driver = new HostProgramDriver(backend, host);
+    /** @type {{name: string, dtype: string, shape: (number|string)[]}[]} */
+    this.inputs = manifest.inputs;
+    /** @type {{name: string, dtype: string, shape: (number|string)[]}[]} */
+    this.outputs = manifest.outputs;
+    this.symbolicVars = manifest.symbolic_vars.map((/** @type {any} */ v, /** @type {number} */ i) => ({ ...v, bound: bounds[i] }));
+    this.tokenizer = manifest.tokenizer ? makeTokenizer(manifest.tokenizer) : null;
+  }
+
+  /** Threads that run a dispatch's units: 1, or 1 + the pool's workers. */
+  get threads() {
+    return this.runBackend.threads;
+  }
+
+  /** Units that the pool's workers have run since load (0 with one thread): they really ran. */
+  get unitsRunByWorkers() {
+    return this.runBackend.unitsRunByWorkers;
+  }
+
+  /** Dispatches of the last run, over all its steps (those with no units included). */
+  get lastDispatchCount() {
+    return this.driver.lastDispatchCount;
+  }
+
+  /** Values the last run read back (0 for bundles without reads). */
+  get lastReadCount() {
+    return this.driver.lastReadCount;
+  }
+
+  /** How the last runBatch ran. @returns {import("./batch.js").BatchReport|null} */
+  get lastBatch() {
+    return this.driver.lastBatch;
+  }
+
+  /**
+   * Run the model: the same results and errors as the WebGPU model's run(); outputs are
+   * always read back (keeping them on a GPU needs the webgpu backend).
+   * @param {Record<string, any>} inputs name -> {data, shape} (or a sequence's elements)
+   * @param {{keepOnGpu?: boolean|string[]}} [options]
+   * @returns {Promise<Record<string, any>>}
+   */
+  async run(inputs, { keepOnGpu = false } = {}) {
+    return this.driver.run(inputs, { keepOnGpu });
+  }
+
+  /**
+   * Run a batch of instances (each its own inputs, of its own sizes): on the wasm backend one
+   * after another (`lastBatch.mode` "one by one"), with the errors the WebGPU model's
+   * runBatch() gives (the instance named).
+   * @param {Record<string, any>[]} instances
+   * @param {{keepOnGpu?: boolean|string[]}} [options]
+   * @returns {Promise<Record<string, any>[]>}
+   */
+  async runBatch(instances, { keepOnGpu = false } = {}) {
+    checkInstances(instances);
+    if (keepOnGpu && !(Array.isArray(keepOnGpu) && keepOnGpu.length === 0)) {
+      throw new Error("keepOnGpu needs the webgpu backend: this model runs on the wasm backend, whose outputs are always read back");
+    }
+    return this.driver.runBatch(instances);
+  }
+
+  /**
+   * Generate text: needs the webgpu backend (its sampler is a WGSL kernel).
+   * @param {any} _prompt @param {any} [_options] @returns {Promise<never>}
+   */
+  async generate(_prompt, _options) {
+    throw new Error("generate() needs the webgpu backend: this model runs on the wasm backend (load with backend: \"webgpu\" on a WebGPU device)");
+  }
+
+  /**
+   * Run `warmup` times, then once more timing every dispatch by the clock, and return that
+   * run's outputs and its profile (profile.js's rows: one per kernel, slowest first).
+   * @param {Record<string, any>} inputs @param {{warmup?: number}} [options]
+   * @returns {Promise<{outputs: Record<string, any>, profile: import("./profile.js").Profile}>}
+   */
+  async profile(inputs, { warmup = 1 } = {}) {
+    return this.driver.profile(inputs, warmup);
+  }
+
+  /** Stop the workers and the host module; the memory goes with the last reference. */
+  dispose() {
+    this.runBackend.dispose();
+    this.host.dispose();
+  }
+}
