@@ -32,7 +32,6 @@ FUNCTOR_MODULES = {"ir/functor.py", "ir/scalar_functor.py", "ir/host_functor.py"
 ALLOWED: dict[str, set[str]] = {
     "file": {
         "runtime/webgpu.py",  # h4-runtime-py: one host-program driver per language
-        "runtime_js/relaxweb.js",  # h5-runtime-js: one host-program driver per language
     },
     "function": set(),
     "node checks": set(),
