@@ -5,6 +5,7 @@ and whose legalizations read the extents back (``relaxweb/ops/readback.py``)."""
 
 from __future__ import annotations
 
+import functools
 
 import numpy as np
 
@@ -51,6 +52,7 @@ def int_list(array) -> list[int]:
 def needs_known_data_shape(legalize):
     """Wrap a legalization whose result shape is data-dependent (read back): the arguments'
     shapes must be known, the result's is not."""
+    @functools.wraps(legalize)
     def wrapper(context, call: Call):
         for position, arg in enumerate(call.args):
             info = arg.struct_info
@@ -76,6 +78,9 @@ def operand_length(call: Call, position: int) -> int | None:
 
 
 def static_or_run_time(static, run_time):
+    """A legalization that takes ``static`` for a shape-value operand and ``run_time`` for a
+    run-time tensor (argument 1); it reads as ``static`` (its name and module)."""
+    @functools.wraps(static)
     def legalize(context, call: Call):
         if isinstance(call.args[1].struct_info, TensorStructInfo):
             return needs_known_data_shape(run_time)(context, call)
