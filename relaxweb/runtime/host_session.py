@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
 
 from relaxweb.errors import RelaxwebError
 from relaxweb.runtime.host import Command, Dispatch, HostModule, Read, Resume
@@ -39,7 +38,7 @@ class HostStep:
     element_shapes: dict[int, list[Shape] | None] = field(default_factory=dict)
     var_values: dict[str, int] = field(default_factory=dict)
 
-    @cached_property
+    @property
     def dispatches(self) -> list[Dispatch]:
         """The dispatch records, in order."""
         return [command for command in self.commands if isinstance(command, Dispatch)]

@@ -26,6 +26,7 @@ from relaxweb.runtime.host_session import HostStep
 from relaxweb.runtime.tensors import (
     SEQUENCE_KINDS, checked_inputs, device_byte_sizes, device_dtype, output_array, split_sequences, to_model_dtype,
 )
+from relaxweb.runtime.webgpu_batch import WebGpuRaggedBatch
 from relaxweb.runtime.webgpu_buffers import (
     READBACK_USAGE, STORAGE_USAGE, CarriedOver, SessionBuffers, gpu_buffer_size, padded_to_multiple_of_4,
 )
@@ -57,7 +58,7 @@ class WebGpuBackend:
         # what a kept output's buffer is sized at: its storage's size at the bounds (None: unbounded)
         self._sizes_at_bounds = sizes_at_bounds
         self._gpu_tensor_pool = BufferPool()  # buffers of disposed GpuTensors, for the next kept outputs
-        self._ragged_batch: Any = None
+        self._ragged_batch: WebGpuRaggedBatch | None = None
         # the run in progress
         self._encoder: wgpu.GPUCommandEncoder | None = None
         self._carried_over: CarriedOver = []  # storages grown since the last submit: copied by the next stage
@@ -76,9 +77,8 @@ class WebGpuBackend:
     def one_by_one_reason(self, instances: Sequence[Mapping[str, Any]]) -> str:
         return one_by_one_reason(self.manifest, instances)
 
-    def ragged_batch(self) -> Any:
+    def ragged_batch(self) -> WebGpuRaggedBatch:
         if self._ragged_batch is None:
-            from relaxweb.runtime.webgpu_batch import WebGpuRaggedBatch  # it imports this module
             self._ragged_batch = WebGpuRaggedBatch(self)
         return self._ragged_batch
 
