@@ -31,7 +31,7 @@ import wgpu
 
 from relaxweb.errors import RelaxwebError
 from relaxweb.runtime.gpu_tensor import GpuTensor
-from relaxweb.tokenizer import TextStream, make_tokenizer
+from relaxweb.tokenizer import TextStream
 
 SAMPLER_PATH = Path(__file__).resolve().parent.parent / "runtime_js" / "sampler.wgsl"
 #: The largest top_k the sampler keeps in workgroup memory (sampler.wgsl's MAX_TOP_K).
