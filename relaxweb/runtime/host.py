@@ -17,7 +17,7 @@ import json
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence, Union
+from typing import Any, Iterable, Sequence, Union
 
 import wasmtime
 
@@ -380,10 +380,10 @@ class HostModule:
         (:func:`decode_commands` of the words at the module's ``commands`` address)."""
         address = self._address("commands")
         (count,) = _I32.unpack(self._memory_slice(address, address + 4))
-        check_command_count(count, len(self.manifest["call_sites"]))
+        call_sites = len(self.manifest["call_sites"])
+        check_command_count(count, call_sites)
         data = self._memory_slice(address + 4, address + 4 + count * _COMMAND_RECORD.size)
-        return decode_commands((count, *struct.unpack(f"<{5 * count}i", data)), len(self.manifest["call_sites"]),
-                               self.storage_count, self.read_slots)
+        return _decode_records(count, _COMMAND_RECORD.iter_unpack(data), call_sites, self.storage_count, self.read_slots)
 
 
 def check_command_count(count: int, call_sites: int) -> None:
@@ -405,9 +405,15 @@ def decode_commands(words: Sequence[int], call_sites: int, storages: int, read_s
     if len(words) < 1 + 5 * count:
         raise RelaxwebError(f"the bundle's command list is malformed: it has {count} records but only "
                             f"{(len(words) - 1) // 5} were written")
+    records = (tuple(words[1 + 5 * index:6 + 5 * index]) for index in range(count))
+    return _decode_records(count, records, call_sites, storages, read_slots)
+
+
+def _decode_records(count: int, records: Iterable[tuple[int, ...]], call_sites: int, storages: int,
+                    read_slots: int) -> list[Command]:
+    """:func:`decode_commands` of ``count`` records of five words each."""
     commands: list[Command] = []
-    for index in range(count):
-        opcode, a, b, c, d = words[1 + 5 * index:6 + 5 * index]
+    for index, (opcode, a, b, c, d) in enumerate(records):
         if opcode == OPCODE_DISPATCH:
             if not 0 <= a < call_sites:
                 raise RelaxwebError(

@@ -12,7 +12,6 @@ twin (docs/runtime-core.md, "Host steps").
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 
 from relaxweb.errors import RelaxwebError
 from relaxweb.runtime.host import Command, Dispatch, HostModule, Read, Resume
@@ -21,43 +20,43 @@ from relaxweb.runtime.tensors import sequence_output_tables, with_flat_sequences
 Shape = tuple[int, ...]
 
 
-@dataclass(frozen=True)
 class HostStep:
-    """One command list of a run and what the host wrote with it.
+    """One command list of a run and what the host wrote with it (not changed once made).
 
-    ``output_shapes`` and ``element_shapes`` are only set on the last step (a list that ends
-    neither with a read nor with a resume): the shape of each output (a sequence output's as
-    the 1-D shape of its flat values) and, by output index, the element shapes of each
+    ``commands``: the decoded list; ``sizes``: bytes each storage needs; ``params``: the params
+    block.  ``output_shapes`` and ``element_shapes`` are only set on the last step (a list that
+    ends neither with a read nor with a resume): the shape of each output (a sequence output's
+    as the 1-D shape of its flat values) and, by output index, the element shapes of each
     sequence output (None: an optional sequence that is none).  ``var_values``: the symbolic
-    sizes by name, for a batch instance's first step (its messages name them)."""
+    sizes by name, for a batch instance's first step (its messages name them).  Derived once
+    (the driver asks for them several times per step and instance): ``dispatches`` (the
+    dispatch records in order), ``read`` (the read record that ends the list, or None),
+    ``resumes`` (it ends with a resume record: a loop's iteration) and ``finished`` (neither:
+    the run's last step).
 
-    commands: list[Command]
-    sizes: list[int]
-    params: bytes
-    output_shapes: list[Shape] = field(default_factory=list)
-    element_shapes: dict[int, list[Shape] | None] = field(default_factory=dict)
-    var_values: dict[str, int] = field(default_factory=dict)
+    A plain class with slots, not a frozen dataclass: one is made per step of every run and
+    batch instance, and a frozen dataclass's ``__init__`` costs several times as much."""
 
-    @property
-    def dispatches(self) -> list[Dispatch]:
-        """The dispatch records, in order."""
-        return [command for command in self.commands if isinstance(command, Dispatch)]
+    __slots__ = ("commands", "sizes", "params", "output_shapes", "element_shapes", "var_values",
+                 "dispatches", "read", "resumes", "finished")
 
-    @property
-    def read(self) -> Read | None:
-        """The read record that ends the list, or None."""
-        last = self.commands[-1] if self.commands else None
-        return last if isinstance(last, Read) else None
+    def __init__(self, commands: list[Command], sizes: list[int], params: bytes, output_shapes: list[Shape] | None = None,
+                 element_shapes: dict[int, list[Shape] | None] | None = None,
+                 var_values: dict[str, int] | None = None) -> None:
+        self.commands = commands
+        self.sizes = sizes
+        self.params = params
+        self.output_shapes: list[Shape] = output_shapes or []
+        self.element_shapes: dict[int, list[Shape] | None] = element_shapes or {}
+        self.var_values: dict[str, int] = var_values or {}
+        last = commands[-1] if commands else None
+        self.dispatches: list[Dispatch] = [command for command in commands if type(command) is Dispatch]
+        self.read: Read | None = last if type(last) is Read else None
+        self.resumes: bool = type(last) is Resume
+        self.finished: bool = self.read is None and not self.resumes
 
-    @property
-    def resumes(self) -> bool:
-        """Whether the list ends with a resume record (a loop's iteration)."""
-        return bool(self.commands) and isinstance(self.commands[-1], Resume)
-
-    @property
-    def finished(self) -> bool:
-        """Whether this is the run's last step (its list ends with the outputs)."""
-        return self.read is None and not self.resumes
+    def __repr__(self) -> str:
+        return f"HostStep({len(self.dispatches)} dispatches, {'read' if self.read else 'resume' if self.resumes else 'outputs'})"
 
 
 class HostSession:
@@ -90,9 +89,8 @@ class HostSession:
         commands = module.commands()
         sizes = module.storage_sizes()
         params = module.params()
-        step = HostStep(commands, sizes, params)
-        if not step.finished:
-            return step
+        if commands and isinstance(commands[-1], (Read, Resume)):
+            return HostStep(commands, sizes, params)
         tables = sequence_output_tables(module.manifest, module)
         return HostStep(commands, sizes, params, with_flat_sequences(module.output_shapes(), tables), tables)
 
@@ -105,12 +103,9 @@ class HostSessions:
     def __init__(self, module: HostModule) -> None:
         self.main = HostSession(module)
         self.instances: list[HostSession] = []
-
-    def start(self, shapes: Sequence[Sequence[int]], sequences: Mapping[int, list | None] | None = None) -> HostStep:
-        return self.main.start(shapes, sequences)
-
-    def resume(self, slot: int | None, value: int) -> HostStep:
-        return self.main.resume(slot, value)
+        #: the main session's ``start`` and ``resume`` (bound here: a run calls them once per step)
+        self.start = self.main.start
+        self.resume = self.main.resume
 
     def start_instance(self, index: int, shapes: Sequence[Sequence[int]],
                        sequences: Mapping[int, list | None] | None = None) -> HostStep:
