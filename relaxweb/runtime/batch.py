@@ -18,6 +18,7 @@ naming the instance and the size.
 
 from __future__ import annotations
 
+import math
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -93,21 +94,6 @@ def one_by_one_reason(manifest: Mapping[str, Any], inputs: Sequence[Mapping[str,
         if any(not hasattr(value, "shape") or type(value).__name__ == "GpuTensor" for value in instance.values()):
             return "an instance has an input that is not an array (a GpuTensor or a sequence)"
     return ""
-
-
-def run_one_by_one(session: Any, instances: Sequence[Mapping[str, Any]], report: BatchReport) -> list[dict[str, Any]]:
-    """Each instance run on its own with ``session.run`` (its errors name it), counting the
-    dispatches and rounds into ``report``."""
-    results = []
-    for index, inputs in enumerate(instances):
-        try:
-            results.append(session.run(inputs))
-        except RelaxwebError as error:
-            raise instance_error(index, error) from None
-        report.dispatches += session.last_dispatch_count
-        report.rounds += 1 + session.last_read_count
-    report.elements = None  # not counted for runs of their own
-    return results
 
 
 def instance_error(index: int, error: Exception) -> RelaxwebError:
@@ -274,3 +260,45 @@ def grid_of(workgroups: int, call_site_text: str) -> tuple[int, int, int]:
         return (max(workgroups, 1), 1, 1)
     rows = -(-workgroups // MAX_GRID_DIMENSION)
     return (-(-workgroups // rows), rows, 1)
+
+
+@dataclass(frozen=True)
+class RaggedDispatch:
+    """One dispatch of a kernel's ragged form in a round: the call site, the instances it
+    serves with each one's own dispatch record, their workgroups in all and the 2-D grid."""
+
+    call_site: int
+    members: tuple[tuple[int, Dispatch], ...]
+    workgroups: int
+    grid: tuple[int, int, int]
+
+
+def plan_round(manifest: Mapping[str, Any], lists: Mapping[int, Sequence[Dispatch]]) -> list[RaggedDispatch]:
+    """A round's ragged dispatches: the instances' dispatch lists merged
+    (:func:`merge_dispatches`), each merged call site cut in :func:`chunks` of
+    :data:`MAX_INSTANCES`, each chunk's grid checked (:func:`grid_of`) before any GPU work."""
+    planned = []
+    for call_site, members in merge_dispatches(lists):
+        text = f"call site {call_site} ({manifest['call_sites'][call_site]['binding'][:80]})"
+        for chunk in chunks(members):
+            workgroups = sum(math.prod(dispatch.grid) for _, dispatch in chunk)
+            planned.append(RaggedDispatch(call_site, tuple(chunk), workgroups, grid_of(workgroups, text)))
+    return planned
+
+
+class ElementCounts:
+    """:func:`call_elements`, remembered by call site and params slot: a batch evaluates it
+    for every instance of every ragged dispatch, and the same sizes come back batch after batch."""
+
+    def __init__(self, manifest: Mapping[str, Any]) -> None:
+        self.manifest = manifest
+        self._counts: dict[tuple[int, bytes], int | None] = {}
+
+    def of(self, call_site_index: int, params: bytes) -> int | None:
+        """Output elements of one call of a call site with this (whole) params block."""
+        call_site = self.manifest["call_sites"][call_site_index]
+        start = call_site["params_offset"]
+        key = (call_site_index, params[start:start + call_site["params_size"]])
+        if key not in self._counts:
+            self._counts[key] = call_elements(self.manifest, call_site_index, params)
+        return self._counts[key]

@@ -31,7 +31,7 @@ import wgpu
 
 from relaxweb.errors import RelaxwebError
 from relaxweb.runtime.gpu_tensor import GpuTensor
-from relaxweb.tokenizer import TextStream, make_tokenizer
+from relaxweb.tokenizer import TextStream
 
 SAMPLER_PATH = Path(__file__).resolve().parent.parent / "runtime_js" / "sampler.wgsl"
 #: The largest top_k the sampler keeps in workgroup memory (sampler.wgsl's MAX_TOP_K).
@@ -148,10 +148,10 @@ class _Sampler:
                 label="sampler", layout="auto", compute={"module": module, "entry_point": "main"})
         self.pipeline = self._pipelines[device]
         usage = wgpu.BufferUsage
-        self.params = session._create_buffer(label="sampler params", size=_PARAMS_BYTES,
+        self.params = session.buffers.create(label="sampler params", size=_PARAMS_BYTES,
                                              usage=usage.UNIFORM | usage.COPY_DST)
-        self.result = session._create_buffer(label="sampled token", size=16, usage=usage.STORAGE | usage.COPY_SRC)
-        self.staging = session._create_buffer(label="sampled token read", size=16,
+        self.result = session.buffers.create(label="sampled token", size=16, usage=usage.STORAGE | usage.COPY_SRC)
+        self.staging = session.buffers.create(label="sampled token read", size=16,
                                               usage=usage.MAP_READ | usage.COPY_DST)
 
     def sample(self, logits: GpuTensor, temperature: float, top_k: int, uniform: float) -> int:
@@ -159,7 +159,7 @@ class _Sampler:
         vocab = logits.shape[-1]
         offset = (int(np.prod(logits.shape[:-1])) - 1) * vocab
         params = struct.pack("<IIIff12x", offset, vocab, top_k, temperature, uniform)
-        self.session._write_buffer(self.params, params, "params_bytes_written")
+        self.session.buffers.write(self.params, params, "params_bytes_written")
         device = self.session.device
         bind_group = device.create_bind_group(layout=self.pipeline.get_bind_group_layout(0), entries=[
             {"binding": 0, "resource": {"buffer": self.params, "offset": 0, "size": _PARAMS_BYTES}},

@@ -17,7 +17,7 @@ import json
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence, Union
+from typing import Any, Iterable, Sequence, Union
 
 import wasmtime
 
@@ -108,9 +108,10 @@ class HostModule:
     symbolic vars, storages, ``max_rank``, ``params_bytes``) and the error templates.
     """
 
-    def __init__(self, wasm_bytes: bytes, manifest: dict[str, Any], *, like: HostModule | None = None) -> None:
+    def __init__(self, wasm_bytes: bytes | None, manifest: dict[str, Any], *, like: HostModule | None = None) -> None:
         """``like``: another instance of the same module, whose compiled code this one shares
-        (a batch's host instances: instantiating takes microseconds, compiling milliseconds)."""
+        (a batch's host instances: instantiating takes microseconds, compiling milliseconds);
+        ``wasm_bytes`` is then not needed."""
         self.manifest = manifest
         self.max_rank: int = manifest["max_rank"]
         self.input_names: list[str] = [entry["name"] for entry in manifest["inputs"]]
@@ -133,7 +134,7 @@ class HostModule:
             engine = like._store.engine
         self._store = wasmtime.Store(engine)
         try:
-            module = wasmtime.Module(engine, wasm_bytes) if like is None else like._module
+            module = wasmtime.Module(engine, wasm_bytes or b"") if like is None else like._module
             self._module = module
             instance = wasmtime.Instance(self._store, module, [])
         except (wasmtime.WasmtimeError, wasmtime.Trap) as error:
@@ -158,6 +159,10 @@ class HostModule:
         """Instantiate ``host.wasm`` of the bundle in ``bundle_dir``."""
         manifest = load_manifest(bundle_dir)
         return cls(read_bundle_file(Path(bundle_dir), "host.wasm", MAX_HOST_MODULE_BYTES, "the host module"), manifest)
+
+    def new_instance(self) -> HostModule:
+        """Another instance of this module (its own memory and state), sharing its compiled code."""
+        return HostModule(None, self.manifest, like=self)
 
     # Raw memory access -------------------------------------------------------------------
 
@@ -371,57 +376,76 @@ class HostModule:
         return self._memory_slice(address, address + self.params_bytes)
 
     def commands(self) -> list[Command]:
-        """The command list written by the last ``run`` or ``resume``, in execution order.
-
-        Dispatches, possibly followed by one :class:`Read` or :class:`Resume` (only ever the
-        last record).
-        """
+        """The command list written by the last ``run`` or ``resume``, in execution order
+        (:func:`decode_commands` of the words at the module's ``commands`` address)."""
         address = self._address("commands")
         (count,) = _I32.unpack(self._memory_slice(address, address + 4))
-        records_start = address + 4
-        if not 0 <= count <= len(self.manifest["call_sites"]) + 1:
-            raise RelaxwebError(
-                f"the bundle's command list is malformed: it has {count} records for "
-                f"{len(self.manifest['call_sites'])} call sites"
-            )
-        data = self._memory_slice(records_start, records_start + count * _COMMAND_RECORD.size)
-        commands: list[Command] = []
-        for index, (opcode, a, b, c, d) in enumerate(_COMMAND_RECORD.iter_unpack(data)):
-            if opcode == OPCODE_DISPATCH:
-                if not 0 <= a < len(self.manifest["call_sites"]):
-                    raise RelaxwebError(
-                        f"the bundle's command list is malformed: record {index} dispatches call site {a} "
-                        f"over ({b}, {c}, {d}) workgroups; the bundle has {len(self.manifest['call_sites'])} call sites"
-                    )
-                commands.append(Dispatch(a, (b, c, d)))
-            elif opcode == OPCODE_READ:
-                commands.append(self._checked_read(Read(a, b, c), index, count))
-            elif opcode == OPCODE_RESUME:
-                if index != count - 1:
-                    raise RelaxwebError(
-                        f"the bundle's command list is malformed: its resume record is record {index} of "
-                        f"{count}; a resume must be the last record"
-                    )
-                commands.append(Resume())
-            else:
-                raise RelaxwebError(
-                    f"the bundle's command list has opcode {opcode}, unknown to this runtime"
-                )
-        return commands
+        call_sites = len(self.manifest["call_sites"])
+        check_command_count(count, call_sites)
+        data = self._memory_slice(address + 4, address + 4 + count * _COMMAND_RECORD.size)
+        return _decode_records(count, _COMMAND_RECORD.iter_unpack(data), call_sites, self.storage_count, self.read_slots)
 
-    def _checked_read(self, read: Read, index: int, count: int) -> Read:
-        """``read`` if it is well formed, else a RelaxwebError saying what is wrong."""
-        problem = None
-        if index != count - 1:
-            problem = f"is record {index} of {count}; a read must be the last record"
-        elif not 0 <= read.slot < self.read_slots:
-            problem = f"uses slot {read.slot}; the manifest has {self.read_slots} read slot(s)"
-        elif not 0 <= read.storage < self.storage_count:
-            problem = f"reads storage {read.storage}; the bundle has {self.storage_count}"
-        elif read.byte_offset < 0 or read.byte_offset % 4 != 0:
-            problem = f"reads at byte offset {read.byte_offset}, not a multiple of 4"
-        if problem is not None:
-            raise RelaxwebError(
-                f"the bundle's command list is malformed: its read record {problem}"
-            )
-        return read
+
+def check_command_count(count: int, call_sites: int) -> None:
+    """Refuse a command list longer than every call site and a final read or resume."""
+    if not 0 <= count <= call_sites + 1:
+        raise RelaxwebError(
+            f"the bundle's command list is malformed: it has {count} records for {call_sites} call sites"
+        )
+
+
+def decode_commands(words: Sequence[int], call_sites: int, storages: int, read_slots: int) -> list[Command]:
+    """A command list from its i32 words (the record count, then five words per record), for
+    a bundle of ``call_sites`` call sites, ``storages`` storages and ``read_slots`` read slots:
+    dispatches, possibly followed by one :class:`Read` or :class:`Resume` (only ever the last
+    record).  A malformed list is a RelaxwebError saying what is wrong (the same messages as
+    ``runtime_js/host.js``; the conformance corpus's ``command_lists`` pins them)."""
+    count = words[0] if words else 0
+    check_command_count(count, call_sites)
+    if len(words) < 1 + 5 * count:
+        raise RelaxwebError(f"the bundle's command list is malformed: it has {count} records but only "
+                            f"{(len(words) - 1) // 5} were written")
+    records = (tuple(words[1 + 5 * index:6 + 5 * index]) for index in range(count))
+    return _decode_records(count, records, call_sites, storages, read_slots)
+
+
+def _decode_records(count: int, records: Iterable[tuple[int, ...]], call_sites: int, storages: int,
+                    read_slots: int) -> list[Command]:
+    """:func:`decode_commands` of ``count`` records of five words each."""
+    commands: list[Command] = []
+    for index, (opcode, a, b, c, d) in enumerate(records):
+        if opcode == OPCODE_DISPATCH:
+            if not 0 <= a < call_sites:
+                raise RelaxwebError(
+                    f"the bundle's command list is malformed: record {index} dispatches call site {a} "
+                    f"over ({b}, {c}, {d}) workgroups; the bundle has {call_sites} call sites"
+                )
+            commands.append(Dispatch(a, (b, c, d)))
+        elif opcode == OPCODE_READ:
+            commands.append(_checked_read(Read(a, b, c), index, count, storages, read_slots))
+        elif opcode == OPCODE_RESUME:
+            if index != count - 1:
+                raise RelaxwebError(
+                    f"the bundle's command list is malformed: its resume record is record {index} of "
+                    f"{count}; a resume must be the last record"
+                )
+            commands.append(Resume())
+        else:
+            raise RelaxwebError(f"the bundle's command list has opcode {opcode}, unknown to this runtime")
+    return commands
+
+
+def _checked_read(read: Read, index: int, count: int, storages: int, read_slots: int) -> Read:
+    """``read`` if it is well formed, else a RelaxwebError saying what is wrong."""
+    problem = None
+    if index != count - 1:
+        problem = f"is record {index} of {count}; a read must be the last record"
+    elif not 0 <= read.slot < read_slots:
+        problem = f"uses slot {read.slot}; the manifest has {read_slots} read slot(s)"
+    elif not 0 <= read.storage < storages:
+        problem = f"reads storage {read.storage}; the bundle has {storages}"
+    elif read.byte_offset < 0 or read.byte_offset % 4 != 0:
+        problem = f"reads at byte offset {read.byte_offset}, not a multiple of 4"
+    if problem is not None:
+        raise RelaxwebError(f"the bundle's command list is malformed: its read record {problem}")
+    return read

@@ -159,3 +159,21 @@ def summarize(manifest: Mapping[str, Any], dispatches: Sequence[DispatchTime], m
                               _sum_known([flops for flops, _ in costs]), _sum_known([moved for _, moved in costs])))
     rows.sort(key=lambda row: (-row.ms, row.kernel))
     return Profile(method, len(dispatches), rows)
+
+
+class WallClockTimer:
+    """How a profiled run on ``kernels.wasm`` times its dispatches: each kernel call by the
+    wall clock (``wasm_backend.WasmBackend`` calls :meth:`record` after each)."""
+
+    method = WASM_CALLS
+
+    def __init__(self, manifest: Mapping[str, Any]) -> None:
+        self.manifest = manifest
+        self._times: list[DispatchTime] = []
+
+    def record(self, call_site: int, ms: float, params: bytes) -> None:
+        """One dispatch of ``call_site`` that took ``ms``, with the run's params block."""
+        self._times.append(DispatchTime(call_site, ms, params_fields(params, self.manifest["call_sites"][call_site])))
+
+    def times(self) -> list[DispatchTime]:
+        return self._times

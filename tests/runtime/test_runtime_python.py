@@ -22,6 +22,7 @@ import pytest
 
 from relaxweb.errors import InputShapeError, RelaxwebError
 from relaxweb.runtime import Dispatch, HostModule, Read
+from relaxweb.runtime.tensors import checked_inputs
 from tests.fixtures.handmade_bundle import (
     COUNT_BYTE_OFFSET,
     HANDMADE_WEIGHT,
@@ -264,19 +265,19 @@ def test_session_accepts_non_contiguous_input(session: Any) -> None:
     assert_close(session.run({"x": x})["z"], expected_output(x))
 
 
-def test_session_keeps_a_scalar_input_0_d(session: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_input_checks_keep_a_scalar_input_0_d(session: Any) -> None:
     """np.ascontiguousarray would make it 1-d, and the host would see the wrong rank."""
     scalar_input = {"name": "x", "dtype": "float32", "shape": [], "storage": 0}
-    monkeypatch.setattr(session, "manifest", {**session.manifest, "inputs": [scalar_input]})
-    (array,), sequences = session._checked_inputs({"x": np.array(2.5, dtype=np.float32)})
+    manifest = {**session.manifest, "inputs": [scalar_input]}
+    (array,), sequences = checked_inputs(manifest, {"x": np.array(2.5, dtype=np.float32)}, None)
     assert array.shape == () and sequences == {}
 
 
 def test_session_reuses_bind_groups_between_runs(session: Any) -> None:
     session.run({"x": random_input(4)})
-    first = list(session._bind_groups)
+    first = list(session.buffers.bind_groups)
     session.run({"x": random_input(9)})
-    assert all(a is b for a, b in zip(first, session._bind_groups))
+    assert all(a is b for a, b in zip(first, session.buffers.bind_groups))
 
 
 def test_session_rejects_row_count_above_bound(session: Any) -> None:

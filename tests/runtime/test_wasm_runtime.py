@@ -25,7 +25,7 @@ from onnx import TensorProto, helper
 import relaxweb
 from relaxweb.cli import main as cli_main
 from relaxweb.errors import InputShapeError, RelaxwebError
-from relaxweb.runtime import wasm_session
+from relaxweb.runtime import wasm_backend
 from relaxweb.runtime.wasm_session import WasmSession
 from tests.helpers import F32, assert_close, make_model, onnxruntime_outputs, rand
 
@@ -110,7 +110,7 @@ def test_a_kernel_trap_names_the_call_site(add_bundle: Path, tmp_path: Path) -> 
 
 
 def test_a_kernel_that_never_ends_is_stopped(add_bundle: Path, tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setattr(wasm_session, "KERNEL_SECONDS_PER_CALL", 1)
+    monkeypatch.setattr(wasm_backend, "KERNEL_SECONDS_PER_CALL", 1)
     session = WasmSession(variant(add_bundle, tmp_path, _FOREVER))
     with pytest.raises(RelaxwebError, match=r"call site 0 .* ran for more than 1 s and was stopped"):
         session.run({"x": rand(2, 4)})
