@@ -27,12 +27,11 @@ MAX_NODE_CHECKS = 5  # isinstance calls on IR node classes in one function
 
 FUNCTOR_MODULES = {"ir/functor.py", "ir/scalar_functor.py", "ir/host_functor.py"}
 
-# What is over a limit today, and who removes it (paths relative to relaxweb/; functions as
-# path::name).  The lead empties this list when merging.
+# What may be over a limit (paths relative to relaxweb/; functions as path::name): nothing.
+# A file or function that grows past a limit is split by what it does; an entry here needs a
+# reason and an owner, and the test below fails once it is no longer over.
 ALLOWED: dict[str, set[str]] = {
-    "file": {
-        "runtime/webgpu.py",  # h4-runtime-py: one host-program driver per language
-    },
+    "file": set(),
     "function": set(),
     "node checks": set(),
 }
