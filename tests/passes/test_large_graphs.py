@@ -2,7 +2,7 @@
 (a 500-Relu chain used to raise RecursionError in fusion), identical fused kernels are one
 kernel, and a 5,000-node chain runs on the GPU with the exact result.
 
-Not timed: ``scripts/build_scaling.py`` measures how build time grows (docs/architecture.md).
+Not timed: ``scripts/build_scaling.py`` measures how build time grows (docs/benchmarks.md, "Build time at scale").
 """
 
 from __future__ import annotations

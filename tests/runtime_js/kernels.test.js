@@ -1,4 +1,4 @@
-// Node tests of chooseKernels (relaxweb/runtime_js/host.js): which shaders load() compiles for
+// Node tests of chooseKernels (relaxweb/runtime_js/webgpu_kernels.js, re-exported by host.js): which shaders load() compiles for
 // the `kernels` option, with fake adapters and devices (no GPU needed).
 
 import { test } from "node:test";
