@@ -6,6 +6,9 @@ schedule_programs pass chooses by, and what the backends may then rely on.
   ``relaxweb/cpu/emit.py`` cover exactly these: ``tests/cpu``); the wasm vectorized and
   window kinds need every float op of a program to have one (:func:`wasm_vectorizable`,
   :func:`wasm_window`).
+- A WebGPU schedule needs of a program what :func:`webgpu_fits` checks: the vectorized
+  kind a last dimension that is a multiple of its width, the matmul kinds a matmul-like
+  program (what a program whose literals became size variables may no longer show).
 - A WebGPU register matmul (a CPU adapter's shader) evaluates each factor once per row or
   column of its block, so it pays only where the factors evaluate without branching
   (:func:`branch_free`) and stay small (:func:`factor_evaluations`).
@@ -17,7 +20,8 @@ schedule_programs pass chooses by, and what the backends may then rely on.
 from __future__ import annotations
 
 from .launch import vectorizable
-from .pattern import MatmulInfo, WindowInfo, analyze_window
+from .pattern import MatmulInfo, Pattern, WindowInfo, analyze_window, program_pattern
+from .schedule import MATMUL_SCHEDULES, VectorizedSchedule, WebGpuSchedule
 from .tir import (
     Binary, BinaryOp, CompareOp, Gather, Load, Reduce, ScalarExpr, Select, TensorProgram, Unary, UnaryOp,
     scalar_children, scalar_nodes,
@@ -42,6 +46,19 @@ def has_vector_forms(expr: ScalarExpr, floats_only: bool = False) -> bool:
             return False
         if isinstance(node, Unary) and node.op not in VECTOR_UNARY_OPS:
             return False
+    return True
+
+
+def webgpu_fits(program: TensorProgram, schedule: WebGpuSchedule) -> bool:
+    """Whether the WGSL backend can lay ``program`` out by ``schedule``: the conditions a kind
+    needs that constant extents may meet and size variables may not be shown to (a vectorized
+    last dimension a multiple of the width, a matmul-like program); the other kinds run any
+    program.  share_programs keeps a group apart whose shared program would not fit its
+    members' schedule."""
+    if isinstance(schedule, VectorizedSchedule):
+        return vectorizable(program, schedule.width)
+    if isinstance(schedule, MATMUL_SCHEDULES):
+        return program_pattern(program) is Pattern.MATMUL
     return True
 
 

@@ -73,15 +73,19 @@ the choice for such a model.
 lowered (which evaluates the dispatch sizes its WebGPU schedules imply): after
 share_programs and after plan_memory, which adds a copy program for each value a loop carries.
 
-- After sharing, each schedule is chosen for the program that is rendered: a shared program,
-  its differing literals turned into size variables, gets the wasm kinds those variables
-  allow (a weight of variable shape is not split by columns), as the bundle writer chose
-  them before this pass did.  The WebGPU rules read constant extents (the tile size, a long
-  reduction, a multiple of 4), which sharing may turn into variables, so share_programs keeps
-  apart the programs :func:`webgpu_schedule` would lay out differently, and those whose
-  shared program it would lay out otherwise than its members (before, sharing ran on
-  programs scheduled first and the shared one kept their schedule: the same choices
-  wherever the shared program's WebGPU schedule is its members').
+- After sharing, a shared program (its members' differing literals turned into size
+  variables their call sites bind) keeps the WebGPU layout its members had: WebGPU's rules
+  read constant extents (the tile size, a long reduction, a multiple of 4), so its WebGPU
+  schedule is chosen on the program as its call sites run it, the variables sharing
+  introduced (recorded in the module's attrs, ``relaxweb.ir.shared_sizes``) bound to a call
+  site's values.  share_programs grouped its members by that schedule and checked the shared
+  program fits it, so every call site gives the same one (it is checked).  Convolutions of 48
+  and 40 channels share 32x32 tiles, which the program with a variable channel count would
+  not get.  Its other targets are chosen on the shared program itself, which is what they
+  render: the wasm kinds those variables allow (a weight of variable shape is not split by
+  columns), the CPU adapter's shader by the size of the shared program's factors.  (This is
+  what sharing scheduled programs gave, when this pass ran before share_programs and the
+  bundle writer chose the second shaders and the wasm kinds.)
 - After plan_memory, a loop's carried-value copies are scheduled like any other program
   (before, they were made after scheduling: the element layout on WebGPU, their wasm kind
   picked by the renderer); plan_memory merges a copy with an identical program of the
@@ -96,6 +100,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ..ir.expr import CallTIR, CallTIRInto, Function
+from ..ir.functor import post_order_visit
 from ..ir.launch import matmul_extents, matmul_info, vectorizable
 from ..ir.matmul_layout import cheap_columns, dot_columns, oriented, streamed_columns, weight_columns
 from ..ir.module import IRModule
@@ -105,6 +111,7 @@ from ..ir.schedule import (
     WebGpuSchedule, WorkgroupReductionSchedule,
 )
 from ..ir.schedule_fit import branch_free, factor_evaluations, wasm_vectorizable, wasm_window
+from ..ir.shared_sizes import at_call_site, shared_sizes
 from ..ir.symbolic import as_int
 from ..ir.target_schedules import TargetSchedules
 from ..ir.tir import Reduce, Select, TensorProgram, scalar_children
@@ -134,18 +141,55 @@ def schedule_programs(module: IRModule) -> IRModule:
     """Set ``schedule`` on every tensor program of the module (every target; at opt level
     0 WebGPU's element layout, see the module doc)."""
     optimize = PassContext.current().opt_level >= 1
+    call_sites = _shared_call_sites(module)
     programs = {}
     for name, program in module.programs.items():
         if isinstance(program, TensorProgram):
-            program = replace(program, schedule=choose_schedules(program, optimize))
+            webgpu = _shared_webgpu_schedule(program, call_sites[name]) if name in call_sites else None
+            program = replace(program, schedule=choose_schedules(program, optimize, webgpu))
         programs[name] = program
     return module.replace(programs=programs)
 
 
-def choose_schedules(program: TensorProgram, optimize: bool = True) -> TargetSchedules:
-    """The program's schedule on every target; ``optimize`` False: WebGPU's element layout."""
-    webgpu = webgpu_schedule(program) if optimize else ElementSchedule()
+def choose_schedules(program: TensorProgram, optimize: bool = True,
+                     webgpu: WebGpuSchedule | None = None) -> TargetSchedules:
+    """The program's schedule on every target; ``optimize`` False: WebGPU's element layout.
+    ``webgpu``: the WebGPU schedule where it was chosen on another form of the program (a
+    shared program's, on its call sites' form); by default chosen on ``program``."""
+    if not optimize:
+        webgpu = ElementSchedule()
+    elif webgpu is None:
+        webgpu = webgpu_schedule(program)
     return TargetSchedules(webgpu, cpu_adapter_schedule(program, webgpu), f16_schedule(webgpu), wasm_schedule(program))
+
+
+def _shared_call_sites(module: IRModule) -> dict[str, list[dict[str, int]]]:
+    """For each shared program, the values its call sites bind to the size variables sharing
+    introduced, one dict per distinct binding."""
+    introduced = shared_sizes(module.attrs)
+    sites: dict[str, list[dict[str, int]]] = {}
+
+    def note(expr) -> None:
+        if isinstance(expr, (CallTIR, CallTIRInto)) and expr.program in introduced:
+            bound = dict(expr.size_var_values)
+            values = {name: as_int(bound[name]) for name in introduced[expr.program]}
+            if values not in sites.setdefault(expr.program, []):
+                sites[expr.program].append(values)
+
+    for function in module.functions.values():
+        if isinstance(function, Function):
+            post_order_visit(function, note)
+    return sites
+
+
+def _shared_webgpu_schedule(program: TensorProgram, call_sites: list[dict[str, int]]) -> WebGpuSchedule:
+    """A shared program's WebGPU schedule: its members', chosen on the program as each call
+    site runs it (share_programs grouped them so that all agree)."""
+    schedules = {webgpu_schedule(at_call_site(program, values)) for values in call_sites}
+    if len(schedules) != 1:
+        raise ValueError(f"{program.name}: its call sites would lay it out as {sorted(map(str, schedules))} on WebGPU; "
+                         "share_programs groups programs of one WebGPU schedule")
+    return schedules.pop()
 
 
 # -- WebGPU ---------------------------------------------------------------------------------------
