@@ -38,10 +38,12 @@ where its factors evaluate without branching (``relaxweb.ir.schedule_fit.branch_
 reduction, selects with cheap branches: plain loads, a fused layer norm or activation, a
 convolution's im2col gather with its padding test; YOLOv8n's largest convolution on
 SwiftShader: 1.26 GFLOP/s this way against 0.64 staged, and with the padding test as an
-if/else 0.66) and evaluate at most :data:`MAX_FACTOR_EVALUATIONS` nodes per step (a factor
-with a long prologue, evaluated once per block row or column, makes a large shader: YOLOv8n's
-box-decoding convolution, a softmax and a concatenation in its factor, made a 72 KB shader
-that SwiftShader's compiler lost the device on).  The register shaders also compile three
+if/else 0.66) and its shader stays within :data:`MAX_CPU_SHADER_BYTES`.  A register matmul
+writes each factor once per block row or column, so a factor with a long prologue or long
+index arithmetic makes a large shader: YOLOv8n's box-decoding convolution, a softmax and a
+concatenation in its factor, made a 72 KB shader that SwiftShader's compiler lost the device
+on.  The size is estimated before rendering from the factors' text
+(``relaxweb.ir.schedule_fit.register_shader_bytes``).  The register shaders also compile three
 to five times faster on SwiftShader (no barriers).  Every other kernel: None (the adapter
 runs ``webgpu``'s shader).
 
@@ -110,7 +112,7 @@ from ..ir.schedule import (
     ElementSchedule, HalfTiledMatmulSchedule, RegisterMatmulSchedule, TiledMatmulSchedule, VectorizedSchedule,
     WebGpuSchedule, WorkgroupReductionSchedule,
 )
-from ..ir.schedule_fit import branch_free, factor_evaluations, wasm_vectorizable, wasm_window
+from ..ir.schedule_fit import branch_free, register_shader_bytes, wasm_vectorizable, wasm_window
 from ..ir.shared_sizes import at_call_site, shared_sizes
 from ..ir.symbolic import as_int
 from ..ir.target_schedules import TargetSchedules
@@ -124,12 +126,15 @@ from .context import PassContext
 LONG_REDUCTION = 128  # a constant extent from which a workgroup per output element pays off
 LARGE_TILES = TiledMatmulSchedule(tile=64, depth=16, block=8)
 SMALL_TILES = TiledMatmulSchedule(tile=32, depth=16, block=4)
-MAX_FACTOR_EVALUATIONS = 1024
-"""The most factor nodes a CPU adapter's register matmul evaluates per invocation and step
-(``schedule_fit.factor_evaluations``).  Its WGSL grows by about 26 bytes per node on top of
-about 5.7 KB (fitted on every such shader of the benchmark corpus, the largest 18 KB at 656
-evaluations), so this is where it reaches the 32 KB above which a CPU shader was left out,
-measured on the shader text, before schedules were chosen here."""
+MAX_CPU_SHADER_BYTES = 32_768
+"""The largest CPU adapter's shader written, by its estimated size
+(``schedule_fit.register_shader_bytes``).  YOLOv8n's box-decoding convolution made a 72 KB
+register shader that SwiftShader's compiler lost the device on (42 KB now, still left out).
+The bound is the one the bundle writer applied to the rendered text before this pass chose
+the schedules, and the estimate decides as that did on every kernel of the test corpus, the
+real models and the ONNX node models: the largest shader written is YOLOv8n's 27.7 KB (27.4
+KB estimated), the smallest left out a ShuffleNet channel shuffle's 34.0 KB (35.4 KB
+estimated; 34 to 382 KB, long index arithmetic in the factor)."""
 
 # The wasm kinds' parameters (``relaxweb/ir/wasm_schedule.py`` says what each means and why).
 BLOCKS = BlockMatmulSchedule()
@@ -220,7 +225,7 @@ def cpu_adapter_schedule(program: TensorProgram, webgpu: WebGpuSchedule) -> WebG
         return None
     if not (branch_free(info.a) and branch_free(info.b)):
         return None
-    return register if factor_evaluations(info, register.block) <= MAX_FACTOR_EVALUATIONS else None
+    return register if register_shader_bytes(program, info, register.block) <= MAX_CPU_SHADER_BYTES else None
 
 
 def f16_schedule(webgpu: WebGpuSchedule) -> WebGpuSchedule | None:

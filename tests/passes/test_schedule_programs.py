@@ -12,12 +12,13 @@ import pytest
 
 from relaxweb.compiler import compile_module
 from relaxweb.ir.parser import parse_module
-from relaxweb.ir.schedule import HalfTiledMatmulSchedule, TiledMatmulSchedule
+from relaxweb.ir.schedule import HalfTiledMatmulSchedule, RegisterMatmulSchedule, TiledMatmulSchedule
 from relaxweb.ir.symbolic import IntImm, SizeVar
 from relaxweb.ir.tir import Binary, BinaryOp, Buffer, Compare, CompareOp, FloatImm, Load, Reduce, Select, TensorProgram
 from relaxweb.ir.wasm_schedule import MatrixVectorSchedule, PackedMatmulSchedule
 from relaxweb.passes import PassContext, schedule_programs, share_programs
-from relaxweb.passes.schedule_programs import LARGE_TILES, MAX_FACTOR_EVALUATIONS, choose_schedules
+from relaxweb.wgsl.shader import emit_wgsl
+from relaxweb.passes.schedule_programs import LARGE_TILES, MAX_CPU_SHADER_BYTES, choose_schedules
 from tests.helpers import rand
 from tests.passes.rewrite import check_rewrite
 from tests.passes.graphs import mlp_module
@@ -222,32 +223,48 @@ def test_opt_level_zero_lays_webgpu_out_by_element() -> None:
         check_rewrite(schedule_programs, UNSCHEDULED, expected, PROGRAM_INPUTS, {"w": rand(4, 8, seed=1)})
 
 
-def matmul_of(factor_a) -> TensorProgram:
-    """``out[i, j] = sum(factor_a(A[i, k]) * B[k, j] for k)`` over n x 8 @ 8 x 8."""
+def matmul_of(factor_a, a_shape: tuple = (SizeVar("n"), IntImm(8))) -> TensorProgram:
+    """``out[i, j] = sum(factor_a(A, i, k) * B[k, j] for k)`` over (n x 8) @ (8 x 8); A of
+    ``a_shape``, ``factor_a(A, i, k)`` by default ``A[i, k]``."""
     n, i, j, k = SizeVar("n"), SizeVar("i0_"), SizeVar("i1_"), SizeVar("k_")
-    a, b = Buffer("A", (n, IntImm(8)), "float32"), Buffer("B", (IntImm(8), IntImm(8)), "float32")
-    body = Reduce("sum", k, IntImm(8), Binary(BinaryOp.MULTIPLY, factor_a(Load(a, (i, k))), Load(b, (k, j))))
+    a, b = Buffer("A", a_shape, "float32"), Buffer("B", (IntImm(8), IntImm(8)), "float32")
+    body = Reduce("sum", k, IntImm(8), Binary(BinaryOp.MULTIPLY, factor_a(a, i, k), Load(b, (k, j))))
     return TensorProgram("matmul", (a, b), Buffer("out", (n, IntImm(8)), "float32"), (i, j), body)
 
 
-def test_a_cpu_adapter_shader_needs_cheap_small_factors() -> None:
+def test_a_cpu_adapter_shader_needs_cheap_factors_and_a_small_shader() -> None:
     """A register matmul evaluates each factor once per row or column of its block: not
-    where a factor branches (a select with a dear branch) or where its evaluations pass
-    MAX_FACTOR_EVALUATIONS (a long prologue); the f16 shader does not care."""
+    where a factor branches (a select with a dear branch), nor where its shader would pass
+    MAX_CPU_SHADER_BYTES, estimated before rendering: a factor that sums 96 elements of a row
+    of variable width renders a shader within it, one that sums 160 a larger one (the
+    estimate decides as the rendered WGSL's size would).  The f16 shader does not care."""
     def chain(x, links: int):
         for link in range(links):
             x = Binary(BinaryOp.ADD, Binary(BinaryOp.MULTIPLY, x, FloatImm(1.0 + link / 1000)), FloatImm(link / 7))
         return x
 
-    plain, branching = matmul_of(lambda x: x), matmul_of(
-        lambda x: Select(Compare(CompareOp.GT, x, FloatImm(0.0)), chain(x, 8), FloatImm(0.0)))
-    links = MAX_FACTOR_EVALUATIONS // 4 // 4 + 1  # 4 nodes a link, evaluated by 4 rows of a 4 x 4 block
-    long, under = matmul_of(lambda x: chain(x, links)), matmul_of(lambda x: chain(x, links - 2))
+    def row_sum(terms: int):
+        """A[i, 3k] + A[i, 3k + 1] + ... (terms of them, summed pairwise)."""
+        def factor(a, i, k):
+            values = [Load(a, (i, k * 3 + t)) for t in range(terms)]
+            while len(values) > 1:
+                values = [Binary(BinaryOp.ADD, *values[p:p + 2]) if p + 1 < len(values) else values[p]
+                          for p in range(0, len(values), 2)]
+            return values[0]
+        return matmul_of(factor, (SizeVar("n"), SizeVar("width")))
+
+    plain = matmul_of(lambda a, i, k: Load(a, (i, k)))
+    branching = matmul_of(lambda a, i, k: Select(Compare(CompareOp.GT, Load(a, (i, k)), FloatImm(0.0)),
+                                                 chain(Load(a, (i, k)), 8), FloatImm(0.0)))
+    small, large = row_sum(96), row_sum(160)
     half = HalfTiledMatmulSchedule(tile=32, depth=16, block=4)
-    for program, register in ((plain, True), (branching, False), (long, False), (under, True)):
+    for program, register in ((plain, True), (branching, False), (small, True), (large, False)):
         schedules = choose_schedules(program)
         assert schedules.webgpu == TiledMatmulSchedule() and schedules.webgpu_f16 == half
         assert (schedules.webgpu_cpu is not None) == register, program.body
+    for program, fits in ((small, True), (large, False)):
+        shader = emit_wgsl(program, {}, RegisterMatmulSchedule(block=4)).source
+        assert (len(shader.encode()) <= MAX_CPU_SHADER_BYTES) == fits
 
 
 def test_dump_ir_shows_every_target_after_scheduling(tmp_path) -> None:
