@@ -22,9 +22,9 @@ from __future__ import annotations
 
 from .access import flat_offset
 from .launch import vectorizable
+from .lower_index import with_axis
 from .pattern import MatmulInfo, Pattern, WindowInfo, analyze_window, program_pattern
 from .schedule import MATMUL_SCHEDULES, VectorizedSchedule, WebGpuSchedule
-from .lower_index import with_axis
 from .symbolic import Analyzer, IntImm, PrimExpr, SizeVar, product
 from .tir import (
     Binary, BinaryOp, Buffer, CompareOp, Gather, IndexValue, Load, Reduce, ScalarExpr, Select, TensorProgram, Unary,

@@ -81,9 +81,9 @@ share_programs and after plan_memory, which adds a copy program for each value a
   schedule is chosen on the program as its call sites run it, the variables sharing
   introduced (recorded in the module's attrs, ``relaxweb.ir.shared_sizes``) bound to a call
   site's values.  share_programs grouped its members by that schedule and checked the shared
-  program fits it, so every call site gives the same one (it is checked).  Convolutions of 48
-  and 40 channels share 32x32 tiles, which the program with a variable channel count would
-  not get.  Its other targets are chosen on the shared program itself, which is what they
+  program fits it, so every call site gives the same one (it is checked).  Matmuls of 48 and
+  40 rows share their 32x32 tiles, which the program with a variable row count would not
+  get.  Its other targets are chosen on the shared program itself, which is what they
   render: the wasm kinds those variables allow (a weight of variable shape is not split by
   columns), the CPU adapter's shader by the size of the shared program's factors.  (This is
   what sharing scheduled programs gave, when this pass ran before share_programs and the
@@ -178,6 +178,9 @@ def _shared_call_sites(module: IRModule) -> dict[str, list[dict[str, int]]]:
         if isinstance(expr, (CallTIR, CallTIRInto)) and expr.program in introduced:
             bound = dict(expr.size_var_values)
             values = {name: as_int(bound[name]) for name in introduced[expr.program]}
+            if None in values.values():
+                raise ValueError(f"a call of {expr.program} binds a size variable sharing introduced to a non-constant: "
+                                 f"{expr.size_var_values}")
             if values not in sites.setdefault(expr.program, []):
                 sites[expr.program].append(values)
 

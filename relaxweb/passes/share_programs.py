@@ -85,7 +85,8 @@ def share_programs(module: IRModule) -> IRModule:
             continue
         program, bindings = shared
         programs[program.name] = program
-        introduced[program.name] = (*introduced.get(program.name, ()), *(name for name, _ in bindings[0]))
+        earlier = [variable for name, _ in members for variable in introduced.pop(name, ())]  # members shared before
+        introduced[program.name] = tuple(dict.fromkeys([*earlier, *(variable for variable, _ in bindings[0])]))
         for (name, _), values in zip(members, bindings):
             redirect[name] = (program.name, values)
             if name != program.name:

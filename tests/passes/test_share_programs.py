@@ -149,3 +149,26 @@ def main(x: Tensor((40,), "float32")) -> Tuple(Tensor((1,), "float32"), Tensor((
     return (a, b, c)
 '''
     check_unchanged(share_programs, text, {"x": rand(40)})
+
+
+def test_share_programs_keeps_apart_programs_webgpu_lays_out_differently() -> None:
+    """Matmuls of 48 rows (32x32 tiles: most of a 64 tile would be padding) and of 100 rows
+    (64x64 tiles) differ only in the row count, but a shared program would have one WebGPU
+    schedule for both: they stay apart (48 and 40 rows share, keeping their 32x32 tiles:
+    tests/passes/test_schedule_programs.py)."""
+    program = '''
+@tensor_program
+def {name}(A: Buffer(({rows}, 4), "float32"), B: Buffer((4, n), "float32"), out: Buffer(({rows}, n), "float32")):
+    out[i0_, i1_] = sum((A[i0_, k_] * B[k_, i1_]) for k_ in range(4))
+'''
+    main = '''
+@function(inputs=["x", "y", "w"], outputs=["a", "b"])
+def main(x: Tensor((48, 4), "float32"), y: Tensor((100, 4), "float32"), w: Tensor((4, n), "float32")) -> Tuple(Tensor((48, n), "float32"), Tensor((100, n), "float32")):
+    with dataflow():
+        a: Tensor((48, n), "float32") = call_tir("few", (x, w), sizes={"n": n})
+        b: Tensor((100, n), "float32") = call_tir("many", (y, w), sizes={"n": n})
+        output(a, b)
+    return (a, b)
+'''
+    text = program.format(name="few", rows=48) + program.format(name="many", rows=100) + main
+    check_unchanged(share_programs, text, {"x": rand(48, 4), "y": rand(100, 4, seed=1), "w": rand(4, 5, seed=2)})
