@@ -22,8 +22,10 @@ class IRModule:
     functions: dict[str, Function]
     programs: dict[str, TensorProgram] = field(default_factory=dict)
     attrs: dict[str, Any] = field(default_factory=dict)
-    """Module-wide facts about the model: ``source`` (its file name), ``opset``.  The user's
-    compile settings (bounds, opt level) are not here: see ``relaxweb.passes.PassContext``."""
+    """Module-wide facts about the model: ``source`` (its file name), ``opset``; after
+    share_programs, ``shared_sizes`` (the size variables it introduced: ``shared_sizes.py``).
+    The user's compile settings (bounds, opt level) are not here: see
+    ``relaxweb.passes.PassContext``."""
 
     @property
     def main(self) -> Function:

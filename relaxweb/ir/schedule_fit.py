@@ -6,9 +6,13 @@ schedule_programs pass chooses by, and what the backends may then rely on.
   ``relaxweb/cpu/emit.py`` cover exactly these: ``tests/cpu``); the wasm vectorized and
   window kinds need every float op of a program to have one (:func:`wasm_vectorizable`,
   :func:`wasm_window`).
+- A WebGPU schedule needs of a program what :func:`webgpu_fits` checks: the vectorized
+  kind a last dimension that is a multiple of its width, the matmul kinds a matmul-like
+  program (what a program whose literals became size variables may no longer show).
 - A WebGPU register matmul (a CPU adapter's shader) evaluates each factor once per row or
   column of its block, so it pays only where the factors evaluate without branching
-  (:func:`branch_free`) and stay small (:func:`factor_evaluations`).
+  (:func:`branch_free`), and its shader grows with the factors' text
+  (:func:`register_shader_bytes`).
 - A select whose branches are cheap (:func:`is_cheap_branch`) is evaluated without a
   branch by the WGSL backend (WGSL's ``select``); the same test says which factors do not
   branch.
@@ -16,11 +20,15 @@ schedule_programs pass chooses by, and what the backends may then rely on.
 
 from __future__ import annotations
 
+from .access import flat_offset
 from .launch import vectorizable
-from .pattern import MatmulInfo, WindowInfo, analyze_window
+from .lower_index import with_axis
+from .pattern import MatmulInfo, Pattern, WindowInfo, analyze_window, program_pattern
+from .schedule import MATMUL_SCHEDULES, VectorizedSchedule, WebGpuSchedule
+from .symbolic import Analyzer, IntImm, PrimExpr, SizeVar, product
 from .tir import (
-    Binary, BinaryOp, CompareOp, Gather, Load, Reduce, ScalarExpr, Select, TensorProgram, Unary, UnaryOp,
-    scalar_children, scalar_nodes,
+    Binary, BinaryOp, Buffer, CompareOp, Gather, IndexValue, Load, Reduce, ScalarExpr, Select, TensorProgram, Unary,
+    UnaryOp, format_scalar, index_exprs, map_scalar, scalar_nodes,
 )
 
 VECTOR_BINARY_OPS = frozenset({BinaryOp.ADD, BinaryOp.SUBTRACT, BinaryOp.MULTIPLY, BinaryOp.DIVIDE, BinaryOp.MAXIMUM,
@@ -42,6 +50,19 @@ def has_vector_forms(expr: ScalarExpr, floats_only: bool = False) -> bool:
             return False
         if isinstance(node, Unary) and node.op not in VECTOR_UNARY_OPS:
             return False
+    return True
+
+
+def webgpu_fits(program: TensorProgram, schedule: WebGpuSchedule) -> bool:
+    """Whether the WGSL backend can lay ``program`` out by ``schedule``: the conditions a kind
+    needs that constant extents may meet and size variables may not be shown to (a vectorized
+    last dimension a multiple of the width, a matmul-like program); the other kinds run any
+    program.  share_programs keeps a group apart whose shared program would not fit its
+    members' schedule."""
+    if isinstance(schedule, VectorizedSchedule):
+        return vectorizable(program, schedule.width)
+    if isinstance(schedule, MATMUL_SCHEDULES):
+        return program_pattern(program) is Pattern.MATMUL
     return True
 
 
@@ -88,19 +109,64 @@ def branch_free(factor: ScalarExpr) -> bool:
     return True
 
 
-def factor_evaluations(info: MatmulInfo, block: int) -> int:
-    """The nodes a register matmul of ``block x block`` outputs per invocation evaluates per
-    reduction step: each factor's distinct nodes (a repeated one is computed once), once
-    per row or column of the block.  Its shader's WGSL grows with it."""
-    return block * (_distinct_nodes(info.a) + _distinct_nodes(info.b))
+PARAMS_PREFIX = len("params.")
+"""What a shader writes before each size variable it reads (from the kernel's params block)."""
 
 
-def _distinct_nodes(expr: ScalarExpr) -> int:
-    seen: set[ScalarExpr] = set()
-    pending = [expr]
-    while pending:
-        node = pending.pop()
-        if node not in seen:
-            seen.add(node)
-            pending.extend(scalar_children(node))
-    return len(seen)
+def factor_characters(program: TensorProgram, info: MatmulInfo, block: int) -> int:
+    """The characters of factor text a register matmul of ``block x block`` outputs per
+    invocation writes per reduction step: each factor written as the IR text writes it
+    (``tir.format_scalar``) but for what the shader indexes (each load at its row-major
+    element offset, simplified with the ranges of the axes, as the backends lower it) and
+    reads (each size variable from the params block), once per row or column of the block.
+    What else the shader writes hardly depends on the factors, so its size grows with this
+    (:func:`register_shader_bytes`)."""
+    analyzer = Analyzer()
+    for axis, extent in (*zip(program.axes, program.output.shape), *zip(info.reduce_axes, info.reduce_extents)):
+        analyzer = with_axis(analyzer, axis.name, extent)
+    size_vars = {v.name for v in program.size_vars}
+    return block * sum(len(format_scalar(flat)) + PARAMS_PREFIX * _size_var_reads(flat, size_vars)
+                       for flat in (_at_offsets(info.a, analyzer), _at_offsets(info.b, analyzer)))
+
+
+REGISTER_SHADER_BASE_BYTES = 6_150
+BYTES_PER_FACTOR_CHARACTER = 1.25
+"""A register matmul's WGSL is about ``REGISTER_SHADER_BASE_BYTES + BYTES_PER_FACTOR_CHARACTER
+* factor_characters`` bytes (WGSL's operators and literals are about the IR text's; the base
+is the bindings, the params block, the tile arithmetic and the epilogue).  Fitted on the
+shaders of the 1,210 kernels that may get one in the 41-case test corpus, the 65 real models
+and the ONNX node models (3 to 382 KB, rendered by ``relaxweb/wgsl``): from 20 KB up within
+-7% and +4% of the rendered size; below, where what the factors do not set weighs more,
+within -24% and +89%."""
+
+
+def register_shader_bytes(program: TensorProgram, info: MatmulInfo, block: int) -> int:
+    """An estimate of the bytes of the program's register matmul shader (see above)."""
+    return REGISTER_SHADER_BASE_BYTES + round(BYTES_PER_FACTOR_CHARACTER * factor_characters(program, info, block))
+
+
+def _at_offsets(factor: ScalarExpr, analyzer: Analyzer) -> ScalarExpr:
+    """``factor`` with each load (and gather at index expressions) reading its buffer, flat, at
+    the row-major element offset of its indices; offsets and index values simplified by
+    ``analyzer``."""
+    def flat(expr: ScalarExpr) -> ScalarExpr | None:
+        if isinstance(expr, (Load, Gather)) and not any(isinstance(i, ScalarExpr) for i in expr.indices):
+            buffer = Buffer(expr.buffer.name, (product(expr.buffer.shape),), expr.buffer.dtype)
+            return Load(buffer, (analyzer.simplify(flat_offset(expr.buffer, expr.indices)),))
+        if isinstance(expr, IndexValue):
+            return IndexValue(analyzer.simplify(expr.value))
+        return None
+
+    return map_scalar(factor, flat)
+
+
+def _size_var_reads(expr: ScalarExpr, size_vars: set[str]) -> int:
+    """How many times the index expressions of ``expr`` read a size variable of ``size_vars``."""
+    def reads(index: PrimExpr) -> int:
+        if isinstance(index, SizeVar):
+            return index.name in size_vars
+        if isinstance(index, IntImm):
+            return 0
+        return reads(index.a) + reads(index.b)  # type: ignore[attr-defined]
+
+    return sum(reads(index) for index in index_exprs(expr))

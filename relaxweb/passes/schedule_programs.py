@@ -38,10 +38,12 @@ where its factors evaluate without branching (``relaxweb.ir.schedule_fit.branch_
 reduction, selects with cheap branches: plain loads, a fused layer norm or activation, a
 convolution's im2col gather with its padding test; YOLOv8n's largest convolution on
 SwiftShader: 1.26 GFLOP/s this way against 0.64 staged, and with the padding test as an
-if/else 0.66) and evaluate at most :data:`MAX_FACTOR_EVALUATIONS` nodes per step (a factor
-with a long prologue, evaluated once per block row or column, makes a large shader: YOLOv8n's
-box-decoding convolution, a softmax and a concatenation in its factor, made a 72 KB shader
-that SwiftShader's compiler lost the device on).  The register shaders also compile three
+if/else 0.66) and its shader stays within :data:`MAX_CPU_SHADER_BYTES`.  A register matmul
+writes each factor once per block row or column, so a factor with a long prologue or long
+index arithmetic makes a large shader: YOLOv8n's box-decoding convolution, a softmax and a
+concatenation in its factor, made a 72 KB shader that SwiftShader's compiler lost the device
+on.  The size is estimated before rendering from the factors' text
+(``relaxweb.ir.schedule_fit.register_shader_bytes``).  The register shaders also compile three
 to five times faster on SwiftShader (no barriers).  Every other kernel: None (the adapter
 runs ``webgpu``'s shader).
 
@@ -73,15 +75,19 @@ the choice for such a model.
 lowered (which evaluates the dispatch sizes its WebGPU schedules imply): after
 share_programs and after plan_memory, which adds a copy program for each value a loop carries.
 
-- After sharing, each schedule is chosen for the program that is rendered: a shared program,
-  its differing literals turned into size variables, gets the wasm kinds those variables
-  allow (a weight of variable shape is not split by columns), as the bundle writer chose
-  them before this pass did.  The WebGPU rules read constant extents (the tile size, a long
-  reduction, a multiple of 4), which sharing may turn into variables, so share_programs keeps
-  apart the programs :func:`webgpu_schedule` would lay out differently, and those whose
-  shared program it would lay out otherwise than its members (before, sharing ran on
-  programs scheduled first and the shared one kept their schedule: the same choices
-  wherever the shared program's WebGPU schedule is its members').
+- After sharing, a shared program (its members' differing literals turned into size
+  variables their call sites bind) keeps the WebGPU layout its members had: WebGPU's rules
+  read constant extents (the tile size, a long reduction, a multiple of 4), so its WebGPU
+  schedule is chosen on the program as its call sites run it, the variables sharing
+  introduced (recorded in the module's attrs, ``relaxweb.ir.shared_sizes``) bound to a call
+  site's values.  share_programs grouped its members by that schedule and checked the shared
+  program fits it, so every call site gives the same one (it is checked).  Matmuls of 48 and
+  40 rows share their 32x32 tiles, which the program with a variable row count would not
+  get.  Its other targets are chosen on the shared program itself, which is what they
+  render: the wasm kinds those variables allow (a weight of variable shape is not split by
+  columns), the CPU adapter's shader by the size of the shared program's factors.  (This is
+  what sharing scheduled programs gave, when this pass ran before share_programs and the
+  bundle writer chose the second shaders and the wasm kinds.)
 - After plan_memory, a loop's carried-value copies are scheduled like any other program
   (before, they were made after scheduling: the element layout on WebGPU, their wasm kind
   picked by the renderer); plan_memory merges a copy with an identical program of the
@@ -96,6 +102,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ..ir.expr import CallTIR, CallTIRInto, Function
+from ..ir.functor import post_order_visit
 from ..ir.launch import matmul_extents, matmul_info, vectorizable
 from ..ir.matmul_layout import cheap_columns, dot_columns, oriented, streamed_columns, weight_columns
 from ..ir.module import IRModule
@@ -104,7 +112,8 @@ from ..ir.schedule import (
     ElementSchedule, HalfTiledMatmulSchedule, RegisterMatmulSchedule, TiledMatmulSchedule, VectorizedSchedule,
     WebGpuSchedule, WorkgroupReductionSchedule,
 )
-from ..ir.schedule_fit import branch_free, factor_evaluations, wasm_vectorizable, wasm_window
+from ..ir.schedule_fit import branch_free, register_shader_bytes, wasm_vectorizable, wasm_window
+from ..ir.shared_sizes import at_call_site, shared_sizes
 from ..ir.symbolic import as_int
 from ..ir.target_schedules import TargetSchedules
 from ..ir.tir import Reduce, Select, TensorProgram, scalar_children
@@ -117,12 +126,15 @@ from .context import PassContext
 LONG_REDUCTION = 128  # a constant extent from which a workgroup per output element pays off
 LARGE_TILES = TiledMatmulSchedule(tile=64, depth=16, block=8)
 SMALL_TILES = TiledMatmulSchedule(tile=32, depth=16, block=4)
-MAX_FACTOR_EVALUATIONS = 1024
-"""The most factor nodes a CPU adapter's register matmul evaluates per invocation and step
-(``schedule_fit.factor_evaluations``).  Its WGSL grows by about 26 bytes per node on top of
-about 5.7 KB (fitted on every such shader of the benchmark corpus, the largest 18 KB at 656
-evaluations), so this is where it reaches the 32 KB above which a CPU shader was left out,
-measured on the shader text, before schedules were chosen here."""
+MAX_CPU_SHADER_BYTES = 32_768
+"""The largest CPU adapter's shader written, by its estimated size
+(``schedule_fit.register_shader_bytes``).  YOLOv8n's box-decoding convolution made a 72 KB
+register shader that SwiftShader's compiler lost the device on (42 KB now, still left out).
+The bound is the one the bundle writer applied to the rendered text before this pass chose
+the schedules, and the estimate decides as that did on every kernel of the test corpus, the
+real models and the ONNX node models: the largest shader written is YOLOv8n's 27.7 KB (27.4
+KB estimated), the smallest left out a ShuffleNet channel shuffle's 34.0 KB (35.4 KB
+estimated; 34 to 382 KB, long index arithmetic in the factor)."""
 
 # The wasm kinds' parameters (``relaxweb/ir/wasm_schedule.py`` says what each means and why).
 BLOCKS = BlockMatmulSchedule()
@@ -134,18 +146,58 @@ def schedule_programs(module: IRModule) -> IRModule:
     """Set ``schedule`` on every tensor program of the module (every target; at opt level
     0 WebGPU's element layout, see the module doc)."""
     optimize = PassContext.current().opt_level >= 1
+    call_sites = _shared_call_sites(module)
     programs = {}
     for name, program in module.programs.items():
         if isinstance(program, TensorProgram):
-            program = replace(program, schedule=choose_schedules(program, optimize))
+            webgpu = _shared_webgpu_schedule(program, call_sites[name]) if name in call_sites else None
+            program = replace(program, schedule=choose_schedules(program, optimize, webgpu))
         programs[name] = program
     return module.replace(programs=programs)
 
 
-def choose_schedules(program: TensorProgram, optimize: bool = True) -> TargetSchedules:
-    """The program's schedule on every target; ``optimize`` False: WebGPU's element layout."""
-    webgpu = webgpu_schedule(program) if optimize else ElementSchedule()
+def choose_schedules(program: TensorProgram, optimize: bool = True,
+                     webgpu: WebGpuSchedule | None = None) -> TargetSchedules:
+    """The program's schedule on every target; ``optimize`` False: WebGPU's element layout.
+    ``webgpu``: the WebGPU schedule where it was chosen on another form of the program (a
+    shared program's, on its call sites' form); by default chosen on ``program``."""
+    if not optimize:
+        webgpu = ElementSchedule()
+    elif webgpu is None:
+        webgpu = webgpu_schedule(program)
     return TargetSchedules(webgpu, cpu_adapter_schedule(program, webgpu), f16_schedule(webgpu), wasm_schedule(program))
+
+
+def _shared_call_sites(module: IRModule) -> dict[str, list[dict[str, int]]]:
+    """For each shared program, the values its call sites bind to the size variables sharing
+    introduced, one dict per distinct binding."""
+    introduced = shared_sizes(module.attrs)
+    sites: dict[str, list[dict[str, int]]] = {}
+
+    def note(expr) -> None:
+        if isinstance(expr, (CallTIR, CallTIRInto)) and expr.program in introduced:
+            bound = dict(expr.size_var_values)
+            values = {name: as_int(bound[name]) for name in introduced[expr.program]}
+            if None in values.values():
+                raise ValueError(f"a call of {expr.program} binds a size variable sharing introduced to a non-constant: "
+                                 f"{expr.size_var_values}")
+            if values not in sites.setdefault(expr.program, []):
+                sites[expr.program].append(values)
+
+    for function in module.functions.values():
+        if isinstance(function, Function):
+            post_order_visit(function, note)
+    return sites
+
+
+def _shared_webgpu_schedule(program: TensorProgram, call_sites: list[dict[str, int]]) -> WebGpuSchedule:
+    """A shared program's WebGPU schedule: its members', chosen on the program as each call
+    site runs it (share_programs grouped them so that all agree)."""
+    schedules = {webgpu_schedule(at_call_site(program, values)) for values in call_sites}
+    if len(schedules) != 1:
+        raise ValueError(f"{program.name}: its call sites would lay it out as {sorted(map(str, schedules))} on WebGPU; "
+                         "share_programs groups programs of one WebGPU schedule")
+    return schedules.pop()
 
 
 # -- WebGPU ---------------------------------------------------------------------------------------
@@ -176,7 +228,7 @@ def cpu_adapter_schedule(program: TensorProgram, webgpu: WebGpuSchedule) -> WebG
         return None
     if not (branch_free(info.a) and branch_free(info.b)):
         return None
-    return register if factor_evaluations(info, register.block) <= MAX_FACTOR_EVALUATIONS else None
+    return register if register_shader_bytes(program, info, register.block) <= MAX_CPU_SHADER_BYTES else None
 
 
 def f16_schedule(webgpu: WebGpuSchedule) -> WebGpuSchedule | None:

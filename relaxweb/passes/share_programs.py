@@ -20,15 +20,27 @@ compilation is what load time is made of, so this pass merges such programs:
    member's values (``size_var_values``): the host module writes them into the call site's
    params block, exactly as it writes a symbolic batch size.
 
-Sharing runs before schedule_programs, which chooses each target's schedule for the shared
-program.  Its WebGPU rules read constant extents (a tile size, a long reduction, a multiple
-of 4), so programs that it would lay out differently on WebGPU
-(``schedule_programs.webgpu_schedule``) are kept apart, and so is a group whose shared
-program it would lay out otherwise than its members (a vectorized program whose last
-dimension becomes a variable cannot be shown to be a multiple of 4; a 32x32 tile chosen for
-48 rows would become a 64x64 one for a row count of a variable).  A group is also left alone
-when it would need more than :data:`MAX_NEW_VARIABLES` parameters.  Semantics are unchanged
-at every call site: each variable holds, there, the literal it replaced.
+Sharing keeps each member's WebGPU layout.  It runs before schedule_programs, whose WebGPU
+rules read constant extents (a 32x32 tile where the rows or the columns are a constant below
+64, a workgroup per output for a long constant reduction, a vectorized last dimension that is
+a multiple of 4), which a shared program may have turned into variables.  So:
+
+- programs are grouped by skeleton and by the WebGPU schedule the rules give each member
+  (``schedule_programs.webgpu_schedule``): programs laid out differently stay apart;
+- a group is left apart only when its shared program cannot run that schedule
+  (``relaxweb.ir.schedule_fit.webgpu_fits``: a vectorized program whose last dimension becomes
+  a variable cannot be shown to be a multiple of 4), not where the rules would prefer another
+  one for the shared program (convolutions of 48 and 40 output channels share their 32x32
+  tiles, where the shared program, its channel count a variable, would get 64x64 ones);
+- the variables each shared program gained are recorded in the module's attrs
+  (``relaxweb.ir.shared_sizes.SHARED_SIZES``), and schedule_programs chooses its WebGPU
+  schedule on the program as its call sites run it, those variables bound to their values:
+  its members' schedule, which every call site gives (sharing of scheduled programs kept
+  their schedule in the same way, when schedule_programs ran first).
+
+A group is also left alone when it would need more than :data:`MAX_NEW_VARIABLES`
+parameters.  Semantics are unchanged at every call site: each variable holds, there, the
+literal it replaced.
 """
 
 from __future__ import annotations
@@ -40,10 +52,10 @@ from ..ir.expr import CallTIR, CallTIRInto, Expr, Function
 from ..ir.functor import ExprMutator
 from ..ir.module import IRModule
 from ..ir.schedule import WebGpuSchedule
+from ..ir.schedule_fit import webgpu_fits
+from ..ir.shared_sizes import SHARED_SIZES, map_index_exprs, shared_sizes
 from ..ir.symbolic import IntImm, PrimExpr, SizeVar, Sub
-from ..ir.tir import (
-    Buffer, Gather, IndexValue, Load, Reduce, ScalarExpr, TensorProgram, index_var_names, map_scalar,
-)
+from ..ir.tir import TensorProgram, index_var_names
 from .schedule_programs import webgpu_schedule
 
 MAX_NEW_VARIABLES = 16  # params a shared program may gain (a params block holds 63)
@@ -64,6 +76,7 @@ def share_programs(module: IRModule) -> IRModule:
     taken = _variable_names(module)
     programs = dict(module.programs)
     redirect: dict[str, tuple[str, tuple[tuple[str, PrimExpr], ...]]] = {}
+    introduced = shared_sizes(module.attrs)
     for (_, schedule), members in groups.items():
         if len(members) < 2:
             continue
@@ -72,6 +85,8 @@ def share_programs(module: IRModule) -> IRModule:
             continue
         program, bindings = shared
         programs[program.name] = program
+        earlier = [variable for name, _ in members for variable in introduced.pop(name, ())]  # members shared before
+        introduced[program.name] = tuple(dict.fromkeys([*earlier, *(variable for variable, _ in bindings[0])]))
         for (name, _), values in zip(members, bindings):
             redirect[name] = (program.name, values)
             if name != program.name:
@@ -80,14 +95,16 @@ def share_programs(module: IRModule) -> IRModule:
         return module
     functions = {name: _Redirect(redirect).visit_function(function) if isinstance(function, Function) else function
                  for name, function in module.functions.items()}
-    return module.replace(functions=functions, programs=programs)
+    attrs = {**module.attrs, SHARED_SIZES: introduced}
+    return module.replace(functions=functions, programs=programs, attrs=attrs)
 
 
 def _shared_program(
     first: TensorProgram, member_literals: list[list[int]], schedule: WebGpuSchedule, taken: set[str],
 ) -> tuple[TensorProgram, list[tuple[tuple[str, PrimExpr], ...]]] | None:
     """The program the group shares and each member's bindings of its new variables, or
-    None when sharing does not pay or would change the members' WebGPU ``schedule``."""
+    None when sharing does not pay or the shared program cannot run the members' WebGPU
+    ``schedule``."""
     columns = list(zip(*member_literals))  # one column per literal position: its value in each member
     variable_of: dict[tuple[int, ...], SizeVar] = {}
     replacements: list[PrimExpr] = []
@@ -105,7 +122,7 @@ def _shared_program(
         return None
     pending = iter(replacements)
     program = _map_literals(first, lambda _value: next(pending))
-    if webgpu_schedule(program) != schedule:
+    if not webgpu_fits(program, schedule):
         return None
     bindings = [tuple((variable.name, IntImm(magnitudes[member])) for magnitudes, variable in variable_of.items())
                 for member in range(len(member_literals))]
@@ -126,8 +143,8 @@ def _skeleton(program: TensorProgram) -> tuple[TensorProgram, list[int]]:
 
 def _map_literals(program: TensorProgram, literal: Callable[[int], PrimExpr]) -> TensorProgram:
     """``program`` with each non-zero integer literal of its index arithmetic replaced by
-    ``literal(value)``, visited in a fixed order (buffers, then the body bottom-up), so two
-    programs of one skeleton see their literals in the same positions."""
+    ``literal(value)``, in a fixed order (``map_index_exprs``'s, each expression left to
+    right), so two programs of one skeleton see their literals in the same positions."""
 
     def index(expr: PrimExpr) -> PrimExpr:
         if isinstance(expr, IntImm):
@@ -136,25 +153,7 @@ def _map_literals(program: TensorProgram, literal: Callable[[int], PrimExpr]) ->
             return expr
         return type(expr)(index(expr.a), index(expr.b))  # type: ignore[attr-defined]
 
-    buffers = {b.name: Buffer(b.name, tuple(index(d) for d in b.shape), b.dtype) for b in (*program.inputs, program.output)}
-
-    def node(expr: ScalarExpr) -> ScalarExpr | None:
-        if isinstance(expr, Load):
-            return Load(buffers[expr.buffer.name], tuple(index(i) for i in expr.indices))
-        if isinstance(expr, Gather):
-            return Gather(buffers[expr.buffer.name], tuple(i if isinstance(i, ScalarExpr) else index(i) for i in expr.indices))
-        if isinstance(expr, IndexValue):
-            return IndexValue(index(expr.value))
-        if isinstance(expr, Reduce):
-            return Reduce(expr.combiner, expr.axis, index(expr.extent), expr.body)
-        return None
-
-    return replace(
-        program,
-        inputs=tuple(buffers[b.name] for b in program.inputs),
-        output=buffers[program.output.name],
-        body=map_scalar(program.body, node),
-    )
+    return map_index_exprs(program, index)
 
 
 def _variable_names(module: IRModule) -> set[str]:

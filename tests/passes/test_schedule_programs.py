@@ -12,12 +12,13 @@ import pytest
 
 from relaxweb.compiler import compile_module
 from relaxweb.ir.parser import parse_module
-from relaxweb.ir.schedule import HalfTiledMatmulSchedule, TiledMatmulSchedule
+from relaxweb.ir.schedule import HalfTiledMatmulSchedule, RegisterMatmulSchedule, TiledMatmulSchedule
 from relaxweb.ir.symbolic import IntImm, SizeVar
 from relaxweb.ir.tir import Binary, BinaryOp, Buffer, Compare, CompareOp, FloatImm, Load, Reduce, Select, TensorProgram
 from relaxweb.ir.wasm_schedule import MatrixVectorSchedule, PackedMatmulSchedule
 from relaxweb.passes import PassContext, schedule_programs, share_programs
-from relaxweb.passes.schedule_programs import MAX_FACTOR_EVALUATIONS, choose_schedules
+from relaxweb.wgsl.shader import emit_wgsl
+from relaxweb.passes.schedule_programs import LARGE_TILES, MAX_CPU_SHADER_BYTES, choose_schedules
 from tests.helpers import rand
 from tests.passes.rewrite import check_rewrite
 from tests.passes.graphs import mlp_module
@@ -133,6 +134,7 @@ SHARED = '''
 def {name}(A: Buffer((n, {k}), "float32"), B: Buffer(({k}, 8), "float32"), out: Buffer((n, 8), "float32")):
     out[i0_, i1_] = sum((A[i0_, k_] * B[k_, i1_]) for k_ in range({k}))
 '''
+SHARED_SIZES = "attrs = {{\"shared_sizes\": {}}}\n"  # the variables sharing introduced, by program
 SHARED_MAIN = '''
 @function(inputs=["x", "y"], outputs=["a", "b"])
 def main(x: Tensor((n, 4), "float32"), y: Tensor((n, 6), "float32")) -> Tuple(Tensor((n, 8), "float32"), Tensor((n, 8), "float32")):
@@ -151,7 +153,8 @@ def test_shared_programs_are_scheduled_as_shared() -> None:
     both members get."""
     before = (SHARED.format(decorator="", name="matmul", k=4) + SHARED.format(decorator="", name="matmul1", k=6)
               + SHARED_MAIN.format(first="", second="matmul1", other=""))
-    expected = (SHARED.format(decorator=tiled(matrix_vector(packed(split=False))), name="matmul", k="constant0")
+    expected = (SHARED_SIZES.format('{"matmul": ("constant0",)}')
+                + SHARED.format(decorator=tiled(matrix_vector(packed(split=False))), name="matmul", k="constant0")
                 + SHARED_MAIN.format(first=', "constant0": 4', second="matmul", other=', "constant0": 6'))
 
     def share_then_schedule(module):
@@ -163,27 +166,51 @@ def test_shared_programs_are_scheduled_as_shared() -> None:
     assert choose_schedules(alone).wasm.otherwise.split_columns  # type: ignore[union-attr]
 
 
-def test_sharing_keeps_apart_what_webgpu_would_tile_otherwise() -> None:
-    """Matmuls of 48 and 40 rows take 32x32 tiles (most of a 64 tile would be padding); a
-    shared program's row count would be a variable, which takes 64x64 tiles: they stay apart."""
-    program = '''
-@tensor_program
+ROWS = '''
+@tensor_program{decorator}
 def {name}(A: Buffer(({rows}, 4), "float32"), B: Buffer((4, n), "float32"), out: Buffer(({rows}, n), "float32")):
     out[i0_, i1_] = sum((A[i0_, k_] * B[k_, i1_]) for k_ in range(4))
 '''
-    main = '''
+ROWS_MAIN = '''
 @function(inputs=["x", "y", "w"], outputs=["a", "b"])
-def main(x: Tensor((48, 4), "float32"), y: Tensor((40, 4), "float32"), w: Tensor((4, n), "float32")) -> Tuple(Tensor((48, n), "float32"), Tensor((40, n), "float32")):
+def main(x: Tensor((48, 4), "float32"), y: Tensor(({other}, 4), "float32"), w: Tensor((4, n), "float32")) -> Tuple(Tensor((48, n), "float32"), Tensor(({other}, n), "float32")):
     with dataflow():
-        a: Tensor((48, n), "float32") = call_tir("first", (x, w), sizes={"n": n})
-        b: Tensor((40, n), "float32") = call_tir("second", (y, w), sizes={"n": n})
+        a: Tensor((48, n), "float32") = call_tir("first", (x, w), sizes={{"n": n{first}}})
+        b: Tensor(({other}, n), "float32") = call_tir("{second}", (y, w), sizes={{"n": n{second_sizes}}})
         output(a, b)
     return (a, b)
 '''
-    text = program.format(name="first", rows=48) + program.format(name="second", rows=40) + main
+
+
+def test_a_shared_program_keeps_its_members_tiles() -> None:
+    """Matmuls of 48 and 40 rows take 32x32 tiles (most of a 64 tile would be padding).
+    They share one program whose row count is a variable, which alone would take 64x64
+    tiles; its WebGPU schedule is chosen as its call sites run it (48 and 40 rows): the
+    members' 32x32 tiles, and so their dispatch sizes.  The other targets are chosen on the
+    shared program (the wasm kinds read the row count as a variable)."""
+    before = (ROWS.format(decorator="", name="first", rows=48) + ROWS.format(decorator="", name="second", rows=40)
+              + ROWS_MAIN.format(other=40, first="", second="second", second_sizes=""))
+    expected = (SHARED_SIZES.format('{"first": ("constant0",)}')
+                + ROWS.format(decorator=tiled(matrix_vector(packed())), name="first", rows="constant0")
+                + ROWS_MAIN.format(other=40, first=', "constant0": 48', second="first",
+                                   second_sizes=', "constant0": 40'))
+
+    def share_then_schedule(module):
+        return schedule_programs(share_programs(module))
+
     inputs = {"x": rand(48, 4), "y": rand(40, 4, seed=1), "w": rand(4, 5, seed=2)}
-    shared = check_rewrite(share_programs, text, text, inputs)
-    assert [p.schedule.webgpu for p in schedule_programs(shared).programs.values()] == [TiledMatmulSchedule()] * 2
+    shared = check_rewrite(share_then_schedule, before, expected, inputs)
+    alone = shared.programs["first"]
+    assert choose_schedules(replace(alone, schedule=None)).webgpu == LARGE_TILES  # what it would get alone
+
+
+def test_call_sites_that_disagree_on_a_shared_programs_tiles_are_refused() -> None:
+    """A shared program whose call sites would lay it out differently on WebGPU (48 rows: 32x32
+    tiles; 100 rows: 64x64) is none share_programs makes; the pass says so."""
+    text = (SHARED_SIZES.format('{"first": ("constant0",)}') + ROWS.format(decorator="", name="first", rows="constant0")
+            + ROWS_MAIN.format(other=100, first=', "constant0": 48', second="first", second_sizes=', "constant0": 100'))
+    with pytest.raises(ValueError, match="call sites would lay it out as"):
+        schedule_programs(parse_module(text))
 
 
 def test_opt_level_zero_lays_webgpu_out_by_element() -> None:
@@ -196,32 +223,48 @@ def test_opt_level_zero_lays_webgpu_out_by_element() -> None:
         check_rewrite(schedule_programs, UNSCHEDULED, expected, PROGRAM_INPUTS, {"w": rand(4, 8, seed=1)})
 
 
-def matmul_of(factor_a) -> TensorProgram:
-    """``out[i, j] = sum(factor_a(A[i, k]) * B[k, j] for k)`` over n x 8 @ 8 x 8."""
+def matmul_of(factor_a, a_shape: tuple = (SizeVar("n"), IntImm(8))) -> TensorProgram:
+    """``out[i, j] = sum(factor_a(A, i, k) * B[k, j] for k)`` over (n x 8) @ (8 x 8); A of
+    ``a_shape``, ``factor_a(A, i, k)`` by default ``A[i, k]``."""
     n, i, j, k = SizeVar("n"), SizeVar("i0_"), SizeVar("i1_"), SizeVar("k_")
-    a, b = Buffer("A", (n, IntImm(8)), "float32"), Buffer("B", (IntImm(8), IntImm(8)), "float32")
-    body = Reduce("sum", k, IntImm(8), Binary(BinaryOp.MULTIPLY, factor_a(Load(a, (i, k))), Load(b, (k, j))))
+    a, b = Buffer("A", a_shape, "float32"), Buffer("B", (IntImm(8), IntImm(8)), "float32")
+    body = Reduce("sum", k, IntImm(8), Binary(BinaryOp.MULTIPLY, factor_a(a, i, k), Load(b, (k, j))))
     return TensorProgram("matmul", (a, b), Buffer("out", (n, IntImm(8)), "float32"), (i, j), body)
 
 
-def test_a_cpu_adapter_shader_needs_cheap_small_factors() -> None:
+def test_a_cpu_adapter_shader_needs_cheap_factors_and_a_small_shader() -> None:
     """A register matmul evaluates each factor once per row or column of its block: not
-    where a factor branches (a select with a dear branch) or where its evaluations pass
-    MAX_FACTOR_EVALUATIONS (a long prologue); the f16 shader does not care."""
+    where a factor branches (a select with a dear branch), nor where its shader would pass
+    MAX_CPU_SHADER_BYTES, estimated before rendering: a factor that sums 96 elements of a row
+    of variable width renders a shader within it, one that sums 160 a larger one (the
+    estimate decides as the rendered WGSL's size would).  The f16 shader does not care."""
     def chain(x, links: int):
         for link in range(links):
             x = Binary(BinaryOp.ADD, Binary(BinaryOp.MULTIPLY, x, FloatImm(1.0 + link / 1000)), FloatImm(link / 7))
         return x
 
-    plain, branching = matmul_of(lambda x: x), matmul_of(
-        lambda x: Select(Compare(CompareOp.GT, x, FloatImm(0.0)), chain(x, 8), FloatImm(0.0)))
-    links = MAX_FACTOR_EVALUATIONS // 4 // 4 + 1  # 4 nodes a link, evaluated by 4 rows of a 4 x 4 block
-    long, under = matmul_of(lambda x: chain(x, links)), matmul_of(lambda x: chain(x, links - 2))
+    def row_sum(terms: int):
+        """A[i, 3k] + A[i, 3k + 1] + ... (terms of them, summed pairwise)."""
+        def factor(a, i, k):
+            values = [Load(a, (i, k * 3 + t)) for t in range(terms)]
+            while len(values) > 1:
+                values = [Binary(BinaryOp.ADD, *values[p:p + 2]) if p + 1 < len(values) else values[p]
+                          for p in range(0, len(values), 2)]
+            return values[0]
+        return matmul_of(factor, (SizeVar("n"), SizeVar("width")))
+
+    plain = matmul_of(lambda a, i, k: Load(a, (i, k)))
+    branching = matmul_of(lambda a, i, k: Select(Compare(CompareOp.GT, Load(a, (i, k)), FloatImm(0.0)),
+                                                 chain(Load(a, (i, k)), 8), FloatImm(0.0)))
+    small, large = row_sum(96), row_sum(160)
     half = HalfTiledMatmulSchedule(tile=32, depth=16, block=4)
-    for program, register in ((plain, True), (branching, False), (long, False), (under, True)):
+    for program, register in ((plain, True), (branching, False), (small, True), (large, False)):
         schedules = choose_schedules(program)
         assert schedules.webgpu == TiledMatmulSchedule() and schedules.webgpu_f16 == half
         assert (schedules.webgpu_cpu is not None) == register, program.body
+    for program, fits in ((small, True), (large, False)):
+        shader = emit_wgsl(program, {}, RegisterMatmulSchedule(block=4)).source
+        assert (len(shader.encode()) <= MAX_CPU_SHADER_BYTES) == fits
 
 
 def test_dump_ir_shows_every_target_after_scheduling(tmp_path) -> None:

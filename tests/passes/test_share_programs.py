@@ -6,8 +6,10 @@ What the pass promises (relaxweb/passes/share_programs.py): programs with the sa
 a literal with one value in every member stays a literal, differing ones become variables
 ``constant0``, ``constant1``..., and positions with the same values in every member share
 one; every call site (``call_tir``, ``call_tir_into``, in If branches too) binds them to its
-member's values.  A group is left alone when the shared program would not fit its schedule
-(a vectorized program's last dimension) or would need more than ``MAX_NEW_VARIABLES``.
+member's values; the module's attrs record the variables each shared program gained
+(``shared_sizes``).  Members are grouped by their WebGPU schedule, and a group is left alone
+when the shared program would not fit that schedule (a vectorized program's last dimension)
+or would need more than ``MAX_NEW_VARIABLES``.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from relaxweb.passes import share_programs
 from relaxweb.passes.share_programs import MAX_NEW_VARIABLES
 from tests.helpers import rand
 from tests.passes.rewrite import check_rewrite, check_unchanged
+
+SHARED_SIZES_LINE = "attrs = {{\"shared_sizes\": {}}}\n"
 
 
 def test_share_programs_turns_differing_literals_into_variables_the_call_sites_bind() -> None:
@@ -50,7 +54,8 @@ def main(x: Tensor((n, 4), "float32"), y: Tensor((n, 6), "float32")) -> Tuple(Te
     relus = relu.format(name="relu", m=8) + relu.format(name="relu1", m=4)
     before = (matmul.format(name="matmul", k=4) + matmul.format(name="matmul1", k=6) + relus
               + main.format(first="", second="matmul1", other=""))
-    expected = (matmul.format(name="matmul", k="constant0") + relus
+    expected = (SHARED_SIZES_LINE.format('{"matmul": ("constant0",)}') + matmul.format(name="matmul", k="constant0")
+                + relus
                 + main.format(first=', "constant0": 4', second="matmul", other=', "constant0": 6'))
     inputs = {"x": rand(3, 4), "y": rand(3, 6, seed=1)}
     constants = {"w": rand(4, 8, seed=2), "v": rand(6, 8, seed=3)}
@@ -83,7 +88,7 @@ def main(x: Tensor((n, 5), "float32"), y: Tensor((n, 7), "float32"), flag: Tenso
 '''
     before = (shift.format(name="shift5", width=5) + shift.format(name="shift7", width=7)
               + main.format(four="", six="shift7", six_sizes=""))
-    expected = (shift.format(name="shift5", width="constant0")
+    expected = (SHARED_SIZES_LINE.format('{"shift5": ("constant0",)}') + shift.format(name="shift5", width="constant0")
                 + main.format(four=', "constant0": 5', six="shift5", six_sizes=', "constant0": 7'))
     x, y = rand(2, 5), rand(2, 7, seed=1)
     inputs = [{"x": x, "y": y, "flag": np.array(True)}, {"x": x, "y": y, "flag": np.array(False)}]
@@ -111,8 +116,8 @@ def main(x: Tensor((5,), "float32"), y: Tensor((7,), "float32")) -> Tuple(Tensor
 '''
     before = negate.format(name="negate5", width=5) + negate.format(name="negate7", width=7) + main.format(
         four="", six="negate7", six_sizes="")
-    expected = negate.format(name="negate5", width="constant0") + main.format(
-        four=', sizes={"constant0": 5}', six="negate5", six_sizes=', sizes={"constant0": 7}')
+    expected = (SHARED_SIZES_LINE.format('{"negate5": ("constant0",)}') + negate.format(name="negate5", width="constant0")
+                + main.format(four=', sizes={"constant0": 5}', six="negate5", six_sizes=', sizes={"constant0": 7}'))
     check_rewrite(share_programs, before, expected, {"x": rand(5), "y": rand(7, seed=1)})
 
 
@@ -144,3 +149,26 @@ def main(x: Tensor((40,), "float32")) -> Tuple(Tensor((1,), "float32"), Tensor((
     return (a, b, c)
 '''
     check_unchanged(share_programs, text, {"x": rand(40)})
+
+
+def test_share_programs_keeps_apart_programs_webgpu_lays_out_differently() -> None:
+    """Matmuls of 48 rows (32x32 tiles: most of a 64 tile would be padding) and of 100 rows
+    (64x64 tiles) differ only in the row count, but a shared program would have one WebGPU
+    schedule for both: they stay apart (48 and 40 rows share, keeping their 32x32 tiles:
+    tests/passes/test_schedule_programs.py)."""
+    program = '''
+@tensor_program
+def {name}(A: Buffer(({rows}, 4), "float32"), B: Buffer((4, n), "float32"), out: Buffer(({rows}, n), "float32")):
+    out[i0_, i1_] = sum((A[i0_, k_] * B[k_, i1_]) for k_ in range(4))
+'''
+    main = '''
+@function(inputs=["x", "y", "w"], outputs=["a", "b"])
+def main(x: Tensor((48, 4), "float32"), y: Tensor((100, 4), "float32"), w: Tensor((4, n), "float32")) -> Tuple(Tensor((48, n), "float32"), Tensor((100, n), "float32")):
+    with dataflow():
+        a: Tensor((48, n), "float32") = call_tir("few", (x, w), sizes={"n": n})
+        b: Tensor((100, n), "float32") = call_tir("many", (y, w), sizes={"n": n})
+        output(a, b)
+    return (a, b)
+'''
+    text = program.format(name="few", rows=48) + program.format(name="many", rows=100) + main
+    check_unchanged(share_programs, text, {"x": rand(48, 4), "y": rand(100, 4, seed=1), "w": rand(4, 5, seed=2)})

@@ -1,0 +1,77 @@
+"""The size variables that sharing gave a tensor program, and the program as a call site runs it.
+
+``share_programs`` (``relaxweb/passes/share_programs.py``) merges the programs that differ
+only in integer literals: each literal that differs between the members becomes a size
+variable, which each call site binds to its own member's value.  Those variables are not
+the model's sizes (a batch, a sequence length): they hold a constant at every call site.
+The schedule_programs pass needs to know which they are, because WebGPU's rules read
+constant extents (a tile size for a few rows, a long reduction, a multiple of 4) and a
+shared program must keep the WebGPU layout its members had; so sharing records them in the
+module's attrs under :data:`SHARED_SIZES` (visible in ``--dump-ir``), and
+:func:`at_call_site` gives the program back with a call site's values in their place,
+literal for literal what that member was.
+
+:func:`map_index_exprs` is the traversal both use: every index expression of a program
+(buffer shapes, then the body's load indices, index values and reduction extents, bottom up),
+in an order that two programs of one body see alike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Callable, Mapping
+
+from .symbolic import IntImm, PrimExpr, SizeVar, Sub
+from .tir import Buffer, Gather, IndexValue, Load, Reduce, ScalarExpr, TensorProgram, map_scalar
+
+SHARED_SIZES = "shared_sizes"
+"""The module attrs key: {program name: (the names of the size variables sharing introduced
+in it, in order)}."""
+
+
+def shared_sizes(attrs: Mapping[str, object]) -> dict[str, tuple[str, ...]]:
+    """The size variables sharing introduced, by program (none where nothing was shared)."""
+    return {name: tuple(names) for name, names in attrs.get(SHARED_SIZES, {}).items()}  # type: ignore[union-attr]
+
+
+def at_call_site(program: TensorProgram, values: Mapping[str, int]) -> TensorProgram:
+    """``program`` with each size variable of ``values`` replaced by its value, undoing what
+    sharing wrote for a literal: the variable itself, or ``0 - variable`` for a negative one."""
+
+    def bind(expr: PrimExpr) -> PrimExpr:
+        if isinstance(expr, SizeVar):
+            return IntImm(values[expr.name]) if expr.name in values else expr
+        if isinstance(expr, Sub) and expr.a == IntImm(0) and isinstance(expr.b, SizeVar) and expr.b.name in values:
+            return IntImm(-values[expr.b.name])
+        if isinstance(expr, IntImm):
+            return expr
+        return type(expr)(bind(expr.a), bind(expr.b))  # type: ignore[attr-defined]
+
+    return map_index_exprs(program, bind)
+
+
+def map_index_exprs(program: TensorProgram, index: Callable[[PrimExpr], PrimExpr]) -> TensorProgram:
+    """``program`` with ``index(expr)`` in place of each of its index expressions, visited in a
+    fixed order (buffer shapes, then the body bottom-up), so two programs of one body see
+    theirs in the same positions."""
+    buffers = {b.name: Buffer(b.name, tuple(index(d) for d in b.shape), b.dtype)
+               for b in (*program.inputs, program.output)}
+
+    def node(expr: ScalarExpr) -> ScalarExpr | None:
+        if isinstance(expr, Load):
+            return Load(buffers[expr.buffer.name], tuple(index(i) for i in expr.indices))
+        if isinstance(expr, Gather):
+            indices = tuple(i if isinstance(i, ScalarExpr) else index(i) for i in expr.indices)
+            return Gather(buffers[expr.buffer.name], indices)
+        if isinstance(expr, IndexValue):
+            return IndexValue(index(expr.value))
+        if isinstance(expr, Reduce):
+            return Reduce(expr.combiner, expr.axis, index(expr.extent), expr.body)
+        return None
+
+    return replace(
+        program,
+        inputs=tuple(buffers[b.name] for b in program.inputs),
+        output=buffers[program.output.name],
+        body=map_scalar(program.body, node),
+    )
