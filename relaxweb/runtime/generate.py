@@ -123,14 +123,23 @@ def mulberry32(seed: int) -> Callable[[], float]:
 
 def checked_options(max_new_tokens: Any, temperature: Any, top_k: Any, seed: Any) -> None:
     """A RelaxwebError for the first option out of range (the browser runtime checks the same)."""
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+    if not _is_integer(max_new_tokens) or max_new_tokens < 1:
         raise RelaxwebError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 <= temperature < float("inf"):
+    if not _is_number(temperature) or not 0 <= temperature < float("inf"):
         raise RelaxwebError(f"temperature must be a number >= 0 (0: greedy), got {temperature!r}")
-    if isinstance(top_k, bool) or not isinstance(top_k, int) or not 0 <= top_k <= MAX_TOP_K:
+    if not _is_integer(top_k) or not 0 <= top_k <= MAX_TOP_K:
         raise RelaxwebError(f"top_k must be an integer from 0 (the whole vocabulary) to {MAX_TOP_K}, got {top_k!r}")
-    if isinstance(seed, bool) or not isinstance(seed, int):
+    if not _is_integer(seed):
         raise RelaxwebError(f"seed must be an integer, got {seed!r}")
+
+
+def _is_integer(value: Any) -> bool:
+    """A Python int that is not a bool (``True`` is an int to Python, never a count here)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return _is_integer(value) or isinstance(value, float)
 
 
 class _Sampler:

@@ -17,7 +17,7 @@ import os
 import re
 import stat
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from relaxweb.errors import RelaxwebError
 
@@ -95,96 +95,128 @@ def _join(path: str, key: str) -> str:
 
 
 def _check(value: Any, schema: dict, path: str, manifest: dict) -> str | None:
-    """Why ``value`` at ``path`` does not fit ``schema``, or None."""
+    """Why ``value`` at ``path`` does not fit ``schema``, or None (each schema type's check is
+    one function of :data:`_TYPE_CHECKS`)."""
     if "ref" in schema:
         resolved = {**_SCHEMA["definitions"][schema["ref"]], **{k: v for k, v in schema.items() if k != "ref"}}
         return _check(value, resolved, path, manifest)
     if value is None and schema.get("nullable"):
         return None
-    where = path or "the manifest"
-    kind = schema["type"]
-    if kind == "object":
-        if not isinstance(value, dict):
-            return f"{where}: expected an object, got {_type_name(value)}"
-        for key, inner in schema.get("required", {}).items():
-            if key not in value:
-                return f"{where}: has no '{key}'"
-            problem = _check(value[key], inner, _join(path, key), manifest)
-            if problem:
-                return problem
-        for key, inner in schema.get("optional", {}).items():
-            if key in value:
-                problem = _check(value[key], inner, _join(path, key), manifest)
-                if problem:
-                    return problem
-        return None
-    if kind == "array":
-        if not isinstance(value, list):
-            return f"{where}: expected an array, got {_type_name(value)}"
-        if "length" in schema and len(value) != schema["length"]:
-            return f"{where}: has {len(value)} items, expected {schema['length']}"
-        if "max_items" in schema and len(value) > schema["max_items"]:
-            return f"{where}: has {len(value)} items, at most {schema['max_items']} allowed"
-        for index, item in enumerate(value):
-            problem = _check(item, schema["items"], f"{path}[{index}]", manifest)
-            if problem:
-                return problem
-        return None
-    if kind == "map":
-        if not isinstance(value, dict):
-            return f"{where}: expected an object, got {_type_name(value)}"
-        if len(value) > schema["max_items"]:
-            return f"{where}: has {len(value)} entries, at most {schema['max_items']} allowed"
-        for key, item in value.items():
-            if not re.fullmatch(schema["keys_pattern"], key):
-                return f"{where}: the key {describe_value(key)} is not allowed (it must match {schema['keys_pattern']})"
-            problem = _check(item, schema["values"], f"{path}[{json.dumps(key)}]", manifest)
-            if problem:
-                return problem
-        return None
-    if kind in ("integer", "index"):
-        if not _is_integer(value):
-            return f"{where}: expected an integer, got {_type_name(value)}"
-        number = int(value)
-        if kind == "index":
-            target = manifest.get(schema["of"]) if isinstance(manifest, dict) else None
-            count = len(target) if isinstance(target, list) else 0
-            if not 0 <= number < count:
-                return f"{where}: {number} is not an index of {schema['of']} (it has {count})"
-            return None
-        if not schema["min"] <= number <= schema["max"]:
-            return f"{where}: {number} is outside {schema['min']}..{schema['max']}"
-        return None
-    if kind in ("string", "key", "enum"):
-        if not isinstance(value, str):
-            expected = "one of " + ", ".join(json.dumps(v) for v in schema["values"]) if kind == "enum" else "a string"
-            return f"{where}: expected {expected}, got {_type_name(value)}"
-        if kind == "enum" and value not in schema["values"]:
-            return f"{where}: {describe_value(value)} is not one of " + ", ".join(json.dumps(v) for v in schema["values"])
-        if kind == "key":
-            table = manifest.get(schema["of"]) if isinstance(manifest, dict) else None
-            if not isinstance(table, dict) or value not in table:
-                return f"{where}: {describe_value(value)} is not in {schema['of']}"
-        if "max_length" in schema and len(value) > schema["max_length"]:
-            return f"{where}: a string of {len(value)} characters, at most {schema['max_length']} allowed"
-        if "pattern" in schema and not re.fullmatch(schema["pattern"], value):
-            return f"{where}: {describe_value(value)} is not allowed (it must match {schema['pattern']})"
-        return None
-    if kind == "one_key":
-        keys = list(schema["keys"])
-        if not isinstance(value, dict) or len(value) != 1 or next(iter(value)) not in keys:
-            return f"{where}: expected an object with exactly one of " + ", ".join(f"'{k}'" for k in keys)
-        key = next(iter(value))
-        return _check(value[key], schema["keys"][key], _join(path, key), manifest)
-    if kind == "union":
-        for option in schema["options"]:
-            if _json_type(value) == _json_type_of_schema(option["type"]):
-                return _check(value, option, path, manifest)
-        expected = " or ".join(_ARTICLED[_json_type_of_schema(o["type"])] for o in schema["options"])
+    check = _TYPE_CHECKS.get(schema["type"])
+    if check is None:
+        raise ValueError(f"manifest schema: unknown type {schema['type']!r}")
+    return check(value, schema, path, manifest)
+
+
+def _where(path: str) -> str:
+    return path or "the manifest"
+
+
+def _first_problem(checks) -> str | None:
+    """The first problem the (lazy) checks find, or None."""
+    return next((problem for problem in checks if problem), None)
+
+
+def _check_object(value: Any, schema: dict, path: str, manifest: dict) -> str | None:
+    """Each required field present and valid, in order, then each optional one given."""
+    if not isinstance(value, dict):
+        return f"{_where(path)}: expected an object, got {_type_name(value)}"
+    for key, inner in schema.get("required", {}).items():
+        if key not in value:
+            return f"{_where(path)}: has no '{key}'"
+        problem = _check(value[key], inner, _join(path, key), manifest)
+        if problem:
+            return problem
+    return _first_problem(_check(value[key], inner, _join(path, key), manifest)
+                          for key, inner in schema.get("optional", {}).items() if key in value)
+
+
+def _check_array(value: Any, schema: dict, path: str, manifest: dict) -> str | None:
+    where = _where(path)
+    if not isinstance(value, list):
+        return f"{where}: expected an array, got {_type_name(value)}"
+    if "length" in schema and len(value) != schema["length"]:
+        return f"{where}: has {len(value)} items, expected {schema['length']}"
+    if "max_items" in schema and len(value) > schema["max_items"]:
+        return f"{where}: has {len(value)} items, at most {schema['max_items']} allowed"
+    return _first_problem(_check(item, schema["items"], f"{path}[{index}]", manifest) for index, item in enumerate(value))
+
+
+def _check_map(value: Any, schema: dict, path: str, manifest: dict) -> str | None:
+    where = _where(path)
+    if not isinstance(value, dict):
+        return f"{where}: expected an object, got {_type_name(value)}"
+    if len(value) > schema["max_items"]:
+        return f"{where}: has {len(value)} entries, at most {schema['max_items']} allowed"
+    for key, item in value.items():
+        if not re.fullmatch(schema["keys_pattern"], key):
+            return f"{where}: the key {describe_value(key)} is not allowed (it must match {schema['keys_pattern']})"
+        problem = _check(item, schema["values"], f"{path}[{json.dumps(key)}]", manifest)
+        if problem:
+            return problem
+    return None
+
+
+def _check_integer(value: Any, schema: dict, path: str, manifest: dict) -> str | None:
+    """An ``integer`` within ``min..max``, or an ``index`` of the manifest's list ``of``."""
+    where = _where(path)
+    if not _is_integer(value):
+        return f"{where}: expected an integer, got {_type_name(value)}"
+    number = int(value)
+    if schema["type"] == "index":
+        target = manifest.get(schema["of"]) if isinstance(manifest, dict) else None
+        count = len(target) if isinstance(target, list) else 0
+        return None if 0 <= number < count else f"{where}: {number} is not an index of {schema['of']} (it has {count})"
+    if not schema["min"] <= number <= schema["max"]:
+        return f"{where}: {number} is outside {schema['min']}..{schema['max']}"
+    return None
+
+
+def _check_string(value: Any, schema: dict, path: str, manifest: dict) -> str | None:
+    """A ``string``, an ``enum`` value or a ``key`` of the manifest's map ``of``."""
+    where, kind = _where(path), schema["type"]
+    if not isinstance(value, str):
+        expected = "one of " + ", ".join(json.dumps(v) for v in schema["values"]) if kind == "enum" else "a string"
         return f"{where}: expected {expected}, got {_type_name(value)}"
-    if kind == "expression":
-        return _expression_problem(value, schema, where)
-    raise ValueError(f"manifest schema: unknown type {kind!r}")
+    if kind == "enum" and value not in schema["values"]:
+        return f"{where}: {describe_value(value)} is not one of " + ", ".join(json.dumps(v) for v in schema["values"])
+    if kind == "key":
+        table = manifest.get(schema["of"]) if isinstance(manifest, dict) else None
+        if not isinstance(table, dict) or value not in table:
+            return f"{where}: {describe_value(value)} is not in {schema['of']}"
+    if "max_length" in schema and len(value) > schema["max_length"]:
+        return f"{where}: a string of {len(value)} characters, at most {schema['max_length']} allowed"
+    if "pattern" in schema and not re.fullmatch(schema["pattern"], value):
+        return f"{where}: {describe_value(value)} is not allowed (it must match {schema['pattern']})"
+    return None
+
+
+def _check_one_key(value: Any, schema: dict, path: str, manifest: dict) -> str | None:
+    keys = list(schema["keys"])
+    if not isinstance(value, dict) or len(value) != 1 or next(iter(value)) not in keys:
+        return f"{_where(path)}: expected an object with exactly one of " + ", ".join(f"'{k}'" for k in keys)
+    key = next(iter(value))
+    return _check(value[key], schema["keys"][key], _join(path, key), manifest)
+
+
+def _check_union(value: Any, schema: dict, path: str, manifest: dict) -> str | None:
+    for option in schema["options"]:
+        if _json_type(value) == _json_type_of_schema(option["type"]):
+            return _check(value, option, path, manifest)
+    expected = " or ".join(_ARTICLED[_json_type_of_schema(o["type"])] for o in schema["options"])
+    return f"{_where(path)}: expected {expected}, got {_type_name(value)}"
+
+
+def _check_expression(value: Any, schema: dict, path: str, manifest: dict) -> str | None:
+    return _expression_problem(value, schema, _where(path))
+
+
+_TYPE_CHECKS: dict[str, Callable[[Any, dict, str, dict], str | None]] = {
+    "object": _check_object, "array": _check_array, "map": _check_map, "integer": _check_integer,
+    "index": _check_integer, "string": _check_string, "key": _check_string, "enum": _check_string,
+    "one_key": _check_one_key, "union": _check_union, "expression": _check_expression,
+}
+"""Each schema type's check (the schema's ``type`` -> a function of value, schema, path, manifest)."""
 
 
 def _expression_problem(value: Any, schema: dict, where: str) -> str | None:
