@@ -347,6 +347,7 @@ class Reduce(ScalarExpr):
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "combiner", ReduceCombiner.of(self.combiner))
+        object.__setattr__(self, "extent", as_expr(self.extent))  # a Python int too, as Load's indices
 
     @cached_property
     def dtype(self) -> str:

@@ -238,3 +238,11 @@ def test_interpreter_divides_integers_as_the_backends_do():
     assert quotient.dtype == np.int32
     assert quotient.tolist() == [3, -3, -3, 3, 5, -2**31]
     assert interpreter.divide(np.float32(1), np.float32(4)) == np.float32(0.25)
+
+
+def test_a_reduction_extent_given_as_an_int_is_an_index_expression() -> None:
+    """Like a load's indices: analyses walk the extent as a symbolic expression (a Python int
+    there made pattern analysis fail with an AttributeError)."""
+    k = SizeVar("k")
+    reduction = Reduce("sum", k, 4, Load(Buffer("x", (4,), "float32"), (k,)))
+    assert reduction.extent == IntImm(4) and reduction == Reduce("sum", k, IntImm(4), reduction.body)
