@@ -164,7 +164,8 @@ class Bundle:
 def build(model: Model, out_dir: str | Path, *, bounds: Mapping[str, int] | None = None,
           opt_level: int = DEFAULT_OPT_LEVEL, dump_ir: str | Path | None = None,
           progress: Callable[[str], None] | None = None, weights: str = "float32", group_size: int = 32,
-          scale_dtype: str = "float16", tokenizer: str | Path | None = None) -> Bundle:
+          scale_dtype: str = "float16", tokenizer: str | Path | None = None, debug: bool = False,
+          runtime: str = "copy", advance: Callable[[str, int, int], None] | None = None) -> Bundle:
     """Compile ``model`` into the bundle folder ``out_dir`` (created if missing), as
     ``relaxweb build MODEL -o DIR`` does.
 
@@ -180,10 +181,18 @@ def build(model: Model, out_dir: str | Path, *, bounds: Mapping[str, int] | None
     ``tokenizer`` (``--tokenizer``) is a JSON tokenizer file for the manifest, for ``generate``;
     without it the model's ``metadata_props["relaxweb.tokenizer"]`` is used when it has one
     (``relaxweb/tokenizer.py``).
+    ``debug=True`` (``--debug``) also writes ``host.wat`` and ``kernels.wat``, the text of the
+    two WebAssembly modules, for reading (no runtime loads them).
+    ``runtime`` (``--runtime``): ``"copy"`` (the default) puts a copy of the browser runtime in
+    the bundle's ``runtime/``; ``"none"`` leaves it out, for a page that imports the runtime
+    from the npm package ``relaxweb`` (docs/bundle-format.md, "The runtime").
+    ``advance`` is called as long steps go, with the step, the units done and the units in all
+    (``("writing weights", bytes written, bytes in all)``): the command line draws a bar with it.
     """
     manifest = build_bundle(model, out_dir, bounds, opt_level=opt_level, progress=progress or _ignore,
                             dump_ir=Path(dump_ir) if dump_ir is not None else None, weights=weights,
-                            group_size=group_size, scale_dtype=scale_dtype, tokenizer=tokenizer)
+                            group_size=group_size, scale_dtype=scale_dtype, tokenizer=tokenizer, debug=debug,
+                            runtime=runtime, advance=advance)
     return Bundle(Path(out_dir), manifest)
 
 

@@ -5,7 +5,9 @@ Steps: emit one WGSL shader per kernel the host dispatches, the same kernels as 
 WebAssembly module (``kernels.wasm``, ``relaxweb/cpu``) and the host module for the host
 function, then write the manifest (with the entries of the dtype table its tensors use,
 ``relaxweb/ir/dtype.py``), the weights (in shards with checksums, in their device dtypes) and
-a copy of the browser runtime.
+a copy of the browser runtime (``runtime``: see :data:`RUNTIME_CHOICES`).  The text forms of
+the two WebAssembly modules (``host.wat``, ``kernels.wat``: for reading, no runtime loads
+them; on DistilBERT kernels.wat outweighs the weights) are written only with ``debug``.
 """
 
 from __future__ import annotations
@@ -43,8 +45,19 @@ SHARD_BYTES = 32 * 1024 * 1024
 RUNTIME_JS = Path(__file__).parent / "runtime_js"
 KERNELS_WASM = "kernels.wasm"  # every kernel as WebAssembly SIMD functions (docs/bundle-format.md, "kernels.wasm")
 KERNELS_WAT = "kernels.wat"  # its text, for reading (runtimes do not load it)
+HOST_WAT = "host.wat"  # host.wasm's text, for reading (runtimes do not load it)
+#: Files written only by a debug build (``relaxweb build --debug``): text for people, not pages.
+DEBUG_FILES = (HOST_WAT, KERNELS_WAT)
+#: What a build puts in the bundle's ``runtime/`` folder (``relaxweb build --runtime``).
+RUNTIME_CHOICES = {
+    "copy": "a copy of the browser runtime: the folder is all a page needs (the default)",
+    "none": "nothing: the page imports the runtime from the npm package 'relaxweb' (of the same version)",
+}
 
 Progress = Callable[[str], None]
+#: Called as a long step goes: (the step, units done, units in all); writing the weights counts bytes.
+Advance = Callable[[str, int, int], None]
+
 
 
 def _symbolic_var(name: str, bound: int | None, as_written: dict[str, str]) -> dict:
@@ -56,17 +69,22 @@ def _symbolic_var(name: str, bound: int | None, as_written: dict[str, str]) -> d
 
 
 def write_bundle(module: IRModule, out_dir: str | Path, source: str, progress: Progress = lambda _: None, *,
-                 split_bytes: int = BINDING_PART_BYTES, tokenizer: dict | None = None) -> dict:
+                 split_bytes: int = BINDING_PART_BYTES, tokenizer: dict | None = None, debug: bool = False,
+                 runtime: str = "copy", advance: Advance | None = None) -> dict:
     """Write the bundle of a compiled module (its ``main`` a HostFunction); returns the manifest.
 
     ``source`` names the model in the manifest and in the generated code's comments;
-    ``tokenizer`` (a checked entry, ``relaxweb/tokenizer.py``) goes into the manifest as is.  A
+    ``tokenizer`` (a checked entry, ``relaxweb/tokenizer.py``) goes into the manifest as is.
+    ``debug`` adds the :data:`DEBUG_FILES`; ``runtime`` is one of :data:`RUNTIME_CHOICES`.
+    ``progress`` gets a line per step, ``advance`` the bytes of weights written so far.  A
     weight of more than ``split_bytes`` device bytes is bound to the kernels that read it as
     several parts (``relaxweb/ir/launch.binding_parts``; docs/bundle-format.md, "Weights in
     parts"): those kernels get a shader of their own that reads the parts.
     """
     host = module.main
     assert isinstance(host, HostFunction)
+    if runtime not in RUNTIME_CHOICES:
+        raise RelaxwebError(f"runtime {runtime!r} is not one of {', '.join(RUNTIME_CHOICES)}")
     _check_dtypes(host, module.programs)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -74,7 +92,7 @@ def write_bundle(module: IRModule, out_dir: str | Path, source: str, progress: P
     (out / "weights").mkdir(exist_ok=True)
     # a rebuild into the same folder must not leave the last build's kernels or shards behind
     for stale in (*(out / "kernels").glob("*.wgsl"), *(out / "weights").glob("shard*.bin"),
-                  *(out / name for name in (KERNELS_WASM, KERNELS_WAT) if (out / name).exists())):
+                  *(out / name for name in (KERNELS_WASM, *DEBUG_FILES) if (out / name).exists())):
         stale.unlink()
 
     weight_parts = [binding_parts(_weight_device_bytes(w.data), split_bytes) for w in host.weights]
@@ -113,14 +131,20 @@ def write_bundle(module: IRModule, out_dir: str | Path, source: str, progress: P
         })
     progress(f"emitted {len(kernels)} WGSL kernels for {len(call_sites)} call sites")
     wasm_entry = _write_kernels_wasm(module, [(program, dict(parts)) for program, parts in kernel_index], source, out,
-                                     progress)
+                                     progress, debug)
 
     wat = emit_host_wat(host, call_site_params, WORKGROUP_SIZE, source)
-    (out / "host.wat").write_text(wat)
+    if debug:
+        (out / HOST_WAT).write_text(wat)
     (out / "host.wasm").write_bytes(assemble(wat))
     progress("assembled host.wasm")
 
-    weights, shards = _write_weights(host, out, weight_parts)
+    weight_bytes = sum(_padded(_weight_device_bytes(w.data)) for w in host.weights)
+    if weight_bytes:
+        count = len(host.weights)
+        progress(f"writing the weights: {count} tensor{'s' if count != 1 else ''}, {_megabytes(weight_bytes)}")
+    weights, shards = _write_weights(host, out, weight_parts, (lambda done: None) if advance is None else
+                                     (lambda done: advance("writing weights", done, weight_bytes)))
     bounds_by_name = dict(host.bounds)
     storages = []
     for storage in host.storages:
@@ -159,14 +183,19 @@ def write_bundle(module: IRModule, out_dir: str | Path, source: str, progress: P
     if tokenizer is not None:
         manifest["tokenizer"] = tokenizer
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
-    if RUNTIME_JS.is_dir():
+    if runtime == "copy" and RUNTIME_JS.is_dir():
         shutil.copytree(RUNTIME_JS, out / "runtime", dirs_exist_ok=True)
-    progress(f"wrote {out}/ ({len(kernels)} kernels, {sum(s['nbytes'] for s in shards)} bytes of weights)")
+    progress(f"wrote the bundle: {len(kernels)} kernels, {sum(s['nbytes'] for s in shards)} bytes of weights")
     return manifest
 
 
-def _write_kernels_wasm(module: IRModule, kernel_order: list, source: str, out: Path, progress: Progress) -> dict:
-    """Write ``kernels.wasm`` (and its text ``kernels.wat``) with every kernel in manifest
+def _megabytes(count: int) -> str:
+    return f"{count / 1e6:.1f} MB" if count >= 100_000 else f"{count} bytes"
+
+
+def _write_kernels_wasm(module: IRModule, kernel_order: list, source: str, out: Path, progress: Progress,
+                        debug: bool) -> dict:
+    """Write ``kernels.wasm`` (and with ``debug`` its text ``kernels.wat``) with every kernel in manifest
     order; the manifest's ``wasm`` entry.  A bundle whose kernels cannot all run on the CPU
     (a library kernel without a WebAssembly version) gets none, and the entry says why: a
     note, never a failed build."""
@@ -174,7 +203,8 @@ def _write_kernels_wasm(module: IRModule, kernel_order: list, source: str, out: 
     if not isinstance(kernels_wasm, KernelsWasm):
         progress(f"note: no {KERNELS_WASM} (no WebAssembly backend): {kernels_wasm.reason}")
         return {"unavailable": kernels_wasm.reason}
-    (out / KERNELS_WAT).write_text(kernels_wasm.wat)
+    if debug:
+        (out / KERNELS_WAT).write_text(kernels_wasm.wat)
     (out / KERNELS_WASM).write_bytes(kernels_wasm.wasm)
     progress(f"assembled {KERNELS_WASM} ({len(kernels_wasm.wasm)} bytes)")
     return {"file": KERNELS_WASM, "scratch_bytes": kernels_wasm.scratch_bytes}
@@ -378,13 +408,24 @@ def _dtype_table(host: HostFunction) -> dict:
     return {dtype: dtype_info(dtype).manifest_entry() for dtype in sorted(set(used))}
 
 
-def _write_weights(host: HostFunction, out: Path, weight_parts: list[int]) -> tuple[list, list]:
+def _padded(nbytes: int) -> int:
+    """A weight's bytes in its shard: its device bytes, padded to a multiple of 4."""
+    return nbytes + (-nbytes) % 4
+
+
+def _write_weights(host: HostFunction, out: Path, weight_parts: list[int],
+                   written: Callable[[int], None]) -> tuple[list, list]:
+    """Write the weights into shards of about :data:`SHARD_BYTES` (a larger weight alone),
+    calling ``written`` with the bytes of the shards written so far after each shard; returns
+    the manifest's ``weights`` and ``shards``."""
     weights, shards = [], []
+    done = 0
     chunks: list[bytes] = []
     size = 0
+    written(done)
 
     def close_shard() -> None:
-        nonlocal chunks, size
+        nonlocal chunks, size, done
         if not chunks:
             return
         data = b"".join(chunks)
@@ -392,11 +433,13 @@ def _write_weights(host: HostFunction, out: Path, weight_parts: list[int]) -> tu
         (out / file).write_bytes(data)
         shards.append({"file": file, "nbytes": len(data), "sha256": hashlib.sha256(data).hexdigest()})
         chunks, size = [], 0
+        done += len(data)
+        written(done)
 
     for weight, parts in zip(host.weights, weight_parts):
         dtype = str(weight.data.dtype)
         raw = _device_array(weight.name, np.asarray(weight.data)).tobytes()
-        padded = raw + b"\0" * ((-len(raw)) % 4)
+        padded = raw + b"\0" * (_padded(len(raw)) - len(raw))
         if size and size + len(padded) > SHARD_BYTES:
             close_shard()
         weights.append({

@@ -1,6 +1,6 @@
 """The ``relaxweb`` command line.
 
-    relaxweb build MODEL.onnx -o DIR [--bound NAME=INT ...]
+    relaxweb build MODEL.onnx -o DIR [--bound NAME=INT ...] [--runtime copy|none] [--debug]
     relaxweb run DIR --inputs IN.npz [--out OUT.npz] [--browser] [--profile] [--backend auto|webgpu|wasm]
     relaxweb run DIR --inputs A.npz --inputs B.npz ... [--batch] [--out FOLDER] [--browser]
     relaxweb run MODEL.onnx --inputs IN.npz [--out OUT.npz] --reference
@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import NoReturn
+from typing import NoReturn, TextIO
 import zipfile
 from pathlib import Path
 
@@ -30,6 +30,7 @@ from .api import (
     run_reference,
 )
 from .browser import serve
+from .bundle import RUNTIME_CHOICES
 from .errors import RelaxwebError, shown
 from .frontend.validation import MAX_DIM
 from .frontend.onnx import default_opset, from_onnx, load_onnx, op_coverage, symbolic_vars
@@ -55,15 +56,55 @@ def _parse_bound(text: str) -> tuple[str, int]:
     return name, bound
 
 
-def _progress(message: str) -> None:
-    print(f"  {message}", file=sys.stderr, flush=True)
+class BuildProgress:
+    """A build's progress on ``stream`` (stderr): a line per step and, on a terminal, a bar for a
+    long step (the weights being written), redrawn in place and cleared when the step ends;
+    off a terminal (a log file, a pipe) the lines only."""
+
+    WIDTH = 30  # characters of the bar
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.terminal = stream.isatty()
+        self.drawn = ""  # the bar on the screen now ("" when none)
+
+    def line(self, message: str) -> None:
+        self.clear()
+        print(f"  {message}", file=self.stream, flush=True)
+
+    def advance(self, step: str, done: int, total: int) -> None:
+        """``done`` of ``total`` bytes of ``step``: the bar, redrawn when its text changes."""
+        if not self.terminal or total <= 0:
+            return
+        if done >= total:
+            self.clear()
+            return
+        filled = self.WIDTH * done // total
+        bar = (f"  {step} [{'#' * filled}{'.' * (self.WIDTH - filled)}] {100 * done // total:3d}% "
+               f"({done / 1e6:.0f} of {total / 1e6:.0f} MB)")
+        if bar != self.drawn:
+            self.stream.write(f"\r\033[K{bar}")
+            self.stream.flush()
+            self.drawn = bar
+
+    def clear(self) -> None:
+        """Take the bar off the screen (nothing when none is drawn)."""
+        if self.drawn:
+            self.stream.write("\r\033[K")
+            self.stream.flush()
+            self.drawn = ""
 
 
 def command_build(args: argparse.Namespace) -> int:
     started = time.perf_counter()
-    bundle = build(args.model, args.output, bounds=dict(args.bound or []), opt_level=args.opt_level,
-                   dump_ir=args.dump_ir, progress=_progress, weights=args.weights, group_size=args.group_size,
-                   scale_dtype=args.scale_dtype, tokenizer=args.tokenizer)
+    screen = BuildProgress(sys.stderr)
+    try:
+        bundle = build(args.model, args.output, bounds=dict(args.bound or []), opt_level=args.opt_level,
+                       dump_ir=args.dump_ir, progress=screen.line, advance=screen.advance, weights=args.weights,
+                       group_size=args.group_size, scale_dtype=args.scale_dtype, tokenizer=args.tokenizer,
+                       debug=args.debug, runtime=args.runtime)
+    finally:
+        screen.clear()  # an error's line starts on a line of its own
     for spec in bundle.inputs:
         print(f"  input  {spec}", file=sys.stderr)
     for spec in bundle.outputs:
@@ -288,6 +329,12 @@ def make_parser() -> argparse.ArgumentParser:
                        help="a JSON tokenizer for the bundle (for 'relaxweb generate'), e.g. {\"kind\": \"byte\", "
                        "\"vocab_size\": 258, \"eos_token_id\": 257}; by default the model's metadata_props"
                        "[\"relaxweb.tokenizer\"] when it has one")
+    build.add_argument("--runtime", choices=RUNTIME_CHOICES, default="copy",
+                       help="; ".join(f"{name}: {what}" for name, what in RUNTIME_CHOICES.items())
+                       + " (the bundle's runtime/ folder)")
+    build.add_argument("--debug", action="store_true",
+                       help="also write host.wat and kernels.wat, the text of the bundle's two WebAssembly modules, "
+                       "for reading (no runtime loads them; left out by default: a page does not need them)")
     build.set_defaults(handler=command_build)
 
     run = commands.add_parser("run", help="run a bundle (or a model, with --reference) on inputs from an .npz file",

@@ -24,7 +24,7 @@ from typing import Callable, Mapping
 import numpy as np
 import onnx
 
-from .bundle import write_bundle
+from .bundle import RUNTIME_CHOICES, Advance, write_bundle
 from .errors import InputShapeError, RelaxwebError
 from .frontend import from_onnx, load_onnx
 from .frontend.onnx import symbolic_vars
@@ -140,6 +140,8 @@ def compile_model(model: Model, bounds: Mapping[str, int] | None = None, *,
     """Import and lower a model; the result's ``main`` is a HostFunction."""
     bounds, opt_level = checked_bounds(bounds), checked_opt_level(opt_level)  # before the slow import
     checked_weights(weights, group_size, scale_dtype)
+    if not isinstance(model, onnx.ModelProto):
+        progress(f"reading {model_name(model)}")
     module = import_model(model)
     main = module.main
     progress(f"imported {model_name(model)}: {len(main.bindings())} bindings, "
@@ -177,11 +179,15 @@ def compile_module(module: IRModule, bounds: Mapping[str, int] | None = None, *,
 def build_bundle(model: Model, out_dir: str | Path, bounds: Mapping[str, int] | None = None, *,
                  opt_level: int = DEFAULT_OPT_LEVEL, progress: Progress = _quiet,
                  dump_ir: Path | None = None, weights: str = "float32", group_size: int = 32,
-                 scale_dtype: str = "float16", tokenizer: str | Path | None = None) -> dict:
+                 scale_dtype: str = "float16", tokenizer: str | Path | None = None, debug: bool = False,
+                 runtime: str = "copy", advance: Advance | None = None) -> dict:
     """Compile ``model`` into the bundle folder ``out_dir``; returns the manifest.
 
     The manifest carries the tokenizer of the JSON file ``tokenizer`` when one is given, else
     the one the model names in its metadata (``relaxweb/tokenizer.py``), else none.
+    ``debug`` (``--debug``) adds the WebAssembly modules' text; ``runtime`` (``--runtime``)
+    says whether the bundle carries a copy of the browser runtime (``bundle.RUNTIME_CHOICES``);
+    ``advance`` is told the bytes of weights written as they go (the command line's bar).
 
     The bundle is written into a new folder next to ``out_dir`` and its entries are moved
     into ``out_dir`` only when all of it is written: a build that fails (a refused model, a
@@ -190,6 +196,9 @@ def build_bundle(model: Model, out_dir: str | Path, bounds: Mapping[str, int] | 
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise RelaxwebError(f"{out} exists and is not a folder; the output (-o) must be a folder")
+    if runtime not in RUNTIME_CHOICES:  # before the slow compile
+        raise RelaxwebError(f"runtime {runtime!r} is not one of {', '.join(RUNTIME_CHOICES)} "
+                            f"({'; '.join(f'{name}: {what}' for name, what in RUNTIME_CHOICES.items())})")
     tokenizer_entry = tokenizer_from_file(tokenizer) if tokenizer is not None else None  # before the slow compile
     module = compile_model(model, bounds, opt_level=opt_level, progress=progress, dump_ir=dump_ir,
                            weights=weights, group_size=group_size, scale_dtype=scale_dtype)
@@ -202,7 +211,8 @@ def build_bundle(model: Model, out_dir: str | Path, bounds: Mapping[str, int] | 
         raise RelaxwebError(f"cannot write the bundle next to {out}: {error.strerror}") from None
     try:
         manifest = write_bundle(module, staging, model_name(model), progress,
-                                split_bytes=PassContext.current().binding_split_bytes, tokenizer=tokenizer_entry)
+                                split_bytes=PassContext.current().binding_split_bytes, tokenizer=tokenizer_entry,
+                                debug=debug, runtime=runtime, advance=advance)
         _move_into_place(staging, out)
     except OSError as error:
         raise RelaxwebError(f"cannot write the bundle to {out}: {error.strerror or error}") from None

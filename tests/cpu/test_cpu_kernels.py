@@ -1226,7 +1226,7 @@ def test_integer_and_index_module(monkeypatch) -> None:
 def test_bundle_has_kernels_wasm(tmp_path) -> None:
     model = make_model([helper.make_node("MatMul", ["x", "w"], ["y"])], [("x", TensorProto.FLOAT, ["batch", 8])],
                        ["y"], {"w": rand(8, 4)})
-    bundle = relaxweb.build(model, tmp_path)
+    bundle = relaxweb.build(model, tmp_path, debug=True)  # kernels.wat too
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     assert manifest["wasm"] == {"file": "kernels.wasm", "scratch_bytes": MATMUL_SCRATCH_BYTES}
     assert manifest_problem(manifest) is None

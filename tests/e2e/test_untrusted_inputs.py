@@ -68,7 +68,7 @@ def build(tmp_path: Path, folder: str, names: dict[str, str], file_name: str = "
     model_dir.mkdir()
     onnx.save(two_step_model(names), model_dir / file_name)
     out = tmp_path / (folder + "_bundle")
-    relaxweb.build(model_dir / file_name, out)
+    relaxweb.build(model_dir / file_name, out, debug=True)  # host.wat: the generated code as text
     return out
 
 

@@ -167,7 +167,7 @@ def mlp_onnx(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def bundle(mlp_onnx: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("bundle") / "dist"
-    build_bundle(mlp_onnx, out, {"batch": 64}, opt_level=0)
+    build_bundle(mlp_onnx, out, {"batch": 64}, opt_level=0, debug=True)  # host.wat too
     return out
 
 
