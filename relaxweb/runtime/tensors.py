@@ -23,6 +23,14 @@ from relaxweb.runtime.manifest import read_bundle_file
 
 SEQUENCE_KINDS = ("sequence", "optional_sequence")
 
+#: What an input takes, the same in both runtimes: a numpy array of the input's dtype (JS: its
+#: typed array) or, by the input's dtype, of one of these (an int64 input takes int32 data,
+#: as the GPU holds int64 tensors: every value fits); a GpuTensor of the input's dtype where
+#: the backend takes one.  Nothing else: no lists, no arrays of other dtypes, no other array
+#: types.  The browser runtime's table is ``ALSO_ACCEPTED`` in ``runtime_js/host.js``; the
+#: conformance corpus (``tests/conformance/input_arrays.json``) holds both to it.
+ALSO_ACCEPTED: dict[str, tuple[str, ...]] = {"int64": ("int32",)}
+
 
 def device_dtype(dtype_entry: Mapping[str, Any]) -> np.dtype:
     """The dtype a tensor has in GPU memory, from its entry in the manifest's ``dtypes``
@@ -65,6 +73,19 @@ def to_device(name: str, array: np.ndarray, dtype_entry: Mapping[str, Any]) -> n
             )
     with np.errstate(over="ignore"):
         return np.asarray(array.astype(stored), order="C")
+
+
+def accepted_array(value: Any, dtype: np.dtype) -> bool:
+    """Whether ``value`` is an array an input of ``dtype`` takes (:data:`ALSO_ACCEPTED`)."""
+    return isinstance(value, np.ndarray) and (value.dtype == dtype or value.dtype.name in ALSO_ACCEPTED.get(dtype.name, ())
+                                              and value.dtype.isnative)
+
+
+def wrong_data(name: str, dtype: np.dtype, value: Any) -> InputShapeError:
+    """The error for data an input of ``dtype`` does not take (worded as the browser's)."""
+    accepted = " or ".join((dtype.name, *ALSO_ACCEPTED.get(dtype.name, ())))
+    return InputShapeError(f"input '{name}': expected {dtype} data (a numpy array of dtype {accepted}), "
+                           f"got {describe_value(value)}")
 
 
 def describe_value(value: Any) -> str:
@@ -131,11 +152,8 @@ def checked_inputs(manifest: Mapping[str, Any], inputs: Mapping[str, Any],
         if isinstance(value, GpuTensor):
             check_gpu_tensor(name, value)
         expected_dtype = np.dtype(entry["dtype"])
-        if not isinstance(value, (np.ndarray, GpuTensor)) or value.dtype != expected_dtype:
-            raise InputShapeError(
-                f"input '{name}' must be a numpy array of dtype {expected_dtype}, "
-                f"got {describe_value(value)}"
-            )
+        if not (accepted_array(value, expected_dtype) or isinstance(value, GpuTensor) and value.dtype == expected_dtype):
+            raise wrong_data(name, expected_dtype, value)
         if value.ndim != len(entry["shape"]):
             raise InputShapeError(
                 f"input '{name}' has {value.ndim} dimensions (shape {list(value.shape)}), "
@@ -156,9 +174,8 @@ def checked_sequence(manifest: Mapping[str, Any], entry: Mapping[str, Any], valu
         raise InputShapeError(f"input '{name}' is a sequence: it must be a list of numpy arrays, got {describe_value(value)}")
     flat = []
     for position, element in enumerate(value):
-        if not isinstance(element, np.ndarray) or element.dtype != dtype:
-            raise InputShapeError(f"input '{name}': element {position} must be a numpy array of dtype {dtype}, "
-                                  f"got {describe_value(element)}")
+        if not accepted_array(element, dtype):
+            raise wrong_data(f"{name}[{position}]", dtype, element)
         if ndim >= 0 and element.ndim != ndim:
             raise InputShapeError(f"input '{name}': element {position} has {element.ndim} dimensions "
                                   f"(shape {list(element.shape)}), expected {ndim}")

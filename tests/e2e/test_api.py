@@ -281,7 +281,7 @@ ERROR_CASES: dict[str, Case] = {
     "wrong shape": run_case({"x": np.zeros((5, 63), np.float32)}, relaxweb.InputShapeError,
                             "input 'x': dimension 1 is 63, expected 64"),
     "wrong dtype": run_case({"x": np.zeros((5, 64), np.float64)}, relaxweb.InputShapeError,
-                            "input 'x' must be a numpy array of dtype float32, got an array of dtype float64"),
+                            "input 'x': expected float32 data (a numpy array of dtype float32), got an array of dtype float64"),
     "missing input": run_case({}, relaxweb.InputShapeError, "missing input 'x' (float32 [batch, 64])"),
     "unknown input": run_case({"x": mlp_input(2), "y": mlp_input(2)}, relaxweb.InputShapeError,
                               "unknown input 'y'"),

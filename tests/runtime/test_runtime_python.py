@@ -308,7 +308,7 @@ def test_session_rejects_wrong_dtype_naming_both(session: Any) -> None:
 
 
 def test_session_rejects_a_list_input(session: Any) -> None:
-    expected = "'x' must be a numpy array of dtype float32, got a list"
+    expected = r"input 'x': expected float32 data \(a numpy array of dtype float32\), got a list"
     with pytest.raises(InputShapeError, match=expected):
         session.run({"x": [[0.0, 0.0, 0.0, 0.0]]})
 

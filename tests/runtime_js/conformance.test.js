@@ -11,10 +11,11 @@ import { readFileSync, readdirSync } from "node:fs";
 
 import { SliceLayout, batchTable, checkTotals, gridOf, mergeDispatches, oneByOneReason } from "../../relaxweb/runtime_js/batch.js";
 import { mulberry32 } from "../../relaxweb/runtime_js/generate.js";
-import { decodeCommands } from "../../relaxweb/runtime_js/host.js";
+import { TYPED_ARRAY_OF_DTYPE, decodeCommands, floatToHalfBits } from "../../relaxweb/runtime_js/host.js";
 import { dispatchesOf, readOf, resumes } from "../../relaxweb/runtime_js/host_session.js";
 import { manifestProblem } from "../../relaxweb/runtime_js/manifest.js";
 import { evaluateTree } from "../../relaxweb/runtime_js/profile.js";
+import { prepareInputs } from "../../relaxweb/runtime_js/tensors.js";
 
 const CORPUS = new URL("../conformance/", import.meta.url);
 const COMMON_FIELDS = ["name", "pending_in", "pending_why"];
@@ -79,6 +80,20 @@ function decodedStep(c) {
   return decoded;
 }
 
+/**
+ * An input_arrays case's given data as a page would pass it: a list as a plain Array, an
+ * array as its dtype's typed array (int64 BigInt64Array, float16 half bits, bool 0/1 bytes).
+ * @param {{list?: any[], dtype?: string, values?: any[]}} given
+ */
+function givenData(given) {
+  if (given.list) return given.list;
+  const values = /** @type {any[]} */ (given.values);
+  /** @type {Record<string, (v: any) => any>} */
+  const asElement = { int64: BigInt, float16: floatToHalfBits, bool: Number };
+  const typed = /** @type {any} */ (TYPED_ARRAY_OF_DTYPE)[/** @type {string} */ (given.dtype)];
+  return typed.from(values.map(asElement[/** @type {string} */ (given.dtype)] ?? ((v) => v)));
+}
+
 /** How the batch_modes cases write an instance's inputs. @type {Record<string, () => any>} */
 const INPUT_OF_KIND = { array: () => ({ data: new Float32Array(1), shape: [1] }), list: () => [] };
 
@@ -129,6 +144,23 @@ const RUNNERS = {
   }, ["manifest", "instances", "reason"]],
 
   command_lists: [(c) => expect(() => decodedStep(c), c.step, c.error), ["call_sites", "storages", "read_slots", "words", "step", "error"]],
+
+  input_arrays: [(c, corpus) => {
+    const manifest = { inputs: [{ name: "x", dtype: c.input, shape: ["n"], storage: 0 }], dtypes: corpus.dtypes };
+    const data = givenData(c.given);
+    const inputs = { x: { data, shape: [data.length] } };
+    if (c.refused) {
+      assert.throws(() => prepareInputs(manifest, inputs), (/** @type {any} */ thrown) => {
+        assert.equal(thrown.name, "InputShapeError");
+        for (const part of c.refused) assert.ok(thrown.message.includes(part), thrown.message);
+        return true;
+      });
+      return;
+    }
+    const device = /** @type {any} */ (prepareInputs(manifest, inputs).deviceInputs.x.data);
+    assert.deepEqual([device.constructor.name.replace("Array", "").toLowerCase(), Array.from(device)],
+      [c.device.dtype, c.device.values]);
+  }, ["input", "given", "device", "refused"]],
 };
 
 const corpora = readdirSync(CORPUS).filter((file) => file.endsWith(".json")).sort()
