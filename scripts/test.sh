@@ -22,6 +22,9 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 python3 -m pip install -q -e ".[test]"
+# The JS side's devDependencies (package.json): vite and typescript for the npm package's tests
+# (tests/runtime_js/test_npm_package.py), onnxruntime-web for the benchmarks.
+npm install --no-audit --no-fund --loglevel=error
 python3 -m pytest -q
 npm test
 # ONNX's operator test suite (all ~1900 cases, regenerated from the installed onnx package)

@@ -1,4 +1,15 @@
-// Types of the public API of the relaxweb browser runtime (relaxweb.js).
+// Types of the public API of the relaxweb browser runtime (relaxweb.js): what `import ... from
+// "relaxweb"` gives (the npm package; a bundle's runtime/ folder carries the same files).
+//
+// Self-contained: they compile under `tsc --strict` with nothing else installed, on every
+// TypeScript from 5.0. WebGPU's own types are not referenced here: TypeScript 6 and later have
+// them in lib.dom, and @webgpu/types (for earlier ones; an optional peer dependency) declares
+// the same names again, so a reference to it would break every newer compiler. A GPUDevice
+// below is the consumer's GPUDevice where it has one (lib.dom of TypeScript 6+, or
+// @webgpu/types in its tsconfig's "types"), an opaque object where it has none.
+
+/** The environment's `GPUDevice` type (see the top of this file), else `object`. */
+export type WebGPUDevice = typeof globalThis extends { GPUDevice: { prototype: infer Device } } ? Device : object;
 
 /**
  * Typed arrays a tensor's data may be, by dtype: float32 Float32Array, float64 Float64Array
@@ -76,7 +87,7 @@ export interface LoadOptions {
   /** Called as the weight shards arrive, first with `loaded: 0`, last with `loaded === total`. */
   onProgress?: (progress: Progress) => void;
   /** A WebGPU device to use instead of requesting one (it must meet the bundle's limits and features). */
-  device?: GPUDevice;
+  device?: WebGPUDevice;
   /**
    * Keep the weight shards in the Cache API (`caches`): `true` uses the cache named
    * `DEFAULT_CACHE_NAME`, a string names the cache. The manifest, host.wasm and kernels are
@@ -202,8 +213,17 @@ export class GpuTensor {
 /** Options of `Model.run`. */
 export interface RunOptions {
   /** Outputs to keep on the GPU, as GpuTensors: their names, or true for every output but sequences. */
-  keepOnGpu?: boolean | string[];
+  keepOnGpu?: boolean | readonly string[];
 }
+
+/**
+ * A run's outputs by name, read back (a sequence output, in the rare models that have one, is
+ * an array of Tensors instead: cast it).
+ */
+export type Outputs = Record<string, Tensor>;
+
+/** A run's outputs with `keepOnGpu: [names]`: those names as GpuTensors, the others read back. */
+export type KeptOutputs<K extends string> = { [P in K]: GpuTensor } & Record<string, Tensor | GpuTensor>;
 
 /** What a span of a model's life did to GPU memory: real calls counted. */
 export interface TransferCounts {
@@ -296,7 +316,7 @@ export class Model {
   readonly inputs: TensorSpec[];
   readonly outputs: TensorSpec[];
   readonly symbolicVars: SymbolicVar[];
-  readonly device: GPUDevice;
+  readonly device: WebGPUDevice;
   /**
    * For each weight the bundle binds in parts (above 128 MiB), by name, the byte sizes of the
    * buffers it was loaded into: one when the device binds it whole, else its parts.
@@ -335,6 +355,9 @@ export class Model {
    * them read back; when every output is kept, no readback at all); GpuTensor inputs are
    * copied on the GPU in the run's first command encoder.
    */
+  run(inputs: Record<string, Tensor | GpuTensor>, options?: { keepOnGpu?: false }): Promise<Outputs>;
+  run<K extends string>(inputs: Record<string, Tensor | GpuTensor>, options: { keepOnGpu: readonly K[] }): Promise<KeptOutputs<K>>;
+  run(inputs: Record<string, Tensor | GpuTensor>, options: { keepOnGpu: true }): Promise<Record<string, GpuTensor>>;
   run(inputs: Record<string, Tensor | GpuTensor>, options?: RunOptions): Promise<Record<string, Tensor | GpuTensor>>;
   /**
    * Run a batch of instances, each its own inputs with its own values of the symbolic sizes
@@ -393,7 +416,7 @@ export class WasmModel {
    * and its call site's `binding` when a kernel traps, and with an Error for `keepOnGpu` or
    * GpuTensor inputs (they need the webgpu backend). Concurrent calls take turns.
    */
-  run(inputs: Record<string, Tensor>, options?: RunOptions): Promise<Record<string, Tensor>>;
+  run(inputs: Record<string, Tensor>, options?: { keepOnGpu?: false }): Promise<Outputs>;
   /** Run a batch of instances: on the wasm backend one after another (see `Model.runBatch`). */
   runBatch(instances: Record<string, Tensor>[], options?: RunOptions): Promise<Record<string, Tensor>[]>;
   /** `run` after `warmup` runs, each dispatch timed by the clock (method "wall clock per kernel call"). */
@@ -418,4 +441,6 @@ export function splitUnits(units: number, threads: number, minUnits?: number): [
  * message naming each, with the needed and offered values), a shard is corrupt, or a kernel
  * does not compile. Resolves before the pipelines are ready (see `Model.ready`).
  */
+export function load(url: string | URL, options: LoadOptions & { backend: "webgpu" }): Promise<Model>;
+export function load(url: string | URL, options: LoadOptions & { backend: "wasm" }): Promise<WasmModel>;
 export function load(url: string | URL, options?: LoadOptions): Promise<Model | WasmModel>;
