@@ -79,7 +79,8 @@ export interface LoadOptions {
    * Threads of the wasm backend, an integer from 1 to 256 (default:
    * min(navigator.hardwareConcurrency, 4)). Used only where the page is cross-origin isolated
    * (`crossOriginIsolated`: served with COOP same-origin and COEP require-corp, as `relaxweb
-   * serve` does); elsewhere the backend runs on the page's thread alone, without an error.
+   * serve` does); elsewhere the backend runs on the page's thread alone, without an error, and
+   * load's console line says why.
    */
   threads?: number;
   /** Tighter bounds for symbolic vars: smaller buffers; a bound above the build's is an error. */

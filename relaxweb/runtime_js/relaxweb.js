@@ -23,7 +23,7 @@ import {
   NO_ADAPTER, WebGpuDevice, checkDevice, checkLimitCaps, deviceShortfalls, loadTimeLimits, requestAdapter, requestDevice,
 } from "./webgpu_device.js";
 import { KernelPipelines, SHADER_F16, chosenKernels, compileKernels, fetchKernelSources } from "./webgpu_kernels.js";
-import { sharedMemoryVariant, splitUnits, threadCount } from "./wasm_backend.js";
+import { sharedMemoryVariant, singleThreadReason, splitUnits, threadCount } from "./wasm_backend.js";
 import { WasmModel } from "./wasm_model.js";
 
 export { DEFAULT_CACHE_NAME, GpuTensor, InputShapeError, WasmModel, sharedMemoryVariant, splitUnits };
@@ -118,7 +118,8 @@ export async function load(url, {
     if (chosenBackend(backend, manifest, device ?? adapter, requiredLimits, requiredFeatures) === "wasm") {
       const wasmBytes = (await wasmBytesPromise) ?? (await fetchBytes(fileUrl(manifest.wasm.file)));
       const model = await WasmModel.create(manifest, host, wasmBytes, shards, { threads, ...configured });
-      console.info(`relaxweb: the wasm backend runs this model (${model.threads} thread${model.threads === 1 ? "" : "s"})`);
+      const why = model.threads === 1 ? singleThreadReason(threads) : "";
+      console.info(`relaxweb: the wasm backend runs this model (${model.threads} thread${model.threads === 1 ? "" : "s"}${why && `: ${why}`})`);
       return model;
     }
     if (adapterError) throw new Error(`${adapterError.message}, and ${wasmProblem}`);

@@ -133,6 +133,24 @@ export function threadCount(threads) {
   return threads ?? Math.max(1, Math.min(globalThis.navigator?.hardwareConcurrency ?? 1, DEFAULT_MAX_THREADS));
 }
 
+/**
+ * Why the wasm backend runs on one thread although more were not refused by the `threads`
+ * option, for load's console line; "" where nothing stopped it (threads: 1 asked for, or one core).
+ * @param {number|undefined} threads the load option
+ * @returns {string}
+ */
+export function singleThreadReason(threads) {
+  if (threads === 1) return "";
+  if (globalThis.crossOriginIsolated !== true) {
+    return "this page is not cross-origin isolated, so it has no SharedArrayBuffer to share with worker threads " +
+      "(serve it with the headers Cross-Origin-Opener-Policy: same-origin and Cross-Origin-Embedder-Policy: " +
+      "require-corp, as relaxweb serve does)";
+  }
+  if (typeof SharedArrayBuffer === "undefined") return "this browser has no SharedArrayBuffer";
+  if (typeof Worker === "undefined") return "this context has no Worker";
+  return "";
+}
+
 /** @param {number} value @returns {number} */
 const aligned16 = (value) => Math.ceil(value / 16) * 16;
 

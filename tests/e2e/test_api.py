@@ -1,6 +1,6 @@
 """The Python API (``relaxweb.build``, ``load``, ``run_reference``, ``inspect``): the example
 MLP built, loaded and run on wgpu against onnxruntime; user errors, which must be the
-RelaxwebError the command line reports, message for message; the README's example.
+RelaxwebError the command line reports, message for message (the README's example: tests/e2e/test_readme.py).
 
 The command line runs in-process through ``relaxweb.cli.main`` (what the ``relaxweb``
 script and ``python -m relaxweb`` call), so its errors are read from stderr as a user sees
@@ -10,7 +10,6 @@ them without starting a process and a GPU device per case.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -306,26 +305,3 @@ def test_errors_are_the_cli_messages(device, capsys, tmp_path: Path, model: Path
     assert error_lines[0] == f"error: {raised.value}"
     assert expected in str(raised.value)
     assert not (tmp_path / "out").exists()
-
-
-# the README ----------------------------------------------------------------------------------
-
-
-def readme_python_example() -> str:
-    """The first ``python`` code block of the README's "Python API" section."""
-    readme = (REPO / "README.md").read_text()
-    section = readme.split("\n## Python API\n", 1)[1].split("\n## ", 1)[0]
-    blocks = re.findall(r"```python\n(.*?)```", section, re.DOTALL)
-    assert blocks, "the README's Python API section has no python example"
-    return blocks[0]
-
-
-def test_the_readme_example_runs(device, tmp_path: Path, monkeypatch, capsys) -> None:
-    (tmp_path / "examples").mkdir()
-    onnx.save(make_mlp(), str(tmp_path / "examples" / "mlp.onnx"))
-    monkeypatch.chdir(tmp_path)
-    exec(compile(readme_python_example(), "README.md (Python API)", "exec"), {"__name__": "readme"})
-    printed = capsys.readouterr().out
-    assert printed.startswith("bundle of mlp.onnx (format relaxweb-bundle v2)\n")
-    assert printed.endswith("input 'x': dimension 0 (batch) is 65, above its bound batch <= 64\n")
-    assert (tmp_path / "dist" / "mlp" / "manifest.json").is_file()

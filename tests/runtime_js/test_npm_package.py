@@ -24,11 +24,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper
-
 import relaxweb
 from examples.make_mlp import make_mlp
-from tests.helpers import MODEL, assert_close, in_the_browser, make_model, rand
+from tests.fixtures.tiny_decoder import BOUNDS, tiny_decoder
+from tests.helpers import MODEL, assert_close, in_the_browser, rand
 
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -97,27 +96,6 @@ def test_a_strict_typescript_consumer_compiles_with_only_the_package(packed, tmp
     assert done.returncode == 0, f"TypeScript {version}:\n{done.stdout}{done.stderr}"
 
 
-def tiny_decoder():
-    """A decoder generate can drive (input_ids and one past -> logits and its present), byte
-    tokenizer in its metadata: logits = (embedding + the mean of every key so far) @ W."""
-    nodes = [
-        helper.make_node("Gather", ["embedding", "input_ids"], ["embedded"], axis=0),
-        helper.make_node("Unsqueeze", ["embedded", "one"], ["key"]),
-        helper.make_node("Concat", ["past_key_values.0.key", "key"], ["present.0.key"], axis=2),
-        helper.make_node("ReduceMean", ["present.0.key"], ["summary"], axes=[2], keepdims=0),
-        helper.make_node("Add", ["embedded", "summary"], ["mixed"]),
-        helper.make_node("MatMul", ["mixed", "unembedding"], ["logits"]),
-    ]
-    model = make_model(nodes, [("input_ids", TensorProto.INT64, ["batch_size", "sequence_length"]),
-                               ("past_key_values.0.key", TensorProto.FLOAT, ["batch_size", 1, "past_sequence_length", 8])],
-                       ["logits", "present.0.key"],
-                       {"embedding": rand(258, 8, seed=1), "unembedding": rand(8, 258, seed=2),
-                        "one": np.array([1], np.int64)})
-    tokenizer = {"kind": "byte", "vocab_size": 258, "bos_token_id": 256, "eos_token_id": 257}
-    helper.set_model_props(model, {"relaxweb.tokenizer": json.dumps(tokenizer)})
-    return model
-
-
 @in_the_browser
 def test_a_vite_app_builds_and_runs_bundles_with_the_package(packed, tmp_path: Path, device) -> None:
     from relaxweb import browser  # noqa: PLC0415 - Playwright only for the tests that use it
@@ -133,8 +111,7 @@ def test_a_vite_app_builds_and_runs_bundles_with_the_package(packed, tmp_path: P
     assert assets["sampler"].read_bytes() == (REPO / "relaxweb" / "runtime_js" / "sampler.wgsl").read_bytes()
 
     mlp = relaxweb.build(make_mlp(), tmp_path / "mlp", bounds={"batch": 64}, runtime="none").path
-    decoder = relaxweb.build(tiny_decoder(), tmp_path / "decoder", runtime="none",
-                             bounds={"batch_size": 1, "sequence_length": 16, "past_sequence_length": 32}).path
+    decoder = relaxweb.build(tiny_decoder(), tmp_path / "decoder", bounds=BOUNDS, runtime="none").path
     assert not (mlp / "runtime").exists() and not (decoder / "runtime").exists()
     x = rand(3, 64, seed=4)
     expected = relaxweb.load(mlp, backend="wasm").run({"x": x})["probabilities"]
