@@ -272,9 +272,9 @@ def generate(session: Any, prompt: str | Sequence[int], *, max_new_tokens: int =
     checked_options(max_new_tokens, temperature, top_k, seed)
     logits_entry = next(entry for entry in session.manifest["outputs"] if entry["name"] == "logits")
     vocab = logits_entry["shape"][-1] if logits_entry["shape"] else None
-    if not isinstance(vocab, int) or logits_entry["dtype"] != "float32":
-        raise RelaxwebError("this bundle cannot generate: its logits must be float32 with a fixed vocabulary size "
-                            f"as their last dimension, got {logits_entry['dtype']} {logits_entry['shape']}")
+    if not isinstance(vocab, int) or logits_entry["dtype"] not in ("float32", "float16"):  # (float16: float32 on the GPU)
+        raise RelaxwebError("this bundle cannot generate: its logits must be float32 or float16 with a fixed vocabulary "
+                            f"size as their last dimension, got {logits_entry['dtype']} {logits_entry['shape']}")
     ids = _prompt_ids(session, prompt, vocab)
     limit = sequence_limit(session.manifest, signature)
     if limit is not None and len(ids) > limit:

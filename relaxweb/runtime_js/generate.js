@@ -266,9 +266,9 @@ export async function generate(model, prompt, options = {}) {
   checkOptions({ maxNewTokens, temperature, topK, seed });
   const logitsSpec = manifest.outputs.find((/** @type {any} */ entry) => entry.name === "logits");
   const vocab = logitsSpec.shape?.[logitsSpec.shape.length - 1];
-  if (!Number.isInteger(vocab) || logitsSpec.dtype !== "float32") {
-    throw new Error("this bundle cannot generate: its logits must be float32 with a fixed vocabulary size as their last " +
-      `dimension, got ${logitsSpec.dtype} [${(logitsSpec.shape ?? []).join(", ")}]`);
+  if (!Number.isInteger(vocab) || !["float32", "float16"].includes(logitsSpec.dtype)) { // (float16: float32 on the GPU)
+    throw new Error("this bundle cannot generate: its logits must be float32 or float16 with a fixed vocabulary size as " +
+      `their last dimension, got ${logitsSpec.dtype} [${(logitsSpec.shape ?? []).join(", ")}]`);
   }
   /** @type {number[]} */
   let ids;

@@ -14,6 +14,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from relaxweb.ir.parser import parse_module
+from relaxweb.ir.printer import format_module
 from relaxweb.passes import PassContext, place_kv_caches
 from tests.helpers import rand
 from tests.passes.rewrite import check_rewrite, check_unchanged
@@ -213,3 +215,42 @@ def test_place_kv_caches_leaves_a_copied_present_that_something_else_reads() -> 
     assert before.count("total") == 4
     with PassContext(bounds=KV_CACHE_BOUNDS):
         check_unchanged(place_kv_caches, before, _gqa_inputs(5, 2, [5, 3]))
+
+
+def test_place_kv_caches_ignores_readers_the_outputs_do_not_need() -> None:
+    """A reshape of a present that nothing uses (the importer leaves such layout ops where a
+    converter looked through them) does not stop the caches; the present keeps its name as
+    a view for it, and canonicalize_bindings drops both later."""
+    before = KV_CACHE_BEFORE.replace(
+        "        y: Tensor((b, 4, s, 8)",
+        '        unused: Tensor((b, 2, 1, p + s, 8), "float32") = reshape(present_k, shape((b, 2, 1, p + s, 8)))\n'
+        "        y: Tensor((b, 4, s, 8)")
+    expected = '''
+@function(inputs=["q", "past_k", "new_k", "past_v", "new_v", "mask"], outputs=["y", "present_k", "present_v"])
+def main(q: Tensor((b, 4, s, 8), "float32"), past_k: Tensor((b, 2, p, 8), "float32"), new_k: Tensor((b, 2, s, 8), "float32"), past_v: Tensor((b, 2, p, 8), "float32"), new_v: Tensor((b, 2, s, 8), "float32"), mask: Tensor((b, 1, s, p + s), "float32")) -> Tuple(Tensor((b, 4, s, 8), "float32"), Tensor((b, 2, p + s, 8), "float32"), Tensor((b, 2, p + s, 8), "float32")):
+    with dataflow():
+        present_k_cache: Tensor((b, 2, 12, 8), "float32") = kv_cache_write(past_k, new_k, axis=2, capacity=12)
+        present_k: Tensor((b, 2, p + s, 8), "float32") = kv_cache_view(present_k_cache, prim(p + s), axis=2)
+        present_v_cache: Tensor((b, 2, 12, 8), "float32") = kv_cache_write(past_v, new_v, axis=2, capacity=12)
+        present_v: Tensor((b, 2, p + s, 8), "float32") = kv_cache_view(present_v_cache, prim(p + s), axis=2)
+        unused: Tensor((b, 2, 1, p + s, 8), "float32") = reshape(present_k, shape((b, 2, 1, p + s, 8)))
+        y: Tensor((b, 4, s, 8), "float32") = attention(q, present_k_cache, present_v_cache, mask, prim(p + s), scale=0.5)
+        output(y, present_k, present_v)
+    return (y, present_k, present_v)
+'''
+    with PassContext(bounds=KV_CACHE_BOUNDS):
+        check_rewrite(place_kv_caches, before, expected, [_kv_cache_inputs()])
+
+
+def test_place_kv_caches_keeps_a_copied_present_that_an_unneeded_binding_reads() -> None:
+    """The keys the output copies are also reshaped for nothing: they stay, as a view too."""
+    before = GQA_BEFORE.replace(
+        "        y: Tensor((b, 4, s, 8)",
+        '        unused: Tensor((b, 2, 1, p + s, 8), "float32") = reshape(keys, shape((b, 2, 1, p + s, 8)))\n'
+        "        y: Tensor((b, 4, s, 8)")
+    with PassContext(bounds=KV_CACHE_BOUNDS):
+        after = place_kv_caches(parse_module(before))
+    text = format_module(after)
+    assert 'keys: Tensor((b, 2, p + s, 8), "float32") = kv_cache_view(keys_cache, prim(p + s), axis=2)' in text
+    assert 'present_k: Tensor((b, 2, p + s, 8), "float32") = kv_cache_view(keys_cache, prim(p + s), axis=2)' in text
+    assert "values:" not in text and "identity" not in text
