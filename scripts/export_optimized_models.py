@@ -42,7 +42,8 @@ transformers ...ForCausalLM saved to ``OUT_DIR/NAME.hf`` (random weights, a word
 builder requires); inputs ``input_ids``, ``attention_mask`` ``[batch, total]``, ``position_ids`` where the
 builder keeps it, and ``past_key_values.L.key/value``; outputs ``logits`` and ``present.L.*``.
 They are exported only when named with ``--only`` (the builder is an optional install:
-``pip install onnxruntime-genai``):
+``pip install onnxruntime-genai``); ``scripts/export_decoders.py`` exports the decoder corpus (the
+builder's variants with tied embeddings, torch dynamo's and optimum's) with this module's driver:
 
     llama_genai          -p fp32 -e cpu: GroupQueryAttention with packed QKV and its own rotary
                          (do_rotary=1, cos_cache/sin_cache), seqlens_k and total_sequence_length
@@ -53,7 +54,7 @@ They are exported only when named with ``--only`` (the builder is an optional in
     gemma2_genai         Gemma2ForCausalLM, -p fp32 -e cpu --extra_options windowed_kv_cache=false:
                          GroupQueryAttention with softcap and, on its sliding-window layer,
                          local_window_size
-    llama_genai_int4     -p int4 -e cpu: MatMulNBits, which relaxweb refuses (the unsupported-op listing)
+    llama_genai_int4     -p int4 -e cpu: MatMulNBits (untied embeddings: a float Gather)
     gemma2_genai_windowed_cache  gemma2 with the builder's default windowed cache for the sliding-window
                          layer (GroupQueryAttention's sliding_window_cache=1), which relaxweb refuses
 """

@@ -292,13 +292,13 @@ class _Planner:
                 defined_here.discard(root)
 
     def cache_write(self, value: Call, cache: Var) -> CallTIRInto:
-        """The in-place write of ``kv_cache_write(past, new)``'s new rows into ``cache``."""
-        past, new = value.args
+        """The in-place write of ``kv_cache_write(past, new[, lengths])``'s new rows into ``cache``."""
+        past, new, *lengths = value.args
         axis = value.attrs["axis"]
-        name = self.programs.add(cache_writer(new.struct_info, axis, value.attrs["capacity"]))
+        name = self.programs.add(cache_writer(new.struct_info, axis, value.attrs["capacity"], ragged=bool(lengths)))
         sizes = tuple((v.name, tensor_shape(past)[axis] if v.name == CACHE_OFFSET else SizeVar(v.name))
                       for v in self.programs.programs[name].size_vars)
-        return CallTIRInto(name, (self.rename(new),), cache, sizes)
+        return CallTIRInto(name, (self.rename(new), *(self.rename(n) for n in lengths)), cache, sizes)
 
     # -- sequences --------------------------------------------------------------------------
 

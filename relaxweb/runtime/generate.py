@@ -219,11 +219,39 @@ class _Feeds:
         self.signature = signature
         entries = {entry["name"]: entry for entry in manifest["inputs"]}
         self.dtypes = {name: np.dtype(entry["dtype"]) for name, entry in entries.items()}
-        batch = entries["input_ids"]["shape"][0]
-        # an empty past: the batch dimension 1, every other symbolic one (the past length) 0
-        self.empty_past = {past: np.zeros([1 if dim == batch else dim if isinstance(dim, int) else 0
-                                           for dim in entries[past]["shape"]], self.dtypes[past])
-                           for past, _ in signature.cache}
+        self.empty_past = {past: np.zeros(self.empty_past_shape(manifest, past, present), self.dtypes[past])
+                           for past, present in signature.cache}
+
+    @staticmethod
+    def empty_past_shape(manifest: Mapping[str, Any], past: str, present: str) -> list[int]:
+        """The prompt's empty past: 1 for the batch, 0 for the past length (the dimension the
+        present grows along: the cache's axis, else the one symbolic dimension the present
+        names otherwise), and each other dimension as the model has it: the past's when a
+        number, else the present's (a head size the exporter left symbolic, ``kv_cache_dim``,
+        that the model's graph fixes)."""
+        inputs = [entry["name"] for entry in manifest["inputs"]]
+        past_entry = manifest["inputs"][inputs.index(past)]
+        present_entry = next(entry for entry in manifest["outputs"] if entry["name"] == present)
+        batch = manifest["inputs"][inputs.index("input_ids")]["shape"][0]
+        axes = [cache["axis"] for cache in manifest.get("caches", []) if cache["input"] == inputs.index(past)]
+        grows = present_entry["shape"] or [None] * len(past_entry["shape"])
+        symbolic = [axis for axis, dim in enumerate(past_entry["shape"]) if isinstance(dim, str) and dim != batch]
+        if not axes:
+            axes = [axis for axis in symbolic if axis < len(grows) and isinstance(grows[axis], str)
+                    and grows[axis] != past_entry["shape"][axis]] or (symbolic if len(symbolic) == 1 else [])
+        if len(axes) != 1:
+            raise RelaxwebError(f"this bundle cannot generate: no dimension of input '{past}' {past_entry['shape']} is "
+                                f"the past length alone (the one output '{present}' {present_entry['shape']} grows along)")
+        shape = []
+        for axis, dim in enumerate(past_entry["shape"]):
+            out = grows[axis] if axis < len(grows) else None
+            extent = 1 if dim == batch else 0 if axis == axes[0] else dim if isinstance(dim, int) else out
+            if not isinstance(extent, int):
+                raise RelaxwebError(f"this bundle cannot generate: dimension {axis} of input '{past}' ({dim}) has no "
+                                    f"extent in the model (output '{present}' has {out} there), so its empty past "
+                                    "cannot be made")
+            shape.append(extent)
+        return shape
 
     def __call__(self, tokens: list[int], start: int, past: Mapping[str, Any] | None) -> dict[str, Any]:
         feeds: dict[str, Any] = {"input_ids": np.array([tokens], self.dtypes["input_ids"])}
@@ -244,9 +272,9 @@ def generate(session: Any, prompt: str | Sequence[int], *, max_new_tokens: int =
     checked_options(max_new_tokens, temperature, top_k, seed)
     logits_entry = next(entry for entry in session.manifest["outputs"] if entry["name"] == "logits")
     vocab = logits_entry["shape"][-1] if logits_entry["shape"] else None
-    if not isinstance(vocab, int) or logits_entry["dtype"] != "float32":
-        raise RelaxwebError("this bundle cannot generate: its logits must be float32 with a fixed vocabulary size "
-                            f"as their last dimension, got {logits_entry['dtype']} {logits_entry['shape']}")
+    if not isinstance(vocab, int) or logits_entry["dtype"] not in ("float32", "float16"):  # (float16: float32 on the GPU)
+        raise RelaxwebError("this bundle cannot generate: its logits must be float32 or float16 with a fixed vocabulary "
+                            f"size as their last dimension, got {logits_entry['dtype']} {logits_entry['shape']}")
     ids = _prompt_ids(session, prompt, vocab)
     limit = sequence_limit(session.manifest, signature)
     if limit is not None and len(ids) > limit:

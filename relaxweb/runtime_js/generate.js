@@ -203,12 +203,41 @@ function integers(dtype, values, shape) {
 function feedsMaker(manifest, signature) {
   const spec = (/** @type {string} */ name) => manifest.inputs.find((/** @type {any} */ entry) => entry.name === name);
   const batch = spec("input_ids").shape[0];
-  // an empty past: the batch dimension 1, every other symbolic one (the past length) 0
+  /**
+   * The prompt's empty past: 1 for the batch, 0 for the past length (the dimension the present
+   * grows along: the cache's axis, else the one symbolic dimension the present names otherwise),
+   * and each other dimension as the model has it: the past's when a number, else the present's (a
+   * head size the exporter left symbolic, `kv_cache_dim`, that the model's graph fixes).
+   * @param {string} past @param {string} present @returns {number[]}
+   */
+  const emptyPastShape = (past, present) => {
+    const { shape } = spec(past);
+    const index = manifest.inputs.indexOf(spec(past));
+    const presentShape = manifest.outputs.find((/** @type {any} */ entry) => entry.name === present).shape;
+    const grows = presentShape ?? shape.map(() => null);
+    let axes = (manifest.caches ?? []).filter((/** @type {any} */ c) => c.input === index).map((/** @type {any} */ c) => c.axis);
+    const symbolic = [...shape.keys()].filter((axis) => typeof shape[axis] === "string" && shape[axis] !== batch);
+    if (axes.length === 0) {
+      axes = symbolic.filter((axis) => typeof grows[axis] === "string" && grows[axis] !== shape[axis]);
+      if (axes.length === 0 && symbolic.length === 1) axes = symbolic;
+    }
+    if (axes.length !== 1) {
+      throw new Error(`this bundle cannot generate: no dimension of input '${past}' ${JSON.stringify(shape)} is the past ` +
+        `length alone (the one output '${present}' ${JSON.stringify(presentShape)} grows along)`);
+    }
+    return shape.map((/** @type {number|string} */ dim, /** @type {number} */ axis) => {
+      const extent = dim === batch ? 1 : axis === axes[0] ? 0 : typeof dim === "number" ? dim : grows[axis];
+      if (typeof extent !== "number") {
+        throw new Error(`this bundle cannot generate: dimension ${axis} of input '${past}' (${dim}) has no extent in the ` +
+          `model (output '${present}' has ${grows[axis]} there), so its empty past cannot be made`);
+      }
+      return extent;
+    });
+  };
   /** @type {Record<string, any>} */
-  const emptyPast = Object.fromEntries(signature.cache.map(([past]) => {
-    const { dtype, shape } = spec(past);
-    const dims = shape.map((/** @type {number|string} */ dim) => (dim === batch ? 1 : typeof dim === "number" ? dim : 0));
-    return [past, { data: new (/** @type {any} */ (TYPED_ARRAY_OF_DTYPE)[dtype])(0), shape: dims }];
+  const emptyPast = Object.fromEntries(signature.cache.map(([past, present]) => {
+    const data = new (/** @type {any} */ (TYPED_ARRAY_OF_DTYPE)[spec(past).dtype])(0);
+    return [past, { data, shape: emptyPastShape(past, present) }];
   }));
   return (tokens, start, past) => {
     /** @type {Record<string, any>} */
@@ -237,9 +266,9 @@ export async function generate(model, prompt, options = {}) {
   checkOptions({ maxNewTokens, temperature, topK, seed });
   const logitsSpec = manifest.outputs.find((/** @type {any} */ entry) => entry.name === "logits");
   const vocab = logitsSpec.shape?.[logitsSpec.shape.length - 1];
-  if (!Number.isInteger(vocab) || logitsSpec.dtype !== "float32") {
-    throw new Error("this bundle cannot generate: its logits must be float32 with a fixed vocabulary size as their last " +
-      `dimension, got ${logitsSpec.dtype} [${(logitsSpec.shape ?? []).join(", ")}]`);
+  if (!Number.isInteger(vocab) || !["float32", "float16"].includes(logitsSpec.dtype)) { // (float16: float32 on the GPU)
+    throw new Error("this bundle cannot generate: its logits must be float32 or float16 with a fixed vocabulary size as " +
+      `their last dimension, got ${logitsSpec.dtype} [${(logitsSpec.shape ?? []).join(", ")}]`);
   }
   /** @type {number[]} */
   let ids;

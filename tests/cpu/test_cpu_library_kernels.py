@@ -104,6 +104,27 @@ def test_kv_cache_write_writes_only_the_new_rows(outer: tuple, length: int, inne
     assert not np.array_equal(result, output)  # something was written
 
 
+@pytest.mark.parametrize("lengths, length, offset", [
+    ([5, 3], 1, 5),          # a ragged decode step: entry 1 holds 3 rows of a past of 5
+    ([0, 9, -2], 2, 6),      # lengths past the past, and negative ones, clamped into [0, 6]
+    ([100], 300, 100),       # runs cross the units' boundaries
+])
+def test_a_ragged_kv_cache_write_starts_each_entry_after_its_own_past(lengths: list, length: int, offset: int) -> None:
+    """GroupQueryAttention's cache: entry b's rows from clamp(lengths[b], 0, offset) on."""
+    batch, heads, head, capacity = len(lengths), 2, 4, 512
+    kernel = kv_cache_write_kernel("kv_cache_write", (SizeVar("batch"), IntImm(heads)), SizeVar("new"), (IntImm(head),),
+                                   capacity, "float32", "past", ragged=True)
+    value = rand((batch, heads, length, head), seed=5)
+    output = rand((batch, heads, capacity, head), seed=6)
+    sizes = {"batch": batch, "new": length, "past": offset}
+    arrays = [value, np.array(lengths, np.int32)]
+    result = run_library_kernel(kernel, arrays, sizes, output)
+    expected = expected_in_place(kernel, arrays, sizes, output)
+    for entry, start in enumerate(min(max(n, 0), offset) for n in lengths):
+        np.testing.assert_array_equal(expected[entry, :, start:start + length], value[entry])
+    np.testing.assert_array_equal(result, expected)
+
+
 # -- unique ---------------------------------------------------------------------------------------
 
 

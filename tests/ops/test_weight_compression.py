@@ -336,3 +336,80 @@ def test_gather_block_quantized_without_zero_points_matches_onnxruntime(device, 
     relaxweb.build(model, tmp_path)
     np.testing.assert_array_equal(relaxweb.run_reference(model, feeds)["y"], expected)
     np.testing.assert_array_equal(relaxweb.load(tmp_path, device=device).run(feeds)["y"], expected)
+
+
+# onnxruntime's defaults: each quantized op's decode where the model leaves something out -------
+
+GBQ_ROWS, GBQ_WIDTH, GBQ_BLOCK = 10, 64, 32
+
+
+def _gather_block_quantized_case(data: str, bits: int, zero_points: bool) -> tuple[list, list[str]]:
+    """The table's initializers and the node's inputs: ``data`` uint8 (``bits`` per value,
+    MatMulNBits' layout), uint4 or int4, with zero points of the table's type or none."""
+    rng = np.random.default_rng(bits)
+    groups = GBQ_WIDTH // GBQ_BLOCK
+    scales = onnx.numpy_helper.from_array(rng.uniform(0.1, 1.0, (GBQ_ROWS, groups)).astype(np.float32), "scales")
+    per_byte = 8 // bits if data == "uint8" else 1
+    if data == "uint8":
+        table = onnx.numpy_helper.from_array(rng.integers(0, 256, (GBQ_ROWS, GBQ_WIDTH // per_byte)).astype(np.uint8), "table")
+        zeros = onnx.numpy_helper.from_array(rng.integers(0, 256, (GBQ_ROWS, -(-groups // per_byte))).astype(np.uint8), "zeros")
+    else:
+        kind, (low, high) = {"uint4": (TensorProto.UINT4, (0, 16)), "int4": (TensorProto.INT4, (-8, 8))}[data]
+        table = helper.make_tensor("table", kind, [GBQ_ROWS, GBQ_WIDTH], rng.integers(low, high, (GBQ_ROWS, GBQ_WIDTH)).flatten().tolist())
+        zeros = helper.make_tensor("zeros", kind, [GBQ_ROWS, groups], rng.integers(low, high, (GBQ_ROWS, groups)).flatten().tolist())
+    return [table, scales, *([zeros] if zero_points else [])], ["table", "ids", "scales", *(["zeros"] if zero_points else [])]
+
+
+@pytest.mark.parametrize("data, bits, zero_points", [
+    ("uint8", 4, False), ("uint8", 8, False), ("uint8", 4, True), ("uint8", 8, True),
+    ("uint4", 4, False), ("uint4", 4, True), ("int4", 4, False), ("int4", 4, True),
+])
+def test_gather_block_quantized_decodes_as_onnxruntime_with_and_without_zero_points(data: str, bits: int,
+                                                                                   zero_points: bool) -> None:
+    """onnxruntime's kernel, not only its spec text: uint8 data without zero points is taken
+    with MatMulNBits' implicit 8 (4 bits) or 128 (8 bits), uint4 and int4 data with 0."""
+    initializers, names = _gather_block_quantized_case(data, bits, zero_points)
+    node = helper.make_node("GatherBlockQuantized", names, ["y"], domain="com.microsoft", block_size=GBQ_BLOCK, bits=bits)
+    model = make_model([node], [("ids", TensorProto.INT64, ["n"])], ["y"], initializers,
+                       opset={"": 21, "com.microsoft": 1}, ir_version=10)
+    feeds = {"ids": np.array([0, 5, 9, 5], np.int64)}
+    np.testing.assert_array_equal(relaxweb.run_reference(model, feeds)["y"], onnxruntime_outputs(model, feeds)[0])
+
+
+def test_gather_block_quantized_reads_a_reshaped_constant_as_a_constant(tmp_path) -> None:
+    """The model builder's tied int4 embeddings: GatherBlockQuantized reads the LM head's
+    MatMulNBits words ``[V, blocks, 16]`` through a Reshape to ``[V, blocks * 16]`` (too large
+    for the importer to fold), with no zero points (so 8, as MatMulNBits)."""
+    vocab, hidden, block = 320, 512, 32
+    rng = np.random.default_rng(3)
+    words = rng.integers(0, 256, (vocab, hidden // block, block // 2)).astype(np.uint8)
+    scales = rng.uniform(0.01, 0.1, (vocab, hidden // block)).astype(np.float32)
+    nodes = [helper.make_node("Reshape", ["head_words", "rows"], ["table"]),
+             helper.make_node("GatherBlockQuantized", ["table", "ids", "head_scales"], ["embedded"], domain="com.microsoft",
+                              block_size=block, bits=4),
+             helper.make_node("MatMulNBits", ["embedded", "head_words", "head_scales"], ["logits"], domain="com.microsoft",
+                              K=hidden, N=vocab, bits=4, block_size=block)]
+    initializers = {"head_words": words, "head_scales": scales, "rows": np.array([vocab, -1], np.int64)}
+    model = make_model(nodes, [("ids", TensorProto.INT64, ["b", "s"])], ["logits", "embedded"], initializers,
+                       opset={"": 21, "com.microsoft": 1})
+    assert words.size > 65536  # not folded at import: a reshape the converter looks through
+    feeds = {"ids": np.array([[0, 7, 319]], np.int64)}
+    expected = onnxruntime_outputs(model, feeds)
+    actual = relaxweb.run_reference(model, feeds)
+    assert_close(actual["embedded"], expected[1], MODEL)
+    assert_close(actual["logits"], expected[0], MODEL)
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+def test_matmul_nbits_without_zero_points_decodes_as_onnxruntime(bits: int) -> None:
+    """MatMulNBits without zero points: 8 for 4 bits, 128 for 8 bits (onnxruntime's kernel)."""
+    k, n, block = 64, 24, 32
+    rng = np.random.default_rng(bits)
+    weights = rng.integers(0, 256, (n, k // block, block * bits // 8)).astype(np.uint8)
+    scales = rng.uniform(0.01, 0.1, (n * (k // block),)).astype(np.float32)
+    node = helper.make_node("MatMulNBits", ["a", "w", "s"], ["y"], domain="com.microsoft", K=k, N=n, bits=bits,
+                            block_size=block)
+    model = make_model([node], [("a", TensorProto.FLOAT, ["m", k])], ["y"], {"w": weights, "s": scales},
+                       opset={"": 21, "com.microsoft": 1})
+    feeds = {"a": rand(3, k, seed=4)}
+    assert_close(relaxweb.run_reference(model, feeds)["y"], onnxruntime_outputs(model, feeds)[0], MODEL)

@@ -14,6 +14,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from relaxweb.ir.parser import parse_module
+from relaxweb.ir.printer import format_module
 from relaxweb.passes import PassContext, place_kv_caches
 from tests.helpers import rand
 from tests.passes.rewrite import check_rewrite, check_unchanged
@@ -152,3 +154,103 @@ def test_place_kv_caches_gives_every_attention_reading_the_pair_the_caches() -> 
         "k_cache", "v_cache", ", prim(p + s)")
     with PassContext(bounds=KV_CACHE_BOUNDS):
         check_rewrite(place_kv_caches, before, expected, [_kv_cache_inputs(), _kv_cache_inputs(past=8, new=4)])
+
+
+# onnxruntime's GroupQueryAttention as the converter writes it: the past's head size checked
+# (the model names it kv_cache_dim), each entry's new rows after its own past length
+# (ragged_concat), and the outputs the importer's copies of the presents the attention reads.
+GQA_BEFORE = '''
+@function(inputs=["q", "past_k", "new_k", "past_v", "new_v", "lengths", "mask"], outputs=["y", "present_k", "present_v"])
+def main(q: Tensor((b, 4, s, 8), "float32"), past_k: Tensor((b, 2, p, d), "float32"), new_k: Tensor((b, 2, s, 8), "float32"), past_v: Tensor((b, 2, p, d), "float32"), new_v: Tensor((b, 2, s, 8), "float32"), lengths: Tensor((b,), "int32"), mask: Tensor((b, 1, s, p + s), "float32")) -> Tuple(Tensor((b, 4, s, 8), "float32"), Tensor((b, 2, p + s, 8), "float32"), Tensor((b, 2, p + s, 8), "float32")):
+    with dataflow():
+        past_k_checked: Tensor((b, 2, p, 8), "float32") = match_cast(past_k, Tensor((b, 2, p, 8), "float32"), reason="dimension 3 of past_k")
+        keys: Tensor((b, 2, p + s, 8), "float32") = ragged_concat(past_k_checked, new_k, lengths, axis=2)
+        past_v_checked: Tensor((b, 2, p, 8), "float32") = match_cast(past_v, Tensor((b, 2, p, 8), "float32"), reason="dimension 3 of past_v")
+        values: Tensor((b, 2, p + s, 8), "float32") = ragged_concat(past_v_checked, new_v, lengths, axis=2)
+        y: Tensor((b, 4, s, 8), "float32") = attention(q, keys, values, mask, scale=0.5)
+        present_k: Tensor((b, 2, p + s, 8), "float32") = identity(keys)
+        present_v: Tensor((b, 2, p + s, 8), "float32") = identity(values)
+        output(y, present_k, present_v)
+    return (y, present_k, present_v)
+'''
+
+
+def _gqa_inputs(past: int, new: int, lengths: list[int]) -> dict[str, np.ndarray]:
+    inputs = _kv_cache_inputs(past, new)
+    return inputs | {"lengths": np.array(lengths, np.int32)}
+
+
+def test_place_kv_caches_caches_ragged_appends_through_checks_and_output_copies() -> None:
+    """Each ragged_concat of a checked past becomes a cache written with the entries' past
+    lengths; the outputs (copies of what the attention reads) become the caches' views."""
+    expected = '''
+@function(inputs=["q", "past_k", "new_k", "past_v", "new_v", "lengths", "mask"], outputs=["y", "present_k", "present_v"])
+def main(q: Tensor((b, 4, s, 8), "float32"), past_k: Tensor((b, 2, p, d), "float32"), new_k: Tensor((b, 2, s, 8), "float32"), past_v: Tensor((b, 2, p, d), "float32"), new_v: Tensor((b, 2, s, 8), "float32"), lengths: Tensor((b,), "int32"), mask: Tensor((b, 1, s, p + s), "float32")) -> Tuple(Tensor((b, 4, s, 8), "float32"), Tensor((b, 2, p + s, 8), "float32"), Tensor((b, 2, p + s, 8), "float32")):
+    with dataflow():
+        past_k_checked: Tensor((b, 2, p, 8), "float32") = match_cast(past_k, Tensor((b, 2, p, 8), "float32"), reason="dimension 3 of past_k")
+        keys_cache: Tensor((b, 2, 12, 8), "float32") = kv_cache_write(past_k_checked, new_k, lengths, axis=2, capacity=12)
+        past_v_checked: Tensor((b, 2, p, 8), "float32") = match_cast(past_v, Tensor((b, 2, p, 8), "float32"), reason="dimension 3 of past_v")
+        values_cache: Tensor((b, 2, 12, 8), "float32") = kv_cache_write(past_v_checked, new_v, lengths, axis=2, capacity=12)
+        y: Tensor((b, 4, s, 8), "float32") = attention(q, keys_cache, values_cache, mask, prim(p + s), scale=0.5)
+        present_k: Tensor((b, 2, p + s, 8), "float32") = kv_cache_view(keys_cache, prim(p + s), axis=2)
+        present_v: Tensor((b, 2, p + s, 8), "float32") = kv_cache_view(values_cache, prim(p + s), axis=2)
+        output(y, present_k, present_v)
+    return (y, present_k, present_v)
+'''
+    inputs = [_gqa_inputs(5, 2, [5, 3]), _gqa_inputs(0, 4, [0, 0]), _gqa_inputs(6, 1, [6, 9])]
+    with PassContext(bounds=KV_CACHE_BOUNDS):
+        check_rewrite(place_kv_caches, GQA_BEFORE, expected, inputs)
+
+
+def test_place_kv_caches_leaves_a_copied_present_that_something_else_reads() -> None:
+    """The keys the output copies are also summed: no cache for them, nor for the values."""
+    before = GQA_BEFORE.replace(
+        "        present_v: Tensor((b, 2, p + s, 8), \"float32\") = identity(values)\n",
+        "        present_v: Tensor((b, 2, p + s, 8), \"float32\") = identity(values)\n"
+        "        total: Tensor((b, 2, 8), \"float32\") = sum(keys, axes=[2])\n").replace(
+        'outputs=["y", "present_k", "present_v"]', 'outputs=["y", "present_k", "present_v", "total"]').replace(
+        'Tensor((b, 2, p + s, 8), "float32")):\n', 'Tensor((b, 2, p + s, 8), "float32"), Tensor((b, 2, 8), "float32")):\n', 1
+    ).replace("output(y, present_k, present_v)", "output(y, present_k, present_v, total)").replace(
+        "return (y, present_k, present_v)", "return (y, present_k, present_v, total)")
+    assert before.count("total") == 4
+    with PassContext(bounds=KV_CACHE_BOUNDS):
+        check_unchanged(place_kv_caches, before, _gqa_inputs(5, 2, [5, 3]))
+
+
+def test_place_kv_caches_ignores_readers_the_outputs_do_not_need() -> None:
+    """A reshape of a present that nothing uses (the importer leaves such layout ops where a
+    converter looked through them) does not stop the caches; the present keeps its name as
+    a view for it, and canonicalize_bindings drops both later."""
+    before = KV_CACHE_BEFORE.replace(
+        "        y: Tensor((b, 4, s, 8)",
+        '        unused: Tensor((b, 2, 1, p + s, 8), "float32") = reshape(present_k, shape((b, 2, 1, p + s, 8)))\n'
+        "        y: Tensor((b, 4, s, 8)")
+    expected = '''
+@function(inputs=["q", "past_k", "new_k", "past_v", "new_v", "mask"], outputs=["y", "present_k", "present_v"])
+def main(q: Tensor((b, 4, s, 8), "float32"), past_k: Tensor((b, 2, p, 8), "float32"), new_k: Tensor((b, 2, s, 8), "float32"), past_v: Tensor((b, 2, p, 8), "float32"), new_v: Tensor((b, 2, s, 8), "float32"), mask: Tensor((b, 1, s, p + s), "float32")) -> Tuple(Tensor((b, 4, s, 8), "float32"), Tensor((b, 2, p + s, 8), "float32"), Tensor((b, 2, p + s, 8), "float32")):
+    with dataflow():
+        present_k_cache: Tensor((b, 2, 12, 8), "float32") = kv_cache_write(past_k, new_k, axis=2, capacity=12)
+        present_k: Tensor((b, 2, p + s, 8), "float32") = kv_cache_view(present_k_cache, prim(p + s), axis=2)
+        present_v_cache: Tensor((b, 2, 12, 8), "float32") = kv_cache_write(past_v, new_v, axis=2, capacity=12)
+        present_v: Tensor((b, 2, p + s, 8), "float32") = kv_cache_view(present_v_cache, prim(p + s), axis=2)
+        unused: Tensor((b, 2, 1, p + s, 8), "float32") = reshape(present_k, shape((b, 2, 1, p + s, 8)))
+        y: Tensor((b, 4, s, 8), "float32") = attention(q, present_k_cache, present_v_cache, mask, prim(p + s), scale=0.5)
+        output(y, present_k, present_v)
+    return (y, present_k, present_v)
+'''
+    with PassContext(bounds=KV_CACHE_BOUNDS):
+        check_rewrite(place_kv_caches, before, expected, [_kv_cache_inputs()])
+
+
+def test_place_kv_caches_keeps_a_copied_present_that_an_unneeded_binding_reads() -> None:
+    """The keys the output copies are also reshaped for nothing: they stay, as a view too."""
+    before = GQA_BEFORE.replace(
+        "        y: Tensor((b, 4, s, 8)",
+        '        unused: Tensor((b, 2, 1, p + s, 8), "float32") = reshape(keys, shape((b, 2, 1, p + s, 8)))\n'
+        "        y: Tensor((b, 4, s, 8)")
+    with PassContext(bounds=KV_CACHE_BOUNDS):
+        after = place_kv_caches(parse_module(before))
+    text = format_module(after)
+    assert 'keys: Tensor((b, 2, p + s, 8), "float32") = kv_cache_view(keys_cache, prim(p + s), axis=2)' in text
+    assert 'present_k: Tensor((b, 2, p + s, 8), "float32") = kv_cache_view(keys_cache, prim(p + s), axis=2)' in text
+    assert "values:" not in text and "identity" not in text

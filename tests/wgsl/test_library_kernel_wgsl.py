@@ -30,6 +30,7 @@ KERNELS = [
     write_row_kernel("write_row", n, (4,), "float32", "row"),
     sequence_write_kernel("int32"),
     kv_cache_write_kernel("kv", (1, 2), n, (8,), 64, "float32", "past"),
+    kv_cache_write_kernel("kv_ragged", (SizeVar("b"), 2), n, (8,), 64, "float32", "past", ragged=True),
     unique_count_kernel("count", n, "float32"),
     unique_values_kernel("values", n, "int32"),
 ]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ...ir.library_kernel import LibraryKernel
 from ...ir.params_block import ParamsLayout
-from ...library.kv_cache import kv_cache_blocks, kv_cache_write_title
+from ...library.kv_cache import kv_cache_blocks, kv_cache_entry_blocks, kv_cache_write_title
 from ...library.loop import write_row_title
 from ...library.sequence import sequence_write_title
 from .wat import IndexText, LibraryWat, element, index_helpers, kernel_text, loop, params_field
@@ -16,11 +16,13 @@ from .wat import IndexText, LibraryWat, element, index_helpers, kernel_text, loo
 COPY_UNIT = 1024
 
 
-def scatter_copy_wat(title: str, count: str, block: str, stride: str, base: str) -> str:
+def scatter_copy_wat(title: str, count: str, block: str, stride: str, base: str,
+                     bindings: tuple[str, ...] = ("value", "out")) -> str:
     """The WAT of ``out[i // block * stride + base + i % block] = value[i]`` for the ``count``
-    values of ``value`` (WAT i32 expressions of the params block; ``block`` > 0 when ``count``
-    is): each unit copies up to :data:`COPY_UNIT` values, a contiguous run per block at a time
-    (``memory.copy``: the elements are 4 bytes of any dtype)."""
+    values of ``value`` (WAT i32 expressions of the params block; ``base`` may read
+    ``$i``, ``$block`` and the inputs ``bindings`` name between ``value`` and ``out``; ``block``
+    > 0 when ``count`` is): each unit copies up to :data:`COPY_UNIT` values, a contiguous run
+    per block at a time (``memory.copy``: the elements are 4 bytes of any dtype)."""
     units = [f"(i32.div_u (i32.add {count} (i32.const {COPY_UNIT - 1})) (i32.const {COPY_UNIT}))"]
     body = [
         f"(local.set $i (i32.mul (local.get $first) (i32.const {COPY_UNIT})))",
@@ -38,7 +40,7 @@ def scatter_copy_wat(title: str, count: str, block: str, stride: str, base: str)
             "(local.set $i (i32.add (local.get $i) (local.get $run)))",
         ]),
     ]
-    return kernel_text(title, ("value", "out"), units, [(name, "i32") for name in ("i", "stop", "block", "within", "run")],
+    return kernel_text(title, bindings, units, [(name, "i32") for name in ("i", "stop", "block", "within", "run")],
                        body, index_helpers("\n".join(body)))
 
 
@@ -69,6 +71,12 @@ def render_kv_cache_write(kernel: LibraryKernel) -> LibraryWat:
     index = IndexText(lambda var: params_field(layout, var))
     row, block = kv_cache_blocks(kernel)
     row_size = index(row)
+    start = params_field(layout, kernel.arguments["offset"])
+    bindings = ("value", "out")
+    if kernel.arguments.get("ragged"):  # block i / block belongs to entry i / block / entry_blocks
+        entry = f"(i32.div_u (i32.div_u (local.get $i) (local.get $block)) {index(kv_cache_entry_blocks(kernel))})"
+        start = f"(call $main_min (call $main_max (i32.load {element('lengths', entry)}) (i32.const 0)) {start})"
+        bindings = ("value", "lengths", "out")
     return LibraryWat(scatter_copy_wat(kv_cache_write_title(kernel), params_field(layout, "element_count"), index(block),
                                        f"(i32.mul (i32.const {kernel.arguments['capacity']}) {row_size})",
-                                       f"(i32.mul {params_field(layout, kernel.arguments['offset'])} {row_size})"))
+                                       f"(i32.mul {start} {row_size})", bindings))

@@ -418,8 +418,11 @@ def convert_group_query_attention(context, node, inputs):
     ``seqlens_k[b] + 1`` tokens after this step; its new tokens are at positions
     ``past_b .. past_b + S - 1`` with ``past_b = seqlens_k[b] + 1 - S`` (0 on the first prompt,
     where ``total_sequence_length`` is ``S``), and are written into the present cache there,
-    after the first ``past_b`` rows of the past cache (a gather with those data-dependent
-    offsets, so ragged batches are right too).  Causal (``causal=1``, the default) with an
+    after the first ``past_b`` rows of the past cache: ``ragged_concat`` (``ops/kv_cache.py``),
+    which ``place_kv_caches`` turns into a cache written in place as it does a concat; ragged
+    batches are right too.  The attention is written as transformers writes it (keys and values
+    repeated per query head, ``softmax(q @ k^T * scale + mask) @ v``), which ``fuse_attention``
+    makes one kernel reading the present keys and values.  Causal (``causal=1``, the default) with an
     optional ``local_window_size``; ``do_rotary`` rotates the new queries and keys at their
     positions (the caches give ``cos`` and ``sin``); ``softcap`` > 0 caps the scaled scores at
     ``softcap * tanh(scores / softcap)`` before the mask (Gemma 2)."""
@@ -486,21 +489,12 @@ def convert_group_query_attention(context, node, inputs):
         k = emit(rotate(h, k, cos, sin, interleaved, heads_axis=2), "key_rotated")
     q, k, v = (emit(call_op("transpose", t, axes=[0, 2, 1, 3]), f"{n}_bnsh") for t, n in ((q, "query"), (k, "key"), (v, "value")))
     past_seq: PrimExpr = IntImm(0)
-    if past_key is not None and past_value is not None:
+    present_k, present_v = k, v
+    if past_key is not None and past_value is not None:  # entry b's new rows at row past_b (ops/kv_cache.py)
         past_seq = tensor_shape(past_key)[2]
-        k = emit(call_op("concat", past_key, k, axis=2), "key_cat")
-        v = emit(call_op("concat", past_value, v, axis=2), "value_cat")
+        present_k = emit(call_op("ragged_concat", past_key, k, past_lengths, axis=2), "present_key")
+        present_v = emit(call_op("ragged_concat", past_value, v, past_lengths, axis=2), "present_value")
     total = simplify(past_seq + seq)
-    # present row j of entry b: past row j below past_b, else new row j - past_b (row past_seq + j - past_b of the concat)
-    rows = h.int_range(IntImm(0), total, "present_rows")
-    shifted = emit(call_op("add", emit(call_op("subtract", rows, past_column), "new_rows"), h.int_scalar_of(past_seq)), "shifted_rows")
-    source = emit(call_op("where", emit(call_op("less", rows, past_column), "kept_rows"), rows, shifted), "source_rows")
-    last = h.int_scalar_of(simplify(total - 1))
-    source = emit(call_op("minimum", source, last), "source_rows_clamped")  # rows past the entry's end: unspecified
-    index = emit(call_op("reshape", source, ShapeExpr((batch, IntImm(1), total, IntImm(1)))), "source_index")
-    index = emit(call_op("broadcast_to", index, ShapeExpr((batch, IntImm(kv_heads), total, IntImm(head_size)))), "source_index_full")
-    present_k = emit(call_op("gather_elements", k, index, axis=2), "present_key")
-    present_v = emit(call_op("gather_elements", v, index, axis=2), "present_value")
     # visible keys: j < the entry's total, and j <= the query's position (causal), within the window
     keys = h.int_range(IntImm(0), total, "key_positions")
     totals_column = emit(call_op("reshape", totals, ShapeExpr((batch, IntImm(1), IntImm(1)))), "total_column")
@@ -512,28 +506,34 @@ def convert_group_query_attention(context, node, inputs):
         start = emit(call_op("subtract", query_positions, h.int_scalar(window)), "window_start")
         visible = emit(call_op("logical_and", visible, emit(call_op("greater", keys, start), "recent")), "visible_window")
     bias = emit(call_op("where", visible, h.scalar(0.0, query, "zero"), h.lowest(query, "lowest")), "mask_bias")
-    group = heads // kv_heads
-    q5 = emit(call_op("reshape", q, ShapeExpr((batch, IntImm(kv_heads), IntImm(group), seq, IntImm(head_size)))), "query_groups")
-    k5, v5 = (emit(call_op("reshape", t, ShapeExpr((batch, IntImm(kv_heads), IntImm(1), total, IntImm(head_size)))), n)
-              for t, n in ((present_k, "key_groups"), (present_v, "value_groups")))
-    keys_t = emit(call_op("transpose", k5, axes=[0, 1, 2, 4, 3]), "keys_t")
-    scores = emit(call_op("matmul", q5, keys_t), "scores")
+    rows = tensor_shape(bias)[1]  # S, or 1 when no key depends on the query (not causal, no window)
+    bias = emit(call_op("reshape", bias, ShapeExpr((batch, IntImm(1), rows, total))), "mask_bias_heads")
+    if extra is not None:  # one additive mask: the attention bias plus the visibility bias
+        require_rank(node, extra, "attention_bias", (4,))
+        extra = h.assume_shape(extra, (batch, IntImm(heads), seq, total), "attention_bias")
+        bias = emit(call_op("add", bias, extra), "attention_mask_bias")
+    keys_all, values_all = (repeat_kv(h, t, heads // kv_heads, n) for t, n in ((present_k, "key"), (present_v, "value")))
+    keys_t = emit(call_op("transpose", keys_all, axes=[0, 1, 3, 2]), "keys_t")
+    scores = emit(call_op("matmul", q, keys_t), "scores")
     scores = emit(call_op("multiply", scores, h.scalar(_scale(attrs, head_size), scores, "scale")), "scaled_scores")
     if softcap > 0:  # Gemma's logit soft-capping: softcap * tanh(scores / softcap), before the mask
         cap = h.scalar(softcap, scores, "softcap")
         capped = emit(call_op("tanh", emit(call_op("divide", scores, cap), "scores_over_cap")), "capped_scores")
         scores = emit(call_op("multiply", capped, cap), "softcapped_scores")
-    rows = tensor_shape(bias)[1]  # S, or 1 when no key depends on the query (not causal, no window)
-    bias = emit(call_op("reshape", bias, ShapeExpr((batch, IntImm(1), IntImm(1), rows, total))), "mask_bias_groups")
     scores = emit(call_op("add", scores, bias), "masked_scores")
-    if extra is not None:
-        require_rank(node, extra, "attention_bias", (4,))
-        extra = h.assume_shape(extra, (batch, IntImm(heads), seq, total), "attention_bias")
-        b_extra, n_extra = tensor_shape(extra)[:2]
-        grouped = (b_extra, IntImm(kv_heads), IntImm(group)) if as_int(n_extra) != 1 else (b_extra, IntImm(1), IntImm(1))
-        extra = emit(call_op("reshape", extra, ShapeExpr((*grouped, seq, total))), "attention_bias_groups")
-        scores = emit(call_op("add", scores, extra), "biased_scores")
-    probs = emit(call_op("softmax", scores, axes=[4]), "attention_probs")
-    context5 = emit(call_op("matmul", probs, v5), "attention_context")
-    merged = emit(call_op("reshape", context5, ShapeExpr((batch, IntImm(heads), seq, IntImm(head_size)))), "attention_heads")
-    return [h.merge_heads(merged), present_k, present_v]
+    probs = emit(call_op("softmax", scores, axes=[3]), "attention_probs")
+    context_heads = emit(call_op("matmul", probs, values_all), "attention_context")
+    return [h.merge_heads(context_heads), present_k, present_v]
+
+
+def repeat_kv(h: Heads, x: Expr, group: int, name: str) -> Expr:
+    """``[B, kv, T, H]`` -> ``[B, kv * group, T, H]``, each key / value head repeated for the
+    ``group`` query heads that read it, as transformers' ``repeat_kv`` writes it (which
+    ``fuse_attention`` sees through: the fused attention reads ``x`` itself)."""
+    if group == 1:
+        return x
+    batch, kv_heads, total, size = tensor_shape(x)
+    split = h.emit(call_op("reshape", x, ShapeExpr((batch, kv_heads, IntImm(1), total, size))), f"{name}_split")
+    repeated = h.emit(call_op("broadcast_to", split, ShapeExpr((batch, kv_heads, IntImm(group), total, size))),
+                      f"{name}_repeated")
+    return h.emit(call_op("reshape", repeated, ShapeExpr((batch, simplify(kv_heads * group), total, size))), f"{name}_heads")

@@ -13,8 +13,12 @@ values unchanged:
   ``W`` is repacked along ``K`` (``[ceil(K / per_word), N]`` words), as the matmul reads it.
 - GatherBlockQuantized ``data[V, D]`` quantized in blocks along its last axis, gathered along
   axis 0: the rows are repacked (an int4 value ``q`` stored as the field ``q + 8``, so that
-  the implicit zero point 8 gives ``q * scale``), and the call is ``unpack_weights`` of the
-  gathered rows of words, scales and zero points.
+  the implicit zero point 8 gives ``q * scale``; an int4 zero point ``z`` as ``z + 8``), and
+  the call is ``unpack_weights`` of the gathered rows of words, scales and zero points.
+  Without zero points, onnxruntime's kernels decode uint8 data as MatMulNBits does (zero
+  point 8 for 4 bits, 128 for 8: ``unpack_weights``' implicit one), uint4 data with 0 and
+  int4 data with 0.  The data may be a reshape of a constant (the model builder's tied
+  embeddings read the LM head's MatMulNBits words): a constant all the same.
 
 What they allow beyond that is refused with the node's name and the reason: MatMulNBits'
 ``g_idx`` (act-order column permutation), bits other than 4 and 8, weights computed at run
@@ -25,7 +29,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...ir.expr import Constant, Expr, tensor_dtype, tensor_shape
+from ...ir.expr import Call, Constant, Expr, Var, VarBinding, tensor_dtype, tensor_shape
+from ...ir.symbolic import as_int
 from ...ops import call_op
 from ...ops.packed_weights import group_count, pack_fields, pack_halves, unpack_fields
 from .contrib import MICROSOFT
@@ -37,12 +42,35 @@ def _input(inputs: list[Expr | None], position: int) -> Expr | None:
     return inputs[position] if position < len(inputs) else None
 
 
-def _constant(node, expr: Expr | None, what: str) -> np.ndarray | None:
+#: Ops that only give their input another shape, the elements in the same order.
+SHAPE_ONLY_OPS = ("reshape", "squeeze", "expand_dims", "flatten")
+
+
+def _constant(node, expr: Expr | None, what: str, context=None) -> np.ndarray | None:
+    """``expr``'s value: a constant, or (with ``context``) a constant given another shape by
+    shape-only ops the importer did not fold (a large one)."""
     if expr is None:
         return None
-    if not isinstance(expr, Constant):
+    source = _through_shape_ops(context, expr) if context is not None else expr
+    if not isinstance(source, Constant):
         raise fail(node, f"{what} must be a constant (an initializer); computed quantized weights are not supported")
-    return expr.data
+    shape = tuple(as_int(d) for d in tensor_shape(expr))
+    return source.data if source is expr else source.data.reshape(shape)
+
+
+def _through_shape_ops(context, expr: Expr) -> Expr:
+    """The constant that ``expr`` is a reshape (or squeeze, ...) of, or ``expr`` itself;
+    only where ``expr``'s shape is known."""
+    if not isinstance(expr, Var) or any(as_int(d) is None for d in tensor_shape(expr)):
+        return expr
+    definitions = {binding.var: binding.value for binding in context.builder.bindings if isinstance(binding, VarBinding)}
+    source = expr
+    while isinstance(source, Var):
+        value = definitions.get(source)
+        if not (isinstance(value, Call) and value.op in SHAPE_ONLY_OPS):
+            return expr
+        source = value.args[0]
+    return source if isinstance(source, Constant) else expr
 
 
 def _byte_fields(data: np.ndarray, bits: int, count: int) -> np.ndarray:
@@ -115,7 +143,7 @@ def convert_matmul_nbits(context, node, inputs):
 @converter("GatherBlockQuantized", domain=MICROSOFT)
 def convert_gather_block_quantized(context, node, inputs):
     attrs = context.attributes(node)
-    data = _constant(node, inputs[0], "the data")
+    data = _constant(node, inputs[0], "the data", context)
     indices, scales = inputs[1], _constant(node, inputs[2], "the scales")
     zero_points = _constant(node, _input(inputs, 3), "the zero points")
     block_size, bits = int(attrs.get("block_size", 128)), int(attrs.get("bits", 4))
@@ -131,18 +159,20 @@ def convert_gather_block_quantized(context, node, inputs):
         fields = _byte_fields(data, bits, extent).astype(np.int32)
     else:
         raise fail(node, f"data of dtype {data.dtype} with bits {bits} is not supported (int4, uint4, or uint8 with bits 4 or 8)")
-    if signed:  # two's complement -> offset binary: (q + 8 - 8) * scale
-        if zero_points is not None:
-            raise fail(node, "zero points with int4 data are not supported")
-        fields = fields + 2 ** (bits - 1)
-    elif zero_points is None:
-        zero_points = np.zeros(scales.shape, np.uint8)  # an unsigned type's default zero point is 0
     groups = group_count(extent, block_size)
+    if signed:  # two's complement -> offset binary: (q + 8 - (z + 8)) * scale, z 0 by default
+        fields = fields + 2 ** (bits - 1)
+        if zero_points is not None and str(zero_points.dtype) != "int4":
+            raise fail(node, f"the zero points of int4 data must be int4, got {zero_points.dtype}")
+        zero_points = None if zero_points is None else zero_points.astype(np.int32) + 2 ** (bits - 1)
+    elif zero_points is None and str(data.dtype) == "uint4":
+        zero_points = np.zeros((data.shape[0], groups), np.uint8)  # uint4's default zero point is 0
+    # (uint8 data without zero points: unpack_weights' implicit 8 or 128, as onnxruntime's kernel)
     parameters = [_scales(scales.reshape(data.shape[0], groups), 1)]
     if zero_points is not None:
         zero_fields = None
         if zero_points.dtype.kind != "f":
-            zero_fields = (zero_points.astype(np.uint32) if str(zero_points.dtype) == "uint4" or bits == 8
+            zero_fields = (zero_points.astype(np.uint32) if str(zero_points.dtype) in ("uint4", "int32") or bits == 8
                            else _byte_fields(zero_points.reshape(data.shape[0], -1), bits, groups))
         parameters.append(_zero_points(zero_points, zero_fields, bits, 1))
     name = node.name or node.output[0]
