@@ -58,9 +58,9 @@ every block: a graph with control flow (an ``If``'s branches) has no dataflow bl
 
 **Attention sites.**  Each ``softmax`` whose weights (or their NaN-zeroed form) a ``matmul``
 multiplies by values is an attention site.  The pass records every site it saw in the
-module's attrs (``attention_sites``: :func:`attention_sites`), fused or not and why not, with
-the names of its scores, softmax and output variables; ``relaxweb inspect`` and the bundle's
-manifest list them (``api.py``, ``bundle.py``).
+module's attrs (``relaxweb/ir/attention_sites.py``), fused or not and why not, with the names
+of its scores, softmax and output variables; ``relaxweb inspect`` and the bundle's manifest
+list them (``api.py``, ``bundle.py``).
 """
 
 from __future__ import annotations
@@ -69,6 +69,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..ir.attention_sites import ATTENTION_SITES, AttentionSite, attention_sites
 from ..ir.builder import FunctionBuilder
 from ..ir.expr import (
     Binding, BindingBlock, Call, Constant, DataflowBlock, DataflowVar, Expr, Function, MatchCast, Var, VarBinding,
@@ -80,14 +81,11 @@ from ..ir.symbolic import PrimExpr, as_int, format_expr, format_shape, product, 
 from ..ops import DeductionError, call_op
 from ..ops.attention import key_tile, kv_group_size
 
-#: The module attrs key of the attention sites the pass saw (:func:`attention_sites`).
-ATTENTION_SITES = "attention_sites"
-
 
 def fuse_attention(module: IRModule) -> IRModule:
     """Rewrite each attention subgraph (matmul, scale, mask add, softmax, matmul) into
-    ``attention``; record every attention site in ``module.attrs["attention_sites"]``."""
-    sites: list[dict] = []
+    ``attention``; record every attention site in ``module.attrs`` (``ir/attention_sites.py``)."""
+    sites: list[AttentionSite] = []
     functions = {}
     for name, function in module.functions.items():
         if isinstance(function, Function):
@@ -97,17 +95,10 @@ def fuse_attention(module: IRModule) -> IRModule:
         functions[name] = function
     if not sites:
         return module.replace(functions=functions)
-    seen = {site["softmax"] for site in sites}  # a second run replaces its sites' records
-    kept = [site for site in attention_sites(module) if site["softmax"] not in seen]
-    return module.replace(functions=functions, attrs={**module.attrs, ATTENTION_SITES: [*kept, *sites]})
-
-
-def attention_sites(module: IRModule) -> list[dict]:
-    """The attention sites ``fuse_attention`` recorded: ``{"softmax": name, "scores": name or
-    None, "output": name, "fused": bool, "reason": why not ("" when fused)}`` per site, the
-    names those of the module's variables (the scores' ``matmul(q, k_t)``, the ``softmax``,
-    the value product ``matmul(weights, v)``)."""
-    return list(module.attrs.get(ATTENTION_SITES, []))
+    seen = {site.softmax for site in sites}  # a second run replaces its sites' records
+    kept = [site for site in attention_sites(module.attrs) if site.softmax not in seen]
+    return module.replace(functions=functions,
+                          attrs={**module.attrs, ATTENTION_SITES: [site.record() for site in (*kept, *sites)]})
 
 
 class NotFused(Exception):
@@ -130,7 +121,7 @@ class _AttentionFuser(ExprMutator):
         for var in (*function.params, *(b.var for b in function.bindings())):
             self.names.unique_name(var.name)
         self.checked_masks: dict[tuple, Var] = {}  # (mask, the scores' dims) -> its cast, bound once
-        self.sites: list[dict] = []
+        self.sites: list[AttentionSite] = []
         self.variable = DataflowVar  # the kind of the variables the block being rewritten binds
 
     def visit_dataflow_block(self, block: DataflowBlock) -> DataflowBlock:
@@ -155,16 +146,16 @@ class _AttentionFuser(ExprMutator):
             output = _value_product(binding, readers)
             if output is None:
                 continue
-            site = {"softmax": binding.var.name, "scores": _scores_name(binding.value.args[0], definitions),
-                    "output": output.var.name, "fused": True, "reason": ""}
+            reason = ""
             try:
                 match = self._match(binding, output, definitions, replaced)
-            except NotFused as reason:
-                site.update(fused=False, reason=str(reason))
+            except NotFused as not_fused:
+                reason = str(not_fused)
             else:
                 matches[output.var] = match
                 replaced |= match.replaced
-            self.sites.append(site)
+            self.sites.append(AttentionSite(binding.var.name, _scores_name(binding.value.args[0], definitions),
+                                            output.var.name, reason))
         if not matches:
             return super()._rebuild_block(block)
         rewritten = [b for binding in block.bindings if binding.var not in replaced
@@ -327,19 +318,19 @@ class _AttentionFuser(ExprMutator):
         """The mask cast to the scores' dims (each of its dims that is not 1), with its binding
         when this is the first match to need it, provided every equality the dropped ``checks``
         stated is one this cast states; NotFused otherwise (no mask, or a fact it would not check)."""
-        what = " and ".join(f"'{cast.var.name}'" for cast in checks)
         if mask is None or not isinstance(mask.struct_info, TensorStructInfo) or mask.struct_info.shape is None:
-            raise NotFused(f"run-time shape checks ({what}) sit between its ops, and no mask states them")
+            raise NotFused(f"a run-time shape check between its ops ({_check_text(checks[0])}) that no mask states")
         q_shape, k_shape, mask_shape = (e.struct_info.shape for e in (q, k, mask))
         scores = (*q_shape[:-1], k_shape[-2])
         if len(mask_shape) > len(scores):
             raise NotFused(f"the mask has {len(mask_shape)} dims, the scores {len(scores)}")
         target = tuple(d if as_int(d) == 1 else scores[len(scores) - len(mask_shape) + i] for i, d in enumerate(mask_shape))
         stated = _unproven(mask_shape, target)
-        dropped = [pair for cast in checks for pair in _unproven(cast.value.struct_info.shape, cast.struct_info.shape)]
-        if not dropped or not all(any(_same_fact(fact, other) for other in stated) for fact in dropped):
-            raise NotFused(f"run-time shape checks ({what}) sit between its ops that a check of the mask would not "
-                           "state")
+        for cast in checks:
+            dropped = _unproven(cast.value.struct_info.shape, cast.struct_info.shape)
+            if not dropped or not all(any(_same_fact(fact, other) for other in stated) for fact in dropped):
+                raise NotFused(f"a run-time shape check between its ops ({_check_text(cast)}) that a check of the "
+                               "mask would not state")
         if (mask, target) in self.checked_masks:
             return self.checked_masks[(mask, target)], []
         info = TensorStructInfo(target, mask.struct_info.dtype)
@@ -457,6 +448,11 @@ def _scores_name(expr: Expr, definitions: dict, depth: int = 4) -> str | None:
         names = (_scores_name(arg, definitions, depth - 1) for arg in value.args)
         return next((name for name in names if name is not None), None)
     return None
+
+
+def _check_text(cast: MatchCast) -> str:
+    """A run-time check as the frontend states it (its node and dimension), or its variable."""
+    return cast.reason or f"'{cast.var.name}'"
 
 
 def _shape_text(info) -> str:
