@@ -188,10 +188,10 @@ class _AttentionFuser(ExprMutator):
         axes = [a % rank for a in weights.attrs.get("axes", ())] if rank > 0 else []
         if rank < 2 or axes != [rank - 1]:
             raise NotFused(f"the softmax is over axes {weights.attrs.get('axes')}, not the last one alone (the keys)")
-        chain = [weights_var]
-        zero_nan_rows = output.value.args[0] is not weights_var
-        if zero_nan_rows:  # out = matmul(where(isnan(weights), 0, weights), v)
-            chain += self._nan_rows_zeroed(output.value.args[0], weights_var, definitions)
+        chain, zero_nan_rows = [weights_var], False
+        if output.value.args[0] is not weights_var:  # out = matmul(where(..., 0, weights), v)
+            zeroed, zero_nan_rows = self._zeroed_rows(output.value.args[0], weights_var, definitions)
+            chain += zeroed
         else:
             self._read_once(weights_var, "attention weights")
         v = output.value.args[1]
@@ -212,21 +212,31 @@ class _AttentionFuser(ExprMutator):
                 reasons.append(reason)
         raise reasons[0]
 
-    def _nan_rows_zeroed(self, zeroed: Expr, weights: Var, definitions: dict) -> list[Var]:
-        """The bindings of ``zeroed = where(isnan(weights), 0, weights)`` (the weights read by
-        these two alone, ``zeroed`` by the value product alone), or NotFused."""
+    def _zeroed_rows(self, zeroed: Expr, weights: Var, definitions: dict) -> tuple[list[Var], bool]:
+        """(the bindings that go, zero_nan_rows) of ``zeroed = where(isnan(weights), 0,
+        weights)`` (torch's export: the weights read by these two alone) or ``where(c, 0,
+        weights)`` with ``c`` a constant all false (ONNX's Attention function without a mask
+        that hides whole rows: the weights themselves), ``zeroed`` read by the value product
+        alone; NotFused otherwise."""
         where = self._defined_by(zeroed, definitions, "where")
-        condition = None if where is None else self._defined_by(where.args[0], definitions, "isnan")
         fill = None if where is None else where.args[1]
-        if (condition is None or condition.args[0] is not weights or where.args[2] is not weights
-                or not (isinstance(fill, Constant) and fill.data.size == 1 and float(fill.data.reshape(())) == 0.0)
-                or not _same_shape(where.struct_info, weights.struct_info)):
+        if (where is None or where.args[2] is not weights or not _same_shape(where.struct_info, weights.struct_info)
+                or not (isinstance(fill, Constant) and fill.data.size == 1 and float(fill.data.reshape(())) == 0.0)):
             raise NotFused("the value product reads the weights through something other than "
                            "where(isnan(weights), 0, weights)")
+        condition = where.args[0]
+        if isinstance(condition, Constant) and condition.data.dtype == np.bool_ and not condition.data.any():
+            self._read_once(weights, "attention weights")
+            self._read_once(zeroed, "weights")
+            return [zeroed], False
+        test = self._defined_by(condition, definitions, "isnan")
+        if test is None or test.args[0] is not weights:
+            raise NotFused("the value product reads the weights through a where whose condition is neither "
+                           "isnan(weights) nor a constant false (it may set rows to 0 that the kernel would not)")
         self._read_once(weights, "attention weights", times=2)
-        self._read_once(where.args[0], "weights' NaN tests")
+        self._read_once(condition, "weights' NaN tests")
         self._read_once(zeroed, "NaN-zeroed weights")
-        return [where.args[0], zeroed]
+        return [condition, zeroed], True
 
     def _rewrite(self, output: VarBinding, scores_var: Expr, mask: Expr | None, v: Expr, chain: list,
                  definitions: dict, taken: set[Var], zero_nan_rows: bool) -> _Match:

@@ -363,11 +363,16 @@ def main(q: Tensor((b, 2, s, 4), "float32"), keys: Tensor((2, b, 4, s), "float32
     check_rewrite(fuse_attention, before, expected, _sdpa_inputs((2, 2, 4, 5)))
 
 
+WHERE_OF_OTHER_ROWS = ("the value product reads the weights through a where whose condition is neither isnan(weights) "
+                       "nor a constant false (it may set rows to 0 that the kernel would not)")
+
+
 @pytest.mark.parametrize("change, why", [
     ('where(nan, const("zero", 0.0, "float32"), weights)|where(nan, const("zero", 1.0, "float32"), weights)',
      "the value product reads the weights through something other than where(isnan(weights), 0, weights)"),
-    ("isnan(weights)|isinf(weights)",
-     "the value product reads the weights through something other than where(isnan(weights), 0, weights)"),
+    ("isnan(weights)|isinf(weights)", WHERE_OF_OTHER_ROWS),
+    ('where(nan, const("zero", 0.0, "float32"), weights)|where(const("rows", [[True], [False], [False], [False], '
+     '[False]], "bool"), const("zero", 0.0, "float32"), weights)', WHERE_OF_OTHER_ROWS),
     ("output(y)|output(y, nan)", "the weights' NaN tests (nan) are also read elsewhere"),
     ("output(y)|output(y, zeroed)", "the NaN-zeroed weights (zeroed) are also read elsewhere"),
 ])
@@ -383,6 +388,26 @@ def test_fuse_attention_leaves_other_nan_handling_alone(change: str, why: str) -
                 1).replace("    return y", f"    return (y, {extra})")
     assert before != SDPA_BEFORE
     check_not_fused(before, why, _sdpa_inputs())
+
+
+def test_fuse_attention_reads_onnx_attentions_where_of_no_row() -> None:
+    """ONNX's Attention function (opset 23) writes where(rows_all_masked, 0, weights); without a
+    mask hiding whole rows the condition is a constant false: the where is the weights, and
+    the op leaves NaN rows NaN (no zero_nan_rows)."""
+    before = SDPA_BEFORE.replace('        nan: Tensor((b, 2, s, s), "bool") = isnan(weights)\n', "").replace(
+        'where(nan, const("zero", 0.0, "float32"), weights)',
+        'where(const("rows", [[False], [False], [False], [False], [False]], "bool"), const("zero", 0.0, "float32"), '
+        'weights)')
+    expected = sites(("weights", "scores", "y", "")) + '''
+@function(inputs=["q", "keys", "v", "mask"], outputs=["y"])
+def main(q: Tensor((b, 2, s, 4), "float32"), keys: Tensor((b, s, 2, 4), "float32"), v: Tensor((b, 2, s, 3), "float32"), mask: Tensor((b, 1, s, s), "float32")) -> Tensor((b, 2, s, 3), "float32"):
+    with dataflow():
+        k: Tensor((b, 2, s, 4), "float32") = transpose(keys, axes=[0, 2, 1, 3])
+        y: Tensor((b, 2, s, 3), "float32") = attention(q, k, v, mask, scale=0.125)
+        output(y)
+    return y
+'''
+    check_rewrite(fuse_attention, before, expected, _sdpa_inputs())
 
 
 def test_fuse_attention_leaves_a_q_scaled_by_a_tensor_in_place() -> None:
