@@ -26,22 +26,25 @@ driver's (``compiler.py``), re-exported as it is.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
 
 from .browser import BrowserBatch
 from .browser import profile_in_browser as profile_bundle_in_browser
 from .browser import run_batch_in_browser as run_bundle_batch_in_browser
 from .browser import run_in_browser as run_bundle_in_browser
-from .compiler import Model, build_bundle, model_name, read_model, run_reference
-from .errors import RelaxwebError
+from .bundle import attention_entry
+from .compiler import Model, build_bundle, model_name, node_names, read_model, run_reference
+from .errors import RelaxwebError, shown
 from .frontend.onnx import default_opset, from_onnx, op_coverage, symbolic_vars
+from .ir.attention_sites import attention_sites
 from .ir.module import IRModule
-from .passes import DEFAULT_OPT_LEVEL
+from .passes import DEFAULT_OPT_LEVEL, fuse_attention
 from .runtime import Profile, Session, WasmSession, load_manifest, load_session
 from .runtime.manifest import MAX_KERNEL_BYTES, read_bundle_file
 
@@ -272,6 +275,9 @@ class ModelReport:
     opset: int
     coverage: tuple[tuple[str, int, bool], ...]
     module: IRModule = field(repr=False)
+    attention: tuple[dict, ...] = ()
+    """Each attention site, fused or not (why not), as the manifest's ``attention`` entry
+    lists it (``relaxweb/bundle.py``'s ``attention_entry``)."""
 
     @property
     def symbolic_vars(self) -> list[str]:
@@ -288,8 +294,9 @@ class ModelReport:
         written = self.model_names
         names = ", ".join(f"{name} (the model's {written[name]!r})" if name in written else name
                           for name in self.symbolic_vars) or "(none)"
+        sites = "".join(f"\n{line}" for line in format_attention(self.attention))
         return (f"{format_coverage(self.source, self.opset, list(self.coverage))}\n\n"
-                f"{self.module}symbolic vars: {names}")
+                f"{self.module}symbolic vars: {names}{sites}")
 
 
 def inspect(target: Model) -> Bundle | ModelReport:
@@ -299,7 +306,15 @@ def inspect(target: Model) -> Bundle | ModelReport:
     if isinstance(target, (str, os.PathLike)) and Path(target).is_dir():
         return Bundle.open(target)
     model, source = read_model(target), model_name(target)
-    return ModelReport(source, default_opset(model), tuple(op_coverage(model)), from_onnx(model, source))
+    module = from_onnx(model, source)
+    return ModelReport(source, default_opset(model), tuple(op_coverage(model)), module, attention_listing(module, model))
+
+
+def attention_listing(module: IRModule, model: onnx.ModelProto) -> tuple[dict, ...]:
+    """The attention sites of an imported model (``fuse_attention`` run on it), each with the
+    names of its nodes, as a bundle's manifest lists them."""
+    fused = fuse_attention(module)
+    return tuple(attention_entry(fused, node_names(model) if attention_sites(fused.attrs) else {}))
 
 
 # Text --------------------------------------------------------------------------------------
@@ -319,6 +334,28 @@ def format_coverage(source: str, opset: int, coverage: list[tuple[str, int, bool
     for op, count, ok in coverage:
         lines.append(f"  {op:<{width}}  {count:>5} node{'s' if count != 1 else ' '}  {'supported' if ok else 'UNSUPPORTED'}")
     return "\n".join(lines)
+
+
+def format_attention(entries: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The attention sites as ``relaxweb inspect`` lists them: each fused (one kernel, no
+    scores in memory) or not and why not, with its scores', softmax's and output's nodes (or
+    values, where no node of the model wrote one); none for a model without any."""
+    if not entries:
+        return []
+    fused = sum(1 for entry in entries if entry["status"] == "fused")
+    lines = [f"attention sites: {len(entries)}, {fused} fused"]
+    for index, entry in enumerate(entries):
+        names = ", ".join(f"{role} {_site_name(entry[role])}" for role in ("scores", "softmax", "output")
+                          if entry.get(role) is not None)
+        why = f": {shown(entry['reason'])}" if entry["status"] != "fused" else ""
+        lines += [f"  {index}: {entry['status']}{why}", f"     {names}"]
+    return lines
+
+
+def _site_name(name: Mapping[str, str]) -> str:
+    """``node 'x'`` or ``value 'x'`` (a manifest's ``{"node": x}`` or ``{"value": x}``), shown as data."""
+    kind, text = next(iter(name.items()))
+    return f"{kind} '{shown(text)}'"
 
 
 def format_manifest(manifest: Mapping[str, Any], shader_bytes: Mapping[str, int] | None = None,
@@ -363,6 +400,7 @@ def format_manifest(manifest: Mapping[str, Any], shader_bytes: Mapping[str, int]
         size = f"{wasm_bytes} bytes, " if wasm_bytes is not None else ""
         lines.append(f"kernels.wasm: {size}{wasm['scratch_bytes']} bytes of scratch per thread")
     lines.append(f"required limits: {manifest['required_limits']}")
+    lines += format_attention(manifest.get("attention", []))
     return "\n".join(lines)
 
 

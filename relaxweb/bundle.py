@@ -16,12 +16,13 @@ import hashlib
 import json
 import shutil
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
 import numpy as np
 
 from .cpu.kernels import KernelsWasm, emit_kernels_wasm
 from .errors import RelaxwebError, UnsupportedModelError
+from .ir.attention_sites import attention_sites
 from .ir.cost import MAX_TREE_DEPTH, MAX_TREE_NODES, expression_tree, program_cost, tree_depth, tree_size
 from .ir.dtype import GPU_DTYPES, dtype_info
 from .ir.host import SEQUENCE_CAPACITY, BufferRef, HostDispatch, HostFunction, HostInput, HostOutput
@@ -70,11 +71,14 @@ def _symbolic_var(name: str, bound: int | None, as_written: dict[str, str]) -> d
 
 def write_bundle(module: IRModule, out_dir: str | Path, source: str, progress: Progress = lambda _: None, *,
                  split_bytes: int = BINDING_PART_BYTES, tokenizer: dict | None = None, debug: bool = False,
-                 runtime: str = "copy", advance: Advance | None = None) -> dict:
+                 runtime: str = "copy", advance: Advance | None = None,
+                 node_names: Mapping[str, str] | None = None) -> dict:
     """Write the bundle of a compiled module (its ``main`` a HostFunction); returns the manifest.
 
     ``source`` names the model in the manifest and in the generated code's comments;
-    ``tokenizer`` (a checked entry, ``relaxweb/tokenizer.py``) goes into the manifest as is.
+    ``tokenizer`` (a checked entry, ``relaxweb/tokenizer.py``) goes into the manifest as is;
+    the module's attention sites go into its ``attention`` entry (:func:`attention_entry`,
+    ``node_names`` naming the model's nodes that wrote their values).
     ``debug`` adds the :data:`DEBUG_FILES`; ``runtime`` is one of :data:`RUNTIME_CHOICES`.
     ``progress`` gets a line per step, ``advance`` the bytes of weights written so far.  A
     weight of more than ``split_bytes`` device bytes is bound to the kernels that read it as
@@ -182,11 +186,42 @@ def write_bundle(module: IRModule, out_dir: str | Path, source: str, progress: P
     }
     if tokenizer is not None:
         manifest["tokenizer"] = tokenizer
+    attention = attention_entry(module, node_names or {})
+    if attention:
+        manifest["attention"] = attention
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     if runtime == "copy" and RUNTIME_JS.is_dir():
         shutil.copytree(RUNTIME_JS, out / "runtime", dirs_exist_ok=True)
     progress(f"wrote the bundle: {len(kernels)} kernels, {sum(s['nbytes'] for s in shards)} bytes of weights")
     return manifest
+
+
+#: The manifest's longest name or reason (its schema's ``max_length``) and most attention sites.
+MAX_NAME_CHARACTERS = 4096
+MAX_ATTENTION_SITES = 4096
+
+
+def attention_entry(module: IRModule, node_names: Mapping[str, str]) -> list[dict]:
+    """The manifest's ``attention`` entry: each attention site ``fuse_attention`` recorded
+    (``relaxweb/ir/attention_sites.py``), ``status`` fused or not (with its ``reason``), and
+    its ``scores``, ``softmax`` and ``output`` as ``{"node": name}``, the model's node that
+    wrote the value (``node_names``: by the value's name in the module), or ``{"value":
+    name}``, the value's own name; ``scores`` null when none.  Names and reasons are data
+    from the model, cut to the schema's length; the first MAX_ATTENTION_SITES sites."""
+    def named(value: str | None) -> dict | None:
+        if value is None:
+            return None
+        return {"node": _cut(node_names[value])} if value in node_names else {"value": _cut(value)}
+
+    entry = []
+    for site in attention_sites(module.attrs)[:MAX_ATTENTION_SITES]:
+        entry.append({"status": "fused" if site.fused else "not fused", **({} if site.fused else {"reason": _cut(site.reason)}),
+                      "scores": named(site.scores), "softmax": named(site.softmax), "output": named(site.output)})
+    return entry
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= MAX_NAME_CHARACTERS else text[:MAX_NAME_CHARACTERS - 3] + "..."
 
 
 def _megabytes(count: int) -> str:

@@ -26,8 +26,8 @@ import numpy as np
 
 from . import __version__
 from .api import (
-    build, check_bundle_folder, format_coverage, inspect, load, profile_in_browser, run_batch_in_browser, run_in_browser,
-    run_reference,
+    attention_listing, build, check_bundle_folder, format_attention, format_coverage, inspect, load, profile_in_browser,
+    run_batch_in_browser, run_in_browser, run_reference,
 )
 from .browser import serve
 from .bundle import RUNTIME_CHOICES
@@ -268,6 +268,8 @@ def command_inspect(args: argparse.Namespace) -> int:
     print(module, end="")
     names = symbolic_vars(module.main)
     print(f"symbolic vars: {', '.join(names) if names else '(none)'}")
+    for line in format_attention(attention_listing(module, model)):
+        print(line)
     return 0
 
 

@@ -28,6 +28,8 @@ from .bundle import RUNTIME_CHOICES, Advance, write_bundle
 from .errors import InputShapeError, RelaxwebError
 from .frontend import from_onnx, load_onnx
 from .frontend.onnx import symbolic_vars
+from .ir.attention_sites import attention_sites
+from .ir.builder import FunctionBuilder
 from .ir.expr import Function
 from .ir.interpreter import run_module
 from .ir.module import IRModule
@@ -69,6 +71,32 @@ def model_tokenizer(model: Model) -> dict | None:
     data: only its metadata is wanted."""
     proto = model if isinstance(model, onnx.ModelProto) else onnx.load(str(model), load_external_data=False)
     return tokenizer_from_metadata({prop.key: prop.value for prop in proto.metadata_props}, model_name(model))
+
+
+def node_names(model: Model) -> dict[str, str]:
+    """The name of the node that writes each value of the model (subgraphs' included), by
+    the name the frontend gives the value in the IR (``FunctionBuilder.unique_name`` of its
+    ONNX name), for the values whose IR name no other value's ONNX name also gives; an
+    unnamed node is ``#i``, its place in its graph.  The attention sites of a bundle's
+    manifest name their nodes with it.  A model file is read again without its external
+    data: only its graph is wanted."""
+    proto = model if isinstance(model, onnx.ModelProto) else onnx.load(str(model), load_external_data=False)
+    names: dict[str, str] = {}
+    taken: set[str] = set()
+    graphs = [proto.graph]
+    while graphs:
+        graph = graphs.pop()
+        for index, node in enumerate(graph.node):
+            for attribute in node.attribute:  # an If's branches, a Loop's body
+                graphs += [attribute.g] if attribute.HasField("g") else list(attribute.graphs)
+            for output in node.output:
+                value = FunctionBuilder("names").unique_name(output) if output else ""
+                if value in taken:
+                    names.pop(value, None)
+                elif value:
+                    taken.add(value)
+                    names[value] = node.name or f"#{index}"
+    return names
 
 
 def import_model(model: Model) -> IRModule:
@@ -212,7 +240,8 @@ def build_bundle(model: Model, out_dir: str | Path, bounds: Mapping[str, int] | 
     try:
         manifest = write_bundle(module, staging, model_name(model), progress,
                                 split_bytes=PassContext.current().binding_split_bytes, tokenizer=tokenizer_entry,
-                                debug=debug, runtime=runtime, advance=advance)
+                                debug=debug, runtime=runtime, advance=advance,
+                                node_names=node_names(model) if attention_sites(module.attrs) else {})
         _move_into_place(staging, out)
     except OSError as error:
         raise RelaxwebError(f"cannot write the bundle to {out}: {error.strerror or error}") from None

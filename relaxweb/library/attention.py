@@ -29,7 +29,12 @@ with a divisor, query head ``h`` reads key / value head ``h // g``, the order of
 additive ``-inf`` would.  Semantics at the edges, the unfused graph's: a score of NaN makes
 its row NaN, a row whose scores are all ``-inf`` (masked out entirely) is NaN, as
 ``exp(-inf - (-inf))`` gives; a large negative finite mask (``-3.4e38``, what torch writes)
-keeps the row finite.
+keeps the row finite.  With ``zero_nan_rows`` (what torch's exporters write for
+``scaled_dot_product_attention``: ``where(isnan(weights), 0, weights)`` between the softmax and
+the value product) a row whose weights are NaN (every score ``-inf``, or a NaN or ``+inf``
+score) is 0 instead: the value product of zero weights.  (Unfused, that product is NaN where
+one of the head's values is NaN or infinite, as ``0 * inf`` is; the kernel does not read the
+values of such a row: it gives 0.)
 
 With ``key_rows`` (a KV cache: key and value ``[*kv_batch, key_rows, D]`` buffers of which the
 first ``Sk`` rows of each head are valid), the kernel reads that prefix in place: rows are
@@ -85,6 +90,7 @@ class AttentionPlan:
     mask_shape: tuple | None
     scale: float
     causal: bool
+    zero_nan_rows: bool  # a row whose weights are NaN is 0 (see the module doc)
     reads_prefix: bool  # the builder was given ``key_rows``: the first ``key_length`` rows are read
     inputs: tuple[Buffer, ...]
     output: Buffer
@@ -119,7 +125,8 @@ class AttentionPlan:
 
 def attention_plan(name: str, batch: tuple, query_length: PrimExpr, key_length: PrimExpr, head: int, value_head: int,
                    mask_shape: tuple | None = None, scale: float = 1.0, causal: bool = False, dtype: str = "float32",
-                   kv_batch: tuple | None = None, key_rows: PrimExpr | None = None) -> AttentionPlan:
+                   kv_batch: tuple | None = None, key_rows: PrimExpr | None = None,
+                   zero_nan_rows: bool = False) -> AttentionPlan:
     """The plan of :func:`attention_kernel` with these arguments; ValueError when the head
     sizes do not fit a tile or the key / value batch dims are not the query's, 1 or divisors."""
     if key_tile(head, value_head) < 1:
@@ -137,33 +144,35 @@ def attention_plan(name: str, batch: tuple, query_length: PrimExpr, key_length: 
     shape_vars = {var.name for var in buffer_size_vars((*inputs, output))}
     extra = tuple(var for var in free_vars(key_length) if var.name not in shape_vars)
     return AttentionPlan(name, batch, kv_batch, query_length, key_length, rows, head, value_head, mask_shape, scale,
-                         causal, key_rows is not None, tuple(inputs), output, extra)
+                         causal, zero_nan_rows, key_rows is not None, tuple(inputs), output, extra)
 
 
 @library_kernel_builder("attention")
 def attention_kernel(name: str, batch: tuple, query_length: PrimExpr, key_length: PrimExpr, head: int,
                      value_head: int, mask_shape: tuple | None = None, scale: float = 1.0, causal: bool = False,
-                     dtype: str = "float32", kv_batch: tuple | None = None, key_rows: PrimExpr | None = None
-                     ) -> LibraryKernel:
+                     dtype: str = "float32", kv_batch: tuple | None = None, key_rows: PrimExpr | None = None,
+                     zero_nan_rows: bool = False) -> LibraryKernel:
     """``softmax(query key^T * scale + mask) value`` over ``batch`` dims (see the module doc);
     ``mask_shape`` None: no mask; ``kv_batch``: the batch dims of key and value, each 1
     (shared by every query group along it: grouped-query attention) or ``batch``'s (None: all
     ``batch``'s); ``key_rows``: the rows of each key / value head in their buffers, of which
-    the first ``key_length`` are read (None: ``key_length``)."""
+    the first ``key_length`` are read (None: ``key_length``); ``zero_nan_rows``: a row whose
+    weights are NaN is 0."""
     plan = attention_plan(name, batch, query_length, key_length, head, value_head, mask_shape, scale, causal, dtype,
-                          kv_batch, key_rows)
+                          kv_batch, key_rows, zero_nan_rows)
     summary = (f"fused attention [{format_shape(plan.output.shape)}] over {format_shape((key_length,))} keys"
                f"{f' of {format_shape((plan.key_rows,))} rows' if plan.reads_prefix else ''}"
-               f"{', causal' if causal else ''}{', masked' if mask_shape is not None else ''}")
+               f"{', causal' if causal else ''}{', masked' if mask_shape is not None else ''}"
+               f"{', NaN rows 0' if zero_nan_rows else ''}")
     if not plan.reads_prefix:
         def reference(arrays):
-            return attention_reference(arrays, scale=scale, causal=causal)
+            return attention_reference(arrays, scale=scale, causal=causal, zero_nan_rows=zero_nan_rows)
     else:
         def reference(arrays, size_vars):
             length = int(evaluate(key_length, size_vars))
             query, key, value, *mask = arrays
             return attention_reference([query, key[..., :length, :], value[..., :length, :], *mask], scale=scale,
-                                       causal=causal)
+                                       causal=causal, zero_nan_rows=zero_nan_rows)
     return LibraryKernel(name, plan.inputs, plan.output, simplify(plan.workgroups * WORKGROUP), reference, summary,
                          extra_size_vars=plan.extra_size_vars, sized_reference=plan.reads_prefix,
                          targets=(WEBGPU, WEBGPU_F16, WEBGPU_CPU, WASM))
@@ -218,9 +227,11 @@ def flat_index(shape: tuple, coordinates: list[PrimExpr]) -> PrimExpr:
 # -- numpy reference -------------------------------------------------------------------------------
 
 
-def attention_reference(arrays: list[np.ndarray], *, scale: float, causal: bool) -> np.ndarray:
+def attention_reference(arrays: list[np.ndarray], *, scale: float, causal: bool, zero_nan_rows: bool = False
+                        ) -> np.ndarray:
     """``softmax(q k^T * scale + mask) v`` with numpy, as the unfused ops compute it (a row
-    whose scores are all -inf is NaN); float32 arithmetic for narrower floats."""
+    whose scores are all -inf is NaN; with ``zero_nan_rows``, NaN weights are 0); float32
+    arithmetic for narrower floats."""
     dtype = arrays[0].dtype
     compute = np.float64 if dtype == np.float64 else np.float32
     query, key, value = (a.astype(compute) for a in arrays[:3])
@@ -239,4 +250,6 @@ def attention_reference(arrays: list[np.ndarray], *, scale: float, causal: bool)
     with np.errstate(invalid="ignore", over="ignore"):
         shifted = np.exp(scores - scores.max(axis=-1, keepdims=True)) if scores.shape[-1] else scores
         weights = shifted / shifted.sum(axis=-1, keepdims=True)
+    if zero_nan_rows:
+        weights = np.where(np.isnan(weights), compute(0.0), weights)
     return np.matmul(weights, value).astype(dtype)

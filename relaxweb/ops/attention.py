@@ -1,4 +1,4 @@
-"""Fused scaled dot-product attention: ``attention(q, k, v, [mask], scale=1.0, causal=False)``.
+"""Fused scaled dot-product attention: ``attention(q, k, v, [mask], scale=1.0, causal=False, zero_nan_rows=False)``.
 
 ``softmax(q @ k^T * scale + mask, axis=-1) @ v`` for ``q[*batch, Sq, D]``, ``k[*batch, Sk, D]``,
 ``v[*batch, Sk, Dv]`` (the same batch dims: ``[batch, heads]`` for the usual layout; k and v
@@ -8,7 +8,9 @@ transformers' ``repeat_kv`` orders them), and an
 optional additive float ``mask`` that broadcasts to the scores ``[*batch, Sq, Sk]`` (fewer
 dims are aligned from the right; each dim is 1 or the scores' dim).  ``causal`` hides key
 ``j`` from query ``i`` when ``j > i + Sk - Sq``, as an additive ``-inf`` would.  A row whose
-scores are all ``-inf`` is NaN, as the unfused softmax gives.
+scores are all ``-inf`` is NaN, as the unfused softmax gives; with ``zero_nan_rows`` a row
+whose weights are NaN is 0 (``where(isnan(weights), 0, weights)`` before the value product,
+as torch exports ``scaled_dot_product_attention``; ``relaxweb/library/attention.py``).
 
 A last argument ``prim(L)`` reads only the first ``L`` keys and values of each head: k and v
 are then ``[*batch, R, D]`` buffers of ``R >= L`` rows (a KV cache of capacity ``R`` whose
@@ -54,8 +56,9 @@ def deduce_attention(args, attrs) -> TensorStructInfo:
     for position, info in enumerate(infos):
         require_float("attention", info, position)
     dtype = same_dtype("attention", infos)
-    if not isinstance(attrs.get("causal", False), bool) or not isinstance(attrs.get("scale", 1.0), float):
-        raise DeductionError(f"attention: scale must be a float and causal a bool, got {dict(attrs)}")
+    if (not isinstance(attrs.get("causal", False), bool) or not isinstance(attrs.get("scale", 1.0), float)
+            or not isinstance(attrs.get("zero_nan_rows", False), bool)):
+        raise DeductionError(f"attention: scale must be a float, causal and zero_nan_rows bools, got {dict(attrs)}")
     q, k, v = infos[:3]
     rank = next((info.ndim for info in infos[:3] if info.ndim != -1), -1)
     if any(info.shape is None for info in infos):
@@ -112,7 +115,7 @@ def legalize_attention(context, call: Call):
     kernel = attention_kernel("attention", tuple(batch), query_length, rows if key_length is None else key_length, head,
                               value_head, mask_shape, float(call.attrs.get("scale", 1.0)),
                               bool(call.attrs.get("causal", False)), tensor_dtype(q), kv_batch if shared else None,
-                              None if key_length is None else rows)
+                              None if key_length is None else rows, bool(call.attrs.get("zero_nan_rows", False)))
     return context.call_library(kernel, tuple(args))
 
 
@@ -121,7 +124,8 @@ def reference_attention(arrays, attrs):
     if len(tensors) > 3 and np.asarray(tensors[-1]).dtype.kind in "iu":  # prim(L): the first L keys and values
         length = int(tensors.pop())
         tensors[1:3] = [t[..., :length, :] for t in tensors[1:3]]
-    return attention_reference(tensors, scale=float(attrs.get("scale", 1.0)), causal=bool(attrs.get("causal", False)))
+    return attention_reference(tensors, scale=float(attrs.get("scale", 1.0)), causal=bool(attrs.get("causal", False)),
+                               zero_nan_rows=bool(attrs.get("zero_nan_rows", False)))
 
 
 register_op("attention", deduce=deduce_attention, legalize=needs_known_shapes(legalize_attention),

@@ -8,7 +8,10 @@
   no [.., seq, seq] storage, and it matches onnxruntime on wgpu at seq 1, at lengths that are
   not multiples of the key tile or of the 64-row workgroup, batch > 1 and 3 heads, with masks
   of -inf, of -3.4e38 (what torch writes) and rows masked out entirely (NaN, as unfused);
-* the causal kernel (no exporter writes it) against the reference on wgpu, Sq != Sk included.
+* the causal kernel (no exporter writes it) against the reference on wgpu, Sq != Sk included;
+* ``zero_nan_rows`` (torch's scaled_dot_product_attention export: NaN weights set to 0): rows
+  masked out entirely, a NaN query and a +inf mask entry give 0, as the unfused graph does, on
+  WebGPU (both shaders) and kernels.wasm.
 """
 
 from __future__ import annotations
@@ -72,14 +75,15 @@ def test_deduction_errors_name_the_argument() -> None:
 # Semantics ---------------------------------------------------------------------------------------
 
 
-def _unfused(q, k, v, mask, scale, causal):
+def _unfused(q, k, v, mask, scale, causal, zero_nan_rows=False):
     scores = (q.astype(np.float64) @ np.swapaxes(k, -1, -2)) * scale + (0 if mask is None else mask)
     if causal:
         rows, keys = scores.shape[-2:]
         scores = np.where(np.arange(keys)[None] > np.arange(rows)[:, None] + keys - rows, -np.inf, scores)
     with np.errstate(invalid="ignore"):
         weights = np.exp(scores - scores.max(-1, keepdims=True))
-        return (weights / weights.sum(-1, keepdims=True)) @ v
+        weights = weights / weights.sum(-1, keepdims=True)
+        return (np.where(np.isnan(weights), 0.0, weights) if zero_nan_rows else weights) @ v
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -228,3 +232,33 @@ def test_a_key_length_reads_the_valid_prefix_of_a_cache_in_place(device, tmp_pat
         assert_close(run_module(module, feeds)[0], wanted)
         for kernels in ("gpu", "cpu"):
             assert_close(run_compiled(module, feeds, tmp_path / f"bundle{seed}", kernels=kernels)[0], wanted, F32_LOOSE)
+
+
+def test_zero_nan_rows_are_zero_as_the_unfused_where_makes_them(backend, tmp_path) -> None:
+    """attention(..., zero_nan_rows=True) is where(isnan(weights), 0, weights) @ v: a query row
+    masked out entirely (-inf), one with a NaN query and one with a +inf mask entry have NaN
+    weights, so 0; a row masked with -3.4e38 stays the mean of its values.  70 queries and 130
+    keys: two WebGPU workgroups of rows, the wasm kernel's key blocks."""
+    builder = FunctionBuilder("main")
+    q, k, v, mask = _params(builder, {"q": (b, 2, s, 8), "k": (b, 2, t, 8), "v": (b, 2, t, 4), "m": (b, 1, s, t)})
+    out = builder.emit_op("attention", q, k, v, mask, scale=0.5, zero_nan_rows=True, name_hint="out", output=True)
+    module = IRModule({"main": builder.finish([out], ["out"])})
+    write_bundle(compile_module(module, {}), tmp_path / "bundle", "model")
+    sessions = [load_bundle(tmp_path / "bundle", backend)]
+    if backend == "webgpu":  # and the shader for CPU adapters, which stages no tiles
+        sessions.append(load_bundle(tmp_path / "bundle", backend, kernels="cpu"))
+    for seed, (batch, queries, keys) in enumerate([(2, 5, 7), (1, 70, 130)]):
+        mask_values = np.where(rand(batch, 1, queries, keys, seed=seed) > 1.0, -np.inf, 0.0).astype(np.float32)
+        mask_values[0, 0, 1] = -np.inf
+        mask_values[0, 0, 2] = NEG
+        mask_values[0, 0, 3, keys // 2] = np.inf
+        feeds = {"q": rand(batch, 2, queries, 8, seed=seed + 1), "k": rand(batch, 2, keys, 8, seed=seed + 2),
+                 "v": rand(batch, 2, keys, 4, seed=seed + 3), "m": mask_values}
+        feeds["q"][0, 1, 4] = np.nan
+        wanted = _unfused(feeds["q"], feeds["k"], feeds["v"], mask_values, 0.5, False, zero_nan_rows=True)
+        assert (wanted[0, :, 1] == 0).all() and (wanted[0, :, 3] == 0).all() and (wanted[0, 1, 4] == 0).all()
+        assert_close(run_module(module, feeds)[0], wanted)
+        for session in sessions:
+            got = session.run(feeds)["out"]
+            assert not np.isnan(got).any()
+            assert_close(got, wanted, F32_LOOSE, err_msg=f"{backend}, {queries} queries, {keys} keys")

@@ -458,11 +458,7 @@ class AttentionWat:
                 *self.update(0, "acc", 0, [(f"v{u}", 0) for u in range(4)], True),
                 "(local.set $j (i32.add (local.get $j) (i32.const 4)))",
             ]),
-            ";; acc / sum; a row with no score above -inf is NaN (the unfused softmax's); no keys: 0",
-            f"(local.set $o (i32.add (local.get $out) (i32.mul {self.row_start} (i32.const {4 * self.value_head}))))",
-            "(local.set $c (f32x4.splat (select (f32.const nan) (f32.const 0) (local.get $seq_k))))  ;; the row without weights",
-            f"(local.set $running_sum (f32.load offset={self.row_bytes + 4} (local.get $acc)))",
-            f"(local.set $started (i32.load offset={self.row_bytes + 8} (local.get $acc)))",
+            *self.row_end(),
             "(local.set $p (f32x4.splat (local.get $running_sum)))",
             "(local.set $at (i32.const 0))",
             *loop("store", f"(i32.ge_u (local.get $at) (i32.const {16 * self.value_words}))", [
@@ -475,6 +471,26 @@ class AttentionWat:
               "(local.get $running_sum)) (f32x4.extract_lane 0 (local.get $c)) (local.get $started)))"
               for d in range(4 * self.value_words, self.value_head)),
             "(local.set $r (i32.add (local.get $r) (i32.const 1)))",
+        ]
+
+    def row_end(self) -> list[str]:
+        """Before row ``$r``'s output: ``$c``, the value of a row without weights, and
+        ``$started``, whether its weights are numbers (else it is ``$c``)."""
+        lines = [
+            ";; acc / sum; a row with no score above -inf is NaN (the unfused softmax's); no keys: 0",
+            f"(local.set $o (i32.add (local.get $out) (i32.mul {self.row_start} (i32.const {4 * self.value_head}))))",
+            "(local.set $c (f32x4.splat (select (f32.const nan) (f32.const 0) (local.get $seq_k))))  ;; the row without weights",
+            f"(local.set $running_sum (f32.load offset={self.row_bytes + 4} (local.get $acc)))",
+            f"(local.set $started (i32.load offset={self.row_bytes + 8} (local.get $acc)))",
+        ]
+        if not self.plan.zero_nan_rows:
+            return lines
+        return [
+            *lines,
+            ";; zero_nan_rows: a row whose weights are NaN (not started, or a NaN sum: a NaN or +inf score) is 0,",
+            ";; as where(isnan(weights), 0, weights) makes it",
+            "(local.set $c (v128.const i32x4 0 0 0 0))",
+            "(local.set $started (i32.and (local.get $started) (f32.eq (local.get $running_sum) (local.get $running_sum))))",
         ]
 
     def body(self) -> list[str]:

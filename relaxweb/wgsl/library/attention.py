@@ -31,6 +31,22 @@ from ..lower_index import helper_declarations, helpers_used, lower_index, render
 from ..shader import params_declaration
 
 
+#: How a row whose weights are NaN ends: ``nan``, as the unfused softmax gives.
+_NAN_ROWS = [
+    "  // a row with no score above -inf is NaN, as the unfused softmax gives (a run-time NaN:",
+    "  // WGSL compilers may fold a constant one)",
+    "  let nan = bitcast<f32>(0x7fc00000u | (local & 0u));",
+]
+#: With ``zero_nan_rows``: 0, as ``where(isnan(weights), 0, weights)`` makes it; ``weighted``:
+#: the row has weights that are numbers (a NaN or +inf score makes the sum NaN; a NaN test on
+#: the bits, as compilers may fold ``x != x``).
+_ZERO_NAN_ROWS = [
+    "  // a row whose weights are NaN (no score above -inf, or a NaN or +inf one: a NaN sum) is 0,",
+    "  // as where(isnan(weights), 0, weights) makes it",
+    "  let weighted = started && (bitcast<u32>(running_sum) & 0x7fffffffu) <= 0x7f800000u;",
+]
+
+
 def render_attention(kernel: LibraryKernel, target: str) -> str:
     """The attention kernel's WGSL for ``target`` (webgpu, webgpu_f16 or webgpu_cpu)."""
     plan = attention_plan(**kernel.arguments)
@@ -160,14 +176,14 @@ def _source(plan: AttentionPlan, half: bool = False, direct: bool = False) -> st
         "  if (!in_range) {",
         "    return;",
         "  }",
-        "  // a row with no score above -inf is NaN, as the unfused softmax gives (a run-time NaN:",
-        "  // WGSL compilers may fold a constant one)",
-        "  let nan = bitcast<f32>(0x7fc00000u | (local & 0u));",
+        *(_ZERO_NAN_ROWS if plan.zero_nan_rows else _NAN_ROWS),
         "  let out_start = (bh * seq_q + row) * VALUE_HEAD;",
         "  // no keys at all: an empty sum, 0 (as the value product of an empty softmax)",
         "  let empty = seq_k == 0;",
-        *(f"  out[out_start + {i * width + c}] = select(select(nan, acc{i}{f'[{c}]' if width > 1 else ''} / running_sum, "
-          "started), 0.0, empty);" for i in range(value_words) for c in range(width)),
+        *(f"  out[out_start + {i * width + c}] = select(select({'0.0' if plan.zero_nan_rows else 'nan'}, "
+          f"acc{i}{f'[{c}]' if width > 1 else ''} / running_sum, {'weighted' if plan.zero_nan_rows else 'started'}), "
+          "0.0, empty);"
+          for i in range(value_words) for c in range(width)),
         "}",
     ]
     return "\n".join(lines) + "\n"
