@@ -4,15 +4,18 @@ The module comes from the compile driver (``compiler.py``), its ``main`` a host 
 Steps: emit one WGSL shader per kernel the host dispatches, the same kernels as one
 WebAssembly module (``kernels.wasm``, ``relaxweb/cpu``) and the host module for the host
 function, then write the manifest (with the entries of the dtype table its tensors use,
-``relaxweb/ir/dtype.py``), the weights (in shards with checksums, in their device dtypes) and
-a copy of the browser runtime.
+``relaxweb/ir/dtype.py``), the weights (in shards with checksums, in their device dtypes), the tokenizer's files
+(``tokenizer/``) and a copy of the browser runtime, with the browser libraries a Hugging Face
+tokenizer needs (``runtime/vendor/``: :data:`BROWSER_LIBRARIES`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Callable
 
@@ -43,6 +46,16 @@ SHARD_BYTES = 32 * 1024 * 1024
 RUNTIME_JS = Path(__file__).parent / "runtime_js"
 KERNELS_WASM = "kernels.wasm"  # every kernel as WebAssembly SIMD functions (docs/bundle-format.md, "kernels.wasm")
 KERNELS_WAT = "kernels.wat"  # its text, for reading (runtimes do not load it)
+TOKENIZER_FOLDER = "tokenizer"  # a Hugging Face tokenizer's files, as its publisher wrote them
+#: The npm packages the browser runtime imports for a Hugging Face tokenizer (by their bare
+#: names where the page resolves them: a bundler, node, an import map), each as (package, its
+#: self-contained ES module, the name of its copy in ``runtime/vendor/``, the runtime's fallback
+#: where bare names do not resolve: runtime_js/libraries.js lists the same names).
+BROWSER_LIBRARIES = (
+    ("@huggingface/tokenizers", "dist/tokenizers.min.mjs", "tokenizers.mjs"),
+    ("@huggingface/jinja", "dist/index.js", "jinja.mjs"),
+)
+VENDOR_FOLDER = "vendor"
 
 Progress = Callable[[str], None]
 
@@ -56,11 +69,13 @@ def _symbolic_var(name: str, bound: int | None, as_written: dict[str, str]) -> d
 
 
 def write_bundle(module: IRModule, out_dir: str | Path, source: str, progress: Progress = lambda _: None, *,
-                 split_bytes: int = BINDING_PART_BYTES, tokenizer: dict | None = None) -> dict:
+                 split_bytes: int = BINDING_PART_BYTES, tokenizer: dict | None = None,
+                 tokenizer_files: Mapping[str, bytes] | None = None) -> dict:
     """Write the bundle of a compiled module (its ``main`` a HostFunction); returns the manifest.
 
     ``source`` names the model in the manifest and in the generated code's comments;
-    ``tokenizer`` (a checked entry, ``relaxweb/tokenizer.py``) goes into the manifest as is.  A
+    ``tokenizer`` (a checked entry, ``relaxweb/tokenizer/``) goes into the manifest as is, and
+    ``tokenizer_files`` (checked names -> bytes) into ``tokenizer/``.  A
     weight of more than ``split_bytes`` device bytes is bound to the kernels that read it as
     several parts (``relaxweb/ir/launch.binding_parts``; docs/bundle-format.md, "Weights in
     parts"): those kernels get a shader of their own that reads the parts.
@@ -158,11 +173,49 @@ def write_bundle(module: IRModule, out_dir: str | Path, source: str, progress: P
     }
     if tokenizer is not None:
         manifest["tokenizer"] = tokenizer
+    if tokenizer_files:
+        (out / TOKENIZER_FOLDER).mkdir(exist_ok=True)
+        for name, data in tokenizer_files.items():
+            (out / TOKENIZER_FOLDER / name).write_bytes(data)
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     if RUNTIME_JS.is_dir():
         shutil.copytree(RUNTIME_JS, out / "runtime", dirs_exist_ok=True)
+        if tokenizer is not None and tokenizer["kind"] == "huggingface":
+            _copy_browser_libraries(out / "runtime" / VENDOR_FOLDER, progress)
     progress(f"wrote {out}/ ({len(kernels)} kernels, {sum(s['nbytes'] for s in shards)} bytes of weights)")
     return manifest
+
+
+def node_modules_folders() -> list[Path]:
+    """Where the build looks for the npm packages of :data:`BROWSER_LIBRARIES`: the
+    ``node_modules`` of the working directory and of each folder above it, then the one of
+    the relaxweb checkout (``npm install`` in the repository installs them)."""
+    here = Path.cwd().resolve()
+    folders = [folder / "node_modules" for folder in (here, *here.parents)]
+    checkout = Path(__file__).resolve().parent.parent / "node_modules"
+    return list(dict.fromkeys([*folders, checkout]))
+
+
+def _copy_browser_libraries(vendor: Path, progress: Progress) -> None:
+    """Copy each browser library (its ES module and its license) from the first node_modules
+    that has it into ``runtime/vendor/``, for pages that cannot import it by its bare name;
+    a note for each one found nowhere (the page must then resolve it, or the browser runtime
+    says what is missing when it loads the bundle)."""
+    missing = []
+    for package, module_file, copy_name in BROWSER_LIBRARIES:
+        found = next((folder / package for folder in node_modules_folders()
+                      if (folder / package / module_file).is_file()), None)
+        if found is None:
+            missing.append(package)
+            continue
+        vendor.mkdir(exist_ok=True)
+        shutil.copyfile(found / module_file, vendor / copy_name)
+        if (found / "LICENSE").is_file():
+            shutil.copyfile(found / "LICENSE", vendor / f"{os.path.splitext(copy_name)[0]}.LICENSE")
+    if missing:
+        progress(f"note: {', '.join(missing)} not found in node_modules (npm install them where you build): the "
+                 "bundle's page must import them by name (a bundler or an import map), or the browser runtime "
+                 "cannot tokenize; the Python runtime is not affected")
 
 
 def _write_kernels_wasm(module: IRModule, kernel_order: list, source: str, out: Path, progress: Progress) -> dict:
