@@ -4,16 +4,19 @@ The module comes from the compile driver (``compiler.py``), its ``main`` a host 
 Steps: emit one WGSL shader per kernel the host dispatches, the same kernels as one
 WebAssembly module (``kernels.wasm``, ``relaxweb/cpu``) and the host module for the host
 function, then write the manifest (with the entries of the dtype table its tensors use,
-``relaxweb/ir/dtype.py``), the weights (in shards with checksums, in their device dtypes) and
-a copy of the browser runtime (``runtime``: see :data:`RUNTIME_CHOICES`).  The text forms of
-the two WebAssembly modules (``host.wat``, ``kernels.wat``: for reading, no runtime loads
-them; on DistilBERT kernels.wat outweighs the weights) are written only with ``debug``.
+``relaxweb/ir/dtype.py``), the weights (in shards with checksums, in their device dtypes), the
+tokenizer's files (``tokenizer/``) and a copy of the browser runtime (``runtime``: see
+:data:`RUNTIME_CHOICES`), with the browser libraries a Hugging Face tokenizer needs
+(``runtime/vendor/``: :data:`BROWSER_LIBRARIES`).  The text forms of the two WebAssembly
+modules (``host.wat``, ``kernels.wat``: for reading, no runtime loads them; on DistilBERT
+kernels.wat outweighs the weights) are written only with ``debug``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Callable, Mapping
@@ -54,6 +57,16 @@ RUNTIME_CHOICES = {
     "copy": "a copy of the browser runtime: the folder is all a page needs (the default)",
     "none": "nothing: the page imports the runtime from the npm package 'relaxweb' (of the same version)",
 }
+TOKENIZER_FOLDER = "tokenizer"  # a Hugging Face tokenizer's files, as its publisher wrote them
+#: The npm packages the browser runtime imports for a Hugging Face tokenizer (by their bare
+#: names where the page resolves them: a bundler, node, an import map), each as (package, its
+#: self-contained ES module, the name of its copy in ``runtime/vendor/``, the runtime's fallback
+#: where bare names do not resolve: runtime_js/libraries.js lists the same names).
+BROWSER_LIBRARIES = (
+    ("@huggingface/tokenizers", "dist/tokenizers.min.mjs", "tokenizers.mjs"),
+    ("@huggingface/jinja", "dist/index.js", "jinja.mjs"),
+)
+VENDOR_FOLDER = "vendor"
 
 Progress = Callable[[str], None]
 #: Called as a long step goes: (the step, units done, units in all); writing the weights counts bytes.
@@ -70,15 +83,17 @@ def _symbolic_var(name: str, bound: int | None, as_written: dict[str, str]) -> d
 
 
 def write_bundle(module: IRModule, out_dir: str | Path, source: str, progress: Progress = lambda _: None, *,
-                 split_bytes: int = BINDING_PART_BYTES, tokenizer: dict | None = None, debug: bool = False,
+                 split_bytes: int = BINDING_PART_BYTES, tokenizer: dict | None = None,
+                 tokenizer_files: Mapping[str, bytes] | None = None, debug: bool = False,
                  runtime: str = "copy", advance: Advance | None = None,
                  node_names: Mapping[str, str] | None = None) -> dict:
     """Write the bundle of a compiled module (its ``main`` a HostFunction); returns the manifest.
 
     ``source`` names the model in the manifest and in the generated code's comments;
-    ``tokenizer`` (a checked entry, ``relaxweb/tokenizer.py``) goes into the manifest as is;
-    the module's attention sites go into its ``attention`` entry (:func:`attention_entry`,
-    ``node_names`` naming the model's nodes that wrote their values).
+    ``tokenizer`` (a checked entry, ``relaxweb/tokenizer/``) goes into the manifest as is, and
+    ``tokenizer_files`` (checked names -> bytes) into ``tokenizer/``; the module's attention
+    sites go into its ``attention`` entry (:func:`attention_entry`, ``node_names`` naming the
+    model's nodes that wrote their values).
     ``debug`` adds the :data:`DEBUG_FILES`; ``runtime`` is one of :data:`RUNTIME_CHOICES`.
     ``progress`` gets a line per step, ``advance`` the bytes of weights written so far.  A
     weight of more than ``split_bytes`` device bytes is bound to the kernels that read it as
@@ -189,11 +204,49 @@ def write_bundle(module: IRModule, out_dir: str | Path, source: str, progress: P
     attention = attention_entry(module, node_names or {})
     if attention:
         manifest["attention"] = attention
+    if tokenizer_files:
+        (out / TOKENIZER_FOLDER).mkdir(exist_ok=True)
+        for name, data in tokenizer_files.items():
+            (out / TOKENIZER_FOLDER / name).write_bytes(data)
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     if runtime == "copy" and RUNTIME_JS.is_dir():
         shutil.copytree(RUNTIME_JS, out / "runtime", dirs_exist_ok=True)
+        if tokenizer is not None and tokenizer["kind"] == "huggingface":
+            _copy_browser_libraries(out / "runtime" / VENDOR_FOLDER, progress)
     progress(f"wrote the bundle: {len(kernels)} kernels, {sum(s['nbytes'] for s in shards)} bytes of weights")
     return manifest
+
+
+def node_modules_folders() -> list[Path]:
+    """Where the build looks for the npm packages of :data:`BROWSER_LIBRARIES`: the
+    ``node_modules`` of the working directory and of each folder above it, then the one of
+    the relaxweb checkout (``npm install`` in the repository installs them)."""
+    here = Path.cwd().resolve()
+    folders = [folder / "node_modules" for folder in (here, *here.parents)]
+    checkout = Path(__file__).resolve().parent.parent / "node_modules"
+    return list(dict.fromkeys([*folders, checkout]))
+
+
+def _copy_browser_libraries(vendor: Path, progress: Progress) -> None:
+    """Copy each browser library (its ES module and its license) from the first node_modules
+    that has it into ``runtime/vendor/``, for pages that cannot import it by its bare name;
+    a note for each one found nowhere (the page must then resolve it, or the browser runtime
+    says what is missing when it loads the bundle)."""
+    missing = []
+    for package, module_file, copy_name in BROWSER_LIBRARIES:
+        found = next((folder / package for folder in node_modules_folders()
+                      if (folder / package / module_file).is_file()), None)
+        if found is None:
+            missing.append(package)
+            continue
+        vendor.mkdir(exist_ok=True)
+        shutil.copyfile(found / module_file, vendor / copy_name)
+        if (found / "LICENSE").is_file():
+            shutil.copyfile(found / "LICENSE", vendor / f"{os.path.splitext(copy_name)[0]}.LICENSE")
+    if missing:
+        progress(f"note: {', '.join(missing)} not found in node_modules (npm install them where you build): the "
+                 "bundle's page must import them by name (a bundler or an import map), or the browser runtime "
+                 "cannot tokenize; the Python runtime is not affected")
 
 
 #: The manifest's longest name or reason (its schema's ``max_length``) and most attention sites.

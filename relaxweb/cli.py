@@ -5,7 +5,8 @@
     relaxweb run DIR --inputs A.npz --inputs B.npz ... [--batch] [--out FOLDER] [--browser]
     relaxweb run MODEL.onnx --inputs IN.npz [--out OUT.npz] --reference
     relaxweb inspect MODEL.onnx|DIR
-    relaxweb generate DIR --prompt TEXT [--max-tokens N --temperature T --top-k K --seed S]
+    relaxweb generate DIR --prompt TEXT [--max-tokens N --temperature T --top-k K --top-p P --repetition-penalty R --seed S]
+    relaxweb chat DIR [--system TEXT] [--message ROLE:TEXT ...] [the sampling options of generate]
     relaxweb serve DIR [--port PORT]
 
 Each command calls the Python API (``api.py``: ``relaxweb.build``, ``relaxweb.load`` ...), so
@@ -16,6 +17,7 @@ dtype, a bound exceeded) are RelaxwebErrors: one ``error: ...`` line on stderr, 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 from typing import NoReturn, TextIO
@@ -273,22 +275,75 @@ def command_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
-def command_generate(args: argparse.Namespace) -> int:
-    session = load(check_bundle_folder(args.bundle), kernels=args.kernels)
-    printed = 0
+def _sampling(args: argparse.Namespace) -> dict:
+    """The generate options of ``generate`` and ``chat`` (None: the bundle's default)."""
+    return {"max_new_tokens": args.max_tokens, "temperature": args.temperature, "top_k": args.top_k,
+            "top_p": args.top_p, "repetition_penalty": args.repetition_penalty, "seed": args.seed}
 
-    def stream(token: int, text: str) -> None:
-        nonlocal printed
-        sys.stdout.write(text[printed:])
+
+class _TextPrinter:
+    """An ``on_token`` that prints the text to stdout as it grows."""
+
+    def __init__(self) -> None:
+        self.printed = 0
+
+    def __call__(self, token: int, text: str) -> None:
+        sys.stdout.write(text[self.printed:])
         sys.stdout.flush()
-        printed = len(text)
+        self.printed = len(text)
 
-    result = session.generate(args.prompt, max_new_tokens=args.max_tokens, temperature=args.temperature,
-                              top_k=args.top_k, seed=args.seed, on_token=stream)
-    print(result.text[printed:], flush=True)
+
+def _report(result) -> None:
     print(f"{len(result.tokens)} tokens, stopped by {result.stopped}: prefill {result.prefill_ms:.0f} ms, "
           f"{result.tokens_per_second:.1f} tokens/s", file=sys.stderr)
+
+
+def command_generate(args: argparse.Namespace) -> int:
+    session = load(check_bundle_folder(args.bundle), kernels=args.kernels)
+    printer = _TextPrinter()
+    result = session.generate(args.prompt, on_token=printer, **_sampling(args))
+    print(result.text[printer.printed:], flush=True)
+    _report(result)
     return 0
+
+
+def _parse_message(text: str) -> dict[str, str]:
+    """``ROLE:TEXT`` as a chat message."""
+    role, separator, content = text.partition(":")
+    if not separator or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_-]{0,31}", role):
+        raise argparse.ArgumentTypeError(f"--message expects ROLE:TEXT (e.g. user:Hello), got {text[:60]!r}")
+    return {"role": role, "content": content}
+
+
+def command_chat(args: argparse.Namespace) -> int:
+    """One reply to the --message conversation; without --message, a conversation read from
+    stdin, one user message a line, each reply printed after it."""
+    session = load(check_bundle_folder(args.bundle), kernels=args.kernels)
+    messages = ([{"role": "system", "content": args.system}] if args.system is not None else []) + (args.message or [])
+    if getattr(session.tokenizer, "chat_template", None) is None:
+        session.apply_chat_template([{"role": "user", "content": ""}])  # says there is no template, before reading
+    if args.message:
+        _reply(session, messages, args)
+        return 0
+    interactive = sys.stdin.isatty()
+    while True:
+        if interactive:
+            print("> ", end="", file=sys.stderr, flush=True)
+        line = sys.stdin.readline()
+        if not line:
+            return 0
+        if not line.strip():
+            continue
+        messages.append({"role": "user", "content": line.rstrip("\n")})
+        messages.append({"role": "assistant", "content": _reply(session, messages, args).text})
+
+
+def _reply(session, messages: list[dict], args: argparse.Namespace):
+    printer = _TextPrinter()
+    result = session.chat(messages, on_token=printer, **_sampling(args))
+    print(result.text[printer.printed:], flush=True)
+    _report(result)
+    return result
 
 
 def command_serve(args: argparse.Namespace) -> int:
@@ -327,10 +382,12 @@ def make_parser() -> argparse.ArgumentParser:
                        "row (embedding) (default 32)")
     build.add_argument("--scale-dtype", choices=SCALE_DTYPES, default="float16",
                        help="int8 / int4: the dtype of the scales (default float16)")
-    build.add_argument("--tokenizer", metavar="FILE",
-                       help="a JSON tokenizer for the bundle (for 'relaxweb generate'), e.g. {\"kind\": \"byte\", "
-                       "\"vocab_size\": 258, \"eos_token_id\": 257}; by default the model's metadata_props"
-                       "[\"relaxweb.tokenizer\"] when it has one")
+    build.add_argument("--tokenizer", metavar="PATH",
+                       help="the tokenizer for the bundle (for 'relaxweb generate' and 'chat'): a Hugging Face "
+                       "tokenizer folder as save_pretrained writes it (tokenizer.json, and tokenizer_config.json, "
+                       "chat_template.jinja, generation_config.json where there), a tokenizer.json, or a JSON byte "
+                       "tokenizer, e.g. {\"kind\": \"byte\", \"vocab_size\": 258, \"eos_token_id\": 257}; by default "
+                       "the model's metadata_props[\"relaxweb.tokenizer\"] when it has one")
     build.add_argument("--runtime", choices=RUNTIME_CHOICES, default="copy",
                        help="; ".join(f"{name}: {what}" for name, what in RUNTIME_CHOICES.items())
                        + " (the bundle's runtime/ folder)")
@@ -383,26 +440,29 @@ def make_parser() -> argparse.ArgumentParser:
     generate = commands.add_parser(
         "generate", help="generate text with a decoder bundle, streamed to stdout",
         description="Generate text after a prompt with a decoder bundle (inputs input_ids, past_key_values.*, "
-        "optionally attention_mask and position_ids; outputs logits and present.*; a tokenizer in the manifest: "
+        "optionally attention_mask and position_ids; outputs logits and present.*; a tokenizer in the bundle: "
         "'relaxweb build' copies the model's, or give one with --tokenizer) on the Python runtime (wgpu). The "
         "prompt runs once, then one run per new token with the cache kept on the GPU; the next token is picked "
         "on the GPU. Text goes to stdout as it comes, tokens/s to stderr at the end.",
         epilog="example: relaxweb generate dist/ --prompt 'The if statement' --max-tokens 100 --temperature 0.8 --top-k 20")
     generate.add_argument("bundle", metavar="DIR", help="the bundle folder")
     generate.add_argument("--prompt", required=True, help="the text to continue")
-    generate.add_argument("--max-tokens", type=int, default=64, metavar="N",
-                          help="new tokens at most (default 64); it also stops at the tokenizer's end-of-text token")
-    generate.add_argument("--temperature", type=float, default=0.0, metavar="T",
-                          help="0 (default): greedy, the most likely token each time; above 0: sample from "
-                          "softmax(logits / T), higher is more random")
-    generate.add_argument("--top-k", type=int, default=0, metavar="K",
-                          help="with a temperature: sample among the K most likely tokens only (1 .. 256; "
-                          "default 0: all)")
-    generate.add_argument("--seed", type=int, default=0, metavar="S",
-                          help="seed of the random numbers (default 0): the same seed gives the same text")
-    generate.add_argument("--kernels", choices=KERNEL_VARIANTS, default="auto",
-                          help="which shaders of kernels with a CPU variant to compile (as for 'run')")
+    _add_sampling_options(generate)
     generate.set_defaults(handler=command_generate)
+
+    chat = commands.add_parser(
+        "chat", help="chat with a decoder bundle that has a chat template",
+        description="Chat with a decoder bundle whose tokenizer has a chat template (build it with --tokenizer FOLDER, "
+        "a Hugging Face tokenizer folder). With --message, print the reply to that conversation and exit (for "
+        "scripts); without, read one user message a line from stdin and print each reply after it, until the end "
+        "of the input. Each reply stops at an end-of-turn token (every EOS id of the model's configs).",
+        epilog="example: relaxweb chat dist/ --message 'user:What is WebGPU?' --max-tokens 200")
+    chat.add_argument("bundle", metavar="DIR", help="the bundle folder")
+    chat.add_argument("--system", metavar="TEXT", help="a system message to start the conversation with")
+    chat.add_argument("--message", action="append", type=_parse_message, metavar="ROLE:TEXT",
+                      help="a message of the conversation (e.g. user:Hello); repeat it for several, in order")
+    _add_sampling_options(chat)
+    chat.set_defaults(handler=command_chat)
 
     serve = commands.add_parser("serve", help="serve the web demo with a bundle on 127.0.0.1",
                                 description="Serve web_demo/ with the bundle at /bundle/ on 127.0.0.1.")
@@ -410,6 +470,28 @@ def make_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=_port, default=8000, help="port (default 8000; 0 picks a free one)")
     serve.set_defaults(handler=command_serve)
     return parser
+
+
+def _add_sampling_options(command: argparse.ArgumentParser) -> None:
+    """The options of ``generate`` and ``chat``: how many tokens, how each is picked, the shaders."""
+    command.add_argument("--max-tokens", type=int, default=64, metavar="N",
+                         help="new tokens at most (default 64); it also stops at an end-of-text token of the tokenizer")
+    command.add_argument("--temperature", type=float, metavar="T",
+                         help="0: greedy, the most likely token each time; above 0: sample from softmax(logits / T), "
+                         "higher is more random (default: the bundle's generation_config.json, else 0)")
+    command.add_argument("--top-k", type=int, metavar="K",
+                         help="with a temperature: sample among the K most likely tokens only (1 .. 256; 0: all; "
+                         "default: the bundle's generation_config.json, else 0)")
+    command.add_argument("--top-p", type=float, metavar="P",
+                         help="with a temperature: sample among the most likely tokens that make up P of the probability "
+                         "(above 0, at most 1; 1: all; default: the bundle's generation_config.json, else 1)")
+    command.add_argument("--repetition-penalty", type=float, metavar="R",
+                         help="divide the logits of tokens already in the text by R (above 1: repeat less; 1: none; "
+                         "default: the bundle's generation_config.json, else 1)")
+    command.add_argument("--seed", type=int, default=0, metavar="S",
+                         help="seed of the random numbers (default 0): the same seed gives the same text")
+    command.add_argument("--kernels", choices=KERNEL_VARIANTS, default="auto",
+                         help="which shaders of kernels with a CPU variant to compile (as for 'run')")
 
 
 class _Parser(argparse.ArgumentParser):

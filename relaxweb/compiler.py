@@ -36,7 +36,7 @@ from .ir.module import IRModule
 from .ir.printer import format_module
 from .passes import DEFAULT_OPT_LEVEL, OPT_LEVELS, PassContext, run_pipeline
 from .passes.context import SCALE_DTYPES, WEIGHT_FORMATS
-from .tokenizer import tokenizer_from_file, tokenizer_from_metadata
+from .tokenizer import TokenizerSource, tokenizer_from_metadata, tokenizer_from_path
 
 Progress = Callable[[str], None]
 
@@ -65,9 +65,9 @@ def read_model(model: Model) -> onnx.ModelProto:
     return load_onnx(model)
 
 
-def model_tokenizer(model: Model) -> dict | None:
-    """The checked tokenizer entry a model names in ``metadata_props["relaxweb.tokenizer"]``
-    (``relaxweb/tokenizer.py``), or None.  A model file is read again without its external
+def model_tokenizer(model: Model) -> TokenizerSource | None:
+    """The checked tokenizer a model names in ``metadata_props["relaxweb.tokenizer"]``
+    (``relaxweb/tokenizer/``), or None.  A model file is read again without its external
     data: only its metadata is wanted."""
     proto = model if isinstance(model, onnx.ModelProto) else onnx.load(str(model), load_external_data=False)
     return tokenizer_from_metadata({prop.key: prop.value for prop in proto.metadata_props}, model_name(model))
@@ -211,8 +211,9 @@ def build_bundle(model: Model, out_dir: str | Path, bounds: Mapping[str, int] | 
                  runtime: str = "copy", advance: Advance | None = None) -> dict:
     """Compile ``model`` into the bundle folder ``out_dir``; returns the manifest.
 
-    The manifest carries the tokenizer of the JSON file ``tokenizer`` when one is given, else
-    the one the model names in its metadata (``relaxweb/tokenizer.py``), else none.
+    The bundle carries the tokenizer at the path ``tokenizer`` when one is given (a Hugging
+    Face tokenizer folder or tokenizer.json, or a JSON tokenizer entry), else the one the model
+    names in its metadata (``relaxweb/tokenizer/``), else none.
     ``debug`` (``--debug``) adds the WebAssembly modules' text; ``runtime`` (``--runtime``)
     says whether the bundle carries a copy of the browser runtime (``bundle.RUNTIME_CHOICES``);
     ``advance`` is told the bytes of weights written as they go (the command line's bar).
@@ -227,11 +228,13 @@ def build_bundle(model: Model, out_dir: str | Path, bounds: Mapping[str, int] | 
     if runtime not in RUNTIME_CHOICES:  # before the slow compile
         raise RelaxwebError(f"runtime {runtime!r} is not one of {', '.join(RUNTIME_CHOICES)} "
                             f"({'; '.join(f'{name}: {what}' for name, what in RUNTIME_CHOICES.items())})")
-    tokenizer_entry = tokenizer_from_file(tokenizer) if tokenizer is not None else None  # before the slow compile
+    tokenizer_source = tokenizer_from_path(tokenizer) if tokenizer is not None else None  # before the slow compile
     module = compile_model(model, bounds, opt_level=opt_level, progress=progress, dump_ir=dump_ir,
                            weights=weights, group_size=group_size, scale_dtype=scale_dtype)
-    if tokenizer_entry is None:
-        tokenizer_entry = model_tokenizer(model)
+    if tokenizer_source is None:
+        tokenizer_source = model_tokenizer(model)
+    for note in tokenizer_source.notes if tokenizer_source is not None else ():
+        progress(f"note: {note}")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.building-", dir=out.parent))
@@ -239,7 +242,9 @@ def build_bundle(model: Model, out_dir: str | Path, bounds: Mapping[str, int] | 
         raise RelaxwebError(f"cannot write the bundle next to {out}: {error.strerror}") from None
     try:
         manifest = write_bundle(module, staging, model_name(model), progress,
-                                split_bytes=PassContext.current().binding_split_bytes, tokenizer=tokenizer_entry,
+                                split_bytes=PassContext.current().binding_split_bytes,
+                                tokenizer=tokenizer_source.entry if tokenizer_source is not None else None,
+                                tokenizer_files=tokenizer_source.files if tokenizer_source is not None else None,
                                 debug=debug, runtime=runtime, advance=advance,
                                 node_names=node_names(model) if attention_sites(module.attrs) else {})
         _move_into_place(staging, out)
@@ -251,7 +256,8 @@ def build_bundle(model: Model, out_dir: str | Path, bounds: Mapping[str, int] | 
 
 
 #: What a build writes into its folder; a rebuild replaces exactly these.
-BUNDLE_ENTRIES = ("kernels", "weights", "runtime", "host.wasm", "host.wat", "kernels.wasm", "kernels.wat", "manifest.json")
+BUNDLE_ENTRIES = ("kernels", "weights", "runtime", "tokenizer", "host.wasm", "host.wat", "kernels.wasm", "kernels.wat",
+                  "manifest.json")
 
 
 def _move_into_place(staging: Path, out: Path) -> None:

@@ -1,4 +1,5 @@
-"""Text generation with a decoder bundle: ``Session.generate`` (``relaxweb generate DIR``).
+"""Text generation with a decoder bundle: ``Session.generate`` (``relaxweb generate DIR``),
+``Session.chat`` and ``Session.apply_chat_template`` (``relaxweb chat DIR``).
 
 A bundle can generate when it has the decoder signature optimum and transformers.js use
 (:func:`decoder_signature`): an ``input_ids`` input and a ``logits`` output, and a
@@ -12,7 +13,10 @@ GpuTensor made is disposed before ``generate`` returns, however it ends.
 
 Random numbers come from mulberry32 seeded with ``seed``, one uniform per token with 24 bits
 (exact in float32): ``runtime_js/generate.js`` draws the same, so a seed gives the same tokens
-in both runtimes wherever the logits agree.
+in both runtimes wherever the logits agree.  The sampler applies the repetition penalty, the
+temperature, top-k and top-p in transformers' order; an option not given takes the bundle's
+default (its tokenizer's ``generation_config.json``, :data:`GREEDY` without one).  Generation
+stops at any of the stop tokens (by default every EOS id of the tokenizer).
 """
 
 from __future__ import annotations
@@ -31,14 +35,17 @@ import wgpu
 
 from relaxweb.errors import RelaxwebError
 from relaxweb.runtime.gpu_tensor import GpuTensor
-from relaxweb.tokenizer import TextStream
+from relaxweb.runtime.manifest import read_bundle_file
+from relaxweb.tokenizer import TextStream, Tokenizer, make_tokenizer
 
 SAMPLER_PATH = Path(__file__).resolve().parent.parent / "runtime_js" / "sampler.wgsl"
 #: The largest top_k the sampler keeps in workgroup memory (sampler.wgsl's MAX_TOP_K).
 MAX_TOP_K = 256
 PAST_PREFIX, PRESENT_PREFIX = "past_key_values.", "present."
 STOPPED = ("eos", "length", "aborted")
-_PARAMS_BYTES = 32  # sampler.wgsl's Params (20 bytes), padded to a multiple of 16
+_PARAMS_BYTES = 32  # sampler.wgsl's Params
+#: The sampling options without a default from the bundle: greedy, nothing cut, no penalty.
+GREEDY = {"temperature": 0.0, "top_k": 0, "top_p": 1.0, "repetition_penalty": 1.0}
 
 
 @dataclass(frozen=True)
@@ -51,9 +58,20 @@ class DecoderSignature:
     cache: tuple[tuple[str, str], ...]
 
 
+@dataclass(frozen=True)
+class Sampling:
+    """How the sampler picks each token (sampler.wgsl), checked by :func:`sampling_options`."""
+
+    temperature: float
+    top_k: int
+    top_p: float
+    repetition_penalty: float
+
+
 @dataclass
 class Generation:
-    """What ``generate`` returns: the new tokens (a stop token not included) and their text,
+    """What ``generate`` returns: the new tokens (a stop token not included; the prompt's
+    not either) and their text (the tokenizer's decoding of them),
     why it stopped (``"eos"``: a stop token; ``"length"``: ``max_new_tokens``, or the bundle's
     bound on the sequence; ``"aborted"``: the callback returned False), the decode speed (tokens
     after the first, per second of their runs) and the prefill's time (the prompt's run and the
@@ -121,7 +139,8 @@ def mulberry32(seed: int) -> Callable[[], float]:
     return next_uniform
 
 
-def checked_options(max_new_tokens: Any, temperature: Any, top_k: Any, seed: Any) -> None:
+def checked_options(max_new_tokens: Any, temperature: Any, top_k: Any, seed: Any, top_p: Any = 1.0,
+                    repetition_penalty: Any = 1.0) -> None:
     """A RelaxwebError for the first option out of range (the browser runtime checks the same)."""
     if not _is_integer(max_new_tokens) or max_new_tokens < 1:
         raise RelaxwebError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
@@ -129,8 +148,19 @@ def checked_options(max_new_tokens: Any, temperature: Any, top_k: Any, seed: Any
         raise RelaxwebError(f"temperature must be a number >= 0 (0: greedy), got {temperature!r}")
     if not _is_integer(top_k) or not 0 <= top_k <= MAX_TOP_K:
         raise RelaxwebError(f"top_k must be an integer from 0 (the whole vocabulary) to {MAX_TOP_K}, got {top_k!r}")
+    if not _is_number(top_p) or not 0 < top_p <= 1:
+        raise RelaxwebError(f"top_p must be a number above 0 and at most 1 (1: no cut), got {top_p!r}")
+    if not _is_number(repetition_penalty) or not 0 < repetition_penalty < float("inf"):
+        raise RelaxwebError(f"repetition_penalty must be a number above 0 (1: none), got {repetition_penalty!r}")
     if not _is_integer(seed):
         raise RelaxwebError(f"seed must be an integer, got {seed!r}")
+
+
+def sampling_options(defaults: Mapping[str, Any], **given: Any) -> dict[str, Any]:
+    """The sampling options of a generate call: each one given (not None), else the bundle's
+    default (``defaults``: its tokenizer's), else :data:`GREEDY`'s."""
+    return {name: given[name] if given.get(name) is not None else defaults.get(name, greedy)
+            for name, greedy in GREEDY.items()}
 
 
 def _is_integer(value: Any) -> bool:
@@ -139,17 +169,19 @@ def _is_integer(value: Any) -> bool:
 
 
 def _is_number(value: Any) -> bool:
-    return _is_integer(value) or isinstance(value, float)
+    return _is_integer(value) or (isinstance(value, float) and value == value)
 
 
 class _Sampler:
     """sampler.wgsl on a session's device: its pipeline (kept per device) and, for one
-    ``generate``, its three small buffers (destroyed by :meth:`close`)."""
+    ``generate``, its four small buffers (destroyed by :meth:`close`): the params, the token,
+    its staging copy and the ids seen (one bit each: the prompt's, then each token picked)."""
 
     _pipelines: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
 
-    def __init__(self, session: Any) -> None:
+    def __init__(self, session: Any, vocab: int, sampling: Sampling, prompt: Sequence[int]) -> None:
         self.session = session
+        self.sampling = sampling
         device = session.device
         if device not in self._pipelines:
             module = device.create_shader_module(label="sampler", code=SAMPLER_PATH.read_text())
@@ -162,18 +194,28 @@ class _Sampler:
         self.result = session.buffers.create(label="sampled token", size=16, usage=usage.STORAGE | usage.COPY_SRC)
         self.staging = session.buffers.create(label="sampled token read", size=16,
                                               usage=usage.MAP_READ | usage.COPY_DST)
+        seen = np.zeros(-(-vocab // 32), np.uint32)
+        self.seen = session.buffers.create(label="seen tokens", size=max(16, -(-seen.nbytes // 16) * 16),
+                                           usage=usage.STORAGE | usage.COPY_DST)
+        if sampling.repetition_penalty != 1:  # the prompt's ids count as seen, as in transformers
+            ids = np.array(prompt, np.int64)
+            np.bitwise_or.at(seen, ids // 32, (np.uint32(1) << (ids % 32).astype(np.uint32)))
+            session.buffers.write(self.seen, seen.tobytes(), "params_bytes_written")
 
-    def sample(self, logits: GpuTensor, temperature: float, top_k: int, uniform: float) -> int:
+    def sample(self, logits: GpuTensor, uniform: float) -> int:
         """The next token from the last row of ``logits`` (``[1, seq, vocab]`` float32)."""
         vocab = logits.shape[-1]
         offset = (int(np.prod(logits.shape[:-1])) - 1) * vocab
-        params = struct.pack("<IIIff12x", offset, vocab, top_k, temperature, uniform)
+        sampling = self.sampling
+        params = struct.pack("<IIIffffI", offset, vocab, sampling.top_k, sampling.temperature, uniform, sampling.top_p,
+                             sampling.repetition_penalty, int(sampling.repetition_penalty != 1))
         self.session.buffers.write(self.params, params, "params_bytes_written")
         device = self.session.device
         bind_group = device.create_bind_group(layout=self.pipeline.get_bind_group_layout(0), entries=[
             {"binding": 0, "resource": {"buffer": self.params, "offset": 0, "size": _PARAMS_BYTES}},
             {"binding": 1, "resource": {"buffer": logits.buffer(), "offset": 0, "size": logits.buffer().size}},
             {"binding": 2, "resource": {"buffer": self.result, "offset": 0, "size": 16}},
+            {"binding": 3, "resource": {"buffer": self.seen, "offset": 0, "size": self.seen.size}},
         ])
         encoder = device.create_command_encoder()
         compute_pass = encoder.begin_compute_pass()
@@ -192,16 +234,29 @@ class _Sampler:
         return token
 
     def close(self) -> None:
-        for buffer in (self.params, self.result, self.staging):
+        for buffer in (self.params, self.result, self.staging, self.seen):
             buffer.destroy()
+
+
+def bundle_tokenizer(bundle_dir: Path, manifest: Mapping[str, Any]) -> Tokenizer | None:
+    """The tokenizer of a bundle (its manifest validated), or None when it has none; its files
+    are read inside the bundle folder only."""
+    if "tokenizer" not in manifest:
+        return None
+    return make_tokenizer(manifest["tokenizer"],
+                          lambda name, limit: read_bundle_file(bundle_dir, name, limit, "the tokenizer file"))
 
 
 def _prompt_ids(session: Any, prompt: str | Sequence[int], vocab: int) -> list[int]:
     if isinstance(prompt, str):
         if session.tokenizer is None:
-            raise RelaxwebError("this bundle has no tokenizer (build it with --tokenizer FILE): give the prompt "
+            raise RelaxwebError("this bundle has no tokenizer (build it with --tokenizer PATH): give the prompt "
                                 "as token ids")
         ids = session.tokenizer.encode(prompt)
+        too_large = [i for i in ids if i >= vocab]
+        if too_large:
+            raise RelaxwebError(f"the tokenizer gave the id {too_large[0]}, but the model's logits have {vocab} entries: "
+                                "this tokenizer is not the model's")
     else:
         ids = list(prompt)
         if not all(isinstance(i, (int, np.integer)) and not isinstance(i, bool) and 0 <= i < vocab for i in ids):
@@ -210,6 +265,24 @@ def _prompt_ids(session: Any, prompt: str | Sequence[int], vocab: int) -> list[i
     if not ids:
         raise RelaxwebError("the prompt is empty: generate needs at least one token to start from")
     return ids
+
+
+def apply_chat_template(session: Any, messages: Any, *, add_generation_prompt: bool = True) -> str:
+    """``Session.apply_chat_template``: see its docstring."""
+    template = getattr(session.tokenizer, "chat_template", None)
+    if template is None:
+        which = "no tokenizer" if session.tokenizer is None else f"a {session.tokenizer.kind} tokenizer without one"
+        raise RelaxwebError(f"this bundle has no chat template ({which}): build it with --tokenizer FOLDER, a "
+                            "tokenizer folder with chat_template.jinja or a chat_template in tokenizer_config.json")
+    return template.render(messages, add_generation_prompt=add_generation_prompt)
+
+
+def chat(session: Any, messages: Any, **options: Any) -> Generation:
+    """``Session.chat``: the reply to ``messages``, generated (by the session's ``generate``)
+    after their prompt: the chat template's text, encoded without adding special tokens (the
+    template writes them), as transformers encodes it."""
+    prompt = apply_chat_template(session, messages)
+    return session.generate(session.tokenizer.encode(prompt, add_special_tokens=False), **options)
 
 
 class _Feeds:
@@ -264,12 +337,17 @@ class _Feeds:
         return feeds
 
 
-def generate(session: Any, prompt: str | Sequence[int], *, max_new_tokens: int = 64, temperature: float = 0.0,
-             top_k: int = 0, seed: int = 0, stop_tokens: Iterable[int] | None = None,
-             on_token: Callable[[int, str], Any] | None = None) -> Generation:
+def generate(session: Any, prompt: str | Sequence[int], *, max_new_tokens: int = 64, temperature: float | None = None,
+             top_k: int | None = None, top_p: float | None = None, repetition_penalty: float | None = None, seed: int = 0,
+             stop_tokens: Iterable[int] | None = None, on_token: Callable[[int, str], Any] | None = None) -> Generation:
     """``Session.generate``: see its docstring."""
     signature = decoder_signature(session.manifest)
-    checked_options(max_new_tokens, temperature, top_k, seed)
+    tokenizer = session.tokenizer
+    options = sampling_options(tokenizer.generation_defaults if tokenizer is not None else {}, temperature=temperature,
+                               top_k=top_k, top_p=top_p, repetition_penalty=repetition_penalty)
+    checked_options(max_new_tokens, seed=seed, **options)
+    sampling = Sampling(float(options["temperature"]), options["top_k"], float(options["top_p"]),
+                        float(options["repetition_penalty"]))
     logits_entry = next(entry for entry in session.manifest["outputs"] if entry["name"] == "logits")
     vocab = logits_entry["shape"][-1] if logits_entry["shape"] else None
     if not isinstance(vocab, int) or logits_entry["dtype"] not in ("float32", "float16"):  # (float16: float32 on the GPU)
@@ -279,8 +357,8 @@ def generate(session: Any, prompt: str | Sequence[int], *, max_new_tokens: int =
     limit = sequence_limit(session.manifest, signature)
     if limit is not None and len(ids) > limit:
         raise RelaxwebError(f"the prompt has {len(ids)} tokens; this bundle's bounds allow sequences of at most {limit}")
-    stops = set(session.tokenizer.stop_tokens if stop_tokens is None and session.tokenizer else stop_tokens or ())
-    stream = TextStream() if session.tokenizer is None else session.tokenizer.stream()
+    stops = set(tokenizer.stop_tokens if stop_tokens is None and tokenizer is not None else stop_tokens or ())
+    stream = TextStream() if tokenizer is None else tokenizer.stream()
     feeds, uniform = _Feeds(session.manifest, signature), mulberry32(seed)
     keep = ["logits", *(present for _, present in signature.cache)]
 
@@ -288,14 +366,14 @@ def generate(session: Any, prompt: str | Sequence[int], *, max_new_tokens: int =
     text = ""
     stopped = "length"
     held: list[GpuTensor] = []  # every GpuTensor alive: disposed whatever happens
-    sampler = _Sampler(session)
+    sampler = _Sampler(session, vocab, sampling, ids)
     started = time.perf_counter()
     decode_started = prefill_ms = 0.0
     try:
         outputs = session.run(feeds(ids, 0, None), keep_on_gpu=keep)
         held = list(outputs.values())
         while True:
-            token = sampler.sample(outputs["logits"], float(temperature), top_k, uniform())
+            token = sampler.sample(outputs["logits"], uniform())
             outputs["logits"].dispose()
             if not tokens:
                 decode_started = time.perf_counter()
@@ -319,7 +397,7 @@ def generate(session: Any, prompt: str | Sequence[int], *, max_new_tokens: int =
         for tensor in held:
             tensor.dispose()
         sampler.close()
-    text += stream.finish()
+    text = (text + stream.finish()) if tokenizer is None else tokenizer.decode(tokens)
     decoded = len(tokens) - 1
     elapsed = time.perf_counter() - decode_started
     return Generation(tokens, text, stopped, decoded / elapsed if decoded > 0 and elapsed > 0 else 0.0, prefill_ms)

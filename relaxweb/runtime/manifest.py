@@ -172,6 +172,16 @@ def _check_integer(value: Any, schema: dict, path: str, manifest: dict) -> str |
     return None
 
 
+def _check_number(value: Any, schema: dict, path: str, manifest: dict) -> str | None:
+    """A finite ``number`` (an integer or not) within ``min..max``."""
+    where = _where(path)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return f"{where}: expected a number, got {_type_name(value)}"
+    if not schema["min"] <= value <= schema["max"]:
+        return f"{where}: a number outside {schema['min']}..{schema['max']}"
+    return None
+
+
 def _check_string(value: Any, schema: dict, path: str, manifest: dict) -> str | None:
     """A ``string``, an ``enum`` value or a ``key`` of the manifest's map ``of``."""
     where, kind = _where(path), schema["type"]
@@ -212,7 +222,7 @@ def _check_expression(value: Any, schema: dict, path: str, manifest: dict) -> st
 
 
 _TYPE_CHECKS: dict[str, Callable[[Any, dict, str, dict], str | None]] = {
-    "object": _check_object, "array": _check_array, "map": _check_map, "integer": _check_integer,
+    "object": _check_object, "array": _check_array, "map": _check_map, "integer": _check_integer, "number": _check_number,
     "index": _check_integer, "string": _check_string, "key": _check_string, "enum": _check_string,
     "one_key": _check_one_key, "union": _check_union, "expression": _check_expression,
 }
@@ -304,10 +314,9 @@ def _fact_problem(manifest: dict) -> str | None:
             for name, at in expression_names(kernel["cost"][part], f"kernels[{index}].cost.{part}"):
                 if name not in fields:
                     return f"{at}: {describe_value(name)} is not one of the kernel's params"
-    tokenizer = manifest.get("tokenizer", {})
-    for name in ("bos_token_id", "eos_token_id"):
-        if name in tokenizer and tokenizer[name] >= tokenizer["vocab_size"]:
-            return f"tokenizer.{name}: {tokenizer[name]} is not below vocab_size ({tokenizer['vocab_size']})"
+    problem = _tokenizer_problem(manifest.get("tokenizer"))
+    if problem:
+        return problem
     if "wasm" in manifest:
         keys = sorted(key for key in manifest["wasm"] if key in ("file", "scratch_bytes", "unavailable"))
         if keys not in (["file", "scratch_bytes"], ["unavailable"]):
@@ -355,6 +364,22 @@ def _weight_parts_problem(manifest: dict, buffers: list, where: str) -> str | No
 MAX_MANIFEST_BYTES = 256 * 1024 * 1024
 MAX_HOST_MODULE_BYTES = 64 * 1024 * 1024
 MAX_KERNEL_BYTES = 16 * 1024 * 1024
+
+
+def _tokenizer_problem(tokenizer: dict | None) -> str | None:
+    """What the schema cannot say of the tokenizer entry: a byte tokenizer has the 256 bytes
+    and its special ids below vocab_size; a huggingface one has its tokenizer.json."""
+    if tokenizer is None:
+        return None
+    if tokenizer["kind"] == "byte":
+        if tokenizer["vocab_size"] < 256:
+            return f"tokenizer.vocab_size: a byte tokenizer has at least 256 ids (one per byte), got {tokenizer['vocab_size']}"
+        for name in ("bos_token_id", "eos_token_id"):
+            if name in tokenizer and tokenizer[name] >= tokenizer["vocab_size"]:
+                return f"tokenizer.{name}: {tokenizer[name]} is not below vocab_size ({tokenizer['vocab_size']})"
+    elif "tokenizer.json" not in tokenizer.get("files", []):
+        return "tokenizer.files: a huggingface tokenizer has its tokenizer.json"
+    return None
 
 
 def read_bundle_file(bundle_dir: Path, relative: str, max_bytes: int, what: str) -> bytes:

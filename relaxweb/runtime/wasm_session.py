@@ -15,6 +15,7 @@ from typing import Any
 from relaxweb.errors import RelaxwebError
 from relaxweb.runtime.batch import BatchReport, check_instance_count
 from relaxweb.runtime.driver import HostProgramDriver
+from relaxweb.runtime.generate import apply_chat_template, bundle_tokenizer
 from relaxweb.runtime.host import HostModule, load_manifest
 from relaxweb.runtime.host_session import HostSessions
 from relaxweb.runtime.manifest import MAX_HOST_MODULE_BYTES, read_bundle_file
@@ -22,7 +23,6 @@ from relaxweb.runtime.profile import Profile
 from relaxweb.runtime.wasm_backend import (  # noqa: F401  (re-exported: the names this module always had)
     KERNEL_SECONDS_PER_CALL, MAX_KERNELS_WASM_BYTES, WasmBackend, wasm_entry,
 )
-from relaxweb.tokenizer import make_tokenizer
 
 
 class WasmSession:
@@ -43,8 +43,8 @@ class WasmSession:
         self.bundle_dir = Path(bundle_dir)
         self.manifest: dict[str, Any] = load_manifest(self.bundle_dir)
         entry = wasm_entry(self.manifest, self.bundle_dir)
-        #: the bundle's tokenizer (``relaxweb/tokenizer.py``), or None when it has none
-        self.tokenizer = make_tokenizer(self.manifest["tokenizer"]) if "tokenizer" in self.manifest else None
+        #: the bundle's tokenizer (``relaxweb/tokenizer/``), or None when it has none
+        self.tokenizer = bundle_tokenizer(self.bundle_dir, self.manifest)
         self.host = HostModule(
             read_bundle_file(self.bundle_dir, "host.wasm", MAX_HOST_MODULE_BYTES, "the host module"), self.manifest
         )
@@ -82,6 +82,14 @@ class WasmSession:
         """Not on this backend: generation keeps the KV cache and picks tokens on the GPU."""
         raise RelaxwebError("generate needs the webgpu backend (it keeps the KV cache on the GPU and picks each token "
                             "there); load the bundle with backend='webgpu'")
+
+    def chat(self, *args: Any, **kwargs: Any) -> Any:
+        """Not on this backend: chat generates (see :meth:`generate`)."""
+        return self.generate(*args, **kwargs)
+
+    def apply_chat_template(self, messages: Sequence[Mapping[str, Any]], *, add_generation_prompt: bool = True) -> str:
+        """``Session.apply_chat_template``: the bundle's chat template rendered (no GPU needed)."""
+        return apply_chat_template(self, messages, add_generation_prompt=add_generation_prompt)
 
     def profile(self, inputs: Mapping[str, Any], *, warmup: int = 1) -> Profile:
         """Run ``warmup`` times, then once timing each kernel call by the wall clock (its

@@ -22,7 +22,7 @@ import wgpu
 
 from relaxweb.runtime.batch import BatchReport, check_instance_count
 from relaxweb.runtime.driver import HostProgramDriver
-from relaxweb.runtime.generate import Generation, generate
+from relaxweb.runtime.generate import Generation, apply_chat_template, bundle_tokenizer, chat, generate
 from relaxweb.runtime.gpu_tensor import GpuTensor, TransferStats
 from relaxweb.runtime.host import HostModule, load_manifest
 from relaxweb.runtime.host_session import HostSessions
@@ -39,7 +39,6 @@ from relaxweb.runtime.webgpu_device import (  # noqa: F401  (re-exported: the na
 from relaxweb.runtime.webgpu_kernels import (  # noqa: F401  (re-exported)
     KERNEL_VARIANTS, SHADER_F16, choose_kernels, create_pipelines, kernel_file, session_kernels,
 )
-from relaxweb.tokenizer import make_tokenizer
 
 
 class Session:
@@ -82,8 +81,8 @@ class Session:
         self.bundle_dir = Path(bundle_dir)
         self.stats = TransferStats()
         self.manifest: dict[str, Any] = load_manifest(self.bundle_dir)
-        #: the bundle's tokenizer (``relaxweb/tokenizer.py``), or None when it has none
-        self.tokenizer = make_tokenizer(self.manifest["tokenizer"]) if "tokenizer" in self.manifest else None
+        #: the bundle's tokenizer (``relaxweb/tokenizer/``), or None when it has none
+        self.tokenizer = bundle_tokenizer(self.bundle_dir, self.manifest)
         self.host = HostModule(
             read_bundle_file(self.bundle_dir, "host.wasm", MAX_HOST_MODULE_BYTES, "the host module"), self.manifest
         )
@@ -188,22 +187,37 @@ class Session:
         profile.outputs = outputs
         return profile
 
-    def generate(self, prompt: str | Sequence[int], *, max_new_tokens: int = 64, temperature: float = 0.0,
-                 top_k: int = 0, seed: int = 0, stop_tokens: Iterable[int] | None = None,
+    def generate(self, prompt: str | Sequence[int], *, max_new_tokens: int = 64, temperature: float | None = None,
+                 top_k: int | None = None, top_p: float | None = None, repetition_penalty: float | None = None,
+                 seed: int = 0, stop_tokens: Iterable[int] | None = None,
                  on_token: Callable[[int, str], Any] | None = None) -> Generation:
         """Generate up to ``max_new_tokens`` tokens after ``prompt`` (text, encoded by the
-        bundle's tokenizer, or token ids) with a decoder bundle (``runtime/generate.py``: which
-        bundles can, and how): greedy when ``temperature`` is 0, else sampled from
-        softmax(logits / temperature) over the ``top_k`` largest logits (0: all), with random
-        numbers from ``seed``; the next token is picked on the GPU and only it is read back.
-        It stops at a token of ``stop_tokens`` (default: the tokenizer's EOS; not included),
-        after ``max_new_tokens``, or when ``on_token(token, text_so_far)`` (called once per
-        token, the text holding complete characters only) returns False.  Returns a
-        :class:`~relaxweb.runtime.generate.Generation` (``tokens``, ``text``, ``stopped``:
-        "eos", "length" or "aborted", ``tokens_per_second``, ``prefill_ms``); every GpuTensor
-        it made is disposed."""
-        return generate(self, prompt, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, seed=seed,
-                        stop_tokens=stop_tokens, on_token=on_token)
+        bundle's tokenizer with its special tokens, or token ids) with a decoder bundle
+        (``runtime/generate.py``: which bundles can, and how): greedy when ``temperature`` is
+        0, else sampled from softmax(logits / temperature) over the ``top_k`` largest logits
+        (0: all) cut to the ``top_p`` most likely (1: no cut), logits of tokens already in the
+        sequence divided by ``repetition_penalty`` (1: none), with random numbers from
+        ``seed``; an option left None takes the bundle's default (its generation_config.json;
+        else greedy, 0, 1, 1).  The next token is picked on the GPU and only it is read back.
+        It stops at a token of ``stop_tokens`` (default: every EOS id of the tokenizer; not
+        included), after ``max_new_tokens``, or when ``on_token(token, text_so_far)`` (called
+        once per token, the text holding complete characters only) returns False.  Returns a
+        :class:`~relaxweb.runtime.generate.Generation` (``tokens``: the new ids without the
+        prompt's, ``text``: their decoding, ``stopped``: "eos", "length" or "aborted",
+        ``tokens_per_second``, ``prefill_ms``); every GpuTensor it made is disposed."""
+        return generate(self, prompt, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+                        repetition_penalty=repetition_penalty, seed=seed, stop_tokens=stop_tokens, on_token=on_token)
+
+    def apply_chat_template(self, messages: Sequence[Mapping[str, Any]], *, add_generation_prompt: bool = True) -> str:
+        """The prompt text of a conversation (``[{"role": "user", "content": "Hi"}, ...]``), the
+        bundle's chat template rendered as transformers' ``apply_chat_template(messages,
+        tokenize=False, add_generation_prompt=True)`` renders it."""
+        return apply_chat_template(self, messages, add_generation_prompt=add_generation_prompt)
+
+    def chat(self, messages: Sequence[Mapping[str, Any]], **options: Any) -> Generation:
+        """The assistant's reply to ``messages``: :meth:`generate` (with the same options) after
+        :meth:`apply_chat_template`'s prompt; ``tokens`` and ``text`` are the reply's."""
+        return chat(self, messages, **options)
 
     # What other modules of the runtime use ------------------------------------------------
 

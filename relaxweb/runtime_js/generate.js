@@ -1,6 +1,6 @@
-// Text generation with a decoder bundle: `model.generate(prompt, options)` (the Python
-// runtime's relaxweb/runtime/generate.py in JavaScript; the same checks, messages and random
-// numbers).
+// Text generation with a decoder bundle: `model.generate(prompt, options)`, `model.chat(messages,
+// options)` and `model.applyChatTemplate(messages)` (the Python runtime's
+// relaxweb/runtime/generate.py in JavaScript; the same checks, messages and random numbers).
 //
 // A bundle can generate when it has the decoder signature optimum and transformers.js use: an
 // `input_ids` input and a `logits` output, and a `present.X` output for each
@@ -10,7 +10,10 @@
 // fed back as the next run's past. The next token is picked on the GPU by sampler.wgsl (the
 // Python runtime runs the same file) from the last position's logits: only that one integer is
 // read back per token. Every GpuTensor made is disposed before `generate` settles, however it
-// ends (a stop token, the length, an AbortSignal, an error).
+// ends (a stop token, the length, an AbortSignal, an error). The sampler applies the repetition
+// penalty, the temperature, top-k and top-p in transformers' order; an option not given takes
+// the bundle's default (its tokenizer's generation_config.json, GREEDY without one).
+// Generation stops at any of the stop tokens (by default every EOS id of the tokenizer).
 
 import { TYPED_ARRAY_OF_DTYPE } from "./host.js";
 import { TextStream } from "./tokenizer.js";
@@ -19,7 +22,9 @@ import { TextStream } from "./tokenizer.js";
 export const MAX_TOP_K = 256;
 const PAST_PREFIX = "past_key_values.";
 const PRESENT_PREFIX = "present.";
-const PARAMS_BYTES = 32; // sampler.wgsl's Params (20 bytes), padded to a multiple of 16
+const PARAMS_BYTES = 32; // sampler.wgsl's Params
+/** The sampling options without a default from the bundle: greedy, nothing cut, no penalty. */
+export const GREEDY = Object.freeze({ temperature: 0, topK: 0, topP: 1, repetitionPenalty: 1 });
 const USAGE = { MAP_READ: 0x1, COPY_SRC: 0x4, COPY_DST: 0x8, UNIFORM: 0x40, STORAGE: 0x80 };
 
 /**
@@ -29,8 +34,12 @@ const USAGE = { MAP_READ: 0x1, COPY_SRC: 0x4, COPY_DST: 0x8, UNIFORM: 0x40, STOR
  * @property {number} [maxNewTokens]  new tokens at most (default 64)
  * @property {number} [temperature]  0 (default): greedy; above 0: sample from softmax(logits / temperature)
  * @property {number} [topK]  with a temperature, sample among the topK largest logits (0, the default: all)
+ * @property {number} [topP]  with a temperature, sample among the most likely tokens that make up topP of the
+ *   probability (1, the default: no cut)
+ * @property {number} [repetitionPenalty]  logits of tokens already in the sequence are divided by it (multiplied
+ *   where negative; 1, the default: none)
  * @property {number} [seed]  seed of the random numbers (default 0)
- * @property {number[]} [stopTokens]  ids that end generation (default: the tokenizer's EOS); not included
+ * @property {number[]} [stopTokens]  ids that end generation (default: the tokenizer's EOS ids); not included
  * @property {(token: number, textSoFar: string) => void} [onToken]  called once per new token
  * @property {AbortSignal} [signal]  stops generation before its next step
  * @typedef {{tokens: number[], text: string, stopped: "eos"|"length"|"aborted", tokensPerSecond: number, prefillMs: number}} Generation
@@ -95,9 +104,9 @@ export function mulberry32(seed) {
 
 /**
  * An Error for the first option out of range (the Python runtime checks the same).
- * @param {{maxNewTokens: number, temperature: number, topK: number, seed: number}} options
+ * @param {{maxNewTokens: number, temperature: number, topK: number, seed: number, topP?: number, repetitionPenalty?: number}} options
  */
-export function checkOptions({ maxNewTokens, temperature, topK, seed }) {
+export function checkOptions({ maxNewTokens, temperature, topK, seed, topP = 1, repetitionPenalty = 1 }) {
   if (!Number.isInteger(maxNewTokens) || maxNewTokens < 1) throw new Error(`maxNewTokens must be an integer >= 1, got ${String(maxNewTokens).slice(0, 40)}`);
   if (typeof temperature !== "number" || !(temperature >= 0) || temperature === Infinity) {
     throw new Error(`temperature must be a number >= 0 (0: greedy), got ${String(temperature).slice(0, 40)}`);
@@ -105,7 +114,24 @@ export function checkOptions({ maxNewTokens, temperature, topK, seed }) {
   if (!Number.isInteger(topK) || topK < 0 || topK > MAX_TOP_K) {
     throw new Error(`topK must be an integer from 0 (the whole vocabulary) to ${MAX_TOP_K}, got ${String(topK).slice(0, 40)}`);
   }
+  if (typeof topP !== "number" || !(topP > 0 && topP <= 1)) {
+    throw new Error(`topP must be a number above 0 and at most 1 (1: no cut), got ${String(topP).slice(0, 40)}`);
+  }
+  if (typeof repetitionPenalty !== "number" || !(repetitionPenalty > 0) || repetitionPenalty === Infinity) {
+    throw new Error(`repetitionPenalty must be a number above 0 (1: none), got ${String(repetitionPenalty).slice(0, 40)}`);
+  }
   if (!Number.isInteger(seed)) throw new Error(`seed must be an integer, got ${String(seed).slice(0, 40)}`);
+}
+
+/**
+ * The sampling options of a generate call: each one given (not undefined or null), else the
+ * bundle's default (`defaults`: its tokenizer's), else GREEDY's.
+ * @param {Record<string, number>} defaults @param {Record<string, number|undefined|null>} given
+ * @returns {{temperature: number, topK: number, topP: number, repetitionPenalty: number}}
+ */
+export function samplingOptions(defaults, given) {
+  return /** @type {any} */ (Object.fromEntries(Object.entries(GREEDY)
+    .map(([name, greedy]) => [name, given[name] ?? defaults[name] ?? greedy])));
 }
 
 /** @type {WeakMap<GPUDevice, Promise<GPUComputePipeline>>} sampler.wgsl's pipeline, one per device */
@@ -127,23 +153,39 @@ function samplerPipeline(device) {
   return pipeline;
 }
 
-/** sampler.wgsl for one generate: its pipeline and three small buffers (destroyed by close). */
+/**
+ * sampler.wgsl for one generate: its pipeline and four small buffers (destroyed by close): the
+ * params, the token, its staging copy and the ids seen (one bit each: the prompt's, then each
+ * token picked).
+ */
 class Sampler {
-  /** @param {any} model the Model @param {GPUComputePipeline} pipeline */
-  constructor(model, pipeline) {
+  /**
+   * @param {any} model the Model @param {GPUComputePipeline} pipeline @param {number} vocab
+   * @param {{temperature: number, topK: number, topP: number, repetitionPenalty: number}} sampling
+   * @param {number[]} prompt
+   */
+  constructor(model, pipeline, vocab, sampling, prompt) {
     this.model = model;
     this.pipeline = pipeline;
+    this.sampling = sampling;
     this.params = model.createBuffer({ label: "sampler params", size: PARAMS_BYTES, usage: USAGE.UNIFORM | USAGE.COPY_DST });
     this.result = model.createBuffer({ label: "sampled token", size: 16, usage: USAGE.STORAGE | USAGE.COPY_SRC });
     this.staging = model.createBuffer({ label: "sampled token read", size: 16, usage: USAGE.MAP_READ | USAGE.COPY_DST });
+    const seen = new Uint32Array(Math.ceil(vocab / 32));
+    this.seen = model.createBuffer({ label: "seen tokens", size: Math.max(16, Math.ceil(seen.byteLength / 16) * 16), usage: USAGE.STORAGE | USAGE.COPY_DST });
+    if (sampling.repetitionPenalty !== 1) { // the prompt's ids count as seen, as in transformers
+      for (const id of prompt) seen[id >>> 5] |= 1 << (id & 31);
+      model.writeBuffer(this.seen, seen, "paramsBytesWritten");
+    }
   }
 
   /**
    * The next token from the last row of `logits` ([1, seq, vocab] float32, kept on the GPU).
-   * @param {import("./gpu_tensor.js").GpuTensor} logits @param {number} temperature @param {number} topK @param {number} uniform
+   * @param {import("./gpu_tensor.js").GpuTensor} logits @param {number} uniform
    * @returns {Promise<number>}
    */
-  async sample(logits, temperature, topK, uniform) {
+  async sample(logits, uniform) {
+    const { temperature, topK, topP, repetitionPenalty } = this.sampling;
     const vocab = logits.shape[logits.shape.length - 1];
     const rows = logits.shape.slice(0, -1).reduce((a, b) => a * b, 1);
     const params = new DataView(new ArrayBuffer(PARAMS_BYTES));
@@ -152,6 +194,9 @@ class Sampler {
     params.setUint32(8, topK, true);
     params.setFloat32(12, temperature, true);
     params.setFloat32(16, uniform, true);
+    params.setFloat32(20, topP, true);
+    params.setFloat32(24, repetitionPenalty, true);
+    params.setUint32(28, repetitionPenalty !== 1 ? 1 : 0, true);
     const { device } = this.model;
     await this.model.captureGpuErrors("generate", () => {
       this.model.writeBuffer(this.params, new Uint8Array(params.buffer), "paramsBytesWritten");
@@ -162,6 +207,7 @@ class Sampler {
           { binding: 0, resource: { buffer: this.params } },
           { binding: 1, resource: { buffer: source } },
           { binding: 2, resource: { buffer: this.result } },
+          { binding: 3, resource: { buffer: this.seen } },
         ],
       });
       const encoder = device.createCommandEncoder();
@@ -181,7 +227,7 @@ class Sampler {
   }
 
   close() {
-    for (const buffer of [this.params, this.result, this.staging]) buffer.destroy();
+    for (const buffer of [this.params, this.result, this.staging, this.seen]) buffer.destroy();
   }
 }
 
@@ -253,28 +299,19 @@ function feedsMaker(manifest, signature) {
 }
 
 /**
- * `model.generate`: see relaxweb.d.ts.
- * @param {any} model the Model
- * @param {string|number[]} prompt
- * @param {GenerateOptions} [options]
- * @returns {Promise<Generation>}
+ * A prompt's ids: text encoded by the tokenizer (with its special tokens), or ids checked.
+ * @param {any} tokenizer @param {string|number[]} prompt @param {number} vocab @returns {number[]}
  */
-export async function generate(model, prompt, options = {}) {
-  const { maxNewTokens = 64, temperature = 0, topK = 0, seed = 0, stopTokens, onToken, signal } = options;
-  const { manifest, tokenizer } = model;
-  const signature = decoderSignature(manifest);
-  checkOptions({ maxNewTokens, temperature, topK, seed });
-  const logitsSpec = manifest.outputs.find((/** @type {any} */ entry) => entry.name === "logits");
-  const vocab = logitsSpec.shape?.[logitsSpec.shape.length - 1];
-  if (!Number.isInteger(vocab) || !["float32", "float16"].includes(logitsSpec.dtype)) { // (float16: float32 on the GPU)
-    throw new Error("this bundle cannot generate: its logits must be float32 or float16 with a fixed vocabulary size as " +
-      `their last dimension, got ${logitsSpec.dtype} [${(logitsSpec.shape ?? []).join(", ")}]`);
-  }
+function promptIds(tokenizer, prompt, vocab) {
   /** @type {number[]} */
   let ids;
   if (typeof prompt === "string") {
-    if (!tokenizer) throw new Error("this bundle has no tokenizer (build it with --tokenizer FILE): give the prompt as token ids");
+    if (!tokenizer) throw new Error("this bundle has no tokenizer (build it with --tokenizer PATH): give the prompt as token ids");
     ids = tokenizer.encode(prompt);
+    const tooLarge = ids.find((id) => id >= vocab);
+    if (tooLarge !== undefined) {
+      throw new Error(`the tokenizer gave the id ${tooLarge}, but the model's logits have ${vocab} entries: this tokenizer is not the model's`);
+    }
   } else {
     ids = [...prompt];
     if (!ids.every((id) => Number.isInteger(id) && id >= 0 && id < vocab)) {
@@ -282,6 +319,53 @@ export async function generate(model, prompt, options = {}) {
     }
   }
   if (ids.length === 0) throw new Error("the prompt is empty: generate needs at least one token to start from");
+  return ids;
+}
+
+/**
+ * `model.applyChatTemplate`: the prompt text of a conversation (see relaxweb.d.ts).
+ * @param {any} model @param {any} messages @param {{addGenerationPrompt?: boolean}} [options] @returns {string}
+ */
+export function applyChatTemplate(model, messages, options = {}) {
+  const template = model.tokenizer?.chatTemplate ?? null;
+  if (template === null) {
+    const which = model.tokenizer ? `a ${model.tokenizer.kind} tokenizer without one` : "no tokenizer";
+    throw new Error(`this bundle has no chat template (${which}): build it with --tokenizer FOLDER, a tokenizer folder ` +
+      "with chat_template.jinja or a chat_template in tokenizer_config.json");
+  }
+  return template.render(messages, options);
+}
+
+/**
+ * `model.chat`: the reply to `messages`, generated (by the model's generate) after their prompt,
+ * the chat template's text encoded without adding special tokens (the template writes them).
+ * @param {any} model @param {any} messages @param {GenerateOptions} [options] @returns {Promise<Generation>}
+ */
+export async function chat(model, messages, options = {}) {
+  const prompt = applyChatTemplate(model, messages);
+  return model.generate(model.tokenizer.encode(prompt, { addSpecialTokens: false }), options);
+}
+
+/**
+ * `model.generate`: see relaxweb.d.ts.
+ * @param {any} model the Model
+ * @param {string|number[]} prompt
+ * @param {GenerateOptions} [options]
+ * @returns {Promise<Generation>}
+ */
+export async function generate(model, prompt, options = {}) {
+  const { maxNewTokens = 64, seed = 0, stopTokens, onToken, signal } = options;
+  const { manifest, tokenizer } = model;
+  const signature = decoderSignature(manifest);
+  const sampling = samplingOptions(tokenizer?.generationDefaults ?? {}, options);
+  checkOptions({ maxNewTokens, seed, ...sampling });
+  const logitsSpec = manifest.outputs.find((/** @type {any} */ entry) => entry.name === "logits");
+  const vocab = logitsSpec.shape?.[logitsSpec.shape.length - 1];
+  if (!Number.isInteger(vocab) || !["float32", "float16"].includes(logitsSpec.dtype)) { // (float16: float32 on the GPU)
+    throw new Error("this bundle cannot generate: its logits must be float32 or float16 with a fixed vocabulary size as " +
+      `their last dimension, got ${logitsSpec.dtype} [${(logitsSpec.shape ?? []).join(", ")}]`);
+  }
+  const ids = promptIds(tokenizer, prompt, vocab);
   const limit = sequenceLimit(manifest, signature);
   if (limit !== null && ids.length > limit) throw new Error(`the prompt has ${ids.length} tokens; this bundle's bounds allow sequences of at most ${limit}`);
   const stops = new Set(stopTokens ?? tokenizer?.stopTokens ?? []);
@@ -297,7 +381,7 @@ export async function generate(model, prompt, options = {}) {
   let stopped = "length";
   /** @type {any[]} every GpuTensor alive: disposed whatever happens */
   let held = [];
-  const sampler = new Sampler(model, await model.orDeviceLoss(samplerPipeline(model.device)));
+  const sampler = new Sampler(model, await model.orDeviceLoss(samplerPipeline(model.device)), vocab, sampling, ids);
   const started = performance.now();
   let decodeStarted = 0;
   let prefillMs = 0;
@@ -306,7 +390,7 @@ export async function generate(model, prompt, options = {}) {
     let outputs = await model.run(feeds(ids, 0, null), { keepOnGpu });
     held = Object.values(outputs);
     for (;;) {
-      const token = await sampler.sample(outputs.logits, temperature, topK, uniform());
+      const token = await sampler.sample(outputs.logits, uniform());
       outputs.logits.dispose();
       if (tokens.length === 0) {
         decodeStarted = performance.now();
@@ -333,7 +417,7 @@ export async function generate(model, prompt, options = {}) {
     for (const tensor of held) tensor.dispose();
     sampler.close();
   }
-  text += stream.finish();
+  text = tokenizer ? tokenizer.decode(tokens) : text + stream.finish();
   const decoded = tokens.length - 1;
   const seconds = (performance.now() - decodeStarted) / 1e3;
   return { tokens, text, stopped, tokensPerSecond: decoded > 0 && seconds > 0 ? decoded / seconds : 0, prefillMs };

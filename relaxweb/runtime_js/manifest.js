@@ -135,6 +135,11 @@ function check(value, schema, path, manifest) {
       if (!(value >= schema.min && value <= schema.max)) return `${where}: ${value} is outside ${schema.min}..${schema.max}`;
       return null;
     }
+    case "number": {
+      if (typeof value !== "number" || !Number.isFinite(value)) return `${where}: expected a number, got ${typeName(value)}`;
+      if (!(value >= schema.min && value <= schema.max)) return `${where}: a number outside ${schema.min}..${schema.max}`;
+      return null;
+    }
     case "string":
     case "key":
     case "enum": {
@@ -288,12 +293,8 @@ function factProblem(manifest) {
       }
     }
   }
-  const tokenizer = manifest.tokenizer ?? {};
-  for (const name of ["bos_token_id", "eos_token_id"]) {
-    if (name in tokenizer && tokenizer[name] >= tokenizer.vocab_size) {
-      return `tokenizer.${name}: ${tokenizer[name]} is not below vocab_size (${tokenizer.vocab_size})`;
-    }
-  }
+  const tokenizerFact = tokenizerProblem(manifest.tokenizer);
+  if (tokenizerFact) return tokenizerFact;
   if ("wasm" in manifest) {
     const keys = Object.keys(manifest.wasm).filter((key) => ["file", "scratch_bytes", "unavailable"].includes(key)).sort();
     if (keys.join(",") !== "file,scratch_bytes" && keys.join(",") !== "unavailable") {
@@ -347,6 +348,26 @@ function weightPartsProblem(manifest, buffers, where) {
     } else if ("weight" in buffer && (weights[buffer.weight].parts ?? 1) > 1) {
       return `${where}[${position}].weight: weight ${buffer.weight} is bound in parts (weight_part)`;
     }
+  }
+  return null;
+}
+
+/**
+ * What the schema cannot say of the tokenizer entry: a byte tokenizer has the 256 bytes and
+ * its special ids below vocab_size; a huggingface one has its tokenizer.json.
+ * @param {any} tokenizer @returns {string|null}
+ */
+function tokenizerProblem(tokenizer) {
+  if (tokenizer === undefined) return null;
+  if (tokenizer.kind === "byte") {
+    if (tokenizer.vocab_size < 256) return `tokenizer.vocab_size: a byte tokenizer has at least 256 ids (one per byte), got ${tokenizer.vocab_size}`;
+    for (const name of ["bos_token_id", "eos_token_id"]) {
+      if (name in tokenizer && tokenizer[name] >= tokenizer.vocab_size) {
+        return `tokenizer.${name}: ${tokenizer[name]} is not below vocab_size (${tokenizer.vocab_size})`;
+      }
+    }
+  } else if (!(tokenizer.files ?? []).includes("tokenizer.json")) {
+    return "tokenizer.files: a huggingface tokenizer has its tokenizer.json";
   }
   return null;
 }

@@ -248,19 +248,6 @@ export interface TransferStats {
   readonly liveGpuBytes: number;
 }
 
-/** The bundle's tokenizer (manifest `tokenizer`, kind "byte": ids 0-255 are UTF-8 bytes, higher ids special). */
-export interface Tokenizer {
-  readonly vocabSize: number;
-  readonly bosTokenId: number | null;
-  readonly eosTokenId: number | null;
-  /** BOS (when there is one), then the UTF-8 bytes of `text`. */
-  encode(text: string): number[];
-  /** Special ids dropped, bytes decoded as UTF-8 (invalid sequences replaced by U+FFFD). */
-  decode(ids: Iterable<number>): string;
-  /** The ids that end generation by default: the EOS, when there is one. */
-  readonly stopTokens: number[];
-}
-
 /** Options of `Model.generate`. */
 export interface GenerateOptions {
   /** New tokens at most (default 64; fewer when the bundle's bounds on the sequence length are reached). */
@@ -271,7 +258,7 @@ export interface GenerateOptions {
   topK?: number;
   /** Seed of the random numbers (default 0): the same seed gives the same tokens (in the Python runtime too). */
   seed?: number;
-  /** Token ids that end generation, not included in the result (default: the tokenizer's EOS). */
+  /** Token ids that end generation, not included in the result (default: the tokenizer's EOS ids). */
   stopTokens?: number[];
   /** Called once per new token, with the text so far (complete characters only). */
   onToken?: (token: number, textSoFar: string) => void;
@@ -281,7 +268,7 @@ export interface GenerateOptions {
 
 /** What `Model.generate` resolves with. */
 export interface Generation {
-  /** The new tokens (a stop token not included). */
+  /** The new tokens (a stop token not included; the prompt's not either). */
   tokens: number[];
   /** Their text (the tokenizer's decoding; the bytes as UTF-8 without a tokenizer). */
   text: string;
@@ -445,3 +432,99 @@ export function splitUnits(units: number, threads: number, minUnits?: number): [
 export function load(url: string | URL, options: LoadOptions & { backend: "webgpu" }): Promise<Model>;
 export function load(url: string | URL, options: LoadOptions & { backend: "wasm" }): Promise<WasmModel>;
 export function load(url: string | URL, options?: LoadOptions): Promise<Model | WasmModel>;
+
+// ---- Tokenizers, chat templates, chat and sampling (tokenizer.js, chat_template.js, generate.js) ----
+// Declaration merging adds chat to Model and WasmModel, and top-p and the repetition penalty
+// to GenerateOptions.
+
+/** The bundle's tokenizer (manifest `tokenizer`), by its kind. */
+export type Tokenizer = ByteTokenizer | HuggingFaceTokenizer;
+
+/** Kind "byte": ids 0-255 are UTF-8 bytes, higher ids special. */
+export interface ByteTokenizer {
+  readonly kind: "byte";
+  readonly vocabSize: number;
+  readonly bosTokenId: number | null;
+  readonly eosTokenId: number | null;
+  /** A byte tokenizer has no chat template. */
+  readonly chatTemplate: null;
+  /** BOS (when there is one and `addSpecialTokens`, the default), then the UTF-8 bytes of `text`. */
+  encode(text: string, options?: { addSpecialTokens?: boolean }): number[];
+  /** Special ids dropped, bytes decoded as UTF-8 (invalid sequences replaced by U+FFFD). */
+  decode(ids: Iterable<number>): string;
+  /** The ids that end generation by default: the EOS, when there is one. */
+  readonly stopTokens: number[];
+  /** No sampling defaults. */
+  readonly generationDefaults: SamplingOptions;
+}
+
+/**
+ * Kind "huggingface": the publisher's tokenizer.json, encoded and decoded by
+ * @huggingface/tokenizers as the Python tokenizers library does, and its chat template.
+ */
+export interface HuggingFaceTokenizer {
+  readonly kind: "huggingface";
+  readonly vocabSize: number;
+  /** Every EOS id of the model's configs (generation_config.json, tokenizer_config.json's eos_token). */
+  readonly eosTokenIds: number[];
+  /** The named special tokens a chat template sees (bos_token, eos_token, ...). */
+  readonly specialTokens: Record<string, string>;
+  readonly chatTemplate: ChatTemplate | null;
+  /** The ids of `text`, with the post-processor's special tokens unless `addSpecialTokens` is false. */
+  encode(text: string, options?: { addSpecialTokens?: boolean }): number[];
+  /** The text of `ids`, special tokens left out. */
+  decode(ids: Iterable<number>): string;
+  /** The ids that end generation by default: `eosTokenIds`. */
+  readonly stopTokens: number[];
+  /** The publisher's sampling options (generation_config.json, as transformers reads it). */
+  readonly generationDefaults: SamplingOptions;
+}
+
+/** A publisher's chat template, rendered by @huggingface/jinja as transformers renders it. */
+export interface ChatTemplate {
+  readonly text: string;
+  render(messages: ChatMessage[], options?: { addGenerationPrompt?: boolean }): string;
+}
+
+/** A message of a conversation: a role, content (text, or parts such as {type: "text", text}), any other JSON fields. */
+export interface ChatMessage {
+  role: string;
+  content?: unknown;
+  [field: string]: unknown;
+}
+
+/** How each token is picked; an option not given takes the bundle's default, else greedy / 0 / 1 / 1. */
+export interface SamplingOptions {
+  temperature?: number;
+  topK?: number;
+  /** With a temperature: sample among the most likely tokens that make up topP of the probability (above 0, at most 1; 1: all). */
+  topP?: number;
+  /** Logits of tokens already in the sequence (the prompt's too) divided by it, multiplied where negative (1: none). */
+  repetitionPenalty?: number;
+}
+
+export interface GenerateOptions extends SamplingOptions {}
+
+export interface Model {
+  /**
+   * The prompt text of a conversation: the bundle's chat template rendered as transformers'
+   * `apply_chat_template(messages, tokenize=False, add_generation_prompt=True)` renders it.
+   * Throws when the bundle has no chat template, for messages that are not a non-empty list
+   * of objects, and with the template's own message when it refuses them.
+   */
+  applyChatTemplate(messages: ChatMessage[], options?: { addGenerationPrompt?: boolean }): string;
+  /**
+   * The assistant's reply to `messages`: `generate` (with the same options) after
+   * `applyChatTemplate`'s prompt, encoded without adding special tokens (the template writes
+   * them); `tokens` and `text` are the reply's.
+   */
+  chat(messages: ChatMessage[], options?: GenerateOptions): Promise<Generation>;
+}
+
+export interface WasmModel {
+  /** The prompt text of a conversation (see `Model.applyChatTemplate`): no GPU needed. */
+  applyChatTemplate(messages: ChatMessage[], options?: { addGenerationPrompt?: boolean }): string;
+  /** Rejects as `generate` does on this backend. */
+  chat(messages: ChatMessage[], options?: GenerateOptions): Promise<never>;
+}
+// ---- end of tokenizers, chat templates, chat and sampling ----

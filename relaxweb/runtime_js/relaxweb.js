@@ -10,8 +10,8 @@
 
 import { FORMAT_VERSION, InputShapeError, TYPED_ARRAY_OF_DTYPE, dtypeInfo } from "./host.js";
 import { GpuTensor, TransferStats } from "./gpu_tensor.js";
-import { generate } from "./generate.js";
-import { makeTokenizer } from "./tokenizer.js";
+import { applyChatTemplate, chat, generate } from "./generate.js";
+import { fetchedText, loadTokenizer } from "./tokenizer.js";
 import { validateManifest } from "./manifest.js";
 import { RemoteHost } from "./remote_host.js";
 import { checkInstances } from "./batch.js";
@@ -88,6 +88,9 @@ export async function load(url, {
   const wasmProblem = kernelsWasmProblem(manifest);
   if (backend === "wasm" && wasmProblem) throw new Error(`${wasmProblem}; load it with backend "webgpu"`);
   const fileUrl = (/** @type {string} */ file) => new URL(file, manifestUrl);
+  // a Hugging Face tokenizer's libraries and files, while the rest loads (nothing without one)
+  const tokenizerPromise = loadTokenizer(manifest.tokenizer, fetchedText(fileUrl));
+  tokenizerPromise.catch(() => {}); // awaited below
 
   // The adapter comes first (a given device knows its own): which backend runs, and which
   // kernel shaders to fetch, depend on it. "auto" takes a missing adapter for the wasm backend.
@@ -111,13 +114,14 @@ export async function load(url, {
     adapterPromise,
   ]);
   try {
+    const tokenizer = await tokenizerPromise;
     const configured = await host.configure(bounds);
     const { sizesAtBounds } = configured;
     const requiredLimits = loadTimeLimits(manifest, sizesAtBounds);
     const requiredFeatures = [...(manifest.required_features ?? [])];
     if (chosenBackend(backend, manifest, device ?? adapter, requiredLimits, requiredFeatures) === "wasm") {
       const wasmBytes = (await wasmBytesPromise) ?? (await fetchBytes(fileUrl(manifest.wasm.file)));
-      const model = await WasmModel.create(manifest, host, wasmBytes, shards, { threads, ...configured });
+      const model = await WasmModel.create(manifest, host, wasmBytes, shards, { threads, ...configured, tokenizer });
       const why = model.threads === 1 ? singleThreadReason(threads) : "";
       console.info(`relaxweb: the wasm backend runs this model (${model.threads} thread${model.threads === 1 ? "" : "s"}${why && `: ${why}`})`);
       return model;
@@ -127,7 +131,9 @@ export async function load(url, {
     if (kernelShaders.kernels === "f16" && !requiredFeatures.includes(SHADER_F16)) requiredFeatures.push(SHADER_F16);
     const gpuDevice = device ?? (await requestDevice(adapter, requiredLimits, requiredFeatures, sizesAtBounds === null, profile));
     checkDevice(gpuDevice, requiredLimits, requiredFeatures, "device");
-    const model = await Model.create(manifest, host, gpuDevice, { ...kernelShaders, shards, ownsDevice: !device, limitCaps: limits, fileUrl, ...configured });
+    const model = await Model.create(manifest, host, gpuDevice, {
+      ...kernelShaders, shards, ownsDevice: !device, limitCaps: limits, fileUrl, ...configured, tokenizer,
+    });
     console.info("relaxweb: the webgpu backend runs this model");
     return model;
   } catch (error) {
@@ -168,7 +174,8 @@ export class Model {
    * @param {RemoteHost} host
    * @param {GPUDevice} device
    * @param {{kernelSources: string[], kernelFiles: string[], kernels: "gpu"|"cpu"|"f16", shards: Uint8Array[], ownsDevice: boolean,
-   *   bounds: (number|null)[], sizesAtBounds: number[]|null, limitCaps?: Record<string, number>, fileUrl?: (file: string) => URL}} parts
+   *   bounds: (number|null)[], sizesAtBounds: number[]|null, limitCaps?: Record<string, number>, fileUrl?: (file: string) => URL,
+   *   tokenizer?: any}} parts
    * @returns {Promise<Model>}
    */
   static async create(manifest, host, device, parts) {
@@ -192,10 +199,11 @@ export class Model {
    * @param {RemoteHost} host
    * @param {GPUDevice} device
    * @param {{kernels: "gpu"|"cpu"|"f16", ownsDevice: boolean, bounds: (number|null)[], sizesAtBounds: number[]|null,
-   *   fileUrl?: (file: string) => URL}} parts which shaders were compiled, whether load() requested the device, the
-   *   bound of each symbolic var in effect, each storage's size at the bounds, the URL of a bundle file
+   *   fileUrl?: (file: string) => URL, tokenizer?: any}} parts which shaders were compiled, whether load() requested the
+   *   device, the bound of each symbolic var in effect, each storage's size at the bounds, the URL of a bundle file, the
+   *   bundle's tokenizer (tokenizer.js loadTokenizer)
    */
-  constructor(manifest, host, device, { kernels, ownsDevice, bounds, sizesAtBounds, fileUrl }) {
+  constructor(manifest, host, device, { kernels, ownsDevice, bounds, sizesAtBounds, fileUrl, tokenizer = null }) {
     this.manifest = manifest;
     this.host = host;
     this.device = device;
@@ -217,7 +225,7 @@ export class Model {
      * `liveGpuBytes`: the bytes of its buffers not destroyed. */
     this.stats = new TransferStats();
     /** The bundle's tokenizer (tokenizer.js), or null when it has none. */
-    this.tokenizer = manifest.tokenizer ? makeTokenizer(manifest.tokenizer) : null;
+    this.tokenizer = tokenizer;
     /** The device, its loss and its errors as this model sees them. */
     this.gpu = new WebGpuDevice(device);
     this.buffers = new ModelBuffers(device, manifest, this.stats);
@@ -300,6 +308,24 @@ export class Model {
    */
   async generate(prompt, options) {
     return generate(this, prompt, options);
+  }
+
+  /**
+   * The prompt text of a conversation, the bundle's chat template rendered (generate.js).
+   * @param {{role: string, content: any}[]} messages @param {{addGenerationPrompt?: boolean}} [options]
+   * @returns {string}
+   */
+  applyChatTemplate(messages, options) {
+    return applyChatTemplate(this, messages, options);
+  }
+
+  /**
+   * The assistant's reply to `messages`: generate() after applyChatTemplate()'s prompt.
+   * @param {{role: string, content: any}[]} messages @param {import("./generate.js").GenerateOptions} [options]
+   * @returns {Promise<import("./generate.js").Generation>}
+   */
+  async chat(messages, options) {
+    return chat(this, messages, options);
   }
 
   /**

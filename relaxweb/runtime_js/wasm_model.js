@@ -5,7 +5,7 @@
 
 import { checkInstances } from "./batch.js";
 import { HostProgramDriver } from "./driver.js";
-import { makeTokenizer } from "./tokenizer.js";
+import { applyChatTemplate } from "./generate.js";
 import { WasmBackend } from "./wasm_backend.js";
 
 /** A bundle loaded on the wasm backend. */
@@ -15,12 +15,14 @@ export class WasmModel {
    * @param {import("./remote_host.js").RemoteHost} host
    * @param {ArrayBuffer} wasmBytes the bundle's kernels.wasm
    * @param {Uint8Array[]} shards the verified weight shards
-   * @param {{threads?: number, bounds: (number|null)[], sizesAtBounds: number[]|null}} options
+   * @param {{threads?: number, bounds: (number|null)[], sizesAtBounds: number[]|null, tokenizer?: any}} options
+   *   tokenizer: the bundle's (tokenizer.js loadTokenizer), or null
    * @returns {Promise<WasmModel>}
    */
-  static async create(manifest, host, wasmBytes, shards, { threads, bounds, sizesAtBounds }) {
+  static async create(manifest, host, wasmBytes, shards, { threads, bounds, sizesAtBounds, tokenizer = null }) {
     try {
-      return new WasmModel(manifest, host, await WasmBackend.create(manifest, wasmBytes, shards, { threads, sizesAtBounds }), bounds);
+      const backend = await WasmBackend.create(manifest, wasmBytes, shards, { threads, sizesAtBounds });
+      return new WasmModel(manifest, host, backend, bounds, tokenizer);
     } catch (error) {
       host.dispose();
       throw error;
@@ -30,8 +32,9 @@ export class WasmModel {
   /**
    * @param {any} manifest @param {import("./remote_host.js").RemoteHost} host
    * @param {WasmBackend} backend @param {(number|null)[]} bounds the bound of each symbolic var in effect
+   * @param {any} [tokenizer] the bundle's tokenizer (tokenizer.js), or null
    */
-  constructor(manifest, host, backend, bounds) {
+  constructor(manifest, host, backend, bounds, tokenizer = null) {
     this.manifest = manifest;
     this.host = host;
     /** Which backend runs the kernels. @type {"wasm"} */
@@ -44,7 +47,8 @@ export class WasmModel {
     /** @type {{name: string, dtype: string, shape: (number|string)[]}[]} */
     this.outputs = manifest.outputs;
     this.symbolicVars = manifest.symbolic_vars.map((/** @type {any} */ v, /** @type {number} */ i) => ({ ...v, bound: bounds[i] }));
-    this.tokenizer = manifest.tokenizer ? makeTokenizer(manifest.tokenizer) : null;
+    /** The bundle's tokenizer (tokenizer.js), or null when it has none. */
+    this.tokenizer = tokenizer;
   }
 
   /** Threads that run a dispatch's units: 1, or 1 + the pool's workers. */
@@ -105,6 +109,23 @@ export class WasmModel {
    */
   async generate(_prompt, _options) {
     throw new Error("generate() needs the webgpu backend: this model runs on the wasm backend (load with backend: \"webgpu\" on a WebGPU device)");
+  }
+
+  /**
+   * The prompt text of a conversation, the bundle's chat template rendered (no GPU needed).
+   * @param {{role: string, content: any}[]} messages @param {{addGenerationPrompt?: boolean}} [options]
+   * @returns {string}
+   */
+  applyChatTemplate(messages, options) {
+    return applyChatTemplate(this, messages, options);
+  }
+
+  /**
+   * Chat generates: see generate().
+   * @param {any} messages @param {any} [options] @returns {Promise<never>}
+   */
+  async chat(messages, options) {
+    return this.generate(messages, options);
   }
 
   /**

@@ -1,4 +1,4 @@
-"""Text generation: the tokenizer in the bundle (``relaxweb/tokenizer.py``, the manifest's
+"""Text generation: the tokenizer in the bundle (``relaxweb/tokenizer/``, the manifest's
 ``tokenizer``), decoder detection, and ``generate`` in both runtimes (``runtime/generate.py``,
 ``runtime_js/generate.js``, the shared ``runtime_js/sampler.wgsl``) on the tiny Llama of
 ``scripts/tiny_llama.py``, against onnxruntime's greedy tokens and logits; and the CLI.
@@ -55,7 +55,9 @@ def test_a_byte_tokenizer_encodes_after_bos_and_streams_complete_characters() ->
 
 
 @pytest.mark.parametrize("spec, message", [
-    ({"kind": "sentencepiece", "vocab_size": 300}, 'kind "sentencepiece"; relaxweb knows the kinds byte'),
+    ({"kind": "sentencepiece", "vocab_size": 300}, 'kind "sentencepiece"; a tokenizer entry written by hand has the kind '
+                                                   'byte (give a Hugging Face tokenizer as its tokenizer.json or its folder'),
+    ({"kind": "huggingface", "vocab_size": 300}, 'kind "huggingface"; a tokenizer entry written by hand has the kind byte'),
     ({"vocab_size": 258}, "kind null"),
     ([1, 2], "must be a JSON object"),
     ({"kind": "byte", "vocab_size": 100}, "vocab_size must be an integer from 256"),
@@ -211,8 +213,8 @@ def test_live_gpu_bytes_stay_flat_over_100_tokens(session, reference) -> None:
     assert len(result.tokens) == 100
     assert session.stats.live_gpu_bytes == before
     assert len(set(live)) == 1, sorted(set(live))
-    # the sampler's three small buffers are all a warm generate creates
-    assert session.stats.total.buffers_created - created == 3
+    # the sampler's four small buffers are all a warm generate creates
+    assert session.stats.total.buffers_created - created == 4
 
 
 @pytest.mark.slow
@@ -224,7 +226,7 @@ def test_the_command_line_streams_text(llama_bundle, greedy_tokens, tiny_llama, 
     assert "16 tokens, stopped by length" in result.stderr and "tokens/s" in result.stderr
     help_text = subprocess.run([sys.executable, "-m", "relaxweb", "generate", "--help"], capture_output=True, text=True,
                                cwd=ROOT).stdout
-    assert "--temperature" in help_text and "--top-k" in help_text and "--seed" in help_text
+    assert all(option in help_text for option in ("--temperature", "--top-k", "--top-p", "--repetition-penalty", "--seed"))
 
 
 # The tiny Llama in Chromium -----------------------------------------------------------------
