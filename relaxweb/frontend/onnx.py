@@ -54,6 +54,7 @@ from .converters import CONVERTERS, ConversionContext
 from .converters.node import convert_node, format_unsupported, node_label
 from .converters.registry import STANDARD_DOMAINS, converter_key, nodes_with_subgraphs, tensor_to_array
 from .converters.shape_values import tensor_of
+from .dim_expression import dim_expression
 from .function_expansion import expand_functions
 from .validation import check_model, check_nodes
 
@@ -251,6 +252,9 @@ class InputDims:
         text = dim.dim_param.strip() if dim.HasField("dim_param") else ""
         if text in UNNAMED:
             return SizeVar(self.fresh(f"{value.name}_dim{position}"))
+        expression = None if self.separate or text in self.named else dim_expression(text, self.named)
+        if expression is not None:  # ``past_sequence_length + sequence_length``: see dim_expression.py
+            return expression
         self.occurrences[text] += 1
         if text in self.named and not self.separate:
             return SizeVar(self.named[text])
@@ -259,6 +263,24 @@ class InputDims:
         if name != text:
             self.model_names[name] = text
         return SizeVar(name)
+
+    def declare(self, inputs: list[onnx.ValueInfoProto]) -> None:
+        """Give each dim name its variable now, in input order, so that a dim written as an
+        expression of names (:mod:`.dim_expression`: ``past_sequence_length + sequence_length``)
+        may come before the inputs that name them.  A text is an expression when every name in
+        it is some dim's whole name; otherwise (``batch-size`` alone) it is a name."""
+        if self.separate:
+            return
+        texts = [dim.dim_param.strip() for value in inputs if value.type.HasField("tensor_type")
+                 for dim in value.type.tensor_type.shape.dim if dim.HasField("dim_param") and not dim.HasField("dim_value")]
+        texts = [text for text in dict.fromkeys(texts) if text not in UNNAMED]
+        alone = {text: text for text in texts if text.isidentifier()}
+        for text in texts:
+            if text in alone or dim_expression(text, alone) is None:
+                name = self.fresh(text)
+                self.named[text] = name
+                if name != text:
+                    self.model_names[name] = text
 
     def struct_info(self, value: onnx.ValueInfoProto) -> StructInfo:
         if value.type.HasField("sequence_type") or value.type.HasField("optional_type"):
@@ -346,6 +368,7 @@ def _import(model: onnx.ModelProto, source: str, dims: InputDims) -> IRModule:
     values: dict[str, Expr] = {}
     for initializer in graph.initializer:
         values[initializer.name] = context.constant(tensor_to_array(initializer), initializer.name)
+    dims.declare([value for value in graph.input if value.name not in values])
     for value in graph.input:
         if value.name not in values:
             values[value.name] = builder.add_param(value.name, dims.struct_info(value))

@@ -75,12 +75,14 @@ class Interpreter(ExprFunctor):
 
     def run(self, function: Function, inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         self.values, self.size_vars = {}, {}
-        for param, name in zip(function.params, function.input_names or [p.name for p in function.params]):
+        named = list(zip(function.params, function.input_names or [p.name for p in function.params]))
+        for param, name in named:
             if name not in inputs:
                 raise InputShapeError(f"missing input '{name}'")
-            value = input_value(inputs[name], param.struct_info)
-            match_value(name, value, param.struct_info, self.size_vars, what="input")
-            self.values[param] = value
+            self.values[param] = input_value(inputs[name], param.struct_info)
+        self.size_vars = first_bindings([(self.values[param], param.struct_info) for param, _ in named])
+        for param, name in named:
+            match_value(name, self.values[param], param.struct_info, self.size_vars, what="input")
         result = self.visit_seq_expr(function.body)
         outputs = list(result) if isinstance(function.body.body, Tuple) else [result]
         return [copy_value(o) for o in outputs]
@@ -239,6 +241,20 @@ def copy_value(value):
     if isinstance(value, list):
         return [np.array(element, copy=True) for element in value]
     return np.array(value, copy=True)
+
+
+def first_bindings(inputs: list[tuple[object, object]]) -> dict[str, int]:
+    """Each size variable's value from the first input dim that is that variable alone (as
+    the host binds them): an input dim written in variables of later inputs (optimum's mask,
+    ``past_sequence_length + sequence_length``) is then checked against them."""
+    size_vars: dict[str, int] = {}
+    for value, info in inputs:
+        shape = getattr(value, "shape", None)
+        if isinstance(info, TensorStructInfo) and info.shape is not None and shape is not None and len(shape) == len(info.shape):
+            for dim, extent in zip(info.shape, shape):
+                if isinstance(dim, SizeVar):
+                    size_vars.setdefault(dim.name, int(extent))
+    return size_vars
 
 
 def match_value(name: str, value, info, size_vars: dict[str, int], reason: str = "", what: str = "match_cast of") -> None:

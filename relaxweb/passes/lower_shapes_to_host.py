@@ -179,7 +179,12 @@ class _Lowering(ExprFunctor):
     # -- inputs ---------------------------------------------------------------------------
 
     def input_checks(self) -> None:
+        """Each input's rank, the dims that bind a size variable (its first dim alone) and
+        each other dim against what it must equal.  A dim written in variables that only
+        later inputs bind (optimum's mask: ``past_sequence_length + sequence_length``) is
+        checked after every input's."""
         self.inputs = []
+        later: list[tuple[int, int, PrimExpr, str]] = []
         for index, (param, name) in enumerate(zip(self.function.params, self.function.input_names)):
             info = param.struct_info
             if isinstance(info, (SequenceStructInfo, OptionalStructInfo)):
@@ -203,13 +208,9 @@ class _Lowering(ExprFunctor):
                     ))
                     continue
                 if free_var_names([expected]) - set(self.defined_by):
-                    raise UnsupportedModelError(
-                        f"input '{name}': dimension {dim} is {self.shown_expr(expected)}; size variables must first "
-                        "appear alone as a dimension"
-                    )
-                self.checks.append(ShapeCheck("equal", index, dim, expected, None, self.code(),
-                                              f"input '{name}': dimension {dim} is {{value}}, expected {{expected}}"
-                                              + self.detail(expected)))
+                    later.append((index, dim, expected, name))
+                    continue
+                self.equal_check(index, dim, expected, name)
             self.storage_of[param] = len(self.storages)
             self.host_shape[param] = info.shape
             self.inputs.append(HostInput(name, info.dtype, info.shape, len(self.storages)))
@@ -217,6 +218,18 @@ class _Lowering(ExprFunctor):
                 self.storages.append(HostStorage(tensor_bytes(self.cache_writes[param].struct_info), "cache"))
             else:
                 self.storages.append(HostStorage(tensor_bytes(info), "input"))
+        for index, dim, expected, name in later:
+            if free_var_names([expected]) - set(self.defined_by):
+                raise UnsupportedModelError(
+                    f"input '{name}': dimension {dim} is {self.shown_expr(expected)}; size variables must "
+                    "appear alone as some input's dimension"
+                )
+            self.equal_check(index, dim, expected, name)
+
+    def equal_check(self, index: int, dim: int, expected: PrimExpr, name: str) -> None:
+        self.checks.append(ShapeCheck("equal", index, dim, expected, None, self.code(),
+                                      f"input '{name}': dimension {dim} is {{value}}, expected {{expected}}"
+                                      + self.detail(expected)))
 
     # -- sequences ----------------------------------------------------------------------
 

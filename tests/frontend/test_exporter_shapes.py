@@ -124,6 +124,25 @@ def test_names_are_data_in_the_generated_code(tmp_path: Path) -> None:
             assert "<script>" not in text and "unreachable)" not in text, path
 
 
+def test_a_dim_written_as_a_sum_of_other_dims_is_that_sum() -> None:
+    """optimum's decoders name the mask's length ``past_sequence_length + sequence_length``
+    before the inputs that name the two: it is their sum (so the sizes it makes are bounded by
+    theirs), checked against them at run time; ``batch_size*2`` above, of a name no dim has
+    alone, stays a name."""
+    model = make_model([helper.make_node("Concat", ["past", "x"], ["joined"], axis=1, name="cat"),
+                        helper.make_node("Add", ["mask", "joined"], ["y"], name="add")],
+                       [("mask", ["batch", "past_sequence_length + sequence_length"]),
+                        ("past", ["batch", "past_sequence_length"]), ("x", ["batch", "sequence_length"])], ["y"])
+    module = from_onnx(model)
+    assert str(module.main.params[0].struct_info) == "Tensor((batch, past_sequence_length + sequence_length), float32)"
+    assert symbolic_vars(module.main) == ["batch", "past_sequence_length", "sequence_length"]
+    feeds = feeds_of({"mask": (2, 5), "past": (2, 3), "x": (2, 2)})
+    (y,) = run_module(module, feeds)
+    assert_close(y, feeds["mask"] + np.concatenate([feeds["past"], feeds["x"]], axis=1))
+    with pytest.raises(InputShapeError, match=r"input 'mask': dimension 1 is 6, expected 5"):
+        run_module(module, {**feeds, "mask": rand(2, 6)})
+
+
 def test_a_shared_name_is_one_variable_checked_at_the_input() -> None:
     model = make_model([helper.make_node("MatMul", ["q", "k"], ["scores"], name="scores")],
                        [("q", ["batch", "seq", 8]), ("k", ["batch", 8, "seq"])], ["scores"])

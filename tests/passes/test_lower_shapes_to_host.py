@@ -536,12 +536,30 @@ def test_lower_rejects_a_bound_on_an_unknown_variable() -> None:
     assert str(caught.value) == "--bound names batch, but the model's symbolic variables are: n, m"
 
 
-def test_lower_rejects_a_compound_dimension_before_its_variable() -> None:
+def test_lower_rejects_a_compound_dimension_of_a_variable_no_input_binds() -> None:
     builder = FunctionBuilder("main")
     x = builder.add_param("x", TensorStructInfo((n * 2, 4), "float32"))
     y = builder.emit(call_op("relu", x), "y", output=True)
-    with pytest.raises(UnsupportedModelError, match="dimension 0 is n \\* 2; size variables must first appear alone"):
+    with pytest.raises(UnsupportedModelError, match="dimension 0 is n \\* 2; size variables must appear alone as some input"):
         lowered(module_of(builder, [y], ["y"]))
+
+
+def test_lower_checks_a_compound_dimension_before_its_variables_after_every_input() -> None:
+    """optimum's mask, ``past_sequence_length + sequence_length``, comes before the past."""
+    builder = FunctionBuilder("main")
+    mask = builder.add_param("mask", TensorStructInfo((n + m,), "float32"))
+    x = builder.add_param("x", TensorStructInfo((n,), "float32"))
+    y = builder.add_param("y", TensorStructInfo((m,), "float32"))
+    joined = builder.emit(call_op("concat", x, y, axis=0), "joined")
+    z = builder.emit(call_op("add", mask, joined), "z", output=True)
+    after = lowered(module_of(builder, [z], ["z"]))
+    (check,) = [c for c in after.main.checks if c.kind == "equal" and c.input == 0]
+    assert after.main.checks.index(check) > max(after.main.checks.index(c) for c in after.main.checks if c.kind == "bind")
+    with pytest.raises(InputShapeError, match="input 'mask': dimension 0 is 4, expected 5"):
+        run_shape_checks(after.main, [(4,), (2,), (3,)])
+    values = {"mask": rand(5, seed=1), "x": rand(2, seed=2), "y": rand(3, seed=3)}
+    (actual,) = run_host_function(after.main, after.programs, values)
+    assert_close(actual, values["mask"] + np.concatenate([values["x"], values["y"]]))
 
 
 def test_lower_checks_a_compound_dimension_after_its_variable() -> None:
