@@ -8,8 +8,10 @@ fresh folder.
   types in lib.dom) and 5.9 (none): a plain ``run`` needs no cast.
 - A Vite app (``vite_app/``) importing ``relaxweb`` builds, and in Chromium runs a bundle
   built with ``--runtime none`` on WebGPU and on the wasm backend with 2 worker threads (the
-  workers are assets of Vite's build), and generates with a decoder (the sampler is one too),
-  with the Python runtime's outputs and tokens.
+  workers are assets of Vite's build), generates with a decoder (the sampler is one too) and
+  chats with it through a Hugging Face tokenizer and chat template (the package's
+  dependencies ``@huggingface/tokenizers`` and ``@huggingface/jinja``, installed with it and
+  bundled by Vite), with the Python runtime's outputs, tokens, prompt and text.
 
 Needs npm and the repository's ``npm install`` (vite, typescript); Vite and tsc come from
 there, the app's vite from the npm cache it filled.
@@ -28,6 +30,7 @@ import relaxweb
 from examples.make_mlp import make_mlp
 from tests.fixtures.tiny_decoder import BOUNDS, tiny_decoder
 from tests.helpers import MODEL, assert_close, in_the_browser, rand
+from tests.runtime.test_chat import TEMPLATE, byte_tokenizer
 
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -112,20 +115,30 @@ def test_a_vite_app_builds_and_runs_bundles_with_the_package(packed, tmp_path: P
 
     mlp = relaxweb.build(make_mlp(), tmp_path / "mlp", bounds={"batch": 64}, runtime="none").path
     decoder = relaxweb.build(tiny_decoder(), tmp_path / "decoder", bounds=BOUNDS, runtime="none").path
-    assert not (mlp / "runtime").exists() and not (decoder / "runtime").exists()
+    chat = relaxweb.build(tiny_decoder(), tmp_path / "chat", bounds=BOUNDS, runtime="none",
+                          tokenizer=tokenizer_folder(tmp_path / "tokenizer")).path
+    assert not any((bundle / "runtime").exists() for bundle in (mlp, decoder, chat))
     x = rand(3, 64, seed=4)
     expected = relaxweb.load(mlp, backend="wasm").run({"x": x})["probabilities"]
     expected_tokens = relaxweb.load(decoder, backend="webgpu").generate("ab", max_new_tokens=8).tokens
+    chat_session = relaxweb.load(chat, backend="webgpu")
+    expected_prompt = chat_session.apply_chat_template(MESSAGES)
+    expected_reply = chat_session.chat(MESSAGES, max_new_tokens=8)
 
     with browser.sync_playwright() as playwright:
         chromium = browser.launch_chromium(playwright)
         try:
             page = chromium.new_page()
-            for bundle, check in ((mlp, "run"), (decoder, "generate")):
+            for bundle, check in ((mlp, "run"), (decoder, "generate"), (chat, "chat")):
                 server = browser.start_server(bundle, page_dir=app / "dist")  # cross-origin isolated: threads
                 try:
                     page.goto(server.url)  # type: ignore[attr-defined]
                     page.wait_for_function("document.getElementById('status').textContent === 'ready'", timeout=30_000)
+                    if check == "chat":
+                        result = page.evaluate("([messages, count]) => window.chatReply(messages, count)", [MESSAGES, 8])
+                        assert result == {"prompt": expected_prompt, "tokens": expected_reply.tokens,
+                                          "text": expected_reply.text}
+                        continue
                     if check == "generate":
                         result = page.evaluate("([prompt, count]) => window.generateTokens(prompt, count)", ["ab", 8])
                         assert result["tokens"] == expected_tokens
@@ -141,3 +154,16 @@ def test_a_vite_app_builds_and_runs_bundles_with_the_package(packed, tmp_path: P
                     browser.stop_server(server)
         finally:
             chromium.close()
+
+
+#: A conversation short enough for the tiny decoder's bounds (65 tokens).
+MESSAGES = [{"role": "user", "content": "Hi!"}]
+
+
+def tokenizer_folder(folder: Path) -> Path:
+    """A publisher's tokenizer folder whose ids are the tiny decoder's bytes (256 BOS, 257 EOS)."""
+    folder.mkdir()
+    byte_tokenizer().save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(json.dumps({"bos_token": "<s>", "eos_token": "</s>",
+                                                             "chat_template": TEMPLATE}))
+    return folder

@@ -27,4 +27,16 @@ window.generateTokens = async (prompt, maxNewTokens) => {
   }
 };
 
+/** The reply to `messages` (the bundle's Hugging Face tokenizer and chat template: the package's dependencies). */
+window.chatReply = async (messages, maxNewTokens) => {
+  const model = await load("/bundle/", { backend: "webgpu" });
+  try {
+    const prompt = model.applyChatTemplate(messages);
+    const { tokens, text } = await model.chat(messages, { maxNewTokens });
+    return { prompt, tokens, text };
+  } finally {
+    model.dispose();
+  }
+};
+
 document.getElementById("status").textContent = "ready";
