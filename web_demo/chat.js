@@ -8,7 +8,7 @@
 // `?bundle=URL&backend=wasm` or the fields pick others.
 
 import { load } from "./runtime/relaxweb.js";
-import { GREEDY, sequenceLimit, decoderSignature } from "./runtime/generate.js";
+import { GREEDY, decoderSignature, sequenceLimit } from "./runtime/generate.js";
 import { backendText, button, element, field, whyNoGeneration } from "./page_common.js";
 
 /** A reply's default length: generate's 64 is short for a chat; the bundle's bound may be shorter. */
