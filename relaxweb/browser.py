@@ -6,7 +6,8 @@ Two uses:
   (``relaxweb/runtime_js/relaxweb.js``), and returns the outputs as numpy arrays
   (:func:`run_many_in_browser`: one load, several runs).  Tests use them to check that the
   browser computes what numpy does.
-- :func:`serve` (``relaxweb serve DIR``) serves the web demo with a bundle for people to try.
+- :func:`serve` (``relaxweb serve DIR``) serves the web demo with a bundle for people to try
+  (and the chat page, ``chat.html``, beside it).
 
 Both serve files from 127.0.0.1 (a secure context, which WebGPU needs) with the same
 layout: the page at ``/``, the bundle at ``/bundle/``, the runtime at ``/runtime/``.
@@ -30,6 +31,8 @@ from typing import Any, Iterator, NamedTuple
 import numpy as np
 
 from relaxweb.errors import InputShapeError, RelaxwebError
+from relaxweb.runtime.generate import decoder_signature
+from relaxweb.runtime.manifest import manifest_problem
 from relaxweb.runtime.profile import KernelRow, Profile
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -307,13 +310,29 @@ def stop_server(server: http.server.ThreadingHTTPServer) -> None:
     server.server_close()
 
 
+def generates_text(bundle_dir: Path) -> bool:
+    """Whether the chat page (``web_demo/chat.html``) can talk with the bundle: a decoder with a
+    KV cache in the signature generate takes, and a tokenizer (a malformed manifest: no)."""
+    try:
+        manifest = json.loads((bundle_dir / "manifest.json").read_text(encoding="utf-8"))
+        if manifest_problem(manifest) is not None or "tokenizer" not in manifest:
+            return False
+        decoder_signature(manifest)
+    except (OSError, ValueError, RelaxwebError):
+        return False
+    return True
+
+
 def serve(bundle_dir: str | Path, port: int = 8000) -> None:
-    """Serve the web demo with a bundle on 127.0.0.1 until Ctrl-C (``relaxweb serve DIR``)."""
+    """Serve the web demo with a bundle on 127.0.0.1 until Ctrl-C (``relaxweb serve DIR``); for
+    a bundle that generates text, also print the chat page's address."""
     try:
         server = start_server(bundle_dir, port, quiet=False)
     except OSError as error:
         raise RelaxwebError(f"cannot listen on 127.0.0.1:{port}: {error.strerror}") from error
     print(f"Serving {bundle_dir} at {server.url} (Ctrl-C to stop)", flush=True)  # type: ignore[attr-defined]
+    if generates_text(Path(bundle_dir)):
+        print(f"Chat with it at {server.url}chat.html", flush=True)  # type: ignore[attr-defined]
     try:
         threading.Event().wait()
     except KeyboardInterrupt:

@@ -465,7 +465,8 @@ def make_parser() -> argparse.ArgumentParser:
     chat.set_defaults(handler=command_chat)
 
     serve = commands.add_parser("serve", help="serve the web demo with a bundle on 127.0.0.1",
-                                description="Serve web_demo/ with the bundle at /bundle/ on 127.0.0.1.")
+                                description="Serve web_demo/ with the bundle at /bundle/ on 127.0.0.1: the demo at /, "
+                                "the chat page at /chat.html (printed for a bundle that generates text).")
     serve.add_argument("bundle", help="the bundle folder")
     serve.add_argument("--port", type=_port, default=8000, help="port (default 8000; 0 picks a free one)")
     serve.set_defaults(handler=command_serve)

@@ -1,11 +1,12 @@
 // The web demo: load a bundle, show its inputs with their symbolic shapes and the bounds of
 // its symbolic sizes, run it on random inputs at sizes the user picks, and plot the latency
 // against one symbolic size; a decoder bundle with a tokenizer also generates text, streamed
-// into the page with its tokens/s. The bundle comes from `bundle/` next to this page (where
-// `relaxweb serve DIR` puts it); `?bundle=URL` or the URL field picks another one.
+// into the page with its tokens/s (and a link to the chat page, chat.html). The bundle comes
+// from `bundle/` next to this page (where `relaxweb serve DIR` puts it); `?bundle=URL` or the
+// URL field picks another one.
 
 import { load } from "./runtime/relaxweb.js";
-import { decoderSignature } from "./runtime/generate.js";
+import { backendText, button, element, field, whyNoGeneration } from "./page_common.js";
 
 const PREVIEW_VALUES = 8;
 /** Values a sweep tries by default: powers of two up to the bound (or up to this without one). */
@@ -15,13 +16,6 @@ const DEFAULT_SWEEP_LIMIT = 64;
  * @typedef {import("./runtime/relaxweb.js").Model} Model  (runtime/ is served next to this page)
  * @typedef {{data: any, shape: number[]}} Tensor
  */
-
-/** @param {string} id */
-const element = (id) => /** @type {HTMLElement} */ (document.getElementById(id));
-/** @param {string} id */
-const field = (id) => /** @type {HTMLInputElement} */ (document.getElementById(id));
-/** @param {string} id */
-const button = (id) => /** @type {HTMLButtonElement} */ (document.getElementById(id));
 
 /** @param {unknown} error */
 function showError(error) {
@@ -393,7 +387,7 @@ async function loadBundle(bundleUrl) {
   generation?.abort();
   current?.model.dispose();
   current = null;
-  element("generate-section").hidden = true;
+  element("generate-section").hidden = element("chat-link").hidden = true;
   for (const id of ["run", "sweep", "load"]) button(id).disabled = true;
   for (const id of ["inputs", "output-specs", "vars", "outputs", "chart"]) element(id).replaceChildren();
   showError("");
@@ -429,32 +423,15 @@ async function loadBundle(bundleUrl) {
 }
 
 /**
- * What runs the model: WebGPU and its adapter, or the wasm backend and its threads.
- * @param {any} model
- * @returns {string}
- */
-function backendText(model) {
-  if (model.backend === "wasm") {
-    const isolation = model.threads === 1 && !crossOriginIsolated ? " (the page is not cross-origin isolated: one thread)" : "";
-    return `Backend: wasm (CPU, ${model.threads} thread${model.threads === 1 ? "" : "s"})${isolation}`;
-  }
-  const adapterInfo = model.device?.adapterInfo;
-  const gpu = adapterInfo ? `${adapterInfo.vendor} ${adapterInfo.architecture}`.trim() : "";
-  return `Backend: webgpu${gpu ? ` (GPU: ${gpu})` : ""}`;
-}
-
-/**
  * Show the "Generate text" section when the bundle has a tokenizer and is a decoder.
  * @param {Model} model
  */
 function showGenerateControls(model) {
-  let generatable = model.tokenizer !== null && model.backend === "webgpu"; // its sampler is a WGSL kernel
-  try {
-    decoderSignature(model.manifest);
-  } catch {
-    generatable = false;
-  }
-  element("generate-section").hidden = !generatable;
+  const generates = whyNoGeneration(model) === "";
+  const chatLink = /** @type {HTMLAnchorElement} */ (element("chat-link"));
+  chatLink.hidden = !generates;
+  chatLink.href = `chat.html?${new URLSearchParams({ bundle: field("bundle-url").value.trim() })}`;
+  element("generate-section").hidden = !generates;
   element("generated").textContent = "";
   element("generate-status").textContent = "";
 }
