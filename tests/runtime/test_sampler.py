@@ -19,7 +19,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import relaxweb
-from relaxweb.runtime.generate import Sampling, _Sampler
+from relaxweb.runtime.generate import GpuSampler, Sampling
 from tests.helpers import make_model
 
 VOCAB = 1000  # not a multiple of the sampler's 256 threads
@@ -98,7 +98,7 @@ def draw(session, row: np.ndarray, sampling: Sampling, prompt: list[int], unifor
     """sampler.wgsl's tokens for one row, one uniform each, in one generate's sampler (its
     seen tokens growing with each pick)."""
     logits = session.run({"x": row[None, None]}, keep_on_gpu=["logits"])["logits"]
-    sampler = _Sampler(session, VOCAB, sampling, prompt)
+    sampler = GpuSampler(session, VOCAB, sampling, prompt)
     try:
         return [sampler.sample(logits, uniform) for uniform in uniforms]
     finally:
