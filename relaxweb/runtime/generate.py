@@ -8,7 +8,7 @@ A bundle can generate when it has the decoder signature optimum and transformers
 run per token with the new token, each run's ``present`` (and ``logits``) kept
 (``run(..., keep_on_gpu=...)``) and the presents fed back as the next run's past.  The loop is
 the same on both backends; what differs is behind ``run`` (WebGPU: GpuTensors, the caches'
-views on the GPU; wasm: ``WasmTensor``\ s, the caches' views in the wasm memory) and the sampler
+views on the GPU; wasm: ``WasmTensor``\\ s, the caches' views in the wasm memory) and the sampler
 (:data:`SAMPLERS`): on WebGPU ``runtime_js/sampler.wgsl`` (the browser runtime runs the same
 file) picks the token from the last position's logits and only that one integer is read back;
 on wasm ``sampler.py`` does the same on the CPU.  Every kept tensor made is disposed before

@@ -18,7 +18,7 @@ placed again from the first movable address (nothing of theirs is needed across 
 the memory stays as large as the largest run needed.  Each dispatch record calls the
 kernel's ``kK_units`` on its params block, then ``kK`` over all its units on this thread.
 Kept outputs (``run(..., keep_on_gpu=...)``, what ``generate`` runs with) are
-:class:`WasmTensor`\ s: a KV cache's present is a view of the cache's storage (its place in
+:class:`WasmTensor`\\ s: a KV cache's present is a view of the cache's storage (its place in
 memory never changes), taken back as the next run's past without a byte moved; any other kept
 output is a copy of its device bytes, made once at the end of its run.
 ``runtime_js/wasm_backend.js`` is the twin (it may split the units between worker threads).

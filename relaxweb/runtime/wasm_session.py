@@ -4,7 +4,7 @@
 does: the same host module, command lists and params blocks, carried out by the same driver
 (``driver.py``) on :class:`~relaxweb.runtime.wasm_backend.WasmBackend`, which does in one
 linear memory what the GPU did.  Outputs kept with ``keep_on_gpu`` are
-:class:`~relaxweb.runtime.wasm_backend.WasmTensor`\ s (a KV cache's present a view of the cache
+:class:`~relaxweb.runtime.wasm_backend.WasmTensor`\\ s (a KV cache's present a view of the cache
 in memory), so ``generate`` and ``chat`` run the same loop as on WebGPU (``generate.py``), each
 token picked on the CPU by ``sampler.py``.
 """
@@ -80,7 +80,7 @@ class WasmSession:
         """Run the model on ``inputs`` (name -> array) and return its outputs by name, as
         ``Session.run`` does (the same checks, :class:`InputShapeError` messages and output
         dtypes).  ``keep_on_gpu`` (names, or True) keeps those outputs in this session as
-        :class:`WasmTensor`\ s, which ``run`` takes back as inputs: a KV cache's present is a
+        :class:`WasmTensor`\\ s, which ``run`` takes back as inputs: a KV cache's present is a
         view of the cache (no copy; valid until the next run ends), given back as its past
         without a byte written; any other kept output is a copy of its bytes."""
         return self._driver.run(inputs, keep_on_gpu)

@@ -249,3 +249,24 @@ def test_greedy_generate_in_chromium_gives_onnxruntimes_tokens(bundle_of, onnxru
             assert count["inputBytesWritten"] == decode_step_bytes(bundle.manifest, len(PROMPT) + step - 1), (step, count)
             if backend == "wasm":
                 assert count["bytesRead"] == vocab_bytes(bundle.manifest), (step, count)
+
+
+def test_a_cache_view_on_wasm_is_the_present_until_the_next_run(bundle_of, corpus: Path) -> None:
+    """A kept present on the wasm backend is a view of its cache: its values are the present's,
+    given back as the past it gives the logits the arrays give, and after that run it is refused."""
+    session = relaxweb.load(bundle_of("builder_int4").path, backend="wasm")
+    reference = ort.InferenceSession(str(model_path(corpus, "builder_int4")), providers=["CPUExecutionProvider"])
+    info = sidecar(corpus, "builder_int4")["decoder"]
+    arrays = session.run(decoder_feeds(reference, info, PROMPT, 0, None))
+    kept = session.run(decoder_feeds(reference, info, PROMPT, 0, None), keep_on_gpu=True)
+    views = {name: tensor for name, tensor in kept.items() if name.startswith("present.")}
+    assert all(view.cache_view is not None for view in views.values())
+    for name, view in views.items():
+        np.testing.assert_array_equal(view.numpy(), arrays[name])
+    token = [int(arrays["logits"][0, -1].argmax())]
+    from_views = session.run(decoder_feeds(reference, info, token, len(PROMPT), views))
+    assert session.stats.last_run.input_bytes_written == decode_step_bytes(bundle_of("builder_int4").manifest, len(PROMPT))
+    from_arrays = session.run(decoder_feeds(reference, info, token, len(PROMPT), arrays))
+    np.testing.assert_array_equal(from_views["logits"], from_arrays["logits"])
+    with pytest.raises(relaxweb.RelaxwebError, match="is a view of a KV cache that a later run has written"):
+        views["present.0.key"].numpy()
