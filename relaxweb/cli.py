@@ -6,7 +6,8 @@
     relaxweb run MODEL.onnx --inputs IN.npz [--out OUT.npz] --reference
     relaxweb inspect MODEL.onnx|DIR
     relaxweb generate DIR --prompt TEXT [--max-tokens N --temperature T --top-k K --top-p P --repetition-penalty R --seed S]
-    relaxweb chat DIR [--system TEXT] [--message ROLE:TEXT ...] [the sampling options of generate]
+                      [--backend auto|webgpu|wasm]
+    relaxweb chat DIR [--system TEXT] [--message ROLE:TEXT ...] [the sampling options of generate] [--backend ...]
     relaxweb serve DIR [--port PORT]
 
 Each command calls the Python API (``api.py``: ``relaxweb.build``, ``relaxweb.load`` ...), so
@@ -298,8 +299,15 @@ def _report(result) -> None:
           f"{result.tokens_per_second:.1f} tokens/s", file=sys.stderr)
 
 
+def _generating_session(args: argparse.Namespace):
+    """The bundle of ``generate`` or ``chat`` loaded on ``--backend`` with ``--kernels``."""
+    if args.backend == "wasm" and args.kernels != "auto":
+        raise RelaxwebError("--kernels picks WebGPU shaders; --backend wasm runs the bundle's kernels.wasm")
+    return load(check_bundle_folder(args.bundle), backend=args.backend, kernels=args.kernels)
+
+
 def command_generate(args: argparse.Namespace) -> int:
-    session = load(check_bundle_folder(args.bundle), kernels=args.kernels)
+    session = _generating_session(args)
     printer = _TextPrinter()
     result = session.generate(args.prompt, on_token=printer, **_sampling(args))
     print(result.text[printer.printed:], flush=True)
@@ -318,7 +326,7 @@ def _parse_message(text: str) -> dict[str, str]:
 def command_chat(args: argparse.Namespace) -> int:
     """One reply to the --message conversation; without --message, a conversation read from
     stdin, one user message a line, each reply printed after it."""
-    session = load(check_bundle_folder(args.bundle), kernels=args.kernels)
+    session = _generating_session(args)
     messages = ([{"role": "system", "content": args.system}] if args.system is not None else []) + (args.message or [])
     if getattr(session.tokenizer, "chat_template", None) is None:
         session.apply_chat_template([{"role": "user", "content": ""}])  # says there is no template, before reading
@@ -493,6 +501,10 @@ def _add_sampling_options(command: argparse.ArgumentParser) -> None:
                          help="seed of the random numbers (default 0): the same seed gives the same text")
     command.add_argument("--kernels", choices=KERNEL_VARIANTS, default="auto",
                          help="which shaders of kernels with a CPU variant to compile (as for 'run')")
+    command.add_argument("--backend", choices=BACKENDS, default="auto",
+                         help="what runs the model: webgpu (each token picked on the GPU), wasm (the bundle's "
+                         "kernels.wasm on the CPU, each token picked by the same algorithm there), or auto (the "
+                         "default: webgpu when this machine's adapter fits the bundle, else wasm), as for 'run'")
 
 
 class _Parser(argparse.ArgumentParser):

@@ -5,11 +5,14 @@ A bundle can generate when it has the decoder signature optimum and transformers
 (:func:`decoder_signature`): an ``input_ids`` input and a ``logits`` output, and a
 ``present.X`` output for each ``past_key_values.X`` input (``attention_mask`` and
 ``position_ids`` optional).  Generation is a prefill of the prompt with an empty past, then one
-run per token with the new token, each run's ``present`` (and ``logits``) kept on the GPU
-(``run(..., keep_on_gpu=...)``) and the presents fed back as the next run's past.  The next
-token is picked on the GPU by ``runtime_js/sampler.wgsl`` (the browser runtime runs the same
-file) from the last position's logits: only that one integer is read back per token.  Every
-GpuTensor made is disposed before ``generate`` returns, however it ends.
+run per token with the new token, each run's ``present`` (and ``logits``) kept
+(``run(..., keep_on_gpu=...)``) and the presents fed back as the next run's past.  The loop is
+the same on both backends; what differs is behind ``run`` (WebGPU: GpuTensors, the caches'
+views on the GPU; wasm: ``WasmTensor``\\ s, the caches' views in the wasm memory) and the sampler
+(:data:`SAMPLERS`): on WebGPU ``runtime_js/sampler.wgsl`` (the browser runtime runs the same
+file) picks the token from the last position's logits and only that one integer is read back;
+on wasm ``sampler.py`` does the same on the CPU.  Every kept tensor made is disposed before
+``generate`` returns, however it ends.
 
 Random numbers come from mulberry32 seeded with ``seed``, one uniform per token with 24 bits
 (exact in float32): ``runtime_js/generate.js`` draws the same, so a seed gives the same tokens
@@ -36,11 +39,10 @@ import wgpu
 from relaxweb.errors import RelaxwebError
 from relaxweb.runtime.gpu_tensor import GpuTensor
 from relaxweb.runtime.manifest import read_bundle_file
+from relaxweb.runtime.sampler import MAX_TOP_K, CpuSampler, Sampling, seen_bits
 from relaxweb.tokenizer import TextStream, Tokenizer, make_tokenizer
 
 SAMPLER_PATH = Path(__file__).resolve().parent.parent / "runtime_js" / "sampler.wgsl"
-#: The largest top_k the sampler keeps in workgroup memory (sampler.wgsl's MAX_TOP_K).
-MAX_TOP_K = 256
 PAST_PREFIX, PRESENT_PREFIX = "past_key_values.", "present."
 STOPPED = ("eos", "length", "aborted")
 _PARAMS_BYTES = 32  # sampler.wgsl's Params
@@ -56,16 +58,6 @@ class DecoderSignature:
     position_ids: bool
     #: (past input, present output) of each cache tensor, in the manifest's order of inputs
     cache: tuple[tuple[str, str], ...]
-
-
-@dataclass(frozen=True)
-class Sampling:
-    """How the sampler picks each token (sampler.wgsl), checked by :func:`sampling_options`."""
-
-    temperature: float
-    top_k: int
-    top_p: float
-    repetition_penalty: float
 
 
 @dataclass
@@ -172,7 +164,7 @@ def _is_number(value: Any) -> bool:
     return _is_integer(value) or (isinstance(value, float) and value == value)
 
 
-class _Sampler:
+class GpuSampler:
     """sampler.wgsl on a session's device: its pipeline (kept per device) and, for one
     ``generate``, its four small buffers (destroyed by :meth:`close`): the params, the token,
     its staging copy and the ids seen (one bit each: the prompt's, then each token picked)."""
@@ -194,12 +186,10 @@ class _Sampler:
         self.result = session.buffers.create(label="sampled token", size=16, usage=usage.STORAGE | usage.COPY_SRC)
         self.staging = session.buffers.create(label="sampled token read", size=16,
                                               usage=usage.MAP_READ | usage.COPY_DST)
-        seen = np.zeros(-(-vocab // 32), np.uint32)
+        seen = seen_bits(vocab, sampling, prompt)
         self.seen = session.buffers.create(label="seen tokens", size=max(16, -(-seen.nbytes // 16) * 16),
                                            usage=usage.STORAGE | usage.COPY_DST)
         if sampling.repetition_penalty != 1:  # the prompt's ids count as seen, as in transformers
-            ids = np.array(prompt, np.int64)
-            np.bitwise_or.at(seen, ids // 32, (np.uint32(1) << (ids % 32).astype(np.uint32)))
             session.buffers.write(self.seen, seen.tobytes(), "params_bytes_written")
 
     def sample(self, logits: GpuTensor, uniform: float) -> int:
@@ -236,6 +226,12 @@ class _Sampler:
     def close(self) -> None:
         for buffer in (self.params, self.result, self.staging, self.seen):
             buffer.destroy()
+
+
+#: The token sampler of each backend (``session.backend``): made per ``generate`` as
+#: ``sampler(session, vocab, sampling, prompt)``, then ``sample(logits, uniform) -> int`` per
+#: token and ``close()``.
+SAMPLERS: dict[str, Callable[..., Any]] = {"webgpu": GpuSampler, "wasm": CpuSampler}
 
 
 def bundle_tokenizer(bundle_dir: Path, manifest: Mapping[str, Any]) -> Tokenizer | None:
@@ -365,8 +361,8 @@ def generate(session: Any, prompt: str | Sequence[int], *, max_new_tokens: int =
     tokens: list[int] = []
     text = ""
     stopped = "length"
-    held: list[GpuTensor] = []  # every GpuTensor alive: disposed whatever happens
-    sampler = _Sampler(session, vocab, sampling, ids)
+    held: list[GpuTensor] = []  # every kept tensor alive: disposed whatever happens
+    sampler = SAMPLERS[session.backend](session, vocab, sampling, ids)
     started = time.perf_counter()
     decode_started = prefill_ms = 0.0
     try:

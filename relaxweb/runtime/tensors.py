@@ -167,6 +167,32 @@ def checked_inputs(manifest: Mapping[str, Any], inputs: Mapping[str, Any],
     return arrays, sequences
 
 
+def kept_output_indices(manifest: Mapping[str, Any], keep_on_gpu: Any) -> frozenset[int]:
+    """The indices of the outputs a run's ``keep_on_gpu`` names (True: every output but
+    sequences), for either backend; a RelaxwebError for a name that is not an output's."""
+    outputs = manifest["outputs"]
+    if keep_on_gpu is True:
+        return frozenset(k for k, output in enumerate(outputs) if output.get("kind") not in SEQUENCE_KINDS)
+    if keep_on_gpu is False or keep_on_gpu is None:
+        return frozenset()
+    if isinstance(keep_on_gpu, str):
+        raise RelaxwebError(f"keep_on_gpu must be True or a list of output names, got the string {keep_on_gpu!r}")
+    index_of = {output["name"]: k for k, output in enumerate(outputs)}
+    chosen = list(keep_on_gpu)
+    unknown = [name for name in chosen if name not in index_of]
+    if unknown:
+        raise RelaxwebError(
+            f"keep_on_gpu names unknown output {', '.join(repr(name) for name in unknown)}; "
+            f"the model's outputs are {', '.join(repr(name) for name in index_of)}"
+        )
+    sequences = [name for name in chosen if outputs[index_of[name]].get("kind") in SEQUENCE_KINDS]
+    if sequences:
+        raise RelaxwebError(
+            f"output {', '.join(repr(name) for name in sequences)} is a sequence: only tensors can be kept on the GPU"
+        )
+    return frozenset(index_of[name] for name in chosen)
+
+
 def checked_sequence(manifest: Mapping[str, Any], entry: Mapping[str, Any], value: Any) -> np.ndarray:
     """A sequence input (a list of arrays of its dtype and rank) as one flat device array."""
     name, dtype, ndim = entry["name"], np.dtype(entry["dtype"]), entry["element_ndim"]

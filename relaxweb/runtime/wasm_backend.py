@@ -17,6 +17,10 @@ a new region at the end, its contents copied; before a run, storages that must g
 placed again from the first movable address (nothing of theirs is needed across runs), so
 the memory stays as large as the largest run needed.  Each dispatch record calls the
 kernel's ``kK_units`` on its params block, then ``kK`` over all its units on this thread.
+Kept outputs (``run(..., keep_on_gpu=...)``, what ``generate`` runs with) are
+:class:`WasmTensor`\\ s: a KV cache's present is a view of the cache's storage (its place in
+memory never changes), taken back as the next run's past without a byte moved; any other kept
+output is a copy of its device bytes, made once at the end of its run.
 ``runtime_js/wasm_backend.js`` is the twin (it may split the units between worker threads).
 """
 
@@ -33,12 +37,15 @@ import wasmtime
 
 from relaxweb.errors import RelaxwebError
 from relaxweb.runtime.driver import PreparedRun
-from relaxweb.runtime.gpu_tensor import GpuTensor, cache_block_copies
+from relaxweb.runtime.gpu_tensor import CacheView, GpuTensor, TransferStats, cache_block_copies
 from relaxweb.runtime.host import Dispatch, Read
 from relaxweb.runtime.host_session import HostStep
 from relaxweb.runtime.manifest import read_bundle_file
 from relaxweb.runtime.profile import WallClockTimer
-from relaxweb.runtime.tensors import checked_inputs, device_byte_sizes, load_shards, output_array, split_sequences
+from relaxweb.runtime.tensors import (
+    checked_inputs, device_byte_sizes, device_dtype, dtype_entry, kept_output_indices, load_shards, output_array,
+    split_sequences, to_model_dtype,
+)
 
 RESERVED_BYTES = 65536  # bytes [0, 65536) are never a buffer
 SLACK_BYTES = 65536  # free bytes after the last buffer
@@ -108,6 +115,39 @@ def wasm_entry(manifest: Mapping[str, Any], bundle_dir: Path) -> Mapping[str, An
     return entry
 
 
+class WasmTensor(GpuTensor):
+    """An output a wasm session's ``run(..., keep_on_gpu=...)`` kept: a GpuTensor's interface
+    (``name``, ``dtype``, ``shape``, ``numpy()``, ``dispose()``, given back to ``run`` as an
+    input) over the session's memory instead of a GPU.  A KV cache's present is a view of the
+    cache's storage (``cache_view`` set: valid until the next run ends, as on WebGPU); any other
+    kept output holds a copy of its device bytes, made at the end of its run."""
+
+    def __init__(self, backend: "WasmBackend", name: str, dtype: np.dtype, shape: tuple[int, ...], nbytes: int,
+                 data: np.ndarray | None, cache_view: CacheView | None = None) -> None:
+        super().__init__(backend.owner, name, dtype, shape, data if cache_view is None else cache_view.cache["storage"],
+                         nbytes, cache_view)
+        self._backend = backend
+
+    @property
+    def backend(self) -> "WasmBackend":
+        return self._backend
+
+    def device_data(self) -> np.ndarray:
+        """Its values as the memory holds them (the manifest's device dtype), flat; a view's
+        are read from the cache's rows now (refused once a later run has written the cache)."""
+        self.buffer()  # refuses a disposed tensor
+        if self.cache_view is None:
+            return self._buffer
+        return self._backend.read_view(self)
+
+    def numpy(self) -> np.ndarray:
+        return to_model_dtype(self.device_data(), self.dtype).reshape(self.shape)
+
+    def dispose(self) -> None:
+        """Drop it (its copy, or its claim on the cache's rows); using it afterwards is an error."""
+        self._buffer = None
+
+
 #: Why ``run_batch`` on this backend runs the instances one after another.
 ONE_BY_ONE_REASON = "the wasm backend runs a batch instance by instance"
 
@@ -117,8 +157,13 @@ class WasmBackend:
     and the storages placed: the run state of one ``WasmSession``, on one thread."""
 
     def __init__(self, bundle_dir: Path, manifest: Mapping[str, Any], entry: Mapping[str, Any],
-                 sizes_at_bounds: list[int] | None) -> None:
+                 sizes_at_bounds: list[int] | None, owner: Any = None) -> None:
         self.manifest = manifest
+        self.owner = owner  # the WasmSession its WasmTensors belong to
+        #: what moved in and out of the memory (``buffers_created``: regions laid out for storages)
+        self.stats = TransferStats()
+        # runs that started writing the memory: a view of a cache is current while it is this run's
+        self.run_number = 0
         shards = load_shards(bundle_dir, manifest)
         wasm = read_bundle_file(bundle_dir, entry["file"], MAX_KERNELS_WASM_BYTES, "kernels.wasm")
         self._store = wasmtime.Store(_clock.engine())
@@ -147,12 +192,14 @@ class WasmBackend:
             self._storage_addresses[index] = end
             self._storage_capacities[index] = _region_bytes(size)
             end += self._storage_capacities[index]
+            self.stats.add("buffers_created")
         self._movable_start = end
         self._end = end
         self._ensure_memory(end)
         for weight, address in zip(manifest["weights"], self._weight_addresses):
             data = shards[weight["shard"]][weight["offset"]:weight["offset"] + weight["nbytes"]]
             self._memory.write(self._store, data, address)
+            self.stats.add("weight_bytes_written", len(data))
         if sizes_at_bounds is not None:  # every var has a bound: every storage placed once, now
             self._place_storages(sizes_at_bounds)
 
@@ -209,9 +256,11 @@ class WasmBackend:
         for index, needed in enumerate(needed_sizes):
             if index in self._fixed:
                 continue
-            self._storage_addresses[index] = end
-            self._storage_capacities[index] = max(self._storage_capacities[index], _region_bytes(needed))
-            end += self._storage_capacities[index]
+            capacity = max(self._storage_capacities[index], _region_bytes(needed))
+            if (self._storage_addresses[index], self._storage_capacities[index]) != (end, capacity):
+                self.stats.add("buffers_created")
+            self._storage_addresses[index], self._storage_capacities[index] = end, capacity
+            end += capacity
         self._ensure_memory(end)
         self._end = end
 
@@ -241,6 +290,7 @@ class WasmBackend:
                                    self._end)
             self._storage_addresses[index], self._storage_capacities[index] = self._end, capacity
             self._end += capacity
+            self.stats.add("buffers_created")
 
     def _read(self, address: int, byte_size: int) -> bytearray:
         return self._memory.read(self._store, address, address + byte_size)
@@ -248,12 +298,11 @@ class WasmBackend:
     # The states of a run (driver.RunBackend) ------------------------------------------------
 
     def prepare_run(self, inputs: Mapping[str, Any], keep_on_gpu: Any) -> PreparedRun:
-        if keep_on_gpu:
-            raise RelaxwebError("keep_on_gpu needs the webgpu backend: a wasm session has no GPU to keep tensors on "
-                                "(load the bundle with backend='webgpu')")
-        arrays, sequences = checked_inputs(self.manifest, inputs, _refuse_gpu_tensor)
+        kept = kept_output_indices(self.manifest, keep_on_gpu)
+        self.stats.start_run()
+        arrays, sequences = checked_inputs(self.manifest, inputs, self._check_tensor)
         shapes = [() if index in sequences else array.shape for index, array in enumerate(arrays)]
-        return PreparedRun(shapes, sequences, arrays)
+        return PreparedRun(shapes, sequences, arrays, kept)
 
     def one_by_one_reason(self, instances: Sequence[Mapping[str, Any]]) -> str:
         return ONE_BY_ONE_REASON  # kernels.wasm has no ragged form
@@ -265,10 +314,15 @@ class WasmBackend:
         """Nothing to refuse: a dispatch runs its units, however many."""
 
     def write_inputs(self, run: PreparedRun) -> None:
-        self._write_inputs(run.arrays)
+        # kept tensors resolved before anything is written: a view read now, while its cache holds it
+        arrays = [self._tensor_input(index, value) if isinstance(value, GpuTensor) else value
+                  for index, value in enumerate(run.arrays)]
+        self.run_number += 1  # every cache is written from here on: older views are stale
+        self._write_inputs(arrays)
 
     def begin_step(self, params: bytes) -> None:
         self._memory.write(self._store, params, self._params_base)
+        self.stats.add("params_bytes_written", len(params))
 
     def encode_dispatches(self, dispatches: Sequence[Dispatch], params: bytes, timer: WallClockTimer | None) -> None:
         for command in dispatches:
@@ -279,20 +333,35 @@ class WasmBackend:
         if read.byte_offset + 4 > self._storage_capacities[read.storage]:
             raise RelaxwebError(f"the bundle's command list reads bytes {read.byte_offset}..{read.byte_offset + 4} "
                                 f"of storage {read.storage}, which has {self._storage_capacities[read.storage]} bytes")
+        self.stats.add("bytes_read", 4)
         return int.from_bytes(self._read(self._storage_addresses[read.storage] + read.byte_offset, 4), "little",
                               signed=True)
 
     def submit(self) -> None:
         """Nothing to submit: every dispatch has run."""
 
-    def submit_outputs(self, run: PreparedRun, step: HostStep) -> HostStep:
-        return step  # every dispatch has run: the outputs are in memory
+    def submit_outputs(self, run: PreparedRun, step: HostStep) -> tuple[PreparedRun, HostStep]:
+        return run, step  # every dispatch has run: the outputs are in memory
 
-    def read_outputs(self, step: HostStep) -> dict[str, Any]:
+    def read_outputs(self, readback: tuple[PreparedRun, HostStep]) -> dict[str, Any]:
+        """Each output as an array, or kept (:class:`WasmTensor`: a view of a cache, else a copy)."""
+        run, step = readback
         byte_sizes = device_byte_sizes(self.manifest, step.output_shapes)
-        outputs = {output["name"]: output_array(self.manifest, output, self._output_bytes(index, shape, size), shape, size)
-                   for index, (output, shape, size) in enumerate(zip(self.manifest["outputs"], step.output_shapes,
-                                                                     byte_sizes))}
+        outputs = {}
+        for index, (output, shape, size) in enumerate(zip(self.manifest["outputs"], step.output_shapes, byte_sizes)):
+            dtype = np.dtype(output["dtype"])
+            if index in run.kept and index in self._cache_of_output:  # a view: no copy
+                outputs[output["name"]] = WasmTensor(self, output["name"], dtype, tuple(shape), size, None,
+                                                     CacheView(self._cache_of_output[index], self.run_number))
+                continue
+            data = self._output_bytes(index, shape, size)
+            self.stats.add("bytes_read", size)
+            if index in run.kept:
+                stored = device_dtype(dtype_entry(self.manifest, output))
+                outputs[output["name"]] = WasmTensor(self, output["name"], dtype, tuple(shape), size,
+                                                     np.frombuffer(bytearray(data), stored, size // stored.itemsize))
+            else:
+                outputs[output["name"]] = output_array(self.manifest, output, data, shape, size)
         return split_sequences(self.manifest, outputs, step.element_shapes)
 
     def release_run(self) -> None:
@@ -301,12 +370,53 @@ class WasmBackend:
     def create_timer(self) -> WallClockTimer:
         return WallClockTimer(self.manifest)
 
-    def _write_inputs(self, arrays: list[np.ndarray]) -> None:
+    # Kept tensors ------------------------------------------------------------------------------
+
+    def _check_tensor(self, name: str, tensor: GpuTensor) -> None:
+        """Refuse a GPU tensor, a disposed tensor, another session's, or a stale view, naming the input."""
+        if not isinstance(tensor, WasmTensor):
+            raise RelaxwebError(f"input '{name}': GPU tensor '{tensor.name}' lives on a WebGPU device; a wasm session "
+                                "takes numpy arrays and its own kept tensors: read it with .numpy() and pass the array")
+        if tensor.disposed:
+            raise RelaxwebError(f"input '{name}': tensor '{tensor.name}' was disposed and cannot be used any more")
+        if tensor.backend is not self:
+            raise RelaxwebError(f"input '{name}': tensor '{tensor.name}' was kept by another wasm session; read it "
+                                "with .numpy() and pass the array")
+        self._check_current(tensor, f"input '{name}': tensor '{tensor.name}'")
+
+    def _check_current(self, tensor: WasmTensor, what: str) -> None:
+        view = tensor.cache_view
+        if view is not None and view.run != self.run_number:
+            raise RelaxwebError(f"{what} is a view of a KV cache that a later run has written: a view is valid until "
+                                "the next run (read it with .numpy() first to keep its values)")
+
+    def _tensor_input(self, index: int, tensor: WasmTensor) -> np.ndarray | None:
+        """A kept tensor given as input ``index``: None for the current view of the input's own
+        cache (the cache holds it already: nothing moves), else its device values."""
+        view = tensor.cache_view
+        if view is not None and view.cache is self._cache_of_input.get(index):
+            return None
+        return tensor.device_data().reshape(tensor.shape)
+
+    def read_view(self, tensor: WasmTensor) -> np.ndarray:
+        """A cache view's values (its rows of each block), flat in the device dtype."""
+        self._check_current(tensor, f"tensor '{tensor.name}'")
+        cache = tensor.cache_view.cache
+        stored = device_dtype(self.manifest["dtypes"][str(tensor.dtype)])
+        dense = bytearray(tensor.nbytes)
+        base = self._storage_addresses[cache["storage"]]
+        for target, at, size in cache_block_copies(cache, tensor.shape, stored.itemsize, None):
+            dense[target:target + size] = self._read(base + at, size)
+        self.stats.add("bytes_read", tensor.nbytes)
+        return np.frombuffer(dense, stored)
+
+    def _write_inputs(self, arrays: list[np.ndarray | None]) -> None:
         """Each input's device bytes into its storage (a KV cache's past: each block at the
-        start of its ``capacity`` rows)."""
+        start of its ``capacity`` rows); None: the cache's own view, already in place."""
         for index, (entry, array) in enumerate(zip(self.manifest["inputs"], arrays)):
-            if array.nbytes == 0:
+            if array is None or array.nbytes == 0:
                 continue
+            self.stats.add("input_bytes_written", array.nbytes)
             data = memoryview(array).cast("B")
             if index in self._cache_of_input:
                 cache = self._cache_of_input[index]
@@ -377,11 +487,6 @@ class WasmBackend:
                                 f"{self._storage_capacities[output['storage']]} bytes for {byte_size} bytes: "
                                 "the bundle is damaged")
         return self._read(address, byte_size)
-
-
-def _refuse_gpu_tensor(name: str, tensor: GpuTensor) -> None:
-    raise RelaxwebError(f"input '{name}': GPU tensor '{tensor.name}' lives on a WebGPU device; a wasm session takes "
-                        "numpy arrays: read it with .numpy() and pass the array")
 
 
 def _first_line(error: Exception) -> str:

@@ -3,25 +3,28 @@
 :class:`WasmSession` follows "One run" in ``docs/bundle-format.md`` as ``webgpu.Session``
 does: the same host module, command lists and params blocks, carried out by the same driver
 (``driver.py``) on :class:`~relaxweb.runtime.wasm_backend.WasmBackend`, which does in one
-linear memory what the GPU did.
+linear memory what the GPU did.  Outputs kept with ``keep_on_gpu`` are
+:class:`~relaxweb.runtime.wasm_backend.WasmTensor`\\ s (a KV cache's present a view of the cache
+in memory), so ``generate`` and ``chat`` run the same loop as on WebGPU (``generate.py``), each
+token picked on the CPU by ``sampler.py``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from relaxweb.errors import RelaxwebError
 from relaxweb.runtime.batch import BatchReport, check_instance_count
 from relaxweb.runtime.driver import HostProgramDriver
-from relaxweb.runtime.generate import apply_chat_template, bundle_tokenizer
+from relaxweb.runtime.generate import Generation, apply_chat_template, bundle_tokenizer, chat, generate
+from relaxweb.runtime.gpu_tensor import TransferStats
 from relaxweb.runtime.host import HostModule, load_manifest
 from relaxweb.runtime.host_session import HostSessions
 from relaxweb.runtime.manifest import MAX_HOST_MODULE_BYTES, read_bundle_file
 from relaxweb.runtime.profile import Profile
 from relaxweb.runtime.wasm_backend import (  # noqa: F401  (re-exported: the names this module always had)
-    KERNEL_SECONDS_PER_CALL, MAX_KERNELS_WASM_BYTES, WasmBackend, wasm_entry,
+    KERNEL_SECONDS_PER_CALL, MAX_KERNELS_WASM_BYTES, WasmBackend, WasmTensor, wasm_entry,
 )
 
 
@@ -35,9 +38,13 @@ class WasmSession:
         backend: ``"wasm"``.
         last_dispatch_count / last_read_count: as on ``Session``.
         memory_bytes: the linear memory's size now (it grows, never shrinks).
+        stats: ``Session.stats``' counters for the memory (``buffers_created``: regions laid
+            out for storages; ``bytes_read``: bytes copied out of it: outputs, kept copies,
+            values read mid-run; ``live_gpu_bytes`` stays 0: see ``memory_bytes``).
     """
 
     backend = "wasm"
+    device = None  # no WebGPU device: a WebGPU session refuses this session's tensors
 
     def __init__(self, bundle_dir: str | Path) -> None:
         self.bundle_dir = Path(bundle_dir)
@@ -50,12 +57,16 @@ class WasmSession:
         )
         #: how the last :meth:`run_batch` ran (``runtime/batch.BatchReport``)
         self.last_batch: BatchReport | None = None
-        self._backend = WasmBackend(self.bundle_dir, self.manifest, entry, self.host.sizes_at_bounds())
+        self._backend = WasmBackend(self.bundle_dir, self.manifest, entry, self.host.sizes_at_bounds(), self)
         self._driver = HostProgramDriver(self._backend, HostSessions(self.host))
 
     @property
     def memory_bytes(self) -> int:
         return self._backend.memory_bytes
+
+    @property
+    def stats(self) -> TransferStats:
+        return self._backend.stats
 
     @property
     def last_dispatch_count(self) -> int:
@@ -68,7 +79,10 @@ class WasmSession:
     def run(self, inputs: Mapping[str, Any], keep_on_gpu: bool | Iterable[str] = False) -> dict[str, Any]:
         """Run the model on ``inputs`` (name -> array) and return its outputs by name, as
         ``Session.run`` does (the same checks, :class:`InputShapeError` messages and output
-        dtypes).  ``keep_on_gpu`` needs the webgpu backend: there are no GPU tensors here."""
+        dtypes).  ``keep_on_gpu`` (names, or True) keeps those outputs in this session as
+        :class:`WasmTensor`\\ s, which ``run`` takes back as inputs: a KV cache's present is a
+        view of the cache (no copy; valid until the next run ends), given back as its past
+        without a byte written; any other kept output is a copy of its bytes."""
         return self._driver.run(inputs, keep_on_gpu)
 
     def run_batch(self, instances: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -78,17 +92,22 @@ class WasmSession:
         results, self.last_batch = self._driver.run_batch(instances)
         return results
 
-    def generate(self, *args: Any, **kwargs: Any) -> Any:
-        """Not on this backend: generation keeps the KV cache and picks tokens on the GPU."""
-        raise RelaxwebError("generate needs the webgpu backend (it keeps the KV cache on the GPU and picks each token "
-                            "there); load the bundle with backend='webgpu'")
+    def generate(self, prompt: str | Sequence[int], *, max_new_tokens: int = 64, temperature: float | None = None,
+                 top_k: int | None = None, top_p: float | None = None, repetition_penalty: float | None = None,
+                 seed: int = 0, stop_tokens: Iterable[int] | None = None,
+                 on_token: Callable[[int, str], Any] | None = None) -> Generation:
+        """``Session.generate`` on this backend: the same loop (``runtime/generate.py``), the KV
+        caches kept in place in the memory, each token picked on the CPU by ``sampler.py``
+        (sampler.wgsl's algorithm): greedy gives WebGPU's tokens, a seed the same draws."""
+        return generate(self, prompt, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+                        repetition_penalty=repetition_penalty, seed=seed, stop_tokens=stop_tokens, on_token=on_token)
 
-    def chat(self, *args: Any, **kwargs: Any) -> Any:
-        """Not on this backend: chat generates (see :meth:`generate`)."""
-        return self.generate(*args, **kwargs)
+    def chat(self, messages: Sequence[Mapping[str, Any]], **options: Any) -> Generation:
+        """``Session.chat``: :meth:`generate` (with the same options) after :meth:`apply_chat_template`'s prompt."""
+        return chat(self, messages, **options)
 
     def apply_chat_template(self, messages: Sequence[Mapping[str, Any]], *, add_generation_prompt: bool = True) -> str:
-        """``Session.apply_chat_template``: the bundle's chat template rendered (no GPU needed)."""
+        """``Session.apply_chat_template``: the bundle's chat template rendered."""
         return apply_chat_template(self, messages, add_generation_prompt=add_generation_prompt)
 
     def profile(self, inputs: Mapping[str, Any], *, warmup: int = 1) -> Profile:

@@ -24,7 +24,7 @@ from relaxweb.runtime.gpu_tensor import BufferPool, CacheView, GpuTensor, cache_
 from relaxweb.runtime.host import Command, Dispatch, Read
 from relaxweb.runtime.host_session import HostStep
 from relaxweb.runtime.tensors import (
-    SEQUENCE_KINDS, checked_inputs, device_byte_sizes, device_dtype, output_array, split_sequences, to_model_dtype,
+    checked_inputs, device_byte_sizes, device_dtype, kept_output_indices, output_array, split_sequences, to_model_dtype,
 )
 from relaxweb.runtime.webgpu_batch import WebGpuRaggedBatch
 from relaxweb.runtime.webgpu_buffers import (
@@ -251,27 +251,7 @@ class WebGpuBackend:
 
     def kept_output_indices(self, keep_on_gpu: bool | Iterable[str]) -> frozenset[int]:
         """The indices of the outputs ``keep_on_gpu`` names (True: every output but sequences)."""
-        outputs = self.manifest["outputs"]
-        if keep_on_gpu is True:
-            return frozenset(k for k, output in enumerate(outputs) if output.get("kind") not in SEQUENCE_KINDS)
-        if keep_on_gpu is False or keep_on_gpu is None:
-            return frozenset()
-        if isinstance(keep_on_gpu, str):
-            raise RelaxwebError(f"keep_on_gpu must be True or a list of output names, got the string {keep_on_gpu!r}")
-        index_of = {output["name"]: k for k, output in enumerate(outputs)}
-        chosen = list(keep_on_gpu)
-        unknown = [name for name in chosen if name not in index_of]
-        if unknown:
-            raise RelaxwebError(
-                f"keep_on_gpu names unknown output {', '.join(repr(name) for name in unknown)}; "
-                f"the model's outputs are {', '.join(repr(name) for name in index_of)}"
-            )
-        sequences = [name for name in chosen if outputs[index_of[name]].get("kind") in SEQUENCE_KINDS]
-        if sequences:
-            raise RelaxwebError(
-                f"output {', '.join(repr(name) for name in sequences)} is a sequence: only tensors can be kept on the GPU"
-            )
-        return frozenset(index_of[name] for name in chosen)
+        return kept_output_indices(self.manifest, keep_on_gpu)
 
     def _check_gpu_tensor(self, name: str, tensor: GpuTensor) -> None:
         """Refuse a disposed GpuTensor or one on another device, naming the input."""

@@ -6,16 +6,19 @@
 // `input_ids` input and a `logits` output, and a `present.X` output for each
 // `past_key_values.X` input (`attention_mask` and `position_ids` optional). Generation is a
 // prefill of the prompt with an empty past, then one run per token with the new token, each
-// run's `present` (and `logits`) kept on the GPU (`run(inputs, {keepOnGpu})`) and the presents
-// fed back as the next run's past. The next token is picked on the GPU by sampler.wgsl (the
-// Python runtime runs the same file) from the last position's logits: only that one integer is
-// read back per token. Every GpuTensor made is disposed before `generate` settles, however it
-// ends (a stop token, the length, an AbortSignal, an error). The sampler applies the repetition
+// run's `present` (and `logits`) kept (`run(inputs, {keepOnGpu})`) and the presents fed back as
+// the next run's past. The loop is the same on both backends; what differs is behind `run`
+// (WebGPU: GpuTensors, the caches' views on the GPU; wasm: WasmTensors, the caches' views in the
+// wasm memory) and the sampler (SAMPLERS): on WebGPU sampler.wgsl (the Python runtime runs the
+// same file) picks the token from the last position's logits and only that one integer is read
+// back; on wasm cpu_sampler.js does the same on the CPU. Every kept tensor made is disposed
+// before `generate` settles, however it ends (a stop token, the length, an AbortSignal, an error). The sampler applies the repetition
 // penalty, the temperature, top-k and top-p in transformers' order; an option not given takes
 // the bundle's default (its tokenizer's generation_config.json, GREEDY without one).
 // Generation stops at any of the stop tokens (by default every EOS id of the tokenizer).
 
 import { TYPED_ARRAY_OF_DTYPE } from "./host.js";
+import { CpuSampler, seenBits } from "./cpu_sampler.js";
 import { TextStream } from "./tokenizer.js";
 
 /** The largest topK the sampler keeps in workgroup memory (sampler.wgsl's MAX_TOP_K). */
@@ -158,7 +161,7 @@ function samplerPipeline(device) {
  * params, the token, its staging copy and the ids seen (one bit each: the prompt's, then each
  * token picked).
  */
-class Sampler {
+class GpuSampler {
   /**
    * @param {any} model the Model @param {GPUComputePipeline} pipeline @param {number} vocab
    * @param {{temperature: number, topK: number, topP: number, repetitionPenalty: number}} sampling
@@ -171,12 +174,9 @@ class Sampler {
     this.params = model.createBuffer({ label: "sampler params", size: PARAMS_BYTES, usage: USAGE.UNIFORM | USAGE.COPY_DST });
     this.result = model.createBuffer({ label: "sampled token", size: 16, usage: USAGE.STORAGE | USAGE.COPY_SRC });
     this.staging = model.createBuffer({ label: "sampled token read", size: 16, usage: USAGE.MAP_READ | USAGE.COPY_DST });
-    const seen = new Uint32Array(Math.ceil(vocab / 32));
+    const seen = seenBits(vocab, sampling, prompt);
     this.seen = model.createBuffer({ label: "seen tokens", size: Math.max(16, Math.ceil(seen.byteLength / 16) * 16), usage: USAGE.STORAGE | USAGE.COPY_DST });
-    if (sampling.repetitionPenalty !== 1) { // the prompt's ids count as seen, as in transformers
-      for (const id of prompt) seen[id >>> 5] |= 1 << (id & 31);
-      model.writeBuffer(this.seen, seen, "paramsBytesWritten");
-    }
+    if (sampling.repetitionPenalty !== 1) model.writeBuffer(this.seen, seen, "paramsBytesWritten"); // the prompt's ids count as seen, as in transformers
   }
 
   /**
@@ -230,6 +230,17 @@ class Sampler {
     for (const buffer of [this.params, this.result, this.staging, this.seen]) buffer.destroy();
   }
 }
+
+/**
+ * The token sampler of each backend (`model.backend`), made per generate: then
+ * `sample(logits, uniform)` per token (a promise of the token) and `close()`.
+ * @type {Record<string, (model: any, vocab: number, sampling: any, prompt: number[]) => Promise<{sample: (logits: any, uniform: number) => Promise<number>, close: () => void}>>}
+ */
+const SAMPLERS = {
+  webgpu: async (model, vocab, sampling, prompt) =>
+    new GpuSampler(model, await model.orDeviceLoss(samplerPipeline(model.device)), vocab, sampling, prompt),
+  wasm: async (_model, vocab, sampling, prompt) => new CpuSampler(vocab, sampling, prompt),
+};
 
 /**
  * An integer tensor of `dtype` holding `values`.
@@ -379,9 +390,9 @@ export async function generate(model, prompt, options = {}) {
   let text = "";
   /** @type {"eos"|"length"|"aborted"} */
   let stopped = "length";
-  /** @type {any[]} every GpuTensor alive: disposed whatever happens */
+  /** @type {any[]} every kept tensor alive: disposed whatever happens */
   let held = [];
-  const sampler = new Sampler(model, await model.orDeviceLoss(samplerPipeline(model.device)), vocab, sampling, ids);
+  const sampler = await SAMPLERS[model.backend](model, vocab, sampling, ids);
   const started = performance.now();
   let decodeStarted = 0;
   let prefillMs = 0;

@@ -379,8 +379,9 @@ export class Model {
 /**
  * A bundle loaded on the wasm backend (kernels.wasm): the same `run` results and errors as a
  * `Model` (input checks, the host module's InputShapeErrors, reads, loops, sequences, KV
- * caches), outputs always read back. Memory: one WebAssembly.Memory (shared when threads run)
- * holding the params, the weights (copied once), the storages and a scratch block per thread.
+ * caches, kept outputs, generate and chat). Memory: one WebAssembly.Memory (shared when threads
+ * run) holding the params, the weights (copied once), the KV caches (placed once), the storages
+ * and a scratch block per thread.
  */
 export class WasmModel {
   readonly backend: "wasm";
@@ -399,18 +400,30 @@ export class WasmModel {
   readonly lastReadCount: number;
   /** How the last completed runBatch ran (null before the first). */
   readonly lastBatch: BatchReport | null;
+  /** Counts of what moved in and out of the memory (`buffersCreated`: regions laid out for storages; `liveGpuBytes` 0). */
+  readonly stats: TransferStats;
   /**
    * Run once. Rejects with an InputShapeError for bad inputs, with an Error naming the kernel
-   * and its call site's `binding` when a kernel traps, and with an Error for `keepOnGpu` or
-   * GpuTensor inputs (they need the webgpu backend). Concurrent calls take turns.
+   * and its call site's `binding` when a kernel traps, and with an Error for a WebGPU model's
+   * GpuTensor. Concurrent calls take turns. With `keepOnGpu`, those outputs stay in this
+   * model's memory as WasmTensors (a GpuTensor's interface), which `run` takes back as inputs:
+   * a KV cache's present is a view of the cache (no copy; valid until the next run ends) that
+   * goes back as its past without a byte written; any other kept output is a copy of its bytes.
    */
-  run(inputs: Record<string, Tensor>, options?: { keepOnGpu?: false }): Promise<Outputs>;
+  run(inputs: Record<string, Tensor | GpuTensor>, options?: { keepOnGpu?: false }): Promise<Outputs>;
+  run<K extends string>(inputs: Record<string, Tensor | GpuTensor>, options: { keepOnGpu: readonly K[] }): Promise<KeptOutputs<K>>;
+  run(inputs: Record<string, Tensor | GpuTensor>, options: { keepOnGpu: true }): Promise<Record<string, GpuTensor>>;
+  run(inputs: Record<string, Tensor | GpuTensor>, options?: RunOptions): Promise<Record<string, Tensor | GpuTensor>>;
   /** Run a batch of instances: on the wasm backend one after another (see `Model.runBatch`). */
   runBatch(instances: Record<string, Tensor>[], options?: RunOptions): Promise<Record<string, Tensor>[]>;
   /** `run` after `warmup` runs, each dispatch timed by the clock (method "wall clock per kernel call"). */
   profile(inputs: Record<string, Tensor>, options?: { warmup?: number }): Promise<{ outputs: Record<string, Tensor>; profile: Profile }>;
-  /** Rejects: generating text needs the webgpu backend (its sampler is a WGSL kernel). */
-  generate(prompt: string | number[], options?: GenerateOptions): Promise<never>;
+  /**
+   * Generate text with a decoder bundle, as `Model.generate`: the same loop, the KV caches kept
+   * in place in the memory, each token picked on the CPU by sampler.wgsl's algorithm
+   * (runtime/cpu_sampler.js): greedy gives WebGPU's tokens, a seed the same draws.
+   */
+  generate(prompt: string | number[], options?: GenerateOptions): Promise<Generation>;
   /** Stop the workers and the host module; later runs reject. */
   dispose(): void;
 }
@@ -522,9 +535,9 @@ export interface Model {
 }
 
 export interface WasmModel {
-  /** The prompt text of a conversation (see `Model.applyChatTemplate`): no GPU needed. */
+  /** The prompt text of a conversation (see `Model.applyChatTemplate`). */
   applyChatTemplate(messages: ChatMessage[], options?: { addGenerationPrompt?: boolean }): string;
-  /** Rejects as `generate` does on this backend. */
-  chat(messages: ChatMessage[], options?: GenerateOptions): Promise<never>;
+  /** The assistant's reply to `messages`, as `Model.chat` (each token picked on the CPU). */
+  chat(messages: ChatMessage[], options?: GenerateOptions): Promise<Generation>;
 }
 // ---- end of tokenizers, chat templates, chat and sampling ----

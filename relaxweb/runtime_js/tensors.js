@@ -42,6 +42,27 @@ export function prepareInputs(manifest, inputs) {
 }
 
 /**
+ * The indices of the outputs a run's `keepOnGpu` names (true: every output but sequences), for
+ * either backend; an Error for a name that is not an output's.
+ * @param {any} manifest @param {boolean|string[]|undefined} keepOnGpu
+ * @returns {Set<number>}
+ */
+export function keptOutputIndices(manifest, keepOnGpu) {
+  const outputs = manifest.outputs;
+  if (keepOnGpu === true) return new Set(outputs.flatMap((/** @type {any} */ o, /** @type {number} */ k) => (isSequence(o) ? [] : [k])));
+  if (!keepOnGpu) return new Set();
+  if (!Array.isArray(keepOnGpu)) throw new Error(`keepOnGpu must be true or an array of output names, got ${String(keepOnGpu).slice(0, 40)}`);
+  const names = outputs.map((/** @type {any} */ o) => o.name);
+  const unknown = keepOnGpu.filter((name) => !names.includes(name));
+  if (unknown.length > 0) {
+    throw new Error(`keepOnGpu names unknown output ${unknown.map((n) => `'${n}'`).join(", ")}; the model's outputs are ${names.map((n) => `'${n}'`).join(", ")}`);
+  }
+  const sequences = keepOnGpu.filter((name) => isSequence(outputs[names.indexOf(name)]));
+  if (sequences.length > 0) throw new Error(`output ${sequences.map((n) => `'${n}'`).join(", ")} is a sequence: only tensors can be kept on the GPU`);
+  return new Set(keepOnGpu.map((name) => names.indexOf(name)));
+}
+
+/**
  * A sequence input's elements as the device holds them: their values one after another.
  * @param {any} spec @param {any} info @param {{data: any, shape: number[]}[]} elements
  * @returns {Int32Array|Uint32Array|Float32Array}

@@ -8,18 +8,23 @@
 // Memory: one WebAssembly.Memory laid out as the contract says: bytes [0, 64 KiB) never a
 // buffer, then the params region, the weights (copied once from the verified shards), one
 // scratch block per thread, the storages (16-byte aligned), and at least 64 KiB of slack.
-// A storage that must grow mid-run moves to a new region at the top, its contents copied;
-// before a run's first step the storages are laid out again (a bundle with bounds allocates
-// every storage once, at load).
+// KV caches (the manifest's `caches`) get their regions at load, at their size at the bounds,
+// and never move. A storage that must grow mid-run moves to a new region at the top, its
+// contents copied; before a run's first step the other storages are laid out again (a bundle
+// with bounds allocates every storage once, at load).
+//
+// Kept outputs (`run(inputs, {keepOnGpu})`, what generate runs with) are WasmTensors: a KV
+// cache's present is a view of the cache's region, taken back as the next run's past without a
+// byte moved; any other kept output holds a copy of its device bytes, made at its run's end.
 //
 // Threads: where the page is cross-origin isolated (SharedArrayBuffer) the memory is shared
 // and a pool of workers (wasm_worker.js) instantiates the shared-memory variant of the
 // module; each dispatch's units are split into contiguous ranges, the calling thread runs the
 // first and spins until the workers have run theirs (the page's thread may not Atomics.wait).
 
-import { dtypeInfo, fromDeviceData } from "./host.js";
-import { GpuTensor, cacheBlockCopies } from "./gpu_tensor.js";
-import { prepareInputs, splitElements } from "./tensors.js";
+import { TYPED_ARRAY_OF_DTYPE, dtypeInfo, fromDeviceData } from "./host.js";
+import { GpuTensor, TransferStats, cacheBlockCopies } from "./gpu_tensor.js";
+import { keptOutputIndices, prepareInputs, splitElements } from "./tensors.js";
 import { WALL_CLOCK, WallClockTimer } from "./profile.js";
 
 export { WALL_CLOCK };
@@ -155,9 +160,49 @@ export function singleThreadReason(threads) {
 const aligned16 = (value) => Math.ceil(value / 16) * 16;
 
 /**
- * A run's inputs on this backend: PreparedRun (driver.js) with the device inputs by name.
- * @typedef {{shapes: number[][], sequences: Record<number, number[][]|null>, inputs: Record<string, import("./tensors.js").DeviceInput>}} WasmRun
+ * A run's inputs on this backend: PreparedRun (driver.js) with the device inputs by name and
+ * the indices of the outputs to keep.
+ * @typedef {{shapes: number[][], sequences: Record<number, number[][]|null>, inputs: Record<string, import("./tensors.js").DeviceInput>,
+ *   kept: Set<number>}} WasmRun
  */
+
+/**
+ * An output a wasm model's `run(inputs, {keepOnGpu})` kept: a GpuTensor's interface (`name`,
+ * `dtype`, `shape`, `read()`, `dispose()`, given back to `run` as an input) over the model's
+ * memory instead of a GPU. A KV cache's present is a view of the cache's region (`cacheView`
+ * set: valid until the next run ends, as on WebGPU); any other kept output holds a copy of its
+ * device bytes, made at the end of its run.
+ */
+export class WasmTensor extends GpuTensor {
+  /**
+   * @param {WasmBackend} backend @param {any} spec the output's manifest entry @param {number[]} shape
+   * @param {number} byteLength @param {Int32Array|Uint32Array|Float32Array|null} data its device values (a copy), or null for a view
+   * @param {{cache: any, run: number}|null} cacheView
+   */
+  constructor(backend, spec, shape, byteLength, data, cacheView) {
+    super(/** @type {any} */ (backend), spec.name, spec.dtype, shape, /** @type {any} */ (data ?? cacheView?.cache.storage), byteLength, cacheView);
+    this.backend = backend;
+    this.spec = spec;
+  }
+
+  /** Its values as the memory holds them (the device dtype), flat; a view's read from the cache now. */
+  deviceData() {
+    this.buffer(); // throws once disposed
+    return this.cacheView ? this.backend.readView(this) : /** @type {any} */ (this.gpuBuffer);
+  }
+
+  /** Its values: `{data, shape}` as `run` gives an output. */
+  async read() {
+    const data = this.deviceData();
+    const info = dtypeInfo(this.backend.manifest, this.spec);
+    return { data: fromDeviceData(this.spec, info, data.buffer.slice(data.byteOffset, data.byteOffset + data.byteLength)), shape: this.shape };
+  }
+
+  /** Drop it (its copy, or its claim on the cache's rows); using it afterwards is an error. */
+  dispose() {
+    this.gpuBuffer = null;
+  }
+}
 
 /**
  * The wasm backend of the host-program driver (driver.js): the memory of one model's
@@ -234,6 +279,12 @@ export class WasmBackend {
     this.siteAddresses = manifest.call_sites.map(() => null);
     this.cacheOfInput = new Map((manifest.caches ?? []).map((/** @type {any} */ c) => [c.input, c]));
     this.cacheOfOutput = new Map((manifest.caches ?? []).map((/** @type {any} */ c) => [c.output, c]));
+    /** @type {Set<number>} the storages of KV caches: placed at load, never moved */
+    this.fixed = new Set((manifest.caches ?? []).map((/** @type {any} */ c) => c.storage));
+    /** What moved in and out of the memory (`buffersCreated`: regions laid out for storages). */
+    this.stats = new TransferStats();
+    /** Runs that started writing the memory: a view of a cache is current while it is this run's. */
+    this.runNumber = 0;
     /** @type {string|null} why the model cannot run any more (disposed, a worker that never finished) */
     this.unusableReason = null;
   }
@@ -254,10 +305,18 @@ export class WasmBackend {
     this.weightAddresses = this.manifest.weights.map((/** @type {any} */ weight) => {
       const address = this.allocate(weight.nbytes); // whole, even a weight WebGPU binds in parts
       this.bytes().set(shards[weight.shard].subarray(weight.offset, weight.offset + weight.nbytes), address);
+      this.stats.add("weightBytesWritten", weight.nbytes);
       return address;
     });
     const scratchBytes = this.manifest.wasm?.scratch_bytes ?? 0;
     this.scratchAddresses = Array.from({ length: this.threads }, () => this.allocate(scratchBytes));
+    for (const index of [...this.fixed].sort((a, b) => a - b)) {
+      const size = this.manifest.storages[index].size_at_bounds;
+      if (typeof size !== "number") throw new Error(`the bundle's KV cache storage ${index} has no size at the bounds: the bundle is damaged`);
+      this.storageSizes[index] = Math.max(aligned16(size), 16);
+      this.storageAddresses[index] = this.allocate(this.storageSizes[index]);
+      this.stats.add("buffersCreated");
+    }
     this.storagesBase = aligned16(this.top);
     this.prepareStorages(sizesAtBounds ?? this.manifest.storages.map((/** @type {any} */ s) => s.size_at_bounds ?? 0), false);
   }
@@ -294,25 +353,27 @@ export class WasmBackend {
   // The states of a run ---------------------------------------------------------------------
 
   /**
-   * The inputs checked and converted (keepOnGpu and GPU tensors need the webgpu backend).
+   * The inputs checked and converted: arrays, and this model's own kept tensors (WasmTensors).
    * @param {Record<string, any>} inputs @param {boolean|string[]} keepOnGpu @returns {WasmRun}
    */
   prepareRun(inputs, keepOnGpu) {
-    if (keepOnGpu && !(Array.isArray(keepOnGpu) && keepOnGpu.length === 0)) {
-      throw new Error("keepOnGpu needs the webgpu backend: this model runs on the wasm backend, whose outputs are always read back");
-    }
+    const kept = keptOutputIndices(this.manifest, keepOnGpu);
     this.checkUsable();
     for (const [name, tensor] of Object.entries(inputs ?? {})) {
-      if (tensor instanceof GpuTensor) {
-        throw new Error(`input '${name}': GPU tensors need the webgpu backend; this model runs on the wasm backend (pass {data, shape}: read() gives it)`);
+      if (!(tensor instanceof GpuTensor)) continue;
+      if (!(tensor instanceof WasmTensor)) {
+        throw new Error(`input '${name}': GPU tensor '${tensor.name}' lives on a WebGPU device; this model runs on the wasm backend and takes {data, shape} and its own kept tensors (read() gives the data)`);
       }
+      if (tensor.disposed) throw new Error(`input '${name}': tensor '${tensor.name}' was disposed and cannot be used any more`);
+      if (tensor.backend !== this) throw new Error(`input '${name}': tensor '${tensor.name}' was kept by another wasm model; read() it and pass its data`);
     }
     const { shapes, sequences, deviceInputs } = prepareInputs(this.manifest, inputs);
-    return { shapes, sequences, inputs: deviceInputs };
+    return { shapes, sequences, inputs: deviceInputs, kept };
   }
 
   beginRun() {
     this.checkUsable();
+    this.stats.startRun();
   }
 
   checkUsable() {
@@ -344,13 +405,16 @@ export class WasmBackend {
     const fits = (/** @type {number} */ size, /** @type {number} */ index) =>
       this.storageAddresses[index] !== undefined && this.storageSizes[index] >= size;
     if (sizes.every(fits)) return;
+    const cache = sizes.findIndex((size, index) => this.fixed.has(index) && !fits(size, index));
+    if (cache >= 0) throw new Error(`the bundle's host module sized KV cache storage ${cache} above its size at the bounds: the bundle is damaged`);
     const capacity = (/** @type {number} */ size, /** @type {number} */ index) =>
       fits(size, index) ? this.storageSizes[index] : Math.max(aligned16(size), 16, 2 * (this.storageSizes[index] ?? 0));
     if (!keepContents) this.top = this.storagesBase;
     sizes.forEach((size, index) => {
-      if (keepContents && fits(size, index)) return;
+      if ((keepContents && fits(size, index)) || this.fixed.has(index)) return;
       const bytes = capacity(size, index);
       const address = this.allocate(bytes);
+      if (address !== this.storageAddresses[index] || bytes !== this.storageSizes[index]) this.stats.add("buffersCreated");
       if (keepContents) {
         const old = this.storageAddresses[index];
         this.bytes().copyWithin(address, old, old + this.storageSizes[index]);
@@ -362,14 +426,26 @@ export class WasmBackend {
   }
 
   /**
-   * Copy each input into its storage; a KV cache's past goes to the start of each block's capacity rows.
+   * Copy each input into its storage; a KV cache's past goes to the start of each block's
+   * capacity rows, unless it is the current view of that cache (already in place: nothing moves).
+   * Kept tensors are resolved first, before anything is written (a view read while its cache holds it).
    * @param {WasmRun} run
    */
   writeInputs({ inputs }) {
+    const resolved = this.manifest.inputs.map((/** @type {any} */ spec, /** @type {number} */ k) => {
+      const { gpuTensor, shape } = inputs[spec.name];
+      if (!gpuTensor) return inputs[spec.name];
+      const tensor = /** @type {WasmTensor} */ (gpuTensor);
+      this.checkCurrent(tensor, `input '${spec.name}': tensor '${tensor.name}'`);
+      if (tensor.cacheView && tensor.cacheView.cache === this.cacheOfInput.get(k)) return { data: null, shape };
+      return { data: tensor.deviceData(), shape };
+    });
+    this.runNumber += 1; // every cache is written from here on: older views are stale
     const memory = this.bytes();
     this.manifest.inputs.forEach((/** @type {any} */ spec, /** @type {number} */ k) => {
-      const { data, shape } = inputs[spec.name];
+      const { data, shape } = resolved[k];
       if (!data || data.byteLength === 0) return;
+      this.stats.add("inputBytesWritten", data.byteLength);
       const source = new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
       const cache = this.cacheOfInput.get(k);
       if (cache) {
@@ -390,6 +466,7 @@ export class WasmBackend {
   /** The stage's params block into the params region. @param {Uint8Array} params */
   beginStep(params) {
     this.bytes().set(params, this.paramsBase);
+    this.stats.add("paramsBytesWritten", params.byteLength);
   }
 
   /**
@@ -407,6 +484,7 @@ export class WasmBackend {
 
   /** The i32 a read record names, from its storage's region. @param {import("./host.js").ReadCommand} read @returns {number} */
   readValue(read) {
+    this.stats.add("bytesRead", 4);
     return new DataView(this.memory.buffer).getInt32(this.storageAddresses[read.storage] + read.byteOffset, true);
   }
 
@@ -414,12 +492,13 @@ export class WasmBackend {
   submit() {}
 
   /**
-   * The run's end: each output copied out of its storage now (the next run reuses the memory).
-   * @param {WasmRun} _run @param {import("./host_session.js").HostStep} step
+   * The run's end: each output copied out of its storage now (the next run reuses the memory),
+   * or kept (a view of a cache, else a copy of its device bytes).
+   * @param {WasmRun} run @param {import("./host_session.js").HostStep} step
    * @returns {Record<string, any>}
    */
-  submitOutputs(_run, step) {
-    return this.copyOutputs(step.outputShapes, step.elementShapes);
+  submitOutputs(run, step) {
+    return this.copyOutputs(step.outputShapes, step.elementShapes, run.kept);
   }
 
   /** The outputs submitOutputs copied. @param {Record<string, any>} outputs */
@@ -474,11 +553,13 @@ export class WasmBackend {
   }
 
   /**
-   * Each output copied out of its storage (a KV cache's output: its rows of each block).
+   * Each output copied out of its storage (a KV cache's output: its rows of each block); the
+   * `kept` ones as WasmTensors (a cache's: a view, nothing copied).
    * @param {number[][]} outputShapes @param {({shapes: number[][]|null}|null)[]} elementShapes
+   * @param {Set<number>} [kept]
    * @returns {Record<string, any>}
    */
-  copyOutputs(outputShapes, elementShapes) {
+  copyOutputs(outputShapes, elementShapes, kept = new Set()) {
     const memory = this.bytes();
     /** @type {Record<string, any>} */
     const result = {};
@@ -488,16 +569,52 @@ export class WasmBackend {
       const bytes = shape.reduce((a, b) => a * b, 1) * info.device_bytes;
       const base = this.storageAddresses[spec.storage];
       const cache = this.cacheOfOutput.get(k);
+      if (kept.has(k) && cache) {
+        result[spec.name] = new WasmTensor(this, spec, [...shape], bytes, null, { cache, run: this.runNumber });
+        return;
+      }
       let copy = memory.slice(base, base + bytes);
       if (cache) {
         copy = new Uint8Array(bytes);
         for (const [dense, at, size] of cacheBlockCopies(cache, shape, info.device_bytes, null)) copy.set(memory.subarray(base + at, base + at + size), dense);
+      }
+      this.stats.add("bytesRead", bytes);
+      if (kept.has(k)) {
+        const stored = new (/** @type {any} */ (TYPED_ARRAY_OF_DTYPE)[info.device_dtype])(copy.buffer);
+        result[spec.name] = new WasmTensor(this, spec, [...shape], bytes, stored, null);
+        return;
       }
       const data = fromDeviceData(spec, info, copy.buffer);
       const sequence = elementShapes?.[k];
       result[spec.name] = !sequence ? { data, shape } : sequence.shapes ? splitElements(data, sequence.shapes) : null;
     });
     return result;
+  }
+
+  /**
+   * Refuse a view of a KV cache that a later run has written.
+   * @param {WasmTensor} tensor @param {string} what
+   */
+  checkCurrent(tensor, what) {
+    if (tensor.cacheView && tensor.cacheView.run !== this.runNumber) {
+      throw new Error(`${what} is a view of a KV cache that a later run has written: a view is valid until the next run (read it first to keep its values)`);
+    }
+  }
+
+  /**
+   * A cache view's values (its rows of each block), flat in the device dtype.
+   * @param {WasmTensor} tensor @returns {Int32Array|Uint32Array|Float32Array}
+   */
+  readView(tensor) {
+    this.checkCurrent(tensor, `tensor '${tensor.name}'`);
+    const cache = /** @type {{cache: any}} */ (tensor.cacheView).cache;
+    const info = dtypeInfo(this.manifest, tensor.spec);
+    const memory = this.bytes();
+    const base = this.storageAddresses[cache.storage];
+    const dense = new Uint8Array(tensor.byteLength);
+    for (const [at, from, size] of cacheBlockCopies(cache, tensor.shape, info.device_bytes, null)) dense.set(memory.subarray(base + from, base + from + size), at);
+    this.stats.add("bytesRead", tensor.byteLength);
+    return new (/** @type {any} */ (TYPED_ARRAY_OF_DTYPE)[info.device_dtype])(dense.buffer);
   }
 
   /** Stop the workers; the memory goes with the last reference. */

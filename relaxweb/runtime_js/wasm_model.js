@@ -1,11 +1,13 @@
 // A bundle loaded on the wasm backend (load(url, {backend: "wasm"}), or "auto" without WebGPU):
 // the same run(), reads, loops, sequences and KV caches as on WebGPU, through the same
-// host-program driver (driver.js) over wasm_backend.js's WasmBackend. The twin of
+// host-program driver (driver.js) over wasm_backend.js's WasmBackend; kept outputs are
+// WasmTensors (a KV cache's present a view of the cache in the memory), so generate and chat
+// run generate.js's one loop, each token picked on the CPU by cpu_sampler.js. The twin of
 // relaxweb/runtime/wasm_session.py.
 
 import { checkInstances } from "./batch.js";
 import { HostProgramDriver } from "./driver.js";
-import { applyChatTemplate } from "./generate.js";
+import { applyChatTemplate, chat, generate } from "./generate.js";
 import { WasmBackend } from "./wasm_backend.js";
 
 /** A bundle loaded on the wasm backend. */
@@ -56,6 +58,15 @@ export class WasmModel {
     return this.runBackend.threads;
   }
 
+  /**
+   * Counts of what moved in and out of the memory: `total` since load, `lastRun` since the last
+   * run started (`buffersCreated`: regions laid out for storages; `bytesRead`: bytes copied out:
+   * outputs, kept copies, values read mid-run; `liveGpuBytes` stays 0).
+   */
+  get stats() {
+    return this.runBackend.stats;
+  }
+
   /** Units that the pool's workers have run since load (0 with one thread): they really ran. */
   get unitsRunByWorkers() {
     return this.runBackend.unitsRunByWorkers;
@@ -77,9 +88,12 @@ export class WasmModel {
   }
 
   /**
-   * Run the model: the same results and errors as the WebGPU model's run(); outputs are
-   * always read back (keeping them on a GPU needs the webgpu backend).
-   * @param {Record<string, any>} inputs name -> {data, shape} (or a sequence's elements)
+   * Run the model: the same results and errors as the WebGPU model's run(). `keepOnGpu`
+   * (output names, or true) keeps those outputs in this model's memory as WasmTensors, which
+   * run() takes back as inputs: a KV cache's present is a view of the cache (no copy; valid until
+   * the next run ends), given back as its past without a byte written; any other kept output
+   * is a copy of its bytes.
+   * @param {Record<string, any>} inputs name -> {data, shape}, a kept tensor (or a sequence's elements)
    * @param {{keepOnGpu?: boolean|string[]}} [options]
    * @returns {Promise<Record<string, any>>}
    */
@@ -98,17 +112,20 @@ export class WasmModel {
   async runBatch(instances, { keepOnGpu = false } = {}) {
     checkInstances(instances);
     if (keepOnGpu && !(Array.isArray(keepOnGpu) && keepOnGpu.length === 0)) {
-      throw new Error("keepOnGpu needs the webgpu backend: this model runs on the wasm backend, whose outputs are always read back");
+      throw new Error("runBatch reads every output back: keepOnGpu is an option of run()");
     }
     return this.driver.runBatch(instances);
   }
 
   /**
-   * Generate text: needs the webgpu backend (its sampler is a WGSL kernel).
-   * @param {any} _prompt @param {any} [_options] @returns {Promise<never>}
+   * Generate text with a decoder bundle: generate.js's loop, as on WebGPU, the KV caches kept in
+   * place in the memory and each token picked on the CPU (cpu_sampler.js: sampler.wgsl's algorithm).
+   * @param {string|number[]} prompt text (encoded by the bundle's tokenizer) or token ids
+   * @param {import("./generate.js").GenerateOptions} [options]
+   * @returns {Promise<import("./generate.js").Generation>}
    */
-  async generate(_prompt, _options) {
-    throw new Error("generate() needs the webgpu backend: this model runs on the wasm backend (load with backend: \"webgpu\" on a WebGPU device)");
+  async generate(prompt, options) {
+    return generate(this, prompt, options);
   }
 
   /**
@@ -121,11 +138,12 @@ export class WasmModel {
   }
 
   /**
-   * Chat generates: see generate().
-   * @param {any} messages @param {any} [options] @returns {Promise<never>}
+   * The assistant's reply to `messages`: generate() after applyChatTemplate()'s prompt.
+   * @param {{role: string, content: any}[]} messages @param {import("./generate.js").GenerateOptions} [options]
+   * @returns {Promise<import("./generate.js").Generation>}
    */
   async chat(messages, options) {
-    return this.generate(messages, options);
+    return chat(this, messages, options);
   }
 
   /**

@@ -13,9 +13,9 @@
 // GPU tensors (keepOnGpu, KV cache views: gpu_tensor.js) are this backend's too.
 
 import { GpuTensor, cacheBlockCopies } from "./gpu_tensor.js";
-import { dtypeInfo, fromDeviceData, isSequence } from "./host.js";
+import { dtypeInfo, fromDeviceData } from "./host.js";
 import { oneByOneReason } from "./batch.js";
-import { prepareInputs, splitElements } from "./tensors.js";
+import { keptOutputIndices, prepareInputs, splitElements } from "./tensors.js";
 import { READBACK_USAGE, STORAGE_USAGE, gpuBufferSize } from "./webgpu_buffers.js";
 import { WebGpuRaggedBatch } from "./webgpu_batch.js";
 import { SubmitTimer, TimestampTimer } from "./webgpu_timers.js";
@@ -393,19 +393,9 @@ export class WebGpuBackend {
    * @returns {Set<number>}
    */
   keptOutputIndices(keepOnGpu) {
-    const outputs = this.manifest.outputs;
-    if (keepOnGpu === true) return new Set(outputs.flatMap((/** @type {any} */ o, /** @type {number} */ k) => (isSequence(o) ? [] : [k])));
-    if (!keepOnGpu) return new Set();
-    if (!Array.isArray(keepOnGpu)) throw new Error(`keepOnGpu must be true or an array of output names, got ${String(keepOnGpu).slice(0, 40)}`);
-    const names = outputs.map((/** @type {any} */ o) => o.name);
-    const unknown = keepOnGpu.filter((name) => !names.includes(name));
-    if (unknown.length > 0) {
-      throw new Error(`keepOnGpu names unknown output ${unknown.map((n) => `'${n}'`).join(", ")}; the model's outputs are ${names.map((n) => `'${n}'`).join(", ")}`);
-    }
-    const sequences = keepOnGpu.filter((name) => isSequence(outputs[names.indexOf(name)]));
-    if (sequences.length > 0) throw new Error(`output ${sequences.map((n) => `'${n}'`).join(", ")} is a sequence: only tensors can be kept on the GPU`);
-    return new Set(keepOnGpu.map((name) => names.indexOf(name)));
+    return keptOutputIndices(this.manifest, keepOnGpu);
   }
+
 
   /**
    * Refuse GpuTensor inputs that are disposed or live on another device, naming the input.

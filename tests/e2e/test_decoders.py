@@ -1,19 +1,20 @@
 """The decoder corpus (``scripts/export_decoders.py``): tiny decoder LLMs as people export them
 with a KV cache, each built once with bounds.  Each has one KV cache per layer's keys and values
 in its manifest, and greedy ``generate`` from token ids gives the tokens onnxruntime (CPU)
-gives on the same ONNX: on WebGPU in Python (from the third decode step on, no buffer created
-and only the new token's ids, mask and positions written: no cache bytes move), in Chromium
-(the builder's int4 and an optimum export), and step by step on the wasm backend (arrays fed
-back as the past; generate there is issue 28's wasm part).
+gives on the same ONNX: on WebGPU and on the wasm backend in Python (from the third decode step
+on, no buffer or memory region created and only the new token's ids, mask and positions
+written: no cache bytes move; on wasm only the logits' row is copied out), and in Chromium on
+both backends, the wasm one on worker threads (the builder's int4 and an optimum export).
 
 The model builder's decoders and torch dynamo's are exported here (onnxruntime-genai, torch
 and transformers are in relaxweb's environment); optimum's are committed under
 ``tests/data/decoders/`` (optimum lives in the model zoo's environment, which CI has not).
 
 optimum's exports write attention as transformers' eager code does (the scale split over q and
-k, the mask a ``where``, NaN rows zeroed after the softmax), which ``fuse_attention`` does not
-fuse yet: their presents are read by matmuls, so they build and generate without caches, and
-the cache checks are expected to fail (strictly: they pass once that fusion lands).
+k, the mask a ``where``, NaN rows zeroed after the softmax), which ``fuse_attention`` fuses, so
+they have their caches too; their attention mask's length is a dimension of its own
+(``past_sequence_length + sequence_length``), bounded here with the others so that every
+storage is laid out once, at load.
 """
 
 from __future__ import annotations
@@ -45,15 +46,10 @@ EXPORTED = {"builder_fp32": "onnxruntime_genai", "builder_fp16": "onnxruntime_ge
             "builder_int4_unshared": "onnxruntime_genai", "dynamo_llama": "onnxscript"}
 OPTIMUM = ("optimum_gpt2", "optimum_llama", "optimum_qwen2")
 DECODERS = (*EXPORTED, *OPTIMUM)
-#: not fused yet (see the module doc): no caches
-UNFUSED = pytest.mark.xfail(strict=True, reason="fuse_attention does not fuse transformers' eager attention yet")
-BOUNDS = {"batch_size": 1, "sequence_length": 32, "past_sequence_length": 64, "total_sequence_length": 96}
+BOUNDS = {"batch_size": 1, "sequence_length": 32, "past_sequence_length": 64, "total_sequence_length": 96,
+          "past_sequence_length + sequence_length": 96}
 PROMPT = [5, 17, 33, 2, 99, 45, 7]
 STEPS = 12
-
-
-def decoders(*names: str) -> list:
-    return [pytest.param(name, marks=UNFUSED) if name in OPTIMUM else name for name in names]
 
 
 @pytest.fixture(scope="module")
@@ -153,7 +149,7 @@ def test_the_corpus_has_what_each_exporter_writes(corpus: Path) -> None:
         assert "com.microsoft.GatherBlockQuantized" not in ops["builder_int4_unshared"]
 
 
-@pytest.mark.parametrize("name", decoders(*DECODERS))
+@pytest.mark.parametrize("name", DECODERS)
 def test_each_layer_has_a_key_and_a_value_cache(bundle_of, corpus: Path, name: str) -> None:
     bundle = bundle_of(name)
     layers = sidecar(corpus, name)["decoder"]["layers"]
@@ -172,7 +168,7 @@ def test_greedy_generate_on_webgpu_gives_onnxruntimes_tokens(bundle_of, onnxrunt
     assert tuple(generation.tokens) == onnxruntime_tokens(name)
 
 
-@pytest.mark.parametrize("name", decoders(*DECODERS))
+@pytest.mark.parametrize("name", DECODERS)
 def test_decode_steps_create_no_buffer_and_move_no_cache_bytes(bundle_of, device, name: str) -> None:
     """Each decode step's run, from the third on: no buffer created, only the new token's inputs
     written (the presents stay on the GPU as views of the caches and come back as the past)."""
@@ -186,45 +182,91 @@ def test_decode_steps_create_no_buffer_and_move_no_cache_bytes(bundle_of, device
         assert count.input_bytes_written == decode_step_bytes(bundle.manifest, len(PROMPT) + step - 1), (step, count)
 
 
-@pytest.mark.parametrize("name", ["builder_int4", "builder_fp16", "dynamo_llama", "optimum_qwen2"])
-def test_decode_steps_on_wasm_give_onnxruntimes_tokens(bundle_of, onnxruntime_tokens, corpus: Path, name: str) -> None:
-    """The same bundle on the wasm backend, run step by step, each step's presents (arrays)
-    fed back as the next one's past."""
+@pytest.mark.parametrize("name", DECODERS)
+def test_greedy_generate_on_wasm_gives_onnxruntimes_tokens(bundle_of, onnxruntime_tokens, name: str) -> None:
+    """The same bundle on the wasm backend: the same loop, each token picked on the CPU."""
     session = relaxweb.load(bundle_of(name).path, backend="wasm")
-    reference = ort.InferenceSession(str(model_path(corpus, name)), providers=["CPUExecutionProvider"])
-    info, outputs, tokens = sidecar(corpus, name)["decoder"], None, []
-    for step in range(4):
-        feeds = decoder_feeds(reference, info, PROMPT if step == 0 else tokens[-1:], len(PROMPT) + step - 1, outputs)
-        outputs = session.run(feeds)
-        tokens.append(int(outputs["logits"][0, -1].argmax()))
-    assert tuple(tokens) == onnxruntime_tokens(name)[:4]
+    generation = session.generate(PROMPT, max_new_tokens=STEPS, stop_tokens=[])
+    assert tuple(generation.tokens) == onnxruntime_tokens(name)
 
 
-#: Runs in the runner page: greedy generate from token ids, each decode run's counts.
+def vocab_bytes(manifest: dict) -> int:
+    """The bytes of one row of logits as the device holds them (float32)."""
+    return 4 * next(entry for entry in manifest["outputs"] if entry["name"] == "logits")["shape"][-1]
+
+
+@pytest.mark.parametrize("name", DECODERS)
+def test_decode_steps_on_wasm_lay_out_no_memory_and_move_no_cache_bytes(bundle_of, name: str) -> None:
+    """Each decode step's run on the wasm backend, from the third on: no region laid out and
+    the memory's size unchanged, only the new token's inputs written and only the logits' row
+    copied out (the presents stay in the memory as views of the caches and come back as the
+    past)."""
+    bundle = bundle_of(name)
+    session = relaxweb.load(bundle.path, backend="wasm")
+    counts = []
+    session.generate(PROMPT, max_new_tokens=STEPS, stop_tokens=[],
+                     on_token=lambda token, text: counts.append((session.stats.last_run, session.memory_bytes)))
+    for step, (count, memory_bytes) in enumerate(counts[3:], start=3):
+        assert count.buffers_created == 0 and memory_bytes == counts[2][1], (step, count)
+        assert count.input_bytes_written == decode_step_bytes(bundle.manifest, len(PROMPT) + step - 1), (step, count)
+        assert count.bytes_read == vocab_bytes(bundle.manifest), (step, count)
+
+
+#: Runs in the runner page (cross-origin isolated: the wasm backend runs on worker threads):
+#: greedy generate from token ids, each decode run's counts.
 GENERATE_IN_PAGE = """
-async ({ prompt, steps }) => {
-  const model = await window.relaxweb.load("/bundle/");
+async ({ prompt, steps, backend }) => {
+  const model = await window.relaxweb.load("/bundle/", { backend });
   const counts = [];
   const generation = await model.generate(prompt, { maxNewTokens: steps, stopTokens: [],
                                                      onToken: () => counts.push({ ...model.stats.lastRun }) });
+  const threads = model.threads ?? 0;
+  const unitsRunByWorkers = model.unitsRunByWorkers ?? 0;
   model.dispose();
-  return { tokens: generation.tokens, counts };
+  return { tokens: generation.tokens, counts, threads, unitsRunByWorkers };
 }
 """
 
 
 @in_the_browser
+@pytest.mark.parametrize("backend", ["webgpu", "wasm"])
 @pytest.mark.parametrize("name", ["builder_int4", "optimum_llama"])
-def test_greedy_generate_in_chromium_gives_onnxruntimes_tokens(bundle_of, onnxruntime_tokens, name: str) -> None:
+def test_greedy_generate_in_chromium_gives_onnxruntimes_tokens(bundle_of, onnxruntime_tokens, name: str,
+                                                               backend: str) -> None:
     try:
         browser.find_chromium()
     except relaxweb.RelaxwebError as error:
         pytest.skip(str(error))
     bundle = bundle_of(name)
     with browser.open_runner_page(bundle.path, timeout_s=120) as page:
-        result = page.evaluate(GENERATE_IN_PAGE, {"prompt": PROMPT, "steps": STEPS})
+        result = page.evaluate(GENERATE_IN_PAGE, {"prompt": PROMPT, "steps": STEPS, "backend": backend})
     assert tuple(result["tokens"]) == onnxruntime_tokens(name)
+    if backend == "wasm":
+        assert result["threads"] > 1 and result["unitsRunByWorkers"] > 0, result
     if bundle.manifest["caches"]:
         for step, count in enumerate(result["counts"][3:], start=3):
             assert count["buffersCreated"] == 0, (step, count)
             assert count["inputBytesWritten"] == decode_step_bytes(bundle.manifest, len(PROMPT) + step - 1), (step, count)
+            if backend == "wasm":
+                assert count["bytesRead"] == vocab_bytes(bundle.manifest), (step, count)
+
+
+def test_a_cache_view_on_wasm_is_the_present_until_the_next_run(bundle_of, corpus: Path) -> None:
+    """A kept present on the wasm backend is a view of its cache: its values are the present's,
+    given back as the past it gives the logits the arrays give, and after that run it is refused."""
+    session = relaxweb.load(bundle_of("builder_int4").path, backend="wasm")
+    reference = ort.InferenceSession(str(model_path(corpus, "builder_int4")), providers=["CPUExecutionProvider"])
+    info = sidecar(corpus, "builder_int4")["decoder"]
+    arrays = session.run(decoder_feeds(reference, info, PROMPT, 0, None))
+    kept = session.run(decoder_feeds(reference, info, PROMPT, 0, None), keep_on_gpu=True)
+    views = {name: tensor for name, tensor in kept.items() if name.startswith("present.")}
+    assert all(view.cache_view is not None for view in views.values())
+    for name, view in views.items():
+        np.testing.assert_array_equal(view.numpy(), arrays[name])
+    token = [int(arrays["logits"][0, -1].argmax())]
+    from_views = session.run(decoder_feeds(reference, info, token, len(PROMPT), views))
+    assert session.stats.last_run.input_bytes_written == decode_step_bytes(bundle_of("builder_int4").manifest, len(PROMPT))
+    from_arrays = session.run(decoder_feeds(reference, info, token, len(PROMPT), arrays))
+    np.testing.assert_array_equal(from_views["logits"], from_arrays["logits"])
+    with pytest.raises(relaxweb.RelaxwebError, match="is a view of a KV cache that a later run has written"):
+        views["present.0.key"].numpy()

@@ -1,7 +1,9 @@
 """Text generation: the tokenizer in the bundle (``relaxweb/tokenizer/``, the manifest's
 ``tokenizer``), decoder detection, and ``generate`` in both runtimes (``runtime/generate.py``,
 ``runtime_js/generate.js``, the shared ``runtime_js/sampler.wgsl``) on the tiny Llama of
-``scripts/tiny_llama.py``, against onnxruntime's greedy tokens and logits; and the CLI.
+``scripts/tiny_llama.py``, against onnxruntime's greedy tokens and logits; and the CLI.  On the
+wasm backend (``sampler.py`` / ``cpu_sampler.js`` picking each token), chat and generate give
+the WebGPU chat's tokens, in Python, on the command line and in Chromium.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from relaxweb.tokenizer import ByteTokenizer, checked_tokenizer
 from tests.helpers import demo_page, make_model
 from tests.runtime_js.test_browser import pytestmark as browser_marks
 from tests.e2e.test_tiny_llama import onnxruntime_run, paths, reference, tiny_llama  # noqa: F401  (fixtures)
+from tests.runtime.test_chat import MESSAGES as CHAT_MESSAGES, STEPS as CHAT_STEPS, folder  # noqa: F401  (a fixture)
 
 ROOT = Path(__file__).resolve().parents[2]
 BYTE_TOKENIZER = {"kind": "byte", "vocab_size": 258, "bos_token_id": 256, "eos_token_id": 257}
@@ -322,3 +325,85 @@ def test_the_demo_page_streams_generated_text(llama_bundle, greedy_tokens, tiny_
         assert "stopped by aborted" in page.inner_text("#generate-status")
         assert len(page.text_content("#generated")) < 100
         assert page.is_enabled("#generate") and page.is_disabled("#stop")
+
+
+# The wasm backend: the same loop, each token picked on the CPU ------------------------------
+
+
+@pytest.fixture(scope="module")
+def chat_bundle(paths, folder, tmp_path_factory) -> Path:  # noqa: F811
+    """The tiny Llama with test_chat.py's tokenizer folder (a chat template)."""
+    return relaxweb.build(paths["model"], tmp_path_factory.mktemp("chat") / "bundle", bounds=BOUNDS, tokenizer=folder).path
+
+
+#: greedy, the repetition penalty, seeded top-p and top-k draws
+CHAT_OPTIONS = [{}, {"repetition_penalty": 2.0}, {"temperature": 1.0, "top_p": 0.9, "seed": 5},
+                {"temperature": 0.8, "top_k": TOP_K, "seed": 1}]
+
+
+@pytest.mark.slow
+def test_chat_on_wasm_gives_the_webgpu_chats_tokens(chat_bundle, device) -> None:
+    """Greedy, penalized and seeded chats on the wasm backend: WebGPU's tokens, text and stop
+    (the CPU sampler is sampler.wgsl's algorithm, and the logits agree)."""
+    on_gpu, on_wasm = relaxweb.load(chat_bundle, device=device), relaxweb.load(chat_bundle, backend="wasm")
+    assert on_wasm.backend == "wasm"
+    for options in CHAT_OPTIONS:
+        expected = on_gpu.chat(CHAT_MESSAGES, max_new_tokens=CHAT_STEPS, **options)
+        result = on_wasm.chat(CHAT_MESSAGES, max_new_tokens=CHAT_STEPS, **options)
+        assert (result.tokens, result.text, result.stopped) == (expected.tokens, expected.text, expected.stopped), options
+    assert len({tuple(on_gpu.chat(CHAT_MESSAGES, max_new_tokens=CHAT_STEPS, **options).tokens)
+                for options in CHAT_OPTIONS}) > 2  # the options pick differently
+
+
+@pytest.mark.slow
+def test_the_command_line_generates_and_chats_on_wasm(chat_bundle, llama_bundle, greedy_tokens, tiny_llama,  # noqa: F811
+                                                      reference) -> None:
+    result = subprocess.run([sys.executable, "-m", "relaxweb", "generate", str(llama_bundle), "--prompt", reference["prompt"],
+                             "--max-tokens", "16", "--backend", "wasm"], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == tiny_llama.decode(greedy_tokens[:16]) + "\n"
+    expected = relaxweb.load(chat_bundle, backend="wasm").chat(CHAT_MESSAGES, max_new_tokens=CHAT_STEPS)
+    messages = [f"{message['role']}:{message['content']}" for message in CHAT_MESSAGES]
+    result = subprocess.run([sys.executable, "-m", "relaxweb", "chat", str(chat_bundle), "--backend", "wasm",
+                             "--max-tokens", str(CHAT_STEPS), *(f"--message={m}" for m in messages)],
+                            capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == expected.text + "\n"
+    refused = subprocess.run([sys.executable, "-m", "relaxweb", "chat", str(chat_bundle), "--backend", "wasm", "--kernels",
+                              "cpu"], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert (refused.returncode, refused.stderr) == (
+        2, "error: --kernels picks WebGPU shaders; --backend wasm runs the bundle's kernels.wasm\n")
+
+
+#: Runs in the runner page (cross-origin isolated: the wasm backend on worker threads): the same
+#: chats on each backend, and the kept tensors a wasm run gives back.
+CHAT_ON_BOTH_IN_PAGE = """
+async ({ messages, steps, options }) => {
+  const results = {};
+  for (const backend of ["webgpu", "wasm"]) {
+    const model = await window.relaxweb.load("/bundle/", { backend });
+    results[backend] = [];
+    for (const extra of options) {
+      const { tokens, text, stopped } = await model.chat(messages, { maxNewTokens: steps, ...extra });
+      results[backend].push({ tokens, text, stopped });
+    }
+    results[backend + "Threads"] = model.threads ?? 0;
+    model.dispose();
+  }
+  return results;
+}
+"""
+
+
+@in_chromium
+def test_chat_on_wasm_in_chromium_gives_the_webgpu_chats_tokens(chat_bundle, device) -> None:
+    options = [{"repetitionPenalty" if key == "repetition_penalty" else "topP" if key == "top_p" else
+                "topK" if key == "top_k" else key: value for key, value in extra.items()} for extra in CHAT_OPTIONS]
+    with browser.open_runner_page(chat_bundle, timeout_s=180) as page:
+        result = page.evaluate(CHAT_ON_BOTH_IN_PAGE, {"messages": CHAT_MESSAGES, "steps": CHAT_STEPS, "options": options})
+    assert result["wasm"] == result["webgpu"]
+    assert result["wasmThreads"] > 1
+    python = relaxweb.load(chat_bundle, backend="wasm")
+    for extra, in_page in zip(CHAT_OPTIONS, result["wasm"]):
+        expected = python.chat(CHAT_MESSAGES, max_new_tokens=CHAT_STEPS, **extra)
+        assert (in_page["tokens"], in_page["text"], in_page["stopped"]) == (expected.tokens, expected.text, expected.stopped)

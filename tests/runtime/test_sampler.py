@@ -1,5 +1,6 @@
-"""``runtime_js/sampler.wgsl`` (both runtimes' next-token sampler) on wgpu against a numpy
-reference of what it documents: the repetition penalty, greedy, the temperature, top-k and top-p
+"""``runtime_js/sampler.wgsl`` (both runtimes' next-token sampler on WebGPU) on wgpu against a numpy
+reference of what it documents, and its CPU twins (``runtime/sampler.py``, ``runtime_js/cpu_sampler.js``:
+the wasm backend's) against it on the same logits: the repetition penalty, greedy, the temperature, top-k and top-p
 in transformers' order, the token picked by the inverse of the cumulative probability at a
 given uniform, each picked token counted as seen.  Logits come from a bundle whose output is its
 input (``logits = x``), kept on the GPU as ``generate`` keeps a decoder's.
@@ -12,16 +13,23 @@ itself is clear.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
+import json
+import subprocess
+from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
 import relaxweb
-from relaxweb.runtime.generate import Sampling, _Sampler
+from relaxweb.runtime.generate import GpuSampler, Sampling
+from relaxweb.runtime.sampler import CpuSampler
 from tests.helpers import make_model
 
+ROOT = Path(__file__).resolve().parents[2]
 VOCAB = 1000  # not a multiple of the sampler's 256 threads
 DRAWS = 48
 NOISE = 2e-5  # relative: closer to a boundary than this, float32 sums may fall either side
@@ -98,7 +106,7 @@ def draw(session, row: np.ndarray, sampling: Sampling, prompt: list[int], unifor
     """sampler.wgsl's tokens for one row, one uniform each, in one generate's sampler (its
     seen tokens growing with each pick)."""
     logits = session.run({"x": row[None, None]}, keep_on_gpu=["logits"])["logits"]
-    sampler = _Sampler(session, VOCAB, sampling, prompt)
+    sampler = GpuSampler(session, VOCAB, sampling, prompt)
     try:
         return [sampler.sample(logits, uniform) for uniform in uniforms]
     finally:
@@ -161,3 +169,76 @@ def test_top_p_keeps_the_most_likely_tokens_that_make_up_p(session) -> None:
         for top_k in (0, 10):
             tokens = draw(session, row, Sampling(1.0, top_k, top_p, 1.0), [], [(i + 0.5) / 32 for i in range(32)])
             assert set(tokens) == allowed, (top_p, top_k, sorted(set(tokens)))
+
+
+# The CPU twins (runtime/sampler.py, runtime_js/cpu_sampler.js: the wasm backend's sampler) ------------
+
+
+def cpu_draw(row: np.ndarray, sampling: Sampling, prompt: list[int], uniforms: list[float]) -> list[int]:
+    """sampler.py's tokens for one row, one uniform each, its seen ids growing as sampler.wgsl's do."""
+    sampler = CpuSampler(None, VOCAB, sampling, prompt)
+    logits = SimpleNamespace(device_data=lambda: row)
+    return [sampler.sample(logits, uniform) for uniform in uniforms]
+
+
+def js_draws(cases: list[tuple[np.ndarray, Sampling, list[int], list[float]]]) -> list[list[int]]:
+    """cpu_sampler.js's tokens for each case, in node."""
+    script = """
+import { CpuSampler } from "./relaxweb/runtime_js/cpu_sampler.js";
+let input = "";
+for await (const chunk of process.stdin) input += chunk;
+const results = [];
+for (const { row, sampling, prompt, uniforms } of JSON.parse(input)) {
+  const bytes = Buffer.from(row, "base64");
+  const data = new Float32Array(bytes.buffer, bytes.byteOffset, bytes.length / 4);
+  const sampler = new CpuSampler(data.length, sampling, prompt);
+  const tokens = [];
+  for (const uniform of uniforms) tokens.push(await sampler.sample({ deviceData: () => data }, uniform));
+  results.push(tokens);
+}
+console.log(JSON.stringify(results));
+"""
+    payload = [{"row": base64.b64encode(row.astype("<f4").tobytes()).decode(), "prompt": prompt, "uniforms": uniforms,
+                "sampling": {"temperature": s.temperature, "topK": s.top_k, "topP": s.top_p,
+                             "repetitionPenalty": s.repetition_penalty}} for row, s, prompt, uniforms in cases]
+    done = subprocess.run(["node", "--input-type=module", "-e", script], input=json.dumps(payload), capture_output=True,
+                          text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout)
+
+
+def sampler_cases() -> list[tuple[np.ndarray, Sampling, list[int], list[float]]]:
+    """Every sampling of SAMPLINGS on a random row (with NaN, -inf and ties), and the top-p row."""
+    rng = np.random.default_rng(5)
+    row = (rng.standard_normal(VOCAB) * 2).astype(np.float32)
+    row[[10, 20]] = row.max()  # ties at the top
+    row[30], row[40] = np.nan, -np.inf
+    prompt = [int(token) for token in rng.choice(VOCAB, 40, replace=False)] + [int(np.nanargmax(row))]
+    uniforms = [(index + 0.5) / DRAWS for index in range(DRAWS)]
+    cases = [(row, sampling, prompt, uniforms) for sampling in SAMPLINGS]
+    peaked = np.full(VOCAB, -30.0, np.float32)
+    peaked[[3, 4, 5]] = np.log([0.5, 0.3, 0.2]).astype(np.float32)
+    cases += [(peaked, Sampling(1.0, top_k, top_p, 1.0), [], uniforms) for top_p in (0.4, 0.7, 0.9) for top_k in (0, 10)]
+    return cases
+
+
+def test_the_cpu_samplers_pick_the_gpus_tokens(session) -> None:
+    """The same rows, options, prompts and uniforms: sampler.py and cpu_sampler.js pick what
+    sampler.wgsl picks (its sums in the shader's order; only exp may differ by ulps, and no draw
+    of these falls that close to a boundary)."""
+    cases = sampler_cases()
+    gpu = [draw(session, row, sampling, prompt, uniforms) for row, sampling, prompt, uniforms in cases]
+    python = [cpu_draw(row, sampling, prompt, uniforms) for row, sampling, prompt, uniforms in cases]
+    js = js_draws(cases)
+    for (_, sampling, _, _), on_gpu, in_python, in_js in zip(cases, gpu, python, js):
+        assert in_python == on_gpu, sampling
+        assert in_js == on_gpu, sampling
+    assert len({tuple(tokens) for tokens in gpu}) > 5  # the options pick differently
+
+
+def test_the_cpu_sampler_never_picks_nan_and_a_row_of_nans_gives_0() -> None:
+    nans = np.full(VOCAB, np.nan, np.float32)
+    assert cpu_draw(nans, Sampling(0.0, 0, 1.0, 1.0), [], [0.5]) == [0]
+    assert cpu_draw(nans, Sampling(1.0, 5, 1.0, 1.0), [], [0.5]) == [0]
+    nans[7] = -50.0
+    assert cpu_draw(nans, Sampling(1.0, 0, 0.5, 1.0), [], [0.1, 0.9]) == [7, 7]

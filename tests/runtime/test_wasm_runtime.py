@@ -26,7 +26,7 @@ import relaxweb
 from relaxweb.cli import main as cli_main
 from relaxweb.errors import InputShapeError, RelaxwebError
 from relaxweb.runtime import wasm_backend
-from relaxweb.runtime.wasm_session import WasmSession
+from relaxweb.runtime.wasm_session import WasmSession, WasmTensor
 from tests.helpers import F32, assert_close, make_model, onnxruntime_outputs, rand
 
 # y[u] = x[u] + w[u % 4] for u in [first, end): the Add bundle's kernel 0, whose params
@@ -139,11 +139,21 @@ def test_a_damaged_kernels_wasm_is_refused(add_bundle: Path, tmp_path: Path) -> 
         WasmSession(folder)
 
 
-def test_what_needs_a_gpu_is_refused_with_a_reason(add_bundle: Path, tmp_path: Path) -> None:
+def test_kept_outputs_stay_in_the_session_and_go_back_as_inputs(add_bundle: Path, tmp_path: Path) -> None:
     session = WasmSession(variant(add_bundle, tmp_path, _ADD))
-    with pytest.raises(RelaxwebError, match="keep_on_gpu needs the webgpu backend"):
-        session.run({"x": rand(2, 4)}, keep_on_gpu=True)
-    with pytest.raises(RelaxwebError, match="generate needs the webgpu backend"):
+    x = rand(2, 4)
+    y = session.run({"x": x}, keep_on_gpu=True)["y"]
+    assert isinstance(y, WasmTensor) and y.cache_view is None and (y.shape, y.nbytes) == ((2, 4), 32)
+    assert session.stats.last_run.bytes_read == 32  # its copy, made at the run's end
+    np.testing.assert_array_equal(y.numpy(), x + _W)
+    np.testing.assert_array_equal(session.run({"x": y})["y"], x + 2 * _W)  # given back: written as the input
+    assert session.stats.last_run.input_bytes_written == 32
+    y.dispose()
+    with pytest.raises(RelaxwebError, match="input 'x': tensor 'y' was disposed"):
+        session.run({"x": y})
+    with pytest.raises(RelaxwebError, match="keep_on_gpu names unknown output 'z'"):
+        session.run({"x": x}, keep_on_gpu=["z"])
+    with pytest.raises(RelaxwebError, match="this bundle cannot generate: it has no input 'input_ids'"):
         session.generate("hello")
     with pytest.raises(ValueError, match="device and kernels are WebGPU options"):
         relaxweb.load(tmp_path / "add", backend="wasm", device=object(), kernels="cpu")

@@ -16,7 +16,7 @@ import { Host, InputShapeError } from "../../relaxweb/runtime_js/host.js";
 import { HostSession } from "../../relaxweb/runtime_js/host_session.js";
 import { RemoteHost } from "../../relaxweb/runtime_js/remote_host.js";
 import { WALL_CLOCK } from "../../relaxweb/runtime_js/profile.js";
-import { RESERVED_BYTES, sharedMemoryVariant, splitUnits, threadCount } from "../../relaxweb/runtime_js/wasm_backend.js";
+import { RESERVED_BYTES, WasmTensor, sharedMemoryVariant, splitUnits, threadCount } from "../../relaxweb/runtime_js/wasm_backend.js";
 import { WasmModel } from "../../relaxweb/runtime_js/wasm_model.js";
 
 const REPO_ROOT = fileURLToPath(new URL("../../", import.meta.url));
@@ -197,10 +197,21 @@ test("input errors are the host module's and the shared checks' InputShapeErrors
   model.dispose();
 });
 
-test("keepOnGpu and generate need the webgpu backend", async () => {
+test("keepOnGpu keeps outputs in the model's memory as WasmTensors, which run takes back", async () => {
   const model = await loadWasmModel(bounded);
-  await assert.rejects(model.run({ x: { data: input(1), shape: [1, 4] } }, { keepOnGpu: true }), /keepOnGpu needs the webgpu backend/);
-  await assert.rejects(model.generate("hi"), /generate\(\) needs the webgpu backend/);
+  const { z } = await model.run({ x: { data: input(2), shape: [2, 4] } }, { keepOnGpu: ["z"] });
+  assert.ok(z instanceof WasmTensor && z.cacheView === null);
+  assert.deepEqual([z.name, z.dtype, z.shape, z.byteLength], ["z", "float32", [2, 4], 32]);
+  assert.equal(model.stats.lastRun.bytesRead, 32); // its copy, made at the run's end
+  assert.deepEqual(Array.from((await z.read()).data), expected(input(2)));
+  const again = await model.run({ x: z }); // given back: its bytes written as the input
+  assert.deepEqual(Array.from(again.z.data), expected(Float32Array.from(expected(input(2)))));
+  assert.equal(model.stats.lastRun.inputBytesWritten, 32);
+  z.dispose();
+  await assert.rejects(model.run({ x: z }), /input 'x': tensor 'z' was disposed/);
+  await assert.rejects(model.run({ x: { data: input(1), shape: [1, 4] } }, { keepOnGpu: ["w"] }), /keepOnGpu names unknown output 'w'/);
+  await assert.rejects(model.runBatch([{ x: { data: input(1), shape: [1, 4] } }], { keepOnGpu: true }), /keepOnGpu is an option of run/);
+  await assert.rejects(model.generate([1, 2]), /this bundle cannot generate: it has no input 'input_ids'/);
   model.dispose();
 });
 

@@ -29,11 +29,11 @@ const everything = await gpu.run({ x }, { keepOnGpu: true });
 const firstKept: GpuTensor = everything.probabilities;
 console.log(firstKept.byteLength, gpu.device);
 
-// The wasm backend: threads, and no keepOnGpu.
+// The wasm backend: threads, and outputs kept in its memory.
 const wasm: WasmModel = await load("./dist/", { backend: "wasm", threads: 4 });
 console.log(wasm.threads, (await wasm.run({ x })).probabilities.shape);
-// @ts-expect-error keepOnGpu needs the webgpu backend
-await wasm.run({ x }, { keepOnGpu: true });
+const keptOnWasm: GpuTensor = (await wasm.run({ x }, { keepOnGpu: ["probabilities"] })).probabilities;
+console.log((await keptOnWasm.read()).shape, wasm.stats.lastRun.bytesRead);
 
 // Errors and profiles.
 try {
