@@ -12,9 +12,9 @@ and transformers are in relaxweb's environment); optimum's are committed under
 
 optimum's exports write attention as transformers' eager code does (the scale split over q and
 k, the mask a ``where``, NaN rows zeroed after the softmax), which ``fuse_attention`` fuses, so
-they have their caches too; their attention mask's length is a dimension of its own
-(``past_sequence_length + sequence_length``), bounded here with the others so that every
-storage is laid out once, at load.
+they have their caches too; their attention mask's length, written
+``past_sequence_length + sequence_length``, is that sum (``frontend/dim_expression.py``), so
+their bounds bound it and every storage is laid out once, at load.
 """
 
 from __future__ import annotations
@@ -46,8 +46,7 @@ EXPORTED = {"builder_fp32": "onnxruntime_genai", "builder_fp16": "onnxruntime_ge
             "builder_int4_unshared": "onnxruntime_genai", "dynamo_llama": "onnxscript"}
 OPTIMUM = ("optimum_gpt2", "optimum_llama", "optimum_qwen2")
 DECODERS = (*EXPORTED, *OPTIMUM)
-BOUNDS = {"batch_size": 1, "sequence_length": 32, "past_sequence_length": 64, "total_sequence_length": 96,
-          "past_sequence_length + sequence_length": 96}
+BOUNDS = {"batch_size": 1, "sequence_length": 32, "past_sequence_length": 64, "total_sequence_length": 96}
 PROMPT = [5, 17, 33, 2, 99, 45, 7]
 STEPS = 12
 
