@@ -229,7 +229,6 @@ def test_the_chat_page_streams_stops_and_shows_its_figures_on_webgpu(bundle, ref
         page.screenshot(path=str(ARTIFACTS_DIR / "chat-page.png"), full_page=True)
 
 
-@pytest.mark.xfail(strict=True, reason="model.chat on the wasm backend lands with i28-wasm-generate")
 def test_the_chat_page_without_webgpu_runs_on_the_wasm_backend(bundle, reference) -> None:
     with chat_page(bundle, webgpu=False) as page:  # backend "auto", no adapter: wasm
         chat_and_stop(page, reference, "Backend: wasm (CPU, ")
