@@ -14,6 +14,7 @@ a snippet without an import of its own gets the first one's (``load``).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import stat
@@ -173,6 +174,38 @@ def test_the_tiny_llama_commands(device, tmp_path: Path, shell) -> None:
     assert outputs[-1].stdout.strip()  # text streamed to stdout
 
 
+CHAT_COMMANDS = "relaxweb build model.onnx -o dist/chat --tokenizer my-model/   # tokenizer.json, tokenizer_config.json, ..."
+CHAT_MESSAGES = [{"role": "user", "content": "What is WebGPU?"}]
+
+
+def chat_model_folder(folder: Path) -> Path:
+    """``folder`` with the chat snippets' ``model.onnx`` (the tiny decoder, ids its bytes) and
+    ``my-model/``, a publisher's tokenizer folder for it (a byte-level BPE, a chat template)."""
+    from tests.runtime.test_chat import TEMPLATE, byte_tokenizer  # noqa: PLC0415 - transformers only here
+
+    onnx.save(tiny_decoder(), str(folder / "model.onnx"))
+    (folder / "my-model").mkdir()
+    byte_tokenizer().save(str(folder / "my-model" / "tokenizer.json"))
+    (folder / "my-model" / "tokenizer_config.json").write_text(
+        '{"bos_token": "<s>", "eos_token": "</s>", "chat_template": ' + json.dumps(TEMPLATE) + "}")
+    return folder
+
+
+def test_the_chat_commands(device, tmp_path: Path, shell) -> None:
+    """The build with a tokenizer folder, then one reply: the Python runtime's, printed."""
+    chat_model_folder(tmp_path)
+    build, chat = snippet(CHAT_COMMANDS).commands
+    done = shell(build)
+    assert done.returncode == 0, done.stderr
+    assert sorted(path.name for path in (tmp_path / "dist" / "chat" / "tokenizer").iterdir()) == [
+        "chat_template.jinja", "tokenizer.json", "tokenizer_config.json"]
+    done = shell(chat)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    reply = relaxweb.load(tmp_path / "dist" / "chat").chat(CHAT_MESSAGES)  # greedy: the folder has no sampling defaults
+    assert done.stdout == reply.text + "\n"
+    assert re.search(r"\d+ tokens, stopped by (eos|length): prefill \d+ ms", done.stderr)
+
+
 # JavaScript in Chromium ------------------------------------------------------------------------
 
 PAGE_EXAMPLE = 'import { load } from "./dist/runtime/relaxweb.js";'
@@ -181,6 +214,7 @@ THREADS_EXAMPLE = 'const model = await load("./dist/", { threads: 4 });'
 PROFILE_EXAMPLE = 'const model = await load("./dist/", { profile: true });'
 KEEP_ON_GPU_EXAMPLE = "// a bundle with inputs state_in and x, float32 [4, 8], and the output state_out = state_in + x"
 GENERATE_EXAMPLE = 'const model = await load("./dist/llama/");'
+CHAT_EXAMPLE = 'const model = await load("./dist/chat/");'
 
 #: The page a snippet runs on: ``relaxweb`` mapped to the runtime, the ``#output`` element the
 #: generate example writes to, and the console kept as JSON (typed arrays as arrays) in
@@ -304,6 +338,21 @@ def test_the_generate_example(tmp_path: Path) -> None:
     assert isinstance(live_bytes, int) and live_bytes > 0
 
 
+@in_the_browser
+def test_the_chat_example(tmp_path: Path) -> None:
+    """The prompt is the template's text as the Python runtime renders it (transformers' own, by
+    tests/tokenizer), the reply's text the ``tokenizers`` decoding of its tokens."""
+    from tokenizers import Tokenizer  # noqa: PLC0415
+
+    (tmp_path / "model").mkdir()
+    folder = chat_model_folder(tmp_path / "model")
+    bundle = relaxweb.build(folder / "model.onnx", tmp_path / "dist" / "chat", tokenizer=folder / "my-model")
+    [[prompt, tokens, text, stopped]] = run_js(tmp_path, snippet(CHAT_EXAMPLE).text).logged()
+    assert prompt == relaxweb.load(bundle.path, backend="wasm").apply_chat_template(CHAT_MESSAGES)
+    assert text == Tokenizer.from_file(str(folder / "my-model" / "tokenizer.json")).decode(tokens)
+    assert stopped in ("eos", "length") and 0 < len(tokens) <= 200
+
+
 # Every snippet ---------------------------------------------------------------------------------
 
 #: snippet (its first line) -> the test of this module that runs it
@@ -319,6 +368,8 @@ RUN_HERE: dict[str, Callable] = {
     PROFILE_EXAMPLE: test_the_profile_example,
     KEEP_ON_GPU_EXAMPLE: test_the_keep_on_gpu_example,
     GENERATE_EXAMPLE: test_the_generate_example,
+    CHAT_COMMANDS: test_the_chat_commands,
+    CHAT_EXAMPLE: test_the_chat_example,
 }
 
 #: snippet -> (the test file that runs it, what it checks)
