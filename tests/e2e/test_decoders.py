@@ -4,7 +4,7 @@ in its manifest, and greedy ``generate`` from token ids gives the tokens onnxrun
 gives on the same ONNX: on WebGPU and on the wasm backend in Python (from the third decode step
 on, no buffer or memory region created and only the new token's ids, mask and positions
 written: no cache bytes move; on wasm only the logits' row is copied out), and in Chromium on
-both backends, the wasm one on worker threads (the builder's int4 and an optimum export).
+both backends, the wasm one on worker threads (every decoder of the corpus).
 
 The model builder's decoders and torch dynamo's are exported here (onnxruntime-genai, torch
 and transformers are in relaxweb's environment); optimum's are committed under
@@ -229,7 +229,7 @@ async ({ prompt, steps, backend }) => {
 
 @in_the_browser
 @pytest.mark.parametrize("backend", ["webgpu", "wasm"])
-@pytest.mark.parametrize("name", ["builder_int4", "optimum_llama"])
+@pytest.mark.parametrize("name", DECODERS)
 def test_greedy_generate_in_chromium_gives_onnxruntimes_tokens(bundle_of, onnxruntime_tokens, name: str,
                                                                backend: str) -> None:
     try:
