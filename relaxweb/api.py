@@ -181,9 +181,10 @@ def build(model: Model, out_dir: str | Path, *, bounds: Mapping[str, int] | None
     matmuls, gathers and convolutions packed, decoded inside the kernels that read them;
     int8 / int4 quantize them in groups of ``group_size`` (``--group-size``) with scales of
     ``scale_dtype`` ("float16" or "float32"; ``--scale-dtype``).
-    ``tokenizer`` (``--tokenizer``) is a JSON tokenizer file for the manifest, for ``generate``;
+    ``tokenizer`` (``--tokenizer``), for ``generate`` and ``chat``: a Hugging Face tokenizer
+    folder as ``save_pretrained`` writes it, a ``tokenizer.json``, or a JSON byte tokenizer file;
     without it the model's ``metadata_props["relaxweb.tokenizer"]`` is used when it has one
-    (``relaxweb/tokenizer.py``).
+    (``relaxweb/tokenizer/``).
     ``debug=True`` (``--debug``) also writes ``host.wat`` and ``kernels.wat``, the text of the
     two WebAssembly modules, for reading (no runtime loads them).
     ``runtime`` (``--runtime``): ``"copy"`` (the default) puts a copy of the browser runtime in
@@ -207,8 +208,9 @@ def load(bundle_dir: str | Path, *, backend: str = "auto", device: Any = None, p
 
     ``backend`` (``--backend``): ``"webgpu"`` (a :class:`Session` on wgpu), ``"wasm"`` (a
     :class:`WasmSession`: the bundle's ``kernels.wasm`` on one CPU thread with wasmtime, no
-    GPU; no ``keep_on_gpu`` or ``generate``), or ``"auto"`` (the default): WebGPU when this
-    machine's adapter meets the bundle's required limits and features, else wasm.
+    GPU; ``keep_on_gpu`` keeps outputs in its memory, ``generate`` and ``chat`` pick tokens on the
+    CPU), or ``"auto"`` (the default): WebGPU when this machine's adapter meets the bundle's
+    required limits and features, else wasm.
     ``session.backend`` says which.  The options below are WebGPU's: ``"wasm"`` refuses them.
 
     ``device`` is a ``wgpu.GPUDevice``; by default a device shared by every session.
