@@ -433,3 +433,16 @@ export async function generate(model, prompt, options = {}) {
   const seconds = (performance.now() - decodeStarted) / 1e3;
   return { tokens, text, stopped, tokensPerSecond: decoded > 0 && seconds > 0 ? decoded / seconds : 0, prefillMs };
 }
+
+/**
+ * The text-generation methods of both models (`Model` on WebGPU and `WasmModel`), installed on
+ * their prototypes: each is this module's function of the model (types: relaxweb.d.ts).
+ * @type {{generate(this: any, prompt: string|number[], options?: GenerateOptions): Promise<Generation>,
+ *   applyChatTemplate(this: any, messages: any[], options?: {addGenerationPrompt?: boolean}): string,
+ *   chat(this: any, messages: any[], options?: GenerateOptions): Promise<Generation>}}
+ */
+export const GENERATION_METHODS = {
+  generate(prompt, options) { return generate(this, prompt, options); },
+  applyChatTemplate(messages, options) { return applyChatTemplate(this, messages, options); },
+  chat(messages, options) { return chat(this, messages, options); },
+};

@@ -10,7 +10,7 @@
 
 import { FORMAT_VERSION, InputShapeError, TYPED_ARRAY_OF_DTYPE, dtypeInfo } from "./host.js";
 import { GpuTensor, TransferStats } from "./gpu_tensor.js";
-import { applyChatTemplate, chat, generate } from "./generate.js";
+import { GENERATION_METHODS } from "./generate.js";
 import { fetchedText, loadTokenizer } from "./tokenizer.js";
 import { validateManifest } from "./manifest.js";
 import { RemoteHost } from "./remote_host.js";
@@ -301,34 +301,6 @@ export class Model {
   }
 
   /**
-   * Generate text with a decoder bundle (generate.js: which bundles can, and how): see relaxweb.d.ts.
-   * @param {string|number[]} prompt text (encoded by the bundle's tokenizer) or token ids
-   * @param {import("./generate.js").GenerateOptions} [options]
-   * @returns {Promise<import("./generate.js").Generation>}
-   */
-  async generate(prompt, options) {
-    return generate(this, prompt, options);
-  }
-
-  /**
-   * The prompt text of a conversation, the bundle's chat template rendered (generate.js).
-   * @param {{role: string, content: any}[]} messages @param {{addGenerationPrompt?: boolean}} [options]
-   * @returns {string}
-   */
-  applyChatTemplate(messages, options) {
-    return applyChatTemplate(this, messages, options);
-  }
-
-  /**
-   * The assistant's reply to `messages`: generate() after applyChatTemplate()'s prompt.
-   * @param {{role: string, content: any}[]} messages @param {import("./generate.js").GenerateOptions} [options]
-   * @returns {Promise<import("./generate.js").Generation>}
-   */
-  async chat(messages, options) {
-    return chat(this, messages, options);
-  }
-
-  /**
    * Run the model `warmup` times (drivers compile a pipeline on its first use), then once
    * more timing every dispatch, and return that run's outputs and its profile: one row per
    * kernel (calls, time, FLOPs, bytes), slowest first. Dispatches are timed by timestamp
@@ -393,3 +365,6 @@ export class Model {
     return this.gpu.orDeviceLoss(promise);
   }
 }
+
+// generate, applyChatTemplate and chat: generate.js's, as on the other model
+Object.assign(Model.prototype, GENERATION_METHODS);

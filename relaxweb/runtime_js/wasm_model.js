@@ -7,7 +7,7 @@
 
 import { checkInstances } from "./batch.js";
 import { HostProgramDriver } from "./driver.js";
-import { applyChatTemplate, chat, generate } from "./generate.js";
+import { GENERATION_METHODS } from "./generate.js";
 import { WasmBackend } from "./wasm_backend.js";
 
 /** A bundle loaded on the wasm backend. */
@@ -118,35 +118,6 @@ export class WasmModel {
   }
 
   /**
-   * Generate text with a decoder bundle: generate.js's loop, as on WebGPU, the KV caches kept in
-   * place in the memory and each token picked on the CPU (cpu_sampler.js: sampler.wgsl's algorithm).
-   * @param {string|number[]} prompt text (encoded by the bundle's tokenizer) or token ids
-   * @param {import("./generate.js").GenerateOptions} [options]
-   * @returns {Promise<import("./generate.js").Generation>}
-   */
-  async generate(prompt, options) {
-    return generate(this, prompt, options);
-  }
-
-  /**
-   * The prompt text of a conversation, the bundle's chat template rendered (no GPU needed).
-   * @param {{role: string, content: any}[]} messages @param {{addGenerationPrompt?: boolean}} [options]
-   * @returns {string}
-   */
-  applyChatTemplate(messages, options) {
-    return applyChatTemplate(this, messages, options);
-  }
-
-  /**
-   * The assistant's reply to `messages`: generate() after applyChatTemplate()'s prompt.
-   * @param {{role: string, content: any}[]} messages @param {import("./generate.js").GenerateOptions} [options]
-   * @returns {Promise<import("./generate.js").Generation>}
-   */
-  async chat(messages, options) {
-    return chat(this, messages, options);
-  }
-
-  /**
    * Run `warmup` times, then once more timing every dispatch by the clock, and return that
    * run's outputs and its profile (profile.js's rows: one per kernel, slowest first).
    * @param {Record<string, any>} inputs @param {{warmup?: number}} [options]
@@ -162,3 +133,6 @@ export class WasmModel {
     this.host.dispose();
   }
 }
+
+// generate, applyChatTemplate and chat: generate.js's, as on the other model
+Object.assign(WasmModel.prototype, GENERATION_METHODS);
