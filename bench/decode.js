@@ -154,12 +154,14 @@ window.decodeBenchReady = true;
 
 // ---------------------------------------------------------------------------------------------
 // Language-model generation (decode.py --lm): a prompt's prefill with an empty past, then
-// greedy new tokens, on relaxweb (WebGPU and wasm) and onnxruntime-web (WebGPU and wasm), each
-// loaded alone, run, and released before the next. What each system is measured by:
+// greedy new tokens, on relaxweb (WebGPU and wasm) and onnxruntime-web (WebGPU and wasm), all
+// loaded in the page, generating in turn (decode.py alternates their order), released at the
+// end. What each system is measured by:
 //   load: the time from nothing to a model ready to run (relaxweb: load() and model.ready, so
 //     every pipeline is compiled; onnxruntime-web: InferenceSession.create), the bytes fetched
 //     meanwhile (Resource Timing's decoded body sizes: the runtime's files and the model's), the
-//     GPU buffers live after it (instrument.js) and the WebAssembly memories made during it;
+//     GPU buffers created and not destroyed during it (instrument.js) and the WebAssembly
+//     memories made during it; the GPU peak adds the most live bytes a generation added;
 //   prefill: from the call to the first new token known on the host;
 //   decode: the time between consecutive new tokens (each a run with the previous presents as
 //     the past, its logits reduced to a token), and what instrument.js counted between them.
@@ -325,27 +327,28 @@ window.decodeBench.loadLm = async (system, urls, names) => {
   const loadMs = performance.now() - start;
   const counts = delta(window.__bench.snapshot(), before);
   lmLoaded[system].memories = wasmMemories.slice(memoriesBefore);
-  lmLoaded[system].gpuLiveBefore = before.liveBytes;
-  return { loadMs, counts, fetchedBytes: fetchedSince(start), gpuLiveBytes: window.__bench.snapshot().liveBytes - before.liveBytes,
+  lmLoaded[system].gpuLoadBytes = window.__bench.snapshot().liveBytes - before.liveBytes;
+  return { loadMs, counts, fetchedBytes: fetchedSince(start), gpuLiveBytes: lmLoaded[system].gpuLoadBytes,
            wasmMemoryBytes: memoryBytes(lmLoaded[system].memories), adapterInfo: lmLoaded[system].runner.adapterInfo(),
            backend: lmLoaded[system].runner.backend() };
 };
 
 // One generation: the prefill's time, each decode step's time and counters, the tokens.
 window.decodeBench.generateLm = async (system, prompt, newTokens) => {
-  const { runner, memories, gpuLiveBefore } = lmLoaded[system];
+  const { runner, memories, gpuLoadBytes } = lmLoaded[system];
   const marks = [];
+  const liveAtStart = window.__bench.snapshot().liveBytes; // the other systems' buffers, this one's since its load
   let peakLive = 0;
   const onToken = () => {
     const snapshot = window.__bench.snapshot();
-    peakLive = Math.max(peakLive, snapshot.liveBytes - gpuLiveBefore);
+    peakLive = Math.max(peakLive, snapshot.liveBytes - liveAtStart);
     marks.push({ at: performance.now(), snapshot, stats: runner.stats() });
   };
   const start = performance.now();
   const { tokens, mode, runtime } = await runner.generate(prompt, newTokens, onToken);
   const steps = marks.slice(1).map((mark, k) => ({ ms: mark.at - marks[k].at, counts: delta(mark.snapshot, marks[k].snapshot),
                                                    runtimeStats: mark.stats }));
-  return { tokens, mode, runtime: runtime ?? null, prefillMs: marks[0].at - start, steps, gpuPeakLiveBytes: peakLive,
+  return { tokens, mode, runtime: runtime ?? null, prefillMs: marks[0].at - start, steps, gpuPeakLiveBytes: gpuLoadBytes + peakLive,
            wasmMemoryBytes: memoryBytes(memories) };
 };
 

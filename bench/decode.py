@@ -6,6 +6,19 @@ and torch for training the tiny Llama once: ``python3 scripts/tiny_llama.py``)::
     python3 bench/decode.py                          # past 16, 256, 1024 (docs/benchmarks.md, "Decode")
     python3 bench/decode.py --past 16 --steps 4      # while developing
     python3 bench/decode.py --table bench/build/decode-results.json   # the tables of a saved run
+    python3 bench/decode.py --lm MODEL.onnx [--prompt 32 --new-tokens 32 --runs 3]  # generation (issue 28)
+
+``--lm`` (docs/benchmarks.md, issue 28): a decoder such as ``python3 scripts/export_decoders.py
+DIR --size smollm-135m --only builder_int4`` writes, generating on four systems loaded in one
+page, ``--runs`` rounds of one generation per system (their order alternating): relaxweb WebGPU (``model.generate``), relaxweb
+wasm (``model.generate`` where the wasm model has it, else per-step ``model.run`` with the
+presents read back: the table says which), onnxruntime-web WebGPU (present.* kept on the GPU as
+'gpu-buffer' outputs and fed back) and onnxruntime-web wasm, one thread each (the page is not
+cross-origin isolated). A prompt of random ids, prefilled from an empty past, then greedy new
+tokens. Per system: load time, bytes fetched, GPU buffers and wasm memory, prefill time,
+decode tokens/s (median over the runs), buffers created, dispatches and bytes per decode token,
+and the tokens against onnxruntime (Python, CPU); the ratios against onnxruntime-web of the
+same run. The relaxweb bundle is built with bounds for the prompt and the new tokens.
 
 Method
 ------
@@ -339,6 +352,7 @@ def print_report(report: dict) -> None:
 LM_SYSTEMS = ("relaxweb", "relaxweb-wasm", "ort-webgpu", "ort-wasm")
 #: each relaxweb system's onnxruntime-web baseline, and issue 28's goal for the ratio of decode tokens/s
 LM_BASELINES = {"relaxweb": ("ort-webgpu", 2.0), "relaxweb-wasm": ("ort-wasm", 1.0)}
+GPU_SYSTEMS = ("relaxweb", "ort-webgpu")
 
 
 def lm_signature(onnx_path: Path) -> dict:
@@ -386,9 +400,22 @@ def lm_prompt(length: int, vocab: int, seed: int = 0) -> list[int]:
     return [int(t) for t in np.random.default_rng(seed).integers(3, vocab, length)]
 
 
-def lm_reference(onnx_path: Path, signature: dict, prompt: list[int], new_tokens: int) -> list[int]:
+def float_activations(onnx_path: Path) -> bytes | None:
+    """The model with every MatMulNBits at ``accuracy_level`` 0 (float activations), or None
+    when none has another level: the builder's int4 sets 4, with which onnxruntime's CPU kernel
+    quantizes the activations to int8 (the web runtimes compute in float32)."""
+    model = onnx.load(str(onnx_path))
+    levels = [attribute for node in model.graph.node if node.op_type == "MatMulNBits"
+              for attribute in node.attribute if attribute.name == "accuracy_level" and attribute.i != 0]
+    for attribute in levels:
+        attribute.i = 0
+    return model.SerializeToString() if levels else None
+
+
+def lm_reference(model: Path | bytes, signature: dict, prompt: list[int], new_tokens: int) -> list[int]:
     """onnxruntime (Python, CPU) greedy from an empty past: the tokens every system should give."""
-    session = onnxruntime.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+    session = onnxruntime.InferenceSession(model if isinstance(model, bytes) else str(model),
+                                           providers=["CPUExecutionProvider"])
     names = [output.name for output in session.get_outputs()]
     past = {name: np.zeros((1, *shape), np.float32) for name, shape in zip(signature["pasts"], signature["pastShapes"])}
     fed, tokens, total = prompt, [], len(prompt)
@@ -407,7 +434,8 @@ def lm_reference(onnx_path: Path, signature: dict, prompt: list[int], new_tokens
 
 def bench_lm(onnx_path: Path, bundle: Path, signature: dict, prompt: list[int], new_tokens: int, runs: int,
              systems, log=print) -> dict:
-    """Each system in turn in one page: load, ``runs`` generations, release."""
+    """Every system loaded in one page, then ``runs`` rounds of one generation each (the
+    systems' order alternating), then each released."""
     routes = [("/ort/", ORT_DIST), ("/models/", onnx_path.parent.resolve()), ("/", BENCH_DIR)]
     urls = {"onnxUrl": f"/models/{onnx_path.name}", "bundleUrl": f"/models/{bundle.name}/"}
     names = {key: signature[key] for key in ("inputs", "pasts", "presents", "logits", "pastShapes")}
@@ -431,17 +459,27 @@ def bench_lm(onnx_path: Path, bundle: Path, signature: dict, prompt: list[int], 
                     result["load"] = page.evaluate("([s, urls, names]) => decodeBench.loadLm(s, urls, names)",
                                                    [system, urls, names])
                     log(f"{system}: loaded in {result['load']['loadMs']:.0f} ms")
-                    for index in range(runs):
-                        run = page.evaluate("([s, p, n]) => decodeBench.generateLm(s, p, n)", [system, prompt, new_tokens])
-                        result["runs"].append(run)
-                        log(f"  {system} run {index + 1}: prefill {run['prefillMs']:.0f} ms, decode "
-                            f"{lm_tokens_per_s(run):.2f} tokens/s ({run['mode']})")
-                    page.evaluate("(s) => decodeBench.releaseLm(s)", system)
                 except Exception as error:  # the other systems still run
-                    result["error"] = f"{type(error).__name__}: {first_line(error)}"
+                    result["error"] = f"load: {type(error).__name__}: {first_line(error)}"
                     log(f"{system}: FAILED: {result['error']}")
-                    with contextlib.suppress(Exception):
-                        page.evaluate("(s) => decodeBench.releaseLm(s)", system)
+            ready = [s for s in systems if "error" not in report["systems"][s]]
+            for index in range(runs):  # the systems interleaved, their order alternating: a change of the machine's load
+                for system in ready if index % 2 == 0 else ready[::-1]:  # reaches them all alike
+                    result = report["systems"][system]
+                    if "error" in result:
+                        continue
+                    try:
+                        run = page.evaluate("([s, p, n]) => decodeBench.generateLm(s, p, n)", [system, prompt, new_tokens])
+                    except Exception as error:
+                        result["error"] = f"{type(error).__name__}: {first_line(error)}"
+                        log(f"  {system}: FAILED: {result['error']}")
+                        continue
+                    result["runs"].append(run)
+                    log(f"  {system} run {index + 1}: prefill {run['prefillMs']:.0f} ms, decode "
+                        f"{lm_tokens_per_s(run):.2f} tokens/s ({run['mode']})")
+            for system in ready:
+                with contextlib.suppress(Exception):
+                    page.evaluate("(s) => decodeBench.releaseLm(s)", system)
             with contextlib.suppress(Exception):
                 page.close()
             browser.close()
@@ -458,7 +496,7 @@ def lm_tokens_per_s(run: dict) -> float:
     return 1000 * len(run["steps"]) / total if total else 0.0
 
 
-def lm_summary(system: dict, reference: list[int]) -> dict | None:
+def lm_summary(system: dict, reference: list[int], float_reference: list[int] | None = None) -> dict | None:
     """A system's medians over its runs, its counts per decode token, its tokens against the reference."""
     runs = system.get("runs") or []
     if not runs:
@@ -467,7 +505,11 @@ def lm_summary(system: dict, reference: list[int]) -> dict | None:
     per_step = lambda key: float(np.mean([s["counts"][key] for s in steps])) if steps else 0.0  # noqa: E731
     stats = [s["runtimeStats"] for s in steps if s.get("runtimeStats")]
     tokens = runs[0]["tokens"]
-    same = next((k for k, (a, b) in enumerate(zip(tokens, reference)) if a != b), min(len(tokens), len(reference)))
+
+    def same(other: list[int] | None) -> int | None:  # the new tokens equal before the first difference
+        return None if other is None else next((k for k, (a, b) in enumerate(zip(tokens, other)) if a != b),
+                                               min(len(tokens), len(other)))
+
     return {"load_ms": system["load"]["loadMs"], "fetched_bytes": system["load"]["fetchedBytes"],
             "gpu_bytes_after_load": system["load"]["gpuLiveBytes"],
             "gpu_peak_bytes": max(run["gpuPeakLiveBytes"] for run in runs),
@@ -478,14 +520,16 @@ def lm_summary(system: dict, reference: list[int]) -> dict | None:
             "buffers_per_token": per_step("buffers"), "dispatches_per_token": per_step("dispatches"),
             "bytes_written_per_token": per_step("bytesWritten"), "bytes_read_per_token": per_step("bytesRead"),
             "runtime_buffers_per_token": (float(np.mean([s.get("buffersCreated", 0) for s in stats])) if stats else None),
-            "mode": runs[0]["mode"], "tokens": tokens, "same_prefix_as_reference": same,
+            "mode": runs[0]["mode"], "tokens": tokens, "same_prefix_as_reference": same(reference),
+            "same_prefix_as_float_reference": same(float_reference),
             "runs_agree": all(run["tokens"] == tokens for run in runs)}
 
 
 def lm_table(report: dict) -> str:
     header = ["system", "load ms", "fetched MB", "GPU MB after load", "GPU MB peak", "wasm memory MB", "prefill ms (median)",
               "decode tokens/s (median)", "runs", "buffers created / token", "dispatches / token", "bytes written / token",
-              "bytes read / token", "greedy tokens = onnxruntime CPU", "decode loop"]
+              "bytes read / token", "greedy tokens = onnxruntime CPU", "= onnxruntime CPU, float activations",
+              "decode loop"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     mb = lambda n: f"{n / 1e6:.1f}"  # noqa: E731
     reference = report["reference_tokens"]
@@ -494,13 +538,15 @@ def lm_table(report: dict) -> str:
         if summary is None:
             lines.append(f"| {name} | failed: {system.get('error', 'no run')} |" + " |" * (len(header) - 2))
             continue
-        cells = [name, fmt(summary["load_ms"]), mb(summary["fetched_bytes"]), mb(summary["gpu_bytes_after_load"]),
-                 mb(summary["gpu_peak_bytes"]), mb(summary["wasm_memory_bytes"]), fmt(summary["prefill_ms"]),
-                 f"{summary['tokens_per_s']:.3f}", str(len(system["runs"])), fmt(summary["buffers_per_token"]),
-                 fmt(summary["dispatches_per_token"]), fmt(summary["bytes_written_per_token"]),
-                 fmt(summary["bytes_read_per_token"]),
+        gpu = name in GPU_SYSTEMS  # the WebGPU counters of a wasm system are all 0: "-"
+        cells = [name, fmt(summary["load_ms"]), mb(summary["fetched_bytes"]), mb(summary["gpu_bytes_after_load"]) if gpu else "-",
+                 mb(summary["gpu_peak_bytes"]) if gpu else "-", mb(summary["wasm_memory_bytes"]), fmt(summary["prefill_ms"]),
+                 f"{summary['tokens_per_s']:.3f}", str(len(system["runs"])),
+                 *((fmt(summary[key]) if gpu else "-") for key in ("buffers_per_token", "dispatches_per_token",
+                                                                    "bytes_written_per_token", "bytes_read_per_token")),
                  f"{summary['same_prefix_as_reference']}/{len(reference)}" + ("" if summary["runs_agree"] else " (runs differ)"),
-                 summary["mode"]]
+                 "-" if summary.get("same_prefix_as_float_reference") is None
+                 else f"{summary['same_prefix_as_float_reference']}/{len(reference)}", summary["mode"]]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -515,7 +561,8 @@ def lm_goals(report: dict) -> str:
         speed = a["tokens_per_s"] / b["tokens_per_s"] if b["tokens_per_s"] else float("inf")
         lines.append(f"| {mine} | {theirs} | {speed:.2f} (>= {goal:g}: {'met' if speed >= goal else 'missed'}) | "
                      f"{ratio(b['prefill_ms'], a['prefill_ms'])} | {ratio(b['load_ms'], a['load_ms'])} | "
-                     f"{fmt(a['buffers_per_token'])} {'met' if a['buffers_per_token'] == 0 else 'missed'} |")
+                     + (f"{fmt(a['buffers_per_token'])} {'met' if a['buffers_per_token'] == 0 else 'missed'} |"
+                        if mine in GPU_SYSTEMS else f"- ({a['mode']}) |"))
     return "\n".join(lines)
 
 
@@ -556,12 +603,14 @@ def lm_main(args: argparse.Namespace, systems: list[str]) -> None:
     vocab = onnx.load(str(source), load_external_data=False).graph.output[0].type.tensor_type.shape.dim[-1].dim_value
     prompt = lm_prompt(args.prompt, vocab)
     reference = lm_reference(source, signature, prompt, args.new_tokens)
+    floats = float_activations(source)
+    float_reference = None if floats is None else lm_reference(floats, signature, prompt, args.new_tokens)
     report = {**report_header("bench/decode.py"), "model": str(source), "bounds": bounds, "prompt_ids": prompt,
-              "reference_tokens": reference,
+              "reference_tokens": reference, "float_reference_tokens": float_reference,
               "settings": {"prompt": args.prompt, "new_tokens": args.new_tokens, "runs": args.runs}}
     report |= bench_lm(onnx_path, work / "bundle", signature, prompt, args.new_tokens, args.runs, systems)
     for system in report["systems"].values():
-        system["summary"] = lm_summary(system, reference)
+        system["summary"] = lm_summary(system, reference, float_reference)
     report["seconds"] = round(time.monotonic() - started)
     out = args.out if args.out != DEFAULT_OUT else BENCH_DIR / "build" / f"decode-lm-{source.stem}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -608,6 +657,8 @@ def main() -> None:
         print_lm_report(saved) if "reference_tokens" in saved else print_report(saved)
         return
     systems = list(args.systems or (LM_SYSTEMS if args.lm else SYSTEMS))
+    if not args.lm and set(systems) - set(ALL_SYSTEMS):
+        parser.error(f"{', '.join(sorted(set(systems) - set(ALL_SYSTEMS)))}: only with --lm")
     if args.lm:
         if not (ORT_DIST / "ort.webgpu.min.mjs").is_file():
             parser.error(f"onnxruntime-web is missing ({ORT_DIST}): run `npm install` in {REPO}")
