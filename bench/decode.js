@@ -151,3 +151,208 @@ window.decodeBench = {
   },
 };
 window.decodeBenchReady = true;
+
+// ---------------------------------------------------------------------------------------------
+// Language-model generation (decode.py --lm): a prompt's prefill with an empty past, then
+// greedy new tokens, on relaxweb (WebGPU and wasm) and onnxruntime-web (WebGPU and wasm), all
+// loaded in the page, generating in turn (decode.py alternates their order), released at the
+// end. What each system is measured by:
+//   load: the time from nothing to a model ready to run (relaxweb: load() and model.ready, so
+//     every pipeline is compiled; onnxruntime-web: InferenceSession.create), the bytes fetched
+//     meanwhile (Resource Timing's decoded body sizes: the runtime's files and the model's), the
+//     GPU buffers created and not destroyed during it (instrument.js) and the WebAssembly
+//     memories made during it; the GPU peak adds the most live bytes a generation added;
+//   prefill: from the call to the first new token known on the host;
+//   decode: the time between consecutive new tokens (each a run with the previous presents as
+//     the past, its logits reduced to a token), and what instrument.js counted between them.
+// relaxweb on WebGPU runs model.generate (greedy on the GPU's sampler, one integer read per
+// token); relaxweb on wasm runs model.generate where the build has it, else per-step model.run
+// with the presents read back as arrays and given back as the next past (the mode is reported).
+// onnxruntime-web is driven as transformers.js drives it: WebGPU keeps present.* on the GPU
+// ('gpu-buffer' outputs fed back as the next past, disposed after use) and reads the logits;
+// greedy argmax on the host.
+
+performance.setResourceTimingBufferSize(1_000_000); // relaxweb fetches a shader per kernel
+
+// Every WebAssembly.Memory made in the page (relaxweb's, onnxruntime-web's threaded build's
+// imported memory) and every memory an instance exports: the systems' wasm memory.
+const wasmMemories = [];
+{
+  const NativeMemory = WebAssembly.Memory;
+  const tracked = new WeakSet();
+  const track = (memory) => {
+    if (memory instanceof NativeMemory && !tracked.has(memory)) { tracked.add(memory); wasmMemories.push(memory); }
+  };
+  WebAssembly.Memory = new Proxy(NativeMemory, { construct(target, args) { const m = new target(...args); track(m); return m; } });
+  const exported = (result) => {
+    const instance = result?.instance ?? result;
+    for (const value of Object.values(instance?.exports ?? {})) track(value);
+    return result;
+  };
+  for (const name of ["instantiate", "instantiateStreaming"]) {
+    const original = WebAssembly[name];
+    WebAssembly[name] = (...args) => original.apply(WebAssembly, args).then(exported);
+  }
+}
+const memoryBytes = (memories) => memories.reduce((sum, m) => sum + m.buffer.byteLength, 0);
+const fetchedSince = (start) => performance.getEntriesByType("resource")
+  .filter((entry) => entry.startTime >= start)
+  .reduce((sum, entry) => sum + (entry.decodedBodySize || entry.encodedBodySize || 0), 0);
+
+// One system for generation: { load(urls, names), generate(prompt, newTokens, onToken) -> {tokens, mode}, release() }.
+// names: {pasts, presents, logits, inputs, pastShapes (each [kv heads, 0, head size])}.
+const LM_SYSTEMS = {
+  relaxweb: () => relaxwebLm("webgpu"),
+  "relaxweb-wasm": () => relaxwebLm("wasm"),
+  "ort-webgpu": () => ortLm("webgpu"),
+  "ort-wasm": () => ortLm("wasm"),
+};
+
+const GREEDY = { temperature: 0, topK: 0, topP: 1, repetitionPenalty: 1, stopTokens: [] };
+const GENERATE_MISSING = /generate\(\) needs the webgpu backend/;
+
+function relaxwebLm(backend) {
+  let model;
+  let names;
+  let useGenerate = true;
+  return {
+    async load({ bundleUrl }, decoderNames) {
+      names = decoderNames;
+      const runtime = await import(`${bundleUrl}runtime/relaxweb.js`);
+      model = await runtime.load(bundleUrl, backend === "wasm" ? { backend, threads: 1 } : { backend });
+      await model.ready;
+    },
+    async generate(prompt, newTokens, onToken) {
+      if (useGenerate) {
+        try {
+          const generation = await model.generate(prompt, { maxNewTokens: newTokens, ...GREEDY, onToken });
+          return { tokens: generation.tokens, mode: "model.generate", runtime: { tokensPerSecond: generation.tokensPerSecond,
+                   prefillMs: generation.prefillMs } };
+        } catch (error) {
+          if (!GENERATE_MISSING.test(String(error?.message))) throw error;
+          useGenerate = false; // this build's wasm model cannot generate: per-step runs below
+        }
+      }
+      const step = async (feeds, past) => {
+        const outputs = await model.run({ ...feeds, ...past });
+        return { logits: outputs[names.logits].data,
+                 present: Object.fromEntries(names.pasts.map((n, k) => [n, outputs[names.presents[k]]])) };
+      };
+      const tokens = await greedyLoop(step, () => {}, prompt, newTokens, names, onToken);
+      return { tokens, mode: "model.run per step, the presents read back and given back as the next past (generate() on wasm is not in this build)" };
+    },
+    release() { model.dispose(); },
+    adapterInfo: () => (backend === "webgpu" ? infoOf(model.device.adapterInfo) : null),
+    stats: () => (model.stats ? { ...model.stats.lastRun } : null),
+    backend: () => model.backend,
+  };
+}
+
+function ortLm(executionProvider) {
+  let ort;
+  let session;
+  let names;
+  const tensor = ({ data, shape }) => new ort.Tensor(data instanceof BigInt64Array ? "int64" : "float32", data, shape);
+  return {
+    async load({ onnxUrl }, decoderNames) {
+      names = decoderNames;
+      ort = await import(`/ort/${executionProvider === "webgpu" ? "ort.webgpu.min.mjs" : "ort.wasm.min.mjs"}`);
+      ort.env.wasm.wasmPaths = "/ort/";
+      ort.env.wasm.numThreads = 1; // the page is not cross-origin isolated: no wasm threads (relaxweb's wasm: 1 too)
+      const options = { executionProviders: [executionProvider], graphOptimizationLevel: "all" };
+      if (executionProvider === "webgpu") { // the cache stays on the GPU; logits come to the CPU
+        options.preferredOutputLocation = Object.fromEntries(names.presents.map((name) => [name, "gpu-buffer"]));
+      }
+      session = await ort.InferenceSession.create(onnxUrl, options);
+    },
+    async generate(prompt, newTokens, onToken) {
+      const step = async (feeds, past) => {
+        const inputs = Object.fromEntries(Object.entries(feeds).map(([name, value]) => [name, tensor(value)]));
+        for (const [name, value] of Object.entries(past)) inputs[name] = value instanceof ort.Tensor ? value : tensor(value);
+        const outputs = await session.run(inputs);
+        const logits = outputs[names.logits];
+        const result = { logits: logits.data, present: Object.fromEntries(names.pasts.map((n, k) => [n, outputs[names.presents[k]]])) };
+        logits.dispose();
+        return result;
+      };
+      const dispose = (past) => { for (const value of Object.values(past)) if (value instanceof ort.Tensor) value.dispose(); };
+      const tokens = await greedyLoop(step, dispose, prompt, newTokens, names, onToken);
+      return { tokens, mode: executionProvider === "webgpu" ? "session.run per step, present.* as 'gpu-buffer' outputs fed back"
+        : "session.run per step, present.* fed back as CPU tensors" };
+    },
+    release() { session.release(); },
+    adapterInfo: () => infoOf(ort.env.webgpu?.device?.adapterInfo ?? ort.env.webgpu?.adapter?.info),
+    stats: () => null,
+    backend: () => executionProvider,
+  };
+}
+
+// The prompt's prefill (an empty past) and newTokens - 1 decode steps; greedy argmax of the
+// last position's logits on the host; onToken(token) after each new token is known.
+async function greedyLoop(step, dispose, prompt, newTokens, names, onToken) {
+  const ids = (tokens) => ({ data: BigInt64Array.from(tokens, BigInt), shape: [1, tokens.length] });
+  const feeds = (tokens, total) => {
+    const inputs = { input_ids: ids(tokens) };
+    if (names.inputs.includes("attention_mask")) inputs.attention_mask = { data: new BigInt64Array(total).fill(1n), shape: [1, total] };
+    if (names.inputs.includes("position_ids")) {
+      inputs.position_ids = { data: BigInt64Array.from(tokens, (_, k) => BigInt(total - tokens.length + k)), shape: [1, tokens.length] };
+    }
+    return inputs;
+  };
+  let past = Object.fromEntries(names.pasts.map((name, k) => [name, { data: new Float32Array(0), shape: [1, ...names.pastShapes[k]] }]));
+  let outputs = await step(feeds(prompt, prompt.length), past);
+  const tokens = [];
+  for (;;) {
+    const vocab = outputs.logits.length / (tokens.length === 0 ? prompt.length : 1);
+    const next = argmax(outputs.logits.subarray(outputs.logits.length - vocab));
+    tokens.push(next);
+    onToken(next);
+    if (tokens.length === newTokens) break;
+    const previous = outputs.present;
+    outputs = await step(feeds([next], prompt.length + tokens.length), previous);
+    dispose(previous);
+  }
+  dispose(outputs.present);
+  return tokens;
+}
+
+const lmLoaded = {};
+
+window.decodeBench.loadLm = async (system, urls, names) => {
+  const before = window.__bench.snapshot();
+  const memoriesBefore = wasmMemories.length;
+  const start = performance.now();
+  lmLoaded[system] = { runner: LM_SYSTEMS[system]() };
+  await lmLoaded[system].runner.load(urls, names);
+  const loadMs = performance.now() - start;
+  const counts = delta(window.__bench.snapshot(), before);
+  lmLoaded[system].memories = wasmMemories.slice(memoriesBefore);
+  lmLoaded[system].gpuLoadBytes = window.__bench.snapshot().liveBytes - before.liveBytes;
+  return { loadMs, counts, fetchedBytes: fetchedSince(start), gpuLiveBytes: lmLoaded[system].gpuLoadBytes,
+           wasmMemoryBytes: memoryBytes(lmLoaded[system].memories), adapterInfo: lmLoaded[system].runner.adapterInfo(),
+           backend: lmLoaded[system].runner.backend() };
+};
+
+// One generation: the prefill's time, each decode step's time and counters, the tokens.
+window.decodeBench.generateLm = async (system, prompt, newTokens) => {
+  const { runner, memories, gpuLoadBytes } = lmLoaded[system];
+  const marks = [];
+  const liveAtStart = window.__bench.snapshot().liveBytes; // the other systems' buffers, this one's since its load
+  let peakLive = 0;
+  const onToken = () => {
+    const snapshot = window.__bench.snapshot();
+    peakLive = Math.max(peakLive, snapshot.liveBytes - liveAtStart);
+    marks.push({ at: performance.now(), snapshot, stats: runner.stats() });
+  };
+  const start = performance.now();
+  const { tokens, mode, runtime } = await runner.generate(prompt, newTokens, onToken);
+  const steps = marks.slice(1).map((mark, k) => ({ ms: mark.at - marks[k].at, counts: delta(mark.snapshot, marks[k].snapshot),
+                                                   runtimeStats: mark.stats }));
+  return { tokens, mode, runtime: runtime ?? null, prefillMs: marks[0].at - start, steps, gpuPeakLiveBytes: gpuLoadBytes + peakLive,
+           wasmMemoryBytes: memoryBytes(memories) };
+};
+
+window.decodeBench.releaseLm = async (system) => {
+  lmLoaded[system].runner.release();
+  delete lmLoaded[system];
+};

@@ -6,6 +6,19 @@ and torch for training the tiny Llama once: ``python3 scripts/tiny_llama.py``)::
     python3 bench/decode.py                          # past 16, 256, 1024 (docs/benchmarks.md, "Decode")
     python3 bench/decode.py --past 16 --steps 4      # while developing
     python3 bench/decode.py --table bench/build/decode-results.json   # the tables of a saved run
+    python3 bench/decode.py --lm MODEL.onnx [--prompt 32 --new-tokens 32 --runs 3]  # generation (issue 28)
+
+``--lm`` (docs/benchmarks.md, issue 28): a decoder such as ``python3 scripts/export_decoders.py
+DIR --size smollm-135m --only builder_int4`` writes, generating on four systems loaded in one
+page, ``--runs`` rounds of one generation per system (their order alternating): relaxweb WebGPU (``model.generate``), relaxweb
+wasm (``model.generate`` where the wasm model has it, else per-step ``model.run`` with the
+presents read back: the table says which), onnxruntime-web WebGPU (present.* kept on the GPU as
+'gpu-buffer' outputs and fed back) and onnxruntime-web wasm, one thread each (the page is not
+cross-origin isolated). A prompt of random ids, prefilled from an empty past, then greedy new
+tokens. Per system: load time, bytes fetched, GPU buffers and wasm memory, prefill time,
+decode tokens/s (median over the runs), buffers created, dispatches and bytes per decode token,
+and the tokens against onnxruntime (Python, CPU); the ratios against onnxruntime-web of the
+same run. The relaxweb bundle is built with bounds for the prompt and the new tokens.
 
 Method
 ------
@@ -50,6 +63,8 @@ import base64
 import contextlib
 import importlib.util
 import json
+import os
+import shutil
 import statistics
 import sys
 import time
@@ -78,6 +93,7 @@ PAST_LENGTHS = (16, 256, 1024)
 GOAL_SPEEDUP = 2.0  # relaxweb's tokens/s at least twice onnxruntime-web's (issue 14)
 ALIGN = 16  # the byte granularity uploads and readbacks are padded to in the cache's accounting
 TINY_LLAMA = REPO / "scripts" / "tiny_llama.py"
+DEFAULT_OUT = BENCH_DIR / "build" / "decode-results.json"
 
 
 @dataclass(frozen=True)
@@ -331,6 +347,279 @@ def print_report(report: dict) -> None:
         print("\npage errors:", *report["page_errors"], sep="\n  ")
 
 
+# Language-model generation (--lm): load, prefill, decode tokens/s, bytes, memory ---------------
+
+LM_SYSTEMS = ("relaxweb", "relaxweb-wasm", "ort-webgpu", "ort-wasm")
+#: each relaxweb system's onnxruntime-web baseline, and issue 28's goal for the ratio of decode tokens/s
+LM_BASELINES = {"relaxweb": ("ort-webgpu", 2.0), "relaxweb-wasm": ("ort-wasm", 1.0)}
+GPU_SYSTEMS = ("relaxweb", "ort-webgpu")
+
+
+def lm_signature(onnx_path: Path) -> dict:
+    """What decode.js needs to feed a decoder from an empty past: the inputs' names, the past and
+    present names, each past's shape after the batch ([kv heads, 0, head size]). A symbolic
+    head size (the builder's ``kv_cache_dim``) is read from the sidecar ``NAME.json``
+    scripts/export_decoders.py writes beside the model."""
+    decoder = decoder_signature_any(onnx_path)
+    sidecar = onnx_path.with_suffix(".json")
+    head = json.loads(sidecar.read_text())["decoder"]["head_size"] if sidecar.is_file() else None
+    shapes = []
+    for shape in decoder["past_shapes"]:  # [heads, length, head size], the symbolic ones 0
+        if shape[2] == 0 and head is None:
+            raise ValueError(f"{onnx_path.name}: the past's head size is symbolic and {sidecar.name} is missing "
+                             "(scripts/export_decoders.py writes it)")
+        shapes.append([shape[0], 0, shape[2] or head])
+    return {**decoder, "pastShapes": shapes}
+
+
+def decoder_signature_any(onnx_path: Path) -> dict:
+    """input_ids -> logits and a present.X for each past_key_values.X (attention_mask and
+    position_ids optional: the builder's models have no position_ids)."""
+    graph = onnx.load(str(onnx_path), load_external_data=False).graph
+    dims = {v.name: [d.dim_value if d.HasField("dim_value") else 0 for d in v.type.tensor_type.shape.dim]
+            for v in (*graph.input, *graph.output)}
+    inputs = [v.name for v in graph.input]
+    pasts = [name for name in inputs if name.startswith("past_key_values.")]
+    presents = ["present." + name[len("past_key_values."):] for name in pasts]
+    missing = [name for name in (*presents, "logits", "input_ids") if name not in dims]
+    if not pasts or missing:
+        raise ValueError(f"{onnx_path.name} is not a decoder: missing {', '.join(missing) or 'past_key_values.* inputs'}")
+    return {"inputs": inputs, "pasts": pasts, "presents": presents, "logits": "logits",
+            "past_shapes": [dims[name][1:] for name in pasts]}
+
+
+def lm_bounds(prompt: int, new_tokens: int) -> dict[str, int]:
+    """Batch 1, the prompt in one run, a cache long enough for every new token."""
+    total = prompt + new_tokens
+    return {"batch_size": 1, "sequence_length": prompt, "past_sequence_length": total, "total_sequence_length": total}
+
+
+def lm_prompt(length: int, vocab: int, seed: int = 0) -> list[int]:
+    """A prompt of random token ids (the model's weights are random too), away from the low ids
+    tokenizers reserve."""
+    return [int(t) for t in np.random.default_rng(seed).integers(3, vocab, length)]
+
+
+def float_activations(onnx_path: Path) -> bytes | None:
+    """The model with every MatMulNBits at ``accuracy_level`` 0 (float activations), or None
+    when none has another level: the builder's int4 sets 4, with which onnxruntime's CPU kernel
+    quantizes the activations to int8 (the web runtimes compute in float32)."""
+    model = onnx.load(str(onnx_path))
+    levels = [attribute for node in model.graph.node if node.op_type == "MatMulNBits"
+              for attribute in node.attribute if attribute.name == "accuracy_level" and attribute.i != 0]
+    for attribute in levels:
+        attribute.i = 0
+    return model.SerializeToString() if levels else None
+
+
+def lm_reference(model: Path | bytes, signature: dict, prompt: list[int], new_tokens: int) -> list[int]:
+    """onnxruntime (Python, CPU) greedy from an empty past: the tokens every system should give."""
+    session = onnxruntime.InferenceSession(model if isinstance(model, bytes) else str(model),
+                                           providers=["CPUExecutionProvider"])
+    names = [output.name for output in session.get_outputs()]
+    past = {name: np.zeros((1, *shape), np.float32) for name, shape in zip(signature["pasts"], signature["pastShapes"])}
+    fed, tokens, total = prompt, [], len(prompt)
+    while len(tokens) < new_tokens:
+        feeds = {"input_ids": np.array([fed], np.int64)} | past
+        if "attention_mask" in signature["inputs"]:
+            feeds["attention_mask"] = np.ones((1, total), np.int64)
+        if "position_ids" in signature["inputs"]:
+            feeds["position_ids"] = np.arange(total - len(fed), total, dtype=np.int64)[None]
+        outputs = dict(zip(names, session.run(None, feeds)))
+        tokens.append(int(np.argmax(outputs["logits"][0, -1])))
+        past = {name: outputs[present] for name, present in zip(signature["pasts"], signature["presents"])}
+        fed, total = [tokens[-1]], total + 1
+    return tokens
+
+
+def bench_lm(onnx_path: Path, bundle: Path, signature: dict, prompt: list[int], new_tokens: int, runs: int,
+             systems, log=print) -> dict:
+    """Every system loaded in one page, then ``runs`` rounds of one generation each (the
+    systems' order alternating), then each released."""
+    routes = [("/ort/", ORT_DIST), ("/models/", onnx_path.parent.resolve()), ("/", BENCH_DIR)]
+    urls = {"onnxUrl": f"/models/{onnx_path.name}", "bundleUrl": f"/models/{bundle.name}/"}
+    names = {key: signature[key] for key in ("inputs", "pasts", "presents", "logits", "pastShapes")}
+    server = start_server(routes)
+    report: dict = {"systems": {}}
+    errors: list[str] = []
+    try:
+        with sync_playwright() as playwright:
+            browser = launch_chromium(playwright)
+            report["browser"] = f"Chromium {browser.version}"
+            context = browser.new_context()
+            context.add_init_script(path=str(BENCH_DIR / "instrument.js"))
+            page = context.new_page()
+            page.on("pageerror", lambda error: errors.append(str(error)))
+            page.goto(f"http://127.0.0.1:{server.server_address[1]}/decode.html")
+            page.wait_for_function("window.decodeBenchReady === true", timeout=30_000)
+            report["adapter"] = page.evaluate("decodeBench.pageAdapter()")
+            for system in systems:
+                result = report["systems"][system] = {"runs": []}
+                try:
+                    result["load"] = page.evaluate("([s, urls, names]) => decodeBench.loadLm(s, urls, names)",
+                                                   [system, urls, names])
+                    log(f"{system}: loaded in {result['load']['loadMs']:.0f} ms")
+                except Exception as error:  # the other systems still run
+                    result["error"] = f"load: {type(error).__name__}: {first_line(error)}"
+                    log(f"{system}: FAILED: {result['error']}")
+            ready = [s for s in systems if "error" not in report["systems"][s]]
+            for index in range(runs):  # the systems interleaved, their order alternating: a change of the machine's load
+                for system in ready if index % 2 == 0 else ready[::-1]:  # reaches them all alike
+                    result = report["systems"][system]
+                    if "error" in result:
+                        continue
+                    try:
+                        run = page.evaluate("([s, p, n]) => decodeBench.generateLm(s, p, n)", [system, prompt, new_tokens])
+                    except Exception as error:
+                        result["error"] = f"{type(error).__name__}: {first_line(error)}"
+                        log(f"  {system}: FAILED: {result['error']}")
+                        continue
+                    result["runs"].append(run)
+                    log(f"  {system} run {index + 1}: prefill {run['prefillMs']:.0f} ms, decode "
+                        f"{lm_tokens_per_s(run):.2f} tokens/s ({run['mode']})")
+            for system in ready:
+                with contextlib.suppress(Exception):
+                    page.evaluate("(s) => decodeBench.releaseLm(s)", system)
+            with contextlib.suppress(Exception):
+                page.close()
+            browser.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+    report["page_errors"] = errors[:20]
+    return report
+
+
+def lm_tokens_per_s(run: dict) -> float:
+    """Decode tokens/s of one generation: the new tokens after the first over their time."""
+    total = sum(step["ms"] for step in run["steps"])
+    return 1000 * len(run["steps"]) / total if total else 0.0
+
+
+def lm_summary(system: dict, reference: list[int], float_reference: list[int] | None = None) -> dict | None:
+    """A system's medians over its runs, its counts per decode token, its tokens against the reference."""
+    runs = system.get("runs") or []
+    if not runs:
+        return None
+    steps = [step for run in runs for step in run["steps"]]
+    per_step = lambda key: float(np.mean([s["counts"][key] for s in steps])) if steps else 0.0  # noqa: E731
+    stats = [s["runtimeStats"] for s in steps if s.get("runtimeStats")]
+    tokens = runs[0]["tokens"]
+
+    def same(other: list[int] | None) -> int | None:  # the new tokens equal before the first difference
+        return None if other is None else next((k for k, (a, b) in enumerate(zip(tokens, other)) if a != b),
+                                               min(len(tokens), len(other)))
+
+    return {"load_ms": system["load"]["loadMs"], "fetched_bytes": system["load"]["fetchedBytes"],
+            "gpu_bytes_after_load": system["load"]["gpuLiveBytes"],
+            "gpu_peak_bytes": max(run["gpuPeakLiveBytes"] for run in runs),
+            "wasm_memory_bytes": max(run["wasmMemoryBytes"] for run in runs),
+            "prefill_ms": statistics.median(run["prefillMs"] for run in runs),
+            "tokens_per_s": statistics.median(lm_tokens_per_s(run) for run in runs),
+            "tokens_per_s_runs": [round(lm_tokens_per_s(run), 3) for run in runs],
+            "buffers_per_token": per_step("buffers"), "dispatches_per_token": per_step("dispatches"),
+            "bytes_written_per_token": per_step("bytesWritten"), "bytes_read_per_token": per_step("bytesRead"),
+            "runtime_buffers_per_token": (float(np.mean([s.get("buffersCreated", 0) for s in stats])) if stats else None),
+            "mode": runs[0]["mode"], "tokens": tokens, "same_prefix_as_reference": same(reference),
+            "same_prefix_as_float_reference": same(float_reference),
+            "runs_agree": all(run["tokens"] == tokens for run in runs)}
+
+
+def lm_table(report: dict) -> str:
+    header = ["system", "load ms", "fetched MB", "GPU MB after load", "GPU MB peak", "wasm memory MB", "prefill ms (median)",
+              "decode tokens/s (median)", "runs", "buffers created / token", "dispatches / token", "bytes written / token",
+              "bytes read / token", "greedy tokens = onnxruntime CPU", "= onnxruntime CPU, float activations",
+              "decode loop"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    mb = lambda n: f"{n / 1e6:.1f}"  # noqa: E731
+    reference = report["reference_tokens"]
+    for name, system in report["systems"].items():
+        summary = system.get("summary")
+        if summary is None:
+            lines.append(f"| {name} | failed: {system.get('error', 'no run')} |" + " |" * (len(header) - 2))
+            continue
+        gpu = name in GPU_SYSTEMS  # the WebGPU counters of a wasm system are all 0: "-"
+        cells = [name, fmt(summary["load_ms"]), mb(summary["fetched_bytes"]), mb(summary["gpu_bytes_after_load"]) if gpu else "-",
+                 mb(summary["gpu_peak_bytes"]) if gpu else "-", mb(summary["wasm_memory_bytes"]), fmt(summary["prefill_ms"]),
+                 f"{summary['tokens_per_s']:.3f}", str(len(system["runs"])),
+                 *((fmt(summary[key]) if gpu else "-") for key in ("buffers_per_token", "dispatches_per_token",
+                                                                    "bytes_written_per_token", "bytes_read_per_token")),
+                 f"{summary['same_prefix_as_reference']}/{len(reference)}" + ("" if summary["runs_agree"] else " (runs differ)"),
+                 "-" if summary.get("same_prefix_as_float_reference") is None
+                 else f"{summary['same_prefix_as_float_reference']}/{len(reference)}", summary["mode"]]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def lm_goals(report: dict) -> str:
+    lines = ["| relaxweb system | against | decode tokens/s ratio (goal) | prefill time ratio (theirs / ours) | load time ratio "
+             "(theirs / ours) | relaxweb buffers created / token (goal 0) |", "|---|---|---|---|---|---|"]
+    for mine, (theirs, goal) in LM_BASELINES.items():
+        a, b = (report["systems"].get(s, {}).get("summary") for s in (mine, theirs))
+        if a is None or b is None:
+            continue
+        speed = a["tokens_per_s"] / b["tokens_per_s"] if b["tokens_per_s"] else float("inf")
+        lines.append(f"| {mine} | {theirs} | {speed:.2f} (>= {goal:g}: {'met' if speed >= goal else 'missed'}) | "
+                     f"{ratio(b['prefill_ms'], a['prefill_ms'])} | {ratio(b['load_ms'], a['load_ms'])} | "
+                     + (f"{fmt(a['buffers_per_token'])} {'met' if a['buffers_per_token'] == 0 else 'missed'} |"
+                        if mine in GPU_SYSTEMS else f"- ({a['mode']}) |"))
+    return "\n".join(lines)
+
+
+def print_lm_report(report: dict) -> None:
+    print(f"{report.get('model')}: {report.get('browser', '?')}, adapter {report.get('adapter', '?')}, "
+          f"onnxruntime-web {report.get('onnxruntime_web', '?')}, prompt {report['settings']['prompt']} tokens, "
+          f"{report['settings']['new_tokens']} new, {report['settings']['runs']} runs, {report.get('seconds', '?')} s in all")
+    print()
+    print(lm_table(report))
+    print()
+    print(lm_goals(report))
+    if report.get("page_errors"):
+        print("\npage errors:", *report["page_errors"], sep="\n  ")
+
+
+def lm_main(args: argparse.Namespace, systems: list[str]) -> None:
+    """--lm: build the bundle (or reuse it), run every system, print and save the tables."""
+    started = time.monotonic()
+    source = args.lm.resolve()
+    signature = lm_signature(source)
+    work = args.work / source.stem
+    work.mkdir(parents=True, exist_ok=True)
+    onnx_path = work / "decoder.onnx"  # served beside its bundle (a hard link: the server follows no symlink)
+    if onnx_path.is_symlink() or not (onnx_path.exists() and onnx_path.samefile(source)):
+        onnx_path.unlink(missing_ok=True)
+        try:
+            os.link(source, onnx_path)
+        except OSError:  # another file system
+            shutil.copyfile(source, onnx_path)
+    bounds = lm_bounds(args.prompt, args.new_tokens)
+    stamp = work / "bundle.stamp"
+    key = json.dumps({"bounds": bounds, "model": str(source), "mtime": source.stat().st_mtime})
+    if not (args.reuse_bundle and stamp.is_file() and stamp.read_text() == key):
+        build_start = time.monotonic()
+        relaxweb.build(onnx_path, work / "bundle", bounds=bounds)
+        stamp.write_text(key)
+        print(f"built the bundle in {time.monotonic() - build_start:.0f} s")
+    vocab = onnx.load(str(source), load_external_data=False).graph.output[0].type.tensor_type.shape.dim[-1].dim_value
+    prompt = lm_prompt(args.prompt, vocab)
+    reference = lm_reference(source, signature, prompt, args.new_tokens)
+    floats = float_activations(source)
+    float_reference = None if floats is None else lm_reference(floats, signature, prompt, args.new_tokens)
+    report = {**report_header("bench/decode.py"), "model": str(source), "bounds": bounds, "prompt_ids": prompt,
+              "reference_tokens": reference, "float_reference_tokens": float_reference,
+              "settings": {"prompt": args.prompt, "new_tokens": args.new_tokens, "runs": args.runs}}
+    report |= bench_lm(onnx_path, work / "bundle", signature, prompt, args.new_tokens, args.runs, systems)
+    for system in report["systems"].values():
+        system["summary"] = lm_summary(system, reference, float_reference)
+    report["seconds"] = round(time.monotonic() - started)
+    out = args.out if args.out != DEFAULT_OUT else BENCH_DIR / "build" / f"decode-lm-{source.stem}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=1))
+    print()
+    print_lm_report(report)
+    print(f"wrote {out}")
+
+
 def tiny_llama_onnx() -> Path:
     """The trained tiny Llama's ONNX file (trained and exported first when missing: ~3 min)."""
     spec = importlib.util.spec_from_file_location("tiny_llama", TINY_LLAMA)
@@ -349,17 +638,32 @@ def main() -> None:
                              "reused from the second step on)")
     parser.add_argument("--rounds", type=int, default=2,
                         help="times every past length runs on every system, the systems' order alternating (default: %(default)s)")
-    parser.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=ALL_SYSTEMS,
+    parser.add_argument("--systems", nargs="+", choices=(*ALL_SYSTEMS, *LM_SYSTEMS[1::2]),
                         help="default: %(default)s; relaxweb-cache-on-host: relaxweb with the cache through JavaScript")
     parser.add_argument("--model", type=Path, help="a decoder's ONNX file (default: the tiny Llama, scripts/tiny_llama.py)")
     parser.add_argument("--work", type=Path, default=BENCH_DIR / "build" / "decode", help="the model's copy and the bundle")
-    parser.add_argument("--out", type=Path, default=BENCH_DIR / "build" / "decode-results.json")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--lm", type=Path, metavar="ONNX",
+                        help="generation instead: a decoder (e.g. scripts/export_decoders.py --size smollm-135m's), "
+                             "relaxweb WebGPU and wasm against onnxruntime-web WebGPU and wasm")
+    parser.add_argument("--prompt", type=int, default=32, help="--lm: prompt tokens (default: %(default)s)")
+    parser.add_argument("--new-tokens", type=int, default=32, help="--lm: greedy new tokens (default: %(default)s)")
+    parser.add_argument("--runs", type=int, default=3, help="--lm: generations per system (default: %(default)s)")
+    parser.add_argument("--reuse-bundle", action="store_true", help="--lm: keep the bundle built for the same model and bounds")
     parser.add_argument("--table", type=Path, metavar="JSON", help="only print the tables of a results JSON")
     args = parser.parse_args()
     if args.table:
-        print_report(json.loads(args.table.read_text()))
+        saved = json.loads(args.table.read_text())
+        print_lm_report(saved) if "reference_tokens" in saved else print_report(saved)
         return
-    systems = list(args.systems)
+    systems = list(args.systems or (LM_SYSTEMS if args.lm else SYSTEMS))
+    if not args.lm and set(systems) - set(ALL_SYSTEMS):
+        parser.error(f"{', '.join(sorted(set(systems) - set(ALL_SYSTEMS)))}: only with --lm")
+    if args.lm:
+        if not (ORT_DIST / "ort.webgpu.min.mjs").is_file():
+            parser.error(f"onnxruntime-web is missing ({ORT_DIST}): run `npm install` in {REPO}")
+        lm_main(args, systems)
+        return
     if not (ORT_DIST / "ort.webgpu.min.mjs").is_file():
         print(f"onnxruntime-web is missing ({ORT_DIST}): run `npm install` in {REPO}; benchmarking relaxweb alone")
         systems = [s for s in systems if s != BASELINE]

@@ -4,6 +4,10 @@
 gives onnxruntime's tokens).
 
     python3 scripts/export_decoders.py OUT_DIR [--only NAME ...] [--write-test-data]
+    python3 scripts/export_decoders.py OUT_DIR --size smollm-135m --only builder_int4 --only builder_fp32
+
+``--size`` chooses the Llama's shape for the builder's models (``tiny``, the default, for the
+tests; ``smollm-135m``, SmolLM-135M's shape with random weights, for ``bench/decode.py``).
 
 Writes ``OUT_DIR/NAME.onnx`` (weights inline) and ``OUT_DIR/NAME.json``: the exporter, the
 inputs and outputs, and what feeding the decoder takes (``decoder``: layers, key/value heads,
@@ -57,6 +61,15 @@ SEED = 0
 #: spread (initializer_range 0.2) so that greedy tokens are not one token repeated.
 SIZES = dict(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, max_position_embeddings=256, initializer_range=0.2)
+#: SmolLM-135M's shape (its config.json: 30 layers, 9 query heads sharing 3 key / value heads
+#: of 64, tied embeddings), random weights spread wider than its initializer_range of 0.02:
+#: with 0.02 greedy decoding repeats one token (a check of the tokens that checks little);
+#: with 0.1 a 32-token prompt's 32 greedy tokens are all different (transformers, seed 0).
+SMOLLM_135M = dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
+                   num_key_value_heads=3, max_position_embeddings=2048, initializer_range=0.1, rms_norm_eps=1e-5,
+                   rope_theta=10000.0)
+#: --size: the builder's Llama shapes (the other exporters are tiny only)
+LLAMA_SIZES = {"tiny": SIZES, "smollm-135m": SMOLLM_135M}
 
 
 @dataclass(frozen=True)
@@ -85,7 +98,7 @@ def tied_llama():
     """A Llama with tied input and output embeddings (as SmolLM, Llama 3.2 1B, Qwen2.5 0.5B)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    return LlamaForCausalLM(LlamaConfig(tie_word_embeddings=True, **SIZES))
+    return LlamaForCausalLM(LlamaConfig(tie_word_embeddings=True, **LLAMA_SIZES[ARGS.size]))
 
 
 def builder(name: str, precision: str, provider: str, **extra_options: str) -> Callable[[Path], dict]:
@@ -93,7 +106,8 @@ def builder(name: str, precision: str, provider: str, **extra_options: str) -> C
         module = _builder_module()
         module.export_genai(module.GenaiSpec(name, tied_llama, precision, provider, extra_options), out_dir)
         shutil.rmtree(out_dir / f"{name}.hf", ignore_errors=True)
-        return {"head_size": SIZES["hidden_size"] // SIZES["num_attention_heads"]}
+        sizes = LLAMA_SIZES[ARGS.size]
+        return {"head_size": sizes["hidden_size"] // sizes["num_attention_heads"]}
 
     return export
 
@@ -241,7 +255,7 @@ def write_sidecar(decoder: Decoder, out_dir: Path, stated: dict) -> dict:
 
     path = out_dir / f"{decoder.name}.onnx"
     model = onnx.load(str(path), load_external_data=False)
-    sidecar = {"name": decoder.name, "exporter": decoder.exporter, "label": decoder.label,
+    sidecar = {"name": decoder.name, "exporter": decoder.exporter, "label": decoder.label, "size": ARGS.size,
                "inputs": [value.name for value in model.graph.input], "outputs": [value.name for value in model.graph.output],
                "op_types": sorted({f"{n.domain}.{n.op_type}" if n.domain not in ("", "ai.onnx") else n.op_type
                                    for n in model.graph.node}),
@@ -257,11 +271,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--write-test-data", action="store_true",
                         help=f"copy the optimum models (each < 1 MB) to {TEST_DATA.relative_to(ROOT)}")
     parser.add_argument("--zoo-venv", default=str(ZOO_VENV), help="the virtual environment with optimum")
+    parser.add_argument("--size", choices=LLAMA_SIZES, default="tiny",
+                        help="the builder's Llama shape (default: %(default)s; smollm-135m: SmolLM-135M's, for bench/decode.py)")
     parser.add_argument("--optimum-worker", action="append", default=[], help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
 
-ARGS = argparse.Namespace(zoo_venv=str(ZOO_VENV))
+ARGS = argparse.Namespace(zoo_venv=str(ZOO_VENV), size="tiny")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -275,6 +291,10 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [name for name in names if name not in DECODERS]
     if unknown:
         raise SystemExit(f"error: unknown decoder(s): {', '.join(unknown)} (known: {', '.join(DECODERS)})")
+    not_sized = [name for name in names if DECODERS[name].exporter != "builder"]
+    if ARGS.size != "tiny" and not_sized:
+        raise SystemExit(f"error: --size {ARGS.size} is for the builder's models; {', '.join(not_sized)} are tiny only "
+                         "(give --only builder_...)")
     failed = 0
     for name in names:
         decoder = DECODERS[name]

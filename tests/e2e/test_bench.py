@@ -359,6 +359,43 @@ def test_decode_page_feeds_present_back_on_both_systems(decode, tmp_path):
     assert "| 8 | relaxweb |" in decode.decode_table(report)
 
 
+@in_the_browser
+def test_decode_lm_generates_the_reference_tokens_on_every_system(decode, tmp_path):
+    """decode.py --lm's page on the toy decoder (no timing asserted): a prompt's prefill from an
+    empty past and greedy new tokens on relaxweb (WebGPU, wasm) and onnxruntime-web (WebGPU,
+    wasm) give onnxruntime's (CPU) tokens; relaxweb on WebGPU generates with model.generate and,
+    its kept outputs' buffers made in the first generation, creates no buffer per token in the
+    second (the page's count and the runtime's own); load fetches the model's bytes; the wasm
+    systems' memory is seen."""
+    path = tmp_path / "decoder.onnx"
+    onnx.save(toy_decoder(), str(path))
+    signature = decode.lm_signature(path)
+    assert signature["pastShapes"] == [[KV_HEADS, 0, HEAD_DIM]] * 2 and "position_ids" in signature["inputs"]
+    relaxweb.build(path, tmp_path / "bundle", bounds=decode.lm_bounds(3, 4))
+    prompt = decode.lm_prompt(3, VOCAB)
+    reference = decode.lm_reference(path, signature, prompt, 4)
+    systems = ["relaxweb", "relaxweb-wasm"]
+    if (decode.ORT_DIST / "ort.webgpu.min.mjs").is_file():
+        systems += ["ort-webgpu", "ort-wasm"]
+    report = decode.bench_lm(path, tmp_path / "bundle", signature, prompt, 4, runs=2, systems=systems, log=lambda _: None)
+    report["reference_tokens"] = reference
+    assert report["page_errors"] == []
+    for name in systems:
+        system = report["systems"][name]
+        assert "error" not in system, system.get("error")
+        summary = decode.lm_summary(system, reference)
+        assert summary["tokens"] == reference and summary["same_prefix_as_reference"] == 4 and summary["runs_agree"], name
+        assert [len(run["steps"]) for run in system["runs"]] == [3, 3] and summary["fetched_bytes"] > 0
+        if name.endswith("wasm"):
+            assert summary["wasm_memory_bytes"] > 0
+    assert decode.lm_summary(report["systems"]["relaxweb"], reference)["mode"] == "model.generate"
+    for step in report["systems"]["relaxweb"]["runs"][1]["steps"]:
+        assert step["counts"]["buffers"] == step["runtimeStats"]["buffersCreated"] == 0
+    for system in report["systems"].values():
+        system["summary"] = decode.lm_summary(system, reference)
+    assert "| relaxweb-wasm |" in decode.lm_table(report)
+
+
 # bench/batch.py: ragged batches against one by one and padded ------------------------------
 
 
