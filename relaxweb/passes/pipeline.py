@@ -25,6 +25,7 @@ from .context import DEFAULT_OPT_LEVEL, OPT_LEVELS, PassContext
 from .fold_scalar_constants import fold_scalar_constants
 from .fuse_attention import fuse_attention
 from .fuse_ops import fuse_ops
+from .gather_before_transpose import gather_before_transpose
 from .legalize_ops import legalize_ops
 from .place_kv_caches import place_kv_caches
 from .lower_shapes_to_host import lower_shapes_to_host
@@ -33,6 +34,10 @@ from .schedule_programs import schedule_programs
 from .share_programs import share_programs
 
 Pass = Callable[[IRModule], IRModule]
+
+# Rewrites that make less work before anything is packed or lowered (a tied embedding read
+# through a transpose of the LM head: only the rows gathered are transposed).
+SIMPLIFY: list[Pass] = [gather_before_transpose]
 
 # Weights stored packed (--weights float16|int8|int4), decoded by the kernels that read them.
 COMPRESS: list[Pass] = [compress_weights]
@@ -63,8 +68,9 @@ def pipeline(opt_level: int | None = None) -> list[Pass]:
         opt_level = PassContext.current().opt_level
     if opt_level not in OPT_LEVELS:
         raise ValueError(f"opt level {opt_level} does not exist; expected one of {', '.join(map(str, OPT_LEVELS))}")
-    return [*COMPRESS, *(FUSE_OPS + PLACE_CACHES if opt_level >= 1 else []), *LOWER_OPS,
-            *(OPTIMIZE if opt_level >= 1 else []), *LOWER_TO_HOST]
+    optimizing = opt_level >= 1
+    return [*(SIMPLIFY if optimizing else []), *COMPRESS, *(FUSE_OPS + PLACE_CACHES if optimizing else []), *LOWER_OPS,
+            *(OPTIMIZE if optimizing else []), *LOWER_TO_HOST]
 
 
 PIPELINE: list[Pass] = pipeline(DEFAULT_OPT_LEVEL)

@@ -161,7 +161,7 @@ def test_the_schedule_recipe_names_every_table() -> None:
 
 # A pass ------------------------------------------------------------------------------------------------
 
-PASS_LISTS = ("COMPRESS", "FUSE_OPS", "PLACE_CACHES", "LOWER_OPS", "OPTIMIZE", "LOWER_TO_HOST")
+PASS_LISTS = ("SIMPLIFY", "COMPRESS", "FUSE_OPS", "PLACE_CACHES", "LOWER_OPS", "OPTIMIZE", "LOWER_TO_HOST")
 pipeline_module = importlib.import_module("relaxweb.passes.pipeline")
 
 
