@@ -18,6 +18,7 @@ dtype, a bound exceeded) are RelaxwebErrors: one ``error: ...`` line on stderr, 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 import time
@@ -43,6 +44,7 @@ from .runtime import BACKENDS
 from .runtime.webgpu import KERNEL_VARIANTS
 
 EXIT_USER_ERROR = 2
+EXIT_BROKEN_PIPE = 141  # as a shell reports a program stopped by SIGPIPE
 
 
 def _parse_bound(text: str) -> tuple[str, int]:
@@ -123,12 +125,34 @@ def load_npz(path: str) -> dict[str, np.ndarray]:
     if Path(path).is_file() and not zipfile.is_zipfile(path):
         raise RelaxwebError(f"{path}: not an .npz file (write one with numpy.savez(path, name=array, ...))")
     try:
+        _check_npz_sizes(path)
         with np.load(path, allow_pickle=False) as data:
             return {name: data[name] for name in data.files}
     except FileNotFoundError:
         raise RelaxwebError(f"{path}: no such file") from None
     except (zipfile.BadZipFile, ValueError, OSError, EOFError) as error:
         raise RelaxwebError(f"{path}: not a readable .npz file ({error or type(error).__name__})") from None
+    except MemoryError:
+        raise RelaxwebError(f"{path}: its arrays do not fit in this machine's memory") from None
+
+
+def _check_npz_sizes(path: str) -> None:
+    """Refuse an array whose header claims more bytes than its file holds (a shape of 2^40
+    rows in a 200-byte file), before numpy allocates what the header says."""
+    readers = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+    with zipfile.ZipFile(path) as archive:
+        for info in archive.infolist():
+            if not info.filename.endswith(".npy"):
+                continue
+            with archive.open(info) as member:
+                version = np.lib.format.read_magic(member)
+                if version not in readers:
+                    continue  # numpy says what is wrong with it
+                shape, _, dtype = readers[version](member)
+                claimed = int(np.prod(shape, dtype=object)) * dtype.itemsize
+                if claimed > info.file_size:
+                    raise RelaxwebError(f"{path}: array '{info.filename[:-4]}' claims shape {tuple(shape)} ({claimed} "
+                                        f"bytes) but its file holds {info.file_size} bytes")
 
 
 def _run_target(args: argparse.Namespace) -> Path:
@@ -167,6 +191,7 @@ def command_run(args: argparse.Namespace) -> int:
     target = _run_target(args)
     if len(args.inputs) > 1 or args.batch:
         return _run_instances(args, target)
+    out = _out_file(args.out, args.inputs) if args.out is not None else None  # before the run
     inputs = load_npz(args.inputs[0])
     started = time.perf_counter()
     if args.reference:
@@ -200,10 +225,39 @@ def command_run(args: argparse.Namespace) -> int:
     if args.profile:
         print(profile.table())
     print(f"ran in {where} in {elapsed:.2f} s ({including})", file=sys.stderr)
-    if args.out:
-        np.savez(args.out, **outputs)
-        print(f"wrote {args.out}", file=sys.stderr)
+    if out is not None:
+        _write_npz(out, outputs)
+        print(f"wrote {out}", file=sys.stderr)
     return 0
+
+
+def _out_file(given: str, inputs: list[str]) -> Path:
+    """The file ``--out`` names, as it will be written (``.npz`` added where missing, as numpy
+    does); refused before the run when it cannot be: no name, an inputs file, no such folder."""
+    if not given.strip():
+        raise RelaxwebError("--out is empty: give the .npz file to write the outputs to")
+    out = Path(given if given.endswith(".npz") else f"{given}.npz")
+    try:
+        if any(out.exists() and out.samefile(path) for path in inputs):
+            raise RelaxwebError(f"--out {out} is an --inputs file: writing the outputs would replace the inputs; "
+                                "name another file")
+        if not out.parent.is_dir():
+            raise RelaxwebError(f"--out {out}: the folder {out.parent} does not exist")
+    except OSError as error:
+        raise RelaxwebError(f"--out {_cut(given)}: {error.strerror or error}") from None
+    return out
+
+
+def _write_npz(path: Path, arrays: dict) -> None:
+    try:
+        np.savez(path, **arrays)
+    except OSError as error:
+        raise RelaxwebError(f"cannot write {_cut(str(path))}: {error.strerror or error}") from None
+
+
+def _cut(text: str, most: int = 200) -> str:
+    """A path as a message shows it: at most ``most`` characters."""
+    return text if len(text) <= most else f"{text[:most - 3]}..."
 
 
 def _run_instances(args: argparse.Namespace, target: Path) -> int:
@@ -247,8 +301,11 @@ def _run_instances(args: argparse.Namespace, target: Path) -> int:
             preview = np.array2string(array.reshape(-1)[:6], precision=5, separator=", ")
             print(f"  {output_name}: {array.dtype}{list(array.shape)} {preview}{' ...' if array.size > 6 else ''}")
         if out_dir is not None:
-            out_dir.mkdir(parents=True, exist_ok=True)
-            np.savez(out_dir / name, **instance_outputs)
+            try:
+                out_dir.mkdir(parents=True, exist_ok=True)
+            except OSError as error:
+                raise RelaxwebError(f"cannot make the --out folder {_cut(str(out_dir))}: {error.strerror or error}") from None
+            _write_npz(out_dir / name, instance_outputs)
     mode = "as one batch" if args.batch else "one after another"
     print(f"ran {len(instances)} instances {mode} ({how}) in {where} in {run_s * 1000:.1f} ms "
           f"(without load, but a first run: kernels compile on first use; load {load_s:.2f} s)", file=sys.stderr)
@@ -309,10 +366,22 @@ def _generating_session(args: argparse.Namespace):
 def command_generate(args: argparse.Namespace) -> int:
     session = _generating_session(args)
     printer = _TextPrinter()
-    result = session.generate(args.prompt, on_token=printer, **_sampling(args))
+    prompt = _utf8_text(args.prompt, "--prompt") if isinstance(args.prompt, str) else args.prompt
+    result = session.generate(prompt, on_token=printer, **_sampling(args))
     print(result.text[printer.printed:], flush=True)
     _report(result)
     return 0
+
+
+def _utf8_text(text: str, what: str) -> str:
+    """``text`` when it is UTF-8 (a command line or stdin with other bytes gives Python
+    surrogate escapes: refused here, naming the first byte, rather than deep in the tokenizer)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        byte = text[error.start].encode("utf-8", "surrogateescape")
+        raise RelaxwebError(f"{what} is not UTF-8 text: byte 0x{byte.hex()} at character {error.start}") from None
+    return text
 
 
 def _parse_message(text: str) -> dict[str, str]:
@@ -328,6 +397,8 @@ def command_chat(args: argparse.Namespace) -> int:
     stdin, one user message a line, each reply printed after it."""
     session = _generating_session(args)
     messages = ([{"role": "system", "content": args.system}] if args.system is not None else []) + (args.message or [])
+    for message in messages:
+        _utf8_text(message["content"], f"the {message['role']} message")
     if getattr(session.tokenizer, "chat_template", None) is None:
         session.apply_chat_template([{"role": "user", "content": ""}])  # says there is no template, before reading
     if args.message:
@@ -337,9 +408,10 @@ def command_chat(args: argparse.Namespace) -> int:
     while True:
         if interactive:
             print("> ", end="", file=sys.stderr, flush=True)
-        line = sys.stdin.readline()
+        line = sys.stdin.buffer.readline().decode("utf-8", "surrogateescape")
         if not line:
             return 0
+        _utf8_text(line, "the line read")
         if not line.strip():
             continue
         messages.append({"role": "user", "content": line.rstrip("\n")})
@@ -534,6 +606,9 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USER_ERROR
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # the reader of our output went away (`relaxweb inspect ... | head -1`)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        return EXIT_BROKEN_PIPE
 
 
 if __name__ == "__main__":

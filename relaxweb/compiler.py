@@ -222,9 +222,14 @@ def build_bundle(model: Model, out_dir: str | Path, bounds: Mapping[str, int] | 
     into ``out_dir`` only when all of it is written: a build that fails (a refused model, a
     full disk) leaves the bundle already there as it was.  Other files in ``out_dir`` stay.
     """
+    if not str(out_dir).strip():
+        raise RelaxwebError("the output (-o) is empty: name the bundle's folder (it is made where missing)")
     out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise RelaxwebError(f"{out} exists and is not a folder; the output (-o) must be a folder")
+    try:
+        if out.exists() and not out.is_dir():
+            raise RelaxwebError(f"{out} exists and is not a folder; the output (-o) must be a folder")
+    except OSError as error:  # a name or path longer than the file system takes
+        raise RelaxwebError(f"cannot write the bundle to {_shortened(out)}: {error.strerror or error}") from None
     if runtime not in RUNTIME_CHOICES:  # before the slow compile
         raise RelaxwebError(f"runtime {runtime!r} is not one of {', '.join(RUNTIME_CHOICES)} "
                             f"({'; '.join(f'{name}: {what}' for name, what in RUNTIME_CHOICES.items())})")
@@ -239,7 +244,7 @@ def build_bundle(model: Model, out_dir: str | Path, bounds: Mapping[str, int] | 
         out.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.building-", dir=out.parent))
     except OSError as error:
-        raise RelaxwebError(f"cannot write the bundle next to {out}: {error.strerror}") from None
+        raise RelaxwebError(f"cannot write the bundle next to {_shortened(out)}: {error.strerror}") from None
     try:
         manifest = write_bundle(module, staging, model_name(model), progress,
                                 split_bytes=PassContext.current().binding_split_bytes,
@@ -249,7 +254,7 @@ def build_bundle(model: Model, out_dir: str | Path, bounds: Mapping[str, int] | 
                                 node_names=node_names(model) if attention_sites(module.attrs) else {})
         _move_into_place(staging, out)
     except OSError as error:
-        raise RelaxwebError(f"cannot write the bundle to {out}: {error.strerror or error}") from None
+        raise RelaxwebError(f"cannot write the bundle to {_shortened(out)}: {error.strerror or error}") from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return manifest
@@ -295,3 +300,9 @@ def _dump(folder: Path, name: str, module: IRModule) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     index = len(list(folder.glob("*.txt")))
     (folder / f"{index:02d}_{name}.txt").write_text(format_module(module))
+
+
+def _shortened(path: Path, most: int = 200) -> str:
+    """A path as a message shows it: at most ``most`` characters (a hostile -o may have thousands)."""
+    text = str(path)
+    return text if len(text) <= most else f"{text[:most - 3]}..."

@@ -26,7 +26,9 @@ from relaxweb.errors import RelaxwebError
 from relaxweb.tokenizer.byte import ByteTokenizer, TextStream, checked_byte_entry
 from relaxweb.tokenizer.chat_template import ChatTemplate
 from relaxweb.tokenizer.huggingface import DecodeStream, HuggingFaceTokenizer, load_huggingface_tokenizer
-from relaxweb.tokenizer.publisher import FILES, TOKENIZER_JSON, TokenizerSource, huggingface_tokenizer, read_publisher_file
+from relaxweb.tokenizer.publisher import (
+    FILES, TOKENIZER_JSON, TokenizerSource, huggingface_tokenizer, parse_json, read_publisher_file,
+)
 
 __all__ = [
     "ByteTokenizer", "ChatTemplate", "DecodeStream", "HuggingFaceTokenizer", "KINDS", "METADATA_KEY", "TextStream",
@@ -70,10 +72,7 @@ def tokenizer_from_path(path: str | Path) -> TokenizerSource:
     data = read_publisher_file(path, FILES[TOKENIZER_JSON])
     if data is None:
         raise RelaxwebError(f"{path}: no such tokenizer file or folder")
-    try:
-        spec = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise RelaxwebError(f"{path}: not a readable JSON tokenizer ({error})") from None
+    spec = parse_json(data, f"{path} (a JSON tokenizer)")
     if isinstance(spec, dict) and "model" in spec and "kind" not in spec:
         return huggingface_tokenizer(path, data)
     if isinstance(spec, dict) and "kind" not in spec and ("chat_template" in spec or "tokenizer_class" in spec):
@@ -88,10 +87,7 @@ def tokenizer_from_metadata(metadata: Mapping[str, str], source: str) -> Tokeniz
     if METADATA_KEY not in metadata:
         return None
     where = f"{source}'s metadata_props[{METADATA_KEY!r}]"
-    try:
-        spec = json.loads(metadata[METADATA_KEY])
-    except json.JSONDecodeError as error:
-        raise RelaxwebError(f"the tokenizer in {where} is not JSON ({error})") from None
+    spec = parse_json(metadata[METADATA_KEY], f"the tokenizer in {where}")
     return TokenizerSource(checked_tokenizer(spec, where))
 
 

@@ -92,11 +92,22 @@ def read_publisher_file(path: Path, limit: int) -> bytes | None:
     return data
 
 
-def _json_object(data: bytes, path: Path) -> dict:
+def parse_json(text: str | bytes, where: str) -> Any:
+    """JSON from a model or a publisher's file, which may be hostile: text that is not UTF-8 or
+    JSON, nesting deeper than Python's stack (200,000 brackets), a number of thousands of digits
+    are one RelaxwebError naming ``where``."""
     try:
-        value = json.loads(data.decode("utf-8"))
+        return json.loads(text.decode("utf-8") if isinstance(text, bytes) else text)
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise RelaxwebError(f"{path}: not a readable JSON file ({error})") from None
+        raise RelaxwebError(f"{where}: not readable JSON ({error})") from None
+    except RecursionError:
+        raise RelaxwebError(f"{where}: JSON nested too deeply to read") from None
+    except ValueError as error:  # an integer of more digits than Python converts
+        raise RelaxwebError(f"{where}: not readable JSON ({error})") from None
+
+
+def _json_object(data: bytes, path: Path) -> dict:
+    value = parse_json(data, str(path))
     if not isinstance(value, dict):
         raise RelaxwebError(f"{path}: expected a JSON object, got {type(value).__name__}")
     return value

@@ -62,7 +62,7 @@ SPOILED = [
     ("a FIFO", lambda f: (f / "generation_config.json").unlink() or os.mkfifo(f / "generation_config.json"),
      "generation_config.json is not a regular file"),
     ("no tokenizer.json", lambda f: (f / "tokenizer.json").unlink(), "no tokenizer.json in this folder"),
-    ("not JSON", lambda f: (f / "tokenizer.json").write_text("{oops"), "tokenizer.json: not a readable JSON file"),
+    ("not JSON", lambda f: (f / "tokenizer.json").write_text("{oops"), "tokenizer.json: not readable JSON"),
     ("not a tokenizer", lambda f: write_json(f / "tokenizer.json", {"model": {"type": "BPE"}}),
      "tokenizer.json: the tokenizers library cannot load it"),
     ("a WordLevel model", word_level, "tokenizer.json: a \"WordLevel\" tokenizer model; relaxweb's runtimes (the browser's "

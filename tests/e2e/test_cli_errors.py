@@ -1,0 +1,118 @@
+"""The command line's answers to hostile or mistaken arguments and files (issue 29, "Tracebacks
+instead of one error line" and "Smaller"): one ``error:`` line and exit 2, never a traceback,
+nothing written where it should not be.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+import relaxweb
+from examples.make_mlp import make_mlp
+from tests.fixtures.tiny_decoder import BOUNDS, tiny_decoder
+
+REPO = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.slow  # the command line in subprocesses
+
+
+def cli(folder: Path, *args: str, shell: str | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    command = shell if shell is not None else None
+    if command is not None:
+        return subprocess.run(["bash", "-c", f"set -o pipefail; {command}"], cwd=folder, env=env, capture_output=True,
+                              timeout=120)
+    return subprocess.run([sys.executable, "-m", "relaxweb", *args], cwd=folder, env=env, capture_output=True, timeout=120)
+
+
+def one_error(done: subprocess.CompletedProcess) -> str:
+    """The one error line of a refused command (exit 2, nothing else on stderr but notes)."""
+    stderr = done.stderr.decode("utf-8", "replace")
+    assert done.returncode == 2 and "Traceback" not in stderr, stderr
+    [line] = [line for line in stderr.splitlines() if line.startswith("error: ")]
+    return line
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory) -> Path:
+    """A folder with the MLP as m.onnx, its bundle dist/, in.npz, and the tiny decoder's bundle."""
+    folder = tmp_path_factory.mktemp("cli")
+    onnx.save(make_mlp(), str(folder / "m.onnx"))
+    relaxweb.build(folder / "m.onnx", folder / "dist")
+    relaxweb.build(tiny_decoder(), folder / "llama", bounds=BOUNDS)
+    np.savez(folder / "in.npz", x=np.zeros((2, 64), np.float32))
+    return folder
+
+
+def test_inspect_into_a_closed_pipe_ends_quietly(folder: Path) -> None:
+    done = cli(folder, shell=f"'{sys.executable}' -m relaxweb inspect m.onnx | head -1")
+    assert done.stdout.decode().startswith("model m.onnx")
+    assert done.stderr == b"" and done.returncode == 141  # as a shell reports a program stopped by SIGPIPE
+
+
+@pytest.mark.parametrize("out, message", [
+    ("missing/out.npz", "error: --out missing/out.npz: the folder missing does not exist"),
+    ("a" * 300, "error: --out " + "a" * 197 + "...: File name too long"),
+    ("in.npz", "error: --out in.npz is an --inputs file: writing the outputs would replace the inputs; name another file"),
+    ("in", "error: --out in.npz is an --inputs file: writing the outputs would replace the inputs; name another file"),
+    ("", "error: --out is empty: give the .npz file to write the outputs to"),
+], ids=["missing folder", "300-byte name", "the inputs", "the inputs without .npz", "empty"])
+def test_run_out_is_checked_before_the_run(folder: Path, out: str, message: str) -> None:
+    before = (folder / "in.npz").read_bytes()
+    assert one_error(cli(folder, "run", "dist", "--inputs", "in.npz", "--out", out)) == message
+    assert (folder / "in.npz").read_bytes() == before
+
+
+def test_run_out_says_the_file_it_wrote(folder: Path) -> None:
+    done = cli(folder, "run", "dist", "--inputs", "in.npz", "--out", "result")
+    assert done.returncode == 0 and done.stderr.decode().splitlines()[-1] == "wrote result.npz"
+    assert set(np.load(folder / "result.npz").files) == {"probabilities"}
+
+
+def test_an_npz_header_claiming_terabytes_is_refused(folder: Path) -> None:
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {"descr": "<f4", "fortran_order": False, "shape": (2**40, 4)})
+    with zipfile.ZipFile(folder / "huge.npz", "w") as archive:
+        archive.writestr("x.npy", header.getvalue() + bytes(64))
+    assert one_error(cli(folder, "run", "dist", "--inputs", "huge.npz")) == (
+        "error: huge.npz: array 'x' claims shape (1099511627776, 4) (17592186044416 bytes) but its file holds 192 bytes")
+
+
+@pytest.mark.parametrize("output, message", [
+    ("b" * 300, "error: cannot write the bundle to " + "b" * 197 + "...: File name too long"),
+    ("/".join(["c" * 200] * 25), "error: cannot write the bundle to " + ("c" * 200)[:197] + "...: File name too long"),
+    ("", "error: the output (-o) is empty: name the bundle's folder (it is made where missing)"),
+], ids=["300-byte name", "5,000-character path", "empty"])
+def test_build_output_names_the_file_system_refuses(tmp_path: Path, output: str, message: str) -> None:
+    onnx.save(make_mlp(), str(tmp_path / "m.onnx"))
+    assert one_error(cli(tmp_path, "build", "m.onnx", "-o", output)) == message
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["m.onnx"]  # nothing written here
+
+
+@pytest.mark.parametrize("args, message", [
+    (["generate", "llama", "--prompt", b"ab\xffc"], "error: --prompt is not UTF-8 text: byte 0xff at character 2"),
+    (["chat", "llama", "--message", b"user:a\xfeb"], "error: the user message is not UTF-8 text: byte 0xfe at character 1"),
+], ids=["generate", "chat"])
+def test_prompts_that_are_not_utf8_are_refused(folder: Path, args: list, message: str) -> None:
+    assert one_error(cli(folder, *[os.fsdecode(arg) if isinstance(arg, bytes) else arg for arg in args])) == message
+
+
+@pytest.mark.parametrize("value, message", [
+    ("[" * 200_000 + "]" * 200_000, "JSON nested too deeply to read"),
+    ('{"kind": "byte", "vocab_size": ' + "9" * 5000 + "}", "not readable JSON (Exceeds the limit (4300 digits)"),
+], ids=["nested 200,000 deep", "5,000 digits"])
+def test_hostile_tokenizer_metadata_is_one_error(tmp_path: Path, value: str, message: str) -> None:
+    model = make_mlp()
+    model.metadata_props.add(key="relaxweb.tokenizer", value=value)
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    line = one_error(cli(tmp_path, "build", "m.onnx", "-o", "dist"))
+    assert line.startswith("error: the tokenizer in m.onnx's metadata_props['relaxweb.tokenizer']: " + message), line
