@@ -22,6 +22,7 @@ import http.server
 import json
 import os
 import shutil
+import sys
 import tempfile
 import threading
 import urllib.parse
@@ -198,6 +199,21 @@ def check_bundle_dir(bundle_dir: str | Path) -> Path:
     return path
 
 
+IDLE_CONNECTION_S = 30
+
+
+class _Server(http.server.ThreadingHTTPServer):
+    """The server of :func:`start_server`: a client that resets or drops its connection (a
+    closed tab, a cancelled fetch) is the client's business, not an error with a traceback."""
+
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            return
+        super().handle_error(request, client_address)
+
+
 class _RoutingHandler(http.server.SimpleHTTPRequestHandler):
     """Serves files from a few folders, chosen by URL prefix; no caching.
 
@@ -208,6 +224,9 @@ class _RoutingHandler(http.server.SimpleHTTPRequestHandler):
 
     #: URL prefix -> folder, longest prefix first; set by :func:`start_server`.
     routes: list[tuple[str, Path]] = []
+    #: seconds a connection may sit idle (a keep-alive, a client that sends nothing) before it is
+    #: closed, so that idle clients cannot hold the server's threads forever
+    timeout = IDLE_CONNECTION_S
     quiet = True
     #: send ISOLATION_HEADERS with every response (the page is cross-origin isolated); on in
     #: :func:`start_server` by default, off for other users of this handler unless they ask
@@ -297,8 +316,7 @@ def start_server(
     page = Path(page_dir) if page_dir is not None else web_demo_dir()
     routes = [("/bundle/", bundle), ("/runtime/", runtime_dir_for(bundle)), ("/", page.resolve())]
     handler = type("BundleHandler", (_RoutingHandler,), {"routes": routes, "quiet": quiet, "isolated": isolated})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), functools.partial(handler, directory=str(page)))
-    server.daemon_threads = True
+    server = _Server(("127.0.0.1", port), functools.partial(handler, directory=str(page)))
     server.url = f"http://127.0.0.1:{server.server_address[1]}/"  # type: ignore[attr-defined]
     threading.Thread(target=server.serve_forever, name="relaxweb-server", daemon=True).start()
     return server

@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import io
 import os
+import socket
+import struct
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 
@@ -17,6 +20,7 @@ import onnx
 import pytest
 
 import relaxweb
+from relaxweb.browser import IDLE_CONNECTION_S, start_server, stop_server
 from examples.make_mlp import make_mlp
 from tests.fixtures.tiny_decoder import BOUNDS, tiny_decoder
 
@@ -116,3 +120,37 @@ def test_hostile_tokenizer_metadata_is_one_error(tmp_path: Path, value: str, mes
     onnx.save(model, str(tmp_path / "m.onnx"))
     line = one_error(cli(tmp_path, "build", "m.onnx", "-o", "dist"))
     assert line.startswith("error: the tokenizer in m.onnx's metadata_props['relaxweb.tokenizer']: " + message), line
+
+
+def test_serve_says_nothing_when_clients_reset_their_connections(folder: Path) -> None:
+    """Five clients ask for the weights and reset the connection (a closed tab): no traceback."""
+    server = subprocess.Popen([sys.executable, "-m", "relaxweb", "serve", "dist", "--port", "0"], cwd=folder,
+                              env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        port = int(server.stdout.readline().split("127.0.0.1:")[1].split("/")[0])
+        for _ in range(5):
+            with socket.create_connection(("127.0.0.1", port)) as client:
+                client.sendall(f"GET /bundle/weights/shard0.bin HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode())
+                client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close with a reset
+        time.sleep(1)
+    finally:
+        server.terminate()
+        _, stderr = server.communicate(timeout=10)
+    assert "Traceback" not in stderr and "Error" not in stderr, stderr
+
+
+def test_an_idle_connection_is_closed(folder: Path) -> None:
+    """A client that connects and sends nothing does not hold a server thread for ever."""
+    server = start_server(folder / "dist")
+    handler = server.RequestHandlerClass.func  # type: ignore[attr-defined]
+    assert handler.timeout == IDLE_CONNECTION_S == 30
+    handler.timeout = 0.5  # not to wait 30 s here
+    try:
+        with socket.create_connection(server.server_address) as client:
+            client.settimeout(10)
+            started = time.monotonic()
+            assert client.recv(1) == b""  # closed by the server
+            assert time.monotonic() - started < 5
+    finally:
+        stop_server(server)
