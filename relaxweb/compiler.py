@@ -33,6 +33,7 @@ from .ir.builder import FunctionBuilder
 from .ir.expr import Function
 from .ir.interpreter import run_module
 from .ir.module import IRModule
+from .ir.symbolic import as_int
 from .ir.printer import format_module
 from .passes import DEFAULT_OPT_LEVEL, OPT_LEVELS, PassContext, run_pipeline
 from .passes.context import SCALE_DTYPES, WEIGHT_FORMATS
@@ -240,6 +241,8 @@ def build_bundle(model: Model, out_dir: str | Path, bounds: Mapping[str, int] | 
         tokenizer_source = model_tokenizer(model)
     for note in tokenizer_source.notes if tokenizer_source is not None else ():
         progress(f"note: {note}")
+    if tokenizer_source is not None:
+        _check_vocabulary(tokenizer_source.entry, module)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.building-", dir=out.parent))
@@ -300,6 +303,17 @@ def _dump(folder: Path, name: str, module: IRModule) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     index = len(list(folder.glob("*.txt")))
     (folder / f"{index:02d}_{name}.txt").write_text(format_module(module))
+
+
+def _check_vocabulary(tokenizer: Mapping, module: IRModule) -> None:
+    """Refuse a tokenizer with more ids than the model's ``logits`` have entries: some of its
+    ids would be tokens the model has never seen (a tokenizer of another model).  Fewer is
+    usual: vocabularies are padded for the GPU."""
+    logits = next((output for output in module.main.outputs if output.name == "logits"), None)
+    vocab = as_int(logits.shape[-1]) if logits is not None and logits.shape else None
+    if vocab is not None and tokenizer["vocab_size"] > vocab:
+        raise RelaxwebError(f"the tokenizer has {tokenizer['vocab_size']} token ids, but the model's logits have {vocab} "
+                            "entries: it is not this model's tokenizer")
 
 
 def _shortened(path: Path, most: int = 200) -> str:

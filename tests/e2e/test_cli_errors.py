@@ -154,3 +154,14 @@ def test_an_idle_connection_is_closed(folder: Path) -> None:
             assert time.monotonic() - started < 5
     finally:
         stop_server(server)
+
+
+def test_a_tokenizer_larger_than_the_logits_is_refused(tmp_path: Path) -> None:
+    """Ids past the model's logits would be tokens the model never saw: another model's tokenizer."""
+    onnx.save(tiny_decoder(), str(tmp_path / "model.onnx"))
+    (tmp_path / "tokenizer.json").write_text('{"kind": "byte", "vocab_size": 300, "eos_token_id": 257}')
+    bounds = [f"--bound={name}={bound}" for name, bound in BOUNDS.items()]
+    assert one_error(cli(tmp_path, "build", "model.onnx", "-o", "dist", "--tokenizer", "tokenizer.json", *bounds)) == (
+        "error: the tokenizer has 300 token ids, but the model's logits have 258 entries: it is not this model's "
+        "tokenizer")
+    assert not (tmp_path / "dist").exists()
