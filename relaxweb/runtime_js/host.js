@@ -681,7 +681,9 @@ function checkInput(spec, tensor) {
     throw new InputShapeError(`input '${name}': expected ${spec.dtype} data (${names}), got ${given}`);
   }
   if (!Array.isArray(shape) || !shape.every((d) => Number.isInteger(d) && d >= 0)) {
-    throw new InputShapeError(`input '${name}': shape must be an array of non-negative integers, got ${JSON.stringify(shape)}`);
+    const bigints = Array.isArray(shape) && shape.some((d) => typeof d === "bigint");
+    throw new InputShapeError(`input '${name}': shape must be an array of non-negative integers` +
+      `${bigints ? " (numbers, not BigInts)" : ""}, got ${shownValue(shape)}`);
   }
   if (shape.length !== spec.shape.length) {
     throw new InputShapeError(
@@ -712,4 +714,20 @@ function checkGpuTensor(spec, tensor) {
     );
   }
   return [...tensor.shape];
+}
+
+/**
+ * A value as a message shows it, whatever it is (JSON.stringify throws on a BigInt and on a
+ * cycle): JSON with BigInts as `2n`, else its string; at most 100 characters.
+ * @param {any} value @returns {string}
+ */
+function shownValue(value) {
+  let text;
+  try {
+    text = JSON.stringify(value, (_, item) => (typeof item === "bigint" ? `${item}n` : item))?.replace(/"(-?\d+n)"/g, "$1");
+  } catch {
+    text = undefined;
+  }
+  text = text ?? String(value);
+  return text.length > 100 ? `${text.slice(0, 97)}...` : text;
 }

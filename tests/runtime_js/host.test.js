@@ -182,6 +182,13 @@ test("checkInputs names the input for a missing input, a wrong dtype, rank or le
   assert.throws(() => checkInputs(manifest, { x: { data: new Float32Array(7), shape: [2, 4] } }),
     /input 'x': shape \[2, 4\] has 8 elements, but the data has 7/);
   assert.throws(() => checkInputs(manifest, { ...good, y: good.x }), /unknown input 'y'/);
+  assert.throws(() => checkInputs(manifest, { x: { data: new Float32Array(8), shape: [2n, 4n] } }), {
+    name: "InputShapeError",
+    message: "input 'x': shape must be an array of non-negative integers (numbers, not BigInts), got [2n,4n]",
+  });
+  const cyclic = [2]; cyclic.push(cyclic);
+  assert.throws(() => checkInputs(manifest, { x: { data: new Float32Array(8), shape: cyclic } }),
+    /input 'x': shape must be an array of non-negative integers, got 2,/);
 });
 
 test("int64 and bool tensors are int32 and uint32 on the GPU, converted at the boundary", () => {
