@@ -24,7 +24,7 @@ from typing import Callable, Mapping
 import numpy as np
 
 from .cpu.kernels import KernelsWasm, emit_kernels_wasm
-from .errors import RelaxwebError, UnsupportedModelError
+from .errors import RelaxwebError, UnsupportedModelError, shortened
 from .ir.attention_sites import attention_sites
 from .ir.cost import MAX_TREE_DEPTH, MAX_TREE_NODES, expression_tree, program_cost, tree_depth, tree_size
 from .ir.dtype import GPU_DTYPES, dtype_info
@@ -261,20 +261,19 @@ def attention_entry(module: IRModule, node_names: Mapping[str, str]) -> list[dic
     wrote the value (``node_names``: by the value's name in the module), or ``{"value":
     name}``, the value's own name; ``scores`` null when none.  Names and reasons are data
     from the model, cut to the schema's length; the first MAX_ATTENTION_SITES sites."""
+    def cut(text: str) -> str:
+        return shortened(text, MAX_NAME_CHARACTERS)
+
     def named(value: str | None) -> dict | None:
         if value is None:
             return None
-        return {"node": _cut(node_names[value])} if value in node_names else {"value": _cut(value)}
+        return {"node": cut(node_names[value])} if value in node_names else {"value": cut(value)}
 
     entry = []
     for site in attention_sites(module.attrs)[:MAX_ATTENTION_SITES]:
-        entry.append({"status": "fused" if site.fused else "not fused", **({} if site.fused else {"reason": _cut(site.reason)}),
+        entry.append({"status": "fused" if site.fused else "not fused", **({} if site.fused else {"reason": cut(site.reason)}),
                       "scores": named(site.scores), "softmax": named(site.softmax), "output": named(site.output)})
     return entry
-
-
-def _cut(text: str) -> str:
-    return text if len(text) <= MAX_NAME_CHARACTERS else text[:MAX_NAME_CHARACTERS - 3] + "..."
 
 
 def _megabytes(count: int) -> str:

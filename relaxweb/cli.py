@@ -35,7 +35,7 @@ from .api import (
 )
 from .browser import serve
 from .bundle import RUNTIME_CHOICES
-from .errors import RelaxwebError, shown
+from .errors import RelaxwebError, shortened, shown
 from .frontend.validation import MAX_DIM
 from .frontend.onnx import default_opset, from_onnx, load_onnx, op_coverage, symbolic_vars
 from .passes import DEFAULT_OPT_LEVEL, OPT_LEVELS
@@ -244,7 +244,7 @@ def _out_file(given: str, inputs: list[str]) -> Path:
         if not out.parent.is_dir():
             raise RelaxwebError(f"--out {out}: the folder {out.parent} does not exist")
     except OSError as error:
-        raise RelaxwebError(f"--out {_cut(given)}: {error.strerror or error}") from None
+        raise RelaxwebError(f"--out {shortened(given)}: {error.strerror or error}") from None
     return out
 
 
@@ -252,12 +252,7 @@ def _write_npz(path: Path, arrays: dict) -> None:
     try:
         np.savez(path, **arrays)
     except OSError as error:
-        raise RelaxwebError(f"cannot write {_cut(str(path))}: {error.strerror or error}") from None
-
-
-def _cut(text: str, most: int = 200) -> str:
-    """A path as a message shows it: at most ``most`` characters."""
-    return text if len(text) <= most else f"{text[:most - 3]}..."
+        raise RelaxwebError(f"cannot write {shortened(str(path))}: {error.strerror or error}") from None
 
 
 def _run_instances(args: argparse.Namespace, target: Path) -> int:
@@ -304,7 +299,7 @@ def _run_instances(args: argparse.Namespace, target: Path) -> int:
             try:
                 out_dir.mkdir(parents=True, exist_ok=True)
             except OSError as error:
-                raise RelaxwebError(f"cannot make the --out folder {_cut(str(out_dir))}: {error.strerror or error}") from None
+                raise RelaxwebError(f"cannot make the --out folder {shortened(str(out_dir))}: {error.strerror or error}") from None
             _write_npz(out_dir / name, instance_outputs)
     mode = "as one batch" if args.batch else "one after another"
     print(f"ran {len(instances)} instances {mode} ({how}) in {where} in {run_s * 1000:.1f} ms "

@@ -25,7 +25,7 @@ import numpy as np
 import onnx
 
 from .bundle import RUNTIME_CHOICES, Advance, write_bundle
-from .errors import InputShapeError, RelaxwebError
+from .errors import InputShapeError, RelaxwebError, shortened
 from .frontend import from_onnx, load_onnx
 from .frontend.onnx import symbolic_vars
 from .ir.attention_sites import attention_sites
@@ -230,7 +230,7 @@ def build_bundle(model: Model, out_dir: str | Path, bounds: Mapping[str, int] | 
         if out.exists() and not out.is_dir():
             raise RelaxwebError(f"{out} exists and is not a folder; the output (-o) must be a folder")
     except OSError as error:  # a name or path longer than the file system takes
-        raise RelaxwebError(f"cannot write the bundle to {_shortened(out)}: {error.strerror or error}") from None
+        raise RelaxwebError(f"cannot write the bundle to {shortened(str(out))}: {error.strerror or error}") from None
     if runtime not in RUNTIME_CHOICES:  # before the slow compile
         raise RelaxwebError(f"runtime {runtime!r} is not one of {', '.join(RUNTIME_CHOICES)} "
                             f"({'; '.join(f'{name}: {what}' for name, what in RUNTIME_CHOICES.items())})")
@@ -247,7 +247,7 @@ def build_bundle(model: Model, out_dir: str | Path, bounds: Mapping[str, int] | 
         out.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.building-", dir=out.parent))
     except OSError as error:
-        raise RelaxwebError(f"cannot write the bundle next to {_shortened(out)}: {error.strerror}") from None
+        raise RelaxwebError(f"cannot write the bundle next to {shortened(str(out))}: {error.strerror}") from None
     try:
         manifest = write_bundle(module, staging, model_name(model), progress,
                                 split_bytes=PassContext.current().binding_split_bytes,
@@ -257,7 +257,7 @@ def build_bundle(model: Model, out_dir: str | Path, bounds: Mapping[str, int] | 
                                 node_names=node_names(model) if attention_sites(module.attrs) else {})
         _move_into_place(staging, out)
     except OSError as error:
-        raise RelaxwebError(f"cannot write the bundle to {_shortened(out)}: {error.strerror or error}") from None
+        raise RelaxwebError(f"cannot write the bundle to {shortened(str(out))}: {error.strerror or error}") from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return manifest
@@ -314,9 +314,3 @@ def _check_vocabulary(tokenizer: Mapping, module: IRModule) -> None:
     if vocab is not None and tokenizer["vocab_size"] > vocab:
         raise RelaxwebError(f"the tokenizer has {tokenizer['vocab_size']} token ids, but the model's logits have {vocab} "
                             "entries: it is not this model's tokenizer")
-
-
-def _shortened(path: Path, most: int = 200) -> str:
-    """A path as a message shows it: at most ``most`` characters (a hostile -o may have thousands)."""
-    text = str(path)
-    return text if len(text) <= most else f"{text[:most - 3]}..."

@@ -19,6 +19,12 @@ class InputShapeError(RelaxwebError):
     """An input's shape or dtype does not match what the bundle accepts."""
 
 
+def shortened(text: str, most: int = 200) -> str:
+    """A text from a user or a model as a message shows it: at most ``most`` characters (a
+    hostile path or name may have thousands), ``...`` where it was cut."""
+    return text if len(text) <= most else f"{text[:most - 3]}..."
+
+
 def shown(name: str) -> str:
     """A name from a model as an error message shows it: as written when it is printable,
     else with its line breaks and control characters escaped (``a\\nb``), so a message stays
