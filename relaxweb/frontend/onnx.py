@@ -258,11 +258,16 @@ class InputDims:
         self.occurrences[text] += 1
         if text in self.named and not self.separate:
             return SizeVar(self.named[text])
-        name = self.fresh(text)
+        name = self.variable(text)
         self.named.setdefault(text, name)
+        return SizeVar(name)
+
+    def variable(self, text: str) -> str:
+        """A new size variable for the model's dim name ``text`` (its spelling kept when it differs)."""
+        name = self.fresh(text)
         if name != text:
             self.model_names[name] = text
-        return SizeVar(name)
+        return name
 
     def declare(self, inputs: list[onnx.ValueInfoProto]) -> None:
         """Give each dim name its variable now, in input order, so that a dim written as an
@@ -277,10 +282,7 @@ class InputDims:
         alone = {text: text for text in texts if text.isidentifier()}
         for text in texts:
             if text in alone or dim_expression(text, alone) is None:
-                name = self.fresh(text)
-                self.named[text] = name
-                if name != text:
-                    self.model_names[name] = text
+                self.named[text] = self.variable(text)
 
     def struct_info(self, value: onnx.ValueInfoProto) -> StructInfo:
         if value.type.HasField("sequence_type") or value.type.HasField("optional_type"):

@@ -49,6 +49,15 @@ class FunctionBuilder:
         self._next_number: dict[str, int] = {}  # base -> the first number unique_name has not tried
         self._checked: dict[tuple[Expr, int, PrimExpr], Var] = {}  # (value, dim, extent) -> its checked cast
 
+    @classmethod
+    def avoiding_names_of(cls, function: Function) -> FunctionBuilder:
+        """A builder whose :meth:`unique_name` gives names that no parameter or binding of
+        ``function`` has: the namer of the variables a pass adds to it."""
+        names = cls(function.name)
+        for var in (*function.params, *(binding.var for binding in function.bindings())):
+            names.unique_name(var.name)
+        return names
+
     def unique_name(self, hint: str) -> str:
         """A readable, unique name derived from ``hint`` (ONNX names may hold any character)."""
         base = re.sub(r"[^0-9A-Za-z_]", "_", hint) or "v"

@@ -165,9 +165,7 @@ class _WeightCompressor(ExprMutator):
     def __init__(self, function: Function, packer: _Packer) -> None:
         super().__init__()
         self.packer = packer
-        self.names = FunctionBuilder(function.name)  # new variables take names no variable has
-        for var in (*function.params, *(b.var for b in function.bindings())):
-            self.names.unique_name(var.name)
+        self.names = FunctionBuilder.avoiding_names_of(function)
 
     def visit_var_binding(self, binding: VarBinding) -> None:
         value = binding.value

@@ -117,9 +117,7 @@ class _AttentionFuser(ExprMutator):
     def __init__(self, function: Function) -> None:
         super().__init__()
         self.uses = use_counts(function)
-        self.names = FunctionBuilder(function.name)  # new variables take names no variable has
-        for var in (*function.params, *(b.var for b in function.bindings())):
-            self.names.unique_name(var.name)
+        self.names = FunctionBuilder.avoiding_names_of(function)
         self.checked_masks: dict[tuple, Var] = {}  # (mask, the scores' dims) -> its cast, bound once
         self.sites: list[AttentionSite] = []
         self.variable = DataflowVar  # the kind of the variables the block being rewritten binds

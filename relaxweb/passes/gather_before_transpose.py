@@ -57,9 +57,7 @@ class _Mover(ExprMutator):
     def __init__(self, function: Function, movable: dict[Var, Call]) -> None:
         super().__init__()
         self.movable = movable
-        self.names = FunctionBuilder(function.name)  # new variables take names no variable has
-        for var in (*function.params, *(binding.var for binding in function.bindings())):
-            self.names.unique_name(var.name)
+        self.names = FunctionBuilder.avoiding_names_of(function)
 
     def visit_var_binding(self, binding: VarBinding) -> None:
         value = binding.value

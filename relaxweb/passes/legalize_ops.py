@@ -28,11 +28,7 @@ class _Legalizer(ExprMutator):
         super().__init__()
         self.table = ProgramTable(module.programs)
         self.programs = self.table.programs
-        self.names = FunctionBuilder(function.name)
-        for param in function.params:
-            self.names.unique_name(param.name)
-        for binding in function.bindings():
-            self.names.unique_name(binding.var.name)
+        self.names = FunctionBuilder.avoiding_names_of(function)
 
     def add_program(self, program) -> str:
         """Add a tensor program or library kernel, reusing an identical one's name."""

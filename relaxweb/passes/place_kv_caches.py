@@ -180,9 +180,7 @@ class _CachePlacer(ExprMutator):
         self.copies = {output: present for output, present in copies.items() if output is not present}
         self.read_elsewhere = read_elsewhere
         self.caches: dict[Var, Var] = {}  # present -> its cache
-        self.names = FunctionBuilder(function.name)  # new variables take names no variable has
-        for var in (*function.params, *(b.var for b in function.bindings())):
-            self.names.unique_name(var.name)
+        self.names = FunctionBuilder.avoiding_names_of(function)
 
     def visit_dataflow_block(self, block: DataflowBlock) -> DataflowBlock:
         bindings = []
