@@ -28,7 +28,6 @@ const SYSTEMS = {
     let ort;
     let session;
     let names;
-    const tensor = ({ data, shape }) => new ort.Tensor(data instanceof BigInt64Array ? "int64" : "float32", data, shape);
     return {
       async load({ onnxUrl }, decoderNames) {
         names = decoderNames;
@@ -41,20 +40,34 @@ const SYSTEMS = {
         });
       },
       async step(feeds, past) {
-        const inputs = Object.fromEntries(Object.entries(feeds).map(([name, value]) => [name, tensor(value)]));
-        for (const [name, value] of Object.entries(past)) inputs[name] = value instanceof ort.Tensor ? value : tensor(value);
-        const outputs = await session.run(inputs);
+        const outputs = await session.run(ortInputs(ort, feeds, past));
         const present = Object.fromEntries(names.pasts.map((name, k) => [name, outputs[names.presents[k]]]));
         return { logits: outputs[names.logits].data, present };
       },
       dispose(past) {
-        for (const value of Object.values(past)) if (value instanceof ort.Tensor) value.dispose();
+        disposeOrtPast(ort, past);
       },
       adapterInfo: () => infoOf(ort.env.webgpu?.device?.adapterInfo ?? ort.env.webgpu?.adapter?.info),
       stats: () => null,
     };
   },
 };
+
+/**
+ * onnxruntime-web's inputs of one step: the feeds ({data, shape}) as tensors, and the past as
+ * it is where it is a tensor already (a GPU one: the previous step's present), else a tensor.
+ */
+function ortInputs(ort, feeds, past) {
+  const tensor = ({ data, shape }) => new ort.Tensor(data instanceof BigInt64Array ? "int64" : "float32", data, shape);
+  const inputs = Object.fromEntries(Object.entries(feeds).map(([name, value]) => [name, tensor(value)]));
+  for (const [name, value] of Object.entries(past)) inputs[name] = value instanceof ort.Tensor ? value : tensor(value);
+  return inputs;
+}
+
+/** Dispose of a past's onnxruntime-web tensors (its GPU buffers) once the next step used them. */
+function disposeOrtPast(ort, past) {
+  for (const value of Object.values(past)) if (value instanceof ort.Tensor) value.dispose();
+}
 
 function relaxwebSystem(keepOnGpu) {
   let model;
@@ -252,7 +265,6 @@ function ortLm(executionProvider) {
   let ort;
   let session;
   let names;
-  const tensor = ({ data, shape }) => new ort.Tensor(data instanceof BigInt64Array ? "int64" : "float32", data, shape);
   return {
     async load({ onnxUrl }, decoderNames) {
       names = decoderNames;
@@ -267,15 +279,13 @@ function ortLm(executionProvider) {
     },
     async generate(prompt, newTokens, onToken) {
       const step = async (feeds, past) => {
-        const inputs = Object.fromEntries(Object.entries(feeds).map(([name, value]) => [name, tensor(value)]));
-        for (const [name, value] of Object.entries(past)) inputs[name] = value instanceof ort.Tensor ? value : tensor(value);
-        const outputs = await session.run(inputs);
+        const outputs = await session.run(ortInputs(ort, feeds, past));
         const logits = outputs[names.logits];
         const result = { logits: logits.data, present: Object.fromEntries(names.pasts.map((n, k) => [n, outputs[names.presents[k]]])) };
         logits.dispose();
         return result;
       };
-      const dispose = (past) => { for (const value of Object.values(past)) if (value instanceof ort.Tensor) value.dispose(); };
+      const dispose = (past) => disposeOrtPast(ort, past);
       const tokens = await greedyLoop(step, dispose, prompt, newTokens, names, onToken);
       return { tokens, mode: executionProvider === "webgpu" ? "session.run per step, present.* as 'gpu-buffer' outputs fed back"
         : "session.run per step, present.* fed back as CPU tensors" };

@@ -211,74 +211,55 @@ def bench_decode(onnx_path: Path, bundle: Path, past_lengths, steps: int, warmup
     if bundle.parent.resolve() != onnx_path.parent.resolve():
         raise ValueError("the bundle must be in the ONNX model's folder (both are served from /models/)")
     urls = {"onnxUrl": f"/models/{onnx_path.name}", "bundleUrl": f"/models/{bundle.name}/"}
-    server = start_server(routes)
     report: dict = {"systems": {}, "results": {}}
-    errors: list[str] = []
-    try:
-        with sync_playwright() as playwright:
-            browser = launch_chromium(playwright)
-            report["browser"] = f"Chromium {browser.version}"
-            context = browser.new_context()
-            context.add_init_script(path=str(BENCH_DIR / "instrument.js"))
-            page = context.new_page()
-            page.on("pageerror", lambda error: errors.append(str(error)))
-            page.goto(f"http://127.0.0.1:{server.server_address[1]}/decode.html")
-            page.wait_for_function("window.decodeBenchReady === true", timeout=30_000)
-            report["adapter"] = page.evaluate("decodeBench.pageAdapter()")
+    with bench_page(routes, report) as page:
+        for system in systems:
+            try:
+                loaded = page.evaluate("([s, urls, names]) => decodeBench.load(s, urls, names)",
+                                       [system, urls, decoder.names])
+                report["systems"][system] = {"load_ms": loaded["loadMs"], "load_counts": loaded["counts"],
+                                             "adapter": loaded["adapterInfo"]}
+                log(f"{system}: loaded in {loaded['loadMs']:.0f} ms")
+            except Exception as error:  # the other system still runs
+                report["systems"][system] = {"error": f"load: {type(error).__name__}: {first_line(error)}"}
+                log(f"{system}: FAILED: {report['systems'][system]['error']}")
+        ready = [s for s in systems if "error" not in report["systems"][s]]
+        for index, past_length in enumerate(past_lengths):
+            token = index + 1
+            past = random_past(decoder, past_length - 1 - warmup, seed=past_length)
+            prefill, expected = reference_decode(onnx_path, decoder, token, past, warmup + steps)
+            results = report["results"][str(past_length)] = {"reference_tokens": expected,
+                                                             "max_abs_reference_logit": float(np.abs(prefill).max())}
+            for round_ in range(rounds):
+                order = ready if (index + round_) % 2 == 0 else ready[::-1]
+                for system in order:
+                    result = results.setdefault(system, {"rounds": []})
+                    if "error" in result:
+                        continue
+                    config = {"token": token, "position": past_length - 1 - warmup, "warmup": warmup, "steps": steps,
+                              "past": {name: encode(value) for name, value in past.items()}}
+                    try:
+                        run = page.evaluate("([s, config]) => decodeBench.decode(s, config)", [system, config])
+                    except Exception as error:
+                        result["error"] = f"{type(error).__name__}: {first_line(error)}"
+                        log(f"  past {past_length:5d} {system:11s}: FAILED: {result['error']}")
+                        continue
+                    logits = np.array(run.pop("prefillLogits"), np.float32)
+                    run["max_abs_diff_vs_onnxruntime_cpu"] = float(np.abs(logits - prefill).max())
+                    run["tokens_equal_reference"] = sum(a == b for a, b in zip(run["tokens"], expected))
+                    result["rounds"].append(run)
+                    log(f"  past {past_length:5d} {system:11s} round {round_ + 1}: median "
+                        f"{statistics.median(s['ms'] for s in run['timed']):8.1f} ms/token, "
+                        f"{run['tokens_equal_reference']}/{len(expected)} tokens as onnxruntime CPU")
             for system in systems:
-                try:
-                    loaded = page.evaluate("([s, urls, names]) => decodeBench.load(s, urls, names)",
-                                           [system, urls, decoder.names])
-                    report["systems"][system] = {"load_ms": loaded["loadMs"], "load_counts": loaded["counts"],
-                                                 "adapter": loaded["adapterInfo"]}
-                    log(f"{system}: loaded in {loaded['loadMs']:.0f} ms")
-                except Exception as error:  # the other system still runs
-                    report["systems"][system] = {"error": f"load: {type(error).__name__}: {first_line(error)}"}
-                    log(f"{system}: FAILED: {report['systems'][system]['error']}")
-            ready = [s for s in systems if "error" not in report["systems"][s]]
-            for index, past_length in enumerate(past_lengths):
-                token = index + 1
-                past = random_past(decoder, past_length - 1 - warmup, seed=past_length)
-                prefill, expected = reference_decode(onnx_path, decoder, token, past, warmup + steps)
-                results = report["results"][str(past_length)] = {"reference_tokens": expected,
-                                                                 "max_abs_reference_logit": float(np.abs(prefill).max())}
-                for round_ in range(rounds):
-                    order = ready if (index + round_) % 2 == 0 else ready[::-1]
-                    for system in order:
-                        result = results.setdefault(system, {"rounds": []})
-                        if "error" in result:
-                            continue
-                        config = {"token": token, "position": past_length - 1 - warmup, "warmup": warmup, "steps": steps,
-                                  "past": {name: encode(value) for name, value in past.items()}}
-                        try:
-                            run = page.evaluate("([s, config]) => decodeBench.decode(s, config)", [system, config])
-                        except Exception as error:
-                            result["error"] = f"{type(error).__name__}: {first_line(error)}"
-                            log(f"  past {past_length:5d} {system:11s}: FAILED: {result['error']}")
-                            continue
-                        logits = np.array(run.pop("prefillLogits"), np.float32)
-                        run["max_abs_diff_vs_onnxruntime_cpu"] = float(np.abs(logits - prefill).max())
-                        run["tokens_equal_reference"] = sum(a == b for a, b in zip(run["tokens"], expected))
-                        result["rounds"].append(run)
-                        log(f"  past {past_length:5d} {system:11s} round {round_ + 1}: median "
-                            f"{statistics.median(s['ms'] for s in run['timed']):8.1f} ms/token, "
-                            f"{run['tokens_equal_reference']}/{len(expected)} tokens as onnxruntime CPU")
-                for system in systems:
-                    result = results.get(system)
-                    if result and result["rounds"]:
-                        timed = [step for run in result["rounds"] for step in run["timed"]]
-                        result["per_token"] = per_token(timed, vocab=prefill.size)  # batch 1, one position
-                        result["tokens_equal_reference"] = min(r["tokens_equal_reference"] for r in result["rounds"])
-                        result["tokens"] = len(expected)
-                        result["max_abs_diff_vs_onnxruntime_cpu"] = max(
-                            r["max_abs_diff_vs_onnxruntime_cpu"] for r in result["rounds"])
-            with contextlib.suppress(Exception):
-                page.close()
-            browser.close()
-    finally:
-        server.shutdown()
-        server.server_close()
-    report["page_errors"] = errors[:20]
+                result = results.get(system)
+                if result and result["rounds"]:
+                    timed = [step for run in result["rounds"] for step in run["timed"]]
+                    result["per_token"] = per_token(timed, vocab=prefill.size)  # batch 1, one position
+                    result["tokens_equal_reference"] = min(r["tokens_equal_reference"] for r in result["rounds"])
+                    result["tokens"] = len(expected)
+                    result["max_abs_diff_vs_onnxruntime_cpu"] = max(
+                        r["max_abs_diff_vs_onnxruntime_cpu"] for r in result["rounds"])
     return report
 
 
@@ -439,8 +420,44 @@ def bench_lm(onnx_path: Path, bundle: Path, signature: dict, prompt: list[int], 
     routes = [("/ort/", ORT_DIST), ("/models/", onnx_path.parent.resolve()), ("/", BENCH_DIR)]
     urls = {"onnxUrl": f"/models/{onnx_path.name}", "bundleUrl": f"/models/{bundle.name}/"}
     names = {key: signature[key] for key in ("inputs", "pasts", "presents", "logits", "pastShapes")}
-    server = start_server(routes)
     report: dict = {"systems": {}}
+    with bench_page(routes, report) as page:
+        for system in systems:
+            result = report["systems"][system] = {"runs": []}
+            try:
+                result["load"] = page.evaluate("([s, urls, names]) => decodeBench.loadLm(s, urls, names)",
+                                               [system, urls, names])
+                log(f"{system}: loaded in {result['load']['loadMs']:.0f} ms")
+            except Exception as error:  # the other systems still run
+                result["error"] = f"load: {type(error).__name__}: {first_line(error)}"
+                log(f"{system}: FAILED: {result['error']}")
+        ready = [s for s in systems if "error" not in report["systems"][s]]
+        for index in range(runs):  # the systems interleaved, their order alternating: a change of the machine's load
+            for system in ready if index % 2 == 0 else ready[::-1]:  # reaches them all alike
+                result = report["systems"][system]
+                if "error" in result:
+                    continue
+                try:
+                    run = page.evaluate("([s, p, n]) => decodeBench.generateLm(s, p, n)", [system, prompt, new_tokens])
+                except Exception as error:
+                    result["error"] = f"{type(error).__name__}: {first_line(error)}"
+                    log(f"  {system}: FAILED: {result['error']}")
+                    continue
+                result["runs"].append(run)
+                log(f"  {system} run {index + 1}: prefill {run['prefillMs']:.0f} ms, decode "
+                    f"{lm_tokens_per_s(run):.2f} tokens/s ({run['mode']})")
+        for system in ready:
+            with contextlib.suppress(Exception):
+                page.evaluate("(s) => decodeBench.releaseLm(s)", system)
+    return report
+
+
+@contextlib.contextmanager
+def bench_page(routes: list, report: dict):
+    """decode.html served with ``routes`` in a fresh headless Chromium, instrumented
+    (instrument.js), once it is ready; notes the browser, the adapter and the page's errors
+    (``page_errors``) in ``report``; closes it all after."""
+    server = start_server(routes)
     errors: list[str] = []
     try:
         with sync_playwright() as playwright:
@@ -453,41 +470,16 @@ def bench_lm(onnx_path: Path, bundle: Path, signature: dict, prompt: list[int], 
             page.goto(f"http://127.0.0.1:{server.server_address[1]}/decode.html")
             page.wait_for_function("window.decodeBenchReady === true", timeout=30_000)
             report["adapter"] = page.evaluate("decodeBench.pageAdapter()")
-            for system in systems:
-                result = report["systems"][system] = {"runs": []}
-                try:
-                    result["load"] = page.evaluate("([s, urls, names]) => decodeBench.loadLm(s, urls, names)",
-                                                   [system, urls, names])
-                    log(f"{system}: loaded in {result['load']['loadMs']:.0f} ms")
-                except Exception as error:  # the other systems still run
-                    result["error"] = f"load: {type(error).__name__}: {first_line(error)}"
-                    log(f"{system}: FAILED: {result['error']}")
-            ready = [s for s in systems if "error" not in report["systems"][s]]
-            for index in range(runs):  # the systems interleaved, their order alternating: a change of the machine's load
-                for system in ready if index % 2 == 0 else ready[::-1]:  # reaches them all alike
-                    result = report["systems"][system]
-                    if "error" in result:
-                        continue
-                    try:
-                        run = page.evaluate("([s, p, n]) => decodeBench.generateLm(s, p, n)", [system, prompt, new_tokens])
-                    except Exception as error:
-                        result["error"] = f"{type(error).__name__}: {first_line(error)}"
-                        log(f"  {system}: FAILED: {result['error']}")
-                        continue
-                    result["runs"].append(run)
-                    log(f"  {system} run {index + 1}: prefill {run['prefillMs']:.0f} ms, decode "
-                        f"{lm_tokens_per_s(run):.2f} tokens/s ({run['mode']})")
-            for system in ready:
+            try:
+                yield page
+            finally:
                 with contextlib.suppress(Exception):
-                    page.evaluate("(s) => decodeBench.releaseLm(s)", system)
-            with contextlib.suppress(Exception):
-                page.close()
-            browser.close()
+                    page.close()
+                browser.close()
     finally:
         server.shutdown()
         server.server_close()
-    report["page_errors"] = errors[:20]
-    return report
+        report["page_errors"] = errors[:20]
 
 
 def lm_tokens_per_s(run: dict) -> float:
