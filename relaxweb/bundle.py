@@ -407,6 +407,10 @@ def _split_inputs(dispatch: HostDispatch, kernel, host: HostFunction, weight_par
                 )
             parts[kernel.inputs[position].name] = weight_parts[buffer.index]
     bindings = len(dispatch.buffers) + sum(count - 1 for count in parts.values())
+    if bindings > MAX_STORAGE_BINDINGS and not parts:
+        raise UnsupportedModelError(
+            f"'{dispatch.note}': its kernel would need {bindings} storage bindings, above WebGPU's default of "
+            f"{MAX_STORAGE_BINDINGS}")
     if bindings > MAX_STORAGE_BINDINGS:
         split = ", ".join(f"'{host.weights[b.index].name}' ({_weight_device_bytes(host.weights[b.index].data)} bytes) in "
                           f"{weight_parts[b.index]} parts" for b in dispatch.buffers if b.kind == "weight"

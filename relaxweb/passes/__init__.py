@@ -13,8 +13,9 @@ from .pipeline import DEFAULT_OPT_LEVEL, OPT_LEVELS, PIPELINE, pipeline, run_pip
 from .plan_memory import plan_memory
 from .schedule_programs import schedule_programs
 from .share_programs import share_programs
+from .split_wide_concats import split_wide_concats
 
 __all__ = [
     "DEFAULT_OPT_LEVEL", "OPT_LEVELS", "PIPELINE", "PassContext", "canonicalize_bindings", "compress_weights", "fold_scalar_constants", "fuse_attention", "fuse_ops", "legalize_ops", "lower_shapes_to_host", "pipeline",
-    "place_kv_caches", "plan_memory", "run_pipeline", "schedule_programs", "share_programs",
+    "place_kv_caches", "plan_memory", "run_pipeline", "schedule_programs", "share_programs", "split_wide_concats",
 ]

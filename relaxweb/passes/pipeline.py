@@ -32,6 +32,7 @@ from .lower_shapes_to_host import lower_shapes_to_host
 from .plan_memory import plan_memory
 from .schedule_programs import schedule_programs
 from .share_programs import share_programs
+from .split_wide_concats import split_wide_concats
 
 Pass = Callable[[IRModule], IRModule]
 
@@ -48,8 +49,9 @@ FUSE_OPS: list[Pass] = [fuse_attention]
 # A decoder's present = concat(past, new) outputs -> one cache buffer each, read in place.
 PLACE_CACHES: list[Pass] = [place_kv_caches]
 
-# Graph-level ops -> tensor programs.
-LOWER_OPS: list[Pass] = [legalize_ops]
+# Graph-level ops -> tensor programs, each kernel within WebGPU's storage bindings (a concat of
+# more tensors than one kernel binds becomes a tree of concats).
+LOWER_OPS: list[Pass] = [split_wide_concats, legalize_ops]
 
 # Read values where they are computed, write scalar constants into the kernels, merge
 # producer/consumer kernels, then let kernels that differ only in integer constants share one
