@@ -38,7 +38,7 @@ from .browser import BrowserBatch
 from .browser import profile_in_browser as profile_bundle_in_browser
 from .browser import run_batch_in_browser as run_bundle_batch_in_browser
 from .browser import run_in_browser as run_bundle_in_browser
-from .bundle import attention_entry
+from .bundle import attention_entry, checked_target_limits, limit_warnings
 from .compiler import Model, build_bundle, model_name, node_names, read_model, run_reference
 from .errors import RelaxwebError, shown
 from .frontend.onnx import default_opset, from_onnx, op_coverage, symbolic_vars
@@ -102,6 +102,9 @@ class Bundle:
 
     path: Path
     manifest: Mapping[str, Any]
+    #: Why the bundle cannot load on WebGPU's default limits (or the ``target_limits`` it was
+    #: built for) at its bounds: one line per storage or limit above them (``bundle.limit_warnings``).
+    warnings: tuple[str, ...] = ()
 
     @classmethod
     def open(cls, path: str | Path) -> Bundle:
@@ -168,7 +171,8 @@ def build(model: Model, out_dir: str | Path, *, bounds: Mapping[str, int] | None
           opt_level: int = DEFAULT_OPT_LEVEL, dump_ir: str | Path | None = None,
           progress: Callable[[str], None] | None = None, weights: str = "float32", group_size: int = 32,
           scale_dtype: str = "float16", tokenizer: str | Path | None = None, debug: bool = False,
-          runtime: str = "copy", advance: Callable[[str, int, int], None] | None = None) -> Bundle:
+          runtime: str = "copy", advance: Callable[[str, int, int], None] | None = None,
+          target_limits: Mapping[str, int] | None = None) -> Bundle:
     """Compile ``model`` into the bundle folder ``out_dir`` (created if missing), as
     ``relaxweb build MODEL -o DIR`` does.
 
@@ -192,12 +196,18 @@ def build(model: Model, out_dir: str | Path, *, bounds: Mapping[str, int] | None
     from the npm package ``relaxweb`` (docs/bundle-format.md, "The runtime").
     ``advance`` is called as long steps go, with the step, the units done and the units in all
     (``("writing weights", bytes written, bytes in all)``): the command line draws a bar with it.
+    ``target_limits`` (``--target-limits``, WebGPU limit names -> values) are the limits of the
+    devices the bundle is for: ``bundle.warnings`` says where the bundle needs more at its
+    bounds (by default, more than WebGPU's default limits), naming each storage, what it holds,
+    its size and the bounds to lower; such a bundle still builds, and runs on wasm or on
+    adapters offering more.
     """
+    checked_target_limits(target_limits)  # before the slow compile
     manifest = build_bundle(model, out_dir, bounds, opt_level=opt_level, progress=progress or _ignore,
                             dump_ir=Path(dump_ir) if dump_ir is not None else None, weights=weights,
                             group_size=group_size, scale_dtype=scale_dtype, tokenizer=tokenizer, debug=debug,
                             runtime=runtime, advance=advance)
-    return Bundle(Path(out_dir), manifest)
+    return Bundle(Path(out_dir), manifest, tuple(limit_warnings(manifest, target_limits)))
 
 
 def load(bundle_dir: str | Path, *, backend: str = "auto", device: Any = None, profiling: bool = False,

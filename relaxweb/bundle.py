@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Callable, Mapping
@@ -24,16 +25,16 @@ from typing import Callable, Mapping
 import numpy as np
 
 from .cpu.kernels import KernelsWasm, emit_kernels_wasm
-from .errors import RelaxwebError, UnsupportedModelError, shortened
+from .errors import RelaxwebError, UnsupportedModelError, shortened, shown
 from .ir.attention_sites import attention_sites
 from .ir.cost import MAX_TREE_DEPTH, MAX_TREE_NODES, expression_tree, program_cost, tree_depth, tree_size
 from .ir.dtype import GPU_DTYPES, dtype_info
 from .ir.host import SEQUENCE_CAPACITY, BufferRef, HostDispatch, HostFunction, HostInput, HostOutput
-from .ir.launch import BINDING_PART_BYTES, MAX_STORAGE_BINDINGS, binding_parts, smallest_part_bytes
+from .ir.launch import BINDING_PART_BYTES, MAX_STORAGE_BINDINGS, WEBGPU_DEFAULT_LIMITS, binding_parts, smallest_part_bytes
 from .ir.library_kernel import WEBGPU_CPU, WEBGPU_F16, LibraryKernel
 from .ir.module import IRModule
 from .ir.schedule import WORKGROUP_SIZE, WebGpuSchedule
-from .ir.symbolic import format_expr, free_vars, product, upper_bound
+from .ir.symbolic import format_expr, free_vars, product, substitute, upper_bound
 from .ir.target_schedules import schedules_of
 from .ir.tir import TensorProgram
 from .ir.params_block import PARAMS_SLOT
@@ -166,10 +167,10 @@ def write_bundle(module: IRModule, out_dir: str | Path, source: str, progress: P
                                      (lambda done: advance("writing weights", done, weight_bytes)))
     bounds_by_name = dict(host.bounds)
     storages = []
-    for storage in host.storages:
+    for storage, holds in zip(host.storages, storage_holders(module, node_names or {})):
         storages.append({
             "role": storage.role, "size": format_expr(storage.size),
-            "size_at_bounds": upper_bound(storage.size, bounds_by_name),
+            "size_at_bounds": upper_bound(storage.size, bounds_by_name), "holds": holds,
         })
     manifest = {
         "format": FORMAT,
@@ -585,6 +586,92 @@ def _required_limits(kernels: list, storages: list, weights: list) -> dict:
         limits["maxStorageBufferBindingSize"] = max(sizes)
         limits["maxBufferSize"] = max(sizes)
     return limits
+
+
+def storage_holders(module: IRModule, node_names: Mapping[str, str]) -> list[str]:
+    """What each storage of the module's host function holds, for people (the manifest's
+    ``holds``): the inputs and outputs it holds by name, else the largest value a kernel
+    writes into it at the bounds (the first one where sizes have no bound) with the model's
+    node that computes it (``node_names``: by the value's name in the module)."""
+    host = module.main
+    assert isinstance(host, HostFunction)
+    named: dict[int, list[str]] = {}
+    for kind, tensors in (("input", host.inputs), ("output", host.outputs)):
+        for tensor in tensors:
+            named.setdefault(tensor.storage, []).append(f"{kind} '{shown(tensor.name)}'")
+    largest: dict[int, tuple[int, str]] = {}  # storage -> (bytes at the bounds, -1: unknown; the value)
+    bounds = dict(host.bounds)
+    for dispatch in host.dispatches:
+        target = dispatch.buffers[-1]
+        if target.kind != "storage" or target.index in named:
+            continue
+        output = module.programs[dispatch.program].output
+        size = substitute(product(output.shape) * dtype_info(output.dtype).storage_bytes, dict(dispatch.size_var_values))
+        at_bounds = upper_bound(size, bounds)
+        value = dispatch.note.split(" = ", 1)[0]
+        if target.index not in largest or (at_bounds is not None and at_bounds > largest[target.index][0]):
+            largest[target.index] = (-1 if at_bounds is None else at_bounds, value)
+    holders = []
+    for index, storage in enumerate(host.storages):
+        if index in named:
+            holders.append(", ".join(named[index]))
+        elif index in largest:
+            value = largest[index][1]
+            node = f" of node '{shown(node_names[value])}'" if value in node_names else ""
+            holders.append(f"the value '{shown(value)}'{node}")
+        else:
+            holders.append(f"{storage.role} values")
+    return [shortened(holder, MAX_NAME_CHARACTERS) for holder in holders]
+
+
+#: The limits ``limit_warnings`` compares storages with: a storage is bound whole, so the
+#: smaller of the two is the largest a device takes.
+BUFFER_SIZE_LIMITS = ("maxStorageBufferBindingSize", "maxBufferSize")
+
+
+def checked_target_limits(limits: Mapping[str, int] | None) -> dict[str, int]:
+    """The limits a build checks its bundle against (``--target-limits``): WebGPU's defaults
+    (``ir/launch.WEBGPU_DEFAULT_LIMITS``), with the ones given replacing them; a name that is
+    not one of those or a value that is not a positive integer is an error."""
+    given = dict(limits or {})
+    for name, value in given.items():
+        if name not in WEBGPU_DEFAULT_LIMITS:
+            raise RelaxwebError(f"target limit {shortened(shown(name))!r} is not one the build checks "
+                                f"({', '.join(WEBGPU_DEFAULT_LIMITS)})")
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise RelaxwebError(f"target limit {name} must be a positive integer, got {shortened(shown(repr(value)))}")
+    return {**WEBGPU_DEFAULT_LIMITS, **given}
+
+
+def limit_warnings(manifest: Mapping, limits: Mapping[str, int] | None = None) -> list[str]:
+    """Why a bundle cannot load on a WebGPU device offering ``limits`` (by default WebGPU's
+    default limits; :func:`checked_target_limits`), one line per storage above the largest
+    buffer such a device binds at the bounds (naming what it holds, its size expression and
+    the bounds to lower) and per other limit its kernels exceed.  Empty when it loads.  A
+    storage without a size at the bounds (a size variable with no bound) grows at run time
+    and is checked by the runtimes then."""
+    target = checked_target_limits(limits)
+    whose = "WebGPU's default" if limits is None or not dict(limits) else "the target's"
+    largest = min(target[name] for name in BUFFER_SIZE_LIMITS)
+    limit = next(name for name in BUFFER_SIZE_LIMITS if target[name] == largest)
+    bounds = {var["name"]: var["bound"] for var in manifest["symbolic_vars"]}
+    warnings = []
+    for index, storage in enumerate(manifest["storages"]):
+        needed = storage["size_at_bounds"]
+        if needed is None or needed <= largest:
+            continue
+        variables = [name for name in bounds if re.search(rf"\b{re.escape(name)}\b", storage["size"])]
+        at = ", ".join(f"{name} <= {bounds[name]}" for name in variables)
+        lower = f"; lower the bounds of {', '.join(variables)} (--bound)" if variables else ""
+        warnings.append(
+            f"storage {index} ({storage.get('holds', storage['role'])}) needs {needed} bytes"
+            f"{f' at the bounds {at}' if at else ''} (its size: {storage['size']} bytes), above {whose} {limit} of "
+            f"{largest}: WebGPU adapters offering no more cannot load the bundle (wasm can){lower}")
+    for name, needed in manifest.get("required_limits", {}).items():
+        if name not in BUFFER_SIZE_LIMITS and name in target and needed > target[name]:
+            warnings.append(f"the bundle's kernels need the WebGPU limit {name} = {needed}, above {whose} {target[name]}: "
+                            "WebGPU adapters offering no more cannot load the bundle (wasm can)")
+    return warnings
 
 
 def describe(manifest_or_dir) -> dict:

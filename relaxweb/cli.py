@@ -1,6 +1,6 @@
 """The ``relaxweb`` command line.
 
-    relaxweb build MODEL.onnx -o DIR [--bound NAME=INT ...] [--runtime copy|none] [--debug]
+    relaxweb build MODEL.onnx -o DIR [--bound NAME=INT ...] [--target-limits NAME=INT|LIMITS.json ...] [--runtime copy|none] [--debug]
     relaxweb run DIR --inputs IN.npz [--out OUT.npz] [--browser] [--profile] [--backend auto|webgpu|wasm]
     relaxweb run DIR --inputs A.npz --inputs B.npz ... [--batch] [--out FOLDER] [--browser]
     relaxweb run MODEL.onnx --inputs IN.npz [--out OUT.npz] --reference
@@ -18,6 +18,7 @@ dtype, a bound exceeded) are RelaxwebErrors: one ``error: ...`` line on stderr, 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import sys
@@ -35,6 +36,7 @@ from .api import (
 )
 from .browser import serve
 from .bundle import RUNTIME_CHOICES
+from .ir.launch import WEBGPU_DEFAULT_LIMITS
 from .errors import RelaxwebError, shortened, shown
 from .frontend.validation import MAX_DIM
 from .frontend.onnx import default_opset, from_onnx, load_onnx, op_coverage, symbolic_vars
@@ -59,6 +61,37 @@ def _parse_bound(text: str) -> tuple[str, int]:
     if bound >= MAX_DIM:
         raise argparse.ArgumentTypeError(f"{name}={bound} is too large (dims must be below {MAX_DIM})")
     return name, bound
+
+
+#: The largest --target-limits JSON file read (an adapter's limits are a few KB).
+MAX_LIMITS_FILE_BYTES = 1 << 20
+
+
+def target_limits(specs: list[str]) -> dict[str, int]:
+    """The limits of ``--target-limits``: each ``NAME=INT``, or a JSON file holding an object
+    of limits (a page can write ``adapter.limits``' fields; names the build does not check are
+    skipped there).  Later ones win; the names and values are checked by ``relaxweb.build``."""
+    limits: dict[str, int] = {}
+    for spec in specs:
+        name, separator, value = spec.partition("=")
+        if separator:
+            try:
+                limits[name] = int(value)
+            except ValueError:
+                raise RelaxwebError(f"--target-limits {shortened(shown(name))}: {shortened(shown(value))!r} is not an integer") from None
+            continue
+        path = Path(spec)
+        try:
+            if path.stat().st_size > MAX_LIMITS_FILE_BYTES:
+                raise RelaxwebError(f"--target-limits {shortened(spec)}: larger than {MAX_LIMITS_FILE_BYTES} bytes")
+            given = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as error:
+            raise RelaxwebError(f"--target-limits {shortened(spec)}: neither NAME=INT nor a readable JSON file "
+                                f"({getattr(error, 'strerror', None) or error})") from None
+        if not isinstance(given, dict):
+            raise RelaxwebError(f"--target-limits {shortened(spec)}: the file must hold a JSON object of limits")
+        limits.update({name: value for name, value in given.items() if name in WEBGPU_DEFAULT_LIMITS})
+    return limits
 
 
 class BuildProgress:
@@ -103,11 +136,12 @@ class BuildProgress:
 def command_build(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     screen = BuildProgress(sys.stderr)
+    limits = target_limits(args.target_limits or [])
     try:
         bundle = build(args.model, args.output, bounds=dict(args.bound or []), opt_level=args.opt_level,
                        dump_ir=args.dump_ir, progress=screen.line, advance=screen.advance, weights=args.weights,
                        group_size=args.group_size, scale_dtype=args.scale_dtype, tokenizer=args.tokenizer,
-                       debug=args.debug, runtime=args.runtime)
+                       debug=args.debug, runtime=args.runtime, target_limits=limits)
     finally:
         screen.clear()  # an error's line starts on a line of its own
     for spec in bundle.inputs:
@@ -117,6 +151,8 @@ def command_build(args: argparse.Namespace) -> int:
     unbounded = [name for name, bound in bundle.symbolic_vars.items() if bound is None]
     if unbounded:
         print(f"  note: no --bound for {', '.join(unbounded)}: storages grow at run time as needed", file=sys.stderr)
+    for warning in bundle.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     print(f"built {args.model} -> {args.output}/ in {time.perf_counter() - started:.1f} s", file=sys.stderr)
     return 0
 
@@ -183,6 +219,15 @@ def _run_target(args: argparse.Namespace) -> Path:
     return target
 
 
+def _load_session(target: Path, backend: str, **options):
+    """``relaxweb.load`` of the bundle, with one line on stderr saying why ``--backend auto``
+    did not take WebGPU (``session.backend_reason``)."""
+    session = load(target, backend=backend, **options)
+    if session.backend_reason:
+        print(f"note: running on kernels.wasm: {session.backend_reason}", file=sys.stderr)
+    return session
+
+
 _BACKEND_NAMES = {"webgpu": "wgpu", "wasm": "kernels.wasm on wasmtime"}  # what "ran in ..." says
 _BROWSER_BACKENDS = {"auto": "WebGPU, else kernels.wasm", "webgpu": "WebGPU", "wasm": "kernels.wasm"}
 
@@ -208,13 +253,13 @@ def command_run(args: argparse.Namespace) -> int:
         where = f"headless Chromium ({_BROWSER_BACKENDS[args.backend]})"
         including = "including load"
     elif args.profile:
-        session = load(target, backend=args.backend, profiling=True, kernels=args.kernels)
+        session = _load_session(target, args.backend, profiling=True, kernels=args.kernels)
         profile = session.profile(inputs)
         outputs = profile.outputs
         where = f"Python runtime ({_BACKEND_NAMES[session.backend]}), profiled"
         including = "including load"
     else:
-        session = load(target, backend=args.backend, kernels=args.kernels)
+        session = _load_session(target, args.backend, kernels=args.kernels)
         outputs = session.run(inputs)
         where = f"Python runtime ({_BACKEND_NAMES[session.backend]})"
         including = "including load"
@@ -274,7 +319,7 @@ def _run_instances(args: argparse.Namespace, target: Path) -> int:
         how = result.report["mode"] + (f" ({result.report['reason']})" if result.report.get("reason") else "")
     else:
         started = time.perf_counter()
-        session = load(target, backend=args.backend, kernels=args.kernels)
+        session = _load_session(target, args.backend, kernels=args.kernels)
         load_s = time.perf_counter() - started
         started = time.perf_counter()
         if args.batch:
@@ -355,7 +400,7 @@ def _generating_session(args: argparse.Namespace):
     """The bundle of ``generate`` or ``chat`` loaded on ``--backend`` with ``--kernels``."""
     if args.backend == "wasm" and args.kernels != "auto":
         raise RelaxwebError("--kernels picks WebGPU shaders; --backend wasm runs the bundle's kernels.wasm")
-    return load(check_bundle_folder(args.bundle), backend=args.backend, kernels=args.kernels)
+    return _load_session(check_bundle_folder(args.bundle), args.backend, kernels=args.kernels)
 
 
 def command_generate(args: argparse.Namespace) -> int:
@@ -443,6 +488,13 @@ def make_parser() -> argparse.ArgumentParser:
     build.add_argument("--bound", action="append", type=_parse_bound, metavar="NAME=INT",
                        help="upper bound of a symbolic dimension (e.g. batch=64); storages are then "
                        "allocated once at load time, and larger inputs are rejected. Repeatable.")
+    build.add_argument("--target-limits", action="append", metavar="NAME=INT|LIMITS.json",
+                       help="the WebGPU limits of the devices the bundle is for, as NAME=INT (repeatable) or a JSON "
+                       "file of an adapter's limits; the build warns (a 'warning:' line; the bundle is still "
+                       "written) where a storage at the bounds or a kernel needs more, naming the storage, what it "
+                       "holds, its size and the bounds to lower. Checked: " + ", ".join(WEBGPU_DEFAULT_LIMITS)
+                       + "; by default WebGPU's default limits (maxStorageBufferBindingSize 134217728, "
+                       "maxBufferSize 268435456, ...)")
     build.add_argument("--dump-ir", metavar="DIR", help="write the module as text after each pass into DIR")
     build.add_argument("--opt-level", type=int, choices=OPT_LEVELS, default=DEFAULT_OPT_LEVEL,
                        help="1 (default): fuse kernels and schedule each by its pattern (tiled matmuls, "

@@ -28,7 +28,6 @@ from .bundle import RUNTIME_CHOICES, Advance, write_bundle
 from .errors import InputShapeError, RelaxwebError, shortened
 from .frontend import from_onnx, load_onnx
 from .frontend.onnx import symbolic_vars
-from .ir.attention_sites import attention_sites
 from .ir.builder import FunctionBuilder
 from .ir.expr import Function
 from .ir.interpreter import run_module
@@ -254,7 +253,7 @@ def build_bundle(model: Model, out_dir: str | Path, bounds: Mapping[str, int] | 
                                 tokenizer=tokenizer_source.entry if tokenizer_source is not None else None,
                                 tokenizer_files=tokenizer_source.files if tokenizer_source is not None else None,
                                 debug=debug, runtime=runtime, advance=advance,
-                                node_names=node_names(model) if attention_sites(module.attrs) else {})
+                                node_names=node_names(model))
         _move_into_place(staging, out)
     except OSError as error:
         raise RelaxwebError(f"cannot write the bundle to {shortened(str(out))}: {error.strerror or error}") from None

@@ -134,6 +134,19 @@ BINDING_PART_BYTES = 128 * 1024 * 1024
 # WebGPU's default maxStorageBuffersPerShaderStage: the storage bindings a kernel may have
 # (fusion keeps within it; a weight in too many parts for it is a build error).
 MAX_STORAGE_BINDINGS = 8
+# WebGPU's default limits (the spec's, which every adapter offers) that a bundle's
+# ``required_limits`` can exceed: the build warns where a bundle needs more at its bounds
+# (``bundle.limit_warnings``), since such a bundle loads only on adapters offering more (or on
+# wasm).  Dispatches are laid out on a 2-D grid, so maxComputeWorkgroupsPerDimension (65535)
+# binds only past 65535^2 workgroups, beyond any storage a device can hold.
+WEBGPU_DEFAULT_LIMITS = {
+    "maxStorageBufferBindingSize": BINDING_PART_BYTES,
+    "maxBufferSize": 256 * 1024 * 1024,
+    "maxStorageBuffersPerShaderStage": MAX_STORAGE_BINDINGS,
+    "maxComputeWorkgroupStorageSize": 16384,
+    "maxComputeInvocationsPerWorkgroup": 256,
+    "maxComputeWorkgroupSizeX": 256,
+}
 # Every part but the last holds a multiple of this many bytes (WebGPU's
 # minStorageBufferOffsetAlignment, and a whole number of vec4s).
 PART_ALIGNMENT = 256

@@ -2,7 +2,9 @@
 
 "auto" takes WebGPU when this machine's adapter meets the bundle's required limits and
 features (the check ``Session`` makes before it requests a device), else the bundle's
-``kernels.wasm``; the session's ``backend`` attribute says which it got.
+``kernels.wasm``; the session's ``backend`` attribute says which it got, and its
+``backend_reason`` why "auto" did not take WebGPU (None when it did, or when a backend was
+asked for).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from relaxweb.errors import RelaxwebError
 from relaxweb.runtime.host import load_manifest
 from relaxweb.runtime.wasm_session import WasmSession, wasm_entry
 from relaxweb.runtime.webgpu import Session, default_adapter, load_time_limits, missing_features, unsatisfied_limits
+from relaxweb.runtime.webgpu_device import storage_note
 
 BACKENDS = ("auto", "webgpu", "wasm")
 
@@ -30,7 +33,8 @@ def webgpu_problem(manifest: Mapping[str, Any]) -> str:
                 for feature in missing_features(adapter.features, manifest.get("required_features", []))]
     for limit, (needed, offered) in unsatisfied_limits(adapter.limits, load_time_limits(manifest)).items():
         problems.append(f"the bundle needs the limit {limit} = {needed}, it "
-                        f"{'does not know this limit' if offered is None else f'offers {offered}'}")
+                        f"{'does not know this limit' if offered is None else f'offers {offered}'}"
+                        + storage_note(manifest, limit, needed))
     return f"the WebGPU adapter ({name}) cannot load the bundle: {'; '.join(problems)}" if problems else ""
 
 
@@ -57,5 +61,7 @@ def load_session(bundle_dir: Path, backend: str = "auto", *, device: Any = None,
                 wasm_entry(manifest, bundle_dir)
             except RelaxwebError as error:
                 raise RelaxwebError(f"this machine cannot run the bundle: {problem}, and {error}") from None
-            return WasmSession(bundle_dir)
+            session = WasmSession(bundle_dir)
+            session.backend_reason = problem
+            return session
     return Session(bundle_dir, device, profiling=profiling, kernels=kernels, limits=limits)

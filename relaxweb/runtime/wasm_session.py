@@ -36,6 +36,8 @@ class WasmSession:
         manifest: the bundle's ``manifest.json`` as a dict.
         host: the bundle's host module (shape checks, command list).
         backend: ``"wasm"``.
+        backend_reason: why ``backend="auto"`` did not take WebGPU (the adapter's missing
+            limits or features, naming the storage that needs a larger binding), else None.
         last_dispatch_count / last_read_count: as on ``Session``.
         memory_bytes: the linear memory's size now (it grows, never shrinks).
         stats: ``Session.stats``' counters for the memory (``buffers_created``: regions laid
@@ -44,6 +46,7 @@ class WasmSession:
     """
 
     backend = "wasm"
+    backend_reason: str | None = None  # set by runtime/backend.load_session when "auto" fell back
     device = None  # no WebGPU device: a WebGPU session refuses this session's tensors
 
     def __init__(self, bundle_dir: str | Path) -> None:

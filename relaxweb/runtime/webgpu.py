@@ -63,7 +63,8 @@ class Session:
     ``timestamp-query`` feature when it has one, for :meth:`profile`; otherwise the feature
     is never requested.
 
-    ``backend`` is ``"webgpu"`` (``wasm_session.WasmSession``'s is ``"wasm"``).
+    ``backend`` is ``"webgpu"`` (``wasm_session.WasmSession``'s is ``"wasm"``), and
+    ``backend_reason`` None (a WasmSession that ``backend="auto"`` chose says why there).
 
     ``limits`` (``{"maxStorageBufferBindingSize": n, "maxBufferSize": n}``, either) lowers the
     buffer size limits that weights the bundle binds in parts are split at, to split them as
@@ -72,6 +73,7 @@ class Session:
     """
 
     backend = "webgpu"
+    backend_reason: str | None = None
 
     def __init__(self, bundle_dir: str | Path, device: wgpu.GPUDevice | None = None, *, profiling: bool = False,
                  kernels: str = "auto", limits: Mapping[str, int] | None = None) -> None:
@@ -93,9 +95,9 @@ class Session:
         if self.kernels == "f16" and SHADER_F16 not in required_features:
             required_features.append(SHADER_F16)
         if device is None:
-            device = default_device(required_limits, required_features, profiling=profiling)
+            device = default_device(required_limits, required_features, profiling=profiling, manifest=self.manifest)
         else:
-            check_device_limits(device, required_limits, required_features)
+            check_device_limits(device, required_limits, required_features, self.manifest)
         self.device: wgpu.GPUDevice = device
 
         self.buffers = SessionBuffers(device, self.manifest, self.stats, self.limits)

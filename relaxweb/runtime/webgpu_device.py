@@ -91,7 +91,8 @@ def default_adapter() -> wgpu.GPUAdapter:
 
 
 def default_device(
-    required_limits: Mapping[str, int] | None = None, required_features: Any = (), *, profiling: bool = False
+    required_limits: Mapping[str, int] | None = None, required_features: Any = (), *, profiling: bool = False,
+    manifest: Mapping[str, Any] | None = None,
 ) -> wgpu.GPUDevice:
     """A device shared by every :class:`Session` not given one, meeting ``required_limits``
     and offering ``required_features``.
@@ -120,7 +121,7 @@ def default_device(
 
     adapter_name = adapter.info.get("device") or "unknown"
     problems = device_problems(
-        adapter, required_limits, required_features, f"this adapter ({adapter_name})"
+        adapter, required_limits, required_features, f"this adapter ({adapter_name})", manifest
     )
     if problems:
         raise RelaxwebError(problems)
@@ -148,16 +149,19 @@ def default_device(
 
 
 def check_device_limits(
-    device: wgpu.GPUDevice, required_limits: Mapping[str, int], required_features: Any = ()
+    device: wgpu.GPUDevice, required_limits: Mapping[str, int], required_features: Any = (),
+    manifest: Mapping[str, Any] | None = None,
 ) -> None:
-    """Raise a readable error when a caller-supplied device lacks a required feature or limit."""
-    problems = device_problems(device, required_limits, required_features, "the given device")
+    """Raise a readable error when a caller-supplied device lacks a required feature or limit
+    (naming the storage that sets a buffer size limit, with the bundle's ``manifest``)."""
+    problems = device_problems(device, required_limits, required_features, "the given device", manifest)
     if problems:
         raise RelaxwebError(problems)
 
 
 def device_problems(
-    gpu: Any, required_limits: Mapping[str, int], required_features: Any, provider: str
+    gpu: Any, required_limits: Mapping[str, int], required_features: Any, provider: str,
+    manifest: Mapping[str, Any] | None = None,
 ) -> str:
     """Every missing feature and unmet limit of ``gpu`` (an adapter or a device) in one
     message, or ``""`` when it can load the bundle."""
@@ -167,19 +171,39 @@ def device_problems(
         problems.append(_missing_feature_message(lacking_features, provider))
     shortfalls = unsatisfied_limits(gpu.limits, required_limits)
     if shortfalls:
-        problems.append(_shortfall_message(shortfalls, provider))
+        problems.append(_shortfall_message(shortfalls, provider, manifest))
     return "; ".join(problems)
 
 
-def _shortfall_message(shortfalls: Mapping[str, tuple[int, int | None]], provider: str) -> str:
-    """One readable line per limit that ``provider`` (adapter or device) cannot meet."""
+def _shortfall_message(shortfalls: Mapping[str, tuple[int, int | None]], provider: str,
+                       manifest: Mapping[str, Any] | None = None) -> str:
+    """One readable line per limit that ``provider`` (adapter or device) cannot meet; a buffer
+    size limit set by a storage at the bounds names that storage (``manifest``)."""
     lines = []
     for name, (needed, available) in shortfalls.items():
         offered = "does not know this limit" if available is None else f"offers {available}"
         lines.append(
             f"the bundle needs the WebGPU limit {name} = {needed}, but {provider} {offered}"
+            + storage_note(manifest, name, needed)
         )
     return "; ".join(lines)
+
+
+BUFFER_SIZE_LIMITS = ("maxStorageBufferBindingSize", "maxBufferSize")
+
+
+def storage_note(manifest: Mapping[str, Any] | None, limit: str, needed: int) -> str:
+    """Which storage makes the bundle need ``limit`` = ``needed``, for a message: ``": storage 3
+    (output 'logits') needs ... at the bounds ..."``, or ``""`` when no storage at the bounds
+    sets it (another limit, a weight, no manifest)."""
+    if manifest is None or limit not in BUFFER_SIZE_LIMITS:
+        return ""
+    index = next((i for i, s in enumerate(manifest["storages"]) if s["size_at_bounds"] == needed), None)
+    if index is None:
+        return ""
+    storage = manifest["storages"][index]
+    return (f": storage {index} ({storage.get('holds', storage['role'])}) needs {needed} bytes at the bounds "
+            f"(its size: {storage['size']} bytes; build with lower --bound values, or run on wasm)")
 
 
 def load_time_limits(manifest: Mapping[str, Any]) -> dict[str, int]:
