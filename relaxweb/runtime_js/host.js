@@ -10,7 +10,7 @@ import { GpuTensor } from "./gpu_tensor.js";
 // What a device must offer and which kernel shaders it compiles live with the WebGPU device
 // and kernels; "./host" (package.json) still exports them.
 export {
-  PART_ALIGNMENT, deviceShortfalls, loadTimeLimits, smallestPartBytes, storageSizeProblem, weightPartSizes,
+  PART_ALIGNMENT, deviceShortfalls, loadTimeLimits, smallestPartBytes, storageNote, storageSizeProblem, weightPartSizes,
 } from "./webgpu_device.js";
 export { SHADER_F16, chooseKernels } from "./webgpu_kernels.js";
 

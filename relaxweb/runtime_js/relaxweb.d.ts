@@ -72,7 +72,7 @@ export interface LoadOptions {
    * WebAssembly SIMD on the CPU; rejects for a bundle without one), or "auto" (the default):
    * WebGPU where `navigator.gpu` gives an adapter (or `device` is given) that meets the
    * bundle's required limits and features, else wasm when the bundle has kernels.wasm.
-   * `model.backend` says which; a console line too.
+   * `model.backend` says which, `model.backendReason` why "auto" did not take WebGPU; a console line too.
    */
   backend?: "auto" | "webgpu" | "wasm";
   /**
@@ -301,6 +301,8 @@ export interface BatchReport {
 
 export class Model {
   readonly backend: "webgpu";
+  /** Why `backend: "auto"` did not take WebGPU: always null on WebGPU. */
+  readonly backendReason: null;
   readonly inputs: TensorSpec[];
   readonly outputs: TensorSpec[];
   readonly symbolicVars: SymbolicVar[];
@@ -385,6 +387,12 @@ export class Model {
  */
 export class WasmModel {
   readonly backend: "wasm";
+  /**
+   * Why `backend: "auto"` did not take WebGPU: no adapter, or the limits and features the adapter
+   * lacks (a buffer size limit names the storage that needs it: what it holds, its size at the
+   * bounds); null when `backend: "wasm"` was asked for.
+   */
+  readonly backendReason: string | null;
   /** Threads a dispatch's units are split between: 1 (not cross-origin isolated, or `threads: 1`), or 1 + the pool's workers. */
   readonly threads: number;
   /** Units the pool's workers have run since load (0 with one thread). */

@@ -35,7 +35,8 @@ export { DEFAULT_CACHE_NAME, GpuTensor, InputShapeError, WasmModel, sharedMemory
  * @property {"auto"|"webgpu"|"wasm"} [backend]  what runs the kernels: "webgpu", "wasm" (the
  *   bundle's kernels.wasm on the CPU, wasm_backend.js), or "auto" (the default): WebGPU where
  *   the page's adapter (or `device`) meets the bundle's required limits and features, else
- *   wasm when the bundle has kernels.wasm; `model.backend` says which
+ *   wasm when the bundle has kernels.wasm; `model.backend` says which, and `model.backendReason`
+ *   why "auto" did not take WebGPU (null when it did, or when a backend was asked for)
  * @property {number} [threads]  the wasm backend's threads, where the page is cross-origin
  *   isolated (default: min(navigator.hardwareConcurrency, 4)); elsewhere always 1; `model.threads`
  * @property {Record<string, number>} [bounds]  tighter bounds for symbolic vars (at most the build's)
@@ -119,9 +120,16 @@ export async function load(url, {
     const { sizesAtBounds } = configured;
     const requiredLimits = loadTimeLimits(manifest, sizesAtBounds);
     const requiredFeatures = [...(manifest.required_features ?? [])];
-    if (chosenBackend(backend, manifest, device ?? adapter, requiredLimits, requiredFeatures) === "wasm") {
+    const gpu = device ?? adapter;
+    const chosen = chosenBackend(backend, manifest, gpu, requiredLimits, requiredFeatures, sizesAtBounds);
+    if (chosen === "wasm") {
       const wasmBytes = (await wasmBytesPromise) ?? (await fetchBytes(fileUrl(manifest.wasm.file)));
       const model = await WasmModel.create(manifest, host, wasmBytes, shards, { threads, ...configured, tokenizer });
+      if (backend === "auto") {
+        model.backendReason = gpu === null ? (adapterError?.message ?? NO_ADAPTER)
+          : deviceShortfalls(gpu, requiredLimits, requiredFeatures, "GPU adapter", manifest, sizesAtBounds).join("; ");
+        console.info(`relaxweb: WebGPU cannot run this model: ${model.backendReason}`);
+      }
       const why = model.threads === 1 ? singleThreadReason(threads) : "";
       console.info(`relaxweb: the wasm backend runs this model (${model.threads} thread${model.threads === 1 ? "" : "s"}${why && `: ${why}`})`);
       return model;
@@ -129,8 +137,9 @@ export async function load(url, {
     if (adapterError) throw new Error(`${adapterError.message}, and ${wasmProblem}`);
     const kernelShaders = (await shadersPromise) ?? (await fetchKernelSources(manifest, fileUrl, chosenKernels(kernels, device ?? adapter, manifest)));
     if (kernelShaders.kernels === "f16" && !requiredFeatures.includes(SHADER_F16)) requiredFeatures.push(SHADER_F16);
-    const gpuDevice = device ?? (await requestDevice(adapter, requiredLimits, requiredFeatures, sizesAtBounds === null, profile));
-    checkDevice(gpuDevice, requiredLimits, requiredFeatures, "device");
+    const gpuDevice = device ?? (await requestDevice(adapter, requiredLimits, requiredFeatures, sizesAtBounds === null, profile,
+      manifest, sizesAtBounds));
+    checkDevice(gpuDevice, requiredLimits, requiredFeatures, "device", manifest, sizesAtBounds);
     const model = await Model.create(manifest, host, gpuDevice, {
       ...kernelShaders, shards, ownsDevice: !device, limitCaps: limits, fileUrl, ...configured, tokenizer,
     });
@@ -159,11 +168,12 @@ function kernelsWasmProblem(manifest) {
  * the bundle has kernels.wasm; without it, WebGPU, whose errors say what is missing).
  * @param {"auto"|"webgpu"|"wasm"} backend @param {any} manifest @param {GPUAdapter|GPUDevice|null} gpu
  * @param {Record<string, number>} requiredLimits @param {string[]} requiredFeatures
+ * @param {number[]|null} sizesAtBounds each storage's size at the bounds in effect
  * @returns {"webgpu"|"wasm"}
  */
-function chosenBackend(backend, manifest, gpu, requiredLimits, requiredFeatures) {
+function chosenBackend(backend, manifest, gpu, requiredLimits, requiredFeatures, sizesAtBounds) {
   if (backend !== "auto") return backend;
-  const gpuFits = gpu !== null && deviceShortfalls(gpu, requiredLimits, requiredFeatures, "GPU adapter").length === 0;
+  const gpuFits = gpu !== null && deviceShortfalls(gpu, requiredLimits, requiredFeatures, "GPU adapter", manifest, sizesAtBounds).length === 0;
   return gpuFits || kernelsWasmProblem(manifest) ? "webgpu" : "wasm";
 }
 
@@ -210,6 +220,8 @@ export class Model {
     this.ownsDevice = ownsDevice;
     /** Which backend runs the kernels. @type {"webgpu"} */
     this.backend = "webgpu";
+    /** Why `backend: "auto"` did not take WebGPU: null, since it did. @type {null} */
+    this.backendReason = null;
     /** Which shaders the kernels with a variant were compiled from: "gpu", "cpu" or "f16". @type {"gpu"|"cpu"|"f16"} */
     this.kernels = kernels;
     /** @type {{name: string, dtype: string, shape: (number|string)[]}[]} */

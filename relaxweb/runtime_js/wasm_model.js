@@ -41,6 +41,9 @@ export class WasmModel {
     this.host = host;
     /** Which backend runs the kernels. @type {"wasm"} */
     this.backend = "wasm";
+    /** Why `backend: "auto"` did not take WebGPU (no adapter, or the limits and features it lacks,
+     * naming the storage that needs a larger binding); null when "wasm" was asked for. @type {string|null} */
+    this.backendReason = null;
     /** The memory, kernels and state of runs: the driver's RunBackend. */
     this.runBackend = backend;
     this.driver = new HostProgramDriver(backend, host);

@@ -13,9 +13,11 @@ export const NO_ADAPTER = "WebGPU is available but no GPU adapter was found";
  * @param {Record<string, number>} requiredLimits
  * @param {string[]} requiredFeatures
  * @param {string} owner "GPU adapter" or "device", for the message
+ * @param {any} [manifest] the bundle's manifest: a buffer size limit set by a storage names it (storageNote)
+ * @param {number[]|null} [sizesAtBounds] each storage's size at the bounds in effect (null: the manifest's)
  * @returns {string[]} empty when it can load the bundle
  */
-export function deviceShortfalls(gpu, requiredLimits, requiredFeatures, owner) {
+export function deviceShortfalls(gpu, requiredLimits, requiredFeatures, owner, manifest = null, sizesAtBounds = null) {
   const problems = [];
   for (const feature of requiredFeatures) {
     if (!gpu.features?.has(feature)) {
@@ -29,9 +31,27 @@ export function deviceShortfalls(gpu, requiredLimits, requiredFeatures, owner) {
       continue;
     }
     const enough = name.startsWith("min") ? available <= needed : available >= needed;
-    if (!enough) problems.push(`this model needs the WebGPU limit ${name} = ${needed}, but the ${owner} supports ${available}`);
+    if (!enough) {
+      problems.push(`this model needs the WebGPU limit ${name} = ${needed}, but the ${owner} supports ${available}${storageNote(manifest, sizesAtBounds, name, needed)}`);
+    }
   }
   return problems;
+}
+
+/**
+ * Which storage makes the bundle need `limit` = `needed`, for a message (": storage 3 (output
+ * 'logits') needs ... bytes at the bounds ..."), or "" when no storage at the bounds sets it (another
+ * limit, a weight, no manifest). The twin of relaxweb/runtime/webgpu_device.py's storage_note.
+ * @param {any} manifest @param {number[]|null} sizesAtBounds @param {string} limit @param {number} needed
+ * @returns {string}
+ */
+export function storageNote(manifest, sizesAtBounds, limit, needed) {
+  if (!manifest || !["maxStorageBufferBindingSize", "maxBufferSize"].includes(limit)) return "";
+  const sizes = sizesAtBounds ?? manifest.storages.map((/** @type {any} */ s) => s.size_at_bounds);
+  const index = sizes.findIndex((size) => size === needed);
+  if (index < 0) return "";
+  const storage = manifest.storages[index];
+  return `: storage ${index} (${storage.holds ?? storage.role}) needs ${needed} bytes at the bounds (its size: ${storage.size} bytes; build with lower --bound values, or run on wasm)`;
 }
 
 /**
@@ -149,11 +169,12 @@ export async function requestAdapter() {
  * @param {string[]} requiredFeatures
  * @param {boolean} unbounded
  * @param {boolean} profile also request "timestamp-query" when the adapter offers it
+ * @param {any} [manifest] @param {number[]|null} [sizesAtBounds] see deviceShortfalls
  * @returns {Promise<GPUDevice>}
  */
-export async function requestDevice(adapter, requiredLimits, requiredFeatures, unbounded, profile) {
+export async function requestDevice(adapter, requiredLimits, requiredFeatures, unbounded, profile, manifest = null, sizesAtBounds = null) {
   if (!adapter) throw new Error(NO_ADAPTER);
-  checkDevice(adapter, requiredLimits, requiredFeatures, "GPU adapter");
+  checkDevice(adapter, requiredLimits, requiredFeatures, "GPU adapter", manifest, sizesAtBounds);
   const limits = { ...requiredLimits };
   if (unbounded) {
     limits.maxStorageBufferBindingSize = adapter.limits.maxStorageBufferBindingSize;
@@ -170,9 +191,10 @@ export async function requestDevice(adapter, requiredLimits, requiredFeatures, u
  * @param {Record<string, number>} requiredLimits
  * @param {string[]} requiredFeatures
  * @param {string} owner "GPU adapter" or "device", for the message
+ * @param {any} [manifest] @param {number[]|null} [sizesAtBounds] see deviceShortfalls
  */
-export function checkDevice(gpu, requiredLimits, requiredFeatures, owner) {
-  const problems = deviceShortfalls(gpu, requiredLimits, requiredFeatures, owner);
+export function checkDevice(gpu, requiredLimits, requiredFeatures, owner, manifest = null, sizesAtBounds = null) {
+  const problems = deviceShortfalls(gpu, requiredLimits, requiredFeatures, owner, manifest, sizesAtBounds);
   if (problems.length > 0) throw new Error(problems.join("; "));
 }
 

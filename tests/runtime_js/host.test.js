@@ -11,7 +11,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 
 import {
-  Host, InputShapeError, OPCODE_DISPATCH, OPCODE_READ, OPCODE_RESUME, checkInputs, deviceShortfalls, dtypeInfo, fromDeviceData,
+  Host, InputShapeError, OPCODE_DISPATCH, OPCODE_READ, OPCODE_RESUME, checkInputs, deviceShortfalls, dtypeInfo, storageNote, fromDeviceData,
   floatToHalfBits, halfBitsToFloat, loadTimeLimits, storageSizeProblem, toDeviceData,
 } from "../../relaxweb/runtime_js/host.js";
 
@@ -338,6 +338,22 @@ test("a loop's iterations each end their command list with a resume record", asy
 });
 
 // Load-time limits and features (fake adapter limits: plain objects, as GPUSupportedLimits reads)
+
+test("deviceShortfalls names the storage that sets a buffer size limit, at the bounds in effect", () => {
+  const gpu = { limits: { maxStorageBufferBindingSize: 1024, maxComputeWorkgroupStorageSize: 16 }, features: new Set() };
+  const manifest = { storages: [{ role: "input", size: "n * 4", size_at_bounds: 400, holds: "input 'x'" },
+    { role: "output", size: "n * 16", size_at_bounds: 1600, holds: "output 'y'" }] };
+  const limits = { maxStorageBufferBindingSize: 1600, maxComputeWorkgroupStorageSize: 32 };
+  assert.deepEqual(deviceShortfalls(gpu, limits, [], "GPU adapter", manifest), [
+    "this model needs the WebGPU limit maxStorageBufferBindingSize = 1600, but the GPU adapter supports 1024: storage 1 "
+      + "(output 'y') needs 1600 bytes at the bounds (its size: n * 16 bytes; build with lower --bound values, or run on wasm)",
+    "this model needs the WebGPU limit maxComputeWorkgroupStorageSize = 32, but the GPU adapter supports 16",
+  ]);
+  // load-time bounds: the sizes the host module computed, not the manifest's
+  assert.match(deviceShortfalls(gpu, { maxStorageBufferBindingSize: 1200 }, [], "GPU adapter", manifest, [300, 1200])[0],
+    /supports 1024: storage 1 \(output 'y'\) needs 1200 bytes at the bounds/);
+  assert.equal(storageNote(manifest, null, "maxStorageBufferBindingSize", 999), ""); // a weight sets it
+});
 
 test("deviceShortfalls names each missing feature and unmet limit with both values", () => {
   const gpu = { limits: { maxStorageBufferBindingSize: 1024, minStorageBufferOffsetAlignment: 256 }, features: new Set(["timestamp-query"]) };

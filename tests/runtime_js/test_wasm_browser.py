@@ -61,6 +61,7 @@ async ({ options, runs }) => {
     return { ...report, loadError: `${error.name}: ${error.message}` };
   }
   report.backend = model.backend;
+  report.backendReason = model.backendReason;
   report.threads = model.threads;
   for (const inputs of runs) {
     const tensors = Object.fromEntries(inputs.map(([name, shape, values]) => [name, { data: Float32Array.from(values), shape }]));
@@ -114,6 +115,8 @@ def test_auto_without_webgpu_runs_wasm_on_one_thread_when_not_isolated(handmade:
     report = run_page(handmade, runs, isolated=False)
     assert report["isolated"] is False
     assert (report.get("backend"), report.get("threads")) == ("wasm", 1), report
+    assert report["backendReason"] in ("WebGPU is available but no GPU adapter was found",
+                                       "WebGPU is not available here (navigator.gpu is missing)"), report
     check_handmade(report, expected)
     assert report["unitsRunByWorkers"] == 0
 
@@ -170,11 +173,30 @@ def test_a_kernel_trap_rejects_the_run_naming_its_call_site(tmp_path: Path, isol
 def test_with_webgpu_auto_picks_webgpu_and_wasm_can_be_asked_for(handmade: Path) -> None:
     runs, expected = handmade_runs([4])
     webgpu = run_page(handmade, runs, webgpu=True)
-    assert webgpu.get("backend") == "webgpu", webgpu
+    assert (webgpu.get("backend"), webgpu.get("backendReason")) == ("webgpu", None), webgpu
     check_handmade(webgpu, expected)
     wasm = run_page(handmade, runs, webgpu=True, options={"backend": "wasm"})
-    assert wasm.get("backend") == "wasm", wasm
+    assert (wasm.get("backend"), wasm.get("backendReason")) == ("wasm", None), wasm
     check_handmade(wasm, expected)
+
+
+def test_auto_says_why_a_bundle_above_the_adapters_binding_runs_on_wasm(tmp_path: Path) -> None:
+    """y = x @ w is 1.2 GB at the bound n <= 300000, above SwiftShader's 1 GiB binding: "auto"
+    takes wasm and `backendReason` names the storage (tests/e2e/test_device_limits.py: Python)."""
+    from tests.e2e.test_device_limits import wide_matmul  # noqa: PLC0415 - one model for both tests
+
+    bundle = relaxweb.build(wide_matmul(), tmp_path / "bundle", bounds={"n": 300000})
+    x = rand(2, 64)
+    report = run_page(bundle.path, [[["x", [2, 64], x.ravel().tolist()]]], webgpu=True)
+    assert report.get("backend") == "wasm", report
+    output = bundle.manifest["outputs"][0]["storage"]
+    assert report["backendReason"].startswith("this model needs the WebGPU limit maxStorageBufferBindingSize = 1228800000, "
+                                              "but the GPU adapter supports "), report["backendReason"]
+    assert report["backendReason"].endswith(
+        f": storage {output} (output 'y') needs 1228800000 bytes at the bounds (its size: n * 4096 bytes; build with lower "
+        "--bound values, or run on wasm)"), report["backendReason"]
+    (result,) = report["results"]
+    assert_close(np.array(result["y"]["data"], np.float32).reshape(2, 1024), x @ rand(64, 1024, seed=1))
 
 
 def test_a_bundle_without_kernels_wasm(tmp_path: Path) -> None:
