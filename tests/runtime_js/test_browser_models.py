@@ -23,10 +23,13 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+import relaxweb
+
 from relaxweb.browser import open_runner_page, run_in_browser, run_many_in_browser
 from relaxweb.compiler import build_bundle
 from relaxweb.errors import InputShapeError
-from tests.helpers import MODEL, assert_close, make_model
+from tests.fixtures.melspectrogram import audio, melspectrogram_model
+from tests.helpers import MODEL, assert_close, make_model, onnxruntime_outputs
 from tests.model_exports import Export, export_script, missing_exporter_packages, session_exports
 from tests.runtime_js.test_browser import pytestmark as browser_marks
 
@@ -147,3 +150,18 @@ def test_int64_classes_in_the_page(int64_bundle: Path) -> None:
 def test_an_int64_value_outside_int32_is_rejected_by_run_in_browser(int64_bundle: Path) -> None:
     with pytest.raises(InputShapeError, match=r"input 'x'"):
         run_in_browser(int64_bundle, {"x": np.array([[1, 2, 2**33]], dtype=np.int64)})
+
+
+def test_a_melspectrogram_compiles_and_matches_onnxruntime(tmp_path: Path) -> None:
+    """The melspectrogram of ``tests/fixtures/melspectrogram.py`` (a Conv STFT, its mel kernel
+    dividing through the floor helpers about 130 times per reduction step) on SwiftShader, at
+    both ends of the audio lengths it serves.  While the helpers branched, SwiftShader compiled
+    that one kernel for minutes and Chromium lost its GPU process; now the load and both runs
+    take seconds (a timeout of 60 s leaves room for a busy machine)."""
+    model = melspectrogram_model()
+    bundle = relaxweb.build(model, tmp_path / "mel", bounds={"samples": 4000}).path
+    runs = [{"audio": audio(1280)}, {"audio": audio(4000, seed=1)}]
+    results = run_many_in_browser(bundle, runs, timeout_s=60)
+    for inputs, actual in zip(runs, results):
+        (expected,) = onnxruntime_outputs(model, inputs)
+        assert_close(actual["melspectrogram"], expected, MODEL, err_msg=f"{inputs['audio'].shape[1]} samples")
