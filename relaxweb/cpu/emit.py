@@ -94,6 +94,9 @@ UNARY_RENDERINGS: dict[UnaryOp, dict[str, Callable[[str], str]]] = {
     # a NaN's exponent is all ones and its mantissa not zero (whatever the sign)
     UnaryOp.IS_NAN: {FLOAT: lambda a: f"(i32.gt_u (i32.and (i32.reinterpret_f32 {a}) (i32.const 0x7fffffff)) "
                                       f"(i32.const 0x7f800000))"},
+    # neither NaN nor infinite: the exponent is not all ones
+    UnaryOp.IS_FINITE: {FLOAT: lambda a: f"(i32.lt_u (i32.and (i32.reinterpret_f32 {a}) (i32.const 0x7fffffff)) "
+                                         f"(i32.const 0x7f800000))"},
     UnaryOp.UNPACK_HALF: {UNSIGNED: _call("unpack_half_f32")},
     UnaryOp.SQRT: _per_class("f32.sqrt", None, None),
     UnaryOp.FLOOR: _per_class("f32.floor", None, None),

@@ -97,7 +97,7 @@ def vector_access(program: TensorProgram, width: int) -> dict[str, str] | None:
     for node in scalar_nodes(program.body):
         if not isinstance(node, (Load, Binary, Unary, FloatImm)):
             return None
-        if isinstance(node, Unary) and node.op is UnaryOp.IS_NAN:
+        if isinstance(node, Unary) and node.op in (UnaryOp.IS_NAN, UnaryOp.IS_FINITE):
             return None
         if isinstance(node, FloatImm) and node.dtype != "float32":
             return None

@@ -78,6 +78,9 @@ class LegalizeContext(Protocol):
     def emit(self, value: Expr, name_hint: str = "lv") -> Var:
         """Bind an intermediate value before the one being legalized."""
 
+    #: Where the call being legalized comes from (its ``source``: ``Range node 'r'``), or "".
+    source: str
+
 
 @dataclass(frozen=True)
 class OpDefinition:
@@ -88,15 +91,20 @@ class OpDefinition:
     #: The result lives in the storage of the first argument (a KV cache and its views): the
     #: call stays through legalization, memory planning gives it no storage of its own.
     view: bool = False
+    #: The legalization may read sizes back from the data (``ops/readback.py``): a call built
+    #: while a node converts gets ``source`` (``Range node 'r'``), which the run-time checks of
+    #: what it reads back name.
+    reads_back: bool = False
 
 
 OPS: dict[str, OpDefinition] = {}
 
 
-def register_op(name: str, *, deduce, reference, legalize=None, view: bool = False) -> OpDefinition:
+def register_op(name: str, *, deduce, reference, legalize=None, view: bool = False,
+                reads_back: bool = False) -> OpDefinition:
     if name in OPS:
         raise ValueError(f"op {name} registered twice")
-    OPS[name] = OpDefinition(name, deduce, legalize, reference, view)
+    OPS[name] = OpDefinition(name, deduce, legalize, reference, view, reads_back)
     return OPS[name]
 
 
@@ -116,22 +124,27 @@ def get_op(name: str) -> OpDefinition:
 # deduce again with, after binding the run-time check.
 AssumptionHandler = Callable[[AssumptionError, tuple[Expr, ...], dict[str, Any]], tuple[tuple[Expr, ...], dict[str, Any]]]
 
-# The handlers of the builders checking assumptions now, innermost last.
+# The handlers of the builders checking assumptions now, innermost last, and where their
+# calls come from (``Range node 'r'``).
 _ASSUMPTION_HANDLERS: list[AssumptionHandler] = []
+_SOURCES: list[str] = []
 
 # Deduction is retried at most this many times per call (each retry checks one more fact).
 MAX_ASSUMPTIONS_PER_CALL = 32
 
 
 @contextmanager
-def checking_assumptions(handler: AssumptionHandler) -> Iterator[None]:
+def checking_assumptions(handler: AssumptionHandler, where: str = "") -> Iterator[None]:
     """Within the block, :func:`call_op` answers an :class:`AssumptionError` with ``handler``
-    (see ``FunctionBuilder.checking_assumptions``) instead of raising it."""
+    (see ``FunctionBuilder.checking_assumptions``) instead of raising it, and gives the calls
+    of ops that read sizes back ``source=where``."""
     _ASSUMPTION_HANDLERS.append(handler)
+    _SOURCES.append(where)
     try:
         yield
     finally:
         _ASSUMPTION_HANDLERS.pop()
+        _SOURCES.pop()
 
 
 def call_op(name: str, *args: Expr, **attrs: Any) -> Call:
@@ -142,6 +155,9 @@ def call_op(name: str, *args: Expr, **attrs: Any) -> Call:
     again on what the builder returns, until it succeeds or fails for good."""
     definition = get_op(name)
     args, attrs = tuple(args), dict(attrs)
+    source = next((where for where in reversed(_SOURCES) if where), "")
+    if definition.reads_back and source and not attrs.get("source"):
+        attrs["source"] = source
     for _ in range(MAX_ASSUMPTIONS_PER_CALL):
         try:
             return Call(name, args, attrs, definition.deduce(args, dict(attrs)))

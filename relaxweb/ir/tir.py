@@ -84,8 +84,9 @@ BITWISE_OPS = frozenset({BinaryOp.BITWISE_AND, BinaryOp.BITWISE_OR, BinaryOp.BIT
 
 
 class UnaryOp(NamedEnum):
-    """Functions of :class:`Unary`.  ``is_nan`` gives a bool and tests the bit pattern (WGSL
-    lets compilers assume no NaNs, so ``x != x`` may fold away); ``unpack_half`` takes a
+    """Functions of :class:`Unary`.  ``is_nan`` and ``is_finite`` (neither NaN nor infinite)
+    give a bool and test the bit pattern (WGSL lets compilers assume no NaNs and infinities, so
+    ``x != x`` may fold away); ``unpack_half`` takes a
     uint32 and gives the float16 in its low 16 bits as a float32 (WGSL's core
     ``unpack2x16float``: no ``shader-f16`` needed); the rest keep the dtype."""
 
@@ -94,6 +95,7 @@ class UnaryOp(NamedEnum):
     NEGATIVE = "negative"
     SIGMOID = "sigmoid"
     IS_NAN = "is_nan"
+    IS_FINITE = "is_finite"
     UNPACK_HALF = "unpack_half"
     # math functions with the same name and meaning in numpy and WGSL (float operands)
     SQRT = "sqrt"
@@ -327,7 +329,7 @@ class Unary(ScalarExpr):
     def dtype(self) -> str:
         if self.op is UnaryOp.UNPACK_HALF:
             return "float32"
-        return "bool" if self.op is UnaryOp.IS_NAN else self.a.dtype
+        return "bool" if self.op in (UnaryOp.IS_NAN, UnaryOp.IS_FINITE) else self.a.dtype
 
 
 @dataclass(frozen=True)
@@ -525,6 +527,10 @@ def round_half_even(a: ScalarExpr) -> ScalarExpr:
 
 def is_nan(a: ScalarExpr) -> ScalarExpr:
     return Unary(UnaryOp.IS_NAN, a)
+
+
+def is_finite(a: ScalarExpr) -> ScalarExpr:
+    return Unary(UnaryOp.IS_FINITE, a)
 
 
 def unpack_half(word: ScalarExpr) -> ScalarExpr:

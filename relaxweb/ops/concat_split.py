@@ -235,4 +235,4 @@ def _legalize_split_any(context, call: Call):
     return needs_known_shapes(legalize_split)(context, call)
 
 
-register_op("split", deduce=deduce_split, legalize=_legalize_split_any, reference=split_reference)
+register_op("split", deduce=deduce_split, legalize=_legalize_split_any, reference=split_reference, reads_back=True)

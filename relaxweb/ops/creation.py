@@ -32,7 +32,7 @@ from ..ir.op_registry import DeductionError, register_op
 from ..ir.struct_info import PrimStructInfo, ShapeStructInfo, StructInfo, TensorStructInfo
 from ..ir.symbolic import IntImm, PrimExpr, as_int, expr_max, prove_less_equal, simplify
 from ..ir.tir import (
-    Cast, FloatImm, IndexValue, Load, ScalarExpr, ceil, maximum, scalar_dtype, select,
+    Cast, FloatImm, IndexValue, Load, ScalarExpr, ceil, is_finite, maximum, scalar_dtype, select,
 )
 from .common import UnknownShapeError, expect_args, make_program, needs_known_shapes
 from .shape_operands import int_list, shape_operand
@@ -96,7 +96,7 @@ def _legalize_full_any(context, call: Call):
     return needs_known_shapes(legalize_full)(context, call)
 
 
-register_op("full", deduce=deduce_full, legalize=_legalize_full_any, reference=full_reference)
+register_op("full", deduce=deduce_full, legalize=_legalize_full_any, reference=full_reference, reads_back=True)
 
 
 # arange ----------------------------------------------------------------------------------------
@@ -151,7 +151,19 @@ def arange_reference(arrays, attrs):
     start, limit, delta = (np.asarray(a).reshape(-1)[0] for a in arrays)
     if delta == 0:
         raise ValueError("arange: delta is 0")
+    with np.errstate(all="ignore"):
+        count = np.ceil((np.float64(limit) - np.float64(start)) / np.float64(delta))
+    if not np.isfinite(count):
+        where = attrs.get("source") or "arange"
+        raise ValueError(f"{where}: {ARANGE_LENGTH} is not a finite value (start {start}, limit {limit}, delta {delta})")
     return np.arange(start, limit, delta).astype(dtype)
+
+
+ARANGE_LENGTH = "the number of elements ceil((limit - start) / delta)"
+NOT_FINITE = -1
+"""What the read-back length of a run-time arange is where it is not a finite value (a NaN or
+infinite start, limit or delta): onnxruntime refuses such a Range, and so does the host's
+check of the length (>= 0), naming the node."""
 
 
 def legalize_arange_run_time(context, call: Call):
@@ -181,9 +193,11 @@ def legalize_arange_run_time(context, call: Call):
     def length(buffers):
         start, limit, delta = (as_dtype(v, "float32") for v in operands(buffers))
         count = ceil((limit - start) / delta)
-        return Cast("int32", maximum(count, 0.0))
+        return select(is_finite(count), Cast("int32", maximum(count, 0.0)), FloatImm(NOT_FINITE, "int32"))
 
-    (count,) = read_back_dims(context, tuple(tensors), [length], "arange")
+    source = call.attrs.get("source") or "arange"
+    reason = f"{source}: {ARANGE_LENGTH} ({NOT_FINITE} where it is not a finite value: a NaN or infinite start, limit or delta)"
+    (count,) = read_back_dims(context, tuple(tensors), [length], "arange", reason=reason)
 
     def body(axes, buffers):
         start, _, delta = operands(buffers)
@@ -204,7 +218,7 @@ def _legalize_arange_any(context, call: Call):
     return needs_known_shapes(legalize_arange)(context, call)
 
 
-register_op("arange", deduce=deduce_arange, legalize=_legalize_arange_any, reference=arange_reference)
+register_op("arange", deduce=deduce_arange, legalize=_legalize_arange_any, reference=arange_reference, reads_back=True)
 
 
 # shape_to_tensor -------------------------------------------------------------------------------

@@ -535,4 +535,4 @@ def _legalize_resize_any(context, call: Call):
     return needs_known_shapes(legalize_resize)(context, call)
 
 
-register_op("resize", deduce=deduce_resize, legalize=_legalize_resize_any, reference=resize_reference)
+register_op("resize", deduce=deduce_resize, legalize=_legalize_resize_any, reference=resize_reference, reads_back=True)

@@ -51,7 +51,7 @@ from ..ir.tir import (
 )
 from .common import UnknownShapeError, expect_args, make_program, needs_known_shapes, normalize_axis, require_tensor
 from .reshape import reshape_program
-from .readback import both, const, int32, read_back_dims
+from .readback import both, const, int32, read_back_dims, read_reason
 
 REDUCTIONS = ("none", "add", "mul", "max", "min")
 
@@ -469,7 +469,8 @@ def legalize_nonzero(context, call: Call):
                          "nonzero_rank")
     value = context.emit(TensorToPrim(count), "nonzero_count_value")
     found = SizeVar(context.fresh_name("nonzero_k"))
-    context.emit_match_cast(value, PrimStructInfo("int64", found), "nonzero_k")
+    context.emit_match_cast(value, PrimStructInfo("int64", found), "nonzero_k",
+                            reason=read_reason(context, "the number of non-zero elements"))
     program = make_program("nonzero", [data, ranks], (IntImm(ndim), found), "int64", coordinates_body)
     return context.call_tir(program, (data, ranks))
 
@@ -487,6 +488,7 @@ register_op(
     deduce=deduce_nonzero,
     legalize=_legalize_nonzero_checked,
     reference=lambda arrays, attrs: np.array(np.nonzero(arrays[0]), dtype=np.int64).reshape(np.ndim(arrays[0]), -1),
+    reads_back=True,
 )
 
 
@@ -636,4 +638,5 @@ def _legalize_one_hot_checked(context, call: Call):
     return legalize_one_hot(context, call)
 
 
-register_op("one_hot", deduce=deduce_one_hot, reference=one_hot_reference, legalize=_legalize_one_hot_checked)
+register_op("one_hot", deduce=deduce_one_hot, reference=one_hot_reference, legalize=_legalize_one_hot_checked,
+            reads_back=True)

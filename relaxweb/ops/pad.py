@@ -206,7 +206,7 @@ def _legalize_pad_any(context, call: Call):
     return needs_known_shapes(legalize_pad)(context, call)
 
 
-register_op("pad", deduce=deduce_pad, legalize=_legalize_pad_any, reference=pad_reference)
+register_op("pad", deduce=deduce_pad, legalize=_legalize_pad_any, reference=pad_reference, reads_back=True)
 
 
 # trilu -----------------------------------------------------------------------------------------

@@ -64,10 +64,13 @@ def count_true(conditions: Sequence[ScalarExpr]) -> ScalarExpr:
 
 
 def read_back_dims(context, args: Sequence[Expr], extents: Sequence[Callable[[list[Buffer]], ScalarExpr]],
-                   name: str, source: str = "") -> tuple[SizeVar, ...]:
+                   name: str, source: str = "", reason: str = "") -> tuple[SizeVar, ...]:
     """One fresh size variable per function of ``extents`` (each builds the int32 value of an
     extent from buffers of ``args``), computed on the GPU and read back.  ``source`` names
-    where the op comes from (``Reshape node 'r'``) for the error of a negative extent."""
+    where the op comes from (``Reshape node 'r'``; by default the call's, ``context.source``)
+    for the errors of the checks of what is read back; ``reason``, what a single extent's checks
+    say instead of ``{source}: dimension 0 of the result``."""
+    source = source or getattr(context, "source", "")
     buffers = [Buffer(chr(ord("A") + i), tensor_shape(arg), tensor_dtype(arg)) for i, arg in enumerate(args)]
     dims = []
     for position, extent in enumerate(extents):
@@ -79,7 +82,7 @@ def read_back_dims(context, args: Sequence[Expr], extents: Sequence[Callable[[li
         value = context.emit(TensorToPrim(tensor), f"{name}_dim{position}_value")
         var = SizeVar(context.fresh_name(f"{name}_d{position}"))
         context.emit_match_cast(value, PrimStructInfo("int64", var), f"{name}_d{position}",
-                                reason=extent_reason(source, position) if source else "")
+                                reason=reason or (extent_reason(source, position) if source else ""))
         dims.append(var)
     return tuple(dims)
 
@@ -87,3 +90,11 @@ def read_back_dims(context, args: Sequence[Expr], extents: Sequence[Callable[[li
 def extent_reason(source: str, position: int) -> str:
     """What the read-back of extent ``position`` of an op's result states in its errors."""
     return f"{source}: dimension {position} of the result"
+
+
+def read_reason(context, what: str) -> str:
+    """The ``reason`` of a cast of a value read back (``Range node 'r': the number of
+    elements``): ``what`` after where the call being legalized comes from; "" where it
+    comes from no node (the host then names the cast)."""
+    source = getattr(context, "source", "")
+    return f"{source}: {what}" if source else ""

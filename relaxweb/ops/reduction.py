@@ -62,7 +62,9 @@ from ..library import unique_count_kernel, unique_values_kernel
 from .common import (
     UnknownShapeError, expect_args, make_program, needs_known_shapes, normalize_axis, normalize_axes, require_float, require_tensor,
 )
-from .readback import both, const, count_true, element as axis_entry, index, int32, read_back_dims, wrap_negative
+from .readback import (
+    both, const, count_true, element as axis_entry, index, int32, read_back_dims, read_reason, wrap_negative,
+)
 
 
 def _lowest(dtype: np.dtype):
@@ -486,6 +488,7 @@ for _name in NUMPY:
         deduce=_deduce(_name),
         legalize=_with_run_time_axes(_name, _legalization) if _legalization else None,
         reference=_reference(_name),
+        reads_back=True,  # with run-time axes
     )
 
 
@@ -819,7 +822,7 @@ def _first_element(buffer):
     return Load(buffer, tuple(IntImm(0) for _ in buffer.shape))
 
 
-register_op("topk", deduce=deduce_topk, legalize=legalize_topk, reference=topk_reference)
+register_op("topk", deduce=deduce_topk, legalize=legalize_topk, reference=topk_reference, reads_back=True)
 
 
 # unique ----------------------------------------------------------------------------------------
@@ -844,7 +847,8 @@ def legalize_unique(context, call: Call):
     values = context.emit(context.call_library(unique_values_kernel("unique_values", length, dtype), (data,)), "unique_values")
     read = context.emit(TensorToPrim(count), "unique_count_value")
     distinct = SizeVar(context.fresh_name("unique_k"))
-    context.emit_match_cast(read, PrimStructInfo("int64", distinct), "unique_k")
+    context.emit_match_cast(read, PrimStructInfo("int64", distinct), "unique_k",
+                            reason=read_reason(context, "the number of distinct values"))
     program = make_program(
         "take_prefix", [values], (distinct,), dtype, lambda axes, buffers: Load(buffers[0], (axes[0],))
     )
@@ -856,4 +860,5 @@ register_op(
     deduce=deduce_unique,
     legalize=legalize_unique,
     reference=lambda arrays, attrs: np.unique(arrays[0]),
+    reads_back=True,
 )

@@ -105,7 +105,7 @@ def legalize_broadcast_to_run_time(context, call: Call):
 
 register_op("broadcast_to", deduce=deduce_broadcast_to,
             legalize=static_or_run_time(legalize_broadcast_to, legalize_broadcast_to_run_time),
-            reference=broadcast_to_reference)
+            reference=broadcast_to_reference, reads_back=True)
 
 
 # tile ------------------------------------------------------------------------------------------
@@ -163,4 +163,4 @@ def legalize_tile_run_time(context, call: Call):
 
 
 register_op("tile", deduce=deduce_tile, legalize=static_or_run_time(legalize_tile, legalize_tile_run_time),
-            reference=lambda arrays, attrs: np.ascontiguousarray(np.tile(arrays[0], int_list(arrays[1]))))
+            reference=lambda arrays, attrs: np.ascontiguousarray(np.tile(arrays[0], int_list(arrays[1]))), reads_back=True)

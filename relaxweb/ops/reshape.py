@@ -217,7 +217,7 @@ def legalize_dynamic_reshape(context, call: Call):
 
 
 register_op("dynamic_reshape", deduce=deduce_dynamic_reshape, reference=dynamic_reshape_reference,
-            legalize=needs_known_data_shape(legalize_dynamic_reshape))
+            legalize=needs_known_data_shape(legalize_dynamic_reshape), reads_back=True)
 
 
 # transpose -------------------------------------------------------------------------------------
@@ -380,6 +380,6 @@ def legalize_expand_dims(context, call: Call):
 
 
 register_op("squeeze", deduce=_deduce_axes_op("squeeze", -1), reference=squeeze_reference,
-            legalize=needs_known_data_shape(legalize_squeeze))
+            legalize=needs_known_data_shape(legalize_squeeze), reads_back=True)
 register_op("expand_dims", deduce=_deduce_axes_op("expand_dims", 1), reference=expand_dims_reference,
-            legalize=needs_known_data_shape(legalize_expand_dims))
+            legalize=needs_known_data_shape(legalize_expand_dims), reads_back=True)

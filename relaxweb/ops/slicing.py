@@ -290,4 +290,5 @@ register_op(
     deduce=deduce_dynamic_slice,
     legalize=needs_known_data_shape(legalize_dynamic_slice),
     reference=lambda arrays, attrs: onnx_slice_reference(arrays[0], *(int_list(a) for a in arrays[1:])),
+    reads_back=True,
 )

@@ -29,6 +29,7 @@ class _Legalizer(ExprMutator):
         self.table = ProgramTable(module.programs)
         self.programs = self.table.programs
         self.names = FunctionBuilder.avoiding_names_of(function)
+        self.source = ""  # where the call being legalized comes from (its ``source``), for its checks
 
     def add_program(self, program) -> str:
         """Add a tensor program or library kernel, reusing an identical one's name."""
@@ -64,6 +65,7 @@ class _Legalizer(ExprMutator):
         return var
 
     def visit_call(self, call: Call) -> Expr:
+        self.source = call.attrs.get("source", "")
         return get_op(call.op).legalize(self, call)
 
 

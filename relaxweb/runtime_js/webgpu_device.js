@@ -211,9 +211,34 @@ export class WebGpuDevice {
     this.unusableReason = null;
     /** Resolves with an Error when the device is lost. */
     this.lost = device.lost.then((info) => {
-      this.unusableReason ??= `the WebGPU device was lost (${info.reason}): ${info.message}`;
+      // Chromium loses every device (reason "unknown") when its GPU process goes away: a
+      // crash, or its watchdog stopping a call that ran too long (a shader compiling for minutes)
+      const gone = info.reason === "unknown" ? " (the browser's GPU process was lost; reload the page to try again)" : "";
+      this.unusableReason ??= `the WebGPU device was lost (${info.reason}): ${info.message}${gone}`;
       return new Error(this.unusableReason);
     });
+  }
+
+  /**
+   * `promise` (the creation of kernel `kernelName`'s pipeline), rejecting as soon as the
+   * device is lost, and its own failure once the device is lost (Chromium rejects the
+   * pipelines still compiling with "A valid external Instance reference no longer exists"),
+   * with an error that names the kernel and says the device was lost.
+   * @template T
+   * @param {string} kernelName
+   * @param {Promise<T>} promise
+   * @returns {Promise<T>}
+   */
+  compiling(kernelName, promise) {
+    const lostWhileCompiling = (/** @type {Error} */ error) =>
+      new Error(`kernel ${kernelName}: cannot create its pipeline: ${error.message}`);
+    const lost = this.lost.then((error) => Promise.reject(lostWhileCompiling(error)));
+    const failed = promise.catch(async (/** @type {any} */ error) => {
+      await Promise.race([this.lost, new Promise((resolve) => setTimeout(resolve, 0))]); // a loss the same moment
+      if (this.unusableReason) throw lostWhileCompiling(new Error(this.unusableReason));
+      throw new Error(`kernel ${kernelName}: cannot create its pipeline: ${error?.message ?? error}`);
+    });
+    return Promise.race([failed, lost]);
   }
 
   /** Refuse to start a run when the model cannot run any more. */

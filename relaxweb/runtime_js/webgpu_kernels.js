@@ -116,13 +116,15 @@ export async function compileKernels(device, manifest, sources, files) {
 
 /**
  * Create one compute pipeline per kernel, with explicit bind group layouts. The GPU calls
- * are made now, in kernel order; each returned promise settles when its pipeline is ready.
- * @param {GPUDevice} device
+ * are made now, in kernel order; each returned promise settles when its pipeline is ready,
+ * and rejects naming the kernel when it cannot be created or the device is lost meanwhile.
+ * @param {import("./webgpu_device.js").WebGpuDevice} gpu
  * @param {any} manifest
  * @param {GPUShaderModule[]} modules compiled WGSL per kernel
  * @returns {Promise<GPUComputePipeline>[]}
  */
-export function createPipelines(device, manifest, modules) {
+export function createPipelines(gpu, manifest, modules) {
+  const device = gpu.device;
   return manifest.kernels.map((/** @type {any} */ kernel, /** @type {number} */ k) => {
     const bindGroupLayout = device.createBindGroupLayout({
       label: kernel.name,
@@ -130,13 +132,11 @@ export function createPipelines(device, manifest, modules) {
         binding, visibility: COMPUTE_STAGE, buffer: { type },
       })),
     });
-    return device.createComputePipelineAsync({
+    return gpu.compiling(kernel.name, device.createComputePipelineAsync({
       label: kernel.name,
       layout: device.createPipelineLayout({ bindGroupLayouts: [bindGroupLayout] }),
       compute: { module: modules[k], entryPoint: kernel.entry_point },
-    }).catch((error) => {
-      throw new Error(`kernel ${kernel.name}: cannot create its pipeline: ${error.message}`);
-    });
+    }));
   });
 }
 
@@ -179,7 +179,7 @@ export class KernelPipelines {
    * @param {GPUShaderModule[]} modules
    */
   start(modules) {
-    this.pipelinePromises = createPipelines(this.gpu.device, this.manifest, modules).map((promise, k) =>
+    this.pipelinePromises = createPipelines(this.gpu, this.manifest, modules).map((promise, k) =>
       promise.then((pipeline) => {
         this.pipelines[k] = pipeline;
         return pipeline;
@@ -210,9 +210,9 @@ export class KernelPipelines {
     return dispatches.length;
   }
 
-  /** Wait for the pipeline of a dispatch's kernel (or the device's loss). @param {import("./host.js").DispatchCommand} dispatch */
+  /** Wait for the pipeline of a dispatch's kernel (it rejects naming the kernel when the device is lost). @param {import("./host.js").DispatchCommand} dispatch */
   waitFor(dispatch) {
-    return this.gpu.orDeviceLoss(this.pipelinePromises[this.manifest.call_sites[dispatch.callSite].kernel]);
+    return this.pipelinePromises[this.manifest.call_sites[dispatch.callSite].kernel];
   }
 
   /**
@@ -226,11 +226,12 @@ export class KernelPipelines {
       if (!fileUrl) throw new Error("runBatch needs the bundle's URL: load the model with load()");
       const kernels = this.manifest.kernels.map((/** @type {any} */ k) => ({ ...k, name: `${k.name} (ragged form)` }));
       const files = this.manifest.kernels.map((/** @type {any} */ k) => raggedKernelFile(k, this.variant));
-      const device = this.gpu.device;
+      const gpu = this.gpu;
+      const device = gpu.device;
       this.raggedPromise = (async () => {
         const sources = await Promise.all(files.map((/** @type {string} */ file) => fetchOk(fileUrl(file)).then((r) => r.text())));
         const modules = await compileKernels(device, { kernels }, sources, files);
-        return Promise.all(createPipelines(device, { kernels }, modules));
+        return Promise.all(createPipelines(gpu, { kernels }, modules));
       })();
       this.raggedPromise.catch(() => { this.raggedPromise = null; }); // the next runBatch tries again
     }

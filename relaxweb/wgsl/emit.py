@@ -78,6 +78,7 @@ UNARY_RENDERINGS: dict[UnaryOp, Callable[[str], str]] = {
     UnaryOp.NEGATIVE: lambda a: f"(-{a})",
     UnaryOp.SIGMOID: lambda a: f"(1.0 / (1.0 + exp(-{a})))",
     UnaryOp.IS_NAN: is_nan,
+    UnaryOp.IS_FINITE: lambda a: f"((bitcast<u32>({a}) & 0x7fffffffu) < 0x7f800000u)",  # exponent not all ones
     UnaryOp.UNPACK_HALF: lambda a: f"unpack2x16float({a}).x",
     # WGSL built-ins of the same name
     **{op: (lambda name: lambda a: f"{name}({a})")(op.value) for op in (

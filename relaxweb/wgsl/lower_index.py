@@ -35,19 +35,24 @@ def render_wgsl(target: TargetIndex, variable: Callable[[str], str]) -> str:
 # The floor helpers, from WGSL's truncating operators.  Truncation rounds the quotient toward
 # zero: where the exact quotient is negative and not whole (the remainder is non-zero and the
 # operands' signs differ), the floor is one less, and the remainder moves by the divisor.
+# The two conditions are joined with `&`, not `&&`: WGSL's `&&` short-circuits, so it is a
+# branch, and a factor calls these in every step of a matmul's reduction loop, once per block
+# row or column.  SwiftShader's compile time grows much faster than the branches of a loop
+# body: a melspectrogram's mel kernel with 130 calls compiled for more than three minutes
+# (Chromium lost its GPU process); branch-free, in 0.3 s (tests/wgsl/test_index_semantics.py).
 HELPER_FUNCTIONS = {
     IndexOp.FLOOR_DIVIDE: (
         "// the IR's a // b: rounds toward negative infinity (WGSL's / truncates toward zero)",
         "fn floor_div_i32(a: i32, b: i32) -> i32 {",
         "  let quotient = a / b;",
-        "  return select(quotient, quotient - 1, (a % b != 0) && ((a < 0) != (b < 0)));",
+        "  return select(quotient, quotient - 1, (a % b != 0) & ((a < 0) != (b < 0)));",
         "}",
     ),
     IndexOp.FLOOR_MODULO: (
         "// the IR's a % b: takes the sign of b (WGSL's % takes the sign of a)",
         "fn floor_mod_i32(a: i32, b: i32) -> i32 {",
         "  let remainder = a % b;",
-        "  return select(remainder, remainder + b, (remainder != 0) && ((remainder < 0) != (b < 0)));",
+        "  return select(remainder, remainder + b, (remainder != 0) & ((remainder < 0) != (b < 0)));",
         "}",
     ),
 }

@@ -172,7 +172,7 @@ def test_binary_integer(op: BinaryOp, dtype: str) -> None:
     check_program(program, arrays, {"n": 5})
 
 
-@pytest.mark.parametrize("op", [op for op, entry in UNARY_RENDERINGS.items() if FLOAT in entry and op is not UnaryOp.IS_NAN],
+@pytest.mark.parametrize("op", [op for op, entry in UNARY_RENDERINGS.items() if FLOAT in entry and op not in (UnaryOp.IS_NAN, UnaryOp.IS_FINITE)],
                          ids=str)
 def test_unary_float(op: UnaryOp) -> None:
     low, high = {UnaryOp.ASIN: (-0.99, 0.99), UnaryOp.ACOS: (-0.99, 0.99), UnaryOp.ATANH: (-0.99, 0.99),
@@ -189,7 +189,9 @@ def test_unary_integer_and_bits() -> None:
     values = rand(5, 7)
     values[1, 2] = np.nan
     values[2, 3] = -np.inf
-    check_program(elementwise(lambda a: Unary(UnaryOp.IS_NAN, a), ("float32",), "bool"), [values], {"n": 5})
+    values[3, 4] = np.inf
+    for test in (UnaryOp.IS_NAN, UnaryOp.IS_FINITE):
+        check_program(elementwise(lambda a, test=test: Unary(test, a), ("float32",), "bool"), [values], {"n": 5})
     halves = np.array([0x3C00, 0xC000, 0x7BFF, 0x0001, 0x7C00, 0xFC00, 0x3555], np.uint32).reshape(1, 7)
     halves = np.repeat(halves | np.uint32(0xABCD0000), 5, axis=0)  # the high half is ignored
     check_program(elementwise(lambda a: Unary(UnaryOp.UNPACK_HALF, a), ("uint32",), "float32"), [halves], {"n": 5})

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 import relaxweb
 from relaxweb.errors import InputShapeError, RelaxwebError
@@ -118,6 +118,67 @@ def test_the_browser_rejects_the_run(reshape_bundle: Path) -> None:
     with pytest.raises(InputShapeError) as caught:
         relaxweb.run_in_browser(reshape_bundle, reshape_feeds([3, 5]))
     assert str(caught.value) == RESHAPE_ERROR
+
+
+def range_model() -> onnx.ModelProto:
+    """Range(0, limit, 1) with the limit from data: its length is computed from floats."""
+    return make_model([helper.make_node("Range", ["start", "limit", "delta"], ["y"], name="range_node")],
+                      [("limit", [])], ["y"], [numpy_helper.from_array(np.array(0, np.float32), "start"),
+                                               numpy_helper.from_array(np.array(1, np.float32), "delta")])
+
+
+RANGE_ERROR = ("Range node 'range_node': the number of elements ceil((limit - start) / delta) (-1 where it is not a "
+               "finite value: a NaN or infinite start, limit or delta) is -1, must be >= 0")
+
+
+@pytest.fixture(scope="module")
+def range_bundle(tmp_path_factory) -> Path:
+    return relaxweb.build(range_model(), tmp_path_factory.mktemp("range") / "dist").path
+
+
+def test_a_range_of_a_non_finite_length_fails_naming_the_node(range_bundle: Path, backend: str) -> None:
+    """onnxruntime refuses a Range whose length is NaN or infinite; so do both backends, with
+    the same message (the wasm backend returned an empty tensor for NaN, WebGPU named an
+    internal variable), and the reference interpreter, which names the values."""
+    session = load_bundle(range_bundle, backend)
+    np.testing.assert_array_equal(session.run({"limit": np.array(3.5, np.float32)})["y"], [0, 1, 2, 3])
+    assert session.run({"limit": np.array(-2.5, np.float32)})["y"].shape == (0,)  # a negative length: empty
+    for limit in (np.nan, np.inf, -np.inf):
+        feeds = {"limit": np.array(limit, np.float32)}
+        with pytest.raises(InputShapeError) as caught:
+            session.run(feeds)
+        assert str(caught.value) == RANGE_ERROR
+        with pytest.raises(InputShapeError, match=r"Range node 'range_node': the number of elements .* is not a "
+                                                  rf"finite value \(start 0, limit {limit}, delta 1\)"):
+            relaxweb.run_reference(range_model(), feeds)
+        with pytest.raises(Exception, match="not a finite value"):
+            onnxruntime_outputs(range_model(), feeds)
+
+
+@pytest.mark.parametrize("op, feeds, error", [
+    ("Tile", {"x": np.ones((2, 3), np.float32), "repeats": np.array([-2, 1], np.int64)},
+     "Tile node 'node': dimension 0 of the result is -4, must be >= 0"),
+    ("ConstantOfShape", {"shape": np.array([2, -3], np.int64)},
+     "ConstantOfShape node 'node': dimension 1 of the result is -3, must be >= 0"),
+])
+def test_a_size_read_back_names_its_node(op: str, feeds: dict, error: str, backend: str, tmp_path: Path) -> None:
+    """A size read back from data is checked naming the ONNX node (it named the internal
+    variable: ``match_cast 'tile_d0_1': value is -4``)."""
+    inputs = [(name, TensorProto.FLOAT if value.dtype == np.float32 else TensorProto.INT64, list(value.shape))
+              for name, value in feeds.items()]
+    model = make_model([helper.make_node(op, list(feeds), ["y"], name="node")], inputs, ["y"])
+    session = load_bundle(relaxweb.build(model, tmp_path / "dist").path, backend)
+    with pytest.raises(InputShapeError) as caught:
+        session.run(feeds)
+    assert str(caught.value) == error
+
+
+@in_the_browser
+def test_the_browser_refuses_a_range_of_a_non_finite_length(range_bundle: Path) -> None:
+    for backend in ("webgpu", "wasm"):
+        with pytest.raises(InputShapeError) as caught:
+            relaxweb.run_in_browser(range_bundle, {"limit": np.array(np.nan, np.float32)}, backend=backend)
+        assert str(caught.value) == RANGE_ERROR, backend
 
 
 # 2. Indices out of range -----------------------------------------------------------------------

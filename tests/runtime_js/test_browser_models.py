@@ -16,6 +16,11 @@ Playwright or Chromium is missing.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import shutil
+import signal
+import time
 from pathlib import Path
 
 import numpy as np
@@ -23,10 +28,13 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+import relaxweb
+
 from relaxweb.browser import open_runner_page, run_in_browser, run_many_in_browser
 from relaxweb.compiler import build_bundle
 from relaxweb.errors import InputShapeError
-from tests.helpers import MODEL, assert_close, make_model
+from tests.fixtures.melspectrogram import MEL_KERNEL, audio, melspectrogram_model
+from tests.helpers import MODEL, assert_close, make_model, onnxruntime_outputs
 from tests.model_exports import Export, export_script, missing_exporter_packages, session_exports
 from tests.runtime_js.test_browser import pytestmark as browser_marks
 
@@ -147,3 +155,75 @@ def test_int64_classes_in_the_page(int64_bundle: Path) -> None:
 def test_an_int64_value_outside_int32_is_rejected_by_run_in_browser(int64_bundle: Path) -> None:
     with pytest.raises(InputShapeError, match=r"input 'x'"):
         run_in_browser(int64_bundle, {"x": np.array([[1, 2, 2**33]], dtype=np.int64)})
+
+
+@pytest.fixture(scope="module")
+def melspectrogram_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return relaxweb.build(melspectrogram_model(), tmp_path_factory.mktemp("mel") / "mel", bounds={"samples": 4000}).path
+
+
+def test_a_melspectrogram_compiles_and_matches_onnxruntime(melspectrogram_bundle: Path) -> None:
+    """The melspectrogram of ``tests/fixtures/melspectrogram.py`` (a Conv STFT, its mel kernel
+    dividing through the floor helpers about 130 times per reduction step) on SwiftShader, at
+    both ends of the audio lengths it serves.  While the helpers branched, SwiftShader compiled
+    that one kernel for minutes and Chromium lost its GPU process; now the load and both runs
+    take seconds (a timeout of 60 s leaves room for a busy machine)."""
+    runs = [{"audio": audio(1280)}, {"audio": audio(4000, seed=1)}]
+    results = run_many_in_browser(melspectrogram_bundle, runs, timeout_s=60)
+    for inputs, actual in zip(runs, results):
+        (expected,) = onnxruntime_outputs(melspectrogram_model(), inputs)
+        assert_close(actual["melspectrogram"], expected, MODEL, err_msg=f"{inputs['audio'].shape[1]} samples")
+
+
+#: Runs in the runner page: load the bundle and start a run, whose settling (and when, on the
+#: page's clock) `window.outcome` gives.
+START_A_RUN_IN_PAGE = """
+async (samples) => {
+  const model = await window.relaxweb.load("/bundle/");
+  window.outcome = model.run({ audio: { data: new Float32Array(samples), shape: [1, samples] } }).then(
+    () => ({ settled: "resolved", at: performance.now() }),
+    (error) => ({ settled: `rejected: ${error.message}`, at: performance.now() }));
+  return performance.now();
+}
+"""
+
+
+def test_a_gpu_process_lost_while_a_kernel_compiles_fails_the_run_at_once(melspectrogram_bundle: Path, tmp_path: Path) -> None:
+    """Chromium's GPU process goes away (a crash, or its watchdog stopping a compilation that
+    took minutes, as SwiftShader's of the mel kernel did while the floor helpers branched)
+    while a run waits for a kernel's pipeline: the run fails at once, naming the kernel and
+    saying the GPU process was lost.  The kernel made slow again by branching helpers; the
+    GPU process killed (it is this test's own Chromium's)."""
+    bundle = tmp_path / "slow"
+    shutil.copytree(melspectrogram_bundle, bundle)
+    slow = bundle / "kernels" / f"{MEL_KERNEL}.cpu.wgsl"
+    slow.write_text(slow.read_text().replace(") & ((", ") && (("))
+    with open_runner_page(bundle) as page:
+        page.evaluate(START_A_RUN_IN_PAGE, 1280)
+        time.sleep(1.0)  # the run waits for the mel kernel, which compiles for minutes
+        (gpu_process,) = [pid for pid in own_processes() if b"--type=gpu-process" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+        killed_at = page.evaluate("performance.now()")
+        os.kill(gpu_process, signal.SIGKILL)
+        outcome = page.evaluate(
+            "Promise.race([window.outcome, new Promise((resolve) => setTimeout(() => resolve({ settled: 'hung' }), 30000))])")
+    assert outcome["settled"].startswith(f"rejected: kernel {MEL_KERNEL}: cannot create its pipeline: "), outcome
+    assert "the browser's GPU process was lost" in outcome["settled"], outcome
+    assert outcome["at"] - killed_at < 10_000, outcome
+
+
+def own_processes() -> list[int]:
+    """The ids of this process's descendants (the Chromium it started, among them)."""
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+
+    def descends(pid: int) -> bool:
+        while pid > 1:
+            pid = parents.get(pid, 0)
+            if pid == os.getpid():
+                return True
+        return False
+
+    return [pid for pid in parents if descends(pid)]

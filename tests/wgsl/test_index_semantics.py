@@ -35,7 +35,9 @@ from relaxweb.wgsl import emit_wgsl
 from relaxweb.wgsl.lower_index import (
     IndexLowering, IndexOp, Operation, helpers_used, lower_index, render_wgsl, with_axis,
 )
+from tests.fixtures.melspectrogram import MEL_KERNEL, melspectrogram_model
 from tests.gpu_kernels import run_kernel_on_gpu
+import relaxweb
 
 n, m = SizeVar("n"), SizeVar("m")
 i, j, k = SizeVar("i"), SizeVar("j"), SizeVar("k")
@@ -134,6 +136,24 @@ def test_the_emitter_declares_output_and_reduction_axes() -> None:
     assert "floor_" not in emit_wgsl(vectorized).source
     negative = program(Load(b, ((i - 1) % n, j)), b, shape=(n, 8), axes=(i, j), dtype="float32", schedule=VectorizedSchedule())
     assert "fn floor_mod_i32" in emit_wgsl(negative).source  # the vectorized emitter's helpers are declared
+
+
+def test_the_floor_helpers_do_not_branch(tmp_path) -> None:
+    """WGSL's ``&&`` and ``||`` short-circuit: each is a branch.  A matmul factor calls the
+    floor helpers in every reduction step, once per block row in the CPU adapter's shader: a
+    melspectrogram's mel kernel (``tests/fixtures/melspectrogram.py``) calls them about 130
+    times there, and SwiftShader, whose compile time grows much faster than the branches of a
+    loop body, compiled it for minutes until Chromium lost its GPU process.  The helpers
+    select without a branch, so the loop body stays one block."""
+    bundle = relaxweb.build(melspectrogram_model(), tmp_path / "mel", bounds={"samples": 4000}).path
+    for suffix in (".wgsl", ".cpu.wgsl"):
+        source = (bundle / "kernels" / f"{MEL_KERNEL}{suffix}").read_text()
+        loop = source[source.index("@compute"):]  # the reduction loop and its staging
+        assert loop.count("floor_mod_i32(") + loop.count("floor_div_i32(") >= 10, suffix
+        for helper in ("floor_div_i32", "floor_mod_i32"):
+            start = source.index(f"fn {helper}(")
+            body = source[start:source.index("\n}", start)]
+            assert not any(branch in body for branch in ("&&", "||", "if ")), (suffix, body)
 
 
 def test_an_inner_axis_of_extent_zero_is_never_divided_by(device) -> None:
