@@ -125,6 +125,12 @@ def node_named(attrs: dict[str, Any], op: str) -> tuple[str, str]:
     return (str(node[0]), str(node[1])) if isinstance(node, (tuple, list)) and len(node) == 2 else ("", op)
 
 
+def node_attrs(call: Call) -> dict[str, Any]:
+    """The attribute naming the node ``call`` comes from, for a pass that rewrites it into
+    calls of its own (``{}`` when it names none)."""
+    return {NODE_ATTR: call.attrs[NODE_ATTR]} if NODE_ATTR in call.attrs else {}
+
+
 def node_of(call: Call) -> tuple[str, str]:
     """:func:`node_named` of a call."""
     return node_named(call.attrs, call.op)
