@@ -241,21 +241,25 @@ HELPER_FUNCTIONS: dict[str, str] = {
 ;; a run-time index clamped into [0, extent - 1] (0 for an empty extent)
 (func $clamp_index_i32 (param $index i32) (param $extent i32) (result i32)
   (call $max_s_i32 (call $min_s_i32 (local.get $index) (i32.sub (local.get $extent) (i32.const 1))) (i32.const 0)))""",
+    "report_error": """\
+;; the run's error at $site with two values, into the run status at $status (this thread's:
+;; relaxweb/ir/error_sites.py) unless an error was reported before: the first one wins
+(func $report_error (param $site i32) (param $value0 i32) (param $value1 i32) (param $status i32)
+  (if (i32.eqz (i32.load (local.get $status)))
+    (then
+      (i32.store (local.get $status) (local.get $site))
+      (i32.store offset=4 (local.get $status) (local.get $value0))
+      (i32.store offset=8 (local.get $status) (local.get $value1)))))""",
     "checked_index_i32": """\
-;; a checked index (relaxweb/ir/error_sites.py): wrapped when negative; out of range it is
-;; reported into the run status at $status (the site, the index as given, the extent) unless
-;; an error was reported before, and clamped into [0, extent - 1]
+;; a checked index: wrapped when negative; out of range it is reported (the site, the index as
+;; given, the extent) and clamped into [0, extent - 1]
 (func $checked_index_i32 (param $index i32) (param $extent i32) (param $site i32) (param $status i32) (result i32)
   (local $wrapped i32)
   (local.set $wrapped (select (i32.add (local.get $index) (local.get $extent)) (local.get $index)
                               (i32.lt_s (local.get $index) (i32.const 0))))
   (if (i32.and (i32.ge_s (local.get $wrapped) (i32.const 0)) (i32.lt_s (local.get $wrapped) (local.get $extent)))
     (then (return (local.get $wrapped))))
-  (if (i32.eqz (i32.load (local.get $status)))
-    (then
-      (i32.store (local.get $status) (local.get $site))
-      (i32.store offset=4 (local.get $status) (local.get $index))
-      (i32.store offset=8 (local.get $status) (local.get $extent))))
+  (call $report_error (local.get $site) (local.get $index) (local.get $extent) (local.get $status))
   (call $clamp_index_i32 (local.get $wrapped) (local.get $extent)))""",
     "round_half_f32": """\
 ;; x rounded to the nearest float16 (halves to even), as a float32: WGSL's
