@@ -18,11 +18,11 @@ from .api import (
     Bundle, ModelReport, TensorSpec, build, inspect, load, profile_in_browser, run_batch_in_browser, run_in_browser,
     run_reference,
 )
-from .errors import InputShapeError, RelaxwebError, UnsupportedModelError
+from .errors import InputShapeError, RelaxwebError, RunCheckError, UnsupportedModelError
 from .runtime import Generation, GpuTensor, Profile, Session
 
 __all__ = [
-    "Bundle", "Generation", "GpuTensor", "InputShapeError", "ModelReport", "Profile", "RelaxwebError", "Session", "TensorSpec",
-    "UnsupportedModelError", "build", "inspect", "load", "profile_in_browser", "run_batch_in_browser", "run_in_browser",
+    "Bundle", "Generation", "GpuTensor", "InputShapeError", "ModelReport", "Profile", "RelaxwebError", "RunCheckError", "Session",
+    "TensorSpec", "UnsupportedModelError", "build", "inspect", "load", "profile_in_browser", "run_batch_in_browser", "run_in_browser",
     "run_reference",
 ]

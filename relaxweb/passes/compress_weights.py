@@ -46,6 +46,7 @@ from ..ir.builder import FunctionBuilder
 from ..ir.expr import Call, Constant, DataflowVar, Expr, Function, ShapeExpr, Var, VarBinding
 from ..ir.functor import ExprMutator
 from ..ir.module import IRModule
+from ..ir.op_registry import node_attrs
 from ..ops import call_op
 from ..ops.packed_weights import FORMAT_BITS, group_count, pack_fields, pack_halves, unpack_weights_reference
 from .context import PassContext
@@ -184,7 +185,8 @@ class _WeightCompressor(ExprMutator):
         if call.op == "take" and int(call.attrs.get("axis", 0)) in (0, -2) and _compressible(call.args[0], ndim=2):
             table, indices = call.args
             packed = self.packer.pack(table, table.data, 1)
-            rows = [self._bind(f"{constant.name}_rows", call_op("take", constant, indices, axis=0))
+            rows = [self._bind(f"{constant.name}_rows", call_op("take", constant, indices, axis=0,
+                                                                            **node_attrs(call)))
                     for constant in (packed.words, *packed.parameters)]
             unpack_attrs = {**packed.attrs, "axis": len(call.struct_info.shape) - 1}
             return call_op("unpack_weights", *rows, **unpack_attrs)

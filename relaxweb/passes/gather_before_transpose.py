@@ -20,6 +20,7 @@ from ..ir.expr import Call, Constant, DataflowVar, Function, Var, VarBinding
 from ..ir.functor import ExprMutator, use_counts
 from ..ir.module import IRModule
 from ..ir.struct_info import TensorStructInfo
+from ..ir.op_registry import node_attrs
 from ..ops import call_op
 
 
@@ -72,7 +73,7 @@ class _Mover(ExprMutator):
         axes = [int(axis) for axis in given] if given is not None else list(reversed(range(constant.data.ndim)))
         ids = self.visit_expr(value.args[1])
         axis = int(value.attrs.get("axis", 0)) % len(axes)
-        gathered = call_op("take", constant, ids, axis=axes[axis])
+        gathered = call_op("take", constant, ids, axis=axes[axis], **node_attrs(value))
         kind = DataflowVar if self.in_dataflow_block else Var
         rows = kind(self.names.unique_name(f"{binding.var.name}_gathered"), gathered.struct_info)
         self.emit_binding(VarBinding(rows, gathered))

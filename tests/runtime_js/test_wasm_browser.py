@@ -415,3 +415,38 @@ def test_float16_inputs_and_outputs_cross_to_the_page_as_half_bits(tmp_path: Pat
     outputs = relaxweb.run_in_browser(tmp_path / "bundle", {"x": x, "y": y}, backend="wasm")
     assert outputs["z"].dtype == np.float16
     np.testing.assert_array_equal(outputs["z"], x + y)
+
+
+#: Runs in the runner page: the Gather_3 bundle (tests/e2e/test_index_checks.py) on each
+#: backend, with an index past its axis, then a valid negative one (int64 indices as an Int32Array).
+GATHER_IN_PAGE = """
+async () => {
+  const results = {};
+  for (const backend of ["webgpu", "wasm"]) {
+    const model = await window.relaxweb.load("/bundle/", { backend });
+    const x = { data: Float32Array.from({ length: 12 }, (_, k) => k), shape: [4, 3] };
+    const outcome = [model.backend];
+    for (const indices of [[1, 7], [1, -1]]) {
+      try {
+        const { y } = await model.run({ x, i: { data: Int32Array.from(indices), shape: [2] } });
+        outcome.push(Array.from(y.data));
+      } catch (error) {
+        outcome.push(`${error.name}: ${error.message}`, error instanceof window.relaxweb.RunCheckError);
+      }
+    }
+    model.dispose();
+    results[backend] = outcome;
+  }
+  return results;
+}
+"""
+
+
+def test_an_index_past_its_axis_rejects_the_run_on_both_backends(tmp_path: Path) -> None:
+    from tests.e2e.test_index_checks import gather_model
+    relaxweb.build(gather_model(), tmp_path / "bundle")
+    with open_runner_page(tmp_path / "bundle", webgpu=True) as page:
+        results = page.evaluate(GATHER_IN_PAGE)
+    error = "RunCheckError: node 'Gather_3' (Gather): index 7 is out of range for axis 0 of extent 4"
+    for backend in ("webgpu", "wasm"):
+        assert results[backend] == [backend, error, True, [3, 4, 5, 9, 10, 11]], results
