@@ -357,9 +357,15 @@ def _legalize_body(name: str):
     return legalize
 
 
+#: The integer ops that fail on a zero divisor (onnxruntime refuses the run), and how they say it.
+ZERO_DIVISOR_MESSAGES = {"divide": "integer division by zero", "mod": "integer modulo by zero"}
+
+
 def _reference_binary(name: str):
     def reference(arrays, attrs):
         a, b = np.asarray(arrays[0]), np.asarray(arrays[1])
+        if name in ZERO_DIVISOR_MESSAGES and _is_integer(a.dtype) and np.any(np.broadcast_arrays(a, b)[1] == 0):
+            raise ValueError(ZERO_DIVISOR_MESSAGES[name])
         with np.errstate(all="ignore"):
             if name == "mod":
                 result = np.fmod(a, b) if attrs.get("fmod") else np.mod(a, b)

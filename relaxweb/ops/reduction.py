@@ -126,6 +126,8 @@ LEGALIZED = {
 FINISH = {"l2_norm": sqrt, "log_sum": log}
 
 REDUCTIONS = {name: LEGALIZED.get(name, (None, None))[0] for name in NUMPY}
+# The reductions onnxruntime computes in 64 bits on int32 data, its result saturated to int32.
+WIDE_INT32 = {"sum", "prod", "sum_square", "l1_norm"}
 FLOAT_ONLY = {"mean", "log_sum", "log_sum_exp"}
 
 
@@ -261,8 +263,13 @@ def _reference(name: str):
         else:
             axes = attrs.get("axes")
         axis = None if axes is None else tuple(normalize_axes(name, axes, x.ndim))
+        wide = x.dtype == np.int32 and name in WIDE_INT32
         with np.errstate(all="ignore"):
-            result = function(x, axis, bool(attrs.get("keepdims", False)))
+            # Python integers for a product (int64 would wrap), int64 for the sums
+            widened = x.astype(object if name == "prod" else np.int64) if wide else x
+            result = function(widened, axis, bool(attrs.get("keepdims", False)))
+        if wide:
+            result = np.clip(result, np.iinfo(np.int32).min, np.iinfo(np.int32).max)
         return np.asarray(result).astype(x.dtype)
 
     return reference

@@ -20,7 +20,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from relaxweb.compiler import build_bundle
-from relaxweb.errors import InputShapeError, UnsupportedModelError
+from relaxweb.errors import InputShapeError, RelaxwebError, UnsupportedModelError
 from tests.helpers import FLOAT16, assert_close, load_bundle, make_model, rand
 
 
@@ -381,3 +381,20 @@ def test_float64_float16_and_narrow_ints_in_the_browser(tmp_path: Path) -> None:
     inputs["a8"] = np.array([255, 250, 0, 128, 1, 200], np.uint8)
     inputs["i32"] = np.array([127, 128, -129, 255, -65536, 65535], np.int32)
     check_boundary(model, bundle, inputs, run=run)
+
+
+@_browser_test
+@pytest.mark.parametrize("backend", ["webgpu", "wasm"])
+def test_an_int64_result_outside_int32_fails_the_run_in_the_browser(backend: str, tmp_path: Path) -> None:
+    """``5 * i`` with ``i = 2^30`` (int64): the kernel finds that the product does not fit the
+    int32 the device holds it in, and the run is rejected naming the node (issue 29), on both
+    of the browser's backends."""
+    from relaxweb.browser import run_in_browser
+    from tests.e2e.test_integer_arithmetic import ISSUE_CASES
+
+    case = ISSUE_CASES["5_times_i"]
+    bundle = tmp_path / "bundle"
+    build_bundle(case.model(), bundle)
+    with pytest.raises(RelaxwebError) as caught:
+        run_in_browser(bundle, case.feeds, backend=backend)
+    assert str(caught.value) == case.error
