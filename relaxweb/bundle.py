@@ -28,6 +28,7 @@ from .errors import RelaxwebError, UnsupportedModelError, shortened
 from .ir.attention_sites import attention_sites
 from .ir.cost import MAX_TREE_DEPTH, MAX_TREE_NODES, expression_tree, program_cost, tree_depth, tree_size
 from .ir.dtype import GPU_DTYPES, dtype_info
+from .ir.error_sites import error_sites, reports_errors
 from .ir.host import SEQUENCE_CAPACITY, BufferRef, HostDispatch, HostFunction, HostInput, HostOutput
 from .ir.launch import BINDING_PART_BYTES, MAX_STORAGE_BINDINGS, binding_parts, smallest_part_bytes
 from .ir.library_kernel import WEBGPU_CPU, WEBGPU_F16, LibraryKernel
@@ -146,7 +147,8 @@ def write_bundle(module: IRModule, out_dir: str | Path, source: str, progress: P
         call_sites.append({
             "kernel": kernel_index[key], "binding": dispatch.note,
             "params_offset": site_index * PARAMS_SLOT, "params_size": shader.params.size,
-            "buffers": [entry for b in dispatch.buffers for entry in _buffer_entries(b, weight_parts)],
+            "buffers": [*(entry for b in dispatch.buffers for entry in _buffer_entries(b, weight_parts)),
+                        *([STATUS_ENTRY] if reports_errors(program) else [])],
         })
     progress(f"emitted {len(kernels)} WGSL kernels for {len(call_sites)} call sites")
     wasm_entry = _write_kernels_wasm(module, [(program, dict(parts)) for program, parts in kernel_index], source, out,
@@ -204,6 +206,8 @@ def write_bundle(module: IRModule, out_dir: str | Path, source: str, progress: P
     attention = attention_entry(module, node_names or {})
     if attention:
         manifest["attention"] = attention
+    if error_sites(module.attrs):
+        manifest["run_errors"] = _run_errors_entry(module)
     if tokenizer_files:
         (out / TOKENIZER_FOLDER).mkdir(exist_ok=True)
         for name, data in tokenizer_files.items():
@@ -393,8 +397,9 @@ def _weight_device_bytes(data: np.ndarray) -> int:
 def _split_inputs(dispatch: HostDispatch, kernel, host: HostFunction, weight_parts: list[int],
                   split_bytes: int) -> dict[str, int]:
     """``{input buffer name: parts}`` for the kernel's inputs bound to weights in parts.  A
-    hand-written library kernel cannot read one, and a kernel has at most 8 storage bindings
-    (a weight above 7 x 128 MiB cannot be bound): errors naming the weights."""
+    hand-written library kernel cannot read one, and a kernel has at most 8 storage bindings,
+    the run status of a kernel that checks the run's data counted (a weight above 7 x 128 MiB
+    cannot be bound): errors naming the weights."""
     parts = {}
     for position, buffer in enumerate(dispatch.buffers[:-1]):
         if buffer.kind == "weight" and weight_parts[buffer.index] > 1:
@@ -406,7 +411,7 @@ def _split_inputs(dispatch: HostDispatch, kernel, host: HostFunction, weight_par
                     f"the hand-written kernel {kernel.name}, which reads whole tensors only"
                 )
             parts[kernel.inputs[position].name] = weight_parts[buffer.index]
-    bindings = len(dispatch.buffers) + sum(count - 1 for count in parts.values())
+    bindings = len(dispatch.buffers) + sum(count - 1 for count in parts.values()) + reports_errors(kernel)
     if bindings > MAX_STORAGE_BINDINGS:
         split = ", ".join(f"'{host.weights[b.index].name}' ({_weight_device_bytes(host.weights[b.index].data)} bytes) in "
                           f"{weight_parts[b.index]} parts" for b in dispatch.buffers if b.kind == "weight"
@@ -428,6 +433,18 @@ def _kernel_name(program: str, parts: dict[str, int], taken: set[str]) -> str:
         number += 1
         name = f"{program}_parts{number}"
     return name
+
+
+def _run_errors_entry(module: IRModule) -> list[dict]:
+    """The manifest's ``run_errors``: the module's error sites in order (site ``k`` is entry
+    ``k - 1``), the model's node names and op types cut to the manifest's longest name."""
+    return [{"node": shortened(site.node, MAX_NAME_CHARACTERS), "op": shortened(site.op, MAX_NAME_CHARACTERS),
+             "message": site.message} for site in error_sites(module.attrs)]
+
+
+#: A call site's entry for the run status, the last binding of a kernel that checks the run's
+#: data (``relaxweb/ir/error_sites.py``).
+STATUS_ENTRY = {"status": 0}
 
 
 def _buffer_entries(buffer: BufferRef, weight_parts: list[int]) -> list[dict]:

@@ -19,6 +19,30 @@ class InputShapeError(RelaxwebError):
     """An input's shape or dtype does not match what the bundle accepts."""
 
 
+class RunCheckError(RelaxwebError):
+    """A check of a run's data inside a kernel failed (an index out of range of its axis):
+    the kernel reported it in the run's status (docs/design.md, "Errors found by kernels"),
+    and the message names the model's node, as onnxruntime would refuse the same inputs."""
+
+
+#: The u32 words of a run's status (``relaxweb/ir/error_sites.py``): word 0 the site of the
+#: run's first error (0: none), then the values its message shows.
+STATUS_WORDS = 8
+
+
+def run_error_message(node: str, op: str, template: str, values) -> str:
+    """The message of an error a kernel reported at one of the manifest's ``run_errors``
+    sites: ``node 'Gather_3' (Gather): index 7 is out of range for axis 0 of extent 4``.
+    ``template`` holds ``{0}``, ``{1}`` ... for the values the kernel wrote (signed 32-bit);
+    the node's name and op are the model's text, shown on one line.  The JS runtime's
+    ``runErrorMessage`` (``runtime_js/host.js``) writes the same."""
+    text = str(template)
+    for position, value in enumerate(values):
+        text = text.replace("{" + str(position) + "}", str(int(value)))
+    where = f"node '{shortened(shown(node))}' ({shortened(shown(op))})" if node else shortened(shown(op))
+    return f"{where}: {text}"
+
+
 def shortened(text: str, most: int = 200) -> str:
     """A text from a user or a model as a message shows it: at most ``most`` characters (a
     hostile path or name may have thousands), ``...`` where it was cut."""

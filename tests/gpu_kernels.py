@@ -57,6 +57,10 @@ def run_kernel_on_gpu(device, program: TensorProgram, arrays: list[np.ndarray], 
     sentinel = np.full(count + 64, SENTINEL, dtype)
     output = device.create_buffer_with_data(data=sentinel.tobytes(), usage=usage)
     buffers.append(output)
+    status = None
+    if len(shader.bindings) > len(buffers):  # the run status of a program that checks its data
+        status = device.create_buffer_with_data(data=bytes(32), usage=usage)
+        buffers.append(status)
     bind_group = device.create_bind_group(layout=layout, entries=[
         {"binding": b, "resource": {"buffer": buffer, "offset": 0, "size": buffer.size}}
         for b, buffer in enumerate(buffers)
@@ -70,6 +74,9 @@ def run_kernel_on_gpu(device, program: TensorProgram, arrays: list[np.ndarray], 
     device.queue.submit([encoder.finish()])
     result = np.frombuffer(device.queue.read_buffer(output), dtype=dtype)
     np.testing.assert_array_equal(result[count:], sentinel[count:])  # the bounds guard works
+    if status is not None:
+        words = np.frombuffer(device.queue.read_buffer(status), np.int32)
+        assert not words[0], f"the kernel reported error site {words[0]} with values {words[1:].tolist()}"
     return result[:count].reshape(shape)
 
 

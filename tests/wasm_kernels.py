@@ -40,7 +40,8 @@ def run_wasm_kernel(wasm: bytes, index: int, inputs: Sequence[np.ndarray], outpu
         addresses.append(address)
         address = _aligned(address + max(array.nbytes, 16))
     scratch = address
-    address = _aligned(address + scratch_bytes) + SLACK
+    status = address = _aligned(address + scratch_bytes)  # the run status, for a kernel that checks its data
+    address = _aligned(address + 32) + SLACK
     memory = wasmtime.Memory(store, wasmtime.MemoryType(wasmtime.Limits(-(-address // PAGE), 65536)))
     module = wasmtime.Module(engine, wasm)
     instance = wasmtime.Instance(store, module, [memory])
@@ -48,10 +49,15 @@ def run_wasm_kernel(wasm: bytes, index: int, inputs: Sequence[np.ndarray], outpu
     for array, at in zip(arrays, addresses):
         memory.write(store, array.tobytes(), at)
     exports = instance.exports(store)
+    if len(exports[f"k{index}"].type(store).params) == 4 + len(addresses) + 1:
+        addresses.append(status)
     units = exports[f"k{index}_units"](store, params_address)
     bounds = np.linspace(0, units, ranges + 1).astype(int) if units > 0 else []
     for first, end in reversed(list(zip(bounds[:-1], bounds[1:]))):
         if end > first:
             exports[f"k{index}"](store, params_address, int(first), int(end), scratch, *addresses)
-    result = memory.read(store, addresses[-1], addresses[-1] + arrays[-1].nbytes)
+    words = np.frombuffer(memory.read(store, status, status + 32), np.int32)
+    assert not words[0], f"the kernel reported error site {words[0]} with values {words[1:].tolist()}"
+    output_address = addresses[len(arrays) - 1]
+    result = memory.read(store, output_address, output_address + arrays[-1].nbytes)
     return np.frombuffer(result, arrays[-1].dtype).reshape(arrays[-1].shape).copy()

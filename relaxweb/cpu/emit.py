@@ -26,15 +26,20 @@ import numpy as np
 
 from ..ir.dtype import DtypeKind, dtype_info
 from ..ir.access import depends_on
+from ..ir.error_sites import REPORTING_KINDS
 from ..ir.launch import VECTOR
 from ..ir.lower_index import Constant, IndexOp, Operation, TargetIndex, Variable
 from ..ir.scalar_functor import ScalarFunctor
 from ..ir.scalar_renderer import ScalarRenderer
 from ..ir.symbolic import IntImm, PrimExpr, SizeVar, free_vars, simplify
 from ..ir.tir import (
-    Binary, BinaryOp, Buffer, Cast, Compare, CompareOp, FloatImm, Gather, Load, Reduce, ReduceCombiner,
+    Binary, BinaryOp, Buffer, Cast, CheckedIndex, Compare, CompareOp, FloatImm, Gather, Load, Reduce, ReduceCombiner,
     ScalarExpr, Select, TensorProgram, Unary, UnaryOp, contains_reduce, scalar_children, scalar_nodes,
 )
+
+# The key of the run status's address among an emitter's buffers (not a buffer's name: those
+# are identifiers), for a kernel whose program checks the run's data (relaxweb/ir/error_sites.py).
+STATUS_ADDRESS = "<run status>"
 
 # A value's class decides its instructions: "f" a float (f32), "s" a signed integer, "u" an
 # unsigned integer or a bool (both i32 in wasm; a bool is 0 or 1).
@@ -236,6 +241,22 @@ HELPER_FUNCTIONS: dict[str, str] = {
 ;; a run-time index clamped into [0, extent - 1] (0 for an empty extent)
 (func $clamp_index_i32 (param $index i32) (param $extent i32) (result i32)
   (call $max_s_i32 (call $min_s_i32 (local.get $index) (i32.sub (local.get $extent) (i32.const 1))) (i32.const 0)))""",
+    "checked_index_i32": """\
+;; a checked index (relaxweb/ir/error_sites.py): wrapped when negative; out of range it is
+;; reported into the run status at $status (the site, the index as given, the extent) unless
+;; an error was reported before, and clamped into [0, extent - 1]
+(func $checked_index_i32 (param $index i32) (param $extent i32) (param $site i32) (param $status i32) (result i32)
+  (local $wrapped i32)
+  (local.set $wrapped (select (i32.add (local.get $index) (local.get $extent)) (local.get $index)
+                              (i32.lt_s (local.get $index) (i32.const 0))))
+  (if (i32.and (i32.ge_s (local.get $wrapped) (i32.const 0)) (i32.lt_s (local.get $wrapped) (local.get $extent)))
+    (then (return (local.get $wrapped))))
+  (if (i32.eqz (i32.load (local.get $status)))
+    (then
+      (i32.store (local.get $status) (local.get $site))
+      (i32.store offset=4 (local.get $status) (local.get $index))
+      (i32.store offset=8 (local.get $status) (local.get $extent))))
+  (call $clamp_index_i32 (local.get $wrapped) (local.get $extent)))""",
     "round_half_f32": """\
 ;; x rounded to the nearest float16 (halves to even), as a float32: WGSL's
 ;; unpack2x16float(pack2x16float(x)); beyond float16's range an infinity, NaN stays NaN
@@ -455,6 +476,13 @@ class Emitter(ScalarRenderer):
     def visit_cast(self, expr: Cast, indent: str) -> str:
         return cast(expr.dtype, expr.a.dtype, self.scalar(expr.a, indent))
 
+    def visit_checked_index(self, expr: CheckedIndex, indent: str) -> str:
+        """A call of ``$checked_index_i32`` with the run status's address (the kernel's
+        last parameter: ``schedules/common.kernel_signature``)."""
+        index = self.scalar(expr.index, indent)
+        status = f"(local.get {self.buffers[STATUS_ADDRESS]})"
+        return f"(call $checked_index_i32 {index} {self.index(expr.extent)} {self.index(expr.site)} {status})"
+
     def visit_select(self, expr: Select, indent: str) -> str:
         return self.select(expr, indent)
 
@@ -470,7 +498,8 @@ class Emitter(ScalarRenderer):
         for index, extent in reversed(list(zip(expr.indices, expr.buffer.shape))):
             if isinstance(index, ScalarExpr):
                 value = self.scalar(index, indent)
-                clamped = f"(call $clamp_index_i32 {value} {self.index(extent)})"
+                in_range = isinstance(index, CheckedIndex) and index.extent == extent  # clamped already
+                clamped = value if in_range else f"(call $clamp_index_i32 {value} {self.index(extent)})"
                 stride_value = simplify(stride)
                 terms.append(clamped if stride_value == IntImm(1) else f"(i32.mul {clamped} {self.index(stride_value)})")
             else:
@@ -726,12 +755,12 @@ BRANCH_FREE_NODES = 16  # the most nodes a select's branch may have to be evalua
 
 
 def is_branch_free(expr: ScalarExpr) -> bool:
-    """Few nodes, no memory read and no reduction: evaluated whether chosen or not (wasm's
-    ``select``).  Index values may divide: the index helpers never trap."""
+    """Few nodes, no memory read, no reduction and no error check: evaluated whether chosen or
+    not (wasm's ``select``).  Index values may divide: the index helpers never trap."""
     nodes = 0
     for node in scalar_nodes(expr):
         nodes += 1
-        if isinstance(node, (Load, Gather, Reduce)) or nodes > BRANCH_FREE_NODES:
+        if isinstance(node, (Load, Gather, Reduce)) or nodes > BRANCH_FREE_NODES or node.scalar_kind in REPORTING_KINDS:
             return False
     return True
 

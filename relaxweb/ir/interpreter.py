@@ -14,8 +14,9 @@ from typing import Callable, Mapping
 
 import numpy as np
 
-from ..errors import InputShapeError
+from ..errors import InputShapeError, RunCheckError, run_error_message
 from .dtype import dtype_info
+from .error_sites import error_sites
 from .expr import (
     AllocStorage, AllocTensor, BindingBlock, Call, CallTIR, CallTIRInto, Constant, DataflowBlock, Function, If,
     Loop, MatchCast, PrimValue, SeqExpr, ShapeExpr, TensorToPrim, Tuple, TupleGetItem, Var, VarBinding,
@@ -33,8 +34,8 @@ from .scalar_functor import ScalarFunctor
 from .struct_info import OptionalStructInfo, PrimStructInfo, SequenceStructInfo, TensorStructInfo
 from .symbolic import PrimExpr, SizeVar, as_expr, evaluate, format_expr, free_vars
 from .tir import (
-    Binary, BinaryOp, Cast, Compare, CompareOp, FloatImm, Gather, IndexValue, Load, Reduce, ReduceCombiner, ScalarExpr,
-    Select, TensorProgram, Unary, UnaryOp, scalar_dtype,
+    Binary, BinaryOp, Cast, CheckedIndex, Compare, CompareOp, FloatImm, Gather, IndexValue, Load, Reduce,
+    ReduceCombiner, ScalarExpr, Select, TensorProgram, Unary, UnaryOp, scalar_dtype,
 )
 
 
@@ -173,7 +174,13 @@ class Interpreter(ExprFunctor):
     def visit_call_tir(self, call: CallTIR):
         kernel = self.module.programs[call.program]
         arrays = [self.visit_expr(a) for a in call.args]
-        return run_kernel(kernel, arrays, _program_vars(call.size_var_values, self.size_vars))
+        with self.reporting_checks():
+            return run_kernel(kernel, arrays, _program_vars(call.size_var_values, self.size_vars))
+
+    def reporting_checks(self) -> "_ReportedCheck":
+        """A block in which a failed :class:`CheckedIndex` becomes the run's error, worded from
+        the module's error sites as the runtimes word it."""
+        return _ReportedCheck(self.module.attrs)
 
     def visit_alloc_storage(self, alloc: AllocStorage):
         # Variables bound later (by a match_cast after a read-back) count as 0 for now;
@@ -197,8 +204,38 @@ class Interpreter(ExprFunctor):
         kernel = self.module.programs[call.program]
         arrays = [self.visit_expr(a) for a in call.args]
         output = self.visit_expr(call.output)
-        run_kernel_into(kernel, arrays, output, _program_vars(call.size_var_values, self.size_vars))
+        with self.reporting_checks():
+            run_kernel_into(kernel, arrays, output, _program_vars(call.size_var_values, self.size_vars))
         return ()
+
+
+class CheckFailed(IndexError):
+    """A :class:`CheckedIndex` out of range where the program's value needs it: the site and
+    the values a kernel reports (the index as given, the extent)."""
+
+    def __init__(self, site: int, values: tuple[int, ...]) -> None:
+        super().__init__(f"check site {site} failed with values {list(values)}")
+        self.site, self.values = site, values
+
+
+class _ReportedCheck:
+    """:meth:`Interpreter.reporting_checks`: a :class:`CheckFailed` leaves as a RunCheckError."""
+
+    def __init__(self, attrs: Mapping) -> None:
+        self.attrs = attrs
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind, error, traceback) -> bool:
+        if not isinstance(error, CheckFailed):
+            return False
+        sites = error_sites(self.attrs)
+        if not 1 <= error.site <= len(sites):
+            raise RunCheckError(f"check site {error.site} (not in the module's table) failed with values "
+                                f"{list(error.values)}") from None
+        site = sites[error.site - 1]
+        raise RunCheckError(run_error_message(site.node, site.op, site.message, error.values)) from None
 
 
 # The numpy function of each op of the scalar IR (tests/ir/test_scalar_expr.py checks every op has one).
@@ -410,6 +447,20 @@ class _ScalarEvaluator(ScalarFunctor):
 
     def visit_float_imm(self, expr: FloatImm) -> np.ndarray:
         return np.asarray(expr.value, dtype=expr.dtype)
+
+    def visit_checked_index(self, expr: CheckedIndex) -> np.ndarray:
+        """The index wrapped when negative and clamped into the extent; out of range where it
+        is evaluated for real (not in a select's branch, which the GPU may not take) it is the
+        run's error (:class:`CheckFailed`)."""
+        value = np.asarray(self.visit(expr.index)).astype(np.int64)
+        extent = np.asarray(evaluate(expr.extent, self.environment)).astype(np.int64)
+        wrapped = np.where(value < 0, value + extent, value)
+        bad = (wrapped < 0) | (wrapped >= extent)
+        if not self.guarded and np.any(bad):
+            value, extent = np.broadcast_arrays(value, extent)
+            raise CheckFailed(int(evaluate(expr.site, self.environment)),
+                              (int(value[bad].reshape(-1)[0]), int(extent[bad].reshape(-1)[0])))
+        return np.clip(wrapped, 0, np.maximum(extent - 1, 0)).astype(np.int32)
 
     def visit_index_value(self, expr: IndexValue) -> np.ndarray:
         return np.asarray(evaluate(expr.value, self.environment)).astype(np.int32)

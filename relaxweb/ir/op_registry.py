@@ -12,6 +12,12 @@ side by side:
   op that imports and runs in the interpreter but has no GPU lowering yet: building a
   bundle with it stops with one error listing every such op.
 - ``reference(arrays, attrs) -> ndarray``: numpy semantics, used by the interpreter.
+
+An op registered with ``checks_data=True`` checks a run's data (an index within its axis):
+a call of it built while the frontend converts a node (:func:`converting_node`) carries the
+attribute :data:`NODE_ATTR`, ``(node name, op type)``, which its reference names when it
+refuses the data and its legalization writes into the error sites of the kernels that check
+(``relaxweb/ir/error_sites.py``).
 """
 
 from __future__ import annotations
@@ -71,6 +77,11 @@ class LegalizeContext(Protocol):
     def fresh_name(self, hint: str) -> str:
         """A name unused in the function, for a new symbolic variable."""
 
+    def error_site(self, call: Call, message: str) -> int:
+        """A new error site (``relaxweb/ir/error_sites.py``) for a check of ``call``'s data,
+        naming the node it comes from; ``message`` shows the reported values as ``{0}``,
+        ``{1}`` ...  Returns the site's number, which the checking node holds."""
+
     def emit_match_cast(self, value: Expr, struct_info: StructInfo, name_hint: str = "lv", reason: str = "") -> Var:
         """Bind ``value`` cast to ``struct_info`` (checked at run time; a failed check with a
         ``reason`` reports it, with both values)."""
@@ -88,16 +99,35 @@ class OpDefinition:
     #: The result lives in the storage of the first argument (a KV cache and its views): the
     #: call stays through legalization, memory planning gives it no storage of its own.
     view: bool = False
+    #: Its kernels check the run's data: its calls carry the node they come from (NODE_ATTR).
+    checks_data: bool = False
 
 
 OPS: dict[str, OpDefinition] = {}
 
+#: The attribute naming the model's node a call of a ``checks_data`` op comes from:
+#: ``(node name, op type)``.
+NODE_ATTR = "node"
 
-def register_op(name: str, *, deduce, reference, legalize=None, view: bool = False) -> OpDefinition:
+
+def register_op(name: str, *, deduce, reference, legalize=None, view: bool = False,
+                checks_data: bool = False) -> OpDefinition:
     if name in OPS:
         raise ValueError(f"op {name} registered twice")
-    OPS[name] = OpDefinition(name, deduce, legalize, reference, view)
+    OPS[name] = OpDefinition(name, deduce, legalize, reference, view, checks_data)
     return OPS[name]
+
+
+def node_named(attrs: dict[str, Any], op: str) -> tuple[str, str]:
+    """The ``(node name, op type)`` a call of a ``checks_data`` op (its ``attrs``) comes from;
+    a call built outside the frontend (a test, a pass) names no node: ``("", op)``."""
+    node = attrs.get(NODE_ATTR)
+    return (str(node[0]), str(node[1])) if isinstance(node, (tuple, list)) and len(node) == 2 else ("", op)
+
+
+def node_of(call: Call) -> tuple[str, str]:
+    """:func:`node_named` of a call."""
+    return node_named(call.attrs, call.op)
 
 
 def is_view(expr: Expr) -> bool:
@@ -122,6 +152,20 @@ _ASSUMPTION_HANDLERS: list[AssumptionHandler] = []
 # Deduction is retried at most this many times per call (each retry checks one more fact).
 MAX_ASSUMPTIONS_PER_CALL = 32
 
+# The model's nodes being converted now, innermost last: (node name, op type).
+_NODES: list[tuple[str, str]] = []
+
+
+@contextmanager
+def converting_node(name: str, op_type: str) -> Iterator[None]:
+    """Within the block, :func:`call_op` gives each call of a ``checks_data`` op the node
+    it comes from (:data:`NODE_ATTR`), unless the call names one already."""
+    _NODES.append((name, op_type))
+    try:
+        yield
+    finally:
+        _NODES.pop()
+
 
 @contextmanager
 def checking_assumptions(handler: AssumptionHandler) -> Iterator[None]:
@@ -142,6 +186,8 @@ def call_op(name: str, *args: Expr, **attrs: Any) -> Call:
     again on what the builder returns, until it succeeds or fails for good."""
     definition = get_op(name)
     args, attrs = tuple(args), dict(attrs)
+    if definition.checks_data and _NODES and NODE_ATTR not in attrs:
+        attrs[NODE_ATTR] = _NODES[-1]
     for _ in range(MAX_ASSUMPTIONS_PER_CALL):
         try:
             return Call(name, args, attrs, definition.deduce(args, dict(attrs)))

@@ -43,8 +43,8 @@ from .text_reader import (
     ParseError, call_name, is_number_node, is_quoted_size_var, is_scalar_node, name_of_node, subscript_items,
 )
 from .tir import (
-    Binary, BinaryOp, Buffer, Cast, Compare, CompareOp, FloatImm, Gather, IndexValue, Load, Reduce, ReduceCombiner,
-    ScalarExpr, Select, TensorProgram, Unary, UnaryOp,
+    Binary, BinaryOp, Buffer, Cast, CheckedIndex, Compare, CompareOp, FloatImm, Gather, IndexValue, Load, Reduce,
+    ReduceCombiner, ScalarExpr, Select, TensorProgram, Unary, UnaryOp,
 )
 
 
@@ -534,6 +534,8 @@ class _Parser(HostFunctionReader):
             return IndexValue(self.prim_expr(args[0]))
         if name == "select" and len(args) == 3:
             return Select(recurse(args[0]), recurse(args[1]), recurse(args[2]))
+        if name == "checked_index" and len(args) == 3:
+            return CheckedIndex(self.prim_expr(args[0]), recurse(args[1]), self.prim_expr(args[2]))
         if name == "gather" and args:
             items = args[1:]
             return Gather(self.buffer(args[0], buffers),

@@ -45,6 +45,7 @@ SCALAR_METHODS: Mapping[str, str] = {
     "compare": "visit_compare",
     "select": "visit_select",
     "reduce": "visit_reduce",
+    "checked_index": "visit_checked_index",
 }
 """Each scalar expression kind (its class's ``scalar_kind``) -> the method that visits it."""
 
@@ -131,6 +132,9 @@ class ScalarVisitor(ScalarFunctor):
     def visit_reduce(self, expr: ScalarNode) -> None:
         self.visit_children(expr)
 
+    def visit_checked_index(self, expr: ScalarNode) -> None:
+        self.visit_children(expr)
+
 
 class ScalarMutator(ScalarFunctor):
     """Rebuilds bottom-up; each ``visit_<kind>`` returns the node (itself when nothing
@@ -176,6 +180,10 @@ class ScalarMutator(ScalarFunctor):
         body = self.visit(expr.body)
         return expr if body is expr.body else type(expr)(expr.combiner, expr.axis, expr.extent, body)
 
+    def visit_checked_index(self, expr: ScalarNode) -> ScalarNode:
+        index = self.visit(expr.index)
+        return expr if index is expr.index else type(expr)(expr.site, index, expr.extent)
+
 
 # The scalar operands of each kind, in order (loads, constants and index values have none): a
 # table, as scalar_operands is the hottest traversal of all (every walk of a body).
@@ -190,6 +198,7 @@ _OPERANDS: Mapping[str, Callable[[Any], tuple]] = {
     "cast": lambda expr: (expr.a,),
     "select": lambda expr: (expr.condition, expr.a, expr.b),
     "reduce": lambda expr: (expr.body,),
+    "checked_index": lambda expr: (expr.index,),
 }
 
 

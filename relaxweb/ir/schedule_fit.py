@@ -26,6 +26,7 @@ from .lower_index import with_axis
 from .pattern import MatmulInfo, Pattern, WindowInfo, analyze_window, program_pattern
 from .schedule import MATMUL_SCHEDULES, VectorizedSchedule, WebGpuSchedule
 from .symbolic import Analyzer, IntImm, PrimExpr, SizeVar, product
+from .error_sites import REPORTING_KINDS
 from .tir import (
     Binary, BinaryOp, Buffer, CompareOp, Gather, IndexValue, Load, Reduce, ScalarExpr, Select, TensorProgram, Unary,
     UnaryOp, format_scalar, index_exprs, map_scalar, scalar_nodes,
@@ -87,13 +88,15 @@ CHEAP_BRANCH_LOADS = 4  # ... and the most buffer reads (a concatenation of up t
 
 
 def is_cheap_branch(expr: ScalarExpr) -> bool:
-    """Few nodes, few reads and no reduction: cheaper to evaluate than to branch around (a
-    select with two such branches is WGSL's ``select``, no branch)."""
+    """Few nodes, few reads, no reduction and no error check: cheaper to evaluate than to
+    branch around (a select with two such branches is WGSL's ``select``, no branch)."""
     nodes = loads = 0
     for node in scalar_nodes(expr):
         nodes += 1
         loads += isinstance(node, (Load, Gather))
         if isinstance(node, Reduce) or nodes > CHEAP_BRANCH_NODES or loads > CHEAP_BRANCH_LOADS:
+            return False
+        if node.scalar_kind in REPORTING_KINDS:  # an error check reports only where it is evaluated for real
             return False
     return True
 

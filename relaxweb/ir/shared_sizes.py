@@ -12,7 +12,8 @@ module's attrs under :data:`SHARED_SIZES` (visible in ``--dump-ir``), and
 literal for literal what that member was.
 
 :func:`map_index_exprs` is the traversal both use: every index expression of a program
-(buffer shapes, then the body's load indices, index values and reduction extents, bottom up),
+(buffer shapes, then the body's load indices, index values, reduction extents and checked
+indices' sites and extents, bottom up),
 in an order that two programs of one body see alike.
 """
 
@@ -22,7 +23,8 @@ from dataclasses import replace
 from typing import Callable, Mapping
 
 from .symbolic import IntImm, PrimExpr, SizeVar, Sub
-from .tir import Buffer, Gather, IndexValue, Load, Reduce, ScalarExpr, TensorProgram, map_scalar
+from .scalar_functor import ScalarMutator
+from .tir import Buffer, CheckedIndex, Gather, IndexValue, Load, Reduce, ScalarExpr, TensorProgram
 
 SHARED_SIZES = "shared_sizes"
 """The module attrs key: {program name: (the names of the size variables sharing introduced
@@ -57,21 +59,36 @@ def map_index_exprs(program: TensorProgram, index: Callable[[PrimExpr], PrimExpr
     buffers = {b.name: Buffer(b.name, tuple(index(d) for d in b.shape), b.dtype)
                for b in (*program.inputs, program.output)}
 
-    def node(expr: ScalarExpr) -> ScalarExpr | None:
-        if isinstance(expr, Load):
-            return Load(buffers[expr.buffer.name], tuple(index(i) for i in expr.indices))
-        if isinstance(expr, Gather):
-            indices = tuple(i if isinstance(i, ScalarExpr) else index(i) for i in expr.indices)
-            return Gather(buffers[expr.buffer.name], indices)
-        if isinstance(expr, IndexValue):
-            return IndexValue(index(expr.value))
-        if isinstance(expr, Reduce):
-            return Reduce(expr.combiner, expr.axis, index(expr.extent), expr.body)
-        return None
-
     return replace(
         program,
         inputs=tuple(buffers[b.name] for b in program.inputs),
         output=buffers[program.output.name],
-        body=map_scalar(program.body, node),
+        body=_IndexExprMapper(buffers, index).visit(program.body),
     )
+
+
+class _IndexExprMapper(ScalarMutator):
+    """:func:`map_index_exprs` of a body: each node rebuilt bottom-up (its children first),
+    its index expressions mapped and its buffer replaced by the one of the mapped shapes."""
+
+    def __init__(self, buffers: Mapping[str, Buffer], index: Callable[[PrimExpr], PrimExpr]) -> None:
+        self.buffers, self.index = buffers, index
+
+    def visit_load(self, expr: Load) -> ScalarExpr:
+        return Load(self.buffers[expr.buffer.name], tuple(self.index(i) for i in expr.indices))
+
+    def visit_gather(self, expr: Gather) -> ScalarExpr:
+        expr = super().visit_gather(expr)
+        indices = tuple(i if isinstance(i, ScalarExpr) else self.index(i) for i in expr.indices)
+        return Gather(self.buffers[expr.buffer.name], indices)
+
+    def visit_index_value(self, expr: IndexValue) -> ScalarExpr:
+        return IndexValue(self.index(expr.value))
+
+    def visit_reduce(self, expr: Reduce) -> ScalarExpr:
+        expr = super().visit_reduce(expr)
+        return Reduce(expr.combiner, expr.axis, self.index(expr.extent), expr.body)
+
+    def visit_checked_index(self, expr: CheckedIndex) -> ScalarExpr:  # the site too: each node keeps its own
+        expr = super().visit_checked_index(expr)
+        return CheckedIndex(self.index(expr.site), expr.index, self.index(expr.extent))

@@ -14,7 +14,9 @@ variables that appear in them, and each call site binds them.  This form is easy
 Index expressions are :class:`~relaxweb.ir.symbolic.PrimExpr` over the axes and size
 variables; axis variables are ``SizeVar`` whose names do not clash with size variables.
 An indirect load (:class:`Gather`) also takes indices computed at run time (scalar
-expressions, e.g. a value loaded from an index tensor), clamped into the buffer's extents.
+expressions, e.g. a value loaded from an index tensor), clamped into the buffer's extents;
+an index from data that must lie in its axis is a :class:`CheckedIndex`, which reports one
+that does not as the run's error (``relaxweb/ir/error_sites.py``).
 
 Scalar expressions have a dtype (``expr.dtype``): a load has its buffer's, an
 :class:`IndexValue` (an index expression used as a value, e.g. an element count) is
@@ -274,6 +276,39 @@ class Gather(ScalarExpr):
     @property
     def dtype(self) -> str:
         return self.buffer.dtype
+
+
+@dataclass(frozen=True)
+class CheckedIndex(ScalarExpr):
+    """An index read from data, checked at run time (an ``int32``): ``index`` (an integer
+    scalar expression, e.g. a value loaded from an index tensor) counts from the end when
+    negative, as in ONNX (``-1`` is the last of ``extent``), and must then lie in
+    ``[0, extent)``.  Its value is the index so wrapped.  One still out of range is the run's
+    error: the kernel reports ``site`` (a number of the module's table of error sites,
+    ``relaxweb/ir/error_sites.py``) with the index as given and the extent, and the value is
+    clamped into the extent, so the kernel goes on reading in bounds until the run fails.
+
+    ``site`` is an index expression: an integer literal, which ``share_programs`` turns into
+    a size variable where shared programs check different nodes.  The node has an effect, so
+    a backend evaluates it only where the program's value needs it (never in a select's
+    branch not taken)."""
+
+    scalar_kind: ClassVar[str] = "checked_index"
+
+    site: PrimExpr
+    index: ScalarExpr
+    extent: PrimExpr
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "site", as_expr(self.site))
+        object.__setattr__(self, "extent", as_expr(self.extent))
+        if not dtype_info(self.index.dtype).is_integer:
+            raise TypeError(f"CheckedIndex: the index is {self.index.dtype}, not an integer: "
+                            f"{format_scalar(self.index)}")
+
+    @property
+    def dtype(self) -> str:
+        return "int32"
 
 
 @dataclass(frozen=True)
@@ -614,6 +649,10 @@ class _IndexExprs(ScalarVisitor):
         self.found.append(node.extent)
         super().visit_reduce(node)
 
+    def visit_checked_index(self, node: CheckedIndex) -> None:
+        self.found.extend((node.site, node.extent))
+        super().visit_checked_index(node)
+
 
 def index_exprs(expr: ScalarExpr) -> list[PrimExpr]:
     """Every index expression in a scalar expression (load indices, index values, extents)."""
@@ -672,7 +711,8 @@ class TensorProgram:
 # indices), constants ``float32(0.5)`` / ``int32(0)`` (the dtype as a call of a number),
 # casts ``int32(x)`` (the dtype as a call of a scalar), ``index(i * n)``, every binary and
 # comparison in parentheses, other ops by name (``maximum(a, b)``, ``exp(a)``),
-# ``select(c, a, b)``, and reductions ``sum(body for k_ in range(extent))``.
+# ``select(c, a, b)``, ``checked_index(site, index, extent)``, and reductions
+# ``sum(body for k_ in range(extent))``.
 
 BINARY_SYMBOLS = {BinaryOp.ADD: "+", BinaryOp.SUBTRACT: "-", BinaryOp.MULTIPLY: "*", BinaryOp.DIVIDE: "/"}
 
@@ -732,6 +772,9 @@ class _ScalarText(ScalarFunctor):
 
     def visit_select(self, node: Select) -> str:
         return f"select({self.visit(node.condition)}, {self.visit(node.a)}, {self.visit(node.b)})"
+
+    def visit_checked_index(self, node: CheckedIndex) -> str:
+        return f"checked_index({format_expr(node.site)}, {self.visit(node.index)}, {format_expr(node.extent)})"
 
 
 def _format_indices(indices: list[str]) -> str:
@@ -826,6 +869,11 @@ class _Substitute(ScalarMutator):
     def visit_index_value(self, node: IndexValue) -> ScalarExpr:
         value = substitute(node.value, self.mapping)
         return node if value == node.value else IndexValue(value)
+
+    def visit_checked_index(self, node: CheckedIndex) -> ScalarExpr:
+        node = super().visit_checked_index(node)
+        site, extent = substitute(node.site, self.mapping), substitute(node.extent, self.mapping)
+        return node if site == node.site and extent == node.extent else CheckedIndex(site, node.index, extent)
 
     def visit_reduce(self, node: Reduce) -> ScalarExpr:
         node = super().visit_reduce(node)

@@ -2,14 +2,14 @@
 
 Their loads go through index values read from a tensor: an indirect load
 (:class:`~relaxweb.ir.tir.Gather`).  ``take``, ``gather_elements`` and ``gather_nd`` legalize
-to one tensor program each: the index is loaded, cast to ``int32`` (int64 index tensors live
-as i32 on the device), wrapped when negative (``i + extent``) and clamped into the extent by
-the Gather (so an out-of-range run-time index reads the nearest element on the GPU, where
-the interpreter's reference semantics raise; constant indices out of range are refused by
-deduction, naming the node).  The scatters and ``nonzero`` import, deduce and
-run in the interpreter but have no GPU lowering yet.  (The frontend turns a Gather by a
-constant or symbolic scalar index into a ``strided_slice``.)  Negative indices count from
-the end, as in ONNX.
+to one tensor program each, the scatters to one program in which each output element scans
+the indices: the index is loaded, cast to ``int32`` (int64 index tensors live as i32 on the
+device) and, when the indices come from data, checked at run time
+(:class:`~relaxweb.ir.tir.CheckedIndex`: wrapped when negative, and one outside its axis is
+the run's error naming the node, the index and the extent, as onnxruntime and the references
+here refuse it).  Constant indices out of range are refused by deduction, naming the node,
+and are only wrapped.  (The frontend turns a Gather by a constant or symbolic scalar index
+into a ``strided_slice``.)  Negative indices count from the end, as in ONNX.
 
 - ``take(data, indices, axis=0)``: ONNX Gather; the result's shape is
   ``data.shape[:axis] + indices.shape + data.shape[axis + 1:]``.
@@ -42,12 +42,14 @@ import numpy as np
 from typing import Callable
 
 from ..errors import UnsupportedModelError
+from ..errors import RunCheckError, run_error_message
 from ..ir.expr import Call, Constant, TensorToPrim, tensor_dtype, tensor_shape
-from ..ir.op_registry import DeductionError, register_op
+from ..ir.op_registry import DeductionError, LegalizeContext, node_named, register_op
 from ..ir.struct_info import PrimStructInfo, TensorStructInfo
 from ..ir.symbolic import IntImm, PrimExpr, SizeVar, as_int, format_expr, product, prove_equal, simplify
 from ..ir.tir import (
-    Buffer, Cast, FloatImm, Gather, IndexValue, Load, Reduce, ReduceCombiner, ScalarExpr, maximum, minimum, select,
+    Buffer, Cast, CheckedIndex, FloatImm, Gather, IndexValue, Load, Reduce, ReduceCombiner, ScalarExpr, maximum, minimum,
+    select,
 )
 from .common import UnknownShapeError, expect_args, make_program, needs_known_shapes, normalize_axis, require_tensor
 from .reshape import reshape_program
@@ -69,6 +71,34 @@ def _wrapped_index(indices: Buffer, positions: tuple[PrimExpr, ...], extent: Pri
     if indices.dtype != "int32":
         value = Cast("int32", value)
     return select(value.lt(0), value + IndexValue(extent), value)
+
+
+def _index_message(axis: int) -> str:
+    """The error sites' message of an index out of range of data axis ``axis`` (the index as
+    given, the extent): ``index 7 is out of range for axis 0 of extent 4``."""
+    return f"index {{0}} is out of range for axis {axis} of extent {{1}}"
+
+
+class _IndexReader:
+    """How one call's legalization reads its index tensor: from data, each index is a
+    :class:`CheckedIndex` with an error site per data axis it indexes (made on first use);
+    from a constant (checked at deduction) it is only wrapped."""
+
+    def __init__(self, context: LegalizeContext, call: Call, indices_arg: int) -> None:
+        self.context, self.call = context, call
+        self.constant = isinstance(call.args[indices_arg], Constant)
+        self.sites: dict[int, int] = {}
+
+    def index(self, indices: Buffer, positions: tuple[PrimExpr, ...], extent: PrimExpr, axis: int) -> ScalarExpr:
+        """``indices[positions]`` as an index into data axis ``axis`` of ``extent``."""
+        if self.constant:
+            return _wrapped_index(indices, positions, extent)
+        if axis not in self.sites:
+            self.sites[axis] = self.context.error_site(self.call, _index_message(axis))
+        value: ScalarExpr = Load(indices, positions)
+        if indices.dtype != "int32":
+            value = Cast("int32", value)
+        return CheckedIndex(self.sites[axis], value, extent)
 
 
 def _check_constant_indices(op: str, indices, extent: PrimExpr | None, dim: int) -> None:
@@ -98,12 +128,21 @@ def _constant_data(expr) -> np.ndarray | None:
     return expr.data if isinstance(expr, Constant) else None
 
 
-def _normalize(indices: np.ndarray, extent) -> np.ndarray:
+def _normalize(indices: np.ndarray, extent, attrs, op: str, axes) -> np.ndarray:
+    """``indices`` counted from the end where negative; one outside its axis is the run's
+    error, worded as the kernels report it (``extent`` and ``axes``: one extent and data axis,
+    or one per entry of the last axis of ``indices``)."""
     indices = np.asarray(indices, dtype=np.int64)
     extent = np.asarray(extent, dtype=np.int64)
     result = np.where(indices < 0, indices + extent, indices)
-    if np.any(result < 0) or np.any(result >= extent):
-        raise IndexError(f"an index is out of range (extent {extent.tolist()})")
+    bad = (result < 0) | (result >= extent)
+    if np.any(bad):
+        position = tuple(int(p[0]) for p in np.nonzero(bad))
+        axis = np.broadcast_to(np.asarray(axes), bad.shape)[position]
+        size = np.broadcast_to(extent, bad.shape)[position]
+        node, op = node_named(attrs, op)
+        raise RunCheckError(run_error_message(node, op, _index_message(int(axis)),
+                                              (int(indices[position]), int(size))))
     return result
 
 
@@ -131,7 +170,7 @@ def take_reference(arrays, attrs):
     data, indices = arrays
     axis = int(attrs.get("axis", 0))
     axis = axis + data.ndim if axis < 0 else axis
-    return np.ascontiguousarray(np.take(data, _normalize(indices, data.shape[axis]), axis=axis))
+    return np.ascontiguousarray(np.take(data, _normalize(indices, data.shape[axis], attrs, "take", axis), axis=axis))
 
 
 def legalize_take(context, call: Call):
@@ -140,15 +179,18 @@ def legalize_take(context, call: Call):
     index_rank = len(call.args[1].struct_info.shape)
     axis = normalize_axis("take", call.attrs.get("axis", 0), data_rank)
 
+    reader = _IndexReader(context, call, 1)
+
     def body(axes, buffers):
         data, indices = buffers
-        index = _wrapped_index(indices, tuple(axes[axis:axis + index_rank]), data.shape[axis])
+        index = reader.index(indices, tuple(axes[axis:axis + index_rank]), data.shape[axis], axis)
         return Gather(data, (*axes[:axis], index, *axes[axis + index_rank:]))
 
     return context.call_tir(make_program("take", call.args, info.shape, info.dtype, body), call.args)
 
 
-register_op("take", deduce=deduce_take, reference=take_reference, legalize=needs_known_shapes(legalize_take))
+register_op("take", deduce=deduce_take, reference=take_reference, legalize=needs_known_shapes(legalize_take),
+            checks_data=True)
 
 
 # gather_elements -------------------------------------------------------------------------------
@@ -171,23 +213,26 @@ def gather_elements_reference(arrays, attrs):
     data, indices = arrays
     axis = int(attrs.get("axis", 0))
     axis = axis + data.ndim if axis < 0 else axis
-    return np.ascontiguousarray(np.take_along_axis(data, _normalize(indices, data.shape[axis]), axis=axis))
+    positions = _normalize(indices, data.shape[axis], attrs, "gather_elements", axis)
+    return np.ascontiguousarray(np.take_along_axis(data, positions, axis=axis))
 
 
 def legalize_gather_elements(context, call: Call):
     info = call.struct_info
     axis = normalize_axis("gather_elements", call.attrs.get("axis", 0), len(info.shape))
 
+    reader = _IndexReader(context, call, 1)
+
     def body(axes, buffers):
         data, indices = buffers
-        index = _wrapped_index(indices, tuple(axes), data.shape[axis])
+        index = reader.index(indices, tuple(axes), data.shape[axis], axis)
         return Gather(data, (*axes[:axis], index, *axes[axis + 1:]))
 
     return context.call_tir(make_program("gather_elements", call.args, info.shape, info.dtype, body), call.args)
 
 
 register_op("gather_elements", deduce=deduce_gather_elements, reference=gather_elements_reference,
-            legalize=needs_known_shapes(legalize_gather_elements))
+            legalize=needs_known_shapes(legalize_gather_elements), checks_data=True)
 
 
 # gather_nd -------------------------------------------------------------------------------------
@@ -226,7 +271,8 @@ def gather_nd_reference(arrays, attrs):
     batch_count = int(np.prod(batch_shape, dtype=np.int64))
     flat_data = data.reshape((batch_count,) + data.shape[batch_dims:])
     flat_indices = indices.reshape((batch_count, -1, depth))
-    index = _normalize(flat_indices, data.shape[batch_dims:batch_dims + depth])
+    index = _normalize(flat_indices, data.shape[batch_dims:batch_dims + depth], attrs, "gather_nd",
+                       np.arange(batch_dims, batch_dims + depth))
     out = np.stack([flat_data[b][tuple(index[b].T)] for b in range(batch_count)]) if batch_count else \
         np.zeros((0, flat_indices.shape[1]) + data.shape[batch_dims + depth:], data.dtype)
     return np.ascontiguousarray(out.reshape(indices.shape[:-1] + data.shape[batch_dims + depth:]))
@@ -239,10 +285,13 @@ def legalize_gather_nd(context, call: Call):
     depth = as_int(index_shape[-1])
     outer = len(index_shape) - 1  # output axes that run over the index tuples
 
+    reader = _IndexReader(context, call, 1)
+
     def body(axes, buffers):
         data, indices = buffers
         picked = tuple(
-            _wrapped_index(indices, (*axes[:outer], IntImm(j)), data.shape[batch_dims + j]) for j in range(depth)
+            reader.index(indices, (*axes[:outer], IntImm(j)), data.shape[batch_dims + j], batch_dims + j)
+            for j in range(depth)
         )
         return Gather(data, (*axes[:batch_dims], *picked, *axes[outer:]))
 
@@ -250,7 +299,7 @@ def legalize_gather_nd(context, call: Call):
 
 
 register_op("gather_nd", deduce=deduce_gather_nd, reference=gather_nd_reference,
-            legalize=needs_known_shapes(legalize_gather_nd))
+            legalize=needs_known_shapes(legalize_gather_nd), checks_data=True)
 
 
 # scatters --------------------------------------------------------------------------------------
@@ -290,7 +339,7 @@ def scatter_elements_reference(arrays, attrs):
     axis = axis + data.ndim if axis < 0 else axis
     reduction = attrs.get("reduction", "none")
     out = np.array(data, copy=True)
-    positions = _normalize(indices, data.shape[axis])
+    positions = _normalize(indices, data.shape[axis], attrs, "scatter_elements", axis)
     for index in np.ndindex(*indices.shape):
         target = list(index)
         target[axis] = positions[index]
@@ -303,7 +352,7 @@ def scatter_nd_reference(arrays, attrs):
     reduction = attrs.get("reduction", "none")
     out = np.array(data, copy=True)
     depth = indices.shape[-1]
-    positions = _normalize(indices, data.shape[:depth])
+    positions = _normalize(indices, data.shape[:depth], attrs, "scatter_nd", np.arange(depth))
     for index in np.ndindex(*indices.shape[:-1]):
         target = tuple(positions[index])
         out[target] = _combine(reduction, out[target], updates[index])
@@ -341,12 +390,13 @@ def legalize_scatter_elements(context, call: Call):
     axis = normalize_axis("scatter_elements", call.attrs.get("axis", 0), rank)
     reduction = call.attrs.get("reduction", "none")
     index_shape = tensor_shape(indices)
+    reader = _IndexReader(context, call, 1)
 
     def body(axes, buffers):
         source, index_buffer, update_buffer = buffers
         r = SizeVar("r_")
         position = tuple(r if d == axis else axes[d] for d in range(rank))
-        lands = _wrapped_index(index_buffer, position, source.shape[axis]).eq(IndexValue(axes[axis]))
+        lands = reader.index(index_buffer, position, source.shape[axis], axis).eq(IndexValue(axes[axis]))
 
         def matches(combiner: ReduceCombiner, neutral: ScalarExpr) -> ScalarExpr:
             value = IndexValue(r) if reduction == "none" else Load(update_buffer, position)
@@ -384,13 +434,14 @@ def legalize_scatter_nd(context, call: Call):
     flat_updates = context.emit(context.call_tir(reshape_program(updates, (count, *rest)), (updates,)),
                                 "scatter_nd_updates")
     args = (data, flat_indices, flat_updates)
+    reader = _IndexReader(context, call, 1)
 
     def body(axes, buffers):
         source, index_buffer, update_buffer = buffers
         r = SizeVar("r_")
         lands: ScalarExpr = FloatImm(1, "bool")
         for j in reversed(range(depth)):
-            hit = _wrapped_index(index_buffer, (r, IntImm(j)), source.shape[j]).eq(IndexValue(axes[j]))
+            hit = reader.index(index_buffer, (r, IntImm(j)), source.shape[j], j).eq(IndexValue(axes[j]))
             lands = hit if j == depth - 1 else select(hit, lands, FloatImm(0, "bool"))
 
         def matches(combiner: ReduceCombiner, neutral: ScalarExpr) -> ScalarExpr:
@@ -407,9 +458,9 @@ def legalize_scatter_nd(context, call: Call):
 
 
 register_op("scatter_elements", deduce=_deduce_scatter("scatter_elements"), reference=scatter_elements_reference,
-            legalize=needs_known_shapes(legalize_scatter_elements))
+            legalize=needs_known_shapes(legalize_scatter_elements), checks_data=True)
 register_op("scatter_nd", deduce=_deduce_scatter("scatter_nd"), reference=scatter_nd_reference,
-            legalize=needs_known_shapes(legalize_scatter_nd))
+            legalize=needs_known_shapes(legalize_scatter_nd), checks_data=True)
 
 
 # nonzero ---------------------------------------------------------------------------------------

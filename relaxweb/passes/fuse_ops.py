@@ -44,6 +44,7 @@ from ..ir.dtype import DTYPES
 from ..ir.expr import (
     BindingBlock, CallLibrary, CallTIR, Constant, DataflowBlock, Expr, Function, Loop, SeqExpr, Var, VarBinding,
 )
+from ..ir.error_sites import reports_errors
 from ..ir.functor import ExprMutator, use_counts
 from ..ir.fusion import inline_producer, merge_inputs
 from ..ir.launch import MAX_STORAGE_BINDINGS, binding_parts
@@ -197,7 +198,7 @@ class _Fuser(ExprMutator):
             args = [args[i] if side == "consumer" else producer_call.args[i] for side, i in fused.input_sources]
             program, values = fused.program, fused.size_var_values
         program, args = _merge_duplicate_inputs(program, args)
-        if (_storage_bindings(args) > MAX_STORAGE_BUFFERS or expression_size(program.body) > MAX_BODY_SIZE
+        if (_storage_bindings(args, program) > MAX_STORAGE_BUFFERS or expression_size(program.body) > MAX_BODY_SIZE
                 or expression_depth(program.body) > MAX_BODY_DEPTH):
             return None
         if (Pattern.MATMUL in (self.pattern(producer_call.program), self.pattern(consumer_call.program))
@@ -280,11 +281,13 @@ class _Block:
                 readers.discard(i)
 
 
-def _storage_bindings(args: list[Expr]) -> int:
-    """The storage bindings of a kernel called with ``args``: one per argument and one for
-    its output, and a weight above the split size once per part (``ir/launch.binding_parts``)."""
+def _storage_bindings(args: list[Expr], program: TensorProgram) -> int:
+    """The storage bindings of ``program``'s kernel called with ``args``: one per argument and
+    one for its output, a weight above the split size once per part (``ir/launch.binding_parts``),
+    and the run status where it checks the run's data (``ir/error_sites.reports_errors``)."""
     split_bytes = PassContext.current().binding_split_bytes
-    return 1 + sum(binding_parts(_device_bytes(arg), split_bytes) if isinstance(arg, Constant) else 1 for arg in args)
+    return 1 + reports_errors(program) + sum(binding_parts(_device_bytes(arg), split_bytes) if isinstance(arg, Constant)
+                                             else 1 for arg in args)
 
 
 def _device_bytes(constant: Constant) -> int:

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 from ..errors import UnsupportedModelError
 from ..ir.builder import FunctionBuilder
+from ..ir.error_sites import ErrorSite, with_error_site
 from ..ir.expr import Call, CallLibrary, CallTIR, DataflowVar, Expr, Function, MatchCast, Tuple, Var, VarBinding
 from ..ir.functor import ExprMutator, post_order_visit
 from ..ir.module import IRModule, ProgramTable
 from ..ir.struct_info import OptionalStructInfo, SequenceStructInfo, TensorStructInfo
 from ..ir.tir import TensorProgram
 from ..ops import get_op
-from ..ir.op_registry import call_tir_of
+from ..ir.op_registry import call_tir_of, node_of
 
 
 class _Legalizer(ExprMutator):
@@ -29,6 +30,7 @@ class _Legalizer(ExprMutator):
         self.table = ProgramTable(module.programs)
         self.programs = self.table.programs
         self.names = FunctionBuilder.avoiding_names_of(function)
+        self.attrs = dict(module.attrs)  # with the error sites added (relaxweb/ir/error_sites.py)
 
     def add_program(self, program) -> str:
         """Add a tensor program or library kernel, reusing an identical one's name."""
@@ -44,6 +46,13 @@ class _Legalizer(ExprMutator):
         output = TensorStructInfo(kernel.output.shape, kernel.output.dtype)
         call = call_tir_of(self.programs[name], args, output)
         return CallLibrary(call.program, call.args, call.struct_info, call.size_var_values)
+
+    def error_site(self, call: Call, message: str) -> int:
+        """A new site of the module's error sites for a check of ``call``'s data: the node it
+        comes from, and ``message`` (its values as ``{0}``, ``{1}`` ...); returns its number."""
+        node, op = node_of(call)
+        self.attrs, site = with_error_site(self.attrs, ErrorSite(node, op, message))
+        return site
 
     def fresh_name(self, hint: str) -> str:
         """A name no variable of the function uses (for new symbolic variables)."""
@@ -77,15 +86,15 @@ def legalize_ops(module: IRModule) -> IRModule:
             "(the model imports and runs with 'relaxweb run MODEL.onnx --reference')"
         )
     functions = {}
-    programs = dict(module.programs)
+    programs, attrs = dict(module.programs), dict(module.attrs)
     for name, function in module.functions.items():
         if not isinstance(function, Function):
             functions[name] = function
             continue
-        legalizer = _Legalizer(module.replace(programs=programs), function)
+        legalizer = _Legalizer(module.replace(programs=programs, attrs=attrs), function)
         functions[name] = legalizer.visit_function(function)
-        programs = legalizer.programs
-    return module.replace(functions=functions, programs=programs)
+        programs, attrs = legalizer.programs, legalizer.attrs
+    return module.replace(functions=functions, programs=programs, attrs=attrs)
 
 
 def _refuse_containers(module: IRModule) -> None:

@@ -7,6 +7,7 @@ done in one linear memory laid out as "Running on kernels.wasm" says:
     [0, 64 KiB)   never a buffer (a stray small address reads zeros or traps, never a tensor)
     params        the host's params block, copied in after every ``run()`` / ``resume()``
     scratch       ``wasm.scratch_bytes`` for the one thread this session calls kernels on
+    status        the run status (``runtime/run_status.py``), cleared before each run
     weights       each weight whole (16-byte aligned), copied in once at load
     storages      KV caches first (sized at the bounds, never moved), then the others: at
                   their sizes at the bounds when every var has one, else placed per run
@@ -42,6 +43,7 @@ from relaxweb.runtime.host import Dispatch, Read
 from relaxweb.runtime.host_session import HostStep
 from relaxweb.runtime.manifest import read_bundle_file
 from relaxweb.runtime.profile import WallClockTimer
+from relaxweb.runtime.run_status import CLEARED, STATUS_BYTES, check_run_status
 from relaxweb.runtime.tensors import (
     checked_inputs, device_byte_sizes, device_dtype, dtype_entry, kept_output_indices, load_shards, output_array,
     split_sequences, to_model_dtype,
@@ -170,10 +172,11 @@ class WasmBackend:
         self._memory = wasmtime.Memory(self._store, wasmtime.MemoryType(wasmtime.Limits(1, MAX_PAGES)))
         self._units, self._kernels = self._instantiate(wasm)
 
-        # the fixed regions: params, scratch, weights
+        # the fixed regions: params, scratch, the run status, weights
         self._params_base = RESERVED_BYTES
         self._scratch = _aligned(self._params_base + manifest["params_bytes"])
-        end = _aligned(self._scratch + entry["scratch_bytes"])
+        self._status = _aligned(self._scratch + entry["scratch_bytes"])
+        end = _aligned(self._status + STATUS_BYTES)
         self._weight_addresses = []
         for weight in manifest["weights"]:
             self._weight_addresses.append(end)
@@ -319,6 +322,7 @@ class WasmBackend:
                   for index, value in enumerate(run.arrays)]
         self.run_number += 1  # every cache is written from here on: older views are stale
         self._write_inputs(arrays)
+        self._memory.write(self._store, CLEARED, self._status)
 
     def begin_step(self, params: bytes) -> None:
         self._memory.write(self._store, params, self._params_base)
@@ -334,6 +338,7 @@ class WasmBackend:
             raise RelaxwebError(f"the bundle's command list reads bytes {read.byte_offset}..{read.byte_offset + 4} "
                                 f"of storage {read.storage}, which has {self._storage_capacities[read.storage]} bytes")
         self.stats.add("bytes_read", 4)
+        self._check_status()  # an error before the read may have made its value meaningless
         return int.from_bytes(self._read(self._storage_addresses[read.storage] + read.byte_offset, 4), "little",
                               signed=True)
 
@@ -346,6 +351,7 @@ class WasmBackend:
     def read_outputs(self, readback: tuple[PreparedRun, HostStep]) -> dict[str, Any]:
         """Each output as an array, or kept (:class:`WasmTensor`: a view of a cache, else a copy)."""
         run, step = readback
+        self._check_status()
         byte_sizes = device_byte_sizes(self.manifest, step.output_shapes)
         outputs = {}
         for index, (output, shape, size) in enumerate(zip(self.manifest["outputs"], step.output_shapes, byte_sizes)):
@@ -366,6 +372,10 @@ class WasmBackend:
 
     def release_run(self) -> None:
         """Nothing is kept past a run."""
+
+    def _check_status(self) -> None:
+        """The run's error, when a kernel reported one into the status."""
+        check_run_status(self.manifest, self._read(self._status, STATUS_BYTES))
 
     def create_timer(self) -> WallClockTimer:
         return WallClockTimer(self.manifest)
@@ -432,10 +442,13 @@ class WasmBackend:
             self._memory.write(self._store, data, self._storage_addresses[storage])
 
     def _buffer_address(self, reference: Mapping[str, Any]) -> int:
-        """The address of a call site's ``{"storage": i}``, ``{"weight": j}`` or
-        ``{"weight_part": [j, part]}`` (the whole weight for part 0, 0 for the others)."""
+        """The address of a call site's ``{"storage": i}``, ``{"weight": j}``,
+        ``{"weight_part": [j, part]}`` (the whole weight for part 0, 0 for the others) or
+        ``{"status": 0}`` (the run status)."""
         if "storage" in reference:
             return self._storage_addresses[reference["storage"]]
+        if "status" in reference:
+            return self._status
         if "weight_part" in reference:
             weight, part = reference["weight_part"]
             return self._weight_addresses[weight] if part == 0 else 0

@@ -23,6 +23,7 @@ from relaxweb.runtime.driver import PreparedRun
 from relaxweb.runtime.gpu_tensor import BufferPool, CacheView, GpuTensor, cache_block_copies
 from relaxweb.runtime.host import Command, Dispatch, Read
 from relaxweb.runtime.host_session import HostStep
+from relaxweb.runtime.run_status import CLEARED, STATUS_BYTES, check_run_status
 from relaxweb.runtime.tensors import (
     checked_inputs, device_byte_sizes, device_dtype, kept_output_indices, output_array, split_sequences, to_model_dtype,
 )
@@ -103,6 +104,7 @@ class WebGpuBackend:
         self._input_copies = self._gpu_tensor_input_copies(run.arrays)
         self.run_number += 1  # every cache is written from here on: older views are stale
         self._upload_inputs(run.arrays)
+        self.clear_status()
 
     # Stages --------------------------------------------------------------------------------
 
@@ -146,7 +148,9 @@ class WebGpuBackend:
             )
         staging = self.buffers.read_staging()
         self._encoder.copy_buffer_to_buffer(storage, read.byte_offset, staging, 0, 4)
+        self.copy_status(self._encoder)
         self.device.queue.submit([self._encoder.finish()])
+        self.check_status()  # an error before the read may have made its value meaningless
         staging.map_sync(wgpu.MapMode.READ)
         try:
             (value,) = struct.unpack("<i", staging.read_mapped(0, 4))
@@ -183,6 +187,7 @@ class WebGpuBackend:
                     self._encoder.copy_buffer_to_buffer(storage, at, readback, dense, size)
             else:
                 self._encoder.copy_buffer_to_buffer(storage, 0, readback, 0, copy_size)
+        self.copy_status(self._encoder)
         self.device.queue.submit([self._encoder.finish()])
         self._encoder = None
         return run, step, byte_sizes, kept_tensors
@@ -191,6 +196,7 @@ class WebGpuBackend:
         """Map each readback buffer (but those of kept outputs) into an array of the output's
         shape; kept outputs are their GpuTensors; sequences split into their elements."""
         run, step, byte_sizes, kept_tensors = readback
+        self.check_status()
         outputs = {}
         for index, output in enumerate(self.manifest["outputs"]):
             if index in run.kept:
@@ -209,6 +215,30 @@ class WebGpuBackend:
                 buffer.unmap()
             outputs[output["name"]] = output_array(self.manifest, output, data, shape, byte_size)
         return split_sequences(self.manifest, outputs, step.element_shapes)
+
+    # The run status (run_status.py): cleared, copied with the outputs, checked -----------
+
+    def clear_status(self) -> None:
+        """Zero the run status before the run's first submit (a write_buffer, ordered before it)."""
+        if self.buffers.status is not None:
+            self.device.queue.write_buffer(self.buffers.status, 0, CLEARED)
+
+    def copy_status(self, encoder: wgpu.GPUCommandEncoder) -> None:
+        """The run status copied for reading, in the encoder of a submit that is read back."""
+        if self.buffers.status is not None:
+            encoder.copy_buffer_to_buffer(self.buffers.status, 0, self.buffers.status_readback, 0, STATUS_BYTES)
+
+    def check_status(self) -> None:
+        """The run's error, when a kernel reported one (the status copied by the last submit)."""
+        readback = self.buffers.status_readback
+        if readback is None:
+            return
+        readback.map_sync(wgpu.MapMode.READ)
+        try:
+            data = bytes(readback.read_mapped(0, STATUS_BYTES))
+        finally:
+            readback.unmap()
+        check_run_status(self.manifest, data)
 
     def release_run(self) -> None:
         """Destroy the old buffers of storages grown during the run, once its submits are done."""

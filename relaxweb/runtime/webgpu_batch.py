@@ -101,6 +101,7 @@ class WebGpuRaggedBatch:
                 storage = entry["storage"]
                 queue.write_buffer(self._storages[storage], self._layout.offsets[storage][index], data)
                 self.backend.stats.add("input_bytes_written", len(data))
+        self.backend.clear_status()  # one run status for the batch: its first error fails the batch
 
     def _create_storage(self, storage: int, total: int) -> wgpu.GPUBuffer:
         return self.device.create_buffer(label=f"batch storage {storage}", size=total, usage=_STORAGE_USAGE)
@@ -196,7 +197,9 @@ class WebGpuRaggedBatch:
                     f"{read.storage}, which has {layout.capacities[read.storage][index]} bytes"))
             encoder.copy_buffer_to_buffer(self._storages[read.storage], layout.offsets[read.storage][index] + read.byte_offset,
                                           self._staging, 4 * position, 4)
+        self.backend.copy_status(encoder)
         device.queue.submit([encoder.finish()])
+        self.backend.check_status()  # an error before the reads may have made their values meaningless
         self._staging.map_sync(wgpu.MapMode.READ)
         try:
             data = self._staging.read_mapped(0, need)
@@ -249,7 +252,9 @@ class WebGpuRaggedBatch:
                         storage = output["storage"]
                         encoder.copy_buffer_to_buffer(self._storages[storage], layout.offsets[storage][index],
                                                       readback, places[index][k], size)
+            self.backend.copy_status(encoder)
             device.queue.submit([encoder.finish()])
+            self.backend.check_status()
             readback.map_sync(wgpu.MapMode.READ)
             try:
                 data = readback.read_mapped(0, max(total, 4))

@@ -17,6 +17,7 @@ import wgpu
 from relaxweb.errors import RelaxwebError
 from relaxweb.runtime.batch import storage_name
 from relaxweb.runtime.gpu_tensor import TransferStats
+from relaxweb.runtime.run_status import STATUS_BYTES
 from relaxweb.runtime.webgpu_device import parts_at_limit, storage_size_limit
 
 STORAGE_USAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_DST | wgpu.BufferUsage.COPY_SRC
@@ -62,6 +63,10 @@ class SessionBuffers:
         self.bind_groups: list[wgpu.GPUBindGroup | None] = [None] * len(manifest["call_sites"])
         self.readbacks: list[wgpu.GPUBuffer | None] = [None] * len(manifest["outputs"])
         self._read_staging: wgpu.GPUBuffer | None = None  # where a value read back mid-run lands
+        # the run status and the buffer it is read back into (run_status.py): a bundle whose
+        # kernels check the run's data has them (made at load)
+        self.status: wgpu.GPUBuffer | None = None
+        self.status_readback: wgpu.GPUBuffer | None = None
 
     # Counted GPU calls (stats) -------------------------------------------------------------
 
@@ -84,6 +89,9 @@ class SessionBuffers:
         var has one) and the KV caches' storages (always: they are sized at the bounds)."""
         self.weights = self._create_weight_buffers(shards)
         self.params = self.create(label="params", size=self.manifest["params_bytes"], usage=PARAMS_USAGE)
+        if self.manifest.get("run_errors"):
+            self.status = self.create(label="run status", size=STATUS_BYTES, usage=STORAGE_USAGE)
+            self.status_readback = self.create(label="run status readback", size=STATUS_BYTES, usage=READBACK_USAGE)
         if sizes_at_bounds is not None:
             largest, limit_name = storage_size_limit(self.device)
             for index, size in enumerate(sizes_at_bounds):
@@ -185,10 +193,15 @@ class SessionBuffers:
     # Binding -------------------------------------------------------------------------------
 
     def referenced_buffer(self, reference: Mapping[str, Any]) -> wgpu.GPUBuffer:
-        """The buffer a call site's ``{"storage": i}``, ``{"weight": j}`` or
-        ``{"weight_part": [j, k]}`` refers to."""
+        """The buffer a call site's ``{"storage": i}``, ``{"weight": j}``,
+        ``{"weight_part": [j, k]}`` or ``{"status": 0}`` (the run status) refers to."""
         if "storage" in reference:
             return self.storages[reference["storage"]]
+        if "status" in reference:
+            if self.status is None:
+                raise RelaxwebError("a call site binds the run status, but the manifest has no run_errors: "
+                                    "the bundle is damaged")
+            return self.status
         if "weight_part" in reference:
             weight, part = reference["weight_part"]
             return self.weight_parts[weight][part]

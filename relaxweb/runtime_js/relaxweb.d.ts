@@ -177,6 +177,15 @@ export class InputShapeError extends Error {
 }
 
 /**
+ * A check of the run's data inside a kernel failed (an index out of range of its axis): the
+ * message names the model's node, the index and the extent, as the Python runtime's
+ * `RunCheckError` (`node 'Gather_3' (Gather): index 7 is out of range for axis 0 of extent 4`).
+ */
+export class RunCheckError extends Error {
+  name: "RunCheckError";
+}
+
+/**
  * An output kept on the GPU by `Model.run(inputs, {keepOnGpu})`: a buffer of its own (never a
  * storage the next run overwrites). Pass it to `run` as an input of the same dtype and rank (of
  * a model on the same device): its dimensions go to the bundle's shape checks like an array's,

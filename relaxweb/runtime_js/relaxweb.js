@@ -9,6 +9,7 @@
 //   const { y } = await model.run({ x: { data: new Float32Array(64), shape: [1, 64] } });
 
 import { FORMAT_VERSION, InputShapeError, TYPED_ARRAY_OF_DTYPE, dtypeInfo } from "./host.js";
+import { RunCheckError } from "./run_status.js";
 import { GpuTensor, TransferStats } from "./gpu_tensor.js";
 import { GENERATION_METHODS } from "./generate.js";
 import { fetchedText, loadTokenizer } from "./tokenizer.js";
@@ -26,7 +27,7 @@ import { KernelPipelines, SHADER_F16, chosenKernels, compileKernels, fetchKernel
 import { sharedMemoryVariant, singleThreadReason, splitUnits, threadCount } from "./wasm_backend.js";
 import { WasmModel } from "./wasm_model.js";
 
-export { DEFAULT_CACHE_NAME, GpuTensor, InputShapeError, WasmModel, sharedMemoryVariant, splitUnits };
+export { DEFAULT_CACHE_NAME, GpuTensor, InputShapeError, RunCheckError, WasmModel, sharedMemoryVariant, splitUnits };
 
 /**
  * @typedef {import("./host.js").InputTensor} Tensor

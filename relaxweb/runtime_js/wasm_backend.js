@@ -26,6 +26,7 @@ import { TYPED_ARRAY_OF_DTYPE, dtypeInfo, fromDeviceData } from "./host.js";
 import { GpuTensor, TransferStats, cacheBlockCopies } from "./gpu_tensor.js";
 import { keptOutputIndices, prepareInputs, splitElements } from "./tensors.js";
 import { WALL_CLOCK, WallClockTimer } from "./profile.js";
+import { STATUS_BYTES, checkRunStatus } from "./run_status.js";
 
 export { WALL_CLOCK };
 
@@ -269,6 +270,8 @@ export class WasmBackend {
     this.weightAddresses = [];
     /** @type {number[]} one scratch block per thread */
     this.scratchAddresses = [];
+    /** @type {number[]} one run status per thread (run_status.js): threads never share one, so no atomics */
+    this.statusAddresses = [];
     /** The address the storages are laid out from (after the scratch blocks). */
     this.storagesBase = 0;
     /** @type {number[]} */
@@ -277,6 +280,8 @@ export class WasmBackend {
     this.storageSizes = [];
     /** @type {(number[]|null)[]} per call site: its buffers' addresses, forgotten when a storage moves */
     this.siteAddresses = manifest.call_sites.map(() => null);
+    /** @type {number[]} per call site: the position of the run status among its buffers (-1: none) */
+    this.statusAt = manifest.call_sites.map(() => -1);
     this.cacheOfInput = new Map((manifest.caches ?? []).map((/** @type {any} */ c) => [c.input, c]));
     this.cacheOfOutput = new Map((manifest.caches ?? []).map((/** @type {any} */ c) => [c.output, c]));
     /** @type {Set<number>} the storages of KV caches: placed at load, never moved */
@@ -310,6 +315,7 @@ export class WasmBackend {
     });
     const scratchBytes = this.manifest.wasm?.scratch_bytes ?? 0;
     this.scratchAddresses = Array.from({ length: this.threads }, () => this.allocate(scratchBytes));
+    this.statusAddresses = Array.from({ length: this.threads }, () => this.allocate(STATUS_BYTES));
     for (const index of [...this.fixed].sort((a, b) => a - b)) {
       const size = this.manifest.storages[index].size_at_bounds;
       if (typeof size !== "number") throw new Error(`the bundle's KV cache storage ${index} has no size at the bounds: the bundle is damaged`);
@@ -442,6 +448,7 @@ export class WasmBackend {
     });
     this.runNumber += 1; // every cache is written from here on: older views are stale
     const memory = this.bytes();
+    for (const address of this.statusAddresses) memory.fill(0, address, address + STATUS_BYTES);
     this.manifest.inputs.forEach((/** @type {any} */ spec, /** @type {number} */ k) => {
       const { data, shape } = resolved[k];
       if (!data || data.byteLength === 0) return;
@@ -484,6 +491,7 @@ export class WasmBackend {
 
   /** The i32 a read record names, from its storage's region. @param {import("./host.js").ReadCommand} read @returns {number} */
   readValue(read) {
+    this.checkStatus(); // an error before the read may have made its value meaningless
     this.stats.add("bytesRead", 4);
     return new DataView(this.memory.buffer).getInt32(this.storageAddresses[read.storage] + read.byteOffset, true);
   }
@@ -498,7 +506,13 @@ export class WasmBackend {
    * @returns {Record<string, any>}
    */
   submitOutputs(run, step) {
+    this.checkStatus();
     return this.copyOutputs(step.outputShapes, step.elementShapes, run.kept);
+  }
+
+  /** The run's error, when a kernel reported one into a thread's status (the first thread's first). */
+  checkStatus() {
+    for (const address of this.statusAddresses) checkRunStatus(this.manifest, this.memory.buffer.slice(address, address + STATUS_BYTES));
   }
 
   /** The outputs submitOutputs copied. @param {Record<string, any>} outputs */
@@ -530,7 +544,8 @@ export class WasmBackend {
       const ranges = this.pool ? splitUnits(units, this.threads) : [[0, units]];
       const own = () => main(params, ranges[0][0], ranges[0][1], this.scratchAddresses[0], ...addresses);
       if (ranges.length === 1) own();
-      else /** @type {WorkerPool} */ (this.pool).run(site.kernel, params, ranges, this.scratchAddresses, addresses, own);
+      else /** @type {WorkerPool} */ (this.pool).run(site.kernel, params, ranges, this.scratchAddresses, addresses, own,
+        this.statusAt[callSite], this.statusAddresses);
     } catch (error) {
       if (this.pool?.broken) this.unusableReason ??= this.pool.broken;
       const kernel = this.manifest.kernels[site.kernel].name;
@@ -544,11 +559,14 @@ export class WasmBackend {
    * @param {number} callSite @returns {number[]}
    */
   addressesOf(callSite) {
-    const addresses = this.manifest.call_sites[callSite].buffers.map((/** @type {any} */ b) =>
+    const buffers = this.manifest.call_sites[callSite].buffers;
+    const addresses = buffers.map((/** @type {any} */ b) =>
       "storage" in b ? this.storageAddresses[b.storage]
+        : "status" in b ? this.statusAddresses[0] // the page's thread's; each worker gets its own (WorkerPool.run)
         : "weight" in b ? this.weightAddresses[b.weight]
         : b.weight_part[1] === 0 ? this.weightAddresses[b.weight_part[0]] : 0);
     this.siteAddresses[callSite] = addresses;
+    this.statusAt[callSite] = buffers.findIndex((/** @type {any} */ b) => "status" in b);
     return addresses;
   }
 
@@ -671,8 +689,10 @@ export class WorkerPool {
    * calling thread, then spin until every worker is done. A trap in a worker throws its message.
    * @param {number} kernel @param {number} params @param {[number, number][]} ranges
    * @param {number[]} scratch one block per thread @param {number[]} addresses @param {() => void} own
+   * @param {number} [statusAt] the position of the run status among `addresses` (-1: none)
+   * @param {number[]} [statuses] one run status per thread: each worker writes its own
    */
-  run(kernel, params, ranges, scratch, addresses, own) {
+  run(kernel, params, ranges, scratch, addresses, own, statusAt = -1, statuses = []) {
     const { control } = this;
     const job = (this.job = (this.job + 1) | 0);
     for (let w = 0; w < ranges.length - 1; w++) {
@@ -684,6 +704,7 @@ export class WorkerPool {
       control[slot + SCRATCH] = scratch[w + 1];
       control[slot + BUFFER_COUNT] = addresses.length;
       control.set(addresses, slot + ADDRESSES);
+      if (statusAt >= 0) control[slot + ADDRESSES + statusAt] = statuses[w + 1];
       Atomics.store(control, slot + GO, job); // publishes the fields stored before it
       Atomics.notify(control, slot + GO, 1);
     }

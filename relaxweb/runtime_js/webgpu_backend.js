@@ -14,6 +14,7 @@
 
 import { GpuTensor, cacheBlockCopies } from "./gpu_tensor.js";
 import { dtypeInfo, fromDeviceData } from "./host.js";
+import { STATUS_BYTES, checkRunStatus } from "./run_status.js";
 import { oneByOneReason } from "./batch.js";
 import { keptOutputIndices, prepareInputs, splitElements } from "./tensors.js";
 import { READBACK_USAGE, STORAGE_USAGE, gpuBufferSize } from "./webgpu_buffers.js";
@@ -40,7 +41,7 @@ import { SubmitTimer, TimestampTimer } from "./webgpu_timers.js";
  * old storage buffers the last submit still copied from, destroyed once the outputs are read.
  * @typedef {{buffer: GPUBuffer|null, size: number, outputs: {name: string, dtype: string, info: import("./host.js").DtypeInfo,
  *   shape: number[], offset: number, bytes: number, storage: number, kept: GpuTensor|null}[],
- *   elementShapes?: ({shapes: number[][]|null}|null)[], retired?: GPUBuffer[]}} Readback
+ *   elementShapes?: ({shapes: number[][]|null}|null)[], retired?: GPUBuffer[], statusOffset?: number}} Readback
  */
 
 /** The run state of one Model on WebGPU: its buffers, pipelines, and the stage in progress. */
@@ -168,7 +169,10 @@ export class WebGpuBackend {
     let value = 0;
     await this.gpu.orDeviceLoss(buffer.mapAsync(/* GPUMapMode.READ */ 1));
     try {
-      value = new DataView(buffer.getMappedRange()).getInt32(0, true);
+      const mapped = buffer.getMappedRange();
+      // an error before the read may have made its value meaningless
+      if (this.buffers.statusBuffer) checkRunStatus(this.manifest, mapped.slice(4, 4 + STATUS_BYTES));
+      value = new DataView(mapped).getInt32(0, true);
       this.stats.add("bytesRead", 4);
     } finally {
       buffer.unmap();
@@ -198,6 +202,7 @@ export class WebGpuBackend {
         // Before the first step nothing of this run is on the GPU: no contents to keep.
         this.buffers.growStorages(pending.sizes, pending.keepContents ? { encoder, retired: this.retired } : undefined);
         if (pending.inputs) {
+          this.buffers.clearStatus();
           this.uploadInputs(pending.inputs);
           this.encodeGpuTensorCopies(encoder, pending.inputs);
         }
@@ -253,6 +258,7 @@ export class WebGpuBackend {
       throw new Error(`host.wasm asks to read bytes ${byteOffset}..${byteOffset + 4} of storage ${storage}, which has ${source.size} bytes`);
     }
     encoder.copyBufferToBuffer(source, byteOffset, this.buffers.readValueStaging(), 0, 4);
+    this.buffers.copyStatus(encoder, this.buffers.readValueStaging(), 4);
     return null;
   }
 
@@ -300,9 +306,12 @@ export class WebGpuBackend {
       if (!keptTensor) offset += Math.ceil(bytes / 4) * 4;
       return output;
     });
-    if (outputs.every((output) => output.kept)) return { buffer: null, size: 0, outputs };
+    const statusOffset = this.buffers.statusBuffer ? offset : -1; // the run status after the outputs
+    if (statusOffset >= 0) offset += STATUS_BYTES;
+    if (outputs.every((output) => output.kept) && statusOffset < 0) return { buffer: null, size: 0, outputs };
     const size = Math.max(offset, 4);
     const buffer = this.buffers.readback(size);
+    this.buffers.copyStatus(encoder, buffer, statusOffset);
     const storages = this.buffers.storageBuffers;
     for (const [k, output] of outputs.entries()) {
       const cache = this.cacheOfOutput.get(k);
@@ -314,7 +323,7 @@ export class WebGpuBackend {
         encoder.copyBufferToBuffer(storages[output.storage], 0, buffer, output.offset, Math.ceil(output.bytes / 4) * 4);
       }
     }
-    return { buffer, size, outputs };
+    return { buffer, size, outputs, statusOffset };
   }
 
   /**
@@ -324,14 +333,23 @@ export class WebGpuBackend {
    * @param {Readback} readback
    * @returns {Promise<Record<string, Tensor|GpuTensor|null|Tensor[]>>}
    */
-  async readOutputs({ buffer, size, outputs, elementShapes, retired = [] }) {
+  async readOutputs({ buffer, size, outputs, elementShapes, retired = [], statusOffset = -1 }) {
     try {
       if (!buffer) return Object.fromEntries(outputs.map((output) => [output.name, output.kept]));
       let reusable = false;
       try {
         await this.gpu.orDeviceLoss(buffer.mapAsync(/* GPUMapMode.READ */ 1, 0, size));
         const mapped = buffer.getMappedRange(0, size);
-        this.stats.add("bytesRead", size);
+        if (statusOffset >= 0) { // the run's error, when a kernel reported one
+          try {
+            checkRunStatus(this.manifest, mapped.slice(statusOffset, statusOffset + STATUS_BYTES));
+          } catch (error) {
+            buffer.unmap();
+            reusable = true;
+            throw error;
+          }
+        }
+        this.stats.add("bytesRead", statusOffset >= 0 ? statusOffset : size);
         /** @type {Record<string, any>} */
         const result = {};
         for (const [k, output] of outputs.entries()) {

@@ -13,6 +13,7 @@
 
 import { SliceLayout, batchTable, checkTotals } from "./batch.js";
 import { dtypeInfo } from "./host.js";
+import { STATUS_BYTES, checkRunStatus } from "./run_status.js";
 import { prepareInputs } from "./tensors.js";
 import { READBACK_USAGE, STORAGE_USAGE, USAGE, gpuBufferSize } from "./webgpu_buffers.js";
 import { storageSizeLimit } from "./webgpu_device.js";
@@ -137,8 +138,10 @@ export class WebGpuRaggedBatch {
       offset += Math.ceil(bytes / 4) * 4;
       return output;
     });
+    const statusOffset = this.buffers.statusBuffer ? offset : -1; // the run status (shared by the batch) after them
+    if (statusOffset >= 0) offset += STATUS_BYTES;
     /** @type {Readback} */
-    const readback = { buffer: null, size: Math.max(offset, 4), outputs };
+    const readback = { buffer: null, size: Math.max(offset, 4), outputs, statusOffset };
     this.round.finishing.push([k, readback]);
     this.readbacks.push(readback);
     return readback;
@@ -157,6 +160,7 @@ export class WebGpuRaggedBatch {
       const encoder = this.device.createCommandEncoder();
       if (this.pendingInputs) {
         this.ensureStorages(layout.totals);
+        this.buffers.clearStatus(); // one run status for the batch: its first error fails the batch
         this.uploadInputs(this.pendingInputs, layout);
         this.pendingInputs = null;
       } else if (this.changed.length > 0) {
@@ -174,7 +178,10 @@ export class WebGpuRaggedBatch {
     if (staging) {
       try {
         await this.gpu.orDeviceLoss(staging.mapAsync(/* GPUMapMode.READ */ 1));
-        const read = new Int32Array(staging.getMappedRange().slice(0));
+        const mapped = staging.getMappedRange().slice(0);
+        // an error before the reads may have made their values meaningless
+        if (this.buffers.statusBuffer) checkRunStatus(this.manifest, mapped.slice(4 * readList.length));
+        const read = new Int32Array(mapped, 0, readList.length);
         readList.forEach(([k], i) => values.set(k, read[i]));
         this.buffers.stats.add("bytesRead", 4 * readList.length);
       } finally {
@@ -320,7 +327,9 @@ export class WebGpuRaggedBatch {
    * @param {SliceLayout} layout @returns {GPUBuffer}
    */
   encodeReads(encoder, reads, layout) {
-    const staging = this.buffers.createBuffer({ label: "batch read values", size: 4 * reads.length, usage: READBACK_USAGE });
+    const status = this.buffers.statusBuffer ? STATUS_BYTES : 0; // the run status after the values
+    const staging = this.buffers.createBuffer({ label: "batch read values", size: 4 * reads.length + status, usage: READBACK_USAGE });
+    this.buffers.copyStatus(encoder, staging, status ? 4 * reads.length : -1);
     reads.forEach(([k, { storage, byteOffset }], i) => {
       if (byteOffset + 4 > layout.capacities[storage][k]) {
         throw new Error(`instance ${k} of the batch: host.wasm asks to read bytes ${byteOffset}..${byteOffset + 4} of storage ${storage}, whose slice has ${layout.capacities[storage][k]} bytes`);
@@ -338,6 +347,7 @@ export class WebGpuRaggedBatch {
   encodeOutputCopies(encoder, k, readback, layout) {
     const buffer = this.buffers.readback(readback.size);
     readback.buffer = buffer;
+    this.buffers.copyStatus(encoder, buffer, readback.statusOffset ?? -1);
     for (const output of readback.outputs) {
       const padded = Math.ceil(output.bytes / 4) * 4;
       if (padded === 0) continue;

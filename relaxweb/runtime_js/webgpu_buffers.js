@@ -8,6 +8,7 @@
 // may bind it as array<vec4<f32>>, even when it is empty), a multiple of 4.
 
 import { BufferPool } from "./gpu_tensor.js";
+import { STATUS_BYTES } from "./run_status.js";
 import { storageSizeLimit, storageSizeProblem, weightPartSizes } from "./webgpu_device.js";
 
 /** GPU buffer usages (the GPUBufferUsage flags, spelled out so that Node can import this file). */
@@ -52,8 +53,24 @@ export class ModelBuffers {
       size: Math.max(manifest.params_bytes, 256),
       usage: USAGE.UNIFORM | USAGE.COPY_DST,
     });
-    /** @type {GPUBuffer|null} where a value read back mid-run lands (4 bytes, made on the first read) */
+    /** @type {GPUBuffer|null} where a value read back mid-run lands (4 bytes, and the run status after them; made on the first read) */
     this.readValueBuffer = null;
+    /** @type {GPUBuffer|null} the run status (run_status.js), where the manifest has run_errors */
+    this.statusBuffer = manifest.run_errors?.length
+      ? this.createBuffer({ label: "run status", size: STATUS_BYTES, usage: STORAGE_USAGE }) : null;
+  }
+
+  /** Zero the run status before a run's first submit (a writeBuffer, ordered before it; not counted). */
+  clearStatus() {
+    if (this.statusBuffer) this.device.queue.writeBuffer(this.statusBuffer, 0, new Uint8Array(STATUS_BYTES));
+  }
+
+  /**
+   * Encode the copy of the run status to `offset` of a readback buffer (nothing without one).
+   * @param {GPUCommandEncoder} encoder @param {GPUBuffer} readback @param {number} offset
+   */
+  copyStatus(encoder, readback, offset) {
+    if (this.statusBuffer) encoder.copyBufferToBuffer(this.statusBuffer, 0, readback, offset, STATUS_BYTES);
   }
 
   // Counted GPU calls (stats) -----------------------------------------------------------
@@ -182,6 +199,7 @@ export class ModelBuffers {
   boundBuffers(site, storages) {
     return site.buffers.map((/** @type {any} */ b) =>
       "storage" in b ? storages[b.storage]
+        : "status" in b ? this.boundStatus()
         : "weight_part" in b ? /** @type {WeightParts} */ (this.weightParts.get(b.weight_part[0])).buffers[b.weight_part[1]]
         : /** @type {GPUBuffer} */ (this.weightBuffers[b.weight]));
   }
@@ -206,9 +224,15 @@ export class ModelBuffers {
     return group;
   }
 
-  /** The buffer a value read back mid-run lands in (made on the first read). @returns {GPUBuffer} */
+  /** The run status a call site binds ({"status": 0}). @returns {GPUBuffer} */
+  boundStatus() {
+    if (!this.statusBuffer) throw new Error("a call site binds the run status, but the manifest has no run_errors: the bundle is damaged");
+    return this.statusBuffer;
+  }
+
+  /** The buffer a value read back mid-run lands in, the run status after it (made on the first read). @returns {GPUBuffer} */
   readValueStaging() {
-    this.readValueBuffer ??= this.createBuffer({ label: "read value", size: 4, usage: READBACK_USAGE });
+    this.readValueBuffer ??= this.createBuffer({ label: "read value", size: 4 + (this.statusBuffer ? STATUS_BYTES : 0), usage: READBACK_USAGE });
     return this.readValueBuffer;
   }
 
@@ -220,7 +244,7 @@ export class ModelBuffers {
   /** Destroy every buffer (and those of GpuTensors disposed later). */
   dispose() {
     const parts = [...this.weightParts.values()].flatMap((p) => p.buffers);
-    for (const buffer of [...this.weightBuffers, ...parts, ...this.storageBuffers, this.paramsBuffer, this.readValueBuffer]) buffer?.destroy();
+    for (const buffer of [...this.weightBuffers, ...parts, ...this.storageBuffers, this.paramsBuffer, this.readValueBuffer, this.statusBuffer]) buffer?.destroy();
     this.gpuTensorPool.close();
     this.readbackPool.close();
   }

@@ -14,11 +14,12 @@ from __future__ import annotations
 from typing import Callable, Mapping
 
 from ..ir.dtype import DtypeKind, dtype_info
+from ..ir.error_sites import STATUS_WORDS
 from ..ir.scalar_renderer import ScalarRenderer
 from ..ir.schedule_fit import is_cheap_branch  # also what a CPU adapter's register matmul needs of its factors
 from ..ir.symbolic import FloorDiv, FloorMod, IntImm, PrimExpr, SizeVar, simplify
 from ..ir.tir import (
-    Binary, BinaryOp, Buffer, Cast, Compare, CompareOp, Gather, Load, Reduce, ReduceCombiner,
+    Binary, BinaryOp, Buffer, Cast, CheckedIndex, Compare, CompareOp, Gather, Load, Reduce, ReduceCombiner,
     ScalarExpr, Select, TensorProgram, UnaryOp, scalar_dtype,
 )
 from .lower_index import TargetIndex, render_wgsl
@@ -104,8 +105,8 @@ def rendering(table: dict, op):
         raise NotImplementedError(f"the WGSL backend has no rendering of {type(op).__name__}.{op.name}") from None
 
 # WGSL's keywords and reserved words (spec, "Keyword and reserved word list"), plus the
-# predeclared type names and our own field name; a model's size variable with one of these
-# names gets a trailing underscore in the shader.
+# predeclared type names and our own names (the params field, the run status and its
+# functions); a model's name that is one of these gets a trailing underscore in the shader.
 RESERVED = set("""
 alias break case const const_assert continue continuing default diagnostic discard else
 enable false fn for if let loop override requires return struct switch true var while
@@ -125,6 +126,7 @@ unless unorm unsafe unsized use using varying virtual volatile wgsl where with w
 yield
 array atomic bool f16 f32 i32 u32 mat2x2 mat2x3 mat2x4 mat3x2 mat3x3 mat3x4 mat4x2 mat4x3
 mat4x4 ptr sampler sampler_comparison vec2 vec3 vec4 element_count
+run_status report_error checked_index
 """.split())
 
 
@@ -163,6 +165,40 @@ def part_load(buffer_name: str, parts: int, element: str) -> list[str]:
                   f"    return {part_name(buffer_name, part)}[index - {start(part)}];",
                   "  }"]
     return lines + [f"  return {part_name(buffer_name, parts - 1)}[index - {start(parts - 1)}];", "}"]
+
+
+def status_declarations(binding: int) -> list[str]:
+    """The run status (``relaxweb/ir/error_sites.py``) at ``binding`` and the functions that
+    report into it, for a shader whose program checks the run's data.  ``report_error``:
+    the first error of the run wins (a compare-exchange of word 0, the site, from 0; a weak
+    one may fail spuriously, so it is retried while word 0 is still 0), its values follow.
+    ``checked_index``: a :class:`~relaxweb.ir.tir.CheckedIndex`, the index wrapped when
+    negative and, out of range, reported and clamped so the kernel reads in bounds.  The
+    array is runtime-sized, as every buffer binding (the ragged form of a batch reads it at
+    base 0, a weight's)."""
+    return [
+        f"// the run status: {STATUS_WORDS} words, the site of the run's first error (0: none), then its values",
+        f"@group(0) @binding({binding}) var<storage, read_write> run_status: array<atomic<u32>>;",
+        "",
+        "fn report_error(site: i32, value0: i32, value1: i32) {",
+        "  while (atomicLoad(&run_status[0]) == 0u) {",
+        "    if (atomicCompareExchangeWeak(&run_status[0], 0u, u32(site)).exchanged) {",
+        "      atomicStore(&run_status[1], bitcast<u32>(value0));",
+        "      atomicStore(&run_status[2], bitcast<u32>(value1));",
+        "      return;",
+        "    }",
+        "  }",
+        "}",
+        "",
+        "fn checked_index(index: i32, extent: i32, site: i32) -> i32 {",
+        "  let wrapped = select(index, index + extent, index < 0);",
+        "  if (wrapped >= 0 && wrapped < extent) {",
+        "    return wrapped;",
+        "  }",
+        "  report_error(site, index, extent);",
+        "  return clamp(wrapped, 0, max(extent - 1, 0));",
+        "}",
+    ]
 
 
 def storage_type(dtype: str) -> str:
@@ -276,6 +312,12 @@ class Emitter(ScalarRenderer):
     def visit_cast(self, expr: Cast, indent: str) -> str:
         return self.cast(expr, indent)
 
+    def visit_checked_index(self, expr: CheckedIndex, indent: str) -> str:
+        """A call of the shader's ``checked_index`` (:func:`status_declarations`)."""
+        index = self.scalar(expr.index, indent)
+        extent, site = _unwrapped(self.index(expr.extent)), _unwrapped(self.index(expr.site))
+        return f"checked_index({_unwrapped(index)}, {extent}, {site})"
+
     def visit_compare(self, expr: Compare, indent: str) -> str:
         a, b = self.scalar(expr.a, indent), self.scalar(expr.b, indent)
         return f"({a} {rendering(COMPARE_RENDERINGS, expr.op)} {b})"
@@ -322,7 +364,9 @@ class Emitter(ScalarRenderer):
         terms = []
         stride: PrimExpr = IntImm(1)
         for index, extent in reversed(list(zip(expr.indices, expr.buffer.shape))):
-            if isinstance(index, ScalarExpr):
+            if isinstance(index, CheckedIndex) and index.extent == extent:  # in range already
+                text = _unwrapped(self.scalar(index, indent))
+            elif isinstance(index, ScalarExpr):
                 value = self.scalar(index, indent)
                 text = f"clamp(i32({value}), 0, {self.index(extent - 1)})"
             else:

@@ -5,7 +5,8 @@ A shader is the params block, the bindings, and what the program's schedule rend
 contract, see docs/bundle-format.md): binding 0 is the uniform params block
 (``relaxweb/ir/params_block.py``: the invocation count, then the program's size variables),
 then the program's inputs (read-only storage),
-then its output (read-write storage); an input bound as several parts (a weight above one
+then its output (read-write storage), then, where the program checks the run's data, the
+run status (read-write storage: ``relaxweb/ir/error_sites.py``); an input bound as several parts (a weight above one
 binding: ``relaxweb/ir/launch.binding_parts``) takes one binding per part, in order, and is
 read through its load function (``emit.part_load``).  Workgroups are always 64 invocations on a 2-D grid,
 so that more than 65535 workgroups fit.
@@ -16,13 +17,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
+from ..ir.error_sites import reports_errors
 from ..ir.launch import workgroup_storage_bytes
 from ..ir.params_block import ELEMENT_COUNT, ParamsLayout
 from ..ir.schedule import ElementSchedule, WebGpuSchedule
 from ..ir.syntax import comment_text
 from ..ir.target_schedules import schedules_of
 from ..ir.tir import TensorProgram, format_scalar, index_var_names
-from .emit import part_load, part_name, storage_type, wgsl_name
+from .emit import part_load, part_name, status_declarations, storage_type, wgsl_name
 from .lower_index import helper_declarations
 from .schedules import render_schedule
 
@@ -100,8 +102,11 @@ def emit_wgsl(program: TensorProgram, parts: Mapping[str, int] | None = None,
     output = program.output
     element = element_types.get(output.name, storage_type(output.dtype))
     lines.append(f"@group(0) @binding({binding}) var<storage, read_write> {wgsl_name(output.name)}: array<{element}>;")
+    status = ("storage",) if reports_errors(program) else ()
+    if status:
+        lines += status_declarations(binding + 1)
     lines += load_functions
     lines += helper_declarations(rendering.index_helpers)
     lines += rendering.lines
-    bindings = ("uniform", *("read-only-storage" for _ in range(binding - 1)), "storage")
+    bindings = ("uniform", *("read-only-storage" for _ in range(binding - 1)), "storage", *status)
     return ShaderInfo("\n".join(lines) + "\n", params, bindings, workgroup_storage_bytes(program, schedule))

@@ -99,7 +99,7 @@ def test_the_bundle_binds_large_weights_in_parts(small_bundle: Path) -> None:
     assert [b for b in add_site["buffers"] if "weight_part" in b] == [{"weight_part": [bias, k]} for k in range(4)]
     assert "vec4<f32>" in (small_bundle / kernels["add1_parts"]["file"]).read_text()  # vectorized: vec4 parts
     # a device needs to bind a quarter of each weight (the storages at the bounds are larger here)
-    assert manifest["required_limits"]["maxStorageBuffersPerShaderStage"] == 7
+    assert manifest["required_limits"]["maxStorageBuffersPerShaderStage"] == 8  # the take's run status too
 
 
 def test_a_build_at_the_default_split_size_has_no_parts(tmp_path: Path) -> None:
@@ -108,7 +108,7 @@ def test_a_build_at_the_default_split_size_has_no_parts(tmp_path: Path) -> None:
     # the gather merges into the matmul's prologue here; with table and w in 4 parts each that
     # kernel would bind 10 storage buffers, so the split build keeps them apart
     assert {k["name"] for k in manifest["kernels"]} == {"fused_take__matmul", "add1"}
-    assert all("weight" in b or "storage" in b for s in manifest["call_sites"] for b in s["buffers"])
+    assert all({"weight", "storage", "status"} & set(b) for s in manifest["call_sites"] for b in s["buffers"])
     assert not any("arrayLength" in (tmp_path / "bundle" / k["file"]).read_text() for k in manifest["kernels"])
 
 
@@ -116,7 +116,7 @@ def test_a_weight_in_more_parts_than_a_kernel_can_bind_is_a_build_error(tmp_path
     # 1 MiB in parts of 64 KiB is 16 bindings: more than WebGPU's default 8 per kernel
     with PassContext(binding_split_bytes=64 * 1024), pytest.raises(
             relaxweb.UnsupportedModelError, match=r"reads 'table' \(1048576 bytes\) in 16 parts: its kernel would need "
-            r"18 storage bindings, above WebGPU's default of 8 \(a weight is bound in parts of at most 65536 bytes\)"):
+            r"19 storage bindings, above WebGPU's default of 8 \(a weight is bound in parts of at most 65536 bytes\)"):
         relaxweb.build(small_model(), tmp_path / "bundle", bounds={"n": 64})
     assert not (tmp_path / "bundle").exists()
 

@@ -5,18 +5,20 @@ into axes.
 The signature is the contract's (docs/bundle-format.md, "kernels.wasm"): ``$units (params)
 -> units`` and ``$main (params, first, end, scratch, b1 .. bN)`` running units ``first <= u <
 end``; ``bI`` is the address of binding I (an input bound as parts has one parameter per
-part: the first holds the whole buffer, the others are ignored).
+part: the first holds the whole buffer, the others are ignored); a program that checks the
+run's data takes the run status's address last, as its WGSL binds it last.
 """
 
 from __future__ import annotations
 
 from typing import Callable, Mapping, Sequence
 
+from ...ir.error_sites import reports_errors
 from ...ir.lower_index import IndexLowering
 from ...ir.symbolic import IntImm, PrimExpr, SizeVar, product, simplify
 from ...ir.syntax import comment_text
 from ...ir.tir import TensorProgram, format_scalar
-from ..emit import Emitter, Function, render_index
+from ..emit import STATUS_ADDRESS, Emitter, Function, render_index
 from ..wat_builder import STEP, Body, const, div_u, get, op
 
 PARAMS = "$params"
@@ -35,6 +37,9 @@ def kernel_signature(program: TensorProgram, parts: Mapping[str, int]) -> tuple[
             if part == 0:
                 addresses.setdefault(buffer.name, name)
             binding += 1
+    if reports_errors(program):
+        params.append(f"(param $b{binding} i32)")
+        addresses[STATUS_ADDRESS] = f"$b{binding}"
     return " ".join(params), addresses
 
 

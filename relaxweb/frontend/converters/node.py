@@ -17,7 +17,7 @@ import onnx
 from ...errors import RelaxwebError, shown
 from ...ir.expr import Constant, Expr, PrimValue, ShapeExpr, Var
 from ...ir.struct_info import TensorStructInfo
-from ...ir.op_registry import DeductionError
+from ...ir.op_registry import DeductionError, converting_node
 from ...ops import call_op
 from .manipulation import fresh_size_var
 from .registry import CONVERTERS, STANDARD_DOMAINS, ConversionContext, converter_key
@@ -61,7 +61,8 @@ def convert_node(context: ConversionContext, node: onnx.NodeProto, index: int, v
                               f"{node.op_type} node '{node_label(node, index)}'")
             inputs = converter_inputs(context, node, inputs)
             with context.builder.checking_assumptions(f"{node.op_type} node '{node_label(node, index)}'",
-                                                      input_labels(node, inputs)):
+                                                      input_labels(node, inputs)), \
+                    converting_node(node_label(node, index), node.op_type):
                 result = CONVERTERS[converter_key(node.domain, node.op_type)](context, node, inputs)
     except DeductionError as error:
         outputs = ", ".join(repr(name) for name in node.output if name)
