@@ -21,16 +21,17 @@ step.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Mapping
+from dataclasses import dataclass, replace
+from typing import Callable, Mapping
 
 from .analyzer import Analyzer
 from .dtype import DTYPES, DtypeKind
 from .scalar_functor import ScalarFunctor
 from .symbolic import IntImm, PrimExpr, SizeVar
+from .integer_checks import CheckedInteger, checked_operation
 from .tir import (
     Binary, BinaryOp, Cast, Compare, FloatImm, Gather, IndexValue, Load, Reduce, ReduceCombiner, ScalarExpr, Select,
-    TensorProgram, Unary, UnaryOp,
+    TensorProgram, Unary, UnaryOp, map_scalar,
 )
 
 INT32_MIN, INT32_MAX = -2**31, 2**31 - 1
@@ -95,27 +96,31 @@ CHECKED_COMBINERS = frozenset({ReduceCombiner.SUM, ReduceCombiner.PROD})
 
 class ProgramRanges:
     """The ranges of one program's values: its size variables in ``size_ranges`` (by default
-    ``[0, inf)``), each axis in ``[0, extent - 1]``.  Index arithmetic computed as int64 values
+    ``[0, inf)``), each axis in ``[0, extent - 1]``, the elements of each input buffer in
+    ``buffer_ranges`` (by default the range of its dtype on the device).  Index arithmetic computed as int64 values
     (``int64(index(i3)) + int64(index(i0)) * int64(index(seq))``, an exporter's flat index)
     fits when it provably lies at or below the element count of one of the program's buffers:
     kernels address elements with i32 offsets, so no buffer a kernel reads or writes has 2^31
     elements."""
 
-    def __init__(self, program: TensorProgram, size_ranges: Mapping[str, tuple[int, int | None]] | None = None) -> None:
+    def __init__(self, program: TensorProgram, size_ranges: Mapping[str, tuple[int, int | None]] | None = None,
+                 buffer_ranges: Mapping[str, ValueRange] | None = None) -> None:
         analyzer = Analyzer(dict(size_ranges or {}))
         for axis, extent in zip(program.axes, program.output.shape):
             analyzer = _with_axis(analyzer, axis, extent)
         self.analyzer = analyzer
         self.element_counts = tuple(_element_count(buffer.shape) for buffer in (*program.inputs, program.output))
+        self.buffer_ranges = dict(buffer_ranges or {})
+        self._ranges = _Ranges(self)
 
     def value_range(self, expr: ScalarExpr) -> ValueRange:
         """Every value ``expr`` can hold on the device (see the module doc)."""
-        return _Ranges(self.analyzer, self.element_counts).visit(expr)
+        return self._ranges.visit(expr)
 
     def exact_range(self, expr: ScalarExpr) -> ValueRange:
         """Every exact (unwrapped) result of ``expr``'s own operation on the values its
         operands can hold: what must fit int32 for an int64 operation to need no check."""
-        return _Ranges(self.analyzer, self.element_counts).exact(expr)
+        return self._ranges.exact(expr)
 
     def needs_overflow_check(self, expr: ScalarExpr) -> bool:
         """True for an int64 operation computed in 32 bits whose exact result may not fit
@@ -146,28 +151,55 @@ def _with_axis(analyzer: Analyzer, axis: SizeVar, extent: PrimExpr) -> Analyzer:
 
 
 def is_int64_arithmetic(expr: ScalarExpr) -> bool:
-    """True for the int64 operations kernels compute in 32 bits that can leave int32: an
-    add, subtract, multiply, divide (``INT32_MIN / -1``), negative, sum, prod, and a cast to
-    int64 from another dtype (a float, a uint32)."""
-    if expr.dtype != "int64":
-        return False
-    kind = expr.scalar_kind
-    if kind == "binary":
-        return expr.op in CHECKED_BINARY_OPS
-    if kind == "unary":
-        return expr.op is UnaryOp.NEGATIVE
-    if kind == "reduce":
-        return expr.combiner in CHECKED_COMBINERS
-    if kind == "cast":
-        return expr.a.dtype != "int64"
-    return False
+    """True for the int64 operations kernels compute in 32 bits that can leave int32
+    (``integer_checks.checked_operation``): an add, subtract, multiply, divide
+    (``INT32_MIN / -1``), negative, sum, prod, and a cast to int64 from a float or a uint32."""
+    return expr.dtype == "int64" and checked_operation(expr) is not None
+
+
+OVERFLOW_MESSAGE = "the int64 result does not fit in the 32 bits the device holds int64 in"
+
+
+def with_integer_checks(program: TensorProgram, site: Callable[[], int],
+                        size_ranges: Mapping[str, tuple[int, int | None]] | None = None) -> TensorProgram:
+    """``program`` with each int64 operation that may not fit int32 (:class:`ProgramRanges`
+    over ``size_ranges`` cannot prove it does) in a :class:`CheckedInteger` of ``site()``
+    (called once, on the first such operation: a program that needs none makes no site)."""
+    ranges = ProgramRanges(program, size_ranges)
+    sites: list[int] = []
+
+    def check(node: ScalarExpr) -> ScalarExpr | None:
+        if not ranges.needs_overflow_check(node):
+            return None
+        if not sites:
+            sites.append(site())
+        return CheckedInteger(sites[0], node)
+
+    body = map_scalar(program.body, check)
+    return program if body is program.body else replace(program, body=body)
+
+
+def without_proven_checks(program: TensorProgram, ranges: ProgramRanges) -> TensorProgram:
+    """``program`` without the :class:`CheckedInteger` and :class:`CheckedDivisor` nodes
+    ``ranges`` proves never fail."""
+    def drop(node: ScalarExpr) -> ScalarExpr | None:
+        kind = node.scalar_kind
+        if kind == "checked_integer" and ranges.exact_range(node.value).fits_int32:
+            return node.value
+        if kind == "checked_divisor" and not ranges.value_range(node.divisor).contains(0):
+            return node.divisor
+        return None
+
+    body = map_scalar(program.body, drop)
+    return program if body is program.body else replace(program, body=body)
 
 
 class _Ranges(ScalarFunctor):
     """The range of each kind (``visit``: held on the device; ``exact``: before narrowing)."""
 
-    def __init__(self, analyzer: Analyzer, element_counts: tuple[PrimExpr, ...]) -> None:
-        self.analyzer, self.element_counts = analyzer, element_counts
+    def __init__(self, program: ProgramRanges, analyzer: Analyzer | None = None) -> None:
+        self.program = program
+        self.analyzer = program.analyzer if analyzer is None else analyzer
         self.memo: dict[int, tuple[ScalarExpr, ValueRange]] = {}
 
     def visit(self, expr: ScalarExpr, *args) -> ValueRange:
@@ -189,7 +221,7 @@ class _Ranges(ScalarFunctor):
         exact = ValueRange(self.analyzer.lower_bound(index), self.analyzer.upper_bound(index))
         if exact.fits_int32 or exact.lo is None or exact.lo < INT32_MIN:
             return exact
-        if any(self.analyzer.prove_less_equal(index, count) for count in self.element_counts):
+        if any(self.analyzer.prove_less_equal(index, count) for count in self.program.element_counts):
             return ValueRange(exact.lo, INT32_MAX)
         return exact
 
@@ -206,10 +238,10 @@ class _Ranges(ScalarFunctor):
         return exact if exact.within(device.lo, device.hi) else device
 
     def visit_load(self, expr: Load) -> ValueRange:
-        return dtype_range(expr.dtype)
+        return self.program.buffer_ranges.get(expr.buffer.name, dtype_range(expr.dtype))
 
     def visit_gather(self, expr: Gather) -> ValueRange:
-        return dtype_range(expr.dtype)
+        return self.program.buffer_ranges.get(expr.buffer.name, dtype_range(expr.dtype))
 
     def visit_float_imm(self, expr: FloatImm) -> ValueRange:
         if dtype_range(expr.dtype) is UNBOUNDED or expr.value != int(expr.value):
@@ -228,6 +260,18 @@ class _Ranges(ScalarFunctor):
 
     def visit_compare(self, expr: Compare) -> ValueRange:
         return BOOL_RANGE
+
+    def visit_checked_integer(self, expr: ScalarExpr) -> ValueRange:
+        return self.visit(expr.value)
+
+    def visit_checked_divisor(self, expr: ScalarExpr) -> ValueRange:
+        """The divisor's values, 0 read as 1."""
+        divisor = self.visit(expr.divisor)
+        return divisor.union(ValueRange(1, 1)) if divisor.contains(0) else divisor
+
+    def visit_checked_index(self, expr: ScalarExpr) -> ValueRange:
+        upper = self.analyzer.upper_bound(expr.extent)
+        return ValueRange(0, INT32_MAX if upper is None else max(min(upper - 1, INT32_MAX), 0))
 
     def visit_select(self, expr: Select) -> ValueRange:
         return self.visit(expr.a).union(self.visit(expr.b))
@@ -248,7 +292,7 @@ class _Ranges(ScalarFunctor):
     def visit_reduce(self, expr: Reduce) -> ValueRange:
         if dtype_range(expr.dtype) is UNBOUNDED:
             return UNBOUNDED
-        inner = _Ranges(_with_axis(self.analyzer, expr.axis, expr.extent), self.element_counts)
+        inner = _Ranges(self.program, _with_axis(self.analyzer, expr.axis, expr.extent))
         body = inner.visit(expr.body)
         longest = self.analyzer.upper_bound(expr.extent)
         may_be_empty = not self.analyzer.prove_less_equal(1, expr.extent)
@@ -376,6 +420,9 @@ class _IndexForm(ScalarFunctor):
     def visit_unary(self, expr: Unary) -> PrimExpr | None:
         a = self.visit(expr.a) if expr.op is UnaryOp.NEGATIVE else None
         return None if a is None else IntImm(0) - a
+
+    def visit_checked_integer(self, expr: ScalarExpr) -> PrimExpr | None:
+        return self.visit(expr.value)
 
     def visit_default(self, expr: ScalarExpr, *args) -> None:
         return None
