@@ -24,7 +24,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable, Mapping
 
+import numpy as np
+
 from .analyzer import Analyzer
+from .expr import CallLibrary, CallTIR, Constant, Expr, MatchCast, Var, VarBinding
 from .dtype import DTYPES, DtypeKind
 from .scalar_functor import ScalarFunctor
 from .symbolic import IntImm, PrimExpr, SizeVar
@@ -94,6 +97,45 @@ CHECKED_BINARY_OPS = frozenset({BinaryOp.ADD, BinaryOp.SUBTRACT, BinaryOp.MULTIP
 CHECKED_COMBINERS = frozenset({ReduceCombiner.SUM, ReduceCombiner.PROD})
 
 
+SizeRanges = dict[str, tuple[int, "int | None"]]
+
+
+class TensorRanges:
+    """The range of each tensor of a graph function that a tensor program computed (what its
+    body can hold, given its call site), read binding by binding in order: the ranges a
+    later call site's input buffers get.  A constant argument's range is its smallest and
+    largest element; anything else the range of its dtype on the device."""
+
+    def __init__(self, analyzer: Analyzer) -> None:
+        self.analyzer = analyzer  # the graph's size variables (the user's bounds)
+        self.tensors: dict[Var, ValueRange] = {}
+
+    def at_call(self, call: CallTIR, program: TensorProgram) -> tuple[SizeRanges, dict[str, ValueRange]]:
+        """The ranges of ``program``'s size variables and input buffers at ``call``."""
+        sizes = {name: (max(self.analyzer.lower_bound(expr) or 0, 0), self.analyzer.upper_bound(expr))
+                 for name, expr in call.size_var_values}
+        return sizes, {buffer.name: self.tensor_range(arg) for buffer, arg in zip(program.inputs, call.args)}
+
+    def note(self, binding: VarBinding | MatchCast, programs: Mapping[str, object]) -> None:
+        """Record the range of the tensor ``binding`` binds (a program's result, an alias)."""
+        value = binding.value
+        program = programs.get(value.program) if isinstance(value, CallTIR) else None
+        if isinstance(program, TensorProgram) and not isinstance(value, CallLibrary):
+            sizes, buffers = self.at_call(value, program)
+            self.tensors[binding.var] = ProgramRanges(program, sizes, buffers).value_range(program.body)
+        elif isinstance(value, Var) and value in self.tensors:
+            self.tensors[binding.var] = self.tensors[value]
+
+    def tensor_range(self, arg: Expr) -> ValueRange:
+        """What the elements of a program's argument can be on the device."""
+        dtype = getattr(arg.struct_info, "dtype", None)
+        if isinstance(arg, Constant) and arg.data.size and np.issubdtype(arg.data.dtype, np.integer):
+            return ValueRange(int(arg.data.min()), int(arg.data.max())).intersect(dtype_range(dtype))
+        if isinstance(arg, Var) and arg in self.tensors:
+            return self.tensors[arg]
+        return dtype_range(dtype) if isinstance(dtype, str) else UNBOUNDED
+
+
 class ProgramRanges:
     """The ranges of one program's values: its size variables in ``size_ranges`` (by default
     ``[0, inf)``), each axis in ``[0, extent - 1]``, the elements of each input buffer in
@@ -161,11 +203,13 @@ OVERFLOW_MESSAGE = "the int64 result does not fit in the 32 bits the device hold
 
 
 def with_integer_checks(program: TensorProgram, site: Callable[[], int],
-                        size_ranges: Mapping[str, tuple[int, int | None]] | None = None) -> TensorProgram:
+                        size_ranges: Mapping[str, tuple[int, int | None]] | None = None,
+                        buffer_ranges: Mapping[str, ValueRange] | None = None) -> TensorProgram:
     """``program`` with each int64 operation that may not fit int32 (:class:`ProgramRanges`
-    over ``size_ranges`` cannot prove it does) in a :class:`CheckedInteger` of ``site()``
-    (called once, on the first such operation: a program that needs none makes no site)."""
-    ranges = ProgramRanges(program, size_ranges)
+    over ``size_ranges`` and ``buffer_ranges`` cannot prove it does) in a
+    :class:`CheckedInteger` of ``site()`` (called once, on the first such operation: a
+    program that needs none makes no site)."""
+    ranges = ProgramRanges(program, size_ranges, buffer_ranges)
     sites: list[int] = []
 
     def check(node: ScalarExpr) -> ScalarExpr | None:
@@ -211,17 +255,19 @@ class _Ranges(ScalarFunctor):
         return result
 
     def exact(self, expr: ScalarExpr) -> ValueRange:
-        index = _as_index(expr) if expr.dtype == "int64" and expr.scalar_kind in ("binary", "unary") else None
-        if index is not None:
-            return self.index_range(index)
+        if expr.dtype == "int64" and expr.scalar_kind in ("binary", "unary"):
+            form = _IndexForm(self)
+            index = form.visit(expr)
+            if index is not None:
+                return self.index_range(index, form.analyzer)
         return super().visit(expr)
 
-    def index_range(self, index: PrimExpr) -> ValueRange:
+    def index_range(self, index: PrimExpr, analyzer: Analyzer) -> ValueRange:
         """The range of int64 arithmetic on index values, as the index expression it is."""
-        exact = ValueRange(self.analyzer.lower_bound(index), self.analyzer.upper_bound(index))
+        exact = ValueRange(analyzer.lower_bound(index), analyzer.upper_bound(index))
         if exact.fits_int32 or exact.lo is None or exact.lo < INT32_MIN:
             return exact
-        if any(self.analyzer.prove_less_equal(index, count) for count in self.program.element_counts):
+        if any(analyzer.prove_less_equal(index, count) for count in self.program.element_counts):
             return ValueRange(exact.lo, INT32_MAX)
         return exact
 
@@ -295,6 +341,7 @@ class _Ranges(ScalarFunctor):
         inner = _Ranges(self.program, _with_axis(self.analyzer, expr.axis, expr.extent))
         body = inner.visit(expr.body)
         longest = self.analyzer.upper_bound(expr.extent)
+        longest = INT32_MAX if longest is None else min(longest, INT32_MAX)  # kernels loop over it in i32
         may_be_empty = not self.analyzer.prove_less_equal(1, expr.extent)
         return REDUCE_RANGES[expr.combiner](body, longest, may_be_empty, expr.dtype)
 
@@ -366,29 +413,26 @@ BINARY_RANGES = {
 }
 
 
-def _sum(body: ValueRange, longest: int | None, may_be_empty: bool, dtype: str) -> ValueRange:
+def _sum(body: ValueRange, longest: int, may_be_empty: bool, dtype: str) -> ValueRange:
     """Every partial sum of at most ``longest`` terms in ``body`` (0 for none)."""
-    if longest is None:
-        return ValueRange(0 if body.lo is not None and body.lo >= 0 else None,
-                          0 if body.hi is not None and body.hi <= 0 else None)
     return ValueRange(None if body.lo is None else min(0, longest * body.lo),
                       None if body.hi is None else max(0, longest * body.hi))
 
 
-def _prod(body: ValueRange, longest: int | None, may_be_empty: bool, dtype: str) -> ValueRange:
+def _prod(body: ValueRange, longest: int, may_be_empty: bool, dtype: str) -> ValueRange:
     """Every partial product of at most ``longest`` factors in ``body`` (1 for none)."""
     size = body.magnitude
     if size is None:
         return UNBOUNDED
     if size <= 1:
         return ValueRange(0 if body.lo >= 0 else -1, 1)
-    if longest is None:
+    if longest * (size.bit_length() - 1) > 64:  # at least 2^65: far outside int32 (and not computed)
         return UNBOUNDED
     largest = size ** longest
     return ValueRange(1 if body.lo >= 1 else 0 if body.lo >= 0 else -largest, largest)
 
 
-def _extreme(body: ValueRange, longest: int | None, may_be_empty: bool, dtype: str) -> ValueRange:
+def _extreme(body: ValueRange, longest: int, may_be_empty: bool, dtype: str) -> ValueRange:
     """max / min: a body value, or the dtype's extreme over an empty range."""
     return body.union(dtype_range(DTYPES[dtype].compute_dtype)) if may_be_empty else body
 
@@ -400,7 +444,22 @@ REDUCE_RANGES = {
 
 class _IndexForm(ScalarFunctor):
     """Integer arithmetic on index values and integer constants as the index expression it
-    computes (None for anything else)."""
+    computes (None for anything else); a load of a bounded integer (a constant's elements,
+    ``[lo, hi]``) is ``lo`` plus a new variable in ``[0, hi - lo]``, which ``analyzer`` knows."""
+
+    def __init__(self, ranges: _Ranges) -> None:
+        self.ranges = ranges
+        self.analyzer = ranges.analyzer
+
+    def visit_load(self, expr: Load) -> PrimExpr | None:
+        known = self.ranges.visit(expr)
+        if dtype_range(expr.dtype) is UNBOUNDED or not known.fits_int32:
+            return None
+        name = f"loaded_{len(self.analyzer.ranges)}_"
+        self.analyzer = self.analyzer.with_range(name, 0, known.hi - known.lo)
+        return SizeVar(name) + known.lo
+
+    visit_gather = visit_load
 
     def visit_index_value(self, expr: IndexValue) -> PrimExpr | None:
         return expr.value
@@ -431,6 +490,3 @@ class _IndexForm(ScalarFunctor):
 _INDEX_OPERATIONS = {BinaryOp.ADD: lambda a, b: a + b, BinaryOp.SUBTRACT: lambda a, b: a - b,
                      BinaryOp.MULTIPLY: lambda a, b: a * b}
 
-
-def _as_index(expr: ScalarExpr) -> PrimExpr | None:
-    return _IndexForm().visit(expr)

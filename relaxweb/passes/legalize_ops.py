@@ -17,7 +17,8 @@ from ..ir.functor import ExprMutator, post_order_visit
 from ..ir.module import IRModule, ProgramTable
 from ..ir.struct_info import OptionalStructInfo, SequenceStructInfo, TensorStructInfo
 from ..ir.tir import TensorProgram
-from ..ir.value_ranges import OVERFLOW_MESSAGE, with_integer_checks
+from ..ir.analyzer import Analyzer
+from ..ir.value_ranges import OVERFLOW_MESSAGE, TensorRanges, with_integer_checks
 from ..ops import get_op
 from ..ir.op_registry import call_tir_of, node_of
 from .context import PassContext
@@ -35,7 +36,7 @@ class _Legalizer(ExprMutator):
         self.attrs = dict(module.attrs)  # with the error sites added (relaxweb/ir/error_sites.py)
         self.legalizing: Call | None = None  # the call whose legalization runs
         self.overflow_sites: dict[int, int] = {}  # id of a call -> its int64 overflow site
-        self.size_ranges = {name: (0, bound) for name, bound in PassContext.current().bounds.items()}
+        self.ranges = TensorRanges(Analyzer.from_bounds(PassContext.current().bounds))  # of the tensors so far
 
     def add_program(self, program) -> str:
         """Add a tensor program or library kernel, reusing an identical one's name."""
@@ -43,11 +44,18 @@ class _Legalizer(ExprMutator):
 
     def call_tir(self, program: TensorProgram, args: tuple[Expr, ...]) -> CallTIR:
         """Call ``program``, its int64 arithmetic that may leave int32 checked at run time
-        (``relaxweb/ir/value_ranges.with_integer_checks``), naming the node being legalized."""
-        program = with_integer_checks(program, self.overflow_site, self.size_ranges)
-        name = self.add_program(program)
+        (``relaxweb/ir/value_ranges.with_integer_checks``: given the ranges of the sizes and
+        of the tensors computed so far), naming the node being legalized."""
         output = TensorStructInfo(program.output.shape, program.output.dtype)
+        sizes, buffers = self.ranges.at_call(call_tir_of(program, args, output), program)
+        program = with_integer_checks(program, self.overflow_site, sizes, buffers)
+        name = self.add_program(program)
         return call_tir_of(self.programs[name], args, output)
+
+    def emit_binding(self, binding) -> None:
+        super().emit_binding(binding)
+        if isinstance(binding, (VarBinding, MatchCast)):
+            self.ranges.note(binding, self.programs)
 
     def call_library(self, kernel, args: tuple[Expr, ...]) -> CallLibrary:
         name = self.add_program(kernel)

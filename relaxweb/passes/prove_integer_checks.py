@@ -27,16 +27,14 @@ from collections import defaultdict
 from dataclasses import replace
 from typing import Mapping
 
-import numpy as np
-
 from ..ir.analyzer import Analyzer
 from ..ir.error_sites import ERROR_SITES, REPORTING_KINDS
-from ..ir.expr import CallLibrary, CallTIR, Constant, Expr, Function, MatchCast, Var, VarBinding
+from ..ir.expr import CallLibrary, CallTIR, Expr, Function, MatchCast, VarBinding
 from ..ir.functor import ExprMutator, ExprVisitor
 from ..ir.module import IRModule, ProgramTable
-from ..ir.symbolic import IntImm, PrimExpr, as_int
+from ..ir.symbolic import IntImm, as_int
 from ..ir.tir import ScalarExpr, TensorProgram, map_scalar, scalar_nodes
-from ..ir.value_ranges import UNBOUNDED, ProgramRanges, ValueRange, dtype_range, without_proven_checks
+from ..ir.value_ranges import ProgramRanges, SizeRanges, TensorRanges, ValueRange, without_proven_checks
 from .context import PassContext
 
 
@@ -89,16 +87,13 @@ def _compact_error_sites(module: IRModule) -> IRModule:
     attrs = {key: value for key, value in module.attrs.items() if key != ERROR_SITES}
     return module.replace(programs=programs, attrs={**attrs, ERROR_SITES: kept} if kept else attrs)
 
-SizeRanges = dict[str, tuple[int, "int | None"]]
-
-
 class _CallSites(ExprVisitor):
-    """Each tensor program's call sites, as the ranges of its size variables and of its input
-    buffers' elements there; and the range of each tensor a program computed."""
+    """Each tensor program's call sites (the ranges of its size variables and input buffers
+    there, :class:`~relaxweb.ir.value_ranges.TensorRanges`), in the order they run."""
 
     def __init__(self, module: IRModule, analyzer: Analyzer) -> None:
-        self.module, self.analyzer = module, analyzer
-        self.tensors: dict[Var, ValueRange] = {}
+        self.module = module
+        self.ranges = TensorRanges(analyzer)
         self.sites: dict[str, list[tuple[SizeRanges, dict[str, ValueRange]]]] = defaultdict(list)
 
     def visit_var_binding(self, binding: VarBinding) -> None:
@@ -106,29 +101,12 @@ class _CallSites(ExprVisitor):
         value = binding.value
         program = self.module.programs.get(value.program) if isinstance(value, CallTIR) else None
         if isinstance(program, TensorProgram) and not isinstance(value, CallLibrary):
-            sizes = {name: self.size_range(expr) for name, expr in value.size_var_values}
-            buffers = {buffer.name: self.tensor_range(arg) for buffer, arg in zip(program.inputs, value.args)}
-            self.sites[value.program].append((sizes, buffers))
-            self.tensors[binding.var] = ProgramRanges(program, sizes, buffers).value_range(program.body)
-        elif isinstance(value, Var) and value in self.tensors:
-            self.tensors[binding.var] = self.tensors[value]
+            self.sites[value.program].append(self.ranges.at_call(value, program))
+        self.ranges.note(binding, self.module.programs)
 
     def visit_match_cast(self, binding: MatchCast) -> None:
         super().visit_match_cast(binding)
-        if isinstance(binding.value, Var) and binding.value in self.tensors:
-            self.tensors[binding.var] = self.tensors[binding.value]
-
-    def size_range(self, expr: PrimExpr) -> tuple[int, int | None]:
-        return max(self.analyzer.lower_bound(expr) or 0, 0), self.analyzer.upper_bound(expr)
-
-    def tensor_range(self, arg: Expr) -> ValueRange:
-        """What the elements of a program's argument can be on the device."""
-        dtype = getattr(arg.struct_info, "dtype", None)
-        if isinstance(arg, Constant) and arg.data.size and np.issubdtype(arg.data.dtype, np.integer):
-            return ValueRange(int(arg.data.min()), int(arg.data.max())).intersect(dtype_range(dtype))
-        if isinstance(arg, Var) and arg in self.tensors:
-            return self.tensors[arg]
-        return dtype_range(dtype) if dtype is not None else UNBOUNDED
+        self.ranges.note(binding, self.module.programs)
 
 
 def call_site_ranges(module: IRModule) -> dict[str, tuple[SizeRanges, dict[str, ValueRange]]]:
