@@ -2,21 +2,28 @@
 
 The device holds an int64 tensor as int32 (``dtype.py``) and kernels compute int64 in 32
 bits.  Every int64 ``add``, ``subtract``, ``multiply``, ``divide``, ``negative``, ``sum`` and
-``prod`` (and a cast to int64 from a value that may lie outside int32) is therefore checked
-at run time (the run fails naming the ONNX node) unless this module proves the exact result
-fits int32.  int32 arithmetic wraps, as onnxruntime's does, and is not checked.
+``prod`` (and a cast to int64 from a float or a uint32) is therefore checked at run time
+(``integer_checks.py``: the run fails naming the ONNX node) unless this module proves the
+exact result fits int32.  int32 arithmetic wraps, as onnxruntime's does, and is not checked.
 
-:func:`value_range` gives an interval holding every value an expression can take on the
-device: a load of an int8 buffer lies in ``[-128, 127]``, of an int64 buffer in int32's range
-(the runtimes check inputs, and every int64 result is checked or proved to fit); an
-:class:`~relaxweb.ir.tir.IndexValue` lies within the analyzer's bounds of its index
-expression (the axes in their extents, the size variables within the user's ``--bound``s); a
-checked int64 result lies in int32 (a run where it would not has failed).  Shape and index
-arithmetic on bounded dims is thus proved to fit and pays nothing: ``int64(index(i)) + 1``
-with ``i < n <= 4096`` lies in ``[1, 4096]``.  A reduction's range bounds all its partial
-results too (every partial sum of ``extent`` terms in ``[l, h]`` lies in
-``[min(0, extent * l), max(0, extent * h)]``), so a sum proved to fit needs no check at any
-step.
+:class:`ProgramRanges` gives an interval holding every value an expression of one program
+can take on the device: a load of an int8 buffer lies in ``[-128, 127]``, of an int64 buffer
+in int32's range (the runtimes check inputs, and every int64 result is checked or proved to
+fit), or in the range its call sites pass (:class:`TensorRanges`: a constant's elements,
+what the program that computed the tensor can hold); an index value lies within the
+analyzer's bounds of its index expression (the axes in their extents, the size variables
+within the user's ``--bound``s, everything below int32's largest value: kernels index in
+i32); a checked int64 result lies in int32 (a run where it would not has failed).  Shape and
+index arithmetic is thus proved to fit and pays nothing: ``int64(index(i)) + 1`` lies in
+``[1, 2^31 - 1]``, and index arithmetic computed as int64 that is at most the element count
+of one of the program's buffers fits.  A reduction's range bounds all its partial results
+too (every partial sum of ``extent`` terms in ``[l, h]`` lies in ``[min(0, extent * l),
+max(0, extent * h)]``), so a sum proved to fit needs no check at any step.  Floats are not
+tracked.
+
+:func:`with_integer_checks` wraps what legalization cannot prove; :func:`without_proven_checks`
+unwraps what the pass ``prove_integer_checks`` proves later (after fusion, with every call
+site's ranges).
 """
 
 from __future__ import annotations
@@ -27,11 +34,11 @@ from typing import Callable, Mapping
 import numpy as np
 
 from .analyzer import Analyzer
-from .expr import CallLibrary, CallTIR, Constant, Expr, MatchCast, Var, VarBinding
 from .dtype import DTYPES, DtypeKind
+from .expr import CallLibrary, CallTIR, Constant, Expr, MatchCast, Var, VarBinding
+from .integer_checks import CheckedInteger, checked_operation
 from .scalar_functor import ScalarFunctor
 from .symbolic import IntImm, PrimExpr, SizeVar
-from .integer_checks import CheckedInteger, checked_operation
 from .tir import (
     Binary, BinaryOp, Cast, Compare, FloatImm, Gather, IndexValue, Load, Reduce, ReduceCombiner, ScalarExpr, Select,
     TensorProgram, Unary, UnaryOp, map_scalar,
