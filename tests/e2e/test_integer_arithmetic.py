@@ -8,8 +8,8 @@ division or modulo by zero fails as onnxruntime's does; int32 wraps, as onnxrunt
 - one test per case of issue 29 (``5 * i``, a ReduceSum, a CumSum, ``INT32_MIN / -1``, a
   division by zero), on both backends of the Python runtime and in the reference interpreter;
 - a differential property test (hypothesis): one-node models of Add, Sub, Mul, Div, Mod, Neg,
-  Abs, ReduceSum, ReduceProd, CumSum and Cast on int32 and int64 values around +-2^31 and
-  +-2^53.  An answer must equal onnxruntime's, or be an error where onnxruntime fails or
+  Abs, ReduceSum, ReduceProd, CumSum, Cast (to int64 from int32, uint32 and float32; int64 to
+  int32) and Pow (``x ** 3``) on int32 and int64 values around +-2^31 and +-2^53.  An answer must equal onnxruntime's, or be an error where onnxruntime fails or
   where an int64 value of the computation (an input, a partial result, the output) does not
   fit int32: never a different number.  CI runs a few examples; the ``slow`` test many.
 """
@@ -32,7 +32,8 @@ from relaxweb.errors import RelaxwebError
 from tests.helpers import load_bundle, make_model, onnxruntime_outputs
 
 INT32_MIN, INT32_MAX = -2**31, 2**31 - 1
-ONNX_TYPES = {"int32": TensorProto.INT32, "int64": TensorProto.INT64, "float32": TensorProto.FLOAT}
+ONNX_TYPES = {"int32": TensorProto.INT32, "int64": TensorProto.INT64, "uint32": TensorProto.UINT32,
+              "float32": TensorProto.FLOAT}
 OVERFLOW = "the int64 result does not fit in the 32 bits the device holds int64 in"
 OVERFLOW32 = "the int32 result does not fit in 32 bits"
 
@@ -146,7 +147,9 @@ def _op_cases() -> list[OpCase]:
                   OpCase("ReduceSum", dtype, 1, (("keepdims", 0),)), OpCase("ReduceProd", dtype, 1, (("keepdims", 0),)),
                   OpCase("CumSum", dtype, 1, initializers=(("axis", 0),)),
                   OpCase("CumSum", dtype, 1, (("reverse", 1), ("exclusive", 1)), (("axis", 0),))]
-    cases += [OpCase("Cast", "int64", 1, (("to", TensorProto.INT64),), source=source) for source in ("int32", "float32")]
+    cases += [OpCase("Cast", "int64", 1, (("to", TensorProto.INT64),), source=source)
+              for source in ("int32", "uint32", "float32")]
+    cases += [OpCase("Pow", "int64", 1, initializers=(("three", 3),))]  # x * x * x
     cases += [OpCase("Cast", "int32", 1, (("to", TensorProto.INT32),), source="int64")]
     return cases
 
@@ -160,6 +163,8 @@ def _values(dtype: str) -> st.SearchStrategy:
     """Values of ``dtype`` near the edges of int32 and of float64's integers, and small ones."""
     if dtype == "float32":
         return st.sampled_from([float(v) for v in EDGES] + [0.5, -2.5, 1e9, -3e9])
+    if dtype == "uint32":
+        return st.sampled_from([v for v in EDGES if 0 <= v < 2**32] + [2**32 - 1])
     if dtype == "int32":
         return st.one_of(st.sampled_from([v for v in EDGES if INT32_MIN <= v <= INT32_MAX]), st.integers(-60, 60),
                          st.integers(INT32_MIN, INT32_MAX))
@@ -238,13 +243,18 @@ def _lossy_in_onnxruntime(case: OpCase, feeds: dict[str, np.ndarray]) -> bool:
     if case.op not in ("ReduceSum", "ReduceProd") or case.dtype != "int64":
         return False
     terms = [int(v) for v in feeds["a"]]
-    return max(abs(int(_python_reduction(case, feeds))), *map(abs, terms)) > 2**53
+    return max(abs(_python_total(case, feeds)), *map(abs, terms)) > 2**53
+
+
+def _python_total(case: OpCase, feeds: dict[str, np.ndarray]) -> int:
+    """The exact sum or product of ``a``."""
+    return int(np.sum(feeds["a"].astype(object)) if case.op == "ReduceSum" else np.prod(feeds["a"].astype(object)))
 
 
 def _python_reduction(case: OpCase, feeds: dict[str, np.ndarray]) -> np.ndarray:
-    """The int64 sum or product of ``a`` in Python's integers, wrapped to int64."""
-    total = int(np.sum(feeds["a"].astype(object)) if case.op == "ReduceSum" else np.prod(feeds["a"].astype(object)))
-    return np.array((total + 2**63) % 2**64 - 2**63, np.int64)
+    """The int64 sum or product of ``a``: exact, wrapped to int64 as numpy's (beyond 2^63
+    onnxruntime saturates instead)."""
+    return np.array((_python_total(case, feeds) + 2**63) % 2**64 - 2**63, np.int64)
 
 
 _ZERO_WORDS = {"Div": "division", "Mod": "modulo"}
