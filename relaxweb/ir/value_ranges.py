@@ -137,7 +137,7 @@ class TensorRanges:
         """What the elements of a program's argument can be on the device."""
         dtype = getattr(arg.struct_info, "dtype", None)
         if isinstance(arg, Constant) and arg.data.size and np.issubdtype(arg.data.dtype, np.integer):
-            return ValueRange(int(arg.data.min()), int(arg.data.max())).intersect(dtype_range(dtype))
+            return ValueRange(int(arg.data.min()), int(arg.data.max()))
         if isinstance(arg, Var) and arg in self.tensors:
             return self.tensors[arg]
         return dtype_range(dtype) if isinstance(dtype, str) else UNBOUNDED
@@ -284,7 +284,8 @@ class _Ranges(ScalarFunctor):
         a narrower integer one is its exact range where that fits its device dtype and wraps
         to the whole of it otherwise."""
         if expr.dtype == "int64":
-            return exact.intersect(INT32_RANGE)
+            held = exact.intersect(INT32_RANGE)
+            return held if held.lo is None or held.hi is None or held.lo <= held.hi else INT32_RANGE
         device = dtype_range(DTYPES[expr.dtype].compute_dtype) if expr.dtype in DTYPES else UNBOUNDED
         if device is UNBOUNDED:
             return UNBOUNDED
@@ -460,7 +461,7 @@ class _IndexForm(ScalarFunctor):
 
     def visit_load(self, expr: Load) -> PrimExpr | None:
         known = self.ranges.visit(expr)
-        if dtype_range(expr.dtype) is UNBOUNDED or not known.fits_int32:
+        if dtype_range(expr.dtype) is UNBOUNDED or not known.fits_int32 or known.lo > known.hi:
             return None
         name = f"loaded_{len(self.analyzer.ranges)}_"
         self.analyzer = self.analyzer.with_range(name, 0, known.hi - known.lo)
