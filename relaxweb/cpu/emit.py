@@ -27,6 +27,7 @@ import numpy as np
 from ..ir.dtype import DtypeKind, dtype_info
 from ..ir.access import depends_on
 from ..ir.error_sites import REPORTING_KINDS
+from ..ir.integer_checks import CheckedDivisor, CheckedInteger, checked_operation
 from ..ir.launch import VECTOR
 from ..ir.lower_index import Constant, IndexOp, Operation, TargetIndex, Variable
 from ..ir.scalar_functor import ScalarFunctor
@@ -264,6 +265,38 @@ HELPER_FUNCTIONS: dict[str, str] = {
     (then (return (local.get $wrapped))))
   (call $report_error (local.get $site) (local.get $index) (local.get $extent) (local.get $status))
   (call $clamp_index_i32 (local.get $wrapped) (local.get $extent)))""",
+    # The integer checks (relaxweb/ir/integer_checks.py): the exact result in i64, reported
+    # into the run status at $status unless an error was reported before where it does not
+    # fit i32; a zero divisor reported and divided as 1.
+    "report_check": """\
+(func $report_check (param $site i32) (param $status i32)
+  (if (i32.eqz (i32.load (local.get $status)))
+    (then (i32.store (local.get $status) (local.get $site)))))""",
+    "fit_i32": """\
+(func $fit_i32 (param $exact i64) (param $site i32) (param $status i32) (result i32)
+  (if (i64.ne (local.get $exact) (i64.extend_i32_s (i32.wrap_i64 (local.get $exact))))
+    (then (call $report_check (local.get $site) (local.get $status))))
+  (i32.wrap_i64 (local.get $exact)))""",
+    "checked_div_i32": """\
+(func $checked_div_i32 (param $a i32) (param $b i32) (param $site i32) (param $status i32) (result i32)
+  (if (i32.and (i32.eq (local.get $a) (i32.const 0x80000000)) (i32.eq (local.get $b) (i32.const -1)))
+    (then (call $report_check (local.get $site) (local.get $status))))
+  (call $div_s_i32 (local.get $a) (local.get $b)))""",
+    "checked_cast_f32": """\
+(func $checked_cast_f32 (param $x f32) (param $site i32) (param $status i32) (result i32)
+  (if (i32.eqz (i32.and (f32.ge (local.get $x) (f32.const -0x1p31)) (f32.lt (local.get $x) (f32.const 0x1p31))))
+    (then (call $report_check (local.get $site) (local.get $status))))
+  (i32.trunc_sat_f32_s (local.get $x)))""",
+    "checked_cast_u32": """\
+(func $checked_cast_u32 (param $x i32) (param $site i32) (param $status i32) (result i32)
+  (if (i32.lt_s (local.get $x) (i32.const 0))
+    (then (call $report_check (local.get $site) (local.get $status))))
+  (local.get $x))""",
+    "checked_divisor_i32": """\
+(func $checked_divisor_i32 (param $d i32) (param $site i32) (param $status i32) (result i32)
+  (if (result i32) (i32.eqz (local.get $d))
+    (then (call $report_check (local.get $site) (local.get $status)) (i32.const 1))
+    (else (local.get $d))))""",
     "round_half_f32": """\
 ;; x rounded to the nearest float16 (halves to even), as a float32: WGSL's
 ;; unpack2x16float(pack2x16float(x)); beyond float16's range an infinity, NaN stays NaN
@@ -281,6 +314,18 @@ HELPER_FUNCTIONS: dict[str, str] = {
                                     (i32.add (i32.const 0xfff) (i32.and (i32.shr_u (local.get $bits) (i32.const 13)) (i32.const 1)))))
           (f32.reinterpret_i32 (i32.and (local.get $bits) (i32.const 0xffffe000))))))))""",
 }
+
+
+# The i64 instruction of each operation a CheckedInteger checks (all but divide and cast).
+CHECKED_I64: dict[str, Callable[..., str]] = {
+    "add": _op("i64.add"), "subtract": _op("i64.sub"), "multiply": _op("i64.mul"),
+    "negative": lambda a: f"(i64.sub (i64.const 0) {a})",
+}
+
+
+def _fit_i32(exact: str, check: tuple[str, str]) -> str:
+    """The i32 of an exact i64 result, reported at the check's site where it does not fit."""
+    return f"(call $fit_i32 {exact} {' '.join(check)})"
 
 
 def literal(value: float, dtype: str) -> str:
@@ -490,6 +535,27 @@ class Emitter(ScalarRenderer):
         status = f"(local.get {self.buffers[STATUS_ADDRESS]})"
         return f"(call $checked_index_i32 {index} {self.index(expr.extent)} {self.index(expr.site)} {status})"
 
+    def visit_checked_integer(self, expr: CheckedInteger, indent: str) -> str:
+        """The operation in i64 through ``$fit_i32`` (a division through ``$checked_div_i32``,
+        a cast through ``$checked_cast_*``); a sum or product checks every step."""
+        operation, check = expr.value, (self.index(expr.site), f"(local.get {self.buffers[STATUS_ADDRESS]})")
+        name = checked_operation(operation)
+        if name in ("sum", "prod"):
+            return self.reduce(operation, indent, check)
+        if name == "cast":
+            source = value_class(operation.a.dtype)
+            value = self.scalar(operation.a, indent)
+            function = {FLOAT: "$checked_cast_f32", UNSIGNED: "$checked_cast_u32"}.get(source)
+            return self.visit_cast(operation, indent) if function is None else f"(call {function} {value} {' '.join(check)})"
+        operands = [self.scalar(operand, indent) for operand in scalar_children(operation)]
+        if name == "divide":
+            return f"(call $checked_div_i32 {' '.join(operands)} {' '.join(check)})"
+        return _fit_i32(CHECKED_I64[name](*(f"(i64.extend_i32_s {a})" for a in operands)), check)
+
+    def visit_checked_divisor(self, expr: CheckedDivisor, indent: str) -> str:
+        status = f"(local.get {self.buffers[STATUS_ADDRESS]})"
+        return f"(call $checked_divisor_i32 {self.scalar(expr.divisor, indent)} {self.index(expr.site)} {status})"
+
     def visit_select(self, expr: Select, indent: str) -> str:
         return self.select(expr, indent)
 
@@ -517,11 +583,12 @@ class Emitter(ScalarRenderer):
             offset = term if offset == "(i32.const 0)" else f"(i32.add {offset} {term})"
         return self.address(expr.buffer.name, offset)
 
-    def reduce(self, expr: Reduce, indent: str) -> str:
+    def reduce(self, expr: Reduce, indent: str, check: tuple[str, str] | None = None) -> str:
         """A serial loop accumulating the body over the reduction axis; for a float body that
         reads along the axis contiguously (:func:`vector_reduction`), first a loop of four
         steps at a time into f32x4 partial results (the parts of the body that do not depend
-        on the axis computed once, before it), then the remaining steps one by one."""
+        on the axis computed once, before it), then the remaining steps one by one.  With an
+        integer check (its site and the status), each step is computed in i64 and checked."""
         dtype = expr.body.dtype
         kind = wasm_type(dtype)
         accumulator = self.function.local("acc", kind)
@@ -549,6 +616,9 @@ class Emitter(ScalarRenderer):
         self.close_scope()
         self.close_scope()
         combined = rendering(COMBINER_RENDERINGS, expr.combiner, value_class(dtype))(f"(local.get {accumulator})", body)
+        if check is not None:
+            step = CHECKED_I64["add" if expr.combiner is ReduceCombiner.SUM else "multiply"]
+            combined = _fit_i32(step(f"(i64.extend_i32_s (local.get {accumulator}))", f"(i64.extend_i32_s {body})"), check)
         emit(inner, f"(local.set {accumulator} {combined})")
         emit(inner, f"(local.set {axis} (i32.add (local.get {axis}) (i32.const 1)))")
         emit(inner, f"(br_if $reduce{number} (i32.lt_s (local.get {axis}) (local.get {end})))))")

@@ -7,7 +7,8 @@ bool buffers, no 8/16-bit types, and ``f16`` needs the ``shader-f16`` feature), 
 
     float32, int32, uint32          the same
     float16, float64                float32
-    int64, int16, int8              int32  (int64 values must fit: checked at the boundary)
+    int64, int16, int8              int32  (int64 values must fit: inputs checked at the boundary,
+                                            results in the kernels: ir/integer_checks.py)
     uint16, uint8, bool             uint32 (a bool as 0/1)
     uint64                          none: no GPU lowering
 

@@ -40,7 +40,7 @@ MAX_VALUES = STATUS_WORDS - 1
 
 #: The scalar kinds that report into the status (``relaxweb/ir/tir.py``): a program holding one
 #: binds the status.
-REPORTING_KINDS = frozenset({"checked_index"})
+REPORTING_KINDS = frozenset({"checked_index", "checked_integer", "checked_divisor"})
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from .host import (
     HostSequenceAppend, HostSequenceClear, HostSequenceInput, HostSequencePresence,
 )
 from .host_functor import HostStepFunctor
+from .integer_checks import CheckedDivisor, CheckedInteger, checked_operation
 from .library_kernel import LibraryKernel
 from .module import IRModule
 from .op_registry import get_op
@@ -485,6 +486,35 @@ class _ScalarEvaluator(ScalarFunctor):
         return UNARY_FUNCTIONS[expr.op](self.visit(expr.a))
 
     def visit_reduce(self, expr: Reduce) -> np.ndarray:
+        body = self.reduction_terms(expr)
+        if body.shape[0] == 0:
+            return np.full(body.shape[1:], _reduce_identity(expr.combiner, scalar_dtype(expr.body)))
+        return COMBINER_FUNCTIONS[expr.combiner](body, axis=0)
+
+    def visit_checked_integer(self, expr: CheckedInteger) -> np.ndarray:
+        """The operation's exact result (in int64; a reduction's partial results in the
+        order a kernel takes them); where one does not fit int32 and the value is needed
+        for real (not in a select's branch), the run's error (:class:`CheckFailed`)."""
+        operation = expr.value
+        if operation.scalar_kind == "reduce":
+            terms = self.reduction_terms(operation).astype(np.int64)
+            running = (np.cumsum if operation.combiner is ReduceCombiner.SUM else np.cumprod)(terms, axis=0)
+            exact = running[-1] if len(terms) else np.full(terms.shape[1:], 0 if operation.combiner is ReduceCombiner.SUM else 1)
+        else:
+            running = exact = _EXACT_OPERATIONS[checked_operation(operation)](self, operation)
+        if not self.guarded and np.any((running < -2**31) | (running > 2**31 - 1)):
+            raise CheckFailed(int(evaluate(expr.site, self.environment)), ())
+        return np.asarray(exact).astype(expr.dtype)
+
+    def visit_checked_divisor(self, expr: CheckedDivisor) -> np.ndarray:
+        """The divisor, a 0 divides as 1; a 0 needed for real is the run's error."""
+        divisor = np.asarray(self.visit(expr.divisor))
+        if not self.guarded and np.any(divisor == 0):
+            raise CheckFailed(int(evaluate(expr.site, self.environment)), ())
+        return np.where(divisor == 0, 1, divisor).astype(divisor.dtype)
+
+    def reduction_terms(self, expr: Reduce) -> np.ndarray:
+        """The body of a reduction at every step: the steps along a new leading axis."""
         # Add a leading dimension for the reduction axis: every array in the environment
         # gains a leading 1 and the axis variable spans the new dimension.
         environment = self.environment
@@ -496,10 +526,31 @@ class _ScalarEvaluator(ScalarFunctor):
         depth = max((v.ndim for v in environment.values() if isinstance(v, np.ndarray)), default=0)
         inner[expr.axis.name] = np.arange(extent, dtype=np.int64).reshape((extent,) + (1,) * depth)
         body = _ScalarEvaluator(self.buffers, inner, self.guarded).visit(expr.body)
-        body = np.broadcast_to(body, (extent,) + np.broadcast_shapes(*(np.shape(v) for v in inner.values()))[1:])
-        if extent == 0:
-            return np.full(body.shape[1:], _reduce_identity(expr.combiner, scalar_dtype(expr.body)))
-        return COMBINER_FUNCTIONS[expr.combiner](body, axis=0)
+        return np.broadcast_to(body, (extent,) + np.broadcast_shapes(*(np.shape(v) for v in inner.values()))[1:])
+
+
+def _exact_binary(evaluator: _ScalarEvaluator, expr: Binary) -> np.ndarray:
+    a, b = (np.asarray(evaluator.visit(operand)).astype(np.int64) for operand in (expr.a, expr.b))
+    return BINARY_FUNCTIONS[expr.op](a, b)
+
+
+def _exact_cast(evaluator: _ScalarEvaluator, expr: Cast) -> np.ndarray:
+    """A cast to int64, exactly: a float truncated toward zero (NaN and infinities as a value
+    that fits no int32)."""
+    value = np.asarray(evaluator.visit(expr.a))
+    if np.issubdtype(value.dtype, np.floating):
+        finite = np.isfinite(value)
+        clipped = np.clip(np.trunc(np.where(finite, value, 0)), -2.0**62, 2.0**62).astype(np.int64)
+        return np.where(finite, clipped, np.int64(2**62))
+    return value.astype(np.int64)
+
+
+# The exact (int64) result of each operation a CheckedInteger checks (but reductions).
+_EXACT_OPERATIONS: dict[str, Callable[[_ScalarEvaluator, ScalarExpr], np.ndarray]] = {
+    "add": _exact_binary, "subtract": _exact_binary, "multiply": _exact_binary, "divide": _exact_binary,
+    "negative": lambda evaluator, expr: -np.asarray(evaluator.visit(expr.a)).astype(np.int64),
+    "cast": _exact_cast,
+}
 
 
 def _load(array: np.ndarray, name: str, index: tuple[np.ndarray, ...], guarded: bool) -> np.ndarray:

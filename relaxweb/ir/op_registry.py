@@ -106,8 +106,14 @@ class OpDefinition:
     #: while a node converts gets ``source`` (``Range node 'r'``), which the run-time checks of
     #: what it reads back name.
     reads_back: bool = False
-    #: Its kernels check the run's data: its calls carry the node they come from (NODE_ATTR).
-    checks_data: bool = False
+    #: Its kernels check the run's data: its calls carry the node they come from (NODE_ATTR);
+    #: a function of the call's arguments and attributes where only some calls do (integer
+    #: arithmetic, whose kernels check int64 overflow and zero divisors).
+    checks_data: bool | Callable[[tuple[Expr, ...], dict[str, Any]], bool] = False
+
+    def checks_data_of(self, args: tuple[Expr, ...], attrs: dict[str, Any]) -> bool:
+        """Whether a call of this op with ``args`` and ``attrs`` checks the run's data."""
+        return bool(self.checks_data(args, attrs) if callable(self.checks_data) else self.checks_data)
 
 
 OPS: dict[str, OpDefinition] = {}
@@ -117,7 +123,8 @@ OPS: dict[str, OpDefinition] = {}
 NODE_ATTR = "node"
 
 def register_op(name: str, *, deduce, reference, legalize=None, view: bool = False,
-                reads_back: bool = False, checks_data: bool = False) -> OpDefinition:
+                reads_back: bool = False,
+                checks_data: bool | Callable[[tuple[Expr, ...], dict[str, Any]], bool] = False) -> OpDefinition:
     if name in OPS:
         raise ValueError(f"op {name} registered twice")
     OPS[name] = OpDefinition(name, deduce, legalize, reference, view, reads_back, checks_data)
@@ -206,7 +213,7 @@ def call_op(name: str, *args: Expr, **attrs: Any) -> Call:
     source = next((where for where in reversed(_SOURCES) if where), "")
     if definition.reads_back and source and not attrs.get("source"):
         attrs["source"] = source
-    if definition.checks_data and _NODES and NODE_ATTR not in attrs:
+    if _NODES and NODE_ATTR not in attrs and definition.checks_data_of(args, attrs):
         attrs[NODE_ATTR] = _NODES[-1]
     for _ in range(MAX_ASSUMPTIONS_PER_CALL):
         try:

@@ -39,6 +39,7 @@ from .struct_info import (
 )
 from .symbolic import SizeVar
 from .target_schedules import TARGET_KINDS, TARGET_SCHEDULE_KINDS, TargetSchedules
+from .integer_checks import CheckedDivisor, CheckedInteger
 from .text_reader import (
     ParseError, call_name, is_number_node, is_quoted_size_var, is_scalar_node, name_of_node, subscript_items,
 )
@@ -536,6 +537,10 @@ class _Parser(HostFunctionReader):
             return Select(recurse(args[0]), recurse(args[1]), recurse(args[2]))
         if name == "checked_index" and len(args) == 3:
             return CheckedIndex(self.prim_expr(args[0]), recurse(args[1]), self.prim_expr(args[2]))
+        if name == "checked_integer" and len(args) == 2:
+            return CheckedInteger(self.prim_expr(args[0]), recurse(args[1]))
+        if name == "checked_divisor" and len(args) == 2:
+            return CheckedDivisor(self.prim_expr(args[0]), recurse(args[1]))
         if name == "gather" and args:
             items = args[1:]
             return Gather(self.buffer(args[0], buffers),

@@ -46,6 +46,8 @@ SCALAR_METHODS: Mapping[str, str] = {
     "select": "visit_select",
     "reduce": "visit_reduce",
     "checked_index": "visit_checked_index",
+    "checked_integer": "visit_checked_integer",
+    "checked_divisor": "visit_checked_divisor",
 }
 """Each scalar expression kind (its class's ``scalar_kind``) -> the method that visits it."""
 
@@ -135,6 +137,12 @@ class ScalarVisitor(ScalarFunctor):
     def visit_checked_index(self, expr: ScalarNode) -> None:
         self.visit_children(expr)
 
+    def visit_checked_integer(self, expr: ScalarNode) -> None:
+        self.visit_children(expr)
+
+    def visit_checked_divisor(self, expr: ScalarNode) -> None:
+        self.visit_children(expr)
+
 
 class ScalarMutator(ScalarFunctor):
     """Rebuilds bottom-up; each ``visit_<kind>`` returns the node (itself when nothing
@@ -184,6 +192,14 @@ class ScalarMutator(ScalarFunctor):
         index = self.visit(expr.index)
         return expr if index is expr.index else type(expr)(expr.site, index, expr.extent)
 
+    def visit_checked_integer(self, expr: ScalarNode) -> ScalarNode:
+        value = self.visit(expr.value)
+        return expr if value is expr.value else type(expr)(expr.site, value)
+
+    def visit_checked_divisor(self, expr: ScalarNode) -> ScalarNode:
+        divisor = self.visit(expr.divisor)
+        return expr if divisor is expr.divisor else type(expr)(expr.site, divisor)
+
 
 # The scalar operands of each kind, in order (loads, constants and index values have none): a
 # table, as scalar_operands is the hottest traversal of all (every walk of a body).
@@ -199,6 +215,8 @@ _OPERANDS: Mapping[str, Callable[[Any], tuple]] = {
     "select": lambda expr: (expr.condition, expr.a, expr.b),
     "reduce": lambda expr: (expr.body,),
     "checked_index": lambda expr: (expr.index,),
+    "checked_integer": lambda expr: (expr.value,),
+    "checked_divisor": lambda expr: (expr.divisor,),
 }
 
 

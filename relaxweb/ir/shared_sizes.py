@@ -24,6 +24,7 @@ from typing import Callable, Mapping
 
 from .symbolic import IntImm, PrimExpr, SizeVar, Sub
 from .scalar_functor import ScalarMutator
+from .integer_checks import CheckedDivisor, CheckedInteger
 from .tir import Buffer, CheckedIndex, Gather, IndexValue, Load, Reduce, ScalarExpr, TensorProgram
 
 SHARED_SIZES = "shared_sizes"
@@ -92,3 +93,11 @@ class _IndexExprMapper(ScalarMutator):
     def visit_checked_index(self, expr: CheckedIndex) -> ScalarExpr:  # the site too: each node keeps its own
         expr = super().visit_checked_index(expr)
         return CheckedIndex(self.index(expr.site), expr.index, self.index(expr.extent))
+
+    def visit_checked_integer(self, expr: CheckedInteger) -> ScalarExpr:
+        expr = super().visit_checked_integer(expr)
+        return CheckedInteger(self.index(expr.site), expr.value)
+
+    def visit_checked_divisor(self, expr: CheckedDivisor) -> ScalarExpr:
+        expr = super().visit_checked_divisor(expr)
+        return CheckedDivisor(self.index(expr.site), expr.divisor)

@@ -659,6 +659,14 @@ class _IndexExprs(ScalarVisitor):
         self.found.extend((node.site, node.extent))
         super().visit_checked_index(node)
 
+    def visit_checked_integer(self, node: ScalarExpr) -> None:  # ir/integer_checks.py
+        self.found.append(node.site)
+        super().visit_checked_integer(node)
+
+    def visit_checked_divisor(self, node: ScalarExpr) -> None:
+        self.found.append(node.site)
+        super().visit_checked_divisor(node)
+
 
 def index_exprs(expr: ScalarExpr) -> list[PrimExpr]:
     """Every index expression in a scalar expression (load indices, index values, extents)."""
@@ -717,7 +725,8 @@ class TensorProgram:
 # indices), constants ``float32(0.5)`` / ``int32(0)`` (the dtype as a call of a number),
 # casts ``int32(x)`` (the dtype as a call of a scalar), ``index(i * n)``, every binary and
 # comparison in parentheses, other ops by name (``maximum(a, b)``, ``exp(a)``),
-# ``select(c, a, b)``, ``checked_index(site, index, extent)``, and reductions
+# ``select(c, a, b)``, ``checked_index(site, index, extent)``, ``checked_integer(site, value)``,
+# ``checked_divisor(site, divisor)``, and reductions
 # ``sum(body for k_ in range(extent))``.
 
 BINARY_SYMBOLS = {BinaryOp.ADD: "+", BinaryOp.SUBTRACT: "-", BinaryOp.MULTIPLY: "*", BinaryOp.DIVIDE: "/"}
@@ -781,6 +790,12 @@ class _ScalarText(ScalarFunctor):
 
     def visit_checked_index(self, node: CheckedIndex) -> str:
         return f"checked_index({format_expr(node.site)}, {self.visit(node.index)}, {format_expr(node.extent)})"
+
+    def visit_checked_integer(self, node: ScalarExpr) -> str:  # ir/integer_checks.py
+        return f"checked_integer({format_expr(node.site)}, {self.visit(node.value)})"
+
+    def visit_checked_divisor(self, node: ScalarExpr) -> str:
+        return f"checked_divisor({format_expr(node.site)}, {self.visit(node.divisor)})"
 
 
 def _format_indices(indices: list[str]) -> str:
@@ -880,6 +895,16 @@ class _Substitute(ScalarMutator):
         node = super().visit_checked_index(node)
         site, extent = substitute(node.site, self.mapping), substitute(node.extent, self.mapping)
         return node if site == node.site and extent == node.extent else CheckedIndex(site, node.index, extent)
+
+    def visit_checked_integer(self, node: ScalarExpr) -> ScalarExpr:  # ir/integer_checks.py: (site, operand)
+        node = super().visit_checked_integer(node)
+        site = substitute(node.site, self.mapping)
+        return node if site == node.site else type(node)(site, node.value)
+
+    def visit_checked_divisor(self, node: ScalarExpr) -> ScalarExpr:
+        node = super().visit_checked_divisor(node)
+        site = substitute(node.site, self.mapping)
+        return node if site == node.site else type(node)(site, node.divisor)
 
     def visit_reduce(self, node: Reduce) -> ScalarExpr:
         node = super().visit_reduce(node)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from ..errors import UnsupportedModelError
+from ..ir.dtype import DTYPES
 from ..ir.expr import Call, Expr, Tuple, tensor_dtype, tensor_shape
 from ..ir.op_registry import AssumptionError, DeductionError
 from ..ir.struct_info import StructInfo, TensorStructInfo, TupleStructInfo
@@ -22,6 +23,16 @@ from ..ir.tir import Buffer, Load, ScalarExpr, TensorProgram
 class UnknownShapeError(DeductionError, UnsupportedModelError):
     """Legalizing a call whose argument or result shape is not known at compile time (a model
     the GPU build cannot compile yet: a ``match_cast`` that names the dims is missing)."""
+
+
+def integer_arithmetic(args: Sequence[Expr], attrs: dict) -> bool:
+    """Whether a call computes on integers (an argument is an integer tensor, or it casts to
+    int64): its kernels may check int64 overflow and zero divisors at run time
+    (``relaxweb/ir/integer_checks.py``), so it carries the node it comes from
+    (``register_op(checks_data=integer_arithmetic)``)."""
+    dtypes = [getattr(arg.struct_info, "dtype", None) for arg in args]
+    return attrs.get("dtype") == "int64" or any(
+        dtype in DTYPES and DTYPES[dtype].is_integer for dtype in dtypes if isinstance(dtype, str))
 
 
 def expect_args(op: str, args: Sequence[Expr], count: int) -> None:

@@ -31,7 +31,7 @@ with a non-integer exponent gives WGSL's undefined ``pow`` result (numpy: NaN), 
 tensors go through float32 (exact up to 2^24).  ``mod`` is ``a - b * floor(a / b)`` (or
 ``trunc`` for fmod) on floats, computed in float32 (not exact for huge quotients; float16 and
 float64 too, which the device holds as float32); on integers the remainder of WGSL's
-truncating division, moved into the divisor's sign for the floor mod (0 for a zero divisor,
+truncating division, moved into the divisor's sign for the floor mod (a zero divisor is the run's error,
 as numpy).  ``softplus`` is ``max(x, 0) + log(1 + exp(-|x|))``, ``mish``
 ``x * tanh(softplus(x))``.  Ops without a body register no legalization: they import and run in
 the interpreter, and building lists them as having no GPU lowering.
@@ -44,10 +44,11 @@ from typing import Callable
 
 import numpy as np
 
-from ..errors import UnsupportedModelError
+from ..errors import RunCheckError, UnsupportedModelError, run_error_message
 from ..ir.dtype import DtypeInfo, DtypeKind, dtype_info
 from ..ir.expr import Call, Constant, tensor_dtype
-from ..ir.op_registry import DeductionError, register_op
+from ..ir.integer_checks import CheckedDivisor
+from ..ir.op_registry import DeductionError, node_named, register_op
 from ..ir.struct_info import TensorStructInfo
 from ..ir.symbolic import IntImm, SizeVar
 from ..ir.tir import (
@@ -55,7 +56,7 @@ from ..ir.tir import (
     bitwise_xor, cast, ceil, exp, floor, is_nan, log, maximum, minimum, power, round_half_even, select, sigmoid, sqrt, tanh,
 )
 from .common import (
-    broadcast_shapes, expect_args, load_broadcast, make_program, needs_known_shapes, require_float,
+    broadcast_shapes, expect_args, integer_arithmetic, load_broadcast, make_program, needs_known_shapes, require_float,
     require_tensor, same_dtype, unknown_rank_join,
 )
 
@@ -130,6 +131,10 @@ BINARY_REFERENCE: dict[str, Callable] = {
     "bitwise_xor": np.bitwise_xor,
 }
 
+#: The integer ops that fail on a zero divisor (onnxruntime refuses the run), and how they say it.
+ZERO_DIVISOR_MESSAGES = {"divide": "integer division by zero", "mod": "integer modulo by zero"}
+
+
 # Scalar bodies, for the ops the scalar IR can express.
 BINARY_BODIES: dict[str, Callable[[ScalarExpr, ScalarExpr, str], ScalarExpr]] = {
     "add": lambda a, b, dtype: a + b,
@@ -171,6 +176,16 @@ def _trunc(q: ScalarExpr) -> ScalarExpr:
     return select(q.lt(0), ceil(q), floor(q))
 
 
+def _divisor_check(context, call: Call) -> Callable[[ScalarExpr], ScalarExpr]:
+    """How a divide or mod legalization reads its divisor: an integer one checked at run time
+    (:class:`~relaxweb.ir.integer_checks.CheckedDivisor`: a zero is the run's error, as in
+    onnxruntime), with one error site for the call; a float one as it is."""
+    if call.op not in ZERO_DIVISOR_MESSAGES or not dtype_info(call.struct_info.dtype).is_integer:
+        return lambda divisor: divisor
+    site = context.error_site(call, ZERO_DIVISOR_MESSAGES[call.op])
+    return lambda divisor: CheckedDivisor(site, divisor)
+
+
 def _legalize_mod(context, call: Call):
     info = call.struct_info
     entry = dtype_info(info.dtype)
@@ -178,9 +193,10 @@ def _legalize_mod(context, call: Call):
         raise UnsupportedModelError(f"mod: no GPU lowering for {info.dtype} tensors (no GPU representation)")
     body = _float_mod_body if entry.is_float else _integer_mod_body
     fmod = bool(call.attrs.get("fmod"))
+    divisor = _divisor_check(context, call)
     program = make_program("mod", call.args, info.shape, info.dtype,
-                           lambda axes, buffers: body(load_broadcast(buffers[0], axes), load_broadcast(buffers[1], axes),
-                                                      fmod, entry))
+                           lambda axes, buffers: body(load_broadcast(buffers[0], axes),
+                                                      divisor(load_broadcast(buffers[1], axes)), fmod, entry))
     return context.call_tir(program, call.args)
 
 
@@ -199,17 +215,17 @@ def _float_mod_body(a: ScalarExpr, b: ScalarExpr, fmod: bool, entry: DtypeInfo) 
 
 def _integer_mod_body(a: ScalarExpr, b: ScalarExpr, fmod: bool, entry: DtypeInfo) -> ScalarExpr:
     """The remainder of the division truncated toward zero, moved into the divisor's sign
-    for the floor mod of signed integers; 0 for a zero divisor, as numpy.  Exact: computed
-    in the 32-bit integers every integer dtype has on the device, where its values fit (the
-    quotient is cast, which truncates a float quotient in the interpreter as WGSL's integer
-    ``/`` does)."""
+    for the floor mod of signed integers (``b`` is a checked divisor: a zero one is the run's
+    error).  Exact: computed in the 32-bit integers every integer dtype has on the device,
+    where its values fit (the quotient is cast, which truncates a float quotient in the
+    interpreter as WGSL's integer ``/`` does)."""
     work = "int32" if entry.kind is DtypeKind.INT else "uint32"
     a, b = cast(work, a), cast(work, b)
     remainder = a - b * Cast(work, a / b)
     if not fmod and work == "int32":
         opposite = select(remainder.ne(0), remainder.lt(0).ne(b.lt(0)), _imm(0, "bool"))
         remainder = select(opposite, remainder + b, remainder)
-    return cast(entry.name, select(b.eq(0), _imm(0, work), remainder))
+    return cast(entry.name, remainder)
 
 
 def _constant_exponent(expr) -> float | None:
@@ -348,9 +364,11 @@ def _legalize_body(name: str):
 
     def legalize(context, call: Call):
         info = call.struct_info
+        divisor = _divisor_check(context, call)
         program = make_program(
             name, call.args, info.shape, info.dtype,
-            lambda axes, buffers: scalar(load_broadcast(buffers[0], axes), load_broadcast(buffers[1], axes), info.dtype),
+            lambda axes, buffers: scalar(load_broadcast(buffers[0], axes), divisor(load_broadcast(buffers[1], axes)),
+                                         info.dtype),
         )
         return context.call_tir(program, call.args)
 
@@ -360,6 +378,8 @@ def _legalize_body(name: str):
 def _reference_binary(name: str):
     def reference(arrays, attrs):
         a, b = np.asarray(arrays[0]), np.asarray(arrays[1])
+        if name in ZERO_DIVISOR_MESSAGES and _is_integer(a.dtype) and np.any(np.broadcast_arrays(a, b)[1] == 0):
+            raise RunCheckError(run_error_message(*node_named(attrs, name), ZERO_DIVISOR_MESSAGES[name], ()))
         with np.errstate(all="ignore"):
             if name == "mod":
                 result = np.fmod(a, b) if attrs.get("fmod") else np.mod(a, b)
@@ -379,6 +399,7 @@ for _name in BINARY_REFERENCE:
         deduce=_deduce_binary(_name),
         legalize=needs_known_shapes(_legalize_binary(_name)) if _name in BINARY_BODIES or _name in SPECIAL_BINARY else None,
         reference=_reference_binary(_name),
+        checks_data=integer_arithmetic,
     )
 
 
@@ -592,6 +613,7 @@ for _name in UNARY_REFERENCE:
         deduce=_deduce_unary(_name),
         legalize=needs_known_shapes(_legalize_unary(_name)) if _name in UNARY_BODIES else None,
         reference=_reference_unary(_name),
+        checks_data=integer_arithmetic,
     )
 
 

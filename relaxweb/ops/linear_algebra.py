@@ -19,7 +19,7 @@ from ..ir.struct_info import TensorStructInfo
 from ..ir.symbolic import IntImm, SizeVar, as_int, format_expr
 from ..ir.tir import Load, Reduce, ReduceCombiner
 from .common import (
-    DimOf, broadcast_indices, broadcast_shapes, expect_args, make_program, needs_known_shapes, require_equal,
+    DimOf, broadcast_indices, broadcast_shapes, expect_args, integer_arithmetic, make_program, needs_known_shapes, require_equal,
     require_tensor, same_dtype, unknown_rank_join,
 )
 
@@ -63,6 +63,7 @@ register_op(
     deduce=deduce_matmul,
     legalize=needs_known_shapes(legalize_matmul),
     reference=lambda arrays, attrs: np.matmul(arrays[0], arrays[1]).astype(arrays[0].dtype),
+    checks_data=integer_arithmetic,
 )
 
 

@@ -24,7 +24,9 @@ from ..ir.expr import Call, tensor_dtype
 from ..ir.op_registry import DeductionError, register_op
 from ..ir.struct_info import TensorStructInfo
 from ..ir.tir import Cast, Compare, CompareOp, FloatImm, Select, is_nan, select
-from .common import expect_args, load_broadcast, make_program, needs_known_shapes, require_float, require_tensor, same_dtype
+from .common import (
+    expect_args, integer_arithmetic, load_broadcast, make_program, needs_known_shapes, require_float, require_tensor, same_dtype,
+)
 from .elementwise import broadcast_info
 
 
@@ -215,4 +217,5 @@ def legalize_cast(context, call: Call):
     return _program_call(context, call, "cast", lambda loads: Cast(dtype, loads[0]))
 
 
-register_op("cast", deduce=deduce_cast, legalize=needs_known_shapes(legalize_cast), reference=cast_reference)
+register_op("cast", deduce=deduce_cast, legalize=needs_known_shapes(legalize_cast), reference=cast_reference,
+            checks_data=integer_arithmetic)

@@ -51,6 +51,7 @@ import numpy as np
 from ..errors import UnsupportedModelError
 from ..ir.dtype import dtype_info
 from ..ir.expr import Call, TensorToPrim, Tuple, tensor_dtype, tensor_shape
+from ..ir.integer_checks import checking_every_operation
 from ..ir.op_registry import DeductionError, call_op, register_op
 from ..ir.struct_info import PrimStructInfo, TensorStructInfo, TupleStructInfo
 from ..ir.symbolic import IntImm, SizeVar, as_int, product, prove_less_equal, format_expr
@@ -60,7 +61,7 @@ from ..ir.tir import (
 )
 from ..library import unique_count_kernel, unique_values_kernel
 from .common import (
-    UnknownShapeError, expect_args, make_program, needs_known_shapes, normalize_axis, normalize_axes, require_float, require_tensor,
+    UnknownShapeError, expect_args, integer_arithmetic, make_program, needs_known_shapes, normalize_axis, normalize_axes, require_float, require_tensor,
 )
 from .readback import (
     both, const, count_true, element as axis_entry, index, int32, read_back_dims, read_reason, wrap_negative,
@@ -128,6 +129,12 @@ LEGALIZED = {
 FINISH = {"l2_norm": sqrt, "log_sum": log}
 
 REDUCTIONS = {name: LEGALIZED.get(name, (None, None))[0] for name in NUMPY}
+# The reductions onnxruntime computes in 64 bits on int32 data, its result saturated to int32
+# (and the mean, exact): on the device, each int32 step is checked (the run fails where one
+# does not fit, rather than answer a wrapped value).
+WIDE_INT32 = {"sum", "prod", "sum_square", "l1_norm"}
+CHECKED_INT32 = WIDE_INT32 | {"mean"}
+INT32_OVERFLOW_MESSAGE = "the int32 result does not fit in 32 bits"
 FLOAT_ONLY = {"mean", "log_sum", "log_sum_exp"}
 
 
@@ -229,6 +236,8 @@ def _legalize(name: str):
         source_shape = tensor_shape(data)
         axes = _reduced_axes(name, call.attrs, len(source_shape))
         keepdims = bool(call.attrs.get("keepdims", False))
+        checked = info.dtype == "int32" and name in CHECKED_INT32
+        site = context.error_site(call, INT32_OVERFLOW_MESSAGE) if checked else None
 
         def body(out_axes, buffers):
             (source,) = buffers
@@ -236,6 +245,8 @@ def _legalize(name: str):
             expr = _as_number(element(Load(source, index)))
             for dim in reversed(axes):
                 expr = Reduce(combiner, reduce_vars[dim], source_shape[dim], expr)
+            if checked:
+                expr = checking_every_operation(expr, site, "int32")
             if info.dtype == "bool":
                 expr = _to_bool(expr, combiner)
             if name == "mean":
@@ -263,8 +274,13 @@ def _reference(name: str):
         else:
             axes = attrs.get("axes")
         axis = None if axes is None else tuple(normalize_axes(name, axes, x.ndim))
+        wide = x.dtype == np.int32 and name in WIDE_INT32
         with np.errstate(all="ignore"):
-            result = function(x, axis, bool(attrs.get("keepdims", False)))
+            # Python integers for a product (int64 would wrap), int64 for the sums
+            widened = x.astype(object if name == "prod" else np.int64) if wide else x
+            result = function(widened, axis, bool(attrs.get("keepdims", False)))
+        if wide:
+            result = np.clip(result, np.iinfo(np.int32).min, np.iinfo(np.int32).max)
         return np.asarray(result).astype(x.dtype)
 
     return reference
@@ -489,6 +505,7 @@ for _name in NUMPY:
         legalize=_with_run_time_axes(_name, _legalization) if _legalization else None,
         reference=_reference(_name),
         reads_back=True,  # with run-time axes
+        checks_data=integer_arithmetic,
     )
 
 
@@ -712,7 +729,7 @@ def _legalize_scan_any(name: str):
 
 for _name in SCANS:
     register_op(_name, deduce=_deduce_scan(_name), legalize=needs_known_shapes(_legalize_scan_any(_name)),
-                reference=_scan_reference(_name))
+                reference=_scan_reference(_name), checks_data=integer_arithmetic)
 
 
 # topk -----------------------------------------------------------------------------------------

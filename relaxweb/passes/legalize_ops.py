@@ -17,8 +17,11 @@ from ..ir.functor import ExprMutator, post_order_visit
 from ..ir.module import IRModule, ProgramTable
 from ..ir.struct_info import OptionalStructInfo, SequenceStructInfo, TensorStructInfo
 from ..ir.tir import TensorProgram
+from ..ir.analyzer import Analyzer
+from ..ir.value_ranges import OVERFLOW_MESSAGE, TensorRanges, with_integer_checks
 from ..ops import get_op
 from ..ir.op_registry import call_tir_of, node_of
+from .context import PassContext
 
 
 class _Legalizer(ExprMutator):
@@ -32,15 +35,28 @@ class _Legalizer(ExprMutator):
         self.names = FunctionBuilder.avoiding_names_of(function)
         self.source = ""  # where the call being legalized comes from (its ``source``), for its checks
         self.attrs = dict(module.attrs)  # with the error sites added (relaxweb/ir/error_sites.py)
+        self.legalizing: Call | None = None  # the call whose legalization runs
+        self.overflow_sites: dict[int, int] = {}  # id of a call -> its int64 overflow site
+        self.ranges = TensorRanges(Analyzer.from_bounds(PassContext.current().bounds))  # of the tensors so far
 
     def add_program(self, program) -> str:
         """Add a tensor program or library kernel, reusing an identical one's name."""
         return self.table.add(program)
 
     def call_tir(self, program: TensorProgram, args: tuple[Expr, ...]) -> CallTIR:
-        name = self.add_program(program)
+        """Call ``program``, its int64 arithmetic that may leave int32 checked at run time
+        (``relaxweb/ir/value_ranges.with_integer_checks``: given the ranges of the sizes and
+        of the tensors computed so far), naming the node being legalized."""
         output = TensorStructInfo(program.output.shape, program.output.dtype)
+        sizes, buffers = self.ranges.at_call(call_tir_of(program, args, output), program)
+        program = with_integer_checks(program, self.overflow_site, sizes, buffers)
+        name = self.add_program(program)
         return call_tir_of(self.programs[name], args, output)
+
+    def emit_binding(self, binding) -> None:
+        super().emit_binding(binding)
+        if isinstance(binding, (VarBinding, MatchCast)):
+            self.ranges.note(binding, self.programs)
 
     def call_library(self, kernel, args: tuple[Expr, ...]) -> CallLibrary:
         name = self.add_program(kernel)
@@ -54,6 +70,14 @@ class _Legalizer(ExprMutator):
         node, op = node_of(call)
         self.attrs, site = with_error_site(self.attrs, ErrorSite(node, op, message))
         return site
+
+    def overflow_site(self) -> int:
+        """The error site of an int64 result that does not fit int32, for the call being
+        legalized (one per call)."""
+        call = self.legalizing
+        if id(call) not in self.overflow_sites:
+            self.overflow_sites[id(call)] = self.error_site(call, OVERFLOW_MESSAGE)
+        return self.overflow_sites[id(call)]
 
     def fresh_name(self, hint: str) -> str:
         """A name no variable of the function uses (for new symbolic variables)."""
@@ -75,6 +99,7 @@ class _Legalizer(ExprMutator):
 
     def visit_call(self, call: Call) -> Expr:
         self.source = call.attrs.get("source", "")
+        self.legalizing = call
         return get_op(call.op).legalize(self, call)
 
 

@@ -30,6 +30,7 @@ from .legalize_ops import legalize_ops
 from .place_kv_caches import place_kv_caches
 from .lower_shapes_to_host import lower_shapes_to_host
 from .plan_memory import plan_memory
+from .prove_integer_checks import prove_integer_checks
 from .schedule_programs import schedule_programs
 from .share_programs import share_programs
 from .split_wide_concats import split_wide_concats
@@ -54,9 +55,16 @@ PLACE_CACHES: list[Pass] = [place_kv_caches]
 LOWER_OPS: list[Pass] = [split_wide_concats, legalize_ops]
 
 # Read values where they are computed, write scalar constants into the kernels, merge
-# producer/consumer kernels, then let kernels that differ only in integer constants share one
-# program (one shader to compile at load).
-OPTIMIZE: list[Pass] = [canonicalize_bindings, fold_scalar_constants, fuse_ops, share_programs]
+# producer/consumer kernels.
+OPTIMIZE: list[Pass] = [canonicalize_bindings, fold_scalar_constants, fuse_ops]
+
+# Drop the run-time integer checks value ranges prove never fail (at every opt level: fused
+# bodies show index arithmetic as such; the sites are still literals).
+PROVE_CHECKS: list[Pass] = [prove_integer_checks]
+
+# Let kernels that differ only in integer constants share one program (one shader to
+# compile at load).
+SHARE: list[Pass] = [share_programs]
 
 # Tensors -> storages (a loop's carried values get copy kernels), each kernel's schedule on
 # every target once all kernels exist (at every opt level: at 0, WebGPU's element layout),
@@ -72,7 +80,7 @@ def pipeline(opt_level: int | None = None) -> list[Pass]:
         raise ValueError(f"opt level {opt_level} does not exist; expected one of {', '.join(map(str, OPT_LEVELS))}")
     optimizing = opt_level >= 1
     return [*(SIMPLIFY if optimizing else []), *COMPRESS, *(FUSE_OPS + PLACE_CACHES if optimizing else []), *LOWER_OPS,
-            *(OPTIMIZE if optimizing else []), *LOWER_TO_HOST]
+            *(OPTIMIZE if optimizing else []), *PROVE_CHECKS, *(SHARE if optimizing else []), *LOWER_TO_HOST]
 
 
 PIPELINE: list[Pass] = pipeline(DEFAULT_OPT_LEVEL)

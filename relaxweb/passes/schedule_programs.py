@@ -18,7 +18,8 @@ kernels are hand-scheduled and left alone.
 - other programs with reductions get ``workgroup_reduction`` when a reduction is long
   (a constant extent of at least 128: layer norm statistics over the hidden size) and every
   top-level reduction is computed unconditionally (workgroup barriers need uniform control
-  flow).  Reductions over a symbolic extent (softmax over the sequence) keep one invocation
+  flow) and none is an integer sum whose every step is checked (``ir/integer_checks.py``:
+  it runs in order, one invocation per output).  Reductions over a symbolic extent (softmax over the sequence) keep one invocation
   per output: there are as many outputs as the reduction is long, and a workgroup per
   output wastes most of its invocations at short lengths;
 - float elementwise and broadcast programs whose last dimension is a multiple of 4 get
@@ -116,7 +117,7 @@ from ..ir.schedule_fit import branch_free, register_shader_bytes, wasm_vectoriza
 from ..ir.shared_sizes import at_call_site, shared_sizes
 from ..ir.symbolic import as_int
 from ..ir.target_schedules import TargetSchedules
-from ..ir.tir import Reduce, Select, TensorProgram, scalar_children
+from ..ir.tir import Reduce, Select, TensorProgram, scalar_children, scalar_nodes
 from ..ir.wasm_schedule import (
     BlockMatmulSchedule, MatrixVectorSchedule, PackedMatmulSchedule, WasmElementSchedule, WasmSchedule,
     WasmVectorizedSchedule, WindowSchedule,
@@ -247,9 +248,15 @@ def _tiled_matmul(program: TensorProgram) -> TiledMatmulSchedule:
 
 def _cooperative_reductions_allowed(program: TensorProgram) -> bool:
     reductions = top_level_reductions(program.body)
-    if _reduction_under_select(program.body):
+    if _reduction_under_select(program.body) or _checked_reduction(program.body):
         return False
     return any(as_int(r.extent) is not None and as_int(r.extent) >= LONG_REDUCTION for r in reductions)
+
+
+def _checked_reduction(expr) -> bool:
+    """Whether a reduction's every step is checked (an int64 sum: ``ir/integer_checks.py``):
+    it runs serially, in the order the check sees its partial results."""
+    return any(node.scalar_kind == "checked_integer" and node.value.scalar_kind == "reduce" for node in scalar_nodes(expr))
 
 
 def _reduction_under_select(expr) -> bool:

@@ -15,12 +15,13 @@ from typing import Callable, Mapping
 
 from ..ir.dtype import DtypeKind, dtype_info
 from ..ir.error_sites import STATUS_WORDS
+from ..ir.integer_checks import CheckedDivisor, CheckedInteger, checked_operation
 from ..ir.scalar_renderer import ScalarRenderer
 from ..ir.schedule_fit import is_cheap_branch  # also what a CPU adapter's register matmul needs of its factors
 from ..ir.symbolic import FloorDiv, FloorMod, IntImm, PrimExpr, SizeVar, simplify
 from ..ir.tir import (
     Binary, BinaryOp, Buffer, Cast, CheckedIndex, Compare, CompareOp, Gather, Load, Reduce, ReduceCombiner,
-    ScalarExpr, Select, TensorProgram, UnaryOp, scalar_dtype,
+    ScalarExpr, Select, TensorProgram, UnaryOp, scalar_children, scalar_dtype, scalar_nodes,
 )
 from .lower_index import TargetIndex, render_wgsl
 
@@ -128,6 +129,8 @@ yield
 array atomic bool f16 f32 i32 u32 mat2x2 mat2x3 mat2x4 mat3x2 mat3x3 mat3x4 mat4x2 mat4x3
 mat4x4 ptr sampler sampler_comparison vec2 vec3 vec4 element_count
 run_status report_error checked_index
+checked_add checked_subtract checked_multiply checked_divide checked_negative checked_cast_f32
+checked_cast_u32 checked_divisor_i32 checked_divisor_u32
 """.split())
 
 
@@ -200,6 +203,58 @@ def status_declarations(binding: int) -> list[str]:
         "  return clamp(wrapped, 0, max(extent - 1, 0));",
         "}",
     ]
+
+
+# The WGSL functions of the integer checks (``relaxweb/ir/integer_checks.py``), by name: each
+# computes the operation in 32 bits and reports ``site`` where the exact result does not fit
+# int32 (an add or subtract that changes the sign bit against both operands', a product that
+# does not divide back, INT32_MIN / -1 or negated, a float outside [-2^31, 2^31) or NaN, a
+# uint32 above 2^31 - 1), or a zero divisor (which then divides as 1).
+INTEGER_CHECK_FUNCTIONS: dict[str, list[str]] = {
+    "checked_add": ["fn checked_add(a: i32, b: i32, site: i32) -> i32 {", "  let r = a + b;",
+                    "  if (((a ^ r) & (b ^ r)) < 0) { report_error(site, 0, 0); }", "  return r;", "}"],
+    "checked_subtract": ["fn checked_subtract(a: i32, b: i32, site: i32) -> i32 {", "  let r = a - b;",
+                         "  if (((a ^ b) & (a ^ r)) < 0) { report_error(site, 0, 0); }", "  return r;", "}"],
+    "checked_multiply": ["fn checked_multiply(a: i32, b: i32, site: i32) -> i32 {", "  let r = a * b;",
+                         "  if (a != 0 && (r / a != b || (a == -1 && b == i32(-2147483648)))) { report_error(site, 0, 0); }",
+                         "  return r;", "}"],
+    "checked_divide": ["fn checked_divide(a: i32, b: i32, site: i32) -> i32 {",
+                       "  if (a == i32(-2147483648) && b == -1) { report_error(site, 0, 0); }", "  return a / b;", "}"],
+    "checked_negative": ["fn checked_negative(a: i32, site: i32) -> i32 {",
+                         "  if (a == i32(-2147483648)) { report_error(site, 0, 0); }", "  return -a;", "}"],
+    "checked_cast_f32": ["fn checked_cast_f32(x: f32, site: i32) -> i32 {",
+                         "  if (!(x >= -2147483648.0 && x < 2147483648.0)) { report_error(site, 0, 0); }",
+                         "  return i32(x);", "}"],
+    "checked_cast_u32": ["fn checked_cast_u32(x: u32, site: i32) -> i32 {",
+                         "  if (x > 2147483647u) { report_error(site, 0, 0); }", "  return bitcast<i32>(x);", "}"],
+    "checked_divisor_i32": ["fn checked_divisor_i32(d: i32, site: i32) -> i32 {",
+                            "  if (d == 0) { report_error(site, 0, 0); return 1; }", "  return d;", "}"],
+    "checked_divisor_u32": ["fn checked_divisor_u32(d: u32, site: i32) -> u32 {",
+                            "  if (d == 0u) { report_error(site, 0, 0); return 1u; }", "  return d;", "}"],
+}
+
+
+def integer_check_declarations(program: TensorProgram) -> list[str]:
+    """The functions of :data:`INTEGER_CHECK_FUNCTIONS` ``program``'s integer checks call."""
+    used = {name for node in scalar_nodes(program.body) for name in _check_functions(node)}
+    return [line for name in INTEGER_CHECK_FUNCTIONS if name in used for line in ["", *INTEGER_CHECK_FUNCTIONS[name]]]
+
+
+def _check_functions(node: ScalarExpr) -> tuple[str, ...]:
+    """The check functions a node's rendering calls."""
+    if node.scalar_kind == "checked_divisor":
+        return (f"checked_divisor_{'u32' if _is_unsigned(node.dtype) else 'i32'}",)
+    if node.scalar_kind != "checked_integer":
+        return ()
+    name = checked_operation(node.value)
+    if name == "cast":
+        source = dtype_info(node.value.a.dtype)
+        return ("checked_cast_f32",) if source.is_float else ("checked_cast_u32",) if _is_unsigned(source.name) else ()
+    return ({"sum": "checked_add", "prod": "checked_multiply"}.get(name, f"checked_{name}"),)
+
+
+def _is_unsigned(dtype: str) -> bool:
+    return dtype_info(dtype).device.kind is DtypeKind.UINT
 
 
 def storage_type(dtype: str) -> str:
@@ -319,6 +374,24 @@ class Emitter(ScalarRenderer):
         extent, site = _unwrapped(self.index(expr.extent)), _unwrapped(self.index(expr.site))
         return f"checked_index({_unwrapped(index)}, {extent}, {site})"
 
+    def visit_checked_integer(self, expr: CheckedInteger, indent: str) -> str:
+        """A call of the check function of its operation (:data:`INTEGER_CHECK_FUNCTIONS`);
+        a sum or product checks every step of its loop."""
+        operation, site = expr.value, _unwrapped(self.index(expr.site))
+        name = checked_operation(operation)
+        if name in ("sum", "prod"):
+            return self.reduce(operation, indent, site)
+        if name == "cast":
+            (function,) = _check_functions(expr) or (None,)
+            value = self.scalar(operation.a, indent)
+            return self.cast(operation, indent) if function is None else f"{function}({_unwrapped(value)}, {site})"
+        operands = [_unwrapped(self.scalar(operand, indent)) for operand in scalar_children(operation)]
+        return f"checked_{name}({', '.join(operands)}, {site})"
+
+    def visit_checked_divisor(self, expr: CheckedDivisor, indent: str) -> str:
+        (function,) = _check_functions(expr)
+        return f"{function}({_unwrapped(self.scalar(expr.divisor, indent))}, {_unwrapped(self.index(expr.site))})"
+
     def visit_compare(self, expr: Compare, indent: str) -> str:
         a, b = self.scalar(expr.a, indent), self.scalar(expr.b, indent)
         return f"({a} {rendering(COMPARE_RENDERINGS, expr.op)} {b})"
@@ -384,7 +457,9 @@ class Emitter(ScalarRenderer):
             return f"{part_load_name(buffer_name)}({_unwrapped(index)})"
         return f"{wgsl_name(buffer_name)}[{index}]"
 
-    def reduce(self, expr: Reduce, indent: str) -> str:
+    def reduce(self, expr: Reduce, indent: str, site: str | None = None) -> str:
+        """A serial loop over the reduction axis; with an integer check's ``site``, each step
+        through the check function of its sum or product."""
         name = f"acc{self.accumulators}"
         self.accumulators += 1
         dtype = scalar_dtype(expr.body)
@@ -400,7 +475,11 @@ class Emitter(ScalarRenderer):
         if is_float_extremum(expr.combiner, dtype):
             body = self.named(body, indent + "  ")
         self.close_scope()
-        self.statements.append(f"{indent}  {name} = {combine(expr.combiner, dtype, name, body, f'{axis} == 0')};")
+        if site is None:
+            update = combine(expr.combiner, dtype, name, body, f"{axis} == 0")
+        else:
+            update = f"checked_{'add' if expr.combiner is ReduceCombiner.SUM else 'multiply'}({name}, {body}, {site})"
+        self.statements.append(f"{indent}  {name} = {update};")
         self.statements.append(f"{indent}}}")
         return name
 

@@ -24,7 +24,7 @@ from ..ir.schedule import ElementSchedule, WebGpuSchedule
 from ..ir.syntax import comment_text
 from ..ir.target_schedules import schedules_of
 from ..ir.tir import TensorProgram, format_scalar, index_var_names
-from .emit import part_load, part_name, status_declarations, storage_type, wgsl_name
+from .emit import integer_check_declarations, part_load, part_name, status_declarations, storage_type, wgsl_name
 from .lower_index import helper_declarations
 from .schedules import render_schedule
 
@@ -104,7 +104,7 @@ def emit_wgsl(program: TensorProgram, parts: Mapping[str, int] | None = None,
     lines.append(f"@group(0) @binding({binding}) var<storage, read_write> {wgsl_name(output.name)}: array<{element}>;")
     status = ("storage",) if reports_errors(program) else ()
     if status:
-        lines += status_declarations(binding + 1)
+        lines += status_declarations(binding + 1) + integer_check_declarations(program)
     lines += load_functions
     lines += helper_declarations(rendering.index_helpers)
     lines += rendering.lines

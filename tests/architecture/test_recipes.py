@@ -161,7 +161,8 @@ def test_the_schedule_recipe_names_every_table() -> None:
 
 # A pass ------------------------------------------------------------------------------------------------
 
-PASS_LISTS = ("SIMPLIFY", "COMPRESS", "FUSE_OPS", "PLACE_CACHES", "LOWER_OPS", "OPTIMIZE", "LOWER_TO_HOST")
+PASS_LISTS = ("SIMPLIFY", "COMPRESS", "FUSE_OPS", "PLACE_CACHES", "LOWER_OPS", "OPTIMIZE", "PROVE_CHECKS", "SHARE",
+              "LOWER_TO_HOST")
 pipeline_module = importlib.import_module("relaxweb.passes.pipeline")
 
 

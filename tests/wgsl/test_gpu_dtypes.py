@@ -20,7 +20,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from relaxweb.compiler import build_bundle
-from relaxweb.errors import InputShapeError, UnsupportedModelError
+from relaxweb.errors import InputShapeError, RelaxwebError, UnsupportedModelError
 from tests.helpers import FLOAT16, assert_close, load_bundle, make_model, rand
 
 
@@ -381,3 +381,42 @@ def test_float64_float16_and_narrow_ints_in_the_browser(tmp_path: Path) -> None:
     inputs["a8"] = np.array([255, 250, 0, 128, 1, 200], np.uint8)
     inputs["i32"] = np.array([127, 128, -129, 255, -65536, 65535], np.int32)
     check_boundary(model, bundle, inputs, run=run)
+
+
+#: Runs in the runner page: ``5 * i`` (tests/e2e/test_integer_arithmetic.py) on each backend,
+#: with ``i = 2^30`` (the product does not fit the int32 the device holds), then small values.
+TIMES_FIVE_IN_PAGE = """
+async () => {
+  const results = {};
+  for (const backend of ["webgpu", "wasm"]) {
+    const model = await window.relaxweb.load("/bundle/", { backend });
+    const outcome = [model.backend];
+    for (const values of [[3, 2 ** 30], [3, -4]]) {
+      try {
+        const { y } = await model.run({ x: { data: BigInt64Array.from(values.map(BigInt)), shape: [2] } });
+        outcome.push(Array.from(y.data, Number));
+      } catch (error) {
+        outcome.push(`${error.name}: ${error.message}`, error instanceof window.relaxweb.RunCheckError);
+      }
+    }
+    model.dispose();
+    results[backend] = outcome;
+  }
+  return results;
+}
+"""
+
+
+@_browser_test
+def test_an_int64_result_outside_int32_fails_the_run_in_the_browser(tmp_path: Path) -> None:
+    """The kernel finds that ``5 * 2^30`` does not fit and the run is rejected naming the node
+    (issue 29), on both of the browser's backends, in one page; small values still answer."""
+    from relaxweb.browser import open_runner_page
+    from tests.e2e.test_integer_arithmetic import ISSUE_CASES
+
+    case = ISSUE_CASES["5_times_i"]
+    build_bundle(case.model(), tmp_path / "bundle")
+    with open_runner_page(tmp_path / "bundle", webgpu=True) as page:
+        results = page.evaluate(TIMES_FIVE_IN_PAGE)
+    for backend in ("webgpu", "wasm"):
+        assert results[backend] == [backend, f"RunCheckError: {case.error}", True, [15, -20]], results
