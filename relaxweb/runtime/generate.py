@@ -185,8 +185,8 @@ class GpuSampler:
         self.params = session.buffers.create(label="sampler params", size=_PARAMS_BYTES,
                                              usage=usage.UNIFORM | usage.COPY_DST)
         self.result = session.buffers.create(label="sampled token", size=16, usage=usage.STORAGE | usage.COPY_SRC)
-        # the token, then (at 16) the run status a kept run left unread: its error comes first
-        self.staging = session.buffers.create(label="sampled token read", size=16 + STATUS_BYTES,
+        # the token, then (at 4) the run status a kept run left unread: its error comes first
+        self.staging = session.buffers.create(label="sampled token read", size=4 + STATUS_BYTES,
                                               usage=usage.MAP_READ | usage.COPY_DST)
         seen = seen_bits(vocab, sampling, prompt)
         self.seen = session.buffers.create(label="seen tokens", size=max(16, -(-seen.nbytes // 16) * 16),
@@ -216,15 +216,16 @@ class GpuSampler:
         compute_pass.dispatch_workgroups(1)
         compute_pass.end()
         encoder.copy_buffer_to_buffer(self.result, 0, self.staging, 0, 4)
-        carries_status = self.session.copy_unread_status(encoder, self.staging, 16)
+        carries_status = self.session.copy_unread_status(encoder, self.staging, 4)
         device.queue.submit([encoder.finish()])
-        self.staging.map_sync(wgpu.MapMode.READ)
+        size = 4 + STATUS_BYTES if carries_status else 4
+        self.staging.map_sync(wgpu.MapMode.READ, 0, size)
         try:
-            data = bytes(self.staging.read_mapped(0, self.staging.size))
+            data = bytes(self.staging.read_mapped(0, size))
         finally:
             self.staging.unmap()
         if carries_status:  # the run that made the logits (and any before it) kept everything
-            check_run_status(self.session.manifest, data[16:])
+            check_run_status(self.session.manifest, data[4:])
         (token,) = struct.unpack("<I", data[:4])
         self.session.stats.add("bytes_read", 4)
         return token

@@ -4,9 +4,9 @@ A stage is one command encoder: the copies that carry grown storages' contents o
 the first, the GPU-to-GPU copies of GpuTensor inputs), then the stage's dispatches in one
 compute pass; a read ends it with a submit and a 4-byte map, a resume with a submit, the last
 stage with the output copies and the run's last submit.  The run status rides with the reads:
-a run that reads nothing back (every output kept) leaves it unread for the next read.  GPU tensors (``keep_on_gpu``, KV cache
-views: ``runtime/gpu_tensor.py``) are this backend's too.  ``runtime_js/webgpu_backend.js`` is
-the twin.
+a run that reads nothing back (every output kept) leaves it unread for the next read.  GPU
+tensors (``keep_on_gpu``, KV cache views: ``runtime/gpu_tensor.py``) are this backend's too.
+``runtime_js/webgpu_backend.js`` is the twin.
 """
 
 from __future__ import annotations

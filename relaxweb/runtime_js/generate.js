@@ -174,8 +174,8 @@ class GpuSampler {
     this.sampling = sampling;
     this.params = model.createBuffer({ label: "sampler params", size: PARAMS_BYTES, usage: USAGE.UNIFORM | USAGE.COPY_DST });
     this.result = model.createBuffer({ label: "sampled token", size: 16, usage: USAGE.STORAGE | USAGE.COPY_SRC });
-    // the token, then (at 16) the run status a kept run left unread: its error comes first
-    this.staging = model.createBuffer({ label: "sampled token read", size: 16 + STATUS_BYTES, usage: USAGE.MAP_READ | USAGE.COPY_DST });
+    // the token, then (at 4) the run status a kept run left unread: its error comes first
+    this.staging = model.createBuffer({ label: "sampled token read", size: 4 + STATUS_BYTES, usage: USAGE.MAP_READ | USAGE.COPY_DST });
     const seen = seenBits(vocab, sampling, prompt);
     this.seen = model.createBuffer({ label: "seen tokens", size: Math.max(16, Math.ceil(seen.byteLength / 16) * 16), usage: USAGE.STORAGE | USAGE.COPY_DST });
     if (sampling.repetitionPenalty !== 1) model.writeBuffer(this.seen, seen, "paramsBytesWritten"); // the prompt's ids count as seen, as in transformers
@@ -220,14 +220,15 @@ class GpuSampler {
       pass.dispatchWorkgroups(1);
       pass.end();
       encoder.copyBufferToBuffer(this.result, 0, this.staging, 0, 4);
-      carriesStatus = this.model.copyUnreadStatus(encoder, this.staging, 16);
+      carriesStatus = this.model.copyUnreadStatus(encoder, this.staging, 4);
       device.queue.submit([encoder.finish()]);
     });
-    await this.model.orDeviceLoss(this.staging.mapAsync(/* GPUMapMode.READ */ 1));
-    const mapped = this.staging.getMappedRange().slice(0);
+    const size = carriesStatus ? 4 + STATUS_BYTES : 4;
+    await this.model.orDeviceLoss(this.staging.mapAsync(/* GPUMapMode.READ */ 1, 0, size));
+    const mapped = this.staging.getMappedRange(0, size).slice(0);
     this.staging.unmap();
     // the run that made the logits (and any before it) kept everything: its error comes first
-    if (carriesStatus) checkRunStatus(this.model.manifest, mapped.slice(16, 16 + STATUS_BYTES));
+    if (carriesStatus) checkRunStatus(this.model.manifest, mapped.slice(4, 4 + STATUS_BYTES));
     const token = new Uint32Array(mapped, 0, 1)[0];
     this.model.stats.add("bytesRead", 4);
     return token;
