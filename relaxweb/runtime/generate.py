@@ -10,8 +10,8 @@ run per token with the new token, each run's ``present`` (and ``logits``) kept
 the same on both backends; what differs is behind ``run`` (WebGPU: GpuTensors, the caches'
 views on the GPU; wasm: ``WasmTensor``\\ s, the caches' views in the wasm memory) and the sampler
 (:data:`SAMPLERS`): on WebGPU ``runtime_js/sampler.wgsl`` (the browser runtime runs the same
-file) picks the token from the last position's logits and only that one integer is read back;
-on wasm ``sampler.py`` does the same on the CPU.  Every kept tensor made is disposed before
+file) picks the token from the last position's logits and only that one integer is read back
+(with the run status the step's run left unread: a step waits for the GPU once); on wasm ``sampler.py`` does the same on the CPU.  Every kept tensor made is disposed before
 ``generate`` returns, however it ends.
 
 Random numbers come from mulberry32 seeded with ``seed``, one uniform per token with 24 bits
@@ -39,6 +39,7 @@ import wgpu
 from relaxweb.errors import RelaxwebError
 from relaxweb.runtime.gpu_tensor import GpuTensor
 from relaxweb.runtime.manifest import read_bundle_file
+from relaxweb.runtime.run_status import STATUS_BYTES, check_run_status
 from relaxweb.runtime.sampler import MAX_TOP_K, CpuSampler, Sampling, seen_bits
 from relaxweb.tokenizer import TextStream, Tokenizer, make_tokenizer
 
@@ -184,7 +185,8 @@ class GpuSampler:
         self.params = session.buffers.create(label="sampler params", size=_PARAMS_BYTES,
                                              usage=usage.UNIFORM | usage.COPY_DST)
         self.result = session.buffers.create(label="sampled token", size=16, usage=usage.STORAGE | usage.COPY_SRC)
-        self.staging = session.buffers.create(label="sampled token read", size=16,
+        # the token, then (at 4) the run status a kept run left unread: its error comes first
+        self.staging = session.buffers.create(label="sampled token read", size=4 + STATUS_BYTES,
                                               usage=usage.MAP_READ | usage.COPY_DST)
         seen = seen_bits(vocab, sampling, prompt)
         self.seen = session.buffers.create(label="seen tokens", size=max(16, -(-seen.nbytes // 16) * 16),
@@ -214,13 +216,18 @@ class GpuSampler:
         compute_pass.dispatch_workgroups(1)
         compute_pass.end()
         encoder.copy_buffer_to_buffer(self.result, 0, self.staging, 0, 4)
+        carries_status = self.session.copy_unread_status(encoder, self.staging, 4)
         device.queue.submit([encoder.finish()])
-        self.staging.map_sync(wgpu.MapMode.READ)
+        size = 4 + STATUS_BYTES if carries_status else 4
+        self.staging.map_sync(wgpu.MapMode.READ, 0, size)
         try:
-            (token,) = struct.unpack("<I", self.staging.read_mapped(0, 4))
-            self.session.stats.add("bytes_read", 4)
+            data = bytes(self.staging.read_mapped(0, size))
         finally:
             self.staging.unmap()
+        if carries_status:  # the run that made the logits (and any before it) kept everything
+            check_run_status(self.session.manifest, data[4:])
+        (token,) = struct.unpack("<I", data[:4])
+        self.session.stats.add("bytes_read", 4)
         return token
 
     def close(self) -> None:

@@ -231,6 +231,12 @@ class Session:
         """A GpuTensor's values as an array (what ``tensor.numpy()`` calls)."""
         return self._backend.read_gpu_tensor(tensor)
 
+    def copy_unread_status(self, encoder: wgpu.GPUCommandEncoder, target: wgpu.GPUBuffer, offset: int) -> bool:
+        """Copy the run status a run that read nothing back left unread to ``offset`` of
+        ``target``, a buffer the caller maps: it checks those bytes (``run_status.check_run_status``)
+        before using what it read; returns whether there was one (``generate``'s token read)."""
+        return self._backend.copy_status_into(encoder, target, offset)
+
     def release_gpu_buffer(self, buffer: wgpu.GPUBuffer) -> None:
         """Take back the buffer of a disposed GpuTensor, for later kept outputs."""
         self._backend.release_gpu_buffer(buffer)

@@ -3,9 +3,10 @@
 A stage is one command encoder: the copies that carry grown storages' contents over (and, on
 the first, the GPU-to-GPU copies of GpuTensor inputs), then the stage's dispatches in one
 compute pass; a read ends it with a submit and a 4-byte map, a resume with a submit, the last
-stage with the output copies and the run's last submit.  GPU tensors (``keep_on_gpu``, KV cache
-views: ``runtime/gpu_tensor.py``) are this backend's too.  ``runtime_js/webgpu_backend.js`` is
-the twin.
+stage with the output copies and the run's last submit.  The run status rides with the reads:
+a run that reads nothing back (every output kept) leaves it unread for the next read.  GPU
+tensors (``keep_on_gpu``, KV cache views: ``runtime/gpu_tensor.py``) are this backend's too.
+``runtime_js/webgpu_backend.js`` is the twin.
 """
 
 from __future__ import annotations
@@ -65,6 +66,8 @@ class WebGpuBackend:
         self._carried_over: CarriedOver = []  # storages grown since the last submit: copied by the next stage
         self._retired: list[wgpu.GPUBuffer] = []  # old buffers copied by stages submitted without a wait
         self._input_copies: list[InputCopy] = []  # GpuTensor inputs, copied by the first stage
+        # a run that read nothing back left the run status uncopied: the next read carries it
+        self._status_unread = False
 
     # Before the run ------------------------------------------------------------------------
 
@@ -148,15 +151,17 @@ class WebGpuBackend:
             )
         staging = self.buffers.read_staging()
         self._encoder.copy_buffer_to_buffer(storage, read.byte_offset, staging, 0, 4)
-        self.copy_status(self._encoder)
+        carries_status = self.copy_status_into(self._encoder, staging, 4, unread_only=False)
         self.device.queue.submit([self._encoder.finish()])
-        self.check_status()  # an error before the read may have made its value meaningless
         staging.map_sync(wgpu.MapMode.READ)
         try:
-            (value,) = struct.unpack("<i", staging.read_mapped(0, 4))
-            self.stats.add("bytes_read", 4)
+            data = bytes(staging.read_mapped(0, staging.size))
         finally:
             staging.unmap()
+        if carries_status:  # an error before the read may have made its value meaningless
+            check_run_status(self.manifest, data[4:])
+        (value,) = struct.unpack("<i", data[:4])
+        self.stats.add("bytes_read", 4)
         self._destroy(self._carried_over)
         self._carried_over = []
         return value
@@ -171,7 +176,8 @@ class WebGpuBackend:
 
     def submit_outputs(self, run: PreparedRun, step: HostStep) -> tuple:
         """After the last stage's dispatches: kept outputs' copies, the output copies into the
-        readback buffers, and the run's last submit."""
+        readback buffers (the run status's too), and the run's last submit.  A run that reads
+        nothing back (every output kept) copies no status: it is left for the next read."""
         byte_sizes = device_byte_sizes(self.manifest, step.output_shapes)
         self.buffers.grow_readbacks(byte_sizes, run.kept)
         kept_tensors = self._keep_outputs(run.kept, step.output_shapes, byte_sizes)
@@ -187,16 +193,21 @@ class WebGpuBackend:
                     self._encoder.copy_buffer_to_buffer(storage, at, readback, dense, size)
             else:
                 self._encoder.copy_buffer_to_buffer(storage, 0, readback, 0, copy_size)
-        self.copy_status(self._encoder)
+        reads_back = len(run.kept) < len(self.manifest["outputs"])
+        if reads_back:
+            self.copy_status(self._encoder)
+        elif self.buffers.status is not None:
+            self._status_unread = True
         self.device.queue.submit([self._encoder.finish()])
         self._encoder = None
-        return run, step, byte_sizes, kept_tensors
+        return run, step, byte_sizes, kept_tensors, reads_back
 
     def read_outputs(self, readback: tuple) -> dict[str, Any]:
         """Map each readback buffer (but those of kept outputs) into an array of the output's
         shape; kept outputs are their GpuTensors; sequences split into their elements."""
-        run, step, byte_sizes, kept_tensors = readback
-        self.check_status()
+        run, step, byte_sizes, kept_tensors, reads_back = readback
+        if reads_back:
+            self.check_status()
         outputs = {}
         for index, output in enumerate(self.manifest["outputs"]):
             if index in run.kept:
@@ -216,17 +227,30 @@ class WebGpuBackend:
             outputs[output["name"]] = output_array(self.manifest, output, data, shape, byte_size)
         return split_sequences(self.manifest, outputs, step.element_shapes)
 
-    # The run status (run_status.py): cleared, copied with the outputs, checked -----------
+    # The run status (run_status.py): cleared, copied with the next read, checked ---------
 
     def clear_status(self) -> None:
-        """Zero the run status before the run's first submit (a write_buffer, ordered before it)."""
-        if self.buffers.status is not None:
+        """Zero the run status before the run's first submit (a write_buffer, ordered before it),
+        unless an earlier run left it unread: then its error, if any, stays for the next read."""
+        if self.buffers.status is not None and not self._status_unread:
             self.device.queue.write_buffer(self.buffers.status, 0, CLEARED)
 
     def copy_status(self, encoder: wgpu.GPUCommandEncoder) -> None:
-        """The run status copied for reading, in the encoder of a submit that is read back."""
-        if self.buffers.status is not None:
-            encoder.copy_buffer_to_buffer(self.buffers.status, 0, self.buffers.status_readback, 0, STATUS_BYTES)
+        """The run status copied into its readback buffer (``check_status`` maps it), in the
+        encoder of a submit that is read back."""
+        self.copy_status_into(encoder, self.buffers.status_readback, 0, unread_only=False)
+
+    def copy_status_into(self, encoder: wgpu.GPUCommandEncoder, target: wgpu.GPUBuffer, offset: int, *,
+                         unread_only: bool = True) -> bool:
+        """Copy the run status to ``offset`` of ``target`` (a buffer the caller maps, to check
+        its bytes there with ``check_run_status`` before using what it read), when the bundle
+        has one and, with ``unread_only``, an earlier run left it unread (a GpuTensor's read, the
+        sampled token's); returns whether it did.  From this copy on the status is read."""
+        if self.buffers.status is None or (unread_only and not self._status_unread):
+            return False
+        encoder.copy_buffer_to_buffer(self.buffers.status, 0, target, offset, STATUS_BYTES)
+        self._status_unread = False
+        return True
 
     def check_status(self) -> None:
         """The run's error, when a kernel reported one (the status copied by the last submit)."""
@@ -380,7 +404,9 @@ class WebGpuBackend:
         if view is not None and view.run != self.run_number:
             raise RelaxwebError(f"GPU tensor '{tensor.name}' is a view of a KV cache that a later run has written: "
                                 "a view is valid until the next run")
-        staging = self.buffers.create(label=f"read {tensor.name}", size=copy_size, usage=READBACK_USAGE)
+        # the run status after the values, when a run left it unread
+        status = STATUS_BYTES if self._status_unread and self.buffers.status is not None else 0
+        staging = self.buffers.create(label=f"read {tensor.name}", size=copy_size + status, usage=READBACK_USAGE)
         try:
             encoder = self.device.create_command_encoder()
             if view is None:
@@ -388,15 +414,19 @@ class WebGpuBackend:
             for dense, at, size in () if view is None else cache_block_copies(
                     view.cache, tensor.shape, tensor.nbytes // int(np.prod(tensor.shape, dtype=np.int64)), None):
                 encoder.copy_buffer_to_buffer(tensor.buffer(), at, staging, dense, size)
+            carries_status = self.copy_status_into(encoder, staging, copy_size) if status else False
             self.device.queue.submit([encoder.finish()])
             staging.map_sync(wgpu.MapMode.READ)
             try:
-                data = bytearray(staging.read_mapped(0, copy_size))
-                self.stats.add("bytes_read", len(data))
+                data = bytearray(staging.read_mapped(0, copy_size + status))
             finally:
                 staging.unmap()
         finally:
             staging.destroy()
+        if carries_status:  # a kept run's error surfaces here, before its values are used
+            check_run_status(self.manifest, data[copy_size:])
+        del data[copy_size:]
+        self.stats.add("bytes_read", len(data))
         array = np.frombuffer(data, dtype=stored, count=tensor.nbytes // stored.itemsize)
         return to_model_dtype(array, tensor.dtype).reshape(tensor.shape)
 

@@ -236,7 +236,9 @@ class SessionBuffers:
                                                     size=gpu_buffer_size(byte_size), usage=READBACK_USAGE)
 
     def read_staging(self) -> wgpu.GPUBuffer:
-        """The 4-byte buffer a value read back mid-run lands in (made on the first read)."""
+        """The buffer a value read back mid-run lands in: 4 bytes, and the run status after
+        them where the bundle has one (made on the first read)."""
         if self._read_staging is None:
-            self._read_staging = self.create(label="read value", size=4, usage=READBACK_USAGE)
+            size = 4 + (STATUS_BYTES if self.status is not None else 0)
+            self._read_staging = self.create(label="read value", size=size, usage=READBACK_USAGE)
         return self._read_staging

@@ -20,6 +20,7 @@
 import { TYPED_ARRAY_OF_DTYPE } from "./host.js";
 import { CpuSampler, seenBits } from "./cpu_sampler.js";
 import { TextStream } from "./tokenizer.js";
+import { STATUS_BYTES, checkRunStatus } from "./run_status.js";
 
 /** The largest topK the sampler keeps in workgroup memory (sampler.wgsl's MAX_TOP_K). */
 export const MAX_TOP_K = 256;
@@ -173,7 +174,8 @@ class GpuSampler {
     this.sampling = sampling;
     this.params = model.createBuffer({ label: "sampler params", size: PARAMS_BYTES, usage: USAGE.UNIFORM | USAGE.COPY_DST });
     this.result = model.createBuffer({ label: "sampled token", size: 16, usage: USAGE.STORAGE | USAGE.COPY_SRC });
-    this.staging = model.createBuffer({ label: "sampled token read", size: 16, usage: USAGE.MAP_READ | USAGE.COPY_DST });
+    // the token, then (at 4) the run status a kept run left unread: its error comes first
+    this.staging = model.createBuffer({ label: "sampled token read", size: 4 + STATUS_BYTES, usage: USAGE.MAP_READ | USAGE.COPY_DST });
     const seen = seenBits(vocab, sampling, prompt);
     this.seen = model.createBuffer({ label: "seen tokens", size: Math.max(16, Math.ceil(seen.byteLength / 16) * 16), usage: USAGE.STORAGE | USAGE.COPY_DST });
     if (sampling.repetitionPenalty !== 1) model.writeBuffer(this.seen, seen, "paramsBytesWritten"); // the prompt's ids count as seen, as in transformers
@@ -198,6 +200,7 @@ class GpuSampler {
     params.setFloat32(24, repetitionPenalty, true);
     params.setUint32(28, repetitionPenalty !== 1 ? 1 : 0, true);
     const { device } = this.model;
+    let carriesStatus = false;
     await this.model.captureGpuErrors("generate", () => {
       this.model.writeBuffer(this.params, new Uint8Array(params.buffer), "paramsBytesWritten");
       const source = logits.buffer();
@@ -217,11 +220,16 @@ class GpuSampler {
       pass.dispatchWorkgroups(1);
       pass.end();
       encoder.copyBufferToBuffer(this.result, 0, this.staging, 0, 4);
+      carriesStatus = this.model.copyUnreadStatus(encoder, this.staging, 4);
       device.queue.submit([encoder.finish()]);
     });
-    await this.model.orDeviceLoss(this.staging.mapAsync(/* GPUMapMode.READ */ 1, 0, 4));
-    const token = new Uint32Array(this.staging.getMappedRange(0, 4).slice(0))[0];
+    const size = carriesStatus ? 4 + STATUS_BYTES : 4;
+    await this.model.orDeviceLoss(this.staging.mapAsync(/* GPUMapMode.READ */ 1, 0, size));
+    const mapped = this.staging.getMappedRange(0, size).slice(0);
     this.staging.unmap();
+    // the run that made the logits (and any before it) kept everything: its error comes first
+    if (carriesStatus) checkRunStatus(this.model.manifest, mapped.slice(4, 4 + STATUS_BYTES));
+    const token = new Uint32Array(mapped, 0, 1)[0];
     this.model.stats.add("bytesRead", 4);
     return token;
   }

@@ -351,6 +351,16 @@ export class Model {
     return this.runBackend.readGpuTensor(tensor);
   }
 
+  /**
+   * Encode the copy of the run status a run that read nothing back left unread to `offset` of
+   * `readback`, a buffer the caller maps and checks there (checkRunStatus) before using what it
+   * read; whether there was one (generate's token read).
+   * @param {GPUCommandEncoder} encoder @param {GPUBuffer} readback @param {number} offset @returns {boolean}
+   */
+  copyUnreadStatus(encoder, readback, offset) {
+    return this.buffers.copyUnreadStatus(encoder, readback, offset);
+  }
+
   /** `device.createBuffer`, counted in `stats`. @param {GPUBufferDescriptor} descriptor @returns {GPUBuffer} */
   createBuffer(descriptor) {
     return this.buffers.createBuffer(descriptor);

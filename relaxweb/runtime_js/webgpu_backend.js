@@ -306,9 +306,12 @@ export class WebGpuBackend {
       if (!keptTensor) offset += Math.ceil(bytes / 4) * 4;
       return output;
     });
+    if (outputs.every((output) => output.kept)) { // nothing read back: no wait for the run status either
+      this.buffers.leaveStatusUnread();
+      return { buffer: null, size: 0, outputs };
+    }
     const statusOffset = this.buffers.statusBuffer ? offset : -1; // the run status after the outputs
     if (statusOffset >= 0) offset += STATUS_BYTES;
-    if (outputs.every((output) => output.kept) && statusOffset < 0) return { buffer: null, size: 0, outputs };
     const size = Math.max(offset, 4);
     const buffer = this.buffers.readback(size);
     this.buffers.copyStatus(encoder, buffer, statusOffset);
@@ -519,7 +522,9 @@ export class WebGpuBackend {
     const info = dtypeInfo(this.manifest, tensor);
     if (tensor.byteLength === 0) return { data: fromDeviceData(tensor, info, new ArrayBuffer(0)), shape: [...tensor.shape] };
     const size = Math.ceil(tensor.byteLength / 4) * 4;
-    const staging = this.buffers.createBuffer({ label: `read ${tensor.name}`, size, usage: READBACK_USAGE });
+    const status = this.buffers.statusUnread ? STATUS_BYTES : 0; // the run status a kept run left unread, after the values
+    const staging = this.buffers.createBuffer({ label: `read ${tensor.name}`, size: size + status, usage: READBACK_USAGE });
+    let carriesStatus = false;
     try {
       await this.gpu.captureGpuErrors("read", () => {
         const encoder = this.device.createCommandEncoder();
@@ -528,10 +533,14 @@ export class WebGpuBackend {
         for (const [dense, at, bytes] of view ? cacheBlockCopies(view.cache, tensor.shape, itemSize, null) : []) {
           encoder.copyBufferToBuffer(source, at, staging, dense, bytes);
         }
+        carriesStatus = status > 0 && this.buffers.copyUnreadStatus(encoder, staging, size);
         this.device.queue.submit([encoder.finish()]);
       });
       await this.gpu.orDeviceLoss(staging.mapAsync(/* GPUMapMode.READ */ 1));
-      const bytes = staging.getMappedRange().slice(0, tensor.byteLength);
+      const mapped = staging.getMappedRange();
+      // a kept run's error surfaces here, before its values are used
+      if (carriesStatus) checkRunStatus(this.manifest, mapped.slice(size, size + STATUS_BYTES));
+      const bytes = mapped.slice(0, tensor.byteLength);
       this.stats.add("bytesRead", size);
       staging.unmap();
       return { data: fromDeviceData(tensor, info, bytes), shape: [...tensor.shape] };

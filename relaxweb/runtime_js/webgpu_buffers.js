@@ -58,19 +58,43 @@ export class ModelBuffers {
     /** @type {GPUBuffer|null} the run status (run_status.js), where the manifest has run_errors */
     this.statusBuffer = manifest.run_errors?.length
       ? this.createBuffer({ label: "run status", size: STATUS_BYTES, usage: STORAGE_USAGE }) : null;
-  }
-
-  /** Zero the run status before a run's first submit (a writeBuffer, ordered before it; not counted). */
-  clearStatus() {
-    if (this.statusBuffer) this.device.queue.writeBuffer(this.statusBuffer, 0, new Uint8Array(STATUS_BYTES));
+    /** A run that read nothing back (every output kept) left the run status uncopied: the next read carries it. */
+    this.statusUnread = false;
   }
 
   /**
-   * Encode the copy of the run status to `offset` of a readback buffer (nothing without one).
+   * Zero the run status before a run's first submit (a writeBuffer, ordered before it; not
+   * counted), unless an earlier run left it unread: its error, if any, stays for the next read.
+   */
+  clearStatus() {
+    if (this.statusBuffer && !this.statusUnread) this.device.queue.writeBuffer(this.statusBuffer, 0, new Uint8Array(STATUS_BYTES));
+  }
+
+  /**
+   * Encode the copy of the run status to `offset` of a readback buffer (nothing without one);
+   * from this copy on the status is read (the reader checks those bytes before its values).
    * @param {GPUCommandEncoder} encoder @param {GPUBuffer} readback @param {number} offset
    */
   copyStatus(encoder, readback, offset) {
-    if (this.statusBuffer) encoder.copyBufferToBuffer(this.statusBuffer, 0, readback, offset, STATUS_BYTES);
+    if (!this.statusBuffer) return;
+    encoder.copyBufferToBuffer(this.statusBuffer, 0, readback, offset, STATUS_BYTES);
+    this.statusUnread = false;
+  }
+
+  /**
+   * Encode the copy of the run status to `offset` of `readback` when a run left it unread (a
+   * GpuTensor's read, the sampled token's); whether it did.
+   * @param {GPUCommandEncoder} encoder @param {GPUBuffer} readback @param {number} offset @returns {boolean}
+   */
+  copyUnreadStatus(encoder, readback, offset) {
+    if (!this.statusUnread) return false;
+    this.copyStatus(encoder, readback, offset);
+    return true;
+  }
+
+  /** A run that reads nothing back copies no run status: the next read carries it. */
+  leaveStatusUnread() {
+    if (this.statusBuffer) this.statusUnread = true;
   }
 
   // Counted GPU calls (stats) -----------------------------------------------------------

@@ -434,7 +434,16 @@ async () => {
         outcome.push(`${error.name}: ${error.message}`, error instanceof window.relaxweb.RunCheckError);
       }
     }
+    // a run that keeps its outputs reads nothing back: on WebGPU its error surfaces at the next read
+    await model.run({ x, i: { data: Int32Array.from([1, 7]), shape: [2] } }, { keepOnGpu: ["y"] })
+      .then(({ y }) => y.read().finally(() => y.dispose()))
+      .then(() => outcome.push("read"), (error) => outcome.push(error.message));
     model.dispose();
+    // generate: the prompt's 250 lies past the 200-row embedding (the logits have 258 entries)
+    const decoder = await window.relaxweb.load("/bundle/decoder/", { backend });
+    await decoder.generate([1, 250, 3], { maxNewTokens: 2, temperature: 0 })
+      .then(() => outcome.push("generated"), (error) => outcome.push(`${error.name}: ${error.message}`));
+    decoder.dispose();
     results[backend] = outcome;
   }
   return results;
@@ -443,10 +452,15 @@ async () => {
 
 
 def test_an_index_past_its_axis_rejects_the_run_on_both_backends(tmp_path: Path) -> None:
+    """Also where the error surfaces later on WebGPU: a kept output's read, generate's token read."""
     from tests.e2e.test_index_checks import gather_model
+    from tests.fixtures.tiny_decoder import BOUNDS, tiny_decoder
     relaxweb.build(gather_model(), tmp_path / "bundle")
+    relaxweb.build(tiny_decoder(embedding_rows=200), tmp_path / "bundle" / "decoder", bounds=BOUNDS)
     with open_runner_page(tmp_path / "bundle", webgpu=True) as page:
         results = page.evaluate(GATHER_IN_PAGE)
-    error = "RunCheckError: node 'Gather_3' (Gather): index 7 is out of range for axis 0 of extent 4"
+    error = "node 'Gather_3' (Gather): index 7 is out of range for axis 0 of extent 4"
+    in_generate = "RunCheckError: node '#0 (unnamed)' (Gather): index 250 is out of range for axis 0 of extent 200"
     for backend in ("webgpu", "wasm"):
-        assert results[backend] == [backend, error, True, [3, 4, 5, 9, 10, 11]], results
+        assert results[backend] == [backend, f"RunCheckError: {error}", True, [3, 4, 5, 9, 10, 11], error,
+                                    in_generate], results
