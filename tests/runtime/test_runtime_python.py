@@ -452,10 +452,11 @@ def test_storage_at_the_bounds_above_the_devices_limit_fails_at_load(
     assert manifest["required_limits"]["maxStorageBufferBindingSize"] == 16000
     with pytest.raises(RelaxwebError) as caught:
         Session(tmp_path, device=small_device)
+    storage = ": storage 0 (input) needs 16000 bytes at the bounds (its size: n * 16 bytes; build with lower --bound values, or run on wasm)"
     assert str(caught.value) == (
         "the bundle needs the WebGPU limit maxStorageBufferBindingSize = 16000, "
-        f"but the given device offers {SMALL_BINDING_SIZE}; the bundle needs the WebGPU limit "
-        f"maxBufferSize = 16000, but the given device offers {SMALL_BUFFER_SIZE}"
+        f"but the given device offers {SMALL_BINDING_SIZE}{storage}; the bundle needs the WebGPU limit "
+        f"maxBufferSize = 16000, but the given device offers {SMALL_BUFFER_SIZE}{storage}"
     )
 
 
