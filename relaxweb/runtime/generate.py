@@ -101,17 +101,39 @@ def decoder_signature(manifest: Mapping[str, Any]) -> DecoderSignature:
 
 
 def sequence_limit(manifest: Mapping[str, Any], signature: DecoderSignature) -> int | None:
-    """The longest sequence (prompt and new tokens) one run can take: the bound of the cache's
-    length (past + 1) or of the attention mask's, whichever is smaller; None when unbounded."""
+    """The longest sequence (prompt and new tokens) one run can take: the bound of each cache's
+    length (past + 1; its axis as ``cache_axis`` finds it) or of the attention mask's, whichever
+    is smallest; None when unbounded."""
     bounds = {var["name"]: var["bound"] for var in manifest["symbolic_vars"] if var["bound"] is not None}
     inputs = {entry["name"]: entry for entry in manifest["inputs"]}
     limits = []
-    past = inputs[signature.cache[0][0]]["shape"]
-    if len(past) == 4 and past[2] in bounds:
-        limits.append(bounds[past[2]] + 1)
+    for past, present in signature.cache:
+        length = inputs[past]["shape"][cache_axis(manifest, past, present)]
+        if length in bounds:
+            limits.append(bounds[length] + 1)
     if signature.attention_mask and inputs["attention_mask"]["shape"][-1] in bounds:
         limits.append(bounds[inputs["attention_mask"]["shape"][-1]])
     return min(limits, default=None)
+
+
+def cache_axis(manifest: Mapping[str, Any], past: str, present: str) -> int:
+    """The axis of input ``past`` that is the past length: the cache's axis where the bundle
+    has one, else the one symbolic dimension (not the batch) the output ``present`` names
+    otherwise, else the past's one symbolic dimension; a RelaxwebError when there is none."""
+    inputs = [entry["name"] for entry in manifest["inputs"]]
+    past_entry = manifest["inputs"][inputs.index(past)]
+    present_entry = next(entry for entry in manifest["outputs"] if entry["name"] == present)
+    batch = manifest["inputs"][inputs.index("input_ids")]["shape"][0]
+    axes = [cache["axis"] for cache in manifest.get("caches", []) if cache["input"] == inputs.index(past)]
+    grows = present_entry["shape"] or [None] * len(past_entry["shape"])
+    symbolic = [axis for axis, dim in enumerate(past_entry["shape"]) if isinstance(dim, str) and dim != batch]
+    if not axes:
+        axes = [axis for axis in symbolic if axis < len(grows) and isinstance(grows[axis], str)
+                and grows[axis] != past_entry["shape"][axis]] or (symbolic if len(symbolic) == 1 else [])
+    if len(axes) != 1:
+        raise RelaxwebError(f"this bundle cannot generate: no dimension of input '{past}' {past_entry['shape']} is "
+                            f"the past length alone (the one output '{present}' {present_entry['shape']} grows along)")
+    return axes[0]
 
 
 def mulberry32(seed: int) -> Callable[[], float]:
@@ -302,19 +324,12 @@ class _Feeds:
         past_entry = manifest["inputs"][inputs.index(past)]
         present_entry = next(entry for entry in manifest["outputs"] if entry["name"] == present)
         batch = manifest["inputs"][inputs.index("input_ids")]["shape"][0]
-        axes = [cache["axis"] for cache in manifest.get("caches", []) if cache["input"] == inputs.index(past)]
         grows = present_entry["shape"] or [None] * len(past_entry["shape"])
-        symbolic = [axis for axis, dim in enumerate(past_entry["shape"]) if isinstance(dim, str) and dim != batch]
-        if not axes:
-            axes = [axis for axis in symbolic if axis < len(grows) and isinstance(grows[axis], str)
-                    and grows[axis] != past_entry["shape"][axis]] or (symbolic if len(symbolic) == 1 else [])
-        if len(axes) != 1:
-            raise RelaxwebError(f"this bundle cannot generate: no dimension of input '{past}' {past_entry['shape']} is "
-                                f"the past length alone (the one output '{present}' {present_entry['shape']} grows along)")
+        length = cache_axis(manifest, past, present)
         shape = []
         for axis, dim in enumerate(past_entry["shape"]):
             out = grows[axis] if axis < len(grows) else None
-            extent = 1 if dim == batch else 0 if axis == axes[0] else dim if isinstance(dim, int) else out
+            extent = 1 if dim == batch else 0 if axis == length else dim if isinstance(dim, int) else out
             if not isinstance(extent, int):
                 raise RelaxwebError(f"this bundle cannot generate: dimension {axis} of input '{past}' ({dim}) has no "
                                     f"extent in the model (output '{present}' has {out} there), so its empty past "

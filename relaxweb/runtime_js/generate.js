@@ -26,6 +26,8 @@ export const MAX_TOP_K = 256;
 const PAST_PREFIX = "past_key_values.";
 const PRESENT_PREFIX = "present.";
 const PARAMS_BYTES = 32; // sampler.wgsl's Params
+/** How generate rejects when its model is disposed before it settles. */
+export const DISPOSED_DURING_GENERATE = "the model was disposed during generate";
 /** The sampling options without a default from the bundle: greedy, nothing cut, no penalty. */
 export const GREEDY = Object.freeze({ temperature: 0, topK: 0, topP: 1, repetitionPenalty: 1 });
 const USAGE = { MAP_READ: 0x1, COPY_SRC: 0x4, COPY_DST: 0x8, UNIFORM: 0x40, STORAGE: 0x80 };
@@ -74,8 +76,9 @@ export function decoderSignature(manifest) {
 }
 
 /**
- * The longest sequence (prompt and new tokens) one run can take: the bound of the cache's
- * length (past + 1) or of the attention mask's, whichever is smaller; null when unbounded.
+ * The longest sequence (prompt and new tokens) one run can take: the bound of each cache's
+ * length (past + 1; its axis as cacheAxis finds it) or of the attention mask's, whichever is
+ * smallest; null when unbounded.
  * @param {any} manifest @param {DecoderSignature} signature @returns {number|null}
  */
 export function sequenceLimit(manifest, signature) {
@@ -84,11 +87,38 @@ export function sequenceLimit(manifest, signature) {
     .map((/** @type {any} */ v) => [v.name, v.bound]));
   const input = (/** @type {string} */ name) => manifest.inputs.find((/** @type {any} */ entry) => entry.name === name);
   const limits = [];
-  const past = input(signature.cache[0][0]).shape;
-  if (past.length === 4 && past[2] in bounds) limits.push(bounds[past[2]] + 1);
+  for (const [past, present] of signature.cache) {
+    const length = input(past).shape[cacheAxis(manifest, past, present)];
+    if (length in bounds) limits.push(bounds[length] + 1);
+  }
   const mask = signature.attentionMask ? input("attention_mask").shape : [];
   if (mask.length > 0 && mask[mask.length - 1] in bounds) limits.push(bounds[mask[mask.length - 1]]);
   return limits.length > 0 ? Math.min(...limits) : null;
+}
+
+/**
+ * The axis of input `past` that is the past length: the cache's axis where the bundle has one,
+ * else the one symbolic dimension (not the batch) the output `present` names otherwise, else the
+ * past's one symbolic dimension; an Error when there is none.
+ * @param {any} manifest @param {string} past @param {string} present @returns {number}
+ */
+export function cacheAxis(manifest, past, present) {
+  const index = manifest.inputs.findIndex((/** @type {any} */ entry) => entry.name === past);
+  const { shape } = manifest.inputs[index];
+  const batch = manifest.inputs.find((/** @type {any} */ entry) => entry.name === "input_ids").shape[0];
+  const presentShape = manifest.outputs.find((/** @type {any} */ entry) => entry.name === present).shape;
+  const grows = presentShape ?? shape.map(() => null);
+  let axes = (manifest.caches ?? []).filter((/** @type {any} */ c) => c.input === index).map((/** @type {any} */ c) => c.axis);
+  const symbolic = [...shape.keys()].filter((axis) => typeof shape[axis] === "string" && shape[axis] !== batch);
+  if (axes.length === 0) {
+    axes = symbolic.filter((axis) => typeof grows[axis] === "string" && grows[axis] !== shape[axis]);
+    if (axes.length === 0 && symbolic.length === 1) axes = symbolic;
+  }
+  if (axes.length !== 1) {
+    throw new Error(`this bundle cannot generate: no dimension of input '${past}' ${JSON.stringify(shape)} is the past ` +
+      `length alone (the one output '${present}' ${JSON.stringify(presentShape)} grows along)`);
+  }
+  return axes[0];
 }
 
 /**
@@ -269,21 +299,10 @@ function feedsMaker(manifest, signature) {
    */
   const emptyPastShape = (past, present) => {
     const { shape } = spec(past);
-    const index = manifest.inputs.indexOf(spec(past));
-    const presentShape = manifest.outputs.find((/** @type {any} */ entry) => entry.name === present).shape;
-    const grows = presentShape ?? shape.map(() => null);
-    let axes = (manifest.caches ?? []).filter((/** @type {any} */ c) => c.input === index).map((/** @type {any} */ c) => c.axis);
-    const symbolic = [...shape.keys()].filter((axis) => typeof shape[axis] === "string" && shape[axis] !== batch);
-    if (axes.length === 0) {
-      axes = symbolic.filter((axis) => typeof grows[axis] === "string" && grows[axis] !== shape[axis]);
-      if (axes.length === 0 && symbolic.length === 1) axes = symbolic;
-    }
-    if (axes.length !== 1) {
-      throw new Error(`this bundle cannot generate: no dimension of input '${past}' ${JSON.stringify(shape)} is the past ` +
-        `length alone (the one output '${present}' ${JSON.stringify(presentShape)} grows along)`);
-    }
+    const grows = manifest.outputs.find((/** @type {any} */ entry) => entry.name === present).shape ?? shape.map(() => null);
+    const length = cacheAxis(manifest, past, present);
     return shape.map((/** @type {number|string} */ dim, /** @type {number} */ axis) => {
-      const extent = dim === batch ? 1 : axis === axes[0] ? 0 : typeof dim === "number" ? dim : grows[axis];
+      const extent = dim === batch ? 1 : axis === length ? 0 : typeof dim === "number" ? dim : grows[axis];
       if (typeof extent !== "number") {
         throw new Error(`this bundle cannot generate: dimension ${axis} of input '${past}' (${dim}) has no extent in the ` +
           `model (output '${present}' has ${grows[axis]} there), so its empty past cannot be made`);
@@ -424,6 +443,11 @@ export async function generate(model, prompt, options = {}) {
       held = Object.values(outputs);
       for (const tensor of previous) tensor.dispose();
     }
+  } catch (error) {
+    // a dispose() between or during the awaits above fails them with whatever the device says
+    // (a mapAsync aborted, a destroyed buffer): say what happened instead
+    if (model.disposed) throw new Error(DISPOSED_DURING_GENERATE);
+    throw error;
   } finally {
     for (const tensor of held) tensor.dispose();
     sampler.close();

@@ -45,6 +45,18 @@ test("a decoder is detected, and what a bundle lacks is listed", () => {
   });
 });
 
+test("the sequence limit is the bound of the cache's length axis, whatever the cache's rank", () => {
+  const manifest = {
+    inputs: [
+      { name: "input_ids", dtype: "int64", shape: ["batch", "seq"] },
+      { name: "past_key_values.0.key", dtype: "float32", shape: ["batch", "past", 8] },
+    ],
+    outputs: [{ name: "logits" }, { name: "present.0.key", shape: ["batch", "past + seq", 8] }],
+    symbolic_vars: [{ name: "batch", bound: 1 }, { name: "past", bound: 16 }, { name: "seq", bound: 32 }],
+  };
+  assert.equal(sequenceLimit(manifest, decoderSignature(manifest)), 17); // past <= 16, then one more token
+});
+
 test("options out of range are refused", () => {
   const good = { maxNewTokens: 4, temperature: 0, topK: 0, seed: 0 };
   checkOptions(good);
