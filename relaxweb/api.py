@@ -40,7 +40,7 @@ from .browser import run_batch_in_browser as run_bundle_batch_in_browser
 from .browser import run_in_browser as run_bundle_in_browser
 from .bundle import attention_entry
 from .compiler import Model, build_bundle, model_name, node_names, read_model, run_reference
-from .errors import RelaxwebError, shown
+from .errors import RelaxwebError, path_kind, shown
 from .frontend.onnx import default_opset, from_onnx, op_coverage, symbolic_vars
 from .ir.attention_sites import attention_sites
 from .ir.module import IRModule
@@ -63,7 +63,7 @@ Shape = tuple[int | str, ...]
 def check_bundle_folder(path: str | Path) -> Path:
     """``path`` as a Path, or a RelaxwebError when it is not a bundle folder."""
     folder = Path(path)
-    if not (folder / "manifest.json").is_file():
+    if path_kind(folder / "manifest.json") != "file":
         raise RelaxwebError(f"{path}: not a bundle folder (no manifest.json); build one with 'relaxweb build'")
     return folder
 
@@ -305,7 +305,7 @@ def inspect(target: Model) -> Bundle | ModelReport:
     """A bundle folder's :class:`Bundle`, or a model's :class:`ModelReport`, as ``relaxweb
     inspect`` prints them.  A model with unsupported ops raises an
     :class:`~relaxweb.errors.UnsupportedModelError` naming each of them and its nodes."""
-    if isinstance(target, (str, os.PathLike)) and Path(target).is_dir():
+    if isinstance(target, (str, os.PathLike)) and path_kind(target) == "folder":
         return Bundle.open(target)
     model, source = read_model(target), model_name(target)
     module = from_onnx(model, source)
