@@ -15,6 +15,9 @@ Signatures (args, then attributes):
   the input's dim" 0 is resolved by the frontend).  The element counts must be equal (and a
   count divisible for ``-1``): provably, or, where the analyzer cannot decide, checked at run
   time by a ``match_cast`` of the count bound just before; ``count_checked=True`` says so.
+  A ``-1`` is inferred only where the other target dims are not 0 (onnxruntime refuses a
+  zero-element reshape like ``[0, 4] -> [0, -1]`` as ambiguous): refused at build where they
+  are 0, checked at run time where they may be (``others_checked=True``).
 - ``dynamic_reshape(x, shape, copy_zeros=False, source="")``: with a run-time 1-D integer
   tensor ``shape`` (data-dependent; extents read back); ``copy_zeros`` gives ONNX's meaning to
   its zeros (Reshape without ``allowzero``).  The element count of the target is checked at
@@ -37,8 +40,8 @@ from ..ir.expr import Call, Constant, Expr, PrimValue, tensor_dtype, tensor_shap
 from ..ir.op_registry import AssumptionError, DeductionError, register_op
 from ..ir.struct_info import PrimStructInfo, TensorStructInfo
 from ..ir.symbolic import (
-    IntImm, PrimExpr, as_int, format_expr, product, prove_equal,
-    prove_not_equal, simplify,
+    IntImm, PrimExpr, as_int, expr_min, format_expr, product, prove_equal,
+    prove_less, prove_not_equal, simplify,
 )
 from ..ir.tir import Load, maximum, select
 from .common import (
@@ -84,6 +87,14 @@ def deduce_reshape(args, attrs) -> TensorStructInfo:
         if as_int(known) == 0:
             raise DeductionError(
                 f"reshape: cannot infer -1 (target dim {position}): the other target dims multiply to 0"
+            )
+        if not attrs.get("others_checked", False) and not prove_less(0, known):
+            raise AssumptionError(
+                f"reshape: cannot infer -1 (target dim {position}) if the other target dims multiply to 0",
+                argument=0, dim=None, actual=simplify(expr_min(known, 1)), expected=simplify(1),
+                quantity=f"the -1 of the target (dim {position}): inferred only where the other target dims "
+                f"({format_expr(known)}) are not 0, as in onnxruntime; min(1, {format_expr(known)})",
+                checked_attrs={"others_checked": True},
             )
         inferred = simplify(count // known)
         if not checked and not prove_equal(inferred * known, count):
@@ -160,7 +171,7 @@ def _checked_target(count: int, target: list[int], source: str) -> list[int]:
     product of the others), refused with the GPU path's error when it does not hold ``count``
     elements or has a negative extent."""
     others = int(np.prod([value for value in target if value != -1], dtype=np.int64))
-    resolved = [count // max(others, 1) if value == -1 else value for value in target]
+    resolved = [(count // others if others else -1) if value == -1 else value for value in target]
     for position, value in enumerate(resolved):
         if value < 0:
             raise InputShapeError(f"{extent_reason(source or 'dynamic_reshape', position)} is {value}, must be >= 0")
@@ -204,7 +215,8 @@ def legalize_dynamic_reshape(context, call: Call):
             for other in range(length):
                 if other != position:
                     others = others * resolved(buffers, other)
-            inferred = int32(index(product(shape)) / maximum(others, const(1)))
+            # the other extents multiplying to 0 leave the -1 ambiguous: -1, refused as negative
+            inferred = select(others.eq(const(0)), const(-1), int32(index(product(shape)) / maximum(others, const(1))))
             value = resolved(buffers, position)
             return select(value.eq(const(-1)), inferred, value)
         return build
