@@ -174,6 +174,19 @@ def test_paths_that_cannot_be_looked_up_or_read_to_an_end_are_refused(folder: Pa
     assert one_error(cli(folder, *args)) == message
 
 
+@pytest.mark.parametrize("args, message", [
+    (["--tokenizer", "t" * 300], "error: " + "t" * 197 + "...: File name too long"),
+    (["--dump-ir", "d" * 300], "error: cannot make the IR dump folder (--dump-ir) " + "d" * 197 + "...: File name too long"),
+    (["--dump-ir="], "error: the IR dump folder (--dump-ir) is empty: name the folder to write the module's text to"),
+], ids=["tokenizer a 300-byte name", "dump-ir a 300-byte name", "dump-ir empty"])
+def test_build_refuses_tokenizer_and_dump_paths_it_cannot_use(tmp_path: Path, args: list[str], message: str) -> None:
+    """Found by ``scripts/fuzz.py cli``: OSError and FileExistsError tracebacks (the empty
+    --dump-ir wrote the module's text into the current folder)."""
+    onnx.save(make_mlp(), str(tmp_path / "m.onnx"))
+    assert one_error(cli(tmp_path, "build", "m.onnx", "-o", "dist", *args)) == message
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["m.onnx"]
+
+
 def test_a_tokenizer_larger_than_the_logits_is_refused(tmp_path: Path) -> None:
     """Ids past the model's logits would be tokens the model never saw: another model's tokenizer."""
     onnx.save(tiny_decoder(), str(tmp_path / "model.onnx"))
