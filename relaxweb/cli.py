@@ -249,6 +249,8 @@ def _out_file(given: str, inputs: list[str]) -> Path:
                                 "name another file")
         if not out.parent.is_dir():
             raise RelaxwebError(f"--out {out}: the folder {out.parent} does not exist")
+        if path_kind(out) == "other":  # writing into a FIFO waits for a reader for ever
+            raise RelaxwebError(f"--out {out}: not a regular file (a device, FIFO or socket); name an .npz file")
     except OSError as error:
         raise RelaxwebError(f"--out {shortened(given)}: {error.strerror or error}") from None
     return out

@@ -541,8 +541,9 @@ NPZ_PATHS = ["in.npz", "in2.npz", "f64.npz", "i8.npz", "c64.npz", "str.npz", "bo
              "objheader.npz", "version9.npz", "short.npz", "notzip.npz", "trunc.npz", "x.npy", "traversal.npz",
              "m.onnx", "folder.npz", "fifo.npz", "loop.npz", "missing.npz", "/dev/null", "/dev/zero", LONG_NAME,
              LONG_PATH, NOT_UTF8, ""]
+# (no /dev/null: --out adds .npz, and /dev/null.npz would be a file made in /dev)
 OUT_PATHS = ["out.npz", "out", "in.npz", "in", "dist", "dist/manifest.json", "folder.npz", "missing/out.npz",
-             "/dev/null", "/dev/full", "fifo.npz", LONG_NAME, LONG_PATH, NOT_UTF8, "", ".", "m.onnx", "/proc/version"]
+             "fifo.npz", LONG_NAME, LONG_PATH, NOT_UTF8, "", ".", "m.onnx", "/proc/version"]
 BUILD_OUTPUTS = ["out", "dist", "llama", "", ".", "m.onnx", "folder.npz", "missing/deeper/out", "/dev/null", "/proc",
                  LONG_NAME, LONG_PATH, NOT_UTF8, "fifo.npz", "in.npz"]
 INTEGERS = ["0", "1", "-1", "5", "64", "2147483648", "99999999999999999999", "1e3", "0x10", "", "nan", "inf", "x"]
@@ -564,7 +565,8 @@ CLI_COMMANDS: dict[str, tuple[list[str] | None, dict[str, list[str]]]] = {
                                          "nosuchdim=4", "batch=1e3", "sequence_length=2", "past_sequence_length=1"],
         "--opt-level": ["0", "1", "2", "-1", "x"], "--weights": ["float16", "int8", "int4", "bogus"],
         "--group-size": ["0", "-1", "3", "33", "2147483648", "x"], "--scale-dtype": ["float16", "float32", "int8"],
-        "--tokenizer": ["tok.json", "deep.json", "folder.npz", "missing.json", "m.onnx", "/dev/zero", "fifo.npz", ""],
+        "--tokenizer": ["tok.json", "deep.json", "folder.npz", "missing.json", "m.onnx", "/dev/zero", "fifo.npz", "",
+                        LONG_NAME, NOT_UTF8, "loop.npz"],
         "--runtime": ["copy", "none", "bogus"], "--debug": [], "--dump-ir": ["ir", "m.onnx", "/dev/null", LONG_NAME, ""],
     }),
     "run": (BUNDLE_PATHS + MODEL_PATHS[:6], {

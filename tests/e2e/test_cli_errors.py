@@ -48,12 +48,13 @@ def one_error(done: subprocess.CompletedProcess) -> str:
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory) -> Path:
-    """A folder with the MLP as m.onnx, its bundle dist/, in.npz, and the tiny decoder's bundle."""
+    """A folder with the MLP as m.onnx, its bundle dist/, in.npz, the tiny decoder's bundle and a FIFO."""
     folder = tmp_path_factory.mktemp("cli")
     onnx.save(make_mlp(), str(folder / "m.onnx"))
     relaxweb.build(folder / "m.onnx", folder / "dist")
     relaxweb.build(tiny_decoder(), folder / "llama", bounds=BOUNDS)
     np.savez(folder / "in.npz", x=np.zeros((2, 64), np.float32))
+    os.mkfifo(folder / "fifo.npz")  # opened to read or write, a FIFO waits for the other end for ever
     return folder
 
 
@@ -69,7 +70,8 @@ def test_inspect_into_a_closed_pipe_ends_quietly(folder: Path) -> None:
     ("in.npz", "error: --out in.npz is an --inputs file: writing the outputs would replace the inputs; name another file"),
     ("in", "error: --out in.npz is an --inputs file: writing the outputs would replace the inputs; name another file"),
     ("", "error: --out is empty: give the .npz file to write the outputs to"),
-], ids=["missing folder", "300-byte name", "the inputs", "the inputs without .npz", "empty"])
+    ("fifo.npz", "error: --out fifo.npz: not a regular file (a device, FIFO or socket); name an .npz file"),
+], ids=["missing folder", "300-byte name", "the inputs", "the inputs without .npz", "empty", "a FIFO"])
 def test_run_out_is_checked_before_the_run(folder: Path, out: str, message: str) -> None:
     before = (folder / "in.npz").read_bytes()
     assert one_error(cli(folder, "run", "dist", "--inputs", "in.npz", "--out", out)) == message
@@ -169,8 +171,6 @@ def test_an_idle_connection_is_closed(folder: Path) -> None:
 def test_paths_that_cannot_be_looked_up_or_read_to_an_end_are_refused(folder: Path, args: list[str], message: str) -> None:
     """Found by ``scripts/fuzz.py cli``: a name too long for the file system was an OSError from
     ``Path.is_file``; /dev/zero and a FIFO were read for ever."""
-    if not (folder / "fifo.npz").exists():
-        os.mkfifo(folder / "fifo.npz")
     assert one_error(cli(folder, *args)) == message
 
 
