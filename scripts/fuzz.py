@@ -812,8 +812,9 @@ def _first_difference(expected: dict[str, np.ndarray], actual: dict[str, np.ndar
 
 
 def _describe(model: onnx.ModelProto, feeds) -> str:
+    """A case as one line: each node (``v1 = Mul(in0, c0)``), the inputs' and constants' values."""
     constants = {t.name: numpy_helper.to_array(t).tolist() for t in model.graph.initializer}
-    nodes = "; ".join(f"{n.output[0]} = {n.op_type}({', '.join(constants.get(i, i) if False else i for i in n.input)}"
+    nodes = "; ".join(f"{n.output[0]} = {n.op_type}({', '.join(n.input)}"
                       f"{''.join(f', {a.name}={helper.get_attribute_value(a)}' for a in n.attribute)})"
                       for n in model.graph.node)
     values = ", ".join(f"{name}={array.dtype}{array.tolist()}" for name, array in feeds.items())
