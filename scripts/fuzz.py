@@ -553,7 +553,25 @@ BACKEND_CHOICES = ["auto", "webgpu", "wasm", "gpu", ""]
 KERNEL_CHOICES = ["auto", "gpu", "cpu", "f16", "x"]
 
 
-def _pick(rng: random.Random, values: list[str]) -> str:
+# Values that work, drawn half the time so that a case gets past argparse to the files and the
+# model (with hostile values only, most cases would end at the first odd option).
+GOOD_VALUES = {
+    "build": ["m.onnx", "llama.onnx"], "run": ["dist", "llama"], "generate": ["llama"], "chat": ["llama"],
+    "inspect": ["m.onnx", "dist", "llama.onnx"], "-o": ["out"], "--bound": ["batch=4", "sequence_length=8"],
+    "--opt-level": ["0", "1"], "--weights": ["float16", "int8", "int4"], "--group-size": ["16", "32"],
+    "--scale-dtype": ["float16", "float32"], "--runtime": ["copy", "none"], "--backend": ["auto", "webgpu", "wasm"],
+    "--kernels": ["auto", "gpu", "cpu"], "--inputs": ["in.npz", "in2.npz", "ids.npz"], "--out": ["out.npz", "outs"],
+    "--prompt": ["hello", "é€"], "--max-tokens": ["1", "8"], "--temperature": ["0", "0.7"], "--top-k": ["0", "5"],
+    "--top-p": ["0.9", "1"], "--repetition-penalty": ["1", "1.3"], "--seed": ["0", "7"], "--message": ["user:hi"],
+    "--system": ["be brief"], "--tokenizer": ["tok.json"], "--dump-ir": ["ir"],
+}
+
+
+def _pick(rng: random.Random, values: list[str], name: str = "") -> str:
+    """A value for ``name`` (an option, or a command's positional): one that works half the
+    time where there are such, else one of ``values``."""
+    if name in GOOD_VALUES and rng.random() < 0.5:
+        return rng.choice(GOOD_VALUES[name])
     return rng.choice(values)
 
 
@@ -598,14 +616,14 @@ def cli_arguments(rng: random.Random) -> list[str]:
     positionals, options = CLI_COMMANDS[command]
     args = [command]
     if rng.random() < 0.95:
-        args.append(_pick(rng, positionals))
+        args.append(_pick(rng, positionals, command))
     names = [name for name in REQUIRED.get(command, []) if rng.random() < 0.9]
     names += [name for name in rng.sample(sorted(options), min(len(options), rng.randint(0, 4)))
               if rng.random() < RARE.get(name, 1.0)]
     if names and rng.random() < 0.3:
         names.append(rng.choice(names))  # an option twice
     for name in names:
-        args += [name] if not options[name] else [name, _pick(rng, options[name])]
+        args += [name] if not options[name] else [name, _pick(rng, options[name], name)]
     if command == "serve" and "--port" not in args:
         args += ["--port", _pick(rng, options["--port"])]  # a port it refuses: serve never returns otherwise
     if rng.random() < 0.05:
