@@ -158,14 +158,15 @@ def checked_options(max_new_tokens: Any, temperature: Any, top_k: Any, seed: Any
     """A RelaxwebError for the first option out of range (the browser runtime checks the same)."""
     if not _is_integer(max_new_tokens) or max_new_tokens < 1:
         raise RelaxwebError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
-    if not _is_number(temperature) or not 0 <= temperature < float("inf"):
-        raise RelaxwebError(f"temperature must be a number >= 0 (0: greedy), got {temperature!r}")
+    if not _is_number(temperature) or not 0 <= temperature < float("inf") or not _in_float32(temperature):
+        raise RelaxwebError(f"temperature must be a number >= 0 (0: greedy), got {temperature!r}{_float32_note(temperature)}")
     if not _is_integer(top_k) or not 0 <= top_k <= MAX_TOP_K:
         raise RelaxwebError(f"top_k must be an integer from 0 (the whole vocabulary) to {MAX_TOP_K}, got {top_k!r}")
-    if not _is_number(top_p) or not 0 < top_p <= 1:
-        raise RelaxwebError(f"top_p must be a number above 0 and at most 1 (1: no cut), got {top_p!r}")
-    if not _is_number(repetition_penalty) or not 0 < repetition_penalty < float("inf"):
-        raise RelaxwebError(f"repetition_penalty must be a number above 0 (1: none), got {repetition_penalty!r}")
+    if not _is_number(top_p) or not 0 < top_p <= 1 or not _in_float32(top_p):
+        raise RelaxwebError(f"top_p must be a number above 0 and at most 1 (1: no cut), got {top_p!r}{_float32_note(top_p)}")
+    if not _is_number(repetition_penalty) or not 0 < repetition_penalty < float("inf") or not _in_float32(repetition_penalty):
+        raise RelaxwebError(f"repetition_penalty must be a number above 0 (1: none), got {repetition_penalty!r}"
+                            f"{_float32_note(repetition_penalty)}")
     if not _is_integer(seed):
         raise RelaxwebError(f"seed must be an integer, got {seed!r}")
 
@@ -184,6 +185,22 @@ def _is_integer(value: Any) -> bool:
 
 def _is_number(value: Any) -> bool:
     return _is_integer(value) or (isinstance(value, float) and value == value)
+
+
+#: The samplers compute in float32: the smallest normal and the largest finite float32.
+FLOAT32_RANGE = (1.1754943508222875e-38, 3.4028234663852886e38)
+
+
+def _in_float32(value: float) -> bool:
+    """Whether ``value`` is 0 or a normal float32 (else the samplers would see 0 or infinity)."""
+    return value == 0 or FLOAT32_RANGE[0] <= abs(value) <= FLOAT32_RANGE[1]
+
+
+def _float32_note(value: Any) -> str:
+    """Why a number otherwise in range is refused: the samplers compute in float32."""
+    if _is_number(value) and value != 0 and not _in_float32(value) and abs(value) < float("inf"):
+        return " (outside float32's range, 1.2e-38 to 3.4e38, which the samplers compute in)"
+    return ""
 
 
 class GpuSampler:

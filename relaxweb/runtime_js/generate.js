@@ -141,19 +141,34 @@ export function mulberry32(seed) {
  */
 export function checkOptions({ maxNewTokens, temperature, topK, seed, topP = 1, repetitionPenalty = 1 }) {
   if (!Number.isInteger(maxNewTokens) || maxNewTokens < 1) throw new Error(`maxNewTokens must be an integer >= 1, got ${String(maxNewTokens).slice(0, 40)}`);
-  if (typeof temperature !== "number" || !(temperature >= 0) || temperature === Infinity) {
-    throw new Error(`temperature must be a number >= 0 (0: greedy), got ${String(temperature).slice(0, 40)}`);
+  if (typeof temperature !== "number" || !(temperature >= 0) || temperature === Infinity || !inFloat32(temperature)) {
+    throw new Error(`temperature must be a number >= 0 (0: greedy), got ${String(temperature).slice(0, 40)}${float32Note(temperature)}`);
   }
   if (!Number.isInteger(topK) || topK < 0 || topK > MAX_TOP_K) {
     throw new Error(`topK must be an integer from 0 (the whole vocabulary) to ${MAX_TOP_K}, got ${String(topK).slice(0, 40)}`);
   }
-  if (typeof topP !== "number" || !(topP > 0 && topP <= 1)) {
-    throw new Error(`topP must be a number above 0 and at most 1 (1: no cut), got ${String(topP).slice(0, 40)}`);
+  if (typeof topP !== "number" || !(topP > 0 && topP <= 1) || !inFloat32(topP)) {
+    throw new Error(`topP must be a number above 0 and at most 1 (1: no cut), got ${String(topP).slice(0, 40)}${float32Note(topP)}`);
   }
-  if (typeof repetitionPenalty !== "number" || !(repetitionPenalty > 0) || repetitionPenalty === Infinity) {
-    throw new Error(`repetitionPenalty must be a number above 0 (1: none), got ${String(repetitionPenalty).slice(0, 40)}`);
+  if (typeof repetitionPenalty !== "number" || !(repetitionPenalty > 0) || repetitionPenalty === Infinity || !inFloat32(repetitionPenalty)) {
+    throw new Error(`repetitionPenalty must be a number above 0 (1: none), got ${String(repetitionPenalty).slice(0, 40)}` +
+      float32Note(repetitionPenalty));
   }
   if (!Number.isInteger(seed)) throw new Error(`seed must be an integer, got ${String(seed).slice(0, 40)}`);
+}
+
+/** The samplers compute in float32: its smallest normal and largest finite numbers (generate.py's FLOAT32_RANGE). */
+const FLOAT32_RANGE = [1.1754943508222875e-38, 3.4028234663852886e38];
+
+/** Whether `value` is 0 or a normal float32 (else the samplers would see 0 or infinity). @param {number} value */
+function inFloat32(value) {
+  return value === 0 || (Math.abs(value) >= FLOAT32_RANGE[0] && Math.abs(value) <= FLOAT32_RANGE[1]);
+}
+
+/** Why a number otherwise in range is refused (generate.py's _float32_note). @param {any} value @returns {string} */
+function float32Note(value) {
+  return typeof value === "number" && value !== 0 && Number.isFinite(value) && !inFloat32(value)
+    ? " (outside float32's range, 1.2e-38 to 3.4e38, which the samplers compute in)" : "";
 }
 
 /**

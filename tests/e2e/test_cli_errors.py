@@ -112,6 +112,14 @@ def test_prompts_that_are_not_utf8_are_refused(folder: Path, args: list, message
     assert one_error(cli(folder, *[os.fsdecode(arg) if isinstance(arg, bytes) else arg for arg in args])) == message
 
 
+def test_a_sampling_option_beyond_float32_is_refused(folder: Path) -> None:
+    """Found by ``scripts/fuzz.py cli``: an OverflowError packing the sampler's parameters."""
+    assert one_error(cli(folder, "generate", "llama", "--prompt", "a", "--repetition-penalty", "1e308",
+                         "--backend", "wasm")) == (
+        "error: repetition_penalty must be a number above 0 (1: none), got 1e+308 (outside float32's range, 1.2e-38 to "
+        "3.4e38, which the samplers compute in)")
+
+
 @pytest.mark.parametrize("value, message", [
     ("[" * 200_000 + "]" * 200_000, "JSON nested too deeply to read"),
     ('{"kind": "byte", "vocab_size": ' + "9" * 5000 + "}", "not readable JSON (Exceeds the limit (4300 digits)"),

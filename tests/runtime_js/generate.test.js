@@ -63,4 +63,8 @@ test("options out of range are refused", () => {
   assert.throws(() => checkOptions({ ...good, topK: 257 }), /topK must be an integer from 0/);
   assert.throws(() => checkOptions({ ...good, temperature: -1 }), /temperature must be a number >= 0/);
   assert.throws(() => checkOptions({ ...good, maxNewTokens: 0 }), /maxNewTokens must be an integer >= 1/);
+  // the samplers compute in float32: what it would round to 0 or infinity is refused
+  for (const [name, value] of [["temperature", 1e-320], ["repetitionPenalty", 1e308], ["topP", 1e-40]]) {
+    assert.throws(() => checkOptions({ ...good, [name]: value }), new RegExp(`${name} must be .*outside float32's range`));
+  }
 });
