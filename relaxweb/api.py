@@ -40,7 +40,7 @@ from .browser import run_batch_in_browser as run_bundle_batch_in_browser
 from .browser import run_in_browser as run_bundle_in_browser
 from .bundle import attention_entry, checked_target_limits, limit_warnings
 from .compiler import Model, build_bundle, model_name, node_names, read_model, run_reference
-from .errors import RelaxwebError, shown
+from .errors import RelaxwebError, path_kind, shortened, shown
 from .frontend.onnx import default_opset, from_onnx, op_coverage, symbolic_vars
 from .ir.attention_sites import attention_sites
 from .ir.module import IRModule
@@ -63,7 +63,7 @@ Shape = tuple[int | str, ...]
 def check_bundle_folder(path: str | Path) -> Path:
     """``path`` as a Path, or a RelaxwebError when it is not a bundle folder."""
     folder = Path(path)
-    if not (folder / "manifest.json").is_file():
+    if path_kind(folder / "manifest.json") != "file":
         raise RelaxwebError(f"{path}: not a bundle folder (no manifest.json); build one with 'relaxweb build'")
     return folder
 
@@ -204,10 +204,24 @@ def build(model: Model, out_dir: str | Path, *, bounds: Mapping[str, int] | None
     """
     checked_target_limits(target_limits)  # before the slow compile
     manifest = build_bundle(model, out_dir, bounds, opt_level=opt_level, progress=progress or _ignore,
-                            dump_ir=Path(dump_ir) if dump_ir is not None else None, weights=weights,
+                            dump_ir=_dump_folder(dump_ir) if dump_ir is not None else None, weights=weights,
                             group_size=group_size, scale_dtype=scale_dtype, tokenizer=tokenizer, debug=debug,
                             runtime=runtime, advance=advance)
     return Bundle(Path(out_dir), manifest, tuple(limit_warnings(manifest, target_limits)))
+
+
+def _dump_folder(dump_ir: str | Path) -> Path:
+    """The folder of ``dump_ir`` (``--dump-ir``), made before the slow compile, or one error
+    saying why it cannot be (an empty name, a file there, a name too long)."""
+    if not str(dump_ir).strip():
+        raise RelaxwebError("the IR dump folder (--dump-ir) is empty: name the folder to write the module's text to")
+    folder = Path(dump_ir)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise RelaxwebError(f"cannot make the IR dump folder (--dump-ir) {shown(shortened(str(folder)))}: "
+                            f"{error.strerror or error}") from None
+    return folder
 
 
 def load(bundle_dir: str | Path, *, backend: str = "auto", device: Any = None, profiling: bool = False,
@@ -315,7 +329,7 @@ def inspect(target: Model) -> Bundle | ModelReport:
     """A bundle folder's :class:`Bundle`, or a model's :class:`ModelReport`, as ``relaxweb
     inspect`` prints them.  A model with unsupported ops raises an
     :class:`~relaxweb.errors.UnsupportedModelError` naming each of them and its nodes."""
-    if isinstance(target, (str, os.PathLike)) and Path(target).is_dir():
+    if isinstance(target, (str, os.PathLike)) and path_kind(target) == "folder":
         return Bundle.open(target)
     model, source = read_model(target), model_name(target)
     module = from_onnx(model, source)

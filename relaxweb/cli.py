@@ -37,7 +37,7 @@ from .api import (
 from .browser import serve
 from .bundle import RUNTIME_CHOICES
 from .ir.launch import WEBGPU_DEFAULT_LIMITS
-from .errors import RelaxwebError, shortened, shown
+from .errors import RelaxwebError, path_kind, shortened, shown
 from .frontend.validation import MAX_DIM
 from .frontend.onnx import default_opset, from_onnx, load_onnx, op_coverage, symbolic_vars
 from .passes import DEFAULT_OPT_LEVEL, OPT_LEVELS
@@ -158,7 +158,12 @@ def command_build(args: argparse.Namespace) -> int:
 
 
 def load_npz(path: str) -> dict[str, np.ndarray]:
-    if Path(path).is_file() and not zipfile.is_zipfile(path):
+    kind = path_kind(path)
+    if kind == "other":  # a FIFO or /dev/zero would be read for ever
+        raise RelaxwebError(f"{path}: not a regular file (a device, FIFO or socket), expected an .npz file")
+    if kind == "folder":
+        raise RelaxwebError(f"{path}: is a directory, expected an .npz file")
+    if kind == "file" and not zipfile.is_zipfile(path):
         raise RelaxwebError(f"{path}: not an .npz file (write one with numpy.savez(path, name=array, ...))")
     try:
         _check_npz_sizes(path)
@@ -194,6 +199,7 @@ def _check_npz_sizes(path: str) -> None:
 def _run_target(args: argparse.Namespace) -> Path:
     """The path ``relaxweb run`` was given, checked against ``--reference``."""
     target = Path(args.target)
+    kind = path_kind(target)
     if args.reference:
         if args.browser or args.profile:
             raise RelaxwebError(f"--reference and {'--browser' if args.browser else '--profile'} exclude each other: "
@@ -202,10 +208,10 @@ def _run_target(args: argparse.Namespace) -> Path:
             raise RelaxwebError("--kernels picks a bundle's shaders; --reference runs no shader")
         if args.backend != "auto":
             raise RelaxwebError("--backend picks what runs a bundle's kernels; --reference runs the model in numpy")
-        if target.is_dir():
+        if kind == "folder":
             raise RelaxwebError(f"{target}: is a folder; --reference runs an .onnx model in the reference "
                                 "interpreter (a bundle folder runs without --reference)")
-    elif target.is_file():
+    elif kind == "file":
         raise RelaxwebError(f"{target}: is a file, not a bundle folder; build it with 'relaxweb build {target} "
                             "-o DIR' and run DIR, or add --reference to run the model in the reference "
                             "interpreter (numpy, no GPU)")
@@ -288,6 +294,8 @@ def _out_file(given: str, inputs: list[str]) -> Path:
                                 "name another file")
         if not out.parent.is_dir():
             raise RelaxwebError(f"--out {out}: the folder {out.parent} does not exist")
+        if path_kind(out) == "other":  # writing into a FIFO waits for a reader for ever
+            raise RelaxwebError(f"--out {out}: not a regular file (a device, FIFO or socket); name an .npz file")
     except OSError as error:
         raise RelaxwebError(f"--out {shortened(given)}: {error.strerror or error}") from None
     return out
@@ -356,7 +364,7 @@ def _run_instances(args: argparse.Namespace, target: Path) -> int:
 
 def command_inspect(args: argparse.Namespace) -> int:
     path = Path(args.target)
-    if path.is_dir():
+    if path_kind(path) == "folder":
         print(inspect(path))
         return 0
     # What relaxweb.inspect(path) gives, printed as it goes: the coverage before the error of

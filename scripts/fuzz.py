@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
-"""Fuzz relaxweb with what strangers hand it: mutated ONNX files and tampered bundles.
+"""Fuzz relaxweb with what strangers hand it: mutated ONNX files, tampered bundles, hostile
+command lines; and compare its integer arithmetic with onnxruntime's.
 
-    python3 scripts/fuzz.py onnx    [--count 1000] [--seed 0]   mutated and truncated models -> relaxweb.build
-    python3 scripts/fuzz.py bundles [--count 500]  [--seed 0]   tampered bundles -> relaxweb.load(...).run(...), .run_batch(...)
-    python3 scripts/fuzz.py all                                 both, at their default counts
+    python3 scripts/fuzz.py onnx     [--count 1000] [--seed 0]  mutated and truncated models -> relaxweb.build
+    python3 scripts/fuzz.py bundles  [--count 500]  [--seed 0]  tampered bundles -> relaxweb.load(...).run(...), .run_batch(...)
+    python3 scripts/fuzz.py cli      [--count 200]  [--seed 0]  hostile `relaxweb` command lines and files (``fuzz_cli``)
+    python3 scripts/fuzz.py integers [--count 100]  [--seed 0]  random integer graphs vs onnxruntime (``fuzz_integers``)
+    python3 scripts/fuzz.py all                                 each, at its default count
 
 Every case must end in one of two ways: it works, or it raises a RelaxwebError with a message
 (one ``error:`` line from the command line).  Any other exception is a *traceback*, a case that runs past its
@@ -16,21 +19,27 @@ ONNX mutations are protobuf-level (truncation, flipped and inserted bytes) and g
 (an op type, attribute, dim, dtype, initializer length, opset, name or external-data
 location changed to something hostile).  Bundle mutations change one manifest field (deleted,
 wrong type, out of range, a path outside the folder) or one file (truncated, flipped bytes,
-garbage, removed, replaced by a link out of the folder or by ``/dev/zero``).
+garbage, removed, replaced by a link out of the folder or by ``/dev/zero``).  Command lines
+and integer graphs have their own rules (``fuzz_cli``, ``fuzz_integers``); each failure is
+printed as ``FAIL``, and a finding that is not relaxweb's (onnxruntime's inexact int64 sums)
+as ``NOTE``.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import io
 import json
 import os
 import random
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import traceback
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -124,11 +133,14 @@ class Report:
     kind: str
     outcomes: dict[str, int] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # worth a look, not failures
 
-    def add(self, outcome: str, detail: str | None = None) -> None:
+    def add(self, outcome: str, detail: str | None = None, note: str | None = None) -> None:
         self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
         if detail is not None:
             self.failures.append(detail)
+        if note is not None:
+            self.notes.append(note)
 
     @property
     def cases(self) -> int:
@@ -446,10 +458,447 @@ def fuzz_bundles(count: int, seed: int, only: set[int] | None = None) -> Report:
     return report
 
 
+# Command lines -----------------------------------------------------------------------------
+
+CLI_TIMEOUT_S = 90  # a case's subprocess; a run in Chromium or a generation fits well inside
+CLI_EXITS = {0, 2, 141}  # done, one error line, a closed pipe (as a shell reports SIGPIPE)
+LONG_NAME = "n" * 300
+LONG_PATH = "/".join(["p" * 200] * 25)
+NOT_UTF8 = os.fsdecode(b"\xff\xfename")  # a file name whose bytes are not UTF-8
+
+
+def _npz_with_header(path: Path, header: dict, payload: bytes = bytes(64), version=(1, 0)) -> None:
+    """An .npz whose one array ``x`` has ``header`` (any shape and descr), then ``payload``."""
+    buffer = io.BytesIO()
+    writer = {(1, 0): np.lib.format.write_array_header_1_0, (2, 0): np.lib.format.write_array_header_2_0}
+    if version in writer:
+        writer[version](buffer, header)
+    else:  # a version numpy does not know
+        buffer.write(np.lib.format.magic(*version) + b"\x10\x00" + b"{}".ljust(16))
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("x.npy", buffer.getvalue() + payload)
+
+
+def _hostile_files(folder: Path) -> None:
+    """The files a command line may name besides the good ones (m.onnx, in.npz, dist/, llama/):
+    broken models, .npz files with every kind of wrong array, and special files."""
+    model = (folder / "m.onnx").read_bytes()
+    (folder / "trunc.onnx").write_bytes(model[: len(model) // 3])
+    (folder / "garbled.onnx").write_bytes(bytes(b ^ 0x5A if i % 97 == 0 else b for i, b in enumerate(model)))
+    (folder / "empty.onnx").write_bytes(b"")
+    (folder / "text.onnx").write_text("not a model\n")
+    shutil.copy(folder / "in.npz", folder / "npz.onnx")
+    good = {"x": np.zeros((2, 64), np.float32)}
+    arrays = {
+        "f64.npz": {"x": np.zeros((2, 64), np.float64)}, "i8.npz": {"x": np.zeros((2, 64), np.int8)},
+        "c64.npz": {"x": np.zeros((2, 64), np.complex64)}, "str.npz": {"x": np.full((2, 64), "abc")},
+        "bool.npz": {"x": np.zeros((2, 64), bool)}, "wrongname.npz": {"y": good["x"]},
+        "extra.npz": {**good, "junk": np.ones(3)}, "empty.npz": {}, "scalar.npz": {"x": np.float32(3)},
+        "rank3.npz": {"x": np.zeros((2, 64, 1), np.float32)}, "zero.npz": {"x": np.zeros((0, 64), np.float32)},
+        "wide.npz": {"x": np.zeros((2, 65), np.float32)}, "big.npz": {"x": np.zeros((20000, 64), np.float32)},
+        "nan.npz": {"x": np.full((2, 64), np.nan, np.float32)}, "fortran.npz": {"x": np.asfortranarray(np.zeros((2, 64), np.float32))},
+        "bigendian.npz": {"x": np.zeros((2, 64), ">f4")}, "record.npz": {"x": np.zeros((2, 64), [("a", "<f4")])},
+        "ids.npz": {"input_ids": np.array([[1, 2, 3]], np.int64), "past_key_values.0.key": np.zeros((1, 1, 0, 8), np.float32)},
+        "ids_huge.npz": {"input_ids": np.array([[2**40, -5, 300]], np.int64),
+                         "past_key_values.0.key": np.zeros((1, 1, 0, 8), np.float32)},
+    }
+    for name, content in arrays.items():
+        np.savez(folder / name, **content)
+    np.savez(folder / "pickle.npz", x=np.array([{"a": 1}, None], dtype=object))
+    _npz_with_header(folder / "huge.npz", {"descr": "<f4", "fortran_order": False, "shape": (2**40, 4)})
+    _npz_with_header(folder / "overflow.npz", {"descr": "<f4", "fortran_order": False, "shape": (2**62, 2**62)})
+    _npz_with_header(folder / "objheader.npz", {"descr": "|O", "fortran_order": False, "shape": (2,)})
+    _npz_with_header(folder / "version9.npz", {}, version=(9, 0))
+    _npz_with_header(folder / "short.npz", {"descr": "<f4", "fortran_order": False, "shape": (2, 64)}, bytes(8))
+    (folder / "notzip.npz").write_bytes(b"PK\x03\x04" + bytes(range(256)))
+    (folder / "trunc.npz").write_bytes((folder / "in.npz").read_bytes()[:100])
+    np.save(folder / "x.npy", good["x"])
+    with zipfile.ZipFile(folder / "traversal.npz", "w") as archive:
+        archive.writestr("../x.npy", (folder / "x.npy").read_bytes())
+    (folder / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    (folder / "tok.json").write_text('{"kind": "byte", "vocab_size": 10, "eos_token_id": 9}')
+    (folder / "folder.npz").mkdir()
+    (folder / "folder.onnx").mkdir()
+    (folder / "loop.npz").symlink_to("loop.npz")
+    (folder / NOT_UTF8).write_bytes(b"")
+
+
+def _special_files(folder: Path) -> None:
+    """FIFOs, made in each case's folder (a copy cannot copy them): opening one to read waits
+    for a writer that never comes."""
+    os.mkfifo(folder / "fifo.npz")
+    os.mkfifo(folder / "fifo.onnx")
+
+
+# What a command line's paths may be (relative to the case's folder).
+MODEL_PATHS = ["m.onnx", "llama.onnx", "trunc.onnx", "garbled.onnx", "empty.onnx", "text.onnx", "npz.onnx",
+               "folder.onnx", "fifo.onnx", "missing.onnx", "dist", "/dev/null", "/dev/zero", LONG_NAME, LONG_PATH,
+               NOT_UTF8, "", "-", "loop.npz"]
+BUNDLE_PATHS = ["dist", "llama", "dist/", "m.onnx", "missing", "folder.npz", "/dev/null", "", LONG_NAME, NOT_UTF8, "/"]
+NPZ_PATHS = ["in.npz", "in2.npz", "f64.npz", "i8.npz", "c64.npz", "str.npz", "bool.npz", "wrongname.npz", "extra.npz",
+             "empty.npz", "scalar.npz", "rank3.npz", "zero.npz", "wide.npz", "big.npz", "nan.npz", "fortran.npz",
+             "bigendian.npz", "record.npz", "ids.npz", "ids_huge.npz", "pickle.npz", "huge.npz", "overflow.npz",
+             "objheader.npz", "version9.npz", "short.npz", "notzip.npz", "trunc.npz", "x.npy", "traversal.npz",
+             "m.onnx", "folder.npz", "fifo.npz", "loop.npz", "missing.npz", "/dev/null", "/dev/zero", LONG_NAME,
+             LONG_PATH, NOT_UTF8, ""]
+# (no /dev/null: --out adds .npz, and /dev/null.npz would be a file made in /dev)
+OUT_PATHS = ["out.npz", "out", "in.npz", "in", "dist", "dist/manifest.json", "folder.npz", "missing/out.npz",
+             "fifo.npz", LONG_NAME, LONG_PATH, NOT_UTF8, "", ".", "m.onnx", "/proc/version"]
+BUILD_OUTPUTS = ["out", "dist", "llama", "", ".", "m.onnx", "folder.npz", "missing/deeper/out", "/dev/null", "/proc",
+                 LONG_NAME, LONG_PATH, NOT_UTF8, "fifo.npz", "in.npz"]
+INTEGERS = ["0", "1", "-1", "5", "64", "2147483648", "99999999999999999999", "1e3", "0x10", "", "nan", "inf", "x"]
+FLOATS = ["0", "0.5", "1", "-1", "2", "nan", "inf", "-inf", "1e308", "1e-320", "", "x"]
+TEXTS = ["hello", "", "\n", "a" * 5000, "\x01\x7f", os.fsdecode(b"ab\xffc"), "\u2028", "{{ bos_token }}", "<|endoftext|>"]
+BACKEND_CHOICES = ["auto", "webgpu", "wasm", "gpu", ""]
+KERNEL_CHOICES = ["auto", "gpu", "cpu", "f16", "x"]
+
+
+# Values that work, drawn half the time so that a case gets past argparse to the files and the
+# model (with hostile values only, most cases would end at the first odd option).
+GOOD_VALUES = {
+    "build": ["m.onnx", "llama.onnx"], "run": ["dist", "llama"], "generate": ["llama"], "chat": ["llama"],
+    "inspect": ["m.onnx", "dist", "llama.onnx"], "-o": ["out"], "--bound": ["batch=4", "sequence_length=8"],
+    "--opt-level": ["0", "1"], "--weights": ["float16", "int8", "int4"], "--group-size": ["16", "32"],
+    "--scale-dtype": ["float16", "float32"], "--runtime": ["copy", "none"], "--backend": ["auto", "webgpu", "wasm"],
+    "--kernels": ["auto", "gpu", "cpu"], "--inputs": ["in.npz", "in2.npz", "ids.npz"], "--out": ["out.npz", "outs"],
+    "--prompt": ["hello", "é€"], "--max-tokens": ["1", "8"], "--temperature": ["0", "0.7"], "--top-k": ["0", "5"],
+    "--top-p": ["0.9", "1"], "--repetition-penalty": ["1", "1.3"], "--seed": ["0", "7"], "--message": ["user:hi"],
+    "--system": ["be brief"], "--tokenizer": ["tok.json"], "--dump-ir": ["ir"],
+}
+
+
+def _pick(rng: random.Random, values: list[str], name: str = "") -> str:
+    """A value for ``name`` (an option, or a command's positional): one that works half the
+    time where there are such, else one of ``values``."""
+    if name in GOOD_VALUES and rng.random() < 0.5:
+        return rng.choice(GOOD_VALUES[name])
+    return rng.choice(values)
+
+
+# Each subcommand: its positional (a pool) and its options, each with the values it may take
+# (an empty list: a flag).
+CLI_COMMANDS: dict[str, tuple[list[str] | None, dict[str, list[str]]]] = {
+    "build": (MODEL_PATHS, {
+        "-o": BUILD_OUTPUTS, "--bound": ["batch=4", "batch=0", "batch=-1", "batch=2147483648", "=3", "batch", "batch=x",
+                                         "nosuchdim=4", "batch=1e3", "sequence_length=2", "past_sequence_length=1"],
+        "--opt-level": ["0", "1", "2", "-1", "x"], "--weights": ["float16", "int8", "int4", "bogus"],
+        "--group-size": ["0", "-1", "3", "33", "2147483648", "x"], "--scale-dtype": ["float16", "float32", "int8"],
+        "--tokenizer": ["tok.json", "deep.json", "folder.npz", "missing.json", "m.onnx", "/dev/zero", "fifo.npz", "",
+                        LONG_NAME, NOT_UTF8, "loop.npz"],
+        "--runtime": ["copy", "none", "bogus"], "--debug": [], "--dump-ir": ["ir", "m.onnx", "/dev/null", LONG_NAME, ""],
+    }),
+    "run": (BUNDLE_PATHS + MODEL_PATHS[:6], {
+        "--inputs": NPZ_PATHS, "--out": OUT_PATHS, "--batch": [], "--reference": [], "--profile": [],
+        "--backend": BACKEND_CHOICES, "--kernels": KERNEL_CHOICES, "--browser": [],
+    }),
+    "inspect": (MODEL_PATHS + BUNDLE_PATHS, {}),
+    "generate": (BUNDLE_PATHS, {
+        "--prompt": TEXTS, "--max-tokens": INTEGERS, "--temperature": FLOATS, "--top-k": INTEGERS,
+        "--top-p": FLOATS, "--repetition-penalty": FLOATS, "--seed": INTEGERS, "--backend": BACKEND_CHOICES,
+        "--kernels": KERNEL_CHOICES,
+    }),
+    "chat": (BUNDLE_PATHS, {
+        "--system": TEXTS, "--message": ["user:hi", "user:" + os.fsdecode(b"\xfe"), "hi", ":x", "assistant:", "1:x"],
+        "--max-tokens": INTEGERS, "--temperature": FLOATS, "--top-k": INTEGERS, "--backend": BACKEND_CHOICES,
+    }),
+    "serve": (BUNDLE_PATHS, {"--port": ["-1", "65536", "x", "", "99999999999999999999", "80.5"]}),
+}
+REQUIRED = {"build": ["-o"], "run": ["--inputs"], "generate": ["--prompt"]}
+RARE = {"--browser": 0.03, "--profile": 0.2}  # options drawn less often (a Chromium start is slow)
+
+
+def cli_arguments(rng: random.Random) -> list[str]:
+    """One hostile command line: a subcommand, a positional from its pool (or none), required
+    options (or one missing), random options with odd values, some given twice."""
+    if rng.random() < 0.04:
+        return rng.choice([[], ["--version"], ["--help"], ["nosuchcommand"], ["-x"], ["run"], ["build", "--help"]])
+    command = rng.choice(sorted(CLI_COMMANDS))
+    positionals, options = CLI_COMMANDS[command]
+    args = [command]
+    if rng.random() < 0.95:
+        args.append(_pick(rng, positionals, command))
+    names = [name for name in REQUIRED.get(command, []) if rng.random() < 0.9]
+    names += [name for name in rng.sample(sorted(options), min(len(options), rng.randint(0, 4)))
+              if rng.random() < RARE.get(name, 1.0)]
+    if names and rng.random() < 0.3:
+        names.append(rng.choice(names))  # an option twice
+    for name in names:
+        args += [name] if not options[name] else [name, _pick(rng, options[name], name)]
+    if command == "serve" and "--port" not in args:
+        args += ["--port", _pick(rng, options["--port"])]  # a port it refuses: serve never returns otherwise
+    if rng.random() < 0.05:
+        args.insert(rng.randrange(1, len(args) + 1), rng.choice(["--", "-", "--no-such-option", "-o"]))
+    return args
+
+
+def _cli_fixture(folder: Path) -> None:
+    """The good files of every case: m.onnx and its bundle dist/, the tiny decoder (llama.onnx,
+    llama/), in.npz and in2.npz (batches of 2 and 3), then the hostile ones."""
+    from examples.make_mlp import make_mlp  # noqa: PLC0415 - examples/ and tests/ are found through ROOT
+    from tests.fixtures.tiny_decoder import BOUNDS, tiny_decoder  # noqa: PLC0415
+
+    onnx.save(make_mlp(), folder / "m.onnx")
+    onnx.save(tiny_decoder(), folder / "llama.onnx")
+    relaxweb.build(folder / "m.onnx", folder / "dist")
+    relaxweb.build(folder / "llama.onnx", folder / "llama", bounds=BOUNDS)
+    np.savez(folder / "in.npz", x=np.zeros((2, 64), np.float32))
+    np.savez(folder / "in2.npz", x=np.ones((3, 64), np.float32))
+    _hostile_files(folder)
+
+
+def _fingerprints(folder: Path, names: list[str]) -> dict[str, bytes | None]:
+    """The bytes of each regular file named (None for another kind or none), to check that a
+    case loses nothing it was given to read."""
+    prints = {}
+    for name in names:
+        path = folder / name
+        try:
+            prints[name] = path.read_bytes() if name and path.is_file() and not path.is_symlink() else None
+        except OSError:
+            prints[name] = None
+    return prints
+
+
+def _read_inputs(args: list[str]) -> list[str]:
+    """The files a command line only reads: a build's model, run's --inputs, --tokenizer."""
+    read = [value for option, value in zip(args, args[1:]) if option in ("--inputs", "--tokenizer")]
+    if len(args) > 1 and args[0] == "build":
+        read.append(args[1])
+    return read
+
+
+def cli_verdict(done_rc: int | None, stderr: str) -> str | None:
+    """What is wrong with a finished command (None: nothing): a traceback, an exit status
+    other than 0, 2 and 141, an exit 2 without an ``error:`` line."""
+    if "Traceback (most recent call last)" in stderr:
+        return "traceback"
+    if done_rc not in CLI_EXITS:
+        return "bad exit"
+    if done_rc == 2 and not any(line.startswith("error: ") for line in stderr.splitlines()):
+        return "no error line"
+    return None
+
+
+def fuzz_cli(count: int, seed: int, only: set[int] | None = None) -> Report:
+    """Hostile ``relaxweb`` command lines as subprocesses (``python3 -m relaxweb``, stdin
+    empty), each in a copy of the fixture folder: it must exit 0, 2 with an ``error:`` line,
+    or 141 (a closed pipe); a traceback, another status, a run past ``CLI_TIMEOUT_S`` or a
+    changed file it was only to read is a failure."""
+    report = Report("cli")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    with tempfile.TemporaryDirectory(prefix="relaxweb-fuzz-cli-") as scratch:
+        fixture = Path(scratch) / "fixture"
+        fixture.mkdir()
+        _cli_fixture(fixture)
+        for case, rng, _, folder in _cases(count, seed, only, [""], Path(scratch)):
+            shutil.copytree(fixture, folder, symlinks=True)
+            _special_files(folder)
+            args = cli_arguments(rng)
+            label = f"cli case {case} (seed {seed}): relaxweb {' '.join(repr(a[:60]) for a in args)}"
+            before = _fingerprints(folder, _read_inputs(args))
+            try:
+                done = subprocess.run([sys.executable, "-m", "relaxweb", *args], cwd=folder, env=env,
+                                      stdin=subprocess.DEVNULL, capture_output=True, timeout=CLI_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                report.add("hang", f"{label}: still running after {CLI_TIMEOUT_S} s")
+            else:
+                stderr = done.stderr.decode("utf-8", "replace")
+                problem = cli_verdict(done.returncode, stderr)
+                if problem is None and _fingerprints(folder, list(before)) != before:
+                    problem = "lost input"
+                if problem is not None:
+                    report.add(problem, f"{label}: exit {done.returncode}\n{stderr[-1500:]}")
+                else:
+                    report.add("ok" if done.returncode == 0 else "refused")
+            shutil.rmtree(folder, ignore_errors=True)
+    return report
+
+
+# Integer differential ----------------------------------------------------------------------
+
+INT32_VALUES = [0, 1, -1, 2, 3, -7, 46341, 65536, 2**30, 2**31 - 1, -(2**31), -(2**31) + 1]
+INT64_VALUES = INT32_VALUES + [2**31, -(2**31) - 1, 2**32 + 5, 2**53, 2**53 + 1, -(2**53), -(2**53) - 1, 2**62]
+INT_DTYPES = {"int32": (TensorProto.INT32, np.int32, INT32_VALUES), "int64": (TensorProto.INT64, np.int64, INT64_VALUES)}
+INT_BINARY = ["Add", "Sub", "Mul", "Div", "Mod", "Min", "Max"]
+INT_UNARY = ["Neg", "Abs", "Sign"]
+INT_OTHER = ["ReduceSum", "CumSum", "Cast", "Gather"]
+INT_PATHS = ["reference", "wasm", "webgpu"]
+
+
+@dataclass
+class IntGraph:
+    """A random graph of integer ops being built: its nodes, constants, and each value's dtype
+    and shape (tracked here so that every binary op gets operands it can broadcast)."""
+
+    rng: random.Random
+    nodes: list = field(default_factory=list)
+    initializers: list = field(default_factory=list)
+    values: dict[str, tuple[str, tuple[int, ...]]] = field(default_factory=dict)
+
+    def constant(self, array: np.ndarray) -> str:
+        name = f"c{len(self.initializers)}"
+        self.initializers.append(numpy_helper.from_array(array, name))
+        return name
+
+    def data(self, dtype: str, shape: tuple[int, ...], narrow: bool = False) -> np.ndarray:
+        """Values from ``dtype``'s pool; ``narrow``: mostly int32's (an input, that the devices
+        check for 32 bits, from which results grow past them)."""
+        _, numpy_type, pool = INT_DTYPES[dtype]
+        if narrow and self.rng.random() < 0.8:
+            pool = INT32_VALUES
+        return np.array([self.rng.choice(pool) for _ in range(int(np.prod(shape)))], numpy_type).reshape(shape)
+
+    def add(self, op: str, inputs: list[str], dtype: str, shape: tuple[int, ...], **attrs) -> None:
+        name = f"v{len(self.nodes)}"
+        self.nodes.append(helper.make_node(op, inputs, [name], name=f"{op.lower()}{len(self.nodes)}", **attrs))
+        self.values[name] = (dtype, shape)
+
+    def grow(self) -> str:
+        """One random node on the values so far; returns what it is."""
+        rng = self.rng
+        source = rng.choice(sorted(self.values))
+        dtype, shape = self.values[source]
+        op = rng.choice(INT_BINARY * 2 + INT_UNARY + INT_OTHER)
+        if op in INT_BINARY:
+            same = [name for name, (d, s) in self.values.items() if d == dtype and s == shape]
+            other = rng.choice(same) if rng.random() < 0.5 else self.constant(self.data(dtype, rng.choice([(), shape])))
+            operands = [source, other] if rng.random() < 0.5 else [other, source]
+            self.add(op, operands, dtype, shape)
+        elif op in INT_UNARY:
+            self.add(op, [source], dtype, shape)
+        elif op == "ReduceSum" and shape:
+            axis = rng.randrange(len(shape))
+            keep = rng.randint(0, 1)
+            reduced = tuple(1 if d == axis else n for d, n in enumerate(shape) if keep or d != axis)
+            self.add(op, [source, self.constant(np.array([axis], np.int64))], dtype, reduced, keepdims=keep)
+        elif op == "CumSum" and shape:
+            axis = self.constant(np.array(rng.randrange(len(shape)), np.int64))
+            self.add(op, [source, axis], dtype, shape, exclusive=rng.randint(0, 1), reverse=rng.randint(0, 1))
+        elif op == "Gather" and shape:
+            axis = rng.randrange(len(shape))
+            indices = np.array([rng.randrange(-shape[axis], shape[axis]) for _ in range(rng.randint(1, 4))], np.int64)
+            gathered = shape[:axis] + indices.shape + shape[axis + 1:]
+            self.add(op, [source, self.constant(indices)], dtype, gathered, axis=axis)
+        else:  # Cast, and ops that need an axis on a scalar
+            to = "int32" if dtype == "int64" else "int64"
+            self.add("Cast", [source], to, shape, to=INT_DTYPES[to][0])
+        return op
+
+
+def integer_model(rng: random.Random) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """A random graph of 1 to 5 integer ops on one or two inputs of int32 or int64 values near
+    the edges of 32 and 53 bits, every node's result an output; and its inputs."""
+    graph = IntGraph(rng)
+    shape = rng.choice([(3,), (2, 3), (1, 4)])
+    feeds, inputs = {}, []
+    for index in range(rng.randint(1, 2)):
+        dtype = rng.choice(sorted(INT_DTYPES))
+        name = f"in{index}"
+        feeds[name] = graph.data(dtype, shape, narrow=True)
+        graph.values[name] = (dtype, shape)
+        inputs.append(helper.make_tensor_value_info(name, INT_DTYPES[dtype][0], list(shape)))
+    for _ in range(rng.randint(1, 5)):
+        graph.grow()
+    outputs = [helper.make_tensor_value_info(node.output[0], INT_DTYPES[graph.values[node.output[0]][0]][0], None)
+               for node in graph.nodes]
+    model = helper.make_model(helper.make_graph(graph.nodes, "integers", inputs, outputs, graph.initializers),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    return model, feeds
+
+
+def _beyond_32_bits(arrays) -> bool:
+    """Whether an int64 array (an input, a constant, a result) holds a value outside int32
+    (where a device of 32-bit words may refuse, with a RelaxwebError)."""
+    return any(a.dtype == np.int64 and a.size and (a.min() < -(2**31) or a.max() >= 2**31) for a in arrays)
+
+
+def _relaxweb_outputs(path: str, model_path: Path, bundle: Path, feeds) -> dict[str, np.ndarray]:
+    if path == "reference":
+        return relaxweb.run_reference(model_path, feeds)
+    if not (bundle / "manifest.json").exists():
+        relaxweb.build(model_path, bundle)
+    return relaxweb.load(bundle, backend=path).run(feeds)
+
+
+def _first_difference(expected: dict[str, np.ndarray], actual: dict[str, np.ndarray]) -> str | None:
+    for name, want in expected.items():
+        got = actual.get(name)
+        if got is None or got.dtype != want.dtype or got.shape != want.shape or not np.array_equal(got, want):
+            return f"{name}: onnxruntime {want.dtype}{list(want.shape)} {want.tolist()}, relaxweb " + (
+                "nothing" if got is None else f"{got.dtype}{list(got.shape)} {got.tolist()}")
+    return None
+
+
+def _describe(model: onnx.ModelProto, feeds) -> str:
+    """A case as one line: each node (``v1 = Mul(in0, c0)``), the inputs' and constants' values."""
+    constants = {t.name: numpy_helper.to_array(t).tolist() for t in model.graph.initializer}
+    nodes = "; ".join(f"{n.output[0]} = {n.op_type}({', '.join(n.input)}"
+                      f"{''.join(f', {a.name}={helper.get_attribute_value(a)}' for a in n.attribute)})"
+                      for n in model.graph.node)
+    values = ", ".join(f"{name}={array.dtype}{array.tolist()}" for name, array in feeds.items())
+    return f"{nodes} | inputs {values} | constants {constants}"
+
+
+def fuzz_integers(count: int, seed: int, only: set[int] | None = None, paths: list[str] = INT_PATHS) -> Report:
+    """Random graphs of integer ops (``integer_model``) on relaxweb's ``paths`` (the reference
+    interpreter, kernels.wasm, wgpu) against onnxruntime.  Where onnxruntime answers, every
+    output must be equal (dtype, shape and values): a *difference* otherwise.  Where it
+    refuses (an integer division by zero), nothing is compared.  A RelaxwebError is allowed on
+    the devices (``wasm``, ``webgpu``) where an int64 input or result does not fit 32 bits
+    (they compute int64 in 32-bit words and may refuse rather than wrap; counted as
+    ``refused``); elsewhere it is a *difference* too.  Any other exception is a traceback.
+    onnxruntime's int64 ReduceSum is not exact past 2^53 (it sums in doubles): where relaxweb
+    differs from onnxruntime but equals onnx's reference evaluator (``onnx.reference``), the
+    case is ``onnxruntime inexact``, a note rather than a failure."""
+    import onnxruntime  # noqa: PLC0415 - only this mode needs it
+
+    from onnx.reference import ReferenceEvaluator  # noqa: PLC0415
+
+    report = Report("integers")
+    with tempfile.TemporaryDirectory(prefix="relaxweb-fuzz-integers-") as scratch:
+        for case, rng, _, folder in _cases(count, seed, only, [""], Path(scratch)):
+            folder.mkdir()
+            model, feeds = integer_model(rng)
+            model_path = folder / "model.onnx"
+            onnx.save(model, model_path)
+            label = f"integers case {case} (seed {seed}: {_describe(model, feeds)})"
+            try:
+                quiet = onnxruntime.SessionOptions()
+                quiet.log_severity_level = 4  # its refusals are expected here: not on stderr
+                ort = onnxruntime.InferenceSession(str(model_path), quiet, providers=["CPUExecutionProvider"])
+                names = [output.name for output in model.graph.output]
+                expected = dict(zip(names, ort.run(None, feeds)))
+            except Exception:  # noqa: BLE001 - onnxruntime refused (a division by zero): nothing to compare
+                report.add("onnxruntime refused")
+                shutil.rmtree(folder, ignore_errors=True)
+                continue
+            constants = [numpy_helper.to_array(tensor) for tensor in model.graph.initializer]
+            wide = _beyond_32_bits([*feeds.values(), *constants, *expected.values()])
+            exact = ReferenceEvaluator(model).run(None, feeds)  # onnx's own numpy evaluator, the tie-break
+            exact = {name: np.asarray(array) for name, array in zip(names, exact)}
+            for path in paths:
+                try:
+                    actual = _relaxweb_outputs(path, model_path, folder / "dist", feeds)
+                    difference = _first_difference(expected, actual)
+                    outcome = "ok" if difference is None else "difference"
+                    if difference is not None and _first_difference(exact, actual) is None:
+                        outcome = "onnxruntime inexact"  # relaxweb is exact where onnxruntime is not
+                except RelaxwebError as error:
+                    difference = f"RelaxwebError: {shown(str(error))[:300]}"
+                    outcome = "refused" if wide and path != "reference" else "difference"
+                except Exception:  # noqa: BLE001 - anything else is a traceback
+                    outcome, difference = "traceback", traceback.format_exc(limit=-4)
+                finding = f"{path}: {label}\n    {difference}"
+                report.add(f"{path} {outcome}", finding if outcome in ("difference", "traceback") else None,
+                           finding if outcome == "onnxruntime inexact" else None)
+            shutil.rmtree(folder, ignore_errors=True)
+    return report
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog=__doc__.split("\n\n", 1)[1])
-    parser.add_argument("target", choices=["onnx", "bundles", "all"])
+    parser.add_argument("target", choices=["onnx", "bundles", "cli", "integers", "all"])
     parser.add_argument("--count", type=int, help="cases (default: 1000 ONNX files, 500 bundles)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--only", type=int, nargs="+", metavar="CASE", help="run only these case numbers (to reproduce one)")
@@ -459,11 +908,17 @@ def main(argv: list[str] | None = None) -> int:
         reports.append(fuzz_onnx(args.count or 1000, args.seed, only=set(args.only or ())))
     if args.target in ("bundles", "all"):
         reports.append(fuzz_bundles(args.count or 500, args.seed, only=set(args.only or ())))
+    if args.target in ("cli", "all"):
+        reports.append(fuzz_cli(args.count or 200, args.seed, only=set(args.only or ())))
+    if args.target in ("integers", "all"):
+        reports.append(fuzz_integers(args.count or 100, args.seed, only=set(args.only or ())))
     failed = False
     for report in reports:
         print(report.summary())
         for failure in report.failures:
             print(f"  FAIL {failure}")
+        for note in report.notes:
+            print(f"  NOTE {note}")
         failed |= bool(report.failures)
     return 1 if failed else 0
 

@@ -42,7 +42,7 @@ from google.protobuf.message import DecodeError
 from onnx import helper
 from onnx.external_data_helper import ExternalDataInfo
 
-from ..errors import RelaxwebError, UnsupportedModelError
+from ..errors import RelaxwebError, UnsupportedModelError, path_kind
 from ..ir.builder import FunctionBuilder
 from ..ir.expr import Constant, Expr, MatchCast, PrimValue, SeqExpr, ShapeExpr, Var, VarBinding
 from ..ir.functor import ExprVisitor
@@ -67,10 +67,13 @@ def load_onnx(path: str | Path) -> onnx.ModelProto:
     named relative to the model's folder.
     """
     path = Path(path)
-    if not path.exists():
+    kind = path_kind(path)
+    if kind is None:
         raise RelaxwebError(f"{path}: no such file")
-    if path.is_dir():
+    if kind == "folder":
         raise RelaxwebError(f"{path}: is a directory, expected an .onnx file")
+    if kind == "other":  # /dev/zero or a FIFO would be read for ever
+        raise RelaxwebError(f"{path}: not a regular file (a device, FIFO or socket), expected an .onnx file")
     try:  # onnx picks the format by the suffix: .json and .txt files are parsed as text
         model = onnx.load(str(path), load_external_data=False)
     except (DecodeError, json_format.Error, text_format.Error, ValueError, RuntimeError, OSError) as error:

@@ -48,6 +48,7 @@ class FunctionBuilder:
         self._used_names: set[str] = set()
         self._next_number: dict[str, int] = {}  # base -> the first number unique_name has not tried
         self._checked: dict[tuple[Expr, int, PrimExpr], Var] = {}  # (value, dim, extent) -> its checked cast
+        self._checked_facts: set[tuple[PrimExpr, PrimExpr]] = set()  # (actual, expected) quantities checked
 
     @classmethod
     def avoiding_names_of(cls, function: Function) -> FunctionBuilder:
@@ -122,8 +123,11 @@ class FunctionBuilder:
         label = labels.get(argument, f"argument {needed.argument}")
         reason = f"{where}: {needed.quantity} of {label}"
         if needed.dim is None:  # a quantity computed from the argument: checked as a prim value
-            self.emit_match_cast(PrimValue(needed.actual), PrimStructInfo("int64", needed.expected), "checked",
-                                 reason=reason)
+            fact = (needed.actual, needed.expected)
+            if fact not in self._checked_facts:  # the same fact checked earlier fails there first
+                self._checked_facts.add(fact)
+                self.emit_match_cast(PrimValue(needed.actual), PrimStructInfo("int64", needed.expected), "checked",
+                                     reason=reason)
             return args, {**attrs, **needed.checked_attrs}
         checked = self.check_dim(argument, needed.dim, needed.expected, reason)
         labels[checked] = label  # a further check of the same argument names it the same way

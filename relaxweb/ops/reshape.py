@@ -15,9 +15,16 @@ Signatures (args, then attributes):
   the input's dim" 0 is resolved by the frontend).  The element counts must be equal (and a
   count divisible for ``-1``): provably, or, where the analyzer cannot decide, checked at run
   time by a ``match_cast`` of the count bound just before; ``count_checked=True`` says so.
+  A ``-1`` is inferred only where the other target dims are not 0 (onnxruntime refuses a
+  zero-element reshape like ``[0, 4] -> [0, -1]`` as ambiguous): refused at build where they
+  are 0, checked at run time where they may be (``others_checked=True``); except with
+  ``allowzero=True`` (ONNX's attribute: the target's zeros are zeros), where onnxruntime infers
+  it at run time from the dims that are not 0, as the symbolic ``count // others`` does.
 - ``dynamic_reshape(x, shape, copy_zeros=False, source="")``: with a run-time 1-D integer
   tensor ``shape`` (data-dependent; extents read back); ``copy_zeros`` gives ONNX's meaning to
-  its zeros (Reshape without ``allowzero``).  The element count of the target is checked at
+  its zeros (Reshape without ``allowzero``).  A -1 beside other extents that multiply to 0 is
+  refused with ``copy_zeros`` and otherwise (allowzero) inferred as onnxruntime does: the
+  product of the input's dims that are not 0 over that of the target's.  The element count of the target is checked at
   run time (on the GPU path and in the reference alike); ``source`` names where the op comes
   from for that error (``Reshape node 'r'``).
 - ``transpose(x, axes=[...])``: a permutation of the dims.
@@ -37,8 +44,8 @@ from ..ir.expr import Call, Constant, Expr, PrimValue, tensor_dtype, tensor_shap
 from ..ir.op_registry import AssumptionError, DeductionError, register_op
 from ..ir.struct_info import PrimStructInfo, TensorStructInfo
 from ..ir.symbolic import (
-    IntImm, PrimExpr, as_int, format_expr, product, prove_equal,
-    prove_not_equal, simplify,
+    IntImm, PrimExpr, as_int, expr_min, format_expr, product, prove_equal,
+    prove_less, prove_not_equal, simplify,
 )
 from ..ir.tir import Load, maximum, select
 from .common import (
@@ -84,6 +91,14 @@ def deduce_reshape(args, attrs) -> TensorStructInfo:
         if as_int(known) == 0:
             raise DeductionError(
                 f"reshape: cannot infer -1 (target dim {position}): the other target dims multiply to 0"
+            )
+        if not attrs.get("others_checked", False) and not attrs.get("allowzero", False) and not prove_less(0, known):
+            raise AssumptionError(
+                f"reshape: cannot infer -1 (target dim {position}) if the other target dims multiply to 0",
+                argument=0, dim=None, actual=simplify(expr_min(known, 1)), expected=simplify(1),
+                quantity=f"the -1 of the target (dim {position}): inferred only where the other target dims "
+                f"({format_expr(known)}) are not 0, as in onnxruntime; min(1, {format_expr(known)})",
+                checked_attrs={"others_checked": True},
             )
         inferred = simplify(count // known)
         if not checked and not prove_equal(inferred * known, count):
@@ -138,6 +153,8 @@ def reshape_reference(arrays, attrs):
     data, target = arrays[0], int_list(arrays[1])
     if attrs.get("copy_zeros"):
         target = [data.shape[position] if value == 0 else value for position, value in enumerate(target)]
+    if -1 in target:  # as deduction infers it (numpy refuses a -1 beside a 0)
+        target = [_minus_one(data.shape, target, allowzero=True) if value == -1 else value for value in target]
     return np.asarray(data.reshape(tuple(target)), order="C")  # (ascontiguousarray makes a 0-d result 1-d)
 
 
@@ -146,7 +163,7 @@ def dynamic_reshape_reference(arrays, attrs):
     data, target = arrays[0], int_list(arrays[1])
     if attrs.get("copy_zeros"):
         target = [data.shape[position] if value == 0 else value for position, value in enumerate(target)]
-    target = _checked_target(data.size, target, attrs.get("source", ""))
+    target = _checked_target(data.shape, target, attrs.get("source", ""), allowzero=not attrs.get("copy_zeros"))
     return np.asarray(data.reshape(tuple(target)), order="C")
 
 
@@ -155,12 +172,27 @@ def count_reason(source: str) -> str:
     return f"{source or 'dynamic_reshape'}: the element count of the target shape"
 
 
-def _checked_target(count: int, target: list[int], source: str) -> list[int]:
-    """The target with its -1 resolved as the GPU path resolves it (the count over the
-    product of the others), refused with the GPU path's error when it does not hold ``count``
-    elements or has a negative extent."""
+def _minus_one(shape: tuple[int, ...], target: list[int], allowzero: bool) -> int:
+    """The value of a target's -1: the element count over the product of the other entries;
+    where that is 0, with ``allowzero`` onnxruntime's (the product of the input's dims that are
+    not 0 over that of the other entries), else -1 (refused as negative)."""
     others = int(np.prod([value for value in target if value != -1], dtype=np.int64))
-    resolved = [count // max(others, 1) if value == -1 else value for value in target]
+    if others:
+        return int(np.prod(shape, dtype=np.int64)) // others
+    if allowzero:
+        nonzero = int(np.prod([value or 1 for value in target if value != -1], dtype=np.int64))
+        return int(np.prod([dim or 1 for dim in shape], dtype=np.int64)) // nonzero
+    return -1
+
+
+def _checked_target(shape: tuple[int, ...], target: list[int], source: str, allowzero: bool) -> list[int]:
+    """The target with its -1 resolved as the GPU path resolves it (the count over the
+    product of the others; where that is 0, with ``allowzero`` the product of the input's dims
+    that are not 0 over that of the others, else -1, refused), refused with the GPU path's
+    error when it does not hold the input's element count or has a negative extent."""
+    count = int(np.prod(shape, dtype=np.int64))
+    inferred = _minus_one(shape, target, allowzero)
+    resolved = [inferred if value == -1 else value for value in target]
     for position, value in enumerate(resolved):
         if value < 0:
             raise InputShapeError(f"{extent_reason(source or 'dynamic_reshape', position)} is {value}, must be >= 0")
@@ -200,11 +232,19 @@ def legalize_dynamic_reshape(context, call: Call):
 
     def extent(position: int):
         def build(buffers):
-            others = const(1)
+            others, nonzero_others = const(1), const(1)
             for other in range(length):
                 if other != position:
                     others = others * resolved(buffers, other)
-            inferred = int32(index(product(shape)) / maximum(others, const(1)))
+                    nonzero_others = nonzero_others * select(resolved(buffers, other).eq(const(0)), const(1),
+                                                             resolved(buffers, other))
+            # the other extents multiplying to 0: onnxruntime refuses the -1 when the zeros were
+            # copied (-1 here, refused as negative), else infers it from the extents that are not 0
+            nonzero_count = const(1)
+            for dim in shape:
+                nonzero_count = nonzero_count * maximum(int32(index(dim)), const(1))
+            ambiguous = const(-1) if copy_zeros else nonzero_count / maximum(nonzero_others, const(1))
+            inferred = select(others.eq(const(0)), ambiguous, int32(index(product(shape)) / maximum(others, const(1))))
             value = resolved(buffers, position)
             return select(value.eq(const(-1)), inferred, value)
         return build

@@ -102,17 +102,39 @@ def decoder_signature(manifest: Mapping[str, Any]) -> DecoderSignature:
 
 
 def sequence_limit(manifest: Mapping[str, Any], signature: DecoderSignature) -> int | None:
-    """The longest sequence (prompt and new tokens) one run can take: the bound of the cache's
-    length (past + 1) or of the attention mask's, whichever is smaller; None when unbounded."""
+    """The longest sequence (prompt and new tokens) one run can take: the bound of each cache's
+    length (past + 1; its axis as ``cache_axis`` finds it) or of the attention mask's, whichever
+    is smallest; None when unbounded."""
     bounds = {var["name"]: var["bound"] for var in manifest["symbolic_vars"] if var["bound"] is not None}
     inputs = {entry["name"]: entry for entry in manifest["inputs"]}
     limits = []
-    past = inputs[signature.cache[0][0]]["shape"]
-    if len(past) == 4 and past[2] in bounds:
-        limits.append(bounds[past[2]] + 1)
+    for past, present in signature.cache:
+        length = inputs[past]["shape"][cache_axis(manifest, past, present)]
+        if length in bounds:
+            limits.append(bounds[length] + 1)
     if signature.attention_mask and inputs["attention_mask"]["shape"][-1] in bounds:
         limits.append(bounds[inputs["attention_mask"]["shape"][-1]])
     return min(limits, default=None)
+
+
+def cache_axis(manifest: Mapping[str, Any], past: str, present: str) -> int:
+    """The axis of input ``past`` that is the past length: the cache's axis where the bundle
+    has one, else the one symbolic dimension (not the batch) the output ``present`` names
+    otherwise, else the past's one symbolic dimension; a RelaxwebError when there is none."""
+    inputs = [entry["name"] for entry in manifest["inputs"]]
+    past_entry = manifest["inputs"][inputs.index(past)]
+    present_entry = next(entry for entry in manifest["outputs"] if entry["name"] == present)
+    batch = manifest["inputs"][inputs.index("input_ids")]["shape"][0]
+    axes = [cache["axis"] for cache in manifest.get("caches", []) if cache["input"] == inputs.index(past)]
+    grows = present_entry["shape"] or [None] * len(past_entry["shape"])
+    symbolic = [axis for axis, dim in enumerate(past_entry["shape"]) if isinstance(dim, str) and dim != batch]
+    if not axes:
+        axes = [axis for axis in symbolic if axis < len(grows) and isinstance(grows[axis], str)
+                and grows[axis] != past_entry["shape"][axis]] or (symbolic if len(symbolic) == 1 else [])
+    if len(axes) != 1:
+        raise RelaxwebError(f"this bundle cannot generate: no dimension of input '{past}' {past_entry['shape']} is "
+                            f"the past length alone (the one output '{present}' {present_entry['shape']} grows along)")
+    return axes[0]
 
 
 def mulberry32(seed: int) -> Callable[[], float]:
@@ -137,14 +159,15 @@ def checked_options(max_new_tokens: Any, temperature: Any, top_k: Any, seed: Any
     """A RelaxwebError for the first option out of range (the browser runtime checks the same)."""
     if not _is_integer(max_new_tokens) or max_new_tokens < 1:
         raise RelaxwebError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
-    if not _is_number(temperature) or not 0 <= temperature < float("inf"):
-        raise RelaxwebError(f"temperature must be a number >= 0 (0: greedy), got {temperature!r}")
+    if not _is_number(temperature) or not 0 <= temperature < float("inf") or not _in_float32(temperature):
+        raise RelaxwebError(f"temperature must be a number >= 0 (0: greedy), got {temperature!r}{_float32_note(temperature)}")
     if not _is_integer(top_k) or not 0 <= top_k <= MAX_TOP_K:
         raise RelaxwebError(f"top_k must be an integer from 0 (the whole vocabulary) to {MAX_TOP_K}, got {top_k!r}")
-    if not _is_number(top_p) or not 0 < top_p <= 1:
-        raise RelaxwebError(f"top_p must be a number above 0 and at most 1 (1: no cut), got {top_p!r}")
-    if not _is_number(repetition_penalty) or not 0 < repetition_penalty < float("inf"):
-        raise RelaxwebError(f"repetition_penalty must be a number above 0 (1: none), got {repetition_penalty!r}")
+    if not _is_number(top_p) or not 0 < top_p <= 1 or not _in_float32(top_p):
+        raise RelaxwebError(f"top_p must be a number above 0 and at most 1 (1: no cut), got {top_p!r}{_float32_note(top_p)}")
+    if not _is_number(repetition_penalty) or not 0 < repetition_penalty < float("inf") or not _in_float32(repetition_penalty):
+        raise RelaxwebError(f"repetition_penalty must be a number above 0 (1: none), got {repetition_penalty!r}"
+                            f"{_float32_note(repetition_penalty)}")
     if not _is_integer(seed):
         raise RelaxwebError(f"seed must be an integer, got {seed!r}")
 
@@ -163,6 +186,22 @@ def _is_integer(value: Any) -> bool:
 
 def _is_number(value: Any) -> bool:
     return _is_integer(value) or (isinstance(value, float) and value == value)
+
+
+#: The samplers compute in float32: the smallest normal and the largest finite float32.
+FLOAT32_RANGE = (1.1754943508222875e-38, 3.4028234663852886e38)
+
+
+def _in_float32(value: float) -> bool:
+    """Whether ``value`` is 0 or a normal float32 (else the samplers would see 0 or infinity)."""
+    return value == 0 or FLOAT32_RANGE[0] <= abs(value) <= FLOAT32_RANGE[1]
+
+
+def _float32_note(value: Any) -> str:
+    """Why a number otherwise in range is refused: the samplers compute in float32."""
+    if _is_number(value) and value != 0 and not _in_float32(value) and abs(value) < float("inf"):
+        return " (outside float32's range, 1.2e-38 to 3.4e38, which the samplers compute in)"
+    return ""
 
 
 class GpuSampler:
@@ -309,19 +348,12 @@ class _Feeds:
         past_entry = manifest["inputs"][inputs.index(past)]
         present_entry = next(entry for entry in manifest["outputs"] if entry["name"] == present)
         batch = manifest["inputs"][inputs.index("input_ids")]["shape"][0]
-        axes = [cache["axis"] for cache in manifest.get("caches", []) if cache["input"] == inputs.index(past)]
         grows = present_entry["shape"] or [None] * len(past_entry["shape"])
-        symbolic = [axis for axis, dim in enumerate(past_entry["shape"]) if isinstance(dim, str) and dim != batch]
-        if not axes:
-            axes = [axis for axis in symbolic if axis < len(grows) and isinstance(grows[axis], str)
-                    and grows[axis] != past_entry["shape"][axis]] or (symbolic if len(symbolic) == 1 else [])
-        if len(axes) != 1:
-            raise RelaxwebError(f"this bundle cannot generate: no dimension of input '{past}' {past_entry['shape']} is "
-                                f"the past length alone (the one output '{present}' {present_entry['shape']} grows along)")
+        length = cache_axis(manifest, past, present)
         shape = []
         for axis, dim in enumerate(past_entry["shape"]):
             out = grows[axis] if axis < len(grows) else None
-            extent = 1 if dim == batch else 0 if axis == axes[0] else dim if isinstance(dim, int) else out
+            extent = 1 if dim == batch else 0 if axis == length else dim if isinstance(dim, int) else out
             if not isinstance(extent, int):
                 raise RelaxwebError(f"this bundle cannot generate: dimension {axis} of input '{past}' ({dim}) has no "
                                     f"extent in the model (output '{present}' has {out} there), so its empty past "

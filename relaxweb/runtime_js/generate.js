@@ -27,6 +27,8 @@ export const MAX_TOP_K = 256;
 const PAST_PREFIX = "past_key_values.";
 const PRESENT_PREFIX = "present.";
 const PARAMS_BYTES = 32; // sampler.wgsl's Params
+/** How generate rejects when its model is disposed before it settles. */
+export const DISPOSED_DURING_GENERATE = "the model was disposed during generate";
 /** The sampling options without a default from the bundle: greedy, nothing cut, no penalty. */
 export const GREEDY = Object.freeze({ temperature: 0, topK: 0, topP: 1, repetitionPenalty: 1 });
 const USAGE = { MAP_READ: 0x1, COPY_SRC: 0x4, COPY_DST: 0x8, UNIFORM: 0x40, STORAGE: 0x80 };
@@ -75,8 +77,9 @@ export function decoderSignature(manifest) {
 }
 
 /**
- * The longest sequence (prompt and new tokens) one run can take: the bound of the cache's
- * length (past + 1) or of the attention mask's, whichever is smaller; null when unbounded.
+ * The longest sequence (prompt and new tokens) one run can take: the bound of each cache's
+ * length (past + 1; its axis as cacheAxis finds it) or of the attention mask's, whichever is
+ * smallest; null when unbounded.
  * @param {any} manifest @param {DecoderSignature} signature @returns {number|null}
  */
 export function sequenceLimit(manifest, signature) {
@@ -85,11 +88,38 @@ export function sequenceLimit(manifest, signature) {
     .map((/** @type {any} */ v) => [v.name, v.bound]));
   const input = (/** @type {string} */ name) => manifest.inputs.find((/** @type {any} */ entry) => entry.name === name);
   const limits = [];
-  const past = input(signature.cache[0][0]).shape;
-  if (past.length === 4 && past[2] in bounds) limits.push(bounds[past[2]] + 1);
+  for (const [past, present] of signature.cache) {
+    const length = input(past).shape[cacheAxis(manifest, past, present)];
+    if (length in bounds) limits.push(bounds[length] + 1);
+  }
   const mask = signature.attentionMask ? input("attention_mask").shape : [];
   if (mask.length > 0 && mask[mask.length - 1] in bounds) limits.push(bounds[mask[mask.length - 1]]);
   return limits.length > 0 ? Math.min(...limits) : null;
+}
+
+/**
+ * The axis of input `past` that is the past length: the cache's axis where the bundle has one,
+ * else the one symbolic dimension (not the batch) the output `present` names otherwise, else the
+ * past's one symbolic dimension; an Error when there is none.
+ * @param {any} manifest @param {string} past @param {string} present @returns {number}
+ */
+export function cacheAxis(manifest, past, present) {
+  const index = manifest.inputs.findIndex((/** @type {any} */ entry) => entry.name === past);
+  const { shape } = manifest.inputs[index];
+  const batch = manifest.inputs.find((/** @type {any} */ entry) => entry.name === "input_ids").shape[0];
+  const presentShape = manifest.outputs.find((/** @type {any} */ entry) => entry.name === present).shape;
+  const grows = presentShape ?? shape.map(() => null);
+  let axes = (manifest.caches ?? []).filter((/** @type {any} */ c) => c.input === index).map((/** @type {any} */ c) => c.axis);
+  const symbolic = [...shape.keys()].filter((axis) => typeof shape[axis] === "string" && shape[axis] !== batch);
+  if (axes.length === 0) {
+    axes = symbolic.filter((axis) => typeof grows[axis] === "string" && grows[axis] !== shape[axis]);
+    if (axes.length === 0 && symbolic.length === 1) axes = symbolic;
+  }
+  if (axes.length !== 1) {
+    throw new Error(`this bundle cannot generate: no dimension of input '${past}' ${JSON.stringify(shape)} is the past ` +
+      `length alone (the one output '${present}' ${JSON.stringify(presentShape)} grows along)`);
+  }
+  return axes[0];
 }
 
 /**
@@ -112,19 +142,34 @@ export function mulberry32(seed) {
  */
 export function checkOptions({ maxNewTokens, temperature, topK, seed, topP = 1, repetitionPenalty = 1 }) {
   if (!Number.isInteger(maxNewTokens) || maxNewTokens < 1) throw new Error(`maxNewTokens must be an integer >= 1, got ${String(maxNewTokens).slice(0, 40)}`);
-  if (typeof temperature !== "number" || !(temperature >= 0) || temperature === Infinity) {
-    throw new Error(`temperature must be a number >= 0 (0: greedy), got ${String(temperature).slice(0, 40)}`);
+  if (typeof temperature !== "number" || !(temperature >= 0) || temperature === Infinity || !inFloat32(temperature)) {
+    throw new Error(`temperature must be a number >= 0 (0: greedy), got ${String(temperature).slice(0, 40)}${float32Note(temperature)}`);
   }
   if (!Number.isInteger(topK) || topK < 0 || topK > MAX_TOP_K) {
     throw new Error(`topK must be an integer from 0 (the whole vocabulary) to ${MAX_TOP_K}, got ${String(topK).slice(0, 40)}`);
   }
-  if (typeof topP !== "number" || !(topP > 0 && topP <= 1)) {
-    throw new Error(`topP must be a number above 0 and at most 1 (1: no cut), got ${String(topP).slice(0, 40)}`);
+  if (typeof topP !== "number" || !(topP > 0 && topP <= 1) || !inFloat32(topP)) {
+    throw new Error(`topP must be a number above 0 and at most 1 (1: no cut), got ${String(topP).slice(0, 40)}${float32Note(topP)}`);
   }
-  if (typeof repetitionPenalty !== "number" || !(repetitionPenalty > 0) || repetitionPenalty === Infinity) {
-    throw new Error(`repetitionPenalty must be a number above 0 (1: none), got ${String(repetitionPenalty).slice(0, 40)}`);
+  if (typeof repetitionPenalty !== "number" || !(repetitionPenalty > 0) || repetitionPenalty === Infinity || !inFloat32(repetitionPenalty)) {
+    throw new Error(`repetitionPenalty must be a number above 0 (1: none), got ${String(repetitionPenalty).slice(0, 40)}` +
+      float32Note(repetitionPenalty));
   }
   if (!Number.isInteger(seed)) throw new Error(`seed must be an integer, got ${String(seed).slice(0, 40)}`);
+}
+
+/** The samplers compute in float32: its smallest normal and largest finite numbers (generate.py's FLOAT32_RANGE). */
+const FLOAT32_RANGE = [1.1754943508222875e-38, 3.4028234663852886e38];
+
+/** Whether `value` is 0 or a normal float32 (else the samplers would see 0 or infinity). @param {number} value */
+function inFloat32(value) {
+  return value === 0 || (Math.abs(value) >= FLOAT32_RANGE[0] && Math.abs(value) <= FLOAT32_RANGE[1]);
+}
+
+/** Why a number otherwise in range is refused (generate.py's _float32_note). @param {any} value @returns {string} */
+function float32Note(value) {
+  return typeof value === "number" && value !== 0 && Number.isFinite(value) && !inFloat32(value)
+    ? " (outside float32's range, 1.2e-38 to 3.4e38, which the samplers compute in)" : "";
 }
 
 /**
@@ -277,21 +322,10 @@ function feedsMaker(manifest, signature) {
    */
   const emptyPastShape = (past, present) => {
     const { shape } = spec(past);
-    const index = manifest.inputs.indexOf(spec(past));
-    const presentShape = manifest.outputs.find((/** @type {any} */ entry) => entry.name === present).shape;
-    const grows = presentShape ?? shape.map(() => null);
-    let axes = (manifest.caches ?? []).filter((/** @type {any} */ c) => c.input === index).map((/** @type {any} */ c) => c.axis);
-    const symbolic = [...shape.keys()].filter((axis) => typeof shape[axis] === "string" && shape[axis] !== batch);
-    if (axes.length === 0) {
-      axes = symbolic.filter((axis) => typeof grows[axis] === "string" && grows[axis] !== shape[axis]);
-      if (axes.length === 0 && symbolic.length === 1) axes = symbolic;
-    }
-    if (axes.length !== 1) {
-      throw new Error(`this bundle cannot generate: no dimension of input '${past}' ${JSON.stringify(shape)} is the past ` +
-        `length alone (the one output '${present}' ${JSON.stringify(presentShape)} grows along)`);
-    }
+    const grows = manifest.outputs.find((/** @type {any} */ entry) => entry.name === present).shape ?? shape.map(() => null);
+    const length = cacheAxis(manifest, past, present);
     return shape.map((/** @type {number|string} */ dim, /** @type {number} */ axis) => {
-      const extent = dim === batch ? 1 : axis === axes[0] ? 0 : typeof dim === "number" ? dim : grows[axis];
+      const extent = dim === batch ? 1 : axis === length ? 0 : typeof dim === "number" ? dim : grows[axis];
       if (typeof extent !== "number") {
         throw new Error(`this bundle cannot generate: dimension ${axis} of input '${past}' (${dim}) has no extent in the ` +
           `model (output '${present}' has ${grows[axis]} there), so its empty past cannot be made`);
@@ -432,6 +466,11 @@ export async function generate(model, prompt, options = {}) {
       held = Object.values(outputs);
       for (const tensor of previous) tensor.dispose();
     }
+  } catch (error) {
+    // a dispose() between or during the awaits above fails them with whatever the device says
+    // (a mapAsync aborted, a destroyed buffer): say what happened instead
+    if (model.disposed) throw new Error(DISPOSED_DURING_GENERATE);
+    throw error;
   } finally {
     for (const tensor of held) tensor.dispose();
     sampler.close();

@@ -380,11 +380,14 @@ export class Model {
    * The prompt runs once with an empty past, then one run per token with `present` and `logits`
    * kept on the GPU and the presents fed back as the past; the next token is picked on the GPU
    * (runtime/sampler.wgsl) and only it is read back (4 bytes per token). Every GpuTensor it
-   * makes is disposed before it settles.
+   * makes is disposed before it settles. Rejects with "the model was disposed during generate"
+   * when `dispose()` is called before it settles.
    */
   generate(prompt: string | number[], options?: GenerateOptions): Promise<Generation>;
   /** Free the GPU buffers (and the device, when `load` requested it); later runs reject. */
   dispose(): void;
+  /** Whether `dispose()` was called. */
+  readonly disposed: boolean;
 }
 
 /**
@@ -441,8 +444,10 @@ export class WasmModel {
    * (runtime/cpu_sampler.js): greedy gives WebGPU's tokens, a seed the same draws.
    */
   generate(prompt: string | number[], options?: GenerateOptions): Promise<Generation>;
-  /** Stop the workers and the host module; later runs reject. */
+  /** Stop the workers and the host module; later runs reject (and a running generate, saying so). */
   dispose(): void;
+  /** Whether `dispose()` was called. */
+  readonly disposed: boolean;
 }
 
 /** `bytes` (a kernels.wasm) with its memory import made shared (limits flag 0x01 -> 0x03), for threads. */

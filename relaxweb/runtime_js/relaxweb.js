@@ -239,6 +239,8 @@ export class Model {
     this.stats = new TransferStats();
     /** The bundle's tokenizer (tokenizer.js), or null when it has none. */
     this.tokenizer = tokenizer;
+    /** Whether dispose() was called (a generate running then rejects saying so). */
+    this.disposed = false;
     /** The device, its loss and its errors as this model sees them. */
     this.gpu = new WebGpuDevice(device);
     this.buffers = new ModelBuffers(device, manifest, this.stats);
@@ -329,6 +331,7 @@ export class Model {
 
   /** Free the GPU resources (and the device, when load() requested it). */
   dispose() {
+    this.disposed = true;
     this.gpu.unusableReason ??= "the model was disposed";
     this.buffers.dispose(); // and the buffers of GpuTensors disposed later
     this.runBackend.dispose();

@@ -54,6 +54,8 @@ export class WasmModel {
     this.symbolicVars = manifest.symbolic_vars.map((/** @type {any} */ v, /** @type {number} */ i) => ({ ...v, bound: bounds[i] }));
     /** The bundle's tokenizer (tokenizer.js), or null when it has none. */
     this.tokenizer = tokenizer;
+    /** Whether dispose() was called (a generate running then rejects saying so). */
+    this.disposed = false;
   }
 
   /** Threads that run a dispatch's units: 1, or 1 + the pool's workers. */
@@ -132,6 +134,7 @@ export class WasmModel {
 
   /** Stop the workers and the host module; the memory goes with the last reference. */
   dispose() {
+    this.disposed = true;
     this.runBackend.dispose();
     this.host.dispose();
   }

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from relaxweb.errors import RelaxwebError
+from relaxweb.errors import RelaxwebError, path_kind
 from relaxweb.tokenizer.byte import ByteTokenizer, TextStream, checked_byte_entry
 from relaxweb.tokenizer.chat_template import ChatTemplate
 from relaxweb.tokenizer.huggingface import DecodeStream, HuggingFaceTokenizer, load_huggingface_tokenizer
@@ -62,7 +62,7 @@ def tokenizer_from_path(path: str | Path) -> TokenizerSource:
     ``save_pretrained`` writes it, a Hugging Face ``tokenizer.json``, or a JSON file holding a
     relaxweb entry (``{"kind": "byte", ...}``)."""
     path = Path(path)
-    if path.is_dir():
+    if path_kind(path) == "folder":  # (a name the file system cannot look up: one error)
         data = read_publisher_file(path / TOKENIZER_JSON, FILES[TOKENIZER_JSON])
         if data is None:
             raise RelaxwebError(f"{path}: no {TOKENIZER_JSON} in this folder (relaxweb reads a tokenizer folder as "

@@ -48,12 +48,13 @@ def one_error(done: subprocess.CompletedProcess) -> str:
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory) -> Path:
-    """A folder with the MLP as m.onnx, its bundle dist/, in.npz, and the tiny decoder's bundle."""
+    """A folder with the MLP as m.onnx, its bundle dist/, in.npz, the tiny decoder's bundle and a FIFO."""
     folder = tmp_path_factory.mktemp("cli")
     onnx.save(make_mlp(), str(folder / "m.onnx"))
     relaxweb.build(folder / "m.onnx", folder / "dist")
     relaxweb.build(tiny_decoder(), folder / "llama", bounds=BOUNDS)
     np.savez(folder / "in.npz", x=np.zeros((2, 64), np.float32))
+    os.mkfifo(folder / "fifo.npz")  # opened to read or write, a FIFO waits for the other end for ever
     return folder
 
 
@@ -69,7 +70,8 @@ def test_inspect_into_a_closed_pipe_ends_quietly(folder: Path) -> None:
     ("in.npz", "error: --out in.npz is an --inputs file: writing the outputs would replace the inputs; name another file"),
     ("in", "error: --out in.npz is an --inputs file: writing the outputs would replace the inputs; name another file"),
     ("", "error: --out is empty: give the .npz file to write the outputs to"),
-], ids=["missing folder", "300-byte name", "the inputs", "the inputs without .npz", "empty"])
+    ("fifo.npz", "error: --out fifo.npz: not a regular file (a device, FIFO or socket); name an .npz file"),
+], ids=["missing folder", "300-byte name", "the inputs", "the inputs without .npz", "empty", "a FIFO"])
 def test_run_out_is_checked_before_the_run(folder: Path, out: str, message: str) -> None:
     before = (folder / "in.npz").read_bytes()
     assert one_error(cli(folder, "run", "dist", "--inputs", "in.npz", "--out", out)) == message
@@ -108,6 +110,14 @@ def test_build_output_names_the_file_system_refuses(tmp_path: Path, output: str,
 ], ids=["generate", "chat"])
 def test_prompts_that_are_not_utf8_are_refused(folder: Path, args: list, message: str) -> None:
     assert one_error(cli(folder, *[os.fsdecode(arg) if isinstance(arg, bytes) else arg for arg in args])) == message
+
+
+def test_a_sampling_option_beyond_float32_is_refused(folder: Path) -> None:
+    """Found by ``scripts/fuzz.py cli``: an OverflowError packing the sampler's parameters."""
+    assert one_error(cli(folder, "generate", "llama", "--prompt", "a", "--repetition-penalty", "1e308",
+                         "--backend", "wasm")) == (
+        "error: repetition_penalty must be a number above 0 (1: none), got 1e+308 (outside float32's range, 1.2e-38 to "
+        "3.4e38, which the samplers compute in)")
 
 
 @pytest.mark.parametrize("value, message", [
@@ -154,6 +164,34 @@ def test_an_idle_connection_is_closed(folder: Path) -> None:
             assert time.monotonic() - started < 5
     finally:
         stop_server(server)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["inspect", "n" * 300], "error: " + "n" * 197 + "...: File name too long"),
+    (["chat", "n" * 300], "error: " + "n" * 197 + "...: File name too long"),
+    (["run", "dist", "--inputs", "n" * 300], "error: " + "n" * 197 + "...: File name too long"),
+    (["inspect", "/dev/zero"], "error: /dev/zero: not a regular file (a device, FIFO or socket), expected an .onnx file"),
+    (["run", "dist", "--inputs", "fifo.npz"],
+     "error: fifo.npz: not a regular file (a device, FIFO or socket), expected an .npz file"),
+], ids=["inspect a 300-byte name", "chat a 300-byte name", "inputs a 300-byte name",
+        "inspect /dev/zero", "inputs a FIFO"])
+def test_paths_that_cannot_be_looked_up_or_read_to_an_end_are_refused(folder: Path, args: list[str], message: str) -> None:
+    """Found by ``scripts/fuzz.py cli``: a name too long for the file system was an OSError from
+    ``Path.is_file``; /dev/zero and a FIFO were read for ever."""
+    assert one_error(cli(folder, *args)) == message
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--tokenizer", "t" * 300], "error: " + "t" * 197 + "...: File name too long"),
+    (["--dump-ir", "d" * 300], "error: cannot make the IR dump folder (--dump-ir) " + "d" * 197 + "...: File name too long"),
+    (["--dump-ir="], "error: the IR dump folder (--dump-ir) is empty: name the folder to write the module's text to"),
+], ids=["tokenizer a 300-byte name", "dump-ir a 300-byte name", "dump-ir empty"])
+def test_build_refuses_tokenizer_and_dump_paths_it_cannot_use(tmp_path: Path, args: list[str], message: str) -> None:
+    """Found by ``scripts/fuzz.py cli``: OSError and FileExistsError tracebacks (the empty
+    --dump-ir wrote the module's text into the current folder)."""
+    onnx.save(make_mlp(), str(tmp_path / "m.onnx"))
+    assert one_error(cli(tmp_path, "build", "m.onnx", "-o", "dist", *args)) == message
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["m.onnx"]
 
 
 def test_a_tokenizer_larger_than_the_logits_is_refused(tmp_path: Path) -> None:

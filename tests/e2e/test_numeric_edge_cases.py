@@ -78,6 +78,62 @@ def test_a_reshape_target_from_data_is_checked(target, error: str, reshape_bundl
         onnxruntime_outputs(reshape_model(), reshape_feeds(target))
 
 
+def zero_reshape_models() -> dict[str, onnx.ModelProto]:
+    """Reshape of an input of symbolic shape [a, b] to [0, -1] (0 copies a: the -1 is ambiguous
+    when a is 0), with the target a constant or from data; and with allowzero, [a, b, -1, 4]
+    from the input's shape (onnxruntime infers the -1 there even when a or b is 0)."""
+    node = helper.make_node("Reshape", ["x", "target"], ["y"], name="reshape_node")
+    allowzero = [helper.make_node("Shape", ["x"], ["dims"], start=0, end=2),
+                 helper.make_node("Concat", ["dims", "tail"], ["target"], axis=0),
+                 helper.make_node("Reshape", ["x", "target"], ["y"], name="reshape_node", allowzero=1)]
+    return {"constant": make_model([node], [("x", ["a", "b"])], ["y"], {"target": np.array([0, -1], np.int64)}),
+            "from data": make_model([node], [("x", ["a", "b"]), ("target", TensorProto.INT64, [2])], ["y"]),
+            "allowzero": make_model(allowzero, [("x", ["a", "b", 8])], ["y"], {"tail": np.array([-1, 4], np.int64)},
+                                    opset=19)}
+
+
+@pytest.fixture(scope="module")
+def zero_reshape_bundles(tmp_path_factory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("zero_reshape")
+    return {kind: relaxweb.build(model, folder / kind.replace(" ", "_")).path
+            for kind, model in zero_reshape_models().items()}
+
+
+ZERO_RESHAPE_ERRORS = {
+    "constant": "Reshape node 'reshape_node': the -1 of the target (dim 1): inferred only where the other target dims "
+                "(a) are not 0, as in onnxruntime; min(1, a) of input 0 ('x') is 0, expected 1",
+    "from data": "Reshape node 'reshape_node': dimension 1 of the result is -1, must be >= 0",
+}
+
+
+@pytest.mark.parametrize("kind", ["constant", "from data", "allowzero"])
+def test_a_zero_element_reshape_with_an_ambiguous_minus_one_is_refused_as_in_onnxruntime(
+        kind: str, backend, zero_reshape_bundles: dict[str, Path]) -> None:
+    """[0, 4] -> [0, -1]: onnxruntime refuses (the other dims multiply to 0, any -1 fits); so does
+    every relaxweb path, naming the node.  Where the -1 is not ambiguous, or allowzero makes
+    onnxruntime infer it, the results match."""
+    model = zero_reshape_models()[kind]
+    session = load_bundle(zero_reshape_bundles[kind], backend)
+    if kind == "allowzero":
+        for shape in [(2, 3, 8), (2, 0, 8), (0, 3, 8)]:
+            feeds = {"x": rand(*shape)}
+            expected = onnxruntime_outputs(model, feeds)[0]
+            for result in (session.run(feeds)["y"], relaxweb.run_reference(model, feeds)["y"]):
+                np.testing.assert_array_equal(result, expected)
+        return
+    target = {"target": np.array([0, -1], np.int64)} if kind == "from data" else {}
+    for shape in [(2, 4), (3, 0)]:
+        feeds = {"x": rand(*shape), **target}
+        np.testing.assert_array_equal(session.run(feeds)["y"], onnxruntime_outputs(model, feeds)[0])
+    feeds = {"x": np.zeros((0, 4), np.float32), **target}
+    with pytest.raises(Exception, match="cannot be reshaped"):
+        onnxruntime_outputs(model, feeds)
+    for run in (session.run, lambda feeds: relaxweb.run_reference(model, feeds)):
+        with pytest.raises(InputShapeError) as refused:
+            run(feeds)
+        assert str(refused.value).startswith(ZERO_RESHAPE_ERRORS[kind])  # the interpreter adds " (1)"
+
+
 def expand_model() -> onnx.ModelProto:
     return make_model([helper.make_node("Expand", ["x", "shape"], ["y"], name="expand_node")],
                       [("x", [3, 1]), ("shape", TensorProto.INT64, [3])], ["y"])

@@ -325,6 +325,17 @@ def test_fuzzing_slice_has_no_tracebacks_hangs_or_outside_reads() -> None:
         assert report.outcomes.get("refused", 0) > report.cases // 2
 
 
+def test_fuzzing_smoke_of_command_lines_and_integers() -> None:
+    """A few cases of ``python3 scripts/fuzz.py cli`` and ``integers`` (seeds 0 to 4 there), that
+    the modes keep working; the integer cases only on paths where int64 is exact today (the
+    devices' 32-bit int64 is issue 29's work)."""
+    cli = fuzz.fuzz_cli(3, seed=11)
+    assert cli.failures == [] and cli.cases == 3, cli.summary() + "\n" + "\n".join(cli.failures)
+    integers = fuzz.fuzz_integers(4, seed=11, paths=["reference"])
+    assert set(integers.outcomes) <= {"reference ok", "reference onnxruntime inexact", "onnxruntime refused"}, (
+        integers.summary() + "\n" + "\n".join(integers.failures))
+
+
 def test_serve_gives_only_files_inside_its_folders(plain_copy: Path) -> None:
     (plain_copy / "outside").symlink_to("/etc")
     server = start_server(plain_copy)

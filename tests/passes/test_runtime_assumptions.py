@@ -164,7 +164,9 @@ def test_each_kind_of_fact_is_checked_in_the_interpreter(case: str) -> None:
     make, valid, invalid, error = CASES[case]
     model = make()
     module = from_onnx(model)
-    assert len(casts(module)) == 1 and casts(module)[0].reason.startswith(error.split(" is ")[0])
+    # (a -1 beside a symbolic dim is also checked for the other dims being 0: tests/e2e/test_numeric_edge_cases.py)
+    checks = [cast for cast in casts(module) if "inferred only where" not in cast.reason]
+    assert len(checks) == 1 and checks[0].reason.startswith(error.split(" is ")[0])
     feeds = {name: rand(shape, seed=i) for i, (name, shape) in enumerate(valid.items())}
     for actual, expected in zip(run_module(module, feeds), onnxruntime_outputs(model, feeds)):
         assert_close(actual, expected)

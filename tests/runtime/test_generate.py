@@ -23,7 +23,8 @@ from relaxweb import browser
 from relaxweb.errors import RelaxwebError
 from relaxweb.runtime.generate import decoder_signature
 from relaxweb.tokenizer import ByteTokenizer, checked_tokenizer
-from tests.helpers import demo_page, make_model
+from tests.fixtures.tiny_decoder import BOUNDS as TINY_DECODER_BOUNDS, tiny_decoder
+from tests.helpers import demo_page, load_bundle, make_model
 from tests.runtime_js.test_browser import pytestmark as browser_marks
 from tests.e2e.test_tiny_llama import onnxruntime_run, paths, reference, tiny_llama  # noqa: F401  (fixtures)
 from tests.runtime.test_chat import MESSAGES as CHAT_MESSAGES, STEPS as CHAT_STEPS, folder  # noqa: F401  (a fixture)
@@ -106,6 +107,14 @@ def test_a_bundle_that_is_not_a_decoder_is_told_what_it_lacks(tmp_path: Path) ->
         "this bundle cannot generate: it has no input 'input_ids'; no output 'logits'; no cache inputs "
         "'past_key_values.*'; inputs generate cannot feed: 'x' (a decoder has input_ids -> logits and a present.X output "
         "for each past_key_values.X input, optionally attention_mask and position_ids)")
+
+
+def test_generation_stops_at_the_bound_of_a_cache_of_any_rank(backend, tmp_path: Path) -> None:
+    """A cache [batch, past, 8] bounded at 16: a prompt of 10 tokens gets 8 new ones (the last
+    run has a past of 16) and stops with "length", rather than failing at a past of 17."""
+    bundle = relaxweb.build(tiny_decoder(cache_rank=3), tmp_path / "dist", bounds={**TINY_DECODER_BOUNDS, "past_sequence_length": 16})
+    result = load_bundle(bundle.path, backend).generate([65] * 10, max_new_tokens=30, stop_tokens=[])
+    assert (len(result.tokens), result.stopped) == (8, "length")
 
 
 # The tiny Llama on the Python runtime -------------------------------------------------------
@@ -262,8 +271,24 @@ async ({ prompt, steps, topK }) => {
   const long = await model.generate(prompt, { maxNewTokens: 100, temperature: 0.8, topK: 20, seed: 1, stopTokens: [],
                                               onToken: () => live.push(model.stats.liveGpuBytes) });
   const result = { greedy, streamed, sampled, aborted, calls, before, live, after: model.stats.liveGpuBytes,
-                   longTokens: long.tokens.length };
+                   longTokens: long.tokens.length, disposedDuring: {} };
   model.dispose();
+  // disposed while generating: on WebGPU just as the sampler starts reading a token back (the
+  // device's own words were "Buffer was unmapped before mapping was resolved"), on wasm between tokens
+  const mapAsync = GPUBuffer.prototype.mapAsync;
+  for (const backend of ["webgpu", "wasm"]) {
+    const doomed = await window.relaxweb.load("/bundle/", { backend });
+    let armed = false;
+    GPUBuffer.prototype.mapAsync = function (...args) {
+      const mapping = mapAsync.apply(this, args);
+      if (armed) doomed.dispose();
+      return mapping;
+    };
+    const onToken = () => { if (backend === "webgpu") armed = true; else doomed.dispose(); };
+    result.disposedDuring[backend] = await doomed.generate(prompt, { maxNewTokens: steps, stopTokens: [], onToken })
+      .then(() => "resolved", (error) => error.message);
+    GPUBuffer.prototype.mapAsync = mapAsync;
+  }
   return result;
 }
 """
@@ -293,6 +318,8 @@ def test_generate_in_chromium(llama_bundle, greedy_tokens, tiny_llama, reference
     assert result["longTokens"] == 100
     assert result["after"] == result["before"]
     assert len(set(result["live"])) == 1, sorted(set(result["live"]))
+    assert result["disposedDuring"] == {"webgpu": "the model was disposed during generate",
+                                        "wasm": "the model was disposed during generate"}
 
 
 @in_chromium

@@ -45,10 +45,26 @@ test("a decoder is detected, and what a bundle lacks is listed", () => {
   });
 });
 
+test("the sequence limit is the bound of the cache's length axis, whatever the cache's rank", () => {
+  const manifest = {
+    inputs: [
+      { name: "input_ids", dtype: "int64", shape: ["batch", "seq"] },
+      { name: "past_key_values.0.key", dtype: "float32", shape: ["batch", "past", 8] },
+    ],
+    outputs: [{ name: "logits" }, { name: "present.0.key", shape: ["batch", "past + seq", 8] }],
+    symbolic_vars: [{ name: "batch", bound: 1 }, { name: "past", bound: 16 }, { name: "seq", bound: 32 }],
+  };
+  assert.equal(sequenceLimit(manifest, decoderSignature(manifest)), 17); // past <= 16, then one more token
+});
+
 test("options out of range are refused", () => {
   const good = { maxNewTokens: 4, temperature: 0, topK: 0, seed: 0 };
   checkOptions(good);
   assert.throws(() => checkOptions({ ...good, topK: 257 }), /topK must be an integer from 0/);
   assert.throws(() => checkOptions({ ...good, temperature: -1 }), /temperature must be a number >= 0/);
   assert.throws(() => checkOptions({ ...good, maxNewTokens: 0 }), /maxNewTokens must be an integer >= 1/);
+  // the samplers compute in float32: what it would round to 0 or infinity is refused
+  for (const [name, value] of [["temperature", 1e-320], ["repetitionPenalty", 1e308], ["topP", 1e-40]]) {
+    assert.throws(() => checkOptions({ ...good, [name]: value }), new RegExp(`${name} must be .*outside float32's range`));
+  }
 });

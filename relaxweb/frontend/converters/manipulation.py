@@ -154,6 +154,8 @@ def convert_reshape(context, node, inputs):
             dims.append(input_shape[position])
         else:
             dims.append(simplify(value))
+    if allowzero:  # a -1 beside dims that are 0 at run time: inferred as onnxruntime does, not refused
+        return call_op("reshape", data, ShapeExpr(tuple(dims)), allowzero=True)
     return _reshape(data, dims)
 
 
