@@ -20,6 +20,7 @@ from ..ir.expr import CallLibrary, CallTIR, Constant, Expr, Function
 from ..ir.functor import ExprMutator
 from ..ir.module import IRModule, ProgramTable, drop_uncalled_programs
 from ..ir.tir import FloatImm, Gather, Load, TensorProgram, map_scalar, scalar_nodes
+from ..ir.value_ranges import INT32_MAX, INT32_MIN
 
 FOLDABLE_DTYPES = ("float32", "int32", "int64", "bool")
 
@@ -71,6 +72,10 @@ class _CallFolder(ExprMutator):
 
 
 def _is_scalar_constant(arg) -> bool:
+    """A one-element constant the program can hold as a literal: an int64 outside int32 is not
+    one (the device holds int64 in 32 bits; written in, it would be saturated and ``Max(x, 2^53)``
+    would answer ``2^31 - 1``): it stays a weight, which the bundle refuses by name."""
     return (isinstance(arg, Constant) and arg.data.size == 1 and str(arg.data.dtype) in FOLDABLE_DTYPES
-            and (arg.data.dtype == np.bool_ or np.isfinite(arg.data).all()))
+            and (arg.data.dtype == np.bool_ or np.isfinite(arg.data).all())
+            and (arg.data.dtype != np.int64 or INT32_MIN <= int(arg.data.reshape(-1)[0]) <= INT32_MAX))
 

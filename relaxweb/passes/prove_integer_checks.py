@@ -28,15 +28,14 @@ from dataclasses import replace
 from typing import Mapping
 
 from ..ir.analyzer import Analyzer
-from ..errors import UnsupportedModelError, shortened
-from ..ir.error_sites import ERROR_SITES, REPORTING_KINDS, error_sites
+from ..ir.error_sites import ERROR_SITES, REPORTING_KINDS
 from ..ir.expr import CallLibrary, CallTIR, Expr, Function, MatchCast, VarBinding
 from ..ir.functor import ExprMutator, ExprVisitor
 from ..ir.module import IRModule, ProgramTable
 from ..ir.symbolic import IntImm, as_int
-from ..ir.tir import ScalarExpr, TensorProgram, map_scalar, scalar_children, scalar_nodes
+from ..ir.tir import ScalarExpr, TensorProgram, map_scalar, scalar_nodes
 from ..ir.value_ranges import (
-    INT32_MAX, INT32_MIN, ProgramRanges, SizeRanges, TensorRanges, ValueRange, without_proven_checks,
+    ProgramRanges, SizeRanges, TensorRanges, ValueRange, without_proven_checks,
 )
 from .context import PassContext
 
@@ -47,28 +46,9 @@ def prove_integer_checks(module: IRModule) -> IRModule:
     ranges = call_site_ranges(module)
     proven = {name: without_proven_checks(program, program_ranges(program, ranges))
               if isinstance(program, TensorProgram) else program for name, program in module.programs.items()}
-    _refuse_wide_constants(module, proven.values())
     if all(proven[name] is program for name, program in module.programs.items()):
         return module
     return _compact_error_sites(_share_identical(module, proven))
-
-
-def _refuse_wide_constants(module: IRModule, programs) -> None:
-    """An int64 constant outside int32 in checked arithmetic (a one-element weight that
-    fold_scalar_constants wrote into the program) is a build error naming the node, as any
-    int64 weight outside int32 is (``bundle._device_array``): the device could only hold it
-    saturated, and ``x + 2^31`` would answer ``x + 2^31 - 1``."""
-    sites = error_sites(module.attrs)
-    for program in programs:
-        for node in scalar_nodes(program.body) if isinstance(program, TensorProgram) else ():
-            if node.scalar_kind != "checked_integer":
-                continue
-            for operand in scalar_children(node.value):
-                if operand.scalar_kind == "float_imm" and not INT32_MIN <= operand.value <= INT32_MAX:
-                    site = sites[as_int(node.site) - 1]
-                    raise UnsupportedModelError(
-                        f"{site.op} node '{shortened(site.node)}': the int64 constant {int(operand.value)} does not fit "
-                        "in the 32 bits the device holds int64 in")
 
 
 def _share_identical(module: IRModule, programs: dict) -> IRModule:

@@ -303,12 +303,12 @@ def test_integer_ops_match_onnxruntime_or_fail_long(example, backend: str, bundl
     check_against_onnxruntime(case, feeds, lambda f: _session(case, bundle_folder, backend).run(f)["y"])
 
 
-def test_an_int64_constant_outside_int32_in_arithmetic_is_a_build_error(tmp_path) -> None:
-    """A one-element constant written into the kernel could only be held saturated (``x + 2^31``
-    would answer ``x + 2^31 - 1``): refused at build naming the node, as any int64 weight
-    outside int32 is."""
-    model = make_model([helper.make_node("Add", ["x", "c"], ["y"], name="add_big")], [("x", TensorProto.INT64, ["n"])],
-                       [("y", TensorProto.INT64)], {"c": np.array(2**31, np.int64)})
-    with pytest.raises(RelaxwebError, match="^Add node 'add_big': the int64 constant 2147483648 does not fit in the 32 "
-                                            "bits the device holds int64 in$"):
+@pytest.mark.parametrize("op", ["Add", "Max", "Mod"])
+def test_an_int64_constant_outside_int32_is_a_build_error(op: str, tmp_path) -> None:
+    """A one-element int64 constant outside int32 is not written into the kernel (it could only
+    be held saturated: ``x + 2^31`` answered ``x + 2^31 - 1``, ``Max(x, 2^53 + 1)`` answered
+    ``2^31 - 1``): it stays a weight, which the build refuses by name."""
+    model = make_model([helper.make_node(op, ["x", "c"], ["y"], name="big")], [("x", TensorProto.INT64, ["n"])],
+                       [("y", TensorProto.INT64)], {"c": np.array(2**53 + 1, np.int64)})
+    with pytest.raises(RelaxwebError, match=r"^weight 'c' \(int64\) holds 9007199254740993, outside the int32 range"):
         relaxweb.build(model, tmp_path / "bundle")
