@@ -138,7 +138,8 @@ class WasmTensor(GpuTensor):
         self.buffer()  # refuses a disposed tensor
         if self.cache_view is None:
             return self._buffer
-        return self._backend.read_view(self)
+        with self._backend.owner.run_lock:  # the memory is the session's: not while another thread runs
+            return self._backend.read_view(self)
 
     def numpy(self) -> np.ndarray:
         return to_model_dtype(self.device_data(), self.dtype).reshape(self.shape)
