@@ -48,7 +48,9 @@ class WasmSession:
     backend = "wasm"
     device = None  # no WebGPU device: a WebGPU session refuses this session's tensors
 
-    def __init__(self, bundle_dir: str | Path) -> None:
+    def __init__(self, bundle_dir: str | Path, *, kernel_timeout_s: float | None = None) -> None:
+        """``kernel_timeout_s``: how long one kernels.wasm call may run before the run fails
+        (default ``KERNEL_SECONDS_PER_CALL``: docs/design.md, "Deadlines")."""
         #: held by every call that runs the model or reads its kept tensors (``webgpu.Session``'s "Threads")
         self.run_lock = threading.RLock()
         self.bundle_dir = Path(bundle_dir)
@@ -61,7 +63,8 @@ class WasmSession:
         )
         #: how the last :meth:`run_batch` ran (``runtime/batch.BatchReport``)
         self.last_batch: BatchReport | None = None
-        self._backend = WasmBackend(self.bundle_dir, self.manifest, entry, self.host.sizes_at_bounds(), self)
+        self._backend = WasmBackend(self.bundle_dir, self.manifest, entry, self.host.sizes_at_bounds(), self,
+                                    kernel_timeout_s)
         self._driver = HostProgramDriver(self._backend, HostSessions(self.host))
 
     @property
