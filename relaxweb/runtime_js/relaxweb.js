@@ -23,10 +23,10 @@ import {
   NO_ADAPTER, WebGpuDevice, checkDevice, checkLimitCaps, deviceShortfalls, loadTimeLimits, requestAdapter, requestDevice,
 } from "./webgpu_device.js";
 import { KernelPipelines, SHADER_F16, chosenKernels, compileKernels, fetchKernelSources } from "./webgpu_kernels.js";
-import { sharedMemoryVariant, singleThreadReason, splitUnits, threadCount } from "./wasm_backend.js";
+import { KERNEL_TIMEOUT_MS, kernelTimeout, sharedMemoryVariant, singleThreadReason, splitUnits, threadCount } from "./wasm_backend.js";
 import { WasmModel } from "./wasm_model.js";
 
-export { DEFAULT_CACHE_NAME, GpuTensor, InputShapeError, WasmModel, sharedMemoryVariant, splitUnits };
+export { DEFAULT_CACHE_NAME, GpuTensor, InputShapeError, KERNEL_TIMEOUT_MS, WasmModel, sharedMemoryVariant, splitUnits };
 
 /**
  * @typedef {import("./host.js").InputTensor} Tensor
@@ -38,6 +38,9 @@ export { DEFAULT_CACHE_NAME, GpuTensor, InputShapeError, WasmModel, sharedMemory
  *   wasm when the bundle has kernels.wasm; `model.backend` says which
  * @property {number} [threads]  the wasm backend's threads, where the page is cross-origin
  *   isolated (default: min(navigator.hardwareConcurrency, 4)); elsewhere always 1; `model.threads`
+ * @property {number} [kernelTimeoutMs]  the wasm backend's deadline for one kernel call on its
+ *   worker threads (default KERNEL_TIMEOUT_MS, 10 s): past it the workers are stopped, the run
+ *   rejects and the model must be loaded again
  * @property {Record<string, number>} [bounds]  tighter bounds for symbolic vars (at most the build's)
  * @property {(progress: Progress) => void} [onProgress]  called as weight bytes arrive
  * @property {GPUDevice} [device]  a device to use instead of requesting one
@@ -63,10 +66,12 @@ export { DEFAULT_CACHE_NAME, GpuTensor, InputShapeError, WasmModel, sharedMemory
  */
 export async function load(url, {
   backend = "auto", threads, bounds, onProgress, device, cache, profile = false, kernels = "auto", limits = {},
+  kernelTimeoutMs,
 } = {}) {
   if (!["auto", "webgpu", "wasm"].includes(backend)) throw new Error(`backend must be "auto", "webgpu" or "wasm", got ${String(backend).slice(0, 40)}`);
   if (!["auto", "gpu", "cpu", "f16"].includes(kernels)) throw new Error(`kernels must be "auto", "gpu", "cpu" or "f16", got ${String(kernels).slice(0, 40)}`);
   if (threads !== undefined) threadCount(threads); // checks the option even where there are no threads
+  kernelTimeout(kernelTimeoutMs);
   checkLimitCaps(limits);
   const manifestUrl = resolveManifestUrl(url);
   const manifest = await fetchManifest(manifestUrl);
@@ -121,7 +126,7 @@ export async function load(url, {
     const requiredFeatures = [...(manifest.required_features ?? [])];
     if (chosenBackend(backend, manifest, device ?? adapter, requiredLimits, requiredFeatures) === "wasm") {
       const wasmBytes = (await wasmBytesPromise) ?? (await fetchBytes(fileUrl(manifest.wasm.file)));
-      const model = await WasmModel.create(manifest, host, wasmBytes, shards, { threads, ...configured, tokenizer });
+      const model = await WasmModel.create(manifest, host, wasmBytes, shards, { threads, ...configured, tokenizer, kernelTimeoutMs });
       const why = model.threads === 1 ? singleThreadReason(threads) : "";
       console.info(`relaxweb: the wasm backend runs this model (${model.threads} thread${model.threads === 1 ? "" : "s"}${why && `: ${why}`})`);
       return model;

@@ -19,8 +19,13 @@
 //
 // Threads: where the page is cross-origin isolated (SharedArrayBuffer) the memory is shared
 // and a pool of workers (wasm_worker.js) instantiates the shared-memory variant of the
-// module; each dispatch's units are split into contiguous ranges, the calling thread runs the
-// first and spins until the workers have run theirs (the page's thread may not Atomics.wait).
+// module; every kernel call runs on the workers, never on the page's thread: worker 0 counts
+// a dispatch's units (kK_units), then the units are split into contiguous ranges, one per
+// worker, and the page awaits them (Atomics.waitAsync) under a deadline (`kernelTimeoutMs`,
+// KERNEL_TIMEOUT_MS by default): a kernel call that passes it has its workers terminated, the
+// run rejects and the model cannot run any more (load it again). Where the page is not
+// isolated there is no memory to share with a worker: kernels run on the page's thread, one
+// call at a time, without a deadline (docs/design.md, "Deadlines").
 
 import { TYPED_ARRAY_OF_DTYPE, dtypeInfo, fromDeviceData } from "./host.js";
 import { GpuTensor, TransferStats, cacheBlockCopies } from "./gpu_tensor.js";
@@ -52,15 +57,26 @@ const END = 6;
 const SCRATCH = 7;
 const BUFFER_COUNT = 8;
 const UNITS_RUN = 9; // units this worker has run since the pool started (for tests)
-const ADDRESSES = 10; // then one address per binding
+const OP = 10; // what the job is: RUN_UNITS (kernel KERNEL over [FIRST, END)) or COUNT_UNITS (kK_units into RESULT)
+const RESULT = 11; // a COUNT_UNITS job's answer
+const ADDRESSES = 12; // then one address per binding
 const MAX_BUFFERS = 63; // a call site binds at most 63 buffers (the manifest schema)
 export const CONTROL_SLOT = ADDRESSES + MAX_BUFFERS + 1;
 /** The KERNEL of the job that ends a worker. */
 export const QUIT = -1;
 export const MESSAGE_BYTES = 256;
-/** How long the page's thread waits for a worker beyond 20 times its own range's time. */
-export const WORKER_GRACE_MS = 30_000;
-export const CONTROL = { GO, DONE, STATUS, KERNEL, PARAMS, FIRST, END, SCRATCH, BUFFER_COUNT, UNITS_RUN, ADDRESSES };
+/** OP of a job that runs kernel KERNEL over units [FIRST, END). */
+export const RUN_UNITS = 0;
+/** OP of a job that stores kK_units(PARAMS) of kernel KERNEL in RESULT. */
+export const COUNT_UNITS = 1;
+/**
+ * How long one kernel call (its kK_units, or its units on all the workers) may run before its
+ * workers are stopped and the run fails: the host module's limit (HOST_CALL_TIMEOUT_MS). A kernel
+ * call of the models relaxweb runs on the CPU takes milliseconds to a second; a kernels.wasm
+ * that loops fails within it. The load option `kernelTimeoutMs` overrides it.
+ */
+export const KERNEL_TIMEOUT_MS = 10_000;
+export const CONTROL = { GO, DONE, STATUS, KERNEL, PARAMS, FIRST, END, SCRATCH, BUFFER_COUNT, UNITS_RUN, OP, RESULT, ADDRESSES };
 
 /**
  * `bytes` (a kernels.wasm) with its memory import made shared (limits flag 0x01 -> 0x03),
@@ -133,9 +149,25 @@ export function threadCount(threads) {
   if (threads !== undefined && (!Number.isInteger(threads) || threads < 1 || threads > 256)) {
     throw new Error(`threads must be an integer from 1 to 256, got ${String(threads).slice(0, 40)}`);
   }
-  const isolated = globalThis.crossOriginIsolated === true && typeof SharedArrayBuffer !== "undefined" && typeof Worker !== "undefined";
-  if (!isolated) return 1;
+  if (!workersShareMemory()) return 1;
   return threads ?? Math.max(1, Math.min(globalThis.navigator?.hardwareConcurrency ?? 1, DEFAULT_MAX_THREADS));
+}
+
+/** Whether this page can share a memory with workers (cross-origin isolated, with Worker): kernels then run on a pool. */
+export function workersShareMemory() {
+  return globalThis.crossOriginIsolated === true && typeof SharedArrayBuffer !== "undefined" && typeof Worker !== "undefined";
+}
+
+/**
+ * The `kernelTimeoutMs` load option checked: milliseconds above 0, at most a day.
+ * @param {number|undefined} ms @returns {number}
+ */
+export function kernelTimeout(ms) {
+  if (ms === undefined) return KERNEL_TIMEOUT_MS;
+  if (typeof ms !== "number" || !(ms > 0 && ms <= 86_400_000)) {
+    throw new Error(`kernelTimeoutMs must be a number of milliseconds above 0 and at most 86400000, got ${String(ms).slice(0, 40)}`);
+  }
+  return ms;
 }
 
 /**
@@ -217,12 +249,13 @@ export class WasmBackend {
    * @param {any} manifest
    * @param {ArrayBuffer} wasmBytes the bundle's kernels.wasm
    * @param {Uint8Array[]} shards the verified weight shards
-   * @param {{threads?: number, sizesAtBounds: number[]|null}} options
+   * @param {{threads?: number, sizesAtBounds: number[]|null, kernelTimeoutMs?: number}} options
    * @returns {Promise<WasmBackend>}
    */
-  static async create(manifest, wasmBytes, shards, { threads, sizesAtBounds }) {
+  static async create(manifest, wasmBytes, shards, { threads, sizesAtBounds, kernelTimeoutMs }) {
+    const timeoutMs = kernelTimeout(kernelTimeoutMs);
     const count = threadCount(threads);
-    const shared = count > 1;
+    const shared = workersShareMemory(); // then every kernel call runs on the pool, even with one thread
     const memory = new WebAssembly.Memory({ initial: 1, maximum: MAX_PAGES, shared });
     let module;
     try {
@@ -232,9 +265,10 @@ export class WasmBackend {
     }
     const instance = await WebAssembly.instantiate(module, { env: { memory } });
     const backend = new WasmBackend(manifest, memory, instance, count);
+    backend.kernelTimeoutMs = timeoutMs;
     try {
       backend.layOut(shards, sizesAtBounds);
-      if (shared) backend.pool = await WorkerPool.start(module, memory, count - 1);
+      if (shared) backend.pool = await WorkerPool.start(module, memory, count);
       return backend;
     } catch (error) {
       backend.dispose();
@@ -249,8 +283,10 @@ export class WasmBackend {
   constructor(manifest, memory, instance, threads) {
     this.manifest = manifest;
     this.memory = memory;
-    /** Threads that run a dispatch's units: 1, or 1 + the pool's workers. */
+    /** Threads that run a dispatch's units: the pool's workers, or 1 (the page's thread, where there is no pool). */
     this.threads = threads;
+    /** How long one kernel call on the pool may run (KERNEL_TIMEOUT_MS unless the load option says). */
+    this.kernelTimeoutMs = KERNEL_TIMEOUT_MS;
     const exports = /** @type {Record<string, Function>} */ (/** @type {unknown} */ (instance.exports));
     /** Per kernel: its function and its units function. */
     this.kernelFunctions = manifest.kernels.map((/** @type {any} */ _, /** @type {number} */ k) => {
@@ -475,6 +511,7 @@ export class WasmBackend {
    * @param {WallClockTimer|null} timer
    */
   encodeDispatches(dispatches, params, timer) {
+    if (this.pool) return this.dispatchOnWorkers(dispatches, params, timer);
     for (const { callSite } of dispatches) {
       const started = timer ? performance.now() : 0;
       this.dispatch(callSite);
@@ -515,8 +552,8 @@ export class WasmBackend {
   }
 
   /**
-   * Run one dispatch record of call site `callSite`: its kernel over all its units, split
-   * between the threads when there are enough. A trap rejects naming the call site.
+   * Run one dispatch record of call site `callSite` on the page's thread (no pool): its kernel
+   * over all its units. A trap throws naming the call site.
    * @param {number} callSite
    */
   dispatch(callSite) {
@@ -526,16 +563,45 @@ export class WasmBackend {
     const addresses = this.siteAddresses[callSite] ?? this.addressesOf(callSite);
     try {
       const units = unitsOf(params);
-      if (units <= 0) return;
-      const ranges = this.pool ? splitUnits(units, this.threads) : [[0, units]];
-      const own = () => main(params, ranges[0][0], ranges[0][1], this.scratchAddresses[0], ...addresses);
-      if (ranges.length === 1) own();
-      else /** @type {WorkerPool} */ (this.pool).run(site.kernel, params, ranges, this.scratchAddresses, addresses, own);
+      if (units > 0) main(params, 0, units, this.scratchAddresses[0], ...addresses);
     } catch (error) {
-      if (this.pool?.broken) this.unusableReason ??= this.pool.broken;
-      const kernel = this.manifest.kernels[site.kernel].name;
-      throw new Error(`kernel ${kernel} failed at call site ${callSite} (${String(site.binding).slice(0, 300)}): ${/** @type {Error} */ (error).message}`);
+      throw this.kernelError(callSite, /** @type {Error} */ (error));
     }
+  }
+
+  /**
+   * Run a stage's dispatches on the pool, in order, each timed by `timer` when one is given:
+   * per dispatch, worker 0 counts its units, then the workers run their ranges; the page's
+   * thread only awaits, each kernel call under the deadline.
+   * @param {import("./host.js").DispatchCommand[]} dispatches @param {Uint8Array} params
+   * @param {WallClockTimer|null} timer
+   */
+  async dispatchOnWorkers(dispatches, params, timer) {
+    const pool = /** @type {WorkerPool} */ (this.pool);
+    for (const { callSite } of dispatches) {
+      const started = performance.now();
+      const site = this.manifest.call_sites[callSite];
+      const paramsAddress = this.paramsBase + site.params_offset;
+      const addresses = this.siteAddresses[callSite] ?? this.addressesOf(callSite);
+      try {
+        const units = await pool.countUnits(site.kernel, paramsAddress, this.kernelTimeoutMs);
+        if (units > 0) {
+          await pool.run(site.kernel, paramsAddress, splitUnits(units, this.threads), this.scratchAddresses, addresses,
+            this.kernelTimeoutMs);
+        }
+      } catch (error) {
+        if (pool.broken) this.unusableReason ??= pool.broken;
+        throw this.kernelError(callSite, /** @type {Error} */ (error));
+      }
+      if (timer) timer.record(callSite, performance.now() - started, params, site);
+    }
+  }
+
+  /** A kernel's error, naming it and its call site. @param {number} callSite @param {Error} error @returns {Error} */
+  kernelError(callSite, error) {
+    const site = this.manifest.call_sites[callSite];
+    const kernel = this.manifest.kernels[site.kernel].name;
+    return new Error(`kernel ${kernel} failed at call site ${callSite} (${String(site.binding).slice(0, 300)}): ${error.message}`);
   }
 
   /**
@@ -625,9 +691,11 @@ export class WasmBackend {
 }
 
 /**
- * The workers that run the other ranges of a dispatch's units, each with its own instance of
- * the shared-memory module over the one shared memory, and a slot of a shared control block
- * (CONTROL: a job number to wait on, the job's fields, the number of the job done).
+ * The workers that run every kernel call of a model, each with its own instance of the
+ * shared-memory module over the one shared memory, and a slot of a shared control block
+ * (CONTROL: a job number to wait on, the job's fields, the number of the job done). The page
+ * posts jobs and awaits them, each kernel call under a deadline past which every worker is
+ * terminated and the pool is broken.
  */
 export class WorkerPool {
   /**
@@ -660,58 +728,76 @@ export class WorkerPool {
     this.control = control;
     this.messages = messages;
     this.job = 0;
-    /** @type {string|null} why the pool cannot run any more (a worker that never finished) */
+    /** @type {string|null} why the pool cannot run any more (a kernel call past its deadline, a worker that never finished) */
     this.broken = null;
-    /** How long to wait for a worker beyond 20 times the page's own range (tests lower it). */
-    this.graceMs = WORKER_GRACE_MS;
   }
 
   /**
-   * Run kernel `kernel` over `ranges`: ranges[1..] on the workers, ranges[0] by `own` on the
-   * calling thread, then spin until every worker is done. A trap in a worker throws its message.
-   * @param {number} kernel @param {number} params @param {[number, number][]} ranges
-   * @param {number[]} scratch one block per thread @param {number[]} addresses @param {() => void} own
+   * Post a job to worker `w`: its fields, then its number in GO (which publishes them).
+   * @param {number} w @param {Record<number, number>} fields by control index @param {number[]} [addresses]
+   * @returns {number} the job's number
    */
-  run(kernel, params, ranges, scratch, addresses, own) {
+  post(w, fields, addresses = []) {
     const { control } = this;
+    const slot = w * CONTROL_SLOT;
+    for (const [field, value] of Object.entries(fields)) control[slot + Number(field)] = value;
+    control[slot + BUFFER_COUNT] = addresses.length;
+    control.set(addresses, slot + ADDRESSES);
     const job = (this.job = (this.job + 1) | 0);
-    for (let w = 0; w < ranges.length - 1; w++) {
-      const slot = w * CONTROL_SLOT;
-      control[slot + KERNEL] = kernel;
-      control[slot + PARAMS] = params;
-      control[slot + FIRST] = ranges[w + 1][0];
-      control[slot + END] = ranges[w + 1][1];
-      control[slot + SCRATCH] = scratch[w + 1];
-      control[slot + BUFFER_COUNT] = addresses.length;
-      control.set(addresses, slot + ADDRESSES);
-      Atomics.store(control, slot + GO, job); // publishes the fields stored before it
-      Atomics.notify(control, slot + GO, 1);
-    }
-    /** @type {unknown} */
-    let ownError = null;
-    const started = performance.now();
-    try {
-      own();
-    } catch (error) {
-      ownError = error;
-    }
-    // The workers' ranges are as large as this thread's: one that is still not done long after
-    // (a worker the browser stopped) would freeze the page, so the spin has a deadline.
-    const deadline = performance.now() + Math.max(this.graceMs, 20 * (performance.now() - started));
-    /** @type {string|null} */
-    let workerError = null;
-    for (let w = 0; w < ranges.length - 1; w++) {
-      const slot = w * CONTROL_SLOT;
-      for (let spins = 1; Atomics.load(control, slot + DONE) !== job; spins++) { // the page's thread may not Atomics.wait
-        if (spins % 4096 === 0 && performance.now() > deadline) {
-          this.broken = `wasm worker ${w + 1} did not finish its units (the browser stopped it, or it hangs)`;
-          throw new Error(this.broken);
-        }
+    Atomics.store(control, slot + GO, job);
+    Atomics.notify(control, slot + GO, 1);
+    return job;
+  }
+
+  /**
+   * Await worker `w`'s job `job` (Atomics.waitAsync: the page's thread never blocks), up to
+   * `deadline` (performance.now()). Past it, every worker is terminated, the pool is broken,
+   * and this throws. A trap in the job throws its message.
+   * @param {number} w @param {number} job @param {number} deadline @param {number} timeoutMs
+   */
+  async finish(w, job, deadline, timeoutMs) {
+    const { control } = this;
+    const slot = w * CONTROL_SLOT;
+    for (let done = Atomics.load(control, slot + DONE); done !== job; done = Atomics.load(control, slot + DONE)) {
+      const left = deadline - performance.now();
+      if (left <= 0 || this.broken) {
+        this.broken ??= `a kernel call ran for more than ${timeoutMs / 1000} s and its worker threads were stopped ` +
+          "(the bundle's kernels.wasm loops, or is damaged; a model this slow on purpose: raise the kernelTimeoutMs load " +
+          "option); load the model again";
+        this.stop();
+        throw new Error(this.broken);
       }
-      if (control[slot + STATUS] !== 0) workerError ??= this.message(w);
+      await waitForChange(control, slot + DONE, done, left);
     }
-    if (ownError) throw ownError;
-    if (workerError !== null) throw new Error(workerError);
+    if (control[slot + STATUS] !== 0) throw new Error(this.message(w));
+  }
+
+  /**
+   * Kernel `kernel`'s kK_units(params), counted by worker 0.
+   * @param {number} kernel @param {number} params @param {number} timeoutMs @returns {Promise<number>}
+   */
+  async countUnits(kernel, params, timeoutMs) {
+    if (this.broken) throw new Error(this.broken);
+    const job = this.post(0, { [OP]: COUNT_UNITS, [KERNEL]: kernel, [PARAMS]: params });
+    await this.finish(0, job, performance.now() + timeoutMs, timeoutMs);
+    return this.control[RESULT];
+  }
+
+  /**
+   * Run kernel `kernel` over `ranges`, range w on worker w, and await them all (the first trap
+   * throws its message once every worker is done).
+   * @param {number} kernel @param {number} params @param {[number, number][]} ranges
+   * @param {number[]} scratch one block per worker @param {number[]} addresses @param {number} timeoutMs
+   */
+  async run(kernel, params, ranges, scratch, addresses, timeoutMs) {
+    if (this.broken) throw new Error(this.broken);
+    const deadline = performance.now() + timeoutMs;
+    const jobs = ranges.map(([first, end], w) => this.post(w, {
+      [OP]: RUN_UNITS, [KERNEL]: kernel, [PARAMS]: params, [FIRST]: first, [END]: end, [SCRATCH]: scratch[w],
+    }, addresses));
+    const results = await Promise.allSettled(jobs.map((job, w) => this.finish(w, job, deadline, timeoutMs)));
+    const failed = results.find((result) => result.status === "rejected");
+    if (failed) throw /** @type {PromiseRejectedResult} */ (failed).reason;
   }
 
   /** The message a worker wrote when its kernel trapped. @param {number} w @returns {string} */
@@ -732,14 +818,24 @@ export class WorkerPool {
    * @param {number} w
    */
   quit(w) {
-    const slot = w * CONTROL_SLOT;
-    this.control[slot + KERNEL] = QUIT;
-    Atomics.store(this.control, slot + GO, (this.job = (this.job + 1) | 0));
-    Atomics.notify(this.control, slot + GO, 1);
+    this.post(w, { [KERNEL]: QUIT });
     this.workers[w].terminate();
   }
 
   stop() {
     this.workers.forEach((_, w) => this.quit(w));
   }
+}
+
+/**
+ * Resolves once `array[index]` is no longer `value`, or after `ms` (Atomics.waitAsync; where
+ * a browser lacks it, after a macrotask turn).
+ * @param {Int32Array} array @param {number} index @param {number} value @param {number} ms
+ * @returns {Promise<unknown>}
+ */
+function waitForChange(array, index, value, ms) {
+  const waitAsync = /** @type {any} */ (Atomics).waitAsync;
+  if (typeof waitAsync !== "function") return new Promise((resolve) => setTimeout(resolve, 0));
+  const waited = waitAsync(array, index, value, ms);
+  return waited.async ? waited.value : Promise.resolve(waited.value);
 }

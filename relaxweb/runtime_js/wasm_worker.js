@@ -1,11 +1,12 @@
 // A worker of the wasm backend's thread pool (wasm_backend.js, WorkerPool): it instantiates
 // the shared-memory kernels.wasm over the model's shared memory, then runs the jobs the
-// calling thread posts in its slot of the control block (CONTROL in wasm_backend.js): it
-// waits on GO, runs kernel KERNEL over units [FIRST, END), counts them, and stores the job
-// number in DONE; a job whose kernel is QUIT ends it. A trap is reported in STATUS and its
-// message bytes, never thrown away.
+// page posts in its slot of the control block (CONTROL in wasm_backend.js): it waits on GO,
+// runs kernel KERNEL over units [FIRST, END) and counts them (OP RUN_UNITS), or stores
+// kK_units(PARAMS) in RESULT (OP COUNT_UNITS), and stores the job number in DONE; a job
+// whose kernel is QUIT ends it. A trap is reported in STATUS and its message bytes, never
+// thrown away. A kernel that never returns is stopped by the page terminating this worker.
 
-import { CONTROL, CONTROL_SLOT, MESSAGE_BYTES, QUIT } from "./wasm_backend.js";
+import { CONTROL, CONTROL_SLOT, COUNT_UNITS, MESSAGE_BYTES, QUIT } from "./wasm_backend.js";
 
 self.onmessage = ({ data: { module, memory, control, messages, index } }) => {
   let exports;
@@ -25,7 +26,7 @@ self.onmessage = ({ data: { module, memory, control, messages, index } }) => {
  */
 function serve(exports, control, messages, index) {
   const slot = index * CONTROL_SLOT;
-  const { GO, DONE, STATUS, KERNEL, PARAMS, FIRST, END, SCRATCH, BUFFER_COUNT, UNITS_RUN, ADDRESSES } = CONTROL;
+  const { GO, DONE, STATUS, KERNEL, PARAMS, FIRST, END, SCRATCH, BUFFER_COUNT, UNITS_RUN, OP, RESULT, ADDRESSES } = CONTROL;
   // Jobs are numbered from 1 and GO starts at 0: a job posted before this loop began (a QUIT
   // sent while the worker was still starting) is seen at once, never taken for an old one.
   let seen = 0;
@@ -43,8 +44,12 @@ function serve(exports, control, messages, index) {
     const addresses = Array.from(control.subarray(slot + ADDRESSES, slot + ADDRESSES + control[slot + BUFFER_COUNT]));
     let status = 0;
     try {
-      exports[`k${control[slot + KERNEL]}`](control[slot + PARAMS], first, end, control[slot + SCRATCH], ...addresses);
-      Atomics.add(control, slot + UNITS_RUN, end - first);
+      if (control[slot + OP] === COUNT_UNITS) {
+        control[slot + RESULT] = exports[`k${control[slot + KERNEL]}_units`](control[slot + PARAMS]);
+      } else {
+        exports[`k${control[slot + KERNEL]}`](control[slot + PARAMS], first, end, control[slot + SCRATCH], ...addresses);
+        Atomics.add(control, slot + UNITS_RUN, end - first);
+      }
     } catch (error) {
       status = 1;
       const text = new TextEncoder().encode(String(error?.message ?? error)).subarray(0, MESSAGE_BYTES - 1);

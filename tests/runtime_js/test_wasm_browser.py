@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
 import sys
 import urllib.request
 from pathlib import Path
@@ -39,7 +40,7 @@ from tests.fixtures.handmade_bundle import (
     write_positives_bundle,
 )
 from tests.fixtures.handmade_wasm import HANDMADE_KERNELS, POSITIVES_KERNELS, add_kernels_wasm
-from tests.helpers import MODEL, assert_close, make_model, rand
+from tests.helpers import MODEL, assert_close, make_model, onnxruntime_outputs, rand
 from tests.model_exports import Export, export_script, missing_exporter_packages, session_exports
 from tests.runtime_js.test_browser import pytestmark as browser_marks
 from tests.ops.test_sequence import appending_model, assert_sequences_equal, growing_sequence_model, onnxruntime_outputs
@@ -361,11 +362,10 @@ def test_the_server_sends_the_isolation_headers_unless_told_not_to(handmade: Pat
 def test_a_worker_that_never_finishes_rejects_the_run_instead_of_freezing_the_page(handmade: Path) -> None:
     with open_runner_page(handmade, webgpu=False) as page:
         result = page.evaluate("""async () => {
-          const model = await window.relaxweb.load("/bundle/", { threads: 2 });
-          model.runBackend.pool.quit(0);  // as dispose() stops it, or as a browser stopping it would
+          const model = await window.relaxweb.load("/bundle/", { threads: 2, kernelTimeoutMs: 300 });
+          model.runBackend.pool.quit(1);  // as dispose() stops it, or as a browser stopping it would
           await new Promise((resolve) => setTimeout(resolve, 200));
           const quit = model.unitsRunByWorkers;
-          model.runBackend.pool.graceMs = 200;
           const x = { x: { data: new Float32Array(64), shape: [16, 4] } };
           const first = await model.run(x).then(() => "no error", (e) => e.message);
           const second = await model.run(x).then(() => "no error", (e) => e.message);
@@ -373,10 +373,78 @@ def test_a_worker_that_never_finishes_rejects_the_run_instead_of_freezing_the_pa
           model.dispose();
           return { first, second, ran: after - quit };
         }""")
-    assert result["first"] == ("kernel add_broadcast failed at call site 0 (y = add_broadcast(x, w)): "
-                               "wasm worker 1 did not finish its units (the browser stopped it, or it hangs)")
-    assert result["second"] == "cannot run: wasm worker 1 did not finish its units (the browser stopped it, or it hangs)"
-    assert result["ran"] == 0  # a worker told to quit runs nothing more: dispose() frees its thread
+    stopped = ("a kernel call ran for more than 0.3 s and its worker threads were stopped (the bundle's kernels.wasm "
+               "loops, or is damaged; a model this slow on purpose: raise the kernelTimeoutMs load option); load the "
+               "model again")
+    assert result["first"] == f"kernel add_broadcast failed at call site 0 (y = add_broadcast(x, w)): {stopped}"
+    assert result["second"] == f"cannot run: {stopped}"
+    assert result["ran"] <= 32  # worker 0's range of the one call at most: a stopped pool runs nothing more
+
+
+#: Runs a bundle whose kernels loop (tests/fixtures/looping_kernels.py) with a short deadline,
+#: counting the page's timer ticks meanwhile (a frozen page would count none).
+LOOPING_RUN = """
+async ({ x, shape }) => {
+  const model = await window.relaxweb.load("/bundle/", { backend: "wasm", kernelTimeoutMs: 400 });
+  let ticks = 0;
+  const ticker = setInterval(() => { ticks += 1; }, 20);
+  const started = performance.now();
+  const first = await model.run({ x: { data: Float32Array.from(x), shape } }).then(() => "no error", (e) => e.message);
+  const ms = performance.now() - started;
+  clearInterval(ticker);
+  const second = await model.run({ x: { data: Float32Array.from(x), shape } }).then(() => "no error", (e) => e.message);
+  model.dispose();
+  return { first, second, ms, ticks, threads: model.threads };
+}
+"""
+
+RELOADED_RUN = """
+async ({ x, shape }) => {
+  const model = await window.relaxweb.load("/bundle/", { backend: "wasm" });
+  const { probabilities } = await model.run({ x: { data: Float32Array.from(x), shape } });
+  model.dispose();
+  return { shape: probabilities.shape, data: Array.from(probabilities.data) };
+}
+"""
+
+
+def test_a_looping_kernel_rejects_the_run_without_freezing_the_page_and_the_model_loads_again(tmp_path: Path) -> None:
+    from tests.fixtures.looping_kernels import write_looping_kernels
+    from tests.runtime.test_threads import FEATURES, classifier_model
+
+    bundle = relaxweb.build(classifier_model(), tmp_path / "bundle", bounds={"batch": 64}).path
+    original = write_looping_kernels(bundle)
+    x = np.random.default_rng(3).standard_normal((5, FEATURES)).astype(np.float32)
+    feeds = {"x": x.ravel().tolist(), "shape": list(x.shape)}
+    with open_runner_page(bundle, webgpu=False) as page:
+        looped = page.evaluate(LOOPING_RUN, feeds)
+        (bundle / "kernels.wasm").write_bytes(original)
+        reloaded = page.evaluate(RELOADED_RUN, feeds)
+    assert looped["first"].startswith("kernel ") and "failed at call site 0 (" in looped["first"]
+    assert looped["first"].endswith("a kernel call ran for more than 0.4 s and its worker threads were stopped (the "
+                                    "bundle's kernels.wasm loops, or is damaged; a model this slow on purpose: raise the "
+                                    "kernelTimeoutMs load option); load the model again")
+    assert looped["second"].startswith("cannot run: a kernel call ran for more than 0.4 s")
+    assert looped["ms"] < 5000 and looped["ticks"] >= 5, looped  # the page kept running meanwhile
+    (want,) = onnxruntime_outputs(classifier_model(), {"x": x})
+    assert reloaded["shape"] == list(want.shape)
+    assert_close(np.array(reloaded["data"], np.float32).reshape(want.shape), want, MODEL)
+
+
+@pytest.mark.slow
+def test_a_looping_kernel_ends_relaxweb_run_in_the_browser_in_one_line(tmp_path: Path) -> None:
+    """The default deadline (10 s) on the command line's browser path: one error line, exit 2."""
+    from tests.fixtures.looping_kernels import write_looping_kernels
+    from tests.runtime.test_threads import FEATURES, classifier_model
+
+    bundle = relaxweb.build(classifier_model(), tmp_path / "bundle", bounds={"batch": 64}).path
+    write_looping_kernels(bundle)
+    np.savez(tmp_path / "in.npz", x=np.ones((2, FEATURES), np.float32))
+    result = subprocess.run([sys.executable, "-m", "relaxweb", "run", str(bundle), "--inputs", str(tmp_path / "in.npz"),
+                             "--browser", "--backend", "wasm"], capture_output=True, text=True, timeout=100)
+    assert result.returncode == 2, result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("error: ") and "a kernel call ran for more than 10 s and its worker threads were stopped" in line
 
 
 def test_float16_inputs_and_outputs_cross_to_the_page_as_half_bits(tmp_path: Path) -> None:
