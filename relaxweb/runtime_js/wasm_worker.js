@@ -58,5 +58,6 @@ function serve(exports, control, messages, index) {
     }
     control[slot + STATUS] = status;
     Atomics.store(control, slot + DONE, job); // publishes STATUS and the memory the kernel wrote
+    Atomics.notify(control, slot + DONE); // wakes the page's Atomics.waitAsync (else it waits out its deadline)
   }
 }
