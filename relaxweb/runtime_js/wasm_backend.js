@@ -46,37 +46,49 @@ export const MIN_UNITS_PER_THREAD = 4;
 /** The default thread count is min(navigator.hardwareConcurrency, DEFAULT_MAX_THREADS). */
 export const DEFAULT_MAX_THREADS = 4;
 
-// The control block of the pool: one slot of i32 fields per worker.
-const GO = 0; // the calling thread stores a new job number here, and notifies
-const DONE = 1; // the worker stores the job number here when it has run it
-const STATUS = 2; // 0: the job ran; 1: the kernel trapped (its message in the worker's message bytes)
+// The control block of the pool: one slot of i32 fields per worker. Worker 0 is the leader:
+// the page posts it a stage (RUN_STAGE: a chunk of the stage's dispatches, in the dispatch
+// table) and awaits it once; the leader runs each dispatch, posting RUN_UNITS jobs to the
+// other workers and waiting for them itself (workers may Atomics.wait; the page may not).
+const GO = 0; // the poster adds 1 here (the new job's number), then notifies
+const DONE = 1; // the worker stores the job number here when it has run it, then notifies
+const STATUS = 2; // 0: the job ran; 1: a kernel trapped (RUN_STAGE: its worker in FAILED_WORKER)
 const KERNEL = 3;
 const PARAMS = 4;
 const FIRST = 5;
 const END = 6;
-const SCRATCH = 7;
+const SCRATCH = 7; // this worker's scratch block (set once, at start)
 const BUFFER_COUNT = 8;
 const UNITS_RUN = 9; // units this worker has run since the pool started (for tests)
-const OP = 10; // what the job is: RUN_UNITS (kernel KERNEL over [FIRST, END)) or COUNT_UNITS (kK_units into RESULT)
-const RESULT = 11; // a COUNT_UNITS job's answer
-const ADDRESSES = 12; // then one address per binding
+const OP = 10; // RUN_UNITS (kernel KERNEL over [FIRST, END)) or RUN_STAGE (the leader only)
+const QUITTING = 11; // set by the page before a last job: the worker ends (WorkerPool.quit)
+const DISPATCHES = 12; // RUN_STAGE: how many dispatches the table holds
+const CURRENT = 13; // RUN_STAGE: the dispatch being run (or that failed), from 0
+const FAILED_WORKER = 14; // RUN_STAGE: the worker whose message says why the dispatch failed
+const STARTED = 15; // RUN_STAGE: when the current kernel call started (Date.now() - the pool's epoch)
+const ADDRESSES = 16; // then one address per binding
 const MAX_BUFFERS = 63; // a call site binds at most 63 buffers (the manifest schema)
 export const CONTROL_SLOT = ADDRESSES + MAX_BUFFERS + 1;
-/** The KERNEL of the job that ends a worker. */
-export const QUIT = -1;
 export const MESSAGE_BYTES = 256;
 /** OP of a job that runs kernel KERNEL over units [FIRST, END). */
 export const RUN_UNITS = 0;
-/** OP of a job that stores kK_units(PARAMS) of kernel KERNEL in RESULT. */
-export const COUNT_UNITS = 1;
+/** OP of the leader's job: the dispatches of the dispatch table, in order. */
+export const RUN_STAGE = 1;
+/** The dispatch table's i32 words: per dispatch [kernel, params address, buffer count, addresses...]. */
+export const TABLE_WORDS = 1 << 16;
+/** The most dispatches one RUN_STAGE job runs (a longer stage is posted in chunks). */
+export const MAX_CHUNK_DISPATCHES = 4096;
 /**
- * How long one kernel call (its kK_units, or its units on all the workers) may run before its
+ * How long one kernel call (its kK_units, then its units on all the workers) may run before its
  * workers are stopped and the run fails: the host module's limit (HOST_CALL_TIMEOUT_MS). A kernel
  * call of the models relaxweb runs on the CPU takes milliseconds to a second; a kernels.wasm
  * that loops fails within it. The load option `kernelTimeoutMs` overrides it.
  */
 export const KERNEL_TIMEOUT_MS = 10_000;
-export const CONTROL = { GO, DONE, STATUS, KERNEL, PARAMS, FIRST, END, SCRATCH, BUFFER_COUNT, UNITS_RUN, OP, RESULT, ADDRESSES };
+export const CONTROL = {
+  GO, DONE, STATUS, KERNEL, PARAMS, FIRST, END, SCRATCH, BUFFER_COUNT, UNITS_RUN, OP, QUITTING, DISPATCHES, CURRENT,
+  FAILED_WORKER, STARTED, ADDRESSES,
+};
 
 /**
  * `bytes` (a kernels.wasm) with its memory import made shared (limits flag 0x01 -> 0x03),
@@ -268,7 +280,7 @@ export class WasmBackend {
     backend.kernelTimeoutMs = timeoutMs;
     try {
       backend.layOut(shards, sizesAtBounds);
-      if (shared) backend.pool = await WorkerPool.start(module, memory, count);
+      if (shared) backend.pool = await WorkerPool.start(module, memory, count, backend.scratchAddresses);
       return backend;
     } catch (error) {
       backend.dispose();
@@ -571,30 +583,28 @@ export class WasmBackend {
 
   /**
    * Run a stage's dispatches on the pool, in order, each timed by `timer` when one is given:
-   * per dispatch, worker 0 counts its units, then the workers run their ranges; the page's
-   * thread only awaits, each kernel call under the deadline.
+   * the leader worker runs them (WorkerPool.runDispatches) while the page's thread awaits the
+   * stage, every kernel call under the deadline.
    * @param {import("./host.js").DispatchCommand[]} dispatches @param {Uint8Array} params
    * @param {WallClockTimer|null} timer
    */
   async dispatchOnWorkers(dispatches, params, timer) {
     const pool = /** @type {WorkerPool} */ (this.pool);
-    for (const { callSite } of dispatches) {
-      const started = performance.now();
-      const site = this.manifest.call_sites[callSite];
-      const paramsAddress = this.paramsBase + site.params_offset;
-      const addresses = this.siteAddresses[callSite] ?? this.addressesOf(callSite);
-      try {
-        const units = await pool.countUnits(site.kernel, paramsAddress, this.kernelTimeoutMs);
-        if (units > 0) {
-          await pool.run(site.kernel, paramsAddress, splitUnits(units, this.threads), this.scratchAddresses, addresses,
-            this.kernelTimeoutMs);
-        }
-      } catch (error) {
-        if (pool.broken) this.unusableReason ??= pool.broken;
-        throw this.kernelError(callSite, /** @type {Error} */ (error));
-      }
-      if (timer) timer.record(callSite, performance.now() - started, params, site);
+    const sites = dispatches.map(({ callSite }) => this.manifest.call_sites[callSite]);
+    const calls = dispatches.map(({ callSite }, i) => ({
+      kernel: sites[i].kernel,
+      params: this.paramsBase + sites[i].params_offset,
+      addresses: this.siteAddresses[callSite] ?? this.addressesOf(callSite),
+    }));
+    let times;
+    try {
+      times = await pool.runDispatches(calls, this.kernelTimeoutMs);
+    } catch (error) {
+      if (pool.broken) this.unusableReason ??= pool.broken;
+      if (!(error instanceof DispatchFailure)) throw error;
+      throw this.kernelError(dispatches[error.index].callSite, error);
     }
+    if (timer) dispatches.forEach(({ callSite }, i) => timer.record(callSite, times[i], params, sites[i]));
   }
 
   /** A kernel's error, naming it and its call site. @param {number} callSite @param {Error} error @returns {Error} */
@@ -690,30 +700,52 @@ export class WasmBackend {
   }
 }
 
+/** A dispatch of a stage that failed on the pool: its index in the stage and why. */
+export class DispatchFailure extends Error {
+  /** @param {number} index @param {string} message */
+  constructor(index, message) {
+    super(message);
+    this.index = index;
+  }
+}
+
+/**
+ * One kernel call of a stage, as the leader worker runs it.
+ * @typedef {{kernel: number, params: number, addresses: number[]}} KernelCall
+ */
+
 /**
  * The workers that run every kernel call of a model, each with its own instance of the
  * shared-memory module over the one shared memory, and a slot of a shared control block
- * (CONTROL: a job number to wait on, the job's fields, the number of the job done). The page
- * posts jobs and awaits them, each kernel call under a deadline past which every worker is
- * terminated and the pool is broken.
+ * (CONTROL). The page posts a stage's dispatches to worker 0, the leader, through a shared
+ * dispatch table, and awaits the stage once (Atomics.waitAsync); the leader runs each
+ * dispatch, splitting its units with the other workers (RUN_UNITS jobs it posts and waits for),
+ * stamps each kernel call's start, and writes each call's time. The page's deadline is the
+ * current call's start plus the timeout: past it every worker is terminated and the pool is
+ * broken.
  */
 export class WorkerPool {
   /**
    * @param {WebAssembly.Module} module the shared-memory variant
    * @param {WebAssembly.Memory} memory shared
    * @param {number} count
+   * @param {number[]} scratch one scratch block per worker
    * @returns {Promise<WorkerPool>}
    */
-  static async start(module, memory, count) {
+  static async start(module, memory, count, scratch) {
     const control = new Int32Array(new SharedArrayBuffer(count * CONTROL_SLOT * 4));
+    scratch.forEach((address, w) => { control[w * CONTROL_SLOT + SCRATCH] = address; });
     const messages = new Uint8Array(new SharedArrayBuffer(count * MESSAGE_BYTES));
+    const table = new Int32Array(new SharedArrayBuffer(TABLE_WORDS * 4));
+    const times = new Float64Array(new SharedArrayBuffer(MAX_CHUNK_DISPATCHES * 8));
+    const epoch = Date.now();
     const workers = Array.from({ length: count }, () => new Worker(new URL("./wasm_worker.js", import.meta.url), { type: "module" }));
-    const pool = new WorkerPool(workers, control, messages);
+    const pool = new WorkerPool(workers, control, messages, table, times, epoch);
     try {
       await Promise.all(workers.map((worker, index) => new Promise((resolve, reject) => {
         worker.onmessage = ({ data }) => (data?.ready ? resolve(null) : reject(new Error(`a wasm worker failed to start: ${data?.error}`)));
         worker.onerror = (event) => reject(new Error(`a wasm worker failed to start: ${event.message}`));
-        worker.postMessage({ module, memory, control, messages, index });
+        worker.postMessage({ module, memory, control, messages, table, times, epoch, index, count });
       })));
     } catch (error) {
       pool.stop();
@@ -722,82 +754,95 @@ export class WorkerPool {
     return pool;
   }
 
-  /** @param {Worker[]} workers @param {Int32Array} control @param {Uint8Array} messages */
-  constructor(workers, control, messages) {
+  /**
+   * @param {Worker[]} workers @param {Int32Array} control @param {Uint8Array} messages
+   * @param {Int32Array} table the dispatch table @param {Float64Array} times each dispatch's ms
+   * @param {number} epoch Date.now() when the pool started: STARTED counts from it
+   */
+  constructor(workers, control, messages, table, times, epoch) {
     this.workers = workers;
     this.control = control;
     this.messages = messages;
-    this.job = 0;
-    /** @type {string|null} why the pool cannot run any more (a kernel call past its deadline, a worker that never finished) */
+    this.table = table;
+    this.times = times;
+    this.epoch = epoch;
+    /** @type {string|null} why the pool cannot run any more (a kernel call past its deadline) */
     this.broken = null;
   }
 
   /**
-   * Post a job to worker `w`: its fields, then its number in GO (which publishes them).
-   * @param {number} w @param {Record<number, number>} fields by control index @param {number[]} [addresses]
-   * @returns {number} the job's number
+   * Run `calls` in order on the pool, in chunks that fit the dispatch table, each kernel call
+   * under a deadline of `timeoutMs`. Resolves to each call's ms; rejects with a DispatchFailure
+   * (the call that trapped or passed its deadline) or when the pool is broken.
+   * @param {KernelCall[]} calls @param {number} timeoutMs @returns {Promise<number[]>}
    */
-  post(w, fields, addresses = []) {
+  async runDispatches(calls, timeoutMs) {
+    /** @type {number[]} */
+    const times = [];
+    while (times.length < calls.length) {
+      if (this.broken) throw new Error(this.broken);
+      const first = times.length;
+      const count = this.writeTable(calls, first);
+      const job = this.postStage(count);
+      await this.awaitStage(job, first, timeoutMs);
+      times.push(...this.times.subarray(0, count));
+    }
+    return times;
+  }
+
+  /**
+   * As many of `calls` from `first` on as the table holds, written into it. @param {KernelCall[]} calls
+   * @param {number} first @returns {number} how many
+   */
+  writeTable(calls, first) {
+    let at = 0;
+    let count = 0;
+    for (const { kernel, params, addresses } of calls.slice(first, first + MAX_CHUNK_DISPATCHES)) {
+      if (at + 3 + addresses.length > TABLE_WORDS) break;
+      this.table[at] = kernel;
+      this.table[at + 1] = params;
+      this.table[at + 2] = addresses.length;
+      this.table.set(addresses, at + 3);
+      at += 3 + addresses.length;
+      count += 1;
+    }
+    return count;
+  }
+
+  /** Post the table's `count` dispatches to the leader. @param {number} count @returns {number} the job's number */
+  postStage(count) {
     const { control } = this;
-    const slot = w * CONTROL_SLOT;
-    for (const [field, value] of Object.entries(fields)) control[slot + Number(field)] = value;
-    control[slot + BUFFER_COUNT] = addresses.length;
-    control.set(addresses, slot + ADDRESSES);
-    const job = (this.job = (this.job + 1) | 0);
-    Atomics.store(control, slot + GO, job);
-    Atomics.notify(control, slot + GO, 1);
+    control[OP] = RUN_STAGE;
+    control[DISPATCHES] = count;
+    control[CURRENT] = 0;
+    Atomics.store(control, STARTED, Date.now() - this.epoch); // the deadline runs until the leader stamps its first call
+    const job = Atomics.add(control, GO, 1) + 1; // publishes the fields stored before it
+    Atomics.notify(control, GO, 1);
     return job;
   }
 
   /**
-   * Await worker `w`'s job `job` (Atomics.waitAsync: the page's thread never blocks), up to
-   * `deadline` (performance.now()). Past it, every worker is terminated, the pool is broken,
-   * and this throws. A trap in the job throws its message.
-   * @param {number} w @param {number} job @param {number} deadline @param {number} timeoutMs
+   * Await the leader's job `job` (Atomics.waitAsync: the page's thread never blocks) while its
+   * current kernel call is within `timeoutMs` of its start. Past it, every worker is terminated,
+   * the pool is broken, and this throws. A trap throws its message. Both name the call
+   * (`first` + the leader's CURRENT).
+   * @param {number} job @param {number} first @param {number} timeoutMs
    */
-  async finish(w, job, deadline, timeoutMs) {
+  async awaitStage(job, first, timeoutMs) {
     const { control } = this;
-    const slot = w * CONTROL_SLOT;
-    for (let done = Atomics.load(control, slot + DONE); done !== job; done = Atomics.load(control, slot + DONE)) {
-      const left = deadline - performance.now();
+    for (let done = Atomics.load(control, DONE); done !== job; done = Atomics.load(control, DONE)) {
+      const left = this.epoch + Atomics.load(control, STARTED) + timeoutMs - Date.now();
       if (left <= 0 || this.broken) {
         this.broken ??= `a kernel call ran for more than ${timeoutMs / 1000} s and its worker threads were stopped ` +
           "(the bundle's kernels.wasm loops, or is damaged; a model this slow on purpose: raise the kernelTimeoutMs load " +
           "option); load the model again";
+        const current = Atomics.load(control, CURRENT);
         this.stop();
-        throw new Error(this.broken);
+        throw new DispatchFailure(first + current, this.broken);
       }
-      await waitForChange(control, slot + DONE, done, left);
+      await waitForChange(control, DONE, done, left);
     }
-    if (control[slot + STATUS] !== 0) throw new Error(this.message(w));
-  }
-
-  /**
-   * Kernel `kernel`'s kK_units(params), counted by worker 0.
-   * @param {number} kernel @param {number} params @param {number} timeoutMs @returns {Promise<number>}
-   */
-  async countUnits(kernel, params, timeoutMs) {
-    if (this.broken) throw new Error(this.broken);
-    const job = this.post(0, { [OP]: COUNT_UNITS, [KERNEL]: kernel, [PARAMS]: params });
-    await this.finish(0, job, performance.now() + timeoutMs, timeoutMs);
-    return this.control[RESULT];
-  }
-
-  /**
-   * Run kernel `kernel` over `ranges`, range w on worker w, and await them all (the first trap
-   * throws its message once every worker is done).
-   * @param {number} kernel @param {number} params @param {[number, number][]} ranges
-   * @param {number[]} scratch one block per worker @param {number[]} addresses @param {number} timeoutMs
-   */
-  async run(kernel, params, ranges, scratch, addresses, timeoutMs) {
-    if (this.broken) throw new Error(this.broken);
-    const deadline = performance.now() + timeoutMs;
-    const jobs = ranges.map(([first, end], w) => this.post(w, {
-      [OP]: RUN_UNITS, [KERNEL]: kernel, [PARAMS]: params, [FIRST]: first, [END]: end, [SCRATCH]: scratch[w],
-    }, addresses));
-    const results = await Promise.allSettled(jobs.map((job, w) => this.finish(w, job, deadline, timeoutMs)));
-    const failed = results.find((result) => result.status === "rejected");
-    if (failed) throw /** @type {PromiseRejectedResult} */ (failed).reason;
+    if (control[STATUS] !== 0) throw new DispatchFailure(first + control[CURRENT], this.message(control[FAILED_WORKER]));
   }
 
   /** The message a worker wrote when its kernel trapped. @param {number} w @returns {string} */
@@ -813,17 +858,22 @@ export class WorkerPool {
   }
 
   /**
-   * Stop worker `w`: a job with kernel -1 ends its loop (terminate() alone does not stop a
+   * Stop worker `w`: QUITTING and a new job end its loop (terminate() alone does not stop a
    * worker blocked in Atomics.wait in Chromium; it would keep its thread).
    * @param {number} w
    */
   quit(w) {
-    this.post(w, { [KERNEL]: QUIT });
+    const slot = w * CONTROL_SLOT;
+    Atomics.store(this.control, slot + QUITTING, 1);
+    Atomics.add(this.control, slot + GO, 1);
+    Atomics.notify(this.control, slot + GO);
     this.workers[w].terminate();
   }
 
+  /** Stop every worker; a notify of each DONE wakes the leader where it waits for another worker. */
   stop() {
     this.workers.forEach((_, w) => this.quit(w));
+    this.workers.forEach((_, w) => Atomics.notify(this.control, w * CONTROL_SLOT + DONE));
   }
 }
 
