@@ -768,6 +768,8 @@ export class WorkerPool {
     this.epoch = epoch;
     /** @type {string|null} why the pool cannot run any more (a kernel call past its deadline) */
     this.broken = null;
+    /** The most dispatches posted at once (at most MAX_CHUNK_DISPATCHES; tests lower it). */
+    this.chunkDispatches = MAX_CHUNK_DISPATCHES;
   }
 
   /**
@@ -797,7 +799,7 @@ export class WorkerPool {
   writeTable(calls, first) {
     let at = 0;
     let count = 0;
-    for (const { kernel, params, addresses } of calls.slice(first, first + MAX_CHUNK_DISPATCHES)) {
+    for (const { kernel, params, addresses } of calls.slice(first, first + this.chunkDispatches)) {
       if (at + 3 + addresses.length > TABLE_WORDS) break;
       this.table[at] = kernel;
       this.table[at + 1] = params;

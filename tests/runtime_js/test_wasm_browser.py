@@ -157,14 +157,18 @@ def test_an_input_shape_error_is_the_host_modules(handmade: Path) -> None:
     assert report["results"] == [{"error": "InputShapeError: input 'x': dimension 0 (n) is 17, above its bound 16"}]
 
 
-@pytest.mark.parametrize("isolated", [False, True])
-def test_a_kernel_trap_rejects_the_run_naming_its_call_site(tmp_path: Path, isolated: bool) -> None:
+@pytest.mark.parametrize(("isolated", "trap_kernel", "named"), [
+    (False, 0, "add_broadcast failed at call site 0 (y = add_broadcast(x, w))"),
+    (True, 1, "multiply_by_two failed at call site 1 (z = multiply_by_two(y))"),  # the stage's second dispatch on the pool
+])
+def test_a_kernel_trap_rejects_the_run_naming_its_call_site(tmp_path: Path, isolated: bool, trap_kernel: int,
+                                                            named: str) -> None:
     bundle = tmp_path / "trap"
     write_handmade_bundle(bundle)
-    add_kernels_wasm(bundle, HANDMADE_KERNELS, trap_kernel=0)
+    add_kernels_wasm(bundle, HANDMADE_KERNELS, trap_kernel=trap_kernel)
     runs, _ = handmade_runs([DEFAULT_BOUND])
     (result,) = run_page(bundle, runs, isolated=isolated)["results"]
-    assert result["error"].startswith("Error: kernel add_broadcast failed at call site 0 (y = add_broadcast(x, w)): ")
+    assert result["error"].startswith(f"Error: kernel {named}: ")
     assert "unreachable" in result["error"]
 
 
@@ -361,8 +365,10 @@ def test_the_server_sends_the_isolation_headers_unless_told_not_to(handmade: Pat
 
 def test_a_worker_that_never_finishes_rejects_the_run_instead_of_freezing_the_page(handmade: Path) -> None:
     with open_runner_page(handmade, webgpu=False) as page:
-        result = page.evaluate("""async () => {
+        result = page.evaluate("""async (rows) => {
           const model = await window.relaxweb.load("/bundle/", { threads: 2, kernelTimeoutMs: 300 });
+          model.runBackend.pool.chunkDispatches = 1;  // the stage's two dispatches posted one at a time
+          const { z } = await model.run({ x: { data: Float32Array.from(rows), shape: [16, 4] } });
           model.runBackend.pool.quit(1);  // as dispose() stops it, or as a browser stopping it would
           await new Promise((resolve) => setTimeout(resolve, 200));
           const quit = model.unitsRunByWorkers;
@@ -371,14 +377,15 @@ def test_a_worker_that_never_finishes_rejects_the_run_instead_of_freezing_the_pa
           const second = await model.run(x).then(() => "no error", (e) => e.message);
           const after = model.unitsRunByWorkers;
           model.dispose();
-          return { first, second, ran: after - quit };
-        }""")
+          return { first, second, ran: after - quit, z: Array.from(z.data) };
+        }""", x_rows(DEFAULT_BOUND).ravel().tolist())
     stopped = ("a kernel call ran for more than 0.3 s and its worker threads were stopped (the bundle's kernels.wasm "
                "loops, or is damaged; a model this slow on purpose: raise the kernelTimeoutMs load option); load the "
                "model again")
     assert result["first"] == f"kernel add_broadcast failed at call site 0 (y = add_broadcast(x, w)): {stopped}"
     assert result["second"] == f"cannot run: {stopped}"
     assert result["ran"] <= 32  # worker 0's range of the one call at most: a stopped pool runs nothing more
+    np.testing.assert_array_equal(np.array(result["z"], np.float32), expected_output(x_rows(DEFAULT_BOUND)).ravel())
 
 
 #: Runs a bundle whose kernels loop (tests/fixtures/looping_kernels.py) with a short deadline,
