@@ -17,8 +17,8 @@ const {
   FAILED_WORKER, STARTED, ADDRESSES,
 } = CONTROL;
 
-/** Loads of a word before a worker sleeps on it: a dispatch's next job or a worker's range often comes within microseconds. */
-const SPINS = 2000;
+/** Loads of another worker's DONE between two looks at QUITTING while the leader waits for it. */
+const LOADS_PER_LOOK = 1024;
 
 /**
  * What a worker works with.
@@ -61,12 +61,11 @@ function serve(worker) {
 }
 
 /**
- * The next job's number once control[at] is no longer `seen`: a short spin, then Atomics.wait.
+ * The next job's number once control[at] is no longer `seen` (Atomics.wait).
  * @param {Int32Array} control @param {number} at @param {number} seen @returns {number}
  */
 function nextJob(control, at, seen) {
   let job = Atomics.load(control, at);
-  for (let spins = 0; job === seen && spins < SPINS; spins++) job = Atomics.load(control, at);
   while (job === seen) {
     Atomics.wait(control, at, seen);
     job = Atomics.load(control, at);
@@ -171,16 +170,18 @@ function postUnits(control, w, kernel, params, [first, end], addresses) {
 }
 
 /**
- * Wait until worker `w` has done job `job`; false when the leader is told to quit meanwhile.
+ * Wait until worker `w` has done job `job`, spinning (its range is as large as the leader's,
+ * so it is done about as soon; waking from Atomics.wait would cost tens of microseconds a
+ * dispatch); false when the leader is told to quit meanwhile (the page stops a pool whose
+ * worker passed the deadline).
  * @param {Int32Array} control @param {number} w @param {number} job @returns {boolean}
  */
 function waitDone(control, w, job) {
   const at = w * CONTROL_SLOT + DONE;
-  for (let done = Atomics.load(control, at), spins = 0; done !== job; done = Atomics.load(control, at), spins++) {
+  for (;;) {
+    for (let i = 0; i < LOADS_PER_LOOK; i++) if (Atomics.load(control, at) === job) return true;
     if (Atomics.load(control, QUITTING)) return false;
-    if (spins >= SPINS) Atomics.wait(control, at, done);
   }
-  return true;
 }
 
 /** A trap's message into this worker's message bytes. @param {PoolWorker} worker @param {unknown} error */
