@@ -88,7 +88,7 @@ export interface LoadOptions {
    * `KERNEL_TIMEOUT_MS`, 10 000): on a cross-origin isolated page every kernel call runs on
    * worker threads, and one that passes it has its workers stopped; the run rejects and the
    * model must be loaded again. (Where the page is not isolated, kernels run on the page's
-   * thread, without a deadline.)
+   * thread, without a deadline: `model.kernelTimeoutMs` is null and load warns on the console.)
    */
   kernelTimeoutMs?: number;
   /** Tighter bounds for symbolic vars: smaller buffers; a bound above the build's is an error. */
@@ -397,6 +397,12 @@ export class WasmModel {
   readonly threads: number;
   /** Units the pool's workers have run since load (0 with one thread). */
   readonly unitsRunByWorkers: number;
+  /**
+   * The deadline of one kernel call in ms (the `kernelTimeoutMs` load option), or null where the
+   * page is not cross-origin isolated: kernels then run on the page's thread without one (load
+   * warns on the console).
+   */
+  readonly kernelTimeoutMs: number | null;
   readonly inputs: TensorSpec[];
   readonly outputs: TensorSpec[];
   readonly symbolicVars: SymbolicVar[];

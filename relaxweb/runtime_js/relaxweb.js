@@ -23,7 +23,7 @@ import {
   NO_ADAPTER, WebGpuDevice, checkDevice, checkLimitCaps, deviceShortfalls, loadTimeLimits, requestAdapter, requestDevice,
 } from "./webgpu_device.js";
 import { KernelPipelines, SHADER_F16, chosenKernels, compileKernels, fetchKernelSources } from "./webgpu_kernels.js";
-import { KERNEL_TIMEOUT_MS, kernelTimeout, sharedMemoryVariant, singleThreadReason, splitUnits, threadCount } from "./wasm_backend.js";
+import { KERNEL_TIMEOUT_MS, NO_DEADLINE_WARNING, kernelTimeout, sharedMemoryVariant, singleThreadReason, splitUnits, threadCount } from "./wasm_backend.js";
 import { WasmModel } from "./wasm_model.js";
 
 export { DEFAULT_CACHE_NAME, GpuTensor, InputShapeError, KERNEL_TIMEOUT_MS, WasmModel, sharedMemoryVariant, splitUnits };
@@ -129,6 +129,7 @@ export async function load(url, {
       const model = await WasmModel.create(manifest, host, wasmBytes, shards, { threads, ...configured, tokenizer, kernelTimeoutMs });
       const why = model.threads === 1 ? singleThreadReason(threads) : "";
       console.info(`relaxweb: the wasm backend runs this model (${model.threads} thread${model.threads === 1 ? "" : "s"}${why && `: ${why}`})`);
+      if (model.kernelTimeoutMs === null) console.warn(NO_DEADLINE_WARNING);
       return model;
     }
     if (adapterError) throw new Error(`${adapterError.message}, and ${wasmProblem}`);

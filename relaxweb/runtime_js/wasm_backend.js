@@ -19,13 +19,15 @@
 //
 // Threads: where the page is cross-origin isolated (SharedArrayBuffer) the memory is shared
 // and a pool of workers (wasm_worker.js) instantiates the shared-memory variant of the
-// module; every kernel call runs on the workers, never on the page's thread: worker 0 counts
-// a dispatch's units (kK_units), then the units are split into contiguous ranges, one per
-// worker, and the page awaits them (Atomics.waitAsync) under a deadline (`kernelTimeoutMs`,
-// KERNEL_TIMEOUT_MS by default): a kernel call that passes it has its workers terminated, the
-// run rejects and the model cannot run any more (load it again). Where the page is not
-// isolated there is no memory to share with a worker: kernels run on the page's thread, one
-// call at a time, without a deadline (docs/design.md, "Deadlines").
+// module; every kernel call runs on the workers, never on the page's thread. The page posts a
+// stage's dispatches to worker 0, the leader, and awaits the stage once (Atomics.waitAsync);
+// the leader counts each dispatch's units (kK_units), splits them into contiguous ranges, one
+// per worker, runs the first and waits for the others (Atomics, among workers). Each kernel
+// call has a deadline (`kernelTimeoutMs`, KERNEL_TIMEOUT_MS by default) from the start the
+// leader stamps: a call that passes it has its workers terminated, the run rejects and the
+// model cannot run any more (load it again). Where the page is not isolated there is no memory
+// to share with a worker: kernels run on the page's thread, one call at a time, without a
+// deadline; load warns once and `model.kernelTimeoutMs` is null (docs/design.md, "Deadlines").
 
 import { TYPED_ARRAY_OF_DTYPE, dtypeInfo, fromDeviceData } from "./host.js";
 import { GpuTensor, TransferStats, cacheBlockCopies } from "./gpu_tensor.js";
@@ -200,6 +202,15 @@ export function singleThreadReason(threads) {
   return "";
 }
 
+/**
+ * Load's warning on a page that is not cross-origin isolated, once per wasm model: its kernels
+ * run on the page's thread, where nothing can stop one (`model.kernelTimeoutMs` is null).
+ */
+export const NO_DEADLINE_WARNING = "relaxweb: this page is not cross-origin isolated, so the wasm backend runs its " +
+  "kernels on the page's thread without a deadline: a kernel that never returns (a damaged or hostile kernels.wasm) " +
+  "freezes the page. Serve the page with Cross-Origin-Opener-Policy: same-origin and Cross-Origin-Embedder-Policy: " +
+  "require-corp (as relaxweb serve does) for worker threads and a deadline on every kernel call";
+
 /** @param {number} value @returns {number} */
 const aligned16 = (value) => Math.ceil(value / 16) * 16;
 
@@ -335,6 +346,11 @@ export class WasmBackend {
     this.runNumber = 0;
     /** @type {string|null} why the model cannot run any more (disposed, a worker that never finished) */
     this.unusableReason = null;
+  }
+
+  /** The deadline of one kernel call in ms, or null where kernels run on the page's thread (no pool), without one. */
+  get kernelDeadlineMs() {
+    return this.pool ? this.kernelTimeoutMs : null;
   }
 
   /** Units that the pool's workers have run since load (0 with one thread). */

@@ -59,6 +59,14 @@ export class WasmModel {
   }
 
   /**
+   * The deadline of one kernel call in ms (the `kernelTimeoutMs` load option), or null where the
+   * page is not cross-origin isolated: kernels then run on the page's thread, without one.
+   */
+  get kernelTimeoutMs() {
+    return this.runBackend.kernelDeadlineMs;
+  }
+
+  /**
    * Counts of what moved in and out of the memory: `total` since load, `lastRun` since the last
    * run started (`buffersCreated`: regions laid out for storages; `bytesRead`: bytes copied out:
    * outputs, kept copies, values read mid-run; `liveGpuBytes` stays 0).

@@ -50,19 +50,25 @@ from tests.e2e.test_tiny_llama import SCRIPT as TINY_LLAMA_SCRIPT
 pytestmark = browser_marks
 
 #: Runs in the runner page: load the bundle with `options`, run it on each input list
-#: ([name, shape, values] triples), and report the backend, the threads, whether the page is
-#: isolated, the units the workers ran, and per run the outputs or the error.
+#: ([name, shape, values] triples), and report the backend, the threads, the kernel deadline,
+#: load's console warnings, whether the page is isolated, the units the workers ran, and per
+#: run the outputs or the error.
 RUN_IN_PAGE = """
 async ({ options, runs }) => {
-  const report = { isolated: self.crossOriginIsolated, results: [] };
+  const report = { isolated: self.crossOriginIsolated, results: [], warnings: [] };
   let model;
+  const warn = console.warn;
+  console.warn = (...parts) => { report.warnings.push(parts.join(" ")); warn(...parts); };
   try {
     model = await window.relaxweb.load("/bundle/", options);
   } catch (error) {
     return { ...report, loadError: `${error.name}: ${error.message}` };
+  } finally {
+    console.warn = warn;
   }
   report.backend = model.backend;
   report.threads = model.threads;
+  report.kernelTimeoutMs = model.kernelTimeoutMs ?? null;
   for (const inputs of runs) {
     const tensors = Object.fromEntries(inputs.map(([name, shape, values]) => [name, { data: Float32Array.from(values), shape }]));
     try {
@@ -117,6 +123,11 @@ def test_auto_without_webgpu_runs_wasm_on_one_thread_when_not_isolated(handmade:
     assert (report.get("backend"), report.get("threads")) == ("wasm", 1), report
     check_handmade(report, expected)
     assert report["unitsRunByWorkers"] == 0
+    # kernels on the page's thread: no deadline, and load says so once
+    assert report["kernelTimeoutMs"] is None
+    (warning,) = report["warnings"]
+    assert "runs its kernels on the page's thread without a deadline" in warning
+    assert "Cross-Origin-Embedder-Policy: require-corp" in warning
 
 
 def test_an_isolated_page_splits_units_between_the_pool_and_the_page(handmade: Path) -> None:
@@ -125,6 +136,7 @@ def test_an_isolated_page_splits_units_between_the_pool_and_the_page(handmade: P
     assert report["isolated"] is True
     assert (report.get("backend"), report.get("threads")) == ("wasm", 3), report
     check_handmade(report, expected)
+    assert (report["kernelTimeoutMs"], report["warnings"]) == (10_000, [])
     # n = 16: 64 units per dispatch, 3 ranges (two on workers); n = 9: 36 units; n = 3: 12 units
     assert report["unitsRunByWorkers"] > 0
 
