@@ -712,7 +712,7 @@ export class WasmBackend {
   /** Stop the workers; the memory goes with the last reference. */
   dispose() {
     this.unusableReason ??= "the model was disposed";
-    this.pool?.stop();
+    this.pool?.stop(this.unusableReason);
   }
 }
 
@@ -888,8 +888,13 @@ export class WorkerPool {
     this.workers[w].terminate();
   }
 
-  /** Stop every worker; a notify of each DONE wakes the leader where it waits for another worker. */
-  stop() {
+  /**
+   * Stop every worker, the pool broken for `reason`; a notify of each DONE wakes the leader where
+   * it waits for another worker, and the page where it awaits a stage (which then rejects).
+   * @param {string} [reason]
+   */
+  stop(reason = "its worker threads were stopped") {
+    this.broken ??= reason;
     this.workers.forEach((_, w) => this.quit(w));
     this.workers.forEach((_, w) => Atomics.notify(this.control, w * CONTROL_SLOT + DONE));
   }

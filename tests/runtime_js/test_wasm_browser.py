@@ -413,7 +413,14 @@ async ({ x, shape }) => {
   clearInterval(ticker);
   const second = await model.run({ x: { data: Float32Array.from(x), shape } }).then(() => "no error", (e) => e.message);
   model.dispose();
-  return { first, second, ms, ticks, threads: model.threads };
+  // disposed while a kernel loops: the run rejects at once, not at its deadline
+  const other = await window.relaxweb.load("/bundle/", { backend: "wasm", kernelTimeoutMs: 60000 });
+  const running = other.run({ x: { data: Float32Array.from(x), shape } }).then(() => "no error", (e) => e.message);
+  await new Promise((resolve) => setTimeout(resolve, 300));
+  const disposedAt = performance.now();
+  other.dispose();
+  const disposed = await running;
+  return { first, second, ms, ticks, threads: model.threads, disposed, disposedMs: performance.now() - disposedAt };
 }
 """
 
@@ -449,6 +456,7 @@ def test_a_looping_kernel_rejects_the_run_without_freezing_the_page_and_the_mode
                                     "kernelTimeoutMs load option); load the model again")
     assert looped["second"].startswith("cannot run: a kernel call ran for more than 0.4 s")
     assert looped["ms"] < 5000 and looped["ticks"] >= 5, looped  # the page kept running meanwhile
+    assert looped["disposed"].endswith(": the model was disposed") and looped["disposedMs"] < 5000, looped
     (want,) = onnxruntime_outputs(classifier_model(), {"x": x})
     assert "hung" not in reloaded, "a run waited for its deadline, not for its workers"
     assert reloaded["shape"] == list(want.shape)
