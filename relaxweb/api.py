@@ -154,9 +154,10 @@ class Bundle:
         return None if file is None else len(read_bundle_file(self.path, file, MAX_KERNEL_BYTES, "kernels.wasm"))
 
     def load(self, *, backend: str = "auto", device: Any = None, profiling: bool = False, kernels: str = "auto",
-             limits: Mapping[str, int] | None = None) -> Session | WasmSession:
+             limits: Mapping[str, int] | None = None, kernel_timeout_s: float | None = None) -> Session | WasmSession:
         """The bundle loaded with the Python runtime (see :func:`load`)."""
-        return load(self.path, backend=backend, device=device, profiling=profiling, kernels=kernels, limits=limits)
+        return load(self.path, backend=backend, device=device, profiling=profiling, kernels=kernels, limits=limits,
+                    kernel_timeout_s=kernel_timeout_s)
 
     def __str__(self) -> str:
         return format_manifest(self.manifest, self.shader_bytes, self.cpu_shader_bytes, self.f16_shader_bytes,
@@ -225,7 +226,8 @@ def _dump_folder(dump_ir: str | Path) -> Path:
 
 
 def load(bundle_dir: str | Path, *, backend: str = "auto", device: Any = None, profiling: bool = False,
-         kernels: str = "auto", limits: Mapping[str, int] | None = None) -> Session | WasmSession:
+         kernels: str = "auto", limits: Mapping[str, int] | None = None,
+         kernel_timeout_s: float | None = None) -> Session | WasmSession:
     """Load a bundle with the Python runtime, as ``relaxweb run DIR`` does; then
     ``session.run({"x": array, ...})`` returns the outputs by name, as many times as wanted,
     and ``session.profile(inputs)`` runs once timing every kernel (``relaxweb run DIR --profile``).
@@ -248,9 +250,13 @@ def load(bundle_dir: str | Path, *, backend: str = "auto", device: Any = None, p
     ``limits`` (``{"maxStorageBufferBindingSize": 134217728}``) lowers the buffer size limits
     that weights the bundle binds in parts are split at, as on a device that offers no more
     (docs/bundle-format.md, "Weights in parts"); storages keep the device's own limits.
+    ``kernel_timeout_s`` (wasm only; default ``wasm_backend.KERNEL_SECONDS_PER_CALL``, 10 s) is
+    how long one kernels.wasm call may run before the run fails (a kernels.wasm that loops).
+
+    A session may be called from several threads: its calls take turns (``Session``, "Threads").
     """
     return load_session(check_bundle_folder(bundle_dir), backend, device=device, profiling=profiling, kernels=kernels,
-                        limits=limits)
+                        limits=limits, kernel_timeout_s=kernel_timeout_s)
 
 
 def run_in_browser(bundle_dir: str | Path, inputs: Mapping[str, np.ndarray], *,

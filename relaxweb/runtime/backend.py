@@ -39,20 +39,25 @@ def webgpu_problem(manifest: Mapping[str, Any]) -> str:
 
 
 def load_session(bundle_dir: Path, backend: str = "auto", *, device: Any = None, profiling: bool = False,
-                 kernels: str = "auto", limits: Mapping[str, int] | None = None) -> Session | WasmSession:
+                 kernels: str = "auto", limits: Mapping[str, int] | None = None,
+                 kernel_timeout_s: float | None = None) -> Session | WasmSession:
     """The bundle loaded on ``backend`` ("auto", "webgpu" or "wasm"; see the module's doc).
 
     ``device``, ``kernels`` and ``limits`` are WebGPU options: "wasm" refuses them, "auto"
-    with a ``device`` is WebGPU on that device."""
+    with a ``device`` is WebGPU on that device.  ``kernel_timeout_s`` is the wasm backend's
+    (``WasmSession``): "webgpu" refuses it."""
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    if backend == "webgpu" and kernel_timeout_s is not None:
+        raise ValueError("kernel_timeout_s is a wasm option (the time one kernels.wasm call may take); "
+                         "backend='webgpu' runs WGSL shaders")
     if backend == "wasm":
         given = [name for name, value in (("device", device), ("kernels", kernels != "auto"), ("limits", limits))
                  if value]
         if given:
             raise ValueError(f"{' and '.join(given)} {'is a WebGPU option' if len(given) == 1 else 'are WebGPU options'}; "
                              "backend='wasm' runs kernels.wasm on the CPU")
-        return WasmSession(bundle_dir)
+        return WasmSession(bundle_dir, kernel_timeout_s=kernel_timeout_s)
     if backend == "auto" and device is None:
         manifest = load_manifest(bundle_dir)
         problem = webgpu_problem(manifest)
@@ -61,7 +66,7 @@ def load_session(bundle_dir: Path, backend: str = "auto", *, device: Any = None,
                 wasm_entry(manifest, bundle_dir)
             except RelaxwebError as error:
                 raise RelaxwebError(f"this machine cannot run the bundle: {problem}, and {error}") from None
-            session = WasmSession(bundle_dir)
+            session = WasmSession(bundle_dir, kernel_timeout_s=kernel_timeout_s)
             session.backend_reason = problem
             return session
     return Session(bundle_dir, device, profiling=profiling, kernels=kernels, limits=limits)

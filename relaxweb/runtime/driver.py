@@ -12,9 +12,10 @@ behind :class:`RunBackend` (and :class:`RaggedBatchBackend` for ragged batches).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import functools
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from relaxweb.errors import RelaxwebError
 from relaxweb.runtime.batch import (
@@ -23,6 +24,24 @@ from relaxweb.runtime.batch import (
 from relaxweb.runtime.host import Dispatch, Read
 from relaxweb.runtime.host_session import HostSessions, HostStep
 from relaxweb.runtime.profile import DispatchTime, Profile, summarize
+
+
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+
+def serialized(method: _Method) -> _Method:
+    """A session method that holds the session's ``run_lock`` (a ``threading.RLock``) for its
+    whole work, readback included: a session holds one run's state at a time (the host
+    module's, the storages', the wasm memory), so calls from several threads take turns.
+    Reentrant: ``generate`` runs ``run`` many times under one hold (its KV caches and kept
+    tensors stay its own until it ends)."""
+
+    @functools.wraps(method)
+    def locked(self: Any, *args: Any, **kwargs: Any) -> Any:
+        with self.run_lock:
+            return method(self, *args, **kwargs)
+
+    return locked  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)

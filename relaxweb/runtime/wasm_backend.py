@@ -27,6 +27,7 @@ output is a copy of its device bytes, made once at the end of its run.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -55,10 +56,12 @@ PAGE_BYTES = 65536
 MAX_PAGES = 65536  # a wasm32 memory holds at most 4 GiB
 ALIGNMENT = 16
 MAX_KERNELS_WASM_BYTES = 256 * 1024 * 1024
-#: How long one kernel call may run before it is stopped (an epoch deadline, checked at
-#: every loop back-edge): far more than any kernel of a model that fits in 4 GiB needs, so
-#: only a kernels.wasm that loops (a damaged bundle) ever meets it.
-KERNEL_SECONDS_PER_CALL = 300
+#: How long one kernel call (``kK_units`` and ``kK``) may run before it is stopped and the run
+#: fails (an epoch deadline, checked at every loop back-edge): the browser host module's limit
+#: (``HOST_CALL_TIMEOUT_MS``).  A kernel call of the models relaxweb runs on the CPU takes
+#: milliseconds to a second; a kernels.wasm that loops fails within it.  ``WasmSession``'s
+#: ``kernel_timeout_s`` overrides it (docs/design.md, "Deadlines").
+KERNEL_SECONDS_PER_CALL = 10.0
 _EPOCH_SECONDS = 0.1  # the ticker's period: deadlines are counted in these
 
 
@@ -140,7 +143,8 @@ class WasmTensor(GpuTensor):
         self.buffer()  # refuses a disposed tensor
         if self.cache_view is None:
             return self._buffer
-        return self._backend.read_view(self)
+        with self._backend.owner.run_lock:  # the memory is the session's: not while another thread runs
+            return self._backend.read_view(self)
 
     def numpy(self) -> np.ndarray:
         return to_model_dtype(self.device_data(), self.dtype).reshape(self.shape)
@@ -159,8 +163,10 @@ class WasmBackend:
     and the storages placed: the run state of one ``WasmSession``, on one thread."""
 
     def __init__(self, bundle_dir: Path, manifest: Mapping[str, Any], entry: Mapping[str, Any],
-                 sizes_at_bounds: list[int] | None, owner: Any = None) -> None:
+                 sizes_at_bounds: list[int] | None, owner: Any = None, kernel_timeout_s: float | None = None) -> None:
         self.manifest = manifest
+        #: how long one kernel call may run (seconds)
+        self.kernel_timeout_s = _checked_timeout(KERNEL_SECONDS_PER_CALL if kernel_timeout_s is None else kernel_timeout_s)
         self.owner = owner  # the WasmSession its WasmTensors belong to
         #: what moved in and out of the memory (``buffers_created``: regions laid out for storages)
         self.stats = TransferStats()
@@ -462,7 +468,7 @@ class WasmBackend:
         params_address = self._params_base + call_site["params_offset"]
         addresses = [self._buffer_address(reference) for reference in call_site["buffers"]]
         started = time.perf_counter()
-        self._store.set_epoch_deadline(int(KERNEL_SECONDS_PER_CALL / _EPOCH_SECONDS) + 1)
+        self._store.set_epoch_deadline(math.ceil(self.kernel_timeout_s / _EPOCH_SECONDS) + 1)
         try:
             units = self._units[kernel](self._store, params_address)
             if units > 0:
@@ -477,8 +483,8 @@ class WasmBackend:
         where = (f"kernel {self.manifest['kernels'][call_site['kernel']]['name']} at call site {call_site_index} "
                  f"({call_site['binding']})")
         if isinstance(error, wasmtime.Trap) and error.trap_code == wasmtime.TrapCode.INTERRUPT:
-            return (f"{where} ran for more than {KERNEL_SECONDS_PER_CALL} s and was stopped (the bundle's "
-                    "kernels.wasm loops, or is damaged)")
+            return (f"{where} ran for more than {self.kernel_timeout_s:g} s and was stopped (the bundle's "
+                    "kernels.wasm loops, or is damaged; a model this slow on purpose: raise kernel_timeout_s)")
         return f"{where} failed in kernels.wasm: {_trap_reason(error)} (the bundle is damaged)"
 
     def _output_bytes(self, index: int, shape: tuple[int, ...], byte_size: int) -> bytes | bytearray:
@@ -500,6 +506,13 @@ class WasmBackend:
                                 f"{self._storage_capacities[output['storage']]} bytes for {byte_size} bytes: "
                                 "the bundle is damaged")
         return self._read(address, byte_size)
+
+
+def _checked_timeout(seconds: Any) -> float:
+    """A kernel call's time limit: a number of seconds above 0 and at most a day."""
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds <= 86400:
+        raise ValueError(f"kernel_timeout_s must be a number of seconds above 0 and at most 86400, got {seconds!r}")
+    return float(seconds)
 
 
 def _first_line(error: Exception) -> str:

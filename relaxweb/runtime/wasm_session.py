@@ -12,11 +12,12 @@ token picked on the CPU by ``sampler.py``.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+import threading
 from pathlib import Path
 from typing import Any
 
 from relaxweb.runtime.batch import BatchReport, check_instance_count
-from relaxweb.runtime.driver import HostProgramDriver
+from relaxweb.runtime.driver import HostProgramDriver, serialized
 from relaxweb.runtime.generate import Generation, apply_chat_template, bundle_tokenizer, chat, generate
 from relaxweb.runtime.gpu_tensor import TransferStats
 from relaxweb.runtime.host import HostModule, load_manifest
@@ -30,7 +31,8 @@ from relaxweb.runtime.wasm_backend import (  # noqa: F401  (re-exported: the nam
 
 class WasmSession:
     """A bundle loaded on its ``kernels.wasm``, ready to :meth:`run` (same inputs, outputs
-    and errors as ``webgpu.Session.run``), on one thread.
+    and errors as ``webgpu.Session.run``), its kernels on one CPU thread.  Safe to call
+    from several threads as ``webgpu.Session`` is: calls take turns on ``run_lock``.
 
     Attributes:
         manifest: the bundle's ``manifest.json`` as a dict.
@@ -49,7 +51,11 @@ class WasmSession:
     backend_reason: str | None = None  # set by runtime/backend.load_session when "auto" fell back
     device = None  # no WebGPU device: a WebGPU session refuses this session's tensors
 
-    def __init__(self, bundle_dir: str | Path) -> None:
+    def __init__(self, bundle_dir: str | Path, *, kernel_timeout_s: float | None = None) -> None:
+        """``kernel_timeout_s``: how long one kernels.wasm call may run before the run fails
+        (default ``KERNEL_SECONDS_PER_CALL``: docs/design.md, "Deadlines")."""
+        #: held by every call that runs the model or reads its kept tensors (``webgpu.Session``'s "Threads")
+        self.run_lock = threading.RLock()
         self.bundle_dir = Path(bundle_dir)
         self.manifest: dict[str, Any] = load_manifest(self.bundle_dir)
         entry = wasm_entry(self.manifest, self.bundle_dir)
@@ -60,7 +66,8 @@ class WasmSession:
         )
         #: how the last :meth:`run_batch` ran (``runtime/batch.BatchReport``)
         self.last_batch: BatchReport | None = None
-        self._backend = WasmBackend(self.bundle_dir, self.manifest, entry, self.host.sizes_at_bounds(), self)
+        self._backend = WasmBackend(self.bundle_dir, self.manifest, entry, self.host.sizes_at_bounds(), self,
+                                    kernel_timeout_s)
         self._driver = HostProgramDriver(self._backend, HostSessions(self.host))
 
     @property
@@ -79,6 +86,7 @@ class WasmSession:
     def last_read_count(self) -> int:
         return self._driver.last_read_count
 
+    @serialized
     def run(self, inputs: Mapping[str, Any], keep_on_gpu: bool | Iterable[str] = False) -> dict[str, Any]:
         """Run the model on ``inputs`` (name -> array) and return its outputs by name, as
         ``Session.run`` does (the same checks, :class:`InputShapeError` messages and output
@@ -88,6 +96,7 @@ class WasmSession:
         without a byte written; any other kept output is a copy of its bytes."""
         return self._driver.run(inputs, keep_on_gpu)
 
+    @serialized
     def run_batch(self, instances: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         """``Session.run_batch``'s contract on one CPU thread: the instances run one after
         another (``last_batch.mode`` is "one by one": kernels.wasm has no ragged form)."""
@@ -95,6 +104,7 @@ class WasmSession:
         results, self.last_batch = self._driver.run_batch(instances)
         return results
 
+    @serialized
     def generate(self, prompt: str | Sequence[int], *, max_new_tokens: int = 64, temperature: float | None = None,
                  top_k: int | None = None, top_p: float | None = None, repetition_penalty: float | None = None,
                  seed: int = 0, stop_tokens: Iterable[int] | None = None,
@@ -105,6 +115,7 @@ class WasmSession:
         return generate(self, prompt, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
                         repetition_penalty=repetition_penalty, seed=seed, stop_tokens=stop_tokens, on_token=on_token)
 
+    @serialized
     def chat(self, messages: Sequence[Mapping[str, Any]], **options: Any) -> Generation:
         """``Session.chat``: :meth:`generate` (with the same options) after :meth:`apply_chat_template`'s prompt."""
         return chat(self, messages, **options)
@@ -113,6 +124,7 @@ class WasmSession:
         """``Session.apply_chat_template``: the bundle's chat template rendered."""
         return apply_chat_template(self, messages, add_generation_prompt=add_generation_prompt)
 
+    @serialized
     def profile(self, inputs: Mapping[str, Any], *, warmup: int = 1) -> Profile:
         """Run ``warmup`` times, then once timing each kernel call by the wall clock (its
         ``kK_units`` and ``kK`` calls), and return the :class:`Profile` (``.outputs``,

@@ -14,6 +14,7 @@ timers of ``profile`` ``webgpu_timers.py``'s.  It mirrors the browser runtime
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ import numpy as np
 import wgpu
 
 from relaxweb.runtime.batch import BatchReport, check_instance_count
-from relaxweb.runtime.driver import HostProgramDriver
+from relaxweb.runtime.driver import HostProgramDriver, serialized
 from relaxweb.runtime.generate import Generation, apply_chat_template, bundle_tokenizer, chat, generate
 from relaxweb.runtime.gpu_tensor import GpuTensor, TransferStats
 from relaxweb.runtime.host import HostModule, load_manifest
@@ -66,6 +67,12 @@ class Session:
     ``backend`` is ``"webgpu"`` (``wasm_session.WasmSession``'s is ``"wasm"``), and
     ``backend_reason`` None (a WasmSession that ``backend="auto"`` chose says why there).
 
+    Threads: one session may be called from several threads.  Its calls take turns: ``run``,
+    ``run_batch``, ``profile``, ``generate``, ``chat`` and reading or disposing a kept
+    GpuTensor each hold ``run_lock`` (a reentrant lock) for their whole work, readback
+    included (a generation holds it from its prompt to its last token), so a thread waits
+    while another's call runs; for runs at the same time, load one session per thread.
+
     ``limits`` (``{"maxStorageBufferBindingSize": n, "maxBufferSize": n}``, either) lowers the
     buffer size limits that weights the bundle binds in parts are split at, to split them as
     a device that offers only those would (to check a bundle for such devices, and in tests);
@@ -77,6 +84,8 @@ class Session:
 
     def __init__(self, bundle_dir: str | Path, device: wgpu.GPUDevice | None = None, *, profiling: bool = False,
                  kernels: str = "auto", limits: Mapping[str, int] | None = None) -> None:
+        #: held by every call that runs the model or reads its tensors (see "Threads" above)
+        self.run_lock = threading.RLock()
         self.limits = checked_limit_caps(limits)
         if kernels not in KERNEL_VARIANTS:
             raise ValueError(f"kernels must be one of {', '.join(KERNEL_VARIANTS)}, got {kernels!r}")
@@ -134,6 +143,7 @@ class Session:
 
     # Running -----------------------------------------------------------------------------
 
+    @serialized
     def run(self, inputs: Mapping[str, np.ndarray | GpuTensor],
             keep_on_gpu: bool | Iterable[str] = False) -> dict[str, np.ndarray | GpuTensor]:
         """Run the model on ``inputs`` (name -> array) and return its outputs by name.
@@ -155,6 +165,7 @@ class Session:
         """
         return self._driver.run(inputs, keep_on_gpu)
 
+    @serialized
     def run_batch(self, instances: Sequence[Mapping[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
         """Run the model on each of ``instances`` (a list of ``name -> array``, each with its
         own values of the model's symbolic sizes within their bounds) and return their outputs,
@@ -173,6 +184,7 @@ class Session:
         results, self.last_batch = self._driver.run_batch(instances)
         return results
 
+    @serialized
     def profile(self, inputs: Mapping[str, np.ndarray], *, warmup: int = 1) -> Profile:
         """Run the model ``warmup`` times, then once like :meth:`run` timing each dispatch
         (drivers compile a pipeline on its first use), and return the
@@ -189,6 +201,7 @@ class Session:
         profile.outputs = outputs
         return profile
 
+    @serialized
     def generate(self, prompt: str | Sequence[int], *, max_new_tokens: int = 64, temperature: float | None = None,
                  top_k: int | None = None, top_p: float | None = None, repetition_penalty: float | None = None,
                  seed: int = 0, stop_tokens: Iterable[int] | None = None,
@@ -216,6 +229,7 @@ class Session:
         tokenize=False, add_generation_prompt=True)`` renders it."""
         return apply_chat_template(self, messages, add_generation_prompt=add_generation_prompt)
 
+    @serialized
     def chat(self, messages: Sequence[Mapping[str, Any]], **options: Any) -> Generation:
         """The assistant's reply to ``messages``: :meth:`generate` (with the same options) after
         :meth:`apply_chat_template`'s prompt; ``tokens`` and ``text`` are the reply's."""
@@ -227,6 +241,7 @@ class Session:
         """The largest storage buffer this device binds, and the WebGPU limit that says so."""
         return storage_size_limit(self.device)
 
+    @serialized
     def read_gpu_tensor(self, tensor: GpuTensor) -> np.ndarray:
         """A GpuTensor's values as an array (what ``tensor.numpy()`` calls)."""
         return self._backend.read_gpu_tensor(tensor)
@@ -237,6 +252,7 @@ class Session:
         before using what it read; returns whether there was one (``generate``'s token read)."""
         return self._backend.copy_status_into(encoder, target, offset)
 
+    @serialized
     def release_gpu_buffer(self, buffer: wgpu.GPUBuffer) -> None:
         """Take back the buffer of a disposed GpuTensor, for later kept outputs."""
         self._backend.release_gpu_buffer(buffer)

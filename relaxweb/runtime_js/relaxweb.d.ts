@@ -83,6 +83,14 @@ export interface LoadOptions {
    * load's console line says why.
    */
   threads?: number;
+  /**
+   * The wasm backend's deadline for one kernel call, in milliseconds (default
+   * `KERNEL_TIMEOUT_MS`, 10 000): on a cross-origin isolated page every kernel call runs on
+   * worker threads, and one that passes it has its workers stopped; the run rejects and the
+   * model must be loaded again. (Where the page is not isolated, kernels run on the page's
+   * thread, without a deadline: `model.kernelTimeoutMs` is null and load warns on the console.)
+   */
+  kernelTimeoutMs?: number;
   /** Tighter bounds for symbolic vars: smaller buffers; a bound above the build's is an error. */
   bounds?: Record<string, number>;
   /** Called as the weight shards arrive, first with `loaded: 0`, last with `loaded === total`. */
@@ -405,10 +413,16 @@ export class WasmModel {
    * bounds); null when `backend: "wasm"` was asked for.
    */
   readonly backendReason: string | null;
-  /** Threads a dispatch's units are split between: 1 (not cross-origin isolated, or `threads: 1`), or 1 + the pool's workers. */
+  /** Threads a dispatch's units are split between: the pool's workers, or 1 (the page's thread, where the page is not cross-origin isolated). */
   readonly threads: number;
   /** Units the pool's workers have run since load (0 with one thread). */
   readonly unitsRunByWorkers: number;
+  /**
+   * The deadline of one kernel call in ms (the `kernelTimeoutMs` load option), or null where the
+   * page is not cross-origin isolated: kernels then run on the page's thread without one (load
+   * warns on the console).
+   */
+  readonly kernelTimeoutMs: number | null;
   readonly inputs: TensorSpec[];
   readonly outputs: TensorSpec[];
   readonly symbolicVars: SymbolicVar[];
@@ -450,6 +464,8 @@ export class WasmModel {
   readonly disposed: boolean;
 }
 
+/** The wasm backend's default deadline for one kernel call (ms): the `kernelTimeoutMs` load option's default. */
+export const KERNEL_TIMEOUT_MS: number;
 /** `bytes` (a kernels.wasm) with its memory import made shared (limits flag 0x01 -> 0x03), for threads. */
 export function sharedMemoryVariant(bytes: ArrayBuffer | Uint8Array): Uint8Array;
 

@@ -24,10 +24,10 @@ import {
   NO_ADAPTER, WebGpuDevice, checkDevice, checkLimitCaps, deviceShortfalls, loadTimeLimits, requestAdapter, requestDevice,
 } from "./webgpu_device.js";
 import { KernelPipelines, SHADER_F16, chosenKernels, compileKernels, fetchKernelSources } from "./webgpu_kernels.js";
-import { sharedMemoryVariant, singleThreadReason, splitUnits, threadCount } from "./wasm_backend.js";
+import { KERNEL_TIMEOUT_MS, NO_DEADLINE_WARNING, kernelTimeout, sharedMemoryVariant, singleThreadReason, splitUnits, threadCount } from "./wasm_backend.js";
 import { WasmModel } from "./wasm_model.js";
 
-export { DEFAULT_CACHE_NAME, GpuTensor, InputShapeError, RunCheckError, WasmModel, sharedMemoryVariant, splitUnits };
+export { DEFAULT_CACHE_NAME, GpuTensor, InputShapeError, KERNEL_TIMEOUT_MS, RunCheckError, WasmModel, sharedMemoryVariant, splitUnits };
 
 /**
  * @typedef {import("./host.js").InputTensor} Tensor
@@ -40,6 +40,9 @@ export { DEFAULT_CACHE_NAME, GpuTensor, InputShapeError, RunCheckError, WasmMode
  *   why "auto" did not take WebGPU (null when it did, or when a backend was asked for)
  * @property {number} [threads]  the wasm backend's threads, where the page is cross-origin
  *   isolated (default: min(navigator.hardwareConcurrency, 4)); elsewhere always 1; `model.threads`
+ * @property {number} [kernelTimeoutMs]  the wasm backend's deadline for one kernel call on its
+ *   worker threads (default KERNEL_TIMEOUT_MS, 10 s): past it the workers are stopped, the run
+ *   rejects and the model must be loaded again
  * @property {Record<string, number>} [bounds]  tighter bounds for symbolic vars (at most the build's)
  * @property {(progress: Progress) => void} [onProgress]  called as weight bytes arrive
  * @property {GPUDevice} [device]  a device to use instead of requesting one
@@ -65,10 +68,12 @@ export { DEFAULT_CACHE_NAME, GpuTensor, InputShapeError, RunCheckError, WasmMode
  */
 export async function load(url, {
   backend = "auto", threads, bounds, onProgress, device, cache, profile = false, kernels = "auto", limits = {},
+  kernelTimeoutMs,
 } = {}) {
   if (!["auto", "webgpu", "wasm"].includes(backend)) throw new Error(`backend must be "auto", "webgpu" or "wasm", got ${String(backend).slice(0, 40)}`);
   if (!["auto", "gpu", "cpu", "f16"].includes(kernels)) throw new Error(`kernels must be "auto", "gpu", "cpu" or "f16", got ${String(kernels).slice(0, 40)}`);
   if (threads !== undefined) threadCount(threads); // checks the option even where there are no threads
+  kernelTimeout(kernelTimeoutMs);
   checkLimitCaps(limits);
   const manifestUrl = resolveManifestUrl(url);
   const manifest = await fetchManifest(manifestUrl);
@@ -125,7 +130,7 @@ export async function load(url, {
     const chosen = chosenBackend(backend, manifest, gpu, requiredLimits, requiredFeatures, sizesAtBounds);
     if (chosen === "wasm") {
       const wasmBytes = (await wasmBytesPromise) ?? (await fetchBytes(fileUrl(manifest.wasm.file)));
-      const model = await WasmModel.create(manifest, host, wasmBytes, shards, { threads, ...configured, tokenizer });
+      const model = await WasmModel.create(manifest, host, wasmBytes, shards, { threads, ...configured, tokenizer, kernelTimeoutMs });
       if (backend === "auto") {
         model.backendReason = gpu === null ? (adapterError?.message ?? NO_ADAPTER)
           : deviceShortfalls(gpu, requiredLimits, requiredFeatures, "GPU adapter", manifest, sizesAtBounds).join("; ");
@@ -133,6 +138,7 @@ export async function load(url, {
       }
       const why = model.threads === 1 ? singleThreadReason(threads) : "";
       console.info(`relaxweb: the wasm backend runs this model (${model.threads} thread${model.threads === 1 ? "" : "s"}${why && `: ${why}`})`);
+      if (model.kernelTimeoutMs === null) console.warn(NO_DEADLINE_WARNING);
       return model;
     }
     if (adapterError) throw new Error(`${adapterError.message}, and ${wasmProblem}`);

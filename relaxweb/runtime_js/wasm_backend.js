@@ -19,8 +19,15 @@
 //
 // Threads: where the page is cross-origin isolated (SharedArrayBuffer) the memory is shared
 // and a pool of workers (wasm_worker.js) instantiates the shared-memory variant of the
-// module; each dispatch's units are split into contiguous ranges, the calling thread runs the
-// first and spins until the workers have run theirs (the page's thread may not Atomics.wait).
+// module; every kernel call runs on the workers, never on the page's thread. The page posts a
+// stage's dispatches to worker 0, the leader, and awaits the stage once (Atomics.waitAsync);
+// the leader counts each dispatch's units (kK_units), splits them into contiguous ranges, one
+// per worker, runs the first and waits for the others (Atomics, among workers). Each kernel
+// call has a deadline (`kernelTimeoutMs`, KERNEL_TIMEOUT_MS by default) from the start the
+// leader stamps: a call that passes it has its workers terminated, the run rejects and the
+// model cannot run any more (load it again). Where the page is not isolated there is no memory
+// to share with a worker: kernels run on the page's thread, one call at a time, without a
+// deadline; load warns once and `model.kernelTimeoutMs` is null (docs/design.md, "Deadlines").
 
 import { TYPED_ARRAY_OF_DTYPE, dtypeInfo, fromDeviceData } from "./host.js";
 import { GpuTensor, TransferStats, cacheBlockCopies } from "./gpu_tensor.js";
@@ -42,26 +49,50 @@ export const MIN_UNITS_PER_THREAD = 4;
 /** The default thread count is min(navigator.hardwareConcurrency, DEFAULT_MAX_THREADS). */
 export const DEFAULT_MAX_THREADS = 4;
 
-// The control block of the pool: one slot of i32 fields per worker.
-const GO = 0; // the calling thread stores a new job number here, and notifies
-const DONE = 1; // the worker stores the job number here when it has run it
-const STATUS = 2; // 0: the job ran; 1: the kernel trapped (its message in the worker's message bytes)
+// The control block of the pool: one slot of i32 fields per worker. Worker 0 is the leader:
+// the page posts it a stage (RUN_STAGE: a chunk of the stage's dispatches, in the dispatch
+// table) and awaits it once; the leader runs each dispatch, posting RUN_UNITS jobs to the
+// other workers and waiting for them itself (workers may Atomics.wait; the page may not).
+const GO = 0; // the poster adds 1 here (the new job's number), then notifies
+const DONE = 1; // the worker stores the job number here when it has run it, then notifies
+const STATUS = 2; // 0: the job ran; 1: a kernel trapped (RUN_STAGE: its worker in FAILED_WORKER)
 const KERNEL = 3;
 const PARAMS = 4;
 const FIRST = 5;
 const END = 6;
-const SCRATCH = 7;
+const SCRATCH = 7; // this worker's scratch block (set once, at start)
 const BUFFER_COUNT = 8;
 const UNITS_RUN = 9; // units this worker has run since the pool started (for tests)
-const ADDRESSES = 10; // then one address per binding
+const OP = 10; // RUN_UNITS (kernel KERNEL over [FIRST, END)) or RUN_STAGE (the leader only)
+const QUITTING = 11; // set by the page before a last job: the worker ends (WorkerPool.quit)
+const DISPATCHES = 12; // RUN_STAGE: how many dispatches the table holds
+const CURRENT = 13; // RUN_STAGE: the dispatch being run (or that failed), from 0
+const FAILED_WORKER = 14; // RUN_STAGE: the worker whose message says why the dispatch failed
+const STARTED = 15; // RUN_STAGE: when the current kernel call started (Date.now() - the pool's epoch)
+const RUN_STATUS = 16; // this worker's run status (run_status.js; set once, at start): a call site's status binding is it
+const ADDRESSES = 17; // then one address per binding
 const MAX_BUFFERS = 63; // a call site binds at most 63 buffers (the manifest schema)
 export const CONTROL_SLOT = ADDRESSES + MAX_BUFFERS + 1;
-/** The KERNEL of the job that ends a worker. */
-export const QUIT = -1;
 export const MESSAGE_BYTES = 256;
-/** How long the page's thread waits for a worker beyond 20 times its own range's time. */
-export const WORKER_GRACE_MS = 30_000;
-export const CONTROL = { GO, DONE, STATUS, KERNEL, PARAMS, FIRST, END, SCRATCH, BUFFER_COUNT, UNITS_RUN, ADDRESSES };
+/** OP of a job that runs kernel KERNEL over units [FIRST, END). */
+export const RUN_UNITS = 0;
+/** OP of the leader's job: the dispatches of the dispatch table, in order. */
+export const RUN_STAGE = 1;
+/** The dispatch table's i32 words: per dispatch [kernel, params address, buffer count, status position (-1: none), addresses...]. */
+export const TABLE_WORDS = 1 << 16;
+/** The most dispatches one RUN_STAGE job runs (a longer stage is posted in chunks). */
+export const MAX_CHUNK_DISPATCHES = 4096;
+/**
+ * How long one kernel call (its kK_units, then its units on all the workers) may run before its
+ * workers are stopped and the run fails: the host module's limit (HOST_CALL_TIMEOUT_MS). A kernel
+ * call of the models relaxweb runs on the CPU takes milliseconds to a second; a kernels.wasm
+ * that loops fails within it. The load option `kernelTimeoutMs` overrides it.
+ */
+export const KERNEL_TIMEOUT_MS = 10_000;
+export const CONTROL = {
+  GO, DONE, STATUS, KERNEL, PARAMS, FIRST, END, SCRATCH, BUFFER_COUNT, UNITS_RUN, OP, QUITTING, DISPATCHES, CURRENT,
+  FAILED_WORKER, STARTED, RUN_STATUS, ADDRESSES,
+};
 
 /**
  * `bytes` (a kernels.wasm) with its memory import made shared (limits flag 0x01 -> 0x03),
@@ -134,9 +165,25 @@ export function threadCount(threads) {
   if (threads !== undefined && (!Number.isInteger(threads) || threads < 1 || threads > 256)) {
     throw new Error(`threads must be an integer from 1 to 256, got ${String(threads).slice(0, 40)}`);
   }
-  const isolated = globalThis.crossOriginIsolated === true && typeof SharedArrayBuffer !== "undefined" && typeof Worker !== "undefined";
-  if (!isolated) return 1;
+  if (!workersShareMemory()) return 1;
   return threads ?? Math.max(1, Math.min(globalThis.navigator?.hardwareConcurrency ?? 1, DEFAULT_MAX_THREADS));
+}
+
+/** Whether this page can share a memory with workers (cross-origin isolated, with Worker): kernels then run on a pool. */
+export function workersShareMemory() {
+  return globalThis.crossOriginIsolated === true && typeof SharedArrayBuffer !== "undefined" && typeof Worker !== "undefined";
+}
+
+/**
+ * The `kernelTimeoutMs` load option checked: milliseconds above 0, at most a day.
+ * @param {number|undefined} ms @returns {number}
+ */
+export function kernelTimeout(ms) {
+  if (ms === undefined) return KERNEL_TIMEOUT_MS;
+  if (typeof ms !== "number" || !(ms > 0 && ms <= 86_400_000)) {
+    throw new Error(`kernelTimeoutMs must be a number of milliseconds above 0 and at most 86400000, got ${String(ms).slice(0, 40)}`);
+  }
+  return ms;
 }
 
 /**
@@ -156,6 +203,15 @@ export function singleThreadReason(threads) {
   if (typeof Worker === "undefined") return "this context has no Worker";
   return "";
 }
+
+/**
+ * Load's warning on a page that is not cross-origin isolated, once per wasm model: its kernels
+ * run on the page's thread, where nothing can stop one (`model.kernelTimeoutMs` is null).
+ */
+export const NO_DEADLINE_WARNING = "relaxweb: this page is not cross-origin isolated, so the wasm backend runs its " +
+  "kernels on the page's thread without a deadline: a kernel that never returns (a damaged or hostile kernels.wasm) " +
+  "freezes the page. Serve the page with Cross-Origin-Opener-Policy: same-origin and Cross-Origin-Embedder-Policy: " +
+  "require-corp (as relaxweb serve does) for worker threads and a deadline on every kernel call";
 
 /** @param {number} value @returns {number} */
 const aligned16 = (value) => Math.ceil(value / 16) * 16;
@@ -218,12 +274,13 @@ export class WasmBackend {
    * @param {any} manifest
    * @param {ArrayBuffer} wasmBytes the bundle's kernels.wasm
    * @param {Uint8Array[]} shards the verified weight shards
-   * @param {{threads?: number, sizesAtBounds: number[]|null}} options
+   * @param {{threads?: number, sizesAtBounds: number[]|null, kernelTimeoutMs?: number}} options
    * @returns {Promise<WasmBackend>}
    */
-  static async create(manifest, wasmBytes, shards, { threads, sizesAtBounds }) {
+  static async create(manifest, wasmBytes, shards, { threads, sizesAtBounds, kernelTimeoutMs }) {
+    const timeoutMs = kernelTimeout(kernelTimeoutMs);
     const count = threadCount(threads);
-    const shared = count > 1;
+    const shared = workersShareMemory(); // then every kernel call runs on the pool, even with one thread
     const memory = new WebAssembly.Memory({ initial: 1, maximum: MAX_PAGES, shared });
     let module;
     try {
@@ -233,9 +290,10 @@ export class WasmBackend {
     }
     const instance = await WebAssembly.instantiate(module, { env: { memory } });
     const backend = new WasmBackend(manifest, memory, instance, count);
+    backend.kernelTimeoutMs = timeoutMs;
     try {
       backend.layOut(shards, sizesAtBounds);
-      if (shared) backend.pool = await WorkerPool.start(module, memory, count - 1);
+      if (shared) backend.pool = await WorkerPool.start(module, memory, count, backend.scratchAddresses, backend.statusAddresses);
       return backend;
     } catch (error) {
       backend.dispose();
@@ -250,8 +308,10 @@ export class WasmBackend {
   constructor(manifest, memory, instance, threads) {
     this.manifest = manifest;
     this.memory = memory;
-    /** Threads that run a dispatch's units: 1, or 1 + the pool's workers. */
+    /** Threads that run a dispatch's units: the pool's workers, or 1 (the page's thread, where there is no pool). */
     this.threads = threads;
+    /** How long one kernel call on the pool may run (KERNEL_TIMEOUT_MS unless the load option says). */
+    this.kernelTimeoutMs = KERNEL_TIMEOUT_MS;
     const exports = /** @type {Record<string, Function>} */ (/** @type {unknown} */ (instance.exports));
     /** Per kernel: its function and its units function. */
     this.kernelFunctions = manifest.kernels.map((/** @type {any} */ _, /** @type {number} */ k) => {
@@ -292,6 +352,11 @@ export class WasmBackend {
     this.runNumber = 0;
     /** @type {string|null} why the model cannot run any more (disposed, a worker that never finished) */
     this.unusableReason = null;
+  }
+
+  /** The deadline of one kernel call in ms, or null where kernels run on the page's thread (no pool), without one. */
+  get kernelDeadlineMs() {
+    return this.pool ? this.kernelTimeoutMs : null;
   }
 
   /** Units that the pool's workers have run since load (0 with one thread). */
@@ -482,6 +547,7 @@ export class WasmBackend {
    * @param {WallClockTimer|null} timer
    */
   encodeDispatches(dispatches, params, timer) {
+    if (this.pool) return this.dispatchOnWorkers(dispatches, params, timer);
     for (const { callSite } of dispatches) {
       const started = timer ? performance.now() : 0;
       this.dispatch(callSite);
@@ -529,8 +595,8 @@ export class WasmBackend {
   }
 
   /**
-   * Run one dispatch record of call site `callSite`: its kernel over all its units, split
-   * between the threads when there are enough. A trap rejects naming the call site.
+   * Run one dispatch record of call site `callSite` on the page's thread (no pool): its kernel
+   * over all its units. A trap throws naming the call site.
    * @param {number} callSite
    */
   dispatch(callSite) {
@@ -540,17 +606,44 @@ export class WasmBackend {
     const addresses = this.siteAddresses[callSite] ?? this.addressesOf(callSite);
     try {
       const units = unitsOf(params);
-      if (units <= 0) return;
-      const ranges = this.pool ? splitUnits(units, this.threads) : [[0, units]];
-      const own = () => main(params, ranges[0][0], ranges[0][1], this.scratchAddresses[0], ...addresses);
-      if (ranges.length === 1) own();
-      else /** @type {WorkerPool} */ (this.pool).run(site.kernel, params, ranges, this.scratchAddresses, addresses, own,
-        this.statusAt[callSite], this.statusAddresses);
+      if (units > 0) main(params, 0, units, this.scratchAddresses[0], ...addresses);
     } catch (error) {
-      if (this.pool?.broken) this.unusableReason ??= this.pool.broken;
-      const kernel = this.manifest.kernels[site.kernel].name;
-      throw new Error(`kernel ${kernel} failed at call site ${callSite} (${String(site.binding).slice(0, 300)}): ${/** @type {Error} */ (error).message}`);
+      throw this.kernelError(callSite, /** @type {Error} */ (error));
     }
+  }
+
+  /**
+   * Run a stage's dispatches on the pool, in order, each timed by `timer` when one is given:
+   * the leader worker runs them (WorkerPool.runDispatches) while the page's thread awaits the
+   * stage, every kernel call under the deadline.
+   * @param {import("./host.js").DispatchCommand[]} dispatches @param {Uint8Array} params
+   * @param {WallClockTimer|null} timer
+   */
+  async dispatchOnWorkers(dispatches, params, timer) {
+    const pool = /** @type {WorkerPool} */ (this.pool);
+    const sites = dispatches.map(({ callSite }) => this.manifest.call_sites[callSite]);
+    const calls = dispatches.map(({ callSite }, i) => ({
+      kernel: sites[i].kernel,
+      params: this.paramsBase + sites[i].params_offset,
+      addresses: this.siteAddresses[callSite] ?? this.addressesOf(callSite),
+      statusAt: this.statusAt[callSite],
+    }));
+    let times;
+    try {
+      times = await pool.runDispatches(calls, this.kernelTimeoutMs);
+    } catch (error) {
+      if (pool.broken) this.unusableReason ??= pool.broken;
+      if (!(error instanceof DispatchFailure)) throw error;
+      throw this.kernelError(dispatches[error.index].callSite, error);
+    }
+    if (timer) dispatches.forEach(({ callSite }, i) => timer.record(callSite, times[i], params, sites[i]));
+  }
+
+  /** A kernel's error, naming it and its call site. @param {number} callSite @param {Error} error @returns {Error} */
+  kernelError(callSite, error) {
+    const site = this.manifest.call_sites[callSite];
+    const kernel = this.manifest.kernels[site.kernel].name;
+    return new Error(`kernel ${kernel} failed at call site ${callSite} (${String(site.binding).slice(0, 300)}): ${error.message}`);
   }
 
   /**
@@ -638,32 +731,58 @@ export class WasmBackend {
   /** Stop the workers; the memory goes with the last reference. */
   dispose() {
     this.unusableReason ??= "the model was disposed";
-    this.pool?.stop();
+    this.pool?.stop(this.unusableReason);
+  }
+}
+
+/** A dispatch of a stage that failed on the pool: its index in the stage and why. */
+export class DispatchFailure extends Error {
+  /** @param {number} index @param {string} message */
+  constructor(index, message) {
+    super(message);
+    this.index = index;
   }
 }
 
 /**
- * The workers that run the other ranges of a dispatch's units, each with its own instance of
- * the shared-memory module over the one shared memory, and a slot of a shared control block
- * (CONTROL: a job number to wait on, the job's fields, the number of the job done).
+ * One kernel call of a stage, as the leader worker runs it.
+ * @typedef {{kernel: number, params: number, addresses: number[], statusAt: number}} KernelCall
+ */
+
+/**
+ * The workers that run every kernel call of a model, each with its own instance of the
+ * shared-memory module over the one shared memory, and a slot of a shared control block
+ * (CONTROL). The page posts a stage's dispatches to worker 0, the leader, through a shared
+ * dispatch table, and awaits the stage once (Atomics.waitAsync); the leader runs each
+ * dispatch, splitting its units with the other workers (RUN_UNITS jobs it posts and waits for),
+ * stamps each kernel call's start, and writes each call's time. The page's deadline is the
+ * current call's start plus the timeout: past it every worker is terminated and the pool is
+ * broken.
  */
 export class WorkerPool {
   /**
    * @param {WebAssembly.Module} module the shared-memory variant
    * @param {WebAssembly.Memory} memory shared
    * @param {number} count
+   * @param {number[]} scratch one scratch block per worker
+   * @param {number[]} statuses one run status per worker (each writes its own: no atomics)
    * @returns {Promise<WorkerPool>}
    */
-  static async start(module, memory, count) {
+  static async start(module, memory, count, scratch, statuses) {
     const control = new Int32Array(new SharedArrayBuffer(count * CONTROL_SLOT * 4));
+    scratch.forEach((address, w) => { control[w * CONTROL_SLOT + SCRATCH] = address; });
+    statuses.forEach((address, w) => { control[w * CONTROL_SLOT + RUN_STATUS] = address; });
     const messages = new Uint8Array(new SharedArrayBuffer(count * MESSAGE_BYTES));
+    const table = new Int32Array(new SharedArrayBuffer(TABLE_WORDS * 4));
+    const times = new Float64Array(new SharedArrayBuffer(MAX_CHUNK_DISPATCHES * 8));
+    const epoch = Date.now();
     const workers = Array.from({ length: count }, () => new Worker(new URL("./wasm_worker.js", import.meta.url), { type: "module" }));
-    const pool = new WorkerPool(workers, control, messages);
+    const pool = new WorkerPool(workers, control, messages, table, times, epoch);
     try {
       await Promise.all(workers.map((worker, index) => new Promise((resolve, reject) => {
         worker.onmessage = ({ data }) => (data?.ready ? resolve(null) : reject(new Error(`a wasm worker failed to start: ${data?.error}`)));
         worker.onerror = (event) => reject(new Error(`a wasm worker failed to start: ${event.message}`));
-        worker.postMessage({ module, memory, control, messages, index });
+        worker.postMessage({ module, memory, control, messages, table, times, epoch, index, count });
       })));
     } catch (error) {
       pool.stop();
@@ -672,67 +791,98 @@ export class WorkerPool {
     return pool;
   }
 
-  /** @param {Worker[]} workers @param {Int32Array} control @param {Uint8Array} messages */
-  constructor(workers, control, messages) {
+  /**
+   * @param {Worker[]} workers @param {Int32Array} control @param {Uint8Array} messages
+   * @param {Int32Array} table the dispatch table @param {Float64Array} times each dispatch's ms
+   * @param {number} epoch Date.now() when the pool started: STARTED counts from it
+   */
+  constructor(workers, control, messages, table, times, epoch) {
     this.workers = workers;
     this.control = control;
     this.messages = messages;
-    this.job = 0;
-    /** @type {string|null} why the pool cannot run any more (a worker that never finished) */
+    this.table = table;
+    this.times = times;
+    this.epoch = epoch;
+    /** @type {string|null} why the pool cannot run any more (a kernel call past its deadline) */
     this.broken = null;
-    /** How long to wait for a worker beyond 20 times the page's own range (tests lower it). */
-    this.graceMs = WORKER_GRACE_MS;
+    /** The most dispatches posted at once (at most MAX_CHUNK_DISPATCHES; tests lower it). */
+    this.chunkDispatches = MAX_CHUNK_DISPATCHES;
   }
 
   /**
-   * Run kernel `kernel` over `ranges`: ranges[1..] on the workers, ranges[0] by `own` on the
-   * calling thread, then spin until every worker is done. A trap in a worker throws its message.
-   * @param {number} kernel @param {number} params @param {[number, number][]} ranges
-   * @param {number[]} scratch one block per thread @param {number[]} addresses @param {() => void} own
-   * @param {number} [statusAt] the position of the run status among `addresses` (-1: none)
-   * @param {number[]} [statuses] one run status per thread: each worker writes its own
+   * Run `calls` in order on the pool, in chunks that fit the dispatch table, each kernel call
+   * under a deadline of `timeoutMs`. Resolves to each call's ms; rejects with a DispatchFailure
+   * (the call that trapped or passed its deadline) or when the pool is broken.
+   * @param {KernelCall[]} calls @param {number} timeoutMs @returns {Promise<number[]>}
    */
-  run(kernel, params, ranges, scratch, addresses, own, statusAt = -1, statuses = []) {
+  async runDispatches(calls, timeoutMs) {
+    /** @type {number[]} */
+    const times = [];
+    while (times.length < calls.length) {
+      if (this.broken) throw new Error(this.broken);
+      const first = times.length;
+      const count = this.writeTable(calls, first);
+      const job = this.postStage(count);
+      await this.awaitStage(job, first, timeoutMs);
+      times.push(...this.times.subarray(0, count));
+    }
+    return times;
+  }
+
+  /**
+   * As many of `calls` from `first` on as the table holds, written into it. @param {KernelCall[]} calls
+   * @param {number} first @returns {number} how many
+   */
+  writeTable(calls, first) {
+    let at = 0;
+    let count = 0;
+    for (const { kernel, params, addresses, statusAt } of calls.slice(first, first + this.chunkDispatches)) {
+      if (at + 4 + addresses.length > TABLE_WORDS) break;
+      this.table[at] = kernel;
+      this.table[at + 1] = params;
+      this.table[at + 2] = addresses.length;
+      this.table[at + 3] = statusAt;
+      this.table.set(addresses, at + 4);
+      at += 4 + addresses.length;
+      count += 1;
+    }
+    return count;
+  }
+
+  /** Post the table's `count` dispatches to the leader. @param {number} count @returns {number} the job's number */
+  postStage(count) {
     const { control } = this;
-    const job = (this.job = (this.job + 1) | 0);
-    for (let w = 0; w < ranges.length - 1; w++) {
-      const slot = w * CONTROL_SLOT;
-      control[slot + KERNEL] = kernel;
-      control[slot + PARAMS] = params;
-      control[slot + FIRST] = ranges[w + 1][0];
-      control[slot + END] = ranges[w + 1][1];
-      control[slot + SCRATCH] = scratch[w + 1];
-      control[slot + BUFFER_COUNT] = addresses.length;
-      control.set(addresses, slot + ADDRESSES);
-      if (statusAt >= 0) control[slot + ADDRESSES + statusAt] = statuses[w + 1];
-      Atomics.store(control, slot + GO, job); // publishes the fields stored before it
-      Atomics.notify(control, slot + GO, 1);
-    }
-    /** @type {unknown} */
-    let ownError = null;
-    const started = performance.now();
-    try {
-      own();
-    } catch (error) {
-      ownError = error;
-    }
-    // The workers' ranges are as large as this thread's: one that is still not done long after
-    // (a worker the browser stopped) would freeze the page, so the spin has a deadline.
-    const deadline = performance.now() + Math.max(this.graceMs, 20 * (performance.now() - started));
-    /** @type {string|null} */
-    let workerError = null;
-    for (let w = 0; w < ranges.length - 1; w++) {
-      const slot = w * CONTROL_SLOT;
-      for (let spins = 1; Atomics.load(control, slot + DONE) !== job; spins++) { // the page's thread may not Atomics.wait
-        if (spins % 4096 === 0 && performance.now() > deadline) {
-          this.broken = `wasm worker ${w + 1} did not finish its units (the browser stopped it, or it hangs)`;
-          throw new Error(this.broken);
-        }
+    control[OP] = RUN_STAGE;
+    control[DISPATCHES] = count;
+    control[CURRENT] = 0;
+    Atomics.store(control, STARTED, Date.now() - this.epoch); // the deadline runs until the leader stamps its first call
+    const job = Atomics.add(control, GO, 1) + 1; // publishes the fields stored before it
+    Atomics.notify(control, GO, 1);
+    return job;
+  }
+
+  /**
+   * Await the leader's job `job` (Atomics.waitAsync: the page's thread never blocks) while its
+   * current kernel call is within `timeoutMs` of its start. Past it, every worker is terminated,
+   * the pool is broken, and this throws. A trap throws its message. Both name the call
+   * (`first` + the leader's CURRENT).
+   * @param {number} job @param {number} first @param {number} timeoutMs
+   */
+  async awaitStage(job, first, timeoutMs) {
+    const { control } = this;
+    for (let done = Atomics.load(control, DONE); done !== job; done = Atomics.load(control, DONE)) {
+      const left = this.epoch + Atomics.load(control, STARTED) + timeoutMs - Date.now();
+      if (left <= 0 || this.broken) {
+        this.broken ??= `a kernel call ran for more than ${timeoutMs / 1000} s and its worker threads were stopped ` +
+          "(the bundle's kernels.wasm loops, or is damaged; a model this slow on purpose: raise the kernelTimeoutMs load " +
+          "option); load the model again";
+        const current = Atomics.load(control, CURRENT);
+        this.stop();
+        throw new DispatchFailure(first + current, this.broken);
       }
-      if (control[slot + STATUS] !== 0) workerError ??= this.message(w);
+      await waitForChange(control, DONE, done, left);
     }
-    if (ownError) throw ownError;
-    if (workerError !== null) throw new Error(workerError);
+    if (control[STATUS] !== 0) throw new DispatchFailure(first + control[CURRENT], this.message(control[FAILED_WORKER]));
   }
 
   /** The message a worker wrote when its kernel trapped. @param {number} w @returns {string} */
@@ -748,19 +898,39 @@ export class WorkerPool {
   }
 
   /**
-   * Stop worker `w`: a job with kernel -1 ends its loop (terminate() alone does not stop a
+   * Stop worker `w`: QUITTING and a new job end its loop (terminate() alone does not stop a
    * worker blocked in Atomics.wait in Chromium; it would keep its thread).
    * @param {number} w
    */
   quit(w) {
     const slot = w * CONTROL_SLOT;
-    this.control[slot + KERNEL] = QUIT;
-    Atomics.store(this.control, slot + GO, (this.job = (this.job + 1) | 0));
-    Atomics.notify(this.control, slot + GO, 1);
+    Atomics.store(this.control, slot + QUITTING, 1);
+    Atomics.add(this.control, slot + GO, 1);
+    Atomics.notify(this.control, slot + GO);
     this.workers[w].terminate();
   }
 
-  stop() {
+  /**
+   * Stop every worker, the pool broken for `reason`; a notify of each DONE wakes the leader where
+   * it waits for another worker, and the page where it awaits a stage (which then rejects).
+   * @param {string} [reason]
+   */
+  stop(reason = "its worker threads were stopped") {
+    this.broken ??= reason;
     this.workers.forEach((_, w) => this.quit(w));
+    this.workers.forEach((_, w) => Atomics.notify(this.control, w * CONTROL_SLOT + DONE));
   }
+}
+
+/**
+ * Resolves once `array[index]` is no longer `value`, or after `ms` (Atomics.waitAsync; where
+ * a browser lacks it, after a macrotask turn).
+ * @param {Int32Array} array @param {number} index @param {number} value @param {number} ms
+ * @returns {Promise<unknown>}
+ */
+function waitForChange(array, index, value, ms) {
+  const waitAsync = /** @type {any} */ (Atomics).waitAsync;
+  if (typeof waitAsync !== "function") return new Promise((resolve) => setTimeout(resolve, 0));
+  const waited = waitAsync(array, index, value, ms);
+  return waited.async ? waited.value : Promise.resolve(waited.value);
 }

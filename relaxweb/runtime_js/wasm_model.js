@@ -17,13 +17,13 @@ export class WasmModel {
    * @param {import("./remote_host.js").RemoteHost} host
    * @param {ArrayBuffer} wasmBytes the bundle's kernels.wasm
    * @param {Uint8Array[]} shards the verified weight shards
-   * @param {{threads?: number, bounds: (number|null)[], sizesAtBounds: number[]|null, tokenizer?: any}} options
-   *   tokenizer: the bundle's (tokenizer.js loadTokenizer), or null
+   * @param {{threads?: number, bounds: (number|null)[], sizesAtBounds: number[]|null, tokenizer?: any, kernelTimeoutMs?: number}} options
+   *   tokenizer: the bundle's (tokenizer.js loadTokenizer), or null; kernelTimeoutMs: the load option
    * @returns {Promise<WasmModel>}
    */
-  static async create(manifest, host, wasmBytes, shards, { threads, bounds, sizesAtBounds, tokenizer = null }) {
+  static async create(manifest, host, wasmBytes, shards, { threads, bounds, sizesAtBounds, tokenizer = null, kernelTimeoutMs }) {
     try {
-      const backend = await WasmBackend.create(manifest, wasmBytes, shards, { threads, sizesAtBounds });
+      const backend = await WasmBackend.create(manifest, wasmBytes, shards, { threads, sizesAtBounds, kernelTimeoutMs });
       return new WasmModel(manifest, host, backend, bounds, tokenizer);
     } catch (error) {
       host.dispose();
@@ -58,9 +58,17 @@ export class WasmModel {
     this.disposed = false;
   }
 
-  /** Threads that run a dispatch's units: 1, or 1 + the pool's workers. */
+  /** Threads that run a dispatch's units: the pool's workers, or 1 (the page's thread, where the page is not isolated). */
   get threads() {
     return this.runBackend.threads;
+  }
+
+  /**
+   * The deadline of one kernel call in ms (the `kernelTimeoutMs` load option), or null where the
+   * page is not cross-origin isolated: kernels then run on the page's thread, without one.
+   */
+  get kernelTimeoutMs() {
+    return this.runBackend.kernelDeadlineMs;
   }
 
   /**

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
 import sys
 import urllib.request
 from pathlib import Path
@@ -39,7 +40,7 @@ from tests.fixtures.handmade_bundle import (
     write_positives_bundle,
 )
 from tests.fixtures.handmade_wasm import HANDMADE_KERNELS, POSITIVES_KERNELS, add_kernels_wasm
-from tests.helpers import MODEL, assert_close, make_model, rand
+from tests.helpers import MODEL, assert_close, make_model, onnxruntime_outputs, rand
 from tests.model_exports import Export, export_script, missing_exporter_packages, session_exports
 from tests.runtime_js.test_browser import pytestmark as browser_marks
 from tests.ops.test_sequence import appending_model, assert_sequences_equal, growing_sequence_model, onnxruntime_outputs
@@ -49,20 +50,26 @@ from tests.e2e.test_tiny_llama import SCRIPT as TINY_LLAMA_SCRIPT
 pytestmark = browser_marks
 
 #: Runs in the runner page: load the bundle with `options`, run it on each input list
-#: ([name, shape, values] triples), and report the backend, the threads, whether the page is
-#: isolated, the units the workers ran, and per run the outputs or the error.
+#: ([name, shape, values] triples), and report the backend, the threads, the kernel deadline,
+#: load's console warnings, whether the page is isolated, the units the workers ran, and per
+#: run the outputs or the error.
 RUN_IN_PAGE = """
 async ({ options, runs }) => {
-  const report = { isolated: self.crossOriginIsolated, results: [] };
+  const report = { isolated: self.crossOriginIsolated, results: [], warnings: [] };
   let model;
+  const warn = console.warn;
+  console.warn = (...parts) => { report.warnings.push(parts.join(" ")); warn(...parts); };
   try {
     model = await window.relaxweb.load("/bundle/", options);
   } catch (error) {
     return { ...report, loadError: `${error.name}: ${error.message}` };
+  } finally {
+    console.warn = warn;
   }
   report.backend = model.backend;
   report.backendReason = model.backendReason;
   report.threads = model.threads;
+  report.kernelTimeoutMs = model.kernelTimeoutMs ?? null;
   for (const inputs of runs) {
     const tensors = Object.fromEntries(inputs.map(([name, shape, values]) => [name, { data: Float32Array.from(values), shape }]));
     try {
@@ -119,6 +126,11 @@ def test_auto_without_webgpu_runs_wasm_on_one_thread_when_not_isolated(handmade:
                                        "WebGPU is not available here (navigator.gpu is missing)"), report
     check_handmade(report, expected)
     assert report["unitsRunByWorkers"] == 0
+    # kernels on the page's thread: no deadline, and load says so once
+    assert report["kernelTimeoutMs"] is None
+    (warning,) = report["warnings"]
+    assert "runs its kernels on the page's thread without a deadline" in warning
+    assert "Cross-Origin-Embedder-Policy: require-corp" in warning
 
 
 def test_an_isolated_page_splits_units_between_the_pool_and_the_page(handmade: Path) -> None:
@@ -127,6 +139,7 @@ def test_an_isolated_page_splits_units_between_the_pool_and_the_page(handmade: P
     assert report["isolated"] is True
     assert (report.get("backend"), report.get("threads")) == ("wasm", 3), report
     check_handmade(report, expected)
+    assert (report["kernelTimeoutMs"], report["warnings"]) == (10_000, [])
     # n = 16: 64 units per dispatch, 3 ranges (two on workers); n = 9: 36 units; n = 3: 12 units
     assert report["unitsRunByWorkers"] > 0
 
@@ -159,14 +172,18 @@ def test_an_input_shape_error_is_the_host_modules(handmade: Path) -> None:
     assert report["results"] == [{"error": "InputShapeError: input 'x': dimension 0 (n) is 17, above its bound 16"}]
 
 
-@pytest.mark.parametrize("isolated", [False, True])
-def test_a_kernel_trap_rejects_the_run_naming_its_call_site(tmp_path: Path, isolated: bool) -> None:
+@pytest.mark.parametrize(("isolated", "trap_kernel", "named"), [
+    (False, 0, "add_broadcast failed at call site 0 (y = add_broadcast(x, w))"),
+    (True, 1, "multiply_by_two failed at call site 1 (z = multiply_by_two(y))"),  # the stage's second dispatch on the pool
+])
+def test_a_kernel_trap_rejects_the_run_naming_its_call_site(tmp_path: Path, isolated: bool, trap_kernel: int,
+                                                            named: str) -> None:
     bundle = tmp_path / "trap"
     write_handmade_bundle(bundle)
-    add_kernels_wasm(bundle, HANDMADE_KERNELS, trap_kernel=0)
+    add_kernels_wasm(bundle, HANDMADE_KERNELS, trap_kernel=trap_kernel)
     runs, _ = handmade_runs([DEFAULT_BOUND])
     (result,) = run_page(bundle, runs, isolated=isolated)["results"]
-    assert result["error"].startswith("Error: kernel add_broadcast failed at call site 0 (y = add_broadcast(x, w)): ")
+    assert result["error"].startswith(f"Error: kernel {named}: ")
     assert "unreachable" in result["error"]
 
 
@@ -382,23 +399,106 @@ def test_the_server_sends_the_isolation_headers_unless_told_not_to(handmade: Pat
 
 def test_a_worker_that_never_finishes_rejects_the_run_instead_of_freezing_the_page(handmade: Path) -> None:
     with open_runner_page(handmade, webgpu=False) as page:
-        result = page.evaluate("""async () => {
-          const model = await window.relaxweb.load("/bundle/", { threads: 2 });
-          model.runBackend.pool.quit(0);  // as dispose() stops it, or as a browser stopping it would
+        result = page.evaluate("""async (rows) => {
+          const model = await window.relaxweb.load("/bundle/", { threads: 2, kernelTimeoutMs: 300 });
+          model.runBackend.pool.chunkDispatches = 1;  // the stage's two dispatches posted one at a time
+          const { z } = await model.run({ x: { data: Float32Array.from(rows), shape: [16, 4] } });
+          model.runBackend.pool.quit(1);  // as dispose() stops it, or as a browser stopping it would
           await new Promise((resolve) => setTimeout(resolve, 200));
           const quit = model.unitsRunByWorkers;
-          model.runBackend.pool.graceMs = 200;
           const x = { x: { data: new Float32Array(64), shape: [16, 4] } };
           const first = await model.run(x).then(() => "no error", (e) => e.message);
           const second = await model.run(x).then(() => "no error", (e) => e.message);
           const after = model.unitsRunByWorkers;
           model.dispose();
-          return { first, second, ran: after - quit };
-        }""")
-    assert result["first"] == ("kernel add_broadcast failed at call site 0 (y = add_broadcast(x, w)): "
-                               "wasm worker 1 did not finish its units (the browser stopped it, or it hangs)")
-    assert result["second"] == "cannot run: wasm worker 1 did not finish its units (the browser stopped it, or it hangs)"
-    assert result["ran"] == 0  # a worker told to quit runs nothing more: dispose() frees its thread
+          return { first, second, ran: after - quit, z: Array.from(z.data) };
+        }""", x_rows(DEFAULT_BOUND).ravel().tolist())
+    stopped = ("a kernel call ran for more than 0.3 s and its worker threads were stopped (the bundle's kernels.wasm "
+               "loops, or is damaged; a model this slow on purpose: raise the kernelTimeoutMs load option); load the "
+               "model again")
+    assert result["first"] == f"kernel add_broadcast failed at call site 0 (y = add_broadcast(x, w)): {stopped}"
+    assert result["second"] == f"cannot run: {stopped}"
+    assert result["ran"] <= 32  # worker 0's range of the one call at most: a stopped pool runs nothing more
+    np.testing.assert_array_equal(np.array(result["z"], np.float32), expected_output(x_rows(DEFAULT_BOUND)).ravel())
+
+
+#: Runs a bundle whose kernels loop (tests/fixtures/looping_kernels.py) with a short deadline,
+#: counting the page's timer ticks meanwhile (a frozen page would count none).
+LOOPING_RUN = """
+async ({ x, shape }) => {
+  const model = await window.relaxweb.load("/bundle/", { backend: "wasm", kernelTimeoutMs: 400 });
+  let ticks = 0;
+  const ticker = setInterval(() => { ticks += 1; }, 20);
+  const started = performance.now();
+  const first = await model.run({ x: { data: Float32Array.from(x), shape } }).then(() => "no error", (e) => e.message);
+  const ms = performance.now() - started;
+  clearInterval(ticker);
+  const second = await model.run({ x: { data: Float32Array.from(x), shape } }).then(() => "no error", (e) => e.message);
+  model.dispose();
+  // disposed while a kernel loops: the run rejects at once, not at its deadline
+  const other = await window.relaxweb.load("/bundle/", { backend: "wasm", kernelTimeoutMs: 60000 });
+  const running = other.run({ x: { data: Float32Array.from(x), shape } }).then(() => "no error", (e) => e.message);
+  await new Promise((resolve) => setTimeout(resolve, 300));
+  const disposedAt = performance.now();
+  other.dispose();
+  const disposed = await running;
+  return { first, second, ms, ticks, threads: model.threads, disposed, disposedMs: performance.now() - disposedAt };
+}
+"""
+
+#: The same page loads the bundle again, with a deadline of a day: a run ends when its kernels
+#: do (the page is woken by the workers, not by the deadline), here within 30 s or "hung".
+RELOADED_RUN = """
+async ({ x, shape }) => {
+  const model = await window.relaxweb.load("/bundle/", { backend: "wasm", kernelTimeoutMs: 86400000 });
+  const run = model.run({ x: { data: Float32Array.from(x), shape } });
+  const outputs = await Promise.race([run, new Promise((resolve) => setTimeout(() => resolve("hung"), 30000))]);
+  if (outputs === "hung") return { hung: true };
+  model.dispose();
+  return { shape: outputs.probabilities.shape, data: Array.from(outputs.probabilities.data) };
+}
+"""
+
+
+def test_a_looping_kernel_rejects_the_run_without_freezing_the_page_and_the_model_loads_again(tmp_path: Path) -> None:
+    from tests.fixtures.looping_kernels import write_looping_kernels
+    from tests.runtime.test_threads import FEATURES, classifier_model
+
+    bundle = relaxweb.build(classifier_model(), tmp_path / "bundle", bounds={"batch": 64}).path
+    original = write_looping_kernels(bundle)
+    x = np.random.default_rng(3).standard_normal((5, FEATURES)).astype(np.float32)
+    feeds = {"x": x.ravel().tolist(), "shape": list(x.shape)}
+    with open_runner_page(bundle, webgpu=False) as page:
+        looped = page.evaluate(LOOPING_RUN, feeds)
+        (bundle / "kernels.wasm").write_bytes(original)
+        reloaded = page.evaluate(RELOADED_RUN, feeds)
+    assert looped["first"].startswith("kernel ") and "failed at call site 0 (" in looped["first"]
+    assert looped["first"].endswith("a kernel call ran for more than 0.4 s and its worker threads were stopped (the "
+                                    "bundle's kernels.wasm loops, or is damaged; a model this slow on purpose: raise the "
+                                    "kernelTimeoutMs load option); load the model again")
+    assert looped["second"].startswith("cannot run: a kernel call ran for more than 0.4 s")
+    assert looped["ms"] < 5000 and looped["ticks"] >= 5, looped  # the page kept running meanwhile
+    assert looped["disposed"].endswith(": the model was disposed") and looped["disposedMs"] < 5000, looped
+    (want,) = onnxruntime_outputs(classifier_model(), {"x": x})
+    assert "hung" not in reloaded, "a run waited for its deadline, not for its workers"
+    assert reloaded["shape"] == list(want.shape)
+    assert_close(np.array(reloaded["data"], np.float32).reshape(want.shape), want, MODEL)
+
+
+@pytest.mark.slow
+def test_a_looping_kernel_ends_relaxweb_run_in_the_browser_in_one_line(tmp_path: Path) -> None:
+    """The default deadline (10 s) on the command line's browser path: one error line, exit 2."""
+    from tests.fixtures.looping_kernels import write_looping_kernels
+    from tests.runtime.test_threads import FEATURES, classifier_model
+
+    bundle = relaxweb.build(classifier_model(), tmp_path / "bundle", bounds={"batch": 64}).path
+    write_looping_kernels(bundle)
+    np.savez(tmp_path / "in.npz", x=np.ones((2, FEATURES), np.float32))
+    result = subprocess.run([sys.executable, "-m", "relaxweb", "run", str(bundle), "--inputs", str(tmp_path / "in.npz"),
+                             "--browser", "--backend", "wasm"], capture_output=True, text=True, timeout=100)
+    assert result.returncode == 2, result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("error: ") and "a kernel call ran for more than 10 s and its worker threads were stopped" in line
 
 
 def test_float16_inputs_and_outputs_cross_to_the_page_as_half_bits(tmp_path: Path) -> None:
