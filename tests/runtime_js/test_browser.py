@@ -229,7 +229,8 @@ def test_storages_at_the_bounds_above_a_given_devices_limit_fail_at_load(tmp_pat
         outcome = page.evaluate(LOAD_ERRORS_IN_PAGE)
     assert outcome["messages"]["given"] == (
         "Error: this model needs the WebGPU limit maxStorageBufferBindingSize = 160000000, but the "
-        "device supports 134217728"
+        "device supports 134217728: storage 0 (input) needs 160000000 bytes at the bounds (its size: n * 16 bytes; "
+        "build with lower --bound values, or run on wasm)"
     )
     assert outcome["messages"]["requested"] is None  # the adapter offers more: load() asks for it
 
