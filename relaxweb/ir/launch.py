@@ -9,6 +9,8 @@ the applicability checks (:func:`vectorizable`, :func:`matmul_info`) are what
 
 from __future__ import annotations
 
+from .dtype import DTYPES
+from .expr import Constant
 from .pattern import MatmulInfo, analyze_matmul, top_level_reductions
 from .schedule import (
     MATMUL_SCHEDULES, WORKGROUP_SIZE, ElementSchedule, HalfTiledMatmulSchedule, RegisterMatmulSchedule,
@@ -156,6 +158,17 @@ def binding_parts(nbytes: int, split_bytes: int = BINDING_PART_BYTES) -> int:
     """How many bindings a kernel gives a tensor of ``nbytes`` device bytes: one up to
     ``split_bytes``, else enough parts of ``split_bytes`` each for a device that binds no more."""
     return max(1, -(-nbytes // split_bytes))
+
+
+def argument_bindings(args, split_bytes: int = BINDING_PART_BYTES) -> int:
+    """The storage bindings a kernel gives the arguments ``args``: one each, a constant above
+    ``split_bytes`` one per part (a dtype with no GPU form counts one: the build refuses it later)."""
+    return sum(binding_parts(_device_bytes(arg.data), split_bytes) if isinstance(arg, Constant) else 1 for arg in args)
+
+
+def _device_bytes(data) -> int:
+    info = DTYPES.get(str(data.dtype))
+    return data.size * info.device_bytes if info is not None and info.on_gpu else 0
 
 
 def smallest_part_bytes(nbytes: int, parts: int) -> int:

@@ -40,14 +40,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..ir.dtype import DTYPES
 from ..ir.expr import (
-    BindingBlock, CallLibrary, CallTIR, Constant, DataflowBlock, Expr, Function, Loop, SeqExpr, Var, VarBinding,
+    BindingBlock, CallLibrary, CallTIR, DataflowBlock, Expr, Function, Loop, SeqExpr, Var, VarBinding,
 )
 from ..ir.error_sites import reports_errors
 from ..ir.functor import ExprMutator, use_counts
 from ..ir.fusion import inline_producer, merge_inputs
-from ..ir.launch import MAX_STORAGE_BINDINGS, binding_parts
+from ..ir.launch import MAX_STORAGE_BINDINGS, argument_bindings
 from ..ir.module import IRModule, ProgramTable, drop_uncalled_programs
 from ..ir.pattern import Pattern, program_pattern
 from ..ir.symbolic import Analyzer, product
@@ -286,14 +285,7 @@ def _storage_bindings(args: list[Expr], program: TensorProgram) -> int:
     one for its output, a weight above the split size once per part (``ir/launch.binding_parts``),
     and the run status where it checks the run's data (``ir/error_sites.reports_errors``)."""
     split_bytes = PassContext.current().binding_split_bytes
-    return 1 + reports_errors(program) + sum(binding_parts(_device_bytes(arg), split_bytes) if isinstance(arg, Constant)
-                                             else 1 for arg in args)
-
-
-def _device_bytes(constant: Constant) -> int:
-    """A constant's bytes on the GPU (0 for a dtype with no GPU form: the build refuses it later)."""
-    info = DTYPES.get(str(constant.data.dtype))
-    return constant.data.size * info.device_bytes if info is not None and info.on_gpu else 0
+    return 1 + reports_errors(program) + argument_bindings(args, split_bytes)
 
 
 def _same_bindings(a: tuple, b: tuple) -> bool:

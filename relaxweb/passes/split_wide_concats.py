@@ -24,10 +24,9 @@ bundle writer to refuse by name.  The pass runs at every opt level, just before
 from __future__ import annotations
 
 from ..ir.builder import FunctionBuilder
-from ..ir.dtype import DTYPES
-from ..ir.expr import Call, Constant, DataflowVar, Expr, Function, Var, VarBinding
+from ..ir.expr import Call, DataflowVar, Expr, Function, Var, VarBinding
 from ..ir.functor import ExprMutator
-from ..ir.launch import MAX_STORAGE_BINDINGS, binding_parts
+from ..ir.launch import MAX_STORAGE_BINDINGS, argument_bindings
 from ..ir.module import IRModule
 from ..ops import call_op
 from .context import PassContext
@@ -87,11 +86,4 @@ class _Splitter(ExprMutator):
     def _bindings(self, args) -> int:
         """The storage bindings a kernel gives ``args``: one each, a constant above the split
         size one per part."""
-        return sum(binding_parts(_device_bytes(arg), self.split_bytes) if isinstance(arg, Constant) else 1
-                   for arg in args)
-
-
-def _device_bytes(constant: Constant) -> int:
-    """A constant's bytes on the GPU (0 for a dtype with no GPU form: the build refuses it later)."""
-    info = DTYPES.get(str(constant.data.dtype))
-    return constant.data.size * info.device_bytes if info is not None and info.on_gpu else 0
+        return argument_bindings(args, self.split_bytes)
