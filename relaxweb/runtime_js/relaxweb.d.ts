@@ -86,9 +86,10 @@ export interface LoadOptions {
   /**
    * The wasm backend's deadline for one kernel call, in milliseconds (default
    * `KERNEL_TIMEOUT_MS`, 10 000): on a cross-origin isolated page every kernel call runs on
-   * worker threads, and one that passes it has its workers stopped; the run rejects and the
-   * model must be loaded again. (Where the page is not isolated, kernels run on the page's
-   * thread, without a deadline: `model.kernelTimeoutMs` is null and load warns on the console.)
+   * worker threads, and one that passes it has its workers stopped; where the page is not
+   * isolated, kernels run on the page's thread from a kernels.wasm rewritten to look at the
+   * clock as it loops, and one that passes it throws. Either way the run rejects and the model
+   * must be loaded again.
    */
   kernelTimeoutMs?: number;
   /** Tighter bounds for symbolic vars: smaller buffers; a bound above the build's is an error. */
@@ -417,12 +418,8 @@ export class WasmModel {
   readonly threads: number;
   /** Units the pool's workers have run since load (0 with one thread). */
   readonly unitsRunByWorkers: number;
-  /**
-   * The deadline of one kernel call in ms (the `kernelTimeoutMs` load option), or null where the
-   * page is not cross-origin isolated: kernels then run on the page's thread without one (load
-   * warns on the console).
-   */
-  readonly kernelTimeoutMs: number | null;
+  /** The deadline of one kernel call in ms (the `kernelTimeoutMs` load option), on every page. */
+  readonly kernelTimeoutMs: number;
   readonly inputs: TensorSpec[];
   readonly outputs: TensorSpec[];
   readonly symbolicVars: SymbolicVar[];

@@ -24,7 +24,7 @@ import {
   NO_ADAPTER, WebGpuDevice, checkDevice, checkLimitCaps, deviceShortfalls, loadTimeLimits, requestAdapter, requestDevice,
 } from "./webgpu_device.js";
 import { KernelPipelines, SHADER_F16, chosenKernels, compileKernels, fetchKernelSources } from "./webgpu_kernels.js";
-import { KERNEL_TIMEOUT_MS, NO_DEADLINE_WARNING, kernelTimeout, sharedMemoryVariant, singleThreadReason, splitUnits, threadCount } from "./wasm_backend.js";
+import { KERNEL_TIMEOUT_MS, kernelTimeout, sharedMemoryVariant, singleThreadReason, splitUnits, threadCount } from "./wasm_backend.js";
 import { WasmModel } from "./wasm_model.js";
 
 export { DEFAULT_CACHE_NAME, GpuTensor, InputShapeError, KERNEL_TIMEOUT_MS, RunCheckError, WasmModel, sharedMemoryVariant, splitUnits };
@@ -40,9 +40,9 @@ export { DEFAULT_CACHE_NAME, GpuTensor, InputShapeError, KERNEL_TIMEOUT_MS, RunC
  *   why "auto" did not take WebGPU (null when it did, or when a backend was asked for)
  * @property {number} [threads]  the wasm backend's threads, where the page is cross-origin
  *   isolated (default: min(navigator.hardwareConcurrency, 4)); elsewhere always 1; `model.threads`
- * @property {number} [kernelTimeoutMs]  the wasm backend's deadline for one kernel call on its
- *   worker threads (default KERNEL_TIMEOUT_MS, 10 s): past it the workers are stopped, the run
- *   rejects and the model must be loaded again
+ * @property {number} [kernelTimeoutMs]  the wasm backend's deadline for one kernel call, on its
+ *   worker threads or on the page's (default KERNEL_TIMEOUT_MS, 10 s): past it the call is
+ *   stopped, the run rejects and the model must be loaded again
  * @property {Record<string, number>} [bounds]  tighter bounds for symbolic vars (at most the build's)
  * @property {(progress: Progress) => void} [onProgress]  called as weight bytes arrive
  * @property {GPUDevice} [device]  a device to use instead of requesting one
@@ -138,7 +138,6 @@ export async function load(url, {
       }
       const why = model.threads === 1 ? singleThreadReason(threads) : "";
       console.info(`relaxweb: the wasm backend runs this model (${model.threads} thread${model.threads === 1 ? "" : "s"}${why && `: ${why}`})`);
-      if (model.kernelTimeoutMs === null) console.warn(NO_DEADLINE_WARNING);
       return model;
     }
     if (adapterError) throw new Error(`${adapterError.message}, and ${wasmProblem}`);

@@ -26,14 +26,17 @@
 // call has a deadline (`kernelTimeoutMs`, KERNEL_TIMEOUT_MS by default) from the start the
 // leader stamps: a call that passes it has its workers terminated, the run rejects and the
 // model cannot run any more (load it again). Where the page is not isolated there is no memory
-// to share with a worker: kernels run on the page's thread, one call at a time, without a
-// deadline; load warns once and `model.kernelTimeoutMs` is null (docs/design.md, "Deadlines").
+// to share with a worker: kernels run on the page's thread, one call at a time, from the
+// kernels.wasm rewritten to look at the clock as it loops (interruptible_kernels.js): a call
+// past the same deadline throws, and the model cannot run any more either (docs/design.md,
+// "Deadlines").
 
 import { TYPED_ARRAY_OF_DTYPE, dtypeInfo, fromDeviceData } from "./host.js";
 import { GpuTensor, TransferStats, cacheBlockCopies } from "./gpu_tensor.js";
 import { keptOutputIndices, prepareInputs, splitElements } from "./tensors.js";
 import { WALL_CLOCK, WallClockTimer } from "./profile.js";
 import { STATUS_BYTES, checkRunStatus } from "./run_status.js";
+import { DEADLINE_IMPORT, FUEL_REFILL, interruptibleKernels, readLeb } from "./interruptible_kernels.js";
 
 export { WALL_CLOCK };
 
@@ -129,20 +132,6 @@ export function sharedMemoryVariant(bytes) {
 }
 
 /**
- * An unsigned LEB128 number at `position`: [value, position after it].
- * @param {Uint8Array} data @param {number} position @returns {[number, number]}
- */
-function readLeb(data, position) {
-  let value = 0;
-  for (let shift = 0; ; shift += 7) {
-    if (position >= data.length) throw new Error("kernels.wasm is truncated");
-    const byte = data[position++];
-    value += (byte & 0x7f) * 2 ** shift;
-    if (byte < 0x80) return [value, position];
-  }
-}
-
-/**
  * Units [0, units) split into contiguous ranges, one per thread used: as many threads as
  * give each at least `minUnits` units (at most `threads`, at least one), sizes differing by
  * at most one. The first range is the calling thread's.
@@ -203,15 +192,6 @@ export function singleThreadReason(threads) {
   if (typeof Worker === "undefined") return "this context has no Worker";
   return "";
 }
-
-/**
- * Load's warning on a page that is not cross-origin isolated, once per wasm model: its kernels
- * run on the page's thread, where nothing can stop one (`model.kernelTimeoutMs` is null).
- */
-export const NO_DEADLINE_WARNING = "relaxweb: this page is not cross-origin isolated, so the wasm backend runs its " +
-  "kernels on the page's thread without a deadline: a kernel that never returns (a damaged or hostile kernels.wasm) " +
-  "freezes the page. Serve the page with Cross-Origin-Opener-Policy: same-origin and Cross-Origin-Embedder-Policy: " +
-  "require-corp (as relaxweb serve does) for worker threads and a deadline on every kernel call";
 
 /** @param {number} value @returns {number} */
 const aligned16 = (value) => Math.ceil(value / 16) * 16;
@@ -284,13 +264,16 @@ export class WasmBackend {
     const memory = new WebAssembly.Memory({ initial: 1, maximum: MAX_PAGES, shared });
     let module;
     try {
-      module = await WebAssembly.compile(shared ? sharedMemoryVariant(wasmBytes) : wasmBytes);
+      module = await WebAssembly.compile(shared ? sharedMemoryVariant(wasmBytes) : interruptibleKernels(wasmBytes));
     } catch (error) {
       throw new Error(`the bundle's kernels.wasm does not compile here: ${/** @type {Error} */ (error).message}`);
     }
-    const instance = await WebAssembly.instantiate(module, { env: { memory } });
+    const clock = new KernelClock(timeoutMs);
+    const imports = shared ? { env: { memory } } : { env: { memory }, [DEADLINE_IMPORT[0]]: { [DEADLINE_IMPORT[1]]: clock.deadline } };
+    const instance = await WebAssembly.instantiate(module, imports);
     const backend = new WasmBackend(manifest, memory, instance, count);
     backend.kernelTimeoutMs = timeoutMs;
+    backend.clock = clock;
     try {
       backend.layOut(shards, sizesAtBounds);
       if (shared) backend.pool = await WorkerPool.start(module, memory, count, backend.scratchAddresses, backend.statusAddresses);
@@ -324,6 +307,8 @@ export class WasmBackend {
     });
     /** @type {WorkerPool|null} */
     this.pool = null;
+    /** The deadline of the kernel call running on the page's thread (no pool). */
+    this.clock = new KernelClock(KERNEL_TIMEOUT_MS);
     this.top = RESERVED_BYTES; // the end of the last region allocated
     this.paramsBase = 0;
     /** @type {number[]} */
@@ -354,9 +339,9 @@ export class WasmBackend {
     this.unusableReason = null;
   }
 
-  /** The deadline of one kernel call in ms, or null where kernels run on the page's thread (no pool), without one. */
+  /** The deadline of one kernel call in ms, on the pool and on the page's thread alike. */
   get kernelDeadlineMs() {
-    return this.pool ? this.kernelTimeoutMs : null;
+    return this.kernelTimeoutMs;
   }
 
   /** Units that the pool's workers have run since load (0 with one thread). */
@@ -596,7 +581,8 @@ export class WasmBackend {
 
   /**
    * Run one dispatch record of call site `callSite` on the page's thread (no pool): its kernel
-   * over all its units. A trap throws naming the call site.
+   * over all its units, under the deadline. A trap throws naming the call site; so does a call
+   * past the deadline, after which the model cannot run any more.
    * @param {number} callSite
    */
   dispatch(callSite) {
@@ -604,10 +590,12 @@ export class WasmBackend {
     const { main, units: unitsOf } = this.kernelFunctions[site.kernel];
     const params = this.paramsBase + site.params_offset;
     const addresses = this.siteAddresses[callSite] ?? this.addressesOf(callSite);
+    this.clock.start();
     try {
       const units = unitsOf(params);
       if (units > 0) main(params, 0, units, this.scratchAddresses[0], ...addresses);
     } catch (error) {
+      if (error instanceof KernelDeadlineError) this.unusableReason ??= error.message;
       throw this.kernelError(callSite, /** @type {Error} */ (error));
     }
   }
@@ -732,6 +720,33 @@ export class WasmBackend {
   dispose() {
     this.unusableReason ??= "the model was disposed";
     this.pool?.stop(this.unusableReason);
+  }
+}
+
+/** A kernel call on the page's thread that ran past its deadline. */
+export class KernelDeadlineError extends Error {}
+
+/**
+ * The deadline of the kernel call running on the page's thread: `deadline` is the import an
+ * interruptible kernels.wasm calls when its fuel runs out (interruptible_kernels.js). It throws
+ * once the call is past its deadline and otherwise gives more fuel.
+ */
+export class KernelClock {
+  /** @param {number} timeoutMs */
+  constructor(timeoutMs) {
+    this.timeoutMs = timeoutMs;
+    this.endsAt = Infinity;
+    this.deadline = () => {
+      if (performance.now() <= this.endsAt) return FUEL_REFILL;
+      throw new KernelDeadlineError(`a kernel call ran for more than ${this.timeoutMs / 1000} s and was stopped (the bundle's ` +
+        "kernels.wasm loops, or is damaged; a model this slow on purpose: raise the kernelTimeoutMs load option); load the " +
+        "model again");
+    };
+  }
+
+  /** A kernel call starts now. */
+  start() {
+    this.endsAt = performance.now() + this.timeoutMs;
   }
 }
 

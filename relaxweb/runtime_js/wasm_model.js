@@ -63,10 +63,7 @@ export class WasmModel {
     return this.runBackend.threads;
   }
 
-  /**
-   * The deadline of one kernel call in ms (the `kernelTimeoutMs` load option), or null where the
-   * page is not cross-origin isolated: kernels then run on the page's thread, without one.
-   */
+  /** The deadline of one kernel call in ms (the `kernelTimeoutMs` load option), on every page. */
   get kernelTimeoutMs() {
     return this.runBackend.kernelDeadlineMs;
   }

@@ -126,11 +126,9 @@ def test_auto_without_webgpu_runs_wasm_on_one_thread_when_not_isolated(handmade:
                                        "WebGPU is not available here (navigator.gpu is missing)"), report
     check_handmade(report, expected)
     assert report["unitsRunByWorkers"] == 0
-    # kernels on the page's thread: no deadline, and load says so once
-    assert report["kernelTimeoutMs"] is None
-    (warning,) = report["warnings"]
-    assert "runs its kernels on the page's thread without a deadline" in warning
-    assert "Cross-Origin-Embedder-Policy: require-corp" in warning
+    # kernels on the page's thread, under the same deadline as on workers (interruptible_kernels.js)
+    assert report["kernelTimeoutMs"] == 10_000
+    assert report["warnings"] == []
 
 
 def test_an_isolated_page_splits_units_between_the_pool_and_the_page(handmade: Path) -> None:
@@ -482,6 +480,45 @@ def test_a_looping_kernel_rejects_the_run_without_freezing_the_page_and_the_mode
     (want,) = onnxruntime_outputs(classifier_model(), {"x": x})
     assert "hung" not in reloaded, "a run waited for its deadline, not for its workers"
     assert reloaded["shape"] == list(want.shape)
+    assert_close(np.array(reloaded["data"], np.float32).reshape(want.shape), want, MODEL)
+
+
+#: On a page that is not isolated: the kernel runs on the page's thread, which it holds until
+#: the deadline (0.4 s here), then the run rejects; the model cannot run again.
+LOOPING_RUN_ON_THE_PAGE = """
+async ({ x, shape }) => {
+  const model = await window.relaxweb.load("/bundle/", { backend: "wasm", kernelTimeoutMs: 400 });
+  const started = performance.now();
+  const first = await model.run({ x: { data: Float32Array.from(x), shape } }).then(() => "no error", (e) => e.message);
+  const ms = performance.now() - started;
+  const second = await model.run({ x: { data: Float32Array.from(x), shape } }).then(() => "no error", (e) => e.message);
+  model.dispose();
+  return { first, second, ms, threads: model.threads, deadline: model.kernelTimeoutMs };
+}
+"""
+
+
+def test_a_looping_kernel_on_a_page_that_is_not_isolated_is_stopped_at_its_deadline(tmp_path: Path) -> None:
+    from tests.fixtures.looping_kernels import write_looping_kernels
+    from tests.runtime.test_threads import FEATURES, classifier_model
+
+    bundle = relaxweb.build(classifier_model(), tmp_path / "bundle", bounds={"batch": 64}).path
+    original = write_looping_kernels(bundle)
+    x = np.random.default_rng(3).standard_normal((5, FEATURES)).astype(np.float32)
+    feeds = {"x": x.ravel().tolist(), "shape": list(x.shape)}
+    with open_runner_page(bundle, webgpu=False, isolated=False) as page:
+        looped = page.evaluate(LOOPING_RUN_ON_THE_PAGE, feeds)
+        (bundle / "kernels.wasm").write_bytes(original)
+        reloaded = page.evaluate(RELOADED_RUN, feeds)
+    assert (looped["threads"], looped["deadline"]) == (1, 400), looped
+    assert looped["first"].startswith("kernel ") and "failed at call site 0 (" in looped["first"]
+    assert looped["first"].endswith("a kernel call ran for more than 0.4 s and was stopped (the bundle's kernels.wasm "
+                                    "loops, or is damaged; a model this slow on purpose: raise the kernelTimeoutMs load "
+                                    "option); load the model again")
+    assert 400 <= looped["ms"] < 5000, looped
+    assert looped["second"].startswith("cannot run: a kernel call ran for more than 0.4 s")
+    (want,) = onnxruntime_outputs(classifier_model(), {"x": x})
+    assert "hung" not in reloaded
     assert_close(np.array(reloaded["data"], np.float32).reshape(want.shape), want, MODEL)
 
 

@@ -1,0 +1,459 @@
+// Kernels that can be stopped on the page's thread: a kernels.wasm rewritten so that a call
+// that runs past its deadline throws, for pages that are not cross-origin isolated (no
+// SharedArrayBuffer, so no worker can share the model's memory and be terminated).
+//
+// The rewrite gives the module a fuel counter (a mutable i64 global) and one import,
+// "relaxweb" "deadline" () -> i32, and spends fuel:
+// - one unit at the start of every loop's body (every iteration of every loop) and at the
+//   entry of every function that calls another (a tree of calls with no loop can run long);
+// - one unit per KiB moved by memory.copy, memory.fill and memory.init (one instruction can
+//   move gigabytes).
+// When the fuel is at or below zero the code calls the import, which throws once the kernel
+// call is past its deadline and otherwise returns the fuel to spend until it asks again.
+// Nothing else changes: a branch keeps its depth (the check is a closed `if`), functions are
+// renumbered by one (the import comes before them) in calls, exports and the start function,
+// and the "name" section, whose numbers would be stale, is dropped.
+//
+// What it costs: a decrement, a compare and a branch in every iteration of every loop. On one
+// thread in V8 the convolutional benchmark models take 1.2-1.25x their time, the transformers
+// 1.1-1.15x (docs/benchmarks.md, "The deadline on a page that is not isolated"). Forms that
+// branch without an `if` (a `select` in the loop's own `br_if`) measured no better. An isolated
+// page pays nothing: its workers run the bundle's kernels.wasm as written, and are terminated.
+//
+// It is the runtime that rewrites, from whatever bytes it was given, so a damaged or hostile
+// kernels.wasm is stopped as surely as one relaxweb wrote; an instruction the rewrite does not
+// know is refused (relaxweb's kernels use the core instructions, SIMD, bulk memory and atomics).
+// Python needs none of this: wasmtime interrupts a call by its epochs (runtime/wasm_backend.py).
+
+/** The module and field of the import a rewritten kernels.wasm calls when its fuel runs out. */
+export const DEADLINE_IMPORT = ["relaxweb", "deadline"];
+/** Fuel given at a time: about a millisecond of a tight loop between two looks at the clock. */
+export const FUEL_REFILL = 1 << 20;
+/** log2 of the bytes of a bulk memory instruction that cost one unit of fuel. */
+const BYTES_PER_FUEL_SHIFT = 10;
+
+const SECTION = { custom: 0, type: 1, import: 2, function: 3, global: 6, export: 7, start: 8, element: 9, code: 10 };
+/** Where each known section goes, in the order the binary format requires (tag 13 before global, data count 12 before code). */
+const SECTION_ORDER = new Map([[1, 1], [2, 2], [3, 3], [4, 4], [5, 5], [13, 6], [6, 7], [7, 8], [8, 9], [9, 10], [12, 11], [10, 12], [11, 13]]);
+const VALUE_TYPES = new Set([0x7f, 0x7e, 0x7d, 0x7c, 0x7b, 0x70, 0x6f]);
+const I32 = 0x7f;
+const I64 = 0x7e;
+
+/**
+ * `bytes` (a kernels.wasm) rewritten so that every call can be stopped: see the file's comment.
+ * Throws naming what it cannot rewrite (not a module, an instruction or section it does not know).
+ * @param {ArrayBuffer|Uint8Array} bytes
+ * @returns {Uint8Array}
+ */
+export function interruptibleKernels(bytes) {
+  const data = bytes instanceof Uint8Array ? bytes : new Uint8Array(bytes);
+  const header = [0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00];
+  if (data.length < 8 || header.some((byte, i) => data[i] !== byte)) throw new Error("not a WebAssembly module (version 1)");
+  /** @type {{id: number, body: Uint8Array}[]} */
+  const sections = [];
+  for (let position = 8; position < data.length;) {
+    const id = data[position];
+    const [size, start] = readLeb(data, position + 1);
+    if (start + size > data.length) throw new Error("kernels.wasm is truncated");
+    sections.push({ id, body: data.subarray(start, start + size) });
+    position = start + size;
+  }
+  for (const { id } of sections) {
+    if (id !== SECTION.custom && !SECTION_ORDER.has(id)) throw new Error(`kernels.wasm has a section relaxweb does not know (id ${id})`);
+    if (id === SECTION.element) throw new Error("kernels.wasm has an element section (a table of functions), which relaxweb's kernels never have");
+  }
+  const find = (/** @type {number} */ id) => sections.find((s) => s.id === id);
+
+  const types = readTypes(find(SECTION.type)?.body);
+  const imports = readImports(find(SECTION.import)?.body);
+  const firstDefined = imports.functions; // the import's index; defined functions move up by one
+  const deadlineType = types.length;
+  const renumber = (/** @type {number} */ f) => (f >= firstDefined ? f + 1 : f);
+  const functionTypes = readVector(find(SECTION.function)?.body, (reader) => reader.leb());
+  const globalCount = imports.globals + readCount(find(SECTION.global)?.body);
+
+  const replaced = new Map();
+  replaced.set(SECTION.type, appendToVector(find(SECTION.type)?.body, [0x60, 0x00, 0x01, I32]));
+  replaced.set(SECTION.import, appendToVector(find(SECTION.import)?.body,
+    [...name(DEADLINE_IMPORT[0]), ...name(DEADLINE_IMPORT[1]), 0x00, ...leb(deadlineType)]));
+  replaced.set(SECTION.global, appendToVector(find(SECTION.global)?.body, [I64, 0x01, 0x42, ...sleb(FUEL_REFILL), 0x0b]));
+  if (find(SECTION.export)) replaced.set(SECTION.export, renumberExports(find(SECTION.export).body, renumber));
+  if (find(SECTION.start)) replaced.set(SECTION.start, leb(renumber(new Reader(find(SECTION.start).body).leb())));
+  if (find(SECTION.code)) {
+    const context = { fuel: globalCount, deadline: firstDefined, renumber };
+    const bodies = readVector(find(SECTION.code).body, (reader) => reader.bytes(reader.leb()));
+    if (bodies.length !== functionTypes.length) throw new Error("kernels.wasm's function and code sections disagree");
+    const code = new Bytes(leb(bodies.length));
+    bodies.forEach((body, f) => {
+      const rewritten = rewriteBody(body, types[functionTypes[f]]?.params ?? fail("a function of an unknown type"), context);
+      code.append(leb(rewritten.length)).append(rewritten);
+    });
+    replaced.set(SECTION.code, code.array());
+  }
+
+  const out = new Bytes(header);
+  const emit = (/** @type {number} */ id, /** @type {ArrayLike<number>} */ body) => out.append([id, ...leb(body.length)]).append(body);
+  const pending = new Map(replaced);
+  for (const { id, body } of sections) {
+    if (id === SECTION.custom) {
+      if (new Reader(body).name() !== "name") emit(id, body);
+      continue;
+    }
+    for (const [missing, missingBody] of pending) { // a section the module lacked goes before the first that follows it
+      if (!sections.some((s) => s.id === missing) && SECTION_ORDER.get(missing) < SECTION_ORDER.get(id)) {
+        emit(missing, missingBody);
+        pending.delete(missing);
+      }
+    }
+    emit(id, pending.get(id) ?? body);
+    pending.delete(id);
+  }
+  for (const [id, body] of pending) emit(id, body); // sections the module lacked, after all of its own
+  return out.array();
+}
+
+/** @param {string} message @returns {never} */
+function fail(message) {
+  throw new Error(`kernels.wasm cannot be made interruptible: ${message}`);
+}
+
+/**
+ * A function body with fuel spent at its loops (and its entry, when it calls), bulk memory
+ * instructions charged, and calls renumbered.
+ *
+ * The body spends from a local copy of the fuel, which the engine keeps in a register (the
+ * global itself in every loop measured 1.5x the time of mobilenet_v3_large, the local 1.25x):
+ * it takes the global's value on entry and after each call, and gives its own back before
+ * each call and wherever the function returns (`return`, a branch to the body's own label,
+ * its last `end`), so that a callee's loops count against its caller's.
+ * @param {Uint8Array} body @param {number} params
+ * @param {{fuel: number, deadline: number, renumber: (f: number) => number}} context
+ * @returns {Uint8Array}
+ */
+function rewriteBody(body, params, { fuel, deadline, renumber }) {
+  const reader = new Reader(body);
+  const localGroups = reader.leb();
+  let locals = params;
+  /** @type {number[]} */
+  const declarations = [];
+  for (let g = 0; g < localGroups; g++) {
+    const count = reader.leb();
+    const type = reader.byte();
+    locals += count;
+    declarations.push(...leb(count), type);
+  }
+  const left = locals; // an i64 local added: the fuel this call has left
+  const scratch = locals + 1; // an i32 local added: a bulk instruction's byte count
+  const load = [0x23, ...leb(fuel), 0x21, ...leb(left)]; // left = fuel
+  const store = [0x20, ...leb(left), 0x24, ...leb(fuel)]; // fuel = left
+  const spend = [0x20, ...leb(left), 0x42, 0x01, 0x7d, 0x22, ...leb(left), // left -= 1
+    0x42, 0x00, 0x57, 0x04, 0x40, // if left <= 0
+    0x10, ...leb(deadline), 0xad, 0x21, ...leb(left), 0x0b]; //   left = deadline() (it throws past the deadline)
+  const charge = [0x22, ...leb(scratch), 0x20, ...leb(left), 0x20, ...leb(scratch), 0xad, // left -= bytes >> 10, the count kept
+    0x42, BYTES_PER_FUEL_SHIFT, 0x88, 0x7d, 0x21, ...leb(left)];
+  const code = new Bytes();
+  let calls = false;
+  let depth = 0; // blocks open inside the body: a branch to label `depth` leaves the function
+  while (!reader.done()) {
+    const start = reader.position;
+    const opcode = reader.byte();
+    const copy = () => code.append(body.subarray(start, reader.position));
+    if (opcode === 0x02 || opcode === 0x04) { // block, if
+      reader.blockType();
+      depth += 1;
+      copy();
+    } else if (opcode === 0x03) { // loop: spend at the top of its body
+      reader.blockType();
+      depth += 1;
+      copy();
+      code.append(spend);
+    } else if (opcode === 0x0b) { // end: of a block, or of the body (a return)
+      if (depth === 0) code.append(store);
+      depth -= 1;
+      copy();
+    } else if (opcode === 0x0f) { // return
+      code.append(store);
+      copy();
+    } else if (opcode === 0x0c || opcode === 0x0d || opcode === 0x0e) { // br, br_if, br_table
+      const labels = opcode === 0x0e ? Array.from({ length: reader.leb() + 1 }, () => reader.leb()) : [reader.leb()];
+      if (labels.includes(depth)) code.append(store);
+      copy();
+    } else if (opcode === 0x10 || opcode === 0x12) { // call, return_call
+      code.append(store).append([opcode, ...leb(renumber(reader.leb()))]);
+      if (opcode === 0x10) code.append(load);
+      calls = true;
+    } else if (opcode === 0x11 || opcode === 0x13) { // call_indirect, return_call_indirect
+      skipImmediates(reader, opcode);
+      code.append(store);
+      copy();
+      if (opcode === 0x11) code.append(load);
+      calls = true;
+    } else if (opcode === 0xd2) { // ref.func
+      code.append([opcode, ...leb(renumber(reader.leb()))]);
+    } else if (opcode === 0xfc && [8, 10, 11].includes(new Reader(body, reader.position).leb())) { // memory.init, copy, fill
+      skipImmediates(reader, opcode);
+      code.append(charge);
+      copy();
+    } else {
+      skipImmediates(reader, opcode);
+      copy();
+    }
+  }
+  if (depth !== -1) fail("a function's blocks do not end");
+  return new Bytes([...leb(localGroups + 2), ...declarations, 0x01, I64, 0x01, I32, ...load, ...(calls ? spend : [])])
+    .append(code.array()).array();
+}
+
+/**
+ * Move `reader` past the immediates of the instruction `opcode` (already read); an opcode it
+ * does not know is refused.
+ * @param {Reader} reader @param {number} opcode
+ */
+function skipImmediates(reader, opcode) {
+  if (opcode <= 0x01 || opcode === 0x05 || opcode === 0x0b || opcode === 0x0f || opcode === 0x1a || opcode === 0x1b ||
+      (opcode >= 0x45 && opcode <= 0xc4) || opcode === 0xd1) return; // no immediates
+  if (opcode >= 0x02 && opcode <= 0x04) return void reader.blockType(); // block, loop, if
+  if (opcode === 0x0c || opcode === 0x0d || opcode === 0x10 || opcode === 0x12 || opcode === 0xd2 ||
+      (opcode >= 0x20 && opcode <= 0x26)) return void reader.leb(); // br, br_if, call, locals, globals, tables
+  if (opcode === 0x0e) { // br_table
+    for (let n = reader.leb(); n >= 0; n--) reader.leb();
+    return;
+  }
+  if (opcode === 0x11 || opcode === 0x13) return void (reader.leb(), reader.leb()); // call_indirect: type, table
+  if (opcode === 0x1c) return void reader.bytes(reader.leb()); // select with types
+  if (opcode >= 0x28 && opcode <= 0x3e) return reader.memarg();
+  if (opcode === 0x3f || opcode === 0x40) return void reader.leb(); // memory.size, memory.grow
+  if (opcode === 0x41 || opcode === 0x42) return void reader.sleb(); // i32.const, i64.const
+  if (opcode === 0x43) return void reader.bytes(4);
+  if (opcode === 0x44) return void reader.bytes(8);
+  if (opcode === 0xd0) return void reader.byte(); // ref.null
+  if (opcode === 0xfc) {
+    const sub = reader.leb();
+    if (sub <= 7) return; // saturating truncations
+    if (sub === 8) return void (reader.leb(), reader.leb()); // memory.init
+    if (sub === 9 || sub === 11 || sub === 13 || (sub >= 15 && sub <= 17)) return void reader.leb();
+    if (sub === 10 || sub === 12 || sub === 14) return void (reader.leb(), reader.leb());
+    fail(`it uses the instruction 0xfc ${sub}, which relaxweb does not know`);
+  }
+  if (opcode === 0xfd) { // SIMD
+    const sub = reader.leb();
+    if (sub <= 0x0b || sub === 0x5c || sub === 0x5d) return reader.memarg(); // loads, store, load zero
+    if (sub === 0x0c || sub === 0x0d) return void reader.bytes(16); // v128.const, i8x16.shuffle
+    if (sub >= 0x15 && sub <= 0x22) return void reader.byte(); // extract and replace lane
+    if (sub >= 0x54 && sub <= 0x5b) return void (reader.memarg(), reader.byte()); // load and store lane
+    if (sub <= 0x113) return; // the rest: no immediates (relaxed SIMD included)
+    fail(`it uses the instruction 0xfd ${sub}, which relaxweb does not know`);
+  }
+  if (opcode === 0xfe) { // atomics
+    const sub = reader.leb();
+    if (sub === 0x03) return void reader.byte(); // atomic.fence
+    if (sub <= 0x02 || (sub >= 0x10 && sub <= 0x4e)) return reader.memarg();
+    fail(`it uses the instruction 0xfe ${sub}, which relaxweb does not know`);
+  }
+  fail(`it uses the instruction 0x${opcode.toString(16)}, which relaxweb does not know`);
+}
+
+/** Reads a module's bytes: LEB128 numbers, names, block types, memory arguments. */
+class Reader {
+  /** @param {Uint8Array} data @param {number} [position] */
+  constructor(data, position = 0) {
+    this.data = data;
+    this.position = position;
+  }
+
+  done() {
+    return this.position >= this.data.length;
+  }
+
+  byte() {
+    if (this.position >= this.data.length) fail("it is truncated");
+    return this.data[this.position++];
+  }
+
+  /** @param {number} n */
+  bytes(n) {
+    if (this.position + n > this.data.length) fail("it is truncated");
+    return this.data.subarray(this.position, (this.position += n));
+  }
+
+  leb() {
+    const [value, after] = readLeb(this.data, this.position);
+    this.position = after;
+    return value;
+  }
+
+  sleb() {
+    for (let shift = 0; shift < 70; shift += 7) if (this.byte() < 0x80) return;
+    fail("a number is too long");
+  }
+
+  name() {
+    return new TextDecoder().decode(this.bytes(this.leb()));
+  }
+
+  blockType() {
+    const first = this.data[this.position];
+    if (first === 0x40 || VALUE_TYPES.has(first)) this.position++;
+    else this.sleb(); // a type index
+  }
+
+  memarg() {
+    const align = this.leb();
+    if (align & 0x40) this.leb(); // a memory index
+    this.leb(); // offset
+  }
+}
+
+/**
+ * The function types of a type section (only function types: relaxweb's kernels have no others).
+ * @param {Uint8Array|undefined} body @returns {{params: number}[]}
+ */
+function readTypes(body) {
+  return readVector(body, (reader) => {
+    if (reader.byte() !== 0x60) fail("its type section holds a type that is not a function type");
+    const params = reader.leb();
+    reader.bytes(params);
+    reader.bytes(reader.leb());
+    return { params };
+  });
+}
+
+/**
+ * How many functions and globals a module imports.
+ * @param {Uint8Array|undefined} body @returns {{functions: number, globals: number}}
+ */
+function readImports(body) {
+  const counts = { functions: 0, globals: 0 };
+  readVector(body, (reader) => {
+    reader.name();
+    reader.name();
+    const kind = reader.byte();
+    if (kind === 0x00) {
+      reader.leb();
+      counts.functions++;
+    } else if (kind === 0x01 || kind === 0x02) { // table (a reference type, then limits), memory (limits)
+      if (kind === 0x01) reader.byte();
+      const flags = reader.byte();
+      reader.leb();
+      if (flags & 0x01) reader.leb();
+    } else if (kind === 0x03) {
+      reader.bytes(2);
+      counts.globals++;
+    } else {
+      fail(`it imports something relaxweb does not know (kind ${kind})`);
+    }
+  });
+  return counts;
+}
+
+/** The export section with function indices renumbered. @param {Uint8Array} body @param {(f: number) => number} renumber */
+function renumberExports(body, renumber) {
+  /** @type {number[]} */
+  const out = [];
+  const entries = readVector(body, (reader) => {
+    const start = reader.position;
+    reader.name();
+    const named = Array.from(body.subarray(start, reader.position));
+    const kind = reader.byte();
+    const index = reader.leb();
+    return [...named, kind, ...leb(kind === 0x00 ? renumber(index) : index)];
+  });
+  out.push(...leb(entries.length));
+  for (const entry of entries) out.push(...entry);
+  return out;
+}
+
+/**
+ * Each entry of a vector section, read by `read`; [] for a missing section. The whole body must be read.
+ * @template T @param {Uint8Array|undefined} body @param {(reader: Reader) => T} read @returns {T[]}
+ */
+function readVector(body, read) {
+  if (!body) return [];
+  const reader = new Reader(body);
+  const entries = Array.from({ length: reader.leb() }, () => read(reader));
+  if (!reader.done()) fail("a section has bytes after its entries");
+  return entries;
+}
+
+/** @param {Uint8Array|undefined} body @returns {number} */
+function readCount(body) {
+  return body ? new Reader(body).leb() : 0;
+}
+
+/** A vector section with one more entry. @param {Uint8Array|undefined} body @param {number[]} entry @returns {Uint8Array} */
+function appendToVector(body, entry) {
+  if (!body) return new Uint8Array([0x01, ...entry]);
+  const reader = new Reader(body);
+  const count = reader.leb();
+  return new Bytes(leb(count + 1)).append(body.subarray(reader.position)).append(entry).array();
+}
+
+/** A growing byte string (large modules: no spreading of big arrays). */
+class Bytes {
+  /** @param {ArrayLike<number>} [start] */
+  constructor(start = []) {
+    this.buffer = new Uint8Array(Math.max(1024, start.length * 2));
+    this.length = 0;
+    this.append(start);
+  }
+
+  /** @param {ArrayLike<number>} bytes @returns {Bytes} */
+  append(bytes) {
+    if (this.length + bytes.length > this.buffer.length) {
+      const grown = new Uint8Array(Math.max(this.buffer.length * 2, this.length + bytes.length));
+      grown.set(this.buffer.subarray(0, this.length));
+      this.buffer = grown;
+    }
+    this.buffer.set(bytes, this.length);
+    this.length += bytes.length;
+    return this;
+  }
+
+  /** @returns {Uint8Array} */
+  array() {
+    return this.buffer.slice(0, this.length);
+  }
+}
+
+/** @param {string} text @returns {number[]} */
+function name(text) {
+  const bytes = new TextEncoder().encode(text);
+  return [...leb(bytes.length), ...bytes];
+}
+
+/** Unsigned LEB128. @param {number} value @returns {number[]} */
+function leb(value) {
+  const out = [];
+  do {
+    let byte = value % 128;
+    value = Math.floor(value / 128);
+    if (value > 0) byte |= 0x80;
+    out.push(byte);
+  } while (value > 0);
+  return out;
+}
+
+/** Signed LEB128 of a non-negative number. @param {number} value @returns {number[]} */
+function sleb(value) {
+  const out = [];
+  for (;;) {
+    const byte = value % 128;
+    value = Math.floor(value / 128);
+    if (value === 0 && (byte & 0x40) === 0) return [...out, byte];
+    out.push(byte | 0x80);
+  }
+}
+
+/**
+ * An unsigned LEB128 number at `position`: [value, position after it].
+ * @param {Uint8Array} data @param {number} position @returns {[number, number]}
+ */
+export function readLeb(data, position) {
+  let value = 0;
+  for (let shift = 0; ; shift += 7) {
+    if (position >= data.length || shift > 35) throw new Error("kernels.wasm is truncated or damaged");
+    const byte = data[position++];
+    value += (byte & 0x7f) * 2 ** shift;
+    if (byte < 0x80) return [value, position];
+  }
+}

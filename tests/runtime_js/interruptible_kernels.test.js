@@ -1,0 +1,158 @@
+// interruptible_kernels.js: a kernels.wasm rewritten so that a kernel call on the page's thread
+// can be stopped at its deadline (the page is not cross-origin isolated: no workers to
+// terminate). What a rewritten module computes is unchanged (every wasm backend test in Node
+// runs rewritten modules: Node is not isolated); these tests are the stopping itself, on
+// modules that run long in each way a module can: a loop, a tree of calls with no loop, bulk
+// memory instructions in a loop; and what the rewrite refuses.
+
+import { test, after } from "node:test";
+import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+
+import { interruptibleKernels } from "../../relaxweb/runtime_js/interruptible_kernels.js";
+import { KernelClock, KernelDeadlineError } from "../../relaxweb/runtime_js/wasm_backend.js";
+import { Host } from "../../relaxweb/runtime_js/host.js";
+import { HostSession } from "../../relaxweb/runtime_js/host_session.js";
+import { RemoteHost } from "../../relaxweb/runtime_js/remote_host.js";
+import { WasmModel } from "../../relaxweb/runtime_js/wasm_model.js";
+
+const REPO_ROOT = fileURLToPath(new URL("../../", import.meta.url));
+/** @param {string} script @returns {string} */
+const python = (script) => execFileSync("python3", ["-c", script], { cwd: REPO_ROOT, encoding: "utf8", stdio: ["ignore", "pipe", "inherit"] });
+
+/** The binary of a WAT module (wasmtime's wat2wasm, as the compiler uses). @param {string} wat @returns {Uint8Array} */
+function assemble(wat) {
+  const hex = python(`import sys, wasmtime; print(wasmtime.wat2wasm(sys.argv[1]).hex())`.replace("sys.argv[1]", JSON.stringify(wat)));
+  return Uint8Array.from(Buffer.from(hex.trim(), "hex"));
+}
+
+/**
+ * The module rewritten and instantiated with a clock of `timeoutMs`; its exports and the clock.
+ * @param {string} wat @param {number} timeoutMs
+ */
+async function interruptible(wat, timeoutMs) {
+  const memory = new WebAssembly.Memory({ initial: 1, maximum: 65536 });
+  const clock = new KernelClock(timeoutMs);
+  const { instance } = await WebAssembly.instantiate(interruptibleKernels(assemble(wat)), { env: { memory }, relaxweb: { deadline: clock.deadline } });
+  return { exports: /** @type {any} */ (instance.exports), clock };
+}
+
+/** Call `f` with the clock started: [what it threw, ms it took]. @param {KernelClock} clock @param {() => unknown} f */
+function timed(clock, f) {
+  const started = performance.now();
+  clock.start();
+  try {
+    f();
+    return [null, performance.now() - started];
+  } catch (error) {
+    return [error, performance.now() - started];
+  }
+}
+
+/** Loops that never end, in each shape the rewrite treats its own way. */
+const FOREVER = {
+  "repeats by a br at its end": "(loop $forever (br $forever))",
+  "repeats by a br_if at its end": "(loop $forever (br_if $forever (i32.const 2)))",
+  "repeats from two places": "(loop $forever (br_if $forever (local.get 0)) (br $forever))",
+  "has a result": "(drop (loop $forever (result i32) (br $forever)))",
+  "inside a loop that ends": "(loop $outer (loop $inner (br_if $inner (i32.const 1))) (br_if $outer (i32.const 0)))",
+};
+
+for (const [shape, loop] of Object.entries(FOREVER)) {
+  test(`a loop that never ends is stopped at its deadline: one that ${shape}`, async () => {
+    const { exports, clock } = await interruptible(`(module (import "env" "memory" (memory 1 65536))
+      (func (export "k0") (param i32) ${loop}))`, 200);
+    const [error, ms] = timed(clock, () => exports.k0(1));
+    assert.ok(error instanceof KernelDeadlineError, String(error));
+    assert.match(error.message, /^a kernel call ran for more than 0.2 s and was stopped \(the bundle's kernels.wasm loops/);
+    assert.ok(ms >= 200 && ms < 3000, String(ms));
+  });
+}
+
+test("a tree of calls with no loop (2^40 calls) is stopped: a function that calls spends fuel on entry", async () => {
+  const levels = Array.from({ length: 40 }, (_, i) => `(func $f${i} (call $f${i + 1}) (call $f${i + 1}))`).join("\n");
+  const { exports, clock } = await interruptible(`(module (import "env" "memory" (memory 1 65536))
+    ${levels} (func $f40) (export "k0" (func $f0)))`, 200);
+  const [error, ms] = timed(clock, () => exports.k0());
+  assert.ok(error instanceof KernelDeadlineError, String(error));
+  assert.ok(ms < 3000, String(ms));
+});
+
+test("bulk memory in a loop is charged by the bytes it moves", async () => {
+  // 16 pages filled and copied per iteration: about 2 MiB of fuel an iteration, so the clock is asked every iteration
+  const { exports, clock } = await interruptible(`(module (import "env" "memory" (memory 1 65536))
+    (func (export "k0") (drop (memory.grow (i32.const 16)))
+      (loop $forever (memory.fill (i32.const 0) (i32.const 7) (i32.const 1048576))
+                     (memory.copy (i32.const 0) (i32.const 65536) (i32.const 1048576)) (br $forever))))`, 200);
+  const [error, ms] = timed(clock, () => exports.k0());
+  assert.ok(error instanceof KernelDeadlineError, String(error));
+  assert.ok(ms < 3000, String(ms));
+});
+
+test("what a rewritten module computes is unchanged: loops, calls (renumbered), locals and a bulk copy", async () => {
+  const { exports, clock } = await interruptible(`(module (import "env" "memory" (memory 1 65536))
+    (func $square (param f32) (result f32) (f32.mul (local.get 0) (local.get 0)))
+    (func (export "sum_of_squares") (param $n i32) (result f32) (local $i i32) (local $total f32)
+      (i32.store (i32.const 0) (i32.const 3))
+      (memory.copy (i32.const 8) (i32.const 0) (i32.const 4))
+      (block $done (loop $next (local.set $total (f32.add (local.get $total) (call $square (f32.convert_i32_s (local.get $i)))))
+        (local.set $i (i32.add (local.get $i) (i32.const 1)))
+        (br_if $done (i32.eq (local.get $i) (i32.const 1000000000)))
+        (br_if $next (i32.lt_s (local.get $i) (local.get $n)))))
+      (f32.add (local.get $total) (f32.convert_i32_s (i32.load (i32.const 8)))))
+    (func (export "count_to") (param $n i32) (result i32) (local $i i32) (local $j i32)
+      (block $done (loop $rows
+        (br_if $done (i32.ge_s (local.get $i) (local.get $n)))
+        (local.set $j (i32.const 0))
+        (loop $columns (local.set $j (i32.add (local.get $j) (i32.const 1))) (br_if $columns (i32.lt_s (local.get $j) (i32.const 1000))))
+        (local.set $i (i32.add (local.get $i) (i32.const 1)))
+        (br $rows)))
+      (i32.add (i32.mul (local.get $i) (i32.const 1000)) (local.get $j))))`, 1000);
+  clock.start();
+  assert.equal(exports.sum_of_squares(4), 0 + 1 + 4 + 9 + 3);
+  assert.equal(exports.sum_of_squares(3_000_000) > 0, true); // past several refills of fuel, within the deadline
+  assert.equal(exports.count_to(5000), 5_001_000); // 5 million iterations of an inner loop: refills on the way
+});
+
+test("the rewrite refuses what it does not know, naming it", () => {
+  assert.throws(() => interruptibleKernels(new Uint8Array([1, 2, 3])), /not a WebAssembly module/);
+  const table = assemble(`(module (table 1 funcref) (func $f) (elem (i32.const 0) $f))`);
+  assert.throws(() => interruptibleKernels(table), /element section/);
+  const truncated = assemble(`(module (func (export "f") (loop (br 0))))`).slice(0, -3);
+  assert.throws(() => interruptibleKernels(truncated), /truncated/);
+});
+
+const folders = /** @type {string[]} */ ([]);
+after(() => {
+  for (const folder of folders) rmSync(folder, { recursive: true, force: true });
+});
+
+test("a bundle whose kernels loop: the run rejects at the deadline naming the kernel, the model cannot run again, a new load of good kernels runs", async () => {
+  const folder = mkdtempSync(join(tmpdir(), "relaxweb-deadline-test-"));
+  folders.push(folder);
+  const original = python(`from tests.fixtures.handmade_bundle import write_handmade_bundle; from tests.fixtures.handmade_wasm import add_kernels_wasm, HANDMADE_KERNELS; ` +
+    `from tests.fixtures.looping_kernels import write_looping_kernels; write_handmade_bundle(${JSON.stringify(folder)}, bound=16); ` +
+    `add_kernels_wasm(${JSON.stringify(folder)}, HANDMADE_KERNELS); print(write_looping_kernels(${JSON.stringify(folder)}).hex())`);
+  const manifest = JSON.parse(readFileSync(join(folder, "manifest.json"), "utf8"));
+  const shards = manifest.shards.map((/** @type {any} */ s) => new Uint8Array(readFileSync(join(folder, s.file))));
+  const load = async (/** @type {Uint8Array} */ kernels) => {
+    const host = new RemoteHost(null, 10_000, new HostSession(await Host.instantiate(readFileSync(join(folder, "host.wasm")), manifest)));
+    return WasmModel.create(manifest, host, kernels, shards, { ...(await host.configure(undefined)), kernelTimeoutMs: 300 });
+  };
+  const x = { x: { data: new Float32Array(8), shape: [2, 4] } };
+  const looping = await load(readFileSync(join(folder, "kernels.wasm")));
+  assert.equal(looping.kernelTimeoutMs, 300);
+  const started = performance.now();
+  await assert.rejects(looping.run(x), /^Error: kernel add_broadcast failed at call site 0 \(.*\): a kernel call ran for more than 0.3 s and was stopped/);
+  assert.ok(performance.now() - started < 3000);
+  await assert.rejects(looping.run(x), /cannot run: a kernel call ran for more than 0.3 s and was stopped/);
+  looping.dispose();
+  const good = await load(Uint8Array.from(Buffer.from(original.trim(), "hex")));
+  const { z } = await good.run(x);
+  assert.deepEqual(Array.from(z.data), [1, -2.5, 4, 7.5, 1, -2.5, 4, 7.5]);
+  good.dispose();
+});
