@@ -14,8 +14,10 @@ from .plan_memory import plan_memory
 from .schedule_programs import schedule_programs
 from .share_programs import share_programs
 from .split_wide_concats import split_wide_concats
+from .split_wide_einsums import split_wide_einsums
 
 __all__ = [
     "DEFAULT_OPT_LEVEL", "OPT_LEVELS", "PIPELINE", "PassContext", "canonicalize_bindings", "compress_weights", "fold_scalar_constants", "fuse_attention", "fuse_ops", "legalize_ops", "lower_shapes_to_host", "pipeline",
     "place_kv_caches", "plan_memory", "run_pipeline", "schedule_programs", "share_programs", "split_wide_concats",
+    "split_wide_einsums",
 ]

@@ -34,6 +34,7 @@ from .prove_integer_checks import prove_integer_checks
 from .schedule_programs import schedule_programs
 from .share_programs import share_programs
 from .split_wide_concats import split_wide_concats
+from .split_wide_einsums import split_wide_einsums
 
 Pass = Callable[[IRModule], IRModule]
 
@@ -51,8 +52,9 @@ FUSE_OPS: list[Pass] = [fuse_attention]
 PLACE_CACHES: list[Pass] = [place_kv_caches]
 
 # Graph-level ops -> tensor programs, each kernel within WebGPU's storage bindings (a concat of
-# more tensors than one kernel binds becomes a tree of concats).
-LOWER_OPS: list[Pass] = [split_wide_concats, legalize_ops]
+# more tensors than one kernel binds becomes a tree of concats, an einsum of more operands a
+# chain of einsums).
+LOWER_OPS: list[Pass] = [split_wide_concats, split_wide_einsums, legalize_ops]
 
 # Read values where they are computed, write scalar constants into the kernels, merge
 # producer/consumer kernels.

@@ -3,7 +3,8 @@
 1. **Kernels fit the bindings.** A kernel may bind at most 8 storage buffers
    (``ir/launch.MAX_STORAGE_BINDINGS``, WebGPU's default ``maxStorageBuffersPerShaderStage``):
    a Concat of more inputs than one kernel can read becomes a tree of concats
-   (``passes/split_wide_concats.py``), and a Sum of many inputs stays a chain that fusion
+   (``passes/split_wide_concats.py``), an Einsum of more operands a chain of einsums
+   (``passes/split_wide_einsums.py``), and a Sum of many inputs stays a chain that fusion
    keeps within the limit.  They build and match onnxruntime on WebGPU and on wasm, with
    static and with symbolic shapes (the captcha CRNN's unrolled LSTM concatenates 20 steps).
 2. **Limits known at build.** A storage above WebGPU's default maxStorageBufferBindingSize
@@ -63,6 +64,18 @@ def test_a_sum_of_twelve_inputs_builds_and_matches_onnxruntime(backend: str, tmp
     feeds = {name: rand(3, 4, seed=i) for i, name in enumerate(names)}
     session = load_bundle(build_once(model, tmp_path / "dist"), backend)
     np.testing.assert_allclose(session.run(feeds)["y"], onnxruntime_outputs(model, feeds)[0], rtol=1e-5, atol=1e-5)
+
+
+def test_an_einsum_of_eleven_operands_builds_and_matches_onnxruntime(backend: str, tmp_path: Path) -> None:
+    """A chain of 11 matrices (split_wide_einsums: two einsums before the last), a batch dim by ellipsis."""
+    names = [f"x{i}" for i in range(11)]
+    letters = "abcdefghijkl"
+    equation = ",".join(f"...{letters[i]}{letters[i + 1]}" for i in range(11)) + "->...al"
+    model = make_model([helper.make_node("Einsum", names, ["y"], equation=equation)],
+                       [(name, ["b", 3, 3]) for name in names], ["y"])
+    feeds = {name: rand(2, 3, 3, seed=i) for i, name in enumerate(names)}
+    session = load_bundle(build_once(model, tmp_path / "dist"), backend)
+    np.testing.assert_allclose(session.run(feeds)["y"], onnxruntime_outputs(model, feeds)[0], rtol=1e-4, atol=1e-5)
 
 
 # 2. Limits known at build --------------------------------------------------------------------
