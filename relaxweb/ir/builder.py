@@ -91,7 +91,7 @@ class FunctionBuilder:
         """Build and bind a call of a registered op, checking at run time what deduction
         assumes; a deduction error names the binding."""
         try:
-            with self.checking_assumptions(f"binding '{name_hint}'", source=False):
+            with self.checking_assumptions(f"binding '{name_hint}'"):
                 call = call_op(op, *args, **attrs)
         except DeductionError as error:
             raise DeductionError(f"binding '{name_hint}': {error}") from None
@@ -106,16 +106,13 @@ class FunctionBuilder:
 
     # -- facts checked at run time ---------------------------------------------------------
 
-    def checking_assumptions(self, where: str, labels: Mapping[Expr, str] | None = None,
-                             source: bool = True) -> AbstractContextManager:
+    def checking_assumptions(self, where: str, labels: Mapping[Expr, str] | None = None) -> AbstractContextManager:
         """A ``with`` block in which each call built turns what deduction assumes into a
         run-time check bound in this builder (see the module docstring).  ``where`` names the
         source of the calls for the user (``Add node '/fpn/Add'``); ``labels`` names an
-        argument by what it is there (``input 1 ('p5_up')``), else it is ``argument i``.
-        With ``source``, ``where`` is also the ``source`` of the calls of ops that read sizes
-        back (``OpDefinition.reads_back``); otherwise an enclosing block's stays theirs."""
+        argument by what it is there (``input 1 ('p5_up')``), else it is ``argument i``."""
         handler = functools.partial(self._check_assumption, where, dict(labels or {}))
-        return checking_assumptions(handler, where if source else "")
+        return checking_assumptions(handler)
 
     def _check_assumption(self, where: str, labels: dict[Expr, str], needed: AssumptionError,
                           args: tuple[Expr, ...], attrs: dict[str, Any]) -> tuple[tuple[Expr, ...], dict[str, Any]]:

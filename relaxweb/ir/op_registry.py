@@ -13,11 +13,13 @@ side by side:
   bundle with it stops with one error listing every such op.
 - ``reference(arrays, attrs) -> ndarray``: numpy semantics, used by the interpreter.
 
-An op registered with ``checks_data=True`` checks a run's data (an index within its axis):
-a call of it built while the frontend converts a node (:func:`converting_node`) carries the
-attribute :data:`NODE_ATTR`, ``(node name, op type)``, which its reference names when it
-refuses the data and its legalization writes into the error sites of the kernels that check
-(``relaxweb/ir/error_sites.py``).
+An op registered with ``checks_data=True`` checks a run's data (an index within its axis),
+and one with ``reads_back=True`` reads sizes back from it: a call of either built while the
+frontend converts a node (:func:`converting_node`) carries the attribute :data:`NODE_ATTR`,
+``(node name, op type)``. The reference names that node when it refuses the data, the
+legalization writes it into the error sites of the kernels that check
+(``relaxweb/ir/error_sites.py``), and the host's checks of what is read back say it
+(:func:`node_text`: ``Range node 'r'``).
 """
 
 from __future__ import annotations
@@ -102,9 +104,8 @@ class OpDefinition:
     #: The result lives in the storage of the first argument (a KV cache and its views): the
     #: call stays through legalization, memory planning gives it no storage of its own.
     view: bool = False
-    #: The legalization may read sizes back from the data (``ops/readback.py``): a call built
-    #: while a node converts gets ``source`` (``Range node 'r'``), which the run-time checks of
-    #: what it reads back name.
+    #: The legalization may read sizes back from the data (``ops/readback.py``): its calls carry
+    #: the node they come from (NODE_ATTR), which the run-time checks of what is read back name.
     reads_back: bool = False
     #: Its kernels check the run's data: its calls carry the node they come from (NODE_ATTR);
     #: a function of the call's arguments and attributes where only some calls do (integer
@@ -149,6 +150,13 @@ def node_of(call: Call) -> tuple[str, str]:
     return node_named(call.attrs, call.op)
 
 
+def node_text(attrs: dict[str, Any]) -> str:
+    """How an error names the node a call (its ``attrs``) comes from: ``Range node 'r'``;
+    "" for a call that names none."""
+    name, op_type = node_named(attrs, "")
+    return f"{op_type} node '{name}'" if op_type else ""
+
+
 def is_view(expr: Expr) -> bool:
     """Whether ``expr`` is a call of an op whose result lives in its first argument's storage."""
     return isinstance(expr, Call) and expr.op in OPS and OPS[expr.op].view
@@ -165,10 +173,8 @@ def get_op(name: str) -> OpDefinition:
 # deduce again with, after binding the run-time check.
 AssumptionHandler = Callable[[AssumptionError, tuple[Expr, ...], dict[str, Any]], tuple[tuple[Expr, ...], dict[str, Any]]]
 
-# The handlers of the builders checking assumptions now, innermost last, and where their
-# calls come from (``Range node 'r'``).
+# The handlers of the builders checking assumptions now, innermost last.
 _ASSUMPTION_HANDLERS: list[AssumptionHandler] = []
-_SOURCES: list[str] = []
 
 # Deduction is retried at most this many times per call (each retry checks one more fact).
 MAX_ASSUMPTIONS_PER_CALL = 32
@@ -179,8 +185,9 @@ _NODES: list[tuple[str, str]] = []
 
 @contextmanager
 def converting_node(name: str, op_type: str) -> Iterator[None]:
-    """Within the block, :func:`call_op` gives each call of a ``checks_data`` op the node
-    it comes from (:data:`NODE_ATTR`), unless the call names one already."""
+    """Within the block, :func:`call_op` gives each call of a ``checks_data`` or
+    ``reads_back`` op the node it comes from (:data:`NODE_ATTR`), unless the call names one
+    already."""
     _NODES.append((name, op_type))
     try:
         yield
@@ -189,17 +196,14 @@ def converting_node(name: str, op_type: str) -> Iterator[None]:
 
 
 @contextmanager
-def checking_assumptions(handler: AssumptionHandler, where: str = "") -> Iterator[None]:
+def checking_assumptions(handler: AssumptionHandler) -> Iterator[None]:
     """Within the block, :func:`call_op` answers an :class:`AssumptionError` with ``handler``
-    (see ``FunctionBuilder.checking_assumptions``) instead of raising it, and gives the calls
-    of ops that read sizes back ``source=where``."""
+    (see ``FunctionBuilder.checking_assumptions``) instead of raising it."""
     _ASSUMPTION_HANDLERS.append(handler)
-    _SOURCES.append(where)
     try:
         yield
     finally:
         _ASSUMPTION_HANDLERS.pop()
-        _SOURCES.pop()
 
 
 def call_op(name: str, *args: Expr, **attrs: Any) -> Call:
@@ -210,10 +214,7 @@ def call_op(name: str, *args: Expr, **attrs: Any) -> Call:
     again on what the builder returns, until it succeeds or fails for good."""
     definition = get_op(name)
     args, attrs = tuple(args), dict(attrs)
-    source = next((where for where in reversed(_SOURCES) if where), "")
-    if definition.reads_back and source and not attrs.get("source"):
-        attrs["source"] = source
-    if _NODES and NODE_ATTR not in attrs and definition.checks_data_of(args, attrs):
+    if _NODES and NODE_ATTR not in attrs and (definition.reads_back or definition.checks_data_of(args, attrs)):
         attrs[NODE_ATTR] = _NODES[-1]
     for _ in range(MAX_ASSUMPTIONS_PER_CALL):
         try:

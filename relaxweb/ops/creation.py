@@ -28,7 +28,7 @@ import numpy as np
 from ..errors import UnsupportedModelError
 from ..ir.dtype import GPU_DTYPES
 from ..ir.expr import Call
-from ..ir.op_registry import DeductionError, register_op
+from ..ir.op_registry import DeductionError, node_text, register_op
 from ..ir.struct_info import PrimStructInfo, ShapeStructInfo, StructInfo, TensorStructInfo
 from ..ir.symbolic import IntImm, PrimExpr, as_int, expr_max, prove_less_equal, simplify
 from ..ir.tir import (
@@ -154,7 +154,7 @@ def arange_reference(arrays, attrs):
     with np.errstate(all="ignore"):
         count = np.ceil((np.float64(limit) - np.float64(start)) / np.float64(delta))
     if not np.isfinite(count):
-        where = attrs.get("source") or "arange"
+        where = node_text(attrs) or "arange"
         raise ValueError(f"{where}: {ARANGE_LENGTH} is not a finite value (start {start}, limit {limit}, delta {delta})")
     return np.arange(start, limit, delta).astype(dtype)
 
@@ -195,7 +195,7 @@ def legalize_arange_run_time(context, call: Call):
         count = ceil((limit - start) / delta)
         return select(is_finite(count), Cast("int32", maximum(count, 0.0)), FloatImm(NOT_FINITE, "int32"))
 
-    source = call.attrs.get("source") or "arange"
+    source = node_text(call.attrs) or "arange"
     reason = f"{source}: {ARANGE_LENGTH} ({NOT_FINITE} where it is not a finite value: a NaN or infinite start, limit or delta)"
     (count,) = read_back_dims(context, tuple(tensors), [length], "arange", reason=reason)
 

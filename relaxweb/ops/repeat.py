@@ -1,9 +1,9 @@
 """Ops that repeat elements: broadcast_to (ONNX Expand) and tile.
 
-- ``broadcast_to(x, shape, source="")``: ``x`` and ``shape`` broadcast together (a 1 in
+- ``broadcast_to(x, shape)``: ``x`` and ``shape`` broadcast together (a 1 in
   ``shape`` keeps the input's dim).  With a run-time ``shape``, each entry facing a dim of
-  ``x`` that is not 1 must be 1 or that dim, checked at run time (``source`` names the node
-  for that error).
+  ``x`` that is not 1 must be 1 or that dim, checked at run time (that error names the node
+  the call comes from).
 - ``tile(x, repeats)``: ONNX Tile; ``repeats`` a shape value or a run-time tensor.
 """
 
@@ -14,7 +14,7 @@ import numpy as np
 
 from ..errors import InputShapeError, UnsupportedModelError
 from ..ir.expr import Call, PrimValue, tensor_dtype, tensor_shape
-from ..ir.op_registry import DeductionError, register_op
+from ..ir.op_registry import DeductionError, node_text, register_op
 from ..ir.struct_info import PrimStructInfo, TensorStructInfo
 from ..ir.symbolic import (
     IntImm, as_int, simplify,
@@ -57,7 +57,7 @@ def broadcast_to_reference(arrays, attrs):
     for position in range(rank - min(x.ndim, len(target)), rank):  # the positions both sides have
         dim, entry = x.shape[position - (rank - x.ndim)], target[position - (rank - len(target))]
         if dim != 1 and entry not in (1, dim):
-            raise InputShapeError(f"{_entry_reason(attrs.get('source', ''), position - (rank - len(target)))} is {entry}, "
+            raise InputShapeError(f"{_entry_reason(node_text(attrs), position - (rank - len(target)))} is {entry}, "
                                   f"expected {dim}")
     return np.ascontiguousarray(np.broadcast_to(x, np.broadcast_shapes(x.shape, tuple(target))))
 
@@ -91,7 +91,7 @@ def legalize_broadcast_to_run_time(context, call: Call):
             return select(agrees, index(shape[offset]), entry)
         return build
 
-    source = call.attrs.get("source", "")
+    source = node_text(call.attrs)
     dims = read_back_dims(context, call.args, [extent(j) for j in range(rank)], "broadcast_to", source or "broadcast_to")
     for position in range(max(rank - length, rank - len(shape)), rank):
         dim = shape[position - (rank - len(shape))]

@@ -20,13 +20,13 @@ Signatures (args, then attributes):
   are 0, checked at run time where they may be (``others_checked=True``); except with
   ``allowzero=True`` (ONNX's attribute: the target's zeros are zeros), where onnxruntime infers
   it at run time from the dims that are not 0, as the symbolic ``count // others`` does.
-- ``dynamic_reshape(x, shape, copy_zeros=False, source="")``: with a run-time 1-D integer
+- ``dynamic_reshape(x, shape, copy_zeros=False)``: with a run-time 1-D integer
   tensor ``shape`` (data-dependent; extents read back); ``copy_zeros`` gives ONNX's meaning to
   its zeros (Reshape without ``allowzero``).  A -1 beside other extents that multiply to 0 is
   refused with ``copy_zeros`` and otherwise (allowzero) inferred as onnxruntime does: the
   product of the input's dims that are not 0 over that of the target's.  The element count of the target is checked at
-  run time (on the GPU path and in the reference alike); ``source`` names where the op comes
-  from for that error (``Reshape node 'r'``).
+  run time (on the GPU path and in the reference alike); that error names the node the call
+  comes from (``Reshape node 'r'``: ``op_registry.node_text``).
 - ``transpose(x, axes=[...])``: a permutation of the dims.
 - ``squeeze(x[, axes])`` / ``expand_dims(x, axes)``: with a 1-D tensor of axes (squeeze
   without axes drops every dim of extent 1); only the rank is deduced (none for squeeze).
@@ -41,7 +41,7 @@ import numpy as np
 
 from ..errors import InputShapeError, UnsupportedModelError
 from ..ir.expr import Call, Constant, Expr, PrimValue, tensor_dtype, tensor_shape
-from ..ir.op_registry import AssumptionError, DeductionError, register_op
+from ..ir.op_registry import AssumptionError, DeductionError, node_text, register_op
 from ..ir.struct_info import PrimStructInfo, TensorStructInfo
 from ..ir.symbolic import (
     IntImm, PrimExpr, as_int, expr_min, format_expr, product, prove_equal,
@@ -163,7 +163,7 @@ def dynamic_reshape_reference(arrays, attrs):
     data, target = arrays[0], int_list(arrays[1])
     if attrs.get("copy_zeros"):
         target = [data.shape[position] if value == 0 else value for position, value in enumerate(target)]
-    target = _checked_target(data.shape, target, attrs.get("source", ""), allowzero=not attrs.get("copy_zeros"))
+    target = _checked_target(data.shape, target, node_text(attrs), allowzero=not attrs.get("copy_zeros"))
     return np.asarray(data.reshape(tuple(target)), order="C")
 
 
@@ -250,9 +250,9 @@ def legalize_dynamic_reshape(context, call: Call):
         return build
 
     dims = read_back_dims(context, (data, target), [extent(j) for j in range(length)], "reshape",
-                          call.attrs.get("source", "dynamic_reshape"))
+                          node_text(call.attrs) or "dynamic_reshape")
     context.emit_match_cast(PrimValue(product(dims)), PrimStructInfo("int64", product(shape)), "reshape_count",
-                            reason=count_reason(call.attrs.get("source", "")))
+                            reason=count_reason(node_text(call.attrs)))
     return context.call_tir(reshape_program(data, dims), (data,))
 
 

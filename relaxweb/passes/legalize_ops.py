@@ -20,7 +20,7 @@ from ..ir.tir import TensorProgram
 from ..ir.analyzer import Analyzer
 from ..ir.value_ranges import OVERFLOW_MESSAGE, TensorRanges, with_integer_checks
 from ..ops import get_op
-from ..ir.op_registry import call_tir_of, node_of
+from ..ir.op_registry import call_tir_of, node_of, node_text
 from .context import PassContext
 
 
@@ -98,7 +98,7 @@ class _Legalizer(ExprMutator):
         return var
 
     def visit_call(self, call: Call) -> Expr:
-        self.source = call.attrs.get("source", "")
+        self.source = node_text(call.attrs)
         self.legalizing = call
         return get_op(call.op).legalize(self, call)
 

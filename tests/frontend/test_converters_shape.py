@@ -242,7 +242,7 @@ def test_shape_subgraphs_give_symbolic_shapes() -> None:
     assert sorted(called_ops(main)) == ["arange", "broadcast_to", "full", "reshape", "strided_slice"]
     text = format_function(main)
     assert "reshape(x, shape((batch, seq, 4, 16)))" in text
-    assert 'arange(prim(0), prim(seq), prim(1), dtype="int64", source="Range node \'range\'")' in text
+    assert 'arange(prim(0), prim(seq), prim(1), dtype="int64", node=("range", "Range"))' in text
 
 
 def test_shape_subgraphs_match_onnxruntime() -> None:

@@ -143,7 +143,7 @@ def convert_reshape(context, node, inputs):
     if values is None:
         if isinstance(target, Constant):
             raise fail(node, f"the target shape must be an integer tensor, got {target.data.dtype}")
-        return call_op("dynamic_reshape", data, target, copy_zeros=not allowzero, source=f"Reshape node '{node.name}'")
+        return call_op("dynamic_reshape", data, target, copy_zeros=not allowzero)
     dims = []
     for position, value in enumerate(values):
         if as_int(value) == 0 and not allowzero:
@@ -380,7 +380,7 @@ def _shape_operand(context, values_or_tensor) -> Expr:
 def convert_expand(context, node, inputs):
     target = _shape_operand(context, inputs[1])
     if isinstance(target.struct_info, TensorStructInfo):  # from data: its entries checked at run time
-        return call_op("broadcast_to", inputs[0], target, source=f"Expand node '{node.name}'")
+        return call_op("broadcast_to", inputs[0], target)
     return call_op("broadcast_to", inputs[0], target)
 
 
