@@ -42,13 +42,31 @@ def split_wide_concats(module: IRModule) -> IRModule:
     return module.replace(functions=functions)
 
 
-class _Splitter(ExprMutator):
-    """Emits the parts of each wide concat before its binding, which reads the parts."""
+class WideCallSplitter(ExprMutator):
+    """What a pass that splits calls too wide for one kernel needs (this one and
+    ``split_wide_einsums``): the bindings a kernel gives arguments, and a part bound before
+    the call it is split from."""
 
     def __init__(self, function: Function) -> None:
         super().__init__()
         self.names = FunctionBuilder.avoiding_names_of(function)
         self.split_bytes = PassContext.current().binding_split_bytes
+
+    def _bindings(self, args) -> int:
+        """The storage bindings a kernel gives ``args``: one each, a constant above the split
+        size one per part."""
+        return argument_bindings(args, self.split_bytes)
+
+    def _emit_part(self, result: Var, part: Call) -> Var:
+        """``part`` bound to a new variable named after ``result`` (``y_part``, ``y_part1``)."""
+        kind = DataflowVar if self.in_dataflow_block else Var
+        var = kind(self.names.unique_name(f"{result.name}_part"), part.struct_info)
+        self.emit_binding(VarBinding(var, part))
+        return var
+
+
+class _Splitter(WideCallSplitter):
+    """Emits the parts of each wide concat before its binding, which reads the parts."""
 
     def visit_var_binding(self, binding: VarBinding) -> None:
         value = binding.value
@@ -60,7 +78,8 @@ class _Splitter(ExprMutator):
             runs = self._runs(args)
             if len(runs) == len(args):
                 break  # no two neighbours fit one kernel: the bundle writer names the weights
-            args = [run[0] if len(run) == 1 else self._emit_part(binding.var, run, value.attrs) for run in runs]
+            args = [run[0] if len(run) == 1 else self._emit_part(binding.var, call_op("concat", *run, **value.attrs))
+                    for run in runs]
         self.emit_binding(VarBinding(self.visit_var_def(binding.var), call_op("concat", *args, **value.attrs)))
 
     def _runs(self, args: list[Expr]) -> list[list[Expr]]:
@@ -75,15 +94,3 @@ class _Splitter(ExprMutator):
             runs[-1].append(arg)
             used += needed
         return runs
-
-    def _emit_part(self, result: Var, run: list[Expr], attrs) -> Var:
-        part = call_op("concat", *run, **attrs)
-        kind = DataflowVar if self.in_dataflow_block else Var
-        var = kind(self.names.unique_name(f"{result.name}_part"), part.struct_info)
-        self.emit_binding(VarBinding(var, part))
-        return var
-
-    def _bindings(self, args) -> int:
-        """The storage bindings a kernel gives ``args``: one each, a constant above the split
-        size one per part."""
-        return argument_bindings(args, self.split_bytes)

@@ -22,15 +22,13 @@ bundle writer to refuse by name.  The pass runs next to ``split_wide_concats``, 
 
 from __future__ import annotations
 
-from ..ir.builder import FunctionBuilder
-from ..ir.expr import Call, DataflowVar, Expr, Function, Var, VarBinding
-from ..ir.functor import ExprMutator
-from ..ir.launch import MAX_STORAGE_BINDINGS, argument_bindings
+from ..ir.expr import Call, Expr, Function, VarBinding
+from ..ir.launch import MAX_STORAGE_BINDINGS
 from ..ir.module import IRModule
 from ..ir.struct_info import TensorStructInfo
 from ..ops import call_op
 from ..ops.linear_algebra import parse_einsum
-from .context import PassContext
+from .split_wide_concats import WideCallSplitter
 
 # The storage bindings an einsum kernel may give its operands: all but its output's.
 ARGUMENT_BINDINGS = MAX_STORAGE_BINDINGS - 1
@@ -43,23 +41,18 @@ def split_wide_einsums(module: IRModule) -> IRModule:
     return module.replace(functions=functions)
 
 
-class _Splitter(ExprMutator):
+class _Splitter(WideCallSplitter):
     """Emits the leading contractions of each wide einsum before its binding."""
-
-    def __init__(self, function: Function) -> None:
-        super().__init__()
-        self.names = FunctionBuilder.avoiding_names_of(function)
-        self.split_bytes = PassContext.current().binding_split_bytes
 
     def visit_var_binding(self, binding: VarBinding) -> None:
         value = binding.value
         terms = _terms(value) if isinstance(value, Call) and value.op == "einsum" else None
-        if terms is None or argument_bindings(value.args, self.split_bytes) <= ARGUMENT_BINDINGS:
+        if terms is None or self._bindings(value.args) <= ARGUMENT_BINDINGS:
             super().visit_var_binding(binding)
             return
         operands, output = terms
         args = [self.visit_expr(arg) for arg in value.args]
-        while argument_bindings(args, self.split_bytes) > ARGUMENT_BINDINGS:
+        while self._bindings(args) > ARGUMENT_BINDINGS:
             count = self._leading_fit(args)
             if count < 2:
                 break  # the first two operands do not fit one kernel: the bundle writer names the weights
@@ -74,15 +67,9 @@ class _Splitter(ExprMutator):
     def _leading_fit(self, args: list[Expr]) -> int:
         """How many of the leading ``args`` one kernel can bind."""
         count = 0
-        while count < len(args) and argument_bindings(args[:count + 1], self.split_bytes) <= ARGUMENT_BINDINGS:
+        while count < len(args) and self._bindings(args[:count + 1]) <= ARGUMENT_BINDINGS:
             count += 1
         return count
-
-    def _emit_part(self, result: Var, part: Call) -> Var:
-        kind = DataflowVar if self.in_dataflow_block else Var
-        var = kind(self.names.unique_name(f"{result.name}_part"), part.struct_info)
-        self.emit_binding(VarBinding(var, part))
-        return var
 
 
 def _terms(call: Call) -> tuple[list[str], str] | None:
