@@ -16,9 +16,10 @@
 //
 // What it costs: a decrement, a compare and a branch in every iteration of every loop. On one
 // thread in V8 the convolutional benchmark models take 1.2-1.25x their time, the transformers
-// 1.1-1.15x (docs/benchmarks.md, "The deadline on a page that is not isolated"). Forms that
-// branch without an `if` (a `select` in the loop's own `br_if`) measured no better. An isolated
-// page pays nothing: its workers run the bundle's kernels.wasm as written, and are terminated.
+// 1.03-1.14x (docs/benchmarks.md, "The deadline on a page that is not isolated"). Neither a
+// form without a branch of its own (a `select` in the loop's closing `br_if`) nor charging
+// counted loops once at entry measured better. An isolated page pays nothing: its workers run
+// the bundle's kernels.wasm as written, and are terminated.
 //
 // It is the runtime that rewrites, from whatever bytes it was given, so a damaged or hostile
 // kernels.wasm is stopped as surely as one relaxweb wrote; an instruction the rewrite does not
