@@ -156,3 +156,34 @@ test("a bundle whose kernels loop: the run rejects at the deadline naming the ke
   assert.deepEqual(Array.from(z.data), [1, -2.5, 4, 7.5, 1, -2.5, 4, 7.5]);
   good.dispose();
 });
+
+test("damaged modules: the rewrite throws an Error or gives a module that validates wherever the input did", () => {
+  const base = assemble(`(module (import "env" "memory" (memory 1 65536))
+    (func $twice (param f32) (result f32) (f32.add (local.get 0) (local.get 0)))
+    (func (export "k0") (param $n i32) (local $i i32) (local $v v128)
+      (block $done (loop $next
+        (br_if $done (i32.ge_s (local.get $i) (local.get $n)))
+        (local.set $v (f32x4.splat (call $twice (f32.convert_i32_s (local.get $i)))))
+        (v128.store (i32.shl (local.get $i) (i32.const 4)) (local.get $v))
+        (memory.copy (i32.const 1024) (i32.const 0) (i32.const 64))
+        (local.set $i (i32.add (local.get $i) (i32.const 1)))
+        (br $next)))))`);
+  let seed = 7;
+  const random = () => (seed = (seed * 1103515245 + 12345) >>> 0) / 2 ** 32;
+  const outcomes = { rewritten: 0, refused: 0 };
+  for (let n = 0; n < 500; n++) {
+    const bytes = Uint8Array.from(base);
+    for (let edit = 0; edit < 1 + Math.floor(random() * 3); edit++) bytes[Math.floor(random() * bytes.length)] = Math.floor(random() * 256);
+    let rewritten;
+    try {
+      rewritten = interruptibleKernels(bytes);
+    } catch (error) {
+      assert.ok(error instanceof Error, String(error));
+      outcomes.refused += 1;
+      continue;
+    }
+    outcomes.rewritten += 1;
+    if (WebAssembly.validate(bytes)) assert.ok(WebAssembly.validate(rewritten), `mutant ${n} validates, its rewrite does not`);
+  }
+  assert.ok(outcomes.rewritten > 50 && outcomes.refused > 50, JSON.stringify(outcomes));
+});
