@@ -24,7 +24,9 @@ into a ``strided_slice``.)  Negative indices count from the end, as in ONNX.
 - ``reverse_sequence(data, sequence_lens, batch_axis=1, time_axis=0)``: ONNX ReverseSequence
   (what tf2onnx writes for a bidirectional RNN it cannot fuse): along the time axis, the first
   ``sequence_lens[b]`` steps of each batch entry reversed, the rest copied; batch and time are
-  axes 0 and 1.  The shape of ``data``; one gather on the GPU.
+  axes 0 and 1.  The shape of ``data``; one gather on the GPU.  A length outside ``[0, time
+  extent]`` is an error, as onnxruntime makes it: constant lengths at build, lengths from data
+  in the kernel (checked, naming the node).
 - ``one_hot(indices, values, depth=, axis=-1)``: ONNX OneHot, ``values`` being
   ``[off_value, on_value]``; the shape of ``indices`` with the depth inserted at ``axis``,
   the dtype of ``values``.  The depth is the int attribute ``depth``, or a third argument: a
@@ -569,16 +571,33 @@ def deduce_reverse_sequence(args, attrs) -> TensorStructInfo:
             f"reverse_sequence: {format_expr(lengths.shape[0])} sequence lengths for a batch of "
             f"{format_expr(data.shape[batch_axis])} (dim {batch_axis} of the data)"
         )
+    time = as_int(data.shape[1 - batch_axis]) if data.shape is not None else None
+    if isinstance(args[1], Constant) and time is not None:  # constant lengths: checked here, not in the kernel
+        bad = [int(v) for v in np.asarray(args[1].data).reshape(-1) if not 0 <= int(v) <= time]
+        if bad:
+            raise DeductionError(f"reverse_sequence: sequence length {bad[0]} is out of range [0, {time}] "
+                                 f"(the time axis' extent)")
     return data
+
+
+#: What the kernels and the reference say of a sequence length outside ``[0, time extent]``,
+#: as onnxruntime refuses it (the values as the kernels report them: the length, and the
+#: time axis' extent plus one).
+NEGATIVE_LENGTH = "sequence length {0} is negative"
+LENGTH_PAST_TIME = "sequence length {0} is not below {1} (the time axis' extent plus one)"
 
 
 def reverse_sequence_reference(arrays, attrs):
     data, lengths = np.asarray(arrays[0]), np.asarray(arrays[1])
     batch_axis, time_axis = _sequence_axes(attrs)
     result = data.copy()
+    node, op = node_named(attrs, "reverse_sequence")
+    for length in lengths.tolist():
+        if length < 0:
+            raise RunCheckError(run_error_message(node, op, NEGATIVE_LENGTH, (length,)))
+        if length > data.shape[time_axis]:
+            raise RunCheckError(run_error_message(node, op, LENGTH_PAST_TIME, (length, data.shape[time_axis] + 1)))
     for batch, length in enumerate(lengths.tolist()):
-        if not 0 <= length <= data.shape[time_axis]:
-            raise IndexError(f"sequence length {length} of batch {batch} is out of range [0, {data.shape[time_axis]}]")
         picked = [slice(None)] * data.ndim
         picked[batch_axis], picked[time_axis] = batch, slice(0, length)
         reversed_ = list(picked)
@@ -589,14 +608,23 @@ def reverse_sequence_reference(arrays, attrs):
 
 def legalize_reverse_sequence(context, call: Call):
     """``out[.., b, t, ..] = data[.., b, length[b] - 1 - t, ..]`` where ``t < length[b]``,
-    ``data`` as it is elsewhere: one gather along the time axis (a length beyond the time
-    axis is clamped by the Gather, where the reference raises)."""
+    ``data`` as it is elsewhere: one gather along the time axis.  A length from data is
+    checked as onnxruntime checks it, in ``[0, time extent]``: a negative one through a
+    :class:`CheckedIndex` of extent 0 (every index fails it; it is evaluated only for a
+    negative length), one past the time axis through a CheckedIndex of extent ``T + 1``."""
     info = call.struct_info
     batch_axis, time_axis = _sequence_axes(call.attrs)
+    checked = not isinstance(call.args[1], Constant)
+    if checked:
+        negative = context.error_site(call, NEGATIVE_LENGTH)
+        past_time = context.error_site(call, LENGTH_PAST_TIME)
 
     def body(axes, buffers):
         data, lengths = buffers
         length = int32(Load(lengths, (axes[batch_axis],)))
+        if checked:
+            at_least_zero = select(length.lt(0), CheckedIndex(negative, length, IntImm(0)), length)
+            length = CheckedIndex(past_time, at_least_zero, data.shape[time_axis] + 1)
         t = IndexValue(axes[time_axis])
         source = select(t.lt(length), length - t - 1, t)
         return Gather(data, tuple(source if d == time_axis else axes[d] for d in range(len(axes))))
@@ -606,7 +634,7 @@ def legalize_reverse_sequence(context, call: Call):
 
 
 register_op("reverse_sequence", deduce=deduce_reverse_sequence, reference=reverse_sequence_reference,
-            legalize=needs_known_shapes(legalize_reverse_sequence))
+            legalize=needs_known_shapes(legalize_reverse_sequence), checks_data=True)
 
 
 # one_hot ---------------------------------------------------------------------------------------

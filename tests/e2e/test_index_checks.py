@@ -103,3 +103,36 @@ def test_scatters_refuse_an_index_past_their_axis(tmp_path: Path, backend: str) 
     with pytest.raises(RunCheckError, match=r"^node 'scatter_cells' \(ScatterElements\): index -4 is out of range for "
                                             r"axis 1 of extent 3$"):
         elements_session.run({"data": data, "k": np.array([[0], [2], [-4], [1]], np.int64), "values": values})
+
+
+def reverse_sequence_model(lengths: np.ndarray | None = None):
+    """ReverseSequence of x[4 steps, 2 in the batch, 3], lengths from data (or a constant)."""
+    node = helper.make_node("ReverseSequence", ["x", "lengths"], ["y"], name="reverse", batch_axis=1, time_axis=0)
+    inputs = [("x", [4, 2, 3])] + ([] if lengths is not None else [("lengths", TensorProto.INT64, [2])])
+    return make_model([node], inputs, ["y"], {} if lengths is None else {"lengths": lengths})
+
+
+def test_reverse_sequence_lengths_outside_the_time_axis_fail_as_onnxruntime_refuses(tmp_path: Path, backend: str) -> None:
+    """onnxruntime: "Invalid sequence length: 7. Value must be in range [0,4]"; before, the
+    kernels answered with clamped rows (7) or the data unreversed (-1)."""
+    model = reverse_sequence_model()
+    session = load_bundle(build_once(model, tmp_path / "bundle"), backend)
+    x = np.arange(24, dtype=np.float32).reshape(4, 2, 3)
+    for valid in ([4, 2], [0, 1], [3, 4]):
+        feeds = {"x": x, "lengths": np.array(valid, np.int64)}
+        (want,) = ort.InferenceSession(model.SerializeToString()).run(None, feeds)
+        np.testing.assert_array_equal(session.run(feeds)["y"], want)
+    for lengths, message in (([7, 2], "sequence length 7 is not below 5 (the time axis' extent plus one)"),
+                             ([2, -1], "sequence length -1 is negative")):
+        feeds = {"x": x, "lengths": np.array(lengths, np.int64)}
+        with pytest.raises(Exception):
+            ort.InferenceSession(model.SerializeToString()).run(None, feeds)
+        for run in (session.run, lambda f: relaxweb.run_reference(model, f)):
+            with pytest.raises(RunCheckError, match=r"^node 'reverse' \(ReverseSequence\): " + message.replace("(", r"\(")
+                               .replace(")", r"\)") + "$"):
+                run(feeds)
+
+
+def test_constant_reverse_sequence_lengths_are_checked_at_build(tmp_path: Path) -> None:
+    with pytest.raises(relaxweb.RelaxwebError, match=r"sequence length 5 is out of range \[0, 4\]"):
+        relaxweb.build(reverse_sequence_model(np.array([5, 1], np.int64)), tmp_path / "bundle")
