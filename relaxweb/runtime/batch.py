@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from relaxweb.errors import InputShapeError, RelaxwebError
+from relaxweb.errors import InputShapeError, RelaxwebError, RunCheckError
 from relaxweb.runtime.host import Dispatch
 from relaxweb.runtime.profile import evaluate_tree, params_fields
 
@@ -97,10 +97,13 @@ def one_by_one_reason(manifest: Mapping[str, Any], inputs: Sequence[Mapping[str,
 
 
 def instance_error(index: int, error: Exception) -> RelaxwebError:
-    """``error`` (an input check or the host module's refusal) for instance ``index`` of a
-    batch: the same class, the message prefixed with the instance."""
+    """``error`` (an input check, the host module's refusal or a kernel's check) for instance
+    ``index`` of a batch: the same class, the message prefixed with the instance."""
     message = f"instance {index} of the batch: {error}"
-    return InputShapeError(message) if isinstance(error, InputShapeError) else RelaxwebError(message)
+    for kind in (InputShapeError, RunCheckError):
+        if isinstance(error, kind):
+            return kind(message)
+    return RelaxwebError(message)
 
 
 def aligned(byte_size: int) -> int:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-from relaxweb.errors import RelaxwebError
+from relaxweb.errors import RelaxwebError, RunCheckError
 from relaxweb.runtime.batch import (
     ONE_BY_ONE, RAGGED, BatchReport, ElementCounts, RaggedDispatch, instance_error, plan_round,
 )
@@ -228,10 +228,25 @@ class HostProgramDriver:
         batch = self.backend.ragged_batch()
         try:
             readbacks = self.run_batch_rounds(batch, instances, report)
+            return batch.read_batch_outputs(readbacks), report
+        except RunCheckError as error:
+            batch.release_batch()
+            raise self.instance_of_check(instances, error) from None
         except BaseException:
             batch.release_batch()
             raise
-        return batch.read_batch_outputs(readbacks), report
+
+    def instance_of_check(self, instances: Sequence[Mapping[str, Any]], error: RunCheckError) -> RelaxwebError:
+        """The error of a kernel's check in a ragged batch, naming the instance: the run status
+        holds the node and the values but not which instance's rows failed, so the instances
+        run again one at a time until one fails (an error path only); ``error`` itself if none
+        does alone."""
+        for index, inputs in enumerate(instances):
+            try:
+                self.run(inputs)
+            except RunCheckError as own:
+                return instance_error(index, own)
+        return error
 
     def run_one_by_one(self, instances: Sequence[Mapping[str, Any]], report: BatchReport) -> list[dict[str, Any]]:
         """Each instance in a run of its own (its errors name it), its dispatches and rounds

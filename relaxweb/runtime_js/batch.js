@@ -11,6 +11,7 @@
 // count. The rounds themselves are the driver's (driver.js, runBatchRounds).
 
 import { InputShapeError } from "./host.js";
+import { RunCheckError } from "./run_status.js";
 import { evaluateTree } from "./profile.js";
 
 /** Instances one ragged dispatch serves (wgsl/ragged.MAX_INSTANCES, the batch table's length). */
@@ -82,8 +83,9 @@ function isArray(value) {
 }
 
 /**
- * `error` (an input check or the host module's refusal) for instance `index` of a batch: the
- * same class (InputShapeError, else Error), the message prefixed with the instance.
+ * `error` (an input check, the host module's refusal or a kernel's check) for instance `index`
+ * of a batch: the same class (InputShapeError, RunCheckError, else Error), the message
+ * prefixed with the instance.
  * @param {number} index @param {any} error @returns {Error}
  */
 export function instanceError(index, error) {
@@ -91,6 +93,7 @@ export function instanceError(index, error) {
   if (error instanceof InputShapeError || error?.name === "InputShapeError") {
     return new InputShapeError(message, { code: error.code, value: error.value, expected: error.expected });
   }
+  if (error instanceof RunCheckError) return new RunCheckError(message);
   return new Error(message);
 }
 

@@ -16,6 +16,7 @@
 import { ONE_BY_ONE, RAGGED, ElementCounts, addElements, instanceError, planRound } from "./batch.js";
 import { dispatchesOf, finished, readOf, resumes } from "./host_session.js";
 import { summarize } from "./profile.js";
+import { RunCheckError } from "./run_status.js";
 
 /**
  * @typedef {import("./host_session.js").HostStep} HostStep
@@ -231,9 +232,32 @@ export class HostProgramDriver {
     });
     /** @type {BatchReport} */
     const report = { mode: RAGGED, reason: "", instances: instances.length, dispatches: 0, rounds: 0, elements: 0, varValues: [] };
-    const readbacks = await this.inTurn(() => this.runBatchRounds(batch, runs, report));
-    this.lastBatch = report;
-    return batch.readBatchOutputs(readbacks);
+    try {
+      const readbacks = await this.inTurn(() => this.runBatchRounds(batch, runs, report));
+      this.lastBatch = report;
+      return await batch.readBatchOutputs(readbacks);
+    } catch (error) {
+      if (error instanceof RunCheckError) throw await this.instanceOfCheck(instances, error);
+      throw error;
+    }
+  }
+
+  /**
+   * The error of a kernel's check in a ragged batch, naming the instance: the run status holds
+   * the node and the values but not which instance's rows failed, so the instances run again
+   * one at a time until one fails (an error path only); `error` itself if none does alone.
+   * @param {Record<string, any>[]} instances @param {RunCheckError} error @returns {Promise<Error>}
+   */
+  async instanceOfCheck(instances, error) {
+    for (const [k, inputs] of instances.entries()) {
+      try {
+        await this.run(inputs);
+      } catch (own) {
+        if (own instanceof RunCheckError) return instanceError(k, own);
+        throw own;
+      }
+    }
+    return error;
   }
 
   /**

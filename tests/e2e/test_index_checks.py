@@ -136,3 +136,21 @@ def test_reverse_sequence_lengths_outside_the_time_axis_fail_as_onnxruntime_refu
 def test_constant_reverse_sequence_lengths_are_checked_at_build(tmp_path: Path) -> None:
     with pytest.raises(relaxweb.RelaxwebError, match=r"sequence length 5 is out of range \[0, 4\]"):
         relaxweb.build(reverse_sequence_model(np.array([5, 1], np.int64)), tmp_path / "bundle")
+
+
+def test_an_index_error_in_a_batch_names_the_instance(tmp_path: Path, backend: str) -> None:
+    """A ragged batch (WebGPU) merges the instances' rows, so the status cannot say whose index
+    failed: the instances run again one at a time to name it (wasm runs them one at a time)."""
+    table = np.random.default_rng(0).standard_normal((1000, 8)).astype(np.float32)
+    model = make_model([helper.make_node("Gather", ["table", "ids"], ["embedded"], name="embed_tokens")],
+                       [("ids", TensorProto.INT64, ["b", "s"])], ["embedded"], {"table": table})
+    session = load_bundle(build_once(model, tmp_path / "bundle"), backend)
+    good = [{"ids": np.array([[1, 2, 3]], np.int64)}, {"ids": np.array([[7]], np.int64)}]
+    bad = {"ids": np.array([[4, 5000]], np.int64)}
+    with pytest.raises(RunCheckError, match=r"^instance 1 of the batch: node 'embed_tokens' \(Gather\): index 5000 is "
+                                            r"out of range for axis 0 of extent 1000$"):
+        session.run_batch([good[0], bad, good[1]])
+    outputs = session.run_batch(good)  # the session runs on
+    for inputs, output in zip(good, outputs):
+        np.testing.assert_array_equal(output["embedded"], table[inputs["ids"]])
+    assert session.last_batch.mode == ("ragged" if backend == "webgpu" else "one by one")

@@ -194,3 +194,22 @@ def test_batches_after_a_refused_instance_and_at_once_give_each_its_outputs(if_b
         expected = onnxruntime_outputs(model, {"x": x})
         assert_close(np.array(y, np.float32).reshape(expected[0].shape), expected[0])
         assert_close(np.array(second, np.float32).reshape(expected[1].shape), expected[1])
+
+
+@pytest.mark.parametrize("backend", ["webgpu", "wasm"])
+def test_an_index_error_in_a_batch_names_the_instance(tmp_path: Path, backend: str) -> None:
+    """As in Python (tests/e2e/test_index_checks.py): a ragged batch's run status does not say
+    whose index failed, so the instances run again one at a time to name it."""
+    from onnx import TensorProto
+
+    from relaxweb.errors import RelaxwebError
+
+    table = np.random.default_rng(0).standard_normal((1000, 8)).astype(np.float32)
+    model = make_model([helper.make_node("Gather", ["table", "ids"], ["embedded"], name="embed_tokens")],
+                       [("ids", TensorProto.INT64, ["b", "s"])], ["embedded"], {"table": table})
+    bundle = relaxweb.build(model, tmp_path / "bundle").path
+    instances = [{"ids": np.array([[1, 2, 3]], np.int64)}, {"ids": np.array([[4, 5000]], np.int64)},
+                 {"ids": np.array([[7]], np.int64)}]
+    with pytest.raises(RelaxwebError, match=r": RunCheckError: instance 1 of the batch: node 'embed_tokens' \(Gather\): "
+                                            r"index 5000 is out of range for axis 0 of extent 1000$"):
+        run_batch_in_browser(bundle, instances, load_options={"backend": backend})
