@@ -268,7 +268,7 @@ export class WasmBackend {
     } catch (error) {
       throw new Error(`the bundle's kernels.wasm does not compile here: ${/** @type {Error} */ (error).message}`);
     }
-    const clock = new KernelClock(timeoutMs);
+    const clock = new KernelClock();
     const imports = shared ? { env: { memory } } : { env: { memory }, [DEADLINE_IMPORT[0]]: { [DEADLINE_IMPORT[1]]: clock.deadline } };
     const instance = await WebAssembly.instantiate(module, imports);
     const backend = new WasmBackend(manifest, memory, instance, count);
@@ -308,7 +308,7 @@ export class WasmBackend {
     /** @type {WorkerPool|null} */
     this.pool = null;
     /** The deadline of the kernel call running on the page's thread (no pool). */
-    this.clock = new KernelClock(KERNEL_TIMEOUT_MS);
+    this.clock = new KernelClock();
     this.top = RESERVED_BYTES; // the end of the last region allocated
     this.paramsBase = 0;
     /** @type {number[]} */
@@ -590,7 +590,7 @@ export class WasmBackend {
     const { main, units: unitsOf } = this.kernelFunctions[site.kernel];
     const params = this.paramsBase + site.params_offset;
     const addresses = this.siteAddresses[callSite] ?? this.addressesOf(callSite);
-    this.clock.start();
+    this.clock.start(this.kernelTimeoutMs);
     try {
       const units = unitsOf(params);
       if (units > 0) main(params, 0, units, this.scratchAddresses[0], ...addresses);
@@ -732,10 +732,9 @@ export class KernelDeadlineError extends Error {}
  * once the call is past its deadline and otherwise gives more fuel.
  */
 export class KernelClock {
-  /** @param {number} timeoutMs */
-  constructor(timeoutMs) {
-    this.timeoutMs = timeoutMs;
+  constructor() {
     this.endsAt = Infinity;
+    this.timeoutMs = Infinity;
     this.deadline = () => {
       if (performance.now() <= this.endsAt) return FUEL_REFILL;
       throw new KernelDeadlineError(`a kernel call ran for more than ${this.timeoutMs / 1000} s and was stopped (the bundle's ` +
@@ -744,9 +743,10 @@ export class KernelClock {
     };
   }
 
-  /** A kernel call starts now. */
-  start() {
-    this.endsAt = performance.now() + this.timeoutMs;
+  /** A kernel call starts now, to run at most `timeoutMs`. @param {number} timeoutMs */
+  start(timeoutMs) {
+    this.timeoutMs = timeoutMs;
+    this.endsAt = performance.now() + timeoutMs;
   }
 }
 

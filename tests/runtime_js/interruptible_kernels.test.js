@@ -31,20 +31,20 @@ function assemble(wat) {
 }
 
 /**
- * The module rewritten and instantiated with a clock of `timeoutMs`; its exports and the clock.
+ * The module rewritten and instantiated with a clock; its exports and how to start a call of at most `timeoutMs`.
  * @param {string} wat @param {number} timeoutMs
  */
 async function interruptible(wat, timeoutMs) {
   const memory = new WebAssembly.Memory({ initial: 1, maximum: 65536 });
-  const clock = new KernelClock(timeoutMs);
+  const clock = new KernelClock();
   const { instance } = await WebAssembly.instantiate(interruptibleKernels(assemble(wat)), { env: { memory }, relaxweb: { deadline: clock.deadline } });
-  return { exports: /** @type {any} */ (instance.exports), clock };
+  return { exports: /** @type {any} */ (instance.exports), start: () => clock.start(timeoutMs) };
 }
 
-/** Call `f` with the clock started: [what it threw, ms it took]. @param {KernelClock} clock @param {() => unknown} f */
-function timed(clock, f) {
+/** Call `f` with the clock started (`start`): [what it threw, ms it took]. @param {() => void} start @param {() => unknown} f */
+function timed(start, f) {
   const started = performance.now();
-  clock.start();
+  start();
   try {
     f();
     return [null, performance.now() - started];
@@ -64,9 +64,9 @@ const FOREVER = {
 
 for (const [shape, loop] of Object.entries(FOREVER)) {
   test(`a loop that never ends is stopped at its deadline: one that ${shape}`, async () => {
-    const { exports, clock } = await interruptible(`(module (import "env" "memory" (memory 1 65536))
+    const { exports, start } = await interruptible(`(module (import "env" "memory" (memory 1 65536))
       (func (export "k0") (param i32) ${loop}))`, 200);
-    const [error, ms] = timed(clock, () => exports.k0(1));
+    const [error, ms] = timed(start, () => exports.k0(1));
     assert.ok(error instanceof KernelDeadlineError, String(error));
     assert.match(error.message, /^a kernel call ran for more than 0.2 s and was stopped \(the bundle's kernels.wasm loops/);
     assert.ok(ms >= 200 && ms < 3000, String(ms));
@@ -75,26 +75,26 @@ for (const [shape, loop] of Object.entries(FOREVER)) {
 
 test("a tree of calls with no loop (2^40 calls) is stopped: a function that calls spends fuel on entry", async () => {
   const levels = Array.from({ length: 40 }, (_, i) => `(func $f${i} (call $f${i + 1}) (call $f${i + 1}))`).join("\n");
-  const { exports, clock } = await interruptible(`(module (import "env" "memory" (memory 1 65536))
+  const { exports, start } = await interruptible(`(module (import "env" "memory" (memory 1 65536))
     ${levels} (func $f40) (export "k0" (func $f0)))`, 200);
-  const [error, ms] = timed(clock, () => exports.k0());
+  const [error, ms] = timed(start, () => exports.k0());
   assert.ok(error instanceof KernelDeadlineError, String(error));
   assert.ok(ms < 3000, String(ms));
 });
 
 test("bulk memory in a loop is charged by the bytes it moves", async () => {
   // 16 pages filled and copied per iteration: about 2 MiB of fuel an iteration, so the clock is asked every iteration
-  const { exports, clock } = await interruptible(`(module (import "env" "memory" (memory 1 65536))
+  const { exports, start } = await interruptible(`(module (import "env" "memory" (memory 1 65536))
     (func (export "k0") (drop (memory.grow (i32.const 16)))
       (loop $forever (memory.fill (i32.const 0) (i32.const 7) (i32.const 1048576))
                      (memory.copy (i32.const 0) (i32.const 65536) (i32.const 1048576)) (br $forever))))`, 200);
-  const [error, ms] = timed(clock, () => exports.k0());
+  const [error, ms] = timed(start, () => exports.k0());
   assert.ok(error instanceof KernelDeadlineError, String(error));
   assert.ok(ms < 3000, String(ms));
 });
 
 test("what a rewritten module computes is unchanged: loops, calls (renumbered), locals and a bulk copy", async () => {
-  const { exports, clock } = await interruptible(`(module (import "env" "memory" (memory 1 65536))
+  const { exports, start } = await interruptible(`(module (import "env" "memory" (memory 1 65536))
     (func $square (param f32) (result f32) (f32.mul (local.get 0) (local.get 0)))
     (func (export "sum_of_squares") (param $n i32) (result f32) (local $i i32) (local $total f32)
       (i32.store (i32.const 0) (i32.const 3))
@@ -112,7 +112,7 @@ test("what a rewritten module computes is unchanged: loops, calls (renumbered), 
         (local.set $i (i32.add (local.get $i) (i32.const 1)))
         (br $rows)))
       (i32.add (i32.mul (local.get $i) (i32.const 1000)) (local.get $j))))`, 1000);
-  clock.start();
+  start();
   assert.equal(exports.sum_of_squares(4), 0 + 1 + 4 + 9 + 3);
   assert.equal(exports.sum_of_squares(3_000_000) > 0, true); // past several refills of fuel, within the deadline
   assert.equal(exports.count_to(5000), 5_001_000); // 5 million iterations of an inner loop: refills on the way
