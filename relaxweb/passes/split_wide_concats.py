@@ -44,8 +44,8 @@ def split_wide_concats(module: IRModule) -> IRModule:
 
 class WideCallSplitter(ExprMutator):
     """What a pass that splits calls too wide for one kernel needs (this one and
-    ``split_wide_einsums``): the bindings a kernel gives arguments, and a part bound before
-    the call it is split from."""
+    ``split_wide_einsums``): the bindings a kernel gives arguments, the runs of arguments
+    that fit one kernel, and a part bound before the call it is split from."""
 
     def __init__(self, function: Function) -> None:
         super().__init__()
@@ -56,6 +56,19 @@ class WideCallSplitter(ExprMutator):
         """The storage bindings a kernel gives ``args``: one each, a constant above the split
         size one per part."""
         return argument_bindings(args, self.split_bytes)
+
+    def _runs(self, args: list[Expr]) -> list[list[Expr]]:
+        """Consecutive runs of ``args``, each as long as one kernel can bind."""
+        runs: list[list[Expr]] = []
+        used = ARGUMENT_BINDINGS  # start a new run at the first argument
+        for arg in args:
+            needed = self._bindings([arg])
+            if used + needed > ARGUMENT_BINDINGS:
+                runs.append([])
+                used = 0
+            runs[-1].append(arg)
+            used += needed
+        return runs
 
     def _emit_part(self, result: Var, part: Call) -> Var:
         """``part`` bound to a new variable named after ``result`` (``y_part``, ``y_part1``)."""
@@ -81,16 +94,3 @@ class _Splitter(WideCallSplitter):
             args = [run[0] if len(run) == 1 else self._emit_part(binding.var, call_op("concat", *run, **value.attrs))
                     for run in runs]
         self.emit_binding(VarBinding(self.visit_var_def(binding.var), call_op("concat", *args, **value.attrs)))
-
-    def _runs(self, args: list[Expr]) -> list[list[Expr]]:
-        """Consecutive runs of ``args``, each as long as one kernel can bind."""
-        runs: list[list[Expr]] = []
-        used = ARGUMENT_BINDINGS  # start a new run at the first argument
-        for arg in args:
-            needed = self._bindings([arg])
-            if used + needed > ARGUMENT_BINDINGS:
-                runs.append([])
-                used = 0
-            runs[-1].append(arg)
-            used += needed
-        return runs

@@ -22,7 +22,7 @@ bundle writer to refuse by name.  The pass runs next to ``split_wide_concats``, 
 
 from __future__ import annotations
 
-from ..ir.expr import Call, Expr, Function, VarBinding
+from ..ir.expr import Call, Function, VarBinding
 from ..ir.launch import MAX_STORAGE_BINDINGS
 from ..ir.module import IRModule
 from ..ir.struct_info import TensorStructInfo
@@ -53,7 +53,7 @@ class _Splitter(WideCallSplitter):
         operands, output = terms
         args = [self.visit_expr(arg) for arg in value.args]
         while self._bindings(args) > ARGUMENT_BINDINGS:
-            count = self._leading_fit(args)
+            count = len(self._runs(args)[0])
             if count < 2:
                 break  # the first two operands do not fit one kernel: the bundle writer names the weights
             later = operands[count:]
@@ -64,12 +64,6 @@ class _Splitter(WideCallSplitter):
         equation = f"{','.join(operands)}->{output}"
         self.emit_binding(VarBinding(self.visit_var_def(binding.var), call_op("einsum", *args, equation=equation)))
 
-    def _leading_fit(self, args: list[Expr]) -> int:
-        """How many of the leading ``args`` one kernel can bind."""
-        count = 0
-        while count < len(args) and self._bindings(args[:count + 1]) <= ARGUMENT_BINDINGS:
-            count += 1
-        return count
 
 
 def _terms(call: Call) -> tuple[list[str], str] | None:
