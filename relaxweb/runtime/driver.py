@@ -239,13 +239,12 @@ class HostProgramDriver:
     def instance_of_check(self, instances: Sequence[Mapping[str, Any]], error: RunCheckError) -> RelaxwebError:
         """The error of a kernel's check in a ragged batch, naming the instance: the run status
         holds the node and the values but not which instance's rows failed, so the instances
-        run again one at a time until one fails (an error path only); ``error`` itself if none
-        does alone."""
-        for index, inputs in enumerate(instances):
-            try:
-                self.run(inputs)
-            except RunCheckError as own:
-                return instance_error(index, own)
+        run again one at a time (``run_one_by_one``, whose errors name the instance) until one
+        fails (an error path only); ``error`` itself if none does alone."""
+        try:
+            self.run_one_by_one(instances, BatchReport(instances=len(instances)))
+        except RunCheckError as named:
+            return named
         return error
 
     def run_one_by_one(self, instances: Sequence[Mapping[str, Any]], report: BatchReport) -> list[dict[str, Any]]:

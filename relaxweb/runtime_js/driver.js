@@ -245,17 +245,16 @@ export class HostProgramDriver {
   /**
    * The error of a kernel's check in a ragged batch, naming the instance: the run status holds
    * the node and the values but not which instance's rows failed, so the instances run again
-   * one at a time until one fails (an error path only); `error` itself if none does alone.
+   * one at a time (runOneByOne, whose errors name the instance) until one fails (an error path
+   * only); `error` itself if none does alone.
    * @param {Record<string, any>[]} instances @param {RunCheckError} error @returns {Promise<Error>}
    */
   async instanceOfCheck(instances, error) {
-    for (const [k, inputs] of instances.entries()) {
-      try {
-        await this.run(inputs);
-      } catch (own) {
-        if (own instanceof RunCheckError) return instanceError(k, own);
-        throw own;
-      }
+    try {
+      await this.runOneByOne(instances, "a kernel's check failed in the merged batch: the instances ran again one by one");
+    } catch (named) {
+      if (named instanceof RunCheckError) return named;
+      throw named;
     }
     return error;
   }
