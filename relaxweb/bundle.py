@@ -46,7 +46,8 @@ from .wgsl.ragged import ragged_source
 
 FORMAT = "relaxweb-bundle"
 # 2: the manifest's ``dtypes`` table replaced each tensor's ``device_dtype``.
-VERSION = 2
+# 3: each ``dtypes`` entry says its form in kernels.wasm (``wasm_dtype``, ``wasm_bytes``: int64 is int64 there).
+VERSION = 3
 SHARD_BYTES = 32 * 1024 * 1024
 RUNTIME_JS = Path(__file__).parent / "runtime_js"
 KERNELS_WASM = "kernels.wasm"  # every kernel as WebAssembly SIMD functions (docs/bundle-format.md, "kernels.wasm")

@@ -12,6 +12,10 @@ bool buffers, no 8/16-bit types, and ``f16`` needs the ``shader-f16`` feature), 
     uint16, uint8, bool             uint32 (a bool as 0/1)
     uint64                          none: no GPU lowering
 
+WebAssembly has 64-bit integers, so ``kernels.wasm`` holds an int64 tensor as int64 and
+computes it exactly (:attr:`DtypeInfo.wasm_dtype`); every other dtype is held there as on the
+GPU.  Memory plans reserve the larger of the two (:attr:`DtypeInfo.storage_bytes`).
+
 Annotations, tensor programs, memory planning, the WGSL backend and the bundle writer read
 these facts from here; the bundle writes the entries its tensors use into its manifest
 (:meth:`DtypeInfo.manifest_entry`), and both runtimes convert inputs and outputs by them.
@@ -43,13 +47,15 @@ class DtypeInfo:
     """The facts of one dtype.
 
     ``bytes`` is the size of an element in the model (numpy's itemsize); ``device_dtype`` is
-    the dtype a tensor of this dtype has in GPU memory, None where the GPU has none.
+    the dtype a tensor of this dtype has in GPU memory, None where the GPU has none;
+    ``wasm_dtype`` the one it has in ``kernels.wasm``'s memory (the device dtype unless given).
     """
 
     name: str
     bytes: int
     kind: DtypeKind
     device_dtype: str | None
+    wasm_device_dtype: str | None = None
 
     @property
     def on_gpu(self) -> bool:
@@ -71,6 +77,17 @@ class DtypeInfo:
         return self.device.bytes
 
     @property
+    def wasm_dtype(self) -> str | None:
+        """The dtype a tensor of this dtype has in ``kernels.wasm``'s memory (and computes in
+        there): int64 for int64, the device dtype for every other."""
+        return self.wasm_device_dtype or self.device_dtype
+
+    @property
+    def wasm_bytes(self) -> int:
+        """Bytes per element in ``kernels.wasm``'s memory."""
+        return DTYPES[self.wasm_dtype].bytes if self.wasm_dtype is not None else self.bytes
+
+    @property
     def compute_dtype(self) -> str:
         """The dtype kernels compute values of this dtype in: its device dtype (kernels compute
         in 32 bits), except that a bool stays a bool.  Operands of one compute dtype may be
@@ -82,7 +99,7 @@ class DtypeInfo:
         """Bytes per element a planned storage reserves: enough for the device form (a bool
         is 4 bytes on the GPU) and for the model form (the interpreter keeps an int64 as 8
         bytes; on the GPU those storages are over-allocated)."""
-        return max(self.bytes, self.device_bytes) if self.on_gpu else self.bytes
+        return max(self.bytes, self.device_bytes, self.wasm_bytes) if self.on_gpu else self.bytes
 
     @property
     def is_float(self) -> bool:
@@ -102,7 +119,7 @@ class DtypeInfo:
     def manifest_entry(self) -> dict:
         """The entry of this dtype in a bundle's ``manifest.json`` ``dtypes`` table."""
         return {"bytes": self.bytes, "kind": self.kind.value, "device_dtype": self.device_dtype,
-                "device_bytes": self.device_bytes}
+                "device_bytes": self.device_bytes, "wasm_dtype": self.wasm_dtype, "wasm_bytes": self.wasm_bytes}
 
 
 _TABLE = (
@@ -112,7 +129,7 @@ _TABLE = (
     DtypeInfo("int32", 4, DtypeKind.INT, "int32"),
     DtypeInfo("int16", 2, DtypeKind.INT, "int32"),
     DtypeInfo("int8", 1, DtypeKind.INT, "int32"),
-    DtypeInfo("int64", 8, DtypeKind.INT, "int32"),
+    DtypeInfo("int64", 8, DtypeKind.INT, "int32", "int64"),
     DtypeInfo("uint32", 4, DtypeKind.UINT, "uint32"),
     DtypeInfo("uint16", 2, DtypeKind.UINT, "uint32"),
     DtypeInfo("uint8", 1, DtypeKind.UINT, "uint32"),
