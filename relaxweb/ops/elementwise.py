@@ -216,13 +216,17 @@ def _float_mod_body(a: ScalarExpr, b: ScalarExpr, fmod: bool, entry: DtypeInfo) 
 def _integer_mod_body(a: ScalarExpr, b: ScalarExpr, fmod: bool, entry: DtypeInfo) -> ScalarExpr:
     """The remainder of the division truncated toward zero, moved into the divisor's sign
     for the floor mod of signed integers (``b`` is a checked divisor: a zero one is the run's
-    error).  Exact: computed in the 32-bit integers every integer dtype has on the device,
-    where its values fit (the quotient is cast, which truncates a float quotient in the
-    interpreter as WGSL's integer ``/`` does)."""
-    work = "int32" if entry.kind is DtypeKind.INT else "uint32"
+    error).  Exact: computed in the 32-bit integers every integer dtype but int64 has on the
+    device, where its values fit, and an int64 in int64 (exact in kernels.wasm); the quotient
+    is cast, which truncates a float quotient in the interpreter as WGSL's integer ``/`` does.
+    A divisor of -1 divides as 1 (the remainder is 0 either way, and ``INT_MIN / -1`` would
+    leave the dtype)."""
+    work = "int64" if entry.name == "int64" else "int32" if entry.kind is DtypeKind.INT else "uint32"
     a, b = cast(work, a), cast(work, b)
+    if work != "uint32":
+        b = select(b.eq(-1), _imm(1, work), b)
     remainder = a - b * Cast(work, a / b)
-    if not fmod and work == "int32":
+    if not fmod and work != "uint32":
         opposite = select(remainder.ne(0), remainder.lt(0).ne(b.lt(0)), _imm(0, "bool"))
         remainder = select(opposite, remainder + b, remainder)
     return cast(entry.name, remainder)

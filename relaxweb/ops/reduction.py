@@ -368,7 +368,7 @@ def _neutral(combiner: ReduceCombiner, dtype: str) -> FloatImm:
         return FloatImm(0 if combiner is SUM else 1, dtype)
     if dtype.startswith("float"):
         return FloatImm(-FLOAT32_MAX if combiner is MAX else FLOAT32_MAX, dtype)
-    info = np.iinfo(np.dtype("int32" if dtype == "int64" else dtype))
+    info = np.iinfo(np.dtype(dtype))  # an int64 extreme saturates to int32 on the GPU, as its values do
     return FloatImm(info.min if combiner is MAX else info.max, dtype)
 
 
