@@ -42,8 +42,10 @@ def test_the_device_dtypes_of_the_bundle_format() -> None:
         "int32": "int32", "int16": "int32", "int8": "int32", "int64": "int32",
         "uint32": "uint32", "uint16": "uint32", "uint8": "uint32", "bool": "uint32",
     }
-    assert dtype_info("int64").manifest_entry() == {"bytes": 8, "kind": "int", "device_dtype": "int32", "device_bytes": 4}
-    assert dtype_info("bool").manifest_entry() == {"bytes": 1, "kind": "bool", "device_dtype": "uint32", "device_bytes": 4}
+    assert dtype_info("int64").manifest_entry() == {"bytes": 8, "kind": "int", "device_dtype": "int32", "device_bytes": 4,
+                                                         "wasm_dtype": "int64", "wasm_bytes": 8}
+    assert dtype_info("bool").manifest_entry() == {"bytes": 1, "kind": "bool", "device_dtype": "uint32", "device_bytes": 4,
+                                                        "wasm_dtype": "uint32", "wasm_bytes": 4}
 
 
 def test_an_unknown_dtype_is_one_clear_error() -> None:
