@@ -287,3 +287,20 @@ test("a kept int64 tensor holds int64 and goes back as an input", async () => {
   assert.equal(model.stats.lastRun.inputBytesWritten, 96);
   model.dispose();
 });
+
+test("a compiled int64 Add and Mul by 5 matches onnxruntime around 2^31 and 2^40 on kernels.wasm",
+  { todo: "needs the kernels.wasm emitter computing int64 as int64 (branch int64-wasm): remove this todo once it is merged" }, async () => {
+    const folder = mkdtempSync(join(tmpdir(), "relaxweb-wasm-test-"));
+    folders.push(folder);
+    const values = ["2147483647", "2147483648", "-2147483653", "1099511627776", "-1099511627775", "3"];
+    const expectedValues = JSON.parse(python(
+      "import json, numpy as np, relaxweb; from tests.helpers import onnxruntime_outputs; " +
+      "from tests.runtime.test_wasm_int64 import int64_add_mul_model; m = int64_add_mul_model(); " +
+      `relaxweb.build(m, ${JSON.stringify(folder)}); x = np.array([${values.join(", ")}], np.int64); ` +
+      "print(json.dumps([str(v) for v in onnxruntime_outputs(m, {'x': x})[0].tolist()]))"));
+    const model = await loadWasmModel(folder);
+    const x = BigInt64Array.from(values, BigInt);
+    const { y } = await model.run({ x: { data: x, shape: [x.length] } });
+    assert.deepEqual(Array.from(y.data, String), expectedValues);
+    model.dispose();
+  });
