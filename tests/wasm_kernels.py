@@ -21,7 +21,7 @@ def _aligned(value: int, alignment: int = 16) -> int:
 
 def run_wasm_kernel(wasm: bytes, index: int, inputs: Sequence[np.ndarray], output: np.ndarray,
                     params: Sequence[int], *, scratch_bytes: int = 0, ranges: int = 3) -> np.ndarray:
-    """Kernel ``index`` of ``wasm`` on ``inputs`` (device dtypes: float32 / int32 / uint32),
+    """Kernel ``index`` of ``wasm`` on ``inputs`` (wasm dtypes: float32 / int32 / uint32 / int64),
     writing into a copy of ``output`` (its initial contents matter to in-place kernels);
     ``params`` are the params block's i32 fields (element_count, then the size variables).
     Returns the output after the call; the units are run as ``ranges`` ranges, last first."""
@@ -29,7 +29,7 @@ def run_wasm_kernel(wasm: bytes, index: int, inputs: Sequence[np.ndarray], outpu
     store = wasmtime.Store(engine)
     arrays = [np.ascontiguousarray(a) for a in (*inputs, output)]
     for array in arrays:
-        assert array.dtype.itemsize == 4, f"device dtypes are 4 bytes, got {array.dtype}"
+        assert array.dtype.itemsize == 4 or array.dtype == np.int64, f"wasm dtypes are 4 bytes or int64, got {array.dtype}"
     address = RESERVED
     params_address = address
     block = np.zeros(max(4, -(-len(params) // 4) * 4), np.int32)

@@ -43,21 +43,50 @@ from ..ir.tir import (
 STATUS_ADDRESS = "<run status>"
 
 # A value's class decides its instructions: "f" a float (f32), "s" a signed integer, "u" an
-# unsigned integer or a bool (both i32 in wasm; a bool is 0 or 1).
-FLOAT, SIGNED, UNSIGNED = "f", "s", "u"
+# unsigned integer or a bool (both i32 in wasm; a bool is 0 or 1), "l" an int64 (i64: wasm
+# computes int64 exactly, ``relaxweb/ir/dtype.py``).
+FLOAT, SIGNED, UNSIGNED, LONG = "f", "s", "u", "l"
+#: The wasm value type of each class.
+CLASS_TYPES = {FLOAT: "f32", SIGNED: "i32", UNSIGNED: "i32", LONG: "i64"}
 
 
 def value_class(dtype: str) -> str:
-    """The class of a value of ``dtype`` in registers (its device dtype's; a bool is unsigned)."""
+    """The class of a value of ``dtype`` in registers (its wasm dtype's; a bool is unsigned)."""
     info = dtype_info(dtype)
     if info.is_float:
         return FLOAT
+    if info.wasm_dtype == "int64":
+        return LONG
     return SIGNED if info.kind is DtypeKind.INT else UNSIGNED
 
 
 def wasm_type(dtype: str) -> str:
-    """The wasm value type of ``dtype`` in registers and in buffers: f32 or i32."""
-    return "f32" if dtype_info(dtype).is_float else "i32"
+    """The wasm value type of ``dtype`` in registers and in buffers: f32, i32 or i64."""
+    return CLASS_TYPES[value_class(dtype)]
+
+
+def element_shift(dtype: str) -> int:
+    """log2 of the bytes an element of ``dtype`` takes in kernels.wasm's memory (2, or 3 for int64)."""
+    return dtype_info(dtype).wasm_bytes.bit_length() - 1
+
+
+def joined_class(a: str, b: str) -> str:
+    """The class two integer operands of one op are computed in: an int64 with an i32 integer
+    is computed in i64 (the IR lets int32 and int64 meet: both are int32 on the GPU); any
+    other pair is of one class."""
+    return LONG if LONG in (a, b) and {a, b} <= {LONG, SIGNED} else a
+
+
+def coerce(value: str, source: str, target: str) -> str:
+    """``value`` of class ``source`` as one of class ``target`` where the two are an int64 and
+    an i32 integer: sign-extended, or wrapped to its low 32 bits (numpy's astype)."""
+    if source == target:
+        return value
+    if target == LONG and source in (SIGNED, UNSIGNED):
+        return f"(i64.extend_i32_{'s' if source == SIGNED else 'u'} {value})"
+    if source == LONG and target in (SIGNED, UNSIGNED):
+        return f"(i32.wrap_i64 {value})"
+    return value
 
 
 def _op(instruction: str) -> Callable[..., str]:
@@ -69,12 +98,13 @@ def _call(function: str) -> Callable[..., str]:
     return lambda *operands: f"(call ${function} {' '.join(operands)})"
 
 
-def _per_class(f: str | None, s: str | None, u: str | None = None) -> dict[str, Callable[..., str]]:
+def _per_class(f: str | None, s: str | None, u: str | None = None,
+               long: str | None = None) -> dict[str, Callable[..., str]]:
     """One rendering per value class from instruction names (``call $x`` for a function):
     ``f`` for floats, ``s`` for signed integers, ``u`` for unsigned ones and bools (``s``'s
-    when not given); None where the op takes no such values."""
+    when not given), ``long`` for int64; None where the op takes no such values."""
     table = {}
-    for cls, name in ((FLOAT, f), (SIGNED, s), (UNSIGNED, s if u is None else u)):
+    for cls, name in ((FLOAT, f), (SIGNED, s), (UNSIGNED, s if u is None else u), (LONG, long)):
         if name is not None:
             table[cls] = _call(name[6:]) if name.startswith("call $") else _op(name)
     return table
@@ -83,20 +113,24 @@ def _per_class(f: str | None, s: str | None, u: str | None = None) -> dict[str, 
 # How each op of the scalar IR is written in WAT, by value class, from its operands' text.
 # tests/cpu/test_cpu_kernels.py checks that every member of each enum has an entry.
 BINARY_RENDERINGS: dict[BinaryOp, dict[str, Callable[[str, str], str]]] = {
-    BinaryOp.ADD: _per_class("f32.add", "i32.add"),
-    BinaryOp.SUBTRACT: _per_class("f32.sub", "i32.sub"),
-    BinaryOp.MULTIPLY: _per_class("f32.mul", "i32.mul"),
-    BinaryOp.DIVIDE: _per_class("f32.div", "call $div_s_i32", "call $div_u32"),  # never traps (HELPER_FUNCTIONS)
-    BinaryOp.MAXIMUM: _per_class("f32.max", "call $max_s_i32", "call $max_u32"),  # f32.max propagates NaN
-    BinaryOp.MINIMUM: _per_class("f32.min", "call $min_s_i32", "call $min_u32"),
+    BinaryOp.ADD: _per_class("f32.add", "i32.add", long="i64.add"),
+    BinaryOp.SUBTRACT: _per_class("f32.sub", "i32.sub", long="i64.sub"),
+    BinaryOp.MULTIPLY: _per_class("f32.mul", "i32.mul", long="i64.mul"),
+    # never traps (HELPER_FUNCTIONS)
+    BinaryOp.DIVIDE: _per_class("f32.div", "call $div_s_i32", "call $div_u32", long="call $div_s_i64"),
+    # f32.max propagates NaN
+    BinaryOp.MAXIMUM: _per_class("f32.max", "call $max_s_i32", "call $max_u32", long="call $max_s_i64"),
+    BinaryOp.MINIMUM: _per_class("f32.min", "call $min_s_i32", "call $min_u32", long="call $min_s_i64"),
     BinaryOp.POWER: _per_class("call $pow_f32", None, None),
-    BinaryOp.BITWISE_AND: _per_class(None, "i32.and"),
-    BinaryOp.BITWISE_OR: _per_class(None, "i32.or"),
-    BinaryOp.BITWISE_XOR: _per_class(None, "i32.xor"),
-    BinaryOp.SHIFT_RIGHT: _per_class(None, "i32.shr_s", "i32.shr_u"),  # the amount modulo 32, as WGSL
+    BinaryOp.BITWISE_AND: _per_class(None, "i32.and", long="i64.and"),
+    BinaryOp.BITWISE_OR: _per_class(None, "i32.or", long="i64.or"),
+    BinaryOp.BITWISE_XOR: _per_class(None, "i32.xor", long="i64.xor"),
+    # the amount modulo 32 (64 for an int64), as WGSL
+    BinaryOp.SHIFT_RIGHT: _per_class(None, "i32.shr_s", "i32.shr_u", long="i64.shr_s"),
 }
 UNARY_RENDERINGS: dict[UnaryOp, dict[str, Callable[[str], str]]] = {
-    UnaryOp.NEGATIVE: {FLOAT: _op("f32.neg"), SIGNED: lambda a: f"(i32.sub (i32.const 0) {a})"},
+    UnaryOp.NEGATIVE: {FLOAT: _op("f32.neg"), SIGNED: lambda a: f"(i32.sub (i32.const 0) {a})",
+                       LONG: lambda a: f"(i64.sub (i64.const 0) {a})"},
     # a NaN's exponent is all ones and its mantissa not zero (whatever the sign)
     UnaryOp.IS_NAN: {FLOAT: lambda a: f"(i32.gt_u (i32.and (i32.reinterpret_f32 {a}) (i32.const 0x7fffffff)) "
                                       f"(i32.const 0x7f800000))"},
@@ -115,12 +149,12 @@ UNARY_RENDERINGS: dict[UnaryOp, dict[str, Callable[[str], str]]] = {
     )},
 }
 COMPARE_RENDERINGS: dict[CompareOp, dict[str, Callable[[str, str], str]]] = {
-    CompareOp.LT: _per_class("f32.lt", "i32.lt_s", "i32.lt_u"),
-    CompareOp.LE: _per_class("f32.le", "i32.le_s", "i32.le_u"),
-    CompareOp.GT: _per_class("f32.gt", "i32.gt_s", "i32.gt_u"),
-    CompareOp.GE: _per_class("f32.ge", "i32.ge_s", "i32.ge_u"),
-    CompareOp.EQ: _per_class("f32.eq", "i32.eq"),
-    CompareOp.NE: _per_class("f32.ne", "i32.ne"),
+    CompareOp.LT: _per_class("f32.lt", "i32.lt_s", "i32.lt_u", long="i64.lt_s"),
+    CompareOp.LE: _per_class("f32.le", "i32.le_s", "i32.le_u", long="i64.le_s"),
+    CompareOp.GT: _per_class("f32.gt", "i32.gt_s", "i32.gt_u", long="i64.gt_s"),
+    CompareOp.GE: _per_class("f32.ge", "i32.ge_s", "i32.ge_u", long="i64.ge_s"),
+    CompareOp.EQ: _per_class("f32.eq", "i32.eq", long="i64.eq"),
+    CompareOp.NE: _per_class("f32.ne", "i32.ne", long="i64.ne"),
 }
 # accumulator, value -> the accumulator combined with the value
 COMBINER_RENDERINGS: dict[ReduceCombiner, dict[str, Callable[[str, str], str]]] = {
@@ -192,7 +226,8 @@ def rendering(table: dict, op, cls: str | None = None):
     if entry is not None and cls is not None:
         entry = entry.get(cls)
     if entry is None:
-        kind = {FLOAT: " on floats", SIGNED: " on signed integers", UNSIGNED: " on unsigned integers or bools"}
+        kind = {FLOAT: " on floats", SIGNED: " on signed integers", UNSIGNED: " on unsigned integers or bools",
+                LONG: " on int64"}
         raise NotImplementedError(
             f"the WebAssembly backend has no rendering of {type(op).__name__}.{op.name}{kind.get(cls, '')}")
     return entry
@@ -241,6 +276,45 @@ HELPER_FUNCTIONS: dict[str, str] = {
   (select (local.get $a) (local.get $b) ({compare} (local.get $a) (local.get $b))))"""
        for name, compare_name in (("max", "gt"), ("min", "lt"))
        for suffix, compare in (("s_i32", f"i32.{compare_name}_s"), ("u32", f"i32.{compare_name}_u"))},
+    "div_s_i64": """\
+;; a / b on int64 as on i32: truncates; a / 0 is a, INT64_MIN / -1 is INT64_MIN (no trap)
+(func $div_s_i64 (param $a i64) (param $b i64) (result i64)
+  (if (result i64) (i32.or (i64.eqz (local.get $b))
+                           (i32.and (i64.eq (local.get $a) (i64.const 0x8000000000000000))
+                                    (i64.eq (local.get $b) (i64.const -1))))
+    (then (local.get $a))
+    (else (i64.div_s (local.get $a) (local.get $b)))))""",
+    **{f"{name}_s_i64": f"""\
+(func ${name}_s_i64 (param $a i64) (param $b i64) (result i64)
+  (select (local.get $a) (local.get $b) (i64.{compare}_s (local.get $a) (local.get $b))))"""
+       for name, compare in (("max", "gt"), ("min", "lt"))},
+    "clamp_index_i64": """\
+;; an int64 run-time index clamped into [0, extent - 1] (0 for an empty extent), as an i32
+(func $clamp_index_i64 (param $index i64) (param $extent i32) (result i32)
+  (i32.wrap_i64
+    (call $max_s_i64 (call $min_s_i64 (local.get $index) (i64.sub (i64.extend_i32_s (local.get $extent)) (i64.const 1)))
+                     (i64.const 0))))""",
+    "checked_index_i64": """\
+;; a checked int64 index (as $checked_index_i32): wrapped when negative; out of range it is
+;; reported (the site, the index as given saturated into i32, the extent) and clamped
+(func $checked_index_i64 (param $index i64) (param $extent i32) (param $site i32) (param $status i32) (result i32)
+  (local $wrapped i64)
+  (local $extent64 i64)
+  (local.set $extent64 (i64.extend_i32_s (local.get $extent)))
+  (local.set $wrapped (select (i64.add (local.get $index) (local.get $extent64)) (local.get $index)
+                              (i64.lt_s (local.get $index) (i64.const 0))))
+  (if (i32.and (i64.ge_s (local.get $wrapped) (i64.const 0)) (i64.lt_s (local.get $wrapped) (local.get $extent64)))
+    (then (return (i32.wrap_i64 (local.get $wrapped)))))
+  (call $report_error (local.get $site)
+        (i32.wrap_i64 (call $max_s_i64 (call $min_s_i64 (local.get $index) (i64.const 0x7fffffff))
+                                       (i64.const -0x80000000)))
+        (local.get $extent) (local.get $status))
+  (call $clamp_index_i64 (local.get $wrapped) (local.get $extent)))""",
+    "checked_divisor_i64": """\
+(func $checked_divisor_i64 (param $d i64) (param $site i32) (param $status i32) (result i64)
+  (if (result i64) (i64.eqz (local.get $d))
+    (then (call $report_check (local.get $site) (local.get $status)) (i64.const 1))
+    (else (local.get $d))))""",
     "clamp_index_i32": """\
 ;; a run-time index clamped into [0, extent - 1] (0 for an empty extent)
 (func $clamp_index_i32 (param $index i32) (param $extent i32) (result i32)
@@ -329,8 +403,7 @@ def _fit_i32(exact: str, check: tuple[str, str]) -> str:
 
 
 def literal(value: float, dtype: str) -> str:
-    """A WAT constant of ``dtype`` (in its device dtype; an int64 constant saturates to i32,
-    as on the GPU)."""
+    """A WAT constant of ``dtype`` (in its wasm dtype: an int64 constant is an exact i64)."""
     info = dtype_info(dtype)
     if not info.on_gpu:
         raise NotImplementedError(f"dtype {dtype} has no device representation")
@@ -339,6 +412,8 @@ def literal(value: float, dtype: str) -> str:
     if info.kind is DtypeKind.BOOL:
         return f"(i32.const {int(bool(value))})"
     value = int(value)
+    if value_class(dtype) == LONG:
+        return f"(i64.const {min(max(value, -2**63), 2**63 - 1)})"
     if info.kind is DtypeKind.INT and info.narrowed_on_device:
         value = min(max(value, -2**31), 2**31 - 1)
     return f"(i32.const {value})"
@@ -359,7 +434,7 @@ def reduce_identity(combiner: ReduceCombiner, dtype: str) -> str:
         return f"(f32.const {'-inf' if lowest else 'inf'})"
     if info.kind is DtypeKind.BOOL:
         return literal(not lowest, dtype)
-    bits = 8 * min(info.bytes, info.device_bytes)
+    bits = 8 * min(info.bytes, info.wasm_bytes)
     if info.kind is DtypeKind.INT:
         return literal(-2 ** (bits - 1) if lowest else 2 ** (bits - 1) - 1, dtype)
     return literal(0 if lowest else 2 ** bits - 1, dtype)
@@ -447,6 +522,8 @@ class Emitter(ScalarRenderer):
         # once where the size variables are loaded (the lines so far), not in every loop
         self.size_operations: dict[str, str] = {}
         self.size_line = len(function.lines)
+        self.buffer_dtypes = {buffer.name: buffer.dtype for buffer in (*program.inputs, program.output)}
+        self._classes: dict[ScalarExpr, str] = {}
 
     # -- scopes, axes and variables
 
@@ -486,11 +563,12 @@ class Emitter(ScalarRenderer):
         return self.size_operations[text]
 
     def address(self, buffer_name: str, offset: str) -> str:
-        """The byte address of the element at ``offset`` (i32 WAT) of a buffer."""
+        """The byte address of the element at ``offset`` (i32 WAT) of a buffer (4 bytes an
+        element, 8 for an int64 one)."""
         base = f"(local.get {self.buffers[buffer_name]})"
         if offset == "(i32.const 0)":
             return base
-        return f"(i32.add {base} (i32.shl {offset} (i32.const 2)))"
+        return f"(i32.add {base} (i32.shl {offset} (i32.const {element_shift(self.buffer_dtypes[buffer_name])})))"
 
     def element_address(self, buffer: Buffer, indices: tuple[PrimExpr, ...]) -> str:
         """The address of ``buffer[indices]`` (a negative constant offset, in a branch never
@@ -501,7 +579,54 @@ class Emitter(ScalarRenderer):
 
     def value_type(self, expr: ScalarExpr) -> str:
         """The wasm type of ``expr``'s value here (a vector emitter's are v128)."""
-        return wasm_type(expr.dtype)
+        return CLASS_TYPES[self.class_of(expr)]
+
+    def class_of(self, expr: ScalarExpr) -> str:
+        """The class ``expr``'s value is computed in: its dtype's, except that an integer op
+        with an int64 operand is computed in i64 (:func:`joined_class`), and so is a
+        reduction of such a body."""
+        known = self._classes.get(expr)
+        if known is not None:
+            return known
+        if isinstance(expr, (Binary, Select)):
+            cls = joined_class(self.class_of(expr.a), self.class_of(expr.b))
+        elif isinstance(expr, Unary) and expr.op is UnaryOp.NEGATIVE:
+            cls = self.class_of(expr.a)
+        elif isinstance(expr, Reduce):
+            cls = self.class_of(expr.body)
+        elif isinstance(expr, CheckedInteger):
+            cls = self.class_of(expr.value)
+        elif isinstance(expr, CheckedDivisor):
+            cls = self.class_of(expr.divisor)
+        else:
+            cls = value_class(expr.dtype)
+        self._classes[expr] = cls
+        return cls
+
+    def class_operation(self, table: Mapping, op, cls: str) -> Callable[..., str]:
+        """The rendering of ``op`` in ``table`` for operands of class ``cls``."""
+        return rendering(table, op, cls)
+
+    def operand(self, expr: ScalarExpr, cls: str, indent: str) -> str:
+        """The value of ``expr`` as one of class ``cls`` (:func:`coerce`)."""
+        return coerce(self.scalar(expr, indent), self.class_of(expr), cls)
+
+    def visit_binary(self, expr: Binary, indent: str) -> str:
+        cls = self.class_of(expr)
+        a, b = self.operand(expr.a, cls, indent), self.operand(expr.b, cls, indent)
+        return self.class_operation(self.binary_renderings, expr.op, cls)(a, b)
+
+    def visit_unary(self, expr: Unary, indent: str) -> str:
+        return self.class_operation(self.unary_renderings, expr.op, self.class_of(expr.a))(self.scalar(expr.a, indent))
+
+    def visit_compare(self, expr: Compare, indent: str) -> str:
+        cls = joined_class(self.class_of(expr.a), self.class_of(expr.b))
+        a, b = self.operand(expr.a, cls, indent), self.operand(expr.b, cls, indent)
+        return self.class_operation(self.compare_renderings, expr.op, cls)(a, b)
+
+    def stored(self, buffer: Buffer, expr: ScalarExpr, value: str) -> str:
+        """``value`` (of ``expr``) as an element of ``buffer`` takes it."""
+        return coerce(value, self.class_of(expr), value_class(buffer.dtype))
 
     def set_local(self, value: str, kind: str, indent: str, prefix: str = "v") -> str:
         """``value`` computed into a new local; returns the local's value."""
@@ -526,20 +651,24 @@ class Emitter(ScalarRenderer):
         return load(expr.buffer.dtype, self.gather_address(expr, indent))
 
     def visit_cast(self, expr: Cast, indent: str) -> str:
-        return cast(expr.dtype, expr.a.dtype, self.scalar(expr.a, indent))
+        return cast(expr.dtype, expr.a.dtype, self.scalar(expr.a, indent), self.class_of(expr.a))
 
     def visit_checked_index(self, expr: CheckedIndex, indent: str) -> str:
-        """A call of ``$checked_index_i32`` with the run status's address (the kernel's
-        last parameter: ``schedules/common.kernel_signature``)."""
+        """A call of ``$checked_index_i32`` (``_i64`` for an int64 index) with the run status's
+        address (the kernel's last parameter: ``schedules/common.kernel_signature``)."""
         index = self.scalar(expr.index, indent)
+        suffix = "i64" if self.class_of(expr.index) == LONG else "i32"
         status = f"(local.get {self.buffers[STATUS_ADDRESS]})"
-        return f"(call $checked_index_i32 {index} {self.index(expr.extent)} {self.index(expr.site)} {status})"
+        return f"(call $checked_index_{suffix} {index} {self.index(expr.extent)} {self.index(expr.site)} {status})"
 
     def visit_checked_integer(self, expr: CheckedInteger, indent: str) -> str:
         """The operation in i64 through ``$fit_i32`` (a division through ``$checked_div_i32``,
-        a cast through ``$checked_cast_*``); a sum or product checks every step."""
+        a cast through ``$checked_cast_*``); a sum or product checks every step.  An operation
+        computed in i64 (an int64 one) is exact here: it is only computed."""
         operation, check = expr.value, (self.index(expr.site), f"(local.get {self.buffers[STATUS_ADDRESS]})")
         name = checked_operation(operation)
+        if self.class_of(operation) == LONG:
+            return self.visit(operation, indent)
         if name in ("sum", "prod"):
             return self.reduce(operation, indent, check)
         if name == "cast":
@@ -554,7 +683,8 @@ class Emitter(ScalarRenderer):
 
     def visit_checked_divisor(self, expr: CheckedDivisor, indent: str) -> str:
         status = f"(local.get {self.buffers[STATUS_ADDRESS]})"
-        return f"(call $checked_divisor_i32 {self.scalar(expr.divisor, indent)} {self.index(expr.site)} {status})"
+        suffix = "i64" if self.class_of(expr.divisor) == LONG else "i32"
+        return f"(call $checked_divisor_{suffix} {self.scalar(expr.divisor, indent)} {self.index(expr.site)} {status})"
 
     def visit_select(self, expr: Select, indent: str) -> str:
         return self.select(expr, indent)
@@ -572,7 +702,8 @@ class Emitter(ScalarRenderer):
             if isinstance(index, ScalarExpr):
                 value = self.scalar(index, indent)
                 in_range = isinstance(index, CheckedIndex) and index.extent == extent  # clamped already
-                clamped = value if in_range else f"(call $clamp_index_i32 {value} {self.index(extent)})"
+                clamp = "$clamp_index_i64" if self.class_of(index) == LONG else "$clamp_index_i32"
+                clamped = value if in_range else f"(call {clamp} {value} {self.index(extent)})"
                 stride_value = simplify(stride)
                 terms.append(clamped if stride_value == IntImm(1) else f"(i32.mul {clamped} {self.index(stride_value)})")
             else:
@@ -590,13 +721,14 @@ class Emitter(ScalarRenderer):
         on the axis computed once, before it), then the remaining steps one by one.  With an
         integer check (its site and the status), each step is computed in i64 and checked."""
         dtype = expr.body.dtype
-        kind = wasm_type(dtype)
+        cls = self.class_of(expr)
+        kind = CLASS_TYPES[cls]
         accumulator = self.function.local("acc", kind)
         axis = self.function.local("r", "i32")
         end = self.function.local("end", "i32")
         number = axis[2:]
         emit = self.function.emit
-        emit(indent, f"(local.set {accumulator} {reduce_identity(expr.combiner, dtype)})")
+        emit(indent, f"(local.set {accumulator} {coerce(reduce_identity(expr.combiner, dtype), value_class(dtype), cls)})")
         emit(indent, f"(local.set {end} {self.index(expr.extent)})")
         emit(indent, f"(local.set {axis} (i32.const 0))")
         emit(indent, f"(block $reduced{number}")
@@ -615,8 +747,8 @@ class Emitter(ScalarRenderer):
         body = self.scalar(expr.body, inner)
         self.close_scope()
         self.close_scope()
-        combined = rendering(COMBINER_RENDERINGS, expr.combiner, value_class(dtype))(f"(local.get {accumulator})", body)
-        if check is not None:
+        combined = rendering(COMBINER_RENDERINGS, expr.combiner, cls)(f"(local.get {accumulator})", body)
+        if check is not None and cls != LONG:
             step = CHECKED_I64["add" if expr.combiner is ReduceCombiner.SUM else "multiply"]
             combined = _fit_i32(step(f"(i64.extend_i32_s (local.get {accumulator}))", f"(i64.extend_i32_s {body})"), check)
         emit(inner, f"(local.set {accumulator} {combined})")
@@ -670,10 +802,11 @@ class Emitter(ScalarRenderer):
         both), else an ``if`` into a local, so that only the chosen branch is evaluated (a
         branch may load out of bounds where it is not chosen: a concat, a padded
         convolution's input)."""
-        kind = wasm_type(expr.dtype)
+        cls = self.class_of(expr)
+        kind = CLASS_TYPES[cls]
         if is_branch_free(expr.a) and is_branch_free(expr.b):
             condition = self.scalar(expr.condition, indent)
-            a, b = self.scalar(expr.a, indent), self.scalar(expr.b, indent)
+            a, b = self.operand(expr.a, cls, indent), self.operand(expr.b, cls, indent)
             return f"(select {a} {b} {condition})"
         condition = self.scalar(expr.condition, indent)
         result = self.function.local("sel", kind)
@@ -682,7 +815,7 @@ class Emitter(ScalarRenderer):
         for branch, label in ((expr.a, "then"), (expr.b, "else")):
             emit(indent, f"  ({label}")
             self.open_scope()
-            value = self.scalar(branch, indent + "    ")
+            value = self.operand(branch, cls, indent + "    ")
             self.close_scope()
             emit(indent, f"    (local.set {result} {value}))")
         self.function.lines[-1] += ")"
@@ -751,6 +884,9 @@ class VectorEmitter(Emitter):
         return "v128"
 
     def operation(self, table: Mapping, op, dtype: str) -> Callable[..., str]:
+        return rendering(table, op)
+
+    def class_operation(self, table: Mapping, op, cls: str) -> Callable[..., str]:
         return rendering(table, op)
 
     def visit_load(self, expr: Load, indent: str) -> str:
@@ -843,7 +979,8 @@ def is_branch_free(expr: ScalarExpr) -> bool:
 
 
 def load(dtype: str, address: str) -> str:
-    """The register value of a buffer element of ``dtype`` (a bool is stored as u32 0 / 1)."""
+    """The register value of a buffer element of ``dtype`` (a bool is stored as u32 0 / 1, an
+    int64 as i64)."""
     if dtype_info(dtype).kind is DtypeKind.BOOL:
         return f"(i32.ne (i32.load {address}) (i32.const 0))"
     return f"({wasm_type(dtype)}.load {address})"
@@ -854,21 +991,26 @@ def store(dtype: str, address: str, value: str) -> str:
     return f"({wasm_type(dtype)}.store {address} {value})"
 
 
-def cast(target: str, source: str, value: str) -> str:
-    """``value`` (of ``source``) converted to ``target`` as the WGSL backend converts (like
-    numpy's astype, in 32 bits): float to integer saturates toward zero, a dtype narrower
-    than its device dtype keeps its low bits (sign-extended for signed ones), float16 rounds
-    to half precision, a bool is ``value != 0``."""
-    to, frm = dtype_info(target), value_class(source)
+def cast(target: str, source: str, value: str, source_class: str | None = None) -> str:
+    """``value`` (of ``source``, computed in ``source_class``: by default its dtype's)
+    converted to ``target`` as the WGSL backend converts (like numpy's astype, in 32 bits, or
+    64 for int64): float to integer saturates toward zero, an integer narrower than its value
+    keeps its low bits (sign-extended for signed ones), float16 rounds to half precision, a
+    bool is ``value != 0``."""
+    to, frm = dtype_info(target), value_class(source) if source_class is None else source_class
     if to.kind is DtypeKind.BOOL:
         if dtype_info(source).kind is DtypeKind.BOOL:
             return value
-        zero = "(f32.const 0)" if frm == FLOAT else "(i32.const 0)"
-        return f"({'f32' if frm == FLOAT else 'i32'}.ne {value} {zero})"
+        kind = CLASS_TYPES[frm]
+        return f"({kind}.ne {value} ({kind}.const 0))"
     if to.is_float:
         if frm != FLOAT:
-            value = f"(f32.convert_i32_{'s' if frm == SIGNED else 'u'} {value})"
+            value = f"(f32.convert_{CLASS_TYPES[frm]}_{'u' if frm == UNSIGNED else 's'} {value})"
         return f"(call $round_half_f32 {value})" if to.bytes < to.device_bytes else value
+    if value_class(target) == LONG:
+        return f"(i64.trunc_sat_f32_s {value})" if frm == FLOAT else coerce(value, frm, LONG)
+    if frm == LONG:
+        value, frm = f"(i32.wrap_i64 {value})", SIGNED
     narrow = to.bytes < to.device_bytes
     if frm == FLOAT:
         signed = to.kind is DtypeKind.INT or narrow  # a narrow unsigned target keeps the low bits of an i32

@@ -36,7 +36,7 @@ from ..ir.tir import (
 )
 from .common import UnknownShapeError, expect_args, make_program, needs_known_shapes
 from .shape_operands import int_list, shape_operand
-from .readback import element, read_back_dims
+from .readback import both, element, int32, read_back_dims
 
 
 def index_value_as(value: PrimExpr, dtype: str) -> ScalarExpr:
@@ -191,17 +191,26 @@ def legalize_arange_run_time(context, call: Call):
         return value if scalar_dtype(value) == target else Cast(target, value)
 
     def length(buffers):
+        if dtype in ("int32", "int64"):  # exactly, in int64 (exact in kernels.wasm, checked on the GPU)
+            start, limit, delta = (as_dtype(v, "int64") for v in operands(buffers))
+            span = limit - start
+            quotient = span / select(delta.eq(0), FloatImm(1, "int64"), delta)  # truncates
+            rounded_up = both((quotient * delta).ne(span), span.lt(0).eq(delta.lt(0)))
+            count = maximum(quotient + select(rounded_up, FloatImm(1, "int64"), FloatImm(0, "int64")),
+                            FloatImm(0, "int64"))
+            return select(delta.eq(0), FloatImm(NOT_FINITE, "int32"), int32(count))
         start, limit, delta = (as_dtype(v, "float32") for v in operands(buffers))
         count = ceil((limit - start) / delta)
         return select(is_finite(count), Cast("int32", maximum(count, 0.0)), FloatImm(NOT_FINITE, "int32"))
 
     source = node_text(call.attrs) or "arange"
-    reason = f"{source}: {ARANGE_LENGTH} ({NOT_FINITE} where it is not a finite value: a NaN or infinite start, limit or delta)"
+    reason = (f"{source}: {ARANGE_LENGTH} ({NOT_FINITE} where it is not a finite value: a NaN or infinite start, "
+              "limit or delta, or a delta of 0)")
     (count,) = read_back_dims(context, tuple(tensors), [length], "arange", reason=reason)
 
     def body(axes, buffers):
         start, _, delta = operands(buffers)
-        compute = "float32" if dtype.startswith("float") else "int32"
+        compute = "float32" if dtype.startswith("float") else dtype if dtype in ("int32", "int64") else "int32"
         step = as_dtype(IndexValue(axes[0]), compute) * as_dtype(delta, compute)
         return as_dtype(as_dtype(start, compute) + step, dtype if dtype in GPU_DTYPES else compute)
 

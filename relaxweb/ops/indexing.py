@@ -98,7 +98,7 @@ class _IndexReader:
         if axis not in self.sites:
             self.sites[axis] = self.context.error_site(self.call, _index_message(axis))
         value: ScalarExpr = Load(indices, positions)
-        if indices.dtype != "int32":
+        if indices.dtype not in ("int32", "int64"):  # an int64 is checked as it is (exact in kernels.wasm)
             value = Cast("int32", value)
         return CheckedIndex(self.sites[axis], value, extent)
 

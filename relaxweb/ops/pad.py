@@ -25,7 +25,7 @@ from .common import (
     expect_args, make_program, needs_known_shapes,
     normalize_axes, require_tensor,
 )
-from .readback import both, const, element, index, read_back_dims
+from .readback import both, const, element, index, int32, read_back_dims
 from .shape_operands import int_list, needs_known_data_shape, operand_length, shape_operand
 
 
@@ -234,7 +234,7 @@ def legalize_trilu(context, call: Call):
     def body(axes, buffers):
         row, column = axes[-2], axes[-1]
         if len(buffers) > 1:
-            offset = Cast("int32", Load(buffers[1], (IntImm(0),) * len(buffers[1].shape)))
+            offset = int32(Load(buffers[1], (IntImm(0),) * len(buffers[1].shape)))
         else:
             offset = IndexValue(k.struct_info.value)
         above = IndexValue(simplify(column - row))

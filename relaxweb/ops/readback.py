@@ -20,11 +20,17 @@ from typing import Callable, Sequence
 from ..ir.expr import Expr, TensorToPrim, tensor_dtype, tensor_shape
 from ..ir.struct_info import PrimStructInfo
 from ..ir.symbolic import IntImm, PrimExpr, SizeVar
-from ..ir.tir import Buffer, Cast, FloatImm, IndexValue, Load, ScalarExpr, TensorProgram, scalar_dtype, select
+from ..ir.tir import (
+    Buffer, Cast, FloatImm, IndexValue, Load, ScalarExpr, TensorProgram, maximum, minimum, scalar_dtype, select,
+)
 
 
 def int32(value: ScalarExpr) -> ScalarExpr:
-    """An integer scalar as int32 (int64 tensors are i32 on the device already)."""
+    """An integer scalar as int32, for use as an extent, an index or an axis: an int64 beyond
+    int32 saturates (kernels.wasm holds int64 exactly), so that what checks it sees a value out
+    of range, never its low 32 bits (on the GPU int64 is int32 already: the clamp does nothing)."""
+    if _dtype(value) == "int64":
+        value = minimum(maximum(value, FloatImm(-2**31, "int64")), FloatImm(2**31 - 1, "int64"))
     return value if _dtype(value) == "int32" else Cast("int32", value)
 
 

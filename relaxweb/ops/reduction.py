@@ -399,7 +399,7 @@ def _legalize_run_time_axes(name: str):
         dtype = call.struct_info.dtype
 
         def entry(buffer, k):
-            return axis_entry(buffer, k) if buffer.shape else Cast("int32", Load(buffer, ()))
+            return axis_entry(buffer, k) if buffer.shape else int32(Load(buffer, ()))
 
         def reduced(buffers, dim: int):
             named = [wrap_negative(entry(buffers[1], k), index(rank)).eq(index(dim)) for k in range(count)]

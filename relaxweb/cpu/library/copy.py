@@ -6,6 +6,7 @@ copied a contiguous run at a time (:func:`scatter_copy_wat`)."""
 from __future__ import annotations
 
 from ...ir.library_kernel import LibraryKernel
+from ..emit import element_shift
 from ...ir.params_block import ParamsLayout
 from ...library.kv_cache import kv_cache_blocks, kv_cache_entry_blocks, kv_cache_write_title
 from ...library.loop import write_row_title
@@ -17,12 +18,12 @@ COPY_UNIT = 1024
 
 
 def scatter_copy_wat(title: str, count: str, block: str, stride: str, base: str,
-                     bindings: tuple[str, ...] = ("value", "out")) -> str:
+                     bindings: tuple[str, ...] = ("value", "out"), shift: int = 2) -> str:
     """The WAT of ``out[i // block * stride + base + i % block] = value[i]`` for the ``count``
     values of ``value`` (WAT i32 expressions of the params block; ``base`` may read
     ``$i``, ``$block`` and the inputs ``bindings`` name between ``value`` and ``out``; ``block``
     > 0 when ``count`` is): each unit copies up to :data:`COPY_UNIT` values, a contiguous run
-    per block at a time (``memory.copy``: the elements are 4 bytes of any dtype)."""
+    per block at a time (``memory.copy``: the elements are ``1 << shift`` bytes of any dtype)."""
     units = [f"(i32.div_u (i32.add {count} (i32.const {COPY_UNIT - 1})) (i32.const {COPY_UNIT}))"]
     body = [
         f"(local.set $i (i32.mul (local.get $first) (i32.const {COPY_UNIT})))",
@@ -34,9 +35,9 @@ def scatter_copy_wat(title: str, count: str, block: str, stride: str, base: str,
             "(local.set $run (call $main_min (i32.sub (local.get $stop) (local.get $i))"
             " (i32.sub (local.get $block) (local.get $within))))",
             "(memory.copy",
-            f"  {element('out', f'(i32.add (i32.add (i32.mul (i32.div_u (local.get $i) (local.get $block)) {stride}) {base}) (local.get $within))')}",
-            f"  {element('value', '(local.get $i)')}",
-            "  (i32.shl (local.get $run) (i32.const 2)))",
+            f"  {element('out', f'(i32.add (i32.add (i32.mul (i32.div_u (local.get $i) (local.get $block)) {stride}) {base}) (local.get $within))', shift)}",
+            f"  {element('value', '(local.get $i)', shift)}",
+            f"  (i32.shl (local.get $run) (i32.const {shift})))",
             "(local.set $i (i32.add (local.get $i) (local.get $run)))",
         ]),
     ]
@@ -53,7 +54,8 @@ def render_write_row(kernel: LibraryKernel) -> LibraryWat:
     layout = _layout(kernel)
     count = params_field(layout, "element_count")
     base = f"(i32.mul {params_field(layout, kernel.arguments['row'])} {count})"
-    return LibraryWat(scatter_copy_wat(write_row_title(kernel), count, count, "(i32.const 0)", base))
+    return LibraryWat(scatter_copy_wat(write_row_title(kernel), count, count, "(i32.const 0)", base,
+                                       shift=element_shift(kernel.output.dtype)))
 
 
 def render_sequence_write(kernel: LibraryKernel) -> LibraryWat:
@@ -61,7 +63,7 @@ def render_sequence_write(kernel: LibraryKernel) -> LibraryWat:
     layout = _layout(kernel)
     values = params_field(layout, "element_count")
     return LibraryWat(scatter_copy_wat(sequence_write_title(kernel), values, values, "(i32.const 0)",
-                                       params_field(layout, "offset")))
+                                       params_field(layout, "offset"), shift=element_shift(kernel.output.dtype)))
 
 
 def render_kv_cache_write(kernel: LibraryKernel) -> LibraryWat:
@@ -79,4 +81,4 @@ def render_kv_cache_write(kernel: LibraryKernel) -> LibraryWat:
         bindings = ("value", "lengths", "out")
     return LibraryWat(scatter_copy_wat(kv_cache_write_title(kernel), params_field(layout, "element_count"), index(block),
                                        f"(i32.mul (i32.const {kernel.arguments['capacity']}) {row_size})",
-                                       f"(i32.mul {start} {row_size})", bindings))
+                                       f"(i32.mul {start} {row_size})", bindings, element_shift(kernel.output.dtype)))

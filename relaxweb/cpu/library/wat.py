@@ -123,9 +123,10 @@ def params_field(layout: ParamsLayout, name: str) -> str:
     return f"(i32.load offset={FIELD_BYTES * layout.fields.index(name)} (local.get $params))"
 
 
-def element(buffer: str, index: str) -> str:
-    """The byte address of element ``index`` (a WAT i32 expression) of ``$buffer``."""
-    return f"(i32.add (local.get ${buffer}) (i32.shl {index} (i32.const 2)))"
+def element(buffer: str, index: str, shift: int = 2) -> str:
+    """The byte address of element ``index`` (a WAT i32 expression) of ``$buffer``, whose
+    elements take ``1 << shift`` bytes (4; 8 for an int64 buffer: ``emit.element_shift``)."""
+    return f"(i32.add (local.get ${buffer}) (i32.shl {index} (i32.const {shift})))"
 
 
 def kernel_text(title: str, bindings: Iterable[str], units: list[str], main_locals: Iterable[tuple[str, str]],

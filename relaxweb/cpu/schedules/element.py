@@ -26,7 +26,8 @@ def render_element(program: TensorProgram, schedule: WasmElementSchedule, parts:
         return Emitter(program, function, addresses, variables)
 
     def store_element(emitter: Emitter, index: str, value: str) -> str:
-        return store(program.output.dtype, emitter.address(program.output.name, get(index)), value)
+        return store(program.output.dtype, emitter.address(program.output.name, get(index)),
+                     emitter.stored(program.output, program.body, value))
 
     return render_output_loop(program, parts, make_emitter, store_element, step=1, per_unit=schedule.elements_per_unit,
                               label="$element")
