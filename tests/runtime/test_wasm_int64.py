@@ -5,8 +5,8 @@ and come back exactly, where WebGPU holds int64 as int32 and refuses them.
 The runtime's side is tested here on the hand-made int64 bundle (``write_int64_bundle``:
 ``z = (x + w) * 2``, every tensor int64) and its hand-written kernels.wasm (``INT64_KERNELS``:
 i64 loads, adds, multiplies and stores), so these tests do not depend on the compiler's
-kernels.  End to end through compiled kernels: ``test_int64_add_mul_like_onnxruntime`` below,
-which needs the kernel emitter that computes int64 as int64 (branch int64-wasm).
+kernels.  End to end through the compiler's kernels (which compute int64 as int64 in
+kernels.wasm): ``test_int64_add_mul_like_onnxruntime`` below.
 """
 
 from __future__ import annotations
@@ -159,17 +159,26 @@ def int64_add_mul_model() -> onnx.ModelProto:
                       [("x", TensorProto.INT64, ["n"])], [("y", TensorProto.INT64, ["n"])], {"five": np.array(5, np.int64)})
 
 
-#: The mark of the tests that need kernels.wasm to compute int64 as int64 (the kernel emitter of
-#: branch int64-wasm): until it is merged the kernels compute int64 in 4 bytes, so these fail;
-#: strict, so that they fail as XPASS once it is, and the mark is removed then.
-NEEDS_INT64_EMITTER = pytest.mark.xfail(strict=True, reason="needs the kernels.wasm emitter computing int64 as int64 "
-                                        "(branch int64-wasm); remove this mark once it is merged")
-
-
-@NEEDS_INT64_EMITTER
 def test_int64_add_mul_like_onnxruntime(tmp_path: Path) -> None:
     model = int64_add_mul_model()
     relaxweb.build(model, tmp_path / "b")
     x = np.array([2**31 - 1, 2**31, -2**31 - 5, 2**40, -2**40 + 1, 3], dtype=np.int64)
     [expected] = onnxruntime_outputs(model, {"x": x})
     np.testing.assert_array_equal(relaxweb.load(tmp_path / "b", backend="wasm").run({"x": x})["y"], expected)
+
+
+def test_a_compiled_int64_weight_and_kept_output_like_onnxruntime(tmp_path: Path) -> None:
+    """An int64 weight (int32 in the shard, widened at load) added to values beyond int32, the
+    output kept and given back as the next run's input; WebGPU refuses those values."""
+    w = np.array([5, -7, 2**31 - 1, -2**31], np.int64)
+    model = make_model([helper.make_node("Add", ["x", "w"], ["s"]), helper.make_node("Mul", ["s", "two"], ["y"])],
+                       [("x", TensorProto.INT64, ["n", 4])], [("y", TensorProto.INT64, ["n", 4])],
+                       {"w": w, "two": np.array(2, np.int64)})
+    relaxweb.build(model, tmp_path / "b")
+    session = relaxweb.load(tmp_path / "b", backend="wasm")
+    x = np.array([[2**31, -2**31 - 1, 2**40, -2**40 + 3], [0, -1, 1, 2**33]], np.int64)
+    y = session.run({"x": x}, keep_on_gpu=["y"])["y"]
+    [expected] = onnxruntime_outputs(model, {"x": x})
+    np.testing.assert_array_equal(y.numpy(), expected)
+    [twice] = onnxruntime_outputs(model, {"x": expected})
+    np.testing.assert_array_equal(session.run({"x": y})["y"], twice)

@@ -288,8 +288,7 @@ test("a kept int64 tensor holds int64 and goes back as an input", async () => {
   model.dispose();
 });
 
-test("a compiled int64 Add and Mul by 5 matches onnxruntime around 2^31 and 2^40 on kernels.wasm",
-  { todo: "needs the kernels.wasm emitter computing int64 as int64 (branch int64-wasm): remove this todo once it is merged" }, async () => {
+test("a compiled int64 Add and Mul by 5 matches onnxruntime around 2^31 and 2^40 on kernels.wasm", async () => {
     const folder = mkdtempSync(join(tmpdir(), "relaxweb-wasm-test-"));
     folders.push(folder);
     const values = ["2147483647", "2147483648", "-2147483653", "1099511627776", "-1099511627775", "3"];
