@@ -25,7 +25,7 @@ from relaxweb.errors import InputShapeError, RelaxwebError
 from relaxweb.runtime.manifest import MAX_HOST_MODULE_BYTES, MAX_MANIFEST_BYTES, read_bundle_file, validate_manifest
 
 #: The bundle format version this runtime reads (``relaxweb/bundle.py`` writes it).
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 #: Command-list opcode: dispatch a call site.
 OPCODE_DISPATCH = 1
 #: Command-list opcode: read an i32 back from a storage (always the last record of a list).

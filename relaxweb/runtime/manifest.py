@@ -272,6 +272,13 @@ def _fact_problem(manifest: dict) -> str | None:
         if entry["bytes"] != _DTYPE_BYTES[name] or entry["device_bytes"] != _DTYPE_BYTES[entry["device_dtype"]]:
             return (f"dtypes[{json.dumps(name)}]: bytes {entry['bytes']} and device_bytes {entry['device_bytes']} "
                     f"are not those of {name} and {entry['device_dtype']}")
+        # kernels.wasm holds a tensor as the GPU does, but an int64 as int64
+        if entry["wasm_dtype"] != entry["device_dtype"] and not name == entry["wasm_dtype"] == "int64":
+            return (f"dtypes[{json.dumps(name)}]: wasm_dtype {entry['wasm_dtype']} is not its device_dtype "
+                    f"{entry['device_dtype']} (only int64 may be int64 in kernels.wasm)")
+        if entry["wasm_bytes"] != _DTYPE_BYTES[entry["wasm_dtype"]]:
+            return (f"dtypes[{json.dumps(name)}]: wasm_bytes {entry['wasm_bytes']} is not the size of its wasm_dtype "
+                    f"{entry['wasm_dtype']} ({_DTYPE_BYTES[entry['wasm_dtype']]} bytes)")
     inputs_storages = [entry["storage"] for entry in manifest["inputs"]]
     cached = {cache["input"] for cache in manifest.get("caches", [])}
     for index, storage in enumerate(inputs_storages):

@@ -25,7 +25,8 @@ SEQUENCE_KINDS = ("sequence", "optional_sequence")
 
 #: What an input takes, the same in both runtimes: a numpy array of the input's dtype (JS: its
 #: typed array) or, by the input's dtype, of one of these (an int64 input takes int32 data,
-#: as the GPU holds int64 tensors: every value fits); a GpuTensor of the input's dtype where
+#: as the GPU holds int64 tensors: every value fits; the wasm backend widens it to the int64
+#: kernels.wasm holds); a GpuTensor of the input's dtype where
 #: the backend takes one.  Nothing else: no lists, no arrays of other dtypes, no other array
 #: types.  The browser runtime's table is ``ALSO_ACCEPTED`` in ``runtime_js/host.js``; the
 #: conformance corpus (``tests/conformance/input_arrays.json``) holds both to it.
@@ -35,8 +36,31 @@ ALSO_ACCEPTED: dict[str, tuple[str, ...]] = {"int64": ("int32",)}
 def device_dtype(dtype_entry: Mapping[str, Any]) -> np.dtype:
     """The dtype a tensor has in GPU memory, from its entry in the manifest's ``dtypes``
     table (int64, int16, int8 -> int32; uint16, uint8, bool -> uint32; float16, float64 ->
-    float32)."""
+    float32); in :func:`wasm_manifest`'s view, the dtype it has in kernels.wasm's memory."""
     return np.dtype(dtype_entry["device_dtype"])
+
+
+def wasm_manifest(manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """The manifest as the wasm backend holds tensors: a shallow copy whose ``dtypes`` entries
+    say ``kernels.wasm``'s form (``device_dtype``, ``device_bytes`` replaced by the entry's
+    ``wasm_dtype``, ``wasm_bytes``: int64 is int64 there, every other dtype as on the GPU).
+    Every function here that converts by the dtypes table then converts for that memory: the
+    wasm backends use this copy where WebGPU uses the manifest.  The weights' entries keep
+    saying their shard bytes (the GPU's form): :func:`wasm_weight_bytes` widens them."""
+    view = dict(manifest)
+    view["dtypes"] = {name: {**entry, "device_dtype": entry["wasm_dtype"], "device_bytes": entry["wasm_bytes"]}
+                      for name, entry in manifest["dtypes"].items()}
+    return view
+
+
+def wasm_weight_bytes(data: bytes, dtype_entry: Mapping[str, Any]) -> bytes:
+    """A weight's bytes as ``kernels.wasm`` holds it, from its shard bytes (the GPU's form,
+    ``device_dtype``): the same bytes, or for an int64 weight (int32 in the shard) each value
+    sign-extended to a little-endian int64."""
+    if dtype_entry["wasm_dtype"] == dtype_entry["device_dtype"]:
+        return data
+    gpu, wasm = np.dtype(dtype_entry["device_dtype"]).newbyteorder("<"), np.dtype(dtype_entry["wasm_dtype"]).newbyteorder("<")
+    return np.frombuffer(data, gpu).astype(wasm).tobytes()
 
 
 def dtype_entry(manifest: Mapping[str, Any], tensor: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -8,7 +8,8 @@ done in one linear memory laid out as "Running on kernels.wasm" says:
     params        the host's params block, copied in after every ``run()`` / ``resume()``
     scratch       ``wasm.scratch_bytes`` for the one thread this session calls kernels on
     status        the run status (``runtime/run_status.py``), cleared before each run
-    weights       each weight whole (16-byte aligned), copied in once at load
+    weights       each weight whole (16-byte aligned), copied in once at load (an int64 weight,
+                  int32 in its shard as on the GPU, widened to int64)
     storages      KV caches first (sized at the bounds, never moved), then the others: at
                   their sizes at the bounds when every var has one, else placed per run
     slack         at least 64 KiB after the last buffer (a vector load may read past an end)
@@ -22,6 +23,11 @@ Kept outputs (``run(..., keep_on_gpu=...)``, what ``generate`` runs with) are
 :class:`WasmTensor`\\ s: a KV cache's present is a view of the cache's storage (its place in
 memory never changes), taken back as the next run's past without a byte moved; any other kept
 output is a copy of its device bytes, made once at the end of its run.
+
+Tensors are held in the memory as the manifest's ``dtypes`` table says of kernels.wasm
+(``wasm_dtype``, ``wasm_bytes``: an int64 as an 8-byte little-endian int64, exactly, every other
+dtype as on the GPU): the backend converts by :func:`~relaxweb.runtime.tensors.wasm_manifest`'s
+view of the manifest, so inputs, outputs, kept tensors, cache views and byte counts all follow it.
 ``runtime_js/wasm_backend.js`` is the twin (it may split the units between worker threads).
 """
 
@@ -47,7 +53,7 @@ from relaxweb.runtime.profile import WallClockTimer
 from relaxweb.runtime.run_status import CLEARED, STATUS_BYTES, check_run_status
 from relaxweb.runtime.tensors import (
     checked_inputs, device_byte_sizes, device_dtype, dtype_entry, kept_output_indices, load_shards, output_array,
-    split_sequences, to_model_dtype,
+    split_sequences, to_model_dtype, wasm_manifest, wasm_weight_bytes,
 )
 
 RESERVED_BYTES = 65536  # bytes [0, 65536) are never a buffer
@@ -138,7 +144,7 @@ class WasmTensor(GpuTensor):
         return self._backend
 
     def device_data(self) -> np.ndarray:
-        """Its values as the memory holds them (the manifest's device dtype), flat; a view's
+        """Its values as the memory holds them (the dtype's ``wasm_dtype``), flat; a view's
         are read from the cache's rows now (refused once a later run has written the cache)."""
         self.buffer()  # refuses a disposed tensor
         if self.cache_view is None:
@@ -164,7 +170,9 @@ class WasmBackend:
 
     def __init__(self, bundle_dir: Path, manifest: Mapping[str, Any], entry: Mapping[str, Any],
                  sizes_at_bounds: list[int] | None, owner: Any = None, kernel_timeout_s: float | None = None) -> None:
-        self.manifest = manifest
+        #: the manifest with its dtypes as kernels.wasm holds them (``wasm_manifest``): what the driver and every
+        #: conversion here read
+        self.manifest = wasm_manifest(manifest)
         #: how long one kernel call may run (seconds)
         self.kernel_timeout_s = _checked_timeout(KERNEL_SECONDS_PER_CALL if kernel_timeout_s is None else kernel_timeout_s)
         self.owner = owner  # the WasmSession its WasmTensors belong to
@@ -184,9 +192,10 @@ class WasmBackend:
         self._status = _aligned(self._scratch + entry["scratch_bytes"])
         end = _aligned(self._status + STATUS_BYTES)
         self._weight_addresses = []
-        for weight in manifest["weights"]:
+        for weight in manifest["weights"]:  # elements * wasm_bytes: an int64 weight takes 8 bytes an element here
+            info = manifest["dtypes"][weight["dtype"]]
             self._weight_addresses.append(end)
-            end += _region_bytes(weight["nbytes"])
+            end += _region_bytes(weight["nbytes"] // info["device_bytes"] * info["wasm_bytes"])
         storage_count = len(manifest["storages"])
         self._storage_addresses: list[int] = [0] * storage_count
         self._storage_capacities: list[int] = [0] * storage_count  # 0: not placed yet
@@ -206,7 +215,8 @@ class WasmBackend:
         self._end = end
         self._ensure_memory(end)
         for weight, address in zip(manifest["weights"], self._weight_addresses):
-            data = shards[weight["shard"]][weight["offset"]:weight["offset"] + weight["nbytes"]]
+            data = wasm_weight_bytes(shards[weight["shard"]][weight["offset"]:weight["offset"] + weight["nbytes"]],
+                                     manifest["dtypes"][weight["dtype"]])  # an int64 weight widened
             self._memory.write(self._store, data, address)
             self.stats.add("weight_bytes_written", len(data))
         if sizes_at_bounds is not None:  # every var has a bound: every storage placed once, now
@@ -415,7 +425,7 @@ class WasmBackend:
         return tensor.device_data().reshape(tensor.shape)
 
     def read_view(self, tensor: WasmTensor) -> np.ndarray:
-        """A cache view's values (its rows of each block), flat in the device dtype."""
+        """A cache view's values (its rows of each block), flat in the dtype the memory holds (``wasm_dtype``)."""
         self._check_current(tensor, f"tensor '{tensor.name}'")
         cache = tensor.cache_view.cache
         stored = device_dtype(self.manifest["dtypes"][str(tensor.dtype)])

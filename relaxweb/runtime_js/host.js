@@ -15,7 +15,7 @@ export {
 export { SHADER_F16, chooseKernels } from "./webgpu_kernels.js";
 
 /** The bundle format version this runtime reads (the manifest's `version`). */
-export const FORMAT_VERSION = 2;
+export const FORMAT_VERSION = 3;
 
 /** Opcode of a command record: dispatch `call_sites[callSite]` over a workgroup grid. */
 export const OPCODE_DISPATCH = 1;
@@ -55,8 +55,11 @@ const ALSO_ACCEPTED = {
 
 /**
  * A dtype's entry in the manifest's `dtypes` table (docs/bundle-format.md): its bytes per
- * element in the model, its kind, and the dtype (and bytes) it has in GPU memory.
- * @typedef {{bytes: number, kind: "float"|"int"|"uint"|"bool", device_dtype: string, device_bytes: number}} DtypeInfo
+ * element in the model, its kind, the dtype (and bytes) it has in GPU memory, and the dtype
+ * (and bytes) it has in kernels.wasm's memory (int64 as int64; tensors.js's wasmManifest
+ * gives the wasm backend a table whose device_dtype and device_bytes are these).
+ * @typedef {{bytes: number, kind: "float"|"int"|"uint"|"bool", device_dtype: string, device_bytes: number,
+ *   wasm_dtype: string, wasm_bytes: number}} DtypeInfo
  */
 
 const halfView = new DataView(new ArrayBuffer(4));
@@ -120,7 +123,8 @@ export function dtypeInfo(manifest, spec) {
 
 /**
  * An input's data as the GPU holds it (`info.device_dtype`): int64 -> int32 (an
- * InputShapeError naming the input when a value does not fit), bool -> uint32 0/1, float16
+ * InputShapeError naming the input when a value does not fit; where the device holds int64
+ * as int64, kernels.wasm, an int64 input is kept and an Int32Array widened), bool -> uint32 0/1, float16
  * (Uint16Array bits or Float16Array) and float64 -> float32 (rounded), int8/int16 -> int32,
  * uint8/uint16 -> uint32; float32, int32 and uint32 unchanged.
  * @param {{name: string, dtype: string}} spec
@@ -130,6 +134,10 @@ export function dtypeInfo(manifest, spec) {
  */
 export function toDeviceData(spec, info, data) {
   const target = info.device_dtype;
+  if (target === "int64" && data instanceof Int32Array) {
+    // int32 data for an int64 input where the device holds int64 (kernels.wasm): sign-extended
+    return BigInt64Array.from(data, (v) => BigInt(v));
+  }
   if (target === spec.dtype || data instanceof Int32Array && target === "int32") return data;
   if (data instanceof BigInt64Array) {
     // a 64-bit integer on a 32-bit device: every value must fit

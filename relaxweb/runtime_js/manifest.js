@@ -238,6 +238,15 @@ function factProblem(manifest) {
       return `dtypes[${JSON.stringify(name)}]: bytes ${entry.bytes} and device_bytes ${entry.device_bytes} ` +
         `are not those of ${name} and ${entry.device_dtype}`;
     }
+    // kernels.wasm holds a tensor as the GPU does, but an int64 as int64
+    if (entry.wasm_dtype !== entry.device_dtype && !(name === "int64" && entry.wasm_dtype === "int64")) {
+      return `dtypes[${JSON.stringify(name)}]: wasm_dtype ${entry.wasm_dtype} is not its device_dtype ` +
+        `${entry.device_dtype} (only int64 may be int64 in kernels.wasm)`;
+    }
+    if (entry.wasm_bytes !== DTYPE_BYTES[entry.wasm_dtype]) {
+      return `dtypes[${JSON.stringify(name)}]: wasm_bytes ${entry.wasm_bytes} is not the size of its wasm_dtype ` +
+        `${entry.wasm_dtype} (${DTYPE_BYTES[entry.wasm_dtype]} bytes)`;
+    }
   }
   const inputStorages = manifest.inputs.map((/** @type {any} */ entry) => entry.storage);
   const caches = manifest.caches ?? [];

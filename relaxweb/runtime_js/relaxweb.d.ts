@@ -17,9 +17,9 @@ export type WebGPUDevice = typeof globalThis extends { GPUDevice: { prototype: i
  * Float16Array where the engine has one; outputs are always Uint16Array bits; float32 on the
  * GPU), int32 Int32Array, int16 Int16Array, int8 Int8Array, uint32 Uint32Array, uint16
  * Uint16Array, uint8 Uint8Array (narrow ints are int32/uint32 on the GPU; outputs keep the low
- * bits, like numpy's astype), int64 BigInt64Array (an input may also be an Int32Array; values
- * must fit in int32, as int64 tensors are int32 on the GPU), bool Uint8Array (0/1; non-zero
- * is true).
+ * bits, like numpy's astype), int64 BigInt64Array (an input may also be an Int32Array; on
+ * WebGPU values must fit in int32, as int64 tensors are int32 on the GPU; the wasm backend holds
+ * them as int64, exactly), bool Uint8Array (0/1; non-zero is true).
  */
 export type TensorData =
   | Float32Array | Float64Array | Int32Array | Int16Array | Int8Array | Uint32Array | Uint16Array
@@ -44,14 +44,17 @@ export interface TensorSpec {
 
 /**
  * A dtype's entry in the manifest's `dtypes` table: bytes per element in the model, its kind,
- * and the dtype it has in GPU memory ("int32" for int64/int16/int8, "uint32" for
- * uint16/uint8/bool, "float32" for float16/float64, else the dtype itself) with its bytes.
+ * the dtype it has in GPU memory ("int32" for int64/int16/int8, "uint32" for
+ * uint16/uint8/bool, "float32" for float16/float64, else the dtype itself) with its bytes, and
+ * the dtype it has in kernels.wasm's memory (the device dtype, but "int64" for int64) with its bytes.
  */
 export interface DtypeInfo {
   bytes: number;
   kind: "float" | "int" | "uint" | "bool";
   device_dtype: "float32" | "int32" | "uint32";
   device_bytes: number;
+  wasm_dtype: "float32" | "int32" | "uint32" | "int64";
+  wasm_bytes: number;
 }
 
 /** A symbolic var; `bound` is the bound in effect (the build's, or a tighter one from `load`), null for none. */
@@ -174,8 +177,8 @@ export interface Profile {
 export const DEFAULT_CACHE_NAME: string;
 
 /**
- * An input was missing, had the wrong dtype or rank, a dimension the bundle rejects, or an
- * int64 value outside the int32 range.
+ * An input was missing, had the wrong dtype or rank, a dimension the bundle rejects, or (on
+ * WebGPU) an int64 value outside the int32 range.
  */
 export class InputShapeError extends Error {
   name: "InputShapeError";

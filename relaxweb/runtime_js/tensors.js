@@ -1,6 +1,7 @@
 // Inputs and outputs as a device holds them, for both backends (relaxweb.js on WebGPU,
 // wasm_backend.js on WebAssembly): the checks of a run's inputs and their conversion to the
-// manifest's device dtypes, and sequence outputs split back into their elements.
+// manifest's device dtypes (on the wasm backend, wasmManifest's: int64 stays int64), and
+// sequence outputs split back into their elements.
 
 import { TYPED_ARRAY_OF_DTYPE, checkInputs, checkSequence, dtypeInfo, isSequence, toDeviceData } from "./host.js";
 import { GpuTensor } from "./gpu_tensor.js";
@@ -8,7 +9,7 @@ import { GpuTensor } from "./gpu_tensor.js";
 /**
  * An input ready for a device: its values in the device dtype (a copy the caller cannot
  * change any more), or the GpuTensor to copy on the GPU; `shape` as checked.
- * @typedef {{data?: Int32Array|Uint32Array|Float32Array, gpuTensor?: GpuTensor, shape: number[]}} DeviceInput
+ * @typedef {{data?: Int32Array|Uint32Array|Float32Array|BigInt64Array, gpuTensor?: GpuTensor, shape: number[]}} DeviceInput
  */
 
 /**
@@ -42,6 +43,43 @@ export function prepareInputs(manifest, inputs) {
 }
 
 /**
+ * The manifest as the wasm backend holds tensors: a shallow copy whose `dtypes` entries say
+ * kernels.wasm's form (`device_dtype`, `device_bytes` replaced by the entry's `wasm_dtype`,
+ * `wasm_bytes`: int64 is int64 there, every other dtype as on the GPU). Every conversion by the
+ * dtypes table (prepareInputs, fromDeviceData, byte counts) then converts for that memory: the
+ * wasm backend uses this copy where WebGPU uses the manifest. The weights' shard bytes stay in
+ * the GPU's form: wasmWeightBytes widens them. The twin of runtime/tensors.py's wasm_manifest.
+ * @param {any} manifest @returns {any}
+ */
+export function wasmManifest(manifest) {
+  const dtypes = Object.fromEntries(Object.entries(manifest.dtypes).map(([name, /** @type {any} */ entry]) =>
+    [name, { ...entry, device_dtype: entry.wasm_dtype, device_bytes: entry.wasm_bytes }]));
+  return { ...manifest, dtypes };
+}
+
+/**
+ * A weight's bytes as kernels.wasm holds it, from its shard bytes (the GPU's form,
+ * `device_dtype`): the same bytes, or for an int64 weight (int32 in the shard) each value
+ * sign-extended to a little-endian int64.
+ * @param {Uint8Array} bytes @param {import("./host.js").DtypeInfo} info the weight's dtype entry (the manifest's, not wasmManifest's)
+ * @returns {Uint8Array}
+ */
+export function wasmWeightBytes(bytes, info) {
+  if (info.wasm_dtype === info.device_dtype) return bytes;
+  if (info.device_dtype !== "int32" || info.wasm_dtype !== "int64") {
+    throw new Error(`a ${info.device_dtype} weight cannot be held as ${info.wasm_dtype} in kernels.wasm`); // the manifest check refuses it first
+  }
+  const source = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  const wide = new DataView(new ArrayBuffer(bytes.byteLength * 2));
+  for (let i = 0; i < bytes.byteLength / 4; i++) {
+    const value = source.getInt32(4 * i, true);
+    wide.setInt32(8 * i, value, true);
+    wide.setInt32(8 * i + 4, value < 0 ? -1 : 0, true);
+  }
+  return new Uint8Array(wide.buffer);
+}
+
+/**
  * The indices of the outputs a run's `keepOnGpu` names (true: every output but sequences), for
  * either backend; an Error for a name that is not an output's.
  * @param {any} manifest @param {boolean|string[]|undefined} keepOnGpu
@@ -65,7 +103,7 @@ export function keptOutputIndices(manifest, keepOnGpu) {
 /**
  * A sequence input's elements as the device holds them: their values one after another.
  * @param {any} spec @param {any} info @param {{data: any, shape: number[]}[]} elements
- * @returns {Int32Array|Uint32Array|Float32Array}
+ * @returns {Int32Array|Uint32Array|Float32Array|BigInt64Array}
  */
 function sequenceData(spec, info, elements) {
   const empty = toDeviceData(spec, info, new TYPED_ARRAY_OF_DTYPE[/** @type {keyof TYPED_ARRAY_OF_DTYPE} */ (spec.dtype)](0));

@@ -17,6 +17,12 @@
 // cache's present is a view of the cache's region, taken back as the next run's past without a
 // byte moved; any other kept output holds a copy of its device bytes, made at its run's end.
 //
+// Tensors are held in the memory as the manifest's `dtypes` table says of kernels.wasm
+// (`wasm_dtype`, `wasm_bytes`: an int64 as an 8-byte little-endian int64, exactly; every other
+// dtype as on the GPU): the backend converts by wasmManifest's view of the manifest (tensors.js),
+// so inputs, outputs, kept tensors, cache views and byte counts all follow it, and an int64
+// weight (int32 in its shard, as on the GPU) is widened at load (wasmWeightBytes).
+//
 // Threads: where the page is cross-origin isolated (SharedArrayBuffer) the memory is shared
 // and a pool of workers (wasm_worker.js) instantiates the shared-memory variant of the
 // module; every kernel call runs on the workers, never on the page's thread. The page posts a
@@ -33,7 +39,7 @@
 
 import { TYPED_ARRAY_OF_DTYPE, dtypeInfo, fromDeviceData } from "./host.js";
 import { GpuTensor, TransferStats, cacheBlockCopies } from "./gpu_tensor.js";
-import { keptOutputIndices, prepareInputs, splitElements } from "./tensors.js";
+import { keptOutputIndices, prepareInputs, splitElements, wasmManifest, wasmWeightBytes } from "./tensors.js";
 import { WALL_CLOCK, WallClockTimer } from "./profile.js";
 import { STATUS_BYTES, checkRunStatus } from "./run_status.js";
 import { DEADLINE_IMPORT, FUEL_REFILL, interruptibleKernels, readLeb } from "./interruptible_kernels.js";
@@ -213,7 +219,8 @@ const aligned16 = (value) => Math.ceil(value / 16) * 16;
 export class WasmTensor extends GpuTensor {
   /**
    * @param {WasmBackend} backend @param {any} spec the output's manifest entry @param {number[]} shape
-   * @param {number} byteLength @param {Int32Array|Uint32Array|Float32Array|null} data its device values (a copy), or null for a view
+   * @param {number} byteLength @param {Int32Array|Uint32Array|Float32Array|BigInt64Array|null} data its values as the memory holds
+   *   them (a copy), or null for a view
    * @param {{cache: any, run: number}|null} cacheView
    */
   constructor(backend, spec, shape, byteLength, data, cacheView) {
@@ -222,7 +229,7 @@ export class WasmTensor extends GpuTensor {
     this.spec = spec;
   }
 
-  /** Its values as the memory holds them (the device dtype), flat; a view's read from the cache now. */
+  /** Its values as the memory holds them (the dtype's `wasm_dtype`), flat; a view's read from the cache now. */
   deviceData() {
     this.buffer(); // throws once disposed
     return this.cacheView ? this.backend.readView(this) : /** @type {any} */ (this.gpuBuffer);
@@ -289,7 +296,10 @@ export class WasmBackend {
    * @param {number} threads
    */
   constructor(manifest, memory, instance, threads) {
-    this.manifest = manifest;
+    /** The manifest with its dtypes as kernels.wasm holds them (wasmManifest): what the driver and every conversion here read. */
+    this.manifest = wasmManifest(manifest);
+    /** The manifest's own dtypes table: the form of the weights in their shards (the GPU's). */
+    this.shardDtypes = manifest.dtypes;
     this.memory = memory;
     /** Threads that run a dispatch's units: the pool's workers, or 1 (the page's thread, where there is no pool). */
     this.threads = threads;
@@ -358,9 +368,11 @@ export class WasmBackend {
   layOut(shards, sizesAtBounds) {
     this.paramsBase = this.allocate(this.manifest.params_bytes);
     this.weightAddresses = this.manifest.weights.map((/** @type {any} */ weight) => {
-      const address = this.allocate(weight.nbytes); // whole, even a weight WebGPU binds in parts
-      this.bytes().set(shards[weight.shard].subarray(weight.offset, weight.offset + weight.nbytes), address);
-      this.stats.add("weightBytesWritten", weight.nbytes);
+      // an int64 weight widened to 8 bytes an element; whole, even a weight WebGPU binds in parts
+      const data = wasmWeightBytes(shards[weight.shard].subarray(weight.offset, weight.offset + weight.nbytes), this.shardDtypes[weight.dtype]);
+      const address = this.allocate(data.byteLength);
+      this.bytes().set(data, address);
+      this.stats.add("weightBytesWritten", data.byteLength);
       return address;
     });
     const scratchBytes = this.manifest.wasm?.scratch_bytes ?? 0;
@@ -701,8 +713,8 @@ export class WasmBackend {
   }
 
   /**
-   * A cache view's values (its rows of each block), flat in the device dtype.
-   * @param {WasmTensor} tensor @returns {Int32Array|Uint32Array|Float32Array}
+   * A cache view's values (its rows of each block), flat in the dtype the memory holds (`wasm_dtype`).
+   * @param {WasmTensor} tensor @returns {Int32Array|Uint32Array|Float32Array|BigInt64Array}
    */
   readView(tensor) {
     this.checkCurrent(tensor, `tensor '${tensor.name}'`);

@@ -24,7 +24,7 @@ from relaxweb.runtime.generate import mulberry32
 from relaxweb.runtime.host import Dispatch, Read, Resume, decode_commands
 from relaxweb.runtime.manifest import manifest_problem
 from relaxweb.runtime.profile import evaluate_tree
-from relaxweb.runtime.tensors import checked_inputs
+from relaxweb.runtime.tensors import checked_inputs, wasm_manifest
 
 CORPUS = Path(__file__).resolve().parents[1] / "conformance"
 COMMON_FIELDS = {"name", "pending_in", "pending_why"}
@@ -121,13 +121,15 @@ def input_arrays(case: dict, corpus: dict) -> None:
     manifest = {"inputs": [{"name": "x", "dtype": case["input"], "shape": ["n"], "storage": 0}], "dtypes": corpus["dtypes"]}
     given = case["given"]
     value = given["list"] if "list" in given else np.array(given["values"], dtype=given["dtype"])
-    if "refused" in case:
-        with pytest.raises(InputShapeError) as caught:
-            checked_inputs(manifest, {"x": value}, None)
-        assert all(part in str(caught.value) for part in case["refused"]), str(caught.value)
-        return
-    [device], _ = checked_inputs(manifest, {"x": value}, None)
-    assert (device.dtype.name, device.tolist()) == (case["device"]["dtype"], case["device"]["values"])
+    # on WebGPU (the manifest's dtypes), then on kernels.wasm (wasm_manifest's): `wasm` where it differs
+    for view, device in ((manifest, case.get("device")), (wasm_manifest(manifest), case.get("wasm", case.get("device")))):
+        if device is None:
+            with pytest.raises(InputShapeError) as caught:
+                checked_inputs(view, {"x": value}, None)
+            assert all(part in str(caught.value) for part in case["refused"]), str(caught.value)
+            continue
+        [held], _ = checked_inputs(view, {"x": value}, None)
+        assert (held.dtype.name, held.tolist()) == (device["dtype"], device["values"])
 
 
 def _expect(compute: Callable[[], Any], value: Any, error: str | None) -> None:
@@ -152,7 +154,7 @@ RUNNERS: dict[str, tuple[Callable[[dict, dict], None], set[str]]] = {
     "batch_totals": (batch_totals, {"manifest", "sizes", "var_values", "largest", "limit_name", "error"}),
     "batch_modes": (batch_modes, {"manifest", "instances", "reason"}),
     "command_lists": (command_lists, {"call_sites", "storages", "read_slots", "words", "step", "error"}),
-    "input_arrays": (input_arrays, {"input", "given", "device", "refused"}),
+    "input_arrays": (input_arrays, {"input", "given", "device", "refused", "wasm"}),
 }
 
 

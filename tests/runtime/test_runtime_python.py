@@ -180,16 +180,18 @@ def test_folder_without_manifest_is_not_a_bundle(tmp_path: Path) -> None:
 
 def test_newer_format_version_is_refused(tmp_path: Path) -> None:
     write_handmade_bundle(tmp_path)
-    edit_manifest(tmp_path, lambda manifest: manifest.update(version=3))
-    with pytest.raises(RelaxwebError, match="version 3"):
+    edit_manifest(tmp_path, lambda manifest: manifest.update(version=4))
+    with pytest.raises(RelaxwebError, match="version 4"):
         HostModule.from_bundle(tmp_path)
 
 
-def test_older_format_version_is_refused(tmp_path: Path) -> None:
-    """Version 1 manifests gave each tensor a ``device_dtype`` instead of the ``dtypes`` table."""
+@pytest.mark.parametrize("version", [1, 2])
+def test_older_format_version_is_refused(tmp_path: Path, version: int) -> None:
+    """Version 1 manifests gave each tensor a ``device_dtype`` instead of the ``dtypes`` table;
+    version 2's table had no ``wasm_dtype`` (its kernels.wasm held int64 as int32)."""
     write_handmade_bundle(tmp_path)
-    edit_manifest(tmp_path, lambda manifest: manifest.update(version=1))
-    with pytest.raises(RelaxwebError, match="has bundle format version 1; this runtime reads version 2 .*rebuild"):
+    edit_manifest(tmp_path, lambda manifest: manifest.update(version=version))
+    with pytest.raises(RelaxwebError, match=f"has bundle format version {version}; this runtime reads version 3 .*rebuild"):
         HostModule.from_bundle(tmp_path)
 
 

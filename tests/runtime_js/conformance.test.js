@@ -15,7 +15,7 @@ import { TYPED_ARRAY_OF_DTYPE, decodeCommands, floatToHalfBits } from "../../rel
 import { dispatchesOf, readOf, resumes } from "../../relaxweb/runtime_js/host_session.js";
 import { manifestProblem } from "../../relaxweb/runtime_js/manifest.js";
 import { evaluateTree } from "../../relaxweb/runtime_js/profile.js";
-import { prepareInputs } from "../../relaxweb/runtime_js/tensors.js";
+import { prepareInputs, wasmManifest } from "../../relaxweb/runtime_js/tensors.js";
 
 const CORPUS = new URL("../conformance/", import.meta.url);
 const COMMON_FIELDS = ["name", "pending_in", "pending_why"];
@@ -149,18 +149,21 @@ const RUNNERS = {
     const manifest = { inputs: [{ name: "x", dtype: c.input, shape: ["n"], storage: 0 }], dtypes: corpus.dtypes };
     const data = givenData(c.given);
     const inputs = { x: { data, shape: [data.length] } };
-    if (c.refused) {
-      assert.throws(() => prepareInputs(manifest, inputs), (/** @type {any} */ thrown) => {
-        assert.equal(thrown.name, "InputShapeError");
-        for (const part of c.refused) assert.ok(thrown.message.includes(part), thrown.message);
-        return true;
-      });
-      return;
+    // on WebGPU (the manifest's dtypes), then on kernels.wasm (wasmManifest's): `wasm` where it differs
+    for (const [view, device] of [[manifest, c.device], [wasmManifest(manifest), c.wasm ?? c.device]]) {
+      if (!device) {
+        assert.throws(() => prepareInputs(view, inputs), (/** @type {any} */ thrown) => {
+          assert.equal(thrown.name, "InputShapeError");
+          for (const part of c.refused) assert.ok(thrown.message.includes(part), thrown.message);
+          return true;
+        });
+        continue;
+      }
+      const held = /** @type {any} */ (prepareInputs(view, inputs).deviceInputs.x.data);
+      const dtype = held instanceof BigInt64Array ? "int64" : held.constructor.name.replace("Array", "").toLowerCase();
+      assert.deepEqual([dtype, Array.from(held, Number)], [device.dtype, device.values]);
     }
-    const device = /** @type {any} */ (prepareInputs(manifest, inputs).deviceInputs.x.data);
-    assert.deepEqual([device.constructor.name.replace("Array", "").toLowerCase(), Array.from(device)],
-      [c.device.dtype, c.device.values]);
-  }, ["input", "given", "device", "refused"]],
+  }, ["input", "given", "device", "refused", "wasm"]],
 };
 
 const corpora = readdirSync(CORPUS).filter((file) => file.endsWith(".json")).sort()

@@ -26,15 +26,18 @@ const COUNT_DECOY = -7;
 /** Run Python in the repository root; its stdout. @param {string} script @returns {string} */
 const python = (script) => execFileSync("python3", ["-c", script], { cwd: REPO_ROOT, encoding: "utf8", stdio: ["ignore", "pipe", "inherit"] });
 
+/** The kernels.wasm of each hand-made bundle (tests/fixtures/handmade_wasm.py). */
+const KERNELS_OF = { write_handmade_bundle: "HANDMADE_KERNELS", write_positives_bundle: "POSITIVES_KERNELS", write_int64_bundle: "INT64_KERNELS" };
+
 /**
  * A hand-made bundle with its kernels.wasm, in a fresh temporary folder.
- * @param {"write_handmade_bundle"|"write_positives_bundle"} writer @param {string} bound a Python expression
+ * @param {"write_handmade_bundle"|"write_positives_bundle"|"write_int64_bundle"} writer @param {string} bound a Python expression
  * @param {string} [trapKernel] a Python expression: the kernel to make trap ("None")
  * @returns {string}
  */
 function writeBundle(writer, bound, trapKernel = "None") {
   const folder = mkdtempSync(join(tmpdir(), "relaxweb-wasm-test-"));
-  const kernels = writer === "write_handmade_bundle" ? "HANDMADE_KERNELS" : "POSITIVES_KERNELS";
+  const kernels = KERNELS_OF[writer];
   python(`from tests.fixtures.handmade_bundle import ${writer}; from tests.fixtures.handmade_wasm import add_kernels_wasm, ${kernels}; ` +
     `${writer}(${JSON.stringify(folder)}, bound=${bound}); add_kernels_wasm(${JSON.stringify(folder)}, ${kernels}, trap_kernel=${trapKernel})`);
   folders.push(folder);
@@ -64,12 +67,14 @@ let bounded = "";
 let unbounded = "";
 let positives = "";
 let trapping = "";
+let int64 = "";
 
 before(() => {
   bounded = writeBundle("write_handmade_bundle", "16");
   unbounded = writeBundle("write_handmade_bundle", "None");
   positives = writeBundle("write_positives_bundle", "None");
   trapping = writeBundle("write_handmade_bundle", "16", "1");
+  int64 = writeBundle("write_int64_bundle", "16");
 });
 
 after(() => {
@@ -233,3 +238,68 @@ test("profile: one row per kernel from the dispatches' wall-clock times", async 
   for (const row of profile.rows) assert.ok(row.calls === 1 && row.totalMs >= 0);
   model.dispose();
 });
+
+// int64: kernels.wasm holds an int64 tensor as an 8-byte int64 (the manifest's wasm_dtype, bundle
+// format 3), so values beyond int32 go in and come back exactly (the int64 bundle: z = (x + w) * 2
+// on i64, its weight int32 in the shard as on the GPU, widened at load).
+
+const INT64_WEIGHT = [5n, -7n, 2n ** 31n - 1n, -(2n ** 31n)];
+/** Values beyond int32 and within it, 3 rows of 4. */
+const BEYOND_INT32 = BigInt64Array.from([2n ** 31n, -(2n ** 31n) - 1n, 2n ** 40n, -(2n ** 40n) + 3n,
+  2n ** 62n + 1n, -(2n ** 62n), 2n ** 63n - 1n, -(2n ** 63n), 0n, -1n, 2n ** 31n - 1n, 7n]);
+/** (x + w) * 2 in int64, wrapping. @param {ArrayLike<bigint|number>} x @returns {bigint[]} */
+const expectedInt64 = (x) => Array.from(x, (v, i) => BigInt.asIntN(64, (BigInt(v) + INT64_WEIGHT[i % 4]) * 2n));
+
+test("int64 inputs and outputs are 8-byte int64 in kernels.wasm's memory: values beyond int32 exactly", async () => {
+  const model = await loadWasmModel(int64);
+  const { z } = await model.run({ x: { data: BEYOND_INT32, shape: [3, 4] } });
+  assert.ok(z.data instanceof BigInt64Array);
+  assert.deepEqual(Array.from(z.data), expectedInt64(BEYOND_INT32));
+  assert.equal(z.data[2], (2n ** 40n + 2n ** 31n - 1n) * 2n);
+  assert.deepEqual([model.stats.lastRun.inputBytesWritten, model.stats.lastRun.bytesRead], [96, 96]);
+  // an Int32Array for the int64 input: sign-extended
+  const x32 = Int32Array.from([-1, -(2 ** 31), 2 ** 31 - 1, 3]);
+  const widened = await model.run({ x: { data: x32, shape: [1, 4] } });
+  assert.deepEqual(Array.from(widened.z.data), expectedInt64(x32));
+  assert.equal(model.stats.lastRun.inputBytesWritten, 32);
+  // the shard's int32 weight widened to int64 at load: -2^31 * 2 needs the high word's sign
+  assert.equal(model.stats.total.weightBytesWritten, 32);
+  const zeros = await model.run({ x: { data: new BigInt64Array(4), shape: [1, 4] } });
+  assert.deepEqual(Array.from(zeros.z.data), INT64_WEIGHT.map((w) => 2n * w));
+  // runBatch runs one by one, each instance held the same way
+  const [one, three] = await model.runBatch([{ x: { data: BEYOND_INT32.slice(0, 4), shape: [1, 4] } }, { x: { data: BEYOND_INT32, shape: [3, 4] } }]);
+  assert.deepEqual(Array.from(one.z.data), expectedInt64(BEYOND_INT32.slice(0, 4)));
+  assert.deepEqual(Array.from(three.z.data), expectedInt64(BEYOND_INT32));
+  await assert.rejects(model.run({ x: { data: new Float32Array(4), shape: [1, 4] } }),
+    (error) => error instanceof InputShapeError && error.message.startsWith("input 'x': expected int64 data (BigInt64Array or Int32Array)"));
+  model.dispose();
+});
+
+test("a kept int64 tensor holds int64 and goes back as an input", async () => {
+  const model = await loadWasmModel(int64);
+  const { z } = await model.run({ x: { data: BEYOND_INT32, shape: [3, 4] } }, { keepOnGpu: ["z"] });
+  assert.ok(z instanceof WasmTensor);
+  assert.deepEqual([z.dtype, z.byteLength], ["int64", 96]);
+  assert.ok(z.deviceData() instanceof BigInt64Array); // as the memory holds it
+  assert.deepEqual(Array.from((await z.read()).data), expectedInt64(BEYOND_INT32));
+  const again = await model.run({ x: z });
+  assert.deepEqual(Array.from(again.z.data), expectedInt64(expectedInt64(BEYOND_INT32)));
+  assert.equal(model.stats.lastRun.inputBytesWritten, 96);
+  model.dispose();
+});
+
+test("a compiled int64 Add and Mul by 5 matches onnxruntime around 2^31 and 2^40 on kernels.wasm", async () => {
+    const folder = mkdtempSync(join(tmpdir(), "relaxweb-wasm-test-"));
+    folders.push(folder);
+    const values = ["2147483647", "2147483648", "-2147483653", "1099511627776", "-1099511627775", "3"];
+    const expectedValues = JSON.parse(python(
+      "import json, numpy as np, relaxweb; from tests.helpers import onnxruntime_outputs; " +
+      "from tests.runtime.test_wasm_int64 import int64_add_mul_model; m = int64_add_mul_model(); " +
+      `relaxweb.build(m, ${JSON.stringify(folder)}); x = np.array([${values.join(", ")}], np.int64); ` +
+      "print(json.dumps([str(v) for v in onnxruntime_outputs(m, {'x': x})[0].tolist()]))"));
+    const model = await loadWasmModel(folder);
+    const x = BigInt64Array.from(values, BigInt);
+    const { y } = await model.run({ x: { data: x, shape: [x.length] } });
+    assert.deepEqual(Array.from(y.data, String), expectedValues);
+    model.dispose();
+  });

@@ -199,7 +199,8 @@ MLP_COUNTS_PER_ROW = [128, 128, 128, 10, 10, 1, 1, 10]
 
 def test_bundle_manifest_shape(manifest: dict, bundle: Path) -> None:
     assert manifest["inputs"] == [{"name": "x", "dtype": "float32", "shape": ["batch", 64], "storage": 0}]
-    assert manifest["dtypes"] == {"float32": {"bytes": 4, "kind": "float", "device_dtype": "float32", "device_bytes": 4}}
+    assert manifest["dtypes"] == {"float32": {"bytes": 4, "kind": "float", "device_dtype": "float32", "device_bytes": 4,
+                                             "wasm_dtype": "float32", "wasm_bytes": 4}}
     assert manifest["outputs"][0]["shape"] == ["batch", 10]
     assert manifest["symbolic_vars"] == [{"name": "batch", "bound": 64}]
     assert [s["role"] for s in manifest["storages"]][0] == "input"

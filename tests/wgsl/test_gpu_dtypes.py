@@ -125,7 +125,8 @@ def device_dtype(manifest: dict, tensor: dict) -> str:
 def test_manifest_gives_device_dtypes(tmp_path: Path) -> None:
     bundle = build(int64_add_model(tmp_path), tmp_path, {"batch": 8})
     manifest = json.loads((bundle / "manifest.json").read_text())
-    assert manifest["dtypes"] == {"int64": {"bytes": 8, "kind": "int", "device_dtype": "int32", "device_bytes": 4}}
+    assert manifest["dtypes"] == {"int64": {"bytes": 8, "kind": "int", "device_dtype": "int32", "device_bytes": 4,
+                                           "wasm_dtype": "int64", "wasm_bytes": 8}}
     assert [(i["dtype"], device_dtype(manifest, i)) for i in manifest["inputs"]] == [("int64", "int32")]
     assert [(o["dtype"], device_dtype(manifest, o)) for o in manifest["outputs"]] == [("int64", "int32")]
     (weight,) = manifest["weights"]
@@ -138,7 +139,8 @@ def test_manifest_gives_device_dtypes(tmp_path: Path) -> None:
     bundle = build(logical_model(tmp_path), tmp_path, {"n": 8})
     manifest = json.loads((bundle / "manifest.json").read_text())
     assert {(t["dtype"], device_dtype(manifest, t)) for t in manifest["inputs"] + manifest["outputs"]} == {("bool", "uint32")}
-    assert manifest["dtypes"] == {"bool": {"bytes": 1, "kind": "bool", "device_dtype": "uint32", "device_bytes": 4}}
+    assert manifest["dtypes"] == {"bool": {"bytes": 1, "kind": "bool", "device_dtype": "uint32", "device_bytes": 4,
+                                          "wasm_dtype": "uint32", "wasm_bytes": 4}}
 
 
 def test_an_int64_weight_outside_int32_is_a_build_error(tmp_path: Path) -> None:
