@@ -13,7 +13,9 @@ model never appear in code, only in comments (``relaxweb.ir.syntax.comment_text`
 Semantics are the WGSL backend's (docs/bundle-format.md, "kernels.wasm"): integer division
 never traps (``a / 0 == a``, ``INT_MIN / -1 == INT_MIN``, ``a % 0 == 0``), float to integer
 conversions saturate, float max / min propagate NaN (wasm's ``f32.max`` / ``f32.min`` do),
-a ``Select`` whose branches load is an ``if``, and a ``Gather`` clamps its run-time indices.
+a ``Select`` whose branches load is an ``if``, and a ``Gather`` clamps its run-time indices
+-- except for int64, which is held and computed exactly, as i64 (``relaxweb/ir/dtype.py``):
+where the GPU checks that an int64 result fits 32 bits, kernels.wasm only computes it.
 Every op of the scalar IR has an entry in the tables below: a missing one is an error naming
 it, never a guess.
 """
