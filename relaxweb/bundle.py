@@ -162,7 +162,7 @@ def write_bundle(module: IRModule, out_dir: str | Path, source: str, progress: P
     (out / "host.wasm").write_bytes(assemble(wat))
     progress("assembled host.wasm")
 
-    weight_bytes = sum(_padded(_weight_device_bytes(w.data)) for w in host.weights)
+    weight_bytes = sum(_padded(_shard_array(w.data).nbytes) for w in host.weights)
     if weight_bytes:
         count = len(host.weights)
         progress(f"writing the weights: {count} tensor{'s' if count != 1 else ''}, {_megabytes(weight_bytes)}")
@@ -199,10 +199,14 @@ def write_bundle(module: IRModule, out_dir: str | Path, source: str, progress: P
         "sequence_capacity": SEQUENCE_CAPACITY,
         "caches": [{"input": c.input, "output": c.output, "axis": c.axis, "capacity": c.capacity, "storage": c.storage}
                    for c in host.caches],
-        "required_limits": _required_limits(kernels, storages, weights),
+        "required_limits": _required_limits(kernels, storages, [(_weight_device_bytes(h.data), w.get("parts", 1))
+                                                                for h, w in zip(host.weights, weights)]),
         "required_features": _required_features(kernels),
         "wasm": wasm_entry,
     }
+    webgpu_problem = _webgpu_weight_problem(host)
+    if webgpu_problem is not None:
+        manifest["webgpu"] = {"unavailable": webgpu_problem}
     if tokenizer is not None:
         manifest["tokenizer"] = tokenizer
     attention = attention_entry(module, node_names or {})
@@ -548,7 +552,7 @@ def _write_weights(host: HostFunction, out: Path, weight_parts: list[int],
 
     for weight, parts in zip(host.weights, weight_parts):
         dtype = str(weight.data.dtype)
-        raw = _device_array(weight.name, np.asarray(weight.data)).tobytes()
+        raw = _shard_array(np.asarray(weight.data)).tobytes()
         padded = raw + b"\0" * (_padded(len(raw)) - len(raw))
         if size and size + len(padded) > SHARD_BYTES:
             close_shard()
@@ -562,23 +566,33 @@ def _write_weights(host: HostFunction, out: Path, weight_parts: list[int],
     return weights, shards
 
 
-def _device_array(name: str, data: np.ndarray) -> np.ndarray:
-    """A weight's values as the GPU holds them (little endian, in its device dtype): int64 ->
-    int32 (range-checked), int8/int16 -> int32, uint8/uint16/bool -> uint32, float16/float64
-    -> float32 (rounded)."""
+def _shard_array(data: np.ndarray) -> np.ndarray:
+    """A weight's values as the shards hold them (little endian, in its wasm dtype: as
+    kernels.wasm holds it, ``ir/dtype.py``): int64 stays int64 (the WebGPU runtimes narrow it
+    to int32 at load: :func:`_webgpu_weight_problem`), int8/int16 -> int32, uint8/uint16/bool
+    -> uint32, float16/float64 -> float32 (rounded)."""
     info = dtype_info(str(data.dtype))
-    device = info.device.name
-    if info.is_integer and info.narrowed_on_device:
-        limits = np.iinfo(np.dtype(device))
-        outside = (data < limits.min) | (data > limits.max)
-        if outside.any():
-            value = int(data[outside].flat[0])
-            raise UnsupportedModelError(
-                f"weight '{name}' ({info.name}) holds {value}, outside the {device} range the GPU uses for {info.name} tensors"
-            )
-    target = np.dtype(device).newbyteorder("<")
+    target = np.dtype(info.wasm_dtype).newbyteorder("<")
     with np.errstate(over="ignore"):  # a float64 beyond float32 becomes inf, as on upload
         return np.ascontiguousarray(data.astype(target))
+
+
+def _webgpu_weight_problem(host: HostFunction) -> str | None:
+    """Why WebGPU cannot hold the bundle's weights, or None: an int64 weight holding a value
+    outside int32, the range the GPU holds int64 tensors in (kernels.wasm holds it exactly: the
+    manifest's ``webgpu.unavailable``, the build's warning, the runtimes' refusal of WebGPU)."""
+    for weight in host.weights:
+        info = dtype_info(str(weight.data.dtype))
+        if not (info.is_integer and info.narrowed_on_device) or weight.data.size == 0:
+            continue
+        limits = np.iinfo(np.dtype(info.device.name))
+        data = np.asarray(weight.data)
+        outside = (data < limits.min) | (data > limits.max)
+        if outside.any():
+            return (f"weight '{shortened(shown(weight.name), MAX_NAME_CHARACTERS)}' ({info.name}) holds "
+                    f"{int(data[outside].flat[0])}, outside the {info.device.name} range the GPU holds {info.name} "
+                    "tensors in")
+    return None
 
 
 def _required_features(kernels: list) -> list[str]:
@@ -587,9 +601,10 @@ def _required_features(kernels: list) -> list[str]:
     return []
 
 
-def _required_limits(kernels: list, storages: list, weights: list) -> dict:
+def _required_limits(kernels: list, storages: list, weights: list[tuple[int, int]]) -> dict:
     """The WebGPU limits a device needs to load the bundle.  With every storage sized at
-    the bounds, the buffer size limits are the largest storage at the bounds or weight;
+    the bounds, the buffer size limits are the largest storage at the bounds or weight (each
+    weight given as its bytes on the GPU and its parts);
     otherwise storages grow per run and the runtimes check each run's sizes (and the
     weights at load) against the device's limits themselves."""
     limits = {
@@ -599,7 +614,7 @@ def _required_limits(kernels: list, storages: list, weights: list) -> dict:
         "maxComputeWorkgroupStorageSize": max((k.get("workgroup_storage_bytes", 0) for k in kernels), default=0),
     }
     # a weight in parts needs a binding of its smallest part size only
-    sizes = [s["size_at_bounds"] for s in storages] + [smallest_part_bytes(w["nbytes"], w.get("parts", 1)) for w in weights]
+    sizes = [s["size_at_bounds"] for s in storages] + [smallest_part_bytes(nbytes, parts) for nbytes, parts in weights]
     if all(s is not None for s in sizes) and sizes:
         limits["maxStorageBufferBindingSize"] = max(sizes)
         limits["maxBufferSize"] = max(sizes)
@@ -674,6 +689,9 @@ def limit_warnings(manifest: Mapping, limits: Mapping[str, int] | None = None) -
     limit = next(name for name in BUFFER_SIZE_LIMITS if target[name] == largest)
     bounds = {var["name"]: var["bound"] for var in manifest["symbolic_vars"]}
     warnings = []
+    webgpu = manifest.get("webgpu", {}).get("unavailable")
+    if webgpu is not None:
+        warnings.append(f"WebGPU cannot run the bundle: {webgpu}; it runs on the wasm backend, which holds int64 exactly")
     for index, storage in enumerate(manifest["storages"]):
         needed = storage["size_at_bounds"]
         if needed is None or needed <= largest:
