@@ -64,6 +64,22 @@ def test_a_gather_past_its_axis_fails_naming_the_node(gather_bundle: Path, backe
     np.testing.assert_array_equal(session.run({"x": X, "i": np.array([-4, 3], np.int64)})["y"], X[[0, 3]])
 
 
+def test_an_int64_index_beyond_int32_is_never_wrapped(gather_bundle: Path, backend: str) -> None:
+    """``2^32 + 1`` is not index 1: kernels.wasm checks an int64 index as it is (the error shows
+    it saturated into int32, the status holding 32-bit words); WebGPU refuses the input."""
+    session = load_bundle(gather_bundle, backend)
+    for index in (2**32 + 1, -2**32 + 1, 2**40):
+        if backend == "wasm":
+            bound = 2**31 - 1 if index > 0 else -2**31
+            with pytest.raises(RunCheckError, match=rf"^node 'Gather_3' \(Gather\): index {bound} is out of range for "
+                                                    r"axis 0 of extent 4$"):
+                session.run({"x": X, "i": np.array([0, index], np.int64)})
+        else:
+            with pytest.raises(relaxweb.RelaxwebError, match=rf"^input 'i': value {index} at index \[1\] does not fit"):
+                session.run({"x": X, "i": np.array([0, index], np.int64)})
+    np.testing.assert_array_equal(session.run({"x": X, "i": np.array([3, 0], np.int64)})["y"], X[[3, 0]])
+
+
 def test_the_cli_and_the_reference_say_the_same(gather_bundle: Path, tmp_path: Path, capsys) -> None:
     np.savez(tmp_path / "in.npz", x=X, i=np.array([1, 7], np.int64))
     line = "error: node 'Gather_3' (Gather): index 7 is out of range for axis 0 of extent 4\n"

@@ -184,7 +184,7 @@ def range_model() -> onnx.ModelProto:
 
 
 RANGE_ERROR = ("Range node 'range_node': the number of elements ceil((limit - start) / delta) (-1 where it is not a "
-               "finite value: a NaN or infinite start, limit or delta) is -1, must be >= 0")
+               "finite value: a NaN or infinite start, limit or delta, or a delta of 0) is -1, must be >= 0")
 
 
 @pytest.fixture(scope="module")
@@ -209,6 +209,34 @@ def test_a_range_of_a_non_finite_length_fails_naming_the_node(range_bundle: Path
             relaxweb.run_reference(range_model(), feeds)
         with pytest.raises(Exception, match="not a finite value"):
             onnxruntime_outputs(range_model(), feeds)
+
+
+def int64_range_model() -> onnx.ModelProto:
+    return make_model([helper.make_node("Range", ["start", "limit", "delta"], ["y"], name="range_node")],
+                      [(name, TensorProto.INT64, []) for name in ("start", "limit", "delta")], [("y", TensorProto.INT64)])
+
+
+def test_an_int64_range_counts_exactly(tmp_path: Path, backend: str) -> None:
+    """An integer Range counts its elements in integers, not in float32 (where ``Range(2^30 + 1,
+    2^30 + 4, 1)`` was empty on both backends); from ``2^40`` on, kernels.wasm answers exactly, and WebGPU
+    refuses the inputs it cannot hold; a delta of 0 fails naming the node, as in onnxruntime."""
+    session = load_bundle(relaxweb.build(int64_range_model(), tmp_path / "dist").path, backend)
+    cases = [(2**30 + 1, 2**30 + 4, 1), (5, -3, -3), (7, 7, 1), (-7, 2**31 - 1, 2**30), (2**40, 2**40 + 5, 2)]
+    for start, limit, delta in cases:
+        feeds = {name: np.array(value, np.int64) for name, value in zip(("start", "limit", "delta"), (start, limit, delta))}
+        if backend == "webgpu" and max(abs(start), abs(limit)) >= 2**31:
+            with pytest.raises(InputShapeError, match="does not fit in int32"):
+                session.run(feeds)
+            continue
+        if backend == "webgpu" and abs(limit - start) >= 2**31:  # the span leaves the int32 the GPU computes in
+            with pytest.raises(RunCheckError, match="^node 'range_node' \\(Range\\): the int64 result does not fit"):
+                session.run(feeds)
+            continue
+        np.testing.assert_array_equal(session.run(feeds)["y"], onnxruntime_outputs(int64_range_model(), feeds)[0],
+                                      err_msg=str((start, limit, delta)))
+    zero = {"start": np.array(0, np.int64), "limit": np.array(10, np.int64), "delta": np.array(0, np.int64)}
+    with pytest.raises(InputShapeError, match=r"^Range node 'range_node': the number of elements .* is -1, must be >= 0$"):
+        session.run(zero)
 
 
 @pytest.mark.parametrize("op, feeds, error", [
