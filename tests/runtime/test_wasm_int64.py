@@ -61,10 +61,10 @@ def test_an_int32_array_for_an_int64_input_is_widened(int64_bundle: Path) -> Non
     assert session.stats.last_run.input_bytes_written == x.size * 8
 
 
-def test_an_int64_weight_is_widened_at_load(int64_bundle: Path) -> None:
+def test_an_int64_weight_is_written_as_its_shard_holds_it(int64_bundle: Path) -> None:
     session = WasmSession(int64_bundle)
-    # the shard holds w as int32 (16 bytes); the memory as int64 (32 bytes), sign-extended
-    assert json.loads((int64_bundle / "manifest.json").read_text())["weights"][0]["nbytes"] == 16
+    # the shard holds w as int64 (32 bytes: elements x wasm_bytes), as the memory does
+    assert json.loads((int64_bundle / "manifest.json").read_text())["weights"][0]["nbytes"] == 32
     assert session.stats.total.weight_bytes_written == 32
     z = session.run({"x": np.zeros((1, 4), np.int64)})["z"]
     np.testing.assert_array_equal(z, [2 * INT64_WEIGHT])  # -2^31 * 2 = -2^32: needs the high word's sign
