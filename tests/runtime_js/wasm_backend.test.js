@@ -241,7 +241,7 @@ test("profile: one row per kernel from the dispatches' wall-clock times", async 
 
 // int64: kernels.wasm holds an int64 tensor as an 8-byte int64 (the manifest's wasm_dtype, bundle
 // format 3), so values beyond int32 go in and come back exactly (the int64 bundle: z = (x + w) * 2
-// on i64, its weight int32 in the shard as on the GPU, widened at load).
+// on i64, its weight int64 in the shard, as kernels.wasm holds it: the GPU narrows it).
 
 const INT64_WEIGHT = [5n, -7n, 2n ** 31n - 1n, -(2n ** 31n)];
 /** Values beyond int32 and within it, 3 rows of 4. */
@@ -262,7 +262,7 @@ test("int64 inputs and outputs are 8-byte int64 in kernels.wasm's memory: values
   const widened = await model.run({ x: { data: x32, shape: [1, 4] } });
   assert.deepEqual(Array.from(widened.z.data), expectedInt64(x32));
   assert.equal(model.stats.lastRun.inputBytesWritten, 32);
-  // the shard's int32 weight widened to int64 at load: -2^31 * 2 needs the high word's sign
+  // the shard's int64 weight copied as it is (32 bytes): -2^31 * 2 needs the high word's sign
   assert.equal(model.stats.total.weightBytesWritten, 32);
   const zeros = await model.run({ x: { data: new BigInt64Array(4), shape: [1, 4] } });
   assert.deepEqual(Array.from(zeros.z.data), INT64_WEIGHT.map((w) => 2n * w));
