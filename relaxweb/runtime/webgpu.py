@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import wgpu
 
+from relaxweb.errors import RelaxwebError
 from relaxweb.runtime.batch import BatchReport, check_instance_count
 from relaxweb.runtime.driver import HostProgramDriver, serialized
 from relaxweb.runtime.generate import Generation, apply_chat_template, bundle_tokenizer, chat, generate
