@@ -431,6 +431,8 @@ def format_manifest(manifest: Mapping[str, Any], shader_bytes: Mapping[str, int]
     elif "file" in wasm:
         size = f"{wasm_bytes} bytes, " if wasm_bytes is not None else ""
         lines.append(f"kernels.wasm: {size}{wasm['scratch_bytes']} bytes of scratch per thread")
+    if "webgpu" in manifest:  # the build's webgpu.unavailable: an int64 weight outside int32
+        lines.append(f"WebGPU: cannot run it ({manifest['webgpu']['unavailable']}); kernels.wasm can")
     lines.append(f"required limits: {manifest['required_limits']}")
     lines += format_attention(manifest.get("attention", []))
     return "\n".join(lines)

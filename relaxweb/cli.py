@@ -37,6 +37,8 @@ from .api import (
 from .browser import serve
 from .bundle import RUNTIME_CHOICES
 from .ir.launch import WEBGPU_DEFAULT_LIMITS
+from .runtime import load_manifest
+from .runtime.webgpu_device import webgpu_unavailable
 from .errors import RelaxwebError, path_kind, shortened, shown
 from .frontend.validation import MAX_DIM
 from .frontend.onnx import default_opset, from_onnx, load_onnx, op_coverage, symbolic_vars
@@ -227,7 +229,12 @@ def _run_target(args: argparse.Namespace) -> Path:
 
 def _load_session(target: Path, backend: str, **options):
     """``relaxweb.load`` of the bundle, with one line on stderr saying why ``--backend auto``
-    did not take WebGPU (``session.backend_reason``)."""
+    did not take WebGPU (``session.backend_reason``); ``--backend webgpu`` of a bundle WebGPU
+    cannot run (its manifest's ``webgpu.unavailable``) is one error saying what to run it with."""
+    if backend == "webgpu":
+        unavailable = webgpu_unavailable(load_manifest(target))
+        if unavailable:
+            raise RelaxwebError(f"{unavailable}; run it with --backend wasm (or the default, --backend auto)")
     session = load(target, backend=backend, **options)
     if session.backend_reason:
         print(f"note: running on kernels.wasm: {session.backend_reason}", file=sys.stderr)

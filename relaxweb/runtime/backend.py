@@ -1,8 +1,9 @@
 """Which Python runtime backend loads a bundle: ``webgpu.Session`` or ``wasm_session.WasmSession``.
 
 "auto" takes WebGPU when this machine's adapter meets the bundle's required limits and
-features (the check ``Session`` makes before it requests a device), else the bundle's
-``kernels.wasm``; the session's ``backend`` attribute says which it got, and its
+features (the check ``Session`` makes before it requests a device) and the bundle's manifest
+does not say that WebGPU cannot run it (``webgpu.unavailable``: an int64 weight outside
+int32), else the bundle's ``kernels.wasm``; the session's ``backend`` attribute says which it got, and its
 ``backend_reason`` why "auto" did not take WebGPU (None when it did, or when a backend was
 asked for).
 """
@@ -17,7 +18,7 @@ from relaxweb.errors import RelaxwebError
 from relaxweb.runtime.host import load_manifest
 from relaxweb.runtime.wasm_session import WasmSession, wasm_entry
 from relaxweb.runtime.webgpu import Session, default_adapter, load_time_limits, missing_features, unsatisfied_limits
-from relaxweb.runtime.webgpu_device import storage_note
+from relaxweb.runtime.webgpu_device import storage_note, webgpu_unavailable
 
 BACKENDS = ("auto", "webgpu", "wasm")
 
@@ -60,11 +61,14 @@ def load_session(bundle_dir: Path, backend: str = "auto", *, device: Any = None,
         return WasmSession(bundle_dir, kernel_timeout_s=kernel_timeout_s)
     if backend == "auto" and device is None:
         manifest = load_manifest(bundle_dir)
-        problem = webgpu_problem(manifest)
+        unavailable = webgpu_unavailable(manifest)  # on any device: no adapter to ask
+        problem = unavailable or webgpu_problem(manifest)
         if problem:
             try:
                 wasm_entry(manifest, bundle_dir)
             except RelaxwebError as error:
+                if unavailable:
+                    raise RelaxwebError(f"{unavailable}, and {error}") from None
                 raise RelaxwebError(f"this machine cannot run the bundle: {problem}, and {error}") from None
             session = WasmSession(bundle_dir, kernel_timeout_s=kernel_timeout_s)
             session.backend_reason = problem

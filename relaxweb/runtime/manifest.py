@@ -309,7 +309,7 @@ def _fact_problem(manifest: dict) -> str | None:
             return (f"weights[{index}]: bytes {weight['offset']}..{weight['offset'] + weight['nbytes']} "
                     f"are not inside shard {weight['shard']} ({shard['nbytes']} bytes, 4-byte aligned)")
         elements = math.prod(weight["shape"])
-        expected = elements * manifest["dtypes"][weight["dtype"]]["device_bytes"]
+        expected = elements * manifest["dtypes"][weight["dtype"]]["wasm_bytes"]  # the shards hold the wasm form
         if weight["nbytes"] != expected:
             return f"weights[{index}]: nbytes is {weight['nbytes']}, but its shape and dtype make {expected}"
     for index, kernel in enumerate(manifest["kernels"]):

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from relaxweb.errors import InputShapeError, RelaxwebError
+from relaxweb.errors import InputShapeError, RelaxwebError, shortened, shown
 from relaxweb.runtime.gpu_tensor import GpuTensor
 from relaxweb.runtime.manifest import read_bundle_file
 
@@ -46,21 +46,42 @@ def wasm_manifest(manifest: Mapping[str, Any]) -> dict[str, Any]:
     ``wasm_dtype``, ``wasm_bytes``: int64 is int64 there, every other dtype as on the GPU).
     Every function here that converts by the dtypes table then converts for that memory: the
     wasm backends use this copy where WebGPU uses the manifest.  The weights' entries keep
-    saying their shard bytes (the GPU's form): :func:`wasm_weight_bytes` widens them."""
+    say the shards' bytes, which are already this form (WebGPU narrows an int64 weight:
+    :func:`webgpu_weight_bytes`)."""
     view = dict(manifest)
     view["dtypes"] = {name: {**entry, "device_dtype": entry["wasm_dtype"], "device_bytes": entry["wasm_bytes"]}
                       for name, entry in manifest["dtypes"].items()}
     return view
 
 
-def wasm_weight_bytes(data: bytes, dtype_entry: Mapping[str, Any]) -> bytes:
-    """A weight's bytes as ``kernels.wasm`` holds it, from its shard bytes (the GPU's form,
-    ``device_dtype``): the same bytes, or for an int64 weight (int32 in the shard) each value
-    sign-extended to a little-endian int64."""
+def webgpu_weight_nbytes(manifest: Mapping[str, Any], weight: Mapping[str, Any]) -> int:
+    """The bytes a weight takes on the GPU (elements x ``device_bytes``): its shard holds the
+    wasm form (``nbytes``, elements x ``wasm_bytes``; 8 bytes an int64 element, 4 on the GPU).
+    The GPU's buffer sizes, parts and limit checks count these."""
+    entry = manifest["dtypes"][weight["dtype"]]
+    return weight["nbytes"] // entry["wasm_bytes"] * entry["device_bytes"]
+
+
+def webgpu_weight_bytes(weight: Mapping[str, Any], data: bytes | memoryview,
+                        dtype_entry: Mapping[str, Any]) -> bytes | memoryview:
+    """A weight's bytes as the GPU holds it, from its shard bytes (its wasm form): the same
+    bytes, or for an int64 weight (little-endian int64 in the shard) each value narrowed to
+    int32.  A value outside int32 is an error naming the weight: a bundle built with one says
+    so in its manifest's ``webgpu.unavailable``, and WebGPU refuses it before reading any
+    shard, so only a damaged bundle gets here."""
     if dtype_entry["wasm_dtype"] == dtype_entry["device_dtype"]:
         return data
-    gpu, wasm = np.dtype(dtype_entry["device_dtype"]).newbyteorder("<"), np.dtype(dtype_entry["wasm_dtype"]).newbyteorder("<")
-    return np.frombuffer(data, gpu).astype(wasm).tobytes()
+    wide = np.frombuffer(data, np.dtype(dtype_entry["wasm_dtype"]).newbyteorder("<"))
+    device = np.dtype(dtype_entry["device_dtype"]).newbyteorder("<")
+    limits = np.iinfo(device)
+    outside = (wide < limits.min) | (wide > limits.max)
+    if outside.any():
+        raise RelaxwebError(
+            f"weight '{shortened(shown(weight['name']))}' ({weight['dtype']}) holds {int(wide[outside][0])}, outside the "
+            f"{dtype_entry['device_dtype']} range the GPU holds {weight['dtype']} tensors in, and the manifest does "
+            "not say that WebGPU cannot run it (webgpu.unavailable): the bundle is damaged"
+        )
+    return wide.astype(device).tobytes()
 
 
 def dtype_entry(manifest: Mapping[str, Any], tensor: Mapping[str, Any]) -> Mapping[str, Any]:

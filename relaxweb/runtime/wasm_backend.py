@@ -8,8 +8,8 @@ done in one linear memory laid out as "Running on kernels.wasm" says:
     params        the host's params block, copied in after every ``run()`` / ``resume()``
     scratch       ``wasm.scratch_bytes`` for the one thread this session calls kernels on
     status        the run status (``runtime/run_status.py``), cleared before each run
-    weights       each weight whole (16-byte aligned), copied in once at load (an int64 weight,
-                  int32 in its shard as on the GPU, widened to int64)
+    weights       each weight whole (16-byte aligned), copied in once at load as its shard
+                  holds it (the wasm form: an int64 weight as int64)
     storages      KV caches first (sized at the bounds, never moved), then the others: at
                   their sizes at the bounds when every var has one, else placed per run
     slack         at least 64 KiB after the last buffer (a vector load may read past an end)
@@ -53,7 +53,7 @@ from relaxweb.runtime.profile import WallClockTimer
 from relaxweb.runtime.run_status import CLEARED, STATUS_BYTES, check_run_status
 from relaxweb.runtime.tensors import (
     checked_inputs, device_byte_sizes, device_dtype, dtype_entry, kept_output_indices, load_shards, output_array,
-    split_sequences, to_model_dtype, wasm_manifest, wasm_weight_bytes,
+    split_sequences, to_model_dtype, wasm_manifest,
 )
 
 RESERVED_BYTES = 65536  # bytes [0, 65536) are never a buffer
@@ -192,10 +192,9 @@ class WasmBackend:
         self._status = _aligned(self._scratch + entry["scratch_bytes"])
         end = _aligned(self._status + STATUS_BYTES)
         self._weight_addresses = []
-        for weight in manifest["weights"]:  # elements * wasm_bytes: an int64 weight takes 8 bytes an element here
-            info = manifest["dtypes"][weight["dtype"]]
+        for weight in manifest["weights"]:  # nbytes: elements * wasm_bytes (an int64 weight 8 bytes an element)
             self._weight_addresses.append(end)
-            end += _region_bytes(weight["nbytes"] // info["device_bytes"] * info["wasm_bytes"])
+            end += _region_bytes(weight["nbytes"])
         storage_count = len(manifest["storages"])
         self._storage_addresses: list[int] = [0] * storage_count
         self._storage_capacities: list[int] = [0] * storage_count  # 0: not placed yet
@@ -215,8 +214,8 @@ class WasmBackend:
         self._end = end
         self._ensure_memory(end)
         for weight, address in zip(manifest["weights"], self._weight_addresses):
-            data = wasm_weight_bytes(shards[weight["shard"]][weight["offset"]:weight["offset"] + weight["nbytes"]],
-                                     manifest["dtypes"][weight["dtype"]])  # an int64 weight widened
+            # the shards hold each weight as kernels.wasm does (an int64 weight as int64)
+            data = shards[weight["shard"]][weight["offset"]:weight["offset"] + weight["nbytes"]]
             self._memory.write(self._store, data, address)
             self.stats.add("weight_bytes_written", len(data))
         if sizes_at_bounds is not None:  # every var has a bound: every storage placed once, now

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import wgpu
 
+from relaxweb.errors import RelaxwebError
 from relaxweb.runtime.batch import BatchReport, check_instance_count
 from relaxweb.runtime.driver import HostProgramDriver, serialized
 from relaxweb.runtime.generate import Generation, apply_chat_template, bundle_tokenizer, chat, generate
@@ -35,7 +36,7 @@ from relaxweb.runtime.webgpu_buffers import SessionBuffers, gpu_buffer_size  # n
 from relaxweb.runtime.webgpu_device import (  # noqa: F401  (re-exported: the names this module always had)
     CAPPED_LIMITS, PART_ALIGNMENT, TIMESTAMP_QUERY, check_device_limits, checked_limit_caps, default_adapter,
     default_device, load_time_limits, missing_features, parts_at_limit, smallest_part_bytes, storage_size_limit,
-    unsatisfied_limits, wgpu_limit_name,
+    unsatisfied_limits, webgpu_unavailable, wgpu_limit_name,
 )
 from relaxweb.runtime.webgpu_kernels import (  # noqa: F401  (re-exported)
     KERNEL_VARIANTS, SHADER_F16, choose_kernels, create_pipelines, kernel_file, session_kernels,
@@ -92,6 +93,9 @@ class Session:
         self.bundle_dir = Path(bundle_dir)
         self.stats = TransferStats()
         self.manifest: dict[str, Any] = load_manifest(self.bundle_dir)
+        unavailable = webgpu_unavailable(self.manifest)
+        if unavailable:  # before any shard is read or device requested
+            raise RelaxwebError(f'{unavailable}; load it with backend="wasm"')
         #: the bundle's tokenizer (``relaxweb/tokenizer/``), or None when it has none
         self.tokenizer = bundle_tokenizer(self.bundle_dir, self.manifest)
         self.host = HostModule(

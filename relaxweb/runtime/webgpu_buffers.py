@@ -18,6 +18,7 @@ from relaxweb.errors import RelaxwebError
 from relaxweb.runtime.batch import storage_name
 from relaxweb.runtime.gpu_tensor import TransferStats
 from relaxweb.runtime.run_status import STATUS_BYTES
+from relaxweb.runtime.tensors import webgpu_weight_bytes
 from relaxweb.runtime.webgpu_device import parts_at_limit, storage_size_limit
 
 STORAGE_USAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_DST | wgpu.BufferUsage.COPY_SRC
@@ -111,12 +112,14 @@ class SessionBuffers:
         its first part's, the others in ``weight_parts``)."""
         buffers = []
         for index, weight in enumerate(self.manifest["weights"]):
-            data = shards[weight["shard"]][weight["offset"]:weight["offset"] + weight["nbytes"]]
+            # the shard holds the wasm form: an int64 weight is narrowed to int32 here
+            data = webgpu_weight_bytes(weight, shards[weight["shard"]][weight["offset"]:weight["offset"] + weight["nbytes"]],
+                                       self.manifest["dtypes"][weight["dtype"]])
             if weight.get("parts", 1) > 1:
                 self.weight_parts[index] = self._create_weight_parts(weight, memoryview(data))
                 buffers.append(self.weight_parts[index][0])
                 continue
-            buffer = self.create(label=f"weight {weight['name']}", size=gpu_buffer_size(weight["nbytes"]),
+            buffer = self.create(label=f"weight {weight['name']}", size=gpu_buffer_size(len(data)),
                                  usage=WEIGHT_USAGE)
             if data:
                 self.write(buffer, padded_to_multiple_of_4(data), "weight_bytes_written")
@@ -124,14 +127,15 @@ class SessionBuffers:
         return buffers
 
     def _create_weight_parts(self, weight: Mapping[str, Any], data: memoryview) -> list[wgpu.GPUBuffer]:
-        """The buffers bound for each part of a weight in parts: the whole weight in one when
-        the device binds it (the other parts a 16-byte placeholder), else parts as large as
-        the device binds (docs/bundle-format.md, "Weights in parts")."""
+        """The buffers bound for each part of a weight in parts (``data``: its bytes as the GPU
+        holds it): the whole weight in one when the device binds it (the other parts a 16-byte
+        placeholder), else parts as large as the device binds (docs/bundle-format.md, "Weights
+        in parts")."""
         largest, limit_name = storage_size_limit(self.device, self.limit_caps)
-        sizes = parts_at_limit(weight["nbytes"], weight["parts"], largest)
+        sizes = parts_at_limit(len(data), weight["parts"], largest)
         if sizes is None:
             raise RelaxwebError(
-                f"weight '{weight['name']}' has {weight['nbytes']} bytes, above the device's WebGPU limit "
+                f"weight '{weight['name']}' has {len(data)} bytes, above the device's WebGPU limit "
                 f"{limit_name} = {largest}, and the bundle binds it in at most {weight['parts']} parts"
             )
         self.weight_part_sizes[weight["name"]] = sizes

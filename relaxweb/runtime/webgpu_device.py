@@ -15,6 +15,7 @@ from typing import Any
 import wgpu  # (relaxweb/runtime/__init__.py gave Mesa its XDG_RUNTIME_DIR first)
 
 from relaxweb.errors import RelaxwebError
+from relaxweb.runtime.tensors import webgpu_weight_nbytes
 
 
 # Devices and limits ----------------------------------------------------------------------
@@ -206,6 +207,14 @@ def storage_note(manifest: Mapping[str, Any] | None, limit: str, needed: int) ->
             f"(its size: {storage['size']} bytes; build with lower --bound values, or run on wasm)")
 
 
+def webgpu_unavailable(manifest: Mapping[str, Any]) -> str | None:
+    """Why WebGPU cannot run the bundle whatever the device, from its manifest's
+    ``webgpu.unavailable`` (an int64 weight outside int32, the range the GPU holds int64
+    tensors in: the build writes it, kernels.wasm runs the bundle), or None."""
+    entry = manifest.get("webgpu")
+    return None if entry is None else f"WebGPU cannot run this bundle: {entry['unavailable']}"
+
+
 def load_time_limits(manifest: Mapping[str, Any]) -> dict[str, int]:
     """The limits a device must meet to load a bundle: the manifest's ``required_limits``,
     with the buffer size limits raised to the largest weight when that is larger (bundles
@@ -213,7 +222,8 @@ def load_time_limits(manifest: Mapping[str, Any]) -> dict[str, int]:
     buffers of a known size), and ``maxBufferSize`` at least ``maxStorageBufferBindingSize``."""
     limits = dict(manifest.get("required_limits", {}))
     # a weight in parts needs a binding of its smallest part only
-    largest = max((smallest_part_bytes(w["nbytes"], w.get("parts", 1)) for w in manifest.get("weights", [])), default=0)
+    largest = max((smallest_part_bytes(webgpu_weight_nbytes(manifest, w), w.get("parts", 1))
+                   for w in manifest.get("weights", [])), default=0)
     # A buffer bound whole is at least as large as its binding.
     largest = max(largest, limits.get("maxStorageBufferBindingSize", 0))
     if largest:

@@ -285,7 +285,7 @@ function factProblem(manifest) {
         `are not inside shard ${weight.shard} (${shard.nbytes} bytes, 4-byte aligned)`;
     }
     const elements = weight.shape.reduce((/** @type {number} */ a, /** @type {number} */ b) => a * b, 1);
-    const expected = elements * manifest.dtypes[weight.dtype].device_bytes;
+    const expected = elements * manifest.dtypes[weight.dtype].wasm_bytes; // the shards hold the wasm form
     if (weight.nbytes !== expected) {
       return `weights[${index}]: nbytes is ${weight.nbytes}, but its shape and dtype make ${expected}`;
     }

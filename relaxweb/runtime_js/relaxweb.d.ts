@@ -74,7 +74,9 @@ export interface LoadOptions {
    * What runs the kernels: "webgpu" (the WGSL shaders), "wasm" (the bundle's kernels.wasm,
    * WebAssembly SIMD on the CPU; rejects for a bundle without one), or "auto" (the default):
    * WebGPU where `navigator.gpu` gives an adapter (or `device` is given) that meets the
-   * bundle's required limits and features, else wasm when the bundle has kernels.wasm.
+   * bundle's required limits and features, else wasm when the bundle has kernels.wasm (wasm,
+   * without asking for an adapter, when the manifest says WebGPU cannot run the bundle:
+   * `webgpu.unavailable`, an int64 weight outside int32; "webgpu" then rejects with that reason).
    * `model.backend` says which, `model.backendReason` why "auto" did not take WebGPU; a console line too.
    */
   backend?: "auto" | "webgpu" | "wasm";
@@ -414,7 +416,9 @@ export class WasmModel {
   /**
    * Why `backend: "auto"` did not take WebGPU: no adapter, or the limits and features the adapter
    * lacks (a buffer size limit names the storage that needs it: what it holds, its size at the
-   * bounds); null when `backend: "wasm"` was asked for.
+   * bounds), or the bundle's own reason, whatever the GPU (the manifest's `webgpu.unavailable`:
+   * "WebGPU cannot run this bundle: weight 'c' (int64) holds 9007199254740993, outside the int32
+   * range the GPU holds int64 tensors in"); null when `backend: "wasm"` was asked for.
    */
   readonly backendReason: string | null;
   /** Threads a dispatch's units are split between: the pool's workers, or 1 (the page's thread, where the page is not cross-origin isolated). */

@@ -35,8 +35,9 @@ export { DEFAULT_CACHE_NAME, GpuTensor, InputShapeError, KERNEL_TIMEOUT_MS, RunC
  * @typedef {Object} LoadOptions
  * @property {"auto"|"webgpu"|"wasm"} [backend]  what runs the kernels: "webgpu", "wasm" (the
  *   bundle's kernels.wasm on the CPU, wasm_backend.js), or "auto" (the default): WebGPU where
- *   the page's adapter (or `device`) meets the bundle's required limits and features, else
- *   wasm when the bundle has kernels.wasm; `model.backend` says which, and `model.backendReason`
+ *   the page's adapter (or `device`) meets the bundle's required limits and features and the
+ *   manifest has no `webgpu.unavailable` (an int64 weight outside int32), else wasm when the
+ *   bundle has kernels.wasm; `model.backend` says which, and `model.backendReason`
  *   why "auto" did not take WebGPU (null when it did, or when a backend was asked for)
  * @property {number} [threads]  the wasm backend's threads, where the page is cross-origin
  *   isolated (default: min(navigator.hardwareConcurrency, 4)); elsewhere always 1; `model.threads`
@@ -94,6 +95,11 @@ export async function load(url, {
   }
   const wasmProblem = kernelsWasmProblem(manifest);
   if (backend === "wasm" && wasmProblem) throw new Error(`${wasmProblem}; load it with backend "webgpu"`);
+  // an int64 weight outside int32 (the manifest's webgpu.unavailable): WebGPU on no device, so no adapter is asked
+  const webgpuProblem = manifest.webgpu ? `WebGPU cannot run this bundle: ${manifest.webgpu.unavailable}` : null;
+  if (webgpuProblem && (backend === "webgpu" || wasmProblem)) {
+    throw new Error(backend === "webgpu" ? `${webgpuProblem}; load it with backend "wasm"` : `${webgpuProblem}, and ${wasmProblem}`);
+  }
   const fileUrl = (/** @type {string} */ file) => new URL(file, manifestUrl);
   // a Hugging Face tokenizer's libraries and files, while the rest loads (nothing without one)
   const tokenizerPromise = loadTokenizer(manifest.tokenizer, fetchedText(fileUrl));
@@ -103,14 +109,14 @@ export async function load(url, {
   // kernel shaders to fetch, depend on it. "auto" takes a missing adapter for the wasm backend.
   /** @type {Error|null} why there is no adapter ("auto" only: the wasm backend may run instead) */
   let adapterError = null;
-  const adapterPromise = device || backend === "wasm" ? Promise.resolve(null)
+  const adapterPromise = device || backend === "wasm" || webgpuProblem ? Promise.resolve(null)
     : backend === "auto" ? requestAdapter().then((a) => a ?? Promise.reject(new Error(NO_ADAPTER)))
       .catch((/** @type {Error} */ error) => { adapterError = error; return null; })
     : requestAdapter();
   // The kernels of the backend the adapter makes likely are fetched with the shards (the
   // choice itself waits for the host module's sizes at the bounds; the other backend's kernels
   // are fetched then, when it is the other one).
-  const wasmLikely = adapterPromise.then((a) => backend === "wasm" || (backend === "auto" && !device && a === null));
+  const wasmLikely = adapterPromise.then((a) => backend === "wasm" || webgpuProblem !== null || (backend === "auto" && !device && a === null));
   const wasmBytesPromise = wasmLikely.then((likely) => (likely && !wasmProblem ? fetchBytes(fileUrl(manifest.wasm.file)) : null));
   const shadersPromise = Promise.all([wasmLikely, adapterPromise]).then(([likely, a]) =>
     (likely ? null : fetchKernelSources(manifest, fileUrl, chosenKernels(kernels, device ?? a, manifest))));
@@ -132,8 +138,8 @@ export async function load(url, {
       const wasmBytes = (await wasmBytesPromise) ?? (await fetchBytes(fileUrl(manifest.wasm.file)));
       const model = await WasmModel.create(manifest, host, wasmBytes, shards, { threads, ...configured, tokenizer, kernelTimeoutMs });
       if (backend === "auto") {
-        model.backendReason = gpu === null ? (adapterError?.message ?? NO_ADAPTER)
-          : deviceShortfalls(gpu, requiredLimits, requiredFeatures, "GPU adapter", manifest, sizesAtBounds).join("; ");
+        model.backendReason = webgpuProblem ?? (gpu === null ? (adapterError?.message ?? NO_ADAPTER)
+          : deviceShortfalls(gpu, requiredLimits, requiredFeatures, "GPU adapter", manifest, sizesAtBounds).join("; "));
         console.info(`relaxweb: WebGPU cannot run this model: ${model.backendReason}`);
       }
       const why = model.threads === 1 ? singleThreadReason(threads) : "";
@@ -170,8 +176,9 @@ function kernelsWasmProblem(manifest) {
 
 /**
  * Which backend runs the bundle: the one asked for, or for "auto" WebGPU where the adapter
- * (or the given device) meets the bundle's required limits and features, else wasm (when
- * the bundle has kernels.wasm; without it, WebGPU, whose errors say what is missing).
+ * (or the given device) meets the bundle's required limits and features and the manifest does
+ * not say that WebGPU cannot run it (`webgpu.unavailable`), else wasm (when the bundle has
+ * kernels.wasm; without it, WebGPU, whose errors say what is missing).
  * @param {"auto"|"webgpu"|"wasm"} backend @param {any} manifest @param {GPUAdapter|GPUDevice|null} gpu
  * @param {Record<string, number>} requiredLimits @param {string[]} requiredFeatures
  * @param {number[]|null} sizesAtBounds each storage's size at the bounds in effect
@@ -179,6 +186,7 @@ function kernelsWasmProblem(manifest) {
  */
 function chosenBackend(backend, manifest, gpu, requiredLimits, requiredFeatures, sizesAtBounds) {
   if (backend !== "auto") return backend;
+  if (manifest.webgpu) return "wasm"; // its webgpu.unavailable (load() refused the bundle when it has no kernels.wasm either)
   const gpuFits = gpu !== null && deviceShortfalls(gpu, requiredLimits, requiredFeatures, "GPU adapter", manifest, sizesAtBounds).length === 0;
   return gpuFits || kernelsWasmProblem(manifest) ? "webgpu" : "wasm";
 }

@@ -24,7 +24,7 @@ const UNPRINTABLE = /[\p{Cc}\p{Cf}\p{Cs}\p{Co}\p{Cn}\p{Zl}\p{Zp}\p{Zs}]/u;
 const ESCAPES = { "\t": "\\t", "\n": "\\n", "\r": "\\r" };
 
 /** A name from a model on one line, as relaxweb/errors.py's shown writes it. @param {string} text */
-const shown = (text) => [...String(text)].map((c) => {
+export const shown = (text) => [...String(text)].map((c) => {
   if (c === " " || !UNPRINTABLE.test(c)) return c;
   const code = /** @type {number} */ (c.codePointAt(0));
   if (c in ESCAPES) return ESCAPES[/** @type {keyof typeof ESCAPES} */ (c)];
@@ -33,7 +33,7 @@ const shown = (text) => [...String(text)].map((c) => {
 }).join("");
 
 /** At most `most` characters, "..." where cut (relaxweb/errors.py's shortened). @param {string} text */
-const shortened = (text, most = 200) => {
+export const shortened = (text, most = 200) => {
   const characters = [...text];
   return characters.length <= most ? text : `${characters.slice(0, most - 3).join("")}...`;
 };

@@ -5,6 +5,7 @@
 
 import { TYPED_ARRAY_OF_DTYPE, checkInputs, checkSequence, dtypeInfo, isSequence, toDeviceData } from "./host.js";
 import { GpuTensor } from "./gpu_tensor.js";
+import { shortened, shown } from "./run_status.js";
 
 /**
  * An input ready for a device: its values in the device dtype (a copy the caller cannot
@@ -47,8 +48,8 @@ export function prepareInputs(manifest, inputs) {
  * kernels.wasm's form (`device_dtype`, `device_bytes` replaced by the entry's `wasm_dtype`,
  * `wasm_bytes`: int64 is int64 there, every other dtype as on the GPU). Every conversion by the
  * dtypes table (prepareInputs, fromDeviceData, byte counts) then converts for that memory: the
- * wasm backend uses this copy where WebGPU uses the manifest. The weights' shard bytes stay in
- * the GPU's form: wasmWeightBytes widens them. The twin of runtime/tensors.py's wasm_manifest.
+ * wasm backend uses this copy where WebGPU uses the manifest. The weights' shard bytes are
+ * already this form (WebGPU narrows an int64 weight: webgpuWeightBytes). The twin of runtime/tensors.py's wasm_manifest.
  * @param {any} manifest @returns {any}
  */
 export function wasmManifest(manifest) {
@@ -58,25 +59,32 @@ export function wasmManifest(manifest) {
 }
 
 /**
- * A weight's bytes as kernels.wasm holds it, from its shard bytes (the GPU's form,
- * `device_dtype`): the same bytes, or for an int64 weight (int32 in the shard) each value
- * sign-extended to a little-endian int64.
- * @param {Uint8Array} bytes @param {import("./host.js").DtypeInfo} info the weight's dtype entry (the manifest's, not wasmManifest's)
+ * A weight's bytes as the GPU holds it, from its shard bytes (its wasm form): the same bytes, or
+ * for an int64 weight (little-endian int64 in the shard) each value narrowed to int32. A value
+ * outside int32 is an error naming the weight: a bundle built with one says so in its manifest's
+ * `webgpu.unavailable`, and WebGPU refuses it before any shard is read, so only a damaged bundle
+ * gets here. The twin of runtime/tensors.py's webgpu_weight_bytes.
+ * @param {any} weight the manifest's entry @param {Uint8Array} bytes
+ * @param {import("./host.js").DtypeInfo} info the weight's dtype entry (the manifest's, not wasmManifest's)
  * @returns {Uint8Array}
  */
-export function wasmWeightBytes(bytes, info) {
+export function webgpuWeightBytes(weight, bytes, info) {
   if (info.wasm_dtype === info.device_dtype) return bytes;
   if (info.device_dtype !== "int32" || info.wasm_dtype !== "int64") {
-    throw new Error(`a ${info.device_dtype} weight cannot be held as ${info.wasm_dtype} in kernels.wasm`); // the manifest check refuses it first
+    throw new Error(`a ${info.wasm_dtype} weight cannot be held as ${info.device_dtype} on the GPU`); // the manifest check refuses it first
   }
-  const source = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-  const wide = new DataView(new ArrayBuffer(bytes.byteLength * 2));
-  for (let i = 0; i < bytes.byteLength / 4; i++) {
-    const value = source.getInt32(4 * i, true);
-    wide.setInt32(8 * i, value, true);
-    wide.setInt32(8 * i + 4, value < 0 ? -1 : 0, true);
+  const wide = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  const narrow = new Uint8Array(bytes.byteLength / 2);
+  const out = new DataView(narrow.buffer);
+  for (let i = 0; i < bytes.byteLength / 8; i++) {
+    const value = wide.getBigInt64(8 * i, true);
+    if (value < -2147483648n || value > 2147483647n) {
+      throw new Error(`weight '${shortened(shown(weight.name))}' (${weight.dtype}) holds ${value}, outside the int32 range the GPU ` +
+        `holds ${weight.dtype} tensors in, and the manifest does not say that WebGPU cannot run it (webgpu.unavailable): the bundle is damaged`);
+    }
+    out.setInt32(4 * i, Number(value), true);
   }
-  return new Uint8Array(wide.buffer);
+  return narrow;
 }
 
 /**

@@ -20,8 +20,8 @@
 // Tensors are held in the memory as the manifest's `dtypes` table says of kernels.wasm
 // (`wasm_dtype`, `wasm_bytes`: an int64 as an 8-byte little-endian int64, exactly; every other
 // dtype as on the GPU): the backend converts by wasmManifest's view of the manifest (tensors.js),
-// so inputs, outputs, kept tensors, cache views and byte counts all follow it, and an int64
-// weight (int32 in its shard, as on the GPU) is widened at load (wasmWeightBytes).
+// so inputs, outputs, kept tensors, cache views and byte counts all follow it; the shards
+// hold each weight in this form too (an int64 weight as int64), copied in as they are.
 //
 // Threads: where the page is cross-origin isolated (SharedArrayBuffer) the memory is shared
 // and a pool of workers (wasm_worker.js) instantiates the shared-memory variant of the
@@ -39,7 +39,7 @@
 
 import { TYPED_ARRAY_OF_DTYPE, dtypeInfo, fromDeviceData } from "./host.js";
 import { GpuTensor, TransferStats, cacheBlockCopies } from "./gpu_tensor.js";
-import { keptOutputIndices, prepareInputs, splitElements, wasmManifest, wasmWeightBytes } from "./tensors.js";
+import { keptOutputIndices, prepareInputs, splitElements, wasmManifest } from "./tensors.js";
 import { WALL_CLOCK, WallClockTimer } from "./profile.js";
 import { STATUS_BYTES, checkRunStatus } from "./run_status.js";
 import { DEADLINE_IMPORT, FUEL_REFILL, interruptibleKernels, readLeb } from "./interruptible_kernels.js";
@@ -298,8 +298,6 @@ export class WasmBackend {
   constructor(manifest, memory, instance, threads) {
     /** The manifest with its dtypes as kernels.wasm holds them (wasmManifest): what the driver and every conversion here read. */
     this.manifest = wasmManifest(manifest);
-    /** The manifest's own dtypes table: the form of the weights in their shards (the GPU's). */
-    this.shardDtypes = manifest.dtypes;
     this.memory = memory;
     /** Threads that run a dispatch's units: the pool's workers, or 1 (the page's thread, where there is no pool). */
     this.threads = threads;
@@ -368,8 +366,8 @@ export class WasmBackend {
   layOut(shards, sizesAtBounds) {
     this.paramsBase = this.allocate(this.manifest.params_bytes);
     this.weightAddresses = this.manifest.weights.map((/** @type {any} */ weight) => {
-      // an int64 weight widened to 8 bytes an element; whole, even a weight WebGPU binds in parts
-      const data = wasmWeightBytes(shards[weight.shard].subarray(weight.offset, weight.offset + weight.nbytes), this.shardDtypes[weight.dtype]);
+      // as the shard holds it (an int64 weight as int64); whole, even a weight WebGPU binds in parts
+      const data = shards[weight.shard].subarray(weight.offset, weight.offset + weight.nbytes);
       const address = this.allocate(data.byteLength);
       this.bytes().set(data, address);
       this.stats.add("weightBytesWritten", data.byteLength);

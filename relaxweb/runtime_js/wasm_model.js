@@ -42,7 +42,8 @@ export class WasmModel {
     /** Which backend runs the kernels. @type {"wasm"} */
     this.backend = "wasm";
     /** Why `backend: "auto"` did not take WebGPU (no adapter, or the limits and features it lacks,
-     * naming the storage that needs a larger binding); null when "wasm" was asked for. @type {string|null} */
+     * naming the storage that needs a larger binding, or the manifest's webgpu.unavailable); null
+     * when "wasm" was asked for. @type {string|null} */
     this.backendReason = null;
     /** The memory, kernels and state of runs: the driver's RunBackend. */
     this.runBackend = backend;

@@ -10,6 +10,7 @@
 import { BufferPool } from "./gpu_tensor.js";
 import { STATUS_BYTES } from "./run_status.js";
 import { storageSizeLimit, storageSizeProblem, weightPartSizes } from "./webgpu_device.js";
+import { webgpuWeightBytes } from "./tensors.js";
 
 /** GPU buffer usages (the GPUBufferUsage flags, spelled out so that Node can import this file). */
 export const USAGE = { MAP_READ: 0x1, COPY_SRC: 0x4, COPY_DST: 0x8, UNIFORM: 0x40, STORAGE: 0x80, QUERY_RESOLVE: 0x200 };
@@ -127,22 +128,26 @@ export class ModelBuffers {
    * @param {Uint8Array[]} shards @param {Record<string, number>} caps
    */
   loadWeights(shards, caps) {
+    // the shards hold the wasm form: an int64 weight is narrowed to int32 here
+    const gpuBytes = (/** @type {any} */ weight) => webgpuWeightBytes(weight,
+      shards[weight.shard].subarray(weight.offset, weight.offset + weight.nbytes), this.manifest.dtypes[weight.dtype]);
     this.weightBuffers = this.manifest.weights.map((/** @type {any} */ weight) => {
       if ((weight.parts ?? 1) > 1) return null;
-      return this.filledWeightBuffer(weight.name, shards[weight.shard].subarray(weight.offset, weight.offset + weight.nbytes));
+      return this.filledWeightBuffer(weight.name, gpuBytes(weight));
     });
     const [largest, limitName] = storageSizeLimit(this.device.limits, caps);
     this.manifest.weights.forEach((/** @type {any} */ weight, /** @type {number} */ index) => {
       if ((weight.parts ?? 1) === 1) return;
-      const sizes = weightPartSizes(weight.nbytes, weight.parts, largest);
+      const data = gpuBytes(weight);
+      const sizes = weightPartSizes(data.byteLength, weight.parts, largest);
       if (sizes === null) {
-        throw new Error(`weight '${weight.name}' has ${weight.nbytes} bytes, above the device's WebGPU limit ` +
+        throw new Error(`weight '${weight.name}' has ${data.byteLength} bytes, above the device's WebGPU limit ` +
           `${limitName} = ${largest}, and the bundle binds it in at most ${weight.parts} parts`);
       }
       const buffers = [];
-      let start = weight.offset;
+      let start = 0;
       for (const [part, size] of sizes.entries()) {
-        buffers.push(this.filledWeightBuffer(`${weight.name} part ${part}`, shards[weight.shard].subarray(start, start + size)));
+        buffers.push(this.filledWeightBuffer(`${weight.name} part ${part}`, data.subarray(start, start + size)));
         start += size;
       }
       // the unused parts: one placeholder of its own per weight, so that destroying the parts frees each once

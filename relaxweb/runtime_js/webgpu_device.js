@@ -55,6 +55,17 @@ export function storageNote(manifest, sizesAtBounds, limit, needed) {
 }
 
 /**
+ * The bytes a weight takes on the GPU (elements x `device_bytes`): its shard holds the wasm form
+ * (`nbytes`, elements x `wasm_bytes`; 8 bytes an int64 element, 4 on the GPU). The GPU's buffer
+ * sizes, parts and limit checks count these. The twin of runtime/tensors.py's webgpu_weight_nbytes.
+ * @param {any} manifest @param {any} weight @returns {number}
+ */
+export function webgpuWeightNbytes(manifest, weight) {
+  const info = manifest.dtypes[weight.dtype];
+  return weight.nbytes / info.wasm_bytes * info.device_bytes;
+}
+
+/**
  * The limits a device must meet to load a bundle: the manifest's `required_limits`, with the
  * buffer size limits raised to the largest weight and to the largest storage at the bounds
  * in effect (`sizesAtBounds`, null when some var has no bound) when those are larger, and
@@ -67,7 +78,8 @@ export function loadTimeLimits(manifest, sizesAtBounds) {
   /** @type {Record<string, number>} */
   const limits = { ...(manifest.required_limits ?? {}) };
   // A buffer bound whole is at least as large as its binding; a weight in parts needs its smallest part only.
-  const largest = [...manifest.weights.map((/** @type {any} */ w) => smallestPartBytes(w.nbytes, w.parts ?? 1)), ...(sizesAtBounds ?? []),
+  const largest = [...manifest.weights.map((/** @type {any} */ w) => smallestPartBytes(webgpuWeightNbytes(manifest, w), w.parts ?? 1)),
+    ...(sizesAtBounds ?? []),
     limits.maxStorageBufferBindingSize ?? 0].reduce((a, b) => Math.max(a, b), 0);
   if (largest > 0) {
     for (const name of ["maxStorageBufferBindingSize", "maxBufferSize"]) limits[name] = Math.max(limits[name] ?? 0, largest);

@@ -20,6 +20,7 @@ int32 wraps, as onnxruntime's does.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -33,7 +34,7 @@ from onnx import TensorProto, helper
 
 import relaxweb
 from relaxweb.errors import RelaxwebError
-from tests.helpers import load_bundle, make_model, onnxruntime_outputs
+from tests.helpers import build_once, load_bundle, make_model, onnxruntime_outputs
 
 INT32_MIN, INT32_MAX = -2**31, 2**31 - 1
 ONNX_TYPES = {"int32": TensorProto.INT32, "int64": TensorProto.INT64, "uint32": TensorProto.UINT32,
@@ -318,12 +319,68 @@ def test_integer_ops_match_onnxruntime_or_fail_long(example, backend: str, bundl
                               int64_exact=backend == "wasm")
 
 
+#: An int64 constant beyond int32 (beyond float64's integers too: 2^53 + 1).
+BIG = 2**53 + 1
+#: The reason the build writes into the manifest's webgpu.unavailable for it.
+BIG_REASON = f"weight 'c' (int64) holds {BIG}, outside the int32 range the GPU holds int64 tensors in"
+
+
+def _constant_model(op: str, c: np.ndarray) -> onnx.ModelProto:
+    return make_model([helper.make_node(op, ["x", "c"], ["y"], name="big")], [("x", TensorProto.INT64, ["n"])],
+                      [("y", TensorProto.INT64)], {"c": c})
+
+
 @pytest.mark.parametrize("op", ["Add", "Max", "Mod"])
-def test_an_int64_constant_outside_int32_is_a_build_error(op: str, tmp_path) -> None:
+def test_an_int64_constant_outside_int32_runs_on_wasm_only(op: str, tmp_path) -> None:
     """A one-element int64 constant outside int32 is not written into the kernel (it could only
     be held saturated: ``x + 2^31`` answered ``x + 2^31 - 1``, ``Max(x, 2^53 + 1)`` answered
-    ``2^31 - 1``): it stays a weight, which the build refuses by name."""
-    model = make_model([helper.make_node(op, ["x", "c"], ["y"], name="big")], [("x", TensorProto.INT64, ["n"])],
-                       [("y", TensorProto.INT64)], {"c": np.array(2**53 + 1, np.int64)})
-    with pytest.raises(RelaxwebError, match=r"^weight 'c' \(int64\) holds 9007199254740993, outside the int32 range"):
-        relaxweb.build(model, tmp_path / "bundle")
+    ``2^31 - 1``): it stays a weight, int64 in its shard.  The build warns and writes why WebGPU
+    cannot hold it (the manifest's ``webgpu.unavailable``); kernels.wasm answers onnxruntime's
+    values exactly, and WebGPU refuses the bundle naming the weight, before asking for a device."""
+    model = _constant_model(op, np.array(BIG, np.int64))
+    bundle = relaxweb.build(model, tmp_path / "bundle")
+    assert bundle.manifest["webgpu"] == {"unavailable": BIG_REASON}
+    assert [w for w in bundle.warnings if BIG_REASON in w] != []
+    (weight,) = bundle.manifest["weights"]
+    assert weight["nbytes"] == 8  # elements x wasm_bytes: the shard holds int64
+    x = np.array([0, 1, -3, 2**31, -2**31 - 1, 2**40, -2**40 + 7, 2**40 + 12345, -BIG], np.int64)
+    [expected] = onnxruntime_outputs(model, {"x": x})
+    wasm = relaxweb.load(bundle.path, backend="wasm")
+    np.testing.assert_array_equal(wasm.run({"x": x})["y"], expected)
+    with pytest.raises(RelaxwebError) as caught:
+        relaxweb.load(bundle.path, backend="webgpu")
+    assert str(caught.value) == f'WebGPU cannot run this bundle: {BIG_REASON}; load it with backend="wasm"'
+    auto = relaxweb.load(bundle.path)  # "auto": wasm, whatever the machine's GPU, and why
+    assert (auto.backend, auto.backend_reason) == ("wasm", f"WebGPU cannot run this bundle: {BIG_REASON}")
+    np.testing.assert_array_equal(auto.run({"x": x})["y"], expected)
+
+
+def test_the_cli_runs_an_int64_weight_outside_int32_on_wasm_and_says_why(tmp_path, capsys) -> None:
+    from relaxweb.cli import main
+
+    model = _constant_model("Add", np.array(BIG, np.int64))
+    relaxweb.build(model, tmp_path / "bundle")
+    x = np.array([2**40, -5], np.int64)
+    np.savez(tmp_path / "in.npz", x=x)
+    assert main(["run", str(tmp_path / "bundle"), "--inputs", str(tmp_path / "in.npz"),
+                 "--out", str(tmp_path / "out.npz")]) == 0
+    assert f"note: running on kernels.wasm: WebGPU cannot run this bundle: {BIG_REASON}\n" in capsys.readouterr().err
+    np.testing.assert_array_equal(np.load(tmp_path / "out.npz")["y"], x + BIG)
+    assert main(["run", str(tmp_path / "bundle"), "--inputs", str(tmp_path / "in.npz"), "--backend", "webgpu"]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"error: WebGPU cannot run this bundle: {BIG_REASON}; run it with --backend wasm "
+                   "(or the default, --backend auto)\n")
+
+
+@pytest.mark.parametrize("op", ["Add", "Max"])
+def test_an_int64_weight_within_int32_runs_on_both_backends(op: str, backend: str, tmp_path) -> None:
+    """An int64 weight within int32 (int64 in its shard): WebGPU narrows it to int32 at upload,
+    kernels.wasm holds it as it is; both answer onnxruntime's values."""
+    model = make_model([helper.make_node(op, ["x", "c"], ["y"])], [("x", TensorProto.INT64, ["n", 2])],
+                       [("y", TensorProto.INT64, ["n", 2])], {"c": np.array([3, -7], np.int64)})
+    folder = build_once(model, tmp_path / "bundle")
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert "webgpu" not in manifest and manifest["weights"][0]["nbytes"] == 16
+    x = np.array([[1, 2], [-100, 100], [2**30, -2**30]], np.int64)
+    [expected] = onnxruntime_outputs(model, {"x": x})
+    np.testing.assert_array_equal(load_bundle(folder, backend).run({"x": x})["y"], expected)

@@ -570,8 +570,10 @@ def test_unsatisfied_limits_of_fake_adapter_limits() -> None:
         "minStorageBufferOffsetAlignment": (32, 256),
         "maxComputeInvocationsPerWorkgroup": (64, None),
     }
+    # the int64 weight: 1400 bytes in its shard (8 an element), 700 on the GPU (4 an element)
     manifest = {"required_limits": {"maxStorageBuffersPerShaderStage": 3},
-                "weights": [{"nbytes": 100}, {"nbytes": 700}]}
+                "dtypes": {"float32": {"device_bytes": 4, "wasm_bytes": 4}, "int64": {"device_bytes": 4, "wasm_bytes": 8}},
+                "weights": [{"dtype": "float32", "nbytes": 100}, {"dtype": "int64", "nbytes": 1400}]}
     assert load_time_limits(manifest) == {
         "maxStorageBuffersPerShaderStage": 3, "maxStorageBufferBindingSize": 700, "maxBufferSize": 700,
     }

@@ -61,10 +61,10 @@ def test_an_int32_array_for_an_int64_input_is_widened(int64_bundle: Path) -> Non
     assert session.stats.last_run.input_bytes_written == x.size * 8
 
 
-def test_an_int64_weight_is_widened_at_load(int64_bundle: Path) -> None:
+def test_an_int64_weight_is_written_as_its_shard_holds_it(int64_bundle: Path) -> None:
     session = WasmSession(int64_bundle)
-    # the shard holds w as int32 (16 bytes); the memory as int64 (32 bytes), sign-extended
-    assert json.loads((int64_bundle / "manifest.json").read_text())["weights"][0]["nbytes"] == 16
+    # the shard holds w as int64 (32 bytes: elements x wasm_bytes), as the memory does
+    assert json.loads((int64_bundle / "manifest.json").read_text())["weights"][0]["nbytes"] == 32
     assert session.stats.total.weight_bytes_written == 32
     z = session.run({"x": np.zeros((1, 4), np.int64)})["z"]
     np.testing.assert_array_equal(z, [2 * INT64_WEIGHT])  # -2^31 * 2 = -2^32: needs the high word's sign
@@ -182,3 +182,22 @@ def test_a_compiled_int64_weight_and_kept_output_like_onnxruntime(tmp_path: Path
     np.testing.assert_array_equal(y.numpy(), expected)
     [twice] = onnxruntime_outputs(model, {"x": expected})
     np.testing.assert_array_equal(session.run({"x": y})["y"], twice)
+
+
+def test_a_webgpu_entry_is_checked_alike_by_both_runtimes(int64_bundle: Path, tmp_path: Path) -> None:
+    """The manifest's webgpu entry: {"unavailable": a string of at most 65536 characters}; and an
+    int64 weight's nbytes counts 8 bytes an element (its shard's form), not the GPU's 4."""
+    from relaxweb.runtime.manifest import manifest_problem  # noqa: PLC0415
+    from tests.helpers import js_manifest_problems  # noqa: PLC0415
+
+    base = json.loads((int64_bundle / "manifest.json").read_text())
+    cases = [
+        ({"webgpu": {"unavailable": "x" * 65536}}, None),
+        ({"webgpu": {"unavailable": "x" * 65537}}, "webgpu.unavailable: a string of 65537 characters, at most 65536 allowed"),
+        ({"webgpu": {"reason": "no"}}, "webgpu: has no 'unavailable'"),
+        ({"weights": [{**base["weights"][0], "nbytes": 16}]}, "weights[0]: nbytes is 16, but its shape and dtype make 32"),
+    ]
+    manifests = [{**base, **change} for change, _ in cases]
+    assert [manifest_problem(m) for m in manifests] == [problem for _, problem in cases]
+    if shutil.which("node"):
+        assert js_manifest_problems(manifests, tmp_path) == [problem for _, problem in cases]

@@ -370,12 +370,15 @@ test("deviceShortfalls names each missing feature and unmet limit with both valu
 });
 
 test("loadTimeLimits raises the buffer limits to the weights and the sizes at the bounds", () => {
-  const manifest = { required_limits: { maxStorageBuffersPerShaderStage: 3 }, weights: [{ nbytes: 100 }, { nbytes: 700 }] };
+  // the int64 weight: 1400 bytes in its shard (8 an element), 700 on the GPU (4 an element)
+  const dtypes = { float32: { device_bytes: 4, wasm_bytes: 4 }, int64: { device_bytes: 4, wasm_bytes: 8 } };
+  const manifest = { required_limits: { maxStorageBuffersPerShaderStage: 3 }, dtypes,
+    weights: [{ dtype: "float32", nbytes: 100 }, { dtype: "int64", nbytes: 1400 }] };
   assert.deepEqual(loadTimeLimits(manifest, null),
     { maxStorageBuffersPerShaderStage: 3, maxStorageBufferBindingSize: 700, maxBufferSize: 700 });
   assert.deepEqual(loadTimeLimits(manifest, [5000, 64]),
     { maxStorageBuffersPerShaderStage: 3, maxStorageBufferBindingSize: 5000, maxBufferSize: 5000 });
-  const declared = { required_limits: { maxStorageBufferBindingSize: 9000 }, weights: [] };
+  const declared = { required_limits: { maxStorageBufferBindingSize: 9000 }, dtypes, weights: [] };
   assert.deepEqual(loadTimeLimits(declared, [16]), { maxStorageBufferBindingSize: 9000, maxBufferSize: 9000 });
 });
 

@@ -638,3 +638,45 @@ def test_an_index_past_its_axis_rejects_the_run_on_both_backends(tmp_path: Path)
     for backend in ("webgpu", "wasm"):
         assert results[backend] == [backend, f"RunCheckError: {error}", True, [3, 4, 5, 9, 10, 11], error,
                                     in_generate], results
+
+
+#: Runs in the runner page: load the bundle with backend "auto", then "webgpu"; the first's
+#: backend, reason and y for x (decimal strings: int64 through BigInt64Array), the second's error.
+INT64_AUTO_IN_PAGE = """
+async (values) => {
+  const info = console.info;
+  console.info = () => {};
+  try {
+    const model = await window.relaxweb.load("/bundle/");
+    const x = BigInt64Array.from(values, BigInt);
+    const { y } = await model.run({ x: { data: x, shape: [x.length] } });
+    const report = { backend: model.backend, backendReason: model.backendReason, y: Array.from(y.data, String) };
+    model.dispose();
+    try {
+      await window.relaxweb.load("/bundle/", { backend: "webgpu" });
+    } catch (error) {
+      report.webgpuError = `${error.name}: ${error.message}`;
+    }
+    return report;
+  } finally {
+    console.info = info;
+  }
+}
+"""
+
+
+def test_auto_on_a_page_with_webgpu_runs_an_int64_weight_outside_int32_on_wasm(tmp_path: Path) -> None:
+    """y = x + c with the int64 constant c = 2^53 + 1: SwiftShader's adapter would take the
+    bundle, but its manifest says WebGPU cannot hold c (webgpu.unavailable): "auto" takes wasm,
+    `backendReason` naming the weight, and answers onnxruntime's values exactly; "webgpu" rejects."""
+    from tests.e2e.test_integer_arithmetic import BIG, BIG_REASON, _constant_model  # noqa: PLC0415
+
+    model = _constant_model("Add", np.array(BIG, np.int64))
+    bundle = relaxweb.build(model, tmp_path / "bundle")
+    x = np.array([0, -3, 2**31, 2**40, -2**40 + 7, -BIG], np.int64)
+    [expected] = onnxruntime_outputs(model, {"x": x})
+    with open_runner_page(bundle.path, webgpu=True) as page:
+        report = page.evaluate(INT64_AUTO_IN_PAGE, [str(v) for v in x.tolist()])
+    assert (report["backend"], report["backendReason"]) == ("wasm", f"WebGPU cannot run this bundle: {BIG_REASON}")
+    assert report["y"] == [str(v) for v in expected.tolist()]
+    assert report["webgpuError"] == f'Error: WebGPU cannot run this bundle: {BIG_REASON}; load it with backend "wasm"'

@@ -7,6 +7,7 @@
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
+import { createServer } from "node:http";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -18,6 +19,8 @@ import { RemoteHost } from "../../relaxweb/runtime_js/remote_host.js";
 import { WALL_CLOCK } from "../../relaxweb/runtime_js/profile.js";
 import { RESERVED_BYTES, WasmTensor, sharedMemoryVariant, splitUnits, threadCount } from "../../relaxweb/runtime_js/wasm_backend.js";
 import { WasmModel } from "../../relaxweb/runtime_js/wasm_model.js";
+import { load } from "../../relaxweb/runtime_js/relaxweb.js";
+import { webgpuWeightBytes } from "../../relaxweb/runtime_js/tensors.js";
 
 const REPO_ROOT = fileURLToPath(new URL("../../", import.meta.url));
 const WEIGHT = [0.5, -1.25, 2.0, 3.75]; // HANDMADE_WEIGHT
@@ -241,7 +244,7 @@ test("profile: one row per kernel from the dispatches' wall-clock times", async 
 
 // int64: kernels.wasm holds an int64 tensor as an 8-byte int64 (the manifest's wasm_dtype, bundle
 // format 3), so values beyond int32 go in and come back exactly (the int64 bundle: z = (x + w) * 2
-// on i64, its weight int32 in the shard as on the GPU, widened at load).
+// on i64, its weight int64 in the shard, as kernels.wasm holds it: the GPU narrows it).
 
 const INT64_WEIGHT = [5n, -7n, 2n ** 31n - 1n, -(2n ** 31n)];
 /** Values beyond int32 and within it, 3 rows of 4. */
@@ -262,7 +265,7 @@ test("int64 inputs and outputs are 8-byte int64 in kernels.wasm's memory: values
   const widened = await model.run({ x: { data: x32, shape: [1, 4] } });
   assert.deepEqual(Array.from(widened.z.data), expectedInt64(x32));
   assert.equal(model.stats.lastRun.inputBytesWritten, 32);
-  // the shard's int32 weight widened to int64 at load: -2^31 * 2 needs the high word's sign
+  // the shard's int64 weight copied as it is (32 bytes): -2^31 * 2 needs the high word's sign
   assert.equal(model.stats.total.weightBytesWritten, 32);
   const zeros = await model.run({ x: { data: new BigInt64Array(4), shape: [1, 4] } });
   assert.deepEqual(Array.from(zeros.z.data), INT64_WEIGHT.map((w) => 2n * w));
@@ -303,3 +306,71 @@ test("a compiled int64 Add and Mul by 5 matches onnxruntime around 2^31 and 2^40
     assert.deepEqual(Array.from(y.data, String), expectedValues);
     model.dispose();
   });
+
+// An int64 weight outside int32 (2^53 + 1): the shards hold it as int64, the manifest says
+// WebGPU cannot run the bundle (webgpu.unavailable); kernels.wasm answers onnxruntime's values
+// exactly; load() refuses backend "webgpu" naming the weight, and "auto" takes wasm saying why
+// (served over HTTP: load() fetches the bundle; Node has no Worker, so the host module runs in
+// the page, and no navigator.gpu: "auto" asks for no adapter here anyway).
+
+/** Serve `folder` on localhost; its URL and a function that stops the server. @param {string} folder */
+async function serveFolder(folder) {
+  const server = createServer((request, response) => {
+    try {
+      const body = readFileSync(join(folder, decodeURIComponent(new URL(request.url ?? "/", "http://x").pathname)));
+      response.writeHead(200).end(body);
+    } catch {
+      response.writeHead(404).end();
+    }
+  });
+  await new Promise((resolve) => server.listen(0, "127.0.0.1", () => resolve(null)));
+  const { port } = /** @type {import("node:net").AddressInfo} */ (server.address());
+  return { url: `http://127.0.0.1:${port}/`, close: () => new Promise((resolve) => server.close(() => resolve(null))) };
+}
+
+test("a compiled int64 constant outside int32 runs exactly on kernels.wasm; load() refuses webgpu and auto says why", async () => {
+  const folder = mkdtempSync(join(tmpdir(), "relaxweb-wasm-test-"));
+  folders.push(folder);
+  const values = ["0", "-3", "2147483648", "1099511627776", "-1099511627769", "-9007199254740993"];
+  const expectedValues = JSON.parse(python(
+    "import json, numpy as np, relaxweb; from tests.helpers import onnxruntime_outputs; " +
+    "from tests.e2e.test_integer_arithmetic import BIG, _constant_model; m = _constant_model('Add', np.array(BIG, np.int64)); " +
+    `relaxweb.build(m, ${JSON.stringify(folder)}); x = np.array([${values.join(", ")}], np.int64); ` +
+    "print(json.dumps([str(v) for v in onnxruntime_outputs(m, {'x': x})[0].tolist()]))"));
+  const reason = "weight 'c' (int64) holds 9007199254740993, outside the int32 range the GPU holds int64 tensors in";
+  const manifest = JSON.parse(readFileSync(join(folder, "manifest.json"), "utf8"));
+  assert.deepEqual(manifest.webgpu, { unavailable: reason });
+  assert.equal(manifest.weights[0].nbytes, 8);
+  const x = BigInt64Array.from(values, BigInt);
+  const direct = await loadWasmModel(folder);
+  assert.deepEqual(Array.from((await direct.run({ x: { data: x, shape: [x.length] } })).y.data, String), expectedValues);
+  direct.dispose();
+
+  const served = await serveFolder(folder);
+  const info = console.info;
+  console.info = () => {};
+  try {
+    await assert.rejects(load(served.url, { backend: "webgpu" }),
+      { message: `WebGPU cannot run this bundle: ${reason}; load it with backend "wasm"` });
+    const model = await load(served.url);
+    assert.deepEqual([model.backend, model.backendReason], ["wasm", `WebGPU cannot run this bundle: ${reason}`]);
+    assert.deepEqual(Array.from((await model.run({ x: { data: x, shape: [x.length] } })).y.data, String), expectedValues);
+    model.dispose();
+  } finally {
+    console.info = info;
+    await served.close();
+  }
+});
+
+test("webgpuWeightBytes narrows an int64 weight to int32 and names one outside int32", () => {
+  const int64 = { bytes: 8, kind: "int", device_dtype: "int32", device_bytes: 4, wasm_dtype: "int64", wasm_bytes: 8 };
+  const wide = new Uint8Array(BigInt64Array.from([3n, -7n, 2n ** 31n - 1n, -(2n ** 31n)]).buffer);
+  const narrow = webgpuWeightBytes({ name: "c", dtype: "int64" }, wide, int64);
+  assert.deepEqual(Array.from(new Int32Array(narrow.buffer, narrow.byteOffset, 4)), [3, -7, 2 ** 31 - 1, -(2 ** 31)]);
+  const float32 = { bytes: 4, kind: "float", device_dtype: "float32", device_bytes: 4, wasm_dtype: "float32", wasm_bytes: 4 };
+  assert.equal(webgpuWeightBytes({ name: "w", dtype: "float32" }, wide, float32), wide); // the same bytes
+  const beyond = new Uint8Array(BigInt64Array.from([1n, 2n ** 40n]).buffer);
+  assert.throws(() => webgpuWeightBytes({ name: "big\nname", dtype: "int64" }, beyond, int64),
+    { message: "weight 'big\\nname' (int64) holds 1099511627776, outside the int32 range the GPU holds int64 tensors in, " +
+      "and the manifest does not say that WebGPU cannot run it (webgpu.unavailable): the bundle is damaged" });
+});

@@ -20,7 +20,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from relaxweb.compiler import build_bundle
-from relaxweb.errors import InputShapeError, RelaxwebError, UnsupportedModelError
+from relaxweb.errors import InputShapeError, RelaxwebError
 from tests.helpers import FLOAT16, assert_close, load_bundle, make_model, rand
 
 
@@ -130,9 +130,10 @@ def test_manifest_gives_device_dtypes(tmp_path: Path) -> None:
     assert [(i["dtype"], device_dtype(manifest, i)) for i in manifest["inputs"]] == [("int64", "int32")]
     assert [(o["dtype"], device_dtype(manifest, o)) for o in manifest["outputs"]] == [("int64", "int32")]
     (weight,) = manifest["weights"]
-    assert (weight["dtype"], device_dtype(manifest, weight), weight["nbytes"]) == ("int64", "int32", 12)
-    data = (bundle / "weights" / "shard0.bin").read_bytes()[weight["offset"]:weight["offset"] + 12]
-    np.testing.assert_array_equal(np.frombuffer(data, "<i4"), [1, -2, 1000])
+    # the shard holds the wasm form (int64, 8 bytes an element); WebGPU narrows it at upload
+    assert (weight["dtype"], device_dtype(manifest, weight), weight["nbytes"]) == ("int64", "int32", 24)
+    data = (bundle / "weights" / "shard0.bin").read_bytes()[weight["offset"]:weight["offset"] + 24]
+    np.testing.assert_array_equal(np.frombuffer(data, "<i8"), [1, -2, 1000])
     kernel = (bundle / manifest["kernels"][0]["file"]).read_text()
     assert "array<i32>" in kernel and "i64" not in kernel
 
@@ -143,10 +144,30 @@ def test_manifest_gives_device_dtypes(tmp_path: Path) -> None:
                                           "wasm_dtype": "uint32", "wasm_bytes": 4}}
 
 
-def test_an_int64_weight_outside_int32_is_a_build_error(tmp_path: Path) -> None:
+def test_an_int64_weight_outside_int32_runs_on_wasm_only(tmp_path: Path) -> None:
+    """The build writes why WebGPU cannot hold it (webgpu.unavailable); kernels.wasm runs it."""
     model = int64_add_model(tmp_path, np.array([1, 2**40, 3], np.int64))
-    with pytest.raises(UnsupportedModelError, match="weight 'offset'.*1099511627776"):
-        build(model, tmp_path, {"batch": 8})
+    bundle = build(model, tmp_path, {"batch": 8})
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    assert manifest["webgpu"] == {"unavailable": "weight 'offset' (int64) holds 1099511627776, outside the int32 "
+                                                 "range the GPU holds int64 tensors in"}
+    ids = np.array([[2**40, 0, -5]], np.int64)
+    np.testing.assert_array_equal(load_bundle(bundle, "wasm").run({"ids": ids})["y"], ids + [1, 2**40, 3])
+    with pytest.raises(RelaxwebError, match=r"^WebGPU cannot run this bundle: weight 'offset' \(int64\) holds "
+                                            r"1099511627776, .*; load it with backend=\"wasm\"$"):
+        load_bundle(bundle, "webgpu")
+
+
+def test_a_damaged_bundle_with_an_int64_weight_outside_int32_is_refused_on_webgpu(device, tmp_path: Path) -> None:
+    """A manifest that does not say webgpu.unavailable but a shard holding an int64 weight
+    outside int32 (its sha256 matching): WebGPU's narrowing names the weight."""
+    bundle = build(int64_add_model(tmp_path, np.array([1, 2**40, 3], np.int64)), tmp_path, {"batch": 8})
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    del manifest["webgpu"]
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(RelaxwebError, match=r"^weight 'offset' \(int64\) holds 1099511627776, outside the int32 range "
+                                            r"the GPU holds int64 tensors in, .*the bundle is damaged$"):
+        load_bundle(bundle, "webgpu", device=device)
 
 
 def boundary_model(tmp_path: Path) -> Path:
@@ -250,11 +271,15 @@ def test_equal_of_int64_then_not_then_cast(backend, tmp_path: Path) -> None:
         check_against_onnxruntime(model, bundle, {"a": a, "b": b}, run_session(backend))
 
 
-def test_an_int64_input_outside_int32_is_rejected(backend, tmp_path: Path) -> None:
+def test_an_int64_input_outside_int32_is_rejected_on_webgpu(backend, tmp_path: Path) -> None:
+    """WebGPU refuses it, naming the input; kernels.wasm holds int64 and answers exactly."""
     session = load_bundle(build(int64_add_model(tmp_path), tmp_path, {"batch": 8}), backend)
     for value in (2**31, -2**31 - 1, 2**40):
         ids = np.zeros((2, 3), np.int64)
         ids[1, 2] = value
+        if backend == "wasm":
+            np.testing.assert_array_equal(session.run({"ids": ids})["y"], ids + [1, -2, 1000])
+            continue
         with pytest.raises(InputShapeError, match=rf"input 'ids'.*{value}"):
             session.run({"ids": ids})
     # the session still works afterwards
@@ -411,8 +436,9 @@ async () => {
 
 @_browser_test
 def test_an_int64_result_outside_int32_fails_the_run_in_the_browser(tmp_path: Path) -> None:
-    """The kernel finds that ``5 * 2^30`` does not fit and the run is rejected naming the node
-    (issue 29), on both of the browser's backends, in one page; small values still answer."""
+    """On WebGPU the kernel finds that ``5 * 2^30`` does not fit and the run is rejected naming
+    the node (issue 29); kernels.wasm computes int64 exactly and answers it; in one page, small
+    values still answer on both."""
     from relaxweb.browser import open_runner_page
     from tests.e2e.test_integer_arithmetic import ISSUE_CASES
 
@@ -420,5 +446,5 @@ def test_an_int64_result_outside_int32_fails_the_run_in_the_browser(tmp_path: Pa
     build_bundle(case.model(), tmp_path / "bundle")
     with open_runner_page(tmp_path / "bundle", webgpu=True) as page:
         results = page.evaluate(TIMES_FIVE_IN_PAGE)
-    for backend in ("webgpu", "wasm"):
-        assert results[backend] == [backend, f"RunCheckError: {case.error}", True, [15, -20]], results
+    assert results["webgpu"] == ["webgpu", f"RunCheckError: {case.error}", True, [15, -20]], results
+    assert results["wasm"] == ["wasm", [15, 5 * 2**30], [15, -20]], results

@@ -281,3 +281,54 @@ def test_gpt2_small_matches_onnxruntime_in_the_browser_at_128_mib(gpt2_small) ->
     for inputs, got in zip(runs, outputs):
         (expected,) = onnxruntime_outputs(model, inputs)
         assert_close(got["logits"], expected, MODEL)
+
+
+# An int64 weight in parts ----------------------------------------------------------------------
+#
+# Its shard holds int64 (8 bytes an element, the wasm form); its parts count the GPU's int32 form
+# (4 bytes an element): the WebGPU runtimes narrow it, then split the narrowed bytes.
+
+INT64_ROWS = 1024  # a 1024 x 64 int64 table: 256 KiB on the GPU, 512 KiB in its shard
+INT64_SPLIT = 64 * 1024
+
+
+def int64_table_model() -> onnx.ModelProto:
+    """y = table[ids] + 1 on an int64 table within int32 (values in every part, negatives too)."""
+    table = (np.arange(INT64_ROWS * 64, dtype=np.int64).reshape(INT64_ROWS, 64) * 7919 % 4_000_000_001) - 2_000_000_000
+    return make_model([helper.make_node("Gather", ["table", "ids"], ["rows"]), helper.make_node("Add", ["rows", "one"], ["y"])],
+                      [("ids", TensorProto.INT64, ["n"])], [("y", TensorProto.INT64, ["n", 64])],
+                      {"table": table, "one": np.array(1, np.int64)})
+
+
+INT64_IDS = np.array([0, INT64_ROWS - 1, 255, 256, 600, 3], np.int64)
+
+
+@pytest.fixture(scope="module")
+def int64_bundle(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("split_int64") / "bundle"
+    with PassContext(binding_split_bytes=INT64_SPLIT):
+        relaxweb.build(int64_table_model(), out, bounds={"n": 16})
+    return out
+
+
+@pytest.mark.gpu
+def test_an_int64_weight_in_parts_is_split_from_its_narrowed_bytes(int64_bundle: Path) -> None:
+    manifest = json.loads((int64_bundle / "manifest.json").read_text())
+    (table,) = [w for w in manifest["weights"] if w["name"] == "table"]
+    assert (table["nbytes"], table["parts"]) == (INT64_ROWS * 64 * 8, 4)  # parts of the 256 KiB the GPU holds
+    (expected,) = onnxruntime_outputs(int64_table_model(), {"ids": INT64_IDS})
+    for limits, sizes in ((None, [INT64_ROWS * 64 * 4]), ({"maxStorageBufferBindingSize": INT64_SPLIT}, [INT64_SPLIT] * 4)):
+        session = relaxweb.load(int64_bundle, backend="webgpu", limits=limits)
+        assert session.weight_part_sizes == {"table": sizes}
+        np.testing.assert_array_equal(session.run({"ids": INT64_IDS})["y"], expected)
+    np.testing.assert_array_equal(relaxweb.load(int64_bundle, backend="wasm").run({"ids": INT64_IDS})["y"], expected)
+
+
+@in_the_browser
+def test_an_int64_weight_in_parts_in_the_browser(int64_bundle: Path) -> None:
+    (expected,) = onnxruntime_outputs(int64_table_model(), {"ids": INT64_IDS})
+    limits = {"maxStorageBufferBindingSize": INT64_SPLIT}
+    (outputs,) = run_many_in_browser(int64_bundle, [{"ids": INT64_IDS}], load_options={"backend": "webgpu", "limits": limits})
+    np.testing.assert_array_equal(outputs["y"], expected)
+    with relaxweb.browser.open_runner_page(int64_bundle) as page:
+        assert page.evaluate(PART_SIZES_IN_PAGE, {"backend": "webgpu", "limits": limits}) == {"table": [INT64_SPLIT] * 4}
