@@ -16,7 +16,7 @@ from ..ir.library_kernel import LibraryKernel
 from ..ir.module import IRModule
 from ..ir.target_schedules import schedules_of
 from ..ir.tir import TensorProgram
-from .emit import HELPER_FUNCTIONS
+from .helpers import HELPER_FUNCTIONS
 from .library import library_kernel_wat
 from .math import MATH_FUNCTIONS
 from .module import KernelFunctions, assemble_kernels_module, wat_to_wasm

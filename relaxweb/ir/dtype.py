@@ -48,14 +48,15 @@ class DtypeInfo:
 
     ``bytes`` is the size of an element in the model (numpy's itemsize); ``device_dtype`` is
     the dtype a tensor of this dtype has in GPU memory, None where the GPU has none;
-    ``wasm_dtype`` the one it has in ``kernels.wasm``'s memory (the device dtype unless given).
+    ``memory_dtype`` the one it has in ``kernels.wasm``'s linear memory where that differs
+    (:attr:`wasm_dtype`).
     """
 
     name: str
     bytes: int
     kind: DtypeKind
     device_dtype: str | None
-    wasm_device_dtype: str | None = None
+    memory_dtype: str | None = None
 
     @property
     def on_gpu(self) -> bool:
@@ -80,7 +81,7 @@ class DtypeInfo:
     def wasm_dtype(self) -> str | None:
         """The dtype a tensor of this dtype has in ``kernels.wasm``'s memory (and computes in
         there): int64 for int64, the device dtype for every other."""
-        return self.wasm_device_dtype or self.device_dtype
+        return self.memory_dtype or self.device_dtype
 
     @property
     def wasm_bytes(self) -> int:

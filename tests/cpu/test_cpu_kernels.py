@@ -18,9 +18,10 @@ from onnx import TensorProto, helper
 import relaxweb
 from relaxweb.compiler import compile_model
 from relaxweb.cpu.emit import (
-    BINARY_RENDERINGS, COMBINER_RENDERINGS, COMPARE_RENDERINGS, FLOAT, HELPER_FUNCTIONS, UNARY_RENDERINGS,
+    BINARY_RENDERINGS, COMBINER_RENDERINGS, COMPARE_RENDERINGS, FLOAT, UNARY_RENDERINGS,
     VECTOR_BINARY_RENDERINGS, VECTOR_UNARY_RENDERINGS,
 )
+from relaxweb.cpu.helpers import HELPER_FUNCTIONS
 from relaxweb.cpu.kernels import KernelsWasm, WasmUnavailable, emit_kernels_wasm
 from relaxweb.cpu.math import MATH_FUNCTIONS
 from relaxweb.cpu.module import KernelFunctions, assemble_kernels_module, wat_to_wasm

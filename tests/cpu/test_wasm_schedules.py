@@ -13,8 +13,9 @@ import pytest
 import wasmtime
 
 from relaxweb.cpu.emit import (
-    HELPER_FUNCTIONS, VECTOR_BINARY_RENDERINGS, VECTOR_COMPARE_RENDERINGS, VECTOR_UNARY_RENDERINGS, Function,
+    VECTOR_BINARY_RENDERINGS, VECTOR_COMPARE_RENDERINGS, VECTOR_UNARY_RENDERINGS, Function,
 )
+from relaxweb.cpu.helpers import HELPER_FUNCTIONS
 from relaxweb.cpu.math import MATH_FUNCTIONS
 from relaxweb.cpu.module import KernelFunctions, assemble_kernels_module, wat_to_wasm
 from relaxweb.cpu.schedules import RENDERERS, render_program
