@@ -46,7 +46,7 @@ def wasm_manifest(manifest: Mapping[str, Any]) -> dict[str, Any]:
     ``wasm_dtype``, ``wasm_bytes``: int64 is int64 there, every other dtype as on the GPU).
     Every function here that converts by the dtypes table then converts for that memory: the
     wasm backends use this copy where WebGPU uses the manifest.  The weights' entries keep
-    say the shards' bytes, which are already this form (WebGPU narrows an int64 weight:
+    the shards' bytes, which are already this form (WebGPU narrows an int64 weight:
     :func:`webgpu_weight_bytes`)."""
     view = dict(manifest)
     view["dtypes"] = {name: {**entry, "device_dtype": entry["wasm_dtype"], "device_bytes": entry["wasm_bytes"]}

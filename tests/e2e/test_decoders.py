@@ -126,11 +126,13 @@ def decoder_feeds(session, info: dict, tokens: list[int], start: int, past: dict
     return feeds
 
 
-def decode_step_bytes(manifest: dict, past: int) -> int:
+def decode_step_bytes(manifest: dict, past: int, backend: str = "webgpu") -> int:
     """What a decode step after ``past`` tokens writes from the host: its token, the mask over
-    ``past + 1`` positions and its position, as int32 (4 bytes) on the device."""
-    inputs = {entry["name"] for entry in manifest["inputs"]}
-    return 4 * (1 + (past + 1) * ("attention_mask" in inputs) + ("position_ids" in inputs))
+    ``past + 1`` positions and its position, each element as the backend holds its dtype (an
+    int64 is 4 bytes on the GPU, 8 in kernels.wasm's memory)."""
+    field = "wasm_bytes" if backend == "wasm" else "device_bytes"
+    size = {entry["name"]: manifest["dtypes"][entry["dtype"]][field] for entry in manifest["inputs"]}
+    return size["input_ids"] + (past + 1) * size.get("attention_mask", 0) + size.get("position_ids", 0)
 
 
 def test_the_corpus_has_what_each_exporter_writes(corpus: Path) -> None:
@@ -207,7 +209,8 @@ def test_decode_steps_on_wasm_lay_out_no_memory_and_move_no_cache_bytes(bundle_o
                      on_token=lambda token, text: counts.append((session.stats.last_run, session.memory_bytes)))
     for step, (count, memory_bytes) in enumerate(counts[3:], start=3):
         assert count.buffers_created == 0 and memory_bytes == counts[2][1], (step, count)
-        assert count.input_bytes_written == decode_step_bytes(bundle.manifest, len(PROMPT) + step - 1), (step, count)
+        assert count.input_bytes_written == decode_step_bytes(bundle.manifest, len(PROMPT) + step - 1, "wasm"), \
+            (step, count)
         assert count.bytes_read == vocab_bytes(bundle.manifest), (step, count)
 
 
@@ -245,7 +248,8 @@ def test_greedy_generate_in_chromium_gives_onnxruntimes_tokens(bundle_of, onnxru
     if bundle.manifest["caches"]:
         for step, count in enumerate(result["counts"][3:], start=3):
             assert count["buffersCreated"] == 0, (step, count)
-            assert count["inputBytesWritten"] == decode_step_bytes(bundle.manifest, len(PROMPT) + step - 1), (step, count)
+            assert count["inputBytesWritten"] == decode_step_bytes(bundle.manifest, len(PROMPT) + step - 1, backend), \
+                (step, count)
             if backend == "wasm":
                 assert count["bytesRead"] == vocab_bytes(bundle.manifest), (step, count)
 
@@ -264,7 +268,8 @@ def test_a_cache_view_on_wasm_is_the_present_until_the_next_run(bundle_of, corpu
         np.testing.assert_array_equal(view.numpy(), arrays[name])
     token = [int(arrays["logits"][0, -1].argmax())]
     from_views = session.run(decoder_feeds(reference, info, token, len(PROMPT), views))
-    assert session.stats.last_run.input_bytes_written == decode_step_bytes(bundle_of("builder_int4").manifest, len(PROMPT))
+    assert session.stats.last_run.input_bytes_written == decode_step_bytes(bundle_of("builder_int4").manifest, len(PROMPT),
+                                                                           "wasm")
     from_arrays = session.run(decoder_feeds(reference, info, token, len(PROMPT), arrays))
     np.testing.assert_array_equal(from_views["logits"], from_arrays["logits"])
     with pytest.raises(relaxweb.RelaxwebError, match="is a view of a KV cache that a later run has written"):

@@ -79,7 +79,7 @@ def test_the_python_api_example(device, tmp_path: Path, monkeypatch, capsys) -> 
     monkeypatch.chdir(tmp_path)
     exec(compile(snippet(PYTHON_API).text, "README.md (Python API)", "exec"), {"__name__": "readme"})
     printed = capsys.readouterr().out
-    assert printed.startswith("bundle of mlp.onnx (format relaxweb-bundle v2)\n")
+    assert printed.startswith("bundle of mlp.onnx (format relaxweb-bundle v3)\n")
     assert printed.endswith("input 'x': dimension 0 (batch) is 65, above its bound batch <= 64\n")
     assert (tmp_path / "dist" / "mlp" / "manifest.json").is_file()
 
