@@ -85,11 +85,6 @@ HELPER_FUNCTIONS: dict[str, str] = {
                                        (i64.const -0x80000000)))
         (local.get $extent) (local.get $status))
   (call $clamp_index_i64 (local.get $wrapped) (local.get $extent)))""",
-    "checked_divisor_i64": """\
-(func $checked_divisor_i64 (param $d i64) (param $site i32) (param $status i32) (result i64)
-  (if (result i64) (i64.eqz (local.get $d))
-    (then (call $report_check (local.get $site) (local.get $status)) (i64.const 1))
-    (else (local.get $d))))""",
     "clamp_index_i32": """\
 ;; a run-time index clamped into [0, extent - 1] (0 for an empty extent)
 (func $clamp_index_i32 (param $index i32) (param $extent i32) (result i32)
@@ -141,11 +136,11 @@ HELPER_FUNCTIONS: dict[str, str] = {
   (if (i32.lt_s (local.get $x) (i32.const 0))
     (then (call $report_check (local.get $site) (local.get $status))))
   (local.get $x))""",
-    "checked_divisor_i32": """\
-(func $checked_divisor_i32 (param $d i32) (param $site i32) (param $status i32) (result i32)
-  (if (result i32) (i32.eqz (local.get $d))
-    (then (call $report_check (local.get $site) (local.get $status)) (i32.const 1))
-    (else (local.get $d))))""",
+    **{f"checked_divisor_{kind}": f"""\
+(func $checked_divisor_{kind} (param $d {kind}) (param $site i32) (param $status i32) (result {kind})
+  (if (result {kind}) ({kind}.eqz (local.get $d))
+    (then (call $report_check (local.get $site) (local.get $status)) ({kind}.const 1))
+    (else (local.get $d))))""" for kind in ("i32", "i64")},
     "round_half_f32": """\
 ;; x rounded to the nearest float16 (halves to even), as a float32: WGSL's
 ;; unpack2x16float(pack2x16float(x)); beyond float16's range an infinity, NaN stays NaN
