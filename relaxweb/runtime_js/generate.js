@@ -399,14 +399,38 @@ export async function chat(model, messages, options = {}) {
   return model.generate(model.tokenizer.encode(prompt, { addSpecialTokens: false }), options);
 }
 
+/** Each model's last generation, which the next one waits for (`generate`). @type {WeakMap<any, Promise<void>>} */
+const GENERATIONS = new WeakMap();
+
 /**
- * `model.generate`: see relaxweb.d.ts.
+ * `model.generate`: see relaxweb.d.ts. Generations on one model take turns, as the Python
+ * runtime's do (its session lock): each carries its past as views of the model's KV caches,
+ * which the next run of any other generation would overwrite (two at once failed the first
+ * with a stale-view error).
  * @param {any} model the Model
  * @param {string|number[]} prompt
  * @param {GenerateOptions} [options]
  * @returns {Promise<Generation>}
  */
 export async function generate(model, prompt, options = {}) {
+  const previous = GENERATIONS.get(model) ?? Promise.resolve();
+  /** @type {() => void} */
+  let done = () => {};
+  GENERATIONS.set(model, new Promise((resolve) => { done = resolve; }));
+  try {
+    await previous;
+    return await generateAlone(model, prompt, options);
+  } finally {
+    done();
+  }
+}
+
+/**
+ * One generation, the model's alone: `generate`.
+ * @param {any} model @param {string|number[]} prompt @param {GenerateOptions} options
+ * @returns {Promise<Generation>}
+ */
+async function generateAlone(model, prompt, options) {
   const { maxNewTokens = 64, seed = 0, stopTokens, onToken, signal } = options;
   const { manifest, tokenizer } = model;
   const signature = decoderSignature(manifest);

@@ -395,7 +395,8 @@ export class Model {
    * kept on the GPU and the presents fed back as the past; the next token is picked on the GPU
    * (runtime/sampler.wgsl) and only it is read back (4 bytes per token). Every GpuTensor it
    * makes is disposed before it settles. Rejects with "the model was disposed during generate"
-   * when `dispose()` is called before it settles.
+   * when `dispose()` is called before it settles. Generations on one model (`generate`,
+   * `chat`) take turns: a call made while another runs starts when it has settled.
    */
   generate(prompt: string | number[], options?: GenerateOptions): Promise<Generation>;
   /** Free the GPU buffers (and the device, when `load` requested it); later runs reject. */

@@ -353,3 +353,39 @@ def test_greedy_decode_in_chromium_moves_no_cache_bytes(tiny_llama, reference, c
         assert counts["bytesRead"] == 4 * 258, (step, counts)
     assert result["view"] == [1, config.kv_heads, start + steps, config.head_dim]
     assert "a view of a KV cache that a later run has written" in result["stale"], result["stale"]
+
+
+#: Runs in the runner page: two prompts generated one after the other, then both at once, on each backend.
+CONCURRENT_IN_PAGE = """
+async ({ prompts, steps }) => {
+  const results = {};
+  for (const backend of ["webgpu", "wasm"]) {
+    const model = await window.relaxweb.load("/bundle/", { backend });
+    const options = { maxNewTokens: steps, temperature: 0, stopTokens: [] };
+    const alone = [];
+    for (const prompt of prompts) alone.push((await model.generate(prompt, options)).tokens);
+    const together = await Promise.allSettled(prompts.map((prompt) => model.generate(prompt, options)));
+    results[backend] = { backend: model.backend, alone,
+                         together: together.map((r) => (r.status === "fulfilled" ? r.value.tokens : r.reason.message)) };
+    model.dispose();
+  }
+  return results;
+}
+"""
+
+
+@pytest.mark.browser
+def test_concurrent_generations_on_one_model_take_turns_in_chromium(tiny_llama, reference, cached_bundle) -> None:
+    """Two ``generate`` calls at once on a model with KV caches each give the tokens of their
+    prompt alone, on both backends (the first failed: the second's runs overwrote its cache views)."""
+    pytest.importorskip("playwright")
+    try:
+        browser.find_chromium()
+    except relaxweb.RelaxwebError as error:
+        pytest.skip(str(error))
+    prompts = [tiny_llama.encode(reference["prompt"]), tiny_llama.encode(reference["prompt"])[:5]]
+    with browser.open_runner_page(cached_bundle.path, webgpu=True) as page:
+        results = page.evaluate(CONCURRENT_IN_PAGE, {"prompts": prompts, "steps": 6})
+    for backend, result in results.items():
+        assert result["backend"] == backend and result["together"] == result["alone"], results
+    assert results["webgpu"]["alone"][0] == reference["continuation_ids"][:6]
