@@ -162,7 +162,7 @@ def write_bundle(module: IRModule, out_dir: str | Path, source: str, progress: P
     (out / "host.wasm").write_bytes(assemble(wat))
     progress("assembled host.wasm")
 
-    weight_bytes = sum(_padded(_shard_array(w.data).nbytes) for w in host.weights)
+    weight_bytes = sum(_padded(_weight_shard_bytes(w.data)) for w in host.weights)
     if weight_bytes:
         count = len(host.weights)
         progress(f"writing the weights: {count} tensor{'s' if count != 1 else ''}, {_megabytes(weight_bytes)}")
@@ -398,6 +398,11 @@ def emit_kernel(kernel, parts: dict[str, int] | None = None) -> ShaderInfo:
 
 def _weight_device_bytes(data: np.ndarray) -> int:
     return data.size * dtype_info(str(data.dtype)).device_bytes
+
+
+def _weight_shard_bytes(data: np.ndarray) -> int:
+    """The bytes of a weight in its shard (:func:`_shard_array`: its wasm form)."""
+    return data.size * dtype_info(str(data.dtype)).wasm_bytes
 
 
 def _split_inputs(dispatch: HostDispatch, kernel, host: HostFunction, weight_parts: list[int],

@@ -47,10 +47,10 @@ HELPER_FUNCTIONS: dict[str, str] = {
           (i32.and (i32.ne (local.get $remainder) (i32.const 0))
                    (i32.lt_s (i32.xor (local.get $remainder) (local.get $b)) (i32.const 0)))))""",
     **{f"{name}_{suffix}": f"""\
-(func ${name}_{suffix} (param $a i32) (param $b i32) (result i32)
-  (select (local.get $a) (local.get $b) ({compare} (local.get $a) (local.get $b))))"""
-       for name, compare_name in (("max", "gt"), ("min", "lt"))
-       for suffix, compare in (("s_i32", f"i32.{compare_name}_s"), ("u32", f"i32.{compare_name}_u"))},
+(func ${name}_{suffix} (param $a {kind}) (param $b {kind}) (result {kind})
+  (select (local.get $a) (local.get $b) ({kind}.{compare}_{sign} (local.get $a) (local.get $b))))"""
+       for name, compare in (("max", "gt"), ("min", "lt"))
+       for suffix, kind, sign in (("s_i32", "i32", "s"), ("u32", "i32", "u"), ("s_i64", "i64", "s"))},
     "div_s_i64": """\
 ;; a / b on int64 as on i32: truncates; a / 0 is a, INT64_MIN / -1 is INT64_MIN (no trap)
 (func $div_s_i64 (param $a i64) (param $b i64) (result i64)
@@ -59,10 +59,6 @@ HELPER_FUNCTIONS: dict[str, str] = {
                                     (i64.eq (local.get $b) (i64.const -1))))
     (then (local.get $a))
     (else (i64.div_s (local.get $a) (local.get $b)))))""",
-    **{f"{name}_s_i64": f"""\
-(func ${name}_s_i64 (param $a i64) (param $b i64) (result i64)
-  (select (local.get $a) (local.get $b) (i64.{compare}_s (local.get $a) (local.get $b))))"""
-       for name, compare in (("max", "gt"), ("min", "lt"))},
     "clamp_index_i64": """\
 ;; an int64 run-time index clamped into [0, extent - 1] (0 for an empty extent), as an i32
 (func $clamp_index_i64 (param $index i64) (param $extent i32) (result i32)
