@@ -554,43 +554,6 @@ def test_float16_inputs_and_outputs_cross_to_the_page_as_half_bits(tmp_path: Pat
     np.testing.assert_array_equal(outputs["z"], x + y)
 
 
-#: Runs in the runner page: ``y = 5 * x`` on int64 (tests/e2e/test_integer_arithmetic.py's first
-#: issue case) on each backend, with ``x = [3, 2^30]`` and ``[3, 2^40]`` (BigInt64Arrays).
-INT64_IN_PAGE = """
-async () => {
-  const results = {};
-  for (const backend of ["webgpu", "wasm"]) {
-    const model = await window.relaxweb.load("/bundle/", { backend });
-    const outcome = [model.backend];
-    for (const values of [[3n, 1073741824n], [3n, 1099511627776n]]) {
-      try {
-        const { y } = await model.run({ x: { data: BigInt64Array.from(values), shape: [2] } });
-        outcome.push(Array.from(y.data, String));
-      } catch (error) {
-        outcome.push(`${error.name}: ${error.message}`);
-      }
-    }
-    model.dispose();
-    results[backend] = outcome;
-  }
-  return results;
-}
-"""
-
-
-def test_int64_is_exact_on_wasm_and_never_wrapped_on_webgpu_in_chromium(tmp_path: Path) -> None:
-    """kernels.wasm computes ``5 * 2^30`` and ``5 * 2^40`` exactly; WebGPU, which holds int64 as
-    int32, fails the first naming the node and refuses the second input: never a wrapped value."""
-    from tests.e2e.test_integer_arithmetic import ISSUE_CASES, OVERFLOW
-    relaxweb.build(ISSUE_CASES["5_times_i"].model(), tmp_path / "bundle")
-    with open_runner_page(tmp_path / "bundle", webgpu=True) as page:
-        results = page.evaluate(INT64_IN_PAGE)
-    assert results["wasm"] == ["wasm", ["15", str(5 * 2**30)], ["15", str(5 * 2**40)]], results
-    webgpu, overflow, refused = results["webgpu"]
-    assert webgpu == "webgpu" and overflow == f"RunCheckError: node 'node_mul' (Mul): {OVERFLOW}", results
-    assert "input 'x'" in refused and "1099511627776" in refused, results
-
-
 #: Runs in the runner page: the Gather_3 bundle (tests/e2e/test_index_checks.py) on each
 #: backend, with an index past its axis, then a valid negative one (int64 indices as an Int32Array).
 GATHER_IN_PAGE = """

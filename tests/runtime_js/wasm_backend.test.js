@@ -291,21 +291,32 @@ test("a kept int64 tensor holds int64 and goes back as an input", async () => {
   model.dispose();
 });
 
+/**
+ * A model built into a new folder, and onnxruntime's int64 outputs for `values` (as strings).
+ * @param {string} imports Python importing what `model` needs @param {string} model a Python
+ * expression of the ONNX model @param {string[]} values its int64 input `x`
+ * @returns {{folder: string, expectedValues: string[]}}
+ */
+function buildInt64Model(imports, model, values) {
+  const folder = mkdtempSync(join(tmpdir(), "relaxweb-wasm-test-"));
+  folders.push(folder);
+  const expectedValues = JSON.parse(python(
+    `import json, numpy as np, relaxweb; from tests.helpers import onnxruntime_outputs; ${imports}; m = ${model}; ` +
+    `relaxweb.build(m, ${JSON.stringify(folder)}); x = np.array([${values.join(", ")}], np.int64); ` +
+    "print(json.dumps([str(v) for v in onnxruntime_outputs(m, {'x': x})[0].tolist()]))"));
+  return { folder, expectedValues };
+}
+
 test("a compiled int64 Add and Mul by 5 matches onnxruntime around 2^31 and 2^40 on kernels.wasm", async () => {
-    const folder = mkdtempSync(join(tmpdir(), "relaxweb-wasm-test-"));
-    folders.push(folder);
-    const values = ["2147483647", "2147483648", "-2147483653", "1099511627776", "-1099511627775", "3"];
-    const expectedValues = JSON.parse(python(
-      "import json, numpy as np, relaxweb; from tests.helpers import onnxruntime_outputs; " +
-      "from tests.runtime.test_wasm_int64 import int64_add_mul_model; m = int64_add_mul_model(); " +
-      `relaxweb.build(m, ${JSON.stringify(folder)}); x = np.array([${values.join(", ")}], np.int64); ` +
-      "print(json.dumps([str(v) for v in onnxruntime_outputs(m, {'x': x})[0].tolist()]))"));
-    const model = await loadWasmModel(folder);
-    const x = BigInt64Array.from(values, BigInt);
-    const { y } = await model.run({ x: { data: x, shape: [x.length] } });
-    assert.deepEqual(Array.from(y.data, String), expectedValues);
-    model.dispose();
-  });
+  const values = ["2147483647", "2147483648", "-2147483653", "1099511627776", "-1099511627775", "3"];
+  const { folder, expectedValues } = buildInt64Model("from tests.runtime.test_wasm_int64 import int64_add_mul_model",
+    "int64_add_mul_model()", values);
+  const model = await loadWasmModel(folder);
+  const x = BigInt64Array.from(values, BigInt);
+  const { y } = await model.run({ x: { data: x, shape: [x.length] } });
+  assert.deepEqual(Array.from(y.data, String), expectedValues);
+  model.dispose();
+});
 
 // An int64 weight outside int32 (2^53 + 1): the shards hold it as int64, the manifest says
 // WebGPU cannot run the bundle (webgpu.unavailable); kernels.wasm answers onnxruntime's values
@@ -329,14 +340,9 @@ async function serveFolder(folder) {
 }
 
 test("a compiled int64 constant outside int32 runs exactly on kernels.wasm; load() refuses webgpu and auto says why", async () => {
-  const folder = mkdtempSync(join(tmpdir(), "relaxweb-wasm-test-"));
-  folders.push(folder);
   const values = ["0", "-3", "2147483648", "1099511627776", "-1099511627769", "-9007199254740993"];
-  const expectedValues = JSON.parse(python(
-    "import json, numpy as np, relaxweb; from tests.helpers import onnxruntime_outputs; " +
-    "from tests.e2e.test_integer_arithmetic import BIG, _constant_model; m = _constant_model('Add', np.array(BIG, np.int64)); " +
-    `relaxweb.build(m, ${JSON.stringify(folder)}); x = np.array([${values.join(", ")}], np.int64); ` +
-    "print(json.dumps([str(v) for v in onnxruntime_outputs(m, {'x': x})[0].tolist()]))"));
+  const { folder, expectedValues } = buildInt64Model("from tests.e2e.test_integer_arithmetic import BIG, _constant_model",
+    "_constant_model('Add', np.array(BIG, np.int64))", values);
   const reason = "weight 'c' (int64) holds 9007199254740993, outside the int32 range the GPU holds int64 tensors in";
   const manifest = JSON.parse(readFileSync(join(folder, "manifest.json"), "utf8"));
   assert.deepEqual(manifest.webgpu, { unavailable: reason });

@@ -411,14 +411,15 @@ def test_float64_float16_and_narrow_ints_in_the_browser(tmp_path: Path) -> None:
 
 
 #: Runs in the runner page: ``5 * i`` (tests/e2e/test_integer_arithmetic.py) on each backend,
-#: with ``i = 2^30`` (the product does not fit the int32 the device holds), then small values.
+#: with ``i = 2^30`` (the product does not fit the int32 the GPU holds), small values, then
+#: ``i = 2^40`` (an input the GPU cannot hold).
 TIMES_FIVE_IN_PAGE = """
 async () => {
   const results = {};
   for (const backend of ["webgpu", "wasm"]) {
     const model = await window.relaxweb.load("/bundle/", { backend });
     const outcome = [model.backend];
-    for (const values of [[3, 2 ** 30], [3, -4]]) {
+    for (const values of [[3, 2 ** 30], [3, -4], [3, 2 ** 40]]) {
       try {
         const { y } = await model.run({ x: { data: BigInt64Array.from(values.map(BigInt)), shape: [2] } });
         outcome.push(Array.from(y.data, Number));
@@ -437,8 +438,8 @@ async () => {
 @_browser_test
 def test_an_int64_result_outside_int32_fails_the_run_in_the_browser(tmp_path: Path) -> None:
     """On WebGPU the kernel finds that ``5 * 2^30`` does not fit and the run is rejected naming
-    the node (issue 29); kernels.wasm computes int64 exactly and answers it; in one page, small
-    values still answer on both."""
+    the node (issue 29), and ``2^40`` is refused as an input; kernels.wasm computes int64 exactly
+    and answers both; in one page, small values still answer on both: never a wrapped value."""
     from relaxweb.browser import open_runner_page
     from tests.e2e.test_integer_arithmetic import ISSUE_CASES
 
@@ -446,5 +447,7 @@ def test_an_int64_result_outside_int32_fails_the_run_in_the_browser(tmp_path: Pa
     build_bundle(case.model(), tmp_path / "bundle")
     with open_runner_page(tmp_path / "bundle", webgpu=True) as page:
         results = page.evaluate(TIMES_FIVE_IN_PAGE)
-    assert results["webgpu"] == ["webgpu", f"RunCheckError: {case.error}", True, [15, -20]], results
-    assert results["wasm"] == ["wasm", [15, 5 * 2**30], [15, -20]], results
+    assert results["webgpu"][:4] == ["webgpu", f"RunCheckError: {case.error}", True, [15, -20]], results
+    refused, is_check = results["webgpu"][4:]
+    assert "input 'x'" in refused and "1099511627776" in refused and not is_check, results
+    assert results["wasm"] == ["wasm", [15, 5 * 2**30], [15, -20], [15, 5 * 2**40]], results

@@ -52,12 +52,16 @@ def small_inputs() -> dict[str, np.ndarray]:
     return {"ids": np.array([0, ROWS - 1, 300, 511, 512, 700, 3], np.int64), "x": rand(ROWS, 256, seed=5)}
 
 
+def build_split(model: onnx.ModelProto, out: Path, split_bytes: int, bounds: dict[str, int]) -> Path:
+    """``model`` built into ``out`` with weights bound in parts of at most ``split_bytes``."""
+    with PassContext(binding_split_bytes=split_bytes):
+        relaxweb.build(model, out, bounds=bounds)
+    return out
+
+
 @pytest.fixture(scope="module")
 def small_bundle(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("split") / "bundle"
-    with PassContext(binding_split_bytes=SPLIT):
-        relaxweb.build(small_model(), out, bounds={"n": 64})
-    return out
+    return build_split(small_model(), tmp_path_factory.mktemp("split") / "bundle", SPLIT, {"n": 64})
 
 
 def check_small_outputs(outputs: dict[str, np.ndarray]) -> None:
@@ -305,10 +309,7 @@ INT64_IDS = np.array([0, INT64_ROWS - 1, 255, 256, 600, 3], np.int64)
 
 @pytest.fixture(scope="module")
 def int64_bundle(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("split_int64") / "bundle"
-    with PassContext(binding_split_bytes=INT64_SPLIT):
-        relaxweb.build(int64_table_model(), out, bounds={"n": 16})
-    return out
+    return build_split(int64_table_model(), tmp_path_factory.mktemp("split_int64") / "bundle", INT64_SPLIT, {"n": 16})
 
 
 @pytest.mark.gpu
