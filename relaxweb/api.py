@@ -44,7 +44,7 @@ from .errors import RelaxwebError, path_kind, shortened, shown
 from .frontend.onnx import default_opset, from_onnx, op_coverage, symbolic_vars
 from .ir.attention_sites import attention_sites
 from .ir.module import IRModule
-from .passes import DEFAULT_OPT_LEVEL, fuse_attention
+from .passes import DEFAULT_KV_PAGE_SIZE, DEFAULT_OPT_LEVEL, fuse_attention
 from .runtime import Profile, Session, WasmSession, load_manifest, load_session
 from .runtime.manifest import MAX_KERNEL_BYTES, read_bundle_file
 
@@ -173,7 +173,8 @@ def build(model: Model, out_dir: str | Path, *, bounds: Mapping[str, int] | None
           progress: Callable[[str], None] | None = None, weights: str = "float32", group_size: int = 32,
           scale_dtype: str = "float16", tokenizer: str | Path | None = None, debug: bool = False,
           runtime: str = "copy", advance: Callable[[str, int, int], None] | None = None,
-          target_limits: Mapping[str, int] | None = None) -> Bundle:
+          target_limits: Mapping[str, int] | None = None, kv_pages: int | None = None,
+          kv_page_size: int = DEFAULT_KV_PAGE_SIZE) -> Bundle:
     """Compile ``model`` into the bundle folder ``out_dir`` (created if missing), as
     ``relaxweb build MODEL -o DIR`` does.
 
@@ -202,12 +203,16 @@ def build(model: Model, out_dir: str | Path, *, bounds: Mapping[str, int] | None
     bounds (by default, more than WebGPU's default limits), naming each storage, what it holds,
     its size and the bounds to lower; such a bundle still builds, and runs on wasm or on
     adapters offering more.
+    ``kv_pages`` (``--kv-pages``) makes a decoder's KV caches pools of that many pages of
+    ``kv_page_size`` positions (``--kv-page-size``) per layer, which the sequences of one run
+    share: ``generate_many`` and concurrent ``generate`` calls then advance together
+    (``passes/page_kv_caches.py``, ``runtime/paged_generate.py``).
     """
     checked_target_limits(target_limits)  # before the slow compile
     manifest = build_bundle(model, out_dir, bounds, opt_level=opt_level, progress=progress or _ignore,
                             dump_ir=_dump_folder(dump_ir) if dump_ir is not None else None, weights=weights,
                             group_size=group_size, scale_dtype=scale_dtype, tokenizer=tokenizer, debug=debug,
-                            runtime=runtime, advance=advance)
+                            runtime=runtime, advance=advance, kv_pages=kv_pages, kv_page_size=kv_page_size)
     return Bundle(Path(out_dir), manifest, tuple(limit_warnings(manifest, target_limits)))
 
 

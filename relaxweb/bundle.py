@@ -32,6 +32,7 @@ from .ir.dtype import GPU_DTYPES, dtype_info
 from .ir.error_sites import error_sites, reports_errors
 from .ir.host import SEQUENCE_CAPACITY, BufferRef, HostDispatch, HostFunction, HostInput, HostOutput
 from .ir.launch import BINDING_PART_BYTES, MAX_STORAGE_BINDINGS, WEBGPU_DEFAULT_LIMITS, binding_parts, smallest_part_bytes
+from .ir.kv_pool import KV_POOL
 from .ir.library_kernel import WEBGPU_CPU, WEBGPU_F16, LibraryKernel
 from .ir.module import IRModule
 from .ir.schedule import WORKGROUP_SIZE, WebGpuSchedule
@@ -214,6 +215,8 @@ def write_bundle(module: IRModule, out_dir: str | Path, source: str, progress: P
         manifest["attention"] = attention
     if error_sites(module.attrs):
         manifest["run_errors"] = _run_errors_entry(module)
+    if KV_POOL in module.attrs:
+        manifest["kv_pool"] = _kv_pool_entry(module.attrs[KV_POOL], host)
     if tokenizer_files:
         (out / TOKENIZER_FOLDER).mkdir(exist_ok=True)
         for name, data in tokenizer_files.items():
@@ -448,6 +451,16 @@ def _kernel_name(program: str, parts: dict[str, int], taken: set[str]) -> str:
         number += 1
         name = f"{program}_parts{number}"
     return name
+
+
+def _kv_pool_entry(layout: Mapping, host) -> dict:
+    """The manifest's ``kv_pool``: a paged KV cache's layout (``passes/page_kv_caches.py``): pages
+    per pool, positions per page, pages per sequence, the longest sequence (``capacity``) and
+    the index of the page table input."""
+    names = [entry.name for entry in host.inputs]
+    return {"pages": layout["pages"], "page_size": layout["page_size"],
+            "pages_per_sequence": layout["pages_per_sequence"], "capacity": layout["capacity"],
+            "page_table": names.index(layout["page_table"])}
 
 
 def _run_errors_entry(module: IRModule) -> list[dict]:

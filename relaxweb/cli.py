@@ -42,7 +42,7 @@ from .runtime.webgpu_device import webgpu_unavailable
 from .errors import RelaxwebError, path_kind, shortened, shown
 from .frontend.validation import MAX_DIM
 from .frontend.onnx import default_opset, from_onnx, load_onnx, op_coverage, symbolic_vars
-from .passes import DEFAULT_OPT_LEVEL, OPT_LEVELS
+from .passes import DEFAULT_KV_PAGE_SIZE, DEFAULT_OPT_LEVEL, OPT_LEVELS
 from .passes.context import SCALE_DTYPES, WEIGHT_FORMATS
 from .runtime import BACKENDS
 from .runtime.webgpu import KERNEL_VARIANTS
@@ -143,7 +143,8 @@ def command_build(args: argparse.Namespace) -> int:
         bundle = build(args.model, args.output, bounds=dict(args.bound or []), opt_level=args.opt_level,
                        dump_ir=args.dump_ir, progress=screen.line, advance=screen.advance, weights=args.weights,
                        group_size=args.group_size, scale_dtype=args.scale_dtype, tokenizer=args.tokenizer,
-                       debug=args.debug, runtime=args.runtime, target_limits=limits)
+                       debug=args.debug, runtime=args.runtime, target_limits=limits, kv_pages=args.kv_pages,
+                       kv_page_size=args.kv_page_size)
     finally:
         screen.clear()  # an error's line starts on a line of its own
     for spec in bundle.inputs:
@@ -524,6 +525,15 @@ def make_parser() -> argparse.ArgumentParser:
                        "row (embedding) (default 32)")
     build.add_argument("--scale-dtype", choices=SCALE_DTYPES, default="float16",
                        help="int8 / int4: the dtype of the scales (default float16)")
+    build.add_argument("--kv-pages", type=int, metavar="N",
+                       help="a decoder's KV caches as pools of N pages per layer, shared by every sequence a run "
+                       "advances: 'relaxweb generate' then serves several prompts at once (continuous batching). "
+                       "Size it for the sequences to serve at once: each needs ceil(its length / page size) pages, "
+                       "at most ceil(capacity / page size), the capacity being the bound of the past length plus "
+                       "one step. Needs a position_ids input. Default: no paging (one cache, one sequence at a time)")
+    build.add_argument("--kv-page-size", type=int, default=DEFAULT_KV_PAGE_SIZE, metavar="P",
+                       help=f"with --kv-pages: positions per page (default {DEFAULT_KV_PAGE_SIZE}); smaller pages waste "
+                       "less memory at a sequence's end")
     build.add_argument("--tokenizer", metavar="PATH",
                        help="the tokenizer for the bundle (for 'relaxweb generate' and 'chat'): a Hugging Face "
                        "tokenizer folder as save_pretrained writes it (tokenizer.json, and tokenizer_config.json, "

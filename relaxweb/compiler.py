@@ -35,7 +35,7 @@ from .ir.module import IRModule
 from .ir.symbolic import as_int
 from .ir.printer import format_module
 from .passes import DEFAULT_OPT_LEVEL, OPT_LEVELS, PassContext, run_pipeline
-from .passes.context import SCALE_DTYPES, WEIGHT_FORMATS
+from .passes.context import DEFAULT_KV_PAGE_SIZE, SCALE_DTYPES, WEIGHT_FORMATS
 from .tokenizer import TokenizerSource, tokenizer_from_metadata, tokenizer_from_path
 
 Progress = Callable[[str], None]
@@ -161,13 +161,28 @@ def checked_weights(weights: str, group_size: int, scale_dtype: str) -> dict:
     return {"weights": weights, "weight_group_size": group_size, "weight_scale_dtype": scale_dtype}
 
 
+def checked_kv_pages(kv_pages: int | None, kv_page_size: int, opt_level: int) -> dict:
+    """The paged KV cache settings (``--kv-pages``, ``--kv-page-size``) as :class:`PassContext`
+    fields, or a RelaxwebError naming the one that is wrong."""
+    for name, value in (("kv_pages", kv_pages), ("kv_page_size", kv_page_size)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1 << 20):
+            raise RelaxwebError(f"{name} must be an integer from 1 to {1 << 20}, got {value!r}")
+    if kv_page_size is None:
+        raise RelaxwebError("kv_page_size must be an integer from 1 to 1048576, got None")
+    if kv_pages is not None and opt_level < 1:
+        raise RelaxwebError("--kv-pages needs --opt-level 1 (KV caches are placed by the optimizing pipeline)")
+    return {"kv_pages": kv_pages, "kv_page_size": kv_page_size}
+
+
 def compile_model(model: Model, bounds: Mapping[str, int] | None = None, *,
                   opt_level: int = DEFAULT_OPT_LEVEL, storage_reuse: bool = True,
                   progress: Progress = _quiet, dump_ir: Path | None = None, weights: str = "float32",
-                  group_size: int = 32, scale_dtype: str = "float16") -> IRModule:
+                  group_size: int = 32, scale_dtype: str = "float16", kv_pages: int | None = None,
+                  kv_page_size: int = DEFAULT_KV_PAGE_SIZE) -> IRModule:
     """Import and lower a model; the result's ``main`` is a HostFunction."""
     bounds, opt_level = checked_bounds(bounds), checked_opt_level(opt_level)  # before the slow import
     checked_weights(weights, group_size, scale_dtype)
+    checked_kv_pages(kv_pages, kv_page_size, opt_level)
     if not isinstance(model, onnx.ModelProto):
         progress(f"reading {model_name(model)}")
     module = import_model(model)
@@ -176,22 +191,25 @@ def compile_model(model: Model, bounds: Mapping[str, int] | None = None, *,
              f"inputs {', '.join(main.input_names)}")
     return compile_module(module, bounds, opt_level=opt_level, storage_reuse=storage_reuse,
                           progress=progress, dump_ir=dump_ir, weights=weights, group_size=group_size,
-                          scale_dtype=scale_dtype)
+                          scale_dtype=scale_dtype, kv_pages=kv_pages, kv_page_size=kv_page_size)
 
 
 def compile_module(module: IRModule, bounds: Mapping[str, int] | None = None, *,
                    opt_level: int = DEFAULT_OPT_LEVEL, storage_reuse: bool = True,
                    progress: Progress = _quiet, dump_ir: Path | None = None, weights: str = "float32",
-                   group_size: int = 32, scale_dtype: str = "float16") -> IRModule:
+                   group_size: int = 32, scale_dtype: str = "float16", kv_pages: int | None = None,
+                   kv_page_size: int = DEFAULT_KV_PAGE_SIZE) -> IRModule:
     """Run the pass pipeline of ``opt_level`` on a module (imported or built by hand) with the
     given bounds and weight compression (``weights``: float32 keeps them, float16 / int8 /
-    int4 packs them: ``passes/compress_weights.py``); verification follows the enclosing
-    :class:`PassContext`."""
+    int4 packs them: ``passes/compress_weights.py``) and, with ``kv_pages``, a paged KV cache
+    of that many pages of ``kv_page_size`` positions (``passes/page_kv_caches.py``);
+    verification follows the enclosing :class:`PassContext`."""
     bounds, opt_level = checked_bounds(bounds), checked_opt_level(opt_level)
     compression = checked_weights(weights, group_size, scale_dtype)
+    paging = checked_kv_pages(kv_pages, kv_page_size, opt_level)
     bounds = bounds_by_variable(bounds, module)
     context = PassContext.current().replace(bounds=bounds, opt_level=opt_level,
-                                            storage_reuse=storage_reuse, **compression)
+                                            storage_reuse=storage_reuse, **compression, **paging)
 
     def on_step(name: str, step_module: IRModule) -> None:
         progress(f"pass {name}")
@@ -208,7 +226,8 @@ def build_bundle(model: Model, out_dir: str | Path, bounds: Mapping[str, int] | 
                  opt_level: int = DEFAULT_OPT_LEVEL, progress: Progress = _quiet,
                  dump_ir: Path | None = None, weights: str = "float32", group_size: int = 32,
                  scale_dtype: str = "float16", tokenizer: str | Path | None = None, debug: bool = False,
-                 runtime: str = "copy", advance: Advance | None = None) -> dict:
+                 runtime: str = "copy", advance: Advance | None = None, kv_pages: int | None = None,
+                 kv_page_size: int = DEFAULT_KV_PAGE_SIZE) -> dict:
     """Compile ``model`` into the bundle folder ``out_dir``; returns the manifest.
 
     The bundle carries the tokenizer at the path ``tokenizer`` when one is given (a Hugging
@@ -234,8 +253,10 @@ def build_bundle(model: Model, out_dir: str | Path, bounds: Mapping[str, int] | 
         raise RelaxwebError(f"runtime {runtime!r} is not one of {', '.join(RUNTIME_CHOICES)} "
                             f"({'; '.join(f'{name}: {what}' for name, what in RUNTIME_CHOICES.items())})")
     tokenizer_source = tokenizer_from_path(tokenizer) if tokenizer is not None else None  # before the slow compile
+    checked_kv_pages(kv_pages, kv_page_size, opt_level)  # before the slow compile
     module = compile_model(model, bounds, opt_level=opt_level, progress=progress, dump_ir=dump_ir,
-                           weights=weights, group_size=group_size, scale_dtype=scale_dtype)
+                           weights=weights, group_size=group_size, scale_dtype=scale_dtype, kv_pages=kv_pages,
+                           kv_page_size=kv_page_size)
     if tokenizer_source is None:
         tokenizer_source = model_tokenizer(model)
     for note in tokenizer_source.notes if tokenizer_source is not None else ():

@@ -3,7 +3,7 @@
 from ..ir.op_registry import OPS, DeductionError, OpDefinition, call_op, get_op, register_op
 from . import (  # noqa: F401  (registration)
     attention, concat_split, convolution, creation, elementwise, image, indexing, kv_cache, linear_algebra, logic, nn,
-    normalization, packed_weights, pad, quantization, recurrent, reduction, repeat, reshape, rotary, sequence, slicing,
+    normalization, packed_weights, paged_kv, pad, quantization, recurrent, reduction, repeat, reshape, rotary, sequence, slicing,
 )
 from .common import UnknownShapeError
 from .reshape import ReshapeInferenceError

@@ -21,6 +21,9 @@ settings read them from the current context (TVM style)::
   writer emits kernels that read the parts); by default WebGPU's guaranteed
   ``maxStorageBufferBindingSize``, 128 MiB.  Tests set it lower (a multiple of 256) to split
   small weights; the runtimes decide at load how many parts a device needs.
+- ``kv_pages``, ``kv_page_size``: a decoder's KV caches become pools of this many pages of
+  this many positions per layer, shared by the sequences a run advances together
+  (``page_kv_caches``, ``--kv-pages`` / ``--kv-page-size``); None: one cache per run's batch.
 - ``verify``: ``run_pipeline`` checks the module's well-formedness before the first pass and
   after every pass, and names the pass that broke it.  Off by default; on when the
   environment variable ``RELAXWEB_VERIFY_IR`` is ``1`` (the test suite sets it).
@@ -42,6 +45,8 @@ OPT_LEVELS = (0, 1)
 WEIGHT_FORMATS = ("float32", "float16", "int8", "int4")
 SCALE_DTYPES = ("float16", "float32")
 DEFAULT_OPT_LEVEL = 1
+#: Positions per page of a paged KV cache (``--kv-page-size``).
+DEFAULT_KV_PAGE_SIZE = 16
 VERIFY_ENVIRONMENT_VARIABLE = "RELAXWEB_VERIFY_IR"
 
 
@@ -58,6 +63,8 @@ class PassContext:
     weight_group_size: int = 32
     weight_scale_dtype: str = "float16"
     binding_split_bytes: int = BINDING_PART_BYTES
+    kv_pages: int | None = None
+    kv_page_size: int = DEFAULT_KV_PAGE_SIZE
     verify: bool = field(default_factory=_verify_by_default)
 
     def __post_init__(self) -> None:
@@ -72,6 +79,8 @@ class PassContext:
         if self.binding_split_bytes <= 0 or self.binding_split_bytes % PART_ALIGNMENT:
             raise ValueError(f"binding_split_bytes must be a positive multiple of {PART_ALIGNMENT}, "
                              f"got {self.binding_split_bytes}")
+        if self.kv_pages is not None and (self.kv_pages < 1 or self.kv_page_size < 1):
+            raise ValueError(f"kv_pages and kv_page_size must be >= 1, got {self.kv_pages} and {self.kv_page_size}")
         object.__setattr__(self, "bounds", MappingProxyType(dict(self.bounds)))
 
     @staticmethod

@@ -22,9 +22,10 @@ from ..errors import RelaxwebError, UnsupportedModelError
 from ..ir.dtype import dtype_info
 from ..ir.expr import (
     AllocStorage, AllocTensor, Call, CallTIRInto, Constant, Expr, Function, If, Loop, MatchCast, PrimValue, SeqExpr,
-    TensorToPrim, Tuple, TupleGetItem, Var, VarBinding,
+    TensorToPrim, Tuple, TupleGetItem, Var, VarBinding, tensor_shape,
 )
 from ..ir.functor import Aliases, ExprFunctor, iter_bindings
+from ..ir.kv_pool import KV_POOL
 from ..ir.host import (
     BufferRef, HostBind, HostCache, HostCheck, HostDispatch, HostFunction, HostIf, HostInput, HostLoop, HostOutput,
     HostOutputShape, HostRead, HostSequence, HostSequenceAppend, HostSequenceClear, HostSequenceInput,
@@ -85,7 +86,7 @@ class _Lowering(ExprFunctor):
         # KV caches (ops/kv_cache.py): each past input written in place -> the kv_cache_write call
         self.cache_writes: dict[Var, Call] = {}
         for binding in iter_bindings(function):
-            if isinstance(binding.value, Call) and binding.value.op == "kv_cache_write":
+            if isinstance(binding.value, Call) and binding.value.op in ("kv_cache_write", "paged_kv_write"):
                 past = self.aliases.resolve(binding.value.args[0])
                 if past not in function.params:
                     raise UnsupportedModelError(f"{binding.var.name}: a KV cache must be the model's past input")
@@ -107,7 +108,9 @@ class _Lowering(ExprFunctor):
 
     def lower(self) -> HostFunction:
         self.input_checks()
-        unknown = sorted(set(self.bounds) - set(self.symbolic_vars) - self.match_cast_vars())
+        # (page_kv_caches replaced the past length and the mask's length by pools: their bounds sized them)
+        replaced = set(self.module.attrs.get(KV_POOL, {}).get("replaced_size_vars", ()))
+        unknown = sorted(set(self.bounds) - set(self.symbolic_vars) - self.match_cast_vars() - replaced)
         if unknown:
             raise RelaxwebError(
                 f"--bound names {', '.join(unknown)}, but the model's symbolic variables are: "
@@ -159,10 +162,12 @@ class _Lowering(ExprFunctor):
         if view is None or root not in self.cache_writes:
             return None
         write = self.cache_writes[root]
-        if view.attrs["axis"] != write.attrs["axis"] or any(c.input == self.function.params.index(root) for c in self.caches):
+        # a paged cache's pool (ops/paged_kv.py) is viewed whole: its pages along axis 0
+        axis, capacity = ((0, as_int(tensor_shape(write.args[0])[0])) if write.op == "paged_kv_write"
+                          else (write.attrs["axis"], write.attrs["capacity"]))
+        if view.attrs["axis"] != axis or any(c.input == self.function.params.index(root) for c in self.caches):
             raise UnsupportedModelError(f"output '{self.function.output_names[index]}': one view of a KV cache may be an output")
-        cache = HostCache(self.function.params.index(root), index, write.attrs["axis"], write.attrs["capacity"],
-                          self.storage_of[root])
+        cache = HostCache(self.function.params.index(root), index, axis, capacity, self.storage_of[root])
         self.caches.append(cache)
         return cache
 

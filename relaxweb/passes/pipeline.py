@@ -29,6 +29,7 @@ from .gather_before_transpose import gather_before_transpose
 from .legalize_ops import legalize_ops
 from .place_kv_caches import place_kv_caches
 from .lower_shapes_to_host import lower_shapes_to_host
+from .page_kv_caches import page_kv_caches
 from .plan_memory import plan_memory
 from .prove_integer_checks import prove_integer_checks
 from .schedule_programs import schedule_programs
@@ -48,8 +49,9 @@ COMPRESS: list[Pass] = [compress_weights]
 # Op-level rewrites into ops with kernels of their own (attention: one kernel, no scores).
 FUSE_OPS: list[Pass] = [fuse_attention]
 
-# A decoder's present = concat(past, new) outputs -> one cache buffer each, read in place.
-PLACE_CACHES: list[Pass] = [place_kv_caches]
+# A decoder's present = concat(past, new) outputs -> one cache buffer each, read in place;
+# with --kv-pages, pools of pages that the sequences of one run share.
+PLACE_CACHES: list[Pass] = [place_kv_caches, page_kv_caches]
 
 # Graph-level ops -> tensor programs, each kernel within WebGPU's storage bindings (a concat of
 # more tensors than one kernel binds becomes a tree of concats, an einsum of more operands a

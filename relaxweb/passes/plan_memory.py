@@ -57,6 +57,7 @@ from ..ir.module import IRModule, ProgramTable
 from ..ir.struct_info import ObjectStructInfo, OptionalStructInfo, SequenceStructInfo, TensorStructInfo, TupleStructInfo
 from ..ir.symbolic import Analyzer, PrimExpr, SizeVar, expr_max, product, simplify
 from ..ops.kv_cache import CACHE_OFFSET, cache_writer
+from ..ops.paged_kv import paged_writer
 from ..ops.loop import carried_copy, stacked_row_writer
 from .context import PassContext
 
@@ -274,6 +275,8 @@ class _Planner:
             planned = [replace(binding, var=new, value=self.rename(value))]
             if value.op == "kv_cache_write":
                 planned.append(self.effect(self.cache_write(value, new)))
+            elif value.op == "paged_kv_write":
+                planned.append(self.effect(self.paged_write(value, new)))
             return planned
         if value.op in SEQUENCE_OPS:
             new = self.new_var(binding.var)
@@ -299,6 +302,13 @@ class _Planner:
         sizes = tuple((v.name, tensor_shape(past)[axis] if v.name == CACHE_OFFSET else SizeVar(v.name))
                       for v in self.programs.programs[name].size_vars)
         return CallTIRInto(name, (self.rename(new), *(self.rename(n) for n in lengths)), cache, sizes)
+
+    def paged_write(self, value: Call, pool: Var) -> CallTIRInto:
+        """The in-place write of ``paged_kv_write(pool, new, page_table, positions)``'s rows into ``pool``."""
+        _, new, table, positions = value.args
+        name = self.programs.add(paged_writer(value))
+        sizes = tuple((v.name, SizeVar(v.name)) for v in self.programs.programs[name].size_vars)
+        return CallTIRInto(name, tuple(self.rename(arg) for arg in (new, table, positions)), pool, sizes)
 
     # -- sequences --------------------------------------------------------------------------
 
