@@ -39,6 +39,7 @@ import wgpu
 from relaxweb.errors import RelaxwebError
 from relaxweb.runtime.gpu_tensor import GpuTensor
 from relaxweb.runtime.manifest import read_bundle_file
+from relaxweb.runtime.paged_generate import PAGE_TABLE, PagedScheduler, Request, SchedulerStats, new_request, pool_layout
 from relaxweb.runtime.run_status import STATUS_BYTES, check_run_status
 from relaxweb.runtime.sampler import MAX_TOP_K, CpuSampler, Sampling, seen_bits
 from relaxweb.tokenizer import TextStream, Tokenizer, make_tokenizer
@@ -91,7 +92,8 @@ def decoder_signature(manifest: Mapping[str, Any]) -> DecoderSignature:
         problems.append(f"no cache inputs '{PAST_PREFIX}*'")
     cache = tuple((past, PRESENT_PREFIX + past[len(PAST_PREFIX):]) for past in pasts)
     problems += [f"no output '{present}' for input '{past}'" for past, present in cache if present not in outputs]
-    others = [name for name in inputs if name not in ("input_ids", "attention_mask", "position_ids", *pasts)]
+    paged = [PAGE_TABLE] if "kv_pool" in manifest else []  # a paged KV cache's page table (paged_generate.py)
+    others = [name for name in inputs if name not in ("input_ids", "attention_mask", "position_ids", *pasts, *paged)]
     if others:
         problems.append(f"inputs generate cannot feed: {', '.join(repr(name) for name in others)}")
     if problems:
@@ -233,13 +235,13 @@ class GpuSampler:
         if sampling.repetition_penalty != 1:  # the prompt's ids count as seen, as in transformers
             session.buffers.write(self.seen, seen.tobytes(), "params_bytes_written")
 
-    def sample(self, logits: GpuTensor, uniform: float) -> int:
-        """The next token from the last row of ``logits`` (``[1, seq, vocab]`` float32)."""
+    def encode(self, encoder: Any, logits: GpuTensor, row: int, uniform: float) -> None:
+        """Record the pick of the next token from row ``row`` of ``logits`` (``[1, T, vocab]``
+        float32) into ``encoder``: the token lands in ``self.result``."""
         vocab = logits.shape[-1]
-        offset = (int(np.prod(logits.shape[:-1])) - 1) * vocab
         sampling = self.sampling
-        params = struct.pack("<IIIffffI", offset, vocab, sampling.top_k, sampling.temperature, uniform, sampling.top_p,
-                             sampling.repetition_penalty, int(sampling.repetition_penalty != 1))
+        params = struct.pack("<IIIffffI", row * vocab, vocab, sampling.top_k, sampling.temperature, uniform,
+                             sampling.top_p, sampling.repetition_penalty, int(sampling.repetition_penalty != 1))
         self.session.buffers.write(self.params, params, "params_bytes_written")
         device = self.session.device
         bind_group = device.create_bind_group(layout=self.pipeline.get_bind_group_layout(0), entries=[
@@ -248,26 +250,50 @@ class GpuSampler:
             {"binding": 2, "resource": {"buffer": self.result, "offset": 0, "size": 16}},
             {"binding": 3, "resource": {"buffer": self.seen, "offset": 0, "size": self.seen.size}},
         ])
-        encoder = device.create_command_encoder()
         compute_pass = encoder.begin_compute_pass()
         compute_pass.set_pipeline(self.pipeline)
         compute_pass.set_bind_group(0, bind_group)
         compute_pass.dispatch_workgroups(1)
         compute_pass.end()
-        encoder.copy_buffer_to_buffer(self.result, 0, self.staging, 0, 4)
-        carries_status = self.session.copy_unread_status(encoder, self.staging, 4)
-        device.queue.submit([encoder.finish()])
-        size = 4 + STATUS_BYTES if carries_status else 4
-        self.staging.map_sync(wgpu.MapMode.READ, 0, size)
+
+    def sample(self, logits: GpuTensor, uniform: float) -> int:
+        """The next token from the last row of ``logits`` (``[1, seq, vocab]`` float32)."""
+        return self.sample_rows(self.session, logits, [(self, int(np.prod(logits.shape[:-1])) - 1, uniform)],
+                                self.staging)[0]
+
+    @staticmethod
+    def sample_rows(session: Any, logits: GpuTensor, picks: Sequence[tuple["GpuSampler", int, float]],
+                    staging: Any = None) -> list[int]:
+        """Each sampler's next token from its row of ``logits`` (``picks``: sampler, row,
+        uniform), all in one submit with one read of the tokens (and of the run status the
+        run that made the logits left unread: its error comes first)."""
+        size = 4 * len(picks) + STATUS_BYTES
+        own = staging is None
+        if own:
+            staging = session.buffers.create(label="sampled tokens read", size=-(-size // 16) * 16,
+                                             usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST)
         try:
-            data = bytes(self.staging.read_mapped(0, size))
+            encoder = session.device.create_command_encoder()
+            for sampler, row, uniform in picks:
+                sampler.encode(encoder, logits, row, uniform)
+            for index, (sampler, _, _) in enumerate(picks):
+                encoder.copy_buffer_to_buffer(sampler.result, 0, staging, 4 * index, 4)
+            tokens_bytes = 4 * len(picks)
+            carries_status = session.copy_unread_status(encoder, staging, tokens_bytes)
+            session.device.queue.submit([encoder.finish()])
+            read = tokens_bytes + STATUS_BYTES if carries_status else tokens_bytes
+            staging.map_sync(wgpu.MapMode.READ, 0, read)
+            try:
+                data = bytes(staging.read_mapped(0, read))
+            finally:
+                staging.unmap()
         finally:
-            self.staging.unmap()
+            if own:
+                staging.destroy()
         if carries_status:  # the run that made the logits (and any before it) kept everything
-            check_run_status(self.session.manifest, data[4:])
-        (token,) = struct.unpack("<I", data[:4])
-        self.session.stats.add("bytes_read", 4)
-        return token
+            check_run_status(session.manifest, data[tokens_bytes:])
+        session.stats.add("bytes_read", tokens_bytes)
+        return list(struct.unpack(f"<{len(picks)}I", data[:tokens_bytes]))
 
     def close(self) -> None:
         for buffer in (self.params, self.result, self.staging, self.seen):
@@ -374,13 +400,33 @@ class _Feeds:
 
 def generate(session: Any, prompt: str | Sequence[int], *, max_new_tokens: int = 64, temperature: float | None = None,
              top_k: int | None = None, top_p: float | None = None, repetition_penalty: float | None = None, seed: int = 0,
-             stop_tokens: Iterable[int] | None = None, on_token: Callable[[int, str], Any] | None = None) -> Generation:
+             stop_tokens: Iterable[int] | None = None, on_token: Callable[[int, str], Any] | None = None,
+             wait_for_pages: bool = True) -> Generation:
     """``Session.generate``: see its docstring."""
+    return generate_many(session, [prompt], max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
+                         top_p=top_p, repetition_penalty=repetition_penalty, seeds=[seed], stop_tokens=stop_tokens,
+                         on_tokens=[on_token], wait_for_pages=wait_for_pages)[0]
+
+
+@dataclass(frozen=True)
+class _Setup:
+    """What every generation of one call shares: the decoder signature, the sampling, the
+    vocabulary, the sequence limit and the stop tokens."""
+
+    signature: DecoderSignature
+    sampling: Sampling
+    vocab: int
+    limit: int | None
+    stops: frozenset[int]
+
+
+def _setup(session: Any, max_new_tokens: Any, seeds: Sequence[Any], stop_tokens: Iterable[int] | None,
+           **given: Any) -> _Setup:
     signature = decoder_signature(session.manifest)
     tokenizer = session.tokenizer
-    options = sampling_options(tokenizer.generation_defaults if tokenizer is not None else {}, temperature=temperature,
-                               top_k=top_k, top_p=top_p, repetition_penalty=repetition_penalty)
-    checked_options(max_new_tokens, seed=seed, **options)
+    options = sampling_options(tokenizer.generation_defaults if tokenizer is not None else {}, **given)
+    for seed in seeds:
+        checked_options(max_new_tokens, seed=seed, **options)
     sampling = Sampling(float(options["temperature"]), options["top_k"], float(options["top_p"]),
                         float(options["repetition_penalty"]))
     logits_entry = next(entry for entry in session.manifest["outputs"] if entry["name"] == "logits")
@@ -388,11 +434,98 @@ def generate(session: Any, prompt: str | Sequence[int], *, max_new_tokens: int =
     if not isinstance(vocab, int) or logits_entry["dtype"] not in ("float32", "float16"):  # (float16: float32 on the GPU)
         raise RelaxwebError("this bundle cannot generate: its logits must be float32 or float16 with a fixed vocabulary "
                             f"size as their last dimension, got {logits_entry['dtype']} {logits_entry['shape']}")
-    ids = _prompt_ids(session, prompt, vocab)
-    limit = sequence_limit(session.manifest, signature)
-    if limit is not None and len(ids) > limit:
-        raise RelaxwebError(f"the prompt has {len(ids)} tokens; this bundle's bounds allow sequences of at most {limit}")
-    stops = set(tokenizer.stop_tokens if stop_tokens is None and tokenizer is not None else stop_tokens or ())
+    layout = pool_layout(session.manifest)
+    limit = layout.capacity if layout is not None else sequence_limit(session.manifest, signature)
+    stops = frozenset(tokenizer.stop_tokens if stop_tokens is None and tokenizer is not None else stop_tokens or ())
+    return _Setup(signature, sampling, vocab, limit, stops)
+
+
+def generate_many(session: Any, prompts: Sequence[str | Sequence[int]], *, max_new_tokens: int = 64,
+                  temperature: float | None = None, top_k: int | None = None, top_p: float | None = None,
+                  repetition_penalty: float | None = None, seeds: Sequence[int] | None = None,
+                  stop_tokens: Iterable[int] | None = None,
+                  on_tokens: Sequence[Callable[[int, str], Any] | None] | None = None,
+                  wait_for_pages: bool = True) -> list[Generation]:
+    """``Session.generate_many``: one Generation per prompt.  On a bundle with a paged KV cache
+    (``--kv-pages``) the prompts advance together (``paged_generate.py``); otherwise one
+    after another, each as ``generate`` alone."""
+    if isinstance(prompts, str) or not isinstance(prompts, Sequence) or not prompts:
+        raise RelaxwebError("prompts must be a non-empty list of prompts (texts or lists of token ids)")
+    seeds = list(seeds) if seeds is not None else list(range(len(prompts)))
+    on_tokens = list(on_tokens) if on_tokens is not None else [None] * len(prompts)
+    if len(seeds) != len(prompts) or len(on_tokens) != len(prompts):
+        raise RelaxwebError(f"{len(prompts)} prompts need as many seeds and on_token callbacks, got {len(seeds)} and "
+                            f"{len(on_tokens)}")
+    setup = _setup(session, max_new_tokens, seeds, stop_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+                   repetition_penalty=repetition_penalty)
+    prompt_ids = [_prompt_ids(session, prompt, setup.vocab) for prompt in prompts]
+    for ids in prompt_ids:
+        if setup.limit is not None and len(ids) > setup.limit:
+            raise RelaxwebError(f"the prompt has {len(ids)} tokens; this bundle's bounds allow sequences of at most "
+                                f"{setup.limit}")
+    if pool_layout(session.manifest) is None:
+        with session.run_lock:  # the caches are the session's for the whole generation
+            return [_generate_alone(session, setup, ids, max_new_tokens, seed, on_token)
+                    for ids, seed, on_token in zip(prompt_ids, seeds, on_tokens)]
+    scheduler = paged_scheduler(session, setup)
+    requests = [new_request(ids, max_new_tokens=max_new_tokens, sampling=setup.sampling, uniform=mulberry32(seed),
+                            stops=setup.stops, on_token=on_token, tokenizer=session.tokenizer)
+                for ids, seed, on_token in zip(prompt_ids, seeds, on_tokens)]
+    submitted = []
+    try:
+        for request in requests:
+            submitted.append(scheduler.submit(request, wait_for_pages))
+    except RelaxwebError:
+        scheduler.cancel(submitted)
+        raise
+    scheduler.wait(requests)
+    return [_generation_of(session, request) for request in requests]
+
+
+def paged_scheduler(session: Any, setup: _Setup) -> PagedScheduler:
+    """The session's scheduler (made on first use)."""
+    with session.run_lock:
+        scheduler = getattr(session, "_paged_scheduler", None)
+        if scheduler is None:
+            backend = session.backend
+            sampler_class = SAMPLERS[backend]
+
+            def make_sampler(request: Request) -> Any:
+                return sampler_class(session, setup.vocab, request.sampling, request.prompt)
+
+            def sample_batch(logits: Any, picks: list) -> list[int]:
+                return sampler_class.sample_rows(session, logits, picks)
+
+            scheduler = PagedScheduler(session, pool_layout(session.manifest), setup.signature, setup.vocab,
+                                       make_sampler, sample_batch)
+            session._paged_scheduler = scheduler
+        return scheduler
+
+
+def generation_stats(session: Any) -> SchedulerStats | None:
+    """``Session.generation_stats``: the scheduler's, None before its first use or without a paged KV cache."""
+    scheduler = getattr(session, "_paged_scheduler", None)
+    return scheduler.stats() if scheduler is not None else None
+
+
+def _generation_of(session: Any, request: Request) -> Generation:
+    """A finished request as the Generation its caller gets (its error raised)."""
+    if request.error is not None:
+        raise request.error
+    tokenizer = session.tokenizer
+    text = (request.text + request.stream.finish()) if tokenizer is None else tokenizer.decode(request.tokens)
+    decoded = len(request.tokens) - 1
+    elapsed = request.finished_at - request.first_token_at
+    speed = decoded / elapsed if decoded > 0 and elapsed > 0 else 0.0
+    prefill_ms = (request.first_token_at - request.submitted) * 1e3 if request.first_token_at else 0.0
+    return Generation(request.tokens, text, request.stopped or "length", speed, prefill_ms)
+
+
+def _generate_alone(session: Any, setup: _Setup, ids: list[int], max_new_tokens: int, seed: int,
+                    on_token: Callable[[int, str], Any] | None) -> Generation:
+    """One generation on a bundle whose caches are not paged: the loop of the module doc."""
+    signature, sampling, vocab, limit, stops = setup.signature, setup.sampling, setup.vocab, setup.limit, setup.stops
+    tokenizer = session.tokenizer
     stream = TextStream() if tokenizer is None else tokenizer.stream()
     feeds, uniform = _Feeds(session.manifest, signature), mulberry32(seed)
     keep = ["logits", *(present for _, present in signature.cache)]

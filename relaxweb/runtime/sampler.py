@@ -173,5 +173,12 @@ class CpuSampler:
         """The next token from the last row of ``logits`` (``[1, seq, vocab]``, float32 as held)."""
         return sample_row(logits.device_data()[-self.vocab:], self.seen, self.sampling, uniform)
 
+    @staticmethod
+    def sample_rows(session: Any, logits: Any, picks: Sequence[tuple["CpuSampler", int, float]]) -> list[int]:
+        """Each sampler's next token from its row of ``logits`` (``picks``: sampler, row, uniform)."""
+        data = logits.device_data()
+        return [sample_row(data[row * sampler.vocab:(row + 1) * sampler.vocab], sampler.seen, sampler.sampling, uniform)
+                for sampler, row, uniform in picks]
+
     def close(self) -> None:
         """Nothing to release: the seen ids go with the sampler."""
