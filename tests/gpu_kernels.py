@@ -91,3 +91,52 @@ def run_compiled(module, feeds: dict[str, np.ndarray], folder, bounds: dict[str,
 
     write_bundle(compile_module(module, bounds or {}), folder, "model")
     return list(Session(folder, kernels=kernels).run(feeds).values())
+
+
+def run_library_kernel_on_gpu(device, kernel, arrays: list[np.ndarray], size_vars: dict[str, int],
+                              initial: np.ndarray | None = None,
+                              grid: tuple[int, int, int] | None = None) -> np.ndarray:
+    """Dispatch a library kernel's WebGPU shader once (``relaxweb/wgsl/library``) with a
+    hand-filled params block (its ``dispatch_count`` invocations, then its size variables);
+    return the output.
+
+    ``initial`` is the output buffer's content before the run (an in-place kernel's, e.g. a
+    KV cache pool; by default the sentinel).  The buffer has 64 sentinel elements past the
+    end, which must stay untouched; ``grid`` dispatches the workgroups as another grid (the
+    flat workgroup index of the shader contract; past the dispatch count they must idle).
+    """
+    import wgpu
+
+    from relaxweb.wgsl.library import emit_library_kernel
+
+    shader = emit_library_kernel(kernel)
+    pipeline, layout = make_pipeline(device, shader)
+    shape = [int(evaluate(d, size_vars)) for d in kernel.output.shape]
+    count = int(np.prod(shape))
+    invocations = int(evaluate(kernel.dispatch_count, size_vars))
+    values = [invocations, *(size_vars[f] for f in shader.params_fields[1:])]
+    params = struct.pack(f"<{shader.params_size // 4}i", *values, *[0] * (shader.params_size // 4 - len(values)))
+    usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_DST | wgpu.BufferUsage.COPY_SRC
+    buffers = [device.create_buffer_with_data(data=params, usage=wgpu.BufferUsage.UNIFORM)]
+    buffers += [device.create_buffer_with_data(data=np.ascontiguousarray(a).tobytes() or b"\0" * 4, usage=usage)
+                for a in arrays]
+    dtype = np.dtype(kernel.output.dtype)
+    start = np.full(count + 64, SENTINEL, dtype)
+    if initial is not None:
+        start[:count] = np.asarray(initial, dtype).reshape(-1)
+    output = device.create_buffer_with_data(data=start.tobytes(), usage=usage)
+    buffers.append(output)
+    bind_group = device.create_bind_group(layout=layout, entries=[
+        {"binding": b, "resource": {"buffer": buffer, "offset": 0, "size": buffer.size}}
+        for b, buffer in enumerate(buffers)
+    ])
+    encoder = device.create_command_encoder()
+    compute_pass = encoder.begin_compute_pass()
+    compute_pass.set_pipeline(pipeline)
+    compute_pass.set_bind_group(0, bind_group)
+    compute_pass.dispatch_workgroups(*(grid or (max(1, math.ceil(invocations / WORKGROUP_SIZE)), 1, 1)))
+    compute_pass.end()
+    device.queue.submit([encoder.finish()])
+    result = np.frombuffer(device.queue.read_buffer(output), dtype=dtype)
+    np.testing.assert_array_equal(result[count:], start[count:])  # nothing written past the end
+    return result[:count].reshape(shape).copy()

@@ -14,8 +14,8 @@ from relaxweb.ir.kernel_builders import _BUILDERS, build_library_kernel
 from relaxweb.ir.library_kernel import LIBRARY_TARGETS, WASM, WEBGPU, WEBGPU_CPU, WEBGPU_F16
 from relaxweb.ir.symbolic import IntImm, SizeVar
 from relaxweb.library import (
-    attention_kernel, kv_cache_write_kernel, recurrence_kernel, sequence_write_kernel, unique_count_kernel,
-    unique_values_kernel, write_row_kernel,
+    attention_kernel, kv_cache_write_kernel, paged_attention_kernel, paged_kv_write_kernel, recurrence_kernel,
+    sequence_write_kernel, unique_count_kernel, unique_values_kernel, write_row_kernel,
 )
 from relaxweb.library.recurrent import ACTIVATIONS
 from relaxweb.wgsl.library import RENDERERS, emit_library_kernel, library_kernel_wgsl
@@ -33,6 +33,8 @@ KERNELS = [
     kv_cache_write_kernel("kv_ragged", (SizeVar("b"), 2), n, (8,), 64, "float32", "past", ragged=True),
     unique_count_kernel("count", n, "float32"),
     unique_values_kernel("values", n, "int32"),
+    paged_kv_write_kernel("paged_write", 1, 4, n, 8, 12, 16, 4, "float32"),
+    paged_attention_kernel("paged_attention", 1, 4, 2, n, 8, 72, 12, 16, 4, 0.125, "float32"),
 ]
 
 

@@ -17,6 +17,7 @@ from ...ir.params_block import ParamsLayout
 from ..shader import ShaderInfo
 from .attention import render_attention
 from .copy import render_kv_cache_write, render_sequence_write, render_write_row
+from .paged_kv import render_paged_attention, render_paged_kv_write
 from .recurrent import render_recurrence
 from .unique import render_unique_count, render_unique_values
 
@@ -29,6 +30,8 @@ RENDERERS: dict[str, Callable[[LibraryKernel, str], str]] = {
     "kv_cache_write": render_kv_cache_write,
     "unique_count": render_unique_count,
     "unique_values": render_unique_values,
+    "paged_kv_write": render_paged_kv_write,
+    "paged_attention": render_paged_attention,
 }
 
 
