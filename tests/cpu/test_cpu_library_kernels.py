@@ -15,7 +15,8 @@ from relaxweb.cpu.math import MATH_FUNCTIONS
 from relaxweb.ir.kernel_builders import _BUILDERS, build_library_kernel
 from relaxweb.ir.symbolic import IntImm, SizeVar, evaluate
 from relaxweb.library import (
-    attention_kernel, kv_cache_write_kernel, recurrence_kernel, sequence_write_kernel, unique_count_kernel, unique_values_kernel, write_row_kernel,
+    attention_kernel, kv_cache_write_kernel, paged_attention_kernel, paged_kv_write_kernel, recurrence_kernel, sequence_write_kernel,
+    unique_count_kernel, unique_values_kernel, write_row_kernel,
 )
 from tests.helpers import F32, F32_LOOSE, assert_close, rand
 from tests.wasm_kernels import run_wasm_kernel
@@ -45,7 +46,7 @@ def expected_in_place(kernel, arrays: list[np.ndarray], sizes: dict[str, int], o
 #: The builders this file runs: every registered one (a new library kernel brings its
 #: WebAssembly renderer and its tests here, or bundles using it have no kernels.wasm).
 TESTED_BUILDERS = {"write_row", "sequence_write", "kv_cache_write", "unique_count", "unique_values", "attention",
-                   "recurrence"}
+                   "recurrence", "paged_kv_write", "paged_attention"}
 
 
 def test_every_library_kernel_builder_is_tested_here() -> None:
@@ -298,6 +299,123 @@ def test_attention_key_blocks_read_the_valid_prefix_of_a_kv_cache(queries: int, 
     for tensor in cache:
         tensor[:, :, past + queries:] = np.nan
     check_attention(kernel, [rand(1, 4, queries, 8, seed=25), *cache], {"new": queries, "past": past})
+
+
+# -- paged KV cache -----------------------------------------------------------------------------
+
+BATCH, LENGTH = SizeVar("batch"), SizeVar("length")
+
+
+class PagedLayer:
+    """One layer's paged KV cache as a model runs it: the write kernel puts each run's new keys and
+    values in their pages (pools of ``pages`` pages, NaN where nothing was written: no read of a
+    row past a token's position may reach the result), then the attention reads them."""
+
+    def __init__(self, heads: int, kv_heads: int, head: int, value_head: int, pages: int, page_size: int,
+                 table_pages: int, *, fill: float = np.nan, seed: int = 0) -> None:
+        """``fill``: NaN pools, or (any number) random ones."""
+        rows = (pages, kv_heads, page_size)  # a pool's rows
+        self.write_keys = paged_kv_write_kernel("paged_kv_write", BATCH, kv_heads, LENGTH, head, pages, page_size,
+                                                table_pages, "float32")
+        self.write_values = paged_kv_write_kernel("paged_kv_write", BATCH, kv_heads, LENGTH, value_head, pages,
+                                                  page_size, table_pages, "float32")
+        self.attention = paged_attention_kernel("paged_attention", BATCH, heads, kv_heads, LENGTH, head, value_head,
+                                                pages, page_size, table_pages, float(1 / np.sqrt(head)), "float32")
+        self.keys = np.full((*rows, head), fill, np.float32) if np.isnan(fill) else rand(*rows, head, seed=seed)
+        self.values = (np.full((*rows, value_head), fill, np.float32) if np.isnan(fill) else
+                       rand(*rows, value_head, seed=seed + 1))
+        self.heads, self.kv_heads, self.head, self.value_head, self.seed = heads, kv_heads, head, value_head, seed
+
+    def write(self, table: np.ndarray, positions: np.ndarray, ranges: int = 3) -> None:
+        """New keys and values for tokens ``[batch, length]`` (random), checked exactly against the reference."""
+        batch, length = positions.shape
+        sizes = {"batch": batch, "length": length}
+        self.seed += 2
+        for kernel, name, size in [(self.write_keys, "keys", self.head), (self.write_values, "values", self.value_head)]:
+            arrays = [rand(batch, self.kv_heads, length, size, seed=self.seed + (name == "values")), table, positions]
+            pool = getattr(self, name)
+            got = run_library_kernel(kernel, arrays, sizes, pool, ranges)
+            np.testing.assert_array_equal(got, expected_in_place(kernel, arrays, sizes, pool))
+            setattr(self, name, got)
+
+    def attend(self, query: np.ndarray, table: np.ndarray, positions: np.ndarray, ranges: int = 4) -> np.ndarray:
+        """The attention's wasm (a unit per query row, in ``ranges`` ranges) against its reference."""
+        batch, _, length, _ = query.shape
+        arrays = [query, self.keys, self.values, table, positions]
+        output = np.full((batch, self.heads, length, self.value_head), 7.0, np.float32)
+        got = run_library_kernel(self.attention, arrays, {"batch": batch, "length": length}, output, ranges)
+        assert_close(got, self.attention.reference(arrays), F32 if self.head < 32 else F32_LOOSE)
+        return got
+
+
+def sequence_tables(sequences: int, table_pages: int, pages: int, seed: int) -> np.ndarray:
+    """Each sequence's page table: distinct pages in a random order."""
+    return np.random.default_rng(seed).permutation(pages)[:sequences * table_pages].reshape(sequences, table_pages)
+
+
+@pytest.mark.parametrize("heads, kv_heads", [(4, 2), (4, 4)])
+@pytest.mark.parametrize("head, value_head", [(8, 8), (32, 64), (32, 128)])
+@pytest.mark.parametrize("page_size", [4, 16])
+def test_paged_decode_of_sequences_at_different_positions(heads: int, kv_heads: int, head: int, value_head: int,
+                                                          page_size: int) -> None:
+    """Four sequences' histories written in one packed run (batch 1, as the runtimes pack them),
+    then a decode step (one token each, at positions 0 .. 3 pages deep) writes its rows and attends."""
+    table_pages, done = 4, [2 * page_size + 3, 0, page_size - 1, 4 * page_size - 1]  # the tokens before each
+    layer = PagedLayer(heads, kv_heads, head, value_head, 4 * table_pages + 3, page_size, table_pages)
+    tables = sequence_tables(4, table_pages, 4 * table_pages + 3, seed=page_size)
+    history = np.array([[t for sequence, count in enumerate(done) for t in range(count)]], np.int32)
+    owner = [sequence for sequence, count in enumerate(done) for _ in range(count)]
+    layer.write(tables[owner][None].astype(np.int32), history)
+    table, positions = tables[:, None].astype(np.int32), np.array(done, np.int32)[:, None]
+    layer.write(table, positions)
+    got = layer.attend(rand(4, heads, 1, head, seed=9), table, positions)
+    assert np.isfinite(got).all()  # no NaN row of the pools past a position was read
+
+
+@pytest.mark.parametrize("page_size", [4, 16])
+@pytest.mark.parametrize("heads, kv_heads, head, value_head", [(4, 2, 32, 64), (2, 2, 8, 128)])
+def test_paged_prefill_of_one_sequence_of_37_tokens(page_size: int, heads: int, kv_heads: int, head: int,
+                                                    value_head: int) -> None:
+    """37 tokens of one sequence in one run (causal: token t sees positions 0 .. t), pages out of
+    order; each token's row is the one it gets alone in a decode step, and the bytes are the same
+    however the units are split."""
+    table_pages = -(-37 // page_size)
+    layer = PagedLayer(heads, kv_heads, head, value_head, table_pages + 2, page_size, table_pages)
+    table = np.tile(sequence_tables(1, table_pages, table_pages + 2, seed=3), (1, 37, 1)).astype(np.int32)
+    positions = np.arange(37, dtype=np.int32)[None]
+    layer.write(table, positions, ranges=5)
+    query = rand(1, heads, 37, head, seed=10)
+    got = layer.attend(query, table, positions, ranges=7)
+    assert np.isfinite(got).all()
+    np.testing.assert_array_equal(layer.attend(query, table, positions, ranges=1), got)
+    for t in (0, page_size - 1, page_size, 36):
+        alone = layer.attend(query[:, :, t:t + 1], table[:, t:t + 1], positions[:, t:t + 1], ranges=1)
+        np.testing.assert_array_equal(alone, got[:, :, t:t + 1])
+
+
+@pytest.mark.parametrize("heads, kv_heads, head, value_head, page_size", [(3, 1, 6, 5, 5), (2, 2, 3, 2, 3)])
+def test_paged_attention_at_sizes_that_are_not_multiples_of_4(heads: int, kv_heads: int, head: int, value_head: int,
+                                                              page_size: int) -> None:
+    """Scalar tails of head and value_head, and pages whose rows are not whole groups of 4 keys."""
+    layer = PagedLayer(heads, kv_heads, head, value_head, 9, page_size, 4)
+    tables = sequence_tables(2, 4, 9, seed=4)
+    prompt = np.array([list(range(2 * page_size + 2)) * 2], np.int32)
+    layer.write(np.repeat(tables, 2 * page_size + 2, axis=0)[None].astype(np.int32), prompt)
+    positions = np.array([[2 * page_size + 1], [page_size]], np.int32)
+    got = layer.attend(rand(2, heads, 1, head, seed=11), tables[:, None].astype(np.int32), positions)
+    assert np.isfinite(got).all()
+
+
+def test_paged_kernels_clamp_positions_and_page_ids() -> None:
+    """Positions outside [0, table_pages * page_size) and page ids outside [0, pages) are clamped:
+    negative ones to 0, others to the last; where tokens land on one row the last one's is kept."""
+    layer = PagedLayer(4, 2, 8, 8, 5, 4, 2, fill=0.0, seed=12)
+    positions = np.array([[-5, 3, 8, 100, 7, 2], [0, 1, 6, 2, -1, 5]], np.int32)
+    table = np.array([[[-3, 2]] * 6, [[1, 99]] * 6], np.int32)
+    table[0, 5] = [4, 7]
+    layer.write(table, positions, ranges=2)
+    got = layer.attend(rand(2, 4, 6, 8, seed=13), table, positions, ranges=5)
+    assert np.isfinite(got).all()
 
 
 # -- recurrence ---------------------------------------------------------------------------------

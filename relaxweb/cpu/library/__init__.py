@@ -15,6 +15,7 @@ from typing import Callable
 from ...ir.library_kernel import WASM, LibraryKernel
 from .attention import render_attention
 from .copy import render_kv_cache_write, render_sequence_write, render_write_row
+from .paged_kv import render_paged_attention, render_paged_kv_write
 from .recurrent import render_recurrence
 from .unique import render_unique_count, render_unique_values
 from .wat import LibraryWat
@@ -28,6 +29,8 @@ RENDERERS: dict[str, Callable[[LibraryKernel], LibraryWat]] = {
     "kv_cache_write": render_kv_cache_write,
     "unique_count": render_unique_count,
     "unique_values": render_unique_values,
+    "paged_kv_write": render_paged_kv_write,
+    "paged_attention": render_paged_attention,
 }
 
 
