@@ -421,11 +421,27 @@ def _generating_session(args: argparse.Namespace):
 
 def command_generate(args: argparse.Namespace) -> int:
     session = _generating_session(args)
-    printer = _TextPrinter()
-    prompt = _utf8_text(args.prompt, "--prompt") if isinstance(args.prompt, str) else args.prompt
-    result = session.generate(prompt, on_token=printer, **_sampling(args))
-    print(result.text[printer.printed:], flush=True)
-    _report(result)
+    prompts = [_utf8_text(prompt, "--prompt") if isinstance(prompt, str) else prompt for prompt in args.prompt]
+    if len(prompts) == 1:
+        printer = _TextPrinter()
+        result = session.generate(prompts[0], on_token=printer, **_sampling(args))
+        print(result.text[printer.printed:], flush=True)
+        _report(result)
+        return 0
+    options = _sampling(args)
+    seed = options.pop("seed")
+    started = time.perf_counter()
+    results = session.generate_many(prompts, seeds=[seed + index for index in range(len(prompts))], **options)
+    elapsed = time.perf_counter() - started
+    for index, result in enumerate(results, 1):
+        print(f"--- prompt {index} ---", flush=True)
+        print(result.text, flush=True)
+        print(f"prompt {index}: ", end="", file=sys.stderr)
+        _report(result)
+    together = ("together (paged KV cache)" if session.manifest.get("kv_pool")
+                else "one after another (build with --kv-pages to run them together)")
+    print(f"{len(prompts)} prompts {together}: {sum(len(r.tokens) for r in results)} tokens in {elapsed:.2f} s, "
+          f"{sum(len(r.tokens) for r in results) / elapsed:.1f} tokens/s", file=sys.stderr)
     return 0
 
 
@@ -595,10 +611,14 @@ def make_parser() -> argparse.ArgumentParser:
         "optionally attention_mask and position_ids; outputs logits and present.*; a tokenizer in the bundle: "
         "'relaxweb build' copies the model's, or give one with --tokenizer) on the Python runtime (wgpu). The "
         "prompt runs once, then one run per new token with the cache kept on the GPU; the next token is picked "
-        "on the GPU. Text goes to stdout as it comes, tokens/s to stderr at the end.",
+        "on the GPU. Text goes to stdout as it comes, tokens/s to stderr at the end. Several --prompt: all "
+        "are generated, together in each run on a bundle built with --kv-pages.",
         epilog="example: relaxweb generate dist/ --prompt 'The if statement' --max-tokens 100 --temperature 0.8 --top-k 20")
     generate.add_argument("bundle", metavar="DIR", help="the bundle folder")
-    generate.add_argument("--prompt", required=True, help="the text to continue")
+    generate.add_argument("--prompt", required=True, action="append",
+                          help="the text to continue; repeat it for several prompts, generated together on a bundle "
+                          "built with --kv-pages (continuous batching), else one after another; each prompt's text "
+                          "is printed after a '--- prompt N ---' line, prompt N drawing from seed + N - 1")
     _add_sampling_options(generate)
     generate.set_defaults(handler=command_generate)
 

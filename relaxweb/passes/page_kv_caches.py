@@ -149,7 +149,8 @@ class _PagedRewriter(ExprMutator):
         """``cast(position_ids, int32)``, bound once before the first paged op."""
         if self.positions is None:
             value = call_op("cast", self.position_ids, dtype="int32")
-            self.positions = Var(self.pager.names.unique_name("kv_positions"), value.struct_info)
+            kind = DataflowVar if self.in_dataflow_block else Var
+            self.positions = kind(self.pager.names.unique_name("kv_positions"), value.struct_info)
             self.emit_binding(VarBinding(self.positions, value))
         return self.positions
 

@@ -75,8 +75,9 @@ def pool_layout(manifest: Mapping[str, Any]) -> PoolLayout | None:
 @dataclass(frozen=True)
 class SchedulerStats:
     """What the scheduler holds now: ``live`` sequences, ``queued`` requests, ``pages_in_use`` of
-    ``pages`` (and the positions they hold, ``positions_in_use``, against the live sequences'
-    lengths, ``positions_live``), and the tokens made per second over the steps so far."""
+    ``pages`` of ``page_size`` positions (against the positions the live sequences have written,
+    ``positions_live``), and over the steps so far: the tokens made, per second of the steps,
+    and per second of the steps that only decoded."""
 
     live: int
     queued: int
@@ -87,6 +88,7 @@ class SchedulerStats:
     tokens_generated: int
     steps: int
     tokens_per_second: float
+    decode_tokens_per_second: float  # over the steps that read no prompt chunk
 
 
 @dataclass
@@ -155,6 +157,8 @@ class PagedScheduler:
         self.steps = 0
         self.tokens_generated = 0
         self.busy_seconds = 0.0
+        self.decode_tokens = 0
+        self.decode_seconds = 0.0
 
     # -- requests -------------------------------------------------------------------------
 
@@ -206,8 +210,9 @@ class PagedScheduler:
             in_use = self.layout.pages - len(self.free_pages)
             live = sum(r.cached for r in self.live)
             speed = self.tokens_generated / self.busy_seconds if self.busy_seconds > 0 else 0.0
+            decode = self.decode_tokens / self.decode_seconds if self.decode_seconds > 0 else 0.0
             return SchedulerStats(len(self.live), len(self.queue), in_use, self.layout.pages, self.layout.page_size, live,
-                                  self.tokens_generated, self.steps, speed)
+                                  self.tokens_generated, self.steps, speed, decode)
 
     # -- one step -------------------------------------------------------------------------
 
@@ -252,12 +257,17 @@ class PagedScheduler:
         except BaseException as error:  # the run failed: every live sequence ends with its error
             self.fail_all(error)
             raise
+        made = self.tokens_generated
         try:
             self.deliver(plan, outputs["logits"])
         finally:
             outputs["logits"].dispose()
-            self.busy_seconds += time.perf_counter() - started
+            seconds = time.perf_counter() - started
+            self.busy_seconds += seconds
             self.steps += 1
+            if all(len(tokens) == 1 and request.cached > len(request.prompt) for request, tokens in plan):
+                self.decode_tokens += self.tokens_generated - made
+                self.decode_seconds += seconds
 
     def run(self, plan: list[tuple[Request, list[int]]]) -> dict[str, Any]:
         """One run of the model over the plan's tokens, the pools kept for the next step."""

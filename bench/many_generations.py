@@ -1,0 +1,161 @@
+"""Many generations at once (issue 30): continuous batching over a paged KV cache against the
+same prompts generated one after another, on the Python runtime's two backends.
+
+Usage (from the repository root; the tiny Llama is trained once by ``scripts/tiny_llama.py``)::
+
+    python3 bench/many_generations.py                                  # N = 1, 2, 4, 8, 16; both backends
+    python3 bench/many_generations.py --counts 8 --backends wasm       # while developing
+    python3 bench/many_generations.py --out bench/build/many.json
+
+Method
+------
+1. The model: the tiny Llama (4 layers, hidden 128, 4 query heads sharing 2 key / value heads
+   of 32, 3.2 MB of float32 weights), built twice with the same bounds (``sequence_length`` 64:
+   a run's tokens; past 320, so prompts of 256 and 32 new tokens fit): once as it is (one cache,
+   one sequence a run; ``sequence_length`` 256, as its prompt runs whole) and once with ``--kv-pages`` (pages of ``--page-size`` positions, enough
+   for 16 sequences at their longest).
+2. N prompts of 8 to 256 tokens (spread evenly, from the reference text, different for each
+   sequence), ``--new-tokens`` greedy tokens each, no stop token.
+3. For each backend and N, in one process, in this order:
+   - **sequential**: the N prompts one after another, ``generate`` on the unpaged bundle;
+   - **paged alone**: the same on the paged bundle (one sequence a step);
+   - **together**: ``generate_many`` on the paged bundle (all N joining the steps).
+   Figures: aggregate tokens/s (all new tokens / wall time of the whole phase, prefill
+   included); decode tokens/s (tokens / time of the steps that only decoded; for the
+   sequential runs, each generation's own decode speed, combined as tokens / decode time);
+   time to first token (median over the sequences: from the call, or from the request's
+   submission when together); the KV memory: the most positions the pool's pages held at once
+   against the live sequences' written positions at that moment (pages in use x page size /
+   positions written) and against N x the bound (what N unpaged caches would hold).
+4. Tokens: every sequence's tokens together must equal its tokens alone (``same`` column).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import relaxweb  # noqa: E402
+
+BOUNDS = {"batch_size": 1, "sequence_length": 64, "past_sequence_length": 320, "total_sequence_length": 384}
+#: The unpaged bundle takes a whole prompt in one run (its generate does not cut prompts into chunks).
+UNPAGED_BOUNDS = {**BOUNDS, "sequence_length": 256}
+
+
+def tiny_llama():
+    spec = importlib.util.spec_from_file_location("tiny_llama", ROOT / "scripts" / "tiny_llama.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("tiny_llama", module)
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+def prompts_for(count: int, text_ids: list[int]) -> list[list[int]]:
+    """``count`` prompts of 8 to 256 tokens (evenly spread), each starting elsewhere in the text."""
+    lengths = [8] if count == 1 else [8 + (256 - 8) * index // (count - 1) for index in range(count)]
+    return [text_ids[(37 * index) % 64:(37 * index) % 64 + length] for index, length in enumerate(lengths)]
+
+
+def sequential(session, prompts: list[list[int]], new_tokens: int) -> dict:
+    started = time.perf_counter()
+    results = [(time.perf_counter(), session.generate(p, max_new_tokens=new_tokens, temperature=0, stop_tokens=[]))
+               for p in prompts]
+    wall = time.perf_counter() - started
+    tokens = sum(len(g.tokens) for _, g in results)
+    decode_time = sum((len(g.tokens) - 1) / g.tokens_per_second for _, g in results if g.tokens_per_second > 0)
+    return {"aggregate": tokens / wall, "decode": sum(len(g.tokens) - 1 for _, g in results) / decode_time,
+            "ttft_ms": statistics.median(g.prefill_ms for _, g in results), "wall_s": wall,
+            "tokens": [g.tokens for _, g in results]}
+
+
+def together(session, prompts: list[list[int]], new_tokens: int, bound: int) -> dict:
+    before = session.generation_stats
+    peak = {"ratio": 0.0, "positions": 0}
+
+    def watch(token, text):
+        stats = session.generation_stats
+        if stats.positions_live and stats.pages_in_use * stats.page_size > peak["positions"]:
+            peak.update(positions=stats.pages_in_use * stats.page_size, live=stats.positions_live,
+                        ratio=stats.pages_in_use * stats.page_size / stats.positions_live)
+
+    started = time.perf_counter()
+    generations = session.generate_many(prompts, max_new_tokens=new_tokens, temperature=0, stop_tokens=[],
+                                        on_tokens=[watch] * len(prompts))
+    wall = time.perf_counter() - started
+    after = session.generation_stats
+    tokens = sum(len(g.tokens) for g in generations)
+    return {"aggregate": tokens / wall, "ttft_ms": statistics.median(g.prefill_ms for g in generations),
+            "wall_s": wall, "kv_peak_positions": peak["positions"], "kv_over_live": peak["ratio"],
+            "kv_over_bound": peak["positions"] / (len(prompts) * bound), "tokens": [g.tokens for g in generations],
+            "steps": after.steps - (before.steps if before else 0)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--counts", type=int, nargs="+", default=[1, 2, 4, 8, 16])
+    parser.add_argument("--backends", nargs="+", default=["wasm", "webgpu"])
+    parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument("--page-size", type=int, default=16)
+    parser.add_argument("--work", type=Path, default=ROOT / "bench" / "build" / "many")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    llama = tiny_llama()
+    paths = llama.tiny_llama_paths()
+    reference = json.loads(paths["reference"].read_text())
+    text_ids = llama.encode(reference["prompt"] * 8)
+    capacity = BOUNDS["past_sequence_length"] + BOUNDS["sequence_length"]
+    pages = max(args.counts) * -(-(256 + args.new_tokens) // args.page_size)
+    unpaged = relaxweb.build(paths["model"], args.work / "unpaged", bounds=UNPAGED_BOUNDS)
+    paged = relaxweb.build(paths["model"], args.work / "paged", bounds=BOUNDS, kv_pages=pages, kv_page_size=args.page_size)
+    print(f"pool: {pages} pages of {args.page_size} positions per layer; capacity {capacity}", flush=True)
+    rows = []
+    for backend in args.backends:
+        plain = relaxweb.load(unpaged.path, backend=backend)
+        pooled = relaxweb.load(paged.path, backend=backend)
+        plain.generate([1, 2, 3], max_new_tokens=2)  # warm both (shader compiles, first runs)
+        pooled.generate([1, 2, 3], max_new_tokens=2)
+        for count in args.counts:
+            prompts = prompts_for(count, text_ids)
+            row = {"backend": backend, "n": count,
+                   "sequential": sequential(plain, prompts, args.new_tokens),
+                   "paged_alone": sequential(pooled, prompts, args.new_tokens),
+                   "together": measured_together(pooled, prompts, args.new_tokens, capacity)}
+            row["same"] = row["together"]["tokens"] == row["paged_alone"]["tokens"] == row["sequential"]["tokens"]
+            rows.append(row)
+            print(line(row), flush=True)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps([{k: ({kk: vv for kk, vv in v.items() if kk != "tokens"} if isinstance(v, dict)
+                                                 else v) for k, v in row.items()} for row in rows], indent=2))
+
+
+def measured_together(session, prompts: list[list[int]], new_tokens: int, bound: int) -> dict:
+    """``together``'s figures, the decode speed from the scheduler's counters over this call only."""
+    scheduler = getattr(session, "_paged_scheduler", None)
+    tokens0, seconds0 = (scheduler.decode_tokens, scheduler.decode_seconds) if scheduler else (0, 0.0)
+    result = together(session, prompts, new_tokens, bound)
+    scheduler = session._paged_scheduler
+    seconds = scheduler.decode_seconds - seconds0
+    result["decode"] = (scheduler.decode_tokens - tokens0) / seconds if seconds > 0 else 0.0
+    return result
+
+
+def line(row: dict) -> str:
+    seq, alone, both = row["sequential"], row["paged_alone"], row["together"]
+    return (f"{row['backend']:6} N={row['n']:2}  aggregate tok/s: sequential {seq['aggregate']:7.1f}  paged alone "
+            f"{alone['aggregate']:7.1f}  together {both['aggregate']:7.1f} ({both['aggregate'] / seq['aggregate']:.2f}x)  "
+            f"decode tok/s: {seq['decode']:7.1f} / {alone['decode']:7.1f} / {both['decode']:7.1f} "
+            f"({both['decode'] / seq['decode']:.2f}x)  TTFT ms: {seq['ttft_ms']:.0f} / {both['ttft_ms']:.0f}  "
+            f"KV: {both['kv_over_live']:.2f}x live, {both['kv_over_bound']:.2f}x of N x bound  same tokens: {row['same']}")
+
+
+if __name__ == "__main__":
+    main()
