@@ -173,10 +173,11 @@ class PagedScheduler:
         request.reserved = need
         request.submitted = time.perf_counter()
         with self.condition:
-            if not wait_for_pages and (self.queue or self.reserved + need > self.layout.pages):
+            free = self.layout.pages - self.reserved - sum(queued.reserved for queued in self.queue)
+            if not wait_for_pages and need > free:
                 raise RelaxwebError(f"the KV cache's pages are taken: this sequence needs {need} of {self.layout.pages}, "
-                                    f"{self.layout.pages - self.reserved} are free and {len(self.queue)} requests wait "
-                                    "(wait_for_pages=True queues it until they are)")
+                                    f"{max(free, 0)} are not promised to the {len(self.live)} live sequences and "
+                                    f"{len(self.queue)} waiting requests (wait_for_pages=True queues it until they are)")
             self.queue.append(request)
             self.condition.notify_all()
         return request
