@@ -58,9 +58,28 @@ def tiny_llama():
     return module
 
 
-def prompts_for(count: int, text_ids: list[int]) -> list[list[int]]:
-    """``count`` prompts of 8 to 256 tokens (evenly spread), each starting elsewhere in the text."""
-    lengths = [8] if count == 1 else [8 + (256 - 8) * index // (count - 1) for index in range(count)]
+#: --model smollm-135m: the tiny Llama's code at SmolLM-135M's shape (30 layers, hidden 576, 9 query
+#: heads sharing 3 key / value heads of 64, SwiGLU 1536, vocabulary 49,152; 539 MB of float32
+#: weights, random from seed 0, untied), exported as the tiny Llama is (optimum's signature).
+SMOLLM_SHAPE = {"vocab": 49152, "dim": 576, "layers": 30, "heads": 9, "kv_heads": 3, "hidden": 1536}
+
+
+def smollm_shaped(llama, work: Path) -> Path:
+    """The SmolLM-135M-shaped model, exported once into ``work``."""
+    path = work / "smollm-135m-shaped.onnx"
+    if not path.exists():
+        import torch
+
+        torch.manual_seed(0)
+        model = llama.TinyLlama(llama.Config(**SMOLLM_SHAPE)).eval()
+        with torch.no_grad():
+            llama.export(model, path)
+    return path
+
+
+def prompts_for(count: int, text_ids: list[int], longest: int = 256) -> list[list[int]]:
+    """``count`` prompts of 8 to ``longest`` tokens (evenly spread), each starting elsewhere in the text."""
+    lengths = [8] if count == 1 else [8 + (longest - 8) * index // (count - 1) for index in range(count)]
     return [text_ids[(37 * index) % 64:(37 * index) % 64 + length] for index, length in enumerate(lengths)]
 
 
@@ -106,15 +125,24 @@ def main() -> None:
     parser.add_argument("--page-size", type=int, default=16)
     parser.add_argument("--work", type=Path, default=ROOT / "bench" / "build" / "many")
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--model", choices=["tiny-llama", "smollm-135m"], default="tiny-llama",
+                        help="the tiny Llama (3.2 MB, trained) or the same code at SmolLM-135M's shape (539 MB, random)")
+    parser.add_argument("--max-prompt", type=int, default=256, help="the longest prompt (default 256)")
+    parser.add_argument("--skip-paged-alone", action="store_true", help="leave out the paged bundle's one-by-one runs")
     args = parser.parse_args()
     llama = tiny_llama()
     paths = llama.tiny_llama_paths()
     reference = json.loads(paths["reference"].read_text())
     text_ids = llama.encode(reference["prompt"] * 8)
+    if args.model == "smollm-135m":
+        args.work.mkdir(parents=True, exist_ok=True)
+        paths = {"model": smollm_shaped(llama, args.work)}
+        text_ids = [(7919 * index) % SMOLLM_SHAPE["vocab"] for index in range(1024)]  # ids all over the vocabulary
     capacity = BOUNDS["past_sequence_length"] + BOUNDS["sequence_length"]
-    pages = max(args.counts) * -(-(256 + args.new_tokens) // args.page_size)
-    unpaged = relaxweb.build(paths["model"], args.work / "unpaged", bounds=UNPAGED_BOUNDS)
-    paged = relaxweb.build(paths["model"], args.work / "paged", bounds=BOUNDS, kv_pages=pages, kv_page_size=args.page_size)
+    pages = max(args.counts) * -(-(args.max_prompt + args.new_tokens) // args.page_size)
+    unpaged = relaxweb.build(paths["model"], args.work / f"{args.model}-unpaged", bounds=UNPAGED_BOUNDS)
+    paged = relaxweb.build(paths["model"], args.work / f"{args.model}-paged", bounds=BOUNDS, kv_pages=pages,
+                           kv_page_size=args.page_size)
     print(f"pool: {pages} pages of {args.page_size} positions per layer; capacity {capacity}", flush=True)
     rows = []
     for backend in args.backends:
@@ -123,11 +151,11 @@ def main() -> None:
         plain.generate([1, 2, 3], max_new_tokens=2)  # warm both (shader compiles, first runs)
         pooled.generate([1, 2, 3], max_new_tokens=2)
         for count in args.counts:
-            prompts = prompts_for(count, text_ids)
-            row = {"backend": backend, "n": count,
-                   "sequential": sequential(plain, prompts, args.new_tokens),
-                   "paged_alone": sequential(pooled, prompts, args.new_tokens),
-                   "together": measured_together(pooled, prompts, args.new_tokens, capacity)}
+            prompts = prompts_for(count, text_ids, args.max_prompt)
+            row = {"backend": backend, "model": args.model, "n": count,
+                   "sequential": sequential(plain, prompts, args.new_tokens)}
+            row["paged_alone"] = row["sequential"] if args.skip_paged_alone else sequential(pooled, prompts, args.new_tokens)
+            row["together"] = measured_together(pooled, prompts, args.new_tokens, capacity)
             row["same"] = row["together"]["tokens"] == row["paged_alone"]["tokens"] == row["sequential"]["tokens"]
             rows.append(row)
             print(line(row), flush=True)
