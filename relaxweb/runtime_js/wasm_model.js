@@ -7,7 +7,7 @@
 
 import { checkInstances } from "./batch.js";
 import { HostProgramDriver } from "./driver.js";
-import { GENERATION_METHODS } from "./generate.js";
+import { installGenerationMethods } from "./generate.js";
 import { WasmBackend } from "./wasm_backend.js";
 
 /** A bundle loaded on the wasm backend. */
@@ -146,5 +146,5 @@ export class WasmModel {
   }
 }
 
-// generate, applyChatTemplate and chat: generate.js's, as on the other model
-Object.assign(WasmModel.prototype, GENERATION_METHODS);
+// generate, generateMany, generationStats, applyChatTemplate and chat: generate.js's, as on the other model
+installGenerationMethods(WasmModel.prototype);
