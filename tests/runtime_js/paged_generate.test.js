@@ -86,6 +86,8 @@ class PagedStandIn {
     this.runSizes = [];
     /** @type {Error|null} the next run fails with it */
     this.failNext = null;
+    /** @type {Error|null} reading the next run's logits fails with it (a sampling failure) */
+    this.failLogitsNext = null;
   }
 
   /** @param {Record<string, any>} feeds @param {{keepOnGpu: string[]}} options */
@@ -121,8 +123,10 @@ class PagedStandIn {
       const history = [...Array(positions[row] + 1).keys()].map((position) => this.pool[slot(row, position)]);
       logits[row * VOCAB + nextToken(history)] = 1;
     });
+    const logitsError = this.failLogitsNext;
+    this.failLogitsNext = null;
     return {
-      logits: { deviceData: () => logits, dispose() {} },
+      logits: { deviceData: () => { if (logitsError) throw logitsError; return logits; }, dispose() {} },
       "present.0.key": { view: true, run: this.runs, disposed: false, dispose() { this.disposed = true; } },
     };
   }
@@ -241,7 +245,7 @@ test("aborting one sequence (its signal, or onToken returning false) frees its p
   assert.deepEqual((await holder).tokens, alone([1, 2, 3, 4, 5, 6, 7, 8], 6));
 });
 
-test("an onToken that throws rejects its own generation; a failed run rejects every live one, and later calls run", async () => {
+test("an onToken that throws rejects its own generation; a failed run or pick rejects every live one, and later calls run", async () => {
   const model = new PagedStandIn();
   const results = await Promise.allSettled(PROMPTS.slice(0, 3).map((prompt, index) => generate(model, prompt, {
     ...GREEDY, maxNewTokens: 5, onToken: index === 1 ? () => { throw new Error("the callback's own error"); } : undefined,
@@ -252,7 +256,12 @@ test("an onToken that throws rejects its own generation; a failed run rejects ev
   model.failNext = new Error("the run failed");
   assert.deepEqual((await failing).map((r) => r.status === "rejected" && r.reason.message), Array(3).fill("the run failed"));
   assert.equal(/** @type {any} */ (generationStats(model)).pagesInUse, 0);
-  // the pools were lost with the failed run: the next step starts from zeros, and gives the same tokens
+  // so does a failure to pick the tokens (the run went well): no sequence stays live, holding pages
+  const failingPicks = Promise.allSettled(PROMPTS.slice(0, 3).map((prompt) => generate(model, prompt, { ...GREEDY, maxNewTokens: 5 })));
+  model.failLogitsNext = new Error("the picks failed");
+  assert.deepEqual((await failingPicks).map((r) => r.status === "rejected" && r.reason.message), Array(3).fill("the picks failed"));
+  assert.deepEqual([generationStats(model)?.live, generationStats(model)?.pagesInUse], [0, 0]);
+  // later calls give the right tokens (the failed run's pools were lost: the next step started from zeros)
   assert.deepEqual((await generate(model, PROMPTS[3], { ...GREEDY, maxNewTokens: 4 })).tokens, alone(PROMPTS[3], 4));
   const disposing = generate(model, PROMPTS[3], { ...GREEDY, maxNewTokens: 4 });
   model.disposed = true;
