@@ -198,19 +198,19 @@ export class PagedScheduler {
         `needs ${need} pages of ${layout.pageSize} positions, but the pool has ${layout.pages} (build with a larger ` +
         "--kv-pages, or ask for fewer tokens)");
     }
-    // admitted at the next step only if every request ahead of it fits too (admission is in order)
-    const promised = this.reserved + this.queue.reduce((sum, queued) => sum + queued.reserved, 0);
-    if (!waitForPages && promised + need > layout.pages) {
-      throw new Error(`the KV cache's pages are taken: this sequence needs ${need} of ${layout.pages}, ` +
-        `${layout.pages - this.reserved} are free and ${this.queue.length} requests wait (waitForPages: true queues it ` +
-        "until they are)");
-    }
     request.reserved = need;
     request.submittedAt = performance.now();
     if (request.signal?.aborted) {
       request.stopped = "aborted";
       this.finish(request);
       return request;
+    }
+    // admitted at the next step only if every request ahead of it fits too (admission is in order)
+    const promised = this.reserved + this.queue.reduce((sum, queued) => sum + queued.reserved, 0);
+    if (!waitForPages && promised + need > layout.pages) {
+      throw new Error(`the KV cache's pages are taken: this sequence needs ${need} of ${layout.pages}, ` +
+        `${layout.pages - this.reserved} are free and ${this.queue.length} requests wait (waitForPages: true queues it ` +
+        "until they are)");
     }
     if (request.signal) {
       request.abortListener = () => this.abort(request);
@@ -253,9 +253,9 @@ export class PagedScheduler {
   }
 
   /**
-   * The loop of steps, started unless it runs: steps while a sequence is live or queued. It
-   * starts after the current turn of the event loop's microtasks, so that the requests submitted
-   * together join its first step. It never rejects: a step's error ends the sequences it ran.
+   * The loop of steps, started unless it runs: steps while a sequence is live or queued. Its
+   * first step waits for a microtask, so that the requests submitted in the same synchronous
+   * turn (calls made together) join it. It never rejects: a step's error ends the sequences it ran.
    * @returns {Promise<void>}
    */
   drive() {
