@@ -202,6 +202,17 @@ export class CpuSampler {
     return sampleRow(data.subarray(data.length - this.vocab), this.seen, this.sampling, uniform);
   }
 
+  /**
+   * Each sampler's next token from its row of the kept `logits` ([1, T, vocab], float32 as
+   * held; `picks`: sampler, row, uniform): a paged KV cache's step (paged_generate.js).
+   * @param {{deviceData(): Float32Array}} logits @param {[CpuSampler, number, number][]} picks @returns {number[]}
+   */
+  static sampleRows(logits, picks) {
+    const data = logits.deviceData();
+    return picks.map(([sampler, row, uniform]) =>
+      sampleRow(data.subarray(row * sampler.vocab, (row + 1) * sampler.vocab), sampler.seen, sampler.sampling, uniform));
+  }
+
   /** Nothing to release: the seen ids go with the sampler. */
   close() {}
 }

@@ -1,6 +1,7 @@
-// Text generation with a decoder bundle: `model.generate(prompt, options)`, `model.chat(messages,
-// options)` and `model.applyChatTemplate(messages)` (the Python runtime's
-// relaxweb/runtime/generate.py in JavaScript; the same checks, messages and random numbers).
+// Text generation with a decoder bundle: `model.generate(prompt, options)`,
+// `model.generateMany(prompts, options)`, `model.chat(messages, options)` and
+// `model.applyChatTemplate(messages)` (the Python runtime's relaxweb/runtime/generate.py in
+// JavaScript; the same checks, messages and random numbers).
 //
 // A bundle can generate when it has the decoder signature optimum and transformers.js use: an
 // `input_ids` input and a `logits` output, and a `present.X` output for each
@@ -16,19 +17,25 @@
 // penalty, the temperature, top-k and top-p in transformers' order; an option not given takes
 // the bundle's default (its tokenizer's generation_config.json, GREEDY without one).
 // Generation stops at any of the stop tokens (by default every EOS id of the tokenizer).
+//
+// On a bundle with a paged KV cache (`--kv-pages`, the manifest's `kv_pool`) generations do
+// not take turns: every `generate`, `generateMany` and `chat` call on the model joins the steps
+// of its one scheduler (paged_generate.js), which advances all live sequences in each run and
+// picks all their tokens at once (on WebGPU one submit and one map per step).
 
 import { TYPED_ARRAY_OF_DTYPE } from "./host.js";
 import { CpuSampler, seenBits } from "./cpu_sampler.js";
 import { TextStream } from "./tokenizer.js";
 import { STATUS_BYTES, checkRunStatus } from "./run_status.js";
+import { DISPOSED_DURING_GENERATE, PAGE_TABLE, PagedScheduler, Request, poolLayout } from "./paged_generate.js";
+
+export { DISPOSED_DURING_GENERATE };
 
 /** The largest topK the sampler keeps in workgroup memory (sampler.wgsl's MAX_TOP_K). */
 export const MAX_TOP_K = 256;
 const PAST_PREFIX = "past_key_values.";
 const PRESENT_PREFIX = "present.";
 const PARAMS_BYTES = 32; // sampler.wgsl's Params
-/** How generate rejects when its model is disposed before it settles. */
-export const DISPOSED_DURING_GENERATE = "the model was disposed during generate";
 /** The sampling options without a default from the bundle: greedy, nothing cut, no penalty. */
 export const GREEDY = Object.freeze({ temperature: 0, topK: 0, topP: 1, repetitionPenalty: 1 });
 const USAGE = { MAP_READ: 0x1, COPY_SRC: 0x4, COPY_DST: 0x8, UNIFORM: 0x40, STORAGE: 0x80 };
@@ -46,9 +53,18 @@ const USAGE = { MAP_READ: 0x1, COPY_SRC: 0x4, COPY_DST: 0x8, UNIFORM: 0x40, STOR
  *   where negative; 1, the default: none)
  * @property {number} [seed]  seed of the random numbers (default 0)
  * @property {number[]} [stopTokens]  ids that end generation (default: the tokenizer's EOS ids); not included
- * @property {(token: number, textSoFar: string) => void} [onToken]  called once per new token
+ * @property {(token: number, textSoFar: string) => unknown} [onToken]  called once per new token; returning
+ *   false stops generation ("aborted")
  * @property {AbortSignal} [signal]  stops generation before its next step
+ * @property {boolean} [waitForPages]  on a paged KV cache, whether a request whose pages are taken waits
+ *   for them (true, the default) or is refused at once
+ * @typedef {Omit<GenerateOptions, "seed"|"onToken"> & {seeds?: (number|null|undefined)[],
+ *   onTokens?: (((token: number, textSoFar: string) => unknown)|null|undefined)[]}} GenerateManyOptions
+ *   generateMany's: prompt i draws from seed `seeds[i] ?? i` and streams to `onTokens[i]`
  * @typedef {{tokens: number[], text: string, stopped: "eos"|"length"|"aborted", tokensPerSecond: number, prefillMs: number}} Generation
+ * @typedef {{signature: DecoderSignature, sampling: {temperature: number, topK: number, topP: number, repetitionPenalty: number},
+ *   vocab: number, limit: number|null, stops: Set<number>, maxNewTokens: number}} Setup
+ *   what every generation of one call shares
  */
 
 /**
@@ -67,7 +83,8 @@ export function decoderSignature(manifest) {
   /** @type {[string, string][]} */
   const cache = pasts.map((/** @type {string} */ past) => [past, PRESENT_PREFIX + past.slice(PAST_PREFIX.length)]);
   for (const [past, present] of cache) if (!outputs.includes(present)) problems.push(`no output '${present}' for input '${past}'`);
-  const others = inputs.filter((/** @type {string} */ name) => !["input_ids", "attention_mask", "position_ids", ...pasts].includes(name));
+  const paged = manifest.kv_pool ? [PAGE_TABLE] : []; // a paged KV cache's page table (paged_generate.js)
+  const others = inputs.filter((/** @type {string} */ name) => !["input_ids", "attention_mask", "position_ids", ...pasts, ...paged].includes(name));
   if (others.length > 0) problems.push(`inputs generate cannot feed: ${others.map((/** @type {string} */ n) => `'${n}'`).join(", ")}`);
   if (problems.length > 0) {
     throw new Error(`this bundle cannot generate: it has ${problems.join("; ")} (a decoder has input_ids -> logits and a ` +
@@ -227,16 +244,16 @@ class GpuSampler {
   }
 
   /**
-   * The next token from the last row of `logits` ([1, seq, vocab] float32, kept on the GPU).
-   * @param {import("./gpu_tensor.js").GpuTensor} logits @param {number} uniform
-   * @returns {Promise<number>}
+   * Record the pick of the next token from row `row` of `logits` ([1, T, vocab] float32, kept on
+   * the GPU) into `encoder`: the token lands in `this.result`.
+   * @param {GPUCommandEncoder} encoder @param {import("./gpu_tensor.js").GpuTensor} logits
+   * @param {number} row @param {number} uniform
    */
-  async sample(logits, uniform) {
+  encode(encoder, logits, row, uniform) {
     const { temperature, topK, topP, repetitionPenalty } = this.sampling;
     const vocab = logits.shape[logits.shape.length - 1];
-    const rows = logits.shape.slice(0, -1).reduce((a, b) => a * b, 1);
     const params = new DataView(new ArrayBuffer(PARAMS_BYTES));
-    params.setUint32(0, (rows - 1) * vocab, true);
+    params.setUint32(0, row * vocab, true);
     params.setUint32(4, vocab, true);
     params.setUint32(8, topK, true);
     params.setFloat32(12, temperature, true);
@@ -244,39 +261,70 @@ class GpuSampler {
     params.setFloat32(20, topP, true);
     params.setFloat32(24, repetitionPenalty, true);
     params.setUint32(28, repetitionPenalty !== 1 ? 1 : 0, true);
-    const { device } = this.model;
-    let carriesStatus = false;
-    await this.model.captureGpuErrors("generate", () => {
-      this.model.writeBuffer(this.params, new Uint8Array(params.buffer), "paramsBytesWritten");
-      const source = logits.buffer();
-      const bindGroup = device.createBindGroup({
-        layout: this.pipeline.getBindGroupLayout(0),
-        entries: [
-          { binding: 0, resource: { buffer: this.params } },
-          { binding: 1, resource: { buffer: source } },
-          { binding: 2, resource: { buffer: this.result } },
-          { binding: 3, resource: { buffer: this.seen } },
-        ],
-      });
-      const encoder = device.createCommandEncoder();
-      const pass = encoder.beginComputePass();
-      pass.setPipeline(this.pipeline);
-      pass.setBindGroup(0, bindGroup);
-      pass.dispatchWorkgroups(1);
-      pass.end();
-      encoder.copyBufferToBuffer(this.result, 0, this.staging, 0, 4);
-      carriesStatus = this.model.copyUnreadStatus(encoder, this.staging, 4);
-      device.queue.submit([encoder.finish()]);
+    this.model.writeBuffer(this.params, new Uint8Array(params.buffer), "paramsBytesWritten");
+    const bindGroup = this.model.device.createBindGroup({
+      layout: this.pipeline.getBindGroupLayout(0),
+      entries: [
+        { binding: 0, resource: { buffer: this.params } },
+        { binding: 1, resource: { buffer: logits.buffer() } },
+        { binding: 2, resource: { buffer: this.result } },
+        { binding: 3, resource: { buffer: this.seen } },
+      ],
     });
-    const size = carriesStatus ? 4 + STATUS_BYTES : 4;
-    await this.model.orDeviceLoss(this.staging.mapAsync(/* GPUMapMode.READ */ 1, 0, size));
-    const mapped = this.staging.getMappedRange(0, size).slice(0);
-    this.staging.unmap();
-    // the run that made the logits (and any before it) kept everything: its error comes first
-    if (carriesStatus) checkRunStatus(this.model.manifest, mapped.slice(4, 4 + STATUS_BYTES));
-    const token = new Uint32Array(mapped, 0, 1)[0];
-    this.model.stats.add("bytesRead", 4);
-    return token;
+    const pass = encoder.beginComputePass();
+    pass.setPipeline(this.pipeline);
+    pass.setBindGroup(0, bindGroup);
+    pass.dispatchWorkgroups(1);
+    pass.end();
+  }
+
+  /**
+   * The next token from the last row of `logits` ([1, seq, vocab] float32, kept on the GPU).
+   * @param {import("./gpu_tensor.js").GpuTensor} logits @param {number} uniform
+   * @returns {Promise<number>}
+   */
+  async sample(logits, uniform) {
+    const rows = logits.shape.slice(0, -1).reduce((a, b) => a * b, 1);
+    return (await GpuSampler.sampleRows(this.model, logits, [[this, rows - 1, uniform]], this.staging))[0];
+  }
+
+  /**
+   * Each sampler's next token from its row of `logits` (`picks`: sampler, row, uniform), all in
+   * one submit with one map of the tokens (and of the run status the run that made the logits
+   * left unread: its error comes first). `staging`: a MAP_READ buffer of at least 4 bytes per
+   * pick and STATUS_BYTES, else one is made for the call.
+   * @param {any} model @param {import("./gpu_tensor.js").GpuTensor} logits
+   * @param {[GpuSampler, number, number][]} picks @param {GPUBuffer|null} [staging]
+   * @returns {Promise<number[]>}
+   */
+  static async sampleRows(model, logits, picks, staging = null) {
+    const tokensBytes = 4 * picks.length;
+    const own = staging === null;
+    const readback = staging ?? model.createBuffer({
+      label: "sampled tokens read", size: Math.ceil((tokensBytes + STATUS_BYTES) / 16) * 16, usage: USAGE.MAP_READ | USAGE.COPY_DST,
+    });
+    try {
+      const { device } = model;
+      let carriesStatus = false;
+      await model.captureGpuErrors("generate", () => {
+        const encoder = device.createCommandEncoder();
+        for (const [sampler, row, uniform] of picks) sampler.encode(encoder, logits, row, uniform);
+        picks.forEach(([sampler], index) => encoder.copyBufferToBuffer(sampler.result, 0, readback, 4 * index, 4));
+        carriesStatus = model.copyUnreadStatus(encoder, readback, tokensBytes);
+        device.queue.submit([encoder.finish()]);
+      });
+      const size = carriesStatus ? tokensBytes + STATUS_BYTES : tokensBytes;
+      if (size === 0) return [];
+      await model.orDeviceLoss(readback.mapAsync(/* GPUMapMode.READ */ 1, 0, size));
+      const mapped = readback.getMappedRange(0, size).slice(0);
+      readback.unmap();
+      // the run that made the logits (and any before it) kept everything: its error comes first
+      if (carriesStatus) checkRunStatus(model.manifest, mapped.slice(tokensBytes, tokensBytes + STATUS_BYTES));
+      model.stats.add("bytesRead", tokensBytes);
+      return Array.from(new Uint32Array(mapped, 0, picks.length));
+    } finally {
+      if (own) readback.destroy();
+    }
   }
 
   close() {
@@ -285,14 +333,23 @@ class GpuSampler {
 }
 
 /**
- * The token sampler of each backend (`model.backend`), made per generate: then
- * `sample(logits, uniform)` per token (a promise of the token) and `close()`.
- * @type {Record<string, (model: any, vocab: number, sampling: any, prompt: number[]) => Promise<{sample: (logits: any, uniform: number) => Promise<number>, close: () => void}>>}
+ * The token sampler of each backend (`model.backend`): `create(model, vocab, sampling, prompt)`
+ * per generation (a promise of it), then its `sample(logits, uniform)` per token (a promise of
+ * the token) and `close()`; `sampleRows(model, logits, picks)`: the tokens of several samplers,
+ * each from its row of the logits (`picks`: sampler, row, uniform), at once.
+ * @type {Record<string, {create: (model: any, vocab: number, sampling: any, prompt: number[]) => Promise<any>,
+ *   sampleRows: (model: any, logits: any, picks: [any, number, number][]) => Promise<number[]>}>}
  */
 const SAMPLERS = {
-  webgpu: async (model, vocab, sampling, prompt) =>
-    new GpuSampler(model, await model.orDeviceLoss(samplerPipeline(model.device)), vocab, sampling, prompt),
-  wasm: async (_model, vocab, sampling, prompt) => new CpuSampler(vocab, sampling, prompt),
+  webgpu: {
+    create: async (model, vocab, sampling, prompt) =>
+      new GpuSampler(model, await model.orDeviceLoss(samplerPipeline(model.device)), vocab, sampling, prompt),
+    sampleRows: (model, logits, picks) => GpuSampler.sampleRows(model, logits, picks),
+  },
+  wasm: {
+    create: async (_model, vocab, sampling, prompt) => new CpuSampler(vocab, sampling, prompt),
+    sampleRows: async (_model, logits, picks) => CpuSampler.sampleRows(logits, picks),
+  },
 };
 
 /**
@@ -399,53 +456,172 @@ export async function chat(model, messages, options = {}) {
   return model.generate(model.tokenizer.encode(prompt, { addSpecialTokens: false }), options);
 }
 
-/** Each model's last generation, which the next one waits for (`generate`). @type {WeakMap<any, Promise<void>>} */
+/** Each model's last generation, which the next one waits for (non-paged bundles). @type {WeakMap<any, Promise<void>>} */
 const GENERATIONS = new WeakMap();
+/** Each model's paged KV cache scheduler, made on first use (`pagedScheduler`). @type {WeakMap<any, PagedScheduler>} */
+const SCHEDULERS = new WeakMap();
 
 /**
- * `model.generate`: see relaxweb.d.ts. Generations on one model take turns, as the Python
- * runtime's do (its session lock): each carries its past as views of the model's KV caches,
- * which the next run of any other generation would overwrite (two at once failed the first
- * with a stale-view error).
+ * `model.generate`: see relaxweb.d.ts. On a bundle whose caches are not paged, generations on
+ * one model take turns, as the Python runtime's do (its session lock): each carries its past as
+ * views of the model's KV caches, which the next run of any other generation would overwrite
+ * (two at once failed the first with a stale-view error). On a paged KV cache they join the
+ * steps of the model's scheduler (paged_generate.js).
  * @param {any} model the Model
  * @param {string|number[]} prompt
  * @param {GenerateOptions} [options]
  * @returns {Promise<Generation>}
  */
 export async function generate(model, prompt, options = {}) {
+  const { seed = 0, onToken, ...shared } = options;
+  return (await generateMany(model, [prompt], { ...shared, seeds: [seed], onTokens: [onToken] }))[0];
+}
+
+/**
+ * `model.generateMany`: one Generation per prompt, with `generate`'s options but `seeds` and
+ * `onTokens` per prompt (prompt i: `seeds[i] ?? i`, `onTokens[i]`). On a bundle with a paged KV
+ * cache the prompts advance together (paged_generate.js); otherwise one after another, each as
+ * `generate` alone. Every prompt and option is checked before anything runs.
+ * @param {any} model @param {(string|number[])[]} prompts @param {GenerateManyOptions} [options]
+ * @returns {Promise<Generation[]>}
+ */
+export async function generateMany(model, prompts, options = {}) {
+  if (!Array.isArray(prompts) || prompts.length === 0) {
+    throw new Error("prompts must be a non-empty list of prompts (texts or lists of token ids)");
+  }
+  const { seeds: givenSeeds, onTokens: givenOnTokens, signal, waitForPages = true } = options;
+  if ((givenSeeds !== undefined && givenSeeds?.length !== prompts.length) ||
+      (givenOnTokens !== undefined && givenOnTokens?.length !== prompts.length)) {
+    throw new Error(`${prompts.length} prompts need as many seeds and onTokens callbacks, got ` +
+      `${givenSeeds?.length ?? prompts.length} and ${givenOnTokens?.length ?? prompts.length}`);
+  }
+  const seeds = prompts.map((_, index) => givenSeeds?.[index] ?? index);
+  const onTokens = prompts.map((_, index) => givenOnTokens?.[index] ?? null);
+  const setup = generationSetup(model, options, seeds);
+  const promptIdsList = prompts.map((prompt) => promptIds(model.tokenizer, prompt, setup.vocab));
+  for (const ids of promptIdsList) {
+    if (setup.limit !== null && ids.length > setup.limit) {
+      throw new Error(`the prompt has ${ids.length} tokens; this bundle's bounds allow sequences of at most ${setup.limit}`);
+    }
+  }
+  if (poolLayout(model.manifest) === null) {
+    return takingTurns(model, async () => {
+      const generations = [];
+      for (const [index, ids] of promptIdsList.entries()) {
+        generations.push(await generateAlone(model, setup, ids, { seed: seeds[index], onToken: onTokens[index], signal }));
+      }
+      return generations;
+    });
+  }
+  const scheduler = pagedScheduler(model, setup);
+  const { tokenizer } = model;
+  const requests = promptIdsList.map((ids, index) => new Request({
+    prompt: ids, maxNewTokens: setup.maxNewTokens, sampling: setup.sampling, uniform: mulberry32(seeds[index]),
+    stops: setup.stops, onToken: onTokens[index], stream: tokenizer ? tokenizer.stream() : new TextStream(), signal,
+  }));
+  /** @type {Request[]} */
+  const submitted = [];
+  try {
+    for (const request of requests) submitted.push(scheduler.submit(request, waitForPages));
+  } catch (error) {
+    scheduler.cancel(submitted); // all of the call's prompts or none
+    throw error;
+  }
+  await scheduler.wait(requests);
+  return requests.map((request) => generationOf(model, request));
+}
+
+/**
+ * `work` when the model's earlier generations have settled; the next ones wait for it.
+ * @template T @param {any} model @param {() => Promise<T>} work @returns {Promise<T>}
+ */
+async function takingTurns(model, work) {
   const previous = GENERATIONS.get(model) ?? Promise.resolve();
   /** @type {() => void} */
   let done = () => {};
   GENERATIONS.set(model, new Promise((resolve) => { done = resolve; }));
   try {
     await previous;
-    return await generateAlone(model, prompt, options);
+    return await work();
   } finally {
     done();
   }
 }
 
 /**
- * One generation, the model's alone: `generate`.
- * @param {any} model @param {string|number[]} prompt @param {GenerateOptions} options
- * @returns {Promise<Generation>}
+ * What every generation of one call shares, its options checked (`seeds`: each prompt's).
+ * @param {any} model @param {GenerateOptions|GenerateManyOptions} options @param {number[]} seeds @returns {Setup}
  */
-async function generateAlone(model, prompt, options) {
-  const { maxNewTokens = 64, seed = 0, stopTokens, onToken, signal } = options;
+function generationSetup(model, options, seeds) {
+  const { maxNewTokens = 64, stopTokens } = options;
   const { manifest, tokenizer } = model;
   const signature = decoderSignature(manifest);
-  const sampling = samplingOptions(tokenizer?.generationDefaults ?? {}, options);
-  checkOptions({ maxNewTokens, seed, ...sampling });
+  const sampling = samplingOptions(tokenizer?.generationDefaults ?? {}, /** @type {any} */ (options));
+  for (const seed of seeds) checkOptions({ maxNewTokens, seed, ...sampling });
   const logitsSpec = manifest.outputs.find((/** @type {any} */ entry) => entry.name === "logits");
   const vocab = logitsSpec.shape?.[logitsSpec.shape.length - 1];
   if (!Number.isInteger(vocab) || !["float32", "float16"].includes(logitsSpec.dtype)) { // (float16: float32 on the GPU)
     throw new Error("this bundle cannot generate: its logits must be float32 or float16 with a fixed vocabulary size as " +
       `their last dimension, got ${logitsSpec.dtype} [${(logitsSpec.shape ?? []).join(", ")}]`);
   }
-  const ids = promptIds(tokenizer, prompt, vocab);
-  const limit = sequenceLimit(manifest, signature);
-  if (limit !== null && ids.length > limit) throw new Error(`the prompt has ${ids.length} tokens; this bundle's bounds allow sequences of at most ${limit}`);
+  const layout = poolLayout(manifest);
+  const limit = layout !== null ? layout.capacity : sequenceLimit(manifest, signature);
   const stops = new Set(stopTokens ?? tokenizer?.stopTokens ?? []);
+  return { signature, sampling, vocab, limit, stops, maxNewTokens };
+}
+
+/**
+ * The model's scheduler (made on first use).
+ * @param {any} model @param {Setup} setup @returns {PagedScheduler}
+ */
+function pagedScheduler(model, setup) {
+  let scheduler = SCHEDULERS.get(model);
+  if (!scheduler) {
+    const sampler = SAMPLERS[model.backend];
+    scheduler = new PagedScheduler(model, /** @type {any} */ (poolLayout(model.manifest)), setup.signature,
+      (request) => sampler.create(model, setup.vocab, request.sampling, request.prompt),
+      (logits, picks) => sampler.sampleRows(model, logits, picks));
+    SCHEDULERS.set(model, scheduler);
+  }
+  return scheduler;
+}
+
+/**
+ * `model.generationStats`: the scheduler's, null before its first use or without a paged KV cache.
+ * @param {any} model @returns {import("./paged_generate.js").SchedulerStats|null}
+ */
+export function generationStats(model) {
+  return SCHEDULERS.get(model)?.stats() ?? null;
+}
+
+/**
+ * A finished request as the Generation its caller gets (its error thrown).
+ * @param {any} model @param {Request} request @returns {Generation}
+ */
+function generationOf(model, request) {
+  if (request.failed) throw request.error;
+  const { tokenizer } = model;
+  const text = tokenizer ? tokenizer.decode(request.tokens) : request.text + request.stream.finish();
+  const decoded = request.tokens.length - 1;
+  const seconds = (request.finishedAt - request.firstTokenAt) / 1e3;
+  return {
+    tokens: request.tokens,
+    text,
+    stopped: request.stopped ?? "length",
+    tokensPerSecond: decoded > 0 && seconds > 0 ? decoded / seconds : 0,
+    prefillMs: request.firstTokenAt ? request.firstTokenAt - request.submittedAt : 0,
+  };
+}
+
+/**
+ * One generation on a bundle whose caches are not paged, the model's alone: the loop of the module doc.
+ * @param {any} model @param {Setup} setup @param {number[]} ids
+ * @param {{seed: number, onToken: ((token: number, textSoFar: string) => unknown)|null, signal?: AbortSignal}} options
+ * @returns {Promise<Generation>}
+ */
+async function generateAlone(model, setup, ids, { seed, onToken, signal }) {
+  const { signature, sampling, vocab, limit, stops, maxNewTokens } = setup;
+  const { manifest, tokenizer } = model;
   const stream = tokenizer ? tokenizer.stream() : new TextStream();
   const feeds = feedsMaker(manifest, signature);
   const uniform = mulberry32(seed);
@@ -458,7 +634,7 @@ async function generateAlone(model, prompt, options) {
   let stopped = "length";
   /** @type {any[]} every kept tensor alive: disposed whatever happens */
   let held = [];
-  const sampler = await SAMPLERS[model.backend](model, vocab, sampling, ids);
+  const sampler = await SAMPLERS[model.backend].create(model, vocab, sampling, ids);
   const started = performance.now();
   let decodeStarted = 0;
   let prefillMs = 0;
@@ -479,8 +655,7 @@ async function generateAlone(model, prompt, options) {
       }
       tokens.push(token);
       text += stream.push(token);
-      onToken?.(token, text);
-      if (signal?.aborted) {
+      if (onToken?.(token, text) === false || signal?.aborted) {
         stopped = "aborted";
         break;
       }
@@ -506,14 +681,26 @@ async function generateAlone(model, prompt, options) {
 }
 
 /**
- * The text-generation methods of both models (`Model` on WebGPU and `WasmModel`), installed on
- * their prototypes: each is this module's function of the model (types: relaxweb.d.ts).
- * @type {{generate(this: any, prompt: string|number[], options?: GenerateOptions): Promise<Generation>,
- *   applyChatTemplate(this: any, messages: any[], options?: {addGenerationPrompt?: boolean}): string,
- *   chat(this: any, messages: any[], options?: GenerateOptions): Promise<Generation>}}
+ * The text-generation methods of both models (`Model` on WebGPU and `WasmModel`): each is this
+ * module's function of the model (types: relaxweb.d.ts). Installed on their prototypes by
+ * `installGenerationMethods` (`generationStats` is a getter).
  */
-export const GENERATION_METHODS = {
+const GENERATION_METHODS = {
+  /** @this {any} @param {string|number[]} prompt @param {GenerateOptions} [options] */
   generate(prompt, options) { return generate(this, prompt, options); },
+  /** @this {any} @param {(string|number[])[]} prompts @param {GenerateManyOptions} [options] */
+  generateMany(prompts, options) { return generateMany(this, prompts, options); },
+  get generationStats() { return generationStats(this); },
+  /** @this {any} @param {any[]} messages @param {{addGenerationPrompt?: boolean}} [options] */
   applyChatTemplate(messages, options) { return applyChatTemplate(this, messages, options); },
+  /** @this {any} @param {any[]} messages @param {GenerateOptions} [options] */
   chat(messages, options) { return chat(this, messages, options); },
 };
+
+/**
+ * Give a model class generate, generateMany, generationStats, applyChatTemplate and chat.
+ * @param {object} prototype the class's prototype
+ */
+export function installGenerationMethods(prototype) {
+  Object.defineProperties(prototype, Object.getOwnPropertyDescriptors(GENERATION_METHODS));
+}

@@ -269,6 +269,15 @@ function factProblem(manifest) {
         `dtype and rank above axis ${cache.axis} in storage ${cache.storage} (sized at load), each in one cache`;
     }
   }
+  const pool = manifest.kv_pool;
+  if (pool !== undefined) {
+    const table = manifest.inputs[pool.page_table];
+    if ((table.kind ?? "tensor") !== "tensor" || table.dtype !== "int32" || table.shape.length !== 3 ||
+        table.shape[2] !== pool.pages_per_sequence) {
+      return `kv_pool.page_table: input ${pool.page_table} is not an int32 tensor of 3 dimensions whose last is ` +
+        `pages_per_sequence (${pool.pages_per_sequence})`;
+    }
+  }
   for (const kind of ["inputs", "outputs"]) {
     for (const [index, entry] of manifest[kind].entries()) {
       if ((entry.kind === "sequence" || entry.kind === "optional_sequence") && (

@@ -283,10 +283,52 @@ export interface GenerateOptions {
   seed?: number;
   /** Token ids that end generation, not included in the result (default: the tokenizer's EOS ids). */
   stopTokens?: number[];
-  /** Called once per new token, with the text so far (complete characters only). */
-  onToken?: (token: number, textSoFar: string) => void;
-  /** Aborting stops generation before its next step (`stopped: "aborted"`); everything is disposed. */
+  /**
+   * Called once per new token, with the text so far (complete characters only); returning
+   * `false` stops generation (`stopped: "aborted"`). On a paged KV cache an error it throws
+   * rejects its own generation only.
+   */
+  onToken?: (token: number, textSoFar: string) => void | boolean;
+  /**
+   * Aborting stops generation before its next step (`stopped: "aborted"`); everything is
+   * disposed. On a paged KV cache its pages go back to the pool (a queued request leaves the queue).
+   */
   signal?: AbortSignal;
+  /**
+   * On a paged KV cache (a bundle built with `--kv-pages`): whether a request whose pages
+   * (`ceil(min(prompt + maxNewTokens - 1, capacity) / pageSize)`) are promised to live
+   * sequences waits in the queue until they are free (true, the default), or is refused at
+   * once ("the KV cache's pages are taken: ..."). Ignored without one.
+   */
+  waitForPages?: boolean;
+}
+
+/**
+ * Options of `generateMany`: `generate`'s, with a seed and a callback per prompt. A signal
+ * aborts every prompt of the call.
+ */
+export interface GenerateManyOptions extends Omit<GenerateOptions, "seed" | "onToken"> {
+  /** Prompt i draws from seed `seeds[i]` (default, or where null: i); as many as the prompts. */
+  seeds?: (number | null | undefined)[];
+  /** Prompt i streams to `onTokens[i]` (none where null); as many as the prompts. */
+  onTokens?: (((token: number, textSoFar: string) => void | boolean) | null | undefined)[];
+}
+
+/**
+ * What a paged KV cache's scheduler holds now (`generationStats`): `live` sequences, `queued`
+ * requests, `pagesInUse` of `pages` (of `pageSize` positions each), the positions the live
+ * sequences hold (`positionsLive`), and the tokens made per second over the `steps` so far.
+ */
+export interface GenerationStats {
+  live: number;
+  queued: number;
+  pagesInUse: number;
+  pages: number;
+  pageSize: number;
+  positionsLive: number;
+  tokensGenerated: number;
+  steps: number;
+  tokensPerSecond: number;
 }
 
 /** What `Model.generate` resolves with. */
@@ -396,9 +438,24 @@ export class Model {
    * (runtime/sampler.wgsl) and only it is read back (4 bytes per token). Every GpuTensor it
    * makes is disposed before it settles. Rejects with "the model was disposed during generate"
    * when `dispose()` is called before it settles. Generations on one model (`generate`,
-   * `chat`) take turns: a call made while another runs starts when it has settled.
+   * `generateMany`, `chat`) take turns: a call made while another runs starts when it has
+   * settled. On a bundle with a paged KV cache (built with `--kv-pages`; inputs
+   * `kv_page_table`, no `attention_mask`) they do not: every call joins the steps of the
+   * model's one scheduler, each step one run over every live sequence's next tokens (decoding
+   * tokens first, then prompt chunks within the bound of `input_ids`' second dimension) and one
+   * submit and one read of all their picks; a request waits in the queue while its pages are
+   * taken (see `waitForPages`); a failed run rejects every live generation with its error.
    */
   generate(prompt: string | number[], options?: GenerateOptions): Promise<Generation>;
+  /**
+   * One Generation per prompt, in order, with `generate`'s options and a seed and callback per
+   * prompt (`seeds`, `onTokens`). Every prompt and option is checked before anything runs. On a
+   * paged KV cache the prompts advance together (all queued, or none when one is refused with
+   * `waitForPages: false`); otherwise one after another, each as `generate` alone.
+   */
+  generateMany(prompts: (string | number[])[], options?: GenerateManyOptions): Promise<Generation[]>;
+  /** The paged KV cache's scheduler now; null without a paged KV cache, or before its first generation. */
+  readonly generationStats: GenerationStats | null;
   /** Free the GPU buffers (and the device, when `load` requested it); later runs reject. */
   dispose(): void;
   /** Whether `dispose()` was called. */
@@ -460,9 +517,15 @@ export class WasmModel {
   /**
    * Generate text with a decoder bundle, as `Model.generate`: the same loop, the KV caches kept
    * in place in the memory, each token picked on the CPU by sampler.wgsl's algorithm
-   * (runtime/cpu_sampler.js): greedy gives WebGPU's tokens, a seed the same draws.
+   * (runtime/cpu_sampler.js): greedy gives WebGPU's tokens, a seed the same draws. On a paged
+   * KV cache, calls join one scheduler's steps, as on WebGPU (each sequence's token picked from
+   * its row of the step's logits).
    */
   generate(prompt: string | number[], options?: GenerateOptions): Promise<Generation>;
+  /** One Generation per prompt, as `Model.generateMany`. */
+  generateMany(prompts: (string | number[])[], options?: GenerateManyOptions): Promise<Generation[]>;
+  /** The paged KV cache's scheduler now, as `Model.generationStats`. */
+  readonly generationStats: GenerationStats | null;
   /** Stop the workers and the host module; later runs reject (and a running generate, saying so). */
   dispose(): void;
   /** Whether `dispose()` was called. */

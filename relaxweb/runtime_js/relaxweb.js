@@ -11,7 +11,7 @@
 import { FORMAT_VERSION, InputShapeError, TYPED_ARRAY_OF_DTYPE, dtypeInfo } from "./host.js";
 import { RunCheckError } from "./run_status.js";
 import { GpuTensor, TransferStats } from "./gpu_tensor.js";
-import { GENERATION_METHODS } from "./generate.js";
+import { installGenerationMethods } from "./generate.js";
 import { fetchedText, loadTokenizer } from "./tokenizer.js";
 import { validateManifest } from "./manifest.js";
 import { RemoteHost } from "./remote_host.js";
@@ -405,5 +405,5 @@ export class Model {
   }
 }
 
-// generate, applyChatTemplate and chat: generate.js's, as on the other model
-Object.assign(Model.prototype, GENERATION_METHODS);
+// generate, generateMany, generationStats, applyChatTemplate and chat: generate.js's, as on the other model
+installGenerationMethods(Model.prototype);

@@ -1,13 +1,14 @@
 // A bundle loaded on the wasm backend (load(url, {backend: "wasm"}), or "auto" without WebGPU):
 // the same run(), reads, loops, sequences and KV caches as on WebGPU, through the same
 // host-program driver (driver.js) over wasm_backend.js's WasmBackend; kept outputs are
-// WasmTensors (a KV cache's present a view of the cache in the memory), so generate and chat
-// run generate.js's one loop, each token picked on the CPU by cpu_sampler.js. The twin of
+// WasmTensors (a KV cache's present a view of the cache in the memory), so generate,
+// generateMany and chat run generate.js's one loop (or, on a paged KV cache, the steps of
+// paged_generate.js's scheduler), each token picked on the CPU by cpu_sampler.js. The twin of
 // relaxweb/runtime/wasm_session.py.
 
 import { checkInstances } from "./batch.js";
 import { HostProgramDriver } from "./driver.js";
-import { GENERATION_METHODS } from "./generate.js";
+import { installGenerationMethods } from "./generate.js";
 import { WasmBackend } from "./wasm_backend.js";
 
 /** A bundle loaded on the wasm backend. */
@@ -146,5 +147,5 @@ export class WasmModel {
   }
 }
 
-// generate, applyChatTemplate and chat: generate.js's, as on the other model
-Object.assign(WasmModel.prototype, GENERATION_METHODS);
+// generate, generateMany, generationStats, applyChatTemplate and chat: generate.js's, as on the other model
+installGenerationMethods(WasmModel.prototype);

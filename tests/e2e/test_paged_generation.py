@@ -150,3 +150,121 @@ def test_an_aborted_sequence_frees_its_pages_and_leaves_the_others_alone(session
             assert generation.tokens == (alone[index] if NEW_TOKENS[index] == 24 else session.generate(
                 prompts[index], max_new_tokens=24, temperature=0, stop_tokens=[]).tokens)
     assert session.generation_stats.pages_in_use == 0
+
+
+# -- in Chromium --
+
+#: Runs in the runner page, on each backend: each prompt's greedy tokens alone, then the 8 at
+#: once (generate calls with their own lengths), generateMany, 9 long requests on a pool for 8
+#: (the 9th waits), their refusal with waitForPages: false, and an abort by signal.
+PAGED_IN_PAGE = """
+async ({ prompts, newTokens, longNew }) => {
+  const results = {};
+  for (const backend of ["webgpu", "wasm"]) {
+    const model = await window.relaxweb.load("/bundle/", { backend });
+    const greedy = { temperature: 0, stopTokens: [] };
+    const stats = () => ({ ...model.generationStats });
+    const result = { backend: model.backend, statsBeforeUse: model.generationStats };
+    result.alone = [];
+    for (const [i, prompt] of prompts.entries()) {
+      result.alone.push((await model.generate(prompt, { ...greedy, maxNewTokens: newTokens[i] })).tokens);
+    }
+    const seen = [];
+    const stepsBefore = model.generationStats.steps;
+    const together = await Promise.all(prompts.map((prompt, i) => model.generate(prompt, {
+      ...greedy, maxNewTokens: newTokens[i], onToken: () => { seen.push(stats()); } })));
+    result.together = together.map((g) => g.tokens);
+    result.stopped = together.map((g) => g.stopped);
+    result.seen = seen;
+    result.togetherSteps = model.generationStats.steps - stepsBefore;
+    result.afterTogether = stats();
+    result.many = (await model.generateMany(prompts, { ...greedy, maxNewTokens: 16 })).map((g) => g.tokens);
+    const long = Array(9).fill(prompts[prompts.length - 1]);
+    const queued = [];
+    const nine = await model.generateMany(long, { ...greedy, maxNewTokens: longNew,
+      onTokens: long.map(() => () => { queued.push(model.generationStats.queued); }) });
+    result.nine = nine.map((g) => g.tokens);
+    result.queued = queued;
+    result.refused = await model.generateMany(long, { ...greedy, maxNewTokens: longNew, waitForPages: false })
+      .then(() => "no error", (error) => error.message);
+    result.afterRefusal = stats();
+    const controller = new AbortController();
+    let count = 0;
+    const withAbort = await Promise.all(prompts.map((prompt, i) => model.generate(prompt, {
+      ...greedy, maxNewTokens: newTokens[i],
+      ...(i === 2 ? { signal: controller.signal, onToken: () => { if (++count === 3) controller.abort(); } } : {}) })));
+    result.withAbort = withAbort.map((g) => g.tokens);
+    result.abortedStopped = withAbort[2].stopped;
+    result.afterAbort = stats();
+    model.dispose();
+    results[backend] = result;
+  }
+  return results;
+}
+"""
+
+LONG_NEW_TOKENS = 24
+
+
+@pytest.fixture(scope="module")
+def in_chromium(paged_bundle, prompts) -> dict:
+    """PAGED_IN_PAGE's results on each backend of the browser runtime."""
+    pytest.importorskip("playwright")
+    from relaxweb import browser  # noqa: PLC0415  (playwright's, imported when these tests run)
+
+    try:
+        browser.find_chromium()
+    except RelaxwebError as error:
+        pytest.skip(str(error))
+    with browser.open_runner_page(paged_bundle.path, webgpu=True) as page:
+        return page.evaluate(PAGED_IN_PAGE, {"prompts": prompts, "newTokens": list(NEW_TOKENS), "longNew": LONG_NEW_TOKENS})
+
+
+@pytest.mark.browser
+def test_eight_generate_calls_at_once_in_chromium_give_each_prompts_tokens_alone(in_chromium, alone) -> None:
+    """On WebGPU and on wasm: the browser runtime's tokens alone are the Python runtime's, and 8
+    concurrent calls give them too, advanced together (at most a step per new token of the
+    longest, plus the prompts' chunks), every page back in the pool after."""
+    for backend, result in in_chromium.items():
+        assert result["backend"] == backend and result["statsBeforeUse"] is None
+        assert result["alone"] == alone, backend
+        assert result["together"] == alone, backend
+        assert result["stopped"] == ["length"] * len(NEW_TOKENS)
+        assert max(stat["live"] for stat in result["seen"]) >= 6, backend
+        assert result["togetherSteps"] < sum(NEW_TOKENS)
+        for stat in result["seen"]:
+            assert stat["pagesInUse"] * PAGE_SIZE < stat["positionsLive"] + PAGE_SIZE * stat["live"] + 1, stat
+        after = result["afterTogether"]
+        assert (after["live"], after["queued"], after["pagesInUse"], after["pages"], after["pageSize"]) == (
+            0, 0, 0, PAGES, PAGE_SIZE)
+
+
+@pytest.mark.browser
+def test_generate_many_in_chromium_gives_each_prompts_tokens_alone(in_chromium, session, prompts, alone) -> None:
+    expected = [tokens[:16] for tokens in alone_tokens_16(session, prompts, alone)]
+    for backend, result in in_chromium.items():
+        assert result["many"] == expected, backend
+
+
+@pytest.mark.browser
+def test_a_request_beyond_the_pool_in_chromium_waits_or_is_refused(in_chromium, session, prompts) -> None:
+    """9 sequences of 6 pages on a pool of 48: the 9th waits in the queue, then gives the same
+    tokens as the others (the Python runtime's); with waitForPages: false the call is refused
+    and leaves nothing queued."""
+    expected = session.generate(prompts[-1], max_new_tokens=LONG_NEW_TOKENS, temperature=0, stop_tokens=[]).tokens
+    for backend, result in in_chromium.items():
+        assert result["nine"] == [expected] * 9, backend
+        assert 1 in result["queued"] and 0 in result["queued"], (backend, result["queued"])
+        # the 8 before it in the queue take the 48 pages, free as they are
+        assert result["refused"] == ("the KV cache's pages are taken: this sequence needs 6 of 48, 48 are free and 8 "
+                                     "requests wait (waitForPages: true queues it until they are)"), result["refused"]
+        assert (result["afterRefusal"]["queued"], result["afterRefusal"]["pagesInUse"]) == (0, 0)
+
+
+@pytest.mark.browser
+def test_an_aborted_sequence_in_chromium_frees_its_pages_and_leaves_the_others_alone(in_chromium, alone) -> None:
+    for backend, result in in_chromium.items():
+        assert result["abortedStopped"] == "aborted"
+        assert result["withAbort"][2] == alone[2][:3]
+        assert [tokens for index, tokens in enumerate(result["withAbort"]) if index != 2] == alone[:2] + alone[3:]
+        assert (result["afterAbort"]["live"], result["afterAbort"]["pagesInUse"]) == (0, 0), backend

@@ -39,8 +39,9 @@ from .copy import scatter_copy_source
 CHUNK = 256
 #: The workgroup memory a WebGPU adapter must give a shader (maxComputeWorkgroupStorageSize).
 WORKGROUP_STORAGE_LIMIT = 16384
-#: The lowest f32: a running maximum below every finite score.
-_LOWEST = "-3.40282347e+38"
+#: The lowest f32: a running maximum below every finite score. Written exactly: the 9-digit
+#: -3.40282347e+38 is beyond it, which Tint (Chromium) refuses as not representable in f32.
+_LOWEST = "-3.4028234663852886e+38"
 
 
 def _size_vars(kernel: LibraryKernel) -> tuple[str, ...]:

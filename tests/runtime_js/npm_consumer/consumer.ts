@@ -46,3 +46,11 @@ console.log(profile.method, profile.rows.map((row) => row.kernel));
 // @ts-expect-error load takes a URL, not a number
 await load(42);
 console.log(notKept);
+
+// Generation: one prompt, several at once (a paged KV cache advances them together), the scheduler's stats.
+const generation = await model.generate("The if statement", { maxNewTokens: 8, onToken: (token, text) => text.length < 40 });
+const many = await model.generateMany(["a", [256, 97]], { seeds: [1, null], onTokens: [null, (token) => console.log(token)], waitForPages: false });
+const stats = wasm.generationStats;
+console.log(generation.stopped, many.map((g) => g.tokens.length), stats === null ? 0 : stats.pagesInUse - stats.pages);
+// @ts-expect-error generateMany takes a list of prompts
+await model.generateMany("one prompt");
