@@ -301,9 +301,9 @@ def _fact_problem(manifest: dict) -> str | None:
     if pool is not None:
         table = manifest["inputs"][pool["page_table"]]
         if (table.get("kind", "tensor") != "tensor" or table["dtype"] != "int32" or len(table["shape"]) != 3
-                or table["shape"][2] != pool["pages_per_sequence"] or not caches):
-            return (f"kv_pool.page_table: input {pool['page_table']} is not an int32 tensor [batch, tokens, "
-                    f"{pool['pages_per_sequence']}] (each token's page table) of a bundle with caches")
+                or table["shape"][2] != pool["pages_per_sequence"]):
+            return (f"kv_pool.page_table: input {pool['page_table']} is not an int32 tensor of 3 dimensions whose last "
+                    f"is pages_per_sequence ({pool['pages_per_sequence']})")
     for kind in ("inputs", "outputs"):
         for index, entry in enumerate(manifest[kind]):
             if entry.get("kind") in ("sequence", "optional_sequence") and (

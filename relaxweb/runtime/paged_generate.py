@@ -261,6 +261,9 @@ class PagedScheduler:
         made = self.tokens_generated
         try:
             self.deliver(plan, outputs["logits"])
+        except BaseException as error:  # a failed pick (the run's status, a sampler): every live sequence ends
+            self.fail_all(error)
+            raise
         finally:
             outputs["logits"].dispose()
             seconds = time.perf_counter() - started

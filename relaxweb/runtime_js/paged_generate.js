@@ -209,8 +209,8 @@ export class PagedScheduler {
     const promised = this.reserved + this.queue.reduce((sum, queued) => sum + queued.reserved, 0);
     if (!waitForPages && promised + need > layout.pages) {
       throw new Error(`the KV cache's pages are taken: this sequence needs ${need} of ${layout.pages}, ` +
-        `${layout.pages - this.reserved} are free and ${this.queue.length} requests wait (waitForPages: true queues it ` +
-        "until they are)");
+        `${Math.max(layout.pages - promised, 0)} are not promised to the ${this.live.length} live sequences and ` +
+        `${this.queue.length} waiting requests (waitForPages: true queues it until they are)`);
     }
     if (request.signal) {
       request.abortListener = () => this.abort(request);

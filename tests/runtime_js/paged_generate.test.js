@@ -195,14 +195,14 @@ test("a request whose pages are taken waits for them, or is refused with waitFor
   await new Promise((resolve) => setTimeout(resolve, 0));
   assert.equal(/** @type {any} */ (generationStats(model)).queued, 1);
   await assert.rejects(generate(model, [1, 2], { ...GREEDY, maxNewTokens: 2, waitForPages: false }), {
-    message: "the KV cache's pages are taken: this sequence needs 1 of 8, 2 are free and 1 requests wait " +
-      "(waitForPages: true queues it until they are)",
+    message: "the KV cache's pages are taken: this sequence needs 1 of 8, 0 are not promised to the 2 live sequences " +
+      "and 1 waiting requests (waitForPages: true queues it until they are)",
   });
   const generations = await running;
   assert.deepEqual(generations.map((g) => g.tokens), prompts.map((prompt) => alone(prompt, 7)));
   assert.ok(queued.every((count) => count === 1), `queued: ${queued}`);
   // a call's prompts are all taken or none: the refused one's earlier prompts leave the queue
-  await assert.rejects(generateMany(model, prompts, { ...GREEDY, maxNewTokens: 7, waitForPages: false }), /pages are taken: this sequence needs 3 of 8, 8 are free and 2 requests wait/);
+  await assert.rejects(generateMany(model, prompts, { ...GREEDY, maxNewTokens: 7, waitForPages: false }), /pages are taken: this sequence needs 3 of 8, 2 are not promised to the 0 live sequences and 2 waiting requests/);
   assert.deepEqual({ ...generationStats(model), tokensPerSecond: 0 }, { ...generationStats(model), queued: 0, live: 0, pagesInUse: 0, tokensPerSecond: 0 });
   // with the pool free, a call that fits is admitted whole
   assert.equal((await generateMany(model, prompts.slice(0, 2), { ...GREEDY, maxNewTokens: 7, waitForPages: false })).length, 2);
