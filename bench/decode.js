@@ -217,6 +217,8 @@ const fetchedSince = (start) => performance.getEntriesByType("resource")
 const LM_SYSTEMS = {
   relaxweb: () => relaxwebLm("webgpu"),
   "relaxweb-wasm": () => relaxwebLm("wasm"),
+  "relaxweb-paged": () => relaxwebLm("webgpu"), // a bundle built with --kv-pages (bench/many_generations.py)
+  "relaxweb-wasm-paged": () => relaxwebLm("wasm"),
   "ort-webgpu": () => ortLm("webgpu"),
   "ort-wasm": () => ortLm("wasm"),
 };
@@ -253,6 +255,18 @@ function relaxwebLm(backend) {
       };
       const tokens = await greedyLoop(step, () => {}, prompt, newTokens, names, onToken);
       return { tokens, mode: "model.run per step, the presents read back and given back as the next past (generate() on wasm is not in this build)" };
+    },
+    // Every prompt at once: concurrent model.generate calls, which a bundle built with --kv-pages
+    // advances together (bench/many_generations.py); onToken(index) after each new token.
+    async generateTogether(prompts, newTokens, onToken) {
+      const before = model.generationStats;
+      const generations = await Promise.all(prompts.map((prompt, index) => model.generate(prompt, {
+        maxNewTokens: newTokens, ...GREEDY, onToken: () => onToken(index) })));
+      const after = model.generationStats;
+      const decodeTokens = after.decodeTokens - (before?.decodeTokens ?? 0);
+      const decodeSeconds = after.decodeSeconds - (before?.decodeSeconds ?? 0);
+      return { generations: generations.map((g) => ({ tokens: g.tokens, prefillMs: g.prefillMs })),
+               stats: { ...after, decodeTokensPerSecond: decodeSeconds > 0 ? decodeTokens / decodeSeconds : 0 } };
     },
     release() { model.dispose(); },
     adapterInfo: () => (backend === "webgpu" ? infoOf(model.device.adapterInfo) : null),
@@ -365,4 +379,40 @@ window.decodeBench.generateLm = async (system, prompt, newTokens) => {
 window.decodeBench.releaseLm = async (system) => {
   lmLoaded[system].runner.release();
   delete lmLoaded[system];
+};
+
+// Several generations (bench/many_generations.py): one after another (any system: each prompt's
+// generation, then the next) or together (relaxweb on a paged bundle). The wall time of all,
+// each generation's tokens and time to its first token (from the start of all when together,
+// from its call when one after another), its decode time (first token to last).
+window.decodeBench.generateManyLm = async (system, prompts, newTokens, together) => {
+  const { runner } = lmLoaded[system];
+  const firsts = prompts.map(() => 0);
+  const lasts = prompts.map(() => 0);
+  const calls = prompts.map(() => 0);
+  const counts = prompts.map(() => 0);
+  const onToken = (index) => {
+    const now = performance.now();
+    if (!firsts[index]) firsts[index] = now;
+    lasts[index] = now;
+    counts[index] += 1;
+  };
+  const start = performance.now();
+  let tokens;
+  let stats = null;
+  if (together) {
+    calls.fill(start);
+    const result = await runner.generateTogether(prompts, newTokens, onToken);
+    tokens = result.generations.map((g) => g.tokens);
+    stats = result.stats;
+  } else {
+    tokens = [];
+    for (const [index, prompt] of prompts.entries()) {
+      calls[index] = performance.now();
+      tokens.push((await runner.generate(prompt, newTokens, () => onToken(index))).tokens);
+    }
+  }
+  const wallMs = performance.now() - start;
+  return { tokens, wallMs, stats, ttftMs: firsts.map((first, k) => first - calls[k]),
+           decodeMs: lasts.map((last, k) => last - firsts[k]), counts };
 };

@@ -6,6 +6,7 @@ Usage (from the repository root; the tiny Llama is trained once by ``scripts/tin
     python3 bench/many_generations.py                                  # N = 1, 2, 4, 8, 16; both backends
     python3 bench/many_generations.py --counts 8 --backends wasm       # while developing
     python3 bench/many_generations.py --out bench/build/many.json
+    python3 bench/many_generations.py --browser        # in headless Chromium, with onnxruntime-web one by one
 
 Method
 ------
@@ -35,6 +36,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import shutil
 import statistics
 import sys
 import time
@@ -42,6 +44,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
 import relaxweb  # noqa: E402
 
@@ -117,6 +120,70 @@ def together(session, prompts: list[list[int]], new_tokens: int, bound: int) -> 
             "steps": after.steps - (before.steps if before else 0)}
 
 
+# -- in Chromium ----------------------------------------------------------------------------
+
+#: (label, decode.js system, bundle, together): relaxweb one after another on the unpaged bundle and
+#: together on the paged one, per backend; onnxruntime-web one after another on the ONNX file.
+BROWSER_SYSTEMS = (
+    ("relaxweb webgpu sequential", "relaxweb", "unpaged", False),
+    ("relaxweb webgpu together", "relaxweb-paged", "paged", True),
+    ("relaxweb wasm sequential", "relaxweb-wasm", "unpaged", False),
+    ("relaxweb wasm together", "relaxweb-wasm-paged", "paged", True),
+    ("onnxruntime-web webgpu sequential", "ort-webgpu", None, False),
+    ("onnxruntime-web wasm sequential", "ort-wasm", None, False),
+)
+
+
+def in_chromium(model: Path, bundles: dict[str, Path], counts: list[int], text_ids: list[int], new_tokens: int,
+                longest: int) -> list[dict]:
+    """Each system of :data:`BROWSER_SYSTEMS` in one headless Chromium page (decode.html, the
+    SwiftShader adapter), for each N: aggregate and decode tokens/s, time to first token, the
+    tokens.  A together system is loaded afresh for each N (its scheduler's counters are then
+    that call's)."""
+    import decode  # bench/decode.py: the page, its server and onnxruntime-web
+
+    work = bundles["paged"].parent
+    onnx_path = work / "decoder.onnx"
+    if not onnx_path.exists():
+        shutil.copyfile(model, onnx_path)
+    routes = [("/ort/", decode.ORT_DIST), ("/models/", work.resolve()), ("/", decode.BENCH_DIR)]
+    names = {key: value for key, value in decode.lm_signature(onnx_path).items()
+             if key in ("inputs", "pasts", "presents", "logits", "pastShapes")}
+    rows = []
+    report: dict = {}
+    with decode.bench_page(routes, report) as page:
+        print(f"Chromium: {report.get('browser')}, adapter {report.get('adapter')}", flush=True)
+        for count in counts:
+            prompts = prompts_for(count, text_ids, longest)
+            row: dict = {"n": count, "systems": {}}
+            for label, system, bundle, together in BROWSER_SYSTEMS:
+                urls = {"onnxUrl": "/models/decoder.onnx",
+                        "bundleUrl": f"/models/{bundles[bundle].name}/" if bundle else ""}
+                page.evaluate("([s, urls, names]) => decodeBench.loadLm(s, urls, names)", [system, urls, names])
+                # a warm start (shaders compiled, buffers made); a together system's figures are
+                # its scheduler's counters over the measured call only
+                page.evaluate("([s, p, n, t]) => decodeBench.generateManyLm(s, [p, p], n, t)",
+                              [system, [1, 2, 3], 2, together])
+                result = page.evaluate("([s, p, n, t]) => decodeBench.generateManyLm(s, p, n, t)",
+                                       [system, prompts, new_tokens, together])
+                page.evaluate("(s) => decodeBench.releaseLm(s)", system)
+                tokens = sum(len(t) for t in result["tokens"])
+                decode_ms = sum(result["decodeMs"])
+                decode_tokens = sum(c - 1 for c in result["counts"])
+                figures = {"aggregate": tokens / (result["wallMs"] / 1e3),
+                           "decode": (result["stats"]["decodeTokensPerSecond"] if together
+                                      else decode_tokens / (decode_ms / 1e3) if decode_ms else 0.0),
+                           "ttft_ms": statistics.median(result["ttftMs"]), "tokens": result["tokens"]}
+                row["systems"][label] = figures
+                print(f"  N={count:2} {label:34} aggregate {figures['aggregate']:7.1f} tok/s  decode "
+                      f"{figures['decode']:7.1f} tok/s  TTFT {figures['ttft_ms']:6.0f} ms", flush=True)
+            reference = row["systems"]["relaxweb wasm sequential"]["tokens"]
+            row["same"] = {label: figures["tokens"] == reference for label, figures in row["systems"].items()}
+            print(f"  N={count:2} tokens equal relaxweb wasm sequential's: {row['same']}", flush=True)
+            rows.append(row)
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--counts", type=int, nargs="+", default=[1, 2, 4, 8, 16])
@@ -129,6 +196,9 @@ def main() -> None:
                         help="the tiny Llama (3.2 MB, trained) or the same code at SmolLM-135M's shape (539 MB, random)")
     parser.add_argument("--max-prompt", type=int, default=256, help="the longest prompt (default 256)")
     parser.add_argument("--skip-paged-alone", action="store_true", help="leave out the paged bundle's one-by-one runs")
+    parser.add_argument("--browser", action="store_true",
+                        help="in headless Chromium instead (SwiftShader WebGPU and wasm, against onnxruntime-web "
+                        "generating the same prompts one after another)")
     args = parser.parse_args()
     llama = tiny_llama()
     paths = llama.tiny_llama_paths()
@@ -144,6 +214,15 @@ def main() -> None:
     paged = relaxweb.build(paths["model"], args.work / f"{args.model}-paged", bounds=BOUNDS, kv_pages=pages,
                            kv_page_size=args.page_size)
     print(f"pool: {pages} pages of {args.page_size} positions per layer; capacity {capacity}", flush=True)
+    if args.browser:
+        rows = in_chromium(paths["model"], {"paged": paged.path, "unpaged": unpaged.path}, args.counts, text_ids,
+                           args.new_tokens, args.max_prompt)
+        if args.out:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps([{**row, "systems": {label: {k: v for k, v in figures.items() if k != "tokens"}
+                                                               for label, figures in row["systems"].items()}}
+                                            for row in rows], indent=2))
+        return
     rows = []
     for backend in args.backends:
         plain = relaxweb.load(unpaged.path, backend=backend)
@@ -167,12 +246,12 @@ def main() -> None:
 
 def measured_together(session, prompts: list[list[int]], new_tokens: int, bound: int) -> dict:
     """``together``'s figures, the decode speed from the scheduler's counters over this call only."""
-    scheduler = getattr(session, "_paged_scheduler", None)
-    tokens0, seconds0 = (scheduler.decode_tokens, scheduler.decode_seconds) if scheduler else (0, 0.0)
+    before = session.generation_stats
+    tokens0, seconds0 = (before.decode_tokens, before.decode_seconds) if before else (0, 0.0)
     result = together(session, prompts, new_tokens, bound)
-    scheduler = session._paged_scheduler
-    seconds = scheduler.decode_seconds - seconds0
-    result["decode"] = (scheduler.decode_tokens - tokens0) / seconds if seconds > 0 else 0.0
+    after = session.generation_stats
+    seconds = after.decode_seconds - seconds0
+    result["decode"] = (after.decode_tokens - tokens0) / seconds if seconds > 0 else 0.0
     return result
 
 

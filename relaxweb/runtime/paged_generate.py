@@ -88,7 +88,9 @@ class SchedulerStats:
     tokens_generated: int
     steps: int
     tokens_per_second: float
-    decode_tokens_per_second: float  # over the steps that read no prompt chunk
+    decode_tokens: int  # tokens made by the steps that read no prompt chunk
+    decode_seconds: float  # and their time
+    decode_tokens_per_second: float
 
 
 @dataclass
@@ -213,7 +215,8 @@ class PagedScheduler:
             speed = self.tokens_generated / self.busy_seconds if self.busy_seconds > 0 else 0.0
             decode = self.decode_tokens / self.decode_seconds if self.decode_seconds > 0 else 0.0
             return SchedulerStats(len(self.live), len(self.queue), in_use, self.layout.pages, self.layout.page_size, live,
-                                  self.tokens_generated, self.steps, speed, decode)
+                                  self.tokens_generated, self.steps, speed, self.decode_tokens, self.decode_seconds,
+                                  decode)
 
     # -- one step -------------------------------------------------------------------------
 

@@ -45,7 +45,8 @@ const DEFAULT_BUDGET = 64;
  * (of `pageSize` positions each) against the positions the live sequences hold
  * (`positionsLive`), and the tokens made (`tokensGenerated`) per second of the `steps` so far.
  * @typedef {{live: number, queued: number, pagesInUse: number, pages: number, pageSize: number,
- *   positionsLive: number, tokensGenerated: number, steps: number, tokensPerSecond: number}} SchedulerStats
+ *   positionsLive: number, tokensGenerated: number, steps: number, tokensPerSecond: number,
+ *   decodeTokens: number, decodeSeconds: number, decodeTokensPerSecond: number}} SchedulerStats
  * @typedef {{temperature: number, topK: number, topP: number, repetitionPenalty: number}} Sampling
  * @typedef {{close(): void}} Sampler  a request's token sampler (generate.js's SAMPLERS)
  * @typedef {[Request, number[]]} PlannedFeed  a sequence and its tokens in the next run
@@ -180,6 +181,8 @@ export class PagedScheduler {
     this.steps = 0;
     this.tokensGenerated = 0;
     this.busyMs = 0;
+    this.decodeTokens = 0; // tokens made, and the time taken, by the steps that read no prompt chunk
+    this.decodeMs = 0;
   }
 
   // -- requests -------------------------------------------------------------------------
@@ -301,6 +304,9 @@ export class PagedScheduler {
       tokensGenerated: this.tokensGenerated,
       steps: this.steps,
       tokensPerSecond: this.busyMs > 0 ? this.tokensGenerated / (this.busyMs / 1e3) : 0,
+      decodeTokens: this.decodeTokens,
+      decodeSeconds: this.decodeMs / 1e3,
+      decodeTokensPerSecond: this.decodeMs > 0 ? this.decodeTokens / (this.decodeMs / 1e3) : 0,
     };
   }
 
@@ -352,11 +358,19 @@ export class PagedScheduler {
     this.stepping = true;
     /** @type {any} */
     let logits = null;
+    /** @type {PlannedFeed[]} */
+    let plan = [];
+    const made = this.tokensGenerated;
     try {
-      const plan = this.planStep();
+      plan = this.planStep();
+      const decoding = plan.every(([request, tokens]) => tokens.length === 1 && request.prefilled);
       logits = await this.run(plan);
       this.steps += 1;
       await this.deliver(plan, logits);
+      if (decoding) {
+        this.decodeTokens += this.tokensGenerated - made;
+        this.decodeMs += performance.now() - started;
+      }
     } catch (error) {
       // a dispose() during the step fails it with whatever the device says: say what happened instead
       this.failAll(this.model.disposed ? new Error(DISPOSED_DURING_GENERATE) : error);

@@ -329,6 +329,10 @@ export interface GenerationStats {
   tokensGenerated: number;
   steps: number;
   tokensPerSecond: number;
+  /** Tokens made by the steps that read no prompt chunk, their seconds, and the two's ratio. */
+  decodeTokens: number;
+  decodeSeconds: number;
+  decodeTokensPerSecond: number;
 }
 
 /** What `Model.generate` resolves with. */

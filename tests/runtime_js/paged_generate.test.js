@@ -149,9 +149,10 @@ test("8 concurrent generate calls join the same steps and give each prompt's tok
   assert.ok(generations.every((g) => g.stopped === "length"));
   assert.ok(Math.max(...live) >= 6, `live sequences: ${live}`);
   const stats = /** @type {any} */ (generationStats(model));
-  assert.deepEqual({ ...stats, tokensPerSecond: 0 }, {
+  assert.ok(stats.decodeTokensPerSecond > 0 && stats.tokensPerSecond > 0);
+  assert.deepEqual({ ...stats, tokensPerSecond: 0, decodeTokensPerSecond: 0, decodeTokens: 0, decodeSeconds: 0 }, {
     live: 0, queued: 0, pagesInUse: 0, pages: 24, pageSize: PAGE_SIZE, positionsLive: 0,
-    tokensGenerated: NEW_TOKENS.reduce((a, b) => a + b), steps: model.runSizes.length, tokensPerSecond: 0,
+    tokensGenerated: NEW_TOKENS.reduce((a, b) => a + b), steps: model.runSizes.length, tokensPerSecond: 0, decodeTokensPerSecond: 0, decodeTokens: 0, decodeSeconds: 0,
   });
   const promptTokens = PROMPTS.reduce((sum, prompt) => sum + prompt.length, 0);
   assert.equal(model.runSizes.reduce((a, b) => a + b), promptTokens + NEW_TOKENS.reduce((a, b) => a + b) - PROMPTS.length);
