@@ -39,13 +39,22 @@ def run_kernel_on_gpu(device, program: TensorProgram, arrays: list[np.ndarray], 
     The output buffer has 64 sentinel elements past the end, which must stay untouched
     (the shader's bounds guard).
     """
+    shape = [int(evaluate(d, size_vars)) for d in program.output.shape]
+    invocations = int(evaluate(dispatch_count(program), size_vars))  # the schedule's
+    return _dispatch_once(device, emit_wgsl(program), arrays, size_vars, shape, np.dtype(program.output.dtype),
+                          invocations, grid)
+
+
+def _dispatch_once(device, shader, arrays: list[np.ndarray], size_vars: dict[str, int], shape: list[int],
+                   dtype: np.dtype, invocations: int, grid: tuple[int, int, int] | None,
+                   initial: np.ndarray | None = None) -> np.ndarray:
+    """``shader`` run once on ``arrays`` (params: ``invocations``, then its size variables),
+    its output of ``shape`` starting as ``initial`` (else the sentinel) with 64 sentinel
+    elements past the end that must stay untouched; a run status it binds must stay 0."""
     import wgpu
 
-    shader = emit_wgsl(program)
     pipeline, layout = make_pipeline(device, shader)
-    shape = [int(evaluate(d, size_vars)) for d in program.output.shape]
     count = int(np.prod(shape))
-    invocations = int(evaluate(dispatch_count(program), size_vars))  # the schedule's
     values = [invocations, *(size_vars[f] for f in shader.params_fields[1:])]
     params = struct.pack(f"<{shader.params_size // 4}i", *values, *[0] * (shader.params_size // 4 - len(values)))
     usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_DST | wgpu.BufferUsage.COPY_SRC
@@ -53,9 +62,10 @@ def run_kernel_on_gpu(device, program: TensorProgram, arrays: list[np.ndarray], 
     # an empty input still needs a (4-byte) buffer to bind
     buffers += [device.create_buffer_with_data(data=np.ascontiguousarray(a).tobytes() or b"\0" * 4, usage=usage)
                 for a in arrays]
-    dtype = np.dtype(program.output.dtype)
-    sentinel = np.full(count + 64, SENTINEL, dtype)
-    output = device.create_buffer_with_data(data=sentinel.tobytes(), usage=usage)
+    start = np.full(count + 64, SENTINEL, dtype)
+    if initial is not None:
+        start[:count] = np.asarray(initial, dtype).reshape(-1)
+    output = device.create_buffer_with_data(data=start.tobytes(), usage=usage)
     buffers.append(output)
     status = None
     if len(shader.bindings) > len(buffers):  # the run status of a program that checks its data
@@ -73,11 +83,11 @@ def run_kernel_on_gpu(device, program: TensorProgram, arrays: list[np.ndarray], 
     compute_pass.end()
     device.queue.submit([encoder.finish()])
     result = np.frombuffer(device.queue.read_buffer(output), dtype=dtype)
-    np.testing.assert_array_equal(result[count:], sentinel[count:])  # the bounds guard works
+    np.testing.assert_array_equal(result[count:], start[count:])  # the bounds guard works: nothing past the end
     if status is not None:
         words = np.frombuffer(device.queue.read_buffer(status), np.int32)
         assert not words[0], f"the kernel reported error site {words[0]} with values {words[1:].tolist()}"
-    return result[:count].reshape(shape)
+    return result[:count].reshape(shape).copy()
 
 
 def run_compiled(module, feeds: dict[str, np.ndarray], folder, bounds: dict[str, int] | None = None,
@@ -105,38 +115,9 @@ def run_library_kernel_on_gpu(device, kernel, arrays: list[np.ndarray], size_var
     end, which must stay untouched; ``grid`` dispatches the workgroups as another grid (the
     flat workgroup index of the shader contract; past the dispatch count they must idle).
     """
-    import wgpu
-
     from relaxweb.wgsl.library import emit_library_kernel
 
-    shader = emit_library_kernel(kernel)
-    pipeline, layout = make_pipeline(device, shader)
     shape = [int(evaluate(d, size_vars)) for d in kernel.output.shape]
-    count = int(np.prod(shape))
     invocations = int(evaluate(kernel.dispatch_count, size_vars))
-    values = [invocations, *(size_vars[f] for f in shader.params_fields[1:])]
-    params = struct.pack(f"<{shader.params_size // 4}i", *values, *[0] * (shader.params_size // 4 - len(values)))
-    usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_DST | wgpu.BufferUsage.COPY_SRC
-    buffers = [device.create_buffer_with_data(data=params, usage=wgpu.BufferUsage.UNIFORM)]
-    buffers += [device.create_buffer_with_data(data=np.ascontiguousarray(a).tobytes() or b"\0" * 4, usage=usage)
-                for a in arrays]
-    dtype = np.dtype(kernel.output.dtype)
-    start = np.full(count + 64, SENTINEL, dtype)
-    if initial is not None:
-        start[:count] = np.asarray(initial, dtype).reshape(-1)
-    output = device.create_buffer_with_data(data=start.tobytes(), usage=usage)
-    buffers.append(output)
-    bind_group = device.create_bind_group(layout=layout, entries=[
-        {"binding": b, "resource": {"buffer": buffer, "offset": 0, "size": buffer.size}}
-        for b, buffer in enumerate(buffers)
-    ])
-    encoder = device.create_command_encoder()
-    compute_pass = encoder.begin_compute_pass()
-    compute_pass.set_pipeline(pipeline)
-    compute_pass.set_bind_group(0, bind_group)
-    compute_pass.dispatch_workgroups(*(grid or (max(1, math.ceil(invocations / WORKGROUP_SIZE)), 1, 1)))
-    compute_pass.end()
-    device.queue.submit([encoder.finish()])
-    result = np.frombuffer(device.queue.read_buffer(output), dtype=dtype)
-    np.testing.assert_array_equal(result[count:], start[count:])  # nothing written past the end
-    return result[:count].reshape(shape).copy()
+    return _dispatch_once(device, emit_library_kernel(kernel), arrays, size_vars, shape, np.dtype(kernel.output.dtype),
+                          invocations, grid, initial)

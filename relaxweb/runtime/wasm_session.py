@@ -19,7 +19,7 @@ from typing import Any
 from relaxweb.runtime.batch import BatchReport, check_instance_count
 from relaxweb.runtime.driver import HostProgramDriver, serialized
 from relaxweb.runtime.generate import (
-    Generation, apply_chat_template, bundle_tokenizer, chat, generate, generate_many, generation_stats,
+    Generation, GenerationMethods, apply_chat_template, bundle_tokenizer, chat, generate,
 )
 from relaxweb.runtime.gpu_tensor import TransferStats
 from relaxweb.runtime.host import HostModule, load_manifest
@@ -31,7 +31,7 @@ from relaxweb.runtime.wasm_backend import (  # noqa: F401  (re-exported: the nam
 )
 
 
-class WasmSession:
+class WasmSession(GenerationMethods):
     """A bundle loaded on its ``kernels.wasm``, ready to :meth:`run` (same inputs, outputs
     and errors as ``webgpu.Session.run``), its kernels on one CPU thread.  Safe to call
     from several threads as ``webgpu.Session`` is: calls take turns on ``run_lock``.
@@ -120,29 +120,6 @@ class WasmSession:
     def chat(self, messages: Sequence[Mapping[str, Any]], **options: Any) -> Generation:
         """``Session.chat``: :meth:`generate` (with the same options) after :meth:`apply_chat_template`'s prompt."""
         return chat(self, messages, **options)
-
-    def generate_many(self, prompts: Sequence[str | Sequence[int]], *, max_new_tokens: int = 64,
-                      temperature: float | None = None, top_k: int | None = None, top_p: float | None = None,
-                      repetition_penalty: float | None = None, seeds: Sequence[int] | None = None,
-                      stop_tokens: Iterable[int] | None = None,
-                      on_tokens: Sequence[Callable[[int, str], Any] | None] | None = None,
-                      wait_for_pages: bool = True) -> list[Generation]:
-        """One :class:`~relaxweb.runtime.generate.Generation` per prompt, with :meth:`generate`'s
-        options; prompt ``i`` draws from seed ``seeds[i]`` (default ``i``) and streams to
-        ``on_tokens[i]``.  On a bundle built with ``--kv-pages`` the prompts advance together,
-        every run a step of all live sequences (``runtime/paged_generate.py``), and concurrent
-        ``generate`` calls from other threads join the same steps; a sequence whose pages are
-        taken waits for them (``wait_for_pages=False``: refused).  Otherwise they run one after
-        another.  Greedy tokens are those of each prompt alone."""
-        return generate_many(self, prompts, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
-                             top_p=top_p, repetition_penalty=repetition_penalty, seeds=seeds, stop_tokens=stop_tokens,
-                             on_tokens=on_tokens, wait_for_pages=wait_for_pages)
-
-    @property
-    def generation_stats(self) -> Any:
-        """The paged KV cache's scheduler now (``paged_generate.SchedulerStats``: live sequences,
-        queued requests, pages in use, tokens per second), None on a bundle without one."""
-        return generation_stats(self)
 
     def apply_chat_template(self, messages: Sequence[Mapping[str, Any]], *, add_generation_prompt: bool = True) -> str:
         """``Session.apply_chat_template``: the bundle's chat template rendered."""
