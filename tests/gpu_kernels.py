@@ -105,8 +105,8 @@ def run_compiled(module, feeds: dict[str, np.ndarray], folder, bounds: dict[str,
 
 def run_library_kernel_on_gpu(device, kernel, arrays: list[np.ndarray], size_vars: dict[str, int],
                               initial: np.ndarray | None = None,
-                              grid: tuple[int, int, int] | None = None) -> np.ndarray:
-    """Dispatch a library kernel's WebGPU shader once (``relaxweb/wgsl/library``) with a
+                              grid: tuple[int, int, int] | None = None, target: str = "webgpu") -> np.ndarray:
+    """Dispatch a library kernel's WebGPU shader (its form for ``target``) once (``relaxweb/wgsl/library``) with a
     hand-filled params block (its ``dispatch_count`` invocations, then its size variables);
     return the output.
 
@@ -115,9 +115,12 @@ def run_library_kernel_on_gpu(device, kernel, arrays: list[np.ndarray], size_var
     end, which must stay untouched; ``grid`` dispatches the workgroups as another grid (the
     flat workgroup index of the shader contract; past the dispatch count they must idle).
     """
-    from relaxweb.wgsl.library import emit_library_kernel
+    from dataclasses import replace
 
+    from relaxweb.wgsl.library import emit_library_kernel, library_kernel_wgsl
+
+    shader = replace(emit_library_kernel(kernel), source=library_kernel_wgsl(kernel, target))
     shape = [int(evaluate(d, size_vars)) for d in kernel.output.shape]
     invocations = int(evaluate(kernel.dispatch_count, size_vars))
-    return _dispatch_once(device, emit_library_kernel(kernel), arrays, size_vars, shape, np.dtype(kernel.output.dtype),
-                          invocations, grid, initial)
+    return _dispatch_once(device, shader, arrays, size_vars, shape, np.dtype(kernel.output.dtype), invocations, grid,
+                          initial)

@@ -35,7 +35,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir.kernel_builders import library_kernel_builder
-from ..ir.library_kernel import WASM, WEBGPU, LibraryKernel
+from ..ir.library_kernel import WASM, WEBGPU, WEBGPU_CPU, LibraryKernel
 from ..ir.symbolic import IntImm, PrimExpr, format_shape, simplify
 from ..ir.tir import Buffer
 
@@ -124,7 +124,7 @@ def paged_attention_kernel(name: str, batch: PrimExpr, heads: int, kv_heads: int
                f"[{format_shape(key.shape)}] pools")
     workgroups = simplify(batch * heads * length)
     return LibraryKernel(name, (query, key, value, page_table, positions), output,
-                         simplify(workgroups * PAGED_WORKGROUP), reference, summary, targets=(WEBGPU, WASM))
+                         simplify(workgroups * PAGED_WORKGROUP), reference, summary, targets=(WEBGPU, WEBGPU_CPU, WASM))
 
 
 def paged_title(kernel: LibraryKernel) -> str:

@@ -64,7 +64,8 @@ def test_each_webgpu_target_renders_with_the_kernels_bindings(kernel) -> None:
 
 def test_attention_has_every_webgpu_form_and_the_others_one() -> None:
     assert [kernel.targets for kernel in KERNELS if kernel.builder == "attention"] == [LIBRARY_TARGETS]
-    assert all(kernel.targets == (WEBGPU, WASM) for kernel in KERNELS if kernel.builder != "attention")
+    assert [kernel.targets for kernel in KERNELS if kernel.builder == "paged_attention"] == [(WEBGPU, WEBGPU_CPU, WASM)]
+    assert all(kernel.targets == (WEBGPU, WASM) for kernel in KERNELS if "attention" not in kernel.builder)
 
 
 @pytest.mark.parametrize("kernel", KERNELS, ids=lambda kernel: kernel.builder)

@@ -95,6 +95,10 @@ def run_step(device, layer: Layer, pools: list[np.ndarray], query: np.ndarray, k
     inputs = [query, *written, tables, positions]
     output = run_library_kernel_on_gpu(device, kernel, inputs, sizes, grid=grid and grid(kernel, sizes))
     assert_close(output, kernel.reference(inputs))
+    # the form for CPU adapters (no barriers: invocation 0 of each workgroup walks the keys)
+    cpu_form = run_library_kernel_on_gpu(device, kernel, inputs, sizes, grid=grid and grid(kernel, sizes),
+                                         target="webgpu_cpu")
+    assert_close(cpu_form, kernel.reference(inputs))
     return written, output
 
 

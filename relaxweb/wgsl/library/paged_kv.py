@@ -21,11 +21,17 @@ position`` go by chunks of :data:`CHUNK`:
 
 Three barriers per chunk, all under uniform control flow (the position and the workgroup's
 number are uniform).
+
+The form for CPU adapters (``webgpu_cpu``: SwiftShader, lavapipe) has no barriers, which cost a
+CPU adapter more than the sharing saves (a decode step's attention took 2.5 ms a layer on
+SwiftShader at 41 keys): the same dispatch, but invocation 0 of each workgroup computes its
+(token, head) alone, key after key, with the query row and the accumulators in registers
+(unrolled into ``vec4`` variables) and the online softmax of every key.
 """
 
 from __future__ import annotations
 
-from ...ir.library_kernel import LibraryKernel
+from ...ir.library_kernel import WEBGPU_CPU, LibraryKernel
 from ...ir.params_block import ParamsLayout
 from ...ir.symbolic import Analyzer, PrimExpr, simplify
 from ...ir.syntax import comment_text
@@ -105,7 +111,10 @@ def paged_attention_workgroup_bytes(head: int, width: int) -> int:
 
 
 def render_paged_attention(kernel: LibraryKernel, target: str) -> str:
-    """The paged attention kernel's WGSL (see the module doc)."""
+    """The paged attention kernel's WGSL for ``target`` (see the module doc; ``webgpu_cpu``:
+    :func:`_cpu_source`)."""
+    if target == WEBGPU_CPU:
+        return _cpu_source(kernel)
     args = kernel.arguments
     heads, kv_heads, head, value_head = args["heads"], args["kv_heads"], args["head"], args["value_head"]
     width = 4 if head % 4 == 0 else 1
@@ -292,4 +301,113 @@ def _store_lines(value_head: int) -> list[str]:
             lines += [f"    {store}", "  }"]
         else:
             lines.append(f"  {store}")
+    return lines
+
+
+def _cpu_source(kernel: LibraryKernel) -> str:
+    """Paged attention for CPU adapters: invocation 0 of each workgroup walks its (token, head)'s
+    keys one by one (see the module doc); the others return at once."""
+    args = kernel.arguments
+    heads, kv_heads, head, value_head = args["heads"], args["kv_heads"], args["head"], args["value_head"]
+    float_inputs = kernel.inputs[:3]
+    tokens, helpers = _lowered(float_inputs[0].shape[2])
+
+    def read(buffer: str, start: str, offset: int, width: int) -> str:
+        """Elements ``start + offset ..`` of ``buffer``: one f32, or a vec4 of four."""
+        at = [f"{start} + {offset + k}" if offset + k else start for k in range(width)]
+        loads = [f"f32({buffer}[{index}])" for index in at]
+        return loads[0] if width == 1 else f"vec4<f32>({', '.join(loads)})"
+
+    def term(k: int, width: int, offset: int) -> str:
+        """Register k of the query times the key's elements there."""
+        key = read("key", "key_start", offset, width)
+        return f"dot(q{k}, {key})" if width == 4 else f"q{k} * {key}"
+
+    lines = [
+        "// " + comment_text(paged_title(kernel)),
+        "// for CPU adapters: invocation 0 of each workgroup computes one (token, head) alone, key by key",
+        "",
+        *params_declaration(ParamsLayout(_size_vars(kernel))),
+        *(f"@group(0) @binding({1 + k}) var<storage, read> {buffer.name}: array<{storage_type(buffer.dtype)}>;"
+          for k, buffer in enumerate(float_inputs)),
+        "@group(0) @binding(4) var<storage, read> page_table: array<i32>;",
+        "@group(0) @binding(5) var<storage, read> positions: array<i32>;",
+        f"@group(0) @binding(6) var<storage, read_write> out: array<{storage_type(kernel.output.dtype)}>;",
+        *helpers,
+        "",
+        *_constants(heads=heads, kv_heads=kv_heads, head=head, value_head=value_head, pages=args["pages"],
+                    page_size=args["page_size"], table_pages=args["table_pages"]),
+        f"const SCALE: f32 = {literal(args['scale'], 'float32')};",
+        "",
+        "@compute @workgroup_size(64)",
+        "fn main(@builtin(workgroup_id) workgroup: vec3<u32>,",
+        "        @builtin(num_workgroups) workgroups: vec3<u32>,",
+        "        @builtin(local_invocation_index) local: u32) {",
+        "  let group = i32(workgroup.y * workgroups.x + workgroup.x);",
+        "  // one (b, h, t) of query [batch, heads, length, head] per workgroup, computed by its invocation 0",
+        f"  if (local != 0u || group >= params.element_count / {PAGED_WORKGROUP}) {{",
+        "    return;",
+        "  }",
+        f"  let tokens = {tokens};  // length: tokens per batch entry",
+        "  let b = group / (HEADS * tokens);",
+        "  let h = group / tokens % HEADS;",
+        "  let t = group % tokens;",
+        "  let token = b * tokens + t;",
+        "  let kv_head = h / (HEADS / KV_HEADS);  // grouped-query heads share a key / value head",
+        *_token_lines("  "),
+        "",
+        "  // the query row (its start: row group of the query), in registers",
+        "  let query_start = group * HEAD;",
+        *(f"  let q{k} = {read('query', 'query_start', start, w)};" for k, (w, start) in enumerate(_word_starts(head))),
+        "  // the online softmax over keys 0 .. position: running maximum and sum, accumulators",
+        f"  var running_max = {_LOWEST};",
+        "  var running_sum = 0.0;",
+        *(f"  var acc{k} = {'vec4<f32>(0.0)' if w == 4 else '0.0'};" for k, w in enumerate(_words(value_head))),
+        "  for (var j = 0; j <= position; j = j + 1) {",
+        *_page_row("    ", "j", "KV_HEADS", "kv_head"),
+        "    let key_start = row * HEAD;",
+        "    var score = 0.0;",
+        *(f"    score = score + {term(k, w, start)};" for k, (w, start) in enumerate(_word_starts(head))),
+        "    score = score * SCALE;",
+        "    let new_max = max(running_max, score);",
+        "    let correction = exp(running_max - new_max);",
+        "    let weight = exp(score - new_max);",
+        "    running_max = new_max;",
+        "    running_sum = running_sum * correction + weight;",
+        "    let value_start = row * VALUE_HEAD;",
+        *(f"    acc{k} = acc{k} * correction + weight * {read('value', 'value_start', start, w)};"
+          for k, (w, start) in enumerate(_word_starts(value_head))),
+        "  }",
+        "",
+        "  // out [batch, heads, length, value_head]: row group",
+        "  let out_start = group * VALUE_HEAD;",
+        *_cpu_stores(value_head),
+        "}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _words(size: int) -> list[int]:
+    """The widths of the registers holding ``size`` floats: vec4s, then single floats."""
+    return [4] * (size // 4) + [1] * (size % 4)
+
+
+def _word_starts(size: int) -> list[tuple[int, int]]:
+    """(width, first element) of each register of :func:`_words`."""
+    starts, at = [], 0
+    for width in _words(size):
+        starts.append((width, at))
+        at += width
+    return starts
+
+
+def _cpu_stores(value_head: int) -> list[str]:
+    lines = []
+    for k, (width, start) in enumerate(_word_starts(value_head)):
+        at = f"out_start + {start}" if start else "out_start"
+        if width == 1:
+            lines.append(f"  out[{at}] = acc{k} / running_sum;")
+            continue
+        lines.append(f"  let result{k} = acc{k} / running_sum;")
+        lines += [f"  out[{at}{f' + {e}' if e else ''}] = result{k}[{e}];" for e in range(4)]
     return lines
