@@ -115,6 +115,7 @@ def together(session, prompts: list[list[int]], new_tokens: int, bound: int) -> 
     after = session.generation_stats
     tokens = sum(len(g.tokens) for g in generations)
     return {"aggregate": tokens / wall, "ttft_ms": statistics.median(g.prefill_ms for g in generations),
+            "ttft_all_ms": [g.prefill_ms for g in generations],
             "wall_s": wall, "kv_peak_positions": peak["positions"], "kv_over_live": peak["ratio"],
             "kv_over_bound": peak["positions"] / (len(prompts) * bound), "tokens": [g.tokens for g in generations],
             "steps": after.steps - (before.steps if before else 0)}
@@ -184,6 +185,33 @@ def in_chromium(model: Path, bundles: dict[str, Path], counts: list[int], text_i
     return rows
 
 
+def policies(paths: dict, args, text_ids: list[int]) -> None:
+    """--policies: 16 prompts of 8 to 256 tokens in a scrambled order on a pool sized for 8 at
+    their longest (so 8 wait), under each prefill chunk (the prompt tokens a step reads at
+    most) and admission order: aggregate and decode tokens/s, the median and the longest time
+    to first token (from the call: queueing included)."""
+    pages = 8 * -(-(args.max_prompt + args.new_tokens) // args.page_size)
+    bundle = relaxweb.build(paths["model"], args.work / f"{args.model}-paged-8", bounds=BOUNDS, kv_pages=pages,
+                            kv_page_size=args.page_size)
+    prompts = prompts_for(16, text_ids, args.max_prompt)
+    prompts = [prompts[(5 * index) % 16] for index in range(16)]  # arrival not sorted by length
+    for backend in args.backends:
+        session = relaxweb.load(bundle.path, backend=backend)
+        session.generate([1, 2, 3], max_new_tokens=2)
+        scheduler = session._paged_scheduler  # the policy's knobs (runtime/paged_generate.py)
+        reference = None
+        for chunk in (None, 32, 16):
+            for admission in ("arrival", "shortest"):
+                scheduler.prefill_chunk, scheduler.admission = chunk, admission
+                result = measured_together(session, prompts, args.new_tokens, BOUNDS["past_sequence_length"])
+                generations_ttft = result["ttft_all_ms"]
+                reference = reference or result["tokens"]
+                print(f"{backend:6} prefill chunk {chunk or scheduler.budget:3}  admission {admission:8}  aggregate "
+                      f"{result['aggregate']:7.1f} tok/s  decode {result['decode']:7.1f} tok/s  TTFT median "
+                      f"{statistics.median(generations_ttft):6.0f} ms, longest {max(generations_ttft):6.0f} ms  "
+                      f"same tokens: {result['tokens'] == reference}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--counts", type=int, nargs="+", default=[1, 2, 4, 8, 16])
@@ -196,6 +224,9 @@ def main() -> None:
                         help="the tiny Llama (3.2 MB, trained) or the same code at SmolLM-135M's shape (539 MB, random)")
     parser.add_argument("--max-prompt", type=int, default=256, help="the longest prompt (default 256)")
     parser.add_argument("--skip-paged-alone", action="store_true", help="leave out the paged bundle's one-by-one runs")
+    parser.add_argument("--policies", action="store_true",
+                        help="the scheduling policy's knobs instead: prefill chunk and admission order, 16 prompts on a "
+                        "pool for 8")
     parser.add_argument("--browser", action="store_true",
                         help="in headless Chromium instead (SwiftShader WebGPU and wasm, against onnxruntime-web "
                         "generating the same prompts one after another)")
@@ -214,6 +245,9 @@ def main() -> None:
     paged = relaxweb.build(paths["model"], args.work / f"{args.model}-paged", bounds=BOUNDS, kv_pages=pages,
                            kv_page_size=args.page_size)
     print(f"pool: {pages} pages of {args.page_size} positions per layer; capacity {capacity}", flush=True)
+    if args.policies:
+        policies(paths, args, text_ids)
+        return
     if args.browser:
         rows = in_chromium(paths["model"], {"paged": paged.path, "unpaged": unpaged.path}, args.counts, text_ids,
                            args.new_tokens, args.max_prompt)

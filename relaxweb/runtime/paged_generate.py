@@ -148,6 +148,11 @@ class PagedScheduler:
         self.budget = bounds.get(tokens_dim) if isinstance(tokens_dim, str) else tokens_dim
         if not self.budget:
             self.budget = 64
+        #: the policy's knobs (bench/many_generations.py varies them): the prompt tokens a step
+        #: reads at most (None: the whole budget left after the decoding tokens), and the order
+        #: queued requests are admitted in ("arrival", or "shortest" prompt first)
+        self.prefill_chunk: int | None = None
+        self.admission = "arrival"
         self.pool_shapes = {past: [d for d in inputs[past]["shape"]] for past, _ in signature.cache}
         self.free_pages: list[int] = list(range(layout.pages))
         self.reserved = 0
@@ -221,10 +226,15 @@ class PagedScheduler:
     # -- one step -------------------------------------------------------------------------
 
     def admit(self) -> None:
-        """Move queued requests to the live set, in arrival order, while their pages are free."""
+        """Move queued requests to the live set while their pages are free: in arrival order
+        (``admission`` "arrival"), or the shortest prompt first ("shortest")."""
         with self.condition:
-            while self.queue and self.reserved + self.queue[0].reserved <= self.layout.pages:
-                request = self.queue.popleft()
+            while self.queue:
+                request = (self.queue[0] if self.admission == "arrival"
+                           else min(self.queue, key=lambda queued: len(queued.prompt)))
+                if self.reserved + request.reserved > self.layout.pages:
+                    return
+                self.queue.remove(request)
                 self.reserved += request.reserved
                 self.live.append(request)
 
@@ -237,6 +247,7 @@ class PagedScheduler:
             if request.prefilled and budget > 0:
                 plan.append((request, request.next_feed()))
                 budget -= 1
+        budget = min(budget, self.prefill_chunk or budget)  # the prompt tokens this step reads at most
         for request in self.live:
             if not request.prefilled and budget > 0:
                 chunk = request.next_feed()[:budget]
