@@ -265,7 +265,7 @@ class MatrixVectorSchedule(WasmSchedule):
     swap_factors: bool = False
     max_rows: int = 8
     columns: int = 512
-    steps: int = 4
+    steps: int = 8
     max_depth: int = -1  # -1: the most the scratch of ``otherwise`` holds (computed when built)
     dot_products: bool = False
     dot_columns: int = 4
