@@ -17,17 +17,47 @@ the prologue is packed for fewer units).
 Several rows (a decoder stepping several sequences at once, continuous batching) share each
 load of the second factor: the rows are taken in groups (all ``max_rows`` at a time, then
 halves: 7 rows as 4, 2 and 1), and each f32x4 of the weight is multiplied into every row of
-the group before the next is loaded, so the weight is streamed once for all the rows and
-the group's work is mostly arithmetic.  Processed one row at a time, each row read the
-block's weight again (from L2 or memory: 512 columns x 576 steps are 1.2 MB).  A row's sums
-add their products in the same order whatever the group and the number of rows, so each
-row's outputs are bit for bit those it gets alone (sequences generated together give the
-tokens each gives alone; ``tests/cpu/test_wasm_schedules.py`` checks it).
+the group before the next is loaded, so the weight is streamed once for all the rows.  A
+row's sums add their products in the same order whatever the group and the number of rows,
+so each row's outputs are bit for bit those it gets alone (sequences generated together
+give the tokens each gives alone; ``tests/cpu/test_wasm_schedules.py`` checks it).
+
+Measured under wasmtime on one thread (medians of interleaved runs on a shared machine):
+
+- Before, one row at a time, each row read the block's weight again (from L2 or memory:
+  512 columns x 576 steps are 1.2 MB): 768 x 3072, 8 rows took 3.6-4.1 ms, about the
+  packed path's micro-kernels of 4 rows (3.7-4.0 ms), against 0.9-1.1 ms for 1 row.  Now
+  1.3-1.5 ms at 8 rows, 1 row unchanged.
+- SmolLM-135M's decode step (hidden 576, 539 MB of float32 weights), its kernels' time in
+  two sessions: 136-144 ms at 1 row and 330-352 ms at 8 rows (2.4x) before; 120-132 and
+  172-190 ms (1.44x) now, the logits bit for bit the same.  At 8 rows the weight matmuls
+  went from 114-121 to 39-42 ms (gate and lm_head), 69 to 31-33 (down), 59-62 to 26-29
+  (up) and 22-23 to 13-14 (output projection); the q / k / v projections (written as
+  [heads, tokens, 64]: the packed path) stay at 35-39.
+- The group: rows in groups of 2, then 4, then all 8 gave 224, 194 and 181 ms at 8 rows
+  (with 4 steps a pass, one session).  With all the rows in the loop that loads the
+  weight, the arithmetic of every row overlaps the weight's loads from memory; with groups
+  of 2 the first group waits on memory and the next three compute from L1 while memory
+  idles.
+- The splats: held in locals, 8 rows x 4 steps of them did not fit the 16 registers, and
+  Cranelift reloaded and re-stored the spilled ones every iteration; loaded where used (a
+  broadcast load from L1 per product, besides the steps' weight f32x4 and a sum in
+  registers) they ran as fast or faster.  8 steps a pass instead of 4 (each sum loaded and
+  stored once per 8 products): 173-176 ms against 180-183 at 8 rows, 121-124 against 131
+  at 1 (15 runs each, both orders).
+- Where the distance between the weight's rows is a constant (any weight of constant
+  shape), the steps' rows are read from one pointer at constant offsets (with 8 pointers
+  advanced per f32x4, Cranelift kept some of them on the stack).
 
 With ``dot_products`` (each column contiguous along the reduction): every row of the first
 factor packed contiguously, each sum a dot product of two runs (:func:`_dot_unit`), the
 columns ``dot_columns`` at a time and for them the rows ``dot_rows`` at a time, each load
-of a column shared by the group's rows.
+of a column shared by the group's rows (the columns are then read from L1 by the other
+groups).  768 x 3072 transposed, 8 rows: 2.6-2.8 ms before, 2.2-2.4 now (1 row: 1.0-1.3 ms
+both); groups of 1, 2 or 4 rows are within 10% (4 the best): the first group waits on
+memory while the others compute from L1, and
+all 8 rows in one loop need 8 sums per column, more than the registers hold at 2 columns
+or more (1 column at a time was slower still).
 """
 
 from __future__ import annotations
@@ -356,7 +386,7 @@ def _streamed_group(body: Body, schedule: MatrixVectorSchedule, label: str, star
     second factor is read in order, four columns per f32x4, each f32x4 loaded once for the
     group's rows; a row's sum is loaded and stored once per four columns and the steps;
     each product's factor splatted from the packed first factor where it is used (from
-    L1: held in locals, 8 rows x 8 steps of them did not fit the registers).  Then the
+    L1: held in locals, 8 rows x 4 steps of them did not fit the registers).  Then the
     columns beyond the last whole f32x4 one by one (a ``v128.load`` past a row's end could
     leave the buffer).  Each sum adds its products step by step, whatever the group, so a
     row's results do not depend on the other rows."""
