@@ -246,32 +246,37 @@ class PackedMatmulSchedule(WasmSchedule):
 class MatrixVectorSchedule(WasmSchedule):
     """A matmul with at most ``max_rows`` rows and ``max_depth`` reduction steps (tested at
     run time), else its ``otherwise`` packed matmul.  Such a matmul (a decoder's step: one
-    token) gains nothing from panels: its time is the second factor's bytes, read once.
+    token, or one per sequence stepped together) gains nothing from panels: its time is the
+    second factor's bytes, read once.
 
     A unit is a block of at most ``columns`` columns (per batch index; the blocks of a row as
-    even as multiples of 4 allow).  The first factor is packed once per unit, then for each
-    row the block's sums (in the scratch) take ``steps`` rows of the second factor at a
-    time, each read in order along its columns; or, with ``dot_products`` (each column of
-    the second factor contiguous along the reduction: a ``Gemm`` with ``transB``), each row
-    of the first factor is packed and each column's sum is a dot product of two contiguous
-    runs, ``dot_columns`` columns sharing each load of the row.  ``max_depth``: the deepest
-    reduction whose packed first factor fits the scratch after the sums."""
+    even as multiples of 4 allow).  The first factor is packed once per unit, then the
+    block's sums of every row (in the scratch) take ``steps`` rows of the second factor at a
+    time, each read in order along its columns, the rows in groups (all of them, then
+    halves) that share each load of it; or, with ``dot_products`` (each column of the second
+    factor contiguous along the reduction: a ``Gemm`` with ``transB``), each row of the first
+    factor is packed and each sum is a dot product of two contiguous runs, ``dot_columns``
+    columns sharing each load of a row and ``dot_rows`` rows each load of a column.  Either
+    way a row's sums add their products in the same order whatever the rows and groups: a
+    row's outputs do not depend on the other rows.  ``max_depth``: the deepest reduction
+    whose packed first factor fits the scratch after the sums."""
 
     kind: ClassVar[str] = "matrix_vector"
     swap_factors: bool = False
     max_rows: int = 8
     columns: int = 512
-    steps: int = 4
+    steps: int = 8
     max_depth: int = -1  # -1: the most the scratch of ``otherwise`` holds (computed when built)
     dot_products: bool = False
     dot_columns: int = 4
+    dot_rows: int = 4
     otherwise: PackedMatmulSchedule = field(default_factory=PackedMatmulSchedule)
 
     def __post_init__(self) -> None:
         if self.max_depth == -1:
             object.__setattr__(self, "max_depth", self.deepest(self.max_rows, self.columns, self.otherwise))
-        if min(self.max_rows, self.steps, self.dot_columns) < 1 or self.columns < 4 or self.columns % 4:
-            raise ValueError(f"{self}: rows, steps and dot columns must be positive, columns a multiple of 4")
+        if min(self.max_rows, self.steps, self.dot_columns, self.dot_rows) < 1 or self.columns < 4 or self.columns % 4:
+            raise ValueError(f"{self}: rows, steps, dot columns and dot rows must be positive, columns a multiple of 4")
         if self.max_depth < 0 or self.max_depth % 4 or self.own_scratch_bytes > self.otherwise.scratch_bytes:
             raise ValueError(f"{self}: max_depth must be a multiple of 4 whose packed first factor fits the scratch "
                              f"of {self.otherwise.kind} ({self.otherwise.scratch_bytes} bytes)")
@@ -281,8 +286,9 @@ class MatrixVectorSchedule(WasmSchedule):
     @staticmethod
     def deepest(max_rows: int, columns: int, otherwise: PackedMatmulSchedule) -> int:
         """The deepest reduction (a multiple of 4) whose packed first factor of ``max_rows``
-        rows fits the scratch of ``otherwise`` after the sums of ``columns`` columns."""
-        return (otherwise.scratch_bytes - 4 * columns) // (4 * max_rows) // 4 * 4
+        rows fits the scratch of ``otherwise`` after the sums of ``columns`` columns of each
+        row."""
+        return (otherwise.scratch_bytes - 4 * columns * max_rows) // (4 * max_rows) // 4 * 4
 
     @property
     def fallback(self) -> WasmSchedule:
@@ -290,8 +296,9 @@ class MatrixVectorSchedule(WasmSchedule):
 
     @property
     def own_scratch_bytes(self) -> int:
-        """The sums of a unit's columns, then the first factor packed at every step."""
-        return 4 * self.columns + 4 * self.max_rows * self.max_depth
+        """The sums of a unit's columns for every row, then the first factor packed at every
+        step."""
+        return 4 * self.columns * self.max_rows + 4 * self.max_rows * self.max_depth
 
     @property
     def scratch_bytes(self) -> int:

@@ -1121,7 +1121,7 @@ MATVEC = pytest.mark.parametrize("matvec", [True, False], ids=["matvec", "packed
 def test_matvec_matmuls(shape_a, shape_b, matvec: bool, monkeypatch) -> None:
     """Matmuls of 1 to 8 rows with a bias and relu epilogue: one column block or several
     (1030 columns: 3 blocks of 344, 344 and 342), f32x4 columns and the 1-3 past them (37,
-    1030), reduction steps 4 at a time and the 1-3 past them (7, 22, 9, 5), batched weights
+    1030), reduction steps 8 at a time and the 1-7 past them (7, 22, 9, 5), batched weights
     (a unit per batch index and column block), an empty reduction (the epilogue of 0); 9
     rows run the packed path."""
     model = make_model([helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "bias"], ["s"]),

@@ -113,6 +113,64 @@ def test_each_matmul_kind_renders_as_given(schedule: WasmSchedule, rows: int, de
     check(MATMUL, schedule, arrays, {"n": rows, "m": depth, "c": columns})
 
 
+def matrix_vector_program(depth: int, columns: int, dot: bool, constant: bool) -> TensorProgram:
+    """``out[i, j] = sum(A[i, k] * W[k, j] for k) + bias[j]`` over ``n`` rows, W read as
+    rows [depth, columns] (streamed) or as columns [columns, depth] (``dot``: each column
+    contiguous along the reduction); the depth and columns constants or size variables
+    (``m``, ``c``: the distance between two steps, or two columns, known at run time only)."""
+    depth_, columns_ = (IntImm(depth), IntImm(columns)) if constant else (m, c)
+    a = Buffer("A", (n, depth_), "float32")
+    w = Buffer("W", (columns_, depth_) if dot else (depth_, columns_), "float32")
+    bias = Buffer("bias", (columns_,), "float32")
+    product = Load(a, (i, k)) * Load(w, (j, k) if dot else (k, j))
+    return TensorProgram("matvec", (a, w, bias), Buffer("out", (n, columns_), "float32"), (i, j),
+                         Reduce(ReduceCombiner.SUM, k, depth_, product) + Load(bias, (j,)))
+
+
+ROW_GROUPS = {
+    "defaults": {},
+    "groups of 3 and 1, 3 steps, 3 columns": {"steps": 3, "dot_rows": 3, "dot_columns": 3},
+    "blocks of 8 columns": {"columns": 8, "steps": 2, "dot_rows": 4, "dot_columns": 2},
+}
+
+
+@pytest.mark.parametrize("dot", [False, True], ids=["streamed", "dot products"])
+@pytest.mark.parametrize("constant", [True, False], ids=["constant sizes", "size variables"])
+@pytest.mark.parametrize("changes", ROW_GROUPS.values(), ids=ROW_GROUPS.keys())
+@pytest.mark.parametrize("depth, columns", [(37, 23), (70, 600)])
+def test_matrix_vector_rows_are_computed_alone(dot: bool, constant: bool, changes: dict, depth: int,
+                                               columns: int) -> None:
+    """Whatever the rows a call has (1 to ``max_rows``, taken in groups that share each load
+    of the second factor), each row's outputs are bit for bit those of the row alone: the
+    sums of a row add their products in the same order in any group (sequences generated
+    together give the tokens each gives alone).  Both units, steps and columns past the last
+    whole f32x4 and ``steps``, one column block or several (600 columns: 2 units), the
+    second factor's steps or columns a constant distance apart or not."""
+    schedule = replace(MatrixVectorSchedule(dot_products=dot), **changes)
+    program = matrix_vector_program(depth, columns, dot, constant)
+    wasm = kernel(program, schedule)
+    weight = rand(*((columns, depth) if dot else (depth, columns)), seed=1)
+    bias, rows = rand(columns, seed=2), rand(8, depth, seed=3)
+
+    def run(a: np.ndarray) -> np.ndarray:
+        sizes = {"n": len(a), "m": depth, "c": columns}
+        params = [0, *(sizes[v.name] for v in program.size_vars)]
+        return run_wasm_kernel(wasm, 0, [a, weight, bias], np.zeros((len(a), columns), np.float32), params,
+                               scratch_bytes=schedule.scratch_bytes)
+
+    alone = [run(rows[r:r + 1])[0] for r in range(8)]
+    for count in range(1, 9):
+        together = run(rows[:count])
+        for r in range(count):
+            np.testing.assert_array_equal(together[r], alone[r], err_msg=f"row {r} of {count}")
+    assert_close(together, rows @ (weight.T if dot else weight) + bias, F32_LOOSE)
+    # the brief's case: 8 rows whose row 3 is the one row run alone
+    single = rand(1, depth, seed=4)
+    eight = rows.copy()
+    eight[3] = single[0]
+    np.testing.assert_array_equal(run(eight)[3], run(single)[0])
+
+
 def test_any_program_runs_the_element_kind() -> None:
     """The element kind renders a matmul too (one output element at a time)."""
     for per_unit in (64, 5):

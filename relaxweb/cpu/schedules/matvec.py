@@ -6,23 +6,65 @@ index; the blocks of a row as even as multiples of 4 allow, so threads get even 
 Such a matmul gains nothing from panels: its time is the second factor's bytes, read once.
 Streamed (the second factor read in place, contiguous along the only column axis): the first
 factor is packed once per unit ([K x max_rows], its prologue evaluated once per element),
-then for each row the block's sums (in the scratch) take ``steps`` rows of the second factor
-at a time, each read in order along its columns (:func:`_streamed_unit`).  Under wasmtime on
-one thread, a 768 x 3072 float32 weight: about 10 GB/s this way, 4-6 GB/s with the sums in
-registers and the weight read down its columns, 1.5 GB/s on the packed path; the GPT-2
-decode step's kernels took 120, 106 and 95 ms with blocks of 128, 256 and 512 columns (the
-longer runs of each weight row stream better, and the prologue is packed for fewer units).
-One row at a time: up to 8 rows this is still faster than the packed path's micro-kernels of
-4 rows (768 x 3072, 8 rows: 4.0 against 4.5 ms, the block's weight reread from the cache for
-each row).  With ``dot_products`` (each column contiguous along the reduction): each row of
-the first factor packed, each column's sum a dot product of two runs (:func:`_dot_unit`).
+then the block's sums of every row (in the scratch, ``columns`` floats per row) take
+``steps`` rows of the second factor at a time, each read in order along its columns
+(:func:`_streamed_unit`).  Under wasmtime on one thread, a 768 x 3072 float32 weight: about
+10 GB/s this way, 4-6 GB/s with the sums in registers and the weight read down its columns,
+1.5 GB/s on the packed path; the GPT-2 decode step's kernels took 120, 106 and 95 ms with
+blocks of 128, 256 and 512 columns (the longer runs of each weight row stream better, and
+the prologue is packed for fewer units).
+
+Several rows (a decoder stepping several sequences at once, continuous batching) share each
+load of the second factor: the rows are taken in groups (all ``max_rows`` at a time, then
+halves: 7 rows as 4, 2 and 1), and each f32x4 of the weight is multiplied into every row of
+the group before the next is loaded, so the weight is streamed once for all the rows.  A
+row's sums add their products in the same order whatever the group and the number of rows,
+so each row's outputs are bit for bit those it gets alone (sequences generated together
+give the tokens each gives alone; ``tests/cpu/test_wasm_schedules.py`` checks it).
+
+Measured under wasmtime on one thread (medians of interleaved runs on a shared machine):
+
+- Before, one row at a time, each row read the block's weight again (from L2 or memory:
+  512 columns x 576 steps are 1.2 MB): 768 x 3072, 8 rows took 3.6-4.1 ms, about the
+  packed path's micro-kernels of 4 rows (3.7-4.0 ms), against 0.9-1.1 ms for 1 row.  Now
+  1.3-1.5 ms at 8 rows, 1 row unchanged.
+- SmolLM-135M's decode step (hidden 576, 539 MB of float32 weights), its kernels' time in
+  two sessions: 136-144 ms at 1 row and 330-352 ms at 8 rows (2.4x) before; 120-132 and
+  172-190 ms (1.44x) now, the logits bit for bit the same.  At 8 rows the weight matmuls
+  went from 114-121 to 39-42 ms (gate and lm_head), 69 to 31-33 (down), 59-62 to 26-29
+  (up) and 22-23 to 13-14 (output projection); the q / k / v projections (written as
+  [heads, tokens, 64]: the packed path) stay at 35-39.
+- The group: rows in groups of 2, then 4, then all 8 gave 224, 194 and 181 ms at 8 rows
+  (with 4 steps a pass, one session).  With all the rows in the loop that loads the
+  weight, the arithmetic of every row overlaps the weight's loads from memory; with groups
+  of 2 the first group waits on memory and the next three compute from L1 while memory
+  idles.
+- The splats: held in locals, 8 rows x 4 steps of them did not fit the 16 registers, and
+  Cranelift reloaded and re-stored the spilled ones every iteration; loaded where used (a
+  broadcast load from L1 per product, besides the steps' weight f32x4 and a sum in
+  registers) they ran as fast or faster.  8 steps a pass instead of 4 (each sum loaded and
+  stored once per 8 products): 173-176 ms against 180-183 at 8 rows, 121-124 against 131
+  at 1 (15 runs each, both orders).
+- Where the distance between the weight's rows is a constant (any weight of constant
+  shape), the steps' rows are read from one pointer at constant offsets (with 8 pointers
+  advanced per f32x4, Cranelift kept some of them on the stack).
+
+With ``dot_products`` (each column contiguous along the reduction): every row of the first
+factor packed contiguously, each sum a dot product of two runs (:func:`_dot_unit`), the
+columns ``dot_columns`` at a time and for them the rows ``dot_rows`` at a time, each load
+of a column shared by the group's rows (the columns are then read from L1 by the other
+groups).  768 x 3072 transposed, 8 rows: 2.6-2.8 ms before, 2.2-2.4 now (1 row: 1.0-1.3 ms
+both); groups of 1, 2 or 4 rows are within 10% (4 the best): the first group waits on
+memory while the others compute from L1, and
+all 8 rows in one loop need 8 sums per column, more than the registers hold at 2 columns
+or more (1 column at a time was slower still).
 """
 
 from __future__ import annotations
 
 from ...ir.access import flat_offset
 from ...ir.matmul_layout import direct_columns
-from ...ir.symbolic import IntImm, substitute
+from ...ir.symbolic import IntImm, as_int, simplify, substitute
 from ...ir.wasm_schedule import MatrixVectorSchedule
 from ..emit import store
 from ..wat_builder import Body, add, call, const, div_u, get, mul, op, sub
@@ -79,15 +121,25 @@ def _condition(schedule: MatrixVectorSchedule, rows: str, depth: str) -> str:
 
 
 def _sums_bytes(schedule: MatrixVectorSchedule) -> int:
-    """The scratch's first bytes: a unit's sums, one f32 per column."""
-    return 4 * schedule.columns
+    """The scratch's first bytes: a unit's sums, one f32 per column of each row (row ``r``'s
+    from ``scratch + r * 4 * columns``)."""
+    return 4 * schedule.columns * schedule.max_rows
+
+
+def _row_groups(group: int) -> tuple[int, ...]:
+    """The sizes of the groups a unit's rows are taken in: ``group`` rows while as many
+    remain, then halves down to 1 (7 rows in groups of 4: 4, 2, 1)."""
+    sizes = [group]
+    while sizes[-1] > 1:
+        sizes.append(sizes[-1] // 2)
+    return tuple(sizes)
 
 
 def _streamed_unit(kernel: MatmulKernel, schedule: MatrixVectorSchedule, column0: str, width: str) -> None:
     """One unit (the batch axes in scope): the ``width`` columns from ``column0``, every row.
     The first factor packed for all rows (lane ``r`` of step ``k`` at ``scratch + sums + 4 *
-    (k * max_rows + r)``); per row, the sums (:func:`_streamed_sums`) then the epilogue of
-    each, stored."""
+    (k * max_rows + r)``); the sums of every row (:func:`_streamed_sums`), then per row the
+    epilogue of each, stored."""
     emitter, body, info, program = kernel.emitter, kernel.body, kernel.info, kernel.program
     panel = add(get("$scratch"), const(_sums_bytes(schedule)))
     pack(emitter, body, info, info.a, kernel.row_axes, kernel.row_extents, const(0), get("$rows"), schedule.max_rows,
@@ -99,175 +151,305 @@ def _streamed_unit(kernel: MatmulKernel, schedule: MatrixVectorSchedule, column0
                  unflatten_into(emitter, body, kernel.column_extents, get(column0), "xw"))
     first_step = tuple(substitute(index, {info.reduce_axes[0].name: IntImm(0)}) for index in info.b.indices)
     body.set(weight, emitter.element_address(info.b.buffer, first_step))
-    body.set(step, op("i32.shl", emitter.index(direct_columns(info, program)), const(2)))
+    step_bytes = direct_columns(info, program) * 4
+    body.set(step, emitter.index(step_bytes))
     emitter.close_scope()
+    _streamed_sums(body, schedule, weight, step, as_int(simplify(step_bytes)), width)
+    _each_row_outputs(kernel, schedule, column0, width, "$matvec_row")
+
+
+def _each_row_outputs(kernel: MatmulKernel, schedule: MatrixVectorSchedule, column0: str, width: str,
+                      label: str) -> None:
+    """A loop over the rows: the epilogue of each of a row's sums (:func:`_outputs`)."""
+    body = kernel.body
     row = body.named("mv_row")
+    body.comment("each row's outputs: the epilogue of its sums")
     body.set(row, const(0))
-    with body.block("$matvec_rows_done"):
-        body.br_if("$matvec_rows_done", op("i32.ge_u", get(row), get("$rows")))
-        with body.loop("$matvec_row"):
-            _streamed_sums(body, schedule, row, weight, step, width)
-            _outputs(kernel, row, column0, width)
+    with body.block(f"{label}s_done"):
+        body.br_if(f"{label}s_done", op("i32.ge_u", get(row), get("$rows")))
+        with body.loop(label):
+            _outputs(kernel, _row_sums(schedule, get(row)), row, column0, width)
             body.increment(row)
-            body.br_if("$matvec_row", op("i32.lt_u", get(row), get("$rows")))
+            body.br_if(label, op("i32.lt_u", get(row), get("$rows")))
+
+
+def _offset(offset: int) -> str:
+    """A load's or store's ``offset=`` immediate (nothing at 0), with its leading space."""
+    return f" offset={offset}" if offset else ""
+
+
+def _row_sums(schedule: MatrixVectorSchedule, row: str) -> str:
+    """The i32 WAT address of the sums of row ``row`` (an i32 WAT value) in the scratch."""
+    return add(get("$scratch"), mul(row, const(4 * schedule.columns)))
 
 
 def _dot_unit(kernel: MatmulKernel, schedule: MatrixVectorSchedule, column0: str, width: str) -> None:
     """One unit when the second factor's columns are contiguous along the reduction
-    (``matmul_layout.dot_columns``): per row, the row of the first factor packed contiguously
-    (``scratch + sums``, its prologue evaluated once per element), then each column's sum a
-    dot product of the two runs (:func:`_dot_sums`) into the scratch's sums, then the
+    (``matmul_layout.dot_columns``): each row of the first factor packed contiguously (row
+    ``r`` at ``scratch + sums + r * 4 * max_depth``, its prologue evaluated once per
+    element), then each sum a dot product of two runs (:func:`_dot_sums`), then per row the
     epilogue of each."""
     emitter, body, info = kernel.emitter, kernel.body, kernel.info
     panel = add(get("$scratch"), const(_sums_bytes(schedule)))
     row = body.named("mv_row")
     body.set(row, const(0))
-    with body.block("$dot_rows_done"):
-        body.br_if("$dot_rows_done", op("i32.ge_u", get(row), get("$rows")))
-        with body.loop("$dot_row"):
+    with body.block("$dot_packed"):
+        body.br_if("$dot_packed", op("i32.ge_u", get(row), get("$rows")))
+        with body.loop("$dot_pack"):
             body.comment("this row of the first factor, contiguous along the reduction")
-            pack(emitter, body, info, info.a, kernel.row_axes, kernel.row_extents, get(row), get("$rows"), 1, panel)
-            _dot_sums(kernel, schedule, column0, width)
-            _outputs(kernel, row, column0, width)
+            pack(emitter, body, info, info.a, kernel.row_axes, kernel.row_extents, get(row), get("$rows"), 1,
+                 add(panel, mul(get(row), const(4 * schedule.max_depth))))
             body.increment(row)
-            body.br_if("$dot_row", op("i32.lt_u", get(row), get("$rows")))
+            body.br_if("$dot_pack", op("i32.lt_u", get(row), get("$rows")))
+    _dot_sums(kernel, schedule, column0, width)
+    _each_row_outputs(kernel, schedule, column0, width, "$dot_row")
+
+
+def _column_bytes(kernel: MatmulKernel) -> int | None:
+    """The bytes between two consecutive columns of the second factor where that is a
+    constant (one column axis: a [classes, features] weight's features), else None."""
+    info = kernel.info
+    if len(kernel.column_axes) != 1:
+        return None
+    axis = kernel.column_axes[0]
+    moved = tuple(substitute(index, {axis.name: axis + 1}) for index in info.b.indices)
+    distance = as_int(simplify(flat_offset(info.b.buffer, moved) - flat_offset(info.b.buffer, info.b.indices)))
+    return None if distance is None else 4 * distance
 
 
 def _dot_sums(kernel: MatmulKernel, schedule: MatrixVectorSchedule, column0: str, width: str) -> None:
-    """The dot products of the packed row with the unit's ``width`` columns, into the
-    scratch's sums: ``dot_columns`` columns at a time (one f32x4 sum each, four reduction
-    steps per load, the packed row's load shared), then the rest one at a time; the steps
-    past the last whole four added one by one, each sum's lanes added at the end."""
+    """The dot products of the packed rows with the unit's ``width`` columns, into the
+    scratch's sums: ``dot_columns`` columns at a time, then the rest one at a time; for
+    those columns, the rows in groups (:func:`_dot_group`: ``dot_rows`` rows while as many
+    remain, then halves).  The columns are read from one pointer where they are a constant
+    distance apart (:func:`_column_bytes`), else each from its own."""
     emitter, body, info = kernel.emitter, kernel.body, kernel.info
-    column, column_end, k, vector_depth, a = (body.named(name) for name in (
-        "dot_column", "dot_column_end", "dot_k", "dot_vector_depth", "dot_a"))
+    column, column_end, row = (body.named(name) for name in ("dot_column", "dot_column_end", "mv_row"))
+    vector_bytes, bytes_ = body.named("dot_vector_bytes"), body.named("dot_bytes")
     first_step = {axis.name: IntImm(0) for axis in info.reduce_axes}
+    column_bytes = _column_bytes(kernel)
     body.set(column, get(column0))
     body.set(column_end, add(get(column0), get(width)))
-    body.set(vector_depth, op("i32.and", get("$depth"), const(-4)))
+    body.comment("the bytes of a row's whole f32x4 of reduction steps, and of all its steps")
+    body.set(vector_bytes, op("i32.shl", op("i32.and", get("$depth"), const(-4)), const(2)))
+    body.set(bytes_, op("i32.shl", get("$depth"), const(2)))
     for count, label in ((schedule.dot_columns, "dot_group"), (1, "dot_single")):
-        addresses = [body.named(f"dot_b{c}") for c in range(count)]
-        sums = [body.named(f"dot_sum{c}", "v128") for c in range(count)]
-        tails = [body.named(f"dot_tail{c}", "f32") for c in range(count)]
+        starts = [body.named(f"dot_b{c}") for c in range(count if column_bytes is None else 1)]
         body.comment(f"{count} column{'s' if count > 1 else ''} at a time")
         with body.block(f"${label}_done"):
             with body.loop(f"${label}"):
                 body.br_if(f"${label}_done", op("i32.gt_u", add(get(column), const(count)), get(column_end)))
-                for c, address in enumerate(addresses):
+                body.comment("the columns' first step" if len(starts) > 1 else "the first column's first step")
+                for c, start in enumerate(starts):
                     emitter.open_scope()
                     linear = add(get(column), const(c)) if c else get(column)
                     declare_axes(emitter, kernel.column_axes, kernel.column_extents,
                                  unflatten_into(emitter, body, kernel.column_extents, linear, f"xq{c}_"))
                     indices = tuple(substitute(index, first_step) for index in info.b.indices)
-                    body.set(address, emitter.element_address(info.b.buffer, indices))
+                    body.set(start, emitter.element_address(info.b.buffer, indices))
                     emitter.close_scope()
-                for total in sums:
-                    body.set(total, "(v128.const i32x4 0 0 0 0)")
-                for tail in tails:
-                    body.set(tail, "(f32.const 0)")
-                body.set(a, add(get("$scratch"), const(_sums_bytes(schedule))))
-                body.set(k, const(0))
-                with body.block(f"${label}_vectors_done"):
-                    body.br_if(f"${label}_vectors_done", op("i32.ge_u", get(k), get(vector_depth)))
-                    with body.loop(f"${label}_vectors"):
-                        body.set("$dot_row_vector", f"(v128.load {get(a)})")
-                        body.named("dot_row_vector", "v128")
-                        for total, address in zip(sums, addresses):
-                            body.set(total, f"(f32x4.add {get(total)} (f32x4.mul {get('$dot_row_vector')} "
-                                            f"(v128.load {get(address)})))")
-                            body.increment(address, 16)
-                        body.increment(a, 16)
-                        body.increment(k, 4)
-                        body.br_if(f"${label}_vectors", op("i32.lt_u", get(k), get(vector_depth)))
-                with body.block(f"${label}_steps_done"):
-                    body.br_if(f"${label}_steps_done", op("i32.ge_u", get(k), get("$depth")))
-                    with body.loop(f"${label}_steps"):
-                        for tail, address in zip(tails, addresses):
-                            product = f"(f32.mul (f32.load {get(a)}) (f32.load {get(address)}))"
-                            body.set(tail, f"(f32.add {get(tail)} {product})")
-                            body.increment(address, 4)
-                        body.increment(a, 4)
-                        body.increment(k)
-                        body.br_if(f"${label}_steps", op("i32.lt_u", get(k), get("$depth")))
-                for c, (total, tail) in enumerate(zip(sums, tails)):
-                    lanes = [f"(f32x4.extract_lane {lane} {get(total)})" for lane in range(4)]
-                    sum_at = add(get("$scratch"), op("i32.shl", sub(get(column), get(column0)), const(2)))
-                    body.store("f32.store", sum_at, f"(f32.add (f32.add (f32.add {lanes[0]} {lanes[1]}) "
-                                                    f"(f32.add {lanes[2]} {lanes[3]})) {get(tail)})", 4 * c)
+                body.set(row, const(0))
+                for group in _row_groups(schedule.dot_rows):
+                    _dot_group(body, schedule, label, starts, count, column_bytes, group, column, column0, row,
+                               vector_bytes, bytes_)
                 body.increment(column, count)
                 body.br(f"${label}")
 
 
-def _streamed_sums(body: Body, schedule: MatrixVectorSchedule, row: str, weight: str, step: str, width: str) -> None:
-    """The sums of row ``row`` over the unit's ``width`` columns, into the scratch (one f32
-    per column from ``$scratch``).  ``steps`` reduction steps at a time while as many remain
-    (one splat of the packed first factor per step, the second factor's rows read in order,
-    four columns per f32x4, a sum loaded and stored once per four products), then one step
-    at a time; columns beyond the last whole f32x4 are summed one by one (a ``v128.load``
-    past a row's end could leave the buffer)."""
-    k, a, w, sum_, vector_end, end = (body.named(name) for name in ("mv_k", "mv_a", "mv_w", "mv_sum", "mv_vector_end",
-                                                                      "mv_end"))
-    body.set(vector_end, add(get("$scratch"), op("i32.shl", op("i32.shr_u", get(width), const(2)), const(4))))
-    body.set(end, add(get("$scratch"), op("i32.shl", get(width), const(2))))
-    body.comment("the sums start at 0 (whole f32x4: the lanes past the width are never stored)")
-    body.set(sum_, get("$scratch"))
+def _dot_group(body: Body, schedule: MatrixVectorSchedule, label: str, starts: list[str], count: int,
+               column_bytes: int | None, group: int, column: str, column0: str, row: str, vector_bytes: str,
+               bytes_: str) -> None:
+    """A loop over groups of ``group`` rows from ``row`` while as many remain: the dot
+    products of each with the ``count`` columns whose first steps are at ``starts`` (one
+    local per column, or the first where they are ``column_bytes`` apart), stored as its
+    sums.  One f32x4 sum per row and column, four reduction steps per load (each load of a
+    column shared by the group's rows, each load of a row by the columns), the steps past
+    the last whole four added one by one, each sum's lanes added at the end: a sum's order
+    is the same whatever the group, so a row's results do not depend on the other rows."""
+    label = f"{label}_rows{group}"
+    row_bytes = 4 * schedule.max_depth  # between two packed rows
+    sources = [body.named(f"dot_w{c}") for c in range(len(starts))]
+    a, vector_end, end = body.named("dot_a"), body.named("dot_vector_end"), body.named("dot_end")
+    sums = [[body.named(f"dot_sum{g}_{c}", "v128") for c in range(count)] for g in range(group)]
+    tails = [[body.named(f"dot_tail{g}_{c}", "f32") for c in range(count)] for g in range(group)]
+    columns = {kind: [body.named(f"dot_w{letter}{c}", kind) for c in range(count)]
+               for kind, letter in (("v128", "v"), ("f32", "s"))}
+    factors = {kind: body.named(f"dot_a{letter}", kind) for kind, letter in (("v128", "v"), ("f32", "s"))}
+
+    def column_value(kind: str, c: int) -> str:
+        if len(sources) > 1:
+            return f"({kind}.load {get(sources[c])})"
+        return f"({kind}.load{_offset(c * (column_bytes or 0))} {get(sources[0])})"
+
+    body.comment(f"{group} row{'s' if group > 1 else ''} at a time")
+    with body.block(f"${label}_done"):
+        with body.loop(f"${label}"):
+            body.br_if(f"${label}_done", op("i32.gt_u", add(get(row), const(group)), get("$rows")))
+            for source, start in zip(sources, starts):
+                body.set(source, get(start))
+            body.set(a, add(get("$scratch"), add(const(_sums_bytes(schedule)), mul(get(row), const(row_bytes)))))
+            body.set(vector_end, add(get(a), get(vector_bytes)))
+            body.set(end, add(get(a), get(bytes_)))
+            for total in (s for line in sums for s in line):
+                body.set(total, "(v128.const i32x4 0 0 0 0)")
+            for tail in (t for line in tails for t in line):
+                body.set(tail, "(f32.const 0)")
+            for kind, size, last, loop in (("v128", 16, vector_end, "vectors"), ("f32", 4, end, "steps")):
+                if kind == "v128":
+                    body.comment("four reduction steps at a time: each column's f32x4 into every row of the group")
+                else:
+                    body.comment("the steps past the last whole four, one by one")
+                add_, mul_ = ("f32x4.add", "f32x4.mul") if kind == "v128" else ("f32.add", "f32.mul")
+                with body.block(f"${label}_{loop}_done"):
+                    body.br_if(f"${label}_{loop}_done", op("i32.ge_u", get(a), get(last)))
+                    with body.loop(f"${label}_{loop}"):
+                        for c, value in enumerate(columns[kind]):
+                            body.set(value, column_value(kind, c))
+                        for g in range(group):
+                            body.set(factors[kind], f"({kind}.load{_offset(row_bytes * g)} {get(a)})")
+                            for total, value in zip(sums[g] if kind == "v128" else tails[g], columns[kind]):
+                                body.set(total, f"({add_} {get(total)} ({mul_} {get(factors[kind])} {get(value)}))")
+                        for source in sources:
+                            body.increment(source, size)
+                        body.increment(a, size)
+                        body.br_if(f"${label}_{loop}", op("i32.lt_u", get(a), get(last)))
+            body.comment("each sum's lanes added, then its steps past the last four; stored")
+            for g in range(group):
+                row_at = add(_row_sums(schedule, add(get(row), const(g)) if g else get(row)),
+                             op("i32.shl", sub(get(column), get(column0)), const(2)))
+                for c, (total, tail) in enumerate(zip(sums[g], tails[g])):
+                    lanes = [f"(f32x4.extract_lane {lane} {get(total)})" for lane in range(4)]
+                    body.store("f32.store", row_at, f"(f32.add (f32.add (f32.add {lanes[0]} {lanes[1]}) "
+                                                    f"(f32.add {lanes[2]} {lanes[3]})) {get(tail)})", 4 * c)
+            body.increment(row, group)
+            body.br(f"${label}")
+
+
+def _streamed_sums(body: Body, schedule: MatrixVectorSchedule, weight: str, step: str, step_bytes: int | None,
+                   width: str) -> None:
+    """The sums of every row over the unit's ``width`` columns, into the scratch (one f32
+    per column, row ``r``'s from ``scratch + r * 4 * columns``).  ``steps`` reduction steps
+    at a time while as many remain, then one step at a time; at each, the rows in groups
+    (:func:`_streamed_group`), the first of which reads the steps' rows of the second factor
+    (``steps`` x ``width`` floats) from memory, the others from the L1 cache.  ``step``:
+    the local holding the bytes between two steps of the second factor; ``step_bytes``
+    that distance where it is a constant (the steps' rows are then read from one pointer,
+    at constant offsets)."""
+    k, a, w = (body.named(name) for name in ("mv_k", "mv_a", "mv_w"))
+    vector_bytes, bytes_, row, sum_, end = (body.named(name) for name in (
+        "mv_vector_bytes", "mv_bytes", "mv_row", "mv_sum", "mv_end"))
+    body.set(vector_bytes, op("i32.shl", op("i32.shr_u", get(width), const(2)), const(4)))
+    body.set(bytes_, op("i32.shl", get(width), const(2)))
+    body.comment("every row's sums start at 0 (whole f32x4: the lanes past the width are never stored)")
+    body.set(row, const(0))
     with body.block("$mv_zeroed"):
-        body.br_if("$mv_zeroed", op("i32.ge_u", get(sum_), get(end)))
-        with body.loop("$mv_zero"):
-            body.store("v128.store", get(sum_), "(v128.const i32x4 0 0 0 0)")
-            body.increment(sum_, 16)
-            body.br_if("$mv_zero", op("i32.lt_u", get(sum_), get(end)))
-    body.set(a, add(get("$scratch"), add(const(_sums_bytes(schedule)), op("i32.shl", get(row), const(2)))))
+        body.br_if("$mv_zeroed", op("i32.ge_u", get(row), get("$rows")))
+        with body.loop("$mv_zero_row"):
+            body.set(sum_, _row_sums(schedule, get(row)))
+            body.set(end, add(get(sum_), get(bytes_)))
+            with body.loop("$mv_zero"):
+                body.store("v128.store", get(sum_), "(v128.const i32x4 0 0 0 0)")
+                body.increment(sum_, 16)
+                body.br_if("$mv_zero", op("i32.lt_u", get(sum_), get(end)))
+            body.increment(row)
+            body.br_if("$mv_zero_row", op("i32.lt_u", get(row), get("$rows")))
+    body.set(a, add(get("$scratch"), const(_sums_bytes(schedule))))
     body.set(w, get(weight))
     body.set(k, const(0))
     for steps, label in ((schedule.steps, "mv_steps"), (1, "mv_step")):
-        factors = [body.named(f"mv_a{s}", "v128") for s in range(steps)]
-        rows = [body.named(f"mv_w{s}") for s in range(steps)]
-        body.comment(f"{steps} reduction step{'s' if steps > 1 else ''} at a time")
+        # each step's row of the second factor: from one pointer where the distance is constant
+        rows = [body.named(f"mv_w{s}") for s in range(1, steps)] if step_bytes is None else []
+        body.comment(f"{steps} reduction step{'s' if steps > 1 else ''} at a time, for every row")
         with body.block(f"${label}_done"):
             with body.loop(f"${label}"):
                 body.br_if(f"${label}_done", op("i32.gt_u", add(get(k), const(steps)), get("$depth")))
-                for s, factor in enumerate(factors):
-                    body.set(factor, f"(v128.load32_splat offset={4 * schedule.max_rows * s} {get(a)})")
-                body.set(rows[0], get(w))
-                for s in range(1, steps):
-                    body.set(rows[s], add(get(rows[s - 1]), get(step)))
-                body.set(sum_, get("$scratch"))
-                with body.block(f"${label}_vectors_done"):
-                    body.br_if(f"${label}_vectors_done", op("i32.ge_u", get(sum_), get(vector_end)))
-                    with body.loop(f"${label}_vectors"):
-                        vector = f"(v128.load {get(sum_)})"
-                        for factor, source in zip(factors, rows):
-                            vector = f"(f32x4.add {vector} (f32x4.mul {get(factor)} (v128.load {get(source)})))"
-                        body.store("v128.store", get(sum_), vector)
-                        for source in rows:
-                            body.increment(source, 16)
-                        body.increment(sum_, 16)
-                        body.br_if(f"${label}_vectors", op("i32.lt_u", get(sum_), get(vector_end)))
-                body.comment("the columns past the last whole f32x4, one by one")
-                with body.block(f"${label}_columns_done"):
-                    body.br_if(f"${label}_columns_done", op("i32.ge_u", get(sum_), get(end)))
-                    with body.loop(f"${label}_columns"):
-                        value = f"(f32.load {get(sum_)})"
-                        for factor, source in zip(factors, rows):
-                            value = (f"(f32.add {value} (f32.mul (f32x4.extract_lane 0 {get(factor)}) "
-                                     f"(f32.load {get(source)})))")
-                        body.store("f32.store", get(sum_), value)
-                        for source in rows:
-                            body.increment(source, 4)
-                        body.increment(sum_, 4)
-                        body.br_if(f"${label}_columns", op("i32.lt_u", get(sum_), get(end)))
+                if rows:
+                    body.comment("the steps' rows of the second factor")
+                for s, start in enumerate(rows):
+                    body.set(start, add(get(rows[s - 1]) if s else get(w), get(step)))
+                starts = [get(w), *(get(start) for start in rows)]
+                body.set(row, const(0))
+                for group in _row_groups(schedule.max_rows):
+                    _streamed_group(body, schedule, label, starts, steps, step_bytes, group, a, row, vector_bytes,
+                                    bytes_)
                 body.increment(a, 4 * schedule.max_rows * steps)
                 body.increment(w, mul(get(step), const(steps)) if steps > 1 else get(step))
                 body.increment(k, steps)
                 body.br(f"${label}")
 
 
-def _outputs(kernel: MatmulKernel, row: str, column0: str, width: str) -> None:
+def _streamed_group(body: Body, schedule: MatrixVectorSchedule, label: str, starts: list[str], steps: int,
+                    step_bytes: int | None, group: int, a: str, row: str, vector_bytes: str, bytes_: str) -> None:
+    """A loop over groups of ``group`` rows from ``row`` while as many remain: their sums
+    take ``steps`` steps whose rows of the second factor start at ``starts`` (i32 WAT
+    values: one per step, or the first where the steps are ``step_bytes`` apart).  The
+    second factor is read in order, four columns per f32x4, each f32x4 loaded once for the
+    group's rows; a row's sum is loaded and stored once per four columns and the steps;
+    each product's factor splatted from the packed first factor where it is used (from
+    L1: held in locals, 8 rows x 4 steps of them did not fit the registers).  Then the
+    columns beyond the last whole f32x4 one by one (a ``v128.load`` past a row's end could
+    leave the buffer).  Each sum adds its products step by step, whatever the group, so a
+    row's results do not depend on the other rows."""
+    label = f"{label}_rows{group}"
+    sum_, vector_end, end, factors = (body.named(name) for name in ("mv_sum", "mv_vector_end", "mv_end", "mv_factors"))
+    sources = [body.named(f"mv_source{s}") for s in range(len(starts))]
+    vectors = [body.named(f"mv_wv{s}", "v128") for s in range(steps)]
+    scalars = [body.named(f"mv_ws{s}", "f32") for s in range(steps)]
+    rows_bytes = 4 * schedule.columns  # between two rows' sums
+
+    def weight(kind: str, s: int) -> str:
+        """Step ``s``'s value of the second factor at the sources (``kind``: v128 or f32)."""
+        if len(sources) > 1:
+            return f"({kind}.load {get(sources[s])})"
+        return f"({kind}.load{_offset(s * (step_bytes or 0))} {get(sources[0])})"
+
+    def factor(kind: str, g: int, s: int) -> str:
+        """Row ``g``'s packed first factor at step ``s``, splatted (v128) or as an f32."""
+        load = "v128.load32_splat" if kind == "v128" else "f32.load"
+        return f"({load}{_offset(4 * (schedule.max_rows * s + g))} {get(factors)})"
+
+    body.comment(f"{group} row{'s' if group > 1 else ''} at a time")
+    with body.block(f"${label}_done"):
+        with body.loop(f"${label}"):
+            body.br_if(f"${label}_done", op("i32.gt_u", add(get(row), const(group)), get("$rows")))
+            body.set(factors, add(get(a), op("i32.shl", get(row), const(2))))
+            for source, start in zip(sources, starts):
+                body.set(source, start)
+            body.set(sum_, _row_sums(schedule, get(row)))
+            body.set(vector_end, add(get(sum_), get(vector_bytes)))
+            body.set(end, add(get(sum_), get(bytes_)))
+            for kind, size, values, last, loop in (("v128", 16, vectors, vector_end, "vectors"),
+                                                   ("f32", 4, scalars, end, "columns")):
+                if kind == "v128":
+                    body.comment("four columns at a time: each f32x4 of the second factor into every row of the group")
+                else:
+                    body.comment("the columns past the last whole f32x4, one by one")
+                lanes = "f32x4" if kind == "v128" else "f32"
+                with body.block(f"${label}_{loop}_done"):
+                    body.br_if(f"${label}_{loop}_done", op("i32.ge_u", get(sum_), get(last)))
+                    with body.loop(f"${label}_{loop}"):
+                        for s, value in enumerate(values):
+                            body.set(value, weight(kind, s))
+                        for g in range(group):
+                            total = f"({kind}.load{_offset(rows_bytes * g)} {get(sum_)})"
+                            for s, value in enumerate(values):
+                                total = f"({lanes}.add {total} ({lanes}.mul {factor(kind, g, s)} {get(value)}))"
+                            body.store(f"{kind}.store", get(sum_), total, rows_bytes * g)
+                        for source in sources:
+                            body.increment(source, size)
+                        body.increment(sum_, size)
+                        body.br_if(f"${label}_{loop}", op("i32.lt_u", get(sum_), get(last)))
+            body.increment(row, group)
+            body.br(f"${label}")
+
+
+def _outputs(kernel: MatmulKernel, sums: str, row: str, column0: str, width: str) -> None:
     """A loop over the unit's ``width`` columns of row ``row`` (its axes recovered once):
-    the epilogue of each sum in the scratch, stored."""
+    the epilogue of each sum (from ``sums``: an i32 WAT address, one f32 per column),
+    stored."""
     emitter, body, info, program = kernel.emitter, kernel.body, kernel.info, kernel.program
-    column, column_end = body.named("mv_column"), body.named("mv_column_end")
+    column, column_end, row_sums = body.named("mv_column"), body.named("mv_column_end"), body.named("mv_row_sums")
+    body.set(row_sums, sums)
     body.set(column, get(column0))
     body.set(column_end, add(get(column0), get(width)))
     emitter.open_scope()
@@ -281,7 +463,7 @@ def _outputs(kernel: MatmulKernel, row: str, column0: str, width: str) -> None:
                          unflatten_into(emitter, body, kernel.column_extents, get(column), "yw"))
             offset = emitter.index(flat_offset(program.output, tuple(program.axes)))
             address = emitter.set_local(emitter.address(program.output.name, offset), "i32", body.indent, "address")
-            sum_at = add(get("$scratch"), op("i32.shl", sub(get(column), get(column0)), const(2)))
+            sum_at = add(get(row_sums), op("i32.shl", sub(get(column), get(column0)), const(2)))
             emitter.known(info.reduction, f"(f32.load {sum_at})")
             body.line(store(program.output.dtype, address, emitter.scalar(program.body, body.indent)))
             emitter.close_scope()
