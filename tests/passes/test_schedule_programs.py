@@ -45,8 +45,8 @@ def packed(swap: bool = False, split: bool = False) -> str:
 
 
 def matrix_vector(otherwise: str, swap: bool = False, dot: bool = False) -> str:
-    return (f"matrix_vector(swap_factors={swap}, max_rows=8, columns=512, steps=4, max_depth=37344, "
-            f"dot_products={dot}, dot_columns=4, otherwise={otherwise})")
+    return (f"matrix_vector(swap_factors={swap}, max_rows=8, columns=512, steps=8, max_depth=36896, "
+            f"dot_products={dot}, dot_columns=4, dot_rows=4, otherwise={otherwise})")
 
 
 PROGRAMS = '''
@@ -284,7 +284,7 @@ def test_a_matrix_vector_kind_fits_the_scratch_of_the_kind_it_falls_back_to() ->
     packed_kind = PackedMatmulSchedule(panel_bytes=1 << 16)
     fitting = MatrixVectorSchedule(otherwise=packed_kind)
     assert fitting.own_scratch_bytes <= packed_kind.scratch_bytes == fitting.scratch_bytes
-    assert MatrixVectorSchedule().max_depth == 37344
+    assert MatrixVectorSchedule().max_depth == 36896
     with pytest.raises(ValueError, match="fits the scratch"):
         replace(fitting, max_depth=fitting.max_depth + 4)
 
