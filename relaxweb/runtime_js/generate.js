@@ -595,6 +595,15 @@ export function generationStats(model) {
 }
 
 /**
+ * The model's scheduler (paged_generate.js's PagedScheduler, made by its first generation on a
+ * paged bundle), null before: where the policy's knobs are (`prefillChunk`, `admission`).
+ * @param {any} model @returns {PagedScheduler | null}
+ */
+export function schedulerOf(model) {
+  return SCHEDULERS.get(model) ?? null;
+}
+
+/**
  * A finished request as the Generation its caller gets (its error thrown).
  * @param {any} model @param {Request} request @returns {Generation}
  */

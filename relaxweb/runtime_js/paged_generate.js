@@ -166,6 +166,13 @@ export class PagedScheduler {
     const bound = typeof tokensDim === "number" ? tokensDim
       : model.symbolicVars.find((/** @type {any} */ v) => v.name === tokensDim)?.bound;
     this.budget = bound || DEFAULT_BUDGET;
+    // the policy's knobs, as paged_generate.py's: the prompt tokens a step reads at most (null:
+    // the budget left after the decoding tokens), and the order queued requests are admitted in
+    // ("arrival", or "shortest" prompt first)
+    /** @type {number | null} */
+    this.prefillChunk = null;
+    /** @type {"arrival" | "shortest"} */
+    this.admission = "arrival";
     /** @type {number[]} */
     this.freePages = [...Array(layout.pages).keys()];
     this.reserved = 0;
@@ -312,10 +319,16 @@ export class PagedScheduler {
 
   // -- one step -------------------------------------------------------------------------
 
-  /** Move queued requests to the live set, in arrival order, while their pages are free. */
+  /**
+   * Move queued requests to the live set while their pages are free: in arrival order (`admission`
+   * "arrival"), or the shortest prompt first ("shortest").
+   */
   admit() {
-    while (this.queue.length > 0 && this.reserved + this.queue[0].reserved <= this.layout.pages) {
-      const request = /** @type {Request} */ (this.queue.shift());
+    while (this.queue.length > 0) {
+      const request = this.admission === "arrival" ? this.queue[0]
+        : this.queue.reduce((shortest, queued) => (queued.prompt.length < shortest.prompt.length ? queued : shortest));
+      if (this.reserved + request.reserved > this.layout.pages) return;
+      this.queue.splice(this.queue.indexOf(request), 1);
       this.reserved += request.reserved;
       this.live.push(request);
     }
@@ -336,6 +349,7 @@ export class PagedScheduler {
         budget -= 1;
       }
     }
+    budget = Math.min(budget, this.prefillChunk ?? budget); // the prompt tokens this step reads at most
     for (const request of this.live) {
       if (!request.prefilled && budget > 0) {
         const chunk = request.nextFeed().slice(0, budget);

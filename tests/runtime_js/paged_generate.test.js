@@ -23,7 +23,7 @@ import { Host } from "../../relaxweb/runtime_js/host.js";
 import { HostSession } from "../../relaxweb/runtime_js/host_session.js";
 import { RemoteHost } from "../../relaxweb/runtime_js/remote_host.js";
 import { WasmModel } from "../../relaxweb/runtime_js/wasm_model.js";
-import { generate, generateMany, generationStats } from "../../relaxweb/runtime_js/generate.js";
+import { generate, generateMany, generationStats, schedulerOf } from "../../relaxweb/runtime_js/generate.js";
 import { validateManifest } from "../../relaxweb/runtime_js/manifest.js";
 
 const REPO_ROOT = fileURLToPath(new URL("../../", import.meta.url));
@@ -337,3 +337,26 @@ test("the tiny Llama with a paged KV cache on wasm: concurrent generate calls an
       model.dispose();
     }
   });
+
+test("the policy's knobs: a step reads at most prefillChunk prompt tokens; admission takes the shortest prompt first", async () => {
+  const model = new PagedStandIn({ pages: 8, pagesPerSequence: 4 });
+  await generate(model, [1], { ...GREEDY, maxNewTokens: 1 }); // makes the scheduler
+  const scheduler = /** @type {any} */ (schedulerOf(model));
+  scheduler.prefillChunk = 2;
+  model.runSizes.length = 0;
+  assert.deepEqual((await generate(model, [1, 2, 3, 4, 5], { ...GREEDY, maxNewTokens: 2 })).tokens, alone([1, 2, 3, 4, 5], 2));
+  assert.deepEqual(model.runSizes, [2, 2, 1, 1]);
+  scheduler.prefillChunk = null;
+  // two long sequences fill 6 of the 8 pages; the third long one (3 pages) waits, and behind it
+  // a short one (2 pages): by arrival it waits behind the third, the shortest first it goes first
+  const prompts = [[1, 2, 3, 4, 5, 6], [7, 8, 9, 10, 11, 12], [13, 14, 15, 16, 17, 18], [19, 20]];
+  for (const [admission, order] of [["arrival", [0, 1, 2, 3]], ["shortest", [3, 0, 1, 2]]]) {
+    scheduler.admission = admission;
+    /** @type {number[]} */
+    const firsts = [];
+    const onTokens = prompts.map((_, index) => () => { if (!firsts.includes(index)) firsts.push(index); });
+    const generations = await generateMany(model, prompts, { ...GREEDY, maxNewTokens: 7, onTokens });
+    assert.deepEqual(generations.map((g) => g.tokens), prompts.map((prompt) => alone(prompt, 7)));
+    assert.deepEqual(firsts, order, admission);
+  }
+});
