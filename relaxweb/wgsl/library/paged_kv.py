@@ -116,7 +116,7 @@ def render_paged_attention(kernel: LibraryKernel, target: str) -> str:
     if target == WEBGPU_CPU:
         return _cpu_source(kernel)
     args = kernel.arguments
-    heads, kv_heads, head, value_head = args["heads"], args["kv_heads"], args["head"], args["value_head"]
+    head, value_head = args["head"], args["value_head"]
     width = 4 if head % 4 == 0 else 1
     if paged_attention_workgroup_bytes(head, width) > WORKGROUP_STORAGE_LIMIT:
         raise ValueError(f"{kernel.name}: a head of {head} does not fit paged attention's workgroup memory "
@@ -124,40 +124,14 @@ def render_paged_attention(kernel: LibraryKernel, target: str) -> str:
     float_inputs = kernel.inputs[:3]  # query, key, value; then page_table, positions
     tokens, helpers = _lowered(float_inputs[0].shape[2])
     lines = [
-        "// " + comment_text(paged_title(kernel)),
-        "// one workgroup per (token, head); keys by chunks of CHUNK, an online softmax between chunks",
-        "",
-        *params_declaration(ParamsLayout(_size_vars(kernel))),
-        *(f"@group(0) @binding({1 + k}) var<storage, read> {buffer.name}: array<{storage_type(buffer.dtype)}>;"
-          for k, buffer in enumerate(float_inputs)),
-        "@group(0) @binding(4) var<storage, read> page_table: array<i32>;",
-        "@group(0) @binding(5) var<storage, read> positions: array<i32>;",
-        f"@group(0) @binding(6) var<storage, read_write> out: array<{storage_type(kernel.output.dtype)}>;",
-        *helpers,
-        "",
-        *_constants(heads=heads, kv_heads=kv_heads, head=head, value_head=value_head, pages=args["pages"],
-                    page_size=args["page_size"], table_pages=args["table_pages"], chunk=CHUNK),
-        f"const SCALE: f32 = {literal(args['scale'], 'float32')};",
-        "",
+        *_attention_declarations(kernel, "one workgroup per (token, head); keys by chunks of CHUNK, an online "
+                                 "softmax between chunks", helpers, chunk=CHUNK),
         *_workgroup_arrays(head, width),
         "",
-        "@compute @workgroup_size(64)",
-        "fn main(@builtin(workgroup_id) workgroup: vec3<u32>,",
-        "        @builtin(num_workgroups) workgroups: vec3<u32>,",
-        "        @builtin(local_invocation_index) local: u32) {",
-        "  let group = i32(workgroup.y * workgroups.x + workgroup.x);",
-        "  // one workgroup per (b, h, t) of query [batch, heads, length, head]; the grid's last ones idle",
-        f"  if (group >= params.element_count / {PAGED_WORKGROUP}) {{",
-        "    return;",
-        "  }",
+        *_main_opening("  // one workgroup per (b, h, t) of query [batch, heads, length, head]; the grid's last ones idle",
+                       f"group >= params.element_count / {PAGED_WORKGROUP}"),
         "  let lane = i32(local);",
-        f"  let tokens = {tokens};  // length: tokens per batch entry",
-        "  let b = group / (HEADS * tokens);",
-        "  let h = group / tokens % HEADS;",
-        "  let t = group % tokens;",
-        "  let token = b * tokens + t;",
-        "  let kv_head = h / (HEADS / KV_HEADS);  // grouped-query heads share a key / value head",
-        *_token_lines("  "),
+        *_row_of_group(tokens),
         "  let key_count = position + 1;  // causal: keys 0 .. position",
         "",
         "  // the query row into workgroup memory: row group = (b * HEADS + h) * tokens + t of the query",
@@ -308,7 +282,7 @@ def _cpu_source(kernel: LibraryKernel) -> str:
     """Paged attention for CPU adapters: invocation 0 of each workgroup walks its (token, head)'s
     keys one by one (see the module doc); the others return at once."""
     args = kernel.arguments
-    heads, kv_heads, head, value_head = args["heads"], args["kv_heads"], args["head"], args["value_head"]
+    head, value_head = args["head"], args["value_head"]
     float_inputs = kernel.inputs[:3]
     tokens, helpers = _lowered(float_inputs[0].shape[2])
 
@@ -324,37 +298,11 @@ def _cpu_source(kernel: LibraryKernel) -> str:
         return f"dot(q{k}, {key})" if width == 4 else f"q{k} * {key}"
 
     lines = [
-        "// " + comment_text(paged_title(kernel)),
-        "// for CPU adapters: invocation 0 of each workgroup computes one (token, head) alone, key by key",
-        "",
-        *params_declaration(ParamsLayout(_size_vars(kernel))),
-        *(f"@group(0) @binding({1 + k}) var<storage, read> {buffer.name}: array<{storage_type(buffer.dtype)}>;"
-          for k, buffer in enumerate(float_inputs)),
-        "@group(0) @binding(4) var<storage, read> page_table: array<i32>;",
-        "@group(0) @binding(5) var<storage, read> positions: array<i32>;",
-        f"@group(0) @binding(6) var<storage, read_write> out: array<{storage_type(kernel.output.dtype)}>;",
-        *helpers,
-        "",
-        *_constants(heads=heads, kv_heads=kv_heads, head=head, value_head=value_head, pages=args["pages"],
-                    page_size=args["page_size"], table_pages=args["table_pages"]),
-        f"const SCALE: f32 = {literal(args['scale'], 'float32')};",
-        "",
-        "@compute @workgroup_size(64)",
-        "fn main(@builtin(workgroup_id) workgroup: vec3<u32>,",
-        "        @builtin(num_workgroups) workgroups: vec3<u32>,",
-        "        @builtin(local_invocation_index) local: u32) {",
-        "  let group = i32(workgroup.y * workgroups.x + workgroup.x);",
-        "  // one (b, h, t) of query [batch, heads, length, head] per workgroup, computed by its invocation 0",
-        f"  if (local != 0u || group >= params.element_count / {PAGED_WORKGROUP}) {{",
-        "    return;",
-        "  }",
-        f"  let tokens = {tokens};  // length: tokens per batch entry",
-        "  let b = group / (HEADS * tokens);",
-        "  let h = group / tokens % HEADS;",
-        "  let t = group % tokens;",
-        "  let token = b * tokens + t;",
-        "  let kv_head = h / (HEADS / KV_HEADS);  // grouped-query heads share a key / value head",
-        *_token_lines("  "),
+        *_attention_declarations(kernel, "for CPU adapters: invocation 0 of each workgroup computes one (token, "
+                                 "head) alone, key by key", helpers),
+        *_main_opening("  // one (b, h, t) of query [batch, heads, length, head] per workgroup, computed by its "
+                       "invocation 0", f"local != 0u || group >= params.element_count / {PAGED_WORKGROUP}"),
+        *_row_of_group(tokens),
         "",
         "  // the query row (its start: row group of the query), in registers",
         "  let query_start = group * HEAD;",
@@ -420,3 +368,55 @@ def _cpu_stores(value_head: int) -> list[str]:
         lines.append(f"  let result{k} = acc{k} / running_sum;")
         lines += [f"  out[{at}{f' + {e}' if e else ''}] = result{k}[{e}];" for e in range(4)]
     return lines
+
+
+def _attention_declarations(kernel: LibraryKernel, what: str, helpers: list[str], **more: int) -> list[str]:
+    """A paged attention shader's head: its title and ``what`` it does, the params block, the
+    bindings (query, key, value, page_table, positions, out), index helpers and constants."""
+    args = kernel.arguments
+    return [
+        "// " + comment_text(paged_title(kernel)),
+        "// " + what,
+        "",
+        *params_declaration(ParamsLayout(_size_vars(kernel))),
+        *(f"@group(0) @binding({1 + k}) var<storage, read> {buffer.name}: array<{storage_type(buffer.dtype)}>;"
+          for k, buffer in enumerate(kernel.inputs[:3])),
+        "@group(0) @binding(4) var<storage, read> page_table: array<i32>;",
+        "@group(0) @binding(5) var<storage, read> positions: array<i32>;",
+        f"@group(0) @binding(6) var<storage, read_write> out: array<{storage_type(kernel.output.dtype)}>;",
+        *helpers,
+        "",
+        *_constants(heads=args["heads"], kv_heads=args["kv_heads"], head=args["head"], value_head=args["value_head"],
+                    pages=args["pages"], page_size=args["page_size"], table_pages=args["table_pages"], **more),
+        f"const SCALE: f32 = {literal(args['scale'], 'float32')};",
+        "",
+    ]
+
+
+def _main_opening(comment: str, idle: str) -> list[str]:
+    """``main``'s signature, its workgroup's number ``group``, and the return of the
+    invocations ``idle`` (a WGSL condition) names."""
+    return [
+        "@compute @workgroup_size(64)",
+        "fn main(@builtin(workgroup_id) workgroup: vec3<u32>,",
+        "        @builtin(num_workgroups) workgroups: vec3<u32>,",
+        "        @builtin(local_invocation_index) local: u32) {",
+        "  let group = i32(workgroup.y * workgroups.x + workgroup.x);",
+        comment,
+        f"  if ({idle}) {{",
+        "    return;",
+        "  }",
+    ]
+
+
+def _row_of_group(tokens: str) -> list[str]:
+    """The (b, h, t) of workgroup ``group``, its token, key / value head and position."""
+    return [
+        f"  let tokens = {tokens};  // length: tokens per batch entry",
+        "  let b = group / (HEADS * tokens);",
+        "  let h = group / tokens % HEADS;",
+        "  let t = group % tokens;",
+        "  let token = b * tokens + t;",
+        "  let kv_head = h / (HEADS / KV_HEADS);  // grouped-query heads share a key / value head",
+        *_token_lines("  "),
+    ]
