@@ -313,6 +313,8 @@ class PagedScheduler:
             outputs = self.session.run(feeds, keep_on_gpu=keep)
         except BaseException:
             self.pools = None  # the pools' contents are lost with the views: the live sequences fail
+            for tensor in (previous or {}).values():
+                tensor.dispose()
             raise
         self.pools = {present: outputs[present] for _, present in self.signature.cache}
         for tensor in (previous or {}).values():
