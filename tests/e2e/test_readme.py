@@ -174,6 +174,42 @@ def test_the_tiny_llama_commands(device, tmp_path: Path, shell) -> None:
     assert outputs[-1].stdout.strip()  # text streamed to stdout
 
 
+MANY_COMMANDS = "relaxweb build .cache/tiny-llama/model.onnx -o dist/many --bound batch_size=1 --bound sequence_length=64 \\"
+MANY_PYTHON = "import relaxweb"
+MANY_EXAMPLE = 'const model = await load("./dist/many/");'
+
+
+def test_the_many_generations_commands(device, tmp_path: Path, shell, monkeypatch, capsys) -> None:
+    """The paged build and three prompts at once (the tiny Llama trained by the commands above,
+    in the repository's .cache), then the Python snippet on that bundle: two generations
+    together and one more, and the scheduler's stats (nothing left live)."""
+    (tmp_path / ".cache").symlink_to(REPO / ".cache", target_is_directory=True)
+    if not (REPO / ".cache" / "tiny-llama" / "model.onnx").exists():
+        assert shell(snippet(TINY_LLAMA).text.splitlines()[0], timeout=900).returncode == 0
+    build, generate = snippet(MANY_COMMANDS).text.replace("\\\n", " ").splitlines()
+    done = shell(build)
+    assert done.returncode == 0, done.stderr
+    done = shell(generate)
+    assert done.returncode == 0, done.stderr
+    assert [line for line in done.stdout.splitlines() if line.startswith("---")] == [
+        "--- prompt 1 ---", "--- prompt 2 ---", "--- prompt 3 ---"]
+    assert re.search(r"3 prompts together \(paged KV cache\): 192 tokens in [\d.]+ s", done.stderr), done.stderr
+    monkeypatch.chdir(tmp_path)
+    exec(compile(snippet(MANY_PYTHON).text, "README.md (many generations)", "exec"), {"__name__": "readme"})
+    texts, stats = capsys.readouterr().out.splitlines()
+    assert texts.startswith("[' ") and "SchedulerStats(live=0, queued=0, pages_in_use=0, pages=160" in stats
+
+
+@in_the_browser
+def test_the_many_generations_example(tmp_path: Path) -> None:
+    relaxweb.build(REPO / ".cache" / "tiny-llama" / "model.onnx", tmp_path / "dist" / "many",
+                   bounds={"batch_size": 1, "sequence_length": 64, "past_sequence_length": 256,
+                           "total_sequence_length": 320}, kv_pages=160)
+    [[story, listed, many, stats]] = run_js(tmp_path, snippet(MANY_EXAMPLE).text).logged()
+    assert story and listed and len(many) == 2 and many[0].startswith(story)  # greedy: the same prompt's start
+    assert (stats["live"], stats["queued"], stats["pagesInUse"], stats["pages"]) == (0, 0, 0, 160)
+
+
 CHAT_COMMANDS = "relaxweb build model.onnx -o dist/chat --tokenizer my-model/   # tokenizer.json, tokenizer_config.json, ..."
 CHAT_MESSAGES = [{"role": "user", "content": "What is WebGPU?"}]
 
@@ -369,6 +405,9 @@ RUN_HERE: dict[str, Callable] = {
     KEEP_ON_GPU_EXAMPLE: test_the_keep_on_gpu_example,
     GENERATE_EXAMPLE: test_the_generate_example,
     CHAT_COMMANDS: test_the_chat_commands,
+    MANY_COMMANDS: test_the_many_generations_commands,
+    MANY_PYTHON: test_the_many_generations_commands,
+    MANY_EXAMPLE: test_the_many_generations_example,
     CHAT_EXAMPLE: test_the_chat_example,
 }
 

@@ -23,6 +23,7 @@ from relaxweb.ir.well_formed import check_well_formed
 from relaxweb.library.attention import attention_reference
 from relaxweb.passes import PassContext, page_kv_caches
 from tests.helpers import F32, assert_close, rand
+from tests.passes.rewrite import check_rewrite
 
 # A decoder layer after place_kv_caches: caches of capacity 12 along the past length p, an
 # attention mask made from attention_mask.
@@ -70,8 +71,14 @@ def test_each_cache_becomes_a_pool_read_through_the_page_tables() -> None:
 
 
 def test_without_kv_pages_nothing_changes() -> None:
+    """The paged rewrite changes the inputs (so it is checked by hand below); without
+    ``kv_pages`` the pass leaves the module as it is, and it computes what it did."""
     module = parse_module(BEFORE)
     assert page_kv_caches(module) is module
+    inputs = {"q": rand(2, 4, 3, 8, seed=1), "new_k": rand(2, 2, 3, 8, seed=2), "new_v": rand(2, 2, 3, 8, seed=3),
+              "attention_mask": np.ones((2, 8), np.int64), "position_ids": np.tile(np.arange(5, 8), (2, 1)),
+              "past_k": rand(2, 2, 5, 8, seed=4), "past_v": rand(2, 2, 5, 8, seed=5)}
+    check_rewrite(page_kv_caches, BEFORE, BEFORE, inputs)
 
 
 def test_a_decode_step_over_the_pools_is_the_cached_one() -> None:

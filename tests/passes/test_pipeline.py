@@ -32,7 +32,7 @@ AWAITING_TEST_FILE: set[str] = set()
 def test_pipeline_order_and_steps() -> None:
     optimize = ["canonicalize_bindings", "fold_scalar_constants", "fuse_ops", "prove_integer_checks", "share_programs"]
     lower = ["plan_memory", "schedule_programs", "lower_shapes_to_host"]
-    assert [p.__name__ for p in PIPELINE] == ["gather_before_transpose", "compress_weights", "fuse_attention", "place_kv_caches", "split_wide_concats", "split_wide_einsums", "legalize_ops", *optimize,
+    assert [p.__name__ for p in PIPELINE] == ["gather_before_transpose", "compress_weights", "fuse_attention", "place_kv_caches", "page_kv_caches", "split_wide_concats", "split_wide_einsums", "legalize_ops", *optimize,
                                               *lower]
     assert [p.__name__ for p in pipeline(0)] == ["compress_weights", "split_wide_concats", "split_wide_einsums", "legalize_ops", "prove_integer_checks", *lower]
     with pytest.raises(ValueError, match="opt level 3 does not exist"):
@@ -40,7 +40,7 @@ def test_pipeline_order_and_steps() -> None:
     steps: list[tuple[str, object]] = []
     result = run_pipeline(mlp_module(), on_step=lambda name, module: steps.append((name, type(module.main).__name__)))
     assert steps == [("gather_before_transpose", "Function"), ("compress_weights", "Function"), ("fuse_attention", "Function"), ("place_kv_caches", "Function"),
-                     ("split_wide_concats", "Function"), ("split_wide_einsums", "Function"), ("legalize_ops", "Function"), *((name, "Function") for name in optimize),
+                     ("page_kv_caches", "Function"), ("split_wide_concats", "Function"), ("split_wide_einsums", "Function"), ("legalize_ops", "Function"), *((name, "Function") for name in optimize),
                      ("plan_memory", "Function"), ("schedule_programs", "Function"), ("lower_shapes_to_host", "HostFunction")]
     assert isinstance(result.main, HostFunction)
     assert set(result.programs) == {d.program for d in result.main.dispatches}
