@@ -136,7 +136,7 @@ BROWSER_SYSTEMS = (
 
 
 def in_chromium(model: Path, bundles: dict[str, Path], counts: list[int], text_ids: list[int], new_tokens: int,
-                longest: int) -> list[dict]:
+                longest: int, systems: list[str] | None = None) -> list[dict]:
     """Each system of :data:`BROWSER_SYSTEMS` in one headless Chromium page (decode.html, the
     SwiftShader adapter), for each N: aggregate and decode tokens/s, time to first token, the
     tokens.  A together system is loaded afresh for each N (its scheduler's counters are then
@@ -158,6 +158,8 @@ def in_chromium(model: Path, bundles: dict[str, Path], counts: list[int], text_i
             prompts = prompts_for(count, text_ids, longest)
             row: dict = {"n": count, "systems": {}}
             for label, system, bundle, together in BROWSER_SYSTEMS:
+                if systems and not any(label.startswith(prefix) for prefix in systems):
+                    continue
                 urls = {"onnxUrl": "/models/decoder.onnx",
                         "bundleUrl": f"/models/{bundles[bundle].name}/" if bundle else ""}
                 page.evaluate("([s, urls, names]) => decodeBench.loadLm(s, urls, names)", [system, urls, names])
@@ -178,9 +180,10 @@ def in_chromium(model: Path, bundles: dict[str, Path], counts: list[int], text_i
                 row["systems"][label] = figures
                 print(f"  N={count:2} {label:34} aggregate {figures['aggregate']:7.1f} tok/s  decode "
                       f"{figures['decode']:7.1f} tok/s  TTFT {figures['ttft_ms']:6.0f} ms", flush=True)
-            reference = row["systems"]["relaxweb wasm sequential"]["tokens"]
+            first = next(iter(row["systems"]))
+            reference = row["systems"][first]["tokens"]
             row["same"] = {label: figures["tokens"] == reference for label, figures in row["systems"].items()}
-            print(f"  N={count:2} tokens equal relaxweb wasm sequential's: {row['same']}", flush=True)
+            print(f"  N={count:2} tokens equal {first}'s: {row['same']}", flush=True)
             rows.append(row)
     return rows
 
@@ -227,6 +230,8 @@ def main() -> None:
     parser.add_argument("--policies", action="store_true",
                         help="the scheduling policy's knobs instead: prefill chunk and admission order, 16 prompts on a "
                         "pool for 8")
+    parser.add_argument("--systems", nargs="+", metavar="PREFIX",
+                        help="with --browser: only the systems whose label starts so (e.g. 'relaxweb wasm')")
     parser.add_argument("--browser", action="store_true",
                         help="in headless Chromium instead (SwiftShader WebGPU and wasm, against onnxruntime-web "
                         "generating the same prompts one after another)")
@@ -250,7 +255,7 @@ def main() -> None:
         return
     if args.browser:
         rows = in_chromium(paths["model"], {"paged": paged.path, "unpaged": unpaged.path}, args.counts, text_ids,
-                           args.new_tokens, args.max_prompt)
+                           args.new_tokens, args.max_prompt, args.systems)
         if args.out:
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(json.dumps([{**row, "systems": {label: {k: v for k, v in figures.items() if k != "tokens"}
