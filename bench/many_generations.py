@@ -144,8 +144,8 @@ def in_chromium(model: Path, bundles: dict[str, Path], counts: list[int], text_i
     import decode  # bench/decode.py: the page, its server and onnxruntime-web
 
     work = bundles["paged"].parent
-    onnx_path = work / "decoder.onnx"
-    if not onnx_path.exists():
+    onnx_path = model if model.parent.resolve() == work.resolve() else work / f"{bundles['paged'].name}.onnx"
+    if not onnx_path.exists() or onnx_path.stat().st_size != model.stat().st_size:  # served beside the bundles
         shutil.copyfile(model, onnx_path)
     routes = [("/ort/", decode.ORT_DIST), ("/models/", work.resolve()), ("/", decode.BENCH_DIR)]
     names = {key: value for key, value in decode.lm_signature(onnx_path).items()
@@ -160,7 +160,7 @@ def in_chromium(model: Path, bundles: dict[str, Path], counts: list[int], text_i
             for label, system, bundle, together in BROWSER_SYSTEMS:
                 if systems and not any(label.startswith(prefix) for prefix in systems):
                     continue
-                urls = {"onnxUrl": "/models/decoder.onnx",
+                urls = {"onnxUrl": f"/models/{onnx_path.name}",
                         "bundleUrl": f"/models/{bundles[bundle].name}/" if bundle else ""}
                 page.evaluate("([s, urls, names]) => decodeBench.loadLm(s, urls, names)", [system, urls, names])
                 # a warm start (shaders compiled, buffers made); a together system's figures are
