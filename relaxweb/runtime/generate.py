@@ -523,8 +523,8 @@ def paged_scheduler(session: Any, setup: _Setup) -> PagedScheduler:
             def sample_batch(logits: Any, picks: list) -> list[int]:
                 return sampler_class.sample_rows(session, logits, picks)
 
-            scheduler = PagedScheduler(session, pool_layout(session.manifest), setup.signature, setup.vocab,
-                                       make_sampler, sample_batch)
+            scheduler = PagedScheduler(session, pool_layout(session.manifest), setup.signature, make_sampler,
+                                       sample_batch)
             session._paged_scheduler = scheduler
         return scheduler
 

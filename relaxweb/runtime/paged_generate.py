@@ -132,12 +132,11 @@ class Request:
 class PagedScheduler:
     """The pages, live sequences and queue of one session's paged KV cache (see the module doc)."""
 
-    def __init__(self, session: Any, layout: PoolLayout, signature: Any, vocab: int, make_sampler: Callable[..., Any],
+    def __init__(self, session: Any, layout: PoolLayout, signature: Any, make_sampler: Callable[..., Any],
                  sample_batch: Callable[[Any, list[tuple[Any, int, float]]], list[int]]) -> None:
         self.session = session
         self.layout = layout
         self.signature = signature
-        self.vocab = vocab
         self.make_sampler = make_sampler
         self.sample_batch = sample_batch
         manifest = session.manifest
