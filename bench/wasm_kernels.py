@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from helpers import make_model, rand  # noqa: E402
 from relaxweb.compiler import compile_model  # noqa: E402
-from relaxweb.cpu.emit import HELPER_FUNCTIONS  # noqa: E402
+from relaxweb.cpu.helpers import HELPER_FUNCTIONS  # noqa: E402
 from relaxweb.cpu.math import MATH_FUNCTIONS  # noqa: E402
 from relaxweb.cpu.module import KernelFunctions, assemble_kernels_module, wat_to_wasm  # noqa: E402
 from relaxweb.cpu.schedules import render_program  # noqa: E402
