@@ -232,7 +232,7 @@ def _dump_folder(dump_ir: str | Path) -> Path:
 
 def load(bundle_dir: str | Path, *, backend: str = "auto", device: Any = None, profiling: bool = False,
          kernels: str = "auto", limits: Mapping[str, int] | None = None,
-         kernel_timeout_s: float | None = None) -> Session | WasmSession:
+         kernel_timeout_s: float | None = None, relaxed_simd: bool | None = None) -> Session | WasmSession:
     """Load a bundle with the Python runtime, as ``relaxweb run DIR`` does; then
     ``session.run({"x": array, ...})`` returns the outputs by name, as many times as wanted,
     and ``session.profile(inputs)`` runs once timing every kernel (``relaxweb run DIR --profile``).
@@ -257,11 +257,14 @@ def load(bundle_dir: str | Path, *, backend: str = "auto", device: Any = None, p
     (docs/bundle-format.md, "Weights in parts"); storages keep the device's own limits.
     ``kernel_timeout_s`` (wasm only; default ``wasm_backend.KERNEL_SECONDS_PER_CALL``, 10 s) is
     how long one kernels.wasm call may run before the run fails (a kernels.wasm that loops).
+    ``relaxed_simd`` (wasm only): None (the default) runs the bundle's ``kernels-relaxed.wasm``
+    (fused multiply-adds) where wasmtime compiles it, False the plain ``kernels.wasm``
+    (results the same on every machine); ``session.relaxed_simd`` says which runs.
 
     A session may be called from several threads: its calls take turns (``Session``, "Threads").
     """
     return load_session(check_bundle_folder(bundle_dir), backend, device=device, profiling=profiling, kernels=kernels,
-                        limits=limits, kernel_timeout_s=kernel_timeout_s)
+                        limits=limits, kernel_timeout_s=kernel_timeout_s, relaxed_simd=relaxed_simd)
 
 
 def run_in_browser(bundle_dir: str | Path, inputs: Mapping[str, np.ndarray], *,

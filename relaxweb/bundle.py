@@ -25,6 +25,7 @@ from typing import Callable, Mapping
 import numpy as np
 
 from .cpu.kernels import KernelsWasm, emit_kernels_wasm
+from .cpu.relaxed_simd import RELAXED_FILE
 from .errors import RelaxwebError, UnsupportedModelError, shortened, shown
 from .ir.attention_sites import attention_sites
 from .ir.cost import MAX_TREE_DEPTH, MAX_TREE_NODES, expression_tree, program_cost, tree_depth, tree_size
@@ -115,7 +116,7 @@ def write_bundle(module: IRModule, out_dir: str | Path, source: str, progress: P
     (out / "weights").mkdir(exist_ok=True)
     # a rebuild into the same folder must not leave the last build's kernels or shards behind
     for stale in (*(out / "kernels").glob("*.wgsl"), *(out / "weights").glob("shard*.bin"),
-                  *(out / name for name in (KERNELS_WASM, *DEBUG_FILES) if (out / name).exists())):
+                  *(out / name for name in (KERNELS_WASM, RELAXED_FILE, *DEBUG_FILES) if (out / name).exists())):
         stale.unlink()
 
     weight_parts = [binding_parts(_weight_device_bytes(w.data), split_bytes) for w in host.weights]
@@ -296,7 +297,8 @@ def _megabytes(count: int) -> str:
 def _write_kernels_wasm(module: IRModule, kernel_order: list, source: str, out: Path, progress: Progress,
                         debug: bool) -> dict:
     """Write ``kernels.wasm`` (and with ``debug`` its text ``kernels.wat``) with every kernel in manifest
-    order; the manifest's ``wasm`` entry.  A bundle whose kernels cannot all run on the CPU
+    order, and ``kernels-relaxed.wasm``, the same with relaxed SIMD's multiply-add
+    (``cpu/relaxed_simd.py``); the manifest's ``wasm`` entry.  A bundle whose kernels cannot all run on the CPU
     (a library kernel without a WebAssembly version) gets none, and the entry says why: a
     note, never a failed build."""
     kernels_wasm = emit_kernels_wasm(module, kernel_order, source)
@@ -306,8 +308,14 @@ def _write_kernels_wasm(module: IRModule, kernel_order: list, source: str, out: 
     if debug:
         (out / KERNELS_WAT).write_text(kernels_wasm.wat)
     (out / KERNELS_WASM).write_bytes(kernels_wasm.wasm)
-    progress(f"assembled {KERNELS_WASM} ({len(kernels_wasm.wasm)} bytes)")
-    return {"file": KERNELS_WASM, "scratch_bytes": kernels_wasm.scratch_bytes}
+    entry = {"file": KERNELS_WASM, "scratch_bytes": kernels_wasm.scratch_bytes}
+    relaxed = kernels_wasm.relaxed_wasm
+    if relaxed is not None:  # the runtimes take it where their engine has relaxed SIMD
+        (out / RELAXED_FILE).write_bytes(relaxed)
+        entry["relaxed_file"] = RELAXED_FILE
+    progress(f"assembled {KERNELS_WASM} ({len(kernels_wasm.wasm)} bytes)"
+             + (f" and {RELAXED_FILE} ({len(relaxed)} bytes)" if relaxed is not None else ""))
+    return entry
 
 
 def _sequence_entry(value: HostInput | HostOutput, host: HostFunction) -> dict:

@@ -41,24 +41,26 @@ def webgpu_problem(manifest: Mapping[str, Any]) -> str:
 
 def load_session(bundle_dir: Path, backend: str = "auto", *, device: Any = None, profiling: bool = False,
                  kernels: str = "auto", limits: Mapping[str, int] | None = None,
-                 kernel_timeout_s: float | None = None) -> Session | WasmSession:
+                 kernel_timeout_s: float | None = None, relaxed_simd: bool | None = None) -> Session | WasmSession:
     """The bundle loaded on ``backend`` ("auto", "webgpu" or "wasm"; see the module's doc).
 
     ``device``, ``kernels`` and ``limits`` are WebGPU options: "wasm" refuses them, "auto"
-    with a ``device`` is WebGPU on that device.  ``kernel_timeout_s`` is the wasm backend's
-    (``WasmSession``): "webgpu" refuses it."""
+    with a ``device`` is WebGPU on that device.  ``kernel_timeout_s`` and ``relaxed_simd`` are the
+    wasm backend's (``WasmSession``): "webgpu" refuses them."""
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
     if backend == "webgpu" and kernel_timeout_s is not None:
         raise ValueError("kernel_timeout_s is a wasm option (the time one kernels.wasm call may take); "
                          "backend='webgpu' runs WGSL shaders")
+    if backend == "webgpu" and relaxed_simd is not None:
+        raise ValueError("relaxed_simd is a wasm option (which kernels.wasm runs); backend='webgpu' runs WGSL shaders")
     if backend == "wasm":
         given = [name for name, value in (("device", device), ("kernels", kernels != "auto"), ("limits", limits))
                  if value]
         if given:
             raise ValueError(f"{' and '.join(given)} {'is a WebGPU option' if len(given) == 1 else 'are WebGPU options'}; "
                              "backend='wasm' runs kernels.wasm on the CPU")
-        return WasmSession(bundle_dir, kernel_timeout_s=kernel_timeout_s)
+        return WasmSession(bundle_dir, kernel_timeout_s=kernel_timeout_s, relaxed_simd=relaxed_simd)
     if backend == "auto" and device is None:
         manifest = load_manifest(bundle_dir)
         unavailable = webgpu_unavailable(manifest)  # on any device: no adapter to ask
@@ -70,7 +72,7 @@ def load_session(bundle_dir: Path, backend: str = "auto", *, device: Any = None,
                 if unavailable:
                     raise RelaxwebError(f"{unavailable}, and {error}") from None
                 raise RelaxwebError(f"this machine cannot run the bundle: {problem}, and {error}") from None
-            session = WasmSession(bundle_dir, kernel_timeout_s=kernel_timeout_s)
+            session = WasmSession(bundle_dir, kernel_timeout_s=kernel_timeout_s, relaxed_simd=relaxed_simd)
             session.backend_reason = problem
             return session
     return Session(bundle_dir, device, profiling=profiling, kernels=kernels, limits=limits)

@@ -53,9 +53,14 @@ class WasmSession(GenerationMethods):
     backend_reason: str | None = None  # set by runtime/backend.load_session when "auto" fell back
     device = None  # no WebGPU device: a WebGPU session refuses this session's tensors
 
-    def __init__(self, bundle_dir: str | Path, *, kernel_timeout_s: float | None = None) -> None:
+    def __init__(self, bundle_dir: str | Path, *, kernel_timeout_s: float | None = None,
+                 relaxed_simd: bool | None = None) -> None:
         """``kernel_timeout_s``: how long one kernels.wasm call may run before the run fails
-        (default ``KERNEL_SECONDS_PER_CALL``: docs/design.md, "Deadlines")."""
+        (default ``KERNEL_SECONDS_PER_CALL``: docs/design.md, "Deadlines").  ``relaxed_simd``:
+        None (the default) runs the bundle's ``kernels-relaxed.wasm`` where wasmtime compiles
+        it (fused multiply-adds: faster, results may differ in the last bit between machines),
+        False the plain ``kernels.wasm``, True insists on the relaxed one;
+        ``session.relaxed_simd`` says which runs."""
         #: held by every call that runs the model or reads its kept tensors (``webgpu.Session``'s "Threads")
         self.run_lock = threading.RLock()
         self.bundle_dir = Path(bundle_dir)
@@ -69,7 +74,9 @@ class WasmSession(GenerationMethods):
         #: how the last :meth:`run_batch` ran (``runtime/batch.BatchReport``)
         self.last_batch: BatchReport | None = None
         self._backend = WasmBackend(self.bundle_dir, self.manifest, entry, self.host.sizes_at_bounds(), self,
-                                    kernel_timeout_s)
+                                    kernel_timeout_s, relaxed_simd)
+        #: whether the kernels run with relaxed SIMD (the bundle's ``kernels-relaxed.wasm``)
+        self.relaxed_simd: bool = self._backend.relaxed_simd
         self._driver = HostProgramDriver(self._backend, HostSessions(self.host))
 
     @property

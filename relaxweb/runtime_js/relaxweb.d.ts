@@ -97,6 +97,13 @@ export interface LoadOptions {
    * must be loaded again.
    */
   kernelTimeoutMs?: number;
+  /**
+   * The wasm backend's kernels with relaxed SIMD (fused multiply-adds: the bundle's
+   * kernels-relaxed.wasm): by default where the engine compiles them; false runs the plain
+   * kernels.wasm (results the same on every machine), true insists. `model.relaxedSimd` says
+   * which runs.
+   */
+  relaxedSimd?: boolean;
   /** Tighter bounds for symbolic vars: smaller buffers; a bound above the build's is an error. */
   bounds?: Record<string, number>;
   /** Called as the weight shards arrive, first with `loaded: 0`, last with `loaded === total`. */
@@ -487,6 +494,8 @@ export class WasmModel {
   readonly threads: number;
   /** Units the pool's workers have run since load (0 with one thread). */
   readonly unitsRunByWorkers: number;
+  /** Whether the kernels run with relaxed SIMD (the bundle's kernels-relaxed.wasm; the `relaxedSimd` load option). */
+  readonly relaxedSimd: boolean;
   /** The deadline of one kernel call in ms (the `kernelTimeoutMs` load option), on every page. */
   readonly kernelTimeoutMs: number;
   readonly inputs: TensorSpec[];

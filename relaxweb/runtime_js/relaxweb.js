@@ -24,6 +24,7 @@ import {
   NO_ADAPTER, WebGpuDevice, checkDevice, checkLimitCaps, deviceShortfalls, loadTimeLimits, requestAdapter, requestDevice,
 } from "./webgpu_device.js";
 import { KernelPipelines, SHADER_F16, chosenKernels, compileKernels, fetchKernelSources } from "./webgpu_kernels.js";
+import { kernelsFile } from "./relaxed_simd.js";
 import { KERNEL_TIMEOUT_MS, kernelTimeout, sharedMemoryVariant, singleThreadReason, splitUnits, threadCount } from "./wasm_backend.js";
 import { WasmModel } from "./wasm_model.js";
 
@@ -41,6 +42,10 @@ export { DEFAULT_CACHE_NAME, GpuTensor, InputShapeError, KERNEL_TIMEOUT_MS, RunC
  *   why "auto" did not take WebGPU (null when it did, or when a backend was asked for)
  * @property {number} [threads]  the wasm backend's threads, where the page is cross-origin
  *   isolated (default: min(navigator.hardwareConcurrency, 4)); elsewhere always 1; `model.threads`
+ * @property {boolean} [relaxedSimd]  the wasm backend's kernels with relaxed SIMD (fused
+ *   multiply-adds, the bundle's kernels-relaxed.wasm): by default where the engine compiles them;
+ *   false runs the plain kernels.wasm (results the same on every machine), true insists;
+ *   `model.relaxedSimd` says which runs
  * @property {number} [kernelTimeoutMs]  the wasm backend's deadline for one kernel call, on its
  *   worker threads or on the page's (default KERNEL_TIMEOUT_MS, 10 s): past it the call is
  *   stopped, the run rejects and the model must be loaded again
@@ -69,12 +74,13 @@ export { DEFAULT_CACHE_NAME, GpuTensor, InputShapeError, KERNEL_TIMEOUT_MS, RunC
  */
 export async function load(url, {
   backend = "auto", threads, bounds, onProgress, device, cache, profile = false, kernels = "auto", limits = {},
-  kernelTimeoutMs,
+  kernelTimeoutMs, relaxedSimd,
 } = {}) {
   if (!["auto", "webgpu", "wasm"].includes(backend)) throw new Error(`backend must be "auto", "webgpu" or "wasm", got ${String(backend).slice(0, 40)}`);
   if (!["auto", "gpu", "cpu", "f16"].includes(kernels)) throw new Error(`kernels must be "auto", "gpu", "cpu" or "f16", got ${String(kernels).slice(0, 40)}`);
   if (threads !== undefined) threadCount(threads); // checks the option even where there are no threads
   kernelTimeout(kernelTimeoutMs);
+  if (relaxedSimd !== undefined && typeof relaxedSimd !== "boolean") throw new Error(`relaxedSimd must be true or false, got ${String(relaxedSimd).slice(0, 40)}`);
   checkLimitCaps(limits);
   const manifestUrl = resolveManifestUrl(url);
   const manifest = await fetchManifest(manifestUrl);
@@ -117,7 +123,9 @@ export async function load(url, {
   // choice itself waits for the host module's sizes at the bounds; the other backend's kernels
   // are fetched then, when it is the other one).
   const wasmLikely = adapterPromise.then((a) => backend === "wasm" || webgpuProblem !== null || (backend === "auto" && !device && a === null));
-  const wasmBytesPromise = wasmLikely.then((likely) => (likely && !wasmProblem ? fetchBytes(fileUrl(manifest.wasm.file)) : null));
+  // which kernel module the wasm backend runs (it throws where relaxedSimd: true cannot be met)
+  const chooseKernels = () => kernelsFile(manifest.wasm, relaxedSimd);
+  const wasmBytesPromise = wasmLikely.then((likely) => (likely && !wasmProblem ? fetchBytes(fileUrl(chooseKernels().file)) : null));
   const shadersPromise = Promise.all([wasmLikely, adapterPromise]).then(([likely, a]) =>
     (likely ? null : fetchKernelSources(manifest, fileUrl, chosenKernels(kernels, device ?? a, manifest))));
   for (const promise of [wasmBytesPromise, shadersPromise]) promise.catch(() => {}); // awaited below, where used
@@ -135,8 +143,10 @@ export async function load(url, {
     const gpu = device ?? adapter;
     const chosen = chosenBackend(backend, manifest, gpu, requiredLimits, requiredFeatures, sizesAtBounds);
     if (chosen === "wasm") {
-      const wasmBytes = (await wasmBytesPromise) ?? (await fetchBytes(fileUrl(manifest.wasm.file)));
-      const model = await WasmModel.create(manifest, host, wasmBytes, shards, { threads, ...configured, tokenizer, kernelTimeoutMs });
+      const choice = chooseKernels();
+      const wasmBytes = (await wasmBytesPromise) ?? (await fetchBytes(fileUrl(choice.file)));
+      const model = await WasmModel.create(manifest, host, wasmBytes, shards,
+        { threads, ...configured, tokenizer, kernelTimeoutMs, relaxedSimd: choice.relaxedSimd });
       if (backend === "auto") {
         model.backendReason = webgpuProblem ?? (gpu === null ? (adapterError?.message ?? NO_ADAPTER)
           : deviceShortfalls(gpu, requiredLimits, requiredFeatures, "GPU adapter", manifest, sizesAtBounds).join("; "));

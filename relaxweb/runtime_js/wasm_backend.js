@@ -261,10 +261,11 @@ export class WasmBackend {
    * @param {any} manifest
    * @param {ArrayBuffer} wasmBytes the bundle's kernels.wasm
    * @param {Uint8Array[]} shards the verified weight shards
-   * @param {{threads?: number, sizesAtBounds: number[]|null, kernelTimeoutMs?: number}} options
+   * @param {{threads?: number, sizesAtBounds: number[]|null, kernelTimeoutMs?: number, relaxedSimd?: boolean}} options
+   *   relaxedSimd: whether wasmBytes is the bundle's module with relaxed SIMD (kernelsFile)
    * @returns {Promise<WasmBackend>}
    */
-  static async create(manifest, wasmBytes, shards, { threads, sizesAtBounds, kernelTimeoutMs }) {
+  static async create(manifest, wasmBytes, shards, { threads, sizesAtBounds, kernelTimeoutMs, relaxedSimd = false }) {
     const timeoutMs = kernelTimeout(kernelTimeoutMs);
     const count = threadCount(threads);
     const shared = workersShareMemory(); // then every kernel call runs on the pool, even with one thread
@@ -273,7 +274,8 @@ export class WasmBackend {
     try {
       module = await WebAssembly.compile(shared ? sharedMemoryVariant(wasmBytes) : interruptibleKernels(wasmBytes));
     } catch (error) {
-      throw new Error(`the bundle's kernels.wasm does not compile here: ${/** @type {Error} */ (error).message}`);
+      const file = relaxedSimd ? manifest.wasm.relaxed_file : manifest.wasm.file;
+      throw new Error(`the bundle's ${file} does not compile here: ${/** @type {Error} */ (error).message}`);
     }
     const clock = new KernelClock();
     const imports = shared ? { env: { memory } } : { env: { memory }, [DEADLINE_IMPORT[0]]: { [DEADLINE_IMPORT[1]]: clock.deadline } };
@@ -281,6 +283,7 @@ export class WasmBackend {
     const backend = new WasmBackend(manifest, memory, instance, count);
     backend.kernelTimeoutMs = timeoutMs;
     backend.clock = clock;
+    backend.relaxedSimd = relaxedSimd;
     try {
       backend.layOut(shards, sizesAtBounds);
       if (shared) backend.pool = await WorkerPool.start(module, memory, count, backend.scratchAddresses, backend.statusAddresses);
@@ -303,6 +306,8 @@ export class WasmBackend {
     this.threads = threads;
     /** How long one kernel call on the pool may run (KERNEL_TIMEOUT_MS unless the load option says). */
     this.kernelTimeoutMs = KERNEL_TIMEOUT_MS;
+    /** Whether the kernels run with relaxed SIMD (the bundle's kernels-relaxed.wasm: kernelsFile). */
+    this.relaxedSimd = false;
     const exports = /** @type {Record<string, Function>} */ (/** @type {unknown} */ (instance.exports));
     /** Per kernel: its function and its units function. */
     this.kernelFunctions = manifest.kernels.map((/** @type {any} */ _, /** @type {number} */ k) => {

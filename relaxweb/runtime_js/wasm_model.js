@@ -18,13 +18,16 @@ export class WasmModel {
    * @param {import("./remote_host.js").RemoteHost} host
    * @param {ArrayBuffer} wasmBytes the bundle's kernels.wasm
    * @param {Uint8Array[]} shards the verified weight shards
-   * @param {{threads?: number, bounds: (number|null)[], sizesAtBounds: number[]|null, tokenizer?: any, kernelTimeoutMs?: number}} options
-   *   tokenizer: the bundle's (tokenizer.js loadTokenizer), or null; kernelTimeoutMs: the load option
+   * @param {{threads?: number, bounds: (number|null)[], sizesAtBounds: number[]|null, tokenizer?: any, kernelTimeoutMs?: number,
+   *   relaxedSimd?: boolean}} options
+   *   tokenizer: the bundle's (tokenizer.js loadTokenizer), or null; kernelTimeoutMs: the load option; relaxedSimd:
+   *   whether wasmBytes is the bundle's module with relaxed SIMD (relaxed_simd.js kernelsFile)
    * @returns {Promise<WasmModel>}
    */
-  static async create(manifest, host, wasmBytes, shards, { threads, bounds, sizesAtBounds, tokenizer = null, kernelTimeoutMs }) {
+  static async create(manifest, host, wasmBytes, shards, { threads, bounds, sizesAtBounds, tokenizer = null, kernelTimeoutMs,
+    relaxedSimd = false }) {
     try {
-      const backend = await WasmBackend.create(manifest, wasmBytes, shards, { threads, sizesAtBounds, kernelTimeoutMs });
+      const backend = await WasmBackend.create(manifest, wasmBytes, shards, { threads, sizesAtBounds, kernelTimeoutMs, relaxedSimd });
       return new WasmModel(manifest, host, backend, bounds, tokenizer);
     } catch (error) {
       host.dispose();
@@ -63,6 +66,11 @@ export class WasmModel {
   /** Threads that run a dispatch's units: the pool's workers, or 1 (the page's thread, where the page is not isolated). */
   get threads() {
     return this.runBackend.threads;
+  }
+
+  /** Whether the kernels run with relaxed SIMD (the bundle's kernels-relaxed.wasm; the `relaxedSimd` load option). */
+  get relaxedSimd() {
+    return this.runBackend.relaxedSimd;
   }
 
   /** The deadline of one kernel call in ms (the `kernelTimeoutMs` load option), on every page. */

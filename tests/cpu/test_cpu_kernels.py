@@ -1233,13 +1233,21 @@ def test_bundle_has_kernels_wasm(tmp_path) -> None:
                        ["y"], {"w": rand(8, 4)})
     bundle = relaxweb.build(model, tmp_path, debug=True)  # kernels.wat too
     manifest = json.loads((tmp_path / "manifest.json").read_text())
-    assert manifest["wasm"] == {"file": "kernels.wasm", "scratch_bytes": MATMUL_SCRATCH_BYTES}
+    assert manifest["wasm"] == {"file": "kernels.wasm", "relaxed_file": "kernels-relaxed.wasm",
+                                "scratch_bytes": MATMUL_SCRATCH_BYTES}
     assert manifest_problem(manifest) is None
     wasm = (tmp_path / "kernels.wasm").read_bytes()
     exports = {export.name for export in wasm_exports(wasm)}
     assert exports == {f"k{index}{suffix}" for index in range(len(manifest["kernels"])) for suffix in ("", "_units")}
-    assert (tmp_path / "kernels.wat").read_text().startswith(";; kernels.wasm of")
+    relaxed = (tmp_path / "kernels-relaxed.wasm").read_bytes()  # the same kernels, with fused multiply-adds
+    assert {export.name for export in wasm_exports(relaxed)} == exports
+    assert RELAXED_MADD_OPCODE in relaxed and RELAXED_MADD_OPCODE not in wasm
+    text = (tmp_path / "kernels.wat").read_text()
+    assert text.startswith(";; kernels.wasm of") and "relaxed" not in text
     assert f"kernels.wasm: {len(wasm)} bytes" in str(bundle)
+
+
+RELAXED_MADD_OPCODE = bytes([0xFD, 0x85, 0x02])  # f32x4.relaxed_madd
 
 
 def wasm_exports(wasm: bytes):
@@ -1248,7 +1256,10 @@ def wasm_exports(wasm: bytes):
 
 def test_manifest_wasm_entry_is_one_of_two_forms() -> None:
     base = json.loads(json.dumps(_minimal_manifest()))
-    for entry, ok in (({"file": "kernels.wasm", "scratch_bytes": 0}, True), ({"unavailable": "why"}, True),
+    relaxed = {"file": "kernels.wasm", "relaxed_file": "kernels-relaxed.wasm", "scratch_bytes": 0}
+    for entry, ok in (({"file": "kernels.wasm", "scratch_bytes": 0}, True), ({"unavailable": "why"}, True), (relaxed, True),
+                      ({**relaxed, "relaxed_file": "../x.wasm"}, False), ({**relaxed, "relaxed_file": 3}, False),
+                      ({"relaxed_file": "kernels-relaxed.wasm", "unavailable": "why"}, False),
                       ({"file": "kernels.wasm"}, False), ({"file": "kernels.wasm", "scratch_bytes": 0, "unavailable": "x"}, False),
                       ({"file": "../x.wasm", "scratch_bytes": 0}, False), ({}, False)):
         problem = manifest_problem({**base, "wasm": entry})

@@ -23,7 +23,7 @@ import relaxweb
 from relaxweb.cli import main as cli_main
 from relaxweb.errors import RelaxwebError
 from relaxweb.runtime import wasm_backend
-from tests.fixtures.looping_kernels import write_looping_kernels
+from tests.fixtures.looping_kernels import restore_kernels, write_looping_kernels
 from tests.helpers import assert_close, onnxruntime_outputs, F32
 from tests.runtime.test_threads import FEATURES, classifier, classifier_model  # noqa: F401  (a fixture)
 
@@ -31,8 +31,8 @@ STOPPED = r"kernel \S+ at call site 0 \(.*\) ran for more than {} s and was stop
 
 
 @pytest.fixture
-def looping(classifier: Path, tmp_path: Path) -> tuple[Path, bytes]:  # noqa: F811
-    """A copy of the classifier bundle with looping kernels, and its own kernels.wasm's bytes."""
+def looping(classifier: Path, tmp_path: Path) -> tuple[Path, dict[str, bytes]]:  # noqa: F811
+    """A copy of the classifier bundle with looping kernels, and its own kernel modules' bytes."""
     folder = tmp_path / "looping"
     subprocess.run(["cp", "-r", str(classifier), str(folder)], check=True)
     return folder, write_looping_kernels(folder)
@@ -42,7 +42,7 @@ def inputs() -> dict[str, np.ndarray]:
     return {"x": np.random.default_rng(3).standard_normal((5, FEATURES)).astype(np.float32)}
 
 
-def test_a_looping_kernel_fails_the_run_and_the_bundle_loads_again(looping: tuple[Path, bytes]) -> None:
+def test_a_looping_kernel_fails_the_run_and_the_bundle_loads_again(looping: tuple[Path, dict[str, bytes]]) -> None:
     folder, original = looping
     session = relaxweb.load(folder, backend="wasm", kernel_timeout_s=0.3)
     started = time.monotonic()
@@ -50,13 +50,13 @@ def test_a_looping_kernel_fails_the_run_and_the_bundle_loads_again(looping: tupl
         session.run(inputs())
     assert time.monotonic() - started < 5
     assert "raise kernel_timeout_s" in str(caught.value) and "\n" not in str(caught.value)
-    (folder / "kernels.wasm").write_bytes(original)
+    restore_kernels(folder, original)
     again = relaxweb.load(folder, backend="wasm")
     (want,) = onnxruntime_outputs(classifier_model(), inputs())
     assert_close(again.run(inputs())["probabilities"], want, F32)
 
 
-def test_the_command_line_says_it_in_one_line(looping: tuple[Path, bytes], tmp_path: Path, capsys,
+def test_the_command_line_says_it_in_one_line(looping: tuple[Path, dict[str, bytes]], tmp_path: Path, capsys,
                                               monkeypatch) -> None:
     folder, _ = looping
     np.savez(tmp_path / "in.npz", **inputs())
@@ -76,7 +76,7 @@ def test_the_limit_is_checked(classifier: Path) -> None:  # noqa: F811
 
 
 @pytest.mark.slow
-def test_with_the_default_limit_the_command_line_ends_within_15_seconds(looping: tuple[Path, bytes],
+def test_with_the_default_limit_the_command_line_ends_within_15_seconds(looping: tuple[Path, dict[str, bytes]],
                                                                          tmp_path: Path) -> None:
     folder, _ = looping
     np.savez(tmp_path / "in.npz", **inputs())

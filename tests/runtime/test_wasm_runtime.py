@@ -139,6 +139,35 @@ def test_a_damaged_kernels_wasm_is_refused(add_bundle: Path, tmp_path: Path) -> 
         WasmSession(folder)
 
 
+def test_the_kernels_with_relaxed_simd_run_where_wasmtime_has_it_and_the_plain_ones_when_asked(tmp_path: Path) -> None:
+    """A matmul's bundle has both kernel modules (cpu/relaxed_simd.py); a session takes the
+    relaxed one by default, the plain one with relaxed_simd=False, and both give the product."""
+    w = rand(24, 40, seed=1)
+    model = make_model([helper.make_node("MatMul", ["x", "w"], ["y"])], [("x", TensorProto.FLOAT, ["n", 24])], ["y"],
+                       {"w": w})
+    relaxweb.build(model, tmp_path / "mm")
+    x = rand(9, 24)
+    results = {}
+    for wanted, runs in ((None, True), (True, True), (False, False)):
+        session = relaxweb.load(tmp_path / "mm", backend="wasm", relaxed_simd=wanted)
+        assert session.relaxed_simd is runs
+        results[wanted] = session.run({"x": x})["y"]
+        assert_close(results[wanted], x @ w, F32)
+    np.testing.assert_array_equal(results[None], results[True])  # one module, one machine: the same bits
+    with pytest.raises(ValueError, match="relaxed_simd is a wasm option"):
+        relaxweb.load(tmp_path / "mm", backend="webgpu", relaxed_simd=False)
+    with pytest.raises(ValueError, match="relaxed_simd must be None"):
+        WasmSession(tmp_path / "mm", relaxed_simd="yes")  # type: ignore[arg-type]
+
+
+def test_a_bundle_without_relaxed_kernels_runs_the_plain_ones_and_refuses_relaxed_simd_true(add_bundle: Path,
+                                                                                               tmp_path: Path) -> None:
+    folder = variant(add_bundle, tmp_path, _ADD)  # its manifest's wasm entry names kernels.wasm alone
+    assert WasmSession(folder).relaxed_simd is False
+    with pytest.raises(RelaxwebError, match="relaxed_simd=True, but the bundle has no kernels with relaxed SIMD"):
+        WasmSession(folder, relaxed_simd=True)
+
+
 def test_kept_outputs_stay_in_the_session_and_go_back_as_inputs(add_bundle: Path, tmp_path: Path) -> None:
     session = WasmSession(variant(add_bundle, tmp_path, _ADD))
     x = rand(2, 4)

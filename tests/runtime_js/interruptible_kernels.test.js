@@ -136,7 +136,7 @@ test("a bundle whose kernels loop: the run rejects at the deadline naming the ke
   folders.push(folder);
   const original = python(`from tests.fixtures.handmade_bundle import write_handmade_bundle; from tests.fixtures.handmade_wasm import add_kernels_wasm, HANDMADE_KERNELS; ` +
     `from tests.fixtures.looping_kernels import write_looping_kernels; write_handmade_bundle(${JSON.stringify(folder)}, bound=16); ` +
-    `add_kernels_wasm(${JSON.stringify(folder)}, HANDMADE_KERNELS); print(write_looping_kernels(${JSON.stringify(folder)}).hex())`);
+    `add_kernels_wasm(${JSON.stringify(folder)}, HANDMADE_KERNELS); print(write_looping_kernels(${JSON.stringify(folder)})["kernels.wasm"].hex())`);
   const manifest = JSON.parse(readFileSync(join(folder, "manifest.json"), "utf8"));
   const shards = manifest.shards.map((/** @type {any} */ s) => new Uint8Array(readFileSync(join(folder, s.file))));
   const load = async (/** @type {Uint8Array} */ kernels) => {

@@ -40,7 +40,7 @@ from tests.fixtures.handmade_bundle import (
     write_positives_bundle,
 )
 from tests.fixtures.handmade_wasm import HANDMADE_KERNELS, POSITIVES_KERNELS, add_kernels_wasm
-from tests.helpers import MODEL, assert_close, make_model, onnxruntime_outputs, rand
+from tests.helpers import F32, MODEL, assert_close, make_model, onnxruntime_outputs, rand
 from tests.model_exports import Export, export_script, missing_exporter_packages, session_exports
 from tests.runtime_js.test_browser import pytestmark as browser_marks
 from tests.ops.test_sequence import appending_model, assert_sequences_equal, growing_sequence_model, onnxruntime_outputs
@@ -70,6 +70,7 @@ async ({ options, runs }) => {
   report.backendReason = model.backendReason;
   report.threads = model.threads;
   report.kernelTimeoutMs = model.kernelTimeoutMs ?? null;
+  report.relaxedSimd = model.relaxedSimd ?? null;
   for (const inputs of runs) {
     const tensors = Object.fromEntries(inputs.map(([name, shape, values]) => [name, { data: Float32Array.from(values), shape }]));
     try {
@@ -235,6 +236,26 @@ def test_cli_runs_in_the_browser_on_the_wasm_backend(handmade: Path, tmp_path: P
                      "--browser", "--backend", "wasm"]) == 0
     assert "ran in headless Chromium (kernels.wasm)" in capsys.readouterr().err
     np.testing.assert_array_equal(np.load(tmp_path / "out.npz")["z"], expected_output(x))
+
+
+@pytest.mark.parametrize("isolated", [True, False], ids=["workers", "page thread"])
+def test_chromium_runs_the_kernels_with_relaxed_simd_and_the_plain_ones_when_asked(tmp_path: Path, isolated: bool) -> None:
+    """Chromium compiles relaxed SIMD: load() takes the bundle's kernels-relaxed.wasm (on the
+    workers, and rewritten to be interruptible on the page's thread), or kernels.wasm with
+    relaxedSimd: false; both give the MatMul's product."""
+    w = rand(24, 40, seed=1)
+    model = make_model([helper.make_node("MatMul", ["x", "w"], ["y"])], [("x", TensorProto.FLOAT, ["n", 24])], ["y"],
+                       {"w": w})
+    relaxweb.build(model, tmp_path / "bundle")
+    x = rand(9, 24)
+    runs = [[["x", [9, 24], x.ravel().tolist()]]]
+    for options, relaxed in (({}, True), ({"relaxedSimd": False}, False)):
+        report = run_page(tmp_path / "bundle", runs, options={"backend": "wasm", **options}, isolated=isolated)
+        assert "loadError" not in report, report["loadError"]
+        assert (report["relaxedSimd"], report["threads"] > 1) == (relaxed, isolated)
+        [result] = report["results"]
+        assert "error" not in result, result["error"]
+        assert_close(np.array(result["y"]["data"], np.float32).reshape(9, 40), x @ w, F32)
 
 
 def test_the_demo_page_shows_the_wasm_backend_and_its_threads(handmade: Path) -> None:
@@ -459,7 +480,7 @@ async ({ x, shape }) => {
 
 
 def test_a_looping_kernel_rejects_the_run_without_freezing_the_page_and_the_model_loads_again(tmp_path: Path) -> None:
-    from tests.fixtures.looping_kernels import write_looping_kernels
+    from tests.fixtures.looping_kernels import restore_kernels, write_looping_kernels
     from tests.runtime.test_threads import FEATURES, classifier_model
 
     bundle = relaxweb.build(classifier_model(), tmp_path / "bundle", bounds={"batch": 64}).path
@@ -468,7 +489,7 @@ def test_a_looping_kernel_rejects_the_run_without_freezing_the_page_and_the_mode
     feeds = {"x": x.ravel().tolist(), "shape": list(x.shape)}
     with open_runner_page(bundle, webgpu=False) as page:
         looped = page.evaluate(LOOPING_RUN, feeds)
-        (bundle / "kernels.wasm").write_bytes(original)
+        restore_kernels(bundle, original)
         reloaded = page.evaluate(RELOADED_RUN, feeds)
     assert looped["first"].startswith("kernel ") and "failed at call site 0 (" in looped["first"]
     assert looped["first"].endswith("a kernel call ran for more than 0.4 s and its worker threads were stopped (the "
@@ -499,7 +520,7 @@ async ({ x, shape }) => {
 
 
 def test_a_looping_kernel_on_a_page_that_is_not_isolated_is_stopped_at_its_deadline(tmp_path: Path) -> None:
-    from tests.fixtures.looping_kernels import write_looping_kernels
+    from tests.fixtures.looping_kernels import restore_kernels, write_looping_kernels
     from tests.runtime.test_threads import FEATURES, classifier_model
 
     bundle = relaxweb.build(classifier_model(), tmp_path / "bundle", bounds={"batch": 64}).path
@@ -508,7 +529,7 @@ def test_a_looping_kernel_on_a_page_that_is_not_isolated_is_stopped_at_its_deadl
     feeds = {"x": x.ravel().tolist(), "shape": list(x.shape)}
     with open_runner_page(bundle, webgpu=False, isolated=False) as page:
         looped = page.evaluate(LOOPING_RUN_ON_THE_PAGE, feeds)
-        (bundle / "kernels.wasm").write_bytes(original)
+        restore_kernels(bundle, original)
         reloaded = page.evaluate(RELOADED_RUN, feeds)
     assert (looped["threads"], looped["deadline"]) == (1, 400), looped
     assert looped["first"].startswith("kernel ") and "failed at call site 0 (" in looped["first"]

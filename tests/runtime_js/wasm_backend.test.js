@@ -17,6 +17,7 @@ import { Host, InputShapeError } from "../../relaxweb/runtime_js/host.js";
 import { HostSession } from "../../relaxweb/runtime_js/host_session.js";
 import { RemoteHost } from "../../relaxweb/runtime_js/remote_host.js";
 import { WALL_CLOCK } from "../../relaxweb/runtime_js/profile.js";
+import { engineHasRelaxedSimd, kernelsFile } from "../../relaxweb/runtime_js/relaxed_simd.js";
 import { RESERVED_BYTES, WasmTensor, sharedMemoryVariant, splitUnits, threadCount } from "../../relaxweb/runtime_js/wasm_backend.js";
 import { WasmModel } from "../../relaxweb/runtime_js/wasm_model.js";
 import { load } from "../../relaxweb/runtime_js/relaxweb.js";
@@ -362,6 +363,55 @@ test("a compiled int64 constant outside int32 runs exactly on kernels.wasm; load
     assert.deepEqual([model.backend, model.backendReason], ["wasm", `WebGPU cannot run this bundle: ${reason}`]);
     assert.deepEqual(Array.from((await model.run({ x: { data: x, shape: [x.length] } })).y.data, String), expectedValues);
     model.dispose();
+  } finally {
+    console.info = info;
+    await served.close();
+  }
+});
+
+test("kernelsFile takes the relaxed module where the bundle has one and the engine compiles it; false the plain one", () => {
+  const both = { file: "kernels.wasm", relaxed_file: "kernels-relaxed.wasm", scratch_bytes: 0 };
+  const plain = { file: "kernels.wasm", scratch_bytes: 0 };
+  const here = engineHasRelaxedSimd();
+  assert.deepEqual(kernelsFile(both, undefined), here ? { file: "kernels-relaxed.wasm", relaxedSimd: true } : { file: "kernels.wasm", relaxedSimd: false });
+  assert.deepEqual(kernelsFile(both, false), { file: "kernels.wasm", relaxedSimd: false });
+  assert.deepEqual(kernelsFile(plain, undefined), { file: "kernels.wasm", relaxedSimd: false });
+  assert.throws(() => kernelsFile(plain, true), /relaxedSimd: true, but the bundle has no kernels with relaxed SIMD/);
+  assert.throws(() => kernelsFile(both, /** @type {any} */ ("yes")), /relaxedSimd must be true or false/);
+  if (here) assert.deepEqual(kernelsFile(both, true), { file: "kernels-relaxed.wasm", relaxedSimd: true });
+  else assert.throws(() => kernelsFile(both, true), /relaxedSimd: true, but this engine does not compile relaxed SIMD/);
+});
+
+// A compiled MatMul's bundle has both kernel modules (relaxweb/cpu/relaxed_simd.py); load()
+// runs the one the engine takes (Node 20: the plain one, relaxed SIMD being behind a flag;
+// Chromium's is tested in test_wasm_browser.py), or the plain one when asked.
+test("load() runs a compiled MatMul from the kernel module the engine takes, and the plain one with relaxedSimd: false", async () => {
+  const folder = mkdtempSync(join(tmpdir(), "relaxweb-wasm-test-"));
+  folders.push(folder);
+  const expectedY = JSON.parse(python(
+    "import json, numpy as np, relaxweb; from onnx import TensorProto, helper; from tests.helpers import make_model, rand; " +
+    "w = rand(24, 40, seed=1); m = make_model([helper.make_node('MatMul', ['x', 'w'], ['y'])], " +
+    "[('x', TensorProto.FLOAT, ['n', 24])], ['y'], {'w': w}); " +
+    `relaxweb.build(m, ${JSON.stringify(folder)}); x = np.arange(9 * 24, dtype=np.float32).reshape(9, 24) % 7 - 3; ` +
+    "print(json.dumps((x.astype(np.float64) @ w.astype(np.float64)).ravel().tolist()))"));
+  const manifest = JSON.parse(readFileSync(join(folder, "manifest.json"), "utf8"));
+  assert.equal(manifest.wasm.relaxed_file, "kernels-relaxed.wasm");
+  const x = Float32Array.from({ length: 9 * 24 }, (_, i) => (i % 7) - 3);
+  const served = await serveFolder(folder);
+  const info = console.info;
+  console.info = () => {};
+  try {
+    for (const relaxedSimd of [undefined, false]) {
+      const model = /** @type {WasmModel} */ (await load(served.url, { backend: "wasm", relaxedSimd }));
+      assert.equal(model.relaxedSimd, relaxedSimd === undefined && engineHasRelaxedSimd());
+      const { y } = await model.run({ x: { data: x, shape: [9, 24] } });
+      y.data.forEach((/** @type {number} */ value, /** @type {number} */ i) => assert.ok(Math.abs(value - expectedY[i]) <= 1e-4 + 1e-5 * Math.abs(expectedY[i]), `y[${i}]`));
+      model.dispose();
+    }
+    if (!engineHasRelaxedSimd()) {
+      await assert.rejects(load(served.url, { backend: "wasm", relaxedSimd: true }),
+        { message: "relaxedSimd: true, but this engine does not compile relaxed SIMD" });
+    }
   } finally {
     console.info = info;
     await served.close();

@@ -5,8 +5,8 @@ A whole block keeps its sums in ``rows x columns / 4`` v128 locals: at each redu
 the first factor is evaluated once per row and splatted, the second read as f32x4 along the
 columns (``v128.load`` where it is a plain load contiguous in the only column axis, one
 address and constant offsets where its columns are a constant distance apart, else evaluated
-per column and assembled lane by lane), and multiplied in (``f32x4.add(f32x4.mul)``: SIMD128
-has no fused multiply-add).  The sums are spilled to the scratch, and a loop over the block's
+per column and assembled lane by lane), and multiplied in (``relaxed_simd.multiply_add``: fused where
+the engine has relaxed SIMD).  The sums are spilled to the scratch, and a loop over the block's
 elements applies the epilogue (the body with the sum replaced by its value) and stores.  A
 block at the edge of the output computes each of its elements on its own, as the element
 form does.
@@ -21,6 +21,7 @@ from ...ir.matmul_layout import column_strides, contiguous_columns
 from ...ir.symbolic import PrimExpr, product, simplify
 from ...ir.wasm_schedule import BlockMatmulSchedule
 from ..emit import store
+from ..relaxed_simd import multiply_add
 from ..wat_builder import add, const, div_u, get, mul, op
 from .common import declare_axes, unflatten_into
 from .matmul_kernel import MatmulKernel, Tier, UnitSizes
@@ -105,7 +106,7 @@ def _block_sums(kernel: MatmulKernel, schedule: BlockMatmulSchedule) -> None:
         factors_b = [emitter.set_local(vector, "v128", body.indent, "factor_b") for vector in vectors]
         for r in range(schedule.rows):
             for q in range(lanes):
-                body.set(sums[r][q], f"(f32x4.add {get(sums[r][q])} (f32x4.mul {factors_a[r]} {factors_b[q]}))")
+                body.set(sums[r][q], multiply_add(factors_a[r], factors_b[q], get(sums[r][q])))
 
     _reduction_loops(kernel, 0, step)
     for r in range(schedule.rows):

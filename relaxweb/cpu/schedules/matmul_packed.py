@@ -24,6 +24,7 @@ from ...ir.symbolic import IntImm, product, simplify, substitute
 from ...ir.tir import Load
 from ...ir.wasm_schedule import PackedMatmulSchedule
 from ..emit import store
+from ..relaxed_simd import multiply_add
 from ..wat_builder import Body, add, call, const, div_u, get, mul, op, sub
 from .common import declare_axes, unflatten_into
 from .factor_forms import epilogue_nodes, vector_columns
@@ -280,7 +281,7 @@ def _micro_kernels(body: Body, schedule: PackedMatmulSchedule, row0: str, panel_
     """The sums of the column block for the panel's rows (from local ``row0``), ``micro_rows``
     at a time (while any is in the output): per step one ``v128.load32_splat`` per row from
     the first factor's panel at local ``panel_a``, ``panel_columns / 4`` f32x4 of the second
-    factor's panel at ``panel_b``, the products added into f32x4 sums stored to the
+    factor's panel at ``panel_b``, the products added into f32x4 sums (``multiply_add``) stored to the
     scratch's sums (row-major).
 
     The reduction runs in chunks of ``chunk`` steps, every strip of the panel for one chunk
@@ -331,8 +332,8 @@ def _micro_kernels(body: Body, schedule: PackedMatmulSchedule, row0: str, panel_
                             body.set(local, f"(v128.load offset={16 * q} {get(b)})")
                         for r in range(schedule.micro_rows):
                             for q in range(lanes):
-                                body.set(sums[r][q], f"(f32x4.add {get(sums[r][q])} "
-                                                     f"(f32x4.mul {get(factors_a[r])} {get(factors_b[q])}))")
+                                body.set(sums[r][q], multiply_add(get(factors_a[r]), get(factors_b[q]),
+                                                                  get(sums[r][q])))
                         body.increment(a, 4 * schedule.micro_rows)
                         body.increment(b, 4 * schedule.panel_columns)
                         body.set(step, sub(get(step), const(1)))

@@ -67,6 +67,7 @@ from ...ir.matmul_layout import direct_columns
 from ...ir.symbolic import IntImm, as_int, simplify, substitute
 from ...ir.wasm_schedule import MatrixVectorSchedule
 from ..emit import store
+from ..relaxed_simd import multiply_add
 from ..wat_builder import Body, add, call, const, div_u, get, mul, op, sub
 from .common import declare_axes, unflatten_into
 from .matmul_kernel import MatmulKernel, Tier, UnitSizes
@@ -299,7 +300,6 @@ def _dot_group(body: Body, schedule: MatrixVectorSchedule, label: str, starts: l
                     body.comment("four reduction steps at a time: each column's f32x4 into every row of the group")
                 else:
                     body.comment("the steps past the last whole four, one by one")
-                add_, mul_ = ("f32x4.add", "f32x4.mul") if kind == "v128" else ("f32.add", "f32.mul")
                 with body.block(f"${label}_{loop}_done"):
                     body.br_if(f"${label}_{loop}_done", op("i32.ge_u", get(a), get(last)))
                     with body.loop(f"${label}_{loop}"):
@@ -308,7 +308,10 @@ def _dot_group(body: Body, schedule: MatrixVectorSchedule, label: str, starts: l
                         for g in range(group):
                             body.set(factors[kind], f"({kind}.load{_offset(row_bytes * g)} {get(a)})")
                             for total, value in zip(sums[g] if kind == "v128" else tails[g], columns[kind]):
-                                body.set(total, f"({add_} {get(total)} ({mul_} {get(factors[kind])} {get(value)}))")
+                                if kind == "v128":
+                                    body.set(total, multiply_add(get(factors[kind]), get(value), get(total)))
+                                else:
+                                    body.set(total, f"(f32.add {get(total)} (f32.mul {get(factors[kind])} {get(value)}))")
                         for source in sources:
                             body.increment(source, size)
                         body.increment(a, size)
