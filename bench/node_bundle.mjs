@@ -1,0 +1,56 @@
+// What the Node benchmarks of the wasm backend share (page_thread_deadline.mjs,
+// relaxed_simd.mjs): a bundle's model loaded on the wasm backend as a page that is not
+// cross-origin isolated loads it (one thread, kernels rewritten to be interruptible), inputs
+// for its symbolic dims, and a median.
+
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+
+import { Host } from "../relaxweb/runtime_js/host.js";
+import { HostSession } from "../relaxweb/runtime_js/host_session.js";
+import { RemoteHost } from "../relaxweb/runtime_js/remote_host.js";
+import { WasmModel } from "../relaxweb/runtime_js/wasm_model.js";
+
+/** Each symbolic dim's value: 1 (batch), 224 (height, width), 128 (sequence) or 0 (past); a sum of them the sum. */
+export const DIMS = { batch: 1, batch_size: 1, height: 224, width: 224, sequence: 128, sequence_length: 128, past_sequence_length: 0 };
+
+/**
+ * The bundle's model on the wasm backend; `asWritten` loads its kernels.wasm without the
+ * rewrite (WebAssembly.compile is given the original bytes: the rewrite's extra import is
+ * then simply unused); `file`: the kernel module (default the manifest's wasm.file).
+ * @param {string} folder @param {boolean} asWritten @param {string} [file]
+ */
+export async function load(folder, asWritten, file = undefined) {
+  const manifest = JSON.parse(readFileSync(join(folder, "manifest.json"), "utf8"));
+  const kernels = readFileSync(join(folder, file ?? manifest.wasm.file));
+  const host = new RemoteHost(null, 60_000, new HostSession(await Host.instantiate(readFileSync(join(folder, "host.wasm")), manifest)));
+  const shards = manifest.shards.map((/** @type {any} */ s) => new Uint8Array(readFileSync(join(folder, s.file))));
+  const compile = WebAssembly.compile;
+  if (asWritten) WebAssembly.compile = () => compile(kernels);
+  try {
+    const relaxedSimd = file !== undefined && file === manifest.wasm.relaxed_file;
+    return { manifest, model: await WasmModel.create(manifest, host, kernels, shards, { ...(await host.configure(undefined)), relaxedSimd }) };
+  } finally {
+    WebAssembly.compile = compile;
+  }
+}
+
+/** Inputs for the manifest's inputs, or a string saying why none. @param {any} manifest */
+export function inputsOf(manifest) {
+  /** @type {Record<string, any>} */
+  const inputs = {};
+  for (const spec of manifest.inputs) {
+    const dim = (/** @type {any} */ d) => (typeof d === "number" ? d
+      : d.split(" + ").reduce((/** @type {any} */ sum, /** @type {string} */ part) => sum + DIMS[part], 0)); // "past + sequence"
+    const shape = spec.shape.map(dim);
+    if (shape.some((/** @type {any} */ d) => Number.isNaN(d) || d === undefined)) return `input ${spec.name} has dims ${JSON.stringify(spec.shape)}`;
+    const count = shape.reduce((a, b) => a * b, 1);
+    const value = (/** @type {number} */ i) => (spec.name === "attention_mask" ? 1 : spec.name === "token_type_ids" ? 0 : (i * 7) % 100);
+    const data = spec.dtype.startsWith("int") ? Int32Array.from({ length: count }, (_, i) => value(i))
+      : Float32Array.from({ length: count }, (_, i) => Math.sin(i));
+    inputs[spec.name] = { data, shape };
+  }
+  return inputs;
+}
+
+export const median = (/** @type {number[]} */ times) => [...times].sort((a, b) => a - b)[times.length >> 1];
