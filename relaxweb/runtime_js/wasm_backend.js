@@ -43,6 +43,7 @@ import { keptOutputIndices, prepareInputs, splitElements, wasmManifest } from ".
 import { WALL_CLOCK, WallClockTimer } from "./profile.js";
 import { STATUS_BYTES, checkRunStatus } from "./run_status.js";
 import { DEADLINE_IMPORT, FUEL_REFILL, interruptibleKernels, readLeb } from "./interruptible_kernels.js";
+import { warmUpKernels } from "./warm_up.js";
 
 export { WALL_CLOCK };
 
@@ -286,6 +287,10 @@ export class WasmBackend {
     backend.relaxedSimd = relaxedSimd;
     try {
       backend.layOut(shards, sizesAtBounds);
+      if (!shared) { // the page's thread runs the kernels: compile them for speed now (warm_up.js)
+        backend.warmUp = warmUpKernels(backend.kernelFunctions, manifest, new Int32Array(memory.buffer), backend.paramsBase,
+          (ms) => clock.start(ms));
+      }
       if (shared) backend.pool = await WorkerPool.start(module, memory, count, backend.scratchAddresses, backend.statusAddresses);
       return backend;
     } catch (error) {
@@ -308,6 +313,8 @@ export class WasmBackend {
     this.kernelTimeoutMs = KERNEL_TIMEOUT_MS;
     /** Whether the kernels run with relaxed SIMD (the bundle's kernels-relaxed.wasm: kernelsFile). */
     this.relaxedSimd = false;
+    /** The load's calls of every kernel with no units (warm_up.js): kernels warmed and ms taken. */
+    this.warmUp = { kernels: 0, ms: 0 };
     const exports = /** @type {Record<string, Function>} */ (/** @type {unknown} */ (instance.exports));
     /** Per kernel: its function and its units function. */
     this.kernelFunctions = manifest.kernels.map((/** @type {any} */ _, /** @type {number} */ k) => {

@@ -19,6 +19,7 @@ import { RemoteHost } from "../../relaxweb/runtime_js/remote_host.js";
 import { WALL_CLOCK } from "../../relaxweb/runtime_js/profile.js";
 import { engineHasRelaxedSimd, kernelsFile } from "../../relaxweb/runtime_js/relaxed_simd.js";
 import { RESERVED_BYTES, WasmTensor, sharedMemoryVariant, splitUnits, threadCount } from "../../relaxweb/runtime_js/wasm_backend.js";
+import { warmUpKernels } from "../../relaxweb/runtime_js/warm_up.js";
 import { WasmModel } from "../../relaxweb/runtime_js/wasm_model.js";
 import { load } from "../../relaxweb/runtime_js/relaxweb.js";
 import { webgpuWeightBytes } from "../../relaxweb/runtime_js/tensors.js";
@@ -416,6 +417,35 @@ test("load() runs a compiled MatMul from the kernel module the engine takes, and
     console.info = info;
     await served.close();
   }
+});
+
+// The load's warm-up (warm_up.js) calls every kernel with no units: on a compiled model of
+// many kernel kinds (convolutions, matmuls, pooling, softmax) it warms them all, and calling
+// it again writes nothing outside the reserved bytes [0, 65536).
+test("the warm-up calls every kernel of a compiled model and writes nothing outside the reserved bytes", async () => {
+  const folder = mkdtempSync(join(tmpdir(), "relaxweb-wasm-test-"));
+  folders.push(folder);
+  python("import relaxweb; from onnx import TensorProto, helper; from tests.helpers import make_model, rand; " +
+    "m = make_model([helper.make_node('Conv', ['x', 'k'], ['c'], pads=[1, 1, 1, 1]), helper.make_node('Relu', ['c'], ['r']), " +
+    "helper.make_node('MaxPool', ['r'], ['p'], kernel_shape=[2, 2], strides=[2, 2]), " +
+    "helper.make_node('Conv', ['p', 'd'], ['q'], group=8, pads=[1, 1, 1, 1]), helper.make_node('GlobalAveragePool', ['q'], ['g']), " +
+    "helper.make_node('Flatten', ['g'], ['f']), helper.make_node('Gemm', ['f', 'w', 'b'], ['l']), " +
+    "helper.make_node('Softmax', ['l'], ['y'])], [('x', TensorProto.FLOAT, ['batch', 3, 'height', 'width'])], ['y'], " +
+    "{'k': rand(8, 3, 3, 3), 'd': rand(8, 1, 3, 3, seed=1), 'w': rand(8, 5, seed=2), 'b': rand(5, seed=3)}); " +
+    `relaxweb.build(m, ${JSON.stringify(folder)})`);
+  const model = await loadWasmModel(folder);
+  const backend = model.runBackend;
+  const kernels = model.manifest.kernels.length;
+  assert.ok(kernels >= 3);
+  assert.equal(backend.warmUp.kernels, kernels);
+  const before = new Uint8Array(backend.memory.buffer).slice(RESERVED_BYTES);
+  const again = warmUpKernels(backend.kernelFunctions, model.manifest, new Int32Array(backend.memory.buffer), backend.paramsBase,
+    (/** @type {number} */ ms) => backend.clock.start(ms));
+  assert.equal(again.kernels, kernels);
+  const after = new Uint8Array(backend.memory.buffer).slice(RESERVED_BYTES);
+  assert.equal(after.length, before.length);
+  assert.ok(after.every((byte, i) => byte === before[i]), "the warm-up wrote outside the reserved bytes");
+  model.dispose();
 });
 
 test("webgpuWeightBytes narrows an int64 weight to int32 and names one outside int32", () => {

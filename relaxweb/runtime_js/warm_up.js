@@ -1,0 +1,66 @@
+// Kernels compiled for speed before the first run: the wasm backend calls every kernel of
+// kernels.wasm at load, with no units, until the engine has compiled it with its optimizing
+// compiler.
+//
+// Why: V8 (Chromium, Node) compiles a module's functions first with its baseline compiler
+// (Liftoff) and recompiles a function with its optimizing one (TurboFan) once the function
+// has run enough, counted as code executed ("dynamic tiering"); the new code is used from
+// the function's next call on. A kernel call runs all of its units in one call, so each
+// kernel's first call ran entirely in baseline code, 2-4x slower than later calls: the first
+// run of a model took 1.3-3.6x its later runs (docs/benchmarks.md, "First runs"). A call with
+// no units (first = end = 0) runs only the kernel's prologue; a few thousand of them spend the
+// budget, and the optimized code is compiled in the background while the load goes on.
+//
+// The calls read the params block of the kernel's first call site, filled with ones for the
+// call (size variables of 1: no division by zero) and zeroed again after; every buffer
+// address is 0, in the reserved bytes [0, 65536) that are never a buffer, and no unit runs,
+// so nothing outside those bytes is written (tests/runtime_js/wasm_backend.test.js checks the
+// memory). A kernel that traps on these sizes is left to its first run. The calls stop after
+// WARM_UP_BUDGET_MS in all, a deadline the interruptible module enforces. Only the page's
+// thread warms up: on a cross-origin isolated page the kernels run on workers, whose module
+// the page's thread could not stop (not done there: its first run is still the slow one).
+// Other engines (Firefox's baseline and Ion tiers, Safari's) also compile hot functions
+// again, which these calls make hot; wasmtime (Python) compiles ahead of time and needs none
+// of this.
+
+/** Calls with no units per kernel: enough for Chromium 156's V8 to tier every kernel of the benchmark models up. */
+export const WARM_UP_CALLS = 3000;
+/** The most the warm-up may take at load, in all (ms): the kernels after it are left to their first run. */
+export const WARM_UP_BUDGET_MS = 300;
+
+/**
+ * Call each kernel WARM_UP_CALLS times with no units (see the file's comment), on the page's
+ * thread from the interruptible module: `startClock(ms)` gives the calls the rest of the
+ * budget as their deadline, so a module whose kernels loop (damaged) costs the load at most
+ * the budget, and its first run fails at its own deadline as before.
+ * @param {{main: Function}[]} kernels each kernel's function (kK), by kernel index
+ * @param {any} manifest the bundle's manifest (its call_sites)
+ * @param {Int32Array} words the memory as i32 (the params region is zero at load)
+ * @param {number} paramsBase the params region's address
+ * @param {(ms: number) => void} startClock starts the deadline of the calls that follow
+ * @returns {{kernels: number, ms: number}} the kernels warmed and the time taken
+ */
+export function warmUpKernels(kernels, manifest, words, paramsBase, startClock) {
+  const started = performance.now();
+  const left = () => WARM_UP_BUDGET_MS - (performance.now() - started);
+  let warmed = 0;
+  for (const [k, { main }] of kernels.entries()) {
+    if (left() <= 0) break;
+    const site = manifest.call_sites.find((/** @type {any} */ s) => s.kernel === k);
+    if (!site) continue;
+    const first = (paramsBase + site.params_offset) >> 2;
+    const end = first + (site.params_size >> 2);
+    const addresses = new Array(Math.max(0, main.length - 3)).fill(0); // scratch, buffers, status: all 0
+    words.fill(1, first, end);
+    startClock(left());
+    try {
+      for (let call = 0; call < WARM_UP_CALLS; call++) main(first << 2, 0, 0, ...addresses);
+      warmed += 1;
+    } catch {
+      // sizes of 1 made it trap, or the budget's deadline passed (the loop ends): its first run compiles it as before
+    } finally {
+      words.fill(0, first, end);
+    }
+  }
+  return { kernels: warmed, ms: performance.now() - started };
+}
