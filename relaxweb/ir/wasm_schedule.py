@@ -182,8 +182,11 @@ class PackedMatmulSchedule(WasmSchedule):
     ``split_columns`` (a weight as the second factor and a plain load as the first,
     ``relaxweb.ir.matmul_layout.weight_columns``): where the rows are few (fewer panels per
     batch index than ``units_wanted``), a unit holds all of them (up to ``split_bytes`` of
-    panels) and a slice of the columns, so that each unit copies only its part of the
-    weight."""
+    panels, within ``panel_bytes``) and a slice of the columns, so that each unit copies only
+    its part of the weight, once for all of its rows.  At 512 KiB a 128 x 3072 @ 3072 x 768
+    matmul (an FFN's down-projection at 128 tokens) held one panel a unit and copied the weight
+    four times: 26-28 GFLOP/s in Chromium; at 1 MiB, two panels and twice: 30-34
+    (bench/wasm_peak.py)."""
 
     kind: ClassVar[str] = "packed_matmul"
     swap_factors: bool = False
@@ -195,7 +198,7 @@ class PackedMatmulSchedule(WasmSchedule):
     panel_bytes: int = 1 << 20
     units_wanted: int = 8
     split_columns: bool = False
-    split_bytes: int = 1 << 19
+    split_bytes: int = 1 << 20
     beyond: BlockMatmulSchedule = field(default_factory=BlockMatmulSchedule)
 
     def __post_init__(self) -> None:
@@ -218,6 +221,12 @@ class PackedMatmulSchedule(WasmSchedule):
         return 4 * self.panel_columns * self.max_depth
 
     @property
+    def split_panel_bytes(self) -> int:
+        """The first-factor panels a unit splitting columns holds: ``split_bytes``, within the
+        scratch's ``panel_bytes``."""
+        return min(self.split_bytes, self.panel_bytes)
+
+    @property
     def scratch_bytes(self) -> int:
         sums = 4 * self.panel_rows * self.panel_columns
         return max(self.beyond.scratch_bytes, self.panel_bytes + self.panel_b_bytes + sums)
@@ -235,7 +244,7 @@ class PackedMatmulSchedule(WasmSchedule):
         panels = _ceil_div(sizes.rows, self.panel_rows)
         group, slices = self.panel_group(sizes.rows, sizes.depth), 1
         if self.split_columns and panels * sizes.batch < self.units_wanted:
-            fits = self.split_bytes // (max(sizes.depth, 1) * 4 * self.panel_rows)
+            fits = self.split_panel_bytes // (max(sizes.depth, 1) * 4 * self.panel_rows)
             group = max(min(panels, fits), 1)
             units = max(_ceil_div(sizes.rows, group * self.panel_rows) * sizes.batch, 1)
             slices = max(min(_ceil_div(self.units_wanted, units), _ceil_div(sizes.columns, self.panel_columns)), 1)

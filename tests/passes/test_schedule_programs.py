@@ -40,7 +40,7 @@ def tiled(wasm: str) -> str:
 
 def packed(swap: bool = False, split: bool = False) -> str:
     return (f"packed_matmul(swap_factors={swap}, panel_rows=32, micro_rows=4, panel_columns=8, max_depth=4608, "
-            f"chunk=256, panel_bytes=1048576, units_wanted=8, split_columns={split}, split_bytes=524288, "
+            f"chunk=256, panel_bytes=1048576, units_wanted=8, split_columns={split}, split_bytes=1048576, "
             f"beyond=block_matmul(swap_factors={swap}, rows=4, columns=16))")
 
 

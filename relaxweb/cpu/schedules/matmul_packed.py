@@ -112,9 +112,9 @@ def _few_panels(schedule: PackedMatmulSchedule, rows: str, batches: str) -> str:
 def split_group(schedule: PackedMatmulSchedule, rows: str, depth: str, batches: str) -> str:
     """The i32 WAT count of row panels of one unit of a packed matmul splitting columns (WAT
     values, evaluated several times): all of the rows when they are few (fewer panels per
-    batch index than ``units_wanted``) and fit ``split_bytes``, else :func:`panel_group`'s
+    batch index than ``units_wanted``) and fit ``split_panel_bytes``, else :func:`panel_group`'s
     choice (then the columns are not split)."""
-    fits = div_u(const(schedule.split_bytes), mul(call("$max_u32", depth, const(1)), const(4 * schedule.panel_rows)))
+    fits = div_u(const(schedule.split_panel_bytes), mul(call("$max_u32", depth, const(1)), const(4 * schedule.panel_rows)))
     return (f"(select {call('$max_u32', call('$min_u32', _panels(schedule, rows), fits), const(1))} "
             f"{panel_group(schedule, rows, depth)} {_few_panels(schedule, rows, batches)})")
 
