@@ -18,7 +18,7 @@ import dataclasses
 from .access import flat_offset
 from .pattern import MatmulInfo
 from .symbolic import IntImm, PrimExpr, as_int, free_vars, product, simplify, substitute
-from .tir import Load, TensorProgram
+from .tir import Binary, BinaryOp, FloatImm, Load, ScalarExpr, TensorProgram
 
 
 def swapped(info: MatmulInfo) -> MatmulInfo:
@@ -157,17 +157,44 @@ def weight_columns(info: MatmulInfo, program: TensorProgram) -> bool:
     """Whether a packed matmul's units may split the columns: the second factor is a weight
     (a plain load of a buffer of constant shape, read in place by :func:`direct_columns`,
     indexed by no batch axis; its columns may be several axes: a transformer's projection
-    written as [batch, heads, tokens, 64]) and the first a plain load (packing it once per
-    slice costs a copy, no math: a prologue such as BERT's GELU would be evaluated once per
-    slice).  Split by rows only, a 128-row transformer matmul had 4 units, each copying all
-    of the weight (9.4 MB at 768 x 3072) for its 32 rows."""
-    if not isinstance(info.a, Load) or direct_columns(info, program) is None:
+    written as [batch, heads, tokens, 64]) and the first costs about a copy to pack
+    (:func:`cheap_to_pack`: it is packed once per slice, so a prologue such as BERT's GELU
+    would be evaluated once per slice).  Split by rows only, a 128-row transformer matmul had
+    4 units, each copying all of the weight (9.4 MB at 768 x 3072) for its 32 rows; GPT-2's
+    matmuls that read a layer norm (its LM head's 154 MB weight among them) still did, until
+    the layer norm's few operations counted as cheap."""
+    if not cheap_to_pack(info.a) or direct_columns(info, program) is None:
         return False
     assert isinstance(info.b, Load)
     if any(as_int(simplify(d)) is None for d in info.b.buffer.shape):
         return False
     batch = {program.axes[p].name for p in info.batch}
     return not any(batch & {v.name for v in free_vars(index)} for index in info.b.indices)
+
+
+#: The most additions, subtractions, multiplications, maxima and minima of loads a first
+#: factor may take per element and still be :func:`cheap_to_pack` (a layer norm's
+#: ``(x - mean) * rstd * gamma + beta`` takes 4).
+CHEAP_PACK_OPERATIONS = 6
+_CHEAP_OPS = frozenset({BinaryOp.ADD, BinaryOp.SUBTRACT, BinaryOp.MULTIPLY, BinaryOp.MAXIMUM, BinaryOp.MINIMUM})
+
+
+def cheap_to_pack(expr: ScalarExpr) -> bool:
+    """Whether packing ``expr`` (a matmul's first factor) costs about a copy: a plain load, or
+    at most :data:`CHEAP_PACK_OPERATIONS` float additions, subtractions, multiplications,
+    maxima and minima of loads and constants (no division, no function, no select)."""
+    operations = 0
+
+    def cheap(node: ScalarExpr) -> bool:
+        nonlocal operations
+        if isinstance(node, (Load, FloatImm)):
+            return True
+        if isinstance(node, Binary) and node.op in _CHEAP_OPS:
+            operations += 1
+            return operations <= CHEAP_PACK_OPERATIONS and cheap(node.a) and cheap(node.b)
+        return False
+
+    return cheap(expr)
 
 
 def cheap_columns(info: MatmulInfo, program: TensorProgram, block_columns: int, panel_columns: int) -> bool:

@@ -179,8 +179,8 @@ class PackedMatmulSchedule(WasmSchedule):
     element) is packed once per unit for all of them, while the units stay at least
     ``units_wanted`` for the threads to split.
 
-    ``split_columns`` (a weight as the second factor and a plain load as the first,
-    ``relaxweb.ir.matmul_layout.weight_columns``): where the rows are few (fewer panels per
+    ``split_columns`` (a weight as the second factor and a first cheap to pack, a plain load or
+    a layer norm: ``relaxweb.ir.matmul_layout.weight_columns``): where the rows are few (fewer panels per
     batch index than ``units_wanted``), a unit holds all of them (up to ``split_bytes`` of
     panels, within ``panel_bytes``) and a slice of the columns, so that each unit copies only
     its part of the weight, once for all of its rows.  At 512 KiB a 128 x 3072 @ 3072 x 768

@@ -774,8 +774,23 @@ def test_projection_into_heads_split_by_columns(rows: int, monkeypatch) -> None:
     assert check_module(model, {"x": rand(1, rows, 24)}, monkeypatch) >= 1
 
 
+@pytest.mark.parametrize("rows", [40, 128])
+def test_matmul_of_a_layer_norm_split_by_columns(rows: int, monkeypatch) -> None:
+    """GPT-2's matmuls that read a layer norm in small (its LM head, its QKV and FFN
+    projections): the normalization's few operations are packed once per column slice
+    (``matmul_layout.cheap_to_pack``), so the units split the weight's columns."""
+    model = make_model([helper.make_node("LayerNormalization", ["x", "gamma", "beta"], ["n"], axis=-1, epsilon=1e-5),
+                        helper.make_node("MatMul", ["n", "w"], ["y"])],
+                       [("x", TensorProto.FLOAT, [1, "t", 24])], ["y"],
+                       {"gamma": rand(24, seed=1), "beta": rand(24, seed=2), "w": rand(24, 70, seed=3)})
+    module = compile_model(model)
+    assert any("$slice_columns" in render_program(p) for p in module.programs.values()
+               if isinstance(p, TensorProgram) and "matmul" in p.name)
+    assert check_module(model, {"x": rand(1, rows, 24)}, monkeypatch) >= 1
+
+
 def test_column_split_falls_back(monkeypatch) -> None:
-    """No column split where the first factor is not a plain load (a GELU prologue would be
+    """No column split where the first factor is not cheap to pack (a GELU prologue would be
     evaluated once per slice) or the second factor is not a weight (an activation of
     symbolic shape: a batched matmul of two inputs)."""
     gelu = compile_model(gelu_matmul_model("n", 16, 24))

@@ -21,7 +21,7 @@ from relaxweb.cpu.module import KernelFunctions, assemble_kernels_module, wat_to
 from relaxweb.cpu.schedules import RENDERERS, render_program
 from relaxweb.cpu.wat_builder import Body, const, get, op
 from relaxweb.ir import interpreter
-from relaxweb.ir.matmul_layout import oriented
+from relaxweb.ir.matmul_layout import CHEAP_PACK_OPERATIONS, cheap_to_pack, oriented
 from relaxweb.ir.pattern import analyze_matmul
 from relaxweb.ir.schedule_fit import VECTOR_BINARY_OPS, VECTOR_COMPARE_OPS, VECTOR_UNARY_OPS
 from relaxweb.ir.symbolic import IntImm, SizeVar, evaluate, product
@@ -228,6 +228,23 @@ def test_the_schedules_validate_their_parameters() -> None:
         WindowSchedule(lanes=6)
     assert replace(MatrixVectorSchedule(), columns=8).max_depth == MatrixVectorSchedule().max_depth  # kept as given
     assert PackedMatmulSchedule().scratch_bytes == (1 << 20) + 4 * 8 * 4608 + 4 * 32 * 8
+
+
+def test_a_first_factor_of_a_few_additions_and_multiplications_is_cheap_to_pack() -> None:
+    """``cheap_to_pack`` (column splits pack the first factor once per slice): a load, a layer
+    norm's (x - mean) * rstd * gamma + beta; not a division, a function or many operations."""
+    x, mean, rstd = (Load(Buffer(name, (n, m), "float32"), (i, j)) for name in ("x", "mean", "rstd"))
+    gamma, beta = (Load(Buffer(name, (m,), "float32"), (j,)) for name in ("gamma", "beta"))
+    normalized = Binary(BinaryOp.ADD, Binary(BinaryOp.MULTIPLY, Binary(BinaryOp.MULTIPLY,
+                        Binary(BinaryOp.SUBTRACT, x, mean), rstd), gamma), beta)
+    assert cheap_to_pack(x) and cheap_to_pack(normalized)
+    assert cheap_to_pack(Binary(BinaryOp.MAXIMUM, x, FloatImm(0.0)))
+    assert not cheap_to_pack(Binary(BinaryOp.DIVIDE, x, rstd))
+    assert not cheap_to_pack(Unary(UnaryOp.TANH, x))
+    many = x
+    for _ in range(CHEAP_PACK_OPERATIONS + 1):
+        many = Binary(BinaryOp.ADD, many, gamma)
+    assert not cheap_to_pack(many)
 
 
 def test_the_builder_nests_and_closes_its_constructs() -> None:
