@@ -801,6 +801,24 @@ def test_column_split_falls_back(monkeypatch) -> None:
     assert check_module(model, {"x": rand(40, 16), "z": rand(16, 30, seed=3)}, monkeypatch) >= 1
 
 
+def test_convolution_window_steps_written_out_or_looped(monkeypatch) -> None:
+    """The packing of a padded 3x3 convolution's input over 4 channels (32 output channels: the
+    input is the first factor) loops over the channels, the window's rows and its columns
+    (``unroll_steps`` 1), writes out the columns (3) or the window's 9 steps (9, the default),
+    the channels looped; every form packs the same panel."""
+    model = make_model([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])],
+                       [("x", TensorProto.FLOAT, [1, 4, 9, 10])], ["y"], {"w": rand(32, 4, 3, 3, seed=1)})
+    loops = {}
+    for unroll in (1, 3, 9):
+        change = packed(unroll_steps=unroll)
+        [program] = [scheduled(p, change) for p in compile_model(model).programs.values()
+                     if isinstance(p, TensorProgram) and "conv" in p.name]
+        loops[unroll] = render_program(program).count("(loop $step_p")
+        assert check_module(model, {"x": rand(1, 4, 9, 10)}, monkeypatch, wasm=change) >= 1
+    # the packings' window column loops are gone at 3, and their row loops too at 9
+    assert loops[1] > loops[3] > loops[9], loops
+
+
 def test_convolution_weight_packed_once_per_unit_of_panels(monkeypatch) -> None:
     """A padded 3x3 convolution over 40 x 39 output positions (rows: 49 panels, 7 a unit,
     the last partial) and 20 output channels (a column block at the edge), its weight packed

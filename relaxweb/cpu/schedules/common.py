@@ -15,7 +15,7 @@ from typing import Callable, Mapping, Sequence
 
 from ...ir.error_sites import reports_errors
 from ...ir.lower_index import IndexLowering
-from ...ir.symbolic import IntImm, PrimExpr, SizeVar, product, simplify
+from ...ir.symbolic import IntImm, PrimExpr, SizeVar, as_int, product, simplify
 from ...ir.syntax import comment_text
 from ...ir.tir import TensorProgram, format_scalar
 from ..emit import STATUS_ADDRESS, Emitter, Function, render_index
@@ -151,13 +151,37 @@ def declare_axes(emitter: Emitter, axes: Sequence[SizeVar], extents: Sequence[Pr
 
 
 def for_each_step(emitter: Emitter, body: Body, axes: Sequence[SizeVar], extents: Sequence[PrimExpr],
-                  step: Callable[[], None]) -> None:
+                  step: Callable[[], None], unroll: int = 1) -> None:
     """Loops over ``axes`` (reduction axes, outermost first: their extents use no index
-    variable), each declared in its loop; ``step()`` writes the innermost statements."""
+    variable), each declared in its loop; ``step()`` writes the innermost statements.  The
+    innermost axes of constant extent are written out instead of looped over while the copies
+    of ``step()`` stay at most ``unroll`` (a 3x3 window's 9 steps at 9, its channels looped): a
+    loop of 3 steps costs about as much as its steps, and on a page that is not isolated each
+    iteration spends fuel too."""
+    written_out, copies = len(axes), 1
+    while written_out > 0 and (count := as_int(simplify(extents[written_out - 1]))) is not None \
+            and 0 < count and copies * count <= unroll:
+        written_out -= 1
+        copies *= count
+    _steps(emitter, body, list(zip(axes, extents)), written_out, step)
+
+
+def _steps(emitter: Emitter, body: Body, axes: list[tuple[SizeVar, PrimExpr]], looped: int,
+           step: Callable[[], None]) -> None:
+    """:func:`for_each_step`'s statements: the first ``looped`` axes as loops, the rest written out."""
     if not axes:
         step()
         return
-    axis, extent = axes[0], extents[0]
+    (axis, extent), rest = axes[0], axes[1:]
+    if looped == 0:  # written out: the axis's local set to each value in turn
+        local = body.local("p", "i32")
+        for value in range(as_int(simplify(extent)) or 0):
+            body.set(local, const(value))
+            emitter.open_scope()
+            emitter.declare_axis(axis, extent, local)
+            _steps(emitter, body, rest, 0, step)
+            emitter.close_scope()
+        return
     local, end = body.local("p", "i32"), body.local("p_end", "i32")
     label = local[1:]
     body.set(end, emitter.index(extent))
@@ -167,7 +191,7 @@ def for_each_step(emitter: Emitter, body: Body, axes: Sequence[SizeVar], extents
         with body.loop(f"$step_{label}"):
             emitter.open_scope()
             emitter.declare_axis(axis, extent, local)
-            for_each_step(emitter, body, axes[1:], extents[1:], step)
+            _steps(emitter, body, rest, looped - 1, step)
             emitter.close_scope()
             body.increment(local)
             body.br_if(f"$step_{label}", op("i32.lt_s", get(local), get(end)))

@@ -168,7 +168,8 @@ def _packed_unit(kernel: MatmulKernel, schedule: PackedMatmulSchedule, span: tup
             body.br_if(f"${label}", op("i32.lt_u", get(panel_row0), get(group_end)))
 
     each_panel("pack_panels", lambda: pack(emitter, body, info, info.a, kernel.row_axes, kernel.row_extents,
-                                           get(panel_row0), rows, schedule.panel_rows, get(panel_a), strip=strip_bytes))
+                                           get(panel_row0), rows, schedule.panel_rows, get(panel_a), strip=strip_bytes,
+                                           unroll=schedule.unroll_steps))
     distance = direct_columns(info, program)
     strides = None if distance is not None else gathered_columns(info, program, schedule.beyond.columns,
                                                                  schedule.panel_columns)
@@ -179,7 +180,7 @@ def _packed_unit(kernel: MatmulKernel, schedule: PackedMatmulSchedule, span: tup
 
     def pack_columns() -> None:
         pack(emitter, body, info, info.b, kernel.column_axes, kernel.column_extents, column0, columns,
-             schedule.panel_columns, panel_b)
+             schedule.panel_columns, panel_b, unroll=schedule.unroll_steps)
 
     with body.block("$no_columns"):
         body.br_if("$no_columns", op("i32.ge_u", column0, column_stop))

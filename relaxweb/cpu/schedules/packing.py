@@ -57,14 +57,17 @@ class PackLayout:
 
 
 def pack(emitter: Emitter, body: Body, info: MatmulInfo, factor: ScalarExpr, axes: Sequence[SizeVar],
-         extents: Sequence[PrimExpr], first: str, count: str, lanes: int, base: str, strip: str | None = None) -> None:
+         extents: Sequence[PrimExpr], first: str, count: str, lanes: int, base: str, strip: str | None = None,
+         unroll: int = 1) -> None:
     """Statements writing ``factor`` at every reduction step for the ``lanes`` consecutive
     flat indices from ``first`` over ``axes`` that are below ``count`` (the others' lanes are
     left as they are: only sums that are never stored read them), each element evaluated
-    once, where :class:`PackLayout` ``(lanes, strip)`` says (see the module doc)."""
+    once, where :class:`PackLayout` ``(lanes, strip)`` says (see the module doc).  The loops
+    over reduction axes of constant extent are written out while the copies of a step stay at
+    most ``unroll`` (``common.for_each_step``)."""
     lane, position, address = (body.local(name, "i32") for name in ("lane", "position", "address"))
     packer = Packer(emitter, body, info, factor, tuple(axes), tuple(extents), first, count, PackLayout(lanes, strip),
-                    base, lane, address)
+                    base, lane, address, unroll)
     packer.run(position)
 
 
@@ -85,6 +88,7 @@ class Packer:
     base: str
     lane: str
     address: str
+    unroll: int = 1
 
     @property
     def label(self) -> str:
@@ -122,7 +126,7 @@ class Packer:
                     self.each_step(self.store_step)
                 else:
                     for_each_step(emitter, body, info.reduce_axes[:-1], info.reduce_extents[:-1],
-                                  lambda: self.vector_steps(invariants, step_axis, step_extent))
+                                  lambda: self.vector_steps(invariants, step_axis, step_extent), self.unroll)
                 emitter.close_scope()
                 body.increment(self.lane)
                 body.br(f"$pack_{label}")
@@ -130,8 +134,9 @@ class Packer:
     # -- statements shared by the forms
 
     def each_step(self, step: Callable[[], None]) -> None:
-        """``step()`` in the loops over every reduction step."""
-        for_each_step(self.emitter, self.body, self.info.reduce_axes, self.info.reduce_extents, step)
+        """``step()`` in the loops over every reduction step (those of constant extent written
+        out up to the packer's ``unroll`` copies)."""
+        for_each_step(self.emitter, self.body, self.info.reduce_axes, self.info.reduce_extents, step, self.unroll)
 
     def store_step(self) -> None:
         """The factor at this step for the lane in scope, stored; the address advanced."""
