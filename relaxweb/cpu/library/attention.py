@@ -19,6 +19,7 @@ from ...ir.library_kernel import LibraryKernel
 from ...ir.params_block import ParamsLayout
 from ...ir.symbolic import as_int, product, simplify
 from ...library.attention import QUERY_GROUP, QUERY_ROW, AttentionPlan, attention_plan
+from ..relaxed_simd import multiply_add
 from .wat import (
     IndexText, LibraryWat, broadcast_lane, element, fold, index_helpers, indent, kernel_text, loop, params_field, repeat,
     shuffle,
@@ -172,8 +173,8 @@ class AttentionWat:
                 *(f"(local.set $key{r} (v128.load offset={4 * self.head * r + 16 * w} (local.get $qp)))" for r in range(2)),
                 *(line for u in range(4) for line in [
                     f"(local.set $word (v128.load offset={4 * self.head * u + 16 * w} (local.get $kp)))",
-                    *(f"(local.set $d{r}{u} (f32x4.add (local.get $d{r}{u}) (f32x4.mul (local.get $key{r}) "
-                      "(local.get $word))))" for r in range(2))])]
+                    *(f"(local.set $d{r}{u} {multiply_add(f'(local.get $key{r})', '(local.get $word)', f'(local.get $d{r}{u})')})"
+                      for r in range(2))])]
         step = min(PAIR_DOT_STEP, self.words)
         return [
             "(local.set $qp (local.get $q))",
@@ -207,8 +208,9 @@ class AttentionWat:
                         *(line for r in range(count) for line in [
                             f"(local.set $word (v128.load offset={4 * self.head * r + 16 * w} (i32.add (local.get $q) "
                             "(local.get $at))))",
-                            *(f"(local.set $d{r}{u} (f32x4.add (local.get $d{r}{u}) (f32x4.mul (local.get $word) "
-                              f"(local.get $key{u}))))" for u in range(4))])]),
+                            *(f"(local.set $d{r}{u} "
+                              f"{multiply_add('(local.get $word)', f'(local.get $key{u})', f'(local.get $d{r}{u})')})"
+                              for u in range(4))])]),
                     f"(local.set $at (i32.add (local.get $at) (i32.const {16 * step})))"])]
         for r in range(count):
             d = [f"(local.get $d{r}{u})" for u in range(4)]
@@ -382,8 +384,9 @@ class AttentionWat:
                         *(f"(local.set $p{r} {broadcast_lane(f'(local.get $p{2 + r})', u)})" for r in range(2)),
                         *(line for w in chunk for line in [
                             f"(local.set $key0 (v128.load offset={4 * self.value_head * u + 16 * (w - first)} (local.get $vp)))",
-                            *(f"(local.set $a{r}{w - first} (f32x4.add (local.get $a{r}{w - first}) "
-                              f"(f32x4.mul (local.get $p{r}) (local.get $key0))))" for r in range(2))])]),
+                            *(f"(local.set $a{r}{w - first} "
+                              f"{multiply_add(f'(local.get $p{r})', '(local.get $key0)', f'(local.get $a{r}{w - first})')})"
+                              for r in range(2))])]),
                     f"(local.set $vp (i32.add (local.get $vp) (i32.const {16 * self.value_head})))",
                     "(local.set $at (i32.add (local.get $at) (i32.const 16)))"]),
                 *(f"(v128.store offset={(2 * pair + r) * self.block + 16 * w} (local.get $scratch) (local.get $a{r}{w - first}))"
