@@ -16,40 +16,56 @@
 // address is 0, in the reserved bytes [0, 65536) that are never a buffer, and no unit runs,
 // so nothing outside those bytes is written (tests/runtime_js/wasm_backend.test.js checks the
 // memory). A kernel that traps on these sizes is left to its first run. The calls stop after
-// WARM_UP_BUDGET_MS in all, a deadline the interruptible module enforces. Only the page's
-// thread warms up: on a cross-origin isolated page the kernels run on workers, whose module
-// the page's thread could not stop (not done there: its first run is still the slow one).
-// Other engines (Firefox's baseline and Ion tiers, Safari's) also compile hot functions
-// again, which these calls make hot; wasmtime (Python) compiles ahead of time and needs none
-// of this.
+// WARM_UP_BUDGET_MS in all. On the page's thread the interruptible module enforces that as a
+// deadline; on a cross-origin isolated page the pool's leader worker makes the calls before it
+// reports ready, and a leader that has not reported within WARM_UP_GRACE_MS more is
+// terminated and the pool started again without them (a module that loops then fails its
+// first run at its deadline, as before). The workers share the module, and with it the
+// optimized code. Other engines (Firefox's baseline and Ion tiers, Safari's) also compile hot
+// functions again, which these calls make hot; wasmtime (Python) compiles ahead of time and
+// needs none of this.
 
 /** Calls with no units per kernel: enough for Chromium 156's V8 to tier every kernel of the benchmark models up. */
 export const WARM_UP_CALLS = 3000;
 /** The most the warm-up may take at load, in all (ms): the kernels after it are left to their first run. */
 export const WARM_UP_BUDGET_MS = 300;
+/** How long past the budget the page waits for the pool's leader to finish its warm-up (ms). */
+export const WARM_UP_GRACE_MS = 2000;
 
 /**
- * Call each kernel WARM_UP_CALLS times with no units (see the file's comment), on the page's
- * thread from the interruptible module: `startClock(ms)` gives the calls the rest of the
- * budget as their deadline, so a module whose kernels loop (damaged) costs the load at most
- * the budget, and its first run fails at its own deadline as before.
- * @param {{main: Function}[]} kernels each kernel's function (kK), by kernel index
- * @param {any} manifest the bundle's manifest (its call_sites)
+ * Where each kernel's warm-up calls read their params: the block of its first call site, as
+ * i32 word indices [first, end) of the memory, by kernel (kernels without a call site have none).
+ * @param {any} manifest the bundle's manifest (its call_sites) @param {number} paramsBase the params region's address
+ * @returns {{kernel: number, first: number, end: number}[]}
+ */
+export function warmUpBlocks(manifest, paramsBase) {
+  /** @type {Map<number, {kernel: number, first: number, end: number}>} */
+  const blocks = new Map();
+  for (const site of manifest.call_sites) {
+    if (blocks.has(site.kernel)) continue;
+    const first = (paramsBase + site.params_offset) >> 2;
+    blocks.set(site.kernel, { kernel: site.kernel, first, end: first + (site.params_size >> 2) });
+  }
+  return [...blocks.values()].sort((a, b) => a.kernel - b.kernel);
+}
+
+/**
+ * Call each kernel of `blocks` WARM_UP_CALLS times with no units (see the file's comment);
+ * `startClock(ms)`, where the calls can be stopped (the page's thread's interruptible module),
+ * gives them the rest of the budget as their deadline.
+ * @param {(k: number) => Function} kernel kernel k's function (kK)
+ * @param {{kernel: number, first: number, end: number}[]} blocks warmUpBlocks
  * @param {Int32Array} words the memory as i32 (the params region is zero at load)
- * @param {number} paramsBase the params region's address
- * @param {(ms: number) => void} startClock starts the deadline of the calls that follow
+ * @param {(ms: number) => void} [startClock]
  * @returns {{kernels: number, ms: number}} the kernels warmed and the time taken
  */
-export function warmUpKernels(kernels, manifest, words, paramsBase, startClock) {
+export function warmUpKernels(kernel, blocks, words, startClock = () => {}) {
   const started = performance.now();
   const left = () => WARM_UP_BUDGET_MS - (performance.now() - started);
   let warmed = 0;
-  for (const [k, { main }] of kernels.entries()) {
+  for (const { kernel: k, first, end } of blocks) {
     if (left() <= 0) break;
-    const site = manifest.call_sites.find((/** @type {any} */ s) => s.kernel === k);
-    if (!site) continue;
-    const first = (paramsBase + site.params_offset) >> 2;
-    const end = first + (site.params_size >> 2);
+    const main = kernel(k);
     const addresses = new Array(Math.max(0, main.length - 3)).fill(0); // scratch, buffers, status: all 0
     words.fill(1, first, end);
     startClock(left());

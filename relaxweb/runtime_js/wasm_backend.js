@@ -43,7 +43,7 @@ import { keptOutputIndices, prepareInputs, splitElements, wasmManifest } from ".
 import { WALL_CLOCK, WallClockTimer } from "./profile.js";
 import { STATUS_BYTES, checkRunStatus } from "./run_status.js";
 import { DEADLINE_IMPORT, FUEL_REFILL, interruptibleKernels, readLeb } from "./interruptible_kernels.js";
-import { warmUpKernels } from "./warm_up.js";
+import { WARM_UP_BUDGET_MS, WARM_UP_GRACE_MS, warmUpBlocks, warmUpKernels } from "./warm_up.js";
 
 export { WALL_CLOCK };
 
@@ -287,11 +287,15 @@ export class WasmBackend {
     backend.relaxedSimd = relaxedSimd;
     try {
       backend.layOut(shards, sizesAtBounds);
-      if (!shared) { // the page's thread runs the kernels: compile them for speed now (warm_up.js)
-        backend.warmUp = warmUpKernels(backend.kernelFunctions, manifest, new Int32Array(memory.buffer), backend.paramsBase,
+      // the kernels compiled for speed before the first run (warm_up.js): on the page's thread, or by the pool's leader
+      const blocks = warmUpBlocks(manifest, backend.paramsBase);
+      if (shared) {
+        backend.pool = await WorkerPool.start(module, memory, count, backend.scratchAddresses, backend.statusAddresses, blocks);
+        backend.warmUp = backend.pool.warmUp;
+      } else {
+        backend.warmUp = warmUpKernels((k) => backend.kernelFunctions[k].main, blocks, new Int32Array(memory.buffer),
           (ms) => clock.start(ms));
       }
-      if (shared) backend.pool = await WorkerPool.start(module, memory, count, backend.scratchAddresses, backend.statusAddresses);
       return backend;
     } catch (error) {
       backend.dispose();
@@ -803,9 +807,12 @@ export class WorkerPool {
    * @param {number} count
    * @param {number[]} scratch one scratch block per worker
    * @param {number[]} statuses one run status per worker (each writes its own: no atomics)
+   * @param {{kernel: number, first: number, end: number}[]|null} [warmUp] the kernels the leader calls with no units
+   *   before it reports ready (warm_up.js); a leader that has not reported within the budget and its grace is
+   *   terminated and the pool started again without them
    * @returns {Promise<WorkerPool>}
    */
-  static async start(module, memory, count, scratch, statuses) {
+  static async start(module, memory, count, scratch, statuses, warmUp = null) {
     const control = new Int32Array(new SharedArrayBuffer(count * CONTROL_SLOT * 4));
     scratch.forEach((address, w) => { control[w * CONTROL_SLOT + SCRATCH] = address; });
     statuses.forEach((address, w) => { control[w * CONTROL_SLOT + RUN_STATUS] = address; });
@@ -815,15 +822,29 @@ export class WorkerPool {
     const epoch = Date.now();
     const workers = Array.from({ length: count }, () => new Worker(new URL("./wasm_worker.js", import.meta.url), { type: "module" }));
     const pool = new WorkerPool(workers, control, messages, table, times, epoch);
+    /** @type {ReturnType<typeof setTimeout>|undefined} */
+    let timer;
     try {
-      await Promise.all(workers.map((worker, index) => new Promise((resolve, reject) => {
-        worker.onmessage = ({ data }) => (data?.ready ? resolve(null) : reject(new Error(`a wasm worker failed to start: ${data?.error}`)));
+      const started = Promise.all(workers.map((worker, index) => new Promise((resolve, reject) => {
+        worker.onmessage = ({ data }) => {
+          if (!data?.ready) return reject(new Error(`a wasm worker failed to start: ${data?.error}`));
+          if (data.warmUp) pool.warmUp = data.warmUp;
+          return resolve(null);
+        };
         worker.onerror = (event) => reject(new Error(`a wasm worker failed to start: ${event.message}`));
-        worker.postMessage({ module, memory, control, messages, table, times, epoch, index, count });
+        const leaderWarmUp = index === 0 && warmUp?.length ? warmUp : null;
+        worker.postMessage({ module, memory, control, messages, table, times, epoch, index, count, warmUp: leaderWarmUp });
       })));
+      const late = warmUp?.length ? new Promise((resolve) => { timer = setTimeout(() => resolve("late"), WARM_UP_BUDGET_MS + WARM_UP_GRACE_MS); }) : null;
+      if ((await (late ? Promise.race([started, late]) : started)) === "late") { // a kernel loops at load: start again without
+        pool.stop();
+        return WorkerPool.start(module, memory, count, scratch, statuses, null);
+      }
     } catch (error) {
       pool.stop();
       throw error;
+    } finally {
+      clearTimeout(timer);
     }
     return pool;
   }
@@ -844,6 +865,8 @@ export class WorkerPool {
     this.broken = null;
     /** The most dispatches posted at once (at most MAX_CHUNK_DISPATCHES; tests lower it). */
     this.chunkDispatches = MAX_CHUNK_DISPATCHES;
+    /** The leader's calls of every kernel with no units before it reported ready (warm_up.js). */
+    this.warmUp = { kernels: 0, ms: 0 };
   }
 
   /**

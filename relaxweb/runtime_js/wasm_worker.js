@@ -1,5 +1,6 @@
 // A worker of the wasm backend's thread pool (wasm_backend.js, WorkerPool): it instantiates
-// the shared-memory kernels.wasm over the model's shared memory, then runs the jobs posted in
+// the shared-memory kernels.wasm over the model's shared memory (the leader then calls every
+// kernel with no units, warm_up.js, before it reports ready), then runs the jobs posted in
 // its slot of the control block (CONTROL in wasm_backend.js): it waits on GO, runs the job,
 // stores the job number in DONE and notifies; QUITTING ends it. A RUN_UNITS job runs kernel
 // KERNEL over units [FIRST, END) and counts them. Worker 0, the leader, also takes RUN_STAGE
@@ -11,6 +12,7 @@
 // terminating the workers.
 
 import { CONTROL, CONTROL_SLOT, MESSAGE_BYTES, RUN_STAGE, RUN_UNITS, splitUnits } from "./wasm_backend.js";
+import { warmUpKernels } from "./warm_up.js";
 
 const {
   GO, DONE, STATUS, KERNEL, PARAMS, FIRST, END, SCRATCH, BUFFER_COUNT, UNITS_RUN, OP, QUITTING, DISPATCHES, CURRENT,
@@ -34,7 +36,9 @@ self.onmessage = ({ data }) => {
     self.postMessage({ error: String(error?.message ?? error) });
     return;
   }
-  self.postMessage({ ready: true });
+  // the leader calls every kernel with no units first, so that they are compiled for speed (warm_up.js)
+  const warmUp = data.warmUp ? warmUpKernels((k) => exports[`k${k}`], data.warmUp, new Int32Array(data.memory.buffer)) : null;
+  self.postMessage({ ready: true, warmUp });
   serve({ ...data, exports });
 };
 

@@ -71,6 +71,7 @@ async ({ options, runs }) => {
   report.threads = model.threads;
   report.kernelTimeoutMs = model.kernelTimeoutMs ?? null;
   report.relaxedSimd = model.relaxedSimd ?? null;
+  report.warmedUp = model.runBackend?.warmUp?.kernels ?? null;
   for (const inputs of runs) {
     const tensors = Object.fromEntries(inputs.map(([name, shape, values]) => [name, { data: Float32Array.from(values), shape }]));
     try {
@@ -242,7 +243,7 @@ def test_cli_runs_in_the_browser_on_the_wasm_backend(handmade: Path, tmp_path: P
 def test_chromium_runs_the_kernels_with_relaxed_simd_and_the_plain_ones_when_asked(tmp_path: Path, isolated: bool) -> None:
     """Chromium compiles relaxed SIMD: load() takes the bundle's kernels-relaxed.wasm (on the
     workers, and rewritten to be interruptible on the page's thread), or kernels.wasm with
-    relaxedSimd: false; both give the MatMul's product."""
+    relaxedSimd: false; both give the MatMul's product, the kernel warmed up at load either way."""
     w = rand(24, 40, seed=1)
     model = make_model([helper.make_node("MatMul", ["x", "w"], ["y"])], [("x", TensorProto.FLOAT, ["n", 24])], ["y"],
                        {"w": w})
@@ -253,6 +254,7 @@ def test_chromium_runs_the_kernels_with_relaxed_simd_and_the_plain_ones_when_ask
         report = run_page(tmp_path / "bundle", runs, options={"backend": "wasm", **options}, isolated=isolated)
         assert "loadError" not in report, report["loadError"]
         assert (report["relaxedSimd"], report["threads"] > 1) == (relaxed, isolated)
+        assert report["warmedUp"] == 1  # its one kernel, by the page's thread or the pool's leader (warm_up.js)
         [result] = report["results"]
         assert "error" not in result, result["error"]
         assert_close(np.array(result["y"]["data"], np.float32).reshape(9, 40), x @ w, F32)

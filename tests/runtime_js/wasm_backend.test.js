@@ -19,7 +19,7 @@ import { RemoteHost } from "../../relaxweb/runtime_js/remote_host.js";
 import { WALL_CLOCK } from "../../relaxweb/runtime_js/profile.js";
 import { engineHasRelaxedSimd, kernelsFile } from "../../relaxweb/runtime_js/relaxed_simd.js";
 import { RESERVED_BYTES, WasmTensor, sharedMemoryVariant, splitUnits, threadCount } from "../../relaxweb/runtime_js/wasm_backend.js";
-import { warmUpKernels } from "../../relaxweb/runtime_js/warm_up.js";
+import { warmUpBlocks, warmUpKernels } from "../../relaxweb/runtime_js/warm_up.js";
 import { WasmModel } from "../../relaxweb/runtime_js/wasm_model.js";
 import { load } from "../../relaxweb/runtime_js/relaxweb.js";
 import { webgpuWeightBytes } from "../../relaxweb/runtime_js/tensors.js";
@@ -439,7 +439,8 @@ test("the warm-up calls every kernel of a compiled model and writes nothing outs
   assert.ok(kernels >= 3);
   assert.equal(backend.warmUp.kernels, kernels);
   const before = new Uint8Array(backend.memory.buffer).slice(RESERVED_BYTES);
-  const again = warmUpKernels(backend.kernelFunctions, model.manifest, new Int32Array(backend.memory.buffer), backend.paramsBase,
+  const again = warmUpKernels((/** @type {number} */ k) => backend.kernelFunctions[k].main,
+    warmUpBlocks(model.manifest, backend.paramsBase), new Int32Array(backend.memory.buffer),
     (/** @type {number} */ ms) => backend.clock.start(ms));
   assert.equal(again.kernels, kernels);
   const after = new Uint8Array(backend.memory.buffer).slice(RESERVED_BYTES);
