@@ -154,10 +154,11 @@ class Bundle:
         return None if file is None else len(read_bundle_file(self.path, file, MAX_KERNEL_BYTES, "kernels.wasm"))
 
     def load(self, *, backend: str = "auto", device: Any = None, profiling: bool = False, kernels: str = "auto",
-             limits: Mapping[str, int] | None = None, kernel_timeout_s: float | None = None) -> Session | WasmSession:
+             limits: Mapping[str, int] | None = None, kernel_timeout_s: float | None = None,
+             relaxed_simd: bool | None = None) -> Session | WasmSession:
         """The bundle loaded with the Python runtime (see :func:`load`)."""
         return load(self.path, backend=backend, device=device, profiling=profiling, kernels=kernels, limits=limits,
-                    kernel_timeout_s=kernel_timeout_s)
+                    kernel_timeout_s=kernel_timeout_s, relaxed_simd=relaxed_simd)
 
     def __str__(self) -> str:
         return format_manifest(self.manifest, self.shader_bytes, self.cpu_shader_bytes, self.f16_shader_bytes,

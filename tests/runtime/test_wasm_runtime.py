@@ -145,7 +145,8 @@ def test_the_kernels_with_relaxed_simd_run_where_wasmtime_has_it_and_the_plain_o
     w = rand(24, 40, seed=1)
     model = make_model([helper.make_node("MatMul", ["x", "w"], ["y"])], [("x", TensorProto.FLOAT, ["n", 24])], ["y"],
                        {"w": w})
-    relaxweb.build(model, tmp_path / "mm")
+    bundle = relaxweb.build(model, tmp_path / "mm")
+    assert bundle.load(backend="wasm", relaxed_simd=False).relaxed_simd is False  # the Bundle's load passes it on
     x = rand(9, 24)
     results = {}
     for wanted, runs in ((None, True), (True, True), (False, False)):
