@@ -104,6 +104,11 @@ export interface LoadOptions {
    * which runs.
    */
   relaxedSimd?: boolean;
+  /**
+   * The wasm backend calls every kernel with no units at load, so that the engine compiles it
+   * for speed before the first run: by default for models of 4 MiB of weights and more.
+   */
+  warmUp?: boolean;
   /** Tighter bounds for symbolic vars: smaller buffers; a bound above the build's is an error. */
   bounds?: Record<string, number>;
   /** Called as the weight shards arrive, first with `loaded: 0`, last with `loaded === total`. */

@@ -42,6 +42,9 @@ export { DEFAULT_CACHE_NAME, GpuTensor, InputShapeError, KERNEL_TIMEOUT_MS, RunC
  *   why "auto" did not take WebGPU (null when it did, or when a backend was asked for)
  * @property {number} [threads]  the wasm backend's threads, where the page is cross-origin
  *   isolated (default: min(navigator.hardwareConcurrency, 4)); elsewhere always 1; `model.threads`
+ * @property {boolean} [warmUp]  the wasm backend calls every kernel with no units at load, so that
+ *   the engine compiles it for speed before the first run (warm_up.js): by default for models of
+ *   4 MiB of weights and more
  * @property {boolean} [relaxedSimd]  the wasm backend's kernels with relaxed SIMD (fused
  *   multiply-adds, the bundle's kernels-relaxed.wasm): by default where the engine compiles them;
  *   false runs the plain kernels.wasm (results the same on every machine), true insists;
@@ -74,13 +77,14 @@ export { DEFAULT_CACHE_NAME, GpuTensor, InputShapeError, KERNEL_TIMEOUT_MS, RunC
  */
 export async function load(url, {
   backend = "auto", threads, bounds, onProgress, device, cache, profile = false, kernels = "auto", limits = {},
-  kernelTimeoutMs, relaxedSimd,
+  kernelTimeoutMs, relaxedSimd, warmUp,
 } = {}) {
   if (!["auto", "webgpu", "wasm"].includes(backend)) throw new Error(`backend must be "auto", "webgpu" or "wasm", got ${String(backend).slice(0, 40)}`);
   if (!["auto", "gpu", "cpu", "f16"].includes(kernels)) throw new Error(`kernels must be "auto", "gpu", "cpu" or "f16", got ${String(kernels).slice(0, 40)}`);
   if (threads !== undefined) threadCount(threads); // checks the option even where there are no threads
   kernelTimeout(kernelTimeoutMs);
   if (relaxedSimd !== undefined && typeof relaxedSimd !== "boolean") throw new Error(`relaxedSimd must be true or false, got ${String(relaxedSimd).slice(0, 40)}`);
+  if (warmUp !== undefined && typeof warmUp !== "boolean") throw new Error(`warmUp must be true or false, got ${String(warmUp).slice(0, 40)}`);
   checkLimitCaps(limits);
   const manifestUrl = resolveManifestUrl(url);
   const manifest = await fetchManifest(manifestUrl);
@@ -146,7 +150,7 @@ export async function load(url, {
       const choice = chooseKernels();
       const wasmBytes = (await wasmBytesPromise) ?? (await fetchBytes(fileUrl(choice.file)));
       const model = await WasmModel.create(manifest, host, wasmBytes, shards,
-        { threads, ...configured, tokenizer, kernelTimeoutMs, relaxedSimd: choice.relaxedSimd });
+        { threads, ...configured, tokenizer, kernelTimeoutMs, relaxedSimd: choice.relaxedSimd, warmUp });
       if (backend === "auto") {
         model.backendReason = webgpuProblem ?? (gpu === null ? (adapterError?.message ?? NO_ADAPTER)
           : deviceShortfalls(gpu, requiredLimits, requiredFeatures, "GPU adapter", manifest, sizesAtBounds).join("; "));

@@ -1,6 +1,8 @@
 // Kernels compiled for speed before the first run: the wasm backend calls every kernel of
 // kernels.wasm at load, with no units, until the engine has compiled it with its optimizing
-// compiler.
+// compiler. By default only for models of WARM_UP_MIN_WEIGHT_BYTES of weights and more (the
+// `warmUp` load option decides otherwise): a small model's first run is short anyway, and
+// compiling all its kernels for speed costs more CPU than it saves.
 //
 // Why: V8 (Chromium, Node) compiles a module's functions first with its baseline compiler
 // (Liftoff) and recompiles a function with its optimizing one (TurboFan) once the function
@@ -31,6 +33,27 @@ export const WARM_UP_CALLS = 3000;
 export const WARM_UP_BUDGET_MS = 300;
 /** How long past the budget the page waits for the pool's leader to finish its warm-up (ms). */
 export const WARM_UP_GRACE_MS = 2000;
+/**
+ * The weight bytes from which a model is warmed up by default (the `warmUp` load option): the
+ * warm-up has every kernel compiled with the optimizing compiler, which a small model's short
+ * first run would mostly not have needed (the test suite's models: 4 CPU minutes of CI).
+ */
+export const WARM_UP_MIN_WEIGHT_BYTES = 4 << 20;
+
+/**
+ * Whether a model is warmed up at load: the `warmUp` load option, by default (undefined) when
+ * its weights hold at least WARM_UP_MIN_WEIGHT_BYTES.
+ * @param {any} manifest @param {boolean|undefined} option
+ * @returns {boolean}
+ */
+export function warmsUp(manifest, option) {
+  if (option !== undefined && typeof option !== "boolean") {
+    throw new Error(`warmUp must be true or false (or left out: models of ${WARM_UP_MIN_WEIGHT_BYTES >> 20} MiB of weights and more), ` +
+      `got ${String(option).slice(0, 40)}`);
+  }
+  if (option !== undefined) return option;
+  return manifest.weights.reduce((/** @type {number} */ sum, /** @type {any} */ w) => sum + w.nbytes, 0) >= WARM_UP_MIN_WEIGHT_BYTES;
+}
 
 /**
  * Where each kernel's warm-up calls read their params: the block of its first call site, as

@@ -43,7 +43,7 @@ import { keptOutputIndices, prepareInputs, splitElements, wasmManifest } from ".
 import { WALL_CLOCK, WallClockTimer } from "./profile.js";
 import { STATUS_BYTES, checkRunStatus } from "./run_status.js";
 import { DEADLINE_IMPORT, FUEL_REFILL, interruptibleKernels, readLeb } from "./interruptible_kernels.js";
-import { WARM_UP_BUDGET_MS, WARM_UP_GRACE_MS, warmUpBlocks, warmUpKernels } from "./warm_up.js";
+import { WARM_UP_BUDGET_MS, WARM_UP_GRACE_MS, warmUpBlocks, warmUpKernels, warmsUp } from "./warm_up.js";
 
 export { WALL_CLOCK };
 
@@ -262,11 +262,12 @@ export class WasmBackend {
    * @param {any} manifest
    * @param {ArrayBuffer} wasmBytes the bundle's kernels.wasm
    * @param {Uint8Array[]} shards the verified weight shards
-   * @param {{threads?: number, sizesAtBounds: number[]|null, kernelTimeoutMs?: number, relaxedSimd?: boolean}} options
-   *   relaxedSimd: whether wasmBytes is the bundle's module with relaxed SIMD (kernelsFile)
+   * @param {{threads?: number, sizesAtBounds: number[]|null, kernelTimeoutMs?: number, relaxedSimd?: boolean,
+   *   warmUp?: boolean}} options relaxedSimd: whether wasmBytes is the bundle's module with relaxed SIMD
+   *   (kernelsFile); warmUp: the load option (warm_up.js warmsUp)
    * @returns {Promise<WasmBackend>}
    */
-  static async create(manifest, wasmBytes, shards, { threads, sizesAtBounds, kernelTimeoutMs, relaxedSimd = false }) {
+  static async create(manifest, wasmBytes, shards, { threads, sizesAtBounds, kernelTimeoutMs, relaxedSimd = false, warmUp }) {
     const timeoutMs = kernelTimeout(kernelTimeoutMs);
     const count = threadCount(threads);
     const shared = workersShareMemory(); // then every kernel call runs on the pool, even with one thread
@@ -288,7 +289,7 @@ export class WasmBackend {
     try {
       backend.layOut(shards, sizesAtBounds);
       // the kernels compiled for speed before the first run (warm_up.js): on the page's thread, or by the pool's leader
-      const blocks = warmUpBlocks(manifest, backend.paramsBase);
+      const blocks = warmsUp(manifest, warmUp) ? warmUpBlocks(manifest, backend.paramsBase) : [];
       if (shared) {
         backend.pool = await WorkerPool.start(module, memory, count, backend.scratchAddresses, backend.statusAddresses, blocks);
         backend.warmUp = backend.pool.warmUp;

@@ -19,15 +19,15 @@ export class WasmModel {
    * @param {ArrayBuffer} wasmBytes the bundle's kernels.wasm
    * @param {Uint8Array[]} shards the verified weight shards
    * @param {{threads?: number, bounds: (number|null)[], sizesAtBounds: number[]|null, tokenizer?: any, kernelTimeoutMs?: number,
-   *   relaxedSimd?: boolean}} options
+   *   relaxedSimd?: boolean, warmUp?: boolean}} options
    *   tokenizer: the bundle's (tokenizer.js loadTokenizer), or null; kernelTimeoutMs: the load option; relaxedSimd:
-   *   whether wasmBytes is the bundle's module with relaxed SIMD (relaxed_simd.js kernelsFile)
+   *   whether wasmBytes is the bundle's module with relaxed SIMD (relaxed_simd.js kernelsFile); warmUp: the load option
    * @returns {Promise<WasmModel>}
    */
   static async create(manifest, host, wasmBytes, shards, { threads, bounds, sizesAtBounds, tokenizer = null, kernelTimeoutMs,
-    relaxedSimd = false }) {
+    relaxedSimd = false, warmUp }) {
     try {
-      const backend = await WasmBackend.create(manifest, wasmBytes, shards, { threads, sizesAtBounds, kernelTimeoutMs, relaxedSimd });
+      const backend = await WasmBackend.create(manifest, wasmBytes, shards, { threads, sizesAtBounds, kernelTimeoutMs, relaxedSimd, warmUp });
       return new WasmModel(manifest, host, backend, bounds, tokenizer);
     } catch (error) {
       host.dispose();

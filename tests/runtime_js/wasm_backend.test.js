@@ -19,7 +19,7 @@ import { RemoteHost } from "../../relaxweb/runtime_js/remote_host.js";
 import { WALL_CLOCK } from "../../relaxweb/runtime_js/profile.js";
 import { engineHasRelaxedSimd, kernelsFile } from "../../relaxweb/runtime_js/relaxed_simd.js";
 import { RESERVED_BYTES, WasmTensor, sharedMemoryVariant, splitUnits, threadCount } from "../../relaxweb/runtime_js/wasm_backend.js";
-import { warmUpBlocks, warmUpKernels } from "../../relaxweb/runtime_js/warm_up.js";
+import { warmUpBlocks, warmUpKernels, warmsUp } from "../../relaxweb/runtime_js/warm_up.js";
 import { WasmModel } from "../../relaxweb/runtime_js/wasm_model.js";
 import { load } from "../../relaxweb/runtime_js/relaxweb.js";
 import { webgpuWeightBytes } from "../../relaxweb/runtime_js/tensors.js";
@@ -51,14 +51,14 @@ function writeBundle(writer, bound, trapKernel = "None") {
 
 /**
  * A WasmModel of a bundle folder, as load() makes it (the host module in the page: Node has no Worker).
- * @param {string} folder @returns {Promise<WasmModel>}
+ * @param {string} folder @param {{warmUp?: boolean}} [options] WasmModel.create's @returns {Promise<WasmModel>}
  */
-async function loadWasmModel(folder) {
+async function loadWasmModel(folder, options = {}) {
   const manifest = JSON.parse(readFileSync(join(folder, "manifest.json"), "utf8"));
   const host = new RemoteHost(null, 10_000, new HostSession(await Host.instantiate(readFileSync(join(folder, "host.wasm")), manifest)));
   const configured = await host.configure(undefined);
   const shards = manifest.shards.map((/** @type {any} */ s) => new Uint8Array(readFileSync(join(folder, s.file))));
-  return WasmModel.create(manifest, host, readFileSync(join(folder, "kernels.wasm")), shards, configured);
+  return WasmModel.create(manifest, host, readFileSync(join(folder, "kernels.wasm")), shards, { ...configured, ...options });
 }
 
 /** @param {number} rows @returns {Float32Array} */
@@ -422,6 +422,15 @@ test("load() runs a compiled MatMul from the kernel module the engine takes, and
 // The load's warm-up (warm_up.js) calls every kernel with no units: on a compiled model of
 // many kernel kinds (convolutions, matmuls, pooling, softmax) it warms them all, and calling
 // it again writes nothing outside the reserved bytes [0, 65536).
+test("warmsUp: the load option, else models of 4 MiB of weights and more", () => {
+  const weights = (/** @type {number[]} */ ...sizes) => ({ weights: sizes.map((nbytes) => ({ nbytes })) });
+  assert.equal(warmsUp(weights(1 << 20, 2 << 20), undefined), false);
+  assert.equal(warmsUp(weights(1 << 20, 3 << 20), undefined), true);
+  assert.equal(warmsUp(weights(), true), true);
+  assert.equal(warmsUp(weights(64 << 20), false), false);
+  assert.throws(() => warmsUp(weights(), /** @type {any} */ ("yes")), /warmUp must be true or false/);
+});
+
 test("the warm-up calls every kernel of a compiled model and writes nothing outside the reserved bytes", async () => {
   const folder = mkdtempSync(join(tmpdir(), "relaxweb-wasm-test-"));
   folders.push(folder);
@@ -433,7 +442,8 @@ test("the warm-up calls every kernel of a compiled model and writes nothing outs
     "helper.make_node('Softmax', ['l'], ['y'])], [('x', TensorProto.FLOAT, ['batch', 3, 'height', 'width'])], ['y'], " +
     "{'k': rand(8, 3, 3, 3), 'd': rand(8, 1, 3, 3, seed=1), 'w': rand(8, 5, seed=2), 'b': rand(5, seed=3)}); " +
     `relaxweb.build(m, ${JSON.stringify(folder)})`);
-  const model = await loadWasmModel(folder);
+  assert.equal((await loadWasmModel(folder)).runBackend.warmUp.kernels, 0); // a model this small is not warmed by default
+  const model = await loadWasmModel(folder, { warmUp: true });
   const backend = model.runBackend;
   const kernels = model.manifest.kernels.length;
   assert.ok(kernels >= 3);
