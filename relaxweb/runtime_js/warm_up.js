@@ -36,7 +36,8 @@ export const WARM_UP_GRACE_MS = 2000;
 /**
  * The weight bytes from which a model is warmed up by default (the `warmUp` load option): the
  * warm-up has every kernel compiled with the optimizing compiler, which a small model's short
- * first run would mostly not have needed (the test suite's models: 4 CPU minutes of CI).
+ * first run would mostly not have needed (not measured: a CI run with the warm-up on every
+ * model and one with this default took the same CPU time, 25 minutes, on a busy machine).
  */
 export const WARM_UP_MIN_WEIGHT_BYTES = 4 << 20;
 
