@@ -1,7 +1,7 @@
 // What the Node benchmarks of the wasm backend share (page_thread_deadline.mjs,
 // relaxed_simd.mjs): a bundle's model loaded on the wasm backend as a page that is not
 // cross-origin isolated loads it (one thread, kernels rewritten to be interruptible), inputs
-// for its symbolic dims, and a median.
+// for its symbolic dims, the command line, and the interleaved timed runs.
 
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
@@ -53,4 +53,40 @@ export function inputsOf(manifest) {
   return inputs;
 }
 
-export const median = (/** @type {number[]} */ times) => [...times].sort((a, b) => a - b)[times.length >> 1];
+const median = (/** @type {number[]} */ times) => [...times].sort((a, b) => a - b)[times.length >> 1];
+
+/**
+ * The bundle folders and `--runs N` (default 5) of a script's command line; exits with `usage`
+ * when there are none.
+ * @param {string} usage @returns {{folders: string[], runs: number}}
+ */
+export function bundleArgs(usage) {
+  const folders = process.argv.slice(2);
+  const runsAt = folders.indexOf("--runs");
+  const runs = runsAt >= 0 ? Number(folders.splice(runsAt, 2)[1]) : 5;
+  if (folders.length === 0 || !(runs > 0)) {
+    console.error(`usage: ${usage}`);
+    process.exit(2);
+  }
+  return { folders, runs };
+}
+
+/**
+ * Each model run once on `inputs` (its outputs kept: a warm-up), then `runs` rounds of one
+ * timed run of each in turn; each model's outputs and median ms, in order.
+ * @param {any[]} models @param {any} inputs @param {number} runs
+ * @returns {Promise<{outputs: any[], medians: number[]}>}
+ */
+export async function interleaved(models, inputs, runs) {
+  const outputs = [];
+  for (const model of models) outputs.push(await model.run(inputs));
+  const times = models.map(() => /** @type {number[]} */ ([]));
+  for (let round = 0; round < runs; round++) {
+    for (const [i, model] of models.entries()) {
+      const started = performance.now();
+      await model.run(inputs);
+      times[i].push(performance.now() - started);
+    }
+  }
+  return { outputs, medians: times.map(median) };
+}

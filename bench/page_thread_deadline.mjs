@@ -16,19 +16,13 @@
 
 import { basename } from "node:path";
 
-import { inputsOf, load, median } from "./node_bundle.mjs";
+import { bundleArgs, inputsOf, interleaved, load } from "./node_bundle.mjs";
 
-const args = process.argv.slice(2);
-const runsAt = args.indexOf("--runs");
-const runs = runsAt >= 0 ? Number(args.splice(runsAt, 2)[1]) : 5;
-if (args.length === 0 || !(runs > 0)) {
-  console.error("usage: node bench/page_thread_deadline.mjs BUNDLE_DIR... [--runs N]");
-  process.exit(2);
-}
+const { folders, runs } = bundleArgs("node bench/page_thread_deadline.mjs BUNDLE_DIR... [--runs N]");
 
 console.log("| bundle | as written (ms) | rewritten (ms) | rewritten / as written |");
 console.log("|---|---:|---:|---:|");
-for (const folder of args) {
+for (const folder of folders) {
   const plain = await load(folder, true);
   const inputs = inputsOf(plain.manifest);
   if (typeof inputs === "string") {
@@ -37,17 +31,7 @@ for (const folder of args) {
     continue;
   }
   const { model: rewritten } = await load(folder, false);
-  const times = { plain: /** @type {number[]} */ ([]), rewritten: /** @type {number[]} */ ([]) };
-  await plain.model.run(inputs);
-  await rewritten.run(inputs);
-  for (let round = 0; round < runs; round++) {
-    for (const [name, model] of /** @type {const} */ ([["plain", plain.model], ["rewritten", rewritten]])) {
-      const started = performance.now();
-      await model.run(inputs);
-      times[name].push(performance.now() - started);
-    }
-  }
-  const [a, b] = [median(times.plain), median(times.rewritten)];
+  const { medians: [a, b] } = await interleaved([plain.model, rewritten], inputs, runs);
   console.log(`| ${basename(folder)} | ${a.toFixed(1)} | ${b.toFixed(1)} | ${(b / a).toFixed(2)} |`);
   plain.model.dispose();
   rewritten.dispose();

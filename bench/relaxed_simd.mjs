@@ -15,15 +15,9 @@
 import { basename } from "node:path";
 
 import { engineHasRelaxedSimd } from "../relaxweb/runtime_js/relaxed_simd.js";
-import { inputsOf, load, median } from "./node_bundle.mjs";
+import { bundleArgs, inputsOf, interleaved, load } from "./node_bundle.mjs";
 
-const args = process.argv.slice(2);
-const runsAt = args.indexOf("--runs");
-const runs = runsAt >= 0 ? Number(args.splice(runsAt, 2)[1]) : 5;
-if (args.length === 0 || !(runs > 0)) {
-  console.error("usage: node --experimental-wasm-relaxed-simd bench/relaxed_simd.mjs BUNDLE_DIR... [--runs N]");
-  process.exit(2);
-}
+const { folders, runs } = bundleArgs("node --experimental-wasm-relaxed-simd bench/relaxed_simd.mjs BUNDLE_DIR... [--runs N]");
 if (!engineHasRelaxedSimd()) {
   console.error("this Node does not compile relaxed SIMD: run it with --experimental-wasm-relaxed-simd (Node 20)");
   process.exit(2);
@@ -31,7 +25,7 @@ if (!engineHasRelaxedSimd()) {
 
 console.log("| bundle | kernels.wasm (ms) | kernels-relaxed.wasm (ms) | relaxed / plain | max abs difference of the outputs |");
 console.log("|---|---:|---:|---:|---:|");
-for (const folder of args) {
+for (const folder of folders) {
   const plain = await load(folder, false);
   const inputs = inputsOf(plain.manifest);
   const relaxedFile = plain.manifest.wasm.relaxed_file;
@@ -41,24 +35,12 @@ for (const folder of args) {
     continue;
   }
   const { model: relaxed } = await load(folder, false, relaxedFile);
-  const models = /** @type {const} */ ([["plain", plain.model], ["relaxed", relaxed]]);
-  const times = { plain: /** @type {number[]} */ ([]), relaxed: /** @type {number[]} */ ([]) };
-  /** @type {Record<string, any>} */
-  const outputs = {};
-  for (const [name, model] of models) outputs[name] = await model.run(inputs);
-  for (let round = 0; round < runs; round++) {
-    for (const [name, model] of models) {
-      const started = performance.now();
-      await model.run(inputs);
-      times[name].push(performance.now() - started);
-    }
-  }
+  const { outputs: [plainOutputs, relaxedOutputs], medians: [a, b] } = await interleaved([plain.model, relaxed], inputs, runs);
   let difference = 0;
-  for (const [name, tensor] of Object.entries(outputs.plain)) {
-    const other = outputs.relaxed[name].data;
+  for (const [name, tensor] of Object.entries(plainOutputs)) {
+    const other = relaxedOutputs[name].data;
     tensor.data.forEach((/** @type {number} */ value, /** @type {number} */ i) => { difference = Math.max(difference, Math.abs(value - other[i])); });
   }
-  const [a, b] = [median(times.plain), median(times.relaxed)];
   console.log(`| ${basename(folder)} | ${a.toFixed(1)} | ${b.toFixed(1)} | ${(b / a).toFixed(2)} | ${difference.toExponential(1)} |`);
   plain.model.dispose();
   relaxed.dispose();

@@ -25,6 +25,7 @@ RELAXED_MADD = "f32x4.relaxed_madd"
 RELAXED_FILE = "kernels-relaxed.wasm"
 """The bundle's file of the module with relaxed SIMD (the manifest's ``wasm.relaxed_file``)."""
 
+
 def multiply_add(a: str, b: str, c: str) -> str:
     """``a * b + c`` on f32x4 values (WAT folded instructions), as one relaxed instruction."""
     return f"({RELAXED_MADD} {a} {b} {c})"

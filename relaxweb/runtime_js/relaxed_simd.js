@@ -21,6 +21,16 @@ export function engineHasRelaxedSimd() {
 }
 
 /**
+ * The `relaxedSimd` load option checked: true, false or left out.
+ * @param {unknown} relaxedSimd
+ */
+export function checkRelaxedSimd(relaxedSimd) {
+  if (relaxedSimd !== undefined && typeof relaxedSimd !== "boolean") {
+    throw new Error(`relaxedSimd must be true or false (or left out: where the engine has it), got ${String(relaxedSimd).slice(0, 40)}`);
+  }
+}
+
+/**
  * Which of the bundle's kernel modules runs (the twin of runtime/wasm_backend.py's
  * use_relaxed_simd): `relaxedSimd` undefined takes the manifest's `wasm.relaxed_file` (fused
  * multiply-adds) where the bundle has one and the engine compiles it; true insists (an error
@@ -29,9 +39,7 @@ export function engineHasRelaxedSimd() {
  * @returns {{file: string, relaxedSimd: boolean}}
  */
 export function kernelsFile(entry, relaxedSimd) {
-  if (relaxedSimd !== undefined && typeof relaxedSimd !== "boolean") {
-    throw new Error(`relaxedSimd must be true or false (or left out: where the engine has it), got ${String(relaxedSimd).slice(0, 40)}`);
-  }
+  checkRelaxedSimd(relaxedSimd);
   if (relaxedSimd === false) return { file: entry.file, relaxedSimd: false };
   if (!entry.relaxed_file) {
     if (relaxedSimd) {

@@ -24,8 +24,9 @@ import {
   NO_ADAPTER, WebGpuDevice, checkDevice, checkLimitCaps, deviceShortfalls, loadTimeLimits, requestAdapter, requestDevice,
 } from "./webgpu_device.js";
 import { KernelPipelines, SHADER_F16, chosenKernels, compileKernels, fetchKernelSources } from "./webgpu_kernels.js";
-import { kernelsFile } from "./relaxed_simd.js";
+import { checkRelaxedSimd, kernelsFile } from "./relaxed_simd.js";
 import { KERNEL_TIMEOUT_MS, kernelTimeout, sharedMemoryVariant, singleThreadReason, splitUnits, threadCount } from "./wasm_backend.js";
+import { checkWarmUp } from "./warm_up.js";
 import { WasmModel } from "./wasm_model.js";
 
 export { DEFAULT_CACHE_NAME, GpuTensor, InputShapeError, KERNEL_TIMEOUT_MS, RunCheckError, WasmModel, sharedMemoryVariant, splitUnits };
@@ -83,8 +84,8 @@ export async function load(url, {
   if (!["auto", "gpu", "cpu", "f16"].includes(kernels)) throw new Error(`kernels must be "auto", "gpu", "cpu" or "f16", got ${String(kernels).slice(0, 40)}`);
   if (threads !== undefined) threadCount(threads); // checks the option even where there are no threads
   kernelTimeout(kernelTimeoutMs);
-  if (relaxedSimd !== undefined && typeof relaxedSimd !== "boolean") throw new Error(`relaxedSimd must be true or false, got ${String(relaxedSimd).slice(0, 40)}`);
-  if (warmUp !== undefined && typeof warmUp !== "boolean") throw new Error(`warmUp must be true or false, got ${String(warmUp).slice(0, 40)}`);
+  checkRelaxedSimd(relaxedSimd);
+  checkWarmUp(warmUp);
   checkLimitCaps(limits);
   const manifestUrl = resolveManifestUrl(url);
   const manifest = await fetchManifest(manifestUrl);
@@ -127,8 +128,10 @@ export async function load(url, {
   // choice itself waits for the host module's sizes at the bounds; the other backend's kernels
   // are fetched then, when it is the other one).
   const wasmLikely = adapterPromise.then((a) => backend === "wasm" || webgpuProblem !== null || (backend === "auto" && !device && a === null));
-  // which kernel module the wasm backend runs (it throws where relaxedSimd: true cannot be met)
-  const chooseKernels = () => kernelsFile(manifest.wasm, relaxedSimd);
+  // which kernel module the wasm backend runs, chosen once when needed (it throws where relaxedSimd: true cannot be met)
+  /** @type {{file: string, relaxedSimd: boolean}|undefined} */
+  let kernelsChoice;
+  const chooseKernels = () => (kernelsChoice ??= kernelsFile(manifest.wasm, relaxedSimd));
   const wasmBytesPromise = wasmLikely.then((likely) => (likely && !wasmProblem ? fetchBytes(fileUrl(chooseKernels().file)) : null));
   const shadersPromise = Promise.all([wasmLikely, adapterPromise]).then(([likely, a]) =>
     (likely ? null : fetchKernelSources(manifest, fileUrl, chosenKernels(kernels, device ?? a, manifest))));

@@ -42,16 +42,24 @@ export const WARM_UP_GRACE_MS = 2000;
 export const WARM_UP_MIN_WEIGHT_BYTES = 4 << 20;
 
 /**
+ * The `warmUp` load option checked: true, false or left out.
+ * @param {unknown} option
+ */
+export function checkWarmUp(option) {
+  if (option !== undefined && typeof option !== "boolean") {
+    throw new Error(`warmUp must be true or false (or left out: models of ${WARM_UP_MIN_WEIGHT_BYTES >> 20} MiB of weights and more), ` +
+      `got ${String(option).slice(0, 40)}`);
+  }
+}
+
+/**
  * Whether a model is warmed up at load: the `warmUp` load option, by default (undefined) when
  * its weights hold at least WARM_UP_MIN_WEIGHT_BYTES.
  * @param {any} manifest @param {boolean|undefined} option
  * @returns {boolean}
  */
 export function warmsUp(manifest, option) {
-  if (option !== undefined && typeof option !== "boolean") {
-    throw new Error(`warmUp must be true or false (or left out: models of ${WARM_UP_MIN_WEIGHT_BYTES >> 20} MiB of weights and more), ` +
-      `got ${String(option).slice(0, 40)}`);
-  }
+  checkWarmUp(option);
   if (option !== undefined) return option;
   return manifest.weights.reduce((/** @type {number} */ sum, /** @type {any} */ w) => sum + w.nbytes, 0) >= WARM_UP_MIN_WEIGHT_BYTES;
 }
