@@ -8,6 +8,7 @@ import { join } from "node:path";
 
 import { Host } from "../relaxweb/runtime_js/host.js";
 import { HostSession } from "../relaxweb/runtime_js/host_session.js";
+import { lowerRelaxedSimd } from "../relaxweb/runtime_js/relaxed_simd.js";
 import { RemoteHost } from "../relaxweb/runtime_js/remote_host.js";
 import { WasmModel } from "../relaxweb/runtime_js/wasm_model.js";
 
@@ -16,19 +17,21 @@ export const DIMS = { batch: 1, batch_size: 1, height: 224, width: 224, sequence
 
 /**
  * The bundle's model on the wasm backend; `asWritten` loads its kernels.wasm without the
- * rewrite (WebAssembly.compile is given the original bytes: the rewrite's extra import is
- * then simply unused); `file`: the kernel module (default the manifest's wasm.file).
- * @param {string} folder @param {boolean} asWritten @param {string} [file]
+ * rewrite (WebAssembly.compile is given the original bytes, lowered to plain SIMD128 unless
+ * `relaxedSimd`: the rewrite's extra import is then simply unused); `relaxedSimd`: whether its
+ * multiply-adds run with relaxed SIMD (default not).
+ * @param {string} folder @param {boolean} asWritten @param {boolean} [relaxedSimd]
  */
-export async function load(folder, asWritten, file = undefined) {
+export async function load(folder, asWritten, relaxedSimd = false) {
   const manifest = JSON.parse(readFileSync(join(folder, "manifest.json"), "utf8"));
-  const kernels = readFileSync(join(folder, file ?? manifest.wasm.file));
+  const sites = manifest.wasm.relaxed_madd_sites;
+  const bytes = readFileSync(join(folder, manifest.wasm.file));
+  const kernels = sites && !relaxedSimd ? lowerRelaxedSimd(bytes, sites) : bytes;
   const host = new RemoteHost(null, 60_000, new HostSession(await Host.instantiate(readFileSync(join(folder, "host.wasm")), manifest)));
   const shards = manifest.shards.map((/** @type {any} */ s) => new Uint8Array(readFileSync(join(folder, s.file))));
   const compile = WebAssembly.compile;
   if (asWritten) WebAssembly.compile = () => compile(kernels);
   try {
-    const relaxedSimd = file !== undefined && file === manifest.wasm.relaxed_file;
     return { manifest, model: await WasmModel.create(manifest, host, kernels, shards, { ...(await host.configure(undefined)), relaxedSimd }) };
   } finally {
     WebAssembly.compile = compile;

@@ -1,5 +1,5 @@
-// What relaxed SIMD gives on whole models: a bundle's kernels-relaxed.wasm (fused
-// multiply-adds, relaxweb/cpu/relaxed_simd.py) against its kernels.wasm, in Node's V8 on one
+// What relaxed SIMD gives on whole models: a bundle's kernels.wasm with its multiply-adds fused
+// (relaxweb/cpu/relaxed_simd.py) against the same lowered to plain SIMD128, in Node's V8 on one
 // thread as a page that is not cross-origin isolated runs them (both rewritten to be
 // interruptible), in one process, the two loaded side by side and their runs interleaved.
 //
@@ -23,18 +23,17 @@ if (!engineHasRelaxedSimd()) {
   process.exit(2);
 }
 
-console.log("| bundle | kernels.wasm (ms) | kernels-relaxed.wasm (ms) | relaxed / plain | max abs difference of the outputs |");
+console.log("| bundle | plain SIMD128 (ms) | relaxed SIMD (ms) | relaxed / plain | max abs difference of the outputs |");
 console.log("|---|---:|---:|---:|---:|");
 for (const folder of folders) {
   const plain = await load(folder, false);
   const inputs = inputsOf(plain.manifest);
-  const relaxedFile = plain.manifest.wasm.relaxed_file;
-  if (typeof inputs === "string" || !relaxedFile) {
-    console.log(`| ${basename(folder)} | skipped: ${typeof inputs === "string" ? inputs : "no kernels-relaxed.wasm"} | | | |`);
+  if (typeof inputs === "string" || !plain.manifest.wasm.relaxed_madd_sites) {
+    console.log(`| ${basename(folder)} | skipped: ${typeof inputs === "string" ? inputs : "no relaxed multiply-adds"} | | | |`);
     plain.model.dispose();
     continue;
   }
-  const { model: relaxed } = await load(folder, false, relaxedFile);
+  const { model: relaxed } = await load(folder, false, true);
   const { outputs: [plainOutputs, relaxedOutputs], medians: [a, b] } = await interleaved([plain.model, relaxed], inputs, runs);
   let difference = 0;
   for (const [name, tensor] of Object.entries(plainOutputs)) {

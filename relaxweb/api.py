@@ -258,8 +258,8 @@ def load(bundle_dir: str | Path, *, backend: str = "auto", device: Any = None, p
     (docs/bundle-format.md, "Weights in parts"); storages keep the device's own limits.
     ``kernel_timeout_s`` (wasm only; default ``wasm_backend.KERNEL_SECONDS_PER_CALL``, 10 s) is
     how long one kernels.wasm call may run before the run fails (a kernels.wasm that loops).
-    ``relaxed_simd`` (wasm only): None (the default) runs the bundle's ``kernels-relaxed.wasm``
-    (fused multiply-adds) where wasmtime compiles it, False the plain ``kernels.wasm``
+    ``relaxed_simd`` (wasm only): None (the default) runs the kernels' multiply-adds with
+    relaxed SIMD (fused) where wasmtime compiles it, False lowers them to plain SIMD128 at load
     (results the same on every machine); ``session.relaxed_simd`` says which runs.
 
     A session may be called from several threads: its calls take turns (``Session``, "Threads").

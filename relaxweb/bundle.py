@@ -25,7 +25,6 @@ from typing import Callable, Mapping
 import numpy as np
 
 from .cpu.kernels import KernelsWasm, emit_kernels_wasm
-from .cpu.relaxed_simd import RELAXED_FILE
 from .errors import RelaxwebError, UnsupportedModelError, shortened, shown
 from .ir.attention_sites import attention_sites
 from .ir.cost import MAX_TREE_DEPTH, MAX_TREE_NODES, expression_tree, program_cost, tree_depth, tree_size
@@ -116,7 +115,7 @@ def write_bundle(module: IRModule, out_dir: str | Path, source: str, progress: P
     (out / "weights").mkdir(exist_ok=True)
     # a rebuild into the same folder must not leave the last build's kernels or shards behind
     for stale in (*(out / "kernels").glob("*.wgsl"), *(out / "weights").glob("shard*.bin"),
-                  *(out / name for name in (KERNELS_WASM, RELAXED_FILE, *DEBUG_FILES) if (out / name).exists())):
+                  *(out / name for name in (KERNELS_WASM, *DEBUG_FILES) if (out / name).exists())):
         stale.unlink()
 
     weight_parts = [binding_parts(_weight_device_bytes(w.data), split_bytes) for w in host.weights]
@@ -297,7 +296,7 @@ def _megabytes(count: int) -> str:
 def _write_kernels_wasm(module: IRModule, kernel_order: list, source: str, out: Path, progress: Progress,
                         debug: bool) -> dict:
     """Write ``kernels.wasm`` (and with ``debug`` its text ``kernels.wat``) with every kernel in manifest
-    order, and ``kernels-relaxed.wasm``, the same with relaxed SIMD's multiply-add
+    order, their multiply-adds with relaxed SIMD where the runtime's engine has it
     (``cpu/relaxed_simd.py``); the manifest's ``wasm`` entry.  A bundle whose kernels cannot all run on the CPU
     (a library kernel without a WebAssembly version) gets none, and the entry says why: a
     note, never a failed build."""
@@ -309,12 +308,9 @@ def _write_kernels_wasm(module: IRModule, kernel_order: list, source: str, out: 
         (out / KERNELS_WAT).write_text(kernels_wasm.wat)
     (out / KERNELS_WASM).write_bytes(kernels_wasm.wasm)
     entry = {"file": KERNELS_WASM, "scratch_bytes": kernels_wasm.scratch_bytes}
-    relaxed = kernels_wasm.relaxed_wasm
-    if relaxed is not None:  # the runtimes take it where their engine has relaxed SIMD
-        (out / RELAXED_FILE).write_bytes(relaxed)
-        entry["relaxed_file"] = RELAXED_FILE
-    progress(f"assembled {KERNELS_WASM} ({len(kernels_wasm.wasm)} bytes)"
-             + (f" and {RELAXED_FILE} ({len(relaxed)} bytes)" if relaxed is not None else ""))
+    if kernels_wasm.relaxed_madd_sites:  # lowered to plain SIMD128 at load where the engine lacks relaxed SIMD
+        entry["relaxed_madd_sites"] = kernels_wasm.relaxed_madd_sites
+    progress(f"assembled {KERNELS_WASM} ({len(kernels_wasm.wasm)} bytes)")
     return entry
 
 

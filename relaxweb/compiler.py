@@ -285,7 +285,7 @@ def build_bundle(model: Model, out_dir: str | Path, bounds: Mapping[str, int] | 
 
 #: What a build writes into its folder; a rebuild replaces exactly these.
 BUNDLE_ENTRIES = ("kernels", "weights", "runtime", "tokenizer", "host.wasm", "host.wat", "kernels.wasm",
-                  "kernels-relaxed.wasm", "kernels.wat", "manifest.json")
+                  "kernels.wat", "manifest.json")
 
 
 def _move_into_place(staging: Path, out: Path) -> None:

@@ -20,19 +20,19 @@ from .helpers import HELPER_FUNCTIONS
 from .library import library_kernel_wat
 from .math import MATH_FUNCTIONS
 from .module import KernelFunctions, assemble_kernels_module, wat_to_wasm
-from .relaxed_simd import RELAXED_FILE, plain_simd, uses_relaxed_simd
+from .relaxed_simd import relaxed_madd_sites
 from .schedules import render_program
 
 
 @dataclass(frozen=True)
 class KernelsWasm:
-    """The module: its text in plain SIMD128 (``kernels.wat``) and its binary, the binary with
-    relaxed SIMD (``None`` where no kernel multiplies and adds: ``relaxed_simd.py``), and the
-    scratch bytes each thread needs."""
+    """The module: its text (``kernels.wat``), its binary, how many relaxed multiply-add sites
+    it has (0 where no kernel multiplies and adds: ``relaxed_simd.py``), and the scratch
+    bytes each thread needs."""
 
     wat: str
     wasm: bytes
-    relaxed_wasm: bytes | None
+    relaxed_madd_sites: int
     scratch_bytes: int
 
 
@@ -66,6 +66,4 @@ def emit_kernels_wasm(module: IRModule, kernel_order: Sequence[tuple[str, Mappin
                                        render_program(program, parts, schedule)))
         scratch = max(scratch, schedule.scratch_bytes)
     wat = assemble_kernels_module(kernels, source, {**MATH_FUNCTIONS, **HELPER_FUNCTIONS})
-    relaxed = wat_to_wasm(wat, RELAXED_FILE) if uses_relaxed_simd(wat) else None
-    plain = plain_simd(wat)
-    return KernelsWasm(plain, wat_to_wasm(plain), relaxed, scratch)
+    return KernelsWasm(wat, wat_to_wasm(wat), relaxed_madd_sites(wat), scratch)

@@ -332,9 +332,10 @@ def _fact_problem(manifest: dict) -> str | None:
     if problem:
         return problem
     if "wasm" in manifest:
-        keys = sorted(key for key in manifest["wasm"] if key in ("file", "relaxed_file", "scratch_bytes", "unavailable"))
-        if keys not in (["file", "scratch_bytes"], ["file", "relaxed_file", "scratch_bytes"], ["unavailable"]):
-            return "wasm: expected either file and scratch_bytes (and maybe relaxed_file) or unavailable"
+        keys = sorted(key for key in manifest["wasm"]
+                      if key in ("file", "relaxed_madd_sites", "scratch_bytes", "unavailable"))
+        if keys not in (["file", "scratch_bytes"], ["file", "relaxed_madd_sites", "scratch_bytes"], ["unavailable"]):
+            return "wasm: expected either file and scratch_bytes (and maybe relaxed_madd_sites) or unavailable"
     for index, site in enumerate(manifest["call_sites"]):
         end = site["params_offset"] + site["params_size"]
         if site["params_offset"] % 256 or site["params_size"] % 16 or end > manifest["params_bytes"]:

@@ -50,6 +50,7 @@ from relaxweb.runtime.host import Dispatch, Read
 from relaxweb.runtime.host_session import HostStep
 from relaxweb.runtime.manifest import read_bundle_file
 from relaxweb.runtime.profile import WallClockTimer
+from relaxweb.runtime.relaxed_simd import lower_relaxed_simd, use_relaxed_simd
 from relaxweb.runtime.run_status import CLEARED, STATUS_BYTES, check_run_status
 from relaxweb.runtime.tensors import (
     checked_inputs, device_byte_sizes, device_dtype, dtype_entry, kept_output_indices, load_shards, output_array,
@@ -121,46 +122,10 @@ def wasm_entry(manifest: Mapping[str, Any], bundle_dir: Path) -> Mapping[str, An
     if isinstance(entry, Mapping) and "unavailable" in entry:
         raise RelaxwebError(f"the bundle {bundle_dir} has no kernels.wasm: {entry['unavailable']}")
     if not (isinstance(entry, Mapping) and isinstance(entry.get("file"), str)
-            and isinstance(entry.get("relaxed_file", ""), str)
+            and isinstance(entry.get("relaxed_madd_sites", 1), int) and entry.get("relaxed_madd_sites", 1) > 0
             and isinstance(entry.get("scratch_bytes"), int) and 0 <= entry["scratch_bytes"] <= 1 << 30):
         raise RelaxwebError(f"the bundle {bundle_dir} has a malformed 'wasm' entry in its manifest: the bundle is damaged")
     return entry
-
-
-#: A module that validates exactly where the engine has relaxed SIMD: one function returning
-#: ``f32x4.relaxed_madd`` of its three v128 parameters (runtime_js/relaxed_simd.js has the same bytes).
-RELAXED_SIMD_PROBE = bytes([0, 97, 115, 109, 1, 0, 0, 0, 1, 8, 1, 96, 3, 123, 123, 123, 1, 123, 3, 2, 1, 0, 10, 13, 1,
-                            11, 0, 32, 0, 32, 1, 32, 2, 253, 133, 2, 11])
-
-
-def engine_has_relaxed_simd(engine: wasmtime.Engine) -> bool:
-    """Whether ``engine`` compiles relaxed SIMD (wasmtime's default; ``Config.wasm_relaxed_simd``)."""
-    try:
-        wasmtime.Module.validate(engine, RELAXED_SIMD_PROBE)
-    except wasmtime.WasmtimeError:
-        return False
-    return True
-
-
-def use_relaxed_simd(entry: Mapping[str, Any], wanted: bool | None, engine: wasmtime.Engine) -> bool:
-    """Whether a session runs the bundle's ``relaxed_file``: ``wanted`` None takes it where the
-    bundle has one and the engine compiles it; True insists (an error where it cannot); False
-    runs the plain ``kernels.wasm`` (results the same on every machine)."""
-    if wanted is False:
-        return False
-    if wanted not in (None, True):
-        raise ValueError(f"relaxed_simd must be None (where the engine has it), True or False, got {wanted!r}")
-    if "relaxed_file" not in entry:
-        if wanted:
-            raise RelaxwebError("relaxed_simd=True, but the bundle has no kernels with relaxed SIMD (its manifest's "
-                                "wasm entry has no relaxed_file: no kernel multiplies and adds, or an older relaxweb "
-                                "built it)")
-        return False
-    if not engine_has_relaxed_simd(engine):
-        if wanted:
-            raise RelaxwebError("relaxed_simd=True, but this wasmtime does not compile relaxed SIMD")
-        return False
-    return True
 
 
 class WasmTensor(GpuTensor):
@@ -220,11 +185,11 @@ class WasmBackend:
         self.run_number = 0
         shards = load_shards(bundle_dir, manifest)
         self._store = wasmtime.Store(_clock.engine())
-        #: whether the kernels run from the bundle's module with relaxed SIMD (``kernels-relaxed.wasm``)
+        #: whether the kernels run with relaxed SIMD (else lowered to plain SIMD128 at load: ``relaxed_simd.py``)
         self.relaxed_simd = use_relaxed_simd(entry, relaxed_simd, self._store.engine)
-        #: the file the kernels run from
-        self.kernels_file = entry["relaxed_file"] if self.relaxed_simd else entry["file"]
-        wasm = read_bundle_file(bundle_dir, self.kernels_file, MAX_KERNELS_WASM_BYTES, "the kernel module")
+        wasm = read_bundle_file(bundle_dir, entry["file"], MAX_KERNELS_WASM_BYTES, "the kernel module")
+        if "relaxed_madd_sites" in entry and not self.relaxed_simd:
+            wasm = lower_relaxed_simd(wasm, entry["relaxed_madd_sites"])
         self._memory = wasmtime.Memory(self._store, wasmtime.MemoryType(wasmtime.Limits(1, MAX_PAGES)))
         self._units, self._kernels = self._instantiate(wasm)
 
@@ -275,15 +240,15 @@ class WasmBackend:
         try:
             module = wasmtime.Module(self._store.engine, wasm)
         except wasmtime.WasmtimeError as error:
-            raise RelaxwebError(f"the bundle's {self.kernels_file} cannot be loaded: {_first_line(error)}") from None
+            raise RelaxwebError(f"the bundle's kernels.wasm cannot be loaded: {_first_line(error)}") from None
         imports = [(item.module, item.name, type(item.type).__name__) for item in module.imports]
         if imports != [("env", "memory", "MemoryType")]:
-            raise RelaxwebError(f"the bundle's {self.kernels_file} must import exactly one thing, the memory env.memory: "
+            raise RelaxwebError(f"the bundle's kernels.wasm must import exactly one thing, the memory env.memory: "
                                 "the bundle is damaged")
         try:
             instance = wasmtime.Instance(self._store, module, [self._memory])
         except (wasmtime.WasmtimeError, wasmtime.Trap) as error:
-            raise RelaxwebError(f"the bundle's {self.kernels_file} cannot be instantiated: {_first_line(error)}") from None
+            raise RelaxwebError(f"the bundle's kernels.wasm cannot be instantiated: {_first_line(error)}") from None
         exports = instance.exports(self._store)
         units, kernels, missing = [], [], []
         for index in range(len(self.manifest["kernels"])):
@@ -294,7 +259,7 @@ class WasmBackend:
                 found.append(function)
         if missing:
             shown = ", ".join(missing[:6]) + (f" and {len(missing) - 6} more" if len(missing) > 6 else "")
-            raise RelaxwebError(f"the bundle's {self.kernels_file} does not export {shown}: the bundle is damaged")
+            raise RelaxwebError(f"the bundle's kernels.wasm does not export {shown}: the bundle is damaged")
         return units, kernels
 
     # Memory ------------------------------------------------------------------------------

@@ -57,9 +57,9 @@ class WasmSession(GenerationMethods):
                  relaxed_simd: bool | None = None) -> None:
         """``kernel_timeout_s``: how long one kernels.wasm call may run before the run fails
         (default ``KERNEL_SECONDS_PER_CALL``: docs/design.md, "Deadlines").  ``relaxed_simd``:
-        None (the default) runs the bundle's ``kernels-relaxed.wasm`` where wasmtime compiles
-        it (fused multiply-adds: faster, results may differ in the last bit between machines),
-        False the plain ``kernels.wasm``, True insists on the relaxed one;
+        None (the default) runs the kernels' multiply-adds with relaxed SIMD where wasmtime
+        compiles it (fused: faster, results may differ in the last bit between machines), False
+        lowers them to plain SIMD128 at load, True insists on relaxed SIMD;
         ``session.relaxed_simd`` says which runs."""
         #: held by every call that runs the model or reads its kept tensors (``webgpu.Session``'s "Threads")
         self.run_lock = threading.RLock()
@@ -75,7 +75,7 @@ class WasmSession(GenerationMethods):
         self.last_batch: BatchReport | None = None
         self._backend = WasmBackend(self.bundle_dir, self.manifest, entry, self.host.sizes_at_bounds(), self,
                                     kernel_timeout_s, relaxed_simd)
-        #: whether the kernels run with relaxed SIMD (the bundle's ``kernels-relaxed.wasm``)
+        #: whether the kernels run with relaxed SIMD (``runtime/relaxed_simd.py``)
         self.relaxed_simd: bool = self._backend.relaxed_simd
         self._driver = HostProgramDriver(self._backend, HostSessions(self.host))
 

@@ -314,9 +314,10 @@ function factProblem(manifest) {
   const tokenizerFact = tokenizerProblem(manifest.tokenizer);
   if (tokenizerFact) return tokenizerFact;
   if ("wasm" in manifest) {
-    const keys = Object.keys(manifest.wasm).filter((key) => ["file", "relaxed_file", "scratch_bytes", "unavailable"].includes(key)).sort();
-    if (!["file,scratch_bytes", "file,relaxed_file,scratch_bytes", "unavailable"].includes(keys.join(","))) {
-      return "wasm: expected either file and scratch_bytes (and maybe relaxed_file) or unavailable";
+    const keys = Object.keys(manifest.wasm)
+      .filter((key) => ["file", "relaxed_madd_sites", "scratch_bytes", "unavailable"].includes(key)).sort();
+    if (!["file,scratch_bytes", "file,relaxed_madd_sites,scratch_bytes", "unavailable"].includes(keys.join(","))) {
+      return "wasm: expected either file and scratch_bytes (and maybe relaxed_madd_sites) or unavailable";
     }
   }
   for (const [index, site] of manifest.call_sites.entries()) {

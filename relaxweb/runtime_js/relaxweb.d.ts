@@ -98,10 +98,9 @@ export interface LoadOptions {
    */
   kernelTimeoutMs?: number;
   /**
-   * The wasm backend's kernels with relaxed SIMD (fused multiply-adds: the bundle's
-   * kernels-relaxed.wasm): by default where the engine compiles them; false runs the plain
-   * kernels.wasm (results the same on every machine), true insists. `model.relaxedSimd` says
-   * which runs.
+   * The wasm backend's multiply-adds with relaxed SIMD (fused): by default where the engine
+   * compiles it; false lowers them to plain SIMD128 at load (results the same on every
+   * machine), true insists. `model.relaxedSimd` says which runs.
    */
   relaxedSimd?: boolean;
   /**
@@ -499,7 +498,7 @@ export class WasmModel {
   readonly threads: number;
   /** Units the pool's workers have run since load (0 with one thread). */
   readonly unitsRunByWorkers: number;
-  /** Whether the kernels run with relaxed SIMD (the bundle's kernels-relaxed.wasm; the `relaxedSimd` load option). */
+  /** Whether the kernels run with relaxed SIMD (else lowered to plain SIMD128 at load; the `relaxedSimd` load option). */
   readonly relaxedSimd: boolean;
   /** The deadline of one kernel call in ms (the `kernelTimeoutMs` load option), on every page. */
   readonly kernelTimeoutMs: number;

@@ -24,7 +24,7 @@ import {
   NO_ADAPTER, WebGpuDevice, checkDevice, checkLimitCaps, deviceShortfalls, loadTimeLimits, requestAdapter, requestDevice,
 } from "./webgpu_device.js";
 import { KernelPipelines, SHADER_F16, chosenKernels, compileKernels, fetchKernelSources } from "./webgpu_kernels.js";
-import { checkRelaxedSimd, kernelsFile } from "./relaxed_simd.js";
+import { checkRelaxedSimd, useRelaxedSimd } from "./relaxed_simd.js";
 import { KERNEL_TIMEOUT_MS, kernelTimeout, sharedMemoryVariant, singleThreadReason, splitUnits, threadCount } from "./wasm_backend.js";
 import { checkWarmUp } from "./warm_up.js";
 import { WasmModel } from "./wasm_model.js";
@@ -46,10 +46,9 @@ export { DEFAULT_CACHE_NAME, GpuTensor, InputShapeError, KERNEL_TIMEOUT_MS, RunC
  * @property {boolean} [warmUp]  the wasm backend calls every kernel with no units at load, so that
  *   the engine compiles it for speed before the first run (warm_up.js): by default for models of
  *   4 MiB of weights and more
- * @property {boolean} [relaxedSimd]  the wasm backend's kernels with relaxed SIMD (fused
- *   multiply-adds, the bundle's kernels-relaxed.wasm): by default where the engine compiles them;
- *   false runs the plain kernels.wasm (results the same on every machine), true insists;
- *   `model.relaxedSimd` says which runs
+ * @property {boolean} [relaxedSimd]  the wasm backend's multiply-adds with relaxed SIMD (fused):
+ *   by default where the engine compiles it; false lowers them to plain SIMD128 at load
+ *   (results the same on every machine), true insists; `model.relaxedSimd` says which runs
  * @property {number} [kernelTimeoutMs]  the wasm backend's deadline for one kernel call, on its
  *   worker threads or on the page's (default KERNEL_TIMEOUT_MS, 10 s): past it the call is
  *   stopped, the run rejects and the model must be loaded again
@@ -128,11 +127,7 @@ export async function load(url, {
   // choice itself waits for the host module's sizes at the bounds; the other backend's kernels
   // are fetched then, when it is the other one).
   const wasmLikely = adapterPromise.then((a) => backend === "wasm" || webgpuProblem !== null || (backend === "auto" && !device && a === null));
-  // which kernel module the wasm backend runs, chosen once when needed (it throws where relaxedSimd: true cannot be met)
-  /** @type {{file: string, relaxedSimd: boolean}|undefined} */
-  let kernelsChoice;
-  const chooseKernels = () => (kernelsChoice ??= kernelsFile(manifest.wasm, relaxedSimd));
-  const wasmBytesPromise = wasmLikely.then((likely) => (likely && !wasmProblem ? fetchBytes(fileUrl(chooseKernels().file)) : null));
+  const wasmBytesPromise = wasmLikely.then((likely) => (likely && !wasmProblem ? fetchBytes(fileUrl(manifest.wasm.file)) : null));
   const shadersPromise = Promise.all([wasmLikely, adapterPromise]).then(([likely, a]) =>
     (likely ? null : fetchKernelSources(manifest, fileUrl, chosenKernels(kernels, device ?? a, manifest))));
   for (const promise of [wasmBytesPromise, shadersPromise]) promise.catch(() => {}); // awaited below, where used
@@ -150,10 +145,10 @@ export async function load(url, {
     const gpu = device ?? adapter;
     const chosen = chosenBackend(backend, manifest, gpu, requiredLimits, requiredFeatures, sizesAtBounds);
     if (chosen === "wasm") {
-      const choice = chooseKernels();
-      const wasmBytes = (await wasmBytesPromise) ?? (await fetchBytes(fileUrl(choice.file)));
+      const relaxed = useRelaxedSimd(manifest.wasm, relaxedSimd); // throws where relaxedSimd: true cannot be met
+      const wasmBytes = (await wasmBytesPromise) ?? (await fetchBytes(fileUrl(manifest.wasm.file)));
       const model = await WasmModel.create(manifest, host, wasmBytes, shards,
-        { threads, ...configured, tokenizer, kernelTimeoutMs, relaxedSimd: choice.relaxedSimd, warmUp });
+        { threads, ...configured, tokenizer, kernelTimeoutMs, relaxedSimd: relaxed, warmUp });
       if (backend === "auto") {
         model.backendReason = webgpuProblem ?? (gpu === null ? (adapterError?.message ?? NO_ADAPTER)
           : deviceShortfalls(gpu, requiredLimits, requiredFeatures, "GPU adapter", manifest, sizesAtBounds).join("; "));

@@ -43,6 +43,7 @@ import { keptOutputIndices, prepareInputs, splitElements, wasmManifest } from ".
 import { WALL_CLOCK, WallClockTimer } from "./profile.js";
 import { STATUS_BYTES, checkRunStatus } from "./run_status.js";
 import { DEADLINE_IMPORT, FUEL_REFILL, interruptibleKernels, readLeb } from "./interruptible_kernels.js";
+import { lowerRelaxedSimd } from "./relaxed_simd.js";
 import { WARM_UP_BUDGET_MS, WARM_UP_GRACE_MS, warmUpBlocks, warmUpKernels, warmsUp } from "./warm_up.js";
 
 export { WALL_CLOCK };
@@ -263,8 +264,8 @@ export class WasmBackend {
    * @param {ArrayBuffer} wasmBytes the bundle's kernels.wasm
    * @param {Uint8Array[]} shards the verified weight shards
    * @param {{threads?: number, sizesAtBounds: number[]|null, kernelTimeoutMs?: number, relaxedSimd?: boolean,
-   *   warmUp?: boolean}} options relaxedSimd: whether wasmBytes is the bundle's module with relaxed SIMD
-   *   (kernelsFile); warmUp: the load option (warm_up.js warmsUp)
+   *   warmUp?: boolean}} options relaxedSimd: whether the kernels run with relaxed SIMD (relaxed_simd.js
+   *   useRelaxedSimd: else they are lowered to plain SIMD128 here); warmUp: the load option (warm_up.js warmsUp)
    * @returns {Promise<WasmBackend>}
    */
   static async create(manifest, wasmBytes, shards, { threads, sizesAtBounds, kernelTimeoutMs, relaxedSimd = false, warmUp }) {
@@ -272,12 +273,13 @@ export class WasmBackend {
     const count = threadCount(threads);
     const shared = workersShareMemory(); // then every kernel call runs on the pool, even with one thread
     const memory = new WebAssembly.Memory({ initial: 1, maximum: MAX_PAGES, shared });
+    const kernels = manifest.wasm.relaxed_madd_sites && !relaxedSimd
+      ? lowerRelaxedSimd(wasmBytes, manifest.wasm.relaxed_madd_sites) : wasmBytes;
     let module;
     try {
-      module = await WebAssembly.compile(shared ? sharedMemoryVariant(wasmBytes) : interruptibleKernels(wasmBytes));
+      module = await WebAssembly.compile(shared ? sharedMemoryVariant(kernels) : interruptibleKernels(kernels));
     } catch (error) {
-      const file = relaxedSimd ? manifest.wasm.relaxed_file : manifest.wasm.file;
-      throw new Error(`the bundle's ${file} does not compile here: ${/** @type {Error} */ (error).message}`);
+      throw new Error(`the bundle's ${manifest.wasm.file} does not compile here: ${/** @type {Error} */ (error).message}`);
     }
     const clock = new KernelClock();
     const imports = shared ? { env: { memory } } : { env: { memory }, [DEADLINE_IMPORT[0]]: { [DEADLINE_IMPORT[1]]: clock.deadline } };
@@ -316,7 +318,7 @@ export class WasmBackend {
     this.threads = threads;
     /** How long one kernel call on the pool may run (KERNEL_TIMEOUT_MS unless the load option says). */
     this.kernelTimeoutMs = KERNEL_TIMEOUT_MS;
-    /** Whether the kernels run with relaxed SIMD (the bundle's kernels-relaxed.wasm: kernelsFile). */
+    /** Whether the kernels run with relaxed SIMD (else lowered to plain SIMD128 at load: relaxed_simd.js). */
     this.relaxedSimd = false;
     /** The load's calls of every kernel with no units (warm_up.js): kernels warmed and ms taken. */
     this.warmUp = { kernels: 0, ms: 0 };

@@ -21,7 +21,7 @@ export class WasmModel {
    * @param {{threads?: number, bounds: (number|null)[], sizesAtBounds: number[]|null, tokenizer?: any, kernelTimeoutMs?: number,
    *   relaxedSimd?: boolean, warmUp?: boolean}} options
    *   tokenizer: the bundle's (tokenizer.js loadTokenizer), or null; kernelTimeoutMs: the load option; relaxedSimd:
-   *   whether wasmBytes is the bundle's module with relaxed SIMD (relaxed_simd.js kernelsFile); warmUp: the load option
+   *   whether the kernels run with relaxed SIMD (relaxed_simd.js useRelaxedSimd); warmUp: the load option
    * @returns {Promise<WasmModel>}
    */
   static async create(manifest, host, wasmBytes, shards, { threads, bounds, sizesAtBounds, tokenizer = null, kernelTimeoutMs,
@@ -68,7 +68,7 @@ export class WasmModel {
     return this.runBackend.threads;
   }
 
-  /** Whether the kernels run with relaxed SIMD (the bundle's kernels-relaxed.wasm; the `relaxedSimd` load option). */
+  /** Whether the kernels run with relaxed SIMD (else lowered to plain SIMD128 at load; the `relaxedSimd` load option). */
   get relaxedSimd() {
     return this.runBackend.relaxedSimd;
   }

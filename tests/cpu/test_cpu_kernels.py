@@ -25,6 +25,7 @@ from relaxweb.cpu.helpers import HELPER_FUNCTIONS
 from relaxweb.cpu.kernels import KernelsWasm, WasmUnavailable, emit_kernels_wasm
 from relaxweb.cpu.math import MATH_FUNCTIONS
 from relaxweb.cpu.module import KernelFunctions, assemble_kernels_module, wat_to_wasm
+from relaxweb.cpu.relaxed_simd import relaxed_madd_sites
 from relaxweb.cpu import library, schedules
 from relaxweb.cpu.schedules.factor_forms import branched_interior, lane_vectors
 from relaxweb.ir import interpreter
@@ -39,6 +40,7 @@ from relaxweb.ir.tir import (
 from relaxweb.ir.wasm_schedule import MatrixVectorSchedule, PackedMatmulSchedule, WasmSchedule, WindowSchedule
 from relaxweb.passes.schedule_programs import choose_schedules
 from relaxweb.runtime.manifest import manifest_problem
+from relaxweb.runtime.relaxed_simd import lower_relaxed_simd
 from tests.helpers import F32, F32_LOOSE, Tolerance, assert_close, make_model, rand
 from tests.wasm_kernels import run_wasm_kernel
 
@@ -1266,17 +1268,18 @@ def test_bundle_has_kernels_wasm(tmp_path) -> None:
                        ["y"], {"w": rand(8, 4)})
     bundle = relaxweb.build(model, tmp_path, debug=True)  # kernels.wat too
     manifest = json.loads((tmp_path / "manifest.json").read_text())
-    assert manifest["wasm"] == {"file": "kernels.wasm", "relaxed_file": "kernels-relaxed.wasm",
+    text = (tmp_path / "kernels.wat").read_text()
+    assert manifest["wasm"] == {"file": "kernels.wasm", "relaxed_madd_sites": relaxed_madd_sites(text),
                                 "scratch_bytes": MATMUL_SCRATCH_BYTES}
+    assert manifest["wasm"]["relaxed_madd_sites"] > 0 and not (tmp_path / "kernels-relaxed.wasm").exists()
     assert manifest_problem(manifest) is None
-    wasm = (tmp_path / "kernels.wasm").read_bytes()
+    wasm = (tmp_path / "kernels.wasm").read_bytes()  # one module: its multiply-adds relaxed, lowered at load where need be
     exports = {export.name for export in wasm_exports(wasm)}
     assert exports == {f"k{index}{suffix}" for index in range(len(manifest["kernels"])) for suffix in ("", "_units")}
-    relaxed = (tmp_path / "kernels-relaxed.wasm").read_bytes()  # the same kernels, with fused multiply-adds
-    assert {export.name for export in wasm_exports(relaxed)} == exports
-    assert RELAXED_MADD_OPCODE in relaxed and RELAXED_MADD_OPCODE not in wasm
-    text = (tmp_path / "kernels.wat").read_text()
-    assert text.startswith(";; kernels.wasm of") and "relaxed" not in text
+    plain = lower_relaxed_simd(wasm, manifest["wasm"]["relaxed_madd_sites"])
+    assert {export.name for export in wasm_exports(plain)} == exports
+    assert RELAXED_MADD_OPCODE in wasm and RELAXED_MADD_OPCODE not in plain
+    assert text.startswith(";; kernels.wasm of")
     assert f"kernels.wasm: {len(wasm)} bytes" in str(bundle)
 
 
@@ -1289,10 +1292,10 @@ def wasm_exports(wasm: bytes):
 
 def test_manifest_wasm_entry_is_one_of_two_forms() -> None:
     base = json.loads(json.dumps(_minimal_manifest()))
-    relaxed = {"file": "kernels.wasm", "relaxed_file": "kernels-relaxed.wasm", "scratch_bytes": 0}
+    relaxed = {"file": "kernels.wasm", "relaxed_madd_sites": 12, "scratch_bytes": 0}
     for entry, ok in (({"file": "kernels.wasm", "scratch_bytes": 0}, True), ({"unavailable": "why"}, True), (relaxed, True),
-                      ({**relaxed, "relaxed_file": "../x.wasm"}, False), ({**relaxed, "relaxed_file": 3}, False),
-                      ({"relaxed_file": "kernels-relaxed.wasm", "unavailable": "why"}, False),
+                      ({**relaxed, "relaxed_madd_sites": 0}, False), ({**relaxed, "relaxed_madd_sites": "12"}, False),
+                      ({"relaxed_madd_sites": 12, "unavailable": "why"}, False),
                       ({"file": "kernels.wasm"}, False), ({"file": "kernels.wasm", "scratch_bytes": 0, "unavailable": "x"}, False),
                       ({"file": "../x.wasm", "scratch_bytes": 0}, False), ({}, False)):
         problem = manifest_problem({**base, "wasm": entry})

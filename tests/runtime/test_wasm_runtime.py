@@ -140,8 +140,8 @@ def test_a_damaged_kernels_wasm_is_refused(add_bundle: Path, tmp_path: Path) -> 
 
 
 def test_the_kernels_with_relaxed_simd_run_where_wasmtime_has_it_and_the_plain_ones_when_asked(tmp_path: Path) -> None:
-    """A matmul's bundle has both kernel modules (cpu/relaxed_simd.py); a session takes the
-    relaxed one by default, the plain one with relaxed_simd=False, and both give the product."""
+    """A matmul's kernels.wasm has relaxed multiply-adds (cpu/relaxed_simd.py); a session runs
+    them by default, lowered to plain SIMD128 with relaxed_simd=False, and both give the product."""
     w = rand(24, 40, seed=1)
     model = make_model([helper.make_node("MatMul", ["x", "w"], ["y"])], [("x", TensorProto.FLOAT, ["n", 24])], ["y"],
                        {"w": w})
@@ -163,9 +163,9 @@ def test_the_kernels_with_relaxed_simd_run_where_wasmtime_has_it_and_the_plain_o
 
 def test_a_bundle_without_relaxed_kernels_runs_the_plain_ones_and_refuses_relaxed_simd_true(add_bundle: Path,
                                                                                                tmp_path: Path) -> None:
-    folder = variant(add_bundle, tmp_path, _ADD)  # its manifest's wasm entry names kernels.wasm alone
+    folder = variant(add_bundle, tmp_path, _ADD)  # its manifest's wasm entry counts no relaxed_madd_sites
     assert WasmSession(folder).relaxed_simd is False
-    with pytest.raises(RelaxwebError, match="relaxed_simd=True, but the bundle has no kernels with relaxed SIMD"):
+    with pytest.raises(RelaxwebError, match="relaxed_simd=True, but the bundle's kernels use no relaxed SIMD"):
         WasmSession(folder, relaxed_simd=True)
 
 

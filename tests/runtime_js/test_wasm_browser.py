@@ -241,9 +241,10 @@ def test_cli_runs_in_the_browser_on_the_wasm_backend(handmade: Path, tmp_path: P
 
 @pytest.mark.parametrize("isolated", [True, False], ids=["workers", "page thread"])
 def test_chromium_runs_the_kernels_with_relaxed_simd_and_the_plain_ones_when_asked(tmp_path: Path, isolated: bool) -> None:
-    """Chromium compiles relaxed SIMD: load() takes the bundle's kernels-relaxed.wasm (on the
-    workers, and rewritten to be interruptible on the page's thread), or kernels.wasm with
-    relaxedSimd: false; both give the MatMul's product, the kernel warmed up at load either way."""
+    """Chromium compiles relaxed SIMD: load() runs kernels.wasm's multiply-adds with it (on the
+    workers, and rewritten to be interruptible on the page's thread), or lowered to plain
+    SIMD128 with relaxedSimd: false; both give the MatMul's product, the kernel warmed up at
+    load either way."""
     w = rand(24, 40, seed=1)
     model = make_model([helper.make_node("MatMul", ["x", "w"], ["y"])], [("x", TensorProto.FLOAT, ["n", 24])], ["y"],
                        {"w": w})

@@ -7,6 +7,7 @@
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
+import { createHash } from "node:crypto";
 import { createServer } from "node:http";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -17,7 +18,7 @@ import { Host, InputShapeError } from "../../relaxweb/runtime_js/host.js";
 import { HostSession } from "../../relaxweb/runtime_js/host_session.js";
 import { RemoteHost } from "../../relaxweb/runtime_js/remote_host.js";
 import { WALL_CLOCK } from "../../relaxweb/runtime_js/profile.js";
-import { engineHasRelaxedSimd, kernelsFile } from "../../relaxweb/runtime_js/relaxed_simd.js";
+import { engineHasRelaxedSimd, lowerRelaxedSimd, useRelaxedSimd } from "../../relaxweb/runtime_js/relaxed_simd.js";
 import { RESERVED_BYTES, WasmTensor, sharedMemoryVariant, splitUnits, threadCount } from "../../relaxweb/runtime_js/wasm_backend.js";
 import { warmUpBlocks, warmUpKernels, warmsUp } from "../../relaxweb/runtime_js/warm_up.js";
 import { WasmModel } from "../../relaxweb/runtime_js/wasm_model.js";
@@ -370,33 +371,43 @@ test("a compiled int64 constant outside int32 runs exactly on kernels.wasm; load
   }
 });
 
-test("kernelsFile takes the relaxed module where the bundle has one and the engine compiles it; false the plain one", () => {
-  const both = { file: "kernels.wasm", relaxed_file: "kernels-relaxed.wasm", scratch_bytes: 0 };
+test("useRelaxedSimd: where the kernels multiply and add and the engine compiles it; false never", () => {
+  const relaxed = { file: "kernels.wasm", relaxed_madd_sites: 12, scratch_bytes: 0 };
   const plain = { file: "kernels.wasm", scratch_bytes: 0 };
   const here = engineHasRelaxedSimd();
-  assert.deepEqual(kernelsFile(both, undefined), here ? { file: "kernels-relaxed.wasm", relaxedSimd: true } : { file: "kernels.wasm", relaxedSimd: false });
-  assert.deepEqual(kernelsFile(both, false), { file: "kernels.wasm", relaxedSimd: false });
-  assert.deepEqual(kernelsFile(plain, undefined), { file: "kernels.wasm", relaxedSimd: false });
-  assert.throws(() => kernelsFile(plain, true), /relaxedSimd: true, but the bundle has no kernels with relaxed SIMD/);
-  assert.throws(() => kernelsFile(both, /** @type {any} */ ("yes")), /relaxedSimd must be true or false/);
-  if (here) assert.deepEqual(kernelsFile(both, true), { file: "kernels-relaxed.wasm", relaxedSimd: true });
-  else assert.throws(() => kernelsFile(both, true), /relaxedSimd: true, but this engine does not compile relaxed SIMD/);
+  assert.equal(useRelaxedSimd(relaxed, undefined), here);
+  assert.equal(useRelaxedSimd(relaxed, false), false);
+  assert.equal(useRelaxedSimd(plain, undefined), false);
+  assert.throws(() => useRelaxedSimd(plain, true), /relaxedSimd: true, but the bundle's kernels use no relaxed SIMD/);
+  assert.throws(() => useRelaxedSimd(relaxed, /** @type {any} */ ("yes")), /relaxedSimd must be true or false/);
+  if (here) assert.equal(useRelaxedSimd(relaxed, true), true);
+  else assert.throws(() => useRelaxedSimd(relaxed, true), /relaxedSimd: true, but this engine does not compile relaxed SIMD/);
 });
 
-// A compiled MatMul's bundle has both kernel modules (relaxweb/cpu/relaxed_simd.py); load()
-// runs the one the engine takes (Node 20: the plain one, relaxed SIMD being behind a flag;
-// Chromium's is tested in test_wasm_browser.py), or the plain one when asked.
-test("load() runs a compiled MatMul from the kernel module the engine takes, and the plain one with relaxedSimd: false", async () => {
+// A compiled MatMul's kernels.wasm has relaxed multiply-add sites (relaxweb/cpu/relaxed_simd.py);
+// load() runs them relaxed where the engine takes it (Node 20 does not, relaxed SIMD being
+// behind a flag; Chromium's is tested in test_wasm_browser.py), else lowered to plain SIMD128,
+// and lowered when asked. The lowering is byte for byte runtime/relaxed_simd.py's.
+test("load() runs a compiled MatMul with relaxed SIMD where the engine takes it, lowered with relaxedSimd: false", async () => {
   const folder = mkdtempSync(join(tmpdir(), "relaxweb-wasm-test-"));
   folders.push(folder);
-  const expectedY = JSON.parse(python(
-    "import json, numpy as np, relaxweb; from onnx import TensorProto, helper; from tests.helpers import make_model, rand; " +
+  const [expectedY, lowered] = JSON.parse(python(
+    "import hashlib, json, numpy as np, relaxweb; from onnx import TensorProto, helper; from tests.helpers import make_model, rand; " +
+    "from relaxweb.runtime.relaxed_simd import lower_relaxed_simd; " +
     "w = rand(24, 40, seed=1); m = make_model([helper.make_node('MatMul', ['x', 'w'], ['y'])], " +
     "[('x', TensorProto.FLOAT, ['n', 24])], ['y'], {'w': w}); " +
     `relaxweb.build(m, ${JSON.stringify(folder)}); x = np.arange(9 * 24, dtype=np.float32).reshape(9, 24) % 7 - 3; ` +
-    "print(json.dumps((x.astype(np.float64) @ w.astype(np.float64)).ravel().tolist()))"));
+    `manifest = json.load(open(${JSON.stringify(join(folder, "manifest.json"))})); ` +
+    `wasm = open(${JSON.stringify(join(folder, "kernels.wasm"))}, 'rb').read(); ` +
+    "print(json.dumps([(x.astype(np.float64) @ w.astype(np.float64)).ravel().tolist(), " +
+    "hashlib.sha256(lower_relaxed_simd(wasm, manifest['wasm']['relaxed_madd_sites'])).hexdigest()]))"));
   const manifest = JSON.parse(readFileSync(join(folder, "manifest.json"), "utf8"));
-  assert.equal(manifest.wasm.relaxed_file, "kernels-relaxed.wasm");
+  assert.ok(manifest.wasm.relaxed_madd_sites > 0);
+  const kernels = readFileSync(join(folder, "kernels.wasm"));
+  assert.equal(createHash("sha256").update(lowerRelaxedSimd(kernels, manifest.wasm.relaxed_madd_sites)).digest("hex"), lowered);
+  assert.throws(() => lowerRelaxedSimd(kernels, manifest.wasm.relaxed_madd_sites + 1),
+    { message: `the bundle's kernels.wasm cannot be lowered to plain SIMD128 (${manifest.wasm.relaxed_madd_sites} relaxed ` +
+      `multiply-adds where the manifest counts ${manifest.wasm.relaxed_madd_sites + 1}): the bundle is damaged` });
   const x = Float32Array.from({ length: 9 * 24 }, (_, i) => (i % 7) - 3);
   const served = await serveFolder(folder);
   const info = console.info;
