@@ -7,11 +7,15 @@ ships them in the manifest as small JSON trees (:func:`expression_tree`) that th
 evaluate with the values the host module writes into each call site's params block.
 
 - **FLOPs** = output elements x scalar operations per element.  An operation is a binary
-  or unary op or a comparison (constants, loads, casts and index values cost nothing); a
-  reduction costs its extent x (its body's operations + 1, the combine), so a matmul
-  ``sum(A[i, k] * B[k, j] for k in range(K))`` is ``2 * M * N * K``.  A repeated
-  subexpression counts once per scope, as the WGSL emitter computes it once (``let``); a
-  ``select`` counts its condition and the dearer of its two branches.
+  or unary op or a comparison of values (constants, loads, casts and index values cost
+  nothing, and so does a comparison of two index values: a padded window's bounds checks are
+  index arithmetic, like the loads' addresses); a reduction costs its extent x (its body's
+  operations + 1, the combine), so a matmul ``sum(A[i, k] * B[k, j] for k in range(K))`` is
+  ``2 * M * N * K``, and a reduction whose body is a reduction of the same kind counts its
+  combines once (a convolution's sum over channels and its window's rows and columns is one
+  sum of ``C * 3 * 3`` products: 2 operations each).  A repeated subexpression counts once
+  per scope, as the WGSL emitter computes it once (``let``); a ``select`` counts its
+  condition and the dearer of its two branches.
 - **Bytes** = the bytes of every input buffer and of the output buffer in their device dtype:
   a lower bound on the memory traffic (a kernel that reads an element twice, or a tile
   from several workgroups, moves more).
@@ -25,7 +29,7 @@ from .dtype import dtype_info
 from .symbolic import (
     Add, FloorDiv, FloorMod, IntImm, Max, Min, Mul, PrimExpr, SizeVar, Sub, expr_max, product, simplify,
 )
-from .tir import Binary, Compare, Reduce, ScalarExpr, Select, TensorProgram, Unary, scalar_children
+from .tir import Binary, Compare, IndexValue, Reduce, ScalarExpr, Select, TensorProgram, Unary, scalar_children
 
 #: The operators of a cost tree and the symbolic node each stands for.
 TREE_OPERATORS = {"add": Add, "sub": Sub, "mul": Mul, "floordiv": FloorDiv, "mod": FloorMod, "min": Min, "max": Max}
@@ -60,13 +64,17 @@ def _operations(expr: ScalarExpr, seen: set) -> PrimExpr:
         return IntImm(0)
     seen.add(expr)
     if isinstance(expr, Reduce):
-        # the body is a scope of its own, run once per step of the reduction
+        # the body is a scope of its own, run once per step of the reduction; nested
+        # reductions of one combiner are one reduction over all their axes (one combine a step)
+        if isinstance(expr.body, Reduce) and expr.body.combiner == expr.combiner:
+            return expr.extent * _operations(expr.body, set())
         return expr.extent * (_operations(expr.body, set()) + 1)
     if isinstance(expr, Select):
         condition = _operations(expr.condition, seen)
         # a branch's subexpressions are shared only within that branch
         return condition + expr_max(_operations(expr.a, set(seen)), _operations(expr.b, set(seen)))
-    own = 1 if isinstance(expr, (Binary, Unary, Compare)) else 0
+    index_comparison = isinstance(expr, Compare) and isinstance(expr.a, IndexValue) and isinstance(expr.b, IndexValue)
+    own = 1 if isinstance(expr, (Binary, Unary, Compare)) and not index_comparison else 0
     return sum((_operations(child, seen) for child in scalar_children(expr)), start=IntImm(own))
 
 

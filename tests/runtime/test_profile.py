@@ -18,7 +18,7 @@ import relaxweb
 from relaxweb.browser import open_runner_page
 from relaxweb.ir.cost import program_cost
 from relaxweb.ir.symbolic import SizeVar, simplify
-from relaxweb.ir.tir import Buffer, FloatImm, Load, Reduce, TensorProgram, exp, select
+from relaxweb.ir.tir import Buffer, FloatImm, IndexValue, Load, Reduce, TensorProgram, exp, select
 from relaxweb.runtime.profile import SUBMITS, TIMESTAMPS, KernelRow, Profile
 from relaxweb.runtime.webgpu import TIMESTAMP_QUERY, Session, default_adapter
 from tests.helpers import in_the_browser, make_model, onnxruntime_outputs, rand
@@ -71,6 +71,22 @@ def test_a_repeated_subexpression_counts_once_and_a_select_its_dearer_branch() -
     e = exp(Load(x, (i,)))  # 1 op, computed once (the emitter's let)
     body = select(Load(x, (i,)).lt(0.0), e * e, e + FloatImm(1.0))  # compare 1 + max(1 + 1, 1 + 1)
     assert program_cost(TensorProgram("p", (x,), out, (i,), body)).flops == simplify(3 * SizeVar("n"))
+
+
+def test_a_padded_convolution_costs_two_operations_a_product() -> None:
+    """Its bounds checks compare index values (free, as addresses are), and its sums over
+    channels and the window's rows and columns combine once a step: 2 * C * 3 * 3 a pixel."""
+    channels, height, width = 8, SizeVar("h"), SizeVar("w")
+    x, w = Buffer("x", (channels, height, width), "float32"), Buffer("w", (channels, 3, 3), "float32")
+    out = Buffer("out", (height, width), "float32")
+    i, j, c, r, s = (SizeVar(name) for name in ("i", "j", "c", "r", "s"))
+    row, column = IndexValue(i + r - 1), IndexValue(j + s - 1)
+    inside = select(row.ge(IndexValue(0)), select(row.lt(IndexValue(height)), select(
+        column.ge(IndexValue(0)), select(column.lt(IndexValue(width)), Load(x, (c, i + r - 1, j + s - 1)) * Load(w, (c, r, s)),
+                                         FloatImm(0.0)), FloatImm(0.0)), FloatImm(0.0)), FloatImm(0.0))
+    body = Reduce("sum", c, channels, Reduce("sum", r, 3, Reduce("sum", s, 3, inside)))
+    cost = program_cost(TensorProgram("conv", (x, w), out, (i, j), body))
+    assert cost.flops == simplify(2 * channels * 9 * height * width)
 
 
 def test_the_manifest_gives_each_generated_kernel_its_params_and_cost(bundle: Path) -> None:
