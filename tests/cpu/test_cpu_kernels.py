@@ -1024,6 +1024,24 @@ def test_convolution_epilogue_four_positions_at_a_time(residual_shape, vector: b
     assert check_module(model, {"x": rand(1, 12, 6, 7), "r": rand(*residual_shape, seed=4)}, monkeypatch) >= 1
 
 
+@pytest.mark.parametrize("batch, height, width", [(1, 6, 7), (2, 5, 5), (1, 1, 3)])
+def test_convolution_epilogue_four_rows_at_a_time(batch: int, height: int, width: int, monkeypatch) -> None:
+    """A padded 3x3 convolution (its output positions [H, W] the rows: its input the first
+    factor, the weight the second) with a bias, a residual add and SiLU: the epilogue takes
+    four flat positions of each output channel at a time ($yv: the bias splatted, the
+    residual one ``v128.load``), the positions past the last whole four of a panel one by one
+    (42 = 32 + 10 per channel; 3 positions: none whole), per batch index."""
+    model = make_model([helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1] * 4),
+                        helper.make_node("Add", ["c", "r"], ["s"]), helper.make_node("Sigmoid", ["s"], ["g"]),
+                        helper.make_node("Mul", ["s", "g"], ["y"])],
+                       [("x", TensorProto.FLOAT, ["n", 6, "h", "w"]), ("r", TensorProto.FLOAT, ["n", 40, "h", "w"])],
+                       ["y"], {"w": rand(40, 6, 3, 3, seed=1), "b": rand(40, seed=2)})
+    [program] = [p for p in compile_model(model).programs.values() if "$pack_panels" in render_program(p)]
+    assert "$yv" in render_program(program) and "$yq" not in render_program(program)
+    assert check_module(model, {"x": rand(batch, 6, height, width), "r": rand(batch, 40, height, width, seed=4)},
+                        monkeypatch) >= 1
+
+
 @pytest.mark.parametrize("batch, stride, copied", [(1, 1, True), (2, 1, True), (3, 2, False), (1, 3, False)])
 def test_one_by_one_convolution_input_copied_in_place(batch: int, stride: int, copied: bool, monkeypatch) -> None:
     """A 1x1 convolution of symbolic batch, height and width: its input rows of output

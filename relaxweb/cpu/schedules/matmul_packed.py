@@ -27,7 +27,7 @@ from ..emit import store
 from ..relaxed_simd import multiply_add
 from ..wat_builder import Body, add, call, const, div_u, get, mul, op, sub
 from .common import declare_axes, unflatten_into
-from .factor_forms import epilogue_nodes, vector_columns
+from .factor_forms import epilogue_nodes, vector_columns, vector_rows
 from .matmul_kernel import MatmulKernel, Tier, UnitSizes
 from .packing import pack
 
@@ -362,24 +362,28 @@ def _enter_output_column(kernel: MatmulKernel, column: str, prefix: str) -> str:
 def _panel_outputs(kernel: MatmulKernel, schedule: PackedMatmulSchedule, row0: str, sums_base: str) -> None:
     """Loops over the panel's rows and the column block's columns that are inside the output
     (a row's axes recovered once for its columns): the epilogue of each spilled sum, stored
-    (four columns at a time where ``vector_columns`` allows, then one by one)."""
+    (four columns at a time where ``vector_columns`` allows, then one by one; or where
+    ``vector_rows`` allows instead, four rows of each column at a time while four remain)."""
     emitter, body, info, program = kernel.emitter, kernel.body, kernel.info, kernel.program
     row, row_end = body.named("row"), body.named("row_end")
     column, column_end = body.named("column"), body.named("column_end")
     sum_address = body.named("sum_address")
     column0 = get("$column0")
+    row_bytes = 4 * schedule.panel_columns
     body.set(row, get(row0))
     body.set(row_end, call("$min_u32", add(get(row0), const(schedule.panel_rows)), get("$rows")))
     body.set(column_end, call("$min_u32", add(column0, const(schedule.panel_columns)), get("$columns")))
     body.set(sum_address, sums_base)
-    with body.loop("$output_row"):
+    sum_at = add(get(sum_address), op("i32.shl", sub(get(column), column0), const(2)))
+    suffix = vector_columns(info, program)
+    row_suffix = 0 if suffix else vector_rows(info, program)
+
+    def one_row() -> None:
         emitter.open_scope()
         declare_axes(emitter, kernel.row_axes, kernel.row_extents,
                      unflatten_into(emitter, body, kernel.row_extents, get(row), "yr"))
         body.set(column, column0)
         with body.loop("$output_column"):
-            sum_at = add(get(sum_address), op("i32.shl", sub(get(column), column0), const(2)))
-
             def one_column() -> None:
                 address = _enter_output_column(kernel, column, "yc")
                 emitter.known(info.reduction, f"(f32.load {sum_at})")
@@ -387,7 +391,6 @@ def _panel_outputs(kernel: MatmulKernel, schedule: PackedMatmulSchedule, row0: s
                 emitter.close_scope()
                 body.increment(column)
 
-            suffix = vector_columns(info, program)
             if suffix:  # four columns at once while four remain (within a row of the suffix), then one by one
                 quad = op("i32.le_u", add(get(column), const(4)), get(column_end))
                 if suffix < len(kernel.column_axes):  # an outer column axis (a batch): four within one index of it
@@ -402,9 +405,54 @@ def _panel_outputs(kernel: MatmulKernel, schedule: PackedMatmulSchedule, row0: s
                 one_column()
             body.br_if("$output_column", op("i32.lt_u", get(column), get(column_end)))
         emitter.close_scope()
-        body.increment(sum_address, 4 * schedule.panel_columns)
+        body.increment(sum_address, row_bytes)
         body.increment(row)
+
+    with body.loop("$output_row"):
+        if row_suffix:  # four rows of each column at once while four remain (within one index of the outer row axes)
+            quad = op("i32.le_u", add(get(row), const(4)), get(row_end))
+            if row_suffix < len(kernel.row_axes):
+                span = emitter.index(simplify(product(kernel.row_extents[-row_suffix:])))
+                quad = op("i32.and", quad, op("i32.le_u", add(op("i32.rem_u", get(row), span), const(4)), span))
+            with body.if_(quad):
+                with body.then():
+                    _four_rows(kernel, schedule, row, column, column_end, sum_at, row_suffix)
+                    body.increment(sum_address, 4 * row_bytes)
+                    body.increment(row, 4)
+                with body.else_():
+                    one_row()
+        else:
+            one_row()
         body.br_if("$output_row", op("i32.lt_u", get(row), get(row_end)))
+
+
+def _four_rows(kernel: MatmulKernel, schedule: PackedMatmulSchedule, row: str, column: str, column_end: str,
+               sum_at: str, suffix: int) -> None:
+    """The epilogue of rows ``row .. row + 3`` of every column of the block, four rows' sums of
+    a column as one f32x4 (read a lane at a time: the sums are row-major), stored with one
+    ``v128.store`` (the epilogue's loads along the last ``suffix`` row axes one ``v128.load``,
+    the others splatted)."""
+    emitter, body, info, program = kernel.emitter, kernel.body, kernel.info, kernel.program
+    emitter.open_scope()
+    declare_axes(emitter, kernel.row_axes, kernel.row_extents,
+                 unflatten_into(emitter, body, kernel.row_extents, get(row), "yv"))
+    lane_axes = kernel.row_axes[-suffix:]
+    body.set(column, get("$column0"))
+    with body.loop("$output_quad_column"):
+        address = _enter_output_column(kernel, column, "yw")
+        sums = f"(v128.load32_splat {sum_at})"
+        for lane in range(1, 4):
+            sums = f"(v128.load32_lane offset={4 * schedule.panel_columns * lane} {lane} {sum_at} {sums})"
+        splats = {info.reduction: emitter.set_local(sums, "v128", body.indent, "sums")}
+        for node in epilogue_nodes(info, program.body):
+            if isinstance(node, Load) and not any(reads(node, axis) for axis in lane_axes) and node not in splats:
+                splats[node] = emitter.set_local(f"(f32x4.splat {emitter.scalar(node, body.indent)})", "v128",
+                                                 body.indent, "splat")
+        body.store("v128.store", address, emitter.vector_value(program.body, splats, {}, body.indent))
+        emitter.close_scope()
+        body.increment(column)
+        body.br_if("$output_quad_column", op("i32.lt_u", get(column), get(column_end)))
+    emitter.close_scope()
 
 
 def _four_columns(kernel: MatmulKernel, column: str, sum_at: str, suffix: int) -> None:
