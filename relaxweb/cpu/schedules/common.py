@@ -99,12 +99,13 @@ def kernel_text(program: TensorProgram, main: Function, signature: str, units: s
     return "\n".join([*comment(program), main.text(f"$main {signature}"), units])
 
 
-def unflatten(emitter: Emitter, body: Body, axes: Sequence[SizeVar], extents: Sequence[PrimExpr], linear: str) -> None:
+def unflatten(emitter: Emitter, body: Body, axes: Sequence[SizeVar], extents: Sequence[PrimExpr], linear: str) -> list[str]:
     """Statements setting the axes' locals (``$x0`` ...) from a flat row-major index held in
     the local ``linear`` (>= 0, below the product of the extents: every extent is > 0 where
-    it runs, so the divisions are plain unsigned ones), declaring each axis's range."""
+    it runs, so the divisions are plain unsigned ones), declaring each axis's range; the
+    locals, outermost first (:func:`advance` moves them on)."""
     if not axes:
-        return
+        return []
     rest = body.named("rest")
     body.set(rest, get(linear))
     locals_ = [body.named(f"x{position}") for position in range(len(axes))]
@@ -120,6 +121,31 @@ def unflatten(emitter: Emitter, body: Body, axes: Sequence[SizeVar], extents: Se
         emitter.declare_axis(axes[position], extent, local)
     body.set(locals_[0], get(rest))
     emitter.declare_axis(axes[0], extents[0], locals_[0])
+    return locals_
+
+
+def advance(emitter: Emitter, body: Body, extents: Sequence[PrimExpr], locals_: Sequence[str], step: int) -> None:
+    """Statements moving the coordinates in ``locals_`` (:func:`unflatten`'s) ``step`` flat
+    elements on: the innermost axis of extent above 1 by ``step`` (a multiple of its extent's
+    divisors: 1, or 4 along a last axis of a multiple of 4), carried into the axes outside it
+    where it reaches its extent (the outermost is never reset: the loop ends first).  A loop
+    over flat indices that unflattened each one divided by every extent for every element:
+    an upsampling of YOLOv8n took 12 ns an element."""
+    order = [p for p in reversed(range(1, len(extents))) if simplify(extents[p]) not in (IntImm(0), IntImm(1))]
+    order.append(0)
+
+    def carry(position: int, amount: int) -> None:
+        axis = order[position]
+        body.increment(locals_[axis], amount)
+        if axis == 0:
+            return
+        with body.if_(op("i32.ge_u", get(locals_[axis]), emitter.index(simplify(extents[axis])))):
+            with body.then():
+                body.set(locals_[axis], const(0))
+                carry(position + 1, 1)
+
+    if locals_:
+        carry(0, step)
 
 
 def unflatten_into(emitter: Emitter, body: Body, extents: Sequence[PrimExpr], linear: str, prefix: str) -> list[str]:

@@ -1,9 +1,9 @@
 """The ``element`` kind (``WasmElementSchedule``): any program, a unit of
 ``elements_per_unit`` consecutive output elements, each computed on its own.
 
-A loop over the flat output index recovers the axes by division (every extent is positive
-where it runs), asks the emitter for the body's value (reductions are serial loops) and
-stores it in the output's device dtype.  The vectorized kind runs the same loop four
+A loop over the flat output index (the axes recovered by division at its first element,
+then advanced with it: ``common.advance``) asks the emitter for the body's value
+(reductions are serial loops) and stores it in the output's device dtype.  The vectorized kind runs the same loop four
 elements at a time (:func:`render_output_loop`).
 """
 
@@ -15,7 +15,7 @@ from ...ir.tir import TensorProgram
 from ...ir.wasm_schedule import WasmElementSchedule
 from ..emit import Emitter, Function, store
 from ..wat_builder import Body, call, const, get, mul, op
-from .common import element_count, kernel_signature, kernel_text, load_size_vars, unflatten, units_of_elements
+from .common import advance, element_count, kernel_signature, kernel_text, load_size_vars, unflatten, units_of_elements
 
 MakeEmitter = Callable[[Function, Mapping[str, str], Mapping[str, str]], Emitter]
 
@@ -36,8 +36,10 @@ def render_element(program: TensorProgram, schedule: WasmElementSchedule, parts:
 def render_output_loop(program: TensorProgram, parts: Mapping[str, int], make_emitter: MakeEmitter,
                        store_value: Callable[[Emitter, str, str], str], *, step: int, per_unit: int, label: str) -> str:
     """``$main`` and ``$units`` of a loop over the flat output index, ``step`` elements per
-    iteration, in units of ``per_unit`` elements: each iteration recovers the axes, asks the
-    emitter for the body's value and stores it (``store_value(emitter, index local, value)``)."""
+    iteration, in units of ``per_unit`` elements: each iteration asks the emitter for the
+    body's value at the axes' current values and stores it (``store_value(emitter, index
+    local, value)``), then moves the axes on (recovered from the flat index once, before the
+    loop)."""
     signature, addresses = kernel_signature(program, parts)
     function = Function()
     body = Body(function)
@@ -48,12 +50,15 @@ def render_output_loop(program: TensorProgram, parts: Mapping[str, int], make_em
     body.set(stop, call("$min_s_i32", mul(get("$end"), const(per_unit)), element_count(program, variables)))
     with body.block("$done"):
         body.br_if("$done", op("i32.ge_s", get(index), get(stop)))
+        emitter.open_scope()
+        coordinates = unflatten(emitter, body, program.axes, program.output.shape, index)  # once, then advanced
         with body.loop(label):
             emitter.open_scope()
-            unflatten(emitter, body, program.axes, program.output.shape, index)
             value = emitter.scalar(program.body, body.indent)
             body.line(store_value(emitter, index, value))
             emitter.close_scope()
             body.increment(index, step)
+            advance(emitter, body, program.output.shape, coordinates, step)
             body.br_if(label, op("i32.lt_s", get(index), get(stop)))
+        emitter.close_scope()
     return kernel_text(program, function, signature, units_of_elements(program, per_unit))
