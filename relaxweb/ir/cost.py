@@ -64,18 +64,28 @@ def _operations(expr: ScalarExpr, seen: set) -> PrimExpr:
         return IntImm(0)
     seen.add(expr)
     if isinstance(expr, Reduce):
-        # the body is a scope of its own, run once per step of the reduction; nested
-        # reductions of one combiner are one reduction over all their axes (one combine a step)
-        if isinstance(expr.body, Reduce) and expr.body.combiner == expr.combiner:
-            return expr.extent * _operations(expr.body, set())
-        return expr.extent * (_operations(expr.body, set()) + 1)
+        # the body is a scope of its own, run once per step of the reduction
+        return expr.extent * (_operations(expr.body, set()) + _combine(expr))
     if isinstance(expr, Select):
         condition = _operations(expr.condition, seen)
         # a branch's subexpressions are shared only within that branch
         return condition + expr_max(_operations(expr.a, set(seen)), _operations(expr.b, set(seen)))
-    index_comparison = isinstance(expr, Compare) and isinstance(expr.a, IndexValue) and isinstance(expr.b, IndexValue)
-    own = 1 if isinstance(expr, (Binary, Unary, Compare)) and not index_comparison else 0
-    return sum((_operations(child, seen) for child in scalar_children(expr)), start=IntImm(own))
+    return sum((_operations(child, seen) for child in scalar_children(expr)), start=IntImm(_own_operations(expr)))
+
+
+def _combine(reduction: Reduce) -> int:
+    """A step's combine: 1, or 0 where the body is a reduction of the same kind (nested
+    reductions of one combiner are one reduction over all their axes)."""
+    inner = reduction.body
+    return 0 if isinstance(inner, Reduce) and inner.combiner == reduction.combiner else 1
+
+
+def _own_operations(expr: ScalarExpr) -> int:
+    """1 for a binary or unary op or a comparison of values; 0 for the rest (constants,
+    loads, casts, index values) and for a comparison of two index values (index arithmetic)."""
+    if isinstance(expr, Compare):
+        return 0 if isinstance(expr.a, IndexValue) and isinstance(expr.b, IndexValue) else 1
+    return 1 if isinstance(expr, (Binary, Unary)) else 0
 
 
 def expression_tree(expr: PrimExpr) -> int | str | list:

@@ -163,7 +163,8 @@ def weight_columns(info: MatmulInfo, program: TensorProgram) -> bool:
     4 units, each copying all of the weight (9.4 MB at 768 x 3072) for its 32 rows; GPT-2's
     matmuls that read a layer norm (its LM head's 154 MB weight among them) still did, until
     the layer norm's few operations counted as cheap."""
-    if not cheap_to_pack(info.a) or direct_columns(info, program) is None:
+    import os
+    if os.environ.get("NOSPLIT") or not cheap_to_pack(info.a) or direct_columns(info, program) is None:
         return False
     assert isinstance(info.b, Load)
     if any(as_int(simplify(d)) is None for d in info.b.buffer.shape):

@@ -256,18 +256,23 @@ def legalize_conv(context, call: Call):
         ks = [SizeVar(f"rk{i}_") for i in range(rank)]
         per_group = w.shape[1]
         channel = ic if groups == 1 else simplify(oc // simplify(w.shape[0] // groups) * per_group + ic)
+        # a window dim of one tap is no reduction (a 1x1 convolution sums over channels alone,
+        # which the wasm kernels' packing reads four steps at a time along the weight's rows)
+        taps = [as_int(simplify(w.shape[2 + i])) for i in range(rank)]
+        window = [IntImm(0) if taps[i] == 1 else ks[i] for i in range(rank)]
         positions, conditions = [], []
         for i in range(rank):
             stride, dilation = int(attrs["strides"][i]), int(attrs["dilations"][i])
-            position = simplify(outs[i] * stride - begins[i] + ks[i] * dilation)
+            position = simplify(outs[i] * stride - begins[i] + window[i] * dilation)
             lowest = simplify(0 - begins[i])
             highest = simplify((info.shape[2 + i] - 1) * stride - begins[i] + (w.shape[2 + i] - 1) * dilation)
             conditions += _bounds_conditions(position, x.shape[2 + i], lowest, highest)
             positions.append(position)
-        product = Load(x, (n, channel, *positions)) * Load(w, (oc, ic, *ks))
+        product = Load(x, (n, channel, *positions)) * Load(w, (oc, ic, *window))
         expr = _guarded(conditions, product, FloatImm(0.0, dtype))
         for i in reversed(range(rank)):
-            expr = Reduce(ReduceCombiner.SUM, ks[i], w.shape[2 + i], expr)
+            if taps[i] != 1:
+                expr = Reduce(ReduceCombiner.SUM, ks[i], w.shape[2 + i], expr)
         expr = Reduce(ReduceCombiner.SUM, ic, per_group, expr)
         if len(buffers) == 3:
             expr = expr + Load(buffers[2], (oc,))
