@@ -16,6 +16,11 @@ evaluate with the values the host module writes into each call site's params blo
   sum of ``C * 3 * 3`` products: 2 operations each).  A repeated subexpression counts once
   per scope, as the WGSL emitter computes it once (``let``); a ``select`` counts its
   condition and the dearer of its two branches.
+  A matmul-like program (``pattern.analyze_matmul``: a convolution, a projection with a
+  fused layer norm or GELU before it, a bias or activation after it) counts what a kernel
+  that evaluates each factor's element once does, as the backends' packed kernels do: 2
+  operations a product, each factor's own operations once per element of it (a fused
+  prologue once per input element, not once per product), and the epilogue once per output.
 - **Bytes** = the bytes of every input buffer and of the output buffer in their device dtype:
   a lower bound on the memory traffic (a kernel that reads an element twice, or a tile
   from several workgroups, moves more).
@@ -26,6 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .dtype import dtype_info
+from .pattern import MatmulInfo, analyze_matmul
 from .symbolic import (
     Add, FloorDiv, FloorMod, IntImm, Max, Min, Mul, PrimExpr, SizeVar, Sub, expr_max, product, simplify,
 )
@@ -48,9 +54,24 @@ class KernelCost:
 
 def program_cost(program: TensorProgram) -> KernelCost:
     """The cost of one call of ``program`` (see the module docstring)."""
-    flops = simplify(product(program.output.shape) * _operations(program.body, set()))
+    info = analyze_matmul(program)
+    if info is None:
+        flops = simplify(product(program.output.shape) * _operations(program.body, set()))
+    else:
+        flops = _matmul_operations(program, info)
     moved = sum((_buffer_bytes(b) for b in (*program.inputs, program.output)), start=IntImm(0))
     return KernelCost(flops, simplify(moved))
+
+
+def _matmul_operations(program: TensorProgram, info: MatmulInfo) -> PrimExpr:
+    """A matmul-like program's operations with each factor evaluated once per element: 2
+    per product, the factors' own per element of each, the epilogue per output element."""
+    shape = program.output.shape
+    rows, columns, batch = (product(shape[p] for p in positions) for positions in (info.rows, info.columns, info.batch))
+    depth = product(info.reduce_extents)
+    epilogue = _operations(program.body, {info.reduction})  # the sums given
+    factors = rows * _operations(info.a, set()) + columns * _operations(info.b, set())
+    return simplify(batch * (rows * columns * (epilogue + 2 * depth) + depth * factors))
 
 
 def _buffer_bytes(buffer) -> PrimExpr:

@@ -18,7 +18,7 @@ import relaxweb
 from relaxweb.browser import open_runner_page
 from relaxweb.ir.cost import program_cost
 from relaxweb.ir.symbolic import SizeVar, simplify
-from relaxweb.ir.tir import Buffer, FloatImm, IndexValue, Load, Reduce, TensorProgram, exp, select
+from relaxweb.ir.tir import Buffer, FloatImm, IndexValue, Load, Reduce, TensorProgram, exp, maximum, select
 from relaxweb.runtime.profile import SUBMITS, TIMESTAMPS, KernelRow, Profile
 from relaxweb.runtime.webgpu import TIMESTAMP_QUERY, Session, default_adapter
 from tests.helpers import in_the_browser, make_model, onnxruntime_outputs, rand
@@ -71,6 +71,19 @@ def test_a_repeated_subexpression_counts_once_and_a_select_its_dearer_branch() -
     e = exp(Load(x, (i,)))  # 1 op, computed once (the emitter's let)
     body = select(Load(x, (i,)).lt(0.0), e * e, e + FloatImm(1.0))  # compare 1 + max(1 + 1, 1 + 1)
     assert program_cost(TensorProgram("p", (x,), out, (i,), body)).flops == simplify(3 * SizeVar("n"))
+
+
+def test_a_matmul_counts_its_prologue_once_per_input_element_and_its_epilogue_once_per_output() -> None:
+    """``relu(sum_k(relu(x[i, k]) * w[k, j]) + b[j])``: 2 operations a product, the first
+    factor's maximum once per element of x (m x K), the bias and ReLU once per output."""
+    m = SizeVar("m")
+    x, w, b = Buffer("x", (m, K), "float32"), Buffer("w", (K, N), "float32"), Buffer("b", (N,), "float32")
+    out = Buffer("out", (m, N), "float32")
+    i, j, k = SizeVar("i"), SizeVar("j"), SizeVar("k_")
+    product = maximum(Load(x, (i, k)), FloatImm(0.0)) * Load(w, (k, j))
+    body = maximum(Reduce("sum", k, K, product) + Load(b, (j,)), FloatImm(0.0))
+    cost = program_cost(TensorProgram("mlp", (x, w, b), out, (i, j), body))
+    assert cost.flops == simplify(2 * m * N * K + m * K + 2 * m * N)
 
 
 def test_a_padded_convolution_costs_two_operations_a_product() -> None:
