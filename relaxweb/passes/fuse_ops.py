@@ -15,6 +15,10 @@ result and merges the group's tensor programs into one (loop-level merge:
   elements than it (provably, with symbolic shapes): an epilogue (bias, GELU, residual
   add, scaling, reshape) that is computed once per element.
 
+A concatenation (a producer that selects between its inputs by index, maybe reshaped or
+sliced after) does not merge into a reduction: it would be evaluated at every step of every
+output there; written once, it costs one pass over its elements.
+
 A merge that would turn a matmul-like program into one that is not (a transpose that
 merges attention heads mixes the factors' axes) is skipped: the tiled schedule is worth
 more than the launch it saves.
@@ -50,7 +54,9 @@ from ..ir.launch import MAX_STORAGE_BINDINGS, argument_bindings
 from ..ir.module import IRModule, ProgramTable, drop_uncalled_programs
 from ..ir.pattern import Pattern, program_pattern
 from ..ir.symbolic import Analyzer, product
-from ..ir.tir import Gather, TensorProgram, contains_reduce, expression_depth, expression_size, loads_of
+from ..ir.tir import (
+    Gather, Load, Select, TensorProgram, contains_reduce, expression_depth, expression_size, loads_of, scalar_nodes,
+)
 from ..ir.struct_info import TensorStructInfo
 from .context import PassContext
 
@@ -168,6 +174,9 @@ class _Fuser(ExprMutator):
         if not prologues and not reduces and any(
                 self.pattern(block.slots[i].value.program) in (Pattern.REDUCTION, Pattern.MATMUL) for i in consumers):
             return None
+        if not reduces and _concatenates(self.programs[producer.value.program]) and any(
+                self.pattern(block.slots[i].value.program) is Pattern.REDUCTION for i in consumers):
+            return None  # a concatenation stays a kernel before a reduction (see _concatenates)
         if reduces and len(consumers) != 1:
             return None
         fused_calls = {}
@@ -278,6 +287,23 @@ class _Block:
                 readers.add(i)
             else:
                 readers.discard(i)
+
+
+def _concatenates(program: TensorProgram) -> bool:
+    """Whether ``program`` picks between inputs by index (a ``Select`` whose branches read
+    different buffers: a concatenation, maybe reshaped or sliced after it).  Merged into a
+    reduction it would be evaluated at every step of every output, its selection and index
+    arithmetic with it (YOLOv8's detection head: the three scales' outputs concatenated, then
+    a softmax over 16 bins of each box side read through the concatenation, symbolic
+    divisions at every step); written once as a kernel of its own it costs one pass over its
+    elements.  A matmul's prologue evaluates it once per element already."""
+    for node in scalar_nodes(program.body):
+        if isinstance(node, Select):
+            read_a, read_b = ({load.buffer.name for load in scalar_nodes(branch) if isinstance(load, Load)}
+                              for branch in (node.a, node.b))
+            if read_a and read_b and not read_a & read_b:
+                return True
+    return False
 
 
 def _storage_bindings(args: list[Expr], program: TensorProgram) -> int:

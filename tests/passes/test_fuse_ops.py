@@ -231,6 +231,53 @@ def main(x: Tensor((n, 4), "float32"), flag: Tensor((), "bool")) -> Tuple(Tensor
     check_unchanged(fuse_ops, text, [{"x": x, "flag": np.array(True)}, {"x": x, "flag": np.array(False)}])
 
 
+CONCAT = '''
+@tensor_program
+def concat(A: Buffer((n, 2), "float32"), B: Buffer((n, 2), "float32"), out: Buffer((n, 4), "float32")):
+    out[i0_, i1_] = select((index(i1_) < index(2)), A[i0_, i1_], B[i0_, i1_ - 2])
+'''
+
+
+def test_fuse_ops_keeps_a_concatenation_before_a_reduction() -> None:
+    """A concatenation (a select between inputs by index) merged into a row sum would pick
+    its input at every step of every sum: it stays a kernel of its own, written once."""
+    text = CONCAT + ROW_SUM + '''
+@function(inputs=["x", "y"], outputs=["total"])
+def main(x: Tensor((n, 2), "float32"), y: Tensor((n, 2), "float32")) -> Tensor((n, 1), "float32"):
+    with dataflow():
+        c: Tensor((n, 4), "float32") = call_tir("concat", (x, y), sizes={"n": n})
+        total: Tensor((n, 1), "float32") = call_tir("row_sum", (c,), sizes={"n": n})
+        output(total)
+    return total
+'''
+    check_unchanged(fuse_ops, text, {"x": rand(3, 2), "y": rand(3, 2, seed=1)})
+
+
+def test_fuse_ops_merges_a_concatenation_into_an_activation() -> None:
+    before = CONCAT + RELU + '''
+@function(inputs=["x", "y"], outputs=["r"])
+def main(x: Tensor((n, 2), "float32"), y: Tensor((n, 2), "float32")) -> Tensor((n, 4), "float32"):
+    with dataflow():
+        c: Tensor((n, 4), "float32") = call_tir("concat", (x, y), sizes={"n": n})
+        r: Tensor((n, 4), "float32") = call_tir("relu", (c,), sizes={"n": n})
+        output(r)
+    return r
+'''
+    expected = '''
+@tensor_program
+def fused_concat__relu(A: Buffer((n, 2), "float32"), B: Buffer((n, 2), "float32"), out: Buffer((n, 4), "float32")):
+    out[i0_, i1_] = maximum(select((index(i1_) < index(2)), A[i0_, i1_], B[i0_, i1_ - 2]), float32(0.0))
+
+@function(inputs=["x", "y"], outputs=["r"])
+def main(x: Tensor((n, 2), "float32"), y: Tensor((n, 2), "float32")) -> Tensor((n, 4), "float32"):
+    with dataflow():
+        r: Tensor((n, 4), "float32") = call_tir("fused_concat__relu", (x, y), sizes={"n": n})
+        output(r)
+    return r
+'''
+    check_rewrite(fuse_ops, before, expected, {"x": rand(3, 2), "y": rand(3, 2, seed=1)})
+
+
 def test_fuse_ops_merges_a_chain_in_a_loop_body() -> None:
     """A loop's body is fused like a dataflow block (each launch saved is saved at every
     iteration)."""
