@@ -432,7 +432,7 @@ def _four_rows(kernel: MatmulKernel, schedule: PackedMatmulSchedule, row: str, c
     a column as one f32x4 (read a lane at a time: the sums are row-major), stored with one
     ``v128.store`` (the epilogue's loads along the last ``suffix`` row axes one ``v128.load``,
     the others splatted)."""
-    emitter, body, info, program = kernel.emitter, kernel.body, kernel.info, kernel.program
+    emitter, body = kernel.emitter, kernel.body
     emitter.open_scope()
     declare_axes(emitter, kernel.row_axes, kernel.row_extents,
                  unflatten_into(emitter, body, kernel.row_extents, get(row), "yv"))
@@ -443,12 +443,7 @@ def _four_rows(kernel: MatmulKernel, schedule: PackedMatmulSchedule, row: str, c
         sums = f"(v128.load32_splat {sum_at})"
         for lane in range(1, 4):
             sums = f"(v128.load32_lane offset={4 * schedule.panel_columns * lane} {lane} {sum_at} {sums})"
-        splats = {info.reduction: emitter.set_local(sums, "v128", body.indent, "sums")}
-        for node in epilogue_nodes(info, program.body):
-            if isinstance(node, Load) and not any(reads(node, axis) for axis in lane_axes) and node not in splats:
-                splats[node] = emitter.set_local(f"(f32x4.splat {emitter.scalar(node, body.indent)})", "v128",
-                                                 body.indent, "splat")
-        body.store("v128.store", address, emitter.vector_value(program.body, splats, {}, body.indent))
+        _store_four(kernel, address, emitter.set_local(sums, "v128", body.indent, "sums"), lane_axes)
         emitter.close_scope()
         body.increment(column)
         body.br_if("$output_quad_column", op("i32.lt_u", get(column), get(column_end)))
@@ -459,17 +454,24 @@ def _four_columns(kernel: MatmulKernel, column: str, sum_at: str, suffix: int) -
     """The epilogue of four consecutive columns' sums as one f32x4, stored with one
     ``v128.store`` (its loads along the last ``suffix`` column axes one ``v128.load``, the
     others splatted)."""
-    emitter, body, info, program = kernel.emitter, kernel.body, kernel.info, kernel.program
+    emitter, body = kernel.emitter, kernel.body
     address = _enter_output_column(kernel, column, "yq")
-    splats = {info.reduction: f"(v128.load {sum_at})"}
-    lane_axes = kernel.column_axes[-suffix:]
+    _store_four(kernel, address, f"(v128.load {sum_at})", kernel.column_axes[-suffix:])
+    emitter.close_scope()
+    body.increment(column, 4)
+
+
+def _store_four(kernel: MatmulKernel, address: str, sums: str, lane_axes: tuple) -> None:
+    """The epilogue of four outputs from their sums (``sums``, an f32x4 value), stored at
+    ``address`` with one ``v128.store``: its loads along ``lane_axes`` one ``v128.load`` each,
+    the others splatted."""
+    emitter, body, info, program = kernel.emitter, kernel.body, kernel.info, kernel.program
+    splats = {info.reduction: sums}
     for node in epilogue_nodes(info, program.body):
         if isinstance(node, Load) and not any(reads(node, axis) for axis in lane_axes) and node not in splats:
             splats[node] = emitter.set_local(f"(f32x4.splat {emitter.scalar(node, body.indent)})", "v128",
                                              body.indent, "splat")
     body.store("v128.store", address, emitter.vector_value(program.body, splats, {}, body.indent))
-    emitter.close_scope()
-    body.increment(column, 4)
 
 
 PACKED_TIER = Tier(packed_main, packed_units)  # type: ignore[arg-type]
