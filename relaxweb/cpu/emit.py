@@ -653,7 +653,7 @@ class Emitter(ScalarRenderer):
         kind = CLASS_TYPES[cls]
         if is_branch_free(expr.a) and is_branch_free(expr.b):
             condition = self.scalar(expr.condition, indent)
-            a, b = self.operand(expr.a, cls, indent), self.operand(expr.b, cls, indent)
+            a, b = (self._branch_operand(expr, holds, cls, indent) for holds in (True, False))
             return f"(select {a} {b} {condition})"
         condition = self.scalar(expr.condition, indent)
         result = self.function.local("sel", kind)
@@ -661,12 +661,25 @@ class Emitter(ScalarRenderer):
         emit(indent, f"(if {condition}")
         for branch, label in ((expr.a, "then"), (expr.b, "else")):
             emit(indent, f"  ({label}")
-            self.open_scope()
+            self.open_branch(expr.condition, label == "then")
             value = self.operand(branch, cls, indent + "    ")
             self.close_scope()
             emit(indent, f"    (local.set {result} {value}))")
         self.function.lines[-1] += ")"
         return f"(local.get {result})"
+
+    def _branch_operand(self, expr: Select, holds: bool, cls: str, indent: str) -> str:
+        """A branch of a Select that wasm's ``select`` evaluates whatever the condition: with
+        the bounds its condition puts on the axes where it has any (the value is only used
+        where they hold; a branch free of loads and of traps computes anything else
+        harmlessly)."""
+        branch = expr.a if holds else expr.b
+        if not self.branch_bounds(expr.condition, holds):
+            return self.operand(branch, cls, indent)
+        self.open_branch(expr.condition, holds)
+        value = self.operand(branch, cls, indent)
+        self.close_scope()
+        return value
 
 
 class _ReductionLanes(ScalarFunctor):

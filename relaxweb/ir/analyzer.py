@@ -60,6 +60,7 @@ class Analyzer(CanonicalForm):
     def __init__(
         self, ranges: Mapping[str, tuple[int, int | None]] | None = None,
         symbolic_upper: Mapping[str, PrimExpr] | None = None,
+        symbolic_lower: Mapping[str, PrimExpr] | None = None,
     ) -> None:
         super().__init__()
         self._ranges: dict[str, tuple[int, int | None]] = {
@@ -67,6 +68,8 @@ class Analyzer(CanonicalForm):
         }
         # name -> an expression the variable never exceeds (``i <= n - 1`` for a loop index)
         self._symbolic_upper: dict[str, PrimExpr] = dict(symbolic_upper or {})
+        # name -> an expression the variable is never below (``i >= n`` in the else branch of ``i < n``)
+        self._symbolic_lower: dict[str, PrimExpr] = dict(symbolic_lower or {})
         self._intervals: dict[str, Interval] = {}
         self._candidate_cache: dict[tuple[str, bool], list[dict[Monomial, Fraction]]] = {}
         self._bounds: dict[tuple, Bound] = {}
@@ -89,13 +92,21 @@ class Analyzer(CanonicalForm):
         """A new analyzer that also knows ``lo <= name <= hi`` (intersected with what it knew)."""
         ranges = dict(self._ranges)
         ranges[name] = _intersect(self.range_of(name), (lo, hi), name)
-        return Analyzer(ranges, self._symbolic_upper)
+        return Analyzer(ranges, self._symbolic_upper, self._symbolic_lower)
 
     def with_symbolic_upper(self, name: str, upper: IntLike) -> Analyzer:
         """A new analyzer that also knows ``name <= upper`` for an expression ``upper`` (of
         other variables): an index below a symbolic extent, ``i <= n - 1``.  Proofs use it
-        where a polynomial decreases in ``name`` (it is then smallest at ``name = upper``)."""
-        return Analyzer(self._ranges, {**self._symbolic_upper, name: as_expr(upper)})
+        where a polynomial decreases in ``name`` (it is then smallest at ``name = upper``).
+        It replaces an earlier symbolic upper bound of ``name``."""
+        return Analyzer(self._ranges, {**self._symbolic_upper, name: as_expr(upper)}, self._symbolic_lower)
+
+    def with_symbolic_lower(self, name: str, lower: IntLike) -> Analyzer:
+        """A new analyzer that also knows ``name >= lower`` for an expression ``lower`` (of
+        other variables): an index past the first pieces of a concatenation, ``i >= n``.
+        Proofs use it where a polynomial increases in ``name`` (it is then smallest at
+        ``name = lower``).  It replaces an earlier symbolic lower bound of ``name``."""
+        return Analyzer(self._ranges, self._symbolic_upper, {**self._symbolic_lower, name: as_expr(lower)})
 
     def __repr__(self) -> str:
         return f"Analyzer({self._ranges!r})"
@@ -183,20 +194,29 @@ class Analyzer(CanonicalForm):
         bound = self._poly_bound(polynomial, lower=True, goal=Fraction(-1))
         if bound is not None and bound > -1:
             return True
-        return depth < 4 and self._nonnegative_at_symbolic_upper(polynomial, depth)
+        return depth < 4 and self._nonnegative_at_symbolic_bound(polynomial, depth)
 
-    def _nonnegative_at_symbolic_upper(self, polynomial: Polynomial, depth: int) -> bool:
-        """P = c * v + R with c <= 0 and v <= U gives P >= c * U + R: prove that instead."""
-        for name, upper in self._symbolic_upper.items():
-            with_v = {m: c for m, c in polynomial.items() if any(key == name for key, _ in m)}
-            if not with_v or any(power != 1 for m in with_v for key, power in m if key == name):
-                continue
-            slope = {tuple(f for f in m if f[0] != name): c for m, c in with_v.items()}
-            if not self._nonnegative(poly_scale(slope, -1), depth + 1):
-                continue
-            rest = {m: c for m, c in polynomial.items() if m not in with_v}
-            if self._nonnegative(poly_add(rest, poly_mul(slope, self._to_polynomial(upper))), depth + 1):
-                return True
+    def _nonnegative_at_symbolic_bound(self, polynomial: Polynomial, depth: int) -> bool:
+        """P = c * v + R with c <= 0 and v <= U gives P >= c * U + R, and with c >= 0 and
+        v >= L, P >= c * L + R: prove that instead.  The bounds are the symbolic ones, and the
+        constant ones where the slope c is not a constant (``n * i - 4 * n >= 0`` for ``i >=
+        4``: intervals bound ``n * i`` and ``4 * n`` apart, and cannot)."""
+        constant_upper = {name: IntImm(hi) for name, (_, hi) in self._ranges.items() if hi is not None}
+        constant_lower = {name: IntImm(lo) for name, (lo, _) in self._ranges.items() if lo > 0}
+        for bounds, decreasing, constant in ((self._symbolic_upper, True, False), (self._symbolic_lower, False, False),
+                                             (constant_upper, True, True), (constant_lower, False, True)):
+            for name, bound in bounds.items():
+                with_v = {m: c for m, c in polynomial.items() if any(key == name for key, _ in m)}
+                if not with_v or any(power != 1 for m in with_v for key, power in m if key == name):
+                    continue
+                slope = {tuple(f for f in m if f[0] != name): c for m, c in with_v.items()}
+                if constant and poly_constant(slope) is not None:
+                    continue
+                if not self._nonnegative(poly_scale(slope, -1) if decreasing else slope, depth + 1):
+                    continue
+                rest = {m: c for m, c in polynomial.items() if m not in with_v}
+                if self._nonnegative(poly_add(rest, poly_mul(slope, self._to_polynomial(bound))), depth + 1):
+                    return True
         return False
 
     def _interval(self, polynomial: Polynomial) -> Interval:

@@ -76,14 +76,20 @@ class CanonicalForm:
         # a == b * quotient + rest, so a // b == quotient + rest // b.
         quotient, rest = poly_divmod(a, b)
         if quotient and (not rest or self._pull_out_ok(a, rest)):
+            if rest and self._within(a, b):  # (i - n) // (m + n) is 0 where n <= i < 2n + m
+                return {}
             return poly_add(quotient, self._div_remainder(rest, b))
         return self._div_remainder(a, b)
+
+    def _within(self, a: Polynomial, b: Polynomial) -> bool:
+        """Whether 0 <= a < b."""
+        return self._nonnegative(a) and self._nonnegative(poly_add(poly_add(b, poly_scale(a, -1)), {(): -1}))
 
     def _div_remainder(self, a: Polynomial, b: Polynomial) -> Polynomial:
         if not a:
             return {}
-        if self._nonnegative(a) and self._nonnegative(poly_add(poly_add(b, poly_scale(a, -1)), {(): -1})):
-            return {}  # 0 <= a < b
+        if self._within(a, b):
+            return {}
         return self._atom(FloorDiv(self._from_polynomial(a), self._from_polynomial(b)))
 
     def _div_by_constant(self, a: Polynomial, divisor: int) -> Polynomial:
@@ -127,8 +133,10 @@ class CanonicalForm:
             rest = a
         if not rest:
             return {}
-        if self._nonnegative(rest) and self._nonnegative(poly_add(poly_add(b, poly_scale(rest, -1)), {(): -1})):
-            return rest  # 0 <= rest < b
+        if quotient and rest is not a and self._within(a, b):  # (i - n) % (m + n) is i - n where n <= i < 2n + m
+            return a
+        if self._within(rest, b):
+            return rest
         return self._atom(FloorMod(self._from_polynomial(rest), self._from_polynomial(b)))
 
     def _mod_by_constant(self, a: Polynomial, divisor: int) -> Polynomial:

@@ -28,7 +28,8 @@ import enum
 from dataclasses import dataclass
 from typing import Iterator
 
-from .symbolic import Add, Analyzer, FloorDiv, FloorMod, IntImm, Max, Min, Mul, PrimExpr, SizeVar, Sub, as_int
+from .prim_expr import free_vars
+from .symbolic import Add, Analyzer, FloorDiv, FloorMod, IntImm, Max, Min, Mul, PrimExpr, SizeVar, Sub, as_int, simplify
 
 
 class IndexOp(enum.Enum):
@@ -117,48 +118,114 @@ def with_axis(analyzer: Analyzer, axis: str, extent: PrimExpr) -> Analyzer:
     return analyzer
 
 
+@dataclass(frozen=True)
+class AxisBound:
+    """A bound an axis keeps within a branch: ``axis >= bound`` (``lower``) or ``axis <=
+    bound``, the bound an expression of size variables and other axes."""
+
+    axis: str
+    bound: PrimExpr
+    lower: bool
+
+
+def bounds_from_relation(smaller: PrimExpr, larger: PrimExpr, axes: set[str]) -> list[AxisBound]:
+    """The bounds ``smaller <= larger`` puts on an axis (by name) that is one side, or one
+    side plus a constant, and not in the other (``i + 1 <= n`` bounds ``i`` by ``n - 1``
+    from above, ``n <= i`` by ``n`` from below).  Other relations (a padded window's ``2 * h
+    + k - 1 >= 0``) give none: looking into them cost more compile time than they save."""
+    result = []
+    for side, other, lower in ((larger, smaller, True), (smaller, larger, False)):
+        found = _axis_plus_constant(side, axes)
+        if found is not None and all(variable.name != found[0] for variable in free_vars(other)):
+            name, offset = found  # name + offset >= other, or <= other
+            result.append(AxisBound(name, simplify(other - offset), lower))
+    return result
+
+
+def _axis_plus_constant(expr: PrimExpr, axes: set[str]) -> tuple[str, int] | None:
+    """(the axis, c) where ``expr`` is an axis in ``axes`` plus or minus a constant c."""
+    if isinstance(expr, SizeVar):
+        return (expr.name, 0) if expr.name in axes else None
+    if isinstance(expr, (Add, Sub)):
+        axis, constant = (expr.a, expr.b) if isinstance(expr.b, IntImm) else (expr.b, expr.a)
+        if isinstance(axis, SizeVar) and isinstance(constant, IntImm) and axis.name in axes:
+            if isinstance(expr, Sub) and axis is expr.b:  # c - i: the axis with coefficient -1
+                return None
+            return axis.name, constant.value if isinstance(expr, Add) else -constant.value
+    return None
+
+
 class IndexLowering:
     """The index lowering of one shader, for its emitter: the axes in scope with their
-    extents, and the helper functions the lowered expressions call.
+    extents, the bounds a branch puts on them, and the helper functions the lowered
+    expressions call.
 
     The emitter opens a scope (:meth:`enter`) where WGSL does (a loop body, a branch) and
     declares each axis where its value is set (:meth:`declare_axis`); a declaration
     replaces an outer one of the same name (a shadowing loop variable) until the scope is
-    left.
+    left.  In a branch of a Select the emitter adds the bounds its condition puts on the
+    axes (:meth:`assume`): ``i - n`` is >= 0 past the first piece of a concatenation, so it
+    divides with the plain truncating division, and ``(i - n) // n`` is 0 in the next piece.
     """
 
     def __init__(self) -> None:
         self._scopes: list[dict[str, PrimExpr]] = [{}]
+        self._bounds: list[tuple[AxisBound, ...]] = [()]
         self._analyzers: list[Analyzer | None] = [None]  # built on first use, per scope
-        self._built: dict[tuple, Analyzer] = {}  # by the axes in scope: scopes alike share one, and its caches
+        self._built: dict[tuple, Analyzer] = {}  # by the axes and bounds in scope: scopes alike share one
         self.helpers: set[IndexOp] = set()
 
     def enter(self) -> None:
         self._scopes.append(dict(self._scopes[-1]))
+        self._bounds.append(self._bounds[-1])
         self._analyzers.append(self._analyzers[-1])
 
     def leave(self) -> None:
         self._scopes.pop()
+        self._bounds.pop()
         self._analyzers.pop()
 
+    def axes(self) -> set[str]:
+        """The names of the axes in scope."""
+        return set(self._scopes[-1])
+
     def declare_axis(self, axis: SizeVar, extent: PrimExpr) -> None:
-        """``axis`` lies in ``[0, extent - 1]`` from here to the end of the scope."""
+        """``axis`` lies in ``[0, extent - 1]`` from here to the end of the scope (a branch's
+        bounds on an axis of that name no longer hold)."""
         scope = self._scopes[-1]
         scope.pop(axis.name, None)  # declared again: last, after the axes its extent may use
         scope[axis.name] = extent
+        self._bounds[-1] = tuple(bound for bound in self._bounds[-1] if bound.axis != axis.name
+                                 and all(variable.name != axis.name for variable in free_vars(bound.bound)))
         self._analyzers[-1] = None
 
+    def assume(self, bounds: list[AxisBound]) -> None:
+        """The axes keep within ``bounds`` to the end of the scope (a Select's branch)."""
+        known = self._scopes[-1]
+        kept = tuple(bound for bound in bounds if bound.axis in known)
+        if kept:
+            self._bounds[-1] = (*self._bounds[-1], *kept)
+            self._analyzers[-1] = None
+
     def analyzer(self) -> Analyzer:
-        """An analyzer knowing the range of every axis in scope."""
+        """An analyzer knowing the range of every axis in scope, and the branches' bounds."""
         if self._analyzers[-1] is None:
-            key = tuple(self._scopes[-1].items())
-            if key not in self._built:
-                analyzer = Analyzer()
-                for name, extent in key:  # in order: an extent may use an outer axis
-                    analyzer = with_axis(analyzer, name, extent)
-                self._built[key] = analyzer
-            self._analyzers[-1] = self._built[key]
+            self._analyzers[-1] = self._build(tuple(self._scopes[-1].items()), self._bounds[-1])
         return self._analyzers[-1]
+
+    def _build(self, axes: tuple, bounds: tuple[AxisBound, ...]) -> Analyzer:
+        """The analyzer of ``axes`` (name, extent) and ``bounds``: the one of the same axes
+        and all bounds but the last, knowing the last too (so a branch costs one bound)."""
+        key = (axes, bounds)
+        if key not in self._built:
+            if bounds:
+                analyzer = _with_bound(self._build(axes, bounds[:-1]), bounds[-1])
+            else:
+                analyzer = Analyzer()
+                for name, extent in axes:  # in order: an extent may use an outer axis
+                    analyzer = with_axis(analyzer, name, extent)
+            self._built[key] = analyzer
+        return self._built[key]
 
     def lower(self, expr: PrimExpr) -> TargetIndex:
         """``expr`` simplified and lowered with the ranges in scope; its helpers are recorded.
@@ -171,6 +238,25 @@ class IndexLowering:
         target = lower_index(analyzer.simplify(expr), analyzer)
         self.helpers |= helpers_used(target)
         return target
+
+
+def _with_bound(analyzer: Analyzer, bound: AxisBound) -> Analyzer:
+    """``analyzer`` also knowing ``bound``: a constant one narrows the axis's range (an upper
+    one is its symbolic upper bound too, for the proofs that substitute it: ``(n * i + j) //
+    (4 * n)`` is 0 for ``i <= 3``, ``j <= n - 1``); another becomes its symbolic bound.  A
+    symbolic upper bound replaces the extent's ``i <= n - 1``: where the branch runs, both
+    hold.  A branch that never runs (its bound outside the range) learns nothing."""
+    constant = as_int(bound.bound)
+    if constant is not None:
+        lo, hi = analyzer.range_of(bound.axis)
+        if bound.lower:
+            return analyzer.with_range(bound.axis, max(lo, constant), hi) if hi is None or constant <= hi else analyzer
+        if constant < lo:
+            return analyzer
+        return analyzer.with_range(bound.axis, lo, constant).with_symbolic_upper(bound.axis, bound.bound)
+    if bound.lower:
+        return analyzer.with_symbolic_lower(bound.axis, bound.bound)
+    return analyzer.with_symbolic_upper(bound.axis, bound.bound)
 
 
 def operations(target: TargetIndex) -> Iterator[IndexOp]:

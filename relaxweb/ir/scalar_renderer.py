@@ -23,10 +23,16 @@ from __future__ import annotations
 from typing import Any, Callable, ClassVar, Mapping
 
 from .access import flat_offset
-from .lower_index import Constant, IndexLowering, TargetIndex
+from .lower_index import AxisBound, Constant, IndexLowering, TargetIndex, bounds_from_relation
 from .scalar_functor import ScalarFunctor
 from .symbolic import PrimExpr, SizeVar
-from .tir import Binary, Buffer, Compare, FloatImm, IndexValue, ScalarExpr, TensorProgram, Unary, repeated_subexpressions
+from .tir import (
+    Binary, Buffer, Compare, CompareOp, FloatImm, IndexValue, ScalarExpr, TensorProgram, Unary, repeated_subexpressions,
+)
+
+# The comparison that holds where one does not (the else branch of a Select).
+_NEGATED = {CompareOp.LT: CompareOp.GE, CompareOp.LE: CompareOp.GT, CompareOp.GT: CompareOp.LE,
+            CompareOp.GE: CompareOp.LT, CompareOp.EQ: CompareOp.NE, CompareOp.NE: CompareOp.EQ}
 
 
 class ScalarRenderer(ScalarFunctor):
@@ -60,6 +66,33 @@ class ScalarRenderer(ScalarFunctor):
     def declare_axis(self, axis: SizeVar, extent: PrimExpr) -> None:
         """``axis`` lies in ``[0, extent - 1]`` in the current scope (for the index lowering)."""
         self.index_lowering.declare_axis(axis, extent)
+
+    def branch_bounds(self, condition: ScalarExpr, holds: bool) -> list[AxisBound]:
+        """The bounds on the axes in scope where ``condition`` (a Select's) is ``holds``: a
+        comparison of two index values (a concatenation's ``i < n``, a padded window's ``h + k
+        >= 1``) bounds each axis it reads with coefficient 1; anything else, nothing."""
+        if not (isinstance(condition, Compare) and isinstance(condition.a, IndexValue)
+                and isinstance(condition.b, IndexValue)):
+            return []
+        op = condition.op if holds else _NEGATED[condition.op]
+        a, b, axes = condition.a.value, condition.b.value, self.index_lowering.axes()
+        if op is CompareOp.LT:
+            return bounds_from_relation(a + 1, b, axes)
+        if op is CompareOp.LE:
+            return bounds_from_relation(a, b, axes)
+        if op is CompareOp.GT:
+            return bounds_from_relation(b + 1, a, axes)
+        if op is CompareOp.GE:
+            return bounds_from_relation(b, a, axes)
+        if op is CompareOp.EQ:
+            return bounds_from_relation(a, b, axes) + bounds_from_relation(b, a, axes)
+        return []
+
+    def open_branch(self, condition: ScalarExpr, holds: bool) -> None:
+        """Opens the scope of a Select's branch (``holds``: the one taken where ``condition``
+        holds), with the bounds the condition puts on the axes there."""
+        self.open_scope()
+        self.index_lowering.assume(self.branch_bounds(condition, holds))
 
     def known(self, expr: ScalarExpr, value: str) -> None:
         """``expr``'s value is ``value`` in the current scope."""

@@ -493,24 +493,36 @@ class Emitter(ScalarRenderer):
         lanes of a CPU (SwiftShader, lavapipe)."""
         if is_cheap_branch(expr.a) and is_cheap_branch(expr.b):
             condition = self.scalar(expr.condition, indent)
-            a, b = self.scalar(expr.a, indent), self.scalar(expr.b, indent)
+            a, b = (self._branch_value(expr, holds, indent) for holds in (True, False))
             return f"select({b}, {a}, {condition})"
         name = f"sel{self.selections}"
         self.selections += 1
         condition = self.scalar(expr.condition, indent)
         self.statements.append(f"{indent}var {name}: {_scalar_type(scalar_dtype(expr.a))};")
         self.statements.append(f"{indent}if ({condition}) {{")
-        self.open_scope()
+        self.open_branch(expr.condition, True)
         a = self.scalar(expr.a, indent + "  ")
         self.close_scope()
         self.statements.append(f"{indent}  {name} = {a};")
         self.statements.append(f"{indent}}} else {{")
-        self.open_scope()
+        self.open_branch(expr.condition, False)
         b = self.scalar(expr.b, indent + "  ")
         self.close_scope()
         self.statements.append(f"{indent}  {name} = {b};")
         self.statements.append(f"{indent}}}")
         return name
+
+    def _branch_value(self, expr: Select, holds: bool, indent: str) -> str:
+        """A branch of a Select that WGSL's ``select`` evaluates whatever the condition: with
+        the bounds its condition puts on the axes where it has any (the value is only used
+        where they hold; a load elsewhere stays inside the buffer: robust buffer access)."""
+        branch = expr.a if holds else expr.b
+        if not self.branch_bounds(expr.condition, holds):
+            return self.scalar(branch, indent)
+        self.open_branch(expr.condition, holds)
+        value = self.scalar(branch, indent)
+        self.close_scope()
+        return value
 
 
 def combine(combiner: ReduceCombiner, dtype: str, accumulator: str, value: str, first: str) -> str:

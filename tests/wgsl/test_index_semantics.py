@@ -8,9 +8,11 @@
 - A differential property test: random small tensor programs (index arithmetic with
   ``//``, ``%``, ``min``, ``max`` and negative offsets, loads kept in bounds by a floor
   modulo, a Select or a clamping Gather, selects, casts, index values, reductions) give
-  exactly the interpreter's output on wgpu.  The examples are fixed (derandomized) and the
-  test counts how many divide a negative numerator, or by a negative divisor, at run time,
-  so that it cannot silently stop covering them.
+  exactly the interpreter's output on wgpu, and on kernels.wasm (wasmtime).  The examples
+  are fixed (derandomized) and the tests count how many divide a negative numerator, or by a
+  negative divisor, at run time, and how many have a Select whose condition bounds an axis
+  in its branches (``IndexLowering.assume``), so that they cannot silently stop covering
+  them.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from hypothesis import strategies as st
 
 from relaxweb.ir.interpreter import run_program
 from relaxweb.ir.symbolic import (
-    Add, Analyzer, FloorDiv, FloorMod, IntImm, Max, Min, Mul, PrimExpr, SizeVar, Sub, evaluate,
+    Add, Analyzer, FloorDiv, FloorMod, IntImm, Max, Min, Mul, PrimExpr, SizeVar, Sub, evaluate, simplify,
 )
 from relaxweb.ir.tir import (
     Binary, Buffer, Cast, Compare, FloatImm, Gather, IndexValue, Load, Reduce, ScalarExpr, Select, TensorProgram,
@@ -32,10 +34,12 @@ from relaxweb.ir.tir import (
 from relaxweb.ir.schedule import ElementSchedule, VectorizedSchedule, WebGpuSchedule, WorkgroupReductionSchedule
 from relaxweb.ir.target_schedules import TargetSchedules
 from relaxweb.wgsl import emit_wgsl
+from relaxweb.ir.lower_index import bounds_from_relation
 from relaxweb.wgsl.lower_index import (
     IndexLowering, IndexOp, Operation, helpers_used, lower_index, render_wgsl, with_axis,
 )
 from tests.fixtures.melspectrogram import MEL_KERNEL, melspectrogram_model
+from tests.cpu.test_cpu_kernels import run_on_wasm
 from tests.gpu_kernels import run_kernel_on_gpu
 import relaxweb
 
@@ -97,6 +101,39 @@ def test_an_inner_declaration_of_an_axis_holds_until_its_scope_is_left() -> None
     lowering.leave()
     assert lowering.lower(inside_four) == Operation(IndexOp.TRUNCATING_DIVIDE, lowering.lower(3 - k), lowering.lower(IntImm(2)))
     assert lowering.helpers == {IndexOp.FLOOR_DIVIDE}
+
+
+def test_a_branch_bounds_the_axes_its_condition_compares() -> None:
+    """Past a concatenation's first piece (``i >= n``) ``i - n`` is >= 0 and divides with the
+    truncating operators; in a piece of n elements from n, ``(i - n) // (m + n)`` is 0; the bound
+    holds until the branch's scope is left, and not for an axis declared again inside it."""
+    lowering = IndexLowering()
+    lowering.declare_axis(i, 2 * n + m)
+    past = FloorMod(i - n, m)
+    assert helpers_used(lowering.lower(past)) == {IndexOp.FLOOR_MODULO}
+    lowering.enter()
+    lowering.assume(bounds_from_relation(n, i, lowering.axes()))  # the else branch of i < n
+    assert helpers_used(lowering.lower(past)) == set()
+    lowering.enter()
+    lowering.assume(bounds_from_relation(i + 1, 2 * n, lowering.axes()))  # then, the then branch of i < 2n
+    assert lowering.lower(FloorDiv(i - n, m + n)) == lowering.lower(IntImm(0))
+    lowering.declare_axis(i, 3 * n)  # a loop over the same name: the bounds were the outer i's
+    assert helpers_used(lowering.lower(past)) == {IndexOp.FLOOR_MODULO}
+    lowering.leave()
+    lowering.leave()
+    assert helpers_used(lowering.lower(FloorMod(i - n, m))) == {IndexOp.FLOOR_MODULO}
+
+
+def test_bounds_of_a_relation_are_on_an_axis_that_is_one_side() -> None:
+    """``i + 1 <= n`` bounds i from above by ``n - 1``, ``3 <= j - 2`` bounds j from below by
+    5, ``i <= j`` bounds both; ``2 * i <= n``, ``i + j <= n`` and ``i <= i + n`` bound nothing."""
+    def found(smaller, larger):
+        return {(b.axis, str(b.bound), b.lower) for b in bounds_from_relation(smaller, larger, {"i", "j"})}
+
+    assert found(i + 1, n) == {("i", str(simplify(n - 1)), False)}
+    assert found(IntImm(3), j - 2) == {("j", "5", True)}
+    assert found(i, j) == {("i", "j", False), ("j", "i", True)}
+    assert found(2 * i, n) == found(i + j, n) == found(i, i + n) == set()
 
 
 def program(body: ScalarExpr, *inputs: Buffer, shape=(n,), axes=(i,), dtype: str = "int32",
@@ -234,12 +271,20 @@ def index_expressions(draw, variables: tuple[SizeVar, ...], depth: int = 3) -> P
 def loads(draw, inputs: tuple[Buffer, ...], variables: tuple[SizeVar, ...]) -> ScalarExpr:
     """A load of an input at random indices kept in bounds: each index taken floor-modulo
     its dim, or the load guarded by a Select on the indices being in bounds, or a Gather
-    (which clamps); as an int32 value."""
+    (which clamps), or two loads as a concatenation picks its pieces (past a split of an
+    axis, the axis minus the split, floor-modulo the dims); as an int32 value."""
     buffer = draw(st.sampled_from(inputs))
     indices = [draw(index_expressions(variables)) for _ in buffer.shape]
-    kind = draw(st.sampled_from(["modulo", "select", "gather"]))
+    kind = draw(st.sampled_from(["modulo", "select", "gather", "pieces"]))
     if kind == "modulo":
         value: ScalarExpr = Load(buffer, tuple(FloorMod(index, dim) for index, dim in zip(indices, buffer.shape)))
+    elif kind == "pieces":
+        axis, split = draw(st.sampled_from(variables)), draw(st.sampled_from([IntImm(1), IntImm(3), *SIZE_VARS]))
+        past = [draw(st.sampled_from([axis - split, (axis - split) * 2 + index, index - axis + split]))
+                for index in indices]
+        value = Select(Compare("lt", IndexValue(axis), IndexValue(split)),
+                       Load(buffer, tuple(FloorMod(index, dim) for index, dim in zip(indices, buffer.shape))),
+                       Load(buffer, tuple(FloorMod(index, dim) for index, dim in zip(past, buffer.shape))))
     elif kind == "gather":
         value = Gather(buffer, tuple(IndexValue(index) for index in indices))
     else:
@@ -373,7 +418,45 @@ def test_random_programs_agree_between_the_interpreter_and_wgpu(device) -> None:
     agree()
     print(dict(coverage))
     assert coverage["programs"] >= DIFFERENTIAL_EXAMPLES
-    # (hypothesis 6.155 gives 63, 20 and 40)
+    # (hypothesis 6.155 gives 46, 26 and 34)
     assert coverage["negative numerator"] >= DIFFERENTIAL_EXAMPLES // 10, coverage
     assert coverage["negative divisor"] >= DIFFERENTIAL_EXAMPLES // 20, coverage
     assert coverage["workgroup reduction"] >= DIFFERENTIAL_EXAMPLES // 10, coverage
+
+
+def bounds_an_axis(program: TensorProgram) -> bool:
+    """Whether a Select of the program compares two index values one of which reads an axis
+    with coefficient 1 (its branches then lower their indices knowing a bound on it)."""
+    axes = {axis.name for axis in program.axes}
+
+    def visit(node: ScalarExpr) -> bool:
+        if isinstance(node, Select) and isinstance(node.condition, Compare) and all(
+                isinstance(side, IndexValue) for side in (node.condition.a, node.condition.b)):
+            if bounds_from_relation(node.condition.a.value, node.condition.b.value, axes):
+                return True
+        return any(visit(child) for child in scalar_children(node))
+
+    return visit(program.body)
+
+
+def test_random_programs_agree_between_the_interpreter_and_kernels_wasm() -> None:
+    coverage: Counter[str] = Counter()
+
+    @settings(max_examples=DIFFERENTIAL_EXAMPLES, derandomize=True, database=None, deadline=None,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @given(cases())
+    def agree(case) -> None:
+        generated, arrays, size_values = case
+        note(f"{format_program(generated)}\nsizes {size_values}")
+        expected = run_program(generated, arrays, size_values)
+        np.testing.assert_array_equal(run_on_wasm(generated, arrays, size_values), expected)
+        coverage["programs"] += 1
+        coverage.update(floor_operand_signs(generated, size_values))
+        coverage.update({"branch bounds"} if bounds_an_axis(generated) else ())
+
+    agree()
+    print(dict(coverage))
+    assert coverage["programs"] >= DIFFERENTIAL_EXAMPLES
+    assert coverage["negative numerator"] >= DIFFERENTIAL_EXAMPLES // 10, coverage
+    assert coverage["negative divisor"] >= DIFFERENTIAL_EXAMPLES // 20, coverage
+    assert coverage["branch bounds"] >= DIFFERENTIAL_EXAMPLES // 10, coverage
