@@ -206,7 +206,9 @@ def vector_select(mask: str, a: str, b: str) -> str:
 
 
 # The IR's index operations (relaxweb/ir/lower_index.py); a truncating division by a
-# positive constant is an instruction (its numerator is >= 0: unsigned), any other a helper.
+# positive constant is an instruction (its numerator is >= 0: unsigned), and so is one by a
+# local (its divisor is >= 0 too: one of 0 is taken as 1, which gives the helper's results),
+# any other a helper.
 INDEX_RENDERINGS: dict[IndexOp, Callable[[str, str], str]] = {
     IndexOp.ADD: _op("i32.add"),
     IndexOp.SUBTRACT: _op("i32.sub"),
@@ -302,7 +304,14 @@ def render_index(target: TargetIndex, variable: Callable[[str], str],
     a, b = render_index(target.a, variable, operation), render_index(target.b, variable, operation)
     if target.op in _CONSTANT_DIVISIONS and isinstance(target.b, Constant) and target.b.value > 0:
         return f"({_CONSTANT_DIVISIONS[target.op]} {a} {b})"
+    if target.op in _CONSTANT_DIVISIONS and _is_local(b):  # a divisor of 0 as 1: the helper's a / 0 == a, a % 0 == 0
+        return f"({_CONSTANT_DIVISIONS[target.op]} {a} (select {b} (i32.const 1) {b}))"
     return INDEX_RENDERINGS[target.op](a, b)
+
+
+def _is_local(value: str) -> bool:
+    """Whether the WAT value is a ``local.get`` (cheap to read twice)."""
+    return value.startswith("(local.get ") and value.count("(") == 1
 
 
 def index_variables(target: TargetIndex) -> set[str]:

@@ -363,6 +363,23 @@ def test_floor_division_of_negative_operands() -> None:
                 np.testing.assert_array_equal(actual, expected, err_msg=f"{kind.__name__} by {divisor} = {d_value}")
 
 
+def test_index_division_by_a_size_variable_is_an_instruction_that_never_traps() -> None:
+    """A non-negative index divided by a size variable is ``i32.div_u`` / ``i32.rem_u`` (no
+    helper call), a divisor of 0 taken as 1: a / 0 is a, a % 0 is 0, as the helpers give
+    (wasm's instructions would trap)."""
+    d, axis = SizeVar("d"), SizeVar("i")
+    for kind in (FloorDiv, FloorMod):
+        program = TensorProgram("index", (), Buffer("out", (19,), "int32"), (axis,), IndexValue(kind(axis, d)))
+        wat = render_program(program)
+        assert "call $div_s_i32" not in wat and "call $rem_s_i32" not in wat
+        assert ("i32.div_u" if kind is FloorDiv else "i32.rem_u") in wat
+        numerator = np.arange(19)
+        for d_value in (3, 1, 0):
+            expected = (numerator if kind is FloorDiv else np.zeros(19)) if d_value == 0 else (
+                numerator // d_value if kind is FloorDiv else numerator % d_value)
+            np.testing.assert_array_equal(run_on_wasm(program, [], {"d": d_value}), expected)
+
+
 @pytest.mark.parametrize("target", ["int32", "uint32", "int8", "uint8", "int16", "uint16", "int64", "bool", "float16",
                                     "float32"])
 def test_casts_from_float(target: str) -> None:
