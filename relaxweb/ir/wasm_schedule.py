@@ -177,7 +177,10 @@ class PackedMatmulSchedule(WasmSchedule):
     first-factor panels (one at 4608 steps, 14 at K = 576: a 3x3 convolution of 64
     channels), so that the second factor (a convolution's weight, packed element by
     element) is packed once per unit for all of them, while the units stay at least
-    ``units_wanted`` for the threads to split.
+    ``units_wanted`` for the threads to split.  A call of several units runs the consecutive
+    ones that share a factor together (row groups of one batch index within ``panel_bytes``,
+    column slices of one row group: ``cpu/schedules/matmul_packed.py``), so one thread packs
+    each factor once where it can.
 
     ``split_columns`` (a weight as the second factor and a first cheap to pack, a plain load or
     a layer norm: ``relaxweb.ir.matmul_layout.weight_columns``): where the rows are few (fewer panels per

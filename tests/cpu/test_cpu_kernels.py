@@ -474,10 +474,10 @@ def call_sites(module, feeds: dict[str, np.ndarray], monkeypatch) -> list[tuple]
 
 
 def check_module(model, feeds: dict[str, np.ndarray], monkeypatch, tolerance=F32_LOOSE,
-                 wasm: WasmChange | None = None) -> int:
+                 wasm: WasmChange | None = None, ranges: int = 3) -> int:
     """Every call site of the compiled model: its wasm kernel (its wasm schedule changed by
-    ``wasm``) against the interpreter's result of that program.  Returns the number of call
-    sites checked."""
+    ``wasm``; its units called as ``ranges`` ranges) against the interpreter's result of that
+    program.  Returns the number of call sites checked."""
     module = compile_model(model)
     if wasm is not None:
         module = module.replace(programs={name: scheduled(p, wasm) if isinstance(p, TensorProgram) else p
@@ -491,7 +491,7 @@ def check_module(model, feeds: dict[str, np.ndarray], monkeypatch, tolerance=F32
         program = module.programs[name]
         params = [int(evaluate(dispatch_count(program), size_vars)), *(size_vars[v.name] for v in program.size_vars)]
         actual = run_wasm_kernel(kernels.wasm, order.index(name), [device_array(a) for a in arrays],
-                                 device_array(before), params, scratch_bytes=kernels.scratch_bytes)
+                                 device_array(before), params, scratch_bytes=kernels.scratch_bytes, ranges=ranges)
         if dtype_info(program.output.dtype).is_float:
             assert_close(actual, after.astype(np.float32), tolerance, err_msg=name)
         else:
@@ -766,6 +766,22 @@ def test_matmul_of_a_weight_split_by_columns(rows: int, depth: int, columns: int
         units = -(-panels // max(1, min(-(-panels // PACKED.units_wanted), PACKED.panel_bytes // (4 * 32 * depth))))
     assert units_of(program, {"n": rows}) == units
     assert check_module(model, {"x": rand(rows, depth)}, monkeypatch, wasm=change) >= 1
+
+
+@pytest.mark.parametrize("ranges", [1, 2, 4])
+def test_a_calls_consecutive_units_of_one_batch_index_run_together(ranges: int, monkeypatch) -> None:
+    """A call of several units of a packed matmul takes its consecutive row groups of one batch
+    index together (the second factor packed once for them), never across a batch index: 3
+    batch indices of 3 row groups, their 9 units called in 1, 2 or 4 ranges; and with a
+    weight, its consecutive column slices of one row group."""
+    model = make_model([helper.make_node("MatMul", ["x", "v"], ["m"]), helper.make_node("Relu", ["m"], ["y"])],
+                       [("x", TensorProto.FLOAT, ["b", "n", 12]), ("v", TensorProto.FLOAT, ["b", 12, 20])], ["y"])
+    [program] = [p for p in compile_model(model).programs.values() if "$panel" in render_program(p)]
+    assert units_of(program, {"b": 3, "n": 70}) == 9
+    assert check_module(model, {"x": rand(3, 70, 12), "v": rand(3, 12, 20, seed=1)}, monkeypatch, ranges=ranges) >= 1
+    weight = make_model([helper.make_node("MatMul", ["x", "w"], ["y"])], [("x", TensorProto.FLOAT, ["b", "n", 16])],
+                        ["y"], {"w": rand(16, 44, seed=2)})
+    assert check_module(weight, {"x": rand(3, 21, 16)}, monkeypatch, ranges=ranges) >= 1
 
 
 def test_batched_matmul_of_a_weight_split_by_columns(monkeypatch) -> None:
