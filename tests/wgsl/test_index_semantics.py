@@ -400,7 +400,10 @@ def floor_operand_signs(program: TensorProgram, size_values: dict[str, int]) -> 
 DIFFERENTIAL_EXAMPLES = 200
 
 
-def test_random_programs_agree_between_the_interpreter_and_wgpu(device) -> None:
+def differential(run, counted) -> Counter[str]:
+    """Runs ``DIFFERENTIAL_EXAMPLES`` random programs (fixed examples) with ``run(program,
+    arrays, size_values)`` against the interpreter, exactly; the coverage counts, with
+    ``counted(program)``'s labels."""
     coverage: Counter[str] = Counter()
 
     @settings(max_examples=DIFFERENTIAL_EXAMPLES, derandomize=True, database=None, deadline=None,
@@ -410,23 +413,30 @@ def test_random_programs_agree_between_the_interpreter_and_wgpu(device) -> None:
         generated, arrays, size_values = case
         note(f"{format_program(generated)}\nsizes {size_values}")
         expected = run_program(generated, arrays, size_values)
-        np.testing.assert_array_equal(run_kernel_on_gpu(device, generated, arrays, size_values), expected)
+        np.testing.assert_array_equal(run(generated, arrays, size_values), expected)
         coverage["programs"] += 1
         coverage.update(floor_operand_signs(generated, size_values))
-        coverage.update({"workgroup reduction"} if generated.schedule.webgpu == WorkgroupReductionSchedule() else ())
+        coverage.update(counted(generated))
 
     agree()
     print(dict(coverage))
     assert coverage["programs"] >= DIFFERENTIAL_EXAMPLES
-    # (hypothesis 6.155 gives 46, 26 and 34)
     assert coverage["negative numerator"] >= DIFFERENTIAL_EXAMPLES // 10, coverage
     assert coverage["negative divisor"] >= DIFFERENTIAL_EXAMPLES // 20, coverage
+    return coverage
+
+
+def test_random_programs_agree_between_the_interpreter_and_wgpu(device) -> None:
+    coverage = differential(
+        lambda program, arrays, sizes: run_kernel_on_gpu(device, program, arrays, sizes),
+        lambda program: {"workgroup reduction"} if program.schedule.webgpu == WorkgroupReductionSchedule() else ())
+    # (hypothesis 6.155 gives 46 negative numerators, 26 negative divisors and 34 workgroup reductions)
     assert coverage["workgroup reduction"] >= DIFFERENTIAL_EXAMPLES // 10, coverage
 
 
 def bounds_an_axis(program: TensorProgram) -> bool:
-    """Whether a Select of the program compares two index values one of which reads an axis
-    with coefficient 1 (its branches then lower their indices knowing a bound on it)."""
+    """Whether a Select of the program compares two index values one of which is an axis, or
+    an axis plus a constant (its branches then lower their indices knowing a bound on it)."""
     axes = {axis.name for axis in program.axes}
 
     def visit(node: ScalarExpr) -> bool:
@@ -440,23 +450,6 @@ def bounds_an_axis(program: TensorProgram) -> bool:
 
 
 def test_random_programs_agree_between_the_interpreter_and_kernels_wasm() -> None:
-    coverage: Counter[str] = Counter()
-
-    @settings(max_examples=DIFFERENTIAL_EXAMPLES, derandomize=True, database=None, deadline=None,
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-    @given(cases())
-    def agree(case) -> None:
-        generated, arrays, size_values = case
-        note(f"{format_program(generated)}\nsizes {size_values}")
-        expected = run_program(generated, arrays, size_values)
-        np.testing.assert_array_equal(run_on_wasm(generated, arrays, size_values), expected)
-        coverage["programs"] += 1
-        coverage.update(floor_operand_signs(generated, size_values))
-        coverage.update({"branch bounds"} if bounds_an_axis(generated) else ())
-
-    agree()
-    print(dict(coverage))
-    assert coverage["programs"] >= DIFFERENTIAL_EXAMPLES
-    assert coverage["negative numerator"] >= DIFFERENTIAL_EXAMPLES // 10, coverage
-    assert coverage["negative divisor"] >= DIFFERENTIAL_EXAMPLES // 20, coverage
+    coverage = differential(run_on_wasm, lambda program: {"branch bounds"} if bounds_an_axis(program) else ())
+    # (hypothesis 6.155 gives 29 programs with a Select that bounds an axis)
     assert coverage["branch bounds"] >= DIFFERENTIAL_EXAMPLES // 10, coverage
