@@ -143,15 +143,13 @@ def bounds_from_relation(smaller: PrimExpr, larger: PrimExpr, axes: set[str]) ->
 
 
 def _axis_plus_constant(expr: PrimExpr, axes: set[str]) -> tuple[str, int] | None:
-    """(the axis, c) where ``expr`` is an axis in ``axes`` plus or minus a constant c."""
-    if isinstance(expr, SizeVar):
-        return (expr.name, 0) if expr.name in axes else None
-    if isinstance(expr, (Add, Sub)):
-        axis, constant = (expr.a, expr.b) if isinstance(expr.b, IntImm) else (expr.b, expr.a)
-        if isinstance(axis, SizeVar) and isinstance(constant, IntImm) and axis.name in axes:
-            if isinstance(expr, Sub) and axis is expr.b:  # c - i: the axis with coefficient -1
-                return None
-            return axis.name, constant.value if isinstance(expr, Add) else -constant.value
+    """(the axis, c) where ``expr`` is an axis in ``axes`` plus or minus a constant c (as the
+    canonical form writes it: ``i + 3``, ``i - 2``)."""
+    axis, offset = expr, 0
+    if isinstance(expr, (Add, Sub)) and as_int(expr.b) is not None:
+        axis, offset = expr.a, as_int(expr.b) * (1 if isinstance(expr, Add) else -1)
+    if isinstance(axis, SizeVar) and axis.name in axes:
+        return axis.name, offset
     return None
 
 

@@ -8,6 +8,7 @@ they were; the pages in use follow the live sequences' lengths."""
 
 from __future__ import annotations
 
+import sys
 import threading
 
 import pytest
@@ -82,17 +83,27 @@ def test_eight_generations_at_once_give_each_prompts_tokens_alone(session, promp
         stats.append(session.generation_stats)
 
     outputs = [None] * len(prompts)
+    # Started one by one, the threads came in after the first had generated all of its tokens
+    # where a step takes a few ms (the wasm backend on a quiet machine): all 8 calls start at
+    # once, and the interpreter hands the GIL over often, as a run of kernels holds it.
+    start = threading.Barrier(len(prompts))
 
     def one(index):
+        start.wait()
         outputs[index] = session.generate(prompts[index], max_new_tokens=NEW_TOKENS[index], temperature=0,
                                           stop_tokens=[], on_token=watch)
 
     steps_before = session.generation_stats.steps
     threads = [threading.Thread(target=one, args=(index,)) for index in range(len(prompts))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-4)
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
     assert [output.tokens for output in outputs] == alone
     assert max(stat.live for stat in stats) >= 6
     assert session.generation_stats.steps - steps_before < sum(NEW_TOKENS) / 2  # steps were shared
