@@ -662,7 +662,10 @@ class Emitter(ScalarRenderer):
         kind = CLASS_TYPES[cls]
         if is_branch_free(expr.a) and is_branch_free(expr.b):
             condition = self.scalar(expr.condition, indent)
-            a, b = (self._branch_operand(expr, holds, cls, indent) for holds in (True, False))
+            # wasm's select evaluates both branches: free of loads and traps, each computes
+            # anything harmlessly where its condition's bounds do not hold
+            a, b = (self.branch_value(expr.condition, holds, lambda branch=branch: self.operand(branch, cls, indent))
+                    for branch, holds in ((expr.a, True), (expr.b, False)))
             return f"(select {a} {b} {condition})"
         condition = self.scalar(expr.condition, indent)
         result = self.function.local("sel", kind)
@@ -676,19 +679,6 @@ class Emitter(ScalarRenderer):
             emit(indent, f"    (local.set {result} {value}))")
         self.function.lines[-1] += ")"
         return f"(local.get {result})"
-
-    def _branch_operand(self, expr: Select, holds: bool, cls: str, indent: str) -> str:
-        """A branch of a Select that wasm's ``select`` evaluates whatever the condition: with
-        the bounds its condition puts on the axes where it has any (the value is only used
-        where they hold; a branch free of loads and of traps computes anything else
-        harmlessly)."""
-        branch = expr.a if holds else expr.b
-        if not self.branch_bounds(expr.condition, holds):
-            return self.operand(branch, cls, indent)
-        self.open_branch(expr.condition, holds)
-        value = self.operand(branch, cls, indent)
-        self.close_scope()
-        return value
 
 
 class _ReductionLanes(ScalarFunctor):

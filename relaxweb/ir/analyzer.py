@@ -70,6 +70,10 @@ class Analyzer(CanonicalForm):
         self._symbolic_upper: dict[str, PrimExpr] = dict(symbolic_upper or {})
         # name -> an expression the variable is never below (``i >= n`` in the else branch of ``i < n``)
         self._symbolic_lower: dict[str, PrimExpr] = dict(symbolic_lower or {})
+        # the constant bounds as expressions, for the proofs that substitute a bound (upper ones,
+        # and lower ones above 0: a variable is >= 0 anyway)
+        self._constant_upper = {name: IntImm(hi) for name, (_, hi) in self._ranges.items() if hi is not None}
+        self._constant_lower = {name: IntImm(lo) for name, (lo, _) in self._ranges.items() if lo > 0}
         self._intervals: dict[str, Interval] = {}
         self._candidate_cache: dict[tuple[str, bool], list[dict[Monomial, Fraction]]] = {}
         self._bounds: dict[tuple, Bound] = {}
@@ -201,10 +205,8 @@ class Analyzer(CanonicalForm):
         v >= L, P >= c * L + R: prove that instead.  The bounds are the symbolic ones, and the
         constant ones where the slope c is not a constant (``n * i - 4 * n >= 0`` for ``i >=
         4``: intervals bound ``n * i`` and ``4 * n`` apart, and cannot)."""
-        constant_upper = {name: IntImm(hi) for name, (_, hi) in self._ranges.items() if hi is not None}
-        constant_lower = {name: IntImm(lo) for name, (lo, _) in self._ranges.items() if lo > 0}
         for bounds, decreasing, constant in ((self._symbolic_upper, True, False), (self._symbolic_lower, False, False),
-                                             (constant_upper, True, True), (constant_lower, False, True)):
+                                             (self._constant_upper, True, True), (self._constant_lower, False, True)):
             for name, bound in bounds.items():
                 with_v = {m: c for m, c in polynomial.items() if any(key == name for key, _ in m)}
                 if not with_v or any(power != 1 for m in with_v for key, power in m if key == name):

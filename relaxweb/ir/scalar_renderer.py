@@ -94,6 +94,21 @@ class ScalarRenderer(ScalarFunctor):
         self.open_scope()
         self.index_lowering.assume(self.branch_bounds(condition, holds))
 
+    def branch_value(self, condition: ScalarExpr, holds: bool, render: Callable[[], str]) -> str:
+        """``render()``'s value for a Select's branch that the language evaluates whatever the
+        condition (a backend's branch-free select): in a scope of its own with the bounds the
+        condition puts on the axes where it has any, else in the current scope.  The value is
+        used only where the bounds hold; the caller's branches are ones that compute anything
+        else harmlessly."""
+        bounds = self.branch_bounds(condition, holds)
+        if not bounds:
+            return render()
+        self.open_scope()
+        self.index_lowering.assume(bounds)
+        value = render()
+        self.close_scope()
+        return value
+
     def known(self, expr: ScalarExpr, value: str) -> None:
         """``expr``'s value is ``value`` in the current scope."""
         self.scopes[-1][expr] = value

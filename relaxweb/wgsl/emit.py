@@ -493,7 +493,10 @@ class Emitter(ScalarRenderer):
         lanes of a CPU (SwiftShader, lavapipe)."""
         if is_cheap_branch(expr.a) and is_cheap_branch(expr.b):
             condition = self.scalar(expr.condition, indent)
-            a, b = (self._branch_value(expr, holds, indent) for holds in (True, False))
+            # WGSL's select evaluates both branches: where its condition's bounds do not hold,
+            # a branch's load stays inside the buffer (robust buffer access) and is not used
+            a, b = (self.branch_value(expr.condition, holds, lambda branch=branch: self.scalar(branch, indent))
+                    for branch, holds in ((expr.a, True), (expr.b, False)))
             return f"select({b}, {a}, {condition})"
         name = f"sel{self.selections}"
         self.selections += 1
@@ -511,18 +514,6 @@ class Emitter(ScalarRenderer):
         self.statements.append(f"{indent}  {name} = {b};")
         self.statements.append(f"{indent}}}")
         return name
-
-    def _branch_value(self, expr: Select, holds: bool, indent: str) -> str:
-        """A branch of a Select that WGSL's ``select`` evaluates whatever the condition: with
-        the bounds its condition puts on the axes where it has any (the value is only used
-        where they hold; a load elsewhere stays inside the buffer: robust buffer access)."""
-        branch = expr.a if holds else expr.b
-        if not self.branch_bounds(expr.condition, holds):
-            return self.scalar(branch, indent)
-        self.open_branch(expr.condition, holds)
-        value = self.scalar(branch, indent)
-        self.close_scope()
-        return value
 
 
 def combine(combiner: ReduceCombiner, dtype: str, accumulator: str, value: str, first: str) -> str:

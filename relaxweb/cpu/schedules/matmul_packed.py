@@ -79,8 +79,7 @@ def packed_main(kernel: MatmulKernel, schedule: PackedMatmulSchedule) -> None:
                     else:
                         body.comment("the call's next row groups of this batch index at once, while their panels fit "
                                      "the scratch: the second factor packed once for them")
-                        fits = div_u(const(schedule.panel_bytes),
-                                     mul(call("$max_u32", depth, const(1)), const(4 * schedule.panel_rows)))
+                        fits = _panels_in(schedule, schedule.panel_bytes, depth)
                         body.set(taken, call("$max_u32", call("$min_u32", call("$min_u32", left, sub(
                             row_groups, op("i32.rem_u", unit, row_groups))), div_u(fits, get(group))), const(1)))
                         body.set(panels, mul(get(taken), get(group)))
@@ -110,6 +109,11 @@ def packed_units(sizes: UnitSizes, schedule: PackedMatmulSchedule, then: str | N
     return f"(select {panels} {then} (i32.le_u {sizes.depth} (i32.const {schedule.max_depth})))"
 
 
+def _panels_in(schedule: PackedMatmulSchedule, budget: int, depth: str) -> str:
+    """The i32 WAT count of first-factor panels of ``depth`` steps that ``budget`` bytes hold."""
+    return div_u(const(budget), mul(call("$max_u32", depth, const(1)), const(4 * schedule.panel_rows)))
+
+
 def _panels(schedule: PackedMatmulSchedule, rows: str) -> str:
     return div_u(add(rows, const(schedule.panel_rows - 1)), const(schedule.panel_rows))
 
@@ -120,8 +124,7 @@ def panel_group(schedule: PackedMatmulSchedule, rows: str, depth: str) -> str:
     ``units_wanted`` per batch index, as many as ``panel_bytes`` holds, at least one.
     ``$main`` and ``$units`` compute it alike (``PackedMatmulSchedule.panel_group``)."""
     wanted = div_u(add(_panels(schedule, rows), const(schedule.units_wanted - 1)), const(schedule.units_wanted))
-    fits = div_u(const(schedule.panel_bytes), mul(call("$max_u32", depth, const(1)), const(4 * schedule.panel_rows)))
-    return call("$max_u32", call("$min_u32", wanted, fits), const(1))
+    return call("$max_u32", call("$min_u32", wanted, _panels_in(schedule, schedule.panel_bytes, depth)), const(1))
 
 
 def _few_panels(schedule: PackedMatmulSchedule, rows: str, batches: str) -> str:
@@ -134,7 +137,7 @@ def split_group(schedule: PackedMatmulSchedule, rows: str, depth: str, batches: 
     values, evaluated several times): all of the rows when they are few (fewer panels per
     batch index than ``units_wanted``) and fit ``split_panel_bytes``, else :func:`panel_group`'s
     choice (then the columns are not split)."""
-    fits = div_u(const(schedule.split_panel_bytes), mul(call("$max_u32", depth, const(1)), const(4 * schedule.panel_rows)))
+    fits = _panels_in(schedule, schedule.split_panel_bytes, depth)
     return (f"(select {call('$max_u32', call('$min_u32', _panels(schedule, rows), fits), const(1))} "
             f"{panel_group(schedule, rows, depth)} {_few_panels(schedule, rows, batches)})")
 
