@@ -25,6 +25,7 @@ stops at any of the stop tokens (by default every EOS id of the tokenizer).
 from __future__ import annotations
 
 import struct
+import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -509,9 +510,16 @@ class GenerationMethods:
         return generation_stats(self)
 
 
+#: held while a session's scheduler is made: not the session's run_lock, which a step holds for
+#: its whole run, so that a generate call that comes in while another drives the steps submits
+#: its request at once (on the run lock it would wait behind every step of a thread that takes
+#: the lock back as soon as it lets it go)
+_SCHEDULER_MADE = threading.Lock()
+
+
 def paged_scheduler(session: Any, setup: _Setup) -> PagedScheduler:
     """The session's scheduler (made on first use)."""
-    with session.run_lock:
+    with _SCHEDULER_MADE:
         scheduler = getattr(session, "_paged_scheduler", None)
         if scheduler is None:
             backend = session.backend

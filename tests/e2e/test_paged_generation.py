@@ -8,8 +8,8 @@ they were; the pages in use follow the live sequences' lengths."""
 
 from __future__ import annotations
 
-import sys
 import threading
+import time
 
 import pytest
 
@@ -83,10 +83,7 @@ def test_eight_generations_at_once_give_each_prompts_tokens_alone(session, promp
         stats.append(session.generation_stats)
 
     outputs = [None] * len(prompts)
-    # Started one by one, the threads came in after the first had generated all of its tokens
-    # where a step takes a few ms (the wasm backend on a quiet machine): all 8 calls start at
-    # once, and the interpreter hands the GIL over often, as a run of kernels holds it.
-    start = threading.Barrier(len(prompts))
+    start = threading.Barrier(len(prompts))  # all 8 calls come in together
 
     def one(index):
         start.wait()
@@ -95,15 +92,10 @@ def test_eight_generations_at_once_give_each_prompts_tokens_alone(session, promp
 
     steps_before = session.generation_stats.steps
     threads = [threading.Thread(target=one, args=(index,)) for index in range(len(prompts))]
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-4)
-    try:
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-    finally:
-        sys.setswitchinterval(interval)
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
     assert [output.tokens for output in outputs] == alone
     assert max(stat.live for stat in stats) >= 6
     assert session.generation_stats.steps - steps_before < sum(NEW_TOKENS) / 2  # steps were shared
@@ -111,6 +103,24 @@ def test_eight_generations_at_once_give_each_prompts_tokens_alone(session, promp
         assert stat.pages_in_use * PAGE_SIZE < stat.positions_live + PAGE_SIZE * stat.live
     final = session.generation_stats
     assert (final.live, final.pages_in_use, final.queued) == (0, 0, 0)
+
+
+def test_a_call_that_comes_in_during_a_step_is_queued_before_the_step_ends(session, prompts, alone) -> None:
+    """A step holds the session's run lock for its whole run; a generate call that comes in
+    meanwhile queues its request at once instead of waiting on that lock (where the thread that
+    drives the steps took it back after each step, and ran its whole generation alone)."""
+    scheduler = session._paged_scheduler
+    done = []
+    with session.run_lock:  # as a step of another thread does
+        caller = threading.Thread(target=lambda: done.append(
+            session.generate(prompts[0], max_new_tokens=2, temperature=0, stop_tokens=[])))
+        caller.start()
+        deadline = time.monotonic() + 30
+        while session.generation_stats.queued == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        queued = session.generation_stats.queued
+    caller.join()
+    assert queued == 1 and len(done) == 1 and scheduler is session._paged_scheduler
 
 
 def test_generate_many_gives_each_prompts_tokens_alone(session, prompts, alone) -> None:
