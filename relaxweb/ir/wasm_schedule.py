@@ -182,11 +182,12 @@ class PackedMatmulSchedule(WasmSchedule):
     column slices of one row group: ``cpu/schedules/matmul_packed.py``), so one thread packs
     each factor once where it can.
 
-    ``split_columns`` (a weight as the second factor and a first cheap to pack, a plain load or
-    a layer norm: ``relaxweb.ir.matmul_layout.weight_columns``): where the rows are few (fewer panels per
+    ``split_columns`` (a first factor cheap to pack, a plain load or a layer norm:
+    ``relaxweb.ir.matmul_layout.split_columns``): where the rows are few (fewer panels per
     batch index than ``units_wanted``), a unit holds all of them (up to ``split_bytes`` of
-    panels, within ``panel_bytes``) and a slice of the columns, so that each unit copies only
-    its part of the weight, once for all of its rows.  At 512 KiB a 128 x 3072 @ 3072 x 768
+    panels, within ``panel_bytes``) and a slice of the columns, so that each unit packs only
+    its part of the second factor (a weight's, or a convolution's positions), once for all
+    of its rows, and the threads have units to share.  At 512 KiB a 128 x 3072 @ 3072 x 768
     matmul (an FFN's down-projection at 128 tokens) held one panel a unit and copied the weight
     four times: 26-28 GFLOP/s in Chromium; at 1 MiB, two panels and twice: 30-34
     (bench/wasm_peak.py).

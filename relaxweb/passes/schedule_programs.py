@@ -66,7 +66,7 @@ the choice for such a model.
   can be streamed in place or read as dot products (``relaxweb.ir.matmul_layout``:
   ``streamed_columns``, ``dot_columns``), which runs where the rows are few.  The factors
   swap roles where the second is the dear one (``cheap_columns``), and the packed kind splits
-  a weight's columns between units (``weight_columns``);
+  the columns between units where the rows are few (``split_columns``);
 - sliding-window reductions whose float ops all have f32x4 forms get ``window``
   (``relaxweb.ir.schedule_fit.wasm_window``: a depthwise convolution, a pool);
 - float elementwise and broadcast programs WebGPU's ``vectorized`` of width 4 fits, their ops
@@ -106,7 +106,7 @@ from dataclasses import replace
 from ..ir.expr import CallTIR, CallTIRInto, Function
 from ..ir.functor import post_order_visit
 from ..ir.launch import matmul_extents, matmul_info, vectorizable
-from ..ir.matmul_layout import cheap_columns, dot_columns, oriented, streamed_columns, weight_columns
+from ..ir.matmul_layout import cheap_columns, dot_columns, oriented, split_columns, streamed_columns
 from ..ir.module import IRModule
 from ..ir.pattern import MatmulInfo, Pattern, analyze_matmul, program_pattern, top_level_reductions
 from ..ir.schedule import (
@@ -285,7 +285,7 @@ def wasm_schedule(program: TensorProgram) -> WasmSchedule:
 def _wasm_matmul(program: TensorProgram, info: MatmulInfo) -> WasmSchedule:
     swap = cheap_columns(info, program, BLOCKS.columns, PACKED.panel_columns)
     info = oriented(info, swap)
-    packed = replace(PACKED, swap_factors=swap, split_columns=weight_columns(info, program),
+    packed = replace(PACKED, swap_factors=swap, split_columns=split_columns(info),
                      beyond=replace(BLOCKS, swap_factors=swap))
     streamed = streamed_columns(info, program)
     if not (streamed or dot_columns(info)):

@@ -824,16 +824,18 @@ def test_matmul_of_a_layer_norm_split_by_columns(rows: int, monkeypatch) -> None
     assert check_module(model, {"x": rand(1, rows, 24)}, monkeypatch) >= 1
 
 
-def test_column_split_falls_back(monkeypatch) -> None:
+def test_column_split_only_where_the_first_factor_is_cheap_to_pack(monkeypatch) -> None:
     """No column split where the first factor is not cheap to pack (a GELU prologue would be
-    evaluated once per slice) or the second factor is not a weight (an activation of
-    symbolic shape: a batched matmul of two inputs)."""
+    evaluated once per slice); a second factor that is not a weight (an activation of
+    symbolic shape: a matmul of two inputs) splits like one, its slices' columns packed
+    from wherever they start, at few rows (12: one panel, 8 slices) and at many (no split)."""
     gelu = compile_model(gelu_matmul_model("n", 16, 24))
     assert not any("$slice_columns" in render_program(p) for p in gelu.programs.values())
     model = make_model([helper.make_node("MatMul", ["x", "z"], ["y"])],
                        [("x", TensorProto.FLOAT, ["n", 16]), ("z", TensorProto.FLOAT, [16, "m"])], ["y"], {})
-    assert not any("$slice_columns" in render_program(p) for p in compile_model(model).programs.values())
-    assert check_module(model, {"x": rand(40, 16), "z": rand(16, 30, seed=3)}, monkeypatch) >= 1
+    assert any("$slice_columns" in render_program(p) for p in compile_model(model).programs.values())
+    for rows, columns in ((12, 301), (40, 30)):
+        assert check_module(model, {"x": rand(rows, 16), "z": rand(16, columns, seed=3)}, monkeypatch) >= 1
 
 
 def test_convolution_window_steps_written_out_or_looped(monkeypatch) -> None:
@@ -1181,16 +1183,16 @@ def units_of(program: TensorProgram, size_vars: dict[str, int]) -> int:
 
 
 def test_packed_path_capacity(monkeypatch) -> None:
-    """A reduction of a run-time length runs the packed path up to the capacity (one unit of
-    ``panel_rows`` rows), the block path one step beyond (a unit per block), and an empty one
-    gives the epilogue of 0."""
+    """A reduction of a run-time length runs the packed path up to the capacity (one panel of
+    ``panel_rows`` rows, its 9 columns in 2 slices of a block each), the block path one step
+    beyond (a unit per block), and an empty one gives the epilogue of 0."""
     m, c = SizeVar("m"), SizeVar("c")
     a, b = Buffer("A", (IntImm(5), m), "float32"), Buffer("B", (m, c), "float32")
     body = Reduce(ReduceCombiner.SUM, k, m, Load(a, (i, k)) * Load(b, (k, j))) + FloatImm(1.0)
     program = TensorProgram("matmul", (a, b), Buffer("out", (IntImm(5), c), "float32"), (i, j), body)
     # 5 rows: without its matrix-vector kind, else that runs
     program = scheduled(program, lambda schedule: packed(max_depth=20)(without_matrix_vector(schedule)))
-    for steps, columns, units in ((20, 9, 1), (21, 9, 2), (0, 9, 1), (3, 0, 1)):
+    for steps, columns, units in ((20, 9, 2), (21, 9, 2), (0, 9, 2), (3, 0, 1)):
         assert units_of(program, {"m": steps, "c": columns}) == units
         check_program(program, [rand(5, steps), rand(steps, columns, seed=1)], {"m": steps, "c": columns})
 
@@ -1236,14 +1238,15 @@ def test_matvec_with_fused_prologues(matvec: bool, monkeypatch) -> None:
 
 def test_matvec_of_symbolic_sizes() -> None:
     """Rows, reduction and columns all size variables: the form is chosen at run time (at
-    most ``max_rows`` rows and ``max_depth`` steps), and ``$units`` follows the same choice."""
+    most ``max_rows`` rows and ``max_depth`` steps), and ``$units`` follows the same choice
+    (9 rows: the packed path, one panel, its columns in 8 slices)."""
     s, m, c = SizeVar("s"), SizeVar("m"), SizeVar("c")
     a, b = Buffer("A", (s, m), "float32"), Buffer("B", (m, c), "float32")
     body = Reduce(ReduceCombiner.SUM, k, m, Load(a, (i, k)) * Load(b, (k, j))) * FloatImm(0.5)
     program = TensorProgram("matmul", (a, b), Buffer("out", (s, c), "float32"), (i, j), body)
     assert "$matvec_unit" in render_program(program)
     deep = MatrixVectorSchedule().max_depth + 1  # beyond the form's depth: the packed path
-    for rows, steps, columns, units in ((1, 30, 1100, 3), (4, 5, 512, 1), (8, 3, 513, 2), (9, 9, 600, 1),
+    for rows, steps, columns, units in ((1, 30, 1100, 3), (4, 5, 512, 1), (8, 3, 513, 2), (9, 9, 600, 8),
                                         (3, 0, 9, 1), (2, 4, 0, 0), (0, 4, 9, 1), (1, deep, 7, 1)):
         sizes = {"s": rows, "m": steps, "c": columns}
         assert units_of(program, sizes) == units, sizes

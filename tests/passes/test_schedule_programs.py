@@ -97,7 +97,8 @@ def test_wasm_kinds_follow_the_factors_layout() -> None:
     (a ReLU of the weight) the factors swap: the input's rows are then columns, each
     contiguous along the reduction (a dot product each); not with fewer rows than a block
     has columns (4: no block would be whole), which also leaves no weight to read in place.
-    A depthwise window: WebGPU's element layout, wasm's window kind."""
+    Both packed kinds split the columns where the rows are few (their first factors cost
+    about a copy to pack).  A depthwise window: WebGPU's element layout, wasm's window kind."""
     before = '''
 @tensor_program{relu_weight}
 def relu_weight(A: Buffer((n, 4), "float32"), B: Buffer((4, 8), "float32"), out: Buffer((n, 8), "float32")):
@@ -121,8 +122,8 @@ def main(x: Tensor((n, 4), "float32"), w: Tensor((4, n), "float32"), y: Tensor((
     return (a, b, d)
 '''
     window = "window(lanes=8, unroll=8, unrolled_widths=(3, 5, 7), overreach=1024)"
-    expected = before.format(relu_weight=tiled(matrix_vector(packed(swap=True), swap=True, dot=True)),
-                             few_rows=tiled(packed()), depthwise=targets(wasm=window))
+    expected = before.format(relu_weight=tiled(matrix_vector(packed(swap=True, split=True), swap=True, dot=True)),
+                             few_rows=tiled(packed(split=True)), depthwise=targets(wasm=window))
     constants = {"w": rand(4, 8, seed=1), "v": rand(4, 4, seed=2), "k": rand(2, 3, seed=3)}
     inputs = {"x": rand(5, 4), "w": rand(4, 5, seed=4), "y": rand(2, 10, seed=5)}
     check_rewrite(schedule_programs, before.format(relu_weight="", few_rows="", depthwise=""), expected, inputs,
@@ -148,13 +149,12 @@ def main(x: Tensor((n, 4), "float32"), y: Tensor((n, 6), "float32")) -> Tuple(Te
 
 def test_shared_programs_are_scheduled_as_shared() -> None:
     """share_programs runs first: two matmuls that differ in their depth become one, whose
-    weight has a variable shape, so its packed kind does not split the weight's columns (as
-    each would alone: a weight is a buffer of constant shape), while WebGPU keeps the tiles
-    both members get."""
+    weight has a variable shape; its packed kind still splits the columns where the rows are
+    few (its first factor is a plain load), and WebGPU keeps the tiles both members get."""
     before = (SHARED.format(decorator="", name="matmul", k=4) + SHARED.format(decorator="", name="matmul1", k=6)
               + SHARED_MAIN.format(first="", second="matmul1", other=""))
     expected = (SHARED_SIZES.format('{"matmul": ("constant0",)}')
-                + SHARED.format(decorator=tiled(matrix_vector(packed(split=False))), name="matmul", k="constant0")
+                + SHARED.format(decorator=tiled(matrix_vector(packed(split=True))), name="matmul", k="constant0")
                 + SHARED_MAIN.format(first=', "constant0": 4', second="matmul", other=', "constant0": 6'))
 
     def share_then_schedule(module):
@@ -191,7 +191,7 @@ def test_a_shared_program_keeps_its_members_tiles() -> None:
     before = (ROWS.format(decorator="", name="first", rows=48) + ROWS.format(decorator="", name="second", rows=40)
               + ROWS_MAIN.format(other=40, first="", second="second", second_sizes=""))
     expected = (SHARED_SIZES.format('{"first": ("constant0",)}')
-                + ROWS.format(decorator=tiled(matrix_vector(packed())), name="first", rows="constant0")
+                + ROWS.format(decorator=tiled(matrix_vector(packed(split=True))), name="first", rows="constant0")
                 + ROWS_MAIN.format(other=40, first=', "constant0": 48', second="first",
                                    second_sizes=', "constant0": 40'))
 
