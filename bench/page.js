@@ -47,7 +47,7 @@ const SYSTEMS = {
       adapterInfo: () => infoOf(model.device?.adapterInfo),
       extra: () => (model.backend === "wasm"
         ? { backend: model.backend, threads: model.threads, unitsRunByWorkers: model.unitsRunByWorkers,
-            lastDispatchCount: model.lastDispatchCount, ...threadEvidence() }
+            lastDispatchCount: model.lastDispatchCount, warmUp: model.runBackend?.warmUp, ...threadEvidence() }
         : { lastDispatchCount: model.lastDispatchCount, pipelinesReadyMs, kernels: model.kernels }),
       // one warm-up run, then one with every dispatch timed (model.profile): the top kernels.
       // On wasm no warm-up: nothing is compiled at run time, and the case's runs just ran at this

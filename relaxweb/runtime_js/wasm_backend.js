@@ -55,8 +55,12 @@ export const RESERVED_BYTES = 65536;
 export const SLACK_BYTES = 65536;
 /** The most pages a wasm32 memory holds (4 GiB); kernels.wasm declares it as its memory's maximum. */
 export const MAX_PAGES = 65536;
-/** The fewest units a thread gets: a dispatch with fewer than twice this runs on the calling thread alone. */
-export const MIN_UNITS_PER_THREAD = 4;
+/**
+ * The fewest units a thread gets: a dispatch with fewer than twice this runs on the calling
+ * thread alone. At 4, a convolution of 7 units (ResNet-50's, MobileNetV3's: a unit is
+ * a group of panels that packs the weight once) ran on one thread of two.
+ */
+export const MIN_UNITS_PER_THREAD = 2;
 /** The default thread count is min(navigator.hardwareConcurrency, DEFAULT_MAX_THREADS). */
 export const DEFAULT_MAX_THREADS = 4;
 
