@@ -104,6 +104,7 @@ function threadEvidence() {
 }
 
 let system = null;
+let lastInputs = null; // the inputs runShape last ran (a function that copies them)
 
 window.bench = {
   // The adapter a plain requestAdapter() gives this page (what both systems also request).
@@ -130,6 +131,7 @@ window.bench = {
   // taken that long, the first run included: a system that needs minutes per run runs once.
   async runShape({ inputs, warmup, runs, budgetMs = Infinity }) {
     const tensors = decodeInputs(inputs);
+    lastInputs = tensors;
     let before = window.__bench.snapshot();
     const caseStart = performance.now();
     let start = caseStart;
@@ -151,6 +153,19 @@ window.bench = {
     const bytes = new Uint8Array(floats.buffer);
     for (let i = 0; i < bytes.length; i += 0x8000) binary += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
     return { firstRunMs, firstRun, steady, timesMs, extra: system.extra(), output: btoa(binary), totals: window.__bench.snapshot() };
+  },
+
+  // run.py --interleave: `count` more timed runs of the inputs runShape last ran, with what
+  // the counters grew by over them.
+  async timeRuns({ count }) {
+    const before = window.__bench.snapshot();
+    const timesMs = [];
+    for (let i = 0; i < count; i += 1) {
+      const start = performance.now();
+      await system.run(lastInputs());
+      timesMs.push(performance.now() - start);
+    }
+    return { timesMs, steady: delta(window.__bench.snapshot(), before), extra: system.extra(), totals: window.__bench.snapshot() };
   },
 
   // relaxweb only (run.py --profile), after runShape at the same shape: where a run's time goes.

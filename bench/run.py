@@ -42,6 +42,12 @@ Method
    in order: one first run (timed and counted alone: the pipelines it creates are "created at
    first run" or "on shape change"), ``--warmup`` runs, ``--runs`` timed runs (median).  A run
    includes making the input tensors and reading the first output back to JavaScript.
+   With ``--interleave`` every system of a model loads at once, a page each, and after each
+   one's first run and warm-up the timed runs go in rounds, one run of each system a round
+   (the order turned by one each round); each case also gets ``paired_ratios``, the median
+   over the rounds of one system's run over another's.  On this shared machine one system's
+   medians moved by 1.6x between invocations minutes apart (MobileNetV3 at 1 thread: 43 and
+   69 ms); runs a fraction of a second apart move together.
 6. Runtime download: the bytes of the runtime's own files (relaxweb ``runtime/*.js`` +
    ``host.wasm``; onnxruntime-web its ``.mjs`` and ``.wasm``), not the model's.
 7. Correctness: each system's first output at each case against onnxruntime (Python, CPU) on
@@ -339,24 +345,29 @@ def is_runtime_file(url: str) -> bool:
     return path.startswith("/ort/") or "/runtime/" in path or path.endswith("/host.wasm")
 
 
-def bench_system(context, base_urls, routes, system, name, prepared, references, args) -> dict:
-    """One system on one model, in a fresh page: load, then each case in order.  A failure
-    is recorded (one line) where it happened, the load's for the whole system, a case's for
-    that case, and the next case still runs.  ``base_urls`` maps "isolated" (a cross-origin
-    isolated page, for ISOLATED_SYSTEMS) and "plain" to the servers' addresses."""
-    model = MODELS[name]
+@dataclass
+class SystemPage:
+    """One system loaded on one model in its own page, and what the page has seen so far."""
+
+    system: str
+    page: object
+    result: dict
+    requests: list
+    errors: list
+
+
+def open_system(context, base_urls, system, prepared, args) -> SystemPage:
+    """A fresh page for ``system``, the model loaded in it (a failure to load is recorded in
+    the result, and the system then runs no case).  ``base_urls`` maps "isolated" (a
+    cross-origin isolated page, for ISOLATED_SYSTEMS) and "plain" to the servers' addresses."""
     page = context.new_page()
-    requests, errors = [], []  # (url, HTTP status) of every response; page errors
-    page.on("response", lambda response: requests.append((response.url, response.status)))
-    page.on("pageerror", lambda error: errors.append(str(error)))
-    page.on("console", lambda msg: msg.type == "error" and errors.append(msg.text))
-    result: dict = {"system": system}
+    opened = SystemPage(system, page, {"system": system}, [], [])  # responses (url, HTTP status); page errors
+    page.on("response", lambda response: opened.requests.append((response.url, response.status)))
+    page.on("pageerror", lambda error: opened.errors.append(str(error)))
+    page.on("console", lambda msg: msg.type == "error" and opened.errors.append(msg.text))
+    result = opened.result
     if system.startswith("relaxweb-wasm"):
         result["kernels_wasm_bytes"] = prepared.get("kernels_wasm_bytes")
-    runs = args.runs if args.runs is not None else (1 if args.quick else model.runs)
-    warmup = args.warmup if args.warmup is not None else (0 if args.quick else model.warmup)
-    cases = [c for c in model.cases if not args.cases or c.label in args.cases]
-    cases = cases[:1] if args.quick else cases
     try:
         page.goto(base_urls["isolated" if system in ISOLATED_SYSTEMS else "plain"] + "page.html")
         page.wait_for_function("window.benchReady === true", timeout=30_000)
@@ -371,52 +382,68 @@ def bench_system(context, base_urls, routes, system, name, prepared, references,
     except Exception as error:  # one failing system must not lose the others' numbers
         result["error"] = f"load: {type(error).__name__}: {first_line(error)}"
         print(f"  {system}: FAILED: {result['error']}", flush=True)
-        cases = []
     result["cases"] = {}
-    for case in cases:
+    return opened
+
+
+def case_plan(model: BenchModel, args) -> tuple[list[Case], int, int]:
+    """The cases a model runs and its timed and warm-up runs per case (the options, else the model's)."""
+    runs = args.runs if args.runs is not None else (1 if args.quick else model.runs)
+    warmup = args.warmup if args.warmup is not None else (0 if args.quick else model.warmup)
+    cases = [c for c in model.cases if not args.cases or c.label in args.cases]
+    return (cases[:1] if args.quick else cases), runs, warmup
+
+
+def record_case(opened: SystemPage, case: Case, shape: dict, prepared, references, warmup: int, args) -> None:
+    """A case's measurements (``bench.runShape``'s answer) into the system's result: the output
+    against onnxruntime, the median, dispatches per run; then the profile where asked."""
+    system = opened.system
+    output = np.frombuffer(base64.b64decode(shape.pop("output")), dtype=np.float32)
+    reference = references.get(prepared["onnx"], case)
+    if reference is not None:
+        shape["max_abs_diff_vs_onnxruntime_cpu"] = (
+            float(np.max(np.abs(output - reference))) if output.shape == reference.shape else float("inf"))
+        shape["max_abs_reference"] = float(np.max(np.abs(reference)))
+    timed = len(shape["timesMs"])  # fewer than runs where --budget-s ran out
+    shape["median_ms"] = statistics.median(shape["timesMs"]) if timed else shape["firstRunMs"]
+    shape["dispatches_per_run"] = shape["steady"]["dispatches"] / timed if timed else shape["firstRun"]["dispatches"]
+    if system.startswith("relaxweb-wasm"):  # kernel calls, not WebGPU dispatches: the last run's
+        shape["dispatches_per_run"] = shape["extra"]["lastDispatchCount"]
+    shape.update(runs=timed, warmup=warmup)
+    opened.result["cases"][case.label] = shape
+    opened.result["totals"] = shape["totals"]
+    if args.profile and is_relaxweb(system):
         try:
-            inputs = case.inputs()
-            shape = page.evaluate("(cfg) => bench.runShape(cfg)",
-                                  {"inputs": encode_inputs(inputs), "warmup": warmup, "runs": runs,
-                                   **({"budgetMs": args.budget_s * 1000} if args.budget_s else {})})
+            shape["profile"] = opened.page.evaluate("(cfg) => bench.profileShape(cfg)",
+                                                    {"inputs": encode_inputs(case.inputs())})
         except Exception as error:
-            result["cases"][case.label] = {"error": f"{type(error).__name__}: {first_line(error)}"}
-            print(f"  {system:16s} {case.label:26s}: FAILED: {result['cases'][case.label]['error']}", flush=True)
-            continue
-        output = np.frombuffer(base64.b64decode(shape.pop("output")), dtype=np.float32)
-        reference = references.get(prepared["onnx"], case)
-        if reference is not None:
-            shape["max_abs_diff_vs_onnxruntime_cpu"] = (
-                float(np.max(np.abs(output - reference))) if output.shape == reference.shape else float("inf"))
-            shape["max_abs_reference"] = float(np.max(np.abs(reference)))
-        timed = len(shape["timesMs"])  # fewer than runs where --budget-s ran out
-        shape["median_ms"] = statistics.median(shape["timesMs"]) if timed else shape["firstRunMs"]
-        shape["dispatches_per_run"] = shape["steady"]["dispatches"] / timed if timed else shape["firstRun"]["dispatches"]
-        if system.startswith("relaxweb-wasm"):  # kernel calls, not WebGPU dispatches: the last run's
-            shape["dispatches_per_run"] = shape["extra"]["lastDispatchCount"]
-        shape.update(runs=timed, warmup=warmup)
-        result["cases"][case.label] = shape
-        result["totals"] = shape["totals"]
-        if args.profile and is_relaxweb(system):
-            try:
-                shape["profile"] = page.evaluate("(cfg) => bench.profileShape(cfg)", {"inputs": encode_inputs(inputs)})
-            except Exception as error:
-                shape["profile"] = {"error": f"{type(error).__name__}: {first_line(error)}"}
-        print(f"  {system:16s} {case.label:26s}: median {shape['median_ms']:9.1f} ms, first run "
-              f"{shape['firstRunMs']:9.1f} ms, {shape['dispatches_per_run']:g} dispatches, "
-              f"{shape['firstRun']['pipelines']} new pipelines, max diff "
-              f"{shape.get('max_abs_diff_vs_onnxruntime_cpu', float('nan')):.2g}", flush=True)
-    first = result["cases"].get(cases[0].label, {}) if cases else {}
+            shape["profile"] = {"error": f"{type(error).__name__}: {first_line(error)}"}
+    print(f"  {system:16s} {case.label:26s}: median {shape['median_ms']:9.1f} ms, first run "
+          f"{shape['firstRunMs']:9.1f} ms, {shape['dispatches_per_run']:g} dispatches, "
+          f"{shape['firstRun']['pipelines']} new pipelines, max diff "
+          f"{shape.get('max_abs_diff_vs_onnxruntime_cpu', float('nan')):.2g}", flush=True)
+
+
+def record_failure(opened: SystemPage, case: Case, error: Exception) -> None:
+    opened.result["cases"][case.label] = {"error": f"{type(error).__name__}: {first_line(error)}"}
+    print(f"  {opened.system:16s} {case.label:26s}: FAILED: {opened.result['cases'][case.label]['error']}", flush=True)
+
+
+def close_system(opened: SystemPage, routes, first_label: str | None) -> dict:
+    """The page closed; the system's result with its load + first run, the pipelines of its
+    repeated runs, its page errors and the files it fetched (the runtime's bytes)."""
+    result = opened.result
+    first = result["cases"].get(first_label, {}) if first_label else {}
     if "firstRunMs" in first:
         result["load_and_first_run_ms"] = result["load_ms"] + first["firstRunMs"]
     if "totals" in result:  # pipelines created in no case's first run: in warm-up and timed runs
         result["pipelines_in_repeated_runs"] = result["totals"]["pipelines"] - result["load_counts"]["pipelines"] - sum(
             c["firstRun"]["pipelines"] for c in result["cases"].values() if "firstRun" in c)
     with contextlib.suppress(Exception):  # a crashed page is closed already
-        page.close()
-    result["page_errors"] = errors[:20]
+        opened.page.close()
+    result["page_errors"] = opened.errors[:20]
     files = []
-    for url, status in dict.fromkeys(requests):
+    for url, status in dict.fromkeys(opened.requests):
         path = file_for(url, routes)
         size = path.stat().st_size if status == 200 and path is not None and path.is_file() else None
         files.append({"url": urllib.parse.urlsplit(url).path, "status": status, "bytes": size,
@@ -425,6 +452,86 @@ def bench_system(context, base_urls, routes, system, name, prepared, references,
     result["runtime_bytes"] = sum(f["bytes"] or 0 for f in files if f["runtime"])
     result["runtime_files"] = [f["url"].rsplit("/", 1)[-1] for f in files if f["runtime"] and f["bytes"]]
     return result
+
+
+def bench_system(context, base_urls, routes, system, name, prepared, references, args) -> dict:
+    """One system on one model, in a fresh page: load, then each case in order.  A failure
+    is recorded (one line) where it happened, the load's for the whole system, a case's for
+    that case, and the next case still runs."""
+    cases, runs, warmup = case_plan(MODELS[name], args)
+    opened = open_system(context, base_urls, system, prepared, args)
+    for case in cases if "error" not in opened.result else []:
+        try:
+            shape = opened.page.evaluate("(cfg) => bench.runShape(cfg)",
+                                         {"inputs": encode_inputs(case.inputs()), "warmup": warmup, "runs": runs,
+                                          **({"budgetMs": args.budget_s * 1000} if args.budget_s else {})})
+        except Exception as error:
+            record_failure(opened, case, error)
+            continue
+        record_case(opened, case, shape, prepared, references, warmup, args)
+    return close_system(opened, routes, cases[0].label if cases else None)
+
+
+def bench_interleaved(context, base_urls, routes, systems, name, prepared, references, args) -> dict[str, dict]:
+    """Every system on one model at once (``--interleave``), each in its own page: all load,
+    then per case each does its first run and warm-up, and the timed runs go round by round,
+    one run of each system a round, the order turned by one each round; so a change in the
+    machine's load falls on all of them alike."""
+    cases, runs, warmup = case_plan(MODELS[name], args)
+    opened = [open_system(context, base_urls, system, prepared, args) for system in systems]
+    for case in cases:
+        inputs = encode_inputs(case.inputs())
+        shapes: dict[str, dict] = {}
+        for each in opened:
+            if "error" in each.result:
+                continue
+            try:
+                each.page.bring_to_front()
+                shapes[each.system] = each.page.evaluate("(cfg) => bench.runShape(cfg)",
+                                                         {"inputs": inputs, "warmup": warmup, "runs": 0})
+            except Exception as error:
+                record_failure(each, case, error)
+        running = [each for each in opened if each.system in shapes]
+        for round_ in range(runs):
+            for each in running[round_ % len(running):] + running[:round_ % len(running)]:
+                if each.system not in shapes:
+                    continue
+                try:
+                    each.page.bring_to_front()  # a page behind the others may run at a lower priority
+                    timed = each.page.evaluate("(cfg) => bench.timeRuns(cfg)", {"count": 1})
+                except Exception as error:
+                    record_failure(each, case, error)
+                    del shapes[each.system]
+                    continue
+                shape = shapes[each.system]
+                shape["timesMs"] += timed["timesMs"]
+                shape["steady"] = {key: shape["steady"].get(key, 0) + value for key, value in timed["steady"].items()}
+                shape.update(extra=timed["extra"], totals=timed["totals"])
+        paired_ratios(shapes, case.label)
+        for each in running:
+            if each.system in shapes:
+                record_case(each, case, shapes[each.system], prepared, references, warmup, args)
+    return {each.system: close_system(each, routes, cases[0].label if cases else None) for each in opened}
+
+
+def paired_ratios(shapes: dict[str, dict], label: str) -> None:
+    """Per pair of systems whose timed runs went in the same rounds, the median over the rounds
+    of one's run over the other's (runs a fraction of a second apart: the machine's load
+    moves them together, so this ratio holds still where the ratio of medians does not);
+    into each case's ``paired_ratios`` (other system -> ratio) and printed."""
+    for system, shape in shapes.items():
+        shape["paired_ratios"] = {}
+        for other, theirs in shapes.items():
+            rounds = min(len(shape["timesMs"]), len(theirs["timesMs"]))
+            if other != system and rounds:
+                shape["paired_ratios"][other] = statistics.median(
+                    mine / their for mine, their in zip(shape["timesMs"][:rounds], theirs["timesMs"][:rounds]))
+    names = list(shapes)
+    for i, system in enumerate(names):
+        for other in names[i + 1:]:
+            if other in shapes[system]["paired_ratios"]:
+                print(f"  {label:26s}: {system} / {other}, paired by round: "
+                      f"{shapes[system]['paired_ratios'][other]:.2f}", flush=True)
 
 
 def summary_rows(labels: list[str]) -> list[tuple[str, str]]:
@@ -726,16 +833,24 @@ def run_systems(prepared: dict[str, dict], systems: list[str], args: argparse.Na
             for name, model in prepared.items():
                 print(f"{name}:", flush=True)
                 results = report["results"][name] = {}
+                runnable = []
                 for system in systems:
                     if "error" in model or (is_relaxweb(system) and "build_error" in model):
                         results[system] = {"system": system, "error": model.get("error") or model["build_error"]}
-                        continue
+                    else:
+                        runnable.append(system)
+                for group in ([runnable] if args.interleave else [[system] for system in runnable]):
                     if browser is None or not browser.is_connected():  # the first, or after a crash
                         browser = launch_chromium(playwright)
                         report["browser"] = f"Chromium {browser.version}"
                         context = browser.new_context()
                         context.add_init_script(path=str(BENCH_DIR / "instrument.js"))
-                    results[system] = bench_system(context, base_urls, routes, system, name, model, references, args)
+                    if args.interleave:
+                        results.update(bench_interleaved(context, base_urls, routes, group, name, model, references,
+                                                         args))
+                    else:
+                        results[group[0]] = bench_system(context, base_urls, routes, group[0], name, model, references,
+                                                         args)
                 report["seconds"] = round(time.monotonic() - started)
                 report["adapter"] = adapters_seen(report)
                 args.out.write_text(json.dumps(report, indent=1))  # what is done so far survives a later crash
@@ -779,6 +894,9 @@ def main() -> None:
     parser.add_argument("--build-timeout", type=int, default=1800, help="seconds one relaxweb build may take")
     parser.add_argument("--relaxweb-options", type=json.loads, default={}, metavar="JSON",
                         help="options for relaxweb's load() in the page, e.g. '{\"bounds\": {\"seq\": 128}}'")
+    parser.add_argument("--interleave", action="store_true",
+                        help="load every system at once (a page each) and take their timed runs in turns, one "
+                             "run of each a round: ratios that the machine's changing load moves less")
     parser.add_argument("--profile", action="store_true",
                         help="after each case, profile relaxweb's run (two more runs) and print its top kernels")
     parser.add_argument("--work", type=Path, default=BENCH_DIR / "build", help="models and bundles")
@@ -803,6 +921,7 @@ def main() -> None:
     report = {
         **report_header("bench/run.py"),
         "settings": {"quick": args.quick, "runs": args.runs, "warmup": args.warmup, "budget_s": args.budget_s,
+                     "interleave": args.interleave,
                      "cases": args.cases, "relaxweb_options": args.relaxweb_options, "profile": args.profile},
         "build_seconds": {name: round(p["build_s"], 1) for name, p in prepared.items() if "build_s" in p},
         "results": {},

@@ -176,7 +176,7 @@ def test_wasm_systems_run_a_tiny_model_at_1_and_2_threads(bench, tmp_path, monke
     if (bench.ORT_DIST / "ort.wasm.min.mjs").is_file():
         systems += ["ort-wasm", "ort-wasm-2t"]
     args = argparse.Namespace(runs=None, warmup=None, quick=False, cases=None, profile=True, relaxweb_options={},
-                              budget_s=None, work=tmp_path, out=tmp_path / "results.json")
+                              budget_s=None, work=tmp_path, out=tmp_path / "results.json", interleave=False)
     report = {"results": {}}
     bench.run_systems(prepared, systems, args, report, time.monotonic())
     results = report["results"]["tiny_mlp"]
@@ -205,7 +205,17 @@ def test_wasm_systems_run_a_tiny_model_at_1_and_2_threads(bench, tmp_path, monke
     bench.run_systems(prepared, ["relaxweb-wasm"], args, report, time.monotonic())
     shape = report["results"]["tiny_mlp"]["relaxweb-wasm"]["cases"]["n 512"]
     assert (shape["runs"], shape["timesMs"], shape["median_ms"]) == (0, [], shape["firstRunMs"])
-    capsys.readouterr()
+    # --interleave: all loaded at once, the timed runs in rounds; each pair's ratio by round
+    args.budget_s, args.interleave, args.runs = None, True, 3
+    bench.run_systems(prepared, systems, args, report, time.monotonic())
+    results = report["results"]["tiny_mlp"]
+    for system in systems:
+        shape = results[system]["cases"]["n 512"]
+        assert results[system]["page_errors"] == [] and len(shape["timesMs"]) == 3, system
+        assert shape["max_abs_diff_vs_onnxruntime_cpu"] <= F32_LOOSE.atol + F32_LOOSE.rtol * shape["max_abs_reference"]
+        assert sorted(shape["paired_ratios"]) == sorted(set(systems) - {system})
+    assert results["relaxweb-wasm-2t"]["cases"]["n 512"]["extra"]["unitsRunByWorkers"] > 0
+    assert "relaxweb-wasm / relaxweb-wasm-2t, paired by round" in capsys.readouterr().out
 
 
 # bench/decode.py: decode with a KV cache, relaxweb vs onnxruntime-web --------------------
