@@ -13,7 +13,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 
-import { interruptibleKernels } from "../../relaxweb/runtime_js/interruptible_kernels.js";
+import { interruptibleKernels, readLeb } from "../../relaxweb/runtime_js/interruptible_kernels.js";
 import { KernelClock, KernelDeadlineError } from "../../relaxweb/runtime_js/wasm_backend.js";
 import { Host } from "../../relaxweb/runtime_js/host.js";
 import { HostSession } from "../../relaxweb/runtime_js/host_session.js";
@@ -116,6 +116,65 @@ test("what a rewritten module computes is unchanged: loops, calls (renumbered), 
   assert.equal(exports.sum_of_squares(4), 0 + 1 + 4 + 9 + 3);
   assert.equal(exports.sum_of_squares(3_000_000) > 0, true); // past several refills of fuel, within the deadline
   assert.equal(exports.count_to(5000), 5_001_000); // 5 million iterations of an inner loop: refills on the way
+});
+
+/** A module's sections in order: [id, body, custom section's name]. @param {Uint8Array} bytes */
+function sectionsOf(bytes) {
+  const sections = [];
+  for (let position = 8; position < bytes.length;) {
+    const [size, start] = readLeb(bytes, position + 1);
+    const body = bytes.subarray(start, start + size);
+    let title = null;
+    if (bytes[position] === 0) {
+      const [length, at] = readLeb(body, 0);
+      title = new TextDecoder().decode(body.subarray(at, at + length));
+    }
+    sections.push({ id: bytes[position], body, title });
+    position = start + size;
+  }
+  return sections;
+}
+
+test("every fuel check's if is hinted unlikely, in a branch hint section before the code section", () => {
+  const rewritten = interruptibleKernels(assemble(`(module (import "env" "memory" (memory 1 65536))
+    (func $leaf (param i32) (result i32) (i32.add (local.get 0) (i32.const 1)))
+    (func (export "loop_and_call") (param $n i32) (result i32) (local $i i32)
+      (loop $next (local.set $i (call $leaf (local.get $i))) (br_if $next (i32.lt_s (local.get $i) (local.get $n))))
+      (local.get $i))
+    (func (export "two_loops") (param $n i32) (local $i i32) (local $j i32) (local $k f64)
+      (loop $rows (local.set $j (i32.const 0))
+        (loop $columns (local.set $j (i32.add (local.get $j) (i32.const 1))) (br_if $columns (i32.lt_s (local.get $j) (i32.const 9))))
+        (local.set $i (i32.add (local.get $i) (i32.const 1))) (br_if $rows (i32.lt_s (local.get $i) (local.get $n))))))`));
+  const sections = sectionsOf(rewritten);
+  const at = sections.findIndex((s) => s.title === "metadata.code.branch_hint");
+  assert.ok(at >= 0 && at < sections.findIndex((s) => s.id === 10), "the hints come before the code section");
+  const hints = sections[at].body;
+  let [, position] = readLeb(hints, 0);
+  position += "metadata.code.branch_hint".length;
+  const read = () => { const [value, after] = readLeb(hints, position); position = after; return value; };
+  const functions = new Map();
+  for (let count = read(); count > 0; count--) {
+    const index = read();
+    const offsets = [];
+    for (let n = read(); n > 0; n--) {
+      offsets.push(read());
+      assert.deepEqual([read(), read()], [1, 0]); // one byte: "likely false"
+    }
+    functions.set(index, offsets);
+  }
+  // function 0 is the deadline import: the leaf (1) has no loop and calls nothing
+  assert.deepEqual([...functions.keys()], [2, 3]);
+  const code = sections.find((s) => s.id === 10).body;
+  let [bodies, cursor] = readLeb(code, 0);
+  for (let f = 1; bodies > 0; f++, bodies--) {
+    const [size, start] = readLeb(code, cursor);
+    const body = code.subarray(start, start + size);
+    for (const offset of functions.get(f) ?? []) assert.deepEqual([body[offset], body[offset + 1]], [0x04, 0x40], `function ${f}`);
+    cursor = start + size;
+  }
+  assert.equal(functions.get(2).length, 2); // its entry (it calls) and its loop
+  assert.equal(functions.get(3).length, 2); // its two loops
+  assert.ok(new WebAssembly.Module(rewritten));
 });
 
 test("the rewrite refuses what it does not know, naming it", () => {
