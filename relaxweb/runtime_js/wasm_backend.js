@@ -58,9 +58,11 @@ export const MAX_PAGES = 65536;
 /**
  * The fewest units a thread gets: a dispatch with fewer than twice this runs on the calling
  * thread alone. At 4, a convolution of 7 units (ResNet-50's, MobileNetV3's: a unit is
- * a group of panels that packs the weight once) ran on one thread of two.
+ * a group of panels that packs the weight once) ran on one thread of two; at 2, GPT-2's
+ * decode step ran its 768-column matrix-vector products (2 units of 384 columns, 2.4 MB of
+ * weight each) on one.
  */
-export const MIN_UNITS_PER_THREAD = 2;
+export const MIN_UNITS_PER_THREAD = 1;
 /** The default thread count is min(navigator.hardwareConcurrency, DEFAULT_MAX_THREADS). */
 export const DEFAULT_MAX_THREADS = 4;
 

@@ -117,13 +117,15 @@ test("sharedMemoryVariant refuses what is not a kernels.wasm", () => {
   assert.throws(() => sharedMemoryVariant(new Uint8Array([...header, ...sharedImport])), /not a non-shared memory with a maximum/);
 });
 
-test("splitUnits: contiguous ranges covering [0, units), at least 2 units a thread, the calling thread's first", () => {
+test("splitUnits: contiguous ranges covering [0, units), a unit a thread at least, the calling thread's first", () => {
   assert.deepEqual(splitUnits(0, 4), [[0, 0]]);
-  assert.deepEqual(splitUnits(3, 4), [[0, 3]]); // too few to share
+  assert.deepEqual(splitUnits(1, 4), [[0, 1]]); // one unit: nothing to share
+  assert.deepEqual(splitUnits(2, 2), [[0, 1], [1, 2]]); // a matrix-vector product of two column blocks
+  assert.deepEqual(splitUnits(3, 4), [[0, 1], [1, 2], [2, 3]]);
   assert.deepEqual(splitUnits(7, 2), [[0, 3], [3, 7]]); // a 7-unit convolution on two threads
-  assert.deepEqual(splitUnits(5, 4), [[0, 2], [2, 5]]); // two threads of at least 2
-  assert.deepEqual(splitUnits(8, 4), [[0, 2], [2, 4], [4, 6], [6, 8]]);
   assert.deepEqual(splitUnits(14, 3), [[0, 4], [4, 9], [9, 14]]);
+  assert.deepEqual(splitUnits(8, 4, 2), [[0, 2], [2, 4], [4, 6], [6, 8]]);
+  assert.deepEqual(splitUnits(5, 4, 2), [[0, 2], [2, 5]]); // at least 2 a thread: two threads
   assert.deepEqual(splitUnits(1000, 1), [[0, 1000]]);
   for (const [units, threads] of [[1, 2], [17, 4], [100, 3], [4097, 4], [65, 16]]) {
     const ranges = splitUnits(units, threads);
@@ -133,7 +135,7 @@ test("splitUnits: contiguous ranges covering [0, units), at least 2 units a thre
     for (let i = 1; i < ranges.length; i++) assert.equal(ranges[i][0], ranges[i - 1][1]);
     const sizes = ranges.map(([a, b]) => b - a);
     assert.ok(Math.max(...sizes) - Math.min(...sizes) <= 1, `${units} units on ${threads}: ${sizes}`);
-    if (ranges.length > 1) assert.ok(Math.min(...sizes) >= 2);
+    if (ranges.length > 1) assert.ok(Math.min(...sizes) >= 1);
   }
 });
 
