@@ -39,7 +39,7 @@
 
 import { TYPED_ARRAY_OF_DTYPE, dtypeInfo, fromDeviceData } from "./host.js";
 import { GpuTensor, TransferStats, cacheBlockCopies } from "./gpu_tensor.js";
-import { keptOutputIndices, prepareInputs, splitElements, wasmManifest } from "./tensors.js";
+import { InputCopies, keptOutputIndices, prepareInputs, splitElements, wasmManifest } from "./tensors.js";
 import { WALL_CLOCK, WallClockTimer } from "./profile.js";
 import { STATUS_BYTES, checkRunStatus } from "./run_status.js";
 import { DEADLINE_IMPORT, FUEL_REFILL, interruptibleKernels, readLeb } from "./interruptible_kernels.js";
@@ -328,6 +328,8 @@ export class WasmBackend {
     this.relaxedSimd = false;
     /** The load's calls of every kernel with no units (warm_up.js): kernels warmed and ms taken. */
     this.warmUp = { kernels: 0, ms: 0 };
+    /** The arrays a run copies its inputs into, reused by the next run once they are in the memory. */
+    this.inputCopies = new InputCopies();
     const exports = /** @type {Record<string, Function>} */ (/** @type {unknown} */ (instance.exports));
     /** Per kernel: its function and its units function. */
     this.kernelFunctions = manifest.kernels.map((/** @type {any} */ _, /** @type {number} */ k) => {
@@ -458,7 +460,7 @@ export class WasmBackend {
       if (tensor.disposed) throw new Error(`input '${name}': tensor '${tensor.name}' was disposed and cannot be used any more`);
       if (tensor.backend !== this) throw new Error(`input '${name}': tensor '${tensor.name}' was kept by another wasm model; read() it and pass its data`);
     }
-    const { shapes, sequences, deviceInputs } = prepareInputs(this.manifest, inputs);
+    const { shapes, sequences, deviceInputs } = prepareInputs(this.manifest, inputs, this.inputCopies);
     return { shapes, sequences, inputs: deviceInputs, kept };
   }
 
@@ -553,6 +555,7 @@ export class WasmBackend {
       }
       memory.set(source, this.storageAddresses[spec.storage]);
     });
+    this.inputCopies.release(inputs); // in the memory now: the next run copies its inputs into these arrays
   }
 
   /** The stage's params block into the params region. @param {Uint8Array} params */

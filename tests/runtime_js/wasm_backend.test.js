@@ -169,6 +169,29 @@ test("a bounded bundle runs on kernels.wasm: the outputs of (x + w) * 2, at ever
   await assert.rejects(model.run({ x: { data: input(1), shape: [1, 4] } }), /cannot run: the model was disposed/);
 });
 
+test("a run copies its inputs when it is called: arrays changed before it runs, or runs queued behind it, change nothing", async () => {
+  const model = await loadWasmModel(bounded);
+  const x = input(5);
+  const want = expected(x);
+  const spares = model.runBackend.inputCopies.spare;
+  await model.run({ x: { data: x, shape: [5, 4] } });
+  const spare = spares.get("x"); // the first run's copy, free once its input was in the memory
+  assert.ok(spare instanceof Float32Array && spare !== x);
+  // three runs called at once: the first copies into the spare array, the others into new ones
+  const changed = x.slice();
+  const runs = [model.run({ x: { data: changed, shape: [5, 4] } })];
+  assert.equal(spares.has("x"), false); // taken by the first run until its input is in the memory
+  changed.fill(100); // after run() returned its promise: the run uses what it was called with
+  runs.push(model.run({ x: { data: changed, shape: [5, 4] } }), model.run({ x: { data: x, shape: [5, 4] } }));
+  changed.fill(-1);
+  const [first, second, third] = await Promise.all(runs);
+  assert.deepEqual(Array.from(first.z.data), want);
+  assert.deepEqual(Array.from(second.z.data), expected(new Float32Array(20).fill(100)));
+  assert.deepEqual(Array.from(third.z.data), want);
+  assert.ok(spares.get("x") instanceof Float32Array); // given back
+  model.dispose();
+});
+
 test("an unbounded bundle's storages grow at run time, laid out again before a run: the memory stops growing", async () => {
   const model = await loadWasmModel(unbounded);
   const grown = [];
