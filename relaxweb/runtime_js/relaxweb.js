@@ -25,7 +25,8 @@ import {
 } from "./webgpu_device.js";
 import { KernelPipelines, SHADER_F16, chosenKernels, compileKernels, fetchKernelSources } from "./webgpu_kernels.js";
 import { checkRelaxedSimd, useRelaxedSimd } from "./relaxed_simd.js";
-import { KERNEL_TIMEOUT_MS, kernelTimeout, sharedMemoryVariant, singleThreadReason, splitUnits, threadCount } from "./wasm_backend.js";
+import { KERNEL_TIMEOUT_MS, kernelTimeout, sharedMemoryVariant, singleThreadReason, threadCount } from "./wasm_backend.js";
+import { splitUnits } from "./wasm_pool.js";
 import { checkWarmUp } from "./warm_up.js";
 import { WasmModel } from "./wasm_model.js";
 

@@ -11,7 +11,7 @@
 // message bytes, never thrown away. A kernel that never returns is stopped by the page
 // terminating the workers.
 
-import { CONTROL, CONTROL_SLOT, MESSAGE_BYTES, RUN_STAGE, RUN_UNITS, splitUnits } from "./wasm_backend.js";
+import { CONTROL, CONTROL_SLOT, MESSAGE_BYTES, RUN_STAGE, RUN_UNITS, splitUnits } from "./wasm_pool.js";
 import { warmUpKernels } from "./warm_up.js";
 
 const {
