@@ -667,7 +667,12 @@ class Emitter(ScalarRenderer):
             a, b = (self.branch_value(expr.condition, holds, lambda branch=branch: self.operand(branch, cls, indent))
                     for branch, holds in ((expr.a, True), (expr.b, False)))
             return f"(select {a} {b} {condition})"
-        condition = self.scalar(expr.condition, indent)
+        return self.branch_into_local(expr, self.scalar(expr.condition, indent), kind, indent)
+
+    def branch_into_local(self, expr: Select, condition: str, kind: str, indent: str) -> str:
+        """An ``if`` on ``condition`` that sets a new local of type ``kind`` to the chosen
+        branch's value (each branch in its scope, with the bounds it puts on the axes)."""
+        cls = self.class_of(expr)
         result = self.function.local("sel", kind)
         emit = self.function.emit
         emit(indent, f"(if {condition}")
@@ -757,10 +762,22 @@ class VectorEmitter(Emitter):
     def visit_float_imm(self, expr: FloatImm, indent: str) -> str:
         return f"(f32x4.splat {literal(expr.value, expr.dtype)})"
 
+    def visit_select(self, expr: Select, indent: str) -> str:
+        """The chosen branch's four lanes: the condition is the same for all four
+        (``launch.lane_invariant``), computed once as a scalar."""
+        return self.branch_into_local(expr, self.lane_condition(expr.condition, indent), "v128", indent)
+
+    def lane_condition(self, condition: ScalarExpr, indent: str) -> str:
+        """A condition over index values only, rendered by the scalar :class:`Emitter` on this
+        emitter's state (the same function, scopes, axes in scope and locals): an ``i32``."""
+        scalar = object.__new__(Emitter)
+        scalar.__dict__ = self.__dict__  # the same attributes, not a copy: what it changes, this sees
+        return scalar.scalar(condition, indent)
+
     def cannot_vectorize(self, expr: ScalarExpr, indent: str) -> str:
         raise TypeError(f"{self.program.name}: cannot vectorize {type(expr).__name__}")
 
-    visit_gather = visit_index_value = visit_cast = visit_compare = visit_select = visit_reduce = cannot_vectorize
+    visit_gather = visit_index_value = visit_cast = visit_compare = visit_reduce = cannot_vectorize
 
 
 def invariant_reductions(body: ScalarExpr, axis: str) -> list[ScalarExpr]:

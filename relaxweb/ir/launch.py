@@ -18,7 +18,10 @@ from .schedule import (
 )
 from .symbolic import IntImm, PrimExpr, SizeVar, free_vars, product, simplify
 from .target_schedules import schedules_of
-from .tir import Binary, FloatImm, Load, TensorProgram, Unary, UnaryOp, scalar_nodes
+from .tir import (
+    Binary, Cast, Compare, FloatImm, IndexValue, Load, ScalarExpr, Select, TensorProgram, Unary, UnaryOp, scalar_children,
+    scalar_nodes,
+)
 
 VECTOR = "vector"  # a buffer read along the last axis, ``width`` elements at a time
 SPLAT = "splat"  # a buffer constant along the last axis: one element for the whole vector
@@ -78,50 +81,74 @@ def matmul_extents(program: TensorProgram, info: MatmulInfo) -> tuple[PrimExpr, 
 # -- vectorized -----------------------------------------------------------------------------------
 
 
-def vectorizable(program: TensorProgram, width: int = 4) -> bool:
+def vectorizable(program: TensorProgram, width: int = 4, wasm: bool = False) -> bool:
     """Whether the vectorized schedule of ``width`` can run ``program``: float32 elementwise
     arithmetic (loads, constants, binary and unary ops; no selects, casts or comparisons), an
     output whose last dimension is a multiple of ``width``, and every buffer read either along
     the last axis (at it plus a multiple of ``width``, from a last dimension that is a
-    multiple of ``width``) or never along it."""
+    multiple of ``width``) or never along it.  With ``wasm``, what WebAssembly's kind takes
+    besides (:func:`vector_access`: reads at any offset, selects by an index)."""
     if program.output.dtype != "float32" or not program.axes:
         return False
     if not _multiple_of(program.output.shape[-1], width):
         return False
-    return vector_access(program, width) is not None
+    return vector_access(program, width, wasm) is not None
 
 
-def vector_access(program: TensorProgram, width: int) -> dict[str, str] | None:
+def vector_access(program: TensorProgram, width: int, wasm: bool = False) -> dict[str, str] | None:
     """How the vectorized schedule reads each loaded buffer (:data:`VECTOR` or :data:`SPLAT`),
-    by name; None when the program does not fit it."""
+    by name; None when the program does not fit it.
+
+    With ``wasm`` (WebAssembly's f32x4, ``relaxweb/cpu/schedules/vectorized.py``): a buffer is
+    read along the last axis at it plus anything, since ``v128.load`` reads any address (WGSL
+    indexes an array of vec4s: there the offset and the buffer's last dimension must be
+    multiples of ``width``); and a select is taken where its condition is the same for the
+    ``width`` lanes (:func:`lane_invariant`: a concatenation's piece chosen by an index), as a
+    branch around f32x4 values."""
     last = program.axes[-1].name
     kinds: dict[str, str] = {}
-    for node in scalar_nodes(program.body):
+
+    def fits(node: ScalarExpr) -> bool:
+        if wasm and isinstance(node, Select):
+            return lane_invariant(node.condition, last) and fits(node.a) and fits(node.b)
         if not isinstance(node, (Load, Binary, Unary, FloatImm)):
-            return None
+            return False
         if isinstance(node, Unary) and node.op in (UnaryOp.IS_NAN, UnaryOp.IS_FINITE):
-            return None
+            return False
         if isinstance(node, FloatImm) and node.dtype != "float32":
-            return None
-        if not isinstance(node, Load):
-            continue
+            return False
+        if isinstance(node, Load) and not load_fits(node):
+            return False
+        return all(fits(child) for child in scalar_children(node))
+
+    def load_fits(node: Load) -> bool:
         if node.buffer.dtype != "float32":
-            return None
+            return False
         uses_last = [last in {v.name for v in free_vars(i)} for i in node.indices]
         if not any(uses_last):
             kind = SPLAT
         else:
             offset = simplify(node.indices[-1] - SizeVar(last))
-            if uses_last[:-1] and any(uses_last[:-1]):
-                return None
-            if last in {v.name for v in free_vars(offset)} or simplify(offset % width) != IntImm(0):
-                return None
-            if not _multiple_of(node.buffer.shape[-1], width):
-                return None
+            if any(uses_last[:-1]) or last in {v.name for v in free_vars(offset)}:
+                return False
+            if not wasm and (simplify(offset % width) != IntImm(0) or not _multiple_of(node.buffer.shape[-1], width)):
+                return False
             kind = VECTOR
-        if kinds.setdefault(node.buffer.name, kind) != kind:
-            return None
-    return kinds
+        return kinds.setdefault(node.buffer.name, kind) == kind
+
+    return kinds if fits(program.body) else None
+
+
+def lane_invariant(condition: ScalarExpr, last: str) -> bool:
+    """Whether a select's condition is one value for every lane of a vector along the axis
+    ``last``: integer and boolean logic over index values (compares, casts, arithmetic) that
+    never names that axis and reads no buffer."""
+    for node in scalar_nodes(condition):
+        if not isinstance(node, (IndexValue, Compare, Cast, Binary, Unary)) or node.dtype == "float32":
+            return False
+        if isinstance(node, IndexValue) and last in {v.name for v in free_vars(node.value)}:
+            return False
+    return True
 
 
 def _multiple_of(extent: PrimExpr, width: int) -> bool:

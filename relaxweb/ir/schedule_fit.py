@@ -68,10 +68,11 @@ def webgpu_fits(program: TensorProgram, schedule: WebGpuSchedule) -> bool:
 
 
 def wasm_vectorizable(program: TensorProgram) -> bool:
-    """Whether the wasm vectorized kind runs ``program``: the layout of WebGPU's vectorized
-    schedule of width 4 (``launch.vectorizable``: a float32 elementwise or broadcast program
-    whose last dimension is a multiple of 4), every op with an f32x4 form."""
-    return vectorizable(program, 4) and has_vector_forms(program.body)
+    """Whether the wasm vectorized kind runs ``program``: a float32 elementwise or broadcast
+    program whose last dimension is a multiple of 4 (``launch.vectorizable`` for wasm: reads
+    along the last axis at any offset, selects whose condition is the same for the four
+    lanes), every float op with an f32x4 form."""
+    return vectorizable(program, 4, wasm=True) and has_vector_forms(program.body, floats_only=True)
 
 
 def wasm_window(program: TensorProgram) -> WindowInfo | None:

@@ -23,9 +23,13 @@ from relaxweb.cpu.wat_builder import Body, const, get, op
 from relaxweb.ir import interpreter
 from relaxweb.ir.matmul_layout import CHEAP_PACK_OPERATIONS, cheap_to_pack, oriented
 from relaxweb.ir.pattern import analyze_matmul
-from relaxweb.ir.schedule_fit import VECTOR_BINARY_OPS, VECTOR_COMPARE_OPS, VECTOR_UNARY_OPS
+from relaxweb.ir.launch import vectorizable
+from relaxweb.ir.schedule_fit import VECTOR_BINARY_OPS, VECTOR_COMPARE_OPS, VECTOR_UNARY_OPS, wasm_vectorizable
 from relaxweb.ir.symbolic import IntImm, SizeVar, evaluate, product
-from relaxweb.ir.tir import Binary, BinaryOp, Buffer, FloatImm, Load, Reduce, ReduceCombiner, TensorProgram, Unary, UnaryOp
+from relaxweb.ir.tir import (
+    Binary, BinaryOp, Buffer, Compare, CompareOp, FloatImm, IndexValue, Load, Reduce, ReduceCombiner, Select, TensorProgram,
+    Unary, UnaryOp,
+)
 from relaxweb.ir.wasm_schedule import (
     WASM_SCHEDULE_KINDS, BlockMatmulSchedule, KernelSizes, MatrixVectorSchedule, PackedMatmulSchedule,
     WasmElementSchedule, WasmSchedule, WasmVectorizedSchedule, WindowSchedule,
@@ -184,6 +188,31 @@ def test_the_vectorized_kind_and_its_units() -> None:
     for schedule in (WasmVectorizedSchedule(), WasmVectorizedSchedule(elements_per_unit=8), WasmElementSchedule()):
         for rows in (0, 1, 9, 17):
             check(program, schedule, [rand(rows, 8)], {"n": rows})
+
+
+def test_the_vectorized_kind_takes_a_concatenation_by_an_index_at_any_offset() -> None:
+    """A key/value cache's concatenation (past positions, then the new ones read out of a fused
+    projection at a column offset that is a size variable): the select's condition is the same
+    for the four lanes, the second piece's f32x4 loads start at any element (here odd ones).
+    A select along the last axis is not taken."""
+    p, s, off = SizeVar("p"), SizeVar("s"), SizeVar("off")
+    i0, i1, i2, i3 = (SizeVar(f"i{d}") for d in range(4))
+    past, fused = Buffer("past", (IntImm(1), IntImm(2), p, IntImm(8)), "float32"), Buffer("qkv", (IntImm(1), s, IntImm(40)), "float32")
+    condition = Compare(CompareOp.LT, IndexValue(i2), IndexValue(p))
+    body = Select(condition, Load(past, (i0, i1, i2, i3)), Load(fused, (i0, i2 - p, i1 * 8 + i3 + off)) * FloatImm(2.0))
+    program = TensorProgram("concat", (past, fused), Buffer("out", (IntImm(1), IntImm(2), p + s, IntImm(8)), "float32"),
+                            (i0, i1, i2, i3), body)
+    assert wasm_vectorizable(program) and not vectorizable(program, 4)  # WGSL's kind: no select, aligned reads only
+    for schedule in (WasmVectorizedSchedule(), WasmVectorizedSchedule(elements_per_unit=8)):
+        for past_length, new, offset in ((5, 1, 1), (0, 3, 7), (4, 0, 0), (3, 2, 24)):
+            check(program, schedule, [rand(1, 2, past_length, 8), rand(1, new, 40, seed=1)],
+                  {"p": past_length, "s": new, "off": offset})
+    x = Buffer("X", (n, 8), "float32")
+    by_column = TensorProgram("halves", (x,), Buffer("out", (n, 8), "float32"), (i, j),
+                              Select(Compare(CompareOp.LT, IndexValue(j), IndexValue(IntImm(4))), Load(x, (i, j)), FloatImm(0.0)))
+    assert not wasm_vectorizable(by_column)
+    with pytest.raises(ValueError, match="halves is scheduled as vectorized"):
+        render_program(by_column, {}, WasmVectorizedSchedule())
 
 
 def test_the_window_kind_and_its_parameters() -> None:
