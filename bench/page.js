@@ -88,12 +88,15 @@ const SYSTEMS = {
     };
   },
 };
-// The wasm systems at 2 threads ("-2t") are loaded in a cross-origin isolated page (run.py).
+// The wasm systems at 2 threads ("-2t") and at 1 in the same page kind ("-1t-iso") are loaded
+// in a cross-origin isolated page (run.py).
 SYSTEMS["relaxweb-wasm"] = SYSTEMS.relaxweb({ backend: "wasm", threads: 1 });
+SYSTEMS["relaxweb-wasm-1t-iso"] = SYSTEMS.relaxweb({ backend: "wasm", threads: 1 });
 SYSTEMS["relaxweb-wasm-2t"] = SYSTEMS.relaxweb({ backend: "wasm", threads: 2 });
 SYSTEMS.relaxweb = SYSTEMS.relaxweb({});
 SYSTEMS["ort-webgpu"] = SYSTEMS.ort("webgpu");
 SYSTEMS["ort-wasm"] = SYSTEMS.ort("wasm");
+SYSTEMS["ort-wasm-1t-iso"] = SYSTEMS.ort("wasm", 1);
 SYSTEMS["ort-wasm-2t"] = SYSTEMS.ort("wasm", 2);
 delete SYSTEMS.ort;
 

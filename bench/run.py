@@ -35,7 +35,10 @@ Method
    (issue 15; ``--systems relaxweb-wasm ort-wasm relaxweb-wasm-2t ort-wasm-2t``): relaxweb's
    ``kernels.wasm`` (``load(url, {backend: "wasm", threads: N})``) against onnxruntime-web's
    ``wasm`` provider (``ort.env.wasm.numThreads = N``), at N = 1 in a plain page and at N = 2
-   (``-2t``) in a cross-origin isolated one (a second server sends COOP/COEP with every file);
+   (``-2t``) in a cross-origin isolated one (a second server sends COOP/COEP with every file),
+   and at N = 1 in the isolated page too (``-1t-iso``: relaxweb's kernels run as written on a
+   pool of one worker, not on the page's thread spending fuel; the one-thread figure to set
+   two threads against);
    each records ``crossOriginIsolated``, the threads it reports and the Workers the page
    created, and ``wasm_tables`` pairs them (relaxweb / onnxruntime-web at the same N).
 5. Per page: load (import of the runtime + model load / session creation), then for each case
@@ -104,11 +107,16 @@ ORT_DIST = REPO / "node_modules" / "onnxruntime-web" / "dist"
 BASELINE = "ort-webgpu"
 #: The WebGPU comparison (the default) and, with --systems, the wasm backends: relaxweb's
 #: kernels.wasm against onnxruntime-web's wasm provider at 1 thread and at 2 ("-2t", in a
-#: cross-origin isolated page: both need SharedArrayBuffer for threads).
+#: cross-origin isolated page: both need SharedArrayBuffer for threads), and at 1 thread in
+#: such a page too ("-1t-iso": there relaxweb's kernels run on a one-worker pool as written,
+#: where on the plain page they run on the page's thread rewritten to spend fuel against the
+#: deadline; the baseline two threads are measured against on the same page kind).
 DEFAULT_SYSTEMS = ("relaxweb", "ort-webgpu", "ort-wasm")
-WASM_PAIRS = (("relaxweb-wasm", "ort-wasm", 1), ("relaxweb-wasm-2t", "ort-wasm-2t", 2))
-ALL_SYSTEMS = (*DEFAULT_SYSTEMS, "relaxweb-wasm", "relaxweb-wasm-2t", "ort-wasm-2t")
-ISOLATED_SYSTEMS = ("relaxweb-wasm-2t", "ort-wasm-2t")
+WASM_PAIRS = (("relaxweb-wasm", "ort-wasm", 1), ("relaxweb-wasm-1t-iso", "ort-wasm-1t-iso", 1),
+              ("relaxweb-wasm-2t", "ort-wasm-2t", 2))
+ALL_SYSTEMS = (*DEFAULT_SYSTEMS, "relaxweb-wasm", "relaxweb-wasm-1t-iso", "ort-wasm-1t-iso",
+               "relaxweb-wasm-2t", "ort-wasm-2t")
+ISOLATED_SYSTEMS = ("relaxweb-wasm-1t-iso", "ort-wasm-1t-iso", "relaxweb-wasm-2t", "ort-wasm-2t")
 TORCH_PYTHON = REPO / ".cache" / "model-zoo" / "venv-torch" / "bin" / "python"
 ZOO_MODELS = REPO / ".cache" / "model-zoo" / "models"
 
@@ -882,7 +890,9 @@ def main() -> None:
     parser.add_argument("--cases", nargs="+", metavar="LABEL",
                         help="only the cases with these labels (e.g. '640x640' 'decode 1 token, past 128')")
     parser.add_argument("--systems", nargs="+", default=list(DEFAULT_SYSTEMS), choices=ALL_SYSTEMS,
-                        help="default: %(default)s; the wasm backends: relaxweb-wasm ort-wasm relaxweb-wasm-2t ort-wasm-2t")
+                        help="default: %(default)s; the wasm backends: relaxweb-wasm ort-wasm (1 thread), "
+                             "relaxweb-wasm-1t-iso ort-wasm-1t-iso (1 thread, cross-origin isolated page), "
+                             "relaxweb-wasm-2t ort-wasm-2t (2 threads, isolated page)")
     parser.add_argument("--runs", type=int, help="timed runs per case (default: the model's, 1 to 3; 20 for tiny ones)")
     parser.add_argument("--warmup", type=int, help="untimed runs per case after the first (default: the model's)")
     parser.add_argument("--quick", action="store_true", help="first case only, one timed run, no warm-up")

@@ -164,15 +164,16 @@ def tiny_mlp(work: Path) -> Path:
 @in_the_browser
 def test_wasm_systems_run_a_tiny_model_at_1_and_2_threads(bench, tmp_path, monkeypatch, capsys):
     """relaxweb's kernels.wasm and onnxruntime-web's wasm provider through run.py's page, each at
-    1 thread in a plain page and at 2 in a cross-origin isolated one: outputs match onnxruntime
-    (Python), the 2-thread systems really ran on workers, the 1-thread ones did not, relaxweb's
-    profile has rows, and the wasm tables have the model's rows."""
+    1 thread in a plain page and at 2 in a cross-origin isolated one (relaxweb also at 1 there):
+    outputs match onnxruntime (Python), the 2-thread systems really ran on workers, the plain
+    page's 1-thread ones did not, the isolated page's 1-thread relaxweb ran on its one worker,
+    relaxweb's profile has rows, and the wasm tables have the model's rows."""
     case = bench.Case("n 512", lambda: {"x": rand(512, 64, seed=4)})  # 8 units of two 32-row panels per matmul
     monkeypatch.setitem(bench.MODELS, "tiny_mlp", bench.BenchModel("tiny_mlp", "", tiny_mlp, (case,), runs=2,
                                                                      warmup=1, real=False))
     prepared = bench.prepare_models(["tiny_mlp"], tmp_path, build_timeout=300)
     assert prepared["tiny_mlp"]["kernels_wasm_bytes"] == (tmp_path / "tiny_mlp_bundle" / "kernels.wasm").stat().st_size
-    systems = ["relaxweb-wasm", "relaxweb-wasm-2t"]
+    systems = ["relaxweb-wasm", "relaxweb-wasm-1t-iso", "relaxweb-wasm-2t"]
     if (bench.ORT_DIST / "ort.wasm.min.mjs").is_file():
         systems += ["ort-wasm", "ort-wasm-2t"]
     args = argparse.Namespace(runs=None, warmup=None, quick=False, cases=None, profile=True, relaxweb_options={},
@@ -190,6 +191,9 @@ def test_wasm_systems_run_a_tiny_model_at_1_and_2_threads(bench, tmp_path, monke
     one, two = results["relaxweb-wasm"]["cases"]["n 512"], results["relaxweb-wasm-2t"]["cases"]["n 512"]
     assert (one["extra"]["backend"], one["extra"]["threads"], one["extra"]["unitsRunByWorkers"]) == ("wasm", 1, 0)
     assert (two["extra"]["threads"], two["extra"]["unitsRunByWorkers"] > 0) == (2, True)
+    isolated_one = results["relaxweb-wasm-1t-iso"]["cases"]["n 512"]["extra"]
+    # its workers: the host module's and the pool's one
+    assert (isolated_one["threads"], len(isolated_one["workersCreated"]), isolated_one["unitsRunByWorkers"] > 0) == (1, 2, True)
     assert results["relaxweb-wasm"]["kernels_wasm_bytes"] == prepared["tiny_mlp"]["kernels_wasm_bytes"]
     profile = one["profile"]
     assert profile["method"] == "wall clock per kernel call" and profile["rows"] and profile["dispatches"] >= 2
@@ -199,6 +203,7 @@ def test_wasm_systems_run_a_tiny_model_at_1_and_2_threads(bench, tmp_path, monke
         assert double["numThreads"] == 2 and len(double["workersCreated"]) >= 1  # its pthreads
     tables = bench.wasm_tables(report["results"])
     assert "| tiny_mlp | n 512 |" in tables and "| tiny_mlp | relaxweb-wasm-2t |" in tables
+    assert "| relaxweb-wasm-1t-iso (ms) | ort-wasm-1t-iso (ms) | 1 thread: relaxweb / ort |" in tables
     assert "relaxweb-wasm profile, tiny_mlp n 512:" in bench.profile_tables(report["results"])
     # --budget-s spent by the first run: no warm-up, no timed run, the first run is the median
     args.budget_s, args.profile = 1e-6, False
