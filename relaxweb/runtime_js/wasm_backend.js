@@ -101,7 +101,6 @@ export function sharedMemoryVariant(bytes) {
   throw new Error("kernels.wasm has no memory import");
 }
 
-
 /**
  * How many threads the wasm backend uses: 1 where the page is not cross-origin isolated (no
  * SharedArrayBuffer) or has no workers, else the `threads` option, by default
@@ -732,4 +731,3 @@ export class KernelClock {
     this.endsAt = performance.now() + timeoutMs;
   }
 }
-
