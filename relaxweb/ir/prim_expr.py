@@ -20,6 +20,7 @@ from typing import Any, Callable, ClassVar, Iterable, Mapping, Union
 
 import numpy as np
 
+from .hash_once import hash_once
 from .syntax import format_string, is_plain_name
 
 IntLike = Union["PrimExpr", int]
@@ -81,42 +82,49 @@ class SizeVar(PrimExpr):
         return self.name
 
 
+@hash_once
 @dataclass(frozen=True, repr=False)
 class Add(PrimExpr):
     a: PrimExpr
     b: PrimExpr
 
 
+@hash_once
 @dataclass(frozen=True, repr=False)
 class Sub(PrimExpr):
     a: PrimExpr
     b: PrimExpr
 
 
+@hash_once
 @dataclass(frozen=True, repr=False)
 class Mul(PrimExpr):
     a: PrimExpr
     b: PrimExpr
 
 
+@hash_once
 @dataclass(frozen=True, repr=False)
 class FloorDiv(PrimExpr):
     a: PrimExpr
     b: PrimExpr
 
 
+@hash_once
 @dataclass(frozen=True, repr=False)
 class FloorMod(PrimExpr):
     a: PrimExpr
     b: PrimExpr
 
 
+@hash_once
 @dataclass(frozen=True, repr=False)
 class Min(PrimExpr):
     a: PrimExpr
     b: PrimExpr
 
 
+@hash_once
 @dataclass(frozen=True, repr=False)
 class Max(PrimExpr):
     a: PrimExpr

@@ -39,6 +39,7 @@ from functools import cached_property
 from typing import Callable, ClassVar, Mapping
 
 from .dtype import DTYPES, GPU_DTYPES, dtype_info
+from .hash_once import hash_once
 from .scalar_functor import ScalarFunctor, ScalarMutator, ScalarVisitor, scalar_operands
 from .symbolic import PrimExpr, SizeVar, as_expr, format_expr, format_shape, format_size_var, free_vars, substitute
 from .syntax import format_keywords, format_number, format_string, is_plain_name, unique_identifier
@@ -149,6 +150,7 @@ MATH_FUNCTIONS = (
 )
 
 
+@hash_once
 @dataclass(frozen=True)
 class Buffer:
     """A tensor seen from inside a tensor program."""
@@ -239,6 +241,7 @@ def _operand(value: "ScalarExpr | float", other: ScalarExpr) -> ScalarExpr:
     raise TypeError(f"cannot combine a scalar expression with {value!r}")
 
 
+@hash_once
 @dataclass(frozen=True)
 class Load(ScalarExpr):
     """``buffer[indices]``."""
@@ -253,6 +256,7 @@ class Load(ScalarExpr):
         return self.buffer.dtype
 
 
+@hash_once
 @dataclass(frozen=True)
 class Gather(ScalarExpr):
     """``buffer[indices]`` where some indices are computed at run time (an indirect load).
@@ -280,6 +284,7 @@ class Gather(ScalarExpr):
         return self.buffer.dtype
 
 
+@hash_once
 @dataclass(frozen=True)
 class CheckedIndex(ScalarExpr):
     """An index read from data, checked at run time (an ``int32``): ``index`` (an integer
@@ -323,6 +328,7 @@ class FloatImm(ScalarExpr):
     dtype: str = "float32"
 
 
+@hash_once
 @dataclass(frozen=True)
 class Binary(ScalarExpr):
     """``a op b`` (:class:`BinaryOp`; a valid name is taken too); both operands are computed
@@ -346,6 +352,7 @@ class Binary(ScalarExpr):
         return self.a.dtype
 
 
+@hash_once
 @dataclass(frozen=True)
 class Unary(ScalarExpr):
     """``op(a)`` (:class:`UnaryOp`; a valid name is taken too); ``is_nan`` gives a bool."""
@@ -367,6 +374,7 @@ class Unary(ScalarExpr):
         return "bool" if self.op in (UnaryOp.IS_NAN, UnaryOp.IS_FINITE) else self.a.dtype
 
 
+@hash_once
 @dataclass(frozen=True)
 class Reduce(ScalarExpr):
     """``combiner`` (:class:`ReduceCombiner`: sum, prod, max or min) of ``body`` over ``axis``
@@ -391,6 +399,7 @@ class Reduce(ScalarExpr):
         return self.body.dtype
 
 
+@hash_once
 @dataclass(frozen=True)
 class IndexValue(ScalarExpr):
     """The value of an index expression (over axes and size variables), as an ``int32``."""
@@ -407,6 +416,7 @@ class IndexValue(ScalarExpr):
         return "int32"
 
 
+@hash_once
 @dataclass(frozen=True)
 class Cast(ScalarExpr):
     """``a`` converted to ``dtype`` (any dtype the GPU holds: :data:`~relaxweb.ir.dtype.GPU_DTYPES`)."""
@@ -421,6 +431,7 @@ class Cast(ScalarExpr):
             raise ValueError(f"cannot cast to {self.dtype}; expected one of {', '.join(GPU_DTYPES)}")
 
 
+@hash_once
 @dataclass(frozen=True)
 class Compare(ScalarExpr):
     """``a op b`` as a ``bool`` (:class:`CompareOp`; a valid name is taken too)."""
@@ -440,6 +451,7 @@ class Compare(ScalarExpr):
         return "bool"
 
 
+@hash_once
 @dataclass(frozen=True)
 class Select(ScalarExpr):
     """``a if condition else b``; only the chosen branch is evaluated."""
@@ -675,6 +687,7 @@ def index_exprs(expr: ScalarExpr) -> list[PrimExpr]:
     return collector.found
 
 
+@hash_once
 @dataclass(frozen=True)
 class TensorProgram:
     """``output[axes] = body``: one output tensor computed from ``inputs``.

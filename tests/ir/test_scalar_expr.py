@@ -246,3 +246,29 @@ def test_a_reduction_extent_given_as_an_int_is_an_index_expression() -> None:
     k = SizeVar("k")
     reduction = Reduce("sum", k, 4, Load(Buffer("x", (4,), "float32"), (k,)))
     assert reduction.extent == IntImm(4) and reduction == Reduce("sum", k, IntImm(4), reduction.body)
+
+
+# Hashes are kept -------------------------------------------------------------------------------
+
+
+def test_a_node_keeps_its_hash_and_leaves_it_out_of_a_pickle():
+    """Expressions hash once (hash_once.py): equal trees hash the same, the hash is kept on
+    the node after the first call, and a pickle carries no hash (string hashes differ
+    between processes), so the copy computes its own."""
+    import pickle
+    import subprocess
+    import sys
+
+    first = select(X.lt(Y), exp(X) * 2.0, Y + X)
+    second = select(X.lt(Y), exp(X) * 2.0, Y + X)
+    assert first == second and first is not second
+    assert hash(first) == hash(second)
+    assert first.__dict__["_hash"] == hash(first)
+    assert "_hash" not in pickle.loads(pickle.dumps(first)).__dict__
+    assert "_hash" not in pickle.loads(pickle.dumps(I + 1)).__dict__
+    # another process (another string hash seed) finds the unpickled node in its own dict
+    script = ("import dataclasses, pickle, sys; node = pickle.loads(sys.stdin.buffer.read()); "
+              "print({dataclasses.replace(node): 1}.get(node, 0), hash(node) == hash(dataclasses.replace(node)))")
+    result = subprocess.run([sys.executable, "-c", script], input=pickle.dumps(first), capture_output=True, check=True,
+                            env={"PYTHONHASHSEED": "12345", "PATH": ""}, cwd=".")
+    assert result.stdout.split() == [b"1", b"True"]
