@@ -118,13 +118,17 @@ class WindowSchedule(WasmSchedule):
     innermost reduction is unrolled where every address moves by a constant: at a constant
     extent up to ``unroll``, else for the run-time extents of ``unrolled_widths`` (kernel
     widths).  At a border, a masked lane's load may lie at most ``overreach`` bytes from one
-    inside the row (the linear memory has 64 KiB of slack around the buffers)."""
+    inside the row (the linear memory has 64 KiB of slack around the buffers).
+    ``masked_borders``: an iteration at a border computes its lanes' masks once and runs
+    the window's innermost steps unrolled and masked (where the guards along the row read
+    no other reduction axis), instead of testing its first and last lane at every step."""
 
     kind: ClassVar[str] = "window"
     lanes: int = 8
     unroll: int = 8
     unrolled_widths: tuple[int, ...] = (3, 5, 7)
     overreach: int = 1024
+    masked_borders: bool = True
 
     def __post_init__(self) -> None:
         if self.lanes < 4 or self.lanes % 4 or self.unroll < 0 or any(w < 1 for w in self.unrolled_widths):

@@ -890,6 +890,14 @@ def depthwise(channels: int, kernel: int, stride: int, pad: int, shape, activati
                       {"w": rand(channels, 1, kernel, kernel, seed=1, low=-1.0), "b": rand(channels, seed=2)})
 
 
+def border_form(masked: bool) -> WasmChange:
+    """A window's wasm schedule with its borders masked (the default) or tested at every step."""
+    def change(schedule: WasmSchedule) -> WasmSchedule:
+        return replace(schedule, masked_borders=masked) if isinstance(schedule, WindowSchedule) else schedule
+    return change
+
+
+@pytest.mark.parametrize("masked", [True, False], ids=["masked borders", "borders tested per step"])
 @pytest.mark.parametrize("kernel, stride, pad, height, width, activation", [
     (3, 1, 1, 6, 16, "Relu"),  # two wide iterations a row, borders masked
     (3, 1, 1, 5, 9, None),  # a wide iteration, then four positions overlapping it
@@ -903,15 +911,19 @@ def depthwise(channels: int, kernel: int, stride: int, pad: int, shape, activati
     (3, 1, 2, 6, 5, None),  # more padding than the kernel's half: lanes inside only in the middle
 ])
 def test_depthwise_convolution_windows(kernel: int, stride: int, pad: int, height: int, width: int, activation,
-                                       monkeypatch) -> None:
+                                       masked: bool, monkeypatch) -> None:
     """Depthwise convolutions run as sliding windows along each output row (eight, then four
-    positions at a time): inside the padding, at its borders (masked lanes, or lane by lane),
-    at strides 1, 2 and 3, with a fused epilogue."""
+    positions at a time): inside the padding, at its borders (each step's lanes masked, or
+    tested at every step: masked lanes, or lane by lane), at strides 1, 2 and 3, with a
+    fused epilogue."""
     model = depthwise(3, kernel, stride, pad, (2, 3, height, width), activation)
-    assert window_programs(model)
-    assert check_module(model, {"x": rand(2, 3, height, width, low=-1.0)}, monkeypatch) >= 1
+    [name] = window_programs(model)
+    text = render_program(compile_model(model).programs[name], wasm=border_form(masked))
+    assert ("(local $mask0 v128)" in text) == (masked and pad > 0 and kernel <= 8), "masks where there are borders"
+    assert check_module(model, {"x": rand(2, 3, height, width, low=-1.0)}, monkeypatch, wasm=border_form(masked)) >= 1
 
 
+@pytest.mark.parametrize("masked", [True, False], ids=["masked borders", "borders tested per step"])
 @pytest.mark.parametrize("kernel, stride, pad, height, width, symbolic", [
     (3, 2, 1, 13, 17, False),  # ResNet's 3x3 stride-2 max pool: two loads and a shuffle, borders
     (3, 2, 1, 12, 12, True),
@@ -922,7 +934,7 @@ def test_depthwise_convolution_windows(kernel: int, stride: int, pad: int, heigh
     (3, 1, 1, 5, 3, True),  # rows shorter than four: the element form
 ])
 def test_max_pool_windows(kernel: int, stride: int, pad: int, height: int, width: int, symbolic: bool,
-                          monkeypatch) -> None:
+                          masked: bool, monkeypatch) -> None:
     """Max pools run as sliding windows (f32x4.max from -inf): the padding's fill (the lowest
     float) is skipped like a convolution's zeros, the masked border lanes select -inf; all
     values negative, so a padded position taken for 0 would show."""
@@ -933,7 +945,7 @@ def test_max_pool_windows(kernel: int, stride: int, pad: int, height: int, width
                        [("x", TensorProto.FLOAT, shape)], ["y"], {})
     assert window_programs(model)
     x = rand(1, 3, height, width, low=-2.0) - 1.5
-    assert check_module(model, {"x": x}, monkeypatch) >= 1
+    assert check_module(model, {"x": x}, monkeypatch, wasm=border_form(masked)) >= 1
 
 
 def test_min_reduction_window(monkeypatch) -> None:

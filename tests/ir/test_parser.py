@@ -256,7 +256,7 @@ def test_hostile_names_are_quoted_data() -> None:
     assert 'size_var["n m"]' in text
     assert "(lambda_: Tensor(" in text  # a variable named by a keyword is renamed
     assert ('@tensor_program(webgpu=workgroup_reduction, webgpu_cpu=register_matmul(block=4), webgpu_f16=None, '
-            'wasm=window(lanes=8, unroll=8, unrolled_widths=(3,), overreach=1024), name="prog.1")') in text
+            'wasm=window(lanes=8, unroll=8, unrolled_widths=(3,), overreach=1024, masked_borders=True), name="prog.1")') in text
     assert 'if_: Buffer((size_var["n m"], 4), "float32", name="if")' in text
     assert '**{"a key": [1, -2]}' in text and '**{"sinfo": "an attribute named like the keyword"}' in text
     assert 'call_op("call_tir", first,' in text

@@ -121,7 +121,7 @@ def main(x: Tensor((n, 4), "float32"), w: Tensor((4, n), "float32"), y: Tensor((
         output(a, b, d)
     return (a, b, d)
 '''
-    window = "window(lanes=8, unroll=8, unrolled_widths=(3, 5, 7), overreach=1024)"
+    window = "window(lanes=8, unroll=8, unrolled_widths=(3, 5, 7), overreach=1024, masked_borders=True)"
     expected = before.format(relu_weight=tiled(matrix_vector(packed(swap=True, split=True), swap=True, dot=True)),
                              few_rows=tiled(packed(split=True)), depthwise=targets(wasm=window))
     constants = {"w": rand(4, 8, seed=1), "v": rand(4, 4, seed=2), "k": rand(2, 3, seed=3)}

@@ -12,9 +12,12 @@ the core's loads ``v128.load`` along the row (two loads and a shuffle at stride 
 lane beyond), its other loads one ``v128.load32_splat`` shared by the sums (the weight),
 every address advanced by a constant per step of the innermost reduction axis.  Elsewhere
 (a padded border) each guard is checked at the outermost reduction loop whose axes it reads
-(a padded row skips its whole kernel row), and the guards along the row at the first and
-last lane: the vector step where they hold, the lanes one by one where not.  The epilogue
-(bias, relu, hard-swish, a residual add) runs on the vector sums.
+(a padded row skips its whole kernel row).  The guards along the row (``masked_borders``,
+where they read no reduction axis but the innermost) become one mask per lane group and
+innermost step, computed once for the iteration: the innermost steps then run unrolled,
+each sum's core and-ed with its mask; otherwise they are tested at every step at the first
+and last lane: the vector step where they hold, the lanes one by one where not.  The
+epilogue (bias, relu, hard-swish, a residual add) runs on the vector sums.
 """
 
 from __future__ import annotations
@@ -151,6 +154,7 @@ class _Window:
             self.skipped = reduce_identity(info.combiner, "float32")
             self.start = f"(f32x4.splat {self.skipped})"
         self.combine = VECTOR_COMBINER_RENDERINGS[info.combiner]
+        self.lane_masks = self.mask_differences() if schedule.masked_borders else None
 
     def row(self, x: str, width: str) -> None:
         """A row of at least four positions: ``lanes`` at a time, then four at a time."""
@@ -234,7 +238,7 @@ class _Window:
                 with body.then():
                     self.steps(bases, lane_locals, sums, False)
                 with body.else_():
-                    self.steps(bases, lane_locals, sums, True)
+                    self.border_steps(bases, lane_locals, sums)
         else:
             self.steps(bases, lane_locals, sums, False)
         output = emitter.address(self.program.output.name,
@@ -251,10 +255,102 @@ class _Window:
             body.store("v128.store", address, value, 16 * q)
         emitter.close_scope()
 
-    def steps(self, bases: Mapping[Load, str], lane_locals: list[str], sums: list[str], guarded: bool) -> None:
+    def mask_differences(self) -> list[tuple[object, PrimExpr, int, int]] | None:
+        """Per guard along the row, ``(compare op, a - b, its step per lane, its step per
+        innermost reduction step)`` for a guard ``a op b`` of index values (``a - b op 0``),
+        where each guard reads no reduction axis but the innermost and moves by constants;
+        else None (the borders test each step)."""
+        info = self.info
+        if not self.along or not info.reduce_axes:
+            return None
+        innermost = info.reduce_axes[-1]
+        outer = [axis.name for axis in info.reduce_axes[:-1]]
+        found = []
+        for guard in self.along:
+            if any(depends_on(guard, name) for name in outer):
+                return None
+            difference = simplify(guard.a.value - guard.b.value)
+            per_lane = as_int(simplify(substitute(difference, {self.lane_axis.name: self.lane_axis + 1}) - difference))
+            per_step = as_int(simplify(substitute(difference, {innermost.name: innermost + 1}) - difference))
+            if per_lane is None or per_step is None:
+                return None
+            found.append((guard.op, difference, per_lane, per_step))
+        return found
+
+    def border_steps(self, bases: Mapping[Load, str], lane_locals: list[str], sums: list[str]) -> None:
+        """An iteration where a guard fails somewhere in its window: the innermost steps
+        masked (see the module doc) where they can be written out, else tested at each step."""
+        info, body = self.info, self.body
+        extent = simplify(info.reduce_extents[-1])
+        steps = {load: as_int(moved(load, info.reduce_axes[-1])) for load in self.loads}
+        fits = self.lane_masks is not None and all(step is not None and step >= 0 for step in steps.values())
+        known = as_int(extent)
+        stride = max(self.strides.values())
+
+        def masked(count: int) -> None:
+            # a masked lane's load lies within the lanes' and the window's reach of one inside
+            if 4 * stride * (len(lane_locals) + count) + 16 > self.schedule.overreach:
+                self.steps(bases, lane_locals, sums, True)
+                return
+            masks = self.step_masks(count, lane_locals[0], len(sums))
+            self.steps(bases, lane_locals, sums, True, (count, steps, masks))
+
+        def choose(widths: tuple[int, ...]) -> None:
+            if not widths:
+                self.steps(bases, lane_locals, sums, True)
+                return
+            with body.if_(op("i32.eq", self.emitter.index(extent), const(widths[0]))):
+                with body.then():
+                    masked(widths[0])
+                with body.else_():
+                    choose(widths[1:])
+
+        if not fits:
+            self.steps(bases, lane_locals, sums, True)
+        elif known is not None:
+            if known <= self.schedule.unroll:
+                masked(known)
+            else:
+                self.steps(bases, lane_locals, sums, True)
+        else:
+            choose(self.schedule.unrolled_widths)
+
+    def step_masks(self, count: int, first_lane: str, groups: int) -> list[list[str]]:
+        """Per innermost step (``count``) and group of four lanes, a v128 local whose lanes are
+        all ones where every guard along the row holds at that lane and step: each guard's
+        ``a - b`` at the first lane and step, splatted once, plus its constant steps."""
+        emitter, body, info = self.emitter, self.body, self.info
+        emitter.open_scope()
+        emitter.declare_axis(self.lane_axis, self.width, first_lane)
+        for axis, extent in zip(info.reduce_axes, info.reduce_extents):
+            emitter.declare_axis(axis, extent, self.zero)
+        splats = []
+        for compare, difference, per_lane, per_step in self.lane_masks or []:
+            value = emitter.set_local(emitter.index(difference), "i32", body.indent, "difference")
+            splats.append((compare, emitter.set_local(f"(i32x4.splat {value})", "v128", body.indent, "differences"),
+                           per_lane, per_step))
+        emitter.close_scope()
+        masks = []
+        for step in range(count):
+            row = []
+            for q in range(groups):
+                mask = None
+                for compare, splat, per_lane, per_step in splats:
+                    lanes = " ".join(str(per_lane * n + per_step * step) for n in range(4 * q, 4 * q + 4))
+                    test = (f"(i32x4.{compare.value}_s (i32x4.add {splat} (v128.const i32x4 {lanes})) "
+                            f"(v128.const i32x4 0 0 0 0))")
+                    mask = test if mask is None else f"(v128.and {mask} {test})"
+                row.append(emitter.set_local(mask, "v128", body.indent, "mask"))
+            masks.append(row)
+        return masks
+
+    def steps(self, bases: Mapping[Load, str], lane_locals: list[str], sums: list[str], guarded: bool,
+              masked: tuple[int, Mapping[Load, int], list[list[str]]] | None = None) -> None:
         """The reduction's loops adding the core at every step into ``sums``, from the loads'
         addresses at the first step (``bases``); ``guarded``: each guard checked (see the
-        module doc), else none."""
+        module doc), else none; ``masked``: the innermost axis's extent, each load's step
+        along it and the masks of :meth:`step_masks`, its steps written out and masked (the
+        guards along the row then not tested)."""
         levels: dict[int, list[ScalarExpr]] = {}
         if guarded:
             for guard in self.fixed:
@@ -264,10 +360,11 @@ class _Window:
         with body.block("$window"):
             for guard in levels.get(-1, []):
                 body.br_if("$window", op("i32.eqz", self.emitter.scalar(guard, body.indent)))
-            self.level(0, dict(bases), lane_locals, sums, guarded, levels)
+            self.level(0, dict(bases), lane_locals, sums, guarded, levels, masked)
 
     def level(self, number: int, addresses: dict[Load, str], lane_locals: list[str], sums: list[str], guarded: bool,
-              levels: Mapping[int, list[ScalarExpr]]) -> None:
+              levels: Mapping[int, list[ScalarExpr]],
+              masked: tuple[int, Mapping[Load, int], list[list[str]]] | None = None) -> None:
         """The loop over reduction axis ``number`` and the ones inside it (``addresses``: each
         load's address at the current step of the outer axes and the first of the rest).
         An address moves by a step free of index variables (a constant, a row's length) by
@@ -276,6 +373,10 @@ class _Window:
         a constant extent up to the schedule's ``unroll``, else for the extents of its
         ``unrolled_widths`` (3x3, 5x5, 7x7 kernels), chosen at run time."""
         emitter, body, info = self.emitter, self.body, self.info
+        if masked is not None and number == len(info.reduce_axes) - 1:
+            count, steps, masks = masked
+            self.unrolled(count, addresses, steps, sums, masks)
+            return
         if number == len(info.reduce_axes):
             if guarded and self.along:
                 self.guarded_step(lane_locals, sums, addresses)
@@ -288,7 +389,7 @@ class _Window:
             emitter.declare_axis(axis, extent, self.zero)
             for guard in levels.get(number, []):
                 body.br_if("$window", op("i32.eqz", emitter.scalar(guard, body.indent)))
-            self.level(number + 1, addresses, lane_locals, sums, guarded, levels)
+            self.level(number + 1, addresses, lane_locals, sums, guarded, levels, masked)
             emitter.close_scope()
             return
         names = index_var_names(self.program)
@@ -302,7 +403,7 @@ class _Window:
         known = as_int(extent)
 
         def loop() -> None:
-            self.loop(number, addresses, moving, computed, steps, lane_locals, sums, guarded, levels)
+            self.loop(number, addresses, moving, computed, steps, lane_locals, sums, guarded, levels, masked)
 
         if not (innermost and not guarded and not computed and offsets_fit):
             loop()
@@ -328,7 +429,8 @@ class _Window:
                 self.unrolled_by_width(widths[1:], extent, addresses, steps, sums, loop)
 
     def loop(self, number: int, addresses: dict[Load, str], moving, computed, steps, lane_locals: list[str],
-             sums: list[str], guarded: bool, levels: Mapping[int, list[ScalarExpr]]) -> None:
+             sums: list[str], guarded: bool, levels: Mapping[int, list[ScalarExpr]],
+             masked: tuple[int, Mapping[Load, int], list[list[str]]] | None = None) -> None:
         """:meth:`level`'s loop over reduction axis ``number`` (in the scope it opened)."""
         emitter, body, info = self.emitter, self.body, self.info
         axis, extent = info.reduce_axes[number], info.reduce_extents[number]
@@ -357,25 +459,39 @@ class _Window:
                         emitter.close_scope()
                     for guard in levels.get(number, []):
                         body.br_if(f"$next_{label}", op("i32.eqz", emitter.scalar(guard, body.indent)))
-                    self.level(number + 1, inner, lane_locals, sums, guarded, levels)
+                    self.level(number + 1, inner, lane_locals, sums, guarded, levels, masked)
                 for load in moving:  # advanced also where a guard skipped the step
                     if load not in computed:
                         body.increment(inner[load], emitter.index(simplify(steps[load] * 4)))
                 body.increment(local)
                 body.br_if(f"$step_{label}", op("i32.lt_s", get(local), get(end)))
 
-    def unrolled(self, count: int, addresses: Mapping[Load, str], steps: Mapping[Load, int], sums: list[str]) -> None:
-        """``count`` steps of the innermost axis, each load at a constant offset from its address."""
+    def unrolled(self, count: int, addresses: Mapping[Load, str], steps: Mapping[Load, int], sums: list[str],
+                 masks: list[list[str]] | None = None) -> None:
+        """``count`` steps of the innermost axis, each load at a constant offset from its
+        address, each step's sums masked by ``masks[step]`` where given."""
         for step in range(count):
-            self.vector_step(sums, addresses, {load: 4 * steps[load] * step for load in self.loads})
+            self.vector_step(sums, addresses, {load: 4 * steps[load] * step for load in self.loads},
+                             masks[step] if masks else None)
 
-    def vector_step(self, sums: list[str], addresses: Mapping[Load, str], offsets: Mapping[Load, int]) -> None:
+    def vector_step(self, sums: list[str], addresses: Mapping[Load, str], offsets: Mapping[Load, int],
+                    masks: list[str] | None = None) -> None:
         """Each sum plus the core at its four positions: loads along the row from their
-        addresses (plus ``offsets`` bytes), the rest (the weight) once for all sums."""
+        addresses (plus ``offsets`` bytes), the rest (the weight) once for all sums; with
+        ``masks`` (one per sum), the lanes outside a mask add the reduction's skipped value."""
         shared: dict[ScalarExpr, str] = {}
         for q, local in enumerate(sums):
             value = self.core_vector(self.info.core, q, addresses, offsets, shared, {})
+            if masks is not None:
+                value = self.masked(value, masks[q])
             self.body.set(local, self.combine(get(local), value))
+
+    def masked(self, value: str, mask: str) -> str:
+        """``value`` where ``mask``'s lanes are set, else the reduction's skipped value (0 for
+        a sum: the and drops whatever a masked lane's load read, NaN included)."""
+        if self.info.combiner is ReduceCombiner.SUM:
+            return f"(v128.and {value} {mask})"
+        return f"(v128.bitselect {value} (f32x4.splat {self.skipped}) {mask})"
 
     def core_vector(self, expr: ScalarExpr, q: int, addresses: Mapping[Load, str], offsets: Mapping[Load, int],
                     shared: dict, memo: dict) -> str:
@@ -508,11 +624,7 @@ class _Window:
                         f"(v128.const i32x4 0 0 0 0))")
                 mask = test if mask is None else f"(v128.and {mask} {test})"
             value = self.core_vector(self.info.core, q, addresses, {}, shared, {})
-            if self.info.combiner is ReduceCombiner.SUM:
-                masked = f"(v128.and {value} {mask})"
-            else:  # the masked lanes the identity (-inf for a max)
-                masked = f"(v128.bitselect {value} (f32x4.splat {self.skipped}) {mask})"
-            body.set(local, self.combine(get(local), masked))
+            body.set(local, self.combine(get(local), self.masked(value, str(mask))))
 
 
 def _all_of(conditions: list[str]) -> str:
