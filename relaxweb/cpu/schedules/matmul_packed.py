@@ -388,7 +388,14 @@ def _panel_outputs(kernel: MatmulKernel, schedule: PackedMatmulSchedule, row0: s
     """Loops over the panel's rows and the column block's columns that are inside the output
     (a row's axes recovered once for its columns): the epilogue of each spilled sum, stored
     (four columns at a time where ``vector_columns`` allows, then one by one; or where
-    ``vector_rows`` allows instead, four rows of each column at a time while four remain)."""
+    ``vector_rows`` allows instead, four rows of each column at a time while four remain).
+
+    Where the block is whole (``panel_columns`` columns inside the output, within one index
+    of the column axes the epilogue does not take four at a time along), its quads' column axes are
+    recovered once for all the panel's rows and the epilogue's loads that read no column
+    axis (a bias) once per row (:func:`_whole_block_outputs`): at K = 16 (MobileNetV3's
+    1x1 convolution of 16 -> 64 channels at 112 x 112) the epilogue, dividing for each
+    quad, took 60% of the kernel."""
     emitter, body, info, program = kernel.emitter, kernel.body, kernel.info, kernel.program
     row, row_end = body.named("row"), body.named("row_end")
     column, column_end = body.named("column"), body.named("column_end")
@@ -433,22 +440,72 @@ def _panel_outputs(kernel: MatmulKernel, schedule: PackedMatmulSchedule, row0: s
         body.increment(sum_address, row_bytes)
         body.increment(row)
 
-    with body.loop("$output_row"):
-        if row_suffix:  # four rows of each column at once while four remain (within one index of the outer row axes)
-            quad = op("i32.le_u", add(get(row), const(4)), get(row_end))
-            if row_suffix < len(kernel.row_axes):
-                span = emitter.index(simplify(product(kernel.row_extents[-row_suffix:])))
-                quad = op("i32.and", quad, op("i32.le_u", add(op("i32.rem_u", get(row), span), const(4)), span))
-            with body.if_(quad):
-                with body.then():
-                    _four_rows(kernel, schedule, row, column, column_end, sum_at, row_suffix)
-                    body.increment(sum_address, 4 * row_bytes)
-                    body.increment(row, 4)
-                with body.else_():
-                    one_row()
-        else:
-            one_row()
-        body.br_if("$output_row", op("i32.lt_u", get(row), get(row_end)))
+    def each_row() -> None:
+        with body.loop("$output_row"):
+            if row_suffix:  # four rows of each column at once while four remain (within one index of the outer row axes)
+                quad = op("i32.le_u", add(get(row), const(4)), get(row_end))
+                if row_suffix < len(kernel.row_axes):
+                    span = emitter.index(simplify(product(kernel.row_extents[-row_suffix:])))
+                    quad = op("i32.and", quad, op("i32.le_u", add(op("i32.rem_u", get(row), span), const(4)), span))
+                with body.if_(quad):
+                    with body.then():
+                        _four_rows(kernel, schedule, row, column, column_end, sum_at, row_suffix)
+                        body.increment(sum_address, 4 * row_bytes)
+                        body.increment(row, 4)
+                    with body.else_():
+                        one_row()
+            else:
+                one_row()
+            body.br_if("$output_row", op("i32.lt_u", get(row), get(row_end)))
+
+    if suffix and schedule.panel_columns % 4 == 0:
+        whole = op("i32.eq", sub(get(column_end), column0), const(schedule.panel_columns))
+        if suffix < len(kernel.column_axes):  # and within one index of the outer column axes (a batch)
+            span = emitter.index(simplify(product(kernel.column_extents[-suffix:])))
+            whole = op("i32.and", whole, op("i32.le_u", add(op("i32.rem_u", column0, span),
+                                                            const(schedule.panel_columns)), span))
+        with body.if_(whole):
+            with body.then():
+                _whole_block_outputs(kernel, schedule, row, row_end, sum_address, suffix)
+            with body.else_():
+                each_row()
+    else:
+        each_row()
+
+
+def _whole_block_outputs(kernel: MatmulKernel, schedule: PackedMatmulSchedule, row: str, row_end: str,
+                         sum_address: str, suffix: int) -> None:
+    """The epilogue of a whole column block (see :func:`_panel_outputs`) within one index of
+    the column axes before the last ``suffix``: each quad's column axes unflattened once,
+    then per row its splats and one ``v128.store`` per quad."""
+    emitter, body, info, program = kernel.emitter, kernel.body, kernel.info, kernel.program
+    quads = schedule.panel_columns // 4
+    quad_axes = []
+    for q in range(quads):
+        start = add(get("$column0"), const(4 * q)) if q else get("$column0")
+        quad_axes.append(unflatten_into(emitter, body, kernel.column_extents, start, f"yb{q}_"))
+    with body.loop("$output_whole_row"):
+        emitter.open_scope()
+        declare_axes(emitter, kernel.row_axes, kernel.row_extents,
+                     unflatten_into(emitter, body, kernel.row_extents, get(row), "yr"))
+        splats: dict = {}
+        for node in epilogue_nodes(info, program.body):
+            if (isinstance(node, Load) and not any(reads(node, axis) for axis in kernel.column_axes)
+                    and node not in splats):
+                splats[node] = emitter.set_local(f"(f32x4.splat {emitter.scalar(node, body.indent)})", "v128",
+                                                 body.indent, "splat")
+        for q in range(quads):
+            emitter.open_scope()
+            declare_axes(emitter, kernel.column_axes, kernel.column_extents, quad_axes[q])
+            offset = emitter.index(flat_offset(program.output, tuple(program.axes)))
+            address = emitter.set_local(emitter.address(program.output.name, offset), "i32", body.indent, "address")
+            _store_four(kernel, address, f"(v128.load offset={16 * q} {get(sum_address)})",
+                        kernel.column_axes[-suffix:], splats)
+            emitter.close_scope()
+        emitter.close_scope()
+        body.increment(sum_address, 4 * schedule.panel_columns)
+        body.increment(row)
+        body.br_if("$output_whole_row", op("i32.lt_u", get(row), get(row_end)))
 
 
 def _four_rows(kernel: MatmulKernel, schedule: PackedMatmulSchedule, row: str, column: str, column_end: str,
@@ -486,12 +543,12 @@ def _four_columns(kernel: MatmulKernel, column: str, sum_at: str, suffix: int) -
     body.increment(column, 4)
 
 
-def _store_four(kernel: MatmulKernel, address: str, sums: str, lane_axes: tuple) -> None:
+def _store_four(kernel: MatmulKernel, address: str, sums: str, lane_axes: tuple, splatted: dict | None = None) -> None:
     """The epilogue of four outputs from their sums (``sums``, an f32x4 value), stored at
     ``address`` with one ``v128.store``: its loads along ``lane_axes`` one ``v128.load`` each,
-    the others splatted."""
+    the others splatted (``splatted``: those splats already in locals)."""
     emitter, body, info, program = kernel.emitter, kernel.body, kernel.info, kernel.program
-    splats = {info.reduction: sums}
+    splats = {**(splatted or {}), info.reduction: sums}
     for node in epilogue_nodes(info, program.body):
         if isinstance(node, Load) and not any(reads(node, axis) for axis in lane_axes) and node not in splats:
             splats[node] = emitter.set_local(f"(f32x4.splat {emitter.scalar(node, body.indent)})", "v128",
