@@ -380,8 +380,14 @@ def _enter_output_column(kernel: MatmulKernel, column: str, prefix: str) -> str:
     emitter.open_scope()
     declare_axes(emitter, kernel.column_axes, kernel.column_extents,
                  unflatten_into(emitter, body, kernel.column_extents, get(column), prefix))
+    return _output_address(kernel)
+
+
+def _output_address(kernel: MatmulKernel) -> str:
+    """The local holding the output element's address at the axes declared now."""
+    emitter, program = kernel.emitter, kernel.program
     offset = emitter.index(flat_offset(program.output, tuple(program.axes)))
-    return emitter.set_local(emitter.address(program.output.name, offset), "i32", body.indent, "address")
+    return emitter.set_local(emitter.address(program.output.name, offset), "i32", kernel.body.indent, "address")
 
 
 def _panel_outputs(kernel: MatmulKernel, schedule: PackedMatmulSchedule, row0: str, sums_base: str) -> None:
@@ -488,17 +494,11 @@ def _whole_block_outputs(kernel: MatmulKernel, schedule: PackedMatmulSchedule, r
         emitter.open_scope()
         declare_axes(emitter, kernel.row_axes, kernel.row_extents,
                      unflatten_into(emitter, body, kernel.row_extents, get(row), "yr"))
-        splats: dict = {}
-        for node in epilogue_nodes(info, program.body):
-            if (isinstance(node, Load) and not any(reads(node, axis) for axis in kernel.column_axes)
-                    and node not in splats):
-                splats[node] = emitter.set_local(f"(f32x4.splat {emitter.scalar(node, body.indent)})", "v128",
-                                                 body.indent, "splat")
+        splats = _epilogue_splats(kernel, kernel.column_axes, {})
         for q in range(quads):
             emitter.open_scope()
             declare_axes(emitter, kernel.column_axes, kernel.column_extents, quad_axes[q])
-            offset = emitter.index(flat_offset(program.output, tuple(program.axes)))
-            address = emitter.set_local(emitter.address(program.output.name, offset), "i32", body.indent, "address")
+            address = _output_address(kernel)
             _store_four(kernel, address, f"(v128.load offset={16 * q} {get(sum_address)})",
                         kernel.column_axes[-suffix:], splats)
             emitter.close_scope()
@@ -548,12 +548,19 @@ def _store_four(kernel: MatmulKernel, address: str, sums: str, lane_axes: tuple,
     ``address`` with one ``v128.store``: its loads along ``lane_axes`` one ``v128.load`` each,
     the others splatted (``splatted``: those splats already in locals)."""
     emitter, body, info, program = kernel.emitter, kernel.body, kernel.info, kernel.program
-    splats = {**(splatted or {}), info.reduction: sums}
-    for node in epilogue_nodes(info, program.body):
-        if isinstance(node, Load) and not any(reads(node, axis) for axis in lane_axes) and node not in splats:
+    splats = _epilogue_splats(kernel, lane_axes, {**(splatted or {}), info.reduction: sums})
+    body.store("v128.store", address, emitter.vector_value(program.body, splats, {}, body.indent))
+
+
+def _epilogue_splats(kernel: MatmulKernel, axes: tuple, splats: dict) -> dict:
+    """``splats`` with each epilogue load that reads none of ``axes`` (and is not there yet)
+    splatted into a v128 local at the axes declared now."""
+    emitter, body, program = kernel.emitter, kernel.body, kernel.program
+    for node in epilogue_nodes(kernel.info, program.body):
+        if isinstance(node, Load) and not any(reads(node, axis) for axis in axes) and node not in splats:
             splats[node] = emitter.set_local(f"(f32x4.splat {emitter.scalar(node, body.indent)})", "v128",
                                              body.indent, "splat")
-    body.store("v128.store", address, emitter.vector_value(program.body, splats, {}, body.indent))
+    return splats
 
 
 PACKED_TIER = Tier(packed_main, packed_units)  # type: ignore[arg-type]

@@ -330,19 +330,11 @@ class _Window:
             splats.append((compare, emitter.set_local(f"(i32x4.splat {value})", "v128", body.indent, "differences"),
                            per_lane, per_step))
         emitter.close_scope()
-        masks = []
-        for step in range(count):
-            row = []
-            for q in range(groups):
-                mask = None
-                for compare, splat, per_lane, per_step in splats:
-                    lanes = " ".join(str(per_lane * n + per_step * step) for n in range(4 * q, 4 * q + 4))
-                    test = (f"(i32x4.{compare.value}_s (i32x4.add {splat} (v128.const i32x4 {lanes})) "
-                            f"(v128.const i32x4 0 0 0 0))")
-                    mask = test if mask is None else f"(v128.and {mask} {test})"
-                row.append(emitter.set_local(mask, "v128", body.indent, "mask"))
-            masks.append(row)
-        return masks
+        return [[emitter.set_local(_lane_mask([(compare, splat, per_lane, per_step * step)
+                                                for compare, splat, per_lane, per_step in splats], q),
+                                   "v128", body.indent, "mask")
+                 for q in range(groups)]
+                for step in range(count)]
 
     def steps(self, bases: Mapping[Load, str], lane_locals: list[str], sums: list[str], guarded: bool,
               masked: tuple[int, Mapping[Load, int], list[list[str]]] | None = None) -> None:
@@ -614,17 +606,24 @@ class _Window:
             per_lane = as_int(simplify(substitute(difference, {self.lane_axis.name: self.lane_axis + 1}) - difference))
             value = emitter.set_local(emitter.index(difference), "i32", body.indent, "difference")
             differences.append((guard.op, emitter.set_local(f"(i32x4.splat {value})", "v128", body.indent,
-                                                            "differences"), per_lane))
+                                                            "differences"), per_lane, 0))
         shared: dict[ScalarExpr, str] = {}
         for q, local in enumerate(sums):
-            mask = None
-            for compare, splat, per_lane in differences:
-                lanes = " ".join(str(per_lane * n) for n in range(4 * q, 4 * q + 4))
-                test = (f"(i32x4.{compare.value}_s (i32x4.add {splat} (v128.const i32x4 {lanes})) "
-                        f"(v128.const i32x4 0 0 0 0))")
-                mask = test if mask is None else f"(v128.and {mask} {test})"
             value = self.core_vector(self.info.core, q, addresses, {}, shared, {})
-            body.set(local, self.combine(get(local), self.masked(value, str(mask))))
+            body.set(local, self.combine(get(local), self.masked(value, _lane_mask(differences, q))))
+
+
+def _lane_mask(differences: list[tuple[object, str, int, int]], q: int) -> str:
+    """A v128 WAT value, all ones in the lanes of group ``q`` (lanes 4q .. 4q + 3) where every
+    guard holds: per guard ``(compare op, its a - b at lane 0 splatted, its step per lane, an
+    offset)``, ``a - b + step * lane + offset op 0``."""
+    mask = None
+    for compare, splat, per_lane, offset in differences:
+        lanes = " ".join(str(per_lane * n + offset) for n in range(4 * q, 4 * q + 4))
+        test = (f"(i32x4.{compare.value}_s (i32x4.add {splat} (v128.const i32x4 {lanes})) "  # type: ignore[attr-defined]
+                f"(v128.const i32x4 0 0 0 0))")
+        mask = test if mask is None else f"(v128.and {mask} {test})"
+    return str(mask)
 
 
 def _all_of(conditions: list[str]) -> str:
