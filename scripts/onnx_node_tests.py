@@ -30,7 +30,10 @@ version).  ``run`` generates the cases first when the folder holds none.
 
 ``run --compiled`` compiles each case into a bundle and runs it with the Python runtime
 instead, on WebGPU (``--backend webgpu``, the default; table ``docs/onnx-node-tests-gpu.md``)
-or on the bundle's kernels.wasm (``--backend wasm``; ``docs/onnx-node-tests-wasm.md``).
+or on the bundle's kernels.wasm (``--backend wasm``; ``docs/onnx-node-tests-wasm.md``), or on
+both (``--backend webgpu,wasm``: each case compiled once and its bundle run on each backend in
+turn, the results of each in its own file, ``results-webgpu.json`` and ``results-wasm.json``
+beside ``--out``'s name; CI's way, compiling takes most of a case's time).
 """
 
 from __future__ import annotations
@@ -275,21 +278,25 @@ def _first_line(error: BaseException) -> str:
 class RunOptions:
     """How cases run: ``constant_inputs`` (see :func:`inline_constant_inputs`), and
     ``compiled``: through the whole compiler and the Python runtime instead of the
-    reference interpreter, on ``backend`` ("webgpu": wgpu, or "wasm": kernels.wasm on wasmtime)."""
+    reference interpreter, on each of ``backends`` ("webgpu": wgpu, "wasm": kernels.wasm on
+    wasmtime), one bundle for all of them."""
 
     constant_inputs: bool = False
     compiled: bool = False
-    backend: str = "webgpu"
+    backends: tuple[str, ...] = ("webgpu",)
 
 
 def run_case(case_dir: Path | str, timeout: float | None = None, constant_inputs: bool = False,
-             compiled: bool = False, backend: str = "webgpu") -> dict:
+             compiled: bool = False, backend: str | tuple[str, ...] = "webgpu") -> dict:
     """Import, run and check one case; never raises (except KeyboardInterrupt).
 
     With ``timeout`` (seconds) and in the main thread, a SIGALRM timer stops the case.  See
-    :class:`RunOptions` for the other arguments.
+    :class:`RunOptions` for the other arguments.  With several backends (a tuple), the result
+    holds each one's own outcome (status, message, stage) under ``"backends"``
+    (:func:`backend_result` reads one), and its own status is the first backend's that did not
+    pass (else "pass").
     """
-    options = RunOptions(constant_inputs, compiled, backend)
+    options = RunOptions(constant_inputs, compiled, (backend,) if isinstance(backend, str) else tuple(backend))
     case_dir = Path(case_dir)
     result: dict[str, Any] = {"name": case_dir.name, "status": "error", "stage": "load", "message": ""}
     started = time.perf_counter()
@@ -374,14 +381,15 @@ def _run_case_steps(case_dir: Path, result: dict, options: RunOptions) -> None:
         inputs = {name: read_value(path, type_proto) for name, (path, type_proto) in input_files.items()}
     expected = [read_value(data_dir / f"output_{index}.pb", type_proto) for index, type_proto in enumerate(expected_types)]
     result["stage"] = "run"
-    if options.compiled:
-        try:
-            outputs = _run_compiled(module, inputs, case_dir.name, result, options.backend)
-        except (UnsupportedModelError, DeductionError) as error:  # no GPU lowering, dtype or known shape yet
-            result.update(status="unsupported", error_type=type(error).__name__, message=_first_line(error))
-            return
-    else:
-        outputs = run_module(module, inputs)
+    if not options.compiled:
+        _compare_outputs(run_module(module, inputs), output_names, expected, result)
+        return
+    _run_compiled(module, inputs, case_dir.name, options.backends,
+                  lambda outputs, outcome: _compare_outputs(outputs, output_names, expected, outcome), result)
+
+
+def _compare_outputs(outputs: list[Any], output_names: list[str], expected: list[Any], result: dict) -> None:
+    """Sets ``result``'s status: "pass" where every output matches its expected value, else "fail"."""
     result["stage"] = "compare"
     if len(outputs) != len(expected):
         result.update(status="fail", message=f"{len(outputs)} output(s), expected {len(expected)}")
@@ -394,19 +402,66 @@ def _run_case_steps(case_dir: Path, result: dict, options: RunOptions) -> None:
     result.update(status="pass", message="")
 
 
-def _run_compiled(module, inputs: dict[str, Any], name: str, result: dict, backend: str) -> list[Any]:
-    """Compile the imported module into a bundle and run it with the Python runtime on ``backend``."""
+#: Errors that make a case "unsupported" when compiling or running a bundle: no lowering, dtype
+#: or known shape yet.
+UNSUPPORTED_ERRORS = (UnsupportedModelError, DeductionError)
+
+
+def _run_compiled(module, inputs: dict[str, Any], name: str, backends: tuple[str, ...],
+                  check: Callable[[list[Any], dict], None], result: dict) -> None:
+    """Compile the imported module into one bundle and run it with the Python runtime on each
+    of ``backends``, ``check`` setting the status from its outputs: in ``result`` for one
+    backend; for several, in ``result["backends"][backend]``, each caught on its own (a crash
+    on one backend leaves the others' results)."""
     from relaxweb.bundle import write_bundle
     from relaxweb.compiler import compile_module
     from relaxweb.runtime.backend import load_session
 
     result["stage"] = "compile"
-    compiled = compile_module(module, {})
     with tempfile.TemporaryDirectory(prefix="relaxweb-case-") as folder:
-        manifest = write_bundle(compiled, folder, name)
-        result["stage"] = "run"
-        outputs = load_session(Path(folder), backend).run(inputs)
-    return [outputs[item["name"]] for item in manifest["outputs"]]
+        try:
+            manifest = write_bundle(compile_module(module, {}), folder, name)
+        except UNSUPPORTED_ERRORS as error:
+            result.update(status="unsupported", error_type=type(error).__name__, message=_first_line(error))
+            return
+
+        def run_on(backend: str, outcome: dict) -> None:
+            outcome["stage"] = "run"
+            try:
+                outputs = load_session(Path(folder), backend).run(inputs)
+            except UNSUPPORTED_ERRORS as error:
+                outcome.update(status="unsupported", error_type=type(error).__name__, message=_first_line(error))
+                return
+            check([outputs[item["name"]] for item in manifest["outputs"]], outcome)
+
+        if len(backends) == 1:
+            run_on(backends[0], result)
+            return
+        result["backends"] = {}
+        for backend in backends:
+            outcome: dict[str, Any] = {"status": "error", "message": ""}
+            try:
+                run_on(backend, outcome)
+            except (KeyboardInterrupt, CaseTimeout):
+                raise
+            except Exception as error:  # noqa: BLE001 - one backend's crash must not hide the others'
+                outcome.update(status="error", error_type=type(error).__name__, message=_first_line(error),
+                               where=_innermost_frame(error))
+            result["backends"][backend] = outcome
+        worst = next((o for o in result["backends"].values() if o["status"] != "pass"), None)
+        result.update(stage="run", **({"status": "pass", "message": ""} if worst is None else
+                                      {key: worst[key] for key in ("status", "message") if key in worst}))
+
+
+def backend_result(result: dict, backend: str) -> dict:
+    """One backend's view of a case's result from a run on several (:func:`run_case`): its own
+    outcome over the shared fields.  A case that stopped before running (unsupported at
+    import or compile, a timeout) has the same result on every backend."""
+    shared = {key: value for key, value in result.items() if key != "backends"}
+    if "backends" not in result or backend not in result["backends"]:
+        return shared
+    own = result["backends"][backend]
+    return {**{k: v for k, v in shared.items() if k not in ("error_type", "where")}, **own}
 
 
 def _in_main_thread() -> bool:
@@ -454,7 +509,7 @@ def _worker_main(connection, timeout: float | None, memory_limit_bytes: int | No
             return
         if task is None:
             return
-        connection.send(run_case(Path(task), timeout, options.constant_inputs, options.compiled, options.backend))
+        connection.send(run_case(Path(task), timeout, options.constant_inputs, options.compiled, options.backends))
 
 
 class _Worker:
@@ -506,7 +561,7 @@ def run_cases(case_dirs: list[Path], jobs: int = 2, timeout: float | None = TIME
 
     if jobs <= 0:
         for case_dir in case_dirs:
-            record(case_dir, run_case(case_dir, timeout, options.constant_inputs, options.compiled, options.backend))
+            record(case_dir, run_case(case_dir, timeout, options.constant_inputs, options.compiled, options.backends))
         return [results[c] for c in case_dirs]
 
     methods = multiprocessing.get_all_start_methods()
@@ -695,8 +750,12 @@ def command_run(args: argparse.Namespace) -> int:
     if not load_index(cases_dir):
         print(f"no generated cases in {cases_dir}: generating them first", file=sys.stderr)
         generate(cases_dir, log=lambda text: print(text, file=sys.stderr))
-    if args.backend != "webgpu" and not args.compiled:
+    if args.backend != ("webgpu",) and not args.compiled:
         print("--backend picks how --compiled runs a bundle: give --compiled too", file=sys.stderr)
+        return 2
+    if len(args.backend) > 1 and args.doc:
+        print("--doc names one table: give it with one --backend (several write each backend's default "
+              "table on an unfiltered run; --doc \"\" writes none)", file=sys.stderr)
         return 2
     entries = load_index(cases_dir)
     if args.filter:
@@ -729,35 +788,57 @@ def command_run(args: argparse.Namespace) -> int:
         result["expanded"] = entry.get("expanded", False)
         result["op_label"] = op_label(entry)
     command = "python scripts/onnx_node_tests.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    out = Path(args.out)
+    several = len(args.backend) > 1
+    bad = []
+    for backend in args.backend if args.compiled else (None,):
+        these = [backend_result(result, backend) for result in results] if several else results
+        bad += _report(args, these, backend, out.with_name(f"{out.stem}-{backend}{out.suffix}") if several else out,
+                       command, time.perf_counter() - started)
+    if args.check:
+        # a wrong value, a crash or a timeout fails the check; a clean one-line RelaxwebError
+        # (a model relaxweb refuses with a message, e.g. shapes it cannot prove) does not
+        for backend, result in bad:
+            print(f"{result['status']}: {result['name']}{f' on {backend}' if several else ''}: "
+                  f"{result.get('message', '')[:300]}", file=sys.stderr)
+        return 1 if bad else 0
+    return 0
+
+
+def _report(args: argparse.Namespace, results: list[dict], backend: str | None, out: Path, command: str,
+            seconds: float) -> list[tuple[str | None, dict]]:
+    """Writes one backend's results (``backend`` None: the interpreter's) to ``out`` and, for
+    an unfiltered run or with ``--doc``, its markdown table; prints its counts.  Returns its
+    cases that fail ``--check``, each with the backend."""
     date = datetime.date.today().isoformat()
     total = totals(results)
     report = {"command": command, "date": date, "onnx_version": onnx.__version__, "rtol": RTOL, "atol": ATOL,
               "timeout_s": args.timeout, "constant_inputs": args.constant_inputs, "compiled": args.compiled,
-              "backend": args.backend if args.compiled else None,
-              "seconds": round(time.perf_counter() - started, 1), "totals": total,
+              "backend": backend, "seconds": round(seconds, 1), "totals": total,
               "by_op": {label: counts for label, counts in by_op(results)}, "cases": results}
-    out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1) + "\n")
     print(f"wrote {out}", file=sys.stderr)
-    default_doc = DEFAULT_DOC if not args.compiled else DEFAULT_WASM_DOC if args.backend == "wasm" else DEFAULT_COMPILED_DOC
+    default_doc = DEFAULT_DOC if backend is None else DEFAULT_WASM_DOC if backend == "wasm" else DEFAULT_COMPILED_DOC
     subset = args.filter or args.constant_inputs or args.per_op
     doc = args.doc if args.doc is not None else (None if subset else str(default_doc))
     if doc:
-        write_markdown(results, Path(doc), command, date, onnx.__version__, args.compiled, args.backend)
+        write_markdown(results, Path(doc), command, date, onnx.__version__, backend is not None, backend or "webgpu")
         print(f"wrote {doc}", file=sys.stderr)
-    print(f"{total['cases']} cases: {total['pass']} passed, {total['fail']} failed, "
-          f"{total['unsupported']} unsupported, {_plural(total['error'], 'error')} "
-          f"({time.perf_counter() - started:.0f} s, onnx {onnx.__version__})")
-    if args.check:
-        # a wrong value, a crash or a timeout fails the check; a clean one-line RelaxwebError
-        # (a model relaxweb refuses with a message, e.g. shapes it cannot prove) does not
-        bad = [r for r in results
-               if r["status"] == "fail" or (r["status"] == "error" and r.get("error_type") != "RelaxwebError")]
-        for result in bad:
-            print(f"{result['status']}: {result['name']}: {result.get('message', '')[:300]}", file=sys.stderr)
-        return 1 if bad else 0
-    return 0
+    print(f"{total['cases']} cases{f' on {backend}' if len(args.backend) > 1 else ''}: {total['pass']} passed, "
+          f"{total['fail']} failed, {total['unsupported']} unsupported, {_plural(total['error'], 'error')} "
+          f"({seconds:.0f} s, onnx {onnx.__version__})")
+    return [(backend, r) for r in results
+            if r["status"] == "fail" or (r["status"] == "error" and r.get("error_type") != "RelaxwebError")]
+
+
+def _backends(text: str) -> tuple[str, ...]:
+    """``--backend``'s value: one backend or several, comma-separated."""
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    unknown = [name for name in names if name not in BACKEND_WORDS]
+    if not names or unknown or len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(f"{text!r}: give webgpu, wasm or both (webgpu,wasm), each once")
+    return names
 
 
 def first_per_op(entries: list[dict], count: int) -> list[dict]:
@@ -794,9 +875,10 @@ def make_parser() -> argparse.ArgumentParser:
     run.add_argument("--compiled", action="store_true",
                      help="compile each case into a bundle and run it with the Python runtime (wgpu) instead of "
                      "the reference interpreter; compile errors (no GPU lowering, dtypes) count as unsupported")
-    run.add_argument("--backend", choices=("webgpu", "wasm"), default="webgpu",
-                     help="with --compiled: run each bundle on WebGPU (wgpu, default) or on its kernels.wasm "
-                     f"(wasmtime); an unfiltered wasm run writes {DEFAULT_WASM_DOC.relative_to(REPO)}")
+    run.add_argument("--backend", type=_backends, default=("webgpu",), metavar="webgpu|wasm|webgpu,wasm",
+                     help="with --compiled: run each bundle on WebGPU (wgpu, default), on its kernels.wasm "
+                     f"(wasmtime; an unfiltered run writes {DEFAULT_WASM_DOC.relative_to(REPO)}), or on both: "
+                     "each case compiled once, each backend's results to --out's name with -webgpu and -wasm added")
     run.add_argument("--per-op", type=int, default=0, metavar="N",
                      help="only the first N cases (by name) of each op type: the subset CI runs")
     run.add_argument("--check", action="store_true",

@@ -28,11 +28,9 @@ npm install --no-audit --no-fund --loglevel=error
 python3 -m pytest -q
 npm test
 # ONNX's operator test suite (all ~1900 cases, regenerated from the installed onnx package)
-# through the whole compiler and the Python runtime on wgpu; prints the counts by status and
-# fails on a wrong value, a crash or a timeout (docs/onnx-node-tests-gpu.md has the table).
-python3 scripts/onnx_node_tests.py run --compiled --check --timeout 120 --cases .cache/ci-onnx-node-tests \
-  --out .cache/ci-onnx-node-tests/results.json --doc ""
-# The same cases, each bundle run on its kernels.wasm (wasmtime, no GPU; ~200 s here):
-# the wasm backend must match ONNX's outputs wherever the WebGPU path does.
-python3 scripts/onnx_node_tests.py run --compiled --backend wasm --check --timeout 120 \
-  --cases .cache/ci-onnx-node-tests --out .cache/ci-onnx-node-tests/results-wasm.json --doc ""
+# through the whole compiler and the Python runtime: each case compiled once and its bundle run
+# on wgpu and then on its kernels.wasm (wasmtime, no GPU), so the wasm backend must match ONNX's
+# outputs wherever the WebGPU path does. Prints each backend's counts by status and fails on a
+# wrong value, a crash or a timeout (docs/onnx-node-tests-gpu.md and -wasm.md have the tables).
+python3 scripts/onnx_node_tests.py run --compiled --backend webgpu,wasm --check --timeout 120 \
+  --cases .cache/ci-onnx-node-tests --out .cache/ci-onnx-node-tests/results.json --doc ""

@@ -114,6 +114,25 @@ def test_a_wrong_kernels_wasm_result_fails_the_case(cases: Path, runner, monkeyp
     assert result["status"] == "fail", result
 
 
+@pytest.mark.gpu
+def test_one_bundle_runs_on_both_backends_each_judged_on_its_own(cases: Path, runner, monkeypatch) -> None:
+    """--backend webgpu,wasm compiles once and runs the bundle on each: a wrong wasm answer fails
+    the wasm result alone, and each backend's view keeps its own status."""
+    run = WasmSession.run
+    monkeypatch.setattr(WasmSession, "run", lambda self, inputs, **kw: {
+        name: value + 1 for name, value in run(self, inputs, **kw).items()})
+    result = runner.run_case(cases / "node" / "test_add", timeout=60, compiled=True, backend=("webgpu", "wasm"))
+    assert result["backends"]["webgpu"]["status"] == "pass", result
+    assert result["backends"]["wasm"]["status"] == "fail", result
+    assert result["status"] == "fail"
+    assert runner.backend_result(result, "webgpu")["status"] == "pass"
+    wasm = runner.backend_result(result, "wasm")
+    assert wasm["status"] == "fail" and wasm["name"] == "test_add" and "backends" not in wasm
+    monkeypatch.setattr(WasmSession, "run", run)
+    both = runner.run_case(cases / "node" / "test_add", timeout=60, compiled=True, backend=("webgpu", "wasm"))
+    assert both["status"] == "pass" and set(both["backends"]) == {"webgpu", "wasm"}, both
+
+
 def test_runtime_inputs_can_be_made_constants(cases: Path, runner) -> None:
     for name in RESHAPE:
         strict = runner.run_case(cases / "node" / name)
@@ -293,3 +312,25 @@ def test_run_command_writes_json(cases: Path, tmp_path: Path) -> None:
     assert report["onnx_version"] == onnx.__version__
     assert {c["op_label"] for c in report["cases"]} == {"Gemm"}
     assert "| Gemm | 4 | 4 | 0 | 0 | 0 |" in doc.read_text().splitlines()
+
+
+@pytest.mark.gpu
+@pytest.mark.slow  # a subprocess
+def test_run_command_on_both_backends_writes_a_file_for_each(cases: Path, tmp_path: Path) -> None:
+    out = tmp_path / "results.json"
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), "run", "--compiled", "--backend", "webgpu,wasm", "--check", "--cases", str(cases),
+         "--filter", "test_gemm_default", "--out", str(out)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("1 cases on webgpu: 1 passed, 0 failed") and lines[1].startswith("1 cases on wasm: 1 passed")
+    for backend in ("webgpu", "wasm"):
+        report = json.loads((tmp_path / f"results-{backend}.json").read_text())
+        assert report["backend"] == backend and report["totals"]["pass"] == 1
+        assert all("backends" not in case for case in report["cases"])
+    assert not out.exists()
+    refused = subprocess.run([sys.executable, str(SCRIPT), "run", "--compiled", "--backend", "webgpu,cuda"],
+                             capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and "give webgpu, wasm or both" in refused.stderr
