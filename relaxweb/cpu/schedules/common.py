@@ -223,6 +223,29 @@ def _steps(emitter: Emitter, body: Body, axes: list[tuple[SizeVar, PrimExpr]], l
             body.br_if(f"$step_{label}", op("i32.lt_s", get(local), get(end)))
 
 
+def lane_mask(differences: list[tuple[object, str, int, int]], q: int) -> str:
+    """A v128 WAT value, all ones in the lanes of group ``q`` (lanes 4q .. 4q + 3) where every
+    guard holds: per guard ``(compare op, its a - b at lane 0 splatted, its step per lane, an
+    offset)``, ``a - b + step * lane + offset op 0``."""
+    mask = None
+    for compare, splat, per_lane, offset in differences:
+        lanes = " ".join(str(per_lane * n + offset) for n in range(4 * q, 4 * q + 4))
+        test = (f"(i32x4.{compare.value}_s (i32x4.add {splat} (v128.const i32x4 {lanes})) "  # type: ignore[attr-defined]
+                f"(v128.const i32x4 0 0 0 0))")
+        mask = test if mask is None else f"(v128.and {mask} {test})"
+    return str(mask)
+
+
+def all_of(conditions: list[str]) -> str:
+    """An i32 WAT value, nonzero where every condition holds (``(i32.const 1)`` for none)."""
+    if not conditions:
+        return const(1)
+    inside = conditions[0]
+    for condition in conditions[1:]:
+        inside = op("i32.and", inside, condition)
+    return inside
+
+
 __all__ = ["STEP", "PARAMS", "UNITS_HEADER", "kernel_signature", "load_size_vars", "size_value", "element_count",
            "units_function", "units_of_elements", "comment", "kernel_text", "unflatten", "unflatten_into",
-           "declare_axes", "for_each_step"]
+           "declare_axes", "for_each_step", "lane_mask", "all_of"]

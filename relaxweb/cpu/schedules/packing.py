@@ -23,7 +23,7 @@ from ...ir.symbolic import PrimExpr, SizeVar, as_int, free_vars, simplify, subst
 from ...ir.tir import Load, Reduce, ReduceCombiner, ScalarExpr, Select, Unary, scalar_nodes
 from ..emit import VECTOR_UNARY_RENDERINGS, Emitter, vector_reduction
 from ..wat_builder import Body, add, const, get, op
-from .common import declare_axes, for_each_step, unflatten_into
+from .common import all_of, declare_axes, for_each_step, lane_mask, unflatten_into
 from .factor_forms import LaneVectors, branched_interior, lane_math, lane_vectors, padded_interior
 
 
@@ -321,9 +321,10 @@ class Packer:
         stride ``s``: :func:`strided_lanes`): at each step, where the guards hold at the
         first and the last lane (hence at all four) the core is evaluated once as f32x4 (its
         loads ``v128.load``, its math calls once) and stored with one ``v128.store``;
-        elsewhere (a border) the factor lane by lane.  Where the guards hold over the whole
-        window (:func:`window_inside`, one branch per four lanes) the steps check no guard
-        at all.  Four lanes across a row's end are packed one by one."""
+        elsewhere (a border) too, and-ed with the lanes where the guards that move with the
+        lane hold (``common.lane_mask``), where those that do not hold (else zeros).  Where
+        the guards hold over the whole window (:func:`window_inside`, one branch per four
+        lanes) the steps check no guard at all.  Four lanes across a row's end are packed one by one."""
         emitter, body, label = self.emitter, self.body, self.label
         last_axis, last_extent = self.axes[-1], simplify(self.extents[-1])
         with self.four_lanes("interior", "quad"):
@@ -360,26 +361,59 @@ class Packer:
                 emitter.close_scope()
                 self.advance()
 
+            # each guard's a - b and its step from one lane to the next (a constant: padded_interior)
+            differences = [(guard, simplify(guard.a.value - guard.b.value)) for guard in guards]
+            per_lane = {guard: as_int(simplify(substitute(difference, {last_axis.name: last_axis + 1}) - difference))
+                        for guard, difference in differences}
+            moving = [(guard, difference) for guard, difference in differences if per_lane[guard]]
+            fixed = [guard for guard in guards if not per_lane[guard]]
+
+            def masked_step() -> None:
+                """A border step: where the guards that do not move with the lane hold, the
+                core as f32x4 and-ed with the lanes where the others hold (all-zero lanes
+                read nothing: a masked lane's load is then within three lanes of one inside,
+                in the memory's slack around the buffers at worst), else zeros."""
+                zero = "(v128.const i32x4 0 0 0 0)"
+                in_lane(0)
+                held = all_of([emitter.scalar(guard, body.indent) for guard in fixed])
+                emitter.close_scope()
+                with body.if_(held):
+                    with body.then():
+                        in_lane(0)
+                        splats = [(guard.op, emitter.set_local(f"(i32x4.splat {emitter.index(difference)})", "v128",
+                                                               body.indent, "difference"), per_lane[guard], 0)
+                                  for guard, difference in moving]
+                        mask = emitter.set_local(lane_mask(splats, 0), "v128", body.indent, "lanes_inside")
+                        with body.if_(f"(v128.any_true {mask})"):
+                            with body.then():
+                                body.store("v128.store", get(self.address), f"(v128.and {core_vector()} {mask})")
+                            with body.else_():
+                                body.store("v128.store", get(self.address), zero)
+                        emitter.close_scope()
+                    with body.else_():
+                        body.store("v128.store", get(self.address), zero)
+
             def guarded_step() -> None:
                 conditions = []
                 for n in (0, 3):
                     in_lane(n)
                     conditions += [emitter.scalar(guard, body.indent) for guard in guards]
                     emitter.close_scope()
-                inside = const(1)
-                for condition in conditions:
-                    inside = condition if inside == const(1) else op("i32.and", inside, condition)
-                with body.if_(inside):
+                with body.if_(all_of(conditions)):
                     with body.then():
                         in_lane(0)
                         vector = core_vector()
                         emitter.close_scope()
                         body.store("v128.store", get(self.address), vector)
                     with body.else_():
-                        for n in range(4):
-                            in_lane(n)
-                            body.store("f32.store", get(self.address), emitter.scalar(self.factor, body.indent), 4 * n)
-                            emitter.close_scope()
+                        if moving:
+                            masked_step()
+                        else:
+                            for n in range(4):
+                                in_lane(n)
+                                body.store("f32.store", get(self.address), emitter.scalar(self.factor, body.indent),
+                                           4 * n)
+                                emitter.close_scope()
                 self.advance()
 
             with body.if_(op("i32.le_u", add(get(firsts[-1]), const(4)), one_row)):

@@ -38,7 +38,9 @@ from ..emit import (
     Emitter, Function, literal, reduce_identity, rendering, store,
 )
 from ..wat_builder import Body, add, call, const, get, op, sub
-from .common import declare_axes, kernel_signature, kernel_text, load_size_vars, units_function, unflatten_into
+from .common import (
+    all_of, declare_axes, kernel_signature, kernel_text, lane_mask, load_size_vars, unflatten_into, units_function,
+)
 
 
 def render_window(program: TensorProgram, schedule: WindowSchedule, parts: Mapping[str, int]) -> str:
@@ -210,7 +212,7 @@ class _Window:
                                              self.lasts[n] if end else self.zero)
                     conditions.append(emitter.scalar(guard, self.body.indent))
                     emitter.close_scope()
-        return _all_of(conditions)
+        return all_of(conditions)
 
     def iteration(self, x: str, lanes: int) -> None:
         """The statements computing and storing the outputs at positions ``x`` ..
@@ -330,7 +332,7 @@ class _Window:
             splats.append((compare, emitter.set_local(f"(i32x4.splat {value})", "v128", body.indent, "differences"),
                            per_lane, per_step))
         emitter.close_scope()
-        return [[emitter.set_local(_lane_mask([(compare, splat, per_lane, per_step * step)
+        return [[emitter.set_local(lane_mask([(compare, splat, per_lane, per_step * step)
                                                 for compare, splat, per_lane, per_step in splats], q),
                                    "v128", body.indent, "mask")
                  for q in range(groups)]
@@ -550,7 +552,7 @@ class _Window:
         emitter.declare_axis(self.lane_axis, self.width, lane)
         conditions = [emitter.scalar(guard, self.body.indent) for guard in self.along]
         emitter.close_scope()
-        return _all_of(conditions)
+        return all_of(conditions)
 
     def guarded_step(self, lane_locals: list[str], sums: list[str], addresses: Mapping[Load, str]) -> None:
         """A step at a border.  Where the guards along the row hold at the first and the last
@@ -610,27 +612,4 @@ class _Window:
         shared: dict[ScalarExpr, str] = {}
         for q, local in enumerate(sums):
             value = self.core_vector(self.info.core, q, addresses, {}, shared, {})
-            body.set(local, self.combine(get(local), self.masked(value, _lane_mask(differences, q))))
-
-
-def _lane_mask(differences: list[tuple[object, str, int, int]], q: int) -> str:
-    """A v128 WAT value, all ones in the lanes of group ``q`` (lanes 4q .. 4q + 3) where every
-    guard holds: per guard ``(compare op, its a - b at lane 0 splatted, its step per lane, an
-    offset)``, ``a - b + step * lane + offset op 0``."""
-    mask = None
-    for compare, splat, per_lane, offset in differences:
-        lanes = " ".join(str(per_lane * n + offset) for n in range(4 * q, 4 * q + 4))
-        test = (f"(i32x4.{compare.value}_s (i32x4.add {splat} (v128.const i32x4 {lanes})) "  # type: ignore[attr-defined]
-                f"(v128.const i32x4 0 0 0 0))")
-        mask = test if mask is None else f"(v128.and {mask} {test})"
-    return str(mask)
-
-
-def _all_of(conditions: list[str]) -> str:
-    """An i32 WAT value, nonzero where every condition holds (``(i32.const 1)`` for none)."""
-    if not conditions:
-        return const(1)
-    inside = conditions[0]
-    for condition in conditions[1:]:
-        inside = op("i32.and", inside, condition)
-    return inside
+            body.set(local, self.combine(get(local), self.masked(value, lane_mask(differences, q))))
