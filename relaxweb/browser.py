@@ -368,9 +368,16 @@ def find_chromium() -> str:
     raise RelaxwebError("Chromium is not installed: install it (Debian: apt-get install chromium)")
 
 
-def launch_chromium(playwright: Any, webgpu: bool = True) -> Any:
+def launch_chromium(playwright: Any, webgpu: bool = True, *, own: bool = False) -> Any:
     """Launch headless Chromium from a Playwright instance: with WebGPU (``CHROMIUM_FLAGS``),
-    or with ``webgpu=False`` without an adapter (``CHROMIUM_FLAGS_WITHOUT_WEBGPU``)."""
+    or with ``webgpu=False`` without an adapter (``CHROMIUM_FLAGS_WITHOUT_WEBGPU``).
+
+    While :func:`keep_chromium` is on in this thread (``playwright`` is then its instance),
+    a fresh context of the Chromium it keeps, which opens pages and closes as a browser
+    does; ``own``: a browser of its own all the same (a test that kills its GPU process)."""
+    kept = _kept_here()
+    if kept is not None and playwright is kept.playwright and not own:
+        return kept.context(webgpu)
     executable = find_chromium()
     flags = CHROMIUM_FLAGS if webgpu else CHROMIUM_FLAGS_WITHOUT_WEBGPU
     try:
@@ -380,7 +387,17 @@ def launch_chromium(playwright: Any, webgpu: bool = True) -> Any:
 
 
 def sync_playwright() -> Any:
-    """Playwright's ``sync_playwright()``, or a RelaxwebError saying what to install."""
+    """Playwright's ``sync_playwright()``, or a RelaxwebError saying what to install.  While
+    :func:`keep_chromium` is on in this thread, its running instance (one thread can run one:
+    Playwright refuses a second), left running on exit."""
+    kept = _kept_here()
+    if kept is not None:
+        return contextlib.nullcontext(kept.start())
+    return _start_playwright()
+
+
+def _start_playwright() -> Any:
+    """A new ``sync_playwright()`` context manager (a RelaxwebError without Playwright)."""
     try:
         from playwright.sync_api import sync_playwright as start
     except ImportError as error:
@@ -388,11 +405,70 @@ def sync_playwright() -> Any:
     return start()
 
 
+class _KeptChromium:
+    """What :func:`keep_chromium` keeps: one Playwright instance and one Chromium per WebGPU
+    setting, started at the first page the thread opens and relaunched if one has gone."""
+
+    def __init__(self) -> None:
+        self.thread = threading.get_ident()
+        self.playwright: Any = None
+        self.browsers: dict[bool, Any] = {}
+
+    def start(self) -> Any:
+        if self.playwright is None:
+            self.playwright = _start_playwright().start()
+        return self.playwright
+
+    def context(self, webgpu: bool) -> Any:
+        """A new context (its own storage, caches and cookies) of the kept Chromium."""
+        browser = self.browsers.get(webgpu)
+        if browser is None or not browser.is_connected():
+            browser = self.browsers[webgpu] = launch_chromium(self.start(), webgpu, own=True)
+        return browser.new_context()
+
+    def close(self) -> None:
+        for browser in self.browsers.values():
+            with contextlib.suppress(Exception):  # one that has gone: nothing to close
+                browser.close()
+        self.browsers.clear()
+        if self.playwright is not None:
+            self.playwright.stop()
+            self.playwright = None
+
+
+_kept: _KeptChromium | None = None
+
+
+def _kept_here() -> _KeptChromium | None:
+    """The kept Chromium where this thread may use it (the thread that turned keeping on)."""
+    kept = _kept
+    return kept if kept is not None and kept.thread == threading.get_ident() else None
+
+
+@contextlib.contextmanager
+def keep_chromium() -> Iterator[None]:
+    """While open, the pages this thread opens (:func:`open_runner_page`, and any
+    ``launch_chromium(sync_playwright())``) share one Playwright instance and one headless
+    Chromium per WebGPU setting instead of launching their own (about 1.2 s of CPU each), each
+    page in a fresh browser context; closed on exit.  For a process that opens many pages one
+    after another: the test suite (``tests/conftest.py``).  Other threads launch their own."""
+    global _kept
+    if _kept is not None:
+        raise RuntimeError("keep_chromium is already on")
+    _kept = _KeptChromium()
+    try:
+        yield
+    finally:
+        kept, _kept = _kept, None
+        kept.close()
+
+
 @contextlib.contextmanager
 def open_runner_page(bundle_dir: str | Path, timeout_s: float = 60.0, *, webgpu: bool = True,
-                     isolated: bool = True) -> Iterator[Any]:
+                     isolated: bool = True, own_browser: bool = False) -> Iterator[Any]:
     """A Playwright page in a fresh headless Chromium (without WebGPU when ``webgpu`` is
-    false), with the bundle served at ``/bundle/`` and the runtime imported as
+    false; a fresh context of the kept one under :func:`keep_chromium`, unless
+    ``own_browser``), with the bundle served at ``/bundle/`` and the runtime imported as
     ``window.relaxweb``; cross-origin isolated unless ``isolated`` is false.  Closes the
     browser and server on exit.
     """
@@ -402,7 +478,7 @@ def open_runner_page(bundle_dir: str | Path, timeout_s: float = 60.0, *, webgpu:
         server = start_server(bundle, page_dir=page_dir, isolated=isolated)
         try:
             with sync_playwright() as playwright:
-                browser = launch_chromium(playwright, webgpu=webgpu)
+                browser = launch_chromium(playwright, webgpu=webgpu, own=own_browser)
                 try:
                     yield _open_runner(browser, server.url, timeout_s)  # type: ignore[attr-defined]
                 finally:

@@ -40,6 +40,17 @@ def verify_the_ir_after_every_pass():
         yield
 
 
+@pytest.fixture(scope="session", autouse=True)
+def one_chromium_for_all_pages():
+    """The pages the tests open (``relaxweb.browser``'s functions, in this process) share one
+    headless Chromium per WebGPU setting, each page in a fresh context, instead of launching
+    one each (about 1.2 s of CPU a launch, some 300 launches).  Started at the first page."""
+    from relaxweb import browser  # noqa: PLC0415 - Playwright only once a test opens a page
+
+    with browser.keep_chromium():
+        yield
+
+
 @pytest.fixture(scope="module", params=BACKENDS)
 def backend(request) -> str:
     """The backend the test's bundles run on: "webgpu" (skipped without any adapter, like
