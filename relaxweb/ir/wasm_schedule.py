@@ -79,14 +79,20 @@ class WasmElementSchedule(WasmSchedule):
     """Units of ``elements_per_unit`` consecutive output elements (threads split the work
     coarsely), a loop over the flat output index that recovers the axes by division;
     reductions are serial loops (four steps at a time as f32x4 where the body reads along
-    the reduction contiguously)."""
+    the reduction contiguously).  An iteration computes ``unroll`` consecutive elements where
+    they lie on one row of the last axis (else one): the loop's own work (the flat index, the
+    axes moved on, and on a page that is not isolated the deadline's fuel) is paid once for
+    them."""
 
     kind: ClassVar[str] = "element"
     elements_per_unit: int = 64
+    unroll: int = 1
 
     def __post_init__(self) -> None:
         if self.elements_per_unit < 1:
             raise ValueError(f"{self}: elements_per_unit must be positive")
+        if self.unroll < 1:
+            raise ValueError(f"{self}: unroll must be positive")
 
     def units(self, sizes: KernelSizes) -> int:
         return _ceil_div(sizes.elements, self.elements_per_unit)
@@ -97,14 +103,20 @@ class WasmVectorizedSchedule(WasmSchedule):
     """The element form four output elements at a time (consecutive along the last axis,
     whose extent is a multiple of 4): f32x4 loads, arithmetic and math calls, splats of the
     buffers constant along the last axis, one ``v128.store``; units of ``elements_per_unit``
-    elements (a multiple of 4)."""
+    elements (a multiple of 4).  An iteration computes ``unroll`` such groups of four where
+    they lie on one row of the last axis (else one): the loop's own work (the flat index,
+    the axes moved on, and on a page that is not isolated the deadline's fuel) is paid once
+    for them."""
 
     kind: ClassVar[str] = "vectorized"
     elements_per_unit: int = 64
+    unroll: int = 4
 
     def __post_init__(self) -> None:
         if self.elements_per_unit < 4 or self.elements_per_unit % 4:
             raise ValueError(f"{self}: elements_per_unit must be a positive multiple of 4")
+        if self.unroll < 1:
+            raise ValueError(f"{self}: unroll must be positive")
 
     def units(self, sizes: KernelSizes) -> int:
         return _ceil_div(sizes.elements, self.elements_per_unit)

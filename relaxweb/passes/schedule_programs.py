@@ -70,7 +70,9 @@ the choice for such a model.
 - sliding-window reductions whose float ops all have f32x4 forms get ``window``
   (``relaxweb.ir.schedule_fit.wasm_window``: a depthwise convolution, a pool);
 - float elementwise and broadcast programs WebGPU's ``vectorized`` of width 4 fits, their ops
-  with f32x4 forms, get ``vectorized``; everything else ``element``.
+  with f32x4 forms, get ``vectorized`` (four groups of four elements to an iteration, where
+  a row has them); everything else ``element`` (four elements to an iteration, one where the
+  body has a reduction, whose loops would be written out four times).
 
 **Order.**  This pass runs once every program exists and before the host function is
 lowered (which evaluates the dispatch sizes its WebGPU schedules imply): after
@@ -279,7 +281,10 @@ def wasm_schedule(program: TensorProgram) -> WasmSchedule:
         return WindowSchedule()
     if wasm_vectorizable(program):
         return WasmVectorizedSchedule()
-    return WasmElementSchedule()
+    # elements four to an iteration where each is a short expression: a reduction's loop
+    # written out four times would grow the kernel for little
+    reduces = any(isinstance(node, Reduce) for node in scalar_nodes(program.body))
+    return WasmElementSchedule(unroll=1 if reduces else 4)
 
 
 def _wasm_matmul(program: TensorProgram, info: MatmulInfo) -> WasmSchedule:

@@ -183,11 +183,20 @@ def test_any_program_runs_the_element_kind() -> None:
 
 
 def test_the_vectorized_kind_and_its_units() -> None:
-    data = Buffer("A", (n, 8), "float32")
-    program = TensorProgram("tanh", (data,), Buffer("out", (n, 8), "float32"), (i, j), Unary(UnaryOp.TANH, Load(data, (i, j))))
-    for schedule in (WasmVectorizedSchedule(), WasmVectorizedSchedule(elements_per_unit=8), WasmElementSchedule()):
-        for rows in (0, 1, 9, 17):
-            check(program, schedule, [rand(rows, 8)], {"n": rows})
+    """Rows of 8, 20 and 36: an iteration of 4 x 4 or 3 x 4 elements where they fit the
+    row and the call's units (20: one such, then one of four; 8: never), else one of four;
+    the element kind alike, one element at a time or 4 or 3 to an iteration (units of 5:
+    the call's end inside a row)."""
+    schedules = (WasmVectorizedSchedule(), WasmVectorizedSchedule(elements_per_unit=8),
+                 WasmVectorizedSchedule(elements_per_unit=8, unroll=3), WasmVectorizedSchedule(unroll=1),
+                 WasmElementSchedule(), WasmElementSchedule(unroll=4), WasmElementSchedule(elements_per_unit=5, unroll=3))
+    for width in (8, 20, 36):
+        data, bias = Buffer("A", (n, IntImm(width)), "float32"), Buffer("B", (IntImm(width),), "float32")
+        program = TensorProgram("tanh", (data, bias), Buffer("out", (n, IntImm(width)), "float32"), (i, j),
+                                Unary(UnaryOp.TANH, Load(data, (i, j))) + Load(bias, (j,)))
+        for schedule in schedules:
+            for rows in (0, 1, 9, 17):
+                check(program, schedule, [rand(rows, width), rand(width, seed=1)], {"n": rows})
 
 
 def test_the_vectorized_kind_takes_a_concatenation_by_an_index_at_any_offset() -> None:

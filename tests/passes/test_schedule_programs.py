@@ -85,9 +85,11 @@ def test_every_target_is_chosen_by_pattern() -> None:
     targets.  A matmul: staged tiles, with register and f16 second shaders; on wasm the
     matrix-vector kind for few rows (its weight read in place), else packed panels that
     split the weight's columns, else blocks.  A last dimension of 3: the element kind
-    everywhere.  A long constant reduction: a workgroup per output element on WebGPU."""
-    expected = PROGRAMS.format(relu=targets("vectorized(width=4)", wasm="vectorized(elements_per_unit=64)"),
-                               matmul=tiled(matrix_vector(packed(split=True))), negative=targets(),
+    everywhere (on wasm four elements to an iteration; one with a reduction).  A long
+    constant reduction: a workgroup per output element on WebGPU."""
+    expected = PROGRAMS.format(relu=targets("vectorized(width=4)", wasm="vectorized(elements_per_unit=64, unroll=4)"),
+                               matmul=tiled(matrix_vector(packed(split=True))),
+                               negative=targets(wasm="element(elements_per_unit=64, unroll=4)"),
                                row_sum=targets("workgroup_reduction"))
     check_rewrite(schedule_programs, UNSCHEDULED, expected, PROGRAM_INPUTS, {"w": rand(4, 8, seed=1)})
 

@@ -14,7 +14,7 @@ from typing import Callable, Mapping
 from ...ir.tir import TensorProgram
 from ...ir.wasm_schedule import WasmElementSchedule
 from ..emit import Emitter, Function, store
-from ..wat_builder import Body, call, const, get, mul, op
+from ..wat_builder import Body, add, call, const, get, mul, op
 from .common import advance, element_count, kernel_signature, kernel_text, load_size_vars, unflatten, units_of_elements
 
 MakeEmitter = Callable[[Function, Mapping[str, str], Mapping[str, str]], Emitter]
@@ -26,20 +26,23 @@ def render_element(program: TensorProgram, schedule: WasmElementSchedule, parts:
         return Emitter(program, function, addresses, variables)
 
     def store_element(emitter: Emitter, index: str, value: str) -> str:
-        return store(program.output.dtype, emitter.address(program.output.name, get(index)),
+        return store(program.output.dtype, emitter.address(program.output.name, index),
                      emitter.stored(program.output, program.body, value))
 
     return render_output_loop(program, parts, make_emitter, store_element, step=1, per_unit=schedule.elements_per_unit,
-                              label="$element")
+                              label="$element", unroll=schedule.unroll)
 
 
 def render_output_loop(program: TensorProgram, parts: Mapping[str, int], make_emitter: MakeEmitter,
-                       store_value: Callable[[Emitter, str, str], str], *, step: int, per_unit: int, label: str) -> str:
+                       store_value: Callable[[Emitter, str, str], str], *, step: int, per_unit: int, label: str,
+                       unroll: int = 1) -> str:
     """``$main`` and ``$units`` of a loop over the flat output index, ``step`` elements per
     iteration, in units of ``per_unit`` elements: each iteration asks the emitter for the
-    body's value at the axes' current values and stores it (``store_value(emitter, index
-    local, value)``), then moves the axes on (recovered from the flat index once, before the
-    loop)."""
+    body's value at the axes' current values and stores it (``store_value(emitter, flat index
+    (i32 WAT), value)``), then moves the axes on (recovered from the flat index once, before
+    the loop).  With ``unroll`` above 1, an iteration whose ``unroll * step`` elements lie on
+    one row of the last axis (and before the call's end) computes them all, the last axis
+    ``step`` further for each, and moves on once."""
     signature, addresses = kernel_signature(program, parts)
     function = Function()
     body = Body(function)
@@ -48,17 +51,44 @@ def render_output_loop(program: TensorProgram, parts: Mapping[str, int], make_em
     index, stop = body.named("i"), body.named("stop")
     body.set(index, mul(get("$first"), const(per_unit)))
     body.set(stop, call("$min_s_i32", mul(get("$end"), const(per_unit)), element_count(program, variables)))
+
+    def one_step() -> None:
+        emitter.open_scope()
+        body.line(store_value(emitter, get(index), emitter.scalar(program.body, body.indent)))
+        emitter.close_scope()
+        body.increment(index, step)
+        advance(emitter, body, program.output.shape, coordinates, step)
+
+    def unrolled_steps() -> None:
+        last, extent = program.axes[-1], program.output.shape[-1]
+        moved = body.named("moved")
+        for copy in range(unroll):
+            emitter.open_scope()
+            if copy:
+                body.set(moved, add(get(coordinates[-1]), const(copy * step)))
+                emitter.declare_axis(last, extent, moved)
+            flat = add(get(index), const(copy * step)) if copy else get(index)
+            body.line(store_value(emitter, flat, emitter.scalar(program.body, body.indent)))
+            emitter.close_scope()
+        body.increment(index, unroll * step)
+        advance(emitter, body, program.output.shape, coordinates, unroll * step)
+
     with body.block("$done"):
         body.br_if("$done", op("i32.ge_s", get(index), get(stop)))
         emitter.open_scope()
         coordinates = unflatten(emitter, body, program.axes, program.output.shape, index)  # once, then advanced
         with body.loop(label):
-            emitter.open_scope()
-            value = emitter.scalar(program.body, body.indent)
-            body.line(store_value(emitter, index, value))
-            emitter.close_scope()
-            body.increment(index, step)
-            advance(emitter, body, program.output.shape, coordinates, step)
+            if unroll > 1 and program.axes:
+                whole = op("i32.and", op("i32.le_s", add(get(index), const(unroll * step)), get(stop)),
+                           op("i32.le_u", add(get(coordinates[-1]), const(unroll * step)),
+                              emitter.index(program.output.shape[-1])))
+                with body.if_(whole):
+                    with body.then():
+                        unrolled_steps()
+                    with body.else_():
+                        one_step()
+            else:
+                one_step()
             body.br_if(label, op("i32.lt_s", get(index), get(stop)))
         emitter.close_scope()
     return kernel_text(program, function, signature, units_of_elements(program, per_unit))

@@ -18,7 +18,6 @@ from ...ir.schedule_fit import wasm_vectorizable
 from ...ir.tir import TensorProgram
 from ...ir.wasm_schedule import WasmVectorizedSchedule
 from ..emit import Emitter, Function, VectorEmitter
-from ..wat_builder import get
 from .element import render_output_loop
 
 WIDTH = 4  # f32x4
@@ -35,7 +34,7 @@ def render_vectorized(program: TensorProgram, schedule: WasmVectorizedSchedule, 
         return VectorEmitter(program, function, addresses, variables, access)
 
     def store_vector(emitter: Emitter, index: str, value: str) -> str:
-        return f"(v128.store {emitter.address(program.output.name, get(index))} {value})"
+        return f"(v128.store {emitter.address(program.output.name, index)} {value})"
 
     return render_output_loop(program, parts, make_emitter, store_vector, step=WIDTH,
-                              per_unit=schedule.elements_per_unit, label="$vector")
+                              per_unit=schedule.elements_per_unit, label="$vector", unroll=schedule.unroll)
