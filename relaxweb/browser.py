@@ -373,11 +373,12 @@ def launch_chromium(playwright: Any, webgpu: bool = True, *, own: bool = False) 
     or with ``webgpu=False`` without an adapter (``CHROMIUM_FLAGS_WITHOUT_WEBGPU``).
 
     While :func:`keep_chromium` is on in this thread (``playwright`` is then its instance),
-    a fresh context of the Chromium it keeps, which opens pages and closes as a browser
-    does; ``own``: a browser of its own all the same (a test that kills its GPU process)."""
+    the Chromium it keeps, lent (:class:`_LentBrowser`: closing it closes only the contexts
+    and pages opened through it); ``own``: a browser of its own all the same (a test that
+    kills its GPU process)."""
     kept = _kept_here()
     if kept is not None and playwright is kept.playwright and not own:
-        return kept.context(webgpu)
+        return _LentBrowser(kept.browser(webgpu))
     executable = find_chromium()
     flags = CHROMIUM_FLAGS if webgpu else CHROMIUM_FLAGS_WITHOUT_WEBGPU
     try:
@@ -419,12 +420,12 @@ class _KeptChromium:
             self.playwright = _start_playwright().start()
         return self.playwright
 
-    def context(self, webgpu: bool) -> Any:
-        """A new context (its own storage, caches and cookies) of the kept Chromium."""
+    def browser(self, webgpu: bool) -> Any:
+        """The kept Chromium of this WebGPU setting (launched now if it is not running)."""
         browser = self.browsers.get(webgpu)
         if browser is None or not browser.is_connected():
             browser = self.browsers[webgpu] = launch_chromium(self.start(), webgpu, own=True)
-        return browser.new_context()
+        return browser
 
     def close(self) -> None:
         for browser in self.browsers.values():
@@ -434,6 +435,40 @@ class _KeptChromium:
         if self.playwright is not None:
             self.playwright.stop()
             self.playwright = None
+
+
+class _LentBrowser:
+    """A kept Chromium as one caller's browser, with the part of Playwright's ``Browser``
+    that relaxweb, its tests and benchmarks use: each page opens in a context of its own (as
+    ``Browser.new_page`` does), and closing closes the contexts opened through it, not the
+    browser."""
+
+    def __init__(self, browser: Any) -> None:
+        self._browser = browser
+        self._contexts: list[Any] = []
+        self._closed = False
+
+    @property
+    def version(self) -> str:
+        return self._browser.version
+
+    def is_connected(self) -> bool:
+        return not self._closed and self._browser.is_connected()
+
+    def new_context(self, **options: Any) -> Any:
+        context = self._browser.new_context(**options)
+        self._contexts.append(context)
+        return context
+
+    def new_page(self, **options: Any) -> Any:
+        return self.new_context(**options).new_page()
+
+    def close(self) -> None:
+        self._closed = True
+        for context in self._contexts:
+            with contextlib.suppress(Exception):  # closed already, or its browser gone
+                context.close()
+        self._contexts.clear()
 
 
 _kept: _KeptChromium | None = None
