@@ -616,10 +616,14 @@ def repeated_subexpressions(body: ScalarExpr) -> set[ScalarExpr]:
 
 
 def scalar_nodes(expr: ScalarExpr):
-    """Every node of a scalar expression, the expression first (depth first)."""
-    yield expr
-    for child in scalar_children(expr):
-        yield from scalar_nodes(child)
+    """Every node of a scalar expression, the expression first (depth first, children in
+    order).  From a stack, not nested generators: each node yielded through every generator
+    above it made a walk of a deep body (a long fused elementwise chain) quadratic."""
+    pending = [expr]
+    while pending:
+        node = pending.pop()
+        yield node
+        pending.extend(reversed(scalar_children(node)))
 
 
 def scalar_dtype(expr: ScalarExpr) -> str:
