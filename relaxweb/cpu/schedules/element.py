@@ -52,26 +52,20 @@ def render_output_loop(program: TensorProgram, parts: Mapping[str, int], make_em
     body.set(index, mul(get("$first"), const(per_unit)))
     body.set(stop, call("$min_s_i32", mul(get("$end"), const(per_unit)), element_count(program, variables)))
 
-    def one_step() -> None:
-        emitter.open_scope()
-        body.line(store_value(emitter, get(index), emitter.scalar(program.body, body.indent)))
-        emitter.close_scope()
-        body.increment(index, step)
-        advance(emitter, body, program.output.shape, coordinates, step)
-
-    def unrolled_steps() -> None:
-        last, extent = program.axes[-1], program.output.shape[-1]
-        moved = body.named("moved")
-        for copy in range(unroll):
+    def steps(count: int) -> None:
+        """``count`` groups of ``step`` elements from the current axes (the last axis moved
+        ``step`` further for each after the first), then the axes moved on once."""
+        moved = body.named("moved") if count > 1 else ""
+        for copy in range(count):
             emitter.open_scope()
             if copy:
                 body.set(moved, add(get(coordinates[-1]), const(copy * step)))
-                emitter.declare_axis(last, extent, moved)
+                emitter.declare_axis(program.axes[-1], program.output.shape[-1], moved)
             flat = add(get(index), const(copy * step)) if copy else get(index)
             body.line(store_value(emitter, flat, emitter.scalar(program.body, body.indent)))
             emitter.close_scope()
-        body.increment(index, unroll * step)
-        advance(emitter, body, program.output.shape, coordinates, unroll * step)
+        body.increment(index, count * step)
+        advance(emitter, body, program.output.shape, coordinates, count * step)
 
     with body.block("$done"):
         body.br_if("$done", op("i32.ge_s", get(index), get(stop)))
@@ -84,11 +78,11 @@ def render_output_loop(program: TensorProgram, parts: Mapping[str, int], make_em
                               emitter.index(program.output.shape[-1])))
                 with body.if_(whole):
                     with body.then():
-                        unrolled_steps()
+                        steps(unroll)
                     with body.else_():
-                        one_step()
+                        steps(1)
             else:
-                one_step()
+                steps(1)
             body.br_if(label, op("i32.lt_s", get(index), get(stop)))
         emitter.close_scope()
     return kernel_text(program, function, signature, units_of_elements(program, per_unit))
