@@ -2,7 +2,7 @@
 """Export tiny transformer models, optimize them with onnxruntime's transformer optimizer (which
 writes onnxruntime's com.microsoft contrib ops), and convert some to float16.
 
-    python3 scripts/export_optimized_models.py OUT_DIR [--only NAME ...]
+    python3 scripts/export_optimized_models.py OUT_DIR [--only NAME ...] [--write-test-data]
 
 Writes ``OUT_DIR/NAME.onnx`` and ``OUT_DIR/NAME.json`` (inputs with their symbolic dims, the
 op types written, the optimizer's options) for each model NAME below.  Weights are random
@@ -57,6 +57,11 @@ builder's variants with tied embeddings, torch dynamo's and optimum's) with this
     llama_genai_int4     -p int4 -e cpu: MatMulNBits (untied embeddings: a float Gather)
     gemma2_genai_windowed_cache  gemma2 with the builder's default windowed cache for the sliding-window
                          layer (GroupQueryAttention's sliding_window_cache=1), which relaxweb refuses
+
+``--write-test-data`` copies the builder's decoders written (NAME.onnx and NAME.json, each under
+1 MB) to ``tests/data/genai-decoders/``, where ``tests/e2e/test_optimized_models.py`` reads them:
+exporting them there took CI about 40 s of CPU time.  Fixed seeds: the same package versions
+write the same bytes.
 """
 
 from __future__ import annotations
@@ -76,6 +81,9 @@ from typing import Callable
 
 import numpy as np
 
+ROOT = Path(__file__).resolve().parent.parent
+GENAI_TEST_DATA = ROOT / "tests" / "data" / "genai-decoders"
+MAX_COMMITTED_BYTES = 1 << 20
 SEED = 0
 VOCAB = 128
 HIDDEN, HEADS = 64, 4
@@ -432,6 +440,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("out_dir", type=Path)
     parser.add_argument("--only", action="append", default=[], metavar="NAME",
                         help="one of: " + ", ".join([*SPECS, *GENAI_SPECS]))
+    parser.add_argument("--write-test-data", action="store_true",
+                        help=f"copy the builder's decoders written (each < 1 MB) to {GENAI_TEST_DATA.relative_to(ROOT)}")
     args = parser.parse_args(argv)
     names = args.only or list(SPECS)  # the builder's decoders only when asked for: it is an optional install
     unknown = [n for n in names if n not in SPECS and n not in GENAI_SPECS]
@@ -448,7 +458,19 @@ def main(argv: list[str] | None = None) -> int:
             continue
         contrib = {k: v for k, v in sidecar["op_types"].items() if "." in k or k == "SimplifiedLayerNormalization"}
         print(f"{name}: {contrib}")
+        if args.write_test_data and name in GENAI_SPECS:
+            write_test_data(args.out_dir, name)
     return 1 if failed else 0
+
+
+def write_test_data(out_dir: Path, name: str) -> None:
+    """NAME.onnx and NAME.json into tests/data/genai-decoders/ (refused above 1 MB)."""
+    size = (out_dir / f"{name}.onnx").stat().st_size
+    if size > MAX_COMMITTED_BYTES:
+        raise SystemExit(f"error: {name}.onnx is {size} bytes, over the {MAX_COMMITTED_BYTES} committed at most")
+    GENAI_TEST_DATA.mkdir(parents=True, exist_ok=True)
+    for suffix in (".onnx", ".json"):
+        shutil.copyfile(out_dir / f"{name}{suffix}", GENAI_TEST_DATA / f"{name}{suffix}")
 
 
 if __name__ == "__main__":

@@ -6,9 +6,11 @@ backends) at several shapes against onnxruntime running the same model.
 text models (random weights) with torch.onnx and optimizes them, in a subprocess; the contrib
 ops each model carries are checked first, so a change in what the optimizer writes shows up
 as such.  GroupQueryAttention and RotaryEmbedding come from decoders that onnxruntime-genai's
-model builder writes (``test_genai_decoder_matches_onnxruntime``: skipped where onnxruntime-genai
-is not installed); every contrib op is also checked on hand-built models in
-``tests/frontend/test_contrib_ops.py``.
+model builder writes (``test_genai_decoder_matches_onnxruntime``): the script's exports of those
+are committed under ``tests/data/genai-decoders/`` (each under 1 MB; exporting them here took CI
+about 40 s of CPU time), so those tests check what the builder wrote at the versions its README
+names (``--write-test-data`` exports them again).  Every contrib op is also checked on
+hand-built models in ``tests/frontend/test_contrib_ops.py``.
 
 float16 tolerance: relaxweb computes float16 tensors in float32 on the device (rounding only
 weights and the model's own Casts), onnxruntime rounds every activation to float16, so the two
@@ -24,6 +26,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -40,6 +43,7 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "export_optimized_models.py"
+GENAI_COMMITTED = ROOT / "tests" / "data" / "genai-decoders"
 
 # model -> the contrib ops the optimizer must have written into it
 CONTRIB_OPS = {
@@ -73,10 +77,13 @@ def export_module():
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory) -> Path:
+    """The models the tests below read, exported by the script (not its others)."""
     if importlib.util.find_spec("torch") is None or importlib.util.find_spec("transformers") is None:
         pytest.skip("exporting needs torch and transformers")
     folder = tmp_path_factory.mktemp("optimized")
-    done = subprocess.run([sys.executable, str(SCRIPT), str(folder)], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    names = sorted({*CONTRIB_OPS, *FLOAT16_MODELS, *FLOAT16_MODELS.values()})
+    done = subprocess.run([sys.executable, str(SCRIPT), str(folder), *(f"--only={name}" for name in names)],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return folder
 
@@ -175,14 +182,11 @@ DECODE_STEPS = 2
 
 @pytest.fixture(scope="module")
 def built_by_genai(tmp_path_factory) -> Path:
-    if importlib.util.find_spec("onnxruntime_genai") is None:
-        pytest.skip("onnxruntime-genai (its model builder writes these models) is not installed")
-    if importlib.util.find_spec("torch") is None or importlib.util.find_spec("transformers") is None:
-        pytest.skip("the builder's input model needs torch and transformers")
+    """A copy of the committed decoders that the model builder wrote (models and sidecars)."""
     folder = tmp_path_factory.mktemp("genai")
-    command = [sys.executable, str(SCRIPT), str(folder), *(f"--only={name}" for name in [*GENAI_MODELS, *GENAI_REFUSED])]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=ROOT)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    for name in [*GENAI_MODELS, *GENAI_REFUSED]:
+        for suffix in (".onnx", ".json"):
+            shutil.copyfile(GENAI_COMMITTED / f"{name}{suffix}", folder / f"{name}{suffix}")
     return folder
 
 
