@@ -286,9 +286,10 @@ class MatrixVectorSchedule(WasmSchedule):
     token, or one per sequence stepped together) gains nothing from panels: its time is the
     second factor's bytes, read once.
 
-    A unit is a block of at most ``columns`` columns (per batch index; the blocks of a row as
-    even as multiples of 4 allow).  The first factor is packed once per unit, then the
-    block's sums of every row (in the scratch) take ``steps`` rows of the second factor at a
+    A unit is four columns of one batch index; a call takes its units of a batch index as
+    one run of columns, in blocks of at most ``columns`` columns (``columns x max_rows``
+    where there is one row), as even as multiples of 4 allow.  The first factor is packed
+    once per block, then the block's sums of every row (in the scratch) take ``steps`` rows of the second factor at a
     time, each read in order along its columns, the rows in groups (all of them, then
     halves) that share each load of it; or, with ``dot_products`` (each column of the second
     factor contiguous along the reduction: a ``Gemm`` with ``transB``), each row of the first
@@ -343,7 +344,7 @@ class MatrixVectorSchedule(WasmSchedule):
 
     def units(self, sizes: KernelSizes) -> int:
         if sizes.rows <= self.max_rows and sizes.depth <= self.max_depth:
-            return sizes.batch * _ceil_div(sizes.columns, self.columns)
+            return sizes.batch * _ceil_div(sizes.columns, 4)
         return self.otherwise.units(sizes)
 
 

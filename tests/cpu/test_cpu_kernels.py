@@ -1234,7 +1234,7 @@ def test_matvec_matmuls(shape_a, shape_b, matvec: bool, monkeypatch) -> None:
 @MATVEC
 def test_matvec_with_fused_prologues(matvec: bool, monkeypatch) -> None:
     """GPT-2's decode step in small: a layer norm and a tanh fused into the matmuls' first
-    factor (packed once per unit, four reduction steps at a time), one row."""
+    factor (packed once per block, four reduction steps at a time), one row."""
     change = None if matvec else without_matrix_vector
     model = make_model([helper.make_node("LayerNormalization", ["x", "g", "b"], ["n"], axis=-1),
                         helper.make_node("MatMul", ["n", "w1"], ["h"]), helper.make_node("Tanh", ["h"], ["t"]),
@@ -1243,7 +1243,7 @@ def test_matvec_with_fused_prologues(matvec: bool, monkeypatch) -> None:
                        {"g": rand(22, seed=1), "b": rand(22, seed=2), "w1": rand(22, 270, seed=3),
                         "w2": rand(270, 12, seed=4)})
     module = compile_model(model)
-    forms = ["$matvec_unit" in render_program(p, wasm=change) for p in module.programs.values() if "matmul" in p.name]
+    forms = ["$matvec_block" in render_program(p, wasm=change) for p in module.programs.values() if "matmul" in p.name]
     assert forms and all(form == matvec for form in forms)
     assert check_module(model, {"x": rand(1, 1, 22)}, monkeypatch, wasm=change) >= 2
 
@@ -1256,10 +1256,10 @@ def test_matvec_of_symbolic_sizes() -> None:
     a, b = Buffer("A", (s, m), "float32"), Buffer("B", (m, c), "float32")
     body = Reduce(ReduceCombiner.SUM, k, m, Load(a, (i, k)) * Load(b, (k, j))) * FloatImm(0.5)
     program = TensorProgram("matmul", (a, b), Buffer("out", (s, c), "float32"), (i, j), body)
-    assert "$matvec_unit" in render_program(program)
+    assert "$matvec_block" in render_program(program)
     deep = MatrixVectorSchedule().max_depth + 1  # beyond the form's depth: the packed path
-    for rows, steps, columns, units in ((1, 30, 1100, 3), (4, 5, 512, 1), (8, 3, 513, 2), (9, 9, 600, 8),
-                                        (3, 0, 9, 1), (2, 4, 0, 0), (0, 4, 9, 1), (1, deep, 7, 1)):
+    for rows, steps, columns, units in ((1, 30, 1100, 275), (4, 5, 512, 128), (8, 3, 513, 129), (9, 9, 600, 8),
+                                        (3, 0, 9, 3), (2, 4, 0, 0), (0, 4, 9, 3), (1, deep, 7, 1)):
         sizes = {"s": rows, "m": steps, "c": columns}
         assert units_of(program, sizes) == units, sizes
         if steps <= 64:  # (the deep case: its units only)
@@ -1273,7 +1273,7 @@ def test_matvec_falls_back_where_the_weight_is_computed(monkeypatch) -> None:
     shape = [10, 20]
     model = make_model(nodes, [("x", TensorProto.FLOAT, [1, 10]), ("w", TensorProto.FLOAT, shape)], ["y"], {})
     module = compile_model(model)
-    assert not any("$matvec_unit" in render_program(p) for p in module.programs.values())
+    assert not any("$matvec_block" in render_program(p) for p in module.programs.values())
     assert check_module(model, {"x": rand(1, 10), "w": rand(*shape, seed=1)}, monkeypatch) >= 1
 
 

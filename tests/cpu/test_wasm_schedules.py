@@ -175,6 +175,36 @@ def test_matrix_vector_rows_are_computed_alone(dot: bool, constant: bool, change
     np.testing.assert_array_equal(run(eight)[3], run(single)[0])
 
 
+@pytest.mark.parametrize("rows", [1, 3])
+@pytest.mark.parametrize("ranges", [1, 2, 5, 13])
+def test_matrix_vector_units_split_anywhere_give_the_same_outputs(rows: int, ranges: int) -> None:
+    """A unit is four columns of one batch index; a call takes its range of units as one run
+    of columns per batch index, in blocks of at most ``columns`` columns (``columns x
+    max_rows`` for one row, whose sums may fill every row's).  Split into ranges that end
+    inside a block, inside a group of four past the last column (23 columns) or across batch
+    indices, as threads split them, the outputs are bit for bit those of one call."""
+    b = SizeVar("b")
+    depth, columns = 19, 23
+    a, w = Buffer("A", (b, n, depth), "float32"), Buffer("W", (b, depth, columns), "float32")
+    program = TensorProgram("batched_matvec", (a, w), Buffer("out", (b, n, columns), "float32"), (i, j, k),
+                            Reduce(ReduceCombiner.SUM, SizeVar("r"), depth,
+                                   Load(a, (i, j, SizeVar("r"))) * Load(w, (i, SizeVar("r"), k))))
+    schedule = MatrixVectorSchedule(max_rows=4, columns=8, steps=3)  # blocks of 32 columns for one row, 8 for more
+    wasm = kernel(program, schedule)
+    assert "$matvec_block" in render_program(program, {}, schedule)
+    sizes = {"b": 3, "n": rows}
+    assert units_of(wasm, program, sizes) == 3 * 6 == schedule.units(kernel_sizes(program, schedule, sizes))
+    arrays = [rand(3, rows, depth), rand(3, depth, columns, seed=1)]
+    params = [0, *(sizes[v.name] for v in program.size_vars)]
+
+    def run(count: int) -> np.ndarray:
+        return run_wasm_kernel(wasm, 0, arrays, np.zeros((3, rows, columns), np.float32), params,
+                               scratch_bytes=schedule.scratch_bytes, ranges=count)
+
+    np.testing.assert_array_equal(run(ranges), run(1))
+    assert_close(run(ranges), arrays[0] @ arrays[1], F32_LOOSE)
+
+
 def test_any_program_runs_the_element_kind() -> None:
     """The element kind renders a matmul too (one output element at a time)."""
     for per_unit in (64, 5):

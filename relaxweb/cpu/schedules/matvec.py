@@ -1,18 +1,28 @@
 """The ``matrix_vector`` kind (``MatrixVectorSchedule``) as the first tier of a matmul kernel
 (``matmul.py``): where the rows are at most ``max_rows`` and the reduction at most
-``max_depth`` steps (a decoder's step), units of at most ``columns`` columns (per batch
-index; the blocks of a row as even as multiples of 4 allow, so threads get even shares).
+``max_depth`` steps (a decoder's step).  A unit is four columns of one batch index; a call
+takes its range of units as one run of columns per batch index, in blocks of at most
+``columns`` columns, or ``columns x max_rows`` where there is one row (its sums may take
+the place of every row's), the blocks as even as multiples of 4 allow.  One thread takes
+all the units, so a block is as wide as that allows; threads take even shares of them.
 
 Such a matmul gains nothing from panels: its time is the second factor's bytes, read once.
 Streamed (the second factor read in place, contiguous along the only column axis): the first
-factor is packed once per unit ([K x max_rows], its prologue evaluated once per element),
+factor is packed once per block ([K x max_rows], its prologue evaluated once per element),
 then the block's sums of every row (in the scratch, ``columns`` floats per row) take
 ``steps`` rows of the second factor at a time, each read in order along its columns
-(:func:`_streamed_unit`).  Under wasmtime on one thread, a 768 x 3072 float32 weight: about
+(:func:`_streamed_block`).  Under wasmtime on one thread, a 768 x 3072 float32 weight: about
 10 GB/s this way, 4-6 GB/s with the sums in registers and the weight read down its columns,
 1.5 GB/s on the packed path; the GPT-2 decode step's kernels took 120, 106 and 95 ms with
 blocks of 128, 256 and 512 columns (the longer runs of each weight row stream better, and
 the prologue is packed for fewer units).
+
+The blocks were units of 512 columns; they are now as wide as the call's range allows.  In
+V8 (Node, one thread), a loop of the streamed form's shape over 755 MB of weights read
+10.6, 12.9, 14.6 and 16.6 GB/s with runs of 1.5, 2, 4 and 12 KB of each row; the GPT-2
+decode step took 0.80x its time (48.8 against 60.8 ms, 15 interleaved runs, the same
+outputs bit for bit), one 768 x 3072 weight 0.77x at one row and 0.99x at 4 and 8 rows
+(those keep blocks of ``columns``: their sums stay in L1).
 
 Several rows (a decoder stepping several sequences at once, continuous batching) share each
 load of the second factor: the rows are taken in groups (all ``max_rows`` at a time, then
@@ -50,7 +60,7 @@ Measured under wasmtime on one thread (medians of interleaved runs on a shared m
   advanced per f32x4, Cranelift kept some of them on the stack).
 
 With ``dot_products`` (each column contiguous along the reduction): every row of the first
-factor packed contiguously, each sum a dot product of two runs (:func:`_dot_unit`), the
+factor packed contiguously, each sum a dot product of two runs (:func:`_dot_block`), the
 columns ``dot_columns`` at a time and for them the rows ``dot_rows`` at a time, each load
 of a column shared by the group's rows (the columns are then read from L1 by the other
 groups).  768 x 3072 transposed, 8 rows: 2.6-2.8 ms before, 2.2-2.4 now (1 row: 1.0-1.3 ms
@@ -76,41 +86,53 @@ from .packing import pack
 
 def matrix_vector_main(kernel: MatmulKernel, schedule: MatrixVectorSchedule) -> None:
     """The tier's part of ``$main``: where its condition holds, units ``$first <= u < $end``
-    of column blocks, then return.  Reads the locals ``$rows``, ``$columns``, ``$depth`` and
-    ``$unit`` that the kernel set."""
+    (per batch index, one per four columns), then return.  The units of one batch index in
+    the range are one run of columns, taken in blocks of at most ``columns`` columns (as
+    even as multiples of 4 allow).  Reads the locals ``$rows``, ``$columns``, ``$depth``
+    and ``$unit`` that the kernel set."""
     emitter, body = kernel.emitter, kernel.body
-    unit, blocks, batch, column0, width, block_width = (
-        body.named(name) for name in ("unit", "mv_blocks", "mv_batch", "mv_column0", "mv_width", "mv_block_width"))
+    unit, groups, batch, group, piece_end, blocks, block_cap, block_groups, column0, width = (
+        body.named(name) for name in ("unit", "mv_groups", "mv_batch", "mv_group", "mv_piece_end", "mv_blocks",
+                                      "mv_block_cap", "mv_block_groups", "mv_column0", "mv_width"))
     with body.if_(_condition(schedule, get("$rows"), get("$depth"))):
         with body.then():
-            body.set(blocks, div_u(add(get("$columns"), const(schedule.columns - 1)), const(schedule.columns)))
+            body.set(groups, op("i32.shr_u", add(get("$columns"), const(3)), const(2)))
+            body.comment("the most groups of four columns a block takes: one row's sums may fill the sums of all rows")
+            body.set(block_cap, f"(select {const(schedule.columns * schedule.max_rows // 4)} {const(schedule.columns // 4)} "
+                                f"{op('i32.eq', get('$rows'), const(1))})")
             with body.block("$matvec_done"):
                 body.br_if("$matvec_done", op("i32.ge_u", get(unit), get("$end")))
-                with body.loop("$matvec_unit"):
-                    body.set(batch, div_u(get(unit), get(blocks)))
-                    # ceil(columns / blocks) <= columns of a block, a multiple of 4: rounded up, the
-                    # widths still leave each block's first column inside (blocks - 1 blocks hold
-                    # fewer than the columns)
-                    body.comment("the blocks' width: the columns shared evenly, rounded up to a multiple of 4")
-                    body.set(block_width, op("i32.and", add(div_u(add(get("$columns"), sub(get(blocks), const(1))),
-                                                                  get(blocks)), const(3)), const(-4)))
-                    body.set(column0, mul(op("i32.rem_u", get(unit), get(blocks)), get(block_width)))
-                    body.set(width, call("$min_u32", sub(get("$columns"), get(column0)), get(block_width)))
+                with body.loop("$matvec_piece"):
+                    body.comment("this batch index's units in the range: a run of columns, in even blocks")
+                    body.set(batch, div_u(get(unit), get(groups)))
+                    body.set(group, op("i32.rem_u", get(unit), get(groups)))
+                    body.set(piece_end, add(get(group), call("$min_u32", sub(get("$end"), get(unit)),
+                                                             sub(get(groups), get(group)))))
+                    body.increment(unit, sub(get(piece_end), get(group)))
+                    body.set(blocks, div_u(add(sub(get(piece_end), get(group)), sub(get(block_cap), const(1))),
+                                           get(block_cap)))
+                    body.set(block_groups, div_u(add(sub(get(piece_end), get(group)), sub(get(blocks), const(1))),
+                                                 get(blocks)))
                     emitter.open_scope()
                     declare_axes(emitter, kernel.batch_axes, kernel.batch_extents,
                                  unflatten_into(emitter, body, kernel.batch_extents, get(batch), "xm"))
-                    unit_statements = _dot_unit if schedule.dot_products else _streamed_unit
-                    unit_statements(kernel, schedule, column0, width)
+                    with body.loop("$matvec_block"):
+                        body.set(column0, op("i32.shl", get(group), const(2)))
+                        body.set(width, call("$min_u32", sub(get("$columns"), get(column0)), op(
+                            "i32.shl", call("$min_u32", get(block_groups), sub(get(piece_end), get(group))), const(2))))
+                        block_statements = _dot_block if schedule.dot_products else _streamed_block
+                        block_statements(kernel, schedule, column0, width)
+                        body.increment(group, get(block_groups))
+                        body.br_if("$matvec_block", op("i32.lt_u", get(group), get(piece_end)))
                     emitter.close_scope()
-                    body.increment(unit)
-                    body.br_if("$matvec_unit", op("i32.lt_u", get(unit), get("$end")))
+                    body.br_if("$matvec_piece", op("i32.lt_u", get(unit), get("$end")))
             body.line("(return)")
 
 
 def matrix_vector_units(sizes: UnitSizes, schedule: MatrixVectorSchedule, then: str | None) -> str:
-    """Per batch index, a unit per ``columns`` columns (rounded up) where the tier runs; the
-    tier after (``then``) elsewhere."""
-    units = mul(sizes.batch, div_u(add(sizes.columns, const(schedule.columns - 1)), const(schedule.columns)))
+    """Per batch index, a unit per four columns (rounded up) where the tier runs; the tier
+    after (``then``) elsewhere."""
+    units = mul(sizes.batch, op("i32.shr_u", add(sizes.columns, const(3)), const(2)))
     return f"(select {units} {then} {_condition(schedule, sizes.rows, sizes.depth)})"
 
 
@@ -122,13 +144,13 @@ def _condition(schedule: MatrixVectorSchedule, rows: str, depth: str) -> str:
 
 
 def _sums_bytes(schedule: MatrixVectorSchedule) -> int:
-    """The scratch's first bytes: a unit's sums, one f32 per column of each row (row ``r``'s
+    """The scratch's first bytes: a block's sums, one f32 per column of each row (row ``r``'s
     from ``scratch + r * 4 * columns``)."""
     return 4 * schedule.columns * schedule.max_rows
 
 
 def _row_groups(group: int) -> tuple[int, ...]:
-    """The sizes of the groups a unit's rows are taken in: ``group`` rows while as many
+    """The sizes of the groups a block's rows are taken in: ``group`` rows while as many
     remain, then halves down to 1 (7 rows in groups of 4: 4, 2, 1)."""
     sizes = [group]
     while sizes[-1] > 1:
@@ -136,8 +158,8 @@ def _row_groups(group: int) -> tuple[int, ...]:
     return tuple(sizes)
 
 
-def _streamed_unit(kernel: MatmulKernel, schedule: MatrixVectorSchedule, column0: str, width: str) -> None:
-    """One unit (the batch axes in scope): the ``width`` columns from ``column0``, every row.
+def _streamed_block(kernel: MatmulKernel, schedule: MatrixVectorSchedule, column0: str, width: str) -> None:
+    """One block (the batch axes in scope): the ``width`` columns from ``column0``, every row.
     The first factor packed for all rows (lane ``r`` of step ``k`` at ``scratch + sums + 4 *
     (k * max_rows + r)``); the sums of every row (:func:`_streamed_sums`), then per row the
     epilogue of each, stored."""
@@ -184,8 +206,8 @@ def _row_sums(schedule: MatrixVectorSchedule, row: str) -> str:
     return add(get("$scratch"), mul(row, const(4 * schedule.columns)))
 
 
-def _dot_unit(kernel: MatmulKernel, schedule: MatrixVectorSchedule, column0: str, width: str) -> None:
-    """One unit when the second factor's columns are contiguous along the reduction
+def _dot_block(kernel: MatmulKernel, schedule: MatrixVectorSchedule, column0: str, width: str) -> None:
+    """One block when the second factor's columns are contiguous along the reduction
     (``matmul_layout.dot_columns``): each row of the first factor packed contiguously (row
     ``r`` at ``scratch + sums + r * 4 * max_depth``, its prologue evaluated once per
     element), then each sum a dot product of two runs (:func:`_dot_sums`), then per row the
@@ -219,7 +241,7 @@ def _column_bytes(kernel: MatmulKernel) -> int | None:
 
 
 def _dot_sums(kernel: MatmulKernel, schedule: MatrixVectorSchedule, column0: str, width: str) -> None:
-    """The dot products of the packed rows with the unit's ``width`` columns, into the
+    """The dot products of the packed rows with the block's ``width`` columns, into the
     scratch's sums: ``dot_columns`` columns at a time, then the rest one at a time; for
     those columns, the rows in groups (:func:`_dot_group`: ``dot_rows`` rows while as many
     remain, then halves).  The columns are read from one pointer where they are a constant
@@ -330,7 +352,7 @@ def _dot_group(body: Body, schedule: MatrixVectorSchedule, label: str, starts: l
 
 def _streamed_sums(body: Body, schedule: MatrixVectorSchedule, weight: str, step: str, step_bytes: int | None,
                    width: str) -> None:
-    """The sums of every row over the unit's ``width`` columns, into the scratch (one f32
+    """The sums of every row over the block's ``width`` columns, into the scratch (one f32
     per column, row ``r``'s from ``scratch + r * 4 * columns``).  ``steps`` reduction steps
     at a time while as many remain, then one step at a time; at each, the rows in groups
     (:func:`_streamed_group`), the first of which reads the steps' rows of the second factor
@@ -447,7 +469,7 @@ def _streamed_group(body: Body, schedule: MatrixVectorSchedule, label: str, star
 
 
 def _outputs(kernel: MatmulKernel, sums: str, row: str, column0: str, width: str) -> None:
-    """A loop over the unit's ``width`` columns of row ``row`` (its axes recovered once):
+    """A loop over the block's ``width`` columns of row ``row`` (its axes recovered once):
     the epilogue of each sum (from ``sums``: an i32 WAT address, one f32 per column),
     stored."""
     emitter, body, info, program = kernel.emitter, kernel.body, kernel.info, kernel.program
