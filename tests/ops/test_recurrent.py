@@ -11,8 +11,9 @@
   onnxruntime; the batch-major layout (onnxruntime has none: checked against the time-major
   model with transposed inputs and outputs).
 - A small CRNN (conv features -> bidirectional LSTM -> linear) exported by torch with a
-  dynamic width: one build matches onnxruntime at three sequence lengths on the Python
-  runtime (slow: torch exports in a subprocess) and in Chromium (browser).
+  dynamic width (``tests/fixtures/crnn_export.py``'s exports, committed in ``tests/data/crnn/``):
+  one build matches onnxruntime at three sequence lengths on the Python runtime and in
+  Chromium (browser).
 """
 
 from __future__ import annotations
@@ -347,15 +348,9 @@ def test_onnx_node_case_on_each_backend(backend, tmp_path, name: str) -> None:
 WIDTHS = (12, 40, 61)  # sequence lengths 3, 10 and 15 (width // 4)
 
 
-def _export_crnn(folder: Path, exporter: str) -> Path:
-    pytest.importorskip("torch")
-    if exporter == "dynamo":
-        pytest.importorskip("onnxscript")
-    path = folder / f"crnn_{exporter}.onnx"
-    done = subprocess.run([sys.executable, "-m", "tests.fixtures.crnn_export", str(path), "--exporter", exporter],
-                          capture_output=True, text=True, cwd=ROOT, timeout=300)
-    assert done.returncode == 0, done.stderr[-4000:]
-    return path
+def _crnn_model(exporter: str) -> Path:
+    """The CRNN as torch's ``exporter`` wrote it (committed: see tests/data/crnn/README.md)."""
+    return ROOT / "tests" / "data" / "crnn" / f"crnn_{exporter}.onnx"
 
 
 def _crnn_runs(path: Path) -> tuple[list[dict], list[np.ndarray]]:
@@ -378,7 +373,7 @@ def test_crnn_bidirectional_lstm_matches_onnxruntime_at_three_lengths(backend, c
                                                                      exporter: str) -> None:
     if exporter not in crnn_builds:
         folder = tmp_path_factory.mktemp(f"crnn-{exporter}")
-        path = _export_crnn(folder, exporter)
+        path = _crnn_model(exporter)
         assert "LSTM" in {node.op_type for node in onnx.load(str(path)).graph.node}
         bundle = relaxweb.build(path, folder / "bundle")
         assert set(bundle.symbolic_vars) == {"batch", "width"}
@@ -426,7 +421,7 @@ def test_a_scripted_vad_with_an_if_on_the_sample_rate_matches_onnxruntime(backen
 def test_crnn_bidirectional_lstm_in_the_browser(tmp_path) -> None:
     from relaxweb.browser import run_many_in_browser
 
-    path = _export_crnn(tmp_path, "legacy")
+    path = _crnn_model("legacy")
     relaxweb.build(path, tmp_path / "bundle")
     runs, expected = _crnn_runs(path)
     for width, got, want in zip(WIDTHS, run_many_in_browser(tmp_path / "bundle", runs, timeout_s=300), expected):
