@@ -7,8 +7,9 @@ writes ``fpn_legacy.onnx``, ``fpn_dynamo.onnx`` and ``unet_legacy.onnx`` (input
 that no prover sees: the FPN adds ``Resize(stride-32 map, x2)`` (height
 ``(height + 31) // 32 * 2``) to the stride-16 map (``(height + 15) // 16``), equal when height
 is a multiple of 32; the U-Net concatenates the upsampled map (``(height + 1) // 2 * 2``)
-with the skip connection (``height``), equal when height is even.  torch runs in this
-subprocess only; weights come from a fixed seed.
+with the skip connection (``height``), equal when height is even.  Weights come from a fixed
+seed.  The tests read the exports committed in ``tests/data/pyramids/`` (exporting them took
+CI about 7 s of CPU time); its README says how to write them again.
 """
 
 from __future__ import annotations
