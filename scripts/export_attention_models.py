@@ -19,6 +19,9 @@ Writes ``OUT_DIR/NAME.onnx`` for each model (random weights from a fixed seed, t
 
 Every one writes the scaled dot-product attention torch exports: q and k each scaled by the
 root of the scale, and ``where(isnan(weights), 0, weights)`` before the value product.
+
+The tests read the four exports committed in ``tests/data/attention-models/`` (exporting them
+took CI about 15 s of CPU time); its README says how to write them again.
 """
 
 from __future__ import annotations
