@@ -57,8 +57,9 @@ def test_every_real_model_has_deterministic_cases(bench):
             assert first.keys() == second.keys()
             for key in first:
                 np.testing.assert_array_equal(first[key], second[key])
-    prefill, decode = (c.inputs() for c in bench.MODELS["gpt2_small"].cases)
+    prefill, short, decode = (c.inputs() for c in bench.MODELS["gpt2_small"].cases)
     assert prefill["input_ids"].shape == (1, 128) and prefill["past_key_values.11.value"].shape == (1, 12, 0, 64)
+    assert short["input_ids"].shape == (1, 8) and short["attention_mask"].shape == (1, 8)
     assert decode["input_ids"].shape == (1, 1) and decode["past_key_values.0.key"].shape == (1, 12, 128, 64)
     assert decode["attention_mask"].shape == (1, 129) and decode["position_ids"].tolist() == [[128]]
 
