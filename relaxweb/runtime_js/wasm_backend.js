@@ -44,7 +44,7 @@ import { WALL_CLOCK, WallClockTimer } from "./profile.js";
 import { STATUS_BYTES, checkRunStatus } from "./run_status.js";
 import { DEADLINE_IMPORT, FUEL_REFILL, interruptibleKernels, readLeb } from "./interruptible_kernels.js";
 import { lowerRelaxedSimd } from "./relaxed_simd.js";
-import { warmUpBlocks, warmUpKernels, warmsUp } from "./warm_up.js";
+import { afterTierUp, warmUpBlocks, warmUpKernels, warmsUp } from "./warm_up.js";
 import { DispatchFailure, WorkerPool } from "./wasm_pool.js";
 
 export { WALL_CLOCK };
@@ -248,6 +248,7 @@ export class WasmBackend {
       } else {
         backend.warmUp = warmUpKernels((k) => backend.kernelFunctions[k].main, blocks, new Int32Array(memory.buffer),
           (ms) => clock.start(ms));
+        if (blocks.length) await afterTierUp();
       }
       return backend;
     } catch (error) {
