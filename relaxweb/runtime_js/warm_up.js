@@ -11,7 +11,8 @@
 // kernel's first call ran entirely in baseline code, 2-4x slower than later calls: the first
 // run of a model took 1.3-3.6x its later runs (docs/benchmarks.md, "First runs"). A call with
 // no units (first = end = 0) runs only the kernel's prologue; a few thousand of them spend the
-// budget, and the optimized code is compiled in the background while the load goes on.
+// budget, and the optimized code is compiled in the background while the load goes on (on the
+// page's thread the load then waits for the next task, afterTierUp, before it resolves).
 //
 // The calls read the params block of the kernel's first call site, filled with ones for the
 // call (size variables of 1: no division by zero) and zeroed again after; every buffer
