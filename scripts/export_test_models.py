@@ -19,6 +19,9 @@ Nothing here reaches the network (transformers builds models from a config).
 ``*_legacy`` use the TorchScript exporter (``dynamo=False``, ``dynamic_axes``, opset 17);
 ``*_dynamo`` use ``torch.export`` (``dynamo=True``, ``dynamic_shapes`` of ``torch.export.Dim``
 named batch/seq/height/width) and need ``onnxscript``.
+
+The tests read the six default exports committed in ``tests/data/test-models/`` (exporting them
+took CI about 20 s of CPU time); its README says how to write them again.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
-"""Helpers of tests/e2e/test_models.py: export the tiny PyTorch models (through
-scripts/export_test_models.py, in a subprocess), find the symbolic variables of an imported
-function, and run it with a check of every binding's value against its annotation."""
+"""Helpers of tests/e2e/test_models.py: the tiny PyTorch models as scripts/export_test_models.py
+exports them (committed in tests/data/test-models/; larger ones, such as GPT-2 small, exported in
+a subprocess), find the symbolic variables of an imported function, and run it with a check of
+every binding's value against its annotation."""
 
 from __future__ import annotations
 
@@ -43,6 +44,8 @@ MODELS = {
 }
 
 EXPORT_SCRIPT = ROOT / "scripts" / "export_test_models.py"
+#: the script's exports of MODELS, with their sidecars (tests/data/test-models/README.md)
+COMMITTED = ROOT / "tests" / "data" / "test-models"
 
 
 @functools.lru_cache(maxsize=None)
@@ -89,16 +92,11 @@ def export_models(out_dir: Path, names: list[str], timeout: float = 240) -> dict
     return results
 
 
-_SESSION_EXPORTS: dict[str, Export] = {}
-
-
-def session_exports(tmp_path_factory, names: list[str]) -> dict[str, Export]:
-    """``names`` exported once per test session: test_browser_models and test_models share
-    the exports (each export of GPT-2 or BERT takes seconds); only the missing ones are run."""
-    missing = [name for name in names if name not in _SESSION_EXPORTS]
-    if missing:
-        _SESSION_EXPORTS.update(export_models(tmp_path_factory.mktemp("models"), missing))
-    return {name: _SESSION_EXPORTS[name] for name in names}
+def committed_exports(names: list[str]) -> dict[str, Export]:
+    """``names`` (of MODELS) as the export script wrote them, committed in tests/data/test-models/:
+    exporting the six in each test session took CI about 20 s of CPU time."""
+    return {name: Export(name, COMMITTED / f"{name}.onnx", json.loads((COMMITTED / f"{name}.json").read_text()), None)
+            for name in names}
 
 
 # Symbolic variables of a function ------------------------------------------------------------

@@ -1,10 +1,12 @@
 """Real exported models end to end through the frontend: GPT-2, BERT and a small CNN, each
 from both PyTorch exporters (TorchScript "legacy" and torch.export "dynamo").
 
-The models are exported once per session into a temporary folder by
-scripts/export_test_models.py (tiny configs, random weights from fixed seeds, nothing from
-the network; about 20 s for all six on 2 cores, mostly the dynamo exporter).  For each model:
+The models are scripts/export_test_models.py's exports (tiny configs, random weights from
+fixed seeds, nothing from the network), committed in tests/data/test-models/: exporting all six
+in each test session took CI about 20 s of CPU time, mostly the dynamo exporter's.  Its README
+says how to export them again, with which package versions.  For each model:
 
+* the exporter wrote each input's dynamic axes under their own names (dim_param);
 * the import gives a ``main`` whose symbolic variables (parameters and every binding's
   annotation) are exactly the input's dynamic axes: a fresh variable means a shape the
   deduction lost (e.g. a Reshape whose -1 could not be resolved);
@@ -14,8 +16,6 @@ the network; about 20 s for all six on 2 cores, mostly the dynamo exporter).  Fo
   and on its kernels.wasm (the ``backend`` fixture), and matches onnxruntime (the MODEL tolerance of tests/helpers.py, as the interpreter);
 * after every pass, at opt levels 1 and 0, the module is well formed and its printed text
   parses back to a structurally equal module.
-
-Skipped when torch or transformers is not installed (``pip install -e ".[test]"``).
 """
 
 from __future__ import annotations
@@ -32,25 +32,19 @@ from relaxweb.ir.well_formed import check_well_formed
 from relaxweb.passes import pipeline, run_pipeline
 from tests.helpers import MODEL, assert_close, load_bundle
 from tests.model_exports import (
-    MODELS, CheckingInterpreter, Export, export_script, missing_exporter_packages, session_exports, symbolic_vars,
+    MODELS, CheckingInterpreter, Export, committed_exports, export_script, symbolic_vars,
 )
 
-pytestmark = pytest.mark.slow  # the torch exports take 20-40 s
+pytestmark = pytest.mark.slow  # six models through the whole compiler, at two opt levels
 
 
 @pytest.fixture(scope="session")
-def exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Export]:
-    missing = missing_exporter_packages()
-    if missing:
-        pytest.skip(f"{' and '.join(missing)} not installed (pip install -e '.[test]')")
-    return session_exports(tmp_path_factory, list(MODELS))
+def exports() -> dict[str, Export]:
+    return committed_exports(list(MODELS))
 
 
 def exported(exports: dict[str, Export], name: str) -> Export:
-    result = exports[name]
-    if result.error:
-        pytest.fail(f"export of {name} failed: {result.error}", pytrace=False)
-    return result
+    return exports[name]
 
 
 _imports: dict[str, object] = {}
@@ -87,10 +81,11 @@ def describe_import_error(path: Path, error: BaseException) -> str:
 
 @pytest.mark.parametrize("name", list(MODELS))
 def test_export_names_dynamic_axes(exports: dict[str, Export], name: str) -> None:
-    """The exporter wrote the dynamic axes under their own names (dim_param) in every input."""
-    sidecar = exported(exports, name).sidecar
-    written = sidecar["written"]["inputs"]
-    for spec in sidecar["inputs"]:
+    """The exporter wrote the dynamic axes under their own names (dim_param) in every input
+    (read from the model; the sidecar says what the script asked for)."""
+    export = exported(exports, name)
+    written = export_script()._dim_params(export.path)["inputs"]
+    for spec in export.sidecar["inputs"]:
         assert written[spec["name"]] == spec["dims"], f"{name}: input {spec['name']} was written as {written[spec['name']]}"
 
 

@@ -269,16 +269,10 @@ GPT2_ERROR_BOUND = {"float16": 1e-3, "int8": 2e-2, "int4": 0.3}
 
 
 @pytest.fixture(scope="module")
-def gpt2_export(tmp_path_factory):
-    from tests.model_exports import missing_exporter_packages, session_exports
+def gpt2_export():
+    from tests.model_exports import committed_exports
 
-    missing = missing_exporter_packages()
-    if missing:
-        pytest.skip(f"{' and '.join(missing)} not installed")
-    export = session_exports(tmp_path_factory, ["gpt2_legacy"])["gpt2_legacy"]
-    if export.error:
-        pytest.fail(f"export of gpt2_legacy failed: {export.error}", pytrace=False)
-    return export
+    return committed_exports(["gpt2_legacy"])["gpt2_legacy"]
 
 
 @pytest.fixture(scope="module")

@@ -30,7 +30,7 @@ from relaxweb.wgsl import ragged
 from relaxweb.wgsl.library import library_kernel_wgsl
 from relaxweb.wgsl.ragged import ragged_problem, ragged_source
 from tests.helpers import F32_LOOSE, MODEL, assert_close, make_model, onnxruntime_outputs, rand
-from tests.model_exports import missing_exporter_packages, session_exports
+from tests.model_exports import committed_exports
 from tests.e2e.test_api import npz, run_cli
 from tests.ops.test_control_flow import two_output_if_model
 from tests.ops.test_loop import LOOP_RUNS, loop_feeds, loop_model
@@ -132,13 +132,9 @@ def token_instances(name: str, lengths: list[int], seed: int = 0) -> list[dict[s
 
 @pytest.fixture(scope="module")
 def token_bundles(tmp_path_factory) -> dict[str, Path]:
-    missing = missing_exporter_packages()
-    if missing:
-        pytest.skip(f"{' and '.join(missing)} not installed")
-    exports = session_exports(tmp_path_factory, ["bert_legacy", "gpt2_legacy"])
+    exports = committed_exports(["bert_legacy", "gpt2_legacy"])
     bundles = {}
     for name, export in exports.items():
-        assert export.error is None, export.error
         bundles[name] = tmp_path_factory.mktemp(name) / "bundle"
         relaxweb.build(export.path, bundles[name], bounds={"seq": 128, "batch": 4})
         bundles[name + ".onnx"] = export.path

@@ -1,8 +1,8 @@
 """Real exported models compiled once and run in headless Chromium (WebGPU on SwiftShader).
 
 The GPT-2-like and BERT-like models of scripts/export_test_models.py (tiny configs, random
-weights from fixed seeds; TorchScript exporter) are exported once per session, each built
-ONCE with ``relaxweb.compiler.build_bundle``, and the one bundle is loaded once in the browser
+weights from fixed seeds; TorchScript exporter; its exports committed in tests/data/test-models/),
+each built ONCE with ``relaxweb.compiler.build_bundle``, and the one bundle is loaded once in the browser
 and run at two shapes, (batch, seq) = (1, 8) and (2, 5); every output must match
 onnxruntime (the MODEL tolerance of tests/helpers.py).  Their inputs are int64: they go to
 the page as BigInt64Array.
@@ -10,8 +10,7 @@ the page as BigInt64Array.
 A tiny hand-written ONNX model checks int64 through the whole browser path: int64 in and
 out as BigInt64Array, and an input outside the int32 range rejected with the input's name.
 
-Skipped when torch or transformers is not installed (like tests/e2e/test_models.py), or when
-Playwright or Chromium is missing.
+Skipped when Playwright or Chromium is missing.
 """
 
 from __future__ import annotations
@@ -35,7 +34,7 @@ from relaxweb.compiler import build_bundle
 from relaxweb.errors import InputShapeError
 from tests.fixtures.melspectrogram import MEL_KERNEL, audio, melspectrogram_model
 from tests.helpers import MODEL, assert_close, make_model, onnxruntime_outputs
-from tests.model_exports import Export, export_script, missing_exporter_packages, session_exports
+from tests.model_exports import Export, committed_exports, export_script
 from tests.runtime_js.test_browser import pytestmark as browser_marks
 
 pytestmark = browser_marks
@@ -47,11 +46,8 @@ BOUNDS = {"batch": 4, "seq": 16}
 
 
 @pytest.fixture(scope="module")
-def exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Export]:
-    missing = missing_exporter_packages()
-    if missing:
-        pytest.skip(f"{' and '.join(missing)} not installed (pip install -e '.[test]')")
-    return session_exports(tmp_path_factory, MODELS)
+def exports() -> dict[str, Export]:
+    return committed_exports(MODELS)
 
 
 @pytest.fixture(scope="module")
@@ -60,10 +56,7 @@ def bundles(exports: dict[str, Export], tmp_path_factory: pytest.TempPathFactory
     folder = tmp_path_factory.mktemp("browser-bundles")
     built = {}
     for name in MODELS:
-        export = exports[name]
-        if export.error:
-            pytest.fail(f"export of {name} failed: {export.error}", pytrace=False)
-        build_bundle(export.path, folder / name, BOUNDS)
+        build_bundle(exports[name].path, folder / name, BOUNDS)
         built[name] = folder / name
     return built
 

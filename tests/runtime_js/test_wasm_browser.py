@@ -41,7 +41,7 @@ from tests.fixtures.handmade_bundle import (
 )
 from tests.fixtures.handmade_wasm import HANDMADE_KERNELS, POSITIVES_KERNELS, add_kernels_wasm
 from tests.helpers import F32, MODEL, assert_close, make_model, onnxruntime_outputs, rand
-from tests.model_exports import Export, export_script, missing_exporter_packages, session_exports
+from tests.model_exports import Export, committed_exports, export_script
 from tests.runtime_js.test_browser import pytestmark as browser_marks
 from tests.ops.test_sequence import appending_model, assert_sequences_equal, growing_sequence_model, onnxruntime_outputs
 from tests.e2e.test_tiny_llama import CACHE_BOUNDS, PREFILL
@@ -297,19 +297,14 @@ MODELS = {  # name -> (shapes run, build bounds above them)
 
 
 @pytest.fixture(scope="module")
-def exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Export]:
-    missing = missing_exporter_packages()
-    if missing:
-        pytest.skip(f"{' and '.join(missing)} not installed (pip install -e '.[test]')")
-    return session_exports(tmp_path_factory, list(MODELS))
+def exports() -> dict[str, Export]:
+    return committed_exports(list(MODELS))
 
 
 @pytest.fixture(scope="module")
 def model_bundles(exports: dict[str, Export], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     folder = tmp_path_factory.mktemp("wasm-browser-bundles")
     for name, (_, bounds) in MODELS.items():
-        if exports[name].error:
-            pytest.fail(f"export of {name} failed: {exports[name].error}", pytrace=False)
         build_bundle(exports[name].path, folder / name, bounds)
     return {name: folder / name for name in MODELS}
 

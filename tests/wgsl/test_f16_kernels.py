@@ -50,7 +50,7 @@ from relaxweb.passes.schedule_programs import f16_schedule
 from relaxweb.runtime.webgpu import SHADER_F16, choose_kernels, default_device
 from tests.gpu_kernels import run_kernel_on_gpu
 from tests.helpers import EPS32, F16_MODEL, F32_LOOSE, assert_close, make_model, onnxruntime_outputs, rand
-from tests.model_exports import MODELS, export_script, missing_exporter_packages, session_exports
+from tests.model_exports import MODELS, committed_exports, export_script
 from tests.ops.test_attention import SHAPES as ATTENTION_SHAPES
 from tests.ops.test_attention import _feeds as attention_feeds
 from tests.ops.test_attention import attention_model
@@ -270,17 +270,13 @@ def test_the_browser_runtime_falls_back_to_f32_on_swiftshader(f16_bundle: Path) 
 
 
 @pytest.mark.gpu
-@pytest.mark.slow  # the torch exports
+@pytest.mark.slow  # each model built and run at every test shape
 @pytest.mark.parametrize("name", ["gpt2_legacy", "cnn_legacy"])
 def test_models_with_f16_shaders_match_onnxruntime(tmp_path_factory, name: str) -> None:
     """The GPT-2-like and CNN test models (tests/model_exports.py) at every test shape, one build."""
     import onnxruntime as ort
 
-    if missing_exporter_packages():
-        pytest.skip(f"{' and '.join(missing_exporter_packages())} not installed")
-    export = session_exports(tmp_path_factory, [name])[name]
-    if export.error:
-        pytest.fail(f"export of {name} failed: {export.error}", pytrace=False)
+    export = committed_exports([name])[name]
     folder = tmp_path_factory.mktemp(f"{name}_f16")
     build(str(export.path), str(folder))
     session = load(folder, kernels="f16")
