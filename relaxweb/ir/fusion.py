@@ -64,19 +64,26 @@ def inline_producer(
         else:
             values[var.name] = value
 
-    body = substitute_scalar(producer.body, renames)
+    # each step below rebuilds the producer's body only where it changes something: a long
+    # chain fuses into bodies of hundreds of nodes, each merge's walks over them were most of
+    # its build
+    body = substitute_scalar(producer.body, renames) if renames else producer.body
     body = _rename_reduction_axes(body, taken, fresh)
     inputs, buffer_renames = [], {}
     for buffer in producer.inputs:
         name = fresh(buffer.name) if buffer.name in taken else buffer.name
-        renamed = Buffer(name, tuple(substitute(d, renames) for d in buffer.shape), buffer.dtype)
-        buffer_renames[buffer.name] = renamed
+        renamed = Buffer(name, tuple(substitute(d, renames) for d in buffer.shape), buffer.dtype) if renames or \
+            name != buffer.name else buffer
+        if renamed is not buffer:
+            buffer_renames[buffer.name] = renamed
         inputs.append(renamed)
-    body = replace_buffers(body, buffer_renames)
+    body = replace_buffers(body, buffer_renames) if buffer_renames else body
     axis_names = [axis.name for axis in producer.axes]
 
     def inline(node: ScalarExpr) -> ScalarExpr | None:
         if isinstance(node, Load) and node.buffer.name == buffer_name:
+            if all(isinstance(index, SizeVar) and index.name == axis for axis, index in zip(axis_names, node.indices)):
+                return body  # read at the producer's own axes
             return substitute_scalar(body, dict(zip(axis_names, node.indices)))
         return None
 
