@@ -87,8 +87,8 @@ from .packing import pack
 def matrix_vector_main(kernel: MatmulKernel, schedule: MatrixVectorSchedule) -> None:
     """The tier's part of ``$main``: where its condition holds, units ``$first <= u < $end``
     (per batch index, one per four columns), then return.  The units of one batch index in
-    the range are one run of columns, taken in blocks of at most ``columns`` columns (as
-    even as multiples of 4 allow).  Reads the locals ``$rows``, ``$columns``, ``$depth``
+    the range are one run of columns, taken in blocks of at most ``columns`` columns
+    (``columns x max_rows`` for one row), as even as multiples of 4 allow.  Reads the locals ``$rows``, ``$columns``, ``$depth``
     and ``$unit`` that the kernel set."""
     emitter, body = kernel.emitter, kernel.body
     unit, groups, batch, group, piece_end, blocks, block_cap, block_groups, column0, width = (
