@@ -26,13 +26,14 @@ export async function load(folder, asWritten, relaxedSimd = false) {
   const manifest = JSON.parse(readFileSync(join(folder, "manifest.json"), "utf8"));
   const sites = manifest.wasm.relaxed_madd_sites;
   const bytes = readFileSync(join(folder, manifest.wasm.file));
+  // what WebAssembly.compile gets as written; the model is given the file's bytes (it lowers them itself)
   const kernels = sites && !relaxedSimd ? lowerRelaxedSimd(bytes, sites) : bytes;
   const host = new RemoteHost(null, 60_000, new HostSession(await Host.instantiate(readFileSync(join(folder, "host.wasm")), manifest)));
   const shards = manifest.shards.map((/** @type {any} */ s) => new Uint8Array(readFileSync(join(folder, s.file))));
   const compile = WebAssembly.compile;
   if (asWritten) WebAssembly.compile = () => compile(kernels);
   try {
-    return { manifest, model: await WasmModel.create(manifest, host, kernels, shards, { ...(await host.configure(undefined)), relaxedSimd }) };
+    return { manifest, model: await WasmModel.create(manifest, host, bytes, shards, { ...(await host.configure(undefined)), relaxedSimd }) };
   } finally {
     WebAssembly.compile = compile;
   }
