@@ -47,7 +47,7 @@ export const WARM_UP_MIN_WEIGHT_BYTES = 4 << 20;
  * The calls start the engine's optimizing compiles, which finish in the background; without
  * this, the first run started at once and its first kernel ran in baseline code (ResNet-50
  * in Node: its 7x7 convolution took 48-56 ms in the first run against 7.5 after; with this,
- * 9.6-12 ms in three loads).
+ * 9.2-13.4 ms in three loads).
  * @returns {Promise<void>}
  */
 export function afterTierUp() {

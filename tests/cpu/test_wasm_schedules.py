@@ -183,12 +183,11 @@ def test_matrix_vector_units_split_anywhere_give_the_same_outputs(rows: int, ran
     max_rows`` for one row, whose sums may fill every row's).  Split into ranges that end
     inside a block, inside a group of four past the last column (23 columns) or across batch
     indices, as threads split them, the outputs are bit for bit those of one call."""
-    b = SizeVar("b")
+    b, r = SizeVar("b"), SizeVar("r")
     depth, columns = 19, 23
     a, w = Buffer("A", (b, n, depth), "float32"), Buffer("W", (b, depth, columns), "float32")
     program = TensorProgram("batched_matvec", (a, w), Buffer("out", (b, n, columns), "float32"), (i, j, k),
-                            Reduce(ReduceCombiner.SUM, SizeVar("r"), depth,
-                                   Load(a, (i, j, SizeVar("r"))) * Load(w, (i, SizeVar("r"), k))))
+                            Reduce(ReduceCombiner.SUM, r, depth, Load(a, (i, j, r)) * Load(w, (i, r, k))))
     schedule = MatrixVectorSchedule(max_rows=4, columns=8, steps=3)  # blocks of 32 columns for one row, 8 for more
     wasm = kernel(program, schedule)
     assert "$matvec_block" in render_program(program, {}, schedule)
@@ -201,8 +200,9 @@ def test_matrix_vector_units_split_anywhere_give_the_same_outputs(rows: int, ran
         return run_wasm_kernel(wasm, 0, arrays, np.zeros((3, rows, columns), np.float32), params,
                                scratch_bytes=schedule.scratch_bytes, ranges=count)
 
-    np.testing.assert_array_equal(run(ranges), run(1))
-    assert_close(run(ranges), arrays[0] @ arrays[1], F32_LOOSE)
+    split = run(ranges)
+    np.testing.assert_array_equal(split, run(1))
+    assert_close(split, arrays[0] @ arrays[1], F32_LOOSE)
 
 
 def test_any_program_runs_the_element_kind() -> None:
