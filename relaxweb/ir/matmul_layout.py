@@ -5,7 +5,8 @@ second factor by.
 The second factor (``info.b``) is evaluated per column of a block, so the layouts of a plain
 load of it decide how a kernel reads it: four consecutive columns as one vector
 (:func:`contiguous_columns`), a block of columns a constant distance apart
-(:func:`column_strides`, :func:`gathered_columns`), a block copied in place a reduction step
+(:func:`column_strides`, :func:`gathered_columns`; a size variable apart:
+:func:`gathered_stride`), a block copied in place a reduction step
 at a time (:func:`direct_columns`), each column a contiguous run along the reduction
 (:func:`dot_columns`).  :func:`cheap_columns` says when the factors should swap roles, and
 :func:`split_columns` when a packed matmul's units may split the columns.
@@ -73,14 +74,43 @@ def gathered_columns(info: MatmulInfo, program: TensorProgram, lanes: int, panel
     strides = column_strides(info, program, lanes)
     if strides is None or info.b.buffer.dtype != "float32" or len(strides) < panel_columns:
         return None
+    return strides[:panel_columns] if _steps_flattened(info) else None
+
+
+def gathered_stride(info: MatmulInfo, program: TensorProgram) -> PrimExpr | None:
+    """For a second factor a packed matmul can gather a reduction step at a time whose
+    columns are a distance apart that is a size variable, not a constant (a convolution's
+    weight ``[O, C, kh, kw]`` in a program that ``share_programs`` gave its channel counts as
+    size variables): a float32 plain load, one column axis, each column that distance
+    (made of size variables only) past the one before, and the reduction axes flattened
+    contiguous in it, one element per step.  The distance in elements; None otherwise."""
+    if len(info.columns) != 1 or not isinstance(info.b, Load) or info.b.buffer.dtype != "float32":
+        return None
+    column = program.axes[info.columns[0]]
+    base = flat_offset(info.b.buffer, info.b.indices)
+
+    def past(lanes: int) -> PrimExpr:
+        moved = tuple(substitute(index, {column.name: column + lanes}) for index in info.b.indices)
+        return simplify(flat_offset(info.b.buffer, moved) - base)
+
+    stride = past(1)
+    axes = {v.name for v in (*program.axes, *info.reduce_axes)}
+    if {v.name for v in free_vars(stride)} & axes or simplify(past(2) - stride * 2) != IntImm(0):
+        return None
+    return stride if _steps_flattened(info) else None
+
+
+def _steps_flattened(info: MatmulInfo) -> bool:
+    """Whether the second factor reads the reduction axes flattened (outermost first) as
+    consecutive elements, one a step."""
     base = flat_offset(info.b.buffer, info.b.indices)
     inner: PrimExpr = IntImm(1)
     for axis, extent in reversed(list(zip(info.reduce_axes, info.reduce_extents))):
         moved = tuple(substitute(index, {axis.name: axis + 1}) for index in info.b.indices)
         if simplify(flat_offset(info.b.buffer, moved) - base - inner) != IntImm(0):
-            return None
+            return False
         inner = simplify(inner * extent)
-    return strides[:panel_columns]
+    return True
 
 
 def flat_columns(info: MatmulInfo, program: TensorProgram) -> PrimExpr | None:

@@ -1043,16 +1043,36 @@ def test_convolution_weight_gathered_a_step_at_a_time(kernel: int, channels: int
     assert check_module(model, {"x": rand(1, 6, 7, width)}, monkeypatch) >= 1
 
 
-def test_gather_falls_back_where_the_distances_are_not_constant(monkeypatch) -> None:
+@pytest.mark.parametrize("depth", [13, 16])
+def test_columns_a_size_variable_apart_gathered_from_strided_addresses(depth: int, monkeypatch) -> None:
     """A matmul of a transposed second factor of symbolic row length (its columns ``k``
-    elements apart): no constant distances, so no gather; every block packed element by
-    element."""
+    elements apart, its reduction contiguous): no constant distances, so each block of 8
+    columns is gathered from addresses ``k`` elements apart ($gather_stride2: the distances
+    computed once a block), the partial last block (19 columns: 8, 8, then 3) packed
+    element by element."""
     model = make_model([helper.make_node("Transpose", ["w"], ["t"], perm=[1, 0]),
                         helper.make_node("MatMul", ["x", "t"], ["y"])],
                        [("x", TensorProto.FLOAT, [40, "k"]), ("w", TensorProto.FLOAT, [19, "k"])], ["y"])
     [program] = [p for p in compile_model(model).programs.values() if "$pack_panels" in render_program(p)]
-    assert "$gather" not in render_program(program)
-    assert check_module(model, {"x": rand(40, 13), "w": rand(19, 13, seed=1)}, monkeypatch) >= 1
+    assert "(loop $gather" in render_program(program) and "$gather_stride2" in render_program(program)
+    assert check_module(model, {"x": rand(40, depth), "w": rand(19, depth, seed=1)}, monkeypatch) >= 1
+
+
+def test_shared_convolution_program_gathers_its_weight(monkeypatch) -> None:
+    """Two 3x3 convolutions of 6 and 16 input channels share one program (``share_programs``:
+    the channel count a size variable), so the weight's output channels are a size variable
+    apart: gathered from strided addresses a whole block of 8 at a time, not packed element
+    by element (20 output channels: two whole blocks, then 4 packed)."""
+    nodes = [helper.make_node("Conv", ["x", "w1", "b"], ["c1"], pads=[1] * 4), helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2", "b"], ["c2"], pads=[1] * 4), helper.make_node("Relu", ["c2"], ["y"])]
+    model = make_model(nodes, [("x", TensorProto.FLOAT, [1, 6, 7, 9])], ["y"],
+                       {"w1": rand(20, 6, 3, 3, seed=1, low=-1.0), "w2": rand(20, 20, 3, 3, seed=2, low=-1.0),
+                        "b": rand(20, seed=3)})
+    module = compile_model(model)
+    [program] = [p for p in module.programs.values() if "$pack_panels" in render_program(p)]
+    assert [d.program for d in module.main.dispatches].count(program.name) == 2
+    assert "$gather_stride2" in render_program(program)
+    assert check_module(model, {"x": rand(1, 6, 7, 9, low=-1.0)}, monkeypatch) >= 1
 
 
 @pytest.mark.parametrize("residual_shape, vector", [((1, 40, 6, 7), True), ((1, 40, 1, 7), False)])
