@@ -1058,39 +1058,26 @@ def test_columns_a_size_variable_apart_gathered_from_strided_addresses(depth: in
     assert check_module(model, {"x": rand(40, depth), "w": rand(19, depth, seed=1)}, monkeypatch) >= 1
 
 
-def test_shared_convolution_program_gathers_its_weight(monkeypatch) -> None:
-    """Two 3x3 convolutions of 6 and 16 input channels share one program (``share_programs``:
-    the channel count a size variable), so the weight's output channels are a size variable
+@pytest.mark.parametrize("kernel, stride, size", [(3, 1, (7, 9)), (1, 2, (17, 19))])
+def test_shared_convolution_program_gathers_its_weight(kernel: int, stride: int, size: tuple[int, int],
+                                                       monkeypatch) -> None:
+    """Two convolutions of 6 and 20 input channels share one program (``share_programs``: the
+    channel count a size variable), so the weight's output channels are a size variable
     apart: gathered from strided addresses a whole block of 8 at a time, not packed element
-    by element (20 output channels: two whole blocks, then 4 packed)."""
-    nodes = [helper.make_node("Conv", ["x", "w1", "b"], ["c1"], pads=[1] * 4), helper.make_node("Relu", ["c1"], ["r1"]),
-             helper.make_node("Conv", ["r1", "w2", "b"], ["c2"], pads=[1] * 4), helper.make_node("Relu", ["c2"], ["y"])]
-    model = make_model(nodes, [("x", TensorProto.FLOAT, [1, 6, 7, 9])], ["y"],
-                       {"w1": rand(20, 6, 3, 3, seed=1, low=-1.0), "w2": rand(20, 20, 3, 3, seed=2, low=-1.0),
-                        "b": rand(20, seed=3)})
+    by element (20 output channels: two whole blocks, then 4 packed).  Padded 3x3: the input
+    the rows as it is; strided 1x1: the factors swap as with constant channel counts (the
+    strided input packed once as the rows, the weight the gathered second factor)."""
+    attributes = {"pads": [kernel // 2] * 4, "strides": [stride] * 2}
+    nodes = [helper.make_node("Conv", ["x", "w1", "b"], ["c1"], **attributes), helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2", "b"], ["c2"], **attributes), helper.make_node("Relu", ["c2"], ["y"])]
+    model = make_model(nodes, [("x", TensorProto.FLOAT, [1, 6, *size])], ["y"],
+                       {"w1": rand(20, 6, kernel, kernel, seed=1, low=-1.0),
+                        "w2": rand(20, 20, kernel, kernel, seed=2, low=-1.0), "b": rand(20, seed=3)})
     module = compile_model(model)
     [program] = [p for p in module.programs.values() if "$pack_panels" in render_program(p)]
     assert [d.program for d in module.main.dispatches].count(program.name) == 2
     assert "$gather_stride2" in render_program(program)
-    assert check_module(model, {"x": rand(1, 6, 7, 9, low=-1.0)}, monkeypatch) >= 1
-
-
-def test_shared_strided_convolution_swaps_and_gathers_its_weight(monkeypatch) -> None:
-    """Two strided 1x1 convolutions (6 and 12 input channels) share one program, so the
-    weight's output channels are a size variable apart: the factors still swap as with
-    constant channel counts (the input, strided, packed once as the rows; the weight gathered
-    from strided addresses a block of 8 output channels at a time: 20 channels, two whole
-    blocks, then 4 packed)."""
-    nodes = [helper.make_node("Conv", ["x", "w1", "b"], ["c1"], strides=[2, 2]), helper.make_node("Relu", ["c1"], ["r1"]),
-             helper.make_node("Conv", ["r1", "w2", "b"], ["c2"], strides=[2, 2]), helper.make_node("Relu", ["c2"], ["y"])]
-    model = make_model(nodes, [("x", TensorProto.FLOAT, [1, 6, 17, 19])], ["y"],
-                       {"w1": rand(20, 6, 1, 1, seed=1, low=-1.0), "w2": rand(20, 20, 1, 1, seed=2, low=-1.0),
-                        "b": rand(20, seed=3)})
-    module = compile_model(model)
-    [program] = [p for p in module.programs.values() if "$pack_panels" in render_program(p)]
-    assert [d.program for d in module.main.dispatches].count(program.name) == 2
-    assert "$gather_stride2" in render_program(program)
-    assert check_module(model, {"x": rand(1, 6, 17, 19, low=-1.0)}, monkeypatch) >= 1
+    assert check_module(model, {"x": rand(1, 6, *size, low=-1.0)}, monkeypatch) >= 1
 
 
 @pytest.mark.parametrize("residual_shape, vector", [((1, 40, 6, 7), True), ((1, 40, 1, 7), False)])
