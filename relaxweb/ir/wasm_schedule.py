@@ -291,10 +291,11 @@ class MatrixVectorSchedule(WasmSchedule):
     where there is one row), as even as multiples of 4 allow.  The first factor is packed
     once per block, then the block's sums of every row (in the scratch) take ``steps`` rows
     of the second factor at a time, each read in order along its columns, the rows in
-    groups (all of them, then halves) that share each load of it; or, with ``dot_products`` (each column of the second
-    factor contiguous along the reduction: a ``Gemm`` with ``transB``), each row of the first
-    factor is packed and each sum is a dot product of two contiguous runs, ``dot_columns``
-    columns sharing each load of a row and ``dot_rows`` rows each load of a column.  Either
+    groups (all of them, then halves) that share each load of it; or, with
+    ``dot_products`` (each column of the second factor contiguous along the reduction: a
+    ``Gemm`` with ``transB``), each row of the first factor is packed and each sum is a dot
+    product of two contiguous runs, ``dot_columns`` columns sharing each load of a row and
+    ``dot_rows`` rows each load of a column.  Either
     way a row's sums add their products in the same order whatever the rows and groups: a
     row's outputs do not depend on the other rows.  ``max_depth``: the deepest reduction
     whose packed first factor fits the scratch after the sums."""

@@ -265,12 +265,8 @@ def _gather_columns(body: Body, schedule: PackedMatmulSchedule, source: str, str
     one element a step.  Element by element (``packing.pack``) each took the reduction's
     nested loops and the index arithmetic: a 3x3 convolution's weight of 512 x 4608 packed
     at about 1.6 ns an element."""
-    vectors = []
-    for q in range(schedule.panel_columns // 4):
-        vector = f"(v128.load32_splat offset={4 * strides[4 * q]} {get(source)})"
-        for lane in range(1, 4):
-            vector = f"(v128.load32_lane offset={4 * strides[4 * q + lane]} {lane} {get(source)} {vector})"
-        vectors.append(vector)
+    vectors = [_lanes_loaded([(get(source), 4 * strides[4 * q + lane]) for lane in range(4)])
+               for q in range(schedule.panel_columns // 4)]
     _fill_panel(body, schedule, source, const(4), vectors, panel, ("gathered", "gather"))
 
 
@@ -289,13 +285,19 @@ def _gather_strided_columns(body: Body, schedule: PackedMatmulSchedule, source: 
     quads = [source] + [body.named(f"gather_quad{q}") for q in range(1, schedule.panel_columns // 4)]
     for q, local in enumerate(quads[1:], start=1):
         body.set(local, add(get(source), mul(get(stride), const(4 * q))))
-    vectors = []
-    for local in quads:
-        vector = f"(v128.load32_splat {get(local)})"
-        for lane, distance in enumerate(distances, start=1):
-            vector = f"(v128.load32_lane {lane} {add(get(local), distance)} {vector})"
-        vectors.append(vector)
+    vectors = [_lanes_loaded([(get(local), 0)] + [(add(get(local), distance), 0) for distance in distances])
+               for local in quads]
     _fill_panel(body, schedule, quads, const(4), vectors, panel, ("gathered", "gather"))
+
+
+def _lanes_loaded(lanes: list[tuple[str, int]]) -> str:
+    """The f32x4 whose lane ``i`` is the f32 at ``lanes[i]`` (an i32 WAT address and a
+    constant offset in bytes)."""
+    (address, offset), *rest = lanes
+    vector = f"(v128.load32_splat{f' offset={offset}' if offset else ''} {address})"
+    for lane, (address, offset) in enumerate(rest, start=1):
+        vector = f"(v128.load32_lane{f' offset={offset}' if offset else ''} {lane} {address} {vector})"
+    return vector
 
 
 def _copy_columns(body: Body, schedule: PackedMatmulSchedule, source: str, stride: str, panel: str) -> None:

@@ -88,31 +88,29 @@ def matrix_vector_main(kernel: MatmulKernel, schedule: MatrixVectorSchedule) -> 
     """The tier's part of ``$main``: where its condition holds, units ``$first <= u < $end``
     (per batch index, one per four columns), then return.  The units of one batch index in
     the range are one run of columns, taken in blocks of at most ``columns`` columns
-    (``columns x max_rows`` for one row), as even as multiples of 4 allow.  Reads the locals ``$rows``, ``$columns``, ``$depth``
-    and ``$unit`` that the kernel set."""
+    (``columns x max_rows`` for one row), as even as multiples of 4 allow.  Reads the
+    locals ``$rows``, ``$columns``, ``$depth`` and ``$unit`` that the kernel set."""
     emitter, body = kernel.emitter, kernel.body
-    unit, groups, batch, group, piece_end, blocks, block_cap, block_groups, column0, width = (
-        body.named(name) for name in ("unit", "mv_groups", "mv_batch", "mv_group", "mv_piece_end", "mv_blocks",
-                                      "mv_block_cap", "mv_block_groups", "mv_column0", "mv_width"))
+    unit, groups, batch, group, count, piece_end, blocks, block_cap, block_groups, column0, width = (
+        body.named(name) for name in ("unit", "mv_groups", "mv_batch", "mv_group", "mv_count", "mv_piece_end",
+                                      "mv_blocks", "mv_block_cap", "mv_block_groups", "mv_column0", "mv_width"))
     with body.if_(_condition(schedule, get("$rows"), get("$depth"))):
         with body.then():
             body.set(groups, op("i32.shr_u", add(get("$columns"), const(3)), const(2)))
             body.comment("the most groups of four columns a block takes: one row's sums may fill the sums of all rows")
-            body.set(block_cap, f"(select {const(schedule.columns * schedule.max_rows // 4)} {const(schedule.columns // 4)} "
-                                f"{op('i32.eq', get('$rows'), const(1))})")
+            one_row, any_rows = const(schedule.columns * schedule.max_rows // 4), const(schedule.columns // 4)
+            body.set(block_cap, f"(select {one_row} {any_rows} {op('i32.eq', get('$rows'), const(1))})")
             with body.block("$matvec_done"):
                 body.br_if("$matvec_done", op("i32.ge_u", get(unit), get("$end")))
                 with body.loop("$matvec_piece"):
                     body.comment("this batch index's units in the range: a run of columns, in even blocks")
                     body.set(batch, div_u(get(unit), get(groups)))
                     body.set(group, op("i32.rem_u", get(unit), get(groups)))
-                    body.set(piece_end, add(get(group), call("$min_u32", sub(get("$end"), get(unit)),
-                                                             sub(get(groups), get(group)))))
-                    body.increment(unit, sub(get(piece_end), get(group)))
-                    body.set(blocks, div_u(add(sub(get(piece_end), get(group)), sub(get(block_cap), const(1))),
-                                           get(block_cap)))
-                    body.set(block_groups, div_u(add(sub(get(piece_end), get(group)), sub(get(blocks), const(1))),
-                                                 get(blocks)))
+                    body.set(count, call("$min_u32", sub(get("$end"), get(unit)), sub(get(groups), get(group))))
+                    body.set(piece_end, add(get(group), get(count)))
+                    body.increment(unit, get(count))
+                    body.set(blocks, div_u(add(get(count), sub(get(block_cap), const(1))), get(block_cap)))
+                    body.set(block_groups, div_u(add(get(count), sub(get(blocks), const(1))), get(blocks)))
                     emitter.open_scope()
                     declare_axes(emitter, kernel.batch_axes, kernel.batch_extents,
                                  unflatten_into(emitter, body, kernel.batch_extents, get(batch), "xm"))
