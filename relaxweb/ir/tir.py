@@ -148,6 +148,12 @@ MATH_FUNCTIONS = (
     UnaryOp.SQRT, UnaryOp.LOG, UnaryOp.FLOOR, UnaryOp.CEIL, UnaryOp.ROUND, UnaryOp.SIN, UnaryOp.COS, UnaryOp.TAN,
     UnaryOp.ASIN, UnaryOp.ACOS, UnaryOp.ATAN, UnaryOp.ASINH, UnaryOp.ACOSH, UnaryOp.ATANH,
 )
+# The functions a CPU computes by a routine of tens of instructions (relaxweb/cpu/math.py), not
+# an instruction or two.
+MATH_CALLS = (
+    UnaryOp.EXP, UnaryOp.TANH, UnaryOp.SIGMOID, UnaryOp.LOG, UnaryOp.SIN, UnaryOp.COS, UnaryOp.TAN, UnaryOp.ASIN,
+    UnaryOp.ACOS, UnaryOp.ATAN, UnaryOp.ASINH, UnaryOp.ACOSH, UnaryOp.ATANH,
+)
 
 
 @hash_once

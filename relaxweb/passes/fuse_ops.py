@@ -9,7 +9,9 @@ result and merges the group's tensor programs into one (loop-level merge:
 - a producer without reductions (elementwise, broadcast, injective: bias adds, activations,
   reshapes, transposes, slices) merges into every consumer that reads it by plain loads:
   elementwise chains become one kernel, and data movement becomes index arithmetic in the
-  prologue of a reduction or matmul;
+  prologue of a reduction or matmul; one that calls a math function (exp, tanh; erf and GELU
+  are polynomials and an exp) merges only where one kernel reads it, since several would each
+  compute it again;
 - a producer with reductions (matmul, softmax sums, means) merges into its single consumer
   when that consumer has no reduction of its own, reads it at one index, and has no more
   elements than it (provably, with symbolic shapes): an epilogue (bias, GELU, residual
@@ -55,7 +57,8 @@ from ..ir.module import IRModule, ProgramTable, drop_uncalled_programs
 from ..ir.pattern import Pattern, program_pattern
 from ..ir.symbolic import Analyzer, product
 from ..ir.tir import (
-    Gather, Load, Select, TensorProgram, contains_reduce, expression_depth, expression_size, loads_of, scalar_nodes,
+    MATH_CALLS, Gather, Load, Select, TensorProgram, Unary, contains_reduce, expression_depth, expression_size,
+    loads_of, scalar_nodes,
 )
 from ..ir.struct_info import TensorStructInfo
 from .context import PassContext
@@ -179,6 +182,8 @@ class _Fuser(ExprMutator):
             return None  # a concatenation stays a kernel before a reduction (see _concatenates)
         if reduces and len(consumers) != 1:
             return None
+        if not reduces and len(consumers) > 1 and _calls_math(self.programs[producer.value.program]):
+            return None  # its exp, erf or tanh computed once, not again in each consumer
         fused_calls = {}
         for i in consumers:
             call = self.merge_call(producer, block.slots[i].value, reduces)
@@ -304,6 +309,14 @@ def _concatenates(program: TensorProgram) -> bool:
             if read_a and read_b and not read_a & read_b:
                 return True
     return False
+
+
+def _calls_math(program: TensorProgram) -> bool:
+    """Whether ``program``'s body calls a math function (exp, tanh, log, sin ...; erf and GELU
+    are polynomials and an exp).  Such a producer with several consumers stays a kernel: merged,
+    each consumer would compute it again (Whisper's GELU before its first layer norm: in the
+    mean's, the variance's and the normalization's kernels and the residual add's)."""
+    return any(isinstance(node, Unary) and node.op in MATH_CALLS for node in scalar_nodes(program.body))
 
 
 def _storage_bindings(args: list[Expr], program: TensorProgram) -> int:

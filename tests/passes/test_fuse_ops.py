@@ -17,6 +17,7 @@ import numpy as np
 from relaxweb.ir import FunctionBuilder, IRModule, SizeVar, TensorStructInfo
 from relaxweb.ir.expr import CallTIR, DataflowBlock, Function, SeqExpr, ShapeExpr, Var, VarBinding
 from relaxweb.ir.interpreter import run_module
+from relaxweb.ir.parser import parse_module
 from relaxweb.ir.pattern import Pattern, program_pattern
 from relaxweb.ir.structural import assert_structural_equal
 from relaxweb.ir.tir import Binary, Buffer, FloatImm, Load, TensorProgram, Unary, format_program
@@ -24,7 +25,7 @@ from relaxweb.ops import call_op
 from relaxweb.passes import fuse_ops, legalize_ops
 from tests.helpers import assert_close, rand
 from tests.passes.graphs import chain_module, mlp_module
-from tests.passes.rewrite import EXP, MATMUL, RELU, check_rewrite, check_unchanged
+from tests.passes.rewrite import ADD, EXP, MATMUL, RELU, check_rewrite, check_unchanged
 
 n, m = SizeVar("n"), SizeVar("m")
 
@@ -236,6 +237,26 @@ CONCAT = '''
 def concat(A: Buffer((n, 2), "float32"), B: Buffer((n, 2), "float32"), out: Buffer((n, 4), "float32")):
     out[i0_, i1_] = select((index(i1_) < index(2)), A[i0_, i1_], B[i0_, i1_ - 2])
 '''
+
+
+def test_fuse_ops_computes_a_math_function_once_for_several_consumers() -> None:
+    """An elementwise producer that calls a math function (exp) and feeds two kernels (two
+    row sums, both outputs) stays a kernel: merged, each would compute it again.  One
+    without (relu) merges into both."""
+    def graph(producer: str) -> str:
+        return ROW_SUM + {"exp": EXP, "relu": RELU}[producer] + f'''
+@function(inputs=["x"], outputs=["s", "t"])
+def main(x: Tensor((n, 4), "float32")) -> Tuple(Tensor((n, 1), "float32"), Tensor((n, 1), "float32")):
+    with dataflow():
+        a: Tensor((n, 4), "float32") = call_tir("{producer}", (x,), sizes={{"n": n}})
+        s: Tensor((n, 1), "float32") = call_tir("row_sum", (a,), sizes={{"n": n}})
+        t: Tensor((n, 1), "float32") = call_tir("row_sum", (a,), sizes={{"n": n}})
+        output(s, t)
+    return (s, t)
+'''
+    check_unchanged(fuse_ops, graph("exp"), {"x": rand(3, 4)})
+    merged = fuse_ops(parse_module(graph("relu")))
+    assert [call.program for call in calls(merged)] == ["fused_relu__row_sum", "fused_relu__row_sum"]
 
 
 def test_fuse_ops_keeps_a_concatenation_before_a_reduction() -> None:

@@ -23,7 +23,7 @@ from ...ir.schedule_fit import VECTOR_BINARY_OPS, VECTOR_COMPARE_OPS, VECTOR_UNA
 from ...ir.scalar_functor import ScalarFunctor
 from ...ir.symbolic import PrimExpr, SizeVar, as_int, simplify, substitute
 from ...ir.tir import (
-    Binary, Compare, CompareOp, FloatImm, IndexValue, Load, Reduce, ScalarExpr, Select, TensorProgram, Unary, UnaryOp,
+    MATH_CALLS, Binary, Compare, CompareOp, FloatImm, IndexValue, Load, Reduce, ScalarExpr, Select, TensorProgram, Unary,
     contains_reduce, scalar_children, scalar_nodes,
 )
 
@@ -117,11 +117,6 @@ def branched_interior(factor: ScalarExpr, axis: SizeVar) -> ScalarExpr | None:
     return factor if chosen(factor) else None
 
 
-# the math library's functions (relaxweb/cpu/math.py), which take tens of instructions a value
-LIBRARY_MATH = (UnaryOp.EXP, UnaryOp.TANH, UnaryOp.SIGMOID, UnaryOp.LOG, UnaryOp.SIN, UnaryOp.COS, UnaryOp.TAN,
-                UnaryOp.ASIN, UnaryOp.ACOS, UnaryOp.ATAN, UnaryOp.ASINH, UnaryOp.ACOSH, UnaryOp.ATANH)
-
-
 def lane_math(expr: ScalarExpr) -> list[tuple[Unary, ScalarExpr]]:
     """The outermost float32 calls of the math library in ``expr`` (a convolution's fused
     SiLU under its padding's selects), each with its argument guarded by the selects above
@@ -131,7 +126,7 @@ def lane_math(expr: ScalarExpr) -> list[tuple[Unary, ScalarExpr]]:
     guards: dict[Unary, set[ScalarExpr | None]] = {}
 
     def visit(node: ScalarExpr, guard: Callable[[ScalarExpr], ScalarExpr]) -> None:
-        if isinstance(node, Unary) and node.op in LIBRARY_MATH and node.a.dtype == "float32":
+        if isinstance(node, Unary) and node.op in MATH_CALLS and node.a.dtype == "float32":
             guards.setdefault(node, set()).add(None if contains_reduce(node.a) else guard(node.a))
             return
         if isinstance(node, Reduce):
