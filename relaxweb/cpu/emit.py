@@ -22,6 +22,8 @@ it, never a guess.
 
 from __future__ import annotations
 
+import math
+import re
 from typing import Callable, Mapping
 
 import numpy as np
@@ -36,8 +38,8 @@ from ..ir.scalar_functor import ScalarFunctor
 from ..ir.scalar_renderer import ScalarRenderer
 from ..ir.symbolic import IntImm, PrimExpr, SizeVar, free_vars, simplify
 from ..ir.tir import (
-    Binary, BinaryOp, Buffer, Cast, CheckedIndex, Compare, CompareOp, FloatImm, Gather, Load, Reduce, ReduceCombiner,
-    ScalarExpr, Select, TensorProgram, Unary, UnaryOp, contains_reduce, scalar_children, scalar_nodes,
+    MATH_CALLS, Binary, BinaryOp, Buffer, Cast, CheckedIndex, Compare, CompareOp, FloatImm, Gather, Load, Reduce,
+    ReduceCombiner, ScalarExpr, Select, TensorProgram, Unary, UnaryOp, contains_reduce, scalar_children, scalar_nodes,
 )
 
 # The key of the run status's address among an emitter's buffers (not a buffer's name: those
@@ -140,15 +142,13 @@ UNARY_RENDERINGS: dict[UnaryOp, dict[str, Callable[[str], str]]] = {
     UnaryOp.IS_FINITE: {FLOAT: lambda a: f"(i32.lt_u (i32.and (i32.reinterpret_f32 {a}) (i32.const 0x7fffffff)) "
                                          f"(i32.const 0x7f800000))"},
     UnaryOp.UNPACK_HALF: {UNSIGNED: _call("unpack_half_f32")},
+    UnaryOp.ABSOLUTE: _per_class("f32.abs", None, None),
     UnaryOp.SQRT: _per_class("f32.sqrt", None, None),
     UnaryOp.FLOOR: _per_class("f32.floor", None, None),
     UnaryOp.CEIL: _per_class("f32.ceil", None, None),
     UnaryOp.ROUND: _per_class("f32.nearest", None, None),  # halves to even
     # the math library's functions (relaxweb/cpu/math.py)
-    **{op: _per_class(f"call ${op.value}_f32", None, None) for op in (
-        UnaryOp.EXP, UnaryOp.TANH, UnaryOp.SIGMOID, UnaryOp.LOG, UnaryOp.SIN, UnaryOp.COS, UnaryOp.TAN,
-        UnaryOp.ASIN, UnaryOp.ACOS, UnaryOp.ATAN, UnaryOp.ASINH, UnaryOp.ACOSH, UnaryOp.ATANH,
-    )},
+    **{op: _per_class(f"call ${op.value}_f32", None, None) for op in MATH_CALLS},
 }
 COMPARE_RENDERINGS: dict[CompareOp, dict[str, Callable[[str, str], str]]] = {
     CompareOp.LT: _per_class("f32.lt", "i32.lt_s", "i32.lt_u", long="i64.lt_s"),
@@ -165,6 +165,23 @@ COMBINER_RENDERINGS: dict[ReduceCombiner, dict[str, Callable[[str, str], str]]] 
     ReduceCombiner.MAX: BINARY_RENDERINGS[BinaryOp.MAXIMUM],
     ReduceCombiner.MIN: BINARY_RENDERINGS[BinaryOp.MINIMUM],
 }
+_SPLATTED_CONSTANT = re.compile(r"\(f32x4\.splat \(f32\.const (\S+)\)\)")
+
+
+def _vector_extremum(exact: str, pseudo: str) -> Callable[[str, str], str]:
+    """f32x4.min (max), or its pseudo form where one operand is a constant neither zero nor
+    NaN: there the two agree in every lane (``pmin(x, c)`` is ``c < x ? c : x``, a NaN ``x``
+    kept; the signs of zeros matter only against a zero), and the pseudo form is one
+    instruction on x86, where min and max take several (V8 lowers their NaN and -0 rules)."""
+    def render(a: str, b: str) -> str:
+        for value, constant in ((a, b), (b, a)):
+            match = _SPLATTED_CONSTANT.fullmatch(constant)
+            if match and float(match.group(1)) != 0 and not math.isnan(float(match.group(1))):
+                return f"({pseudo} {value} {constant})"
+        return f"({exact} {a} {b})"
+    return render
+
+
 # The f32x4 forms of the float ops, for the vectorized loops (four consecutive output
 # elements at once): a program whose ops all have one may be vectorized.
 VECTOR_BINARY_RENDERINGS: dict[BinaryOp, Callable[[str, str], str]] = {
@@ -172,20 +189,18 @@ VECTOR_BINARY_RENDERINGS: dict[BinaryOp, Callable[[str, str], str]] = {
     BinaryOp.SUBTRACT: _op("f32x4.sub"),
     BinaryOp.MULTIPLY: _op("f32x4.mul"),
     BinaryOp.DIVIDE: _op("f32x4.div"),
-    BinaryOp.MAXIMUM: _op("f32x4.max"),  # propagates NaN, as f32.max
-    BinaryOp.MINIMUM: _op("f32x4.min"),
+    BinaryOp.MAXIMUM: _vector_extremum("f32x4.max", "f32x4.pmax"),  # propagates NaN, as f32.max
+    BinaryOp.MINIMUM: _vector_extremum("f32x4.min", "f32x4.pmin"),
     BinaryOp.POWER: _call("pow_f32x4"),
 }
 VECTOR_UNARY_RENDERINGS: dict[UnaryOp, Callable[[str], str]] = {
     UnaryOp.NEGATIVE: _op("f32x4.neg"),
+    UnaryOp.ABSOLUTE: _op("f32x4.abs"),
     UnaryOp.SQRT: _op("f32x4.sqrt"),
     UnaryOp.FLOOR: _op("f32x4.floor"),
     UnaryOp.CEIL: _op("f32x4.ceil"),
     UnaryOp.ROUND: _op("f32x4.nearest"),
-    **{op: _call(f"{op.value}_f32x4") for op in (
-        UnaryOp.EXP, UnaryOp.TANH, UnaryOp.SIGMOID, UnaryOp.LOG, UnaryOp.SIN, UnaryOp.COS, UnaryOp.TAN,
-        UnaryOp.ASIN, UnaryOp.ACOS, UnaryOp.ATAN, UnaryOp.ASINH, UnaryOp.ACOSH, UnaryOp.ATANH,
-    )},
+    **{op: _call(f"{op.value}_f32x4") for op in MATH_CALLS},
 }
 # f32x4 comparisons: each lane all ones where it holds, all zeros where not (a NaN
 # operand gives false, as the f32 comparisons above), the mask a vector select takes.

@@ -242,7 +242,7 @@ class _ReportedCheck:
 # The numpy function of each op of the scalar IR (tests/ir/test_scalar_expr.py checks every op has one).
 UNARY_FUNCTIONS: dict[UnaryOp, Callable[[np.ndarray], np.ndarray]] = {
     UnaryOp.EXP: np.exp, UnaryOp.TANH: np.tanh, UnaryOp.NEGATIVE: np.negative, UnaryOp.IS_NAN: np.isnan, UnaryOp.IS_FINITE: np.isfinite,
-    UnaryOp.SIGMOID: lambda a: 1 / (1 + np.exp(-a)),
+    UnaryOp.SIGMOID: lambda a: 1 / (1 + np.exp(-a)), UnaryOp.ABSOLUTE: np.abs,
     UnaryOp.UNPACK_HALF: lambda a: (np.asarray(a, np.uint32) & 0xFFFF).astype(np.uint16).view(np.float16).astype(np.float32),
     UnaryOp.SQRT: np.sqrt, UnaryOp.LOG: np.log, UnaryOp.FLOOR: np.floor, UnaryOp.CEIL: np.ceil,
     UnaryOp.ROUND: np.round,  # half to even, as WGSL

@@ -34,9 +34,10 @@ from .tir import (
 
 VECTOR_BINARY_OPS = frozenset({BinaryOp.ADD, BinaryOp.SUBTRACT, BinaryOp.MULTIPLY, BinaryOp.DIVIDE, BinaryOp.MAXIMUM,
                                BinaryOp.MINIMUM, BinaryOp.POWER})
-VECTOR_UNARY_OPS = frozenset({UnaryOp.NEGATIVE, UnaryOp.SQRT, UnaryOp.FLOOR, UnaryOp.CEIL, UnaryOp.ROUND, UnaryOp.EXP,
-                              UnaryOp.TANH, UnaryOp.SIGMOID, UnaryOp.LOG, UnaryOp.SIN, UnaryOp.COS, UnaryOp.TAN,
-                              UnaryOp.ASIN, UnaryOp.ACOS, UnaryOp.ATAN, UnaryOp.ASINH, UnaryOp.ACOSH, UnaryOp.ATANH})
+VECTOR_UNARY_OPS = frozenset({UnaryOp.NEGATIVE, UnaryOp.ABSOLUTE, UnaryOp.SQRT, UnaryOp.FLOOR, UnaryOp.CEIL,
+                              UnaryOp.ROUND, UnaryOp.EXP, UnaryOp.TANH, UnaryOp.SIGMOID, UnaryOp.LOG, UnaryOp.SIN,
+                              UnaryOp.COS, UnaryOp.TAN, UnaryOp.ASIN, UnaryOp.ACOS, UnaryOp.ATAN, UnaryOp.ASINH,
+                              UnaryOp.ACOSH, UnaryOp.ATANH})
 VECTOR_COMPARE_OPS = frozenset(CompareOp)
 """The float ops the WebAssembly backend computes four lanes at a time (f32x4)."""
 

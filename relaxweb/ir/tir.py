@@ -100,6 +100,7 @@ class UnaryOp(NamedEnum):
     IS_NAN = "is_nan"
     IS_FINITE = "is_finite"
     UNPACK_HALF = "unpack_half"
+    ABSOLUTE = "abs"  # floats (an integer's is max(x, -x))
     # math functions with the same name and meaning in numpy and WGSL (float operands)
     SQRT = "sqrt"
     LOG = "log"
@@ -547,6 +548,11 @@ def cast(dtype: str, a: ScalarExpr) -> ScalarExpr:
 
 def exp(a: ScalarExpr) -> ScalarExpr:
     return Unary(UnaryOp.EXP, a)
+
+
+def absolute(a: ScalarExpr) -> ScalarExpr:
+    """|a| of a float (the sign bit cleared: one instruction where max(a, -a) takes several)."""
+    return Unary(UnaryOp.ABSOLUTE, a)
 
 
 def log(a: ScalarExpr) -> ScalarExpr:

@@ -84,8 +84,8 @@ UNARY_RENDERINGS: dict[UnaryOp, Callable[[str], str]] = {
     UnaryOp.UNPACK_HALF: lambda a: f"unpack2x16float({a}).x",
     # WGSL built-ins of the same name
     **{op: (lambda name: lambda a: f"{name}({a})")(op.value) for op in (
-        UnaryOp.EXP, UnaryOp.TANH, UnaryOp.SQRT, UnaryOp.LOG, UnaryOp.FLOOR, UnaryOp.CEIL, UnaryOp.ROUND,
-        UnaryOp.SIN, UnaryOp.COS, UnaryOp.TAN, UnaryOp.ASIN, UnaryOp.ACOS, UnaryOp.ATAN, UnaryOp.ASINH,
+        UnaryOp.EXP, UnaryOp.ABSOLUTE, UnaryOp.TANH, UnaryOp.SQRT, UnaryOp.LOG, UnaryOp.FLOOR, UnaryOp.CEIL,
+        UnaryOp.ROUND, UnaryOp.SIN, UnaryOp.COS, UnaryOp.TAN, UnaryOp.ASIN, UnaryOp.ACOS, UnaryOp.ATAN, UnaryOp.ASINH,
         UnaryOp.ACOSH, UnaryOp.ATANH,
     )},
 }

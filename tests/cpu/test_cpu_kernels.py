@@ -331,6 +331,36 @@ def test_nan_through_max_and_min() -> None:
         assert np.isnan(actual[0]) and np.isfinite(actual[1:]).all()
 
 
+@pytest.mark.parametrize("constant", [6.0, -1.5, np.inf, 0.0, -0.0])
+def test_vector_extremum_against_a_constant_as_the_exact_one(constant: float) -> None:
+    """f32x4 min and max against a constant neither zero nor NaN take the pseudo forms (one
+    instruction on x86); those agree with the exact ones in every lane: a NaN operand stays
+    NaN, and -0 against +0 (the case where they differ) keeps the exact forms.  abs of a float
+    is f32x4.abs: NaN stays NaN, -0 gives +0."""
+    values = np.array([[np.nan, -0.0, 0.0, np.inf, -np.inf, 5.0, -5.0, -1.5]], np.float32)
+    for op, pseudo, exact in ((BinaryOp.MINIMUM, "f32x4.pmin", np.fmin), (BinaryOp.MAXIMUM, "f32x4.pmax", np.fmax)):
+        for body in (lambda x, op=op: Binary(op, x, FloatImm(constant, "float32")),
+                     lambda x, op=op: Binary(op, FloatImm(constant, "float32"), x)):
+            program = elementwise(body, ("float32",), "float32", shape=(1, 8))
+            text = render_program(program)
+            assert "(v128.store" in text and (f"({pseudo} " in text) == (constant != 0)
+            actual = run_on_wasm(program, [values], {})
+            expected = np.where(np.isnan(values), np.nan, exact(values, np.float32(constant)))
+            for index in np.flatnonzero(values[0] == 0) if constant == 0 else ():  # -0 orders below +0
+                signs = (np.signbit(values[0, index]), np.signbit(constant))
+                negative = any(signs) if op is BinaryOp.MINIMUM else all(signs)
+                expected[0, index] = -0.0 if negative else 0.0
+            np.testing.assert_array_equal(np.isnan(actual), np.isnan(expected))
+            numbers = ~np.isnan(expected)
+            np.testing.assert_array_equal(np.signbit(actual[numbers]), np.signbit(expected[numbers]))
+            np.testing.assert_array_equal(actual[numbers], expected[numbers])
+    program = elementwise(lambda x: Unary(UnaryOp.ABSOLUTE, x), ("float32",), "float32", shape=(1, 8))
+    assert "(f32x4.abs " in render_program(program)
+    actual = run_on_wasm(program, [values], {})
+    assert np.isnan(actual[0, 0]) and not np.signbit(actual).any()
+    np.testing.assert_array_equal(actual[0, 1:], np.abs(values[0, 1:]))
+
+
 def test_integer_division_never_traps() -> None:
     """WGSL's integer division: a / 0 is a, INT_MIN / -1 is INT_MIN, a % 0 is 0 (wasm's
     i32.div_s would trap on both)."""
