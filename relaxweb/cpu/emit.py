@@ -165,6 +165,8 @@ COMBINER_RENDERINGS: dict[ReduceCombiner, dict[str, Callable[[str, str], str]]] 
     ReduceCombiner.MAX: BINARY_RENDERINGS[BinaryOp.MAXIMUM],
     ReduceCombiner.MIN: BINARY_RENDERINGS[BinaryOp.MINIMUM],
 }
+
+
 _SPLATTED_CONSTANT = re.compile(r"\(f32x4\.splat \(f32\.const (\S+)\)\)")
 
 

@@ -25,8 +25,8 @@ functions, Compare, Select).  ``erf`` (and exact ``gelu``) use a float32 approxi
 ``x * P(x^2)`` (Taylor, 8 terms: the ninth is under 2e-8 there) for ``|x| < 0.75`` and
 ``1 - erfc`` with the Numerical Recipes Chebyshev fit of ``erfc`` (relative error 1.2e-7)
 above; max abs error 1.3e-7 in float32 arithmetic (on a GPU, WGSL's ``exp`` precision adds a
-little).  A float's ``abs`` is ``Unary`` abs (an integer's ``max(x, -x)``).  ``power`` with a constant
-exponent that is a small integer (|n| <= 8) multiplies (``x*x*x``), 0.5 is ``sqrt``; otherwise
+little).  A float's ``abs`` is ``Unary`` abs (an integer's ``max(x, -x)``).  ``power`` with a
+constant exponent that is a small integer (|n| <= 8) multiplies (``x*x*x``), 0.5 is ``sqrt``; otherwise
 it uses WGSL ``pow`` on ``|a|`` and puts the sign back for integer exponents; a negative base
 with a non-integer exponent gives WGSL's undefined ``pow`` result (numpy: NaN), and integer
 tensors go through float32 (exact up to 2^24).  ``mod`` is ``a - b * floor(a / b)`` (or
