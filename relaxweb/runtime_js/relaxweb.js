@@ -25,7 +25,7 @@ import {
 } from "./webgpu_device.js";
 import { KernelPipelines, SHADER_F16, chosenKernels, compileKernels, fetchKernelSources } from "./webgpu_kernels.js";
 import { checkRelaxedSimd, useRelaxedSimd } from "./relaxed_simd.js";
-import { KERNEL_TIMEOUT_MS, kernelTimeout, sharedMemoryVariant, singleThreadReason, threadCount } from "./wasm_backend.js";
+import { KERNEL_TIMEOUT_MS, kernelTimeout, prepareKernels, sharedMemoryVariant, singleThreadReason, threadCount } from "./wasm_backend.js";
 import { splitUnits } from "./wasm_pool.js";
 import { checkWarmUp } from "./warm_up.js";
 import { WasmModel } from "./wasm_model.js";
@@ -131,6 +131,14 @@ export async function load(url, {
   const wasmBytesPromise = wasmLikely.then((likely) => (likely && !wasmProblem ? fetchBytes(fileUrl(manifest.wasm.file)) : null));
   const shadersPromise = Promise.all([wasmLikely, adapterPromise]).then(([likely, a]) =>
     (likely ? null : fetchKernelSources(manifest, fileUrl, chosenKernels(kernels, device ?? a, manifest))));
+  // kernels.wasm compiled and warmed up while the shards are fetched (wasm_backend.js prepareKernels), where a
+  // relaxed SIMD choice can be made now; create() compiles again where this gives nothing
+  const preparedPromise = wasmBytesPromise.then((bytes) => {
+    if (!bytes) return null;
+    let relaxed;
+    try { relaxed = useRelaxedSimd(manifest.wasm, relaxedSimd); } catch { return null; }
+    return prepareKernels(manifest, bytes, { relaxedSimd: relaxed, warmUp });
+  }).catch(() => null);
   for (const promise of [wasmBytesPromise, shadersPromise]) promise.catch(() => {}); // awaited below, where used
   const [host, shards, adapter] = await Promise.all([
     fetchBytes(fileUrl("host.wasm")).then((b) => RemoteHost.instantiate(b, manifest)),
@@ -149,7 +157,7 @@ export async function load(url, {
       const relaxed = useRelaxedSimd(manifest.wasm, relaxedSimd); // throws where relaxedSimd: true cannot be met
       const wasmBytes = (await wasmBytesPromise) ?? (await fetchBytes(fileUrl(manifest.wasm.file)));
       const model = await WasmModel.create(manifest, host, wasmBytes, shards,
-        { threads, ...configured, tokenizer, kernelTimeoutMs, relaxedSimd: relaxed, warmUp });
+        { threads, ...configured, tokenizer, kernelTimeoutMs, relaxedSimd: relaxed, warmUp, prepared: await preparedPromise });
       if (backend === "auto") {
         model.backendReason = webgpuProblem ?? (gpu === null ? (adapterError?.message ?? NO_ADAPTER)
           : deviceShortfalls(gpu, requiredLimits, requiredFeatures, "GPU adapter", manifest, sizesAtBounds).join("; "));

@@ -201,6 +201,45 @@ export class WasmTensor extends GpuTensor {
 }
 
 /**
+ * The bundle's kernels.wasm as this engine runs it: lowered to plain SIMD128 unless `relaxedSimd`.
+ * @param {any} manifest @param {ArrayBuffer|Uint8Array} wasmBytes @param {boolean} relaxedSimd
+ */
+function kernelBytes(manifest, wasmBytes, relaxedSimd) {
+  return manifest.wasm.relaxed_madd_sites && !relaxedSimd ? lowerRelaxedSimd(wasmBytes, manifest.wasm.relaxed_madd_sites) : wasmBytes;
+}
+
+/**
+ * kernels.wasm compiled for the page's thread and, for a model that is warmed up (warm_up.js),
+ * its kernels warmed up on an instance and memory of their own, while the load still fetches the
+ * weights: V8 compiles the kernels with its optimizing compiler in the background, and for a
+ * large module that took longer than the one task the load waited after the warm-up, so the first
+ * run's first kernels still ran in baseline code (ResNet-50 in Node: the first run 1.2-1.3x the
+ * next ones). WasmBackend.create then instantiates this module (`prepared`): its instances share
+ * the compiled code. Null where workers share memory (there the pool's leader warms up) and where
+ * preparing fails (create compiles as before and reports what is wrong).
+ * @param {any} manifest @param {ArrayBuffer|Uint8Array} wasmBytes
+ * @param {{relaxedSimd: boolean, warmUp?: boolean}} options as create's
+ * @returns {Promise<{module: WebAssembly.Module, relaxedSimd: boolean, warmUp: {kernels: number, ms: number}|null}|null>}
+ */
+export async function prepareKernels(manifest, wasmBytes, { relaxedSimd, warmUp }) {
+  if (workersShareMemory()) return null;
+  try {
+    const module = await WebAssembly.compile(interruptibleKernels(kernelBytes(manifest, wasmBytes, relaxedSimd)));
+    if (!warmsUp(manifest, warmUp)) return { module, relaxedSimd, warmUp: null };
+    const paramsBase = RESERVED_BYTES;
+    const memory = new WebAssembly.Memory({ initial: Math.ceil((paramsBase + manifest.params_bytes + 16) / PAGE_BYTES), maximum: MAX_PAGES });
+    const clock = new KernelClock();
+    const instance = await WebAssembly.instantiate(module, { env: { memory }, [DEADLINE_IMPORT[0]]: { [DEADLINE_IMPORT[1]]: clock.deadline } });
+    const exports = /** @type {Record<string, Function>} */ (instance.exports);
+    const blocks = warmUpBlocks(manifest, paramsBase).filter(({ kernel }) => typeof exports[`k${kernel}`] === "function");
+    const result = warmUpKernels((k) => exports[`k${k}`], blocks, new Int32Array(memory.buffer), (ms) => clock.start(ms));
+    return { module, relaxedSimd, warmUp: result };
+  } catch {
+    return null;
+  }
+}
+
+/**
  * The wasm backend of the host-program driver (driver.js): the memory of one model's
  * kernels.wasm and each state of a run in it. The twin of relaxweb/runtime/wasm_backend.py.
  * A stage is its params block written, then each dispatch run at once; a read reads the i32
@@ -214,20 +253,22 @@ export class WasmBackend {
    * @param {ArrayBuffer} wasmBytes the bundle's kernels.wasm
    * @param {Uint8Array[]} shards the verified weight shards
    * @param {{threads?: number, sizesAtBounds: number[]|null, kernelTimeoutMs?: number, relaxedSimd?: boolean,
-   *   warmUp?: boolean}} options relaxedSimd: whether the kernels run with relaxed SIMD (relaxed_simd.js
-   *   useRelaxedSimd: else they are lowered to plain SIMD128 here); warmUp: the load option (warm_up.js warmsUp)
+   *   warmUp?: boolean, prepared?: Awaited<ReturnType<typeof prepareKernels>>}} options relaxedSimd: whether the
+   *   kernels run with relaxed SIMD (relaxed_simd.js useRelaxedSimd: else they are lowered to plain SIMD128 here);
+   *   warmUp: the load option (warm_up.js warmsUp); prepared: prepareKernels' module, used on the page's thread
    * @returns {Promise<WasmBackend>}
    */
-  static async create(manifest, wasmBytes, shards, { threads, sizesAtBounds, kernelTimeoutMs, relaxedSimd = false, warmUp }) {
+  static async create(manifest, wasmBytes, shards, { threads, sizesAtBounds, kernelTimeoutMs, relaxedSimd = false, warmUp,
+    prepared = null }) {
     const timeoutMs = kernelTimeout(kernelTimeoutMs);
     const count = threadCount(threads);
     const shared = workersShareMemory(); // then every kernel call runs on the pool, even with one thread
     const memory = new WebAssembly.Memory({ initial: 1, maximum: MAX_PAGES, shared });
-    const kernels = manifest.wasm.relaxed_madd_sites && !relaxedSimd
-      ? lowerRelaxedSimd(wasmBytes, manifest.wasm.relaxed_madd_sites) : wasmBytes;
+    const early = !shared && prepared?.relaxedSimd === relaxedSimd ? prepared : null;
     let module;
     try {
-      module = await WebAssembly.compile(shared ? sharedMemoryVariant(kernels) : interruptibleKernels(kernels));
+      const kernels = early ? null : kernelBytes(manifest, wasmBytes, relaxedSimd);
+      module = early?.module ?? await WebAssembly.compile(shared ? sharedMemoryVariant(kernels) : interruptibleKernels(kernels));
     } catch (error) {
       throw new Error(`the bundle's ${manifest.wasm.file} does not compile here: ${/** @type {Error} */ (error).message}`);
     }
@@ -245,6 +286,8 @@ export class WasmBackend {
       if (shared) {
         backend.pool = await WorkerPool.start(module, memory, count, backend.scratchAddresses, backend.statusAddresses, blocks);
         backend.warmUp = backend.pool.warmUp;
+      } else if (early?.warmUp && blocks.length) {
+        backend.warmUp = early.warmUp; // while the weights were fetched (prepareKernels): the compiles are done or under way
       } else {
         backend.warmUp = warmUpKernels((k) => backend.kernelFunctions[k].main, blocks, new Int32Array(memory.buffer),
           (ms) => clock.start(ms));

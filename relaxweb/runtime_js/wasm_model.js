@@ -19,15 +19,17 @@ export class WasmModel {
    * @param {ArrayBuffer} wasmBytes the bundle's kernels.wasm
    * @param {Uint8Array[]} shards the verified weight shards
    * @param {{threads?: number, bounds: (number|null)[], sizesAtBounds: number[]|null, tokenizer?: any, kernelTimeoutMs?: number,
-   *   relaxedSimd?: boolean, warmUp?: boolean}} options
+   *   relaxedSimd?: boolean, warmUp?: boolean, prepared?: any}} options
    *   tokenizer: the bundle's (tokenizer.js loadTokenizer), or null; kernelTimeoutMs: the load option; relaxedSimd:
-   *   whether the kernels run with relaxed SIMD (relaxed_simd.js useRelaxedSimd); warmUp: the load option
+   *   whether the kernels run with relaxed SIMD (relaxed_simd.js useRelaxedSimd); warmUp: the load option; prepared:
+   *   the kernels compiled and warmed up while the weights were fetched (wasm_backend.js prepareKernels), or null
    * @returns {Promise<WasmModel>}
    */
   static async create(manifest, host, wasmBytes, shards, { threads, bounds, sizesAtBounds, tokenizer = null, kernelTimeoutMs,
-    relaxedSimd = false, warmUp }) {
+    relaxedSimd = false, warmUp, prepared = null }) {
     try {
-      const backend = await WasmBackend.create(manifest, wasmBytes, shards, { threads, sizesAtBounds, kernelTimeoutMs, relaxedSimd, warmUp });
+      const backend = await WasmBackend.create(manifest, wasmBytes, shards,
+        { threads, sizesAtBounds, kernelTimeoutMs, relaxedSimd, warmUp, prepared });
       return new WasmModel(manifest, host, backend, bounds, tokenizer);
     } catch (error) {
       host.dispose();

@@ -19,7 +19,7 @@ import { HostSession } from "../../relaxweb/runtime_js/host_session.js";
 import { RemoteHost } from "../../relaxweb/runtime_js/remote_host.js";
 import { WALL_CLOCK } from "../../relaxweb/runtime_js/profile.js";
 import { engineHasRelaxedSimd, lowerRelaxedSimd, useRelaxedSimd } from "../../relaxweb/runtime_js/relaxed_simd.js";
-import { RESERVED_BYTES, WasmTensor, sharedMemoryVariant, threadCount } from "../../relaxweb/runtime_js/wasm_backend.js";
+import { RESERVED_BYTES, WasmTensor, prepareKernels, sharedMemoryVariant, threadCount } from "../../relaxweb/runtime_js/wasm_backend.js";
 import { splitUnits } from "../../relaxweb/runtime_js/wasm_pool.js";
 import { warmUpBlocks, warmUpKernels, warmsUp } from "../../relaxweb/runtime_js/warm_up.js";
 import { WasmModel } from "../../relaxweb/runtime_js/wasm_model.js";
@@ -469,7 +469,15 @@ test("warmsUp: the load option, else models of 4 MiB of weights and more", () =>
   assert.throws(() => warmsUp(weights(), /** @type {any} */ ("yes")), /warmUp must be true or false/);
 });
 
-test("the warm-up calls every kernel of a compiled model and writes nothing outside the reserved bytes", async () => {
+/** @type {string|null} */
+let convModelFolder = null;
+
+/**
+ * A compiled model of many kernel kinds (convolutions, matmuls, pooling, softmax), built once.
+ * @returns {string} its bundle folder
+ */
+function convModel() {
+  if (convModelFolder) return convModelFolder;
   const folder = mkdtempSync(join(tmpdir(), "relaxweb-wasm-test-"));
   folders.push(folder);
   python("import relaxweb; from onnx import TensorProto, helper; from tests.helpers import make_model, rand; " +
@@ -480,6 +488,12 @@ test("the warm-up calls every kernel of a compiled model and writes nothing outs
     "helper.make_node('Softmax', ['l'], ['y'])], [('x', TensorProto.FLOAT, ['batch', 3, 'height', 'width'])], ['y'], " +
     "{'k': rand(8, 3, 3, 3), 'd': rand(8, 1, 3, 3, seed=1), 'w': rand(8, 5, seed=2), 'b': rand(5, seed=3)}); " +
     `relaxweb.build(m, ${JSON.stringify(folder)})`);
+  convModelFolder = folder;
+  return folder;
+}
+
+test("the warm-up calls every kernel of a compiled model and writes nothing outside the reserved bytes", async () => {
+  const folder = convModel();
   assert.equal((await loadWasmModel(folder)).runBackend.warmUp.kernels, 0); // a model this small is not warmed by default
   const model = await loadWasmModel(folder, { warmUp: true });
   const backend = model.runBackend;
@@ -495,6 +509,34 @@ test("the warm-up calls every kernel of a compiled model and writes nothing outs
   assert.equal(after.length, before.length);
   assert.ok(after.every((byte, i) => byte === before[i]), "the warm-up wrote outside the reserved bytes");
   model.dispose();
+});
+
+test("prepareKernels compiles and warms up the kernels on a memory of their own; create() runs that module", async () => {
+  const folder = convModel();
+  const manifest = JSON.parse(readFileSync(join(folder, "manifest.json"), "utf8"));
+  const bytes = readFileSync(join(folder, "kernels.wasm"));
+  const prepared = await prepareKernels(manifest, bytes, { relaxedSimd: false, warmUp: true });
+  assert.ok(prepared && prepared.module instanceof WebAssembly.Module);
+  assert.equal(prepared.warmUp?.kernels, manifest.kernels.length);
+  assert.equal((await prepareKernels(manifest, bytes, { relaxedSimd: false, warmUp: false }))?.warmUp, null);
+  assert.equal(await prepareKernels(manifest, new Uint8Array([0, 1, 2]), { relaxedSimd: false }), null); // create reports it
+  const compile = WebAssembly.compile;
+  let compiles = 0;
+  WebAssembly.compile = (/** @type {any} */ b) => { compiles += 1; return compile(b); };
+  try {
+    const model = await loadWasmModel(folder, { warmUp: true, prepared });
+    assert.equal(compiles, 0);
+    assert.equal(model.runBackend.warmUp, prepared.warmUp);
+    const other = await loadWasmModel(folder, { warmUp: true, prepared: { ...prepared, relaxedSimd: true } }); // made for the other choice
+    assert.equal(compiles, 1);
+    const plain = await loadWasmModel(folder, { warmUp: true });
+    const x = { data: Float32Array.from({ length: 2 * 3 * 6 * 6 }, (_, i) => Math.sin(i)), shape: [2, 3, 6, 6] };
+    const [a, b] = [await model.run({ x }), await plain.run({ x })];
+    assert.deepEqual(Array.from(a.y.data), Array.from(b.y.data));
+    for (const m of [model, other, plain]) m.dispose();
+  } finally {
+    WebAssembly.compile = compile;
+  }
 });
 
 test("webgpuWeightBytes narrows an int64 weight to int32 and names one outside int32", () => {
