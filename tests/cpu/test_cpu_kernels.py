@@ -1073,7 +1073,7 @@ def test_convolution_weight_gathered_a_step_at_a_time(kernel: int, channels: int
     assert check_module(model, {"x": rand(1, 6, 7, width)}, monkeypatch) >= 1
 
 
-@pytest.mark.parametrize("depth", [13, 16])
+@pytest.mark.parametrize("depth", [13, 15, 16])
 def test_columns_a_size_variable_apart_gathered_from_strided_addresses(depth: int, monkeypatch) -> None:
     """A matmul of a transposed second factor of symbolic row length (its columns ``k``
     elements apart, its reduction contiguous): no constant distances, so each block of 8
