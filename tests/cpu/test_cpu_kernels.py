@@ -1069,7 +1069,7 @@ def test_convolution_weight_gathered_a_step_at_a_time(kernel: int, channels: int
                        [("x", TensorProto.FLOAT, [1, 6, 7, width])], ["y"],
                        {"w": rand(channels, 6, kernel, kernel, seed=1), "b": rand(channels, seed=2)})
     [program] = [p for p in compile_model(model).programs.values() if "$pack_panels" in render_program(p)]
-    assert "$gather" in render_program(program)
+    assert "$gather" in render_program(program) and "(loop $transposed" in render_program(program)
     assert check_module(model, {"x": rand(1, 6, 7, width)}, monkeypatch) >= 1
 
 
@@ -1085,6 +1085,7 @@ def test_columns_a_size_variable_apart_gathered_from_strided_addresses(depth: in
                        [("x", TensorProto.FLOAT, [40, "k"]), ("w", TensorProto.FLOAT, [19, "k"])], ["y"])
     [program] = [p for p in compile_model(model).programs.values() if "$pack_panels" in render_program(p)]
     assert "(loop $gather" in render_program(program) and "$gather_stride2" in render_program(program)
+    assert "(loop $transposed" in render_program(program)  # four steps at a time while four remain
     assert check_module(model, {"x": rand(40, depth), "w": rand(19, depth, seed=1)}, monkeypatch) >= 1
 
 
