@@ -20,7 +20,8 @@ every lane, expanded when the dict is built.
 
 Methods (Cephes' single-precision algorithms and coefficients, as SLEEF and XNNPACK use them):
 
-- exp: n = round(x / ln2), r = x - n ln2 (Cody-Waite, two parts), a degree-7 polynomial, times
+- exp: n = round(x / ln2) (by adding 1.5 * 2^23, so n's integer is read off the sum's bits),
+  r = x - n ln2 (Cody-Waite, two parts), a degree-7 polynomial, times
   2^n built as two exponent scalings (so 2^-150 .. 2^128 need no branch; denormal results are
   rounded once).  Inputs are clamped to [-104, 89], where the result is 0 / inf already.
 - log: x = m 2^e with m in [sqrt(1/2), sqrt(2)) by subtracting sqrt(1/2)'s bits (denormals are
@@ -29,8 +30,7 @@ Methods (Cephes' single-precision algorithms and coefficients, as SLEEF and XNNP
 - log1p(v) = log(u) + (v - (u - 1)) / u with u = 1 + v (the correction recovers what rounding
   u lost); the inverse hyperbolic functions use it.
 - tanh: |x| < 0.625: x + x^3 P(x^2); else 1 - 2 / (exp(2|x|) + 1); the sign copied back.
-- sigmoid: e = exp(-|x|), f = e / (1 + e) with the rounding of 1 + e compensated; f for
-  x <= 0 and 1 - f for x > 0.
+- sigmoid: e = exp(-|x|), then one division: 1 / (1 + e) for x >= 0, e / (1 + e) below.
 - sin, cos, tan: n = round(|x| 2/pi), r = |x| - n pi/2 with pi/2 in four parts (SLEEF's
   constants, few significant bits each, so n times a part is exact or nearly), sin or cos
   polynomials on [-pi/4, pi/4] chosen by the quadrant (tan: P(r) or -1 / P(r)).  Guaranteed
@@ -66,7 +66,7 @@ in ulps of the float32 result:
     exp       0.97     8.1e-8     [-104, 89] (0 below, inf above)
     log       0.77     8.1e-8     (0, 3.4e38], denormals included
     tanh      1.31     1.4e-7     [-20, 20] (+-1 beyond)
-    sigmoid   1.89     1.8e-7     [-110, 100]
+    sigmoid   2.40     1.7e-7     [-110, 100]
     sin       2.36     1.7e-7     [-39000, 39000]
     cos       2.35     1.7e-7     [-39000, 39000]
     tan       3.43     2.4e-7     [-39000, 39000]
@@ -85,7 +85,7 @@ in ulps of the float32 result:
 Instruction counts of the vector forms (wasm instructions, constants included; the scalar forms
 add a splat and an extract_lane; local.get / local.set not counted):
 
-    exp 48, log 68, log1p 11 + log, tanh 32 + exp, sigmoid 17 + exp,
+    exp 52, log 68, log1p 11 + log, tanh 32 + exp, sigmoid 10 + exp,
     sin / cos 57 (+ 6 / 3), tan 51, asin 26 + 13, acos 26 + 25, atan 43,
     asinh 35 + log1p + log, acosh 18 + log1p + log, atanh 31 + log1p, erf 63 + exp,
     pow 18 + 2 x 93 (float64 lanes), unpack_half 16
@@ -106,7 +106,12 @@ EXP = """
   ;; beyond [-104, 89] the result is 0 or inf already; pmin / pmax
   ;; (one instruction each on x86, where min / max take several) return x when x is NaN
   (local.set $x (f32x4.pmax (f32x4.pmin (local.get $x) (f32x4.const 89.0)) (f32x4.const -104.0)))
-  (local.set $n (f32x4.nearest (f32x4.mul (local.get $x) (f32x4.const 1.44269504088896341))))
+  ;; n = x log2(e) rounded to the nearest integer (ties to even, as f32x4.nearest) by adding
+  ;; 1.5 * 2^23, whose ulp is 1: the sum's low mantissa bits are n + 2^22 as an integer, so k
+  ;; (n as i32) is the sum's bits less 1.5 * 2^23's, with no float-to-int conversion
+  (local.set $k (f32x4.add (f32x4.mul (local.get $x) (f32x4.const 1.44269504088896341)) (f32x4.const 12582912.0)))
+  (local.set $n (f32x4.sub (local.get $k) (f32x4.const 12582912.0)))
+  (local.set $k (i32x4.sub (local.get $k) (i32x4.const 0x4b400000)))
   ;; r = x - n ln2, ln2 = 0.693359375 (exact times n) - 2.12194440e-4
   (local.set $r (f32x4.sub (f32x4.sub (local.get $x) (f32x4.mul (local.get $n) (f32x4.const 0.693359375)))
                            (f32x4.mul (local.get $n) (f32x4.const -2.12194440e-4))))
@@ -119,7 +124,6 @@ EXP = """
                                       (local.get $r))
                            (f32x4.const 1.0)))
   ;; times 2^n, n in [-150, 128], as 2^(n >> 1) * 2^(n - (n >> 1)): both normal numbers
-  (local.set $k (i32x4.trunc_sat_f32x4_s (local.get $n)))
   (local.set $half (i32x4.shr_s (local.get $k) (i32.const 1)))
   (f32x4.mul
     (f32x4.mul (local.get $p)
@@ -199,19 +203,15 @@ TANH = """
       (f32x4.lt (local.get $a) (f32x4.const 0.625)))))
 """
 
-# sigmoid: e = exp(-|x|) <= 1 never overflows; f = e / (1 + e) = sigmoid(-|x|), with the
-# rounding of d = 1 + e (lo = e - (d - 1), exact as e <= 1) taken back: e / (d + lo) ~ q - q lo / d.
+# sigmoid: e = exp(-|x|) <= 1 never overflows (nor underflows before the result does);
+# sigmoid(x) = 1 / (1 + e) for x >= 0 and e / (1 + e) below: one division of a selected numerator.
 SIGMOID = """
 (func $sigmoid_f32x4 (param $x v128) (result v128)
-  (local $e v128) (local $d v128) (local $q v128) (local $f v128)
+  (local $e v128)
   (local.set $e (call $exp_f32x4 (f32x4.neg (f32x4.abs (local.get $x)))))
-  (local.set $d (f32x4.add (local.get $e) (f32x4.const 1.0)))
-  (local.set $q (f32x4.div (local.get $e) (local.get $d)))
-  (local.set $f (f32x4.sub (local.get $q)
-    (f32x4.div (f32x4.mul (local.get $q) (f32x4.sub (local.get $e) (f32x4.sub (local.get $d) (f32x4.const 1.0))))
-               (local.get $d))))
-  (v128.bitselect (f32x4.sub (f32x4.const 1.0) (local.get $f)) (local.get $f)
-                  (f32x4.gt (local.get $x) (f32x4.const 0.0))))
+  ;; NaN: e is NaN, and x >= 0 is false, so NaN / (NaN + 1)
+  (f32x4.div (v128.bitselect (f32x4.const 1.0) (local.get $e) (f32x4.ge (local.get $x) (f32x4.const 0.0)))
+             (f32x4.add (local.get $e) (f32x4.const 1.0))))
 """
 
 # ---------------------------------------------------------------------------------------------
