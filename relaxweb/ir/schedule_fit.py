@@ -28,16 +28,14 @@ from .schedule import MATMUL_SCHEDULES, VectorizedSchedule, WebGpuSchedule
 from .symbolic import Analyzer, IntImm, PrimExpr, SizeVar, product
 from .error_sites import REPORTING_KINDS
 from .tir import (
-    Binary, BinaryOp, Buffer, CompareOp, Gather, IndexValue, Load, Reduce, ScalarExpr, Select, TensorProgram, Unary,
-    UnaryOp, format_scalar, index_exprs, map_scalar, scalar_nodes,
+    MATH_CALLS, Binary, BinaryOp, Buffer, CompareOp, Gather, IndexValue, Load, Reduce, ScalarExpr, Select,
+    TensorProgram, Unary, UnaryOp, format_scalar, index_exprs, map_scalar, scalar_nodes,
 )
 
 VECTOR_BINARY_OPS = frozenset({BinaryOp.ADD, BinaryOp.SUBTRACT, BinaryOp.MULTIPLY, BinaryOp.DIVIDE, BinaryOp.MAXIMUM,
                                BinaryOp.MINIMUM, BinaryOp.POWER})
 VECTOR_UNARY_OPS = frozenset({UnaryOp.NEGATIVE, UnaryOp.ABSOLUTE, UnaryOp.SQRT, UnaryOp.FLOOR, UnaryOp.CEIL,
-                              UnaryOp.ROUND, UnaryOp.EXP, UnaryOp.TANH, UnaryOp.SIGMOID, UnaryOp.LOG, UnaryOp.SIN,
-                              UnaryOp.COS, UnaryOp.TAN, UnaryOp.ASIN, UnaryOp.ACOS, UnaryOp.ATAN, UnaryOp.ASINH,
-                              UnaryOp.ACOSH, UnaryOp.ATANH})
+                              UnaryOp.ROUND, *MATH_CALLS})
 VECTOR_COMPARE_OPS = frozenset(CompareOp)
 """The float ops the WebAssembly backend computes four lanes at a time (f32x4)."""
 

@@ -25,7 +25,7 @@ from relaxweb.ops import call_op
 from relaxweb.passes import fuse_ops, legalize_ops
 from tests.helpers import assert_close, rand
 from tests.passes.graphs import chain_module, mlp_module
-from tests.passes.rewrite import ADD, EXP, MATMUL, RELU, check_rewrite, check_unchanged
+from tests.passes.rewrite import EXP, MATMUL, RELU, check_rewrite, check_unchanged
 
 n, m = SizeVar("n"), SizeVar("m")
 

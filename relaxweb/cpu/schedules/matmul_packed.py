@@ -265,10 +265,8 @@ def _gather_columns(body: Body, schedule: PackedMatmulSchedule, source: str, str
     one element a step.  Element by element (``packing.pack``) each took the reduction's
     nested loops and the index arithmetic: a 3x3 convolution's weight of 512 x 4608 packed
     at about 1.6 ns an element."""
-    lanes = [[(get(source), 4 * strides[4 * q + lane]) for lane in range(4)]
-             for q in range(schedule.panel_columns // 4)]
-    _fill_panel(body, schedule, source, const(4), [_lanes_loaded(quad) for quad in lanes], panel,
-                ("gathered", "gather"), four_steps=lanes)
+    _gather_panel(body, schedule, source, [[(get(source), 4 * strides[4 * q + lane]) for lane in range(4)]
+                                           for q in range(schedule.panel_columns // 4)], panel)
 
 
 def _gather_strided_columns(body: Body, schedule: PackedMatmulSchedule, source: str, stride: str,
@@ -286,8 +284,16 @@ def _gather_strided_columns(body: Body, schedule: PackedMatmulSchedule, source: 
     quads = [source] + [body.named(f"gather_quad{q}") for q in range(1, schedule.panel_columns // 4)]
     for q, local in enumerate(quads[1:], start=1):
         body.set(local, add(get(source), mul(get(stride), const(4 * q))))
-    lanes = [[(get(local), 0)] + [(add(get(local), distance), 0) for distance in distances] for local in quads]
-    _fill_panel(body, schedule, quads, const(4), [_lanes_loaded(quad) for quad in lanes], panel,
+    _gather_panel(body, schedule, quads, [[(get(local), 0)] + [(add(get(local), distance), 0) for distance in distances]
+                                          for local in quads], panel)
+
+
+def _gather_panel(body: Body, schedule: PackedMatmulSchedule, sources: str | list[str],
+                  lanes: list[list[tuple[str, int]]], panel: str) -> None:
+    """The panel filled from a second factor gathered a step at a time (``lanes``: per f32x4 of
+    a step, each lane's address and offset; the sources advance one element a step): four
+    steps at a time while four remain, then lane by lane (:func:`_fill_panel`)."""
+    _fill_panel(body, schedule, sources, const(4), [_lanes_loaded(quad) for quad in lanes], panel,
                 ("gathered", "gather"), four_steps=lanes)
 
 
