@@ -25,6 +25,7 @@ from typing import Callable, Mapping
 import numpy as np
 
 from .cpu.kernels import KernelsWasm, emit_kernels_wasm
+from .cpu.schedules.matmul_packed import PrepackedFactor
 from .errors import RelaxwebError, UnsupportedModelError, shortened, shown
 from .ir.attention_sites import attention_sites
 from .ir.cost import MAX_TREE_DEPTH, MAX_TREE_NODES, expression_tree, program_cost, tree_depth, tree_size
@@ -155,7 +156,7 @@ def write_bundle(module: IRModule, out_dir: str | Path, source: str, progress: P
         })
     progress(f"emitted {len(kernels)} WGSL kernels for {len(call_sites)} call sites")
     wasm_entry = _write_kernels_wasm(module, [(program, dict(parts)) for program, parts in kernel_index], source, out,
-                                     progress, debug)
+                                     progress, debug, [site["kernel"] for site in call_sites])
 
     wat = emit_host_wat(host, call_site_params, WORKGROUP_SIZE, source)
     if debug:
@@ -294,7 +295,7 @@ def _megabytes(count: int) -> str:
 
 
 def _write_kernels_wasm(module: IRModule, kernel_order: list, source: str, out: Path, progress: Progress,
-                        debug: bool) -> dict:
+                        debug: bool, site_kernels: list[int]) -> dict:
     """Write ``kernels.wasm`` (and with ``debug`` its text ``kernels.wat``) with every kernel in manifest
     order, their multiply-adds with relaxed SIMD where the runtime's engine has it
     (``cpu/relaxed_simd.py``); the manifest's ``wasm`` entry.  A bundle whose kernels cannot all run on the CPU
@@ -310,8 +311,35 @@ def _write_kernels_wasm(module: IRModule, kernel_order: list, source: str, out: 
     entry = {"file": KERNELS_WASM, "scratch_bytes": kernels_wasm.scratch_bytes}
     if kernels_wasm.relaxed_madd_sites:  # lowered to plain SIMD128 at load where the engine lacks relaxed SIMD
         entry["relaxed_madd_sites"] = kernels_wasm.relaxed_madd_sites
+    regions = _prepacked_regions(module, kernels_wasm.prepacked, site_kernels)
+    if regions:
+        entry["prepacked"] = regions
+        total = sum(region["bytes"] for region in regions)
+        progress(f"{len(regions)} call sites read their weight prepacked on the CPU ({_megabytes(total)} at load)")
     progress(f"assembled {KERNELS_WASM} ({len(kernels_wasm.wasm)} bytes)")
     return entry
+
+
+def _prepacked_regions(module: IRModule, prepacked: Mapping[int, PrepackedFactor], site_kernels: list[int]) -> list[dict]:
+    """The manifest's ``wasm.prepacked``: per call site whose kernel can read its second factor
+    prepacked (``prepacked``, by kernel index) and binds a weight there, the bytes of its
+    region (header and panels: ``PrepackedFactor.region_bytes``)."""
+    host = module.main
+    assert isinstance(host, HostFunction)
+    regions = []
+    for site, (dispatch, kernel) in enumerate(zip(host.dispatches, site_kernels)):
+        factor = prepacked.get(kernel)
+        if factor is None:
+            continue
+        program = module.programs[dispatch.program]
+        position = [buffer.name for buffer in program.inputs].index(factor.buffer)
+        bound = dispatch.buffers[position]
+        if bound.kind != "weight":
+            continue
+        size = factor.region_bytes(tuple(host.weights[bound.index].data.shape))
+        if size is not None:
+            regions.append({"call_site": site, "bytes": size})
+    return regions
 
 
 def _sequence_entry(value: HostInput | HostOutput, host: HostFunction) -> dict:

@@ -9,7 +9,7 @@ render is a compiler bug and raises.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 from ..ir.library_kernel import LibraryKernel
@@ -21,19 +21,22 @@ from .library import library_kernel_wat
 from .math import MATH_FUNCTIONS
 from .module import KernelFunctions, assemble_kernels_module, wat_to_wasm
 from .relaxed_simd import relaxed_madd_sites
-from .schedules import render_program
+from .schedules import prepacked_factor_of, render_program
+from .schedules.matmul_packed import PrepackedFactor
 
 
 @dataclass(frozen=True)
 class KernelsWasm:
     """The module: its text (``kernels.wat``), its binary, how many relaxed multiply-add sites
-    it has (0 where no kernel multiplies and adds: ``relaxed_simd.py``), and the scratch
-    bytes each thread needs."""
+    it has (0 where no kernel multiplies and adds: ``relaxed_simd.py``), the scratch
+    bytes each thread needs, and the kernels that can read a second factor prepacked (by
+    index: exported ``kK_pack``, ``schedules/matmul_packed.PrepackedFactor``)."""
 
     wat: str
     wasm: bytes
     relaxed_madd_sites: int
     scratch_bytes: int
+    prepacked: Mapping[int, PrepackedFactor] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -48,7 +51,7 @@ def emit_kernels_wasm(module: IRModule, kernel_order: Sequence[tuple[str, Mappin
     """Every kernel of ``kernel_order`` (the manifest's: each a program name of ``module`` and
     the inputs it reads as parts, by name) as functions ``kK`` / ``kK_units`` of one module;
     ``source`` names the model in its comments."""
-    kernels, scratch = [], 0
+    kernels, scratch, prepacked = [], 0, {}
     for index, (name, parts) in enumerate(kernel_order):
         program = module.programs[name]
         if isinstance(program, LibraryKernel):
@@ -65,5 +68,8 @@ def emit_kernels_wasm(module: IRModule, kernel_order: Sequence[tuple[str, Mappin
         kernels.append(KernelFunctions(index, f"tensor program {program.name} (schedule {schedule}{note})",
                                        render_program(program, parts, schedule)))
         scratch = max(scratch, schedule.scratch_bytes)
+        factor = prepacked_factor_of(program, schedule, parts)
+        if factor is not None:
+            prepacked[index] = factor
     wat = assemble_kernels_module(kernels, source, {**MATH_FUNCTIONS, **HELPER_FUNCTIONS})
-    return KernelsWasm(wat, wat_to_wasm(wat), relaxed_madd_sites(wat), scratch)
+    return KernelsWasm(wat, wat_to_wasm(wat), relaxed_madd_sites(wat), scratch, prepacked)

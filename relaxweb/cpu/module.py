@@ -3,7 +3,9 @@ imported memory.
 
 Every kernel ``K`` of the manifest contributes two functions (docs/bundle-format.md,
 "kernels.wasm"): ``$kK_units (params) -> units`` and ``$kK (params, first, end, scratch,
-b1 .. bN)``, exported under the same names.  A kernel's text writes them as ``$main`` and
+b1 .. bN)``, exported under the same names; a kernel that can read its second factor
+prepacked also ``$kK_pack`` (written as ``$main_pack``: the same params and a region's
+address after the buffers, also taken by ``$kK``; ``schedules/matmul_packed.PrepackedFactor``).  A kernel's text writes them as ``$main`` and
 ``$units`` (and any helper function as ``$main_...``); :func:`assemble_kernels_module` renames
 them to the kernel's index, so a library kernel's hand-written text needs no index of its own.
 The math functions a kernel calls (``call $exp_f32``) come from ``MATH_FUNCTIONS`` (name ->
@@ -46,11 +48,13 @@ def kernel_text(kernel: KernelFunctions) -> str:
     text = _MAIN_HELPER.sub(f"${name}_", kernel.text)
     text = _MAIN_NAME.sub(f"${name}", text)
     text = _UNITS_NAME.sub(f"${name}_units", text)
+    packs = re.search(rf"\(func \${name}_pack(?![A-Za-z0-9_.])", text) is not None
     return "\n".join([
         f";; kernel {kernel.index}: {comment_text(kernel.comment)}",
         text.rstrip(),
         f'(export "{name}" (func ${name}))',
         f'(export "{name}_units" (func ${name}_units))',
+        *([f'(export "{name}_pack" (func ${name}_pack))'] if packs else []),
     ])
 
 

@@ -334,6 +334,8 @@ def _fact_problem(manifest: dict) -> str | None:
     if "wasm" in manifest:
         keys = sorted(key for key in manifest["wasm"]
                       if key in ("file", "relaxed_madd_sites", "scratch_bytes", "unavailable"))
+        if "prepacked" in manifest["wasm"] and "file" not in manifest["wasm"]:
+            return "wasm: prepacked without a file"
         if keys not in (["file", "scratch_bytes"], ["file", "relaxed_madd_sites", "scratch_bytes"], ["unavailable"]):
             return "wasm: expected either file and scratch_bytes (and maybe relaxed_madd_sites) or unavailable"
     for index, site in enumerate(manifest["call_sites"]):

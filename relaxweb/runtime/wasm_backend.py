@@ -10,6 +10,9 @@ done in one linear memory laid out as "Running on kernels.wasm" says:
     status        the run status (``runtime/run_status.py``), cleared before each run
     weights       each weight whole (16-byte aligned), copied in once at load as its shard
                   holds it (the wasm form: an int64 weight as int64)
+    prepacked     per call site of ``wasm.prepacked``: its weight's panels as its kernel's
+                  packed tier reads them, written by ``kK_pack`` before the call site's
+                  first call that runs that tier (zeros until then)
     storages      KV caches first (sized at the bounds, never moved), then the others: at
                   their sizes at the bounds when every var has one, else placed per run
     slack         at least 64 KiB after the last buffer (a vector load may read past an end)
@@ -58,6 +61,13 @@ from relaxweb.runtime.tensors import (
 )
 
 RESERVED_BYTES = 65536  # bytes [0, 65536) are never a buffer
+#: a prepacked region's header (docs/bundle-format.md, "Prepacked weights"): i32 0 nonzero once
+#: ``kK_pack`` wrote the panels, i32 1 the region's bytes (written here at load)
+PREPACKED_HEADER_BYTES = 16
+#: prepacked regions are laid out while they end below this address (a model whose weights are
+#: near the 4 GiB a wasm32 memory holds keeps that room for its storages: its call sites past it
+#: get no region, and their kernels pack per call as without one)
+PREPACKED_LIMIT_BYTES = 2 << 30
 SLACK_BYTES = 65536  # free bytes after the last buffer
 PAGE_BYTES = 65536
 MAX_PAGES = 65536  # a wasm32 memory holds at most 4 GiB
@@ -123,9 +133,21 @@ def wasm_entry(manifest: Mapping[str, Any], bundle_dir: Path) -> Mapping[str, An
         raise RelaxwebError(f"the bundle {bundle_dir} has no kernels.wasm: {entry['unavailable']}")
     if not (isinstance(entry, Mapping) and isinstance(entry.get("file"), str)
             and isinstance(entry.get("relaxed_madd_sites", 1), int) and entry.get("relaxed_madd_sites", 1) > 0
-            and isinstance(entry.get("scratch_bytes"), int) and 0 <= entry["scratch_bytes"] <= 1 << 30):
+            and isinstance(entry.get("scratch_bytes"), int) and 0 <= entry["scratch_bytes"] <= 1 << 30
+            and _prepacked_entries_valid(entry.get("prepacked", []), len(manifest.get("call_sites", [])))):
         raise RelaxwebError(f"the bundle {bundle_dir} has a malformed 'wasm' entry in its manifest: the bundle is damaged")
     return entry
+
+
+def _prepacked_entries_valid(regions: Any, call_sites: int) -> bool:
+    """Whether ``wasm.prepacked`` is a list of ``{"call_site": c, "bytes": n}``, each call site
+    once, ``n`` above the header and below 4 GiB."""
+    if not isinstance(regions, list):
+        return False
+    sites = [region.get("call_site") if isinstance(region, Mapping) else None for region in regions]
+    return (all(isinstance(site, int) and 0 <= site < call_sites for site in sites) and len(set(sites)) == len(sites)
+            and all(isinstance(region.get("bytes"), int) and PREPACKED_HEADER_BYTES < region["bytes"] < 1 << 32
+                    for region in regions))
 
 
 class WasmTensor(GpuTensor):
@@ -191,7 +213,7 @@ class WasmBackend:
         if "relaxed_madd_sites" in entry and not self.relaxed_simd:
             wasm = lower_relaxed_simd(wasm, entry["relaxed_madd_sites"])
         self._memory = wasmtime.Memory(self._store, wasmtime.MemoryType(wasmtime.Limits(1, MAX_PAGES)))
-        self._units, self._kernels = self._instantiate(wasm)
+        self._units, self._kernels, self._packs = self._instantiate(wasm)
 
         # the fixed regions: params, scratch, the run status, weights
         self._params_base = RESERVED_BYTES
@@ -202,6 +224,13 @@ class WasmBackend:
         for weight in manifest["weights"]:  # nbytes: elements * wasm_bytes (an int64 weight 8 bytes an element)
             self._weight_addresses.append(end)
             end += _region_bytes(weight["nbytes"])
+        # per call site whose kernel reads its weight prepacked: the region of its panels (zeros: not written yet)
+        self._prepacked_regions: dict[int, tuple[int, int]] = {}
+        for region in entry.get("prepacked", []):
+            if end + _region_bytes(region["bytes"]) <= PREPACKED_LIMIT_BYTES:
+                self._prepacked_regions[region["call_site"]] = (end, region["bytes"])
+                end += _region_bytes(region["bytes"])
+        self._prepacked_written: set[int] = set()
         storage_count = len(manifest["storages"])
         self._storage_addresses: list[int] = [0] * storage_count
         self._storage_capacities: list[int] = [0] * storage_count  # 0: not placed yet
@@ -225,6 +254,8 @@ class WasmBackend:
             data = shards[weight["shard"]][weight["offset"]:weight["offset"] + weight["nbytes"]]
             self._memory.write(self._store, data, address)
             self.stats.add("weight_bytes_written", len(data))
+        for address, size in self._prepacked_regions.values():  # the header's second word: the region's bytes
+            self._memory.write(self._store, size.to_bytes(4, "little"), address + 4)
         if sizes_at_bounds is not None:  # every var has a bound: every storage placed once, now
             self._place_storages(sizes_at_bounds)
 
@@ -234,9 +265,9 @@ class WasmBackend:
 
     # Loading -----------------------------------------------------------------------------
 
-    def _instantiate(self, wasm: bytes) -> tuple[list[wasmtime.Func], list[wasmtime.Func]]:
-        """kernels.wasm instantiated on this session's memory; its ``kK_units`` and ``kK``
-        functions by kernel index."""
+    def _instantiate(self, wasm: bytes) -> tuple[list[wasmtime.Func], list[wasmtime.Func], list[wasmtime.Func | None]]:
+        """kernels.wasm instantiated on this session's memory; its ``kK_units``, ``kK`` and
+        ``kK_pack`` (None where the kernel reads no factor prepacked) functions by kernel index."""
         try:
             module = wasmtime.Module(self._store.engine, wasm)
         except wasmtime.WasmtimeError as error:
@@ -260,7 +291,8 @@ class WasmBackend:
         if missing:
             shown = ", ".join(missing[:6]) + (f" and {len(missing) - 6} more" if len(missing) > 6 else "")
             raise RelaxwebError(f"the bundle's kernels.wasm does not export {shown}: the bundle is damaged")
-        return units, kernels
+        packs = [exports.get(f"k{index}_pack") for index in range(len(kernels))]
+        return units, kernels, [function if isinstance(function, wasmtime.Func) else None for function in packs]
 
     # Memory ------------------------------------------------------------------------------
 
@@ -483,9 +515,16 @@ class WasmBackend:
         kernel = call_site["kernel"]
         params_address = self._params_base + call_site["params_offset"]
         addresses = [self._buffer_address(reference) for reference in call_site["buffers"]]
+        pack = self._packs[kernel]
         started = time.perf_counter()
         self._store.set_epoch_deadline(math.ceil(self.kernel_timeout_s / _EPOCH_SECONDS) + 1)
         try:
+            if pack is not None:  # the kernel takes its prepacked region last (0: none, it packs per call)
+                region = self._prepacked_regions.get(command.call_site, (0, 0))[0]
+                addresses.append(region)
+                if region and command.call_site not in self._prepacked_written:
+                    if pack(self._store, params_address, 0, 0, self._scratch, *addresses):
+                        self._prepacked_written.add(command.call_site)
             units = self._units[kernel](self._store, params_address)
             if units > 0:
                 self._kernels[kernel](self._store, params_address, 0, units, self._scratch, *addresses)

@@ -6,8 +6,9 @@
 // model is wasm_model.js's WasmModel.
 //
 // Memory: one WebAssembly.Memory laid out as the contract says: bytes [0, 64 KiB) never a
-// buffer, then the params region, the weights (copied once from the verified shards), one
-// scratch block per thread, the storages (16-byte aligned), and at least 64 KiB of slack.
+// buffer, then the params region, the weights (copied once from the verified shards), the
+// prepacked regions (`wasm.prepacked`: a weight's panels as its kernel's packed tier reads them,
+// written by kK_pack on the call site's first call that runs that tier), one scratch block per thread, the storages (16-byte aligned), and at least 64 KiB of slack.
 // KV caches (the manifest's `caches`) get their regions at load, at their size at the bounds,
 // and never move. A storage that must grow mid-run moves to a new region at the top, its
 // contents copied; before a run's first step the other storages are laid out again (a bundle
@@ -54,6 +55,12 @@ export const PAGE_BYTES = 65536;
 export const RESERVED_BYTES = 65536;
 /** Bytes kept free after the last buffer: a vector load of its last elements may read past it. */
 export const SLACK_BYTES = 65536;
+/**
+ * Prepacked regions (`wasm.prepacked`) are laid out while they end below this address: a model
+ * whose weights are near the 4 GiB of a wasm32 memory keeps that room for its storages (its call
+ * sites past it get no region, and their kernels pack per call as without one).
+ */
+export const PREPACKED_LIMIT_BYTES = 2 ** 31;
 /** The most pages a wasm32 memory holds (4 GiB); kernels.wasm declares it as its memory's maximum. */
 export const MAX_PAGES = 65536;
 /** The default thread count is min(navigator.hardwareConcurrency, DEFAULT_MAX_THREADS). */
@@ -326,8 +333,12 @@ export class WasmBackend {
       if (typeof main !== "function" || typeof units !== "function") {
         throw new Error(`the bundle's kernels.wasm lacks kernel ${k} (exports k${k}, k${k}_units): the bundle is damaged`);
       }
-      return { main, units };
+      // a kernel that can read its second factor prepacked: it takes its call site's region last (0: none)
+      const pack = typeof exports[`k${k}_pack`] === "function" ? exports[`k${k}_pack`] : null;
+      return { main, units, pack };
     });
+    /** @type {Map<number, number>} per call site of `wasm.prepacked`: its region's address (layOut) */
+    this.prepackedRegions = new Map();
     /** @type {WorkerPool|null} */
     this.pool = null;
     /** The deadline of the kernel call running on the page's thread (no pool). */
@@ -388,6 +399,14 @@ export class WasmBackend {
       this.stats.add("weightBytesWritten", data.byteLength);
       return address;
     });
+    // per call site that reads its weight prepacked: its region, zeros until kK_pack writes the panels; the
+    // header's second i32 says the region's bytes
+    for (const { call_site: callSite, bytes } of this.manifest.wasm?.prepacked ?? []) {
+      if (aligned16(this.top) + aligned16(bytes) > PREPACKED_LIMIT_BYTES) continue; // none: its kernel packs per call
+      const address = this.allocate(bytes);
+      new DataView(this.memory.buffer).setUint32(address + 4, bytes, true);
+      this.prepackedRegions.set(callSite, address);
+    }
     const scratchBytes = this.manifest.wasm?.scratch_bytes ?? 0;
     this.scratchAddresses = Array.from({ length: this.threads }, () => this.allocate(scratchBytes));
     this.statusAddresses = Array.from({ length: this.threads }, () => this.allocate(STATUS_BYTES));
@@ -613,11 +632,13 @@ export class WasmBackend {
    */
   dispatch(callSite) {
     const site = this.manifest.call_sites[callSite];
-    const { main, units: unitsOf } = this.kernelFunctions[site.kernel];
+    const { main, units: unitsOf, pack } = this.kernelFunctions[site.kernel];
     const params = this.paramsBase + site.params_offset;
     const addresses = this.siteAddresses[callSite] ?? this.addressesOf(callSite);
     this.clock.start(this.kernelTimeoutMs);
     try {
+      // the call site's weight packed into its region once (a no-op once written, or where it has none)
+      if (pack) pack(params, 0, 0, this.scratchAddresses[0], ...addresses);
       const units = unitsOf(params);
       if (units > 0) main(params, 0, units, this.scratchAddresses[0], ...addresses);
     } catch (error) {
@@ -662,7 +683,8 @@ export class WasmBackend {
 
   /**
    * The byte address of each buffer of a call site, in binding order: a weight in parts is
-   * passed whole as part 0, and 0 for its other parts (the contract).
+   * passed whole as part 0, and 0 for its other parts (the contract); then, for a kernel that
+   * exports kK_pack, the call site's prepacked region (0: none).
    * @param {number} callSite @returns {number[]}
    */
   addressesOf(callSite) {
@@ -672,6 +694,7 @@ export class WasmBackend {
         : "status" in b ? this.statusAddresses[0] // the page's thread's; each worker gets its own (WorkerPool.run)
         : "weight" in b ? this.weightAddresses[b.weight]
         : b.weight_part[1] === 0 ? this.weightAddresses[b.weight_part[0]] : 0);
+    if (this.kernelFunctions[this.manifest.call_sites[callSite].kernel].pack) addresses.push(this.prepackedRegions.get(callSite) ?? 0);
     this.siteAddresses[callSite] = addresses;
     this.statusAt[callSite] = buffers.findIndex((/** @type {any} */ b) => "status" in b);
     return addresses;

@@ -37,7 +37,7 @@ const FAILED_WORKER = 14; // RUN_STAGE: the worker whose message says why the di
 const STARTED = 15; // RUN_STAGE: when the current kernel call started (Date.now() - the pool's epoch)
 const RUN_STATUS = 16; // this worker's run status (run_status.js; set once, at start): a call site's status binding is it
 const ADDRESSES = 17; // then one address per binding
-const MAX_BUFFERS = 63; // a call site binds at most 63 buffers (the manifest schema)
+const MAX_BUFFERS = 63; // a call site binds at most 63 buffers (the manifest schema); the slot holds one more: a prepacked region
 export const CONTROL_SLOT = ADDRESSES + MAX_BUFFERS + 1;
 export const MESSAGE_BYTES = 256;
 /** OP of a job that runs kernel KERNEL over units [FIRST, END). */

@@ -142,6 +142,9 @@ function runDispatch(worker, kernel, params, addresses, statusAt) {
   const { control, exports, count } = worker;
   let units;
   try {
+    // the call site's weight packed into its prepacked region (its last address) once, here on the leader
+    const pack = exports[`k${kernel}_pack`];
+    if (pack) pack(params, 0, 0, control[SCRATCH], ...addresses);
     units = exports[`k${kernel}_units`](params);
   } catch (error) {
     writeMessage(worker, error);

@@ -520,8 +520,13 @@ def check_module(model, feeds: dict[str, np.ndarray], monkeypatch, tolerance=F32
     for name, arrays, before, after, size_vars in calls:
         program = module.programs[name]
         params = [int(evaluate(dispatch_count(program), size_vars)), *(size_vars[v.name] for v in program.size_vars)]
+        # a kernel that reads its second factor prepacked gets its region, as a call site binding a weight does
+        factor = kernels.prepacked.get(order.index(name))
+        region = 0 if factor is None else factor.region_bytes(
+            arrays[[b.name for b in program.inputs].index(factor.buffer)].shape) or 0
         actual = run_wasm_kernel(kernels.wasm, order.index(name), [device_array(a) for a in arrays],
-                                 device_array(before), params, scratch_bytes=kernels.scratch_bytes, ranges=ranges)
+                                 device_array(before), params, scratch_bytes=kernels.scratch_bytes, ranges=ranges,
+                                 prepacked_bytes=region)
         if dtype_info(program.output.dtype).is_float:
             assert_close(actual, after.astype(np.float32), tolerance, err_msg=name)
         else:
@@ -1391,13 +1396,16 @@ def test_bundle_has_kernels_wasm(tmp_path) -> None:
     bundle = relaxweb.build(model, tmp_path, debug=True)  # kernels.wat too
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     text = (tmp_path / "kernels.wat").read_text()
+    # the weight's region: a 16-byte header, then one block of 8 columns (4 of them the weight's) at 8 steps
     assert manifest["wasm"] == {"file": "kernels.wasm", "relaxed_madd_sites": relaxed_madd_sites(text),
-                                "scratch_bytes": MATMUL_SCRATCH_BYTES}
+                                "scratch_bytes": MATMUL_SCRATCH_BYTES,
+                                "prepacked": [{"call_site": 0, "bytes": 16 + 8 * 8 * 4}]}
     assert manifest["wasm"]["relaxed_madd_sites"] > 0 and not (tmp_path / "kernels-relaxed.wasm").exists()
     assert manifest_problem(manifest) is None
     wasm = (tmp_path / "kernels.wasm").read_bytes()  # one module: its multiply-adds relaxed, lowered at load where need be
     exports = {export.name for export in wasm_exports(wasm)}
-    assert exports == {f"k{index}{suffix}" for index in range(len(manifest["kernels"])) for suffix in ("", "_units")}
+    assert exports == {f"k{index}{suffix}" for index in range(len(manifest["kernels"]))
+                       for suffix in ("", "_units", "_pack")}
     plain = lower_relaxed_simd(wasm, manifest["wasm"]["relaxed_madd_sites"])
     assert {export.name for export in wasm_exports(plain)} == exports
     assert RELAXED_MADD_OPCODE in wasm and RELAXED_MADD_OPCODE not in plain
@@ -1479,4 +1487,5 @@ def test_library_kernels_bring_their_own_functions(monkeypatch) -> None:
     assert isinstance(kernels, KernelsWasm) and kernels.scratch_bytes == MATMUL_SCRATCH_BYTES + 1000
     index = list(module.programs).index("rnn_recurrence")
     assert f"(func $k{index}_helper)" in kernels.wat
-    assert {e.name for e in wasm_exports(kernels.wasm)} == {f"k{i}{s}" for i in range(len(order)) for s in ("", "_units")}
+    assert {e.name for e in wasm_exports(kernels.wasm)} == {
+        *(f"k{i}{s}" for i in range(len(order)) for s in ("", "_units")), *(f"k{i}_pack" for i in kernels.prepacked)}

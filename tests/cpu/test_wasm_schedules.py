@@ -18,7 +18,8 @@ from relaxweb.cpu.emit import (
 from relaxweb.cpu.helpers import HELPER_FUNCTIONS
 from relaxweb.cpu.math import MATH_FUNCTIONS
 from relaxweb.cpu.module import KernelFunctions, assemble_kernels_module, wat_to_wasm
-from relaxweb.cpu.schedules import RENDERERS, render_program
+from relaxweb.cpu.schedules import RENDERERS, prepacked_factor_of, render_program
+from relaxweb.cpu.schedules.matmul_packed import PrepackedFactor
 from relaxweb.cpu.wat_builder import Body, const, get, op
 from relaxweb.ir import interpreter
 from relaxweb.ir.matmul_layout import CHEAP_PACK_OPERATIONS, cheap_to_pack, oriented
@@ -71,14 +72,26 @@ def kernel_sizes(program: TensorProgram, schedule: WasmSchedule, sizes: dict[str
 
 
 def check(program: TensorProgram, schedule: WasmSchedule, arrays: list[np.ndarray], sizes: dict[str, int]) -> None:
-    """The kernel against the interpreter, and its ``$units`` against the schedule's count."""
+    """The kernel against the interpreter, and its ``$units`` against the schedule's count;
+    one that can read its second factor prepacked, with a region and without."""
     wasm = kernel(program, schedule)
     assert units_of(wasm, program, sizes) == schedule.units(kernel_sizes(program, schedule, sizes)), (schedule, sizes)
     shape = tuple(int(evaluate(d, sizes)) for d in program.output.shape)
     params = [0, *(sizes[v.name] for v in program.size_vars)]
-    actual = run_wasm_kernel(wasm, 0, arrays, np.zeros(shape, np.float32), params,
-                             scratch_bytes=schedule.scratch_bytes)
-    assert_close(actual, interpreter.run_program(program, arrays, sizes).astype(np.float32), F32_LOOSE)
+    expected = interpreter.run_program(program, arrays, sizes).astype(np.float32)
+    factor = prepacked_factor_of(program, schedule, {})
+    regions = [0] if factor is None else [0, region_bytes(program, factor, arrays)]
+    for region in regions:
+        actual = run_wasm_kernel(wasm, 0, arrays, np.zeros(shape, np.float32), params,
+                                 scratch_bytes=schedule.scratch_bytes, prepacked_bytes=region)
+        assert_close(actual, expected, F32_LOOSE, err_msg=f"region of {region} bytes")
+
+
+def region_bytes(program: TensorProgram, factor: PrepackedFactor, arrays: list[np.ndarray]) -> int:
+    """The bytes of the region of ``factor`` for its input among ``arrays``."""
+    size = factor.region_bytes(arrays[[buffer.name for buffer in program.inputs].index(factor.buffer)].shape)
+    assert size is not None
+    return size
 
 
 def test_every_kind_has_a_renderer_and_the_vector_ops_their_forms() -> None:
@@ -115,6 +128,41 @@ def test_each_matmul_kind_renders_as_given(schedule: WasmSchedule, rows: int, de
     sides of each kind's run-time test (rows above 2 or 8, depth above 6)."""
     arrays = [rand(rows, depth), rand(depth, columns, seed=1), rand(columns, seed=2)]
     check(MATMUL, schedule, arrays, {"n": rows, "m": depth, "c": columns})
+
+
+PREPACKING_KINDS = {name: MATMUL_KINDS[name] for name in ("packed", "packed, depth 6, split", "packed swapped",
+                                                             "matrix-vector")}
+
+
+@pytest.mark.parametrize("schedule", PREPACKING_KINDS.values(), ids=PREPACKING_KINDS.keys())
+@pytest.mark.parametrize("rows, depth, columns", [(33, 9, 17), (9, 6, 40), (5, 7, 37), (12, 0, 5)])
+def test_a_prepacked_second_factor_is_packed_once_and_read_in_place(schedule: WasmSchedule, rows: int, depth: int,
+                                                                     columns: int) -> None:
+    """A matmul kernel with a packed tier exports ``kK_pack``: given a region, it packs the
+    second factor (the weight B, or A where the factors swap) into it where the packed tier
+    runs at these sizes (1), else leaves it (0: depth above 6 with ``max_depth`` 6, 8 rows or
+    fewer under the matrix-vector tier).  Once packed, the kernel reads the panels in place:
+    the factor overwritten with zeros after the pack leaves the output as it was.  A region
+    too small for the panels is not packed and the kernel packs per call."""
+    arrays = [rand(rows, depth), rand(depth, columns, seed=1), rand(columns, seed=2)]
+    sizes = {"n": rows, "m": depth, "c": columns}
+    wasm = kernel(MATMUL, schedule)
+    factor = prepacked_factor_of(MATMUL, schedule, {})
+    assert factor is not None and factor.buffer == ("A" if schedule.swap_factors else "B")
+    position = [buffer.name for buffer in MATMUL.inputs].index(factor.buffer)
+    packs = {"packed": True, "packed swapped": True, "packed, depth 6, split": depth <= 6, "matrix-vector": rows > 8}
+    packs_here = packs[next(name for name, kind in PREPACKING_KINDS.items() if kind == schedule)]
+    expected = interpreter.run_program(MATMUL, arrays, sizes).astype(np.float32)
+    params = [0, rows, depth, columns]
+    size = region_bytes(MATMUL, factor, arrays)
+    for region, packed_expected in ((size, int(packs_here)), (size - 4, 0)):
+        packed: list[int] = []
+        zeros = {position: np.zeros_like(arrays[position])}
+        actual = run_wasm_kernel(wasm, 0, arrays, np.zeros((rows, columns), np.float32), params,
+                                 scratch_bytes=schedule.scratch_bytes, prepacked_bytes=region,
+                                 after_pack=zeros if packed_expected else None, packed=packed)
+        assert packed == [packed_expected]
+        assert_close(actual, expected, F32_LOOSE, err_msg=f"region of {region} bytes")
 
 
 def matrix_vector_program(depth: int, columns: int, dot: bool, constant: bool) -> TensorProgram:

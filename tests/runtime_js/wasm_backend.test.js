@@ -457,6 +457,44 @@ test("load() runs a compiled MatMul with relaxed SIMD where the engine takes it,
   }
 });
 
+test("a compiled MatMul's weight is packed once into its prepacked region and read there", async () => {
+  const folder = mkdtempSync(join(tmpdir(), "relaxweb-wasm-test-"));
+  folders.push(folder);
+  const w = JSON.parse(python(
+    "import json, relaxweb; from onnx import TensorProto, helper; from tests.helpers import make_model, rand; " +
+    "w = rand(24, 40, seed=1); m = make_model([helper.make_node('MatMul', ['x', 'w'], ['y'])], " +
+    `[('x', TensorProto.FLOAT, ['n', 24])], ['y'], {'w': w}); relaxweb.build(m, ${JSON.stringify(folder)}); ` +
+    "print(json.dumps(w.astype(float).ravel().tolist()))"));
+  const manifest = JSON.parse(readFileSync(join(folder, "manifest.json"), "utf8"));
+  assert.deepEqual(manifest.wasm.prepacked, [{ call_site: 0, bytes: 16 + 5 * 8 * 24 * 4 }]); // 40 columns: 5 blocks of 8
+  const model = await loadWasmModel(folder);
+  const backend = /** @type {any} */ (model.runBackend);
+  const region = backend.prepackedRegions.get(0);
+  const header = () => Array.from(new Uint32Array(backend.memory.buffer, region, 2));
+  assert.deepEqual(header(), [0, manifest.wasm.prepacked[0].bytes]);
+  const product = (/** @type {number} */ rows) => {
+    const x = Float32Array.from({ length: rows * 24 }, (_, i) => ((i * 7) % 11) - 5);
+    const y = Array.from({ length: rows * 40 }, (_, i) => {
+      let sum = 0;
+      for (let k = 0; k < 24; k++) sum += x[Math.floor(i / 40) * 24 + k] * w[k * 40 + (i % 40)];
+      return sum;
+    });
+    return { x: { data: x, shape: [rows, 24] }, y };
+  };
+  const check = async (/** @type {number} */ rows) => {
+    const { x, y } = product(rows);
+    const out = await model.run({ x });
+    out.y.data.forEach((/** @type {number} */ v, /** @type {number} */ i) => assert.ok(Math.abs(v - y[i]) <= 1e-4, `y[${i}] at ${rows} rows`));
+  };
+  await check(2); // the matrix-vector tier reads the weight as it is: nothing packed
+  assert.equal(header()[0], 0);
+  await check(9);
+  assert.equal(header()[0], 1);
+  new Float32Array(backend.memory.buffer, backend.weightAddresses[0], 24 * 40).fill(0);
+  await check(33); // the panels, not the zeroed weight
+  model.dispose();
+});
+
 // The load's warm-up (warm_up.js) calls every kernel with no units: on a compiled model of
 // many kernel kinds (convolutions, matmuls, pooling, softmax) it warms them all, and calling
 // it again writes nothing outside the reserved bytes [0, 65536).

@@ -21,7 +21,7 @@ from ...ir.wasm_schedule import (
     WasmVectorizedSchedule, WindowSchedule,
 )
 from .element import render_element
-from .matmul import render_matmul
+from .matmul import prepacked_factor_of, render_matmul
 from .vectorized import render_vectorized
 from .window import render_window
 
@@ -50,4 +50,4 @@ def render_program(program: TensorProgram, parts: Mapping[str, int] | None = Non
     return renderer(program, schedule, dict(parts or {}))
 
 
-__all__ = ["RENDERERS", "render_program"]
+__all__ = ["RENDERERS", "prepacked_factor_of", "render_program"]

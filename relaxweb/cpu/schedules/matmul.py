@@ -15,16 +15,16 @@ from __future__ import annotations
 from typing import Callable, Mapping
 
 from ...ir.matmul_layout import oriented
-from ...ir.pattern import analyze_matmul
+from ...ir.pattern import MatmulInfo, analyze_matmul
 from ...ir.symbolic import PrimExpr
 from ...ir.tir import TensorProgram
 from ...ir.wasm_schedule import BlockMatmulSchedule, MatrixVectorSchedule, PackedMatmulSchedule, WasmSchedule
 from ..emit import Emitter, Function
-from ..wat_builder import Body, ceil_div_u, get
+from ..wat_builder import Body, ceil_div_u, const, get, op
 from .common import kernel_signature, kernel_text, load_size_vars, units_function
 from .matmul_block import BLOCK_TIER
 from .matmul_kernel import MatmulKernel, Tier, UnitSizes
-from .matmul_packed import PACKED_TIER
+from .matmul_packed import PACKED_TIER, PREPACKED, PrepackedFactor, prepack_main, prepacked_factor
 from .matvec import MATRIX_VECTOR_TIER
 
 TIERS: dict[type[WasmSchedule], Tier] = {
@@ -52,16 +52,12 @@ def render_matmul(program: TensorProgram, schedule: WasmSchedule, parts: Mapping
                          f"(relaxweb.ir.pattern.analyze_matmul)")
     chain = tiers(schedule)
     info = oriented(found, schedule.swap_factors)  # type: ignore[attr-defined]
+    packed = next((tier for tier in chain if isinstance(tier, PackedMatmulSchedule)), None)
+    prepacked = None if packed is None else prepacked_factor(program, info, packed, parts)
     signature, addresses = kernel_signature(program, parts)
-    function = Function()
-    body = Body(function)
-    variables = load_size_vars(program, body)
-    emitter = Emitter(program, function, addresses, variables)
-    shape = program.output.shape
-    kernel = MatmulKernel(program, info, emitter, body,
-                          tuple(program.axes[p] for p in info.rows), tuple(shape[p] for p in info.rows),
-                          tuple(program.axes[p] for p in info.columns), tuple(shape[p] for p in info.columns),
-                          tuple(program.axes[p] for p in info.batch), tuple(shape[p] for p in info.batch))
+    if prepacked is not None:
+        signature += f" (param {PREPACKED} i32)"
+    kernel = _kernel(program, info, addresses, prepacked)
     _prelude(kernel, chain[-1])
     for tier in chain:
         TIERS[type(tier)].main(kernel, tier)
@@ -73,7 +69,56 @@ def render_matmul(program: TensorProgram, schedule: WasmSchedule, parts: Mapping
         assert text is not None
         return text
 
-    return kernel_text(program, function, signature, units_function(program, count))
+    text = kernel_text(program, kernel.body.function, signature, units_function(program, count))
+    if prepacked is None:
+        return text
+    assert packed is not None
+    packer = _kernel(program, info, addresses, prepacked)
+    _prelude(packer, chain[-1])
+    prepack_main(packer, packed, _runs(chain, packed))
+    return text + "\n" + packer.body.function.text(f"$main_pack {signature} (result i32)")
+
+
+def prepacked_factor_of(program: TensorProgram, schedule: WasmSchedule,
+                        parts: Mapping[str, int]) -> PrepackedFactor | None:
+    """The second factor that ``program``'s kernel under ``schedule`` can read prepacked
+    (``$kK_pack``; ``matmul_packed.PrepackedFactor``), or None (not a matmul kernel with a
+    packed tier, or a factor it cannot hold prepacked)."""
+    if not isinstance(schedule, (MatrixVectorSchedule, PackedMatmulSchedule, BlockMatmulSchedule)):
+        return None
+    packed = next((tier for tier in tiers(schedule) if isinstance(tier, PackedMatmulSchedule)), None)
+    found = analyze_matmul(program)
+    if packed is None or found is None:
+        return None
+    return prepacked_factor(program, oriented(found, schedule.swap_factors), packed, parts)
+
+
+def _kernel(program: TensorProgram, info: MatmulInfo, addresses: Mapping[str, str],
+            prepacked: PrepackedFactor | None) -> MatmulKernel:
+    """A new function's :class:`MatmulKernel` (its size variables loaded)."""
+    function = Function()
+    body = Body(function)
+    variables = load_size_vars(program, body)
+    emitter = Emitter(program, function, dict(addresses), variables)
+    shape = program.output.shape
+    return MatmulKernel(program, info, emitter, body,
+                        tuple(program.axes[p] for p in info.rows), tuple(shape[p] for p in info.rows),
+                        tuple(program.axes[p] for p in info.columns), tuple(shape[p] for p in info.columns),
+                        tuple(program.axes[p] for p in info.batch), tuple(shape[p] for p in info.batch), prepacked)
+
+
+def _runs(chain: list[WasmSchedule], tier: WasmSchedule) -> str:
+    """An i32 WAT value, nonzero where ``tier`` of the chain runs: no tier before it does,
+    and its own condition holds (at ``$rows`` and ``$depth``)."""
+    rows, depth = get("$rows"), get("$depth")
+    position = chain.index(tier)
+    condition = TIERS[type(tier)].condition
+    runs = condition(tier, rows, depth) if condition is not None else const(1)
+    for before in chain[:position]:
+        earlier = TIERS[type(before)].condition
+        assert earlier is not None, f"{before.kind} falls back to {tier.kind} everywhere"
+        runs = op("i32.and", runs, op("i32.eqz", earlier(before, rows, depth)))
+    return runs
 
 
 def _prelude(kernel: MatmulKernel, blocks: WasmSchedule) -> None:

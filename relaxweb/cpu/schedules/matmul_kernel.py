@@ -4,7 +4,7 @@ sizes as ``$units`` sees them, and how a matmul kind renders as a tier."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 from ...ir.pattern import MatmulInfo
 from ...ir.symbolic import PrimExpr, SizeVar, product, simplify
@@ -32,6 +32,9 @@ class MatmulKernel:
     column_extents: tuple[PrimExpr, ...]
     batch_axes: tuple[SizeVar, ...]
     batch_extents: tuple[PrimExpr, ...]
+    #: the second factor a call site may hold prepacked (``matmul_packed.PrepackedFactor``): then
+    #: ``$main`` takes its region's address last
+    prepacked: Any = None
 
     @property
     def rows(self) -> PrimExpr:
@@ -80,7 +83,10 @@ class Tier:
     """How a matmul kind is rendered as a tier: ``main(kernel, schedule)`` writes its part of
     ``$main`` (returning after its units, unless it is the last), ``units(sizes, schedule,
     then)`` its unit count (``then``: the count of the tiers after it, for those it falls
-    back to)."""
+    back to), ``condition`` where it runs."""
 
     main: Callable[[MatmulKernel, WasmSchedule], None]
     units: Callable[[UnitSizes, WasmSchedule, str | None], str]
+    #: ``condition(schedule, rows, depth)``: an i32 WAT value, nonzero where the tier runs
+    #: (given the rows and the reduction's steps as WAT values; None: wherever it is reached)
+    condition: Callable[[WasmSchedule, str, str], str] | None = None
