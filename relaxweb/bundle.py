@@ -37,7 +37,7 @@ from .ir.kv_pool import KV_POOL
 from .ir.library_kernel import WEBGPU_CPU, WEBGPU_F16, LibraryKernel
 from .ir.module import IRModule
 from .ir.schedule import WORKGROUP_SIZE, WebGpuSchedule
-from .ir.symbolic import format_expr, free_vars, product, substitute, upper_bound
+from .ir.symbolic import IntImm, format_expr, free_vars, product, simplify, substitute, upper_bound
 from .ir.target_schedules import schedules_of
 from .ir.tir import TensorProgram
 from .ir.params_block import PARAMS_SLOT
@@ -323,7 +323,10 @@ def _write_kernels_wasm(module: IRModule, kernel_order: list, source: str, out: 
 def _prepacked_regions(module: IRModule, prepacked: Mapping[int, PrepackedFactor], site_kernels: list[int]) -> list[dict]:
     """The manifest's ``wasm.prepacked``: per call site whose kernel can read its second factor
     prepacked (``prepacked``, by kernel index) and binds a weight there, the bytes of its
-    region (header and panels: ``PrepackedFactor.region_bytes``)."""
+    region (header and panels: ``PrepackedFactor.region_bytes``) and the params block its
+    ``kK_pack`` runs on at load (element_count 0, then the program's size variables: the call
+    site's constants, 1 where a variable is not one; a call site where one the panels depend on
+    is not constant gets no region)."""
     host = module.main
     assert isinstance(host, HostFunction)
     regions = []
@@ -337,8 +340,12 @@ def _prepacked_regions(module: IRModule, prepacked: Mapping[int, PrepackedFactor
         if bound.kind != "weight":
             continue
         size = factor.region_bytes(tuple(host.weights[bound.index].data.shape))
-        if size is not None:
-            regions.append({"call_site": site, "bytes": size})
+        values = {name: simplify(value) for name, value in dispatch.size_var_values}
+        constants = {var.name: values[var.name].value for var in program.size_vars
+                     if isinstance(values.get(var.name), IntImm)}
+        if size is not None and factor.size_vars <= constants.keys():
+            params = [0, *(constants.get(var.name, 1) for var in program.size_vars)]
+            regions.append({"call_site": site, "bytes": size, "params": params})
     return regions
 
 

@@ -11,8 +11,7 @@ done in one linear memory laid out as "Running on kernels.wasm" says:
     weights       each weight whole (16-byte aligned), copied in once at load as its shard
                   holds it (the wasm form: an int64 weight as int64)
     prepacked     per call site of ``wasm.prepacked``: its weight's panels as its kernel's
-                  packed tier reads them, written by ``kK_pack`` before the call site's
-                  first call that runs that tier (zeros until then)
+                  packed tier reads them, written by ``kK_pack`` at load
     storages      KV caches first (sized at the bounds, never moved), then the others: at
                   their sizes at the bounds when every var has one, else placed per run
     slack         at least 64 KiB after the last buffer (a vector load may read past an end)
@@ -134,20 +133,29 @@ def wasm_entry(manifest: Mapping[str, Any], bundle_dir: Path) -> Mapping[str, An
     if not (isinstance(entry, Mapping) and isinstance(entry.get("file"), str)
             and isinstance(entry.get("relaxed_madd_sites", 1), int) and entry.get("relaxed_madd_sites", 1) > 0
             and isinstance(entry.get("scratch_bytes"), int) and 0 <= entry["scratch_bytes"] <= 1 << 30
-            and _prepacked_entries_valid(entry.get("prepacked", []), len(manifest.get("call_sites", [])))):
+            and _prepacked_entries_valid(entry.get("prepacked", []), manifest.get("call_sites", []))):
         raise RelaxwebError(f"the bundle {bundle_dir} has a malformed 'wasm' entry in its manifest: the bundle is damaged")
     return entry
 
 
-def _prepacked_entries_valid(regions: Any, call_sites: int) -> bool:
-    """Whether ``wasm.prepacked`` is a list of ``{"call_site": c, "bytes": n}``, each call site
-    once, ``n`` above the header and below 4 GiB."""
+def _prepacked_entries_valid(regions: Any, call_sites: Sequence[Any]) -> bool:
+    """Whether ``wasm.prepacked`` is a list of ``{"call_site": c, "bytes": n, "params": [...]}``,
+    each call site once, ``n`` above the header and below 4 GiB, the params i32s that fit the
+    call site's params block."""
     if not isinstance(regions, list):
         return False
     sites = [region.get("call_site") if isinstance(region, Mapping) else None for region in regions]
-    return (all(isinstance(site, int) and 0 <= site < call_sites for site in sites) and len(set(sites)) == len(sites)
-            and all(isinstance(region.get("bytes"), int) and PREPACKED_HEADER_BYTES < region["bytes"] < 1 << 32
-                    for region in regions))
+    if not all(isinstance(site, int) and 0 <= site < len(call_sites) for site in sites) or len(set(sites)) != len(sites):
+        return False
+    return all(isinstance(region.get("bytes"), int) and PREPACKED_HEADER_BYTES < region["bytes"] < 1 << 32
+               and isinstance(region.get("params"), list) and 0 < 4 * len(region["params"]) <= _params_size(
+                   call_sites[region["call_site"]])
+               and all(isinstance(v, int) and -(1 << 31) <= v < 1 << 31 for v in region["params"]) for region in regions)
+
+
+def _params_size(call_site: Any) -> int:
+    size = call_site.get("params_size") if isinstance(call_site, Mapping) else None
+    return size if isinstance(size, int) else 0
 
 
 class WasmTensor(GpuTensor):
@@ -224,13 +232,12 @@ class WasmBackend:
         for weight in manifest["weights"]:  # nbytes: elements * wasm_bytes (an int64 weight 8 bytes an element)
             self._weight_addresses.append(end)
             end += _region_bytes(weight["nbytes"])
-        # per call site whose kernel reads its weight prepacked: the region of its panels (zeros: not written yet)
+        # per call site whose kernel reads its weight prepacked: the region of its panels (written below)
         self._prepacked_regions: dict[int, tuple[int, int]] = {}
         for region in entry.get("prepacked", []):
             if end + _region_bytes(region["bytes"]) <= PREPACKED_LIMIT_BYTES:
                 self._prepacked_regions[region["call_site"]] = (end, region["bytes"])
                 end += _region_bytes(region["bytes"])
-        self._prepacked_written: set[int] = set()
         storage_count = len(manifest["storages"])
         self._storage_addresses: list[int] = [0] * storage_count
         self._storage_capacities: list[int] = [0] * storage_count  # 0: not placed yet
@@ -254,10 +261,36 @@ class WasmBackend:
             data = shards[weight["shard"]][weight["offset"]:weight["offset"] + weight["nbytes"]]
             self._memory.write(self._store, data, address)
             self.stats.add("weight_bytes_written", len(data))
-        for address, size in self._prepacked_regions.values():  # the header's second word: the region's bytes
-            self._memory.write(self._store, size.to_bytes(4, "little"), address + 4)
+        self._prepack(entry.get("prepacked", []))
         if sizes_at_bounds is not None:  # every var has a bound: every storage placed once, now
             self._place_storages(sizes_at_bounds)
+
+    def _prepack(self, regions: Sequence[Mapping[str, Any]]) -> None:
+        """Each laid-out region's header (its second word: the region's bytes), then its
+        panels written by its kernel's ``kK_pack`` on the region's params block (put in the
+        call site's own params slot, zeroed again after), the weights at their addresses and 0
+        for every other buffer; a pack that declines (0) leaves the kernel packing per call."""
+        for region in regions:
+            site = region["call_site"]
+            if site not in self._prepacked_regions:
+                continue
+            address, size = self._prepacked_regions[site]
+            self._memory.write(self._store, size.to_bytes(4, "little"), address + 4)
+            call_site = self.manifest["call_sites"][site]
+            pack = self._packs[call_site["kernel"]]
+            if pack is None:
+                raise RelaxwebError(f"the bundle's wasm.prepacked names call site {site}, whose kernel has no "
+                                    "kK_pack: the bundle is damaged")
+            params_address = self._params_base + call_site["params_offset"]
+            self._memory.write(self._store, np.array(region["params"], np.int32).tobytes(), params_address)
+            addresses = [self._buffer_address(reference) if "weight" in reference or "weight_part" in reference else 0
+                         for reference in call_site["buffers"]]
+            self._store.set_epoch_deadline(math.ceil(self.kernel_timeout_s / _EPOCH_SECONDS) + 1)
+            try:
+                pack(self._store, params_address, 0, 0, self._scratch, *addresses, address)
+            except (wasmtime.Trap, wasmtime.WasmtimeError) as error:
+                raise RelaxwebError(f"packing a weight at load: {self._trap_message(site, error)}") from None
+            self._memory.write(self._store, bytes(4 * len(region["params"])), params_address)
 
     @property
     def memory_bytes(self) -> int:
@@ -515,16 +548,11 @@ class WasmBackend:
         kernel = call_site["kernel"]
         params_address = self._params_base + call_site["params_offset"]
         addresses = [self._buffer_address(reference) for reference in call_site["buffers"]]
-        pack = self._packs[kernel]
+        if self._packs[kernel] is not None:  # the kernel takes its prepacked region last (0: none, it packs per call)
+            addresses.append(self._prepacked_regions.get(command.call_site, (0, 0))[0])
         started = time.perf_counter()
         self._store.set_epoch_deadline(math.ceil(self.kernel_timeout_s / _EPOCH_SECONDS) + 1)
         try:
-            if pack is not None:  # the kernel takes its prepacked region last (0: none, it packs per call)
-                region = self._prepacked_regions.get(command.call_site, (0, 0))[0]
-                addresses.append(region)
-                if region and command.call_site not in self._prepacked_written:
-                    if pack(self._store, params_address, 0, 0, self._scratch, *addresses):
-                        self._prepacked_written.add(command.call_site)
             units = self._units[kernel](self._store, params_address)
             if units > 0:
                 self._kernels[kernel](self._store, params_address, 0, units, self._scratch, *addresses)

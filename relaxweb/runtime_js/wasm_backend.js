@@ -8,7 +8,7 @@
 // Memory: one WebAssembly.Memory laid out as the contract says: bytes [0, 64 KiB) never a
 // buffer, then the params region, the weights (copied once from the verified shards), the
 // prepacked regions (`wasm.prepacked`: a weight's panels as its kernel's packed tier reads them,
-// written by kK_pack on the call site's first call that runs that tier), one scratch block per thread, the storages (16-byte aligned), and at least 64 KiB of slack.
+// written by kK_pack at load), one scratch block per thread, the storages (16-byte aligned), and at least 64 KiB of slack.
 // KV caches (the manifest's `caches`) get their regions at load, at their size at the bounds,
 // and never move. A storage that must grow mid-run moves to a new region at the top, its
 // contents copied; before a run's first step the other storages are laid out again (a bundle
@@ -293,6 +293,7 @@ export class WasmBackend {
       if (shared) {
         backend.pool = await WorkerPool.start(module, memory, count, backend.scratchAddresses, backend.statusAddresses, blocks);
         backend.warmUp = backend.pool.warmUp;
+        await backend.prepack();
       } else if (early?.warmUp && blocks.length) {
         backend.warmUp = early.warmUp; // while the weights were fetched (prepareKernels): the compiles are done or under way
       } else {
@@ -300,6 +301,7 @@ export class WasmBackend {
           (ms) => clock.start(ms));
         if (blocks.length) await afterTierUp();
       }
+      if (!shared) await backend.prepack();
       return backend;
     } catch (error) {
       backend.dispose();
@@ -399,7 +401,7 @@ export class WasmBackend {
       this.stats.add("weightBytesWritten", data.byteLength);
       return address;
     });
-    // per call site that reads its weight prepacked: its region, zeros until kK_pack writes the panels; the
+    // per call site that reads its weight prepacked: its region, written by kK_pack at load (prepack); the
     // header's second i32 says the region's bytes
     for (const { call_site: callSite, bytes } of this.manifest.wasm?.prepacked ?? []) {
       if (aligned16(this.top) + aligned16(bytes) > PREPACKED_LIMIT_BYTES) continue; // none: its kernel packs per call
@@ -632,19 +634,64 @@ export class WasmBackend {
    */
   dispatch(callSite) {
     const site = this.manifest.call_sites[callSite];
-    const { main, units: unitsOf, pack } = this.kernelFunctions[site.kernel];
+    const { main, units: unitsOf } = this.kernelFunctions[site.kernel];
     const params = this.paramsBase + site.params_offset;
     const addresses = this.siteAddresses[callSite] ?? this.addressesOf(callSite);
     this.clock.start(this.kernelTimeoutMs);
     try {
-      // the call site's weight packed into its region once (a no-op once written, or where it has none)
-      if (pack) pack(params, 0, 0, this.scratchAddresses[0], ...addresses);
       const units = unitsOf(params);
       if (units > 0) main(params, 0, units, this.scratchAddresses[0], ...addresses);
     } catch (error) {
       if (error instanceof KernelDeadlineError) this.unusableReason ??= error.message;
       throw this.kernelError(callSite, /** @type {Error} */ (error));
     }
+  }
+
+  /**
+   * Each prepacked region's panels written at load (docs/bundle-format.md, "Prepacked weights"):
+   * its kernel's kK_pack on the region's params block, put in the call site's own params slot
+   * (zeroed again after), with the weights' addresses and 0 for every other buffer; on
+   * the pool's leader where there is a pool, else on the page's thread, each call under the
+   * kernel deadline. A pack that declines (0) leaves its kernel packing per call.
+   */
+  async prepack() {
+    /** @type {{kernel: number, params: number, addresses: number[], statusAt: number, callSite: number, paramsBytes: number}[]} */
+    const calls = [];
+    for (const region of this.manifest.wasm?.prepacked ?? []) {
+      const address = this.prepackedRegions.get(region.call_site);
+      if (address === undefined) continue; // past PREPACKED_LIMIT_BYTES: none
+      const site = this.manifest.call_sites[region.call_site];
+      if (!this.kernelFunctions[site.kernel].pack) {
+        throw new Error(`the bundle's wasm.prepacked names call site ${region.call_site}, whose kernel has no kK_pack: the bundle is damaged`);
+      }
+      const params = this.paramsBase + site.params_offset;
+      new Int32Array(this.memory.buffer, params, region.params.length).set(region.params);
+      const addresses = site.buffers.map((/** @type {any} */ b) => ("weight" in b ? this.weightAddresses[b.weight]
+        : "weight_part" in b && b.weight_part[1] === 0 ? this.weightAddresses[b.weight_part[0]] : 0));
+      // a negative kernel: the pool's leader calls its kK_pack instead of its units (wasm_worker.js)
+      calls.push({ kernel: -1 - site.kernel, params, addresses: [...addresses, address], statusAt: -1, callSite: region.call_site,
+        paramsBytes: 4 * region.params.length });
+    }
+    if (!calls.length) return;
+    if (this.pool) {
+      try {
+        await this.pool.runDispatches(calls, this.kernelTimeoutMs);
+      } catch (error) {
+        if (this.pool.broken) this.unusableReason ??= this.pool.broken;
+        if (!(error instanceof DispatchFailure)) throw error;
+        throw this.kernelError(calls[error.index].callSite, error);
+      }
+    } else {
+      for (const { kernel, params, addresses, callSite } of calls) {
+        this.clock.start(this.kernelTimeoutMs);
+        try {
+          /** @type {Function} */ (this.kernelFunctions[-1 - kernel].pack)(params, 0, 0, this.scratchAddresses[0], ...addresses);
+        } catch (error) {
+          throw this.kernelError(callSite, /** @type {Error} */ (error));
+        }
+      }
+    }
+    for (const { params, paramsBytes } of calls) new Uint8Array(this.memory.buffer, params, paramsBytes).fill(0);
   }
 
   /**

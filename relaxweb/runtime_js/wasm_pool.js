@@ -44,7 +44,7 @@ export const MESSAGE_BYTES = 256;
 export const RUN_UNITS = 0;
 /** OP of the leader's job: the dispatches of the dispatch table, in order. */
 export const RUN_STAGE = 1;
-/** The dispatch table's i32 words: per dispatch [kernel, params address, buffer count, status position (-1: none), addresses...]. */
+/** The dispatch table's i32 words: per dispatch [kernel (-1 - K: kK_pack), params address, buffer count, status position (-1: none), addresses...]. */
 export const TABLE_WORDS = 1 << 16;
 /** The most dispatches one RUN_STAGE job runs (a longer stage is posted in chunks). */
 export const MAX_CHUNK_DISPATCHES = 4096;

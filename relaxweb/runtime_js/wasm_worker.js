@@ -133,18 +133,24 @@ function runStage(worker) {
 /**
  * One dispatch, led by worker 0: its units counted, split, range 0 run here and the others
  * posted to workers 1.., then waited for (every one, even after a trap: none may still write
- * the memory when the stage ends).
+ * the memory when the stage ends); a negative kernel -1 - K: kK_pack, here alone (load's prepack).
  * @param {PoolWorker} worker @param {number} kernel @param {number} params @param {Int32Array} addresses
  * @param {number} statusAt the position of the run status among `addresses` (-1: none): each worker binds its own
  * @returns {number} the first worker whose kernel trapped, or -1
  */
 function runDispatch(worker, kernel, params, addresses, statusAt) {
   const { control, exports, count } = worker;
+  if (kernel < 0) { // a weight packed into its prepacked region (the last address) at load: kK_pack, here alone
+    try {
+      exports[`k${-1 - kernel}_pack`](params, 0, 0, control[SCRATCH], ...addresses);
+    } catch (error) {
+      writeMessage(worker, error);
+      return 0;
+    }
+    return -1;
+  }
   let units;
   try {
-    // the call site's weight packed into its prepacked region (its last address) once, here on the leader
-    const pack = exports[`k${kernel}_pack`];
-    if (pack) pack(params, 0, 0, control[SCRATCH], ...addresses);
     units = exports[`k${kernel}_units`](params);
   } catch (error) {
     writeMessage(worker, error);

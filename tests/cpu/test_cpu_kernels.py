@@ -1397,9 +1397,12 @@ def test_bundle_has_kernels_wasm(tmp_path) -> None:
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     text = (tmp_path / "kernels.wat").read_text()
     # the weight's region: a 16-byte header, then one block of 8 columns (4 of them the weight's) at 8 steps
+    # its kK_pack's params: element_count 0, then the program's size variables (the rows' 1)
+    program = compile_model(model).programs[manifest["kernels"][0]["name"]]
+    assert [var.name for var in program.size_vars] == ["batch"]
     assert manifest["wasm"] == {"file": "kernels.wasm", "relaxed_madd_sites": relaxed_madd_sites(text),
                                 "scratch_bytes": MATMUL_SCRATCH_BYTES,
-                                "prepacked": [{"call_site": 0, "bytes": 16 + 8 * 8 * 4}]}
+                                "prepacked": [{"call_site": 0, "bytes": 16 + 8 * 8 * 4, "params": [0, 1]}]}
     assert manifest["wasm"]["relaxed_madd_sites"] > 0 and not (tmp_path / "kernels-relaxed.wasm").exists()
     assert manifest_problem(manifest) is None
     wasm = (tmp_path / "kernels.wasm").read_bytes()  # one module: its multiply-adds relaxed, lowered at load where need be

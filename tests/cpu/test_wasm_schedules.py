@@ -19,7 +19,6 @@ from relaxweb.cpu.helpers import HELPER_FUNCTIONS
 from relaxweb.cpu.math import MATH_FUNCTIONS
 from relaxweb.cpu.module import KernelFunctions, assemble_kernels_module, wat_to_wasm
 from relaxweb.cpu.schedules import RENDERERS, prepacked_factor_of, render_program
-from relaxweb.cpu.schedules.matmul_packed import PrepackedFactor
 from relaxweb.cpu.wat_builder import Body, const, get, op
 from relaxweb.ir import interpreter
 from relaxweb.ir.matmul_layout import CHEAP_PACK_OPERATIONS, cheap_to_pack, oriented
@@ -80,18 +79,13 @@ def check(program: TensorProgram, schedule: WasmSchedule, arrays: list[np.ndarra
     params = [0, *(sizes[v.name] for v in program.size_vars)]
     expected = interpreter.run_program(program, arrays, sizes).astype(np.float32)
     factor = prepacked_factor_of(program, schedule, {})
-    regions = [0] if factor is None else [0, region_bytes(program, factor, arrays)]
-    for region in regions:
+    size = None if factor is None else factor.region_bytes(
+        arrays[[buffer.name for buffer in program.inputs].index(factor.buffer)].shape)
+    for region in [0] if size is None else [0, size]:
         actual = run_wasm_kernel(wasm, 0, arrays, np.zeros(shape, np.float32), params,
                                  scratch_bytes=schedule.scratch_bytes, prepacked_bytes=region)
         assert_close(actual, expected, F32_LOOSE, err_msg=f"region of {region} bytes")
 
-
-def region_bytes(program: TensorProgram, factor: PrepackedFactor, arrays: list[np.ndarray]) -> int:
-    """The bytes of the region of ``factor`` for its input among ``arrays``."""
-    size = factor.region_bytes(arrays[[buffer.name for buffer in program.inputs].index(factor.buffer)].shape)
-    assert size is not None
-    return size
 
 
 def test_every_kind_has_a_renderer_and_the_vector_ops_their_forms() -> None:
@@ -140,27 +134,30 @@ def test_a_prepacked_second_factor_is_packed_once_and_read_in_place(schedule: Wa
                                                                      columns: int) -> None:
     """A matmul kernel with a packed tier exports ``kK_pack``: given a region, it packs the
     second factor (the weight B, or A where the factors swap) into it where the packed tier
-    runs at these sizes (1), else leaves it (0: depth above 6 with ``max_depth`` 6, 8 rows or
-    fewer under the matrix-vector tier).  Once packed, the kernel reads the panels in place:
-    the factor overwritten with zeros after the pack leaves the output as it was.  A region
-    too small for the panels is not packed and the kernel packs per call."""
+    runs at this depth (1), else leaves it (0: depth above 6 with ``max_depth`` 6).  Once
+    packed, the kernel's packed tier reads the panels in place: the factor overwritten with
+    zeros after the pack leaves the output as it was (where that tier runs: not at 8 rows or
+    fewer under the matrix-vector tier, which reads the factor).  A region too small for the
+    panels is not packed and the kernel packs per call."""
     arrays = [rand(rows, depth), rand(depth, columns, seed=1), rand(columns, seed=2)]
     sizes = {"n": rows, "m": depth, "c": columns}
     wasm = kernel(MATMUL, schedule)
     factor = prepacked_factor_of(MATMUL, schedule, {})
     assert factor is not None and factor.buffer == ("A" if schedule.swap_factors else "B")
     position = [buffer.name for buffer in MATMUL.inputs].index(factor.buffer)
-    packs = {"packed": True, "packed swapped": True, "packed, depth 6, split": depth <= 6, "matrix-vector": rows > 8}
-    packs_here = packs[next(name for name, kind in PREPACKING_KINDS.items() if kind == schedule)]
+    name = next(name for name, kind in PREPACKING_KINDS.items() if kind == schedule)
+    packs_here = depth <= 6 if name == "packed, depth 6, split" else True
+    panels_read = packs_here and (rows > 8 or name != "matrix-vector")
     expected = interpreter.run_program(MATMUL, arrays, sizes).astype(np.float32)
     params = [0, rows, depth, columns]
-    size = region_bytes(MATMUL, factor, arrays)
+    size = 16 + 4 * 8 * -(-(rows if schedule.swap_factors else columns) // 8) * depth  # header, then blocks of 8 columns
+    assert factor.region_bytes(arrays[position].shape) == (size if packs_here else None)
     for region, packed_expected in ((size, int(packs_here)), (size - 4, 0)):
         packed: list[int] = []
         zeros = {position: np.zeros_like(arrays[position])}
         actual = run_wasm_kernel(wasm, 0, arrays, np.zeros((rows, columns), np.float32), params,
                                  scratch_bytes=schedule.scratch_bytes, prepacked_bytes=region,
-                                 after_pack=zeros if packed_expected else None, packed=packed)
+                                 after_pack=zeros if packed_expected and panels_read else None, packed=packed)
         assert packed == [packed_expected]
         assert_close(actual, expected, F32_LOOSE, err_msg=f"region of {region} bytes")
 

@@ -161,28 +161,27 @@ def test_the_kernels_with_relaxed_simd_run_where_wasmtime_has_it_and_the_plain_o
         WasmSession(tmp_path / "mm", relaxed_simd="yes")  # type: ignore[arg-type]
 
 
-def test_a_weight_is_packed_once_into_its_region_and_read_there(tmp_path: Path, monkeypatch) -> None:
-    """A matmul's weight gets a prepacked region (the manifest's ``wasm.prepacked``); the
-    session packs it (``kK_pack``) on the call site's first call that runs the packed tier (9
-    rows and more: 2 rows run the matrix-vector tier, which reads the weight as it is), then the
-    kernel reads the panels there: the weight overwritten with zeros in the memory leaves the
-    product as it was.  Past ``PREPACKED_LIMIT_BYTES`` a call site gets no region and its kernel
-    packs per call."""
+def test_a_weight_is_packed_at_load_into_its_region_and_read_there(tmp_path: Path, monkeypatch) -> None:
+    """A matmul's weight gets a prepacked region (the manifest's ``wasm.prepacked``: its bytes
+    and the params block its ``kK_pack`` runs on, the columns' and depth's size variables the
+    call site's constants, the rows' 1); the session packs it at load, and the kernel's packed
+    tier (9 rows and more) reads the panels there: the weight overwritten with zeros in the
+    memory leaves its product as it was.  Past ``PREPACKED_LIMIT_BYTES`` a call site gets no
+    region and its kernel packs per call."""
     w = rand(24, 40, seed=1)
     model = make_model([helper.make_node("MatMul", ["x", "w"], ["y"])], [("x", TensorProto.FLOAT, ["n", 24])], ["y"],
                        {"w": w})
     relaxweb.build(model, tmp_path / "mm")
     manifest = json.loads((tmp_path / "mm" / "manifest.json").read_text())
-    assert manifest["wasm"]["prepacked"] == [{"call_site": 0, "bytes": 16 + 5 * 8 * 24 * 4}]  # 40 columns: 5 blocks of 8
+    [region] = manifest["wasm"]["prepacked"]
+    assert (region["call_site"], region["bytes"]) == (0, 16 + 5 * 8 * 24 * 4)  # 40 columns: 5 blocks of 8
     session = relaxweb.load(tmp_path / "mm", backend="wasm")
     backend = session._backend
     address, size = backend._prepacked_regions[0]
-    header = lambda: np.frombuffer(backend._read(address, 8), np.uint32).tolist()  # noqa: E731
-    assert header() == [0, size]
-    for rows, packed in ((2, 0), (9, 1), (33, 1)):
+    assert np.frombuffer(backend._read(address, 8), np.uint32).tolist() == [1, size]
+    for rows in (2, 9, 33):  # 2: the matrix-vector tier, which reads the weight as it is
         x = rand(rows, 24, seed=rows)
         assert_close(session.run({"x": x})["y"], x @ w, F32)
-        assert header() == [packed, size]
     backend._memory.write(backend._store, bytes(w.nbytes), backend._weight_addresses[0])
     x = rand(12, 24, seed=5)
     assert_close(session.run({"x": x})["y"], x @ w, F32)  # the panels, not the zeroed weight

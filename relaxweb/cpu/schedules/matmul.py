@@ -20,7 +20,7 @@ from ...ir.symbolic import PrimExpr
 from ...ir.tir import TensorProgram
 from ...ir.wasm_schedule import BlockMatmulSchedule, MatrixVectorSchedule, PackedMatmulSchedule, WasmSchedule
 from ..emit import Emitter, Function
-from ..wat_builder import Body, ceil_div_u, const, get, op
+from ..wat_builder import Body, ceil_div_u, get
 from .common import kernel_signature, kernel_text, load_size_vars, units_function
 from .matmul_block import BLOCK_TIER
 from .matmul_kernel import MatmulKernel, Tier, UnitSizes
@@ -75,7 +75,7 @@ def render_matmul(program: TensorProgram, schedule: WasmSchedule, parts: Mapping
     assert packed is not None
     packer = _kernel(program, info, addresses, prepacked)
     _prelude(packer, chain[-1])
-    prepack_main(packer, packed, _runs(chain, packed))
+    prepack_main(packer, packed)
     return text + "\n" + packer.body.function.text(f"$main_pack {signature} (result i32)")
 
 
@@ -105,20 +105,6 @@ def _kernel(program: TensorProgram, info: MatmulInfo, addresses: Mapping[str, st
                         tuple(program.axes[p] for p in info.rows), tuple(shape[p] for p in info.rows),
                         tuple(program.axes[p] for p in info.columns), tuple(shape[p] for p in info.columns),
                         tuple(program.axes[p] for p in info.batch), tuple(shape[p] for p in info.batch), prepacked)
-
-
-def _runs(chain: list[WasmSchedule], tier: WasmSchedule) -> str:
-    """An i32 WAT value, nonzero where ``tier`` of the chain runs: no tier before it does,
-    and its own condition holds (at ``$rows`` and ``$depth``)."""
-    rows, depth = get("$rows"), get("$depth")
-    position = chain.index(tier)
-    condition = TIERS[type(tier)].condition
-    runs = condition(tier, rows, depth) if condition is not None else const(1)
-    for before in chain[:position]:
-        earlier = TIERS[type(before)].condition
-        assert earlier is not None, f"{before.kind} falls back to {tier.kind} everywhere"
-        runs = op("i32.and", runs, op("i32.eqz", earlier(before, rows, depth)))
-    return runs
 
 
 def _prelude(kernel: MatmulKernel, blocks: WasmSchedule) -> None:

@@ -83,10 +83,7 @@ class Tier:
     """How a matmul kind is rendered as a tier: ``main(kernel, schedule)`` writes its part of
     ``$main`` (returning after its units, unless it is the last), ``units(sizes, schedule,
     then)`` its unit count (``then``: the count of the tiers after it, for those it falls
-    back to), ``condition`` where it runs."""
+    back to)."""
 
     main: Callable[[MatmulKernel, WasmSchedule], None]
     units: Callable[[UnitSizes, WasmSchedule, str | None], str]
-    #: ``condition(schedule, rows, depth)``: an i32 WAT value, nonzero where the tier runs
-    #: (given the rows and the reduction's steps as WAT values; None: wherever it is reached)
-    condition: Callable[[WasmSchedule, str, str], str] | None = None

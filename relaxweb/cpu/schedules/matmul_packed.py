@@ -30,7 +30,7 @@ from typing import Callable, Mapping, Sequence
 from ...ir.access import flat_offset, reads
 from ...ir.matmul_layout import direct_columns, flat_columns, gathered_columns, gathered_stride
 from ...ir.pattern import MatmulInfo
-from ...ir.symbolic import IntImm, SizeVar, product, simplify, substitute
+from ...ir.symbolic import IntImm, SizeVar, free_vars, product, simplify, substitute
 from ...ir.tir import Load, TensorProgram
 from ...ir.wasm_schedule import PackedMatmulSchedule
 from ..emit import store
@@ -57,23 +57,32 @@ class PrepackedFactor:
     each of its indices one of those axes or 0 (``kinds``: per dimension ``"column"``,
     ``"step"`` or ``"one"``).  Its panels are then the same for every row, batch index and
     run: a region of the memory holds them all, ``[ceil(N / panel_columns)][K][panel_columns]``
-    floats after a header, written once (``kK_pack``, before the call site's first call that
-    runs the packed tier) and read in place by the kernel's packed tier, instead of packing
-    the factor again for every group of row panels of every call.  ResNet-50's 3x3
-    convolutions of 512 channels packed their 9.4 MB weight twice a call; skipping that
-    packing made the model 8% faster in V8."""
+    floats after a header, written once (``kK_pack``, when the runtime loads the bundle) and
+    read in place by the kernel's packed tier, instead of packing
+    the factor again for every group of row panels of every call.  BERT-base's projections
+    copied every weight's column blocks per call (32 bytes of each of its rows, the rows 3-12
+    KB apart); read prepacked, the model took 0.94 of its time in V8.  ResNet-50's 3x3
+    convolutions, whose weights are gathered four steps at a time, did not move."""
 
     buffer: str
     kinds: tuple[str, ...]
     panel_columns: int
+    #: the packed tier's deepest reduction: a deeper weight is never read from panels
+    max_depth: int
+    #: the size variables the panels depend on (the factor's shape, the columns' and the
+    #: reduction's extents): each must be a constant at a call site for it to pack at load
+    size_vars: frozenset[str]
 
     def region_bytes(self, shape: Sequence[int]) -> int | None:
         """The bytes of a region holding the panels of a weight of ``shape`` (None where it
-        does not fit the reading: a dimension indexed by 0 larger than 1)."""
+        does not fit the reading, a dimension indexed by 0 larger than 1, or its reduction
+        is deeper than the packed tier runs)."""
         if len(shape) != len(self.kinds) or any(kind == "one" and size != 1 for kind, size in zip(self.kinds, shape)):
             return None
         depth = math.prod(size for kind, size in zip(self.kinds, shape) if kind == "step")
         columns = math.prod(size for kind, size in zip(self.kinds, shape) if kind == "column")
+        if depth > self.max_depth:
+            return None
         blocks = -(-columns // self.panel_columns)
         return PREPACKED_HEADER_BYTES + 4 * blocks * self.panel_columns * depth
 
@@ -101,7 +110,9 @@ def prepacked_factor(program: TensorProgram, info: MatmulInfo, schedule: PackedM
             return None
     if sorted(seen) != sorted(columns | steps):
         return None
-    return PrepackedFactor(b.buffer.name, tuple(kinds), schedule.panel_columns)
+    extents = (*b.buffer.shape, *(program.output.shape[position] for position in info.columns), *info.reduce_extents)
+    size_vars = frozenset(var.name for extent in extents for var in free_vars(extent))
+    return PrepackedFactor(b.buffer.name, tuple(kinds), schedule.panel_columns, schedule.max_depth, size_vars)
 
 
 def prepacked_block(depth: str) -> str:
@@ -110,25 +121,24 @@ def prepacked_block(depth: str) -> str:
     return add(get(PREPACKED), add(const(PREPACKED_HEADER_BYTES), mul(get("$column0"), op("i32.shl", depth, const(2)))))
 
 
-def prepack_main(kernel: MatmulKernel, schedule: PackedMatmulSchedule, runs: str) -> None:
+def prepack_main(kernel: MatmulKernel, schedule: PackedMatmulSchedule) -> None:
     """The body of ``$main_pack`` (exported as ``kK_pack``, the kernel's signature, returning
-    i32): where the call site has a region (``$prepacked``) whose panels are not written, the
-    packed tier runs at these sizes (``runs``, an i32 WAT value) and the region holds them,
-    every block of the second factor packed into its panel (:func:`pack_second_factor`), then
-    the header's flag set; 1 where the panels are written (now or before), else 0.  The
-    runtime calls it on one thread before the call site's calls, until it returns 1."""
+    i32), which the runtime calls once at load per call site with a region (``$prepacked``),
+    on a params block whose size variables that the panels depend on are the call site's
+    (the others 1): every block of the second factor packed into its panel
+    (:func:`pack_second_factor`), then the header's flag set, and 1; 0 (nothing written)
+    where there is no region, the reduction is deeper than the packed tier runs, or the
+    region is too small."""
     body = kernel.body
     region = get(PREPACKED)
+    blocks = div_u(add(get("$columns"), const(schedule.panel_columns - 1)), const(schedule.panel_columns))
+    needed = add(const(PREPACKED_HEADER_BYTES), mul(mul(blocks, const(4 * schedule.panel_columns)), get("$depth")))
+    body.comment("not without a region, where another tier runs, nor beyond the region's bytes")
     with body.if_(op("i32.eqz", region)):
         with body.then():
             body.line("(return (i32.const 0))")
-    with body.if_(op("i32.load", region)):
-        with body.then():
-            body.line("(return (i32.const 1))")
-    blocks = div_u(add(get("$columns"), const(schedule.panel_columns - 1)), const(schedule.panel_columns))
-    needed = add(const(PREPACKED_HEADER_BYTES), mul(mul(blocks, const(4 * schedule.panel_columns)), get("$depth")))
-    body.comment("not where another tier runs, nor beyond the region's bytes")
-    with body.if_(op("i32.or", op("i32.eqz", runs), op("i32.gt_u", needed, f"(i32.load offset=4 {region})"))):
+    with body.if_(op("i32.or", op("i32.eqz", packed_condition(schedule, get("$rows"), get("$depth"))),
+                     op("i32.gt_u", needed, f"(i32.load offset=4 {region})"))):
         with body.then():
             body.line("(return (i32.const 0))")
     body.set("$column0", const(0))
@@ -213,8 +223,8 @@ def packed_units(sizes: UnitSizes, schedule: PackedMatmulSchedule, then: str | N
 
 
 def packed_condition(schedule: PackedMatmulSchedule, rows: str, depth: str) -> str:
-    """An i32 WAT value, nonzero where the tier runs (once reached): at most ``max_depth``
-    reduction steps."""
+    """An i32 WAT value, nonzero where the tier runs once reached (after a matrix-vector
+    tier's rows): at most ``max_depth`` reduction steps."""
     return op("i32.le_u", depth, const(schedule.max_depth))
 
 
@@ -791,4 +801,4 @@ def _epilogue_splats(kernel: MatmulKernel, axes: tuple, splats: dict) -> dict:
     return splats
 
 
-PACKED_TIER = Tier(packed_main, packed_units, packed_condition)  # type: ignore[arg-type]
+PACKED_TIER = Tier(packed_main, packed_units)  # type: ignore[arg-type]

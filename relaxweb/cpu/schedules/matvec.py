@@ -504,4 +504,4 @@ def _outputs(kernel: MatmulKernel, sums: str, row: str, column0: str, width: str
     emitter.close_scope()
 
 
-MATRIX_VECTOR_TIER = Tier(matrix_vector_main, matrix_vector_units, _condition)  # type: ignore[arg-type]
+MATRIX_VECTOR_TIER = Tier(matrix_vector_main, matrix_vector_units)  # type: ignore[arg-type]
