@@ -17,7 +17,7 @@ import os
 import re
 import stat
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from relaxweb.errors import RelaxwebError
 
@@ -334,10 +334,11 @@ def _fact_problem(manifest: dict) -> str | None:
     if "wasm" in manifest:
         keys = sorted(key for key in manifest["wasm"]
                       if key in ("file", "relaxed_madd_sites", "scratch_bytes", "unavailable"))
-        if "prepacked" in manifest["wasm"] and "file" not in manifest["wasm"]:
-            return "wasm: prepacked without a file"
         if keys not in (["file", "scratch_bytes"], ["file", "relaxed_madd_sites", "scratch_bytes"], ["unavailable"]):
             return "wasm: expected either file and scratch_bytes (and maybe relaxed_madd_sites) or unavailable"
+        problem = _prepacked_problem(manifest)
+        if problem:
+            return problem
     for index, site in enumerate(manifest["call_sites"]):
         end = site["params_offset"] + site["params_size"]
         if site["params_offset"] % 256 or site["params_size"] % 16 or end > manifest["params_bytes"]:
@@ -381,6 +382,24 @@ def _weight_parts_problem(manifest: dict, buffers: list, where: str) -> str | No
 MAX_MANIFEST_BYTES = 256 * 1024 * 1024
 MAX_HOST_MODULE_BYTES = 64 * 1024 * 1024
 MAX_KERNEL_BYTES = 16 * 1024 * 1024
+
+
+def _prepacked_problem(manifest: Mapping[str, Any]) -> str | None:
+    """What is wrong with ``wasm.prepacked`` beyond the schema: an entry without a kernels.wasm,
+    a call site named twice, params that do not fit the call site's params block."""
+    regions = manifest["wasm"].get("prepacked", [])
+    if regions and "file" not in manifest["wasm"]:
+        return "wasm.prepacked: the bundle has no kernels.wasm"
+    seen = set()
+    for index, region in enumerate(regions):
+        site = region["call_site"]
+        if site in seen:
+            return f"wasm.prepacked[{index}].call_site: call site {site} is named twice"
+        seen.add(site)
+        if 4 * len(region["params"]) > manifest["call_sites"][site]["params_size"]:
+            return (f"wasm.prepacked[{index}].params: {4 * len(region['params'])} bytes, more than call site {site}'s "
+                    f"params_size ({manifest['call_sites'][site]['params_size']})")
+    return None
 
 
 def _tokenizer_problem(tokenizer: dict | None) -> str | None:

@@ -319,6 +319,8 @@ function factProblem(manifest) {
     if (!["file,scratch_bytes", "file,relaxed_madd_sites,scratch_bytes", "unavailable"].includes(keys.join(","))) {
       return "wasm: expected either file and scratch_bytes (and maybe relaxed_madd_sites) or unavailable";
     }
+    const prepacked = prepackedProblem(manifest);
+    if (prepacked) return prepacked;
   }
   for (const [index, site] of manifest.call_sites.entries()) {
     const end = site.params_offset + site.params_size;
@@ -366,6 +368,27 @@ function weightPartsProblem(manifest, buffers, where) {
       }
     } else if ("weight" in buffer && (weights[buffer.weight].parts ?? 1) > 1) {
       return `${where}[${position}].weight: weight ${buffer.weight} is bound in parts (weight_part)`;
+    }
+  }
+  return null;
+}
+
+/**
+ * What is wrong with `wasm.prepacked` beyond the schema: an entry without a kernels.wasm, a call
+ * site named twice, params that do not fit the call site's params block (Python's _prepacked_problem).
+ * @param {any} manifest @returns {string|null}
+ */
+function prepackedProblem(manifest) {
+  const regions = manifest.wasm.prepacked ?? [];
+  if (regions.length && !("file" in manifest.wasm)) return "wasm.prepacked: the bundle has no kernels.wasm";
+  const seen = new Set();
+  for (const [index, region] of regions.entries()) {
+    const site = region.call_site;
+    if (seen.has(site)) return `wasm.prepacked[${index}].call_site: call site ${site} is named twice`;
+    seen.add(site);
+    const size = manifest.call_sites[site].params_size;
+    if (4 * region.params.length > size) {
+      return `wasm.prepacked[${index}].params: ${4 * region.params.length} bytes, more than call site ${site}'s params_size (${size})`;
     }
   }
   return null;
