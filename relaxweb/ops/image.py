@@ -434,6 +434,11 @@ def legalize_resize(context, call: Call):
     shape = tensor_shape(data)
     fractions, extents = output_plan(shape, attrs)
     nearest_mode = attrs.get("nearest_mode", "round_prefer_floor")
+    # asymmetric coordinates rounded down never leave the input: an output index y is below the
+    # output extent, floor(in * p / q) with a scale p / q (or `out` with sizes, the scale out /
+    # in), so y * q / p < in and its floor is at most in - 1; the clamp would cost each element of
+    # a nearest upsample (YOLO's) two calls of min and max on the CPU
+    clamped = not (mode == "nearest" and nearest_mode == "floor" and coordinate_mode == "asymmetric")
     # dims resized by 1 to the same extent are copied (as the reference skips them)
     resized = [
         d for d in range(len(shape))
@@ -457,7 +462,7 @@ def legalize_resize(context, call: Call):
                     index = simplify((2 * numerator + denominator) // (2 * denominator))
                 if factor is not None:
                     index = index * factor
-                per_axis[d] = [(_clamp(index, shape[d]), None)]
+                per_axis[d] = [(_clamp(index, shape[d]) if clamped else index, None)]
             else:
                 low = simplify(numerator // denominator)
                 weight = (cast("float32", IndexValue(simplify(numerator % denominator)))

@@ -651,3 +651,29 @@ def test_builder_errors_name_the_binding_and_the_dimension() -> None:
     y = builder.add_param("y", sinfo(n, 5))
     with pytest.raises(DeductionError, match=r"binding 'z': add: cannot broadcast dimension 1 of the result: 4 vs 5"):
         builder.emit_op("add", x, y, name_hint="z")
+
+
+@pytest.mark.parametrize("scales, sizes", [((1, 1, 2, 2), None), ((1, 1, 1.5, 0.5), None), ((1, 1, 3, 0.75), None),
+                                           (None, (1, 1, 7, 2))])
+def test_nearest_asymmetric_floor_resize_reads_without_clamping(scales, sizes) -> None:
+    """A nearest resize with asymmetric coordinates rounded down (ultralytics' upsample) never
+    reads past the input, whatever the scale or sizes: its program indexes the input by
+    ``(y * q) // p`` alone, without the min / max clamp the other modes need, and matches
+    the reference at symbolic sizes (the output's extents ``floor(in * scale)``)."""
+    h, w = SizeVar("h"), SizeVar("w")
+    builder = FunctionBuilder("main")
+    x = builder.add_param("x", TensorStructInfo((1, 2, h, w) if sizes is None else (1, 2, 5, 3), "float32"))
+    attrs = {"mode": "nearest", "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"}
+    if scales is not None:
+        attrs.update(scales=list(scales))
+    else:
+        attrs.update(sizes=list(sizes))
+    out = builder.emit(call_op("resize", x, **attrs), "y", output=True)
+    module = legalize_ops(IRModule({"main": builder.finish([out], ["y"])}))
+    [program] = [p for p in module.programs.values() if isinstance(p, TensorProgram)]
+    text = format_scalar(program.body)
+    assert "min(" not in text and "max(" not in text, text
+    for height, width in ((5, 3), (4, 8), (7, 1)) if sizes is None else ((5, 3),):
+        data = rand((1, 2, height, width), seed=height)
+        reference = run_module(IRModule({"main": builder.finish([out], ["y"])}), {"x": data})
+        assert_close(run_module(module, {"x": data})[0], reference[0], F32)
