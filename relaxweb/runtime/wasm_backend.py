@@ -60,9 +60,6 @@ from relaxweb.runtime.tensors import (
 )
 
 RESERVED_BYTES = 65536  # bytes [0, 65536) are never a buffer
-#: a prepacked region's header (docs/bundle-format.md, "Prepacked weights"): i32 0 nonzero once
-#: ``kK_pack`` wrote the panels, i32 1 the region's bytes (written here at load)
-PREPACKED_HEADER_BYTES = 16
 #: prepacked regions are laid out while they end below this address (a model whose weights are
 #: near the 4 GiB a wasm32 memory holds keeps that room for its storages: its call sites past it
 #: get no region, and their kernels pack per call as without one)
@@ -132,30 +129,9 @@ def wasm_entry(manifest: Mapping[str, Any], bundle_dir: Path) -> Mapping[str, An
         raise RelaxwebError(f"the bundle {bundle_dir} has no kernels.wasm: {entry['unavailable']}")
     if not (isinstance(entry, Mapping) and isinstance(entry.get("file"), str)
             and isinstance(entry.get("relaxed_madd_sites", 1), int) and entry.get("relaxed_madd_sites", 1) > 0
-            and isinstance(entry.get("scratch_bytes"), int) and 0 <= entry["scratch_bytes"] <= 1 << 30
-            and _prepacked_entries_valid(entry.get("prepacked", []), manifest.get("call_sites", []))):
+            and isinstance(entry.get("scratch_bytes"), int) and 0 <= entry["scratch_bytes"] <= 1 << 30):
         raise RelaxwebError(f"the bundle {bundle_dir} has a malformed 'wasm' entry in its manifest: the bundle is damaged")
     return entry
-
-
-def _prepacked_entries_valid(regions: Any, call_sites: Sequence[Any]) -> bool:
-    """Whether ``wasm.prepacked`` is a list of ``{"call_site": c, "bytes": n, "params": [...]}``,
-    each call site once, ``n`` above the header and below 4 GiB, the params i32s that fit the
-    call site's params block."""
-    if not isinstance(regions, list):
-        return False
-    sites = [region.get("call_site") if isinstance(region, Mapping) else None for region in regions]
-    if not all(isinstance(site, int) and 0 <= site < len(call_sites) for site in sites) or len(set(sites)) != len(sites):
-        return False
-    return all(isinstance(region.get("bytes"), int) and PREPACKED_HEADER_BYTES < region["bytes"] < 1 << 32
-               and isinstance(region.get("params"), list) and 0 < 4 * len(region["params"]) <= _params_size(
-                   call_sites[region["call_site"]])
-               and all(isinstance(v, int) and -(1 << 31) <= v < 1 << 31 for v in region["params"]) for region in regions)
-
-
-def _params_size(call_site: Any) -> int:
-    size = call_site.get("params_size") if isinstance(call_site, Mapping) else None
-    return size if isinstance(size, int) else 0
 
 
 class WasmTensor(GpuTensor):
@@ -275,6 +251,7 @@ class WasmBackend:
             if site not in self._prepacked_regions:
                 continue
             address, size = self._prepacked_regions[site]
+            # the header (docs/bundle-format.md, "Prepacked weights"): i32 0 set by kK_pack, i32 1 the region's bytes
             self._memory.write(self._store, size.to_bytes(4, "little"), address + 4)
             call_site = self.manifest["call_sites"][site]
             pack = self._packs[call_site["kernel"]]

@@ -666,8 +666,7 @@ export class WasmBackend {
       }
       const params = this.paramsBase + site.params_offset;
       new Int32Array(this.memory.buffer, params, region.params.length).set(region.params);
-      const addresses = site.buffers.map((/** @type {any} */ b) => ("weight" in b ? this.weightAddresses[b.weight]
-        : "weight_part" in b && b.weight_part[1] === 0 ? this.weightAddresses[b.weight_part[0]] : 0));
+      const addresses = site.buffers.map((/** @type {any} */ b) => ("weight" in b || "weight_part" in b ? this.weightAddress(b) : 0));
       // a negative kernel: the pool's leader calls its kK_pack instead of its units (wasm_worker.js)
       calls.push({ kernel: -1 - site.kernel, params, addresses: [...addresses, address], statusAt: -1, callSite: region.call_site,
         paramsBytes: 4 * region.params.length });
@@ -729,6 +728,16 @@ export class WasmBackend {
   }
 
   /**
+   * The address a call site passes for a `{"weight": j}` or `{"weight_part": [j, part]}` binding:
+   * the whole weight's as part 0, 0 for its other parts.
+   * @param {any} binding @returns {number}
+   */
+  weightAddress(binding) {
+    if ("weight" in binding) return this.weightAddresses[binding.weight];
+    return binding.weight_part[1] === 0 ? this.weightAddresses[binding.weight_part[0]] : 0;
+  }
+
+  /**
    * The byte address of each buffer of a call site, in binding order: a weight in parts is
    * passed whole as part 0, and 0 for its other parts (the contract); then, for a kernel that
    * exports kK_pack, the call site's prepacked region (0: none).
@@ -739,8 +748,7 @@ export class WasmBackend {
     const addresses = buffers.map((/** @type {any} */ b) =>
       "storage" in b ? this.storageAddresses[b.storage]
         : "status" in b ? this.statusAddresses[0] // the page's thread's; each worker gets its own (WorkerPool.run)
-        : "weight" in b ? this.weightAddresses[b.weight]
-        : b.weight_part[1] === 0 ? this.weightAddresses[b.weight_part[0]] : 0);
+        : this.weightAddress(b));
     if (this.kernelFunctions[this.manifest.call_sites[callSite].kernel].pack) addresses.push(this.prepackedRegions.get(callSite) ?? 0);
     this.siteAddresses[callSite] = addresses;
     this.statusAt[callSite] = buffers.findIndex((/** @type {any} */ b) => "status" in b);

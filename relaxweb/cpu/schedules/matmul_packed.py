@@ -133,11 +133,11 @@ def prepack_main(kernel: MatmulKernel, schedule: PackedMatmulSchedule) -> None:
     region = get(PREPACKED)
     blocks = div_u(add(get("$columns"), const(schedule.panel_columns - 1)), const(schedule.panel_columns))
     needed = add(const(PREPACKED_HEADER_BYTES), mul(mul(blocks, const(4 * schedule.panel_columns)), get("$depth")))
-    body.comment("not without a region, where another tier runs, nor beyond the region's bytes")
+    body.comment("not without a region, nor deeper than the packed tier runs, nor beyond the region's bytes")
     with body.if_(op("i32.eqz", region)):
         with body.then():
             body.line("(return (i32.const 0))")
-    with body.if_(op("i32.or", op("i32.eqz", packed_condition(schedule, get("$rows"), get("$depth"))),
+    with body.if_(op("i32.or", op("i32.eqz", packed_condition(schedule, get("$depth"))),
                      op("i32.gt_u", needed, f"(i32.load offset=4 {region})"))):
         with body.then():
             body.line("(return (i32.const 0))")
@@ -157,7 +157,7 @@ def packed_main(kernel: MatmulKernel, schedule: PackedMatmulSchedule) -> None:
     u < $end`` of ``$group`` panels (and a column slice), then return."""
     emitter, body = kernel.emitter, kernel.body
     unit, rows, columns, depth = get("$unit"), get("$rows"), get("$columns"), get("$depth")
-    with body.if_(packed_condition(schedule, rows, depth)):
+    with body.if_(packed_condition(schedule, depth)):
         with body.then():
             group = body.named("group")
             split = schedule.split_columns
@@ -219,12 +219,12 @@ def packed_units(sizes: UnitSizes, schedule: PackedMatmulSchedule, then: str | N
     panels = mul(sizes.batch, row_groups)
     if schedule.split_columns:
         panels = mul(panels, split_slices(schedule, sizes.rows, sizes.columns, group, sizes.batch))
-    return f"(select {panels} {then} {packed_condition(schedule, sizes.rows, sizes.depth)})"
+    return f"(select {panels} {then} {packed_condition(schedule, sizes.depth)})"
 
 
-def packed_condition(schedule: PackedMatmulSchedule, rows: str, depth: str) -> str:
-    """An i32 WAT value, nonzero where the tier runs once reached (after a matrix-vector
-    tier's rows): at most ``max_depth`` reduction steps."""
+def packed_condition(schedule: PackedMatmulSchedule, depth: str) -> str:
+    """An i32 WAT value, nonzero where the tier runs once reached (a matrix-vector tier before
+    it tests the rows): at most ``max_depth`` reduction steps."""
     return op("i32.le_u", depth, const(schedule.max_depth))
 
 
