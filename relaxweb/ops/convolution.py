@@ -28,7 +28,9 @@ Legalization: one tensor program each, a reduction over (input channels of the g
 kernel positions; input positions ``o*stride - pad_begin + k*dilation`` outside the input
 read nothing (a ``Select``), checked only where they can fall outside.  Transposed
 convolution reduces over the kernel positions whose source ``(o + pad_begin -
-k*dilation) / stride`` is a whole, in-range input position.  ``lp_pool`` sums ``|x|**p``
+k*dilation) / stride`` is a whole, in-range input position; where the kernel is the stride
+(no padding, dilation or groups), each input position writes its own tile of the output: a
+matmul of the channels into ``[N, O, H, kh, W, kw]``, which is the output read row-major.  ``lp_pool`` sums ``|x|**p``
 over the window and takes the ``1/p``-th power: products for an integer ``p`` up to 8 (``sqrt``
 for 2, nothing for 1), WGSL ``pow`` on non-negative values otherwise (0 stays 0).
 """
@@ -48,6 +50,7 @@ from ..ir.symbolic import (
 )
 from ..ir.tir import Cast, FloatImm, IndexValue, Load, Reduce, ReduceCombiner, maximum, power, select, sqrt
 from .common import make_program, needs_known_shapes, require_float, require_tensor, same_dtype
+from .reshape import reshape_program
 
 # The lowest finite float32: what a max pool window holds where it reads no input.
 LOWEST_FLOAT32 = float(np.finfo(np.float32).min)
@@ -289,6 +292,8 @@ def legalize_conv_transpose(context, call: Call):
     groups = int(attrs.get("groups", 1))
     begins, _ = resolve_padding(call.op, attrs, tensor_shape(call.args[0])[2:], tensor_shape(call.args[1])[2:])
     dtype = info.dtype
+    if _tiles_without_overlap(call, begins):
+        return _conv_transpose_as_matmul(context, call)
 
     def body(axes, buffers):
         x, w = buffers[0], buffers[1]
@@ -320,6 +325,50 @@ def legalize_conv_transpose(context, call: Call):
 
     program = make_program("conv_transpose", call.args, info.shape, dtype, body)
     return context.call_tir(program, call.args)
+
+
+def _tiles_without_overlap(call: Call, begins) -> bool:
+    """Whether each input position of a transposed convolution writes its own tile of the
+    output, and nothing else does: one group, kernel == stride, no dilation or padding, an
+    output of exactly ``input * stride`` (a DBNet head's, a U-Net's 2x2 up-convolution)."""
+    attrs = call.attrs
+    x_shape, w_shape = tensor_shape(call.args[0]), tensor_shape(call.args[1])
+    rank = len(attrs["strides"])
+    return (int(attrs.get("groups", 1)) == 1
+            and all(int(d) == 1 for d in attrs["dilations"])
+            and all(as_int(b) == 0 for b in begins)
+            and all(as_int(w_shape[2 + i]) == int(attrs["strides"][i]) for i in range(rank))
+            and all(prove_equal(call.struct_info.shape[2 + i], simplify(x_shape[2 + i] * int(attrs["strides"][i])))
+                    for i in range(rank)))
+
+
+def _conv_transpose_as_matmul(context, call: Call):
+    """A transposed convolution whose tiles do not overlap (:func:`_tiles_without_overlap`) as
+    a matmul of the input's pixels by the weight's taps, ``[N, O, H, kh, W, kw]`` (each
+    output element one product of the channels, with no kernel positions to test), which
+    read row-major is the output ``[N, O, H * kh, W * kw]``: the reshape after it only
+    renames the elements.  The general form reduces over every kernel position with a
+    divisibility test per step, and is no matmul a CPU kernel could block."""
+    x, w = call.args[0], call.args[1]
+    info = call.struct_info
+    rank = len(call.attrs["strides"])
+    x_shape, w_shape = tensor_shape(x), tensor_shape(w)
+    tiled = (x_shape[0], w_shape[1], *(extent for i in range(rank) for extent in (x_shape[2 + i], w_shape[2 + i])))
+
+    def body(axes, buffers):
+        source, weight = buffers[0], buffers[1]
+        n, oc, spatial = axes[0], axes[1], axes[2:]
+        ic = SizeVar("rc_")
+        pixels, taps = spatial[0::2], spatial[1::2]
+        expr = Reduce(ReduceCombiner.SUM, ic, source.shape[1],
+                      Load(source, (n, ic, *pixels)) * Load(weight, (ic, oc, *taps)))
+        if len(buffers) == 3:
+            expr = expr + Load(buffers[2], (oc,))
+        return expr
+
+    tiles = context.emit(context.call_tir(make_program("conv_transpose_tiles", call.args, tiled, info.dtype, body),
+                                          call.args), "conv_transpose_tiles")
+    return context.call_tir(reshape_program(tiles, info.shape), (tiles,))
 
 
 def _compute_dtype(x: np.ndarray):

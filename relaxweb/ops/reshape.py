@@ -45,7 +45,7 @@ from ..ir.op_registry import AssumptionError, DeductionError, node_text, registe
 from ..ir.struct_info import PrimStructInfo, TensorStructInfo
 from ..ir.symbolic import (
     IntImm, PrimExpr, as_int, expr_min, format_expr, product, prove_equal,
-    prove_less, prove_not_equal, simplify,
+    prove_less, prove_less_equal, prove_not_equal, simplify,
 )
 from ..ir.tir import Load, maximum, select
 from .common import (
@@ -128,12 +128,60 @@ def row_major_strides(shape: tuple[PrimExpr, ...]) -> list[PrimExpr]:
     return strides[::-1]
 
 
+def _matched_groups(source: tuple[PrimExpr, ...], target: tuple[PrimExpr, ...]) -> list[tuple[list[int], list[int]]] | None:
+    """The dims of both shapes (those of extent 1 left out) as consecutive groups whose
+    products are provably equal, each as small as that allows (``[N, O, H, 2, W, 2]`` and
+    ``[N, O, 2H, 2W]``: N-N, O-O, (H, 2)-2H, (W, 2)-2W), or None where they cannot be
+    matched so."""
+    kept_source = [i for i, d in enumerate(source) if as_int(d) != 1]
+    kept_target = [j for j, d in enumerate(target) if as_int(d) != 1]
+    groups, i, j = [], 0, 0
+    while i < len(kept_source) and j < len(kept_target):
+        group_source, group_target = [kept_source[i]], [kept_target[j]]
+        source_size, target_size = source[kept_source[i]], target[kept_target[j]]
+        i, j = i + 1, j + 1
+        while not prove_equal(source_size, target_size):
+            if i < len(kept_source) and prove_less_equal(source_size, target_size):
+                group_source.append(kept_source[i])
+                source_size, i = simplify(source_size * source[kept_source[i]]), i + 1
+            elif j < len(kept_target) and prove_less_equal(target_size, source_size):
+                group_target.append(kept_target[j])
+                target_size, j = simplify(target_size * target[kept_target[j]]), j + 1
+            else:
+                return None
+        groups.append((group_source, group_target))
+    return groups if i == len(kept_source) and j == len(kept_target) else None
+
+
+def _grouped_indices(source: tuple[PrimExpr, ...], target: tuple[PrimExpr, ...], axes) -> tuple[PrimExpr, ...] | None:
+    """The source's indices of the element at ``axes`` of the target, computed within each
+    group of :func:`_matched_groups` (divisions by the group's own extents only: none where
+    a dim splits into constant ones), or None where the dims do not group."""
+    groups = _matched_groups(source, target)
+    if groups is None:
+        return None
+    indices: list[PrimExpr] = [IntImm(0)] * len(source)
+    for group_source, group_target in groups:
+        flat = sum((axes[j] * product(target[k] for k in group_target[position + 1:])
+                    for position, j in enumerate(group_target)), simplify(0))
+        for position, i in enumerate(group_source):
+            stride = product(source[k] for k in group_source[position + 1:])
+            value = flat if as_int(stride) == 1 else flat // stride
+            indices[i] = simplify(value if position == 0 else value % source[i])
+    return tuple(indices)
+
+
 def reshape_program(data: Expr, shape: tuple[PrimExpr, ...], name: str = "reshape"):
-    """The copy program of a reshape of ``data`` (a known shape) to ``shape`` (row-major order)."""
+    """The copy program of a reshape of ``data`` (a known shape) to ``shape`` (row-major order):
+    each source index computed within the group of dims it shares with the target
+    (:func:`_grouped_indices`), else from the element's flat position."""
     def body(axes, buffers):
         (source,) = buffers
         if any(as_int(d) == 0 for d in (*shape, *source.shape)) or not source.shape:  # nothing is ever loaded, or a scalar
             return Load(source, tuple(axes[0] if axes else IntImm(0) for _ in source.shape))
+        grouped = _grouped_indices(tuple(source.shape), tuple(shape), axes)
+        if grouped is not None:
+            return Load(source, grouped)
         flat = sum((axis * stride for axis, stride in zip(axes, row_major_strides(shape))), simplify(0))
         source_strides = row_major_strides(source.shape)
         indices = tuple(

@@ -23,7 +23,10 @@ output there; written once, it costs one pass over its elements.
 
 A merge that would turn a matmul-like program into one that is not (a transpose that
 merges attention heads mixes the factors' axes) is skipped: the tiled schedule is worth
-more than the launch it saves.
+more than the launch it saves.  So is an epilogue that leaves a matmul with fewer rows x
+columns (a reshape that interleaves them, as after a transposed convolution's tiles: the
+merged body reads both factors at the output's spatial axes, which become batch axes of a
+one-row product).
 
 A producer merges only when every use of its result is one of those consumers, in the same
 dataflow block or loop body (function outputs, If branches, a loop's carried and stacked
@@ -54,8 +57,8 @@ from ..ir.functor import ExprMutator, use_counts
 from ..ir.fusion import inline_producer, merge_inputs
 from ..ir.launch import MAX_STORAGE_BINDINGS, argument_bindings
 from ..ir.module import IRModule, ProgramTable, drop_uncalled_programs
-from ..ir.pattern import Pattern, program_pattern
-from ..ir.symbolic import Analyzer, product
+from ..ir.pattern import Pattern, analyze_matmul, program_pattern
+from ..ir.symbolic import Analyzer, IntImm, PrimExpr, product
 from ..ir.tir import (
     MATH_CALLS, Gather, Load, Select, TensorProgram, Unary, contains_reduce, expression_depth, expression_size,
     loads_of, scalar_nodes,
@@ -66,6 +69,15 @@ from .context import PassContext
 MAX_STORAGE_BUFFERS = MAX_STORAGE_BINDINGS  # WebGPU's default maxStorageBuffersPerShaderStage
 MAX_BODY_SIZE = 600  # nodes in a merged program's body
 MAX_BODY_DEPTH = 64  # nesting levels of a merged program's body
+
+
+def _tile_elements(program: TensorProgram) -> PrimExpr:
+    """How many output elements a matmul-like program's row x column tiles cover (its batch
+    axes not counted; 0 for a program that is no matmul)."""
+    info = analyze_matmul(program)
+    if info is None:
+        return IntImm(0)
+    return product([program.output.shape[position] for position in (*info.rows, *info.columns)])
 
 
 def fuse_ops(module: IRModule) -> IRModule:
@@ -217,6 +229,9 @@ class _Fuser(ExprMutator):
         if (Pattern.MATMUL in (self.pattern(producer_call.program), self.pattern(consumer_call.program))
                 and program_pattern(program) is not Pattern.MATMUL):
             return None  # e.g. a head-merging transpose after attention: keep the tiled matmul
+        if (producer_reduces and self.pattern(producer_call.program) is Pattern.MATMUL
+                and not self.analyzer.prove_less_equal(_tile_elements(source), _tile_elements(program))):
+            return None  # the epilogue would make rows or columns batch axes: keep the matmul's tiles
         name = self.table.add(program)
         return CallTIR(name, tuple(args), consumer_call.struct_info,
                        tuple((v.name, values[v.name]) for v in self.programs[name].size_vars))

@@ -30,8 +30,8 @@ from relaxweb.ir.dtype import GPU_DTYPES
 from relaxweb.ir.expr import ShapeExpr
 from relaxweb.ir.interpreter import run_module
 from relaxweb.ir.struct_info import TensorStructInfo
-from relaxweb.ir.symbolic import SizeVar, prove_equal
-from relaxweb.ir.tir import Unary
+from relaxweb.ir.symbolic import IntImm, SizeVar, prove_equal
+from relaxweb.ir.tir import Reduce, Unary, scalar_nodes
 from relaxweb.ops import DeductionError, call_op
 from relaxweb.ops.common import needs_known_shapes
 from relaxweb.ops import OPS
@@ -233,6 +233,21 @@ def cnn_model() -> onnx.ModelProto:
     return make_model(nodes, [("x", ["batch", 3, "height", "width"])], ["y", "u2"], initializers)
 
 
+def up_convolution_model() -> onnx.ModelProto:
+    """Transposed convolutions whose kernel is their stride (a DBNet head's, a U-Net's
+    up-convolutions: each input pixel writes its own tile, legalized as a matmul), with and
+    without a bias, square and not, and one whose tiles overlap (the general form) beside."""
+    initializers = {"w1": rand(6, 4, 2, 2, seed=30), "b1": rand(4, seed=31), "w2": rand(4, 1, 2, 3, seed=32),
+                    "w3": rand(6, 3, 3, 3, seed=33)}
+    nodes = [
+        node("ConvTranspose", ["x", "w1", "b1"], ["t1"], strides=[2, 2]),
+        node("Relu", ["t1"], ["r1"]),
+        node("ConvTranspose", ["r1", "w2"], ["t2"], strides=[2, 3], kernel_shape=[2, 3]),
+        node("ConvTranspose", ["x", "w3"], ["t3"], strides=[2, 2]),
+    ]
+    return make_model(nodes, [("x", ["batch", 6, "height", "width"])], ["t2", "t1", "t3"], initializers)
+
+
 def transformer_model() -> onnx.ModelProto:
     """LayerNormalization (with its Mean and InvStdDev outputs), MatMul with a 1-D operand,
     Softmax and Hardmax on a middle axis, an attention-like Einsum, LogSoftmax."""
@@ -299,6 +314,7 @@ SYMBOLIC_MODELS = {
     "resize": (resize_model, [{"x": (1, 2, 4, 5)}, {"x": (2, 2, 3, 1)}, {"x": (1, 2, 1, 1)}, {"x": (1, 2, 7, 2)}]),
     "cnn": (cnn_model, [{"x": (1, 3, 16, 16)}, {"x": (2, 3, 13, 11)}, {"x": (1, 3, 7, 9)}]),
     "transformer": (transformer_model, [{"x": (2, 5, 16)}, {"x": (1, 3, 16)}]),
+    "up_convolution": (up_convolution_model, [{"x": (1, 6, 5, 7)}, {"x": (2, 6, 1, 3)}]),
     "norms": (norms_model, [{"x": (2, 4, 6, 8), "mean": (4,), "var": (4,)}, {"x": (1, 4, 3, 1), "mean": (4,), "var": (4,)}]),
 }
 
@@ -336,7 +352,7 @@ def test_cnn_shapes_are_symbolic() -> None:
     assert str(main.ret_struct_info).startswith("Tuple(Tensor((batch, 10), float32)")
 
 
-@pytest.mark.parametrize("name", ["cnn", "resize"])
+@pytest.mark.parametrize("name", ["cnn", "resize", "up_convolution"])
 def test_bundle_runs_on_each_backend(backend, name: str, tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The whole pipeline, WGSL or kernels.wasm and the host module, at several sizes within the bounds."""
     from relaxweb.bundle import write_bundle
@@ -450,3 +466,17 @@ def test_unsupported_uses_have_clear_errors() -> None:
         convert(node("SpaceToDepth", ["x"], ["y"], blocksize=2))
     with pytest.raises(UnsupportedModelError, match="kernel_shape"):
         convert(node("MaxPool", ["x"], ["y"], kernel_shape=[2]))
+
+
+def test_conv_transpose_without_overlap_is_a_matmul() -> None:
+    """A transposed convolution whose kernel is its stride lowers to a matmul of the channels
+    (then a reshape that only renames elements); one whose tiles overlap keeps the general form,
+a sum over the kernel's positions."""
+    from relaxweb.ir.pattern import analyze_matmul
+
+    programs = legalize_ops(from_onnx(up_convolution_model())).programs
+    tiles = [program for name, program in programs.items() if name.startswith("conv_transpose_tiles")]
+    general = [program for name, program in programs.items() if name.startswith("conv_transpose") and program not in tiles]
+    assert len(tiles) == 2 and all(analyze_matmul(program) is not None for program in tiles)
+    assert len(general) == 1 and any(isinstance(node, Reduce) and node.extent == IntImm(3)
+                                     for node in scalar_nodes(general[0].body))
