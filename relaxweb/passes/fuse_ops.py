@@ -192,6 +192,9 @@ class _Fuser(ExprMutator):
         if not reduces and _concatenates(self.programs[producer.value.program]) and any(
                 self.pattern(block.slots[i].value.program) is Pattern.REDUCTION for i in consumers):
             return None  # a concatenation stays a kernel before a reduction (see _concatenates)
+        if not reduces and _concatenates(self.programs[producer.value.program], same_buffer=True) and any(
+                _windowed_matmul(self.programs[block.slots[i].value.program]) for i in consumers):
+            return None  # nor is it gathered at every tap of a convolution's window (see _windowed_matmul)
         if reduces and len(consumers) != 1:
             return None
         if not reduces and len(consumers) > 1 and _calls_math(self.programs[producer.value.program]):
@@ -309,21 +312,35 @@ class _Block:
                 readers.discard(i)
 
 
-def _concatenates(program: TensorProgram) -> bool:
+def _concatenates(program: TensorProgram, same_buffer: bool = False) -> bool:
     """Whether ``program`` picks between inputs by index (a ``Select`` whose branches read
-    different buffers: a concatenation, maybe reshaped or sliced after it).  Merged into a
-    reduction it would be evaluated at every step of every output, its selection and index
-    arithmetic with it (YOLOv8's detection head: the three scales' outputs concatenated, then
-    a softmax over 16 bins of each box side read through the concatenation, symbolic
-    divisions at every step); written once as a kernel of its own it costs one pass over its
-    elements.  A matmul's prologue evaluates it once per element already."""
+    different buffers: a concatenation, maybe reshaped or sliced after it; with
+    ``same_buffer``, also different parts of one buffer chosen by index alone, as YOLOX's
+space-to-depth stem).
+    Merged into a reduction it would be evaluated at every step of every output, its
+    selection and index arithmetic with it (YOLOv8's detection head: the three scales'
+    outputs concatenated, then a softmax over 16 bins of each box side read through the
+    concatenation, symbolic divisions at every step); written once as a kernel of its own it
+    costs one pass over its elements.  A matmul's prologue evaluates it once per element
+    already."""
     for node in scalar_nodes(program.body):
         if isinstance(node, Select):
             read_a, read_b = ({load.buffer.name for load in scalar_nodes(branch) if isinstance(load, Load)}
                               for branch in (node.a, node.b))
-            if read_a and read_b and not read_a & read_b:
+            by_index = not any(isinstance(load, Load) for load in scalar_nodes(node.condition))
+            if read_a and read_b and (not read_a & read_b or same_buffer and by_index):
                 return True
     return False
+
+
+def _windowed_matmul(program: TensorProgram) -> bool:
+    """Whether ``program`` is a matmul that sums over more than one axis (a convolution's
+    channels and window): its prologue is evaluated once per window position of each input
+    element, not once per element.  YOLOX's stem, four strided slices of the image
+    concatenated and read by a 3x3 convolution, took 33 ms at 416 x 416 merged (one thread,
+    Chromium), the selections at every tap."""
+    info = analyze_matmul(program)
+    return info is not None and len(info.reduce_axes) > 1
 
 
 def _calls_math(program: TensorProgram) -> bool:

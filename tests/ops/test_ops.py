@@ -241,6 +241,23 @@ def test_reshape_legalized_with_minus_one() -> None:
     check_legalized(module, {"x": data}, [data.reshape(-1, 6)])
 
 
+def test_reshape_indexes_within_groups_of_dims() -> None:
+    """A reshape that splits or merges dims in groups whose products match reads each source
+    index from its group's own axes: [n, 3, m, 2] -> [n, 3, 2m] -> [n, 3, m, 2] divides by 2
+    only, never by a symbolic extent; where no grouping exists ([n, 6] -> [2n, 3]) the flat
+    position serves."""
+    merged = build({"x": sinfo(n, 3, m, 2)}, lambda x: call_op("reshape", x, ShapeExpr((n, 3, m * 2))))
+    split = build({"x": sinfo(n, 3, m * 2)}, lambda x: call_op("reshape", x, ShapeExpr((n, 3, m, 2))))
+    (merge_program,), (split_program,) = (legalize_ops(module).programs.values() for module in (merged, split))
+    assert format_scalar(merge_program.body) == "A[i0_, i1_, i2_ // 2, i2_ % 2]"
+    assert format_scalar(split_program.body) == "A[i0_, i1_, i2_ * 2 + i3_]"
+    data = rand((2, 3, 5, 2), seed=9)
+    check_legalized(merged, {"x": data}, [data.reshape(2, 3, 10)])
+    regrouped = build({"x": sinfo(n, 6)}, lambda x: call_op("reshape", x, ShapeExpr((n * 2, 3))))
+    data = rand((3, 6), seed=11)
+    check_legalized(regrouped, {"x": data}, [data.reshape(6, 3)])
+
+
 # transpose and softmax ------------------------------------------------------------------------
 
 

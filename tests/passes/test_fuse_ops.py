@@ -420,3 +420,61 @@ def test_fusion_keeps_a_matmul_tiled_rather_than_merge_a_head_transpose() -> Non
     assert patterns[0] == Pattern.MATMUL and len(patterns) == 2  # the transpose and reshape merge together
     inputs = {"probs": rand(2, 4, 3, 3, seed=13), "values": rand(2, 4, 3, 8, seed=14)}
     assert_close(run_module(after, inputs)[0], run_module(before, inputs)[0])
+
+
+SPACE_TO_DEPTH = '''
+@tensor_program
+def space_to_depth(A: Buffer((1, 2, n), "float32"), out: Buffer((1, 2, n), "float32")):
+    out[i0_, i1_, i2_] = select((index(i1_) < index(1)), A[0, 1, i2_], A[0, 0, i2_])
+'''
+
+WINDOWED = '''
+@tensor_program
+def conv(A: Buffer((1, 2, n), "float32"), W: Buffer((3, 2, 3), "float32"), out: Buffer((1, 3, n), "float32")):
+    out[i0_, i1_, i2_] = sum(sum(select((index(i2_ + rk_ - 1) >= index(0)), select((index(i2_ + rk_ - 1) < index(n)), (A[0, rc_, i2_ + rk_ - 1] * W[i1_, rc_, rk_]), float32(0.0)), float32(0.0)) for rk_ in range(3)) for rc_ in range(2))
+'''
+
+
+def test_fuse_ops_keeps_a_selection_by_index_before_a_window() -> None:
+    """A selection between parts of one input by index (YOLOX's space-to-depth stem) stays a
+    kernel before a convolution: the convolution's prologue is evaluated at every position
+    of its window, the selection with it."""
+    text = SPACE_TO_DEPTH + WINDOWED + '''
+@function(inputs=["x", "w"], outputs=["y"])
+def main(x: Tensor((1, 2, n), "float32"), w: Tensor((3, 2, 3), "float32")) -> Tensor((1, 3, n), "float32"):
+    with dataflow():
+        s: Tensor((1, 2, n), "float32") = call_tir("space_to_depth", (x,), sizes={"n": n})
+        y: Tensor((1, 3, n), "float32") = call_tir("conv", (s, w), sizes={"n": n})
+        output(y)
+    return y
+'''
+    assert program_pattern(parse_module(text).programs["conv"]) is Pattern.MATMUL
+    check_unchanged(fuse_ops, text, {"x": rand(1, 2, 5), "w": rand(3, 2, 3, seed=1)})
+
+
+TILES = '''
+@tensor_program
+def tiles(A: Buffer((m, n, 3), "float32"), W: Buffer((3, 2, 2), "float32"), out: Buffer((m, n, 2, 2), "float32")):
+    out[i0_, i1_, i2_, i3_] = sum((A[i0_, i1_, rc_] * W[rc_, i2_, i3_]) for rc_ in range(3))
+
+@tensor_program
+def interleave(A: Buffer((m, n, 2, 2), "float32"), out: Buffer((m, 2, n * 2), "float32")):
+    out[i0_, i1_, i2_] = A[i0_, i2_ // 2, i1_, i2_ % 2]
+'''
+
+
+def test_fuse_ops_keeps_a_matmul_whose_epilogue_would_make_its_rows_batch() -> None:
+    """An epilogue that interleaves a matmul's rows and columns in one axis (a transposed
+    convolution's tiles read as its output) would leave a program that is still matmul-like
+    but with fewer rows x columns (m rows x 2 columns, the interleaved axis a batch axis,
+    against m n rows x 4 columns): the matmul keeps its tiles and the epilogue is a kernel."""
+    text = TILES + '''
+@function(inputs=["x", "w"], outputs=["y"])
+def main(x: Tensor((m, n, 3), "float32"), w: Tensor((3, 2, 2), "float32")) -> Tensor((m, 2, n * 2), "float32"):
+    with dataflow():
+        t: Tensor((m, n, 2, 2), "float32") = call_tir("tiles", (x, w), sizes={"m": m, "n": n})
+        y: Tensor((m, 2, n * 2), "float32") = call_tir("interleave", (t,), sizes={"m": m, "n": n})
+        output(y)
+    return y
+'''
+    check_unchanged(fuse_ops, text, {"x": rand(2, 5, 3), "w": rand(3, 2, 2, seed=1)})
