@@ -30,9 +30,10 @@ read nothing (a ``Select``), checked only where they can fall outside.  Transpos
 convolution reduces over the kernel positions whose source ``(o + pad_begin -
 k*dilation) / stride`` is a whole, in-range input position; where the kernel is the stride
 (no padding, dilation or groups), each input position writes its own tile of the output: a
-matmul of the channels into ``[N, O, H, kh, W, kw]``, which is the output read row-major.  ``lp_pool`` sums ``|x|**p``
-over the window and takes the ``1/p``-th power: products for an integer ``p`` up to 8 (``sqrt``
-for 2, nothing for 1), WGSL ``pow`` on non-negative values otherwise (0 stays 0).
+matmul of the channels into ``[N, O, H, kh, W, kw]``, which is the output read row-major.
+``lp_pool`` sums ``|x|**p`` over the window and takes the ``1/p``-th power: products for an
+integer ``p`` up to 8 (``sqrt`` for 2, nothing for 1), WGSL ``pow`` on non-negative values
+otherwise (0 stays 0).
 """
 
 from __future__ import annotations

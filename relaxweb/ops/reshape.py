@@ -155,8 +155,8 @@ def _matched_groups(source: tuple[PrimExpr, ...], target: tuple[PrimExpr, ...]) 
 
 def _grouped_indices(source: tuple[PrimExpr, ...], target: tuple[PrimExpr, ...], axes) -> tuple[PrimExpr, ...] | None:
     """The source's indices of the element at ``axes`` of the target, computed within each
-    group of :func:`_matched_groups` (divisions by the group's own extents only: none where
-    a dim splits into constant ones), or None where the dims do not group."""
+    group of :func:`_matched_groups` (divided by the group's own inner extents only, constants
+    where those are), or None where the dims do not group."""
     groups = _matched_groups(source, target)
     if groups is None:
         return None

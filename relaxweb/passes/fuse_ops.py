@@ -71,15 +71,6 @@ MAX_BODY_SIZE = 600  # nodes in a merged program's body
 MAX_BODY_DEPTH = 64  # nesting levels of a merged program's body
 
 
-def _tile_elements(program: TensorProgram) -> PrimExpr:
-    """How many output elements a matmul-like program's row x column tiles cover (its batch
-    axes not counted; 0 for a program that is no matmul)."""
-    info = analyze_matmul(program)
-    if info is None:
-        return IntImm(0)
-    return product([program.output.shape[position] for position in (*info.rows, *info.columns)])
-
-
 def fuse_ops(module: IRModule) -> IRModule:
     """Merge producer/consumer tensor-program calls in every graph function."""
     analyzer = Analyzer.from_bounds(PassContext.current().bounds)  # the user's bounds help prove sizes
@@ -316,13 +307,12 @@ def _concatenates(program: TensorProgram, same_buffer: bool = False) -> bool:
     """Whether ``program`` picks between inputs by index (a ``Select`` whose branches read
     different buffers: a concatenation, maybe reshaped or sliced after it; with
     ``same_buffer``, also different parts of one buffer chosen by index alone, as YOLOX's
-space-to-depth stem).
-    Merged into a reduction it would be evaluated at every step of every output, its
-    selection and index arithmetic with it (YOLOv8's detection head: the three scales'
-    outputs concatenated, then a softmax over 16 bins of each box side read through the
-    concatenation, symbolic divisions at every step); written once as a kernel of its own it
-    costs one pass over its elements.  A matmul's prologue evaluates it once per element
-    already."""
+    space-to-depth stem).  Merged into a reduction it would be evaluated at every step of
+    every output, its selection and index arithmetic with it (YOLOv8's detection head: the
+    three scales' outputs concatenated, then a softmax over 16 bins of each box side read
+    through the concatenation, symbolic divisions at every step); written once as a kernel
+    of its own it costs one pass over its elements.  A matmul's prologue evaluates it once
+    per element already, unless the matmul sums over a window (:func:`_windowed_matmul`)."""
     for node in scalar_nodes(program.body):
         if isinstance(node, Select):
             read_a, read_b = ({load.buffer.name for load in scalar_nodes(branch) if isinstance(load, Load)}
@@ -341,6 +331,15 @@ def _windowed_matmul(program: TensorProgram) -> bool:
     Chromium), the selections at every tap."""
     info = analyze_matmul(program)
     return info is not None and len(info.reduce_axes) > 1
+
+
+def _tile_elements(program: TensorProgram) -> PrimExpr:
+    """How many output elements a matmul-like program's row x column tiles cover (its batch
+    axes not counted; 0 for a program that is no matmul)."""
+    info = analyze_matmul(program)
+    if info is None:
+        return IntImm(0)
+    return product([program.output.shape[position] for position in (*info.rows, *info.columns)])
 
 
 def _calls_math(program: TensorProgram) -> bool:
