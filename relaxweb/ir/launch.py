@@ -9,6 +9,7 @@ the applicability checks (:func:`vectorizable`, :func:`matmul_info`) are what
 
 from __future__ import annotations
 
+from .access import flat_offset
 from .dtype import DTYPES
 from .expr import Constant
 from .pattern import MatmulInfo, analyze_matmul, top_level_reductions
@@ -102,7 +103,9 @@ def vector_access(program: TensorProgram, width: int, wasm: bool = False) -> dic
     With ``wasm`` (WebAssembly's f32x4, ``relaxweb/cpu/schedules/vectorized.py``): a buffer is
     read along the last axis at it plus anything, since ``v128.load`` reads any address (WGSL
     indexes an array of vec4s: there the offset and the buffer's last dimension must be
-    multiples of ``width``); and a select is taken where its condition is the same for the
+    multiples of ``width``), or at indices of several dims whose flat offset is the last axis
+    plus anything (``[..., x // 2, x % 2]`` of a ``[..., W, 2]`` buffer: a reshape that split
+    the axis, as after a transposed convolution's tiles); and a select is taken where its condition is the same for the
     ``width`` lanes (:func:`lane_invariant`: a concatenation's piece chosen by an index), as a
     branch around f32x4 values."""
     last = program.axes[-1].name
@@ -127,6 +130,10 @@ def vector_access(program: TensorProgram, width: int, wasm: bool = False) -> dic
         uses_last = [last in {v.name for v in free_vars(i)} for i in node.indices]
         if not any(uses_last):
             kind = SPLAT
+        elif wasm and any(uses_last[:-1]):  # several dims from the last axis (a reshape's split)
+            if last in {v.name for v in free_vars(simplify(flat_offset(node.buffer, node.indices) - SizeVar(last)))}:
+                return False
+            kind = VECTOR
         else:
             offset = simplify(node.indices[-1] - SizeVar(last))
             if any(uses_last[:-1]) or last in {v.name for v in free_vars(offset)}:

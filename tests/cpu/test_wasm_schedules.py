@@ -299,6 +299,24 @@ def test_the_vectorized_kind_takes_a_concatenation_by_an_index_at_any_offset() -
         render_program(by_column, {}, WasmVectorizedSchedule())
 
 
+def test_the_vectorized_kind_reads_a_split_axis_whose_flat_offset_is_contiguous() -> None:
+    """A reshape that split the last axis into [2w, 2] (a transposed convolution's tiles read
+    as its output): ``A[i, j // 2, j % 2]``'s flat offset is ``i * 4w + j``, so four lanes are
+    one f32x4 load.  ``A[i, j % 2, j // 2]`` (the halves interleaved) is not contiguous."""
+    w = SizeVar("w")
+    tiles = Buffer("A", (n, w * 2, IntImm(2)), "float32")
+    split = TensorProgram("sigmoid", (tiles,), Buffer("out", (n, w * 4), "float32"), (i, j),
+                          Unary(UnaryOp.SIGMOID, Load(tiles, (i, j // 2, j % 2)) + FloatImm(0.5)))
+    assert wasm_vectorizable(split) and not vectorizable(split, 4)
+    for schedule in (WasmVectorizedSchedule(), WasmVectorizedSchedule(elements_per_unit=8, unroll=1)):
+        for rows, quarter in ((1, 1), (3, 3), (2, 5)):
+            check(split, schedule, [rand(rows, quarter * 2, 2)], {"n": rows, "w": quarter})
+    swapped = Buffer("A", (n, IntImm(2), w * 2), "float32")
+    interleaved = TensorProgram("interleave", (swapped,), Buffer("out", (n, w * 4), "float32"), (i, j),
+                                Load(swapped, (i, j % 2, j // 2)))
+    assert not wasm_vectorizable(interleaved)
+
+
 def test_the_window_kind_and_its_parameters() -> None:
     """A depthwise row filter (width 3) over rows of a variable width: 8 or 4 lanes an
     iteration, the innermost axis unrolled (constant 3 up to ``unroll``) or looped."""
