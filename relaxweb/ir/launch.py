@@ -101,13 +101,14 @@ def vector_access(program: TensorProgram, width: int, wasm: bool = False) -> dic
     by name; None when the program does not fit it.
 
     With ``wasm`` (WebAssembly's f32x4, ``relaxweb/cpu/schedules/vectorized.py``): a buffer is
-    read along the last axis at it plus anything, since ``v128.load`` reads any address (WGSL
-    indexes an array of vec4s: there the offset and the buffer's last dimension must be
-    multiples of ``width``), or at indices of several dims whose flat offset is the last axis
-    plus anything (``[..., x // 2, x % 2]`` of a ``[..., W, 2]`` buffer: a reshape that split
-    the axis, as after a transposed convolution's tiles); and a select is taken where its condition is the same for the
-    ``width`` lanes (:func:`lane_invariant`: a concatenation's piece chosen by an index), as a
-    branch around f32x4 values."""
+    read wherever its flat offset is the last axis plus anything, since ``v128.load`` reads
+    any address: along its last dim, or over several dims (``[..., x // 2, x % 2]`` of a
+    ``[..., W, 2]`` buffer: a reshape that split the axis, as after a transposed convolution's
+    tiles).  WGSL indexes an array of vec4s: there only the last dim may read the axis, and the
+    offset and the buffer's last dimension must be multiples of ``width``.  With ``wasm`` a
+    select is taken where its condition is the same for the ``width`` lanes
+    (:func:`lane_invariant`: a concatenation's piece chosen by an index), as a branch around
+    f32x4 values."""
     last = program.axes[-1].name
     kinds: dict[str, str] = {}
 
@@ -130,7 +131,7 @@ def vector_access(program: TensorProgram, width: int, wasm: bool = False) -> dic
         uses_last = [last in {v.name for v in free_vars(i)} for i in node.indices]
         if not any(uses_last):
             kind = SPLAT
-        elif wasm and any(uses_last[:-1]):  # several dims from the last axis (a reshape's split)
+        elif wasm:  # the flat offset is the last axis plus anything (one or several dims read it)
             if last in {v.name for v in free_vars(simplify(flat_offset(node.buffer, node.indices) - SizeVar(last)))}:
                 return False
             kind = VECTOR
@@ -138,7 +139,7 @@ def vector_access(program: TensorProgram, width: int, wasm: bool = False) -> dic
             offset = simplify(node.indices[-1] - SizeVar(last))
             if any(uses_last[:-1]) or last in {v.name for v in free_vars(offset)}:
                 return False
-            if not wasm and (simplify(offset % width) != IntImm(0) or not _multiple_of(node.buffer.shape[-1], width)):
+            if simplify(offset % width) != IntImm(0) or not _multiple_of(node.buffer.shape[-1], width):
                 return False
             kind = VECTOR
         return kinds.setdefault(node.buffer.name, kind) == kind

@@ -471,7 +471,7 @@ def test_unsupported_uses_have_clear_errors() -> None:
 def test_conv_transpose_without_overlap_is_a_matmul() -> None:
     """A transposed convolution whose kernel is its stride lowers to a matmul of the channels
     (then a reshape that only renames elements); one whose tiles overlap keeps the general form,
-a sum over the kernel's positions."""
+    a sum over the kernel's positions."""
     from relaxweb.ir.pattern import analyze_matmul
 
     programs = legalize_ops(from_onnx(up_convolution_model())).programs
