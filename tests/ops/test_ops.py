@@ -490,6 +490,27 @@ def test_sum_over_an_empty_axis_is_zero() -> None:
     np.testing.assert_array_equal(out_sum, [0, 0, 0])
 
 
+# pooling --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kernel, strides, dilations, padding, ceil_mode, programs", [
+    ([5, 5], [1, 1], [1, 1], [2, 2, 2, 2], False, ["max_pool_rows", "max_pool"]),  # YOLO's spatial pyramid
+    ([4, 6], [2, 3], [2, 1], [1, 0, 2, 3], True, ["max_pool_rows", "max_pool"]),
+    ([3, 3, 3], [1, 2, 1], [1, 1, 1], [1, 0, 1, 1, 1, 1], False, ["max_pool_rows", "max_pool"]),  # 27 taps: 3 + 9
+    ([3, 3], [2, 2], [1, 1], [1, 1, 1, 1], False, ["max_pool"]),  # 9 taps, against 3 + 3: one program
+    ([1, 7], [1, 1], [1, 1], [0, 3, 0, 3], False, ["max_pool"]),  # a window along one dim
+])
+def test_large_max_pool_windows_are_taken_apart(kernel, strides, dilations, padding, ceil_mode, programs) -> None:
+    """A max pool's large window is legalized as two programs, the maxima along its last dim
+    and then those of the other dims; both read nothing of the padding (all values negative,
+    so a padded position taken for 0 would show), at symbolic extents."""
+    spatial = [n, m, k][:len(kernel)]
+    module = build({"x": sinfo(2, 3, *spatial)}, lambda x: call_op(
+        "max_pool", x, kernel=kernel, strides=strides, dilations=dilations, padding=padding, ceil_mode=ceil_mode))
+    legalized = check_legalized(module, {"x": rand((2, 3, *[9, 11, 7][:len(kernel)]), seed=4) - 2.0})
+    assert [program.name for program in legalized.programs.values()] == programs
+
+
 # unique ---------------------------------------------------------------------------------------
 
 
