@@ -13,7 +13,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 
-import { interruptibleKernels, readLeb } from "../../relaxweb/runtime_js/interruptible_kernels.js";
+import { FUEL_REFILL, countedLoopsPerFunction, interruptibleKernels, readLeb } from "../../relaxweb/runtime_js/interruptible_kernels.js";
 import { KernelClock, KernelDeadlineError } from "../../relaxweb/runtime_js/wasm_backend.js";
 import { Host } from "../../relaxweb/runtime_js/host.js";
 import { HostSession } from "../../relaxweb/runtime_js/host_session.js";
@@ -60,6 +60,8 @@ const FOREVER = {
   "repeats from two places": "(loop $forever (br_if $forever (local.get 0)) (br $forever))",
   "has a result": "(drop (loop $forever (result i32) (br $forever)))",
   "inside a loop that ends": "(loop $outer (loop $inner (br_if $inner (i32.const 1))) (br_if $outer (i32.const 0)))",
+  // a counted loop (charged its trip count on entry) from 0: 2^32 iterations, more than the fuel: its checked copy runs
+  "counts down from 0": "(local.set 0 (i32.const 0)) (loop $count (local.set 0 (i32.sub (local.get 0) (i32.const 1))) (br_if $count (local.get 0)))",
 };
 
 for (const [shape, loop] of Object.entries(FOREVER)) {
@@ -116,6 +118,83 @@ test("what a rewritten module computes is unchanged: loops, calls (renumbered), 
   assert.equal(exports.sum_of_squares(4), 0 + 1 + 4 + 9 + 3);
   assert.equal(exports.sum_of_squares(3_000_000) > 0, true); // past several refills of fuel, within the deadline
   assert.equal(exports.count_to(5000), 5_001_000); // 5 million iterations of an inner loop: refills on the way
+});
+
+/** The module rewritten, with a deadline import that counts its calls. @param {string} wat */
+async function counting(wat) {
+  const calls = { deadline: 0 };
+  const deadline = () => { calls.deadline += 1; return FUEL_REFILL; };
+  const memory = new WebAssembly.Memory({ initial: 1, maximum: 65536 });
+  const { instance } = await WebAssembly.instantiate(interruptibleKernels(assemble(wat)), { env: { memory }, relaxweb: { deadline } });
+  return { exports: /** @type {any} */ (instance.exports), calls };
+}
+
+const WAT_COUNTED = `(module (import "env" "memory" (memory 1 65536))
+    (func (export "sum") (param $k i32) (param $mode i32) (result i32) (local $total i32)
+      (block $out
+        (block $skip
+          (loop $sum
+            (local.set $total (i32.add (local.get $total) (local.get $k)))
+            (br_if $skip (i32.and (i32.eq (local.get $mode) (i32.const 1)) (i32.eq (local.get $k) (i32.const 40))))
+            (if (i32.and (i32.eq (local.get $mode) (i32.const 2)) (i32.eq (local.get $k) (i32.const 7)))
+              (then (br_table $out $skip (i32.const 0))))
+            (if (i32.and (i32.eq (local.get $mode) (i32.const 3)) (i32.eq (local.get $k) (i32.const 3)))
+              (then (return (i32.const -3))))
+            (local.set $k (i32.sub (local.get $k) (i32.const 1)))
+            (br_if $sum (local.get $k))))
+        (local.set $total (i32.add (local.get $total) (i32.const 1000000))))
+      (local.get $total))
+    (func (export "tee") (param $k i32) (result i32) (local $steps i32)
+      (loop $tee (local.set $steps (i32.add (local.get $steps) (i32.const 1)))
+        (br_if $tee (local.tee $k (i32.sub (local.get $k) (i32.const 1)))))
+      (local.get $steps))
+    (func (export "by_two") (param $k i32) (result i32) (local $steps i32)
+      (loop $by_two (local.set $steps (i32.add (local.get $steps) (i32.const 1)))
+        (local.set $k (i32.sub (local.get $k) (i32.const 2))) (br_if $by_two (local.get $k)))
+      (local.get $steps))
+    (func (export "again") (param $k i32) (result i32)
+      (loop $again (br_if $again (i32.eq (local.get $k) (i32.const 5)))
+        (local.set $k (i32.sub (local.get $k) (i32.const 1))) (br_if $again (local.get $k)))
+      (local.get $k))
+    (func (export "reset") (param $k i32) (result i32)
+      (loop $reset (if (i32.eq (local.get $k) (i32.const 5)) (then (local.set $k (i32.const 9))))
+        (local.set $k (i32.sub (local.get $k) (i32.const 1))) (br_if $reset (local.get $k)))
+      (local.get $k)))`;
+
+test("a counted loop is charged its trip count on entry and runs without a check; what it computes is unchanged", async () => {
+  // $sum counts $k down: a counted loop (local.set form) inside blocks, leaving by a branch
+  // to either (from inside an if: labels past the loop move by the if the rewrite wraps it in)
+  // or by a return, as `mode` says. $tee counts with local.tee. Not counted, checked at every
+  // iteration: $by_two counts down by 2, $again also repeats from its middle, $reset writes its
+  // counter inside.
+  const { exports, calls } = await counting(WAT_COUNTED);
+  assert.deepEqual(countedLoopsPerFunction(assemble(WAT_COUNTED)), [1, 1, 0, 0, 0]);
+  const sum = (/** @type {number} */ from, /** @type {number} */ to) => ((from + to) * (from - to + 1)) / 2;
+  assert.equal(exports.sum(100, 0), sum(100, 1) + 1000000); // within the fuel: charged on entry, the unchecked copy
+  assert.equal(exports.sum(100, 1), sum(100, 40) + 1000000); // out through $skip
+  assert.equal(exports.sum(100, 2), sum(100, 7)); // out through $out, from a br_table
+  assert.equal(exports.sum(100, 3), -3);
+  assert.equal(calls.deadline, 0);
+  const many = 3 * FUEL_REFILL; // more than the fuel: the copy that checks, asking for fuel as it goes
+  assert.equal(exports.sum(many, 0), (sum(many, 1) + 1000000) | 0);
+  assert.ok(calls.deadline >= 2 && calls.deadline <= 4, String(calls.deadline));
+  calls.deadline = 0;
+  for (let call = 0; call < 8; call++) assert.equal(exports.tee(FUEL_REFILL / 2), FUEL_REFILL / 2);
+  assert.ok(calls.deadline >= 3 && calls.deadline <= 5, `8 entries of half the fuel each: ${calls.deadline} refills`);
+  calls.deadline = 0;
+  assert.equal(exports.by_two(2 * FUEL_REFILL), FUEL_REFILL);
+  assert.equal(calls.deadline, 1);
+});
+
+test("the micro-kernels of relaxweb's packed matmuls are counted loops: they run without a check in them", () => {
+  const folder = mkdtempSync(join(tmpdir(), "relaxweb-counted-loops-test-"));
+  folders.push(folder);
+  python(`import numpy as np, onnx, relaxweb; from onnx import helper, TensorProto; from tests.helpers import make_model; ` +
+    `m = make_model([helper.make_node("MatMul", ["x", "w"], ["y"])], [("x", TensorProto.FLOAT, ["n", 96])], ["y"], ` +
+    `{"w": np.ones((96, 64), np.float32)}); onnx.save(m, ${JSON.stringify(join(folder, "m.onnx"))}); ` +
+    `relaxweb.build(${JSON.stringify(join(folder, "m.onnx"))}, ${JSON.stringify(join(folder, "dist"))})`);
+  const counts = countedLoopsPerFunction(readFileSync(join(folder, "dist", "kernels.wasm")));
+  assert.ok(counts.some((count) => count >= 1), JSON.stringify(counts));
 });
 
 /** A module's sections in order: [id, body, custom section's name]. @param {Uint8Array} bytes */
@@ -226,7 +305,12 @@ test("damaged modules: the rewrite throws an Error or gives a module that valida
         (v128.store (i32.shl (local.get $i) (i32.const 4)) (local.get $v))
         (memory.copy (i32.const 1024) (i32.const 0) (i32.const 64))
         (local.set $i (i32.add (local.get $i) (i32.const 1)))
-        (br $next)))))`);
+        (br $next))))
+    (func (export "k1") (param $k i32) (local $total f32)
+      (block $out (loop $count (local.set $total (f32.add (local.get $total) (f32.const 1)))
+        (br_if $out (f32.gt (local.get $total) (f32.const 100)))
+        (local.set $k (i32.sub (local.get $k) (i32.const 1))) (br_if $count (local.get $k))))))`);
+  assert.deepEqual(countedLoopsPerFunction(base), [0, 0, 1]);
   let seed = 7;
   const random = () => (seed = (seed * 1103515245 + 12345) >>> 0) / 2 ** 32;
   const outcomes = { rewritten: 0, refused: 0 };
