@@ -89,6 +89,16 @@ class Body:
         """``local += step`` (a constant or an i32 value)."""
         self.set(local, add(get(local), const(step) if isinstance(step, int) else step))
 
+    def count_down(self, counter: str, label: str) -> None:
+        """The end of a counted loop: ``counter -= 1`` and, while it is not zero, again from
+        ``label``.  A loop that ends so, with nothing else writing the counter or branching
+        to its top and no loop or call inside, runs at most the counter's value of
+        iterations from its entry: a page that is not isolated charges that on entry and
+        runs it without a fuel check (``runtime_js/interruptible_kernels.js``, countedLoops),
+        where a loop that ends with a comparison spends fuel at every iteration."""
+        self.set(counter, sub(get(counter), const(1)))
+        self.br_if(label, get(counter))
+
     def br(self, label: str) -> None:
         self.line(f"(br {label})")
 

@@ -600,8 +600,7 @@ def _micro_kernels(body: Body, schedule: PackedMatmulSchedule, row0: str, panel_
                                                                   get(sums[r][q])))
                         body.increment(a, 4 * schedule.micro_rows)
                         body.increment(b, 4 * schedule.panel_columns)
-                        body.set(step, sub(get(step), const(1)))
-                        body.br_if("$sum", get(step))
+                        body.count_down(step, "$sum")
                 for r in range(schedule.micro_rows):
                     for q in range(lanes):
                         body.store("v128.store", get(address), get(sums[r][q]), 16 * (r * lanes + q))

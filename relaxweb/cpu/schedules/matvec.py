@@ -291,6 +291,7 @@ def _dot_group(body: Body, schedule: MatrixVectorSchedule, label: str, starts: l
     row_bytes = 4 * schedule.max_depth  # between two packed rows
     sources = [body.named(f"dot_w{c}") for c in range(len(starts))]
     a, vector_end, end = body.named("dot_a"), body.named("dot_vector_end"), body.named("dot_end")
+    left = body.named("dot_left")
     sums = [[body.named(f"dot_sum{g}_{c}", "v128") for c in range(count)] for g in range(group)]
     tails = [[body.named(f"dot_tail{g}_{c}", "f32") for c in range(count)] for g in range(group)]
     columns = {kind: [body.named(f"dot_w{letter}{c}", kind) for c in range(count)]
@@ -322,6 +323,7 @@ def _dot_group(body: Body, schedule: MatrixVectorSchedule, label: str, starts: l
                     body.comment("the steps past the last whole four, one by one")
                 with body.block(f"${label}_{loop}_done"):
                     body.br_if(f"${label}_{loop}_done", op("i32.ge_u", get(a), get(last)))
+                    body.set(left, _steps_to(get(a), get(last), size))
                     with body.loop(f"${label}_{loop}"):
                         for c, value in enumerate(columns[kind]):
                             body.set(value, column_value(kind, c))
@@ -335,7 +337,7 @@ def _dot_group(body: Body, schedule: MatrixVectorSchedule, label: str, starts: l
                         for source in sources:
                             body.increment(source, size)
                         body.increment(a, size)
-                        body.br_if(f"${label}_{loop}", op("i32.lt_u", get(a), get(last)))
+                        body.count_down(left, f"${label}_{loop}")
             body.comment("each sum's lanes added, then its steps past the last four; stored")
             for g in range(group):
                 row_at = add(_row_sums(schedule, add(get(row), const(g)) if g else get(row)),
@@ -417,6 +419,7 @@ def _streamed_group(body: Body, schedule: MatrixVectorSchedule, label: str, star
     row's results do not depend on the other rows."""
     label = f"{label}_rows{group}"
     sum_, vector_end, end, factors = (body.named(name) for name in ("mv_sum", "mv_vector_end", "mv_end", "mv_factors"))
+    count = body.named("mv_count")
     sources = [body.named(f"mv_source{s}") for s in range(len(starts))]
     vectors = [body.named(f"mv_wv{s}", "v128") for s in range(steps)]
     scalars = [body.named(f"mv_ws{s}", "f32") for s in range(steps)]
@@ -453,6 +456,7 @@ def _streamed_group(body: Body, schedule: MatrixVectorSchedule, label: str, star
                 lanes = "f32x4" if kind == "v128" else "f32"
                 with body.block(f"${label}_{loop}_done"):
                     body.br_if(f"${label}_{loop}_done", op("i32.ge_u", get(sum_), get(last)))
+                    body.set(count, _steps_to(get(sum_), get(last), size))
                     with body.loop(f"${label}_{loop}"):
                         for s, value in enumerate(values):
                             body.set(value, weight(kind, s))
@@ -470,9 +474,16 @@ def _streamed_group(body: Body, schedule: MatrixVectorSchedule, label: str, star
                         for source in sources:
                             body.increment(source, size)
                         body.increment(sum_, size)
-                        body.br_if(f"${label}_{loop}", op("i32.lt_u", get(sum_), get(last)))
+                        body.count_down(count, f"${label}_{loop}")
             body.increment(row, group)
             body.br(f"${label}")
+
+
+def _steps_to(address: str, last: str, size: int) -> str:
+    """The iterations of a loop that advances ``address`` by ``size`` bytes while it is below
+    ``last`` (at least one: the loop is entered with ``address < last``), as the count a
+    counted loop takes down to zero (``Body.count_down``)."""
+    return op("i32.shr_u", add(sub(last, address), const(size - 1)), const(size.bit_length() - 1))
 
 
 def _outputs(kernel: MatmulKernel, sums: str, row: str, column0: str, width: str) -> None:
