@@ -346,31 +346,41 @@ def _tiles_without_overlap(call: Call, begins) -> bool:
 
 def _conv_transpose_as_matmul(context, call: Call):
     """A transposed convolution whose tiles do not overlap (:func:`_tiles_without_overlap`) as
-    a matmul of the input's pixels by the weight's taps, ``[N, O, H, kh, W, kw]`` (each
-    output element one product of the channels, with no kernel positions to test), which
-    read row-major is the output ``[N, O, H * kh, W * kw]``: the reshape after it only
-    renames the elements.  The general form reduces over every kernel position with a
-    divisibility test per step, and is no matmul a CPU kernel could block."""
+    a matmul of the input's pixels by the weight's taps into ``[N, O, *kernel, *pixels]``
+    (each output element one product of the channels, with no kernel positions to test; the
+    pixels, the matmul's rows, last: its sums are stored four rows at a time), then the tiles
+    interleaved into the output, ``out[n, o, y, x] = tiles[n, o, y % kh, x % kw, y // kh, x //
+    kw]``.  The general form reduces over every kernel position with a divisibility test per
+    step, and is no matmul a CPU kernel could block.  With the taps last (``[N, O, H, kh, W,
+    kw]``, the output read row-major), PP-OCRv4's 24 -> 24 head layer stored each sum on its
+    own: 12.4 ms in V8, 4.5 ms so."""
     x, w = call.args[0], call.args[1]
     info = call.struct_info
     rank = len(call.attrs["strides"])
     x_shape, w_shape = tensor_shape(x), tensor_shape(w)
-    tiled = (x_shape[0], w_shape[1], *(extent for i in range(rank) for extent in (x_shape[2 + i], w_shape[2 + i])))
+    kernel = [as_int(w_shape[2 + i]) for i in range(rank)]
+    tiled = (x_shape[0], w_shape[1], *w_shape[2:], *x_shape[2:])
 
     def body(axes, buffers):
         source, weight = buffers[0], buffers[1]
-        n, oc, spatial = axes[0], axes[1], axes[2:]
+        n, oc, taps, pixels = axes[0], axes[1], axes[2:2 + rank], axes[2 + rank:]
         ic = SizeVar("rc_")
-        pixels, taps = spatial[0::2], spatial[1::2]
         expr = Reduce(ReduceCombiner.SUM, ic, source.shape[1],
                       Load(source, (n, ic, *pixels)) * Load(weight, (ic, oc, *taps)))
         if len(buffers) == 3:
             expr = expr + Load(buffers[2], (oc,))
         return expr
 
+    def interleave(axes, buffers):
+        (tiles,) = buffers
+        spatial = axes[2:]
+        return Load(tiles, (axes[0], axes[1], *(simplify(y % k) for y, k in zip(spatial, kernel)),
+                            *(simplify(y // k) for y, k in zip(spatial, kernel))))
+
     tiles = context.emit(context.call_tir(make_program("conv_transpose_tiles", call.args, tiled, info.dtype, body),
                                           call.args), "conv_transpose_tiles")
-    return context.call_tir(reshape_program(tiles, info.shape), (tiles,))
+    return context.call_tir(make_program("conv_transpose_interleave", [tiles], info.shape, info.dtype, interleave),
+                            (tiles,))
 
 
 def _compute_dtype(x: np.ndarray):

@@ -470,13 +470,18 @@ def test_unsupported_uses_have_clear_errors() -> None:
 
 def test_conv_transpose_without_overlap_is_a_matmul() -> None:
     """A transposed convolution whose kernel is its stride lowers to a matmul of the channels
-    (then a reshape that only renames elements); one whose tiles overlap keeps the general form,
+    into tiles ending with the input's pixels (the matmul's rows, consecutive in its output),
+    then their interleaving into the output; one whose tiles overlap keeps the general form,
     a sum over the kernel's positions."""
     from relaxweb.ir.pattern import analyze_matmul
 
     programs = legalize_ops(from_onnx(up_convolution_model())).programs
     tiles = [program for name, program in programs.items() if name.startswith("conv_transpose_tiles")]
-    general = [program for name, program in programs.items() if name.startswith("conv_transpose") and program not in tiles]
+    interleaves = [program for name, program in programs.items() if name.startswith("conv_transpose_interleave")]
+    general = [program for name, program in programs.items()
+               if name.startswith("conv_transpose") and program not in tiles + interleaves]
     assert len(tiles) == 2 and all(analyze_matmul(program) is not None for program in tiles)
+    assert all(program.output.shape[-2:] == program.inputs[0].shape[-2:] for program in tiles)
+    assert len(interleaves) == 2
     assert len(general) == 1 and any(isinstance(node, Reduce) and node.extent == IntImm(3)
                                      for node in scalar_nodes(general[0].body))
