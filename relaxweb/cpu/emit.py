@@ -32,11 +32,11 @@ from ..ir.dtype import DtypeKind, dtype_info
 from ..ir.access import depends_on
 from ..ir.error_sites import REPORTING_KINDS
 from ..ir.integer_checks import CheckedDivisor, CheckedInteger, checked_operation
-from ..ir.launch import VECTOR
+from ..ir.launch import LANES, VECTOR
 from ..ir.lower_index import Constant, IndexOp, Operation, TargetIndex, Variable
 from ..ir.scalar_functor import ScalarFunctor
 from ..ir.scalar_renderer import ScalarRenderer
-from ..ir.symbolic import IntImm, PrimExpr, SizeVar, free_vars, simplify
+from ..ir.symbolic import IntImm, PrimExpr, SizeVar, free_vars, simplify, substitute
 from ..ir.tir import (
     MATH_CALLS, Binary, BinaryOp, Buffer, Cast, CheckedIndex, Compare, CompareOp, FloatImm, Gather, Load, Reduce,
     ReduceCombiner, ScalarExpr, Select, TensorProgram, Unary, UnaryOp, contains_reduce, scalar_children, scalar_nodes,
@@ -771,8 +771,17 @@ class VectorEmitter(Emitter):
         return rendering(table, op)
 
     def visit_load(self, expr: Load, indent: str) -> str:
+        access = self.access[expr.buffer.name]
+        if access == LANES:  # each lane's element: the last axis's local plus the lane
+            last = self.program.axes[-1]
+            value = ""
+            for lane in range(4):
+                indices = tuple(simplify(substitute(i, {last.name: last + lane})) for i in expr.indices)
+                element = f"(f32.load {self.element_address(expr.buffer, indices)})"
+                value = f"(f32x4.splat {element})" if lane == 0 else f"(f32x4.replace_lane {lane} {value} {element})"
+            return value
         address = self.element_address(expr.buffer, expr.indices)
-        if self.access[expr.buffer.name] == VECTOR:
+        if access == VECTOR:
             return f"(v128.load {address})"
         return f"(f32x4.splat (f32.load {address}))"
 

@@ -26,6 +26,7 @@ from .tir import (
 
 VECTOR = "vector"  # a buffer read along the last axis, ``width`` elements at a time
 SPLAT = "splat"  # a buffer constant along the last axis: one element for the whole vector
+LANES = "lanes"  # (wasm) a buffer read elsewhere for each lane: ``width`` loads of one element
 
 
 def dispatch_count(program: TensorProgram, schedule: WebGpuSchedule | None = None) -> PrimExpr:
@@ -103,8 +104,9 @@ def vector_access(program: TensorProgram, width: int, wasm: bool = False) -> dic
     With ``wasm`` (WebAssembly's f32x4, ``relaxweb/cpu/schedules/vectorized.py``): a buffer is
     read wherever its flat offset is the last axis plus anything, since ``v128.load`` reads
     any address: along its last dim, or over several dims (``[..., x // 2, x % 2]`` of a
-    ``[..., W, 2]`` buffer: a reshape that split the axis, as after a transposed convolution's
-    tiles).  WGSL indexes an array of vec4s: there only the last dim may read the axis, and the
+    ``[..., W, 2]`` buffer: a reshape that split the axis); read otherwise, one element per
+    lane (:data:`LANES`: a transposed convolution's interleaved tiles, ``[..., x % 2, ...,
+    x // 2]``), so that the math after such a read still runs on f32x4.  WGSL indexes an array of vec4s: there only the last dim may read the axis, and the
     offset and the buffer's last dimension must be multiples of ``width``.  With ``wasm`` a
     select is taken where its condition is the same for the ``width`` lanes
     (:func:`lane_invariant`: a concatenation's piece chosen by an index), as a branch around
@@ -131,10 +133,9 @@ def vector_access(program: TensorProgram, width: int, wasm: bool = False) -> dic
         uses_last = [last in {v.name for v in free_vars(i)} for i in node.indices]
         if not any(uses_last):
             kind = SPLAT
-        elif wasm:  # the flat offset is the last axis plus anything (one or several dims read it)
-            if last in {v.name for v in free_vars(simplify(flat_offset(node.buffer, node.indices) - SizeVar(last)))}:
-                return False
-            kind = VECTOR
+        elif wasm:  # the flat offset is the last axis plus anything (one or several dims read it), else lane by lane
+            rest = simplify(flat_offset(node.buffer, node.indices) - SizeVar(last))
+            kind = LANES if last in {v.name for v in free_vars(rest)} else VECTOR
         else:
             offset = simplify(node.indices[-1] - SizeVar(last))
             if any(uses_last[:-1]) or last in {v.name for v in free_vars(offset)}:

@@ -23,7 +23,7 @@ from relaxweb.cpu.wat_builder import Body, const, get, op
 from relaxweb.ir import interpreter
 from relaxweb.ir.matmul_layout import CHEAP_PACK_OPERATIONS, cheap_to_pack, oriented
 from relaxweb.ir.pattern import analyze_matmul
-from relaxweb.ir.launch import vectorizable
+from relaxweb.ir.launch import LANES, vector_access, vectorizable
 from relaxweb.ir.schedule_fit import VECTOR_BINARY_OPS, VECTOR_COMPARE_OPS, VECTOR_UNARY_OPS, wasm_vectorizable
 from relaxweb.ir.symbolic import IntImm, SizeVar, evaluate, product
 from relaxweb.ir.tir import (
@@ -300,9 +300,10 @@ def test_the_vectorized_kind_takes_a_concatenation_by_an_index_at_any_offset() -
 
 
 def test_the_vectorized_kind_reads_a_split_axis_whose_flat_offset_is_contiguous() -> None:
-    """A reshape that split the last axis into [2w, 2] (a transposed convolution's tiles read
-    as its output): ``A[i, j // 2, j % 2]``'s flat offset is ``i * 4w + j``, so four lanes are
-    one f32x4 load.  ``A[i, j % 2, j // 2]`` (the halves interleaved) is not contiguous."""
+    """A reshape that split the last axis into [2w, 2]: ``A[i, j // 2, j % 2]``'s flat offset
+    is ``i * 4w + j``, so four lanes are one f32x4 load.  ``A[i, j % 2, j // 2]`` (the halves
+    interleaved, as a transposed convolution's tiles are read as its output) is not
+    contiguous: read lane by lane, the sigmoid after it still on f32x4."""
     w = SizeVar("w")
     tiles = Buffer("A", (n, w * 2, IntImm(2)), "float32")
     split = TensorProgram("sigmoid", (tiles,), Buffer("out", (n, w * 4), "float32"), (i, j),
@@ -313,8 +314,12 @@ def test_the_vectorized_kind_reads_a_split_axis_whose_flat_offset_is_contiguous(
             check(split, schedule, [rand(rows, quarter * 2, 2)], {"n": rows, "w": quarter})
     swapped = Buffer("A", (n, IntImm(2), w * 2), "float32")
     interleaved = TensorProgram("interleave", (swapped,), Buffer("out", (n, w * 4), "float32"), (i, j),
-                                Load(swapped, (i, j % 2, j // 2)))
-    assert not wasm_vectorizable(interleaved)
+                                Unary(UnaryOp.SIGMOID, Load(swapped, (i, j % 2, j // 2))))
+    assert wasm_vectorizable(interleaved) and vector_access(interleaved, 4, wasm=True) == {"A": LANES}
+    assert "f32x4.replace_lane 3" in render_program(interleaved, {}, WasmVectorizedSchedule())
+    for schedule in (WasmVectorizedSchedule(), WasmVectorizedSchedule(elements_per_unit=8, unroll=1)):
+        for rows, quarter in ((1, 1), (3, 3), (2, 5)):
+            check(interleaved, schedule, [rand(rows, 2, quarter * 2)], {"n": rows, "w": quarter})
 
 
 def test_the_window_kind_and_its_parameters() -> None:
