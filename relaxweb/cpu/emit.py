@@ -750,8 +750,9 @@ class VectorEmitter(Emitter):
     """An emitter of four consecutive output elements along the last axis at once, for a
     float32 elementwise or broadcast program (``relaxweb/ir/launch.vector_access``: loads,
     constants, binary and unary ops).  ``access`` says how each buffer is read: four
-    consecutive elements (``v128.load``) or one element for all four lanes (a splat).  The
-    last axis's local holds the first of the four."""
+    consecutive elements (``v128.load``), one element for all four lanes (a splat), or each
+    lane's own element (four ``f32.load``s into the lanes).  The last axis's local holds the
+    first of the four."""
 
     binary_renderings = VECTOR_BINARY_RENDERINGS
     unary_renderings = VECTOR_UNARY_RENDERINGS

@@ -98,19 +98,19 @@ def vectorizable(program: TensorProgram, width: int = 4, wasm: bool = False) -> 
 
 
 def vector_access(program: TensorProgram, width: int, wasm: bool = False) -> dict[str, str] | None:
-    """How the vectorized schedule reads each loaded buffer (:data:`VECTOR` or :data:`SPLAT`),
-    by name; None when the program does not fit it.
+    """How the vectorized schedule reads each loaded buffer (:data:`VECTOR`, :data:`SPLAT` or,
+    on wasm, :data:`LANES`), by name; None when the program does not fit it.
 
     With ``wasm`` (WebAssembly's f32x4, ``relaxweb/cpu/schedules/vectorized.py``): a buffer is
     read wherever its flat offset is the last axis plus anything, since ``v128.load`` reads
     any address: along its last dim, or over several dims (``[..., x // 2, x % 2]`` of a
     ``[..., W, 2]`` buffer: a reshape that split the axis); read otherwise, one element per
     lane (:data:`LANES`: a transposed convolution's interleaved tiles, ``[..., x % 2, ...,
-    x // 2]``), so that the math after such a read still runs on f32x4.  WGSL indexes an array of vec4s: there only the last dim may read the axis, and the
-    offset and the buffer's last dimension must be multiples of ``width``.  With ``wasm`` a
-    select is taken where its condition is the same for the ``width`` lanes
-    (:func:`lane_invariant`: a concatenation's piece chosen by an index), as a branch around
-    f32x4 values."""
+    x // 2]``), so that the math after such a read still runs on f32x4.  WGSL indexes an
+    array of vec4s: there only the last dim may read the axis, and the offset and the
+    buffer's last dimension must be multiples of ``width``.  With ``wasm`` a select is taken
+    where its condition is the same for the ``width`` lanes (:func:`lane_invariant`: a
+    concatenation's piece chosen by an index), as a branch around f32x4 values."""
     last = program.axes[-1].name
     kinds: dict[str, str] = {}
 

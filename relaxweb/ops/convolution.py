@@ -26,8 +26,8 @@ stride + 1`` (``ceil`` with ``ceil_mode``), with symbolic ``in`` (and symbolic p
 
 Legalization: one tensor program each, a reduction over (input channels of the group ×)
 kernel positions (a max pool's large window in two: along its last dim, then the others);
-input positions ``o*stride - pad_begin + k*dilation`` outside the input
-read nothing (a ``Select``), checked only where they can fall outside.  Transposed
+input positions ``o*stride - pad_begin + k*dilation`` outside the input read nothing (a
+``Select``), checked only where they can fall outside.  Transposed
 convolution reduces over the kernel positions whose source ``(o + pad_begin -
 k*dilation) / stride`` is a whole, in-range input position; where the kernel is the stride
 (no padding, dilation or groups), each input position writes its own tile of the output: a
@@ -52,7 +52,6 @@ from ..ir.symbolic import (
 )
 from ..ir.tir import Cast, FloatImm, IndexValue, Load, Reduce, ReduceCombiner, maximum, power, select, sqrt
 from .common import make_program, needs_known_shapes, require_float, require_tensor, same_dtype
-from .reshape import reshape_program
 
 # The lowest finite float32: what a max pool window holds where it reads no input.
 LOWEST_FLOAT32 = float(np.finfo(np.float32).min)

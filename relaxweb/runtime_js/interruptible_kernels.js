@@ -10,13 +10,12 @@
 //   move gigabytes).
 // When the fuel is at or below zero the code calls the import, which throws once the kernel
 // call is past its deadline and otherwise returns the fuel to spend until it asks again.
-// Nothing else changes (but for counted loops, below): a branch keeps its depth (the check is a
-// closed `if`), functions are
-// renumbered by one (the import comes before them) in calls, exports and the start function,
-// and the "name" section and any code metadata, whose numbers would be stale, are dropped. A
-// branch hint section ("metadata.code.branch_hint") says of every check that its fuel is
-// unlikely to run out, so that an engine that reads it (Chromium 136 on) keeps the call out
-// of the loop's way.
+// Nothing else changes (but for counted loops, below): a branch keeps its depth (the check is
+// a closed `if`), functions are renumbered by one (the import comes before them) in calls,
+// exports and the start function, and the "name" section and any code metadata, whose numbers
+// would be stale, are dropped. A branch hint section ("metadata.code.branch_hint") says of
+// every check that its fuel is unlikely to run out, so that an engine that reads it (Chromium
+// 136 on) keeps the call out of the loop's way.
 //
 // What it costs: a decrement, a compare and a branch in every iteration of every loop. On one
 // thread in Node 20's V8 the convolutional benchmark models take 1.2-1.25x their time, the

@@ -3,8 +3,9 @@ elements at a time, for a float32 elementwise or broadcast program whose last di
 a multiple of 4 and whose float ops all have f32x4 forms (``relaxweb.ir.schedule_fit.wasm_vectorizable``).
 
 Consecutive along the last axis: f32x4 loads of the buffers read along it (at any address),
-splats of those constant along it (``relaxweb.ir.launch.vector_access``), f32x4 arithmetic
-and math calls, one ``v128.store``.  A select whose condition does not depend on the last
+splats of those constant along it, four f32 loads into the lanes of those read elsewhere for
+each (``relaxweb.ir.launch.vector_access``), f32x4 arithmetic and math calls, one
+``v128.store``.  A select whose condition does not depend on the last
 axis (a concatenation's pieces) is an ``if`` on that condition, computed once for the four
 lanes, around the chosen branch's f32x4 value.
 """
