@@ -433,12 +433,13 @@ class _Window:
             inner[load] = body.local("at", "i32")
             if load not in computed:
                 body.set(inner[load], get(addresses[load]))
-        local, end = body.local("k", "i32"), body.local("k_end", "i32")
+        local, end, left = body.local("k", "i32"), body.local("k_end", "i32"), body.local("k_left", "i32")
         label = local[1:]
         body.set(end, emitter.index(extent))
         body.set(local, const(0))
         with body.block(f"$done_{label}"):
             body.br_if(f"$done_{label}", op("i32.ge_s", get(local), get(end)))
+            body.set(left, get(end))  # the steps, counted down (Body.count_down)
             with body.loop(f"$step_{label}"):
                 with body.block(f"$next_{label}"):
                     emitter.declare_axis(axis, extent, local)
@@ -458,7 +459,7 @@ class _Window:
                     if load not in computed:
                         body.increment(inner[load], emitter.index(simplify(steps[load] * 4)))
                 body.increment(local)
-                body.br_if(f"$step_{label}", op("i32.lt_s", get(local), get(end)))
+                body.count_down(left, f"$step_{label}")
 
     def unrolled(self, count: int, addresses: Mapping[Load, str], steps: Mapping[Load, int], sums: list[str],
                  masks: list[list[str]] | None = None) -> None:
