@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -746,6 +746,14 @@ class _ReductionLanes(ScalarFunctor):
         raise TypeError(f"{self.emitter.program.name}: cannot vectorize {type(expr).__name__} along a reduction")
 
 
+def f32x4_of(values: Sequence[str]) -> str:
+    """An f32x4 of four f32 values."""
+    vector = f"(f32x4.splat {values[0]})"
+    for n in range(1, 4):
+        vector = f"(f32x4.replace_lane {n} {vector} {values[n]})"
+    return vector
+
+
 class VectorEmitter(Emitter):
     """An emitter of four consecutive output elements along the last axis at once, for a
     float32 elementwise or broadcast program (``relaxweb/ir/launch.vector_access``: loads,
@@ -775,12 +783,8 @@ class VectorEmitter(Emitter):
         access = self.access[expr.buffer.name]
         if access == LANES:  # each lane's element: the last axis's local plus the lane
             last = self.program.axes[-1]
-            value = ""
-            for lane in range(4):
-                indices = tuple(simplify(substitute(i, {last.name: last + lane})) for i in expr.indices)
-                element = f"(f32.load {self.element_address(expr.buffer, indices)})"
-                value = f"(f32x4.splat {element})" if lane == 0 else f"(f32x4.replace_lane {lane} {value} {element})"
-            return value
+            lanes = [tuple(simplify(substitute(i, {last.name: last + lane})) for i in expr.indices) for lane in range(4)]
+            return f32x4_of([f"(f32.load {self.element_address(expr.buffer, indices)})" for indices in lanes])
         address = self.element_address(expr.buffer, expr.indices)
         if access == VECTOR:
             return f"(v128.load {address})"

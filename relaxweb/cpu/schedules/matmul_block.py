@@ -20,12 +20,11 @@ from ...ir.access import flat_offset
 from ...ir.matmul_layout import column_strides, contiguous_columns
 from ...ir.symbolic import PrimExpr, product, simplify
 from ...ir.wasm_schedule import BlockMatmulSchedule
-from ..emit import store
+from ..emit import f32x4_of, store
 from ..relaxed_simd import multiply_add
 from ..wat_builder import add, const, div_u, get, mul, op
 from .common import declare_axes, unflatten_into
 from .matmul_kernel import MatmulKernel, Tier, UnitSizes
-from .packing import f32x4_of
 
 
 def block_main(kernel: MatmulKernel, schedule: BlockMatmulSchedule) -> None:

@@ -21,7 +21,7 @@ from ...ir.access import depends_on, last_stride, reads
 from ...ir.pattern import MatmulInfo
 from ...ir.symbolic import PrimExpr, SizeVar, as_int, free_vars, simplify, substitute
 from ...ir.tir import Load, Reduce, ReduceCombiner, ScalarExpr, Select, Unary, scalar_nodes
-from ..emit import VECTOR_UNARY_RENDERINGS, Emitter, vector_reduction
+from ..emit import VECTOR_UNARY_RENDERINGS, Emitter, f32x4_of, vector_reduction
 from ..wat_builder import Body, add, const, get, op
 from .common import all_of, declare_axes, for_each_step, lane_mask, unflatten_into
 from .factor_forms import LaneVectors, branched_interior, lane_math, lane_vectors, padded_interior
@@ -484,14 +484,6 @@ class Packer:
                 emitter.close_scope()
                 body.increment(local)
                 body.br(f"$step_{label}")
-
-
-def f32x4_of(values: Sequence[str]) -> str:
-    """An f32x4 of four f32 values."""
-    vector = f"(f32x4.splat {values[0]})"
-    for n in range(1, 4):
-        vector = f"(f32x4.replace_lane {n} {vector} {values[n]})"
-    return vector
 
 
 def strided_lanes(emitter: Emitter, body: Body, load: Load, stride: int) -> str:
