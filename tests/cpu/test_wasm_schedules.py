@@ -136,9 +136,9 @@ def test_a_prepacked_second_factor_is_packed_once_and_read_in_place(schedule: Wa
     second factor (the weight B, or A where the factors swap) into it where the packed tier
     runs at this depth (1), else leaves it (0: depth above 6 with ``max_depth`` 6).  Once
     packed, the kernel's packed tier reads the panels in place: the factor overwritten with
-    zeros after the pack leaves the output as it was (where that tier runs: not at 8 rows or
-    fewer under the matrix-vector tier, which reads the factor).  A region too small for the
-    panels is not packed and the kernel packs per call."""
+    zeros after the pack leaves the output as it was (the matrix-vector tier, at 8 rows or
+    fewer, reads the panels too).  A region too small for the panels is not packed and the
+    kernel packs per call."""
     arrays = [rand(rows, depth), rand(depth, columns, seed=1), rand(columns, seed=2)]
     sizes = {"n": rows, "m": depth, "c": columns}
     wasm = kernel(MATMUL, schedule)
@@ -147,7 +147,6 @@ def test_a_prepacked_second_factor_is_packed_once_and_read_in_place(schedule: Wa
     position = [buffer.name for buffer in MATMUL.inputs].index(factor.buffer)
     name = next(name for name, kind in PREPACKING_KINDS.items() if kind == schedule)
     packs_here = depth <= 6 if name == "packed, depth 6, split" else True
-    panels_read = packs_here and (rows > 8 or name != "matrix-vector")
     expected = interpreter.run_program(MATMUL, arrays, sizes).astype(np.float32)
     params = [0, rows, depth, columns]
     size = 16 + 4 * 8 * -(-(rows if schedule.swap_factors else columns) // 8) * depth  # header, then blocks of 8 columns
@@ -157,7 +156,7 @@ def test_a_prepacked_second_factor_is_packed_once_and_read_in_place(schedule: Wa
         zeros = {position: np.zeros_like(arrays[position])}
         actual = run_wasm_kernel(wasm, 0, arrays, np.zeros((rows, columns), np.float32), params,
                                  scratch_bytes=schedule.scratch_bytes, prepacked_bytes=region,
-                                 after_pack=zeros if packed_expected and panels_read else None, packed=packed)
+                                 after_pack=zeros if packed_expected else None, packed=packed)
         assert packed == [packed_expected]
         assert_close(actual, expected, F32_LOOSE, err_msg=f"region of {region} bytes")
 
@@ -218,6 +217,46 @@ def test_matrix_vector_rows_are_computed_alone(dot: bool, constant: bool, change
     eight = rows.copy()
     eight[3] = single[0]
     np.testing.assert_array_equal(run(eight)[3], run(single)[0])
+
+
+@pytest.mark.parametrize("depth, columns", [(37, 23), (70, 600)])
+def test_matrix_vector_reads_prepacked_panels_rows_alone_and_split_anywhere(depth: int, columns: int) -> None:
+    """Where the call site's weight is prepacked, the matrix-vector tier reads its panels
+    (the weight zeroed after the pack leaves the outputs as they were): each row's outputs
+    are bit for bit those of the row alone, those of one call whatever ranges the units are
+    split into (ranges that start or end in the middle of a panel of 8 columns: a unit is
+    4), and (in whole f32x4 of columns) those of the weight read in place, without a
+    region.  One column block or several;
+    rows in groups of 4, 2 and 1."""
+    schedule = MatrixVectorSchedule(max_rows=8, columns=16, steps=3, otherwise=PackedMatmulSchedule())
+    program = matrix_vector_program(depth, columns, dot=False, constant=True)
+    wasm = kernel(program, schedule)
+    factor = prepacked_factor_of(program, schedule, {})
+    assert factor is not None and factor.buffer == "W"
+    weight, bias, rows = rand(depth, columns, seed=1), rand(columns, seed=2), rand(8, depth, seed=3)
+    region = factor.region_bytes(weight.shape)
+    assert region is not None
+
+    def run(a: np.ndarray, ranges: int = 1, prepacked: bool = True) -> np.ndarray:
+        packed: list[int] = []
+        outputs = run_wasm_kernel(wasm, 0, [a, weight, bias], np.zeros((len(a), columns), np.float32), [0, len(a)],
+                                  scratch_bytes=schedule.scratch_bytes, prepacked_bytes=region if prepacked else 0,
+                                  after_pack={1: np.zeros_like(weight)} if prepacked else None, packed=packed,
+                                  ranges=ranges)
+        assert packed == [int(prepacked)]
+        return outputs
+
+    alone = [run(rows[r:r + 1])[0] for r in range(8)]
+    for count in range(1, 9):
+        together = run(rows[:count])
+        for r in range(count):
+            np.testing.assert_array_equal(together[r], alone[r], err_msg=f"row {r} of {count}")
+        for ranges in (2, 5, 13):
+            np.testing.assert_array_equal(run(rows[:count], ranges), together, err_msg=f"{ranges} ranges")
+        whole = columns // 4 * 4  # in place, the columns past the last whole f32x4 take scalar steps
+        np.testing.assert_array_equal(run(rows[:count], prepacked=False)[:, :whole], together[:, :whole],
+                                      err_msg="the weight in place")
+    assert_close(together, rows @ weight + bias, F32_LOOSE)
 
 
 @pytest.mark.parametrize("rows", [1, 3])

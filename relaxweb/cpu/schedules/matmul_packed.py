@@ -94,8 +94,7 @@ def prepacked_factor(program: TensorProgram, info: MatmulInfo, schedule: PackedM
     the column and reduction axes alone, each once."""
     b = info.b
     inputs = {buffer.name for buffer in program.inputs}
-    if (not isinstance(b, Load) or b.buffer.dtype != "float32" or b.buffer.name not in inputs
-            or parts.get(b.buffer.name, 1) != 1):
+    if not isinstance(b, Load) or b.buffer.dtype != "float32" or b.buffer.name not in inputs:
         return None
     columns = {program.axes[position].name for position in info.columns}
     steps = {axis.name for axis in info.reduce_axes}
@@ -119,6 +118,18 @@ def prepacked_block(depth: str) -> str:
     """The address of the prepacked panel of the block at ``$column0`` (a multiple of
     ``panel_columns``: the block's index times its ``depth * 4 * panel_columns`` bytes)."""
     return add(get(PREPACKED), add(const(PREPACKED_HEADER_BYTES), mul(get("$column0"), op("i32.shl", depth, const(2)))))
+
+
+def prepacked_ready(body: Body) -> str:
+    """Statements setting a local nonzero where the call site's prepacked panels of the
+    second factor are written (:func:`prepack_main`); the local."""
+    ready = body.named("prepacked_ready")
+    body.comment("the call site's prepacked panels of the second factor, where written (prepack_main)")
+    body.set(ready, const(0))
+    with body.if_(get(PREPACKED)):
+        with body.then():
+            body.set(ready, op("i32.load", get(PREPACKED)))
+    return ready
 
 
 def prepack_main(kernel: MatmulKernel, schedule: PackedMatmulSchedule) -> None:
@@ -319,12 +330,7 @@ def _packed_unit(kernel: MatmulKernel, schedule: PackedMatmulSchedule, span: tup
     column0 = get("$column0")
     ready = None
     if kernel.prepacked is not None:
-        ready = body.named("prepacked_ready")
-        body.comment("the call site's prepacked panels of the second factor, where written (prepack_main)")
-        body.set(ready, const(0))
-        with body.if_(get(PREPACKED)):
-            with body.then():
-                body.set(ready, op("i32.load", get(PREPACKED)))
+        ready = prepacked_ready(body)
         block_panel = body.named("b_panel")
 
     with body.block("$no_columns"):

@@ -6,7 +6,14 @@ takes its range of units as one run of columns per batch index, in blocks of at 
 the place of every row's), the blocks as even as multiples of 4 allow.  One thread takes
 all the units, so a block is as wide as that allows; threads take even shares of them.
 
-Such a matmul gains nothing from panels: its time is the second factor's bytes, read once.
+Such a matmul gains nothing from packing per call: its time is the second factor's bytes,
+read once.  Where the call site's weight is prepacked (``matmul_packed.PrepackedFactor``:
+its panels written once at load), a block reads the panels (:func:`_panel_block`): each
+panel's ``K x 8`` floats lie in order, so the whole weight is one stream.  GPT-2's decode
+step in V8 read its weights at 25-32 GB/s so, against 15-17 streamed; the model took 0.77x
+its time at 1 row (128 past tokens), 0.77x at 4 rows and 0.82x at 8 (interleaved runs, its
+language-model head prepacked too).  Otherwise:
+
 Streamed (the second factor read in place, contiguous along the only column axis): the first
 factor is packed once per block ([K x max_rows], its prologue evaluated once per element),
 then the block's sums of every row (in the scratch, ``columns`` floats per row) take
@@ -81,6 +88,7 @@ from ..relaxed_simd import multiply_add
 from ..wat_builder import Body, add, call, const, div_u, get, mul, op, sub
 from .common import declare_axes, unflatten_into
 from .matmul_kernel import MatmulKernel, Tier, UnitSizes
+from .matmul_packed import PREPACKED, PREPACKED_HEADER_BYTES, prepacked_ready
 from .packing import pack
 
 
@@ -96,6 +104,7 @@ def matrix_vector_main(kernel: MatmulKernel, schedule: MatrixVectorSchedule) -> 
                                       "mv_blocks", "mv_block_cap", "mv_block_groups", "mv_column0", "mv_width"))
     with body.if_(_condition(schedule, get("$rows"), get("$depth"))):
         with body.then():
+            ready = None if kernel.prepacked is None else prepacked_ready(body)
             body.set(groups, op("i32.shr_u", add(get("$columns"), const(3)), const(2)))
             body.comment("the most groups of four columns a block takes: one row's sums may fill the sums of all rows")
             one_row, any_rows = const(schedule.columns * schedule.max_rows // 4), const(schedule.columns // 4)
@@ -119,7 +128,14 @@ def matrix_vector_main(kernel: MatmulKernel, schedule: MatrixVectorSchedule) -> 
                         body.set(width, call("$min_u32", sub(get("$columns"), get(column0)), op(
                             "i32.shl", call("$min_u32", get(block_groups), sub(get(piece_end), get(group))), const(2))))
                         block_statements = _dot_block if schedule.dot_products else _streamed_block
-                        block_statements(kernel, schedule, column0, width)
+                        if ready is None:
+                            block_statements(kernel, schedule, column0, width)
+                        else:
+                            with body.if_(get(ready)):
+                                with body.then():
+                                    _panel_block(kernel, schedule, column0, width)
+                                with body.else_():
+                                    block_statements(kernel, schedule, column0, width)
                         body.increment(group, get(block_groups))
                         body.br_if("$matvec_block", op("i32.lt_u", get(group), get(piece_end)))
                     emitter.close_scope()
@@ -210,20 +226,136 @@ def _dot_block(kernel: MatmulKernel, schedule: MatrixVectorSchedule, column0: st
     ``r`` at ``scratch + sums + r * 4 * max_depth``, its prologue evaluated once per
     element), then each sum a dot product of two runs (:func:`_dot_sums`), then per row the
     epilogue of each."""
+    _pack_each_row(kernel, schedule)
+    _dot_sums(kernel, schedule, column0, width)
+    _each_row_outputs(kernel, schedule, column0, width, "$dot_row")
+
+
+def _pack_each_row(kernel: MatmulKernel, schedule: MatrixVectorSchedule) -> None:
+    """Each row of the first factor packed contiguously along the reduction (row ``r`` at
+    ``scratch + sums + r * 4 * max_depth``), its prologue evaluated once per element."""
     emitter, body, info = kernel.emitter, kernel.body, kernel.info
     panel = add(get("$scratch"), const(_sums_bytes(schedule)))
     row = body.named("mv_row")
     body.set(row, const(0))
-    with body.block("$dot_packed"):
-        body.br_if("$dot_packed", op("i32.ge_u", get(row), get("$rows")))
-        with body.loop("$dot_pack"):
+    with body.block("$rows_packed"):
+        body.br_if("$rows_packed", op("i32.ge_u", get(row), get("$rows")))
+        with body.loop("$pack_row"):
             body.comment("this row of the first factor, contiguous along the reduction")
             pack(emitter, body, info, info.a, kernel.row_axes, kernel.row_extents, get(row), get("$rows"), 1,
                  add(panel, mul(get(row), const(4 * schedule.max_depth))))
             body.increment(row)
-            body.br_if("$dot_pack", op("i32.lt_u", get(row), get("$rows")))
-    _dot_sums(kernel, schedule, column0, width)
-    _each_row_outputs(kernel, schedule, column0, width, "$dot_row")
+            body.br_if("$pack_row", op("i32.lt_u", get(row), get("$rows")))
+
+
+def _panel_block(kernel: MatmulKernel, schedule: MatrixVectorSchedule, column0: str, width: str) -> None:
+    """One block where the call site's panels of the second factor are prepacked
+    (``matmul_packed.PrepackedFactor``): each row of the first factor packed contiguously
+    (as for dot products: a row's 3 KB at 768 steps stay in L1 beside the panel streaming
+    through; packed as for the streamed form, 32 bytes a step, GPT-2's decode step read its
+    weights at 12-13 GB/s), the sums of every row from the panels (:func:`_panel_sums`),
+    then per row the epilogue of each."""
+    _pack_each_row(kernel, schedule)
+    _panel_sums(kernel.body, schedule, kernel.prepacked.panel_columns, column0, width)
+    _each_row_outputs(kernel, schedule, column0, width, "$panel_row")
+
+
+def _panel_sums(body: Body, schedule: MatrixVectorSchedule, panel_columns: int, column0: str, width: str) -> None:
+    """The sums of every row over the block's ``width`` columns, into the scratch (as
+    :func:`_streamed_sums` leaves them), read from the prepacked panels: a panel's columns
+    at a time where the block holds the whole panel, else four (a block's run of units may
+    start or end in the middle of a panel), and for those columns the rows in groups
+    (:func:`_panel_rows`).  A panel's ``K x panel_columns`` floats are contiguous, so the
+    second factor is read as one stream in the order it lies (rows of it, as the streamed
+    form reads it, are a stream each: GPT-2's decode step read its weights at about 17 GB/s
+    so, where one stream reads 29-33 of the 36 GB/s that a plain sum of a buffer reaches in
+    V8); the row groups after the first read the panel from the cache."""
+    column, column_end, panel_bytes, panel = (body.named(name) for name in (
+        "panel_column", "panel_column_end", "panel_bytes", "panel_at"))
+    body.set(column, get(column0))
+    body.comment("whole f32x4 of sums: the lanes past the width are never stored")
+    body.set(column_end, add(get(column0), op("i32.and", add(get(width), const(3)), const(-4))))
+    body.set(panel_bytes, mul(get("$depth"), const(4 * panel_columns)))
+    with body.block("$panel_columns_done"):
+        body.br_if("$panel_columns_done", op("i32.ge_u", get(column), get(column_end)))
+        with body.loop("$panel_columns"):
+            body.comment("the panel holding this column, at its lane")
+            body.set(panel, add(add(get(PREPACKED), const(PREPACKED_HEADER_BYTES)), add(
+                mul(div_u(get(column), const(panel_columns)), get(panel_bytes)),
+                op("i32.shl", op("i32.rem_u", get(column), const(panel_columns)), const(2)))))
+            whole = op("i32.and", op("i32.eqz", op("i32.rem_u", get(column), const(panel_columns))),
+                       op("i32.le_u", add(get(column), const(panel_columns)), get(column_end)))
+            with body.if_(whole):
+                with body.then():
+                    _panel_rows(body, schedule, panel_columns, panel_columns // 4, column, column0, panel)
+                    body.increment(column, panel_columns)
+                with body.else_():
+                    _panel_rows(body, schedule, panel_columns, 1, column, column0, panel)
+                    body.increment(column, 4)
+            body.br_if("$panel_columns", op("i32.lt_u", get(column), get(column_end)))
+
+
+PANEL_ROWS = 4
+"""The most rows that share each load of a panel in :func:`_panel_rows` (with a panel's two
+f32x4 of columns, 8 sums in registers, as the packed tier's micro-kernel holds)."""
+
+
+def _panel_rows(body: Body, schedule: MatrixVectorSchedule, panel_columns: int, quads: int, column: str,
+                column0: str, panel: str) -> None:
+    """The sums of every row over ``quads`` f32x4 of columns from the panel at ``panel``
+    (steps ``4 * panel_columns`` bytes apart), stored: the rows in groups (``PANEL_ROWS``
+    while as many remain, then halves), each f32x4 of the panel loaded once for the group's
+    rows and multiplied into each with the row's packed first factor splatted.  A sum adds
+    its products step after step, as the streamed form's and the packed tier's do: a row's
+    outputs are the same bits whatever the other rows, the quads, the panel's alignment, and
+    whether the weight was prepacked.  That order keeps a sum's multiply-adds in a chain; a
+    row alone is bound by memory all the same (a loop of this shape over a weight in memory
+    read 29 GB/s in V8, against 32 with two partial sums per f32x4), and a group of 4 rows
+    reading from L1 runs at 42 GFLOP/s."""
+    row = body.named("mv_row")
+    body.set(row, const(0))
+    for group in _row_groups(PANEL_ROWS):
+        _panel_group(body, schedule, panel_columns, quads, group, column, column0, panel, row)
+
+
+def _panel_group(body: Body, schedule: MatrixVectorSchedule, panel_columns: int, quads: int, group: int,
+                 column: str, column0: str, panel: str, row: str) -> None:
+    """A loop over groups of ``group`` rows from ``row`` while as many remain (see
+    :func:`_panel_rows`)."""
+    label = f"$panel_rows{group}x{quads}"
+    factors, weight, count = (body.named(name) for name in ("panel_factors", "panel_weight", "panel_count"))
+    factor = body.named("panel_factor", "v128")
+    values = [body.named(f"panel_value{q}", "v128") for q in range(quads)]
+    sums = [[body.named(f"panel_sum{g}_{q}", "v128") for q in range(quads)] for g in range(group)]
+    row_bytes = 4 * schedule.max_depth  # between two rows' packed first factors
+    body.comment(f"{group} row{'s' if group > 1 else ''} at a time")
+    with body.block(f"{label}_done"):
+        with body.loop(label):
+            body.br_if(f"{label}_done", op("i32.gt_u", add(get(row), const(group)), get("$rows")))
+            body.set(factors, add(add(get("$scratch"), const(_sums_bytes(schedule))), mul(get(row), const(row_bytes))))
+            body.set(weight, get(panel))
+            for total in (total for line in sums for total in line):
+                body.set(total, "(v128.const i32x4 0 0 0 0)")
+            body.set(count, get("$depth"))
+            with body.block(f"{label}_steps_done"):
+                body.br_if(f"{label}_steps_done", op("i32.eqz", get(count)))
+                with body.loop(f"{label}_steps"):
+                    for q, value in enumerate(values):
+                        body.set(value, f"(v128.load{_offset(16 * q)} {get(weight)})")
+                    for g in range(group):
+                        body.set(factor, f"(v128.load32_splat{_offset(row_bytes * g)} {get(factors)})")
+                        for q, value in enumerate(values):
+                            body.set(sums[g][q], multiply_add(get(factor), get(value), get(sums[g][q])))
+                    body.increment(factors, 4)
+                    body.increment(weight, 4 * panel_columns)
+                    body.count_down(count, f"{label}_steps")
+            for g in range(group):
+                sums_at = add(_row_sums(schedule, add(get(row), const(g)) if g else get(row)),
+                              op("i32.shl", sub(get(column), get(column0)), const(2)))
+                for q in range(quads):
+                    body.store("v128.store", sums_at, get(sums[g][q]), 16 * q)
+            body.increment(row, group)
+            body.br(label)
 
 
 def _column_bytes(kernel: MatmulKernel) -> int | None:
