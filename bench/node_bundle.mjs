@@ -6,10 +6,8 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 
-import { Host } from "../relaxweb/runtime_js/host.js";
-import { HostSession } from "../relaxweb/runtime_js/host_session.js";
 import { lowerRelaxedSimd } from "../relaxweb/runtime_js/relaxed_simd.js";
-import { RemoteHost } from "../relaxweb/runtime_js/remote_host.js";
+import { PageHost } from "../relaxweb/runtime_js/page_host.js";
 import { WasmModel } from "../relaxweb/runtime_js/wasm_model.js";
 
 /** Each symbolic dim's value: 1 (batch), 224 (height, width), 128 (sequence) or 0 (past); a sum of them the sum. */
@@ -28,7 +26,7 @@ export async function load(folder, asWritten, relaxedSimd = false) {
   const bytes = readFileSync(join(folder, manifest.wasm.file));
   // what WebAssembly.compile gets as written; the model is given the file's bytes (it lowers them itself)
   const kernels = sites && !relaxedSimd ? lowerRelaxedSimd(bytes, sites) : bytes;
-  const host = new RemoteHost(null, 60_000, new HostSession(await Host.instantiate(readFileSync(join(folder, "host.wasm")), manifest)));
+  const host = await PageHost.instantiate(readFileSync(join(folder, "host.wasm")), manifest, 60_000);
   const shards = manifest.shards.map((/** @type {any} */ s) => new Uint8Array(readFileSync(join(folder, s.file))));
   const compile = WebAssembly.compile;
   if (asWritten) WebAssembly.compile = () => compile(kernels);

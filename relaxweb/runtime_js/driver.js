@@ -94,7 +94,7 @@ import { RunCheckError } from "./run_status.js";
 export class HostProgramDriver {
   /**
    * @param {RunBackend} backend
-   * @param {import("./remote_host.js").RemoteHost} host the host module's sessions (in a worker, or in the page)
+   * @param {import("./page_host.js").PageHost} host the host module's sessions (on the page's thread, page_host.js)
    */
   constructor(backend, host) {
     this.backend = backend;

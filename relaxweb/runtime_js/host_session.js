@@ -6,8 +6,8 @@
 // handed over and the host resumed for the next step; after one that ends with a resume
 // record, the host is resumed at once. HostSessions holds the session runs use and one per
 // instance of a batch, each with its own host state across the rounds. The twin of
-// relaxweb/runtime/host_session.py (docs/runtime-core.md, "Host steps"). No GPU here: the
-// worker (host_worker.js) runs these, and steps cross the worker boundary as plain objects.
+// relaxweb/runtime/host_session.py (docs/runtime-core.md, "Host steps"). No GPU here: a
+// PageHost (page_host.js) runs these on the page's thread, each call under a time limit.
 
 import { Host, OPCODE_DISPATCH, OPCODE_READ, OPCODE_RESUME, isSequence } from "./host.js";
 
@@ -45,8 +45,8 @@ export function finished(step) {
 
 /**
  * The host module's side of a run, in the few calls the browser runtime makes: one per load
- * setting and one per step. A Model talks to it through a worker (remote_host.js), so that a
- * module that never returns can be stopped.
+ * setting and one per step. A Model talks to it through a PageHost (page_host.js), so that a
+ * module that never returns is stopped.
  */
 export class HostSession {
   /** @param {Host} host */
@@ -106,25 +106,29 @@ export class HostSession {
  * The host module's sessions of one model: the one its runs use, and one per instance of a
  * batch (model.runBatch), each created on first use from the same module with the model's
  * bounds, so that every instance has its own host state (its sizes, params, read values)
- * across the rounds of a batch. The worker (host_worker.js) holds one; so does RemoteHost
- * where there are no workers.
+ * across the rounds of a batch. PageHost (page_host.js) holds them.
  */
 export class HostSessions {
   /**
    * @param {BufferSource} wasmBytes @param {any} manifest
+   * @param {WebAssembly.Imports} [imports] what every instance imports (an interruptible module's deadline)
    * @returns {Promise<HostSessions>}
    */
-  static async instantiate(wasmBytes, manifest) {
+  static async instantiate(wasmBytes, manifest, imports = {}) {
     const module = await WebAssembly.compile(wasmBytes);
-    const instance = await WebAssembly.instantiate(module, {});
-    return new HostSessions(module, manifest, new HostSession(new Host(instance, manifest)));
+    const instance = await WebAssembly.instantiate(module, imports);
+    return new HostSessions(module, manifest, new HostSession(new Host(instance, manifest)), imports);
   }
 
-  /** @param {WebAssembly.Module} module @param {any} manifest @param {HostSession} main */
-  constructor(module, manifest, main) {
+  /**
+   * @param {WebAssembly.Module} module @param {any} manifest @param {HostSession} main
+   * @param {WebAssembly.Imports} [imports]
+   */
+  constructor(module, manifest, main, imports = {}) {
     this.module = module;
     this.manifest = manifest;
     this.main = main;
+    this.imports = imports;
     /** @type {Record<string, number|null>|null} the bounds option, given to every instance's session too */
     this.bounds = null;
     /** @type {HostSession[]} one per batch instance, by index */
@@ -153,7 +157,7 @@ export class HostSessions {
   async startInstance(k, shapes, sequences) {
     if (!Number.isInteger(k) || k < 0) throw new Error(`no batch instance ${k}`);
     while (this.instances.length <= k) {
-      const instance = await WebAssembly.instantiate(this.module, {});
+      const instance = await WebAssembly.instantiate(this.module, this.imports);
       const session = new HostSession(new Host(instance, this.manifest));
       if (this.bounds) session.configure(/** @type {any} */ (this.bounds));
       this.instances.push(session);

@@ -35,11 +35,37 @@
 // kernels.wasm is stopped as surely as one relaxweb wrote; an instruction the rewrite does not
 // know is refused (relaxweb's kernels use the core instructions, SIMD, bulk memory and atomics).
 // Python needs none of this: wasmtime interrupts a call by its epochs (runtime/wasm_backend.py).
+// The browser runtime rewrites the bundle's host.wasm the same way (page_host.js): it runs on
+// the page's thread too, every call under a limit.
 
 /** The module and field of the import a rewritten kernels.wasm calls when its fuel runs out. */
 export const DEADLINE_IMPORT = ["relaxweb", "deadline"];
 /** Fuel given at a time: about a millisecond of a tight loop between two looks at the clock. */
 export const FUEL_REFILL = 1 << 20;
+
+/**
+ * The deadline of a call into a rewritten module on the page's thread: `deadline` is the import
+ * the module calls when its fuel runs out. It throws `late(timeoutMs)` once the call is past its
+ * deadline and otherwise gives more fuel. The wasm backend's kernel calls and the host module's
+ * calls (page_host.js) each have one.
+ */
+export class DeadlineClock {
+  /** @param {(timeoutMs: number) => Error} late */
+  constructor(late) {
+    this.endsAt = Infinity;
+    this.timeoutMs = Infinity;
+    this.deadline = () => {
+      if (performance.now() <= this.endsAt) return FUEL_REFILL;
+      throw late(this.timeoutMs);
+    };
+  }
+
+  /** A call starts now, to run at most `timeoutMs`. @param {number} timeoutMs */
+  start(timeoutMs) {
+    this.timeoutMs = timeoutMs;
+    this.endsAt = performance.now() + timeoutMs;
+  }
+}
 /** log2 of the bytes of a bulk memory instruction that cost one unit of fuel. */
 const BYTES_PER_FUEL_SHIFT = 10;
 

@@ -14,7 +14,7 @@ import { GpuTensor, TransferStats } from "./gpu_tensor.js";
 import { installGenerationMethods } from "./generate.js";
 import { fetchedText, loadTokenizer } from "./tokenizer.js";
 import { validateManifest } from "./manifest.js";
-import { RemoteHost } from "./remote_host.js";
+import { PageHost } from "./page_host.js";
 import { checkInstances } from "./batch.js";
 import { DEFAULT_CACHE_NAME, fetchBytes, fetchManifest, fetchShards, openShardCache, resolveManifestUrl } from "./bundle_files.js";
 import { HostProgramDriver } from "./driver.js";
@@ -141,7 +141,7 @@ export async function load(url, {
   }).catch(() => null);
   for (const promise of [wasmBytesPromise, shadersPromise]) promise.catch(() => {}); // awaited below, where used
   const [host, shards, adapter] = await Promise.all([
-    fetchBytes(fileUrl("host.wasm")).then((b) => RemoteHost.instantiate(b, manifest)),
+    fetchBytes(fileUrl("host.wasm")).then((b) => PageHost.instantiate(b, manifest)),
     openShardCache(cache).then((shardCache) => fetchShards(manifest, fileUrl, onProgress, shardCache)),
     adapterPromise,
   ]);
@@ -216,7 +216,7 @@ function chosenBackend(backend, manifest, gpu, requiredLimits, requiredFeatures,
 export class Model {
   /**
    * @param {any} manifest
-   * @param {RemoteHost} host
+   * @param {PageHost} host
    * @param {GPUDevice} device
    * @param {{kernelSources: string[], kernelFiles: string[], kernels: "gpu"|"cpu"|"f16", shards: Uint8Array[], ownsDevice: boolean,
    *   bounds: (number|null)[], sizesAtBounds: number[]|null, limitCaps?: Record<string, number>, fileUrl?: (file: string) => URL,
@@ -241,7 +241,7 @@ export class Model {
 
   /**
    * @param {any} manifest
-   * @param {RemoteHost} host
+   * @param {PageHost} host
    * @param {GPUDevice} device
    * @param {{kernels: "gpu"|"cpu"|"f16", ownsDevice: boolean, bounds: (number|null)[], sizesAtBounds: number[]|null,
    *   fileUrl?: (file: string) => URL, tokenizer?: any}} parts which shaders were compiled, whether load() requested the

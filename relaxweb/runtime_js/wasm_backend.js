@@ -43,7 +43,7 @@ import { GpuTensor, TransferStats, cacheBlockCopies } from "./gpu_tensor.js";
 import { InputCopies, keptOutputIndices, prepareInputs, splitElements, wasmManifest } from "./tensors.js";
 import { WALL_CLOCK, WallClockTimer } from "./profile.js";
 import { STATUS_BYTES, checkRunStatus } from "./run_status.js";
-import { DEADLINE_IMPORT, FUEL_REFILL, interruptibleKernels, readLeb } from "./interruptible_kernels.js";
+import { DEADLINE_IMPORT, DeadlineClock, interruptibleKernels, readLeb } from "./interruptible_kernels.js";
 import { lowerRelaxedSimd } from "./relaxed_simd.js";
 import { afterTierUp, warmUpBlocks, warmUpKernels, warmsUp } from "./warm_up.js";
 import { DispatchFailure, WorkerPool } from "./wasm_pool.js";
@@ -830,26 +830,11 @@ export class WasmBackend {
 /** A kernel call on the page's thread that ran past its deadline. */
 export class KernelDeadlineError extends Error {}
 
-/**
- * The deadline of the kernel call running on the page's thread: `deadline` is the import an
- * interruptible kernels.wasm calls when its fuel runs out (interruptible_kernels.js). It throws
- * once the call is past its deadline and otherwise gives more fuel.
- */
-export class KernelClock {
+/** The deadline of the kernel call running on the page's thread (interruptible_kernels.js DeadlineClock). */
+export class KernelClock extends DeadlineClock {
   constructor() {
-    this.endsAt = Infinity;
-    this.timeoutMs = Infinity;
-    this.deadline = () => {
-      if (performance.now() <= this.endsAt) return FUEL_REFILL;
-      throw new KernelDeadlineError(`a kernel call ran for more than ${this.timeoutMs / 1000} s and was stopped (the bundle's ` +
-        "kernels.wasm loops, or is damaged; a model this slow on purpose: raise the kernelTimeoutMs load option); load the " +
-        "model again");
-    };
-  }
-
-  /** A kernel call starts now, to run at most `timeoutMs`. @param {number} timeoutMs */
-  start(timeoutMs) {
-    this.timeoutMs = timeoutMs;
-    this.endsAt = performance.now() + timeoutMs;
+    super((timeoutMs) => new KernelDeadlineError(`a kernel call ran for more than ${timeoutMs / 1000} s and was stopped ` +
+      "(the bundle's kernels.wasm loops, or is damaged; a model this slow on purpose: raise the kernelTimeoutMs load " +
+      "option); load the model again"));
   }
 }

@@ -15,7 +15,7 @@ import { WasmBackend } from "./wasm_backend.js";
 export class WasmModel {
   /**
    * @param {any} manifest
-   * @param {import("./remote_host.js").RemoteHost} host
+   * @param {import("./page_host.js").PageHost} host
    * @param {ArrayBuffer} wasmBytes the bundle's kernels.wasm
    * @param {Uint8Array[]} shards the verified weight shards
    * @param {{threads?: number, bounds: (number|null)[], sizesAtBounds: number[]|null, tokenizer?: any, kernelTimeoutMs?: number,
@@ -38,7 +38,7 @@ export class WasmModel {
   }
 
   /**
-   * @param {any} manifest @param {import("./remote_host.js").RemoteHost} host
+   * @param {any} manifest @param {import("./page_host.js").PageHost} host
    * @param {WasmBackend} backend @param {(number|null)[]} bounds the bound of each symbolic var in effect
    * @param {any} [tokenizer] the bundle's tokenizer (tokenizer.js), or null
    */

@@ -15,9 +15,7 @@ import { fileURLToPath } from "node:url";
 
 import { FUEL_REFILL, countedLoopsPerFunction, interruptibleKernels, readLeb } from "../../relaxweb/runtime_js/interruptible_kernels.js";
 import { KernelClock, KernelDeadlineError } from "../../relaxweb/runtime_js/wasm_backend.js";
-import { Host } from "../../relaxweb/runtime_js/host.js";
-import { HostSession } from "../../relaxweb/runtime_js/host_session.js";
-import { RemoteHost } from "../../relaxweb/runtime_js/remote_host.js";
+import { PageHost } from "../../relaxweb/runtime_js/page_host.js";
 import { WasmModel } from "../../relaxweb/runtime_js/wasm_model.js";
 
 const REPO_ROOT = fileURLToPath(new URL("../../", import.meta.url));
@@ -278,7 +276,7 @@ test("a bundle whose kernels loop: the run rejects at the deadline naming the ke
   const manifest = JSON.parse(readFileSync(join(folder, "manifest.json"), "utf8"));
   const shards = manifest.shards.map((/** @type {any} */ s) => new Uint8Array(readFileSync(join(folder, s.file))));
   const load = async (/** @type {Uint8Array} */ kernels) => {
-    const host = new RemoteHost(null, 10_000, new HostSession(await Host.instantiate(readFileSync(join(folder, "host.wasm")), manifest)));
+    const host = await PageHost.instantiate(readFileSync(join(folder, "host.wasm")), manifest);
     return WasmModel.create(manifest, host, kernels, shards, { ...(await host.configure(undefined)), kernelTimeoutMs: 300 });
   };
   const x = { x: { data: new Float32Array(8), shape: [2, 4] } };
@@ -293,6 +291,26 @@ test("a bundle whose kernels loop: the run rejects at the deadline naming the ke
   const { z } = await good.run(x);
   assert.deepEqual(Array.from(z.data), [1, -2.5, 4, 7.5, 1, -2.5, 4, 7.5]);
   good.dispose();
+});
+
+test("a looping host module runs on the page's thread: the call rejects at the limit, and so does every later one; a good one answers at once", async () => {
+  const folder = mkdtempSync(join(tmpdir(), "relaxweb-host-deadline-test-"));
+  folders.push(folder);
+  python(`from tests.fixtures.handmade_bundle import write_handmade_bundle; write_handmade_bundle(${JSON.stringify(folder)}, bound=16)`);
+  const manifest = JSON.parse(readFileSync(join(folder, "manifest.json"), "utf8"));
+  const exports = ["input_shapes", "var_bounds", "var_values", "storage_sizes", "output_shapes", "error_info", "commands",
+    "params", "sizes_at_bounds"];
+  const looping = await PageHost.instantiate(assemble(`(module (memory (export "memory") 1)
+    ${exports.map((name) => `(func (export "${name}") (result i32) (i32.const 64))`).join("\n    ")}
+    (func (export "run") (result i32) (loop $forever (br $forever)) (i32.const 0)))`), manifest, 300);
+  const started = performance.now();
+  await assert.rejects(looping.start([[2, 4]], {}), /^Error: the bundle's host module did not finish start within 0.3 s/);
+  assert.ok(performance.now() - started < 3000);
+  await assert.rejects(looping.configure(undefined), /did not finish start within 0.3 s/);
+  const good = await PageHost.instantiate(readFileSync(join(folder, "host.wasm")), manifest, 300);
+  await good.configure(undefined);
+  const step = await good.start([[2, 4]], {});
+  assert.deepEqual(step.outputShapes, [[2, 4]]);
 });
 
 test("damaged modules: the rewrite throws an Error or gives a module that validates wherever the input did", () => {

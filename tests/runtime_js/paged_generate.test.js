@@ -21,7 +21,7 @@ import { fileURLToPath } from "node:url";
 
 import { Host } from "../../relaxweb/runtime_js/host.js";
 import { HostSession } from "../../relaxweb/runtime_js/host_session.js";
-import { RemoteHost } from "../../relaxweb/runtime_js/remote_host.js";
+import { PageHost } from "../../relaxweb/runtime_js/page_host.js";
 import { WasmModel } from "../../relaxweb/runtime_js/wasm_model.js";
 import { generate, generateMany, generationStats, schedulerOf } from "../../relaxweb/runtime_js/generate.js";
 import { validateManifest } from "../../relaxweb/runtime_js/manifest.js";
@@ -313,7 +313,7 @@ after(() => {
 async function loadWasmModel(folder) {
   const manifest = JSON.parse(readFileSync(join(folder, "manifest.json"), "utf8"));
   validateManifest(manifest);
-  const host = new RemoteHost(null, 10_000, new HostSession(await Host.instantiate(readFileSync(join(folder, "host.wasm")), manifest)));
+  const host = new PageHost(new HostSession(await Host.instantiate(readFileSync(join(folder, "host.wasm")), manifest)), 10_000);
   const configured = await host.configure(undefined);
   const shards = manifest.shards.map((/** @type {any} */ s) => new Uint8Array(readFileSync(join(folder, s.file))));
   return WasmModel.create(manifest, host, readFileSync(join(folder, "kernels.wasm")), shards, configured);

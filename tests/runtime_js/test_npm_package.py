@@ -81,7 +81,7 @@ def test_the_tarball_holds_the_runtime_and_nothing_else(packed) -> None:
     targets = [target for entry in manifest["exports"].values()
                for target in (entry.values() if isinstance(entry, dict) else [entry])]
     assert all(target.removeprefix("./") in files for target in targets)
-    for asset in ("host_worker.js", "wasm_worker.js", "sampler.wgsl"):
+    for asset in ("wasm_worker.js", "sampler.wgsl"):
         assert f"./{asset}" in manifest["exports"]
 
 
@@ -110,7 +110,7 @@ def test_a_vite_app_builds_and_runs_bundles_with_the_package(packed, tmp_path: P
     subprocess.run(["node", str(app / "node_modules" / "vite" / "bin" / "vite.js"), "build"], cwd=app, check=True,
                    capture_output=True, timeout=120)
     assets = {path.name.split("-")[0]: path for path in (app / "dist" / "assets").iterdir()}
-    assert {"host_worker", "wasm_worker", "sampler"} <= set(assets)  # Vite copied what new URL(...) names
+    assert {"wasm_worker", "sampler"} <= set(assets)  # Vite copied what new URL(...) names
     assert assets["sampler"].read_bytes() == (REPO / "relaxweb" / "runtime_js" / "sampler.wgsl").read_bytes()
 
     mlp = relaxweb.build(make_mlp(), tmp_path / "mlp", bounds={"batch": 64}, runtime="none").path

@@ -16,7 +16,7 @@ import { fileURLToPath } from "node:url";
 
 import { Host, InputShapeError } from "../../relaxweb/runtime_js/host.js";
 import { HostSession } from "../../relaxweb/runtime_js/host_session.js";
-import { RemoteHost } from "../../relaxweb/runtime_js/remote_host.js";
+import { PageHost } from "../../relaxweb/runtime_js/page_host.js";
 import { WALL_CLOCK } from "../../relaxweb/runtime_js/profile.js";
 import { engineHasRelaxedSimd, lowerRelaxedSimd, useRelaxedSimd } from "../../relaxweb/runtime_js/relaxed_simd.js";
 import { RESERVED_BYTES, WasmTensor, prepareKernels, sharedMemoryVariant, threadCount } from "../../relaxweb/runtime_js/wasm_backend.js";
@@ -57,7 +57,7 @@ function writeBundle(writer, bound, trapKernel = "None") {
  */
 async function loadWasmModel(folder, options = {}) {
   const manifest = JSON.parse(readFileSync(join(folder, "manifest.json"), "utf8"));
-  const host = new RemoteHost(null, 10_000, new HostSession(await Host.instantiate(readFileSync(join(folder, "host.wasm")), manifest)));
+  const host = new PageHost(new HostSession(await Host.instantiate(readFileSync(join(folder, "host.wasm")), manifest)), 10_000);
   const configured = await host.configure(undefined);
   const shards = manifest.shards.map((/** @type {any} */ s) => new Uint8Array(readFileSync(join(folder, s.file))));
   return WasmModel.create(manifest, host, readFileSync(join(folder, "kernels.wasm")), shards, { ...configured, ...options });
