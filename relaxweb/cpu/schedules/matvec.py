@@ -307,8 +307,9 @@ def _panel_rows(body: Body, schedule: MatrixVectorSchedule, panel_columns: int, 
     while as many remain, then halves), each f32x4 of the panel loaded once for the group's
     rows and multiplied into each with the row's packed first factor splatted.  A sum adds
     its products step after step, as the streamed form's and the packed tier's do: a row's
-    outputs are the same bits whatever the other rows, the quads, the panel's alignment, and
-    whether the weight was prepacked.  That order keeps a sum's multiply-adds in a chain; a
+    outputs are the same bits whatever the other rows, the quads and the panel's alignment,
+    and those of the weight read in place (but for the columns past the last whole f32x4,
+    which the streamed form takes one by one).  That order keeps a sum's multiply-adds in a chain; a
     row alone is bound by memory all the same (a loop of this shape over a weight in memory
     read 29 GB/s in V8, against 32 with two partial sums per f32x4), and a group of 4 rows
     reading from L1 runs at 42 GFLOP/s."""
